@@ -1,0 +1,39 @@
+#ifndef PAGODA_COMMON_DTYPE_H_
+#define PAGODA_COMMON_DTYPE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+
+namespace pagoda {
+
+// Element types of weights and activations.
+enum class DType { kF32, kF16, kBF16 };
+
+// Bytes per element.
+size_t DTypeSize(DType dtype);
+// "F32", "F16", "BF16" (safetensors spelling).
+std::string_view DTypeName(DType dtype);
+// Parses the safetensors spelling; anything else is INVALID_ARGUMENT.
+absl::StatusOr<DType> ParseSafetensorsDType(std::string_view name);
+
+// IEEE half and bfloat16 bit patterns to float and back (round to nearest even).
+float HalfToFloat(uint16_t bits);
+uint16_t FloatToHalf(float value);
+inline float BFloat16ToFloat(uint16_t bits) {
+  uint32_t wide = static_cast<uint32_t>(bits) << 16;
+  float out;
+  std::memcpy(&out, &wide, sizeof(out));
+  return out;
+}
+uint16_t FloatToBFloat16(float value);
+
+// Converts `count` elements of `dtype` at `src` to float.
+void ConvertToFloat(DType dtype, const void* src, size_t count, float* dst);
+
+}  // namespace pagoda
+
+#endif  // PAGODA_COMMON_DTYPE_H_

@@ -1,0 +1,55 @@
+#ifndef PAGODA_COMMON_SAFETENSORS_H_
+#define PAGODA_COMMON_SAFETENSORS_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/dtype.h"
+
+namespace pagoda {
+
+// A read-only view of one tensor inside a memory-mapped file. Valid while the
+// WeightStore that returned it lives.
+struct TensorView {
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  const void* data = nullptr;
+  size_t nbytes = 0;
+  int64_t num_elements() const;
+};
+
+// All tensors of a Hugging Face model directory: either `model.safetensors`,
+// or the shards listed in `model.safetensors.index.json`, memory-mapped.
+// Open validates every header (JSON, dtypes, offsets inside the file, byte
+// counts equal to shape x dtype size, no overlap) so later reads cannot crash.
+// Thread-safe for reads after Open.
+class WeightStore {
+ public:
+  static absl::StatusOr<std::unique_ptr<WeightStore>> Open(const std::string& model_dir);
+  ~WeightStore();
+  WeightStore(const WeightStore&) = delete;
+  WeightStore& operator=(const WeightStore&) = delete;
+
+  bool Has(const std::string& name) const;
+  // NOT_FOUND naming the tensor when absent.
+  absl::StatusOr<TensorView> Get(const std::string& name) const;
+  // Reads `name` converted to f32, checking its shape equals `expected_shape`
+  // (INVALID_ARGUMENT naming tensor, expected and actual shape otherwise).
+  absl::StatusOr<std::vector<float>> GetF32(const std::string& name,
+                                            const std::vector<int64_t>& expected_shape) const;
+  std::vector<std::string> Names() const;
+
+ private:
+  struct MappedFile;
+  WeightStore() = default;
+  std::vector<std::unique_ptr<MappedFile>> files_;
+  std::map<std::string, TensorView> tensors_;
+};
+
+}  // namespace pagoda
+
+#endif  // PAGODA_COMMON_SAFETENSORS_H_

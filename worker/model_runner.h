@@ -1,0 +1,43 @@
+#ifndef PAGODA_WORKER_MODEL_RUNNER_H_
+#define PAGODA_WORKER_MODEL_RUNNER_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "pagoda/worker/v1/worker.pb.h"
+
+namespace pagoda::worker {
+
+// Everything a worker does with bytes: load a model shard, size and own the
+// KV cache, execute step plans. Knows nothing of gRPC: the worker service wraps
+// it, and tests drive it directly. Not thread-safe: one caller at a time (the
+// worker service serialises steps).
+class ModelRunner {
+ public:
+  virtual ~ModelRunner() = default;
+
+  // Loads weights and reports how many KV blocks fit: on CPU
+  // kv_cache_memory_bytes / bytes_per_block.
+  virtual absl::StatusOr<pagoda::worker::v1::LoadModelResponse> LoadModel(
+      const pagoda::worker::v1::LoadModelRequest& request) = 0;
+
+  // REQUIRES: LoadModel succeeded. Allocates num_gpu_blocks KV blocks (and
+  // num_cpu_blocks of swap space).
+  virtual absl::Status InitCache(const pagoda::worker::v1::InitCacheRequest& request) = 0;
+
+  // REQUIRES: InitCache succeeded. Runs block moves, then one forward pass over
+  // every sequence of the plan (any mix of prefill and decode, any lengths),
+  // writing new K/V into the slots given by the block tables and reading
+  // context K/V only through them, then samples one token for each sequence
+  // with do_sample. INVALID_ARGUMENT for a malformed plan (block id out of
+  // range, table too short for the positions, token id outside the vocabulary).
+  virtual absl::StatusOr<pagoda::worker::v1::StepResult> ExecuteStep(
+      const pagoda::worker::v1::StepPlan& plan) = 0;
+};
+
+// The f32 CPU backend (OpenBLAS GEMMs).
+std::unique_ptr<ModelRunner> CreateCpuModelRunner();
+
+}  // namespace pagoda::worker
+
+#endif  // PAGODA_WORKER_MODEL_RUNNER_H_
