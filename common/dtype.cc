@@ -1,0 +1,135 @@
+#include "common/dtype.h"
+
+#include <bit>
+#include <cmath>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
+namespace pagoda {
+
+size_t DTypeSize(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return 4;
+    case DType::kF16:
+    case DType::kBF16:
+      return 2;
+  }
+  return 0;
+}
+
+std::string_view DTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return "F32";
+    case DType::kF16:
+      return "F16";
+    case DType::kBF16:
+      return "BF16";
+  }
+  return "UNKNOWN";
+}
+
+absl::StatusOr<DType> ParseSafetensorsDType(std::string_view name) {
+  if (name == "F32") return DType::kF32;
+  if (name == "F16") return DType::kF16;
+  if (name == "BF16") return DType::kBF16;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unsupported dtype \"", name, "\" (supported: F32, F16, BF16)"));
+}
+
+float HalfToFloat(uint16_t bits) {
+  const uint32_t sign = static_cast<uint32_t>(bits & 0x8000u) << 16;
+  const uint32_t exponent = (bits >> 10) & 0x1fu;
+  uint32_t mantissa = bits & 0x3ffu;
+  uint32_t out;
+  if (exponent == 0x1f) {
+    // Inf keeps a zero mantissa; NaN keeps its payload (and stays NaN).
+    out = sign | 0x7f800000u | (mantissa << 13);
+  } else if (exponent != 0) {
+    out = sign | ((exponent + (127 - 15)) << 23) | (mantissa << 13);
+  } else if (mantissa == 0) {
+    out = sign;
+  } else {
+    // Subnormal half: normalize it, since every half subnormal is a normal float.
+    int shift = 0;
+    while ((mantissa & 0x400u) == 0) {
+      mantissa <<= 1;
+      ++shift;
+    }
+    mantissa &= 0x3ffu;
+    const uint32_t float_exponent = static_cast<uint32_t>(127 - 15 + 1 - shift);
+    out = sign | (float_exponent << 23) | (mantissa << 13);
+  }
+  return std::bit_cast<float>(out);
+}
+
+uint16_t FloatToHalf(float value) {
+  const uint32_t bits = std::bit_cast<uint32_t>(value);
+  const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
+  const uint32_t abs_bits = bits & 0x7fffffffu;
+  if (abs_bits >= 0x7f800000u) {
+    if (abs_bits == 0x7f800000u) return sign | 0x7c00u;
+    // NaN: keep the top payload bits and force a quiet bit so it stays NaN.
+    return sign | 0x7e00u | static_cast<uint16_t>((abs_bits >> 13) & 0x3ffu);
+  }
+  // 65520 and above round to infinity (65504 is the largest half).
+  if (abs_bits >= 0x477ff000u) return sign | 0x7c00u;
+  const int exponent = static_cast<int>(abs_bits >> 23) - 127;
+  if (exponent >= -14) {
+    // Normal half. Rounding may carry into the exponent, which is still correct.
+    const uint32_t mantissa = abs_bits & 0x7fffffu;
+    uint32_t half = (static_cast<uint32_t>(exponent + 15) << 10) | (mantissa >> 13);
+    const uint32_t remainder = mantissa & 0x1fffu;
+    if (remainder > 0x1000u || (remainder == 0x1000u && (half & 1u))) ++half;
+    return sign | static_cast<uint16_t>(half);
+  }
+  if (exponent < -25) return sign;  // Below half the smallest subnormal: zero.
+  // Subnormal half: value = m * 2^-24 with the implicit bit made explicit.
+  const uint32_t mantissa = (abs_bits & 0x7fffffu) | 0x800000u;
+  const int shift = -exponent - 14 + 13;  // Between 14 and 24.
+  uint32_t half = mantissa >> shift;
+  const uint32_t remainder = mantissa & ((1u << shift) - 1);
+  const uint32_t halfway = 1u << (shift - 1);
+  if (remainder > halfway || (remainder == halfway && (half & 1u))) ++half;
+  return sign | static_cast<uint16_t>(half);
+}
+
+uint16_t FloatToBFloat16(float value) {
+  const uint32_t bits = std::bit_cast<uint32_t>(value);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) {
+    // NaN: truncating could clear every payload bit left, so force a quiet bit.
+    return static_cast<uint16_t>((bits >> 16) | 0x0040u);
+  }
+  const uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>((bits + rounding) >> 16);
+}
+
+void ConvertToFloat(DType dtype, const void* src, size_t count, float* dst) {
+  switch (dtype) {
+    case DType::kF32:
+      std::memcpy(dst, src, count * sizeof(float));
+      return;
+    case DType::kF16: {
+      const auto* bytes = static_cast<const unsigned char*>(src);
+      for (size_t i = 0; i < count; ++i) {
+        uint16_t bits;
+        std::memcpy(&bits, bytes + 2 * i, 2);  // Source may be unaligned.
+        dst[i] = HalfToFloat(bits);
+      }
+      return;
+    }
+    case DType::kBF16: {
+      const auto* bytes = static_cast<const unsigned char*>(src);
+      for (size_t i = 0; i < count; ++i) {
+        uint16_t bits;
+        std::memcpy(&bits, bytes + 2 * i, 2);
+        dst[i] = BFloat16ToFloat(bits);
+      }
+      return;
+    }
+  }
+}
+
+}  // namespace pagoda

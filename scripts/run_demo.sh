@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The run command: installs what is needed, builds the service, makes the demo
+# model (a tiny random Llama with a locally trained tokenizer), starts
+# pagoda-server on CPU (it spawns its pagoda-worker) and sends a first request.
+# The server keeps serving until Ctrl-C; PAGODA_DEMO_ONCE=1 stops it after the
+# first request instead.
+#   PORT=50051 METRICS_PORT=9400 MODEL_DIR=models/demo scripts/run_demo.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash scripts/setup.sh
+BUILD_DIR=${BUILD_DIR:-build}
+MODEL_DIR=${MODEL_DIR:-models/demo}
+PORT=${PORT:-50051}
+METRICS_PORT=${METRICS_PORT:-9400}
+
+cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$BUILD_DIR" -j "$(nproc)" --target pagoda-server pagoda-worker pagoda-cli
+
+if [ ! -f "$MODEL_DIR/config.json" ]; then
+  bash scripts/make_demo_model.sh "$MODEL_DIR"
+fi
+
+"$BUILD_DIR/bin/pagoda-server" --model "$MODEL_DIR" --served-model-name demo \
+  --host 127.0.0.1 --port "$PORT" --metrics-port "$METRICS_PORT" &
+server_pid=$!
+trap 'kill -TERM $server_pid 2>/dev/null; wait $server_pid 2>/dev/null' EXIT
+
+cli="$BUILD_DIR/bin/pagoda-cli --server 127.0.0.1:$PORT"
+for _ in $(seq 1 300); do
+  $cli info >/dev/null 2>&1 && break
+  kill -0 $server_pid 2>/dev/null || { echo "pagoda-server exited during start-up" >&2; exit 1; }
+  sleep 0.1
+done
+$cli info
+echo "--- first request (streaming, greedy) ---"
+$cli generate --prompt "The quick brown fox" --max-tokens 24 --stream
+
+if [ "${PAGODA_DEMO_ONCE:-0}" = "1" ]; then
+  exit 0
+fi
+echo "--- serving on 127.0.0.1:$PORT (metrics on :$METRICS_PORT/metrics); Ctrl-C to stop ---"
+wait $server_pid
