@@ -36,7 +36,7 @@ absl::StatusOr<DType> ParseSafetensorsDType(std::string_view name) {
   if (name == "F16") return DType::kF16;
   if (name == "BF16") return DType::kBF16;
   return absl::InvalidArgumentError(
-      absl::StrCat("unsupported dtype \"", name, "\" (supported: F32, F16, BF16)"));
+      absl::StrCat("unsupported dtype \"", std::string(name), "\" (supported: F32, F16, BF16)"));
 }
 
 float HalfToFloat(uint16_t bits) {
@@ -107,6 +107,7 @@ uint16_t FloatToBFloat16(float value) {
 }
 
 void ConvertToFloat(DType dtype, const void* src, size_t count, float* dst) {
+  if (count == 0) return;  // Empty tensors may come with null pointers.
   switch (dtype) {
     case DType::kF32:
       std::memcpy(dst, src, count * sizeof(float));

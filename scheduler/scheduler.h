@@ -25,11 +25,6 @@ struct SchedulerConfig {
   PreemptionMode preemption_mode = PreemptionMode::kAuto;
 };
 
-struct BlockMove {
-  int src;
-  int dst;
-};
-
 // One sequence in a step: compute tokens [num_computed_tokens, length) of it.
 struct ScheduledSequence {
   SequenceGroup* group;
@@ -87,7 +82,26 @@ class Scheduler {
   const SchedulerConfig& config() const { return config_; }
 
  private:
-  // Implementation-defined helpers live in scheduler.cc.
+  using GroupList = std::vector<std::unique_ptr<SequenceGroup>>;
+
+  // Admits waiting groups FCFS while the budgets and the cache allow.
+  void SchedulePrefills(SchedulerOutput& output);
+  // Grows every running group by one token, preempting the latest-arrived
+  // running groups when blocks run out.
+  void ScheduleDecodes(SchedulerOutput& output);
+  // Brings swapped groups back while blocks and budgets allow.
+  void ScheduleSwapIns(SchedulerOutput& output);
+  // Frees or swaps out `group`; it lands in `recomputed` or `swapped_out`.
+  void Preempt(std::unique_ptr<SequenceGroup> group, SchedulerOutput& output, GroupList& recomputed,
+               GroupList& swapped_out);
+  // Appends a slot for each running sequence of `group` (collecting
+  // copy-on-write pairs) and schedules its decode.
+  void AppendSlotsAndSchedule(SequenceGroup& group, SchedulerOutput& output);
+  // Marks the group's unfinished sequences `status`, frees their blocks.
+  void FinishGroup(SequenceGroup& group, SequenceStatus status);
+  // Sequences of the running groups that count against max_num_seqs.
+  int NumRunningSeqs() const;
+
   SchedulerConfig config_;
   BlockManager block_manager_;
   std::deque<std::unique_ptr<SequenceGroup>> waiting_;

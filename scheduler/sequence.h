@@ -27,7 +27,7 @@ struct SamplingOptions {
   float temperature = 0.0f;  // < 1e-5 = greedy.
   int top_k = 0;             // 0 = off.
   float top_p = 1.0f;
-  uint64_t seed = 0;         // Always set: the frontend picks one when the client did not.
+  uint64_t seed = 0;  // Always set: the frontend picks one when the client did not.
   int n = 1;
   int num_logprobs = 0;
 };
@@ -77,6 +77,11 @@ class Sequence {
 
   void AppendToken(GeneratedToken token);
 
+  // A copy of this sequence (tokens, logprobs, computed count, status) under
+  // a new id, for parallel sampling and beam search. Blocks are not copied:
+  // the caller forks them with BlockManager::Fork.
+  std::unique_ptr<Sequence> Fork(int64_t child_seq_id) const;
+
  private:
   int64_t seq_id_;
   std::vector<int32_t> prompt_token_ids_;
@@ -90,9 +95,8 @@ class Sequence {
 // scheduled and preempted together.
 class SequenceGroup {
  public:
-  SequenceGroup(std::string request_id, std::vector<int32_t> prompt_token_ids,
-                int64_t first_seq_id, SamplingOptions sampling, StoppingOptions stopping,
-                absl::Time arrival_time);
+  SequenceGroup(std::string request_id, std::vector<int32_t> prompt_token_ids, int64_t first_seq_id,
+                SamplingOptions sampling, StoppingOptions stopping, absl::Time arrival_time);
 
   const std::string& request_id() const { return request_id_; }
   const SamplingOptions& sampling() const { return sampling_; }
@@ -103,6 +107,9 @@ class SequenceGroup {
   // Sequences with the given status.
   std::vector<Sequence*> SeqsWithStatus(SequenceStatus status) const;
   int NumUnfinished() const;
+  // Adds parent->Fork(child_seq_id) to the group and returns it (owned by
+  // the group). REQUIRES: parent belongs to this group.
+  Sequence* AddForkedSequence(const Sequence& parent, int64_t child_seq_id);
   bool IsFinished() const { return NumUnfinished() == 0; }
 
   // Set when the first token is produced (time to first token).

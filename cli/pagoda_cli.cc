@@ -1,0 +1,170 @@
+// pagoda-cli: talks to a pagoda-server.
+//
+//   pagoda-cli [--server 127.0.0.1:50051] generate (--prompt TEXT | --token-ids 1,2,3)
+//              [--max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S]
+//              [--ignore-eos] [--stream]
+//   pagoda-cli [--server ...] info
+//
+// generate prints the text (or, for a model without tokenizer, the token ids)
+// as it arrives, then "finish_reason: ..." and "token_ids: ...". On an error
+// it prints the gRPC status and exits 1.
+
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "grpcpp/grpcpp.h"
+#include "pagoda/v1/generation.grpc.pb.h"
+
+ABSL_FLAG(std::string, server, "127.0.0.1:50051", "pagoda-server address (host:port).");
+ABSL_FLAG(std::string, prompt, "", "Text prompt (the model needs a tokenizer).");
+ABSL_FLAG(std::string, token_ids, "", "Comma-separated prompt token ids.");
+ABSL_FLAG(std::string, request_id, "", "Request id; empty = the server assigns one.");
+ABSL_FLAG(int, max_tokens, 0, "Tokens to generate; 0 = the server's default (16).");
+ABSL_FLAG(int, min_tokens, 0, "Tokens to generate before EOS may stop the sequence.");
+ABSL_FLAG(double, temperature, 0, "0 = greedy.");
+ABSL_FLAG(int, top_k, 0, "0 = off.");
+ABSL_FLAG(double, top_p, 0, "0 = 1 (off).");
+ABSL_FLAG(uint64_t, seed, 0, "0 = the server picks one.");
+ABSL_FLAG(int, logprobs, 0, "Top logprobs per token, 0..20.");
+ABSL_FLAG(bool, ignore_eos, false, "Keep generating past EOS.");
+ABSL_FLAG(bool, stream, false, "Use GenerateStream and print tokens as they come.");
+ABSL_FLAG(double, timeout, 600, "Seconds before the call is abandoned.");
+
+namespace {
+
+using pagoda::v1::Generation;
+
+int Fail(const grpc::Status& status) {
+  std::cerr << "pagoda-cli: error " << status.error_code() << ": " << status.error_message()
+            << std::endl;
+  return 1;
+}
+
+void SetDeadline(grpc::ClientContext& context) {
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::milliseconds(
+                           static_cast<int64_t>(absl::GetFlag(FLAGS_timeout) * 1000)));
+}
+
+bool BuildRequest(pagoda::v1::GenerateRequest& request) {
+  request.set_request_id(absl::GetFlag(FLAGS_request_id));
+  request.set_prompt(absl::GetFlag(FLAGS_prompt));
+  for (absl::string_view part :
+       absl::StrSplit(absl::GetFlag(FLAGS_token_ids), ',', absl::SkipWhitespace())) {
+    int id;
+    if (!absl::SimpleAtoi(part, &id)) {
+      std::cerr << "pagoda-cli: --token-ids: '" << part << "' is not an integer" << std::endl;
+      return false;
+    }
+    request.add_prompt_token_ids(id);
+  }
+  pagoda::v1::SamplingParams* sampling = request.mutable_sampling();
+  sampling->set_temperature(static_cast<float>(absl::GetFlag(FLAGS_temperature)));
+  sampling->set_top_k(absl::GetFlag(FLAGS_top_k));
+  sampling->set_top_p(static_cast<float>(absl::GetFlag(FLAGS_top_p)));
+  sampling->set_seed(absl::GetFlag(FLAGS_seed));
+  pagoda::v1::StoppingCriteria* stopping = request.mutable_stopping();
+  stopping->set_max_tokens(absl::GetFlag(FLAGS_max_tokens));
+  stopping->set_min_tokens(absl::GetFlag(FLAGS_min_tokens));
+  stopping->set_ignore_eos(absl::GetFlag(FLAGS_ignore_eos));
+  request.set_logprobs(absl::GetFlag(FLAGS_logprobs));
+  return true;
+}
+
+void PrintSummary(const std::vector<int32_t>& ids, pagoda::v1::FinishReason reason) {
+  std::cout << "\nfinish_reason: " << pagoda::v1::FinishReason_Name(reason) << "\n"
+            << "token_ids: " << absl::StrJoin(ids, ",") << std::endl;
+}
+
+int Generate(Generation::Stub& stub) {
+  pagoda::v1::GenerateRequest request;
+  if (!BuildRequest(request)) return 2;
+  grpc::ClientContext context;
+  SetDeadline(context);
+  if (!absl::GetFlag(FLAGS_stream)) {
+    pagoda::v1::GenerateResponse response;
+    grpc::Status status = stub.Generate(&context, request, &response);
+    if (!status.ok()) return Fail(status);
+    for (const pagoda::v1::SequenceOutput& output : response.outputs()) {
+      std::cout << output.text();
+      PrintSummary({output.token_ids().begin(), output.token_ids().end()},
+                   output.finish_reason());
+    }
+    return 0;
+  }
+  std::unique_ptr<grpc::ClientReader<pagoda::v1::GenerateResponse>> reader =
+      stub.GenerateStream(&context, request);
+  pagoda::v1::GenerateResponse message;
+  std::vector<int32_t> ids;
+  pagoda::v1::FinishReason reason = pagoda::v1::FINISH_REASON_UNSPECIFIED;
+  while (reader->Read(&message)) {
+    for (const pagoda::v1::SequenceOutput& output : message.outputs()) {
+      if (!output.text().empty()) {
+        std::cout << output.text();
+      } else {
+        for (int32_t id : output.token_ids()) std::cout << (ids.empty() ? "" : " ") << id;
+      }
+      ids.insert(ids.end(), output.token_ids().begin(), output.token_ids().end());
+      if (output.finish_reason() != pagoda::v1::FINISH_REASON_UNSPECIFIED) {
+        reason = output.finish_reason();
+      }
+    }
+    std::cout.flush();
+  }
+  grpc::Status status = reader->Finish();
+  if (!status.ok()) return Fail(status);
+  PrintSummary(ids, reason);
+  return 0;
+}
+
+int Info(Generation::Stub& stub) {
+  grpc::ClientContext context;
+  SetDeadline(context);
+  pagoda::v1::ModelInfo info;
+  grpc::Status status = stub.GetModelInfo(&context, pagoda::v1::GetModelInfoRequest(), &info);
+  if (!status.ok()) return Fail(status);
+  std::cout << info.DebugString();
+  return 0;
+}
+
+// Abseil spells flags with underscores; accept vLLM-style dashes too.
+void NormalizeFlagNames(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (argv[i][0] != '-' || argv[i][1] != '-') continue;
+    for (char* c = argv[i] + 2; *c != '\0' && *c != '='; ++c) {
+      if (*c == '-') *c = '_';
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "pagoda-cli [--server HOST:PORT] generate (--prompt TEXT | --token-ids 1,2,3) [options] | "
+      "info");
+  NormalizeFlagNames(argc, argv);
+  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  if (positional.size() != 2) {
+    std::cerr << "usage: " << absl::ProgramUsageMessage() << std::endl;
+    return 2;
+  }
+  auto channel =
+      grpc::CreateChannel(absl::GetFlag(FLAGS_server), grpc::InsecureChannelCredentials());
+  std::unique_ptr<Generation::Stub> stub = Generation::NewStub(channel);
+  const std::string command = positional[1];
+  if (command == "generate") return Generate(*stub);
+  if (command == "info") return Info(*stub);
+  std::cerr << "pagoda-cli: unknown command '" << command << "'; use generate or info"
+            << std::endl;
+  return 2;
+}

@@ -1,0 +1,38 @@
+# pagoda_common: dtypes, HF config.json, safetensors weights, tokenizer.
+add_library(pagoda_common STATIC
+  ${CMAKE_CURRENT_LIST_DIR}/dtype.cc
+  ${CMAKE_CURRENT_LIST_DIR}/model_config.cc
+  ${CMAKE_CURRENT_LIST_DIR}/safetensors.cc
+  ${CMAKE_CURRENT_LIST_DIR}/sentencepiece_adapter.cc
+  ${CMAKE_CURRENT_LIST_DIR}/tokenizer.cc)
+target_link_libraries(pagoda_common PUBLIC
+  absl::status absl::statusor absl::strings nlohmann_json::nlohmann_json
+  glog::glog ${CMAKE_DL_LIBS})
+
+# libsentencepiece embeds its own protobuf 3.14, which clashes with gRPC's
+# libprotobuf 3.21 in one process; this shim is dlopen'ed with RTLD_DEEPBIND
+# so sentencepiece keeps its copy to itself (see sentencepiece_adapter.h).
+add_library(pagoda_sentencepiece_shim SHARED ${CMAKE_CURRENT_LIST_DIR}/sentencepiece_shim.cc)
+target_link_libraries(pagoda_sentencepiece_shim PRIVATE PkgConfig::SENTENCEPIECE)
+set_target_properties(pagoda_sentencepiece_shim PROPERTIES CXX_VISIBILITY_PRESET hidden)
+add_dependencies(pagoda_common pagoda_sentencepiece_shim)
+target_compile_definitions(pagoda_common PRIVATE
+  PAGODA_SENTENCEPIECE_SHIM_PATH="$<TARGET_FILE:pagoda_sentencepiece_shim>")
+
+# Test helpers shared by every module's tests: writes safetensors model dirs.
+add_library(pagoda_common_testing STATIC
+  ${CMAKE_CURRENT_LIST_DIR}/testing/safetensors_writer.cc)
+target_link_libraries(pagoda_common_testing PUBLIC pagoda_common)
+
+pagoda_add_test(common_dtype_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/dtype_test.cc
+  LIBS pagoda_common)
+pagoda_add_test(common_model_config_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/model_config_test.cc
+  LIBS pagoda_common pagoda_common_testing)
+pagoda_add_test(common_safetensors_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/safetensors_test.cc
+  LIBS pagoda_common pagoda_common_testing)
+pagoda_add_test(common_tokenizer_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/tokenizer_test.cc
+  LIBS pagoda_common pagoda_common_testing)

@@ -1,0 +1,35 @@
+// Runtime dtype dispatch for the attention launchers. The kernels themselves
+// are instantiated in the per-dtype .cu files.
+#include "kernels/attention/decode_attention.cuh"
+#include "kernels/attention/paged_attention.h"
+#include "kernels/attention/prefill_attention.cuh"
+
+namespace pagoda::kernels {
+
+cudaError_t LaunchDecodeAttention(const DecodeAttentionParams& params, const DecodePlan& plan,
+                                  void* workspace, cudaStream_t stream) {
+  if (!CheckDecodeSupported(params).ok()) return cudaErrorInvalidValue;
+  switch (params.dtype) {
+    case DType::kBF16:
+      return attention_internal::LaunchDecodeForType<__nv_bfloat16>(params, plan, workspace,
+                                                                    stream);
+    case DType::kF16:
+      return attention_internal::LaunchDecodeForType<__half>(params, plan, workspace, stream);
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+cudaError_t LaunchPrefillAttention(const PrefillAttentionParams& params, cudaStream_t stream) {
+  if (!CheckPrefillSupported(params).ok()) return cudaErrorInvalidValue;
+  switch (params.dtype) {
+    case DType::kBF16:
+      return attention_internal::LaunchPrefillForType<__nv_bfloat16>(params, stream);
+    case DType::kF16:
+      return attention_internal::LaunchPrefillForType<__half>(params, stream);
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace pagoda::kernels

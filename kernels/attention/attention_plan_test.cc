@@ -1,0 +1,136 @@
+// Host-side planning and validation of the attention kernels. No GPU needed.
+#include <gtest/gtest.h>
+
+#include "kernels/attention/paged_attention.h"
+
+namespace pagoda::kernels {
+namespace {
+
+constexpr int kH200Sms = 132;
+
+TEST(PlanDecodeAttentionTest, LargeBatchDoesNotSplit) {
+  // 64 sequences x 8 kv heads = 512 blocks: already ~4 per SM.
+  const DecodePlan plan = PlanDecodeAttention(64, 32, 8, 128, 4096, kH200Sms);
+  EXPECT_EQ(plan.partition_size, 0);
+  EXPECT_EQ(plan.max_num_partitions, 1);
+  EXPECT_EQ(plan.workspace_bytes, 0u);
+}
+
+TEST(PlanDecodeAttentionTest, SingleLongSequenceSplits) {
+  const DecodePlan plan = PlanDecodeAttention(1, 32, 8, 128, 32768, kH200Sms);
+  EXPECT_EQ(plan.partition_size, 512);
+  EXPECT_EQ(plan.max_num_partitions, 64);
+  // f32 partial outputs plus one f32 log-sum-exp per (seq, q head, partition).
+  EXPECT_EQ(plan.workspace_bytes, 1u * 32 * 64 * (128 + 1) * sizeof(float));
+}
+
+TEST(PlanDecodeAttentionTest, ShortContextNeverSplitsInAuto) {
+  const DecodePlan plan = PlanDecodeAttention(1, 32, 8, 128, 512, kH200Sms);
+  EXPECT_EQ(plan.partition_size, 0);
+}
+
+TEST(PlanDecodeAttentionTest, SplitThresholdFollowsSmCount) {
+  // 16 seqs x 8 kv heads = 128 blocks < 2 x 132: split; on a 32-SM part: not.
+  EXPECT_GT(PlanDecodeAttention(16, 32, 8, 128, 2048, kH200Sms).partition_size, 0);
+  EXPECT_EQ(PlanDecodeAttention(16, 32, 8, 128, 2048, 32).partition_size, 0);
+}
+
+TEST(PlanDecodeAttentionTest, ForcedModesAndPartitionRounding) {
+  DecodePlanOptions never;
+  never.split_k = SplitKMode::kNever;
+  EXPECT_EQ(PlanDecodeAttention(1, 8, 8, 64, 100000, kH200Sms, never).partition_size, 0);
+
+  DecodePlanOptions always;
+  always.split_k = SplitKMode::kAlways;
+  always.partition_size = 200;  // rounded down to a multiple of 64
+  const DecodePlan plan = PlanDecodeAttention(3, 8, 8, 64, 1000, kH200Sms, always);
+  EXPECT_EQ(plan.partition_size, 192);
+  EXPECT_EQ(plan.max_num_partitions, 6);  // ceil(1000 / 192)
+  EXPECT_EQ(plan.workspace_bytes, 3u * 8 * 6 * (64 + 1) * sizeof(float));
+
+  always.partition_size = 10;  // never below one kernel step
+  EXPECT_EQ(PlanDecodeAttention(1, 8, 8, 64, 100, kH200Sms, always).partition_size, 64);
+}
+
+DecodeAttentionParams ValidDecodeParams() {
+  static int dummy;
+  DecodeAttentionParams p;
+  p.dtype = DType::kBF16;
+  p.num_seqs = 2;
+  p.num_q_heads = 28;
+  p.num_kv_heads = 4;  // group of 7 (Qwen2-7B) is served via the 8-wide variant
+  p.head_dim = 128;
+  p.block_size = 16;
+  p.max_blocks_per_seq = 4;
+  p.q = p.k_cache = p.v_cache = p.out = &dummy;
+  p.block_tables = p.context_lens = &dummy;
+  return p;
+}
+
+TEST(CheckDecodeSupportedTest, AcceptsServedShapes) {
+  EXPECT_TRUE(CheckDecodeSupported(ValidDecodeParams()).ok());
+  DecodeAttentionParams p = ValidDecodeParams();
+  p.dtype = DType::kF16;
+  p.head_dim = 64;
+  p.block_size = 32;
+  EXPECT_TRUE(CheckDecodeSupported(p).ok());
+}
+
+TEST(CheckDecodeSupportedTest, RejectsEachUnsupportedField) {
+  DecodeAttentionParams p = ValidDecodeParams();
+  p.dtype = DType::kF32;
+  EXPECT_EQ(CheckDecodeSupported(p).code(), absl::StatusCode::kInvalidArgument);
+  p = ValidDecodeParams();
+  p.head_dim = 80;
+  EXPECT_EQ(CheckDecodeSupported(p).code(), absl::StatusCode::kInvalidArgument);
+  p = ValidDecodeParams();
+  p.block_size = 8;
+  EXPECT_EQ(CheckDecodeSupported(p).code(), absl::StatusCode::kInvalidArgument);
+  p = ValidDecodeParams();
+  p.num_q_heads = 30;  // not a multiple of 4 kv heads
+  EXPECT_EQ(CheckDecodeSupported(p).code(), absl::StatusCode::kInvalidArgument);
+  p = ValidDecodeParams();
+  p.num_q_heads = 64;  // group of 16
+  EXPECT_EQ(CheckDecodeSupported(p).code(), absl::StatusCode::kInvalidArgument);
+  p = ValidDecodeParams();
+  p.out = nullptr;
+  EXPECT_EQ(CheckDecodeSupported(p).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(LaunchDecodeAttentionTest, UnsupportedReturnsInvalidValueBeforeTouchingTheDevice) {
+  DecodeAttentionParams p = ValidDecodeParams();
+  p.head_dim = 96;
+  EXPECT_EQ(LaunchDecodeAttention(p, DecodePlan{}, nullptr, nullptr), cudaErrorInvalidValue);
+}
+
+TEST(CheckPrefillSupportedTest, RequiresQueryBoundAndPointers) {
+  static int dummy;
+  PrefillAttentionParams p;
+  p.dtype = DType::kBF16;
+  p.num_seqs = 1;
+  p.num_q_heads = 32;
+  p.num_kv_heads = 8;
+  p.head_dim = 128;
+  p.block_size = 16;
+  p.max_blocks_per_seq = 2;
+  p.max_query_len = 20;
+  p.q = p.k_cache = p.v_cache = p.out = &dummy;
+  p.block_tables = p.context_lens = p.query_start = &dummy;
+  EXPECT_TRUE(CheckPrefillSupported(p).ok());
+  p.max_query_len = 0;
+  EXPECT_EQ(CheckPrefillSupported(p).code(), absl::StatusCode::kInvalidArgument);
+  p.max_query_len = 20;
+  p.query_start = nullptr;
+  EXPECT_EQ(CheckPrefillSupported(p).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(CudaErrorToStatusTest, NamesTheFailure) {
+  EXPECT_TRUE(CudaErrorToStatus(cudaSuccess, "x").ok());
+  const absl::Status status = CudaErrorToStatus(cudaErrorInvalidValue, "decode launch");
+  EXPECT_EQ(status.code(), absl::StatusCode::kInternal);
+  EXPECT_NE(status.message().find("decode launch"), absl::string_view::npos);
+  EXPECT_NE(status.message().find("cudaErrorInvalidValue"), absl::string_view::npos);
+}
+
+}  // namespace
+}  // namespace pagoda::kernels

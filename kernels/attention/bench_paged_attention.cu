@@ -1,0 +1,261 @@
+// Benchmark of the paged attention kernels on the local GPU: decode achieved
+// bandwidth (KV bytes read / time) next to a device-to-device copy measured in
+// the same run, and prefill TFLOP/s. Plain main; prints a small table.
+//
+//   bench_paged_attention [--iters N]
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "kernels/attention/paged_attention.h"
+
+namespace {
+
+using pagoda::DType;
+using namespace pagoda::kernels;
+
+#define CHECK_CUDA(call)                                                \
+  do {                                                                  \
+    cudaError_t error_ = (call);                                        \
+    if (error_ != cudaSuccess) {                                        \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, \
+                   cudaGetErrorString(error_));                         \
+      std::exit(1);                                                     \
+    }                                                                   \
+  } while (0)
+
+constexpr int kQHeads = 32;
+constexpr int kKvHeads = 8;
+constexpr int kHeadDim = 128;
+constexpr int kBlockSize = 16;
+
+// Uniform [-1, 1) bf16 values from a hash of the index: random-looking data
+// (never zeros, METHOD.md) without a host upload.
+__global__ void FillRandomBf16(__nv_bfloat16* data, size_t count, uint32_t seed) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    uint32_t x = static_cast<uint32_t>(i) * 2654435761u ^ seed ^ static_cast<uint32_t>(i >> 32);
+    x ^= x >> 16;
+    x *= 0x7feb352du;
+    x ^= x >> 15;
+    x *= 0x846ca68bu;
+    x ^= x >> 16;
+    data[i] = __float2bfloat16(static_cast<float>(x) * (2.0f / 4294967296.0f) - 1.0f);
+  }
+}
+
+void FillRandom(void* data, size_t elements, uint32_t seed) {
+  FillRandomBf16<<<1024, 256>>>(static_cast<__nv_bfloat16*>(data), elements, seed);
+  CHECK_CUDA(cudaGetLastError());
+}
+
+void* Malloc(size_t bytes) {
+  void* p = nullptr;
+  CHECK_CUDA(cudaMalloc(&p, std::max<size_t>(bytes, 16)));
+  return p;
+}
+
+// Median milliseconds of `iters` timed runs of `work` after `warmup` runs.
+template <typename Work>
+float MedianMs(int warmup, int iters, Work&& work) {
+  cudaEvent_t start, stop;
+  CHECK_CUDA(cudaEventCreate(&start));
+  CHECK_CUDA(cudaEventCreate(&stop));
+  for (int i = 0; i < warmup; ++i) work();
+  CHECK_CUDA(cudaDeviceSynchronize());
+  std::vector<float> times;
+  for (int i = 0; i < iters; ++i) {
+    CHECK_CUDA(cudaEventRecord(start));
+    work();
+    CHECK_CUDA(cudaEventRecord(stop));
+    CHECK_CUDA(cudaEventSynchronize(stop));
+    float ms = 0;
+    CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
+    times.push_back(ms);
+  }
+  CHECK_CUDA(cudaEventDestroy(start));
+  CHECK_CUDA(cudaEventDestroy(stop));
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+struct Cache {
+  void* k = nullptr;
+  void* v = nullptr;
+  int num_blocks = 0;
+};
+
+// Block tables for `batch` sequences of `context` tokens: consecutive slices
+// of one random permutation of the physical blocks.
+int32_t* MakeBlockTables(int batch, int context, int num_blocks, std::mt19937& rng,
+                         int* max_blocks_per_seq) {
+  const int blocks = (context + kBlockSize - 1) / kBlockSize;
+  std::vector<int32_t> pool(num_blocks);
+  std::iota(pool.begin(), pool.end(), 0);
+  std::shuffle(pool.begin(), pool.end(), rng);
+  std::vector<int32_t> tables(static_cast<size_t>(batch) * blocks);
+  for (size_t i = 0; i < tables.size(); ++i) tables[i] = pool[i % pool.size()];
+  int32_t* device = static_cast<int32_t*>(Malloc(tables.size() * 4));
+  CHECK_CUDA(cudaMemcpy(device, tables.data(), tables.size() * 4, cudaMemcpyHostToDevice));
+  *max_blocks_per_seq = blocks;
+  return device;
+}
+
+int32_t* DeviceInts(const std::vector<int32_t>& values) {
+  int32_t* device = static_cast<int32_t*>(Malloc(values.size() * 4));
+  CHECK_CUDA(cudaMemcpy(device, values.data(), values.size() * 4, cudaMemcpyHostToDevice));
+  return device;
+}
+
+void BenchDecode(const Cache& cache, int batch, int context, SplitKMode split, int num_sms,
+                 int iters, float copy_gbps, std::mt19937& rng) {
+  int max_blocks = 0;
+  int32_t* tables = MakeBlockTables(batch, context, cache.num_blocks, rng, &max_blocks);
+  int32_t* lens = DeviceInts(std::vector<int32_t>(batch, context));
+  const size_t q_bytes = static_cast<size_t>(batch) * kQHeads * kHeadDim * 2;
+  void* q = Malloc(q_bytes);
+  void* out = Malloc(q_bytes);
+  FillRandom(q, q_bytes / 2, 7);
+
+  DecodeAttentionParams p;
+  p.dtype = DType::kBF16;
+  p.num_seqs = batch;
+  p.num_q_heads = kQHeads;
+  p.num_kv_heads = kKvHeads;
+  p.head_dim = kHeadDim;
+  p.block_size = kBlockSize;
+  p.max_blocks_per_seq = max_blocks;
+  p.softmax_scale = 0.08838834764831845f;
+  p.q = q;
+  p.k_cache = cache.k;
+  p.v_cache = cache.v;
+  p.block_tables = tables;
+  p.context_lens = lens;
+  p.out = out;
+  DecodePlanOptions options;
+  options.split_k = split;
+  const DecodePlan plan =
+      PlanDecodeAttention(batch, kQHeads, kKvHeads, kHeadDim, context, num_sms, options);
+  void* workspace = Malloc(plan.workspace_bytes);
+  const float ms =
+      MedianMs(3, iters, [&] { CHECK_CUDA(LaunchDecodeAttention(p, plan, workspace, nullptr)); });
+  const double kv_bytes = 2.0 * batch * context * kKvHeads * kHeadDim * 2;
+  const double gbps = kv_bytes / (ms * 1e-3) / 1e9;
+  std::printf(
+      "decode  batch %4d ctx %6d  split %-4s parts %3d  %9.1f us  %7.1f GB/s  %5.1f%% of copy\n",
+      batch, context, plan.partition_size > 0 ? "yes" : "no", plan.max_num_partitions, ms * 1e3,
+      gbps, 100.0 * gbps / copy_gbps);
+  CHECK_CUDA(cudaFree(workspace));
+  CHECK_CUDA(cudaFree(q));
+  CHECK_CUDA(cudaFree(out));
+  CHECK_CUDA(cudaFree(tables));
+  CHECK_CUDA(cudaFree(lens));
+}
+
+void BenchPrefill(const Cache& cache, int batch, int context, int iters, std::mt19937& rng) {
+  int max_blocks = 0;
+  int32_t* tables = MakeBlockTables(batch, context, cache.num_blocks, rng, &max_blocks);
+  int32_t* lens = DeviceInts(std::vector<int32_t>(batch, context));
+  std::vector<int32_t> starts(batch + 1);
+  for (int s = 0; s <= batch; ++s) starts[s] = s * context;
+  int32_t* query_start = DeviceInts(starts);
+  const size_t q_bytes = static_cast<size_t>(batch) * context * kQHeads * kHeadDim * 2;
+  void* q = Malloc(q_bytes);
+  void* out = Malloc(q_bytes);
+  FillRandom(q, q_bytes / 2, 9);
+
+  PrefillAttentionParams p;
+  p.dtype = DType::kBF16;
+  p.num_seqs = batch;
+  p.num_q_heads = kQHeads;
+  p.num_kv_heads = kKvHeads;
+  p.head_dim = kHeadDim;
+  p.block_size = kBlockSize;
+  p.max_blocks_per_seq = max_blocks;
+  p.max_query_len = context;
+  p.softmax_scale = 0.08838834764831845f;
+  p.q = q;
+  p.query_start = query_start;
+  p.k_cache = cache.k;
+  p.v_cache = cache.v;
+  p.block_tables = tables;
+  p.context_lens = lens;
+  p.out = out;
+  const float ms = MedianMs(2, iters, [&] { CHECK_CUDA(LaunchPrefillAttention(p, nullptr)); });
+  // Causal: query i sees i + 1 keys; 2 FLOPs per multiply-add, QK^T and PV.
+  const double pairs = static_cast<double>(context) * (context + 1) / 2 * batch;
+  const double flops = 4.0 * pairs * kQHeads * kHeadDim;
+  std::printf("prefill batch %4d ctx %6d  causal, no prefix         %9.1f us  %7.2f TFLOP/s\n",
+              batch, context, ms * 1e3, flops / (ms * 1e-3) / 1e12);
+  CHECK_CUDA(cudaFree(q));
+  CHECK_CUDA(cudaFree(out));
+  CHECK_CUDA(cudaFree(tables));
+  CHECK_CUDA(cudaFree(lens));
+  CHECK_CUDA(cudaFree(query_start));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int iters = 30;
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], "--iters") == 0) iters = std::max(1, std::atoi(argv[i + 1]));
+  }
+  int device_count = 0;
+  if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0) {
+    std::printf("bench_paged_attention: no CUDA device\n");
+    return 0;
+  }
+  cudaDeviceProp prop;
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  const int num_sms = prop.multiProcessorCount;
+  std::printf("device %s, %d SMs, L2 %d MB\n", prop.name, num_sms, prop.l2CacheSize >> 20);
+
+  // Device-to-device copy ceiling: bytes read + bytes written.
+  const size_t copy_bytes = size_t{1} << 30;
+  void* copy_src = Malloc(copy_bytes);
+  void* copy_dst = Malloc(copy_bytes);
+  FillRandom(copy_src, copy_bytes / 2, 1);
+  const float copy_ms = MedianMs(3, iters, [&] {
+    CHECK_CUDA(cudaMemcpyAsync(copy_dst, copy_src, copy_bytes, cudaMemcpyDeviceToDevice));
+  });
+  const float copy_gbps = static_cast<float>(2.0 * copy_bytes / (copy_ms * 1e-3) / 1e9);
+  std::printf("memcpy d2d 1 GiB: %.1f us, %.1f GB/s (read + write)\n", copy_ms * 1e3, copy_gbps);
+  CHECK_CUDA(cudaFree(copy_src));
+  CHECK_CUDA(cudaFree(copy_dst));
+
+  // One cache big enough for the largest case (256 x 4k tokens): 2 x 2 GiB.
+  Cache cache;
+  cache.num_blocks = 256 * 4096 / kBlockSize;
+  const size_t cache_elements =
+      static_cast<size_t>(cache.num_blocks) * kKvHeads * kBlockSize * kHeadDim;
+  cache.k = Malloc(cache_elements * 2);
+  cache.v = Malloc(cache_elements * 2);
+  FillRandom(cache.k, cache_elements, 3);
+  FillRandom(cache.v, cache_elements, 5);
+  CHECK_CUDA(cudaDeviceSynchronize());
+
+  std::mt19937 rng(42);
+  std::printf("bf16, %d q heads / %d kv heads, head_dim %d, block %d\n", kQHeads, kKvHeads,
+              kHeadDim, kBlockSize);
+  for (int batch : {64, 256}) {
+    for (int context : {1024, 4096}) {
+      BenchDecode(cache, batch, context, SplitKMode::kAuto, num_sms, iters, copy_gbps, rng);
+    }
+  }
+  BenchDecode(cache, 1, 32768, SplitKMode::kAuto, num_sms, iters, copy_gbps, rng);
+  BenchDecode(cache, 1, 32768, SplitKMode::kNever, num_sms, iters, copy_gbps, rng);
+  BenchPrefill(cache, 1, 4096, std::max(3, iters / 5), rng);
+  BenchPrefill(cache, 4, 4096, std::max(3, iters / 5), rng);
+  CHECK_CUDA(cudaFree(cache.k));
+  CHECK_CUDA(cudaFree(cache.v));
+  return 0;
+}

@@ -1,0 +1,8 @@
+// bf16 instantiations of the decode attention kernels (a file per dtype so
+// the two compile in parallel).
+#include "kernels/attention/decode_attention.cuh"
+
+namespace pagoda::kernels::attention_internal {
+template cudaError_t LaunchDecodeForType<__nv_bfloat16>(const DecodeAttentionParams&,
+                                                        const DecodePlan&, void*, cudaStream_t);
+}  // namespace pagoda::kernels::attention_internal

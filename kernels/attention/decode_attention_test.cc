@@ -1,0 +1,228 @@
+// Decode attention kernels against the float64 CPU reference, over the sweep of
+// REFERENCE.md "Kernel test sweeps" (served head sizes and block sizes only).
+// Needs a CUDA device; skipped (reported as skipped by ctest) without one.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/attention/attention_reference.h"
+#include "kernels/attention/attention_test_util.h"
+#include "kernels/attention/paged_attention.h"
+
+namespace pagoda::kernels {
+namespace {
+
+struct DecodeCase {
+  DType dtype = DType::kBF16;
+  int num_q_heads = 32;
+  int num_kv_heads = 8;
+  int head_dim = 128;
+  int block_size = 16;
+  BlockTableKind table_kind = BlockTableKind::kShuffled;
+  SplitKMode split_k = SplitKMode::kAuto;
+  int partition_size = 512;
+  int batch = 4;
+  int max_context = 600;
+  float query_magnitude = 3.0f;
+
+  std::string Name() const {
+    return std::string(dtype == DType::kBF16 ? "bf16" : "f16") + " heads " +
+           std::to_string(num_q_heads) + "/" + std::to_string(num_kv_heads) + " d" +
+           std::to_string(head_dim) + " bs" + std::to_string(block_size) +
+           (table_kind == BlockTableKind::kShuffled ? " shuffled" : " repeated") + " split" +
+           std::to_string(static_cast<int>(split_k)) + "/" + std::to_string(partition_size) +
+           " batch " + std::to_string(batch) + " max_ctx " + std::to_string(max_context);
+  }
+};
+
+int NumSms() {
+  int count = 0;
+  cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, 0);
+  return count;
+}
+
+// Context lengths in [1, max]: the first is 1 (when there are two or more),
+// the last is max, the rest random (so mostly not block-size multiples).
+std::vector<int32_t> RandomContextLens(int batch, int max_context, std::mt19937& rng) {
+  std::uniform_int_distribution<int32_t> length(1, max_context);
+  std::vector<int32_t> lens(batch);
+  for (int32_t& len : lens) len = length(rng);
+  if (batch >= 2) lens.front() = 1;
+  lens.back() = max_context;
+  return lens;
+}
+
+// Runs one case; returns the plan used so callers can check the split choice.
+DecodePlan RunDecodeCase(const DecodeCase& c, uint32_t seed) {
+  SCOPED_TRACE(c.Name());
+  std::mt19937 rng(seed);
+  AttentionProblemSpec spec;
+  spec.dtype = c.dtype;
+  spec.num_q_heads = c.num_q_heads;
+  spec.num_kv_heads = c.num_kv_heads;
+  spec.head_dim = c.head_dim;
+  spec.block_size = c.block_size;
+  spec.table_kind = c.table_kind;
+  spec.context_lens = RandomContextLens(c.batch, c.max_context, rng);
+  spec.query_counts.assign(c.batch, 1);
+  spec.query_magnitude = c.query_magnitude;
+  const AttentionProblem problem = MakeAttentionProblem(spec, rng);
+
+  DeviceAttentionProblem device;
+  EXPECT_EQ(UploadAttentionProblem(problem, device), cudaSuccess);
+
+  DecodeAttentionParams params;
+  params.dtype = c.dtype;
+  params.num_seqs = c.batch;
+  params.num_q_heads = c.num_q_heads;
+  params.num_kv_heads = c.num_kv_heads;
+  params.head_dim = c.head_dim;
+  params.block_size = c.block_size;
+  params.max_blocks_per_seq = problem.max_blocks_per_seq;
+  params.softmax_scale = static_cast<float>(problem.softmax_scale);
+  params.q = device.q.get();
+  params.k_cache = device.k_cache.get();
+  params.v_cache = device.v_cache.get();
+  params.block_tables = static_cast<const int32_t*>(device.block_tables.get());
+  params.context_lens = static_cast<const int32_t*>(device.context_lens.get());
+  params.out = device.out.get();
+  EXPECT_TRUE(CheckDecodeSupported(params).ok());
+
+  DecodePlanOptions options;
+  options.split_k = c.split_k;
+  options.partition_size = c.partition_size;
+  const DecodePlan plan = PlanDecodeAttention(c.batch, c.num_q_heads, c.num_kv_heads, c.head_dim,
+                                              c.max_context, NumSms(), options);
+  DeviceBuffer workspace(plan.workspace_bytes);
+  // Poison the workspace too: a partial result the merge reads but nobody wrote
+  // must not pass.
+  if (plan.workspace_bytes > 0) {
+    EXPECT_EQ(cudaMemset(workspace.get(), 0xFF, plan.workspace_bytes), cudaSuccess);
+  }
+  EXPECT_EQ(LaunchDecodeAttention(params, plan, workspace.get(), nullptr), cudaSuccess);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+
+  std::vector<float> out;
+  EXPECT_EQ(DownloadOutput(device.out, problem.q.size(), c.dtype, out), cudaSuccess);
+  const std::vector<double> ref =
+      ReferenceDecodeAttention(problem.q, c.num_q_heads, problem.cache, problem.block_tables,
+                               spec.context_lens, problem.softmax_scale);
+  const Comparison comparison = CompareWithReference(out, ref, c.dtype);
+  EXPECT_EQ(comparison.non_finite, 0u) << comparison.Describe();
+  EXPECT_LE(comparison.max_allowed_violation, 0.0) << comparison.Describe();
+  EXPECT_LT(comparison.relative_l2_error, 1e-2) << comparison.Describe();
+  return plan;
+}
+
+#define SKIP_WITHOUT_CUDA() \
+  if (!HasCudaDevice()) GTEST_SKIP() << "no CUDA device"
+
+TEST(DecodeAttentionTest, SweepShapesDtypesBlockSizesAndSplit) {
+  SKIP_WITHOUT_CUDA();
+  const int head_pairs[][2] = {{40, 40}, {64, 8}, {32, 8}};  // GQA ratios 1, 8, 4
+  uint32_t seed = 1;
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    for (const auto& heads : head_pairs) {
+      for (int head_dim : {64, 128}) {
+        for (int block_size : {16, 32}) {
+          for (SplitKMode split : {SplitKMode::kNever, SplitKMode::kAlways}) {
+            DecodeCase c;
+            c.dtype = dtype;
+            c.num_q_heads = heads[0];
+            c.num_kv_heads = heads[1];
+            c.head_dim = head_dim;
+            c.block_size = block_size;
+            c.split_k = split;
+            c.table_kind =
+                split == SplitKMode::kNever ? BlockTableKind::kShuffled : BlockTableKind::kRepeated;
+            c.batch = 3 + static_cast<int>(seed % 5);
+            c.max_context = 1100 + static_cast<int>(seed * 37 % 100);  // 3 partitions
+            const DecodePlan plan = RunDecodeCase(c, seed++);
+            EXPECT_EQ(plan.partition_size > 0, split == SplitKMode::kAlways);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(DecodeAttentionTest, SmallPartitionsManyMerges) {
+  SKIP_WITHOUT_CUDA();
+  for (int partition_size : {64, 128, 192}) {
+    DecodeCase c;
+    c.split_k = SplitKMode::kAlways;
+    c.partition_size = partition_size;
+    c.batch = 6;
+    c.max_context = 1000;
+    const DecodePlan plan = RunDecodeCase(c, 100 + partition_size);
+    EXPECT_EQ(plan.max_num_partitions, (1000 + partition_size - 1) / partition_size);
+  }
+}
+
+TEST(DecodeAttentionTest, LargeBatchesSampled) {
+  SKIP_WITHOUT_CUDA();
+  uint32_t seed = 200;
+  for (int batch : {1, 17, 64, 256}) {
+    DecodeCase c;
+    c.batch = batch;
+    c.max_context = batch >= 64 ? 257 : 700;
+    c.table_kind = batch % 2 == 0 ? BlockTableKind::kRepeated : BlockTableKind::kShuffled;
+    RunDecodeCase(c, seed++);
+  }
+}
+
+TEST(DecodeAttentionTest, AutoPlanSplitsLongContextSmallBatch) {
+  SKIP_WITHOUT_CUDA();
+  DecodeCase c;
+  c.batch = 1;
+  c.max_context = 5000;
+  const DecodePlan plan = RunDecodeCase(c, 300);
+  EXPECT_GT(plan.partition_size, 0);
+  EXPECT_EQ(plan.max_num_partitions, (5000 + 511) / 512);
+}
+
+TEST(DecodeAttentionTest, AllContextsOfLengthOne) {
+  SKIP_WITHOUT_CUDA();
+  for (SplitKMode split : {SplitKMode::kNever, SplitKMode::kAlways}) {
+    DecodeCase c;
+    c.batch = 5;
+    c.max_context = 1;  // RandomContextLens then gives all ones
+    c.split_k = split;
+    RunDecodeCase(c, 400);
+  }
+}
+
+TEST(DecodeAttentionTest, PeakedSoftmaxIsStable) {
+  SKIP_WITHOUT_CUDA();
+  // Large queries make scores span hundreds: exercises the running-max rescale
+  // (exp of unshifted scores would overflow f32).
+  for (SplitKMode split : {SplitKMode::kNever, SplitKMode::kAlways}) {
+    DecodeCase c;
+    c.query_magnitude = 40.0f;
+    c.split_k = split;
+    c.max_context = 900;
+    c.num_q_heads = 64;
+    c.num_kv_heads = 8;
+    RunDecodeCase(c, 500 + static_cast<int>(split));
+  }
+}
+
+TEST(DecodeAttentionTest, UnsupportedShapeIsRejectedWithoutLaunch) {
+  SKIP_WITHOUT_CUDA();
+  DecodeAttentionParams params;
+  params.dtype = DType::kBF16;
+  params.num_seqs = 1;
+  params.num_q_heads = 8;
+  params.num_kv_heads = 8;
+  params.head_dim = 80;
+  params.block_size = 16;
+  params.max_blocks_per_seq = 1;
+  EXPECT_EQ(LaunchDecodeAttention(params, DecodePlan{}, nullptr, nullptr), cudaErrorInvalidValue);
+}
+
+}  // namespace
+}  // namespace pagoda::kernels

@@ -1,0 +1,133 @@
+// Attention over the paged KV cache: decode (one query token per sequence) and
+// prefill (many query tokens per sequence, causal, after an optional cached
+// prefix). FlashInfer style: one plain Params struct per kernel, a host-side
+// plan that fixes the work partition, and a launcher returning cudaError_t.
+//
+// KV cache layout (DESIGN.md, FlashInfer "HND"): per layer, K and V are each
+// [num_blocks, num_kv_heads, block_size, head_dim], row-major and contiguous.
+// Token t of a sequence lives in physical block block_table[t / block_size] at
+// row t % block_size.
+//
+// Supported (anything else is rejected by the Check* functions and makes the
+// launchers return cudaErrorInvalidValue without launching):
+//   dtype      kBF16, kF16 (accumulation is always f32)
+//   head_dim   64, 128
+//   block_size 16, 32
+//   num_q_heads / num_kv_heads in [1, 8], num_q_heads divisible by num_kv_heads
+//
+// Thread safety: all functions are pure or only enqueue work on the given
+// stream; they may be called from any thread.
+#ifndef PAGODA_KERNELS_ATTENTION_PAGED_ATTENTION_H_
+#define PAGODA_KERNELS_ATTENTION_PAGED_ATTENTION_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "common/dtype.h"
+
+namespace pagoda::kernels {
+
+// Decode attention: out[s, h, :] = softmax(scale * q[s, h] . K_s^T) V_s over
+// the first context_lens[s] tokens of sequence s, with query head h reading kv
+// head h / (num_q_heads / num_kv_heads).
+// All pointers are device pointers owned by the caller and must stay valid
+// until the launched work completes. Tensors are contiguous.
+struct DecodeAttentionParams {
+  DType dtype = DType::kBF16;
+  int num_seqs = 0;
+  int num_q_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  int block_size = 0;
+  int max_blocks_per_seq = 0;  // row stride of block_tables
+  float softmax_scale = 0.0f;  // usually 1 / sqrt(head_dim)
+
+  const void* q = nullptr;                // [num_seqs, num_q_heads, head_dim]
+  const void* k_cache = nullptr;          // [num_blocks, num_kv_heads, block_size, head_dim]
+  const void* v_cache = nullptr;          // same shape as k_cache
+  const int32_t* block_tables = nullptr;  // [num_seqs, max_blocks_per_seq]
+  const int32_t* context_lens = nullptr;  // [num_seqs]; REQUIRES: each in
+                                          // [1, max_blocks_per_seq * block_size]
+  void* out = nullptr;                    // [num_seqs, num_q_heads, head_dim]
+};
+
+// Prefill attention over the paged cache, variable-length batch. Sequence s
+// has query tokens q[query_start[s] .. query_start[s+1]) whose K/V are already
+// in the cache as the LAST num_queries tokens of its context_lens[s] tokens, so
+// query i sits at position context_lens[s] - num_queries + i and attends to
+// positions [0, that position] (causal; a cached prefix is simply attended).
+struct PrefillAttentionParams {
+  DType dtype = DType::kBF16;
+  int num_seqs = 0;
+  int num_q_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  int block_size = 0;
+  int max_blocks_per_seq = 0;
+  int max_query_len = 0;  // REQUIRES: >= every sequence's query count; sizes the grid
+  float softmax_scale = 0.0f;
+
+  const void* q = nullptr;               // [total_queries, num_q_heads, head_dim]
+  const int32_t* query_start = nullptr;  // [num_seqs + 1], nondecreasing, [0] = 0
+  const void* k_cache = nullptr;
+  const void* v_cache = nullptr;
+  const int32_t* block_tables = nullptr;  // [num_seqs, max_blocks_per_seq]
+  const int32_t* context_lens = nullptr;  // [num_seqs]; REQUIRES: >= query count,
+                                          // <= max_blocks_per_seq * block_size
+  void* out = nullptr;                    // [total_queries, num_q_heads, head_dim]
+};
+
+// How decode splits each context across thread blocks.
+enum class SplitKMode {
+  kAuto,    // the planner decides from batch, kv heads, context and SM count
+  kNever,   // one thread block per (sequence, kv head) covers the whole context
+  kAlways,  // always split into partitions (tests; long-context benchmarks)
+};
+
+struct DecodePlanOptions {
+  SplitKMode split_k = SplitKMode::kAuto;
+  int partition_size = 512;  // tokens per partition when split; multiple of 64
+};
+
+// The work partition of one decode launch. Depends only on host-known shapes
+// and bounds, never on device data, so a plan made for max_context_len can be
+// reused for every step (and inside a CUDA graph) whose contexts fit.
+struct DecodePlan {
+  int partition_size = 0;      // 0: no split (each block covers a whole context)
+  int max_num_partitions = 1;  // grid depth; ceil(max_context_len / partition_size)
+  size_t workspace_bytes = 0;  // device scratch the launch needs (0 when not split)
+};
+
+// Validates a decode configuration; INVALID_ARGUMENT names what is unsupported.
+absl::Status CheckDecodeSupported(const DecodeAttentionParams& params);
+// Validates a prefill configuration; INVALID_ARGUMENT names what is unsupported.
+absl::Status CheckPrefillSupported(const PrefillAttentionParams& params);
+
+// Plans a decode launch. REQUIRES: max_context_len >= 1, num_sms >= 1 (132 on
+// an H200; read it with cudaDeviceGetAttribute(cudaDevAttrMultiProcessorCount)).
+// Pure host code: no CUDA calls.
+DecodePlan PlanDecodeAttention(int num_seqs, int num_q_heads, int num_kv_heads, int head_dim,
+                               int max_context_len, int num_sms,
+                               const DecodePlanOptions& options = {});
+
+// Enqueues decode attention on `stream`. `workspace` is device memory of at
+// least plan.workspace_bytes (may be null when that is 0), used only by this
+// launch until it completes. REQUIRES: every context_lens[s] <= the
+// max_context_len the plan was made for. Returns cudaErrorInvalidValue for an
+// unsupported configuration, otherwise the launch error, if any.
+cudaError_t LaunchDecodeAttention(const DecodeAttentionParams& params, const DecodePlan& plan,
+                                  void* workspace, cudaStream_t stream);
+
+// Enqueues prefill attention on `stream`. Returns cudaErrorInvalidValue for an
+// unsupported configuration, otherwise the launch error, if any.
+cudaError_t LaunchPrefillAttention(const PrefillAttentionParams& params, cudaStream_t stream);
+
+// Turns a CUDA error into a Status (OK for cudaSuccess), naming `what` failed.
+absl::Status CudaErrorToStatus(cudaError_t error, const char* what);
+
+}  // namespace pagoda::kernels
+
+#endif  // PAGODA_KERNELS_ATTENTION_PAGED_ATTENTION_H_

@@ -1,0 +1,6 @@
+// f16 instantiations of the prefill attention kernel.
+#include "kernels/attention/prefill_attention.cuh"
+
+namespace pagoda::kernels::attention_internal {
+template cudaError_t LaunchPrefillForType<__half>(const PrefillAttentionParams&, cudaStream_t);
+}  // namespace pagoda::kernels::attention_internal

@@ -1,0 +1,165 @@
+// Prefill attention kernel against the float64 CPU reference: causal masks,
+// variable-length batches, with and without a cached prefix, GQA, dtypes,
+// head sizes and block sizes. Needs a CUDA device; skipped without one.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels/attention/attention_reference.h"
+#include "kernels/attention/attention_test_util.h"
+#include "kernels/attention/paged_attention.h"
+
+namespace pagoda::kernels {
+namespace {
+
+struct PrefillCase {
+  DType dtype = DType::kBF16;
+  int num_q_heads = 32;
+  int num_kv_heads = 8;
+  int head_dim = 128;
+  int block_size = 16;
+  BlockTableKind table_kind = BlockTableKind::kShuffled;
+  // (context length, query count) per sequence; query count < context length
+  // means a cached prefix of (context length - query count) tokens.
+  std::vector<std::pair<int, int>> sequences;
+  float query_magnitude = 3.0f;
+
+  std::string Name() const {
+    std::string name = std::string(dtype == DType::kBF16 ? "bf16" : "f16") + " heads " +
+                       std::to_string(num_q_heads) + "/" + std::to_string(num_kv_heads) + " d" +
+                       std::to_string(head_dim) + " bs" + std::to_string(block_size) + " seqs";
+    for (const auto& [context, queries] : sequences) {
+      name += " " + std::to_string(context) + ":" + std::to_string(queries);
+    }
+    return name;
+  }
+};
+
+void RunPrefillCase(const PrefillCase& c, uint32_t seed) {
+  SCOPED_TRACE(c.Name());
+  std::mt19937 rng(seed);
+  AttentionProblemSpec spec;
+  spec.dtype = c.dtype;
+  spec.num_q_heads = c.num_q_heads;
+  spec.num_kv_heads = c.num_kv_heads;
+  spec.head_dim = c.head_dim;
+  spec.block_size = c.block_size;
+  spec.table_kind = c.table_kind;
+  spec.query_magnitude = c.query_magnitude;
+  int max_query_len = 0;
+  for (const auto& [context, queries] : c.sequences) {
+    spec.context_lens.push_back(context);
+    spec.query_counts.push_back(queries);
+    max_query_len = std::max(max_query_len, queries);
+  }
+  const AttentionProblem problem = MakeAttentionProblem(spec, rng);
+
+  DeviceAttentionProblem device;
+  EXPECT_EQ(UploadAttentionProblem(problem, device), cudaSuccess);
+
+  PrefillAttentionParams params;
+  params.dtype = c.dtype;
+  params.num_seqs = static_cast<int>(c.sequences.size());
+  params.num_q_heads = c.num_q_heads;
+  params.num_kv_heads = c.num_kv_heads;
+  params.head_dim = c.head_dim;
+  params.block_size = c.block_size;
+  params.max_blocks_per_seq = problem.max_blocks_per_seq;
+  params.max_query_len = max_query_len;
+  params.softmax_scale = static_cast<float>(problem.softmax_scale);
+  params.q = device.q.get();
+  params.query_start = static_cast<const int32_t*>(device.query_start.get());
+  params.k_cache = device.k_cache.get();
+  params.v_cache = device.v_cache.get();
+  params.block_tables = static_cast<const int32_t*>(device.block_tables.get());
+  params.context_lens = static_cast<const int32_t*>(device.context_lens.get());
+  params.out = device.out.get();
+  EXPECT_TRUE(CheckPrefillSupported(params).ok());
+  EXPECT_EQ(LaunchPrefillAttention(params, nullptr), cudaSuccess);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+
+  std::vector<float> out;
+  EXPECT_EQ(DownloadOutput(device.out, problem.q.size(), c.dtype, out), cudaSuccess);
+  const std::vector<double> ref =
+      ReferencePagedAttention(problem.q, c.num_q_heads, problem.cache, problem.block_tables,
+                              spec.context_lens, problem.query_start, problem.softmax_scale);
+  const Comparison comparison = CompareWithReference(out, ref, c.dtype);
+  EXPECT_EQ(comparison.non_finite, 0u) << comparison.Describe();
+  EXPECT_LE(comparison.max_allowed_violation, 0.0) << comparison.Describe();
+  EXPECT_LT(comparison.relative_l2_error, 1e-2) << comparison.Describe();
+}
+
+#define SKIP_WITHOUT_CUDA() \
+  if (!HasCudaDevice()) GTEST_SKIP() << "no CUDA device"
+
+TEST(PrefillAttentionTest, SweepShapesDtypesBlockSizes) {
+  SKIP_WITHOUT_CUDA();
+  const int head_pairs[][2] = {{40, 40}, {64, 8}, {32, 8}};
+  uint32_t seed = 1;
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    for (const auto& heads : head_pairs) {
+      for (int head_dim : {64, 128}) {
+        for (int block_size : {16, 32}) {
+          PrefillCase c;
+          c.dtype = dtype;
+          c.num_q_heads = heads[0];
+          c.num_kv_heads = heads[1];
+          c.head_dim = head_dim;
+          c.block_size = block_size;
+          c.table_kind = seed % 2 ? BlockTableKind::kShuffled : BlockTableKind::kRepeated;
+          // No prefix (70:70, 1:1), cached prefix (150:20, 33:5), odd sizes.
+          c.sequences = {{70, 70}, {150, 20}, {1, 1}, {33, 5}};
+          RunPrefillCase(c, seed++);
+        }
+      }
+    }
+  }
+}
+
+TEST(PrefillAttentionTest, NoPrefixLongerPrompts) {
+  SKIP_WITHOUT_CUDA();
+  PrefillCase c;
+  c.sequences = {{257, 257}, {64, 64}, {100, 100}};
+  RunPrefillCase(c, 10);
+}
+
+TEST(PrefillAttentionTest, CachedPrefixChunks) {
+  SKIP_WITHOUT_CUDA();
+  PrefillCase c;
+  c.table_kind = BlockTableKind::kRepeated;
+  // A long cached prefix with a chunk of new queries, and single-query tails.
+  c.sequences = {{700, 130}, {48, 1}, {513, 17}};
+  RunPrefillCase(c, 11);
+}
+
+TEST(PrefillAttentionTest, PeakedSoftmaxIsStable) {
+  SKIP_WITHOUT_CUDA();
+  PrefillCase c;
+  c.query_magnitude = 40.0f;
+  c.num_q_heads = 40;
+  c.num_kv_heads = 40;
+  c.sequences = {{90, 90}, {200, 30}};
+  RunPrefillCase(c, 12);
+}
+
+TEST(PrefillAttentionTest, UnsupportedShapeIsRejectedWithoutLaunch) {
+  SKIP_WITHOUT_CUDA();
+  PrefillAttentionParams params;
+  params.dtype = DType::kF32;
+  params.num_seqs = 1;
+  params.num_q_heads = 8;
+  params.num_kv_heads = 8;
+  params.head_dim = 128;
+  params.block_size = 16;
+  params.max_blocks_per_seq = 1;
+  params.max_query_len = 1;
+  EXPECT_EQ(LaunchPrefillAttention(params, nullptr), cudaErrorInvalidValue);
+}
+
+}  // namespace
+}  // namespace pagoda::kernels

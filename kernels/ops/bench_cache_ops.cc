@@ -1,0 +1,175 @@
+// Bandwidth of the cache moves against the plain copies they should approach:
+//   swap (coalesced runs and scattered blocks) vs one pinned cudaMemcpyAsync
+//   of the same bytes, both directions;
+//   copy_blocks vs one device-to-device cudaMemcpyAsync of the same bytes.
+// Prints a table. Usage: bench_cache_ops [num_layers=8] [blocks_per_layer=1024]
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "kernels/ops/cache_ops.h"
+#include "kernels/ops/swap_blocks.h"
+
+namespace pagoda::kernels {
+namespace {
+
+#define CHECK_CUDA(expr)                                                                           \
+  do {                                                                                             \
+    const cudaError_t err_ = (expr);                                                               \
+    if (err_ != cudaSuccess) {                                                                     \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(err_)); \
+      std::exit(1);                                                                                \
+    }                                                                                              \
+  } while (0)
+
+// Median milliseconds of `body` over `reps` runs after 2 warm-ups.
+template <typename Body>
+float MedianMs(cudaStream_t stream, int reps, Body&& body) {
+  cudaEvent_t start, stop;
+  CHECK_CUDA(cudaEventCreate(&start));
+  CHECK_CUDA(cudaEventCreate(&stop));
+  for (int i = 0; i < 2; ++i) body();
+  std::vector<float> times;
+  for (int i = 0; i < reps; ++i) {
+    CHECK_CUDA(cudaEventRecord(start, stream));
+    body();
+    CHECK_CUDA(cudaEventRecord(stop, stream));
+    CHECK_CUDA(cudaEventSynchronize(stop));
+    float ms = 0;
+    CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
+    times.push_back(ms);
+  }
+  CHECK_CUDA(cudaEventDestroy(start));
+  CHECK_CUDA(cudaEventDestroy(stop));
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+void Row(const char* name, double bytes, float ms, float baseline_ms) {
+  std::printf("%-34s %10.1f MB %9.3f ms %8.1f GB/s %7.1f%%\n", name, bytes / 1e6, ms,
+              bytes / ms / 1e6, 100.0 * baseline_ms / ms);
+}
+
+int Main(int argc, char** argv) {
+  int device_count = 0;
+  if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0) {
+    std::printf("bench_cache_ops: no CUDA device, nothing to measure\n");
+    return 0;
+  }
+  const int num_layers = argc > 1 ? std::atoi(argv[1]) : 8;
+  const int num_blocks = argc > 2 ? std::atoi(argv[2]) : 1024;
+  // Llama-3-8B-like block: 8 KV heads x 16 tokens x 128 dims x bf16 = 32 KiB.
+  const int64_t block_bytes = int64_t{8} * 16 * 128 * 2;
+  const int64_t tensor_bytes = block_bytes * num_blocks;
+  cudaStream_t stream;
+  CHECK_CUDA(cudaStreamCreate(&stream));
+
+  std::vector<void*> gpu(2 * num_layers), cpu(2 * num_layers);
+  for (int i = 0; i < 2 * num_layers; ++i) {
+    CHECK_CUDA(cudaMalloc(&gpu[i], tensor_bytes));
+    CHECK_CUDA(cudaHostAlloc(&cpu[i], tensor_bytes, cudaHostAllocDefault));
+    CHECK_CUDA(cudaMemset(gpu[i], i + 1, tensor_bytes));  // not zeros
+    std::fill_n(static_cast<char*>(cpu[i]), tensor_bytes, static_cast<char>(i + 3));
+  }
+  std::vector<void*> gpu_k, gpu_v, cpu_k, cpu_v;
+  for (int l = 0; l < num_layers; ++l) {
+    gpu_k.push_back(gpu[2 * l]);
+    gpu_v.push_back(gpu[2 * l + 1]);
+    cpu_k.push_back(cpu[2 * l]);
+    cpu_v.push_back(cpu[2 * l + 1]);
+  }
+  std::mt19937 rng(1);
+  std::vector<BlockPair> runs, scattered;
+  std::vector<int64_t> perm(num_blocks);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  for (int b = 0; b < num_blocks; ++b) {
+    runs.push_back({b, b});
+    scattered.push_back({b, perm[b]});
+  }
+  const double swap_bytes = 2.0 * num_layers * tensor_bytes;
+  const int reps = 7;
+
+  std::printf("\ncache ops: %d layers x K,V x %d blocks of %ld KiB\n", num_layers, num_blocks,
+              static_cast<long>(block_bytes / 1024));
+  std::printf("%-34s %13s %12s %13s %8s\n", "operation", "bytes", "median", "bandwidth", "of base");
+  for (const cudaMemcpyKind kind : {cudaMemcpyDeviceToHost, cudaMemcpyHostToDevice}) {
+    const bool out = kind == cudaMemcpyDeviceToHost;
+    const float base = MedianMs(stream, reps, [&] {
+      for (int i = 0; i < 2 * num_layers; ++i) {
+        CHECK_CUDA(cudaMemcpyAsync(out ? cpu[i] : gpu[i], out ? gpu[i] : cpu[i], tensor_bytes, kind,
+                                   stream));
+      }
+    });
+    SwapBlocksParams p;
+    p.src_key_caches = out ? gpu_k.data() : cpu_k.data();
+    p.src_value_caches = out ? gpu_v.data() : cpu_v.data();
+    p.dst_key_caches = out ? cpu_k.data() : gpu_k.data();
+    p.dst_value_caches = out ? cpu_v.data() : gpu_v.data();
+    p.num_layers = num_layers;
+    p.block_bytes = block_bytes;
+    p.kind = kind;
+    const float coalesced =
+        MedianMs(stream, reps, [&] { CHECK_CUDA(SwapBlocks(p, runs, stream)); });
+    const float scatter =
+        MedianMs(stream, reps, [&] { CHECK_CUDA(SwapBlocks(p, scattered, stream)); });
+    Row(out ? "plain cudaMemcpy D2H (baseline)" : "plain cudaMemcpy H2D (baseline)", swap_bytes,
+        base, base);
+    Row(out ? "swap out, consecutive blocks" : "swap in, consecutive blocks", swap_bytes, coalesced,
+        base);
+    Row(out ? "swap out, scattered blocks" : "swap in, scattered blocks", swap_bytes, scatter,
+        base);
+  }
+
+  // copy_blocks: half the blocks copied onto the other half, every layer.
+  const int num_pairs = num_blocks / 2;
+  std::vector<int64_t> pairs;
+  for (int i = 0; i < num_pairs; ++i) {
+    pairs.push_back(perm[i]);
+    pairs.push_back(perm[num_blocks - 1 - i]);
+  }
+  void **d_keys, **d_values;
+  int64_t* d_pairs;
+  CHECK_CUDA(cudaMalloc(&d_keys, num_layers * sizeof(void*)));
+  CHECK_CUDA(cudaMalloc(&d_values, num_layers * sizeof(void*)));
+  CHECK_CUDA(cudaMalloc(&d_pairs, pairs.size() * sizeof(int64_t)));
+  CHECK_CUDA(cudaMemcpy(d_keys, gpu_k.data(), num_layers * sizeof(void*), cudaMemcpyHostToDevice));
+  CHECK_CUDA(
+      cudaMemcpy(d_values, gpu_v.data(), num_layers * sizeof(void*), cudaMemcpyHostToDevice));
+  CHECK_CUDA(
+      cudaMemcpy(d_pairs, pairs.data(), pairs.size() * sizeof(int64_t), cudaMemcpyHostToDevice));
+  const CopyBlocksParams cp{d_keys, d_values, d_pairs, num_layers, num_pairs, block_bytes};
+  const int64_t half = block_bytes * num_pairs;
+  // Read + write, as device bandwidth is usually counted.
+  const double copy_bytes = 2.0 * 2 * num_layers * half;
+  const float base = MedianMs(stream, reps, [&] {
+    for (int i = 0; i < 2 * num_layers; ++i) {
+      CHECK_CUDA(cudaMemcpyAsync(static_cast<char*>(gpu[i]) + half, gpu[i], half,
+                                 cudaMemcpyDeviceToDevice, stream));
+    }
+  });
+  const float kernel = MedianMs(stream, reps, [&] { CHECK_CUDA(LaunchCopyBlocks(cp, stream)); });
+  Row("plain cudaMemcpy D2D (baseline)", copy_bytes, base, base);
+  Row("copy_blocks, one launch", copy_bytes, kernel, base);
+  CHECK_CUDA(cudaStreamSynchronize(stream));
+  for (int i = 0; i < 2 * num_layers; ++i) {
+    CHECK_CUDA(cudaFree(gpu[i]));
+    CHECK_CUDA(cudaFreeHost(cpu[i]));
+  }
+  CHECK_CUDA(cudaFree(d_keys));
+  CHECK_CUDA(cudaFree(d_values));
+  CHECK_CUDA(cudaFree(d_pairs));
+  CHECK_CUDA(cudaStreamDestroy(stream));
+  return 0;
+}
+
+}  // namespace
+}  // namespace pagoda::kernels
+
+int main(int argc, char** argv) { return pagoda::kernels::Main(argc, argv); }

@@ -1,0 +1,278 @@
+// Exact-match tests of reshape-and-cache, copy-blocks and swap-blocks over
+// the head sizes, block sizes and element types the engine serves.
+
+#include "kernels/ops/cache_ops.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/ops/swap_blocks.h"
+#include "kernels/ops/testing/cuda_test_util.h"
+
+namespace pagoda::kernels {
+namespace {
+
+using testing::DeviceBuffer;
+
+std::vector<uint8_t> RandomBytes(size_t count, std::mt19937& rng) {
+  std::vector<uint8_t> bytes(count);
+  for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng());
+  return bytes;
+}
+
+struct CacheShape {
+  int num_blocks;
+  int num_kv_heads;
+  int block_size;
+  int head_dim;
+  ScalarType dtype;
+  size_t elem() const { return ScalarTypeSize(dtype); }
+  size_t block_bytes() const { return size_t{1} * num_kv_heads * block_size * head_dim * elem(); }
+  size_t cache_bytes() const { return block_bytes() * num_blocks; }
+};
+
+// Host model of one slot write: row (token, head) lands at
+// [block, head, offset, :].
+void WriteSlot(const CacheShape& s, const uint8_t* src_token, int64_t slot, uint8_t* cache) {
+  const int64_t block = slot / s.block_size, offset = slot % s.block_size;
+  const size_t row = s.head_dim * s.elem();
+  for (int h = 0; h < s.num_kv_heads; ++h) {
+    std::memcpy(cache + ((block * s.num_kv_heads + h) * s.block_size + offset) * row,
+                src_token + h * row, row);
+  }
+}
+
+class CacheWriteTest : public ::testing::TestWithParam<std::tuple<int, int, ScalarType>> {};
+
+TEST_P(CacheWriteTest, ReshapeAndCacheWritesExactlyTheMappedSlots) {
+  PAGODA_SKIP_WITHOUT_CUDA();
+  const auto [head_dim, block_size, dtype] = GetParam();
+  const CacheShape s{23, 3, block_size, head_dim, dtype};
+  std::mt19937 rng(head_dim * 131 + block_size);
+  // Tokens are a slice of a fused QKV row (stride wider than the K part), and
+  // one in five is padding (-1).
+  const int num_tokens = 41;
+  const int64_t token_stride = int64_t{s.num_kv_heads} * head_dim * 3;  // elements
+  const size_t token_bytes = token_stride * s.elem();
+  const std::vector<uint8_t> keys = RandomBytes(num_tokens * token_bytes, rng);
+  const std::vector<uint8_t> values = RandomBytes(num_tokens * token_bytes, rng);
+  std::vector<int64_t> all_slots(s.num_blocks * block_size);
+  std::iota(all_slots.begin(), all_slots.end(), 0);
+  std::shuffle(all_slots.begin(), all_slots.end(), rng);
+  std::vector<int64_t> slots(all_slots.begin(), all_slots.begin() + num_tokens);
+  for (int t = 0; t < num_tokens; t += 5) slots[t] = -1;
+
+  std::vector<uint8_t> key_cache = RandomBytes(s.cache_bytes(), rng);  // poison
+  std::vector<uint8_t> value_cache = RandomBytes(s.cache_bytes(), rng);
+  DeviceBuffer d_keys(keys.size()), d_values(values.size()), d_slots(slots.size() * 8);
+  DeviceBuffer d_key_cache(s.cache_bytes()), d_value_cache(s.cache_bytes());
+  d_keys.Upload(keys);
+  d_values.Upload(values);
+  d_slots.Upload(slots);
+  d_key_cache.Upload(key_cache);
+  d_value_cache.Upload(value_cache);
+
+  ReshapeAndCacheParams p;
+  p.key = d_keys.get();
+  p.value = d_values.get();
+  p.key_token_stride = p.value_token_stride = token_stride;
+  p.key_cache = d_key_cache.get();
+  p.value_cache = d_value_cache.get();
+  p.slot_mapping = d_slots.as<int64_t>();
+  p.num_tokens = num_tokens;
+  p.num_kv_heads = s.num_kv_heads;
+  p.head_dim = head_dim;
+  p.block_size = block_size;
+  p.dtype = dtype;
+  PAGODA_ASSERT_CUDA_OK(LaunchReshapeAndCache(p, nullptr));
+  PAGODA_ASSERT_CUDA_OK(cudaDeviceSynchronize());
+
+  for (int t = 0; t < num_tokens; ++t) {
+    if (slots[t] < 0) continue;
+    WriteSlot(s, &keys[t * token_bytes], slots[t], key_cache.data());
+    WriteSlot(s, &values[t * token_bytes], slots[t], value_cache.data());
+  }
+  EXPECT_TRUE(d_key_cache.Download<uint8_t>(s.cache_bytes()) == key_cache);
+  EXPECT_TRUE(d_value_cache.Download<uint8_t>(s.cache_bytes()) == value_cache);
+}
+
+TEST_P(CacheWriteTest, CopyBlocksCopiesEveryLayerInOneLaunch) {
+  PAGODA_SKIP_WITHOUT_CUDA();
+  const auto [head_dim, block_size, dtype] = GetParam();
+  const CacheShape s{19, 2, block_size, head_dim, dtype};
+  const int num_layers = 3;
+  std::mt19937 rng(head_dim * 7 + block_size);
+  std::vector<int64_t> ids(s.num_blocks);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  // Sources from the first half, destinations from the second: disjoint.
+  const int num_pairs = 6;
+  std::vector<int64_t> pairs;
+  for (int i = 0; i < num_pairs; ++i) {
+    pairs.push_back(ids[i]);
+    pairs.push_back(ids[s.num_blocks - 1 - i]);
+  }
+  std::vector<std::vector<uint8_t>> host(2 * num_layers);
+  std::vector<std::unique_ptr<DeviceBuffer>> device;
+  std::vector<void*> key_ptrs, value_ptrs;
+  for (int i = 0; i < 2 * num_layers; ++i) {
+    host[i] = RandomBytes(s.cache_bytes(), rng);
+    device.push_back(std::make_unique<DeviceBuffer>(s.cache_bytes()));
+    device.back()->Upload(host[i]);
+    (i % 2 == 0 ? key_ptrs : value_ptrs).push_back(device.back()->get());
+  }
+  DeviceBuffer d_keys(num_layers * sizeof(void*)), d_values(num_layers * sizeof(void*));
+  DeviceBuffer d_pairs(pairs.size() * 8);
+  d_keys.Upload(key_ptrs);
+  d_values.Upload(value_ptrs);
+  d_pairs.Upload(pairs);
+
+  CopyBlocksParams p;
+  p.key_caches = d_keys.as<void*>();
+  p.value_caches = d_values.as<void*>();
+  p.block_pairs = d_pairs.as<int64_t>();
+  p.num_layers = num_layers;
+  p.num_pairs = num_pairs;
+  p.block_bytes = s.block_bytes();
+  PAGODA_ASSERT_CUDA_OK(LaunchCopyBlocks(p, nullptr));
+  PAGODA_ASSERT_CUDA_OK(cudaDeviceSynchronize());
+
+  for (int i = 0; i < 2 * num_layers; ++i) {
+    for (int j = 0; j < num_pairs; ++j) {
+      std::memcpy(&host[i][pairs[2 * j + 1] * s.block_bytes()],
+                  &host[i][pairs[2 * j] * s.block_bytes()], s.block_bytes());
+    }
+    EXPECT_TRUE(device[i]->Download<uint8_t>(s.cache_bytes()) == host[i]) << "tensor " << i;
+  }
+}
+
+// Pinned host memory, freed on scope exit.
+class PinnedBuffer {
+ public:
+  explicit PinnedBuffer(size_t bytes) {
+    if (cudaHostAlloc(&data_, bytes, cudaHostAllocDefault) != cudaSuccess) std::abort();
+  }
+  ~PinnedBuffer() { cudaFreeHost(data_); }
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  uint8_t* get() const { return static_cast<uint8_t*>(data_); }
+
+ private:
+  void* data_ = nullptr;
+};
+
+TEST_P(CacheWriteTest, SwapOutAndInMovesExactBlocksWithCoalescedCopies) {
+  PAGODA_SKIP_WITHOUT_CUDA();
+  const auto [head_dim, block_size, dtype] = GetParam();
+  const CacheShape gpu{16, 2, block_size, head_dim, dtype};
+  const CacheShape cpu{12, 2, block_size, head_dim, dtype};
+  const int num_layers = 2;
+  std::mt19937 rng(head_dim + block_size * 3);
+  std::vector<std::vector<uint8_t>> gpu_host(2 * num_layers);
+  std::vector<std::unique_ptr<DeviceBuffer>> gpu_caches;
+  std::vector<std::unique_ptr<PinnedBuffer>> cpu_caches;
+  std::vector<void*> gpu_k, gpu_v, cpu_k, cpu_v;
+  for (int i = 0; i < 2 * num_layers; ++i) {
+    gpu_host[i] = RandomBytes(gpu.cache_bytes(), rng);
+    gpu_caches.push_back(std::make_unique<DeviceBuffer>(gpu.cache_bytes()));
+    gpu_caches.back()->Upload(gpu_host[i]);
+    cpu_caches.push_back(std::make_unique<PinnedBuffer>(cpu.cache_bytes()));
+    std::memset(cpu_caches.back()->get(), 0xA5, cpu.cache_bytes());
+    (i % 2 == 0 ? gpu_k : gpu_v).push_back(gpu_caches.back()->get());
+    (i % 2 == 0 ? cpu_k : cpu_v).push_back(cpu_caches.back()->get());
+  }
+  // Out of order on purpose; 3,4,5 -> 0,1,2 and 9,10 -> 6,7 are runs.
+  const std::vector<BlockPair> out_pairs = {{4, 1}, {9, 6}, {3, 0}, {12, 9}, {5, 2}, {10, 7}};
+  SwapBlocksParams out;
+  out.src_key_caches = gpu_k.data();
+  out.src_value_caches = gpu_v.data();
+  out.dst_key_caches = cpu_k.data();
+  out.dst_value_caches = cpu_v.data();
+  out.num_layers = num_layers;
+  out.block_bytes = gpu.block_bytes();
+  out.kind = cudaMemcpyDeviceToHost;
+  int64_t copies = 0;
+  PAGODA_ASSERT_CUDA_OK(SwapBlocks(out, out_pairs, nullptr, &copies));
+  PAGODA_ASSERT_CUDA_OK(cudaDeviceSynchronize());
+  EXPECT_EQ(copies, 3 * 2 * num_layers);  // 3 runs per tensor per layer
+  const size_t bb = gpu.block_bytes();
+  for (int i = 0; i < 2 * num_layers; ++i) {
+    for (const BlockPair& pair : out_pairs) {
+      EXPECT_EQ(0, std::memcmp(cpu_caches[i]->get() + pair.dst * bb,
+                               gpu_host[i].data() + pair.src * bb, bb));
+    }
+    EXPECT_EQ(cpu_caches[i]->get()[3 * bb], 0xA5);  // CPU block 3 untouched
+  }
+  // Swap back in to other GPU blocks.
+  const std::vector<BlockPair> in_pairs = {{0, 13}, {1, 14}, {2, 15}, {9, 0}};
+  SwapBlocksParams in = out;
+  in.src_key_caches = cpu_k.data();
+  in.src_value_caches = cpu_v.data();
+  in.dst_key_caches = gpu_k.data();
+  in.dst_value_caches = gpu_v.data();
+  in.kind = cudaMemcpyHostToDevice;
+  PAGODA_ASSERT_CUDA_OK(SwapBlocks(in, in_pairs, nullptr, &copies));
+  PAGODA_ASSERT_CUDA_OK(cudaDeviceSynchronize());
+  EXPECT_EQ(copies, 2 * 2 * num_layers);
+  for (int i = 0; i < 2 * num_layers; ++i) {
+    std::vector<uint8_t> expected = gpu_host[i];
+    for (const BlockPair& pair : in_pairs) {
+      std::memcpy(&expected[pair.dst * bb], cpu_caches[i]->get() + pair.src * bb, bb);
+    }
+    EXPECT_TRUE(gpu_caches[i]->Download<uint8_t>(gpu.cache_bytes()) == expected) << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    HeadAndBlockSizes, CacheWriteTest,
+    ::testing::Combine(::testing::Values(64, 80, 128, 256), ::testing::Values(8, 16, 32),
+                       ::testing::Values(ScalarType::kF32, ScalarType::kF16, ScalarType::kBF16)),
+    [](const auto& info) {
+      return "head" + std::to_string(std::get<0>(info.param)) + "_block" +
+             std::to_string(std::get<1>(info.param)) + "_" +
+             ScalarTypeName(std::get<2>(info.param));
+    });
+
+TEST(CacheOpsTest, UnalignedRowsFallBackToElementCopies) {
+  PAGODA_SKIP_WITHOUT_CUDA();
+  // head_dim 6 in bf16 is 12 bytes: no 16-byte vector path.
+  const CacheShape s{4, 1, 8, 6, ScalarType::kBF16};
+  std::mt19937 rng(5);
+  const std::vector<uint8_t> keys = RandomBytes(3 * 12, rng), values = RandomBytes(3 * 12, rng);
+  const std::vector<int64_t> slots = {31, -1, 9};
+  std::vector<uint8_t> key_cache = RandomBytes(s.cache_bytes(), rng);
+  std::vector<uint8_t> value_cache = key_cache;
+  DeviceBuffer dk(keys.size()), dv(values.size()), ds(24), dkc(s.cache_bytes()),
+      dvc(s.cache_bytes());
+  dk.Upload(keys);
+  dv.Upload(values);
+  ds.Upload(slots);
+  dkc.Upload(key_cache);
+  dvc.Upload(value_cache);
+  ReshapeAndCacheParams p{dk.get(),         dv.get(), 6, 6, dkc.get(), dvc.get(),
+                          ds.as<int64_t>(), 3,        1, 6, 8,         ScalarType::kBF16};
+  PAGODA_ASSERT_CUDA_OK(LaunchReshapeAndCache(p, nullptr));
+  PAGODA_ASSERT_CUDA_OK(cudaDeviceSynchronize());
+  WriteSlot(s, &keys[0], 31, key_cache.data());
+  WriteSlot(s, &keys[24], 9, key_cache.data());
+  WriteSlot(s, &values[0], 31, value_cache.data());
+  WriteSlot(s, &values[24], 9, value_cache.data());
+  EXPECT_TRUE(dkc.Download<uint8_t>(s.cache_bytes()) == key_cache);
+  EXPECT_TRUE(dvc.Download<uint8_t>(s.cache_bytes()) == value_cache);
+}
+
+TEST(CacheOpsTest, RejectsMissingBuffers) {
+  PAGODA_SKIP_WITHOUT_CUDA();
+  EXPECT_EQ(LaunchReshapeAndCache(ReshapeAndCacheParams{}, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(LaunchCopyBlocks(CopyBlocksParams{}, nullptr), cudaErrorInvalidValue);
+}
+
+}  // namespace
+}  // namespace pagoda::kernels

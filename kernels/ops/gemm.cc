@@ -1,0 +1,111 @@
+#include "kernels/ops/gemm.h"
+
+namespace pagoda::kernels {
+namespace {
+
+cudaDataType_t ToCudaType(ScalarType type) {
+  switch (type) {
+    case ScalarType::kF32:
+      return CUDA_R_32F;
+    case ScalarType::kF16:
+      return CUDA_R_16F;
+    case ScalarType::kBF16:
+      return CUDA_R_16BF;
+  }
+  return CUDA_R_32F;
+}
+
+// Destroys whatever descriptors were created, on every return path.
+struct Descriptors {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t w = nullptr, a = nullptr, c = nullptr;
+  cublasLtMatmulPreference_t preference = nullptr;
+
+  Descriptors() = default;
+  Descriptors(const Descriptors&) = delete;
+  Descriptors& operator=(const Descriptors&) = delete;
+  ~Descriptors() {
+    if (preference) cublasLtMatmulPreferenceDestroy(preference);
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (w) cublasLtMatrixLayoutDestroy(w);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+#define PAGODA_RETURN_IF_CUBLAS_ERROR(expr)               \
+  do {                                                    \
+    const cublasStatus_t status_ = (expr);                \
+    if (status_ != CUBLAS_STATUS_SUCCESS) return status_; \
+  } while (0)
+
+}  // namespace
+
+cublasStatus_t GemmContext::Create(size_t workspace_bytes, std::unique_ptr<GemmContext>* out) {
+  cublasLtHandle_t handle = nullptr;
+  PAGODA_RETURN_IF_CUBLAS_ERROR(cublasLtCreate(&handle));
+  void* workspace = nullptr;
+  if (workspace_bytes > 0 && cudaMalloc(&workspace, workspace_bytes) != cudaSuccess) {
+    cublasLtDestroy(handle);
+    return CUBLAS_STATUS_ALLOC_FAILED;
+  }
+  out->reset(new GemmContext(handle, workspace, workspace_bytes));
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+GemmContext::~GemmContext() {
+  if (workspace_ != nullptr) cudaFree(workspace_);
+  cublasLtDestroy(handle_);
+}
+
+cublasStatus_t Gemm(GemmContext& context, const GemmParams& p, cudaStream_t stream) {
+  const bool half_inputs = p.dtype == ScalarType::kBF16 || p.dtype == ScalarType::kF16;
+  const bool output_ok = p.out_dtype == p.dtype || p.out_dtype == ScalarType::kF32;
+  if (!half_inputs || !output_ok || p.m <= 0 || p.n <= 0 || p.k <= 0 || p.a == nullptr ||
+      p.w == nullptr || p.c == nullptr) {
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  // cuBLASLt is column-major. Row-major C[m, n] is column-major C^T [n, m],
+  // and C^T = W * A^T where row-major W[n, k] read column-major is W^T (k x n,
+  // so transposed back with OP_T) and row-major A[m, k] is A^T (k x m).
+  const cudaDataType_t in_type = ToCudaType(p.dtype);
+  const cudaDataType_t out_type = ToCudaType(p.out_dtype);
+  Descriptors d;
+  PAGODA_RETURN_IF_CUBLAS_ERROR(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t transpose = CUBLAS_OP_T, no_transpose = CUBLAS_OP_N;
+  PAGODA_RETURN_IF_CUBLAS_ERROR(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA,
+                                                               &transpose, sizeof(transpose)));
+  PAGODA_RETURN_IF_CUBLAS_ERROR(cublasLtMatmulDescSetAttribute(
+      d.op, CUBLASLT_MATMUL_DESC_TRANSB, &no_transpose, sizeof(no_transpose)));
+  if (p.bias != nullptr) {
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;  // bias[row of C^T] = bias[n]
+    PAGODA_RETURN_IF_CUBLAS_ERROR(cublasLtMatmulDescSetAttribute(
+        d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+    PAGODA_RETURN_IF_CUBLAS_ERROR(cublasLtMatmulDescSetAttribute(
+        d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias, sizeof(p.bias)));
+    const int32_t bias_type = out_type;
+    PAGODA_RETURN_IF_CUBLAS_ERROR(cublasLtMatmulDescSetAttribute(
+        d.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
+  }
+  PAGODA_RETURN_IF_CUBLAS_ERROR(cublasLtMatrixLayoutCreate(&d.w, in_type, p.k, p.n, p.k));
+  PAGODA_RETURN_IF_CUBLAS_ERROR(cublasLtMatrixLayoutCreate(&d.a, in_type, p.k, p.m, p.k));
+  PAGODA_RETURN_IF_CUBLAS_ERROR(cublasLtMatrixLayoutCreate(&d.c, out_type, p.n, p.m, p.n));
+
+  PAGODA_RETURN_IF_CUBLAS_ERROR(cublasLtMatmulPreferenceCreate(&d.preference));
+  const uint64_t workspace_bytes = context.workspace_bytes();
+  PAGODA_RETURN_IF_CUBLAS_ERROR(
+      cublasLtMatmulPreferenceSetAttribute(d.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                           &workspace_bytes, sizeof(workspace_bytes)));
+  cublasLtMatmulHeuristicResult_t heuristic = {};
+  int found = 0;
+  PAGODA_RETURN_IF_CUBLAS_ERROR(cublasLtMatmulAlgoGetHeuristic(
+      context.handle(), d.op, d.w, d.a, d.c, d.c, d.preference, 1, &heuristic, &found));
+  if (found == 0) return CUBLAS_STATUS_NOT_SUPPORTED;
+
+  const float alpha = 1.0f, beta = 0.0f;
+  return cublasLtMatmul(context.handle(), d.op, &alpha, p.w, d.w, p.a, d.a, &beta, p.c, d.c, p.c,
+                        d.c, &heuristic.algo, context.workspace(), context.workspace_bytes(),
+                        stream);
+}
+
+}  // namespace pagoda::kernels

@@ -1,0 +1,66 @@
+#ifndef PAGODA_KERNELS_OPS_GEMM_H_
+#define PAGODA_KERNELS_OPS_GEMM_H_
+
+// Linear layers through cuBLASLt: C[m, n] = A[m, k] * W[n, k]^T (+ bias[n]),
+// everything row-major, W in torch.nn.Linear layout, f32 accumulation.
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "kernels/ops/scalar_type.h"
+
+namespace pagoda::kernels {
+
+// Owns one cuBLASLt handle and its device workspace. Not thread-safe: one
+// stream's worth of GEMMs at a time (the workspace is shared by every call).
+// Not copyable: it owns device memory.
+class GemmContext {
+ public:
+  // 32 MiB: what cuBLASLt asks for on Hopper to reach its best kernels.
+  static constexpr size_t kDefaultWorkspaceBytes = size_t{32} << 20;
+
+  // Creates the handle and cudaMallocs the workspace on the current device.
+  // Returns CUBLAS_STATUS_ALLOC_FAILED when the workspace does not fit.
+  static cublasStatus_t Create(size_t workspace_bytes, std::unique_ptr<GemmContext>* out);
+
+  ~GemmContext();
+  GemmContext(const GemmContext&) = delete;
+  GemmContext& operator=(const GemmContext&) = delete;
+
+  cublasLtHandle_t handle() const { return handle_; }
+  void* workspace() const { return workspace_; }
+  size_t workspace_bytes() const { return workspace_bytes_; }
+
+ private:
+  GemmContext(cublasLtHandle_t handle, void* workspace, size_t workspace_bytes)
+      : handle_(handle), workspace_(workspace), workspace_bytes_(workspace_bytes) {}
+
+  cublasLtHandle_t handle_;
+  void* workspace_;
+  size_t workspace_bytes_;
+};
+
+struct GemmParams {
+  const void* a = nullptr;     // [m, k] activations, dtype
+  const void* w = nullptr;     // [n, k] weights, dtype
+  const void* bias = nullptr;  // [n] in out_dtype, optional
+  void* c = nullptr;           // [m, n], out_dtype; overwritten (no accumulate)
+  int64_t m = 0;
+  int64_t n = 0;
+  int64_t k = 0;
+  ScalarType dtype = ScalarType::kBF16;      // of a and w: kBF16 or kF16
+  ScalarType out_dtype = ScalarType::kBF16;  // dtype, or kF32 (e.g. logits)
+};
+
+// Enqueues the product on `stream`. CUBLAS_STATUS_INVALID_VALUE for a bad
+// shape or an unsupported dtype pair; CUBLAS_STATUS_NOT_SUPPORTED when
+// cuBLASLt has no algorithm for it.
+cublasStatus_t Gemm(GemmContext& context, const GemmParams& params, cudaStream_t stream);
+
+}  // namespace pagoda::kernels
+
+#endif  // PAGODA_KERNELS_OPS_GEMM_H_

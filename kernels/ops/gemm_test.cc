@@ -1,0 +1,95 @@
+// cuBLASLt linear layer against a float64 product on the host.
+
+#include "kernels/ops/gemm.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "kernels/ops/testing/cuda_test_util.h"
+
+namespace pagoda::kernels {
+namespace {
+
+using testing::Decode;
+using testing::DeviceBuffer;
+using testing::Encode;
+using testing::RandomFloats;
+using testing::RoundTrip;
+
+struct Shape {
+  int64_t m, n, k;
+  bool bias;
+};
+
+class GemmTest : public ::testing::TestWithParam<std::pair<ScalarType, ScalarType>> {};
+
+TEST_P(GemmTest, MatchesFloat64Reference) {
+  PAGODA_SKIP_WITHOUT_CUDA();
+  const auto [dtype, out_dtype] = GetParam();
+  std::unique_ptr<GemmContext> context;
+  ASSERT_EQ(GemmContext::Create(GemmContext::kDefaultWorkspaceBytes, &context),
+            CUBLAS_STATUS_SUCCESS);
+  for (const Shape& s : {Shape{1, 2048, 1024, false}, Shape{5, 136, 96, true},
+                         Shape{33, 200, 264, true}, Shape{130, 72, 4096, false}}) {
+    const std::vector<float> a = RoundTrip(dtype, RandomFloats(s.m * s.k, -1, 1, s.m + s.k));
+    const std::vector<float> w = RoundTrip(dtype, RandomFloats(s.n * s.k, -1, 1, s.n));
+    const std::vector<float> bias = RoundTrip(out_dtype, RandomFloats(s.n, -2, 2, 3));
+    DeviceBuffer da(a.size() * 2), dw(w.size() * 2), dbias(bias.size() * 4),
+        dc(s.m * s.n * ScalarTypeSize(out_dtype));
+    da.Upload(Encode(dtype, a));
+    dw.Upload(Encode(dtype, w));
+    dbias.Upload(Encode(out_dtype, bias));
+    dc.Fill(0xFF);
+    GemmParams p{da.get(), dw.get(), s.bias ? dbias.get() : nullptr, dc.get(), s.m, s.n, s.k,
+                 dtype,    out_dtype};
+    ASSERT_EQ(Gemm(*context, p, nullptr), CUBLAS_STATUS_SUCCESS);
+    PAGODA_ASSERT_CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<float> c =
+        Decode(out_dtype, dc.Download<uint8_t>(s.m * s.n * ScalarTypeSize(out_dtype)));
+    double error = 0, norm = 0;
+    for (int64_t i = 0; i < s.m; ++i) {
+      for (int64_t j = 0; j < s.n; ++j) {
+        double want = s.bias ? bias[j] : 0.0;
+        for (int64_t l = 0; l < s.k; ++l) want += double{a[i * s.k + l]} * w[j * s.k + l];
+        const double got = c[i * s.n + j];
+        ASSERT_FALSE(std::isnan(got)) << i << "," << j;
+        error += (got - want) * (got - want);
+        norm += want * want;
+      }
+    }
+    const double limit = out_dtype == ScalarType::kF32   ? 3e-5
+                         : out_dtype == ScalarType::kF16 ? 2e-3
+                                                         : 1e-2;
+    EXPECT_LT(std::sqrt(error / norm), limit) << s.m << "x" << s.n << "x" << s.k;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, GemmTest,
+                         ::testing::Values(std::pair{ScalarType::kBF16, ScalarType::kBF16},
+                                           std::pair{ScalarType::kF16, ScalarType::kF16},
+                                           std::pair{ScalarType::kBF16, ScalarType::kF32}),
+                         [](const auto& info) {
+                           return std::string(ScalarTypeName(info.param.first)) + "_to_" +
+                                  ScalarTypeName(info.param.second);
+                         });
+
+TEST(GemmContextTest, RejectsUnsupportedTypesAndShapes) {
+  PAGODA_SKIP_WITHOUT_CUDA();
+  std::unique_ptr<GemmContext> context;
+  ASSERT_EQ(GemmContext::Create(1 << 20, &context), CUBLAS_STATUS_SUCCESS);
+  DeviceBuffer buffer(4096);
+  GemmParams p{buffer.get(),     buffer.get(),    nullptr, buffer.get(), 4, 4, 4,
+               ScalarType::kF32, ScalarType::kF32};
+  EXPECT_EQ(Gemm(*context, p, nullptr), CUBLAS_STATUS_INVALID_VALUE);
+  p.dtype = ScalarType::kBF16;
+  p.out_dtype = ScalarType::kF16;
+  EXPECT_EQ(Gemm(*context, p, nullptr), CUBLAS_STATUS_INVALID_VALUE);
+  p.out_dtype = ScalarType::kBF16;
+  p.k = 0;
+  EXPECT_EQ(Gemm(*context, p, nullptr), CUBLAS_STATUS_INVALID_VALUE);
+}
+
+}  // namespace
+}  // namespace pagoda::kernels

@@ -1,0 +1,84 @@
+#include "kernels/ops/dispatch.cuh"
+#include "kernels/ops/rms_norm.h"
+
+namespace pagoda::kernels {
+namespace {
+
+constexpr int kThreads = 512;
+
+// One thread block per token. The row is read twice (the second time from
+// L1/L2): hidden sizes up to 16k would not fit registers at one pass.
+template <typename T>
+__global__ void RmsNormKernel(const T* input, int64_t input_stride, const T* __restrict__ weight,
+                              T* out, int hidden, float epsilon) {
+  const T* row = input + blockIdx.x * input_stride;
+  float sum_squares = 0.0f;
+  for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
+    const float x = ToFloat(row[i]);
+    sum_squares += x * x;
+  }
+  const float scale = rsqrtf(BlockSum(sum_squares) / hidden + epsilon);
+  T* out_row = out + static_cast<int64_t>(blockIdx.x) * hidden;
+  for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
+    out_row[i] = FromFloat<T>(ToFloat(row[i]) * scale * ToFloat(weight[i]));
+  }
+}
+
+template <typename T>
+__global__ void FusedAddRmsNormKernel(T* __restrict__ input, T* __restrict__ residual,
+                                      const T* __restrict__ weight, int hidden, float epsilon) {
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * hidden;
+  float sum_squares = 0.0f;
+  for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
+    // Norm the rounded sum, as the unfused "add then norm" would.
+    const T sum = FromFloat<T>(ToFloat(input[base + i]) + ToFloat(residual[base + i]));
+    residual[base + i] = sum;
+    const float x = ToFloat(sum);
+    sum_squares += x * x;
+  }
+  // BlockSum's barriers also order the residual writes before the reads below
+  // (each thread reads back only what it wrote, so this is belt and braces).
+  const float scale = rsqrtf(BlockSum(sum_squares) / hidden + epsilon);
+  for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
+    input[base + i] = FromFloat<T>(ToFloat(residual[base + i]) * scale * ToFloat(weight[i]));
+  }
+}
+
+int ThreadsFor(int hidden) {
+  const int rounded = ((hidden + 31) / 32) * 32;
+  return rounded < kThreads ? rounded : kThreads;
+}
+
+}  // namespace
+
+cudaError_t LaunchRmsNorm(const RmsNormParams& p, cudaStream_t stream) {
+  if (p.num_tokens < 0 || p.hidden <= 0 || p.input_stride < p.hidden || p.input == nullptr ||
+      p.weight == nullptr || p.out == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  if (p.num_tokens == 0) return cudaSuccess;
+  return DispatchScalarType(p.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    RmsNormKernel<T><<<p.num_tokens, ThreadsFor(p.hidden), 0, stream>>>(
+        static_cast<const T*>(p.input), p.input_stride, static_cast<const T*>(p.weight),
+        static_cast<T*>(p.out), p.hidden, p.epsilon);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t LaunchFusedAddRmsNorm(const FusedAddRmsNormParams& p, cudaStream_t stream) {
+  if (p.num_tokens < 0 || p.hidden <= 0 || p.input == nullptr || p.residual == nullptr ||
+      p.weight == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  if (p.num_tokens == 0) return cudaSuccess;
+  return DispatchScalarType(p.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    FusedAddRmsNormKernel<T><<<p.num_tokens, ThreadsFor(p.hidden), 0, stream>>>(
+        static_cast<T*>(p.input), static_cast<T*>(p.residual), static_cast<const T*>(p.weight),
+        p.hidden, p.epsilon);
+    return cudaGetLastError();
+  });
+}
+
+}  // namespace pagoda::kernels

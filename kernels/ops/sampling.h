@@ -1,0 +1,58 @@
+#ifndef PAGODA_KERNELS_OPS_SAMPLING_H_
+#define PAGODA_KERNELS_OPS_SAMPLING_H_
+
+// Picks one token per row of logits, on the device, in one launch.
+//
+// Per row r (all row arrays are device memory of num_rows entries):
+// - temperature < 1e-5 (vLLM's epsilon): greedy, the argmax of the raw
+//   logits, lowest id on ties.
+// - else: probabilities softmax(logits / temperature), restricted first to
+//   top-k (every token whose logit >= the k-th largest; ties at the boundary
+//   are kept, so more than k may survive), then to top-p (the fewest
+//   highest-logit tokens whose renormalised mass reaches top_p, boundary ties
+//   kept), then one draw from what is left.
+// - The draw is a Gumbel-max race with Philox4x32-10 noise keyed by
+//   (seeds[r], sample_indices[r]) and counted by token id: a row's result is
+//   a function of its own logits and parameters only, never of the batch, the
+//   grid or the run.
+// - Log-probabilities are log_softmax of the RAW logits (no temperature, no
+//   filtering): the sampled token's, and the num_logprobs largest, sorted by
+//   logit descending, lowest id first on ties.
+// NaN logits count as -inf. One thread block per row; rows up to 2^31 tokens,
+// designed for 128k-256k (a radix select over 8-bit digits, no sort).
+//
+// Thread safety: stateless; enqueues one kernel on `stream`.
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace pagoda::kernels {
+
+inline constexpr int kMaxTopLogprobs = 20;
+
+struct TokenSamplingParams {
+  const float* logits = nullptr;  // [num_rows, vocab_size], row r at logits + r * logits_stride
+  int64_t logits_stride = 0;
+  int num_rows = 0;
+  int vocab_size = 0;
+  const float* temperatures = nullptr;  // required
+  const int32_t* top_k = nullptr;       // optional; <= 0 or >= vocab_size means off
+  const float* top_p = nullptr;         // optional; <= 0 or >= 1 means off
+  const uint64_t* seeds = nullptr;      // required unless every row is greedy
+  // Which draw of the sequence this is (e.g. its output length so far): the
+  // same (seed, index) gives the same token for the same logits.
+  const uint64_t* sample_indices = nullptr;
+  int num_logprobs = 0;  // 0..kMaxTopLogprobs
+
+  int32_t* sampled_ids = nullptr;     // [num_rows], required
+  float* sampled_logprobs = nullptr;  // [num_rows], optional
+  int32_t* top_ids = nullptr;         // [num_rows, num_logprobs], when num_logprobs > 0
+  float* top_logprobs = nullptr;      // [num_rows, num_logprobs], when num_logprobs > 0
+  int32_t* num_candidates = nullptr;  // [num_rows], optional: tokens left after filtering
+};
+cudaError_t LaunchTokenSampling(const TokenSamplingParams& params, cudaStream_t stream);
+
+}  // namespace pagoda::kernels
+
+#endif  // PAGODA_KERNELS_OPS_SAMPLING_H_

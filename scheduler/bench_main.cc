@@ -1,0 +1,155 @@
+// pagoda-bench: load against a running pagoda-server. For each concurrency
+// level, that many client threads each send --rounds Generate requests
+// (token-id prompts, ignore_eos, fixed length) and the table shows output
+// tokens/s and the engine's mean step time split into schedule, worker RPC
+// (transport and waiting), forward (as the workers report it) and
+// postprocessing, read from ModelInfo.engine_stats before and after.
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
+#include "pagoda/v1/generation.grpc.pb.h"
+
+ABSL_FLAG(std::string, server, "127.0.0.1:50051", "pagoda-server address.");
+ABSL_FLAG(std::string, concurrency, "1,8,32", "Comma-separated numbers of concurrent clients.");
+ABSL_FLAG(int, rounds, 2, "Requests each client sends, one after the other.");
+ABSL_FLAG(int, prompt_len, 32, "Prompt tokens per request.");
+ABSL_FLAG(int, max_tokens, 64, "Generated tokens per request.");
+
+namespace {
+
+using pagoda::v1::Generation;
+
+pagoda::v1::EngineStats Stats(Generation::Stub& stub) {
+  grpc::ClientContext context;
+  pagoda::v1::ModelInfo info;
+  grpc::Status status = stub.GetModelInfo(&context, pagoda::v1::GetModelInfoRequest(), &info);
+  if (!status.ok()) {
+    std::fprintf(stderr, "pagoda-bench: GetModelInfo: %s\n", status.error_message().c_str());
+    std::exit(1);
+  }
+  return info.engine_stats();
+}
+
+struct LevelResult {
+  int concurrency = 0;
+  int requests = 0;
+  int errors = 0;
+  int64_t output_tokens = 0;
+  double wall_seconds = 0;
+  pagoda::v1::EngineStats before, after;
+};
+
+LevelResult RunLevel(Generation::Stub& stub, int concurrency, int vocab_size) {
+  LevelResult result;
+  result.concurrency = concurrency;
+  result.before = Stats(stub);
+  absl::Mutex mu;
+  const absl::Time start = absl::Now();
+  std::vector<std::thread> clients;
+  for (int c = 0; c < concurrency; ++c) {
+    clients.emplace_back([&, c] {
+      for (int round = 0; round < absl::GetFlag(FLAGS_rounds); ++round) {
+        pagoda::v1::GenerateRequest request;
+        for (int i = 0; i < absl::GetFlag(FLAGS_prompt_len); ++i) {
+          request.add_prompt_token_ids(3 + (i * 31 + c * 7 + round * 13) % (vocab_size - 3));
+        }
+        request.mutable_stopping()->set_max_tokens(absl::GetFlag(FLAGS_max_tokens));
+        request.mutable_stopping()->set_ignore_eos(true);
+        grpc::ClientContext context;
+        pagoda::v1::GenerateResponse response;
+        grpc::Status status = stub.Generate(&context, request, &response);
+        absl::MutexLock lock(&mu);
+        ++result.requests;
+        if (!status.ok()) {
+          ++result.errors;
+          std::fprintf(stderr, "pagoda-bench: %s\n", status.error_message().c_str());
+          continue;
+        }
+        for (const auto& output : response.outputs())
+          result.output_tokens += output.token_ids_size();
+      }
+    });
+  }
+  for (std::thread& client : clients) client.join();
+  result.wall_seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  result.after = Stats(stub);
+  return result;
+}
+
+void PrintRow(const LevelResult& r) {
+  const double steps = static_cast<double>(r.after.num_steps() - r.before.num_steps());
+  auto per_step_ms = [&](double before, double after) {
+    return steps > 0 ? 1000.0 * (after - before) / steps : 0.0;
+  };
+  const double schedule =
+      per_step_ms(r.before.schedule_seconds_total(), r.after.schedule_seconds_total());
+  const double rpc =
+      per_step_ms(r.before.worker_rpc_seconds_total(), r.after.worker_rpc_seconds_total());
+  const double forward =
+      per_step_ms(r.before.forward_seconds_total(), r.after.forward_seconds_total());
+  const double post =
+      per_step_ms(r.before.postprocess_seconds_total(), r.after.postprocess_seconds_total());
+  const double batch =
+      steps > 0 ? (r.after.batched_sequences_total() - r.before.batched_sequences_total()) / steps
+                : 0.0;
+  std::printf("%11d %8d %6d %9lld %8.2f %10.1f %7.0f %7.1f %9.2f %9.3f %8.3f %9.2f %8.3f\n",
+              r.concurrency, r.requests, r.errors, static_cast<long long>(r.output_tokens),
+              r.wall_seconds, r.output_tokens / r.wall_seconds, steps, batch,
+              schedule + rpc + forward + post, schedule, rpc, forward, post);
+}
+
+// Accepts --max-tokens as well as Abseil's --max_tokens.
+void NormalizeFlagNames(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (argv[i][0] != '-' || argv[i][1] != '-') continue;
+    for (char* c = argv[i] + 2; *c != '\0' && *c != '='; ++c) {
+      if (*c == '-') *c = '_';
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  NormalizeFlagNames(argc, argv);
+  absl::ParseCommandLine(argc, argv);
+  auto channel =
+      grpc::CreateChannel(absl::GetFlag(FLAGS_server), grpc::InsecureChannelCredentials());
+  auto stub = Generation::NewStub(channel);
+  grpc::ClientContext context;
+  pagoda::v1::ModelInfo info;
+  grpc::Status status = stub->GetModelInfo(&context, pagoda::v1::GetModelInfoRequest(), &info);
+  if (!status.ok()) {
+    std::fprintf(stderr, "pagoda-bench: %s\n", status.error_message().c_str());
+    return 1;
+  }
+  std::printf("model %s (vocab %d), prompt %d tokens, %d output tokens, %d rounds per client\n",
+              info.model_name().c_str(), info.vocab_size(), absl::GetFlag(FLAGS_prompt_len),
+              absl::GetFlag(FLAGS_max_tokens), absl::GetFlag(FLAGS_rounds));
+  std::printf("%11s %8s %6s %9s %8s %10s %7s %7s %9s %9s %8s %9s %8s\n", "concurrency", "requests",
+              "errors", "out_tok", "wall_s", "out_tok/s", "steps", "batch", "step_ms", "sched_ms",
+              "rpc_ms", "fwd_ms", "post_ms");
+  for (absl::string_view level : absl::StrSplit(absl::GetFlag(FLAGS_concurrency), ',')) {
+    int concurrency;
+    if (!absl::SimpleAtoi(level, &concurrency) || concurrency <= 0) {
+      std::fprintf(stderr, "pagoda-bench: bad --concurrency entry '%s'\n",
+                   std::string(level).c_str());
+      return 1;
+    }
+    PrintRow(RunLevel(*stub, concurrency, info.vocab_size()));
+  }
+  return 0;
+}

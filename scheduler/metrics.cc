@@ -1,0 +1,175 @@
+#include "scheduler/metrics.h"
+
+#include <exception>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "prometheus/counter.h"
+#include "prometheus/exposer.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace pagoda::scheduler {
+
+using prometheus::Counter;
+using prometheus::Gauge;
+using prometheus::Histogram;
+
+struct ServerMetrics::Instruments {
+  Gauge* requests_running;
+  Gauge* requests_waiting;
+  Gauge* requests_swapped;
+  Gauge* batch_size;
+  Gauge* gpu_blocks_free;
+  Gauge* gpu_blocks_total;
+  Gauge* cpu_blocks_free;
+  Gauge* cpu_blocks_total;
+  Gauge* gpu_cache_usage;
+  Counter* preemptions;
+  Counter* prompt_tokens;
+  Counter* generation_tokens;
+  prometheus::Family<Counter>* finished_family;
+  prometheus::Labels labels;
+  Histogram* time_to_first_token;
+  Histogram* time_per_output_token;
+  Histogram* e2e_latency;
+  Histogram* queue_time;
+  Histogram* step_time;
+  Histogram* tokens_per_step;
+};
+
+namespace {
+
+Gauge* AddGauge(prometheus::Registry& registry, const std::string& name, const std::string& help,
+                const prometheus::Labels& labels) {
+  return &prometheus::BuildGauge().Name(name).Help(help).Register(registry).Add(labels);
+}
+
+Counter* AddCounter(prometheus::Registry& registry, const std::string& name,
+                    const std::string& help, const prometheus::Labels& labels) {
+  return &prometheus::BuildCounter().Name(name).Help(help).Register(registry).Add(labels);
+}
+
+Histogram* AddHistogram(prometheus::Registry& registry, const std::string& name,
+                        const std::string& help, const prometheus::Labels& labels,
+                        std::vector<double> buckets) {
+  return &prometheus::BuildHistogram().Name(name).Help(help).Register(registry).Add(
+      labels, Histogram::BucketBoundaries(std::move(buckets)));
+}
+
+const std::vector<double> kLatencyBuckets = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08,
+                                             0.1,   0.25,  0.5,  0.75, 1.0,  2.5,  5.0,
+                                             7.5,   10.0,  20.0, 40.0, 80.0};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Start(const std::string& host,
+                                                                    int port,
+                                                                    const std::string& model_name) {
+  std::unique_ptr<ServerMetrics> metrics(new ServerMetrics());
+  try {
+    metrics->exposer_ = std::make_unique<prometheus::Exposer>(absl::StrCat(host, ":", port));
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("metrics: cannot listen on ", host, ":", port, ": ", e.what()));
+  }
+  std::vector<int> ports = metrics->exposer_->GetListeningPorts();
+  metrics->port_ = ports.empty() ? port : ports.front();
+  metrics->registry_ = std::make_shared<prometheus::Registry>();
+  prometheus::Registry& r = *metrics->registry_;
+  const prometheus::Labels labels = {{"model_name", model_name}};
+  auto in = std::make_unique<Instruments>();
+  in->labels = labels;
+  in->requests_running =
+      AddGauge(r, "pagoda_num_requests_running", "Requests in the running batch.", labels);
+  in->requests_waiting =
+      AddGauge(r, "pagoda_num_requests_waiting", "Requests waiting to be scheduled.", labels);
+  in->requests_swapped =
+      AddGauge(r, "pagoda_num_requests_swapped", "Requests swapped out to CPU memory.", labels);
+  in->batch_size = AddGauge(r, "pagoda_batch_size", "Sequences in the last step.", labels);
+  in->gpu_blocks_free = AddGauge(r, "pagoda_gpu_blocks_free", "Free KV blocks.", labels);
+  in->gpu_blocks_total = AddGauge(r, "pagoda_gpu_blocks_total", "All KV blocks.", labels);
+  in->cpu_blocks_free = AddGauge(r, "pagoda_cpu_blocks_free", "Free swap blocks.", labels);
+  in->cpu_blocks_total = AddGauge(r, "pagoda_cpu_blocks_total", "All swap blocks.", labels);
+  in->gpu_cache_usage =
+      AddGauge(r, "pagoda_gpu_cache_usage_perc", "Fraction of KV blocks in use (0..1).", labels);
+  in->preemptions = AddCounter(r, "pagoda_num_preemptions_total", "Preempted groups.", labels);
+  in->prompt_tokens =
+      AddCounter(r, "pagoda_prompt_tokens_total", "Prompt tokens computed.", labels);
+  in->generation_tokens =
+      AddCounter(r, "pagoda_generation_tokens_total", "Tokens generated.", labels);
+  in->finished_family = &prometheus::BuildCounter()
+                             .Name("pagoda_request_success_total")
+                             .Help("Finished requests by finish reason.")
+                             .Register(r);
+  in->time_to_first_token = AddHistogram(r, "pagoda_time_to_first_token_seconds",
+                                         "Arrival to first token.", labels, kLatencyBuckets);
+  in->time_per_output_token =
+      AddHistogram(r, "pagoda_time_per_output_token_seconds",
+                   "Mean time between generated tokens of a request.", labels, kLatencyBuckets);
+  in->e2e_latency = AddHistogram(r, "pagoda_e2e_request_latency_seconds", "Arrival to finish.",
+                                 labels, kLatencyBuckets);
+  in->queue_time = AddHistogram(r, "pagoda_request_queue_time_seconds",
+                                "Arrival to first scheduled.", labels, kLatencyBuckets);
+  in->step_time = AddHistogram(r, "pagoda_step_time_seconds", "Engine step wall time.", labels,
+                               kLatencyBuckets);
+  in->tokens_per_step =
+      AddHistogram(r, "pagoda_iteration_tokens_total", "Tokens computed per step.", labels,
+                   {1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192});
+  metrics->instruments_ = std::move(in);
+  metrics->exposer_->RegisterCollectable(metrics->registry_);
+  return metrics;
+}
+
+ServerMetrics::~ServerMetrics() = default;
+
+void ServerMetrics::OnStep(const StepRecord& step, const EngineSnapshot& snapshot) {
+  Instruments& in = *instruments_;
+  in.requests_running->Set(snapshot.num_running);
+  in.requests_waiting->Set(snapshot.num_waiting);
+  in.requests_swapped->Set(snapshot.num_swapped);
+  in.batch_size->Set(step.batch_size);
+  in.gpu_blocks_free->Set(snapshot.free_gpu_blocks);
+  in.gpu_blocks_total->Set(snapshot.num_gpu_blocks);
+  in.cpu_blocks_free->Set(snapshot.free_cpu_blocks);
+  in.cpu_blocks_total->Set(snapshot.num_cpu_blocks);
+  in.gpu_cache_usage->Set(snapshot.num_gpu_blocks == 0
+                              ? 0.0
+                              : 1.0 - static_cast<double>(snapshot.free_gpu_blocks) /
+                                          snapshot.num_gpu_blocks);
+  // Counters follow the engine's totals (only ever growing).
+  auto catch_up = [](Counter* counter, double total) {
+    if (total > counter->Value()) counter->Increment(total - counter->Value());
+  };
+  catch_up(in.preemptions, static_cast<double>(snapshot.num_preemptions_total));
+  catch_up(in.prompt_tokens, static_cast<double>(snapshot.prompt_tokens_total));
+  catch_up(in.generation_tokens, static_cast<double>(snapshot.generation_tokens_total));
+  in.step_time->Observe(step.total_seconds);
+  in.tokens_per_step->Observe(step.num_batched_tokens);
+}
+
+void ServerMetrics::OnRequestFinished(const RequestRecord& record) {
+  Instruments& in = *instruments_;
+  prometheus::Labels labels = in.labels;
+  labels["finished_reason"] = record.finish_reason;
+  in.finished_family->Add(labels).Increment();
+  in.e2e_latency->Observe(absl::ToDoubleSeconds(record.finish_time - record.arrival_time));
+  if (record.first_scheduled_time != absl::InfinitePast()) {
+    in.queue_time->Observe(
+        absl::ToDoubleSeconds(record.first_scheduled_time - record.arrival_time));
+  }
+  if (record.first_token_time != absl::InfinitePast()) {
+    in.time_to_first_token->Observe(
+        absl::ToDoubleSeconds(record.first_token_time - record.arrival_time));
+    if (record.num_generated_tokens > 1) {
+      in.time_per_output_token->Observe(
+          absl::ToDoubleSeconds(record.finish_time - record.first_token_time) /
+          (record.num_generated_tokens - 1));
+    }
+  }
+}
+
+}  // namespace pagoda::scheduler

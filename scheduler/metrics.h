@@ -1,0 +1,48 @@
+#ifndef PAGODA_SCHEDULER_METRICS_H_
+#define PAGODA_SCHEDULER_METRICS_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "scheduler/engine_stats.h"
+
+namespace prometheus {
+class Exposer;
+class Registry;
+}  // namespace prometheus
+
+namespace pagoda::scheduler {
+
+// Prometheus metrics of the engine, named pagoda_* after vLLM's set and
+// labelled model_name, served over HTTP at /metrics. An EngineObserver:
+// the engine feeds it every step and every finished request.
+// Thread-safe (prometheus-cpp metrics are).
+class ServerMetrics : public EngineObserver {
+ public:
+  // Listens on host:port (port 0 = the OS picks). Errors: UNAVAILABLE when
+  // the port cannot be bound.
+  static absl::StatusOr<std::unique_ptr<ServerMetrics>> Start(const std::string& host, int port,
+                                                              const std::string& model_name);
+  ~ServerMetrics() override;
+  ServerMetrics(const ServerMetrics&) = delete;
+  ServerMetrics& operator=(const ServerMetrics&) = delete;
+
+  int port() const { return port_; }
+
+  void OnStep(const StepRecord& step, const EngineSnapshot& snapshot) override;
+  void OnRequestFinished(const RequestRecord& record) override;
+
+ private:
+  struct Instruments;
+  ServerMetrics() = default;
+
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<Instruments> instruments_;
+  int port_ = 0;
+};
+
+}  // namespace pagoda::scheduler
+
+#endif  // PAGODA_SCHEDULER_METRICS_H_

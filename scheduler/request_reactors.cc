@@ -1,0 +1,229 @@
+#include "scheduler/request_reactors.h"
+
+#include <deque>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+
+namespace pagoda::scheduler {
+
+using pagoda::v1::GenerateResponse;
+
+grpc::Status ToGrpcStatus(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  // absl and gRPC share the canonical code numbers.
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+}
+
+namespace {
+
+EngineRequest MakeEngineRequest(ValidatedRequest& request, std::shared_ptr<RequestSink> sink) {
+  EngineRequest out;
+  out.request_id = request.request_id;
+  out.prompt_token_ids = std::move(request.prompt_token_ids);
+  out.sampling = request.sampling;
+  out.stopping = std::move(request.stopping);
+  out.arrival_time = absl::Now();
+  out.sink = std::move(sink);
+  return out;
+}
+
+// ---------------------------------------------------------------- unary
+
+class UnaryCall : public grpc::ServerUnaryReactor {
+ public:
+  UnaryCall(Engine* engine, std::string request_id)
+      : engine_(engine), request_id_(std::move(request_id)) {}
+  void OnCancel() override { engine_->AbortRequest(request_id_); }
+  void OnDone() override { delete this; }
+
+ private:
+  Engine* engine_;
+  std::string request_id_;
+};
+
+// Collects the deltas; answers once. The engine calls it only until
+// OnFinish, and the call (and `response`) live until Finish.
+class UnarySink : public RequestSink {
+ public:
+  UnarySink(UnaryCall* call, GenerateResponse* response, RequestOutput output)
+      : call_(call), response_(response), output_(std::move(output)) {}
+
+  void OnDelta(const RequestDelta& delta) override { output_.AddDelta(delta); }
+  void OnFinish(const absl::Status& status) override {
+    if (status.ok()) *response_ = output_.whole();
+    call_->Finish(ToGrpcStatus(status));
+  }
+
+ private:
+  UnaryCall* call_;
+  GenerateResponse* response_;
+  RequestOutput output_;
+};
+
+// ---------------------------------------------------------------- stream
+
+class StreamCall;
+
+// The part of a stream that the engine holds; outlives the reactor when the
+// client leaves early. All gRPC calls are decided under mu_ (so exactly one
+// party starts each write and the Finish) and made outside it.
+class StreamState : public RequestSink {
+ public:
+  StreamState(StreamCall* call, RequestOutput output) : call_(call), output_(std::move(output)) {}
+
+  void OnDelta(const RequestDelta& delta) override;
+  void OnFinish(const absl::Status& status) override;
+  // From the reactor.
+  void WriteDone(bool ok);
+
+ private:
+  // Returns the next action for the caller to take outside the lock.
+  enum class Action { kNone, kWrite, kFinish };
+  Action NextAction() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Run(Action action);
+
+  absl::Mutex mu_;
+  StreamCall* const call_;  // Valid until finish_started_.
+  RequestOutput output_ ABSL_GUARDED_BY(mu_);
+  std::deque<GenerateResponse> pending_ ABSL_GUARDED_BY(mu_);
+  GenerateResponse in_flight_ ABSL_GUARDED_BY(mu_);
+  bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<grpc::Status> final_status_ ABSL_GUARDED_BY(mu_);
+  bool finish_started_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+class StreamCall : public grpc::ServerWriteReactor<GenerateResponse> {
+ public:
+  StreamCall(Engine* engine, std::string request_id)
+      : engine_(engine), request_id_(std::move(request_id)) {}
+  void set_state(std::shared_ptr<StreamState> state) { state_ = std::move(state); }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) engine_->AbortRequest(request_id_);  // The client is gone.
+    state_->WriteDone(ok);
+  }
+  void OnCancel() override { engine_->AbortRequest(request_id_); }
+  void OnDone() override { delete this; }
+
+ private:
+  Engine* engine_;
+  std::string request_id_;
+  std::shared_ptr<StreamState> state_;
+};
+
+void StreamState::OnDelta(const RequestDelta& delta) {
+  Action action;
+  {
+    absl::MutexLock lock(&mu_);
+    pending_.push_back(output_.AddDelta(delta));
+    action = NextAction();
+  }
+  Run(action);
+}
+
+void StreamState::OnFinish(const absl::Status& status) {
+  Action action;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!final_status_.has_value()) final_status_ = ToGrpcStatus(status);
+    action = NextAction();
+  }
+  Run(action);
+}
+
+void StreamState::WriteDone(bool ok) {
+  Action action;
+  {
+    absl::MutexLock lock(&mu_);
+    write_in_flight_ = false;
+    if (!ok) {
+      // Nothing more can reach the client: end the call now. The engine may
+      // still deliver the abort's OnFinish; it will find the call finished.
+      pending_.clear();
+      if (!final_status_.has_value()) {
+        final_status_ = grpc::Status(grpc::StatusCode::CANCELLED, "stream write failed");
+      }
+    }
+    action = NextAction();
+  }
+  Run(action);
+}
+
+StreamState::Action StreamState::NextAction() {
+  if (finish_started_ || write_in_flight_) return Action::kNone;
+  if (!pending_.empty()) {
+    in_flight_ = std::move(pending_.front());
+    pending_.pop_front();
+    write_in_flight_ = true;
+    return Action::kWrite;
+  }
+  if (final_status_.has_value()) {
+    finish_started_ = true;
+    return Action::kFinish;
+  }
+  return Action::kNone;
+}
+
+void StreamState::Run(Action action) {
+  // in_flight_ and final_status_ are not touched again until the write
+  // completes or at all after Finish, so reading them unlocked is safe.
+  switch (action) {
+    case Action::kNone:
+      return;
+    case Action::kWrite:
+      call_->StartWrite(&in_flight_);
+      return;
+    case Action::kFinish: {
+      grpc::Status status;
+      {
+        absl::MutexLock lock(&mu_);
+        status = *final_status_;
+      }
+      call_->Finish(status);
+      return;
+    }
+  }
+}
+
+class FailedStreamCall : public grpc::ServerWriteReactor<GenerateResponse> {
+ public:
+  explicit FailedStreamCall(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
+};
+
+}  // namespace
+
+grpc::ServerUnaryReactor* StartUnaryGenerate(Engine* engine, const Tokenizer* tokenizer,
+                                             ValidatedRequest request, GenerateResponse* response) {
+  auto* call = new UnaryCall(engine, request.request_id);
+  auto sink = std::make_shared<UnarySink>(
+      call, response,
+      RequestOutput(request.request_id, static_cast<int>(request.prompt_token_ids.size()),
+                    tokenizer));
+  absl::Status accepted = engine->AddRequest(MakeEngineRequest(request, std::move(sink)));
+  if (!accepted.ok()) call->Finish(ToGrpcStatus(accepted));
+  return call;
+}
+
+grpc::ServerWriteReactor<GenerateResponse>* StartStreamGenerate(Engine* engine,
+                                                                const Tokenizer* tokenizer,
+                                                                ValidatedRequest request) {
+  auto* call = new StreamCall(engine, request.request_id);
+  auto state = std::make_shared<StreamState>(
+      call, RequestOutput(request.request_id, static_cast<int>(request.prompt_token_ids.size()),
+                          tokenizer));
+  call->set_state(state);
+  absl::Status accepted = engine->AddRequest(MakeEngineRequest(request, state));
+  if (!accepted.ok()) state->OnFinish(accepted);
+  return call;
+}
+
+grpc::ServerWriteReactor<GenerateResponse>* FailedStream(const grpc::Status& status) {
+  return new FailedStreamCall(status);
+}
+
+}  // namespace pagoda::scheduler

@@ -1,0 +1,37 @@
+#ifndef PAGODA_SCHEDULER_REQUEST_REACTORS_H_
+#define PAGODA_SCHEDULER_REQUEST_REACTORS_H_
+
+#include <memory>
+
+#include "absl/status/status.h"
+#include "grpcpp/grpcpp.h"
+#include "pagoda/v1/generation.pb.h"
+#include "scheduler/engine.h"
+#include "scheduler/request_output.h"
+#include "scheduler/request_validation.h"
+
+namespace pagoda::scheduler {
+
+grpc::Status ToGrpcStatus(const absl::Status& status);
+
+// Starts one Generate call: submits `request` to `engine` and answers the
+// whole result when the engine finishes it, or the engine's error. A client
+// cancel aborts the request in the engine. Owns itself: deletes itself when
+// gRPC is done with it. `engine` and `tokenizer` must outlive the call.
+grpc::ServerUnaryReactor* StartUnaryGenerate(Engine* engine, const Tokenizer* tokenizer,
+                                             ValidatedRequest request,
+                                             pagoda::v1::GenerateResponse* response);
+
+// Starts one GenerateStream call: one message per engine delta, one write in
+// flight at a time, later deltas queued in the reactor; the stream ends with
+// the engine's final status. Client cancel or a failed write aborts the
+// request in the engine (its blocks are freed at the next step). Owns itself.
+grpc::ServerWriteReactor<pagoda::v1::GenerateResponse>* StartStreamGenerate(
+    Engine* engine, const Tokenizer* tokenizer, ValidatedRequest request);
+
+// A call that fails at once (validation error, refused by the engine).
+grpc::ServerWriteReactor<pagoda::v1::GenerateResponse>* FailedStream(const grpc::Status& status);
+
+}  // namespace pagoda::scheduler
+
+#endif  // PAGODA_SCHEDULER_REQUEST_REACTORS_H_

@@ -1,0 +1,291 @@
+// pagoda-server: the scheduler process. Loads the model's config and
+// tokenizer, launches (or connects to) the workers, sizes the KV cache, then
+// serves pagoda.v1.Generation until SIGTERM/SIGINT, when it drains.
+//
+// After binding it prints "PAGODA_SERVER_LISTENING <port>" (and, with
+// metrics on, "PAGODA_METRICS_LISTENING <port>"; with spawned workers,
+// "PAGODA_WORKER_PIDS <pid>,...") to stdout, so launchers that asked for
+// port 0 learn the ports.
+
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/time.h"
+#include "common/model_config.h"
+#include "common/tokenizer.h"
+#include "glog/logging.h"
+#include "scheduler/engine.h"
+#include "scheduler/frontend.h"
+#include "scheduler/grpc_worker_group.h"
+#include "scheduler/metrics.h"
+#include "scheduler/request_validation.h"
+
+ABSL_FLAG(std::string, model, "", "Model directory (Hugging Face layout). Required.");
+ABSL_FLAG(std::string, served_model_name, "", "Name reported to clients; default: --model's name.");
+ABSL_FLAG(std::string, host, "127.0.0.1", "Address to serve gRPC on.");
+ABSL_FLAG(int, port, 50051, "gRPC port; 0 = the OS picks one.");
+ABSL_FLAG(int, metrics_port, 0, "Prometheus /metrics port; 0 = off.");
+ABSL_FLAG(std::string, device, "cpu", "cpu or cuda.");
+ABSL_FLAG(int, tensor_parallel_size, 1, "Number of workers (tensor-parallel ranks).");
+ABSL_FLAG(std::string, worker_addresses, "",
+          "Comma-separated host:port of running workers, rank order; empty = spawn them.");
+ABSL_FLAG(std::string, worker_binary, "",
+          "pagoda-worker to spawn; default: the one next to this binary.");
+ABSL_FLAG(int, block_size, 16, "Tokens per KV block.");
+ABSL_FLAG(double, gpu_memory_utilization, 0.9, "Fraction of GPU memory for weights and KV.");
+ABSL_FLAG(int, num_gpu_blocks_override, 0,
+          "Use this many KV blocks instead of profiling; 0 = off.");
+ABSL_FLAG(double, cpu_kv_cache_space, 0.5, "GiB of memory for KV blocks on the cpu device.");
+ABSL_FLAG(double, swap_space, 0, "GiB of CPU swap space per worker for preempted KV blocks.");
+ABSL_FLAG(int, max_num_seqs, 256, "Most sequences in one step.");
+ABSL_FLAG(int, max_num_batched_tokens, 0, "Most tokens in one step; 0 = max(max_model_len, 2048).");
+ABSL_FLAG(int, max_model_len, 0, "Longest prompt + output; 0 = the model's max positions.");
+ABSL_FLAG(std::string, preemption_mode, "auto", "auto, swap or recompute.");
+ABSL_FLAG(uint64_t, seed, 0, "Seeds the seeds given to requests that bring none.");
+ABSL_FLAG(int, max_queued_requests, 1024, "Waiting requests beyond which new ones are refused.");
+ABSL_FLAG(double, drain_timeout, 30, "Seconds in-flight requests get to finish on SIGTERM.");
+ABSL_FLAG(double, worker_start_timeout, 60, "Seconds a spawned worker gets to start listening.");
+
+namespace pagoda::scheduler {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+std::string DefaultWorkerBinary() {
+  char buffer[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", buffer, sizeof(buffer) - 1);
+  if (n <= 0) return "pagoda-worker";
+  const std::filesystem::path dir = std::filesystem::path(std::string(buffer, n)).parent_path();
+  // Installed side by side; in a build tree the worker has its own folder.
+  for (const std::filesystem::path& candidate :
+       {dir / "pagoda-worker", dir.parent_path() / "worker" / "pagoda-worker"}) {
+    if (std::filesystem::exists(candidate)) return candidate.string();
+  }
+  return (dir / "pagoda-worker").string();
+}
+
+absl::StatusOr<PreemptionMode> ParsePreemptionMode(const std::string& text) {
+  if (text == "auto") return PreemptionMode::kAuto;
+  if (text == "swap") return PreemptionMode::kSwap;
+  if (text == "recompute") return PreemptionMode::kRecompute;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--preemption-mode: expected auto, swap or recompute, got '", text, "'"));
+}
+
+// Waits for SIGTERM or SIGINT, which main() blocked in every thread.
+int WaitForStopSignal() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  return signal_number;
+}
+
+absl::Status Serve() {
+  const std::string model_dir = absl::GetFlag(FLAGS_model);
+  if (model_dir.empty()) return absl::InvalidArgumentError("--model is required");
+  absl::StatusOr<ModelConfig> model = LoadModelConfig(model_dir);
+  if (!model.ok()) return model.status();
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::Load(model_dir);
+  if (!tokenizer.ok()) return tokenizer.status();
+  absl::StatusOr<PreemptionMode> preemption_mode =
+      ParsePreemptionMode(absl::GetFlag(FLAGS_preemption_mode));
+  if (!preemption_mode.ok()) return preemption_mode.status();
+
+  int max_model_len = absl::GetFlag(FLAGS_max_model_len);
+  if (max_model_len <= 0) max_model_len = model->max_position_embeddings;
+  if (max_model_len > model->max_position_embeddings) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-model-len ", max_model_len, " exceeds the model's ",
+                     "max_position_embeddings ", model->max_position_embeddings));
+  }
+  int max_num_batched_tokens = absl::GetFlag(FLAGS_max_num_batched_tokens);
+  if (max_num_batched_tokens <= 0) max_num_batched_tokens = std::max(max_model_len, 2048);
+  const int block_size = absl::GetFlag(FLAGS_block_size);
+  const int world_size = absl::GetFlag(FLAGS_tensor_parallel_size);
+  if (block_size <= 0 || world_size <= 0) {
+    return absl::InvalidArgumentError("--block-size and --tensor-parallel-size must be positive");
+  }
+
+  // Workers.
+  std::unique_ptr<GrpcWorkerGroup> workers;
+  const std::string addresses = absl::GetFlag(FLAGS_worker_addresses);
+  if (!addresses.empty()) {
+    std::vector<std::string> list = absl::StrSplit(addresses, ',', absl::SkipEmpty());
+    if (static_cast<int>(list.size()) != world_size) {
+      return absl::InvalidArgumentError(absl::StrCat("--worker-addresses has ", list.size(),
+                                                     " entries for --tensor-parallel-size ",
+                                                     world_size));
+    }
+    absl::StatusOr<std::unique_ptr<GrpcWorkerGroup>> connected =
+        GrpcWorkerGroup::Connect(list, absl::Seconds(absl::GetFlag(FLAGS_worker_start_timeout)));
+    if (!connected.ok()) return connected.status();
+    workers = *std::move(connected);
+  } else {
+    std::string binary = absl::GetFlag(FLAGS_worker_binary);
+    if (binary.empty()) binary = DefaultWorkerBinary();
+    absl::StatusOr<std::unique_ptr<GrpcWorkerGroup>> launched = GrpcWorkerGroup::Launch(
+        binary, world_size, absl::Seconds(absl::GetFlag(FLAGS_worker_start_timeout)));
+    if (!launched.ok()) return launched.status();
+    workers = *std::move(launched);
+    std::cout << "PAGODA_WORKER_PIDS " << absl::StrJoin(workers->worker_pids(), ",") << std::endl;
+  }
+
+  pagoda::worker::v1::LoadModelRequest load;
+  load.set_model_dir(std::filesystem::absolute(model_dir).string());
+  load.set_world_size(world_size);
+  load.set_block_size(block_size);
+  load.set_device(absl::GetFlag(FLAGS_device));
+  load.set_kv_cache_memory_bytes(
+      static_cast<int64_t>(absl::GetFlag(FLAGS_cpu_kv_cache_space) * kGiB));
+  load.set_gpu_memory_utilization(static_cast<float>(absl::GetFlag(FLAGS_gpu_memory_utilization)));
+  load.set_max_num_batched_tokens(max_num_batched_tokens);
+  load.set_max_num_seqs(absl::GetFlag(FLAGS_max_num_seqs));
+  absl::StatusOr<pagoda::worker::v1::LoadModelResponse> loaded = workers->LoadModel(load);
+  if (!loaded.ok()) return loaded.status();
+  int num_gpu_blocks = absl::GetFlag(FLAGS_num_gpu_blocks_override);
+  if (num_gpu_blocks <= 0) num_gpu_blocks = loaded->num_gpu_blocks();
+  if (num_gpu_blocks <= 0) {
+    return absl::ResourceExhaustedError(
+        "no KV blocks fit the memory budget; raise "
+        "--cpu-kv-cache-space / --gpu-memory-utilization");
+  }
+  const int num_cpu_blocks =
+      loaded->bytes_per_block() > 0
+          ? static_cast<int>(absl::GetFlag(FLAGS_swap_space) * kGiB / loaded->bytes_per_block())
+          : 0;
+  pagoda::worker::v1::InitCacheRequest init;
+  init.set_num_gpu_blocks(num_gpu_blocks);
+  init.set_num_cpu_blocks(num_cpu_blocks);
+  if (absl::Status status = workers->InitCache(init); !status.ok()) return status;
+  LOG(INFO) << "KV cache: " << num_gpu_blocks << " blocks of " << block_size << " tokens, "
+            << num_cpu_blocks << " swap blocks";
+
+  std::string model_name = absl::GetFlag(FLAGS_served_model_name);
+  if (model_name.empty()) {
+    model_name = std::filesystem::path(model_dir).lexically_normal().filename().string();
+    if (model_name.empty()) {
+      model_name = std::filesystem::path(model_dir).lexically_normal().parent_path().filename();
+    }
+  }
+
+  std::unique_ptr<ServerMetrics> metrics;
+  if (const int metrics_port = absl::GetFlag(FLAGS_metrics_port); metrics_port != 0) {
+    const int port = metrics_port < 0 ? 0 : metrics_port;  // -1: the OS picks (tests).
+    absl::StatusOr<std::unique_ptr<ServerMetrics>> started =
+        ServerMetrics::Start(absl::GetFlag(FLAGS_host), port, model_name);
+    if (!started.ok()) return started.status();
+    metrics = *std::move(started);
+    std::cout << "PAGODA_METRICS_LISTENING " << metrics->port() << std::endl;
+  }
+
+  EngineConfig engine_config;
+  engine_config.scheduler.block_size = block_size;
+  engine_config.scheduler.num_gpu_blocks = num_gpu_blocks;
+  engine_config.scheduler.num_cpu_blocks = num_cpu_blocks;
+  engine_config.scheduler.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
+  engine_config.scheduler.max_num_batched_tokens = max_num_batched_tokens;
+  engine_config.scheduler.max_model_len = max_model_len;
+  engine_config.scheduler.preemption_mode = *preemption_mode;
+  engine_config.eos_token_ids.assign(model->eos_token_ids.begin(), model->eos_token_ids.end());
+  engine_config.max_queued_requests = absl::GetFlag(FLAGS_max_queued_requests);
+  Engine engine(engine_config, workers.get(), metrics.get());
+  engine.Start();
+
+  ModelLimits limits;
+  limits.vocab_size = model->vocab_size;
+  limits.max_model_len = max_model_len;
+  limits.bos_token_id = model->bos_token_id;
+  RequestValidator validator(limits, tokenizer->get(), absl::GetFlag(FLAGS_seed));
+  ServedModelInfo info;
+  info.model_name = model_name;
+  info.vocab_size = model->vocab_size;
+  info.max_model_len = max_model_len;
+  info.block_size = block_size;
+  info.tensor_parallel_size = world_size;
+  info.device = absl::GetFlag(FLAGS_device);
+  info.eos_token_ids = engine_config.eos_token_ids;
+  GenerationService service(info, &engine, &validator, tokenizer->get());
+  absl::StatusOr<std::unique_ptr<FrontendServer>> server = FrontendServer::Start(
+      absl::GetFlag(FLAGS_host), absl::GetFlag(FLAGS_port), &service, &engine);
+  if (!server.ok()) {
+    engine.Stop();
+    workers->Shutdown();
+    return server.status();
+  }
+  std::cout << "PAGODA_SERVER_LISTENING " << (*server)->port() << std::endl;
+  LOG(INFO) << "serving " << model_name << " on " << absl::GetFlag(FLAGS_host) << ":"
+            << (*server)->port();
+
+  const int signal_number = WaitForStopSignal();
+  const absl::Duration drain_timeout = absl::Seconds(absl::GetFlag(FLAGS_drain_timeout));
+  LOG(INFO) << "signal " << signal_number << ": draining (up to " << drain_timeout << ")";
+  engine.StopAccepting();
+  (*server)->SetDraining();
+  if (!engine.WaitUntilIdle(drain_timeout)) {
+    LOG(WARNING) << "drain timeout: failing the requests still in flight";
+  }
+  engine.Stop();  // Fails whatever is left with UNAVAILABLE.
+  (*server)->Shutdown(absl::Seconds(2));
+  workers->Shutdown();
+  LOG(INFO) << "stopped";
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace pagoda::scheduler
+
+// vLLM spells flags with dashes (--max-num-seqs); Abseil names them with
+// underscores. Rewrites the name part of every "--flag[=value]" argument.
+void NormalizeFlagNames(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    std::string_view arg = argv[i];
+    if (arg == "--") break;
+    if (arg.size() < 3 || arg[0] != '-' || arg[1] != '-') continue;
+    for (char* c = argv[i] + 2; *c != '\0' && *c != '='; ++c) {
+      if (*c == '-') *c = '_';
+    }
+  }
+}
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("pagoda-server --model DIR [flags]: serves pagoda.v1.Generation");
+  NormalizeFlagNames(argc, argv);
+  absl::ParseCommandLine(argc, argv);
+  FLAGS_logtostderr = true;
+  google::InitGoogleLogging(argv[0]);
+  // Every thread inherits this mask, so only the waiting thread sees the
+  // signals and drain runs in ordinary code, not in a handler.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  absl::Status status = pagoda::scheduler::Serve();
+  if (!status.ok()) {
+    std::cerr << "pagoda-server: " << status.message() << std::endl;
+    return 1;
+  }
+  return 0;
+}

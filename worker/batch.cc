@@ -1,0 +1,137 @@
+#include "worker/batch.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+
+namespace pagoda::worker {
+namespace {
+
+using pagoda::worker::v1::BlockMove;
+using pagoda::worker::v1::SequenceStep;
+using pagoda::worker::v1::StepPlan;
+
+constexpr int kMaxLogprobs = 20;
+
+absl::Status SequenceError(const SequenceStep& step, absl::string_view problem) {
+  return absl::InvalidArgumentError(absl::StrCat("seq_id ", step.seq_id(), ": ", problem));
+}
+
+absl::Status CheckSampling(const SequenceStep& step) {
+  const auto& sampling = step.sampling();
+  if (std::isnan(sampling.temperature()) || sampling.temperature() < 0) {
+    return SequenceError(step,
+                         absl::StrCat("temperature ", sampling.temperature(), " must be >= 0"));
+  }
+  if (std::isnan(sampling.top_p()) || sampling.top_p() < 0 || sampling.top_p() > 1) {
+    return SequenceError(step, absl::StrCat("top_p ", sampling.top_p(), " must be in [0, 1]"));
+  }
+  if (sampling.top_k() < 0) {
+    return SequenceError(step, absl::StrCat("top_k ", sampling.top_k(), " must be >= 0"));
+  }
+  if (sampling.num_logprobs() < 0 || sampling.num_logprobs() > kMaxLogprobs) {
+    return SequenceError(step, absl::StrCat("num_logprobs ", sampling.num_logprobs(),
+                                            " must be in [0, ", kMaxLogprobs, "]"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<BlockPair>> ConvertMoves(
+    const google::protobuf::RepeatedPtrField<BlockMove>& moves, absl::string_view kind,
+    int num_src_blocks, int num_dst_blocks) {
+  std::vector<BlockPair> pairs;
+  pairs.reserve(moves.size());
+  for (const BlockMove& move : moves) {
+    if (move.src() < 0 || move.src() >= num_src_blocks || move.dst() < 0 ||
+        move.dst() >= num_dst_blocks) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          kind, " move ", move.src(), " -> ", move.dst(), " is out of range (source blocks: ",
+          num_src_blocks, ", destination blocks: ", num_dst_blocks, ")"));
+    }
+    pairs.push_back({move.src(), move.dst()});
+  }
+  return pairs;
+}
+
+}  // namespace
+
+absl::StatusOr<FlatBatch> FlattenStepPlan(const StepPlan& plan, const BatchLimits& limits) {
+  FlatBatch batch;
+  absl::flat_hash_set<int64_t> seen;
+  const int block_size = limits.block_size;
+  for (const SequenceStep& step : plan.sequences()) {
+    if (!seen.insert(step.seq_id()).second) return SequenceError(step, "duplicate seq_id");
+    if (step.token_ids().empty()) return SequenceError(step, "empty token_ids");
+    if (step.start_position() < 0) {
+      return SequenceError(step, absl::StrCat("negative start_position ", step.start_position()));
+    }
+    const int64_t context = static_cast<int64_t>(step.start_position()) + step.token_ids_size();
+    const int64_t blocks_needed = (context + block_size - 1) / block_size;
+    if (step.block_table_size() < blocks_needed) {
+      return SequenceError(
+          step, absl::StrCat("block_table has ", step.block_table_size(), " blocks but ", context,
+                             " tokens need ", blocks_needed));
+    }
+    for (int i = 0; i < blocks_needed; ++i) {
+      const int32_t block = step.block_table(i);
+      if (block < 0 || block >= limits.num_gpu_blocks) {
+        return SequenceError(step, absl::StrCat("block id ", block, " at index ", i,
+                                                " is outside [0, ", limits.num_gpu_blocks, ")"));
+      }
+    }
+    for (int32_t token : step.token_ids()) {
+      if (token < 0 || token >= limits.vocab_size) {
+        return SequenceError(
+            step, absl::StrCat("token id ", token, " is outside [0, ", limits.vocab_size, ")"));
+      }
+    }
+    if (step.do_sample()) {
+      if (absl::Status status = CheckSampling(step); !status.ok()) return status;
+    }
+    batch.max_blocks_per_seq = std::max(batch.max_blocks_per_seq, static_cast<int>(blocks_needed));
+  }
+
+  auto swap_in =
+      ConvertMoves(plan.swap_in(), "swap_in", limits.num_cpu_blocks, limits.num_gpu_blocks);
+  if (!swap_in.ok()) return swap_in.status();
+  auto swap_out =
+      ConvertMoves(plan.swap_out(), "swap_out", limits.num_gpu_blocks, limits.num_cpu_blocks);
+  if (!swap_out.ok()) return swap_out.status();
+  auto copy = ConvertMoves(plan.copy(), "copy", limits.num_gpu_blocks, limits.num_gpu_blocks);
+  if (!copy.ok()) return copy.status();
+  batch.swap_in = *std::move(swap_in);
+  batch.swap_out = *std::move(swap_out);
+  batch.copy = *std::move(copy);
+
+  const int num_seqs = plan.sequences_size();
+  batch.query_start.push_back(0);
+  batch.block_tables.assign(static_cast<size_t>(num_seqs) * batch.max_blocks_per_seq, 0);
+  for (int s = 0; s < num_seqs; ++s) {
+    const SequenceStep& step = plan.sequences(s);
+    const int start = step.start_position();
+    const int context = start + step.token_ids_size();
+    const int blocks_needed = (context + block_size - 1) / block_size;
+    std::copy_n(step.block_table().begin(), blocks_needed,
+                batch.block_tables.begin() + static_cast<size_t>(s) * batch.max_blocks_per_seq);
+    for (int i = 0; i < step.token_ids_size(); ++i) {
+      const int position = start + i;
+      batch.input_ids.push_back(step.token_ids(i));
+      batch.positions.push_back(position);
+      batch.slot_mapping.push_back(step.block_table(position / block_size) * block_size +
+                                   position % block_size);
+    }
+    batch.query_start.push_back(static_cast<int32_t>(batch.input_ids.size()));
+    batch.context_lens.push_back(context);
+    if (step.do_sample()) {
+      batch.logits_indices.push_back(batch.query_start.back() - 1);
+      batch.sample_sequences.push_back(s);
+    }
+  }
+  return batch;
+}
+
+}  // namespace pagoda::worker

@@ -1,0 +1,58 @@
+#ifndef PAGODA_WORKER_BATCH_H_
+#define PAGODA_WORKER_BATCH_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "pagoda/worker/v1/worker.pb.h"
+#include "worker/backend.h"
+
+namespace pagoda::worker {
+
+// What a plan is checked against.
+struct BatchLimits {
+  int vocab_size = 0;
+  int block_size = 0;
+  int num_gpu_blocks = 0;
+  int num_cpu_blocks = 0;
+};
+
+// A StepPlan flattened into the arrays the model and attention consume: the
+// one place that turns per-sequence steps into per-token rows.
+struct FlatBatch {
+  // Per token, in plan order (sequence by sequence).
+  std::vector<int32_t> input_ids;
+  std::vector<int32_t> positions;
+  std::vector<int32_t> slot_mapping;
+  // Per sequence: token rows [query_start[s], query_start[s+1]); context_lens
+  // = start_position + number of tokens; block tables padded to
+  // max_blocks_per_seq with 0 (never read past the context).
+  std::vector<int32_t> query_start;
+  std::vector<int32_t> context_lens;
+  std::vector<int32_t> block_tables;
+  int max_blocks_per_seq = 0;
+  // Rows whose logits are needed: the last token of each do_sample sequence,
+  // and which plan sequence each belongs to.
+  std::vector<int32_t> logits_indices;
+  std::vector<int32_t> sample_sequences;
+  // Block moves, in the plan's order.
+  std::vector<BlockPair> swap_in, swap_out, copy;
+
+  int num_tokens() const { return static_cast<int>(input_ids.size()); }
+  int num_seqs() const { return static_cast<int>(context_lens.size()); }
+};
+
+// Validates `plan` and flattens it. INVALID_ARGUMENT, naming the seq_id and
+// the problem, for: an empty token list, a duplicate seq_id, a negative start
+// position, a token id outside [0, vocab_size), a block table too short for
+// start_position + len(token_ids) tokens, a block id outside
+// [0, num_gpu_blocks), sampling options out of range (negative or NaN
+// temperature, top_p outside [0, 1], negative top_k, num_logprobs outside
+// [0, 20]); and for block moves with ids outside their cache.
+absl::StatusOr<FlatBatch> FlattenStepPlan(const pagoda::worker::v1::StepPlan& plan,
+                                          const BatchLimits& limits);
+
+}  // namespace pagoda::worker
+
+#endif  // PAGODA_WORKER_BATCH_H_

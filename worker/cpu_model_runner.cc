@@ -1,0 +1,127 @@
+// The CPU ModelRunner: LlamaModel over the CPU backend, one CacheEngine,
+// plans validated and flattened by FlattenStepPlan, tokens picked by
+// SampleToken.
+
+#include <chrono>
+#include <limits>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "worker/batch.h"
+#include "worker/cache_engine.h"
+#include "worker/communicator.h"
+#include "worker/cpu/cpu_backend.h"
+#include "worker/llama_model.h"
+#include "worker/model_runner.h"
+#include "worker/sampler.h"
+
+namespace pagoda::worker {
+namespace {
+
+using pagoda::worker::v1::InitCacheRequest;
+using pagoda::worker::v1::LoadModelRequest;
+using pagoda::worker::v1::LoadModelResponse;
+using pagoda::worker::v1::StepPlan;
+using pagoda::worker::v1::StepResult;
+
+class CpuModelRunner final : public ModelRunner {
+ public:
+  CpuModelRunner() : backend_(CreateCpuBackend()), communicator_(CreateSingleRankCommunicator()) {}
+
+  absl::StatusOr<LoadModelResponse> LoadModel(const LoadModelRequest& request) override {
+    if (model_ != nullptr) return absl::FailedPreconditionError("a model is already loaded");
+    if (!request.device().empty() && request.device() != "cpu") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the CPU model runner cannot run on device '", request.device(), "'"));
+    }
+    if (request.block_size() <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("block_size must be positive, got ", request.block_size()));
+    }
+    if (request.kv_cache_memory_bytes() <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat("kv_cache_memory_bytes must be positive, got ",
+                                                     request.kv_cache_memory_bytes()));
+    }
+    if (request.world_size() > 1 || request.rank() != 0) {
+      return absl::UnimplementedError(
+          absl::StrCat("the CPU model runner supports a single rank; got rank ", request.rank(),
+                       " of ", request.world_size()));
+    }
+    auto model = LlamaModel::Load(request.model_dir(), backend_.get(), communicator_.get());
+    if (!model.ok()) return model.status();
+    model_ = *std::move(model);
+    block_size_ = request.block_size();
+
+    const int64_t bytes_per_block = model_->CacheShape(block_size_).bytes_per_block();
+    const int64_t blocks = request.kv_cache_memory_bytes() / bytes_per_block;
+    LoadModelResponse response;
+    response.set_num_gpu_blocks(
+        static_cast<int32_t>(std::min<int64_t>(blocks, std::numeric_limits<int32_t>::max())));
+    response.set_bytes_per_block(bytes_per_block);
+    response.set_vocab_size(model_->config().vocab_size);
+    return response;
+  }
+
+  absl::Status InitCache(const InitCacheRequest& request) override {
+    if (model_ == nullptr) return absl::FailedPreconditionError("InitCache before LoadModel");
+    if (request.num_gpu_blocks() <= 0 || request.num_cpu_blocks() < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("InitCache needs num_gpu_blocks > 0 and num_cpu_blocks >= 0, got ",
+                       request.num_gpu_blocks(), " and ", request.num_cpu_blocks()));
+    }
+    cache_.reset();  // Free the old cache before allocating the new one.
+    cache_ = std::make_unique<CacheEngine>(backend_.get(), model_->CacheShape(block_size_),
+                                           request.num_gpu_blocks(), request.num_cpu_blocks());
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<StepResult> ExecuteStep(const StepPlan& plan) override {
+    if (cache_ == nullptr) return absl::FailedPreconditionError("ExecuteStep before InitCache");
+    const auto start = std::chrono::steady_clock::now();
+    // Everything is validated before anything is touched, so a rejected plan
+    // leaves the cache as it was.
+    auto batch = FlattenStepPlan(plan, BatchLimits{.vocab_size = model_->config().vocab_size,
+                                                   .block_size = block_size_,
+                                                   .num_gpu_blocks = cache_->num_gpu_blocks(),
+                                                   .num_cpu_blocks = cache_->num_cpu_blocks()});
+    if (!batch.ok()) return batch.status();
+    // Swap out before swap in so a GPU block vacated this step can receive a
+    // swapped-in block; copies (copy-on-write) last, as they act on resident
+    // blocks.
+    cache_->SwapOut(batch->swap_out);
+    cache_->SwapIn(batch->swap_in);
+    cache_->Copy(batch->copy);
+
+    StepResult result;
+    result.set_step_id(plan.step_id());
+    if (batch->num_tokens() > 0) {
+      auto logits = model_->Forward(*batch, cache_.get());
+      if (!logits.ok()) return logits.status();
+      const size_t vocab = model_->config().vocab_size;
+      for (size_t row = 0; row < batch->sample_sequences.size(); ++row) {
+        const auto& step = plan.sequences(batch->sample_sequences[row]);
+        auto token = SampleToken(absl::MakeConstSpan(logits->data() + row * vocab, vocab),
+                                 step.sampling(), step.sample_index());
+        token.set_seq_id(step.seq_id());
+        *result.add_tokens() = std::move(token);
+      }
+    }
+    result.set_forward_seconds(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    return result;
+  }
+
+ private:
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Communicator> communicator_;
+  std::unique_ptr<LlamaModel> model_;
+  std::unique_ptr<CacheEngine> cache_;
+  int block_size_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<ModelRunner> CreateCpuModelRunner() { return std::make_unique<CpuModelRunner>(); }
+
+}  // namespace pagoda::worker

@@ -1,0 +1,67 @@
+#ifndef PAGODA_WORKER_LLAMA_MODEL_H_
+#define PAGODA_WORKER_LLAMA_MODEL_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/model_config.h"
+#include "worker/backend.h"
+#include "worker/batch.h"
+#include "worker/cache_engine.h"
+#include "worker/communicator.h"
+
+namespace pagoda::worker {
+
+// A Llama-family decoder (LlamaForCausalLM, Qwen2ForCausalLM) written against
+// the Backend ops: weights live in backend memory as f32, converted at load
+// from f32/f16/bf16. The forward runs over a flattened batch of any mix of
+// prefill and decode tokens. Thread safety: one caller at a time.
+class LlamaModel {
+ public:
+  // Reads config.json and the safetensors of `model_dir`. Missing or
+  // mis-shaped tensors fail with the WeightStore's error (naming the tensor).
+  // REQUIRES: communicator->world_size() == 1 (sharding is not written yet;
+  // UNIMPLEMENTED otherwise). backend and communicator must outlive the model.
+  static absl::StatusOr<std::unique_ptr<LlamaModel>> Load(const std::string& model_dir,
+                                                          Backend* backend,
+                                                          Communicator* communicator);
+  LlamaModel(const LlamaModel&) = delete;
+  LlamaModel& operator=(const LlamaModel&) = delete;
+  ~LlamaModel();
+
+  const ModelConfig& config() const { return config_; }
+  // The KV cache geometry this model needs for `block_size`-token blocks.
+  KvCacheShape CacheShape(int block_size) const;
+
+  // Runs every token of `batch`, writing its K/V into `cache` at the batch's
+  // slots and attending through the batch's block tables, and returns the
+  // logits of the batch's logits_indices rows: [logits_indices.size(),
+  // vocab_size], row-major, host memory.
+  // REQUIRES: batch came from FlattenStepPlan with this cache's limits and
+  // cache->shape() == CacheShape(block size).
+  absl::StatusOr<std::vector<float>> Forward(const FlatBatch& batch, CacheEngine* cache);
+
+ private:
+  struct LayerWeights;
+  LlamaModel(ModelConfig config, Backend* backend, Communicator* communicator);
+  absl::Status LoadWeights(const std::string& model_dir);
+
+  ModelConfig config_;
+  Backend* backend_;
+  Communicator* communicator_;
+  std::unique_ptr<Buffer> embed_tokens_;
+  std::unique_ptr<Buffer> final_norm_;
+  std::unique_ptr<Buffer> lm_head_;  // Null when tied: embed_tokens_ is used.
+  std::unique_ptr<Buffer> inv_freq_;
+  std::vector<std::unique_ptr<LayerWeights>> layers_;
+};
+
+// Rotary inverse frequencies (head_dim / 2 of them) with the config's
+// scaling applied (none, linear, llama3), as Hugging Face computes them.
+std::vector<double> RopeInverseFrequencies(const ModelConfig& config);
+
+}  // namespace pagoda::worker
+
+#endif  // PAGODA_WORKER_LLAMA_MODEL_H_

@@ -1,0 +1,29 @@
+# pagoda_worker_core: the CPU Llama forward over a paged KV cache, sampling and
+# the ModelRunner (no gRPC), plus their unit tests.
+add_library(pagoda_worker_core STATIC
+  ${CMAKE_CURRENT_LIST_DIR}/batch.cc
+  ${CMAKE_CURRENT_LIST_DIR}/cache_engine.cc
+  ${CMAKE_CURRENT_LIST_DIR}/communicator.cc
+  ${CMAKE_CURRENT_LIST_DIR}/cpu/cpu_backend.cc
+  ${CMAKE_CURRENT_LIST_DIR}/cpu_model_runner.cc
+  ${CMAKE_CURRENT_LIST_DIR}/llama_model.cc
+  ${CMAKE_CURRENT_LIST_DIR}/sampler.cc)
+# pagoda_proto (libprotobuf) must come before pagoda_common: Debian's
+# libsentencepiece exports its own copy of protobuf internals, and whichever
+# library the dynamic linker sees first wins; sentencepiece first crashes in
+# protobuf's static initialisers.
+target_link_libraries(pagoda_worker_core PUBLIC
+  pagoda_proto pagoda_common PkgConfig::OPENBLAS Threads::Threads
+  absl::status absl::statusor absl::strings absl::span absl::flat_hash_set)
+
+foreach(test_name cpu_attention sampler model_runner)
+  set(test_source ${CMAKE_CURRENT_LIST_DIR}/${test_name}_test.cc)
+  if(test_name STREQUAL "cpu_attention")
+    set(test_source ${CMAKE_CURRENT_LIST_DIR}/cpu/cpu_attention_test.cc)
+  endif()
+  if(EXISTS ${test_source})
+    pagoda_add_test(worker_${test_name}_test
+      SOURCES ${test_source}
+      LIBS pagoda_worker_core pagoda_common_testing)
+  endif()
+endforeach()

@@ -1,0 +1,197 @@
+// pagoda-worker: one rank's model shard and KV cache behind the
+// pagoda.worker.v1.Worker gRPC service. Everything about the model it learns
+// from the server's LoadModel call; the command line only says where to listen.
+//
+// After binding it prints exactly one line "PAGODA_WORKER_LISTENING <port>" to
+// stdout so a launcher that asked for port 0 learns the port. It exits 0 after
+// a Shutdown RPC, SIGTERM or SIGINT, and also when --parent-pid is given and
+// that process is gone (so an orphaned worker never lingers).
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "glog/logging.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "worker/model_runner.h"
+#include "worker/worker_service.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:0", "Address to serve on; port 0 = the OS picks one.");
+ABSL_FLAG(int, rank, 0, "Tensor-parallel rank of this worker.");
+ABSL_FLAG(int, parent_pid, 0, "If set, exit when this process (the server) dies.");
+
+namespace {
+
+// How long in-flight calls get to finish once the worker decides to stop, and
+// how long after that the process may take before it is forced out.
+constexpr absl::Duration kDrainGrace = absl::Seconds(2);
+constexpr absl::Duration kForcedExitAfter = absl::Seconds(10);
+// How often the watcher thread looks for signals and for the parent's death.
+constexpr absl::Duration kWatchPeriod = absl::Milliseconds(100);
+
+// The first reason to stop wins; later ones are ignored.
+class StopRequest {
+ public:
+  void Request(std::string reason) {
+    absl::MutexLock lock(&mutex_);
+    if (!reason_.empty()) return;
+    reason_ = std::move(reason);
+  }
+  bool requested() {
+    absl::MutexLock lock(&mutex_);
+    return !reason_.empty();
+  }
+  // Blocks until Request was called; returns its reason.
+  std::string Wait() {
+    absl::MutexLock lock(&mutex_);
+    mutex_.Await(absl::Condition(
+        +[](std::string* reason) { return !reason->empty(); }, &reason_));
+    return reason_;
+  }
+
+ private:
+  absl::Mutex mutex_;
+  std::string reason_ ABSL_GUARDED_BY(mutex_);
+};
+
+// Lets "--parent-pid" spell the flag "parent_pid" (Abseil flag names cannot
+// hold '-', while Pagoda's command lines use vLLM's dashed names).
+std::vector<char*> DashesToUnderscores(int argc, char** argv, std::vector<std::string>& storage) {
+  storage.assign(argv, argv + argc);
+  for (size_t i = 1; i < storage.size(); ++i) {
+    std::string& arg = storage[i];
+    if (arg == "--") break;
+    if (arg.size() < 3 || arg[0] != '-') continue;
+    const size_t name_end = std::min(arg.find('='), arg.size());
+    for (size_t j = arg[1] == '-' ? 2 : 1; j < name_end; ++j) {
+      if (arg[j] == '-') arg[j] = '_';
+    }
+  }
+  std::vector<char*> pointers;
+  for (std::string& arg : storage) pointers.push_back(arg.data());
+  return pointers;
+}
+
+absl::StatusOr<std::unique_ptr<pagoda::worker::ModelRunner>> MakeRunner(const std::string& device) {
+  if (device.empty() || device == "cpu") return pagoda::worker::CreateCpuModelRunner();
+  return absl::InvalidArgumentError(
+      absl::StrCat("device '", device, "' is not supported by this pagoda-worker build"));
+}
+
+// SIGTERM/SIGINT may land on any thread (libraries such as OpenBLAS start
+// threads before main), so the handler only writes the signal number to a pipe
+// that the watcher reads: write() is async-signal-safe.
+int signal_pipe[2] = {-1, -1};
+
+extern "C" void OnStopSignal(int signal) {
+  const int saved_errno = errno;
+  const char byte = static_cast<char>(signal);
+  [[maybe_unused]] ssize_t ignored = write(signal_pipe[1], &byte, 1);
+  errno = saved_errno;
+}
+
+bool InstallStopSignalHandlers() {
+  if (pipe2(signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return false;
+  struct sigaction action = {};
+  action.sa_handler = OnStopSignal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  return sigaction(SIGTERM, &action, nullptr) == 0 && sigaction(SIGINT, &action, nullptr) == 0;
+}
+
+// Waits for a stop signal and for the parent's death, until `stop` is
+// requested by anyone.
+void WatchSignalsAndParent(pid_t parent_pid, StopRequest& stop) {
+  while (!stop.requested()) {
+    pollfd readable = {signal_pipe[0], POLLIN, 0};
+    char signal = 0;
+    if (poll(&readable, 1, static_cast<int>(absl::ToInt64Milliseconds(kWatchPeriod))) > 0 &&
+        read(signal_pipe[0], &signal, 1) == 1) {
+      stop.Request(absl::StrCat("received signal ", strsignal(signal)));
+    } else if (parent_pid > 0 && getppid() != parent_pid) {
+      // Re-parented: the server that spawned us is gone.
+      stop.Request(absl::StrCat("parent process ", parent_pid, " exited"));
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> arg_storage;
+  std::vector<char*> args = DashesToUnderscores(argc, argv, arg_storage);
+  absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
+  FLAGS_logtostderr = true;
+  google::InitGoogleLogging(argv[0]);
+
+  const int rank = absl::GetFlag(FLAGS_rank);
+  const pid_t parent_pid = absl::GetFlag(FLAGS_parent_pid);
+  if (parent_pid > 0 && getppid() != parent_pid) {
+    LOG(ERROR) << "parent process " << parent_pid << " is already gone";
+    return 1;
+  }
+
+  if (!InstallStopSignalHandlers()) {
+    PLOG(ERROR) << "cannot install signal handlers";
+    return 1;
+  }
+  signal(SIGPIPE, SIG_IGN);
+
+  StopRequest stop;
+  pagoda::worker::WorkerService service(rank, MakeRunner,
+                                        [&stop] { stop.Request("Shutdown RPC"); });
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(absl::GetFlag(FLAGS_listen), grpc::InsecureServerCredentials(), &port);
+  // Step plans and results grow with the batch; do not cap them at 4 MiB.
+  builder.SetMaxReceiveMessageSize(-1);
+  builder.SetMaxSendMessageSize(-1);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    LOG(ERROR) << "cannot listen on " << absl::GetFlag(FLAGS_listen);
+    return 1;
+  }
+  std::printf("PAGODA_WORKER_LISTENING %d\n", port);
+  std::fflush(stdout);
+  LOG(INFO) << "pagoda-worker rank " << rank << " listening on port " << port;
+
+  std::thread watcher(WatchSignalsAndParent, parent_pid, std::ref(stop));
+  const std::string reason = stop.Wait();
+  LOG(INFO) << "rank " << rank << " stopping: " << reason;
+
+  // A step stuck in a long computation must not keep an orphan alive.
+  std::thread([] {
+    absl::SleepFor(kForcedExitAfter);
+    LOG(ERROR) << "did not stop in time; exiting";
+    std::_Exit(1);
+  }).detach();
+  server->Shutdown(std::chrono::system_clock::now() + absl::ToChronoSeconds(kDrainGrace));
+  server->Wait();
+  watcher.join();
+  LOG(INFO) << "rank " << rank << " stopped";
+  return 0;
+}

@@ -1,0 +1,113 @@
+#include "worker/worker_service.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "glog/logging.h"
+
+namespace pagoda::worker {
+namespace {
+
+namespace v1 = ::pagoda::worker::v1;
+
+// The canonical codes are shared by Abseil and gRPC; these pin the assumption
+// that lets ToGrpcStatus convert by number.
+static_assert(static_cast<int>(absl::StatusCode::kInvalidArgument) ==
+              static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
+static_assert(static_cast<int>(absl::StatusCode::kUnavailable) ==
+              static_cast<int>(grpc::StatusCode::UNAVAILABLE));
+static_assert(static_cast<int>(absl::StatusCode::kUnauthenticated) ==
+              static_cast<int>(grpc::StatusCode::UNAUTHENTICATED));
+
+}  // namespace
+
+grpc::Status ToGrpcStatus(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  const int code = static_cast<int>(status.code());
+  const bool known = code > 0 && code <= static_cast<int>(grpc::StatusCode::UNAUTHENTICATED);
+  return grpc::Status(known ? static_cast<grpc::StatusCode>(code) : grpc::StatusCode::UNKNOWN,
+                      std::string(status.message()));
+}
+
+WorkerService::WorkerService(int rank, ModelRunnerFactory runner_factory,
+                             std::function<void()> on_shutdown)
+    : rank_(rank),
+      runner_factory_(std::move(runner_factory)),
+      on_shutdown_(std::move(on_shutdown)) {}
+
+grpc::Status WorkerService::LoadModel(grpc::ServerContext* /*context*/,
+                                      const v1::LoadModelRequest* request,
+                                      v1::LoadModelResponse* response) {
+  absl::MutexLock lock(&mutex_);
+  LOG(INFO) << "rank " << rank_ << ": LoadModel " << request->model_dir() << " (device '"
+            << request->device() << "', world size " << request->world_size() << ")";
+  // Drop the old model first so its memory is free before the new one loads.
+  runner_.reset();
+  cache_ready_ = false;
+  absl::StatusOr<std::unique_ptr<ModelRunner>> runner = runner_factory_(request->device());
+  if (!runner.ok()) return ToGrpcStatus(runner.status());
+  absl::StatusOr<v1::LoadModelResponse> loaded = (*runner)->LoadModel(*request);
+  if (!loaded.ok()) {
+    LOG(WARNING) << "rank " << rank_ << ": LoadModel failed: " << loaded.status();
+    return ToGrpcStatus(loaded.status());
+  }
+  *response = *std::move(loaded);
+  runner_ = *std::move(runner);
+  LOG(INFO) << "rank " << rank_ << ": model loaded, " << response->num_gpu_blocks()
+            << " KV blocks of " << response->bytes_per_block() << " bytes fit";
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerService::InitCache(grpc::ServerContext* /*context*/,
+                                      const v1::InitCacheRequest* request,
+                                      v1::InitCacheResponse* /*response*/) {
+  absl::MutexLock lock(&mutex_);
+  if (runner_ == nullptr) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "InitCache before LoadModel");
+  }
+  cache_ready_ = false;
+  absl::Status status = runner_->InitCache(*request);
+  if (!status.ok()) {
+    LOG(WARNING) << "rank " << rank_ << ": InitCache failed: " << status;
+    return ToGrpcStatus(status);
+  }
+  cache_ready_ = true;
+  LOG(INFO) << "rank " << rank_ << ": KV cache ready, " << request->num_gpu_blocks()
+            << " device blocks, " << request->num_cpu_blocks() << " swap blocks";
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerService::ExecuteStep(grpc::ServerContext* /*context*/, const v1::StepPlan* plan,
+                                        v1::StepResult* result) {
+  absl::MutexLock lock(&mutex_);
+  if (runner_ == nullptr || !cache_ready_) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "ExecuteStep before LoadModel and InitCache");
+  }
+  const absl::Time start = absl::Now();
+  absl::StatusOr<v1::StepResult> executed = runner_->ExecuteStep(*plan);
+  if (!executed.ok()) {
+    LOG(WARNING) << "rank " << rank_ << ": step " << plan->step_id()
+                 << " failed: " << executed.status();
+    return ToGrpcStatus(executed.status());
+  }
+  *result = *std::move(executed);
+  result->set_step_id(plan->step_id());
+  // The runner may time itself more narrowly; fill in the time only if not.
+  if (result->forward_seconds() == 0) {
+    result->set_forward_seconds(absl::ToDoubleSeconds(absl::Now() - start));
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerService::Shutdown(grpc::ServerContext* /*context*/,
+                                     const v1::ShutdownRequest* /*request*/,
+                                     v1::ShutdownResponse* /*response*/) {
+  LOG(INFO) << "rank " << rank_ << ": Shutdown requested";
+  // Only signals: the owner stops the server, which waits for this reply.
+  if (on_shutdown_) on_shutdown_();
+  return grpc::Status::OK;
+}
+
+}  // namespace pagoda::worker

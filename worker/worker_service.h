@@ -1,0 +1,71 @@
+#ifndef PAGODA_WORKER_WORKER_SERVICE_H_
+#define PAGODA_WORKER_WORKER_SERVICE_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "grpcpp/grpcpp.h"
+#include "pagoda/worker/v1/worker.grpc.pb.h"
+#include "worker/model_runner.h"
+
+namespace pagoda::worker {
+
+// Converts an absl::Status to the grpc::Status with the same canonical code
+// and message (the two code spaces are the same numbers by design).
+grpc::Status ToGrpcStatus(const absl::Status& status);
+
+// Makes the ModelRunner for a device name from LoadModelRequest.device ("cpu",
+// "cuda"; empty means "cpu"). Returns INVALID_ARGUMENT for a device this build
+// cannot serve.
+using ModelRunnerFactory =
+    std::function<absl::StatusOr<std::unique_ptr<ModelRunner>>(const std::string& device)>;
+
+// The gRPC face of one worker rank: pagoda.worker.v1.Worker over a ModelRunner.
+//
+// Every LoadModel makes a fresh runner (dropping the old one and its cache), so
+// a server can re-initialise a worker. InitCache and ExecuteStep before a
+// successful LoadModel return FAILED_PRECONDITION. Shutdown replies, then calls
+// `on_shutdown` so the owner can stop the server once the reply is sent.
+//
+// Thread-safe: gRPC calls the handlers from many threads; they are serialised
+// on one mutex, so at most one runner call is in progress at a time.
+class WorkerService final : public pagoda::worker::v1::Worker::Service {
+ public:
+  // `on_shutdown` is called from a handler thread, at most once per Shutdown
+  // RPC; it must not block on the server (it should only signal).
+  WorkerService(int rank, ModelRunnerFactory runner_factory, std::function<void()> on_shutdown);
+
+  WorkerService(const WorkerService&) = delete;
+  WorkerService& operator=(const WorkerService&) = delete;
+
+  grpc::Status LoadModel(grpc::ServerContext* context,
+                         const pagoda::worker::v1::LoadModelRequest* request,
+                         pagoda::worker::v1::LoadModelResponse* response) override;
+  grpc::Status InitCache(grpc::ServerContext* context,
+                         const pagoda::worker::v1::InitCacheRequest* request,
+                         pagoda::worker::v1::InitCacheResponse* response) override;
+  grpc::Status ExecuteStep(grpc::ServerContext* context, const pagoda::worker::v1::StepPlan* plan,
+                           pagoda::worker::v1::StepResult* result) override;
+  grpc::Status Shutdown(grpc::ServerContext* context,
+                        const pagoda::worker::v1::ShutdownRequest* request,
+                        pagoda::worker::v1::ShutdownResponse* response) override;
+
+ private:
+  const int rank_;
+  const ModelRunnerFactory runner_factory_;
+  const std::function<void()> on_shutdown_;
+
+  absl::Mutex mutex_;
+  // Null until a LoadModel succeeds.
+  std::unique_ptr<ModelRunner> runner_ ABSL_GUARDED_BY(mutex_);
+  bool cache_ready_ ABSL_GUARDED_BY(mutex_) = false;
+};
+
+}  // namespace pagoda::worker
+
+#endif  // PAGODA_WORKER_WORKER_SERVICE_H_

@@ -1,0 +1,397 @@
+// Drives real pagoda-worker processes over loopback gRPC through the server's
+// WorkerGroup, and checks their answers against the same model run in-process.
+
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "google/protobuf/empty.pb.h"
+#include "google/protobuf/wrappers.pb.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "scheduler/grpc_worker_group.h"
+#include "scheduler/worker_group.h"
+#include "scheduler/worker_launcher.h"
+#include "worker/model_runner.h"
+
+extern char** environ;
+
+namespace pagoda::worker {
+namespace {
+
+namespace v1 = ::pagoda::worker::v1;
+using ::pagoda::scheduler::GrpcWorkerGroup;
+using ::pagoda::scheduler::WorkerGroup;
+using ::pagoda::scheduler::WorkerProcess;
+
+constexpr absl::Duration kStartTimeout = absl::Seconds(20);
+constexpr int kBlockSize = 4;
+constexpr int kVocabSize = 64;
+
+std::string EnvOr(const char* name, const std::string& fallback) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0' ? value : fallback;
+}
+
+// True once `pid` is no process at all: reaped, not merely a zombie.
+bool ProcessIsGone(pid_t pid) { return kill(pid, 0) != 0 && errno == ESRCH; }
+
+class WorkerServiceTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    char dir_template[] = "/tmp/pagoda_worker_service_test_XXXXXX";
+    ASSERT_NE(mkdtemp(dir_template), nullptr);
+    temp_dir_ = new std::string(dir_template);
+    model_dir_ = new std::string(*temp_dir_ + "/model");
+    const std::string command = absl::StrCat(
+        EnvOr("PAGODA_PYTHON3", "/usr/bin/python3"), " ", EnvOr("PAGODA_SOURCE_DIR", "."),
+        "/scripts/make_tiny_model.py --out ", *model_dir_, " --vocab-size ", kVocabSize,
+        " --hidden-size 32 --intermediate-size 64 --num-layers 2 --num-heads 4"
+        " --num-kv-heads 2 --dtype f32 > /dev/null");
+    ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  }
+  static void TearDownTestSuite() {
+    std::filesystem::remove_all(*temp_dir_);
+    delete temp_dir_;
+    delete model_dir_;
+  }
+
+  static v1::LoadModelRequest LoadRequest(const std::string& model_dir) {
+    v1::LoadModelRequest request;
+    request.set_model_dir(model_dir);
+    request.set_block_size(kBlockSize);
+    request.set_device("cpu");
+    request.set_kv_cache_memory_bytes(1 << 20);
+    request.set_max_num_batched_tokens(64);
+    request.set_max_num_seqs(4);
+    return request;
+  }
+
+  static v1::InitCacheRequest CacheRequest() {
+    v1::InitCacheRequest request;
+    request.set_num_gpu_blocks(16);
+    request.set_num_cpu_blocks(4);
+    return request;
+  }
+
+  // One greedy step of one sequence whose context fits in `block_table`.
+  static v1::StepPlan Step(int64_t step_id, int64_t seq_id, std::vector<int> tokens,
+                           int start_position, std::vector<int> block_table) {
+    v1::StepPlan plan;
+    plan.set_step_id(step_id);
+    v1::SequenceStep* sequence = plan.add_sequences();
+    sequence->set_seq_id(seq_id);
+    for (int token : tokens) sequence->add_token_ids(token);
+    sequence->set_start_position(start_position);
+    for (int block : block_table) sequence->add_block_table(block);
+    sequence->set_do_sample(true);
+    sequence->mutable_sampling()->set_num_logprobs(3);
+    return plan;
+  }
+
+  // Launches one worker and brings it to the point where it runs steps.
+  static std::unique_ptr<WorkerGroup> ReadyWorker() {
+    auto group = scheduler::LaunchLocalWorkers(PAGODA_WORKER_BINARY, 1, kStartTimeout);
+    EXPECT_TRUE(group.ok()) << group.status();
+    if (!group.ok()) return nullptr;
+    auto loaded = (*group)->LoadModel(LoadRequest(*model_dir_));
+    EXPECT_TRUE(loaded.ok()) << loaded.status();
+    absl::Status cache = (*group)->InitCache(CacheRequest());
+    EXPECT_TRUE(cache.ok()) << cache;
+    return *std::move(group);
+  }
+
+  static std::string* temp_dir_;
+  static std::string* model_dir_;
+};
+
+std::string* WorkerServiceTest::temp_dir_ = nullptr;
+std::string* WorkerServiceTest::model_dir_ = nullptr;
+
+TEST_F(WorkerServiceTest, PrefillAndDecodeThroughTheProcessMatchInProcessRunner) {
+  auto group = scheduler::LaunchLocalWorkers(PAGODA_WORKER_BINARY, 1, kStartTimeout);
+  ASSERT_TRUE(group.ok()) << group.status();
+  EXPECT_EQ((*group)->world_size(), 1);
+  std::unique_ptr<ModelRunner> local = CreateCpuModelRunner();
+
+  auto remote_loaded = (*group)->LoadModel(LoadRequest(*model_dir_));
+  ASSERT_TRUE(remote_loaded.ok()) << remote_loaded.status();
+  auto local_loaded = local->LoadModel(LoadRequest(*model_dir_));
+  ASSERT_TRUE(local_loaded.ok()) << local_loaded.status();
+  EXPECT_EQ(remote_loaded->vocab_size(), kVocabSize);
+  EXPECT_GT(remote_loaded->num_gpu_blocks(), 16);
+  EXPECT_EQ(remote_loaded->num_gpu_blocks(), local_loaded->num_gpu_blocks());
+  EXPECT_EQ(remote_loaded->bytes_per_block(), local_loaded->bytes_per_block());
+
+  ASSERT_TRUE((*group)->InitCache(CacheRequest()).ok());
+  ASSERT_TRUE(local->InitCache(CacheRequest()).ok());
+
+  // Prefill 5 prompt tokens into blocks {3, 7}, then decode 3 tokens, feeding
+  // back what the worker sampled.
+  std::vector<int> tokens = {5, 17, 33, 2, 60};
+  const std::vector<int> block_table = {3, 7};
+  int position = 0;
+  std::vector<int> generated;
+  for (int step = 0; step < 4; ++step) {
+    const v1::StepPlan plan = Step(step, 42, tokens, position, block_table);
+    auto remote = (*group)->ExecuteStep(plan);
+    ASSERT_TRUE(remote.ok()) << remote.status();
+    auto expected = local->ExecuteStep(plan);
+    ASSERT_TRUE(expected.ok()) << expected.status();
+    EXPECT_EQ(remote->step_id(), step);
+    EXPECT_GT(remote->forward_seconds(), 0);
+    ASSERT_EQ(remote->tokens_size(), 1);
+    const v1::SampledToken& token = remote->tokens(0);
+    EXPECT_EQ(token.seq_id(), 42);
+    EXPECT_GE(token.token_id(), 0);
+    EXPECT_LT(token.token_id(), kVocabSize);
+    EXPECT_EQ(token.token_id(), expected->tokens(0).token_id());
+    EXPECT_FLOAT_EQ(token.logprob(), expected->tokens(0).logprob());
+    EXPECT_EQ(token.top_size(), 3);
+    position += static_cast<int>(tokens.size());
+    tokens = {token.token_id()};
+    generated.push_back(token.token_id());
+  }
+  EXPECT_EQ(generated.size(), 4u);
+  EXPECT_TRUE((*group)->Healthy());
+  (*group)->Shutdown();
+  EXPECT_FALSE((*group)->Healthy());
+}
+
+TEST_F(WorkerServiceTest, MalformedPlanIsInvalidArgumentAndWorkerKeepsServing) {
+  std::unique_ptr<WorkerGroup> group = ReadyWorker();
+  ASSERT_NE(group, nullptr);
+  auto bad_block = group->ExecuteStep(Step(1, 1, {1, 2, 3}, 0, {100000}));
+  EXPECT_EQ(bad_block.status().code(), absl::StatusCode::kInvalidArgument) << bad_block.status();
+  auto bad_token = group->ExecuteStep(Step(2, 1, {kVocabSize + 5}, 0, {0}));
+  EXPECT_EQ(bad_token.status().code(), absl::StatusCode::kInvalidArgument) << bad_token.status();
+  EXPECT_TRUE(group->Healthy());
+
+  auto good = group->ExecuteStep(Step(3, 1, {1, 2, 3}, 0, {0}));
+  ASSERT_TRUE(good.ok()) << good.status();
+  EXPECT_EQ(good->tokens_size(), 1);
+  EXPECT_TRUE(group->Healthy());
+}
+
+TEST_F(WorkerServiceTest, StepBeforeLoadIsFailedPrecondition) {
+  auto group = scheduler::LaunchLocalWorkers(PAGODA_WORKER_BINARY, 1, kStartTimeout);
+  ASSERT_TRUE(group.ok()) << group.status();
+  auto step = (*group)->ExecuteStep(Step(0, 1, {1}, 0, {0}));
+  EXPECT_EQ(step.status().code(), absl::StatusCode::kFailedPrecondition) << step.status();
+  EXPECT_EQ((*group)->InitCache(CacheRequest()).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE((*group)->Healthy());
+}
+
+TEST_F(WorkerServiceTest, LoadModelFromBadDirectoryIsAClearErrorNotACrash) {
+  auto group = scheduler::LaunchLocalWorkers(PAGODA_WORKER_BINARY, 1, kStartTimeout);
+  ASSERT_TRUE(group.ok()) << group.status();
+  const std::string missing = *temp_dir_ + "/no_such_model";
+  auto loaded = (*group)->LoadModel(LoadRequest(missing));
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_NE(loaded.status().code(), absl::StatusCode::kUnavailable) << loaded.status();
+  EXPECT_NE(loaded.status().message().find("no_such_model"), std::string::npos) << loaded.status();
+  EXPECT_TRUE((*group)->Healthy());
+
+  v1::LoadModelRequest unknown_device = LoadRequest(*model_dir_);
+  unknown_device.set_device("tpu");
+  EXPECT_EQ((*group)->LoadModel(unknown_device).status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  // The same process then loads a good model.
+  auto good = (*group)->LoadModel(LoadRequest(*model_dir_));
+  EXPECT_TRUE(good.ok()) << good.status();
+}
+
+TEST_F(WorkerServiceTest, KilledWorkerMakesGroupUnavailableFast) {
+  std::unique_ptr<WorkerGroup> group = ReadyWorker();
+  ASSERT_NE(group, nullptr);
+  auto* grpc_group = dynamic_cast<GrpcWorkerGroup*>(group.get());
+  ASSERT_NE(grpc_group, nullptr);
+  ASSERT_EQ(grpc_group->worker_pids().size(), 1u);
+  const pid_t pid = grpc_group->worker_pids()[0];
+  ASSERT_TRUE(group->ExecuteStep(Step(0, 1, {1, 2}, 0, {0})).ok());
+
+  ASSERT_EQ(kill(pid, SIGKILL), 0);
+  const absl::Time killed = absl::Now();
+  auto step = group->ExecuteStep(Step(1, 1, {3}, 2, {0}));
+  EXPECT_LT(absl::Now() - killed, absl::Seconds(2));
+  EXPECT_EQ(step.status().code(), absl::StatusCode::kUnavailable) << step.status();
+  EXPECT_NE(step.status().message().find("rank 0"), std::string::npos) << step.status();
+  EXPECT_FALSE(group->Healthy());
+
+  // Every later call fails at once, without touching the network.
+  const absl::Time later = absl::Now();
+  EXPECT_EQ(group->ExecuteStep(Step(2, 1, {3}, 2, {0})).status().code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(group->InitCache(CacheRequest()).code(), absl::StatusCode::kUnavailable);
+  EXPECT_LT(absl::Now() - later, absl::Milliseconds(100));
+}
+
+TEST_F(WorkerServiceTest, MonitorNoticesADeadWorkerWithoutAnyCall) {
+  auto group = GrpcWorkerGroup::Launch(PAGODA_WORKER_BINARY, 1, kStartTimeout);
+  ASSERT_TRUE(group.ok()) << group.status();
+  ASSERT_TRUE((*group)->Healthy());
+  ASSERT_EQ(kill((*group)->worker_pids()[0], SIGKILL), 0);
+  const absl::Time deadline = absl::Now() + absl::Seconds(2);
+  while ((*group)->Healthy() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(10));
+  EXPECT_FALSE((*group)->Healthy());
+  EXPECT_TRUE(ProcessIsGone((*group)->worker_pids()[0]));  // Reaped by the monitor.
+}
+
+TEST_F(WorkerServiceTest, ShutdownReapsEveryWorker) {
+  auto group = GrpcWorkerGroup::Launch(PAGODA_WORKER_BINARY, 2, kStartTimeout);
+  ASSERT_TRUE(group.ok()) << group.status();
+  EXPECT_EQ((*group)->world_size(), 2);
+  const std::vector<pid_t> pids = (*group)->worker_pids();
+  ASSERT_EQ(pids.size(), 2u);
+  EXPECT_NE(pids[0], pids[1]);
+  for (pid_t pid : pids) EXPECT_EQ(kill(pid, 0), 0);
+
+  const absl::Time start = absl::Now();
+  (*group)->Shutdown();
+  // The workers left on the Shutdown RPC, well before the terminate grace.
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  for (pid_t pid : pids) {
+    EXPECT_TRUE(ProcessIsGone(pid)) << pid;
+    EXPECT_EQ(waitpid(pid, nullptr, WNOHANG), -1);  // Nothing left to reap.
+  }
+  EXPECT_FALSE((*group)->Healthy());
+  EXPECT_EQ((*group)->ExecuteStep(Step(0, 1, {1}, 0, {0})).status().code(),
+            absl::StatusCode::kUnavailable);
+  (*group)->Shutdown();  // Idempotent.
+}
+
+TEST_F(WorkerServiceTest, WorkerStopsCleanlyOnSigterm) {
+  std::string how;
+  absl::Mutex mutex;
+  auto process =
+      WorkerProcess::Spawn(PAGODA_WORKER_BINARY, 0, kStartTimeout, [&](const std::string& exit) {
+        absl::MutexLock lock(&mutex);
+        how = exit;
+      });
+  ASSERT_TRUE(process.ok()) << process.status();
+  EXPECT_GT((*process)->port(), 0);
+  EXPECT_FALSE((*process)->Exited());
+  (*process)->Terminate(absl::Seconds(5));
+  EXPECT_TRUE((*process)->Exited());
+  absl::MutexLock lock(&mutex);
+  EXPECT_EQ(how, "exited with status 0");
+}
+
+TEST_F(WorkerServiceTest, ConnectWorkersReachesARunningWorker) {
+  auto process = WorkerProcess::Spawn(PAGODA_WORKER_BINARY, 0, kStartTimeout, nullptr);
+  ASSERT_TRUE(process.ok()) << process.status();
+  auto group = scheduler::ConnectWorkers({(*process)->address()}, absl::Seconds(5));
+  ASSERT_TRUE(group.ok()) << group.status();
+  auto loaded = (*group)->LoadModel(LoadRequest(*model_dir_));
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->vocab_size(), kVocabSize);
+  // Shutting the group down stops the remote worker through the RPC alone.
+  (*group)->Shutdown();
+  EXPECT_TRUE((*process)->WaitForExit(absl::Seconds(3)));
+}
+
+TEST_F(WorkerServiceTest, WorkerAnswersStandardHealthChecks) {
+  auto process = WorkerProcess::Spawn(PAGODA_WORKER_BINARY, 0, kStartTimeout, nullptr);
+  ASSERT_TRUE(process.ok()) << process.status();
+  auto channel = grpc::CreateChannel((*process)->address(), grpc::InsecureChannelCredentials());
+  // grpc.health.v1 messages without their generated code: HealthCheckRequest
+  // {service: ""} is encoded like Empty, and HealthCheckResponse's enum field 1
+  // like Int32Value's field 1.
+  grpc::TemplatedGenericStub<google::protobuf::Empty, google::protobuf::Int32Value> stub(channel);
+  google::protobuf::Empty request;
+  google::protobuf::Int32Value response;
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  grpc::Status status;
+  absl::Notification done;
+  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request,
+                 &response, [&](grpc::Status result) {
+                   status = std::move(result);
+                   done.Notify();
+                 });
+  done.WaitForNotification();
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(response.value(), 1);  // SERVING.
+}
+
+TEST_F(WorkerServiceTest, ConnectWorkersToAClosedPortIsUnavailableWithinTheTimeout) {
+  // Bind a port, then close it: nothing listens there.
+  const int socket_fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(socket_fd, 0);
+  sockaddr_in address = {};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(socket_fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  socklen_t length = sizeof(address);
+  ASSERT_EQ(getsockname(socket_fd, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  close(socket_fd);
+
+  const absl::Time start = absl::Now();
+  auto group = scheduler::ConnectWorkers({absl::StrCat("127.0.0.1:", ntohs(address.sin_port))},
+                                         absl::Milliseconds(800));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  EXPECT_EQ(group.status().code(), absl::StatusCode::kUnavailable) << group.status();
+}
+
+TEST_F(WorkerServiceTest, LaunchFailsCleanlyForAMissingBinary) {
+  auto group = scheduler::LaunchLocalWorkers(*temp_dir_ + "/no_such_binary", 1, kStartTimeout);
+  EXPECT_EQ(group.status().code(), absl::StatusCode::kUnavailable) << group.status();
+}
+
+TEST_F(WorkerServiceTest, OrphanedWorkerExitsWhenItsParentDies) {
+  // Become the subreaper so the orphan is re-parented to this test, which can
+  // then wait for it.
+  ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+  // The shell starts the worker as its child, prints its pid, waits until it
+  // serves (so the parent watch, not the start-up check, must catch the
+  // orphaning) and exits.
+  const std::string out = *temp_dir_ + "/orphan.out";
+  const std::string script =
+      absl::StrCat(PAGODA_WORKER_BINARY, " --listen 127.0.0.1:0 --parent-pid $$ >", out,
+                   " 2>/dev/null & echo $!; for i in $(seq 400); do grep -q LISTENING ", out,
+                   " && break; sleep 0.05; done");
+  FILE* shell = popen(script.c_str(), "r");
+  ASSERT_NE(shell, nullptr);
+  char line[64] = {};
+  ASSERT_NE(fgets(line, sizeof(line), shell), nullptr);
+  pclose(shell);
+  pid_t worker = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(absl::StripAsciiWhitespace(line), &worker)) << line;
+
+  // The worker notices within its watch period and exits 0.
+  int status = -1;
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  pid_t reaped = 0;
+  while ((reaped = waitpid(worker, &status, WNOHANG)) == 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  if (reaped == 0) kill(worker, SIGKILL);
+  ASSERT_EQ(reaped, worker) << "orphaned worker still running";
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  prctl(PR_SET_CHILD_SUBREAPER, 0);
+}
+
+}  // namespace
+}  // namespace pagoda::worker
