@@ -50,9 +50,9 @@ int Fail(const grpc::Status& status) {
 }
 
 void SetDeadline(grpc::ClientContext& context) {
-  context.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::milliseconds(
-                           static_cast<int64_t>(absl::GetFlag(FLAGS_timeout) * 1000)));
+  context.set_deadline(
+      std::chrono::system_clock::now() +
+      std::chrono::milliseconds(static_cast<int64_t>(absl::GetFlag(FLAGS_timeout) * 1000)));
 }
 
 bool BuildRequest(pagoda::v1::GenerateRequest& request) {
@@ -96,8 +96,7 @@ int Generate(Generation::Stub& stub) {
     if (!status.ok()) return Fail(status);
     for (const pagoda::v1::SequenceOutput& output : response.outputs()) {
       std::cout << output.text();
-      PrintSummary({output.token_ids().begin(), output.token_ids().end()},
-                   output.finish_reason());
+      PrintSummary({output.token_ids().begin(), output.token_ids().end()}, output.finish_reason());
     }
     return 0;
   }
@@ -164,7 +163,6 @@ int main(int argc, char** argv) {
   const std::string command = positional[1];
   if (command == "generate") return Generate(*stub);
   if (command == "info") return Info(*stub);
-  std::cerr << "pagoda-cli: unknown command '" << command << "'; use generate or info"
-            << std::endl;
+  std::cerr << "pagoda-cli: unknown command '" << command << "'; use generate or info" << std::endl;
   return 2;
 }

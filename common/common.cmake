@@ -35,4 +35,4 @@ pagoda_add_test(common_safetensors_test
   LIBS pagoda_common pagoda_common_testing)
 pagoda_add_test(common_tokenizer_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/tokenizer_test.cc
-  LIBS pagoda_common pagoda_common_testing)
+  LIBS pagoda_common pagoda_common_testing pagoda_proto)

@@ -219,6 +219,33 @@ absl::Status CheckArchitecture(const FieldReader& config, ModelConfig& model) {
                    "\" (supported: LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM)"));
 }
 
+// Options of real configs that change the computation in ways the Llama
+// model does not implement: refuse them rather than produce wrong outputs.
+absl::Status CheckUnsupportedOptions(const FieldReader& config, const std::string& architecture) {
+  auto activation = config.OptionalString("hidden_act");
+  if (!activation.ok()) return activation.status();
+  if (!activation->empty() && *activation != "silu") {
+    return absl::UnimplementedError(absl::StrCat(config.label(), ": field \"hidden_act\" is \"",
+                                                 *activation, "\"; only \"silu\" is supported"));
+  }
+  auto mlp_bias = config.OptionalBool("mlp_bias", false);
+  if (!mlp_bias.ok()) return mlp_bias.status();
+  if (*mlp_bias) {
+    return absl::UnimplementedError(
+        absl::StrCat(config.label(), ": field \"mlp_bias\" = true is not supported"));
+  }
+  if (architecture == "Qwen2ForCausalLM") {
+    auto sliding = config.OptionalBool("use_sliding_window", false);
+    if (!sliding.ok()) return sliding.status();
+    if (*sliding) {
+      return absl::UnimplementedError(absl::StrCat(
+          config.label(),
+          ": field \"use_sliding_window\" = true is not supported (sliding-window attention)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ModelConfig> ParseConfig(const FieldReader& config) {
   ModelConfig model;
   PAGODA_ASSIGN_OR_RETURN(model.vocab_size, config.PositiveInt("vocab_size"));
@@ -233,6 +260,8 @@ absl::StatusOr<ModelConfig> ParseConfig(const FieldReader& config) {
                           config.PositiveInt("max_position_embeddings"));
   absl::Status architecture = CheckArchitecture(config, model);
   if (!architecture.ok()) return architecture;
+  absl::Status options = CheckUnsupportedOptions(config, model.architecture);
+  if (!options.ok()) return options;
 
   if (model.num_attention_heads % model.num_key_value_heads != 0) {
     return config.Error(

@@ -170,6 +170,25 @@ TEST_F(ModelConfigTest, MistralWithoutEffectiveSlidingWindowIsLlama) {
   ExpectError(json, "sliding_window");
 }
 
+TEST_F(ModelConfigTest, OptionsTheModelCannotHonourAreRefused) {
+  Json json = TinyLlama();
+  json["hidden_act"] = "silu";
+  json["mlp_bias"] = false;
+  ASSERT_TRUE(Load(json).ok());
+  json["hidden_act"] = "gelu";
+  ExpectError(json, "hidden_act");
+  json = TinyLlama();
+  json["mlp_bias"] = true;
+  ExpectError(json, "mlp_bias");
+  json = TinyLlama();
+  json["architectures"] = {"Qwen2ForCausalLM"};
+  json["use_sliding_window"] = false;
+  json["sliding_window"] = 256;  // Ignored by Qwen2 unless use_sliding_window is set.
+  ASSERT_TRUE(Load(json).ok());
+  json["use_sliding_window"] = true;
+  ExpectError(json, "use_sliding_window");
+}
+
 TEST_F(ModelConfigTest, GenerationConfigEosWins) {
   Json json = TinyLlama();
   ASSERT_TRUE(

@@ -227,6 +227,38 @@ TEST_F(SafetensorsTest, TruncatingAValidFileNeverCrashes) {
   }
 }
 
+// Overwrites each header byte with values that break JSON, digits and
+// quoting. Open may fail or succeed, but whatever it accepts must be readable
+// in full without leaving its mapping (run under ASan to prove it).
+TEST_F(SafetensorsTest, CorruptedHeaderBytesNeverReadOutOfBounds) {
+  ASSERT_TRUE(
+      WriteSafetensors(Path("model.safetensors"), {{"a", DType::kF32, {2, 3}, F32Bytes(kValues)},
+                                                   {"b", DType::kF16, {6}, F16Bytes(kValues)}})
+          .ok());
+  const std::string whole = ReadAll(Path("model.safetensors"));
+  uint64_t header_bytes = 0;
+  for (int i = 7; i >= 0; --i) header_bytes = (header_bytes << 8) | uint8_t(whole[i]);
+  int accepted = 0;
+  for (size_t position = 0; position < 8 + header_bytes; ++position) {
+    for (char replacement : {'9', '0', '"', '}', '-', 'x', '\xff'}) {
+      std::string corrupt = whole;
+      corrupt[position] = replacement;
+      ASSERT_TRUE(WriteFile(Path("model.safetensors"), corrupt).ok());
+      auto store = WeightStore::Open(dir_);
+      if (!store.ok()) continue;
+      ++accepted;
+      for (const std::string& name : (*store)->Names()) {
+        auto view = (*store)->Get(name);
+        ASSERT_TRUE(view.ok());
+        auto values = (*store)->GetF32(name, view->shape);
+        ASSERT_TRUE(values.ok()) << values.status();
+        EXPECT_EQ(values->size() * DTypeSize(view->dtype), view->nbytes);
+      }
+    }
+  }
+  EXPECT_GT(accepted, 0);  // Some edits (e.g. inside a name) leave a valid file.
+}
+
 TEST_F(SafetensorsTest, MetadataIsIgnoredAndGapsAreAllowed) {
   const std::string data = F32Bytes({1.0f, 2.0f, 3.0f});
   Json header = {{"__metadata__", {{"format", "pt"}}},

@@ -13,6 +13,12 @@ namespace {
 
 constexpr char kShimName[] = "libpagoda_sentencepiece_shim.so";
 
+// RTLD_DEEPBIND is what keeps libsentencepiece's embedded protobuf apart from
+// gRPC's: without it the tokenizer crashes in any process that also links
+// libprotobuf (checked). Sanitizer runtimes refuse DEEPBIND, so the tokenizer
+// cannot run under ASan/TSan; they fail loudly at dlopen rather than crash.
+constexpr int kDlopenFlags = RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND;
+
 // The shim's C interface (sentencepiece_shim.cc).
 struct ShimApi {
   void* (*create)();
@@ -48,11 +54,12 @@ const ShimApi& Shim() {
     void* handle = nullptr;
     std::string tried;
     for (const std::string& path : ShimCandidates()) {
-      if (!std::filesystem::exists(path)) {
+      std::error_code error;
+      if (!std::filesystem::exists(path, error)) {
         tried += " " + path;
         continue;
       }
-      handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+      handle = dlopen(path.c_str(), kDlopenFlags);
       if (handle != nullptr) break;
       tried += " " + path + " (" + dlerror() + ")";
     }

@@ -7,6 +7,7 @@
 
 #include "common/testing/safetensors_writer.h"
 #include "gtest/gtest.h"
+#include "pagoda/v1/generation.pb.h"
 
 namespace pagoda {
 namespace {
@@ -86,6 +87,30 @@ TEST_F(TokenizerTest, TrainedModelRoundTrips) {
   auto empty = (*tokenizer)->Encode("");
   ASSERT_TRUE(empty.ok());
   EXPECT_TRUE(empty->empty());
+}
+
+// gRPC's libprotobuf and the protobuf copy inside libsentencepiece must both
+// work in one process (the server's situation): the shim keeps them apart.
+TEST_F(TokenizerTest, WorksBesideGrpcProtobuf) {
+  TrainTinyModel(dir_);
+  auto tokenizer = Tokenizer::Load(dir_);
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  ASSERT_NE(*tokenizer, nullptr);
+  const std::string text = "quick brown dog serves keys";
+  auto ids = (*tokenizer)->Encode(text);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+
+  pagoda::v1::GenerateRequest request;
+  request.set_request_id("r1");
+  for (int id : *ids) request.add_prompt_token_ids(id);
+  pagoda::v1::GenerateRequest parsed;
+  ASSERT_TRUE(parsed.ParseFromString(request.SerializeAsString()));
+  const std::vector<int> round_tripped(parsed.prompt_token_ids().begin(),
+                                       parsed.prompt_token_ids().end());
+  EXPECT_EQ(round_tripped, *ids);
+  auto decoded = (*tokenizer)->Decode(round_tripped);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(*decoded, text);
 }
 
 TEST_F(TokenizerTest, DecodeRejectsIdsOutsideTheVocabulary) {

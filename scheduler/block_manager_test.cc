@@ -123,6 +123,28 @@ TEST(BlockManagerTest, NewBlockWhenLastIsFullAndFreedBlockIsReusedFirst) {
   EXPECT_EQ(manager.GetBlockTable(3), std::vector<int>({1}));
 }
 
+TEST(BlockManagerTest, CanAppendSlotsCountsOnlySequencesThatNeedABlock) {
+  BlockManager manager(/*block_size=*/4, /*num_gpu_blocks=*/2, /*num_cpu_blocks=*/0, 0.0);
+  auto group = MakeGroup(1, 2);
+  AllocateRunning(manager, *group);
+  auto other = MakeGroup(2, 4);
+  AllocateRunning(manager, *other);
+  EXPECT_EQ(manager.num_free_gpu_blocks(), 0);
+  Sequence& seq = *group->seqs()[0];
+  seq.AppendToken({1, 0.0f, {}});  // Third slot of its own block: no block needed.
+  EXPECT_TRUE(manager.CanAppendSlots(*group));
+  Sequence* child = group->AddForkedSequence(seq, 3);
+  ASSERT_TRUE(manager.Fork(seq, *child).ok());
+  seq.AppendToken({1, 0.0f, {}});
+  child->AppendToken({2, 0.0f, {}});
+  EXPECT_FALSE(manager.CanAppendSlots(*group));  // The shared block must be copied.
+  other->seqs()[0]->AppendToken({1, 0.0f, {}});
+  EXPECT_FALSE(manager.CanAppendSlots(*other));  // Its block is full.
+  manager.Free(1);
+  manager.Free(3);
+  EXPECT_TRUE(manager.CanAppendSlots(*other));
+}
+
 TEST(BlockManagerTest, AllocateFailsCleanlyWhenBlocksRunOut) {
   BlockManager manager(/*block_size=*/4, /*num_gpu_blocks=*/2, /*num_cpu_blocks=*/0, 0.0);
   auto big = MakeGroup(1, 9);

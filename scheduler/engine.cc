@@ -111,6 +111,7 @@ void Engine::Stop() {
   } else if (!started) {
     // Never started: answer what was queued all the same.
     FailAll(absl::UnavailableError("server is shutting down"));
+    PublishSnapshot(nullptr);
   }
 }
 
@@ -149,6 +150,10 @@ void Engine::Loop() {
     AdmitRequests(std::move(arrived));
     ApplyAborts(aborts);
     if (stop) break;
+    if (!scheduler_->HasUnfinished()) {
+      PublishSnapshot(nullptr);  // Aborts and refusals changed the counts.
+      continue;
+    }
     if (!Step()) {
       // Unfinished groups that cannot be scheduled now (should not happen with
       // the vLLM policy, which ignores what can never fit): avoid spinning.
@@ -230,14 +235,23 @@ bool Engine::Step() {
       result.ok() ? ExtractSampledTokens(*result, output)
                   : absl::StatusOr<std::vector<GeneratedToken>>(result.status());
   if (!sampled.ok()) {
-    LOG(ERROR) << "step " << plan.step_id() << " failed, failing every request and refusing new "
-               << "ones: " << sampled.status();
-    workers_failed_ = true;
-    {
-      absl::MutexLock lock(&mu_);
-      healthy_ = false;
+    if (!workers_->Healthy() || absl::IsUnavailable(sampled.status())) {
+      LOG(ERROR) << "step " << plan.step_id() << ": workers failed; failing every request and "
+                 << "refusing new ones: " << sampled.status();
+      workers_failed_ = true;
+      {
+        absl::MutexLock lock(&mu_);
+        healthy_ = false;
+      }
+      FailAll(absl::UnavailableError(absl::StrCat("workers failed: ", sampled.status().message())));
+    } else {
+      // The workers rejected the plan and kept their state (a server bug, not
+      // a dead worker). The step's bookkeeping cannot be trusted, so the
+      // requests in flight fail; the engine goes on serving new ones.
+      LOG(ERROR) << "step " << plan.step_id()
+                 << " rejected; failing the requests in flight: " << sampled.status();
+      FailAll(absl::InternalError(absl::StrCat("step failed: ", sampled.status().message())));
     }
-    FailAll(absl::UnavailableError(absl::StrCat("workers failed: ", sampled.status().message())));
     PublishSnapshot(nullptr);
     return true;
   }
@@ -300,8 +314,9 @@ void Engine::FinishRequest(const std::string& request_id, const absl::Status& st
   state->record.finish_time = absl::Now();
   state->sink->OnFinish(status);
   if (observer_ != nullptr) observer_->OnRequestFinished(state->record);
-  absl::MutexLock lock(&mu_);
-  in_flight_ids_.erase(request_id);
+  // Leaves in_flight_ids_ with the next snapshot, so that a waiter who sees
+  // the engine idle also sees the blocks it freed.
+  finished_ids_.push_back(request_id);
 }
 
 void Engine::FailAll(const absl::Status& status) {
@@ -346,7 +361,9 @@ void Engine::PublishSnapshot(const StepRecord* step) {
     snapshot_ = totals_;
     snapshot_.accepting = accepting;
     snapshot_.healthy = healthy_;
+    for (const std::string& id : finished_ids_) in_flight_ids_.erase(id);
   }
+  finished_ids_.clear();
   if (step != nullptr && observer_ != nullptr) observer_->OnStep(*step, snapshot());
 }
 

@@ -107,8 +107,9 @@ class Engine {
   absl::flat_hash_map<std::string, std::unique_ptr<RequestState>> requests_;
   int64_t next_seq_id_ = 0;
   int64_t next_step_id_ = 0;
-  bool workers_failed_ = false;  // A step failed; every request now fails.
-  EngineSnapshot totals_;        // Running counters, copied into snapshot_.
+  bool workers_failed_ = false;            // A step failed; every request now fails.
+  std::vector<std::string> finished_ids_;  // Finished since the last snapshot.
+  EngineSnapshot totals_;                  // Running counters, copied into snapshot_.
 
   mutable absl::Mutex mu_;
   std::vector<EngineRequest> inbox_ ABSL_GUARDED_BY(mu_);

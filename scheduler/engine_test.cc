@@ -33,7 +33,7 @@ std::string Python() {
 }
 
 // Runs `command` and returns its stdout; fails the test on a non-zero exit.
-std::string Run(const std::string& command) {
+std::string RunShell(const std::string& command) {
   std::string out;
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return out;
@@ -99,10 +99,10 @@ class EngineTest : public ::testing::Test {
     model_dir_ = new std::string(
         (std::filesystem::temp_directory_path() / absl::StrCat("pagoda_engine_", getpid()))
             .string());
-    Run(absl::StrCat(Python(), " scripts/make_tiny_model.py --out ", *model_dir_, " --vocab-size ",
-                     kVocab,
-                     " --hidden-size 64 --intermediate-size 96 --num-layers 2 --num-heads 4"
-                     " --num-kv-heads 2 --dtype f32 --seed 3 --eos-id 2 > /dev/null"));
+    RunShell(absl::StrCat(Python(), " scripts/make_tiny_model.py --out ", *model_dir_,
+                          " --vocab-size ", kVocab,
+                          " --hidden-size 64 --intermediate-size 96 --num-layers 2 --num-heads 4"
+                          " --num-kv-heads 2 --dtype f32 --seed 3 --eos-id 2 > /dev/null"));
   }
   static void TearDownTestSuite() {
     std::filesystem::remove_all(*model_dir_);
@@ -156,7 +156,7 @@ class EngineTest : public ::testing::Test {
   }
 
   static std::vector<int32_t> Reference(const std::vector<int32_t>& prompt, int max_tokens) {
-    std::string out = Run(absl::StrCat(
+    std::string out = RunShell(absl::StrCat(
         Python(), " tests/reference/llama_reference.py generate", " --model ", *model_dir_,
         " --tokens ", absl::StrJoin(prompt, ","), " --max-tokens ", max_tokens, " --ignore-eos"));
     std::vector<int32_t> ids;
@@ -270,6 +270,22 @@ TEST_F(EngineTest, WorkerFailureFailsEverythingWithUnavailable) {
   absl::Status admission;
   Submit("c", Prompt(3, 3), 2, &admission);
   EXPECT_EQ(admission.code(), absl::StatusCode::kUnavailable);
+}
+
+TEST_F(EngineTest, RejectedPlanFailsTheStepButKeepsServing) {
+  StartEngine(64);
+  // The frontend would refuse this id; here it reaches the worker, which
+  // rejects the plan without changing state.
+  auto bad = Submit("bad", {5, kVocab + 7, 6}, 4);
+  ASSERT_TRUE(bad->WaitFinished());
+  EXPECT_EQ(bad->status().code(), absl::StatusCode::kInternal) << bad->status();
+  EXPECT_TRUE(engine_->healthy());
+  ASSERT_TRUE(engine_->WaitUntilIdle(absl::Seconds(5)));
+  EXPECT_EQ(engine_->snapshot().free_gpu_blocks, 64);
+  auto good = Submit("good", Prompt(4, 1), 3);
+  ASSERT_TRUE(good->WaitFinished());
+  EXPECT_TRUE(good->status().ok()) << good->status();
+  EXPECT_EQ(good->tokens(), Reference(Prompt(4, 1), 3));
 }
 
 TEST_F(EngineTest, PromptTooLongForTheCacheIsInvalidArgument) {

@@ -26,14 +26,14 @@ grpc::ServerUnaryReactor* GenerationService::Generate(grpc::CallbackServerContex
     reactor->Finish(ToGrpcStatus(validated.status()));
     return reactor;
   }
-  return StartUnaryGenerate(engine_, tokenizer_, *std::move(validated), response);
+  return StartUnaryGenerate(&calls_, engine_, tokenizer_, *std::move(validated), response);
 }
 
 grpc::ServerWriteReactor<GenerateResponse>* GenerationService::GenerateStream(
     grpc::CallbackServerContext* context, const GenerateRequest* request) {
   absl::StatusOr<ValidatedRequest> validated = validator_->Validate(*request);
   if (!validated.ok()) return FailedStream(ToGrpcStatus(validated.status()));
-  return StartStreamGenerate(engine_, tokenizer_, *std::move(validated));
+  return StartStreamGenerate(&calls_, engine_, tokenizer_, *std::move(validated));
 }
 
 pagoda::v1::ModelInfo GenerationService::ModelInfo() const {

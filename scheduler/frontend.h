@@ -14,6 +14,7 @@
 #include "grpcpp/grpcpp.h"
 #include "pagoda/v1/generation.grpc.pb.h"
 #include "scheduler/engine.h"
+#include "scheduler/request_reactors.h"
 #include "scheduler/request_validation.h"
 
 namespace pagoda::scheduler {
@@ -49,7 +50,12 @@ class GenerationService final : public pagoda::v1::Generation::CallbackService {
 
   pagoda::v1::ModelInfo ModelInfo() const;
 
+  // Waits until gRPC is done with every Generate call (responses written), or
+  // `timeout`; true if none is left. For drain, after the engine is idle.
+  bool WaitForCallsToFinish(absl::Duration timeout) { return calls_.WaitUntilIdle(timeout); }
+
  private:
+  CallTracker calls_;
   const ServedModelInfo info_;
   Engine* const engine_;
   RequestValidator* const validator_;

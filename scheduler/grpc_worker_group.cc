@@ -130,9 +130,10 @@ absl::Status GrpcWorkerGroup::CallAllRanks(const char* name, AsyncMethod method,
   for (int rank = 0; rank < num_ranks; ++rank) {
     method(ranks_[rank].stub->async(), contexts[rank].get(), requests[rank], &responses[rank],
            [&, rank](grpc::Status status) {
-             if (!status.ok() && !IsRequestLevelError(status.error_code())) {
-               // Broken rank: fail now and cancel the others, which could wait
-               // on it forever (collectives).
+             // Broken rank: fail now and cancel the others, which could wait
+             // on it forever (collectives). The health check also keeps a
+             // cancellation-induced callback from re-entering Fail.
+             if (!status.ok() && !IsRequestLevelError(status.error_code()) && healthy_.load()) {
                Fail(absl::StrCat("worker rank ", rank, " (", ranks_[rank].address, ") ", name,
                                  " failed: ", DescribeGrpcError(status)));
              }

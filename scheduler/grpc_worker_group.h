@@ -60,6 +60,7 @@ class GrpcWorkerGroup final : public WorkerGroup {
   // Calls Shutdown.
   ~GrpcWorkerGroup() override;
 
+  // Sends each rank `request` with its own rank and world_size filled in.
   absl::StatusOr<pagoda::worker::v1::LoadModelResponse> LoadModel(
       const pagoda::worker::v1::LoadModelRequest& request) override;
   absl::Status InitCache(const pagoda::worker::v1::InitCacheRequest& request) override;

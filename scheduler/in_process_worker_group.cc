@@ -29,7 +29,7 @@ absl::StatusOr<pagoda::worker::v1::StepResult> InProcessWorkerGroup::ExecuteStep
     const pagoda::worker::v1::StepPlan& plan) {
   if (!Healthy() || runner_ == nullptr) return DeadWorker();
   absl::StatusOr<pagoda::worker::v1::StepResult> result = runner_->ExecuteStep(plan);
-  if (!result.ok()) {
+  if (!result.ok() && !absl::IsInvalidArgument(result.status())) {
     healthy_.store(false);
     return absl::UnavailableError(absl::StrCat("rank 0: ", result.status().ToString()));
   }

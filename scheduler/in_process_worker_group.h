@@ -19,8 +19,9 @@ class InProcessWorkerGroup : public WorkerGroup {
   absl::StatusOr<pagoda::worker::v1::LoadModelResponse> LoadModel(
       const pagoda::worker::v1::LoadModelRequest& request) override;
   absl::Status InitCache(const pagoda::worker::v1::InitCacheRequest& request) override;
-  // A runner error marks the group unhealthy and comes back as UNAVAILABLE,
-  // as a remote worker's failure would.
+  // INVALID_ARGUMENT (a malformed plan, the runner's state unchanged) comes
+  // back as is; any other runner error marks the group unhealthy and comes
+  // back as UNAVAILABLE, as a remote worker's failure would.
   absl::StatusOr<pagoda::worker::v1::StepResult> ExecuteStep(
       const pagoda::worker::v1::StepPlan& plan) override;
   bool Healthy() const override { return healthy_.load(); }

@@ -18,6 +18,22 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
 }
 
+void CallTracker::Begin() {
+  absl::MutexLock lock(&mu_);
+  ++active_;
+}
+
+void CallTracker::End() {
+  absl::MutexLock lock(&mu_);
+  --active_;
+}
+
+bool CallTracker::WaitUntilIdle(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto idle = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return active_ == 0; };
+  return mu_.AwaitWithTimeout(absl::Condition(&idle), timeout);
+}
+
 namespace {
 
 EngineRequest MakeEngineRequest(ValidatedRequest& request, std::shared_ptr<RequestSink> sink) {
@@ -35,12 +51,19 @@ EngineRequest MakeEngineRequest(ValidatedRequest& request, std::shared_ptr<Reque
 
 class UnaryCall : public grpc::ServerUnaryReactor {
  public:
-  UnaryCall(Engine* engine, std::string request_id)
-      : engine_(engine), request_id_(std::move(request_id)) {}
+  UnaryCall(CallTracker* calls, Engine* engine, std::string request_id)
+      : calls_(calls), engine_(engine), request_id_(std::move(request_id)) {
+    calls_->Begin();
+  }
   void OnCancel() override { engine_->AbortRequest(request_id_); }
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    CallTracker* calls = calls_;
+    delete this;
+    calls->End();
+  }
 
  private:
+  CallTracker* calls_;
   Engine* engine_;
   std::string request_id_;
 };
@@ -98,8 +121,10 @@ class StreamState : public RequestSink {
 
 class StreamCall : public grpc::ServerWriteReactor<GenerateResponse> {
  public:
-  StreamCall(Engine* engine, std::string request_id)
-      : engine_(engine), request_id_(std::move(request_id)) {}
+  StreamCall(CallTracker* calls, Engine* engine, std::string request_id)
+      : calls_(calls), engine_(engine), request_id_(std::move(request_id)) {
+    calls_->Begin();
+  }
   void set_state(std::shared_ptr<StreamState> state) { state_ = std::move(state); }
 
   void OnWriteDone(bool ok) override {
@@ -107,9 +132,14 @@ class StreamCall : public grpc::ServerWriteReactor<GenerateResponse> {
     state_->WriteDone(ok);
   }
   void OnCancel() override { engine_->AbortRequest(request_id_); }
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    CallTracker* calls = calls_;
+    delete this;
+    calls->End();
+  }
 
  private:
+  CallTracker* calls_;
   Engine* engine_;
   std::string request_id_;
   std::shared_ptr<StreamState> state_;
@@ -197,9 +227,10 @@ class FailedStreamCall : public grpc::ServerWriteReactor<GenerateResponse> {
 
 }  // namespace
 
-grpc::ServerUnaryReactor* StartUnaryGenerate(Engine* engine, const Tokenizer* tokenizer,
-                                             ValidatedRequest request, GenerateResponse* response) {
-  auto* call = new UnaryCall(engine, request.request_id);
+grpc::ServerUnaryReactor* StartUnaryGenerate(CallTracker* calls, Engine* engine,
+                                             const Tokenizer* tokenizer, ValidatedRequest request,
+                                             GenerateResponse* response) {
+  auto* call = new UnaryCall(calls, engine, request.request_id);
   auto sink = std::make_shared<UnarySink>(
       call, response,
       RequestOutput(request.request_id, static_cast<int>(request.prompt_token_ids.size()),
@@ -209,10 +240,10 @@ grpc::ServerUnaryReactor* StartUnaryGenerate(Engine* engine, const Tokenizer* to
   return call;
 }
 
-grpc::ServerWriteReactor<GenerateResponse>* StartStreamGenerate(Engine* engine,
+grpc::ServerWriteReactor<GenerateResponse>* StartStreamGenerate(CallTracker* calls, Engine* engine,
                                                                 const Tokenizer* tokenizer,
                                                                 ValidatedRequest request) {
-  auto* call = new StreamCall(engine, request.request_id);
+  auto* call = new StreamCall(calls, engine, request.request_id);
   auto state = std::make_shared<StreamState>(
       call, RequestOutput(request.request_id, static_cast<int>(request.prompt_token_ids.size()),
                           tokenizer));

@@ -42,7 +42,7 @@ ABSL_FLAG(std::string, model, "", "Model directory (Hugging Face layout). Requir
 ABSL_FLAG(std::string, served_model_name, "", "Name reported to clients; default: --model's name.");
 ABSL_FLAG(std::string, host, "127.0.0.1", "Address to serve gRPC on.");
 ABSL_FLAG(int, port, 50051, "gRPC port; 0 = the OS picks one.");
-ABSL_FLAG(int, metrics_port, 0, "Prometheus /metrics port; 0 = off.");
+ABSL_FLAG(int, metrics_port, 0, "Prometheus /metrics port; 0 = off, -1 = the OS picks one.");
 ABSL_FLAG(std::string, device, "cpu", "cpu or cuda.");
 ABSL_FLAG(int, tensor_parallel_size, 1, "Number of workers (tensor-parallel ranks).");
 ABSL_FLAG(std::string, worker_addresses, "",
@@ -242,11 +242,17 @@ absl::Status Serve() {
   LOG(INFO) << "signal " << signal_number << ": draining (up to " << drain_timeout << ")";
   engine.StopAccepting();
   (*server)->SetDraining();
-  if (!engine.WaitUntilIdle(drain_timeout)) {
+  const absl::Time drain_deadline = absl::Now() + drain_timeout;
+  if (!engine.WaitUntilIdle(drain_timeout) ||
+      !service.WaitForCallsToFinish(drain_deadline - absl::Now())) {
     LOG(WARNING) << "drain timeout: failing the requests still in flight";
   }
   engine.Stop();  // Fails whatever is left with UNAVAILABLE.
-  (*server)->Shutdown(absl::Seconds(2));
+  LOG(INFO) << "engine stopped; closing the gRPC server";
+  // Every Generate call has ended by now; what remains are idle client
+  // connections, which gRPC would otherwise wait on until the deadline.
+  (*server)->Shutdown(absl::Milliseconds(500));
+  LOG(INFO) << "gRPC server closed; stopping the workers";
   workers->Shutdown();
   LOG(INFO) << "stopped";
   return absl::OkStatus();

@@ -14,7 +14,11 @@ namespace pagoda::scheduler {
 // All the workers (tensor-parallel ranks) the engine drives as one. Every call
 // sends the same message to every rank and waits for all of them. Any rank
 // failing (process died, RPC error, deadline) makes the call return
-// UNAVAILABLE naming the rank, and the group is unhealthy from then on.
+// UNAVAILABLE naming the rank, and the group is unhealthy from then on. The
+// exception: when every rank rejects the request with the same request-level
+// code (INVALID_ARGUMENT for a malformed plan, NOT_FOUND for a missing model,
+// FAILED_PRECONDITION, ...), that status is returned and the group stays
+// healthy, since no worker changed state.
 // Thread-compatible: the engine thread makes the calls; Healthy() may be read
 // from any thread.
 class WorkerGroup {

@@ -141,6 +141,39 @@ TEST_F(ModelRunnerTest, LifecycleErrors) {
   EXPECT_EQ(runner->InitCache(init).code(), absl::StatusCode::kInvalidArgument);
 }
 
+// A copy of the test model whose config.json is edited by `python_edit`
+// (Python statements over the dict `c`), so the weights no longer match.
+std::string EditedModel(const std::string& base, const std::string& name,
+                        const std::string& python_edit) {
+  const std::string dir = base + "/" + name;
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy(
+      base + "/model", dir,
+      std::filesystem::copy_options::overwrite_existing | std::filesystem::copy_options::recursive);
+  const std::string command = absl::StrCat(
+      Env("PAGODA_PYTHON3", "/usr/bin/python3"), " -c 'import json; p=\"", dir,
+      "/config.json\"; c=json.load(open(p)); ", python_edit, "; json.dump(c, open(p, \"w\"))'");
+  EXPECT_EQ(std::system(command.c_str()), 0) << command;
+  return dir;
+}
+
+TEST_F(ModelRunnerTest, MissingOrMisshapedWeightsNameTheTensor) {
+  LoadModelRequest request = LoadRequest();
+  // The model has its own lm_head; claiming more layers asks for tensors
+  // that are not there.
+  request.set_model_dir(EditedModel(*dir_, "more_layers", "c[\"num_hidden_layers\"] = 3"));
+  auto loaded = CreateCpuModelRunner()->LoadModel(request);
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_NE(loaded.status().message().find("model.layers.2."), std::string::npos)
+      << loaded.status();
+
+  request.set_model_dir(EditedModel(*dir_, "wider_mlp", "c[\"intermediate_size\"] = 64"));
+  loaded = CreateCpuModelRunner()->LoadModel(request);
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_NE(loaded.status().message().find("mlp.gate_proj.weight"), std::string::npos)
+      << loaded.status();
+}
+
 TEST_F(ModelRunnerTest, MalformedPlansAreInvalidArgumentNamingTheSequence) {
   auto runner = ReadyRunner();
   struct Case {

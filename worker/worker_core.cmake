@@ -16,7 +16,7 @@ target_link_libraries(pagoda_worker_core PUBLIC
   pagoda_proto pagoda_common PkgConfig::OPENBLAS Threads::Threads
   absl::status absl::statusor absl::strings absl::span absl::flat_hash_set)
 
-foreach(test_name cpu_attention sampler model_runner)
+foreach(test_name cpu_attention batch sampler model_runner)
   set(test_source ${CMAKE_CURRENT_LIST_DIR}/${test_name}_test.cc)
   if(test_name STREQUAL "cpu_attention")
     set(test_source ${CMAKE_CURRENT_LIST_DIR}/cpu/cpu_attention_test.cc)
@@ -24,6 +24,6 @@ foreach(test_name cpu_attention sampler model_runner)
   if(EXISTS ${test_source})
     pagoda_add_test(worker_${test_name}_test
       SOURCES ${test_source}
-      LIBS pagoda_worker_core pagoda_common_testing)
+      LIBS pagoda_worker_core GTest::gmock)
   endif()
 endforeach()

@@ -325,8 +325,8 @@ TEST_F(WorkerServiceTest, WorkerAnswersStandardHealthChecks) {
   context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
   grpc::Status status;
   absl::Notification done;
-  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request,
-                 &response, [&](grpc::Status result) {
+  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
+                 [&](grpc::Status result) {
                    status = std::move(result);
                    done.Notify();
                  });

@@ -139,7 +139,7 @@ TEST(DecodeAttentionTest, SweepShapesDtypesBlockSizesAndSplit) {
             c.split_k = split;
             c.table_kind =
                 split == SplitKMode::kNever ? BlockTableKind::kShuffled : BlockTableKind::kRepeated;
-            c.batch = 3 + static_cast<int>(seed % 5);
+            c.batch = 2 + static_cast<int>(seed % 3);  // keeps the 40-kv-head cache small
             c.max_context = 1100 + static_cast<int>(seed * 37 % 100);  // 3 partitions
             const DecodePlan plan = RunDecodeCase(c, seed++);
             EXPECT_EQ(plan.partition_size > 0, split == SplitKMode::kAlways);

@@ -19,13 +19,12 @@
 
 namespace pagoda::testing {
 
-absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(const std::string& binary,
-                                                                    std::vector<std::string> args,
-                                                                    absl::Duration timeout) {
+absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
+    const std::string& binary, std::vector<std::string> args, absl::Duration timeout,
+    const std::string& listening_marker) {
   int pipe_fds[2];
   if (pipe(pipe_fds) != 0) return absl::InternalError("pipe failed");
   args.insert(args.begin(), binary);
-  args.push_back("--port=0");
   std::vector<char*> argv;
   for (std::string& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);
@@ -63,7 +62,7 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(const std::s
       server->pending_.erase(0, newline + 1);
       std::vector<std::string> words = absl::StrSplit(line, ' ');
       if (words.size() != 2) continue;
-      if (words[0] == "PAGODA_SERVER_LISTENING") {
+      if (words[0] == listening_marker) {
         (void)absl::SimpleAtoi(words[1], &server->port_);
       } else if (words[0] == "PAGODA_METRICS_LISTENING") {
         (void)absl::SimpleAtoi(words[1], &server->metrics_port_);

@@ -16,17 +16,17 @@
 
 namespace pagoda::testing {
 
-// A real pagoda-server child process on loopback. Start() passes `args`
-// (plus --port 0) and waits for "PAGODA_SERVER_LISTENING <port>"; the rest
-// of the child's stdout is read by a thread (so the pipe never fills) and
-// scanned for the metrics port and worker pids. stderr (the server's logs)
-// is inherited. Destruction SIGKILLs and reaps the child if still running.
-// Thread-compatible.
+// A real pagoda-server (or pagoda-worker) child process on loopback. Start()
+// runs `binary args...` and waits for the stdout line "<listening_marker>
+// <port>"; the rest of the child's stdout is read by a thread (so the pipe
+// never fills) and scanned for the metrics port and worker pids. stderr (the
+// child's logs) is inherited. Destruction SIGKILLs and reaps the child if
+// still running. Thread-compatible.
 class ServerProcess {
  public:
-  static absl::StatusOr<std::unique_ptr<ServerProcess>> Start(const std::string& binary,
-                                                              std::vector<std::string> args,
-                                                              absl::Duration timeout);
+  static absl::StatusOr<std::unique_ptr<ServerProcess>> Start(
+      const std::string& binary, std::vector<std::string> args, absl::Duration timeout,
+      const std::string& listening_marker = "PAGODA_SERVER_LISTENING");
   ~ServerProcess();
   ServerProcess(const ServerProcess&) = delete;
   ServerProcess& operator=(const ServerProcess&) = delete;

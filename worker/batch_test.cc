@@ -1,0 +1,68 @@
+#include "worker/batch.h"
+
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace pagoda::worker {
+namespace {
+
+using pagoda::worker::v1::SequenceStep;
+using pagoda::worker::v1::StepPlan;
+using ::testing::ElementsAre;
+
+SequenceStep* AddStep(StepPlan& plan, int64_t seq_id, std::vector<int> tokens, int start,
+                      std::vector<int> table, bool sample) {
+  SequenceStep* step = plan.add_sequences();
+  step->set_seq_id(seq_id);
+  for (int t : tokens) step->add_token_ids(t);
+  step->set_start_position(start);
+  for (int b : table) step->add_block_table(b);
+  step->set_do_sample(sample);
+  return step;
+}
+
+TEST(FlattenStepPlanTest, FlattensMixedPrefillAndDecode) {
+  StepPlan plan;
+  // Prefill of 5 tokens over blocks 7, 2 (block size 4); a decode at
+  // position 9 (block index 2 -> block 0); a prefill chunk after a cached
+  // prefix of 3 that does not sample. Extra table entries are allowed.
+  AddStep(plan, 11, {1, 2, 3, 4, 5}, 0, {7, 2, 9}, true);
+  AddStep(plan, 12, {6}, 9, {3, 4, 0}, true);
+  AddStep(plan, 13, {7, 8}, 3, {5, 1}, false);
+  auto copy = plan.add_copy();
+  copy->set_src(1);
+  copy->set_dst(6);
+  auto batch = FlattenStepPlan(
+      plan,
+      BatchLimits{.vocab_size = 10, .block_size = 4, .num_gpu_blocks = 10, .num_cpu_blocks = 2});
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  EXPECT_THAT(batch->input_ids, ElementsAre(1, 2, 3, 4, 5, 6, 7, 8));
+  EXPECT_THAT(batch->positions, ElementsAre(0, 1, 2, 3, 4, 9, 3, 4));
+  EXPECT_THAT(batch->slot_mapping, ElementsAre(28, 29, 30, 31, 8, 1, 23, 4));
+  EXPECT_THAT(batch->query_start, ElementsAre(0, 5, 6, 8));
+  EXPECT_THAT(batch->context_lens, ElementsAre(5, 10, 5));
+  EXPECT_EQ(batch->max_blocks_per_seq, 3);
+  EXPECT_THAT(batch->block_tables, ElementsAre(7, 2, 0, 3, 4, 0, 5, 1, 0));
+  EXPECT_THAT(batch->logits_indices, ElementsAre(4, 5));
+  EXPECT_THAT(batch->sample_sequences, ElementsAre(0, 1));
+  ASSERT_EQ(batch->copy.size(), 1u);
+  EXPECT_EQ(batch->copy[0].src, 1);
+  EXPECT_EQ(batch->copy[0].dst, 6);
+  EXPECT_TRUE(batch->swap_in.empty());
+}
+
+TEST(FlattenStepPlanTest, ChecksOnlyTheBlocksTheContextNeeds) {
+  StepPlan plan;
+  // 4 tokens need one block of 4; the stale id past it is not read.
+  AddStep(plan, 1, {1, 2, 3, 4}, 0, {0, 99}, true);
+  EXPECT_TRUE(FlattenStepPlan(plan, BatchLimits{10, 4, 2, 0}).ok());
+  AddStep(plan, 2, {1}, 4, {1}, true);  // Position 4 needs a second block.
+  auto batch = FlattenStepPlan(plan, BatchLimits{10, 4, 2, 0});
+  EXPECT_EQ(batch.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(batch.status().message()), ::testing::HasSubstr("seq_id 2"));
+}
+
+}  // namespace
+}  // namespace pagoda::worker
