@@ -5,7 +5,7 @@
 //              [--ignore-eos] [--stream]
 //   pagoda-cli [--server ...] info
 //
-// generate prints the text (or, for a model without tokenizer, the token ids)
+// generate prints the text (for a --prompt) or the token ids (for --token-ids)
 // as it arrives, then "finish_reason: ..." and "token_ids: ...". On an error
 // it prints the gRPC status and exits 1.
 
@@ -105,9 +105,13 @@ int Generate(Generation::Stub& stub) {
   pagoda::v1::GenerateResponse message;
   std::vector<int32_t> ids;
   pagoda::v1::FinishReason reason = pagoda::v1::FINISH_REASON_UNSPECIFIED;
+  // A text prompt streams text; a token-id prompt streams ids. Mixing the two
+  // would print ids for byte-fallback pieces whose text the server holds back
+  // until they complete a UTF-8 character.
+  const bool print_text = !absl::GetFlag(FLAGS_prompt).empty();
   while (reader->Read(&message)) {
     for (const pagoda::v1::SequenceOutput& output : message.outputs()) {
-      if (!output.text().empty()) {
+      if (print_text) {
         std::cout << output.text();
       } else {
         for (int32_t id : output.token_ids()) std::cout << (ids.empty() ? "" : " ") << id;
