@@ -17,6 +17,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "common/flags.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
@@ -139,23 +140,13 @@ int Info(Generation::Stub& stub) {
   return 0;
 }
 
-// Abseil spells flags with underscores; accept vLLM-style dashes too.
-void NormalizeFlagNames(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    if (argv[i][0] != '-' || argv[i][1] != '-') continue;
-    for (char* c = argv[i] + 2; *c != '\0' && *c != '='; ++c) {
-      if (*c == '-') *c = '_';
-    }
-  }
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "pagoda-cli [--server HOST:PORT] generate (--prompt TEXT | --token-ids 1,2,3) [options] | "
       "info");
-  NormalizeFlagNames(argc, argv);
+  pagoda::AcceptDashedFlagNames(argc, argv);
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   if (positional.size() != 2) {
     std::cerr << "usage: " << absl::ProgramUsageMessage() << std::endl;

@@ -36,3 +36,9 @@ pagoda_add_test(common_safetensors_test
 pagoda_add_test(common_tokenizer_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/tokenizer_test.cc
   LIBS pagoda_common pagoda_common_testing pagoda_proto)
+# vLLM-style dashed flag names for every Pagoda executable.
+add_library(pagoda_flags STATIC ${CMAKE_CURRENT_LIST_DIR}/flags.cc)
+target_link_libraries(pagoda_flags PUBLIC absl::flags absl::flags_reflection absl::strings)
+pagoda_add_test(common_flags_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/flags_test.cc
+  LIBS pagoda_flags)

@@ -13,6 +13,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "common/flags.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -111,20 +112,10 @@ void PrintRow(const LevelResult& r) {
               schedule + rpc + forward + post, schedule, rpc, forward, post);
 }
 
-// Accepts --max-tokens as well as Abseil's --max_tokens.
-void NormalizeFlagNames(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    if (argv[i][0] != '-' || argv[i][1] != '-') continue;
-    for (char* c = argv[i] + 2; *c != '\0' && *c != '='; ++c) {
-      if (*c == '-') *c = '_';
-    }
-  }
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  NormalizeFlagNames(argc, argv);
+  pagoda::AcceptDashedFlagNames(argc, argv);
   absl::ParseCommandLine(argc, argv);
   auto channel =
       grpc::CreateChannel(absl::GetFlag(FLAGS_server), grpc::InsecureChannelCredentials());

@@ -22,11 +22,11 @@ target_link_libraries(pagoda_in_process_worker PUBLIC pagoda_worker_core pagoda_
   absl::status absl::statusor absl::strings)
 
 add_executable(pagoda-server ${CMAKE_CURRENT_LIST_DIR}/server_main.cc)
-target_link_libraries(pagoda-server PRIVATE pagoda_server_lib absl::flags absl::flags_parse
+target_link_libraries(pagoda-server PRIVATE pagoda_server_lib pagoda_flags absl::flags absl::flags_parse
   absl::flags_usage)
 
 add_executable(pagoda-bench ${CMAKE_CURRENT_LIST_DIR}/bench_main.cc)
-target_link_libraries(pagoda-bench PRIVATE pagoda_proto gRPC::grpc++ absl::flags
+target_link_libraries(pagoda-bench PRIVATE pagoda_proto pagoda_flags gRPC::grpc++ absl::flags
   absl::flags_parse absl::strings absl::str_format absl::time absl::synchronization)
 
 pagoda_add_test(scheduler_request_validation_test

@@ -23,6 +23,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "common/flags.h"
 #include "absl/flags/usage.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -261,22 +262,9 @@ absl::Status Serve() {
 }  // namespace
 }  // namespace pagoda::scheduler
 
-// vLLM spells flags with dashes (--max-num-seqs); Abseil names them with
-// underscores. Rewrites the name part of every "--flag[=value]" argument.
-void NormalizeFlagNames(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    std::string_view arg = argv[i];
-    if (arg == "--") break;
-    if (arg.size() < 3 || arg[0] != '-' || arg[1] != '-') continue;
-    for (char* c = argv[i] + 2; *c != '\0' && *c != '='; ++c) {
-      if (*c == '-') *c = '_';
-    }
-  }
-}
-
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("pagoda-server --model DIR [flags]: serves pagoda.v1.Generation");
-  NormalizeFlagNames(argc, argv);
+  pagoda::AcceptDashedFlagNames(argc, argv);
   absl::ParseCommandLine(argc, argv);
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);

@@ -8,13 +8,8 @@ target_link_libraries(pagoda_worker_service PUBLIC
 # The executable needs the model runner, built by worker_core.cmake.
 if(TARGET pagoda_worker_core)
   add_executable(pagoda-worker ${CMAKE_CURRENT_LIST_DIR}/worker_main.cc)
-  # libprotobuf must come before libsentencepiece (pulled in by the model's
-  # tokenizer code): Debian's sentencepiece exports protobuf-lite internals
-  # that otherwise interpose on libprotobuf's and crash at load time. Without
-  # --as-needed the libraries are loaded in link order, protobuf first.
-  target_link_options(pagoda-worker PRIVATE "LINKER:--no-as-needed")
-  target_link_libraries(pagoda-worker PRIVATE protobuf::libprotobuf
-    pagoda_worker_service pagoda_worker_core gRPC::grpc++_reflection absl::flags
+  target_link_libraries(pagoda-worker PRIVATE
+    pagoda_worker_service pagoda_worker_core pagoda_flags gRPC::grpc++_reflection absl::flags
     absl::flags_parse glog::glog Threads::Threads)
 
   if(TARGET pagoda_worker_client AND EXISTS ${CMAKE_CURRENT_LIST_DIR}/worker_service_test.cc)

@@ -8,10 +8,6 @@ add_library(pagoda_worker_core STATIC
   ${CMAKE_CURRENT_LIST_DIR}/cpu_model_runner.cc
   ${CMAKE_CURRENT_LIST_DIR}/llama_model.cc
   ${CMAKE_CURRENT_LIST_DIR}/sampler.cc)
-# pagoda_proto (libprotobuf) must come before pagoda_common: Debian's
-# libsentencepiece exports its own copy of protobuf internals, and whichever
-# library the dynamic linker sees first wins; sentencepiece first crashes in
-# protobuf's static initialisers.
 target_link_libraries(pagoda_worker_core PUBLIC
   pagoda_proto pagoda_common PkgConfig::OPENBLAS Threads::Threads
   absl::status absl::statusor absl::strings absl::span absl::flat_hash_set)

@@ -29,6 +29,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/flags.h"
 #include "glog/logging.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
@@ -73,24 +74,6 @@ class StopRequest {
   absl::Mutex mutex_;
   std::string reason_ ABSL_GUARDED_BY(mutex_);
 };
-
-// Lets "--parent-pid" spell the flag "parent_pid" (Abseil flag names cannot
-// hold '-', while Pagoda's command lines use vLLM's dashed names).
-std::vector<char*> DashesToUnderscores(int argc, char** argv, std::vector<std::string>& storage) {
-  storage.assign(argv, argv + argc);
-  for (size_t i = 1; i < storage.size(); ++i) {
-    std::string& arg = storage[i];
-    if (arg == "--") break;
-    if (arg.size() < 3 || arg[0] != '-') continue;
-    const size_t name_end = std::min(arg.find('='), arg.size());
-    for (size_t j = arg[1] == '-' ? 2 : 1; j < name_end; ++j) {
-      if (arg[j] == '-') arg[j] = '_';
-    }
-  }
-  std::vector<char*> pointers;
-  for (std::string& arg : storage) pointers.push_back(arg.data());
-  return pointers;
-}
 
 absl::StatusOr<std::unique_ptr<pagoda::worker::ModelRunner>> MakeRunner(const std::string& device) {
   if (device.empty() || device == "cpu") return pagoda::worker::CreateCpuModelRunner();
@@ -138,9 +121,8 @@ void WatchSignalsAndParent(pid_t parent_pid, StopRequest& stop) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<std::string> arg_storage;
-  std::vector<char*> args = DashesToUnderscores(argc, argv, arg_storage);
-  absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
+  pagoda::AcceptDashedFlagNames(argc, argv);
+  absl::ParseCommandLine(argc, argv);
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
 

@@ -1,0 +1,38 @@
+#include "common/flags.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "gtest/gtest.h"
+
+ABSL_FLAG(int, max_num_seqs, 1, "test flag");
+ABSL_FLAG(bool, enable_prefix_caching, false, "test flag");
+
+namespace pagoda {
+namespace {
+
+std::vector<std::string> Rewrite(std::vector<std::string> args) {
+  std::vector<char*> argv;
+  for (std::string& arg : args) argv.push_back(arg.data());
+  AcceptDashedFlagNames(static_cast<int>(argv.size()), argv.data());
+  return args;
+}
+
+TEST(AcceptDashedFlagNamesTest, RewritesRegisteredFlagNamesOnly) {
+  EXPECT_EQ(Rewrite({"prog", "--max-num-seqs=4", "-max-num-seqs", "7"}),
+            (std::vector<std::string>{"prog", "--max_num_seqs=4", "-max_num_seqs", "7"}));
+  // Unknown names and values keep their dashes; so does the value part.
+  EXPECT_EQ(Rewrite({"prog", "--not-a-flag", "--max-num-seqs", "-1", "--max-num-seqs=a-b"}),
+            (std::vector<std::string>{"prog", "--not-a-flag", "--max_num_seqs", "-1",
+                                      "--max_num_seqs=a-b"}));
+}
+
+TEST(AcceptDashedFlagNamesTest, NegatedBoolAndDoubleDashTerminator) {
+  EXPECT_EQ(Rewrite({"prog", "--noenable-prefix-caching", "--", "--max-num-seqs"}),
+            (std::vector<std::string>{"prog", "--noenable_prefix_caching", "--",
+                                      "--max-num-seqs"}));
+}
+
+}  // namespace
+}  // namespace pagoda
