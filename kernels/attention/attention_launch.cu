@@ -10,10 +10,10 @@ cudaError_t LaunchDecodeAttention(const DecodeAttentionParams& params, const Dec
                                   void* workspace, cudaStream_t stream) {
   if (!CheckDecodeSupported(params).ok()) return cudaErrorInvalidValue;
   switch (params.dtype) {
-    case DType::kBF16:
+    case ScalarType::kBF16:
       return attention_internal::LaunchDecodeForType<__nv_bfloat16>(params, plan, workspace,
                                                                     stream);
-    case DType::kF16:
+    case ScalarType::kF16:
       return attention_internal::LaunchDecodeForType<__half>(params, plan, workspace, stream);
     default:
       return cudaErrorInvalidValue;
@@ -23,9 +23,9 @@ cudaError_t LaunchDecodeAttention(const DecodeAttentionParams& params, const Dec
 cudaError_t LaunchPrefillAttention(const PrefillAttentionParams& params, cudaStream_t stream) {
   if (!CheckPrefillSupported(params).ok()) return cudaErrorInvalidValue;
   switch (params.dtype) {
-    case DType::kBF16:
+    case ScalarType::kBF16:
       return attention_internal::LaunchPrefillForType<__nv_bfloat16>(params, stream);
-    case DType::kF16:
+    case ScalarType::kF16:
       return attention_internal::LaunchPrefillForType<__half>(params, stream);
     default:
       return cudaErrorInvalidValue;

@@ -1,9 +1,8 @@
 // Host-side validation and work planning for the paged attention kernels.
-// No CUDA calls except cudaGetErrorString, so this runs (and is tested)
-// without a GPU.
+// No CUDA calls, so this runs (and is tested) without a GPU.
 #include <algorithm>
+#include <string>
 
-#include "absl/strings/str_cat.h"
 #include "kernels/attention/paged_attention.h"
 
 namespace pagoda::kernels {
@@ -11,77 +10,64 @@ namespace {
 
 constexpr int kMaxGroupSize = 8;
 
-// Local spelling so this library does not depend on pagoda_common.
-const char* DTypeLabel(DType dtype) {
-  switch (dtype) {
-    case DType::kF32:
-      return "F32";
-    case DType::kF16:
-      return "F16";
-    case DType::kBF16:
-      return "BF16";
-  }
-  return "unknown";
-}
+std::string Str(int value) { return std::to_string(value); }
 
-absl::Status CheckCommonShape(DType dtype, int num_q_heads, int num_kv_heads, int head_dim,
+KernelStatus CheckCommonShape(ScalarType dtype, int num_q_heads, int num_kv_heads, int head_dim,
                               int block_size, int max_blocks_per_seq, int num_seqs) {
-  if (dtype != DType::kBF16 && dtype != DType::kF16) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("attention: unsupported dtype ", DTypeLabel(dtype), " (BF16, F16 only)"));
+  if (dtype != ScalarType::kBF16 && dtype != ScalarType::kF16) {
+    return InvalidKernelArgument(std::string("attention: unsupported dtype ") +
+                                 ScalarTypeName(dtype) + " (bf16, f16 only)");
   }
   if (head_dim != 64 && head_dim != 128) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("attention: unsupported head_dim ", head_dim, " (64, 128 only)"));
+    return InvalidKernelArgument("attention: unsupported head_dim " + Str(head_dim) +
+                                 " (64, 128 only)");
   }
   if (block_size != 16 && block_size != 32) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("attention: unsupported block_size ", block_size, " (16, 32 only)"));
+    return InvalidKernelArgument("attention: unsupported block_size " + Str(block_size) +
+                                 " (16, 32 only)");
   }
   if (num_q_heads <= 0 || num_kv_heads <= 0 || num_q_heads % num_kv_heads != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("attention: num_q_heads ", num_q_heads,
-                                                   " is not a multiple of num_kv_heads ",
-                                                   num_kv_heads));
+    return InvalidKernelArgument("attention: num_q_heads " + Str(num_q_heads) +
+                                 " is not a multiple of num_kv_heads " + Str(num_kv_heads));
   }
   if (num_q_heads / num_kv_heads > kMaxGroupSize) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "attention: query heads per kv head ", num_q_heads / num_kv_heads, " > ", kMaxGroupSize));
+    return InvalidKernelArgument("attention: query heads per kv head " +
+                                 Str(num_q_heads / num_kv_heads) + " > " + Str(kMaxGroupSize));
   }
   if (num_seqs <= 0 || num_seqs > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("attention: num_seqs ", num_seqs, " outside [1, 65535]"));
+    return InvalidKernelArgument("attention: num_seqs " + Str(num_seqs) + " outside [1, 65535]");
   }
   if (max_blocks_per_seq <= 0) {
-    return absl::InvalidArgumentError("attention: max_blocks_per_seq must be positive");
+    return InvalidKernelArgument("attention: max_blocks_per_seq must be positive");
   }
-  return absl::OkStatus();
+  return OkKernelStatus();
 }
 
 }  // namespace
 
-absl::Status CheckDecodeSupported(const DecodeAttentionParams& p) {
-  absl::Status status = CheckCommonShape(p.dtype, p.num_q_heads, p.num_kv_heads, p.head_dim,
+KernelStatus CheckDecodeSupported(const DecodeAttentionParams& p) {
+  KernelStatus status = CheckCommonShape(p.dtype, p.num_q_heads, p.num_kv_heads, p.head_dim,
                                          p.block_size, p.max_blocks_per_seq, p.num_seqs);
   if (!status.ok()) return status;
   if (p.q == nullptr || p.k_cache == nullptr || p.v_cache == nullptr || p.block_tables == nullptr ||
       p.context_lens == nullptr || p.out == nullptr) {
-    return absl::InvalidArgumentError("decode attention: a tensor pointer is null");
+    return InvalidKernelArgument("decode attention: a tensor pointer is null");
   }
-  return absl::OkStatus();
+  return OkKernelStatus();
 }
 
-absl::Status CheckPrefillSupported(const PrefillAttentionParams& p) {
-  absl::Status status = CheckCommonShape(p.dtype, p.num_q_heads, p.num_kv_heads, p.head_dim,
+KernelStatus CheckPrefillSupported(const PrefillAttentionParams& p) {
+  KernelStatus status = CheckCommonShape(p.dtype, p.num_q_heads, p.num_kv_heads, p.head_dim,
                                          p.block_size, p.max_blocks_per_seq, p.num_seqs);
   if (!status.ok()) return status;
   if (p.max_query_len <= 0) {
-    return absl::InvalidArgumentError("prefill attention: max_query_len must be positive");
+    return InvalidKernelArgument("prefill attention: max_query_len must be positive");
   }
   if (p.q == nullptr || p.query_start == nullptr || p.k_cache == nullptr || p.v_cache == nullptr ||
       p.block_tables == nullptr || p.context_lens == nullptr || p.out == nullptr) {
-    return absl::InvalidArgumentError("prefill attention: a tensor pointer is null");
+    return InvalidKernelArgument("prefill attention: a tensor pointer is null");
   }
-  return absl::OkStatus();
+  return OkKernelStatus();
 }
 
 DecodePlan PlanDecodeAttention(int num_seqs, int num_q_heads, int num_kv_heads, int head_dim,
@@ -116,12 +102,6 @@ DecodePlan PlanDecodeAttention(int num_seqs, int num_q_heads, int num_kv_heads, 
   // Partial outputs (f32, normalised) then one log2-sum-exp per row.
   plan.workspace_bytes = rows * head_dim * sizeof(float) + rows * sizeof(float);
   return plan;
-}
-
-absl::Status CudaErrorToStatus(cudaError_t error, const char* what) {
-  if (error == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(
-      absl::StrCat(what, ": ", cudaGetErrorName(error), ": ", cudaGetErrorString(error)));
 }
 
 }  // namespace pagoda::kernels

@@ -1,6 +1,8 @@
 // Host-side planning and validation of the attention kernels. No GPU needed.
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "kernels/attention/paged_attention.h"
 
 namespace pagoda::kernels {
@@ -55,7 +57,7 @@ TEST(PlanDecodeAttentionTest, ForcedModesAndPartitionRounding) {
 DecodeAttentionParams ValidDecodeParams() {
   static int dummy;
   DecodeAttentionParams p;
-  p.dtype = DType::kBF16;
+  p.dtype = ScalarType::kBF16;
   p.num_seqs = 2;
   p.num_q_heads = 28;
   p.num_kv_heads = 4;  // group of 7 (Qwen2-7B) is served via the 8-wide variant
@@ -70,31 +72,44 @@ DecodeAttentionParams ValidDecodeParams() {
 TEST(CheckDecodeSupportedTest, AcceptsServedShapes) {
   EXPECT_TRUE(CheckDecodeSupported(ValidDecodeParams()).ok());
   DecodeAttentionParams p = ValidDecodeParams();
-  p.dtype = DType::kF16;
+  p.dtype = ScalarType::kF16;
   p.head_dim = 64;
   p.block_size = 32;
   EXPECT_TRUE(CheckDecodeSupported(p).ok());
 }
 
+// Not ok with cudaErrorInvalidValue, and the message names the offending field.
+void ExpectRejected(const KernelStatus& status, const std::string& names) {
+  EXPECT_FALSE(status.ok());
+  EXPECT_EQ(status.code, cudaErrorInvalidValue);
+  EXPECT_NE(status.message.find(names), std::string::npos) << status.message;
+}
+
 TEST(CheckDecodeSupportedTest, RejectsEachUnsupportedField) {
   DecodeAttentionParams p = ValidDecodeParams();
-  p.dtype = DType::kF32;
-  EXPECT_EQ(CheckDecodeSupported(p).code(), absl::StatusCode::kInvalidArgument);
+  p.dtype = ScalarType::kF32;
+  ExpectRejected(CheckDecodeSupported(p), "dtype f32");
   p = ValidDecodeParams();
   p.head_dim = 80;
-  EXPECT_EQ(CheckDecodeSupported(p).code(), absl::StatusCode::kInvalidArgument);
+  ExpectRejected(CheckDecodeSupported(p), "head_dim 80");
   p = ValidDecodeParams();
   p.block_size = 8;
-  EXPECT_EQ(CheckDecodeSupported(p).code(), absl::StatusCode::kInvalidArgument);
+  ExpectRejected(CheckDecodeSupported(p), "block_size 8");
   p = ValidDecodeParams();
   p.num_q_heads = 30;  // not a multiple of 4 kv heads
-  EXPECT_EQ(CheckDecodeSupported(p).code(), absl::StatusCode::kInvalidArgument);
+  ExpectRejected(CheckDecodeSupported(p), "num_q_heads 30 is not a multiple of num_kv_heads 4");
   p = ValidDecodeParams();
   p.num_q_heads = 64;  // group of 16
-  EXPECT_EQ(CheckDecodeSupported(p).code(), absl::StatusCode::kInvalidArgument);
+  ExpectRejected(CheckDecodeSupported(p), "query heads per kv head 16");
+  p = ValidDecodeParams();
+  p.num_seqs = 0;
+  ExpectRejected(CheckDecodeSupported(p), "num_seqs 0");
+  p = ValidDecodeParams();
+  p.max_blocks_per_seq = 0;
+  ExpectRejected(CheckDecodeSupported(p), "max_blocks_per_seq");
   p = ValidDecodeParams();
   p.out = nullptr;
-  EXPECT_EQ(CheckDecodeSupported(p).code(), absl::StatusCode::kInvalidArgument);
+  ExpectRejected(CheckDecodeSupported(p), "pointer is null");
 }
 
 TEST(LaunchDecodeAttentionTest, UnsupportedReturnsInvalidValueBeforeTouchingTheDevice) {
@@ -106,7 +121,7 @@ TEST(LaunchDecodeAttentionTest, UnsupportedReturnsInvalidValueBeforeTouchingTheD
 TEST(CheckPrefillSupportedTest, RequiresQueryBoundAndPointers) {
   static int dummy;
   PrefillAttentionParams p;
-  p.dtype = DType::kBF16;
+  p.dtype = ScalarType::kBF16;
   p.num_seqs = 1;
   p.num_q_heads = 32;
   p.num_kv_heads = 8;
@@ -117,19 +132,24 @@ TEST(CheckPrefillSupportedTest, RequiresQueryBoundAndPointers) {
   p.q = p.k_cache = p.v_cache = p.out = &dummy;
   p.block_tables = p.context_lens = p.query_start = &dummy;
   EXPECT_TRUE(CheckPrefillSupported(p).ok());
+  EXPECT_TRUE(CheckPrefillSupported(p).message.empty());
   p.max_query_len = 0;
-  EXPECT_EQ(CheckPrefillSupported(p).code(), absl::StatusCode::kInvalidArgument);
+  ExpectRejected(CheckPrefillSupported(p), "max_query_len");
   p.max_query_len = 20;
   p.query_start = nullptr;
-  EXPECT_EQ(CheckPrefillSupported(p).code(), absl::StatusCode::kInvalidArgument);
+  ExpectRejected(CheckPrefillSupported(p), "pointer is null");
+  p.query_start = &dummy;
+  p.head_dim = 256;
+  ExpectRejected(CheckPrefillSupported(p), "head_dim 256");
 }
 
-TEST(CudaErrorToStatusTest, NamesTheFailure) {
-  EXPECT_TRUE(CudaErrorToStatus(cudaSuccess, "x").ok());
-  const absl::Status status = CudaErrorToStatus(cudaErrorInvalidValue, "decode launch");
-  EXPECT_EQ(status.code(), absl::StatusCode::kInternal);
-  EXPECT_NE(status.message().find("decode launch"), absl::string_view::npos);
-  EXPECT_NE(status.message().find("cudaErrorInvalidValue"), absl::string_view::npos);
+TEST(KernelStatusFromCudaTest, KeepsTheCodeAndNamesTheFailure) {
+  EXPECT_TRUE(KernelStatusFromCuda(cudaSuccess, "x").ok());
+  const KernelStatus status = KernelStatusFromCuda(cudaErrorInvalidValue, "decode launch");
+  EXPECT_FALSE(status.ok());
+  EXPECT_EQ(status.code, cudaErrorInvalidValue);
+  EXPECT_NE(status.message.find("decode launch"), std::string::npos);
+  EXPECT_NE(status.message.find("cudaErrorInvalidValue"), std::string::npos);
 }
 
 }  // namespace

@@ -50,8 +50,8 @@ cudaError_t DeviceBuffer::Upload(const void* host, size_t bytes) {
   return cudaMemcpy(data_, host, bytes, cudaMemcpyHostToDevice);
 }
 
-uint16_t EncodeElement(float value, DType dtype) {
-  if (dtype == DType::kF16) {
+uint16_t EncodeElement(float value, ScalarType dtype) {
+  if (dtype == ScalarType::kF16) {
     __half_raw raw = __float2half_rn(value);
     return raw.x;
   }
@@ -59,8 +59,8 @@ uint16_t EncodeElement(float value, DType dtype) {
   return raw.x;
 }
 
-float DecodeElement(uint16_t bits, DType dtype) {
-  if (dtype == DType::kF16) {
+float DecodeElement(uint16_t bits, ScalarType dtype) {
+  if (dtype == ScalarType::kF16) {
     __half_raw raw;
     raw.x = bits;
     return __half2float(__half(raw));
@@ -70,19 +70,19 @@ float DecodeElement(uint16_t bits, DType dtype) {
   return __bfloat162float(__nv_bfloat16(raw));
 }
 
-std::vector<uint16_t> Encode(const std::vector<float>& values, DType dtype) {
+std::vector<uint16_t> Encode(const std::vector<float>& values, ScalarType dtype) {
   std::vector<uint16_t> bits(values.size());
   for (size_t i = 0; i < values.size(); ++i) bits[i] = EncodeElement(values[i], dtype);
   return bits;
 }
 
-std::vector<float> Decode(const std::vector<uint16_t>& bits, DType dtype) {
+std::vector<float> Decode(const std::vector<uint16_t>& bits, ScalarType dtype) {
   std::vector<float> values(bits.size());
   for (size_t i = 0; i < bits.size(); ++i) values[i] = DecodeElement(bits[i], dtype);
   return values;
 }
 
-void RoundInPlace(std::vector<float>& values, DType dtype) {
+void RoundInPlace(std::vector<float>& values, ScalarType dtype) {
   for (float& value : values) value = DecodeElement(EncodeElement(value, dtype), dtype);
 }
 
@@ -146,7 +146,7 @@ AttentionProblem MakeAttentionProblem(const AttentionProblemSpec& spec, std::mt1
 
 cudaError_t UploadAttentionProblem(const AttentionProblem& problem,
                                    DeviceAttentionProblem& device) {
-  const DType dtype = problem.spec.dtype;
+  const ScalarType dtype = problem.spec.dtype;
   const std::vector<uint16_t> q = Encode(problem.q, dtype);
   const std::vector<uint16_t> k = Encode(problem.cache.k, dtype);
   const std::vector<uint16_t> v = Encode(problem.cache.v, dtype);
@@ -186,10 +186,10 @@ std::string Comparison::Describe() const {
 }
 
 Comparison CompareWithReference(const std::vector<float>& out, const std::vector<double>& ref,
-                                DType dtype, double atol) {
+                                ScalarType dtype, double atol) {
   Comparison result;
   result.max_allowed_violation = -std::numeric_limits<double>::infinity();
-  const double output_rounding = dtype == DType::kF16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
+  const double output_rounding = dtype == ScalarType::kF16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
   double error_sq = 0.0;
   double ref_sq = 0.0;
   for (size_t i = 0; i < ref.size(); ++i) {
@@ -212,7 +212,7 @@ Comparison CompareWithReference(const std::vector<float>& out, const std::vector
   return result;
 }
 
-cudaError_t DownloadOutput(const DeviceBuffer& out, size_t count, DType dtype,
+cudaError_t DownloadOutput(const DeviceBuffer& out, size_t count, ScalarType dtype,
                            std::vector<float>& values) {
   std::vector<uint16_t> bits(count);
   if (count * 2 > out.bytes()) return cudaErrorInvalidValue;

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "common/dtype.h"
 #include "kernels/attention/attention_reference.h"
+#include "kernels/scalar_type.h"
 
 namespace pagoda::kernels {
 
@@ -42,12 +42,12 @@ class DeviceBuffer {
 };
 
 // 16-bit encodings of bf16/f16 values (round to nearest even) and back.
-uint16_t EncodeElement(float value, DType dtype);
-float DecodeElement(uint16_t bits, DType dtype);
-std::vector<uint16_t> Encode(const std::vector<float>& values, DType dtype);
-std::vector<float> Decode(const std::vector<uint16_t>& bits, DType dtype);
+uint16_t EncodeElement(float value, ScalarType dtype);
+float DecodeElement(uint16_t bits, ScalarType dtype);
+std::vector<uint16_t> Encode(const std::vector<float>& values, ScalarType dtype);
+std::vector<float> Decode(const std::vector<uint16_t>& bits, ScalarType dtype);
 // Rounds each value to the nearest representable one in `dtype`.
-void RoundInPlace(std::vector<float>& values, DType dtype);
+void RoundInPlace(std::vector<float>& values, ScalarType dtype);
 
 // How a random problem's block tables are drawn.
 enum class BlockTableKind {
@@ -56,7 +56,7 @@ enum class BlockTableKind {
 };
 
 struct AttentionProblemSpec {
-  DType dtype = DType::kBF16;
+  ScalarType dtype = ScalarType::kBF16;
   int num_q_heads = 8;
   int num_kv_heads = 8;
   int head_dim = 128;
@@ -99,10 +99,10 @@ struct Comparison {
 // Allowed error per element: atol (1e-3 at unit value scale) plus one rounding
 // of the output to `dtype` (relative 2^-8 for bf16, 2^-11 for f16).
 Comparison CompareWithReference(const std::vector<float>& out, const std::vector<double>& ref,
-                                DType dtype, double atol = 1e-3);
+                                ScalarType dtype, double atol = 1e-3);
 
 // Reads a device output of `count` dtype elements back as floats.
-cudaError_t DownloadOutput(const DeviceBuffer& out, size_t count, DType dtype,
+cudaError_t DownloadOutput(const DeviceBuffer& out, size_t count, ScalarType dtype,
                            std::vector<float>& values);
 
 }  // namespace pagoda::kernels

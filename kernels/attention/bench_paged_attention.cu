@@ -19,7 +19,6 @@
 
 namespace {
 
-using pagoda::DType;
 using namespace pagoda::kernels;
 
 #define CHECK_CUDA(call)                                                \
@@ -126,7 +125,7 @@ void BenchDecode(const Cache& cache, int batch, int context, SplitKMode split, i
   FillRandom(q, q_bytes / 2, 7);
 
   DecodeAttentionParams p;
-  p.dtype = DType::kBF16;
+  p.dtype = ScalarType::kBF16;
   p.num_seqs = batch;
   p.num_q_heads = kQHeads;
   p.num_kv_heads = kKvHeads;
@@ -173,7 +172,7 @@ void BenchPrefill(const Cache& cache, int batch, int context, int iters, std::mt
   FillRandom(q, q_bytes / 2, 9);
 
   PrefillAttentionParams p;
-  p.dtype = DType::kBF16;
+  p.dtype = ScalarType::kBF16;
   p.num_seqs = batch;
   p.num_q_heads = kQHeads;
   p.num_kv_heads = kKvHeads;

@@ -17,7 +17,7 @@ namespace pagoda::kernels {
 namespace {
 
 struct DecodeCase {
-  DType dtype = DType::kBF16;
+  ScalarType dtype = ScalarType::kBF16;
   int num_q_heads = 32;
   int num_kv_heads = 8;
   int head_dim = 128;
@@ -30,7 +30,7 @@ struct DecodeCase {
   float query_magnitude = 3.0f;
 
   std::string Name() const {
-    return std::string(dtype == DType::kBF16 ? "bf16" : "f16") + " heads " +
+    return std::string(dtype == ScalarType::kBF16 ? "bf16" : "f16") + " heads " +
            std::to_string(num_q_heads) + "/" + std::to_string(num_kv_heads) + " d" +
            std::to_string(head_dim) + " bs" + std::to_string(block_size) +
            (table_kind == BlockTableKind::kShuffled ? " shuffled" : " repeated") + " split" +
@@ -125,7 +125,7 @@ TEST(DecodeAttentionTest, SweepShapesDtypesBlockSizesAndSplit) {
   SKIP_WITHOUT_CUDA();
   const int head_pairs[][2] = {{40, 40}, {64, 8}, {32, 8}};  // GQA ratios 1, 8, 4
   uint32_t seed = 1;
-  for (DType dtype : {DType::kBF16, DType::kF16}) {
+  for (ScalarType dtype : {ScalarType::kBF16, ScalarType::kF16}) {
     for (const auto& heads : head_pairs) {
       for (int head_dim : {64, 128}) {
         for (int block_size : {16, 32}) {
@@ -214,7 +214,7 @@ TEST(DecodeAttentionTest, PeakedSoftmaxIsStable) {
 TEST(DecodeAttentionTest, UnsupportedShapeIsRejectedWithoutLaunch) {
   SKIP_WITHOUT_CUDA();
   DecodeAttentionParams params;
-  params.dtype = DType::kBF16;
+  params.dtype = ScalarType::kBF16;
   params.num_seqs = 1;
   params.num_q_heads = 8;
   params.num_kv_heads = 8;

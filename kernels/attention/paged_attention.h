@@ -10,7 +10,7 @@
 //
 // Supported (anything else is rejected by the Check* functions and makes the
 // launchers return cudaErrorInvalidValue without launching):
-//   dtype      kBF16, kF16 (accumulation is always f32)
+//   dtype      ScalarType::kBF16, kF16 (accumulation is always f32)
 //   head_dim   64, 128
 //   block_size 16, 32
 //   num_q_heads / num_kv_heads in [1, 8], num_q_heads divisible by num_kv_heads
@@ -25,8 +25,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "absl/status/status.h"
-#include "common/dtype.h"
+#include "kernels/kernel_status.h"
+#include "kernels/scalar_type.h"
 
 namespace pagoda::kernels {
 
@@ -36,7 +36,7 @@ namespace pagoda::kernels {
 // All pointers are device pointers owned by the caller and must stay valid
 // until the launched work completes. Tensors are contiguous.
 struct DecodeAttentionParams {
-  DType dtype = DType::kBF16;
+  ScalarType dtype = ScalarType::kBF16;
   int num_seqs = 0;
   int num_q_heads = 0;
   int num_kv_heads = 0;
@@ -60,7 +60,7 @@ struct DecodeAttentionParams {
 // query i sits at position context_lens[s] - num_queries + i and attends to
 // positions [0, that position] (causal; a cached prefix is simply attended).
 struct PrefillAttentionParams {
-  DType dtype = DType::kBF16;
+  ScalarType dtype = ScalarType::kBF16;
   int num_seqs = 0;
   int num_q_heads = 0;
   int num_kv_heads = 0;
@@ -101,10 +101,11 @@ struct DecodePlan {
   size_t workspace_bytes = 0;  // device scratch the launch needs (0 when not split)
 };
 
-// Validates a decode configuration; INVALID_ARGUMENT names what is unsupported.
-absl::Status CheckDecodeSupported(const DecodeAttentionParams& params);
-// Validates a prefill configuration; INVALID_ARGUMENT names what is unsupported.
-absl::Status CheckPrefillSupported(const PrefillAttentionParams& params);
+// Validates a decode configuration. Not ok: code cudaErrorInvalidValue and a
+// message naming what is unsupported.
+KernelStatus CheckDecodeSupported(const DecodeAttentionParams& params);
+// Validates a prefill configuration; same contract as CheckDecodeSupported.
+KernelStatus CheckPrefillSupported(const PrefillAttentionParams& params);
 
 // Plans a decode launch. REQUIRES: max_context_len >= 1, num_sms >= 1 (132 on
 // an H200; read it with cudaDeviceGetAttribute(cudaDevAttrMultiProcessorCount)).
@@ -124,9 +125,6 @@ cudaError_t LaunchDecodeAttention(const DecodeAttentionParams& params, const Dec
 // Enqueues prefill attention on `stream`. Returns cudaErrorInvalidValue for an
 // unsupported configuration, otherwise the launch error, if any.
 cudaError_t LaunchPrefillAttention(const PrefillAttentionParams& params, cudaStream_t stream);
-
-// Turns a CUDA error into a Status (OK for cudaSuccess), naming `what` failed.
-absl::Status CudaErrorToStatus(cudaError_t error, const char* what);
 
 }  // namespace pagoda::kernels
 

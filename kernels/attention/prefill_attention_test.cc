@@ -18,7 +18,7 @@ namespace pagoda::kernels {
 namespace {
 
 struct PrefillCase {
-  DType dtype = DType::kBF16;
+  ScalarType dtype = ScalarType::kBF16;
   int num_q_heads = 32;
   int num_kv_heads = 8;
   int head_dim = 128;
@@ -30,11 +30,13 @@ struct PrefillCase {
   float query_magnitude = 3.0f;
 
   std::string Name() const {
-    std::string name = std::string(dtype == DType::kBF16 ? "bf16" : "f16") + " heads " +
+    std::string name = std::string(dtype == ScalarType::kBF16 ? "bf16" : "f16") + " heads " +
                        std::to_string(num_q_heads) + "/" + std::to_string(num_kv_heads) + " d" +
                        std::to_string(head_dim) + " bs" + std::to_string(block_size) + " seqs";
     for (const auto& [context, queries] : sequences) {
-      name += " " + std::to_string(context) + ":" + std::to_string(queries);
+      // Appended piecewise: GCC 12's -Wrestrict misfires on "x" + std::string&&.
+      name.append(" ").append(std::to_string(context)).append(":").append(
+          std::to_string(queries));
     }
     return name;
   }
@@ -101,7 +103,7 @@ TEST(PrefillAttentionTest, SweepShapesDtypesBlockSizes) {
   SKIP_WITHOUT_CUDA();
   const int head_pairs[][2] = {{40, 40}, {64, 8}, {32, 8}};
   uint32_t seed = 1;
-  for (DType dtype : {DType::kBF16, DType::kF16}) {
+  for (ScalarType dtype : {ScalarType::kBF16, ScalarType::kF16}) {
     for (const auto& heads : head_pairs) {
       for (int head_dim : {64, 128}) {
         for (int block_size : {16, 32}) {
@@ -150,7 +152,7 @@ TEST(PrefillAttentionTest, PeakedSoftmaxIsStable) {
 TEST(PrefillAttentionTest, UnsupportedShapeIsRejectedWithoutLaunch) {
   SKIP_WITHOUT_CUDA();
   PrefillAttentionParams params;
-  params.dtype = DType::kF32;
+  params.dtype = ScalarType::kF32;
   params.num_seqs = 1;
   params.num_q_heads = 8;
   params.num_kv_heads = 8;

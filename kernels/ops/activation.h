@@ -6,7 +6,7 @@
 
 #include <cuda_runtime.h>
 
-#include "kernels/ops/scalar_type.h"
+#include "kernels/scalar_type.h"
 
 namespace pagoda::kernels {
 

@@ -9,7 +9,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include "kernels/ops/scalar_type.h"
+#include "kernels/scalar_type.h"
 
 namespace pagoda::kernels {
 

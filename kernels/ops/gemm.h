@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "kernels/ops/scalar_type.h"
+#include "kernels/scalar_type.h"
 
 namespace pagoda::kernels {
 

@@ -53,7 +53,7 @@ class LayerOpsTest : public ::testing::TestWithParam<ScalarType> {};
 TEST_P(LayerOpsTest, RmsNormMatchesFloat64) {
   PAGODA_SKIP_WITHOUT_CUDA();
   const ScalarType type = GetParam();
-  for (const auto [tokens, hidden] : {std::pair{1, 32}, {7, 333}, {5, 4096}, {3, 5121}}) {
+  for (const auto& [tokens, hidden] : {std::pair{1, 32}, {7, 333}, {5, 4096}, {3, 5121}}) {
     const int stride = hidden + 17;  // rows of a wider buffer
     const std::vector<float> x = RoundTrip(type, RandomFloats(tokens * stride, -3, 3, hidden));
     const std::vector<float> w = RoundTrip(type, RandomFloats(hidden, 0.5, 1.5, tokens));
@@ -77,7 +77,7 @@ TEST_P(LayerOpsTest, RmsNormMatchesFloat64) {
 TEST_P(LayerOpsTest, FusedAddRmsNormUpdatesResidualAndInput) {
   PAGODA_SKIP_WITHOUT_CUDA();
   const ScalarType type = GetParam();
-  for (const auto [tokens, hidden] : {std::pair{1, 64}, {9, 1000}, {4, 8192}}) {
+  for (const auto& [tokens, hidden] : {std::pair{1, 64}, {9, 1000}, {4, 8192}}) {
     const std::vector<float> x = RoundTrip(type, RandomFloats(tokens * hidden, -2, 2, 1));
     const std::vector<float> r = RoundTrip(type, RandomFloats(tokens * hidden, -2, 2, 2));
     const std::vector<float> w = RoundTrip(type, RandomFloats(hidden, 0.5, 1.5, 3));
@@ -171,7 +171,7 @@ TEST_P(LayerOpsTest, RotaryEmbeddingRotatesHalvesInPlace) {
 TEST_P(LayerOpsTest, SiluAndMulUsesGateThenUp) {
   PAGODA_SKIP_WITHOUT_CUDA();
   const ScalarType type = GetParam();
-  for (const auto [tokens, inter] : {std::pair{1, 11}, {6, 1377}, {3, 14336}}) {
+  for (const auto& [tokens, inter] : {std::pair{1, 11}, {6, 1377}, {3, 14336}}) {
     const std::vector<float> x = RoundTrip(type, RandomFloats(tokens * 2 * inter, -6, 6, inter));
     auto dx = ToDevice(type, x);
     DeviceBuffer out(tokens * inter * ScalarTypeSize(type));

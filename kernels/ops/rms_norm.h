@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "kernels/ops/scalar_type.h"
+#include "kernels/scalar_type.h"
 
 namespace pagoda::kernels {
 

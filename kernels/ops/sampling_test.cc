@@ -159,7 +159,9 @@ TEST(SamplingTest, SameSeedSameTokenAndRowsIndependentOfBatch) {
   for (int i = 0; i < 37; ++i) {
     EXPECT_EQ(batch[i].id, again[i].id) << i;
     EXPECT_EQ(batch[i].id, reversed_result[36 - i].id) << i;
-    if (i % 9 == 0) EXPECT_EQ(batch[i].id, Sample({rows[i]})[0].id) << i;
+    if (i % 9 == 0) {
+      EXPECT_EQ(batch[i].id, Sample({rows[i]})[0].id) << i;
+    }
   }
   // A different sample index (or seed) draws differently somewhere.
   int changed = 0;
@@ -244,7 +246,7 @@ TEST(SamplingTest, DrawsFollowTheTemperedDistribution) {
   const std::vector<float> logits = {1.0f, 2.0f, 0.5f,  -1.0f, 3.0f, 2.5f,
                                      0.0f, 1.5f, -0.5f, 2.2f,  0.7f, 1.1f};
   const int vocab = logits.size(), draws = 40000;
-  for (const auto [temperature, top_k] : {std::pair{1.0f, 0}, {0.6f, 0}, {1.3f, 5}}) {
+  for (const auto& [temperature, top_k] : {std::pair{1.0f, 0}, {0.6f, 0}, {1.3f, 5}}) {
     std::vector<Row> rows;
     for (int d = 0; d < draws; ++d) {
       rows.push_back(Row{logits, temperature, top_k, 1.0f, 42, static_cast<uint64_t>(d)});

@@ -11,7 +11,7 @@
 #include <cstring>
 #include <vector>
 
-#include "kernels/ops/scalar_type.h"
+#include "kernels/scalar_type.h"
 
 namespace pagoda::kernels::testing {
 

@@ -1,5 +1,5 @@
-#ifndef PAGODA_KERNELS_OPS_SCALAR_TYPE_H_
-#define PAGODA_KERNELS_OPS_SCALAR_TYPE_H_
+#ifndef PAGODA_KERNELS_SCALAR_TYPE_H_
+#define PAGODA_KERNELS_SCALAR_TYPE_H_
 
 #include <cstddef>
 
@@ -27,4 +27,4 @@ inline constexpr const char* ScalarTypeName(ScalarType type) {
 
 }  // namespace pagoda::kernels
 
-#endif  // PAGODA_KERNELS_OPS_SCALAR_TYPE_H_
+#endif  // PAGODA_KERNELS_SCALAR_TYPE_H_
