@@ -70,8 +70,7 @@ absl::Status Engine::AddRequest(EngineRequest request) {
     return absl::AlreadyExistsError(
         absl::StrCat("request_id: a request with id '", request.request_id, "' is in flight"));
   }
-  const int queued = static_cast<int>(inbox_.size()) + snapshot_.num_waiting;
-  if (queued >= config_.max_queued_requests) {
+  if (NumQueuedLocked() >= config_.max_queued_requests) {
     return absl::ResourceExhaustedError(
         absl::StrCat("request queue is full (", config_.max_queued_requests, " requests waiting)"));
   }
@@ -80,9 +79,19 @@ absl::Status Engine::AddRequest(EngineRequest request) {
   return absl::OkStatus();
 }
 
-void Engine::AbortRequest(const std::string& request_id) {
+int Engine::NumQueuedLocked() const {
+  // Everything accepted and not yet finished, less what the last snapshot saw
+  // running or swapped. Requests the engine took from the inbox since that
+  // snapshot count as waiting until the next one: inbox_ plus
+  // snapshot_.num_waiting would miss them for a whole step, letting a burst
+  // run past the limit and making the reported queue dip.
+  return std::max(0, static_cast<int>(in_flight_ids_.size()) - snapshot_.num_running -
+                         snapshot_.num_swapped);
+}
+
+void Engine::AbortRequest(const std::string& request_id, const RequestSink* sink) {
   absl::MutexLock lock(&mu_);
-  if (in_flight_ids_.contains(request_id)) abort_inbox_.push_back(request_id);
+  if (in_flight_ids_.contains(request_id)) abort_inbox_.push_back(Abort{request_id, sink});
 }
 
 void Engine::StopAccepting() {
@@ -125,14 +134,14 @@ EngineSnapshot Engine::snapshot() const {
   EngineSnapshot copy = snapshot_;
   copy.healthy = healthy_ && workers_->Healthy();
   copy.num_in_flight = static_cast<int>(in_flight_ids_.size());
-  copy.num_waiting += static_cast<int>(inbox_.size());
+  copy.num_waiting = NumQueuedLocked();
   return copy;
 }
 
 void Engine::Loop() {
   while (true) {
     std::vector<EngineRequest> arrived;
-    std::vector<std::string> aborts;
+    std::vector<Abort> aborts;
     bool stop = false;
     {
       absl::MutexLock lock(&mu_);
@@ -189,9 +198,13 @@ void Engine::AdmitRequests(std::vector<EngineRequest> requests) {
   }
 }
 
-void Engine::ApplyAborts(const std::vector<std::string>& request_ids) {
-  for (const std::string& id : request_ids) {
-    if (!requests_.contains(id)) continue;  // Already finished.
+void Engine::ApplyAborts(const std::vector<Abort>& aborts) {
+  for (const Abort& abort : aborts) {
+    const std::string& id = abort.request_id;
+    auto it = requests_.find(id);
+    if (it == requests_.end()) continue;  // Already finished.
+    // Another request with the same id (the aborting call's own ended).
+    if (abort.sink != nullptr && it->second->sink.get() != abort.sink) continue;
     // The group is dropped here: its blocks were freed by AbortRequest.
     std::unique_ptr<SequenceGroup> group = scheduler_->AbortRequest(id);
     FinishRequest(id, absl::CancelledError("request cancelled"), "abort");
@@ -250,7 +263,10 @@ bool Engine::Step() {
       // requests in flight fail; the engine goes on serving new ones.
       LOG(ERROR) << "step " << plan.step_id()
                  << " rejected; failing the requests in flight: " << sampled.status();
-      FailAll(absl::InternalError(absl::StrCat("step failed: ", sampled.status().message())));
+      // Requests that arrived during the step were not part of it: they stay
+      // queued for the next one.
+      FailAll(absl::InternalError(absl::StrCat("step failed: ", sampled.status().message())),
+              /*include_queued=*/false);
     }
     PublishSnapshot(nullptr);
     return true;
@@ -319,13 +335,14 @@ void Engine::FinishRequest(const std::string& request_id, const absl::Status& st
   finished_ids_.push_back(request_id);
 }
 
-void Engine::FailAll(const absl::Status& status) {
+void Engine::FailAll(const absl::Status& status, bool include_queued) {
   // Frees the blocks of everything the scheduler holds.
   std::vector<std::unique_ptr<SequenceGroup>> groups = scheduler_->AbortAll();
   std::vector<std::string> ids;
   ids.reserve(requests_.size());
   for (const auto& [id, state] : requests_) ids.push_back(id);
   for (const std::string& id : ids) FinishRequest(id, status, "error");
+  if (!include_queued) return;
   // Requests that arrived after the last drain of the inbox.
   std::vector<EngineRequest> late;
   {

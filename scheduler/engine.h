@@ -68,8 +68,11 @@ class Engine {
   absl::Status AddRequest(EngineRequest request);
 
   // Aborts an in-flight request: its sink gets OnFinish(CANCELLED) and its
-  // blocks are freed at the next iteration. Unknown ids are ignored.
-  void AbortRequest(const std::string& request_id);
+  // blocks are freed at the next iteration. Unknown ids are ignored. With a
+  // non-null `sink`, only the request that was added with that sink is
+  // aborted: a late abort from a call whose request already ended (or was
+  // refused) must not hit a newer request that reuses its client-chosen id.
+  void AbortRequest(const std::string& request_id, const RequestSink* sink = nullptr);
 
   // Refuses new requests from now on (drain); in-flight ones continue.
   void StopAccepting();
@@ -86,15 +89,23 @@ class Engine {
 
  private:
   struct RequestState;
+  // Accepted requests not yet running (see AddRequest).
+  int NumQueuedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Loop();
   // One scheduling iteration. Returns false when there was nothing to run.
   bool Step();
   void AdmitRequests(std::vector<EngineRequest> requests);
-  void ApplyAborts(const std::vector<std::string>& request_ids);
+  struct Abort {
+    std::string request_id;
+    const RequestSink* sink;  // Null: whichever request has the id.
+  };
+  void ApplyAborts(const std::vector<Abort>& aborts);
   // Reports a request's end to its sink and observer and forgets it.
   void FinishRequest(const std::string& request_id, const absl::Status& status,
                      const std::string& finish_reason);
-  void FailAll(const absl::Status& status);
+  // Fails every request the engine holds; with `include_queued`, also those
+  // still in the inbox (stop, dead workers), else they stay queued.
+  void FailAll(const absl::Status& status, bool include_queued = true);
   void PublishSnapshot(const StepRecord* step);
 
   const EngineConfig config_;
@@ -113,7 +124,7 @@ class Engine {
 
   mutable absl::Mutex mu_;
   std::vector<EngineRequest> inbox_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::string> abort_inbox_ ABSL_GUARDED_BY(mu_);
+  std::vector<Abort> abort_inbox_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<std::string> in_flight_ids_ ABSL_GUARDED_BY(mu_);
   bool accepting_ ABSL_GUARDED_BY(mu_) = true;
   bool healthy_ ABSL_GUARDED_BY(mu_) = true;

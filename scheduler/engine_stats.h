@@ -41,7 +41,7 @@ struct EngineSnapshot {
   bool healthy = true;
   bool accepting = true;
   int num_running = 0;
-  int num_waiting = 0;  // In the scheduler's waiting queue plus not yet drained.
+  int num_waiting = 0;  // Accepted, not running or swapped (as of the last step).
   int num_swapped = 0;
   int num_in_flight = 0;  // Accepted and not yet finished.
   int num_gpu_blocks = 0;

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -93,6 +94,42 @@ class CollectingSink : public RequestSink {
   absl::Notification finished_;
 };
 
+// Passes every call to `inner`, running a hook on the engine thread at the
+// start of each step (to act while the engine is inside a step).
+class HookedWorkers : public WorkerGroup {
+ public:
+  explicit HookedWorkers(WorkerGroup* inner) : inner_(inner) {}
+  void set_before_step(std::function<void()> hook) {
+    absl::MutexLock lock(&mu_);
+    before_step_ = std::move(hook);
+  }
+  absl::StatusOr<pagoda::worker::v1::LoadModelResponse> LoadModel(
+      const pagoda::worker::v1::LoadModelRequest& request) override {
+    return inner_->LoadModel(request);
+  }
+  absl::Status InitCache(const pagoda::worker::v1::InitCacheRequest& request) override {
+    return inner_->InitCache(request);
+  }
+  absl::StatusOr<pagoda::worker::v1::StepResult> ExecuteStep(
+      const pagoda::worker::v1::StepPlan& plan) override {
+    std::function<void()> hook;
+    {
+      absl::MutexLock lock(&mu_);
+      hook = before_step_;
+    }
+    if (hook) hook();
+    return inner_->ExecuteStep(plan);
+  }
+  bool Healthy() const override { return inner_->Healthy(); }
+  int world_size() const override { return inner_->world_size(); }
+  void Shutdown() override { inner_->Shutdown(); }
+
+ private:
+  WorkerGroup* const inner_;
+  absl::Mutex mu_;
+  std::function<void()> before_step_ ABSL_GUARDED_BY(mu_);
+};
+
 class EngineTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -110,8 +147,10 @@ class EngineTest : public ::testing::Test {
   }
 
   // Builds workers with `num_blocks` KV blocks and an engine over them.
-  void StartEngine(int num_blocks, int max_queued_requests = 1024, bool start = true) {
+  void StartEngine(int num_blocks, int max_queued_requests = 1024, bool start = true,
+                   int max_num_seqs = 64) {
     workers_ = std::make_unique<InProcessWorkerGroup>(pagoda::worker::CreateCpuModelRunner());
+    hooked_ = std::make_unique<HookedWorkers>(workers_.get());
     pagoda::worker::v1::LoadModelRequest load;
     load.set_model_dir(*model_dir_);
     load.set_world_size(1);
@@ -127,12 +166,12 @@ class EngineTest : public ::testing::Test {
     EngineConfig config;
     config.scheduler.block_size = kBlockSize;
     config.scheduler.num_gpu_blocks = num_blocks;
-    config.scheduler.max_num_seqs = 64;
+    config.scheduler.max_num_seqs = max_num_seqs;
     config.scheduler.max_num_batched_tokens = 256;
     config.scheduler.max_model_len = 256;
     config.eos_token_ids = {2};
     config.max_queued_requests = max_queued_requests;
-    engine_ = std::make_unique<Engine>(config, workers_.get(), nullptr);
+    engine_ = std::make_unique<Engine>(config, hooked_.get(), nullptr);
     if (start) engine_->Start();
   }
 
@@ -176,6 +215,7 @@ class EngineTest : public ::testing::Test {
 
   static std::string* model_dir_;
   std::unique_ptr<InProcessWorkerGroup> workers_;
+  std::unique_ptr<HookedWorkers> hooked_;
   std::unique_ptr<Engine> engine_;
 };
 
@@ -256,6 +296,75 @@ TEST_F(EngineTest, AbortFreesBlocksAndReportsCancelled) {
   EXPECT_TRUE(again->status().ok());
 }
 
+// A late abort from a call whose own request was refused or has ended names
+// the request by id only; it must not abort another request with that id.
+TEST_F(EngineTest, AbortWithAnotherSinkLeavesTheRequestAlone) {
+  StartEngine(64);
+  auto sink = Submit("x", Prompt(6, 1), 40);
+  auto other = std::make_shared<CollectingSink>();  // A refused duplicate's.
+  engine_->AbortRequest("x", other.get());
+  ASSERT_TRUE(sink->WaitFinished());
+  EXPECT_TRUE(sink->status().ok()) << sink->status();
+  EXPECT_EQ(sink->tokens().size(), 40u);
+  // Its own sink's abort does abort.
+  auto again = Submit("y", Prompt(6, 2), 200);
+  engine_->AbortRequest("y", again.get());
+  ASSERT_TRUE(again->WaitFinished());
+  EXPECT_EQ(again->status().code(), absl::StatusCode::kCancelled);
+  ASSERT_TRUE(engine_->WaitUntilIdle(absl::Seconds(5)));
+  EXPECT_EQ(engine_->snapshot().free_gpu_blocks, 64);
+}
+
+// Requests admitted since the last snapshot count as queued: the limit holds
+// even while the engine is inside a step.
+TEST_F(EngineTest, QueueLimitCountsRequestsAdmittedSinceTheLastSnapshot) {
+  StartEngine(64, /*max_queued_requests=*/1, /*start=*/true, /*max_num_seqs=*/1);
+  absl::Notification running;
+  auto a = std::make_shared<CollectingSink>();
+  // By its second delta the snapshot after its first step is published.
+  int a_deltas = 0;  // Engine thread only.
+  a->on_delta_ = [&] {
+    if (++a_deltas == 2) running.Notify();
+  };
+  {
+    EngineRequest request;
+    request.request_id = "a";
+    request.prompt_token_ids = Prompt(5, 1);
+    request.stopping.max_tokens = 200;
+    request.stopping.ignore_eos = true;
+    request.sink = a;
+    ASSERT_TRUE(engine_->AddRequest(std::move(request)).ok());
+  }
+  ASSERT_TRUE(running.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  // Step k: "b" arrives (queue empty: accepted). Step k+1: "b" now waits in
+  // the scheduler, which the snapshot of step k did not see; "c" must be
+  // refused all the same.
+  int calls = 0;
+  absl::Status b_status, c_status;
+  std::shared_ptr<CollectingSink> b, c;
+  absl::Notification hooked;
+  hooked_->set_before_step([&] {
+    ++calls;
+    if (calls == 1) b = Submit("b", Prompt(4, 2), 2, &b_status);
+    if (calls == 2) {
+      c = Submit("c", Prompt(4, 3), 2, &c_status);
+      hooked.Notify();
+    }
+  });
+  ASSERT_TRUE(hooked.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  hooked_->set_before_step(nullptr);
+  EXPECT_TRUE(b_status.ok()) << b_status;
+  EXPECT_EQ(c_status.code(), absl::StatusCode::kResourceExhausted) << c_status;
+  engine_->AbortRequest("a");
+  ASSERT_TRUE(a->WaitFinished());
+  ASSERT_TRUE(b->WaitFinished());
+  EXPECT_TRUE(b->status().ok()) << b->status();
+  if (c_status.ok()) {
+    ASSERT_TRUE(c->WaitFinished());
+  }
+  ASSERT_TRUE(engine_->WaitUntilIdle(absl::Seconds(5)));
+}
+
 TEST_F(EngineTest, WorkerFailureFailsEverythingWithUnavailable) {
   StartEngine(64);
   auto a = Submit("a", Prompt(5, 1), 100);
@@ -286,6 +395,29 @@ TEST_F(EngineTest, RejectedPlanFailsTheStepButKeepsServing) {
   ASSERT_TRUE(good->WaitFinished());
   EXPECT_TRUE(good->status().ok()) << good->status();
   EXPECT_EQ(good->tokens(), Reference(Prompt(4, 1), 3));
+}
+
+// A rejected step fails the requests it held, not those that arrived while it
+// ran: they were never part of it.
+TEST_F(EngineTest, RejectedPlanKeepsRequestsThatArrivedDuringTheStep) {
+  StartEngine(64);
+  std::shared_ptr<CollectingSink> late;
+  bool submitted = false;
+  hooked_->set_before_step([&] {
+    if (submitted) return;
+    submitted = true;
+    late = Submit("late", Prompt(4, 1), 3);
+  });
+  auto bad = Submit("bad", {5, kVocab + 7, 6}, 4);
+  ASSERT_TRUE(bad->WaitFinished());
+  EXPECT_EQ(bad->status().code(), absl::StatusCode::kInternal) << bad->status();
+  ASSERT_TRUE(engine_->WaitUntilIdle(absl::Seconds(20)));
+  hooked_->set_before_step(nullptr);
+  ASSERT_NE(late, nullptr);
+  ASSERT_TRUE(late->WaitFinished());
+  EXPECT_TRUE(late->status().ok()) << late->status();
+  EXPECT_EQ(late->tokens().size(), 3u);
+  EXPECT_EQ(engine_->snapshot().free_gpu_blocks, 64);
 }
 
 TEST_F(EngineTest, PromptTooLongForTheCacheIsInvalidArgument) {

@@ -55,7 +55,15 @@ class UnaryCall : public grpc::ServerUnaryReactor {
       : calls_(calls), engine_(engine), request_id_(std::move(request_id)) {
     calls_->Begin();
   }
-  void OnCancel() override { engine_->AbortRequest(request_id_); }
+  // Once the engine took the request, before the reactor goes to gRPC.
+  // Holding the sink keeps its address (the abort's identity) from being
+  // reused by a later request while this call can still abort.
+  void set_accepted(std::shared_ptr<RequestSink> sink) { sink_ = std::move(sink); }
+  void OnCancel() override {
+    // A refused call has nothing in the engine; an id alone could name
+    // another call's request.
+    if (sink_ != nullptr) engine_->AbortRequest(request_id_, sink_.get());
+  }
   void OnDone() override {
     CallTracker* calls = calls_;
     delete this;
@@ -66,6 +74,7 @@ class UnaryCall : public grpc::ServerUnaryReactor {
   CallTracker* calls_;
   Engine* engine_;
   std::string request_id_;
+  std::shared_ptr<RequestSink> sink_;  // Null unless the engine accepted the request.
 };
 
 // Collects the deltas; answers once. The engine calls it only until
@@ -126,12 +135,14 @@ class StreamCall : public grpc::ServerWriteReactor<GenerateResponse> {
     calls_->Begin();
   }
   void set_state(std::shared_ptr<StreamState> state) { state_ = std::move(state); }
+  // Once the engine took the request, before the reactor goes to gRPC.
+  void set_accepted() { accepted_ = true; }
 
   void OnWriteDone(bool ok) override {
-    if (!ok) engine_->AbortRequest(request_id_);  // The client is gone.
+    if (!ok) Abort();  // The client is gone.
     state_->WriteDone(ok);
   }
-  void OnCancel() override { engine_->AbortRequest(request_id_); }
+  void OnCancel() override { Abort(); }
   void OnDone() override {
     CallTracker* calls = calls_;
     delete this;
@@ -139,11 +150,19 @@ class StreamCall : public grpc::ServerWriteReactor<GenerateResponse> {
   }
 
  private:
+  // Aborts only this call's own request (see UnaryCall::OnCancel).
+  void Abort();
+
   CallTracker* calls_;
   Engine* engine_;
   std::string request_id_;
   std::shared_ptr<StreamState> state_;
+  bool accepted_ = false;
 };
+
+void StreamCall::Abort() {
+  if (accepted_) engine_->AbortRequest(request_id_, state_.get());
+}
 
 void StreamState::OnDelta(const RequestDelta& delta) {
   Action action;
@@ -235,8 +254,14 @@ grpc::ServerUnaryReactor* StartUnaryGenerate(CallTracker* calls, Engine* engine,
       call, response,
       RequestOutput(request.request_id, static_cast<int>(request.prompt_token_ids.size()),
                     tokenizer));
-  absl::Status accepted = engine->AddRequest(MakeEngineRequest(request, std::move(sink)));
-  if (!accepted.ok()) call->Finish(ToGrpcStatus(accepted));
+  absl::Status accepted = engine->AddRequest(MakeEngineRequest(request, sink));
+  // gRPC holds back the engine's Finish (and so OnCancel and OnDone) until
+  // the reactor is returned, so setting this after AddRequest is safe.
+  if (accepted.ok()) {
+    call->set_accepted(std::move(sink));
+  } else {
+    call->Finish(ToGrpcStatus(accepted));
+  }
   return call;
 }
 
@@ -249,7 +274,11 @@ grpc::ServerWriteReactor<GenerateResponse>* StartStreamGenerate(CallTracker* cal
                           tokenizer));
   call->set_state(state);
   absl::Status accepted = engine->AddRequest(MakeEngineRequest(request, state));
-  if (!accepted.ok()) state->OnFinish(accepted);
+  if (accepted.ok()) {
+    call->set_accepted();
+  } else {
+    state->OnFinish(accepted);
+  }
   return call;
 }
 

@@ -70,9 +70,20 @@ absl::StatusOr<std::unique_ptr<WorkerProcess>> WorkerProcess::Spawn(
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], STDOUT_FILENO);
+  // A child inherits the caller's signal mask across exec. pagoda-server
+  // blocks SIGTERM and SIGINT in every thread (it sigwait()s for them), so
+  // without this the worker would ignore the SIGTERM that Terminate() sends
+  // and only a SIGKILL after the grace would stop it.
+  posix_spawnattr_t attributes;
+  posix_spawnattr_init(&attributes);
+  sigset_t no_signals;
+  sigemptyset(&no_signals);
+  posix_spawnattr_setsigmask(&attributes, &no_signals);
+  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGMASK);
   pid_t pid = 0;
   const int spawn_error =
-      posix_spawn(&pid, worker_binary.c_str(), &actions, nullptr, argv.data(), environ);
+      posix_spawn(&pid, worker_binary.c_str(), &actions, &attributes, argv.data(), environ);
+  posix_spawnattr_destroy(&attributes);
   posix_spawn_file_actions_destroy(&actions);
   close(pipe_fds[1]);
   if (spawn_error != 0) {

@@ -9,6 +9,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -99,7 +100,17 @@ bool InstallStopSignalHandlers() {
   action.sa_handler = OnStopSignal;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;
-  return sigaction(SIGTERM, &action, nullptr) == 0 && sigaction(SIGINT, &action, nullptr) == 0;
+  if (sigaction(SIGTERM, &action, nullptr) != 0 || sigaction(SIGINT, &action, nullptr) != 0) {
+    return false;
+  }
+  // The signal mask survives exec: a parent that blocks these signals (as
+  // pagoda-server does, to sigwait() for them) would otherwise leave the
+  // handler unreachable. Threads started from here on inherit this mask.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  return pthread_sigmask(SIG_UNBLOCK, &stop_signals, nullptr) == 0;
 }
 
 // Waits for a stop signal and for the parent's death, until `stop` is

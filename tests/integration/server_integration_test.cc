@@ -1,11 +1,13 @@
 // End to end: real pagoda-server + pagoda-worker processes on loopback with a
 // tiny random Llama model, checked against the float64 NumPy reference.
+#include <errno.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <memory>
 #include <string>
@@ -117,6 +119,45 @@ int HealthStatus(const std::string& address) {
 std::unique_ptr<Generation::Stub> Connect(const ServerProcess& server) {
   return Generation::NewStub(
       grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials()));
+}
+
+pagoda::v1::ModelInfo InfoOf(Generation::Stub& stub) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  pagoda::v1::ModelInfo info;
+  EXPECT_TRUE(stub.GetModelInfo(&context, pagoda::v1::GetModelInfoRequest(), &info).ok());
+  return info;
+}
+
+// Polls GetModelInfo until `done` holds (true) or `timeout` passes (false).
+bool WaitForInfo(Generation::Stub& stub, const std::function<bool(const pagoda::v1::ModelInfo&)>& done,
+                 absl::Duration timeout = absl::Seconds(10)) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    if (done(InfoOf(stub))) return true;
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  return false;
+}
+
+bool AllBlocksFreeAndIdle(const pagoda::v1::ModelInfo& info) {
+  return info.free_gpu_blocks() == info.num_gpu_blocks() &&
+         info.engine_stats().num_in_flight() == 0;
+}
+
+// pagoda_request_success_total for one finish reason, from /metrics; -1 if absent.
+int FinishedWithReason(int metrics_port, const std::string& reason) {
+  absl::StatusOr<std::string> page = HttpGet(metrics_port, "/metrics");
+  if (!page.ok()) return -1;
+  for (absl::string_view line : absl::StrSplit(*page, '\n')) {
+    if (!absl::StartsWith(line, "pagoda_request_success_total{") ||
+        !absl::StrContains(line, absl::StrCat("finished_reason=\"", reason, "\""))) {
+      continue;
+    }
+    double value = 0;
+    if (absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &value)) return static_cast<int>(value);
+  }
+  return -1;
 }
 
 class ServerTest : public ::testing::Test {
@@ -504,6 +545,135 @@ TEST_F(ServerTest, SigtermDrainsInFlightRequestsAndExitsZero) {
   EXPECT_EQ(tokens, kTokens);
   EXPECT_EQ(reason, pagoda::v1::FINISH_REASON_LENGTH);
   EXPECT_EQ((*server)->WaitForExit(absl::Seconds(15)), std::optional<int>(0));
+}
+
+// A unary Generate whose client goes away (cancel, deadline) is aborted and
+// frees its blocks; a full queue is RESOURCE_EXHAUSTED for both methods.
+TEST_F(ServerTest, UnaryClientGoneFreesBlocksAndFullQueueIsResourceExhausted) {
+  // One sequence at a time, so later requests wait; default max-model-len
+  // (512) for long requests.
+  absl::StatusOr<std::unique_ptr<ServerProcess>> server =
+      StartServer({"--max-num-seqs=1", "--max-queued-requests=3", "--metrics-port=-1"});
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = Connect(**server);
+  constexpr int kLong = 500;
+
+  // Cancelled mid-generation: the client sees CANCELLED, the server frees.
+  {
+    grpc::ClientContext context;
+    Result result;
+    std::thread client([&] {
+      result.status = stub->Generate(&context, TokenRequest(Prompt(9, 11), kLong), &result.response);
+    });
+    const bool holding = WaitForInfo(*stub, [](const pagoda::v1::ModelInfo& info) {
+      return info.free_gpu_blocks() < info.num_gpu_blocks();
+    });
+    context.TryCancel();
+    client.join();
+    ASSERT_TRUE(holding);
+    EXPECT_EQ(result.status.error_code(), grpc::StatusCode::CANCELLED)
+        << result.status.error_message();
+    EXPECT_TRUE(WaitForInfo(*stub, AllBlocksFreeAndIdle, absl::Seconds(5)));
+    EXPECT_EQ(FinishedWithReason((*server)->metrics_port(), "abort"), 1);
+  }
+
+  // One long stream runs and two wait behind it; a unary one fills the queue.
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::ClientReader<GenerateResponse>>> streams;
+  for (int i = 0; i < 3; ++i) {
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    streams.push_back(
+        stub->GenerateStream(contexts.back().get(), TokenRequest(Prompt(5, 12 + i), kLong)));
+  }
+  ASSERT_TRUE(WaitForInfo(*stub, [](const pagoda::v1::ModelInfo& info) {
+    return info.engine_stats().num_running() == 1 && info.engine_stats().num_waiting() == 2;
+  }));
+  grpc::ClientContext queued_context;
+  Result queued;
+  std::thread queued_client([&] {
+    queued.status = stub->Generate(&queued_context, TokenRequest({5, 6, 7}, 4), &queued.response);
+  });
+  ASSERT_TRUE(WaitForInfo(*stub, [](const pagoda::v1::ModelInfo& info) {
+    return info.engine_stats().num_waiting() == 3;
+  }));
+  const Result refused = Generate(*stub, TokenRequest({5, 6}, 2));
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << refused.status.error_message();
+  const StreamResult refused_stream = Stream(*stub, TokenRequest({5, 6}, 2));
+  EXPECT_EQ(refused_stream.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << refused_stream.status.error_message();
+  EXPECT_TRUE(refused_stream.messages.empty());
+
+  // The waiting unary call's client cancels: the server aborts it.
+  queued_context.TryCancel();
+  queued_client.join();
+  EXPECT_EQ(queued.status.error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_TRUE(WaitForInfo(*stub, [&](const pagoda::v1::ModelInfo& info) {
+    return info.engine_stats().num_waiting() <= 2 &&
+           FinishedWithReason((*server)->metrics_port(), "abort") == 2;
+  }));
+  // A deadline that passes while waiting behind ~1000 tokens of work.
+  {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(50));
+    GenerateResponse response;
+    const grpc::Status status = stub->Generate(&context, TokenRequest({5, 6, 7}, 4), &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << status.error_message();
+  }
+  // The server aborted it too.
+  EXPECT_TRUE(WaitForInfo(*stub, [&](const pagoda::v1::ModelInfo&) {
+    return FinishedWithReason((*server)->metrics_port(), "abort") == 3;
+  }));
+
+  for (auto& context : contexts) context->TryCancel();
+  for (auto& stream : streams) {
+    GenerateResponse message;
+    while (stream->Read(&message)) {
+    }
+    stream->Finish();
+  }
+  EXPECT_TRUE(WaitForInfo(*stub, AllBlocksFreeAndIdle, absl::Seconds(5)));
+}
+
+// Past --drain-timeout, what is still in flight fails with UNAVAILABLE and
+// the server still stops its workers and exits 0.
+TEST_F(ServerTest, DrainTimeoutFailsTheRestWithUnavailableAndExitsZero) {
+  absl::StatusOr<std::unique_ptr<ServerProcess>> server = StartServer({"--drain-timeout=0"});
+  ASSERT_TRUE(server.ok()) << server.status();
+  ASSERT_EQ((*server)->worker_pids().size(), 1u);
+  const pid_t worker = (*server)->worker_pids()[0];
+  auto stub = Connect(**server);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  constexpr int kTokens = 500;
+  auto reader = stub->GenerateStream(&context, TokenRequest(Prompt(5, 9), kTokens));
+  GenerateResponse message;
+  ASSERT_TRUE(reader->Read(&message));
+  (*server)->Signal(SIGTERM);
+  int tokens = message.outputs(0).token_ids_size();
+  while (reader->Read(&message)) tokens += message.outputs(0).token_ids_size();
+  const grpc::Status status = reader->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
+  EXPECT_LT(tokens, kTokens);
+  EXPECT_EQ((*server)->WaitForExit(absl::Seconds(15)), std::optional<int>(0));
+  EXPECT_EQ(kill(worker, 0), -1);  // Stopped and reaped by the server.
+  EXPECT_EQ(errno, ESRCH);
+}
+
+// A spawned worker honours SIGTERM (it must not inherit the server's blocked
+// signal mask); the server notices its exit and turns UNAVAILABLE.
+TEST_F(ServerTest, SpawnedWorkerStopsOnSigterm) {
+  absl::StatusOr<std::unique_ptr<ServerProcess>> server = StartServer({});
+  ASSERT_TRUE(server.ok()) << server.status();
+  ASSERT_EQ((*server)->worker_pids().size(), 1u);
+  auto stub = Connect(**server);
+  ASSERT_TRUE(Generate(*stub, TokenRequest({5, 6}, 2)).status.ok());
+  ASSERT_EQ(kill((*server)->worker_pids()[0], SIGTERM), 0);
+  EXPECT_TRUE(WaitForInfo(
+      *stub, [](const pagoda::v1::ModelInfo& info) { return !info.workers_healthy(); },
+      absl::Seconds(5)));
+  EXPECT_EQ(Generate(*stub, TokenRequest({5, 6}, 2)).status.error_code(),
+            grpc::StatusCode::UNAVAILABLE);
 }
 
 // Lists services through grpc.reflection.v1alpha; returns the raw response
