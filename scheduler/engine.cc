@@ -362,6 +362,9 @@ void Engine::PublishSnapshot(const StepRecord* step) {
   totals_.free_gpu_blocks = blocks.num_free_gpu_blocks();
   totals_.free_cpu_blocks = blocks.num_free_cpu_blocks();
   if (step != nullptr) {
+    const Scheduler::KvSlotUsage usage = scheduler_->ComputeKvSlotUsage();
+    totals_.kv_filled_slots = usage.filled_slots;
+    totals_.kv_allocated_slots = usage.allocated_slots;
     totals_.last_batch_size = step->batch_size;
     totals_.num_steps += 1;
     totals_.num_preemptions_total += step->num_preempted;

@@ -49,6 +49,10 @@ struct EngineSnapshot {
   int free_gpu_blocks = 0;
   int free_cpu_blocks = 0;
   int last_batch_size = 0;
+  // Allocated KV slots of running sequences and those holding a token
+  // (Scheduler::ComputeKvSlotUsage), as of the last step.
+  int64_t kv_filled_slots = 0;
+  int64_t kv_allocated_slots = 0;
   int64_t num_steps = 0;
   int64_t num_preemptions_total = 0;
   int64_t prompt_tokens_total = 0;

@@ -28,6 +28,7 @@ struct ServerMetrics::Instruments {
   Gauge* cpu_blocks_free;
   Gauge* cpu_blocks_total;
   Gauge* gpu_cache_usage;
+  Gauge* kv_token_utilization;
   Counter* preemptions;
   Counter* prompt_tokens;
   Counter* generation_tokens;
@@ -96,6 +97,11 @@ absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Start(const std::s
   in->cpu_blocks_total = AddGauge(r, "pagoda_cpu_blocks_total", "All swap blocks.", labels);
   in->gpu_cache_usage =
       AddGauge(r, "pagoda_gpu_cache_usage_perc", "Fraction of KV blocks in use (0..1).", labels);
+  in->kv_token_utilization = AddGauge(
+      r, "pagoda_kv_token_utilization_perc",
+      "Fraction of the KV slots held by running sequences that hold a token (0..1); "
+      "the vLLM paper's Fig. 2 figure.",
+      labels);
   in->preemptions = AddCounter(r, "pagoda_num_preemptions_total", "Preempted groups.", labels);
   in->prompt_tokens =
       AddCounter(r, "pagoda_prompt_tokens_total", "Prompt tokens computed.", labels);
@@ -140,6 +146,10 @@ void ServerMetrics::OnStep(const StepRecord& step, const EngineSnapshot& snapsho
                               ? 0.0
                               : 1.0 - static_cast<double>(snapshot.free_gpu_blocks) /
                                           snapshot.num_gpu_blocks);
+  in.kv_token_utilization->Set(snapshot.kv_allocated_slots == 0
+                                   ? 0.0
+                                   : static_cast<double>(snapshot.kv_filled_slots) /
+                                         static_cast<double>(snapshot.kv_allocated_slots));
   // Counters follow the engine's totals (only ever growing).
   auto catch_up = [](Counter* counter, double total) {
     if (total > counter->Value()) counter->Increment(total - counter->Value());

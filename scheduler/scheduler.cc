@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "glog/logging.h"
 
 namespace pagoda::scheduler {
@@ -236,6 +237,27 @@ std::vector<std::unique_ptr<SequenceGroup>> Scheduler::FreeFinished() {
   }
   running_ = std::move(still_running);
   return finished;
+}
+
+Scheduler::KvSlotUsage Scheduler::ComputeKvSlotUsage() const {
+  const int block_size = config_.block_size;
+  // Tokens in each physical block: the most any sequence sharing it has there.
+  absl::flat_hash_map<int, int> tokens_in_block;
+  for (const auto& group : running_) {
+    for (const Sequence* seq : group->SeqsWithStatus(SequenceStatus::kRunning)) {
+      const std::vector<int>& table = block_manager_.GetBlockTable(seq->seq_id());
+      for (size_t i = 0; i < table.size(); ++i) {
+        const int tokens = std::clamp(
+            seq->num_computed_tokens() - static_cast<int>(i) * block_size, 0, block_size);
+        int& filled = tokens_in_block[table[i]];
+        filled = std::max(filled, tokens);
+      }
+    }
+  }
+  KvSlotUsage usage;
+  usage.allocated_slots = static_cast<int64_t>(tokens_in_block.size()) * block_size;
+  for (const auto& [block, tokens] : tokens_in_block) usage.filled_slots += tokens;
+  return usage;
 }
 
 void Scheduler::FreeSequence(Sequence* seq) { block_manager_.Free(seq->seq_id()); }

@@ -330,5 +330,35 @@ TEST_F(SchedulerTest, DecodeIntoSharedPartialBlockCopiesOnWrite) {
   EXPECT_NE(plan.sequences(0).block_table(0), plan.sequences(1).block_table(0));
 }
 
+TEST_F(SchedulerTest, KvSlotUsageCountsComputedTokensAndSharedBlocksOnce) {
+  Scheduler scheduler(SmallConfig(/*block_size=*/4, /*gpu_blocks=*/16));
+  Add(scheduler, 1, 5);
+  SequenceGroup* pair = Add(scheduler, 2, 9);
+  EXPECT_EQ(scheduler.ComputeKvSlotUsage().allocated_slots, 0);  // Nothing running yet.
+
+  // Prefill: 5 tokens in 2 blocks, 9 tokens in 3 blocks.
+  Finish(scheduler, scheduler.Schedule());
+  Scheduler::KvSlotUsage usage = scheduler.ComputeKvSlotUsage();
+  EXPECT_EQ(usage.filled_slots, 5 + 9);
+  EXPECT_EQ(usage.allocated_slots, (2 + 3) * 4);
+
+  // A fork shares all three blocks of r2: nothing new is held or filled.
+  Sequence& parent = *pair->seqs()[0];
+  Sequence* child = pair->AddForkedSequence(parent, 99);
+  ASSERT_TRUE(scheduler.block_manager().Fork(parent, *child).ok());
+  usage = scheduler.ComputeKvSlotUsage();
+  EXPECT_EQ(usage.filled_slots, 5 + 9);
+  EXPECT_EQ(usage.allocated_slots, (2 + 3) * 4);
+
+  // Decode: r1 fills its 6th slot; r2's parent writes into the shared last
+  // block's 10th slot, so the child copies that block on write.
+  SchedulerOutput decode = scheduler.Schedule();
+  EXPECT_EQ(decode.blocks_to_copy.size(), 1u);
+  Finish(scheduler, decode);
+  usage = scheduler.ComputeKvSlotUsage();
+  EXPECT_EQ(usage.filled_slots, 6 + 8 + 2 + 2);  // r1; r2's two shared blocks; two last blocks.
+  EXPECT_EQ(usage.allocated_slots, (2 + 4) * 4);
+}
+
 }  // namespace
 }  // namespace pagoda::scheduler

@@ -1,6 +1,7 @@
 // Host-side validation and work planning for the paged attention kernels.
 // No CUDA calls, so this runs (and is tested) without a GPU.
 #include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include "kernels/attention/paged_attention.h"
@@ -11,6 +12,9 @@ namespace {
 constexpr int kMaxGroupSize = 8;
 
 std::string Str(int value) { return std::to_string(value); }
+
+// The kernels read q and K/V rows with 16-byte vector loads.
+bool Aligned16(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer) % 16 == 0; }
 
 KernelStatus CheckCommonShape(ScalarType dtype, int num_q_heads, int num_kv_heads, int head_dim,
                               int block_size, int max_blocks_per_seq, int num_seqs) {
@@ -53,6 +57,9 @@ KernelStatus CheckDecodeSupported(const DecodeAttentionParams& p) {
       p.context_lens == nullptr || p.out == nullptr) {
     return InvalidKernelArgument("decode attention: a tensor pointer is null");
   }
+  if (!Aligned16(p.q) || !Aligned16(p.k_cache) || !Aligned16(p.v_cache)) {
+    return InvalidKernelArgument("decode attention: q, k_cache, v_cache must be 16-byte aligned");
+  }
   return OkKernelStatus();
 }
 
@@ -66,6 +73,9 @@ KernelStatus CheckPrefillSupported(const PrefillAttentionParams& p) {
   if (p.q == nullptr || p.query_start == nullptr || p.k_cache == nullptr || p.v_cache == nullptr ||
       p.block_tables == nullptr || p.context_lens == nullptr || p.out == nullptr) {
     return InvalidKernelArgument("prefill attention: a tensor pointer is null");
+  }
+  if (!Aligned16(p.q) || !Aligned16(p.k_cache) || !Aligned16(p.v_cache)) {
+    return InvalidKernelArgument("prefill attention: q, k_cache, v_cache must be 16-byte aligned");
   }
   return OkKernelStatus();
 }

@@ -55,7 +55,7 @@ TEST(PlanDecodeAttentionTest, ForcedModesAndPartitionRounding) {
 }
 
 DecodeAttentionParams ValidDecodeParams() {
-  static int dummy;
+  alignas(16) static int dummy;
   DecodeAttentionParams p;
   p.dtype = ScalarType::kBF16;
   p.num_seqs = 2;
@@ -110,6 +110,9 @@ TEST(CheckDecodeSupportedTest, RejectsEachUnsupportedField) {
   p = ValidDecodeParams();
   p.out = nullptr;
   ExpectRejected(CheckDecodeSupported(p), "pointer is null");
+  p = ValidDecodeParams();
+  p.q = reinterpret_cast<const char*>(p.q) + 2;  // one bf16 element off
+  ExpectRejected(CheckDecodeSupported(p), "16-byte aligned");
 }
 
 TEST(LaunchDecodeAttentionTest, UnsupportedReturnsInvalidValueBeforeTouchingTheDevice) {
@@ -118,8 +121,21 @@ TEST(LaunchDecodeAttentionTest, UnsupportedReturnsInvalidValueBeforeTouchingTheD
   EXPECT_EQ(LaunchDecodeAttention(p, DecodePlan{}, nullptr, nullptr), cudaErrorInvalidValue);
 }
 
+TEST(LaunchDecodeAttentionTest, SplitPlanForFewerSequencesIsRejectedBeforeLaunch) {
+  // A split plan's workspace is sized for its batch: reusing a batch-1 plan
+  // for 2 sequences would write past it, so the launcher refuses (no CUDA call
+  // happens first, so this runs without a GPU).
+  DecodeAttentionParams p = ValidDecodeParams();  // 2 sequences, 28 q heads
+  const DecodePlan plan = PlanDecodeAttention(1, p.num_q_heads, p.num_kv_heads, p.head_dim,
+                                              32768, kH200Sms);
+  ASSERT_GT(plan.partition_size, 0);
+  alignas(16) static float workspace[4];
+  EXPECT_EQ(LaunchDecodeAttention(p, plan, workspace, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(LaunchDecodeAttention(p, plan, nullptr, nullptr), cudaErrorInvalidValue);
+}
+
 TEST(CheckPrefillSupportedTest, RequiresQueryBoundAndPointers) {
-  static int dummy;
+  alignas(16) static int dummy;
   PrefillAttentionParams p;
   p.dtype = ScalarType::kBF16;
   p.num_seqs = 1;

@@ -265,9 +265,17 @@ cudaError_t LaunchDecodeTyped(const DecodeAttentionParams& params, const DecodeP
   float* partial_lse = nullptr;
   if (split) {
     if (workspace == nullptr) return cudaErrorInvalidValue;
+    // The plan fixes the workspace size for the batch and heads it was made
+    // for; a plan reused for a larger batch (or other heads) would write past
+    // the workspace. Also the grid depth is limited to 65535.
+    const size_t rows =
+        static_cast<size_t>(params.num_seqs) * params.num_q_heads * plan.max_num_partitions;
+    if (plan.max_num_partitions < 1 || plan.max_num_partitions > 65535 ||
+        rows * (kHeadDim + 1) * sizeof(float) > plan.workspace_bytes) {
+      return cudaErrorInvalidValue;
+    }
     partial_out = static_cast<float*>(workspace);
-    partial_lse = partial_out + static_cast<size_t>(params.num_seqs) * params.num_q_heads *
-                                    plan.max_num_partitions * kHeadDim;
+    partial_lse = partial_out + rows * kHeadDim;
   }
   const dim3 grid(params.num_kv_heads, params.num_seqs, split ? plan.max_num_partitions : 1);
   DecodeAttentionKernel<T, kHeadDim, kBlockSize, kGroupMax><<<grid, kDecodeWarps * 32, 0, stream>>>(

@@ -150,6 +150,26 @@ TEST(DecodeAttentionTest, SweepShapesDtypesBlockSizesAndSplit) {
   }
 }
 
+TEST(DecodeAttentionTest, GroupsSmallerThanTheCompiledVariant) {
+  SKIP_WITHOUT_CUDA();
+  // Group 7 (Qwen2-7B 28/4) runs the 8-wide variant, groups 3 and 2 the 4-wide
+  // one: the unused group slots must not leak into q-head indexing.
+  const int head_pairs[][2] = {{28, 4}, {12, 4}, {4, 2}};
+  uint32_t seed = 600;
+  for (const auto& heads : head_pairs) {
+    for (SplitKMode split : {SplitKMode::kNever, SplitKMode::kAlways}) {
+      DecodeCase c;
+      c.num_q_heads = heads[0];
+      c.num_kv_heads = heads[1];
+      c.head_dim = seed % 2 == 0 ? 128 : 64;
+      c.split_k = split;
+      c.batch = 3;
+      c.max_context = 700;
+      RunDecodeCase(c, seed++);
+    }
+  }
+}
+
 TEST(DecodeAttentionTest, SmallPartitionsManyMerges) {
   SKIP_WITHOUT_CUDA();
   for (int partition_size : {64, 128, 192}) {

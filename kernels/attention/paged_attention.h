@@ -10,6 +10,7 @@
 //
 // Supported (anything else is rejected by the Check* functions and makes the
 // launchers return cudaErrorInvalidValue without launching):
+//   q, k_cache, v_cache 16-byte aligned (16-byte vector loads)
 //   dtype      ScalarType::kBF16, kF16 (accumulation is always f32)
 //   head_dim   64, 128
 //   block_size 16, 32
@@ -117,8 +118,10 @@ DecodePlan PlanDecodeAttention(int num_seqs, int num_q_heads, int num_kv_heads, 
 // Enqueues decode attention on `stream`. `workspace` is device memory of at
 // least plan.workspace_bytes (may be null when that is 0), used only by this
 // launch until it completes. REQUIRES: every context_lens[s] <= the
-// max_context_len the plan was made for. Returns cudaErrorInvalidValue for an
-// unsupported configuration, otherwise the launch error, if any.
+// max_context_len the plan was made for (not checkable on the host). A split
+// plan made for fewer sequences or query heads (too small a workspace) is
+// rejected. Returns cudaErrorInvalidValue for an unsupported configuration,
+// otherwise the launch error, if any.
 cudaError_t LaunchDecodeAttention(const DecodeAttentionParams& params, const DecodePlan& plan,
                                   void* workspace, cudaStream_t stream);
 

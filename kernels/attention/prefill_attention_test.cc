@@ -123,6 +123,22 @@ TEST(PrefillAttentionTest, SweepShapesDtypesBlockSizes) {
   }
 }
 
+TEST(PrefillAttentionTest, GroupsThatSplitAQueryAcrossTiles) {
+  SKIP_WITHOUT_CUDA();
+  // A tile is 64 (query, head) rows: with groups of 7 or 3 a query's heads
+  // straddle two tiles, and the tile's key range ends mid-query.
+  const int head_pairs[][2] = {{28, 4}, {12, 4}};
+  uint32_t seed = 20;
+  for (const auto& heads : head_pairs) {
+    PrefillCase c;
+    c.num_q_heads = heads[0];
+    c.num_kv_heads = heads[1];
+    c.head_dim = seed % 2 == 0 ? 128 : 64;
+    c.sequences = {{70, 70}, {150, 20}, {1, 1}, {33, 5}};
+    RunPrefillCase(c, seed++);
+  }
+}
+
 TEST(PrefillAttentionTest, NoPrefixLongerPrompts) {
   SKIP_WITHOUT_CUDA();
   PrefillCase c;

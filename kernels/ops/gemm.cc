@@ -33,6 +33,15 @@ struct Descriptors {
   }
 };
 
+// Largest power of two (at most 256, cuBLASLt's default assumption) that
+// divides the address: what the algorithm may rely on for that buffer.
+uint32_t PointerAlignment(const void* pointer) {
+  const uintptr_t address = reinterpret_cast<uintptr_t>(pointer);
+  uint32_t alignment = 256;
+  while (alignment > 1 && address % alignment != 0) alignment /= 2;
+  return alignment;
+}
+
 #define PAGODA_RETURN_IF_CUBLAS_ERROR(expr)               \
   do {                                                    \
     const cublasStatus_t status_ = (expr);                \
@@ -96,6 +105,17 @@ cublasStatus_t Gemm(GemmContext& context, const GemmParams& p, cudaStream_t stre
   PAGODA_RETURN_IF_CUBLAS_ERROR(
       cublasLtMatmulPreferenceSetAttribute(d.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                            &workspace_bytes, sizeof(workspace_bytes)));
+  // cuBLASLt assumes 256-byte-aligned buffers unless told otherwise; slices
+  // (row offsets) may be less aligned. Its A is our W, its B our activations.
+  const uint32_t alignments[4] = {PointerAlignment(p.w), PointerAlignment(p.a),
+                                  PointerAlignment(p.c), PointerAlignment(p.c)};
+  const cublasLtMatmulPreferenceAttributes_t alignment_attributes[4] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  for (int i = 0; i < 4; ++i) {
+    PAGODA_RETURN_IF_CUBLAS_ERROR(cublasLtMatmulPreferenceSetAttribute(
+        d.preference, alignment_attributes[i], &alignments[i], sizeof(alignments[i])));
+  }
   cublasLtMatmulHeuristicResult_t heuristic = {};
   int found = 0;
   PAGODA_RETURN_IF_CUBLAS_ERROR(cublasLtMatmulAlgoGetHeuristic(

@@ -75,6 +75,41 @@ INSTANTIATE_TEST_SUITE_P(Types, GemmTest,
                                   ScalarTypeName(info.param.second);
                          });
 
+TEST(GemmTest, RowOffsetOperandsBelow256ByteAlignment) {
+  PAGODA_SKIP_WITHOUT_CUDA();
+  // a and c start one row into bigger buffers (528 and 272 bytes in: 16-byte
+  // but not 256-byte aligned), as slices of activations do.
+  std::unique_ptr<GemmContext> context;
+  ASSERT_EQ(GemmContext::Create(GemmContext::kDefaultWorkspaceBytes, &context),
+            CUBLAS_STATUS_SUCCESS);
+  const int64_t m = 7, n = 136, k = 264;
+  const ScalarType type = ScalarType::kBF16;
+  const std::vector<float> a = RoundTrip(type, RandomFloats((m + 1) * k, -1, 1, 11));
+  const std::vector<float> w = RoundTrip(type, RandomFloats(n * k, -1, 1, 12));
+  DeviceBuffer da(a.size() * 2), dw(w.size() * 2), dc((m + 1) * n * 2);
+  da.Upload(Encode(type, a));
+  dw.Upload(Encode(type, w));
+  dc.Fill(0xFF);
+  GemmParams p{static_cast<char*>(da.get()) + k * 2, dw.get(), nullptr,
+               static_cast<char*>(dc.get()) + n * 2, m, n, k, type, type};
+  ASSERT_EQ(Gemm(*context, p, nullptr), CUBLAS_STATUS_SUCCESS);
+  PAGODA_ASSERT_CUDA_OK(cudaDeviceSynchronize());
+  const std::vector<float> c = Decode(type, dc.Download<uint8_t>((m + 1) * n * 2));
+  double error = 0, norm = 0;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double want = 0;
+      for (int64_t l = 0; l < k; ++l) want += double{a[(i + 1) * k + l]} * w[j * k + l];
+      const double got = c[(i + 1) * n + j];
+      ASSERT_FALSE(std::isnan(got)) << i << "," << j;
+      error += (got - want) * (got - want);
+      norm += want * want;
+    }
+  }
+  EXPECT_LT(std::sqrt(error / norm), 1e-2);
+  EXPECT_TRUE(std::isnan(c[0]));  // the row before c untouched
+}
+
 TEST(GemmContextTest, RejectsUnsupportedTypesAndShapes) {
   PAGODA_SKIP_WITHOUT_CUDA();
   std::unique_ptr<GemmContext> context;

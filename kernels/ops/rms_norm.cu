@@ -53,7 +53,8 @@ int ThreadsFor(int hidden) {
 
 cudaError_t LaunchRmsNorm(const RmsNormParams& p, cudaStream_t stream) {
   if (p.num_tokens < 0 || p.hidden <= 0 || p.input_stride < p.hidden || p.input == nullptr ||
-      p.weight == nullptr || p.out == nullptr) {
+      p.weight == nullptr || p.out == nullptr ||
+      (p.out == p.input && p.input_stride != p.hidden)) {
     return cudaErrorInvalidValue;
   }
   if (p.num_tokens == 0) return cudaSuccess;

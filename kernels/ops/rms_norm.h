@@ -17,7 +17,9 @@ struct RmsNormParams {
   const void* input = nullptr;
   int64_t input_stride = 0;
   const void* weight = nullptr;  // [hidden], same dtype
-  void* out = nullptr;           // [num_tokens, hidden], contiguous; may alias input
+  // [num_tokens, hidden], contiguous. May alias input only when input_stride
+  // == hidden (else block t writes rows other blocks still read).
+  void* out = nullptr;
   int num_tokens = 0;
   int hidden = 0;
   float epsilon = 1e-6f;

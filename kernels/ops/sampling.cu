@@ -331,7 +331,8 @@ __global__ void __launch_bounds__(kThreads) TokenSamplingKernel(TokenSamplingPar
 }  // namespace
 
 cudaError_t LaunchTokenSampling(const TokenSamplingParams& p, cudaStream_t stream) {
-  if (p.num_rows < 0 || p.vocab_size <= 0 || p.logits_stride < p.vocab_size ||
+  if (p.num_rows < 0 || p.vocab_size <= 0 || p.vocab_size > kMaxSamplingVocab ||
+      p.logits_stride < p.vocab_size ||
       p.logits == nullptr || p.temperatures == nullptr || p.seeds == nullptr ||
       p.sampled_ids == nullptr || p.num_logprobs < 0 || p.num_logprobs > kMaxTopLogprobs ||
       (p.num_logprobs > 0 && (p.top_ids == nullptr || p.top_logprobs == nullptr))) {

@@ -18,7 +18,8 @@
 // - Log-probabilities are log_softmax of the RAW logits (no temperature, no
 //   filtering): the sampled token's, and the num_logprobs largest, sorted by
 //   logit descending, lowest id first on ties.
-// NaN logits count as -inf. One thread block per row; rows up to 2^31 tokens,
+// NaN logits count as -inf. One thread block per row; rows up to 2^24 tokens
+// (top-p sums masses of up to 2^40 each in 64 bits; larger rows are rejected),
 // designed for 128k-256k (a radix select over 8-bit digits, no sort).
 //
 // Thread safety: stateless; enqueues one kernel on `stream`.
@@ -30,6 +31,7 @@
 namespace pagoda::kernels {
 
 inline constexpr int kMaxTopLogprobs = 20;
+inline constexpr int kMaxSamplingVocab = 1 << 24;
 
 struct TokenSamplingParams {
   const float* logits = nullptr;  // [num_rows, vocab_size], row r at logits + r * logits_stride
@@ -39,7 +41,7 @@ struct TokenSamplingParams {
   const float* temperatures = nullptr;  // required
   const int32_t* top_k = nullptr;       // optional; <= 0 or >= vocab_size means off
   const float* top_p = nullptr;         // optional; <= 0 or >= 1 means off
-  const uint64_t* seeds = nullptr;      // required unless every row is greedy
+  const uint64_t* seeds = nullptr;      // required (read only by non-greedy rows)
   // Which draw of the sequence this is (e.g. its output length so far): the
   // same (seed, index) gives the same token for the same logits.
   const uint64_t* sample_indices = nullptr;
