@@ -17,6 +17,9 @@ struct Engine::RequestState {
 
 namespace {
 
+// A gauge scraped every few seconds needs no per-step precision.
+constexpr absl::Duration kKvUsageRefresh = absl::Milliseconds(100);
+
 double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
 
 std::string FinishReasonOf(const SequenceStatus status) {
@@ -362,9 +365,13 @@ void Engine::PublishSnapshot(const StepRecord* step) {
   totals_.free_gpu_blocks = blocks.num_free_gpu_blocks();
   totals_.free_cpu_blocks = blocks.num_free_cpu_blocks();
   if (step != nullptr) {
-    const Scheduler::KvSlotUsage usage = scheduler_->ComputeKvSlotUsage();
-    totals_.kv_filled_slots = usage.filled_slots;
-    totals_.kv_allocated_slots = usage.allocated_slots;
+    const absl::Time now = absl::Now();
+    if (now - kv_usage_time_ >= kKvUsageRefresh || totals_.num_running == 0) {
+      const Scheduler::KvSlotUsage usage = scheduler_->ComputeKvSlotUsage();
+      totals_.kv_filled_slots = usage.filled_slots;
+      totals_.kv_allocated_slots = usage.allocated_slots;
+      kv_usage_time_ = now;
+    }
     totals_.last_batch_size = step->batch_size;
     totals_.num_steps += 1;
     totals_.num_preemptions_total += step->num_preempted;

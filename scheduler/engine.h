@@ -118,6 +118,9 @@ class Engine {
   absl::flat_hash_map<std::string, std::unique_ptr<RequestState>> requests_;
   int64_t next_seq_id_ = 0;
   int64_t next_step_id_ = 0;
+  // When the KV slot usage was last computed: it walks every block table, so
+  // it is refreshed at most every kKvUsageRefresh rather than every step.
+  absl::Time kv_usage_time_ = absl::InfinitePast();
   bool workers_failed_ = false;            // A step failed; every request now fails.
   std::vector<std::string> finished_ids_;  // Finished since the last snapshot.
   EngineSnapshot totals_;                  // Running counters, copied into snapshot_.
