@@ -54,8 +54,8 @@ __device__ __forceinline__ void ForEachLogit(const float* row, int vocab, Body&&
   }
 }
 
-// (value, index) maximum, lowest index on ties; every thread gets the result.
-__device__ void BlockArgMax(float& value, int& index, Shared& s) {
+// (value, index) maximum over a warp, lowest index on ties; every lane gets it.
+__device__ __forceinline__ void WarpArgMax(float& value, int& index) {
   for (int offset = 16; offset > 0; offset /= 2) {
     const float other_value = __shfl_xor_sync(0xffffffffu, value, offset);
     const int other_index = __shfl_xor_sync(0xffffffffu, index, offset);
@@ -64,6 +64,11 @@ __device__ void BlockArgMax(float& value, int& index, Shared& s) {
       index = other_index;
     }
   }
+}
+
+// (value, index) maximum, lowest index on ties; every thread gets the result.
+__device__ void BlockArgMax(float& value, int& index, Shared& s) {
+  WarpArgMax(value, index);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   __syncthreads();
   if (lane == 0) {
@@ -73,14 +78,7 @@ __device__ void BlockArgMax(float& value, int& index, Shared& s) {
   __syncthreads();
   value = s.warp_value[lane];
   index = s.warp_index[lane];
-  for (int offset = 16; offset > 0; offset /= 2) {
-    const float other_value = __shfl_xor_sync(0xffffffffu, value, offset);
-    const int other_index = __shfl_xor_sync(0xffffffffu, index, offset);
-    if (other_value > value || (other_value == value && other_index < index)) {
-      value = other_value;
-      index = other_index;
-    }
-  }
+  WarpArgMax(value, index);
 }
 
 // Combines running softmax statistics (max m, sum of exp(x - m)).
@@ -91,11 +89,15 @@ __device__ __forceinline__ void MergeSoftmax(float& m, float& sum, float other_m
   m = new_m;
 }
 
-__device__ void BlockSoftmaxStats(float& m, float& sum, Shared& s) {
+__device__ __forceinline__ void WarpSoftmaxStats(float& m, float& sum) {
   for (int offset = 16; offset > 0; offset /= 2) {
     MergeSoftmax(m, sum, __shfl_xor_sync(0xffffffffu, m, offset),
                  __shfl_xor_sync(0xffffffffu, sum, offset));
   }
+}
+
+__device__ void BlockSoftmaxStats(float& m, float& sum, Shared& s) {
+  WarpSoftmaxStats(m, sum);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   __syncthreads();
   if (lane == 0) {
@@ -105,10 +107,7 @@ __device__ void BlockSoftmaxStats(float& m, float& sum, Shared& s) {
   __syncthreads();
   m = s.warp_value[lane];
   sum = s.warp_sum[lane];
-  for (int offset = 16; offset > 0; offset /= 2) {
-    MergeSoftmax(m, sum, __shfl_xor_sync(0xffffffffu, m, offset),
-                 __shfl_xor_sync(0xffffffffu, sum, offset));
-  }
+  WarpSoftmaxStats(m, sum);
 }
 
 __device__ unsigned long long BlockSumU64(unsigned long long value, Shared& s) {
