@@ -5,7 +5,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "scheduler/engine_stats.h"
+#include "scheduler/engine/engine_stats.h"
 
 namespace prometheus {
 class Exposer;

@@ -2,13 +2,13 @@
 # (library pagoda_server_lib), the pagoda-server executable, pagoda-bench and
 # their tests.
 add_library(pagoda_server_lib STATIC
-  ${CMAKE_CURRENT_LIST_DIR}/engine.cc
-  ${CMAKE_CURRENT_LIST_DIR}/frontend.cc
+  ${CMAKE_CURRENT_LIST_DIR}/engine/engine.cc
+  ${CMAKE_CURRENT_LIST_DIR}/api/frontend.cc
   ${CMAKE_CURRENT_LIST_DIR}/metrics.cc
-  ${CMAKE_CURRENT_LIST_DIR}/request_detokenizer.cc
-  ${CMAKE_CURRENT_LIST_DIR}/request_output.cc
-  ${CMAKE_CURRENT_LIST_DIR}/request_reactors.cc
-  ${CMAKE_CURRENT_LIST_DIR}/request_validation.cc)
+  ${CMAKE_CURRENT_LIST_DIR}/api/request_detokenizer.cc
+  ${CMAKE_CURRENT_LIST_DIR}/api/request_output.cc
+  ${CMAKE_CURRENT_LIST_DIR}/api/request_reactors.cc
+  ${CMAKE_CURRENT_LIST_DIR}/api/request_validation.cc)
 target_link_libraries(pagoda_server_lib PUBLIC
   pagoda_scheduler_core pagoda_worker_client pagoda_common pagoda_proto
   gRPC::grpc++ gRPC::grpc++_reflection prometheus-cpp::core prometheus-cpp::pull
@@ -17,7 +17,7 @@ target_link_libraries(pagoda_server_lib PUBLIC
 
 # A WorkerGroup over an in-process ModelRunner, for fast engine tests.
 add_library(pagoda_in_process_worker STATIC
-  ${CMAKE_CURRENT_LIST_DIR}/in_process_worker_group.cc)
+  ${CMAKE_CURRENT_LIST_DIR}/workers/in_process_worker_group.cc)
 target_link_libraries(pagoda_in_process_worker PUBLIC pagoda_worker_core pagoda_proto
   absl::status absl::statusor absl::strings)
 
@@ -30,11 +30,11 @@ target_link_libraries(pagoda-bench PRIVATE pagoda_proto pagoda_flags gRPC::grpc+
   absl::flags_parse absl::strings absl::str_format absl::time absl::synchronization)
 
 pagoda_add_test(scheduler_request_validation_test
-  SOURCES ${CMAKE_CURRENT_LIST_DIR}/request_validation_test.cc
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/api/request_validation_test.cc
   LIBS pagoda_server_lib)
 pagoda_add_test(scheduler_request_output_test
-  SOURCES ${CMAKE_CURRENT_LIST_DIR}/request_output_test.cc
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/api/request_output_test.cc
   LIBS pagoda_server_lib)
 pagoda_add_test(scheduler_engine_test
-  SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_test.cc
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine/engine_test.cc
   LIBS pagoda_server_lib pagoda_in_process_worker)

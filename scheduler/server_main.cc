@@ -33,11 +33,11 @@
 #include "common/model_config.h"
 #include "common/tokenizer.h"
 #include "glog/logging.h"
-#include "scheduler/engine.h"
-#include "scheduler/frontend.h"
-#include "scheduler/grpc_worker_group.h"
+#include "scheduler/engine/engine.h"
+#include "scheduler/api/frontend.h"
+#include "scheduler/workers/grpc_worker_group.h"
 #include "scheduler/metrics.h"
-#include "scheduler/request_validation.h"
+#include "scheduler/api/request_validation.h"
 
 ABSL_FLAG(std::string, model, "", "Model directory (Hugging Face layout). Required.");
 ABSL_FLAG(std::string, served_model_name, "", "Name reported to clients; default: --model's name.");

@@ -29,9 +29,9 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
-#include "scheduler/grpc_worker_group.h"
-#include "scheduler/worker_group.h"
-#include "scheduler/worker_launcher.h"
+#include "scheduler/workers/grpc_worker_group.h"
+#include "scheduler/workers/worker_group.h"
+#include "scheduler/workers/worker_launcher.h"
 #include "worker/model_runner.h"
 
 extern char** environ;

@@ -1,0 +1,101 @@
+#ifndef PAGODA_SCHEDULER_API_FRONTEND_H_
+#define PAGODA_SCHEDULER_API_FRONTEND_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/tokenizer.h"
+#include "grpcpp/grpcpp.h"
+#include "pagoda/v1/generation.grpc.pb.h"
+#include "scheduler/engine/engine.h"
+#include "scheduler/api/request_reactors.h"
+#include "scheduler/api/request_validation.h"
+
+namespace pagoda::scheduler {
+
+// Static facts about the served model, for GetModelInfo.
+struct ServedModelInfo {
+  std::string model_name;
+  int vocab_size = 0;
+  int max_model_len = 0;
+  int block_size = 0;
+  int tensor_parallel_size = 1;
+  std::string device;
+  std::vector<int32_t> eos_token_ids;
+};
+
+// The pagoda.v1.Generation service (gRPC callback API). Validates at the edge
+// and hands requests to the engine; never blocks a gRPC thread.
+// Thread-safe. Does not own its collaborators; they must outlive it.
+class GenerationService final : public pagoda::v1::Generation::CallbackService {
+ public:
+  // `tokenizer` may be null (token-id prompts only).
+  GenerationService(ServedModelInfo info, Engine* engine, RequestValidator* validator,
+                    const Tokenizer* tokenizer);
+
+  grpc::ServerUnaryReactor* Generate(grpc::CallbackServerContext* context,
+                                     const pagoda::v1::GenerateRequest* request,
+                                     pagoda::v1::GenerateResponse* response) override;
+  grpc::ServerWriteReactor<pagoda::v1::GenerateResponse>* GenerateStream(
+      grpc::CallbackServerContext* context, const pagoda::v1::GenerateRequest* request) override;
+  grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* context,
+                                         const pagoda::v1::GetModelInfoRequest* request,
+                                         pagoda::v1::ModelInfo* response) override;
+
+  pagoda::v1::ModelInfo ModelInfo() const;
+
+  // Waits until gRPC is done with every Generate call (responses written), or
+  // `timeout`; true if none is left. For drain, after the engine is idle.
+  bool WaitForCallsToFinish(absl::Duration timeout) { return calls_.WaitUntilIdle(timeout); }
+
+ private:
+  CallTracker calls_;
+  const ServedModelInfo info_;
+  Engine* const engine_;
+  RequestValidator* const validator_;
+  const Tokenizer* const tokenizer_;
+};
+
+// A running gRPC server: the Generation service, grpc.health.v1 (overall
+// status SERVING while the engine is healthy and accepting) and server
+// reflection. Thread-safe.
+class FrontendServer {
+ public:
+  // Binds host:port (port 0 = the OS picks) and starts serving.
+  // `service` and `engine` must outlive the server.
+  static absl::StatusOr<std::unique_ptr<FrontendServer>> Start(const std::string& host, int port,
+                                                               GenerationService* service,
+                                                               Engine* engine);
+  ~FrontendServer();  // Shutdown()s.
+  FrontendServer(const FrontendServer&) = delete;
+  FrontendServer& operator=(const FrontendServer&) = delete;
+
+  int port() const { return port_; }
+  // Reports NOT_SERVING from now on (drain).
+  void SetDraining();
+  // Stops the server: in-progress calls get `deadline` to end. Idempotent.
+  void Shutdown(absl::Duration deadline);
+
+ private:
+  FrontendServer(std::unique_ptr<grpc::Server> server, int port, Engine* engine);
+  // Keeps the health status in step with the engine.
+  void WatchHealth();
+
+  std::unique_ptr<grpc::Server> server_;
+  const int port_;
+  Engine* const engine_;
+  absl::Mutex mu_;
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread health_watcher_;
+};
+
+}  // namespace pagoda::scheduler
+
+#endif  // PAGODA_SCHEDULER_API_FRONTEND_H_

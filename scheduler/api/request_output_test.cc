@@ -1,0 +1,132 @@
+#include "scheduler/api/request_output.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace pagoda::scheduler {
+namespace {
+
+// True when `text` is well-formed UTF-8 (no split characters).
+bool IsValidUtf8(const std::string& text) {
+  size_t i = 0;
+  while (i < text.size()) {
+    const unsigned char c = text[i];
+    int extra;
+    if (c < 0x80) {
+      extra = 0;
+    } else if ((c >> 5) == 0x6) {
+      extra = 1;
+    } else if ((c >> 4) == 0xE) {
+      extra = 2;
+    } else if ((c >> 3) == 0x1E) {
+      extra = 3;
+    } else {
+      return false;
+    }
+    if (i + extra >= text.size() && extra > 0) return false;
+    for (int k = 1; k <= extra; ++k) {
+      if ((static_cast<unsigned char>(text[i + k]) & 0xC0) != 0x80) return false;
+    }
+    i += extra + 1;
+  }
+  return true;
+}
+
+class RequestOutputTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(
+        (std::filesystem::temp_directory_path() / absl::StrCat("pagoda_output_", getpid()))
+            .string());
+    const char* python = std::getenv("PAGODA_PYTHON3");
+    const std::string command = absl::StrCat(
+        python ? python : "/usr/bin/python3", " scripts/make_tiny_model.py --out ", *dir_,
+        " --vocab-size 300 --hidden-size 32 --intermediate-size 64 --num-layers 1 --num-heads 2"
+        " --dtype f32 --tokenizer --bos-id 1 --eos-id 2 > /dev/null");
+    ASSERT_EQ(std::system(command.c_str()), 0) << command;
+    absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::Load(*dir_);
+    ASSERT_TRUE(tokenizer.ok() && *tokenizer != nullptr);
+    tokenizer_ = tokenizer->release();
+  }
+  static void TearDownTestSuite() {
+    delete tokenizer_;
+    std::filesystem::remove_all(*dir_);
+    delete dir_;
+  }
+
+  static RequestDelta Delta(int32_t token, SequenceStatus status) {
+    RequestDelta delta;
+    delta.request_id = "r";
+    delta.seqs.push_back({0, {GeneratedToken{token, -0.5f, {}}}, status});
+    delta.finished = IsFinished(status);
+    return delta;
+  }
+
+  // Streams `ids` one token per delta; checks every piece and the whole.
+  void CheckStreamsText(const std::vector<int>& ids) {
+    RequestOutput output("r", 3, tokenizer_);
+    std::string streamed;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const bool last = i + 1 == ids.size();
+      pagoda::v1::GenerateResponse message = output.AddDelta(
+          Delta(ids[i], last ? SequenceStatus::kFinishedLength : SequenceStatus::kRunning));
+      ASSERT_EQ(message.outputs_size(), 1);
+      EXPECT_EQ(message.outputs(0).token_ids_size(), 1);
+      EXPECT_EQ(message.outputs(0).token_ids(0), ids[i]);
+      EXPECT_TRUE(IsValidUtf8(message.outputs(0).text())) << "piece " << i;
+      EXPECT_EQ(message.outputs(0).finish_reason(),
+                last ? pagoda::v1::FINISH_REASON_LENGTH : pagoda::v1::FINISH_REASON_UNSPECIFIED);
+      streamed += message.outputs(0).text();
+    }
+    absl::StatusOr<std::string> expected = tokenizer_->Decode(ids);
+    ASSERT_TRUE(expected.ok());
+    EXPECT_EQ(streamed, *expected);
+    EXPECT_EQ(output.whole().outputs(0).text(), *expected);
+    EXPECT_EQ(output.whole().outputs(0).token_ids_size(), static_cast<int>(ids.size()));
+    EXPECT_EQ(output.whole().prompt_token_count(), 3);
+    EXPECT_DOUBLE_EQ(output.whole().outputs(0).cumulative_logprob(), -0.5 * ids.size());
+  }
+
+  static std::string* dir_;
+  static Tokenizer* tokenizer_;
+};
+
+std::string* RequestOutputTest::dir_ = nullptr;
+Tokenizer* RequestOutputTest::tokenizer_ = nullptr;
+
+TEST_F(RequestOutputTest, StreamedTextConcatenatesToWholeText) {
+  absl::StatusOr<std::vector<int>> ids = tokenizer_->Encode("the quick brown fox jumps over");
+  ASSERT_TRUE(ids.ok());
+  CheckStreamsText(*ids);
+}
+
+TEST_F(RequestOutputTest, MultiByteCharactersAreNeverSplit) {
+  absl::StatusOr<std::vector<int>> ids = tokenizer_->Encode("naïve café 日本語 über");
+  ASSERT_TRUE(ids.ok());
+  CheckStreamsText(*ids);
+}
+
+TEST_F(RequestOutputTest, MapsFinishReasons) {
+  EXPECT_EQ(ToFinishReason(SequenceStatus::kFinishedStopped), pagoda::v1::FINISH_REASON_STOP);
+  EXPECT_EQ(ToFinishReason(SequenceStatus::kFinishedLength), pagoda::v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(ToFinishReason(SequenceStatus::kFinishedAborted), pagoda::v1::FINISH_REASON_ABORTED);
+  EXPECT_EQ(ToFinishReason(SequenceStatus::kRunning), pagoda::v1::FINISH_REASON_UNSPECIFIED);
+}
+
+TEST_F(RequestOutputTest, NoTokenizerMeansTokensOnly) {
+  RequestOutput output("r", 1, nullptr);
+  pagoda::v1::GenerateResponse message =
+      output.AddDelta(Delta(7, SequenceStatus::kFinishedStopped));
+  EXPECT_EQ(message.outputs(0).text(), "");
+  EXPECT_EQ(message.outputs(0).token_ids(0), 7);
+  EXPECT_EQ(output.whole().outputs(0).finish_reason(), pagoda::v1::FINISH_REASON_STOP);
+}
+
+}  // namespace
+}  // namespace pagoda::scheduler

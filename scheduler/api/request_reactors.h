@@ -1,0 +1,58 @@
+#ifndef PAGODA_SCHEDULER_API_REQUEST_REACTORS_H_
+#define PAGODA_SCHEDULER_API_REQUEST_REACTORS_H_
+
+#include <memory>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
+#include "pagoda/v1/generation.pb.h"
+#include "scheduler/engine/engine.h"
+#include "scheduler/api/request_output.h"
+#include "scheduler/api/request_validation.h"
+
+namespace pagoda::scheduler {
+
+grpc::Status ToGrpcStatus(const absl::Status& status);
+
+// Counts Generate calls that gRPC has not finished with yet (a stream whose
+// engine work is done may still be writing). Drain waits for zero so that
+// in-flight responses reach their clients before the server closes.
+// Thread-safe.
+class CallTracker {
+ public:
+  void Begin();
+  void End();
+  // True if no call is active within `timeout`.
+  bool WaitUntilIdle(absl::Duration timeout);
+
+ private:
+  absl::Mutex mu_;
+  int active_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// Starts one Generate call: submits `request` to `engine` and answers the
+// whole result when the engine finishes it, or the engine's error. A client
+// cancel aborts the request in the engine. Owns itself: deletes itself when
+// gRPC is done with it. `calls`, `engine` and `tokenizer` must outlive the
+// call, which is counted in `calls` until then.
+grpc::ServerUnaryReactor* StartUnaryGenerate(CallTracker* calls, Engine* engine,
+                                             const Tokenizer* tokenizer, ValidatedRequest request,
+                                             pagoda::v1::GenerateResponse* response);
+
+// Starts one GenerateStream call: one message per engine delta, one write in
+// flight at a time, later deltas queued in the reactor; the stream ends with
+// the engine's final status. Client cancel or a failed write aborts the
+// request in the engine (its blocks are freed at the next step). Owns itself;
+// counted in `calls` like a unary call.
+grpc::ServerWriteReactor<pagoda::v1::GenerateResponse>* StartStreamGenerate(
+    CallTracker* calls, Engine* engine, const Tokenizer* tokenizer, ValidatedRequest request);
+
+// A call that fails at once (validation error, refused by the engine).
+grpc::ServerWriteReactor<pagoda::v1::GenerateResponse>* FailedStream(const grpc::Status& status);
+
+}  // namespace pagoda::scheduler
+
+#endif  // PAGODA_SCHEDULER_API_REQUEST_REACTORS_H_

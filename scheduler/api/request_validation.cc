@@ -1,0 +1,137 @@
+#include "scheduler/api/request_validation.h"
+
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace pagoda::scheduler {
+namespace {
+
+// Above this many top logprobs the worker refuses (vLLM's default cap).
+constexpr int kMaxLogprobs = 20;
+constexpr int kDefaultMaxTokens = 16;
+
+absl::Status Invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
+
+}  // namespace
+
+RequestValidator::RequestValidator(ModelLimits limits, const Tokenizer* tokenizer, uint64_t seed)
+    : limits_(limits), tokenizer_(tokenizer), rng_(seed) {}
+
+uint64_t RequestValidator::NextRandom() {
+  absl::MutexLock lock(&mu_);
+  return rng_();
+}
+
+absl::StatusOr<ValidatedRequest> RequestValidator::Validate(
+    const pagoda::v1::GenerateRequest& request) {
+  ValidatedRequest out;
+
+  // Prompt: exactly one of text and token ids.
+  const bool has_text = !request.prompt().empty();
+  const bool has_ids = request.prompt_token_ids_size() > 0;
+  if (has_text && has_ids) {
+    return Invalid("prompt: set exactly one of prompt and prompt_token_ids, not both");
+  }
+  if (!has_text && !has_ids) {
+    return Invalid("prompt: empty; set prompt or prompt_token_ids");
+  }
+  if (has_text) {
+    if (tokenizer_ == nullptr) {
+      return Invalid("prompt: this model has no tokenizer; send prompt_token_ids instead");
+    }
+    absl::StatusOr<std::vector<int>> ids = tokenizer_->Encode(request.prompt());
+    if (!ids.ok()) return Invalid(absl::StrCat("prompt: ", ids.status().message()));
+    if (limits_.bos_token_id >= 0) out.prompt_token_ids.push_back(limits_.bos_token_id);
+    out.prompt_token_ids.insert(out.prompt_token_ids.end(), ids->begin(), ids->end());
+    if (out.prompt_token_ids.empty()) return Invalid("prompt: tokenizes to no tokens");
+  } else {
+    for (int i = 0; i < request.prompt_token_ids_size(); ++i) {
+      const int32_t id = request.prompt_token_ids(i);
+      if (id < 0 || id >= limits_.vocab_size) {
+        return Invalid(absl::StrFormat("prompt_token_ids[%d]: token id %d is outside [0, %d)", i,
+                                       id, limits_.vocab_size));
+      }
+    }
+    out.prompt_token_ids.assign(request.prompt_token_ids().begin(),
+                                request.prompt_token_ids().end());
+  }
+  const int prompt_len = static_cast<int>(out.prompt_token_ids.size());
+  if (prompt_len > limits_.max_model_len) {
+    return Invalid(absl::StrFormat("prompt: %d tokens is longer than max_model_len %d", prompt_len,
+                                   limits_.max_model_len));
+  }
+
+  // Sampling.
+  const pagoda::v1::SamplingParams& sampling = request.sampling();
+  if (std::isnan(sampling.temperature()) || sampling.temperature() < 0) {
+    return Invalid(
+        absl::StrCat("sampling.temperature: must be >= 0, got ", sampling.temperature()));
+  }
+  if (std::isnan(sampling.top_p()) || sampling.top_p() < 0 || sampling.top_p() > 1) {
+    return Invalid(
+        absl::StrCat("sampling.top_p: must be in (0, 1] (0 = 1), got ", sampling.top_p()));
+  }
+  if (sampling.top_k() < 0) {
+    return Invalid(absl::StrCat("sampling.top_k: must be >= 0 (0 = off), got ", sampling.top_k()));
+  }
+  if (sampling.n() < 0)
+    return Invalid(absl::StrCat("sampling.n: must be >= 0, got ", sampling.n()));
+  if (sampling.best_of() < 0) {
+    return Invalid(absl::StrCat("sampling.best_of: must be >= 0, got ", sampling.best_of()));
+  }
+  if (request.logprobs() < 0 || request.logprobs() > kMaxLogprobs) {
+    return Invalid(
+        absl::StrCat("logprobs: must be in [0, ", kMaxLogprobs, "], got ", request.logprobs()));
+  }
+  if (sampling.n() > 1 || sampling.best_of() > 1 || sampling.use_beam_search()) {
+    return absl::UnimplementedError(
+        "sampling.n / best_of / use_beam_search: more than one sequence per request needs KV "
+        "sharing, which lands in a later release");
+  }
+  out.sampling.temperature = sampling.temperature();
+  out.sampling.top_k = sampling.top_k();
+  out.sampling.top_p = sampling.top_p() == 0 ? 1.0f : sampling.top_p();
+  out.sampling.n = 1;
+  out.sampling.num_logprobs = request.logprobs();
+  out.sampling.seed = sampling.seed();
+  while (out.sampling.seed == 0) out.sampling.seed = NextRandom();
+
+  // Stopping.
+  const pagoda::v1::StoppingCriteria& stopping = request.stopping();
+  if (stopping.max_tokens() < 0) {
+    return Invalid(absl::StrCat("stopping.max_tokens: must be >= 0 (0 = ", kDefaultMaxTokens,
+                                "), got ", stopping.max_tokens()));
+  }
+  out.stopping.max_tokens = stopping.max_tokens() == 0 ? kDefaultMaxTokens : stopping.max_tokens();
+  if (stopping.min_tokens() < 0 || stopping.min_tokens() > out.stopping.max_tokens) {
+    return Invalid(absl::StrCat("stopping.min_tokens: must be in [0, max_tokens = ",
+                                out.stopping.max_tokens, "], got ", stopping.min_tokens()));
+  }
+  out.stopping.min_tokens = stopping.min_tokens();
+  for (int i = 0; i < stopping.stop_token_ids_size(); ++i) {
+    const int32_t id = stopping.stop_token_ids(i);
+    if (id < 0 || id >= limits_.vocab_size) {
+      return Invalid(absl::StrFormat("stopping.stop_token_ids[%d]: token id %d is outside [0, %d)",
+                                     i, id, limits_.vocab_size));
+    }
+    out.stopping.stop_token_ids.push_back(id);
+  }
+  out.stopping.ignore_eos = stopping.ignore_eos();
+
+  out.request_id = request.request_id();
+  if (out.request_id.empty()) {
+    uint64_t number;
+    {
+      absl::MutexLock lock(&mu_);
+      number = next_request_number_++;
+    }
+    // The random part keeps ids unique across server restarts.
+    out.request_id = absl::StrFormat("req-%d-%016x", number, NextRandom());
+  }
+  return out;
+}
+
+}  // namespace pagoda::scheduler

@@ -1,0 +1,60 @@
+#ifndef PAGODA_SCHEDULER_API_REQUEST_VALIDATION_H_
+#define PAGODA_SCHEDULER_API_REQUEST_VALIDATION_H_
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/tokenizer.h"
+#include "pagoda/v1/generation.pb.h"
+#include "scheduler/engine/sequence.h"
+
+namespace pagoda::scheduler {
+
+// What the frontend checks a request against.
+struct ModelLimits {
+  int vocab_size = 0;
+  int max_model_len = 0;
+  int bos_token_id = -1;  // Prepended to text prompts when >= 0.
+};
+
+// A request that passed validation, with every default filled in.
+struct ValidatedRequest {
+  std::string request_id;
+  std::vector<int32_t> prompt_token_ids;
+  SamplingOptions sampling;
+  StoppingOptions stopping;
+};
+
+// Turns a client GenerateRequest into scheduler options, or explains why not.
+// INVALID_ARGUMENT messages start with the offending field's name;
+// UNIMPLEMENTED for n > 1, best_of > 1 and beam search.
+// Thread-safe.
+class RequestValidator {
+ public:
+  // `tokenizer` may be null (token-id prompts only); if not, it must outlive
+  // the validator. `seed` seeds the generator that picks seeds for requests
+  // that bring none, and the suffix of generated request ids.
+  RequestValidator(ModelLimits limits, const Tokenizer* tokenizer, uint64_t seed);
+
+  absl::StatusOr<ValidatedRequest> Validate(const pagoda::v1::GenerateRequest& request);
+
+  const ModelLimits& limits() const { return limits_; }
+
+ private:
+  uint64_t NextRandom();
+
+  const ModelLimits limits_;
+  const Tokenizer* const tokenizer_;
+  absl::Mutex mu_;
+  std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_request_number_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace pagoda::scheduler
+
+#endif  // PAGODA_SCHEDULER_API_REQUEST_VALIDATION_H_

@@ -1,0 +1,185 @@
+#include "scheduler/api/request_validation.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <limits>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace pagoda::scheduler {
+namespace {
+
+using pagoda::v1::GenerateRequest;
+
+constexpr int kVocab = 100;
+constexpr int kMaxModelLen = 64;
+
+GenerateRequest TokenRequest(std::initializer_list<int> ids) {
+  GenerateRequest request;
+  for (int id : ids) request.add_prompt_token_ids(id);
+  return request;
+}
+
+class RequestValidationTest : public ::testing::Test {
+ protected:
+  RequestValidationTest() : validator_({kVocab, kMaxModelLen, 1}, nullptr, 7) {}
+
+  // Expects INVALID_ARGUMENT whose message starts with `field`.
+  void ExpectInvalid(const GenerateRequest& request, const std::string& field) {
+    absl::StatusOr<ValidatedRequest> result = validator_.Validate(request);
+    ASSERT_FALSE(result.ok()) << field;
+    EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument) << result.status();
+    EXPECT_EQ(result.status().message().substr(0, field.size()), field) << result.status();
+  }
+
+  RequestValidator validator_;
+};
+
+TEST_F(RequestValidationTest, FillsDefaults) {
+  GenerateRequest request = TokenRequest({5, 6, 7});
+  absl::StatusOr<ValidatedRequest> result = validator_.Validate(request);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->prompt_token_ids, std::vector<int32_t>({5, 6, 7}));
+  EXPECT_EQ(result->sampling.temperature, 0.0f);
+  EXPECT_EQ(result->sampling.top_k, 0);
+  EXPECT_EQ(result->sampling.top_p, 1.0f);
+  EXPECT_EQ(result->sampling.n, 1);
+  EXPECT_NE(result->sampling.seed, 0u);
+  EXPECT_EQ(result->stopping.max_tokens, 16);
+  EXPECT_FALSE(result->request_id.empty());
+}
+
+TEST_F(RequestValidationTest, KeepsClientValues) {
+  GenerateRequest request = TokenRequest({5});
+  request.set_request_id("mine");
+  request.mutable_sampling()->set_temperature(0.7f);
+  request.mutable_sampling()->set_top_k(5);
+  request.mutable_sampling()->set_top_p(0.9f);
+  request.mutable_sampling()->set_seed(42);
+  request.mutable_stopping()->set_max_tokens(3);
+  request.mutable_stopping()->set_min_tokens(2);
+  request.mutable_stopping()->add_stop_token_ids(9);
+  request.mutable_stopping()->set_ignore_eos(true);
+  request.set_logprobs(4);
+  absl::StatusOr<ValidatedRequest> result = validator_.Validate(request);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->request_id, "mine");
+  EXPECT_FLOAT_EQ(result->sampling.temperature, 0.7f);
+  EXPECT_EQ(result->sampling.top_k, 5);
+  EXPECT_FLOAT_EQ(result->sampling.top_p, 0.9f);
+  EXPECT_EQ(result->sampling.seed, 42u);
+  EXPECT_EQ(result->sampling.num_logprobs, 4);
+  EXPECT_EQ(result->stopping.max_tokens, 3);
+  EXPECT_EQ(result->stopping.min_tokens, 2);
+  EXPECT_EQ(result->stopping.stop_token_ids, std::vector<int32_t>({9}));
+  EXPECT_TRUE(result->stopping.ignore_eos);
+}
+
+TEST_F(RequestValidationTest, ServerPicksDistinctSeedsAndIds) {
+  absl::StatusOr<ValidatedRequest> a = validator_.Validate(TokenRequest({1}));
+  absl::StatusOr<ValidatedRequest> b = validator_.Validate(TokenRequest({1}));
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NE(a->sampling.seed, b->sampling.seed);
+  EXPECT_NE(a->request_id, b->request_id);
+  // Same --seed, same sequence of picks.
+  RequestValidator again({kVocab, kMaxModelLen, 1}, nullptr, 7);
+  absl::StatusOr<ValidatedRequest> c = again.Validate(TokenRequest({1}));
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(a->sampling.seed, c->sampling.seed);
+}
+
+TEST_F(RequestValidationTest, RejectsBadPrompts) {
+  ExpectInvalid(GenerateRequest(), "prompt");
+  GenerateRequest both = TokenRequest({1});
+  both.set_prompt("hello");
+  ExpectInvalid(both, "prompt");
+  ExpectInvalid(TokenRequest({1, kVocab}), "prompt_token_ids[1]");
+  ExpectInvalid(TokenRequest({-1}), "prompt_token_ids[0]");
+  GenerateRequest too_long;
+  for (int i = 0; i < kMaxModelLen + 1; ++i) too_long.add_prompt_token_ids(3);
+  ExpectInvalid(too_long, "prompt");
+  GenerateRequest text;
+  text.set_prompt("hello");
+  ExpectInvalid(text, "prompt");  // No tokenizer.
+}
+
+TEST_F(RequestValidationTest, PromptAtMaxModelLenIsAllowed) {
+  GenerateRequest request;
+  for (int i = 0; i < kMaxModelLen; ++i) request.add_prompt_token_ids(3);
+  request.mutable_stopping()->set_max_tokens(100);  // Will end with LENGTH.
+  EXPECT_TRUE(validator_.Validate(request).ok());
+}
+
+TEST_F(RequestValidationTest, RejectsBadSamplingAndStopping) {
+  auto with = [](auto mutate) {
+    GenerateRequest request = TokenRequest({1, 2});
+    mutate(request);
+    return request;
+  };
+  ExpectInvalid(with([](auto& r) { r.mutable_sampling()->set_temperature(-0.5f); }),
+                "sampling.temperature");
+  ExpectInvalid(with([](auto& r) {
+                  r.mutable_sampling()->set_temperature(std::numeric_limits<float>::quiet_NaN());
+                }),
+                "sampling.temperature");
+  ExpectInvalid(with([](auto& r) { r.mutable_sampling()->set_top_p(1.5f); }), "sampling.top_p");
+  ExpectInvalid(with([](auto& r) { r.mutable_sampling()->set_top_p(-0.1f); }), "sampling.top_p");
+  ExpectInvalid(with([](auto& r) { r.mutable_sampling()->set_top_k(-1); }), "sampling.top_k");
+  ExpectInvalid(with([](auto& r) { r.mutable_sampling()->set_n(-1); }), "sampling.n");
+  ExpectInvalid(with([](auto& r) { r.mutable_sampling()->set_best_of(-2); }), "sampling.best_of");
+  ExpectInvalid(with([](auto& r) { r.set_logprobs(21); }), "logprobs");
+  ExpectInvalid(with([](auto& r) { r.set_logprobs(-1); }), "logprobs");
+  ExpectInvalid(with([](auto& r) { r.mutable_stopping()->set_max_tokens(-1); }),
+                "stopping.max_tokens");
+  ExpectInvalid(with([](auto& r) { r.mutable_stopping()->set_min_tokens(-1); }),
+                "stopping.min_tokens");
+  ExpectInvalid(with([](auto& r) { r.mutable_stopping()->set_min_tokens(17); }),  // > 16 default
+                "stopping.min_tokens");
+  ExpectInvalid(with([](auto& r) { r.mutable_stopping()->add_stop_token_ids(kVocab); }),
+                "stopping.stop_token_ids[0]");
+}
+
+TEST_F(RequestValidationTest, SeveralSequencesAreUnimplemented) {
+  for (int which = 0; which < 3; ++which) {
+    GenerateRequest request = TokenRequest({1});
+    if (which == 0) request.mutable_sampling()->set_n(2);
+    if (which == 1) request.mutable_sampling()->set_best_of(3);
+    if (which == 2) request.mutable_sampling()->set_use_beam_search(true);
+    absl::StatusOr<ValidatedRequest> result = validator_.Validate(request);
+    ASSERT_FALSE(result.ok());
+    EXPECT_EQ(result.status().code(), absl::StatusCode::kUnimplemented);
+  }
+}
+
+TEST(RequestValidationTokenizerTest, EncodesTextWithBos) {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / absl::StrCat("pagoda_validation_", getpid()))
+          .string();
+  const char* python = std::getenv("PAGODA_PYTHON3");
+  const std::string command = absl::StrCat(
+      python ? python : "/usr/bin/python3", " scripts/make_tiny_model.py --out ", dir,
+      " --vocab-size 256 --hidden-size 32 --intermediate-size 64 --num-layers 1 --num-heads 2"
+      " --dtype f32 --tokenizer --bos-id 1 --eos-id 2 > /dev/null");
+  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::Load(dir);
+  ASSERT_TRUE(tokenizer.ok() && *tokenizer != nullptr);
+  RequestValidator validator({256, 64, 1}, tokenizer->get(), 1);
+  GenerateRequest request;
+  request.set_prompt("hello world");
+  absl::StatusOr<ValidatedRequest> result = validator.Validate(request);
+  ASSERT_TRUE(result.ok()) << result.status();
+  absl::StatusOr<std::vector<int>> expected = (*tokenizer)->Encode("hello world");
+  ASSERT_TRUE(expected.ok());
+  ASSERT_EQ(result->prompt_token_ids.size(), expected->size() + 1);
+  EXPECT_EQ(result->prompt_token_ids[0], 1);
+  for (size_t i = 0; i < expected->size(); ++i) {
+    EXPECT_EQ(result->prompt_token_ids[i + 1], (*expected)[i]);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace pagoda::scheduler

@@ -1,0 +1,397 @@
+#include "scheduler/engine/engine.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+#include "scheduler/engine/step_plan.h"
+
+namespace pagoda::scheduler {
+
+// What the engine thread remembers about one accepted request.
+struct Engine::RequestState {
+  std::shared_ptr<RequestSink> sink;
+  RequestRecord record;
+};
+
+namespace {
+
+// A gauge scraped every few seconds needs no per-step precision.
+constexpr absl::Duration kKvUsageRefresh = absl::Milliseconds(100);
+
+double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
+
+std::string FinishReasonOf(const SequenceStatus status) {
+  switch (status) {
+    case SequenceStatus::kFinishedStopped:
+      return "stop";
+    case SequenceStatus::kFinishedLength:
+      return "length";
+    case SequenceStatus::kFinishedAborted:
+      return "abort";
+    default:
+      return "error";
+  }
+}
+
+}  // namespace
+
+Engine::Engine(EngineConfig config, WorkerGroup* workers, EngineObserver* observer)
+    : config_(std::move(config)),
+      workers_(workers),
+      observer_(observer),
+      scheduler_(std::make_unique<Scheduler>(config_.scheduler)),
+      output_processor_(std::make_unique<OutputProcessor>(config_.eos_token_ids,
+                                                          config_.scheduler.max_model_len)) {
+  absl::MutexLock lock(&mu_);
+  totals_.num_gpu_blocks = config_.scheduler.num_gpu_blocks;
+  totals_.num_cpu_blocks = config_.scheduler.num_cpu_blocks;
+  totals_.free_gpu_blocks = config_.scheduler.num_gpu_blocks;
+  totals_.free_cpu_blocks = config_.scheduler.num_cpu_blocks;
+  snapshot_ = totals_;
+}
+
+Engine::~Engine() { Stop(); }
+
+void Engine::Start() {
+  absl::MutexLock lock(&mu_);
+  CHECK(!started_) << "Engine::Start called twice";
+  started_ = true;
+  thread_ = std::thread([this] { Loop(); });
+}
+
+absl::Status Engine::AddRequest(EngineRequest request) {
+  absl::MutexLock lock(&mu_);
+  if (stop_requested_ || !accepting_) {
+    return absl::UnavailableError("server is draining and accepts no new requests");
+  }
+  if (!healthy_ || !workers_->Healthy()) {
+    return absl::UnavailableError("workers are down; the server cannot serve requests");
+  }
+  if (in_flight_ids_.contains(request.request_id)) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("request_id: a request with id '", request.request_id, "' is in flight"));
+  }
+  if (NumQueuedLocked() >= config_.max_queued_requests) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("request queue is full (", config_.max_queued_requests, " requests waiting)"));
+  }
+  in_flight_ids_.insert(request.request_id);
+  inbox_.push_back(std::move(request));
+  return absl::OkStatus();
+}
+
+int Engine::NumQueuedLocked() const {
+  // Everything accepted and not yet finished, less what the last snapshot saw
+  // running or swapped. Requests the engine took from the inbox since that
+  // snapshot count as waiting until the next one: inbox_ plus
+  // snapshot_.num_waiting would miss them for a whole step, letting a burst
+  // run past the limit and making the reported queue dip.
+  return std::max(0, static_cast<int>(in_flight_ids_.size()) - snapshot_.num_running -
+                         snapshot_.num_swapped);
+}
+
+void Engine::AbortRequest(const std::string& request_id, const RequestSink* sink) {
+  absl::MutexLock lock(&mu_);
+  if (in_flight_ids_.contains(request_id)) abort_inbox_.push_back(Abort{request_id, sink});
+}
+
+void Engine::StopAccepting() {
+  absl::MutexLock lock(&mu_);
+  accepting_ = false;
+  snapshot_.accepting = false;
+}
+
+bool Engine::WaitUntilIdle(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto idle = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return in_flight_ids_.empty(); };
+  return mu_.AwaitWithTimeout(absl::Condition(&idle), timeout);
+}
+
+void Engine::Stop() {
+  bool started;
+  {
+    absl::MutexLock lock(&mu_);
+    stop_requested_ = true;
+    accepting_ = false;
+    started = started_;
+    started_ = true;  // A later Start() is a bug; a later Stop() a no-op.
+  }
+  if (thread_.joinable()) {
+    thread_.join();
+  } else if (!started) {
+    // Never started: answer what was queued all the same.
+    FailAll(absl::UnavailableError("server is shutting down"));
+    PublishSnapshot(nullptr);
+  }
+}
+
+bool Engine::healthy() const {
+  absl::MutexLock lock(&mu_);
+  return healthy_ && workers_->Healthy();
+}
+
+EngineSnapshot Engine::snapshot() const {
+  absl::MutexLock lock(&mu_);
+  EngineSnapshot copy = snapshot_;
+  copy.healthy = healthy_ && workers_->Healthy();
+  copy.num_in_flight = static_cast<int>(in_flight_ids_.size());
+  copy.num_waiting = NumQueuedLocked();
+  return copy;
+}
+
+void Engine::Loop() {
+  while (true) {
+    std::vector<EngineRequest> arrived;
+    std::vector<Abort> aborts;
+    bool stop = false;
+    {
+      absl::MutexLock lock(&mu_);
+      // Sleep until there is something to do. The scheduler's own queues are
+      // only touched by this thread, so reading them here is safe.
+      auto has_work = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+        return stop_requested_ || !inbox_.empty() || !abort_inbox_.empty() ||
+               scheduler_->HasUnfinished();
+      };
+      mu_.Await(absl::Condition(&has_work));
+      arrived.swap(inbox_);
+      aborts.swap(abort_inbox_);
+      stop = stop_requested_;
+    }
+    AdmitRequests(std::move(arrived));
+    ApplyAborts(aborts);
+    if (stop) break;
+    if (!scheduler_->HasUnfinished()) {
+      PublishSnapshot(nullptr);  // Aborts and refusals changed the counts.
+      continue;
+    }
+    if (!Step()) {
+      // Unfinished groups that cannot be scheduled now (should not happen with
+      // the vLLM policy, which ignores what can never fit): avoid spinning.
+      absl::MutexLock lock(&mu_);
+      auto has_news = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+        return stop_requested_ || !inbox_.empty() || !abort_inbox_.empty();
+      };
+      mu_.AwaitWithTimeout(absl::Condition(&has_news), absl::Milliseconds(5));
+    }
+  }
+  FailAll(absl::UnavailableError("server is shutting down"));
+  PublishSnapshot(nullptr);
+}
+
+void Engine::AdmitRequests(std::vector<EngineRequest> requests) {
+  for (EngineRequest& request : requests) {
+    auto state = std::make_unique<RequestState>();
+    state->sink = std::move(request.sink);
+    state->record.arrival_time = request.arrival_time;
+    state->record.num_prompt_tokens = static_cast<int>(request.prompt_token_ids.size());
+    auto group = std::make_unique<SequenceGroup>(
+        request.request_id, std::move(request.prompt_token_ids), next_seq_id_, request.sampling,
+        request.stopping, request.arrival_time);
+    next_seq_id_ += std::max(1, request.sampling.n);
+    requests_[request.request_id] = std::move(state);
+    if (workers_failed_) {
+      FinishRequest(request.request_id,
+                    absl::UnavailableError("workers are down; the server cannot serve requests"),
+                    "error");
+      continue;
+    }
+    scheduler_->AddSequenceGroup(std::move(group));
+  }
+}
+
+void Engine::ApplyAborts(const std::vector<Abort>& aborts) {
+  for (const Abort& abort : aborts) {
+    const std::string& id = abort.request_id;
+    auto it = requests_.find(id);
+    if (it == requests_.end()) continue;  // Already finished.
+    // Another request with the same id (the aborting call's own ended).
+    if (abort.sink != nullptr && it->second->sink.get() != abort.sink) continue;
+    // The group is dropped here: its blocks were freed by AbortRequest.
+    std::unique_ptr<SequenceGroup> group = scheduler_->AbortRequest(id);
+    FinishRequest(id, absl::CancelledError("request cancelled"), "abort");
+  }
+}
+
+bool Engine::Step() {
+  const absl::Time step_start = absl::Now();
+  SchedulerOutput output = scheduler_->Schedule();
+  const absl::Time scheduled_at = absl::Now();
+
+  for (std::unique_ptr<SequenceGroup>& group : output.ignored) {
+    const int prompt_len = group->seqs().empty() ? 0 : group->seqs()[0]->num_prompt_tokens();
+    FinishRequest(
+        group->request_id(),
+        absl::InvalidArgumentError(absl::StrCat(
+            "prompt: ", prompt_len, " tokens can never be scheduled: too long for the KV cache (",
+            config_.scheduler.num_gpu_blocks, " blocks of ", config_.scheduler.block_size,
+            " tokens) or the token budget (max_num_batched_tokens ",
+            config_.scheduler.max_num_batched_tokens, ")")),
+        "error");
+  }
+  if (output.empty()) {
+    PublishSnapshot(nullptr);
+    return !output.ignored.empty();
+  }
+
+  for (const ScheduledSequence& scheduled : output.scheduled) {
+    auto it = requests_.find(scheduled.group->request_id());
+    if (it != requests_.end() && it->second->record.first_scheduled_time == absl::InfinitePast()) {
+      it->second->record.first_scheduled_time = scheduled_at;
+    }
+  }
+
+  const pagoda::worker::v1::StepPlan plan =
+      BuildStepPlan(next_step_id_++, output, scheduler_->block_manager());
+  const absl::Time rpc_start = absl::Now();
+  absl::StatusOr<pagoda::worker::v1::StepResult> result = workers_->ExecuteStep(plan);
+  const absl::Time rpc_end = absl::Now();
+  absl::StatusOr<std::vector<GeneratedToken>> sampled =
+      result.ok() ? ExtractSampledTokens(*result, output)
+                  : absl::StatusOr<std::vector<GeneratedToken>>(result.status());
+  if (!sampled.ok()) {
+    if (!workers_->Healthy() || absl::IsUnavailable(sampled.status())) {
+      LOG(ERROR) << "step " << plan.step_id() << ": workers failed; failing every request and "
+                 << "refusing new ones: " << sampled.status();
+      workers_failed_ = true;
+      {
+        absl::MutexLock lock(&mu_);
+        healthy_ = false;
+      }
+      FailAll(absl::UnavailableError(absl::StrCat("workers failed: ", sampled.status().message())));
+    } else {
+      // The workers rejected the plan and kept their state (a server bug, not
+      // a dead worker). The step's bookkeeping cannot be trusted, so the
+      // requests in flight fail; the engine goes on serving new ones.
+      LOG(ERROR) << "step " << plan.step_id()
+                 << " rejected; failing the requests in flight: " << sampled.status();
+      // Requests that arrived during the step were not part of it: they stay
+      // queued for the next one.
+      FailAll(absl::InternalError(absl::StrCat("step failed: ", sampled.status().message())),
+              /*include_queued=*/false);
+    }
+    PublishSnapshot(nullptr);
+    return true;
+  }
+
+  // Prompt tokens computed this step (read before Process grows the sequences).
+  for (const ScheduledSequence& scheduled : output.scheduled) {
+    const int prompt_left = scheduled.seq->num_prompt_tokens() - scheduled.start_position;
+    if (prompt_left > 0) totals_.prompt_tokens_total += std::min(prompt_left, scheduled.num_tokens);
+  }
+  const absl::Time now = absl::Now();
+  std::vector<RequestDelta> deltas = output_processor_->Process(output, *sampled);
+  int generated = 0;
+  for (const RequestDelta& delta : deltas) {
+    auto it = requests_.find(delta.request_id);
+    if (it == requests_.end()) continue;
+    RequestState& state = *it->second;
+    int new_tokens = 0;
+    for (const RequestDelta::SeqDelta& seq : delta.seqs) {
+      new_tokens += static_cast<int>(seq.new_tokens.size());
+      if (IsFinished(seq.status)) state.record.finish_reason = FinishReasonOf(seq.status);
+    }
+    if (new_tokens > 0 && state.record.first_token_time == absl::InfinitePast()) {
+      state.record.first_token_time = now;
+    }
+    state.record.num_generated_tokens += new_tokens;
+    generated += new_tokens;
+    state.sink->OnDelta(delta);
+  }
+  for (std::unique_ptr<SequenceGroup>& group : scheduler_->FreeFinished()) {
+    auto it = requests_.find(group->request_id());
+    if (it == requests_.end()) continue;
+    std::string reason = it->second->record.finish_reason;
+    if (reason.empty()) reason = FinishReasonOf(group->seqs().front()->status());
+    FinishRequest(group->request_id(), absl::OkStatus(), reason);
+  }
+  const absl::Time step_end = absl::Now();
+
+  StepRecord step;
+  step.step_id = plan.step_id();
+  step.batch_size = static_cast<int>(output.scheduled.size());
+  step.num_batched_tokens = output.num_batched_tokens;
+  step.num_preempted = output.num_preempted;
+  step.num_generated_tokens = generated;
+  step.schedule_seconds = Seconds(scheduled_at - step_start);
+  step.forward_seconds = result->forward_seconds();
+  step.worker_rpc_seconds = std::max(0.0, Seconds(rpc_end - rpc_start) - step.forward_seconds);
+  step.postprocess_seconds = Seconds(step_end - rpc_end);
+  step.total_seconds = Seconds(step_end - step_start);
+  PublishSnapshot(&step);
+  return true;
+}
+
+void Engine::FinishRequest(const std::string& request_id, const absl::Status& status,
+                           const std::string& finish_reason) {
+  auto it = requests_.find(request_id);
+  if (it == requests_.end()) return;
+  std::unique_ptr<RequestState> state = std::move(it->second);
+  requests_.erase(it);
+  state->record.finish_reason = finish_reason;
+  state->record.finish_time = absl::Now();
+  state->sink->OnFinish(status);
+  if (observer_ != nullptr) observer_->OnRequestFinished(state->record);
+  // Leaves in_flight_ids_ with the next snapshot, so that a waiter who sees
+  // the engine idle also sees the blocks it freed.
+  finished_ids_.push_back(request_id);
+}
+
+void Engine::FailAll(const absl::Status& status, bool include_queued) {
+  // Frees the blocks of everything the scheduler holds.
+  std::vector<std::unique_ptr<SequenceGroup>> groups = scheduler_->AbortAll();
+  std::vector<std::string> ids;
+  ids.reserve(requests_.size());
+  for (const auto& [id, state] : requests_) ids.push_back(id);
+  for (const std::string& id : ids) FinishRequest(id, status, "error");
+  if (!include_queued) return;
+  // Requests that arrived after the last drain of the inbox.
+  std::vector<EngineRequest> late;
+  {
+    absl::MutexLock lock(&mu_);
+    late.swap(inbox_);
+    abort_inbox_.clear();
+    for (const EngineRequest& request : late) in_flight_ids_.erase(request.request_id);
+  }
+  for (EngineRequest& request : late) request.sink->OnFinish(status);
+}
+
+void Engine::PublishSnapshot(const StepRecord* step) {
+  const BlockManager& blocks = scheduler_->block_manager();
+  totals_.num_running = scheduler_->num_running();
+  totals_.num_waiting = scheduler_->num_waiting();
+  totals_.num_swapped = scheduler_->num_swapped();
+  totals_.free_gpu_blocks = blocks.num_free_gpu_blocks();
+  totals_.free_cpu_blocks = blocks.num_free_cpu_blocks();
+  if (step != nullptr) {
+    const absl::Time now = absl::Now();
+    if (now - kv_usage_time_ >= kKvUsageRefresh || totals_.num_running == 0) {
+      const Scheduler::KvSlotUsage usage = scheduler_->ComputeKvSlotUsage();
+      totals_.kv_filled_slots = usage.filled_slots;
+      totals_.kv_allocated_slots = usage.allocated_slots;
+      kv_usage_time_ = now;
+    }
+    totals_.last_batch_size = step->batch_size;
+    totals_.num_steps += 1;
+    totals_.num_preemptions_total += step->num_preempted;
+    totals_.generation_tokens_total += step->num_generated_tokens;
+    totals_.batched_sequences_total += step->batch_size;
+    totals_.schedule_seconds_total += step->schedule_seconds;
+    totals_.worker_rpc_seconds_total += step->worker_rpc_seconds;
+    totals_.forward_seconds_total += step->forward_seconds;
+    totals_.postprocess_seconds_total += step->postprocess_seconds;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    const bool accepting = snapshot_.accepting && accepting_;
+    snapshot_ = totals_;
+    snapshot_.accepting = accepting;
+    snapshot_.healthy = healthy_;
+    for (const std::string& id : finished_ids_) in_flight_ids_.erase(id);
+  }
+  finished_ids_.clear();
+  if (step != nullptr && observer_ != nullptr) observer_->OnStep(*step, snapshot());
+}
+
+}  // namespace pagoda::scheduler

@@ -1,0 +1,143 @@
+#ifndef PAGODA_SCHEDULER_ENGINE_ENGINE_H_
+#define PAGODA_SCHEDULER_ENGINE_ENGINE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "scheduler/engine/engine_stats.h"
+#include "scheduler/engine/request_sink.h"
+#include "scheduler/engine/scheduler.h"
+#include "scheduler/engine/sequence.h"
+#include "scheduler/workers/worker_group.h"
+
+namespace pagoda::scheduler {
+
+struct EngineConfig {
+  SchedulerConfig scheduler;
+  std::vector<int32_t> eos_token_ids;
+  // Accepted requests not yet running (inbox plus the scheduler's waiting
+  // queue) beyond which AddRequest answers RESOURCE_EXHAUSTED.
+  int max_queued_requests = 1024;
+};
+
+// A validated request, ready for the scheduler.
+struct EngineRequest {
+  std::string request_id;  // Non-empty.
+  std::vector<int32_t> prompt_token_ids;
+  SamplingOptions sampling;
+  StoppingOptions stopping;
+  absl::Time arrival_time = absl::Now();
+  std::shared_ptr<RequestSink> sink;  // Non-null.
+};
+
+// The single engine thread: owns the Scheduler (and its block manager) and
+// the OutputProcessor, and drives the workers one step at a time. Frontend
+// threads reach it only through AddRequest / AbortRequest, which put work in
+// a mutex-protected inbox and wake the thread.
+//
+// A worker error fails every in-flight request with UNAVAILABLE and leaves
+// the engine unhealthy for good: later requests are refused with UNAVAILABLE.
+//
+// Thread-safe: every public method may be called from any thread.
+class Engine {
+ public:
+  // `workers` must outlive the engine and must already have an initialised
+  // cache of config.scheduler.num_gpu_blocks / num_cpu_blocks blocks.
+  // `observer` may be null; otherwise it must outlive the engine.
+  Engine(EngineConfig config, WorkerGroup* workers, EngineObserver* observer);
+  ~Engine();  // Stop()s.
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Starts the engine thread. Call once.
+  void Start();
+
+  // Queues a request. Errors (and the sink is then never called):
+  // ALREADY_EXISTS if a request with the same id is in flight,
+  // RESOURCE_EXHAUSTED if the queue is full, UNAVAILABLE if the engine is
+  // unhealthy, draining or stopped.
+  absl::Status AddRequest(EngineRequest request);
+
+  // Aborts an in-flight request: its sink gets OnFinish(CANCELLED) and its
+  // blocks are freed at the next iteration. Unknown ids are ignored. With a
+  // non-null `sink`, only the request that was added with that sink is
+  // aborted: a late abort from a call whose request already ended (or was
+  // refused) must not hit a newer request that reuses its client-chosen id.
+  void AbortRequest(const std::string& request_id, const RequestSink* sink = nullptr);
+
+  // Refuses new requests from now on (drain); in-flight ones continue.
+  void StopAccepting();
+
+  // Waits until no request is in flight or `timeout` passed; true if idle.
+  bool WaitUntilIdle(absl::Duration timeout);
+
+  // Fails every remaining request with UNAVAILABLE and joins the thread.
+  // Idempotent.
+  void Stop();
+
+  bool healthy() const;
+  EngineSnapshot snapshot() const;
+
+ private:
+  struct RequestState;
+  // Accepted requests not yet running (see AddRequest).
+  int NumQueuedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Loop();
+  // One scheduling iteration. Returns false when there was nothing to run.
+  bool Step();
+  void AdmitRequests(std::vector<EngineRequest> requests);
+  struct Abort {
+    std::string request_id;
+    const RequestSink* sink;  // Null: whichever request has the id.
+  };
+  void ApplyAborts(const std::vector<Abort>& aborts);
+  // Reports a request's end to its sink and observer and forgets it.
+  void FinishRequest(const std::string& request_id, const absl::Status& status,
+                     const std::string& finish_reason);
+  // Fails every request the engine holds; with `include_queued`, also those
+  // still in the inbox (stop, dead workers), else they stay queued.
+  void FailAll(const absl::Status& status, bool include_queued = true);
+  void PublishSnapshot(const StepRecord* step);
+
+  const EngineConfig config_;
+  WorkerGroup* const workers_;
+  EngineObserver* const observer_;
+
+  // Owned by the engine thread (and by Stop() after the thread has joined).
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<OutputProcessor> output_processor_;
+  absl::flat_hash_map<std::string, std::unique_ptr<RequestState>> requests_;
+  int64_t next_seq_id_ = 0;
+  int64_t next_step_id_ = 0;
+  // When the KV slot usage was last computed: it walks every block table, so
+  // it is refreshed at most every kKvUsageRefresh rather than every step.
+  absl::Time kv_usage_time_ = absl::InfinitePast();
+  bool workers_failed_ = false;            // A step failed; every request now fails.
+  std::vector<std::string> finished_ids_;  // Finished since the last snapshot.
+  EngineSnapshot totals_;                  // Running counters, copied into snapshot_.
+
+  mutable absl::Mutex mu_;
+  std::vector<EngineRequest> inbox_ ABSL_GUARDED_BY(mu_);
+  std::vector<Abort> abort_inbox_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<std::string> in_flight_ids_ ABSL_GUARDED_BY(mu_);
+  bool accepting_ ABSL_GUARDED_BY(mu_) = true;
+  bool healthy_ ABSL_GUARDED_BY(mu_) = true;
+  bool stop_requested_ ABSL_GUARDED_BY(mu_) = false;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  EngineSnapshot snapshot_ ABSL_GUARDED_BY(mu_);
+
+  std::thread thread_;
+};
+
+}  // namespace pagoda::scheduler
+
+#endif  // PAGODA_SCHEDULER_ENGINE_ENGINE_H_

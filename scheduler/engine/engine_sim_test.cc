@@ -1,0 +1,402 @@
+// Drives the scheduler core the way the engine loop does (Schedule ->
+// BuildStepPlan -> worker -> ExtractSampledTokens -> OutputProcessor ->
+// FreeFinished) against a fake worker that keeps real per-slot "KV" contents
+// and reads context back only through the plan's block tables. Any wrong
+// table, lost swap, missing copy-on-write or bad recompute changes the tokens.
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+#include "gtest/gtest.h"
+#include "pagoda/worker/v1/worker.pb.h"
+#include "scheduler/engine/scheduler.h"
+#include "scheduler/engine/step_plan.h"
+
+namespace pagoda::scheduler {
+namespace {
+
+namespace wv1 = ::pagoda::worker::v1;
+
+constexpr int kVocab = 64;
+constexpr int32_t kEmptySlot = -1;
+const absl::Time kEpoch = absl::FromUnixSeconds(1'000'000);
+
+// The "model": the next token is a hash of the whole context.
+int32_t NextToken(const std::vector<int32_t>& context) {
+  uint64_t hash = 1469598103934665603ull;
+  for (int32_t token : context) {
+    hash ^= static_cast<uint64_t>(token) + 0x9e3779b97f4a7c15ull;
+    hash *= 1099511628211ull;
+  }
+  return static_cast<int32_t>((hash >> 17) % kVocab);
+}
+
+// A worker that owns only "KV bytes": one token id per slot.
+class FakeWorker {
+ public:
+  FakeWorker(int block_size, int num_gpu_blocks, int num_cpu_blocks)
+      : block_size_(block_size),
+        gpu_(num_gpu_blocks, std::vector<int32_t>(block_size, kEmptySlot)),
+        cpu_(num_cpu_blocks, std::vector<int32_t>(block_size, kEmptySlot)) {}
+
+  absl::StatusOr<wv1::StepResult> Execute(const wv1::StepPlan& plan) {
+    for (const auto& move : plan.swap_out()) {
+      if (!InRange(gpu_, move.src()) || !InRange(cpu_, move.dst())) return Bad("swap out");
+      cpu_[move.dst()] = gpu_[move.src()];
+    }
+    for (const auto& move : plan.swap_in()) {
+      if (!InRange(cpu_, move.src()) || !InRange(gpu_, move.dst())) return Bad("swap in");
+      gpu_[move.dst()] = cpu_[move.src()];
+    }
+    for (const auto& move : plan.copy()) {
+      if (!InRange(gpu_, move.src()) || !InRange(gpu_, move.dst())) return Bad("copy");
+      gpu_[move.dst()] = gpu_[move.src()];
+    }
+    wv1::StepResult result;
+    result.set_step_id(plan.step_id());
+    for (const wv1::SequenceStep& step : plan.sequences()) {
+      const int end = step.start_position() + step.token_ids_size();
+      if (step.block_table_size() * block_size_ < end) return Bad("table too short");
+      for (int i = 0; i < step.token_ids_size(); ++i) {
+        int32_t* slot = Slot(step, step.start_position() + i);
+        if (slot == nullptr) return Bad("block out of range");
+        *slot = step.token_ids(i);
+      }
+      if (!step.do_sample()) continue;
+      std::vector<int32_t> context;
+      for (int position = 0; position < end; ++position) {
+        const int32_t* slot = Slot(step, position);
+        if (slot == nullptr || *slot == kEmptySlot) return Bad("context slot never written");
+        context.push_back(*slot);
+      }
+      wv1::SampledToken* token = result.add_tokens();
+      token->set_seq_id(step.seq_id());
+      token->set_token_id(NextToken(context));
+      token->set_logprob(-0.25f);
+    }
+    return result;
+  }
+
+ private:
+  static bool InRange(const std::vector<std::vector<int32_t>>& pool, int block) {
+    return block >= 0 && block < static_cast<int>(pool.size());
+  }
+  static absl::Status Bad(const std::string& what) { return absl::InternalError(what); }
+  int32_t* Slot(const wv1::SequenceStep& step, int position) {
+    const int block = step.block_table(position / block_size_);
+    if (!InRange(gpu_, block)) return nullptr;
+    return &gpu_[block][position % block_size_];
+  }
+
+  int block_size_;
+  std::vector<std::vector<int32_t>> gpu_;
+  std::vector<std::vector<int32_t>> cpu_;
+};
+
+struct SimRequest {
+  std::string id;
+  std::vector<int32_t> prompt;
+  StoppingOptions stopping;
+  int n = 1;  // Live sequences after the first token (forked).
+  int arrival_step = 0;
+};
+
+struct SimResult {
+  std::map<std::string, std::vector<std::vector<int32_t>>> outputs;
+  std::map<std::string, std::vector<SequenceStatus>> statuses;
+  std::vector<std::string> ignored;
+  int recompute_preemptions = 0;
+  int swap_preemptions = 0;
+  int copies = 0;
+  int free_gpu_at_end = 0;
+  int free_cpu_at_end = 0;
+  size_t tables_at_end = 0;
+};
+
+SimResult RunEngine(const SchedulerConfig& config, const std::vector<SimRequest>& requests,
+                    const std::vector<int32_t>& eos_token_ids) {
+  SimResult sim;
+  Scheduler scheduler(config);
+  FakeWorker worker(config.block_size, config.num_gpu_blocks, config.num_cpu_blocks);
+  OutputProcessor processor(eos_token_ids, config.max_model_len);
+  std::map<std::string, SequenceGroup*> live;
+  std::map<std::string, int> wanted_seqs;
+  std::map<int64_t, SequenceStatus> last_status;
+  int64_t next_seq_id = 1;
+  size_t next_request = 0;
+  auto record = [&](const SequenceGroup& group) {
+    auto& outputs = sim.outputs[group.request_id()];
+    auto& statuses = sim.statuses[group.request_id()];
+    for (const auto& seq : group.seqs()) {
+      std::vector<int32_t> tokens;
+      for (const GeneratedToken& token : seq->output()) tokens.push_back(token.token_id);
+      outputs.push_back(tokens);
+      statuses.push_back(seq->status());
+    }
+    live.erase(group.request_id());
+  };
+  for (int64_t step = 0; step < 20000; ++step) {
+    while (next_request < requests.size() && requests[next_request].arrival_step <= step) {
+      const SimRequest& request = requests[next_request++];
+      auto group = std::make_unique<SequenceGroup>(
+          request.id, request.prompt, next_seq_id++, SamplingOptions{}, request.stopping,
+          kEpoch + absl::Milliseconds(static_cast<int64_t>(next_request)));
+      live[request.id] = group.get();
+      wanted_seqs[request.id] = request.n;
+      scheduler.AddSequenceGroup(std::move(group));
+    }
+    if (!scheduler.HasUnfinished() && next_request == requests.size()) break;
+
+    SchedulerOutput output = scheduler.Schedule();
+    for (const auto& group : output.ignored) {
+      sim.ignored.push_back(group->request_id());
+      record(*group);
+    }
+    for (const auto& [id, group] : live) {
+      for (const auto& seq : group->seqs()) {
+        auto [it, inserted] = last_status.try_emplace(seq->seq_id(), seq->status());
+        if (!inserted && it->second == SequenceStatus::kRunning) {
+          if (seq->status() == SequenceStatus::kWaiting) ++sim.recompute_preemptions;
+          if (seq->status() == SequenceStatus::kSwapped) ++sim.swap_preemptions;
+        }
+        it->second = seq->status();
+      }
+    }
+    sim.copies += static_cast<int>(output.blocks_to_copy.size());
+    if (output.empty()) continue;
+
+    const wv1::StepPlan plan = BuildStepPlan(step, output, scheduler.block_manager());
+    absl::StatusOr<wv1::StepResult> result = worker.Execute(plan);
+    EXPECT_TRUE(result.ok()) << result.status() << " at step " << step;
+    if (!result.ok()) return sim;
+    absl::StatusOr<std::vector<GeneratedToken>> sampled = ExtractSampledTokens(*result, output);
+    EXPECT_TRUE(sampled.ok()) << sampled.status();
+    if (!sampled.ok()) return sim;
+    processor.Process(output, *sampled);
+
+    // Parallel sampling: fork the sequence once its first token is out.
+    for (const ScheduledSequence& entry : output.scheduled) {
+      SequenceGroup& group = *entry.group;
+      Sequence& parent = *group.seqs()[0];
+      while (static_cast<int>(group.seqs().size()) < wanted_seqs[group.request_id()] &&
+             parent.status() == SequenceStatus::kRunning) {
+        Sequence* child = group.AddForkedSequence(parent, next_seq_id++);
+        EXPECT_TRUE(scheduler.block_manager().Fork(parent, *child).ok());
+      }
+    }
+    for (const auto& group : scheduler.FreeFinished()) record(*group);
+  }
+  EXPECT_FALSE(scheduler.HasUnfinished()) << "engine did not drain";
+  sim.free_gpu_at_end = scheduler.block_manager().num_free_gpu_blocks();
+  sim.free_cpu_at_end = scheduler.block_manager().num_free_cpu_blocks();
+  sim.tables_at_end = scheduler.block_manager().block_tables().size();
+  return sim;
+}
+
+SchedulerConfig Config(int gpu_blocks, int cpu_blocks, PreemptionMode mode) {
+  SchedulerConfig config;
+  config.block_size = 4;
+  config.num_gpu_blocks = gpu_blocks;
+  config.num_cpu_blocks = cpu_blocks;
+  config.max_num_seqs = 16;
+  config.max_num_batched_tokens = 160;
+  config.max_model_len = 64;
+  config.watermark = 0.01;
+  config.preemption_mode = mode;
+  return config;
+}
+
+std::vector<SimRequest> MixedRequests(int count, uint32_t seed, bool with_pairs) {
+  std::mt19937 rng(seed);
+  auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  std::vector<SimRequest> requests;
+  for (int i = 0; i < count; ++i) {
+    SimRequest request;
+    request.id = absl::StrCat("req", i);
+    request.prompt.resize(uniform(1, 24));
+    for (int32_t& token : request.prompt) token = uniform(0, kVocab - 1);
+    request.stopping.max_tokens = uniform(1, 30);
+    request.stopping.ignore_eos = uniform(0, 3) == 0;
+    if (uniform(0, 4) == 0) request.stopping.stop_token_ids = {uniform(0, kVocab - 1)};
+    request.n = with_pairs && uniform(0, 2) == 0 ? 2 : 1;
+    request.arrival_step = uniform(0, 40);
+    requests.push_back(std::move(request));
+  }
+  std::stable_sort(requests.begin(), requests.end(),
+                   [](const auto& a, const auto& b) { return a.arrival_step < b.arrival_step; });
+  return requests;
+}
+
+struct SimCase {
+  PreemptionMode mode;
+  bool with_pairs;
+  uint32_t seed;
+};
+
+class EngineSimTest : public ::testing::TestWithParam<SimCase> {};
+
+TEST_P(EngineSimTest, EveryRequestMatchesItsSoloRunDespitePreemption) {
+  const SimCase& param = GetParam();
+  const std::vector<int32_t> eos = {3};
+  const std::vector<SimRequest> requests = MixedRequests(40, param.seed, param.with_pairs);
+  // 24 GPU blocks of 4 tokens for 40 requests of up to 54 tokens each.
+  const SchedulerConfig tight = Config(/*gpu_blocks=*/24, /*cpu_blocks=*/20, param.mode);
+  const SimResult crowded = RunEngine(tight, requests, eos);
+
+  EXPECT_TRUE(crowded.ignored.empty());
+  EXPECT_EQ(crowded.free_gpu_at_end, 24);
+  EXPECT_EQ(crowded.free_cpu_at_end, 20);
+  EXPECT_EQ(crowded.tables_at_end, 0u);
+  if (param.mode != PreemptionMode::kSwap) {
+    EXPECT_GT(crowded.recompute_preemptions, 0);
+  }
+  if (param.mode != PreemptionMode::kRecompute && param.with_pairs) {
+    EXPECT_GT(crowded.swap_preemptions, 0);
+  }
+  if (param.with_pairs) {
+    EXPECT_GT(crowded.copies, 0);
+  }
+  LOG(INFO) << "preemptions: " << crowded.recompute_preemptions << " recompute, "
+            << crowded.swap_preemptions << " swap; " << crowded.copies << " copies";
+
+  const SchedulerConfig roomy = Config(/*gpu_blocks=*/64, /*cpu_blocks=*/0, param.mode);
+  for (SimRequest request : requests) {
+    request.arrival_step = 0;
+    const SimResult solo = RunEngine(roomy, {request}, eos);
+    ASSERT_EQ(solo.recompute_preemptions + solo.swap_preemptions, 0);
+    EXPECT_EQ(crowded.outputs.at(request.id), solo.outputs.at(request.id)) << request.id;
+    EXPECT_EQ(crowded.statuses.at(request.id), solo.statuses.at(request.id)) << request.id;
+    // A pair forks after its first token unless that token finished it.
+    const auto& solo_outputs = solo.outputs.at(request.id);
+    EXPECT_TRUE(static_cast<int>(solo_outputs.size()) == request.n ||
+                (solo_outputs.size() == 1 && solo_outputs[0].size() == 1))
+        << request.id;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, EngineSimTest,
+                         ::testing::Values(SimCase{PreemptionMode::kAuto, true, 1},
+                                           SimCase{PreemptionMode::kAuto, true, 2},
+                                           SimCase{PreemptionMode::kAuto, false, 3},
+                                           SimCase{PreemptionMode::kRecompute, true, 4},
+                                           SimCase{PreemptionMode::kSwap, false, 5},
+                                           SimCase{PreemptionMode::kSwap, true, 6}));
+
+// ---------------------------------------------------------------------------
+// Stop conditions, each against the unstopped stream of the fake model.
+
+class StopConditionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // A prompt whose first 8 generated tokens are distinct, so each stop rule
+    // can be pinned to one position.
+    for (int32_t first = 0;; ++first) {
+      prompt_ = {first, 5, 9};
+      stream_.clear();
+      std::vector<int32_t> context = prompt_;
+      for (int i = 0; i < 8; ++i) {
+        stream_.push_back(NextToken(context));
+        context.push_back(stream_.back());
+      }
+      std::vector<int32_t> sorted = stream_;
+      std::sort(sorted.begin(), sorted.end());
+      if (std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end()) break;
+    }
+  }
+
+  // Runs one request; returns its tokens and sets `status`.
+  std::vector<int32_t> Run(StoppingOptions stopping, const std::vector<int32_t>& eos,
+                           SequenceStatus* status, int max_model_len = 64) {
+    SchedulerConfig config = Config(32, 0, PreemptionMode::kAuto);
+    config.max_model_len = max_model_len;
+    SimRequest request{"stop", prompt_, std::move(stopping)};
+    SimResult result = RunEngine(config, {request}, eos);
+    *status = result.statuses.at("stop")[0];
+    return result.outputs.at("stop")[0];
+  }
+
+  std::vector<int32_t> First(int count) const {
+    return std::vector<int32_t>(stream_.begin(), stream_.begin() + count);
+  }
+
+  std::vector<int32_t> prompt_;
+  std::vector<int32_t> stream_;  // s[0] is the first generated token.
+};
+
+TEST_F(StopConditionTest, EosStops) {
+  SequenceStatus status;
+  StoppingOptions stopping;
+  stopping.max_tokens = 8;
+  EXPECT_EQ(Run(stopping, {stream_[2]}, &status), First(3));
+  EXPECT_EQ(status, SequenceStatus::kFinishedStopped);
+}
+
+TEST_F(StopConditionTest, IgnoreEosRunsToMaxTokens) {
+  SequenceStatus status;
+  StoppingOptions stopping;
+  stopping.max_tokens = 8;
+  stopping.ignore_eos = true;
+  EXPECT_EQ(Run(stopping, {stream_[2]}, &status), First(8));
+  EXPECT_EQ(status, SequenceStatus::kFinishedLength);
+}
+
+TEST_F(StopConditionTest, MinTokensMasksEosAndStopIdsUntilReached) {
+  SequenceStatus status;
+  StoppingOptions stopping;
+  stopping.max_tokens = 8;
+  stopping.min_tokens = 4;
+  stopping.stop_token_ids = {stream_[0], stream_[4]};
+  EXPECT_EQ(Run(stopping, {stream_[1]}, &status), First(5));
+  EXPECT_EQ(status, SequenceStatus::kFinishedStopped);
+  // The token that reaches min_tokens may itself stop.
+  stopping.min_tokens = 2;
+  stopping.stop_token_ids = {};
+  EXPECT_EQ(Run(stopping, {stream_[1]}, &status), First(2));
+  EXPECT_EQ(status, SequenceStatus::kFinishedStopped);
+}
+
+TEST_F(StopConditionTest, StopTokenIdsStop) {
+  SequenceStatus status;
+  StoppingOptions stopping;
+  stopping.max_tokens = 8;
+  stopping.stop_token_ids = {stream_[6], stream_[3]};
+  EXPECT_EQ(Run(stopping, {}, &status), First(4));
+  EXPECT_EQ(status, SequenceStatus::kFinishedStopped);
+}
+
+TEST_F(StopConditionTest, MaxTokensStops) {
+  SequenceStatus status;
+  StoppingOptions stopping;
+  stopping.max_tokens = 6;
+  EXPECT_EQ(Run(stopping, {}, &status), First(6));
+  EXPECT_EQ(status, SequenceStatus::kFinishedLength);
+}
+
+TEST_F(StopConditionTest, MaxModelLenStops) {
+  SequenceStatus status;
+  StoppingOptions stopping;
+  stopping.max_tokens = 8;
+  // 3 prompt tokens + 4 generated = 7 = max_model_len.
+  EXPECT_EQ(Run(stopping, {}, &status, /*max_model_len=*/7), First(4));
+  EXPECT_EQ(status, SequenceStatus::kFinishedLength);
+}
+
+TEST_F(StopConditionTest, EosWinsOverMaxTokensOnTheSameToken) {
+  SequenceStatus status;
+  StoppingOptions stopping;
+  stopping.max_tokens = 3;
+  EXPECT_EQ(Run(stopping, {stream_[2]}, &status), First(3));
+  EXPECT_EQ(status, SequenceStatus::kFinishedStopped);
+}
+
+}  // namespace
+}  // namespace pagoda::scheduler

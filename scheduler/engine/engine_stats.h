@@ -1,0 +1,78 @@
+#ifndef PAGODA_SCHEDULER_ENGINE_ENGINE_STATS_H_
+#define PAGODA_SCHEDULER_ENGINE_ENGINE_STATS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/time/time.h"
+
+namespace pagoda::scheduler {
+
+// Timing of one engine iteration. worker_rpc_seconds is the time spent in
+// WorkerGroup::ExecuteStep minus the forward time the worker reported, i.e.
+// serialisation, transport and waiting for the slowest rank.
+struct StepRecord {
+  int64_t step_id = 0;
+  int batch_size = 0;          // Sequences in the step.
+  int num_batched_tokens = 0;  // Tokens computed in the step.
+  int num_preempted = 0;
+  int num_generated_tokens = 0;
+  double schedule_seconds = 0;
+  double worker_rpc_seconds = 0;
+  double forward_seconds = 0;
+  double postprocess_seconds = 0;
+  double total_seconds = 0;
+};
+
+// Life of one finished request, for latency metrics.
+struct RequestRecord {
+  std::string finish_reason;  // "stop", "length", "abort" or "error".
+  int num_prompt_tokens = 0;
+  int num_generated_tokens = 0;
+  absl::Time arrival_time;
+  absl::Time first_scheduled_time = absl::InfinitePast();  // Past = never scheduled.
+  absl::Time first_token_time = absl::InfinitePast();      // Past = no token.
+  absl::Time finish_time;
+};
+
+// State the engine publishes after every step; readable from any thread
+// through Engine::snapshot(). The *_total fields only grow.
+struct EngineSnapshot {
+  bool healthy = true;
+  bool accepting = true;
+  int num_running = 0;
+  int num_waiting = 0;  // Accepted, not running or swapped (as of the last step).
+  int num_swapped = 0;
+  int num_in_flight = 0;  // Accepted and not yet finished.
+  int num_gpu_blocks = 0;
+  int num_cpu_blocks = 0;
+  int free_gpu_blocks = 0;
+  int free_cpu_blocks = 0;
+  int last_batch_size = 0;
+  // Allocated KV slots of running sequences and those holding a token
+  // (Scheduler::ComputeKvSlotUsage), as of the last step.
+  int64_t kv_filled_slots = 0;
+  int64_t kv_allocated_slots = 0;
+  int64_t num_steps = 0;
+  int64_t num_preemptions_total = 0;
+  int64_t prompt_tokens_total = 0;
+  int64_t generation_tokens_total = 0;
+  int64_t batched_sequences_total = 0;
+  double schedule_seconds_total = 0;
+  double worker_rpc_seconds_total = 0;
+  double forward_seconds_total = 0;
+  double postprocess_seconds_total = 0;
+};
+
+// Receives engine events (metrics). Called on the engine thread; must be
+// quick and must not call back into the engine.
+class EngineObserver {
+ public:
+  virtual ~EngineObserver() = default;
+  virtual void OnStep(const StepRecord& step, const EngineSnapshot& snapshot) = 0;
+  virtual void OnRequestFinished(const RequestRecord& record) = 0;
+};
+
+}  // namespace pagoda::scheduler
+
+#endif  // PAGODA_SCHEDULER_ENGINE_ENGINE_STATS_H_

@@ -1,0 +1,290 @@
+#include "scheduler/engine/scheduler.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "glog/logging.h"
+
+namespace pagoda::scheduler {
+namespace {
+
+// Tokens a group's sequences in `status` still have to compute.
+int NumNewTokens(const SequenceGroup& group, SequenceStatus status) {
+  int tokens = 0;
+  for (const Sequence* seq : group.SeqsWithStatus(status)) {
+    tokens += seq->length() - seq->num_computed_tokens();
+  }
+  return tokens;
+}
+
+int NumSeqs(const SequenceGroup& group, SequenceStatus status) {
+  return static_cast<int>(group.SeqsWithStatus(status).size());
+}
+
+// FCFS order. Stable, so groups that arrived at the same instant keep the
+// order they were added in.
+void SortByArrival(std::deque<std::unique_ptr<SequenceGroup>>& queue) {
+  std::stable_sort(queue.begin(), queue.end(), [](const auto& a, const auto& b) {
+    return a->arrival_time() < b->arrival_time();
+  });
+}
+
+}  // namespace
+
+Scheduler::Scheduler(const SchedulerConfig& config)
+    : config_(config),
+      block_manager_(config.block_size, config.num_gpu_blocks, config.num_cpu_blocks,
+                     config.watermark) {}
+
+void Scheduler::AddSequenceGroup(std::unique_ptr<SequenceGroup> group) {
+  waiting_.push_back(std::move(group));
+}
+
+SchedulerOutput Scheduler::Schedule() {
+  SchedulerOutput output;
+  // A swapped-out group has priority over new prompts (vLLM v0).
+  if (swapped_.empty()) SchedulePrefills(output);
+  if (output.num_prefill_groups == 0) {
+    ScheduleDecodes(output);
+    if (output.num_preempted == 0) ScheduleSwapIns(output);
+  }
+  SortByArrival(running_);
+  SortByArrival(swapped_);
+  for (const ScheduledSequence& entry : output.scheduled) {
+    output.num_batched_tokens += entry.num_tokens;
+  }
+  return output;
+}
+
+int Scheduler::NumRunningSeqs() const {
+  int num_seqs = 0;
+  for (const auto& group : running_) num_seqs += group->NumUnfinished();
+  return num_seqs;
+}
+
+void Scheduler::SchedulePrefills(SchedulerOutput& output) {
+  const int prompt_limit = std::min(config_.max_model_len, config_.max_num_batched_tokens);
+  int num_seqs = NumRunningSeqs();
+  int num_tokens = 0;
+  while (!waiting_.empty()) {
+    SequenceGroup& group = *waiting_.front();
+    const int new_tokens = NumNewTokens(group, SequenceStatus::kWaiting);
+    const int new_seqs = NumSeqs(group, SequenceStatus::kWaiting);
+    int longest = 0;
+    for (const Sequence* seq : group.SeqsWithStatus(SequenceStatus::kWaiting)) {
+      longest = std::max(longest, seq->length());
+    }
+    // What no step could ever hold is ignored rather than left to wedge the
+    // queue. This also catches a recomputed group that grew past the budget.
+    bool ignore = longest > prompt_limit || new_tokens > config_.max_num_batched_tokens ||
+                  new_seqs > config_.max_num_seqs || new_seqs == 0;
+    if (!ignore) {
+      const AllocStatus fits = block_manager_.CanAllocate(group);
+      if (fits == AllocStatus::kLater) break;
+      ignore = fits == AllocStatus::kNever;
+    }
+    if (ignore) {
+      LOG(WARNING) << "request " << group.request_id() << " ignored: " << new_tokens
+                   << " tokens do not fit the budget or the KV cache";
+      FinishGroup(group, SequenceStatus::kFinishedIgnored);
+      output.ignored.push_back(std::move(waiting_.front()));
+      waiting_.pop_front();
+      continue;
+    }
+    if (num_tokens + new_tokens > config_.max_num_batched_tokens ||
+        num_seqs + new_seqs > config_.max_num_seqs) {
+      break;
+    }
+    std::unique_ptr<SequenceGroup> admitted = std::move(waiting_.front());
+    waiting_.pop_front();
+    const absl::Status allocated = block_manager_.Allocate(*admitted);
+    CHECK(allocated.ok()) << allocated;  // CanAllocate said kOk.
+    for (Sequence* seq : admitted->SeqsWithStatus(SequenceStatus::kWaiting)) {
+      seq->set_status(SequenceStatus::kRunning);
+      output.scheduled.push_back(ScheduledSequence{admitted.get(), seq, seq->num_computed_tokens(),
+                                                   seq->length() - seq->num_computed_tokens(),
+                                                   /*do_sample=*/true});
+    }
+    num_tokens += new_tokens;
+    num_seqs += new_seqs;
+    ++output.num_prefill_groups;
+    running_.push_back(std::move(admitted));
+  }
+}
+
+void Scheduler::ScheduleDecodes(SchedulerOutput& output) {
+  std::deque<std::unique_ptr<SequenceGroup>> queue = std::move(running_);
+  running_.clear();
+  GroupList recomputed;
+  GroupList swapped_out;
+  while (!queue.empty()) {
+    std::unique_ptr<SequenceGroup> group = std::move(queue.front());
+    queue.pop_front();
+    while (!block_manager_.CanAppendSlots(*group)) {
+      if (queue.empty()) {
+        // Nobody left to take blocks from: the group gives way itself.
+        Preempt(std::move(group), output, recomputed, swapped_out);
+        break;
+      }
+      std::unique_ptr<SequenceGroup> victim = std::move(queue.back());
+      queue.pop_back();
+      Preempt(std::move(victim), output, recomputed, swapped_out);
+    }
+    if (group == nullptr) break;
+    AppendSlotsAndSchedule(*group, output);
+    running_.push_back(std::move(group));
+  }
+  // Preempted first = latest arrived; pushing each to the front leaves the
+  // earliest-arrived group first in line.
+  for (auto& group : recomputed) waiting_.push_front(std::move(group));
+  for (auto& group : swapped_out) swapped_.push_back(std::move(group));
+}
+
+void Scheduler::ScheduleSwapIns(SchedulerOutput& output) {
+  int num_seqs = NumRunningSeqs();
+  int num_tokens = 0;
+  for (const ScheduledSequence& entry : output.scheduled) num_tokens += entry.num_tokens;
+  while (!swapped_.empty()) {
+    SequenceGroup& group = *swapped_.front();
+    const AllocStatus fits = block_manager_.CanSwapIn(group);
+    if (fits == AllocStatus::kLater) break;
+    const int new_seqs = NumSeqs(group, SequenceStatus::kSwapped);
+    if (fits == AllocStatus::kNever || new_seqs > config_.max_num_seqs) {
+      LOG(WARNING) << "request " << group.request_id() << " ignored: cannot be swapped back in";
+      FinishGroup(group, SequenceStatus::kFinishedIgnored);
+      output.ignored.push_back(std::move(swapped_.front()));
+      swapped_.pop_front();
+      continue;
+    }
+    // Each swapped sequence decodes one token once back.
+    if (num_tokens + new_seqs > config_.max_num_batched_tokens ||
+        num_seqs + new_seqs > config_.max_num_seqs) {
+      break;
+    }
+    std::unique_ptr<SequenceGroup> back = std::move(swapped_.front());
+    swapped_.pop_front();
+    absl::StatusOr<std::vector<BlockMove>> moves = block_manager_.SwapIn(*back);
+    CHECK(moves.ok()) << moves.status();  // CanSwapIn said kOk.
+    output.blocks_to_swap_in.insert(output.blocks_to_swap_in.end(), moves->begin(), moves->end());
+    for (Sequence* seq : back->SeqsWithStatus(SequenceStatus::kSwapped)) {
+      seq->set_status(SequenceStatus::kRunning);
+    }
+    AppendSlotsAndSchedule(*back, output);
+    num_tokens += new_seqs;
+    num_seqs += new_seqs;
+    running_.push_back(std::move(back));
+  }
+}
+
+void Scheduler::Preempt(std::unique_ptr<SequenceGroup> group, SchedulerOutput& output,
+                        GroupList& recomputed, GroupList& swapped_out) {
+  ++output.num_preempted;
+  const int live = NumSeqs(*group, SequenceStatus::kRunning);
+  bool swap = config_.preemption_mode == PreemptionMode::kSwap ||
+              (config_.preemption_mode == PreemptionMode::kAuto && live > 1);
+  // vLLM aborts a group the swap space cannot take; recomputing it is kinder.
+  if (swap && !block_manager_.CanSwapOut(*group)) swap = false;
+  if (swap) {
+    absl::StatusOr<std::vector<BlockMove>> moves = block_manager_.SwapOut(*group);
+    CHECK(moves.ok()) << moves.status();  // CanSwapOut said yes.
+    output.blocks_to_swap_out.insert(output.blocks_to_swap_out.end(), moves->begin(), moves->end());
+    for (Sequence* seq : group->SeqsWithStatus(SequenceStatus::kRunning)) {
+      seq->set_status(SequenceStatus::kSwapped);
+    }
+    swapped_out.push_back(std::move(group));
+    return;
+  }
+  // Recompute: drop the K/V; the next prefill covers prompt + output so far.
+  for (Sequence* seq : group->SeqsWithStatus(SequenceStatus::kRunning)) {
+    block_manager_.Free(seq->seq_id());
+    seq->set_num_computed_tokens(0);
+    seq->set_status(SequenceStatus::kWaiting);
+  }
+  recomputed.push_back(std::move(group));
+}
+
+void Scheduler::AppendSlotsAndSchedule(SequenceGroup& group, SchedulerOutput& output) {
+  for (Sequence* seq : group.SeqsWithStatus(SequenceStatus::kRunning)) {
+    absl::StatusOr<std::optional<BlockMove>> copy = block_manager_.AppendSlots(*seq);
+    CHECK(copy.ok()) << copy.status();  // CanAppendSlots / CanSwapIn reserved it.
+    if (copy->has_value()) output.blocks_to_copy.push_back(**copy);
+    output.scheduled.push_back(ScheduledSequence{&group, seq, seq->num_computed_tokens(),
+                                                 seq->length() - seq->num_computed_tokens(),
+                                                 /*do_sample=*/true});
+  }
+}
+
+void Scheduler::FinishGroup(SequenceGroup& group, SequenceStatus status) {
+  for (auto& seq : group.seqs()) {
+    if (!IsFinished(seq->status())) seq->set_status(status);
+    block_manager_.Free(seq->seq_id());
+  }
+}
+
+std::vector<std::unique_ptr<SequenceGroup>> Scheduler::FreeFinished() {
+  GroupList finished;
+  std::deque<std::unique_ptr<SequenceGroup>> still_running;
+  for (auto& group : running_) {
+    for (auto& seq : group->seqs()) {
+      if (IsFinished(seq->status())) block_manager_.Free(seq->seq_id());
+    }
+    if (group->IsFinished()) {
+      finished.push_back(std::move(group));
+    } else {
+      still_running.push_back(std::move(group));
+    }
+  }
+  running_ = std::move(still_running);
+  return finished;
+}
+
+Scheduler::KvSlotUsage Scheduler::ComputeKvSlotUsage() const {
+  const int block_size = config_.block_size;
+  // Tokens in each physical block: the most any sequence sharing it has there.
+  absl::flat_hash_map<int, int> tokens_in_block;
+  for (const auto& group : running_) {
+    for (const Sequence* seq : group->SeqsWithStatus(SequenceStatus::kRunning)) {
+      const std::vector<int>& table = block_manager_.GetBlockTable(seq->seq_id());
+      for (size_t i = 0; i < table.size(); ++i) {
+        const int tokens = std::clamp(
+            seq->num_computed_tokens() - static_cast<int>(i) * block_size, 0, block_size);
+        int& filled = tokens_in_block[table[i]];
+        filled = std::max(filled, tokens);
+      }
+    }
+  }
+  KvSlotUsage usage;
+  usage.allocated_slots = static_cast<int64_t>(tokens_in_block.size()) * block_size;
+  for (const auto& [block, tokens] : tokens_in_block) usage.filled_slots += tokens;
+  return usage;
+}
+
+void Scheduler::FreeSequence(Sequence* seq) { block_manager_.Free(seq->seq_id()); }
+
+std::unique_ptr<SequenceGroup> Scheduler::AbortRequest(const std::string& request_id) {
+  for (auto* queue : {&waiting_, &running_, &swapped_}) {
+    for (auto it = queue->begin(); it != queue->end(); ++it) {
+      if ((*it)->request_id() != request_id) continue;
+      std::unique_ptr<SequenceGroup> group = std::move(*it);
+      queue->erase(it);
+      FinishGroup(*group, SequenceStatus::kFinishedAborted);
+      return group;
+    }
+  }
+  return nullptr;
+}
+
+std::vector<std::unique_ptr<SequenceGroup>> Scheduler::AbortAll() {
+  GroupList aborted;
+  for (auto* queue : {&waiting_, &running_, &swapped_}) {
+    for (auto& group : *queue) {
+      FinishGroup(*group, SequenceStatus::kFinishedAborted);
+      aborted.push_back(std::move(group));
+    }
+    queue->clear();
+  }
+  return aborted;
+}
+
+}  // namespace pagoda::scheduler

@@ -1,0 +1,154 @@
+#ifndef PAGODA_SCHEDULER_ENGINE_SCHEDULER_H_
+#define PAGODA_SCHEDULER_ENGINE_SCHEDULER_H_
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "scheduler/kv/block_manager.h"
+#include "scheduler/engine/sequence.h"
+
+namespace pagoda::scheduler {
+
+enum class PreemptionMode { kAuto, kRecompute, kSwap };
+
+struct SchedulerConfig {
+  int block_size = 16;
+  int num_gpu_blocks = 0;
+  int num_cpu_blocks = 0;
+  int max_num_seqs = 256;
+  int max_num_batched_tokens = 2048;
+  int max_model_len = 2048;
+  double watermark = 0.01;
+  PreemptionMode preemption_mode = PreemptionMode::kAuto;
+};
+
+// One sequence in a step: compute tokens [num_computed_tokens, length) of it.
+struct ScheduledSequence {
+  SequenceGroup* group;
+  Sequence* seq;
+  int start_position;  // == seq->num_computed_tokens() at scheduling time.
+  int num_tokens;      // Tokens computed this step (prompt at prefill, 1 at decode).
+  bool do_sample;      // True when the step reaches the end of the sequence.
+};
+
+// The plan of one iteration. Pointers stay valid until the next Schedule().
+struct SchedulerOutput {
+  std::vector<ScheduledSequence> scheduled;  // Prefills first, then decodes.
+  std::vector<BlockMove> blocks_to_swap_in;
+  std::vector<BlockMove> blocks_to_swap_out;
+  std::vector<BlockMove> blocks_to_copy;
+  // Groups finished as kFinishedIgnored this step (removed from the queues;
+  // the caller reports them as errors and then may drop them).
+  std::vector<std::unique_ptr<SequenceGroup>> ignored;
+  int num_batched_tokens = 0;
+  int num_prefill_groups = 0;
+  int num_preempted = 0;
+  bool empty() const { return scheduled.empty(); }
+};
+
+// FCFS iteration-level scheduler with the vLLM v0 policy (REFERENCE.md).
+// Owns the groups it has been given until they finish. Not thread-safe: only
+// the engine thread calls it.
+class Scheduler {
+ public:
+  explicit Scheduler(const SchedulerConfig& config);
+
+  void AddSequenceGroup(std::unique_ptr<SequenceGroup> group);
+  // Marks the request's unfinished sequences aborted and frees their blocks.
+  // Returns the group (so the caller can report it) or nullptr if unknown.
+  std::unique_ptr<SequenceGroup> AbortRequest(const std::string& request_id);
+  // Aborts everything (worker failure, shutdown) and returns the groups.
+  std::vector<std::unique_ptr<SequenceGroup>> AbortAll();
+
+  SchedulerOutput Schedule();
+
+  // After the step's tokens were appended and stop checks ran: frees the
+  // blocks of finished sequences and removes finished groups from the running
+  // queue, returning them to the caller.
+  std::vector<std::unique_ptr<SequenceGroup>> FreeFinished();
+
+  // Frees one finished sequence's blocks at once (stop checks call this).
+  void FreeSequence(Sequence* seq);
+
+  // KV slots of the GPU blocks that running sequences hold, and how many of
+  // them hold a computed token: filled / allocated is the vLLM paper's Fig. 2
+  // figure (internal fragmentation and reservation waste), live. A block
+  // shared by forked sequences counts once. O(blocks held): call once a step.
+  struct KvSlotUsage {
+    int64_t filled_slots = 0;
+    int64_t allocated_slots = 0;
+  };
+  KvSlotUsage ComputeKvSlotUsage() const;
+
+  int num_waiting() const { return static_cast<int>(waiting_.size()); }
+  int num_running() const { return static_cast<int>(running_.size()); }
+  int num_swapped() const { return static_cast<int>(swapped_.size()); }
+  bool HasUnfinished() const { return !waiting_.empty() || !running_.empty() || !swapped_.empty(); }
+  const BlockManager& block_manager() const { return block_manager_; }
+  BlockManager& block_manager() { return block_manager_; }
+  const SchedulerConfig& config() const { return config_; }
+
+ private:
+  using GroupList = std::vector<std::unique_ptr<SequenceGroup>>;
+
+  // Admits waiting groups FCFS while the budgets and the cache allow.
+  void SchedulePrefills(SchedulerOutput& output);
+  // Grows every running group by one token, preempting the latest-arrived
+  // running groups when blocks run out.
+  void ScheduleDecodes(SchedulerOutput& output);
+  // Brings swapped groups back while blocks and budgets allow.
+  void ScheduleSwapIns(SchedulerOutput& output);
+  // Frees or swaps out `group`; it lands in `recomputed` or `swapped_out`.
+  void Preempt(std::unique_ptr<SequenceGroup> group, SchedulerOutput& output, GroupList& recomputed,
+               GroupList& swapped_out);
+  // Appends a slot for each running sequence of `group` (collecting
+  // copy-on-write pairs) and schedules its decode.
+  void AppendSlotsAndSchedule(SequenceGroup& group, SchedulerOutput& output);
+  // Marks the group's unfinished sequences `status`, frees their blocks.
+  void FinishGroup(SequenceGroup& group, SequenceStatus status);
+  // Sequences of the running groups that count against max_num_seqs.
+  int NumRunningSeqs() const;
+
+  SchedulerConfig config_;
+  BlockManager block_manager_;
+  std::deque<std::unique_ptr<SequenceGroup>> waiting_;
+  std::deque<std::unique_ptr<SequenceGroup>> running_;
+  std::deque<std::unique_ptr<SequenceGroup>> swapped_;
+};
+
+// What happened to one request in a step, for streaming to its client.
+struct RequestDelta {
+  std::string request_id;
+  struct SeqDelta {
+    int index;                               // Position within the group.
+    std::vector<GeneratedToken> new_tokens;  // Usually one.
+    SequenceStatus status;                   // Finished statuses are final.
+  };
+  std::vector<SeqDelta> seqs;
+  bool finished = false;  // Every sequence of the request has finished.
+};
+
+// Appends the sampled tokens of a step to their sequences, marks the computed
+// tokens, runs the stop checks of REFERENCE.md (min_tokens, EOS unless
+// ignore_eos, stop_token_ids, max_model_len, max_tokens) and returns one
+// delta per request that produced a token. Frees nothing: call
+// Scheduler::FreeFinished after.
+class OutputProcessor {
+ public:
+  OutputProcessor(std::vector<int32_t> eos_token_ids, int max_model_len);
+  // sampled[i] belongs to the i-th entry of output.scheduled that has do_sample;
+  // entries without do_sample only get their computed-token count advanced.
+  std::vector<RequestDelta> Process(const SchedulerOutput& output,
+                                    const std::vector<GeneratedToken>& sampled);
+
+ private:
+  std::vector<int32_t> eos_token_ids_;
+  int max_model_len_;
+};
+
+}  // namespace pagoda::scheduler
+
+#endif  // PAGODA_SCHEDULER_ENGINE_SCHEDULER_H_

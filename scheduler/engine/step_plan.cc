@@ -1,0 +1,80 @@
+#include "scheduler/engine/step_plan.h"
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace pagoda::scheduler {
+namespace {
+
+namespace wv1 = ::pagoda::worker::v1;
+
+void AddMoves(const std::vector<BlockMove>& moves,
+              google::protobuf::RepeatedPtrField<wv1::BlockMove>* out) {
+  for (const BlockMove& move : moves) {
+    wv1::BlockMove* message = out->Add();
+    message->set_src(move.src);
+    message->set_dst(move.dst);
+  }
+}
+
+}  // namespace
+
+wv1::StepPlan BuildStepPlan(int64_t step_id, const SchedulerOutput& output,
+                            const BlockManager& block_manager) {
+  wv1::StepPlan plan;
+  plan.set_step_id(step_id);
+  for (const ScheduledSequence& entry : output.scheduled) {
+    const Sequence& seq = *entry.seq;
+    wv1::SequenceStep* step = plan.add_sequences();
+    step->set_seq_id(seq.seq_id());
+    for (int i = entry.start_position; i < entry.start_position + entry.num_tokens; ++i) {
+      step->add_token_ids(seq.token_at(i));
+    }
+    step->set_start_position(entry.start_position);
+    for (int block : block_manager.GetBlockTable(seq.seq_id())) step->add_block_table(block);
+    step->set_do_sample(entry.do_sample);
+    const SamplingOptions& sampling = entry.group->sampling();
+    wv1::SamplingOptions* options = step->mutable_sampling();
+    options->set_temperature(sampling.temperature);
+    options->set_top_k(sampling.top_k);
+    options->set_top_p(sampling.top_p);
+    options->set_seed(sampling.seed);
+    options->set_num_logprobs(sampling.num_logprobs);
+    step->set_sample_index(seq.num_output_tokens());
+  }
+  AddMoves(output.blocks_to_swap_in, plan.mutable_swap_in());
+  AddMoves(output.blocks_to_swap_out, plan.mutable_swap_out());
+  AddMoves(output.blocks_to_copy, plan.mutable_copy());
+  return plan;
+}
+
+absl::StatusOr<std::vector<GeneratedToken>> ExtractSampledTokens(const wv1::StepResult& result,
+                                                                 const SchedulerOutput& output) {
+  std::vector<GeneratedToken> tokens;
+  int next = 0;
+  for (const ScheduledSequence& entry : output.scheduled) {
+    if (!entry.do_sample) continue;
+    if (next >= result.tokens_size()) {
+      return absl::InternalError(absl::StrCat("step ", result.step_id(), " returned ",
+                                              result.tokens_size(), " tokens, expected more"));
+    }
+    const wv1::SampledToken& sampled = result.tokens(next++);
+    if (sampled.seq_id() != entry.seq->seq_id()) {
+      return absl::InternalError(absl::StrCat("step ", result.step_id(), " token ", next - 1,
+                                              " is for sequence ", sampled.seq_id(), ", expected ",
+                                              entry.seq->seq_id()));
+    }
+    GeneratedToken token{sampled.token_id(), sampled.logprob(), {}};
+    for (const wv1::TokenLogprob& top : sampled.top()) {
+      token.top.push_back(TopLogprob{top.token_id(), top.logprob()});
+    }
+    tokens.push_back(std::move(token));
+  }
+  if (next != result.tokens_size()) {
+    return absl::InternalError(absl::StrCat("step ", result.step_id(), " returned ",
+                                            result.tokens_size(), " tokens, expected ", next));
+  }
+  return tokens;
+}
+
+}  // namespace pagoda::scheduler

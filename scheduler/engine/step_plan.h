@@ -1,0 +1,32 @@
+#ifndef PAGODA_SCHEDULER_ENGINE_STEP_PLAN_H_
+#define PAGODA_SCHEDULER_ENGINE_STEP_PLAN_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "pagoda/worker/v1/worker.pb.h"
+#include "scheduler/kv/block_manager.h"
+#include "scheduler/engine/scheduler.h"
+
+namespace pagoda::scheduler {
+
+// Turns the scheduler's decision into the message every worker receives:
+// one SequenceStep per scheduled entry, in order (token ids
+// [start_position, start_position + num_tokens), the full block table,
+// sampling options, sample_index = tokens generated so far), and the block
+// moves to apply before the forward pass.
+// REQUIRES: `output` is the latest Schedule() result of the scheduler that
+// owns `block_manager`, and every scheduled sequence has a GPU table.
+pagoda::worker::v1::StepPlan BuildStepPlan(int64_t step_id, const SchedulerOutput& output,
+                                           const BlockManager& block_manager);
+
+// Maps rank 0's sampled tokens back onto the scheduled entries: result i
+// belongs to the i-th entry with do_sample. INTERNAL if the count or a seq_id
+// does not match (the worker answered a different plan).
+absl::StatusOr<std::vector<GeneratedToken>> ExtractSampledTokens(
+    const pagoda::worker::v1::StepResult& result, const SchedulerOutput& output);
+
+}  // namespace pagoda::scheduler
+
+#endif  // PAGODA_SCHEDULER_ENGINE_STEP_PLAN_H_

@@ -1,0 +1,226 @@
+#include "scheduler/kv/block_manager.h"
+
+#include <cmath>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+
+namespace pagoda::scheduler {
+namespace {
+
+bool SameTokens(const Sequence& a, const Sequence& b) {
+  if (a.length() != b.length()) return false;
+  for (int i = 0; i < a.length(); ++i) {
+    if (a.token_at(i) != b.token_at(i)) return false;
+  }
+  return true;
+}
+
+// Index of an earlier sequence in `seqs` with the same tokens as seqs[i], or
+// -1. Such sequences share their blocks at allocation.
+int FindTwin(const std::vector<Sequence*>& seqs, int i) {
+  for (int j = 0; j < i; ++j) {
+    if (SameTokens(*seqs[j], *seqs[i])) return j;
+  }
+  return -1;
+}
+
+}  // namespace
+
+BlockManager::BlockManager(int block_size, int num_gpu_blocks, int num_cpu_blocks, double watermark)
+    : block_size_(block_size),
+      watermark_blocks_(static_cast<int>(watermark * num_gpu_blocks)),
+      gpu_(num_gpu_blocks),
+      cpu_(num_cpu_blocks) {
+  CHECK_GT(block_size, 0);
+  CHECK_GE(watermark, 0.0);
+  CHECK_LT(watermark, 1.0);
+}
+
+AllocStatus BlockManager::CheckFits(int needed) const {
+  if (gpu_.num_total() - needed < watermark_blocks_) return AllocStatus::kNever;
+  if (gpu_.num_free() - needed >= watermark_blocks_) return AllocStatus::kOk;
+  return AllocStatus::kLater;
+}
+
+AllocStatus BlockManager::CanAllocate(const SequenceGroup& group) const {
+  const std::vector<Sequence*> seqs = group.SeqsWithStatus(SequenceStatus::kWaiting);
+  int needed = 0;
+  for (int i = 0; i < static_cast<int>(seqs.size()); ++i) {
+    if (FindTwin(seqs, i) < 0) needed += BlocksForTokens(seqs[i]->length());
+  }
+  return CheckFits(needed);
+}
+
+absl::Status BlockManager::Allocate(const SequenceGroup& group) {
+  const std::vector<Sequence*> seqs = group.SeqsWithStatus(SequenceStatus::kWaiting);
+  int needed = 0;
+  for (int i = 0; i < static_cast<int>(seqs.size()); ++i) {
+    if (tables_.contains(seqs[i]->seq_id())) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("sequence ", seqs[i]->seq_id(), " already has blocks"));
+    }
+    if (FindTwin(seqs, i) < 0) needed += BlocksForTokens(seqs[i]->length());
+  }
+  if (needed > gpu_.num_free()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("prompt needs ", needed, " blocks, ", gpu_.num_free(), " free"));
+  }
+  for (int i = 0; i < static_cast<int>(seqs.size()); ++i) {
+    const int twin = FindTwin(seqs, i);
+    BlockTable table;
+    if (twin >= 0) {
+      table = tables_.at(seqs[twin]->seq_id());
+      for (int block : table.blocks) gpu_.AddReference(block);
+    } else {
+      for (int b = 0; b < BlocksForTokens(seqs[i]->length()); ++b) {
+        table.blocks.push_back(*gpu_.Allocate());  // Checked above.
+      }
+    }
+    tables_[seqs[i]->seq_id()] = std::move(table);
+  }
+  return absl::OkStatus();
+}
+
+bool BlockManager::CanAppendSlots(const SequenceGroup& group) const {
+  int may_need = 0;
+  for (const Sequence* seq : group.SeqsWithStatus(SequenceStatus::kRunning)) {
+    auto it = tables_.find(seq->seq_id());
+    if (it == tables_.end() || !it->second.on_gpu) continue;  // AppendSlots will refuse.
+    const std::vector<int>& blocks = it->second.blocks;
+    // A new token needs a block when it starts one or lands in a shared one.
+    if (static_cast<int>(blocks.size()) < BlocksForTokens(seq->length()) || blocks.empty() ||
+        gpu_.ref_count(blocks.back()) > 1) {
+      ++may_need;
+    }
+  }
+  return may_need <= gpu_.num_free();
+}
+
+absl::StatusOr<std::optional<BlockMove>> BlockManager::AppendSlots(const Sequence& seq) {
+  auto it = tables_.find(seq.seq_id());
+  if (it == tables_.end() || !it->second.on_gpu) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("sequence ", seq.seq_id(), " has no GPU blocks"));
+  }
+  std::vector<int>& blocks = it->second.blocks;
+  const int needed = BlocksForTokens(seq.length());
+  const int missing = needed - static_cast<int>(blocks.size());
+  if (missing > 0) {
+    // The new token starts a fresh block: nothing shared is written.
+    if (missing > gpu_.num_free()) return absl::ResourceExhaustedError("no free KV block");
+    for (int b = 0; b < missing; ++b) blocks.push_back(*gpu_.Allocate());
+    return std::nullopt;
+  }
+  const int last = blocks.back();
+  if (gpu_.ref_count(last) == 1) return std::nullopt;
+  // The token lands in a block other sequences still read: copy on write.
+  absl::StatusOr<int> copy = gpu_.Allocate();
+  if (!copy.ok()) return copy.status();
+  gpu_.Release(last);
+  blocks.back() = *copy;
+  return BlockMove{last, *copy};
+}
+
+absl::Status BlockManager::Fork(const Sequence& parent, const Sequence& child) {
+  auto it = tables_.find(parent.seq_id());
+  if (it == tables_.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("parent sequence ", parent.seq_id(), " has no blocks"));
+  }
+  if (tables_.contains(child.seq_id())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("child sequence ", child.seq_id(), " already has blocks"));
+  }
+  BlockTable table = it->second;
+  BlockAllocator& pool = table.on_gpu ? gpu_ : cpu_;
+  for (int block : table.blocks) pool.AddReference(block);
+  tables_[child.seq_id()] = std::move(table);
+  return absl::OkStatus();
+}
+
+void BlockManager::Free(int64_t seq_id) {
+  auto it = tables_.find(seq_id);
+  if (it == tables_.end()) return;
+  BlockAllocator& pool = it->second.on_gpu ? gpu_ : cpu_;
+  for (int block : it->second.blocks) pool.Release(block);
+  tables_.erase(it);
+}
+
+int BlockManager::CountDistinctBlocks(const std::vector<Sequence*>& seqs) const {
+  absl::flat_hash_set<int> blocks;
+  for (const Sequence* seq : seqs) {
+    auto it = tables_.find(seq->seq_id());
+    if (it != tables_.end()) blocks.insert(it->second.blocks.begin(), it->second.blocks.end());
+  }
+  return static_cast<int>(blocks.size());
+}
+
+AllocStatus BlockManager::CanSwapIn(const SequenceGroup& group) const {
+  const std::vector<Sequence*> seqs = group.SeqsWithStatus(SequenceStatus::kSwapped);
+  // One spare block per sequence for the token it appends right after.
+  return CheckFits(CountDistinctBlocks(seqs) + static_cast<int>(seqs.size()));
+}
+
+absl::StatusOr<std::vector<BlockMove>> BlockManager::SwapIn(const SequenceGroup& group) {
+  return Move(group.SeqsWithStatus(SequenceStatus::kSwapped), /*to_gpu=*/true);
+}
+
+bool BlockManager::CanSwapOut(const SequenceGroup& group) const {
+  return CountDistinctBlocks(group.SeqsWithStatus(SequenceStatus::kRunning)) <= cpu_.num_free();
+}
+
+absl::StatusOr<std::vector<BlockMove>> BlockManager::SwapOut(const SequenceGroup& group) {
+  return Move(group.SeqsWithStatus(SequenceStatus::kRunning), /*to_gpu=*/false);
+}
+
+absl::StatusOr<std::vector<BlockMove>> BlockManager::Move(const std::vector<Sequence*>& seqs,
+                                                          bool to_gpu) {
+  for (const Sequence* seq : seqs) {
+    auto it = tables_.find(seq->seq_id());
+    if (it == tables_.end() || it->second.on_gpu == to_gpu) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "sequence ", seq->seq_id(), " has no blocks on the ", to_gpu ? "CPU" : "GPU"));
+    }
+  }
+  BlockAllocator& from = to_gpu ? cpu_ : gpu_;
+  BlockAllocator& to = to_gpu ? gpu_ : cpu_;
+  if (CountDistinctBlocks(seqs) > to.num_free()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("not enough free ", to_gpu ? "GPU" : "CPU", " blocks to swap"));
+  }
+  // A block shared by several sequences moves once; each reference to it
+  // becomes a reference to its copy, so ref counts carry over.
+  absl::flat_hash_map<int, int> moved;
+  std::vector<BlockMove> moves;
+  for (const Sequence* seq : seqs) {
+    BlockTable& table = tables_.at(seq->seq_id());
+    for (int& block : table.blocks) {
+      auto [it, inserted] = moved.try_emplace(block, -1);
+      if (inserted) {
+        it->second = *to.Allocate();  // Checked above.
+        moves.push_back(BlockMove{block, it->second});
+      } else {
+        to.AddReference(it->second);
+      }
+      from.Release(block);
+      block = it->second;
+    }
+    table.on_gpu = to_gpu;
+  }
+  return moves;
+}
+
+const BlockTable* BlockManager::FindBlockTable(int64_t seq_id) const {
+  auto it = tables_.find(seq_id);
+  return it == tables_.end() ? nullptr : &it->second;
+}
+
+const std::vector<int>& BlockManager::GetBlockTable(int64_t seq_id) const {
+  static const std::vector<int>* const kEmpty = new std::vector<int>();
+  const BlockTable* table = FindBlockTable(seq_id);
+  return table == nullptr ? *kEmpty : table->blocks;
+}
+
+}  // namespace pagoda::scheduler

@@ -1,0 +1,139 @@
+#ifndef PAGODA_SCHEDULER_KV_BLOCK_MANAGER_H_
+#define PAGODA_SCHEDULER_KV_BLOCK_MANAGER_H_
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "scheduler/kv/block_allocator.h"
+#include "scheduler/engine/sequence.h"
+
+namespace pagoda::scheduler {
+
+// Answer to "can these blocks be placed on the GPU?" (vLLM's AllocStatus).
+enum class AllocStatus {
+  kOk,     // Enough free blocks now, above the watermark.
+  kLater,  // Not now, but it would fit once blocks are freed.
+  kNever,  // Does not fit even in an empty cache (above the watermark).
+};
+
+// Where one sequence's blocks live: a list of physical block numbers, all on
+// the GPU or (after a swap out) all in the CPU swap space.
+struct BlockTable {
+  std::vector<int> blocks;
+  bool on_gpu = true;
+};
+
+// One physical block moved or copied: GPU->CPU (swap out), CPU->GPU (swap in)
+// or GPU->GPU (copy-on-write). Declared here rather than in scheduler.h so the
+// block manager does not depend on the scheduler.
+struct BlockMove {
+  int src;
+  int dst;
+};
+
+// The KV cache's metadata, as vLLM's v0 block manager keeps it
+// (REFERENCE.md, "Block manager"): per-sequence block tables keyed by seq_id,
+// ref counts shared through Fork, copy-on-write of a shared last block, and
+// all-or-nothing swapping of a group that keeps sharing between its forked
+// sequences. Knows nothing of CUDA or gRPC.
+//
+// The block manager never changes a sequence's status; it picks the
+// sequences a group operation applies to by status (kWaiting for Allocate,
+// kRunning for appends and SwapOut, kSwapped for SwapIn) and the scheduler
+// sets the new status afterwards.
+//
+// Prefix caching (later) will hash full blocks in Allocate/AppendSlots and
+// park unreferenced cached blocks in an evictor; the public API stays.
+//
+// Thread-compatible: only the engine thread uses it.
+class BlockManager {
+ public:
+  // REQUIRES: block_size > 0, num_gpu_blocks >= 0, num_cpu_blocks >= 0,
+  // 0 <= watermark < 1.
+  BlockManager(int block_size, int num_gpu_blocks, int num_cpu_blocks, double watermark);
+  BlockManager(const BlockManager&) = delete;
+  BlockManager& operator=(const BlockManager&) = delete;
+
+  // Blocks needed to hold `num_tokens` tokens.
+  int BlocksForTokens(int num_tokens) const { return (num_tokens + block_size_ - 1) / block_size_; }
+
+  // Whether the group's kWaiting sequences can get GPU blocks for all their
+  // tokens: needed = their blocks (identical sequences share), wm =
+  // int(watermark * G); kNever if G - needed < wm, kOk if free - needed >= wm,
+  // else kLater.
+  AllocStatus CanAllocate(const SequenceGroup& group) const;
+  // Gives every kWaiting sequence of the group a table covering its length.
+  // Waiting sequences with the same tokens share blocks (the fresh prompt
+  // of parallel samples); others get their own. REQUIRES: none of them has
+  // a table. RESOURCE_EXHAUSTED (and nothing allocated) if blocks run out.
+  absl::Status Allocate(const SequenceGroup& group);
+
+  // Whether every kRunning sequence of the group can grow to its length: one
+  // free block for each running sequence whose next token starts a block or
+  // lands in a shared block. (vLLM v0 asks one per running sequence, which
+  // preempts needlessly when the cache is full but no block is needed.)
+  // Call it after the step's sampled tokens were appended to the sequences.
+  bool CanAppendSlots(const SequenceGroup& group) const;
+  // Extends seq's GPU table to cover seq.length() tokens. If the block that
+  // receives the new token is shared, copies it on write and returns the
+  // (src, dst) pair the workers must copy before the forward pass.
+  // REQUIRES: seq has a GPU table. RESOURCE_EXHAUSTED if no block is free.
+  absl::StatusOr<std::optional<BlockMove>> AppendSlots(const Sequence& seq);
+
+  // The child shares all of the parent's blocks (ref counts +1, no copy).
+  // REQUIRES: parent has a table and child has none.
+  absl::Status Fork(const Sequence& parent, const Sequence& child);
+
+  // Drops the sequence's references and its table. No-op if it has none.
+  void Free(int64_t seq_id);
+
+  // Whether the group's kSwapped sequences fit back on the GPU with one spare
+  // block per sequence for its next token (same watermark rule as
+  // CanAllocate).
+  AllocStatus CanSwapIn(const SequenceGroup& group) const;
+  // Moves the kSwapped sequences' blocks to the GPU: one new GPU block per
+  // distinct CPU block, ref counts carried over. Returns CPU->GPU moves.
+  absl::StatusOr<std::vector<BlockMove>> SwapIn(const SequenceGroup& group);
+  // Whether the CPU swap space holds the kRunning sequences' distinct blocks.
+  bool CanSwapOut(const SequenceGroup& group) const;
+  // Moves the kRunning sequences' blocks to the CPU, keeping sharing.
+  // Returns GPU->CPU moves.
+  absl::StatusOr<std::vector<BlockMove>> SwapOut(const SequenceGroup& group);
+
+  // The sequence's table, or nullptr if it has none.
+  const BlockTable* FindBlockTable(int64_t seq_id) const;
+  // The sequence's physical blocks; empty if it has no table.
+  const std::vector<int>& GetBlockTable(int64_t seq_id) const;
+  const absl::flat_hash_map<int64_t, BlockTable>& block_tables() const { return tables_; }
+
+  int block_size() const { return block_size_; }
+  int num_total_gpu_blocks() const { return gpu_.num_total(); }
+  int num_total_cpu_blocks() const { return cpu_.num_total(); }
+  int num_free_gpu_blocks() const { return gpu_.num_free(); }
+  int num_free_cpu_blocks() const { return cpu_.num_free(); }
+  int watermark_blocks() const { return watermark_blocks_; }
+  const BlockAllocator& gpu_allocator() const { return gpu_; }
+  const BlockAllocator& cpu_allocator() const { return cpu_; }
+
+ private:
+  AllocStatus CheckFits(int needed) const;
+  // Moves the tables of `seqs` from one pool to the other, one copy per
+  // distinct physical block.
+  absl::StatusOr<std::vector<BlockMove>> Move(const std::vector<Sequence*>& seqs, bool to_gpu);
+  // Distinct physical blocks referenced by the tables of `seqs`.
+  int CountDistinctBlocks(const std::vector<Sequence*>& seqs) const;
+
+  int block_size_;
+  int watermark_blocks_;
+  BlockAllocator gpu_;
+  BlockAllocator cpu_;
+  absl::flat_hash_map<int64_t, BlockTable> tables_;
+};
+
+}  // namespace pagoda::scheduler
+
+#endif  // PAGODA_SCHEDULER_KV_BLOCK_MANAGER_H_

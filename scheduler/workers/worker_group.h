@@ -1,0 +1,54 @@
+#ifndef PAGODA_SCHEDULER_WORKERS_WORKER_GROUP_H_
+#define PAGODA_SCHEDULER_WORKERS_WORKER_GROUP_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "pagoda/worker/v1/worker.pb.h"
+
+namespace pagoda::scheduler {
+
+// All the workers (tensor-parallel ranks) the engine drives as one. Every call
+// sends the same message to every rank and waits for all of them. Any rank
+// failing (process died, RPC error, deadline) makes the call return
+// UNAVAILABLE naming the rank, and the group is unhealthy from then on. The
+// exception: when every rank rejects the request with the same request-level
+// code (INVALID_ARGUMENT for a malformed plan, NOT_FOUND for a missing model,
+// FAILED_PRECONDITION, ...), that status is returned and the group stays
+// healthy, since no worker changed state.
+// Thread-compatible: the engine thread makes the calls; Healthy() may be read
+// from any thread.
+class WorkerGroup {
+ public:
+  virtual ~WorkerGroup() = default;
+
+  // Returns rank 0's response with num_gpu_blocks = the minimum over ranks.
+  virtual absl::StatusOr<pagoda::worker::v1::LoadModelResponse> LoadModel(
+      const pagoda::worker::v1::LoadModelRequest& request) = 0;
+  virtual absl::Status InitCache(const pagoda::worker::v1::InitCacheRequest& request) = 0;
+  // Returns rank 0's result (the only one with sampled tokens).
+  virtual absl::StatusOr<pagoda::worker::v1::StepResult> ExecuteStep(
+      const pagoda::worker::v1::StepPlan& plan) = 0;
+  virtual bool Healthy() const = 0;
+  virtual int world_size() const = 0;
+  // Asks every worker to exit and, for spawned workers, reaps them.
+  virtual void Shutdown() = 0;
+};
+
+// Connects to already-running workers ("host:port", one per rank, rank order).
+// Fails with UNAVAILABLE if one cannot be reached within `connect_timeout`.
+absl::StatusOr<std::unique_ptr<WorkerGroup>> ConnectWorkers(
+    const std::vector<std::string>& addresses, absl::Duration connect_timeout);
+
+// Local mode: spawns `world_size` pagoda-worker processes from `worker_binary`
+// on loopback with OS-chosen ports and connects to them. The workers die with
+// the server (they are killed on Shutdown and exit if the server dies).
+absl::StatusOr<std::unique_ptr<WorkerGroup>> LaunchLocalWorkers(
+    const std::string& worker_binary, int world_size, absl::Duration start_timeout);
+
+}  // namespace pagoda::scheduler
+
+#endif  // PAGODA_SCHEDULER_WORKERS_WORKER_GROUP_H_

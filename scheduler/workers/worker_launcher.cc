@@ -1,0 +1,223 @@
+#include "scheduler/workers/worker_launcher.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "glog/logging.h"
+
+extern char** environ;
+
+namespace pagoda::scheduler {
+namespace {
+
+constexpr absl::string_view kListeningPrefix = "PAGODA_WORKER_LISTENING ";
+// Grace a worker gets to stop by itself when a failed start is cleaned up.
+constexpr absl::Duration kFailedStartGrace = absl::Milliseconds(500);
+constexpr absl::Duration kDestructorGrace = absl::Seconds(2);
+
+std::string DescribeWaitStatus(int status) {
+  if (WIFEXITED(status)) return absl::StrCat("exited with status ", WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    return absl::StrCat("killed by signal ", WTERMSIG(status), " (", strsignal(WTERMSIG(status)),
+                        ")");
+  }
+  return absl::StrCat("ended with wait status ", status);
+}
+
+void WriteAllToStderr(absl::string_view bytes) {
+  while (!bytes.empty()) {
+    const ssize_t written = write(STDERR_FILENO, bytes.data(), bytes.size());
+    if (written < 0 && errno == EINTR) continue;
+    if (written <= 0) return;  // Nowhere to forward to; drop the output.
+    bytes.remove_prefix(static_cast<size_t>(written));
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<WorkerProcess>> WorkerProcess::Spawn(
+    const std::string& worker_binary, int rank, absl::Duration start_timeout,
+    ExitCallback on_exit) {
+  int pipe_fds[2];
+  if (pipe2(pipe_fds, O_CLOEXEC) != 0) {
+    return absl::UnavailableError(absl::StrCat("pipe2: ", strerror(errno)));
+  }
+  std::vector<std::string> args = {
+      worker_binary,      "--listen",     "127.0.0.1:0",         "--rank",
+      absl::StrCat(rank), "--parent-pid", absl::StrCat(getpid())};
+  std::vector<char*> argv;
+  for (std::string& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+
+  // posix_spawn rather than fork: it runs no atfork handlers (gRPC's threads
+  // are live here) and reports a failed exec as an error.
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], STDOUT_FILENO);
+  // A child inherits the caller's signal mask across exec. pagoda-server
+  // blocks SIGTERM and SIGINT in every thread (it sigwait()s for them), so
+  // without this the worker would ignore the SIGTERM that Terminate() sends
+  // and only a SIGKILL after the grace would stop it.
+  posix_spawnattr_t attributes;
+  posix_spawnattr_init(&attributes);
+  sigset_t no_signals;
+  sigemptyset(&no_signals);
+  posix_spawnattr_setsigmask(&attributes, &no_signals);
+  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGMASK);
+  pid_t pid = 0;
+  const int spawn_error =
+      posix_spawn(&pid, worker_binary.c_str(), &actions, &attributes, argv.data(), environ);
+  posix_spawnattr_destroy(&attributes);
+  posix_spawn_file_actions_destroy(&actions);
+  close(pipe_fds[1]);
+  if (spawn_error != 0) {
+    close(pipe_fds[0]);
+    return absl::UnavailableError(absl::StrCat("cannot start worker rank ", rank, " from '",
+                                               worker_binary, "': ", strerror(spawn_error)));
+  }
+  // Only this object reaps the child, so until then `pid` names it.
+  const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+  std::unique_ptr<WorkerProcess> process(
+      new WorkerProcess(rank, pid, pidfd, pipe_fds[0], std::move(on_exit)));
+  absl::Status started = process->ReadPort(start_timeout);
+  if (!started.ok()) {
+    process->Terminate(kFailedStartGrace);
+    return started;
+  }
+  process->forwarder_ = std::thread(&WorkerProcess::ForwardStdout, process.get());
+  LOG(INFO) << "worker rank " << rank << " started: pid " << pid << ", port " << process->port_;
+  return process;
+}
+
+WorkerProcess::WorkerProcess(int rank, pid_t pid, int pidfd, int stdout_fd, ExitCallback on_exit)
+    : rank_(rank), pid_(pid), pidfd_(pidfd), stdout_fd_(stdout_fd), on_exit_(std::move(on_exit)) {
+  monitor_ = std::thread(&WorkerProcess::Monitor, this);
+}
+
+WorkerProcess::~WorkerProcess() {
+  Terminate(kDestructorGrace);
+  monitor_.join();
+  // The child is gone, so its end of the pipe is closed and the forwarder sees EOF.
+  if (forwarder_.joinable()) forwarder_.join();
+  close(stdout_fd_);
+  if (pidfd_ >= 0) close(pidfd_);
+}
+
+std::string WorkerProcess::address() const { return absl::StrCat("127.0.0.1:", port_); }
+
+absl::Status WorkerProcess::ReadPort(absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  std::string pending;
+  while (true) {
+    // Handle every complete line read so far.
+    size_t newline;
+    while ((newline = pending.find('\n')) != std::string::npos) {
+      absl::string_view line(pending.data(), newline);
+      if (absl::ConsumePrefix(&line, kListeningPrefix) && absl::SimpleAtoi(line, &port_) &&
+          port_ > 0) {
+        stdout_buffer_ = pending.substr(newline + 1);
+        return absl::OkStatus();
+      }
+      WriteAllToStderr(absl::string_view(pending.data(), newline + 1));
+      pending.erase(0, newline + 1);
+    }
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) {
+      return absl::UnavailableError(absl::StrCat("worker rank ", rank_, " (pid ", pid_,
+                                                 ") did not report its port within ",
+                                                 absl::FormatDuration(timeout)));
+    }
+    pollfd readable = {stdout_fd_, POLLIN, 0};
+    const int ready = poll(&readable, 1, static_cast<int>(absl::ToInt64Milliseconds(left)) + 1);
+    if (ready < 0 && errno != EINTR) {
+      return absl::UnavailableError(absl::StrCat("poll: ", strerror(errno)));
+    }
+    if (ready <= 0) continue;
+    char buffer[4096];
+    const ssize_t got = read(stdout_fd_, buffer, sizeof(buffer));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      // EOF: the worker closed stdout, which means it is exiting.
+      WaitForExit(absl::Seconds(1));
+      return absl::UnavailableError(absl::StrCat("worker rank ", rank_, " (pid ", pid_,
+                                                 ") ended before listening (see its log above)"));
+    }
+    pending.append(buffer, static_cast<size_t>(got));
+  }
+}
+
+void WorkerProcess::ForwardStdout() {
+  WriteAllToStderr(stdout_buffer_);
+  char buffer[4096];
+  while (true) {
+    const ssize_t got = read(stdout_fd_, buffer, sizeof(buffer));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return;
+    WriteAllToStderr(absl::string_view(buffer, static_cast<size_t>(got)));
+  }
+}
+
+void WorkerProcess::Monitor() {
+  int status = 0;
+  while (waitpid(pid_, &status, 0) < 0) {
+    if (errno != EINTR) {
+      LOG(ERROR) << "waitpid(" << pid_ << "): " << strerror(errno);
+      status = 0;
+      break;
+    }
+  }
+  // The callback runs before the exit is published, so whoever sees Exited()
+  // (or returns from Terminate) knows the owner has already been told.
+  if (on_exit_) on_exit_(DescribeWaitStatus(status));
+  absl::MutexLock lock(&mutex_);
+  exited_ = true;
+}
+
+bool WorkerProcess::Exited() {
+  absl::MutexLock lock(&mutex_);
+  return exited_;
+}
+
+bool WorkerProcess::WaitForExit(absl::Duration timeout) {
+  absl::MutexLock lock(&mutex_);
+  return mutex_.AwaitWithTimeout(absl::Condition(&exited_), timeout);
+}
+
+void WorkerProcess::Signal(int signal) {
+  absl::MutexLock lock(&mutex_);
+  if (exited_) return;
+  // A pidfd names this child even after it is reaped, so a recycled pid is
+  // never hit; kill() is the fallback for kernels without pidfds.
+  if (pidfd_ >= 0) {
+    syscall(SYS_pidfd_send_signal, pidfd_, signal, nullptr, 0);
+  } else {
+    kill(pid_, signal);
+  }
+}
+
+void WorkerProcess::Terminate(absl::Duration grace) {
+  if (Exited()) return;
+  Signal(SIGTERM);
+  if (WaitForExit(grace)) return;
+  LOG(WARNING) << "worker rank " << rank_ << " (pid " << pid_ << ") ignored SIGTERM; killing it";
+  Signal(SIGKILL);
+  WaitForExit(absl::InfiniteDuration());
+}
+
+}  // namespace pagoda::scheduler

@@ -1,0 +1,89 @@
+#ifndef PAGODA_SCHEDULER_WORKERS_WORKER_LAUNCHER_H_
+#define PAGODA_SCHEDULER_WORKERS_WORKER_LAUNCHER_H_
+
+#include <sys/types.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace pagoda::scheduler {
+
+// One pagoda-worker child process of this (server) process.
+//
+// Spawn starts `worker_binary --listen 127.0.0.1:0 --rank r --parent-pid
+// <this pid>` and reads its "PAGODA_WORKER_LISTENING <port>" line. The child's
+// stderr is this process's stderr; the rest of its stdout is copied there too.
+// A monitor thread waits for the child and reaps it the moment it exits, then
+// calls `on_exit`: the owner learns of a dead worker without polling. Only the
+// monitor reaps, and signals go through a pidfd, so a recycled pid is never
+// signalled by mistake.
+//
+// Owns the process: destruction terminates it (Terminate) and joins the
+// threads. Thread-safe.
+class WorkerProcess {
+ public:
+  // Called once from the monitor thread with a description of how the child
+  // ended ("exited with status 0", "killed by signal 9"). Must not destroy the
+  // WorkerProcess.
+  using ExitCallback = std::function<void(const std::string& how)>;
+
+  // Starts the worker and waits up to `start_timeout` for its port. On failure
+  // (cannot exec, exits early, no port line in time) the child is killed and
+  // reaped and the error is UNAVAILABLE. `on_exit` may be empty.
+  static absl::StatusOr<std::unique_ptr<WorkerProcess>> Spawn(const std::string& worker_binary,
+                                                              int rank,
+                                                              absl::Duration start_timeout,
+                                                              ExitCallback on_exit);
+
+  WorkerProcess(const WorkerProcess&) = delete;
+  WorkerProcess& operator=(const WorkerProcess&) = delete;
+  ~WorkerProcess();
+
+  int rank() const { return rank_; }
+  pid_t pid() const { return pid_; }
+  int port() const { return port_; }
+  // "127.0.0.1:<port>".
+  std::string address() const;
+
+  // True once the child has exited, been reaped and `on_exit` has returned.
+  bool Exited();
+  // Waits up to `timeout` for the child to exit by itself; true if it did.
+  bool WaitForExit(absl::Duration timeout);
+  // Sends SIGTERM, waits up to `grace`, then SIGKILL, and waits until the
+  // child is reaped. Idempotent; returns at once if the child already exited.
+  void Terminate(absl::Duration grace);
+
+ private:
+  WorkerProcess(int rank, pid_t pid, int pidfd, int stdout_fd, ExitCallback on_exit);
+
+  // Reads the child's stdout up to the port line; other lines are forwarded.
+  absl::Status ReadPort(absl::Duration timeout);
+  void Monitor();
+  void ForwardStdout();
+  void Signal(int signal);
+
+  const int rank_;
+  const pid_t pid_;
+  const int pidfd_;      // Owned; closed in the destructor after the reap.
+  const int stdout_fd_;  // Owned read end of the child's stdout pipe.
+  const ExitCallback on_exit_;
+  int port_ = 0;
+  std::string stdout_buffer_;  // Bytes read past the port line, not yet forwarded.
+
+  absl::Mutex mutex_;
+  bool exited_ ABSL_GUARDED_BY(mutex_) = false;
+
+  std::thread monitor_;
+  std::thread forwarder_;
+};
+
+}  // namespace pagoda::scheduler
+
+#endif  // PAGODA_SCHEDULER_WORKERS_WORKER_LAUNCHER_H_
