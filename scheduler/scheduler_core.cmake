@@ -1,11 +1,12 @@
 # Scheduler core: block allocator, block manager, sequences, scheduler policy,
 # output processing and step-plan building. No gRPC server code, no CUDA.
 add_library(pagoda_scheduler_core STATIC
-  ${CMAKE_CURRENT_LIST_DIR}/kv/block_allocator.cc
+  ${CMAKE_CURRENT_LIST_DIR}/kv/block_pool.cc
   ${CMAKE_CURRENT_LIST_DIR}/kv/block_manager.cc
   ${CMAKE_CURRENT_LIST_DIR}/engine/sequence.cc
   ${CMAKE_CURRENT_LIST_DIR}/engine/scheduler.cc
   ${CMAKE_CURRENT_LIST_DIR}/engine/output_processor.cc
+  ${CMAKE_CURRENT_LIST_DIR}/engine/beam_search.cc
   ${CMAKE_CURRENT_LIST_DIR}/engine/step_plan.cc
 )
 target_link_libraries(pagoda_scheduler_core PUBLIC

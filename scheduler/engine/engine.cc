@@ -42,8 +42,8 @@ Engine::Engine(EngineConfig config, WorkerGroup* workers, EngineObserver* observ
       workers_(workers),
       observer_(observer),
       scheduler_(std::make_unique<Scheduler>(config_.scheduler)),
-      output_processor_(std::make_unique<OutputProcessor>(config_.eos_token_ids,
-                                                          config_.scheduler.max_model_len)) {
+      output_processor_(std::make_unique<OutputProcessor>(
+          config_.eos_token_ids, config_.scheduler.max_model_len, scheduler_.get())) {
   absl::MutexLock lock(&mu_);
   totals_.num_gpu_blocks = config_.scheduler.num_gpu_blocks;
   totals_.num_cpu_blocks = config_.scheduler.num_cpu_blocks;
@@ -189,7 +189,7 @@ void Engine::AdmitRequests(std::vector<EngineRequest> requests) {
     auto group = std::make_unique<SequenceGroup>(
         request.request_id, std::move(request.prompt_token_ids), next_seq_id_, request.sampling,
         request.stopping, request.arrival_time);
-    next_seq_id_ += std::max(1, request.sampling.n);
+    ++next_seq_id_;  // Forked sequences get their ids from the scheduler.
     requests_[request.request_id] = std::move(state);
     if (workers_failed_) {
       FinishRequest(request.request_id,
@@ -282,6 +282,7 @@ bool Engine::Step() {
   }
   const absl::Time now = absl::Now();
   std::vector<RequestDelta> deltas = output_processor_->Process(output, *sampled);
+  scheduler_->CommitComputedBlocks(output);
   int generated = 0;
   for (const RequestDelta& delta : deltas) {
     auto it = requests_.find(delta.request_id);
@@ -302,6 +303,7 @@ bool Engine::Step() {
   for (std::unique_ptr<SequenceGroup>& group : scheduler_->FreeFinished()) {
     auto it = requests_.find(group->request_id());
     if (it == requests_.end()) continue;
+    it->second->record.num_preemptions = group->num_preemptions();
     std::string reason = it->second->record.finish_reason;
     if (reason.empty()) reason = FinishReasonOf(group->seqs().front()->status());
     FinishRequest(group->request_id(), absl::OkStatus(), reason);
@@ -364,6 +366,8 @@ void Engine::PublishSnapshot(const StepRecord* step) {
   totals_.num_swapped = scheduler_->num_swapped();
   totals_.free_gpu_blocks = blocks.num_free_gpu_blocks();
   totals_.free_cpu_blocks = blocks.num_free_cpu_blocks();
+  totals_.prefix_cache_queries_total = blocks.prefix_cache_queries();
+  totals_.prefix_cache_hits_total = blocks.prefix_cache_hits();
   if (step != nullptr) {
     const absl::Time now = absl::Now();
     if (now - kv_usage_time_ >= kKvUsageRefresh || totals_.num_running == 0) {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -117,6 +118,7 @@ struct SimResult {
   int recompute_preemptions = 0;
   int swap_preemptions = 0;
   int copies = 0;
+  int64_t prefix_cache_hits = 0;
   int free_gpu_at_end = 0;
   int free_cpu_at_end = 0;
   size_t tables_at_end = 0;
@@ -127,9 +129,8 @@ SimResult RunEngine(const SchedulerConfig& config, const std::vector<SimRequest>
   SimResult sim;
   Scheduler scheduler(config);
   FakeWorker worker(config.block_size, config.num_gpu_blocks, config.num_cpu_blocks);
-  OutputProcessor processor(eos_token_ids, config.max_model_len);
+  OutputProcessor processor(eos_token_ids, config.max_model_len, &scheduler);
   std::map<std::string, SequenceGroup*> live;
-  std::map<std::string, int> wanted_seqs;
   std::map<int64_t, SequenceStatus> last_status;
   int64_t next_seq_id = 1;
   size_t next_request = 0;
@@ -147,11 +148,12 @@ SimResult RunEngine(const SchedulerConfig& config, const std::vector<SimRequest>
   for (int64_t step = 0; step < 20000; ++step) {
     while (next_request < requests.size() && requests[next_request].arrival_step <= step) {
       const SimRequest& request = requests[next_request++];
+      SamplingOptions sampling;
+      sampling.n = sampling.best_of = request.n;
       auto group = std::make_unique<SequenceGroup>(
-          request.id, request.prompt, next_seq_id++, SamplingOptions{}, request.stopping,
+          request.id, request.prompt, next_seq_id++, sampling, request.stopping,
           kEpoch + absl::Milliseconds(static_cast<int64_t>(next_request)));
       live[request.id] = group.get();
-      wanted_seqs[request.id] = request.n;
       scheduler.AddSequenceGroup(std::move(group));
     }
     if (!scheduler.HasUnfinished() && next_request == requests.size()) break;
@@ -182,21 +184,12 @@ SimResult RunEngine(const SchedulerConfig& config, const std::vector<SimRequest>
     EXPECT_TRUE(sampled.ok()) << sampled.status();
     if (!sampled.ok()) return sim;
     processor.Process(output, *sampled);
-
-    // Parallel sampling: fork the sequence once its first token is out.
-    for (const ScheduledSequence& entry : output.scheduled) {
-      SequenceGroup& group = *entry.group;
-      Sequence& parent = *group.seqs()[0];
-      while (static_cast<int>(group.seqs().size()) < wanted_seqs[group.request_id()] &&
-             parent.status() == SequenceStatus::kRunning) {
-        Sequence* child = group.AddForkedSequence(parent, next_seq_id++);
-        EXPECT_TRUE(scheduler.block_manager().Fork(parent, *child).ok());
-      }
-    }
+    scheduler.CommitComputedBlocks(output);
     for (const auto& group : scheduler.FreeFinished()) record(*group);
   }
   EXPECT_FALSE(scheduler.HasUnfinished()) << "engine did not drain";
   sim.free_gpu_at_end = scheduler.block_manager().num_free_gpu_blocks();
+  sim.prefix_cache_hits = scheduler.block_manager().prefix_cache_hits();
   sim.free_cpu_at_end = scheduler.block_manager().num_free_cpu_blocks();
   sim.tables_at_end = scheduler.block_manager().block_tables().size();
   return sim;
@@ -215,7 +208,10 @@ SchedulerConfig Config(int gpu_blocks, int cpu_blocks, PreemptionMode mode) {
   return config;
 }
 
-std::vector<SimRequest> MixedRequests(int count, uint32_t seed, bool with_pairs) {
+// With `shared_prefix`, every prompt starts with the same 13 tokens (three
+// full blocks of 4, then one token), so the prefix cache serves most of them.
+std::vector<SimRequest> MixedRequests(int count, uint32_t seed, bool with_pairs,
+                                      bool shared_prefix = false) {
   std::mt19937 rng(seed);
   auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   std::vector<SimRequest> requests;
@@ -224,6 +220,11 @@ std::vector<SimRequest> MixedRequests(int count, uint32_t seed, bool with_pairs)
     request.id = absl::StrCat("req", i);
     request.prompt.resize(uniform(1, 24));
     for (int32_t& token : request.prompt) token = uniform(0, kVocab - 1);
+    if (shared_prefix) {
+      std::vector<int32_t> prefix(13);
+      std::iota(prefix.begin(), prefix.end(), 20);
+      request.prompt.insert(request.prompt.begin(), prefix.begin(), prefix.end());
+    }
     request.stopping.max_tokens = uniform(1, 30);
     request.stopping.ignore_eos = uniform(0, 3) == 0;
     if (uniform(0, 4) == 0) request.stopping.stop_token_ids = {uniform(0, kVocab - 1)};
@@ -240,6 +241,8 @@ struct SimCase {
   PreemptionMode mode;
   bool with_pairs;
   uint32_t seed;
+  bool shared_prefix = false;
+  bool prefix_caching = true;
 };
 
 class EngineSimTest : public ::testing::TestWithParam<SimCase> {};
@@ -247,12 +250,16 @@ class EngineSimTest : public ::testing::TestWithParam<SimCase> {};
 TEST_P(EngineSimTest, EveryRequestMatchesItsSoloRunDespitePreemption) {
   const SimCase& param = GetParam();
   const std::vector<int32_t> eos = {3};
-  const std::vector<SimRequest> requests = MixedRequests(40, param.seed, param.with_pairs);
-  // 24 GPU blocks of 4 tokens for 40 requests of up to 54 tokens each.
-  const SchedulerConfig tight = Config(/*gpu_blocks=*/24, /*cpu_blocks=*/20, param.mode);
+  const std::vector<SimRequest> requests =
+      MixedRequests(40, param.seed, param.with_pairs, param.shared_prefix);
+  // 24 GPU blocks of 4 tokens for 40 requests of up to 67 tokens each.
+  SchedulerConfig tight = Config(/*gpu_blocks=*/24, /*cpu_blocks=*/20, param.mode);
+  tight.enable_prefix_caching = param.prefix_caching;
   const SimResult crowded = RunEngine(tight, requests, eos);
 
   EXPECT_TRUE(crowded.ignored.empty());
+  if (param.shared_prefix && param.prefix_caching) EXPECT_GT(crowded.prefix_cache_hits, 0);
+  if (!param.prefix_caching) EXPECT_EQ(crowded.prefix_cache_hits, 0);
   EXPECT_EQ(crowded.free_gpu_at_end, 24);
   EXPECT_EQ(crowded.free_cpu_at_end, 20);
   EXPECT_EQ(crowded.tables_at_end, 0u);
@@ -275,11 +282,8 @@ TEST_P(EngineSimTest, EveryRequestMatchesItsSoloRunDespitePreemption) {
     ASSERT_EQ(solo.recompute_preemptions + solo.swap_preemptions, 0);
     EXPECT_EQ(crowded.outputs.at(request.id), solo.outputs.at(request.id)) << request.id;
     EXPECT_EQ(crowded.statuses.at(request.id), solo.statuses.at(request.id)) << request.id;
-    // A pair forks after its first token unless that token finished it.
-    const auto& solo_outputs = solo.outputs.at(request.id);
-    EXPECT_TRUE(static_cast<int>(solo_outputs.size()) == request.n ||
-                (solo_outputs.size() == 1 && solo_outputs[0].size() == 1))
-        << request.id;
+    // A pair forks at its first token, even when that token finishes it.
+    EXPECT_EQ(static_cast<int>(solo.outputs.at(request.id).size()), request.n) << request.id;
   }
 }
 
@@ -289,7 +293,11 @@ INSTANTIATE_TEST_SUITE_P(Modes, EngineSimTest,
                                            SimCase{PreemptionMode::kAuto, false, 3},
                                            SimCase{PreemptionMode::kRecompute, true, 4},
                                            SimCase{PreemptionMode::kSwap, false, 5},
-                                           SimCase{PreemptionMode::kSwap, true, 6}));
+                                           SimCase{PreemptionMode::kSwap, true, 6},
+                                           SimCase{PreemptionMode::kAuto, true, 7, true},
+                                           SimCase{PreemptionMode::kRecompute, false, 8, true},
+                                           SimCase{PreemptionMode::kSwap, true, 9, true},
+                                           SimCase{PreemptionMode::kAuto, true, 10, true, false}));
 
 // ---------------------------------------------------------------------------
 // Stop conditions, each against the unstopped stream of the fake model.

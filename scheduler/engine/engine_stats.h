@@ -29,6 +29,7 @@ struct RequestRecord {
   std::string finish_reason;  // "stop", "length", "abort" or "error".
   int num_prompt_tokens = 0;
   int num_generated_tokens = 0;
+  int num_preemptions = 0;  // Times the request was preempted (thrashing shows here).
   absl::Time arrival_time;
   absl::Time first_scheduled_time = absl::InfinitePast();  // Past = never scheduled.
   absl::Time first_token_time = absl::InfinitePast();      // Past = no token.
@@ -56,6 +57,9 @@ struct EngineSnapshot {
   int64_t num_steps = 0;
   int64_t num_preemptions_total = 0;
   int64_t prompt_tokens_total = 0;
+  // Prompt tokens looked up in the prefix cache, and found there.
+  int64_t prefix_cache_queries_total = 0;
+  int64_t prefix_cache_hits_total = 0;
   int64_t generation_tokens_total = 0;
   int64_t batched_sequences_total = 0;
   double schedule_seconds_total = 0;

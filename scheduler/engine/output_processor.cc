@@ -3,6 +3,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "glog/logging.h"
+#include "scheduler/engine/beam_search.h"
 #include "scheduler/engine/scheduler.h"
 
 namespace pagoda::scheduler {
@@ -12,55 +13,114 @@ bool Contains(const std::vector<int32_t>& ids, int32_t id) {
   return std::find(ids.begin(), ids.end(), id) != ids.end();
 }
 
-int IndexInGroup(const SequenceGroup& group, const Sequence* seq) {
-  for (int i = 0; i < static_cast<int>(group.seqs().size()); ++i) {
-    if (group.seqs()[i].get() == seq) return i;
-  }
-  LOG(FATAL) << "sequence " << seq->seq_id() << " is not in group " << group.request_id();
+double CumulativeLogprob(const SequenceGroup&, const Sequence& seq) {
+  return seq.cumulative_logprob();
+}
+
+// Sent as they come: one sequence, or every sample is returned.
+bool Streams(const SamplingOptions& sampling) {
+  return !sampling.use_beam_search && sampling.best_of <= sampling.n;
 }
 
 }  // namespace
 
-OutputProcessor::OutputProcessor(std::vector<int32_t> eos_token_ids, int max_model_len)
-    : eos_token_ids_(std::move(eos_token_ids)), max_model_len_(max_model_len) {}
+RequestDelta FinalDelta(const SequenceGroup& group,
+                        double (*score)(const SequenceGroup&, const Sequence&)) {
+  std::vector<const Sequence*> candidates;
+  for (const auto& seq : group.seqs()) {
+    if (seq->status() != SequenceStatus::kFinishedPruned) candidates.push_back(seq.get());
+  }
+  std::stable_sort(candidates.begin(), candidates.end(), [&](const Sequence* a, const Sequence* b) {
+    return score(group, *a) > score(group, *b);
+  });
+  RequestDelta delta{group.request_id(), {}, true};
+  const int n = std::min<int>(group.sampling().n, static_cast<int>(candidates.size()));
+  for (int i = 0; i < n; ++i) {
+    delta.seqs.push_back(RequestDelta::SeqDelta{i, candidates[i]->output(), candidates[i]->status()});
+  }
+  return delta;
+}
+
+OutputProcessor::OutputProcessor(std::vector<int32_t> eos_token_ids, int max_model_len,
+                                 Scheduler* scheduler)
+    : eos_token_ids_(std::move(eos_token_ids)),
+      max_model_len_(max_model_len),
+      scheduler_(scheduler) {
+  CHECK(scheduler_ != nullptr);
+}
 
 std::vector<RequestDelta> OutputProcessor::Process(const SchedulerOutput& output,
                                                    const std::vector<GeneratedToken>& sampled) {
-  std::vector<RequestDelta> deltas;
-  absl::flat_hash_map<const SequenceGroup*, int> delta_of_group;
+  // Samples by group, groups in the order they first appear in the step.
+  std::vector<SequenceGroup*> groups;
+  absl::flat_hash_map<SequenceGroup*, Samples> samples_of;
   size_t next_sample = 0;
   for (const ScheduledSequence& entry : output.scheduled) {
-    Sequence& seq = *entry.seq;
-    seq.set_num_computed_tokens(entry.start_position + entry.num_tokens);
+    entry.seq->set_num_computed_tokens(entry.start_position + entry.num_tokens);
     if (!entry.do_sample) continue;
     CHECK_LT(next_sample, sampled.size()) << "fewer sampled tokens than sampling sequences";
-    const GeneratedToken& token = sampled[next_sample++];
-    seq.AppendToken(token);
-    SequenceGroup& group = *entry.group;
-    if (group.first_token_time == absl::InfinitePast()) group.first_token_time = absl::Now();
-
-    // Stop checks, in vLLM's order. Before min_tokens only the length limits
-    // can end a sequence (EOS and stop ids are masked).
-    const StoppingOptions& stopping = group.stopping();
-    const bool may_stop_on_token = seq.num_output_tokens() >= stopping.min_tokens;
-    if (may_stop_on_token && !stopping.ignore_eos && Contains(eos_token_ids_, token.token_id)) {
-      seq.set_status(SequenceStatus::kFinishedStopped);
-    } else if (may_stop_on_token && Contains(stopping.stop_token_ids, token.token_id)) {
-      seq.set_status(SequenceStatus::kFinishedStopped);
-    } else if (seq.length() >= max_model_len_) {
-      seq.set_status(SequenceStatus::kFinishedLength);
-    } else if (seq.num_output_tokens() >= stopping.max_tokens) {
-      seq.set_status(SequenceStatus::kFinishedLength);
-    }
-
-    auto [it, inserted] = delta_of_group.try_emplace(&group, static_cast<int>(deltas.size()));
-    if (inserted) deltas.push_back(RequestDelta{group.request_id(), {}, false});
-    deltas[it->second].seqs.push_back(
-        RequestDelta::SeqDelta{IndexInGroup(group, &seq), {token}, seq.status()});
+    auto [it, inserted] = samples_of.try_emplace(entry.group);
+    if (inserted) groups.push_back(entry.group);
+    it->second.emplace_back(entry.seq, sampled[next_sample++]);
   }
   CHECK_EQ(next_sample, sampled.size()) << "more sampled tokens than sampling sequences";
-  for (auto& [group, index] : delta_of_group) deltas[index].finished = group->IsFinished();
+
+  std::vector<RequestDelta> deltas;
+  for (SequenceGroup* group : groups) {
+    group->MarkProgress();
+    if (group->first_token_time == absl::InfinitePast()) group->first_token_time = absl::Now();
+    RequestDelta delta{group->request_id(), {}, false};
+    if (group->sampling().use_beam_search) {
+      AdvanceBeams(*group, samples_of[group], eos_token_ids_, max_model_len_, *scheduler_);
+    } else {
+      ProcessSamples(*group, samples_of[group], delta);
+    }
+    if (group->IsFinished() && !Streams(group->sampling())) {
+      delta = FinalDelta(*group, group->sampling().use_beam_search ? &BeamScore
+                                                                   : &CumulativeLogprob);
+    }
+    delta.finished = group->IsFinished();
+    if (!delta.seqs.empty() || delta.finished) deltas.push_back(std::move(delta));
+  }
   return deltas;
+}
+
+void OutputProcessor::ProcessSamples(SequenceGroup& group, const Samples& samples,
+                                     RequestDelta& delta) {
+  for (const auto& [seq, token] : samples) {
+    if (seq->index_in_group() == 0 && seq->num_output_tokens() == 0) {
+      // First token of the request: the other samples branch off here and
+      // draw their own first token next step from the same prompt K/V.
+      while (static_cast<int>(group.seqs().size()) < group.sampling().best_of) {
+        Sequence* child = scheduler_->ForkSequence(group, *seq);
+        child->set_num_computed_tokens(seq->length() - 1);
+      }
+    }
+    seq->AppendToken(token);
+    seq->set_status(StopStatus(group, *seq));
+    if (Streams(group.sampling())) {
+      delta.seqs.push_back(RequestDelta::SeqDelta{seq->index_in_group(), {token}, seq->status()});
+    }
+  }
+}
+
+bool OutputProcessor::IsStopToken(const SequenceGroup& group, const Sequence& seq,
+                                  int32_t token) const {
+  const StoppingOptions& stopping = group.stopping();
+  // Before min_tokens EOS and stop ids are masked. seq holds the token.
+  if (seq.num_output_tokens() < stopping.min_tokens) return false;
+  if (!stopping.ignore_eos && Contains(eos_token_ids_, token)) return true;
+  return Contains(stopping.stop_token_ids, token);
+}
+
+SequenceStatus OutputProcessor::StopStatus(const SequenceGroup& group, const Sequence& seq) const {
+  // Stop checks, in vLLM's order.
+  if (IsStopToken(group, seq, seq.last_token())) return SequenceStatus::kFinishedStopped;
+  if (seq.length() >= max_model_len_) return SequenceStatus::kFinishedLength;
+  if (seq.num_output_tokens() >= group.stopping().max_tokens) {
+    return SequenceStatus::kFinishedLength;
+  }
+  return seq.status();
 }
 
 }  // namespace pagoda::scheduler

@@ -35,7 +35,7 @@ void SortByArrival(std::deque<std::unique_ptr<SequenceGroup>>& queue) {
 Scheduler::Scheduler(const SchedulerConfig& config)
     : config_(config),
       block_manager_(config.block_size, config.num_gpu_blocks, config.num_cpu_blocks,
-                     config.watermark) {}
+                     config.watermark, config.enable_prefix_caching) {}
 
 void Scheduler::AddSequenceGroup(std::unique_ptr<SequenceGroup> group) {
   waiting_.push_back(std::move(group));
@@ -101,6 +101,10 @@ void Scheduler::SchedulePrefills(SchedulerOutput& output) {
     const absl::Status allocated = block_manager_.Allocate(*admitted);
     CHECK(allocated.ok()) << allocated;  // CanAllocate said kOk.
     for (Sequence* seq : admitted->SeqsWithStatus(SequenceStatus::kWaiting)) {
+      // Prefix-cache hits need no computing; the last token always does.
+      seq->set_num_computed_tokens(
+          std::max(seq->num_computed_tokens(),
+                   block_manager_.FindBlockTable(seq->seq_id())->num_cached_tokens));
       seq->set_status(SequenceStatus::kRunning);
       output.scheduled.push_back(ScheduledSequence{admitted.get(), seq, seq->num_computed_tokens(),
                                                    seq->length() - seq->num_computed_tokens(),
@@ -127,9 +131,7 @@ void Scheduler::ScheduleDecodes(SchedulerOutput& output) {
         Preempt(std::move(group), output, recomputed, swapped_out);
         break;
       }
-      std::unique_ptr<SequenceGroup> victim = std::move(queue.back());
-      queue.pop_back();
-      Preempt(std::move(victim), output, recomputed, swapped_out);
+      Preempt(TakeVictim(queue), output, recomputed, swapped_out);
     }
     if (group == nullptr) break;
     AppendSlotsAndSchedule(*group, output);
@@ -177,9 +179,27 @@ void Scheduler::ScheduleSwapIns(SchedulerOutput& output) {
   }
 }
 
+std::unique_ptr<SequenceGroup> Scheduler::TakeVictim(
+    std::deque<std::unique_ptr<SequenceGroup>>& queue) {
+  // vLLM always takes the latest arrival, so the same group can be preempted
+  // and resumed step after step without producing a token (thrashing).
+  auto victim = queue.end() - 1;
+  for (auto it = queue.end(); it != queue.begin();) {
+    --it;
+    if (!(*it)->preempted_without_progress()) {
+      victim = it;
+      break;
+    }
+  }
+  std::unique_ptr<SequenceGroup> group = std::move(*victim);
+  queue.erase(victim);
+  return group;
+}
+
 void Scheduler::Preempt(std::unique_ptr<SequenceGroup> group, SchedulerOutput& output,
                         GroupList& recomputed, GroupList& swapped_out) {
   ++output.num_preempted;
+  group->MarkPreempted();
   const int live = NumSeqs(*group, SequenceStatus::kRunning);
   bool swap = config_.preemption_mode == PreemptionMode::kSwap ||
               (config_.preemption_mode == PreemptionMode::kAuto && live > 1);
@@ -261,6 +281,19 @@ Scheduler::KvSlotUsage Scheduler::ComputeKvSlotUsage() const {
 }
 
 void Scheduler::FreeSequence(Sequence* seq) { block_manager_.Free(seq->seq_id()); }
+
+void Scheduler::CommitComputedBlocks(const SchedulerOutput& output) {
+  for (const ScheduledSequence& entry : output.scheduled) {
+    block_manager_.CommitComputedBlocks(*entry.seq);
+  }
+}
+
+Sequence* Scheduler::ForkSequence(SequenceGroup& group, const Sequence& parent) {
+  Sequence* child = group.AddForkedSequence(parent, next_seq_id_++);
+  const absl::Status forked = block_manager_.Fork(parent, *child);
+  CHECK(forked.ok()) << forked;  // The parent is running, so it has a table.
+  return child;
+}
 
 std::unique_ptr<SequenceGroup> Scheduler::AbortRequest(const std::string& request_id) {
   for (auto* queue : {&waiting_, &running_, &swapped_}) {

@@ -23,6 +23,7 @@ struct SchedulerConfig {
   int max_model_len = 2048;
   double watermark = 0.01;
   PreemptionMode preemption_mode = PreemptionMode::kAuto;
+  bool enable_prefix_caching = true;  // On by default, as in vLLM.
 };
 
 // One sequence in a step: compute tokens [num_computed_tokens, length) of it.
@@ -73,6 +74,16 @@ class Scheduler {
   // Frees one finished sequence's blocks at once (stop checks call this).
   void FreeSequence(Sequence* seq);
 
+  // Registers in the prefix cache the blocks the step just computed. Call
+  // after OutputProcessor::Process and before FreeFinished, so that the
+  // blocks of sequences that finished stay cached.
+  void CommitComputedBlocks(const SchedulerOutput& output);
+
+  // Adds a sequence to `group` that shares parent's tokens and blocks
+  // (fork, no copy), with the given status and computed-token count, and
+  // returns it. REQUIRES: parent belongs to group and has a table.
+  Sequence* ForkSequence(SequenceGroup& group, const Sequence& parent);
+
   // KV slots of the GPU blocks that running sequences hold, and how many of
   // them hold a computed token: filled / allocated is the vLLM paper's Fig. 2
   // figure (internal fragmentation and reservation waste), live. A block
@@ -101,6 +112,10 @@ class Scheduler {
   void ScheduleDecodes(SchedulerOutput& output);
   // Brings swapped groups back while blocks and budgets allow.
   void ScheduleSwapIns(SchedulerOutput& output);
+  // The group to preempt from the back of `queue` (latest arrival first),
+  // skipping groups that were preempted and have not progressed since while
+  // another candidate exists (anti-thrashing). REQUIRES: queue non-empty.
+  std::unique_ptr<SequenceGroup> TakeVictim(std::deque<std::unique_ptr<SequenceGroup>>& queue);
   // Frees or swaps out `group`; it lands in `recomputed` or `swapped_out`.
   void Preempt(std::unique_ptr<SequenceGroup> group, SchedulerOutput& output, GroupList& recomputed,
                GroupList& swapped_out);
@@ -114,6 +129,7 @@ class Scheduler {
 
   SchedulerConfig config_;
   BlockManager block_manager_;
+  int64_t next_seq_id_ = int64_t{1} << 40;  // Forked sequences; clear of the engine's ids.
   std::deque<std::unique_ptr<SequenceGroup>> waiting_;
   std::deque<std::unique_ptr<SequenceGroup>> running_;
   std::deque<std::unique_ptr<SequenceGroup>> swapped_;
@@ -134,20 +150,43 @@ struct RequestDelta {
 // Appends the sampled tokens of a step to their sequences, marks the computed
 // tokens, runs the stop checks of REFERENCE.md (min_tokens, EOS unless
 // ignore_eos, stop_token_ids, max_model_len, max_tokens) and returns one
-// delta per request that produced a token. Frees nothing: call
-// Scheduler::FreeFinished after.
+// delta per request that has something to tell its client. Frees nothing
+// but dropped beams: call Scheduler::FreeFinished after.
+//
+// Parallel sampling: a group with best_of > 1 forks into best_of sequences
+// when its first token is sampled; the children share every prompt block
+// and recompute the prompt's last token to draw their own first token from
+// their own seed. With best_of == n each sequence streams under its own
+// index; otherwise nothing is sent until the group finishes, and then the
+// best n by cumulative logprob, in that order. Beam search (beam_search.h)
+// always answers at the end, in beam-score order.
 class OutputProcessor {
  public:
-  OutputProcessor(std::vector<int32_t> eos_token_ids, int max_model_len);
+  // `scheduler` forks and frees sequences; it must outlive the processor.
+  OutputProcessor(std::vector<int32_t> eos_token_ids, int max_model_len, Scheduler* scheduler);
   // sampled[i] belongs to the i-th entry of output.scheduled that has do_sample;
   // entries without do_sample only get their computed-token count advanced.
   std::vector<RequestDelta> Process(const SchedulerOutput& output,
                                     const std::vector<GeneratedToken>& sampled);
 
  private:
+  using Samples = std::vector<std::pair<Sequence*, GeneratedToken>>;
+  // Parallel sampling (or a single sequence): appends, forks, stop checks.
+  void ProcessSamples(SequenceGroup& group, const Samples& samples, RequestDelta& delta);
+  // Whether `token` may end the sequence now (EOS or stop id, past min_tokens).
+  bool IsStopToken(const SequenceGroup& group, const Sequence& seq, int32_t token) const;
+  // The stop-check status of seq after its last token was appended.
+  SequenceStatus StopStatus(const SequenceGroup& group, const Sequence& seq) const;
+
   std::vector<int32_t> eos_token_ids_;
   int max_model_len_;
+  Scheduler* scheduler_;
 };
+
+// The final delta of a group whose sequences are returned only at the end:
+// the best `n` by `score` (highest first), re-indexed 0..n-1, all tokens.
+RequestDelta FinalDelta(const SequenceGroup& group,
+                        double (*score)(const SequenceGroup&, const Sequence&));
 
 }  // namespace pagoda::scheduler
 

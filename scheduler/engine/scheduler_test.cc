@@ -37,8 +37,9 @@ class SchedulerTest : public ::testing::Test {
     for (size_t i = 0; i < output.scheduled.size(); ++i) {
       sampled.push_back({base + static_cast<int32_t>(i), -0.5f, {}});
     }
-    OutputProcessor processor({/*eos=*/2}, scheduler.config().max_model_len);
+    OutputProcessor processor({/*eos=*/2}, scheduler.config().max_model_len, &scheduler);
     processor.Process(output, sampled);
+    scheduler.CommitComputedBlocks(output);
     return scheduler.FreeFinished();
   }
 
@@ -282,7 +283,7 @@ TEST_F(SchedulerTest, Scenario5SwapPreemptionOfParallelSamplingGroup) {
   EXPECT_EQ(parent.status(), SequenceStatus::kSwapped);
   EXPECT_EQ(child->status(), SequenceStatus::kSwapped);
   for (int block : scheduler.block_manager().GetBlockTable(parent.seq_id())) {
-    EXPECT_EQ(scheduler.block_manager().cpu_allocator().ref_count(block), 2);
+    EXPECT_EQ(scheduler.block_manager().cpu_pool().ref_count(block), 2);
   }
   Add(scheduler, 3, 2);
   EXPECT_EQ(Finish(scheduler, decode).size(), 1u);  // r1 finishes; 4 blocks free.

@@ -16,9 +16,26 @@ bool IsFinished(SequenceStatus status) {
     case SequenceStatus::kFinishedLength:
     case SequenceStatus::kFinishedAborted:
     case SequenceStatus::kFinishedIgnored:
+    case SequenceStatus::kFinishedPruned:
       return true;
   }
   return true;
+}
+
+namespace {
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+uint64_t SeedForSequence(uint64_t request_seed, int index) {
+  if (index == 0) return request_seed;
+  return SplitMix64(request_seed ^ SplitMix64(static_cast<uint64_t>(index)));
 }
 
 Sequence::Sequence(int64_t seq_id, std::vector<int32_t> prompt_token_ids)
@@ -70,6 +87,7 @@ int SequenceGroup::NumUnfinished() const {
 
 Sequence* SequenceGroup::AddForkedSequence(const Sequence& parent, int64_t child_seq_id) {
   seqs_.push_back(parent.Fork(child_seq_id));
+  seqs_.back()->index_in_group_ = static_cast<int>(seqs_.size()) - 1;
   return seqs_.back().get();
 }
 

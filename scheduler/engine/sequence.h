@@ -18,6 +18,7 @@ enum class SequenceStatus {
   kFinishedLength,   // max_tokens or max_model_len.
   kFinishedAborted,  // Cancelled by the client, or the worker failed.
   kFinishedIgnored,  // Could never be scheduled (too long for the cache or budget).
+  kFinishedPruned,   // A beam or sample dropped by the search; never returned.
 };
 bool IsFinished(SequenceStatus status);
 
@@ -28,9 +29,19 @@ struct SamplingOptions {
   int top_k = 0;             // 0 = off.
   float top_p = 1.0f;
   uint64_t seed = 0;  // Always set: the frontend picks one when the client did not.
-  int n = 1;
+  int n = 1;            // Sequences returned.
+  int best_of = 1;      // Sequences generated (>= n); the beam width with beam search.
+  bool use_beam_search = false;
+  float length_penalty = 1.0f;  // Beam score = cumulative logprob / length^penalty.
+  bool early_stopping = false;  // Beam search stops once best_of beams finished.
   int num_logprobs = 0;
 };
+
+// Seed of the index-th sequence of a request whose seed is request_seed:
+// the request seed itself for index 0 (so n = 1 is unchanged), a SplitMix64
+// mix of both otherwise, so siblings draw differently and each sequence is
+// reproducible whatever else shares its batch.
+uint64_t SeedForSequence(uint64_t request_seed, int index);
 
 struct StoppingOptions {
   int max_tokens = 16;
@@ -66,6 +77,8 @@ class Sequence {
   // Token at position i of prompt + output.
   int32_t token_at(int i) const;
   int32_t last_token() const { return token_at(length() - 1); }
+  // Position in its group's seqs() (0 for the first), fixed at creation.
+  int index_in_group() const { return index_in_group_; }
   double cumulative_logprob() const { return cumulative_logprob_; }
 
   // Tokens whose K/V are in the cache. Reset to 0 by recompute preemption.
@@ -83,7 +96,9 @@ class Sequence {
   std::unique_ptr<Sequence> Fork(int64_t child_seq_id) const;
 
  private:
+  friend class SequenceGroup;
   int64_t seq_id_;
+  int index_in_group_ = 0;
   std::vector<int32_t> prompt_token_ids_;
   std::vector<GeneratedToken> output_;
   double cumulative_logprob_ = 0.0;
@@ -115,12 +130,24 @@ class SequenceGroup {
   // Set when the first token is produced (time to first token).
   absl::Time first_token_time = absl::InfinitePast();
 
+  // Preemption bookkeeping: how often, and whether the group has produced a
+  // token since its last preemption (anti-thrashing victim choice).
+  void MarkPreempted() {
+    ++num_preemptions_;
+    preempted_without_progress_ = true;
+  }
+  void MarkProgress() { preempted_without_progress_ = false; }
+  int num_preemptions() const { return num_preemptions_; }
+  bool preempted_without_progress() const { return preempted_without_progress_; }
+
  private:
   std::string request_id_;
   std::vector<std::unique_ptr<Sequence>> seqs_;
   SamplingOptions sampling_;
   StoppingOptions stopping_;
   absl::Time arrival_time_;
+  int num_preemptions_ = 0;
+  bool preempted_without_progress_ = false;
 };
 
 }  // namespace pagoda::scheduler

@@ -1,5 +1,7 @@
 #include "scheduler/engine/step_plan.h"
 
+#include <algorithm>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
@@ -38,8 +40,13 @@ wv1::StepPlan BuildStepPlan(int64_t step_id, const SchedulerOutput& output,
     options->set_temperature(sampling.temperature);
     options->set_top_k(sampling.top_k);
     options->set_top_p(sampling.top_p);
-    options->set_seed(sampling.seed);
+    options->set_seed(SeedForSequence(sampling.seed, seq.index_in_group()));
     options->set_num_logprobs(sampling.num_logprobs);
+    if (sampling.use_beam_search) {
+      // Beams extend by their 2k most likely tokens; nothing is drawn.
+      options->set_temperature(0.0f);
+      options->set_num_logprobs(std::max(sampling.num_logprobs, 2 * sampling.best_of));
+    }
     step->set_sample_index(seq.num_output_tokens());
   }
   AddMoves(output.blocks_to_swap_in, plan.mutable_swap_in());

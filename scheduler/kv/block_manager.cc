@@ -1,8 +1,10 @@
 #include "scheduler/kv/block_manager.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 
@@ -26,11 +28,26 @@ int FindTwin(const std::vector<Sequence*>& seqs, int i) {
   return -1;
 }
 
+// Token ids of logical block `index` of seq (full or not).
+std::vector<int32_t> BlockTokens(const Sequence& seq, int index, int block_size) {
+  std::vector<int32_t> tokens;
+  const int end = std::min(seq.length(), (index + 1) * block_size);
+  for (int i = index * block_size; i < end; ++i) tokens.push_back(seq.token_at(i));
+  return tokens;
+}
+
 }  // namespace
 
-BlockManager::BlockManager(int block_size, int num_gpu_blocks, int num_cpu_blocks, double watermark)
+uint64_t DefaultBlockHash(uint64_t parent_hash, absl::Span<const int32_t> tokens) {
+  return absl::HashOf(parent_hash, tokens);
+}
+
+BlockManager::BlockManager(int block_size, int num_gpu_blocks, int num_cpu_blocks, double watermark,
+                           bool enable_prefix_caching, BlockHasher hasher)
     : block_size_(block_size),
       watermark_blocks_(static_cast<int>(watermark * num_gpu_blocks)),
+      enable_prefix_caching_(enable_prefix_caching),
+      hasher_(hasher),
       gpu_(num_gpu_blocks),
       cpu_(num_cpu_blocks) {
   CHECK_GT(block_size, 0);
@@ -74,13 +91,57 @@ absl::Status BlockManager::Allocate(const SequenceGroup& group) {
       table = tables_.at(seqs[twin]->seq_id());
       for (int block : table.blocks) gpu_.AddReference(block);
     } else {
-      for (int b = 0; b < BlocksForTokens(seqs[i]->length()); ++b) {
-        table.blocks.push_back(*gpu_.Allocate());  // Checked above.
-      }
+      table = AllocateTable(*seqs[i]);
     }
     tables_[seqs[i]->seq_id()] = std::move(table);
   }
   return absl::OkStatus();
+}
+
+BlockTable BlockManager::AllocateTable(const Sequence& seq) {
+  BlockTable table;
+  if (enable_prefix_caching_) {
+    // The last token is always computed, so only blocks before it can hit.
+    const int max_hits = (seq.length() - 1) / block_size_;
+    uint64_t parent = 0;
+    for (int b = 0; b < max_hits; ++b) {
+      const std::vector<int32_t> tokens = BlockTokens(seq, b, block_size_);
+      const uint64_t hash = hasher_(parent, tokens);
+      const std::optional<int> hit = gpu_.AllocateCached(hash, tokens);
+      if (!hit.has_value()) break;
+      table.blocks.push_back(*hit);
+      table.hashes.push_back(hash);
+      parent = hash;
+    }
+    table.num_cached_tokens = static_cast<int>(table.blocks.size()) * block_size_;
+    prefix_cache_queries_ += seq.length();
+    prefix_cache_hits_ += table.num_cached_tokens;
+  }
+  while (static_cast<int>(table.blocks.size()) < BlocksForTokens(seq.length())) {
+    table.blocks.push_back(*gpu_.Allocate());  // The caller checked the free count.
+  }
+  return table;
+}
+
+void BlockManager::CommitComputedBlocks(const Sequence& seq) {
+  if (!enable_prefix_caching_) return;
+  auto it = tables_.find(seq.seq_id());
+  if (it == tables_.end() || !it->second.on_gpu) return;
+  BlockTable& table = it->second;
+  const int first_new = static_cast<int>(table.hashes.size());
+  const int full_blocks = std::min(seq.num_computed_tokens(), seq.length()) / block_size_;
+  for (int b = first_new; b < full_blocks && b < static_cast<int>(table.blocks.size()); ++b) {
+    const uint64_t parent = b == 0 ? 0 : table.hashes[b - 1];
+    table.hashes.push_back(hasher_(parent, BlockTokens(seq, b, block_size_)));
+  }
+  RegisterHashes(seq, table, first_new);
+}
+
+void BlockManager::RegisterHashes(const Sequence& seq, const BlockTable& table, int from) {
+  for (int b = from; b < static_cast<int>(table.hashes.size()); ++b) {
+    // Fails harmlessly when another block already caches these tokens.
+    gpu_.SetHash(table.blocks[b], table.hashes[b], BlockTokens(seq, b, block_size_));
+  }
 }
 
 bool BlockManager::CanAppendSlots(const SequenceGroup& group) const {
@@ -134,7 +195,7 @@ absl::Status BlockManager::Fork(const Sequence& parent, const Sequence& child) {
         absl::StrCat("child sequence ", child.seq_id(), " already has blocks"));
   }
   BlockTable table = it->second;
-  BlockAllocator& pool = table.on_gpu ? gpu_ : cpu_;
+  BlockPool& pool = table.on_gpu ? gpu_ : cpu_;
   for (int block : table.blocks) pool.AddReference(block);
   tables_[child.seq_id()] = std::move(table);
   return absl::OkStatus();
@@ -143,8 +204,9 @@ absl::Status BlockManager::Fork(const Sequence& parent, const Sequence& child) {
 void BlockManager::Free(int64_t seq_id) {
   auto it = tables_.find(seq_id);
   if (it == tables_.end()) return;
-  BlockAllocator& pool = it->second.on_gpu ? gpu_ : cpu_;
-  for (int block : it->second.blocks) pool.Release(block);
+  BlockPool& pool = it->second.on_gpu ? gpu_ : cpu_;
+  const std::vector<int>& blocks = it->second.blocks;
+  for (auto block = blocks.rbegin(); block != blocks.rend(); ++block) pool.Release(*block);
   tables_.erase(it);
 }
 
@@ -184,8 +246,8 @@ absl::StatusOr<std::vector<BlockMove>> BlockManager::Move(const std::vector<Sequ
           "sequence ", seq->seq_id(), " has no blocks on the ", to_gpu ? "CPU" : "GPU"));
     }
   }
-  BlockAllocator& from = to_gpu ? cpu_ : gpu_;
-  BlockAllocator& to = to_gpu ? gpu_ : cpu_;
+  BlockPool& from = to_gpu ? cpu_ : gpu_;
+  BlockPool& to = to_gpu ? gpu_ : cpu_;
   if (CountDistinctBlocks(seqs) > to.num_free()) {
     return absl::ResourceExhaustedError(
         absl::StrCat("not enough free ", to_gpu ? "GPU" : "CPU", " blocks to swap"));
@@ -208,6 +270,8 @@ absl::StatusOr<std::vector<BlockMove>> BlockManager::Move(const std::vector<Sequ
       block = it->second;
     }
     table.on_gpu = to_gpu;
+    // The GPU copies of computed full blocks can serve prefix hits again.
+    if (to_gpu && enable_prefix_caching_) RegisterHashes(*seq, table, 0);
   }
   return moves;
 }

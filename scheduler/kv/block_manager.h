@@ -8,7 +8,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "scheduler/kv/block_allocator.h"
+#include "absl/types/span.h"
+#include "scheduler/kv/block_pool.h"
 #include "scheduler/engine/sequence.h"
 
 namespace pagoda::scheduler {
@@ -25,7 +26,17 @@ enum class AllocStatus {
 struct BlockTable {
   std::vector<int> blocks;
   bool on_gpu = true;
+  // Chained hash of each leading full block whose K/V has been computed
+  // (hashes[i] covers blocks[i]); grows as CommitComputedBlocks sees them.
+  std::vector<uint64_t> hashes;
+  // Leading tokens found in the prefix cache when the table was allocated.
+  int num_cached_tokens = 0;
 };
+
+// Hash of a full block: (hash of the previous block, or 0 for the first;
+// the block's token ids). Injectable so tests can force collisions.
+using BlockHasher = uint64_t (*)(uint64_t parent_hash, absl::Span<const int32_t> tokens);
+uint64_t DefaultBlockHash(uint64_t parent_hash, absl::Span<const int32_t> tokens);
 
 // One physical block moved or copied: GPU->CPU (swap out), CPU->GPU (swap in)
 // or GPU->GPU (copy-on-write). Declared here rather than in scheduler.h so the
@@ -46,15 +57,20 @@ struct BlockMove {
 // kRunning for appends and SwapOut, kSwapped for SwapIn) and the scheduler
 // sets the new status afterwards.
 //
-// Prefix caching (later) will hash full blocks in Allocate/AppendSlots and
-// park unreferenced cached blocks in an evictor; the public API stays.
+// Automatic prefix caching (when enabled): a full block is hashed, chained
+// on its predecessor, once its K/V is computed (CommitComputedBlocks after
+// each step); Allocate reuses the longest run of cached leading blocks whose
+// tokens match, except that the block holding the prompt's last token is
+// always computed afresh (the step must produce logits for it). Unreferenced
+// cached blocks stay in the GPU pool's LRU evictor until a block is needed.
 //
 // Thread-compatible: only the engine thread uses it.
 class BlockManager {
  public:
   // REQUIRES: block_size > 0, num_gpu_blocks >= 0, num_cpu_blocks >= 0,
   // 0 <= watermark < 1.
-  BlockManager(int block_size, int num_gpu_blocks, int num_cpu_blocks, double watermark);
+  BlockManager(int block_size, int num_gpu_blocks, int num_cpu_blocks, double watermark,
+               bool enable_prefix_caching = false, BlockHasher hasher = &DefaultBlockHash);
   BlockManager(const BlockManager&) = delete;
   BlockManager& operator=(const BlockManager&) = delete;
 
@@ -68,9 +84,16 @@ class BlockManager {
   AllocStatus CanAllocate(const SequenceGroup& group) const;
   // Gives every kWaiting sequence of the group a table covering its length.
   // Waiting sequences with the same tokens share blocks (the fresh prompt
-  // of parallel samples); others get their own. REQUIRES: none of them has
-  // a table. RESOURCE_EXHAUSTED (and nothing allocated) if blocks run out.
+  // of parallel samples); others get their own, starting with prefix-cache
+  // hits (table.num_cached_tokens says how many tokens need no computing).
+  // REQUIRES: none of them has a table. RESOURCE_EXHAUSTED (and nothing
+  // allocated) if blocks run out.
   absl::Status Allocate(const SequenceGroup& group);
+
+  // Hashes and registers in the prefix cache the full blocks of seq whose
+  // K/V are now computed (seq.num_computed_tokens()). Call after every step
+  // for each scheduled sequence. No-op without prefix caching or table.
+  void CommitComputedBlocks(const Sequence& seq);
 
   // Whether every kRunning sequence of the group can grow to its length: one
   // free block for each running sequence whose next token starts a block or
@@ -88,7 +111,8 @@ class BlockManager {
   // REQUIRES: parent has a table and child has none.
   absl::Status Fork(const Sequence& parent, const Sequence& child);
 
-  // Drops the sequence's references and its table. No-op if it has none.
+  // Drops the sequence's references (tail block first, so that a cached
+  // chain is evicted from its tail) and its table. No-op if it has none.
   void Free(int64_t seq_id);
 
   // Whether the group's kSwapped sequences fit back on the GPU with one spare
@@ -116,11 +140,21 @@ class BlockManager {
   int num_free_gpu_blocks() const { return gpu_.num_free(); }
   int num_free_cpu_blocks() const { return cpu_.num_free(); }
   int watermark_blocks() const { return watermark_blocks_; }
-  const BlockAllocator& gpu_allocator() const { return gpu_; }
-  const BlockAllocator& cpu_allocator() const { return cpu_; }
+  const BlockPool& gpu_pool() const { return gpu_; }
+  const BlockPool& cpu_pool() const { return cpu_; }
+  bool prefix_caching_enabled() const { return enable_prefix_caching_; }
+  BlockHasher hasher() const { return hasher_; }
+  // Prompt tokens looked up in the prefix cache, and those found (vLLM
+  // counts both in tokens).
+  int64_t prefix_cache_queries() const { return prefix_cache_queries_; }
+  int64_t prefix_cache_hits() const { return prefix_cache_hits_; }
 
  private:
   AllocStatus CheckFits(int needed) const;
+  // Fills a fresh table for seq: cached leading blocks, then new ones.
+  BlockTable AllocateTable(const Sequence& seq);
+  // Registers table.blocks[i] under table.hashes[i] for i in [from, size).
+  void RegisterHashes(const Sequence& seq, const BlockTable& table, int from);
   // Moves the tables of `seqs` from one pool to the other, one copy per
   // distinct physical block.
   absl::StatusOr<std::vector<BlockMove>> Move(const std::vector<Sequence*>& seqs, bool to_gpu);
@@ -129,8 +163,12 @@ class BlockManager {
 
   int block_size_;
   int watermark_blocks_;
-  BlockAllocator gpu_;
-  BlockAllocator cpu_;
+  bool enable_prefix_caching_;
+  BlockHasher hasher_;
+  int64_t prefix_cache_queries_ = 0;
+  int64_t prefix_cache_hits_ = 0;
+  BlockPool gpu_;
+  BlockPool cpu_;
   absl::flat_hash_map<int64_t, BlockTable> tables_;
 };
 

@@ -61,7 +61,7 @@ TEST(BlockManagerTest, Scenario2ForkThenCopyOnWriteOfSharedLastBlock) {
   ASSERT_TRUE(manager.Fork(parent, *child).ok());
   EXPECT_EQ(manager.GetBlockTable(1), std::vector<int>({0}));
   EXPECT_EQ(manager.GetBlockTable(2), std::vector<int>({0}));
-  EXPECT_EQ(manager.gpu_allocator().ref_count(0), 2);
+  EXPECT_EQ(manager.gpu_pool().ref_count(0), 2);
   EXPECT_EQ(manager.num_free_gpu_blocks(), 3);
 
   child->AppendToken({7, 0.0f, {}});
@@ -174,8 +174,8 @@ TEST(BlockManagerTest, SwapKeepsSharingBetweenForkedSequences) {
   EXPECT_EQ(ToPairs(*out), Moves({{0, 0}, {1, 1}, {2, 2}}));
   EXPECT_EQ(manager.num_free_cpu_blocks(), 5);
   EXPECT_EQ(manager.num_free_gpu_blocks(), 8);
-  EXPECT_EQ(manager.cpu_allocator().ref_count(0), 2);
-  EXPECT_EQ(manager.cpu_allocator().ref_count(1), 1);
+  EXPECT_EQ(manager.cpu_pool().ref_count(0), 2);
+  EXPECT_EQ(manager.cpu_pool().ref_count(1), 1);
   EXPECT_EQ(manager.GetBlockTable(1), std::vector<int>({0, 1}));
   EXPECT_EQ(manager.GetBlockTable(2), std::vector<int>({0, 2}));
 
@@ -187,7 +187,7 @@ TEST(BlockManagerTest, SwapKeepsSharingBetweenForkedSequences) {
   EXPECT_EQ(ToPairs(*in), Moves({{0, 2}, {1, 0}, {2, 1}}));
   EXPECT_EQ(manager.GetBlockTable(1), std::vector<int>({2, 0}));
   EXPECT_EQ(manager.GetBlockTable(2), std::vector<int>({2, 1}));
-  EXPECT_EQ(manager.gpu_allocator().ref_count(2), 2);
+  EXPECT_EQ(manager.gpu_pool().ref_count(2), 2);
   EXPECT_EQ(manager.num_free_gpu_blocks(), 5);
   EXPECT_EQ(manager.num_free_cpu_blocks(), 8);
 
@@ -244,7 +244,7 @@ struct World {
 
 void CheckInvariants(const BlockManager& manager, const World& world) {
   for (bool gpu : {true, false}) {
-    const BlockAllocator& pool = gpu ? manager.gpu_allocator() : manager.cpu_allocator();
+    const BlockPool& pool = gpu ? manager.gpu_pool() : manager.cpu_pool();
     std::vector<int> expected(pool.num_total(), 0);
     for (const auto& [seq_id, table] : manager.block_tables()) {
       if (table.on_gpu != gpu) continue;
@@ -333,8 +333,8 @@ TEST_P(RandomizedBlockManagerTest, InvariantsHoldAfterEveryOperation) {
           auto copy = manager.AppendSlots(*seq);
           ASSERT_TRUE(copy.ok()) << copy.status();
           if (copy->has_value()) {
-            ASSERT_EQ(manager.gpu_allocator().ref_count((*copy)->dst), 1);
-            ASSERT_GE(manager.gpu_allocator().ref_count((*copy)->src), 1);
+            ASSERT_EQ(manager.gpu_pool().ref_count((*copy)->dst), 1);
+            ASSERT_GE(manager.gpu_pool().ref_count((*copy)->src), 1);
           }
         }
         ++counts[op];

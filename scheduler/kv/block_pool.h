@@ -1,0 +1,90 @@
+#ifndef PAGODA_SCHEDULER_KV_BLOCK_POOL_H_
+#define PAGODA_SCHEDULER_KV_BLOCK_POOL_H_
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace pagoda::scheduler {
+
+// Pool of `num_blocks` physical KV blocks numbered from 0 (one for the GPU,
+// one for the CPU swap space), with per-block metadata: ref count, content
+// hash (set once the block is full and its K/V computed) and last use.
+// Metadata only: it never touches KV bytes.
+//
+// A block is in exactly one of three states:
+//   used       ref count > 0;
+//   free       ref count 0, no hash: in the free list;
+//   evictable  ref count 0, hashed: in the LRU evictor, its K/V still valid
+//              and findable by hash until Allocate() needs the block.
+// num_free() = free + evictable. Free blocks are handed out from the front of
+// the free list and a released block goes back to the front (vLLM v0 order);
+// only when the free list is empty is the least recently used evictable
+// block evicted (its hash forgotten) and handed out.
+//
+// Thread-compatible: only the engine thread uses it.
+class BlockPool {
+ public:
+  explicit BlockPool(int num_blocks);
+  BlockPool(const BlockPool&) = delete;
+  BlockPool& operator=(const BlockPool&) = delete;
+  BlockPool(BlockPool&&) = default;
+  BlockPool& operator=(BlockPool&&) = default;
+
+  // Takes the first free block (else evicts the LRU evictable one) with ref
+  // count 1 and no hash. RESOURCE_EXHAUSTED when num_free() == 0.
+  absl::StatusOr<int> Allocate();
+  // The block registered under `hash` whose tokens equal `tokens` (a hash
+  // collision is a miss), with one more reference (out of the evictor if it
+  // was there); nullopt on a miss.
+  std::optional<int> AllocateCached(uint64_t hash, absl::Span<const int32_t> tokens);
+  // Adds a reference to a used block. REQUIRES: ref_count(block) > 0.
+  void AddReference(int block);
+  // Drops one reference; at 0 the block becomes evictable if hashed, else
+  // free. REQUIRES: ref_count(block) > 0.
+  void Release(int block);
+  // Registers a used, full, computed block under `hash` with its tokens.
+  // Returns false (and changes nothing) if the block already has a hash or
+  // another block holds this hash (the first copy stays the cached one).
+  bool SetHash(int block, uint64_t hash, absl::Span<const int32_t> tokens);
+
+  int ref_count(int block) const { return blocks_[block].ref_count; }
+  std::optional<uint64_t> hash(int block) const { return blocks_[block].hash; }
+  const std::vector<int32_t>& tokens(int block) const { return blocks_[block].tokens; }
+  bool is_evictable(int block) const;
+  int num_free() const { return static_cast<int>(free_list_.size() + evictor_.size()); }
+  int num_evictable() const { return static_cast<int>(evictor_.size()); }
+  int num_total() const { return static_cast<int>(blocks_.size()); }
+  int num_cached() const { return static_cast<int>(hash_to_block_.size()); }
+  // Front = next block handed out. For invariant checks and tests.
+  const std::deque<int>& free_list() const { return free_list_; }
+
+ private:
+  struct Block {
+    int ref_count = 0;
+    std::optional<uint64_t> hash;
+    std::vector<int32_t> tokens;  // Kept only while hashed, for collision checks.
+    uint64_t last_use = 0;        // Tick of the last Release.
+  };
+  // Forgets the hash of an evictable or used block.
+  void Unhash(int block);
+
+  std::vector<Block> blocks_;
+  std::deque<int> free_list_;
+  // (last_use, block): begin() is the least recently used. A table is freed
+  // tail first, so its tail gets the older tick and is evicted first.
+  std::set<std::pair<uint64_t, int>> evictor_;
+  absl::flat_hash_map<uint64_t, int> hash_to_block_;
+  uint64_t tick_ = 0;
+};
+
+}  // namespace pagoda::scheduler
+
+#endif  // PAGODA_SCHEDULER_KV_BLOCK_POOL_H_
