@@ -1,6 +1,7 @@
 #include "scheduler/kv/block_manager.h"
 
 #include <algorithm>
+#include <deque>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -233,18 +234,176 @@ TEST(BlockManagerTest, SwapInReservesOneBlockPerSequence) {
 }
 
 // ---------------------------------------------------------------------------
+// Prefix caching and the evictor.
+
+std::unique_ptr<SequenceGroup> GroupWithPrompt(int64_t seq_id, std::vector<int32_t> prompt) {
+  return std::make_unique<SequenceGroup>("req" + std::to_string(seq_id), std::move(prompt), seq_id,
+                                         SamplingOptions{}, StoppingOptions{}, absl::Now());
+}
+
+// Allocates the group, marks it running and its whole length computed, as
+// a finished prefill step would.
+void PrefillAndCommit(BlockManager& manager, SequenceGroup& group) {
+  AllocateRunning(manager, group);
+  for (Sequence* seq : group.SeqsWithStatus(SequenceStatus::kRunning)) {
+    seq->set_num_computed_tokens(seq->length());
+    manager.CommitComputedBlocks(*seq);
+  }
+}
+
+TEST(PrefixCacheTest, HitReusesComputedFullBlocksAndCountsTokens) {
+  BlockManager manager(/*block_size=*/4, /*num_gpu_blocks=*/10, 0, 0.0, /*prefix_caching=*/true);
+  auto first = GroupWithPrompt(1, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10});
+  PrefillAndCommit(manager, *first);
+  EXPECT_EQ(manager.GetBlockTable(1), std::vector<int>({0, 1, 2}));
+  EXPECT_EQ(manager.gpu_pool().num_cached(), 2);  // Two full blocks; the third is partial.
+
+  auto second = GroupWithPrompt(2, {1, 2, 3, 4, 5, 6, 7, 8, 50, 51, 52});
+  AllocateRunning(manager, *second);
+  EXPECT_EQ(manager.GetBlockTable(2), std::vector<int>({0, 1, 3}));
+  EXPECT_EQ(manager.FindBlockTable(2)->num_cached_tokens, 8);
+  EXPECT_EQ(manager.gpu_pool().ref_count(0), 2);
+  EXPECT_EQ(manager.prefix_cache_queries(), 10 + 11);
+  EXPECT_EQ(manager.prefix_cache_hits(), 8);
+}
+
+TEST(PrefixCacheTest, FullyCachedPromptStillComputesItsLastToken) {
+  BlockManager manager(4, 10, 0, 0.0, true);
+  auto first = GroupWithPrompt(1, {1, 2, 3, 4, 5, 6, 7, 8});
+  PrefillAndCommit(manager, *first);
+  auto twin = GroupWithPrompt(2, {1, 2, 3, 4, 5, 6, 7, 8});
+  AllocateRunning(manager, *twin);
+  // Block 1 holds the last token, which must produce logits: a fresh block.
+  EXPECT_EQ(manager.GetBlockTable(2), std::vector<int>({0, 2}));
+  EXPECT_EQ(manager.FindBlockTable(2)->num_cached_tokens, 4);
+}
+
+TEST(PrefixCacheTest, BlocksAreCachedOnlyOnceComputed) {
+  BlockManager manager(4, 10, 0, 0.0, true);
+  auto first = GroupWithPrompt(1, {1, 2, 3, 4, 5, 6});
+  AllocateRunning(manager, *first);  // Scheduled, not yet computed.
+  auto second = GroupWithPrompt(2, {1, 2, 3, 4, 5, 6});
+  AllocateRunning(manager, *second);
+  EXPECT_EQ(manager.FindBlockTable(2)->num_cached_tokens, 0);
+  EXPECT_EQ(manager.gpu_pool().num_cached(), 0);
+}
+
+uint64_t CollidingHash(uint64_t, absl::Span<const int32_t>) { return 42; }
+
+TEST(PrefixCacheTest, HashCollisionIsAMissAfterTokenComparison) {
+  BlockManager manager(4, 10, 0, 0.0, true, &CollidingHash);
+  auto first = GroupWithPrompt(1, {1, 2, 3, 4, 5});
+  PrefillAndCommit(manager, *first);
+  auto other = GroupWithPrompt(2, {9, 9, 9, 9, 5});  // Same hash, other tokens.
+  AllocateRunning(manager, *other);
+  EXPECT_EQ(manager.FindBlockTable(2)->num_cached_tokens, 0);
+  EXPECT_EQ(manager.GetBlockTable(2), std::vector<int>({2, 3}));
+}
+
+TEST(PrefixCacheTest, DisabledCachesNothing) {
+  BlockManager manager(4, 10, 0, 0.0, /*prefix_caching=*/false);
+  auto first = GroupWithPrompt(1, {1, 2, 3, 4, 5});
+  PrefillAndCommit(manager, *first);
+  auto second = GroupWithPrompt(2, {1, 2, 3, 4, 5});
+  AllocateRunning(manager, *second);
+  EXPECT_EQ(manager.FindBlockTable(2)->num_cached_tokens, 0);
+  EXPECT_EQ(manager.prefix_cache_queries(), 0);
+}
+
+TEST(EvictorTest, FreedCachedBlocksCountAsFreeAndServeLaterHits) {
+  BlockManager manager(4, 4, 0, 0.0, true);
+  auto first = GroupWithPrompt(1, {1, 2, 3, 4, 5, 6, 7, 8, 9});
+  PrefillAndCommit(manager, *first);
+  manager.Free(1);
+  // Blocks 0 and 1 stay cached (evictable); block 2 was partial: free list.
+  EXPECT_EQ(manager.num_free_gpu_blocks(), 4);
+  EXPECT_EQ(manager.gpu_pool().num_evictable(), 2);
+  EXPECT_EQ(manager.gpu_pool().free_list(), std::deque<int>({2, 3}));
+
+  auto again = GroupWithPrompt(2, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10});
+  AllocateRunning(manager, *again);
+  EXPECT_EQ(manager.GetBlockTable(2), std::vector<int>({0, 1, 2}));
+  EXPECT_EQ(manager.gpu_pool().num_evictable(), 0);  // Hits leave the evictor.
+  EXPECT_EQ(manager.num_free_gpu_blocks(), 1);
+}
+
+TEST(EvictorTest, EvictsLeastRecentlyUsedAndTailBeforeHead) {
+  BlockManager manager(4, 5, 0, 0.0, true);
+  auto old_chain = GroupWithPrompt(1, {1, 2, 3, 4, 5, 6, 7, 8, 9});
+  PrefillAndCommit(manager, *old_chain);  // Blocks 0, 1 cached; 2 partial.
+  auto new_chain = GroupWithPrompt(2, {20, 21, 22, 23, 24});
+  PrefillAndCommit(manager, *new_chain);  // Block 3 cached; 4 partial.
+  manager.Free(1);
+  manager.Free(2);  // Freed later: more recently used than blocks 0 and 1.
+  EXPECT_EQ(manager.num_free_gpu_blocks(), 5);
+
+  // 3 fresh blocks: the two uncached ones first, then the LRU cached block,
+  // which is the tail (1) of the older chain, not its head (0).
+  auto fresh = GroupWithPrompt(3, {30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40});
+  AllocateRunning(manager, *fresh);
+  EXPECT_EQ(manager.GetBlockTable(3), std::vector<int>({4, 2, 1}));
+  EXPECT_FALSE(manager.gpu_pool().hash(1).has_value());
+  EXPECT_TRUE(manager.gpu_pool().hash(0).has_value());
+  EXPECT_TRUE(manager.gpu_pool().hash(3).has_value());
+  auto head_hit = GroupWithPrompt(4, {1, 2, 3, 4, 99});
+  AllocateRunning(manager, *head_hit);
+  EXPECT_EQ(manager.FindBlockTable(4)->num_cached_tokens, 4);
+}
+
+TEST(EvictorTest, SwapOutKeepsGpuCopyCachedAndSwapInRegistersAgain) {
+  BlockManager manager(4, 6, 6, 0.0, true);
+  auto group = GroupWithPrompt(1, {1, 2, 3, 4, 5, 6, 7, 8, 9});
+  PrefillAndCommit(manager, *group);
+  ASSERT_TRUE(manager.SwapOut(*group).ok());
+  SetStatus(*group, SequenceStatus::kRunning, SequenceStatus::kSwapped);
+  EXPECT_EQ(manager.gpu_pool().num_evictable(), 2);
+  EXPECT_EQ(manager.num_free_gpu_blocks(), 6);
+  ASSERT_TRUE(manager.SwapIn(*group).ok());
+  SetStatus(*group, SequenceStatus::kSwapped, SequenceStatus::kRunning);
+  // The old GPU copies still hold the hashes; the new ones are plain blocks.
+  EXPECT_EQ(manager.gpu_pool().num_cached(), 2);
+  EXPECT_EQ(manager.num_free_gpu_blocks(), 3);
+}
+
+// ---------------------------------------------------------------------------
 // Randomized operations checked against the invariants after every step.
 
 class RandomizedBlockManagerTest : public ::testing::TestWithParam<int> {};
 
+// A block pool's "KV bytes": the token id written in each slot.
+using Memory = std::vector<std::vector<int32_t>>;
+
 struct World {
   std::vector<std::unique_ptr<SequenceGroup>> groups;
   int64_t next_seq_id = 1;
+  Memory gpu;
+  Memory cpu;
 };
 
+// Writes seq's tokens [from, length) into the slots its table maps them to.
+void WriteTokens(const BlockManager& manager, const Sequence& seq, int from, Memory& memory) {
+  const std::vector<int>& table = manager.GetBlockTable(seq.seq_id());
+  const int block_size = manager.block_size();
+  for (int p = from; p < seq.length(); ++p) memory[table[p / block_size]][p % block_size] = seq.token_at(p);
+}
+
+void ApplyMoves(const std::vector<BlockMove>& moves, const Memory& from, Memory& to) {
+  for (const BlockMove& move : moves) to[move.dst] = from[move.src];
+}
+
+std::vector<int32_t> TokensOfBlock(const Sequence& seq, int index, int block_size) {
+  std::vector<int32_t> tokens;
+  for (int p = index * block_size; p < std::min(seq.length(), (index + 1) * block_size); ++p) {
+    tokens.push_back(seq.token_at(p));
+  }
+  return tokens;
+}
+
 void CheckInvariants(const BlockManager& manager, const World& world) {
+  const int block_size = manager.block_size();
   for (bool gpu : {true, false}) {
     const BlockPool& pool = gpu ? manager.gpu_pool() : manager.cpu_pool();
+    const Memory& memory = gpu ? world.gpu : world.cpu;
     std::vector<int> expected(pool.num_total(), 0);
     for (const auto& [seq_id, table] : manager.block_tables()) {
       if (table.on_gpu != gpu) continue;
@@ -260,14 +419,24 @@ void CheckInvariants(const BlockManager& manager, const World& world) {
     for (int block : pool.free_list()) {
       ASSERT_TRUE(free_blocks.insert(block).second) << "block free twice: " << block;
     }
-    int unreferenced = 0;
+    int used = 0;
+    int evictable = 0;
     for (int block = 0; block < pool.num_total(); ++block) {
       ASSERT_EQ(pool.ref_count(block), expected[block]) << (gpu ? "GPU" : "CPU") << " " << block;
-      // Free and referenced blocks partition the pool.
-      ASSERT_EQ(free_blocks.contains(block), expected[block] == 0) << block;
-      if (expected[block] == 0) ++unreferenced;
+      // Exactly one place: used, free list or evictor.
+      const bool in_evictor = pool.is_evictable(block);
+      ASSERT_EQ(free_blocks.contains(block), expected[block] == 0 && !in_evictor) << block;
+      if (free_blocks.contains(block)) ASSERT_FALSE(pool.hash(block).has_value());
+      if (expected[block] > 0) ++used;
+      if (in_evictor) ++evictable;
+      // A cached block (used or evictable) still holds the tokens it is cached for.
+      if (pool.hash(block).has_value()) {
+        ASSERT_TRUE(gpu) << "CPU blocks are never cached";
+        ASSERT_EQ(pool.tokens(block), memory[block]) << "cached block " << block << " was overwritten";
+      }
     }
-    ASSERT_EQ(pool.num_free(), unreferenced);
+    ASSERT_EQ(pool.num_evictable(), evictable);
+    ASSERT_EQ(pool.num_free() + used, pool.num_total());
   }
   int live = 0;
   for (const auto& group : world.groups) {
@@ -281,17 +450,51 @@ void CheckInvariants(const BlockManager& manager, const World& world) {
       ASSERT_NE(table, nullptr);
       ASSERT_EQ(static_cast<int>(table->blocks.size()), manager.BlocksForTokens(seq->length()));
       ASSERT_EQ(table->on_gpu, seq->status() == SequenceStatus::kRunning);
+      // The tokens the table maps to are the sequence's, wherever it lives.
+      const Memory& memory = table->on_gpu ? world.gpu : world.cpu;
+      for (int p = 0; p < seq->length(); ++p) {
+        ASSERT_EQ(memory[table->blocks[p / block_size]][p % block_size], seq->token_at(p))
+            << "seq " << seq->seq_id() << " position " << p;
+      }
+      // Chained hashes cover computed full blocks and match the tokens.
+      uint64_t parent = 0;
+      for (size_t b = 0; b < table->hashes.size(); ++b) {
+        const std::vector<int32_t> tokens = TokensOfBlock(*seq, b, block_size);
+        ASSERT_EQ(static_cast<int>(tokens.size()), block_size);
+        ASSERT_EQ(table->hashes[b], manager.hasher()(parent, tokens));
+        parent = table->hashes[b];
+        if (table->on_gpu && manager.gpu_pool().hash(table->blocks[b]).has_value()) {
+          ASSERT_EQ(*manager.gpu_pool().hash(table->blocks[b]), table->hashes[b]);
+        }
+      }
     }
   }
   ASSERT_EQ(static_cast<int>(manager.block_tables().size()), live);
 }
 
+// Collides often, so that the token comparison is exercised.
+uint64_t WeakHash(uint64_t parent, absl::Span<const int32_t> tokens) {
+  uint64_t sum = parent * 7;
+  for (int32_t token : tokens) sum += token;
+  return sum % 13;
+}
+
 TEST_P(RandomizedBlockManagerTest, InvariantsHoldAfterEveryOperation) {
   std::mt19937 rng(GetParam());
   auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
-  BlockManager manager(/*block_size=*/4, /*num_gpu_blocks=*/40, /*num_cpu_blocks=*/24,
-                       GetParam() % 2 == 0 ? 0.0 : 0.05);
+  constexpr int kGpuBlocks = 40;
+  constexpr int kCpuBlocks = 24;
+  BlockManager manager(/*block_size=*/4, kGpuBlocks, kCpuBlocks, GetParam() % 2 == 0 ? 0.0 : 0.05,
+                       /*enable_prefix_caching=*/true,
+                       GetParam() % 3 == 0 ? &WeakHash : &DefaultBlockHash);
   World world;
+  world.gpu.assign(kGpuBlocks, std::vector<int32_t>(4, -1));
+  world.cpu.assign(kCpuBlocks, std::vector<int32_t>(4, -1));
+  // Prompts start with a prefix of one of three bases, so the cache hits.
+  std::vector<std::vector<int32_t>> bases(3, std::vector<int32_t>(18));
+  for (auto& base : bases) {
+    for (auto& token : base) token = uniform(0, 9);
+  }
   auto groups_with = [&](SequenceStatus status) {
     std::vector<SequenceGroup*> result;
     for (auto& group : world.groups) {
@@ -299,20 +502,34 @@ TEST_P(RandomizedBlockManagerTest, InvariantsHoldAfterEveryOperation) {
     }
     return result;
   };
+  // Marks seq computed (as a finished step would) and commits its blocks.
+  auto compute = [&](Sequence& seq) {
+    seq.set_num_computed_tokens(seq.length());
+    manager.CommitComputedBlocks(seq);
+  };
   int counts[6] = {};
+  int evictions = 0;
   for (int step = 0; step < 4000; ++step) {
     const int op = uniform(0, 5);
     std::vector<SequenceGroup*> running = groups_with(SequenceStatus::kRunning);
     std::vector<SequenceGroup*> swapped = groups_with(SequenceStatus::kSwapped);
+    const int cached_before = manager.gpu_pool().num_cached();
+    const int evictable_before = manager.gpu_pool().num_evictable();
     if (op == 0) {  // New prompt.
-      std::vector<int32_t> prompt(uniform(1, 18));
-      for (auto& token : prompt) token = uniform(0, 9);
+      const std::vector<int32_t>& base = bases[uniform(0, 2)];
+      std::vector<int32_t> prompt(base.begin(), base.begin() + uniform(1, 18));
+      for (int extra = uniform(0, 3); extra > 0; --extra) prompt.push_back(uniform(0, 9));
       auto group =
           std::make_unique<SequenceGroup>("r", std::move(prompt), world.next_seq_id++,
                                           SamplingOptions{}, StoppingOptions{}, absl::Now());
       if (manager.CanAllocate(*group) == AllocStatus::kOk) {
         ASSERT_TRUE(manager.Allocate(*group).ok());
         SetStatus(*group, SequenceStatus::kWaiting, SequenceStatus::kRunning);
+        Sequence& seq = *group->seqs()[0];
+        const int cached = manager.FindBlockTable(seq.seq_id())->num_cached_tokens;
+        ASSERT_LT(cached, seq.length());
+        WriteTokens(manager, seq, cached, world.gpu);  // The prefill.
+        compute(seq);
         world.groups.push_back(std::move(group));
         ++counts[op];
       }
@@ -329,13 +546,21 @@ TEST_P(RandomizedBlockManagerTest, InvariantsHoldAfterEveryOperation) {
           seq->set_status(SequenceStatus::kFinishedAborted);
         }
       } else {
+        std::vector<BlockMove> copies;
         for (Sequence* seq : group->SeqsWithStatus(SequenceStatus::kRunning)) {
           auto copy = manager.AppendSlots(*seq);
           ASSERT_TRUE(copy.ok()) << copy.status();
           if (copy->has_value()) {
             ASSERT_EQ(manager.gpu_pool().ref_count((*copy)->dst), 1);
             ASSERT_GE(manager.gpu_pool().ref_count((*copy)->src), 1);
+            copies.push_back(**copy);
           }
+        }
+        // The workers copy first, then every sequence writes its token.
+        ApplyMoves(copies, world.gpu, world.gpu);
+        for (Sequence* seq : group->SeqsWithStatus(SequenceStatus::kRunning)) {
+          WriteTokens(manager, *seq, seq->length() - 1, world.gpu);
+          compute(*seq);
         }
         ++counts[op];
       }
@@ -361,6 +586,7 @@ TEST_P(RandomizedBlockManagerTest, InvariantsHoldAfterEveryOperation) {
       if (manager.CanSwapOut(*group)) {
         auto moves = manager.SwapOut(*group);
         ASSERT_TRUE(moves.ok()) << moves.status();
+        ApplyMoves(*moves, world.gpu, world.cpu);
         SetStatus(*group, SequenceStatus::kRunning, SequenceStatus::kSwapped);
         ++counts[op];
       } else {
@@ -371,19 +597,27 @@ TEST_P(RandomizedBlockManagerTest, InvariantsHoldAfterEveryOperation) {
       if (manager.CanSwapIn(*group) == AllocStatus::kOk) {
         auto moves = manager.SwapIn(*group);
         ASSERT_TRUE(moves.ok()) << moves.status();
+        ApplyMoves(*moves, world.cpu, world.gpu);
         SetStatus(*group, SequenceStatus::kSwapped, SequenceStatus::kRunning);
         ++counts[op];
       }
     }
+    // An eviction: a cached block lost its hash to make room.
+    if (manager.gpu_pool().num_cached() < cached_before &&
+        manager.gpu_pool().num_evictable() < evictable_before) {
+      ++evictions;
+    }
     ASSERT_NO_FATAL_FAILURE(CheckInvariants(manager, world)) << "after step " << step;
   }
   for (int op = 0; op < 6; ++op) EXPECT_GE(counts[op], 10) << "operation " << op << " too rare";
+  EXPECT_GT(manager.prefix_cache_hits(), 100);
+  EXPECT_GE(evictions, 10);
   // Freeing everything restores every count.
   for (auto& group : world.groups) {
     for (auto& seq : group->seqs()) manager.Free(seq->seq_id());
   }
-  EXPECT_EQ(manager.num_free_gpu_blocks(), 40);
-  EXPECT_EQ(manager.num_free_cpu_blocks(), 24);
+  EXPECT_EQ(manager.num_free_gpu_blocks(), kGpuBlocks);
+  EXPECT_EQ(manager.num_free_cpu_blocks(), kCpuBlocks);
   EXPECT_TRUE(manager.block_tables().empty());
 }
 
