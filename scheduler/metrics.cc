@@ -31,6 +31,9 @@ struct ServerMetrics::Instruments {
   Gauge* kv_token_utilization;
   Counter* preemptions;
   Counter* prompt_tokens;
+  Counter* prefix_cache_queries;
+  Counter* prefix_cache_hits;
+  Histogram* request_preemptions;
   Counter* generation_tokens;
   prometheus::Family<Counter>* finished_family;
   prometheus::Labels labels;
@@ -107,6 +110,14 @@ absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Start(const std::s
       AddCounter(r, "pagoda_prompt_tokens_total", "Prompt tokens computed.", labels);
   in->generation_tokens =
       AddCounter(r, "pagoda_generation_tokens_total", "Tokens generated.", labels);
+  in->prefix_cache_queries = AddCounter(r, "pagoda_prefix_cache_queries_total",
+                                        "Prompt tokens looked up in the prefix cache.", labels);
+  in->prefix_cache_hits = AddCounter(r, "pagoda_prefix_cache_hits_total",
+                                     "Prompt tokens found in the prefix cache.", labels);
+  in->request_preemptions = AddHistogram(
+      r, "pagoda_request_preemptions",
+      "Times each finished request was preempted; a heavy tail means thrashing.", labels,
+      {0, 1, 2, 4, 8, 16, 32, 64});
   in->finished_family = &prometheus::BuildCounter()
                              .Name("pagoda_request_success_total")
                              .Help("Finished requests by finish reason.")
@@ -156,6 +167,8 @@ void ServerMetrics::OnStep(const StepRecord& step, const EngineSnapshot& snapsho
   };
   catch_up(in.preemptions, static_cast<double>(snapshot.num_preemptions_total));
   catch_up(in.prompt_tokens, static_cast<double>(snapshot.prompt_tokens_total));
+  catch_up(in.prefix_cache_queries, static_cast<double>(snapshot.prefix_cache_queries_total));
+  catch_up(in.prefix_cache_hits, static_cast<double>(snapshot.prefix_cache_hits_total));
   catch_up(in.generation_tokens, static_cast<double>(snapshot.generation_tokens_total));
   in.step_time->Observe(step.total_seconds);
   in.tokens_per_step->Observe(step.num_batched_tokens);
@@ -167,6 +180,7 @@ void ServerMetrics::OnRequestFinished(const RequestRecord& record) {
   labels["finished_reason"] = record.finish_reason;
   in.finished_family->Add(labels).Increment();
   in.e2e_latency->Observe(absl::ToDoubleSeconds(record.finish_time - record.arrival_time));
+  in.request_preemptions->Observe(record.num_preemptions);
   if (record.first_scheduled_time != absl::InfinitePast()) {
     in.queue_time->Observe(
         absl::ToDoubleSeconds(record.first_scheduled_time - record.arrival_time));

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -59,7 +60,11 @@ ABSL_FLAG(double, swap_space, 0, "GiB of CPU swap space per worker for preempted
 ABSL_FLAG(int, max_num_seqs, 256, "Most sequences in one step.");
 ABSL_FLAG(int, max_num_batched_tokens, 0, "Most tokens in one step; 0 = max(max_model_len, 2048).");
 ABSL_FLAG(int, max_model_len, 0, "Longest prompt + output; 0 = the model's max positions.");
-ABSL_FLAG(std::string, preemption_mode, "auto", "auto, swap or recompute.");
+ABSL_FLAG(std::string, preemption_mode, "auto",
+          "auto (recompute a group with one live sequence, swap one with several), swap or "
+          "recompute.");
+ABSL_FLAG(bool, enable_prefix_caching, true,
+          "Reuse the KV blocks of computed prompt prefixes (--no-enable-prefix-caching: off).");
 ABSL_FLAG(uint64_t, seed, 0, "Seeds the seeds given to requests that bring none.");
 ABSL_FLAG(int, max_queued_requests, 1024, "Waiting requests beyond which new ones are refused.");
 ABSL_FLAG(double, drain_timeout, 30, "Seconds in-flight requests get to finish on SIGTERM.");
@@ -208,6 +213,7 @@ absl::Status Serve() {
   engine_config.scheduler.max_num_batched_tokens = max_num_batched_tokens;
   engine_config.scheduler.max_model_len = max_model_len;
   engine_config.scheduler.preemption_mode = *preemption_mode;
+  engine_config.scheduler.enable_prefix_caching = absl::GetFlag(FLAGS_enable_prefix_caching);
   engine_config.eos_token_ids.assign(model->eos_token_ids.begin(), model->eos_token_ids.end());
   engine_config.max_queued_requests = absl::GetFlag(FLAGS_max_queued_requests);
   Engine engine(engine_config, workers.get(), metrics.get());
@@ -264,6 +270,12 @@ absl::Status Serve() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("pagoda-server --model DIR [flags]: serves pagoda.v1.Generation");
+  // vLLM's spelling of the negated flag; Abseil negates with a bare "no".
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--no-enable-prefix-caching") == 0) {
+      argv[i] = const_cast<char*>("--noenable_prefix_caching");
+    }
+  }
   pagoda::AcceptDashedFlagNames(argc, argv);
   absl::ParseCommandLine(argc, argv);
   FLAGS_logtostderr = true;

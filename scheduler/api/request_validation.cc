@@ -1,5 +1,6 @@
 #include "scheduler/api/request_validation.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -12,8 +13,64 @@ namespace {
 // Above this many top logprobs the worker refuses (vLLM's default cap).
 constexpr int kMaxLogprobs = 20;
 constexpr int kDefaultMaxTokens = 16;
+// Sequences one request may generate: each holds blocks and a batch slot.
+constexpr int kMaxSequences = 32;
+// Beam search asks the worker for 2 x width top logprobs, at most kMaxLogprobs.
+constexpr int kMaxBeamWidth = kMaxLogprobs / 2;
+constexpr float kMaxLengthPenalty = 10.0f;
+constexpr float kGreedyTemperature = 1e-5f;
 
 absl::Status Invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
+
+// n, best_of and beam search. Fills n, best_of, use_beam_search,
+// length_penalty and early_stopping of `out`.
+absl::Status ValidateSeveralSequences(const pagoda::v1::SamplingParams& sampling,
+                                      SamplingOptions& out) {
+  if (sampling.n() < 0 || sampling.n() > kMaxSequences) {
+    return Invalid(absl::StrCat("sampling.n: must be in [0, ", kMaxSequences, "] (0 = 1), got ",
+                                sampling.n()));
+  }
+  const int n = std::max(1, sampling.n());
+  const int limit = sampling.use_beam_search() ? kMaxBeamWidth : kMaxSequences;
+  if (sampling.best_of() < 0 || sampling.best_of() > limit) {
+    return Invalid(absl::StrCat("sampling.best_of: must be in [0, ", limit, "] (0 = n)",
+                                sampling.use_beam_search() ? " with beam search" : "", ", got ",
+                                sampling.best_of()));
+  }
+  const int best_of = sampling.best_of() == 0 ? n : sampling.best_of();
+  if (best_of < n) {
+    return Invalid(absl::StrCat("sampling.best_of: must be >= n = ", n, ", got ", best_of));
+  }
+  const float length_penalty = sampling.length_penalty();
+  if (!std::isfinite(length_penalty) || std::abs(length_penalty) > kMaxLengthPenalty) {
+    return Invalid(absl::StrCat("sampling.length_penalty: must be in [-", kMaxLengthPenalty, ", ",
+                                kMaxLengthPenalty, "] (0 = 1), got ", length_penalty));
+  }
+  if (sampling.use_beam_search()) {
+    // Beams extend by their most likely tokens: nothing is drawn (as vLLM).
+    if (sampling.temperature() != 0 || (sampling.top_p() != 0 && sampling.top_p() != 1) ||
+        sampling.top_k() != 0) {
+      return Invalid(
+          "sampling.use_beam_search: needs temperature 0 and top_k, top_p off (beams are not "
+          "sampled)");
+    }
+  } else {
+    if (length_penalty != 0 && length_penalty != 1) {
+      return Invalid("sampling.length_penalty: only applies with use_beam_search");
+    }
+    if (best_of > 1 && sampling.temperature() < kGreedyTemperature) {
+      return Invalid(absl::StrCat("sampling.best_of: ", best_of,
+                                  " sequences need temperature > 0 (greedy ones would be equal); "
+                                  "use use_beam_search for several greedy-like outputs"));
+    }
+  }
+  out.n = n;
+  out.best_of = best_of;
+  out.use_beam_search = sampling.use_beam_search();
+  out.length_penalty = length_penalty == 0 ? 1.0f : length_penalty;
+  out.early_stopping = sampling.early_stopping();
+  return absl::OkStatus();
+}
 
 }  // namespace
 
@@ -77,24 +134,15 @@ absl::StatusOr<ValidatedRequest> RequestValidator::Validate(
   if (sampling.top_k() < 0) {
     return Invalid(absl::StrCat("sampling.top_k: must be >= 0 (0 = off), got ", sampling.top_k()));
   }
-  if (sampling.n() < 0)
-    return Invalid(absl::StrCat("sampling.n: must be >= 0, got ", sampling.n()));
-  if (sampling.best_of() < 0) {
-    return Invalid(absl::StrCat("sampling.best_of: must be >= 0, got ", sampling.best_of()));
-  }
   if (request.logprobs() < 0 || request.logprobs() > kMaxLogprobs) {
     return Invalid(
         absl::StrCat("logprobs: must be in [0, ", kMaxLogprobs, "], got ", request.logprobs()));
   }
-  if (sampling.n() > 1 || sampling.best_of() > 1 || sampling.use_beam_search()) {
-    return absl::UnimplementedError(
-        "sampling.n / best_of / use_beam_search: more than one sequence per request needs KV "
-        "sharing, which lands in a later release");
-  }
+  absl::Status several = ValidateSeveralSequences(sampling, out.sampling);
+  if (!several.ok()) return several;
   out.sampling.temperature = sampling.temperature();
   out.sampling.top_k = sampling.top_k();
   out.sampling.top_p = sampling.top_p() == 0 ? 1.0f : sampling.top_p();
-  out.sampling.n = 1;
   out.sampling.num_logprobs = request.logprobs();
   out.sampling.seed = sampling.seed();
   while (out.sampling.seed == 0) out.sampling.seed = NextRandom();

@@ -31,8 +31,11 @@ struct ValidatedRequest {
 };
 
 // Turns a client GenerateRequest into scheduler options, or explains why not.
-// INVALID_ARGUMENT messages start with the offending field's name;
-// UNIMPLEMENTED for n > 1, best_of > 1 and beam search.
+// INVALID_ARGUMENT messages start with the offending field's name. Several
+// sequences: n in [1, 32], best_of in [n, 32] (beam search: width best_of
+// <= 10, since the worker returns at most 20 top logprobs, and temperature
+// 0 with top_k/top_p off); best_of > 1 without beam search needs
+// temperature > 0; length_penalty (0 = 1) in [-10, 10], beam search only.
 // Thread-safe.
 class RequestValidator {
  public:

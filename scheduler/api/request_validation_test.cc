@@ -142,16 +142,68 @@ TEST_F(RequestValidationTest, RejectsBadSamplingAndStopping) {
                 "stopping.stop_token_ids[0]");
 }
 
-TEST_F(RequestValidationTest, SeveralSequencesAreUnimplemented) {
-  for (int which = 0; which < 3; ++which) {
-    GenerateRequest request = TokenRequest({1});
-    if (which == 0) request.mutable_sampling()->set_n(2);
-    if (which == 1) request.mutable_sampling()->set_best_of(3);
-    if (which == 2) request.mutable_sampling()->set_use_beam_search(true);
-    absl::StatusOr<ValidatedRequest> result = validator_.Validate(request);
-    ASSERT_FALSE(result.ok());
-    EXPECT_EQ(result.status().code(), absl::StatusCode::kUnimplemented);
-  }
+TEST_F(RequestValidationTest, SeveralSequencesGetDefaultsAndBounds) {
+  GenerateRequest sampled = TokenRequest({1});
+  sampled.mutable_sampling()->set_temperature(0.8f);
+  sampled.mutable_sampling()->set_n(3);
+  absl::StatusOr<ValidatedRequest> result = validator_.Validate(sampled);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->sampling.n, 3);
+  EXPECT_EQ(result->sampling.best_of, 3);  // 0 = n.
+  EXPECT_FALSE(result->sampling.use_beam_search);
+
+  GenerateRequest beam = TokenRequest({1});
+  beam.mutable_sampling()->set_use_beam_search(true);
+  beam.mutable_sampling()->set_best_of(10);
+  beam.mutable_sampling()->set_n(2);
+  beam.mutable_sampling()->set_early_stopping(true);
+  result = validator_.Validate(beam);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->sampling.best_of, 10);
+  EXPECT_EQ(result->sampling.n, 2);
+  EXPECT_FLOAT_EQ(result->sampling.length_penalty, 1.0f);  // 0 = 1.
+  EXPECT_TRUE(result->sampling.early_stopping);
+}
+
+TEST_F(RequestValidationTest, RejectsBadSeveralSequenceRequests) {
+  auto with = [](auto mutate) {
+    GenerateRequest request = TokenRequest({1, 2});
+    request.mutable_sampling()->set_temperature(1.0f);
+    mutate(request);
+    return request;
+  };
+  auto beam = [&](auto mutate) {
+    return with([&](GenerateRequest& r) {
+      r.mutable_sampling()->set_temperature(0.0f);
+      r.mutable_sampling()->set_use_beam_search(true);
+      mutate(r);
+    });
+  };
+  ExpectInvalid(with([](auto& r) { r.mutable_sampling()->set_n(33); }), "sampling.n");
+  ExpectInvalid(with([](auto& r) { r.mutable_sampling()->set_best_of(33); }), "sampling.best_of");
+  ExpectInvalid(with([](auto& r) {
+                  r.mutable_sampling()->set_n(4);
+                  r.mutable_sampling()->set_best_of(3);
+                }),
+                "sampling.best_of");
+  ExpectInvalid(with([](auto& r) {
+                  r.mutable_sampling()->set_temperature(0.0f);
+                  r.mutable_sampling()->set_n(2);
+                }),
+                "sampling.best_of");  // Greedy samples would all be equal.
+  ExpectInvalid(with([](auto& r) { r.mutable_sampling()->set_length_penalty(2.0f); }),
+                "sampling.length_penalty");  // Without beam search.
+  ExpectInvalid(beam([](auto& r) { r.mutable_sampling()->set_best_of(11); }), "sampling.best_of");
+  ExpectInvalid(beam([](auto& r) { r.mutable_sampling()->set_temperature(0.5f); }),
+                "sampling.use_beam_search");
+  ExpectInvalid(beam([](auto& r) { r.mutable_sampling()->set_top_k(5); }),
+                "sampling.use_beam_search");
+  ExpectInvalid(beam([](auto& r) { r.mutable_sampling()->set_length_penalty(11.0f); }),
+                "sampling.length_penalty");
+  ExpectInvalid(beam([](auto& r) {
+                  r.mutable_sampling()->set_length_penalty(std::numeric_limits<float>::infinity());
+                }),
+                "sampling.length_penalty");
 }
 
 TEST(RequestValidationTokenizerTest, EncodesTextWithBos) {
