@@ -273,13 +273,26 @@ struct BeamCase {
   bool early_stopping;
   bool ignore_eos;
   int prompt_len;
+  // Stop ids: the greedy continuation's tokens at these positions, so that
+  // hypotheses of different lengths finish and the length penalty and the
+  // stopping rule decide.
+  std::vector<int> stop_at;
 };
 
 TEST_F(KvSharingTest, BeamSearchEqualsTheNumpyReference) {
   const std::vector<BeamCase> cases = {
-      {3, 3, 6, 1.0f, false, true, 7},  {4, 2, 8, 0.5f, true, false, 5},
-      {2, 2, 5, 2.0f, false, false, 9}, {5, 5, 4, 1.0f, false, true, 4},
+      {3, 3, 6, 1.0f, false, true, 7, {}},       {4, 2, 8, 0.5f, true, false, 5, {1, 3}},
+      {2, 2, 7, 2.0f, false, false, 9, {2, 4}},  {5, 5, 4, 1.0f, false, true, 4, {}},
+      {4, 4, 9, 0.25f, false, true, 6, {1, 2, 5}}, {3, 2, 8, -1.0f, true, true, 8, {0, 3}},
+      {3, 3, 8, 4.0f, false, false, 2, {0, 2}},  {3, 3, 8, -3.0f, false, true, 1, {1, 2}},
   };
+  TokenLists prompts;
+  for (size_t i = 0; i < cases.size(); ++i) prompts.push_back(Prompt(cases[i].prompt_len, 40 + i));
+  const TokenLists greedy = ReferenceGreedy(prompts, 10);
+  std::vector<std::vector<int32_t>> stop_ids(cases.size());
+  for (size_t i = 0; i < cases.size(); ++i) {
+    for (int position : cases[i].stop_at) stop_ids[i].push_back(greedy[i][position]);
+  }
   nlohmann::json requests = nlohmann::json::array();
   for (size_t i = 0; i < cases.size(); ++i) {
     const BeamCase& c = cases[i];
@@ -290,16 +303,25 @@ TEST_F(KvSharingTest, BeamSearchEqualsTheNumpyReference) {
                         {"length_penalty", c.length_penalty},
                         {"early_stopping", c.early_stopping},
                         {"ignore_eos", c.ignore_eos},
-                        {"max_model_len", kMaxModelLen}});
+                        {"max_model_len", kMaxModelLen},
+                        {"stop_token_ids", stop_ids[i]}});
   }
   const nlohmann::json expected = RunReference("beam_search_reference.py", "", requests);
   ASSERT_EQ(expected.size(), cases.size());
+  int short_hypotheses = 0;  // Ended by a stop id before max_tokens.
+  for (size_t i = 0; i < cases.size(); ++i) {
+    for (const auto& beam : expected[i]) {
+      if (static_cast<int>(beam["tokens"].size()) < cases[i].max_tokens) ++short_hypotheses;
+    }
+  }
+  EXPECT_GE(short_hypotheses, 3) << "the cases must exercise finishing by a stop token";
   // All at once: beams of different requests share the batch.
   std::vector<std::future<Result>> results;
   for (size_t i = 0; i < cases.size(); ++i) {
     const BeamCase& c = cases[i];
     GenerateRequest request = TokenRequest(Prompt(c.prompt_len, 40 + i), c.max_tokens);
     request.mutable_stopping()->set_ignore_eos(c.ignore_eos);
+    for (int32_t id : stop_ids[i]) request.mutable_stopping()->add_stop_token_ids(id);
     request.mutable_sampling()->set_use_beam_search(true);
     request.mutable_sampling()->set_best_of(c.width);
     request.mutable_sampling()->set_n(c.n);

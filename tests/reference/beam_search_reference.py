@@ -20,7 +20,9 @@ CLI (used by the C++ integration test):
   beam_search_reference.py --model DIR --requests FILE.json
     FILE.json: [{"tokens": [..], "width": k, "n": n, "max_tokens": N,
                  "length_penalty": 1.0, "early_stopping": false,
-                 "ignore_eos": false, "max_model_len": L}, ...]
+                 "ignore_eos": false, "max_model_len": L,
+                 "stop_token_ids": [..]}, ...]
+    (stop_token_ids end a hypothesis as EOS does, even with ignore_eos)
     prints a JSON list (per request) of lists of
     {"tokens": [...], "cumulative_logprob": x}.
 """
@@ -63,8 +65,9 @@ def top_tokens(logprobs, count):
 
 def beam_search(model, prompt, width, n, max_tokens, length_penalty=1.0,
                 early_stopping=False, ignore_eos=False, max_model_len=None,
-                eos_ids=None):
-  eos = set(model.eos_ids if eos_ids is None else eos_ids)
+                eos_ids=None, stop_token_ids=()):
+  eos = set() if ignore_eos else set(model.eos_ids if eos_ids is None else eos_ids)
+  eos |= set(stop_token_ids)
   max_model_len = max_model_len or 1 << 30
   by_score = lambda b: -score(b, len(prompt), length_penalty)
   running = [Beam([], 0.0)]
@@ -79,7 +82,7 @@ def beam_search(model, prompt, width, n, max_tokens, length_penalty=1.0,
     next_running = []
     for cumulative, index, token in proposals[:2 * width]:
       extended = Beam(running[index].tokens + [token], cumulative)
-      if not ignore_eos and token in eos:
+      if token in eos:
         extended.stopped = True
         finished.append(extended)
       elif len(next_running) < width:
@@ -113,7 +116,8 @@ def main(argv):
     beams = beam_search(model, r["tokens"], r["width"], r.get("n", r["width"]),
                         r["max_tokens"], r.get("length_penalty", 1.0),
                         bool(r.get("early_stopping", False)),
-                        bool(r.get("ignore_eos", False)), r.get("max_model_len"))
+                        bool(r.get("ignore_eos", False)), r.get("max_model_len"),
+                        stop_token_ids=r.get("stop_token_ids", ()))
     results.append([{"tokens": b.tokens, "cumulative_logprob": b.cumulative}
                     for b in beams])
   print(json.dumps(results))
