@@ -119,6 +119,7 @@ struct SimResult {
   int swap_preemptions = 0;
   int copies = 0;
   int64_t prefix_cache_hits = 0;
+  int peak_used_gpu_blocks = 0;
   int free_gpu_at_end = 0;
   int free_cpu_at_end = 0;
   size_t tables_at_end = 0;
@@ -174,6 +175,9 @@ SimResult RunEngine(const SchedulerConfig& config, const std::vector<SimRequest>
       }
     }
     sim.copies += static_cast<int>(output.blocks_to_copy.size());
+    sim.peak_used_gpu_blocks =
+        std::max(sim.peak_used_gpu_blocks, config.num_gpu_blocks -
+                                               scheduler.block_manager().num_free_gpu_blocks());
     if (output.empty()) continue;
 
     const wv1::StepPlan plan = BuildStepPlan(step, output, scheduler.block_manager());
@@ -298,6 +302,30 @@ INSTANTIATE_TEST_SUITE_P(Modes, EngineSimTest,
                                            SimCase{PreemptionMode::kRecompute, false, 8, true},
                                            SimCase{PreemptionMode::kSwap, true, 9, true},
                                            SimCase{PreemptionMode::kAuto, true, 10, true, false}));
+
+TEST(ParallelSamplingTest, FourSamplesHoldFewerBlocksThanFourRequests) {
+  SchedulerConfig config = Config(/*gpu_blocks=*/64, /*cpu_blocks=*/0, PreemptionMode::kAuto);
+  config.enable_prefix_caching = false;  // Sharing by fork only.
+  std::vector<int32_t> prompt(18);
+  std::iota(prompt.begin(), prompt.end(), 5);
+  StoppingOptions stopping;
+  stopping.max_tokens = 8;
+  stopping.ignore_eos = true;
+  SimRequest group{"group", prompt, stopping, /*n=*/4};
+  std::vector<SimRequest> separate;
+  for (int i = 0; i < 4; ++i) separate.push_back(SimRequest{absl::StrCat("solo", i), prompt, stopping});
+  const SimResult shared = RunEngine(config, {group}, {});
+  const SimResult apart = RunEngine(config, separate, {});
+  ASSERT_EQ(shared.outputs.at("group").size(), 4u);
+  // Up to 25 tokens in the cache = 7 blocks each: apart 4 x 7 = 28. Shared:
+  // the 4 full prompt blocks + 3 own blocks (from the partial 5th, copied
+  // on write) for the first sample and 2 for the other three, which start a
+  // step later; by the time they need a 3rd, the first has finished: 13.
+  EXPECT_EQ(apart.peak_used_gpu_blocks, 28);
+  EXPECT_EQ(shared.peak_used_gpu_blocks, 13);
+  EXPECT_EQ(shared.copies, 3);  // Each child copies the prompt's partial last block.
+  EXPECT_EQ(shared.free_gpu_at_end, 64);
+}
 
 // ---------------------------------------------------------------------------
 // Stop conditions, each against the unstopped stream of the fake model.

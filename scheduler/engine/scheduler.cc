@@ -126,19 +126,25 @@ void Scheduler::ScheduleDecodes(SchedulerOutput& output) {
     std::unique_ptr<SequenceGroup> group = std::move(queue.front());
     queue.pop_front();
     while (!block_manager_.CanAppendSlots(*group)) {
-      if (queue.empty()) {
-        // Nobody left to take blocks from: the group gives way itself.
+      // The group gives way itself when nobody else can, or when everyone
+      // else is spared and it is not (vLLM would take the latest anyway).
+      const bool others_spared =
+          !queue.empty() && !Spared(*group) &&
+          std::all_of(queue.begin(), queue.end(), [this](const auto& g) { return Spared(*g); });
+      if (queue.empty() || others_spared) {
         Preempt(std::move(group), output, recomputed, swapped_out);
         break;
       }
       Preempt(TakeVictim(queue), output, recomputed, swapped_out);
     }
-    if (group == nullptr) break;
+    if (group == nullptr) continue;
     AppendSlotsAndSchedule(*group, output);
     running_.push_back(std::move(group));
   }
-  // Preempted first = latest arrived; pushing each to the front leaves the
-  // earliest-arrived group first in line.
+  // Back to the front of the waiting queue, earliest arrival first.
+  std::stable_sort(recomputed.begin(), recomputed.end(), [](const auto& a, const auto& b) {
+    return a->arrival_time() > b->arrival_time();
+  });
   for (auto& group : recomputed) waiting_.push_front(std::move(group));
   for (auto& group : swapped_out) swapped_.push_back(std::move(group));
 }
@@ -179,6 +185,10 @@ void Scheduler::ScheduleSwapIns(SchedulerOutput& output) {
   }
 }
 
+bool Scheduler::Spared(const SequenceGroup& group) const {
+  return config_.avoid_thrashing && group.RecentlyPreempted(config_.block_size);
+}
+
 std::unique_ptr<SequenceGroup> Scheduler::TakeVictim(
     std::deque<std::unique_ptr<SequenceGroup>>& queue) {
   // vLLM always takes the latest arrival, so the same group can be preempted
@@ -186,7 +196,7 @@ std::unique_ptr<SequenceGroup> Scheduler::TakeVictim(
   auto victim = queue.end() - 1;
   for (auto it = queue.end(); it != queue.begin();) {
     --it;
-    if (!(*it)->preempted_without_progress()) {
+    if (!Spared(**it)) {
       victim = it;
       break;
     }

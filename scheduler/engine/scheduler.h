@@ -24,6 +24,10 @@ struct SchedulerConfig {
   double watermark = 0.01;
   PreemptionMode preemption_mode = PreemptionMode::kAuto;
   bool enable_prefix_caching = true;  // On by default, as in vLLM.
+  // Anti-thrashing: a group preempted once is spared until it has run
+  // block_size steps, while another victim exists. Off = vLLM's choice
+  // (always the latest arrival), kept for comparison.
+  bool avoid_thrashing = true;
 };
 
 // One sequence in a step: compute tokens [num_computed_tokens, length) of it.
@@ -112,9 +116,11 @@ class Scheduler {
   void ScheduleDecodes(SchedulerOutput& output);
   // Brings swapped groups back while blocks and budgets allow.
   void ScheduleSwapIns(SchedulerOutput& output);
+  // Whether anti-thrashing spares `group` as a victim for now.
+  bool Spared(const SequenceGroup& group) const;
   // The group to preempt from the back of `queue` (latest arrival first),
-  // skipping groups that were preempted and have not progressed since while
-  // another candidate exists (anti-thrashing). REQUIRES: queue non-empty.
+  // passing over spared groups when an unspared one exists.
+  // REQUIRES: queue non-empty.
   std::unique_ptr<SequenceGroup> TakeVictim(std::deque<std::unique_ptr<SequenceGroup>>& queue);
   // Frees or swaps out `group`; it lands in `recomputed` or `swapped_out`.
   void Preempt(std::unique_ptr<SequenceGroup> group, SchedulerOutput& output, GroupList& recomputed,

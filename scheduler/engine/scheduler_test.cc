@@ -108,6 +108,56 @@ TEST_F(SchedulerTest, Scenario4RecomputePreemptionReprefillsGeneratedTokens) {
   EXPECT_EQ(plan.sequences(0).sample_index(), 1);
 }
 
+// r3 was preempted and has run fewer than block_size steps since: when r2
+// needs a block, vLLM would preempt r3 again (the latest arrival); Pagoda
+// spares it and preempts r2, which has not been preempted yet.
+TEST_F(SchedulerTest, RecentlyPreemptedGroupIsSparedWhileAnotherVictimExists) {
+  for (bool avoid_thrashing : {true, false}) {
+    SchedulerConfig config = SmallConfig(/*block_size=*/4, /*gpu_blocks=*/4);
+    config.avoid_thrashing = avoid_thrashing;
+    Scheduler scheduler(config);
+    Add(scheduler, 1, 4);
+    SequenceGroup* r2 = Add(scheduler, 2, 4);
+    SequenceGroup* r3 = Add(scheduler, 3, 4);
+    r3->MarkPreempted();  // As if preempted earlier and just resumed.
+    SchedulerOutput prefill = scheduler.Schedule();
+    ASSERT_EQ(ScheduledRequests(prefill), std::vector<std::string>({"r1", "r2", "r3"}));
+    Finish(scheduler, prefill);
+
+    SchedulerOutput decode = scheduler.Schedule();  // Each needs a 2nd block; 1 is free.
+    EXPECT_EQ(decode.num_preempted, 1);
+    if (avoid_thrashing) {
+      EXPECT_EQ(ScheduledRequests(decode), std::vector<std::string>({"r1", "r3"}));
+      EXPECT_EQ(r2->num_preemptions(), 1);
+      EXPECT_EQ(r3->num_preemptions(), 1);
+    } else {
+      EXPECT_EQ(ScheduledRequests(decode), std::vector<std::string>({"r1", "r2"}));
+      EXPECT_EQ(r3->num_preemptions(), 2);
+    }
+    Finish(scheduler, decode);
+  }
+}
+
+// r1 needs a block while r2 and r3 are spared: r1 gives way itself. r3 then
+// needs a block with nobody else left, so it goes although it is spared.
+TEST_F(SchedulerTest, SparedGroupsArePreemptedWhenNoOtherVictimExists) {
+  SchedulerConfig config = SmallConfig(/*block_size=*/4, /*gpu_blocks=*/3);
+  Scheduler scheduler(config);
+  SequenceGroup* r1 = Add(scheduler, 1, 4);
+  SequenceGroup* r2 = Add(scheduler, 2, 4);
+  SequenceGroup* r3 = Add(scheduler, 3, 4);
+  r2->MarkPreempted();
+  r3->MarkPreempted();
+  SchedulerOutput prefill = scheduler.Schedule();
+  Finish(scheduler, prefill);
+  SchedulerOutput decode = scheduler.Schedule();  // No block free.
+  EXPECT_EQ(ScheduledRequests(decode), std::vector<std::string>({"r2"}));
+  EXPECT_EQ(r1->num_preemptions(), 1);
+  EXPECT_EQ(r2->num_preemptions(), 1);
+  EXPECT_EQ(r3->num_preemptions(), 2);
+  EXPECT_EQ(scheduler.num_waiting(), 2);
+}
+
 TEST_F(SchedulerTest, MaxNumSeqsLimitsAdmission) {
   SchedulerConfig config = SmallConfig(4, 32);
   config.max_num_seqs = 2;

@@ -130,15 +130,19 @@ class SequenceGroup {
   // Set when the first token is produced (time to first token).
   absl::Time first_token_time = absl::InfinitePast();
 
-  // Preemption bookkeeping: how often, and whether the group has produced a
-  // token since its last preemption (anti-thrashing victim choice).
+  // Preemption bookkeeping: how often, and how many steps produced tokens
+  // since the last preemption (anti-thrashing victim choice).
   void MarkPreempted() {
     ++num_preemptions_;
-    preempted_without_progress_ = true;
+    steps_since_preemption_ = 0;
   }
-  void MarkProgress() { preempted_without_progress_ = false; }
+  void MarkProgress() { ++steps_since_preemption_; }
   int num_preemptions() const { return num_preemptions_; }
-  bool preempted_without_progress() const { return preempted_without_progress_; }
+  // Preempted, and has not run `min_steps` steps since: preempting it again
+  // now would throw away the work just redone to resume it.
+  bool RecentlyPreempted(int min_steps) const {
+    return num_preemptions_ > 0 && steps_since_preemption_ < min_steps;
+  }
 
  private:
   std::string request_id_;
@@ -147,7 +151,7 @@ class SequenceGroup {
   StoppingOptions stopping_;
   absl::Time arrival_time_;
   int num_preemptions_ = 0;
-  bool preempted_without_progress_ = false;
+  int steps_since_preemption_ = 0;
 };
 
 }  // namespace pagoda::scheduler
