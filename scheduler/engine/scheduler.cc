@@ -22,6 +22,13 @@ int NumSeqs(const SequenceGroup& group, SequenceStatus status) {
   return static_cast<int>(group.SeqsWithStatus(status).size());
 }
 
+// Batch seats the group's waiting sequences take once running: a group that
+// forks into best_of samples or beams after its prompt books them all.
+int SeatsOnceRunning(const SequenceGroup& group) {
+  return std::max(NumSeqs(group, SequenceStatus::kWaiting),
+                  group.seqs().size() == 1 ? group.sampling().best_of : 1);
+}
+
 // FCFS order. Stable, so groups that arrived at the same instant keep the
 // order they were added in.
 void SortByArrival(std::deque<std::unique_ptr<SequenceGroup>>& queue) {
@@ -70,7 +77,7 @@ void Scheduler::SchedulePrefills(SchedulerOutput& output) {
   while (!waiting_.empty()) {
     SequenceGroup& group = *waiting_.front();
     const int new_tokens = NumNewTokens(group, SequenceStatus::kWaiting);
-    const int new_seqs = NumSeqs(group, SequenceStatus::kWaiting);
+    const int new_seqs = SeatsOnceRunning(group);
     int longest = 0;
     for (const Sequence* seq : group.SeqsWithStatus(SequenceStatus::kWaiting)) {
       longest = std::max(longest, seq->length());
@@ -78,7 +85,7 @@ void Scheduler::SchedulePrefills(SchedulerOutput& output) {
     // What no step could ever hold is ignored rather than left to wedge the
     // queue. This also catches a recomputed group that grew past the budget.
     bool ignore = longest > prompt_limit || new_tokens > config_.max_num_batched_tokens ||
-                  new_seqs > config_.max_num_seqs || new_seqs == 0;
+                  new_seqs > config_.max_num_seqs || NumSeqs(group, SequenceStatus::kWaiting) == 0;
     if (!ignore) {
       const AllocStatus fits = block_manager_.CanAllocate(group);
       if (fits == AllocStatus::kLater) break;
