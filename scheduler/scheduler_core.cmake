@@ -24,3 +24,7 @@ pagoda_add_test(scheduler_scheduler_test
 pagoda_add_test(scheduler_engine_sim_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine/engine_sim_test.cc
   LIBS pagoda_scheduler_core)
+
+pagoda_add_test(scheduler_beam_search_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine/beam_search_test.cc
+  LIBS pagoda_scheduler_core)
