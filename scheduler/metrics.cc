@@ -100,11 +100,11 @@ absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Start(const std::s
   in->cpu_blocks_total = AddGauge(r, "pagoda_cpu_blocks_total", "All swap blocks.", labels);
   in->gpu_cache_usage =
       AddGauge(r, "pagoda_gpu_cache_usage_perc", "Fraction of KV blocks in use (0..1).", labels);
-  in->kv_token_utilization = AddGauge(
-      r, "pagoda_kv_token_utilization_perc",
-      "Fraction of the KV slots held by running sequences that hold a token (0..1); "
-      "the vLLM paper's Fig. 2 figure.",
-      labels);
+  in->kv_token_utilization =
+      AddGauge(r, "pagoda_kv_token_utilization_perc",
+               "Fraction of the KV slots held by running sequences that hold a token (0..1); "
+               "the vLLM paper's Fig. 2 figure.",
+               labels);
   in->preemptions = AddCounter(r, "pagoda_num_preemptions_total", "Preempted groups.", labels);
   in->prompt_tokens =
       AddCounter(r, "pagoda_prompt_tokens_total", "Prompt tokens computed.", labels);
@@ -114,10 +114,10 @@ absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Start(const std::s
                                         "Prompt tokens looked up in the prefix cache.", labels);
   in->prefix_cache_hits = AddCounter(r, "pagoda_prefix_cache_hits_total",
                                      "Prompt tokens found in the prefix cache.", labels);
-  in->request_preemptions = AddHistogram(
-      r, "pagoda_request_preemptions",
-      "Times each finished request was preempted; a heavy tail means thrashing.", labels,
-      {0, 1, 2, 4, 8, 16, 32, 64});
+  in->request_preemptions =
+      AddHistogram(r, "pagoda_request_preemptions",
+                   "Times each finished request was preempted; a heavy tail means thrashing.",
+                   labels, {0, 1, 2, 4, 8, 16, 32, 64});
   in->finished_family = &prometheus::BuildCounter()
                              .Name("pagoda_request_success_total")
                              .Help("Finished requests by finish reason.")

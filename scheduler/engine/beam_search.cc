@@ -33,8 +33,8 @@ bool IsStopToken(const SequenceGroup& group, const std::vector<int32_t>& eos_tok
 // client asked for (the worker returned 2k).
 GeneratedToken TokenOf(const SequenceGroup& group, const Candidate& candidate) {
   GeneratedToken token{candidate.token_id, candidate.logprob, {}};
-  const int keep = std::min<int>(group.sampling().num_logprobs,
-                                 static_cast<int>(candidate.sampled->top.size()));
+  const int keep =
+      std::min<int>(group.sampling().num_logprobs, static_cast<int>(candidate.sampled->top.size()));
   token.top.assign(candidate.sampled->top.begin(), candidate.sampled->top.begin() + keep);
   return token;
 }
@@ -76,8 +76,8 @@ void Prune(Sequence* seq, Scheduler& scheduler) {
 double BeamScore(const SequenceGroup& group, const Sequence& seq) {
   int length = seq.length();
   if (seq.status() == SequenceStatus::kFinishedStopped) --length;  // Ended by its stop token.
-  return seq.cumulative_logprob() / std::pow(static_cast<double>(length),
-                                             group.sampling().length_penalty);
+  return seq.cumulative_logprob() /
+         std::pow(static_cast<double>(length), group.sampling().length_penalty);
 }
 
 void AdvanceBeams(SequenceGroup& group,
@@ -93,10 +93,11 @@ void AdvanceBeams(SequenceGroup& group,
     }
   }
   // Best first; ties by beam order, then token id, so the search is deterministic.
-  std::stable_sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
-    return std::make_tuple(b.cumulative, a.parent->index_in_group(), a.token_id) <
-           std::make_tuple(a.cumulative, b.parent->index_in_group(), b.token_id);
-  });
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [](const Candidate& a, const Candidate& b) {
+                     return std::make_tuple(b.cumulative, a.parent->index_in_group(), a.token_id) <
+                            std::make_tuple(a.cumulative, b.parent->index_in_group(), b.token_id);
+                   });
   if (static_cast<int>(candidates.size()) > 2 * width) candidates.resize(2 * width);
 
   // Finished hypotheses need no blocks: a plain copy of the parent.
@@ -140,7 +141,8 @@ void AdvanceBeams(SequenceGroup& group,
   bool done = group.sampling().early_stopping;
   if (!done) {
     double best_running = -INFINITY;
-    for (const Sequence* beam : running) best_running = std::max(best_running, BeamScore(group, *beam));
+    for (const Sequence* beam : running)
+      best_running = std::max(best_running, BeamScore(group, *beam));
     done = best_running <= BeamScore(group, *finished.back());
   }
   if (done) {

@@ -176,8 +176,8 @@ SimResult RunEngine(const SchedulerConfig& config, const std::vector<SimRequest>
     }
     sim.copies += static_cast<int>(output.blocks_to_copy.size());
     sim.peak_used_gpu_blocks =
-        std::max(sim.peak_used_gpu_blocks, config.num_gpu_blocks -
-                                               scheduler.block_manager().num_free_gpu_blocks());
+        std::max(sim.peak_used_gpu_blocks,
+                 config.num_gpu_blocks - scheduler.block_manager().num_free_gpu_blocks());
     if (output.empty()) continue;
 
     const wv1::StepPlan plan = BuildStepPlan(step, output, scheduler.block_manager());
@@ -313,7 +313,8 @@ TEST(ParallelSamplingTest, FourSamplesHoldFewerBlocksThanFourRequests) {
   stopping.ignore_eos = true;
   SimRequest group{"group", prompt, stopping, /*n=*/4};
   std::vector<SimRequest> separate;
-  for (int i = 0; i < 4; ++i) separate.push_back(SimRequest{absl::StrCat("solo", i), prompt, stopping});
+  for (int i = 0; i < 4; ++i)
+    separate.push_back(SimRequest{absl::StrCat("solo", i), prompt, stopping});
   const SimResult shared = RunEngine(config, {group}, {});
   const SimResult apart = RunEngine(config, separate, {});
   ASSERT_EQ(shared.outputs.at("group").size(), 4u);

@@ -36,7 +36,8 @@ RequestDelta FinalDelta(const SequenceGroup& group,
   RequestDelta delta{group.request_id(), {}, true};
   const int n = std::min<int>(group.sampling().n, static_cast<int>(candidates.size()));
   for (int i = 0; i < n; ++i) {
-    delta.seqs.push_back(RequestDelta::SeqDelta{i, candidates[i]->output(), candidates[i]->status()});
+    delta.seqs.push_back(
+        RequestDelta::SeqDelta{i, candidates[i]->output(), candidates[i]->status()});
   }
   return delta;
 }
@@ -76,8 +77,8 @@ std::vector<RequestDelta> OutputProcessor::Process(const SchedulerOutput& output
       ProcessSamples(*group, samples_of[group], delta);
     }
     if (group->IsFinished() && !Streams(group->sampling())) {
-      delta = FinalDelta(*group, group->sampling().use_beam_search ? &BeamScore
-                                                                   : &CumulativeLogprob);
+      delta =
+          FinalDelta(*group, group->sampling().use_beam_search ? &BeamScore : &CumulativeLogprob);
     }
     delta.finished = group->IsFinished();
     if (!delta.seqs.empty() || delta.finished) deltas.push_back(std::move(delta));

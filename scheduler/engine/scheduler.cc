@@ -284,8 +284,8 @@ Scheduler::KvSlotUsage Scheduler::ComputeKvSlotUsage() const {
     for (const Sequence* seq : group->SeqsWithStatus(SequenceStatus::kRunning)) {
       const std::vector<int>& table = block_manager_.GetBlockTable(seq->seq_id());
       for (size_t i = 0; i < table.size(); ++i) {
-        const int tokens = std::clamp(
-            seq->num_computed_tokens() - static_cast<int>(i) * block_size, 0, block_size);
+        const int tokens = std::clamp(seq->num_computed_tokens() - static_cast<int>(i) * block_size,
+                                      0, block_size);
         int& filled = tokens_in_block[table[i]];
         filled = std::max(filled, tokens);
       }

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "scheduler/kv/block_manager.h"
 #include "scheduler/engine/sequence.h"
+#include "scheduler/kv/block_manager.h"
 
 namespace pagoda::scheduler {
 

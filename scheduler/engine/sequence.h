@@ -29,8 +29,8 @@ struct SamplingOptions {
   int top_k = 0;             // 0 = off.
   float top_p = 1.0f;
   uint64_t seed = 0;  // Always set: the frontend picks one when the client did not.
-  int n = 1;            // Sequences returned.
-  int best_of = 1;      // Sequences generated (>= n); the beam width with beam search.
+  int n = 1;          // Sequences returned.
+  int best_of = 1;    // Sequences generated (>= n); the beam width with beam search.
   bool use_beam_search = false;
   float length_penalty = 1.0f;  // Beam score = cumulative logprob / length^penalty.
   bool early_stopping = false;  // Beam search stops once best_of beams finished.

@@ -14,9 +14,9 @@ namespace pagoda::scheduler {
 // Turns the scheduler's decision into the message every worker receives:
 // one SequenceStep per scheduled entry, in order (token ids
 // [start_position, start_position + num_tokens), the full block table,
-// sampling options (the sequence's own seed, SeedForSequence; greedy
-// with 2 x width top logprobs for beam search), sample_index = tokens generated so far), and the block
-// moves to apply before the forward pass.
+// sampling options (the sequence's own seed, SeedForSequence; greedy with
+// 2 x width top logprobs for beam search), sample_index = tokens generated
+// so far), and the block moves to apply before the forward pass.
 // REQUIRES: `output` is the latest Schedule() result of the scheduler that
 // owns `block_manager`, and every scheduled sequence has a GPU table.
 pagoda::worker::v1::StepPlan BuildStepPlan(int64_t step_id, const SchedulerOutput& output,

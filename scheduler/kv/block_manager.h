@@ -9,8 +9,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "scheduler/kv/block_pool.h"
 #include "scheduler/engine/sequence.h"
+#include "scheduler/kv/block_pool.h"
 
 namespace pagoda::scheduler {
 

@@ -384,7 +384,8 @@ struct World {
 void WriteTokens(const BlockManager& manager, const Sequence& seq, int from, Memory& memory) {
   const std::vector<int>& table = manager.GetBlockTable(seq.seq_id());
   const int block_size = manager.block_size();
-  for (int p = from; p < seq.length(); ++p) memory[table[p / block_size]][p % block_size] = seq.token_at(p);
+  for (int p = from; p < seq.length(); ++p)
+    memory[table[p / block_size]][p % block_size] = seq.token_at(p);
 }
 
 void ApplyMoves(const std::vector<BlockMove>& moves, const Memory& from, Memory& to) {
@@ -432,7 +433,8 @@ void CheckInvariants(const BlockManager& manager, const World& world) {
       // A cached block (used or evictable) still holds the tokens it is cached for.
       if (pool.hash(block).has_value()) {
         ASSERT_TRUE(gpu) << "CPU blocks are never cached";
-        ASSERT_EQ(pool.tokens(block), memory[block]) << "cached block " << block << " was overwritten";
+        ASSERT_EQ(pool.tokens(block), memory[block])
+            << "cached block " << block << " was overwritten";
       }
     }
     ASSERT_EQ(pool.num_evictable(), evictable);

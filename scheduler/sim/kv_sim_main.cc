@@ -36,10 +36,11 @@ void PrintBatchingTable(TraceKind kind, double rate, double duration, uint64_t s
   const std::vector<TraceRequest> trace =
       SyntheticTrace(kind, rate, duration, config.max_model_len, seed);
   const LengthModel lengths = LengthModelOf(kind);
-  std::printf("\n%s-like trace: %zu requests at %.1f req/s over %.0f s (log-normal lengths, "
-              "mean prompt %.1f, mean output %.1f tokens); KV pool %d tokens, block %d\n",
-              NameOf(kind).c_str(), trace.size(), rate, duration, lengths.mean_prompt,
-              lengths.mean_output, config.kv_tokens, config.block_size);
+  std::printf(
+      "\n%s-like trace: %zu requests at %.1f req/s over %.0f s (log-normal lengths, "
+      "mean prompt %.1f, mean output %.1f tokens); KV pool %d tokens, block %d\n",
+      NameOf(kind).c_str(), trace.size(), rate, duration, lengths.mean_prompt, lengths.mean_output,
+      config.kv_tokens, config.block_size);
   std::printf("%-12s %14s %12s %16s %12s %12s\n", "system", "KV share", "paper", "mean batch",
               "paper", "preemptions");
   for (int i = 0; i < 4; ++i) {
@@ -58,9 +59,10 @@ void PrintSharingTable(double rate, double duration, uint64_t seed) {
   const SimConfig config;
   const std::vector<TraceRequest> trace =
       SyntheticTrace(TraceKind::kAlpaca, rate, duration, config.max_model_len, seed);
-  std::printf("\nMemory saved by sharing (Alpaca-like, %zu requests at %.1f req/s; paper Fig. 15: "
-              "parallel sampling 6.1-9.8 %%, beam search 37.6-55.2 %%)\n",
-              trace.size(), rate);
+  std::printf(
+      "\nMemory saved by sharing (Alpaca-like, %zu requests at %.1f req/s; paper Fig. 15: "
+      "parallel sampling 6.1-9.8 %%, beam search 37.6-55.2 %%)\n",
+      trace.size(), rate);
   std::printf("%-8s %20s %20s\n", "width", "parallel sampling", "beam search");
   for (int width = 2; width <= 6; ++width) {
     const MemoryStats parallel = SimulatePagoda(trace, config, DecodeMode{width, false}, seed);
@@ -80,17 +82,22 @@ int main(int argc, char** argv) {
   using pagoda::scheduler::sim::TraceKind;
   const uint64_t seed = absl::GetFlag(FLAGS_seed);
   const double duration = absl::GetFlag(FLAGS_duration);
-  std::printf("KV share: of the KV memory reserved (Orca) or allocated in blocks (Pagoda), the "
-              "part holding a computed token (paper Fig. 2); mean batch: requests running (holding KV) "
-              "per step (Fig. 13)\n");
-  pagoda::scheduler::sim::PrintBatchingTable(
-      TraceKind::kShareGpt, absl::GetFlag(FLAGS_sharegpt_rate), duration, seed,
-      {{"Pagoda", 96.3, 30.42}, {"Orca Max", 20.4, 7.00}, {"Orca Pow2", 26.8, 9.81},
-       {"Orca Oracle", 38.2, 13.62}});
-  pagoda::scheduler::sim::PrintBatchingTable(
-      TraceKind::kAlpaca, absl::GetFlag(FLAGS_alpaca_rate), duration, seed,
-      {{"Pagoda", -1, 132.44}, {"Orca Max", -1, 7.00}, {"Orca Pow2", -1, 43.24},
-       {"Orca Oracle", -1, 72.75}});
+  std::printf(
+      "KV share: of the KV memory reserved (Orca) or allocated in blocks (Pagoda), the "
+      "part holding a computed token (paper Fig. 2); mean batch: requests running (holding KV) "
+      "per step (Fig. 13)\n");
+  pagoda::scheduler::sim::PrintBatchingTable(TraceKind::kShareGpt,
+                                             absl::GetFlag(FLAGS_sharegpt_rate), duration, seed,
+                                             {{"Pagoda", 96.3, 30.42},
+                                              {"Orca Max", 20.4, 7.00},
+                                              {"Orca Pow2", 26.8, 9.81},
+                                              {"Orca Oracle", 38.2, 13.62}});
+  pagoda::scheduler::sim::PrintBatchingTable(TraceKind::kAlpaca, absl::GetFlag(FLAGS_alpaca_rate),
+                                             duration, seed,
+                                             {{"Pagoda", -1, 132.44},
+                                              {"Orca Max", -1, 7.00},
+                                              {"Orca Pow2", -1, 43.24},
+                                              {"Orca Oracle", -1, 72.75}});
   pagoda::scheduler::sim::PrintSharingTable(absl::GetFlag(FLAGS_sharing_rate),
                                             absl::GetFlag(FLAGS_sharing_duration), seed);
   return 0;

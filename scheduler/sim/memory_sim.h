@@ -36,7 +36,7 @@ struct SimConfig {
 
 // How each request decodes in the Pagoda run.
 struct DecodeMode {
-  int width = 1;             // n = best_of (parallel sampling) or beam width.
+  int width = 1;  // n = best_of (parallel sampling) or beam width.
   bool beam_search = false;
 };
 

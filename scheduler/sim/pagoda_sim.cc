@@ -121,7 +121,8 @@ MemoryStats SimulatePagoda(const std::vector<TraceRequest>& trace, const SimConf
                      ? 0
                      : static_cast<double>(usage.filled_slots) / usage.allocated_slots;
     if (mode.width > 1) {
-      const auto [unshared, shared] = BlocksWithoutAndWithSharing(output, scheduler.block_manager());
+      const auto [unshared, shared] =
+          BlocksWithoutAndWithSharing(output, scheduler.block_manager());
       unshared_sum += unshared;
       shared_sum += shared;
     }
@@ -133,7 +134,8 @@ MemoryStats SimulatePagoda(const std::vector<TraceRequest>& trace, const SimConf
   stats.token_share = share_sum / std::max<int64_t>(1, stats.num_steps);
   stats.mean_batched_requests = batch_sum / std::max<int64_t>(1, stats.num_steps);
   stats.sharing_saving =
-      unshared_sum == 0 ? 0 : 1.0 - static_cast<double>(shared_sum) / static_cast<double>(unshared_sum);
+      unshared_sum == 0 ? 0
+                        : 1.0 - static_cast<double>(shared_sum) / static_cast<double>(unshared_sum);
   stats.simulated_seconds = now;
   return stats;
 }

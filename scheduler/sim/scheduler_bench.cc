@@ -136,9 +136,9 @@ void BM_SchedulerStep(benchmark::State& state) {
   for (auto _ : state) {
     if (run_step() != static_cast<size_t>(num_seqs)) state.SkipWithError("a sequence stopped");
   }
-  state.counters["per_running_seq"] = benchmark::Counter(
-      static_cast<double>(state.iterations()) * num_seqs,
-      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["per_running_seq"] =
+      benchmark::Counter(static_cast<double>(state.iterations()) * num_seqs,
+                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 BENCHMARK(BM_SchedulerStep)->Arg(256)->Arg(1024)->Iterations(2000)->Unit(benchmark::kMicrosecond);
 

@@ -31,9 +31,10 @@ std::vector<TraceRequest> SyntheticTrace(TraceKind kind, double rate, double dur
   for (double t = gap(rng); t < duration_seconds; t += gap(rng)) {
     TraceRequest request;
     request.arrival_seconds = t;
-    request.prompt_len = std::min(DrawLength(rng, model.mean_prompt, model.sigma), max_model_len - 1);
-    request.output_len =
-        std::min(DrawLength(rng, model.mean_output, model.sigma), max_model_len - request.prompt_len);
+    request.prompt_len =
+        std::min(DrawLength(rng, model.mean_prompt, model.sigma), max_model_len - 1);
+    request.output_len = std::min(DrawLength(rng, model.mean_output, model.sigma),
+                                  max_model_len - request.prompt_len);
     trace.push_back(request);
   }
   return trace;

@@ -75,7 +75,8 @@ TokenLists TokensByIndex(const GenerateResponse& response) {
   TokenLists lists;
   for (int i = 0; i < response.outputs_size(); ++i) {
     EXPECT_EQ(response.outputs(i).index(), i);
-    lists.emplace_back(response.outputs(i).token_ids().begin(), response.outputs(i).token_ids().end());
+    lists.emplace_back(response.outputs(i).token_ids().begin(),
+                       response.outputs(i).token_ids().end());
   }
   return lists;
 }
@@ -147,7 +148,8 @@ double MetricValue(int metrics_port, const std::string& name) {
   for (absl::string_view line : absl::StrSplit(*page, '\n')) {
     if (!absl::StartsWith(line, name + "{") && !absl::StartsWith(line, name + " ")) continue;
     double value = 0;
-    if (absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &value)) total = std::max(total, 0.0) + value;
+    if (absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &value))
+      total = std::max(total, 0.0) + value;
   }
   return total;
 }
@@ -156,13 +158,15 @@ class KvSharingTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     model_dir_ = new std::string(
-        (std::filesystem::temp_directory_path() / absl::StrCat("pagoda_kv_it_", getpid())).string());
+        (std::filesystem::temp_directory_path() / absl::StrCat("pagoda_kv_it_", getpid()))
+            .string());
     absl::StatusOr<std::string> made = RunCommand(absl::StrCat(
         Python(), " scripts/make_tiny_model.py --out ", *model_dir_, " --vocab-size ", kVocab,
         " --hidden-size 64 --intermediate-size 128 --num-layers 2 --num-heads 4 --num-kv-heads 2"
         " --dtype f32 --seed 23 --tokenizer --bos-id 1 --eos-id 2 > /dev/null"));
     ASSERT_TRUE(made.ok()) << made.status();
-    absl::StatusOr<std::unique_ptr<ServerProcess>> server = StartServer({"--num-gpu-blocks-override=400"});
+    absl::StatusOr<std::unique_ptr<ServerProcess>> server =
+        StartServer({"--num-gpu-blocks-override=400"});
     ASSERT_TRUE(server.ok()) << server.status();
     roomy_ = server->release();
   }
@@ -202,9 +206,9 @@ class KvSharingTest : public ::testing::Test {
                                      const nlohmann::json& requests) {
     const std::string path = absl::StrCat(*model_dir_, "/requests_", script, ".json");
     std::ofstream(path) << requests.dump();
-    absl::StatusOr<std::string> out = RunCommand(absl::StrCat(
-        Python(), " tests/reference/", script, " ", command, " --model ", *model_dir_,
-        " --requests ", path));
+    absl::StatusOr<std::string> out =
+        RunCommand(absl::StrCat(Python(), " tests/reference/", script, " ", command, " --model ",
+                                *model_dir_, " --requests ", path));
     EXPECT_TRUE(out.ok()) << out.status();
     return out.ok() ? nlohmann::json::parse(*out) : nlohmann::json::array();
   }
@@ -256,7 +260,8 @@ TEST_F(KvSharingTest, ParallelSamplingIsReproducibleSiblingsDifferAndStreamPerIn
   for (int i = 0; i < 4; ++i) {
     ranked.emplace_back(first.response.outputs(i).cumulative_logprob(), samples[i]);
   }
-  std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::sort(ranked.begin(), ranked.end(),
+            [](const auto& a, const auto& b) { return a.first > b.first; });
   const TokenLists best_tokens = TokensByIndex(best.response);
   ASSERT_EQ(best_tokens.size(), 2u);
   EXPECT_EQ(best_tokens[0], ranked[0].second);
@@ -281,10 +286,10 @@ struct BeamCase {
 
 TEST_F(KvSharingTest, BeamSearchEqualsTheNumpyReference) {
   const std::vector<BeamCase> cases = {
-      {3, 3, 6, 1.0f, false, true, 7, {}},       {4, 2, 8, 0.5f, true, false, 5, {1, 3}},
-      {2, 2, 7, 2.0f, false, false, 9, {2, 4}},  {5, 5, 4, 1.0f, false, true, 4, {}},
+      {3, 3, 6, 1.0f, false, true, 7, {}},         {4, 2, 8, 0.5f, true, false, 5, {1, 3}},
+      {2, 2, 7, 2.0f, false, false, 9, {2, 4}},    {5, 5, 4, 1.0f, false, true, 4, {}},
       {4, 4, 9, 0.25f, false, true, 6, {1, 2, 5}}, {3, 2, 8, -1.0f, true, true, 8, {0, 3}},
-      {3, 3, 8, 4.0f, false, false, 2, {0, 2}},  {3, 3, 8, -3.0f, false, true, 1, {1, 2}},
+      {3, 3, 8, 4.0f, false, false, 2, {0, 2}},    {3, 3, 8, -3.0f, false, true, 1, {1, 2}},
   };
   TokenLists prompts;
   for (size_t i = 0; i < cases.size(); ++i) prompts.push_back(Prompt(cases[i].prompt_len, 40 + i));
@@ -327,7 +332,8 @@ TEST_F(KvSharingTest, BeamSearchEqualsTheNumpyReference) {
     request.mutable_sampling()->set_n(c.n);
     request.mutable_sampling()->set_length_penalty(c.length_penalty);
     request.mutable_sampling()->set_early_stopping(c.early_stopping);
-    results.push_back(std::async(std::launch::async, [this, request] { return Generate(*stub_, request); }));
+    results.push_back(
+        std::async(std::launch::async, [this, request] { return Generate(*stub_, request); }));
   }
   for (size_t i = 0; i < cases.size(); ++i) {
     const Result result = results[i].get();
@@ -390,13 +396,13 @@ TEST_P(PreemptionTest, TinyPoolGivesTheUnconstrainedTokensAndFreesEverything) {
 
   std::vector<std::future<Result>> greedy;
   for (const auto& prompt : prompts) {
-    greedy.push_back(std::async(std::launch::async, [&stub, prompt] {
-      return Generate(*stub, TokenRequest(prompt, 24));
-    }));
+    greedy.push_back(std::async(
+        std::launch::async, [&stub, prompt] { return Generate(*stub, TokenRequest(prompt, 24)); }));
   }
   std::vector<std::future<Result>> samples;
   for (int i = 0; i < 2; ++i) {
-    samples.push_back(std::async(std::launch::async, [&stub, &sampled] { return Generate(*stub, sampled); }));
+    samples.push_back(
+        std::async(std::launch::async, [&stub, &sampled] { return Generate(*stub, sampled); }));
   }
   for (size_t i = 0; i < greedy.size(); ++i) {
     const Result result = greedy[i].get();
