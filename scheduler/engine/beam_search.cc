@@ -106,7 +106,7 @@ void AdvanceBeams(SequenceGroup& group,
   for (const Candidate& candidate : candidates) {
     Sequence& parent = *candidate.parent;
     if (IsStopToken(group, eos_token_ids, parent.num_output_tokens() + 1, candidate.token_id)) {
-      Sequence* done = group.AddForkedSequence(parent, -1 - parent.seq_id());
+      Sequence* done = group.AddForkedSequence(parent, scheduler.NewSeqId());
       done->AppendToken(TokenOf(group, candidate));
       done->set_status(SequenceStatus::kFinishedStopped);
     } else if (num_continuing < width) {

@@ -87,6 +87,9 @@ class Scheduler {
   // (fork, no copy), with the given status and computed-token count, and
   // returns it. REQUIRES: parent belongs to group and has a table.
   Sequence* ForkSequence(SequenceGroup& group, const Sequence& parent);
+  // A fresh id for a sequence the engine did not create (forks, finished
+  // beam hypotheses). Ids start at 2^40, clear of the engine's.
+  int64_t NewSeqId() { return next_seq_id_++; }
 
   // KV slots of the GPU blocks that running sequences hold, and how many of
   // them hold a computed token: filled / allocated is the vLLM paper's Fig. 2
@@ -135,7 +138,7 @@ class Scheduler {
 
   SchedulerConfig config_;
   BlockManager block_manager_;
-  int64_t next_seq_id_ = int64_t{1} << 40;  // Forked sequences; clear of the engine's ids.
+  int64_t next_seq_id_ = int64_t{1} << 40;
   std::deque<std::unique_ptr<SequenceGroup>> waiting_;
   std::deque<std::unique_ptr<SequenceGroup>> running_;
   std::deque<std::unique_ptr<SequenceGroup>> swapped_;

@@ -41,17 +41,23 @@ void PrintBatchingTable(TraceKind kind, double rate, double duration, uint64_t s
       "mean prompt %.1f, mean output %.1f tokens); KV pool %d tokens, block %d\n",
       NameOf(kind).c_str(), trace.size(), rate, duration, lengths.mean_prompt, lengths.mean_output,
       config.kv_tokens, config.block_size);
-  std::printf("%-12s %14s %12s %16s %12s %12s\n", "system", "KV share", "paper", "mean batch",
-              "paper", "preemptions");
-  for (int i = 0; i < 4; ++i) {
+  std::printf("%-22s %10s %10s %12s %10s %12s %8s\n", "system", "KV share", "paper", "mean batch",
+              "paper", "preemptions", "max/req");
+  SimConfig vllm_victims = config;
+  vllm_victims.avoid_thrashing = false;
+  for (int i = 0; i < 5; ++i) {
     const MemoryStats stats =
-        i == 0 ? SimulatePagoda(trace, config, DecodeMode{}, seed)
-               : SimulateOrca(trace, config, static_cast<OrcaReservation>(i - 1));
+        i == 0   ? SimulatePagoda(trace, config, DecodeMode{}, seed)
+        : i == 4 ? SimulatePagoda(trace, vllm_victims, DecodeMode{}, seed)
+                 : SimulateOrca(trace, config, static_cast<OrcaReservation>(i - 1));
     const std::string paper_share =
         anchors[i].paper_share < 0 ? "-" : absl::StrFormat("%.1f %%", anchors[i].paper_share);
-    std::printf("%-12s %12.1f %% %12s %16.2f %12.2f %12lld\n", anchors[i].name,
+    const std::string paper_batch =
+        anchors[i].paper_batch < 0 ? "-" : absl::StrFormat("%.2f", anchors[i].paper_batch);
+    std::printf("%-22s %8.1f %% %10s %12.2f %10s %12lld %8d\n", anchors[i].name,
                 100 * stats.token_share, paper_share.c_str(), stats.mean_batched_requests,
-                anchors[i].paper_batch, static_cast<long long>(stats.num_preemptions));
+                paper_batch.c_str(), static_cast<long long>(stats.num_preemptions),
+                stats.max_request_preemptions);
   }
 }
 
@@ -91,13 +97,15 @@ int main(int argc, char** argv) {
                                              {{"Pagoda", 96.3, 30.42},
                                               {"Orca Max", 20.4, 7.00},
                                               {"Orca Pow2", 26.8, 9.81},
-                                              {"Orca Oracle", 38.2, 13.62}});
+                                              {"Orca Oracle", 38.2, 13.62},
+                                              {"Pagoda, vLLM's victims", 96.3, 30.42}});
   pagoda::scheduler::sim::PrintBatchingTable(TraceKind::kAlpaca, absl::GetFlag(FLAGS_alpaca_rate),
                                              duration, seed,
                                              {{"Pagoda", -1, 132.44},
                                               {"Orca Max", -1, 7.00},
                                               {"Orca Pow2", -1, 43.24},
-                                              {"Orca Oracle", -1, 72.75}});
+                                              {"Orca Oracle", -1, 72.75},
+                                              {"Pagoda, vLLM's victims", -1, 132.44}});
   pagoda::scheduler::sim::PrintSharingTable(absl::GetFlag(FLAGS_sharing_rate),
                                             absl::GetFlag(FLAGS_sharing_duration), seed);
   return 0;

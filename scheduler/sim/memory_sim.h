@@ -22,6 +22,7 @@ struct MemoryStats {
   double sharing_saving = 0;
   int64_t num_steps = 0;
   int64_t num_preemptions = 0;
+  int max_request_preemptions = 0;  // The most any one request was preempted.
   double simulated_seconds = 0;
 };
 
@@ -31,6 +32,7 @@ struct SimConfig {
   int max_model_len = 2048;
   int max_num_seqs = 256;
   int max_num_batched_tokens = 2560;
+  bool avoid_thrashing = true;  // Pagoda's victim choice; false = vLLM's.
   StepTimeModel step_time;
 };
 

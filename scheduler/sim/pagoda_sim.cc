@@ -67,6 +67,7 @@ MemoryStats SimulatePagoda(const std::vector<TraceRequest>& trace, const SimConf
   scheduler_config.max_num_batched_tokens = config.max_num_batched_tokens;
   scheduler_config.max_model_len = config.max_model_len;
   scheduler_config.enable_prefix_caching = false;  // Synthetic prompts share nothing.
+  scheduler_config.avoid_thrashing = config.avoid_thrashing;
   Scheduler scheduler(scheduler_config);
   OutputProcessor processor({}, config.max_model_len, &scheduler);
   std::mt19937_64 rng(seed);
@@ -129,7 +130,10 @@ MemoryStats SimulatePagoda(const std::vector<TraceRequest>& trace, const SimConf
     batch_sum += static_cast<double>(scheduler.num_running());
     ++stats.num_steps;
     now += config.step_time.Seconds(context, prefill);
-    scheduler.FreeFinished();
+    for (const auto& group : scheduler.FreeFinished()) {
+      stats.max_request_preemptions =
+          std::max(stats.max_request_preemptions, group->num_preemptions());
+    }
   }
   stats.token_share = share_sum / std::max<int64_t>(1, stats.num_steps);
   stats.mean_batched_requests = batch_sum / std::max<int64_t>(1, stats.num_steps);
