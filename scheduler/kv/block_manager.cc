@@ -137,6 +137,11 @@ void BlockManager::CommitComputedBlocks(const Sequence& seq) {
   RegisterHashes(seq, table, first_new);
 }
 
+void BlockManager::ResetPrefixCache() {
+  gpu_.ForgetCachedContents();
+  for (auto& [seq_id, table] : tables_) table.hashes.clear();
+}
+
 void BlockManager::RegisterHashes(const Sequence& seq, const BlockTable& table, int from) {
   for (int b = from; b < static_cast<int>(table.hashes.size()); ++b) {
     // Fails harmlessly when another block already caches these tokens.

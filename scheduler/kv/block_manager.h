@@ -111,6 +111,11 @@ class BlockManager {
   // REQUIRES: parent has a table and child has none.
   absl::Status Fork(const Sequence& parent, const Sequence& child);
 
+  // Empties the prefix cache: the GPU K/V bytes are lost (a worker
+  // restarted), so no block may serve a hit any more. Tables stay; their
+  // computed full blocks are hashed again by later commits.
+  void ResetPrefixCache();
+
   // Drops the sequence's references (tail block first, so that a cached
   // chain is evicted from its tail) and its table. No-op if it has none.
   void Free(int64_t seq_id);

@@ -350,6 +350,27 @@ TEST(EvictorTest, EvictsLeastRecentlyUsedAndTailBeforeHead) {
   EXPECT_EQ(manager.FindBlockTable(4)->num_cached_tokens, 4);
 }
 
+TEST(EvictorTest, ResetPrefixCacheForgetsEveryCachedBlock) {
+  BlockManager manager(4, 6, 0, 0.0, true);
+  auto gone = GroupWithPrompt(1, {1, 2, 3, 4, 5});
+  PrefillAndCommit(manager, *gone);
+  manager.Free(1);  // Block 0 evictable.
+  auto held = GroupWithPrompt(2, {7, 8, 9, 10, 11});
+  PrefillAndCommit(manager, *held);  // Its block 0 cached and used.
+  ASSERT_EQ(manager.gpu_pool().num_cached(), 2);
+  manager.ResetPrefixCache();
+  EXPECT_EQ(manager.gpu_pool().num_cached(), 0);
+  EXPECT_EQ(manager.gpu_pool().num_evictable(), 0);
+  EXPECT_EQ(manager.num_free_gpu_blocks(), 4);
+  EXPECT_TRUE(manager.FindBlockTable(2)->hashes.empty());
+  auto again = GroupWithPrompt(3, {1, 2, 3, 4, 5});
+  AllocateRunning(manager, *again);
+  EXPECT_EQ(manager.FindBlockTable(3)->num_cached_tokens, 0);
+  // The held sequence's blocks are hashed again by the next commit.
+  manager.CommitComputedBlocks(*held->seqs()[0]);
+  EXPECT_EQ(manager.gpu_pool().num_cached(), 1);
+}
+
 TEST(EvictorTest, SwapOutKeepsGpuCopyCachedAndSwapInRegistersAgain) {
   BlockManager manager(4, 6, 6, 0.0, true);
   auto group = GroupWithPrompt(1, {1, 2, 3, 4, 5, 6, 7, 8, 9});
@@ -604,6 +625,7 @@ TEST_P(RandomizedBlockManagerTest, InvariantsHoldAfterEveryOperation) {
         ++counts[op];
       }
     }
+    if (uniform(0, 400) == 0) manager.ResetPrefixCache();  // A worker restarted.
     // An eviction: a cached block lost its hash to make room.
     if (manager.gpu_pool().num_cached() < cached_before &&
         manager.gpu_pool().num_evictable() < evictable_before) {

@@ -66,6 +66,16 @@ bool BlockPool::SetHash(int block, uint64_t hash, absl::Span<const int32_t> toke
   return true;
 }
 
+void BlockPool::ForgetCachedContents() {
+  for (const auto& [last_use, block] : evictor_) free_list_.push_back(block);
+  evictor_.clear();
+  for (Block& block : blocks_) {
+    block.hash.reset();
+    block.tokens.clear();
+  }
+  hash_to_block_.clear();
+}
+
 bool BlockPool::is_evictable(int block) const {
   return blocks_[block].ref_count == 0 && blocks_[block].hash.has_value();
 }

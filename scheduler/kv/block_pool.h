@@ -55,6 +55,10 @@ class BlockPool {
   // another block holds this hash (the first copy stays the cached one).
   bool SetHash(int block, uint64_t hash, absl::Span<const int32_t> tokens);
 
+  // Forgets every hash (the K/V bytes are gone, e.g. a worker restarted):
+  // evictable blocks become free, used ones stay used but unfindable.
+  void ForgetCachedContents();
+
   int ref_count(int block) const { return blocks_[block].ref_count; }
   std::optional<uint64_t> hash(int block) const { return blocks_[block].hash; }
   const std::vector<int32_t>& tokens(int block) const { return blocks_[block].tokens; }
