@@ -175,9 +175,13 @@ class EngineTest : public ::testing::Test {
     if (start) engine_->Start();
   }
 
+  // `on_delta` is installed before the engine can see the request: a fast
+  // worker may finish a short request before Submit returns.
   std::shared_ptr<CollectingSink> Submit(const std::string& id, std::vector<int32_t> prompt,
-                                         int max_tokens, absl::Status* admission = nullptr) {
+                                         int max_tokens, absl::Status* admission = nullptr,
+                                         std::function<void()> on_delta = nullptr) {
     auto sink = std::make_shared<CollectingSink>();
+    sink->on_delta_ = std::move(on_delta);
     EngineRequest request;
     request.request_id = id;
     request.prompt_token_ids = std::move(prompt);
@@ -367,8 +371,7 @@ TEST_F(EngineTest, QueueLimitCountsRequestsAdmittedSinceTheLastSnapshot) {
 
 TEST_F(EngineTest, WorkerFailureFailsEverythingWithUnavailable) {
   StartEngine(64);
-  auto a = Submit("a", Prompt(5, 1), 100);
-  a->on_delta_ = [this] { workers_->SimulateCrash(); };
+  auto a = Submit("a", Prompt(5, 1), 100, nullptr, [this] { workers_->SimulateCrash(); });
   auto b = Submit("b", Prompt(7, 2), 100);
   ASSERT_TRUE(a->WaitFinished());
   ASSERT_TRUE(b->WaitFinished());
