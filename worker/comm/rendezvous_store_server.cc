@@ -19,6 +19,10 @@ namespace pagoda::worker::comm {
 
 using rendezvous::Reply;
 
+namespace {
+constexpr std::chrono::milliseconds kHelloTimeout{2000};
+}  // namespace
+
 struct RendezvousStoreServer::Connection {
   int fd = -1;
   std::atomic<bool> done{false};
@@ -138,7 +142,11 @@ void RendezvousStoreServer::Serve(Connection* connection) {
   const int fd = connection->fd;
   bool authenticated = false;
   while (!stopping_) {
-    auto deadline = std::chrono::steady_clock::now() + options_.idle_timeout;
+    // An unauthenticated connection gets little time, so idle hostile
+    // connections cannot hold the slots for long.
+    auto deadline = std::chrono::steady_clock::now() +
+                    (authenticated ? options_.idle_timeout
+                                   : std::min(options_.idle_timeout, kHelloTimeout));
     unsigned char header[rendezvous::kRequestHeaderBytes];
     if (!rendezvous::ReadAll(fd, header, sizeof(header), deadline).ok()) return;
     absl::StatusOr<rendezvous::RequestHeader> decoded = rendezvous::DecodeRequestHeader(header);

@@ -24,8 +24,9 @@ namespace pagoda::worker::comm {
 // first present the shared secret (compared in constant time), frames are
 // strictly checked (see rendezvous_protocol.h), keys and values are bounded,
 // the store as a whole is bounded (kMaxKeys, kMaxStoreBytes), at most
-// `max_connections` are served at once, and an idle connection is closed
-// after `idle_timeout`. Any violation closes that connection only.
+// `max_connections` are served at once, a connection must authenticate
+// within 2 s, and an idle one is closed after `idle_timeout`. Any violation
+// closes that connection only.
 //
 // Thread safety: all methods are thread-safe. The destructor stops the
 // server and joins its threads.

@@ -156,6 +156,12 @@ TEST_F(RendezvousStoreTest, StoreAndConnectionsAreBounded) {
   for (int fd : idle) close(fd);
 }
 
+TEST_F(RendezvousStoreTest, SilentConnectionIsDroppedBeforeAuthenticating) {
+  auto start = std::chrono::steady_clock::now();
+  EXPECT_TRUE(ServerClosesAfter(RawConnect(), ""));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(4000));
+}
+
 TEST(RendezvousStoreServerTest, RefusesBadOptions) {
   RendezvousStoreServer::Options options;
   options.secret = "too short";
