@@ -20,9 +20,9 @@ absl::Status CheckTensorParallelSplit(const ModelConfig& config, int world_size)
   }
   const int kv_heads = config.num_key_value_heads;
   if (kv_heads <= 0 || (kv_heads % world_size != 0 && world_size % kv_heads != 0)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        prefix, "num_key_value_heads (", kv_heads, ") neither divides nor is divisible by ",
-        world_size));
+    return absl::InvalidArgumentError(absl::StrCat(prefix, "num_key_value_heads (", kv_heads,
+                                                   ") neither divides nor is divisible by ",
+                                                   world_size));
   }
   if (config.intermediate_size % world_size != 0) {
     return absl::InvalidArgumentError(absl::StrCat(prefix, "intermediate_size (",

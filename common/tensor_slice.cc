@@ -30,8 +30,8 @@ absl::StatusOr<TensorView> CheckedView(const WeightStore& store, const std::stri
   const int64_t extent = view->shape[axis];
   if (begin < 0 || begin >= end || end > extent) {
     return absl::InvalidArgumentError(absl::StrCat("weight \"", name, "\": slice [", begin, ", ",
-                                                   end, ") of axis ", axis, " outside [0, ",
-                                                   extent, ") or empty"));
+                                                   end, ") of axis ", axis, " outside [0, ", extent,
+                                                   ") or empty"));
   }
   return view;
 }
@@ -65,8 +65,8 @@ absl::StatusOr<TensorView> SliceRows(const WeightStore& store, const std::string
 }
 
 absl::StatusOr<OwnedTensor> SliceColumns(const WeightStore& store, const std::string& name,
-                                         const std::vector<int64_t>& expected_shape,
-                                         int64_t begin, int64_t end) {
+                                         const std::vector<int64_t>& expected_shape, int64_t begin,
+                                         int64_t end) {
   if (expected_shape.size() != 2) {
     return absl::InvalidArgumentError(
         absl::StrCat("SliceColumns of \"", name, "\": only 2-D tensors"));

@@ -34,8 +34,8 @@ struct OwnedTensor {
   std::vector<uint8_t> bytes;
 };
 absl::StatusOr<OwnedTensor> SliceColumns(const WeightStore& store, const std::string& name,
-                                         const std::vector<int64_t>& expected_shape,
-                                         int64_t begin, int64_t end);
+                                         const std::vector<int64_t>& expected_shape, int64_t begin,
+                                         int64_t end);
 
 // The same slices converted to f32 (the CPU backend's compute type).
 absl::StatusOr<std::vector<float>> SliceRowsF32(const WeightStore& store, const std::string& name,

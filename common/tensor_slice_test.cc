@@ -51,10 +51,11 @@ class TensorSliceTest : public ::testing::TestWithParam<DType> {
     const DType dtype = GetParam();
     std::vector<float> bias(kCols);
     for (int64_t c = 0; c < kCols; ++c) bias[c] = Element(0, c);
-    ASSERT_TRUE(WriteSafetensors(dir_ + "/model.safetensors",
-                                 {NamedTensor{"w", dtype, {kRows, kCols}, Bytes(dtype, Matrix(kRows, kCols))},
-                                  NamedTensor{"b", dtype, {kCols}, Bytes(dtype, bias)},
-                                  NamedTensor{"t", dtype, {1, 1, 2}, Bytes(dtype, {1, 2})}})
+    ASSERT_TRUE(WriteSafetensors(
+                    dir_ + "/model.safetensors",
+                    {NamedTensor{"w", dtype, {kRows, kCols}, Bytes(dtype, Matrix(kRows, kCols))},
+                     NamedTensor{"b", dtype, {kCols}, Bytes(dtype, bias)},
+                     NamedTensor{"t", dtype, {1, 1, 2}, Bytes(dtype, {1, 2})}})
                     .ok());
     auto store = WeightStore::Open(dir_);
     ASSERT_TRUE(store.ok()) << store.status();
@@ -89,7 +90,8 @@ TEST_P(TensorSliceTest, ColumnsOfAMatrix) {
     auto owned = SliceColumns(*store_, "w", {kRows, kCols}, begin, end);
     ASSERT_TRUE(owned.ok()) << owned.status();
     EXPECT_EQ(owned->shape, (std::vector<int64_t>{kRows, end - begin}));
-    EXPECT_EQ(owned->bytes.size(), static_cast<size_t>(kRows * (end - begin)) * DTypeSize(GetParam()));
+    EXPECT_EQ(owned->bytes.size(),
+              static_cast<size_t>(kRows * (end - begin)) * DTypeSize(GetParam()));
     auto values = SliceColumnsF32(*store_, "w", {kRows, kCols}, begin, end);
     ASSERT_TRUE(values.ok());
     const int64_t width = end - begin;
@@ -104,7 +106,8 @@ TEST_P(TensorSliceTest, ColumnsOfAMatrix) {
 TEST_P(TensorSliceTest, RangeOfABias) {
   auto values = SliceRowsF32(*store_, "b", {kCols}, 3, 7);
   ASSERT_TRUE(values.ok()) << values.status();
-  EXPECT_EQ(*values, (std::vector<float>{Element(0, 3), Element(0, 4), Element(0, 5), Element(0, 6)}));
+  EXPECT_EQ(*values,
+            (std::vector<float>{Element(0, 3), Element(0, 4), Element(0, 5), Element(0, 6)}));
 }
 
 TEST_P(TensorSliceTest, RefusesBadShapesAndRanges) {
@@ -158,9 +161,12 @@ TEST(TensorSliceResidencyTest, ReadingRowsFaultsInOnlyThoseRows) {
   const std::string dir = MakeTempDir("pagoda_tensor_slice_rss_");
   constexpr int64_t kRows = 4096, kCols = 4096;
   const std::string path = dir + "/model.safetensors";
-  ASSERT_TRUE(WriteSafetensors(path, {NamedTensor{"big", DType::kF32, {kRows, kCols},
-                                                  F32Bytes(std::vector<float>(kRows * kCols, 1.0f))}})
-                  .ok());
+  ASSERT_TRUE(
+      WriteSafetensors(path, {NamedTensor{"big",
+                                          DType::kF32,
+                                          {kRows, kCols},
+                                          F32Bytes(std::vector<float>(kRows * kCols, 1.0f))}})
+          .ok());
   auto store = WeightStore::Open(dir);
   ASSERT_TRUE(store.ok()) << store.status();
   const std::string canonical = std::filesystem::canonical(path).string();

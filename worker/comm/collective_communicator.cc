@@ -14,9 +14,9 @@ absl::Status ValidateCollectiveArgs(const void* data, size_t count, DType dtype,
   }
   const size_t limit_elements = kMaxCollectiveBytes / DTypeSize(dtype) / world_size;
   if (count > limit_elements) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": ", count, " elements of ",
-                                                   std::string(DTypeName(dtype)), " over the limit of ",
-                                                   limit_elements, " per rank"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": ", count, " elements of ", std::string(DTypeName(dtype)),
+                     " over the limit of ", limit_elements, " per rank"));
   }
   return absl::OkStatus();
 }

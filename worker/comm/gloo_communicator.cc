@@ -132,8 +132,10 @@ class GlooCommunicator final : public CollectiveCommunicator {
         unbound->recv(peer, slot, part_bytes * static_cast<size_t>(peer), part_bytes);
       }
       bool completed = true;
-      for (int i = 0; i < world - 1 && completed; ++i) completed = unbound->waitRecv(Left(deadline));
-      for (int i = 0; i < world - 1 && completed; ++i) completed = unbound->waitSend(Left(deadline));
+      for (int i = 0; i < world - 1 && completed; ++i)
+        completed = unbound->waitRecv(Left(deadline));
+      for (int i = 0; i < world - 1 && completed; ++i)
+        completed = unbound->waitSend(Left(deadline));
       if (!completed) failure_ = absl::AbortedError("communicator aborted");
     } catch (const std::exception& e) {
       failure_ = ClassifyGlooError(e.what());
@@ -178,8 +180,7 @@ absl::StatusOr<std::unique_ptr<CollectiveCommunicator>> CreateGlooCommunicator(
       options.rank >= options.world_size) {
     return absl::InvalidArgumentError(absl::StrCat("Gloo communicator: rank ", options.rank,
                                                    " of world size ", options.world_size,
-                                                   " (world size must be 1..", kMaxWorldSize,
-                                                   ")"));
+                                                   " (world size must be 1..", kMaxWorldSize, ")"));
   }
   if (options.timeout.count() <= 0) {
     return absl::InvalidArgumentError("Gloo communicator: timeout must be positive");

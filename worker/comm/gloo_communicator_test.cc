@@ -49,8 +49,11 @@ std::vector<RankOutcome> RunGroup(const std::string& scenario, int world, int ti
   auto start = Clock::now();
   std::vector<pid_t> pids;
   for (int rank = 0; rank < world; ++rank) {
-    std::vector<std::string> args = {PAGODA_GLOO_TEST_RANK, scenario, std::to_string(rank),
-                                     std::to_string(world), std::to_string((*server)->port()),
+    std::vector<std::string> args = {PAGODA_GLOO_TEST_RANK,
+                                     scenario,
+                                     std::to_string(rank),
+                                     std::to_string(world),
+                                     std::to_string((*server)->port()),
                                      std::to_string(timeout_ms)};
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());

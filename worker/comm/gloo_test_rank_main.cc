@@ -12,9 +12,19 @@
 //                see DEADLINE_EXCEEDED after about the timeout
 //   abort        the last rank stays away; rank 0 aborts itself from another
 //                thread while waiting; everyone must fail fast
+//   bench        rank 0 prints the median all-reduce time for decode- and
+//                prefill-sized f32 buffers
+//
+//   pagoda_gloo_test_rank launch SCENARIO WORLD TIMEOUT_MS
+//
+// starts a rendezvous store and WORLD ranks of this binary on loopback, and
+// exits 0 when every rank did, e.g. `launch bench 4 30000` for figures.
 #include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -26,6 +36,9 @@
 
 #include "common/dtype.h"
 #include "worker/comm/gloo_communicator.h"
+#include "worker/comm/rendezvous_store_server.h"
+
+extern char** environ;
 
 namespace pagoda::worker::comm {
 namespace {
@@ -50,8 +63,7 @@ std::vector<uint8_t> Encode(DType dtype, const std::vector<float>& values) {
     if (dtype == DType::kF32) {
       std::memcpy(bytes.data() + 4 * i, &values[i], 4);
     } else {
-      uint16_t bits =
-          dtype == DType::kF16 ? FloatToHalf(values[i]) : FloatToBFloat16(values[i]);
+      uint16_t bits = dtype == DType::kF16 ? FloatToHalf(values[i]) : FloatToBFloat16(values[i]);
       std::memcpy(bytes.data() + 2 * i, &bits, 2);
     }
   }
@@ -109,8 +121,8 @@ int CheckAllGather(CollectiveCommunicator& comm, DType dtype, size_t count) {
     want_all.insert(want_all.end(), bytes.begin(), bytes.end());
   }
   if (data != want_all) {
-    return Fail("AllGather " + std::string(DTypeName(dtype)) + " count " +
-                std::to_string(count) + ": parts out of order or wrong");
+    return Fail("AllGather " + std::string(DTypeName(dtype)) + " count " + std::to_string(count) +
+                ": parts out of order or wrong");
   }
   return 0;
 }
@@ -152,12 +164,40 @@ int ExpectFailure(CollectiveCommunicator& comm, std::vector<absl::StatusCode> co
   return 0;
 }
 
+// Median wall time of an all-reduce of `count` f32 on this rank.
+double MedianAllReduceMicros(CollectiveCommunicator& comm, size_t count, int repeats) {
+  std::vector<float> data(count, 1.0f);
+  std::vector<double> micros;
+  for (int i = 0; i < repeats; ++i) {
+    auto start = Clock::now();
+    if (!comm.AllReduceSum(data.data(), count, DType::kF32).ok()) return -1;
+    micros.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count());
+  }
+  std::sort(micros.begin(), micros.end());
+  return micros[micros.size() / 2];
+}
+
+int RunBench(CollectiveCommunicator& comm) {
+  // hidden 1024 x 1 token (decode), x 16 (batched decode), x 512 (prefill).
+  for (size_t tokens : {size_t{1}, size_t{16}, size_t{512}}) {
+    const size_t count = tokens * 1024;
+    double median = MedianAllReduceMicros(comm, count, tokens == 512 ? 50 : 500);
+    if (median < 0) return Fail("all-reduce failed during the benchmark");
+    if (comm.rank() == 0) {
+      std::printf("world %d  all-reduce %zu f32 (%zu tokens x 1024)  median %.1f us\n",
+                  comm.world_size(), count, tokens, median);
+    }
+  }
+  return 0;
+}
+
 int Run(const std::string& scenario, const GlooOptions& options) {
   absl::StatusOr<std::unique_ptr<CollectiveCommunicator>> comm = CreateGlooCommunicator(options);
   if (!comm.ok()) return Fail("join: " + comm.status().ToString());
   const bool last = options.rank == options.world_size - 1;
   const auto timeout = options.timeout;
   if (scenario == "collectives") return RunCollectives(**comm);
+  if (scenario == "bench") return RunBench(**comm);
   // One good collective first, so every rank has finished joining before a
   // rank misbehaves.
   if (int rc = CheckAllReduce(**comm, DType::kF32, 5); rc != 0) return rc;
@@ -170,9 +210,8 @@ int Run(const std::string& scenario, const GlooOptions& options) {
       std::this_thread::sleep_for(timeout * 3);
       return 0;
     }
-    return ExpectFailure(**comm,
-                         {absl::StatusCode::kDeadlineExceeded, absl::StatusCode::kUnavailable},
-                         timeout * 2);
+    return ExpectFailure(
+        **comm, {absl::StatusCode::kDeadlineExceeded, absl::StatusCode::kUnavailable}, timeout * 2);
   }
   if (scenario == "abort") {
     // Timeout 30 s: anything that fails well before it failed by the abort.
@@ -199,10 +238,48 @@ int Run(const std::string& scenario, const GlooOptions& options) {
   return Fail("unknown scenario " + scenario);
 }
 
+// The launcher: a store, then WORLD ranks of this same binary.
+int Launch(const char* self, const std::string& scenario, int world, const std::string& timeout) {
+  RendezvousStoreServer::Options store_options;
+  absl::StatusOr<std::string> secret = GenerateRendezvousSecret();
+  if (!secret.ok()) return Fail(secret.status().ToString());
+  store_options.secret = *secret;
+  auto store = RendezvousStoreServer::Start(store_options);
+  if (!store.ok()) return Fail(store.status().ToString());
+  setenv("PAGODA_TEST_RENDEZVOUS_SECRET", secret->c_str(), 1);
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < world; ++rank) {
+    std::vector<std::string> args = {self,
+                                     scenario,
+                                     std::to_string(rank),
+                                     std::to_string(world),
+                                     std::to_string((*store)->port()),
+                                     timeout};
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_t pid = 0;
+    if (posix_spawn(&pid, self, nullptr, nullptr, argv.data(), environ) != 0) {
+      return Fail("cannot spawn a rank");
+    }
+    pids.push_back(pid);
+  }
+  int worst = 0;
+  for (pid_t pid : pids) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) worst = 1;
+  }
+  return worst;
+}
+
 }  // namespace
 }  // namespace pagoda::worker::comm
 
 int main(int argc, char** argv) {
+  if (argc == 5 && std::string(argv[1]) == "launch") {
+    return pagoda::worker::comm::Launch("/proc/self/exe", argv[2], std::atoi(argv[3]), argv[4]);
+  }
   if (argc != 6) {
     std::fprintf(stderr, "usage: %s SCENARIO RANK WORLD PORT TIMEOUT_MS\n", argv[0]);
     return 2;
@@ -211,8 +288,7 @@ int main(int argc, char** argv) {
   pagoda::worker::comm::GlooOptions options;
   options.rank = std::atoi(argv[2]);
   options.world_size = std::atoi(argv[3]);
-  options.rendezvous = {"127.0.0.1", std::atoi(argv[4]), secret == nullptr ? "" : secret,
-                        "test"};
+  options.rendezvous = {"127.0.0.1", std::atoi(argv[4]), secret == nullptr ? "" : secret, "test"};
   options.timeout = std::chrono::milliseconds(std::atoi(argv[5]));
   return pagoda::worker::comm::Run(argv[1], options);
 }

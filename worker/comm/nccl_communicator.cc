@@ -49,8 +49,13 @@ class NcclCommunicator final : public CollectiveCommunicator {
  public:
   NcclCommunicator(ncclComm_t comm, int rank, int world, int device, cudaStream_t stream,
                    bool owns_stream, std::chrono::milliseconds timeout)
-      : comm_(comm), rank_(rank), world_(world), device_(device), stream_(stream),
-        owns_stream_(owns_stream), timeout_(timeout) {
+      : comm_(comm),
+        rank_(rank),
+        world_(world),
+        device_(device),
+        stream_(stream),
+        owns_stream_(owns_stream),
+        timeout_(timeout) {
     cudaEventCreateWithFlags(&done_, cudaEventDisableTiming);
   }
   ~NcclCommunicator() override {
@@ -102,7 +107,8 @@ class NcclCommunicator final : public CollectiveCommunicator {
     ncclComm_t comm;
     {
       absl::MutexLock lock(&mu_);
-      if (aborted_ || comm_ == nullptr) return failure_ = absl::AbortedError("communicator aborted");
+      if (aborted_ || comm_ == nullptr)
+        return failure_ = absl::AbortedError("communicator aborted");
       in_flight_ = true;
       comm = comm_;
     }
@@ -215,13 +221,12 @@ absl::StatusOr<std::unique_ptr<CollectiveCommunicator>> CreateNcclCommunicator(
     if (comm != nullptr) ncclCommAbort(comm);
     if (owns_stream) cudaStreamDestroy(stream);
     if (result == ncclInProgress) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "rank ", options.rank, " could not join the NCCL group within ",
-          options.timeout.count(), " ms"));
+      return absl::DeadlineExceededError(absl::StrCat("rank ", options.rank,
+                                                      " could not join the NCCL group within ",
+                                                      options.timeout.count(), " ms"));
     }
-    return absl::UnavailableError(absl::StrCat("rank ", options.rank,
-                                               " could not join the NCCL group: ",
-                                               ncclGetErrorString(result)));
+    return absl::UnavailableError(absl::StrCat(
+        "rank ", options.rank, " could not join the NCCL group: ", ncclGetErrorString(result)));
   }
   return std::unique_ptr<CollectiveCommunicator>(
       new NcclCommunicator(comm, options.rank, options.world_size, options.device, stream,

@@ -66,8 +66,8 @@ TEST(NcclCommunicatorTest, AllReduceAndAllGatherAcrossDevices) {
         if (host[i] != static_cast<float>(i / kCount)) s = absl::InternalError("wrong gather");
       }
       (*comm)->Abort();
-      if (s.ok() && (*comm)->AllReduceSum(device, kCount, DType::kF32).code() !=
-                        absl::StatusCode::kAborted) {
+      if (s.ok() &&
+          (*comm)->AllReduceSum(device, kCount, DType::kF32).code() != absl::StatusCode::kAborted) {
         s = absl::InternalError("collective after Abort did not fail with ABORTED");
       }
       cudaFree(device);

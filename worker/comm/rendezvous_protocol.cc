@@ -17,7 +17,8 @@ void PutU16(std::string& out, uint16_t v) {
   out.push_back(static_cast<char>(v & 0xff));
 }
 void PutU32(std::string& out, uint32_t v) {
-  for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<char>((v >> shift) & 0xff));
+  for (int shift = 24; shift >= 0; shift -= 8)
+    out.push_back(static_cast<char>((v >> shift) & 0xff));
 }
 uint32_t GetU32(const unsigned char* p) {
   return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | p[3];
@@ -69,12 +70,12 @@ absl::StatusOr<RequestHeader> DecodeRequestHeader(const unsigned char* header) {
   size_t key_bytes = (size_t{header[5]} << 8) | header[6];
   size_t value_bytes = GetU32(header + 7);
   if (key_bytes > kMaxKeyBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("rendezvous store: key of ", key_bytes,
-                                                   " bytes over ", kMaxKeyBytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rendezvous store: key of ", key_bytes, " bytes over ", kMaxKeyBytes));
   }
   if (value_bytes > kMaxValueBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("rendezvous store: value of ", value_bytes,
-                                                   " bytes over ", kMaxValueBytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rendezvous store: value of ", value_bytes, " bytes over ", kMaxValueBytes));
   }
   return RequestHeader{static_cast<Op>(op), key_bytes, value_bytes};
 }

@@ -16,10 +16,10 @@ namespace pagoda::worker::comm {
 // Where a group's rendezvous store is and how to talk to it: what the server
 // hands every rank in LoadModel.
 struct RendezvousAddress {
-  std::string host;     // IPv4 address of the RendezvousStoreServer.
+  std::string host;  // IPv4 address of the RendezvousStoreServer.
   int port = 0;
-  std::string secret;   // The server's shared secret.
-  std::string prefix;   // Namespaces the keys of one group (one launch).
+  std::string secret;  // The server's shared secret.
+  std::string prefix;  // Namespaces the keys of one group (one launch).
 };
 
 // A connection to a RendezvousStoreServer, usable as Gloo's rendezvous store.

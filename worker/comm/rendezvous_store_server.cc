@@ -45,8 +45,8 @@ absl::StatusOr<int> BindAndListen(const std::string& host, int port, int* bound_
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
       listen(fd, 64) != 0) {
-    absl::Status error = absl::UnavailableError(
-        absl::StrCat("rendezvous store: cannot listen on ", host, ":", port, ": ", strerror(errno)));
+    absl::Status error = absl::UnavailableError(absl::StrCat(
+        "rendezvous store: cannot listen on ", host, ":", port, ": ", strerror(errno)));
     close(fd);
     return error;
   }
@@ -62,9 +62,9 @@ absl::StatusOr<std::unique_ptr<RendezvousStoreServer>> RendezvousStoreServer::St
     const Options& options) {
   if (options.secret.size() < rendezvous::kMinSecretBytes ||
       options.secret.size() > rendezvous::kMaxSecretBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "rendezvous store: secret must be ", rendezvous::kMinSecretBytes, " to ",
-        rendezvous::kMaxSecretBytes, " bytes, got ", options.secret.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rendezvous store: secret must be ", rendezvous::kMinSecretBytes, " to ",
+                     rendezvous::kMaxSecretBytes, " bytes, got ", options.secret.size()));
   }
   if (options.max_connections < 1) {
     return absl::InvalidArgumentError("rendezvous store: max_connections must be positive");
@@ -144,9 +144,9 @@ void RendezvousStoreServer::Serve(Connection* connection) {
   while (!stopping_) {
     // An unauthenticated connection gets little time, so idle hostile
     // connections cannot hold the slots for long.
-    auto deadline = std::chrono::steady_clock::now() +
-                    (authenticated ? options_.idle_timeout
-                                   : std::min(options_.idle_timeout, kHelloTimeout));
+    auto deadline =
+        std::chrono::steady_clock::now() +
+        (authenticated ? options_.idle_timeout : std::min(options_.idle_timeout, kHelloTimeout));
     unsigned char header[rendezvous::kRequestHeaderBytes];
     if (!rendezvous::ReadAll(fd, header, sizeof(header), deadline).ok()) return;
     absl::StatusOr<rendezvous::RequestHeader> decoded = rendezvous::DecodeRequestHeader(header);
