@@ -95,9 +95,6 @@ absl::StatusOr<std::string> RendezvousStoreClient::Call(int op, const std::strin
   }
   unsigned char header[rendezvous::kResponseHeaderBytes];
   if (absl::Status s = rendezvous::ReadAll(fd_, header, sizeof(header), deadline); !s.ok()) {
-    if (op == static_cast<int>(rendezvous::Op::kHello) && absl::IsUnavailable(s)) {
-      return absl::PermissionDeniedError("rendezvous store refused the secret");
-    }
     return s;
   }
   size_t value_bytes = GetU32(header + 1);
@@ -116,7 +113,9 @@ absl::StatusOr<std::string> RendezvousStoreClient::Call(int op, const std::strin
     case rendezvous::Reply::kUnauthenticated:
       return absl::PermissionDeniedError("rendezvous store refused the secret");
     case rendezvous::Reply::kStoreFull:
-      return absl::ResourceExhaustedError("rendezvous store is full");
+      return absl::ResourceExhaustedError(op == static_cast<int>(rendezvous::Op::kHello)
+                                              ? "rendezvous store serves too many connections"
+                                              : "rendezvous store is full");
     default:
       return absl::DataLossError("rendezvous store: unknown reply");
   }

@@ -30,7 +30,8 @@ struct RendezvousAddress {
 class RendezvousStoreClient final : public gloo::rendezvous::Store {
  public:
   // Connects and authenticates. UNAVAILABLE when unreachable, PERMISSION_DENIED
-  // when the server refuses the secret, DEADLINE_EXCEEDED after `timeout`.
+  // when the server refuses the secret, RESOURCE_EXHAUSTED when it serves its
+  // maximum of connections, DEADLINE_EXCEEDED after `timeout`.
   static absl::StatusOr<std::unique_ptr<RendezvousStoreClient>> Connect(
       const RendezvousAddress& address, std::chrono::milliseconds timeout);
   ~RendezvousStoreClient() override;

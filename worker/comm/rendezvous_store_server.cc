@@ -119,6 +119,9 @@ void RendezvousStoreServer::AcceptLoop() {
     absl::MutexLock lock(&connections_mu_);
     ReapFinished();
     if (static_cast<int>(connections_.size()) >= options_.max_connections) {
+      // Say why before closing; a fresh socket's buffer takes 5 bytes at once.
+      std::string full = rendezvous::EncodeResponse(Reply::kStoreFull, "");
+      send(fd, full.data(), full.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
       ++rejected_;
       close(fd);
       continue;

@@ -152,7 +152,8 @@ TEST_F(RendezvousStoreTest, StoreAndConnectionsAreBounded) {
   // max_connections = 4: the client above and 3 idle raw ones fill it.
   int idle[3] = {RawConnect(), RawConnect(), RawConnect()};
   std::this_thread::sleep_for(milliseconds(300));
-  EXPECT_FALSE(RendezvousStoreClient::Connect(Address(), milliseconds(1000)).ok());
+  EXPECT_EQ(RendezvousStoreClient::Connect(Address(), milliseconds(1000)).status().code(),
+            absl::StatusCode::kResourceExhausted);
   for (int fd : idle) close(fd);
 }
 
