@@ -19,7 +19,9 @@ struct GlooOptions {
   RendezvousAddress rendezvous;
   // The address this rank's Gloo pairs listen on; peers must reach it.
   std::string listen_host = "127.0.0.1";
-  // Bounds joining the group and every collective.
+  // Bounds every collective, and each step of joining the group: the
+  // address exchange through the store waits up to `timeout`, and Gloo then
+  // allows each pair's TCP connect up to 5 x `timeout`.
   std::chrono::milliseconds timeout{30000};
 };
 
