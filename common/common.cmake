@@ -4,6 +4,8 @@ add_library(pagoda_common STATIC
   ${CMAKE_CURRENT_LIST_DIR}/model_config.cc
   ${CMAKE_CURRENT_LIST_DIR}/safetensors.cc
   ${CMAKE_CURRENT_LIST_DIR}/sentencepiece_adapter.cc
+  ${CMAKE_CURRENT_LIST_DIR}/tensor_parallel_plan.cc
+  ${CMAKE_CURRENT_LIST_DIR}/tensor_slice.cc
   ${CMAKE_CURRENT_LIST_DIR}/tokenizer.cc)
 target_link_libraries(pagoda_common PUBLIC
   absl::status absl::statusor absl::strings nlohmann_json::nlohmann_json
@@ -33,6 +35,12 @@ pagoda_add_test(common_model_config_test
 pagoda_add_test(common_safetensors_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/safetensors_test.cc
   LIBS pagoda_common pagoda_common_testing)
+pagoda_add_test(common_tensor_slice_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/tensor_slice_test.cc
+  LIBS pagoda_common pagoda_common_testing)
+pagoda_add_test(common_tensor_parallel_plan_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/tensor_parallel_plan_test.cc
+  LIBS pagoda_common)
 pagoda_add_test(common_tokenizer_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/tokenizer_test.cc
   LIBS pagoda_common pagoda_common_testing pagoda_proto)

@@ -1,0 +1,58 @@
+#ifndef PAGODA_COMMON_TENSOR_PARALLEL_PLAN_H_
+#define PAGODA_COMMON_TENSOR_PARALLEL_PLAN_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/model_config.h"
+
+namespace pagoda {
+
+// A half-open index range [begin, end).
+struct IndexRange {
+  int64_t begin = 0;
+  int64_t end = 0;
+  int64_t size() const { return end - begin; }
+  bool operator==(const IndexRange&) const = default;
+};
+
+// What one rank of a Megatron-style tensor-parallel group owns:
+//   q_proj  rows    q_heads * head_dim         (column-parallel)
+//   k/v     rows    kv_heads * head_dim        (column-parallel, or replicated)
+//   o_proj  columns q_heads * head_dim         (row-parallel, then all-reduce)
+//   gate/up rows    intermediate               (column-parallel)
+//   down    columns intermediate               (row-parallel, then all-reduce)
+//   embedding / LM head rows vocab            (if the model shards the vocabulary)
+// Ranges are in units of heads, intermediate channels and tokens; multiply
+// head ranges by head_dim for weight rows.
+struct TensorParallelShard {
+  int rank = 0;
+  int world_size = 1;
+  IndexRange q_heads;
+  // When world_size exceeds num_key_value_heads, world_size / num_kv_heads
+  // consecutive ranks share (each hold a copy of) one KV head: the one their
+  // query heads read. Otherwise each rank holds num_kv_heads / world_size.
+  IndexRange kv_heads;
+  int kv_head_replicas = 1;  // Ranks holding each KV head.
+  IndexRange intermediate;
+  // ceil(vocab / world_size) tokens per rank, the last rank fewer; a rank
+  // past the end of a tiny vocabulary owns an empty range.
+  IndexRange vocab;
+};
+
+// OK when the model can be split over `world_size` ranks; otherwise
+// INVALID_ARGUMENT with one line naming the counts, e.g. "cannot split the
+// model over 4 tensor-parallel ranks: num_attention_heads (6) is not
+// divisible by 4". Rules: num_attention_heads and intermediate_size divisible
+// by world_size; num_key_value_heads divisible by world_size or dividing it.
+absl::Status CheckTensorParallelSplit(const ModelConfig& config, int world_size);
+
+// The shard of `rank`; the errors of CheckTensorParallelSplit, and
+// INVALID_ARGUMENT for a rank outside [0, world_size) or world_size < 1.
+absl::StatusOr<TensorParallelShard> PlanTensorParallelShard(const ModelConfig& config, int rank,
+                                                            int world_size);
+
+}  // namespace pagoda
+
+#endif  // PAGODA_COMMON_TENSOR_PARALLEL_PLAN_H_

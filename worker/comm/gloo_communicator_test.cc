@@ -1,0 +1,187 @@
+// Real processes over loopback: each rank is a pagoda_gloo_test_rank process
+// that checks its own results (see gloo_test_rank_main.cc); this test starts
+// the rendezvous store, spawns the ranks and checks how and when they ended.
+#include "worker/comm/gloo_communicator.h"
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "worker/comm/rendezvous_store_server.h"
+
+extern char** environ;
+
+namespace pagoda::worker::comm {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct RankOutcome {
+  bool exited = false;  // false: killed by a signal (or still running at the limit)
+  int exit_code = -1;
+  int signal = 0;
+};
+
+// Spawns `world` ranks of `scenario` and waits for all of them, killing any
+// still running after `limit` (so a hang fails the test instead of the suite).
+std::vector<RankOutcome> RunGroup(const std::string& scenario, int world, int timeout_ms,
+                                  std::chrono::seconds limit, std::chrono::milliseconds* took) {
+  RendezvousStoreServer::Options options;
+  options.secret = GenerateRendezvousSecret().value();
+  auto server = RendezvousStoreServer::Start(options);
+  EXPECT_TRUE(server.ok()) << server.status();
+  if (!server.ok()) return {};
+
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
+  env.push_back("PAGODA_TEST_RENDEZVOUS_SECRET=" + options.secret);
+  std::vector<char*> envp;
+  for (std::string& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+
+  auto start = Clock::now();
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < world; ++rank) {
+    std::vector<std::string> args = {PAGODA_GLOO_TEST_RANK,
+                                     scenario,
+                                     std::to_string(rank),
+                                     std::to_string(world),
+                                     std::to_string((*server)->port()),
+                                     std::to_string(timeout_ms)};
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_t pid = 0;
+    EXPECT_EQ(posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), envp.data()), 0);
+    pids.push_back(pid);
+  }
+  std::vector<RankOutcome> outcomes(world);
+  std::vector<bool> reaped(world, false);
+  int left = world;
+  while (left > 0) {
+    for (int rank = 0; rank < world; ++rank) {
+      if (reaped[rank]) continue;
+      int status = 0;
+      if (waitpid(pids[rank], &status, WNOHANG) != pids[rank]) continue;
+      reaped[rank] = true;
+      --left;
+      outcomes[rank].exited = WIFEXITED(status);
+      outcomes[rank].exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      outcomes[rank].signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+    }
+    if (Clock::now() - start > limit) {
+      ADD_FAILURE() << scenario << ": ranks still running after " << limit.count() << " s";
+      for (int rank = 0; rank < world; ++rank) {
+        if (!reaped[rank]) kill(pids[rank], SIGKILL), waitpid(pids[rank], nullptr, 0);
+      }
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  *took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+  return outcomes;
+}
+
+class GlooGroupTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(GlooGroupTest, AllReduceAndAllGatherMatchPlainResults) {
+  const int world = GetParam();
+  std::chrono::milliseconds took;
+  auto outcomes = RunGroup("collectives", world, 20000, std::chrono::seconds(60), &took);
+  ASSERT_EQ(outcomes.size(), static_cast<size_t>(world));
+  for (int rank = 0; rank < world; ++rank) {
+    EXPECT_TRUE(outcomes[rank].exited && outcomes[rank].exit_code == 0) << "rank " << rank;
+  }
+}
+
+TEST_P(GlooGroupTest, KilledRankMakesOthersFailFast) {
+  const int world = GetParam();
+  std::chrono::milliseconds took;
+  // Timeout 20 s: the survivors must notice the death long before it.
+  auto outcomes = RunGroup("die", world, 20000, std::chrono::seconds(30), &took);
+  ASSERT_EQ(outcomes.size(), static_cast<size_t>(world));
+  EXPECT_EQ(outcomes[world - 1].signal, SIGKILL);
+  for (int rank = 0; rank + 1 < world; ++rank) {
+    EXPECT_TRUE(outcomes[rank].exited && outcomes[rank].exit_code == 0) << "rank " << rank;
+  }
+  EXPECT_LT(took, std::chrono::milliseconds(10000));
+}
+
+TEST_P(GlooGroupTest, SilentRankMakesOthersTimeOut) {
+  const int world = GetParam();
+  std::chrono::milliseconds took;
+  auto outcomes = RunGroup("hang", world, 1000, std::chrono::seconds(30), &took);
+  ASSERT_EQ(outcomes.size(), static_cast<size_t>(world));
+  for (int rank = 0; rank < world; ++rank) {
+    EXPECT_TRUE(outcomes[rank].exited && outcomes[rank].exit_code == 0) << "rank " << rank;
+  }
+}
+
+TEST_P(GlooGroupTest, AbortEndsPendingCollectiveEverywhere) {
+  const int world = GetParam();
+  std::chrono::milliseconds took;
+  // Timeout 30 s: every rank must be done far sooner, by the abort alone.
+  auto outcomes = RunGroup("abort", world, 30000, std::chrono::seconds(40), &took);
+  ASSERT_EQ(outcomes.size(), static_cast<size_t>(world));
+  for (int rank = 0; rank < world; ++rank) {
+    EXPECT_TRUE(outcomes[rank].exited && outcomes[rank].exit_code == 0) << "rank " << rank;
+  }
+  EXPECT_LT(took, std::chrono::milliseconds(10000));
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, GlooGroupTest, ::testing::Values(2, 4));
+
+TEST(GlooCommunicatorTest, RefusesBadRankAndWorld) {
+  GlooOptions options;
+  options.rank = 2;
+  options.world_size = 2;
+  EXPECT_EQ(CreateGlooCommunicator(options).status().code(), absl::StatusCode::kInvalidArgument);
+  options.rank = 0;
+  options.world_size = kMaxWorldSize + 1;
+  EXPECT_EQ(CreateGlooCommunicator(options).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(GlooCommunicatorTest, WorldOfOneNeedsNoPeersAndValidatesArguments) {
+  RendezvousStoreServer::Options server_options;
+  server_options.secret = GenerateRendezvousSecret().value();
+  auto server = RendezvousStoreServer::Start(server_options);
+  ASSERT_TRUE(server.ok());
+  GlooOptions options;
+  options.rendezvous = {"127.0.0.1", (*server)->port(), server_options.secret, "one"};
+  options.timeout = std::chrono::milliseconds(5000);
+  auto comm = CreateGlooCommunicator(options);
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  std::vector<float> data = {1.5f, -2.0f, 3.25f};
+  ASSERT_TRUE((*comm)->AllReduceSum(data.data(), data.size(), DType::kF32).ok());
+  EXPECT_EQ(data, (std::vector<float>{1.5f, -2.0f, 3.25f}));
+  ASSERT_TRUE((*comm)->AllGather(data.data(), data.size(), DType::kF32).ok());
+  EXPECT_EQ(data, (std::vector<float>{1.5f, -2.0f, 3.25f}));
+  EXPECT_EQ((*comm)->AllReduceSum(nullptr, 4, DType::kF32).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*comm)->AllReduceSum(data.data(), kMaxCollectiveBytes, DType::kF32).code(),
+            absl::StatusCode::kInvalidArgument);
+  (*comm)->Abort();
+  EXPECT_EQ((*comm)->AllReduceSum(data.data(), data.size(), DType::kF32).code(),
+            absl::StatusCode::kAborted);
+}
+
+TEST(GlooCommunicatorTest, WrongSecretCannotJoin) {
+  RendezvousStoreServer::Options server_options;
+  server_options.secret = GenerateRendezvousSecret().value();
+  auto server = RendezvousStoreServer::Start(server_options);
+  ASSERT_TRUE(server.ok());
+  GlooOptions options;
+  options.rendezvous = {"127.0.0.1", (*server)->port(), std::string(32, 'x'), "one"};
+  options.timeout = std::chrono::milliseconds(2000);
+  EXPECT_EQ(CreateGlooCommunicator(options).status().code(), absl::StatusCode::kPermissionDenied);
+}
+
+}  // namespace
+}  // namespace pagoda::worker::comm

@@ -1,0 +1,69 @@
+#ifndef PAGODA_WORKER_COMM_RENDEZVOUS_STORE_CLIENT_H_
+#define PAGODA_WORKER_COMM_RENDEZVOUS_STORE_CLIENT_H_
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "gloo/rendezvous/store.h"
+
+namespace pagoda::worker::comm {
+
+// Where a group's rendezvous store is and how to talk to it: what the server
+// hands every rank in LoadModel.
+struct RendezvousAddress {
+  std::string host;  // IPv4 address of the RendezvousStoreServer.
+  int port = 0;
+  std::string secret;  // The server's shared secret.
+  std::string prefix;  // Namespaces the keys of one group (one launch).
+};
+
+// A connection to a RendezvousStoreServer, usable as Gloo's rendezvous store.
+// Every key is stored under "<prefix>/<key>". Gloo's Store interface reports
+// errors by throwing, so set/get/wait throw std::runtime_error; the absl
+// methods (Set, Get) return a status instead.
+// Thread safety: thread-safe (one request on the socket at a time).
+class RendezvousStoreClient final : public gloo::rendezvous::Store {
+ public:
+  // Connects and authenticates. UNAVAILABLE when unreachable, PERMISSION_DENIED
+  // when the server refuses the secret, RESOURCE_EXHAUSTED when it serves its
+  // maximum of connections, DEADLINE_EXCEEDED after `timeout`.
+  static absl::StatusOr<std::unique_ptr<RendezvousStoreClient>> Connect(
+      const RendezvousAddress& address, std::chrono::milliseconds timeout);
+  ~RendezvousStoreClient() override;
+  RendezvousStoreClient(const RendezvousStoreClient&) = delete;
+  RendezvousStoreClient& operator=(const RendezvousStoreClient&) = delete;
+
+  absl::Status Set(const std::string& key, const std::string& value);
+  // Waits until `key` exists (polling), up to the client's timeout.
+  absl::StatusOr<std::string> Get(const std::string& key);
+
+  // gloo::rendezvous::Store.
+  void set(const std::string& key, const std::vector<char>& data) override;
+  std::vector<char> get(const std::string& key) override;
+  void wait(const std::vector<std::string>& keys) override;
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override;
+
+ private:
+  RendezvousStoreClient(int fd, std::string prefix, std::chrono::milliseconds timeout)
+      : fd_(fd), prefix_(std::move(prefix)), timeout_(timeout) {}
+  // One request/response; NOT_FOUND for a missing key on kGet.
+  absl::StatusOr<std::string> Call(int op, const std::string& key, const std::string& value,
+                                   std::chrono::steady_clock::time_point deadline);
+  absl::StatusOr<std::string> GetUntil(const std::string& key,
+                                       std::chrono::steady_clock::time_point deadline);
+
+  absl::Mutex mu_;
+  const int fd_;
+  const std::string prefix_;
+  const std::chrono::milliseconds timeout_;
+};
+
+}  // namespace pagoda::worker::comm
+
+#endif  // PAGODA_WORKER_COMM_RENDEZVOUS_STORE_CLIENT_H_
