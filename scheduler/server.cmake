@@ -3,6 +3,7 @@
 # their tests.
 add_library(pagoda_server_lib STATIC
   ${CMAKE_CURRENT_LIST_DIR}/engine/engine.cc
+  ${CMAKE_CURRENT_LIST_DIR}/engine/recovery.cc
   ${CMAKE_CURRENT_LIST_DIR}/api/frontend.cc
   ${CMAKE_CURRENT_LIST_DIR}/metrics.cc
   ${CMAKE_CURRENT_LIST_DIR}/api/request_detokenizer.cc

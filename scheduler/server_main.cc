@@ -32,6 +32,7 @@
 #include "absl/time/time.h"
 #include "common/model_config.h"
 #include "common/tokenizer.h"
+#include "common/worker_secret.h"
 #include "glog/logging.h"
 #include "scheduler/engine/engine.h"
 #include "scheduler/api/frontend.h"
@@ -48,6 +49,13 @@ ABSL_FLAG(std::string, device, "cpu", "cpu or cuda.");
 ABSL_FLAG(int, tensor_parallel_size, 1, "Number of workers (tensor-parallel ranks).");
 ABSL_FLAG(std::string, worker_addresses, "",
           "Comma-separated host:port of running workers, rank order; empty = spawn them.");
+ABSL_FLAG(std::string, worker_secret_file, "",
+          "File with the secret the --worker-addresses workers were started with "
+          "(their --secret-file); required with --worker-addresses.");
+ABSL_FLAG(int, worker_restart_limit, 5,
+          "Restart attempts of the workers within --worker-restart-window after which "
+          "the server gives up and fails requests with UNAVAILABLE.");
+ABSL_FLAG(double, worker_restart_window, 60, "Seconds; see --worker-restart-limit.");
 ABSL_FLAG(std::string, worker_binary, "",
           "pagoda-worker to spawn; default: the one next to this binary.");
 ABSL_FLAG(int, block_size, 16, "Tokens per KV block.");
@@ -129,6 +137,10 @@ absl::Status Serve() {
   }
 
   // Workers.
+  GrpcWorkerGroupOptions worker_options;
+  worker_options.max_restarts = absl::GetFlag(FLAGS_worker_restart_limit);
+  worker_options.restart_window = absl::Seconds(absl::GetFlag(FLAGS_worker_restart_window));
+  worker_options.restart_start_timeout = absl::Seconds(absl::GetFlag(FLAGS_worker_start_timeout));
   std::unique_ptr<GrpcWorkerGroup> workers;
   const std::string addresses = absl::GetFlag(FLAGS_worker_addresses);
   if (!addresses.empty()) {
@@ -138,15 +150,22 @@ absl::Status Serve() {
                                                      " entries for --tensor-parallel-size ",
                                                      world_size));
     }
-    absl::StatusOr<std::unique_ptr<GrpcWorkerGroup>> connected =
-        GrpcWorkerGroup::Connect(list, absl::Seconds(absl::GetFlag(FLAGS_worker_start_timeout)));
+    const std::string secret_file = absl::GetFlag(FLAGS_worker_secret_file);
+    if (secret_file.empty()) {
+      return absl::InvalidArgumentError("--worker-addresses needs --worker-secret-file");
+    }
+    absl::StatusOr<std::string> secret = ReadWorkerSecretFile(secret_file);
+    if (!secret.ok()) return secret.status();
+    absl::StatusOr<std::unique_ptr<GrpcWorkerGroup>> connected = GrpcWorkerGroup::Connect(
+        list, *secret, absl::Seconds(absl::GetFlag(FLAGS_worker_start_timeout)), worker_options);
     if (!connected.ok()) return connected.status();
     workers = *std::move(connected);
   } else {
     std::string binary = absl::GetFlag(FLAGS_worker_binary);
     if (binary.empty()) binary = DefaultWorkerBinary();
-    absl::StatusOr<std::unique_ptr<GrpcWorkerGroup>> launched = GrpcWorkerGroup::Launch(
-        binary, world_size, absl::Seconds(absl::GetFlag(FLAGS_worker_start_timeout)));
+    absl::StatusOr<std::unique_ptr<GrpcWorkerGroup>> launched =
+        GrpcWorkerGroup::Launch(binary, world_size,
+                                absl::Seconds(absl::GetFlag(FLAGS_worker_start_timeout)), worker_options);
     if (!launched.ok()) return launched.status();
     workers = *std::move(launched);
     std::cout << "PAGODA_WORKER_PIDS " << absl::StrJoin(workers->worker_pids(), ",") << std::endl;

@@ -2,7 +2,7 @@
 # executable and the tests that drive real worker processes.
 add_library(pagoda_worker_service STATIC ${CMAKE_CURRENT_LIST_DIR}/worker_service.cc)
 target_link_libraries(pagoda_worker_service PUBLIC
-  pagoda_proto gRPC::grpc++ absl::status absl::statusor absl::strings absl::synchronization
+  pagoda_proto pagoda_worker_secret gRPC::grpc++ absl::status absl::statusor absl::strings absl::synchronization
   absl::time glog::glog)
 
 # The executable needs the model runner, built by worker_core.cmake.

@@ -51,6 +51,7 @@ pagoda::v1::ModelInfo GenerationService::ModelInfo() const {
   out.set_device(info_.device);
   for (int32_t id : info_.eos_token_ids) out.add_eos_token_ids(id);
   out.set_workers_healthy(snapshot.healthy);
+  if (!snapshot.healthy) out.set_workers_status(engine_->failure_reason());
   pagoda::v1::EngineStats* stats = out.mutable_engine_stats();
   stats->set_num_steps(snapshot.num_steps);
   stats->set_num_running(snapshot.num_running);
