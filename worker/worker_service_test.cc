@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
@@ -290,7 +291,7 @@ TEST_F(WorkerServiceTest, WorkerStopsCleanlyOnSigterm) {
         how = exit;
       });
   ASSERT_TRUE(process.ok()) << process.status();
-  EXPECT_GT((*process)->port(), 0);
+  EXPECT_TRUE(absl::StartsWith((*process)->address(), "unix:")) << (*process)->address();
   EXPECT_FALSE((*process)->Exited());
   (*process)->Terminate(absl::Seconds(5));
   EXPECT_TRUE((*process)->Exited());
@@ -301,7 +302,8 @@ TEST_F(WorkerServiceTest, WorkerStopsCleanlyOnSigterm) {
 TEST_F(WorkerServiceTest, ConnectWorkersReachesARunningWorker) {
   auto process = WorkerProcess::Spawn(PAGODA_WORKER_BINARY, 0, kStartTimeout, nullptr);
   ASSERT_TRUE(process.ok()) << process.status();
-  auto group = scheduler::ConnectWorkers({(*process)->address()}, absl::Seconds(5));
+  auto group = scheduler::ConnectWorkers({(*process)->address()}, (*process)->secret(),
+                                         absl::Seconds(5));
   ASSERT_TRUE(group.ok()) << group.status();
   auto loaded = (*group)->LoadModel(LoadRequest(*model_dir_));
   ASSERT_TRUE(loaded.ok()) << loaded.status();
@@ -349,7 +351,7 @@ TEST_F(WorkerServiceTest, ConnectWorkersToAClosedPortIsUnavailableWithinTheTimeo
 
   const absl::Time start = absl::Now();
   auto group = scheduler::ConnectWorkers({absl::StrCat("127.0.0.1:", ntohs(address.sin_port))},
-                                         absl::Milliseconds(800));
+                                         "a-secret-of-enough-bytes", absl::Milliseconds(800));
   EXPECT_LT(absl::Now() - start, absl::Seconds(2));
   EXPECT_EQ(group.status().code(), absl::StatusCode::kUnavailable) << group.status();
 }
@@ -368,7 +370,9 @@ TEST_F(WorkerServiceTest, OrphanedWorkerExitsWhenItsParentDies) {
   // orphaning) and exits.
   const std::string out = *temp_dir_ + "/orphan.out";
   const std::string script =
-      absl::StrCat(PAGODA_WORKER_BINARY, " --listen 127.0.0.1:0 --parent-pid $$ >", out,
+      absl::StrCat("echo a-secret-of-enough-bytes >", *temp_dir_, "/secret; ", PAGODA_WORKER_BINARY,
+                   " --listen 127.0.0.1:0 --secret-file ", *temp_dir_, "/secret --parent-pid $$ >",
+                   out,
                    " 2>/dev/null & echo $!; for i in $(seq 400); do grep -q LISTENING ", out,
                    " && break; sleep 0.05; done");
   FILE* shell = popen(script.c_str(), "r");
