@@ -392,8 +392,9 @@ absl::Status GrpcWorkerGroup::Recover() {
       return absl::OkStatus();
     }
     last_error = std::string(restarted.message());
-    LOG(WARNING) << "worker restart failed: " << last_error << "; next try in " << backoff;
-    absl::SleepFor(backoff);
+    LOG(WARNING) << "worker restart failed: " << last_error;
+    // No wait before giving up.
+    if (static_cast<int>(restart_attempts_.size()) < options_.max_restarts) absl::SleepFor(backoff);
     backoff = std::min(backoff * 2, options_.max_restart_backoff);
     absl::MutexLock lock(&mutex_);
     if (shutting_down_) return absl::UnavailableError("worker group was shut down");
