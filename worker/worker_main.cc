@@ -7,8 +7,9 @@
 // open. Every Worker call must carry the server's secret (see
 // common/worker_secret.h), read at start from an inherited pipe (--secret-fd,
 // so it is never in argv or the environment, which /proc shows) or from a
-// file (--secret-file, a mounted Kubernetes Secret). Reflection is off unless
-// --enable-reflection.
+// file (--secret-file, a mounted Kubernetes Secret). It serves no reflection:
+// the binary does not link gRPC's reflection library, whose mere loading
+// would turn reflection on for every server.
 //
 // After binding it prints exactly one line "PAGODA_WORKER_LISTENING <port>"
 // (or "PAGODA_WORKER_LISTENING unix:PATH") to stdout so a launcher that asked
@@ -42,7 +43,6 @@
 #include "common/flags.h"
 #include "common/worker_secret.h"
 #include "glog/logging.h"
-#include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "worker/model_runner.h"
@@ -53,7 +53,6 @@ ABSL_FLAG(int, rank, 0, "Tensor-parallel rank of this worker.");
 ABSL_FLAG(int, parent_pid, 0, "If set, exit when this process (the server) dies.");
 ABSL_FLAG(int, secret_fd, -1, "Inherited fd to read the server's secret from (then closed).");
 ABSL_FLAG(std::string, secret_file, "", "File holding the server's secret (if no --secret-fd).");
-ABSL_FLAG(bool, enable_reflection, false, "Serve gRPC reflection (debugging only).");
 
 namespace {
 
@@ -188,9 +187,6 @@ int main(int argc, char** argv) {
                                         [&stop] { stop.Request("Shutdown RPC"); });
 
   grpc::EnableDefaultHealthCheckService(true);
-  if (absl::GetFlag(FLAGS_enable_reflection)) {
-    grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  }
   grpc::ServerBuilder builder;
   int port = 0;
   const std::string listen = absl::GetFlag(FLAGS_listen);
