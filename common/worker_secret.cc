@@ -73,7 +73,7 @@ absl::StatusOr<std::string> ReadWorkerSecretFile(const std::string& path) {
   return secret;
 }
 
-bool WorkerSecretsEqual(absl::string_view expected, absl::string_view given) {
+bool ConstantTimeEquals(absl::string_view expected, absl::string_view given) {
   // The length of the secret is no secret; its bytes are.
   if (expected.size() != given.size()) return false;
   unsigned char difference = 0;

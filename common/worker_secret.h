@@ -31,7 +31,7 @@ absl::StatusOr<std::string> ReadWorkerSecretFile(const std::string& path);
 
 // Compares in time independent of where the first difference is, so a caller
 // cannot learn the secret byte by byte from response times.
-bool WorkerSecretsEqual(absl::string_view expected, absl::string_view given);
+bool ConstantTimeEquals(absl::string_view expected, absl::string_view given);
 
 }  // namespace pagoda
 

@@ -52,10 +52,10 @@ TEST(WorkerSecretTest, ReadsAFile) {
 }
 
 TEST(WorkerSecretTest, ComparisonNeedsEveryByte) {
-  EXPECT_TRUE(WorkerSecretsEqual("0123456789abcdef", "0123456789abcdef"));
-  EXPECT_FALSE(WorkerSecretsEqual("0123456789abcdef", "0123456789abcdeF"));
-  EXPECT_FALSE(WorkerSecretsEqual("0123456789abcdef", "0123456789abcde"));
-  EXPECT_FALSE(WorkerSecretsEqual("0123456789abcdef", ""));
+  EXPECT_TRUE(ConstantTimeEquals("0123456789abcdef", "0123456789abcdef"));
+  EXPECT_FALSE(ConstantTimeEquals("0123456789abcdef", "0123456789abcdeF"));
+  EXPECT_FALSE(ConstantTimeEquals("0123456789abcdef", "0123456789abcde"));
+  EXPECT_FALSE(ConstantTimeEquals("0123456789abcdef", ""));
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -72,6 +73,17 @@ ABSL_FLAG(uint64_t, seed, 0, "Seeds the seeds given to requests that bring none.
 ABSL_FLAG(int, max_queued_requests, 1024, "Waiting requests beyond which new ones are refused.");
 ABSL_FLAG(double, drain_timeout, 30, "Seconds in-flight requests get to finish on SIGTERM.");
 ABSL_FLAG(double, worker_start_timeout, 60, "Seconds a spawned worker gets to start listening.");
+ABSL_FLAG(std::string, metrics_host, "", "Address to serve /metrics on; default: --host.");
+ABSL_FLAG(std::string, ssl_certfile, "", "PEM certificate chain: serve the client API over TLS.");
+ABSL_FLAG(std::string, ssl_keyfile, "", "PEM private key of --ssl-certfile.");
+ABSL_FLAG(std::string, ssl_ca_certs, "",
+          "PEM CA bundle: clients must present a certificate it signed (mutual TLS).");
+ABSL_FLAG(std::string, api_key, "",
+          "If set, Generation calls must carry 'authorization: Bearer <key>' (health exempt). "
+          "The PAGODA_API_KEY environment variable is read when this is empty.");
+ABSL_FLAG(int, max_stream_queued_messages, 1024,
+          "Messages a stream may hold for a client that does not read before it is ended "
+          "with RESOURCE_EXHAUSTED.");
 
 namespace pagoda::scheduler {
 namespace {
@@ -212,8 +224,10 @@ absl::Status Serve() {
   std::unique_ptr<ServerMetrics> metrics;
   if (const int metrics_port = absl::GetFlag(FLAGS_metrics_port); metrics_port != 0) {
     const int port = metrics_port < 0 ? 0 : metrics_port;  // -1: the OS picks (tests).
+    std::string metrics_host = absl::GetFlag(FLAGS_metrics_host);
+    if (metrics_host.empty()) metrics_host = absl::GetFlag(FLAGS_host);
     absl::StatusOr<std::unique_ptr<ServerMetrics>> started =
-        ServerMetrics::Start(absl::GetFlag(FLAGS_host), port, model_name);
+        ServerMetrics::Start(metrics_host, port, model_name);
     if (!started.ok()) return started.status();
     metrics = *std::move(started);
     std::cout << "PAGODA_METRICS_LISTENING " << metrics->port() << std::endl;
@@ -245,9 +259,28 @@ absl::Status Serve() {
   info.tensor_parallel_size = world_size;
   info.device = absl::GetFlag(FLAGS_device);
   info.eos_token_ids = engine_config.eos_token_ids;
-  GenerationService service(info, &engine, &validator, tokenizer->get());
-  absl::StatusOr<std::unique_ptr<FrontendServer>> server = FrontendServer::Start(
-      absl::GetFlag(FLAGS_host), absl::GetFlag(FLAGS_port), &service, &engine);
+  GenerationOptions generation_options;
+  generation_options.api_key = absl::GetFlag(FLAGS_api_key);
+  if (const char* key = std::getenv("PAGODA_API_KEY");
+      generation_options.api_key.empty() && key != nullptr) {
+    generation_options.api_key = key;
+  }
+  generation_options.max_stream_queued_messages = absl::GetFlag(FLAGS_max_stream_queued_messages);
+  if (generation_options.max_stream_queued_messages < 1) {
+    engine.Stop();
+    workers->Shutdown();
+    return absl::InvalidArgumentError("--max-stream-queued-messages must be at least 1");
+  }
+  GenerationService service(info, &engine, &validator, tokenizer->get(), generation_options);
+  FrontendOptions frontend_options;
+  frontend_options.host = absl::GetFlag(FLAGS_host);
+  frontend_options.port = absl::GetFlag(FLAGS_port);
+  frontend_options.max_request_bytes = MaxRequestBytes(limits);
+  frontend_options.ssl_certfile = absl::GetFlag(FLAGS_ssl_certfile);
+  frontend_options.ssl_keyfile = absl::GetFlag(FLAGS_ssl_keyfile);
+  frontend_options.ssl_ca_certs = absl::GetFlag(FLAGS_ssl_ca_certs);
+  absl::StatusOr<std::unique_ptr<FrontendServer>> server =
+      FrontendServer::Start(frontend_options, &service, &engine);
   if (!server.ok()) {
     engine.Stop();
     workers->Shutdown();

@@ -1,8 +1,15 @@
 #include "scheduler/api/frontend.h"
 
+#include <malloc.h>
+
+#include <algorithm>
+#include <fstream>
+#include <limits>
+#include <sstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/worker_secret.h"
 #include "glog/logging.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -14,12 +21,35 @@ using pagoda::v1::GenerateRequest;
 using pagoda::v1::GenerateResponse;
 
 GenerationService::GenerationService(ServedModelInfo info, Engine* engine,
-                                     RequestValidator* validator, const Tokenizer* tokenizer)
-    : info_(std::move(info)), engine_(engine), validator_(validator), tokenizer_(tokenizer) {}
+                                     RequestValidator* validator, const Tokenizer* tokenizer,
+                                     GenerationOptions options)
+    : info_(std::move(info)),
+      options_(std::move(options)),
+      engine_(engine),
+      validator_(validator),
+      tokenizer_(tokenizer) {}
+
+grpc::Status GenerationService::Authorize(const grpc::CallbackServerContext& context) const {
+  if (options_.api_key.empty()) return grpc::Status::OK;
+  const auto& metadata = context.client_metadata();
+  const auto found = metadata.find("authorization");
+  const std::string expected = absl::StrCat("Bearer ", options_.api_key);
+  if (found == metadata.end() ||
+      !ConstantTimeEquals(expected, absl::string_view(found->second.data(), found->second.size()))) {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        "missing or wrong API key: send metadata 'authorization: Bearer <key>'");
+  }
+  return grpc::Status::OK;
+}
 
 grpc::ServerUnaryReactor* GenerationService::Generate(grpc::CallbackServerContext* context,
                                                       const GenerateRequest* request,
                                                       GenerateResponse* response) {
+  if (grpc::Status allowed = Authorize(*context); !allowed.ok()) {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(allowed);
+    return reactor;
+  }
   absl::StatusOr<ValidatedRequest> validated = validator_->Validate(*request);
   if (!validated.ok()) {
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
@@ -31,9 +61,11 @@ grpc::ServerUnaryReactor* GenerationService::Generate(grpc::CallbackServerContex
 
 grpc::ServerWriteReactor<GenerateResponse>* GenerationService::GenerateStream(
     grpc::CallbackServerContext* context, const GenerateRequest* request) {
+  if (grpc::Status allowed = Authorize(*context); !allowed.ok()) return FailedStream(allowed);
   absl::StatusOr<ValidatedRequest> validated = validator_->Validate(*request);
   if (!validated.ok()) return FailedStream(ToGrpcStatus(validated.status()));
-  return StartStreamGenerate(&calls_, engine_, tokenizer_, *std::move(validated));
+  return StartStreamGenerate(&calls_, engine_, tokenizer_, *std::move(validated),
+                             options_.max_stream_queued_messages);
 }
 
 pagoda::v1::ModelInfo GenerationService::ModelInfo() const {
@@ -73,23 +105,73 @@ pagoda::v1::ModelInfo GenerationService::ModelInfo() const {
 grpc::ServerUnaryReactor* GenerationService::GetModelInfo(
     grpc::CallbackServerContext* context, const pagoda::v1::GetModelInfoRequest* request,
     pagoda::v1::ModelInfo* response) {
-  *response = ModelInfo();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(grpc::Status::OK);
+  grpc::Status allowed = Authorize(*context);
+  if (allowed.ok()) *response = ModelInfo();
+  reactor->Finish(allowed);
   return reactor;
 }
 
-absl::StatusOr<std::unique_ptr<FrontendServer>> FrontendServer::Start(const std::string& host,
-                                                                      int port,
+namespace {
+
+constexpr absl::Duration kMemoryTrimPeriod = absl::Seconds(1);
+
+absl::StatusOr<std::string> ReadPemFile(const std::string& path, const char* flag) {
+  std::ifstream file(path, std::ios::binary);
+  std::stringstream contents;
+  contents << file.rdbuf();
+  if (!file.good() || contents.str().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, ": cannot read '", path, "'"));
+  }
+  return contents.str();
+}
+
+// Insecure without certificate and key; TLS with them; mutual TLS with a CA.
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
+    const FrontendOptions& options) {
+  if (options.ssl_certfile.empty() != options.ssl_keyfile.empty()) {
+    return absl::InvalidArgumentError("--ssl-certfile and --ssl-keyfile go together");
+  }
+  if (options.ssl_certfile.empty()) {
+    if (!options.ssl_ca_certs.empty()) {
+      return absl::InvalidArgumentError("--ssl-ca-certs needs --ssl-certfile and --ssl-keyfile");
+    }
+    return grpc::InsecureServerCredentials();
+  }
+  absl::StatusOr<std::string> cert = ReadPemFile(options.ssl_certfile, "--ssl-certfile");
+  if (!cert.ok()) return cert.status();
+  absl::StatusOr<std::string> key = ReadPemFile(options.ssl_keyfile, "--ssl-keyfile");
+  if (!key.ok()) return key.status();
+  grpc::SslServerCredentialsOptions ssl;
+  ssl.pem_key_cert_pairs.push_back({*key, *cert});
+  if (!options.ssl_ca_certs.empty()) {
+    absl::StatusOr<std::string> ca = ReadPemFile(options.ssl_ca_certs, "--ssl-ca-certs");
+    if (!ca.ok()) return ca.status();
+    ssl.pem_root_certs = *ca;
+    ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
+  return grpc::SslServerCredentials(ssl);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<FrontendServer>> FrontendServer::Start(const FrontendOptions& options,
                                                                       GenerationService* service,
                                                                       Engine* engine) {
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      ServerCredentials(options);
+  if (!credentials.ok()) return credentials.status();
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int bound_port = 0;
-  const std::string address = absl::StrCat(
-      host.find(':') != std::string::npos ? absl::StrCat("[", host, "]") : host, ":", port);
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &bound_port);
+  const std::string& host = options.host;
+  const std::string address =
+      absl::StrCat(host.find(':') != std::string::npos ? absl::StrCat("[", host, "]") : host, ":",
+                   options.port);
+  builder.AddListeningPort(address, *credentials, &bound_port);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(
+      std::min<int64_t>(options.max_request_bytes, std::numeric_limits<int>::max())));
   builder.RegisterService(service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || bound_port == 0) {
@@ -113,8 +195,16 @@ void FrontendServer::SetDraining() {
 void FrontendServer::WatchHealth() {
   grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
   int last = -1;  // Unknown.
+  absl::Time last_trim = absl::Now();
   absl::MutexLock lock(&mu_);
   while (!stopping_) {
+    // A burst of big messages (refused ones too: gRPC buffers a message
+    // before it checks its size) leaves freed memory in malloc's arenas;
+    // hand it back so the server's footprint returns to its idle size.
+    if (absl::Now() - last_trim >= kMemoryTrimPeriod) {
+      malloc_trim(0);
+      last_trim = absl::Now();
+    }
     const bool serving = !draining_ && engine_->healthy();
     if (static_cast<int>(serving) != last && health != nullptr) {
       health->SetServingStatus(serving);

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 
 namespace pagoda::scheduler {
@@ -105,7 +106,13 @@ class StreamCall;
 // party starts each write and the Finish) and made outside it.
 class StreamState : public RequestSink {
  public:
-  StreamState(StreamCall* call, RequestOutput output) : call_(call), output_(std::move(output)) {}
+  StreamState(StreamCall* call, RequestOutput output, Engine* engine, std::string request_id,
+              int max_queued_messages)
+      : call_(call),
+        output_(std::move(output)),
+        engine_(engine),
+        request_id_(std::move(request_id)),
+        max_queued_messages_(max_queued_messages) {}
 
   void OnDelta(const RequestDelta& delta) override;
   void OnFinish(const absl::Status& status) override;
@@ -121,6 +128,11 @@ class StreamState : public RequestSink {
   absl::Mutex mu_;
   StreamCall* const call_;  // Valid until finish_started_.
   RequestOutput output_ ABSL_GUARDED_BY(mu_);
+  Engine* const engine_;
+  const std::string request_id_;
+  const int max_queued_messages_;
+  // The client stopped reading: the stream ends now, whatever is in flight.
+  bool overflowed_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<GenerateResponse> pending_ ABSL_GUARDED_BY(mu_);
   GenerateResponse in_flight_ ABSL_GUARDED_BY(mu_);
   bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;
@@ -166,11 +178,24 @@ void StreamCall::Abort() {
 
 void StreamState::OnDelta(const RequestDelta& delta) {
   Action action;
+  bool overflow = false;
   {
     absl::MutexLock lock(&mu_);
+    if (overflowed_ || finish_started_) return;  // Ending; the rest is dropped.
     pending_.push_back(output_.AddDelta(delta));
+    if (static_cast<int>(pending_.size()) > max_queued_messages_) {
+      overflow = overflowed_ = true;
+      pending_.clear();
+      final_status_ = grpc::Status(
+          grpc::StatusCode::RESOURCE_EXHAUSTED,
+          absl::StrCat("the client is not reading the stream: more than ", max_queued_messages_,
+                       " messages were waiting"));
+    }
     action = NextAction();
   }
+  // Frees the request's blocks at the engine's next step; its OnFinish then
+  // finds the final status already set.
+  if (overflow) engine_->AbortRequest(request_id_, this);
   Run(action);
 }
 
@@ -203,7 +228,13 @@ void StreamState::WriteDone(bool ok) {
 }
 
 StreamState::Action StreamState::NextAction() {
-  if (finish_started_ || write_in_flight_) return Action::kNone;
+  if (finish_started_) return Action::kNone;
+  // A stalled client may never complete the write in flight: finish beside it.
+  if (overflowed_) {
+    finish_started_ = true;
+    return Action::kFinish;
+  }
+  if (write_in_flight_) return Action::kNone;
   if (!pending_.empty()) {
     in_flight_ = std::move(pending_.front());
     pending_.pop_front();
@@ -267,11 +298,14 @@ grpc::ServerUnaryReactor* StartUnaryGenerate(CallTracker* calls, Engine* engine,
 
 grpc::ServerWriteReactor<GenerateResponse>* StartStreamGenerate(CallTracker* calls, Engine* engine,
                                                                 const Tokenizer* tokenizer,
-                                                                ValidatedRequest request) {
+                                                                ValidatedRequest request,
+                                                                int max_queued_messages) {
   auto* call = new StreamCall(calls, engine, request.request_id);
   auto state = std::make_shared<StreamState>(
-      call, RequestOutput(request.request_id, static_cast<int>(request.prompt_token_ids.size()),
-                          tokenizer));
+      call,
+      RequestOutput(request.request_id, static_cast<int>(request.prompt_token_ids.size()),
+                    tokenizer),
+      engine, request.request_id, max_queued_messages);
   call->set_state(state);
   absl::Status accepted = engine->AddRequest(MakeEngineRequest(request, state));
   if (accepted.ok()) {

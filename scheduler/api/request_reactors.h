@@ -45,10 +45,14 @@ grpc::ServerUnaryReactor* StartUnaryGenerate(CallTracker* calls, Engine* engine,
 // Starts one GenerateStream call: one message per engine delta, one write in
 // flight at a time, later deltas queued in the reactor; the stream ends with
 // the engine's final status. Client cancel or a failed write aborts the
-// request in the engine (its blocks are freed at the next step). Owns itself;
-// counted in `calls` like a unary call.
+// request in the engine (its blocks are freed at the next step). A client
+// that stops reading while more than `max_queued_messages` messages wait
+// gets the stream ended with RESOURCE_EXHAUSTED and its request aborted, so
+// memory per stream stays bounded. Owns itself; counted in `calls` like a
+// unary call.
 grpc::ServerWriteReactor<pagoda::v1::GenerateResponse>* StartStreamGenerate(
-    CallTracker* calls, Engine* engine, const Tokenizer* tokenizer, ValidatedRequest request);
+    CallTracker* calls, Engine* engine, const Tokenizer* tokenizer, ValidatedRequest request,
+    int max_queued_messages);
 
 // A call that fails at once (validation error, refused by the engine).
 grpc::ServerWriteReactor<pagoda::v1::GenerateResponse>* FailedStream(const grpc::Status& status);
