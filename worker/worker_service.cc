@@ -42,7 +42,7 @@ grpc::Status WorkerService::Authenticate(const grpc::ServerContext& context) con
   const auto& metadata = context.client_metadata();
   const auto found = metadata.find(kWorkerSecretMetadataKey);
   if (secret_.empty() || found == metadata.end() ||
-      !WorkerSecretsEqual(secret_, absl::string_view(found->second.data(), found->second.size()))) {
+      !ConstantTimeEquals(secret_, absl::string_view(found->second.data(), found->second.size()))) {
     LOG(WARNING) << "rank " << rank_ << ": refused a call without the server's secret from "
                  << context.peer();
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
