@@ -27,7 +27,14 @@ GenerationService::GenerationService(ServedModelInfo info, Engine* engine,
       options_(std::move(options)),
       engine_(engine),
       validator_(validator),
-      tokenizer_(tokenizer) {}
+      tokenizer_(tokenizer),
+      validation_pool_(options_.tokenizer_threads, options_.max_pending_tokenizations) {}
+
+ValidationPool* GenerationService::PoolFor(const GenerateRequest& request) {
+  // Token ids are checked in time linear in their (bounded) number; only
+  // text needs the tokenizer's time.
+  return request.prompt().empty() ? nullptr : &validation_pool_;
+}
 
 grpc::Status GenerationService::Authorize(const grpc::CallbackServerContext& context) const {
   if (options_.api_key.empty()) return grpc::Status::OK;
@@ -50,22 +57,17 @@ grpc::ServerUnaryReactor* GenerationService::Generate(grpc::CallbackServerContex
     reactor->Finish(allowed);
     return reactor;
   }
-  absl::StatusOr<ValidatedRequest> validated = validator_->Validate(*request);
-  if (!validated.ok()) {
-    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    reactor->Finish(ToGrpcStatus(validated.status()));
-    return reactor;
-  }
-  return StartUnaryGenerate(&calls_, engine_, tokenizer_, *std::move(validated), response);
+  return StartUnaryGenerate(&calls_, engine_, tokenizer_, PoolFor(*request),
+                            [this, request] { return validator_->Validate(*request); }, response);
 }
 
 grpc::ServerWriteReactor<GenerateResponse>* GenerationService::GenerateStream(
     grpc::CallbackServerContext* context, const GenerateRequest* request) {
   if (grpc::Status allowed = Authorize(*context); !allowed.ok()) return FailedStream(allowed);
-  absl::StatusOr<ValidatedRequest> validated = validator_->Validate(*request);
-  if (!validated.ok()) return FailedStream(ToGrpcStatus(validated.status()));
-  return StartStreamGenerate(&calls_, engine_, tokenizer_, *std::move(validated),
-                             options_.max_stream_queued_messages);
+  return StartStreamGenerate(
+      &calls_, engine_, tokenizer_, PoolFor(*request),
+      [this, request] { return validator_->Validate(*request); },
+      options_.max_stream_queued_messages);
 }
 
 pagoda::v1::ModelInfo GenerationService::ModelInfo() const {

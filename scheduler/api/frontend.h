@@ -16,6 +16,7 @@
 #include "scheduler/engine/engine.h"
 #include "scheduler/api/request_reactors.h"
 #include "scheduler/api/request_validation.h"
+#include "scheduler/api/validation_pool.h"
 
 namespace pagoda::scheduler {
 
@@ -39,10 +40,15 @@ struct GenerationOptions {
   // Messages a stream may have waiting for a slow client before it is ended
   // with RESOURCE_EXHAUSTED (see StartStreamGenerate).
   int max_stream_queued_messages = 1024;
+  // Threads that tokenize text prompts off gRPC's threads, and how many
+  // prompts may wait for them before new ones are RESOURCE_EXHAUSTED.
+  int tokenizer_threads = 2;
+  int max_pending_tokenizations = 256;
 };
 
 // The pagoda.v1.Generation service (gRPC callback API). Validates at the edge
-// and hands requests to the engine; never blocks a gRPC thread.
+// (text prompts are tokenized on a small pool, not on gRPC's threads) and
+// hands requests to the engine; never blocks a gRPC thread.
 // Thread-safe. Does not own its collaborators; they must outlive it.
 class GenerationService final : public pagoda::v1::Generation::CallbackService {
  public:
@@ -68,6 +74,8 @@ class GenerationService final : public pagoda::v1::Generation::CallbackService {
  private:
   // OK if the call may proceed (no API key configured, or the right one).
   grpc::Status Authorize(const grpc::CallbackServerContext& context) const;
+  // Where `request` is validated: the pool for text prompts, else inline.
+  ValidationPool* PoolFor(const pagoda::v1::GenerateRequest& request);
 
   CallTracker calls_;
   const ServedModelInfo info_;
@@ -75,6 +83,8 @@ class GenerationService final : public pagoda::v1::Generation::CallbackService {
   Engine* const engine_;
   RequestValidator* const validator_;
   const Tokenizer* const tokenizer_;
+  // Last: joined (running what it accepted) before the rest goes.
+  ValidationPool validation_pool_;
 };
 
 // Where and how the client API listens.

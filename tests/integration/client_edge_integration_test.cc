@@ -233,6 +233,17 @@ TEST_F(ClientEdgeTest, HostileInputsGetAClearStatusQuicklyWhileHealthStaysFast) 
     });
   }
   for (std::thread& sender : senders) sender.join();
+  // Sixteen prompts under the byte bound, tokenized (off gRPC's threads) and
+  // then found too long in tokens.
+  std::vector<std::thread> tokenized;
+  for (int i = 0; i < 16; ++i) {
+    tokenized.emplace_back([&] {
+      pagoda::v1::GenerateRequest text;
+      text.set_prompt(std::string(128 * 32, 'b'));
+      expect_code(text, grpc::StatusCode::INVALID_ARGUMENT, "prompt over max_model_len tokens");
+    });
+  }
+  for (std::thread& thread : tokenized) thread.join();
   pagoda::v1::GenerateRequest long_text;
   long_text.set_prompt(std::string(128 * 32 + 1, 'a'));  // Over max_model_len * 32 bytes.
   expect_code(long_text, grpc::StatusCode::INVALID_ARGUMENT, "prompt over the byte bound");
