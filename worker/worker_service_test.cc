@@ -397,5 +397,70 @@ TEST_F(WorkerServiceTest, OrphanedWorkerExitsWhenItsParentDies) {
   prctl(PR_SET_CHILD_SUBREAPER, 0);
 }
 
+// Waits until `group` notices its failure by itself (no call in flight).
+bool BecomesUnhealthy(const GrpcWorkerGroup& group) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(2);
+  while (group.Healthy() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+  return !group.Healthy();
+}
+
+TEST_F(WorkerServiceTest, RecoverRestartsTheWorkerAndReplaysModelAndCache) {
+  auto group = GrpcWorkerGroup::Launch(PAGODA_WORKER_BINARY, 1, kStartTimeout);
+  ASSERT_TRUE(group.ok()) << group.status();
+  ASSERT_TRUE((*group)->LoadModel(LoadRequest(*model_dir_)).ok());
+  ASSERT_TRUE((*group)->InitCache(CacheRequest()).ok());
+  auto before = (*group)->ExecuteStep(Step(0, 1, {5, 6, 7}, 0, {0}));
+  ASSERT_TRUE(before.ok()) << before.status();
+  const pid_t old_pid = (*group)->worker_pids()[0];
+  ASSERT_EQ(kill(old_pid, SIGKILL), 0);
+  ASSERT_TRUE(BecomesUnhealthy(**group));
+  ASSERT_TRUE((*group)->Recover().ok());
+  EXPECT_TRUE((*group)->Healthy());
+  EXPECT_EQ((*group)->restarts(), 1);
+  EXPECT_NE((*group)->worker_pids()[0], old_pid);
+  // The new worker has the model and a cache: the same step gives the same token.
+  auto after = (*group)->ExecuteStep(Step(1, 1, {5, 6, 7}, 0, {0}));
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->tokens(0).token_id(), before->tokens(0).token_id());
+}
+
+TEST_F(WorkerServiceTest, RecoverRestartsEveryRankTogether) {
+  auto group = GrpcWorkerGroup::Launch(PAGODA_WORKER_BINARY, 2, kStartTimeout);
+  ASSERT_TRUE(group.ok()) << group.status();
+  const std::vector<pid_t> old_pids = (*group)->worker_pids();
+  ASSERT_EQ(kill(old_pids[1], SIGKILL), 0);  // One rank dies...
+  ASSERT_TRUE(BecomesUnhealthy(**group));
+  ASSERT_TRUE((*group)->Recover().ok());
+  const std::vector<pid_t> new_pids = (*group)->worker_pids();
+  ASSERT_EQ(new_pids.size(), 2u);
+  EXPECT_NE(new_pids[0], old_pids[0]);  // ...and both are restarted.
+  EXPECT_NE(new_pids[1], old_pids[1]);
+  EXPECT_TRUE(ProcessIsGone(old_pids[0]));
+}
+
+TEST_F(WorkerServiceTest, RecoverGivesUpAfterTheRestartLimitAndSaysWhy) {
+  const std::string model_dir = *temp_dir_ + "/doomed_model";
+  std::filesystem::copy(*model_dir_, model_dir, std::filesystem::copy_options::recursive);
+  scheduler::GrpcWorkerGroupOptions options;
+  options.max_restarts = 2;
+  options.first_restart_backoff = absl::Milliseconds(10);
+  auto group = GrpcWorkerGroup::Launch(PAGODA_WORKER_BINARY, 1, kStartTimeout, options);
+  ASSERT_TRUE(group.ok()) << group.status();
+  ASSERT_TRUE((*group)->LoadModel(LoadRequest(model_dir)).ok());
+  std::filesystem::remove_all(model_dir);
+  ASSERT_EQ(kill((*group)->worker_pids()[0], SIGKILL), 0);
+  ASSERT_TRUE(BecomesUnhealthy(**group));
+  const absl::Status recovered = (*group)->Recover();
+  EXPECT_EQ(recovered.code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(absl::StrContains(recovered.message(), "2 restart attempts")) << recovered;
+  EXPECT_TRUE(absl::StrContains(recovered.message(), "does not exist")) << recovered;
+  EXPECT_EQ((*group)->failure(), recovered.message());
+  EXPECT_FALSE((*group)->Healthy());
+  // Final: no more attempts.
+  const absl::Time start = absl::Now();
+  EXPECT_EQ((*group)->Recover().code(), absl::StatusCode::kUnavailable);
+  EXPECT_LT(absl::Now() - start, absl::Milliseconds(50));
+}
+
 }  // namespace
 }  // namespace pagoda::worker

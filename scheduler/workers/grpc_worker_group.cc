@@ -19,6 +19,7 @@ namespace v1 = ::pagoda::worker::v1;
 constexpr int kMaxMessageBytes = 256 << 20;
 // How often a connection watcher looks whether it should stop.
 constexpr absl::Duration kWatchPeriod = absl::Milliseconds(200);
+constexpr absl::Duration kDropGrace = absl::Milliseconds(100);
 
 // Codes a worker returns on purpose when it rejects a request it understood;
 // when every rank answers with the same one, nothing changed on any worker.
@@ -165,8 +166,12 @@ void GrpcWorkerGroup::DropRanks() {
   }
   for (std::thread& watcher : watchers_) watcher.join();
   watchers_.clear();
-  // Destroying a WorkerProcess terminates it; its monitor reports the exit
-  // through Fail, which is harmless now.
+  // A surviving rank of a broken group holds nothing worth a graceful stop
+  // (its peers' collectives are gone): a short grace, then SIGKILL. Its
+  // monitor reports the exit through Fail, which is harmless now.
+  for (Rank& rank : ranks_) {
+    if (rank.process != nullptr) rank.process->Terminate(kDropGrace);
+  }
   ranks_.clear();
   absl::MutexLock lock(&mutex_);
   stop_watching_ = false;

@@ -5,7 +5,9 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <fstream>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -199,6 +201,46 @@ TEST_F(SurvivalTest, WorkerThatCannotStartEndsRequestsUnavailableAfterBoundedRet
   EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_TRUE(absl::StrContains(refused.status.error_message(), "giving up"))
       << refused.status.error_message();
+}
+
+TEST_F(SurvivalTest, ConnectedWorkerIsReconnectedWhenItComesBack) {
+  const std::string secret_file = *model_dir_ + "/worker_secret";
+  std::ofstream(secret_file) << "connected-worker-secret-0123456789\n";
+  auto start_worker = [&](const std::string& listen) {
+    return ServerProcess::Start(
+        PAGODA_WORKER_BINARY,
+        {absl::StrCat("--listen=", listen), absl::StrCat("--secret-file=", secret_file)},
+        absl::Seconds(30), "PAGODA_WORKER_LISTENING");
+  };
+  auto worker = start_worker("127.0.0.1:0");
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  const std::string worker_address = (*worker)->address();
+  auto server = StartServer(*model_dir_, {absl::StrCat("--worker-addresses=", worker_address),
+                                          absl::StrCat("--worker-secret-file=", secret_file)});
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = Generation::NewStub(
+      grpc::CreateChannel((*server)->address(), grpc::InsecureChannelCredentials()));
+  const GenerateRequest request = TokenRequest(TestPrompt(7, 5), kMaxTokens, 77);
+  const StreamOutcome expected = RunStream(*stub, request);
+  ASSERT_TRUE(expected.status.ok()) << expected.status.error_message();
+
+  std::atomic<int> received{0};
+  StreamOutcome outcome;
+  std::thread client([&] { outcome = RunStream(*stub, request, &received); });
+  ASSERT_TRUE(WaitFor([&] { return received.load() >= 5; }, absl::Seconds(30)));
+  (*worker)->Signal(SIGKILL);
+  const absl::Time killed = absl::Now();
+  ASSERT_TRUE((*worker)->WaitForExit(absl::Seconds(5)).has_value());
+  // The server sees the loss within a second, idle or not.
+  ASSERT_TRUE(WaitFor([&] { return HealthStatus((*server)->address()) == 2; }, absl::Seconds(1)));
+  EXPECT_LT(absl::Now() - killed, absl::Seconds(1));
+  // "Kubernetes restarts the pod": a new worker on the same address.
+  auto restarted = start_worker(worker_address);
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  client.join();
+  ASSERT_TRUE(outcome.status.ok()) << outcome.status.error_message();
+  EXPECT_EQ(outcome.tokens, expected.tokens);
+  EXPECT_EQ(MetricValue((*server)->metrics_port(), "pagoda_worker_restarts_total"), 1);
 }
 
 }  // namespace
