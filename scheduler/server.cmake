@@ -12,7 +12,7 @@ add_library(pagoda_server_lib STATIC
   ${CMAKE_CURRENT_LIST_DIR}/api/request_validation.cc
   ${CMAKE_CURRENT_LIST_DIR}/api/validation_pool.cc)
 target_link_libraries(pagoda_server_lib PUBLIC
-  pagoda_scheduler_core pagoda_worker_client pagoda_common pagoda_proto
+  pagoda_scheduler_core pagoda_worker_client pagoda_common pagoda_tls pagoda_proto
   gRPC::grpc++ gRPC::grpc++_reflection prometheus-cpp::core prometheus-cpp::pull
   absl::status absl::statusor absl::strings absl::str_format absl::synchronization absl::time
   absl::flat_hash_map absl::flat_hash_set glog::glog Threads::Threads)

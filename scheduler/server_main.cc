@@ -33,6 +33,7 @@
 #include "absl/time/time.h"
 #include "common/model_config.h"
 #include "common/tokenizer.h"
+#include "common/tls_credentials.h"
 #include "common/worker_secret.h"
 #include "glog/logging.h"
 #include "scheduler/engine/engine.h"
@@ -53,6 +54,11 @@ ABSL_FLAG(std::string, worker_addresses, "",
 ABSL_FLAG(std::string, worker_secret_file, "",
           "File with the secret the --worker-addresses workers were started with "
           "(their --secret-file); required with --worker-addresses.");
+ABSL_FLAG(std::string, worker_ssl_certfile, "",
+          "PEM client certificate for mutual TLS with --worker-addresses workers.");
+ABSL_FLAG(std::string, worker_ssl_keyfile, "", "PEM private key of --worker-ssl-certfile.");
+ABSL_FLAG(std::string, worker_ssl_ca_certs, "",
+          "PEM CA bundle that signed the --worker-addresses workers' certificates.");
 ABSL_FLAG(int, worker_restart_limit, 5,
           "Restart attempts of the workers within --worker-restart-window after which "
           "the server gives up and fails requests with UNAVAILABLE.");
@@ -168,6 +174,13 @@ absl::Status Serve() {
     }
     absl::StatusOr<std::string> secret = ReadWorkerSecretFile(secret_file);
     if (!secret.ok()) return secret.status();
+    absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+        MakeChannelCredentials(TlsFiles{absl::GetFlag(FLAGS_worker_ssl_certfile),
+                                        absl::GetFlag(FLAGS_worker_ssl_keyfile),
+                                        absl::GetFlag(FLAGS_worker_ssl_ca_certs)},
+                               "--worker-");
+    if (!credentials.ok()) return credentials.status();
+    worker_options.connect_credentials = *credentials;
     absl::StatusOr<std::unique_ptr<GrpcWorkerGroup>> connected = GrpcWorkerGroup::Connect(
         list, *secret, absl::Seconds(absl::GetFlag(FLAGS_worker_start_timeout)), worker_options);
     if (!connected.ok()) return connected.status();

@@ -9,7 +9,7 @@ target_link_libraries(pagoda_worker_service PUBLIC
 if(TARGET pagoda_worker_core)
   add_executable(pagoda-worker ${CMAKE_CURRENT_LIST_DIR}/worker_main.cc)
   target_link_libraries(pagoda-worker PRIVATE
-    pagoda_worker_service pagoda_worker_core pagoda_flags absl::flags
+    pagoda_worker_service pagoda_worker_core pagoda_flags pagoda_tls absl::flags
     absl::flags_parse glog::glog Threads::Threads)
 
   if(TARGET pagoda_worker_client AND EXISTS ${CMAKE_CURRENT_LIST_DIR}/worker_service_test.cc)

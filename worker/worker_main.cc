@@ -7,7 +7,9 @@
 // open. Every Worker call must carry the server's secret (see
 // common/worker_secret.h), read at start from an inherited pipe (--secret-fd,
 // so it is never in argv or the environment, which /proc shows) or from a
-// file (--secret-file, a mounted Kubernetes Secret). It serves no reflection:
+// file (--secret-file, a mounted Kubernetes Secret). Connected workers should
+// also take --ssl-certfile/--ssl-keyfile/--ssl-ca-certs: mutual TLS with the
+// server. It serves no reflection:
 // the binary does not link gRPC's reflection library, whose mere loading
 // would turn reflection on for every server.
 //
@@ -41,6 +43,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/flags.h"
+#include "common/tls_credentials.h"
 #include "common/worker_secret.h"
 #include "glog/logging.h"
 #include "grpcpp/grpcpp.h"
@@ -53,6 +56,10 @@ ABSL_FLAG(int, rank, 0, "Tensor-parallel rank of this worker.");
 ABSL_FLAG(int, parent_pid, 0, "If set, exit when this process (the server) dies.");
 ABSL_FLAG(int, secret_fd, -1, "Inherited fd to read the server's secret from (then closed).");
 ABSL_FLAG(std::string, secret_file, "", "File holding the server's secret (if no --secret-fd).");
+ABSL_FLAG(std::string, ssl_certfile, "", "PEM certificate: serve over TLS (connected workers).");
+ABSL_FLAG(std::string, ssl_keyfile, "", "PEM private key of --ssl-certfile.");
+ABSL_FLAG(std::string, ssl_ca_certs, "",
+          "PEM CA bundle: the server must present a client certificate it signed.");
 
 namespace {
 
@@ -191,7 +198,17 @@ int main(int argc, char** argv) {
   int port = 0;
   const std::string listen = absl::GetFlag(FLAGS_listen);
   const bool unix_socket = listen.rfind("unix:", 0) == 0;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  // Connected workers: mutual TLS, so only a server holding a certificate
+  // from the CA gets as far as presenting the secret.
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      pagoda::MakeServerCredentials(pagoda::TlsFiles{absl::GetFlag(FLAGS_ssl_certfile),
+                                                     absl::GetFlag(FLAGS_ssl_keyfile),
+                                                     absl::GetFlag(FLAGS_ssl_ca_certs)});
+  if (!credentials.ok()) {
+    LOG(ERROR) << credentials.status().message();
+    return 1;
+  }
+  builder.AddListeningPort(listen, *credentials, &port);
   // Step plans and results grow with the batch; gRPC's 4 MiB default is too
   // small, no bound at all too trusting.
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);

@@ -3,12 +3,11 @@
 #include <malloc.h>
 
 #include <algorithm>
-#include <fstream>
 #include <limits>
-#include <sstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/tls_credentials.h"
 #include "common/worker_secret.h"
 #include "glog/logging.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -118,50 +117,13 @@ namespace {
 
 constexpr absl::Duration kMemoryTrimPeriod = absl::Seconds(1);
 
-absl::StatusOr<std::string> ReadPemFile(const std::string& path, const char* flag) {
-  std::ifstream file(path, std::ios::binary);
-  std::stringstream contents;
-  contents << file.rdbuf();
-  if (!file.good() || contents.str().empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(flag, ": cannot read '", path, "'"));
-  }
-  return contents.str();
-}
-
-// Insecure without certificate and key; TLS with them; mutual TLS with a CA.
-absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
-    const FrontendOptions& options) {
-  if (options.ssl_certfile.empty() != options.ssl_keyfile.empty()) {
-    return absl::InvalidArgumentError("--ssl-certfile and --ssl-keyfile go together");
-  }
-  if (options.ssl_certfile.empty()) {
-    if (!options.ssl_ca_certs.empty()) {
-      return absl::InvalidArgumentError("--ssl-ca-certs needs --ssl-certfile and --ssl-keyfile");
-    }
-    return grpc::InsecureServerCredentials();
-  }
-  absl::StatusOr<std::string> cert = ReadPemFile(options.ssl_certfile, "--ssl-certfile");
-  if (!cert.ok()) return cert.status();
-  absl::StatusOr<std::string> key = ReadPemFile(options.ssl_keyfile, "--ssl-keyfile");
-  if (!key.ok()) return key.status();
-  grpc::SslServerCredentialsOptions ssl;
-  ssl.pem_key_cert_pairs.push_back({*key, *cert});
-  if (!options.ssl_ca_certs.empty()) {
-    absl::StatusOr<std::string> ca = ReadPemFile(options.ssl_ca_certs, "--ssl-ca-certs");
-    if (!ca.ok()) return ca.status();
-    ssl.pem_root_certs = *ca;
-    ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
-  }
-  return grpc::SslServerCredentials(ssl);
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<FrontendServer>> FrontendServer::Start(const FrontendOptions& options,
                                                                       GenerationService* service,
                                                                       Engine* engine) {
-  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
-      ServerCredentials(options);
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials = MakeServerCredentials(
+      TlsFiles{options.ssl_certfile, options.ssl_keyfile, options.ssl_ca_certs});
   if (!credentials.ok()) return credentials.status();
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

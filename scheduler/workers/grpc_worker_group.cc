@@ -129,8 +129,11 @@ absl::Status GrpcWorkerGroup::AddRank(const std::string& address, const std::str
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   args.SetInt(GRPC_ARG_CLIENT_IDLE_TIMEOUT_MS, std::numeric_limits<int>::max());
-  std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  const bool spawned = process != nullptr;
+  std::shared_ptr<grpc::ChannelCredentials> credentials =
+      !spawned && options_.connect_credentials != nullptr ? options_.connect_credentials
+                                                          : grpc::InsecureChannelCredentials();
+  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(address, credentials, args);
   const bool connected = channel->WaitForConnected(absl::ToChronoTime(deadline));
   ranks_.push_back(
       Rank{address, secret, channel, v1::Worker::NewStub(channel), std::move(process)});

@@ -48,6 +48,10 @@ struct GrpcWorkerGroupOptions {
   // keepalive_time + keepalive_timeout even when idle.
   absl::Duration keepalive_time = absl::Milliseconds(500);
   absl::Duration keepalive_timeout = absl::Milliseconds(500);
+  // Connected workers: how to reach them (null = plaintext). Mutual TLS in
+  // production (see MakeChannelCredentials); spawned workers use their
+  // private Unix sockets in plaintext.
+  std::shared_ptr<grpc::ChannelCredentials> connect_credentials;
 };
 
 // The WorkerGroup over gRPC: one channel per rank; every call goes to all

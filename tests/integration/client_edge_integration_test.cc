@@ -39,30 +39,6 @@ std::string ReadFile(const std::string& path) {
   return contents.str();
 }
 
-// A CA, a server certificate for 127.0.0.1 / localhost and a client
-// certificate, both signed by the CA, made with openssl in `dir`.
-absl::Status MakeCertificates(const std::string& dir) {
-  const std::string quiet = " 2>/dev/null";
-  std::vector<std::string> commands = {
-      absl::StrCat("openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=pagoda-test-ca",
-                   " -keyout ", dir, "/ca.key -out ", dir, "/ca.pem", quiet),
-      absl::StrCat("printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' > ", dir, "/san.ext"),
-  };
-  for (const char* name : {"server", "client"}) {
-    commands.push_back(absl::StrCat("openssl req -newkey rsa:2048 -nodes -subj /CN=", name,
-                                    " -keyout ", dir, "/", name, ".key -out ", dir, "/", name,
-                                    ".csr", quiet));
-    commands.push_back(absl::StrCat("openssl x509 -req -days 2 -in ", dir, "/", name, ".csr -CA ",
-                                    dir, "/ca.pem -CAkey ", dir, "/ca.key -CAcreateserial -out ",
-                                    dir, "/", name, ".pem -extfile ", dir, "/san.ext", quiet));
-  }
-  for (const std::string& command : commands) {
-    absl::StatusOr<std::string> ran = RunCommand(command);
-    if (!ran.ok()) return ran.status();
-  }
-  return absl::OkStatus();
-}
-
 // VmRSS of `pid` in KiB.
 int64_t ResidentKib(pid_t pid) {
   std::ifstream status(absl::StrCat("/proc/", pid, "/status"));

@@ -261,5 +261,79 @@ TEST_F(WorkerChannelTest, ReflectionIsOffOnWorkers) {
   EXPECT_EQ(done.get_future().get().error_code(), grpc::StatusCode::UNIMPLEMENTED);
 }
 
+std::string ReadFile(const std::string& path) {
+  std::ifstream file(path);
+  std::stringstream contents;
+  contents << file.rdbuf();
+  return contents.str();
+}
+
+// A worker the server connects to over mutual TLS plus the secret.
+TEST(ConnectedWorkerTest, MutualTlsAndTheSecretAreBothRequired) {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / absl::StrCat("pagoda_mtls_", getpid())).string();
+  ASSERT_TRUE(MakeTinyModel(dir).ok());
+  ASSERT_TRUE(MakeCertificates(dir).ok());
+  const std::string secret = "connected-worker-secret-0123456789";
+  std::ofstream(dir + "/secret") << secret << "\n";
+  auto worker = ServerProcess::Start(
+      PAGODA_WORKER_BINARY,
+      {"--listen=127.0.0.1:0", absl::StrCat("--secret-file=", dir, "/secret"),
+       absl::StrCat("--ssl-certfile=", dir, "/server.pem"),
+       absl::StrCat("--ssl-keyfile=", dir, "/server.key"),
+       absl::StrCat("--ssl-ca-certs=", dir, "/ca.pem")},
+      absl::Seconds(30), "PAGODA_WORKER_LISTENING");
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  auto server = ServerProcess::Start(
+      PAGODA_SERVER_BINARY,
+      {absl::StrCat("--model=", dir), "--max-model-len=128", "--block-size=4",
+       "--num-gpu-blocks-override=64", "--port=0",
+       absl::StrCat("--worker-addresses=", (*worker)->address()),
+       absl::StrCat("--worker-secret-file=", dir, "/secret"),
+       absl::StrCat("--worker-ssl-certfile=", dir, "/client.pem"),
+       absl::StrCat("--worker-ssl-keyfile=", dir, "/client.key"),
+       absl::StrCat("--worker-ssl-ca-certs=", dir, "/ca.pem")},
+      absl::Seconds(60));
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto generation = Generation::NewStub(
+      grpc::CreateChannel((*server)->address(), grpc::InsecureChannelCredentials()));
+  const StreamOutcome served = RunStream(*generation, TokenRequest(TestPrompt(5, 1), 4));
+  ASSERT_TRUE(served.status.ok()) << served.status.error_message();
+  EXPECT_EQ(served.tokens.size(), 4u);
+
+  // Calls a worker RPC (Shutdown: the most harmful) as some client.
+  auto shutdown_as = [&](std::shared_ptr<grpc::ChannelCredentials> credentials,
+                         const std::string& with_secret) {
+    auto stub = wv1::Worker::NewStub(grpc::CreateChannel((*worker)->address(), credentials));
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    if (!with_secret.empty()) context.AddMetadata(kWorkerSecretMetadataKey, with_secret);
+    wv1::ShutdownResponse response;
+    return stub->Shutdown(&context, wv1::ShutdownRequest(), &response).error_code();
+  };
+  auto tls_as = [&](const std::string& name) {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = ReadFile(dir + "/ca.pem");
+    ssl.pem_cert_chain = ReadFile(absl::StrCat(dir, "/", name, ".pem"));
+    ssl.pem_private_key = ReadFile(absl::StrCat(dir, "/", name, ".key"));
+    return grpc::SslCredentials(ssl);
+  };
+  // Plaintext, or a certificate from another CA: no connection at all.
+  EXPECT_EQ(shutdown_as(grpc::InsecureChannelCredentials(), secret),
+            grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(shutdown_as(tls_as("rogue"), secret), grpc::StatusCode::UNAVAILABLE);
+  // The right certificate without the secret: UNAUTHENTICATED.
+  EXPECT_EQ(shutdown_as(tls_as("client"), ""), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(shutdown_as(tls_as("client"), "wrong-secret-0123456789abcdef"),
+            grpc::StatusCode::UNAUTHENTICATED);
+  // Nothing changed: the worker still serves the server.
+  const StreamOutcome again = RunStream(*generation, TokenRequest(TestPrompt(5, 1), 4));
+  ASSERT_TRUE(again.status.ok()) << again.status.error_message();
+  EXPECT_EQ(again.tokens, served.tokens);
+  server->reset();
+  worker->reset();
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace pagoda::testing

@@ -52,6 +52,11 @@ std::vector<pid_t> ChildPids(pid_t parent);
 // A metric's value (first sample whose line starts with `name`), -1 if absent.
 double MetricValue(int metrics_port, const std::string& name);
 
+// With openssl, in `dir`: ca.{pem,key}; server.{pem,key} for 127.0.0.1 and
+// localhost and client.{pem,key}, both signed by the CA; rogue.{pem,key}
+// signed by another CA (rogue-ca.pem).
+absl::Status MakeCertificates(const std::string& dir);
+
 }  // namespace pagoda::testing
 
 #endif  // PAGODA_TESTS_INTEGRATION_TEST_CLIENT_H_
