@@ -211,6 +211,12 @@ int main(int argc, char** argv) {
   builder.AddListeningPort(listen, *credentials, &port);
   // Step plans and results grow with the batch; gRPC's 4 MiB default is too
   // small, no bound at all too trusting.
+  // The server pings every connection twice a second, calls or not, to see
+  // a lost worker while idle; gRPC's default would answer such pings with
+  // GOAWAY "too_many_pings" and drop the connection.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 100);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
   builder.RegisterService(&service);

@@ -669,9 +669,11 @@ TEST_F(ServerTest, DrainTimeoutFailsTheRestWithUnavailableAndExitsZero) {
 }
 
 // A spawned worker honours SIGTERM (it must not inherit the server's blocked
-// signal mask); the server notices its exit and turns UNAVAILABLE.
+// signal mask); the server notices its exit and, with restarts off, turns
+// UNAVAILABLE.
 TEST_F(ServerTest, SpawnedWorkerStopsOnSigterm) {
-  absl::StatusOr<std::unique_ptr<ServerProcess>> server = StartServer({});
+  absl::StatusOr<std::unique_ptr<ServerProcess>> server =
+      StartServer({"--worker-restart-limit=0"});
   ASSERT_TRUE(server.ok()) << server.status();
   ASSERT_EQ((*server)->worker_pids().size(), 1u);
   auto stub = Connect(**server);
