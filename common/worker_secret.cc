@@ -50,8 +50,8 @@ absl::StatusOr<std::string> ReadWorkerSecretFromFd(int fd) {
     if (got < 0) {
       const int error = errno;
       close(fd);
-      return absl::InvalidArgumentError(absl::StrCat("reading the worker secret from fd ", fd,
-                                                     ": ", strerror(error)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("reading the worker secret from fd ", fd, ": ", strerror(error)));
     }
     if (got == 0) break;
     raw.append(buffer, static_cast<size_t>(got));

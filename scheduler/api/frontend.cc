@@ -41,7 +41,8 @@ grpc::Status GenerationService::Authorize(const grpc::CallbackServerContext& con
   const auto found = metadata.find("authorization");
   const std::string expected = absl::StrCat("Bearer ", options_.api_key);
   if (found == metadata.end() ||
-      !ConstantTimeEquals(expected, absl::string_view(found->second.data(), found->second.size()))) {
+      !ConstantTimeEquals(expected,
+                          absl::string_view(found->second.data(), found->second.size()))) {
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                         "missing or wrong API key: send metadata 'authorization: Bearer <key>'");
   }
@@ -56,8 +57,9 @@ grpc::ServerUnaryReactor* GenerationService::Generate(grpc::CallbackServerContex
     reactor->Finish(allowed);
     return reactor;
   }
-  return StartUnaryGenerate(&calls_, engine_, tokenizer_, PoolFor(*request),
-                            [this, request] { return validator_->Validate(*request); }, response);
+  return StartUnaryGenerate(
+      &calls_, engine_, tokenizer_, PoolFor(*request),
+      [this, request] { return validator_->Validate(*request); }, response);
 }
 
 grpc::ServerWriteReactor<GenerateResponse>* GenerationService::GenerateStream(
@@ -119,9 +121,8 @@ constexpr absl::Duration kMemoryTrimPeriod = absl::Seconds(1);
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<FrontendServer>> FrontendServer::Start(const FrontendOptions& options,
-                                                                      GenerationService* service,
-                                                                      Engine* engine) {
+absl::StatusOr<std::unique_ptr<FrontendServer>> FrontendServer::Start(
+    const FrontendOptions& options, GenerationService* service, Engine* engine) {
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials = MakeServerCredentials(
       TlsFiles{options.ssl_certfile, options.ssl_keyfile, options.ssl_ca_certs});
   if (!credentials.ok()) return credentials.status();
@@ -130,9 +131,8 @@ absl::StatusOr<std::unique_ptr<FrontendServer>> FrontendServer::Start(const Fron
   grpc::ServerBuilder builder;
   int bound_port = 0;
   const std::string& host = options.host;
-  const std::string address =
-      absl::StrCat(host.find(':') != std::string::npos ? absl::StrCat("[", host, "]") : host, ":",
-                   options.port);
+  const std::string address = absl::StrCat(
+      host.find(':') != std::string::npos ? absl::StrCat("[", host, "]") : host, ":", options.port);
   builder.AddListeningPort(address, *credentials, &bound_port);
   builder.SetMaxReceiveMessageSize(static_cast<int>(
       std::min<int64_t>(options.max_request_bytes, std::numeric_limits<int>::max())));

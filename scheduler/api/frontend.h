@@ -13,10 +13,10 @@
 #include "common/tokenizer.h"
 #include "grpcpp/grpcpp.h"
 #include "pagoda/v1/generation.grpc.pb.h"
-#include "scheduler/engine/engine.h"
 #include "scheduler/api/request_reactors.h"
 #include "scheduler/api/request_validation.h"
 #include "scheduler/api/validation_pool.h"
+#include "scheduler/engine/engine.h"
 
 namespace pagoda::scheduler {
 

@@ -213,10 +213,9 @@ void StreamState::OnDelta(const RequestDelta& delta) {
     if (static_cast<int>(pending_.size()) > max_queued_messages_) {
       overflow = overflowed_ = true;
       pending_.clear();
-      final_status_ = grpc::Status(
-          grpc::StatusCode::RESOURCE_EXHAUSTED,
-          absl::StrCat("the client is not reading the stream: more than ", max_queued_messages_,
-                       " messages were waiting"));
+      final_status_ = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                   absl::StrCat("the client is not reading the stream: more than ",
+                                                max_queued_messages_, " messages were waiting"));
     }
     action = NextAction();
   }

@@ -10,10 +10,10 @@
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "pagoda/v1/generation.pb.h"
-#include "scheduler/engine/engine.h"
 #include "scheduler/api/request_output.h"
 #include "scheduler/api/request_validation.h"
 #include "scheduler/api/validation_pool.h"
+#include "scheduler/engine/engine.h"
 
 namespace pagoda::scheduler {
 

@@ -25,8 +25,7 @@ int64_t MaxPromptBytes(const ModelLimits& limits) {
 int64_t MaxRequestBytes(const ModelLimits& limits) {
   constexpr int64_t kOtherFieldsBytes = 64 << 10;  // Ids, sampling, stop ids: bounded.
   const int64_t token_ids = static_cast<int64_t>(limits.max_model_len) * 5;
-  return std::max(MaxPromptBytes(limits), token_ids) + kOtherFieldsBytes +
-         kMaxStopTokenIds * 5;
+  return std::max(MaxPromptBytes(limits), token_ids) + kOtherFieldsBytes + kMaxStopTokenIds * 5;
 }
 
 RequestValidator::RequestValidator(ModelLimits limits, const Tokenizer* tokenizer, uint64_t seed)

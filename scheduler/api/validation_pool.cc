@@ -28,9 +28,8 @@ void ValidationPool::Work() {
     std::function<void()> task;
     {
       absl::MutexLock lock(&mu_);
-      auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-        return stopping_ || !tasks_.empty();
-      };
+      auto ready = [this]()
+                       ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_ || !tasks_.empty(); };
       mu_.Await(absl::Condition(&ready));
       // Accepted tasks finish their calls, so they run even when stopping.
       if (tasks_.empty()) return;

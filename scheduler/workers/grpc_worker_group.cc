@@ -376,11 +376,10 @@ absl::Status GrpcWorkerGroup::Recover() {
     std::erase_if(restart_attempts_,
                   [&](absl::Time at) { return now - at > options_.restart_window; });
     if (static_cast<int>(restart_attempts_.size()) >= options_.max_restarts) {
-      gave_up_ = absl::StrCat("workers failed ", restart_attempts_.size(),
-                              " restart attempts within ",
-                              absl::FormatDuration(options_.restart_window),
-                              "; giving up. Last error: ",
-                              last_error.empty() ? failure() : last_error);
+      gave_up_ =
+          absl::StrCat("workers failed ", restart_attempts_.size(), " restart attempts within ",
+                       absl::FormatDuration(options_.restart_window),
+                       "; giving up. Last error: ", last_error.empty() ? failure() : last_error);
       LOG(ERROR) << gave_up_;
       {
         absl::MutexLock lock(&mutex_);

@@ -59,8 +59,9 @@ absl::StatusOr<std::unique_ptr<WorkerGroup>> ConnectWorkers(
 // each on a Unix socket in its own private directory with its own secret (see
 // WorkerProcess), and connects to them. The workers die with
 // the server (they are killed on Shutdown and exit if the server dies).
-absl::StatusOr<std::unique_ptr<WorkerGroup>> LaunchLocalWorkers(
-    const std::string& worker_binary, int world_size, absl::Duration start_timeout);
+absl::StatusOr<std::unique_ptr<WorkerGroup>> LaunchLocalWorkers(const std::string& worker_binary,
+                                                                int world_size,
+                                                                absl::Duration start_timeout);
 
 }  // namespace pagoda::scheduler
 

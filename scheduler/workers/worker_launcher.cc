@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/match.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
@@ -52,7 +52,8 @@ absl::StatusOr<std::string> MakePrivateSocketDir() {
 // A pipe whose read end holds `secret` followed by end of file.
 absl::StatusOr<int> SecretPipe(const std::string& secret) {
   int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) return absl::UnavailableError(absl::StrCat("pipe2: ", strerror(errno)));
+  if (pipe2(fds, O_CLOEXEC) != 0)
+    return absl::UnavailableError(absl::StrCat("pipe2: ", strerror(errno)));
   // A secret is far below the pipe's capacity, so this write cannot block.
   const ssize_t written = write(fds[1], secret.data(), secret.size());
   close(fds[1]);

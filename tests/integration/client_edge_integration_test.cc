@@ -59,8 +59,7 @@ class ClientEdgeTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new std::string(
-        (std::filesystem::temp_directory_path() / absl::StrCat("pagoda_edge_", getpid()))
-            .string());
+        (std::filesystem::temp_directory_path() / absl::StrCat("pagoda_edge_", getpid())).string());
     ASSERT_TRUE(MakeTinyModel(*dir_).ok());
     ASSERT_TRUE(MakeCertificates(*dir_).ok());
   }
@@ -72,8 +71,7 @@ class ClientEdgeTest : public ::testing::Test {
   static absl::StatusOr<std::unique_ptr<ServerProcess>> StartServer(
       std::vector<std::string> extra) {
     std::vector<std::string> args = {absl::StrCat("--model=", *dir_), "--max-model-len=128",
-                                     "--block-size=4", "--num-gpu-blocks-override=256",
-                                     "--port=0"};
+                                     "--block-size=4", "--num-gpu-blocks-override=256", "--port=0"};
     args.insert(args.end(), extra.begin(), extra.end());
     return ServerProcess::Start(PAGODA_SERVER_BINARY, args, absl::Seconds(60));
   }

@@ -120,11 +120,11 @@ class WorkerChannelTest : public ::testing::Test {
     std::ofstream(*canary_path_) << "canary";
     canary_fd_ = open(canary_path_->c_str(), O_RDONLY);
     ASSERT_GE(canary_fd_, 0);
-    auto server = ServerProcess::Start(
-        PAGODA_SERVER_BINARY,
-        {absl::StrCat("--model=", *model_dir_), "--max-model-len=128", "--block-size=4",
-         "--num-gpu-blocks-override=64", "--port=0"},
-        absl::Seconds(60));
+    auto server =
+        ServerProcess::Start(PAGODA_SERVER_BINARY,
+                             {absl::StrCat("--model=", *model_dir_), "--max-model-len=128",
+                              "--block-size=4", "--num-gpu-blocks-override=64", "--port=0"},
+                             absl::Seconds(60));
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = server->release();
   }
@@ -276,24 +276,23 @@ TEST(ConnectedWorkerTest, MutualTlsAndTheSecretAreBothRequired) {
   ASSERT_TRUE(MakeCertificates(dir).ok());
   const std::string secret = "connected-worker-secret-0123456789";
   std::ofstream(dir + "/secret") << secret << "\n";
-  auto worker = ServerProcess::Start(
-      PAGODA_WORKER_BINARY,
-      {"--listen=127.0.0.1:0", absl::StrCat("--secret-file=", dir, "/secret"),
-       absl::StrCat("--ssl-certfile=", dir, "/server.pem"),
-       absl::StrCat("--ssl-keyfile=", dir, "/server.key"),
-       absl::StrCat("--ssl-ca-certs=", dir, "/ca.pem")},
-      absl::Seconds(30), "PAGODA_WORKER_LISTENING");
+  auto worker =
+      ServerProcess::Start(PAGODA_WORKER_BINARY,
+                           {"--listen=127.0.0.1:0", absl::StrCat("--secret-file=", dir, "/secret"),
+                            absl::StrCat("--ssl-certfile=", dir, "/server.pem"),
+                            absl::StrCat("--ssl-keyfile=", dir, "/server.key"),
+                            absl::StrCat("--ssl-ca-certs=", dir, "/ca.pem")},
+                           absl::Seconds(30), "PAGODA_WORKER_LISTENING");
   ASSERT_TRUE(worker.ok()) << worker.status();
-  auto server = ServerProcess::Start(
-      PAGODA_SERVER_BINARY,
-      {absl::StrCat("--model=", dir), "--max-model-len=128", "--block-size=4",
-       "--num-gpu-blocks-override=64", "--port=0",
-       absl::StrCat("--worker-addresses=", (*worker)->address()),
-       absl::StrCat("--worker-secret-file=", dir, "/secret"),
-       absl::StrCat("--worker-ssl-certfile=", dir, "/client.pem"),
-       absl::StrCat("--worker-ssl-keyfile=", dir, "/client.key"),
-       absl::StrCat("--worker-ssl-ca-certs=", dir, "/ca.pem")},
-      absl::Seconds(60));
+  auto server = ServerProcess::Start(PAGODA_SERVER_BINARY,
+                                     {absl::StrCat("--model=", dir), "--max-model-len=128",
+                                      "--block-size=4", "--num-gpu-blocks-override=64", "--port=0",
+                                      absl::StrCat("--worker-addresses=", (*worker)->address()),
+                                      absl::StrCat("--worker-secret-file=", dir, "/secret"),
+                                      absl::StrCat("--worker-ssl-certfile=", dir, "/client.pem"),
+                                      absl::StrCat("--worker-ssl-keyfile=", dir, "/client.key"),
+                                      absl::StrCat("--worker-ssl-ca-certs=", dir, "/ca.pem")},
+                                     absl::Seconds(60));
   ASSERT_TRUE(server.ok()) << server.status();
   auto generation = Generation::NewStub(
       grpc::CreateChannel((*server)->address(), grpc::InsecureChannelCredentials()));
@@ -319,8 +318,7 @@ TEST(ConnectedWorkerTest, MutualTlsAndTheSecretAreBothRequired) {
     return grpc::SslCredentials(ssl);
   };
   // Plaintext, or a certificate from another CA: no connection at all.
-  EXPECT_EQ(shutdown_as(grpc::InsecureChannelCredentials(), secret),
-            grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(shutdown_as(grpc::InsecureChannelCredentials(), secret), grpc::StatusCode::UNAVAILABLE);
   EXPECT_EQ(shutdown_as(tls_as("rogue"), secret), grpc::StatusCode::UNAVAILABLE);
   // The right certificate without the secret: UNAUTHENTICATED.
   EXPECT_EQ(shutdown_as(tls_as("client"), ""), grpc::StatusCode::UNAUTHENTICATED);

@@ -7,8 +7,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <fstream>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -140,8 +140,8 @@ TEST_F(SurvivalTest, KilledWorkersUnder64StreamsResumeWithTheSameTokens) {
   clients.join();
   ASSERT_EQ(kills, 3);
   for (int i = 0; i < kStreams; ++i) {
-    ASSERT_TRUE(outcomes[i].status.ok()) << "stream " << i << ": "
-                                         << outcomes[i].status.error_message();
+    ASSERT_TRUE(outcomes[i].status.ok())
+        << "stream " << i << ": " << outcomes[i].status.error_message();
     EXPECT_EQ(outcomes[i].tokens, expected[i].tokens) << "stream " << i;
   }
   EXPECT_EQ(MetricValue((*server)->metrics_port(), "pagoda_worker_restarts_total"), 3);
@@ -179,9 +179,8 @@ TEST_F(SurvivalTest, WorkerThatCannotStartEndsRequestsUnavailableAfterBoundedRet
       grpc::CreateChannel((*server)->address(), grpc::InsecureChannelCredentials()));
   std::atomic<int> received{0};
   StreamOutcome outcome;
-  std::thread client([&] {
-    outcome = RunStream(*stub, TokenRequest(TestPrompt(5, 2), 100), &received);
-  });
+  std::thread client(
+      [&] { outcome = RunStream(*stub, TokenRequest(TestPrompt(5, 2), 100), &received); });
   ASSERT_TRUE(WaitFor([&] { return received.load() > 0; }, absl::Seconds(30)));
   std::filesystem::remove_all(model_dir);
   ASSERT_EQ(kill((*server)->worker_pids().at(0), SIGKILL), 0);

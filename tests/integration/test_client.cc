@@ -20,12 +20,12 @@ constexpr int kVocab = 256;
 
 absl::Status MakeTinyModel(const std::string& dir) {
   const char* python = std::getenv("PAGODA_PYTHON3");
-  return RunCommand(absl::StrCat(
-                        python != nullptr ? python : "/usr/bin/python3",
-                        " scripts/make_tiny_model.py --out ", dir, " --vocab-size ", kVocab,
-                        " --hidden-size 64 --intermediate-size 128 --num-layers 2 --num-heads 4"
-                        " --num-kv-heads 2 --dtype f32 --seed 11 --tokenizer --bos-id 1"
-                        " --eos-id 2 > /dev/null"))
+  return RunCommand(
+             absl::StrCat(python != nullptr ? python : "/usr/bin/python3",
+                          " scripts/make_tiny_model.py --out ", dir, " --vocab-size ", kVocab,
+                          " --hidden-size 64 --intermediate-size 128 --num-layers 2 --num-heads 4"
+                          " --num-kv-heads 2 --dtype f32 --seed 11 --tokenizer --bos-id 1"
+                          " --eos-id 2 > /dev/null"))
       .status();
 }
 
@@ -134,9 +134,9 @@ absl::Status MakeCertificates(const std::string& dir) {
                    " -keyout ", dir, "/ca.key -out ", dir, "/ca.pem", quiet),
       absl::StrCat("printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' > ", dir, "/san.ext"),
   };
-  commands.push_back(absl::StrCat(
-      "openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=rogue-ca -keyout ", dir,
-      "/rogue-ca.key -out ", dir, "/rogue-ca.pem", quiet));
+  commands.push_back(
+      absl::StrCat("openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=rogue-ca -keyout ",
+                   dir, "/rogue-ca.key -out ", dir, "/rogue-ca.pem", quiet));
   for (const char* name : {"server", "client", "rogue"}) {
     const std::string ca = std::string(name) == "rogue" ? "rogue-ca" : "ca";
     commands.push_back(absl::StrCat("openssl req -newkey rsa:2048 -nodes -subj /CN=", name,
@@ -144,8 +144,8 @@ absl::Status MakeCertificates(const std::string& dir) {
                                     ".csr", quiet));
     commands.push_back(absl::StrCat("openssl x509 -req -days 2 -in ", dir, "/", name, ".csr -CA ",
                                     dir, "/", ca, ".pem -CAkey ", dir, "/", ca,
-                                    ".key -CAcreateserial -out ",
-                                    dir, "/", name, ".pem -extfile ", dir, "/san.ext", quiet));
+                                    ".key -CAcreateserial -out ", dir, "/", name, ".pem -extfile ",
+                                    dir, "/san.ext", quiet));
   }
   for (const std::string& command : commands) {
     absl::StatusOr<std::string> ran = RunCommand(command);
