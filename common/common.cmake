@@ -50,3 +50,14 @@ target_link_libraries(pagoda_flags PUBLIC absl::flags absl::flags_reflection abs
 pagoda_add_test(common_flags_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/flags_test.cc
   LIBS pagoda_flags)
+
+# The secret that authenticates the server to its workers (both sides).
+add_library(pagoda_worker_secret STATIC ${CMAKE_CURRENT_LIST_DIR}/worker_secret.cc)
+target_link_libraries(pagoda_worker_secret PUBLIC absl::status absl::statusor absl::strings)
+pagoda_add_test(common_worker_secret_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/worker_secret_test.cc
+  LIBS pagoda_worker_secret)
+
+# TLS credentials from PEM files, for every gRPC server and client of Pagoda.
+add_library(pagoda_tls STATIC ${CMAKE_CURRENT_LIST_DIR}/tls_credentials.cc)
+target_link_libraries(pagoda_tls PUBLIC gRPC::grpc++ absl::status absl::statusor absl::strings)

@@ -43,6 +43,9 @@ struct ServerMetrics::Instruments {
   Histogram* queue_time;
   Histogram* step_time;
   Histogram* tokens_per_step;
+  Counter* worker_restarts;
+  Counter* requests_resumed;
+  Histogram* worker_recovery_time;
 };
 
 namespace {
@@ -136,6 +139,15 @@ absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Start(const std::s
   in->tokens_per_step =
       AddHistogram(r, "pagoda_iteration_tokens_total", "Tokens computed per step.", labels,
                    {1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192});
+  in->worker_restarts = AddCounter(r, "pagoda_worker_restarts_total",
+                                   "Times the worker group was restarted after a failure.", labels);
+  in->requests_resumed =
+      AddCounter(r, "pagoda_requests_resumed_total",
+                 "Requests resumed by recomputation after a worker restart.", labels);
+  in->worker_recovery_time =
+      AddHistogram(r, "pagoda_worker_recovery_seconds",
+                   "Worker failure to serving again: restart, model load, KV cache.", labels,
+                   kLatencyBuckets);
   metrics->instruments_ = std::move(in);
   metrics->exposer_->RegisterCollectable(metrics->registry_);
   return metrics;
@@ -172,6 +184,13 @@ void ServerMetrics::OnStep(const StepRecord& step, const EngineSnapshot& snapsho
   catch_up(in.generation_tokens, static_cast<double>(snapshot.generation_tokens_total));
   in.step_time->Observe(step.total_seconds);
   in.tokens_per_step->Observe(step.num_batched_tokens);
+}
+
+void ServerMetrics::OnWorkersRecovered(int requests_resumed, double seconds) {
+  Instruments& in = *instruments_;
+  in.worker_restarts->Increment();
+  in.requests_resumed->Increment(requests_resumed);
+  in.worker_recovery_time->Observe(seconds);
 }
 
 void ServerMetrics::OnRequestFinished(const RequestRecord& record) {

@@ -32,6 +32,7 @@ class ServerMetrics : public EngineObserver {
 
   void OnStep(const StepRecord& step, const EngineSnapshot& snapshot) override;
   void OnRequestFinished(const RequestRecord& record) override;
+  void OnWorkersRecovered(int requests_resumed, double seconds) override;
 
  private:
   struct Instruments;

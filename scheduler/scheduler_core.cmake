@@ -5,6 +5,7 @@ add_library(pagoda_scheduler_core STATIC
   ${CMAKE_CURRENT_LIST_DIR}/kv/block_manager.cc
   ${CMAKE_CURRENT_LIST_DIR}/engine/sequence.cc
   ${CMAKE_CURRENT_LIST_DIR}/engine/scheduler.cc
+  ${CMAKE_CURRENT_LIST_DIR}/engine/scheduler_recovery.cc
   ${CMAKE_CURRENT_LIST_DIR}/engine/output_processor.cc
   ${CMAKE_CURRENT_LIST_DIR}/engine/beam_search.cc
   ${CMAKE_CURRENT_LIST_DIR}/engine/step_plan.cc

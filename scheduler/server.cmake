@@ -3,14 +3,16 @@
 # their tests.
 add_library(pagoda_server_lib STATIC
   ${CMAKE_CURRENT_LIST_DIR}/engine/engine.cc
+  ${CMAKE_CURRENT_LIST_DIR}/engine/recovery.cc
   ${CMAKE_CURRENT_LIST_DIR}/api/frontend.cc
   ${CMAKE_CURRENT_LIST_DIR}/metrics.cc
   ${CMAKE_CURRENT_LIST_DIR}/api/request_detokenizer.cc
   ${CMAKE_CURRENT_LIST_DIR}/api/request_output.cc
   ${CMAKE_CURRENT_LIST_DIR}/api/request_reactors.cc
-  ${CMAKE_CURRENT_LIST_DIR}/api/request_validation.cc)
+  ${CMAKE_CURRENT_LIST_DIR}/api/request_validation.cc
+  ${CMAKE_CURRENT_LIST_DIR}/api/validation_pool.cc)
 target_link_libraries(pagoda_server_lib PUBLIC
-  pagoda_scheduler_core pagoda_worker_client pagoda_common pagoda_proto
+  pagoda_scheduler_core pagoda_worker_client pagoda_common pagoda_tls pagoda_proto
   gRPC::grpc++ gRPC::grpc++_reflection prometheus-cpp::core prometheus-cpp::pull
   absl::status absl::statusor absl::strings absl::str_format absl::synchronization absl::time
   absl::flat_hash_map absl::flat_hash_set glog::glog Threads::Threads)
@@ -32,9 +34,15 @@ target_link_libraries(pagoda-bench PRIVATE pagoda_proto pagoda_flags gRPC::grpc+
 pagoda_add_test(scheduler_request_validation_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/api/request_validation_test.cc
   LIBS pagoda_server_lib)
+pagoda_add_test(scheduler_validation_pool_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/api/validation_pool_test.cc
+  LIBS pagoda_server_lib)
 pagoda_add_test(scheduler_request_output_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/api/request_output_test.cc
   LIBS pagoda_server_lib)
+pagoda_add_test(scheduler_recovery_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine/recovery_test.cc
+  LIBS pagoda_server_lib pagoda_in_process_worker)
 pagoda_add_test(scheduler_engine_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine/engine_test.cc
   LIBS pagoda_server_lib pagoda_in_process_worker)

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -33,6 +34,8 @@
 #include "absl/time/time.h"
 #include "common/model_config.h"
 #include "common/tokenizer.h"
+#include "common/tls_credentials.h"
+#include "common/worker_secret.h"
 #include "glog/logging.h"
 #include "scheduler/engine/engine.h"
 #include "scheduler/api/frontend.h"
@@ -49,6 +52,18 @@ ABSL_FLAG(std::string, device, "cpu", "cpu or cuda.");
 ABSL_FLAG(int, tensor_parallel_size, 1, "Number of workers (tensor-parallel ranks).");
 ABSL_FLAG(std::string, worker_addresses, "",
           "Comma-separated host:port of running workers, rank order; empty = spawn them.");
+ABSL_FLAG(std::string, worker_secret_file, "",
+          "File with the secret the --worker-addresses workers were started with "
+          "(their --secret-file); required with --worker-addresses.");
+ABSL_FLAG(std::string, worker_ssl_certfile, "",
+          "PEM client certificate for mutual TLS with --worker-addresses workers.");
+ABSL_FLAG(std::string, worker_ssl_keyfile, "", "PEM private key of --worker-ssl-certfile.");
+ABSL_FLAG(std::string, worker_ssl_ca_certs, "",
+          "PEM CA bundle that signed the --worker-addresses workers' certificates.");
+ABSL_FLAG(int, worker_restart_limit, 5,
+          "Restart attempts of the workers within --worker-restart-window after which "
+          "the server gives up and fails requests with UNAVAILABLE.");
+ABSL_FLAG(double, worker_restart_window, 60, "Seconds; see --worker-restart-limit.");
 ABSL_FLAG(std::string, worker_binary, "",
           "pagoda-worker to spawn; default: the one next to this binary.");
 ABSL_FLAG(int, block_size, 16, "Tokens per KV block.");
@@ -69,6 +84,17 @@ ABSL_FLAG(uint64_t, seed, 0, "Seeds the seeds given to requests that bring none.
 ABSL_FLAG(int, max_queued_requests, 1024, "Waiting requests beyond which new ones are refused.");
 ABSL_FLAG(double, drain_timeout, 30, "Seconds in-flight requests get to finish on SIGTERM.");
 ABSL_FLAG(double, worker_start_timeout, 60, "Seconds a spawned worker gets to start listening.");
+ABSL_FLAG(std::string, metrics_host, "", "Address to serve /metrics on; default: --host.");
+ABSL_FLAG(std::string, ssl_certfile, "", "PEM certificate chain: serve the client API over TLS.");
+ABSL_FLAG(std::string, ssl_keyfile, "", "PEM private key of --ssl-certfile.");
+ABSL_FLAG(std::string, ssl_ca_certs, "",
+          "PEM CA bundle: clients must present a certificate it signed (mutual TLS).");
+ABSL_FLAG(std::string, api_key, "",
+          "If set, Generation calls must carry 'authorization: Bearer <key>' (health exempt). "
+          "The PAGODA_API_KEY environment variable is read when this is empty.");
+ABSL_FLAG(int, max_stream_queued_messages, 1024,
+          "Messages a stream may hold for a client that does not read before it is ended "
+          "with RESOURCE_EXHAUSTED.");
 
 namespace pagoda::scheduler {
 namespace {
@@ -134,6 +160,10 @@ absl::Status Serve() {
   }
 
   // Workers.
+  GrpcWorkerGroupOptions worker_options;
+  worker_options.max_restarts = absl::GetFlag(FLAGS_worker_restart_limit);
+  worker_options.restart_window = absl::Seconds(absl::GetFlag(FLAGS_worker_restart_window));
+  worker_options.restart_start_timeout = absl::Seconds(absl::GetFlag(FLAGS_worker_start_timeout));
   std::unique_ptr<GrpcWorkerGroup> workers;
   const std::string addresses = absl::GetFlag(FLAGS_worker_addresses);
   if (!addresses.empty()) {
@@ -143,15 +173,29 @@ absl::Status Serve() {
                                                      " entries for --tensor-parallel-size ",
                                                      world_size));
     }
-    absl::StatusOr<std::unique_ptr<GrpcWorkerGroup>> connected =
-        GrpcWorkerGroup::Connect(list, absl::Seconds(absl::GetFlag(FLAGS_worker_start_timeout)));
+    const std::string secret_file = absl::GetFlag(FLAGS_worker_secret_file);
+    if (secret_file.empty()) {
+      return absl::InvalidArgumentError("--worker-addresses needs --worker-secret-file");
+    }
+    absl::StatusOr<std::string> secret = ReadWorkerSecretFile(secret_file);
+    if (!secret.ok()) return secret.status();
+    absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+        MakeChannelCredentials(TlsFiles{absl::GetFlag(FLAGS_worker_ssl_certfile),
+                                        absl::GetFlag(FLAGS_worker_ssl_keyfile),
+                                        absl::GetFlag(FLAGS_worker_ssl_ca_certs)},
+                               "--worker-");
+    if (!credentials.ok()) return credentials.status();
+    worker_options.connect_credentials = *credentials;
+    absl::StatusOr<std::unique_ptr<GrpcWorkerGroup>> connected = GrpcWorkerGroup::Connect(
+        list, *secret, absl::Seconds(absl::GetFlag(FLAGS_worker_start_timeout)), worker_options);
     if (!connected.ok()) return connected.status();
     workers = *std::move(connected);
   } else {
     std::string binary = absl::GetFlag(FLAGS_worker_binary);
     if (binary.empty()) binary = DefaultWorkerBinary();
-    absl::StatusOr<std::unique_ptr<GrpcWorkerGroup>> launched = GrpcWorkerGroup::Launch(
-        binary, world_size, absl::Seconds(absl::GetFlag(FLAGS_worker_start_timeout)));
+    absl::StatusOr<std::unique_ptr<GrpcWorkerGroup>> launched =
+        GrpcWorkerGroup::Launch(binary, world_size,
+                                absl::Seconds(absl::GetFlag(FLAGS_worker_start_timeout)), worker_options);
     if (!launched.ok()) return launched.status();
     workers = *std::move(launched);
     std::cout << "PAGODA_WORKER_PIDS " << absl::StrJoin(workers->worker_pids(), ",") << std::endl;
@@ -198,8 +242,10 @@ absl::Status Serve() {
   std::unique_ptr<ServerMetrics> metrics;
   if (const int metrics_port = absl::GetFlag(FLAGS_metrics_port); metrics_port != 0) {
     const int port = metrics_port < 0 ? 0 : metrics_port;  // -1: the OS picks (tests).
+    std::string metrics_host = absl::GetFlag(FLAGS_metrics_host);
+    if (metrics_host.empty()) metrics_host = absl::GetFlag(FLAGS_host);
     absl::StatusOr<std::unique_ptr<ServerMetrics>> started =
-        ServerMetrics::Start(absl::GetFlag(FLAGS_host), port, model_name);
+        ServerMetrics::Start(metrics_host, port, model_name);
     if (!started.ok()) return started.status();
     metrics = *std::move(started);
     std::cout << "PAGODA_METRICS_LISTENING " << metrics->port() << std::endl;
@@ -232,9 +278,28 @@ absl::Status Serve() {
   info.tensor_parallel_size = world_size;
   info.device = absl::GetFlag(FLAGS_device);
   info.eos_token_ids = engine_config.eos_token_ids;
-  GenerationService service(info, &engine, &validator, tokenizer->get());
-  absl::StatusOr<std::unique_ptr<FrontendServer>> server = FrontendServer::Start(
-      absl::GetFlag(FLAGS_host), absl::GetFlag(FLAGS_port), &service, &engine);
+  GenerationOptions generation_options;
+  generation_options.api_key = absl::GetFlag(FLAGS_api_key);
+  if (const char* key = std::getenv("PAGODA_API_KEY");
+      generation_options.api_key.empty() && key != nullptr) {
+    generation_options.api_key = key;
+  }
+  generation_options.max_stream_queued_messages = absl::GetFlag(FLAGS_max_stream_queued_messages);
+  if (generation_options.max_stream_queued_messages < 1) {
+    engine.Stop();
+    workers->Shutdown();
+    return absl::InvalidArgumentError("--max-stream-queued-messages must be at least 1");
+  }
+  GenerationService service(info, &engine, &validator, tokenizer->get(), generation_options);
+  FrontendOptions frontend_options;
+  frontend_options.host = absl::GetFlag(FLAGS_host);
+  frontend_options.port = absl::GetFlag(FLAGS_port);
+  frontend_options.max_request_bytes = MaxRequestBytes(limits);
+  frontend_options.ssl_certfile = absl::GetFlag(FLAGS_ssl_certfile);
+  frontend_options.ssl_keyfile = absl::GetFlag(FLAGS_ssl_keyfile);
+  frontend_options.ssl_ca_certs = absl::GetFlag(FLAGS_ssl_ca_certs);
+  absl::StatusOr<std::unique_ptr<FrontendServer>> server =
+      FrontendServer::Start(frontend_options, &service, &engine);
   if (!server.ok()) {
     engine.Stop();
     workers->Shutdown();

@@ -10,6 +10,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev
   libopenblas-dev libsentencepiece-dev sentencepiece libgloo-dev
   python3 python3-numpy python3-grpcio python3-protobuf
+  openssl  # tests make their own TLS certificates
 )
 
 missing=()

@@ -2,14 +2,14 @@
 # executable and the tests that drive real worker processes.
 add_library(pagoda_worker_service STATIC ${CMAKE_CURRENT_LIST_DIR}/worker_service.cc)
 target_link_libraries(pagoda_worker_service PUBLIC
-  pagoda_proto gRPC::grpc++ absl::status absl::statusor absl::strings absl::synchronization
+  pagoda_proto pagoda_worker_secret gRPC::grpc++ absl::status absl::statusor absl::strings absl::synchronization
   absl::time glog::glog)
 
 # The executable needs the model runner, built by worker_core.cmake.
 if(TARGET pagoda_worker_core)
   add_executable(pagoda-worker ${CMAKE_CURRENT_LIST_DIR}/worker_main.cc)
   target_link_libraries(pagoda-worker PRIVATE
-    pagoda_worker_service pagoda_worker_core pagoda_flags gRPC::grpc++_reflection absl::flags
+    pagoda_worker_service pagoda_worker_core pagoda_flags pagoda_tls absl::flags
     absl::flags_parse glog::glog Threads::Threads)
 
   if(TARGET pagoda_worker_client AND EXISTS ${CMAKE_CURRENT_LIST_DIR}/worker_service_test.cc)

@@ -2,8 +2,20 @@
 // pagoda.worker.v1.Worker gRPC service. Everything about the model it learns
 // from the server's LoadModel call; the command line only says where to listen.
 //
-// After binding it prints exactly one line "PAGODA_WORKER_LISTENING <port>" to
-// stdout so a launcher that asked for port 0 learns the port. It exits 0 after
+// It listens on exactly one endpoint: --listen, a TCP address or, as the
+// server spawns it, "unix:PATH" in a directory only the server's user can
+// open. Every Worker call must carry the server's secret (see
+// common/worker_secret.h), read at start from an inherited pipe (--secret-fd,
+// so it is never in argv or the environment, which /proc shows) or from a
+// file (--secret-file, a mounted Kubernetes Secret). Connected workers should
+// also take --ssl-certfile/--ssl-keyfile/--ssl-ca-certs: mutual TLS with the
+// server. It serves no reflection:
+// the binary does not link gRPC's reflection library, whose mere loading
+// would turn reflection on for every server.
+//
+// After binding it prints exactly one line "PAGODA_WORKER_LISTENING <port>"
+// (or "PAGODA_WORKER_LISTENING unix:PATH") to stdout so a launcher that asked
+// for port 0 learns the port. It exits 0 after
 // a Shutdown RPC, SIGTERM or SIGINT, and also when --parent-pid is given and
 // that process is gone (so an orphaned worker never lingers).
 
@@ -31,8 +43,9 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/flags.h"
+#include "common/tls_credentials.h"
+#include "common/worker_secret.h"
 #include "glog/logging.h"
-#include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "worker/model_runner.h"
@@ -41,6 +54,12 @@
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "Address to serve on; port 0 = the OS picks one.");
 ABSL_FLAG(int, rank, 0, "Tensor-parallel rank of this worker.");
 ABSL_FLAG(int, parent_pid, 0, "If set, exit when this process (the server) dies.");
+ABSL_FLAG(int, secret_fd, -1, "Inherited fd to read the server's secret from (then closed).");
+ABSL_FLAG(std::string, secret_file, "", "File holding the server's secret (if no --secret-fd).");
+ABSL_FLAG(std::string, ssl_certfile, "", "PEM certificate: serve over TLS (connected workers).");
+ABSL_FLAG(std::string, ssl_keyfile, "", "PEM private key of --ssl-certfile.");
+ABSL_FLAG(std::string, ssl_ca_certs, "",
+          "PEM CA bundle: the server must present a client certificate it signed.");
 
 namespace {
 
@@ -50,6 +69,9 @@ constexpr absl::Duration kDrainGrace = absl::Seconds(2);
 constexpr absl::Duration kForcedExitAfter = absl::Seconds(10);
 // How often the watcher thread looks for signals and for the parent's death.
 constexpr absl::Duration kWatchPeriod = absl::Milliseconds(100);
+// The largest message a worker takes: step plans grow with the batch, but a
+// bound keeps one hostile call from taking all memory.
+constexpr int kMaxMessageBytes = 256 << 20;
 
 // The first reason to stop wins; later ones are ignored.
 class StopRequest {
@@ -75,6 +97,17 @@ class StopRequest {
   absl::Mutex mutex_;
   std::string reason_ ABSL_GUARDED_BY(mutex_);
 };
+
+absl::StatusOr<std::string> ReadSecret() {
+  if (const int fd = absl::GetFlag(FLAGS_secret_fd); fd >= 0) {
+    return pagoda::ReadWorkerSecretFromFd(fd);
+  }
+  if (const std::string path = absl::GetFlag(FLAGS_secret_file); !path.empty()) {
+    return pagoda::ReadWorkerSecretFile(path);
+  }
+  return absl::InvalidArgumentError(
+      "a worker needs the server's secret: pass --secret-fd or --secret-file");
+}
 
 absl::StatusOr<std::unique_ptr<pagoda::worker::ModelRunner>> MakeRunner(const std::string& device) {
   if (device.empty() || device == "cpu") return pagoda::worker::CreateCpuModelRunner();
@@ -144,6 +177,12 @@ int main(int argc, char** argv) {
     return 1;
   }
 
+  absl::StatusOr<std::string> secret = ReadSecret();
+  if (!secret.ok()) {
+    LOG(ERROR) << secret.status().message();
+    return 1;
+  }
+
   if (!InstallStopSignalHandlers()) {
     PLOG(ERROR) << "cannot install signal handlers";
     return 1;
@@ -151,26 +190,45 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
 
   StopRequest stop;
-  pagoda::worker::WorkerService service(rank, MakeRunner,
+  pagoda::worker::WorkerService service(rank, *std::move(secret), MakeRunner,
                                         [&stop] { stop.Request("Shutdown RPC"); });
 
   grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(absl::GetFlag(FLAGS_listen), grpc::InsecureServerCredentials(), &port);
-  // Step plans and results grow with the batch; do not cap them at 4 MiB.
-  builder.SetMaxReceiveMessageSize(-1);
-  builder.SetMaxSendMessageSize(-1);
+  const std::string listen = absl::GetFlag(FLAGS_listen);
+  const bool unix_socket = listen.rfind("unix:", 0) == 0;
+  // Connected workers: mutual TLS, so only a server holding a certificate
+  // from the CA gets as far as presenting the secret.
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      pagoda::MakeServerCredentials(pagoda::TlsFiles{absl::GetFlag(FLAGS_ssl_certfile),
+                                                     absl::GetFlag(FLAGS_ssl_keyfile),
+                                                     absl::GetFlag(FLAGS_ssl_ca_certs)});
+  if (!credentials.ok()) {
+    LOG(ERROR) << credentials.status().message();
+    return 1;
+  }
+  builder.AddListeningPort(listen, *credentials, &port);
+  // Step plans and results grow with the batch; gRPC's 4 MiB default is too
+  // small, no bound at all too trusting.
+  // The server pings every connection twice a second, calls or not, to see
+  // a lost worker while idle; gRPC's default would answer such pings with
+  // GOAWAY "too_many_pings" and drop the connection.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 100);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxMessageBytes);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || port == 0) {
+  if (server == nullptr || (!unix_socket && port == 0)) {
     LOG(ERROR) << "cannot listen on " << absl::GetFlag(FLAGS_listen);
     return 1;
   }
-  std::printf("PAGODA_WORKER_LISTENING %d\n", port);
+  const std::string endpoint = unix_socket ? listen : absl::StrCat(port);
+  std::printf("PAGODA_WORKER_LISTENING %s\n", endpoint.c_str());
   std::fflush(stdout);
-  LOG(INFO) << "pagoda-worker rank " << rank << " listening on port " << port;
+  LOG(INFO) << "pagoda-worker rank " << rank << " listening on " << endpoint;
 
   std::thread watcher(WatchSignalsAndParent, parent_pid, std::ref(stop));
   const std::string reason = stop.Wait();

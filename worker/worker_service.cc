@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/worker_secret.h"
 #include "glog/logging.h"
 
 namespace pagoda::worker {
@@ -30,15 +31,30 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
                       std::string(status.message()));
 }
 
-WorkerService::WorkerService(int rank, ModelRunnerFactory runner_factory,
+WorkerService::WorkerService(int rank, std::string secret, ModelRunnerFactory runner_factory,
                              std::function<void()> on_shutdown)
     : rank_(rank),
+      secret_(std::move(secret)),
       runner_factory_(std::move(runner_factory)),
       on_shutdown_(std::move(on_shutdown)) {}
 
-grpc::Status WorkerService::LoadModel(grpc::ServerContext* /*context*/,
+grpc::Status WorkerService::Authenticate(const grpc::ServerContext& context) const {
+  const auto& metadata = context.client_metadata();
+  const auto found = metadata.find(kWorkerSecretMetadataKey);
+  if (secret_.empty() || found == metadata.end() ||
+      !ConstantTimeEquals(secret_, absl::string_view(found->second.data(), found->second.size()))) {
+    LOG(WARNING) << "rank " << rank_ << ": refused a call without the server's secret from "
+                 << context.peer();
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        "this worker serves only the server that launched it");
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerService::LoadModel(grpc::ServerContext* context,
                                       const v1::LoadModelRequest* request,
                                       v1::LoadModelResponse* response) {
+  if (grpc::Status auth = Authenticate(*context); !auth.ok()) return auth;
   absl::MutexLock lock(&mutex_);
   LOG(INFO) << "rank " << rank_ << ": LoadModel " << request->model_dir() << " (device '"
             << request->device() << "', world size " << request->world_size() << ")";
@@ -59,9 +75,10 @@ grpc::Status WorkerService::LoadModel(grpc::ServerContext* /*context*/,
   return grpc::Status::OK;
 }
 
-grpc::Status WorkerService::InitCache(grpc::ServerContext* /*context*/,
+grpc::Status WorkerService::InitCache(grpc::ServerContext* context,
                                       const v1::InitCacheRequest* request,
                                       v1::InitCacheResponse* /*response*/) {
+  if (grpc::Status auth = Authenticate(*context); !auth.ok()) return auth;
   absl::MutexLock lock(&mutex_);
   if (runner_ == nullptr) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "InitCache before LoadModel");
@@ -78,8 +95,9 @@ grpc::Status WorkerService::InitCache(grpc::ServerContext* /*context*/,
   return grpc::Status::OK;
 }
 
-grpc::Status WorkerService::ExecuteStep(grpc::ServerContext* /*context*/, const v1::StepPlan* plan,
+grpc::Status WorkerService::ExecuteStep(grpc::ServerContext* context, const v1::StepPlan* plan,
                                         v1::StepResult* result) {
+  if (grpc::Status auth = Authenticate(*context); !auth.ok()) return auth;
   absl::MutexLock lock(&mutex_);
   if (runner_ == nullptr || !cache_ready_) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
@@ -101,9 +119,10 @@ grpc::Status WorkerService::ExecuteStep(grpc::ServerContext* /*context*/, const 
   return grpc::Status::OK;
 }
 
-grpc::Status WorkerService::Shutdown(grpc::ServerContext* /*context*/,
+grpc::Status WorkerService::Shutdown(grpc::ServerContext* context,
                                      const v1::ShutdownRequest* /*request*/,
                                      v1::ShutdownResponse* /*response*/) {
+  if (grpc::Status auth = Authenticate(*context); !auth.ok()) return auth;
   LOG(INFO) << "rank " << rank_ << ": Shutdown requested";
   // Only signals: the owner stops the server, which waits for this reply.
   if (on_shutdown_) on_shutdown_();

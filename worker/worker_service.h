@@ -32,13 +32,19 @@ using ModelRunnerFactory =
 // successful LoadModel return FAILED_PRECONDITION. Shutdown replies, then calls
 // `on_shutdown` so the owner can stop the server once the reply is sent.
 //
+// Authentication: every call must carry `secret` in the metadata entry
+// kWorkerSecretMetadataKey (common/worker_secret.h); any other call gets
+// UNAUTHENTICATED before it touches the runner, so it changes nothing.
+//
 // Thread-safe: gRPC calls the handlers from many threads; they are serialised
 // on one mutex, so at most one runner call is in progress at a time.
 class WorkerService final : public pagoda::worker::v1::Worker::Service {
  public:
   // `on_shutdown` is called from a handler thread, at most once per Shutdown
   // RPC; it must not block on the server (it should only signal).
-  WorkerService(int rank, ModelRunnerFactory runner_factory, std::function<void()> on_shutdown);
+  // `secret` must be non-empty.
+  WorkerService(int rank, std::string secret, ModelRunnerFactory runner_factory,
+                std::function<void()> on_shutdown);
 
   WorkerService(const WorkerService&) = delete;
   WorkerService& operator=(const WorkerService&) = delete;
@@ -56,7 +62,11 @@ class WorkerService final : public pagoda::worker::v1::Worker::Service {
                         pagoda::worker::v1::ShutdownResponse* response) override;
 
  private:
+  // OK if `context` carries the secret, else UNAUTHENTICATED.
+  grpc::Status Authenticate(const grpc::ServerContext& context) const;
+
   const int rank_;
+  const std::string secret_;
   const ModelRunnerFactory runner_factory_;
   const std::function<void()> on_shutdown_;
 

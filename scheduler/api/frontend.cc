@@ -1,8 +1,14 @@
 #include "scheduler/api/frontend.h"
 
+#include <malloc.h>
+
+#include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/tls_credentials.h"
+#include "common/worker_secret.h"
 #include "glog/logging.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -14,26 +20,55 @@ using pagoda::v1::GenerateRequest;
 using pagoda::v1::GenerateResponse;
 
 GenerationService::GenerationService(ServedModelInfo info, Engine* engine,
-                                     RequestValidator* validator, const Tokenizer* tokenizer)
-    : info_(std::move(info)), engine_(engine), validator_(validator), tokenizer_(tokenizer) {}
+                                     RequestValidator* validator, const Tokenizer* tokenizer,
+                                     GenerationOptions options)
+    : info_(std::move(info)),
+      options_(std::move(options)),
+      engine_(engine),
+      validator_(validator),
+      tokenizer_(tokenizer),
+      validation_pool_(options_.tokenizer_threads, options_.max_pending_tokenizations) {}
+
+ValidationPool* GenerationService::PoolFor(const GenerateRequest& request) {
+  // Token ids are checked in time linear in their (bounded) number; only
+  // text needs the tokenizer's time.
+  return request.prompt().empty() ? nullptr : &validation_pool_;
+}
+
+grpc::Status GenerationService::Authorize(const grpc::CallbackServerContext& context) const {
+  if (options_.api_key.empty()) return grpc::Status::OK;
+  const auto& metadata = context.client_metadata();
+  const auto found = metadata.find("authorization");
+  const std::string expected = absl::StrCat("Bearer ", options_.api_key);
+  if (found == metadata.end() ||
+      !ConstantTimeEquals(expected,
+                          absl::string_view(found->second.data(), found->second.size()))) {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        "missing or wrong API key: send metadata 'authorization: Bearer <key>'");
+  }
+  return grpc::Status::OK;
+}
 
 grpc::ServerUnaryReactor* GenerationService::Generate(grpc::CallbackServerContext* context,
                                                       const GenerateRequest* request,
                                                       GenerateResponse* response) {
-  absl::StatusOr<ValidatedRequest> validated = validator_->Validate(*request);
-  if (!validated.ok()) {
+  if (grpc::Status allowed = Authorize(*context); !allowed.ok()) {
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    reactor->Finish(ToGrpcStatus(validated.status()));
+    reactor->Finish(allowed);
     return reactor;
   }
-  return StartUnaryGenerate(&calls_, engine_, tokenizer_, *std::move(validated), response);
+  return StartUnaryGenerate(
+      &calls_, engine_, tokenizer_, PoolFor(*request),
+      [this, request] { return validator_->Validate(*request); }, response);
 }
 
 grpc::ServerWriteReactor<GenerateResponse>* GenerationService::GenerateStream(
     grpc::CallbackServerContext* context, const GenerateRequest* request) {
-  absl::StatusOr<ValidatedRequest> validated = validator_->Validate(*request);
-  if (!validated.ok()) return FailedStream(ToGrpcStatus(validated.status()));
-  return StartStreamGenerate(&calls_, engine_, tokenizer_, *std::move(validated));
+  if (grpc::Status allowed = Authorize(*context); !allowed.ok()) return FailedStream(allowed);
+  return StartStreamGenerate(
+      &calls_, engine_, tokenizer_, PoolFor(*request),
+      [this, request] { return validator_->Validate(*request); },
+      options_.max_stream_queued_messages);
 }
 
 pagoda::v1::ModelInfo GenerationService::ModelInfo() const {
@@ -51,6 +86,7 @@ pagoda::v1::ModelInfo GenerationService::ModelInfo() const {
   out.set_device(info_.device);
   for (int32_t id : info_.eos_token_ids) out.add_eos_token_ids(id);
   out.set_workers_healthy(snapshot.healthy);
+  if (!snapshot.healthy) out.set_workers_status(engine_->failure_reason());
   pagoda::v1::EngineStats* stats = out.mutable_engine_stats();
   stats->set_num_steps(snapshot.num_steps);
   stats->set_num_running(snapshot.num_running);
@@ -72,23 +108,34 @@ pagoda::v1::ModelInfo GenerationService::ModelInfo() const {
 grpc::ServerUnaryReactor* GenerationService::GetModelInfo(
     grpc::CallbackServerContext* context, const pagoda::v1::GetModelInfoRequest* request,
     pagoda::v1::ModelInfo* response) {
-  *response = ModelInfo();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(grpc::Status::OK);
+  grpc::Status allowed = Authorize(*context);
+  if (allowed.ok()) *response = ModelInfo();
+  reactor->Finish(allowed);
   return reactor;
 }
 
-absl::StatusOr<std::unique_ptr<FrontendServer>> FrontendServer::Start(const std::string& host,
-                                                                      int port,
-                                                                      GenerationService* service,
-                                                                      Engine* engine) {
+namespace {
+
+constexpr absl::Duration kMemoryTrimPeriod = absl::Seconds(1);
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<FrontendServer>> FrontendServer::Start(
+    const FrontendOptions& options, GenerationService* service, Engine* engine) {
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials = MakeServerCredentials(
+      TlsFiles{options.ssl_certfile, options.ssl_keyfile, options.ssl_ca_certs});
+  if (!credentials.ok()) return credentials.status();
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int bound_port = 0;
+  const std::string& host = options.host;
   const std::string address = absl::StrCat(
-      host.find(':') != std::string::npos ? absl::StrCat("[", host, "]") : host, ":", port);
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &bound_port);
+      host.find(':') != std::string::npos ? absl::StrCat("[", host, "]") : host, ":", options.port);
+  builder.AddListeningPort(address, *credentials, &bound_port);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(
+      std::min<int64_t>(options.max_request_bytes, std::numeric_limits<int>::max())));
   builder.RegisterService(service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || bound_port == 0) {
@@ -112,8 +159,16 @@ void FrontendServer::SetDraining() {
 void FrontendServer::WatchHealth() {
   grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
   int last = -1;  // Unknown.
+  absl::Time last_trim = absl::Now();
   absl::MutexLock lock(&mu_);
   while (!stopping_) {
+    // A burst of big messages (refused ones too: gRPC buffers a message
+    // before it checks its size) leaves freed memory in malloc's arenas;
+    // hand it back so the server's footprint returns to its idle size.
+    if (absl::Now() - last_trim >= kMemoryTrimPeriod) {
+      malloc_trim(0);
+      last_trim = absl::Now();
+    }
     const bool serving = !draining_ && engine_->healthy();
     if (static_cast<int>(serving) != last && health != nullptr) {
       health->SetServingStatus(serving);

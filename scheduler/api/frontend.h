@@ -13,9 +13,10 @@
 #include "common/tokenizer.h"
 #include "grpcpp/grpcpp.h"
 #include "pagoda/v1/generation.grpc.pb.h"
-#include "scheduler/engine/engine.h"
 #include "scheduler/api/request_reactors.h"
 #include "scheduler/api/request_validation.h"
+#include "scheduler/api/validation_pool.h"
+#include "scheduler/engine/engine.h"
 
 namespace pagoda::scheduler {
 
@@ -30,14 +31,30 @@ struct ServedModelInfo {
   std::vector<int32_t> eos_token_ids;
 };
 
+// How the Generation service treats its callers.
+struct GenerationOptions {
+  // When set, every Generation call must carry "authorization: Bearer
+  // <api_key>" metadata (as vLLM's --api-key); others get UNAUTHENTICATED.
+  // Health checks are exempt: they are a separate service.
+  std::string api_key;
+  // Messages a stream may have waiting for a slow client before it is ended
+  // with RESOURCE_EXHAUSTED (see StartStreamGenerate).
+  int max_stream_queued_messages = 1024;
+  // Threads that tokenize text prompts off gRPC's threads, and how many
+  // prompts may wait for them before new ones are RESOURCE_EXHAUSTED.
+  int tokenizer_threads = 2;
+  int max_pending_tokenizations = 256;
+};
+
 // The pagoda.v1.Generation service (gRPC callback API). Validates at the edge
-// and hands requests to the engine; never blocks a gRPC thread.
+// (text prompts are tokenized on a small pool, not on gRPC's threads) and
+// hands requests to the engine; never blocks a gRPC thread.
 // Thread-safe. Does not own its collaborators; they must outlive it.
 class GenerationService final : public pagoda::v1::Generation::CallbackService {
  public:
   // `tokenizer` may be null (token-id prompts only).
   GenerationService(ServedModelInfo info, Engine* engine, RequestValidator* validator,
-                    const Tokenizer* tokenizer);
+                    const Tokenizer* tokenizer, GenerationOptions options = {});
 
   grpc::ServerUnaryReactor* Generate(grpc::CallbackServerContext* context,
                                      const pagoda::v1::GenerateRequest* request,
@@ -55,11 +72,32 @@ class GenerationService final : public pagoda::v1::Generation::CallbackService {
   bool WaitForCallsToFinish(absl::Duration timeout) { return calls_.WaitUntilIdle(timeout); }
 
  private:
+  // OK if the call may proceed (no API key configured, or the right one).
+  grpc::Status Authorize(const grpc::CallbackServerContext& context) const;
+  // Where `request` is validated: the pool for text prompts, else inline.
+  ValidationPool* PoolFor(const pagoda::v1::GenerateRequest& request);
+
   CallTracker calls_;
   const ServedModelInfo info_;
+  const GenerationOptions options_;
   Engine* const engine_;
   RequestValidator* const validator_;
   const Tokenizer* const tokenizer_;
+  // Last: joined (running what it accepted) before the rest goes.
+  ValidationPool validation_pool_;
+};
+
+// Where and how the client API listens.
+struct FrontendOptions {
+  std::string host = "127.0.0.1";
+  int port = 0;  // 0 = the OS picks.
+  // Bigger messages are refused (RESOURCE_EXHAUSTED) before they are parsed.
+  int64_t max_request_bytes = 4 << 20;
+  // PEM files. Certificate and key together turn TLS on; a CA bundle as well
+  // makes clients present a certificate it signed (mutual TLS).
+  std::string ssl_certfile;
+  std::string ssl_keyfile;
+  std::string ssl_ca_certs;
 };
 
 // A running gRPC server: the Generation service, grpc.health.v1 (overall
@@ -67,9 +105,10 @@ class GenerationService final : public pagoda::v1::Generation::CallbackService {
 // reflection. Thread-safe.
 class FrontendServer {
  public:
-  // Binds host:port (port 0 = the OS picks) and starts serving.
+  // Binds options.host:port and starts serving. INVALID_ARGUMENT for
+  // unreadable or half-given TLS files, UNAVAILABLE if it cannot listen.
   // `service` and `engine` must outlive the server.
-  static absl::StatusOr<std::unique_ptr<FrontendServer>> Start(const std::string& host, int port,
+  static absl::StatusOr<std::unique_ptr<FrontendServer>> Start(const FrontendOptions& options,
                                                                GenerationService* service,
                                                                Engine* engine);
   ~FrontendServer();  // Shutdown()s.

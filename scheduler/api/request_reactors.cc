@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 
 namespace pagoda::scheduler {
@@ -51,18 +52,30 @@ EngineRequest MakeEngineRequest(ValidatedRequest& request, std::shared_ptr<Reque
 
 class UnaryCall : public grpc::ServerUnaryReactor {
  public:
-  UnaryCall(CallTracker* calls, Engine* engine, std::string request_id)
-      : calls_(calls), engine_(engine), request_id_(std::move(request_id)) {
+  UnaryCall(CallTracker* calls, Engine* engine) : calls_(calls), engine_(engine) {
     calls_->Begin();
   }
-  // Once the engine took the request, before the reactor goes to gRPC.
-  // Holding the sink keeps its address (the abort's identity) from being
-  // reused by a later request while this call can still abort.
-  void set_accepted(std::shared_ptr<RequestSink> sink) { sink_ = std::move(sink); }
+  // Called just before the request goes to the engine, from whichever thread
+  // validated it: from then on a cancel aborts it. Holding the sink keeps its
+  // address (the abort's identity) from being reused by a later request while
+  // this call can still abort; an abort with a sink the engine never took
+  // (the request was refused) is ignored by the engine.
+  void Arm(std::string request_id, std::shared_ptr<RequestSink> sink) {
+    absl::MutexLock lock(&mu_);
+    request_id_ = std::move(request_id);
+    sink_ = std::move(sink);
+  }
   void OnCancel() override {
-    // A refused call has nothing in the engine; an id alone could name
+    std::string request_id;
+    std::shared_ptr<RequestSink> sink;
+    {
+      absl::MutexLock lock(&mu_);
+      request_id = request_id_;
+      sink = sink_;
+    }
+    // Not yet armed: nothing is in the engine, and an id alone could name
     // another call's request.
-    if (sink_ != nullptr) engine_->AbortRequest(request_id_, sink_.get());
+    if (sink != nullptr) engine_->AbortRequest(request_id, sink.get());
   }
   void OnDone() override {
     CallTracker* calls = calls_;
@@ -71,10 +84,11 @@ class UnaryCall : public grpc::ServerUnaryReactor {
   }
 
  private:
-  CallTracker* calls_;
-  Engine* engine_;
-  std::string request_id_;
-  std::shared_ptr<RequestSink> sink_;  // Null unless the engine accepted the request.
+  CallTracker* const calls_;
+  Engine* const engine_;
+  absl::Mutex mu_;
+  std::string request_id_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<RequestSink> sink_ ABSL_GUARDED_BY(mu_);
 };
 
 // Collects the deltas; answers once. The engine calls it only until
@@ -105,7 +119,13 @@ class StreamCall;
 // party starts each write and the Finish) and made outside it.
 class StreamState : public RequestSink {
  public:
-  StreamState(StreamCall* call, RequestOutput output) : call_(call), output_(std::move(output)) {}
+  StreamState(StreamCall* call, RequestOutput output, Engine* engine, std::string request_id,
+              int max_queued_messages)
+      : call_(call),
+        output_(std::move(output)),
+        engine_(engine),
+        request_id_(std::move(request_id)),
+        max_queued_messages_(max_queued_messages) {}
 
   void OnDelta(const RequestDelta& delta) override;
   void OnFinish(const absl::Status& status) override;
@@ -121,6 +141,11 @@ class StreamState : public RequestSink {
   absl::Mutex mu_;
   StreamCall* const call_;  // Valid until finish_started_.
   RequestOutput output_ ABSL_GUARDED_BY(mu_);
+  Engine* const engine_;
+  const std::string request_id_;
+  const int max_queued_messages_;
+  // The client stopped reading: the stream ends now, whatever is in flight.
+  bool overflowed_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<GenerateResponse> pending_ ABSL_GUARDED_BY(mu_);
   GenerateResponse in_flight_ ABSL_GUARDED_BY(mu_);
   bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;
@@ -130,17 +155,20 @@ class StreamState : public RequestSink {
 
 class StreamCall : public grpc::ServerWriteReactor<GenerateResponse> {
  public:
-  StreamCall(CallTracker* calls, Engine* engine, std::string request_id)
-      : calls_(calls), engine_(engine), request_id_(std::move(request_id)) {
+  StreamCall(CallTracker* calls, Engine* engine) : calls_(calls), engine_(engine) {
     calls_->Begin();
   }
-  void set_state(std::shared_ptr<StreamState> state) { state_ = std::move(state); }
-  // Once the engine took the request, before the reactor goes to gRPC.
-  void set_accepted() { accepted_ = true; }
+  // Called just before the request goes to the engine (see UnaryCall::Arm).
+  void Arm(std::string request_id, std::shared_ptr<StreamState> state) {
+    absl::MutexLock lock(&mu_);
+    request_id_ = std::move(request_id);
+    state_ = std::move(state);
+  }
 
   void OnWriteDone(bool ok) override {
     if (!ok) Abort();  // The client is gone.
-    state_->WriteDone(ok);
+    // Writes start only once armed.
+    state()->WriteDone(ok);
   }
   void OnCancel() override { Abort(); }
   void OnDone() override {
@@ -150,27 +178,50 @@ class StreamCall : public grpc::ServerWriteReactor<GenerateResponse> {
   }
 
  private:
+  std::shared_ptr<StreamState> state() {
+    absl::MutexLock lock(&mu_);
+    return state_;
+  }
   // Aborts only this call's own request (see UnaryCall::OnCancel).
   void Abort();
 
-  CallTracker* calls_;
-  Engine* engine_;
-  std::string request_id_;
-  std::shared_ptr<StreamState> state_;
-  bool accepted_ = false;
+  CallTracker* const calls_;
+  Engine* const engine_;
+  absl::Mutex mu_;
+  std::string request_id_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<StreamState> state_ ABSL_GUARDED_BY(mu_);
 };
 
 void StreamCall::Abort() {
-  if (accepted_) engine_->AbortRequest(request_id_, state_.get());
+  std::string request_id;
+  std::shared_ptr<StreamState> state;
+  {
+    absl::MutexLock lock(&mu_);
+    request_id = request_id_;
+    state = state_;
+  }
+  if (state != nullptr) engine_->AbortRequest(request_id, state.get());
 }
 
 void StreamState::OnDelta(const RequestDelta& delta) {
   Action action;
+  bool overflow = false;
   {
     absl::MutexLock lock(&mu_);
+    if (overflowed_ || finish_started_) return;  // Ending; the rest is dropped.
     pending_.push_back(output_.AddDelta(delta));
+    if (static_cast<int>(pending_.size()) > max_queued_messages_) {
+      overflow = overflowed_ = true;
+      pending_.clear();
+      final_status_ = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                   absl::StrCat("the client is not reading the stream: more than ",
+                                                max_queued_messages_, " messages were waiting"));
+    }
     action = NextAction();
   }
+  // Frees the request's blocks at the engine's next step; its OnFinish then
+  // finds the final status already set.
+  if (overflow) engine_->AbortRequest(request_id_, this);
   Run(action);
 }
 
@@ -203,7 +254,13 @@ void StreamState::WriteDone(bool ok) {
 }
 
 StreamState::Action StreamState::NextAction() {
-  if (finish_started_ || write_in_flight_) return Action::kNone;
+  if (finish_started_) return Action::kNone;
+  // A stalled client may never complete the write in flight: finish beside it.
+  if (overflowed_) {
+    finish_started_ = true;
+    return Action::kFinish;
+  }
+  if (write_in_flight_) return Action::kNone;
   if (!pending_.empty()) {
     in_flight_ = std::move(pending_.front());
     pending_.pop_front();
@@ -244,40 +301,72 @@ class FailedStreamCall : public grpc::ServerWriteReactor<GenerateResponse> {
   void OnDone() override { delete this; }
 };
 
+// Hands a validated request to the engine, or ends the call with the error.
+// After a successful AddRequest the engine may finish (and so delete) `call`
+// at any moment: nothing touches it after that.
+void SubmitUnary(UnaryCall* call, Engine* engine, const Tokenizer* tokenizer,
+                 absl::StatusOr<ValidatedRequest> validated, GenerateResponse* response) {
+  if (!validated.ok()) {
+    call->Finish(ToGrpcStatus(validated.status()));
+    return;
+  }
+  auto sink = std::make_shared<UnarySink>(
+      call, response,
+      RequestOutput(validated->request_id, static_cast<int>(validated->prompt_token_ids.size()),
+                    tokenizer));
+  call->Arm(validated->request_id, sink);
+  absl::Status accepted = engine->AddRequest(MakeEngineRequest(*validated, sink));
+  if (!accepted.ok()) call->Finish(ToGrpcStatus(accepted));
+}
+
+void SubmitStream(StreamCall* call, Engine* engine, const Tokenizer* tokenizer,
+                  absl::StatusOr<ValidatedRequest> validated, int max_queued_messages) {
+  if (!validated.ok()) {
+    call->Finish(ToGrpcStatus(validated.status()));
+    return;
+  }
+  auto state = std::make_shared<StreamState>(
+      call,
+      RequestOutput(validated->request_id, static_cast<int>(validated->prompt_token_ids.size()),
+                    tokenizer),
+      engine, validated->request_id, max_queued_messages);
+  call->Arm(validated->request_id, state);
+  absl::Status accepted = engine->AddRequest(MakeEngineRequest(*validated, state));
+  if (!accepted.ok()) state->OnFinish(accepted);
+}
+
+const grpc::Status kPoolFull(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                             "too many requests are waiting to be tokenized; retry later");
+
 }  // namespace
 
 grpc::ServerUnaryReactor* StartUnaryGenerate(CallTracker* calls, Engine* engine,
-                                             const Tokenizer* tokenizer, ValidatedRequest request,
+                                             const Tokenizer* tokenizer, ValidationPool* pool,
+                                             ValidateFunction validate,
                                              GenerateResponse* response) {
-  auto* call = new UnaryCall(calls, engine, request.request_id);
-  auto sink = std::make_shared<UnarySink>(
-      call, response,
-      RequestOutput(request.request_id, static_cast<int>(request.prompt_token_ids.size()),
-                    tokenizer));
-  absl::Status accepted = engine->AddRequest(MakeEngineRequest(request, sink));
-  // gRPC holds back the engine's Finish (and so OnCancel and OnDone) until
-  // the reactor is returned, so setting this after AddRequest is safe.
-  if (accepted.ok()) {
-    call->set_accepted(std::move(sink));
-  } else {
-    call->Finish(ToGrpcStatus(accepted));
+  auto* call = new UnaryCall(calls, engine);
+  if (pool == nullptr) {
+    SubmitUnary(call, engine, tokenizer, validate(), response);
+  } else if (!pool->TrySubmit([=, validate = std::move(validate)] {
+               SubmitUnary(call, engine, tokenizer, validate(), response);
+             })) {
+    call->Finish(kPoolFull);
   }
   return call;
 }
 
 grpc::ServerWriteReactor<GenerateResponse>* StartStreamGenerate(CallTracker* calls, Engine* engine,
                                                                 const Tokenizer* tokenizer,
-                                                                ValidatedRequest request) {
-  auto* call = new StreamCall(calls, engine, request.request_id);
-  auto state = std::make_shared<StreamState>(
-      call, RequestOutput(request.request_id, static_cast<int>(request.prompt_token_ids.size()),
-                          tokenizer));
-  call->set_state(state);
-  absl::Status accepted = engine->AddRequest(MakeEngineRequest(request, state));
-  if (accepted.ok()) {
-    call->set_accepted();
-  } else {
-    state->OnFinish(accepted);
+                                                                ValidationPool* pool,
+                                                                ValidateFunction validate,
+                                                                int max_queued_messages) {
+  auto* call = new StreamCall(calls, engine);
+  if (pool == nullptr) {
+    SubmitStream(call, engine, tokenizer, validate(), max_queued_messages);
+  } else if (!pool->TrySubmit([=, validate = std::move(validate)] {
+               SubmitStream(call, engine, tokenizer, validate(), max_queued_messages);
+             })) {
+    call->Finish(kPoolFull);
   }
   return call;
 }

@@ -74,6 +74,16 @@ absl::Status ValidateSeveralSequences(const pagoda::v1::SamplingParams& sampling
 
 }  // namespace
 
+int64_t MaxPromptBytes(const ModelLimits& limits) {
+  return static_cast<int64_t>(limits.max_model_len) * kMaxPromptBytesPerToken;
+}
+
+int64_t MaxRequestBytes(const ModelLimits& limits) {
+  constexpr int64_t kOtherFieldsBytes = 64 << 10;  // Ids, sampling, stop ids: bounded.
+  const int64_t token_ids = static_cast<int64_t>(limits.max_model_len) * 5;
+  return std::max(MaxPromptBytes(limits), token_ids) + kOtherFieldsBytes + kMaxStopTokenIds * 5;
+}
+
 RequestValidator::RequestValidator(ModelLimits limits, const Tokenizer* tokenizer, uint64_t seed)
     : limits_(limits), tokenizer_(tokenizer), rng_(seed) {}
 
@@ -85,6 +95,25 @@ uint64_t RequestValidator::NextRandom() {
 absl::StatusOr<ValidatedRequest> RequestValidator::Validate(
     const pagoda::v1::GenerateRequest& request) {
   ValidatedRequest out;
+
+  // Cheap bounds first, before any work that grows with the input.
+  if (request.request_id().size() > kMaxRequestIdBytes) {
+    return Invalid(absl::StrCat("request_id: at most ", kMaxRequestIdBytes, " bytes, got ",
+                                request.request_id().size()));
+  }
+  if (static_cast<int64_t>(request.prompt().size()) > MaxPromptBytes(limits_)) {
+    return Invalid(absl::StrCat("prompt: ", request.prompt().size(),
+                                " bytes of text cannot fit max_model_len ", limits_.max_model_len,
+                                " tokens (limit ", MaxPromptBytes(limits_), " bytes)"));
+  }
+  if (request.prompt_token_ids_size() > limits_.max_model_len) {
+    return Invalid(absl::StrFormat("prompt: %d tokens is longer than max_model_len %d",
+                                   request.prompt_token_ids_size(), limits_.max_model_len));
+  }
+  if (request.stopping().stop_token_ids_size() > kMaxStopTokenIds) {
+    return Invalid(absl::StrCat("stopping.stop_token_ids: at most ", kMaxStopTokenIds, ", got ",
+                                request.stopping().stop_token_ids_size()));
+  }
 
   // Prompt: exactly one of text and token ids.
   const bool has_text = !request.prompt().empty();
@@ -123,11 +152,15 @@ absl::StatusOr<ValidatedRequest> RequestValidator::Validate(
 
   // Sampling.
   const pagoda::v1::SamplingParams& sampling = request.sampling();
-  if (std::isnan(sampling.temperature()) || sampling.temperature() < 0) {
-    return Invalid(
-        absl::StrCat("sampling.temperature: must be >= 0, got ", sampling.temperature()));
+  if (!std::isfinite(sampling.temperature()) || sampling.temperature() < 0) {
+    return Invalid(absl::StrCat("sampling.temperature: must be finite and >= 0, got ",
+                                sampling.temperature()));
   }
-  if (std::isnan(sampling.top_p()) || sampling.top_p() < 0 || sampling.top_p() > 1) {
+  if (!std::isfinite(sampling.length_penalty())) {
+    return Invalid(
+        absl::StrCat("sampling.length_penalty: must be finite, got ", sampling.length_penalty()));
+  }
+  if (!std::isfinite(sampling.top_p()) || sampling.top_p() < 0 || sampling.top_p() > 1) {
     return Invalid(
         absl::StrCat("sampling.top_p: must be in (0, 1] (0 = 1), got ", sampling.top_p()));
   }

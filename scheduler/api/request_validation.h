@@ -22,6 +22,24 @@ struct ModelLimits {
   int bos_token_id = -1;  // Prepended to text prompts when >= 0.
 };
 
+// Longest request_id accepted: it is copied into every streamed message.
+inline constexpr size_t kMaxRequestIdBytes = 256;
+// Most stop_token_ids per request: each is checked against every new token.
+inline constexpr int kMaxStopTokenIds = 1024;
+// Text per token assumed when bounding a text prompt before tokenizing it: a
+// token of a real vocabulary covers far fewer bytes, so a prompt over
+// MaxPromptBytes() could never fit max_model_len tokens.
+inline constexpr int64_t kMaxPromptBytesPerToken = 32;
+
+// The longest text prompt (bytes) worth tokenizing under `limits`.
+int64_t MaxPromptBytes(const ModelLimits& limits);
+
+// The largest GenerateRequest a server must receive under `limits`: the
+// longest text prompt or max_model_len token ids (5 bytes each at most), and
+// room for the other (bounded) fields. Servers refuse bigger messages
+// (RESOURCE_EXHAUSTED) before parsing them.
+int64_t MaxRequestBytes(const ModelLimits& limits);
+
 // A request that passed validation, with every default filled in.
 struct ValidatedRequest {
   std::string request_id;
@@ -36,6 +54,8 @@ struct ValidatedRequest {
 // <= 10, since the worker returns at most 20 top logprobs, and temperature
 // 0 with top_k/top_p off); best_of > 1 without beam search needs
 // temperature > 0; length_penalty (0 = 1) in [-10, 10], beam search only.
+// Every bound is checked before any work on the field: a text prompt's length
+// before it is tokenized, the number of token ids before they are read.
 // Thread-safe.
 class RequestValidator {
  public:

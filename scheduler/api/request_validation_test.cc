@@ -6,6 +6,7 @@
 #include <limits>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
@@ -231,6 +232,48 @@ TEST(RequestValidationTokenizerTest, EncodesTextWithBos) {
     EXPECT_EQ(result->prompt_token_ids[i + 1], (*expected)[i]);
   }
   std::filesystem::remove_all(dir);
+}
+
+TEST_F(RequestValidationTest, HostileSizesAreRefusedBeforeAnyWork) {
+  GenerateRequest long_id = TokenRequest({5});
+  long_id.set_request_id(std::string(kMaxRequestIdBytes + 1, 'x'));
+  ExpectInvalid(long_id, "request_id");
+  long_id.set_request_id(std::string(kMaxRequestIdBytes, 'x'));
+  EXPECT_TRUE(validator_.Validate(long_id).ok());
+
+  // Without a tokenizer, a text prompt is refused only after the byte bound:
+  // the bound comes first, so no tokenizer is ever asked.
+  GenerateRequest long_text;
+  long_text.set_prompt(std::string(MaxPromptBytes(validator_.limits()) + 1, 'a'));
+  absl::StatusOr<ValidatedRequest> refused = validator_.Validate(long_text);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "cannot fit max_model_len"))
+      << refused.status();
+
+  GenerateRequest many_ids;
+  for (int i = 0; i < kMaxModelLen + 1; ++i) many_ids.add_prompt_token_ids(5);
+  ExpectInvalid(many_ids, "prompt");
+
+  GenerateRequest many_stops = TokenRequest({5});
+  for (int i = 0; i <= kMaxStopTokenIds; ++i) many_stops.mutable_stopping()->add_stop_token_ids(3);
+  ExpectInvalid(many_stops, "stopping.stop_token_ids");
+
+  EXPECT_GE(MaxRequestBytes(validator_.limits()), MaxPromptBytes(validator_.limits()));
+}
+
+TEST_F(RequestValidationTest, NonFiniteSamplingValuesAreRefused) {
+  for (float bad : {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                    std::numeric_limits<float>::quiet_NaN()}) {
+    GenerateRequest temperature = TokenRequest({5});
+    temperature.mutable_sampling()->set_temperature(bad);
+    ExpectInvalid(temperature, "sampling.temperature");
+    GenerateRequest top_p = TokenRequest({5});
+    top_p.mutable_sampling()->set_top_p(bad);
+    ExpectInvalid(top_p, "sampling.top_p");
+    GenerateRequest penalty = TokenRequest({5});
+    penalty.mutable_sampling()->set_length_penalty(bad);
+    ExpectInvalid(penalty, "sampling.length_penalty");
+  }
 }
 
 }  // namespace

@@ -19,6 +19,8 @@ namespace {
 
 // A gauge scraped every few seconds needs no per-step precision.
 constexpr absl::Duration kKvUsageRefresh = absl::Milliseconds(100);
+// How often an idle engine looks at its workers' health.
+constexpr absl::Duration kWorkerCheckPeriod = absl::Milliseconds(200);
 
 double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
 
@@ -67,7 +69,9 @@ absl::Status Engine::AddRequest(EngineRequest request) {
     return absl::UnavailableError("server is draining and accepts no new requests");
   }
   if (!healthy_ || !workers_->Healthy()) {
-    return absl::UnavailableError("workers are down; the server cannot serve requests");
+    return absl::UnavailableError(absl::StrCat(
+        "workers are down; the server cannot serve requests",
+        failure_reason_.empty() ? " now (restarting them)" : absl::StrCat(": ", failure_reason_)));
   }
   if (in_flight_ids_.contains(request.request_id)) {
     return absl::AlreadyExistsError(
@@ -154,7 +158,8 @@ void Engine::Loop() {
         return stop_requested_ || !inbox_.empty() || !abort_inbox_.empty() ||
                scheduler_->HasUnfinished();
       };
-      mu_.Await(absl::Condition(&has_work));
+      // Wakes now and then even when idle, to see a dead worker (recovery.cc).
+      mu_.AwaitWithTimeout(absl::Condition(&has_work), kWorkerCheckPeriod);
       arrived.swap(inbox_);
       aborts.swap(abort_inbox_);
       stop = stop_requested_;
@@ -162,6 +167,9 @@ void Engine::Loop() {
     AdmitRequests(std::move(arrived));
     ApplyAborts(aborts);
     if (stop) break;
+    if (!workers_failed_ && !workers_->Healthy() && !RecoverWorkers()) {
+      FailForGood(absl::UnavailableError(failure_reason()));
+    }
     if (!scheduler_->HasUnfinished()) {
       PublishSnapshot(nullptr);  // Aborts and refusals changed the counts.
       continue;
@@ -252,14 +260,8 @@ bool Engine::Step() {
                   : absl::StatusOr<std::vector<GeneratedToken>>(result.status());
   if (!sampled.ok()) {
     if (!workers_->Healthy() || absl::IsUnavailable(sampled.status())) {
-      LOG(ERROR) << "step " << plan.step_id() << ": workers failed; failing every request and "
-                 << "refusing new ones: " << sampled.status();
-      workers_failed_ = true;
-      {
-        absl::MutexLock lock(&mu_);
-        healthy_ = false;
-      }
-      FailAll(absl::UnavailableError(absl::StrCat("workers failed: ", sampled.status().message())));
+      LOG(ERROR) << "step " << plan.step_id() << ": workers failed: " << sampled.status();
+      if (!RecoverWorkers()) FailForGood(sampled.status());  // recovery.cc
     } else {
       // The workers rejected the plan and kept their state (a server bug, not
       // a dead worker). The step's bookkeeping cannot be trusted, so the

@@ -44,8 +44,12 @@ struct EngineRequest {
 // threads reach it only through AddRequest / AbortRequest, which put work in
 // a mutex-protected inbox and wake the thread.
 //
-// A worker error fails every in-flight request with UNAVAILABLE and leaves
-// the engine unhealthy for good: later requests are refused with UNAVAILABLE.
+// A worker failure (a dead or unreachable worker, seen by a step or, while
+// idle, within kWorkerCheckPeriod) makes the engine restart the workers
+// (WorkerGroup::Recover) and resume every accepted request by recomputation;
+// new requests are refused with UNAVAILABLE meanwhile. Only when the workers
+// cannot come back does it fail every in-flight request with UNAVAILABLE and
+// stay unhealthy for good.
 //
 // Thread-safe: every public method may be called from any thread.
 class Engine {
@@ -85,6 +89,8 @@ class Engine {
   void Stop();
 
   bool healthy() const;
+  // Why the engine is unhealthy ("" while healthy).
+  std::string failure_reason() const;
   EngineSnapshot snapshot() const;
 
  private:
@@ -107,6 +113,11 @@ class Engine {
   // still in the inbox (stop, dead workers), else they stay queued.
   void FailAll(const absl::Status& status, bool include_queued = true);
   void PublishSnapshot(const StepRecord* step);
+  // Worker failure (recovery.cc): requeues every request for recomputation
+  // and has the workers restarted; false if they cannot come back.
+  bool RecoverWorkers();
+  // The workers are gone for good: fail everything, refuse new requests.
+  void FailForGood(const absl::Status& cause);
 
   const EngineConfig config_;
   WorkerGroup* const workers_;
@@ -131,6 +142,7 @@ class Engine {
   absl::flat_hash_set<std::string> in_flight_ids_ ABSL_GUARDED_BY(mu_);
   bool accepting_ ABSL_GUARDED_BY(mu_) = true;
   bool healthy_ ABSL_GUARDED_BY(mu_) = true;
+  std::string failure_reason_ ABSL_GUARDED_BY(mu_);
   bool stop_requested_ ABSL_GUARDED_BY(mu_) = false;
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   EngineSnapshot snapshot_ ABSL_GUARDED_BY(mu_);

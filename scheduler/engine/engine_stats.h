@@ -75,6 +75,9 @@ class EngineObserver {
   virtual ~EngineObserver() = default;
   virtual void OnStep(const StepRecord& step, const EngineSnapshot& snapshot) = 0;
   virtual void OnRequestFinished(const RequestRecord& record) = 0;
+  // The workers were restarted and `requests_resumed` requests requeued for
+  // recomputation; the recovery took `seconds`.
+  virtual void OnWorkersRecovered(int requests_resumed, double seconds) {}
 };
 
 }  // namespace pagoda::scheduler

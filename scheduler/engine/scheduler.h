@@ -67,6 +67,11 @@ class Scheduler {
   std::unique_ptr<SequenceGroup> AbortRequest(const std::string& request_id);
   // Aborts everything (worker failure, shutdown) and returns the groups.
   std::vector<std::unique_ptr<SequenceGroup>> AbortAll();
+  // After the workers were restarted with empty caches: frees every block and
+  // moves every unfinished group to waiting (arrival order) to be prefilled
+  // again over prompt + generated tokens. Returns the groups requeued.
+  // Defined in recovery.cc.
+  int RequeueAllForRecompute();
 
   SchedulerOutput Schedule();
 

@@ -1,16 +1,25 @@
 #include "scheduler/workers/grpc_worker_group.h"
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/worker_secret.h"
 #include "glog/logging.h"
 
 namespace pagoda::scheduler {
 namespace {
 
 namespace v1 = ::pagoda::worker::v1;
+
+// Step plans and results grow with the batch; gRPC's 4 MiB default is too
+// small, no bound at all too trusting. Workers take the same.
+constexpr int kMaxMessageBytes = 256 << 20;
+// How often a connection watcher looks whether it should stop.
+constexpr absl::Duration kWatchPeriod = absl::Milliseconds(200);
+constexpr absl::Duration kDropGrace = absl::Milliseconds(100);
 
 // Codes a worker returns on purpose when it rejects a request it understood;
 // when every rank answers with the same one, nothing changed on any worker.
@@ -42,20 +51,25 @@ std::string DescribeGrpcError(const grpc::Status& status) {
 
 }  // namespace
 
-GrpcWorkerGroup::GrpcWorkerGroup(const GrpcWorkerGroupOptions& options) : options_(options) {}
+GrpcWorkerGroup::GrpcWorkerGroup(const GrpcWorkerGroupOptions& options, int world_size)
+    : options_(options), world_size_(world_size) {}
 
-GrpcWorkerGroup::~GrpcWorkerGroup() { Shutdown(); }
+GrpcWorkerGroup::~GrpcWorkerGroup() {
+  Shutdown();
+  DropRanks();
+}
 
 absl::StatusOr<std::unique_ptr<GrpcWorkerGroup>> GrpcWorkerGroup::Connect(
-    const std::vector<std::string>& addresses, absl::Duration connect_timeout,
-    const GrpcWorkerGroupOptions& options) {
+    const std::vector<std::string>& addresses, const std::string& secret,
+    absl::Duration connect_timeout, const GrpcWorkerGroupOptions& options) {
   if (addresses.empty()) return absl::InvalidArgumentError("no worker addresses");
-  const absl::Time deadline = absl::Now() + connect_timeout;
-  std::unique_ptr<GrpcWorkerGroup> group(new GrpcWorkerGroup(options));
-  for (const std::string& address : addresses) {
-    absl::Status added = group->AddRank(address, nullptr, deadline);
-    if (!added.ok()) return added;
-  }
+  if (secret.empty()) return absl::InvalidArgumentError("connected workers need a secret");
+  std::unique_ptr<GrpcWorkerGroup> group(
+      new GrpcWorkerGroup(options, static_cast<int>(addresses.size())));
+  group->addresses_ = addresses;
+  group->connect_secret_ = secret;
+  absl::Status started = group->StartRanks(absl::Now() + connect_timeout);
+  if (!started.ok()) return started;
   group->complete_ = true;
   return group;
 }
@@ -64,45 +78,110 @@ absl::StatusOr<std::unique_ptr<GrpcWorkerGroup>> GrpcWorkerGroup::Launch(
     const std::string& worker_binary, int world_size, absl::Duration start_timeout,
     const GrpcWorkerGroupOptions& options) {
   if (world_size < 1) return absl::InvalidArgumentError("world size must be at least 1");
-  const absl::Time deadline = absl::Now() + start_timeout;
-  std::unique_ptr<GrpcWorkerGroup> group(new GrpcWorkerGroup(options));
-  for (int rank = 0; rank < world_size; ++rank) {
-    GrpcWorkerGroup* raw_group = group.get();
-    // The group outlives the process's monitor thread: ranks_ is destroyed
-    // first, and a failed spawn joins its monitor before returning.
-    absl::StatusOr<std::unique_ptr<WorkerProcess>> process = WorkerProcess::Spawn(
-        worker_binary, rank, deadline - absl::Now(), [raw_group, rank](const std::string& how) {
-          raw_group->Fail(absl::StrCat("worker rank ", rank, " process ", how));
-        });
-    if (!process.ok()) return process.status();
-    const std::string address = (*process)->address();
-    absl::Status added = group->AddRank(address, *std::move(process), deadline);
-    if (!added.ok()) return added;
-  }
+  std::unique_ptr<GrpcWorkerGroup> group(new GrpcWorkerGroup(options, world_size));
+  group->worker_binary_ = worker_binary;
+  absl::Status started = group->StartRanks(absl::Now() + start_timeout);
+  if (!started.ok()) return started;
   group->complete_ = true;
   return group;
 }
 
-absl::Status GrpcWorkerGroup::AddRank(const std::string& address,
+absl::Status GrpcWorkerGroup::StartRanks(absl::Time deadline) {
+  for (int rank = 0; rank < world_size_; ++rank) {
+    if (worker_binary_.empty()) {
+      absl::Status added = AddRank(addresses_[rank], connect_secret_, nullptr, deadline);
+      if (!added.ok()) return added;
+      continue;
+    }
+    // The group outlives the process's monitor thread: ranks are destroyed
+    // (DropRanks) before the group, and a failed spawn joins its monitor
+    // before returning.
+    absl::StatusOr<std::unique_ptr<WorkerProcess>> process = WorkerProcess::Spawn(
+        worker_binary_, rank, deadline - absl::Now(), [this, rank](const std::string& how) {
+          Fail(absl::StrCat("worker rank ", rank, " process ", how));
+        });
+    if (!process.ok()) return process.status();
+    const std::string address = (*process)->address();
+    const std::string secret = (*process)->secret();
+    absl::Status added = AddRank(address, secret, *std::move(process), deadline);
+    if (!added.ok()) return added;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GrpcWorkerGroup::AddRank(const std::string& address, const std::string& secret,
                                       std::unique_ptr<WorkerProcess> process, absl::Time deadline) {
   const int rank = static_cast<int>(ranks_.size());
   grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(-1);
-  args.SetMaxSendMessageSize(-1);
+  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  args.SetMaxSendMessageSize(kMaxMessageBytes);
   // Workers may still be starting: retry soon rather than after gRPC's
   // default backoff of up to two minutes.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  // Liveness while idle: pings on the open connection, and no idle timeout
+  // (an idle channel leaving READY would read as a lost worker).
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS,
+              static_cast<int>(absl::ToInt64Milliseconds(options_.keepalive_time)));
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+              static_cast<int>(absl::ToInt64Milliseconds(options_.keepalive_timeout)));
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  args.SetInt(GRPC_ARG_CLIENT_IDLE_TIMEOUT_MS, std::numeric_limits<int>::max());
+  const bool spawned = process != nullptr;
+  std::shared_ptr<grpc::ChannelCredentials> credentials =
+      !spawned && options_.connect_credentials != nullptr ? options_.connect_credentials
+                                                          : grpc::InsecureChannelCredentials();
+  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(address, credentials, args);
   const bool connected = channel->WaitForConnected(absl::ToChronoTime(deadline));
-  ranks_.push_back(Rank{address, v1::Worker::NewStub(channel), std::move(process)});
+  ranks_.push_back(
+      Rank{address, secret, channel, v1::Worker::NewStub(channel), std::move(process)});
   if (!connected) {
     return absl::UnavailableError(
         absl::StrCat("cannot reach worker rank ", rank, " at ", address, " in time"));
   }
+  watchers_.emplace_back(&GrpcWorkerGroup::WatchConnection, this, rank, address, channel);
   return absl::OkStatus();
+}
+
+void GrpcWorkerGroup::WatchConnection(int rank, std::string address,
+                                      std::shared_ptr<grpc::Channel> channel) {
+  auto stopped = [this] {
+    absl::MutexLock lock(&mutex_);
+    return stop_watching_;
+  };
+  while (!stopped()) {
+    const grpc_connectivity_state state = channel->GetState(/*try_to_connect=*/false);
+    if (state != GRPC_CHANNEL_READY) {
+      Fail(absl::StrCat("lost the connection to worker rank ", rank, " (", address, ")"));
+      return;
+    }
+    // Wakes on a change, or after the period to look at stop_watching_.
+    channel->WaitForStateChange(state, absl::ToChronoTime(absl::Now() + kWatchPeriod));
+  }
+}
+
+void GrpcWorkerGroup::DropRanks() {
+  {
+    absl::MutexLock lock(&mutex_);
+    stop_watching_ = true;
+  }
+  for (std::thread& watcher : watchers_) watcher.join();
+  watchers_.clear();
+  // A surviving rank of a broken group holds nothing worth a graceful stop
+  // (its peers' collectives are gone): a short grace, then SIGKILL. Its
+  // monitor reports the exit through Fail, which is harmless now.
+  for (Rank& rank : ranks_) {
+    if (rank.process != nullptr) rank.process->Terminate(kDropGrace);
+  }
+  ranks_.clear();
+  absl::MutexLock lock(&mutex_);
+  stop_watching_ = false;
+}
+
+void GrpcWorkerGroup::AddSecret(grpc::ClientContext& context, int rank) const {
+  context.AddMetadata(kWorkerSecretMetadataKey, ranks_[rank].secret);
 }
 
 template <typename Request, typename Response, typename AsyncMethod>
@@ -120,6 +199,7 @@ absl::Status GrpcWorkerGroup::CallAllRanks(const char* name, AsyncMethod method,
     for (int rank = 0; rank < num_ranks; ++rank) {
       contexts.push_back(std::make_unique<grpc::ClientContext>());
       contexts.back()->set_deadline(deadline);
+      AddSecret(*contexts.back(), rank);
       in_flight_.insert(contexts.back().get());
     }
   }
@@ -191,6 +271,7 @@ absl::StatusOr<v1::LoadModelResponse> GrpcWorkerGroup::LoadModel(
       },
       requests, options_.load_model_timeout, responses);
   if (!status.ok()) return status;
+  last_load_ = request;
   v1::LoadModelResponse result = responses[0];
   for (const v1::LoadModelResponse& response : responses) {
     result.set_num_gpu_blocks(std::min(result.num_gpu_blocks(), response.num_gpu_blocks()));
@@ -200,13 +281,15 @@ absl::StatusOr<v1::LoadModelResponse> GrpcWorkerGroup::LoadModel(
 
 absl::Status GrpcWorkerGroup::InitCache(const v1::InitCacheRequest& request) {
   std::vector<v1::InitCacheResponse> responses;
-  return CallAllRanks(
+  absl::Status status = CallAllRanks(
       "InitCache",
       [](auto* stub, auto* context, auto* request, auto* response, auto done) {
         stub->InitCache(context, request, response, std::move(done));
       },
       std::vector<const v1::InitCacheRequest*>(world_size(), &request), options_.init_cache_timeout,
       responses);
+  if (status.ok()) last_init_ = request;
+  return status;
 }
 
 absl::StatusOr<v1::StepResult> GrpcWorkerGroup::ExecuteStep(const v1::StepPlan& plan) {
@@ -242,7 +325,7 @@ void GrpcWorkerGroup::Shutdown() {
 
   // Ask every worker (even in a failed group) to exit; errors do not matter.
   // Spawned workers of an incomplete group are terminated below.
-  const int num_ranks = complete_ ? world_size() : 0;
+  const int num_ranks = complete_ ? static_cast<int>(ranks_.size()) : 0;
   std::vector<grpc::ClientContext> contexts(num_ranks);
   std::vector<v1::ShutdownResponse> responses(num_ranks);
   const v1::ShutdownRequest request;
@@ -251,6 +334,7 @@ void GrpcWorkerGroup::Shutdown() {
   const auto deadline = absl::ToChronoTime(absl::Now() + options_.shutdown_grace);
   for (int rank = 0; rank < num_ranks; ++rank) {
     contexts[rank].set_deadline(deadline);
+    AddSecret(contexts[rank], rank);
     ranks_[rank].stub->async()->Shutdown(&contexts[rank], &request, &responses[rank],
                                          [&](grpc::Status) {
                                            absl::MutexLock lock(&done_mutex);
@@ -269,6 +353,86 @@ void GrpcWorkerGroup::Shutdown() {
     }
   }
   LOG(INFO) << "worker group shut down (" << world_size() << " ranks)";
+}
+
+std::string GrpcWorkerGroup::failure() const {
+  if (Healthy()) return "";
+  absl::MutexLock lock(&mutex_);
+  if (!healthy_.load()) return failure_;
+  return "workers are restarting";
+}
+
+absl::Status GrpcWorkerGroup::Recover() {
+  if (!gave_up_.empty()) return absl::UnavailableError(gave_up_);
+  {
+    absl::MutexLock lock(&mutex_);
+    if (shutting_down_) return absl::UnavailableError("worker group was shut down");
+  }
+  ready_.store(false);
+  absl::Duration backoff = options_.first_restart_backoff;
+  std::string last_error;
+  while (true) {
+    const absl::Time now = absl::Now();
+    std::erase_if(restart_attempts_,
+                  [&](absl::Time at) { return now - at > options_.restart_window; });
+    if (static_cast<int>(restart_attempts_.size()) >= options_.max_restarts) {
+      gave_up_ =
+          absl::StrCat("workers failed ", restart_attempts_.size(), " restart attempts within ",
+                       absl::FormatDuration(options_.restart_window),
+                       "; giving up. Last error: ", last_error.empty() ? failure() : last_error);
+      LOG(ERROR) << gave_up_;
+      {
+        absl::MutexLock lock(&mutex_);
+        failure_ = gave_up_;  // Health and model info say why from now on.
+      }
+      healthy_.store(false);
+      return absl::UnavailableError(gave_up_);
+    }
+    restart_attempts_.push_back(now);
+    LOG(WARNING) << "restarting the worker group (attempt " << restart_attempts_.size()
+                 << " within the window) after: " << failure();
+    absl::Status restarted = RestartOnce();
+    if (restarted.ok()) {
+      restarts_.fetch_add(1);
+      ready_.store(true);
+      LOG(INFO) << "worker group is back (" << world_size_ << " ranks)";
+      return absl::OkStatus();
+    }
+    last_error = std::string(restarted.message());
+    LOG(WARNING) << "worker restart failed: " << last_error;
+    // No wait before giving up.
+    if (static_cast<int>(restart_attempts_.size()) < options_.max_restarts) absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, options_.max_restart_backoff);
+    absl::MutexLock lock(&mutex_);
+    if (shutting_down_) return absl::UnavailableError("worker group was shut down");
+  }
+}
+
+absl::Status GrpcWorkerGroup::RestartOnce() {
+  DropRanks();
+  {
+    absl::MutexLock lock(&mutex_);
+    failure_.clear();
+    in_flight_.clear();
+  }
+  healthy_.store(true);
+  absl::Status started = StartRanks(absl::Now() + options_.restart_start_timeout);
+  if (started.ok() && last_load_.has_value()) {
+    absl::StatusOr<v1::LoadModelResponse> loaded = LoadModel(*last_load_);
+    if (!loaded.ok()) {
+      started = loaded.status();
+    } else if (last_init_.has_value() && loaded->num_gpu_blocks() < last_init_->num_gpu_blocks()) {
+      started = absl::ResourceExhaustedError(absl::StrCat(
+          "restarted workers fit ", loaded->num_gpu_blocks(), " KV blocks, fewer than the ",
+          last_init_->num_gpu_blocks(), " the server manages"));
+    }
+  }
+  if (started.ok() && last_init_.has_value()) started = InitCache(*last_init_);
+  if (!started.ok()) {
+    Fail(std::string(started.message()));
+    return started;
+  }
+  return absl::OkStatus();
 }
 
 std::vector<pid_t> GrpcWorkerGroup::worker_pids() const {

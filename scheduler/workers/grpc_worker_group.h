@@ -5,7 +5,9 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -29,6 +31,27 @@ struct GrpcWorkerGroupOptions {
   // How long Shutdown waits for workers to exit by themselves before it
   // terminates spawned ones (SIGTERM, then SIGKILL after the same grace).
   absl::Duration shutdown_grace = absl::Seconds(3);
+  // Recover gives up for good once this many restart attempts (successful or
+  // not) fell within restart_window: a worker that keeps dying is a fault to
+  // report, not to hide.
+  int max_restarts = 5;
+  absl::Duration restart_window = absl::Seconds(60);
+  // Wait before a restart attempt after a failed one: doubles from the first
+  // to the most.
+  absl::Duration first_restart_backoff = absl::Milliseconds(100);
+  absl::Duration max_restart_backoff = absl::Seconds(2);
+  // How long one restart attempt may take to start (spawned) or reach
+  // (connected) every rank.
+  absl::Duration restart_start_timeout = absl::Seconds(30);
+  // Connected workers: HTTP/2 keepalive pings, so a worker that vanished
+  // without closing its connection (host down) is seen within about
+  // keepalive_time + keepalive_timeout even when idle.
+  absl::Duration keepalive_time = absl::Milliseconds(500);
+  absl::Duration keepalive_timeout = absl::Milliseconds(500);
+  // Connected workers: how to reach them (null = plaintext). Mutual TLS in
+  // production (see MakeChannelCredentials); spawned workers use their
+  // private Unix sockets in plaintext.
+  std::shared_ptr<grpc::ChannelCredentials> connect_credentials;
 };
 
 // The WorkerGroup over gRPC: one channel per rank; every call goes to all
@@ -39,18 +62,22 @@ struct GrpcWorkerGroupOptions {
 // RESOURCE_EXHAUSTED, UNIMPLEMENTED, ...), that status is returned and the
 // group stays healthy: the workers agree and their state is unchanged. Any
 // other failure (transport error, deadline, a worker process exiting, ranks
-// disagreeing) makes the group unhealthy for good: the call and every later
-// one return UNAVAILABLE naming the rank. For spawned workers a monitor thread
-// notices a dead child at once and cancels the calls in flight.
+// disagreeing) makes the group unhealthy until Recover() succeeds: the call
+// and every later one return UNAVAILABLE naming the rank. Liveness does not
+// wait for a call: for spawned workers a monitor thread notices a dead child
+// at once (pidfd), for every rank a watcher sees its connection drop (closed,
+// or keepalive pings unanswered), and either cancels the calls in flight.
 //
-// Thread-compatible like WorkerGroup (one caller at a time), except Healthy()
-// and worker_pids(), which any thread may call.
+// Every call carries the rank's secret (common/worker_secret.h).
+//
+// Thread-compatible like WorkerGroup (one caller at a time), except Healthy(),
+// failure(), restarts() and worker_pids(), which any thread may call.
 class GrpcWorkerGroup final : public WorkerGroup {
  public:
   // See ConnectWorkers / LaunchLocalWorkers in worker_group.h.
   static absl::StatusOr<std::unique_ptr<GrpcWorkerGroup>> Connect(
-      const std::vector<std::string>& addresses, absl::Duration connect_timeout,
-      const GrpcWorkerGroupOptions& options = {});
+      const std::vector<std::string>& addresses, const std::string& secret,
+      absl::Duration connect_timeout, const GrpcWorkerGroupOptions& options = {});
   static absl::StatusOr<std::unique_ptr<GrpcWorkerGroup>> Launch(
       const std::string& worker_binary, int world_size, absl::Duration start_timeout,
       const GrpcWorkerGroupOptions& options = {});
@@ -66,26 +93,48 @@ class GrpcWorkerGroup final : public WorkerGroup {
   absl::Status InitCache(const pagoda::worker::v1::InitCacheRequest& request) override;
   absl::StatusOr<pagoda::worker::v1::StepResult> ExecuteStep(
       const pagoda::worker::v1::StepPlan& plan) override;
-  bool Healthy() const override { return healthy_.load(); }
-  int world_size() const override { return static_cast<int>(ranks_.size()); }
+  bool Healthy() const override { return healthy_.load() && ready_.load(); }
+  int world_size() const override { return world_size_; }
+  // Restarts spawned workers (every rank: the group is one tensor-parallel
+  // unit) or reconnects to connected ones when they are back, with backoff,
+  // then replays the last LoadModel and InitCache. Gives up (for good: later
+  // calls fail at once) after options.max_restarts attempts within
+  // options.restart_window.
+  absl::Status Recover() override;
   // Idempotent. Afterwards every call returns UNAVAILABLE.
   void Shutdown() override;
 
+  // Why the group is unhealthy ("" while healthy).
+  std::string failure() const;
+  // Successful recoveries so far.
+  int restarts() const { return restarts_.load(); }
   // Process ids of spawned workers in rank order (empty for Connect).
   std::vector<pid_t> worker_pids() const;
 
  private:
   struct Rank {
     std::string address;
+    std::string secret;
+    std::shared_ptr<grpc::Channel> channel;
     std::unique_ptr<pagoda::worker::v1::Worker::Stub> stub;
     std::unique_ptr<WorkerProcess> process;  // Null for connected workers.
   };
 
-  explicit GrpcWorkerGroup(const GrpcWorkerGroupOptions& options);
+  GrpcWorkerGroup(const GrpcWorkerGroupOptions& options, int world_size);
+  // Starts every rank: spawns (worker_binary_ set) or connects (addresses_).
+  absl::Status StartRanks(absl::Time deadline);
   // Opens a channel to `address` for rank ranks_.size() and waits until
   // `deadline` for it to connect.
-  absl::Status AddRank(const std::string& address, std::unique_ptr<WorkerProcess> process,
-                       absl::Time deadline);
+  absl::Status AddRank(const std::string& address, const std::string& secret,
+                       std::unique_ptr<WorkerProcess> process, absl::Time deadline);
+  // Stops (spawned) or forgets (connected) every rank and its watcher.
+  void DropRanks();
+  // Fails the group when rank `rank`'s channel leaves READY; runs until
+  // stop_watching_.
+  void WatchConnection(int rank, std::string address, std::shared_ptr<grpc::Channel> channel);
+  // One restart: new ranks, LoadModel, InitCache.
+  absl::Status RestartOnce();
+  void AddSecret(grpc::ClientContext& context, int rank) const;
 
   // Sends requests[r] to rank r, all ranks at once, through `method`: a
   // callable (Stub::async_interface*, ClientContext*, const Request*,
@@ -102,17 +151,30 @@ class GrpcWorkerGroup final : public WorkerGroup {
   absl::Status UnavailableError();
 
   const GrpcWorkerGroupOptions options_;
+  const int world_size_;
+  std::string worker_binary_;           // Spawned groups.
+  std::vector<std::string> addresses_;  // Connected groups.
+  std::string connect_secret_;          // Connected groups.
+  // What Recover replays.
+  std::optional<pagoda::worker::v1::LoadModelRequest> last_load_;
+  std::optional<pagoda::worker::v1::InitCacheRequest> last_init_;
+  std::vector<absl::Time> restart_attempts_;  // Within the window.
+  std::string gave_up_;                       // Set when Recover gave up for good.
   // Set once a factory finished: only a complete group asks its workers to
   // exit (a failed Connect must not stop workers it merely reached).
   bool complete_ = false;
-  std::atomic<bool> healthy_{true};
+  std::atomic<bool> healthy_{true};  // No failure since the ranks started.
+  std::atomic<bool> ready_{true};    // False while Recover replays the model.
+  std::atomic<int> restarts_{0};
 
-  absl::Mutex mutex_;
+  mutable absl::Mutex mutex_;
   std::string failure_ ABSL_GUARDED_BY(mutex_);
   bool shutting_down_ ABSL_GUARDED_BY(mutex_) = false;
+  bool stop_watching_ ABSL_GUARDED_BY(mutex_) = false;
   absl::flat_hash_set<grpc::ClientContext*> in_flight_ ABSL_GUARDED_BY(mutex_);
 
-  // Last member: destroyed first, so monitor threads (which call Fail) are
+  std::vector<std::thread> watchers_;
+  // Destroyed before the rest, so monitor threads (which call Fail) are
   // joined while the rest is still alive.
   std::vector<Rank> ranks_;
 };

@@ -5,9 +5,10 @@
 namespace pagoda::scheduler {
 
 absl::StatusOr<std::unique_ptr<WorkerGroup>> ConnectWorkers(
-    const std::vector<std::string>& addresses, absl::Duration connect_timeout) {
+    const std::vector<std::string>& addresses, const std::string& secret,
+    absl::Duration connect_timeout) {
   absl::StatusOr<std::unique_ptr<GrpcWorkerGroup>> group =
-      GrpcWorkerGroup::Connect(addresses, connect_timeout);
+      GrpcWorkerGroup::Connect(addresses, secret, connect_timeout);
   if (!group.ok()) return group.status();
   return std::unique_ptr<WorkerGroup>(*std::move(group));
 }

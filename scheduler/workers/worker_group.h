@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "pagoda/worker/v1/worker.pb.h"
@@ -34,20 +35,33 @@ class WorkerGroup {
       const pagoda::worker::v1::StepPlan& plan) = 0;
   virtual bool Healthy() const = 0;
   virtual int world_size() const = 0;
+  // After a failure: brings the whole group back (every rank restarted or
+  // reconnected together, the last LoadModel and InitCache replayed), so the
+  // caller can resume its requests by recomputation (the new workers' KV
+  // caches are empty). OK once Healthy() again; UNAVAILABLE, with the reason,
+  // when the group cannot come back (or this kind of group cannot recover),
+  // which is final. Called by the engine thread only.
+  virtual absl::Status Recover() {
+    return absl::UnavailableError("this worker group cannot be restarted");
+  }
   // Asks every worker to exit and, for spawned workers, reaps them.
   virtual void Shutdown() = 0;
 };
 
-// Connects to already-running workers ("host:port", one per rank, rank order).
-// Fails with UNAVAILABLE if one cannot be reached within `connect_timeout`.
+// Connects to already-running workers ("host:port", one per rank, rank order)
+// that were started with `secret` (every call carries it). Fails with
+// UNAVAILABLE if one cannot be reached within `connect_timeout`.
 absl::StatusOr<std::unique_ptr<WorkerGroup>> ConnectWorkers(
-    const std::vector<std::string>& addresses, absl::Duration connect_timeout);
+    const std::vector<std::string>& addresses, const std::string& secret,
+    absl::Duration connect_timeout);
 
-// Local mode: spawns `world_size` pagoda-worker processes from `worker_binary`
-// on loopback with OS-chosen ports and connects to them. The workers die with
+// Local mode: spawns `world_size` pagoda-worker processes from `worker_binary`,
+// each on a Unix socket in its own private directory with its own secret (see
+// WorkerProcess), and connects to them. The workers die with
 // the server (they are killed on Shutdown and exit if the server dies).
-absl::StatusOr<std::unique_ptr<WorkerGroup>> LaunchLocalWorkers(
-    const std::string& worker_binary, int world_size, absl::Duration start_timeout);
+absl::StatusOr<std::unique_ptr<WorkerGroup>> LaunchLocalWorkers(const std::string& worker_binary,
+                                                                int world_size,
+                                                                absl::Duration start_timeout);
 
 }  // namespace pagoda::scheduler
 

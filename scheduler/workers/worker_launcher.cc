@@ -9,16 +9,20 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "common/worker_secret.h"
 #include "glog/logging.h"
 
 extern char** environ;
@@ -30,6 +34,35 @@ constexpr absl::string_view kListeningPrefix = "PAGODA_WORKER_LISTENING ";
 // Grace a worker gets to stop by itself when a failed start is cleaned up.
 constexpr absl::Duration kFailedStartGrace = absl::Milliseconds(500);
 constexpr absl::Duration kDestructorGrace = absl::Seconds(2);
+// The descriptor the child reads its secret from.
+constexpr int kSecretFd = 3;
+
+// A fresh directory only this user can open, for the worker's socket.
+absl::StatusOr<std::string> MakePrivateSocketDir() {
+  const char* tmp = std::getenv("TMPDIR");
+  // Socket paths are limited to 108 bytes: fall back to /tmp for a long TMPDIR.
+  std::string base = tmp != nullptr && *tmp != '\0' && std::strlen(tmp) < 64 ? tmp : "/tmp";
+  std::string dir_template = base + "/pagoda-worker-XXXXXX";
+  if (mkdtemp(dir_template.data()) == nullptr) {  // mkdtemp creates it 0700.
+    return absl::UnavailableError(absl::StrCat("mkdtemp ", dir_template, ": ", strerror(errno)));
+  }
+  return dir_template;
+}
+
+// A pipe whose read end holds `secret` followed by end of file.
+absl::StatusOr<int> SecretPipe(const std::string& secret) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0)
+    return absl::UnavailableError(absl::StrCat("pipe2: ", strerror(errno)));
+  // A secret is far below the pipe's capacity, so this write cannot block.
+  const ssize_t written = write(fds[1], secret.data(), secret.size());
+  close(fds[1]);
+  if (written != static_cast<ssize_t>(secret.size())) {
+    close(fds[0]);
+    return absl::UnavailableError("cannot write the worker secret to its pipe");
+  }
+  return fds[0];
+}
 
 std::string DescribeWaitStatus(int status) {
   if (WIFEXITED(status)) return absl::StrCat("exited with status ", WEXITSTATUS(status));
@@ -54,13 +87,31 @@ void WriteAllToStderr(absl::string_view bytes) {
 absl::StatusOr<std::unique_ptr<WorkerProcess>> WorkerProcess::Spawn(
     const std::string& worker_binary, int rank, absl::Duration start_timeout,
     ExitCallback on_exit) {
+  absl::StatusOr<std::string> secret = GenerateWorkerSecret();
+  if (!secret.ok()) return absl::UnavailableError(secret.status().message());
+  absl::StatusOr<std::string> socket_dir = MakePrivateSocketDir();
+  if (!socket_dir.ok()) return socket_dir.status();
+  auto remove_dir = [&] { std::filesystem::remove_all(*socket_dir); };
+  absl::StatusOr<int> secret_fd = SecretPipe(*secret);
+  if (!secret_fd.ok()) {
+    remove_dir();
+    return secret_fd.status();
+  }
   int pipe_fds[2];
   if (pipe2(pipe_fds, O_CLOEXEC) != 0) {
+    close(*secret_fd);
+    remove_dir();
     return absl::UnavailableError(absl::StrCat("pipe2: ", strerror(errno)));
   }
-  std::vector<std::string> args = {
-      worker_binary,      "--listen",     "127.0.0.1:0",         "--rank",
-      absl::StrCat(rank), "--parent-pid", absl::StrCat(getpid())};
+  std::vector<std::string> args = {worker_binary,
+                                   "--listen",
+                                   absl::StrCat("unix:", *socket_dir, "/worker.sock"),
+                                   "--rank",
+                                   absl::StrCat(rank),
+                                   "--parent-pid",
+                                   absl::StrCat(getpid()),
+                                   "--secret-fd",
+                                   absl::StrCat(kSecretFd)};
   std::vector<char*> argv;
   for (std::string& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);
@@ -70,6 +121,10 @@ absl::StatusOr<std::unique_ptr<WorkerProcess>> WorkerProcess::Spawn(
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, *secret_fd, kSecretFd);
+  // Nothing else of this process (client sockets, model files, other
+  // workers' pipes) reaches the worker, whether or not it is close-on-exec.
+  posix_spawn_file_actions_addclosefrom_np(&actions, kSecretFd + 1);
   // A child inherits the caller's signal mask across exec. pagoda-server
   // blocks SIGTERM and SIGINT in every thread (it sigwait()s for them), so
   // without this the worker would ignore the SIGTERM that Terminate() sends
@@ -86,8 +141,10 @@ absl::StatusOr<std::unique_ptr<WorkerProcess>> WorkerProcess::Spawn(
   posix_spawnattr_destroy(&attributes);
   posix_spawn_file_actions_destroy(&actions);
   close(pipe_fds[1]);
+  close(*secret_fd);
   if (spawn_error != 0) {
     close(pipe_fds[0]);
+    remove_dir();
     return absl::UnavailableError(absl::StrCat("cannot start worker rank ", rank, " from '",
                                                worker_binary, "': ", strerror(spawn_error)));
   }
@@ -95,13 +152,15 @@ absl::StatusOr<std::unique_ptr<WorkerProcess>> WorkerProcess::Spawn(
   const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
   std::unique_ptr<WorkerProcess> process(
       new WorkerProcess(rank, pid, pidfd, pipe_fds[0], std::move(on_exit)));
-  absl::Status started = process->ReadPort(start_timeout);
+  process->socket_dir_ = *std::move(socket_dir);
+  process->secret_ = *std::move(secret);
+  absl::Status started = process->ReadEndpoint(start_timeout);
   if (!started.ok()) {
     process->Terminate(kFailedStartGrace);
     return started;
   }
   process->forwarder_ = std::thread(&WorkerProcess::ForwardStdout, process.get());
-  LOG(INFO) << "worker rank " << rank << " started: pid " << pid << ", port " << process->port_;
+  LOG(INFO) << "worker rank " << rank << " started: pid " << pid << ", " << process->address_;
   return process;
 }
 
@@ -117,11 +176,13 @@ WorkerProcess::~WorkerProcess() {
   if (forwarder_.joinable()) forwarder_.join();
   close(stdout_fd_);
   if (pidfd_ >= 0) close(pidfd_);
+  if (!socket_dir_.empty()) {
+    std::error_code ignored;
+    std::filesystem::remove_all(socket_dir_, ignored);
+  }
 }
 
-std::string WorkerProcess::address() const { return absl::StrCat("127.0.0.1:", port_); }
-
-absl::Status WorkerProcess::ReadPort(absl::Duration timeout) {
+absl::Status WorkerProcess::ReadEndpoint(absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   std::string pending;
   while (true) {
@@ -129,8 +190,10 @@ absl::Status WorkerProcess::ReadPort(absl::Duration timeout) {
     size_t newline;
     while ((newline = pending.find('\n')) != std::string::npos) {
       absl::string_view line(pending.data(), newline);
-      if (absl::ConsumePrefix(&line, kListeningPrefix) && absl::SimpleAtoi(line, &port_) &&
-          port_ > 0) {
+      int port = 0;
+      if (absl::ConsumePrefix(&line, kListeningPrefix) &&
+          (absl::StartsWith(line, "unix:") || (absl::SimpleAtoi(line, &port) && port > 0))) {
+        address_ = port > 0 ? absl::StrCat("127.0.0.1:", port) : std::string(line);
         stdout_buffer_ = pending.substr(newline + 1);
         return absl::OkStatus();
       }

@@ -17,9 +17,14 @@ namespace pagoda::scheduler {
 
 // One pagoda-worker child process of this (server) process.
 //
-// Spawn starts `worker_binary --listen 127.0.0.1:0 --rank r --parent-pid
-// <this pid>` and reads its "PAGODA_WORKER_LISTENING <port>" line. The child's
-// stderr is this process's stderr; the rest of its stdout is copied there too.
+// Spawn makes a private directory (mode 0700, so only this user can reach the
+// socket in it) and a fresh random secret, and starts `worker_binary --listen
+// unix:DIR/worker.sock --rank r --parent-pid <this pid> --secret-fd 3`. The
+// secret goes through a pipe the child inherits as fd 3, never through argv
+// or the environment (both readable in /proc); the child inherits no other
+// descriptor but stdin, stdout (a pipe to this process) and stderr. Spawn
+// reads the "PAGODA_WORKER_LISTENING unix:PATH" line; the child's stderr is
+// this process's stderr and the rest of its stdout is copied there too.
 // A monitor thread waits for the child and reaps it the moment it exits, then
 // calls `on_exit`: the owner learns of a dead worker without polling. Only the
 // monitor reaps, and signals go through a pidfd, so a recycled pid is never
@@ -48,9 +53,10 @@ class WorkerProcess {
 
   int rank() const { return rank_; }
   pid_t pid() const { return pid_; }
-  int port() const { return port_; }
-  // "127.0.0.1:<port>".
-  std::string address() const;
+  // "unix:DIR/worker.sock": the worker's only endpoint.
+  const std::string& address() const { return address_; }
+  // What every call to the worker must carry (common/worker_secret.h).
+  const std::string& secret() const { return secret_; }
 
   // True once the child has exited, been reaped and `on_exit` has returned.
   bool Exited();
@@ -63,8 +69,9 @@ class WorkerProcess {
  private:
   WorkerProcess(int rank, pid_t pid, int pidfd, int stdout_fd, ExitCallback on_exit);
 
-  // Reads the child's stdout up to the port line; other lines are forwarded.
-  absl::Status ReadPort(absl::Duration timeout);
+  // Reads the child's stdout up to the listening line; other lines are
+  // forwarded. Sets address_.
+  absl::Status ReadEndpoint(absl::Duration timeout);
   void Monitor();
   void ForwardStdout();
   void Signal(int signal);
@@ -74,7 +81,9 @@ class WorkerProcess {
   const int pidfd_;      // Owned; closed in the destructor after the reap.
   const int stdout_fd_;  // Owned read end of the child's stdout pipe.
   const ExitCallback on_exit_;
-  int port_ = 0;
+  std::string socket_dir_;  // Removed (with the socket) in the destructor.
+  std::string secret_;
+  std::string address_;
   std::string stdout_buffer_;  // Bytes read past the port line, not yet forwarded.
 
   absl::Mutex mutex_;

@@ -465,8 +465,11 @@ TEST_F(ServerTest, MetricsAreScraped) {
   EXPECT_GT(info.engine_stats().forward_seconds_total(), 0);
 }
 
-TEST_F(ServerTest, KilledWorkerFailsRequestsWithUnavailable) {
-  absl::StatusOr<std::unique_ptr<ServerProcess>> server = StartServer({});
+TEST_F(ServerTest, KilledWorkerFailsRequestsWithUnavailableWhenRestartsAreOff) {
+  // --worker-restart-limit=0: fail-stop, as before supervision (see
+  // survival_integration_test.cc for restarts).
+  absl::StatusOr<std::unique_ptr<ServerProcess>> server =
+      StartServer({"--worker-restart-limit=0"});
   ASSERT_TRUE(server.ok()) << server.status();
   ASSERT_EQ((*server)->worker_pids().size(), 1u);
   auto stub = Connect(**server);
@@ -494,12 +497,16 @@ TEST_F(ServerTest, KilledWorkerFailsRequestsWithUnavailable) {
 }
 
 TEST_F(ServerTest, ConnectsToRunningWorkersByAddress) {
-  absl::StatusOr<std::unique_ptr<ServerProcess>> worker =
-      ServerProcess::Start(PAGODA_WORKER_BINARY, {"--listen=127.0.0.1:0", "--rank=0"},
-                           absl::Seconds(30), "PAGODA_WORKER_LISTENING");
+  const std::string secret_file = absl::StrCat(*model_dir_, "/worker_secret");
+  std::ofstream(secret_file) << "connected-worker-secret-0123456789\n";
+  absl::StatusOr<std::unique_ptr<ServerProcess>> worker = ServerProcess::Start(
+      PAGODA_WORKER_BINARY,
+      {"--listen=127.0.0.1:0", "--rank=0", absl::StrCat("--secret-file=", secret_file)},
+      absl::Seconds(30), "PAGODA_WORKER_LISTENING");
   ASSERT_TRUE(worker.ok()) << worker.status();
   absl::StatusOr<std::unique_ptr<ServerProcess>> server =
-      StartServer({absl::StrCat("--worker-addresses=", (*worker)->address())});
+      StartServer({absl::StrCat("--worker-addresses=", (*worker)->address()),
+                   absl::StrCat("--worker-secret-file=", secret_file)});
   ASSERT_TRUE(server.ok()) << server.status();
   EXPECT_TRUE((*server)->worker_pids().empty());  // Nothing spawned.
   auto stub = Connect(**server);
@@ -662,9 +669,11 @@ TEST_F(ServerTest, DrainTimeoutFailsTheRestWithUnavailableAndExitsZero) {
 }
 
 // A spawned worker honours SIGTERM (it must not inherit the server's blocked
-// signal mask); the server notices its exit and turns UNAVAILABLE.
+// signal mask); the server notices its exit and, with restarts off, turns
+// UNAVAILABLE.
 TEST_F(ServerTest, SpawnedWorkerStopsOnSigterm) {
-  absl::StatusOr<std::unique_ptr<ServerProcess>> server = StartServer({});
+  absl::StatusOr<std::unique_ptr<ServerProcess>> server =
+      StartServer({"--worker-restart-limit=0"});
   ASSERT_TRUE(server.ok()) << server.status();
   ASSERT_EQ((*server)->worker_pids().size(), 1u);
   auto stub = Connect(**server);

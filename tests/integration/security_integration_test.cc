@@ -1,0 +1,337 @@
+// The server's edges under attack, end to end with real processes: the
+// worker channel (one Unix-socket endpoint in a private directory, a secret on
+// every call, no inherited descriptors, no reflection).
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/worker_secret.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "pagoda/v1/generation.grpc.pb.h"
+#include "pagoda/worker/v1/worker.grpc.pb.h"
+#include "tests/integration/server_process.h"
+#include "tests/integration/test_client.h"
+
+namespace pagoda::testing {
+namespace {
+
+namespace wv1 = ::pagoda::worker::v1;
+using pagoda::v1::Generation;
+
+// The worker's --listen value from its command line.
+std::string WorkerEndpoint(pid_t worker) {
+  std::ifstream file(absl::StrCat("/proc/", worker, "/cmdline"));
+  std::stringstream contents;
+  contents << file.rdbuf();
+  std::vector<std::string> args = absl::StrSplit(contents.str(), '\0');
+  for (size_t i = 0; i + 1 < args.size(); ++i) {
+    if (args[i] == "--listen") return args[i + 1];
+  }
+  return "";
+}
+
+// Where each of `pid`'s descriptors points (readlink of /proc/pid/fd/*).
+std::vector<std::string> OpenFiles(pid_t pid) {
+  std::vector<std::string> targets;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(absl::StrCat("/proc/", pid, "/fd"))) {
+    std::error_code error;
+    const auto target = std::filesystem::read_symlink(entry.path(), error);
+    if (!error) targets.push_back(target.string());
+  }
+  return targets;
+}
+
+// Inodes of `pid`'s sockets.
+std::vector<std::string> SocketInodes(pid_t pid) {
+  std::vector<std::string> inodes;
+  for (const std::string& target : OpenFiles(pid)) {
+    if (absl::StartsWith(target, "socket:[")) {
+      inodes.push_back(target.substr(8, target.size() - 9));
+    }
+  }
+  return inodes;
+}
+
+bool Contains(const std::vector<std::string>& list, const std::string& item) {
+  return std::find(list.begin(), list.end(), item) != list.end();
+}
+
+// Listening TCP sockets (state 0A) among `inodes`, from /proc/net/tcp{,6}.
+int ListeningTcpSockets(const std::vector<std::string>& inodes) {
+  int count = 0;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream file(table);
+    std::string line;
+    std::getline(file, line);  // Header.
+    while (std::getline(file, line)) {
+      std::vector<std::string> fields = absl::StrSplit(line, ' ', absl::SkipEmpty());
+      if (fields.size() > 9 && fields[3] == "0A" && Contains(inodes, fields[9])) ++count;
+    }
+  }
+  return count;
+}
+
+// Paths of listening Unix sockets (flag __SO_ACCEPTCON) among `inodes`.
+std::vector<std::string> ListeningUnixSockets(const std::vector<std::string>& inodes) {
+  std::vector<std::string> paths;
+  std::ifstream file("/proc/net/unix");
+  std::string line;
+  std::getline(file, line);  // Header.
+  while (std::getline(file, line)) {
+    std::vector<std::string> fields = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    if (fields.size() > 7 && fields[3] == "00010000" && Contains(inodes, fields[6])) {
+      paths.push_back(fields[7]);
+    }
+  }
+  return paths;
+}
+
+class WorkerChannelTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    model_dir_ = new std::string(
+        (std::filesystem::temp_directory_path() / absl::StrCat("pagoda_security_", getpid()))
+            .string());
+    ASSERT_TRUE(MakeTinyModel(*model_dir_).ok());
+    // A descriptor the server inherits from this test (not close-on-exec):
+    // the worker must not get it.
+    canary_path_ = new std::string(*model_dir_ + "/canary");
+    std::ofstream(*canary_path_) << "canary";
+    canary_fd_ = open(canary_path_->c_str(), O_RDONLY);
+    ASSERT_GE(canary_fd_, 0);
+    auto server =
+        ServerProcess::Start(PAGODA_SERVER_BINARY,
+                             {absl::StrCat("--model=", *model_dir_), "--max-model-len=128",
+                              "--block-size=4", "--num-gpu-blocks-override=64", "--port=0"},
+                             absl::Seconds(60));
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = server->release();
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    close(canary_fd_);
+    std::filesystem::remove_all(*model_dir_);
+    delete model_dir_;
+    delete canary_path_;
+  }
+
+  static pid_t worker() { return server_->worker_pids().at(0); }
+
+  std::unique_ptr<wv1::Worker::Stub> WorkerStub() {
+    return wv1::Worker::NewStub(
+        grpc::CreateChannel(WorkerEndpoint(worker()), grpc::InsecureChannelCredentials()));
+  }
+
+  std::unique_ptr<Generation::Stub> ServerStub() {
+    return Generation::NewStub(
+        grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials()));
+  }
+
+  // Calls every Worker RPC with `secret` (none if empty); returns the codes.
+  std::vector<grpc::StatusCode> CallEveryRpc(const std::string& secret) {
+    auto stub = WorkerStub();
+    std::vector<grpc::StatusCode> codes;
+    auto context = [&] {
+      auto made = std::make_unique<grpc::ClientContext>();
+      made->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+      if (!secret.empty()) made->AddMetadata(kWorkerSecretMetadataKey, secret);
+      return made;
+    };
+    wv1::LoadModelRequest load;
+    load.set_model_dir(*model_dir_);
+    load.set_block_size(4);
+    wv1::LoadModelResponse loaded;
+    codes.push_back(stub->LoadModel(context().get(), load, &loaded).error_code());
+    wv1::InitCacheRequest init;
+    init.set_num_gpu_blocks(1);  // Would break every later step.
+    wv1::InitCacheResponse inited;
+    codes.push_back(stub->InitCache(context().get(), init, &inited).error_code());
+    wv1::StepResult stepped;
+    codes.push_back(stub->ExecuteStep(context().get(), ForgedStep(), &stepped).error_code());
+    wv1::ShutdownResponse shut;
+    codes.push_back(stub->Shutdown(context().get(), wv1::ShutdownRequest(), &shut).error_code());
+    return codes;
+  }
+
+  // A step that writes garbage K/V over the first blocks: the other
+  // request's cache, had it been accepted.
+  static wv1::StepPlan ForgedStep() {
+    wv1::StepPlan plan;
+    plan.set_step_id(1 << 30);
+    wv1::SequenceStep* seq = plan.add_sequences();
+    seq->set_seq_id(987654);
+    for (int i = 0; i < 32; ++i) seq->add_token_ids(200 + i % 50);
+    seq->set_start_position(0);
+    for (int block = 0; block < 8; ++block) seq->add_block_table(block);
+    seq->set_do_sample(true);
+    return plan;
+  }
+
+  static std::string* model_dir_;
+  static std::string* canary_path_;
+  static int canary_fd_;
+  static ServerProcess* server_;
+};
+
+std::string* WorkerChannelTest::model_dir_ = nullptr;
+std::string* WorkerChannelTest::canary_path_ = nullptr;
+int WorkerChannelTest::canary_fd_ = -1;
+ServerProcess* WorkerChannelTest::server_ = nullptr;
+
+TEST_F(WorkerChannelTest, WorkerListensOnOneUnixSocketInAPrivateDirectory) {
+  const std::string endpoint = WorkerEndpoint(worker());
+  ASSERT_TRUE(absl::StartsWith(endpoint, "unix:")) << endpoint;
+  const std::string path = endpoint.substr(5);
+  struct stat dir_stat;
+  ASSERT_EQ(stat(std::filesystem::path(path).parent_path().c_str(), &dir_stat), 0);
+  EXPECT_EQ(dir_stat.st_mode & 0777, 0700u);
+  EXPECT_EQ(dir_stat.st_uid, getuid());
+  const std::vector<std::string> inodes = SocketInodes(worker());
+  EXPECT_EQ(ListeningTcpSockets(inodes), 0);
+  EXPECT_EQ(ListeningUnixSockets(inodes), std::vector<std::string>{path});
+}
+
+TEST_F(WorkerChannelTest, WorkerInheritsNoDescriptorOfTheServer) {
+  const std::string canary = std::filesystem::canonical(*canary_path_).string();
+  ASSERT_TRUE(Contains(OpenFiles(server_->pid()), canary)) << "the server should inherit it";
+  EXPECT_FALSE(Contains(OpenFiles(worker()), canary));
+  // Nor does the secret travel in argv or the environment.
+  std::ifstream environ_file(absl::StrCat("/proc/", worker(), "/environ"));
+  std::stringstream environ_text;
+  environ_text << environ_file.rdbuf();
+  EXPECT_FALSE(absl::StrContains(environ_text.str(), "SECRET"));
+}
+
+TEST_F(WorkerChannelTest, EveryRpcWithoutTheSecretIsUnauthenticatedAndChangesNothing) {
+  auto server = ServerStub();
+  // Greedy tokens before, while and after the forged calls must agree.
+  const auto request = TokenRequest(TestPrompt(9, 4), 40);
+  const StreamOutcome before = RunStream(*server, request);
+  ASSERT_TRUE(before.status.ok()) << before.status.error_message();
+  StreamOutcome during;
+  std::thread victim([&] { during = RunStream(*server, request); });
+  const std::vector<grpc::StatusCode> all_unauthenticated(4, grpc::StatusCode::UNAUTHENTICATED);
+  for (int round = 0; round < 5; ++round) {
+    EXPECT_EQ(CallEveryRpc(""), all_unauthenticated);
+    EXPECT_EQ(CallEveryRpc("a-wrong-secret-of-enough-length-0123456789abcdef0123456789abcd"),
+              all_unauthenticated);
+  }
+  victim.join();
+  ASSERT_TRUE(during.status.ok()) << during.status.error_message();
+  EXPECT_EQ(during.tokens, before.tokens);
+  const StreamOutcome after = RunStream(*server, request);
+  ASSERT_TRUE(after.status.ok()) << after.status.error_message();
+  EXPECT_EQ(after.tokens, before.tokens);
+  EXPECT_EQ(kill(worker(), 0), 0);  // The refused Shutdown left it running.
+}
+
+TEST_F(WorkerChannelTest, ReflectionIsOffOnWorkers) {
+  grpc::GenericStub stub(
+      grpc::CreateChannel(WorkerEndpoint(worker()), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  grpc::Slice empty("");
+  grpc::ByteBuffer request(&empty, 1);
+  grpc::ByteBuffer response;
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(&context, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+                 grpc::StubOptions(), &request, &response,
+                 [&done](grpc::Status status) { done.set_value(status); });
+  EXPECT_EQ(done.get_future().get().error_code(), grpc::StatusCode::UNIMPLEMENTED);
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream file(path);
+  std::stringstream contents;
+  contents << file.rdbuf();
+  return contents.str();
+}
+
+// A worker the server connects to over mutual TLS plus the secret.
+TEST(ConnectedWorkerTest, MutualTlsAndTheSecretAreBothRequired) {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / absl::StrCat("pagoda_mtls_", getpid())).string();
+  ASSERT_TRUE(MakeTinyModel(dir).ok());
+  ASSERT_TRUE(MakeCertificates(dir).ok());
+  const std::string secret = "connected-worker-secret-0123456789";
+  std::ofstream(dir + "/secret") << secret << "\n";
+  auto worker =
+      ServerProcess::Start(PAGODA_WORKER_BINARY,
+                           {"--listen=127.0.0.1:0", absl::StrCat("--secret-file=", dir, "/secret"),
+                            absl::StrCat("--ssl-certfile=", dir, "/server.pem"),
+                            absl::StrCat("--ssl-keyfile=", dir, "/server.key"),
+                            absl::StrCat("--ssl-ca-certs=", dir, "/ca.pem")},
+                           absl::Seconds(30), "PAGODA_WORKER_LISTENING");
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  auto server = ServerProcess::Start(PAGODA_SERVER_BINARY,
+                                     {absl::StrCat("--model=", dir), "--max-model-len=128",
+                                      "--block-size=4", "--num-gpu-blocks-override=64", "--port=0",
+                                      absl::StrCat("--worker-addresses=", (*worker)->address()),
+                                      absl::StrCat("--worker-secret-file=", dir, "/secret"),
+                                      absl::StrCat("--worker-ssl-certfile=", dir, "/client.pem"),
+                                      absl::StrCat("--worker-ssl-keyfile=", dir, "/client.key"),
+                                      absl::StrCat("--worker-ssl-ca-certs=", dir, "/ca.pem")},
+                                     absl::Seconds(60));
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto generation = Generation::NewStub(
+      grpc::CreateChannel((*server)->address(), grpc::InsecureChannelCredentials()));
+  const StreamOutcome served = RunStream(*generation, TokenRequest(TestPrompt(5, 1), 4));
+  ASSERT_TRUE(served.status.ok()) << served.status.error_message();
+  EXPECT_EQ(served.tokens.size(), 4u);
+
+  // Calls a worker RPC (Shutdown: the most harmful) as some client.
+  auto shutdown_as = [&](std::shared_ptr<grpc::ChannelCredentials> credentials,
+                         const std::string& with_secret) {
+    auto stub = wv1::Worker::NewStub(grpc::CreateChannel((*worker)->address(), credentials));
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    if (!with_secret.empty()) context.AddMetadata(kWorkerSecretMetadataKey, with_secret);
+    wv1::ShutdownResponse response;
+    return stub->Shutdown(&context, wv1::ShutdownRequest(), &response).error_code();
+  };
+  auto tls_as = [&](const std::string& name) {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = ReadFile(dir + "/ca.pem");
+    ssl.pem_cert_chain = ReadFile(absl::StrCat(dir, "/", name, ".pem"));
+    ssl.pem_private_key = ReadFile(absl::StrCat(dir, "/", name, ".key"));
+    return grpc::SslCredentials(ssl);
+  };
+  // Plaintext, or a certificate from another CA: no connection at all.
+  EXPECT_EQ(shutdown_as(grpc::InsecureChannelCredentials(), secret), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(shutdown_as(tls_as("rogue"), secret), grpc::StatusCode::UNAVAILABLE);
+  // The right certificate without the secret: UNAUTHENTICATED.
+  EXPECT_EQ(shutdown_as(tls_as("client"), ""), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(shutdown_as(tls_as("client"), "wrong-secret-0123456789abcdef"),
+            grpc::StatusCode::UNAUTHENTICATED);
+  // Nothing changed: the worker still serves the server.
+  const StreamOutcome again = RunStream(*generation, TokenRequest(TestPrompt(5, 1), 4));
+  ASSERT_TRUE(again.status.ok()) << again.status.error_message();
+  EXPECT_EQ(again.tokens, served.tokens);
+  server->reset();
+  worker->reset();
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace pagoda::testing

@@ -1,0 +1,157 @@
+#include "tests/integration/test_client.h"
+
+#include <dirent.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <future>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "tests/integration/server_process.h"
+
+namespace pagoda::testing {
+
+constexpr int kVocab = 256;
+
+absl::Status MakeTinyModel(const std::string& dir) {
+  const char* python = std::getenv("PAGODA_PYTHON3");
+  return RunCommand(
+             absl::StrCat(python != nullptr ? python : "/usr/bin/python3",
+                          " scripts/make_tiny_model.py --out ", dir, " --vocab-size ", kVocab,
+                          " --hidden-size 64 --intermediate-size 128 --num-layers 2 --num-heads 4"
+                          " --num-kv-heads 2 --dtype f32 --seed 11 --tokenizer --bos-id 1"
+                          " --eos-id 2 > /dev/null"))
+      .status();
+}
+
+std::vector<int32_t> TestPrompt(int length, int salt) {
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < length; ++i) prompt.push_back(3 + (i * 11 + salt * 17) % (kVocab - 3));
+  return prompt;
+}
+
+pagoda::v1::GenerateRequest TokenRequest(const std::vector<int32_t>& prompt, int max_tokens,
+                                         uint64_t seed) {
+  pagoda::v1::GenerateRequest request;
+  for (int32_t id : prompt) request.add_prompt_token_ids(id);
+  request.mutable_stopping()->set_max_tokens(max_tokens);
+  request.mutable_stopping()->set_ignore_eos(true);
+  if (seed != 0) {
+    request.mutable_sampling()->set_temperature(0.8f);
+    request.mutable_sampling()->set_seed(seed);
+  }
+  return request;
+}
+
+StreamOutcome RunStream(pagoda::v1::Generation::Stub& stub,
+                        const pagoda::v1::GenerateRequest& request, std::atomic<int>* received,
+                        const std::vector<std::pair<std::string, std::string>>& metadata) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(90));
+  for (const auto& [key, value] : metadata) context.AddMetadata(key, value);
+  StreamOutcome outcome;
+  auto reader = stub.GenerateStream(&context, request);
+  pagoda::v1::GenerateResponse message;
+  while (reader->Read(&message)) {
+    ++outcome.messages;
+    for (const auto& output : message.outputs()) {
+      outcome.tokens.insert(outcome.tokens.end(), output.token_ids().begin(),
+                            output.token_ids().end());
+      if (received != nullptr) *received += output.token_ids_size();
+    }
+  }
+  outcome.status = reader->Finish();
+  return outcome;
+}
+
+int HealthStatus(const std::shared_ptr<grpc::Channel>& channel) {
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  grpc::Slice empty_slice("");
+  grpc::ByteBuffer request(&empty_slice, 1);  // HealthCheckRequest{service: ""}.
+  grpc::ByteBuffer response;
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
+                 [&done](grpc::Status status) { done.set_value(status); });
+  if (!done.get_future().get().ok()) return -1;
+  std::vector<grpc::Slice> slices;
+  if (!response.Dump(&slices).ok()) return -1;
+  std::string bytes;
+  for (const grpc::Slice& slice : slices) bytes.append(slice.begin(), slice.end());
+  // HealthCheckResponse{status}: tag 0x08, then the enum value.
+  if (bytes.size() == 2 && bytes[0] == 0x08) return bytes[1];
+  return bytes.empty() ? 0 : -1;
+}
+
+int HealthStatus(const std::string& address) {
+  return HealthStatus(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+}
+
+std::vector<pid_t> ChildPids(pid_t parent) {
+  std::vector<pid_t> children;
+  DIR* proc = opendir("/proc");
+  if (proc == nullptr) return children;
+  while (dirent* entry = readdir(proc)) {
+    pid_t pid = 0;
+    if (!absl::SimpleAtoi(entry->d_name, &pid)) continue;
+    std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
+    std::string line;
+    if (!std::getline(stat, line)) continue;
+    // "pid (comm) state ppid ...": comm may hold spaces, so parse after ')'.
+    const size_t close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 1));
+    std::string state;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == parent && state != "Z") children.push_back(pid);
+  }
+  closedir(proc);
+  return children;
+}
+
+double MetricValue(int metrics_port, const std::string& name) {
+  absl::StatusOr<std::string> page = HttpGet(metrics_port, "/metrics");
+  if (!page.ok()) return -1;
+  for (absl::string_view line : absl::StrSplit(*page, '\n')) {
+    if (!absl::StartsWith(line, name)) continue;
+    double value = 0;
+    if (absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &value)) return value;
+  }
+  return -1;
+}
+
+absl::Status MakeCertificates(const std::string& dir) {
+  const std::string quiet = " 2>/dev/null";
+  std::vector<std::string> commands = {
+      absl::StrCat("openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=pagoda-test-ca",
+                   " -keyout ", dir, "/ca.key -out ", dir, "/ca.pem", quiet),
+      absl::StrCat("printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' > ", dir, "/san.ext"),
+  };
+  commands.push_back(
+      absl::StrCat("openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=rogue-ca -keyout ",
+                   dir, "/rogue-ca.key -out ", dir, "/rogue-ca.pem", quiet));
+  for (const char* name : {"server", "client", "rogue"}) {
+    const std::string ca = std::string(name) == "rogue" ? "rogue-ca" : "ca";
+    commands.push_back(absl::StrCat("openssl req -newkey rsa:2048 -nodes -subj /CN=", name,
+                                    " -keyout ", dir, "/", name, ".key -out ", dir, "/", name,
+                                    ".csr", quiet));
+    commands.push_back(absl::StrCat("openssl x509 -req -days 2 -in ", dir, "/", name, ".csr -CA ",
+                                    dir, "/", ca, ".pem -CAkey ", dir, "/", ca,
+                                    ".key -CAcreateserial -out ", dir, "/", name, ".pem -extfile ",
+                                    dir, "/san.ext", quiet));
+  }
+  for (const std::string& command : commands) {
+    absl::StatusOr<std::string> ran = RunCommand(command);
+    if (!ran.ok()) return ran.status();
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace pagoda::testing

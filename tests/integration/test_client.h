@@ -1,0 +1,62 @@
+#ifndef PAGODA_TESTS_INTEGRATION_TEST_CLIENT_H_
+#define PAGODA_TESTS_INTEGRATION_TEST_CLIENT_H_
+
+// Client-side helpers shared by the survival and security integration tests:
+// requests, streams, health checks, a server's worker processes, metrics.
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "grpcpp/grpcpp.h"
+#include "pagoda/v1/generation.grpc.pb.h"
+
+namespace pagoda::testing {
+
+// Writes a tiny random Llama model with a tokenizer (vocab 256) to `dir`.
+absl::Status MakeTinyModel(const std::string& dir);
+
+// A deterministic prompt of `length` in-vocabulary token ids.
+std::vector<int32_t> TestPrompt(int length, int salt);
+
+// max_tokens tokens, ignore_eos; greedy unless `seed` is non-zero (then
+// temperature 0.8 with that seed).
+pagoda::v1::GenerateRequest TokenRequest(const std::vector<int32_t>& prompt, int max_tokens,
+                                         uint64_t seed = 0);
+
+struct StreamOutcome {
+  grpc::Status status;
+  std::vector<int32_t> tokens;  // Concatenated in arrival order.
+  int messages = 0;
+};
+
+// Runs one GenerateStream to its end; adds every token received to
+// `received` (if not null) as it arrives.
+StreamOutcome RunStream(pagoda::v1::Generation::Stub& stub,
+                        const pagoda::v1::GenerateRequest& request,
+                        std::atomic<int>* received = nullptr,
+                        const std::vector<std::pair<std::string, std::string>>& metadata = {});
+
+// grpc.health.v1.Health/Check over `channel`: 1 SERVING, 2 NOT_SERVING, -1
+// when the call fails.
+int HealthStatus(const std::shared_ptr<grpc::Channel>& channel);
+int HealthStatus(const std::string& address);
+
+// Process ids of `parent`'s children (from /proc).
+std::vector<pid_t> ChildPids(pid_t parent);
+
+// A metric's value (first sample whose line starts with `name`), -1 if absent.
+double MetricValue(int metrics_port, const std::string& name);
+
+// With openssl, in `dir`: ca.{pem,key}; server.{pem,key} for 127.0.0.1 and
+// localhost and client.{pem,key}, both signed by the CA; rogue.{pem,key}
+// signed by another CA (rogue-ca.pem).
+absl::Status MakeCertificates(const std::string& dir);
+
+}  // namespace pagoda::testing
+
+#endif  // PAGODA_TESTS_INTEGRATION_TEST_CLIENT_H_
