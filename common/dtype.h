@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string_view>
 
 #include "absl/status/statusor.h"
@@ -33,6 +34,13 @@ uint16_t FloatToBFloat16(float value);
 
 // Converts `count` elements of `dtype` at `src` to float.
 void ConvertToFloat(DType dtype, const void* src, size_t count, float* dst);
+// Converts `count` floats to `dtype` (round to nearest even).
+void ConvertFromFloat(DType dtype, const float* src, size_t count, void* dst);
+
+// The weight-dtype flag (vLLM's --dtype): "auto" keeps each checkpoint's
+// stored dtype (nullopt); "float32"/"float", "float16"/"half" and "bfloat16"
+// force one. Anything else is INVALID_ARGUMENT naming the accepted values.
+absl::StatusOr<std::optional<DType>> ParseDTypeFlag(std::string_view value);
 
 }  // namespace pagoda
 
