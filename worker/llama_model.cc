@@ -260,6 +260,20 @@ void LlamaModel::ReserveWorkspace(int tokens, int rows) {
   workspace_.Reserve(floats, /*regions=*/11);
 }
 
+size_t LlamaModel::weight_bytes() const {
+  auto bytes = [](const std::unique_ptr<Buffer>& b) -> size_t { return b ? b->nbytes() : 0; };
+  size_t total = bytes(embed_tokens_) + bytes(final_norm_) + bytes(lm_head_);
+  for (const auto& layer : layers_) {
+    for (const auto* b : {&layer->input_norm, &layer->post_attention_norm, &layer->q_proj,
+                          &layer->k_proj, &layer->v_proj, &layer->o_proj, &layer->q_bias,
+                          &layer->k_bias, &layer->v_bias, &layer->gate_up_proj,
+                          &layer->down_proj}) {
+      total += bytes(*b);
+    }
+  }
+  return total;
+}
+
 KvCacheShape LlamaModel::CacheShape(int block_size) const {
   return KvCacheShape{.num_layers = config_.num_hidden_layers,
                       .num_kv_heads = config_.num_key_value_heads,

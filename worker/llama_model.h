@@ -49,6 +49,8 @@ class LlamaModel {
   ~LlamaModel();
 
   const ModelConfig& config() const { return config_; }
+  // Bytes of backend memory the weights take (rope tables excluded).
+  size_t weight_bytes() const;
   // The KV cache geometry this model needs for `block_size`-token blocks.
   KvCacheShape CacheShape(int block_size) const;
 
