@@ -45,3 +45,11 @@ if [ -z "${PORT:-}" ]; then
 fi
 "$BIN/pagoda-bench" --server "127.0.0.1:$PORT" --concurrency "${CONCURRENCY:-1,8,32}" \
   --max-tokens "${MAX_TOKENS:-64}" --prompt-len "${PROMPT_LEN:-64}" --rounds "${ROUNDS:-2}"
+# The worker's resident memory after the run (weights, KV cache as touched,
+# workspace): VmRSS now and VmHWM, its peak.
+WORKER_PIDS=$(awk '/PAGODA_WORKER_PIDS/ {print $2}' "$WORK/server.out")
+for pid in ${WORKER_PIDS//,/ }; do
+  awk -v pid="$pid" '/^VmRSS|^VmHWM/ {printf "worker %s %s %s kB\n", pid, $1, $2}' \
+    "/proc/$pid/status" 2>/dev/null || true
+done
+

@@ -16,9 +16,12 @@ namespace {
 
 // Batches up to this many rows take the weight-streaming dot-product path;
 // larger ones the tiled GEMM (where reusing a weight tile across rows wins).
-constexpr int kMatVecMaxRows = 1;
+constexpr int kMatVecMaxRows = 16;
 // Output rows per GEMM tile: a tile of a 4096-wide weight is 1 MB of f32.
 constexpr int64_t kGemmTileRows = 64;
+// Fewest output rows an f32 GEMM task gets (smaller ones spend their time
+// packing).
+constexpr int64_t kF32GemmMinRows = 128;
 
 class HostBuffer final : public Buffer {
  public:
@@ -221,41 +224,61 @@ class CpuBackend final : public Backend {
     const int64_t out_dim = weight.dim(0);
     const int64_t in_dim = weight.dim(1);
     const SimdKernels::DotFn dot = simd_.dot(weight.dtype);
+    const SimdKernels::Dot4Fn dot4 = simd_.dot4(weight.dtype);
     pool_.ParallelFor(out_dim, 16, [&](int64_t begin, int64_t end) {
       for (int64_t j = begin; j < end; ++j) {
         const void* w_row = RowAt(weight, j);
         const float b = bias != nullptr ? bias[j] : 0.0f;
-        for (int r = 0; r < rows; ++r) y[r * out_dim + j] = dot(w_row, x + r * in_dim, in_dim) + b;
+        int r = 0;
+        for (; r + 4 <= rows; r += 4) {
+          float out[4];
+          dot4(w_row, x + r * in_dim, in_dim, in_dim, out);
+          for (int k = 0; k < 4; ++k) y[(r + k) * out_dim + j] = out[k] + b;
+        }
+        for (; r < rows; ++r) y[r * out_dim + j] = dot(w_row, x + r * in_dim, in_dim) + b;
       }
     });
   }
 
-  // Output-row tiles of the weight, one single-threaded sgemm per tile.
+  // Output-row tiles of the weight, one single-threaded sgemm per tile
+  // (f16/bf16 tiles widened into a per-thread scratch first).
   void TiledGemm(const float* x, int rows, const Tensor& weight, const float* bias, float* y) {
     const int64_t out_dim = weight.dim(0);
     const int64_t in_dim = weight.dim(1);
-    pool_.ParallelFor(out_dim, kGemmTileRows, [&](int64_t begin, int64_t end) {
-      for (int64_t tile = begin; tile < end; tile += kGemmTileRows) {
-        const int64_t tile_rows = std::min(kGemmTileRows, end - tile);
-        const float* w = static_cast<const float*>(static_cast<const void*>(RowAt(weight, tile)));
-        if (weight.dtype != DType::kF32) {
-          thread_local std::vector<float> widened;  // Grows once per thread.
-          widened.resize(static_cast<size_t>(tile_rows) * in_dim);
-          ConvertToFloat(weight.dtype, RowAt(weight, tile), widened.size(), widened.data());
-          w = widened.data();
-        }
-        float beta = 0.0f;
-        if (bias != nullptr) {
-          for (int r = 0; r < rows; ++r) {
-            std::memcpy(y + r * out_dim + tile, bias + tile, tile_rows * sizeof(float));
-          }
-          beta = 1.0f;
-        }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, static_cast<int>(tile_rows),
-                    static_cast<int>(in_dim), 1.0f, x, static_cast<int>(in_dim), w,
-                    static_cast<int>(in_dim), beta, y + tile, static_cast<int>(out_dim));
+    const int64_t tile = weight.dtype == DType::kF32 ? kF32GemmMinRows : kGemmTileRows;
+    pool_.ParallelFor(out_dim, tile, [&](int64_t begin, int64_t end) {
+      for (int64_t first = begin; first < end; first += kGemmTileRows) {
+        // f32 weights need no scratch: one sgemm over the whole range.
+        const int64_t count =
+            weight.dtype == DType::kF32 ? end - first : std::min(kGemmTileRows, end - first);
+        GemmRows(x, rows, weight, bias, first, count, y);
+        if (weight.dtype == DType::kF32) break;
       }
     });
+  }
+
+  // y[:, first:first+count] of Linear, on the calling thread.
+  static void GemmRows(const float* x, int rows, const Tensor& weight, const float* bias,
+                       int64_t first, int64_t count, float* y) {
+    const int64_t out_dim = weight.dim(0);
+    const int64_t in_dim = weight.dim(1);
+    const float* w = static_cast<const float*>(static_cast<const void*>(RowAt(weight, first)));
+    if (weight.dtype != DType::kF32) {
+      thread_local std::vector<float> widened;  // Grows once per thread.
+      widened.resize(static_cast<size_t>(count) * in_dim);
+      ConvertToFloat(weight.dtype, RowAt(weight, first), widened.size(), widened.data());
+      w = widened.data();
+    }
+    float beta = 0.0f;
+    if (bias != nullptr) {
+      for (int r = 0; r < rows; ++r) {
+        std::memcpy(y + r * out_dim + first, bias + first, count * sizeof(float));
+      }
+      beta = 1.0f;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, static_cast<int>(count),
+                static_cast<int>(in_dim), 1.0f, x, static_cast<int>(in_dim), w,
+                static_cast<int>(in_dim), beta, y + first, static_cast<int>(out_dim));
   }
 
   void AttendItem(const PagedAttentionParams& p, int64_t item) const {

@@ -40,6 +40,11 @@ float DotPlain(const void* a, const float* b, size_t n) {
 }
 
 template <DType kType>
+void Dot4Plain(const void* a, const float* x, size_t ld_x, size_t n, float* out) {
+  for (int r = 0; r < 4; ++r) out[r] = DotPlain<kType>(a, x + r * ld_x, n);
+}
+
+template <DType kType>
 void AxpyPlain(float alpha, const void* x, float* y, size_t n) {
   for (size_t i = 0; i < n; ++i) y[i] += alpha * Load<kType>(x, i);
 }
@@ -93,6 +98,33 @@ PAGODA_AVX2 float DotAvx2(const void* a, const float* b, size_t n) {
 }
 
 template <DType kType>
+PAGODA_AVX2 void Dot4Avx2(const void* a, const float* x, size_t ld_x, size_t n, float* out) {
+  const float* x0 = x;
+  const float* x1 = x + ld_x;
+  const float* x2 = x + 2 * ld_x;
+  const float* x3 = x + 3 * ld_x;
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  __m256 acc2 = _mm256_setzero_ps(), acc3 = _mm256_setzero_ps();
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 w = Load8<kType>(a, i);
+    acc0 = _mm256_fmadd_ps(w, _mm256_loadu_ps(x0 + i), acc0);
+    acc1 = _mm256_fmadd_ps(w, _mm256_loadu_ps(x1 + i), acc1);
+    acc2 = _mm256_fmadd_ps(w, _mm256_loadu_ps(x2 + i), acc2);
+    acc3 = _mm256_fmadd_ps(w, _mm256_loadu_ps(x3 + i), acc3);
+  }
+  float sums[4] = {Sum8(acc0), Sum8(acc1), Sum8(acc2), Sum8(acc3)};
+  for (; i < n; ++i) {
+    const float w = Load<kType>(a, i);
+    sums[0] += w * x0[i];
+    sums[1] += w * x1[i];
+    sums[2] += w * x2[i];
+    sums[3] += w * x3[i];
+  }
+  for (int r = 0; r < 4; ++r) out[r] = sums[r];
+}
+
+template <DType kType>
 PAGODA_AVX2 void AxpyAvx2(float alpha, const void* x, float* y, size_t n) {
   const __m256 a = _mm256_set1_ps(alpha);
   size_t i = 0;
@@ -142,6 +174,34 @@ PAGODA_AVX512 float DotAvx512(const void* a, const float* b, size_t n) {
 }
 
 template <DType kType>
+PAGODA_AVX512 void Dot4Avx512(const void* a, const float* x, size_t ld_x, size_t n, float* out) {
+  const float* x0 = x;
+  const float* x1 = x + ld_x;
+  const float* x2 = x + 2 * ld_x;
+  const float* x3 = x + 3 * ld_x;
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+  __m512 acc2 = _mm512_setzero_ps(), acc3 = _mm512_setzero_ps();
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 w = Load16<kType>(a, i);
+    acc0 = _mm512_fmadd_ps(w, _mm512_loadu_ps(x0 + i), acc0);
+    acc1 = _mm512_fmadd_ps(w, _mm512_loadu_ps(x1 + i), acc1);
+    acc2 = _mm512_fmadd_ps(w, _mm512_loadu_ps(x2 + i), acc2);
+    acc3 = _mm512_fmadd_ps(w, _mm512_loadu_ps(x3 + i), acc3);
+  }
+  float sums[4] = {_mm512_reduce_add_ps(acc0), _mm512_reduce_add_ps(acc1),
+                   _mm512_reduce_add_ps(acc2), _mm512_reduce_add_ps(acc3)};
+  for (; i < n; ++i) {
+    const float w = Load<kType>(a, i);
+    sums[0] += w * x0[i];
+    sums[1] += w * x1[i];
+    sums[2] += w * x2[i];
+    sums[3] += w * x3[i];
+  }
+  for (int r = 0; r < 4; ++r) out[r] = sums[r];
+}
+
+template <DType kType>
 PAGODA_AVX512 void AxpyAvx512(float alpha, const void* x, float* y, size_t n) {
   const __m512 a = _mm512_set1_ps(alpha);
   size_t i = 0;
@@ -153,12 +213,15 @@ PAGODA_AVX512 void AxpyAvx512(float alpha, const void* x, float* y, size_t n) {
 
 constexpr SimdKernels kPlainKernels = {
     DotPlain<DType::kF32>,  DotPlain<DType::kBF16>,  DotPlain<DType::kF16>,
+    Dot4Plain<DType::kF32>, Dot4Plain<DType::kBF16>, Dot4Plain<DType::kF16>,
     AxpyPlain<DType::kF32>, AxpyPlain<DType::kBF16>, AxpyPlain<DType::kF16>};
 constexpr SimdKernels kAvx2Kernels = {
     DotAvx2<DType::kF32>,  DotAvx2<DType::kBF16>,  DotAvx2<DType::kF16>,
+    Dot4Avx2<DType::kF32>, Dot4Avx2<DType::kBF16>, Dot4Avx2<DType::kF16>,
     AxpyAvx2<DType::kF32>, AxpyAvx2<DType::kBF16>, AxpyAvx2<DType::kF16>};
 constexpr SimdKernels kAvx512Kernels = {
     DotAvx512<DType::kF32>,  DotAvx512<DType::kBF16>,  DotAvx512<DType::kF16>,
+    Dot4Avx512<DType::kF32>, Dot4Avx512<DType::kBF16>, Dot4Avx512<DType::kF16>,
     AxpyAvx512<DType::kF32>, AxpyAvx512<DType::kBF16>, AxpyAvx512<DType::kF16>};
 
 }  // namespace
@@ -197,6 +260,18 @@ SimdKernels::DotFn SimdKernels::dot(DType dtype) const {
       break;
   }
   return dot_f32;
+}
+
+SimdKernels::Dot4Fn SimdKernels::dot4(DType dtype) const {
+  switch (dtype) {
+    case DType::kBF16:
+      return dot4_bf16;
+    case DType::kF16:
+      return dot4_f16;
+    case DType::kF32:
+      break;
+  }
+  return dot4_f32;
 }
 
 SimdKernels::AxpyFn SimdKernels::axpy(DType dtype) const {

@@ -28,14 +28,21 @@ struct SimdKernels {
   float (*dot_f32)(const void* a, const float* b, size_t n);
   float (*dot_bf16)(const void* a, const float* b, size_t n);
   float (*dot_f16)(const void* a, const float* b, size_t n);
+  // out[r] = sum_i a[i] * x[r * ld_x + i] for r < 4: four dot products that
+  // share each load (and widening) of `a`, the weight row of a small batch.
+  void (*dot4_f32)(const void* a, const float* x, size_t ld_x, size_t n, float* out);
+  void (*dot4_bf16)(const void* a, const float* x, size_t ld_x, size_t n, float* out);
+  void (*dot4_f16)(const void* a, const float* x, size_t ld_x, size_t n, float* out);
   // y[i] += alpha * x[i], x of the kernel's dtype.
   void (*axpy_f32)(float alpha, const void* x, float* y, size_t n);
   void (*axpy_bf16)(float alpha, const void* x, float* y, size_t n);
   void (*axpy_f16)(float alpha, const void* x, float* y, size_t n);
 
   using DotFn = float (*)(const void*, const float*, size_t);
+  using Dot4Fn = void (*)(const void*, const float*, size_t, size_t, float*);
   using AxpyFn = void (*)(float, const void*, float*, size_t);
   DotFn dot(DType dtype) const;
+  Dot4Fn dot4(DType dtype) const;
   AxpyFn axpy(DType dtype) const;
 };
 

@@ -73,6 +73,29 @@ TEST_P(SimdKernelTest, DotMatchesPlainLoop) {
   }
 }
 
+TEST_P(SimdKernelTest, Dot4MatchesFourPlainLoops) {
+  const SimdKernels& kernels = SimdKernelsFor(GetParam());
+  std::mt19937 rng(9);
+  for (DType dtype : kDTypes) {
+    for (size_t n : kSizes) {
+      const Stored a = MakeStored(dtype, n, rng);
+      const size_t ld = n + 3;  // Rows not packed: the stride is honoured.
+      const std::vector<float> x = RandomFloats(4 * ld, rng);
+      float got[4];
+      kernels.dot4(dtype)(a.data(dtype), x.data(), ld, n, got);
+      for (int r = 0; r < 4; ++r) {
+        double want = 0.0, magnitude = 0.0;
+        for (size_t i = 0; i < n; ++i) {
+          want += static_cast<double>(a.values[i]) * x[r * ld + i];
+          magnitude += std::abs(static_cast<double>(a.values[i]) * x[r * ld + i]);
+        }
+        EXPECT_NEAR(got[r], want, 1e-6 * (n + 1) * (magnitude + 1e-30) + 1e-7)
+            << SimdLevelName(GetParam()) << " " << DTypeName(dtype) << " n=" << n << " r=" << r;
+      }
+    }
+  }
+}
+
 TEST_P(SimdKernelTest, AxpyMatchesPlainLoop) {
   const SimdKernels& kernels = SimdKernelsFor(GetParam());
   std::mt19937 rng(11);
