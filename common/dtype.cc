@@ -8,17 +8,6 @@
 
 namespace pagoda {
 
-size_t DTypeSize(DType dtype) {
-  switch (dtype) {
-    case DType::kF32:
-      return 4;
-    case DType::kF16:
-    case DType::kBF16:
-      return 2;
-  }
-  return 0;
-}
-
 std::string_view DTypeName(DType dtype) {
   switch (dtype) {
     case DType::kF32:

@@ -8,14 +8,10 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "common/dtype_enum.h"
 
 namespace pagoda {
 
-// Element types of weights and activations.
-enum class DType { kF32, kF16, kBF16 };
-
-// Bytes per element.
-size_t DTypeSize(DType dtype);
 // "F32", "F16", "BF16" (safetensors spelling).
 std::string_view DTypeName(DType dtype);
 // Parses the safetensors spelling; anything else is INVALID_ARGUMENT.

@@ -8,6 +8,7 @@
 
 #include "absl/types/span.h"
 #include "common/dtype.h"
+#include "kernels/ops/block_copy_plan.h"
 
 namespace pagoda::worker {
 
@@ -51,11 +52,9 @@ struct Tensor {
   int64_t num_elements() const;
 };
 
-// One copy of a KV block from `src` to `dst` (block ids in their caches).
-struct BlockPair {
-  int32_t src = 0;
-  int32_t dst = 0;
-};
+// One copy of a KV block from `src` to `dst` (block ids in their caches):
+// the kernels' type, so a CUDA backend hands the pairs on unchanged.
+using BlockPair = ::pagoda::kernels::BlockPair;
 
 // Inputs of PagedAttention. Query, output and caches are backend memory;
 // the per-sequence metadata is host memory (a device backend uploads it).
