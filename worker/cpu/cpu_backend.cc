@@ -258,15 +258,15 @@ class CpuBackend final : public Backend {
   }
 
   // y[:, first:first+count] of Linear, on the calling thread.
-  static void GemmRows(const float* x, int rows, const Tensor& weight, const float* bias,
-                       int64_t first, int64_t count, float* y) {
+  void GemmRows(const float* x, int rows, const Tensor& weight, const float* bias, int64_t first,
+                int64_t count, float* y) const {
     const int64_t out_dim = weight.dim(0);
     const int64_t in_dim = weight.dim(1);
     const float* w = static_cast<const float*>(static_cast<const void*>(RowAt(weight, first)));
     if (weight.dtype != DType::kF32) {
       thread_local std::vector<float> widened;  // Grows once per thread.
       widened.resize(static_cast<size_t>(count) * in_dim);
-      ConvertToFloat(weight.dtype, RowAt(weight, first), widened.size(), widened.data());
+      simd_.widen(weight.dtype)(RowAt(weight, first), widened.data(), widened.size());
       w = widened.data();
     }
     float beta = 0.0f;

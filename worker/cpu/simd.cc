@@ -45,6 +45,11 @@ void Dot4Plain(const void* a, const float* x, size_t ld_x, size_t n, float* out)
 }
 
 template <DType kType>
+void WidenPlain(const void* a, float* out, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = Load<kType>(a, i);
+}
+
+template <DType kType>
 void AxpyPlain(float alpha, const void* x, float* y, size_t n) {
   for (size_t i = 0; i < n; ++i) y[i] += alpha * Load<kType>(x, i);
 }
@@ -125,6 +130,13 @@ PAGODA_AVX2 void Dot4Avx2(const void* a, const float* x, size_t ld_x, size_t n, 
 }
 
 template <DType kType>
+PAGODA_AVX2 void WidenAvx2(const void* a, float* out, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, Load8<kType>(a, i));
+  for (; i < n; ++i) out[i] = Load<kType>(a, i);
+}
+
+template <DType kType>
 PAGODA_AVX2 void AxpyAvx2(float alpha, const void* x, float* y, size_t n) {
   const __m256 a = _mm256_set1_ps(alpha);
   size_t i = 0;
@@ -202,6 +214,13 @@ PAGODA_AVX512 void Dot4Avx512(const void* a, const float* x, size_t ld_x, size_t
 }
 
 template <DType kType>
+PAGODA_AVX512 void WidenAvx512(const void* a, float* out, size_t n) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, Load16<kType>(a, i));
+  for (; i < n; ++i) out[i] = Load<kType>(a, i);
+}
+
+template <DType kType>
 PAGODA_AVX512 void AxpyAvx512(float alpha, const void* x, float* y, size_t n) {
   const __m512 a = _mm512_set1_ps(alpha);
   size_t i = 0;
@@ -214,14 +233,17 @@ PAGODA_AVX512 void AxpyAvx512(float alpha, const void* x, float* y, size_t n) {
 constexpr SimdKernels kPlainKernels = {
     DotPlain<DType::kF32>,  DotPlain<DType::kBF16>,  DotPlain<DType::kF16>,
     Dot4Plain<DType::kF32>, Dot4Plain<DType::kBF16>, Dot4Plain<DType::kF16>,
+    WidenPlain<DType::kF32>, WidenPlain<DType::kBF16>, WidenPlain<DType::kF16>,
     AxpyPlain<DType::kF32>, AxpyPlain<DType::kBF16>, AxpyPlain<DType::kF16>};
 constexpr SimdKernels kAvx2Kernels = {
     DotAvx2<DType::kF32>,  DotAvx2<DType::kBF16>,  DotAvx2<DType::kF16>,
     Dot4Avx2<DType::kF32>, Dot4Avx2<DType::kBF16>, Dot4Avx2<DType::kF16>,
+    WidenAvx2<DType::kF32>, WidenAvx2<DType::kBF16>, WidenAvx2<DType::kF16>,
     AxpyAvx2<DType::kF32>, AxpyAvx2<DType::kBF16>, AxpyAvx2<DType::kF16>};
 constexpr SimdKernels kAvx512Kernels = {
     DotAvx512<DType::kF32>,  DotAvx512<DType::kBF16>,  DotAvx512<DType::kF16>,
     Dot4Avx512<DType::kF32>, Dot4Avx512<DType::kBF16>, Dot4Avx512<DType::kF16>,
+    WidenAvx512<DType::kF32>, WidenAvx512<DType::kBF16>, WidenAvx512<DType::kF16>,
     AxpyAvx512<DType::kF32>, AxpyAvx512<DType::kBF16>, AxpyAvx512<DType::kF16>};
 
 }  // namespace
@@ -272,6 +294,18 @@ SimdKernels::Dot4Fn SimdKernels::dot4(DType dtype) const {
       break;
   }
   return dot4_f32;
+}
+
+SimdKernels::WidenFn SimdKernels::widen(DType dtype) const {
+  switch (dtype) {
+    case DType::kBF16:
+      return widen_bf16;
+    case DType::kF16:
+      return widen_f16;
+    case DType::kF32:
+      break;
+  }
+  return widen_f32;
 }
 
 SimdKernels::AxpyFn SimdKernels::axpy(DType dtype) const {

@@ -33,6 +33,10 @@ struct SimdKernels {
   void (*dot4_f32)(const void* a, const float* x, size_t ld_x, size_t n, float* out);
   void (*dot4_bf16)(const void* a, const float* x, size_t ld_x, size_t n, float* out);
   void (*dot4_f16)(const void* a, const float* x, size_t ld_x, size_t n, float* out);
+  // out[i] = float(a[i]): a weight tile widened for an f32 GEMM.
+  void (*widen_f32)(const void* a, float* out, size_t n);
+  void (*widen_bf16)(const void* a, float* out, size_t n);
+  void (*widen_f16)(const void* a, float* out, size_t n);
   // y[i] += alpha * x[i], x of the kernel's dtype.
   void (*axpy_f32)(float alpha, const void* x, float* y, size_t n);
   void (*axpy_bf16)(float alpha, const void* x, float* y, size_t n);
@@ -41,7 +45,9 @@ struct SimdKernels {
   using DotFn = float (*)(const void*, const float*, size_t);
   using Dot4Fn = void (*)(const void*, const float*, size_t, size_t, float*);
   using AxpyFn = void (*)(float, const void*, float*, size_t);
+  using WidenFn = void (*)(const void*, float*, size_t);
   DotFn dot(DType dtype) const;
+  WidenFn widen(DType dtype) const;
   Dot4Fn dot4(DType dtype) const;
   AxpyFn axpy(DType dtype) const;
 };

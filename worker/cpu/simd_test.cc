@@ -96,6 +96,23 @@ TEST_P(SimdKernelTest, Dot4MatchesFourPlainLoops) {
   }
 }
 
+TEST_P(SimdKernelTest, WidenIsExact) {
+  const SimdKernels& kernels = SimdKernelsFor(GetParam());
+  std::mt19937 rng(13);
+  for (DType dtype : kDTypes) {
+    for (size_t n : kSizes) {
+      const Stored a = MakeStored(dtype, n, rng);
+      std::vector<float> out(n + 1, -7.0f);
+      kernels.widen(dtype)(a.data(dtype), out.data(), n);
+      for (size_t i = 0; i < n; ++i) {
+        ASSERT_EQ(out[i], a.values[i]) << SimdLevelName(GetParam()) << " " << DTypeName(dtype)
+                                       << " n=" << n << " i=" << i;
+      }
+      EXPECT_EQ(out[n], -7.0f) << "wrote past the end, n=" << n;
+    }
+  }
+}
+
 TEST_P(SimdKernelTest, AxpyMatchesPlainLoop) {
   const SimdKernels& kernels = SimdKernelsFor(GetParam());
   std::mt19937 rng(11);
