@@ -31,7 +31,8 @@ Tensor Tensor::Of(const Buffer& buffer, std::initializer_list<int64_t> dims) {
   tensor.data = buffer.raw();
   Require(dims.size() <= tensor.shape.size(), "tensor rank above 4");
   for (int64_t d : dims) tensor.shape[tensor.rank++] = d;
-  Require(static_cast<size_t>(tensor.num_elements()) == buffer.size(), "tensor shape does not match its buffer");
+  Require(static_cast<size_t>(tensor.num_elements()) == buffer.size(),
+          "tensor shape does not match its buffer");
   return tensor;
 }
 

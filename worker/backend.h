@@ -118,8 +118,7 @@ class Backend {
   }
 
   // out[t, :] = table[token_ids[t], :] widened to f32; table is [vocab, hidden].
-  virtual void Embedding(absl::Span<const int32_t> token_ids, const Tensor& table,
-                         float* out) = 0;
+  virtual void Embedding(absl::Span<const int32_t> token_ids, const Tensor& table, float* out) = 0;
   // out[r, :] = x[r, :] * rsqrt(mean(x[r, :]^2) + eps) * weight; weight is [dim].
   virtual void RmsNorm(const float* x, const Tensor& weight, int rows, float eps, float* out) = 0;
   // residual += x, then out = RmsNorm(residual). The pre-norm residual stream

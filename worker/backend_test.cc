@@ -85,11 +85,11 @@ class ForwardAllocationTest : public testing::Test {
     char pattern[] = "/tmp/pagoda_backend_XXXXXX";
     ASSERT_NE(mkdtemp(pattern), nullptr);
     dir_ = new std::string(pattern);
-    const std::string command = absl::StrCat(
-        Env("PAGODA_PYTHON3", "/usr/bin/python3"), " ", Env("PAGODA_SOURCE_DIR", "."),
-        "/scripts/make_tiny_model.py --out ", *dir_,
-        "/model --vocab-size 40 --hidden-size 32 --intermediate-size 48 --num-layers 2"
-        " --num-heads 4 --num-kv-heads 2 --dtype bf16 --seed 3 > /dev/null");
+    const std::string command =
+        absl::StrCat(Env("PAGODA_PYTHON3", "/usr/bin/python3"), " ", Env("PAGODA_SOURCE_DIR", "."),
+                     "/scripts/make_tiny_model.py --out ", *dir_,
+                     "/model --vocab-size 40 --hidden-size 32 --intermediate-size 48 --num-layers 2"
+                     " --num-heads 4 --num-kv-heads 2 --dtype bf16 --seed 3 > /dev/null");
     ASSERT_EQ(std::system(command.c_str()), 0) << command;
   }
   static void TearDownTestSuite() {

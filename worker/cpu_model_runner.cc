@@ -61,10 +61,9 @@ class CpuModelRunner final : public ModelRunner {
     if (request.max_num_batched_tokens() < 0 ||
         request.max_num_batched_tokens() > kMaxWorkspaceTokens || request.max_num_seqs() < 0 ||
         request.max_num_seqs() > kMaxWorkspaceTokens) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("max_num_batched_tokens and max_num_seqs must be in [0, ",
-                       kMaxWorkspaceTokens, "], got ", request.max_num_batched_tokens(), " and ",
-                       request.max_num_seqs()));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "max_num_batched_tokens and max_num_seqs must be in [0, ", kMaxWorkspaceTokens, "], got ",
+          request.max_num_batched_tokens(), " and ", request.max_num_seqs()));
     }
     auto weight_dtype = ParseDTypeFlag(request.dtype());
     if (!weight_dtype.ok()) return weight_dtype.status();
@@ -76,8 +75,8 @@ class CpuModelRunner final : public ModelRunner {
         .max_num_batched_tokens = request.max_num_batched_tokens() > 0
                                       ? request.max_num_batched_tokens()
                                       : LlamaLoadOptions().max_num_batched_tokens,
-        .max_num_seqs = request.max_num_seqs() > 0 ? request.max_num_seqs()
-                                                   : LlamaLoadOptions().max_num_seqs};
+        .max_num_seqs =
+            request.max_num_seqs() > 0 ? request.max_num_seqs() : LlamaLoadOptions().max_num_seqs};
     auto model =
         LlamaModel::Load(request.model_dir(), backend_.get(), communicator_.get(), options);
     if (!model.ok()) return model.status();

@@ -264,10 +264,10 @@ size_t LlamaModel::weight_bytes() const {
   auto bytes = [](const std::unique_ptr<Buffer>& b) -> size_t { return b ? b->nbytes() : 0; };
   size_t total = bytes(embed_tokens_) + bytes(final_norm_) + bytes(lm_head_);
   for (const auto& layer : layers_) {
-    for (const auto* b : {&layer->input_norm, &layer->post_attention_norm, &layer->q_proj,
-                          &layer->k_proj, &layer->v_proj, &layer->o_proj, &layer->q_bias,
-                          &layer->k_bias, &layer->v_bias, &layer->gate_up_proj,
-                          &layer->down_proj}) {
+    for (const auto* b :
+         {&layer->input_norm, &layer->post_attention_norm, &layer->q_proj, &layer->k_proj,
+          &layer->v_proj, &layer->o_proj, &layer->q_bias, &layer->k_bias, &layer->v_bias,
+          &layer->gate_up_proj, &layer->down_proj}) {
       total += bytes(*b);
     }
   }
@@ -356,8 +356,7 @@ absl::StatusOr<std::vector<float>> LlamaModel::Forward(const FlatBatch& batch, C
     backend_->Linear(normed, tokens, matrix(layer.gate_up_proj, 2 * inter, hidden), nullptr,
                      gate_up);
     backend_->SiluAndMul(gate_up, tokens, inter, activated);
-    backend_->Linear(activated, tokens, matrix(layer.down_proj, hidden, inter), nullptr,
-                     projected);
+    backend_->Linear(activated, tokens, matrix(layer.down_proj, hidden, inter), nullptr, projected);
     communicator_->AllReduceSum(projected, t * hidden);
   }
 

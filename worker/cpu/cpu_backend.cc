@@ -29,8 +29,8 @@ class HostBuffer final : public Buffer {
   // before they are read. 64-byte aligned for the SIMD loads.
   HostBuffer(DType dtype, size_t n)
       : Buffer(dtype, n),
-        data_(static_cast<char*>(std::aligned_alloc(64, RoundUp(std::max<size_t>(1, n) *
-                                                                 DTypeSize(dtype))))) {}
+        data_(static_cast<char*>(
+            std::aligned_alloc(64, RoundUp(std::max<size_t>(1, n) * DTypeSize(dtype))))) {}
   ~HostBuffer() override { std::free(data_); }
   void* raw() override { return data_; }
   const void* raw() const override { return data_; }

@@ -80,15 +80,13 @@ TEST_P(CpuLinearTest, EmbeddingAndRmsNormReadTypedWeights) {
     Weight norm = MakeWeight(*backend, dtype, kHidden, rng);
     std::vector<float> out(embedded.size());
     const int rows = static_cast<int>(ids.size());
-    backend->RmsNorm(embedded.data(), Tensor::Of(*norm.buffer, {kHidden}), rows, 1e-5f,
-                     out.data());
+    backend->RmsNorm(embedded.data(), Tensor::Of(*norm.buffer, {kHidden}), rows, 1e-5f, out.data());
     for (int r = 0; r < rows; ++r) {
       double squares = 0.0;
       for (int i = 0; i < kHidden; ++i) squares += std::pow(embedded[r * kHidden + i], 2);
       const double scale = 1.0 / std::sqrt(squares / kHidden + 1e-5);
       for (int i = 0; i < kHidden; ++i) {
-        ASSERT_NEAR(out[r * kHidden + i], embedded[r * kHidden + i] * scale * norm.values[i],
-                    1e-5);
+        ASSERT_NEAR(out[r * kHidden + i], embedded[r * kHidden + i] * scale * norm.values[i], 1e-5);
       }
     }
   }

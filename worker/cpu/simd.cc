@@ -231,20 +231,19 @@ PAGODA_AVX512 void AxpyAvx512(float alpha, const void* x, float* y, size_t n) {
 }
 
 constexpr SimdKernels kPlainKernels = {
-    DotPlain<DType::kF32>,  DotPlain<DType::kBF16>,  DotPlain<DType::kF16>,
-    Dot4Plain<DType::kF32>, Dot4Plain<DType::kBF16>, Dot4Plain<DType::kF16>,
+    DotPlain<DType::kF32>,   DotPlain<DType::kBF16>,   DotPlain<DType::kF16>,
+    Dot4Plain<DType::kF32>,  Dot4Plain<DType::kBF16>,  Dot4Plain<DType::kF16>,
     WidenPlain<DType::kF32>, WidenPlain<DType::kBF16>, WidenPlain<DType::kF16>,
-    AxpyPlain<DType::kF32>, AxpyPlain<DType::kBF16>, AxpyPlain<DType::kF16>};
+    AxpyPlain<DType::kF32>,  AxpyPlain<DType::kBF16>,  AxpyPlain<DType::kF16>};
 constexpr SimdKernels kAvx2Kernels = {
-    DotAvx2<DType::kF32>,  DotAvx2<DType::kBF16>,  DotAvx2<DType::kF16>,
-    Dot4Avx2<DType::kF32>, Dot4Avx2<DType::kBF16>, Dot4Avx2<DType::kF16>,
-    WidenAvx2<DType::kF32>, WidenAvx2<DType::kBF16>, WidenAvx2<DType::kF16>,
-    AxpyAvx2<DType::kF32>, AxpyAvx2<DType::kBF16>, AxpyAvx2<DType::kF16>};
+    DotAvx2<DType::kF32>,   DotAvx2<DType::kBF16>, DotAvx2<DType::kF16>,   Dot4Avx2<DType::kF32>,
+    Dot4Avx2<DType::kBF16>, Dot4Avx2<DType::kF16>, WidenAvx2<DType::kF32>, WidenAvx2<DType::kBF16>,
+    WidenAvx2<DType::kF16>, AxpyAvx2<DType::kF32>, AxpyAvx2<DType::kBF16>, AxpyAvx2<DType::kF16>};
 constexpr SimdKernels kAvx512Kernels = {
-    DotAvx512<DType::kF32>,  DotAvx512<DType::kBF16>,  DotAvx512<DType::kF16>,
-    Dot4Avx512<DType::kF32>, Dot4Avx512<DType::kBF16>, Dot4Avx512<DType::kF16>,
+    DotAvx512<DType::kF32>,   DotAvx512<DType::kBF16>,   DotAvx512<DType::kF16>,
+    Dot4Avx512<DType::kF32>,  Dot4Avx512<DType::kBF16>,  Dot4Avx512<DType::kF16>,
     WidenAvx512<DType::kF32>, WidenAvx512<DType::kBF16>, WidenAvx512<DType::kF16>,
-    AxpyAvx512<DType::kF32>, AxpyAvx512<DType::kBF16>, AxpyAvx512<DType::kF16>};
+    AxpyAvx512<DType::kF32>,  AxpyAvx512<DType::kBF16>,  AxpyAvx512<DType::kF16>};
 
 }  // namespace
 

@@ -105,8 +105,8 @@ TEST_P(SimdKernelTest, WidenIsExact) {
       std::vector<float> out(n + 1, -7.0f);
       kernels.widen(dtype)(a.data(dtype), out.data(), n);
       for (size_t i = 0; i < n; ++i) {
-        ASSERT_EQ(out[i], a.values[i]) << SimdLevelName(GetParam()) << " " << DTypeName(dtype)
-                                       << " n=" << n << " i=" << i;
+        ASSERT_EQ(out[i], a.values[i])
+            << SimdLevelName(GetParam()) << " " << DTypeName(dtype) << " n=" << n << " i=" << i;
       }
       EXPECT_EQ(out[n], -7.0f) << "wrote past the end, n=" << n;
     }
