@@ -8,17 +8,6 @@
 
 namespace pagoda {
 
-size_t DTypeSize(DType dtype) {
-  switch (dtype) {
-    case DType::kF32:
-      return 4;
-    case DType::kF16:
-    case DType::kBF16:
-      return 2;
-  }
-  return 0;
-}
-
 std::string_view DTypeName(DType dtype) {
   switch (dtype) {
     case DType::kF32:
@@ -131,6 +120,32 @@ void ConvertToFloat(DType dtype, const void* src, size_t count, float* dst) {
       return;
     }
   }
+}
+
+void ConvertFromFloat(DType dtype, const float* src, size_t count, void* dst) {
+  if (count == 0) return;
+  auto* bits = static_cast<uint16_t*>(dst);
+  switch (dtype) {
+    case DType::kF32:
+      std::memcpy(dst, src, count * sizeof(float));
+      return;
+    case DType::kF16:
+      for (size_t i = 0; i < count; ++i) bits[i] = FloatToHalf(src[i]);
+      return;
+    case DType::kBF16:
+      for (size_t i = 0; i < count; ++i) bits[i] = FloatToBFloat16(src[i]);
+      return;
+  }
+}
+
+absl::StatusOr<std::optional<DType>> ParseDTypeFlag(std::string_view value) {
+  if (value == "auto" || value.empty()) return std::optional<DType>();
+  if (value == "float32" || value == "float") return std::optional<DType>(DType::kF32);
+  if (value == "float16" || value == "half") return std::optional<DType>(DType::kF16);
+  if (value == "bfloat16") return std::optional<DType>(DType::kBF16);
+  return absl::InvalidArgumentError(absl::StrCat("unknown dtype \"", std::string(value),
+                                                 "\" (accepted: auto, float32, float, float16, "
+                                                 "half, bfloat16)"));
 }
 
 }  // namespace pagoda

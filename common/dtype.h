@@ -4,17 +4,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "common/dtype_enum.h"
 
 namespace pagoda {
 
-// Element types of weights and activations.
-enum class DType { kF32, kF16, kBF16 };
-
-// Bytes per element.
-size_t DTypeSize(DType dtype);
 // "F32", "F16", "BF16" (safetensors spelling).
 std::string_view DTypeName(DType dtype);
 // Parses the safetensors spelling; anything else is INVALID_ARGUMENT.
@@ -33,6 +30,13 @@ uint16_t FloatToBFloat16(float value);
 
 // Converts `count` elements of `dtype` at `src` to float.
 void ConvertToFloat(DType dtype, const void* src, size_t count, float* dst);
+// Converts `count` floats to `dtype` (round to nearest even).
+void ConvertFromFloat(DType dtype, const float* src, size_t count, void* dst);
+
+// The weight-dtype flag (vLLM's --dtype): "auto" keeps each checkpoint's
+// stored dtype (nullopt); "float32"/"float", "float16"/"half" and "bfloat16"
+// force one. Anything else is INVALID_ARGUMENT naming the accepted values.
+absl::StatusOr<std::optional<DType>> ParseDTypeFlag(std::string_view value);
 
 }  // namespace pagoda
 

@@ -168,3 +168,39 @@ TEST(DTypeTest, ConvertToFloatHandlesEachDTypeAndUnalignedInput) {
 
 }  // namespace
 }  // namespace pagoda
+
+namespace pagoda {
+namespace {
+
+TEST(DTypeFlagTest, ParsesVllmSpellings) {
+  EXPECT_EQ(*ParseDTypeFlag("auto"), std::nullopt);
+  EXPECT_EQ(*ParseDTypeFlag("float32"), DType::kF32);
+  EXPECT_EQ(*ParseDTypeFlag("float"), DType::kF32);
+  EXPECT_EQ(*ParseDTypeFlag("float16"), DType::kF16);
+  EXPECT_EQ(*ParseDTypeFlag("half"), DType::kF16);
+  EXPECT_EQ(*ParseDTypeFlag("bfloat16"), DType::kBF16);
+  const auto bad = ParseDTypeFlag("fp8");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("bfloat16"), std::string_view::npos);
+}
+
+TEST(DTypeFlagTest, ConvertFromFloatRoundsLikeTheScalarConversions) {
+  const float values[] = {0.0f, -1.5f, 3.14159265f, 65504.0f, 1e-8f, -2.71828f};
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    std::vector<unsigned char> stored(sizeof(values));
+    ConvertFromFloat(dtype, values, 6, stored.data());
+    float back[6];
+    ConvertToFloat(dtype, stored.data(), 6, back);
+    for (int i = 0; i < 6; ++i) {
+      const float want = dtype == DType::kF32   ? values[i]
+                         : dtype == DType::kF16 ? HalfToFloat(FloatToHalf(values[i]))
+                                                : BFloat16ToFloat(FloatToBFloat16(values[i]));
+      EXPECT_EQ(back[i], want) << DTypeName(dtype) << " " << values[i];
+    }
+  }
+  ConvertFromFloat(DType::kBF16, nullptr, 0, nullptr);  // Empty is a no-op.
+}
+
+}  // namespace
+}  // namespace pagoda

@@ -3,15 +3,16 @@
 
 #include <cstddef>
 
+#include "common/dtype_enum.h"
+
 namespace pagoda::kernels {
 
-// Element type of a tensor handed to a kernel. Mirrors pagoda::DType
-// (common/dtype.h) one-to-one; it is repeated here so that the kernels and
-// their tests build with nothing but the CUDA toolkit (the lent GPU machine
-// has no Abseil). Convert with a switch at the call site.
-enum class ScalarType { kF32, kF16, kBF16 };
+// Element type of a tensor handed to a kernel: the project's one DType
+// (common/dtype_enum.h, dependency-free so the kernels still build with
+// nothing but the CUDA toolkit), under the kernels' historical name.
+using ScalarType = ::pagoda::DType;
 
-inline constexpr size_t ScalarTypeSize(ScalarType type) { return type == ScalarType::kF32 ? 4 : 2; }
+inline constexpr size_t ScalarTypeSize(ScalarType type) { return ::pagoda::DTypeSize(type); }
 
 inline constexpr const char* ScalarTypeName(ScalarType type) {
   switch (type) {

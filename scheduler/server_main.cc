@@ -70,6 +70,9 @@ ABSL_FLAG(int, block_size, 16, "Tokens per KV block.");
 ABSL_FLAG(double, gpu_memory_utilization, 0.9, "Fraction of GPU memory for weights and KV.");
 ABSL_FLAG(int, num_gpu_blocks_override, 0,
           "Use this many KV blocks instead of profiling; 0 = off.");
+ABSL_FLAG(std::string, dtype, "auto",
+          "Weight dtype: auto (the checkpoint's), float32, float16 or bfloat16.");
+ABSL_FLAG(int, cpu_threads, 0, "Threads of the CPU worker; 0 = every CPU it may use.");
 ABSL_FLAG(double, cpu_kv_cache_space, 0.5, "GiB of memory for KV blocks on the cpu device.");
 ABSL_FLAG(double, swap_space, 0, "GiB of CPU swap space per worker for preempted KV blocks.");
 ABSL_FLAG(int, max_num_seqs, 256, "Most sequences in one step.");
@@ -211,6 +214,8 @@ absl::Status Serve() {
   load.set_gpu_memory_utilization(static_cast<float>(absl::GetFlag(FLAGS_gpu_memory_utilization)));
   load.set_max_num_batched_tokens(max_num_batched_tokens);
   load.set_max_num_seqs(absl::GetFlag(FLAGS_max_num_seqs));
+  load.set_dtype(absl::GetFlag(FLAGS_dtype));
+  load.set_cpu_threads(absl::GetFlag(FLAGS_cpu_threads));
   absl::StatusOr<pagoda::worker::v1::LoadModelResponse> loaded = workers->LoadModel(load);
   if (!loaded.ok()) return loaded.status();
   int num_gpu_blocks = absl::GetFlag(FLAGS_num_gpu_blocks_override);

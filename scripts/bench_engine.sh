@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Engine throughput benchmark: makes the bench model (hidden 512, 8 layers),
+# Engine throughput benchmark: makes the benchmark model (PRESET of
+# make_tiny_model.py; default b1: hidden 512, 8 layers, 8 q / 2 kv heads,
+# intermediate 1536, vocab 8192, f32; WEIGHT_DTYPE=bf16 or f16 stores it so),
 # starts a real pagoda-server (with its pagoda-worker) on loopback and runs
 # pagoda-bench at 1, 8 and 32 concurrent clients. Prints output tokens/s and
 # the mean step time split into schedule / worker RPC / forward / postprocess.
-#   BUILD_DIR=build-server CONCURRENCY=1,8,32 MAX_TOKENS=64 ROUNDS=2 scripts/bench_engine.sh
+#   BUILD_DIR=build-server CONCURRENCY=1,8,32 MAX_TOKENS=64 PROMPT_LEN=64 ROUNDS=2 \
+#     PRESET=b1 WEIGHT_DTYPE=f32 scripts/bench_engine.sh
 # Extra arguments go to pagoda-server (e.g. --device cuda).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,7 +25,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"$PYTHON3" scripts/make_tiny_model.py --preset bench --out "$WORK/model" > /dev/null
+"$PYTHON3" scripts/make_tiny_model.py --preset "${PRESET:-b1}" --dtype "${WEIGHT_DTYPE:-f32}" \
+  --out "$WORK/model" > /dev/null
 "$BIN/pagoda-server" --model "$WORK/model" --port 0 --max-model-len 512 "$@" \
   > "$WORK/server.out" 2> "$WORK/server.log" &
 SERVER_PID=$!
@@ -40,4 +44,12 @@ if [ -z "${PORT:-}" ]; then
   exit 1
 fi
 "$BIN/pagoda-bench" --server "127.0.0.1:$PORT" --concurrency "${CONCURRENCY:-1,8,32}" \
-  --max-tokens "${MAX_TOKENS:-64}" --prompt-len "${PROMPT_LEN:-32}" --rounds "${ROUNDS:-2}"
+  --max-tokens "${MAX_TOKENS:-64}" --prompt-len "${PROMPT_LEN:-64}" --rounds "${ROUNDS:-2}"
+# The worker's resident memory after the run (weights, KV cache as touched,
+# workspace): VmRSS now and VmHWM, its peak.
+WORKER_PIDS=$(awk '/PAGODA_WORKER_PIDS/ {print $2}' "$WORK/server.out")
+for pid in ${WORKER_PIDS//,/ }; do
+  awk -v pid="$pid" '/^VmRSS|^VmHWM/ {printf "worker %s %s %s kB\n", pid, $1, $2}' \
+    "/proc/$pid/status" 2>/dev/null || true
+done
+

@@ -50,6 +50,12 @@ PRESETS = {
     "bench": dict(arch="llama", vocab_size=2048, tokenizer=False,
                   hidden_size=512, num_layers=8, num_heads=8, num_kv_heads=8,
                   intermediate_size=1376, dtype="f32"),
+    # The shape the CPU worker is compared with llama.cpp on: 32.5 M
+    # parameters, GQA 8 query / 2 KV heads.
+    "b1": dict(arch="llama", vocab_size=8192, tokenizer=False,
+               hidden_size=512, num_layers=8, num_heads=8, num_kv_heads=2,
+               intermediate_size=1536, max_position_embeddings=2048,
+               dtype="f32"),
 }
 
 # A few KB of varied plain English, written for this project, on which the
@@ -141,7 +147,8 @@ def parse_args(argv):
 
   p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   p.add_argument("--preset", choices=sorted(PRESETS),
-                 help="demo: the README model; bench: the benchmark model. "
+                 help="demo: the README model; bench: the benchmark model; "
+                      "b1: the llama.cpp comparison model. "
                       "Other flags override the preset's values.")
   p.add_argument("--out", required=True, help="model directory to write")
   p.add_argument("--arch", choices=sorted(ARCHITECTURES), default="llama")

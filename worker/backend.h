@@ -1,35 +1,60 @@
 #ifndef PAGODA_WORKER_BACKEND_H_
 #define PAGODA_WORKER_BACKEND_H_
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 
 #include "absl/types/span.h"
+#include "common/dtype.h"
+#include "kernels/ops/block_copy_plan.h"
 
 namespace pagoda::worker {
 
-// Memory owned by a backend (host memory on CPU, device memory on CUDA).
-// Move-only through unique_ptr; never copied.
+// Typed memory owned by a backend (host memory on CPU, device memory on
+// CUDA): `size()` elements of `dtype()`. Move-only through unique_ptr.
 class Buffer {
  public:
   virtual ~Buffer() = default;
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
 
-  virtual float* data() = 0;
-  virtual const float* data() const = 0;
-  virtual size_t size() const = 0;  // In floats.
+  virtual void* raw() = 0;
+  virtual const void* raw() const = 0;
+  DType dtype() const { return dtype_; }
+  size_t size() const { return size_; }  // In elements.
+  size_t nbytes() const { return size_ * DTypeSize(dtype_); }
+
+  // The f32 view. REQUIRES: dtype() == DType::kF32 (checked).
+  float* data();
+  const float* data() const;
 
  protected:
-  Buffer() = default;
+  Buffer(DType dtype, size_t size) : dtype_(dtype), size_(size) {}
+
+ private:
+  DType dtype_;
+  size_t size_;
 };
 
-// One copy of a KV block from `src` to `dst` (block ids in their caches).
-struct BlockPair {
-  int32_t src = 0;
-  int32_t dst = 0;
+// A non-owning typed view of backend memory: a row-major tensor of up to four
+// dimensions. Weights are passed to the ops as Tensors, so a backend reads
+// them in their stored dtype (f32, f16 or bf16) and accumulates in f32.
+struct Tensor {
+  DType dtype = DType::kF32;
+  std::array<int64_t, 4> shape = {0, 0, 0, 0};
+  int rank = 0;
+  const void* data = nullptr;
+
+  static Tensor Of(const Buffer& buffer, std::initializer_list<int64_t> dims);
+  int64_t dim(int i) const { return shape[i]; }
+  int64_t num_elements() const;
 };
+
+// One copy of a KV block from `src` to `dst` (block ids in their caches):
+// the kernels' type, so a CUDA backend hands the pairs on unchanged.
+using BlockPair = ::pagoda::kernels::BlockPair;
 
 // Inputs of PagedAttention. Query, output and caches are backend memory;
 // the per-sequence metadata is host memory (a device backend uploads it).
@@ -56,40 +81,58 @@ struct PagedAttentionParams {
   int max_blocks_per_seq = 0;
 };
 
+// Rotary tables built once at load: for positions [0, max_positions),
+// cos_sin[p * head_dim + i] = cos(p * inv_freq[i]) and
+// cos_sin[p * head_dim + head_dim / 2 + i] = sin(p * inv_freq[i]), i < head_dim / 2,
+// computed in double. Positions past the table are computed from inv_freq.
+struct RopeTable {
+  const float* cos_sin = nullptr;   // [max_positions, head_dim], backend memory.
+  const float* inv_freq = nullptr;  // [head_dim / 2], scaling applied; backend memory.
+  int max_positions = 0;
+};
+
 // The operations the Llama model is written against. Pointers are backend
-// memory; sizes are in elements. Every operation is synchronous from the
-// caller's view (a device backend may queue work on one stream, in order).
-// Preconditions are the caller's to meet (the batch builder validates the
-// step plan); backends do not re-check them. Thread safety: one caller at a
-// time.
+// memory; sizes are in elements. Activations are f32; weights are Tensors in
+// their stored dtype. Every operation is synchronous from the caller's view
+// (a device backend may queue work on one stream, in order). Preconditions
+// are the caller's to meet (the batch builder validates the step plan);
+// backends do not re-check them. Thread safety: one caller at a time.
 class Backend {
  public:
   virtual ~Backend() = default;
 
-  virtual std::unique_ptr<Buffer> Allocate(size_t num_floats) = 0;
-  // Host <-> backend copies of n floats.
-  virtual void Upload(const float* host, float* device, size_t n) = 0;
-  virtual void Download(const float* device, float* host, size_t n) = 0;
+  // Uninitialised memory of `num_elements` elements of `dtype`.
+  virtual std::unique_ptr<Buffer> Allocate(DType dtype, size_t num_elements) = 0;
+  std::unique_ptr<Buffer> Allocate(size_t num_floats) { return Allocate(DType::kF32, num_floats); }
+  // Buffers allocated so far. The model allocates its workspace once at load,
+  // so this does not move during a forward pass (tests hold it to that).
+  virtual uint64_t num_allocations() const = 0;
+  // Host <-> backend copies of n bytes.
+  virtual void UploadBytes(const void* host, void* device, size_t n) = 0;
+  virtual void DownloadBytes(const void* device, void* host, size_t n) = 0;
+  void Upload(const float* host, float* device, size_t n) {
+    UploadBytes(host, device, n * sizeof(float));
+  }
+  void Download(const float* device, float* host, size_t n) {
+    DownloadBytes(device, host, n * sizeof(float));
+  }
 
-  // out[t, :] = table[token_ids[t], :], hidden floats per row.
-  virtual void Embedding(absl::Span<const int32_t> token_ids, const float* table, int hidden,
-                         float* out) = 0;
-  // out[r, :] = x[r, :] * rsqrt(mean(x[r, :]^2) + eps) * weight.
-  virtual void RmsNorm(const float* x, const float* weight, int rows, int dim, float eps,
-                       float* out) = 0;
+  // out[t, :] = table[token_ids[t], :] widened to f32; table is [vocab, hidden].
+  virtual void Embedding(absl::Span<const int32_t> token_ids, const Tensor& table, float* out) = 0;
+  // out[r, :] = x[r, :] * rsqrt(mean(x[r, :]^2) + eps) * weight; weight is [dim].
+  virtual void RmsNorm(const float* x, const Tensor& weight, int rows, float eps, float* out) = 0;
   // residual += x, then out = RmsNorm(residual). The pre-norm residual stream
   // of a decoder layer in one pass.
-  virtual void AddRmsNorm(float* residual, const float* x, const float* weight, int rows, int dim,
+  virtual void AddRmsNorm(float* residual, const float* x, const Tensor& weight, int rows,
                           float eps, float* out) = 0;
-  // y[rows, out_dim] = x[rows, in_dim] @ weight[out_dim, in_dim]^T (+ bias[out_dim]).
-  // bias may be null.
-  virtual void Linear(const float* x, int rows, int in_dim, const float* weight, const float* bias,
-                      int out_dim, float* y) = 0;
+  // y[rows, out_dim] = x[rows, in_dim] @ weight^T (+ bias), weight is
+  // [out_dim, in_dim] and bias (null or f32 [out_dim]); products accumulate in f32.
+  virtual void Linear(const float* x, int rows, const Tensor& weight, const float* bias,
+                      float* y) = 0;
   // Rotary embedding, Hugging Face rotate-half convention, in place on
-  // q [num_tokens, num_q_heads, head_dim] and k [num_tokens, num_kv_heads,
-  // head_dim]. inv_freq has head_dim / 2 entries (scaling already applied).
+  // q [num_tokens, num_q_heads, head_dim] and k [num_tokens, num_kv_heads, head_dim].
   virtual void Rope(float* q, float* k, absl::Span<const int32_t> positions, int num_q_heads,
-                    int num_kv_heads, int head_dim, const float* inv_freq) = 0;
+                    int num_kv_heads, int head_dim, const RopeTable& table) = 0;
   // Writes k, v [num_tokens, num_kv_heads, head_dim] into the caches at
   // slot_mapping[t] (block = slot / block_size, offset = slot % block_size).
   virtual void WriteKvCache(const float* k, const float* v, absl::Span<const int32_t> slot_mapping,
@@ -107,6 +150,28 @@ class Backend {
   // to_host: src is `device`, dst is `host`; otherwise the reverse.
   virtual void SwapBlocks(float* device, float* host, size_t block_floats,
                           absl::Span<const BlockPair> pairs, bool to_host) = 0;
+};
+
+// A bump allocator over one backend buffer, sized once so that the forward
+// pass allocates nothing: Take hands out 64-byte-aligned f32 regions until
+// Reset. Thread safety: one caller at a time.
+class Workspace {
+ public:
+  // The backend must outlive the workspace.
+  explicit Workspace(Backend* backend) : backend_(backend) {}
+  // Makes room for `floats` floats (plus alignment slack for `regions`
+  // regions). Allocates only when the current buffer is too small.
+  void Reserve(size_t floats, int regions);
+  size_t capacity() const { return buffer_ ? buffer_->size() : 0; }
+  // REQUIRES: the regions taken since Reset fit the reservation.
+  float* Take(size_t floats);
+  void Reset() { used_ = 0; }
+
+ private:
+  static constexpr size_t kAlignFloats = 16;  // 64 bytes.
+  Backend* backend_;
+  std::unique_ptr<Buffer> buffer_;
+  size_t used_ = 0;
 };
 
 }  // namespace pagoda::worker

@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/dtype.h"
 #include "worker/batch.h"
 #include "worker/cache_engine.h"
 #include "worker/communicator.h"
@@ -25,9 +26,14 @@ using pagoda::worker::v1::LoadModelResponse;
 using pagoda::worker::v1::StepPlan;
 using pagoda::worker::v1::StepResult;
 
+// Far above any CPU this runs on; bounds a hostile request.
+constexpr int kMaxCpuThreads = 1024;
+// The workspace is reserved from these at load; bounds a hostile request.
+constexpr int kMaxWorkspaceTokens = 1 << 20;
+
 class CpuModelRunner final : public ModelRunner {
  public:
-  CpuModelRunner() : backend_(CreateCpuBackend()), communicator_(CreateSingleRankCommunicator()) {}
+  CpuModelRunner() : communicator_(CreateSingleRankCommunicator()) {}
 
   absl::StatusOr<LoadModelResponse> LoadModel(const LoadModelRequest& request) override {
     if (model_ != nullptr) return absl::FailedPreconditionError("a model is already loaded");
@@ -48,7 +54,31 @@ class CpuModelRunner final : public ModelRunner {
           absl::StrCat("the CPU model runner supports a single rank; got rank ", request.rank(),
                        " of ", request.world_size()));
     }
-    auto model = LlamaModel::Load(request.model_dir(), backend_.get(), communicator_.get());
+    if (request.cpu_threads() < 0 || request.cpu_threads() > kMaxCpuThreads) {
+      return absl::InvalidArgumentError(absl::StrCat("cpu_threads must be in [0, ", kMaxCpuThreads,
+                                                     "], got ", request.cpu_threads()));
+    }
+    if (request.max_num_batched_tokens() < 0 ||
+        request.max_num_batched_tokens() > kMaxWorkspaceTokens || request.max_num_seqs() < 0 ||
+        request.max_num_seqs() > kMaxWorkspaceTokens) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "max_num_batched_tokens and max_num_seqs must be in [0, ", kMaxWorkspaceTokens, "], got ",
+          request.max_num_batched_tokens(), " and ", request.max_num_seqs()));
+    }
+    auto weight_dtype = ParseDTypeFlag(request.dtype());
+    if (!weight_dtype.ok()) return weight_dtype.status();
+    // The backend (and its thread pool) is made here, where the thread count
+    // is known; the model and cache keep pointers into it.
+    backend_ = CreateCpuBackend(request.cpu_threads());
+    const LlamaLoadOptions options{
+        .weight_dtype = *weight_dtype,
+        .max_num_batched_tokens = request.max_num_batched_tokens() > 0
+                                      ? request.max_num_batched_tokens()
+                                      : LlamaLoadOptions().max_num_batched_tokens,
+        .max_num_seqs =
+            request.max_num_seqs() > 0 ? request.max_num_seqs() : LlamaLoadOptions().max_num_seqs};
+    auto model =
+        LlamaModel::Load(request.model_dir(), backend_.get(), communicator_.get(), options);
     if (!model.ok()) return model.status();
     model_ = *std::move(model);
     block_size_ = request.block_size();

@@ -1,5 +1,6 @@
 #include "worker/llama_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <utility>
@@ -28,28 +29,60 @@ int KvHeads(const ModelConfig& config) {
   return config.num_key_value_heads > 0 ? config.num_key_value_heads : config.num_attention_heads;
 }
 
-// Loads weight tensors into backend memory, one call per tensor.
+// Loads weight tensors into backend memory, one call per tensor, in the
+// target dtype (or each tensor's stored dtype when there is none).
 class WeightLoader {
  public:
-  WeightLoader(const WeightStore& store, Backend* backend) : store_(store), backend_(backend) {}
+  WeightLoader(const WeightStore& store, Backend* backend, std::optional<DType> dtype)
+      : store_(store), backend_(backend), dtype_(dtype) {}
 
   absl::StatusOr<std::unique_ptr<Buffer>> Load(const std::string& name,
                                                const std::vector<int64_t>& shape) {
+    return LoadStacked({{name, shape}});
+  }
+
+  // Biases: f32 whatever the checkpoint, as Linear adds them in f32.
+  absl::StatusOr<std::unique_ptr<Buffer>> LoadF32(const std::string& name,
+                                                  const std::vector<int64_t>& shape) {
     auto host = store_.GetF32(name, shape);
     if (!host.ok()) return host.status();
     return ToBackend(*host);
   }
 
-  // Rows of several [rows_i, cols] tensors stacked into one matrix.
+  // Rows of several [rows_i, cols] tensors stacked into one matrix, in the
+  // first part's dtype when none is forced (parts of one layer share it).
   absl::StatusOr<std::unique_ptr<Buffer>> LoadStacked(
       const std::vector<std::pair<std::string, std::vector<int64_t>>>& parts) {
-    std::vector<float> stacked;
+    std::vector<TensorView> views;
+    size_t elements = 0;
     for (const auto& [name, shape] : parts) {
-      auto host = store_.GetF32(name, shape);
-      if (!host.ok()) return host.status();
-      stacked.insert(stacked.end(), host->begin(), host->end());
+      auto view = store_.Get(name);
+      if (!view.ok()) return view.status();
+      if (view->shape != shape) {
+        // GetF32 words the shape error; only reached on a mismatch.
+        return store_.GetF32(name, shape).status();
+      }
+      elements += static_cast<size_t>(view->num_elements());
+      views.push_back(*view);
     }
-    return ToBackend(stacked);
+    const DType target = dtype_.value_or(views.front().dtype);
+    auto buffer = backend_->Allocate(target, elements);
+    char* dst = static_cast<char*>(buffer->raw());
+    std::vector<float> widened;
+    for (const TensorView& view : views) {
+      const size_t n = static_cast<size_t>(view.num_elements());
+      if (view.dtype == target) {
+        backend_->UploadBytes(view.data, dst, view.nbytes);
+      } else {
+        widened.resize(n);
+        ConvertToFloat(view.dtype, view.data, n, widened.data());
+        std::vector<char> converted(n * DTypeSize(target));
+        ConvertFromFloat(target, widened.data(), n, converted.data());
+        backend_->UploadBytes(converted.data(), dst, converted.size());
+      }
+      dst += n * DTypeSize(target);
+    }
+    return buffer;
   }
 
   std::unique_ptr<Buffer> ToBackend(const std::vector<float>& host) {
@@ -61,7 +94,13 @@ class WeightLoader {
  private:
   const WeightStore& store_;
   Backend* backend_;
+  std::optional<DType> dtype_;
 };
+
+// Rotary positions tabulated at load; later positions are computed per step.
+// Bounded so a 128k-context config does not spend memory on positions no
+// request of this server reaches.
+constexpr int kMaxRopeTablePositions = 16384;
 
 }  // namespace
 
@@ -97,13 +136,17 @@ std::vector<double> RopeInverseFrequencies(const ModelConfig& config) {
 }
 
 LlamaModel::LlamaModel(ModelConfig config, Backend* backend, Communicator* communicator)
-    : config_(std::move(config)), backend_(backend), communicator_(communicator) {}
+    : config_(std::move(config)),
+      backend_(backend),
+      communicator_(communicator),
+      workspace_(backend) {}
 
 LlamaModel::~LlamaModel() = default;
 
 absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::string& model_dir,
                                                              Backend* backend,
-                                                             Communicator* communicator) {
+                                                             Communicator* communicator,
+                                                             const LlamaLoadOptions& options) {
   if (communicator->world_size() != 1) {
     return absl::UnimplementedError(absl::StrCat("tensor parallelism (world size ",
                                                  communicator->world_size(),
@@ -118,14 +161,20 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::string& 
         absl::StrCat(model_dir, ": head_dim ", config->head_dim, " must be even for rotary"));
   }
   std::unique_ptr<LlamaModel> model(new LlamaModel(*std::move(config), backend, communicator));
-  if (absl::Status status = model->LoadWeights(model_dir); !status.ok()) return status;
+  if (absl::Status status = model->LoadWeights(model_dir, options.weight_dtype); !status.ok()) {
+    return status;
+  }
+  model->BuildRopeTable();
+  model->ReserveWorkspace(std::max(1, options.max_num_batched_tokens),
+                          std::max(1, options.max_num_seqs));
   return model;
 }
 
-absl::Status LlamaModel::LoadWeights(const std::string& model_dir) {
+absl::Status LlamaModel::LoadWeights(const std::string& model_dir,
+                                     std::optional<DType> weight_dtype) {
   auto store = WeightStore::Open(model_dir);
   if (!store.ok()) return store.status();
-  WeightLoader loader(**store, backend_);
+  WeightLoader loader(**store, backend_, weight_dtype);
   const int64_t hidden = config_.hidden_size;
   const int64_t vocab = config_.vocab_size;
   const int64_t inter = config_.intermediate_size;
@@ -160,11 +209,11 @@ absl::Status LlamaModel::LoadWeights(const std::string& model_dir) {
                             loader.Load(prefix + "self_attn.o_proj.weight", {hidden, q_dim}));
     if (config_.attention_bias) {
       PAGODA_ASSIGN_OR_RETURN(layer->q_bias,
-                              loader.Load(prefix + "self_attn.q_proj.bias", {q_dim}));
+                              loader.LoadF32(prefix + "self_attn.q_proj.bias", {q_dim}));
       PAGODA_ASSIGN_OR_RETURN(layer->k_bias,
-                              loader.Load(prefix + "self_attn.k_proj.bias", {kv_dim}));
+                              loader.LoadF32(prefix + "self_attn.k_proj.bias", {kv_dim}));
       PAGODA_ASSIGN_OR_RETURN(layer->v_bias,
-                              loader.Load(prefix + "self_attn.v_proj.bias", {kv_dim}));
+                              loader.LoadF32(prefix + "self_attn.v_proj.bias", {kv_dim}));
     }
     PAGODA_ASSIGN_OR_RETURN(layer->gate_up_proj,
                             loader.LoadStacked({{prefix + "mlp.gate_proj.weight", {inter, hidden}},
@@ -178,6 +227,51 @@ absl::Status LlamaModel::LoadWeights(const std::string& model_dir) {
   std::vector<double> inv_freq = RopeInverseFrequencies(config_);
   inv_freq_ = loader.ToBackend(std::vector<float>(inv_freq.begin(), inv_freq.end()));
   return absl::OkStatus();
+}
+
+void LlamaModel::BuildRopeTable() {
+  const int head_dim = config_.head_dim;
+  const int half = head_dim / 2;
+  rope_positions_ = std::clamp(config_.max_position_embeddings, 1, kMaxRopeTablePositions);
+  const std::vector<double> inv_freq = RopeInverseFrequencies(config_);
+  std::vector<float> table(static_cast<size_t>(rope_positions_) * head_dim);
+  for (int p = 0; p < rope_positions_; ++p) {
+    float* row = table.data() + static_cast<size_t>(p) * head_dim;
+    for (int i = 0; i < half; ++i) {
+      // Angles in double: positions times frequencies lose digits in f32.
+      const double angle = static_cast<double>(p) * inv_freq[i];
+      row[i] = static_cast<float>(std::cos(angle));
+      row[half + i] = static_cast<float>(std::sin(angle));
+    }
+  }
+  rope_cos_sin_ = backend_->Allocate(table.size());
+  backend_->Upload(table.data(), rope_cos_sin_->data(), table.size());
+}
+
+// The activations of one step, in the order Forward takes them.
+void LlamaModel::ReserveWorkspace(int tokens, int rows) {
+  const size_t t = static_cast<size_t>(tokens);
+  const size_t hidden = config_.hidden_size;
+  const size_t q_dim = static_cast<size_t>(config_.num_attention_heads) * config_.head_dim;
+  const size_t kv_dim = static_cast<size_t>(config_.num_key_value_heads) * config_.head_dim;
+  const size_t inter = config_.intermediate_size;
+  const size_t floats = t * (3 * hidden + 2 * q_dim + 2 * kv_dim + 3 * inter) +
+                        static_cast<size_t>(rows) * (hidden + config_.vocab_size);
+  workspace_.Reserve(floats, /*regions=*/11);
+}
+
+size_t LlamaModel::weight_bytes() const {
+  auto bytes = [](const std::unique_ptr<Buffer>& b) -> size_t { return b ? b->nbytes() : 0; };
+  size_t total = bytes(embed_tokens_) + bytes(final_norm_) + bytes(lm_head_);
+  for (const auto& layer : layers_) {
+    for (const auto* b :
+         {&layer->input_norm, &layer->post_attention_norm, &layer->q_proj, &layer->k_proj,
+          &layer->v_proj, &layer->o_proj, &layer->q_bias, &layer->k_bias, &layer->v_bias,
+          &layer->gate_up_proj, &layer->down_proj}) {
+      total += bytes(*b);
+    }
+  }
+  return total;
 }
 
 KvCacheShape LlamaModel::CacheShape(int block_size) const {
@@ -199,42 +293,50 @@ absl::StatusOr<std::vector<float>> LlamaModel::Forward(const FlatBatch& batch, C
   const float eps = static_cast<float>(config_.rms_norm_eps);
   const int block_size = cache->shape().block_size;
 
-  auto residual = backend_->Allocate(static_cast<size_t>(tokens) * hidden);
-  auto normed = backend_->Allocate(static_cast<size_t>(tokens) * hidden);
-  auto q = backend_->Allocate(static_cast<size_t>(tokens) * q_dim);
-  auto k = backend_->Allocate(static_cast<size_t>(tokens) * kv_dim);
-  auto v = backend_->Allocate(static_cast<size_t>(tokens) * kv_dim);
-  auto attention = backend_->Allocate(static_cast<size_t>(tokens) * q_dim);
-  auto projected = backend_->Allocate(static_cast<size_t>(tokens) * hidden);
-  auto gate_up = backend_->Allocate(static_cast<size_t>(tokens) * 2 * inter);
-  auto activated = backend_->Allocate(static_cast<size_t>(tokens) * inter);
+  const int rows = static_cast<int>(batch.logits_indices.size());
+  ReserveWorkspace(tokens, rows);  // Allocates only past the load-time sizing.
+  workspace_.Reset();
+  const size_t t = static_cast<size_t>(tokens);
+  float* residual = workspace_.Take(t * hidden);
+  float* normed = workspace_.Take(t * hidden);
+  float* q = workspace_.Take(t * q_dim);
+  float* k = workspace_.Take(t * kv_dim);
+  float* v = workspace_.Take(t * kv_dim);
+  float* attention = workspace_.Take(t * q_dim);
+  float* projected = workspace_.Take(t * hidden);
+  float* gate_up = workspace_.Take(t * 2 * inter);
+  float* activated = workspace_.Take(t * inter);
+  auto matrix = [](const std::unique_ptr<Buffer>& b, int64_t rows, int64_t cols) {
+    return Tensor::Of(*b, {rows, cols});
+  };
+  auto vec = [](const std::unique_ptr<Buffer>& b) {
+    return Tensor::Of(*b, {static_cast<int64_t>(b->size())});
+  };
+  auto bias = [](const std::unique_ptr<Buffer>& b) { return b ? b->data() : nullptr; };
+  const RopeTable rope{.cos_sin = rope_cos_sin_->data(),
+                       .inv_freq = inv_freq_->data(),
+                       .max_positions = rope_positions_};
+  const int vocab = config_.vocab_size;
 
-  backend_->Embedding(batch.input_ids, embed_tokens_->data(), hidden, residual->data());
+  backend_->Embedding(batch.input_ids, matrix(embed_tokens_, vocab, hidden), residual);
   for (int i = 0; i < config_.num_hidden_layers; ++i) {
     LayerWeights& layer = *layers_[i];
     // Pre-norm residual stream: the previous layer's MLP output is added to
     // the residual in the same pass that normalises it.
     if (i == 0) {
-      backend_->RmsNorm(residual->data(), layer.input_norm->data(), tokens, hidden, eps,
-                        normed->data());
+      backend_->RmsNorm(residual, vec(layer.input_norm), tokens, eps, normed);
     } else {
-      backend_->AddRmsNorm(residual->data(), projected->data(), layer.input_norm->data(), tokens,
-                           hidden, eps, normed->data());
+      backend_->AddRmsNorm(residual, projected, vec(layer.input_norm), tokens, eps, normed);
     }
-    auto bias = [](const std::unique_ptr<Buffer>& b) { return b ? b->data() : nullptr; };
-    backend_->Linear(normed->data(), tokens, hidden, layer.q_proj->data(), bias(layer.q_bias),
-                     q_dim, q->data());
-    backend_->Linear(normed->data(), tokens, hidden, layer.k_proj->data(), bias(layer.k_bias),
-                     kv_dim, k->data());
-    backend_->Linear(normed->data(), tokens, hidden, layer.v_proj->data(), bias(layer.v_bias),
-                     kv_dim, v->data());
-    backend_->Rope(q->data(), k->data(), batch.positions, heads, kv_heads, head_dim,
-                   inv_freq_->data());
-    backend_->WriteKvCache(k->data(), v->data(), batch.slot_mapping, kv_heads, head_dim, block_size,
+    backend_->Linear(normed, tokens, matrix(layer.q_proj, q_dim, hidden), bias(layer.q_bias), q);
+    backend_->Linear(normed, tokens, matrix(layer.k_proj, kv_dim, hidden), bias(layer.k_bias), k);
+    backend_->Linear(normed, tokens, matrix(layer.v_proj, kv_dim, hidden), bias(layer.v_bias), v);
+    backend_->Rope(q, k, batch.positions, heads, kv_heads, head_dim, rope);
+    backend_->WriteKvCache(k, v, batch.slot_mapping, kv_heads, head_dim, block_size,
                            cache->key_cache(i), cache->value_cache(i));
     PagedAttentionParams params;
-    params.query = q->data();
-    params.output = attention->data();
+    params.query = q;
+    params.output = attention;
     params.key_cache = cache->key_cache(i);
     params.value_cache = cache->value_cache(i);
     params.num_heads = heads;
@@ -247,36 +349,30 @@ absl::StatusOr<std::vector<float>> LlamaModel::Forward(const FlatBatch& batch, C
     params.block_tables = batch.block_tables;
     params.max_blocks_per_seq = batch.max_blocks_per_seq;
     backend_->PagedAttention(params);
-    backend_->Linear(attention->data(), tokens, q_dim, layer.o_proj->data(), nullptr, hidden,
-                     projected->data());
-    communicator_->AllReduceSum(projected->data(), static_cast<size_t>(tokens) * hidden);
+    backend_->Linear(attention, tokens, matrix(layer.o_proj, hidden, q_dim), nullptr, projected);
+    communicator_->AllReduceSum(projected, t * hidden);
 
-    backend_->AddRmsNorm(residual->data(), projected->data(), layer.post_attention_norm->data(),
-                         tokens, hidden, eps, normed->data());
-    backend_->Linear(normed->data(), tokens, hidden, layer.gate_up_proj->data(), nullptr, 2 * inter,
-                     gate_up->data());
-    backend_->SiluAndMul(gate_up->data(), tokens, inter, activated->data());
-    backend_->Linear(activated->data(), tokens, inter, layer.down_proj->data(), nullptr, hidden,
-                     projected->data());
-    communicator_->AllReduceSum(projected->data(), static_cast<size_t>(tokens) * hidden);
+    backend_->AddRmsNorm(residual, projected, vec(layer.post_attention_norm), tokens, eps, normed);
+    backend_->Linear(normed, tokens, matrix(layer.gate_up_proj, 2 * inter, hidden), nullptr,
+                     gate_up);
+    backend_->SiluAndMul(gate_up, tokens, inter, activated);
+    backend_->Linear(activated, tokens, matrix(layer.down_proj, hidden, inter), nullptr, projected);
+    communicator_->AllReduceSum(projected, t * hidden);
   }
 
-  const int rows = static_cast<int>(batch.logits_indices.size());
-  std::vector<float> logits(static_cast<size_t>(rows) * config_.vocab_size);
+  std::vector<float> logits(static_cast<size_t>(rows) * vocab);
   if (rows == 0) return logits;
   if (config_.num_hidden_layers == 0) {
-    backend_->RmsNorm(residual->data(), final_norm_->data(), tokens, hidden, eps, normed->data());
+    backend_->RmsNorm(residual, vec(final_norm_), tokens, eps, normed);
   } else {
-    backend_->AddRmsNorm(residual->data(), projected->data(), final_norm_->data(), tokens, hidden,
-                         eps, normed->data());
+    backend_->AddRmsNorm(residual, projected, vec(final_norm_), tokens, eps, normed);
   }
-  auto last_hidden = backend_->Allocate(static_cast<size_t>(rows) * hidden);
-  backend_->GatherRows(normed->data(), batch.logits_indices, hidden, last_hidden->data());
-  auto device_logits = backend_->Allocate(logits.size());
-  const float* head = lm_head_ ? lm_head_->data() : embed_tokens_->data();
-  backend_->Linear(last_hidden->data(), rows, hidden, head, nullptr, config_.vocab_size,
-                   device_logits->data());
-  backend_->Download(device_logits->data(), logits.data(), logits.size());
+  float* last_hidden = workspace_.Take(static_cast<size_t>(rows) * hidden);
+  backend_->GatherRows(normed, batch.logits_indices, hidden, last_hidden);
+  float* device_logits = workspace_.Take(logits.size());
+  const auto& head = lm_head_ ? lm_head_ : embed_tokens_;
+  backend_->Linear(last_hidden, rows, matrix(head, vocab, hidden), nullptr, device_logits);
+  backend_->Download(device_logits, logits.data(), logits.size());
   return logits;
 }
 

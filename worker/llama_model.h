@@ -2,10 +2,12 @@
 #define PAGODA_WORKER_LLAMA_MODEL_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/dtype.h"
 #include "common/model_config.h"
 #include "worker/backend.h"
 #include "worker/batch.h"
@@ -14,10 +16,24 @@
 
 namespace pagoda::worker {
 
+// How a model is loaded.
+struct LlamaLoadOptions {
+  // The dtype weights are kept in, in backend memory. nullopt ("auto", as
+  // vLLM's --dtype): each tensor's checkpoint dtype, so bf16 and f16
+  // checkpoints are not widened. Biases and the rope tables are always f32.
+  std::optional<DType> weight_dtype;
+  // The workspace is sized at load for steps of up to this many tokens and
+  // sequences (a bigger step grows it once, allocating).
+  int max_num_batched_tokens = 256;
+  int max_num_seqs = 32;
+};
+
 // A Llama-family decoder (LlamaForCausalLM, Qwen2ForCausalLM) written against
-// the Backend ops: weights live in backend memory as f32, converted at load
-// from f32/f16/bf16. The forward runs over a flattened batch of any mix of
-// prefill and decode tokens. Thread safety: one caller at a time.
+// the Backend ops: weights live in backend memory in the options' dtype and
+// products accumulate in f32. The forward runs over a flattened batch of any
+// mix of prefill and decode tokens, with its activations in one workspace
+// reserved at load, so a step allocates no backend memory. Thread safety: one
+// caller at a time.
 class LlamaModel {
  public:
   // Reads config.json and the safetensors of `model_dir`. Missing or
@@ -26,12 +42,15 @@ class LlamaModel {
   // UNIMPLEMENTED otherwise). backend and communicator must outlive the model.
   static absl::StatusOr<std::unique_ptr<LlamaModel>> Load(const std::string& model_dir,
                                                           Backend* backend,
-                                                          Communicator* communicator);
+                                                          Communicator* communicator,
+                                                          const LlamaLoadOptions& options = {});
   LlamaModel(const LlamaModel&) = delete;
   LlamaModel& operator=(const LlamaModel&) = delete;
   ~LlamaModel();
 
   const ModelConfig& config() const { return config_; }
+  // Bytes of backend memory the weights take (rope tables excluded).
+  size_t weight_bytes() const;
   // The KV cache geometry this model needs for `block_size`-token blocks.
   KvCacheShape CacheShape(int block_size) const;
 
@@ -46,7 +65,10 @@ class LlamaModel {
  private:
   struct LayerWeights;
   LlamaModel(ModelConfig config, Backend* backend, Communicator* communicator);
-  absl::Status LoadWeights(const std::string& model_dir);
+  absl::Status LoadWeights(const std::string& model_dir, std::optional<DType> weight_dtype);
+  void BuildRopeTable();
+  // Reserves the workspace for a step of `tokens` tokens and `rows` logits rows.
+  void ReserveWorkspace(int tokens, int rows);
 
   ModelConfig config_;
   Backend* backend_;
@@ -55,7 +77,10 @@ class LlamaModel {
   std::unique_ptr<Buffer> final_norm_;
   std::unique_ptr<Buffer> lm_head_;  // Null when tied: embed_tokens_ is used.
   std::unique_ptr<Buffer> inv_freq_;
+  std::unique_ptr<Buffer> rope_cos_sin_;  // [rope_positions_, head_dim]
+  int rope_positions_ = 0;
   std::vector<std::unique_ptr<LayerWeights>> layers_;
+  Workspace workspace_;
 };
 
 // Rotary inverse frequencies (head_dim / 2 of them) with the config's

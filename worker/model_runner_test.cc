@@ -157,6 +157,58 @@ std::string EditedModel(const std::string& base, const std::string& name,
   return dir;
 }
 
+TEST_F(ModelRunnerTest, LoadModelBoundsDTypeThreadsAndWorkspace) {
+  auto runner = CreateCpuModelRunner();
+  LoadModelRequest bad = LoadRequest();
+  bad.set_dtype("fp8");
+  auto status = runner->LoadModel(bad).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("fp8"), std::string::npos) << status;
+  for (int threads : {-1, 100000}) {
+    bad = LoadRequest();
+    bad.set_cpu_threads(threads);
+    EXPECT_EQ(runner->LoadModel(bad).status().code(), absl::StatusCode::kInvalidArgument)
+        << threads;
+  }
+  bad = LoadRequest();
+  bad.set_max_num_batched_tokens(2000000000);
+  EXPECT_EQ(runner->LoadModel(bad).status().code(), absl::StatusCode::kInvalidArgument);
+  bad = LoadRequest();
+  bad.set_max_num_seqs(-3);
+  EXPECT_EQ(runner->LoadModel(bad).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Weights forced to bf16 on three threads decode the same greedy tokens as
+// f32 on one, for a model whose top logits are far apart (made so by the
+// maker's initialisation); a different dtype or thread count is not a
+// different model.
+TEST_F(ModelRunnerTest, DTypeAndThreadCountKeepGreedyTokens) {
+  auto greedy = [&](const std::string& dtype, int threads) {
+    auto runner = CreateCpuModelRunner();
+    LoadModelRequest load = LoadRequest();
+    load.set_dtype(dtype);
+    load.set_cpu_threads(threads);
+    EXPECT_TRUE(runner->LoadModel(load).ok());
+    InitCacheRequest init;
+    init.set_num_gpu_blocks(kGpuBlocks);
+    EXPECT_TRUE(runner->InitCache(init).ok());
+    StepPlan plan;
+    SequenceStep* seq = plan.add_sequences();
+    seq->set_seq_id(1);
+    for (int t : {5, 17, 3, 41, 8, 22}) seq->add_token_ids(t);
+    for (int b : {3, 7}) seq->add_block_table(b);
+    seq->set_do_sample(true);
+    auto result = runner->ExecuteStep(plan);
+    EXPECT_TRUE(result.ok()) << result.status();
+    return result.ok() && result->tokens_size() == 1 ? result->tokens(0).token_id() : -1;
+  };
+  const int f32 = greedy("float32", 1);
+  EXPECT_GE(f32, 0);
+  EXPECT_EQ(greedy("auto", 3), f32);
+  EXPECT_EQ(greedy("bfloat16", 3), f32);
+  EXPECT_EQ(greedy("float16", 2), f32);
+}
+
 TEST_F(ModelRunnerTest, MissingOrMisshapedWeightsNameTheTensor) {
   LoadModelRequest request = LoadRequest();
   // The model has its own lm_head; claiming more layers asks for tensors

@@ -1,10 +1,13 @@
 # pagoda_worker_core: the CPU Llama forward over a paged KV cache, sampling and
 # the ModelRunner (no gRPC), plus their unit tests.
 add_library(pagoda_worker_core STATIC
+  ${CMAKE_CURRENT_LIST_DIR}/backend.cc
   ${CMAKE_CURRENT_LIST_DIR}/batch.cc
   ${CMAKE_CURRENT_LIST_DIR}/cache_engine.cc
   ${CMAKE_CURRENT_LIST_DIR}/communicator.cc
   ${CMAKE_CURRENT_LIST_DIR}/cpu/cpu_backend.cc
+  ${CMAKE_CURRENT_LIST_DIR}/cpu/simd.cc
+  ${CMAKE_CURRENT_LIST_DIR}/cpu/thread_pool.cc
   ${CMAKE_CURRENT_LIST_DIR}/cpu_model_runner.cc
   ${CMAKE_CURRENT_LIST_DIR}/llama_model.cc
   ${CMAKE_CURRENT_LIST_DIR}/sampler.cc)
@@ -12,10 +15,12 @@ target_link_libraries(pagoda_worker_core PUBLIC
   pagoda_proto pagoda_common PkgConfig::OPENBLAS Threads::Threads
   absl::status absl::statusor absl::strings absl::span absl::flat_hash_set)
 
-foreach(test_name cpu_attention batch sampler model_runner)
+foreach(test_name cpu_attention cpu_simd cpu_thread_pool cpu_linear backend batch sampler
+        model_runner)
   set(test_source ${CMAKE_CURRENT_LIST_DIR}/${test_name}_test.cc)
-  if(test_name STREQUAL "cpu_attention")
-    set(test_source ${CMAKE_CURRENT_LIST_DIR}/cpu/cpu_attention_test.cc)
+  if(test_name MATCHES "^cpu_")
+    string(REPLACE "cpu_" "" cpu_test ${test_name})
+    set(test_source ${CMAKE_CURRENT_LIST_DIR}/cpu/${cpu_test}_test.cc)
   endif()
   if(EXISTS ${test_source})
     pagoda_add_test(worker_${test_name}_test

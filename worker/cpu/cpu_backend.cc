@@ -3,136 +3,131 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
-#include <functional>
-#include <thread>
 #include <vector>
+
+#include "worker/cpu/simd.h"
+#include "worker/cpu/thread_pool.h"
 
 namespace pagoda::worker {
 namespace {
 
+// Batches up to this many rows take the weight-streaming dot-product path;
+// larger ones the tiled GEMM (where reusing a weight tile across rows wins).
+constexpr int kMatVecMaxRows = 16;
+// Output rows per GEMM tile: a tile of a 4096-wide weight is 1 MB of f32.
+constexpr int64_t kGemmTileRows = 64;
+// Fewest output rows an f32 GEMM task gets (smaller ones spend their time
+// packing).
+constexpr int64_t kF32GemmMinRows = 128;
+
 class HostBuffer final : public Buffer {
  public:
   // Not value-initialised: KV caches can be gigabytes and are always written
-  // before they are read.
-  explicit HostBuffer(size_t n) : data_(new float[n]), size_(n) {}
-  float* data() override { return data_.get(); }
-  const float* data() const override { return data_.get(); }
-  size_t size() const override { return size_; }
+  // before they are read. 64-byte aligned for the SIMD loads.
+  HostBuffer(DType dtype, size_t n)
+      : Buffer(dtype, n),
+        data_(static_cast<char*>(
+            std::aligned_alloc(64, RoundUp(std::max<size_t>(1, n) * DTypeSize(dtype))))) {}
+  ~HostBuffer() override { std::free(data_); }
+  void* raw() override { return data_; }
+  const void* raw() const override { return data_; }
 
  private:
-  std::unique_ptr<float[]> data_;
-  size_t size_;
+  static size_t RoundUp(size_t bytes) { return (bytes + 63) / 64 * 64; }
+  char* data_;
 };
 
-// Runs fn(i) for i in [0, n) on up to hardware_concurrency threads. Work is
-// split in contiguous chunks; below `min_parallel` items it runs inline.
-void ParallelFor(int n, int min_parallel, const std::function<void(int)>& fn) {
-  const int max_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const int threads = std::min(max_threads, n);
-  if (n < min_parallel || threads <= 1) {
-    for (int i = 0; i < n; ++i) fn(i);
-    return;
-  }
-  std::vector<std::thread> pool;
-  pool.reserve(threads - 1);
-  const int chunk = (n + threads - 1) / threads;
-  for (int t = 1; t < threads; ++t) {
-    const int begin = t * chunk;
-    const int end = std::min(n, begin + chunk);
-    if (begin >= end) break;
-    pool.emplace_back([begin, end, &fn] {
-      for (int i = begin; i < end; ++i) fn(i);
-    });
-  }
-  for (int i = 0; i < std::min(n, chunk); ++i) fn(i);
-  for (auto& thread : pool) thread.join();
-}
-
-float RmsScale(const float* x, int dim, float eps) {
-  double sum = 0.0;
-  for (int i = 0; i < dim; ++i) sum += static_cast<double>(x[i]) * x[i];
-  return static_cast<float>(1.0 / std::sqrt(sum / dim + eps));
+const char* RowAt(const Tensor& t, int64_t row) {
+  return static_cast<const char*>(t.data) + row * t.dim(t.rank - 1) * DTypeSize(t.dtype);
 }
 
 class CpuBackend final : public Backend {
  public:
-  std::unique_ptr<Buffer> Allocate(size_t num_floats) override {
-    return std::make_unique<HostBuffer>(num_floats);
-  }
-  void Upload(const float* host, float* device, size_t n) override {
-    std::memcpy(device, host, n * sizeof(float));
-  }
-  void Download(const float* device, float* host, size_t n) override {
-    std::memcpy(host, device, n * sizeof(float));
+  explicit CpuBackend(int num_threads)
+      : pool_(num_threads > 0 ? num_threads : AvailableCpuCount()), simd_(BestSimdKernels()) {
+    // Our pool parallelises around the GEMMs; OpenBLAS's own would fight it.
+    openblas_set_num_threads(1);
   }
 
-  void Embedding(absl::Span<const int32_t> token_ids, const float* table, int hidden,
-                 float* out) override {
+  std::unique_ptr<Buffer> Allocate(DType dtype, size_t num_elements) override {
+    allocations_.fetch_add(1, std::memory_order_relaxed);
+    return std::make_unique<HostBuffer>(dtype, num_elements);
+  }
+  uint64_t num_allocations() const override { return allocations_.load(); }
+  void UploadBytes(const void* host, void* device, size_t n) override {
+    std::memcpy(device, host, n);
+  }
+  void DownloadBytes(const void* device, void* host, size_t n) override {
+    std::memcpy(host, device, n);
+  }
+
+  void Embedding(absl::Span<const int32_t> token_ids, const Tensor& table, float* out) override {
+    const int64_t hidden = table.dim(1);
     for (size_t t = 0; t < token_ids.size(); ++t) {
-      std::memcpy(out + t * hidden, table + static_cast<size_t>(token_ids[t]) * hidden,
-                  hidden * sizeof(float));
+      ConvertToFloat(table.dtype, RowAt(table, token_ids[t]), hidden, out + t * hidden);
     }
   }
 
-  void RmsNorm(const float* x, const float* weight, int rows, int dim, float eps,
-               float* out) override {
-    for (int r = 0; r < rows; ++r) {
-      const float* row = x + static_cast<size_t>(r) * dim;
-      float* dst = out + static_cast<size_t>(r) * dim;
-      const float scale = RmsScale(row, dim, eps);
-      for (int i = 0; i < dim; ++i) dst[i] = row[i] * scale * weight[i];
-    }
+  void RmsNorm(const float* x, const Tensor& weight, int rows, float eps, float* out) override {
+    const int dim = static_cast<int>(weight.dim(0));
+    pool_.ParallelFor(rows, RowsPerTask(dim), [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) NormRow(x + r * dim, weight, dim, eps, out + r * dim);
+    });
   }
 
-  void AddRmsNorm(float* residual, const float* x, const float* weight, int rows, int dim,
-                  float eps, float* out) override {
-    const size_t n = static_cast<size_t>(rows) * dim;
-    for (size_t i = 0; i < n; ++i) residual[i] += x[i];
-    RmsNorm(residual, weight, rows, dim, eps, out);
-  }
-
-  void Linear(const float* x, int rows, int in_dim, const float* weight, const float* bias,
-              int out_dim, float* y) override {
-    if (rows == 0) return;
-    float beta = 0.0f;
-    if (bias != nullptr) {
-      for (int r = 0; r < rows; ++r) {
-        std::memcpy(y + static_cast<size_t>(r) * out_dim, bias, out_dim * sizeof(float));
+  void AddRmsNorm(float* residual, const float* x, const Tensor& weight, int rows, float eps,
+                  float* out) override {
+    const int dim = static_cast<int>(weight.dim(0));
+    pool_.ParallelFor(rows, RowsPerTask(dim), [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        float* row = residual + r * dim;
+        const float* add = x + r * dim;
+        for (int i = 0; i < dim; ++i) row[i] += add[i];
+        NormRow(row, weight, dim, eps, out + r * dim);
       }
-      beta = 1.0f;
+    });
+  }
+
+  void Linear(const float* x, int rows, const Tensor& weight, const float* bias,
+              float* y) override {
+    if (rows <= 0) return;
+    if (rows <= kMatVecMaxRows) {
+      MatVec(x, rows, weight, bias, y);
+    } else {
+      TiledGemm(x, rows, weight, bias, y);
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, out_dim, in_dim, 1.0f, x, in_dim,
-                weight, in_dim, beta, y, out_dim);
   }
 
   void Rope(float* q, float* k, absl::Span<const int32_t> positions, int num_q_heads,
-            int num_kv_heads, int head_dim, const float* inv_freq) override {
+            int num_kv_heads, int head_dim, const RopeTable& table) override {
     const int half = head_dim / 2;
-    std::vector<float> cos_table(half), sin_table(half);
-    for (size_t t = 0; t < positions.size(); ++t) {
-      for (int i = 0; i < half; ++i) {
-        // Angles in double: positions times frequencies lose digits in f32.
-        const double angle = static_cast<double>(positions[t]) * inv_freq[i];
-        cos_table[i] = static_cast<float>(std::cos(angle));
-        sin_table[i] = static_cast<float>(std::sin(angle));
-      }
-      auto rotate = [&](float* head) {
-        for (int i = 0; i < half; ++i) {
-          const float x1 = head[i];
-          const float x2 = head[i + half];
-          head[i] = x1 * cos_table[i] - x2 * sin_table[i];
-          head[i + half] = x2 * cos_table[i] + x1 * sin_table[i];
+    const int64_t tokens = static_cast<int64_t>(positions.size());
+    pool_.ParallelFor(tokens, 16, [&](int64_t begin, int64_t end) {
+      std::vector<float> computed;  // Only for positions past the table.
+      for (int64_t t = begin; t < end; ++t) {
+        const float* cos_sin;
+        if (positions[t] < table.max_positions) {
+          cos_sin = table.cos_sin + static_cast<size_t>(positions[t]) * head_dim;
+        } else {
+          computed.resize(head_dim);
+          for (int i = 0; i < half; ++i) {
+            const double angle = static_cast<double>(positions[t]) * table.inv_freq[i];
+            computed[i] = static_cast<float>(std::cos(angle));
+            computed[half + i] = static_cast<float>(std::sin(angle));
+          }
+          cos_sin = computed.data();
         }
-      };
-      for (int h = 0; h < num_q_heads; ++h) {
-        rotate(q + (t * num_q_heads + h) * static_cast<size_t>(head_dim));
+        for (int h = 0; h < num_q_heads; ++h) {
+          Rotate(q + (t * num_q_heads + h) * head_dim, cos_sin, half);
+        }
+        for (int h = 0; h < num_kv_heads; ++h) {
+          Rotate(k + (t * num_kv_heads + h) * head_dim, cos_sin, half);
+        }
       }
-      for (int h = 0; h < num_kv_heads; ++h) {
-        rotate(k + (t * num_kv_heads + h) * static_cast<size_t>(head_dim));
-      }
-    }
+    });
   }
 
   void WriteKvCache(const float* k, const float* v, absl::Span<const int32_t> slot_mapping,
@@ -154,63 +149,23 @@ class CpuBackend final : public Backend {
 
   void PagedAttention(const PagedAttentionParams& p) override {
     const int num_seqs = static_cast<int>(p.context_lens.size());
-    const int group = p.num_heads / p.num_kv_heads;
-    const size_t block_floats = static_cast<size_t>(p.num_kv_heads) * p.block_size * p.head_dim;
-    const size_t token_stride = static_cast<size_t>(p.num_heads) * p.head_dim;
     // One work item per (sequence, kv head): its K/V rows are read once for
     // all query heads of the group, and no two items write the same output.
-    ParallelFor(num_seqs * p.num_kv_heads, 2, [&](int item) {
-      const int s = item / p.num_kv_heads;
-      const int kv_head = item % p.num_kv_heads;
-      const int context = p.context_lens[s];
-      const int q_begin = p.query_start[s];
-      const int q_len = p.query_start[s + 1] - q_begin;
-      const int32_t* table = p.block_tables.data() + static_cast<size_t>(s) * p.max_blocks_per_seq;
-      // Gather this kv head's keys and values into contiguous rows.
-      std::vector<const float*> keys(context), values(context);
-      for (int j = 0; j < context; ++j) {
-        const size_t at =
-            table[j / p.block_size] * block_floats +
-            (static_cast<size_t>(kv_head) * p.block_size + j % p.block_size) * p.head_dim;
-        keys[j] = p.key_cache + at;
-        values[j] = p.value_cache + at;
-      }
-      std::vector<float> scores(context);
-      std::vector<float> accum(p.head_dim);
-      for (int i = 0; i < q_len; ++i) {
-        const int position = context - q_len + i;  // Attends keys [0, position].
-        for (int g = 0; g < group; ++g) {
-          const int head = kv_head * group + g;
-          const size_t row = (q_begin + i) * token_stride + static_cast<size_t>(head) * p.head_dim;
-          const float* query = p.query + row;
-          float max_score = -INFINITY;
-          for (int j = 0; j <= position; ++j) {
-            float dot = 0.0f;
-            for (int d = 0; d < p.head_dim; ++d) dot += query[d] * keys[j][d];
-            scores[j] = dot * p.scale;
-            max_score = std::max(max_score, scores[j]);
-          }
-          float denom = 0.0f;
-          std::fill(accum.begin(), accum.end(), 0.0f);
-          for (int j = 0; j <= position; ++j) {
-            const float weight = std::exp(scores[j] - max_score);
-            denom += weight;
-            for (int d = 0; d < p.head_dim; ++d) accum[d] += weight * values[j][d];
-          }
-          float* out = p.output + row;
-          for (int d = 0; d < p.head_dim; ++d) out[d] = accum[d] / denom;
-        }
-      }
-    });
+    pool_.ParallelFor(static_cast<int64_t>(num_seqs) * p.num_kv_heads, 1,
+                      [&](int64_t begin, int64_t end) {
+                        for (int64_t item = begin; item < end; ++item) AttendItem(p, item);
+                      });
   }
 
   void SiluAndMul(const float* gate_up, int rows, int dim, float* out) override {
-    for (int r = 0; r < rows; ++r) {
-      const float* gate = gate_up + static_cast<size_t>(r) * 2 * dim;
-      const float* up = gate + dim;
-      float* dst = out + static_cast<size_t>(r) * dim;
-      for (int i = 0; i < dim; ++i) dst[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
-    }
+    pool_.ParallelFor(rows, RowsPerTask(dim), [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const float* gate = gate_up + r * 2 * dim;
+        const float* up = gate + dim;
+        float* dst = out + r * dim;
+        for (int i = 0; i < dim; ++i) dst[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+      }
+    });
   }
 
   void GatherRows(const float* src, absl::Span<const int32_t> rows, int dim, float* out) override {
@@ -235,10 +190,147 @@ class CpuBackend final : public Backend {
                   block_floats * sizeof(float));
     }
   }
+
+ private:
+  // Enough rows per task that a task is worth handing to another thread.
+  static int64_t RowsPerTask(int dim) { return std::max<int64_t>(1, 8192 / std::max(1, dim)); }
+
+  void NormRow(const float* row, const Tensor& weight, int dim, float eps, float* out) const {
+    const float sum_squares = simd_.dot_f32(row, row, dim);
+    const float scale = 1.0f / std::sqrt(sum_squares / dim + eps);
+    if (weight.dtype == DType::kF32) {
+      const float* w = static_cast<const float*>(weight.data);
+      for (int i = 0; i < dim; ++i) out[i] = row[i] * scale * w[i];
+    } else {
+      ConvertToFloat(weight.dtype, weight.data, dim, out);
+      for (int i = 0; i < dim; ++i) out[i] *= row[i] * scale;
+    }
+  }
+
+  static void Rotate(float* head, const float* cos_sin, int half) {
+    const float* cos = cos_sin;
+    const float* sin = cos_sin + half;
+    for (int i = 0; i < half; ++i) {
+      const float x1 = head[i];
+      const float x2 = head[i + half];
+      head[i] = x1 * cos[i] - x2 * sin[i];
+      head[i + half] = x2 * cos[i] + x1 * sin[i];
+    }
+  }
+
+  // Each weight row is read from memory once and dotted with every input
+  // row while it is in L1; threads split the output features.
+  void MatVec(const float* x, int rows, const Tensor& weight, const float* bias, float* y) {
+    const int64_t out_dim = weight.dim(0);
+    const int64_t in_dim = weight.dim(1);
+    const SimdKernels::DotFn dot = simd_.dot(weight.dtype);
+    const SimdKernels::Dot4Fn dot4 = simd_.dot4(weight.dtype);
+    pool_.ParallelFor(out_dim, 16, [&](int64_t begin, int64_t end) {
+      for (int64_t j = begin; j < end; ++j) {
+        const void* w_row = RowAt(weight, j);
+        const float b = bias != nullptr ? bias[j] : 0.0f;
+        int r = 0;
+        for (; r + 4 <= rows; r += 4) {
+          float out[4];
+          dot4(w_row, x + r * in_dim, in_dim, in_dim, out);
+          for (int k = 0; k < 4; ++k) y[(r + k) * out_dim + j] = out[k] + b;
+        }
+        for (; r < rows; ++r) y[r * out_dim + j] = dot(w_row, x + r * in_dim, in_dim) + b;
+      }
+    });
+  }
+
+  // Output-row tiles of the weight, one single-threaded sgemm per tile
+  // (f16/bf16 tiles widened into a per-thread scratch first).
+  void TiledGemm(const float* x, int rows, const Tensor& weight, const float* bias, float* y) {
+    const int64_t out_dim = weight.dim(0);
+    const int64_t in_dim = weight.dim(1);
+    const int64_t tile = weight.dtype == DType::kF32 ? kF32GemmMinRows : kGemmTileRows;
+    pool_.ParallelFor(out_dim, tile, [&](int64_t begin, int64_t end) {
+      for (int64_t first = begin; first < end; first += kGemmTileRows) {
+        // f32 weights need no scratch: one sgemm over the whole range.
+        const int64_t count =
+            weight.dtype == DType::kF32 ? end - first : std::min(kGemmTileRows, end - first);
+        GemmRows(x, rows, weight, bias, first, count, y);
+        if (weight.dtype == DType::kF32) break;
+      }
+    });
+  }
+
+  // y[:, first:first+count] of Linear, on the calling thread.
+  void GemmRows(const float* x, int rows, const Tensor& weight, const float* bias, int64_t first,
+                int64_t count, float* y) const {
+    const int64_t out_dim = weight.dim(0);
+    const int64_t in_dim = weight.dim(1);
+    const float* w = static_cast<const float*>(static_cast<const void*>(RowAt(weight, first)));
+    if (weight.dtype != DType::kF32) {
+      thread_local std::vector<float> widened;  // Grows once per thread.
+      widened.resize(static_cast<size_t>(count) * in_dim);
+      simd_.widen(weight.dtype)(RowAt(weight, first), widened.data(), widened.size());
+      w = widened.data();
+    }
+    float beta = 0.0f;
+    if (bias != nullptr) {
+      for (int r = 0; r < rows; ++r) {
+        std::memcpy(y + r * out_dim + first, bias + first, count * sizeof(float));
+      }
+      beta = 1.0f;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, static_cast<int>(count),
+                static_cast<int>(in_dim), 1.0f, x, static_cast<int>(in_dim), w,
+                static_cast<int>(in_dim), beta, y + first, static_cast<int>(out_dim));
+  }
+
+  void AttendItem(const PagedAttentionParams& p, int64_t item) const {
+    const int s = static_cast<int>(item / p.num_kv_heads);
+    const int kv_head = static_cast<int>(item % p.num_kv_heads);
+    const int group = p.num_heads / p.num_kv_heads;
+    const size_t block_floats = static_cast<size_t>(p.num_kv_heads) * p.block_size * p.head_dim;
+    const size_t token_stride = static_cast<size_t>(p.num_heads) * p.head_dim;
+    const int context = p.context_lens[s];
+    const int q_begin = p.query_start[s];
+    const int q_len = p.query_start[s + 1] - q_begin;
+    const int32_t* table = p.block_tables.data() + static_cast<size_t>(s) * p.max_blocks_per_seq;
+    auto row_of = [&](int j) {
+      return table[j / p.block_size] * block_floats +
+             (static_cast<size_t>(kv_head) * p.block_size + j % p.block_size) * p.head_dim;
+    };
+    thread_local std::vector<float> scores;  // Grows to the longest context once.
+    scores.resize(context);
+    for (int i = 0; i < q_len; ++i) {
+      const int position = context - q_len + i;  // Attends keys [0, position].
+      for (int g = 0; g < group; ++g) {
+        const int head = kv_head * group + g;
+        const size_t row = (q_begin + i) * token_stride + static_cast<size_t>(head) * p.head_dim;
+        const float* query = p.query + row;
+        float max_score = -INFINITY;
+        for (int j = 0; j <= position; ++j) {
+          scores[j] = simd_.dot_f32(p.key_cache + row_of(j), query, p.head_dim) * p.scale;
+          max_score = std::max(max_score, scores[j]);
+        }
+        float* out = p.output + row;
+        std::fill_n(out, p.head_dim, 0.0f);
+        float denom = 0.0f;
+        for (int j = 0; j <= position; ++j) {
+          const float weight = std::exp(scores[j] - max_score);
+          denom += weight;
+          simd_.axpy_f32(weight, p.value_cache + row_of(j), out, p.head_dim);
+        }
+        const float inv = 1.0f / denom;
+        for (int d = 0; d < p.head_dim; ++d) out[d] *= inv;
+      }
+    }
+  }
+
+  ThreadPool pool_;
+  const SimdKernels& simd_;
+  std::atomic<uint64_t> allocations_{0};
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> CreateCpuBackend() { return std::make_unique<CpuBackend>(); }
+std::unique_ptr<Backend> CreateCpuBackend(int num_threads) {
+  return std::make_unique<CpuBackend>(num_threads);
+}
 
 }  // namespace pagoda::worker

@@ -7,10 +7,15 @@
 
 namespace pagoda::worker {
 
-// The f32 host backend: OpenBLAS for Linear, plain loops elsewhere, attention
-// parallelised over (sequence, kv head) pairs with short-lived threads.
-// Buffers are host memory, so Upload/Download are memcpy.
-std::unique_ptr<Backend> CreateCpuBackend();
+// The host backend. One persistent ThreadPool of `num_threads` threads
+// (0: every CPU the process may use) runs the GEMMs, attention and
+// element-wise ops; OpenBLAS is held to one thread so the pools never fight.
+// Linear streams each weight row once through runtime-dispatched SIMD dot
+// products (AVX-512 / AVX2+FMA / plain) for decode-sized batches, and splits
+// larger ones into per-thread OpenBLAS GEMMs over output-row tiles (f16/bf16
+// tiles widened to f32 in a per-thread scratch first). Buffers are host
+// memory, so uploads and downloads are memcpy.
+std::unique_ptr<Backend> CreateCpuBackend(int num_threads = 0);
 
 }  // namespace pagoda::worker
 

@@ -1,0 +1,157 @@
+// The typed backend interface: Tensor views, the workspace arena, and the
+// model's contract that a step allocates no backend memory (counted).
+
+#include "worker/backend.h"
+
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "worker/batch.h"
+#include "worker/cache_engine.h"
+#include "worker/communicator.h"
+#include "worker/cpu/cpu_backend.h"
+#include "worker/llama_model.h"
+
+namespace pagoda::worker {
+namespace {
+
+using pagoda::worker::v1::SequenceStep;
+using pagoda::worker::v1::StepPlan;
+
+std::string Env(const char* name, const std::string& fallback) {
+  const char* value = std::getenv(name);
+  return value != nullptr ? value : fallback;
+}
+
+TEST(TensorTest, CarriesDTypeShapeAndMemoryOfItsBuffer) {
+  auto backend = CreateCpuBackend(1);
+  auto buffer = backend->Allocate(DType::kBF16, 6);
+  EXPECT_EQ(buffer->dtype(), DType::kBF16);
+  EXPECT_EQ(buffer->size(), 6u);
+  EXPECT_EQ(buffer->nbytes(), 12u);
+  const Tensor tensor = Tensor::Of(*buffer, {2, 3});
+  EXPECT_EQ(tensor.dtype, DType::kBF16);
+  EXPECT_EQ(tensor.rank, 2);
+  EXPECT_EQ(tensor.dim(0), 2);
+  EXPECT_EQ(tensor.dim(1), 3);
+  EXPECT_EQ(tensor.num_elements(), 6);
+  EXPECT_EQ(tensor.data, buffer->raw());
+}
+
+TEST(TensorDeathTest, F32ViewOfOtherDTypeAndWrongShapeAbort) {
+  auto backend = CreateCpuBackend(1);
+  auto buffer = backend->Allocate(DType::kF16, 4);
+  EXPECT_DEATH(buffer->data(), "f32 view");
+  EXPECT_DEATH(Tensor::Of(*buffer, {3, 2}), "shape");
+}
+
+TEST(WorkspaceTest, RegionsAreAlignedDisjointAndReuseOneAllocation) {
+  auto backend = CreateCpuBackend(1);
+  Workspace workspace(backend.get());
+  workspace.Reserve(100, 3);
+  const uint64_t allocations = backend->num_allocations();
+  EXPECT_EQ(allocations, 1u);
+  for (int round = 0; round < 3; ++round) {
+    workspace.Reset();
+    float* a = workspace.Take(33);
+    float* b = workspace.Take(1);
+    float* c = workspace.Take(66);
+    for (float* p : {a, b, c}) EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 64, 0u);
+    EXPECT_GE(b, a + 33);
+    EXPECT_GE(c, b + 1);
+    workspace.Reserve(50, 2);  // Smaller than what is there: no allocation.
+  }
+  EXPECT_EQ(backend->num_allocations(), allocations);
+  workspace.Reserve(1000, 1);
+  EXPECT_EQ(backend->num_allocations(), allocations + 1);
+  EXPECT_GE(workspace.capacity(), 1000u);
+}
+
+TEST(WorkspaceDeathTest, TakingPastTheReservationAborts) {
+  auto backend = CreateCpuBackend(1);
+  Workspace workspace(backend.get());
+  workspace.Reserve(16, 1);
+  workspace.Take(16);
+  EXPECT_DEATH(workspace.Take(64), "workspace reservation exceeded");
+}
+
+class ForwardAllocationTest : public testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    char pattern[] = "/tmp/pagoda_backend_XXXXXX";
+    ASSERT_NE(mkdtemp(pattern), nullptr);
+    dir_ = new std::string(pattern);
+    const std::string command =
+        absl::StrCat(Env("PAGODA_PYTHON3", "/usr/bin/python3"), " ", Env("PAGODA_SOURCE_DIR", "."),
+                     "/scripts/make_tiny_model.py --out ", *dir_,
+                     "/model --vocab-size 40 --hidden-size 32 --intermediate-size 48 --num-layers 2"
+                     " --num-heads 4 --num-kv-heads 2 --dtype bf16 --seed 3 > /dev/null");
+    ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  }
+  static void TearDownTestSuite() {
+    std::filesystem::remove_all(*dir_);
+    delete dir_;
+  }
+
+  // One step of `seqs` sequences of `tokens` prompt tokens each.
+  static FlatBatch Batch(int seqs, int tokens) {
+    StepPlan plan;
+    for (int s = 0; s < seqs; ++s) {
+      SequenceStep* step = plan.add_sequences();
+      step->set_seq_id(s);
+      for (int i = 0; i < tokens; ++i) step->add_token_ids((s * 7 + i) % 40);
+      for (int b = 0; b < (tokens + 3) / 4; ++b) step->add_block_table(s * 4 + b);
+      step->set_do_sample(true);
+    }
+    auto batch = FlattenStepPlan(plan, BatchLimits{40, 4, 64, 0});
+    EXPECT_TRUE(batch.ok()) << batch.status();
+    return *batch;
+  }
+
+  static std::string* dir_;
+};
+std::string* ForwardAllocationTest::dir_ = nullptr;
+
+TEST_F(ForwardAllocationTest, AStepWithinTheLoadTimeSizingAllocatesNothing) {
+  auto backend = CreateCpuBackend(2);
+  auto communicator = CreateSingleRankCommunicator();
+  auto model = LlamaModel::Load(*dir_ + "/model", backend.get(), communicator.get(),
+                                {.max_num_batched_tokens = 24, .max_num_seqs = 3});
+  ASSERT_TRUE(model.ok()) << model.status();
+  CacheEngine cache(backend.get(), (*model)->CacheShape(4), 64, 0);
+  const uint64_t after_load = backend->num_allocations();
+  for (const auto& [seqs, tokens] : {std::pair{3, 8}, std::pair{1, 1}, std::pair{2, 5}}) {
+    ASSERT_TRUE((*model)->Forward(Batch(seqs, tokens), &cache).ok());
+    EXPECT_EQ(backend->num_allocations(), after_load) << seqs << " x " << tokens;
+  }
+  // A step past the sizing grows the workspace once, and then no more.
+  ASSERT_TRUE((*model)->Forward(Batch(3, 12), &cache).ok());
+  const uint64_t grown = backend->num_allocations();
+  EXPECT_EQ(grown, after_load + 1);
+  ASSERT_TRUE((*model)->Forward(Batch(3, 12), &cache).ok());
+  EXPECT_EQ(backend->num_allocations(), grown);
+}
+
+TEST_F(ForwardAllocationTest, WeightsKeepTheCheckpointDTypeUnlessForced) {
+  auto communicator = CreateSingleRankCommunicator();
+  auto weight_bytes = [&](std::optional<DType> dtype) -> size_t {
+    auto backend = CreateCpuBackend(1);
+    auto model = LlamaModel::Load(*dir_ + "/model", backend.get(), communicator.get(),
+                                  {.weight_dtype = dtype});
+    EXPECT_TRUE(model.ok()) << model.status();
+    return model.ok() ? (*model)->weight_bytes() : 0;
+  };
+  // The checkpoint is bf16: "auto" keeps 2 bytes a weight, not widened to 4.
+  const size_t kept = weight_bytes(std::nullopt);
+  EXPECT_GT(kept, 0u);
+  EXPECT_EQ(weight_bytes(DType::kF32), 2 * kept);
+  EXPECT_EQ(weight_bytes(DType::kF16), kept);
+  EXPECT_EQ(weight_bytes(DType::kBF16), kept);
+}
+
+}  // namespace
+}  // namespace pagoda::worker

@@ -1,0 +1,98 @@
+// The CPU backend's typed ops against plain float64 loops on the same
+// (rounded) weights: Linear on both its paths (weight-streaming matvec for
+// small batches, tiled GEMM for large), every weight dtype, odd sizes, with
+// and without bias, on one and several threads; Embedding and RmsNorm on
+// typed weights.
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "worker/cpu/cpu_backend.h"
+
+namespace pagoda::worker {
+namespace {
+
+// A weight of `dtype` in backend memory and its exact values.
+struct Weight {
+  std::unique_ptr<Buffer> buffer;
+  std::vector<float> values;
+};
+
+Weight MakeWeight(Backend& backend, DType dtype, size_t n, std::mt19937& rng) {
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> raw(n);
+  for (float& v : raw) v = dist(rng);
+  Weight w{backend.Allocate(dtype, n), std::vector<float>(n)};
+  ConvertFromFloat(dtype, raw.data(), n, w.buffer->raw());
+  ConvertToFloat(dtype, w.buffer->raw(), n, w.values.data());
+  return w;
+}
+
+class CpuLinearTest : public testing::TestWithParam<int> {};
+
+TEST_P(CpuLinearTest, MatchesFloat64LoopForEveryDTypeAndBatchSize) {
+  auto backend = CreateCpuBackend(GetParam());
+  std::mt19937 rng(3);
+  constexpr int kIn = 37, kOut = 131;
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+    Weight weight = MakeWeight(*backend, dtype, kOut * kIn, rng);
+    const Tensor tensor = Tensor::Of(*weight.buffer, {kOut, kIn});
+    std::vector<float> bias(kOut);
+    for (float& b : bias) b = std::uniform_real_distribution<float>(-1, 1)(rng);
+    for (int rows : {1, 2, 7, 8, 9, 33, 70}) {
+      for (bool with_bias : {false, true}) {
+        std::vector<float> x(rows * kIn);
+        for (float& v : x) v = std::uniform_real_distribution<float>(-1, 1)(rng);
+        std::vector<float> y(rows * kOut + 1, 1234.5f);  // Guard past the end.
+        backend->Linear(x.data(), rows, tensor, with_bias ? bias.data() : nullptr, y.data());
+        for (int r = 0; r < rows; ++r) {
+          for (int j = 0; j < kOut; ++j) {
+            double want = with_bias ? bias[j] : 0.0;
+            for (int i = 0; i < kIn; ++i) {
+              want += static_cast<double>(x[r * kIn + i]) * weight.values[j * kIn + i];
+            }
+            ASSERT_NEAR(y[r * kOut + j], want, 1e-4)
+                << DTypeName(dtype) << " rows=" << rows << " r=" << r << " j=" << j;
+          }
+        }
+        EXPECT_EQ(y[rows * kOut], 1234.5f) << "wrote past the output";
+      }
+    }
+  }
+}
+
+TEST_P(CpuLinearTest, EmbeddingAndRmsNormReadTypedWeights) {
+  auto backend = CreateCpuBackend(GetParam());
+  std::mt19937 rng(5);
+  constexpr int kVocab = 11, kHidden = 29;
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+    Weight table = MakeWeight(*backend, dtype, kVocab * kHidden, rng);
+    const std::vector<int32_t> ids = {3, 0, 10, 3};
+    std::vector<float> embedded(ids.size() * kHidden);
+    backend->Embedding(ids, Tensor::Of(*table.buffer, {kVocab, kHidden}), embedded.data());
+    for (size_t t = 0; t < ids.size(); ++t) {
+      for (int i = 0; i < kHidden; ++i) {
+        ASSERT_EQ(embedded[t * kHidden + i], table.values[ids[t] * kHidden + i]);
+      }
+    }
+    Weight norm = MakeWeight(*backend, dtype, kHidden, rng);
+    std::vector<float> out(embedded.size());
+    const int rows = static_cast<int>(ids.size());
+    backend->RmsNorm(embedded.data(), Tensor::Of(*norm.buffer, {kHidden}), rows, 1e-5f, out.data());
+    for (int r = 0; r < rows; ++r) {
+      double squares = 0.0;
+      for (int i = 0; i < kHidden; ++i) squares += std::pow(embedded[r * kHidden + i], 2);
+      const double scale = 1.0 / std::sqrt(squares / kHidden + 1e-5);
+      for (int i = 0; i < kHidden; ++i) {
+        ASSERT_NEAR(out[r * kHidden + i], embedded[r * kHidden + i] * scale * norm.values[i], 1e-5);
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Threads, CpuLinearTest, testing::Values(1, 3));
+
+}  // namespace
+}  // namespace pagoda::worker

@@ -1,0 +1,339 @@
+#include "worker/cpu/simd.h"
+
+#include <immintrin.h>
+
+// GCC 12 warns inside its own AVX-512 headers (the _mm512_undefined_* values
+// the conversion intrinsics start from); the warning is about the header, not
+// this file.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include <cstring>
+
+namespace pagoda::worker {
+namespace {
+
+// ---- plain x86-64: the reference every other level is tested against ----
+
+template <DType kType>
+inline float Load(const void* p, size_t i) {
+  const auto* bits = static_cast<const uint16_t*>(p);
+  if constexpr (kType == DType::kF32) {
+    return static_cast<const float*>(p)[i];
+  } else if constexpr (kType == DType::kBF16) {
+    return BFloat16ToFloat(bits[i]);
+  } else {
+    return HalfToFloat(bits[i]);
+  }
+}
+
+template <DType kType>
+float DotPlain(const void* a, const float* b, size_t n) {
+  // Four partial sums, like the SIMD paths, so rounding behaves alike.
+  float sum[4] = {0, 0, 0, 0};
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    for (int k = 0; k < 4; ++k) sum[k] += Load<kType>(a, i + k) * b[i + k];
+  }
+  for (; i < n; ++i) sum[0] += Load<kType>(a, i) * b[i];
+  return (sum[0] + sum[1]) + (sum[2] + sum[3]);
+}
+
+template <DType kType>
+void Dot4Plain(const void* a, const float* x, size_t ld_x, size_t n, float* out) {
+  for (int r = 0; r < 4; ++r) out[r] = DotPlain<kType>(a, x + r * ld_x, n);
+}
+
+template <DType kType>
+void WidenPlain(const void* a, float* out, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = Load<kType>(a, i);
+}
+
+template <DType kType>
+void AxpyPlain(float alpha, const void* x, float* y, size_t n) {
+  for (size_t i = 0; i < n; ++i) y[i] += alpha * Load<kType>(x, i);
+}
+
+// ---- AVX2 + FMA (+ F16C for half) ----
+
+#define PAGODA_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+template <DType kType>
+PAGODA_AVX2 inline __m256 Load8(const void* p, size_t i) {
+  if constexpr (kType == DType::kF32) {
+    return _mm256_loadu_ps(static_cast<const float*>(p) + i);
+  } else {
+    const __m128i raw =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(p) + i));
+    if constexpr (kType == DType::kBF16) {
+      return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
+    } else {
+      return _mm256_cvtph_ps(raw);
+    }
+  }
+}
+
+PAGODA_AVX2 inline float Sum8(__m256 v) {
+  __m128 low = _mm256_castps256_ps128(v);
+  __m128 high = _mm256_extractf128_ps(v, 1);
+  low = _mm_add_ps(low, high);
+  low = _mm_add_ps(low, _mm_movehl_ps(low, low));
+  low = _mm_add_ss(low, _mm_shuffle_ps(low, low, 0x55));
+  return _mm_cvtss_f32(low);
+}
+
+template <DType kType>
+PAGODA_AVX2 float DotAvx2(const void* a, const float* b, size_t n) {
+  // Four independent accumulators hide the FMA latency.
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  __m256 acc2 = _mm256_setzero_ps(), acc3 = _mm256_setzero_ps();
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    acc0 = _mm256_fmadd_ps(Load8<kType>(a, i), _mm256_loadu_ps(b + i), acc0);
+    acc1 = _mm256_fmadd_ps(Load8<kType>(a, i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+    acc2 = _mm256_fmadd_ps(Load8<kType>(a, i + 16), _mm256_loadu_ps(b + i + 16), acc2);
+    acc3 = _mm256_fmadd_ps(Load8<kType>(a, i + 24), _mm256_loadu_ps(b + i + 24), acc3);
+  }
+  for (; i + 8 <= n; i += 8) {
+    acc0 = _mm256_fmadd_ps(Load8<kType>(a, i), _mm256_loadu_ps(b + i), acc0);
+  }
+  float sum = Sum8(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
+  for (; i < n; ++i) sum += Load<kType>(a, i) * b[i];
+  return sum;
+}
+
+template <DType kType>
+PAGODA_AVX2 void Dot4Avx2(const void* a, const float* x, size_t ld_x, size_t n, float* out) {
+  const float* x0 = x;
+  const float* x1 = x + ld_x;
+  const float* x2 = x + 2 * ld_x;
+  const float* x3 = x + 3 * ld_x;
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  __m256 acc2 = _mm256_setzero_ps(), acc3 = _mm256_setzero_ps();
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 w = Load8<kType>(a, i);
+    acc0 = _mm256_fmadd_ps(w, _mm256_loadu_ps(x0 + i), acc0);
+    acc1 = _mm256_fmadd_ps(w, _mm256_loadu_ps(x1 + i), acc1);
+    acc2 = _mm256_fmadd_ps(w, _mm256_loadu_ps(x2 + i), acc2);
+    acc3 = _mm256_fmadd_ps(w, _mm256_loadu_ps(x3 + i), acc3);
+  }
+  float sums[4] = {Sum8(acc0), Sum8(acc1), Sum8(acc2), Sum8(acc3)};
+  for (; i < n; ++i) {
+    const float w = Load<kType>(a, i);
+    sums[0] += w * x0[i];
+    sums[1] += w * x1[i];
+    sums[2] += w * x2[i];
+    sums[3] += w * x3[i];
+  }
+  for (int r = 0; r < 4; ++r) out[r] = sums[r];
+}
+
+template <DType kType>
+PAGODA_AVX2 void WidenAvx2(const void* a, float* out, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, Load8<kType>(a, i));
+  for (; i < n; ++i) out[i] = Load<kType>(a, i);
+}
+
+template <DType kType>
+PAGODA_AVX2 void AxpyAvx2(float alpha, const void* x, float* y, size_t n) {
+  const __m256 a = _mm256_set1_ps(alpha);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(a, Load8<kType>(x, i), _mm256_loadu_ps(y + i)));
+  }
+  for (; i < n; ++i) y[i] += alpha * Load<kType>(x, i);
+}
+
+// ---- AVX-512F ----
+
+#define PAGODA_AVX512 __attribute__((target("avx512f,avx2,fma,f16c")))
+
+template <DType kType>
+PAGODA_AVX512 inline __m512 Load16(const void* p, size_t i) {
+  if constexpr (kType == DType::kF32) {
+    return _mm512_loadu_ps(static_cast<const float*>(p) + i);
+  } else {
+    const __m256i raw =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(p) + i));
+    if constexpr (kType == DType::kBF16) {
+      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+    } else {
+      return _mm512_cvtph_ps(raw);
+    }
+  }
+}
+
+template <DType kType>
+PAGODA_AVX512 float DotAvx512(const void* a, const float* b, size_t n) {
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+  __m512 acc2 = _mm512_setzero_ps(), acc3 = _mm512_setzero_ps();
+  size_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    acc0 = _mm512_fmadd_ps(Load16<kType>(a, i), _mm512_loadu_ps(b + i), acc0);
+    acc1 = _mm512_fmadd_ps(Load16<kType>(a, i + 16), _mm512_loadu_ps(b + i + 16), acc1);
+    acc2 = _mm512_fmadd_ps(Load16<kType>(a, i + 32), _mm512_loadu_ps(b + i + 32), acc2);
+    acc3 = _mm512_fmadd_ps(Load16<kType>(a, i + 48), _mm512_loadu_ps(b + i + 48), acc3);
+  }
+  for (; i + 16 <= n; i += 16) {
+    acc0 = _mm512_fmadd_ps(Load16<kType>(a, i), _mm512_loadu_ps(b + i), acc0);
+  }
+  float sum =
+      _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3)));
+  for (; i < n; ++i) sum += Load<kType>(a, i) * b[i];
+  return sum;
+}
+
+template <DType kType>
+PAGODA_AVX512 void Dot4Avx512(const void* a, const float* x, size_t ld_x, size_t n, float* out) {
+  const float* x0 = x;
+  const float* x1 = x + ld_x;
+  const float* x2 = x + 2 * ld_x;
+  const float* x3 = x + 3 * ld_x;
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+  __m512 acc2 = _mm512_setzero_ps(), acc3 = _mm512_setzero_ps();
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 w = Load16<kType>(a, i);
+    acc0 = _mm512_fmadd_ps(w, _mm512_loadu_ps(x0 + i), acc0);
+    acc1 = _mm512_fmadd_ps(w, _mm512_loadu_ps(x1 + i), acc1);
+    acc2 = _mm512_fmadd_ps(w, _mm512_loadu_ps(x2 + i), acc2);
+    acc3 = _mm512_fmadd_ps(w, _mm512_loadu_ps(x3 + i), acc3);
+  }
+  float sums[4] = {_mm512_reduce_add_ps(acc0), _mm512_reduce_add_ps(acc1),
+                   _mm512_reduce_add_ps(acc2), _mm512_reduce_add_ps(acc3)};
+  for (; i < n; ++i) {
+    const float w = Load<kType>(a, i);
+    sums[0] += w * x0[i];
+    sums[1] += w * x1[i];
+    sums[2] += w * x2[i];
+    sums[3] += w * x3[i];
+  }
+  for (int r = 0; r < 4; ++r) out[r] = sums[r];
+}
+
+template <DType kType>
+PAGODA_AVX512 void WidenAvx512(const void* a, float* out, size_t n) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, Load16<kType>(a, i));
+  for (; i < n; ++i) out[i] = Load<kType>(a, i);
+}
+
+template <DType kType>
+PAGODA_AVX512 void AxpyAvx512(float alpha, const void* x, float* y, size_t n) {
+  const __m512 a = _mm512_set1_ps(alpha);
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    _mm512_storeu_ps(y + i, _mm512_fmadd_ps(a, Load16<kType>(x, i), _mm512_loadu_ps(y + i)));
+  }
+  for (; i < n; ++i) y[i] += alpha * Load<kType>(x, i);
+}
+
+constexpr SimdKernels kPlainKernels = {
+    DotPlain<DType::kF32>,   DotPlain<DType::kBF16>,   DotPlain<DType::kF16>,
+    Dot4Plain<DType::kF32>,  Dot4Plain<DType::kBF16>,  Dot4Plain<DType::kF16>,
+    WidenPlain<DType::kF32>, WidenPlain<DType::kBF16>, WidenPlain<DType::kF16>,
+    AxpyPlain<DType::kF32>,  AxpyPlain<DType::kBF16>,  AxpyPlain<DType::kF16>};
+constexpr SimdKernels kAvx2Kernels = {
+    DotAvx2<DType::kF32>,   DotAvx2<DType::kBF16>, DotAvx2<DType::kF16>,   Dot4Avx2<DType::kF32>,
+    Dot4Avx2<DType::kBF16>, Dot4Avx2<DType::kF16>, WidenAvx2<DType::kF32>, WidenAvx2<DType::kBF16>,
+    WidenAvx2<DType::kF16>, AxpyAvx2<DType::kF32>, AxpyAvx2<DType::kBF16>, AxpyAvx2<DType::kF16>};
+constexpr SimdKernels kAvx512Kernels = {
+    DotAvx512<DType::kF32>,   DotAvx512<DType::kBF16>,   DotAvx512<DType::kF16>,
+    Dot4Avx512<DType::kF32>,  Dot4Avx512<DType::kBF16>,  Dot4Avx512<DType::kF16>,
+    WidenAvx512<DType::kF32>, WidenAvx512<DType::kBF16>, WidenAvx512<DType::kF16>,
+    AxpyAvx512<DType::kF32>,  AxpyAvx512<DType::kBF16>,  AxpyAvx512<DType::kF16>};
+
+}  // namespace
+
+std::string_view SimdLevelName(SimdLevel level) {
+  switch (level) {
+    case SimdLevel::kPlain:
+      return "plain";
+    case SimdLevel::kAvx2:
+      return "avx2";
+    case SimdLevel::kAvx512:
+      return "avx512";
+  }
+  return "unknown";
+}
+
+std::vector<SimdLevel> SupportedSimdLevels() {
+  std::vector<SimdLevel> levels = {SimdLevel::kPlain};
+  __builtin_cpu_init();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                    __builtin_cpu_supports("f16c");
+  if (avx2) levels.push_back(SimdLevel::kAvx2);
+  if (avx2 && __builtin_cpu_supports("avx512f")) levels.push_back(SimdLevel::kAvx512);
+  return levels;
+}
+
+SimdLevel BestSimdLevel() { return SupportedSimdLevels().back(); }
+
+SimdKernels::DotFn SimdKernels::dot(DType dtype) const {
+  switch (dtype) {
+    case DType::kBF16:
+      return dot_bf16;
+    case DType::kF16:
+      return dot_f16;
+    case DType::kF32:
+      break;
+  }
+  return dot_f32;
+}
+
+SimdKernels::Dot4Fn SimdKernels::dot4(DType dtype) const {
+  switch (dtype) {
+    case DType::kBF16:
+      return dot4_bf16;
+    case DType::kF16:
+      return dot4_f16;
+    case DType::kF32:
+      break;
+  }
+  return dot4_f32;
+}
+
+SimdKernels::WidenFn SimdKernels::widen(DType dtype) const {
+  switch (dtype) {
+    case DType::kBF16:
+      return widen_bf16;
+    case DType::kF16:
+      return widen_f16;
+    case DType::kF32:
+      break;
+  }
+  return widen_f32;
+}
+
+SimdKernels::AxpyFn SimdKernels::axpy(DType dtype) const {
+  switch (dtype) {
+    case DType::kBF16:
+      return axpy_bf16;
+    case DType::kF16:
+      return axpy_f16;
+    case DType::kF32:
+      break;
+  }
+  return axpy_f32;
+}
+
+const SimdKernels& SimdKernelsFor(SimdLevel level) {
+  switch (level) {
+    case SimdLevel::kAvx512:
+      return kAvx512Kernels;
+    case SimdLevel::kAvx2:
+      return kAvx2Kernels;
+    case SimdLevel::kPlain:
+      break;
+  }
+  return kPlainKernels;
+}
+
+const SimdKernels& BestSimdKernels() {
+  static const SimdKernels& best = SimdKernelsFor(BestSimdLevel());
+  return best;
+}
+
+}  // namespace pagoda::worker

@@ -1,0 +1,62 @@
+#ifndef PAGODA_WORKER_CPU_SIMD_H_
+#define PAGODA_WORKER_CPU_SIMD_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "common/dtype.h"
+
+namespace pagoda::worker {
+
+// Instruction-set levels of the CPU kernels, chosen at run time (the binaries
+// are built for plain x86-64 and never with -march=native).
+enum class SimdLevel { kPlain, kAvx2, kAvx512 };
+
+std::string_view SimdLevelName(SimdLevel level);
+// Every level this CPU runs, plain first, best last.
+std::vector<SimdLevel> SupportedSimdLevels();
+SimdLevel BestSimdLevel();
+
+// The inner loops of the CPU backend at one level. Every function accumulates
+// in f32 whatever the stored type, and accepts any n >= 0 (no alignment or
+// multiple-of-width requirement). `w` pointers point at `n` elements of the
+// table's weight dtype (f32, or the uint16 bit patterns of f16 / bf16).
+struct SimdKernels {
+  // sum_i a[i] * b[i], a of the kernel's weight dtype, b f32.
+  float (*dot_f32)(const void* a, const float* b, size_t n);
+  float (*dot_bf16)(const void* a, const float* b, size_t n);
+  float (*dot_f16)(const void* a, const float* b, size_t n);
+  // out[r] = sum_i a[i] * x[r * ld_x + i] for r < 4: four dot products that
+  // share each load (and widening) of `a`, the weight row of a small batch.
+  void (*dot4_f32)(const void* a, const float* x, size_t ld_x, size_t n, float* out);
+  void (*dot4_bf16)(const void* a, const float* x, size_t ld_x, size_t n, float* out);
+  void (*dot4_f16)(const void* a, const float* x, size_t ld_x, size_t n, float* out);
+  // out[i] = float(a[i]): a weight tile widened for an f32 GEMM.
+  void (*widen_f32)(const void* a, float* out, size_t n);
+  void (*widen_bf16)(const void* a, float* out, size_t n);
+  void (*widen_f16)(const void* a, float* out, size_t n);
+  // y[i] += alpha * x[i], x of the kernel's dtype.
+  void (*axpy_f32)(float alpha, const void* x, float* y, size_t n);
+  void (*axpy_bf16)(float alpha, const void* x, float* y, size_t n);
+  void (*axpy_f16)(float alpha, const void* x, float* y, size_t n);
+
+  using DotFn = float (*)(const void*, const float*, size_t);
+  using Dot4Fn = void (*)(const void*, const float*, size_t, size_t, float*);
+  using AxpyFn = void (*)(float, const void*, float*, size_t);
+  using WidenFn = void (*)(const void*, float*, size_t);
+  DotFn dot(DType dtype) const;
+  WidenFn widen(DType dtype) const;
+  Dot4Fn dot4(DType dtype) const;
+  AxpyFn axpy(DType dtype) const;
+};
+
+// REQUIRES: level is in SupportedSimdLevels().
+const SimdKernels& SimdKernelsFor(SimdLevel level);
+// The kernels of BestSimdLevel(), chosen once.
+const SimdKernels& BestSimdKernels();
+
+}  // namespace pagoda::worker
+
+#endif  // PAGODA_WORKER_CPU_SIMD_H_

@@ -1,0 +1,147 @@
+// Every SIMD kernel, at every level this CPU runs, against a plain float64
+// loop over odd sizes (tails of every width) and every stored dtype.
+
+#include "worker/cpu/simd.h"
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace pagoda::worker {
+namespace {
+
+constexpr size_t kSizes[] = {0, 1, 3, 7, 8, 9, 15, 16, 17, 31, 33, 63, 65, 127, 129, 511, 1537};
+constexpr DType kDTypes[] = {DType::kF32, DType::kBF16, DType::kF16};
+
+// `n` values of `dtype` and their exact float values.
+struct Stored {
+  std::vector<float> f32;
+  std::vector<uint16_t> bits;
+  std::vector<float> values;
+  const void* data(DType dtype) const {
+    return dtype == DType::kF32 ? static_cast<const void*>(f32.data()) : bits.data();
+  }
+};
+
+Stored MakeStored(DType dtype, size_t n, std::mt19937& rng) {
+  std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+  Stored s;
+  for (size_t i = 0; i < n; ++i) {
+    const float v = dist(rng);
+    if (dtype == DType::kF32) {
+      s.f32.push_back(v);
+      s.values.push_back(v);
+    } else if (dtype == DType::kBF16) {
+      s.bits.push_back(FloatToBFloat16(v));
+      s.values.push_back(BFloat16ToFloat(s.bits.back()));
+    } else {
+      s.bits.push_back(FloatToHalf(v));
+      s.values.push_back(HalfToFloat(s.bits.back()));
+    }
+  }
+  return s;
+}
+
+std::vector<float> RandomFloats(size_t n, std::mt19937& rng) {
+  std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+  std::vector<float> out(n);
+  for (float& v : out) v = dist(rng);
+  return out;
+}
+
+class SimdKernelTest : public testing::TestWithParam<SimdLevel> {};
+
+TEST_P(SimdKernelTest, DotMatchesPlainLoop) {
+  const SimdKernels& kernels = SimdKernelsFor(GetParam());
+  std::mt19937 rng(7);
+  for (DType dtype : kDTypes) {
+    for (size_t n : kSizes) {
+      const Stored a = MakeStored(dtype, n, rng);
+      const std::vector<float> b = RandomFloats(n, rng);
+      double want = 0.0, magnitude = 0.0;
+      for (size_t i = 0; i < n; ++i) {
+        want += static_cast<double>(a.values[i]) * b[i];
+        magnitude += std::abs(static_cast<double>(a.values[i]) * b[i]);
+      }
+      const float got = kernels.dot(dtype)(a.data(dtype), b.data(), n);
+      // f32 accumulation: error bounded by n * eps * sum |terms|.
+      EXPECT_NEAR(got, want, 1e-6 * (n + 1) * (magnitude + 1e-30) + 1e-7)
+          << SimdLevelName(GetParam()) << " " << DTypeName(dtype) << " n=" << n;
+    }
+  }
+}
+
+TEST_P(SimdKernelTest, Dot4MatchesFourPlainLoops) {
+  const SimdKernels& kernels = SimdKernelsFor(GetParam());
+  std::mt19937 rng(9);
+  for (DType dtype : kDTypes) {
+    for (size_t n : kSizes) {
+      const Stored a = MakeStored(dtype, n, rng);
+      const size_t ld = n + 3;  // Rows not packed: the stride is honoured.
+      const std::vector<float> x = RandomFloats(4 * ld, rng);
+      float got[4];
+      kernels.dot4(dtype)(a.data(dtype), x.data(), ld, n, got);
+      for (int r = 0; r < 4; ++r) {
+        double want = 0.0, magnitude = 0.0;
+        for (size_t i = 0; i < n; ++i) {
+          want += static_cast<double>(a.values[i]) * x[r * ld + i];
+          magnitude += std::abs(static_cast<double>(a.values[i]) * x[r * ld + i]);
+        }
+        EXPECT_NEAR(got[r], want, 1e-6 * (n + 1) * (magnitude + 1e-30) + 1e-7)
+            << SimdLevelName(GetParam()) << " " << DTypeName(dtype) << " n=" << n << " r=" << r;
+      }
+    }
+  }
+}
+
+TEST_P(SimdKernelTest, WidenIsExact) {
+  const SimdKernels& kernels = SimdKernelsFor(GetParam());
+  std::mt19937 rng(13);
+  for (DType dtype : kDTypes) {
+    for (size_t n : kSizes) {
+      const Stored a = MakeStored(dtype, n, rng);
+      std::vector<float> out(n + 1, -7.0f);
+      kernels.widen(dtype)(a.data(dtype), out.data(), n);
+      for (size_t i = 0; i < n; ++i) {
+        ASSERT_EQ(out[i], a.values[i])
+            << SimdLevelName(GetParam()) << " " << DTypeName(dtype) << " n=" << n << " i=" << i;
+      }
+      EXPECT_EQ(out[n], -7.0f) << "wrote past the end, n=" << n;
+    }
+  }
+}
+
+TEST_P(SimdKernelTest, AxpyMatchesPlainLoop) {
+  const SimdKernels& kernels = SimdKernelsFor(GetParam());
+  std::mt19937 rng(11);
+  for (DType dtype : kDTypes) {
+    for (size_t n : kSizes) {
+      const Stored x = MakeStored(dtype, n, rng);
+      std::vector<float> y = RandomFloats(n + 1, rng);  // One guard element past n.
+      const std::vector<float> before = y;
+      kernels.axpy(dtype)(0.75f, x.data(dtype), y.data(), n);
+      for (size_t i = 0; i < n; ++i) {
+        EXPECT_NEAR(y[i], before[i] + 0.75 * x.values[i], 1e-6)
+            << SimdLevelName(GetParam()) << " " << DTypeName(dtype) << " n=" << n << " i=" << i;
+      }
+      EXPECT_EQ(y[n], before[n]) << "wrote past the end, n=" << n;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Levels, SimdKernelTest, testing::ValuesIn(SupportedSimdLevels()),
+                         [](const testing::TestParamInfo<SimdLevel>& info) {
+                           return std::string(SimdLevelName(info.param));
+                         });
+
+TEST(SimdLevelTest, PlainIsAlwaysSupportedAndBestIsLast) {
+  const std::vector<SimdLevel> levels = SupportedSimdLevels();
+  ASSERT_FALSE(levels.empty());
+  EXPECT_EQ(levels.front(), SimdLevel::kPlain);
+  EXPECT_EQ(levels.back(), BestSimdLevel());
+}
+
+}  // namespace
+}  // namespace pagoda::worker

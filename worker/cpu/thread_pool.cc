@@ -1,0 +1,141 @@
+#include "worker/cpu/thread_pool.h"
+
+#include <sched.h>
+
+#include <algorithm>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace pagoda::worker {
+namespace {
+
+// Set on pool workers, so nested ParallelFors run inline.
+thread_local bool in_pool_task = false;
+
+// Polls before sleeping: tens of microseconds (pause is 10-140 cycles).
+constexpr int kSpinIterations = 2000;
+constexpr uint64_t kClosed = uint64_t{1} << 31;
+constexpr uint64_t kCountMask = kClosed - 1;
+
+inline void CpuRelax() {
+#if defined(__x86_64__)
+  _mm_pause();
+#endif
+}
+
+}  // namespace
+
+int AvailableCpuCount() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    const int count = CPU_COUNT(&set);
+    if (count > 0) return count;
+  }
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+ThreadPool::ThreadPool(int num_threads) {
+  for (int i = 1; i < std::max(1, num_threads); ++i) {
+    workers_.emplace_back([this] { WorkerLoop(); });
+  }
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+    generation_.fetch_add(1, std::memory_order_release);
+  }
+  wake_.notify_all();
+  for (std::thread& worker : workers_) worker.join();
+}
+
+void ThreadPool::RunChunks() {
+  for (;;) {
+    const int64_t chunk = next_chunk_.fetch_add(1, std::memory_order_relaxed);
+    const int64_t begin = chunk * chunk_size_;
+    if (begin >= task_size_) return;
+    (*task_)(begin, std::min(task_size_, begin + chunk_size_));
+  }
+}
+
+void ThreadPool::WorkerLoop() {
+  in_pool_task = true;
+  uint64_t seen = 0;
+  for (;;) {
+    uint64_t current = generation_.load(std::memory_order_acquire);
+    for (int i = 0; current == seen && i < kSpinIterations; ++i) {
+      CpuRelax();
+      current = generation_.load(std::memory_order_acquire);
+    }
+    if (current == seen) {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
+      current = generation_.load(std::memory_order_acquire);
+    }
+    seen = current;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (stop_) return;
+    }
+    uint64_t state = task_state_.load(std::memory_order_acquire);
+    const uint64_t generation_tag = (current & 0xffffffffu) << 32;
+    bool joined = false;
+    while ((state & ~kCountMask & ~kClosed) == generation_tag && (state & kClosed) == 0) {
+      if (task_state_.compare_exchange_weak(state, state + 1, std::memory_order_acq_rel)) {
+        joined = true;
+        break;
+      }
+    }
+    if (!joined) continue;
+    RunChunks();
+    task_state_.fetch_sub(1, std::memory_order_acq_rel);
+  }
+}
+
+void ThreadPool::ParallelFor(int64_t n, int64_t grain,
+                             const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  grain = std::max<int64_t>(1, grain);
+  if (workers_.empty() || n <= grain || in_pool_task) {
+    fn(0, n);
+    return;
+  }
+  // About four chunks per thread balances load when another process takes a
+  // core for a while, without making chunks needlessly small.
+  const int64_t target_chunks = 4 * static_cast<int64_t>(num_threads());
+  task_ = &fn;
+  task_size_ = n;
+  chunk_size_ = std::max(grain, (n + target_chunks - 1) / target_chunks);
+  next_chunk_.store(0, std::memory_order_relaxed);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const uint64_t generation = generation_.load(std::memory_order_relaxed) + 1;
+    task_state_.store((generation & 0xffffffffu) << 32, std::memory_order_release);
+    generation_.store(generation, std::memory_order_release);
+  }
+  wake_.notify_all();
+  in_pool_task = true;
+  RunChunks();
+  in_pool_task = false;
+  // Close the task once no worker is inside it; after that none can join,
+  // so task_ may be replaced.
+  uint64_t state = task_state_.load(std::memory_order_acquire);
+  for (int i = 0;; ++i) {
+    if ((state & kCountMask) == 0 &&
+        task_state_.compare_exchange_weak(state, state | kClosed, std::memory_order_acq_rel)) {
+      break;
+    }
+    if (i < kSpinIterations) {
+      CpuRelax();
+    } else {
+      std::this_thread::yield();
+    }
+    state = task_state_.load(std::memory_order_acquire);
+  }
+}
+
+}  // namespace pagoda::worker

@@ -1,0 +1,69 @@
+#ifndef PAGODA_WORKER_CPU_THREAD_POOL_H_
+#define PAGODA_WORKER_CPU_THREAD_POOL_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace pagoda::worker {
+
+// The number of CPUs this process may run on (sched_getaffinity), at least 1.
+// Unlike hardware_concurrency it honours taskset and cgroup cpusets.
+int AvailableCpuCount();
+
+// One persistent pool for the whole worker: GEMMs, attention and element-wise
+// ops all run on it, so no op spawns threads and no two pools fight for the
+// cores. The calling thread takes part in every ParallelFor, so a pool of N
+// threads starts N - 1 workers.
+//
+// Idle workers spin briefly (a step issues dozens of ParallelFors a few
+// microseconds apart; waking a sleeping thread costs more than the work), then
+// sleep on a condition variable, so an idle worker costs no CPU.
+//
+// Thread safety: ParallelFor is for one caller at a time. A ParallelFor called
+// from inside a task runs inline on the calling worker (no nesting deadlock).
+class ThreadPool {
+ public:
+  // REQUIRES: num_threads >= 1.
+  explicit ThreadPool(int num_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int num_threads() const { return static_cast<int>(workers_.size()) + 1; }
+
+  // Calls fn(begin, end) over disjoint ranges covering [0, n) exactly once,
+  // each range at least `grain` long (except the last), and returns when all
+  // calls have returned. Ranges are handed out dynamically, so a thread slowed
+  // by other processes takes fewer of them. n <= grain runs inline.
+  void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+
+ private:
+  void WorkerLoop();
+  void RunChunks();
+
+  std::vector<std::thread> workers_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stop_ = false;
+  std::atomic<uint64_t> generation_{0};
+  // Who is inside the current task: generation (high 32 bits), a closed flag
+  // (bit 31) and the number of workers running chunks (low bits). Workers
+  // join only an open task of their generation, and the caller closes it once
+  // no worker is inside, so it never waits for a worker that a busy machine
+  // has not scheduled yet: late workers find the task closed and skip it.
+  std::atomic<uint64_t> task_state_{0};
+  // The current task; written only while no worker is running a task.
+  const std::function<void(int64_t, int64_t)>* task_ = nullptr;
+  int64_t task_size_ = 0;
+  int64_t chunk_size_ = 1;
+  std::atomic<int64_t> next_chunk_{0};
+};
+
+}  // namespace pagoda::worker
+
+#endif  // PAGODA_WORKER_CPU_THREAD_POOL_H_
