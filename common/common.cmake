@@ -1,13 +1,20 @@
 # pagoda_common: dtypes, HF config.json, safetensors weights, tokenizer.
 add_library(pagoda_common STATIC
+  ${CMAKE_CURRENT_LIST_DIR}/bpe_model.cc
+  ${CMAKE_CURRENT_LIST_DIR}/byte_level.cc
+  ${CMAKE_CURRENT_LIST_DIR}/hf_decoders.cc
+  ${CMAKE_CURRENT_LIST_DIR}/hf_normalizers.cc
+  ${CMAKE_CURRENT_LIST_DIR}/hf_pre_tokenizers.cc
+  ${CMAKE_CURRENT_LIST_DIR}/hf_tokenizer.cc
+  ${CMAKE_CURRENT_LIST_DIR}/utf8.cc
   ${CMAKE_CURRENT_LIST_DIR}/dtype.cc
   ${CMAKE_CURRENT_LIST_DIR}/model_config.cc
   ${CMAKE_CURRENT_LIST_DIR}/safetensors.cc
   ${CMAKE_CURRENT_LIST_DIR}/sentencepiece_adapter.cc
   ${CMAKE_CURRENT_LIST_DIR}/tokenizer.cc)
 target_link_libraries(pagoda_common PUBLIC
-  absl::status absl::statusor absl::strings nlohmann_json::nlohmann_json
-  glog::glog ${CMAKE_DL_LIBS})
+  absl::status absl::statusor absl::strings absl::str_format absl::flat_hash_map
+  nlohmann_json::nlohmann_json glog::glog ICU::uc ICU::i18n ${CMAKE_DL_LIBS})
 
 # libsentencepiece embeds its own protobuf 3.14, which clashes with gRPC's
 # libprotobuf 3.21 in one process; this shim is dlopen'ed with RTLD_DEEPBIND
@@ -42,3 +49,9 @@ target_link_libraries(pagoda_flags PUBLIC absl::flags absl::flags_reflection abs
 pagoda_add_test(common_flags_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/flags_test.cc
   LIBS pagoda_flags)
+pagoda_add_test(common_utf8_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/utf8_test.cc
+  LIBS pagoda_common)
+pagoda_add_test(common_hf_tokenizer_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/hf_tokenizer_test.cc
+  LIBS pagoda_common)

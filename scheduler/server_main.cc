@@ -109,6 +109,10 @@ absl::Status Serve() {
   if (!model.ok()) return model.status();
   absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::Load(model_dir);
   if (!tokenizer.ok()) return tokenizer.status();
+  LOG(INFO) << "tokenizer: "
+            << (*tokenizer != nullptr
+                    ? absl::StrCat((*tokenizer)->kind(), ", ", (*tokenizer)->vocab_size(), " tokens")
+                    : std::string("none (token ids only)"));
   absl::StatusOr<PreemptionMode> preemption_mode =
       ParsePreemptionMode(absl::GetFlag(FLAGS_preemption_mode));
   if (!preemption_mode.ok()) return preemption_mode.status();
