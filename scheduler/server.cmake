@@ -8,7 +8,8 @@ add_library(pagoda_server_lib STATIC
   ${CMAKE_CURRENT_LIST_DIR}/api/request_detokenizer.cc
   ${CMAKE_CURRENT_LIST_DIR}/api/request_output.cc
   ${CMAKE_CURRENT_LIST_DIR}/api/request_reactors.cc
-  ${CMAKE_CURRENT_LIST_DIR}/api/request_validation.cc)
+  ${CMAKE_CURRENT_LIST_DIR}/api/request_validation.cc
+  ${CMAKE_CURRENT_LIST_DIR}/api/stop_strings.cc)
 target_link_libraries(pagoda_server_lib PUBLIC
   pagoda_scheduler_core pagoda_worker_client pagoda_common pagoda_proto
   gRPC::grpc++ gRPC::grpc++_reflection prometheus-cpp::core prometheus-cpp::pull
@@ -38,3 +39,6 @@ pagoda_add_test(scheduler_request_output_test
 pagoda_add_test(scheduler_engine_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine/engine_test.cc
   LIBS pagoda_server_lib pagoda_in_process_worker)
+pagoda_add_test(scheduler_stop_strings_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/api/stop_strings_test.cc
+  LIBS pagoda_server_lib)

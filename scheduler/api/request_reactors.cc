@@ -36,6 +36,15 @@ bool CallTracker::WaitUntilIdle(absl::Duration timeout) {
 
 namespace {
 
+RequestOutput MakeRequestOutput(const ValidatedRequest& request, const Tokenizer* tokenizer) {
+  OutputOptions options;
+  options.stop_strings = request.stop_strings;
+  options.include_stop_str_in_output = request.include_stop_str_in_output;
+  options.num_sequences = request.sampling.n;
+  return RequestOutput(request.request_id, static_cast<int>(request.prompt_token_ids.size()),
+                       tokenizer, std::move(options));
+}
+
 EngineRequest MakeEngineRequest(ValidatedRequest& request, std::shared_ptr<RequestSink> sink) {
   EngineRequest out;
   out.request_id = request.request_id;
@@ -81,17 +90,23 @@ class UnaryCall : public grpc::ServerUnaryReactor {
 // OnFinish, and the call (and `response`) live until Finish.
 class UnarySink : public RequestSink {
  public:
-  UnarySink(UnaryCall* call, GenerateResponse* response, RequestOutput output)
-      : call_(call), response_(response), output_(std::move(output)) {}
+  UnarySink(UnaryCall* call, Engine* engine, GenerateResponse* response, RequestOutput output)
+      : call_(call), engine_(engine), response_(response), output_(std::move(output)) {}
 
-  void OnDelta(const RequestDelta& delta) override { output_.AddDelta(delta); }
-  void OnFinish(const absl::Status& status) override {
+  void OnDelta(const RequestDelta& delta) override {
+    output_.AddDelta(delta);
+    // Stop strings ended every sequence: free the blocks now.
+    if (output_.TakeStopAbort()) engine_->AbortRequest(output_.whole().request_id(), this);
+  }
+  void OnFinish(const absl::Status& engine_status) override {
+    const absl::Status status = output_.FinalStatus(engine_status);
     if (status.ok()) *response_ = output_.whole();
     call_->Finish(ToGrpcStatus(status));
   }
 
  private:
   UnaryCall* call_;
+  Engine* engine_;
   GenerateResponse* response_;
   RequestOutput output_;
 };
@@ -105,7 +120,8 @@ class StreamCall;
 // party starts each write and the Finish) and made outside it.
 class StreamState : public RequestSink {
  public:
-  StreamState(StreamCall* call, RequestOutput output) : call_(call), output_(std::move(output)) {}
+  StreamState(StreamCall* call, Engine* engine, RequestOutput output)
+      : call_(call), engine_(engine), output_(std::move(output)) {}
 
   void OnDelta(const RequestDelta& delta) override;
   void OnFinish(const absl::Status& status) override;
@@ -120,6 +136,7 @@ class StreamState : public RequestSink {
 
   absl::Mutex mu_;
   StreamCall* const call_;  // Valid until finish_started_.
+  Engine* const engine_;
   RequestOutput output_ ABSL_GUARDED_BY(mu_);
   std::deque<GenerateResponse> pending_ ABSL_GUARDED_BY(mu_);
   GenerateResponse in_flight_ ABSL_GUARDED_BY(mu_);
@@ -166,11 +183,17 @@ void StreamCall::Abort() {
 
 void StreamState::OnDelta(const RequestDelta& delta) {
   Action action;
+  bool stop_abort = false;
+  std::string request_id;
   {
     absl::MutexLock lock(&mu_);
     pending_.push_back(output_.AddDelta(delta));
+    stop_abort = output_.TakeStopAbort();
+    request_id = output_.whole().request_id();
     action = NextAction();
   }
+  // Stop strings ended every sequence: free the blocks now.
+  if (stop_abort) engine_->AbortRequest(request_id, this);
   Run(action);
 }
 
@@ -178,7 +201,7 @@ void StreamState::OnFinish(const absl::Status& status) {
   Action action;
   {
     absl::MutexLock lock(&mu_);
-    if (!final_status_.has_value()) final_status_ = ToGrpcStatus(status);
+    if (!final_status_.has_value()) final_status_ = ToGrpcStatus(output_.FinalStatus(status));
     action = NextAction();
   }
   Run(action);
@@ -250,10 +273,8 @@ grpc::ServerUnaryReactor* StartUnaryGenerate(CallTracker* calls, Engine* engine,
                                              const Tokenizer* tokenizer, ValidatedRequest request,
                                              GenerateResponse* response) {
   auto* call = new UnaryCall(calls, engine, request.request_id);
-  auto sink = std::make_shared<UnarySink>(
-      call, response,
-      RequestOutput(request.request_id, static_cast<int>(request.prompt_token_ids.size()),
-                    tokenizer));
+  auto sink =
+      std::make_shared<UnarySink>(call, engine, response, MakeRequestOutput(request, tokenizer));
   absl::Status accepted = engine->AddRequest(MakeEngineRequest(request, sink));
   // gRPC holds back the engine's Finish (and so OnCancel and OnDone) until
   // the reactor is returned, so setting this after AddRequest is safe.
@@ -269,9 +290,7 @@ grpc::ServerWriteReactor<GenerateResponse>* StartStreamGenerate(CallTracker* cal
                                                                 const Tokenizer* tokenizer,
                                                                 ValidatedRequest request) {
   auto* call = new StreamCall(calls, engine, request.request_id);
-  auto state = std::make_shared<StreamState>(
-      call, RequestOutput(request.request_id, static_cast<int>(request.prompt_token_ids.size()),
-                          tokenizer));
+  auto state = std::make_shared<StreamState>(call, engine, MakeRequestOutput(request, tokenizer));
   call->set_state(state);
   absl::Status accepted = engine->AddRequest(MakeEngineRequest(request, state));
   if (accepted.ok()) {
