@@ -35,6 +35,7 @@
 #include "glog/logging.h"
 #include "scheduler/engine/engine.h"
 #include "scheduler/api/frontend.h"
+#include "scheduler/api/http_server.h"
 #include "scheduler/workers/grpc_worker_group.h"
 #include "scheduler/metrics.h"
 #include "scheduler/api/request_validation.h"
@@ -44,6 +45,9 @@ ABSL_FLAG(std::string, served_model_name, "", "Name reported to clients; default
 ABSL_FLAG(std::string, host, "127.0.0.1", "Address to serve gRPC on.");
 ABSL_FLAG(int, port, 50051, "gRPC port; 0 = the OS picks one.");
 ABSL_FLAG(int, metrics_port, 0, "Prometheus /metrics port; 0 = off, -1 = the OS picks one.");
+ABSL_FLAG(int, http_port, 0,
+          "OpenAI-compatible HTTP port (/v1/completions, /v1/chat/completions, /v1/models, "
+          "/health); 0 = off, -1 = the OS picks one.");
 ABSL_FLAG(std::string, device, "cpu", "cpu or cuda.");
 ABSL_FLAG(int, tensor_parallel_size, 1, "Number of workers (tensor-parallel ranks).");
 ABSL_FLAG(std::string, worker_addresses, "",
@@ -238,6 +242,23 @@ absl::Status Serve() {
     workers->Shutdown();
     return server.status();
   }
+  std::unique_ptr<HttpServer> http;
+  if (const int http_port = absl::GetFlag(FLAGS_http_port); http_port != 0) {
+    HttpServerOptions http_options;
+    http_options.host = absl::GetFlag(FLAGS_host);
+    http_options.port = http_port < 0 ? 0 : http_port;  // -1: the OS picks (tests).
+    http_options.model_name = model_name;
+    http_options.max_model_len = max_model_len;
+    absl::StatusOr<std::unique_ptr<HttpServer>> started =
+        HttpServer::Start(http_options, &engine, &validator, tokenizer->get(), ChatRenderer());
+    if (!started.ok()) {
+      engine.Stop();
+      workers->Shutdown();
+      return started.status();
+    }
+    http = *std::move(started);
+    std::cout << "PAGODA_HTTP_LISTENING " << http->port() << std::endl;
+  }
   std::cout << "PAGODA_SERVER_LISTENING " << (*server)->port() << std::endl;
   LOG(INFO) << "serving " << model_name << " on " << absl::GetFlag(FLAGS_host) << ":"
             << (*server)->port();
@@ -247,6 +268,7 @@ absl::Status Serve() {
   LOG(INFO) << "signal " << signal_number << ": draining (up to " << drain_timeout << ")";
   engine.StopAccepting();
   (*server)->SetDraining();
+  if (http != nullptr) http->SetDraining();
   const absl::Time drain_deadline = absl::Now() + drain_timeout;
   if (!engine.WaitUntilIdle(drain_timeout) ||
       !service.WaitForCallsToFinish(drain_deadline - absl::Now())) {
@@ -257,6 +279,7 @@ absl::Status Serve() {
   // Every Generate call has ended by now; what remains are idle client
   // connections, which gRPC would otherwise wait on until the deadline.
   (*server)->Shutdown(absl::Milliseconds(500));
+  if (http != nullptr) http->Shutdown();
   LOG(INFO) << "gRPC server closed; stopping the workers";
   workers->Shutdown();
   LOG(INFO) << "stopped";

@@ -34,8 +34,6 @@ bool CallTracker::WaitUntilIdle(absl::Duration timeout) {
   return mu_.AwaitWithTimeout(absl::Condition(&idle), timeout);
 }
 
-namespace {
-
 RequestOutput MakeRequestOutput(const ValidatedRequest& request, const Tokenizer* tokenizer) {
   OutputOptions options;
   options.stop_strings = request.stop_strings;
@@ -55,6 +53,8 @@ EngineRequest MakeEngineRequest(ValidatedRequest& request, std::shared_ptr<Reque
   out.sink = std::move(sink);
   return out;
 }
+
+namespace {
 
 // ---------------------------------------------------------------- unary
 

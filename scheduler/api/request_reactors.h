@@ -33,6 +33,12 @@ class CallTracker {
   int active_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
+// The RequestOutput (stop strings, n) and the EngineRequest of a validated
+// request: the one submission path that gRPC and HTTP share. MakeEngineRequest
+// moves the prompt out of `request`.
+RequestOutput MakeRequestOutput(const ValidatedRequest& request, const Tokenizer* tokenizer);
+EngineRequest MakeEngineRequest(ValidatedRequest& request, std::shared_ptr<RequestSink> sink);
+
 // Starts one Generate call: submits `request` to `engine` and answers the
 // whole result when the engine finishes it, or the engine's error. A client
 // cancel aborts the request in the engine. Owns itself: deletes itself when
