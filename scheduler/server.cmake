@@ -12,7 +12,11 @@ add_library(pagoda_server_lib STATIC
   ${CMAKE_CURRENT_LIST_DIR}/api/stop_strings.cc
   ${CMAKE_CURRENT_LIST_DIR}/api/http_request_stream.cc
   ${CMAKE_CURRENT_LIST_DIR}/api/http_server.cc
-  ${CMAKE_CURRENT_LIST_DIR}/api/openai_protocol.cc)
+  ${CMAKE_CURRENT_LIST_DIR}/api/openai_protocol.cc
+  ${CMAKE_CURRENT_LIST_DIR}/api/chat_template.cc
+  ${CMAKE_CURRENT_LIST_DIR}/api/jinja_parser.cc
+  ${CMAKE_CURRENT_LIST_DIR}/api/jinja_render.cc
+  ${CMAKE_CURRENT_LIST_DIR}/api/jinja_value.cc)
 target_link_libraries(pagoda_server_lib PUBLIC
   pagoda_scheduler_core pagoda_worker_client pagoda_common pagoda_proto
   gRPC::grpc++ gRPC::grpc++_reflection prometheus-cpp::core prometheus-cpp::pull
@@ -44,4 +48,7 @@ pagoda_add_test(scheduler_engine_test
   LIBS pagoda_server_lib pagoda_in_process_worker)
 pagoda_add_test(scheduler_stop_strings_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/api/stop_strings_test.cc
+  LIBS pagoda_server_lib)
+pagoda_add_test(scheduler_chat_template_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/api/chat_template_test.cc
   LIBS pagoda_server_lib)

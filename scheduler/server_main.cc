@@ -34,6 +34,7 @@
 #include "common/tokenizer.h"
 #include "glog/logging.h"
 #include "scheduler/engine/engine.h"
+#include "scheduler/api/chat_template.h"
 #include "scheduler/api/frontend.h"
 #include "scheduler/api/http_server.h"
 #include "scheduler/workers/grpc_worker_group.h"
@@ -48,6 +49,9 @@ ABSL_FLAG(int, metrics_port, 0, "Prometheus /metrics port; 0 = off, -1 = the OS 
 ABSL_FLAG(int, http_port, 0,
           "OpenAI-compatible HTTP port (/v1/completions, /v1/chat/completions, /v1/models, "
           "/health); 0 = off, -1 = the OS picks one.");
+ABSL_FLAG(std::string, chat_template, "",
+          "Jinja chat template file for /v1/chat/completions; default: the model's "
+          "chat_template.jinja or tokenizer_config.json chat_template.");
 ABSL_FLAG(std::string, device, "cpu", "cpu or cuda.");
 ABSL_FLAG(int, tensor_parallel_size, 1, "Number of workers (tensor-parallel ranks).");
 ABSL_FLAG(std::string, worker_addresses, "",
@@ -106,6 +110,14 @@ int WaitForStopSignal() {
   return signal_number;
 }
 
+// Chat completions through `chat_template`, or none when it is null.
+ChatRenderer ChatRendererOf(const ChatTemplate* chat_template) {
+  if (chat_template == nullptr) return ChatRenderer();
+  return [chat_template](const std::vector<ChatMessage>& messages, bool add_generation_prompt) {
+    return chat_template->Render(messages, add_generation_prompt);
+  };
+}
+
 absl::Status Serve() {
   const std::string model_dir = absl::GetFlag(FLAGS_model);
   if (model_dir.empty()) return absl::InvalidArgumentError("--model is required");
@@ -117,6 +129,11 @@ absl::Status Serve() {
             << (*tokenizer != nullptr
                     ? absl::StrCat((*tokenizer)->kind(), ", ", (*tokenizer)->vocab_size(), " tokens")
                     : std::string("none (token ids only)"));
+  // A template outside the supported Jinja subset stops the start here.
+  absl::StatusOr<std::unique_ptr<ChatTemplate>> chat_template =
+      ChatTemplate::Load(model_dir, absl::GetFlag(FLAGS_chat_template));
+  if (!chat_template.ok()) return chat_template.status();
+  LOG(INFO) << "chat template: " << (*chat_template != nullptr ? "loaded" : "none");
   absl::StatusOr<PreemptionMode> preemption_mode =
       ParsePreemptionMode(absl::GetFlag(FLAGS_preemption_mode));
   if (!preemption_mode.ok()) return preemption_mode.status();
@@ -250,7 +267,8 @@ absl::Status Serve() {
     http_options.model_name = model_name;
     http_options.max_model_len = max_model_len;
     absl::StatusOr<std::unique_ptr<HttpServer>> started =
-        HttpServer::Start(http_options, &engine, &validator, tokenizer->get(), ChatRenderer());
+        HttpServer::Start(http_options, &engine, &validator, tokenizer->get(),
+                          ChatRendererOf(chat_template->get()));
     if (!started.ok()) {
       engine.Stop();
       workers->Shutdown();

@@ -9,7 +9,7 @@ PACKAGES=(
   libabsl-dev libgoogle-glog-dev libgflags-dev prometheus-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev
   libopenblas-dev libsentencepiece-dev sentencepiece libicu-dev libcpp-httplib-dev
-  python3 python3-numpy python3-grpcio python3-protobuf
+  python3 python3-numpy python3-grpcio python3-protobuf python3-jinja2
 )
 
 missing=()

@@ -47,7 +47,9 @@ function startServer(modelDir) {
   const child = spawn(serverBinary, [
     "--model", modelDir, "--served-model-name", "tiny", "--port", "0", "--http-port", "-1",
     "--num-gpu-blocks-override", String(NUM_BLOCKS), "--block-size", "4",
-    "--worker-binary", workerBinary], { stdio: ["ignore", "pipe", "inherit"] });
+    "--worker-binary", workerBinary,
+    "--chat-template", path.join(repo, "tests/chat_template/mistral_style.jinja")],
+    { stdio: ["ignore", "pipe", "inherit"] });
   const ports = {};
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error("server did not start")), 60000);
@@ -172,8 +174,26 @@ try {
   await expectError(client.completions.create({ ...base, prompt: [999999] }), 400, "prompt", "token id outside vocab");
   await expectError(client.completions.create({ ...base, model: "other" }), 404, "other", "unknown model");
   await expectError(client.completions.create({ ...base, stop: [""] }), 400, "stop", "empty stop string");
-  await expectError(client.chat.completions.create({ model: "tiny", messages: [{ role: "user", content: "hi" }] }),
-    400, "chat template", "chat without a template");
+  // Chat through the template given by --chat-template; whole and streamed
+  // agree, and the template's raise_exception is a clear 400.
+  const chatBase = { model: "tiny", temperature: 0, max_tokens: 10, ignore_eos: true,
+    messages: [{ role: "user", content: "hello" }, { role: "assistant", content: "hi" },
+               { role: "user", content: "how are you?" }] };
+  const chat = await client.chat.completions.create(chatBase);
+  check(chat.object === "chat.completion" && chat.choices[0].message.role === "assistant" &&
+    chat.choices[0].message.content.length > 0 && chat.choices[0].finish_reason === "length" &&
+    chat.usage.completion_tokens === 10, "chat completion", JSON.stringify(chat));
+  const chatStream = await collect(await client.chat.completions.create({
+    ...chatBase, stream: true, stream_options: { include_usage: true } }));
+  check(chatStream.text === chat.choices[0].message.content && chatStream.usage?.completion_tokens === 10,
+    "chat stream = whole", JSON.stringify(chatStream));
+  const chatLogprobs = await client.chat.completions.create({ ...chatBase, max_tokens: 3, logprobs: true, top_logprobs: 2 });
+  check(chatLogprobs.choices[0].logprobs.content.length === 3 &&
+    chatLogprobs.choices[0].logprobs.content.every((t) => t.top_logprobs.length === 2),
+    "chat logprobs", JSON.stringify(chatLogprobs.choices[0].logprobs));
+  await expectError(client.chat.completions.create({ ...chatBase, messages: [{ role: "user", content: "a" },
+    { role: "user", content: "b" }] }), 400, "alternate", "template raise_exception");
+  await expectError(client.chat.completions.create({ ...chatBase, messages: [] }), 400, "messages", "no messages");
   const raw = await fetch(`http://127.0.0.1:${ports.http}/v1/completions`, { method: "POST", body: "{not json" });
   const rawBody = await raw.json();
   check(raw.status === 400 && typeof rawBody.error?.message === "string", "malformed JSON", JSON.stringify(rawBody));
