@@ -51,6 +51,7 @@ struct HfTokenizer::Parts {
   std::vector<int> added_by_first_byte[256];  // Indices into `added`, longest first.
   std::vector<std::string> id_to_token;
   int vocab_size = 0;
+  int bos_to_add = -1;
 
   // The leftmost (then longest) added token in text[from..], if any.
   bool FindAdded(const std::string& text, size_t from, AddedMatch* match) const;
@@ -83,6 +84,33 @@ bool HfTokenizer::Parts::FindAdded(const std::string& text, size_t from, AddedMa
 namespace {
 
 absl::Status ParseAddedTokens(const json& root, HfTokenizer::Parts* parts);
+
+// The id of the special token that a TemplateProcessing post-processor (or
+// one inside a Sequence) puts first in a single sequence, or -1.
+int LeadingSpecialToken(const json& processor) {
+  if (!processor.is_object()) return -1;
+  if (processor.value("type", "") == "Sequence" && processor.contains("processors") &&
+      processor["processors"].is_array()) {
+    for (const json& step : processor["processors"]) {
+      const int id = LeadingSpecialToken(step);
+      if (id >= 0) return id;
+    }
+    return -1;
+  }
+  if (processor.value("type", "") != "TemplateProcessing" || !processor.contains("single") ||
+      !processor["single"].is_array() || processor["single"].empty()) {
+    return -1;
+  }
+  const json& first = processor["single"][0];
+  if (!first.is_object() || !first.contains("SpecialToken")) return -1;
+  const std::string name = first["SpecialToken"].value("id", "");
+  const json special = processor.value("special_tokens", json::object());
+  if (!special.contains(name) || !special[name].contains("ids") || !special[name]["ids"].is_array() ||
+      special[name]["ids"].size() != 1 || !special[name]["ids"][0].is_number_integer()) {
+    return -1;
+  }
+  return special[name]["ids"][0].get<int>();
+}
 
 }  // namespace
 
@@ -122,6 +150,10 @@ absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::FromJson(const std::st
   parts->decoder = *std::move(decoder);
   absl::Status added = ParseAddedTokens(root, parts.get());
   if (!added.ok()) return added;
+  parts->bos_to_add = LeadingSpecialToken(root.value("post_processor", json()));
+  if (parts->bos_to_add >= parts->vocab_size) {
+    return absl::InvalidArgumentError("post_processor names a token id outside the vocabulary");
+  }
   return std::unique_ptr<HfTokenizer>(new HfTokenizer(std::move(parts)));
 }
 
@@ -210,6 +242,8 @@ absl::StatusOr<std::string> HfTokenizer::Decode(const std::vector<int>& ids) con
 }
 
 int HfTokenizer::vocab_size() const { return parts_->vocab_size; }
+
+std::optional<int> HfTokenizer::bos_token_to_add() const { return parts_->bos_to_add; }
 
 int HfTokenizer::TokenToId(const std::string& token) const {
   for (const AddedToken& added : parts_->added) {

@@ -32,6 +32,10 @@ class HfTokenizer : public Tokenizer {
   // Keeps special tokens, as the library's decode(skip_special_tokens=false).
   absl::StatusOr<std::string> Decode(const std::vector<int>& ids) const override;
   int vocab_size() const override;
+  // From the post_processor: the special token that TemplateProcessing puts
+  // before a single sequence (Llama 2's <s>, Llama 3.1's
+  // <|begin_of_text|>), else -1 (byte-level files such as Qwen's add none).
+  std::optional<int> bos_token_to_add() const override;
   std::string kind() const override { return "tokenizer.json (BPE)"; }
   // The id of a vocabulary or added token spelled `token`, or -1.
   int TokenToId(const std::string& token) const;

@@ -2,6 +2,7 @@
 #define PAGODA_COMMON_TOKENIZER_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,10 @@ class Tokenizer {
   virtual absl::StatusOr<std::vector<int>> Encode(const std::string& text) const = 0;
   virtual absl::StatusOr<std::string> Decode(const std::vector<int>& ids) const = 0;
   virtual int vocab_size() const = 0;
+  // The token a text prompt starts with, when the tokenizer file says:
+  // -1 for none, nullopt when it has no say (then config.json's
+  // bos_token_id is used).
+  virtual std::optional<int> bos_token_to_add() const { return std::nullopt; }
   // Which kind of file was loaded, for the start-up log.
   virtual std::string kind() const = 0;
 };

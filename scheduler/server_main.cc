@@ -242,6 +242,11 @@ absl::Status Serve() {
   limits.vocab_size = model->vocab_size;
   limits.max_model_len = max_model_len;
   limits.bos_token_id = model->bos_token_id;
+  // A tokenizer.json knows whether its model starts prompts with BOS (Qwen's
+  // config.json names one that its tokenizer never adds).
+  if (*tokenizer != nullptr && (*tokenizer)->bos_token_to_add().has_value()) {
+    limits.bos_token_id = *(*tokenizer)->bos_token_to_add();
+  }
   RequestValidator validator(limits, tokenizer->get(), absl::GetFlag(FLAGS_seed));
   ServedModelInfo info;
   info.model_name = model_name;

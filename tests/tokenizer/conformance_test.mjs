@@ -143,6 +143,11 @@ for (const [name, seed] of models) {
 
   const got = runTool(modelDir, { encode: [...strings, ...invalid], decode: decodeInputs, stream: streamInputs });
   check(got.vocab_size === vocabSize, `${name}: vocab_size ${got.vocab_size} != ${vocabSize}`);
+  // With special tokens the reference adds what the server prepends.
+  const withSpecial = reference.encode("Hello", { add_special_tokens: true }).ids;
+  const without = reference.encode("Hello", { add_special_tokens: false }).ids;
+  const wantBos = withSpecial.length > without.length ? withSpecial[0] : -1;
+  check(got.bos_token_to_add === wantBos, `${name}: BOS ${got.bos_token_to_add} != ${wantBos}`);
   strings.forEach((s, i) => check(same(got.encode[i], expectedIds[i]),
     `${name} encode ${JSON.stringify(s)}: got ${JSON.stringify(got.encode[i])} want ${JSON.stringify(expectedIds[i])}`));
   invalid.forEach((bytes, i) => check(got.encode[strings.length + i].error !== undefined,

@@ -5,7 +5,7 @@
 //
 // request:  {"encode": ["text", ...], "decode": [[ids], ...],
 //            "stream": [[ids], ...]}
-// response: {"kind": "...", "vocab_size": N, "encode": [[ids] or {"error": msg}],
+// response: {"kind": "...", "vocab_size": N, "bos_token_to_add": id or -1, "encode": [[ids] or {"error": msg}],
 //            "decode": [text or {"error": msg}],
 //            "stream": [[hex piece, ...], ...]}
 // "stream" feeds ids one at a time to the server's incremental detokenizer
@@ -81,7 +81,9 @@ int main(int argc, char** argv) {
   const pagoda::Tokenizer& tokenizer = **loaded;
   const std::string input((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
   const json request = json::parse(input);
-  json response = {{"kind", tokenizer.kind()}, {"vocab_size", tokenizer.vocab_size()}};
+  json response = {{"kind", tokenizer.kind()},
+                   {"vocab_size", tokenizer.vocab_size()},
+                   {"bos_token_to_add", tokenizer.bos_token_to_add().value_or(-1)}};
   response["encode"] = json::array();
   for (const json& text : request.value("encode", json::array())) {
     response["encode"].push_back(Encode(tokenizer, text));
