@@ -52,3 +52,6 @@ pagoda_add_test(scheduler_stop_strings_test
 pagoda_add_test(scheduler_chat_template_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/api/chat_template_test.cc
   LIBS pagoda_server_lib)
+pagoda_add_test(scheduler_openai_protocol_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/api/openai_protocol_test.cc
+  LIBS pagoda_server_lib)
