@@ -26,7 +26,8 @@ absl::StatusOr<std::pair<std::string, std::string>> ParseMerge(const json& merge
   if (merge.is_string()) {
     const std::string text = merge.get<std::string>();
     const size_t space = text.find(' ', 1);
-    if (space != std::string::npos) return std::make_pair(text.substr(0, space), text.substr(space + 1));
+    if (space != std::string::npos)
+      return std::make_pair(text.substr(0, space), text.substr(space + 1));
   }
   return absl::InvalidArgumentError(absl::StrCat("bad BPE merge ", merge.dump()));
 }
@@ -107,7 +108,8 @@ void BpeModel::InitialSymbols(std::string_view word, std::vector<int>* symbols) 
     }
     if (byte_fallback_) {
       bool all_bytes_known = true;
-      for (char byte : character) all_bytes_known &= byte_token_ids_[static_cast<uint8_t>(byte)] >= 0;
+      for (char byte : character)
+        all_bytes_known &= byte_token_ids_[static_cast<uint8_t>(byte)] >= 0;
       if (all_bytes_known) {
         for (char byte : character) symbols->push_back(byte_token_ids_[static_cast<uint8_t>(byte)]);
         last_was_unk = false;

@@ -37,7 +37,8 @@ class BpeModel {
     int merged_id;
   };
   static uint64_t PairKey(int left, int right) {
-    return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
+    return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) |
+           static_cast<uint32_t>(right);
   }
   // The initial symbols of `word`: one per character, or its byte tokens.
   void InitialSymbols(std::string_view word, std::vector<int>* symbols) const;

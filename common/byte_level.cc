@@ -62,7 +62,8 @@ std::optional<std::string> ByteLevelToBytes(std::string_view text) {
     if (length == 0 || length > 2) return std::nullopt;
     const unsigned char lead = static_cast<unsigned char>(text[pos]);
     const int code_point =
-        length == 1 ? lead : ((lead & 0x1F) << 6) | (static_cast<unsigned char>(text[pos + 1]) & 0x3F);
+        length == 1 ? lead
+                    : ((lead & 0x1F) << 6) | (static_cast<unsigned char>(text[pos + 1]) & 0x3F);
     if (code_point >= static_cast<int>(alphabet.code_point_to_byte.size()) ||
         alphabet.code_point_to_byte[code_point] < 0) {
       return std::nullopt;

@@ -144,7 +144,8 @@ class MetaspaceDecoder : public Decoder {
 
 class SequenceDecoder : public Decoder {
  public:
-  explicit SequenceDecoder(std::vector<std::unique_ptr<Decoder>> steps) : steps_(std::move(steps)) {}
+  explicit SequenceDecoder(std::vector<std::unique_ptr<Decoder>> steps)
+      : steps_(std::move(steps)) {}
   std::vector<std::string> DecodeChain(std::vector<std::string> tokens) const override {
     for (const auto& step : steps_) tokens = step->DecodeChain(std::move(tokens));
     return tokens;
@@ -182,8 +183,8 @@ absl::StatusOr<std::unique_ptr<Decoder>> ParseDecoder(const json& spec) {
                                             spec["content"].get<std::string>());
   }
   if (type == "Strip" && IsString(spec, "content")) {
-    return std::make_unique<StripDecoder>(spec["content"].get<std::string>(), spec.value("start", 0),
-                                          spec.value("stop", 0));
+    return std::make_unique<StripDecoder>(spec["content"].get<std::string>(),
+                                          spec.value("start", 0), spec.value("stop", 0));
   }
   if (type == "Metaspace") {
     std::string scheme = spec.value("prepend_scheme", "");

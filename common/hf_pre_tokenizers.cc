@@ -27,11 +27,11 @@ class RegexSplitter {
   static absl::StatusOr<std::unique_ptr<RegexSplitter>> Create(const std::string& pattern) {
     UErrorCode error = U_ZERO_ERROR;
     UParseError parse_error;
-    std::unique_ptr<icu::RegexPattern> compiled(icu::RegexPattern::compile(
-        icu::UnicodeString::fromUTF8(pattern), 0, parse_error, error));
+    std::unique_ptr<icu::RegexPattern> compiled(
+        icu::RegexPattern::compile(icu::UnicodeString::fromUTF8(pattern), 0, parse_error, error));
     if (U_FAILURE(error)) {
-      return absl::InvalidArgumentError(absl::StrCat("tokenizer.json: cannot compile split pattern ",
-                                                     pattern, ": ", u_errorName(error)));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tokenizer.json: cannot compile split pattern ", pattern, ": ", u_errorName(error)));
     }
     return std::unique_ptr<RegexSplitter>(new RegexSplitter(std::move(compiled)));
   }
@@ -115,8 +115,8 @@ class MetaspacePreTokenizer : public PreTokenizer {
     std::vector<std::string> out;
     for (size_t i = 0; i < pieces->size(); ++i) {
       std::string piece = absl::StrReplaceAll((*pieces)[i], {{" ", replacement_}});
-      const bool prepend = prepend_scheme_ == "always" ||
-                           (prepend_scheme_ == "first" && first_section && i == 0);
+      const bool prepend =
+          prepend_scheme_ == "always" || (prepend_scheme_ == "first" && first_section && i == 0);
       if (prepend && piece.compare(0, replacement_.size(), replacement_) != 0) {
         piece.insert(0, replacement_);
       }

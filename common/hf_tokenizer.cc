@@ -27,7 +27,9 @@ struct AddedToken {
   bool single_word = false;
 };
 
-bool IsAsciiSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+bool IsAsciiSpace(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
 bool IsWordByte(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
          (static_cast<unsigned char>(c) >= 0x80);
@@ -105,8 +107,9 @@ int LeadingSpecialToken(const json& processor) {
   if (!first.is_object() || !first.contains("SpecialToken")) return -1;
   const std::string name = first["SpecialToken"].value("id", "");
   const json special = processor.value("special_tokens", json::object());
-  if (!special.contains(name) || !special[name].contains("ids") || !special[name]["ids"].is_array() ||
-      special[name]["ids"].size() != 1 || !special[name]["ids"][0].is_number_integer()) {
+  if (!special.contains(name) || !special[name].contains("ids") ||
+      !special[name]["ids"].is_array() || special[name]["ids"].size() != 1 ||
+      !special[name]["ids"][0].is_number_integer()) {
     return -1;
   }
   return special[name]["ids"][0].get<int>();
@@ -189,7 +192,8 @@ absl::Status ParseAddedTokens(const json& root, HfTokenizer::Parts* parts) {
   for (size_t i = 0; i < parts->added.size(); ++i) {
     const AddedToken& token = parts->added[i];
     parts->id_to_token[token.id] = token.content;
-    parts->added_by_first_byte[static_cast<uint8_t>(token.content[0])].push_back(static_cast<int>(i));
+    parts->added_by_first_byte[static_cast<uint8_t>(token.content[0])].push_back(
+        static_cast<int>(i));
   }
   for (std::vector<int>& bucket : parts->added_by_first_byte) {
     std::stable_sort(bucket.begin(), bucket.end(), [parts](int a, int b) {
@@ -231,7 +235,7 @@ absl::StatusOr<std::string> HfTokenizer::Decode(const std::vector<int>& ids) con
   for (int id : ids) {
     if (id < 0 || id >= parts_->vocab_size) {
       return absl::InvalidArgumentError(absl::StrCat("tokenizer decode: token id ", id,
-                                                      " is outside [0, ", parts_->vocab_size, ")"));
+                                                     " is outside [0, ", parts_->vocab_size, ")"));
     }
     tokens.push_back(parts_->id_to_token[id]);
   }

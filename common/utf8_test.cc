@@ -16,7 +16,10 @@ TEST(Utf8Test, ValidatesWellFormedText) {
 }
 
 TEST(Utf8Test, LossyReplacesEachMaximalSubpartOnce) {
-  EXPECT_EQ(Utf8Lossy("a\xE4\xB8" "b"), "a\xEF\xBF\xBD" "b");
+  EXPECT_EQ(Utf8Lossy("a\xE4\xB8"
+                      "b"),
+            "a\xEF\xBF\xBD"
+            "b");
   EXPECT_EQ(Utf8Lossy("\x80\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD");
   EXPECT_EQ(Utf8Lossy("\xF0\x9F\x99"), "\xEF\xBF\xBD");
   EXPECT_EQ(Utf8Lossy("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");

@@ -105,10 +105,11 @@ absl::StatusOr<std::string> ChatTemplate::Render(const std::vector<ChatMessage>&
     list.push_back(jinja::Value(jinja::Dict{{"role", jinja::Value(message.role)},
                                             {"content", jinja::Value(message.content)}}));
   }
-  const jinja::Value context(jinja::Dict{{"messages", jinja::Value(std::move(list))},
-                                         {"add_generation_prompt", jinja::Value(add_generation_prompt)},
-                                         {"bos_token", jinja::Value(bos_token_)},
-                                         {"eos_token", jinja::Value(eos_token_)}});
+  const jinja::Value context(
+      jinja::Dict{{"messages", jinja::Value(std::move(list))},
+                  {"add_generation_prompt", jinja::Value(add_generation_prompt)},
+                  {"bos_token", jinja::Value(bos_token_)},
+                  {"eos_token", jinja::Value(eos_token_)}});
   return template_.Render(context);
 }
 

@@ -10,10 +10,10 @@ namespace pagoda::scheduler {
 namespace {
 
 TEST(ChatTemplateTest, RefusesConstructsOutsideTheSubsetAtLoad) {
-  for (const char* source : {"{% macro m() %}x{% endmacro %}", "{{ x | wordwrap }}",
-                             "{% if x is divisibleby(3) %}{% endif %}", "{% if x %}unclosed",
-                             "{{ 'unterminated }}", "{% for x in y recursive %}{% endfor %}",
-                             "{% set x %}block{% endset %}", "{{ a ? b }}"}) {
+  for (const char* source :
+       {"{% macro m() %}x{% endmacro %}", "{{ x | wordwrap }}",
+        "{% if x is divisibleby(3) %}{% endif %}", "{% if x %}unclosed", "{{ 'unterminated }}",
+        "{% for x in y recursive %}{% endfor %}", "{% set x %}block{% endset %}", "{{ a ? b }}"}) {
     auto loaded = ChatTemplate::FromSource(source, "<s>", "</s>");
     ASSERT_FALSE(loaded.ok()) << source;
     EXPECT_NE(loaded.status().message().find("chat template line"), std::string::npos)

@@ -57,8 +57,10 @@ struct HttpServer::Handlers {
   }
 
   void Models(httplib::Response& res) const {
-    const json model = {{"id", options.model_name},      {"object", "model"},
-                        {"created", started},            {"owned_by", "pagoda"},
+    const json model = {{"id", options.model_name},
+                        {"object", "model"},
+                        {"created", started},
+                        {"owned_by", "pagoda"},
                         {"max_model_len", options.max_model_len}};
     res.set_content(json{{"object", "list"}, {"data", json::array({model})}}.dump(), kJson);
   }
@@ -87,7 +89,8 @@ absl::StatusOr<std::shared_ptr<StreamState>> HttpServer::Handlers::Submit(
       return absl::InvalidArgumentError(
           "messages: this model has no chat template; start the server with --chat-template FILE");
     }
-    if (tokenizer == nullptr) return absl::InvalidArgumentError("messages: the model has no tokenizer");
+    if (tokenizer == nullptr)
+      return absl::InvalidArgumentError("messages: the model has no tokenizer");
     absl::StatusOr<std::string> prompt = chat(parsed->messages, parsed->add_generation_prompt);
     if (!prompt.ok()) return prompt.status();
     // The template writes BOS and other special tokens itself, so the prompt
@@ -118,10 +121,10 @@ void HttpServer::Handlers::Completions(const httplib::Request& req, httplib::Res
   if (!state->request.stream) {
     absl::StatusOr<pagoda::v1::GenerateResponse> whole = state->stream->Whole();
     if (!whole.ok()) return SendError(res, whole.status());
-    res.set_content(MakeOpenAiResponse(state->request, *whole, options.model_name, state->created,
-                                       tokenizer)
-                        .dump(-1, ' ', false, json::error_handler_t::replace),
-                    kJson);
+    res.set_content(
+        MakeOpenAiResponse(state->request, *whole, options.model_name, state->created, tokenizer)
+            .dump(-1, ' ', false, json::error_handler_t::replace),
+        kJson);
     return;
   }
   res.set_header("Cache-Control", "no-cache");
@@ -153,9 +156,9 @@ bool HttpServer::Handlers::Provide(StreamState& state, httplib::DataSink& sink) 
   if (!event->status.ok()) {
     tail = SseEvent(MakeOpenAiError(event->status));
   } else if (state.request.include_usage) {
-    tail = SseEvent(MakeOpenAiUsageChunk(state.request, state.request_id, state.prompt_tokens,
-                                         state.completion_tokens, options.model_name,
-                                         state.created));
+    tail =
+        SseEvent(MakeOpenAiUsageChunk(state.request, state.request_id, state.prompt_tokens,
+                                      state.completion_tokens, options.model_name, state.created));
   }
   tail += "data: [DONE]\n\n";
   const bool ok = sink.write(tail.data(), tail.size());
@@ -178,12 +181,10 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(HttpServerOptions 
   http.set_payload_max_length(options.max_body_bytes);
   http.set_read_timeout(options.read_timeout_seconds, 0);
   http.set_keep_alive_max_count(100);
-  http.Get("/health", [handlers](const httplib::Request&, httplib::Response& res) {
-    handlers->Health(res);
-  });
-  http.Get("/v1/models", [handlers](const httplib::Request&, httplib::Response& res) {
-    handlers->Models(res);
-  });
+  http.Get("/health",
+           [handlers](const httplib::Request&, httplib::Response& res) { handlers->Health(res); });
+  http.Get("/v1/models",
+           [handlers](const httplib::Request&, httplib::Response& res) { handlers->Models(res); });
   http.Post("/v1/completions", [handlers](const httplib::Request& req, httplib::Response& res) {
     handlers->Completions(req, res, /*chat=*/false);
   });
@@ -200,10 +201,9 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(HttpServerOptions 
         absl::StrCat(req.method, " ", req.path, ": HTTP ", res.status));
     res.set_content(MakeOpenAiError(status).dump(), kJson);
   });
-  server->port_ = options.port == 0 ? http.bind_to_any_port(options.host)
-                                    : (http.bind_to_port(options.host, options.port)
-                                           ? options.port
-                                           : -1);
+  server->port_ = options.port == 0
+                      ? http.bind_to_any_port(options.host)
+                      : (http.bind_to_port(options.host, options.port) ? options.port : -1);
   if (server->port_ <= 0) {
     return absl::UnavailableError(
         absl::StrCat("cannot listen for HTTP on ", options.host, ":", options.port));

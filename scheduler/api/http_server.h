@@ -29,9 +29,9 @@ struct HttpServerOptions {
   int port = 0;  // 0 = the OS picks one.
   std::string model_name;
   int max_model_len = 0;
-  int threads = 16;                      // Concurrent connections served.
-  size_t max_body_bytes = 4 << 20;       // Larger bodies get 413.
-  int read_timeout_seconds = 30;         // A client that stalls its request.
+  int threads = 16;                 // Concurrent connections served.
+  size_t max_body_bytes = 4 << 20;  // Larger bodies get 413.
+  int read_timeout_seconds = 30;    // A client that stalls its request.
 };
 
 // OpenAI-compatible HTTP beside gRPC: POST /v1/completions and

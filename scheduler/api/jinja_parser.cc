@@ -53,16 +53,17 @@ void StripLineIndent(const std::string& source, size_t text_begin, size_t open, 
 absl::StatusOr<std::vector<Segment>> Cut(const std::string& source) {
   std::vector<Segment> out;
   size_t pos = 0;
-  bool strip_next = false;     // A "-" closed the previous tag.
-  bool newline_next = false;   // trim_blocks: drop one newline after a block.
+  bool strip_next = false;    // A "-" closed the previous tag.
+  bool newline_next = false;  // trim_blocks: drop one newline after a block.
   while (pos <= source.size()) {
     size_t open = source.find('{', pos);
-    while (open != std::string::npos && open + 1 < source.size() &&
-           source[open + 1] != '{' && source[open + 1] != '%' && source[open + 1] != '#') {
+    while (open != std::string::npos && open + 1 < source.size() && source[open + 1] != '{' &&
+           source[open + 1] != '%' && source[open + 1] != '#') {
       open = source.find('{', open + 1);
     }
     if (open != std::string::npos && open + 1 >= source.size()) open = std::string::npos;
-    std::string text = source.substr(pos, open == std::string::npos ? std::string::npos : open - pos);
+    std::string text =
+        source.substr(pos, open == std::string::npos ? std::string::npos : open - pos);
     if (strip_next) {
       text.erase(0, text.find_first_not_of(" \t\r\n"));
       if (text.find_first_not_of(" \t\r\n") == std::string::npos) text.clear();
@@ -141,7 +142,9 @@ absl::StatusOr<std::vector<Token>> Tokenize(const std::string& text, int line) {
       ++i;
     } else if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
       size_t end = i;
-      while (end < text.size() && (std::isalnum(static_cast<unsigned char>(text[end])) || text[end] == '_')) ++end;
+      while (end < text.size() &&
+             (std::isalnum(static_cast<unsigned char>(text[end])) || text[end] == '_'))
+        ++end;
       out.push_back({Token::Kind::kName, text.substr(i, end - i), Value()});
       i = end;
     } else if (std::isdigit(static_cast<unsigned char>(c))) {
@@ -155,8 +158,9 @@ absl::StatusOr<std::vector<Token>> Tokenize(const std::string& text, int line) {
       }
       const std::string number = text.substr(i, end - i);
       out.push_back({Token::Kind::kNumber, number,
-                     is_float ? Value(std::strtod(number.c_str(), nullptr))
-                              : Value(static_cast<int64_t>(std::strtoll(number.c_str(), nullptr, 10)))});
+                     is_float
+                         ? Value(std::strtod(number.c_str(), nullptr))
+                         : Value(static_cast<int64_t>(std::strtoll(number.c_str(), nullptr, 10)))});
       i = end;
     } else if (c == '\'' || c == '"') {
       std::string value;
@@ -173,9 +177,9 @@ absl::StatusOr<std::vector<Token>> Tokenize(const std::string& text, int line) {
       out.push_back({Token::Kind::kString, value, Value(value)});
       i = end + 1;
     } else {
-      static const char* kOperators[] = {"==", "!=", "<=", ">=", "//", "**", "+", "-", "*", "/",
-                                         "%",  "~",  "<",  ">",  "=",  "(",  ")", "[", "]", "{",
-                                         "}",  ",",  ".",  ":",  "|"};
+      static const char* kOperators[] = {"==", "!=", "<=", ">=", "//", "**", "+", "-", "*",
+                                         "/",  "%",  "~",  "<",  ">",  "=",  "(", ")", "[",
+                                         "]",  "{",  "}",  ",",  ".",  ":",  "|"};
       bool matched = false;
       for (const char* op : kOperators) {
         if (text.compare(i, std::char_traits<char>::length(op), op) == 0) {
@@ -185,7 +189,8 @@ absl::StatusOr<std::vector<Token>> Tokenize(const std::string& text, int line) {
           break;
         }
       }
-      if (!matched) return Error(line, absl::StrCat("unexpected character '", std::string(1, c), "'"));
+      if (!matched)
+        return Error(line, absl::StrCat("unexpected character '", std::string(1, c), "'"));
     }
   }
   out.push_back({Token::Kind::kEnd, "", Value()});
@@ -195,12 +200,12 @@ absl::StatusOr<std::vector<Token>> Tokenize(const std::string& text, int line) {
 // ------------------------------------------------------------------ expressions
 
 // What jinja_render.cc implements; anything else is refused at parse time.
-constexpr const char* kFilters[] = {"trim",  "string", "upper",   "lower", "capitalize", "tojson",
-                                    "length", "count", "first",   "last",  "list",       "reverse",
-                                    "join",  "default", "d",      "int",   "items",      "replace"};
-constexpr const char* kTests[] = {"defined", "undefined", "none",     "string", "number",
-                                  "integer", "boolean",   "mapping",  "sequence", "iterable",
-                                  "true",    "false",     "even",     "odd"};
+constexpr const char* kFilters[] = {"trim",   "string",  "upper", "lower", "capitalize", "tojson",
+                                    "length", "count",   "first", "last",  "list",       "reverse",
+                                    "join",   "default", "d",     "int",   "items",      "replace"};
+constexpr const char* kTests[] = {"defined", "undefined", "none",    "string",   "number",
+                                  "integer", "boolean",   "mapping", "sequence", "iterable",
+                                  "true",    "false",     "even",    "odd"};
 template <size_t N>
 bool IsSupported(const char* const (&names)[N], const std::string& name) {
   for (const char* candidate : names) {
@@ -414,10 +419,14 @@ class ExprParser {
     if (token.kind == Token::Kind::kName) {
       ++pos_;
       ExprPtr literal = Make(Expr::Kind::kLiteral);
-      if (token.text == "true" || token.text == "True") literal->value = Value(true);
-      else if (token.text == "false" || token.text == "False") literal->value = Value(false);
-      else if (token.text == "none" || token.text == "None") literal->value = Value(None{});
-      else return Make(Expr::Kind::kName, token.text);
+      if (token.text == "true" || token.text == "True")
+        literal->value = Value(true);
+      else if (token.text == "false" || token.text == "False")
+        literal->value = Value(false);
+      else if (token.text == "none" || token.text == "None")
+        literal->value = Value(None{});
+      else
+        return Make(Expr::Kind::kName, token.text);
       return literal;
     }
     if (Accept("(")) {

@@ -23,7 +23,9 @@ constexpr size_t kMaxOutputBytes = 16 << 20;
 
 class Renderer {
  public:
-  explicit Renderer(const Value& context) { scopes_.push_back(context.is_dict() ? context.dict() : Dict()); }
+  explicit Renderer(const Value& context) {
+    scopes_.push_back(context.is_dict() ? context.dict() : Dict());
+  }
 
   absl::Status Run(const Node& node, std::string* out);
 
@@ -89,7 +91,8 @@ absl::StatusOr<List> Iterate(const Value& value) {
 }
 
 absl::Status Renderer::Run(const Node& node, std::string* out) {
-  if (out->size() > kMaxOutputBytes) return absl::InvalidArgumentError("chat template output too large");
+  if (out->size() > kMaxOutputBytes)
+    return absl::InvalidArgumentError("chat template output too large");
   switch (node.kind) {
     case Node::Kind::kText:
       out->append(node.text);
@@ -127,7 +130,8 @@ absl::Status Renderer::Run(const Node& node, std::string* out) {
         return absl::OkStatus();
       }
       const Value target = Lookup(node.targets[0]);
-      if (!target.is_dict()) return Fail(*node.expr, absl::StrCat(node.targets[0], " is not a namespace"));
+      if (!target.is_dict())
+        return Fail(*node.expr, absl::StrCat(node.targets[0], " is not a namespace"));
       target.set(node.targets[1], *std::move(value));
       return absl::OkStatus();
     }
@@ -153,7 +157,8 @@ absl::Status Renderer::For(const Node& node, std::string* out) {
     if (!keep.ok()) return keep.status();
     if (keep->truthy()) items.push_back(item);
   }
-  if (items.empty()) return node.children.size() > 1 ? Run(*node.children[1], out) : absl::OkStatus();
+  if (items.empty())
+    return node.children.size() > 1 ? Run(*node.children[1], out) : absl::OkStatus();
   const int64_t length = static_cast<int64_t>(items.size());
   for (int64_t i = 0; i < length; ++i) {
     scopes_.emplace_back();
@@ -211,7 +216,8 @@ absl::StatusOr<Value> Renderer::Eval(const Expr& expr) {
     case Expr::Kind::kAttribute: {
       absl::StatusOr<Value> base = Eval(*expr.args[0]);
       if (!base.ok()) return base;
-      if (base->is_undefined()) return Fail(expr, absl::StrCat("'", expr.name, "' of an undefined value"));
+      if (base->is_undefined())
+        return Fail(expr, absl::StrCat("'", expr.name, "' of an undefined value"));
       if (base->is_dict()) return base->get(expr.name);
       return Value();
     }
@@ -269,7 +275,8 @@ absl::StatusOr<Value> Renderer::Binary(const Expr& expr) {
     if (b.is_string() && a.is_string()) {
       found = b.str().find(a.str()) != std::string::npos;
     } else if (b.is_list()) {
-      found = std::any_of(b.list().begin(), b.list().end(), [&](const Value& v) { return Equal(a, v); });
+      found = std::any_of(b.list().begin(), b.list().end(),
+                          [&](const Value& v) { return Equal(a, v); });
     } else if (b.is_dict() && a.is_string()) {
       found = !b.get(a.str()).is_undefined();
     } else if (!b.is_undefined()) {
@@ -304,7 +311,8 @@ absl::StatusOr<Value> Renderer::Arithmetic(const Expr& expr, const Value& a, con
   }
   if (expr.name == "*" && a.is_string() && b.is_int()) {
     std::string repeated;
-    for (int64_t i = 0; i < b.integer() && repeated.size() < kMaxOutputBytes; ++i) repeated += a.str();
+    for (int64_t i = 0; i < b.integer() && repeated.size() < kMaxOutputBytes; ++i)
+      repeated += a.str();
     return Value(repeated);
   }
   if (!a.is_number() || !b.is_number() || a.is_bool() || b.is_bool()) {
@@ -366,7 +374,11 @@ absl::StatusOr<Value> Renderer::Slice(const Expr& expr) {
   }
   const int64_t step = bounds[2];
   if (step == 0) return Fail(expr, "slice step 0");
-  absl::StatusOr<List> items = base->is_string() ? Iterate(*base) : (base->is_list() ? absl::StatusOr<List>(base->list()) : absl::StatusOr<List>(absl::InvalidArgumentError("not sliceable")));
+  absl::StatusOr<List> items =
+      base->is_string()
+          ? Iterate(*base)
+          : (base->is_list() ? absl::StatusOr<List>(base->list())
+                             : absl::StatusOr<List>(absl::InvalidArgumentError("not sliceable")));
   if (!items.ok()) return Fail(expr, "only strings and lists can be sliced");
   const int64_t size = static_cast<int64_t>(items->size());
   auto clamp = [&](int64_t v, int64_t low, int64_t high) {
@@ -449,11 +461,14 @@ absl::StatusOr<Value> Renderer::Method(const Expr& expr, const Value& self, cons
     if (name == "startswith") return Value(s.rfind(string_arg(0, ""), 0) == 0);
     if (name == "endswith") {
       const std::string suffix = string_arg(0, "");
-      return Value(s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0);
+      return Value(s.size() >= suffix.size() &&
+                   s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0);
     }
     if (name == "upper" || name == "lower") {
       std::string out = s;
-      for (char& c : out) c = name == "upper" ? std::toupper(static_cast<unsigned char>(c)) : std::tolower(static_cast<unsigned char>(c));
+      for (char& c : out)
+        c = name == "upper" ? std::toupper(static_cast<unsigned char>(c))
+                            : std::tolower(static_cast<unsigned char>(c));
       return Value(out);
     }
     if (name == "replace" && args.size() == 2 && !string_arg(0, "").empty()) {
@@ -462,7 +477,8 @@ absl::StatusOr<Value> Renderer::Method(const Expr& expr, const Value& self, cons
     if (name == "split") {
       List parts;
       if (args.empty() || args[0].is_none()) {
-        for (absl::string_view part : absl::StrSplit(s, absl::ByAnyChar(kWhitespace), absl::SkipEmpty())) {
+        for (absl::string_view part :
+             absl::StrSplit(s, absl::ByAnyChar(kWhitespace), absl::SkipEmpty())) {
           parts.push_back(Value(std::string(part)));
         }
       } else if (!string_arg(0, "").empty()) {
@@ -483,7 +499,8 @@ absl::StatusOr<Value> Renderer::Method(const Expr& expr, const Value& self, cons
     }
     if (name == "keys" || name == "values") {
       List out;
-      for (const auto& [key, value] : self.dict()) out.push_back(name == "keys" ? Value(key) : value);
+      for (const auto& [key, value] : self.dict())
+        out.push_back(name == "keys" ? Value(key) : value);
       return Value(std::move(out));
     }
     if (name == "get" && !args.empty()) {
@@ -502,8 +519,10 @@ absl::StatusOr<Value> Renderer::Filter(const Expr& expr) {
   for (size_t i = 1; i < expr.args.size(); ++i) {
     absl::StatusOr<Value> value = Eval(*expr.args[i]);
     if (!value.ok()) return value;
-    if (expr.keywords[i - 1].empty()) args.push_back(*std::move(value));
-    else keywords.emplace_back(expr.keywords[i - 1], *std::move(value));
+    if (expr.keywords[i - 1].empty())
+      args.push_back(*std::move(value));
+    else
+      keywords.emplace_back(expr.keywords[i - 1], *std::move(value));
   }
   const Value& v = *input;
   const std::string& name = expr.name;
@@ -513,7 +532,8 @@ absl::StatusOr<Value> Renderer::Filter(const Expr& expr) {
     std::string out = ToText(v);
     for (size_t i = 0; i < out.size(); ++i) {
       const bool up = name == "upper" || (name == "capitalize" && i == 0);
-      out[i] = up ? std::toupper(static_cast<unsigned char>(out[i])) : std::tolower(static_cast<unsigned char>(out[i]));
+      out[i] = up ? std::toupper(static_cast<unsigned char>(out[i]))
+                  : std::tolower(static_cast<unsigned char>(out[i]));
     }
     return Value(out);
   }
@@ -566,7 +586,8 @@ absl::StatusOr<Value> Renderer::Filter(const Expr& expr) {
   }
   if (name == "int") {
     if (v.is_number()) return Value(static_cast<int64_t>(v.number()));
-    if (v.is_string()) return Value(static_cast<int64_t>(std::strtoll(v.str().c_str(), nullptr, 10)));
+    if (v.is_string())
+      return Value(static_cast<int64_t>(std::strtoll(v.str().c_str(), nullptr, 10)));
     return Value(0);
   }
   if (name == "items" && v.is_dict()) {

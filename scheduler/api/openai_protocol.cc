@@ -145,7 +145,8 @@ absl::Status RefuseUnsupported(const json& body) {
     }
   }
   if (Present(body, "echo") && body["echo"] != false) return Invalid("echo", "is not supported");
-  if (Present(body, "best_of") && body["best_of"] != 1) return Invalid("best_of", "is not supported");
+  if (Present(body, "best_of") && body["best_of"] != 1)
+    return Invalid("best_of", "is not supported");
   return absl::OkStatus();
 }
 
@@ -192,7 +193,8 @@ absl::Status ParseLogprobs(const json& body, OpenAiRequest* out) {
 
 absl::Status ParseStopping(const json& body, int default_max_tokens, OpenAiRequest* out) {
   pagoda::v1::StoppingCriteria* stopping = out->generate.mutable_stopping();
-  const char* max_key = Present(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  const char* max_key =
+      Present(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
   absl::StatusOr<int64_t> max_tokens = Integer(body, max_key, default_max_tokens, 1, INT32_MAX);
   if (!max_tokens.ok()) return max_tokens.status();
   stopping->set_max_tokens(static_cast<int32_t>(*max_tokens));
@@ -264,10 +266,13 @@ json LogprobsJson(const OpenAiRequest& request, const pagoda::v1::SequenceOutput
       json top = json::array();
       for (int i = 0; i < token.top_size() && i < request.top_logprobs; ++i) {
         const std::string alternative = TokenText(tokenizer, token.top(i).token_id());
-        top.push_back({{"token", alternative}, {"logprob", token.top(i).logprob()},
+        top.push_back({{"token", alternative},
+                       {"logprob", token.top(i).logprob()},
                        {"bytes", Bytes(alternative)}});
       }
-      content.push_back({{"token", text}, {"logprob", token.logprob()}, {"bytes", Bytes(text)},
+      content.push_back({{"token", text},
+                         {"logprob", token.logprob()},
+                         {"bytes", Bytes(text)},
                          {"top_logprobs", top}});
     }
     return {{"content", content}};
@@ -287,7 +292,9 @@ json LogprobsJson(const OpenAiRequest& request, const pagoda::v1::SequenceOutput
     offsets.push_back(offset);
     offset += text.size();
   }
-  return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top_logprobs},
+  return {{"tokens", tokens},
+          {"token_logprobs", token_logprobs},
+          {"top_logprobs", top_logprobs},
           {"text_offset", offsets}};
 }
 
@@ -423,7 +430,8 @@ int HttpStatusOf(const absl::Status& status) {
 json MakeOpenAiError(const absl::Status& status) {
   const int http_status = HttpStatusOf(status);
   std::string type = "internal_error";
-  if (http_status == 400 || http_status == 404 || http_status == 409) type = "invalid_request_error";
+  if (http_status == 400 || http_status == 404 || http_status == 409)
+    type = "invalid_request_error";
   if (http_status == 401 || http_status == 403) type = "authentication_error";
   if (http_status == 429) type = "rate_limit_error";
   if (http_status == 503) type = "service_unavailable";

@@ -53,11 +53,20 @@ TEST(OpenAiProtocolTest, BadFieldsAreInvalidArgumentNamingTheField) {
   struct Case {
     const char* field;
     json value;
-  } cases[] = {{"max_tokens", -1},        {"max_tokens", "8"},        {"temperature", 3},
-               {"top_p", 0},              {"n", 0},                   {"seed", -5},
-               {"stop", 5},               {"stop", json::array({1})}, {"logprobs", 21},
-               {"stream", "yes"},         {"presence_penalty", 0.5},  {"logit_bias", {{"1", 2}}},
-               {"prompt", json::array()}, {"prompt", json::array({-1})}};
+  } cases[] = {{"max_tokens", -1},
+               {"max_tokens", "8"},
+               {"temperature", 3},
+               {"top_p", 0},
+               {"n", 0},
+               {"seed", -5},
+               {"stop", 5},
+               {"stop", json::array({1})},
+               {"logprobs", 21},
+               {"stream", "yes"},
+               {"presence_penalty", 0.5},
+               {"logit_bias", {{"1", 2}}},
+               {"prompt", json::array()},
+               {"prompt", json::array({-1})}};
   for (const Case& c : cases) {
     json body = base;
     body[c.field] = c.value;
@@ -68,7 +77,8 @@ TEST(OpenAiProtocolTest, BadFieldsAreInvalidArgumentNamingTheField) {
   EXPECT_FALSE(ParseError(json{{"prompt", "hi"}}).ok());  // No model.
   EXPECT_FALSE(ParseError(json::array()).ok());
   EXPECT_FALSE(ParseError(json{{"model", "m"}, {"messages", json::array()}}, true).ok());
-  EXPECT_FALSE(ParseError(json{{"model", "m"}, {"stream_options", json::object()}, {"prompt", "x"}}).ok());
+  EXPECT_FALSE(
+      ParseError(json{{"model", "m"}, {"stream_options", json::object()}, {"prompt", "x"}}).ok());
 }
 
 TEST(OpenAiProtocolTest, ErrorsHaveOpenAisShapeAndStatus) {

@@ -4,9 +4,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "common/tokenizer.h"
 #include "pagoda/v1/generation.pb.h"
-#include "absl/status/status.h"
 #include "scheduler/api/request_detokenizer.h"
 #include "scheduler/api/stop_strings.h"
 #include "scheduler/engine/scheduler.h"

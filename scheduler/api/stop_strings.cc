@@ -72,8 +72,8 @@ absl::Status CheckStopStrings(const std::vector<std::string>& stop_strings, bool
     const std::string& stop = stop_strings[i];
     if (stop.empty() || stop.size() > static_cast<size_t>(kMaxStopStringBytes) ||
         !IsValidUtf8(stop)) {
-      return absl::InvalidArgumentError(absl::StrCat(field, "[", i, "]: must be 1 to ",
-                                                     kMaxStopStringBytes, " bytes of UTF-8"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, "[", i, "]: must be 1 to ", kMaxStopStringBytes, " bytes of UTF-8"));
     }
   }
   return absl::OkStatus();

@@ -55,7 +55,8 @@ TEST(CheckStopStringsTest, BoundsAndNeedsATokenizer) {
   EXPECT_FALSE(CheckStopStrings({"a"}, false, "stop").ok());
   EXPECT_FALSE(CheckStopStrings({""}, true, "stop").ok());
   EXPECT_FALSE(CheckStopStrings({std::string(kMaxStopStringBytes + 1, 'a')}, true, "stop").ok());
-  EXPECT_FALSE(CheckStopStrings(std::vector<std::string>(kMaxStopStrings + 1, "a"), true, "stop").ok());
+  EXPECT_FALSE(
+      CheckStopStrings(std::vector<std::string>(kMaxStopStrings + 1, "a"), true, "stop").ok());
   const absl::Status bad = CheckStopStrings({"ok", "\xFF"}, true, "stop");
   EXPECT_NE(bad.message().find("stop[1]"), std::string::npos) << bad;
 }

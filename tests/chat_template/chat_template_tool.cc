@@ -24,7 +24,8 @@ int main(int argc, char** argv) {
   std::ifstream file(argv[1], std::ios::binary);
   std::stringstream source;
   source << file.rdbuf();
-  const std::string input((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+  const std::string input((std::istreambuf_iterator<char>(std::cin)),
+                          std::istreambuf_iterator<char>());
   const json request = json::parse(input);
   auto chat = pagoda::scheduler::ChatTemplate::FromSource(
       source.str(), request.value("bos_token", ""), request.value("eos_token", ""));
@@ -36,7 +37,8 @@ int main(int argc, char** argv) {
   for (const json& item : request["cases"]) {
     std::vector<pagoda::scheduler::ChatMessage> messages;
     for (const json& message : item["messages"]) {
-      messages.push_back({message["role"].get<std::string>(), message["content"].get<std::string>()});
+      messages.push_back(
+          {message["role"].get<std::string>(), message["content"].get<std::string>()});
     }
     auto text = (*chat)->Render(messages, item.value("add_generation_prompt", false));
     results.push_back(text.ok() ? json{{"text", *text}}

