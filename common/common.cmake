@@ -1,5 +1,12 @@
 # pagoda_common: dtypes, HF config.json, safetensors weights, tokenizer.
 add_library(pagoda_common STATIC
+  ${CMAKE_CURRENT_LIST_DIR}/bpe_model.cc
+  ${CMAKE_CURRENT_LIST_DIR}/byte_level.cc
+  ${CMAKE_CURRENT_LIST_DIR}/hf_decoders.cc
+  ${CMAKE_CURRENT_LIST_DIR}/hf_normalizers.cc
+  ${CMAKE_CURRENT_LIST_DIR}/hf_pre_tokenizers.cc
+  ${CMAKE_CURRENT_LIST_DIR}/hf_tokenizer.cc
+  ${CMAKE_CURRENT_LIST_DIR}/utf8.cc
   ${CMAKE_CURRENT_LIST_DIR}/dtype.cc
   ${CMAKE_CURRENT_LIST_DIR}/model_config.cc
   ${CMAKE_CURRENT_LIST_DIR}/safetensors.cc
@@ -8,8 +15,8 @@ add_library(pagoda_common STATIC
   ${CMAKE_CURRENT_LIST_DIR}/tensor_slice.cc
   ${CMAKE_CURRENT_LIST_DIR}/tokenizer.cc)
 target_link_libraries(pagoda_common PUBLIC
-  absl::status absl::statusor absl::strings nlohmann_json::nlohmann_json
-  glog::glog ${CMAKE_DL_LIBS})
+  absl::status absl::statusor absl::strings absl::str_format absl::flat_hash_map
+  nlohmann_json::nlohmann_json glog::glog ICU::uc ICU::i18n ${CMAKE_DL_LIBS})
 
 # libsentencepiece embeds its own protobuf 3.14, which clashes with gRPC's
 # libprotobuf 3.21 in one process; this shim is dlopen'ed with RTLD_DEEPBIND
@@ -61,3 +68,9 @@ pagoda_add_test(common_worker_secret_test
 # TLS credentials from PEM files, for every gRPC server and client of Pagoda.
 add_library(pagoda_tls STATIC ${CMAKE_CURRENT_LIST_DIR}/tls_credentials.cc)
 target_link_libraries(pagoda_tls PUBLIC gRPC::grpc++ absl::status absl::statusor absl::strings)
+pagoda_add_test(common_utf8_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/utf8_test.cc
+  LIBS pagoda_common)
+pagoda_add_test(common_hf_tokenizer_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/hf_tokenizer_test.cc
+  LIBS pagoda_common)

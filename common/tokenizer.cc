@@ -5,12 +5,14 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/hf_tokenizer.h"
 #include "common/sentencepiece_adapter.h"
 
 namespace pagoda {
 namespace {
 
 constexpr char kTokenizerFile[] = "tokenizer.model";
+constexpr char kHfTokenizerFile[] = "tokenizer.json";
 
 class SentencePieceTokenizer : public Tokenizer {
  public:
@@ -44,6 +46,7 @@ class SentencePieceTokenizer : public Tokenizer {
   }
 
   int vocab_size() const override { return processor_->piece_size(); }
+  std::string kind() const override { return "tokenizer.model (sentencepiece)"; }
 
  private:
   const std::unique_ptr<SentencePieceAdapter> processor_;
@@ -52,8 +55,14 @@ class SentencePieceTokenizer : public Tokenizer {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& model_dir) {
-  const std::filesystem::path path = std::filesystem::path(model_dir) / kTokenizerFile;
   std::error_code error;
+  const std::filesystem::path hf_path = std::filesystem::path(model_dir) / kHfTokenizerFile;
+  if (std::filesystem::exists(hf_path, error)) {
+    absl::StatusOr<std::unique_ptr<HfTokenizer>> hf = HfTokenizer::FromFile(hf_path.string());
+    if (!hf.ok()) return hf.status();
+    return std::unique_ptr<Tokenizer>(*std::move(hf));
+  }
+  const std::filesystem::path path = std::filesystem::path(model_dir) / kTokenizerFile;
   if (!std::filesystem::exists(path, error)) return std::unique_ptr<Tokenizer>();
   auto processor = std::make_unique<SentencePieceAdapter>();
   const std::string load_error = processor->Load(path.string());

@@ -10,12 +10,20 @@ add_library(pagoda_server_lib STATIC
   ${CMAKE_CURRENT_LIST_DIR}/api/request_output.cc
   ${CMAKE_CURRENT_LIST_DIR}/api/request_reactors.cc
   ${CMAKE_CURRENT_LIST_DIR}/api/request_validation.cc
-  ${CMAKE_CURRENT_LIST_DIR}/api/validation_pool.cc)
+  ${CMAKE_CURRENT_LIST_DIR}/api/validation_pool.cc
+  ${CMAKE_CURRENT_LIST_DIR}/api/stop_strings.cc
+  ${CMAKE_CURRENT_LIST_DIR}/api/http_request_stream.cc
+  ${CMAKE_CURRENT_LIST_DIR}/api/http_server.cc
+  ${CMAKE_CURRENT_LIST_DIR}/api/openai_protocol.cc
+  ${CMAKE_CURRENT_LIST_DIR}/api/chat_template.cc
+  ${CMAKE_CURRENT_LIST_DIR}/api/jinja_parser.cc
+  ${CMAKE_CURRENT_LIST_DIR}/api/jinja_render.cc
+  ${CMAKE_CURRENT_LIST_DIR}/api/jinja_value.cc)
 target_link_libraries(pagoda_server_lib PUBLIC
   pagoda_scheduler_core pagoda_worker_client pagoda_common pagoda_tls pagoda_proto
   gRPC::grpc++ gRPC::grpc++_reflection prometheus-cpp::core prometheus-cpp::pull
   absl::status absl::statusor absl::strings absl::str_format absl::synchronization absl::time
-  absl::flat_hash_map absl::flat_hash_set glog::glog Threads::Threads)
+  absl::flat_hash_map absl::flat_hash_set glog::glog Threads::Threads PkgConfig::HTTPLIB)
 
 # A WorkerGroup over an in-process ModelRunner, for fast engine tests.
 add_library(pagoda_in_process_worker STATIC
@@ -46,3 +54,12 @@ pagoda_add_test(scheduler_recovery_test
 pagoda_add_test(scheduler_engine_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine/engine_test.cc
   LIBS pagoda_server_lib pagoda_in_process_worker)
+pagoda_add_test(scheduler_stop_strings_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/api/stop_strings_test.cc
+  LIBS pagoda_server_lib)
+pagoda_add_test(scheduler_chat_template_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/api/chat_template_test.cc
+  LIBS pagoda_server_lib)
+pagoda_add_test(scheduler_openai_protocol_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/api/openai_protocol_test.cc
+  LIBS pagoda_server_lib)

@@ -38,7 +38,9 @@
 #include "common/worker_secret.h"
 #include "glog/logging.h"
 #include "scheduler/engine/engine.h"
+#include "scheduler/api/chat_template.h"
 #include "scheduler/api/frontend.h"
+#include "scheduler/api/http_server.h"
 #include "scheduler/workers/grpc_worker_group.h"
 #include "scheduler/metrics.h"
 #include "scheduler/api/request_validation.h"
@@ -48,6 +50,12 @@ ABSL_FLAG(std::string, served_model_name, "", "Name reported to clients; default
 ABSL_FLAG(std::string, host, "127.0.0.1", "Address to serve gRPC on.");
 ABSL_FLAG(int, port, 50051, "gRPC port; 0 = the OS picks one.");
 ABSL_FLAG(int, metrics_port, 0, "Prometheus /metrics port; 0 = off, -1 = the OS picks one.");
+ABSL_FLAG(int, http_port, 0,
+          "OpenAI-compatible HTTP port (/v1/completions, /v1/chat/completions, /v1/models, "
+          "/health); 0 = off, -1 = the OS picks one.");
+ABSL_FLAG(std::string, chat_template, "",
+          "Jinja chat template file for /v1/chat/completions; default: the model's "
+          "chat_template.jinja or tokenizer_config.json chat_template.");
 ABSL_FLAG(std::string, device, "cpu", "cpu or cuda.");
 ABSL_FLAG(int, tensor_parallel_size, 1, "Number of workers (tensor-parallel ranks).");
 ABSL_FLAG(std::string, worker_addresses, "",
@@ -136,6 +144,14 @@ int WaitForStopSignal() {
   return signal_number;
 }
 
+// Chat completions through `chat_template`, or none when it is null.
+ChatRenderer ChatRendererOf(const ChatTemplate* chat_template) {
+  if (chat_template == nullptr) return ChatRenderer();
+  return [chat_template](const std::vector<ChatMessage>& messages, bool add_generation_prompt) {
+    return chat_template->Render(messages, add_generation_prompt);
+  };
+}
+
 absl::Status Serve() {
   const std::string model_dir = absl::GetFlag(FLAGS_model);
   if (model_dir.empty()) return absl::InvalidArgumentError("--model is required");
@@ -143,6 +159,15 @@ absl::Status Serve() {
   if (!model.ok()) return model.status();
   absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::Load(model_dir);
   if (!tokenizer.ok()) return tokenizer.status();
+  LOG(INFO) << "tokenizer: "
+            << (*tokenizer != nullptr
+                    ? absl::StrCat((*tokenizer)->kind(), ", ", (*tokenizer)->vocab_size(), " tokens")
+                    : std::string("none (token ids only)"));
+  // A template outside the supported Jinja subset stops the start here.
+  absl::StatusOr<std::unique_ptr<ChatTemplate>> chat_template =
+      ChatTemplate::Load(model_dir, absl::GetFlag(FLAGS_chat_template));
+  if (!chat_template.ok()) return chat_template.status();
+  LOG(INFO) << "chat template: " << (*chat_template != nullptr ? "loaded" : "none");
   absl::StatusOr<PreemptionMode> preemption_mode =
       ParsePreemptionMode(absl::GetFlag(FLAGS_preemption_mode));
   if (!preemption_mode.ok()) return preemption_mode.status();
@@ -274,6 +299,11 @@ absl::Status Serve() {
   limits.vocab_size = model->vocab_size;
   limits.max_model_len = max_model_len;
   limits.bos_token_id = model->bos_token_id;
+  // A tokenizer.json knows whether its model starts prompts with BOS (Qwen's
+  // config.json names one that its tokenizer never adds).
+  if (*tokenizer != nullptr && (*tokenizer)->bos_token_to_add().has_value()) {
+    limits.bos_token_id = *(*tokenizer)->bos_token_to_add();
+  }
   RequestValidator validator(limits, tokenizer->get(), absl::GetFlag(FLAGS_seed));
   ServedModelInfo info;
   info.model_name = model_name;
@@ -310,6 +340,24 @@ absl::Status Serve() {
     workers->Shutdown();
     return server.status();
   }
+  std::unique_ptr<HttpServer> http;
+  if (const int http_port = absl::GetFlag(FLAGS_http_port); http_port != 0) {
+    HttpServerOptions http_options;
+    http_options.host = absl::GetFlag(FLAGS_host);
+    http_options.port = http_port < 0 ? 0 : http_port;  // -1: the OS picks (tests).
+    http_options.model_name = model_name;
+    http_options.max_model_len = max_model_len;
+    absl::StatusOr<std::unique_ptr<HttpServer>> started =
+        HttpServer::Start(http_options, &engine, &validator, tokenizer->get(),
+                          ChatRendererOf(chat_template->get()));
+    if (!started.ok()) {
+      engine.Stop();
+      workers->Shutdown();
+      return started.status();
+    }
+    http = *std::move(started);
+    std::cout << "PAGODA_HTTP_LISTENING " << http->port() << std::endl;
+  }
   std::cout << "PAGODA_SERVER_LISTENING " << (*server)->port() << std::endl;
   LOG(INFO) << "serving " << model_name << " on " << absl::GetFlag(FLAGS_host) << ":"
             << (*server)->port();
@@ -319,6 +367,7 @@ absl::Status Serve() {
   LOG(INFO) << "signal " << signal_number << ": draining (up to " << drain_timeout << ")";
   engine.StopAccepting();
   (*server)->SetDraining();
+  if (http != nullptr) http->SetDraining();
   const absl::Time drain_deadline = absl::Now() + drain_timeout;
   if (!engine.WaitUntilIdle(drain_timeout) ||
       !service.WaitForCallsToFinish(drain_deadline - absl::Now())) {
@@ -329,6 +378,7 @@ absl::Status Serve() {
   // Every Generate call has ended by now; what remains are idle client
   // connections, which gRPC would otherwise wait on until the deadline.
   (*server)->Shutdown(absl::Milliseconds(500));
+  if (http != nullptr) http->Shutdown();
   LOG(INFO) << "gRPC server closed; stopping the workers";
   workers->Shutdown();
   LOG(INFO) << "stopped";

@@ -19,8 +19,8 @@ pagoda::v1::FinishReason ToFinishReason(SequenceStatus status) {
 }
 
 RequestOutput::RequestOutput(std::string request_id, int prompt_token_count,
-                             const Tokenizer* tokenizer)
-    : tokenizer_(tokenizer) {
+                             const Tokenizer* tokenizer, OutputOptions options)
+    : tokenizer_(tokenizer), options_(std::move(options)) {
   whole_.set_request_id(std::move(request_id));
   whole_.set_prompt_token_count(prompt_token_count);
 }
@@ -28,7 +28,9 @@ RequestOutput::RequestOutput(std::string request_id, int prompt_token_count,
 pagoda::v1::SequenceOutput* RequestOutput::WholeSequence(int index) {
   while (whole_.outputs_size() <= index) {
     whole_.add_outputs()->set_index(whole_.outputs_size() - 1);
-    detokenizers_.emplace_back(tokenizer_);
+    sequences_.push_back(SequenceState{
+        RequestDetokenizer(tokenizer_),
+        StopStringMatcher(options_.stop_strings, options_.include_stop_str_in_output)});
   }
   return whole_.mutable_outputs(index);
 }
@@ -38,39 +40,70 @@ pagoda::v1::GenerateResponse RequestOutput::AddDelta(const RequestDelta& delta) 
   message.set_request_id(whole_.request_id());
   message.set_prompt_token_count(whole_.prompt_token_count());
   for (const RequestDelta::SeqDelta& seq : delta.seqs) {
-    pagoda::v1::SequenceOutput* whole = WholeSequence(seq.index);
-    pagoda::v1::SequenceOutput* out = message.add_outputs();
-    out->set_index(seq.index);
-    std::vector<int32_t> ids;
-    for (const GeneratedToken& token : seq.new_tokens) {
-      ids.push_back(token.token_id);
-      out->add_token_ids(token.token_id);
-      whole->add_token_ids(token.token_id);
-      whole->set_cumulative_logprob(whole->cumulative_logprob() + token.logprob);
-      pagoda::v1::TokenLogprobs logprobs;
-      logprobs.set_token_id(token.token_id);
-      logprobs.set_logprob(token.logprob);
-      for (const TopLogprob& top : token.top) {
-        pagoda::v1::TokenLogprob* entry = logprobs.add_top();
-        entry->set_token_id(top.token_id);
-        entry->set_logprob(top.logprob);
-      }
-      if (!token.top.empty()) {
-        *out->add_logprobs() = logprobs;
-        *whole->add_logprobs() = std::move(logprobs);
-      }
-    }
-    RequestDetokenizer& detokenizer = detokenizers_[seq.index];
-    std::string text = detokenizer.Append(ids);
-    const pagoda::v1::FinishReason reason = ToFinishReason(seq.status);
-    if (reason != pagoda::v1::FINISH_REASON_UNSPECIFIED) text += detokenizer.Flush();
-    out->set_text(text);
-    whole->mutable_text()->append(text);
-    out->set_finish_reason(reason);
-    whole->set_finish_reason(reason);
-    out->set_cumulative_logprob(whole->cumulative_logprob());
+    WholeSequence(seq.index);
+    // Tokens the engine made after a stop string ended the sequence.
+    if (sequences_[seq.index].finished) continue;
+    AddSequenceDelta(seq, message.add_outputs());
   }
   return message;
+}
+
+void RequestOutput::AddSequenceDelta(const RequestDelta::SeqDelta& seq,
+                                     pagoda::v1::SequenceOutput* out) {
+  pagoda::v1::SequenceOutput* whole = WholeSequence(seq.index);
+  SequenceState& state = sequences_[seq.index];
+  out->set_index(seq.index);
+  std::vector<int32_t> ids;
+  for (const GeneratedToken& token : seq.new_tokens) {
+    ids.push_back(token.token_id);
+    out->add_token_ids(token.token_id);
+    whole->add_token_ids(token.token_id);
+    whole->set_cumulative_logprob(whole->cumulative_logprob() + token.logprob);
+    pagoda::v1::TokenLogprobs logprobs;
+    logprobs.set_token_id(token.token_id);
+    logprobs.set_logprob(token.logprob);
+    for (const TopLogprob& top : token.top) {
+      pagoda::v1::TokenLogprob* entry = logprobs.add_top();
+      entry->set_token_id(top.token_id);
+      entry->set_logprob(top.logprob);
+    }
+    if (!token.top.empty()) {
+      *out->add_logprobs() = logprobs;
+      *whole->add_logprobs() = std::move(logprobs);
+    }
+  }
+  pagoda::v1::FinishReason reason = ToFinishReason(seq.status);
+  std::string text = state.detokenizer.Append(ids);
+  if (reason != pagoda::v1::FINISH_REASON_UNSPECIFIED) text += state.detokenizer.Flush();
+  text = state.stop_matcher.Append(text);
+  if (state.stop_matcher.stopped()) {
+    reason = pagoda::v1::FINISH_REASON_STOP;
+    stopped_by_string_ = true;
+  } else if (reason != pagoda::v1::FINISH_REASON_UNSPECIFIED) {
+    text += state.stop_matcher.Flush();
+  }
+  if (reason != pagoda::v1::FINISH_REASON_UNSPECIFIED) {
+    state.finished = true;
+    ++num_finished_;
+  }
+  out->set_text(text);
+  whole->mutable_text()->append(text);
+  out->set_finish_reason(reason);
+  whole->set_finish_reason(reason);
+  out->set_cumulative_logprob(whole->cumulative_logprob());
+}
+
+bool RequestOutput::TakeStopAbort() {
+  if (stop_abort_state_ || !stopped_by_string_ || num_finished_ < options_.num_sequences) {
+    return false;
+  }
+  stop_abort_state_ = true;
+  return true;
+}
+
+absl::Status RequestOutput::FinalStatus(const absl::Status& engine_status) const {
+  if (stop_abort_state_ && absl::IsCancelled(engine_status)) return absl::OkStatus();
+  return engine_status;
 }
 
 }  // namespace pagoda::scheduler

@@ -4,34 +4,69 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "common/tokenizer.h"
 #include "pagoda/v1/generation.pb.h"
 #include "scheduler/api/request_detokenizer.h"
+#include "scheduler/api/stop_strings.h"
 #include "scheduler/engine/scheduler.h"
 
 namespace pagoda::scheduler {
 
 pagoda::v1::FinishReason ToFinishReason(SequenceStatus status);
 
+// How a request's text ends, beyond what the engine checks.
+struct OutputOptions {
+  // Stop strings matched on the detokenized text (needs a tokenizer).
+  std::vector<std::string> stop_strings;
+  bool include_stop_str_in_output = false;
+  // Sequences the request returns (n): the request is over when all are.
+  int num_sequences = 1;
+};
+
 // Builds one request's client responses from engine deltas: the stream
 // message of each delta (new tokens and their text only) and the whole
-// response accumulated so far. Not thread-safe.
+// response accumulated so far. A sequence whose text reaches a stop string
+// ends there (finish reason STOP, text trimmed); the engine does not know
+// stop strings, so once every sequence has ended this way or its own, the
+// caller aborts the request in the engine (TakeStopAbort) to free its blocks,
+// and reports the abort's CANCELLED as success (FinalStatus).
+// Not thread-safe.
 class RequestOutput {
  public:
   // `tokenizer` may be null (then no text); it must outlive this object.
-  RequestOutput(std::string request_id, int prompt_token_count, const Tokenizer* tokenizer);
+  RequestOutput(std::string request_id, int prompt_token_count, const Tokenizer* tokenizer,
+                OutputOptions options = {});
 
   // Accumulates `delta` and returns its stream message.
   pagoda::v1::GenerateResponse AddDelta(const RequestDelta& delta);
   // Everything so far: all tokens and all text of every sequence.
   const pagoda::v1::GenerateResponse& whole() const { return whole_; }
 
+  // True once, after the delta that ended the last running sequence by a
+  // stop string while the engine still runs the request: abort it now.
+  bool TakeStopAbort();
+  // The request's final status given the engine's: the CANCELLED of an
+  // abort that TakeStopAbort asked for is success.
+  absl::Status FinalStatus(const absl::Status& engine_status) const;
+
  private:
+  struct SequenceState {
+    RequestDetokenizer detokenizer;
+    StopStringMatcher stop_matcher;
+    bool finished = false;
+  };
   pagoda::v1::SequenceOutput* WholeSequence(int index);
+  // Adds one sequence's delta to `out` and to the whole response.
+  void AddSequenceDelta(const RequestDelta::SeqDelta& seq, pagoda::v1::SequenceOutput* out);
 
   const Tokenizer* tokenizer_;
+  const OutputOptions options_;
   pagoda::v1::GenerateResponse whole_;
-  std::vector<RequestDetokenizer> detokenizers_;  // By sequence index.
+  std::vector<SequenceState> sequences_;  // By sequence index.
+  int num_finished_ = 0;
+  bool stopped_by_string_ = false;
+  bool stop_abort_state_ = false;  // TakeStopAbort has answered true.
 };
 
 }  // namespace pagoda::scheduler

@@ -35,7 +35,14 @@ bool CallTracker::WaitUntilIdle(absl::Duration timeout) {
   return mu_.AwaitWithTimeout(absl::Condition(&idle), timeout);
 }
 
-namespace {
+RequestOutput MakeRequestOutput(const ValidatedRequest& request, const Tokenizer* tokenizer) {
+  OutputOptions options;
+  options.stop_strings = request.stop_strings;
+  options.include_stop_str_in_output = request.include_stop_str_in_output;
+  options.num_sequences = request.sampling.n;
+  return RequestOutput(request.request_id, static_cast<int>(request.prompt_token_ids.size()),
+                       tokenizer, std::move(options));
+}
 
 EngineRequest MakeEngineRequest(ValidatedRequest& request, std::shared_ptr<RequestSink> sink) {
   EngineRequest out;
@@ -47,6 +54,9 @@ EngineRequest MakeEngineRequest(ValidatedRequest& request, std::shared_ptr<Reque
   out.sink = std::move(sink);
   return out;
 }
+
+namespace {
+
 
 // ---------------------------------------------------------------- unary
 
@@ -95,17 +105,23 @@ class UnaryCall : public grpc::ServerUnaryReactor {
 // OnFinish, and the call (and `response`) live until Finish.
 class UnarySink : public RequestSink {
  public:
-  UnarySink(UnaryCall* call, GenerateResponse* response, RequestOutput output)
-      : call_(call), response_(response), output_(std::move(output)) {}
+  UnarySink(UnaryCall* call, Engine* engine, GenerateResponse* response, RequestOutput output)
+      : call_(call), engine_(engine), response_(response), output_(std::move(output)) {}
 
-  void OnDelta(const RequestDelta& delta) override { output_.AddDelta(delta); }
-  void OnFinish(const absl::Status& status) override {
+  void OnDelta(const RequestDelta& delta) override {
+    output_.AddDelta(delta);
+    // Stop strings ended every sequence: free the blocks now.
+    if (output_.TakeStopAbort()) engine_->AbortRequest(output_.whole().request_id(), this);
+  }
+  void OnFinish(const absl::Status& engine_status) override {
+    const absl::Status status = output_.FinalStatus(engine_status);
     if (status.ok()) *response_ = output_.whole();
     call_->Finish(ToGrpcStatus(status));
   }
 
  private:
   UnaryCall* call_;
+  Engine* engine_;
   GenerateResponse* response_;
   RequestOutput output_;
 };
@@ -206,6 +222,7 @@ void StreamCall::Abort() {
 void StreamState::OnDelta(const RequestDelta& delta) {
   Action action;
   bool overflow = false;
+  bool stop_abort = false;
   {
     absl::MutexLock lock(&mu_);
     if (overflowed_ || finish_started_) return;  // Ending; the rest is dropped.
@@ -217,8 +234,11 @@ void StreamState::OnDelta(const RequestDelta& delta) {
                                    absl::StrCat("the client is not reading the stream: more than ",
                                                 max_queued_messages_, " messages were waiting"));
     }
+    stop_abort = output_.TakeStopAbort();
     action = NextAction();
   }
+  // Stop strings ended every sequence: free the blocks now.
+  if (stop_abort && !overflow) engine_->AbortRequest(request_id_, this);
   // Frees the request's blocks at the engine's next step; its OnFinish then
   // finds the final status already set.
   if (overflow) engine_->AbortRequest(request_id_, this);
@@ -229,7 +249,7 @@ void StreamState::OnFinish(const absl::Status& status) {
   Action action;
   {
     absl::MutexLock lock(&mu_);
-    if (!final_status_.has_value()) final_status_ = ToGrpcStatus(status);
+    if (!final_status_.has_value()) final_status_ = ToGrpcStatus(output_.FinalStatus(status));
     action = NextAction();
   }
   Run(action);
@@ -310,10 +330,8 @@ void SubmitUnary(UnaryCall* call, Engine* engine, const Tokenizer* tokenizer,
     call->Finish(ToGrpcStatus(validated.status()));
     return;
   }
-  auto sink = std::make_shared<UnarySink>(
-      call, response,
-      RequestOutput(validated->request_id, static_cast<int>(validated->prompt_token_ids.size()),
-                    tokenizer));
+  auto sink =
+      std::make_shared<UnarySink>(call, engine, response, MakeRequestOutput(*validated, tokenizer));
   call->Arm(validated->request_id, sink);
   absl::Status accepted = engine->AddRequest(MakeEngineRequest(*validated, sink));
   if (!accepted.ok()) call->Finish(ToGrpcStatus(accepted));
@@ -325,11 +343,8 @@ void SubmitStream(StreamCall* call, Engine* engine, const Tokenizer* tokenizer,
     call->Finish(ToGrpcStatus(validated.status()));
     return;
   }
-  auto state = std::make_shared<StreamState>(
-      call,
-      RequestOutput(validated->request_id, static_cast<int>(validated->prompt_token_ids.size()),
-                    tokenizer),
-      engine, validated->request_id, max_queued_messages);
+  auto state = std::make_shared<StreamState>(call, MakeRequestOutput(*validated, tokenizer), engine,
+                                             validated->request_id, max_queued_messages);
   call->Arm(validated->request_id, state);
   absl::Status accepted = engine->AddRequest(MakeEngineRequest(*validated, state));
   if (!accepted.ok()) state->OnFinish(accepted);

@@ -35,6 +35,12 @@ class CallTracker {
   int active_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
+// The RequestOutput (stop strings, n) and the EngineRequest of a validated
+// request: the one submission path that gRPC and HTTP share. MakeEngineRequest
+// moves the prompt out of `request`.
+RequestOutput MakeRequestOutput(const ValidatedRequest& request, const Tokenizer* tokenizer);
+EngineRequest MakeEngineRequest(ValidatedRequest& request, std::shared_ptr<RequestSink> sink);
+
 // Validates a request (tokenizing a text prompt); may run on another thread.
 using ValidateFunction = std::function<absl::StatusOr<ValidatedRequest>()>;
 

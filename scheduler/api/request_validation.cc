@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "scheduler/api/stop_strings.h"
 
 namespace pagoda::scheduler {
 namespace {
@@ -201,6 +202,11 @@ absl::StatusOr<ValidatedRequest> RequestValidator::Validate(
     out.stopping.stop_token_ids.push_back(id);
   }
   out.stopping.ignore_eos = stopping.ignore_eos();
+  out.stop_strings.assign(stopping.stop().begin(), stopping.stop().end());
+  absl::Status stop_strings =
+      CheckStopStrings(out.stop_strings, tokenizer_ != nullptr, "stopping.stop");
+  if (!stop_strings.ok()) return stop_strings;
+  out.include_stop_str_in_output = stopping.include_stop_str_in_output();
 
   out.request_id = request.request_id();
   if (out.request_id.empty()) {

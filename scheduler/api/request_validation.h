@@ -46,6 +46,9 @@ struct ValidatedRequest {
   std::vector<int32_t> prompt_token_ids;
   SamplingOptions sampling;
   StoppingOptions stopping;
+  // Matched on the output text by the frontend (RequestOutput), not the engine.
+  std::vector<std::string> stop_strings;
+  bool include_stop_str_in_output = false;
 };
 
 // Turns a client GenerateRequest into scheduler options, or explains why not.

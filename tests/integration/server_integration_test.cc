@@ -353,6 +353,57 @@ TEST_F(ServerTest, CancelMidStreamFreesBlocks) {
   ExpectAllBlocksFreeSoon();
 }
 
+// Stop strings end the text before the first one, in Generate and
+// GenerateStream, and the engine frees the request's blocks at once.
+TEST_F(ServerTest, StopStringTrimsTheTextAndFreesBlocks) {
+  GenerateRequest request;
+  request.set_prompt("hello world");
+  request.mutable_stopping()->set_max_tokens(40);
+  request.mutable_stopping()->set_ignore_eos(true);
+  Result free_run = Generate(*stub_, request);
+  ASSERT_TRUE(free_run.status.ok()) << free_run.status.error_message();
+  const std::string text = free_run.response.outputs(0).text();
+  ASSERT_GT(text.size(), 8u) << text;
+  // Three ASCII bytes from the middle; the text ends before their first
+  // occurrence.
+  size_t middle = text.size() / 2;
+  while (middle + 3 < text.size() &&
+         (static_cast<unsigned char>(text[middle]) >= 0x80 ||
+          static_cast<unsigned char>(text[middle + 1]) >= 0x80 ||
+          static_cast<unsigned char>(text[middle + 2]) >= 0x80)) {
+    ++middle;
+  }
+  const std::string stop = text.substr(middle, 3);
+  const std::string expected = text.substr(0, text.find(stop));
+  request.mutable_stopping()->add_stop(stop);
+
+  Result stopped = Generate(*stub_, request);
+  ASSERT_TRUE(stopped.status.ok()) << stopped.status.error_message();
+  EXPECT_EQ(stopped.response.outputs(0).text(), expected) << "stop " << stop;
+  EXPECT_EQ(stopped.response.outputs(0).finish_reason(), pagoda::v1::FINISH_REASON_STOP);
+  EXPECT_LT(stopped.response.outputs(0).token_ids_size(), 40);
+  ExpectAllBlocksFreeSoon();
+
+  grpc::ClientContext context;
+  auto reader = stub_->GenerateStream(&context, request);
+  GenerateResponse message;
+  std::string streamed;
+  pagoda::v1::FinishReason last_reason = pagoda::v1::FINISH_REASON_UNSPECIFIED;
+  while (reader->Read(&message)) {
+    for (const auto& output : message.outputs()) {
+      streamed += output.text();
+      last_reason = output.finish_reason();
+    }
+  }
+  EXPECT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(streamed, expected);
+  EXPECT_EQ(last_reason, pagoda::v1::FINISH_REASON_STOP);
+  ExpectAllBlocksFreeSoon();
+
+  request.mutable_stopping()->add_stop("");
+  EXPECT_EQ(Generate(*stub_, request).status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
 TEST_F(ServerTest, PromptPlusMaxTokensPastMaxModelLenEndsWithLength) {
   Result result = Generate(*stub_, TokenRequest(Prompt(kMaxModelLen - 3, 5), 50));
   ASSERT_TRUE(result.status.ok()) << result.status.error_message();

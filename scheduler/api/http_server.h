@@ -1,0 +1,82 @@
+#ifndef PAGODA_SCHEDULER_API_HTTP_SERVER_H_
+#define PAGODA_SCHEDULER_API_HTTP_SERVER_H_
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/tokenizer.h"
+#include "scheduler/api/openai_protocol.h"
+#include "scheduler/api/request_validation.h"
+#include "scheduler/engine/engine.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace pagoda::scheduler {
+
+// Renders chat messages into a prompt (the model's chat template).
+using ChatRenderer = std::function<absl::StatusOr<std::string>(
+    const std::vector<ChatMessage>& messages, bool add_generation_prompt)>;
+
+struct HttpServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 0;  // 0 = the OS picks one.
+  std::string model_name;
+  int max_model_len = 0;
+  int threads = 16;                 // Concurrent connections served.
+  size_t max_body_bytes = 4 << 20;  // Larger bodies get 413.
+  int read_timeout_seconds = 30;    // A client that stalls its request.
+};
+
+// OpenAI-compatible HTTP beside gRPC: POST /v1/completions and
+// /v1/chat/completions (JSON or SSE streams), GET /v1/models and /health.
+// Requests take the gRPC path: the same RequestValidator, engine submission
+// (MakeEngineRequest), stop strings and abort on disconnect (a stream whose
+// client is gone is aborted at its next write, freeing its blocks). Errors
+// are OpenAI's JSON error shape.
+//
+// Why cpp-httplib (Debian's libcpp-httplib-dev): it is Debian-packaged, small,
+// and serves each connection on a thread from a bounded pool, which suits
+// SSE: a stream's thread simply waits for the engine's next delta. Limits:
+// `threads` connections at a time, `max_body_bytes` per body, and the
+// library's 8 KiB bound on the request line and each header line.
+// Thread-safe. The engine, validator, tokenizer must outlive the server.
+class HttpServer {
+ public:
+  // `tokenizer` may be null (token-id prompts only); `chat` may be empty
+  // (chat completions are then refused with a clear 400).
+  static absl::StatusOr<std::unique_ptr<HttpServer>> Start(HttpServerOptions options,
+                                                           Engine* engine,
+                                                           RequestValidator* validator,
+                                                           const Tokenizer* tokenizer,
+                                                           ChatRenderer chat);
+  ~HttpServer();  // Shutdown()s.
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  int port() const { return port_; }
+  // /health answers 503 from now on.
+  void SetDraining();
+  // Stops listening and waits for the serving threads. Idempotent.
+  void Shutdown();
+
+  struct Handlers;  // The routes; opaque outside http_server.cc.
+
+ private:
+  HttpServer() = default;
+
+  std::unique_ptr<httplib::Server> server_;
+  std::unique_ptr<Handlers> handlers_;
+  std::thread listener_;
+  int port_ = 0;
+};
+
+}  // namespace pagoda::scheduler
+
+#endif  // PAGODA_SCHEDULER_API_HTTP_SERVER_H_

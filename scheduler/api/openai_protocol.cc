@@ -1,0 +1,445 @@
+#include "scheduler/api/openai_protocol.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace pagoda::scheduler {
+namespace {
+
+using nlohmann::json;
+
+// Above this many prompt token ids or messages a body is refused before any
+// work: the validator bounds the prompt again by max_model_len.
+constexpr size_t kMaxPromptTokenIds = 1 << 20;
+constexpr size_t kMaxMessages = 4096;
+constexpr int kMaxTopLogprobs = 20;
+
+absl::Status Invalid(const std::string& field, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
+}
+
+bool Present(const json& body, const char* key) {
+  return body.contains(key) && !body[key].is_null();
+}
+
+absl::StatusOr<double> Number(const json& body, const char* key, double fallback, double low,
+                              double high) {
+  if (!Present(body, key)) return fallback;
+  if (!body[key].is_number()) return Invalid(key, "must be a number");
+  const double value = body[key].get<double>();
+  if (!(value >= low && value <= high)) {
+    return Invalid(key, absl::StrCat("must be in [", low, ", ", high, "], got ", value));
+  }
+  return value;
+}
+
+absl::StatusOr<int64_t> Integer(const json& body, const char* key, int64_t fallback, int64_t low,
+                                int64_t high) {
+  if (!Present(body, key)) return fallback;
+  if (!body[key].is_number_integer()) return Invalid(key, "must be an integer");
+  const int64_t value = body[key].get<int64_t>();
+  if (value < low || value > high) {
+    return Invalid(key, absl::StrCat("must be in [", low, ", ", high, "], got ", value));
+  }
+  return value;
+}
+
+absl::Status ParsePrompt(const json& body, pagoda::v1::GenerateRequest* out) {
+  if (!Present(body, "prompt")) return Invalid("prompt", "required");
+  const json& prompt = body["prompt"];
+  if (prompt.is_string()) {
+    out->set_prompt(prompt.get<std::string>());
+    return absl::OkStatus();
+  }
+  if (prompt.is_array() && prompt.size() == 1 && prompt[0].is_string()) {
+    out->set_prompt(prompt[0].get<std::string>());
+    return absl::OkStatus();
+  }
+  if (prompt.is_array() && !prompt.empty() && prompt.size() <= kMaxPromptTokenIds) {
+    for (const json& id : prompt) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX) {
+        return Invalid("prompt", "must be a string or an array of token ids");
+      }
+      out->add_prompt_token_ids(id.get<int32_t>());
+    }
+    return absl::OkStatus();
+  }
+  return Invalid("prompt", "must be a string, one string in an array, or an array of token ids");
+}
+
+absl::Status ParseMessages(const json& body, OpenAiRequest* out) {
+  if (!Present(body, "messages") || !body["messages"].is_array() || body["messages"].empty()) {
+    return Invalid("messages", "required: a non-empty array");
+  }
+  if (body["messages"].size() > kMaxMessages) {
+    return Invalid("messages", absl::StrCat("at most ", kMaxMessages));
+  }
+  for (size_t i = 0; i < body["messages"].size(); ++i) {
+    const json& message = body["messages"][i];
+    const std::string field = absl::StrCat("messages[", i, "]");
+    if (!message.is_object() || !message.contains("role") || !message["role"].is_string()) {
+      return Invalid(field, "needs a string role");
+    }
+    ChatMessage parsed{message["role"].get<std::string>(), ""};
+    const json content = message.value("content", json());
+    if (content.is_string()) {
+      parsed.content = content.get<std::string>();
+    } else if (content.is_array()) {
+      // Content parts: only text parts are understood.
+      for (const json& part : content) {
+        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+            !part["text"].is_string()) {
+          return Invalid(field, "content parts must be {\"type\": \"text\", \"text\": ...}");
+        }
+        parsed.content += part["text"].get<std::string>();
+      }
+    } else if (!content.is_null()) {
+      return Invalid(field, "content must be a string or text parts");
+    }
+    out->messages.push_back(std::move(parsed));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseStop(const json& body, pagoda::v1::StoppingCriteria* stopping) {
+  if (Present(body, "stop")) {
+    const json& stop = body["stop"];
+    if (stop.is_string()) {
+      stopping->add_stop(stop.get<std::string>());
+    } else if (stop.is_array()) {
+      for (const json& entry : stop) {
+        if (!entry.is_string()) return Invalid("stop", "must be a string or an array of strings");
+        stopping->add_stop(entry.get<std::string>());
+        if (stopping->stop_size() > 64) return Invalid("stop", "too many stop strings");
+      }
+    } else {
+      return Invalid("stop", "must be a string or an array of strings");
+    }
+  }
+  if (Present(body, "stop_token_ids")) {
+    if (!body["stop_token_ids"].is_array() || body["stop_token_ids"].size() > 1024) {
+      return Invalid("stop_token_ids", "must be an array of at most 1024 token ids");
+    }
+    for (const json& id : body["stop_token_ids"]) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX) {
+        return Invalid("stop_token_ids", "must hold token ids");
+      }
+      stopping->add_stop_token_ids(id.get<int32_t>());
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Refuses options that would change the output in ways this server ignores.
+absl::Status RefuseUnsupported(const json& body) {
+  for (const char* key : {"presence_penalty", "frequency_penalty"}) {
+    if (Present(body, key) && !(body[key].is_number() && body[key].get<double>() == 0.0)) {
+      return Invalid(key, "is not supported (only 0)");
+    }
+  }
+  for (const char* key : {"logit_bias", "tools", "functions", "response_format", "suffix"}) {
+    if (Present(body, key) && !(body[key].is_object() && body[key].empty()) &&
+        !(body[key].is_array() && body[key].empty())) {
+      return Invalid(key, "is not supported");
+    }
+  }
+  if (Present(body, "echo") && body["echo"] != false) return Invalid("echo", "is not supported");
+  if (Present(body, "best_of") && body["best_of"] != 1)
+    return Invalid("best_of", "is not supported");
+  return absl::OkStatus();
+}
+
+absl::Status ParseSampling(const json& body, OpenAiRequest* out) {
+  pagoda::v1::SamplingParams* sampling = out->generate.mutable_sampling();
+  absl::StatusOr<double> temperature = Number(body, "temperature", 1.0, 0.0, 2.0);
+  if (!temperature.ok()) return temperature.status();
+  sampling->set_temperature(static_cast<float>(*temperature));
+  absl::StatusOr<double> top_p = Number(body, "top_p", 1.0, 1e-9, 1.0);
+  if (!top_p.ok()) return top_p.status();
+  sampling->set_top_p(static_cast<float>(*top_p));
+  absl::StatusOr<int64_t> top_k = Integer(body, "top_k", 0, -1, INT32_MAX);
+  if (!top_k.ok()) return top_k.status();
+  sampling->set_top_k(*top_k < 0 ? 0 : static_cast<int32_t>(*top_k));
+  // OpenAI's seed may be any integer; 0 here means "the server picks".
+  absl::StatusOr<int64_t> seed = Integer(body, "seed", 0, 0, INT64_MAX);
+  if (!seed.ok()) return seed.status();
+  sampling->set_seed(static_cast<uint64_t>(*seed));
+  // Passed through: the validator decides what n the engine supports.
+  absl::StatusOr<int64_t> n = Integer(body, "n", 1, 1, 128);
+  if (!n.ok()) return n.status();
+  sampling->set_n(static_cast<int32_t>(*n));
+  return absl::OkStatus();
+}
+
+absl::Status ParseLogprobs(const json& body, OpenAiRequest* out) {
+  if (out->chat) {
+    if (Present(body, "logprobs") && !body["logprobs"].is_boolean()) {
+      return Invalid("logprobs", "must be a boolean");
+    }
+    absl::StatusOr<int64_t> top = Integer(body, "top_logprobs", 0, 0, kMaxTopLogprobs);
+    if (!top.ok()) return top.status();
+    if (body.value("logprobs", false)) out->top_logprobs = static_cast<int>(*top);
+  } else {
+    absl::StatusOr<int64_t> top = Integer(body, "logprobs", -1, 0, kMaxTopLogprobs);
+    if (!top.ok()) return top.status();
+    out->top_logprobs = static_cast<int>(*top);
+  }
+  // The engine returns the sampled token's logprob with its top list, so
+  // ask for at least one entry.
+  if (out->top_logprobs >= 0) out->generate.set_logprobs(std::max(1, out->top_logprobs));
+  return absl::OkStatus();
+}
+
+absl::Status ParseStopping(const json& body, int default_max_tokens, OpenAiRequest* out) {
+  pagoda::v1::StoppingCriteria* stopping = out->generate.mutable_stopping();
+  const char* max_key =
+      Present(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  absl::StatusOr<int64_t> max_tokens = Integer(body, max_key, default_max_tokens, 1, INT32_MAX);
+  if (!max_tokens.ok()) return max_tokens.status();
+  stopping->set_max_tokens(static_cast<int32_t>(*max_tokens));
+  absl::StatusOr<int64_t> min_tokens = Integer(body, "min_tokens", 0, 0, INT32_MAX);
+  if (!min_tokens.ok()) return min_tokens.status();
+  stopping->set_min_tokens(static_cast<int32_t>(*min_tokens));
+  if (Present(body, "ignore_eos")) {
+    if (!body["ignore_eos"].is_boolean()) return Invalid("ignore_eos", "must be a boolean");
+    stopping->set_ignore_eos(body["ignore_eos"].get<bool>());
+  }
+  if (Present(body, "include_stop_str_in_output")) {
+    stopping->set_include_stop_str_in_output(body.value("include_stop_str_in_output", false));
+  }
+  return ParseStop(body, stopping);
+}
+
+absl::Status ParseStreaming(const json& body, OpenAiRequest* out) {
+  if (Present(body, "stream")) {
+    if (!body["stream"].is_boolean()) return Invalid("stream", "must be a boolean");
+    out->stream = body["stream"].get<bool>();
+  }
+  if (Present(body, "stream_options")) {
+    const json& options = body["stream_options"];
+    if (!options.is_object()) return Invalid("stream_options", "must be an object");
+    if (!out->stream) return Invalid("stream_options", "only allowed when stream is true");
+    out->include_usage = options.value("include_usage", false);
+  }
+  return absl::OkStatus();
+}
+
+std::string FinishReasonName(pagoda::v1::FinishReason reason) {
+  switch (reason) {
+    case pagoda::v1::FINISH_REASON_LENGTH:
+      return "length";
+    case pagoda::v1::FINISH_REASON_STOP:
+      return "stop";
+    case pagoda::v1::FINISH_REASON_ABORTED:
+      return "abort";
+    default:
+      return "";
+  }
+}
+
+json FinishReasonJson(pagoda::v1::FinishReason reason) {
+  const std::string name = FinishReasonName(reason);
+  return name.empty() ? json() : json(name);
+}
+
+std::string TokenText(const Tokenizer* tokenizer, int32_t id) {
+  if (tokenizer == nullptr) return absl::StrCat("token_id:", id);
+  absl::StatusOr<std::string> text = tokenizer->Decode({id});
+  return text.ok() ? *text : absl::StrCat("token_id:", id);
+}
+
+json Bytes(const std::string& text) {
+  json out = json::array();
+  for (unsigned char byte : text) out.push_back(static_cast<int>(byte));
+  return out;
+}
+
+// OpenAI's logprobs of a choice: the legacy completions shape or chat's.
+json LogprobsJson(const OpenAiRequest& request, const pagoda::v1::SequenceOutput& output,
+                  const Tokenizer* tokenizer) {
+  if (request.top_logprobs < 0) return json();
+  if (request.chat) {
+    json content = json::array();
+    for (const pagoda::v1::TokenLogprobs& token : output.logprobs()) {
+      const std::string text = TokenText(tokenizer, token.token_id());
+      json top = json::array();
+      for (int i = 0; i < token.top_size() && i < request.top_logprobs; ++i) {
+        const std::string alternative = TokenText(tokenizer, token.top(i).token_id());
+        top.push_back({{"token", alternative},
+                       {"logprob", token.top(i).logprob()},
+                       {"bytes", Bytes(alternative)}});
+      }
+      content.push_back({{"token", text},
+                         {"logprob", token.logprob()},
+                         {"bytes", Bytes(text)},
+                         {"top_logprobs", top}});
+    }
+    return {{"content", content}};
+  }
+  json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(),
+       offsets = json::array();
+  size_t offset = 0;
+  for (const pagoda::v1::TokenLogprobs& token : output.logprobs()) {
+    const std::string text = TokenText(tokenizer, token.token_id());
+    tokens.push_back(text);
+    token_logprobs.push_back(token.logprob());
+    json top = json::object();
+    for (int i = 0; i < token.top_size() && i < request.top_logprobs; ++i) {
+      top[TokenText(tokenizer, token.top(i).token_id())] = token.top(i).logprob();
+    }
+    top_logprobs.push_back(top);
+    offsets.push_back(offset);
+    offset += text.size();
+  }
+  return {{"tokens", tokens},
+          {"token_logprobs", token_logprobs},
+          {"top_logprobs", top_logprobs},
+          {"text_offset", offsets}};
+}
+
+std::string ResponseId(const OpenAiRequest& request, const std::string& request_id) {
+  return absl::StrCat(request.chat ? "chatcmpl-" : "cmpl-", request_id);
+}
+
+json Usage(int prompt_tokens, int completion_tokens) {
+  return {{"prompt_tokens", prompt_tokens},
+          {"completion_tokens", completion_tokens},
+          {"total_tokens", prompt_tokens + completion_tokens}};
+}
+
+}  // namespace
+
+absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(const json& body, bool chat,
+                                                 int default_chat_max_tokens) {
+  if (!body.is_object()) return absl::InvalidArgumentError("body: must be a JSON object");
+  OpenAiRequest out;
+  out.chat = chat;
+  if (!Present(body, "model") || !body["model"].is_string()) return Invalid("model", "required");
+  out.model = body["model"].get<std::string>();
+  absl::Status status = chat ? ParseMessages(body, &out) : ParsePrompt(body, &out.generate);
+  if (status.ok() && chat && Present(body, "add_generation_prompt")) {
+    out.add_generation_prompt = body.value("add_generation_prompt", true);
+  }
+  if (status.ok()) status = RefuseUnsupported(body);
+  if (status.ok()) status = ParseSampling(body, &out);
+  if (status.ok()) status = ParseLogprobs(body, &out);
+  if (status.ok()) status = ParseStopping(body, chat ? default_chat_max_tokens : 16, &out);
+  if (status.ok()) status = ParseStreaming(body, &out);
+  if (!status.ok()) return status;
+  return out;
+}
+
+json MakeOpenAiResponse(const OpenAiRequest& request, const pagoda::v1::GenerateResponse& response,
+                        const std::string& model, int64_t created, const Tokenizer* tokenizer) {
+  json choices = json::array();
+  int completion_tokens = 0;
+  for (const pagoda::v1::SequenceOutput& output : response.outputs()) {
+    completion_tokens += output.token_ids_size();
+    json choice = {{"index", output.index()},
+                   {"finish_reason", FinishReasonJson(output.finish_reason())},
+                   {"logprobs", LogprobsJson(request, output, tokenizer)}};
+    if (request.chat) {
+      choice["message"] = {{"role", "assistant"}, {"content", output.text()}};
+    } else {
+      choice["text"] = output.text();
+    }
+    choices.push_back(std::move(choice));
+  }
+  return {{"id", ResponseId(request, response.request_id())},
+          {"object", request.chat ? "chat.completion" : "text_completion"},
+          {"created", created},
+          {"model", model},
+          {"choices", choices},
+          {"usage", Usage(response.prompt_token_count(), completion_tokens)}};
+}
+
+json MakeOpenAiChunk(const OpenAiRequest& request, const pagoda::v1::GenerateResponse& message,
+                     const std::string& model, int64_t created, const Tokenizer* tokenizer,
+                     std::vector<bool>* role_sent) {
+  json choices = json::array();
+  for (const pagoda::v1::SequenceOutput& output : message.outputs()) {
+    const bool finished = output.finish_reason() != pagoda::v1::FINISH_REASON_UNSPECIFIED;
+    if (output.text().empty() && !finished && request.top_logprobs < 0) continue;
+    json choice = {{"index", output.index()},
+                   {"finish_reason", FinishReasonJson(output.finish_reason())},
+                   {"logprobs", LogprobsJson(request, output, tokenizer)}};
+    if (request.chat) {
+      json delta = {{"content", output.text()}};
+      if (role_sent->size() <= static_cast<size_t>(output.index())) {
+        role_sent->resize(output.index() + 1, false);
+      }
+      if (!(*role_sent)[output.index()]) {
+        delta["role"] = "assistant";
+        (*role_sent)[output.index()] = true;
+      }
+      choice["delta"] = std::move(delta);
+    } else {
+      choice["text"] = output.text();
+    }
+    choices.push_back(std::move(choice));
+  }
+  if (choices.empty()) return json();
+  return {{"id", ResponseId(request, message.request_id())},
+          {"object", request.chat ? "chat.completion.chunk" : "text_completion"},
+          {"created", created},
+          {"model", model},
+          {"choices", choices}};
+}
+
+json MakeOpenAiUsageChunk(const OpenAiRequest& request, const std::string& request_id,
+                          int prompt_tokens, int completion_tokens, const std::string& model,
+                          int64_t created) {
+  return {{"id", ResponseId(request, request_id)},
+          {"object", request.chat ? "chat.completion.chunk" : "text_completion"},
+          {"created", created},
+          {"model", model},
+          {"choices", json::array()},
+          {"usage", Usage(prompt_tokens, completion_tokens)}};
+}
+
+int HttpStatusOf(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kOk:
+      return 200;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kUnimplemented:  // Unsupported options are the client's to change.
+    case absl::StatusCode::kOutOfRange:
+      return 400;
+    case absl::StatusCode::kUnauthenticated:
+      return 401;
+    case absl::StatusCode::kPermissionDenied:
+      return 403;
+    case absl::StatusCode::kNotFound:
+      return 404;
+    case absl::StatusCode::kAlreadyExists:
+      return 409;
+    case absl::StatusCode::kResourceExhausted:
+      return 429;
+    case absl::StatusCode::kCancelled:
+      return 499;
+    case absl::StatusCode::kUnavailable:
+      return 503;
+    case absl::StatusCode::kDeadlineExceeded:
+      return 504;
+    default:
+      return 500;
+  }
+}
+
+json MakeOpenAiError(const absl::Status& status) {
+  const int http_status = HttpStatusOf(status);
+  std::string type = "internal_error";
+  if (http_status == 400 || http_status == 404 || http_status == 409)
+    type = "invalid_request_error";
+  if (http_status == 401 || http_status == 403) type = "authentication_error";
+  if (http_status == 429) type = "rate_limit_error";
+  if (http_status == 503) type = "service_unavailable";
+  return {{"error",
+           {{"message", std::string(status.message())},
+            {"type", type},
+            {"param", nullptr},
+            {"code", http_status}}}};
+}
+
+}  // namespace pagoda::scheduler

