@@ -132,8 +132,9 @@ void WatchSignalsAndParent(pid_t parent_pid, StopRequest& stop) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  pagoda::AcceptDashedFlagNames(argc, argv);
-  absl::ParseCommandLine(argc, argv);
+  pagoda::ParsePagodaCommandLine(
+      argc, argv,
+      {"pagoda-worker", "pagoda-worker [--listen HOST:PORT] [--rank R]: one model shard"});
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
 
@@ -159,13 +160,17 @@ int main(int argc, char** argv) {
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(absl::GetFlag(FLAGS_listen), grpc::InsecureServerCredentials(), &port);
+  // gRPC sets SO_REUSEPORT by default, which lets a second process share a
+  // busy port and steal half its calls: fail instead.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   // Step plans and results grow with the batch; do not cap them at 4 MiB.
   builder.SetMaxReceiveMessageSize(-1);
   builder.SetMaxSendMessageSize(-1);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
-    LOG(ERROR) << "cannot listen on " << absl::GetFlag(FLAGS_listen);
+    LOG(ERROR) << "cannot listen on " << absl::GetFlag(FLAGS_listen)
+               << " (address in use or not valid)";
     return 1;
   }
   std::printf("PAGODA_WORKER_LISTENING %d\n", port);

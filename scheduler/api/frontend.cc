@@ -89,10 +89,14 @@ absl::StatusOr<std::unique_ptr<FrontendServer>> FrontendServer::Start(const std:
   const std::string address = absl::StrCat(
       host.find(':') != std::string::npos ? absl::StrCat("[", host, "]") : host, ":", port);
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &bound_port);
+  // gRPC sets SO_REUSEPORT by default, which lets a second server share a
+  // busy port and take half its calls: fail instead.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.RegisterService(service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || bound_port == 0) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", address));
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", address, " (address in use or not valid)"));
   }
   return std::unique_ptr<FrontendServer>(new FrontendServer(std::move(server), bound_port, engine));
 }
