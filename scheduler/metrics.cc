@@ -30,6 +30,7 @@ struct ServerMetrics::Instruments {
   Gauge* cpu_blocks_total;
   Gauge* gpu_cache_usage;
   Gauge* kv_token_utilization;
+  Gauge* healthy;
   Counter* preemptions;
   Counter* prompt_tokens;
   Counter* generation_tokens;
@@ -118,6 +119,8 @@ absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Start(const std::s
       "Fraction of the KV slots held by running sequences that hold a token (0..1); "
       "the vLLM paper's Fig. 2 figure.",
       labels);
+  in->healthy = AddGauge(r, "pagoda_healthy",
+                         "1 while the engine and every worker are healthy, else 0.", labels);
   in->preemptions = AddCounter(r, "pagoda_num_preemptions_total", "Preempted groups.", labels);
   in->prompt_tokens =
       AddCounter(r, "pagoda_prompt_tokens_total", "Prompt tokens computed.", labels);
@@ -168,6 +171,7 @@ void ServerMetrics::RefreshFromSource() {
 
 void ServerMetrics::SetGauges(const EngineSnapshot& snapshot, int batch_size) {
   Instruments& in = *instruments_;
+  in.healthy->Set(snapshot.healthy ? 1 : 0);
   in.requests_running->Set(snapshot.num_running);
   in.requests_waiting->Set(snapshot.num_waiting);
   in.requests_swapped->Set(snapshot.num_swapped);
