@@ -29,9 +29,9 @@ TEST(AcceptDashedFlagNamesTest, RewritesRegisteredFlagNamesOnly) {
 }
 
 TEST(AcceptDashedFlagNamesTest, NegatedBoolAndDoubleDashTerminator) {
-  EXPECT_EQ(Rewrite({"prog", "--noenable-prefix-caching", "--", "--max-num-seqs"}),
-            (std::vector<std::string>{"prog", "--noenable_prefix_caching", "--",
-                                      "--max-num-seqs"}));
+  EXPECT_EQ(
+      Rewrite({"prog", "--noenable-prefix-caching", "--", "--max-num-seqs"}),
+      (std::vector<std::string>{"prog", "--noenable_prefix_caching", "--", "--max-num-seqs"}));
 }
 
 TEST(HelpTextTest, ListsProgramFlagsByDashedNameOnly) {

@@ -114,11 +114,11 @@ absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Start(const std::s
   in->cpu_blocks_total = AddGauge(r, "pagoda_cpu_blocks_total", "All swap blocks.", labels);
   in->gpu_cache_usage =
       AddGauge(r, "pagoda_gpu_cache_usage_perc", "Fraction of KV blocks in use (0..1).", labels);
-  in->kv_token_utilization = AddGauge(
-      r, "pagoda_kv_token_utilization_perc",
-      "Fraction of the KV slots held by running sequences that hold a token (0..1); "
-      "the vLLM paper's Fig. 2 figure.",
-      labels);
+  in->kv_token_utilization =
+      AddGauge(r, "pagoda_kv_token_utilization_perc",
+               "Fraction of the KV slots held by running sequences that hold a token (0..1); "
+               "the vLLM paper's Fig. 2 figure.",
+               labels);
   in->healthy = AddGauge(r, "pagoda_healthy",
                          "1 while the engine and every worker are healthy, else 0.", labels);
   in->preemptions = AddCounter(r, "pagoda_num_preemptions_total", "Preempted groups.", labels);
@@ -222,9 +222,8 @@ void ServerMetrics::OnRequestFinished(const RequestRecord& record) {
     // One observation per output token after the first, as vLLM counts
     // them; the engine reports no per-token times, so each is the mean gap.
     if (record.num_generated_tokens > 1) {
-      const double mean_gap =
-          absl::ToDoubleSeconds(record.finish_time - record.first_token_time) /
-          (record.num_generated_tokens - 1);
+      const double mean_gap = absl::ToDoubleSeconds(record.finish_time - record.first_token_time) /
+                              (record.num_generated_tokens - 1);
       for (int i = 1; i < record.num_generated_tokens; ++i) {
         in.time_per_output_token->Observe(mean_gap);
       }
