@@ -95,6 +95,23 @@ class SyncClientTest(unittest.TestCase):
         self.assertEqual(info["vocab_size"], 256)
 
 
+class PackageBuildTest(unittest.TestCase):
+
+    def test_setup_py_build_generates_the_stubs(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            subprocess.run([h.PYTHON, "setup.py", "-q", "build", "--build-base", tmp],
+                           cwd=os.path.join(h.REPO, "clients", "python"), check=True,
+                           capture_output=True)
+            env = {k: v for k, v in os.environ.items() if k != "PAGODA_CLIENT_STUBS"}
+            result = subprocess.run(
+                [h.PYTHON, "-c", "import pagoda_client, pagoda_client._stubs as s; "
+                 "print(s._stub_dir)"], cwd=os.path.join(tmp, "lib"), env=env,
+                capture_output=True, text=True)
+            self.assertEqual(result.returncode, 0, result.stderr)
+            self.assertEqual(result.stdout.strip(),
+                             os.path.join(tmp, "lib", "pagoda_client", "_generated"))
+
+
 class AsyncClientTest(unittest.IsolatedAsyncioTestCase):
 
     async def test_async_unary_stream_cancel_errors_health(self):
