@@ -46,21 +46,31 @@ class Server:
 
     def start(self, timeout=60):
         self.process = subprocess.Popen(self.argv, stdout=subprocess.PIPE,
-                                        stderr=self.stderr_file, text=True, env=self.env)
+                                        stderr=self.stderr_file, env=self.env)
+        # Raw reads: a buffered readline could swallow several lines at once
+        # and leave select() waiting on an empty pipe.
+        fd = self.process.stdout.fileno()
+        pending = b""
         deadline = time.time() + timeout
         while time.time() < deadline:
-            ready, _, _ = select.select([self.process.stdout], [], [], 0.2)
-            if ready:
-                line = self.process.stdout.readline()
-                if not line:
-                    break
-                if m := re.match(r"PAGODA_METRICS_LISTENING (\d+)", line):
+            ready, _, _ = select.select([fd], [], [], 0.2)
+            if not ready:
+                continue
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                break
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                text = line.decode(errors="replace")
+                if m := re.match(r"PAGODA_METRICS_LISTENING (\d+)", text):
                     self.metrics_port = int(m.group(1))
-                if m := re.match(r"PAGODA_SERVER_LISTENING (\d+)", line):
+                if m := re.match(r"PAGODA_SERVER_LISTENING (\d+)", text):
                     self.port = int(m.group(1))
                     return self
+        error = self.stderr()
         self.stop()
-        raise RuntimeError(f"pagoda-server did not start: {self.stderr()}")
+        raise RuntimeError(f"pagoda-server did not start: {error}")
 
     @property
     def address(self):
