@@ -119,8 +119,9 @@ absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Start(const std::s
                "Fraction of the KV slots held by running sequences that hold a token (0..1); "
                "the vLLM paper's Fig. 2 figure.",
                labels);
-  in->healthy = AddGauge(r, "pagoda_healthy",
-                         "1 while the engine and every worker are healthy, else 0.", labels);
+  in->healthy =
+      AddGauge(r, "pagoda_healthy",
+               "0 once a worker has failed (health checks say NOT_SERVING), else 1.", labels);
   in->preemptions = AddCounter(r, "pagoda_num_preemptions_total", "Preempted groups.", labels);
   in->prompt_tokens =
       AddCounter(r, "pagoda_prompt_tokens_total", "Prompt tokens computed.", labels);
@@ -146,6 +147,9 @@ absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Start(const std::s
   in->tokens_per_step =
       AddHistogram(r, "pagoda_iteration_tokens_total", "Tokens computed per step.", labels,
                    {1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192});
+  // Healthy until the engine reports a failure: a server still loading its
+  // model is not a worker outage.
+  in->healthy->Set(1);
   metrics->instruments_ = std::move(in);
   metrics->refresher_ = std::make_shared<ScrapeRefresher>(metrics.get());
   metrics->exposer_->RegisterCollectable(metrics->refresher_);

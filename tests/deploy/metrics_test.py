@@ -60,7 +60,7 @@ class IdleGaugesTest(unittest.TestCase):
             saw_busy = values["pagoda_batch_size"] > 0 and values["pagoda_gpu_blocks_free"] < 64
         for proc in procs:
             self.assertEqual(proc.wait(timeout=120), 0)
-        self.assertTrue(saw_busy, "never saw the server busy")
+        self.assertTrue(saw_busy, "never saw the server busy (batch size > 0, blocks in use)")
         self.assert_idle()
 
         # A stream cut off by its deadline mid-generation (a cancelled call).
@@ -71,6 +71,7 @@ class IdleGaugesTest(unittest.TestCase):
         self.assert_idle()
 
     def test_time_per_output_token_is_observed_once_per_token(self):
+        self.assert_idle()  # Nothing left over from another test.
         before, _ = h.scrape(self.server.metrics_port)
         result = self.generate("--token-ids", "1,5,9", "--max-tokens", "12", "--ignore-eos")
         self.assertEqual(result.returncode, 0, result.stderr)

@@ -83,7 +83,7 @@ scrape_configs:
 
     @classmethod
     def wait_for_scrapes(cls, count):
-        deadline = time.time() + 30
+        deadline = time.time() + 90
         seen = 0
         while time.time() < deadline:
             try:
@@ -127,7 +127,7 @@ scrape_configs:
             [e for t, e in dashboard_queries() if t == "Time per output token"][0]), 0)
 
     def test_every_alert_rule_evaluates_and_none_fires(self):
-        deadline = time.time() + 10
+        deadline = time.time() + 30
         while True:
             groups = self.api("rules")["data"]["groups"]
             rules = [r for g in groups for r in g["rules"]]
@@ -140,8 +140,8 @@ scrape_configs:
                           "PagodaQueueGrowing"})
         for rule in rules:
             with self.subTest(rule=rule["name"]):
-                self.assertEqual(rule["health"], "ok", rule.get("lastError"))
-                self.assertEqual(rule["state"], "inactive")  # A healthy server.
+                self.assertEqual(rule["health"], "ok", rule)
+                self.assertEqual(rule["state"], "inactive", rule)  # A healthy server.
                 self.assertEqual(self.api("query", query=rule["query"])["status"], "success")
         # The worker-down alert's metric is there and says healthy.
         self.assertEqual(self.max_value("pagoda_healthy"), 1)
