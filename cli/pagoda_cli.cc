@@ -5,23 +5,26 @@
 //              [--ignore-eos] [--stream]
 //   pagoda-cli [--server ...] info
 //
-// generate prints the text (for a --prompt) or the token ids (for --token-ids)
-// as it arrives, then "finish_reason: ..." and "token_ids: ...". On an error
-// it prints the gRPC status and exits 1.
+// generate prints the text (for a --prompt) or the token ids (for --token-ids),
+// the same with or without --stream, then "finish_reason: ...", "token_ids: ..."
+// and, with --logprobs N, one "logprob: ..." line per token. On an error it
+// prints the gRPC status name and message ("error UNAVAILABLE: ...") and
+// exits 1.
 
 #include <cstdio>
 #include <iostream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "common/flags.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/flags.h"
 #include "grpcpp/grpcpp.h"
 #include "pagoda/v1/generation.grpc.pb.h"
 
@@ -44,9 +47,23 @@ namespace {
 
 using pagoda::v1::Generation;
 
+// gRPC's status names, indexed by code (0..16).
+constexpr const char* kStatusCodeNames[] = {
+    "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
+    "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+    "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
+    "DATA_LOSS", "UNAUTHENTICATED"};
+
+const char* StatusCodeName(grpc::StatusCode code) {
+  const int index = static_cast<int>(code);
+  return index >= 0 && index < static_cast<int>(std::size(kStatusCodeNames))
+             ? kStatusCodeNames[index]
+             : "UNKNOWN";
+}
+
 int Fail(const grpc::Status& status) {
-  std::cerr << "pagoda-cli: error " << status.error_code() << ": " << status.error_message()
-            << std::endl;
+  std::cerr << "pagoda-cli: error " << StatusCodeName(status.error_code()) << ": "
+            << status.error_message() << std::endl;
   return 1;
 }
 
@@ -81,9 +98,44 @@ bool BuildRequest(pagoda::v1::GenerateRequest& request) {
   return true;
 }
 
-void PrintSummary(const std::vector<int32_t>& ids, pagoda::v1::FinishReason reason) {
-  std::cout << "\nfinish_reason: " << pagoda::v1::FinishReason_Name(reason) << "\n"
-            << "token_ids: " << absl::StrJoin(ids, ",") << std::endl;
+// One sequence's output as it accumulates over stream messages.
+struct Collected {
+  std::vector<int32_t> ids;
+  std::vector<pagoda::v1::TokenLogprobs> logprobs;
+  pagoda::v1::FinishReason reason = pagoda::v1::FINISH_REASON_UNSPECIFIED;
+};
+
+// A text prompt prints text; a token-id prompt prints ids, streamed or not.
+// Mixing the two would print ids for byte-fallback pieces whose text the
+// server holds back until they complete a UTF-8 character.
+void PrintDelta(const pagoda::v1::SequenceOutput& output, Collected& collected) {
+  const bool print_text = !absl::GetFlag(FLAGS_prompt).empty();
+  if (print_text) std::cout << output.text();
+  for (int32_t id : output.token_ids()) {
+    if (!print_text) std::cout << (collected.ids.empty() ? "" : " ") << id;
+    collected.ids.push_back(id);
+  }
+  collected.logprobs.insert(collected.logprobs.end(), output.logprobs().begin(),
+                            output.logprobs().end());
+  if (output.finish_reason() != pagoda::v1::FINISH_REASON_UNSPECIFIED) {
+    collected.reason = output.finish_reason();
+  }
+}
+
+void PrintSummary(const Collected& collected) {
+  std::cout << "\nfinish_reason: " << pagoda::v1::FinishReason_Name(collected.reason) << "\n"
+            << "token_ids: " << absl::StrJoin(collected.ids, ",") << "\n";
+  for (const pagoda::v1::TokenLogprobs& token : collected.logprobs) {
+    std::cout << "logprob: " << token.token_id() << " " << token.logprob();
+    if (token.top_size() > 0) {
+      std::cout << " top:";
+      for (const pagoda::v1::TokenLogprob& top : token.top()) {
+        std::cout << " " << top.token_id() << "=" << top.logprob();
+      }
+    }
+    std::cout << "\n";
+  }
+  std::cout.flush();
 }
 
 int Generate(Generation::Stub& stub) {
@@ -96,37 +148,25 @@ int Generate(Generation::Stub& stub) {
     grpc::Status status = stub.Generate(&context, request, &response);
     if (!status.ok()) return Fail(status);
     for (const pagoda::v1::SequenceOutput& output : response.outputs()) {
-      std::cout << output.text();
-      PrintSummary({output.token_ids().begin(), output.token_ids().end()}, output.finish_reason());
+      Collected collected;
+      PrintDelta(output, collected);
+      PrintSummary(collected);
     }
     return 0;
   }
   std::unique_ptr<grpc::ClientReader<pagoda::v1::GenerateResponse>> reader =
       stub.GenerateStream(&context, request);
   pagoda::v1::GenerateResponse message;
-  std::vector<int32_t> ids;
-  pagoda::v1::FinishReason reason = pagoda::v1::FINISH_REASON_UNSPECIFIED;
-  // A text prompt streams text; a token-id prompt streams ids. Mixing the two
-  // would print ids for byte-fallback pieces whose text the server holds back
-  // until they complete a UTF-8 character.
-  const bool print_text = !absl::GetFlag(FLAGS_prompt).empty();
+  Collected collected;
   while (reader->Read(&message)) {
     for (const pagoda::v1::SequenceOutput& output : message.outputs()) {
-      if (print_text) {
-        std::cout << output.text();
-      } else {
-        for (int32_t id : output.token_ids()) std::cout << (ids.empty() ? "" : " ") << id;
-      }
-      ids.insert(ids.end(), output.token_ids().begin(), output.token_ids().end());
-      if (output.finish_reason() != pagoda::v1::FINISH_REASON_UNSPECIFIED) {
-        reason = output.finish_reason();
-      }
+      PrintDelta(output, collected);
     }
     std::cout.flush();
   }
   grpc::Status status = reader->Finish();
   if (!status.ok()) return Fail(status);
-  PrintSummary(ids, reason);
+  PrintSummary(collected);
   return 0;
 }
 
@@ -143,11 +183,11 @@ int Info(Generation::Stub& stub) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "pagoda-cli [--server HOST:PORT] generate (--prompt TEXT | --token-ids 1,2,3) [options] | "
-      "info");
-  pagoda::AcceptDashedFlagNames(argc, argv);
-  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  std::vector<char*> positional = pagoda::ParsePagodaCommandLine(
+      argc, argv,
+      {"pagoda-cli",
+       "pagoda-cli [--server HOST:PORT] generate (--prompt TEXT | --token-ids 1,2,3) [options] "
+       "| info"});
   if (positional.size() != 2) {
     std::cerr << "usage: " << absl::ProgramUsageMessage() << std::endl;
     return 2;

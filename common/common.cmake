@@ -53,7 +53,11 @@ pagoda_add_test(common_tokenizer_test
   LIBS pagoda_common pagoda_common_testing pagoda_proto)
 # vLLM-style dashed flag names for every Pagoda executable.
 add_library(pagoda_flags STATIC ${CMAKE_CURRENT_LIST_DIR}/flags.cc)
-target_link_libraries(pagoda_flags PUBLIC absl::flags absl::flags_reflection absl::strings)
+target_link_libraries(pagoda_flags PUBLIC absl::flags absl::flags_parse absl::flags_usage
+  absl::flags_reflection absl::strings)
+# --version reports what was really built.
+target_compile_definitions(pagoda_flags PRIVATE PAGODA_VERSION="${PROJECT_VERSION}"
+  PAGODA_BUILD_TYPE="$<IF:$<BOOL:${CMAKE_BUILD_TYPE}>,${CMAKE_BUILD_TYPE},default>")
 pagoda_add_test(common_flags_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/flags_test.cc
   LIBS pagoda_flags)
@@ -74,3 +78,5 @@ pagoda_add_test(common_utf8_test
 pagoda_add_test(common_hf_tokenizer_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/hf_tokenizer_test.cc
   LIBS pagoda_common)
+target_compile_definitions(common_flags_test PRIVATE PAGODA_TEST_VERSION="${PROJECT_VERSION}"
+  PAGODA_TEST_BUILD_TYPE="${CMAKE_BUILD_TYPE}")

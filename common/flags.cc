@@ -1,11 +1,26 @@
 #include "common/flags.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <iostream>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "absl/flags/parse.h"
 #include "absl/flags/reflection.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/string_view.h"
+
+#ifndef PAGODA_VERSION
+#define PAGODA_VERSION "unknown"
+#endif
+#ifndef PAGODA_BUILD_TYPE
+#define PAGODA_BUILD_TYPE "unknown"
+#endif
 
 namespace pagoda {
 
@@ -31,6 +46,47 @@ void AcceptDashedFlagNames(int argc, char** argv) {
       if (argv[i][j] == '-') argv[i][j] = '_';
     }
   }
+}
+
+std::string VersionLine(const char* program_name) {
+  return absl::StrCat(program_name, " ", PAGODA_VERSION, " (", PAGODA_BUILD_TYPE, " build)");
+}
+
+std::string HelpText(const ProgramInfo& program) {
+  std::vector<const absl::CommandLineFlag*> flags;
+  for (const auto& [name, flag] : absl::GetAllFlags()) {
+    // Abseil registers its own (--flagfile, --helpfull, ...) from its sources.
+    if (absl::StrContains(flag->Filename(), "absl/")) continue;
+    flags.push_back(flag);
+  }
+  std::sort(flags.begin(), flags.end(),
+            [](const auto* a, const auto* b) { return a->Name() < b->Name(); });
+  std::string text = absl::StrCat("usage: ", program.usage, "\n\nflags:\n");
+  for (const absl::CommandLineFlag* flag : flags) {
+    absl::StrAppend(&text, "  --", absl::StrReplaceAll(flag->Name(), {{"_", "-"}}), "  ",
+                    flag->Help(), " (default: ", flag->DefaultValue(), ")\n");
+  }
+  absl::StrAppend(&text, "  -h, --help  Show this help and exit.\n",
+                  "  --version  Show the version and exit.\n");
+  return text;
+}
+
+std::vector<char*> ParsePagodaCommandLine(int argc, char** argv, const ProgramInfo& program) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--") break;
+    if (arg == "-h" || arg == "--help" || arg == "-help") {
+      std::cout << HelpText(program);
+      std::exit(0);
+    }
+    if (arg == "--version" || arg == "-version") {
+      std::cout << VersionLine(program.name) << std::endl;
+      std::exit(0);
+    }
+  }
+  absl::SetProgramUsageMessage(program.usage);
+  AcceptDashedFlagNames(argc, argv);
+  return absl::ParseCommandLine(argc, argv);
 }
 
 }  // namespace pagoda

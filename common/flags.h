@@ -1,6 +1,10 @@
 #ifndef PAGODA_COMMON_FLAGS_H_
 #define PAGODA_COMMON_FLAGS_H_
 
+#include <string>
+#include <string_view>
+#include <vector>
+
 namespace pagoda {
 
 // Lets command lines use vLLM's dashed flag names (--max-num-seqs) for
@@ -10,6 +14,25 @@ namespace pagoda {
 // positional arguments, unknown names) is left as it is. Stops at "--".
 // Call before absl::ParseCommandLine.
 void AcceptDashedFlagNames(int argc, char** argv);
+
+// What a binary says about itself for --help and --version.
+struct ProgramInfo {
+  const char* name;   // "pagoda-server"
+  const char* usage;  // One line: "pagoda-server --model DIR [flags]: ..."
+};
+
+// "NAME VERSION (BUILD_TYPE build)", from the values CMake compiled in.
+std::string VersionLine(const char* program_name);
+
+// The --help text: the usage line, then every flag the program defined
+// (Abseil's own flags left out) by its dashed name, with help and default.
+std::string HelpText(const ProgramInfo& program);
+
+// The command-line entry point of every Pagoda executable: handles --help,
+// -h and --version (prints to stdout and exits 0), accepts dashed names, then
+// parses with Abseil (which exits 1 on an unknown flag). Returns the
+// positional arguments, argv[0] first.
+std::vector<char*> ParsePagodaCommandLine(int argc, char** argv, const ProgramInfo& program);
 
 }  // namespace pagoda
 

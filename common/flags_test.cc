@@ -29,9 +29,23 @@ TEST(AcceptDashedFlagNamesTest, RewritesRegisteredFlagNamesOnly) {
 }
 
 TEST(AcceptDashedFlagNamesTest, NegatedBoolAndDoubleDashTerminator) {
-  EXPECT_EQ(Rewrite({"prog", "--noenable-prefix-caching", "--", "--max-num-seqs"}),
-            (std::vector<std::string>{"prog", "--noenable_prefix_caching", "--",
-                                      "--max-num-seqs"}));
+  EXPECT_EQ(
+      Rewrite({"prog", "--noenable-prefix-caching", "--", "--max-num-seqs"}),
+      (std::vector<std::string>{"prog", "--noenable_prefix_caching", "--", "--max-num-seqs"}));
+}
+
+TEST(HelpTextTest, ListsProgramFlagsByDashedNameOnly) {
+  const std::string help = HelpText({"prog", "prog [flags]"});
+  EXPECT_EQ(help.rfind("usage: prog [flags]\n", 0), 0u);
+  EXPECT_NE(help.find("--max-num-seqs  test flag (default: 1)"), std::string::npos);
+  EXPECT_NE(help.find("--enable-prefix-caching"), std::string::npos);
+  EXPECT_EQ(help.find("max_num_seqs"), std::string::npos);
+  EXPECT_EQ(help.find("--flagfile"), std::string::npos);  // Abseil's own.
+}
+
+TEST(VersionLineTest, NamesVersionAndBuildType) {
+  EXPECT_EQ(VersionLine("prog"),
+            std::string("prog ") + PAGODA_TEST_VERSION + " (" + PAGODA_TEST_BUILD_TYPE + " build)");
 }
 
 }  // namespace

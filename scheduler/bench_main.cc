@@ -115,8 +115,8 @@ void PrintRow(const LevelResult& r) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  pagoda::AcceptDashedFlagNames(argc, argv);
-  absl::ParseCommandLine(argc, argv);
+  pagoda::ParsePagodaCommandLine(argc, argv,
+                                 {"pagoda-bench", "pagoda-bench [flags]: engine benchmark"});
   auto channel =
       grpc::CreateChannel(absl::GetFlag(FLAGS_server), grpc::InsecureChannelCredentials());
   auto stub = Generation::NewStub(channel);

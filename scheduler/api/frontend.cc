@@ -136,10 +136,14 @@ absl::StatusOr<std::unique_ptr<FrontendServer>> FrontendServer::Start(
   builder.AddListeningPort(address, *credentials, &bound_port);
   builder.SetMaxReceiveMessageSize(static_cast<int>(
       std::min<int64_t>(options.max_request_bytes, std::numeric_limits<int>::max())));
+  // gRPC sets SO_REUSEPORT by default, which lets a second server share a
+  // busy port and take half its calls: fail instead.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.RegisterService(service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || bound_port == 0) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", address));
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", address, " (address in use or not valid)"));
   }
   return std::unique_ptr<FrontendServer>(new FrontendServer(std::move(server), bound_port, engine));
 }

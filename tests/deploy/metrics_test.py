@@ -1,0 +1,99 @@
+"""Prometheus gauges tell the truth while idle, and TPOT counts tokens."""
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pagoda_harness as h  # noqa: E402
+
+IDLE_ZERO = ["pagoda_num_requests_running", "pagoda_num_requests_waiting",
+             "pagoda_num_requests_swapped", "pagoda_batch_size",
+             "pagoda_kv_token_utilization_perc", "pagoda_gpu_cache_usage_perc"]
+
+
+class IdleGaugesTest(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        model = h.make_model(os.path.join(cls.tmp.name, "model"))
+        cls.server = h.Server(model, "--metrics-port", "-1", "--num-gpu-blocks-override",
+                              "64").start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+        cls.tmp.cleanup()
+
+    def generate(self, *args):
+        return subprocess.run([h.binary("pagoda-cli"), "--server", self.server.address,
+                               "generate", *args], capture_output=True, text=True, timeout=60)
+
+    def assert_idle(self):
+        # The engine publishes its state right after the last step; allow it
+        # a moment to get there.
+        deadline = time.time() + 5
+        while True:
+            values, _ = h.scrape(self.server.metrics_port)
+            idle = all(values[name] == 0 for name in IDLE_ZERO) and (
+                values["pagoda_gpu_blocks_free"] == values["pagoda_gpu_blocks_total"])
+            if idle or time.time() > deadline:
+                break
+            time.sleep(0.05)
+        for name in IDLE_ZERO:
+            self.assertEqual(values[name], 0, name)
+        self.assertEqual(values["pagoda_gpu_blocks_free"], 64)
+        self.assertEqual(values["pagoda_gpu_blocks_total"], 64)
+
+    def test_gauges_return_to_idle_after_requests_and_a_cancelled_stream(self):
+        # Busy: several concurrent long requests.
+        procs = [subprocess.Popen([h.binary("pagoda-cli"), "--server", self.server.address,
+                                   "generate", "--token-ids", "1,5,9", "--max-tokens", "300",
+                                   "--ignore-eos"], stdout=subprocess.DEVNULL)
+                 for _ in range(4)]
+        saw_busy = False
+        while not saw_busy and any(proc.poll() is None for proc in procs):
+            values, _ = h.scrape(self.server.metrics_port)
+            saw_busy = values["pagoda_batch_size"] > 0 and values["pagoda_gpu_blocks_free"] < 64
+        for proc in procs:
+            self.assertEqual(proc.wait(timeout=120), 0)
+        self.assertTrue(saw_busy, "never saw the server busy (batch size > 0, blocks in use)")
+        self.assert_idle()
+
+        # A stream cut off by its deadline mid-generation (a cancelled call).
+        result = self.generate("--token-ids", "1,5,9", "--max-tokens", "2000", "--ignore-eos",
+                               "--stream", "--timeout", "0.1")
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("DEADLINE_EXCEEDED", result.stderr)
+        self.assert_idle()
+
+    def test_time_per_output_token_is_observed_once_per_token(self):
+        self.assert_idle()  # Nothing left over from another test.
+        before, _ = h.scrape(self.server.metrics_port)
+        result = self.generate("--token-ids", "1,5,9", "--max-tokens", "12", "--ignore-eos")
+        self.assertEqual(result.returncode, 0, result.stderr)
+
+        def count(values, name):
+            return sum(v for k, v in values.items() if k.startswith(name + "_count"))
+
+        # The engine records the finished request just after answering it.
+        deadline = time.time() + 5
+        while True:
+            after, _ = h.scrape(self.server.metrics_port)
+            if (count(after, "pagoda_time_to_first_token_seconds") >
+                    count(before, "pagoda_time_to_first_token_seconds") or time.time() > deadline):
+                break
+            time.sleep(0.05)
+
+        # 12 tokens: 11 gaps after the first, one observation each.
+        self.assertEqual(count(after, "pagoda_time_per_output_token_seconds") -
+                         count(before, "pagoda_time_per_output_token_seconds"), 11)
+        self.assertEqual(count(after, "pagoda_time_to_first_token_seconds") -
+                         count(before, "pagoda_time_to_first_token_seconds"), 1)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,151 @@
+"""A real Prometheus (Debian's) scrapes a real pagoda-server under load; every
+Grafana dashboard query and every alert rule evaluates without error, and the
+batch-size, free-block and token-rate queries return data."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import urllib.parse
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pagoda_harness as h  # noqa: E402
+
+DEPLOY = os.path.join(h.REPO, "deploy")
+PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
+
+
+def dashboard_queries():
+    with open(os.path.join(DEPLOY, "grafana", "pagoda-dashboard.json")) as f:
+        dashboard = json.load(f)
+    for panel in dashboard["panels"]:
+        for target in panel["targets"]:
+            # Grafana's variables, as Grafana would expand them.
+            yield panel["title"], target["expr"].replace("$model", ".*").replace(
+                "$__rate_interval", "15s")
+
+
+class PrometheusTest(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        model = h.make_model(os.path.join(cls.tmp.name, "model"))
+        cls.server = h.Server(model, "--metrics-port", "-1", "--served-model-name",
+                              "tiny").start()
+        cls.prometheus_port = h.free_port()
+        config = os.path.join(cls.tmp.name, "prometheus.yml")
+        shutil.copy(os.path.join(DEPLOY, "prometheus", "pagoda-alerts.yml"), cls.tmp.name)
+        with open(config, "w") as f:
+            f.write(f"""global: {{scrape_interval: 1s, evaluation_interval: 1s}}
+rule_files: [pagoda-alerts.yml]
+scrape_configs:
+  - job_name: pagoda
+    static_configs: [{{targets: ["127.0.0.1:{cls.server.metrics_port}"]}}]
+""")
+        cls.prometheus = subprocess.Popen(
+            [PROMETHEUS, f"--config.file={config}",
+             f"--storage.tsdb.path={os.path.join(cls.tmp.name, 'data')}",
+             f"--web.listen-address=127.0.0.1:{cls.prometheus_port}"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        cls.wait_for_scrapes(1)
+        # Load: concurrent requests for a few seconds of scrapes.
+        cls.load_start = time.time()
+        deadline = time.time() + 6
+        while time.time() < deadline:
+            procs = [subprocess.Popen([h.binary("pagoda-cli"), "--server", cls.server.address,
+                                       "generate", "--prompt", "hello world", "--max-tokens",
+                                       "64", "--ignore-eos"], stdout=subprocess.DEVNULL)
+                     for _ in range(4)]
+            for proc in procs:
+                proc.wait(timeout=120)
+        cls.load_end = time.time()
+        cls.wait_for_scrapes(3)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.prometheus.terminate()
+        cls.prometheus.wait(timeout=30)
+        cls.server.stop()
+        cls.tmp.cleanup()
+
+    @classmethod
+    def api(cls, path, **params):
+        url = f"http://127.0.0.1:{cls.prometheus_port}/api/v1/{path}"
+        if params:
+            url += "?" + urllib.parse.urlencode(params)
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return json.load(response)
+
+    @classmethod
+    def wait_for_scrapes(cls, count):
+        deadline = time.time() + 90
+        seen = 0
+        while time.time() < deadline:
+            try:
+                result = cls.api("query", query="count_over_time(up[5m])")["data"]["result"]
+                seen = int(float(result[0]["value"][1])) if result else 0
+                if seen >= count and result and cls.api(
+                        "query", query="up")["data"]["result"][0]["value"][1] == "1":
+                    return
+            except OSError:
+                pass
+            time.sleep(0.5)
+        raise RuntimeError(f"Prometheus scraped {seen} times")
+
+    def query_range(self, expr):
+        return self.api("query_range", query=expr, start=self.load_start - 2,
+                        end=time.time(), step="1s")
+
+    def test_every_dashboard_query_evaluates(self):
+        queries = list(dashboard_queries())
+        self.assertGreaterEqual(len(queries), 25)
+        for title, expr in queries:
+            with self.subTest(panel=title, expr=expr):
+                response = self.query_range(expr)
+                self.assertEqual(response["status"], "success", response)
+
+    def max_value(self, expr):
+        result = self.query_range(expr)["data"]["result"]
+        self.assertTrue(result, f"no data for {expr}")
+        return max(float(v) for series in result for _, v in series["values"])
+
+    def test_busy_queries_return_data(self):
+        queries = dict((title, expr) for title, expr in dashboard_queries())
+        self.assertGreater(self.max_value(queries["Batch size (sequences per step)"]), 0)
+        blocks = self.query_range('pagoda_gpu_blocks_free{model_name="tiny"}')["data"]["result"]
+        self.assertTrue(blocks)
+        tokens = [e for t, e in dashboard_queries() if t == "Tokens / s"]
+        self.assertEqual(len(tokens), 2)
+        for expr in tokens:
+            self.assertGreater(self.max_value(expr), 0, expr)
+        self.assertGreater(self.max_value(
+            [e for t, e in dashboard_queries() if t == "Time per output token"][0]), 0)
+
+    def test_every_alert_rule_evaluates_and_none_fires(self):
+        deadline = time.time() + 30
+        while True:
+            groups = self.api("rules")["data"]["groups"]
+            rules = [r for g in groups for r in g["rules"]]
+            if all("lastEvaluation" in r and not r["lastEvaluation"].startswith("0001")
+                   for r in rules) or time.time() > deadline:
+                break
+            time.sleep(0.5)
+        self.assertEqual({r["name"] for r in rules},
+                         {"PagodaServerDown", "PagodaWorkerDown", "PagodaKvCacheExhausted",
+                          "PagodaQueueGrowing"})
+        for rule in rules:
+            with self.subTest(rule=rule["name"]):
+                self.assertEqual(rule["health"], "ok", rule)
+                self.assertEqual(rule["state"], "inactive", rule)  # A healthy server.
+                self.assertEqual(self.api("query", query=rule["query"])["status"], "success")
+        # The worker-down alert's metric is there and says healthy.
+        self.assertEqual(self.max_value("pagoda_healthy"), 1)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,166 @@
+"""What a new user meets first: --help/-h/--version on every binary, busy
+ports, early flag validation, and pagoda-cli's output."""
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pagoda_harness as h  # noqa: E402
+
+BINARIES = ["pagoda-server", "pagoda-worker", "pagoda-cli"]
+
+
+def run(argv, timeout=60):
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+
+
+class HelpAndVersionTest(unittest.TestCase):
+
+    def test_help_exits_zero_and_lists_dashed_flags(self):
+        expected = {"pagoda-server": ["--max-num-seqs", "--metrics-port", "--tensor-parallel-size"],
+                    "pagoda-worker": ["--listen", "--rank", "--parent-pid"],
+                    "pagoda-cli": ["--max-tokens", "--token-ids", "--logprobs"]}
+        for name in BINARIES:
+            for flag in ("--help", "-h"):
+                with self.subTest(binary=name, flag=flag):
+                    result = run([h.binary(name), flag])
+                    self.assertEqual(result.returncode, 0, result.stderr)
+                    self.assertIn("usage: " + name, result.stdout)
+                    for dashed in expected[name]:
+                        self.assertIn(dashed, result.stdout)
+                    self.assertNotRegex(result.stdout, r"--[a-z]+_[a-z_]+")
+                    self.assertNotIn("--flagfile", result.stdout)  # Abseil's own flags.
+
+    def test_version_names_the_real_build_type(self):
+        build_type = os.environ["PAGODA_BUILD_TYPE"]  # What CMake was configured with.
+        for name in BINARIES:
+            with self.subTest(binary=name):
+                result = run([h.binary(name), "--version"])
+                self.assertEqual(result.returncode, 0)
+                self.assertRegex(result.stdout.strip(),
+                                 rf"^{name} \d+\.\d+\.\d+ \({re.escape(build_type)} build\)$")
+
+    def test_unknown_flag_still_fails(self):
+        result = run([h.binary("pagoda-worker"), "--no-such-flag"])
+        self.assertEqual(result.returncode, 1)
+
+
+class ServerTestBase(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.model = h.make_model(os.path.join(cls.tmp.name, "model"))
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+
+class BusyPortAndValidationTest(ServerTestBase):
+
+    def test_second_server_on_a_busy_port_exits_1(self):
+        with h.Server(self.model) as first:
+            result = run([h.binary("pagoda-server"), "--model", self.model, "--port",
+                          str(first.port), "--cpu-kv-cache-space", "0.05"])
+            self.assertEqual(result.returncode, 1, result.stdout)
+            self.assertIn(f"cannot listen on 127.0.0.1:{first.port}", result.stderr)
+            self.assertIn("address in use", result.stderr)
+            # The first server still answers, alone.
+            cli = run([h.binary("pagoda-cli"), "--server", first.address, "info"])
+            self.assertEqual(cli.returncode, 0, cli.stderr)
+
+    def test_second_worker_on_a_busy_port_exits_1(self):
+        # A worker on a TCP port serves only callers holding its secret.
+        secret_dir = tempfile.TemporaryDirectory()
+        self.addCleanup(secret_dir.cleanup)
+        secret = os.path.join(secret_dir.name, "secret")
+        with open(secret, "w") as out:
+            out.write(os.urandom(32).hex())
+        worker = [h.binary("pagoda-worker"), "--secret-file", secret]
+        first = subprocess.Popen(worker + ["--listen", "127.0.0.1:0"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        try:
+            port = int(first.stdout.readline().split()[1])
+            result = run(worker + ["--listen", f"127.0.0.1:{port}"])
+            self.assertEqual(result.returncode, 1)
+            self.assertIn(f"cannot listen on 127.0.0.1:{port}", result.stderr)
+        finally:
+            first.terminate()
+            first.wait(timeout=30)
+            first.stdout.close()
+
+    def assert_refused_before_workers(self, args, message):
+        start = time.time()
+        result = run([h.binary("pagoda-server"), "--model", self.model, "--port", "0", *args])
+        self.assertEqual(result.returncode, 1)
+        self.assertIn(message, result.stderr)
+        self.assertNotIn("PAGODA_WORKER_PIDS", result.stdout)  # No worker was spawned.
+        self.assertLess(time.time() - start, 10)
+
+    def test_bad_device_is_refused_before_any_worker_starts(self):
+        self.assert_refused_before_workers(["--device", "gpu"],
+                                           "--device: expected cpu or cuda, got 'gpu'")
+
+    def test_bad_metrics_port_is_refused_before_any_worker_starts(self):
+        self.assert_refused_before_workers(["--metrics-port", "70000"], "--metrics-port")
+        with socket.socket() as busy:
+            busy.bind(("127.0.0.1", 0))
+            busy.listen()
+            port = busy.getsockname()[1]
+            self.assert_refused_before_workers(["--metrics-port", str(port)],
+                                               "metrics: cannot listen")
+
+    def test_model_path_that_is_a_file_is_not_a_directory(self):
+        path = os.path.join(self.model, "config.json")
+        self.assert_refused_before_workers(["--model", path], "is not a directory")
+
+
+class CliOutputTest(ServerTestBase):
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.server = h.Server(cls.model).start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+        super().tearDownClass()
+
+    def cli(self, *args):
+        return run([h.binary("pagoda-cli"), "--server", self.server.address, "generate", *args])
+
+    def test_errors_print_the_status_name(self):
+        result = self.cli("--token-ids", "1,99999")
+        self.assertEqual(result.returncode, 1)
+        self.assertRegex(result.stderr, r"^pagoda-cli: error INVALID_ARGUMENT: ")
+
+    def test_logprobs_are_printed(self):
+        result = self.cli("--token-ids", "1,5,9", "--max-tokens", "4", "--ignore-eos",
+                          "--logprobs", "2")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        lines = [l for l in result.stdout.splitlines() if l.startswith("logprob: ")]
+        self.assertEqual(len(lines), 4, result.stdout)
+        for line in lines:
+            self.assertRegex(line, r"^logprob: \d+ -?[\d.e-]+ top: \d+=\S+ \d+=\S+$")
+
+    def test_unary_and_stream_print_the_same(self):
+        for prompt in (["--token-ids", "1,5,9"], ["--prompt", "hello world"]):
+            with self.subTest(prompt=prompt):
+                args = [*prompt, "--max-tokens", "6", "--ignore-eos"]
+                unary = self.cli(*args)
+                stream = self.cli(*args, "--stream")
+                self.assertEqual(unary.returncode, 0, unary.stderr)
+                self.assertEqual(unary.stdout, stream.stdout)
+                if prompt[0] == "--token-ids":
+                    self.assertRegex(unary.stdout.splitlines()[0], r"^\d+( \d+){5}$")
+
+
+if __name__ == "__main__":
+    unittest.main()
