@@ -378,6 +378,7 @@ absl::Status Serve() {
     http_options.port = http_port < 0 ? 0 : http_port;  // -1: the OS picks (tests).
     http_options.model_name = model_name;
     http_options.max_model_len = max_model_len;
+    http_options.api_key = generation_options.api_key;
     absl::StatusOr<std::unique_ptr<HttpServer>> started =
         HttpServer::Start(http_options, &engine, &validator, tokenizer->get(),
                           ChatRendererOf(chat_template->get()));

@@ -4,7 +4,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "absl/time/clock.h"
+#include "common/worker_secret.h"
 #include "glog/logging.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
@@ -181,6 +183,20 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(HttpServerOptions 
   http.set_payload_max_length(options.max_body_bytes);
   http.set_read_timeout(options.read_timeout_seconds, 0);
   http.set_keep_alive_max_count(100);
+  // --api-key guards every /v1/ route, as on gRPC; /health stays open for
+  // probes. Checked before routing, so a refused call reads no body.
+  if (!options.api_key.empty()) {
+    const std::string expected = absl::StrCat("Bearer ", options.api_key);
+    http.set_pre_routing_handler([expected](const httplib::Request& req, httplib::Response& res) {
+      if (!absl::StartsWith(req.path, "/v1/") ||
+          ConstantTimeEquals(expected, req.get_header_value("Authorization"))) {
+        return httplib::Server::HandlerResponse::Unhandled;
+      }
+      SendError(res, absl::UnauthenticatedError(
+                         "missing or wrong API key: send 'Authorization: Bearer <key>'"));
+      return httplib::Server::HandlerResponse::Handled;
+    });
+  }
   http.Get("/health",
            [handlers](const httplib::Request&, httplib::Response& res) { handlers->Health(res); });
   http.Get("/v1/models",

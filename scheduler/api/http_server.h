@@ -32,6 +32,9 @@ struct HttpServerOptions {
   int threads = 16;                 // Concurrent connections served.
   size_t max_body_bytes = 4 << 20;  // Larger bodies get 413.
   int read_timeout_seconds = 30;    // A client that stalls its request.
+  // When set, every /v1/ call needs "Authorization: Bearer <api_key>" (401
+  // otherwise); /health is exempt.
+  std::string api_key;
 };
 
 // OpenAI-compatible HTTP beside gRPC: POST /v1/completions and

@@ -245,9 +245,16 @@ try {
 const tokenizersModule = await import(require.resolve("@huggingface/tokenizers"));
 const Tokenizer = tokenizersModule.Tokenizer ?? tokenizersModule.default.Tokenizer;
 const qwenDir = makeQwenModel();
-const qwen = await startServer(qwenDir, []);
+// This server also takes --api-key: every /v1/ call needs it, /health does not.
+const qwen = await startServer(qwenDir, ["--api-key", "qwen-key"]);
 try {
-  const client = new OpenAI({ baseURL: `http://127.0.0.1:${qwen.ports.http}/v1`, apiKey: "unused", maxRetries: 0 });
+  const client = new OpenAI({ baseURL: `http://127.0.0.1:${qwen.ports.http}/v1`, apiKey: "qwen-key", maxRetries: 0 });
+  const keyless = new OpenAI({ baseURL: `http://127.0.0.1:${qwen.ports.http}/v1`, apiKey: "wrong", maxRetries: 0 });
+  await expectError(keyless.completions.create({ model: "tiny", prompt: "hi", max_tokens: 2 }), 401,
+    "API key", "api key: a wrong key is refused");
+  await expectError(keyless.models.list(), 401, "API key", "api key: models need the key too");
+  const health = await fetch(`http://127.0.0.1:${qwen.ports.http}/health`);
+  check(health.status === 200, "api key: /health needs no key", String(health.status));
   const reference = new Tokenizer(JSON.parse(fs.readFileSync(path.join(qwenDir, "tokenizer.json"), "utf8")),
     JSON.parse(fs.readFileSync(path.join(qwenDir, "tokenizer_config.json"), "utf8")));
   const prompt = "<|im_start|>user\nBonjour 🙂, 東京 café!<|im_end|>\n<|im_start|>assistant\n";
