@@ -12,6 +12,7 @@
 // exits 1.
 
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <iterator>
 #include <memory>
@@ -22,9 +23,11 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/flags.h"
+#include "common/tls_credentials.h"
 #include "grpcpp/grpcpp.h"
 #include "pagoda/v1/generation.grpc.pb.h"
 
@@ -42,6 +45,14 @@ ABSL_FLAG(int, logprobs, 0, "Top logprobs per token, 0..20.");
 ABSL_FLAG(bool, ignore_eos, false, "Keep generating past EOS.");
 ABSL_FLAG(bool, stream, false, "Use GenerateStream and print tokens as they come.");
 ABSL_FLAG(double, timeout, 600, "Seconds before the call is abandoned.");
+ABSL_FLAG(
+    std::string, ssl_ca_certs, "",
+    "PEM file of the CA that signed the server's certificate: talk TLS (plaintext if empty).");
+ABSL_FLAG(std::string, ssl_certfile, "", "Client certificate chain (PEM) for mutual TLS.");
+ABSL_FLAG(std::string, ssl_keyfile, "", "Its private key (PEM).");
+ABSL_FLAG(std::string, api_key, "",
+          "Sent as 'authorization: Bearer KEY' (the server's --api-key); the PAGODA_API_KEY "
+          "environment variable is used when empty, since argv is visible to other users.");
 
 namespace {
 
@@ -67,7 +78,18 @@ int Fail(const grpc::Status& status) {
   return 1;
 }
 
+// The API key, if any: --api-key, else PAGODA_API_KEY.
+std::string ApiKey() {
+  std::string key = absl::GetFlag(FLAGS_api_key);
+  if (const char* env = std::getenv("PAGODA_API_KEY"); key.empty() && env != nullptr) key = env;
+  return key;
+}
+
+// Deadline and credentials of every call.
 void SetDeadline(grpc::ClientContext& context) {
+  if (const std::string key = ApiKey(); !key.empty()) {
+    context.AddMetadata("authorization", absl::StrCat("Bearer ", key));
+  }
   context.set_deadline(
       std::chrono::system_clock::now() +
       std::chrono::milliseconds(static_cast<int64_t>(absl::GetFlag(FLAGS_timeout) * 1000)));
@@ -192,8 +214,15 @@ int main(int argc, char** argv) {
     std::cerr << "usage: " << absl::ProgramUsageMessage() << std::endl;
     return 2;
   }
-  auto channel =
-      grpc::CreateChannel(absl::GetFlag(FLAGS_server), grpc::InsecureChannelCredentials());
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      pagoda::MakeChannelCredentials(pagoda::TlsFiles{absl::GetFlag(FLAGS_ssl_certfile),
+                                                      absl::GetFlag(FLAGS_ssl_keyfile),
+                                                      absl::GetFlag(FLAGS_ssl_ca_certs)});
+  if (!credentials.ok()) {
+    std::cerr << "pagoda-cli: " << credentials.status().message() << std::endl;
+    return 2;
+  }
+  auto channel = grpc::CreateChannel(absl::GetFlag(FLAGS_server), *credentials);
   std::unique_ptr<Generation::Stub> stub = Generation::NewStub(channel);
   const std::string command = positional[1];
   if (command == "generate") return Generate(*stub);

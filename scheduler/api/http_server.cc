@@ -3,8 +3,8 @@
 #include <atomic>
 #include <utility>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/worker_secret.h"
 #include "glog/logging.h"

@@ -57,7 +57,6 @@ EngineRequest MakeEngineRequest(ValidatedRequest& request, std::shared_ptr<Reque
 
 namespace {
 
-
 // ---------------------------------------------------------------- unary
 
 class UnaryCall : public grpc::ServerUnaryReactor {
@@ -237,11 +236,10 @@ void StreamState::OnDelta(const RequestDelta& delta) {
     stop_abort = output_.TakeStopAbort();
     action = NextAction();
   }
-  // Stop strings ended every sequence: free the blocks now.
-  if (stop_abort && !overflow) engine_->AbortRequest(request_id_, this);
-  // Frees the request's blocks at the engine's next step; its OnFinish then
-  // finds the final status already set.
-  if (overflow) engine_->AbortRequest(request_id_, this);
+  // Stop strings ended every sequence, or the client stopped reading: free
+  // the blocks at the engine's next step. Its OnFinish then ends the stream
+  // (an overflow's status is already set; a stop reads as success).
+  if (overflow || stop_abort) engine_->AbortRequest(request_id_, this);
   Run(action);
 }
 

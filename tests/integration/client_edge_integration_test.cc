@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "pagoda/v1/generation.grpc.pb.h"
@@ -124,6 +125,18 @@ TEST_F(ClientEdgeTest, TlsAndApiKey) {
   ASSERT_TRUE(allowed.status.ok()) << allowed.status.error_message();
   EXPECT_EQ(allowed.tokens.size(), 4u);
   EXPECT_EQ(HealthStatus(channel), 1);  // Health needs no key.
+  // pagoda-cli speaks both: TLS with --ssl-ca-certs, the key from --api-key
+  // or PAGODA_API_KEY.
+  const std::string cli = absl::StrCat(PAGODA_CLI_BINARY, " --server=", (*server)->address(),
+                                       " --ssl-ca-certs=", *dir_, "/ca.pem");
+  absl::StatusOr<std::string> keyed = RunCommand(
+      absl::StrCat(cli, " --api-key=", kApiKey, " generate --token-ids=5,6,7 --max-tokens=3"));
+  EXPECT_TRUE(keyed.ok()) << keyed.status();
+  EXPECT_TRUE(RunCommand(absl::StrCat("PAGODA_API_KEY=", kApiKey, " ", cli, " info")).ok());
+  absl::StatusOr<std::string> refused = RunCommand(absl::StrCat(cli, " info 2>&1 || echo EXIT=$?"));
+  ASSERT_TRUE(refused.ok()) << refused.status();
+  EXPECT_THAT(*refused, ::testing::HasSubstr("UNAUTHENTICATED"));
+  EXPECT_THAT(*refused, ::testing::HasSubstr("EXIT=1"));
   // Plaintext to a TLS port gets nowhere.
   auto plain = Generation::NewStub(
       grpc::CreateChannel((*server)->address(), grpc::InsecureChannelCredentials()));
