@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/sampling_limits.h"
 
 namespace pagoda::worker {
 namespace {
@@ -14,8 +15,6 @@ namespace {
 using pagoda::worker::v1::BlockMove;
 using pagoda::worker::v1::SequenceStep;
 using pagoda::worker::v1::StepPlan;
-
-constexpr int kMaxLogprobs = 20;
 
 absl::Status SequenceError(const SequenceStep& step, absl::string_view problem) {
   return absl::InvalidArgumentError(absl::StrCat("seq_id ", step.seq_id(), ": ", problem));
@@ -33,9 +32,9 @@ absl::Status CheckSampling(const SequenceStep& step) {
   if (sampling.top_k() < 0) {
     return SequenceError(step, absl::StrCat("top_k ", sampling.top_k(), " must be >= 0"));
   }
-  if (sampling.num_logprobs() < 0 || sampling.num_logprobs() > kMaxLogprobs) {
+  if (sampling.num_logprobs() < 0 || sampling.num_logprobs() > kMaxTopLogprobs) {
     return SequenceError(step, absl::StrCat("num_logprobs ", sampling.num_logprobs(),
-                                            " must be in [0, ", kMaxLogprobs, "]"));
+                                            " must be in [0, ", kMaxTopLogprobs, "]"));
   }
   return absl::OkStatus();
 }

@@ -28,9 +28,11 @@
 
 #include <cstdint>
 
+#include "common/sampling_limits.h"
+
 namespace pagoda::kernels {
 
-inline constexpr int kMaxTopLogprobs = 20;
+using ::pagoda::kMaxTopLogprobs;
 inline constexpr int kMaxSamplingVocab = 1 << 24;
 
 struct TokenSamplingParams {

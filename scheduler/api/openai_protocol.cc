@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/sampling_limits.h"
 
 namespace pagoda::scheduler {
 namespace {
@@ -13,7 +14,6 @@ using nlohmann::json;
 // work: the validator bounds the prompt again by max_model_len.
 constexpr size_t kMaxPromptTokenIds = 1 << 20;
 constexpr size_t kMaxMessages = 4096;
-constexpr int kMaxTopLogprobs = 20;
 
 absl::Status Invalid(const std::string& field, const std::string& why) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));

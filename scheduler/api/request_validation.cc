@@ -6,18 +6,17 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/sampling_limits.h"
 #include "scheduler/api/stop_strings.h"
 
 namespace pagoda::scheduler {
 namespace {
 
-// Above this many top logprobs the worker refuses (vLLM's default cap).
-constexpr int kMaxLogprobs = 20;
 constexpr int kDefaultMaxTokens = 16;
 // Sequences one request may generate: each holds blocks and a batch slot.
 constexpr int kMaxSequences = 32;
-// Beam search asks the worker for 2 x width top logprobs, at most kMaxLogprobs.
-constexpr int kMaxBeamWidth = kMaxLogprobs / 2;
+// Beam search asks the worker for 2 x width top logprobs, at most kMaxTopLogprobs.
+constexpr int kMaxBeamWidth = kMaxTopLogprobs / 2;
 constexpr float kMaxLengthPenalty = 10.0f;
 constexpr float kGreedyTemperature = 1e-5f;
 
@@ -168,9 +167,9 @@ absl::StatusOr<ValidatedRequest> RequestValidator::Validate(
   if (sampling.top_k() < 0) {
     return Invalid(absl::StrCat("sampling.top_k: must be >= 0 (0 = off), got ", sampling.top_k()));
   }
-  if (request.logprobs() < 0 || request.logprobs() > kMaxLogprobs) {
+  if (request.logprobs() < 0 || request.logprobs() > kMaxTopLogprobs) {
     return Invalid(
-        absl::StrCat("logprobs: must be in [0, ", kMaxLogprobs, "], got ", request.logprobs()));
+        absl::StrCat("logprobs: must be in [0, ", kMaxTopLogprobs, "], got ", request.logprobs()));
   }
   absl::Status several = ValidateSeveralSequences(sampling, out.sampling);
   if (!several.ok()) return several;

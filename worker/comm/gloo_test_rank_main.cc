@@ -202,7 +202,13 @@ int Run(const std::string& scenario, const GlooOptions& options) {
   // rank misbehaves.
   if (int rc = CheckAllReduce(**comm, DType::kF32, 5); rc != 0) return rc;
   if (scenario == "die") {
-    if (last) raise(SIGKILL);
+    // Die only once the others are past the check and waiting in the next
+    // collective: dying with their check data unread would reset the
+    // connections under the check itself (a different, earlier failure).
+    if (last) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      raise(SIGKILL);
+    }
     return ExpectFailure(**comm, {absl::StatusCode::kUnavailable}, timeout / 2);
   }
   if (scenario == "hang") {
