@@ -44,8 +44,8 @@ TEST(SamplerDeviceParityTest, HostAndCudaDrawTheSameTokens) {
   PAGODA_SKIP_WITHOUT_CUDA();
   constexpr int kLogprobs = 4;
   int rows_checked = 0, mismatches = 0;
-  for (const auto& [num_rows, vocab] : {std::pair{64, 1000}, std::pair{48, 32000},
-                                        std::pair{16, 151936}}) {
+  for (const auto& [num_rows, vocab] :
+       {std::pair{64, 1000}, std::pair{48, 32000}, std::pair{16, 151936}}) {
     const Case c = MakeCase(num_rows, vocab, static_cast<uint32_t>(vocab));
     std::vector<float> temperatures, top_p;
     std::vector<int32_t> top_k;

@@ -36,7 +36,9 @@ class CountingBackend final : public Backend {
   void DownloadBytes(const void* device, void* host, size_t n) override {
     cpu_->DownloadBytes(device, host, n);
   }
-  void Embedding(const StepBatch& b, const Tensor& t, void* o) override { cpu_->Embedding(b, t, o); }
+  void Embedding(const StepBatch& b, const Tensor& t, void* o) override {
+    cpu_->Embedding(b, t, o);
+  }
   void RmsNorm(const void* x, const Tensor& w, int r, float e, void* o) override {
     cpu_->RmsNorm(x, w, r, e, o);
   }
@@ -144,10 +146,10 @@ TEST(StepBatchTest, OneUploadCarriesEveryArrayAndTheScalarsDescribeTheBatch) {
   EXPECT_EQ(Read(step.sampling.seeds, batch.seeds), (std::vector<uint64_t>{77, 0}));
   EXPECT_EQ(Read(step.sampling.sample_indices, batch.sample_indices),
             (std::vector<uint64_t>{4, 12}));
-  for (const void* p : {static_cast<const void*>(step.token_ids),
-                        static_cast<const void*>(step.positions),
-                        static_cast<const void*>(step.block_tables),
-                        static_cast<const void*>(step.sampling.seeds)}) {
+  for (const void* p :
+       {static_cast<const void*>(step.token_ids), static_cast<const void*>(step.positions),
+        static_cast<const void*>(step.block_tables),
+        static_cast<const void*>(step.sampling.seeds)}) {
     EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % Workspace::kAlignment, 0u);
   }
 

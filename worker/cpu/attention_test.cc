@@ -3,8 +3,8 @@
 // (write, copy, swap) for exactness.
 
 #include <algorithm>
-#include <cstring>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
@@ -246,7 +246,8 @@ TEST(CpuPagedAttentionTest, SixteenBitCachesStayNearTheF32Cache) {
   const std::vector<SequenceCase> sequences = {{1, 1}, {200, 1}, {64, 64}, {90, 7}};
   std::vector<float> f32_out, out;
   ASSERT_LT(MaxAttentionError(shape, sequences, 11, DType::kF32, &f32_out), 2e-5);
-  for (const auto& [dtype, tolerance] : {std::pair{DType::kBF16, 1e-2}, std::pair{DType::kF16, 2e-3}}) {
+  for (const auto& [dtype, tolerance] :
+       {std::pair{DType::kBF16, 1e-2}, std::pair{DType::kF16, 2e-3}}) {
     ASSERT_LT(MaxAttentionError(shape, sequences, 11, dtype, &out), 2e-5);
     ASSERT_EQ(out.size(), f32_out.size());
     double max_diff = 0.0;
