@@ -83,8 +83,17 @@ int32_t GumbelMaxDraw(absl::Span<const float> logits, uint32_t threshold, float 
   float best_score = -INFINITY;
   int32_t best_id = static_cast<int32_t>(vocab);
   for (size_t base = 0; base < vocab; base += 4) {
+    const size_t count = std::min<size_t>(4, vocab - base);
+    bool any_survivor = false;
+    for (size_t e = 0; e < count; ++e) {
+      const float x = LoadLogit(logits[base + e]);
+      any_survivor |= OrderedKey(x) >= threshold && x != -INFINITY;
+    }
+    // Noise is a pure function of (seed, sample_index, token id), so groups
+    // without a survivor (most of them under top-k) need none.
+    if (!any_survivor) continue;
     const Philox4x32Block draws = PhiloxDraws(seed, sample_index, base / 4);
-    for (size_t e = 0; e < 4 && base + e < vocab; ++e) {
+    for (size_t e = 0; e < count; ++e) {
       const float x = LoadLogit(logits[base + e]);
       if (OrderedKey(x) < threshold || x == -INFINITY) continue;
       const float gumbel = -std::log(-std::log(UniformOpen01(draws.v[e])));
