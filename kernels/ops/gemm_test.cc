@@ -26,7 +26,6 @@ struct Shape {
 class GemmTest : public ::testing::TestWithParam<std::pair<ScalarType, ScalarType>> {};
 
 TEST_P(GemmTest, MatchesFloat64Reference) {
-  PAGODA_SKIP_WITHOUT_CUDA();
   const auto [dtype, out_dtype] = GetParam();
   std::unique_ptr<GemmContext> context;
   ASSERT_EQ(GemmContext::Create(GemmContext::kDefaultWorkspaceBytes, &context),
@@ -76,7 +75,6 @@ INSTANTIATE_TEST_SUITE_P(Types, GemmTest,
                          });
 
 TEST(GemmTest, RowOffsetOperandsBelow256ByteAlignment) {
-  PAGODA_SKIP_WITHOUT_CUDA();
   // a and c start one row into bigger buffers (528 and 272 bytes in: 16-byte
   // but not 256-byte aligned), as slices of activations do.
   std::unique_ptr<GemmContext> context;
@@ -111,7 +109,6 @@ TEST(GemmTest, RowOffsetOperandsBelow256ByteAlignment) {
 }
 
 TEST(GemmContextTest, RejectsUnsupportedTypesAndShapes) {
-  PAGODA_SKIP_WITHOUT_CUDA();
   std::unique_ptr<GemmContext> context;
   ASSERT_EQ(GemmContext::Create(1 << 20, &context), CUBLAS_STATUS_SUCCESS);
   DeviceBuffer buffer(4096);
