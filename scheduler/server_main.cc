@@ -77,6 +77,8 @@ ABSL_FLAG(std::string, worker_binary, "",
           "pagoda-worker to spawn; default: the one next to this binary.");
 ABSL_FLAG(int, block_size, 16, "Tokens per KV block.");
 ABSL_FLAG(double, gpu_memory_utilization, 0.9, "Fraction of GPU memory for weights and KV.");
+ABSL_FLAG(bool, enforce_eager, false,
+          "CUDA: run every step eagerly, without capturing decode steps as CUDA graphs.");
 ABSL_FLAG(int, num_gpu_blocks_override, 0,
           "Use this many KV blocks instead of profiling; 0 = off.");
 ABSL_FLAG(std::string, dtype, "auto",
@@ -287,8 +289,10 @@ absl::Status Serve() {
   load.set_max_num_seqs(absl::GetFlag(FLAGS_max_num_seqs));
   load.set_dtype(absl::GetFlag(FLAGS_dtype));
   load.set_cpu_threads(absl::GetFlag(FLAGS_cpu_threads));
+  load.set_enforce_eager(absl::GetFlag(FLAGS_enforce_eager));
   absl::StatusOr<pagoda::worker::v1::LoadModelResponse> loaded = workers->LoadModel(load);
   if (!loaded.ok()) return loaded.status();
+  if (!loaded->device_name().empty()) LOG(INFO) << "workers run on " << loaded->device_name();
   int num_gpu_blocks = absl::GetFlag(FLAGS_num_gpu_blocks_override);
   if (num_gpu_blocks <= 0) num_gpu_blocks = loaded->num_gpu_blocks();
   if (num_gpu_blocks <= 0) {
