@@ -15,12 +15,6 @@ namespace pagoda::kernels {
 // The project's one description of rope scaling (common/rope_scaling.h),
 // under the name the kernels and their tests use.
 using RopeFrequencyScaling = ::pagoda::RopeScaling;
-  Type type = Type::kNone;
-  double factor = 1.0;
-  double low_freq_factor = 1.0;
-  double high_freq_factor = 4.0;
-  int original_max_position_embeddings = 8192;
-};
 
 // inv_freq[i] = theta^(-2i / rotary_dim) for i in [0, rotary_dim / 2), then
 // the scaling: llama3 as HF `_compute_llama3_parameters` (wavelengths longer
