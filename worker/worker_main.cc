@@ -50,9 +50,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "worker/model_runner.h"
 #include "worker/worker_service.h"
-#if PAGODA_WORKER_HAS_CUDA
-#include "worker/cuda/cuda_model_runner.h"
-#endif
+#include "worker/cuda/runner_factory.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "Address to serve on; port 0 = the OS picks one.");
 ABSL_FLAG(int, rank, 0, "Tensor-parallel rank of this worker.");
@@ -116,19 +114,7 @@ absl::StatusOr<std::string> ReadSecret() {
 }
 
 absl::StatusOr<std::unique_ptr<pagoda::worker::ModelRunner>> MakeRunner(const std::string& device) {
-  if (device.empty() || device == "cpu") return pagoda::worker::CreateCpuModelRunner();
-  if (device == "cuda") {
-#if PAGODA_WORKER_HAS_CUDA
-    return pagoda::worker::CreateCudaModelRunner(
-        pagoda::worker::CudaRunnerOptions{.device = absl::GetFlag(FLAGS_cuda_device)});
-#else
-    return absl::FailedPreconditionError(
-        "--device cuda: this pagoda-worker was built without CUDA (no nvcc at build time); "
-        "rebuild with the CUDA toolkit or use --device cpu");
-#endif
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("device '", device, "' is not supported by this pagoda-worker build"));
+  return pagoda::worker::MakeModelRunner(device, absl::GetFlag(FLAGS_cuda_device));
 }
 
 // SIGTERM/SIGINT may land on any thread (libraries such as OpenBLAS start
