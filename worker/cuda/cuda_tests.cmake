@@ -10,3 +10,7 @@ pagoda_add_test(worker_cuda_graph_test
   LIBS pagoda_worker_cuda
   GPU)
 set_tests_properties(worker_cuda_model_test worker_cuda_graph_test PROPERTIES TIMEOUT 240)
+
+# Decode step time of a whole model vs its bandwidth floor (scripts/gpu_check.sh).
+add_executable(bench_decode_step ${PAGODA_WORKER_CUDA_DIR}/bench_decode_step.cc)
+target_link_libraries(bench_decode_step PRIVATE pagoda_worker_cuda absl::strings)
