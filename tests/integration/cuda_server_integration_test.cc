@@ -38,6 +38,15 @@ std::string Python() {
   return python != nullptr && *python != '\0' ? python : "python3";
 }
 
+// The pagoda-server of the build this test runs from: PAGODA_BINARY_DIR (set
+// by ctest, rewritten when a bundle moves the build to a GPU machine), else
+// the path it was built at.
+std::string ServerBinary() {
+  const char* dir = std::getenv("PAGODA_BINARY_DIR");
+  return dir != nullptr && *dir != '\0' ? absl::StrCat(dir, "/bin/pagoda-server")
+                                         : PAGODA_SERVER_BINARY;
+}
+
 std::vector<int32_t> Prompt(int length, int salt) {
   std::vector<int32_t> prompt;
   for (int i = 0; i < length; ++i) prompt.push_back(3 + (i * 11 + salt * 17) % (kVocab - 3));
@@ -119,7 +128,7 @@ class CudaServerTest : public ::testing::Test {
                                      "--seed=5",
                                      "--port=0"};
     args.insert(args.end(), extra.begin(), extra.end());
-    auto server = ServerProcess::Start(PAGODA_SERVER_BINARY, args, absl::Seconds(180));
+    auto server = ServerProcess::Start(ServerBinary(), args, absl::Seconds(180));
     EXPECT_TRUE(server.ok()) << server.status();
     return server.ok() ? *std::move(server) : nullptr;
   }
