@@ -231,8 +231,7 @@ void LlamaModel::ReserveWorkspace(const StepBatchCapacity& capacity) {
   const size_t q_dim = static_cast<size_t>(config_.num_attention_heads) * config_.head_dim;
   const size_t kv_dim = static_cast<size_t>(config_.num_key_value_heads) * config_.head_dim;
   const size_t inter = config_.intermediate_size;
-  const size_t activations =
-      t * (3 * hidden + 2 * q_dim + 2 * kv_dim + 3 * inter) + rows * hidden;
+  const size_t activations = t * (3 * hidden + 2 * q_dim + 2 * kv_dim + 3 * inter) + rows * hidden;
   const size_t bytes = activations * DTypeSize(backend_->activation_dtype()) +
                        rows * config_.vocab_size * sizeof(float) +
                        StepBatchUploader::RegionBytes(capacity);

@@ -64,7 +64,8 @@ uint32_t TopPThreshold(absl::Span<const float> logits, uint32_t min_key, float m
   }
   uint64_t target = static_cast<uint64_t>(std::ceil(static_cast<double>(top_p) * kept_mass));
   target = std::clamp<uint64_t>(target, 1, kept_mass);
-  std::sort(kept.begin(), kept.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::sort(kept.begin(), kept.end(),
+            [](const auto& a, const auto& b) { return a.first > b.first; });
   uint64_t cumulative = 0;
   for (const auto& [key, mass] : kept) {
     cumulative += mass;
