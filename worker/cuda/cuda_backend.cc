@@ -76,6 +76,7 @@ class Scratch {
     return error;
   }
   void* get() const { return data_; }
+  size_t bytes() const { return bytes_; }
 
  private:
   void* data_ = nullptr;
@@ -110,7 +111,10 @@ size_t AlignUp(size_t n) { return (n + 255) & ~size_t{255}; }
 
 struct CudaBackend::Impl {
   std::unique_ptr<kernels::GemmContext> gemm;
-  Scratch decode_workspace;
+  Scratch decode_workspace;  // Eager split-K decode; may grow.
+  // Split-K decode inside graphs: sized once by ReserveDecodeWorkspace and
+  // never grown by an eager step, so a captured graph's pointer stays valid.
+  Scratch graph_decode_workspace;
   Scratch sample_out;        // Sampling results, packed (SampleLayout).
   PinnedScratch sample_host;  // Their host mirror.
   Scratch block_args;         // CopyBlocks' pointer arrays and pairs.
@@ -208,8 +212,8 @@ void CudaBackend::ReserveDecodeWorkspace(int num_seqs, int num_heads, int num_kv
   const kernels::DecodePlan plan = kernels::PlanDecodeAttention(
       num_seqs, num_heads, num_kv_heads, head_dim, std::max(1, max_context_len), num_sms_,
       kernels::DecodePlanOptions{.split_k = kernels::SplitKMode::kAlways});
-  Check(impl_->decode_workspace.Reserve(std::max<size_t>(plan.workspace_bytes, 1)),
-        "decode workspace");
+  Check(impl_->graph_decode_workspace.Reserve(std::max<size_t>(plan.workspace_bytes, 1)),
+        "graph decode workspace");
 }
 
 std::unique_ptr<Buffer> CudaBackend::Allocate(DType dtype, size_t num_elements) {
@@ -386,8 +390,17 @@ void CudaBackend::PagedAttention(const PagedAttentionParams& params) {
     const kernels::DecodePlan plan =
         kernels::PlanDecodeAttention(batch.num_seqs, params.num_heads, cache.num_kv_heads,
                                      cache.head_dim, max_context, num_sms_);
-    if (plan.workspace_bytes > 0 &&
-        !Check(impl_->decode_workspace.Reserve(plan.workspace_bytes), "decode workspace")) {
+    Scratch& workspace = mode_ == LaunchMode::kCapture ? impl_->graph_decode_workspace
+                                                       : impl_->decode_workspace;
+    if (mode_ == LaunchMode::kCapture) {
+      // Growing it here would free memory an earlier graph uses.
+      if (plan.workspace_bytes > workspace.bytes()) {
+        Fail(absl::InternalError("graph decode workspace too small: call "
+                                 "ReserveDecodeWorkspace before capturing"));
+        return;
+      }
+    } else if (plan.workspace_bytes > 0 &&
+               !Check(workspace.Reserve(plan.workspace_bytes), "decode workspace")) {
       return;
     }
     Check(kernels::LaunchDecodeAttention(
@@ -405,7 +418,7 @@ void CudaBackend::PagedAttention(const PagedAttentionParams& params) {
                                              .block_tables = batch.block_tables,
                                              .context_lens = batch.context_lens,
                                              .out = params.output},
-              plan, impl_->decode_workspace.get(), stream_),
+              plan, workspace.get(), stream_),
           "decode attention");
     return;
   }

@@ -63,9 +63,10 @@ class CudaBackend final : public Backend {
   // graph's plan must hold for every step it replays). REQUIRES: >= 1.
   int graph_max_context_len() const { return graph_max_context_len_; }
   void set_graph_max_context_len(int tokens) { graph_max_context_len_ = tokens; }
-  // Grows the split-K decode workspace to what a decode of `num_seqs`
-  // sequences of up to `max_context_len` tokens may need, so that capture
-  // allocates nothing.
+  // Sizes the split-K decode workspace that captured graphs use (separate
+  // from the eager one, which grows on demand) for a decode of up to
+  // `num_seqs` sequences of up to `max_context_len` tokens. Call before
+  // capturing; capture never allocates, and a plan that does not fit fails.
   void ReserveDecodeWorkspace(int num_seqs, int num_heads, int num_kv_heads, int head_dim,
                               int max_context_len);
 
