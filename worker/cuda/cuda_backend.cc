@@ -203,6 +203,8 @@ bool CudaBackend::ExpectActivationDType(DType dtype, const char* what) {
   return false;
 }
 
+void CudaBackend::MakeCurrent() { Check(cudaSetDevice(device_), "cudaSetDevice"); }
+
 void CudaBackend::Synchronize() { Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
 
 void CudaBackend::ReserveDecodeWorkspace(int num_seqs, int num_heads, int num_kv_heads,

@@ -56,6 +56,9 @@ class CudaBackend final : public Backend {
   std::string DeviceDescription() const;
   // Waits for every op enqueued so far; records a failure in status().
   void Synchronize();
+  // Makes this backend's device current for the calling thread (the current
+  // device is per thread, and gRPC may call the runner from any thread).
+  void MakeCurrent();
 
   LaunchMode launch_mode() const { return mode_; }
   void set_launch_mode(LaunchMode mode) { mode_ = mode; }

@@ -156,6 +156,7 @@ class CudaModelRunner final : public ModelRunner {
           absl::StrCat("InitCache needs num_gpu_blocks > 0 and num_cpu_blocks >= 0, got ",
                        request.num_gpu_blocks(), " and ", request.num_cpu_blocks()));
     }
+    backend_->MakeCurrent();
     graphs_.reset();
     cache_.reset();  // Free the old cache before allocating the new one.
     cache_ = std::make_unique<CacheEngine>(backend_.get(), model_->CacheShape(block_size_, kv_dtype_),
@@ -174,6 +175,7 @@ class CudaModelRunner final : public ModelRunner {
 
   absl::StatusOr<StepResult> ExecuteStep(const StepPlan& plan) override {
     if (cache_ == nullptr) return absl::FailedPreconditionError("ExecuteStep before InitCache");
+    backend_->MakeCurrent();
     const auto start = std::chrono::steady_clock::now();
     auto batch = FlattenStepPlan(plan, BatchLimits{.vocab_size = model_->config().vocab_size,
                                                    .block_size = block_size_,
