@@ -14,13 +14,13 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "common/flags.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/flags.h"
 #include "grpcpp/grpcpp.h"
 #include "pagoda/v1/generation.grpc.pb.h"
 #include "scheduler/sim/trace.h"
@@ -78,15 +78,17 @@ std::vector<Job> Jobs(int concurrency, int max_model_len) {
     return jobs;
   }
   namespace sim = pagoda::scheduler::sim;
-  const sim::TraceKind kind = trace == "alpaca" ? sim::TraceKind::kAlpaca : sim::TraceKind::kShareGpt;
+  const sim::TraceKind kind =
+      trace == "alpaca" ? sim::TraceKind::kAlpaca : sim::TraceKind::kShareGpt;
   // Enough arrivals at 1 request/s, then the first trace_requests of them.
   const int wanted = absl::GetFlag(FLAGS_trace_requests);
   std::vector<sim::TraceRequest> requests;
   for (double duration = wanted * 1.5; static_cast<int>(requests.size()) < wanted; duration *= 2) {
-    requests = sim::SyntheticTrace(kind, 1.0, duration, max_model_len,
-                                   absl::GetFlag(FLAGS_trace_seed));
+    requests =
+        sim::SyntheticTrace(kind, 1.0, duration, max_model_len, absl::GetFlag(FLAGS_trace_seed));
   }
-  for (int i = 0; i < wanted; ++i) jobs.push_back(Job{requests[i].prompt_len, requests[i].output_len});
+  for (int i = 0; i < wanted; ++i)
+    jobs.push_back(Job{requests[i].prompt_len, requests[i].output_len});
   return jobs;
 }
 

@@ -48,9 +48,9 @@
 #include "glog/logging.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "worker/cuda/runner_factory.h"
 #include "worker/model_runner.h"
 #include "worker/worker_service.h"
-#include "worker/cuda/runner_factory.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "Address to serve on; port 0 = the OS picks one.");
 ABSL_FLAG(int, rank, 0, "Tensor-parallel rank of this worker.");

@@ -44,7 +44,7 @@ std::string Python() {
 std::string ServerBinary() {
   const char* dir = std::getenv("PAGODA_BINARY_DIR");
   return dir != nullptr && *dir != '\0' ? absl::StrCat(dir, "/bin/pagoda-server")
-                                         : PAGODA_SERVER_BINARY;
+                                        : PAGODA_SERVER_BINARY;
 }
 
 std::vector<int32_t> Prompt(int length, int salt) {

@@ -107,9 +107,8 @@ double CopyGbps(CudaBackend& backend) {
     const auto start = std::chrono::steady_clock::now();
     cudaMemcpyAsync(dst->raw(), src->raw(), bytes, cudaMemcpyDeviceToDevice, backend.stream());
     backend.Synchronize();
-    ms.push_back(
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-            .count());
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                     .count());
   }
   std::sort(ms.begin(), ms.end());
   return 2.0 * bytes / (ms[ms.size() / 2] * 1e-3) / 1e9;
@@ -122,8 +121,7 @@ double MedianMs(int iters, F&& step) {
     const auto start = std::chrono::steady_clock::now();
     step();
     const double took =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-            .count();
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     if (i >= 3) ms.push_back(took);
   }
   std::sort(ms.begin(), ms.end());
@@ -176,8 +174,8 @@ int Main(int argc, char** argv) {
     const double eager_ms = MedianMs(args.iters, [&] { run(false); });
     const double graph_ms = MedianMs(args.iters, [&] { run(true); });
     if (!backend->status().ok()) Die(backend->status().ToString());
-    const double kv_bytes = static_cast<double>(batch) * args.context * shape.bytes_per_block() /
-                            kBlockSize;
+    const double kv_bytes =
+        static_cast<double>(batch) * args.context * shape.bytes_per_block() / kBlockSize;
     const double floor_ms = (model->weight_bytes() + kv_bytes) / (copy_gbps * 1e9) * 1e3;
     std::printf("%6d %8d %12.3f %12.3f %12.3f %10.2f %10.0f\n", batch, args.context, eager_ms,
                 graph_ms, floor_ms, graph_ms / floor_ms, batch / (graph_ms * 1e-3));

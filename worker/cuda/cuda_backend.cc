@@ -27,7 +27,7 @@ namespace {
 absl::Status CudaStatus(cudaError_t error, const char* what) {
   const std::string message =
       absl::StrCat(what, ": ", cudaGetErrorName(error), ": ", cudaGetErrorString(error));
-  return error == cudaErrorInvalidValue ? absl::InvalidArgumentError(message)
+  return error == cudaErrorInvalidValue       ? absl::InvalidArgumentError(message)
          : error == cudaErrorMemoryAllocation ? absl::ResourceExhaustedError(message)
                                               : absl::InternalError(message);
 }
@@ -115,7 +115,7 @@ struct CudaBackend::Impl {
   // Split-K decode inside graphs: sized once by ReserveDecodeWorkspace and
   // never grown by an eager step, so a captured graph's pointer stays valid.
   Scratch graph_decode_workspace;
-  Scratch sample_out;        // Sampling results, packed (SampleLayout).
+  Scratch sample_out;         // Sampling results, packed (SampleLayout).
   PinnedScratch sample_host;  // Their host mirror.
   Scratch block_args;         // CopyBlocks' pointer arrays and pairs.
 };
@@ -133,15 +133,14 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device,
         "no usable CUDA device: ", cudaGetErrorName(error), ": ", cudaGetErrorString(error)));
   }
   if (device < 0 || device >= count) {
-    return absl::InvalidArgumentError(absl::StrCat("CUDA device ", device, " does not exist (",
-                                                   count, " visible)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("CUDA device ", device, " does not exist (", count, " visible)"));
   }
   if (cudaError_t error = cudaSetDevice(device); error != cudaSuccess) {
     return CudaStatus(error, "cudaSetDevice");
   }
   int num_sms = 0;
-  if (cudaError_t error =
-          cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device);
+  if (cudaError_t error = cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device);
       error != cudaSuccess) {
     return CudaStatus(error, "cudaDeviceGetAttribute");
   }
@@ -155,8 +154,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device,
           kernels::GemmContext::Create(kernels::GemmContext::kDefaultWorkspaceBytes, &impl->gemm);
       status != CUBLAS_STATUS_SUCCESS) {
     cudaStreamDestroy(stream);
-    return absl::InternalError(
-        absl::StrCat("cuBLASLt context: ", cublasLtGetStatusName(status)));
+    return absl::InternalError(absl::StrCat("cuBLASLt context: ", cublasLtGetStatusName(status)));
   }
   return std::unique_ptr<CudaBackend>(
       new CudaBackend(device, activation_dtype, stream, num_sms, std::move(impl)));
@@ -313,18 +311,17 @@ void CudaBackend::Linear(const void* x, int rows, const Tensor& weight, const fl
   if (!f32_out && !ExpectActivationDType(y_dtype, "a linear output")) return;
   // cuBLASLt's bias epilogue takes the bias in the output dtype: pass the f32
   // bias straight through for f32 output, add it after for half output.
-  const cublasStatus_t status =
-      kernels::Gemm(*impl_->gemm,
-                    kernels::GemmParams{.a = x,
-                                        .w = weight.data,
-                                        .bias = f32_out ? bias : nullptr,
-                                        .c = y,
-                                        .m = rows,
-                                        .n = weight.dim(0),
-                                        .k = weight.dim(1),
-                                        .dtype = activation_dtype_,
-                                        .out_dtype = y_dtype},
-                    stream_);
+  const cublasStatus_t status = kernels::Gemm(*impl_->gemm,
+                                              kernels::GemmParams{.a = x,
+                                                                  .w = weight.data,
+                                                                  .bias = f32_out ? bias : nullptr,
+                                                                  .c = y,
+                                                                  .m = rows,
+                                                                  .n = weight.dim(0),
+                                                                  .k = weight.dim(1),
+                                                                  .dtype = activation_dtype_,
+                                                                  .out_dtype = y_dtype},
+                                              stream_);
   if (status != CUBLAS_STATUS_SUCCESS) {
     Fail(absl::InternalError(absl::StrCat("GEMM [", rows, " x ", weight.dim(1), "] x [",
                                           weight.dim(0), " x ", weight.dim(1),
@@ -332,14 +329,13 @@ void CudaBackend::Linear(const void* x, int rows, const Tensor& weight, const fl
     return;
   }
   if (bias != nullptr && !f32_out) {
-    Check(LaunchAddBias(y, bias, rows, static_cast<int>(weight.dim(0)), activation_dtype_,
-                        stream_),
+    Check(LaunchAddBias(y, bias, rows, static_cast<int>(weight.dim(0)), activation_dtype_, stream_),
           "bias");
   }
 }
 
-void CudaBackend::Rope(void* q, void* k, const StepBatch& batch, int num_q_heads,
-                       int num_kv_heads, int head_dim, const RopeTable& table) {
+void CudaBackend::Rope(void* q, void* k, const StepBatch& batch, int num_q_heads, int num_kv_heads,
+                       int head_dim, const RopeTable& table) {
   if (SkipLaunch()) return;
   Check(kernels::LaunchRotaryEmbedding(
             kernels::RotaryEmbeddingParams{.positions = batch.positions,
@@ -362,23 +358,20 @@ void CudaBackend::WriteKvCache(const void* k, const void* v, const StepBatch& ba
                                const KvCacheLayer& cache) {
   if (SkipLaunch() || !ExpectActivationDType(cache.dtype, "the KV cache")) return;
   const int64_t stride = int64_t{cache.num_kv_heads} * cache.head_dim;
-  Check(kernels::LaunchReshapeAndCache(kernels::ReshapeAndCacheParams{.key = k,
-                                                                      .value = v,
-                                                                      .key_token_stride = stride,
-                                                                      .value_token_stride = stride,
-                                                                      .key_cache = cache.key,
-                                                                      .value_cache = cache.value,
-                                                                      .slot_mapping =
-                                                                          batch.slot_mapping,
-                                                                      .num_tokens =
-                                                                          batch.num_tokens,
-                                                                      .num_kv_heads =
-                                                                          cache.num_kv_heads,
-                                                                      .head_dim = cache.head_dim,
-                                                                      .block_size =
-                                                                          cache.block_size,
-                                                                      .dtype = cache.dtype},
-                                       stream_),
+  Check(kernels::LaunchReshapeAndCache(
+            kernels::ReshapeAndCacheParams{.key = k,
+                                           .value = v,
+                                           .key_token_stride = stride,
+                                           .value_token_stride = stride,
+                                           .key_cache = cache.key,
+                                           .value_cache = cache.value,
+                                           .slot_mapping = batch.slot_mapping,
+                                           .num_tokens = batch.num_tokens,
+                                           .num_kv_heads = cache.num_kv_heads,
+                                           .head_dim = cache.head_dim,
+                                           .block_size = cache.block_size,
+                                           .dtype = cache.dtype},
+            stream_),
         "reshape_and_cache");
 }
 
@@ -392,13 +385,14 @@ void CudaBackend::PagedAttention(const PagedAttentionParams& params) {
     const kernels::DecodePlan plan =
         kernels::PlanDecodeAttention(batch.num_seqs, params.num_heads, cache.num_kv_heads,
                                      cache.head_dim, max_context, num_sms_);
-    Scratch& workspace = mode_ == LaunchMode::kCapture ? impl_->graph_decode_workspace
-                                                       : impl_->decode_workspace;
+    Scratch& workspace =
+        mode_ == LaunchMode::kCapture ? impl_->graph_decode_workspace : impl_->decode_workspace;
     if (mode_ == LaunchMode::kCapture) {
       // Growing it here would free memory an earlier graph uses.
       if (plan.workspace_bytes > workspace.bytes()) {
-        Fail(absl::InternalError("graph decode workspace too small: call "
-                                 "ReserveDecodeWorkspace before capturing"));
+        Fail(
+            absl::InternalError("graph decode workspace too small: call "
+                                "ReserveDecodeWorkspace before capturing"));
         return;
       }
     } else if (plan.workspace_bytes > 0 &&
@@ -458,8 +452,8 @@ void CudaBackend::SiluAndMul(const void* gate_up, int rows, int dim, void* out) 
 
 void CudaBackend::GatherRows(const void* src, const StepBatch& batch, int dim, void* out) {
   if (SkipLaunch()) return;
-  Check(LaunchGatherRows(src, batch.logits_indices, batch.num_logits_rows, dim,
-                         activation_dtype_, out, stream_),
+  Check(LaunchGatherRows(src, batch.logits_indices, batch.num_logits_rows, dim, activation_dtype_,
+                         out, stream_),
         "gather_rows");
 }
 
@@ -507,9 +501,9 @@ void CudaBackend::Sample(const Tensor& logits, const SamplingBatch& params, Samp
                                    .top_logprobs = k > 0 ? top_logprobs : nullptr},
       stream_);
   if (!Check(launched, "token sampling") ||
-      !Check(cudaMemcpyAsync(impl_->sample_host.get(), base, total, cudaMemcpyDeviceToHost,
-                             stream_),
-             "sampling download")) {
+      !Check(
+          cudaMemcpyAsync(impl_->sample_host.get(), base, total, cudaMemcpyDeviceToHost, stream_),
+          "sampling download")) {
     return;
   }
   Synchronize();

@@ -21,8 +21,8 @@ cudaError_t LaunchGatherRows(const void* src, const int32_t* rows, int num_rows,
 
 // y[r, c] += bias[c] for r < rows, c < cols, y of `dtype` (bf16 or f16),
 // bias f32; the sum is rounded once to `dtype`.
-cudaError_t LaunchAddBias(void* y, const float* bias, int rows, int cols,
-                          kernels::ScalarType dtype, cudaStream_t stream);
+cudaError_t LaunchAddBias(void* y, const float* bias, int rows, int cols, kernels::ScalarType dtype,
+                          cudaStream_t stream);
 
 }  // namespace pagoda::worker
 

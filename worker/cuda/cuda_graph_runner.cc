@@ -110,10 +110,10 @@ absl::StatusOr<ForwardOutput> CudaGraphRunner::Run(const FlatBatch& batch) {
   backend_->set_launch_mode(CudaBackend::LaunchMode::kEager);
   if (!output.ok()) return output.status();
   if (output->logits.data != graph.logits) {
-    return absl::InternalError(absl::StrCat(
-        "CUDA graph for ", bucket,
-        " sequences: the replayed forward's buffers moved since capture (restart with "
-        "--enforce-eager and report this)"));
+    return absl::InternalError(
+        absl::StrCat("CUDA graph for ", bucket,
+                     " sequences: the replayed forward's buffers moved since capture (restart with "
+                     "--enforce-eager and report this)"));
   }
   if (cudaError_t e = cudaGraphLaunch(graph.exec, backend_->stream()); e != cudaSuccess) {
     return GraphError(e, "launch", bucket);

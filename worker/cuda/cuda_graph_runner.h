@@ -39,8 +39,7 @@ class CudaGraphRunner {
  public:
   // model, backend and cache must outlive the runner; the cache must not be
   // replaced (a new cache needs a new runner: the graphs hold its addresses).
-  CudaGraphRunner(LlamaModel* model, CudaBackend* backend, CacheEngine* cache,
-                  int max_context_len);
+  CudaGraphRunner(LlamaModel* model, CudaBackend* backend, CacheEngine* cache, int max_context_len);
   ~CudaGraphRunner();
   CudaGraphRunner(const CudaGraphRunner&) = delete;
   CudaGraphRunner& operator=(const CudaGraphRunner&) = delete;

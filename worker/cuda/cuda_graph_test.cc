@@ -74,8 +74,10 @@ TEST_P(CudaGraphTest, ReplayGivesTheEagerTokens) {
   ASSERT_TRUE(graphs.Capture(kMaxNumSeqs).ok()) << backend->status();
   EXPECT_EQ(graphs.num_graphs(), 4);  // 1, 2, 4, 8
   const int vocab = (*model)->config().vocab_size;
-  const BatchLimits limits{.vocab_size = vocab, .block_size = kBlockSize,
-                           .num_gpu_blocks = kNumBlocks, .num_cpu_blocks = 0};
+  const BatchLimits limits{.vocab_size = vocab,
+                           .block_size = kBlockSize,
+                           .num_gpu_blocks = kNumBlocks,
+                           .num_cpu_blocks = 0};
 
   v1::StepPlan plan;
   std::vector<int> lengths;
@@ -121,8 +123,8 @@ TEST_P(CudaGraphTest, ReplayGivesTheEagerTokens) {
     }
     EXPECT_LE(std::sqrt(diff / norm), 1e-2) << "step " << step;
     for (int s = 0; s < num_seqs; ++s) {
-      mismatches += Argmax(from_graph.data() + s * vocab, vocab) !=
-                    Argmax(logits.data() + s * vocab, vocab);
+      mismatches +=
+          Argmax(from_graph.data() + s * vocab, vocab) != Argmax(logits.data() + s * vocab, vocab);
     }
   }
   EXPECT_EQ(mismatches, 0);

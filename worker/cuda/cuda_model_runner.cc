@@ -56,9 +56,9 @@ absl::Status ValidateRequest(const LoadModelRequest& request) {
   if (request.max_num_batched_tokens() <= 0 ||
       request.max_num_batched_tokens() > kMaxWorkspaceTokens || request.max_num_seqs() <= 0 ||
       request.max_num_seqs() > kMaxWorkspaceTokens) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "max_num_batched_tokens and max_num_seqs must be in [1, ", kMaxWorkspaceTokens, "], got ",
-        request.max_num_batched_tokens(), " and ", request.max_num_seqs()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_num_batched_tokens and max_num_seqs must be in [1, ", kMaxWorkspaceTokens,
+                     "], got ", request.max_num_batched_tokens(), " and ", request.max_num_seqs()));
   }
   return absl::OkStatus();
 }
@@ -113,12 +113,12 @@ class CudaModelRunner final : public ModelRunner {
     LOG(INFO) << "rank " << request.rank() << " uses " << backend_->DeviceDescription() << ", "
               << DTypeName(*serving);
 
-    auto model = LlamaModel::Load(request.model_dir(), backend_.get(), communicator_.get(),
-                                  LlamaLoadOptions{.weight_dtype = *serving,
-                                                   .max_num_batched_tokens =
-                                                       request.max_num_batched_tokens(),
-                                                   .max_num_seqs = request.max_num_seqs(),
-                                                   .block_size = request.block_size()});
+    auto model = LlamaModel::Load(
+        request.model_dir(), backend_.get(), communicator_.get(),
+        LlamaLoadOptions{.weight_dtype = *serving,
+                         .max_num_batched_tokens = request.max_num_batched_tokens(),
+                         .max_num_seqs = request.max_num_seqs(),
+                         .block_size = request.block_size()});
     if (!model.ok()) return model.status();
     if (!backend_->status().ok()) return backend_->status();
     model_ = *std::move(model);
@@ -159,8 +159,9 @@ class CudaModelRunner final : public ModelRunner {
     backend_->MakeCurrent();
     graphs_.reset();
     cache_.reset();  // Free the old cache before allocating the new one.
-    cache_ = std::make_unique<CacheEngine>(backend_.get(), model_->CacheShape(block_size_, kv_dtype_),
-                                           request.num_gpu_blocks(), request.num_cpu_blocks());
+    cache_ =
+        std::make_unique<CacheEngine>(backend_.get(), model_->CacheShape(block_size_, kv_dtype_),
+                                      request.num_gpu_blocks(), request.num_cpu_blocks());
     if (!backend_->status().ok()) return backend_->status();
     if (enforce_eager_) return absl::OkStatus();
     const auto start = std::chrono::steady_clock::now();
@@ -190,9 +191,9 @@ class CudaModelRunner final : public ModelRunner {
     StepResult result;
     result.set_step_id(plan.step_id());
     if (batch->num_tokens() > 0) {
-      absl::StatusOr<ForwardOutput> output =
-          graphs_ != nullptr && graphs_->CanRun(*batch) ? graphs_->Run(*batch)
-                                                         : model_->Forward(*batch, cache_.get());
+      absl::StatusOr<ForwardOutput> output = graphs_ != nullptr && graphs_->CanRun(*batch)
+                                                 ? graphs_->Run(*batch)
+                                                 : model_->Forward(*batch, cache_.get());
       if (!output.ok()) return output.status();
       backend_->Sample(output->logits, output->sampling, &samples_);
       if (!backend_->status().ok()) return backend_->status();
@@ -220,10 +221,9 @@ class CudaModelRunner final : public ModelRunner {
   // step, on a scratch cache just big enough for it (freed after).
   absl::StatusOr<int64_t> ProfilePeakBytes(const LoadModelRequest& request) {
     int num_blocks = 0;
-    const StepPlan plan =
-        ProfilePlan(request.max_num_batched_tokens(), request.max_num_seqs(),
-                    std::max(1, model_->config().max_position_embeddings), block_size_,
-                    &num_blocks);
+    const StepPlan plan = ProfilePlan(request.max_num_batched_tokens(), request.max_num_seqs(),
+                                      std::max(1, model_->config().max_position_embeddings),
+                                      block_size_, &num_blocks);
     auto scratch = std::make_unique<CacheEngine>(
         backend_.get(), model_->CacheShape(block_size_, kv_dtype_), num_blocks, 0);
     auto batch = FlattenStepPlan(plan, BatchLimits{.vocab_size = model_->config().vocab_size,

@@ -42,12 +42,11 @@ std::string Python() {
 }
 
 std::string MakeModel(const ModelCase& model) {
-  const std::string dir =
-      (std::filesystem::temp_directory_path() / absl::StrCat("pagoda_cuda_", model.name, "_",
-                                                             getpid()))
-          .string();
-  const std::string command = absl::StrCat(Python(), " scripts/make_tiny_model.py --out ", dir,
-                                           " ", model.args, " > /dev/null");
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           absl::StrCat("pagoda_cuda_", model.name, "_", getpid()))
+                              .string();
+  const std::string command = absl::StrCat(Python(), " scripts/make_tiny_model.py --out ", dir, " ",
+                                           model.args, " > /dev/null");
   EXPECT_EQ(std::system(command.c_str()), 0) << command;
   return dir;
 }
@@ -132,8 +131,10 @@ TEST_P(CudaModelTest, Bf16LogitsFollowCpuF32) {
     for (int b = 0; b < 4; ++b) step->add_block_table(static_cast<int>(s) * 4 + b);
     step->set_do_sample(true);
   }
-  const BatchLimits limits{.vocab_size = vocab, .block_size = kBlockSize,
-                           .num_gpu_blocks = kNumBlocks, .num_cpu_blocks = 0};
+  const BatchLimits limits{.vocab_size = vocab,
+                           .block_size = kBlockSize,
+                           .num_gpu_blocks = kNumBlocks,
+                           .num_cpu_blocks = 0};
   int rows = 0, agree = 0;
   double worst = 0;
   for (int step = 0; step <= kDecodeSteps; ++step) {

@@ -13,17 +13,17 @@ namespace pagoda::worker {
 absl::Status CheckCudaModelSupported(const ModelConfig& config) {
   if (std::find(std::begin(kCudaHeadSizes), std::end(kCudaHeadSizes), config.head_dim) ==
       std::end(kCudaHeadSizes)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("head size ", config.head_dim, " is not supported on CUDA (supported: ",
-                     absl::StrJoin(kCudaHeadSizes, ", "), ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "head size ", config.head_dim,
+        " is not supported on CUDA (supported: ", absl::StrJoin(kCudaHeadSizes, ", "), ")"));
   }
   if (config.num_key_value_heads <= 0 ||
       config.num_attention_heads % config.num_key_value_heads != 0 ||
       config.num_attention_heads / config.num_key_value_heads > kCudaMaxGqaGroup) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        config.num_attention_heads, " query heads over ", config.num_key_value_heads,
-        " kv heads is not supported on CUDA (at most ", kCudaMaxGqaGroup,
-        " query heads per kv head, dividing evenly)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(config.num_attention_heads, " query heads over ", config.num_key_value_heads,
+                     " kv heads is not supported on CUDA (at most ", kCudaMaxGqaGroup,
+                     " query heads per kv head, dividing evenly)"));
   }
   return absl::OkStatus();
 }
@@ -46,16 +46,16 @@ absl::StatusOr<DType> CudaServingDType(std::optional<DType> requested, DType che
 
 absl::StatusOr<DType> CudaKvCacheDType(std::optional<DType> requested, DType serving) {
   if (!requested.has_value() || *requested == serving) return serving;
-  return absl::InvalidArgumentError(absl::StrCat("--kv-cache-dtype ", std::string(DTypeName(*requested)),
-                                                 " is not supported on CUDA with --dtype ",
-                                                 std::string(DTypeName(serving)), " (use auto)"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--kv-cache-dtype ", std::string(DTypeName(*requested)),
+      " is not supported on CUDA with --dtype ", std::string(DTypeName(serving)), " (use auto)"));
 }
 
 absl::StatusOr<int32_t> KvBlocksFromProfile(int64_t total_bytes, double gpu_memory_utilization,
                                             int64_t peak_bytes, int64_t bytes_per_block) {
   if (!(gpu_memory_utilization > 0 && gpu_memory_utilization <= 1)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "gpu_memory_utilization must be in (0, 1], got ", gpu_memory_utilization));
+    return absl::InvalidArgumentError(
+        absl::StrCat("gpu_memory_utilization must be in (0, 1], got ", gpu_memory_utilization));
   }
   if (bytes_per_block <= 0) {
     return absl::InvalidArgumentError(
