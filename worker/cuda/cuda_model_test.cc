@@ -4,7 +4,8 @@
 // greedy tokens (so both see the same inputs). Each step's logits must be
 // within 1e-2 relative (L2 over the step) and the greedy tokens must agree on
 // at least 99 % of rows. Cases: head 64 and 128, GQA and MHA, Qwen2 q/k/v
-// bias with tied embeddings, llama3 rope scaling.
+// bias with tied embeddings, llama3 rope scaling, a bf16 checkpoint. The
+// forward allocates no device memory after the first step.
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -137,11 +138,15 @@ TEST_P(CudaModelTest, Bf16LogitsFollowCpuF32) {
                            .num_cpu_blocks = 0};
   int rows = 0, agree = 0;
   double worst = 0;
+  uint64_t allocations = 0;
   for (int step = 0; step <= kDecodeSteps; ++step) {
     auto batch = FlattenStepPlan(plan, limits);
     ASSERT_TRUE(batch.ok()) << batch.status();
     const std::vector<float> want = cpu.Forward(*batch);
     const std::vector<float> got = gpu.Forward(*batch);
+    // The forward allocates no backend memory (workspace reserved at load).
+    if (step == 0) allocations = cuda_raw->num_allocations();
+    EXPECT_EQ(cuda_raw->num_allocations(), allocations) << "step " << step;
     ASSERT_TRUE(cuda_raw->status().ok()) << cuda_raw->status();
     ASSERT_EQ(got.size(), want.size());
     const double error = RelativeL2(got, want);
