@@ -44,11 +44,28 @@ absl::StatusOr<DType> CudaServingDType(std::optional<DType> requested, DType che
   return *requested;
 }
 
+namespace {
+
+// The --dtype / --kv-cache-dtype spelling of a dtype, for messages.
+const char* FlagName(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return "float32";
+    case DType::kF16:
+      return "float16";
+    case DType::kBF16:
+      return "bfloat16";
+  }
+  return "?";
+}
+
+}  // namespace
+
 absl::StatusOr<DType> CudaKvCacheDType(std::optional<DType> requested, DType serving) {
   if (!requested.has_value() || *requested == serving) return serving;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "--kv-cache-dtype ", std::string(DTypeName(*requested)),
-      " is not supported on CUDA with --dtype ", std::string(DTypeName(serving)), " (use auto)"));
+  return absl::InvalidArgumentError(absl::StrCat("--kv-cache-dtype ", FlagName(*requested),
+                                                 " is not supported on CUDA with --dtype ",
+                                                 FlagName(serving), " (use auto)"));
 }
 
 absl::StatusOr<int32_t> KvBlocksFromProfile(int64_t total_bytes, double gpu_memory_utilization,
