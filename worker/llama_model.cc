@@ -147,7 +147,11 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::string& 
   }
   model->BuildRopeTable();
   const int max_seqs = std::max(1, options.max_num_seqs);
-  const int64_t max_context = std::max(1, model->config().max_position_embeddings);
+  // Block tables are reserved for contexts up to the rope table's bound, so a
+  // config claiming a huge context does not reserve memory no request uses
+  // (a longer step grows the workspace once).
+  const int64_t max_context =
+      std::clamp(model->config().max_position_embeddings, 1, kMaxRopeTablePositions);
   const int64_t block_size = std::max(1, options.block_size);
   model->ReserveWorkspace(StepBatchCapacity{
       .tokens = std::max(1, options.max_num_batched_tokens),

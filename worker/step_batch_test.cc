@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "worker/cache_engine.h"
 #include "worker/cpu/cpu_backend.h"
 
 namespace pagoda::worker {
@@ -65,14 +66,17 @@ class CountingBackend final : public Backend {
     cpu_->Sample(l, p, o);
   }
   void CopyBlocks(absl::Span<void* const> c, size_t b, absl::Span<const BlockPair> p) override {
+    ++block_calls;
     cpu_->CopyBlocks(c, b, p);
   }
   void SwapBlocks(absl::Span<void* const> d, absl::Span<void* const> h, size_t b,
                   absl::Span<const BlockPair> p, SwapDirection dir) override {
+    ++block_calls;
     cpu_->SwapBlocks(d, h, b, p, dir);
   }
 
   int uploads = 0;
+  int block_calls = 0;  // CopyBlocks and SwapBlocks.
 
  private:
   std::unique_ptr<Backend> cpu_;
@@ -185,6 +189,30 @@ TEST(StepBatchTest, DecodeOnlyWhenEverySequenceHasOneQueryToken) {
   EXPECT_EQ(step.max_query_len, 1);
   EXPECT_EQ(step.max_context_len, 5);
   EXPECT_EQ(step.num_logits_rows, 0);
+}
+
+// A device backend pays per call (a launch, a memcpy batch): the cache
+// engine moves every layer's K and V in one call per kind of move, and none
+// when there is nothing to move.
+TEST(StepBatchTest, CacheEngineMovesAllLayersInOneBackendCall) {
+  CountingBackend backend;
+  CacheEngine cache(&backend,
+                    KvCacheShape{.num_layers = 5,
+                                 .num_kv_heads = 2,
+                                 .block_size = 4,
+                                 .head_dim = 8,
+                                 .dtype = DType::kBF16},
+                    8, 4);
+  cache.SwapOut({{1, 0}, {2, 3}});
+  EXPECT_EQ(backend.block_calls, 1);
+  cache.SwapIn({{0, 5}});
+  EXPECT_EQ(backend.block_calls, 2);
+  cache.Copy({{5, 6}, {1, 7}});
+  EXPECT_EQ(backend.block_calls, 3);
+  cache.SwapIn({});
+  cache.SwapOut({});
+  cache.Copy({});
+  EXPECT_EQ(backend.block_calls, 3);
 }
 
 }  // namespace
