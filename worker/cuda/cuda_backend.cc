@@ -337,6 +337,14 @@ void CudaBackend::Linear(const void* x, int rows, const Tensor& weight, const fl
 void CudaBackend::Rope(void* q, void* k, const StepBatch& batch, int num_q_heads, int num_kv_heads,
                        int head_dim, const RopeTable& table) {
   if (SkipLaunch()) return;
+  // The kernel reads cos/sin from the table only (no fallback past it), so a
+  // longer context is refused here rather than read out of bounds.
+  if (batch.max_context_len > table.max_positions) {
+    Fail(absl::InvalidArgumentError(
+        absl::StrCat("position ", batch.max_context_len - 1, " is past the rotary table's ",
+                     table.max_positions, " positions on CUDA (lower --max-model-len)")));
+    return;
+  }
   Check(kernels::LaunchRotaryEmbedding(
             kernels::RotaryEmbeddingParams{.positions = batch.positions,
                                            .query = q,

@@ -19,6 +19,7 @@
 #include "worker/communicator.h"
 #include "worker/cuda/cuda_backend.h"
 #include "worker/cuda/cuda_graph_runner.h"
+#include "worker/cuda/cuda_support.h"
 #include "worker/llama_model.h"
 
 namespace pagoda::worker {
@@ -70,7 +71,7 @@ TEST_P(CudaGraphTest, ReplayGivesTheEagerTokens) {
   ASSERT_TRUE(model.ok()) << model.status();
   CacheEngine cache(backend.get(), (*model)->CacheShape(kBlockSize, DType::kBF16), kNumBlocks, 0);
   CudaGraphRunner graphs(model->get(), backend.get(), &cache,
-                         (*model)->config().max_position_embeddings);
+                         CudaGraphMaxContext((*model)->config()));
   ASSERT_TRUE(graphs.Capture(kMaxNumSeqs).ok()) << backend->status();
   EXPECT_EQ(graphs.num_graphs(), 4);  // 1, 2, 4, 8
   const int vocab = (*model)->config().vocab_size;

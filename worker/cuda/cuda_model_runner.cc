@@ -166,7 +166,7 @@ class CudaModelRunner final : public ModelRunner {
     if (enforce_eager_) return absl::OkStatus();
     const auto start = std::chrono::steady_clock::now();
     graphs_ = std::make_unique<CudaGraphRunner>(model_.get(), backend_.get(), cache_.get(),
-                                                model_->config().max_position_embeddings);
+                                                CudaGraphMaxContext(model_->config()));
     if (absl::Status status = graphs_->Capture(max_num_seqs_); !status.ok()) return status;
     LOG(INFO) << "captured " << graphs_->num_graphs() << " decode CUDA graphs in "
               << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()
@@ -221,9 +221,9 @@ class CudaModelRunner final : public ModelRunner {
   // step, on a scratch cache just big enough for it (freed after).
   absl::StatusOr<int64_t> ProfilePeakBytes(const LoadModelRequest& request) {
     int num_blocks = 0;
-    const StepPlan plan = ProfilePlan(request.max_num_batched_tokens(), request.max_num_seqs(),
-                                      std::max(1, model_->config().max_position_embeddings),
-                                      block_size_, &num_blocks);
+    const StepPlan plan =
+        ProfilePlan(request.max_num_batched_tokens(), request.max_num_seqs(),
+                    CudaGraphMaxContext(model_->config()), block_size_, &num_blocks);
     auto scratch = std::make_unique<CacheEngine>(
         backend_.get(), model_->CacheShape(block_size_, kv_dtype_), num_blocks, 0);
     auto batch = FlattenStepPlan(plan, BatchLimits{.vocab_size = model_->config().vocab_size,

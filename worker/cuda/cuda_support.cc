@@ -28,6 +28,10 @@ absl::Status CheckCudaModelSupported(const ModelConfig& config) {
   return absl::OkStatus();
 }
 
+int CudaGraphMaxContext(const ModelConfig& config) {
+  return std::clamp(config.max_position_embeddings, 1, kCudaMaxContext);
+}
+
 DType CheckpointDType(std::string_view torch_dtype) {
   const std::string name = absl::AsciiStrToLower(std::string(torch_dtype));
   if (name == "bfloat16") return DType::kBF16;

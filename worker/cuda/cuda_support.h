@@ -21,6 +21,15 @@ namespace pagoda::worker {
 inline constexpr int kCudaHeadSizes[] = {64, 128};
 // Most query heads per kv head the kernels take (GQA group size).
 inline constexpr int kCudaMaxGqaGroup = 8;
+// The longest context CUDA serves and graphs are planned for: the rotary
+// table's bound (kMaxRopeTablePositions in worker/llama_model.cc; keep the
+// two equal). The rotary kernel reads only the table, so the backend refuses
+// positions past it.
+inline constexpr int kCudaMaxContext = 16384;
+
+// The context CUDA graphs are planned for: the model's, capped at
+// kCudaMaxContext.
+int CudaGraphMaxContext(const ModelConfig& config);
 
 // OK when the CUDA kernels can run `config`; otherwise INVALID_ARGUMENT with
 // one line naming the unsupported value and what is supported, e.g.

@@ -54,6 +54,14 @@ TEST(CudaSupportTest, KvCacheDTypeMustBeTheServingDType) {
   EXPECT_FALSE(CudaKvCacheDType(DType::kF32, DType::kBF16).ok());
 }
 
+TEST(CudaSupportTest, GraphsArePlannedForTheModelsContextUpToTheRopeTable) {
+  ModelConfig config;
+  config.max_position_embeddings = 2048;
+  EXPECT_EQ(CudaGraphMaxContext(config), 2048);
+  config.max_position_embeddings = 131072;
+  EXPECT_EQ(CudaGraphMaxContext(config), kCudaMaxContext);
+}
+
 TEST(CudaSupportTest, KvBlocksAreTheUtilisedMemoryLeftAfterThePeak) {
   // 80 GiB at 0.75 = 60 GiB; a 20 GiB peak leaves 40 GiB of 2 MiB blocks.
   const int64_t gib = int64_t{1} << 30;
