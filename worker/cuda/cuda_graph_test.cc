@@ -70,8 +70,7 @@ TEST_P(CudaGraphTest, ReplayGivesTheEagerTokens) {
                                                  .block_size = kBlockSize});
   ASSERT_TRUE(model.ok()) << model.status();
   CacheEngine cache(backend.get(), (*model)->CacheShape(kBlockSize, DType::kBF16), kNumBlocks, 0);
-  CudaGraphRunner graphs(model->get(), backend.get(), &cache,
-                         CudaGraphMaxContext((*model)->config()));
+  CudaGraphRunner graphs(model->get(), backend.get(), &cache, CudaMaxModelLen((*model)->config()));
   ASSERT_TRUE(graphs.Capture(kMaxNumSeqs).ok()) << backend->status();
   EXPECT_EQ(graphs.num_graphs(), 4);  // 1, 2, 4, 8
   const int vocab = (*model)->config().vocab_size;

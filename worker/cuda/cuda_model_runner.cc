@@ -146,6 +146,7 @@ class CudaModelRunner final : public ModelRunner {
     response.set_bytes_per_block(bytes_per_block);
     response.set_vocab_size(model_->config().vocab_size);
     response.set_device_name(backend_->DeviceDescription());
+    response.set_max_model_len(CudaMaxModelLen(model_->config()));
     return response;
   }
 
@@ -166,7 +167,7 @@ class CudaModelRunner final : public ModelRunner {
     if (enforce_eager_) return absl::OkStatus();
     const auto start = std::chrono::steady_clock::now();
     graphs_ = std::make_unique<CudaGraphRunner>(model_.get(), backend_.get(), cache_.get(),
-                                                CudaGraphMaxContext(model_->config()));
+                                                CudaMaxModelLen(model_->config()));
     if (absl::Status status = graphs_->Capture(max_num_seqs_); !status.ok()) return status;
     LOG(INFO) << "captured " << graphs_->num_graphs() << " decode CUDA graphs in "
               << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()
@@ -221,9 +222,8 @@ class CudaModelRunner final : public ModelRunner {
   // step, on a scratch cache just big enough for it (freed after).
   absl::StatusOr<int64_t> ProfilePeakBytes(const LoadModelRequest& request) {
     int num_blocks = 0;
-    const StepPlan plan =
-        ProfilePlan(request.max_num_batched_tokens(), request.max_num_seqs(),
-                    CudaGraphMaxContext(model_->config()), block_size_, &num_blocks);
+    const StepPlan plan = ProfilePlan(request.max_num_batched_tokens(), request.max_num_seqs(),
+                                      CudaMaxModelLen(model_->config()), block_size_, &num_blocks);
     auto scratch = std::make_unique<CacheEngine>(
         backend_.get(), model_->CacheShape(block_size_, kv_dtype_), num_blocks, 0);
     auto batch = FlattenStepPlan(plan, BatchLimits{.vocab_size = model_->config().vocab_size,

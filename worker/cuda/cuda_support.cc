@@ -28,7 +28,7 @@ absl::Status CheckCudaModelSupported(const ModelConfig& config) {
   return absl::OkStatus();
 }
 
-int CudaGraphMaxContext(const ModelConfig& config) {
+int CudaMaxModelLen(const ModelConfig& config) {
   return std::clamp(config.max_position_embeddings, 1, kCudaMaxContext);
 }
 

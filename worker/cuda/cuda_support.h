@@ -27,9 +27,10 @@ inline constexpr int kCudaMaxGqaGroup = 8;
 // positions past it.
 inline constexpr int kCudaMaxContext = 16384;
 
-// The context CUDA graphs are planned for: the model's, capped at
-// kCudaMaxContext.
-int CudaGraphMaxContext(const ModelConfig& config);
+// The longest context (prompt + output) CUDA serves for `config`, which
+// graphs are planned for and the worker reports to the server
+// (LoadModelResponse.max_model_len): the model's, capped at kCudaMaxContext.
+int CudaMaxModelLen(const ModelConfig& config);
 
 // OK when the CUDA kernels can run `config`; otherwise INVALID_ARGUMENT with
 // one line naming the unsupported value and what is supported, e.g.

@@ -57,9 +57,9 @@ TEST(CudaSupportTest, KvCacheDTypeMustBeTheServingDType) {
 TEST(CudaSupportTest, GraphsArePlannedForTheModelsContextUpToTheRopeTable) {
   ModelConfig config;
   config.max_position_embeddings = 2048;
-  EXPECT_EQ(CudaGraphMaxContext(config), 2048);
+  EXPECT_EQ(CudaMaxModelLen(config), 2048);
   config.max_position_embeddings = 131072;
-  EXPECT_EQ(CudaGraphMaxContext(config), kCudaMaxContext);
+  EXPECT_EQ(CudaMaxModelLen(config), kCudaMaxContext);
 }
 
 TEST(CudaSupportTest, KvBlocksAreTheUtilisedMemoryLeftAfterThePeak) {
