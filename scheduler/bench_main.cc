@@ -5,6 +5,7 @@
 // (transport and waiting), forward (as the workers report it) and
 // postprocessing, read from ModelInfo.engine_stats before and after.
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -13,21 +14,28 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "common/flags.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/flags.h"
 #include "grpcpp/grpcpp.h"
 #include "pagoda/v1/generation.grpc.pb.h"
+#include "scheduler/sim/trace.h"
 
 ABSL_FLAG(std::string, server, "127.0.0.1:50051", "pagoda-server address.");
 ABSL_FLAG(std::string, concurrency, "1,8,32", "Comma-separated numbers of concurrent clients.");
 ABSL_FLAG(int, rounds, 2, "Requests each client sends, one after the other.");
 ABSL_FLAG(int, prompt_len, 32, "Prompt tokens per request.");
 ABSL_FLAG(int, max_tokens, 64, "Generated tokens per request.");
+ABSL_FLAG(std::string, trace, "",
+          "Offline throughput on a synthetic trace instead of fixed lengths: sharegpt or "
+          "alpaca (scheduler/sim/trace.h length models); every request is sent at once, "
+          "--concurrency clients draining the queue.");
+ABSL_FLAG(int, trace_requests, 200, "Requests drawn from --trace (1..100000).");
+ABSL_FLAG(uint64_t, trace_seed, 1, "Seeds --trace.");
 
 namespace {
 
@@ -53,21 +61,60 @@ struct LevelResult {
   pagoda::v1::EngineStats before, after;
 };
 
-LevelResult RunLevel(Generation::Stub& stub, int concurrency, int vocab_size) {
+// One request's lengths.
+struct Job {
+  int prompt_len = 0;
+  int max_tokens = 0;
+};
+
+// The requests of one level: a trace's (clipped to the server's
+// max_model_len), or concurrency * rounds of the fixed lengths.
+std::vector<Job> Jobs(int concurrency, int max_model_len) {
+  std::vector<Job> jobs;
+  const std::string trace = absl::GetFlag(FLAGS_trace);
+  if (trace.empty()) {
+    jobs.assign(static_cast<size_t>(concurrency) * absl::GetFlag(FLAGS_rounds),
+                Job{absl::GetFlag(FLAGS_prompt_len), absl::GetFlag(FLAGS_max_tokens)});
+    return jobs;
+  }
+  namespace sim = pagoda::scheduler::sim;
+  const sim::TraceKind kind =
+      trace == "alpaca" ? sim::TraceKind::kAlpaca : sim::TraceKind::kShareGpt;
+  // Enough arrivals at 1 request/s, then the first trace_requests of them.
+  const int wanted = absl::GetFlag(FLAGS_trace_requests);
+  std::vector<sim::TraceRequest> requests;
+  for (double duration = wanted * 1.5; static_cast<int>(requests.size()) < wanted; duration *= 2) {
+    requests =
+        sim::SyntheticTrace(kind, 1.0, duration, max_model_len, absl::GetFlag(FLAGS_trace_seed));
+  }
+  for (int i = 0; i < wanted; ++i)
+    jobs.push_back(Job{requests[i].prompt_len, requests[i].output_len});
+  return jobs;
+}
+
+LevelResult RunLevel(Generation::Stub& stub, int concurrency, int vocab_size,
+                     const std::vector<Job>& jobs) {
   LevelResult result;
   result.concurrency = concurrency;
   result.before = Stats(stub);
   absl::Mutex mu;
+  size_t next_job = 0;
   const absl::Time start = absl::Now();
   std::vector<std::thread> clients;
   for (int c = 0; c < concurrency; ++c) {
     clients.emplace_back([&, c] {
-      for (int round = 0; round < absl::GetFlag(FLAGS_rounds); ++round) {
+      for (int round = 0;; ++round) {
+        Job job;
+        {
+          absl::MutexLock lock(&mu);
+          if (next_job == jobs.size()) return;
+          job = jobs[next_job++];
+        }
         pagoda::v1::GenerateRequest request;
-        for (int i = 0; i < absl::GetFlag(FLAGS_prompt_len); ++i) {
+        for (int i = 0; i < job.prompt_len; ++i) {
           request.add_prompt_token_ids(3 + (i * 31 + c * 7 + round * 13) % (vocab_size - 3));
         }
-        request.mutable_stopping()->set_max_tokens(absl::GetFlag(FLAGS_max_tokens));
+        request.mutable_stopping()->set_max_tokens(job.max_tokens);
         request.mutable_stopping()->set_ignore_eos(true);
         grpc::ClientContext context;
         pagoda::v1::GenerateResponse response;
@@ -127,9 +174,25 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "pagoda-bench: %s\n", status.error_message().c_str());
     return 1;
   }
-  std::printf("model %s (vocab %d), prompt %d tokens, %d output tokens, %d rounds per client\n",
-              info.model_name().c_str(), info.vocab_size(), absl::GetFlag(FLAGS_prompt_len),
-              absl::GetFlag(FLAGS_max_tokens), absl::GetFlag(FLAGS_rounds));
+  const std::string trace = absl::GetFlag(FLAGS_trace);
+  if (!trace.empty() && trace != "sharegpt" && trace != "alpaca") {
+    std::fprintf(stderr, "pagoda-bench: --trace must be sharegpt or alpaca, got '%s'\n",
+                 trace.c_str());
+    return 1;
+  }
+  if (absl::GetFlag(FLAGS_trace_requests) < 1 || absl::GetFlag(FLAGS_trace_requests) > 100000) {
+    std::fprintf(stderr, "pagoda-bench: --trace_requests must be in [1, 100000]\n");
+    return 1;
+  }
+  if (trace.empty()) {
+    std::printf("model %s (vocab %d), prompt %d tokens, %d output tokens, %d rounds per client\n",
+                info.model_name().c_str(), info.vocab_size(), absl::GetFlag(FLAGS_prompt_len),
+                absl::GetFlag(FLAGS_max_tokens), absl::GetFlag(FLAGS_rounds));
+  } else {
+    std::printf("model %s (vocab %d), offline %s-like trace of %d requests (max_model_len %d)\n",
+                info.model_name().c_str(), info.vocab_size(), trace.c_str(),
+                absl::GetFlag(FLAGS_trace_requests), info.max_model_len());
+  }
   std::printf("%11s %8s %6s %9s %8s %10s %7s %7s %9s %9s %8s %9s %8s\n", "concurrency", "requests",
               "errors", "out_tok", "wall_s", "out_tok/s", "steps", "batch", "step_ms", "sched_ms",
               "rpc_ms", "fwd_ms", "post_ms");
@@ -140,7 +203,8 @@ int main(int argc, char** argv) {
                    std::string(level).c_str());
       return 1;
     }
-    PrintRow(RunLevel(*stub, concurrency, info.vocab_size()));
+    PrintRow(RunLevel(*stub, concurrency, info.vocab_size(),
+                      Jobs(concurrency, std::max(2, info.max_model_len()))));
   }
   return 0;
 }

@@ -36,7 +36,7 @@ target_link_libraries(pagoda-server PRIVATE pagoda_server_lib pagoda_flags absl:
   absl::flags_usage)
 
 add_executable(pagoda-bench ${CMAKE_CURRENT_LIST_DIR}/bench_main.cc)
-target_link_libraries(pagoda-bench PRIVATE pagoda_proto pagoda_flags gRPC::grpc++ absl::flags
+target_link_libraries(pagoda-bench PRIVATE pagoda_proto pagoda_flags pagoda_kv_sim gRPC::grpc++ absl::flags
   absl::flags_parse absl::strings absl::str_format absl::time absl::synchronization)
 
 pagoda_add_test(scheduler_request_validation_test

@@ -78,6 +78,8 @@ ABSL_FLAG(std::string, worker_binary, "",
           "pagoda-worker to spawn; default: the one next to this binary.");
 ABSL_FLAG(int, block_size, 16, "Tokens per KV block.");
 ABSL_FLAG(double, gpu_memory_utilization, 0.9, "Fraction of GPU memory for weights and KV.");
+ABSL_FLAG(bool, enforce_eager, false,
+          "CUDA: run every step eagerly, without capturing decode steps as CUDA graphs.");
 ABSL_FLAG(int, num_gpu_blocks_override, 0,
           "Use this many KV blocks instead of profiling; 0 = off.");
 ABSL_FLAG(std::string, dtype, "auto",
@@ -298,8 +300,22 @@ absl::Status Serve() {
   load.set_dtype(absl::GetFlag(FLAGS_dtype));
   load.set_kv_cache_dtype(absl::GetFlag(FLAGS_kv_cache_dtype));
   load.set_cpu_threads(absl::GetFlag(FLAGS_cpu_threads));
+  load.set_enforce_eager(absl::GetFlag(FLAGS_enforce_eager));
   absl::StatusOr<pagoda::worker::v1::LoadModelResponse> loaded = workers->LoadModel(load);
   if (!loaded.ok()) return loaded.status();
+  // A worker may serve shorter contexts than the model (CUDA: its rotary
+  // table's bound): an explicit --max-model-len past that is an error, the
+  // default is cut to it.
+  if (const int limit = loaded->max_model_len(); limit > 0 && max_model_len > limit) {
+    if (absl::GetFlag(FLAGS_max_model_len) > 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--max-model-len ", max_model_len, " exceeds the ", limit,
+          " tokens the workers serve on --device ", absl::GetFlag(FLAGS_device)));
+    }
+    LOG(WARNING) << "max_model_len " << max_model_len << " cut to the workers' " << limit;
+    max_model_len = limit;
+  }
+  if (!loaded->device_name().empty()) LOG(INFO) << "workers run on " << loaded->device_name();
   int num_gpu_blocks = absl::GetFlag(FLAGS_num_gpu_blocks_override);
   if (num_gpu_blocks <= 0) num_gpu_blocks = loaded->num_gpu_blocks();
   if (num_gpu_blocks <= 0) {

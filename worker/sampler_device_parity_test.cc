@@ -41,7 +41,6 @@ Case MakeCase(int num_rows, int vocab, uint32_t seed) {
 }
 
 TEST(SamplerDeviceParityTest, HostAndCudaDrawTheSameTokens) {
-  PAGODA_SKIP_WITHOUT_CUDA();
   constexpr int kLogprobs = 4;
   int rows_checked = 0, mismatches = 0;
   for (const auto& [num_rows, vocab] :

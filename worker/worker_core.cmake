@@ -31,13 +31,13 @@ foreach(test_name cpu_attention cpu_simd cpu_thread_pool cpu_linear backend batc
 endforeach()
 
 # The host sampler against the CUDA sampler on the same logits (one rule on
-# both devices). Needs the kernels, so only with nvcc; skipped without a GPU.
+# both devices). Needs the kernels, so only with nvcc; skipped by exit code
+# without a GPU (GPU: kernels/testing/gpu_test_main.cc).
 if(PAGODA_HAVE_CUDA)
   pagoda_add_test(worker_sampler_device_parity_test
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/sampler_device_parity_test.cc
             ${CMAKE_SOURCE_DIR}/kernels/ops/testing/cuda_test_util.cc
     LIBS pagoda_worker_core pagoda_kernels_ops
-    LABELS cuda)
-  set_tests_properties(worker_sampler_device_parity_test PROPERTIES
-    SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]" TIMEOUT 120)
+    GPU)
+  set_tests_properties(worker_sampler_device_parity_test PROPERTIES TIMEOUT 120)
 endif()

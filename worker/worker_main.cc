@@ -48,11 +48,15 @@
 #include "glog/logging.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "worker/cuda/runner_factory.h"
 #include "worker/model_runner.h"
 #include "worker/worker_service.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "Address to serve on; port 0 = the OS picks one.");
 ABSL_FLAG(int, rank, 0, "Tensor-parallel rank of this worker.");
+ABSL_FLAG(int, cuda_device, -1,
+          "With --device cuda: the CUDA device index (among CUDA_VISIBLE_DEVICES) to run "
+          "on; -1 = the rank's (rank r uses the r-th visible GPU).");
 ABSL_FLAG(int, parent_pid, 0, "If set, exit when this process (the server) dies.");
 ABSL_FLAG(int, secret_fd, -1, "Inherited fd to read the server's secret from (then closed).");
 ABSL_FLAG(std::string, secret_file, "", "File holding the server's secret (if no --secret-fd).");
@@ -110,9 +114,7 @@ absl::StatusOr<std::string> ReadSecret() {
 }
 
 absl::StatusOr<std::unique_ptr<pagoda::worker::ModelRunner>> MakeRunner(const std::string& device) {
-  if (device.empty() || device == "cpu") return pagoda::worker::CreateCpuModelRunner();
-  return absl::InvalidArgumentError(
-      absl::StrCat("device '", device, "' is not supported by this pagoda-worker build"));
+  return pagoda::worker::MakeModelRunner(device, absl::GetFlag(FLAGS_cuda_device));
 }
 
 // SIGTERM/SIGINT may land on any thread (libraries such as OpenBLAS start

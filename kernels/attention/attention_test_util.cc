@@ -13,15 +13,6 @@
 
 namespace pagoda::kernels {
 
-bool HasCudaDevice() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    cudaGetLastError();  // clear the sticky "no driver" error
-    return false;
-  }
-  return count > 0;
-}
-
 DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
   if (bytes > 0 && cudaMalloc(&data_, bytes) != cudaSuccess) {
     data_ = nullptr;

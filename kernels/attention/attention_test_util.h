@@ -1,4 +1,4 @@
-// Helpers for the attention kernel tests: device detection, an owning device
+// Helpers for the attention kernel tests: an owning device
 // buffer, bf16/f16 encoding on the host, random paged-cache problems and the
 // comparison against the float64 reference.
 #ifndef PAGODA_KERNELS_ATTENTION_ATTENTION_TEST_UTIL_H_
@@ -16,9 +16,6 @@
 #include "kernels/scalar_type.h"
 
 namespace pagoda::kernels {
-
-// True when a CUDA device is usable (false without a driver or GPU).
-bool HasCudaDevice();
 
 // Owns one cudaMalloc allocation. Not copyable. Not thread-safe.
 class DeviceBuffer {

@@ -118,11 +118,7 @@ DecodePlan RunDecodeCase(const DecodeCase& c, uint32_t seed) {
   return plan;
 }
 
-#define SKIP_WITHOUT_CUDA() \
-  if (!HasCudaDevice()) GTEST_SKIP() << "no CUDA device"
-
 TEST(DecodeAttentionTest, SweepShapesDtypesBlockSizesAndSplit) {
-  SKIP_WITHOUT_CUDA();
   const int head_pairs[][2] = {{40, 40}, {64, 8}, {32, 8}};  // GQA ratios 1, 8, 4
   uint32_t seed = 1;
   for (ScalarType dtype : {ScalarType::kBF16, ScalarType::kF16}) {
@@ -151,7 +147,6 @@ TEST(DecodeAttentionTest, SweepShapesDtypesBlockSizesAndSplit) {
 }
 
 TEST(DecodeAttentionTest, GroupsSmallerThanTheCompiledVariant) {
-  SKIP_WITHOUT_CUDA();
   // Group 7 (Qwen2-7B 28/4) runs the 8-wide variant, groups 3 and 2 the 4-wide
   // one: the unused group slots must not leak into q-head indexing.
   const int head_pairs[][2] = {{28, 4}, {12, 4}, {4, 2}};
@@ -171,7 +166,6 @@ TEST(DecodeAttentionTest, GroupsSmallerThanTheCompiledVariant) {
 }
 
 TEST(DecodeAttentionTest, SmallPartitionsManyMerges) {
-  SKIP_WITHOUT_CUDA();
   for (int partition_size : {64, 128, 192}) {
     DecodeCase c;
     c.split_k = SplitKMode::kAlways;
@@ -184,7 +178,6 @@ TEST(DecodeAttentionTest, SmallPartitionsManyMerges) {
 }
 
 TEST(DecodeAttentionTest, LargeBatchesSampled) {
-  SKIP_WITHOUT_CUDA();
   uint32_t seed = 200;
   for (int batch : {1, 17, 64, 256}) {
     DecodeCase c;
@@ -196,7 +189,6 @@ TEST(DecodeAttentionTest, LargeBatchesSampled) {
 }
 
 TEST(DecodeAttentionTest, AutoPlanSplitsLongContextSmallBatch) {
-  SKIP_WITHOUT_CUDA();
   DecodeCase c;
   c.batch = 1;
   c.max_context = 5000;
@@ -206,7 +198,6 @@ TEST(DecodeAttentionTest, AutoPlanSplitsLongContextSmallBatch) {
 }
 
 TEST(DecodeAttentionTest, AllContextsOfLengthOne) {
-  SKIP_WITHOUT_CUDA();
   for (SplitKMode split : {SplitKMode::kNever, SplitKMode::kAlways}) {
     DecodeCase c;
     c.batch = 5;
@@ -217,7 +208,6 @@ TEST(DecodeAttentionTest, AllContextsOfLengthOne) {
 }
 
 TEST(DecodeAttentionTest, PeakedSoftmaxIsStable) {
-  SKIP_WITHOUT_CUDA();
   // Large queries make scores span hundreds: exercises the running-max rescale
   // (exp of unshifted scores would overflow f32).
   for (SplitKMode split : {SplitKMode::kNever, SplitKMode::kAlways}) {
@@ -232,7 +222,6 @@ TEST(DecodeAttentionTest, PeakedSoftmaxIsStable) {
 }
 
 TEST(DecodeAttentionTest, UnsupportedShapeIsRejectedWithoutLaunch) {
-  SKIP_WITHOUT_CUDA();
   DecodeAttentionParams params;
   params.dtype = ScalarType::kBF16;
   params.num_seqs = 1;

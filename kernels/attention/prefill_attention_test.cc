@@ -96,11 +96,7 @@ void RunPrefillCase(const PrefillCase& c, uint32_t seed) {
   EXPECT_LT(comparison.relative_l2_error, 1e-2) << comparison.Describe();
 }
 
-#define SKIP_WITHOUT_CUDA() \
-  if (!HasCudaDevice()) GTEST_SKIP() << "no CUDA device"
-
 TEST(PrefillAttentionTest, SweepShapesDtypesBlockSizes) {
-  SKIP_WITHOUT_CUDA();
   const int head_pairs[][2] = {{40, 40}, {64, 8}, {32, 8}};
   uint32_t seed = 1;
   for (ScalarType dtype : {ScalarType::kBF16, ScalarType::kF16}) {
@@ -124,7 +120,6 @@ TEST(PrefillAttentionTest, SweepShapesDtypesBlockSizes) {
 }
 
 TEST(PrefillAttentionTest, GroupsThatSplitAQueryAcrossTiles) {
-  SKIP_WITHOUT_CUDA();
   // A tile is 64 (query, head) rows: with groups of 7 or 3 a query's heads
   // straddle two tiles, and the tile's key range ends mid-query.
   const int head_pairs[][2] = {{28, 4}, {12, 4}};
@@ -140,14 +135,12 @@ TEST(PrefillAttentionTest, GroupsThatSplitAQueryAcrossTiles) {
 }
 
 TEST(PrefillAttentionTest, NoPrefixLongerPrompts) {
-  SKIP_WITHOUT_CUDA();
   PrefillCase c;
   c.sequences = {{257, 257}, {64, 64}, {100, 100}};
   RunPrefillCase(c, 10);
 }
 
 TEST(PrefillAttentionTest, CachedPrefixChunks) {
-  SKIP_WITHOUT_CUDA();
   PrefillCase c;
   c.table_kind = BlockTableKind::kRepeated;
   // A long cached prefix with a chunk of new queries, and single-query tails.
@@ -156,7 +149,6 @@ TEST(PrefillAttentionTest, CachedPrefixChunks) {
 }
 
 TEST(PrefillAttentionTest, PeakedSoftmaxIsStable) {
-  SKIP_WITHOUT_CUDA();
   PrefillCase c;
   c.query_magnitude = 40.0f;
   c.num_q_heads = 40;
@@ -166,7 +158,6 @@ TEST(PrefillAttentionTest, PeakedSoftmaxIsStable) {
 }
 
 TEST(PrefillAttentionTest, UnsupportedShapeIsRejectedWithoutLaunch) {
-  SKIP_WITHOUT_CUDA();
   PrefillAttentionParams params;
   params.dtype = ScalarType::kF32;
   params.num_seqs = 1;

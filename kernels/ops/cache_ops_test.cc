@@ -52,7 +52,6 @@ void WriteSlot(const CacheShape& s, const uint8_t* src_token, int64_t slot, uint
 class CacheWriteTest : public ::testing::TestWithParam<std::tuple<int, int, ScalarType>> {};
 
 TEST_P(CacheWriteTest, ReshapeAndCacheWritesExactlyTheMappedSlots) {
-  PAGODA_SKIP_WITHOUT_CUDA();
   const auto [head_dim, block_size, dtype] = GetParam();
   const CacheShape s{23, 3, block_size, head_dim, dtype};
   std::mt19937 rng(head_dim * 131 + block_size);
@@ -104,7 +103,6 @@ TEST_P(CacheWriteTest, ReshapeAndCacheWritesExactlyTheMappedSlots) {
 }
 
 TEST_P(CacheWriteTest, CopyBlocksCopiesEveryLayerInOneLaunch) {
-  PAGODA_SKIP_WITHOUT_CUDA();
   const auto [head_dim, block_size, dtype] = GetParam();
   const CacheShape s{19, 2, block_size, head_dim, dtype};
   const int num_layers = 3;
@@ -169,7 +167,6 @@ class PinnedBuffer {
 };
 
 TEST_P(CacheWriteTest, SwapOutAndInMovesExactBlocksWithCoalescedCopies) {
-  PAGODA_SKIP_WITHOUT_CUDA();
   const auto [head_dim, block_size, dtype] = GetParam();
   const CacheShape gpu{16, 2, block_size, head_dim, dtype};
   const CacheShape cpu{12, 2, block_size, head_dim, dtype};
@@ -241,7 +238,6 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 TEST(CacheOpsTest, UnalignedRowsFallBackToElementCopies) {
-  PAGODA_SKIP_WITHOUT_CUDA();
   // head_dim 6 in bf16 is 12 bytes: no 16-byte vector path.
   const CacheShape s{4, 1, 8, 6, ScalarType::kBF16};
   std::mt19937 rng(5);
@@ -269,7 +265,6 @@ TEST(CacheOpsTest, UnalignedRowsFallBackToElementCopies) {
 }
 
 TEST(CacheOpsTest, RejectsMissingBuffers) {
-  PAGODA_SKIP_WITHOUT_CUDA();
   EXPECT_EQ(LaunchReshapeAndCache(ReshapeAndCacheParams{}, nullptr), cudaErrorInvalidValue);
   EXPECT_EQ(LaunchCopyBlocks(CopyBlocksParams{}, nullptr), cudaErrorInvalidValue);
 }

@@ -116,16 +116,29 @@ cublasStatus_t Gemm(GemmContext& context, const GemmParams& p, cudaStream_t stre
     PAGODA_RETURN_IF_CUBLAS_ERROR(cublasLtMatmulPreferenceSetAttribute(
         d.preference, alignment_attributes[i], &alignments[i], sizeof(alignments[i])));
   }
-  cublasLtMatmulHeuristicResult_t heuristic = {};
-  int found = 0;
-  PAGODA_RETURN_IF_CUBLAS_ERROR(cublasLtMatmulAlgoGetHeuristic(
-      context.handle(), d.op, d.w, d.a, d.c, d.c, d.preference, 1, &heuristic, &found));
-  if (found == 0) return CUBLAS_STATUS_NOT_SUPPORTED;
+  const GemmContext::AlgoKey key{p.m,
+                                 p.n,
+                                 p.k,
+                                 static_cast<int>(p.dtype),
+                                 static_cast<int>(p.out_dtype),
+                                 p.bias != nullptr,
+                                 alignments[0],
+                                 alignments[1],
+                                 alignments[2]};
+  const cublasLtMatmulAlgo_t* algo = context.FindAlgo(key);
+  if (algo == nullptr) {
+    cublasLtMatmulHeuristicResult_t heuristic = {};
+    int found = 0;
+    PAGODA_RETURN_IF_CUBLAS_ERROR(cublasLtMatmulAlgoGetHeuristic(
+        context.handle(), d.op, d.w, d.a, d.c, d.c, d.preference, 1, &heuristic, &found));
+    if (found == 0) return CUBLAS_STATUS_NOT_SUPPORTED;
+    context.RememberAlgo(key, heuristic.algo);
+    algo = context.FindAlgo(key);
+  }
 
   const float alpha = 1.0f, beta = 0.0f;
   return cublasLtMatmul(context.handle(), d.op, &alpha, p.w, d.w, p.a, d.a, &beta, p.c, d.c, p.c,
-                        d.c, &heuristic.algo, context.workspace(), context.workspace_bytes(),
-                        stream);
+                        d.c, algo, context.workspace(), context.workspace_bytes(), stream);
 }
 
 }  // namespace pagoda::kernels

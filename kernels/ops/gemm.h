@@ -9,7 +9,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <tuple>
 
 #include "kernels/scalar_type.h"
 
@@ -35,6 +37,20 @@ class GemmContext {
   void* workspace() const { return workspace_; }
   size_t workspace_bytes() const { return workspace_bytes_; }
 
+  // The algorithm cuBLASLt's heuristic picked for one problem, kept so that
+  // a repeated shape (every decode step) skips the heuristic query, which
+  // costs tens of microseconds of host time per GEMM. Key: m, n, k, input
+  // and output dtype, bias or not, and the four pointer alignments the
+  // heuristic was told.
+  using AlgoKey =
+      std::tuple<int64_t, int64_t, int64_t, int, int, bool, uint32_t, uint32_t, uint32_t>;
+  const cublasLtMatmulAlgo_t* FindAlgo(const AlgoKey& key) const {
+    const auto it = algos_.find(key);
+    return it == algos_.end() ? nullptr : &it->second;
+  }
+  void RememberAlgo(const AlgoKey& key, const cublasLtMatmulAlgo_t& algo) { algos_[key] = algo; }
+  size_t num_cached_algos() const { return algos_.size(); }
+
  private:
   GemmContext(cublasLtHandle_t handle, void* workspace, size_t workspace_bytes)
       : handle_(handle), workspace_(workspace), workspace_bytes_(workspace_bytes) {}
@@ -42,6 +58,7 @@ class GemmContext {
   cublasLtHandle_t handle_;
   void* workspace_;
   size_t workspace_bytes_;
+  std::map<AlgoKey, cublasLtMatmulAlgo_t> algos_;
 };
 
 struct GemmParams {

@@ -26,7 +26,6 @@ struct Shape {
 class GemmTest : public ::testing::TestWithParam<std::pair<ScalarType, ScalarType>> {};
 
 TEST_P(GemmTest, MatchesFloat64Reference) {
-  PAGODA_SKIP_WITHOUT_CUDA();
   const auto [dtype, out_dtype] = GetParam();
   std::unique_ptr<GemmContext> context;
   ASSERT_EQ(GemmContext::Create(GemmContext::kDefaultWorkspaceBytes, &context),
@@ -76,7 +75,6 @@ INSTANTIATE_TEST_SUITE_P(Types, GemmTest,
                          });
 
 TEST(GemmTest, RowOffsetOperandsBelow256ByteAlignment) {
-  PAGODA_SKIP_WITHOUT_CUDA();
   // a and c start one row into bigger buffers (528 and 272 bytes in: 16-byte
   // but not 256-byte aligned), as slices of activations do.
   std::unique_ptr<GemmContext> context;
@@ -90,8 +88,15 @@ TEST(GemmTest, RowOffsetOperandsBelow256ByteAlignment) {
   da.Upload(Encode(type, a));
   dw.Upload(Encode(type, w));
   dc.Fill(0xFF);
-  GemmParams p{static_cast<char*>(da.get()) + k * 2, dw.get(), nullptr,
-               static_cast<char*>(dc.get()) + n * 2, m, n, k, type, type};
+  GemmParams p{static_cast<char*>(da.get()) + k * 2,
+               dw.get(),
+               nullptr,
+               static_cast<char*>(dc.get()) + n * 2,
+               m,
+               n,
+               k,
+               type,
+               type};
   ASSERT_EQ(Gemm(*context, p, nullptr), CUBLAS_STATUS_SUCCESS);
   PAGODA_ASSERT_CUDA_OK(cudaDeviceSynchronize());
   const std::vector<float> c = Decode(type, dc.Download<uint8_t>((m + 1) * n * 2));
@@ -111,7 +116,6 @@ TEST(GemmTest, RowOffsetOperandsBelow256ByteAlignment) {
 }
 
 TEST(GemmContextTest, RejectsUnsupportedTypesAndShapes) {
-  PAGODA_SKIP_WITHOUT_CUDA();
   std::unique_ptr<GemmContext> context;
   ASSERT_EQ(GemmContext::Create(1 << 20, &context), CUBLAS_STATUS_SUCCESS);
   DeviceBuffer buffer(4096);
@@ -124,6 +128,33 @@ TEST(GemmContextTest, RejectsUnsupportedTypesAndShapes) {
   p.out_dtype = ScalarType::kBF16;
   p.k = 0;
   EXPECT_EQ(Gemm(*context, p, nullptr), CUBLAS_STATUS_INVALID_VALUE);
+}
+
+TEST(GemmContextTest, RepeatedShapesReuseTheAlgorithmAndGiveTheSameBits) {
+  std::unique_ptr<GemmContext> context;
+  ASSERT_EQ(GemmContext::Create(GemmContext::kDefaultWorkspaceBytes, &context),
+            CUBLAS_STATUS_SUCCESS);
+  const int64_t m = 7, n = 96, k = 160;
+  const std::vector<float> a = RandomFloats(m * k, -1, 1, 11), w = RandomFloats(n * k, -1, 1, 12);
+  DeviceBuffer da(m * k * 2), dw(n * k * 2), dc(m * n * 4);
+  da.Upload(Encode(ScalarType::kBF16, a));
+  dw.Upload(Encode(ScalarType::kBF16, w));
+  const GemmParams p{da.get(), dw.get(), nullptr,           dc.get(),        m,
+                     n,        k,        ScalarType::kBF16, ScalarType::kF32};
+  ASSERT_EQ(Gemm(*context, p, nullptr), CUBLAS_STATUS_SUCCESS);
+  PAGODA_ASSERT_CUDA_OK(cudaDeviceSynchronize());
+  const std::vector<uint8_t> first = dc.Download<uint8_t>(m * n * 4);
+  EXPECT_EQ(context->num_cached_algos(), 1u);
+  dc.Fill(0xFF);
+  ASSERT_EQ(Gemm(*context, p, nullptr), CUBLAS_STATUS_SUCCESS);
+  PAGODA_ASSERT_CUDA_OK(cudaDeviceSynchronize());
+  EXPECT_EQ(dc.Download<uint8_t>(m * n * 4), first);
+  EXPECT_EQ(context->num_cached_algos(), 1u);
+  // Another m is another problem.
+  GemmParams q = p;
+  q.m = 3;
+  ASSERT_EQ(Gemm(*context, q, nullptr), CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(context->num_cached_algos(), 2u);
 }
 
 }  // namespace

@@ -51,7 +51,6 @@ void ExpectClose(const std::vector<float>& got, const std::vector<double>& want,
 class LayerOpsTest : public ::testing::TestWithParam<ScalarType> {};
 
 TEST_P(LayerOpsTest, RmsNormMatchesFloat64) {
-  PAGODA_SKIP_WITHOUT_CUDA();
   const ScalarType type = GetParam();
   for (const auto& [tokens, hidden] : {std::pair{1, 32}, {7, 333}, {5, 4096}, {3, 5121}}) {
     const int stride = hidden + 17;  // rows of a wider buffer
@@ -75,7 +74,6 @@ TEST_P(LayerOpsTest, RmsNormMatchesFloat64) {
 }
 
 TEST_P(LayerOpsTest, FusedAddRmsNormUpdatesResidualAndInput) {
-  PAGODA_SKIP_WITHOUT_CUDA();
   const ScalarType type = GetParam();
   for (const auto& [tokens, hidden] : {std::pair{1, 64}, {9, 1000}, {4, 8192}}) {
     const std::vector<float> x = RoundTrip(type, RandomFloats(tokens * hidden, -2, 2, 1));
@@ -104,7 +102,6 @@ TEST_P(LayerOpsTest, FusedAddRmsNormUpdatesResidualAndInput) {
 }
 
 TEST_P(LayerOpsTest, RotaryEmbeddingRotatesHalvesInPlace) {
-  PAGODA_SKIP_WITHOUT_CUDA();
   const ScalarType type = GetParam();
   struct Case {
     int head_dim, rotary_dim, heads, kv_heads;
@@ -168,7 +165,6 @@ TEST_P(LayerOpsTest, RotaryEmbeddingRotatesHalvesInPlace) {
 }
 
 TEST_P(LayerOpsTest, SiluAndMulUsesGateThenUp) {
-  PAGODA_SKIP_WITHOUT_CUDA();
   const ScalarType type = GetParam();
   for (const auto& [tokens, inter] : {std::pair{1, 11}, {6, 1377}, {3, 14336}}) {
     const std::vector<float> x = RoundTrip(type, RandomFloats(tokens * 2 * inter, -6, 6, inter));
@@ -190,7 +186,6 @@ TEST_P(LayerOpsTest, SiluAndMulUsesGateThenUp) {
 }
 
 TEST_P(LayerOpsTest, EmbeddingCopiesRowsAndFlagsBadIds) {
-  PAGODA_SKIP_WITHOUT_CUDA();
   const ScalarType type = GetParam();
   for (const int hidden : {7, 64, 4095}) {
     const int vocab = 301;

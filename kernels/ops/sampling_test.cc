@@ -113,7 +113,6 @@ std::vector<int> RankByLogit(const std::vector<float>& logits) {
 }
 
 TEST(SamplingTest, GreedyIsArgmaxWithLowestIdOnTies) {
-  PAGODA_SKIP_WITHOUT_CUDA();
   std::vector<Row> rows;
   for (const int vocab : {1, 5, 4097}) {
     for (int trial = 0; trial < 3; ++trial) {
@@ -139,7 +138,6 @@ TEST(SamplingTest, GreedyIsArgmaxWithLowestIdOnTies) {
 }
 
 TEST(SamplingTest, SameSeedSameTokenAndRowsIndependentOfBatch) {
-  PAGODA_SKIP_WITHOUT_CUDA();
   const int vocab = 32000;
   std::vector<Row> rows;
   for (int i = 0; i < 37; ++i) {
@@ -172,7 +170,6 @@ TEST(SamplingTest, SameSeedSameTokenAndRowsIndependentOfBatch) {
 }
 
 TEST(SamplingTest, TopKAndTopPKeepTheRightSetsOnLargeVocabularies) {
-  PAGODA_SKIP_WITHOUT_CUDA();
   for (const int vocab : {151936, 262144}) {
     std::vector<float> logits = RandomFloats(vocab, -4, 4, vocab);
     // A peaked head so that top-p keeps few tokens.
@@ -220,7 +217,6 @@ TEST(SamplingTest, TopKAndTopPKeepTheRightSetsOnLargeVocabularies) {
 }
 
 TEST(SamplingTest, TopLogprobsAreSortedLogSoftmaxOfRawLogits) {
-  PAGODA_SKIP_WITHOUT_CUDA();
   std::vector<Row> rows;
   for (const int vocab : {3, 1000, 128256}) {
     Row r;
@@ -241,7 +237,6 @@ TEST(SamplingTest, TopLogprobsAreSortedLogSoftmaxOfRawLogits) {
 }
 
 TEST(SamplingTest, DrawsFollowTheTemperedDistribution) {
-  PAGODA_SKIP_WITHOUT_CUDA();
   // 12 tokens, 40000 draws (one row each, distinct sample indices).
   const std::vector<float> logits = {1.0f, 2.0f, 0.5f,  -1.0f, 3.0f, 2.5f,
                                      0.0f, 1.5f, -0.5f, 2.2f,  0.7f, 1.1f};
@@ -279,7 +274,6 @@ TEST(SamplingTest, DrawsFollowTheTemperedDistribution) {
 }
 
 TEST(SamplingTest, RejectsBadParameters) {
-  PAGODA_SKIP_WITHOUT_CUDA();
   TokenSamplingParams p;
   EXPECT_EQ(LaunchTokenSampling(p, nullptr), cudaErrorInvalidValue);
 }

@@ -1,6 +1,7 @@
 """`cmake --install` yields a tree that runs the service on its own: the
 server and the worker it spawns come from the prefix, the tokenizer's shim
 from prefix/lib, and a request is answered. This is what the images hold."""
+import fnmatch
 import os
 import re
 import subprocess
@@ -56,7 +57,20 @@ class InstallTest(unittest.TestCase):
                 if m := re.search(r"=> (/\S+)", line):
                     libraries.add(m.group(1))
         needed = set()
-        for library in libraries:
+        # With nvcc the worker links the CUDA toolkit's runtime (cudart,
+        # cuBLAS/cuBLASLt): no Debian package has it, Dockerfile.cuda copies it
+        # from the toolkit image into the runtime stage.
+        toolkit = {lib for lib in libraries if lib.startswith("/usr/local/cuda")}
+        if toolkit:
+            with open(os.path.join(h.REPO, "deploy", "docker", "Dockerfile.cuda")) as f:
+                cuda_runtime = f.read().split("AS runtime", 1)[1]
+            patterns = [os.path.basename(word) for line in cuda_runtime.splitlines()
+                        if line.startswith("COPY --from=cuda-toolkit")
+                        for word in line.split()[2:-1]]
+            for library in toolkit:
+                self.assertTrue(any(fnmatch.fnmatch(os.path.basename(library), p)
+                                    for p in patterns), (library, patterns))
+        for library in libraries - toolkit:
             # dpkg knows one spelling: /lib or /usr/lib (merged /usr), or the
             # target of an alternatives link.
             for candidate in (library, library.removeprefix("/usr"), "/usr" + library,

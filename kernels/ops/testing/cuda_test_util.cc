@@ -9,14 +9,6 @@
 
 namespace pagoda::kernels::testing {
 
-bool HasCudaDevice() {
-  static const bool has_device = [] {
-    int count = 0;
-    return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-  }();
-  return has_device;
-}
-
 DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
   const cudaError_t err = cudaMalloc(&data_, bytes == 0 ? 1 : bytes);
   if (err != cudaSuccess) {

@@ -1,7 +1,8 @@
 #ifndef PAGODA_KERNELS_OPS_TESTING_CUDA_TEST_UTIL_H_
 #define PAGODA_KERNELS_OPS_TESTING_CUDA_TEST_UTIL_H_
 
-// Helpers for the kernel tests: device detection, an owning device buffer,
+// Helpers for the kernel tests (run by kernels/testing/gpu_test_main.cc,
+// which skips the whole binary without a device): an owning device buffer,
 // and host-side encoding of f32/f16/bf16 arrays.
 
 #include <cuda_runtime.h>
@@ -14,16 +15,6 @@
 #include "kernels/scalar_type.h"
 
 namespace pagoda::kernels::testing {
-
-// True when a CUDA device is visible and usable.
-bool HasCudaDevice();
-
-#define PAGODA_SKIP_WITHOUT_CUDA()                      \
-  do {                                                  \
-    if (!::pagoda::kernels::testing::HasCudaDevice()) { \
-      GTEST_SKIP() << "no CUDA device";                 \
-    }                                                   \
-  } while (0)
 
 #define PAGODA_ASSERT_CUDA_OK(expr)                                                          \
   do {                                                                                       \

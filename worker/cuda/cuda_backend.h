@@ -1,0 +1,130 @@
+#ifndef PAGODA_WORKER_CUDA_CUDA_BACKEND_H_
+#define PAGODA_WORKER_CUDA_CUDA_BACKEND_H_
+
+// The CUDA backend: the Backend ops (worker/backend.h) on one GPU, one
+// stream, through the kernels of kernels/ops and kernels/attention and
+// cuBLASLt. Activations, weights and the KV cache are all of the serving
+// dtype (bf16 or f16, worker/cuda/cuda_support.h), accumulating in f32;
+// logits are f32. Built only when nvcc is found.
+//
+// Errors: the Backend ops return nothing, so the first failure (a bad launch,
+// an out-of-memory allocation, a weight of the wrong dtype) is kept as a
+// sticky status that the model runner reads after each load or step with
+// status(); later ops still run but their results are not to be trusted.
+//
+// CUDA graphs: launch_mode() lets the model runner capture a whole forward
+// pass once and replay it (worker/cuda/cuda_graph_runner.h):
+// - kEager: every op is enqueued on the stream (the default);
+// - kCapture: the stream is being captured; host<->device copies are
+//   skipped (they are not part of the graph) and decode attention is
+//   planned for graph_max_context_len() instead of the step's contexts;
+// - kReplay: only UploadBytes runs (it refreshes the step metadata in the
+//   graph's static buffers); every other op is skipped, because the graph
+//   about to be launched does exactly that work at the same addresses.
+//
+// Thread safety: one caller at a time (the model runner serialises steps).
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "worker/backend.h"
+
+namespace pagoda::worker {
+
+class CudaBackend final : public Backend {
+ public:
+  enum class LaunchMode { kEager, kCapture, kReplay };
+
+  // Makes `device` current for the calling thread, creates the stream and
+  // the cuBLASLt context. INVALID_ARGUMENT for a device index out of range or
+  // an activation dtype other than bf16/f16; INTERNAL for CUDA failures.
+  static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(int device, DType activation_dtype);
+  ~CudaBackend() override;
+
+  // The first error since creation (OK if none).
+  absl::Status status() const { return status_; }
+  cudaStream_t stream() const { return stream_; }
+  int device() const { return device_; }
+  int num_sms() const { return num_sms_; }
+  // "NVIDIA H100 80GB HBM3 (GPU 0, 132 SMs, 79.1 GiB)".
+  std::string DeviceDescription() const;
+  // Waits for every op enqueued so far; records a failure in status().
+  void Synchronize();
+  // Makes this backend's device current for the calling thread (the current
+  // device is per thread, and gRPC may call the runner from any thread).
+  void MakeCurrent();
+
+  LaunchMode launch_mode() const { return mode_; }
+  void set_launch_mode(LaunchMode mode) { mode_ = mode; }
+  // The context length decode attention is planned for while capturing (a
+  // graph's plan must hold for every step it replays). REQUIRES: >= 1.
+  int graph_max_context_len() const { return graph_max_context_len_; }
+  void set_graph_max_context_len(int tokens) { graph_max_context_len_ = tokens; }
+  // Sizes the split-K decode workspace that captured graphs use (separate
+  // from the eager one, which grows on demand) for a decode of up to
+  // `num_seqs` sequences of up to `max_context_len` tokens. Call before
+  // capturing; capture never allocates, and a plan that does not fit fails.
+  void ReserveDecodeWorkspace(int num_seqs, int num_heads, int num_kv_heads, int head_dim,
+                              int max_context_len);
+
+  DType activation_dtype() const override { return activation_dtype_; }
+  DType default_kv_cache_dtype() const override { return activation_dtype_; }
+  std::unique_ptr<Buffer> Allocate(DType dtype, size_t num_elements) override;
+  std::unique_ptr<Buffer> AllocateHost(DType dtype, size_t num_elements) override;
+  uint64_t num_allocations() const override { return num_allocations_; }
+  void UploadBytes(const void* host, void* device, size_t n) override;
+  void DownloadBytes(const void* device, void* host, size_t n) override;
+
+  void Embedding(const StepBatch& batch, const Tensor& table, void* out) override;
+  void RmsNorm(const void* x, const Tensor& weight, int rows, float eps, void* out) override;
+  void AddRmsNorm(void* residual, const void* x, const Tensor& weight, int rows, float eps,
+                  void* out) override;
+  void Linear(const void* x, int rows, const Tensor& weight, const float* bias, void* y,
+              DType y_dtype) override;
+  void Rope(void* q, void* k, const StepBatch& batch, int num_q_heads, int num_kv_heads,
+            int head_dim, const RopeTable& table) override;
+  void WriteKvCache(const void* k, const void* v, const StepBatch& batch,
+                    const KvCacheLayer& cache) override;
+  void PagedAttention(const PagedAttentionParams& params) override;
+  void SiluAndMul(const void* gate_up, int rows, int dim, void* out) override;
+  void GatherRows(const void* src, const StepBatch& batch, int dim, void* out) override;
+  void Sample(const Tensor& logits, const SamplingBatch& params, SampleResults* out) override;
+  void CopyBlocks(absl::Span<void* const> caches, size_t block_bytes,
+                  absl::Span<const BlockPair> pairs) override;
+  void SwapBlocks(absl::Span<void* const> device_caches, absl::Span<void* const> host_caches,
+                  size_t block_bytes, absl::Span<const BlockPair> pairs,
+                  SwapDirection direction) override;
+
+ private:
+  struct Impl;  // cuBLASLt context and the grow-only scratch buffers.
+  CudaBackend(int device, DType activation_dtype, cudaStream_t stream, int num_sms,
+              std::unique_ptr<Impl> impl);
+
+  // Keeps the first failure; returns ok.
+  bool Check(cudaError_t error, const char* what);
+  void Fail(absl::Status status);
+  // True when ops that launch kernels must be skipped (kReplay) or have
+  // already failed on a mismatched dtype.
+  bool SkipLaunch() const { return mode_ == LaunchMode::kReplay; }
+  bool ExpectActivationDType(DType dtype, const char* what);
+
+  int device_;
+  DType activation_dtype_;
+  cudaStream_t stream_;
+  int num_sms_;
+  std::unique_ptr<Impl> impl_;
+  absl::Status status_;
+  uint64_t num_allocations_ = 0;
+  LaunchMode mode_ = LaunchMode::kEager;
+  int graph_max_context_len_ = 1;
+};
+
+}  // namespace pagoda::worker
+
+#endif  // PAGODA_WORKER_CUDA_CUDA_BACKEND_H_

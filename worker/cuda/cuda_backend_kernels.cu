@@ -1,0 +1,90 @@
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "worker/cuda/cuda_backend_kernels.h"
+
+namespace pagoda::worker {
+namespace {
+
+constexpr int kThreads = 256;
+
+// One block per output row; 16-bit elements copied as they are.
+__global__ void GatherRowsKernel(const uint16_t* src, const int32_t* rows, int dim, uint16_t* out) {
+  const int64_t row = rows[blockIdx.x];
+  const uint16_t* from = src + row * dim;
+  uint16_t* to = out + static_cast<int64_t>(blockIdx.x) * dim;
+  for (int c = threadIdx.x; c < dim; c += blockDim.x) to[c] = from[c];
+}
+
+__global__ void GatherRowsKernel32(const float* src, const int32_t* rows, int dim, float* out) {
+  const int64_t row = rows[blockIdx.x];
+  for (int c = threadIdx.x; c < dim; c += blockDim.x) {
+    out[static_cast<int64_t>(blockIdx.x) * dim + c] = src[row * dim + c];
+  }
+}
+
+template <typename T>
+__device__ float ToFloat(T x);
+template <>
+__device__ float ToFloat(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
+template <>
+__device__ float ToFloat(__half x) {
+  return __half2float(x);
+}
+template <typename T>
+__device__ T FromFloat(float x);
+template <>
+__device__ __nv_bfloat16 FromFloat(float x) {
+  return __float2bfloat16_rn(x);
+}
+template <>
+__device__ __half FromFloat(float x) {
+  return __float2half_rn(x);
+}
+
+template <typename T>
+__global__ void AddBiasKernel(T* y, const float* bias, int cols) {
+  T* row = y + static_cast<int64_t>(blockIdx.x) * cols;
+  for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+    row[c] = FromFloat<T>(ToFloat(row[c]) + bias[c]);
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchGatherRows(const void* src, const int32_t* rows, int num_rows, int dim,
+                             kernels::ScalarType dtype, void* out, cudaStream_t stream) {
+  if (num_rows == 0) return cudaSuccess;
+  if (src == nullptr || rows == nullptr || out == nullptr || num_rows < 0 || dim <= 0) {
+    return cudaErrorInvalidValue;
+  }
+  if (dtype == kernels::ScalarType::kF32) {
+    GatherRowsKernel32<<<num_rows, kThreads, 0, stream>>>(static_cast<const float*>(src), rows, dim,
+                                                          static_cast<float*>(out));
+  } else {
+    GatherRowsKernel<<<num_rows, kThreads, 0, stream>>>(static_cast<const uint16_t*>(src), rows,
+                                                        dim, static_cast<uint16_t*>(out));
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchAddBias(void* y, const float* bias, int rows, int cols, kernels::ScalarType dtype,
+                          cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  if (y == nullptr || bias == nullptr || rows < 0 || cols <= 0) return cudaErrorInvalidValue;
+  switch (dtype) {
+    case kernels::ScalarType::kBF16:
+      AddBiasKernel<<<rows, kThreads, 0, stream>>>(static_cast<__nv_bfloat16*>(y), bias, cols);
+      break;
+    case kernels::ScalarType::kF16:
+      AddBiasKernel<<<rows, kThreads, 0, stream>>>(static_cast<__half*>(y), bias, cols);
+      break;
+    default:
+      return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace pagoda::worker

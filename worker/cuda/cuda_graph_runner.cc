@@ -1,0 +1,126 @@
+#include "worker/cuda/cuda_graph_runner.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "worker/cuda/graph_batch.h"
+
+namespace pagoda::worker {
+namespace {
+
+absl::Status GraphError(cudaError_t error, const char* what, int bucket) {
+  return absl::InternalError(absl::StrCat("CUDA graph for ", bucket, " sequences: ", what, ": ",
+                                          cudaGetErrorName(error), ": ",
+                                          cudaGetErrorString(error)));
+}
+
+// A decode batch of `bucket` inert sequences (the padding of an empty batch).
+FlatBatch DummyDecode(int bucket, int blocks_per_seq) {
+  FlatBatch empty;
+  empty.query_start = {0};
+  empty.max_blocks_per_seq = blocks_per_seq;
+  return PadDecodeBatch(empty, bucket, blocks_per_seq);
+}
+
+}  // namespace
+
+CudaGraphRunner::CudaGraphRunner(LlamaModel* model, CudaBackend* backend, CacheEngine* cache,
+                                 int max_context_len)
+    : model_(model),
+      backend_(backend),
+      cache_(cache),
+      max_context_len_(max_context_len),
+      blocks_per_seq_((max_context_len + cache->shape().block_size - 1) /
+                      cache->shape().block_size) {}
+
+CudaGraphRunner::~CudaGraphRunner() {
+  for (auto& [bucket, graph] : graphs_) cudaGraphExecDestroy(graph.exec);
+}
+
+absl::Status CudaGraphRunner::Capture(int max_num_seqs) {
+  buckets_ = GraphBatchBuckets(max_num_seqs);
+  const ModelConfig& config = model_->config();
+  backend_->ReserveDecodeWorkspace(buckets_.back(), config.num_attention_heads,
+                                   config.num_key_value_heads, config.head_dim, max_context_len_);
+  backend_->set_graph_max_context_len(max_context_len_);
+  // Warm every bucket first, largest first, so no capture allocates and no
+  // later warm-up moves the workspace under an earlier graph.
+  for (auto it = buckets_.rbegin(); it != buckets_.rend(); ++it) {
+    auto output = model_->Forward(DummyDecode(*it, blocks_per_seq_), cache_);
+    if (!output.ok()) return output.status();
+  }
+  backend_->Synchronize();
+  if (!backend_->status().ok()) return backend_->status();
+  allocations_at_capture_ = backend_->num_allocations();
+  for (auto it = buckets_.rbegin(); it != buckets_.rend(); ++it) {
+    if (absl::Status status = CaptureOne(*it); !status.ok()) return status;
+  }
+  if (backend_->num_allocations() != allocations_at_capture_) {
+    return absl::InternalError("the workspace grew while capturing CUDA graphs");
+  }
+  return backend_->status();
+}
+
+absl::Status CudaGraphRunner::CaptureOne(int bucket) {
+  const FlatBatch batch = DummyDecode(bucket, blocks_per_seq_);
+  cudaStream_t stream = backend_->stream();
+  // Relaxed: the model's host code may call CUDA APIs that are merely
+  // "unsafe" during capture (none enqueue work outside the stream).
+  if (cudaError_t e = cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed);
+      e != cudaSuccess) {
+    return GraphError(e, "begin capture", bucket);
+  }
+  backend_->set_launch_mode(CudaBackend::LaunchMode::kCapture);
+  absl::StatusOr<ForwardOutput> output = model_->Forward(batch, cache_);
+  backend_->set_launch_mode(CudaBackend::LaunchMode::kEager);
+  cudaGraph_t graph = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+  if (!output.ok()) {
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    return output.status();
+  }
+  if (ended != cudaSuccess) return GraphError(ended, "end capture", bucket);
+  if (!backend_->status().ok()) {
+    cudaGraphDestroy(graph);
+    return backend_->status();
+  }
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  if (instantiated != cudaSuccess) return GraphError(instantiated, "instantiate", bucket);
+  graphs_[bucket] = Graph{.exec = exec, .logits = output->logits.data};
+  return absl::OkStatus();
+}
+
+bool CudaGraphRunner::CanRun(const FlatBatch& batch) const {
+  if (graphs_.empty() || backend_->num_allocations() != allocations_at_capture_) return false;
+  const int bucket = GraphBucketFor(buckets_, batch.num_seqs());
+  return bucket > 0 && graphs_.contains(bucket) &&
+         IsGraphableDecode(batch, max_context_len_, blocks_per_seq_);
+}
+
+absl::StatusOr<ForwardOutput> CudaGraphRunner::Run(const FlatBatch& batch) {
+  const int bucket = GraphBucketFor(buckets_, batch.num_seqs());
+  const Graph& graph = graphs_.at(bucket);
+  const FlatBatch padded = PadDecodeBatch(batch, bucket, blocks_per_seq_);
+  backend_->set_launch_mode(CudaBackend::LaunchMode::kReplay);
+  absl::StatusOr<ForwardOutput> output = model_->Forward(padded, cache_);
+  backend_->set_launch_mode(CudaBackend::LaunchMode::kEager);
+  if (!output.ok()) return output.status();
+  if (output->logits.data != graph.logits) {
+    return absl::InternalError(
+        absl::StrCat("CUDA graph for ", bucket,
+                     " sequences: the replayed forward's buffers moved since capture (restart with "
+                     "--enforce-eager and report this)"));
+  }
+  if (cudaError_t e = cudaGraphLaunch(graph.exec, backend_->stream()); e != cudaSuccess) {
+    return GraphError(e, "launch", bucket);
+  }
+  output->sampling.num_rows = batch.num_logits_rows();
+  output->logits.shape[0] = batch.num_logits_rows();
+  return output;
+}
+
+}  // namespace pagoda::worker

@@ -1,0 +1,80 @@
+#ifndef PAGODA_WORKER_CUDA_CUDA_GRAPH_RUNNER_H_
+#define PAGODA_WORKER_CUDA_CUDA_GRAPH_RUNNER_H_
+
+// CUDA graphs for decode-only steps (vLLM's CUDAGraphRunner, without torch):
+// at start-up one LlamaModel::Forward per batch-size bucket
+// (GraphBatchBuckets) is captured into a graph; a decode step is padded to
+// its bucket (PadDecodeBatch) and replayed, so ~10 launches per layer cost
+// one graph launch.
+//
+// Static buffers: a graph replays fixed addresses. The model takes every
+// region of a step from its workspace in a fixed order whose sizes depend
+// only on the batch's shape (tokens, sequences, block-table width, logits
+// rows), all of which padding fixes per bucket; so a replay step runs
+// Forward with the backend in LaunchMode::kReplay, which performs only the
+// one metadata upload into those same regions and skips every kernel, then
+// launches the graph. Decode attention inside a graph is planned for the
+// longest context the block tables allow (max_context_len), valid for every
+// shorter one. A replay checks that the logits land where they did at
+// capture; the workspace must not be reallocated after capture (the runner
+// compares Backend::num_allocations and refuses stale graphs).
+//
+// Thread safety: one caller at a time, like the model.
+
+#include <cuda_runtime_api.h>
+
+#include <map>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "worker/batch.h"
+#include "worker/cache_engine.h"
+#include "worker/cuda/cuda_backend.h"
+#include "worker/llama_model.h"
+
+namespace pagoda::worker {
+
+class CudaGraphRunner {
+ public:
+  // model, backend and cache must outlive the runner; the cache must not be
+  // replaced (a new cache needs a new runner: the graphs hold its addresses).
+  CudaGraphRunner(LlamaModel* model, CudaBackend* backend, CacheEngine* cache, int max_context_len);
+  ~CudaGraphRunner();
+  CudaGraphRunner(const CudaGraphRunner&) = delete;
+  CudaGraphRunner& operator=(const CudaGraphRunner&) = delete;
+
+  // Captures one graph per bucket up to max_num_seqs, largest first (so the
+  // first warm-up sizes every workspace). Each capture is preceded by an
+  // eager run of the same padded batch.
+  absl::Status Capture(int max_num_seqs);
+  int num_graphs() const { return static_cast<int>(graphs_.size()); }
+
+  // True when `batch` can replay a captured graph.
+  bool CanRun(const FlatBatch& batch) const;
+  // Pads `batch` to its bucket, refreshes the static metadata and replays.
+  // The logits of the real rows are the first batch.num_logits_rows() rows
+  // of the result (its sampling batch is cut to those rows).
+  // REQUIRES: CanRun(batch).
+  absl::StatusOr<ForwardOutput> Run(const FlatBatch& batch);
+
+ private:
+  struct Graph {
+    cudaGraphExec_t exec = nullptr;
+    const void* logits = nullptr;  // Where the captured forward wrote them.
+  };
+  absl::Status CaptureOne(int bucket);
+
+  LlamaModel* model_;
+  CudaBackend* backend_;
+  CacheEngine* cache_;
+  int max_context_len_;
+  int blocks_per_seq_;
+  std::map<int, Graph> graphs_;  // By bucket.
+  std::vector<int> buckets_;
+  uint64_t allocations_at_capture_ = 0;
+};
+
+}  // namespace pagoda::worker
+
+#endif  // PAGODA_WORKER_CUDA_CUDA_GRAPH_RUNNER_H_

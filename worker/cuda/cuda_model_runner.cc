@@ -1,0 +1,269 @@
+// The CUDA ModelRunner (see cuda_model_runner.h).
+
+#include "worker/cuda/cuda_model_runner.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+#include <memory>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/dtype.h"
+#include "common/model_config.h"
+#include "glog/logging.h"
+#include "worker/batch.h"
+#include "worker/cache_engine.h"
+#include "worker/communicator.h"
+#include "worker/cuda/cuda_backend.h"
+#include "worker/cuda/cuda_graph_runner.h"
+#include "worker/cuda/cuda_support.h"
+#include "worker/llama_model.h"
+
+namespace pagoda::worker {
+namespace {
+
+using pagoda::worker::v1::InitCacheRequest;
+using pagoda::worker::v1::LoadModelRequest;
+using pagoda::worker::v1::LoadModelResponse;
+using pagoda::worker::v1::StepPlan;
+using pagoda::worker::v1::StepResult;
+
+// Bounds a hostile request (the workspace is reserved from these at load).
+constexpr int kMaxWorkspaceTokens = 1 << 20;
+
+absl::Status ValidateRequest(const LoadModelRequest& request) {
+  if (request.device() != "cuda") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the CUDA model runner cannot run on device '", request.device(), "'"));
+  }
+  if (request.block_size() != 16 && request.block_size() != 32) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "block size ", request.block_size(), " is not supported on CUDA (supported: 16, 32)"));
+  }
+  if (request.world_size() > 1 || request.rank() != 0) {
+    return absl::UnimplementedError(
+        absl::StrCat("the CUDA model runner supports a single rank; got rank ", request.rank(),
+                     " of ", request.world_size()));
+  }
+  if (!(request.gpu_memory_utilization() > 0 && request.gpu_memory_utilization() <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat("gpu_memory_utilization must be in (0, 1], got ",
+                                                   request.gpu_memory_utilization()));
+  }
+  if (request.max_num_batched_tokens() <= 0 ||
+      request.max_num_batched_tokens() > kMaxWorkspaceTokens || request.max_num_seqs() <= 0 ||
+      request.max_num_seqs() > kMaxWorkspaceTokens) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_num_batched_tokens and max_num_seqs must be in [1, ", kMaxWorkspaceTokens,
+                     "], got ", request.max_num_batched_tokens(), " and ", request.max_num_seqs()));
+  }
+  return absl::OkStatus();
+}
+
+// The profiling step: max_num_batched_tokens prompt tokens over as many
+// sequences as max_num_seqs allows (none longer than the model's positions),
+// every one sampled, each on its own blocks from 0 up.
+StepPlan ProfilePlan(int tokens, int max_num_seqs, int max_positions, int block_size,
+                     int* num_blocks) {
+  int seqs = std::min(max_num_seqs, tokens);
+  seqs = std::max(seqs, (tokens + max_positions - 1) / max_positions);
+  StepPlan plan;
+  int next_block = 0;
+  for (int s = 0; s < seqs; ++s) {
+    const int length = tokens / seqs + (s < tokens % seqs ? 1 : 0);
+    auto* step = plan.add_sequences();
+    step->set_seq_id(s);
+    for (int t = 0; t < length; ++t) step->add_token_ids(t % 7);
+    for (int b = 0; b < (length + block_size - 1) / block_size; ++b) {
+      step->add_block_table(next_block++);
+    }
+    step->set_do_sample(true);
+  }
+  *num_blocks = next_block;
+  return plan;
+}
+
+class CudaModelRunner final : public ModelRunner {
+ public:
+  explicit CudaModelRunner(const CudaRunnerOptions& options)
+      : options_(options), communicator_(CreateSingleRankCommunicator()) {}
+
+  absl::StatusOr<LoadModelResponse> LoadModel(const LoadModelRequest& request) override {
+    if (model_ != nullptr) return absl::FailedPreconditionError("a model is already loaded");
+    if (absl::Status status = ValidateRequest(request); !status.ok()) return status;
+    absl::StatusOr<ModelConfig> config = LoadModelConfig(request.model_dir());
+    if (!config.ok()) return config.status();
+    if (absl::Status status = CheckCudaModelSupported(*config); !status.ok()) return status;
+    auto requested_dtype = ParseDTypeFlag(request.dtype());
+    if (!requested_dtype.ok()) return requested_dtype.status();
+    auto serving = CudaServingDType(*requested_dtype, CheckpointDType(config->torch_dtype));
+    if (!serving.ok()) return serving.status();
+    auto requested_kv = ParseKvCacheDTypeFlag(request.kv_cache_dtype());
+    if (!requested_kv.ok()) return requested_kv.status();
+    auto kv_dtype = CudaKvCacheDType(*requested_kv, *serving);
+    if (!kv_dtype.ok()) return kv_dtype.status();
+
+    const int device = options_.device >= 0 ? options_.device : request.rank();
+    auto backend = CudaBackend::Create(device, *serving);
+    if (!backend.ok()) return backend.status();
+    backend_ = *std::move(backend);
+    LOG(INFO) << "rank " << request.rank() << " uses " << backend_->DeviceDescription() << ", "
+              << DTypeName(*serving);
+
+    auto model = LlamaModel::Load(
+        request.model_dir(), backend_.get(), communicator_.get(),
+        LlamaLoadOptions{.weight_dtype = *serving,
+                         .max_num_batched_tokens = request.max_num_batched_tokens(),
+                         .max_num_seqs = request.max_num_seqs(),
+                         .block_size = request.block_size()});
+    if (!model.ok()) return model.status();
+    if (!backend_->status().ok()) return backend_->status();
+    model_ = *std::move(model);
+    block_size_ = request.block_size();
+    kv_dtype_ = *kv_dtype;
+    max_num_seqs_ = request.max_num_seqs();
+    enforce_eager_ = request.enforce_eager();
+
+    const int64_t bytes_per_block = model_->CacheShape(block_size_, kv_dtype_).bytes_per_block();
+    auto peak = ProfilePeakBytes(request);
+    if (!peak.ok()) return peak.status();
+    size_t free_bytes = 0, total_bytes = 0;
+    if (cudaError_t e = cudaMemGetInfo(&free_bytes, &total_bytes); e != cudaSuccess) {
+      return absl::InternalError(absl::StrCat("cudaMemGetInfo: ", cudaGetErrorString(e)));
+    }
+    auto blocks = KvBlocksFromProfile(static_cast<int64_t>(total_bytes),
+                                      request.gpu_memory_utilization(), *peak, bytes_per_block);
+    if (!blocks.ok()) return blocks.status();
+    LOG(INFO) << "weights " << model_->weight_bytes() / (1 << 20) << " MiB, profiled peak "
+              << *peak / (1 << 20) << " MiB of " << total_bytes / (1 << 20) << " MiB: " << *blocks
+              << " KV blocks of " << bytes_per_block << " bytes";
+
+    LoadModelResponse response;
+    response.set_num_gpu_blocks(*blocks);
+    response.set_bytes_per_block(bytes_per_block);
+    response.set_vocab_size(model_->config().vocab_size);
+    response.set_device_name(backend_->DeviceDescription());
+    response.set_max_model_len(CudaMaxModelLen(model_->config()));
+    return response;
+  }
+
+  absl::Status InitCache(const InitCacheRequest& request) override {
+    if (model_ == nullptr) return absl::FailedPreconditionError("InitCache before LoadModel");
+    if (request.num_gpu_blocks() <= 0 || request.num_cpu_blocks() < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("InitCache needs num_gpu_blocks > 0 and num_cpu_blocks >= 0, got ",
+                       request.num_gpu_blocks(), " and ", request.num_cpu_blocks()));
+    }
+    backend_->MakeCurrent();
+    graphs_.reset();
+    cache_.reset();  // Free the old cache before allocating the new one.
+    cache_ =
+        std::make_unique<CacheEngine>(backend_.get(), model_->CacheShape(block_size_, kv_dtype_),
+                                      request.num_gpu_blocks(), request.num_cpu_blocks());
+    if (!backend_->status().ok()) return backend_->status();
+    if (enforce_eager_) return absl::OkStatus();
+    const auto start = std::chrono::steady_clock::now();
+    graphs_ = std::make_unique<CudaGraphRunner>(model_.get(), backend_.get(), cache_.get(),
+                                                CudaMaxModelLen(model_->config()));
+    if (absl::Status status = graphs_->Capture(max_num_seqs_); !status.ok()) return status;
+    LOG(INFO) << "captured " << graphs_->num_graphs() << " decode CUDA graphs in "
+              << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()
+              << " s";
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<StepResult> ExecuteStep(const StepPlan& plan) override {
+    if (cache_ == nullptr) return absl::FailedPreconditionError("ExecuteStep before InitCache");
+    backend_->MakeCurrent();
+    const auto start = std::chrono::steady_clock::now();
+    auto batch = FlattenStepPlan(plan, BatchLimits{.vocab_size = model_->config().vocab_size,
+                                                   .block_size = block_size_,
+                                                   .num_gpu_blocks = cache_->num_gpu_blocks(),
+                                                   .num_cpu_blocks = cache_->num_cpu_blocks()});
+    if (!batch.ok()) return batch.status();
+    // The CPU runner's order: swap out, swap in, then copy-on-write.
+    cache_->SwapOut(batch->swap_out);
+    cache_->SwapIn(batch->swap_in);
+    cache_->Copy(batch->copy);
+
+    StepResult result;
+    result.set_step_id(plan.step_id());
+    if (batch->num_tokens() > 0) {
+      absl::StatusOr<ForwardOutput> output = graphs_ != nullptr && graphs_->CanRun(*batch)
+                                                 ? graphs_->Run(*batch)
+                                                 : model_->Forward(*batch, cache_.get());
+      if (!output.ok()) return output.status();
+      backend_->Sample(output->logits, output->sampling, &samples_);
+      if (!backend_->status().ok()) return backend_->status();
+      for (int row = 0; row < batch->num_logits_rows(); ++row) {
+        auto* token = result.add_tokens();
+        token->set_seq_id(plan.sequences(batch->sample_sequences[row]).seq_id());
+        token->set_token_id(samples_.token_ids[row]);
+        token->set_logprob(samples_.logprobs[row]);
+        const int wanted = std::min(batch->num_logprobs[row], samples_.num_logprobs);
+        for (int i = 0; i < wanted; ++i) {
+          auto* top = token->add_top();
+          top->set_token_id(samples_.top_ids[row * samples_.num_logprobs + i]);
+          top->set_logprob(samples_.top_logprobs[row * samples_.num_logprobs + i]);
+        }
+      }
+    }
+    if (!backend_->status().ok()) return backend_->status();
+    result.set_forward_seconds(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    return result;
+  }
+
+ private:
+  // Device memory in use after one forward pass and sampling of the largest
+  // step, on a scratch cache just big enough for it (freed after).
+  absl::StatusOr<int64_t> ProfilePeakBytes(const LoadModelRequest& request) {
+    int num_blocks = 0;
+    const StepPlan plan = ProfilePlan(request.max_num_batched_tokens(), request.max_num_seqs(),
+                                      CudaMaxModelLen(model_->config()), block_size_, &num_blocks);
+    auto scratch = std::make_unique<CacheEngine>(
+        backend_.get(), model_->CacheShape(block_size_, kv_dtype_), num_blocks, 0);
+    auto batch = FlattenStepPlan(plan, BatchLimits{.vocab_size = model_->config().vocab_size,
+                                                   .block_size = block_size_,
+                                                   .num_gpu_blocks = num_blocks,
+                                                   .num_cpu_blocks = 0});
+    if (!batch.ok()) return batch.status();
+    auto output = model_->Forward(*batch, scratch.get());
+    if (!output.ok()) return output.status();
+    backend_->Sample(output->logits, output->sampling, &samples_);
+    backend_->Synchronize();
+    if (!backend_->status().ok()) return backend_->status();
+    size_t free_bytes = 0, total_bytes = 0;
+    if (cudaError_t e = cudaMemGetInfo(&free_bytes, &total_bytes); e != cudaSuccess) {
+      return absl::InternalError(absl::StrCat("cudaMemGetInfo: ", cudaGetErrorString(e)));
+    }
+    // In use = everything on the device now (this process's context, weights,
+    // workspaces, the scratch cache, and any other process): conservative.
+    return static_cast<int64_t>(total_bytes - free_bytes);
+  }
+
+  CudaRunnerOptions options_;
+  // Declaration order is teardown order reversed: graphs and cache go before
+  // the model and backend they point into.
+  std::unique_ptr<Communicator> communicator_;
+  std::unique_ptr<CudaBackend> backend_;
+  std::unique_ptr<LlamaModel> model_;
+  std::unique_ptr<CacheEngine> cache_;
+  std::unique_ptr<CudaGraphRunner> graphs_;
+  SampleResults samples_;
+  int block_size_ = 0;
+  DType kv_dtype_ = DType::kBF16;
+  int max_num_seqs_ = 0;
+  bool enforce_eager_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<ModelRunner> CreateCudaModelRunner(const CudaRunnerOptions& options) {
+  return std::make_unique<CudaModelRunner>(options);
+}
+
+}  // namespace pagoda::worker

@@ -1,0 +1,33 @@
+#ifndef PAGODA_WORKER_CUDA_CUDA_MODEL_RUNNER_H_
+#define PAGODA_WORKER_CUDA_CUDA_MODEL_RUNNER_H_
+
+// The CUDA ModelRunner: LlamaModel over CudaBackend on one GPU. Built only
+// when nvcc is found (PAGODA_WORKER_HAS_CUDA); pagoda-worker refuses
+// --device cuda otherwise.
+
+#include <memory>
+
+#include "worker/model_runner.h"
+
+namespace pagoda::worker {
+
+struct CudaRunnerOptions {
+  // CUDA device index among the visible ones; -1: the request's rank (the
+  // server spawns rank r for the r-th visible GPU).
+  int device = -1;
+};
+
+// LoadModel: validates the request and the model (head size 64 or 128,
+// CudaServingDType, CudaKvCacheDType), uploads the weights in the serving
+// dtype, profiles one forward pass of max_num_batched_tokens tokens and
+// reports the KV blocks that gpu_memory_utilization of device memory leaves
+// (KvBlocksFromProfile), and which GPU it uses (device_name).
+// InitCache: allocates the KV blocks and pinned host swap space, then, unless
+// enforce_eager, captures the decode CUDA graphs (CudaGraphRunner).
+// ExecuteStep: block moves, then a graph replay for a decode-only step that
+// fits a bucket, else an eager forward; sampling on the device.
+std::unique_ptr<ModelRunner> CreateCudaModelRunner(const CudaRunnerOptions& options);
+
+}  // namespace pagoda::worker
+
+#endif  // PAGODA_WORKER_CUDA_CUDA_MODEL_RUNNER_H_

@@ -1,0 +1,99 @@
+// The CUDA runner's load-time refusals, which come before any device work,
+// so they run on every machine where the runner is built (no GPU needed):
+// each unsupported model or flag is refused at LoadModel with one line
+// naming it, and a machine without a device says so.
+
+#include "worker/cuda/cuda_model_runner.h"
+
+#include <cuda_runtime_api.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
+namespace pagoda::worker {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A model directory with only config.json: refusals come before weights.
+std::string WriteConfig(const std::string& name, int hidden, int heads, int kv_heads,
+                        const std::string& torch_dtype = "float32") {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    absl::StrCat("pagoda_cuda_runner_", name, "_", getpid());
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "config.json") << absl::StrCat(
+      R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 64, "hidden_size": )", hidden,
+      R"(, "intermediate_size": 128, "num_hidden_layers": 1, "num_attention_heads": )", heads,
+      R"(, "num_key_value_heads": )", kv_heads,
+      R"(, "max_position_embeddings": 128, "torch_dtype": ")", torch_dtype, R"("})");
+  return dir.string();
+}
+
+v1::LoadModelRequest Request(const std::string& dir) {
+  v1::LoadModelRequest request;
+  request.set_model_dir(dir);
+  request.set_device("cuda");
+  request.set_world_size(1);
+  request.set_block_size(16);
+  request.set_gpu_memory_utilization(0.9f);
+  request.set_max_num_batched_tokens(256);
+  request.set_max_num_seqs(8);
+  return request;
+}
+
+absl::Status Load(const v1::LoadModelRequest& request) {
+  return CreateCudaModelRunner(CudaRunnerOptions{})->LoadModel(request).status();
+}
+
+TEST(CudaModelRunnerTest, RefusesHeadSizesOtherThan64And128AtLoad) {
+  const std::string dir = WriteConfig("h96", 384, 4, 4);  // head 96
+  const absl::Status status = Load(Request(dir));
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(status.message(), "head size 96 is not supported on CUDA (supported: 64, 128)");
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CudaModelRunnerTest, RefusesBadRequestsNamingTheValue) {
+  const std::string dir = WriteConfig("h64", 256, 4, 2);
+  v1::LoadModelRequest request = Request(dir);
+  request.set_block_size(8);
+  EXPECT_THAT(Load(request).message(), HasSubstr("block size 8 is not supported on CUDA"));
+  request = Request(dir);
+  request.set_dtype("float32");
+  EXPECT_THAT(Load(request).message(), HasSubstr("--dtype float32 is not supported on CUDA"));
+  request = Request(dir);
+  request.set_kv_cache_dtype("float32");
+  EXPECT_EQ(Load(request).message(),
+            "--kv-cache-dtype float32 is not supported on CUDA with --dtype bfloat16 (use auto)");
+  request = Request(dir);
+  request.set_gpu_memory_utilization(1.5f);
+  EXPECT_EQ(Load(request).code(), absl::StatusCode::kInvalidArgument);
+  request = Request(dir);
+  request.set_world_size(2);
+  EXPECT_EQ(Load(request).code(), absl::StatusCode::kUnimplemented);
+  request = Request(dir);
+  request.set_device("cpu");
+  EXPECT_EQ(Load(request).code(), absl::StatusCode::kInvalidArgument);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CudaModelRunnerTest, WithoutADeviceLoadSaysSo) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) == cudaSuccess && count > 0) {
+    GTEST_SKIP() << "a device is present: the GPU tests cover loading";
+  }
+  cudaGetLastError();
+  const std::string dir = WriteConfig("nodev", 256, 4, 2);
+  const absl::Status status = Load(Request(dir));
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(status.message(), HasSubstr("no usable CUDA device"));
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace pagoda::worker

@@ -1,0 +1,26 @@
+# GPU tests of the CUDA worker (included by cuda.cmake when nvcc was found):
+# GPU-vs-CPU logits, backend ops, graphs-vs-eager. Both skip by exit code without a
+# device (pagoda_add_test GPU).
+pagoda_add_test(worker_cuda_model_test
+  SOURCES ${PAGODA_WORKER_CUDA_DIR}/cuda_model_test.cc
+  LIBS pagoda_worker_cuda
+  GPU)
+pagoda_add_test(worker_cuda_backend_test
+  SOURCES ${PAGODA_WORKER_CUDA_DIR}/cuda_backend_test.cc
+  LIBS pagoda_worker_cuda
+  GPU)
+pagoda_add_test(worker_cuda_graph_test
+  SOURCES ${PAGODA_WORKER_CUDA_DIR}/cuda_graph_test.cc
+  LIBS pagoda_worker_cuda
+  GPU)
+set_tests_properties(worker_cuda_model_test worker_cuda_backend_test worker_cuda_graph_test
+  PROPERTIES TIMEOUT 240)
+
+# Decode step time of a whole model vs its bandwidth floor (scripts/gpu_check.sh).
+add_executable(bench_decode_step ${PAGODA_WORKER_CUDA_DIR}/bench_decode_step.cc)
+target_link_libraries(bench_decode_step PRIVATE pagoda_worker_cuda absl::strings)
+
+# Load-time refusals of the CUDA runner: host-side, run on every nvcc build.
+pagoda_add_test(worker_cuda_model_runner_test
+  SOURCES ${PAGODA_WORKER_CUDA_DIR}/cuda_model_runner_test.cc
+  LIBS pagoda_worker_cuda GTest::gmock)
