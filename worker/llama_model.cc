@@ -89,6 +89,8 @@ class WeightLoader {
         backend_->UploadBytes(converted.data(), dst, converted.size());
       }
       dst += n * DTypeSize(target);
+      // Copied: the mapped pages need not stay resident (see tensor_slice.h).
+      if (view.owned.empty()) ReleaseMappedPages(view.data, view.nbytes);
     }
     return buffer;
   }
