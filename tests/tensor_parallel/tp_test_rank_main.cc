@@ -4,9 +4,10 @@
 // (a batched prefill of two prompts, then decode steps with fixed tokens, so
 // every rank is fed the same tokens without sampling) and writes
 //   <out>.logits   rank 0 only: f32 logits of every step's sampled rows
-//   <out>.txt      "key value" lines: rss_before_kb, rss_after_kb, hwm_kb
-//                  (from /proc/self/status around the load), weight_bytes,
-//                  bytes_per_block.
+//   <out>.txt      "key value" lines: rss_before_kb, rss_joined_kb,
+//                  hwm_joined_kb, rss_after_kb, hwm_kb (VmRSS / VmHWM of
+//                  /proc/self/status before joining the group, after joining
+//                  it and after the load), weight_bytes, bytes_per_block.
 // Usage: tp_test_rank --model DIR --rank R --world N [--rendezvous IP:PORT
 //        --prefix P, secret in $PAGODA_TEST_RENDEZVOUS_SECRET] [--dtype auto]
 //        --out PATH
@@ -87,6 +88,8 @@ absl::Status Run() {
   auto backend = CreateCpuBackend(1);  // The test runs several ranks on few CPUs.
   auto communicator = JoinCpuGroup(*membership, "127.0.0.1");
   if (!communicator.ok()) return communicator.status();
+  const long rss_joined = StatusKb("VmRSS");
+  const long hwm_joined = StatusKb("VmHWM");
   auto model = LlamaModel::Load(absl::GetFlag(FLAGS_model), backend.get(), communicator->get(),
                                 LlamaLoadOptions{.weight_dtype = *weight_dtype});
   if (!model.ok()) return model.status();
@@ -119,7 +122,8 @@ absl::Status Run() {
                static_cast<std::streamsize>(all_logits.size() * sizeof(float)));
   }
   std::ofstream text(out + ".txt");
-  text << "rss_before_kb " << rss_before << "\nrss_after_kb " << rss_after << "\nhwm_kb " << hwm
+  text << "rss_before_kb " << rss_before << "\nrss_joined_kb " << rss_joined
+       << "\nhwm_joined_kb " << hwm_joined << "\nrss_after_kb " << rss_after << "\nhwm_kb " << hwm
        << "\nweight_bytes " << (*model)->weight_bytes() << "\nbytes_per_block "
        << shape.bytes_per_block() << "\n";
   return text.good() ? absl::OkStatus() : absl::InternalError("cannot write " + out + ".txt");
