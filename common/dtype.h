@@ -38,6 +38,12 @@ void ConvertFromFloat(DType dtype, const float* src, size_t count, void* dst);
 // force one. Anything else is INVALID_ARGUMENT naming the accepted values.
 absl::StatusOr<std::optional<DType>> ParseDTypeFlag(std::string_view value);
 
+// The KV-cache dtype flag (vLLM's --kv-cache-dtype): "auto" or "" (nullopt:
+// the backend's default, f32 on CPU and the activation dtype on CUDA),
+// "float32", "bfloat16" or "float16". Anything else is INVALID_ARGUMENT
+// naming the accepted values.
+absl::StatusOr<std::optional<DType>> ParseKvCacheDTypeFlag(std::string_view value);
+
 }  // namespace pagoda
 
 #endif  // PAGODA_COMMON_DTYPE_H_

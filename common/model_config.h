@@ -5,19 +5,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/rope_scaling.h"
 
 namespace pagoda {
-
-// Rotary embedding frequency scaling, as Hugging Face's `rope_scaling`.
-struct RopeScaling {
-  enum class Type { kNone, kLinear, kLlama3 };
-  Type type = Type::kNone;
-  double factor = 1.0;
-  // llama3 only.
-  double low_freq_factor = 1.0;
-  double high_freq_factor = 4.0;
-  int original_max_position_embeddings = 8192;
-};
 
 // The architecture of a Llama-family decoder, read from HF `config.json`
 // (and `generation_config.json` for EOS ids when present).

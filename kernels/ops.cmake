@@ -9,12 +9,16 @@ add_library(pagoda_kernels_ops STATIC
   ${PAGODA_OPS_DIR}/swap_blocks.cc
   ${PAGODA_OPS_DIR}/rms_norm.cu
   ${PAGODA_OPS_DIR}/rotary_embedding.cu
-  ${PAGODA_OPS_DIR}/rope_cache.cc
   ${PAGODA_OPS_DIR}/activation.cu
   ${PAGODA_OPS_DIR}/embedding.cu
   ${PAGODA_OPS_DIR}/sampling.cu
   ${PAGODA_OPS_DIR}/gemm.cc)
-target_link_libraries(pagoda_kernels_ops PUBLIC CUDA::cudart CUDA::cublas CUDA::cublasLt)
+# The rotary tables are host C++ shared with the CPU worker (kernels/CMakeLists.txt
+# defines the library; scripts/gpu_check/ builds this file alone).
+if(NOT TARGET pagoda_kernels_host)
+  add_library(pagoda_kernels_host STATIC ${PAGODA_OPS_DIR}/rope_cache.cc)
+endif()
+target_link_libraries(pagoda_kernels_ops PUBLIC pagoda_kernels_host CUDA::cudart CUDA::cublas CUDA::cublasLt)
 set_target_properties(pagoda_kernels_ops PROPERTIES POSITION_INDEPENDENT_CODE ON)
 target_compile_options(pagoda_kernels_ops PRIVATE
   $<$<COMPILE_LANGUAGE:CUDA>:-lineinfo --expt-relaxed-constexpr>)

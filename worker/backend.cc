@@ -42,22 +42,23 @@ int64_t Tensor::num_elements() const {
   return n;
 }
 
-void Workspace::Reserve(size_t floats, int regions) {
-  const size_t needed = floats + static_cast<size_t>(regions) * kAlignFloats;
+void Workspace::Reserve(size_t bytes, int regions) {
+  const size_t needed = bytes + static_cast<size_t>(regions) * kAlignment;
   if (capacity() >= needed) return;
   buffer_.reset();  // Free before allocating the bigger one.
-  buffer_ = backend_->Allocate(DType::kF32, needed);
+  buffer_ = backend_->Allocate(DType::kF32, (needed + sizeof(float) - 1) / sizeof(float));
   used_ = 0;
 }
 
-float* Workspace::Take(size_t floats) {
-  float* base = buffer_->data();
-  // Align each region's start to 64 bytes (cache lines, AVX-512 loads).
+void* Workspace::Take(size_t bytes) {
+  Require(buffer_ != nullptr, "workspace taken before it was reserved");
+  char* base = static_cast<char*>(buffer_->raw());
+  // Align each region's start (cache lines, AVX-512 and 16-byte vector loads).
   const uintptr_t address = reinterpret_cast<uintptr_t>(base + used_);
-  const size_t pad = ((64 - address % 64) % 64) / sizeof(float);
-  Require(used_ + pad + floats <= capacity(), "workspace reservation exceeded");
-  float* region = base + used_ + pad;
-  used_ += pad + floats;
+  const size_t pad = (kAlignment - address % kAlignment) % kAlignment;
+  Require(used_ + pad + bytes <= capacity(), "workspace reservation exceeded");
+  char* region = base + used_ + pad;
+  used_ += pad + bytes;
   return region;
 }
 

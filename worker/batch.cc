@@ -128,6 +128,13 @@ absl::StatusOr<FlatBatch> FlattenStepPlan(const StepPlan& plan, const BatchLimit
     if (step.do_sample()) {
       batch.logits_indices.push_back(batch.query_start.back() - 1);
       batch.sample_sequences.push_back(s);
+      const auto& sampling = step.sampling();
+      batch.temperatures.push_back(sampling.temperature());
+      batch.top_k.push_back(sampling.top_k());
+      batch.top_p.push_back(sampling.top_p());
+      batch.seeds.push_back(sampling.seed());
+      batch.sample_indices.push_back(static_cast<uint64_t>(step.sample_index()));
+      batch.num_logprobs.push_back(sampling.num_logprobs());
     }
   }
   return batch;

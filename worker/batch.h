@@ -36,11 +36,21 @@ struct FlatBatch {
   // and which plan sequence each belongs to.
   std::vector<int32_t> logits_indices;
   std::vector<int32_t> sample_sequences;
+  // Per logits row, the sequence's sampling options (the arrays of
+  // SamplingBatch): temperature, top_k, top_p, seed, sample_index and the
+  // number of top logprobs it asked for.
+  std::vector<float> temperatures;
+  std::vector<int32_t> top_k;
+  std::vector<float> top_p;
+  std::vector<uint64_t> seeds;
+  std::vector<uint64_t> sample_indices;
+  std::vector<int32_t> num_logprobs;
   // Block moves, in the plan's order.
   std::vector<BlockPair> swap_in, swap_out, copy;
 
   int num_tokens() const { return static_cast<int>(input_ids.size()); }
   int num_seqs() const { return static_cast<int>(context_lens.size()); }
+  int num_logits_rows() const { return static_cast<int>(logits_indices.size()); }
 };
 
 // Validates `plan` and flattens it. INVALID_ARGUMENT, naming the seq_id and

@@ -8,46 +8,44 @@ CacheEngine::CacheEngine(Backend* backend, const KvCacheShape& shape, int num_gp
       shape_(shape),
       num_gpu_blocks_(num_gpu_blocks),
       num_cpu_blocks_(num_cpu_blocks) {
-  const size_t block_floats = shape_.floats_per_layer_block();
-  for (int layer = 0; layer < shape_.num_layers; ++layer) {
-    gpu_keys_.push_back(backend_->Allocate(block_floats * num_gpu_blocks_));
-    gpu_values_.push_back(backend_->Allocate(block_floats * num_gpu_blocks_));
-    // Swap space is touched only when the server swaps, so it is left
-    // uninitialised (and unpaged) until then.
-    cpu_keys_.emplace_back(new float[block_floats * num_cpu_blocks_]);
-    cpu_values_.emplace_back(new float[block_floats * num_cpu_blocks_]);
+  const size_t block_elements = shape_.elements_per_layer_block();
+  // K of every layer, then V of every layer, device then host.
+  for (int tensor = 0; tensor < 2 * shape_.num_layers; ++tensor) {
+    buffers_.push_back(backend_->Allocate(shape_.dtype, block_elements * num_gpu_blocks_));
+    device_caches_.push_back(buffers_.back()->raw());
   }
+  for (int tensor = 0; tensor < 2 * shape_.num_layers; ++tensor) {
+    // Swap space is touched only when the server swaps, so it is left
+    // uninitialised (and, on CPU, unpaged) until then.
+    buffers_.push_back(backend_->AllocateHost(shape_.dtype, block_elements * num_cpu_blocks_));
+    host_caches_.push_back(buffers_.back()->raw());
+  }
+}
+
+KvCacheLayer CacheEngine::layer(int layer) const {
+  return KvCacheLayer{.key = device_caches_[layer],
+                      .value = device_caches_[shape_.num_layers + layer],
+                      .dtype = shape_.dtype,
+                      .num_kv_heads = shape_.num_kv_heads,
+                      .block_size = shape_.block_size,
+                      .head_dim = shape_.head_dim};
 }
 
 void CacheEngine::SwapIn(absl::Span<const BlockPair> cpu_to_gpu) {
   if (cpu_to_gpu.empty()) return;
-  const size_t block_floats = shape_.floats_per_layer_block();
-  for (int layer = 0; layer < shape_.num_layers; ++layer) {
-    backend_->SwapBlocks(key_cache(layer), cpu_key_cache(layer), block_floats, cpu_to_gpu,
-                         /*to_host=*/false);
-    backend_->SwapBlocks(value_cache(layer), cpu_value_cache(layer), block_floats, cpu_to_gpu,
-                         /*to_host=*/false);
-  }
+  backend_->SwapBlocks(device_caches_, host_caches_, shape_.bytes_per_layer_block(), cpu_to_gpu,
+                       SwapDirection::kToDevice);
 }
 
 void CacheEngine::SwapOut(absl::Span<const BlockPair> gpu_to_cpu) {
   if (gpu_to_cpu.empty()) return;
-  const size_t block_floats = shape_.floats_per_layer_block();
-  for (int layer = 0; layer < shape_.num_layers; ++layer) {
-    backend_->SwapBlocks(key_cache(layer), cpu_key_cache(layer), block_floats, gpu_to_cpu,
-                         /*to_host=*/true);
-    backend_->SwapBlocks(value_cache(layer), cpu_value_cache(layer), block_floats, gpu_to_cpu,
-                         /*to_host=*/true);
-  }
+  backend_->SwapBlocks(device_caches_, host_caches_, shape_.bytes_per_layer_block(), gpu_to_cpu,
+                       SwapDirection::kToHost);
 }
 
 void CacheEngine::Copy(absl::Span<const BlockPair> gpu_to_gpu) {
   if (gpu_to_gpu.empty()) return;
-  const size_t block_floats = shape_.floats_per_layer_block();
-  for (int layer = 0; layer < shape_.num_layers; ++layer) {
-    backend_->CopyBlocks(key_cache(layer), block_floats, gpu_to_gpu);
-    backend_->CopyBlocks(value_cache(layer), block_floats, gpu_to_gpu);
-  }
+  backend_->CopyBlocks(device_caches_, shape_.bytes_per_layer_block(), gpu_to_gpu);
 }
 
 }  // namespace pagoda::worker

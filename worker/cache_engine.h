@@ -6,32 +6,39 @@
 #include <vector>
 
 #include "absl/types/span.h"
+#include "common/dtype.h"
 #include "worker/backend.h"
 
 namespace pagoda::worker {
 
-// Geometry of one worker's KV cache (its own kv heads only).
+// Geometry and element type of one worker's KV cache (its own kv heads only).
 struct KvCacheShape {
   int num_layers = 0;
   int num_kv_heads = 0;
   int block_size = 0;
   int head_dim = 0;
+  DType dtype = DType::kF32;  // --kv-cache-dtype, resolved.
 
-  // Floats of one block of one layer's K (or V): num_kv_heads * block_size * head_dim.
-  size_t floats_per_layer_block() const {
+  // Elements of one block of one layer's K (or V): num_kv_heads * block_size * head_dim.
+  size_t elements_per_layer_block() const {
     return static_cast<size_t>(num_kv_heads) * block_size * head_dim;
   }
-  // f32 bytes of one block over all layers, K and V.
+  // Bytes of one block of one layer's K (or V).
+  size_t bytes_per_layer_block() const { return elements_per_layer_block() * DTypeSize(dtype); }
+  // Bytes of one block over all layers, K and V: what the server divides
+  // memory by (LoadModelResponse.bytes_per_block), so a 2-byte cache dtype
+  // gives twice the blocks of f32.
   int64_t bytes_per_block() const {
-    return 2 * static_cast<int64_t>(num_layers) * floats_per_layer_block() * sizeof(float);
+    return 2 * static_cast<int64_t>(num_layers) * static_cast<int64_t>(bytes_per_layer_block());
   }
 };
 
 // Owns the KV blocks: per layer a K and a V tensor of layout
-// [num_blocks, num_kv_heads, block_size, head_dim] in backend memory, and the
-// host swap space of num_cpu_blocks blocks in the same layout. Block ids are
-// the server's; this class does no bookkeeping of which block is in use.
-// Thread safety: one caller at a time. The backend must outlive this object.
+// [num_blocks, num_kv_heads, block_size, head_dim] of shape.dtype in backend
+// memory, and the host swap space of num_cpu_blocks blocks in the same layout
+// (Backend::AllocateHost: pinned on CUDA). Block ids are the server's; this
+// class does no bookkeeping of which block is in use. Thread safety: one
+// caller at a time. The backend must outlive this object.
 class CacheEngine {
  public:
   CacheEngine(Backend* backend, const KvCacheShape& shape, int num_gpu_blocks, int num_cpu_blocks);
@@ -42,13 +49,14 @@ class CacheEngine {
   int num_gpu_blocks() const { return num_gpu_blocks_; }
   int num_cpu_blocks() const { return num_cpu_blocks_; }
 
-  float* key_cache(int layer) { return gpu_keys_[layer]->data(); }
-  float* value_cache(int layer) { return gpu_values_[layer]->data(); }
-  float* cpu_key_cache(int layer) { return cpu_keys_[layer].get(); }
-  float* cpu_value_cache(int layer) { return cpu_values_[layer].get(); }
+  // Layer `layer`'s device K and V, as the ops take them.
+  KvCacheLayer layer(int layer) const;
+  // Swap space of layer `layer` (host memory), K or V.
+  void* cpu_key_cache(int layer) { return host_caches_[layer]; }
+  void* cpu_value_cache(int layer) { return host_caches_[shape_.num_layers + layer]; }
 
-  // REQUIRES: every id is in range (the batch builder checks plans). Each
-  // applies its pairs in order, to every layer, K and V.
+  // REQUIRES: every id is in range (the batch builder checks plans). Each is
+  // one backend call for every layer, K and V, applying its pairs.
   void SwapIn(absl::Span<const BlockPair> cpu_to_gpu);
   void SwapOut(absl::Span<const BlockPair> gpu_to_cpu);
   void Copy(absl::Span<const BlockPair> gpu_to_gpu);
@@ -58,8 +66,9 @@ class CacheEngine {
   KvCacheShape shape_;
   int num_gpu_blocks_;
   int num_cpu_blocks_;
-  std::vector<std::unique_ptr<Buffer>> gpu_keys_, gpu_values_;
-  std::vector<std::unique_ptr<float[]>> cpu_keys_, cpu_values_;
+  std::vector<std::unique_ptr<Buffer>> buffers_;  // Device caches, then swap space.
+  // K of every layer, then V of every layer: Backend::CopyBlocks' order.
+  std::vector<void*> device_caches_, host_caches_;
 };
 
 }  // namespace pagoda::worker

@@ -1,7 +1,8 @@
 // The CPU ModelRunner: LlamaModel over the CPU backend, one CacheEngine,
-// plans validated and flattened by FlattenStepPlan, tokens picked by
-// SampleToken.
+// plans validated and flattened by FlattenStepPlan, tokens picked by the
+// backend's Sample.
 
+#include <algorithm>
 #include <chrono>
 #include <limits>
 #include <memory>
@@ -19,7 +20,6 @@
 #include "worker/cpu/cpu_backend.h"
 #include "worker/llama_model.h"
 #include "worker/model_runner.h"
-#include "worker/sampler.h"
 #include "worker/tensor_parallel_group.h"
 
 namespace pagoda::worker {
@@ -69,6 +69,8 @@ class CpuModelRunner final : public ModelRunner {
     }
     auto weight_dtype = ParseDTypeFlag(request.dtype());
     if (!weight_dtype.ok()) return weight_dtype.status();
+    auto kv_cache_dtype = ParseKvCacheDTypeFlag(request.kv_cache_dtype());
+    if (!kv_cache_dtype.ok()) return kv_cache_dtype.status();
     if (absl::Status joined = JoinGroup(request.model_dir(), *membership); !joined.ok()) {
       return joined;
     }
@@ -81,13 +83,16 @@ class CpuModelRunner final : public ModelRunner {
                                       ? request.max_num_batched_tokens()
                                       : LlamaLoadOptions().max_num_batched_tokens,
         .max_num_seqs =
-            request.max_num_seqs() > 0 ? request.max_num_seqs() : LlamaLoadOptions().max_num_seqs};
-    auto model = LlamaModel::Load(request.model_dir(), backend_.get(), timed_.get(), options);
+            request.max_num_seqs() > 0 ? request.max_num_seqs() : LlamaLoadOptions().max_num_seqs,
+        .block_size = request.block_size()};
+    auto model =
+        LlamaModel::Load(request.model_dir(), backend_.get(), timed_.get(), options);
     if (!model.ok()) return model.status();
     model_ = *std::move(model);
     block_size_ = request.block_size();
+    kv_cache_dtype_ = kv_cache_dtype->value_or(backend_->default_kv_cache_dtype());
 
-    const int64_t bytes_per_block = model_->CacheShape(block_size_).bytes_per_block();
+    const int64_t bytes_per_block = CacheShape().bytes_per_block();
     const int64_t blocks = request.kv_cache_memory_bytes() / bytes_per_block;
     LoadModelResponse response;
     response.set_num_gpu_blocks(
@@ -105,8 +110,8 @@ class CpuModelRunner final : public ModelRunner {
                        request.num_gpu_blocks(), " and ", request.num_cpu_blocks()));
     }
     cache_.reset();  // Free the old cache before allocating the new one.
-    cache_ = std::make_unique<CacheEngine>(backend_.get(), model_->CacheShape(block_size_),
-                                           request.num_gpu_blocks(), request.num_cpu_blocks());
+    cache_ = std::make_unique<CacheEngine>(backend_.get(), CacheShape(), request.num_gpu_blocks(),
+                                           request.num_cpu_blocks());
     return absl::OkStatus();
   }
 
@@ -130,16 +135,15 @@ class CpuModelRunner final : public ModelRunner {
     StepResult result;
     result.set_step_id(plan.step_id());
     if (batch->num_tokens() > 0) {
-      auto logits = model_->Forward(*batch, cache_.get());
-      if (!logits.ok()) return logits.status();
-      if (logits->empty()) batch->sample_sequences.clear();  // Not rank 0.
-      const size_t vocab = model_->config().vocab_size;
+      auto forward = model_->Forward(*batch, cache_.get());
+      if (!forward.ok()) return forward.status();
+      // Only rank 0 samples; the others' part of the step ends with the layers.
+      if (timed_->rank() != 0) batch->sample_sequences.clear();
+      if (!batch->sample_sequences.empty()) {
+        backend_->Sample(forward->logits, forward->sampling, &samples_);
+      }
       for (size_t row = 0; row < batch->sample_sequences.size(); ++row) {
-        const auto& step = plan.sequences(batch->sample_sequences[row]);
-        auto token = SampleToken(absl::MakeConstSpan(logits->data() + row * vocab, vocab),
-                                 step.sampling(), step.sample_index());
-        token.set_seq_id(step.seq_id());
-        *result.add_tokens() = std::move(token);
+        AddToken(plan.sequences(batch->sample_sequences[row]), row, &result);
       }
     }
     result.set_forward_seconds(
@@ -174,6 +178,25 @@ class CpuModelRunner final : public ModelRunner {
   }
 
   const CpuModelRunnerOptions options_;
+
+  KvCacheShape CacheShape() const { return model_->CacheShape(block_size_, kv_cache_dtype_); }
+
+  // Row `row` of samples_ as the token of `step`, with the top logprobs it
+  // asked for (samples_ holds the most any row of the step asked for).
+  void AddToken(const pagoda::worker::v1::SequenceStep& step, size_t row, StepResult* result) {
+    auto* token = result->add_tokens();
+    token->set_seq_id(step.seq_id());
+    token->set_token_id(samples_.token_ids[row]);
+    token->set_logprob(samples_.logprobs[row]);
+    const size_t first = row * samples_.num_logprobs;
+    const int count = std::min(step.sampling().num_logprobs(), model_->config().vocab_size);
+    for (int i = 0; i < count; ++i) {
+      auto* top = token->add_top();
+      top->set_token_id(samples_.top_ids[first + i]);
+      top->set_logprob(samples_.top_logprobs[first + i]);
+    }
+  }
+
   std::unique_ptr<Backend> backend_;
   absl::Mutex abort_mutex_;  // Abort may come from any thread.
   std::unique_ptr<Communicator> communicator_ ABSL_GUARDED_BY(abort_mutex_);
@@ -181,6 +204,8 @@ class CpuModelRunner final : public ModelRunner {
   std::unique_ptr<LlamaModel> model_;
   std::unique_ptr<CacheEngine> cache_;
   int block_size_ = 0;
+  DType kv_cache_dtype_ = DType::kF32;
+  SampleResults samples_;  // Reused: sampling allocates nothing once warm.
 };
 
 }  // namespace

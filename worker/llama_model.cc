@@ -11,6 +11,7 @@
 #include "common/tensor_parallel_plan.h"
 #include "common/tensor_slice.h"
 #include "worker/sharded_weights.h"
+#include "kernels/ops/rope_cache.h"
 
 namespace pagoda::worker {
 
@@ -30,6 +31,18 @@ int HeadDim(const ModelConfig& config) {
 
 int KvHeads(const ModelConfig& config) {
   return config.num_key_value_heads > 0 ? config.num_key_value_heads : config.num_attention_heads;
+}
+
+// An f32 buffer in backend memory holding `host`.
+std::unique_ptr<Buffer> UploadF32(Backend* backend, const std::vector<float>& host) {
+  auto buffer = backend->Allocate(DType::kF32, host.size());
+  backend->UploadBytes(host.data(), buffer->raw(), host.size() * sizeof(float));
+  return buffer;
+}
+
+// The rotary inverse frequencies of `config`, every scaling folded in.
+std::vector<double> RopeInvFreq(const ModelConfig& config) {
+  return kernels::ComputeRopeInvFreq(config.head_dim, config.rope_theta, config.rope_scaling);
 }
 
 // Loads weight tensors (this rank's slices of them, see sharded_weights.h)
@@ -96,9 +109,7 @@ class WeightLoader {
   }
 
   std::unique_ptr<Buffer> ToBackend(const std::vector<float>& host) {
-    auto buffer = backend_->Allocate(host.size());
-    backend_->Upload(host.data(), buffer->data(), host.size());
-    return buffer;
+    return UploadF32(backend_, host);
   }
 
  private:
@@ -114,42 +125,12 @@ constexpr int kMaxRopeTablePositions = 16384;
 
 }  // namespace
 
-std::vector<double> RopeInverseFrequencies(const ModelConfig& config) {
-  const int head_dim = HeadDim(config);
-  std::vector<double> inv_freq(head_dim / 2);
-  for (int i = 0; i < head_dim / 2; ++i) {
-    inv_freq[i] = 1.0 / std::pow(config.rope_theta, 2.0 * i / head_dim);
-  }
-  const RopeScaling& scaling = config.rope_scaling;
-  if (scaling.type == RopeScaling::Type::kLinear) {
-    // Linear scaling divides positions by the factor; dividing the
-    // frequencies is the same.
-    for (double& f : inv_freq) f /= scaling.factor;
-  } else if (scaling.type == RopeScaling::Type::kLlama3) {
-    const double old_context = scaling.original_max_position_embeddings;
-    const double low_freq_wavelen = old_context / scaling.low_freq_factor;
-    const double high_freq_wavelen = old_context / scaling.high_freq_factor;
-    for (double& f : inv_freq) {
-      const double wavelen = 2.0 * std::numbers::pi / f;
-      if (wavelen < high_freq_wavelen) continue;  // High frequencies kept.
-      if (wavelen > low_freq_wavelen) {
-        f /= scaling.factor;  // Low frequencies scaled fully.
-      } else {
-        // In between, interpolate smoothly between scaled and unscaled.
-        const double smooth = (old_context / wavelen - scaling.low_freq_factor) /
-                              (scaling.high_freq_factor - scaling.low_freq_factor);
-        f = (1.0 - smooth) * f / scaling.factor + smooth * f;
-      }
-    }
-  }
-  return inv_freq;
-}
-
 LlamaModel::LlamaModel(ModelConfig config, Backend* backend, Communicator* communicator)
     : config_(std::move(config)),
       backend_(backend),
       communicator_(communicator),
-      workspace_(backend) {}
+      workspace_(backend),
+      uploader_(backend) {}
 
 LlamaModel::~LlamaModel() = default;
 
@@ -174,8 +155,14 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::string& 
     return status;
   }
   model->BuildRopeTable();
-  model->ReserveWorkspace(std::max(1, options.max_num_batched_tokens),
-                          std::max(1, options.max_num_seqs));
+  const int max_seqs = std::max(1, options.max_num_seqs);
+  const int64_t max_context = std::max(1, model->config().max_position_embeddings);
+  const int64_t block_size = std::max(1, options.block_size);
+  model->ReserveWorkspace(StepBatchCapacity{
+      .tokens = std::max(1, options.max_num_batched_tokens),
+      .seqs = max_seqs,
+      .blocks_per_seq = static_cast<int>((max_context + block_size - 1) / block_size),
+      .logits_rows = max_seqs});
   return model;
 }
 
@@ -241,40 +228,33 @@ absl::Status LlamaModel::LoadWeights(const std::string& model_dir,
   }
 #undef PAGODA_ASSIGN_OR_RETURN
 
-  std::vector<double> inv_freq = RopeInverseFrequencies(config_);
+  const std::vector<double> inv_freq = RopeInvFreq(config_);
   inv_freq_ = loader.ToBackend(std::vector<float>(inv_freq.begin(), inv_freq.end()));
   return absl::OkStatus();
 }
 
 void LlamaModel::BuildRopeTable() {
-  const int head_dim = config_.head_dim;
-  const int half = head_dim / 2;
   rope_positions_ = std::clamp(config_.max_position_embeddings, 1, kMaxRopeTablePositions);
-  const std::vector<double> inv_freq = RopeInverseFrequencies(config_);
-  std::vector<float> table(static_cast<size_t>(rope_positions_) * head_dim);
-  for (int p = 0; p < rope_positions_; ++p) {
-    float* row = table.data() + static_cast<size_t>(p) * head_dim;
-    for (int i = 0; i < half; ++i) {
-      // Angles in double: positions times frequencies lose digits in f32.
-      const double angle = static_cast<double>(p) * inv_freq[i];
-      row[i] = static_cast<float>(std::cos(angle));
-      row[half + i] = static_cast<float>(std::sin(angle));
-    }
-  }
-  rope_cos_sin_ = backend_->Allocate(table.size());
-  backend_->Upload(table.data(), rope_cos_sin_->data(), table.size());
+  rope_cos_sin_ =
+      UploadF32(backend_, kernels::BuildRopeCosSinCache(rope_positions_, RopeInvFreq(config_)));
 }
 
-// The activations of one step, in the order Forward takes them.
-void LlamaModel::ReserveWorkspace(int tokens, int rows) {
-  const size_t t = static_cast<size_t>(tokens);
+// The activations of one step in the order Forward takes them, the logits
+// rows, and the step batch's region.
+void LlamaModel::ReserveWorkspace(const StepBatchCapacity& capacity) {
+  const size_t t = static_cast<size_t>(capacity.tokens);
+  const size_t rows = static_cast<size_t>(capacity.logits_rows);
   const size_t hidden = config_.hidden_size;
   const size_t q_dim = static_cast<size_t>(config_.num_attention_heads) * config_.head_dim;
   const size_t kv_dim = static_cast<size_t>(config_.num_key_value_heads) * config_.head_dim;
   const size_t inter = config_.intermediate_size;
-  const size_t floats = t * (3 * hidden + 2 * q_dim + 2 * kv_dim + 3 * inter) +
-                        static_cast<size_t>(rows) * (hidden + config_.vocab_size);
-  workspace_.Reserve(floats, /*regions=*/11);
+  const size_t activations =
+      t * (3 * hidden + 2 * q_dim + 2 * kv_dim + 3 * inter) + rows * hidden;
+  const size_t bytes = activations * DTypeSize(backend_->activation_dtype()) +
+                       rows * config_.vocab_size * sizeof(float) +
+                       StepBatchUploader::RegionBytes(capacity);
+  workspace_.Reserve(bytes, /*regions=*/12);
+  uploader_.Reserve(capacity);
 }
 
 size_t LlamaModel::weight_bytes() const {
@@ -291,14 +271,15 @@ size_t LlamaModel::weight_bytes() const {
   return total;
 }
 
-KvCacheShape LlamaModel::CacheShape(int block_size) const {
+KvCacheShape LlamaModel::CacheShape(int block_size, DType dtype) const {
   return KvCacheShape{.num_layers = config_.num_hidden_layers,
                       .num_kv_heads = config_.num_key_value_heads,
                       .block_size = block_size,
-                      .head_dim = config_.head_dim};
+                      .head_dim = config_.head_dim,
+                      .dtype = dtype};
 }
 
-absl::StatusOr<std::vector<float>> LlamaModel::Forward(const FlatBatch& batch, CacheEngine* cache) {
+absl::StatusOr<ForwardOutput> LlamaModel::Forward(const FlatBatch& batch, CacheEngine* cache) {
   const int tokens = batch.num_tokens();
   const int hidden = config_.hidden_size;
   const int heads = config_.num_attention_heads;
@@ -307,22 +288,25 @@ absl::StatusOr<std::vector<float>> LlamaModel::Forward(const FlatBatch& batch, C
   const int inter = config_.intermediate_size;
   const int q_dim = heads * head_dim;
   const int kv_dim = kv_heads * head_dim;
+  const int vocab = config_.vocab_size;
   const float eps = static_cast<float>(config_.rms_norm_eps);
-  const int block_size = cache->shape().block_size;
+  const DType act = backend_->activation_dtype();
 
-  const int rows = static_cast<int>(batch.logits_indices.size());
-  ReserveWorkspace(tokens, rows);  // Allocates only past the load-time sizing.
+  const StepBatchCapacity capacity = StepBatchUploader::CapacityOf(batch);
+  ReserveWorkspace(capacity);  // Allocates only past the load-time sizing.
   workspace_.Reset();
+  const StepBatch step = uploader_.Upload(batch, &workspace_);
+  const int rows = step.num_logits_rows;
   const size_t t = static_cast<size_t>(tokens);
-  float* residual = workspace_.Take(t * hidden);
-  float* normed = workspace_.Take(t * hidden);
-  float* q = workspace_.Take(t * q_dim);
-  float* k = workspace_.Take(t * kv_dim);
-  float* v = workspace_.Take(t * kv_dim);
-  float* attention = workspace_.Take(t * q_dim);
-  float* projected = workspace_.Take(t * hidden);
-  float* gate_up = workspace_.Take(t * 2 * inter);
-  float* activated = workspace_.Take(t * inter);
+  void* residual = workspace_.Take(act, t * hidden);
+  void* normed = workspace_.Take(act, t * hidden);
+  void* q = workspace_.Take(act, t * q_dim);
+  void* k = workspace_.Take(act, t * kv_dim);
+  void* v = workspace_.Take(act, t * kv_dim);
+  void* attention = workspace_.Take(act, t * q_dim);
+  void* projected = workspace_.Take(act, t * hidden);
+  void* gate_up = workspace_.Take(act, t * 2 * inter);
+  void* activated = workspace_.Take(act, t * inter);
   auto matrix = [](const std::unique_ptr<Buffer>& b, int64_t rows, int64_t cols) {
     return Tensor::Of(*b, {rows, cols});
   };
@@ -330,12 +314,14 @@ absl::StatusOr<std::vector<float>> LlamaModel::Forward(const FlatBatch& batch, C
     return Tensor::Of(*b, {static_cast<int64_t>(b->size())});
   };
   auto bias = [](const std::unique_ptr<Buffer>& b) { return b ? b->data() : nullptr; };
+  // Tensor-parallel sum of the activations, in their dtype; a failed
+  // collective ends the step with its status.
+  auto all_reduce = [&](void* data, size_t n) { return communicator_->AllReduceSum(data, n, act); };
   const RopeTable rope{.cos_sin = rope_cos_sin_->data(),
                        .inv_freq = inv_freq_->data(),
                        .max_positions = rope_positions_};
-  const int vocab = config_.vocab_size;
 
-  backend_->Embedding(batch.input_ids, matrix(embed_tokens_, vocab, hidden), residual);
+  backend_->Embedding(step, matrix(embed_tokens_, vocab, hidden), residual);
   for (int i = 0; i < config_.num_hidden_layers; ++i) {
     LayerWeights& layer = *layers_[i];
     // Pre-norm residual stream: the previous layer's MLP output is added to
@@ -345,59 +331,59 @@ absl::StatusOr<std::vector<float>> LlamaModel::Forward(const FlatBatch& batch, C
     } else {
       backend_->AddRmsNorm(residual, projected, vec(layer.input_norm), tokens, eps, normed);
     }
-    backend_->Linear(normed, tokens, matrix(layer.q_proj, q_dim, hidden), bias(layer.q_bias), q);
-    backend_->Linear(normed, tokens, matrix(layer.k_proj, kv_dim, hidden), bias(layer.k_bias), k);
-    backend_->Linear(normed, tokens, matrix(layer.v_proj, kv_dim, hidden), bias(layer.v_bias), v);
-    backend_->Rope(q, k, batch.positions, heads, kv_heads, head_dim, rope);
-    backend_->WriteKvCache(k, v, batch.slot_mapping, kv_heads, head_dim, block_size,
-                           cache->key_cache(i), cache->value_cache(i));
-    PagedAttentionParams params;
-    params.query = q;
-    params.output = attention;
-    params.key_cache = cache->key_cache(i);
-    params.value_cache = cache->value_cache(i);
-    params.num_heads = heads;
-    params.num_kv_heads = kv_heads;
-    params.head_dim = head_dim;
-    params.block_size = block_size;
-    params.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
-    params.query_start = batch.query_start;
-    params.context_lens = batch.context_lens;
-    params.block_tables = batch.block_tables;
-    params.max_blocks_per_seq = batch.max_blocks_per_seq;
-    backend_->PagedAttention(params);
-    backend_->Linear(attention, tokens, matrix(layer.o_proj, hidden, q_dim), nullptr, projected);
+    backend_->Linear(normed, tokens, matrix(layer.q_proj, q_dim, hidden), bias(layer.q_bias), q,
+                     act);
+    backend_->Linear(normed, tokens, matrix(layer.k_proj, kv_dim, hidden), bias(layer.k_bias), k,
+                     act);
+    backend_->Linear(normed, tokens, matrix(layer.v_proj, kv_dim, hidden), bias(layer.v_bias), v,
+                     act);
+    backend_->Rope(q, k, step, heads, kv_heads, head_dim, rope);
+    const KvCacheLayer kv = cache->layer(i);
+    backend_->WriteKvCache(k, v, step, kv);
+    backend_->PagedAttention(PagedAttentionParams{
+        .query = q,
+        .output = attention,
+        .cache = kv,
+        .num_heads = heads,
+        .scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim))),
+        .batch = &step});
+    backend_->Linear(attention, tokens, matrix(layer.o_proj, hidden, q_dim), nullptr, projected,
+                     act);
     // Row-parallel o_proj: each rank holds a partial sum over its heads.
-    if (absl::Status s = communicator_->AllReduceSum(projected, t * hidden, DType::kF32); !s.ok()) {
-      return s;
-    }
+    if (absl::Status s = all_reduce(projected, t * hidden); !s.ok()) return s;
 
     backend_->AddRmsNorm(residual, projected, vec(layer.post_attention_norm), tokens, eps, normed);
     backend_->Linear(normed, tokens, matrix(layer.gate_up_proj, 2 * inter, hidden), nullptr,
-                     gate_up);
+                     gate_up, act);
     backend_->SiluAndMul(gate_up, tokens, inter, activated);
-    backend_->Linear(activated, tokens, matrix(layer.down_proj, hidden, inter), nullptr, projected);
+    backend_->Linear(activated, tokens, matrix(layer.down_proj, hidden, inter), nullptr, projected,
+                     act);
     // Row-parallel down_proj: partial sums over the intermediate slices.
-    if (absl::Status s = communicator_->AllReduceSum(projected, t * hidden, DType::kF32); !s.ok()) {
-      return s;
-    }
+    if (absl::Status s = all_reduce(projected, t * hidden); !s.ok()) return s;
   }
 
-  if (communicator_->rank() != 0) return std::vector<float>();  // Only rank 0 samples.
-  std::vector<float> logits(static_cast<size_t>(rows) * vocab);
-  if (rows == 0) return logits;
+  ForwardOutput output;
+  output.sampling = step.sampling;
+  output.logits.dtype = DType::kF32;
+  output.logits.rank = 2;
+  output.logits.shape = {rows, vocab, 0, 0};
+  if (communicator_->rank() != 0) {
+    output.logits.shape[0] = 0;  // Only rank 0 computes logits and samples.
+    return output;
+  }
+  if (rows == 0) return output;
   if (config_.num_hidden_layers == 0) {
     backend_->RmsNorm(residual, vec(final_norm_), tokens, eps, normed);
   } else {
     backend_->AddRmsNorm(residual, projected, vec(final_norm_), tokens, eps, normed);
   }
-  float* last_hidden = workspace_.Take(static_cast<size_t>(rows) * hidden);
-  backend_->GatherRows(normed, batch.logits_indices, hidden, last_hidden);
-  float* device_logits = workspace_.Take(logits.size());
+  void* last_hidden = workspace_.Take(act, static_cast<size_t>(rows) * hidden);
+  backend_->GatherRows(normed, step, hidden, last_hidden);
+  void* logits = workspace_.Take(DType::kF32, static_cast<size_t>(rows) * vocab);
   const auto& head = lm_head_ ? lm_head_ : embed_tokens_;
-  backend_->Linear(last_hidden, rows, matrix(head, vocab, hidden), nullptr, device_logits);
-  backend_->Download(device_logits, logits.data(), logits.size());
-  return logits;
+  backend_->Linear(last_hidden, rows, matrix(head, vocab, hidden), nullptr, logits, DType::kF32);
+  output.logits.data = logits;
+  return output;
 }
 
 }  // namespace pagoda::worker

@@ -14,6 +14,7 @@
 #include "worker/batch.h"
 #include "worker/cache_engine.h"
 #include "worker/communicator.h"
+#include "worker/step_batch.h"
 
 namespace pagoda::worker {
 
@@ -27,6 +28,16 @@ struct LlamaLoadOptions {
   // sequences (a bigger step grows it once, allocating).
   int max_num_batched_tokens = 256;
   int max_num_seqs = 32;
+  // Block size of the KV cache: with max_position_embeddings it bounds the
+  // block tables the step-batch region is reserved for.
+  int block_size = 16;
+};
+
+// What one forward pass leaves for sampling, in backend memory (the model's
+// workspace): valid until the next Forward.
+struct ForwardOutput {
+  Tensor logits;            // [num_logits_rows, vocab_size] f32
+  SamplingBatch sampling;   // One entry per logits row.
 };
 
 // A Llama-family decoder (LlamaForCausalLM, Qwen2ForCausalLM) written against
@@ -56,20 +67,22 @@ class LlamaModel {
   const ModelConfig& config() const { return config_; }
   // Bytes of backend memory the weights take (rope tables excluded).
   size_t weight_bytes() const;
-  // The KV cache geometry this model needs for `block_size`-token blocks.
-  KvCacheShape CacheShape(int block_size) const;
+  // The KV cache geometry this model needs for `block_size`-token blocks of
+  // `dtype` elements.
+  KvCacheShape CacheShape(int block_size, DType dtype) const;
 
-  // Runs every token of `batch`, writing its K/V into `cache` at the batch's
-  // slots and attending through the batch's block tables, and returns the
-  // logits of the batch's logits_indices rows: [logits_indices.size(),
-  // vocab_size], row-major, host memory. Ranks other than 0 return an empty
-  // vector: they take part in the layers' all-reduces but do not sample.
-  // A failed collective (a peer gone, a timeout, Abort) is returned as its
-  // status (UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED); the cache then holds
-  // partial writes of this step, so the group must be rebuilt.
+  // Uploads `batch` (one backend call), runs every token of it, writing its
+  // K/V into `cache` at the batch's slots and attending through the batch's
+  // block tables, and leaves the logits of the batch's logits_indices rows
+  // in backend memory, with the rows' sampling parameters beside them.
+  // Ranks other than 0 take part in the layers' all-reduces but compute no
+  // logits (a 0-row tensor): only rank 0 samples. A failed collective (a
+  // peer gone, a timeout, Abort) is returned as its status (UNAVAILABLE,
+  // DEADLINE_EXCEEDED, ABORTED); the cache then holds partial writes of this
+  // step, so the group must be rebuilt.
   // REQUIRES: batch came from FlattenStepPlan with this cache's limits and
-  // cache->shape() == CacheShape(block size).
-  absl::StatusOr<std::vector<float>> Forward(const FlatBatch& batch, CacheEngine* cache);
+  // cache->shape() == CacheShape(block size, its dtype).
+  absl::StatusOr<ForwardOutput> Forward(const FlatBatch& batch, CacheEngine* cache);
 
  private:
   struct LayerWeights;
@@ -77,8 +90,9 @@ class LlamaModel {
   absl::Status LoadWeights(const std::string& model_dir, std::optional<DType> weight_dtype,
                            const ModelConfig& full_config, const TensorParallelShard& shard);
   void BuildRopeTable();
-  // Reserves the workspace for a step of `tokens` tokens and `rows` logits rows.
-  void ReserveWorkspace(int tokens, int rows);
+  // Reserves the workspace (activations and the step-batch region) and the
+  // upload staging for a step of this capacity.
+  void ReserveWorkspace(const StepBatchCapacity& capacity);
 
   ModelConfig config_;
   Backend* backend_;
@@ -92,11 +106,8 @@ class LlamaModel {
   int rope_positions_ = 0;
   std::vector<std::unique_ptr<LayerWeights>> layers_;
   Workspace workspace_;
+  StepBatchUploader uploader_;
 };
-
-// Rotary inverse frequencies (head_dim / 2 of them) with the config's
-// scaling applied (none, linear, llama3), as Hugging Face computes them.
-std::vector<double> RopeInverseFrequencies(const ModelConfig& config);
 
 }  // namespace pagoda::worker
 

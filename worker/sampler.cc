@@ -1,120 +1,145 @@
 #include "worker/sampler.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <numeric>
+#include <utility>
 #include <vector>
+
+#include "kernels/ops/philox.h"
 
 namespace pagoda::worker {
 namespace {
 
-using pagoda::worker::v1::SampledToken;
-using pagoda::worker::v1::SamplingOptions;
+using ::pagoda::kernels::Philox4x32Block;
+using ::pagoda::kernels::PhiloxDraws;
+using ::pagoda::kernels::UniformOpen01;
 
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
+// Top-p compares token masses in 2^-40 fixed point, as the CUDA sampler does
+// (integer sums are exact in any order, so both devices cut alike).
+constexpr float kMassScale = 1099511627776.0f;  // 2^40
+
+float LoadLogit(float x) { return std::isnan(x) ? -INFINITY : x; }
+
+// Monotone map from float to unsigned: a < b  <=>  Key(a) < Key(b).
+uint32_t OrderedKey(float x) {
+  const uint32_t bits = std::bit_cast<uint32_t>(x);
+  return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
 }
 
-// log(sum(exp(x))) in double, stable.
-double LogSumExp(absl::Span<const float> logits) {
-  const float max_logit = *std::max_element(logits.begin(), logits.end());
+// log(sum(exp(x))) in double, stable. -inf when every logit is.
+double LogSumExp(absl::Span<const float> logits, float max_logit) {
+  if (max_logit == -INFINITY) return -INFINITY;
   double sum = 0.0;
-  for (float logit : logits) sum += std::exp(static_cast<double>(logit) - max_logit);
+  for (float x : logits) sum += std::exp(static_cast<double>(LoadLogit(x)) - max_logit);
   return max_logit + std::log(sum);
 }
 
-// Token ids sorted by logit descending, lower id first on ties. Only the
-// first `count` are guaranteed sorted.
-std::vector<int32_t> TopIds(absl::Span<const float> logits, size_t count) {
-  std::vector<int32_t> ids(logits.size());
-  std::iota(ids.begin(), ids.end(), 0);
-  count = std::min(count, ids.size());
-  auto before = [&](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  };
-  std::partial_sort(ids.begin(), ids.begin() + count, ids.end(), before);
-  ids.resize(count);
-  return ids;
+// The key of the k-th largest logit (ties counted): every token at or above
+// it survives top-k.
+uint32_t TopKThreshold(absl::Span<const float> logits, int k) {
+  thread_local std::vector<uint32_t> keys;
+  keys.resize(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) keys[i] = OrderedKey(LoadLogit(logits[i]));
+  std::nth_element(keys.begin(), keys.begin() + (k - 1), keys.end(), std::greater<>());
+  return keys[k - 1];
 }
 
-int32_t Argmax(absl::Span<const float> logits) {
-  // max_element returns the first maximum: the lowest id on ties.
-  return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+// The largest key K such that the mass of the tokens with key >= K (among
+// those >= min_key) reaches ceil(top_p * their total mass): top-p's cut.
+uint32_t TopPThreshold(absl::Span<const float> logits, uint32_t min_key, float max_logit,
+                       float inv_t, float top_p) {
+  thread_local std::vector<std::pair<uint32_t, uint64_t>> kept;
+  kept.clear();
+  uint64_t kept_mass = 0;
+  for (float raw : logits) {
+    const float x = LoadLogit(raw);
+    const uint32_t key = OrderedKey(x);
+    if (key < min_key) continue;
+    const uint64_t mass = static_cast<uint64_t>(std::exp((x - max_logit) * inv_t) * kMassScale);
+    if (mass == 0) continue;
+    kept.emplace_back(key, mass);
+    kept_mass += mass;
+  }
+  uint64_t target = static_cast<uint64_t>(std::ceil(static_cast<double>(top_p) * kept_mass));
+  target = std::clamp<uint64_t>(target, 1, kept_mass);
+  std::sort(kept.begin(), kept.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  uint64_t cumulative = 0;
+  for (const auto& [key, mass] : kept) {
+    cumulative += mass;
+    if (cumulative >= target) return key;
+  }
+  return min_key;  // Unreachable: target <= kept_mass.
 }
 
-int32_t DrawToken(absl::Span<const float> logits, const SamplingOptions& options,
-                  int32_t sample_index) {
+// Gumbel-max over the tokens at or above `threshold`: the argmax of
+// (x - max) / T + Gumbel noise, the noise of token i from Philox stream
+// (seed, sample_index) at counter i / 4, lane i % 4. Lowest id on ties.
+int32_t GumbelMaxDraw(absl::Span<const float> logits, uint32_t threshold, float max_logit,
+                      float inv_t, uint64_t seed, uint64_t sample_index) {
   const size_t vocab = logits.size();
-  size_t keep = vocab;
-  if (options.top_k() > 0) keep = std::min<size_t>(keep, options.top_k());
-  // Sorting the whole vocabulary is only needed for top-p; otherwise the top
-  // k (or all, in id order) suffice.
-  const bool use_top_p = options.top_p() > 0 && options.top_p() < 1;
-  std::vector<int32_t> ids;
-  if (use_top_p || keep < vocab) {
-    ids = TopIds(logits, keep);
-  } else {
-    ids.resize(vocab);
-    std::iota(ids.begin(), ids.end(), 0);
-  }
-  const double inverse_temperature = 1.0 / options.temperature();
-  const double max_logit = *std::max_element(logits.begin(), logits.end());
-  std::vector<double> weights(ids.size());
-  double total = 0.0;
-  for (size_t i = 0; i < ids.size(); ++i) {
-    weights[i] = std::exp((logits[ids[i]] - max_logit) * inverse_temperature);
-    total += weights[i];
-  }
-  if (use_top_p) {
-    // ids are sorted by probability: keep the shortest prefix reaching top_p.
-    const double target = options.top_p() * total;
-    double cumulative = 0.0;
-    size_t prefix = 0;
-    while (prefix < ids.size()) {
-      cumulative += weights[prefix++];
-      if (cumulative >= target) break;
+  float best_score = -INFINITY;
+  int32_t best_id = static_cast<int32_t>(vocab);
+  for (size_t base = 0; base < vocab; base += 4) {
+    const Philox4x32Block draws = PhiloxDraws(seed, sample_index, base / 4);
+    for (size_t e = 0; e < 4 && base + e < vocab; ++e) {
+      const float x = LoadLogit(logits[base + e]);
+      if (OrderedKey(x) < threshold || x == -INFINITY) continue;
+      const float gumbel = -std::log(-std::log(UniformOpen01(draws.v[e])));
+      // fma, as nvcc contracts the device's (x - max) * inv_t + gumbel.
+      const float score = std::fma(x - max_logit, inv_t, gumbel);
+      if (score > best_score) {
+        best_score = score;
+        best_id = static_cast<int32_t>(base + e);
+      }
     }
-    ids.resize(prefix);
-    weights.resize(prefix);
-    total = cumulative;
   }
-  const double threshold = UniformForSample(options.seed(), sample_index) * total;
-  double cumulative = 0.0;
-  for (size_t i = 0; i < ids.size(); ++i) {
-    cumulative += weights[i];
-    if (threshold < cumulative) return ids[i];
-  }
-  return ids.back();  // Rounding left threshold at the very top.
+  return best_id;
 }
 
 }  // namespace
 
-double UniformForSample(uint64_t seed, int32_t sample_index) {
-  const uint64_t bits =
-      SplitMix64(SplitMix64(seed) ^ SplitMix64(static_cast<uint64_t>(sample_index) + 1));
-  return static_cast<double>(bits >> 11) * 0x1.0p-53;  // Top 53 bits.
-}
-
-SampledToken SampleToken(absl::Span<const float> logits, const SamplingOptions& options,
-                         int32_t sample_index) {
-  SampledToken result;
-  const int32_t token = options.temperature() < kGreedyTemperature
-                            ? Argmax(logits)
-                            : DrawToken(logits, options, sample_index);
-  const double log_normalizer = LogSumExp(logits);
-  result.set_token_id(token);
-  result.set_logprob(static_cast<float>(logits[token] - log_normalizer));
-  if (options.num_logprobs() > 0) {
-    for (int32_t id : TopIds(logits, options.num_logprobs())) {
-      auto* top = result.add_top();
-      top->set_token_id(id);
-      top->set_logprob(static_cast<float>(logits[id] - log_normalizer));
+void SampleRow(absl::Span<const float> logits, const RowSamplingParams& params,
+               const RowSampleOutput& out) {
+  const int vocab = static_cast<int>(logits.size());
+  float max_logit = -INFINITY;
+  int32_t argmax = 0;
+  for (int i = 0; i < vocab; ++i) {
+    const float x = LoadLogit(logits[i]);
+    if (x > max_logit) {  // Strict: the lowest id wins ties.
+      max_logit = x;
+      argmax = i;
     }
   }
-  return result;
+  int32_t chosen = argmax;
+  if (params.temperature >= kGreedyTemperature && max_logit > -INFINITY) {
+    const float inv_t = 1.0f / params.temperature;
+    uint32_t threshold = 0;
+    if (params.top_k > 0 && params.top_k < vocab) threshold = TopKThreshold(logits, params.top_k);
+    if (params.top_p > 0.0f && params.top_p < 1.0f) {
+      threshold = TopPThreshold(logits, threshold, max_logit, inv_t, params.top_p);
+    }
+    chosen = GumbelMaxDraw(logits, threshold, max_logit, inv_t, params.seed, params.sample_index);
+  }
+  const double log_normalizer = LogSumExp(logits, max_logit);
+  *out.token_id = chosen;
+  *out.logprob = static_cast<float>(LoadLogit(logits[chosen]) - log_normalizer);
+
+  const int count = std::min(params.num_logprobs, vocab);
+  if (count <= 0) return;
+  thread_local std::vector<int32_t> ids;
+  ids.resize(vocab);
+  std::iota(ids.begin(), ids.end(), 0);
+  auto before = [&](int32_t a, int32_t b) {
+    const float x = LoadLogit(logits[a]), y = LoadLogit(logits[b]);
+    return x > y || (x == y && a < b);
+  };
+  std::partial_sort(ids.begin(), ids.begin() + count, ids.end(), before);
+  for (int i = 0; i < count; ++i) {
+    out.top_ids[i] = ids[i];
+    out.top_logprobs[i] = static_cast<float>(LoadLogit(logits[ids[i]]) - log_normalizer);
+  }
 }
 
 }  // namespace pagoda::worker

@@ -1,35 +1,58 @@
 #ifndef PAGODA_WORKER_SAMPLER_H_
 #define PAGODA_WORKER_SAMPLER_H_
 
+// The host implementation of the one sampling rule (kernels/ops/sampling.h
+// is the device one): the CPU backend's Sample runs it per row, and tests
+// use it as the reference for the CUDA sampler.
+
 #include <cstdint>
 
 #include "absl/types/span.h"
-#include "pagoda/worker/v1/worker.pb.h"
 
 namespace pagoda::worker {
 
-// Below this temperature sampling is greedy (argmax, lowest id on ties).
+// Below this temperature sampling is greedy (argmax, lowest id on ties);
+// vLLM's epsilon, the CUDA sampler's too.
 inline constexpr float kGreedyTemperature = 1e-5f;
 
-// A uniform double in [0, 1) that depends only on (seed, sample_index): a
-// counter-based hash, so a sequence's draws never depend on which other
-// sequences share its batch or in what order. Callers that sample several
-// sequences of one request in parallel must give them distinct seeds.
-double UniformForSample(uint64_t seed, int32_t sample_index);
+// One row of a SamplingBatch, on the host.
+struct RowSamplingParams {
+  float temperature = 0.0f;
+  int32_t top_k = 0;      // <= 0 or >= vocab: off.
+  float top_p = 1.0f;     // <= 0 or >= 1: off.
+  uint64_t seed = 0;
+  uint64_t sample_index = 0;
+  int num_logprobs = 0;   // In [0, kMaxTopLogprobs].
+};
 
-// Picks one token from `logits` (one row, raw model output) under `options`:
-// greedy below kGreedyTemperature; otherwise softmax(logits / temperature)
-// restricted to the top_k most likely tokens (0 = off), then to the smallest
-// most-likely set whose probability reaches top_p (0 or 1 = off; at least one
-// token always stays), drawn with UniformForSample(seed, sample_index).
-// Ties in probability are ordered by lower token id. Reports the chosen
-// token's log_softmax of the raw logits (before temperature and filtering)
-// and the num_logprobs highest raw logprobs, descending (lower id first on
-// ties). REQUIRES: logits non-empty and finite; options validated
-// (FlattenStepPlan does). Pure function: thread-safe.
-pagoda::worker::v1::SampledToken SampleToken(absl::Span<const float> logits,
-                                             const pagoda::worker::v1::SamplingOptions& options,
-                                             int32_t sample_index);
+// Where one row's results go (host memory). top_ids and top_logprobs hold
+// num_logprobs entries (they may be empty when it is 0).
+struct RowSampleOutput {
+  int32_t* token_id = nullptr;
+  float* logprob = nullptr;
+  absl::Span<int32_t> top_ids;
+  absl::Span<float> top_logprobs;
+};
+
+// Picks one token from `logits` (one row of raw model output) exactly as
+// kernels/ops/sampling.h does:
+// - temperature < kGreedyTemperature, or every logit -inf/NaN: argmax of the
+//   raw logits, lowest id on ties.
+// - else top-k keeps every token whose logit is >= the k-th largest (ties
+//   kept); top-p then keeps the fewest highest-logit survivors whose mass
+//   reaches ceil(top_p * kept mass), masses being exp((x - max) / T) in
+//   2^-40 fixed point rounded down (boundary ties kept); then the survivor
+//   with the largest (x - max) * (1 / T) + Gumbel noise wins (lowest id on
+//   ties), the noise of token i being -log(-log(u)) with u from
+//   UniformOpen01(PhiloxDraws(seed, sample_index, i / 4).v[i % 4]).
+// Identical inputs give the CUDA sampler's token up to its fast exp and log
+// differing from the host's in the last ulp, which can only flip a near-tie.
+// Logprobs are log_softmax of the raw logits (computed in double): the
+// chosen token's and the num_logprobs largest, descending, lowest id first
+// on ties. NaN logits count as -inf. REQUIRES: logits non-empty. Pure
+// function: thread-safe.
+void SampleRow(absl::Span<const float> logits, const RowSamplingParams& params,
+               const RowSampleOutput& out);
 
 }  // namespace pagoda::worker
 

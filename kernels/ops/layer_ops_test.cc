@@ -121,7 +121,7 @@ TEST_P(LayerOpsTest, RotaryEmbeddingRotatesHalvesInPlace) {
                         Case{80, 80, 3, 3, linear}, Case{96, 64, 2, 1, {}}}) {
     const int tokens = 13, max_position = 300;
     const std::vector<double> inv_freq = ComputeRopeInvFreq(c.rotary_dim, 500000.0, c.scaling);
-    const std::vector<float> cache = BuildRopeCosSinCache(max_position, inv_freq, c.scaling);
+    const std::vector<float> cache = BuildRopeCosSinCache(max_position, inv_freq);
     std::vector<int64_t> positions(tokens);
     std::mt19937 rng(c.head_dim);
     for (int64_t& pos : positions) pos = rng() % max_position;
@@ -150,14 +150,13 @@ TEST_P(LayerOpsTest, RotaryEmbeddingRotatesHalvesInPlace) {
     PAGODA_ASSERT_CUDA_OK(cudaDeviceSynchronize());
 
     std::vector<double> want(qkv.begin(), qkv.end());
-    const double position_scale =
-        c.scaling.type == RopeFrequencyScaling::Type::kLinear ? 1.0 / c.scaling.factor : 1.0;
     const int half = c.rotary_dim / 2;
     for (int t = 0; t < tokens; ++t) {
       for (int h = 0; h < c.heads + c.kv_heads; ++h) {  // q heads then k heads; v untouched
         double* x = &want[t * row + h * c.head_dim];
         for (int i = 0; i < half; ++i) {
-          const double angle = positions[t] * position_scale * inv_freq[i];
+          // inv_freq has linear's position scale folded in.
+          const double angle = positions[t] * inv_freq[i];
           const double x1 = x[i], x2 = x[i + half];
           x[i] = x1 * std::cos(angle) - x2 * std::sin(angle);
           x[i + half] = x2 * std::cos(angle) + x1 * std::sin(angle);

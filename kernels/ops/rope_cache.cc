@@ -12,6 +12,10 @@ std::vector<double> ComputeRopeInvFreq(int rotary_dim, double theta,
   for (int i = 0; i < half; ++i) {
     inv_freq[i] = 1.0 / std::pow(theta, (2.0 * i) / rotary_dim);
   }
+  if (scaling.type == RopeFrequencyScaling::Type::kLinear) {
+    for (double& freq : inv_freq) freq /= scaling.factor;
+    return inv_freq;
+  }
   if (scaling.type != RopeFrequencyScaling::Type::kLlama3) return inv_freq;
 
   const double old_context = scaling.original_max_position_embeddings;
@@ -31,16 +35,14 @@ std::vector<double> ComputeRopeInvFreq(int rotary_dim, double theta,
   return inv_freq;
 }
 
-std::vector<float> BuildRopeCosSinCache(int max_position, const std::vector<double>& inv_freq,
-                                        const RopeFrequencyScaling& scaling) {
+std::vector<float> BuildRopeCosSinCache(int max_position, const std::vector<double>& inv_freq) {
   const size_t half = inv_freq.size();
-  const double position_scale =
-      scaling.type == RopeFrequencyScaling::Type::kLinear ? 1.0 / scaling.factor : 1.0;
   std::vector<float> cache(static_cast<size_t>(max_position) * 2 * half);
   for (int p = 0; p < max_position; ++p) {
     float* row = cache.data() + static_cast<size_t>(p) * 2 * half;
     for (size_t i = 0; i < half; ++i) {
-      const double angle = p * position_scale * inv_freq[i];
+      // Angles in double: positions times frequencies lose digits in f32.
+      const double angle = static_cast<double>(p) * inv_freq[i];
       row[i] = static_cast<float>(std::cos(angle));
       row[half + i] = static_cast<float>(std::sin(angle));
     }

@@ -3,37 +3,34 @@
 
 // Host-side rotary-embedding tables: inverse frequencies with Hugging Face's
 // `linear` and `llama3` scaling, and the cos/sin cache the rotary kernel reads.
-// Pure functions, no CUDA; the CPU backend and the tests use them too.
+// Pure functions, no CUDA: the one builder of these tables, used by the CPU
+// model (worker/llama_model.cc), the CUDA backend and the kernels' tests.
 
 #include <vector>
 
+#include "common/rope_scaling.h"
+
 namespace pagoda::kernels {
 
-// Mirrors pagoda::RopeScaling (common/model_config.h) without its Abseil
-// dependency; field meanings are HF's `rope_scaling` keys.
-struct RopeFrequencyScaling {
-  enum class Type { kNone, kLinear, kLlama3 };
-  Type type = Type::kNone;
-  double factor = 1.0;
-  double low_freq_factor = 1.0;
-  double high_freq_factor = 4.0;
-  int original_max_position_embeddings = 8192;
-};
+// The project's one description of rope scaling (common/rope_scaling.h),
+// under the name the kernels and their tests use.
+using RopeFrequencyScaling = ::pagoda::RopeScaling;
 
 // inv_freq[i] = theta^(-2i / rotary_dim) for i in [0, rotary_dim / 2), then
-// llama3 scaling when asked (HF `_compute_llama3_parameters`): wavelengths
-// longer than original_max / low_freq_factor are divided by `factor`, shorter
-// than original_max / high_freq_factor kept, and those between blended
-// smoothly. Linear scaling does not touch inv_freq (see BuildRopeCosSinCache).
+// the scaling: llama3 as HF `_compute_llama3_parameters` (wavelengths longer
+// than original_max / low_freq_factor are divided by `factor`, shorter than
+// original_max / high_freq_factor kept, and those between blended smoothly);
+// linear divides every frequency by `factor` (HF divides positions instead:
+// the same angles, so positions past a table are computed from inv_freq
+// alone).
 // REQUIRES: rotary_dim even and > 0, theta > 0, factor > 0.
 std::vector<double> ComputeRopeInvFreq(int rotary_dim, double theta,
                                        const RopeFrequencyScaling& scaling);
 
-// float [max_position, rotary_dim]: row p = cos(p' * inv_freq[0..half)) then
-// sin(p' * inv_freq[0..half)), with p' = p / factor under linear scaling, else
-// p. Angles are computed in double and rounded once.
-std::vector<float> BuildRopeCosSinCache(int max_position, const std::vector<double>& inv_freq,
-                                        const RopeFrequencyScaling& scaling);
+// float [max_position, rotary_dim]: row p = cos(p * inv_freq[0..half)) then
+// sin(p * inv_freq[0..half)), inv_freq from ComputeRopeInvFreq (scaling
+// applied). Angles are computed in double and rounded once.
+std::vector<float> BuildRopeCosSinCache(int max_position, const std::vector<double>& inv_freq);
 
 }  // namespace pagoda::kernels
 

@@ -56,14 +56,17 @@ TEST(RopeCacheTest, CacheHoldsCosThenSinAndLinearScalesPositions) {
   RopeFrequencyScaling linear;
   linear.type = RopeFrequencyScaling::Type::kLinear;
   linear.factor = 4;
+  const std::vector<double> plain_inv = ComputeRopeInvFreq(8, 10000.0, {});
   const std::vector<double> inv = ComputeRopeInvFreq(8, 10000.0, linear);
-  EXPECT_EQ(inv, ComputeRopeInvFreq(8, 10000.0, {}));  // linear leaves inv_freq alone
-  const std::vector<float> cache = BuildRopeCosSinCache(9, inv, linear);
-  const std::vector<float> plain = BuildRopeCosSinCache(9, inv, {});
+  ASSERT_EQ(inv.size(), plain_inv.size());
+  // Linear folds the position scale into the frequencies: p / 4 at inv.
+  for (size_t i = 0; i < inv.size(); ++i) EXPECT_DOUBLE_EQ(inv[i], plain_inv[i] / 4);
+  const std::vector<float> cache = BuildRopeCosSinCache(9, inv);
+  const std::vector<float> plain = BuildRopeCosSinCache(9, plain_inv);
   ASSERT_EQ(cache.size(), 9u * 8);
   for (int i = 0; i < 4; ++i) {
-    EXPECT_FLOAT_EQ(cache[8 * 5 + i], std::cos(5 / 4.0 * inv[i]));
-    EXPECT_FLOAT_EQ(cache[8 * 5 + 4 + i], std::sin(5 / 4.0 * inv[i]));
+    EXPECT_FLOAT_EQ(cache[8 * 5 + i], std::cos(5 / 4.0 * plain_inv[i]));
+    EXPECT_FLOAT_EQ(cache[8 * 5 + 4 + i], std::sin(5 / 4.0 * plain_inv[i]));
     EXPECT_FLOAT_EQ(cache[8 * 8 + i], plain[8 * 2 + i]);  // position 8 / 4 == position 2
     EXPECT_EQ(cache[i], 1.0f);                            // position 0
     EXPECT_EQ(cache[4 + i], 0.0f);

@@ -90,14 +90,15 @@ absl::Status Run() {
   if (!communicator.ok()) return communicator.status();
   const long rss_joined = StatusKb("VmRSS");
   const long hwm_joined = StatusKb("VmHWM");
-  auto model = LlamaModel::Load(absl::GetFlag(FLAGS_model), backend.get(), communicator->get(),
-                                LlamaLoadOptions{.weight_dtype = *weight_dtype});
+  auto model = LlamaModel::Load(
+      absl::GetFlag(FLAGS_model), backend.get(), communicator->get(),
+      LlamaLoadOptions{.weight_dtype = *weight_dtype, .block_size = kBlockSize});
   if (!model.ok()) return model.status();
   const long rss_after = StatusKb("VmRSS");
   const long hwm = StatusKb("VmHWM");
 
   const int vocab = (*model)->config().vocab_size;
-  const KvCacheShape shape = (*model)->CacheShape(kBlockSize);
+  const KvCacheShape shape = (*model)->CacheShape(kBlockSize, DType::kF32);
   CacheEngine cache(backend.get(), shape, kNumBlocks, 0);
   // Teacher forcing: prompts of 9 and 6 tokens, then 3 decode steps.
   std::vector<std::vector<int>> prompts = {{5, 17, 3, 9, 21, 2, 14, 8, 11}, {7, 1, 30, 4, 19, 6}};
@@ -110,9 +111,17 @@ absl::Status Run() {
   for (const v1::StepPlan& plan : plans) {
     auto batch = FlattenStepPlan(plan, BatchLimits{vocab, kBlockSize, kNumBlocks, 0});
     if (!batch.ok()) return batch.status();
-    auto logits = (*model)->Forward(*batch, &cache);
-    if (!logits.ok()) return logits.status();
-    all_logits.insert(all_logits.end(), logits->begin(), logits->end());
+    auto forward = (*model)->Forward(*batch, &cache);
+    if (!forward.ok()) return forward.status();
+    const Tensor& logits = forward->logits;
+    if (membership->rank != 0) {
+      if (logits.dim(0) != 0) return absl::InternalError("a rank other than 0 made logits");
+      continue;
+    }
+    const size_t offset = all_logits.size();
+    all_logits.resize(offset + static_cast<size_t>(logits.num_elements()));
+    backend->DownloadBytes(logits.data, all_logits.data() + offset,
+                           static_cast<size_t>(logits.num_elements()) * sizeof(float));
   }
 
   const std::string out = absl::GetFlag(FLAGS_out);

@@ -10,6 +10,7 @@
 
 #include "worker/cpu/simd.h"
 #include "worker/cpu/thread_pool.h"
+#include "worker/sampler.h"
 
 namespace pagoda::worker {
 namespace {
@@ -52,9 +53,16 @@ class CpuBackend final : public Backend {
     openblas_set_num_threads(1);
   }
 
+  DType activation_dtype() const override { return DType::kF32; }
+  DType default_kv_cache_dtype() const override { return DType::kF32; }
+
   std::unique_ptr<Buffer> Allocate(DType dtype, size_t num_elements) override {
     allocations_.fetch_add(1, std::memory_order_relaxed);
     return std::make_unique<HostBuffer>(dtype, num_elements);
+  }
+  // Backend memory is host memory already.
+  std::unique_ptr<Buffer> AllocateHost(DType dtype, size_t num_elements) override {
+    return Allocate(dtype, num_elements);
   }
   uint64_t num_allocations() const override { return allocations_.load(); }
   void UploadBytes(const void* host, void* device, size_t n) override {
@@ -64,22 +72,29 @@ class CpuBackend final : public Backend {
     std::memcpy(host, device, n);
   }
 
-  void Embedding(absl::Span<const int32_t> token_ids, const Tensor& table, float* out) override {
+  void Embedding(const StepBatch& batch, const Tensor& table, void* out_raw) override {
+    float* out = static_cast<float*>(out_raw);
     const int64_t hidden = table.dim(1);
-    for (size_t t = 0; t < token_ids.size(); ++t) {
-      ConvertToFloat(table.dtype, RowAt(table, token_ids[t]), hidden, out + t * hidden);
+    for (int t = 0; t < batch.num_tokens; ++t) {
+      ConvertToFloat(table.dtype, RowAt(table, batch.token_ids[t]), hidden, out + t * hidden);
     }
   }
 
-  void RmsNorm(const float* x, const Tensor& weight, int rows, float eps, float* out) override {
+  void RmsNorm(const void* x_raw, const Tensor& weight, int rows, float eps,
+               void* out_raw) override {
+    const float* x = static_cast<const float*>(x_raw);
+    float* out = static_cast<float*>(out_raw);
     const int dim = static_cast<int>(weight.dim(0));
     pool_.ParallelFor(rows, RowsPerTask(dim), [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) NormRow(x + r * dim, weight, dim, eps, out + r * dim);
     });
   }
 
-  void AddRmsNorm(float* residual, const float* x, const Tensor& weight, int rows, float eps,
-                  float* out) override {
+  void AddRmsNorm(void* residual_raw, const void* x_raw, const Tensor& weight, int rows, float eps,
+                  void* out_raw) override {
+    float* residual = static_cast<float*>(residual_raw);
+    const float* x = static_cast<const float*>(x_raw);
+    float* out = static_cast<float*>(out_raw);
     const int dim = static_cast<int>(weight.dim(0));
     pool_.ParallelFor(rows, RowsPerTask(dim), [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
@@ -91,8 +106,11 @@ class CpuBackend final : public Backend {
     });
   }
 
-  void Linear(const float* x, int rows, const Tensor& weight, const float* bias,
-              float* y) override {
+  // Activations and logits are both f32 here, so y_dtype is always f32.
+  void Linear(const void* x_raw, int rows, const Tensor& weight, const float* bias, void* y_raw,
+              DType /*y_dtype*/) override {
+    const float* x = static_cast<const float*>(x_raw);
+    float* y = static_cast<float*>(y_raw);
     if (rows <= 0) return;
     if (rows <= kMatVecMaxRows) {
       MatVec(x, rows, weight, bias, y);
@@ -101,10 +119,13 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void Rope(float* q, float* k, absl::Span<const int32_t> positions, int num_q_heads,
-            int num_kv_heads, int head_dim, const RopeTable& table) override {
+  void Rope(void* q_raw, void* k_raw, const StepBatch& batch, int num_q_heads, int num_kv_heads,
+            int head_dim, const RopeTable& table) override {
+    float* q = static_cast<float*>(q_raw);
+    float* k = static_cast<float*>(k_raw);
+    const int64_t* positions = batch.positions;
     const int half = head_dim / 2;
-    const int64_t tokens = static_cast<int64_t>(positions.size());
+    const int64_t tokens = batch.num_tokens;
     pool_.ParallelFor(tokens, 16, [&](int64_t begin, int64_t end) {
       std::vector<float> computed;  // Only for positions past the table.
       for (int64_t t = begin; t < end; ++t) {
@@ -130,34 +151,43 @@ class CpuBackend final : public Backend {
     });
   }
 
-  void WriteKvCache(const float* k, const float* v, absl::Span<const int32_t> slot_mapping,
-                    int num_kv_heads, int head_dim, int block_size, float* key_cache,
-                    float* value_cache) override {
-    const size_t block_floats = static_cast<size_t>(num_kv_heads) * block_size * head_dim;
-    for (size_t t = 0; t < slot_mapping.size(); ++t) {
-      const int32_t block = slot_mapping[t] / block_size;
-      const int32_t offset = slot_mapping[t] % block_size;
-      for (int h = 0; h < num_kv_heads; ++h) {
-        const size_t src = (t * num_kv_heads + h) * static_cast<size_t>(head_dim);
-        const size_t dst =
-            block * block_floats + (static_cast<size_t>(h) * block_size + offset) * head_dim;
-        std::memcpy(key_cache + dst, k + src, head_dim * sizeof(float));
-        std::memcpy(value_cache + dst, v + src, head_dim * sizeof(float));
+  void WriteKvCache(const void* k_raw, const void* v_raw, const StepBatch& batch,
+                    const KvCacheLayer& cache) override {
+    const float* k = static_cast<const float*>(k_raw);
+    const float* v = static_cast<const float*>(v_raw);
+    const int heads = cache.num_kv_heads;
+    const int head_dim = cache.head_dim;
+    const size_t width = DTypeSize(cache.dtype);
+    const size_t block_elements = static_cast<size_t>(heads) * cache.block_size * head_dim;
+    const SimdKernels::NarrowFn narrow = simd_.narrow(cache.dtype);
+    char* key_cache = static_cast<char*>(cache.key);
+    char* value_cache = static_cast<char*>(cache.value);
+    for (int t = 0; t < batch.num_tokens; ++t) {
+      const int64_t block = batch.slot_mapping[t] / cache.block_size;
+      const int64_t offset = batch.slot_mapping[t] % cache.block_size;
+      for (int h = 0; h < heads; ++h) {
+        const size_t src = (static_cast<size_t>(t) * heads + h) * head_dim;
+        const size_t dst = block * block_elements +
+                           (static_cast<size_t>(h) * cache.block_size + offset) * head_dim;
+        narrow(k + src, key_cache + dst * width, head_dim);
+        narrow(v + src, value_cache + dst * width, head_dim);
       }
     }
   }
 
   void PagedAttention(const PagedAttentionParams& p) override {
-    const int num_seqs = static_cast<int>(p.context_lens.size());
+    const int num_seqs = p.batch->num_seqs;
     // One work item per (sequence, kv head): its K/V rows are read once for
     // all query heads of the group, and no two items write the same output.
-    pool_.ParallelFor(static_cast<int64_t>(num_seqs) * p.num_kv_heads, 1,
+    pool_.ParallelFor(static_cast<int64_t>(num_seqs) * p.cache.num_kv_heads, 1,
                       [&](int64_t begin, int64_t end) {
                         for (int64_t item = begin; item < end; ++item) AttendItem(p, item);
                       });
   }
 
-  void SiluAndMul(const float* gate_up, int rows, int dim, float* out) override {
+  void SiluAndMul(const void* gate_up_raw, int rows, int dim, void* out_raw) override {
+    const float* gate_up = static_cast<const float*>(gate_up_raw);
+    float* out = static_cast<float*>(out_raw);
     pool_.ParallelFor(rows, RowsPerTask(dim), [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
         const float* gate = gate_up + r * 2 * dim;
@@ -168,26 +198,64 @@ class CpuBackend final : public Backend {
     });
   }
 
-  void GatherRows(const float* src, absl::Span<const int32_t> rows, int dim, float* out) override {
-    for (size_t i = 0; i < rows.size(); ++i) {
-      std::memcpy(out + i * dim, src + static_cast<size_t>(rows[i]) * dim, dim * sizeof(float));
+  void GatherRows(const void* src_raw, const StepBatch& batch, int dim, void* out_raw) override {
+    const float* src = static_cast<const float*>(src_raw);
+    float* out = static_cast<float*>(out_raw);
+    for (int i = 0; i < batch.num_logits_rows; ++i) {
+      std::memcpy(out + static_cast<size_t>(i) * dim,
+                  src + static_cast<size_t>(batch.logits_indices[i]) * dim, dim * sizeof(float));
     }
   }
 
-  void CopyBlocks(float* cache, size_t block_floats, absl::Span<const BlockPair> pairs) override {
-    for (const BlockPair& pair : pairs) {
-      std::memcpy(cache + pair.dst * block_floats, cache + pair.src * block_floats,
-                  block_floats * sizeof(float));
+  void Sample(const Tensor& logits, const SamplingBatch& params, SampleResults* out) override {
+    const int rows = params.num_rows;
+    const int64_t vocab = logits.dim(1);
+    const int columns = params.num_logprobs;
+    out->token_ids.resize(rows);
+    out->logprobs.resize(rows);
+    out->num_logprobs = columns;
+    out->top_ids.resize(static_cast<size_t>(rows) * columns);
+    out->top_logprobs.resize(static_cast<size_t>(rows) * columns);
+    const float* data = static_cast<const float*>(logits.data);
+    pool_.ParallelFor(rows, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const RowSamplingParams row{.temperature = params.temperatures[r],
+                                    .top_k = params.top_k[r],
+                                    .top_p = params.top_p[r],
+                                    .seed = params.seeds[r],
+                                    .sample_index = params.sample_indices[r],
+                                    .num_logprobs = columns};
+        const size_t top = static_cast<size_t>(r) * columns;
+        SampleRow(absl::MakeConstSpan(data + r * vocab, vocab), row,
+                  RowSampleOutput{.token_id = &out->token_ids[r],
+                                  .logprob = &out->logprobs[r],
+                                  .top_ids = absl::MakeSpan(out->top_ids.data() + top, columns),
+                                  .top_logprobs =
+                                      absl::MakeSpan(out->top_logprobs.data() + top, columns)});
+      }
+    });
+  }
+
+  void CopyBlocks(absl::Span<void* const> caches, size_t block_bytes,
+                  absl::Span<const BlockPair> pairs) override {
+    for (void* cache : caches) {
+      char* base = static_cast<char*>(cache);
+      for (const BlockPair& pair : pairs) {
+        std::memcpy(base + pair.dst * block_bytes, base + pair.src * block_bytes, block_bytes);
+      }
     }
   }
 
-  void SwapBlocks(float* device, float* host, size_t block_floats,
-                  absl::Span<const BlockPair> pairs, bool to_host) override {
-    float* src_base = to_host ? device : host;
-    float* dst_base = to_host ? host : device;
-    for (const BlockPair& pair : pairs) {
-      std::memcpy(dst_base + pair.dst * block_floats, src_base + pair.src * block_floats,
-                  block_floats * sizeof(float));
+  void SwapBlocks(absl::Span<void* const> device_caches, absl::Span<void* const> host_caches,
+                  size_t block_bytes, absl::Span<const BlockPair> pairs,
+                  SwapDirection direction) override {
+    const bool to_host = direction == SwapDirection::kToHost;
+    for (size_t i = 0; i < device_caches.size(); ++i) {
+      const char* src = static_cast<const char*>(to_host ? device_caches[i] : host_caches[i]);
+      char* dst = static_cast<char*>(to_host ? host_caches[i] : device_caches[i]);
+      for (const BlockPair& pair : pairs) {
+        std::memcpy(dst + pair.dst * block_bytes, src + pair.src * block_bytes, block_bytes);
+      }
     }
   }
 
@@ -282,42 +350,57 @@ class CpuBackend final : public Backend {
   }
 
   void AttendItem(const PagedAttentionParams& p, int64_t item) const {
-    const int s = static_cast<int>(item / p.num_kv_heads);
-    const int kv_head = static_cast<int>(item % p.num_kv_heads);
-    const int group = p.num_heads / p.num_kv_heads;
-    const size_t block_floats = static_cast<size_t>(p.num_kv_heads) * p.block_size * p.head_dim;
-    const size_t token_stride = static_cast<size_t>(p.num_heads) * p.head_dim;
-    const int context = p.context_lens[s];
-    const int q_begin = p.query_start[s];
-    const int q_len = p.query_start[s + 1] - q_begin;
-    const int32_t* table = p.block_tables.data() + static_cast<size_t>(s) * p.max_blocks_per_seq;
+    const StepBatch& batch = *p.batch;
+    const KvCacheLayer& cache = p.cache;
+    const int s = static_cast<int>(item / cache.num_kv_heads);
+    const int kv_head = static_cast<int>(item % cache.num_kv_heads);
+    const int head_dim = cache.head_dim;
+    const int group = p.num_heads / cache.num_kv_heads;
+    const size_t width = DTypeSize(cache.dtype);
+    const size_t block_elements =
+        static_cast<size_t>(cache.num_kv_heads) * cache.block_size * head_dim;
+    const size_t token_stride = static_cast<size_t>(p.num_heads) * head_dim;
+    const int context = batch.context_lens[s];
+    const int q_begin = batch.query_start[s];
+    const int q_len = batch.query_start[s + 1] - q_begin;
+    const int32_t* table = batch.block_tables + static_cast<size_t>(s) * batch.max_blocks_per_seq;
+    const char* key_cache = static_cast<const char*>(cache.key);
+    const char* value_cache = static_cast<const char*>(cache.value);
+    // Byte offset of context token j's row for this kv head.
     auto row_of = [&](int j) {
-      return table[j / p.block_size] * block_floats +
-             (static_cast<size_t>(kv_head) * p.block_size + j % p.block_size) * p.head_dim;
+      return (table[j / cache.block_size] * block_elements +
+              (static_cast<size_t>(kv_head) * cache.block_size + j % cache.block_size) *
+                  head_dim) *
+             width;
     };
+    // 16-bit caches are widened to f32 inside the dot products and axpys.
+    const SimdKernels::DotFn dot = simd_.dot(cache.dtype);
+    const SimdKernels::AxpyFn axpy = simd_.axpy(cache.dtype);
+    const float* query_base = static_cast<const float*>(p.query);
+    float* output_base = static_cast<float*>(p.output);
     thread_local std::vector<float> scores;  // Grows to the longest context once.
     scores.resize(context);
     for (int i = 0; i < q_len; ++i) {
       const int position = context - q_len + i;  // Attends keys [0, position].
       for (int g = 0; g < group; ++g) {
         const int head = kv_head * group + g;
-        const size_t row = (q_begin + i) * token_stride + static_cast<size_t>(head) * p.head_dim;
-        const float* query = p.query + row;
+        const size_t row = (q_begin + i) * token_stride + static_cast<size_t>(head) * head_dim;
+        const float* query = query_base + row;
         float max_score = -INFINITY;
         for (int j = 0; j <= position; ++j) {
-          scores[j] = simd_.dot_f32(p.key_cache + row_of(j), query, p.head_dim) * p.scale;
+          scores[j] = dot(key_cache + row_of(j), query, head_dim) * p.scale;
           max_score = std::max(max_score, scores[j]);
         }
-        float* out = p.output + row;
-        std::fill_n(out, p.head_dim, 0.0f);
+        float* out = output_base + row;
+        std::fill_n(out, head_dim, 0.0f);
         float denom = 0.0f;
         for (int j = 0; j <= position; ++j) {
           const float weight = std::exp(scores[j] - max_score);
           denom += weight;
-          simd_.axpy_f32(weight, p.value_cache + row_of(j), out, p.head_dim);
+          axpy(weight, value_cache + row_of(j), out, head_dim);
         }
         const float inv = 1.0f / denom;
-        for (int d = 0; d < p.head_dim; ++d) out[d] *= inv;
+        for (int d = 0; d < head_dim; ++d) out[d] *= inv;
       }
     }
   }

@@ -50,6 +50,18 @@ void WidenPlain(const void* a, float* out, size_t n) {
 }
 
 template <DType kType>
+void NarrowPlain(const float* a, void* out, size_t n) {
+  if constexpr (kType == DType::kF32) {
+    std::memcpy(out, a, n * sizeof(float));
+  } else {
+    auto* bits = static_cast<uint16_t*>(out);
+    for (size_t i = 0; i < n; ++i) {
+      bits[i] = kType == DType::kBF16 ? FloatToBFloat16(a[i]) : FloatToHalf(a[i]);
+    }
+  }
+}
+
+template <DType kType>
 void AxpyPlain(float alpha, const void* x, float* y, size_t n) {
   for (size_t i = 0; i < n; ++i) y[i] += alpha * Load<kType>(x, i);
 }
@@ -136,6 +148,38 @@ PAGODA_AVX2 void WidenAvx2(const void* a, float* out, size_t n) {
   for (; i < n; ++i) out[i] = Load<kType>(a, i);
 }
 
+// Eight floats to bf16 bits, nearest even; NaN made quiet (FloatToBFloat16).
+PAGODA_AVX2 inline __m128i ToBFloat16x8(__m256 v) {
+  const __m256i bits = _mm256_castps_si256(v);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+  const __m256i rounded = _mm256_srli_epi32(
+      _mm256_add_epi32(bits, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
+  const __m256i quiet_nan = _mm256_or_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(0x40));
+  const __m256i is_nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+  const __m256i out = _mm256_blendv_epi8(rounded, quiet_nan, is_nan);
+  // Pack the low 16 bits of each 32-bit lane, in order.
+  const __m256i packed = _mm256_packus_epi32(out, out);
+  return _mm256_castsi256_si128(_mm256_permute4x64_epi64(packed, 0x08));
+}
+
+template <DType kType>
+PAGODA_AVX2 void NarrowAvx2(const float* a, void* out, size_t n) {
+  if constexpr (kType == DType::kF32) {
+    std::memcpy(out, a, n * sizeof(float));
+  } else {
+    auto* bits = static_cast<uint16_t*>(out);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      const __m256 v = _mm256_loadu_ps(a + i);
+      const __m128i narrowed = kType == DType::kBF16
+                                   ? ToBFloat16x8(v)
+                                   : _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(bits + i), narrowed);
+    }
+    NarrowPlain<kType>(a + i, bits + i, n - i);
+  }
+}
+
 template <DType kType>
 PAGODA_AVX2 void AxpyAvx2(float alpha, const void* x, float* y, size_t n) {
   const __m256 a = _mm256_set1_ps(alpha);
@@ -220,6 +264,35 @@ PAGODA_AVX512 void WidenAvx512(const void* a, float* out, size_t n) {
   for (; i < n; ++i) out[i] = Load<kType>(a, i);
 }
 
+// Sixteen floats to bf16 bits, nearest even; NaN made quiet (FloatToBFloat16).
+PAGODA_AVX512 inline __m256i ToBFloat16x16(__m512 v) {
+  const __m512i bits = _mm512_castps_si512(v);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+  const __m512i rounded = _mm512_srli_epi32(
+      _mm512_add_epi32(bits, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
+  const __m512i quiet_nan = _mm512_or_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(0x40));
+  const __mmask16 is_nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(is_nan, rounded, quiet_nan));
+}
+
+template <DType kType>
+PAGODA_AVX512 void NarrowAvx512(const float* a, void* out, size_t n) {
+  if constexpr (kType == DType::kF32) {
+    std::memcpy(out, a, n * sizeof(float));
+  } else {
+    auto* bits = static_cast<uint16_t*>(out);
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+      const __m512 v = _mm512_loadu_ps(a + i);
+      const __m256i narrowed = kType == DType::kBF16
+                                   ? ToBFloat16x16(v)
+                                   : _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(bits + i), narrowed);
+    }
+    NarrowPlain<kType>(a + i, bits + i, n - i);
+  }
+}
+
 template <DType kType>
 PAGODA_AVX512 void AxpyAvx512(float alpha, const void* x, float* y, size_t n) {
   const __m512 a = _mm512_set1_ps(alpha);
@@ -234,15 +307,18 @@ constexpr SimdKernels kPlainKernels = {
     DotPlain<DType::kF32>,   DotPlain<DType::kBF16>,   DotPlain<DType::kF16>,
     Dot4Plain<DType::kF32>,  Dot4Plain<DType::kBF16>,  Dot4Plain<DType::kF16>,
     WidenPlain<DType::kF32>, WidenPlain<DType::kBF16>, WidenPlain<DType::kF16>,
+    NarrowPlain<DType::kF32>, NarrowPlain<DType::kBF16>, NarrowPlain<DType::kF16>,
     AxpyPlain<DType::kF32>,  AxpyPlain<DType::kBF16>,  AxpyPlain<DType::kF16>};
 constexpr SimdKernels kAvx2Kernels = {
     DotAvx2<DType::kF32>,   DotAvx2<DType::kBF16>, DotAvx2<DType::kF16>,   Dot4Avx2<DType::kF32>,
     Dot4Avx2<DType::kBF16>, Dot4Avx2<DType::kF16>, WidenAvx2<DType::kF32>, WidenAvx2<DType::kBF16>,
-    WidenAvx2<DType::kF16>, AxpyAvx2<DType::kF32>, AxpyAvx2<DType::kBF16>, AxpyAvx2<DType::kF16>};
+    WidenAvx2<DType::kF16>, NarrowAvx2<DType::kF32>, NarrowAvx2<DType::kBF16>,
+    NarrowAvx2<DType::kF16>, AxpyAvx2<DType::kF32>, AxpyAvx2<DType::kBF16>, AxpyAvx2<DType::kF16>};
 constexpr SimdKernels kAvx512Kernels = {
     DotAvx512<DType::kF32>,   DotAvx512<DType::kBF16>,   DotAvx512<DType::kF16>,
     Dot4Avx512<DType::kF32>,  Dot4Avx512<DType::kBF16>,  Dot4Avx512<DType::kF16>,
     WidenAvx512<DType::kF32>, WidenAvx512<DType::kBF16>, WidenAvx512<DType::kF16>,
+    NarrowAvx512<DType::kF32>, NarrowAvx512<DType::kBF16>, NarrowAvx512<DType::kF16>,
     AxpyAvx512<DType::kF32>,  AxpyAvx512<DType::kBF16>,  AxpyAvx512<DType::kF16>};
 
 }  // namespace
@@ -305,6 +381,18 @@ SimdKernels::WidenFn SimdKernels::widen(DType dtype) const {
       break;
   }
   return widen_f32;
+}
+
+SimdKernels::NarrowFn SimdKernels::narrow(DType dtype) const {
+  switch (dtype) {
+    case DType::kBF16:
+      return narrow_bf16;
+    case DType::kF16:
+      return narrow_f16;
+    case DType::kF32:
+      break;
+  }
+  return narrow_f32;
 }
 
 SimdKernels::AxpyFn SimdKernels::axpy(DType dtype) const {

@@ -37,6 +37,11 @@ struct SimdKernels {
   void (*widen_f32)(const void* a, float* out, size_t n);
   void (*widen_bf16)(const void* a, float* out, size_t n);
   void (*widen_f16)(const void* a, float* out, size_t n);
+  // out[i] = a[i] rounded to the kernel's dtype (nearest even, as
+  // ConvertFromFloat): K/V rows written into a 16-bit KV cache.
+  void (*narrow_f32)(const float* a, void* out, size_t n);
+  void (*narrow_bf16)(const float* a, void* out, size_t n);
+  void (*narrow_f16)(const float* a, void* out, size_t n);
   // y[i] += alpha * x[i], x of the kernel's dtype.
   void (*axpy_f32)(float alpha, const void* x, float* y, size_t n);
   void (*axpy_bf16)(float alpha, const void* x, float* y, size_t n);
@@ -46,8 +51,10 @@ struct SimdKernels {
   using Dot4Fn = void (*)(const void*, const float*, size_t, size_t, float*);
   using AxpyFn = void (*)(float, const void*, float*, size_t);
   using WidenFn = void (*)(const void*, float*, size_t);
+  using NarrowFn = void (*)(const float*, void*, size_t);
   DotFn dot(DType dtype) const;
   WidenFn widen(DType dtype) const;
+  NarrowFn narrow(DType dtype) const;
   Dot4Fn dot4(DType dtype) const;
   AxpyFn axpy(DType dtype) const;
 };

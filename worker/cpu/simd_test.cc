@@ -113,6 +113,36 @@ TEST_P(SimdKernelTest, WidenIsExact) {
   }
 }
 
+// Narrowing must round exactly as ConvertFromFloat (nearest even), so a KV
+// cache written by any level holds the same bits. The values include ties,
+// subnormals of either format, overflow to infinity, infinities and NaN.
+TEST_P(SimdKernelTest, NarrowRoundsAsConvertFromFloat) {
+  const SimdKernels& kernels = SimdKernelsFor(GetParam());
+  std::mt19937 rng(17);
+  const float specials[] = {0.0f,        -0.0f,     1.0f + 0x1p-8f, 1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f,
+                            65504.0f,    65520.0f,  1e-6f,          1e-8f,           3e-41f,
+                            INFINITY,    -INFINITY, NAN,            1e30f,           -2.5f};
+  for (DType dtype : kDTypes) {
+    for (size_t n : kSizes) {
+      std::vector<float> a = RandomFloats(n, rng);
+      for (size_t i = 0; i < n; ++i) {
+        if (i % 3 == 0) a[i] = specials[(i / 3) % std::size(specials)];
+      }
+      const size_t width = DTypeSize(dtype);
+      std::vector<char> want(n * width), got(n * width + width, 0x5a);
+      ConvertFromFloat(dtype, a.data(), n, want.data());
+      kernels.narrow(dtype)(a.data(), got.data(), n);
+      for (size_t i = 0; i < n * width; ++i) {
+        ASSERT_EQ(got[i], want[i]) << SimdLevelName(GetParam()) << " " << DTypeName(dtype)
+                                   << " n=" << n << " byte " << i << " value " << a[i / width];
+      }
+      for (size_t i = n * width; i < got.size(); ++i) {
+        EXPECT_EQ(got[i], 0x5a) << "wrote past the end, n=" << n;
+      }
+    }
+  }
+}
+
 TEST_P(SimdKernelTest, AxpyMatchesPlainLoop) {
   const SimdKernels& kernels = SimdKernelsFor(GetParam());
   std::mt19937 rng(11);
