@@ -19,6 +19,7 @@ target_link_libraries(pagoda_worker_core PUBLIC
   absl::status absl::statusor absl::strings absl::span absl::flat_hash_set)
 
 foreach(test_name cpu_attention cpu_simd cpu_thread_pool cpu_linear backend batch sampler
+        sharded_weights tensor_parallel_group
         model_runner)
   set(test_source ${CMAKE_CURRENT_LIST_DIR}/${test_name}_test.cc)
   if(test_name MATCHES "^cpu_")
