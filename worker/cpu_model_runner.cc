@@ -7,8 +7,8 @@
 #include <limits>
 #include <memory>
 
-#include "absl/status/status.h"
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/dtype.h"
@@ -85,8 +85,7 @@ class CpuModelRunner final : public ModelRunner {
         .max_num_seqs =
             request.max_num_seqs() > 0 ? request.max_num_seqs() : LlamaLoadOptions().max_num_seqs,
         .block_size = request.block_size()};
-    auto model =
-        LlamaModel::Load(request.model_dir(), backend_.get(), timed_.get(), options);
+    auto model = LlamaModel::Load(request.model_dir(), backend_.get(), timed_.get(), options);
     if (!model.ok()) return model.status();
     model_ = *std::move(model);
     block_size_ = request.block_size();

@@ -10,8 +10,8 @@
 #include "common/safetensors.h"
 #include "common/tensor_parallel_plan.h"
 #include "common/tensor_slice.h"
-#include "worker/sharded_weights.h"
 #include "kernels/ops/rope_cache.h"
+#include "worker/sharded_weights.h"
 
 namespace pagoda::worker {
 
@@ -177,7 +177,8 @@ absl::Status LlamaModel::LoadWeights(const std::string& model_dir,
   const int64_t hidden = full_config.hidden_size;
   const int64_t vocab = full_config.vocab_size;
   const int64_t inter = full_config.intermediate_size;
-  const int64_t q_dim = static_cast<int64_t>(full_config.num_attention_heads) * full_config.head_dim;
+  const int64_t q_dim =
+      static_cast<int64_t>(full_config.num_attention_heads) * full_config.head_dim;
   const int64_t kv_dim =
       static_cast<int64_t>(full_config.num_key_value_heads) * full_config.head_dim;
   const LayerSlices slices = PlanLayerSlices(full_config, shard);
@@ -203,27 +204,26 @@ absl::Status LlamaModel::LoadWeights(const std::string& model_dir,
                             loader.Load(prefix + "post_attention_layernorm.weight", {hidden}));
     PAGODA_ASSIGN_OR_RETURN(
         layer->q_proj, loader.Load(prefix + "self_attn.q_proj.weight", {q_dim, hidden}, slices.q));
-    PAGODA_ASSIGN_OR_RETURN(
-        layer->k_proj, loader.Load(prefix + "self_attn.k_proj.weight", {kv_dim, hidden}, slices.kv));
-    PAGODA_ASSIGN_OR_RETURN(
-        layer->v_proj, loader.Load(prefix + "self_attn.v_proj.weight", {kv_dim, hidden}, slices.kv));
+    PAGODA_ASSIGN_OR_RETURN(layer->k_proj, loader.Load(prefix + "self_attn.k_proj.weight",
+                                                       {kv_dim, hidden}, slices.kv));
+    PAGODA_ASSIGN_OR_RETURN(layer->v_proj, loader.Load(prefix + "self_attn.v_proj.weight",
+                                                       {kv_dim, hidden}, slices.kv));
     PAGODA_ASSIGN_OR_RETURN(
         layer->o_proj, loader.Load(prefix + "self_attn.o_proj.weight", {hidden, q_dim}, slices.o));
     if (config_.attention_bias) {
       PAGODA_ASSIGN_OR_RETURN(layer->q_bias,
                               loader.LoadF32(prefix + "self_attn.q_proj.bias", {q_dim}, slices.q));
-      PAGODA_ASSIGN_OR_RETURN(layer->k_bias,
-                              loader.LoadF32(prefix + "self_attn.k_proj.bias", {kv_dim}, slices.kv));
-      PAGODA_ASSIGN_OR_RETURN(layer->v_bias,
-                              loader.LoadF32(prefix + "self_attn.v_proj.bias", {kv_dim}, slices.kv));
+      PAGODA_ASSIGN_OR_RETURN(
+          layer->k_bias, loader.LoadF32(prefix + "self_attn.k_proj.bias", {kv_dim}, slices.kv));
+      PAGODA_ASSIGN_OR_RETURN(
+          layer->v_bias, loader.LoadF32(prefix + "self_attn.v_proj.bias", {kv_dim}, slices.kv));
     }
     PAGODA_ASSIGN_OR_RETURN(
         layer->gate_up_proj,
         loader.LoadStacked({{prefix + "mlp.gate_proj.weight", {inter, hidden}, slices.gate_up},
                             {prefix + "mlp.up_proj.weight", {inter, hidden}, slices.gate_up}}));
-    PAGODA_ASSIGN_OR_RETURN(
-        layer->down_proj,
-        loader.Load(prefix + "mlp.down_proj.weight", {hidden, inter}, slices.down));
+    PAGODA_ASSIGN_OR_RETURN(layer->down_proj, loader.Load(prefix + "mlp.down_proj.weight",
+                                                          {hidden, inter}, slices.down));
     layers_.push_back(std::move(layer));
   }
 #undef PAGODA_ASSIGN_OR_RETURN

@@ -73,8 +73,7 @@ class ReadWeightSliceTest : public ::testing::Test {
     char pattern[] = "/tmp/pagoda_slices_XXXXXX";
     ASSERT_NE(mkdtemp(pattern), nullptr);
     dir_ = pattern;
-    const std::string header =
-        R"({"w":{"dtype":"F32","shape":[4,6],"data_offsets":[0,96]}})";
+    const std::string header = R"({"w":{"dtype":"F32","shape":[4,6],"data_offsets":[0,96]}})";
     std::ofstream file(dir_ + "/model.safetensors", std::ios::binary);
     const uint64_t size = header.size();
     file.write(reinterpret_cast<const char*>(&size), 8);

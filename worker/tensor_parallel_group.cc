@@ -16,14 +16,12 @@ absl::StatusOr<GroupMembership> ParseGroupMembership(const v1::LoadModelRequest&
   membership.world_size = request.world_size() == 0 ? 1 : request.world_size();
   membership.rank = request.rank();
   if (membership.world_size < 1 || membership.world_size > comm::kMaxWorldSize) {
-    return absl::InvalidArgumentError(absl::StrCat("world_size must be in [1, ",
-                                                   comm::kMaxWorldSize, "], got ",
-                                                   request.world_size()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "world_size must be in [1, ", comm::kMaxWorldSize, "], got ", request.world_size()));
   }
   if (membership.rank < 0 || membership.rank >= membership.world_size) {
-    return absl::InvalidArgumentError(absl::StrCat("rank ", request.rank(),
-                                                   " outside a tensor-parallel group of ",
-                                                   membership.world_size));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", request.rank(), " outside a tensor-parallel group of ", membership.world_size));
   }
   const int timeout_ms = request.collective_timeout_ms();
   if (timeout_ms < 0 || timeout_ms > kMaxCollectiveTimeout.count()) {
@@ -39,9 +37,9 @@ absl::StatusOr<GroupMembership> ParseGroupMembership(const v1::LoadModelRequest&
   int port = 0;
   if (host_port.size() != 2 || host_port[0].empty() || !absl::SimpleAtoi(host_port[1], &port) ||
       port <= 0 || port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "rendezvous_address must be IPv4:port for a group of ", membership.world_size,
-        ", got '", request.rendezvous_address().substr(0, 64), "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rendezvous_address must be IPv4:port for a group of ", membership.world_size,
+                     ", got '", request.rendezvous_address().substr(0, 64), "'"));
   }
   if (request.rendezvous_secret().empty() || request.rendezvous_prefix().empty()) {
     return absl::InvalidArgumentError(

@@ -69,8 +69,8 @@ TEST(ParseGroupMembershipTest, RefusesHostileFieldsByName) {
   ExpectInvalid(request, "collective_timeout_ms");
   request.set_collective_timeout_ms(kMaxCollectiveTimeout.count() + 1);
   ExpectInvalid(request, "collective_timeout_ms");
-  for (const std::string address : {"", "127.0.0.1", "127.0.0.1:0", "127.0.0.1:70000",
-                                    ":5000", "127.0.0.1:port"}) {
+  for (const std::string address :
+       {"", "127.0.0.1", "127.0.0.1:0", "127.0.0.1:70000", ":5000", "127.0.0.1:port"}) {
     request = GroupRequest(0, 2);
     request.set_rendezvous_address(address);
     ExpectInvalid(request, "rendezvous_address");
@@ -121,7 +121,7 @@ TEST(TimedCommunicatorTest, ForwardsAndAddsUpTime) {
   EXPECT_GT(seconds, 0.0);
   EXPECT_LT(seconds, 10.0);
   EXPECT_EQ(timed.TakeSeconds(), 0.0);  // Taken: the sum starts again.
-  timed.Abort();  // Reaches the inner communicator.
+  timed.Abort();                        // Reaches the inner communicator.
   EXPECT_EQ(timed.AllReduceSum(data.data(), 1, DType::kF32).code(), absl::StatusCode::kAborted);
   EXPECT_EQ(timed.rank(), 0);
   EXPECT_EQ(timed.world_size(), 1);

@@ -145,9 +145,9 @@ TEST_F(TensorParallelTest, SizesTwoAndFourGiveTheTokensAndLogprobsOfOne) {
 TEST_F(TensorParallelTest, IndivisibleHeadCountsAreRefusedAtStartInOneLine) {
   const std::string log = *model_dir_ + "_refused.log";
   const absl::Time start = absl::Now();
-  auto output = RunCommand(absl::StrCat(PAGODA_SERVER_BINARY, " --model=", *model_dir_,
-                                        " --tensor-parallel-size=3 --port=0 2> ", log,
-                                        "; echo exit=$?"));
+  auto output =
+      RunCommand(absl::StrCat(PAGODA_SERVER_BINARY, " --model=", *model_dir_,
+                              " --tensor-parallel-size=3 --port=0 2> ", log, "; echo exit=$?"));
   ASSERT_TRUE(output.ok()) << output.status();
   EXPECT_TRUE(absl::StrContains(*output, "exit=1")) << *output;
   EXPECT_FALSE(absl::StrContains(*output, "PAGODA_WORKER_PIDS")) << "workers were started";
@@ -155,8 +155,9 @@ TEST_F(TensorParallelTest, IndivisibleHeadCountsAreRefusedAtStartInOneLine) {
   std::ifstream file(log);
   std::stringstream text;
   text << file.rdbuf();
-  EXPECT_TRUE(absl::StrContains(text.str(), "cannot split the model over 3 tensor-parallel ranks: "
-                                            "num_attention_heads (4) is not divisible by 3"))
+  EXPECT_TRUE(absl::StrContains(text.str(),
+                                "cannot split the model over 3 tensor-parallel ranks: "
+                                "num_attention_heads (4) is not divisible by 3"))
       << text.str();
   std::filesystem::remove(log);
 }

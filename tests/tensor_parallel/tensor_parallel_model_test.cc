@@ -57,9 +57,8 @@ class TensorParallelModelTest : public ::testing::Test {
   std::string MakeModel(const std::string& name, const std::string& flags) {
     const std::string out = dir_ + "/" + name;
     const std::string command =
-        absl::StrCat(Env("PAGODA_PYTHON3", "/usr/bin/python3"), " ",
-                     Env("PAGODA_SOURCE_DIR", "."), "/scripts/make_tiny_model.py --out ", out, " ",
-                     flags, " > /dev/null");
+        absl::StrCat(Env("PAGODA_PYTHON3", "/usr/bin/python3"), " ", Env("PAGODA_SOURCE_DIR", "."),
+                     "/scripts/make_tiny_model.py --out ", out, " ", flags, " > /dev/null");
     EXPECT_EQ(std::system(command.c_str()), 0) << command;
     return out;
   }
@@ -144,12 +143,11 @@ class TensorParallelModelTest : public ::testing::Test {
       max_diff = std::max(max_diff, std::abs(static_cast<double>(actual[i]) - expected[i]));
       max_ref = std::max(max_ref, std::abs(static_cast<double>(expected[i])));
     }
-    EXPECT_LE(max_diff / max_ref, 1e-5) << what << ": max |diff| " << max_diff << ", max |ref| "
-                                        << max_ref;
+    EXPECT_LE(max_diff / max_ref, 1e-5)
+        << what << ": max |diff| " << max_diff << ", max |ref| " << max_ref;
     for (size_t row = 0; row * vocab < expected.size(); ++row) {
       auto argmax = [&](const std::vector<float>& v) {
-        return std::max_element(v.begin() + row * vocab, v.begin() + (row + 1) * vocab) -
-               v.begin();
+        return std::max_element(v.begin() + row * vocab, v.begin() + (row + 1) * vocab) - v.begin();
       };
       EXPECT_EQ(argmax(actual), argmax(expected)) << what << " row " << row << " greedy token";
     }

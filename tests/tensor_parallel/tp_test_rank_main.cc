@@ -90,9 +90,9 @@ absl::Status Run() {
   if (!communicator.ok()) return communicator.status();
   const long rss_joined = StatusKb("VmRSS");
   const long hwm_joined = StatusKb("VmHWM");
-  auto model = LlamaModel::Load(
-      absl::GetFlag(FLAGS_model), backend.get(), communicator->get(),
-      LlamaLoadOptions{.weight_dtype = *weight_dtype, .block_size = kBlockSize});
+  auto model =
+      LlamaModel::Load(absl::GetFlag(FLAGS_model), backend.get(), communicator->get(),
+                       LlamaLoadOptions{.weight_dtype = *weight_dtype, .block_size = kBlockSize});
   if (!model.ok()) return model.status();
   const long rss_after = StatusKb("VmRSS");
   const long hwm = StatusKb("VmHWM");
@@ -104,8 +104,7 @@ absl::Status Run() {
   std::vector<std::vector<int>> prompts = {{5, 17, 3, 9, 21, 2, 14, 8, 11}, {7, 1, 30, 4, 19, 6}};
   std::vector<v1::StepPlan> plans = {Step(0, prompts, {0, 0})};
   for (int d = 0; d < 3; ++d) {
-    plans.push_back(Step(1 + d, {{(13 + 5 * d) % vocab}, {(23 + 7 * d) % vocab}},
-                         {9 + d, 6 + d}));
+    plans.push_back(Step(1 + d, {{(13 + 5 * d) % vocab}, {(23 + 7 * d) % vocab}}, {9 + d, 6 + d}));
   }
   std::vector<float> all_logits;
   for (const v1::StepPlan& plan : plans) {
@@ -131,10 +130,9 @@ absl::Status Run() {
                static_cast<std::streamsize>(all_logits.size() * sizeof(float)));
   }
   std::ofstream text(out + ".txt");
-  text << "rss_before_kb " << rss_before << "\nrss_joined_kb " << rss_joined
-       << "\nhwm_joined_kb " << hwm_joined << "\nrss_after_kb " << rss_after << "\nhwm_kb " << hwm
-       << "\nweight_bytes " << (*model)->weight_bytes() << "\nbytes_per_block "
-       << shape.bytes_per_block() << "\n";
+  text << "rss_before_kb " << rss_before << "\nrss_joined_kb " << rss_joined << "\nhwm_joined_kb "
+       << hwm_joined << "\nrss_after_kb " << rss_after << "\nhwm_kb " << hwm << "\nweight_bytes "
+       << (*model)->weight_bytes() << "\nbytes_per_block " << shape.bytes_per_block() << "\n";
   return text.good() ? absl::OkStatus() : absl::InternalError("cannot write " + out + ".txt");
 }
 

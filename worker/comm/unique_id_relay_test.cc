@@ -54,18 +54,19 @@ TEST_F(UniqueIdRelayTest, EveryRankGetsRankZerosId) {
 
 TEST_F(UniqueIdRelayTest, NoPublisherTimesOutAndBadSizesAreRefused) {
   const auto start = std::chrono::steady_clock::now();
-  auto waited = ShareUniqueId(address_, 1, std::chrono::milliseconds(500), 128,
-                              []() -> absl::StatusOr<std::string> { return std::string(128, 'x'); });
+  auto waited =
+      ShareUniqueId(address_, 1, std::chrono::milliseconds(500), 128,
+                    []() -> absl::StatusOr<std::string> { return std::string(128, 'x'); });
   EXPECT_EQ(waited.status().code(), absl::StatusCode::kDeadlineExceeded) << waited.status();
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
 
-  auto short_id = ShareUniqueId(address_, 0, std::chrono::seconds(2), 128,
-                                []() -> absl::StatusOr<std::string> { return std::string(7, 'x'); });
+  auto short_id =
+      ShareUniqueId(address_, 0, std::chrono::seconds(2), 128,
+                    []() -> absl::StatusOr<std::string> { return std::string(7, 'x'); });
   EXPECT_EQ(short_id.status().code(), absl::StatusCode::kInvalidArgument);
-  auto failed = ShareUniqueId(address_, 0, std::chrono::seconds(2), 128,
-                              []() -> absl::StatusOr<std::string> {
-                                return absl::InternalError("no GPU");
-                              });
+  auto failed =
+      ShareUniqueId(address_, 0, std::chrono::seconds(2), 128,
+                    []() -> absl::StatusOr<std::string> { return absl::InternalError("no GPU"); });
   EXPECT_EQ(failed.status().code(), absl::StatusCode::kInternal);
 
   RendezvousAddress wrong = address_;
