@@ -7,6 +7,7 @@
 // "PAGODA_WORKER_PIDS <pid>,...") to stdout, so launchers that asked for
 // port 0 learn the ports.
 
+#include <arpa/inet.h>
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
@@ -241,6 +242,16 @@ absl::Status Serve() {
   if (!(collective_timeout > 0 && collective_timeout <= 600)) {
     return absl::InvalidArgumentError("--collective-timeout must be in (0, 600] seconds");
   }
+  const int rendezvous_port = absl::GetFlag(FLAGS_rendezvous_port);
+  if (rendezvous_port < 0 || rendezvous_port > 65535) {
+    return absl::InvalidArgumentError("--rendezvous-port must be in [0, 65535]");
+  }
+  if (in_addr address; inet_pton(AF_INET, absl::GetFlag(FLAGS_rendezvous_host).c_str(),
+                                 &address) != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--rendezvous-host must be an IPv4 address, got '", absl::GetFlag(FLAGS_rendezvous_host),
+        "'"));
+  }
 
   // Metrics first: a busy metrics port is found before any worker starts.
   const std::string model_name = ServedModelName(model_dir);
@@ -262,7 +273,7 @@ absl::Status Serve() {
   worker_options.restart_window = absl::Seconds(absl::GetFlag(FLAGS_worker_restart_window));
   worker_options.restart_start_timeout = absl::Seconds(absl::GetFlag(FLAGS_worker_start_timeout));
   worker_options.rendezvous_host = absl::GetFlag(FLAGS_rendezvous_host);
-  worker_options.rendezvous_port = absl::GetFlag(FLAGS_rendezvous_port);
+  worker_options.rendezvous_port = rendezvous_port;
   worker_options.collective_timeout = absl::Seconds(collective_timeout);
   std::unique_ptr<GrpcWorkerGroup> workers;
   const std::string addresses = absl::GetFlag(FLAGS_worker_addresses);

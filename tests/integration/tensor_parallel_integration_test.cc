@@ -160,6 +160,22 @@ TEST_F(TensorParallelTest, IndivisibleHeadCountsAreRefusedAtStartInOneLine) {
                                 "num_attention_heads (4) is not divisible by 3"))
       << text.str();
   std::filesystem::remove(log);
+
+  // Bad group flags are refused before any worker starts, naming the flag.
+  for (const auto& [flag, message] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"--rendezvous-host=foo", "--rendezvous-host must be an IPv4 address"},
+           {"--rendezvous-port=99999", "--rendezvous-port must be in [0, 65535]"},
+           {"--collective-timeout=0", "--collective-timeout must be in (0, 600]"},
+           {"--tensor-parallel-size=65", "--tensor-parallel-size 65 is over the limit"}}) {
+    auto refused = RunCommand(absl::StrCat(PAGODA_SERVER_BINARY, " --model=", *model_dir_,
+                                           " --tensor-parallel-size=2 --port=0 ", flag, " 2>&1",
+                                           "; echo exit=$?"));
+    ASSERT_TRUE(refused.ok()) << refused.status();
+    EXPECT_TRUE(absl::StrContains(*refused, "exit=1")) << flag << ": " << *refused;
+    EXPECT_TRUE(absl::StrContains(*refused, message)) << flag << ": " << *refused;
+    EXPECT_FALSE(absl::StrContains(*refused, "PAGODA_WORKER_PIDS")) << flag;
+  }
 }
 
 TEST_F(TensorParallelTest, KilledRankEndsRequestsUnavailableWithoutHanging) {
