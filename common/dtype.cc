@@ -153,8 +153,9 @@ absl::StatusOr<std::optional<DType>> ParseKvCacheDTypeFlag(std::string_view valu
   if (value == "float32") return std::optional<DType>(DType::kF32);
   if (value == "float16") return std::optional<DType>(DType::kF16);
   if (value == "bfloat16") return std::optional<DType>(DType::kBF16);
-  return absl::InvalidArgumentError(absl::StrCat("unknown kv cache dtype \"", std::string(value),
-                                                 "\" (accepted: auto, float32, bfloat16, float16)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown kv cache dtype \"", std::string(value),
+                   "\" (accepted: auto, float32, bfloat16, float16)"));
 }
 
 }  // namespace pagoda

@@ -185,6 +185,22 @@ TEST(DTypeFlagTest, ParsesVllmSpellings) {
   EXPECT_NE(bad.status().message().find("bfloat16"), std::string_view::npos);
 }
 
+TEST(DTypeFlagTest, KvCacheFlagTakesExactlyVllmsNames) {
+  EXPECT_EQ(*ParseKvCacheDTypeFlag("auto"), std::nullopt);
+  EXPECT_EQ(*ParseKvCacheDTypeFlag(""), std::nullopt);
+  EXPECT_EQ(*ParseKvCacheDTypeFlag("float32"), DType::kF32);
+  EXPECT_EQ(*ParseKvCacheDTypeFlag("float16"), DType::kF16);
+  EXPECT_EQ(*ParseKvCacheDTypeFlag("bfloat16"), DType::kBF16);
+  for (const char* bad_value : {"fp8", "half", "float", "Auto", "bfloat16 "}) {
+    const auto bad = ParseKvCacheDTypeFlag(bad_value);
+    ASSERT_FALSE(bad.ok()) << bad_value;
+    EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(bad.status().message().find("accepted: auto, float32, bfloat16, float16"),
+              std::string_view::npos)
+        << bad.status();
+  }
+}
+
 TEST(DTypeFlagTest, ConvertFromFloatRoundsLikeTheScalarConversions) {
   const float values[] = {0.0f, -1.5f, 3.14159265f, 65504.0f, 1e-8f, -2.71828f};
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {

@@ -27,6 +27,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "common/dtype.h"
 #include "common/flags.h"
 #include "absl/flags/usage.h"
 #include "absl/status/statusor.h"
@@ -92,6 +93,9 @@ ABSL_FLAG(int, num_gpu_blocks_override, 0,
           "Use this many KV blocks instead of profiling; 0 = off.");
 ABSL_FLAG(std::string, dtype, "auto",
           "Weight dtype: auto (the checkpoint's), float32, float16 or bfloat16.");
+ABSL_FLAG(std::string, kv_cache_dtype, "auto",
+          "KV cache dtype: auto (float32 on cpu, the compute dtype on cuda), float32, "
+          "bfloat16 or float16. 2-byte dtypes hold twice the blocks in the same memory.");
 ABSL_FLAG(int, cpu_threads, 0, "Threads of the CPU worker; 0 = every CPU it may use.");
 ABSL_FLAG(double, cpu_kv_cache_space, 0.5, "GiB of memory for KV blocks on the cpu device.");
 ABSL_FLAG(double, swap_space, 0, "GiB of CPU swap space per worker for preempted KV blocks.");
@@ -181,6 +185,12 @@ absl::Status ValidateEarly(const std::string& model_dir) {
   if (metrics_port < -1 || metrics_port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--metrics-port: expected 0 (off), -1 (any) or 1..65535, got ", metrics_port));
+  }
+  if (auto dtype = ParseDTypeFlag(absl::GetFlag(FLAGS_dtype)); !dtype.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--dtype: ", dtype.status().message()));
+  }
+  if (auto kv = ParseKvCacheDTypeFlag(absl::GetFlag(FLAGS_kv_cache_dtype)); !kv.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--kv-cache-dtype: ", kv.status().message()));
   }
   return absl::OkStatus();
 }
@@ -323,6 +333,7 @@ absl::Status Serve() {
   load.set_max_num_batched_tokens(max_num_batched_tokens);
   load.set_max_num_seqs(absl::GetFlag(FLAGS_max_num_seqs));
   load.set_dtype(absl::GetFlag(FLAGS_dtype));
+  load.set_kv_cache_dtype(absl::GetFlag(FLAGS_kv_cache_dtype));
   load.set_cpu_threads(absl::GetFlag(FLAGS_cpu_threads));
   absl::StatusOr<pagoda::worker::v1::LoadModelResponse> loaded = workers->LoadModel(load);
   if (!loaded.ok()) return loaded.status();

@@ -92,10 +92,10 @@ using BlockPair = ::pagoda::kernels::BlockPair;
 // to LaunchTokenSampling as they are.
 struct SamplingBatch {
   int num_rows = 0;
-  const float* temperatures = nullptr;     // < 1e-5: greedy.
-  const int32_t* top_k = nullptr;          // <= 0 or >= vocab: off.
-  const float* top_p = nullptr;            // <= 0 or >= 1: off.
-  const uint64_t* seeds = nullptr;         // Read by non-greedy rows only.
+  const float* temperatures = nullptr;       // < 1e-5: greedy.
+  const int32_t* top_k = nullptr;            // <= 0 or >= vocab: off.
+  const float* top_p = nullptr;              // <= 0 or >= 1: off.
+  const uint64_t* seeds = nullptr;           // Read by non-greedy rows only.
   const uint64_t* sample_indices = nullptr;  // Which draw of its sequence.
   // Top logprobs computed for every row: the largest any row asked for, in
   // [0, kMaxTopLogprobs] (the runner keeps each row's own count).
@@ -111,11 +111,11 @@ struct SamplingBatch {
 // for positions and slots (rotary_embedding.h, cache_ops.h).
 struct StepBatch {
   // Backend memory.
-  const int32_t* token_ids = nullptr;       // [num_tokens]
-  const int64_t* positions = nullptr;       // [num_tokens]
-  const int64_t* slot_mapping = nullptr;    // [num_tokens]; slot = block * block_size + offset
-  const int32_t* query_start = nullptr;     // [num_seqs + 1], ascending, [0] = 0
-  const int32_t* context_lens = nullptr;    // [num_seqs]
+  const int32_t* token_ids = nullptr;     // [num_tokens]
+  const int64_t* positions = nullptr;     // [num_tokens]
+  const int64_t* slot_mapping = nullptr;  // [num_tokens]; slot = block * block_size + offset
+  const int32_t* query_start = nullptr;   // [num_seqs + 1], ascending, [0] = 0
+  const int32_t* context_lens = nullptr;  // [num_seqs]
   // [num_seqs, max_blocks_per_seq] physical block ids, row-major; only the
   // first ceil(context_lens[s] / block_size) entries of a row are read.
   const int32_t* block_tables = nullptr;
@@ -154,9 +154,9 @@ struct PagedAttentionParams {
   const void* query = nullptr;
   void* output = nullptr;
   KvCacheLayer cache;
-  int num_heads = 0;     // num_kv_heads divides it (GQA): query head h reads
-                         // kv head h / (num_heads / num_kv_heads).
-  float scale = 1.0f;    // Usually 1 / sqrt(head_dim).
+  int num_heads = 0;   // num_kv_heads divides it (GQA): query head h reads
+                       // kv head h / (num_heads / num_kv_heads).
+  float scale = 1.0f;  // Usually 1 / sqrt(head_dim).
   const StepBatch* batch = nullptr;
 };
 
@@ -177,10 +177,10 @@ struct RopeTable {
 // What Sample returns, in host memory. Vectors are resized by Sample (reuse
 // one SampleResults across steps and they stop allocating).
 struct SampleResults {
-  std::vector<int32_t> token_ids;  // [num_rows]
-  std::vector<float> logprobs;     // [num_rows]: the sampled token's
-  int num_logprobs = 0;            // Columns of the two below.
-  std::vector<int32_t> top_ids;    // [num_rows, num_logprobs]
+  std::vector<int32_t> token_ids;   // [num_rows]
+  std::vector<float> logprobs;      // [num_rows]: the sampled token's
+  int num_logprobs = 0;             // Columns of the two below.
+  std::vector<int32_t> top_ids;     // [num_rows, num_logprobs]
   std::vector<float> top_logprobs;  // [num_rows, num_logprobs]
 };
 

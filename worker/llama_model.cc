@@ -156,7 +156,11 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::string& 
   }
   model->BuildRopeTable();
   const int max_seqs = std::max(1, options.max_num_seqs);
-  const int64_t max_context = std::max(1, model->config().max_position_embeddings);
+  // Block tables are reserved for contexts up to the rope table's bound, so a
+  // config claiming a huge context does not reserve memory no request uses
+  // (a longer step grows the workspace once).
+  const int64_t max_context =
+      std::clamp(model->config().max_position_embeddings, 1, kMaxRopeTablePositions);
   const int64_t block_size = std::max(1, options.block_size);
   model->ReserveWorkspace(StepBatchCapacity{
       .tokens = std::max(1, options.max_num_batched_tokens),
@@ -248,8 +252,7 @@ void LlamaModel::ReserveWorkspace(const StepBatchCapacity& capacity) {
   const size_t q_dim = static_cast<size_t>(config_.num_attention_heads) * config_.head_dim;
   const size_t kv_dim = static_cast<size_t>(config_.num_key_value_heads) * config_.head_dim;
   const size_t inter = config_.intermediate_size;
-  const size_t activations =
-      t * (3 * hidden + 2 * q_dim + 2 * kv_dim + 3 * inter) + rows * hidden;
+  const size_t activations = t * (3 * hidden + 2 * q_dim + 2 * kv_dim + 3 * inter) + rows * hidden;
   const size_t bytes = activations * DTypeSize(backend_->activation_dtype()) +
                        rows * config_.vocab_size * sizeof(float) +
                        StepBatchUploader::RegionBytes(capacity);

@@ -36,8 +36,8 @@ struct LlamaLoadOptions {
 // What one forward pass leaves for sampling, in backend memory (the model's
 // workspace): valid until the next Forward.
 struct ForwardOutput {
-  Tensor logits;            // [num_logits_rows, vocab_size] f32
-  SamplingBatch sampling;   // One entry per logits row.
+  Tensor logits;           // [num_logits_rows, vocab_size] f32
+  SamplingBatch sampling;  // One entry per logits row.
 };
 
 // A Llama-family decoder (LlamaForCausalLM, Qwen2ForCausalLM) written against

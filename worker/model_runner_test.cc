@@ -176,6 +176,32 @@ TEST_F(ModelRunnerTest, LoadModelBoundsDTypeThreadsAndWorkspace) {
   bad = LoadRequest();
   bad.set_max_num_seqs(-3);
   EXPECT_EQ(runner->LoadModel(bad).status().code(), absl::StatusCode::kInvalidArgument);
+  for (const char* kv : {"fp8", "half", "float", "BF16"}) {
+    bad = LoadRequest();
+    bad.set_kv_cache_dtype(kv);
+    status = runner->LoadModel(bad).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << kv;
+    EXPECT_NE(status.message().find("kv cache dtype"), std::string::npos) << status;
+  }
+}
+
+// A 2-byte KV cache halves bytes_per_block, so the same memory holds twice
+// the blocks; "auto" on CPU is f32.
+TEST_F(ModelRunnerTest, KvCacheDTypeSetsBytesPerBlock) {
+  auto blocks = [&](const std::string& kv) -> std::pair<int64_t, int> {
+    auto runner = CreateCpuModelRunner();
+    LoadModelRequest load = LoadRequest();
+    load.set_kv_cache_dtype(kv);
+    auto response = runner->LoadModel(load);
+    EXPECT_TRUE(response.ok()) << response.status();
+    return response.ok() ? std::pair{response->bytes_per_block(), response->num_gpu_blocks()}
+                         : std::pair<int64_t, int>{0, 0};
+  };
+  EXPECT_EQ(blocks(""), std::pair(kBytesPerBlock, 20));
+  EXPECT_EQ(blocks("auto"), std::pair(kBytesPerBlock, 20));
+  EXPECT_EQ(blocks("float32"), std::pair(kBytesPerBlock, 20));
+  EXPECT_EQ(blocks("bfloat16"), std::pair(kBytesPerBlock / 2, 40));
+  EXPECT_EQ(blocks("float16"), std::pair(kBytesPerBlock / 2, 40));
 }
 
 // Weights forced to bf16 on three threads decode the same greedy tokens as
@@ -183,11 +209,12 @@ TEST_F(ModelRunnerTest, LoadModelBoundsDTypeThreadsAndWorkspace) {
 // maker's initialisation); a different dtype or thread count is not a
 // different model.
 TEST_F(ModelRunnerTest, DTypeAndThreadCountKeepGreedyTokens) {
-  auto greedy = [&](const std::string& dtype, int threads) {
+  auto greedy = [&](const std::string& dtype, int threads, const std::string& kv = "auto") {
     auto runner = CreateCpuModelRunner();
     LoadModelRequest load = LoadRequest();
     load.set_dtype(dtype);
     load.set_cpu_threads(threads);
+    load.set_kv_cache_dtype(kv);
     EXPECT_TRUE(runner->LoadModel(load).ok());
     InitCacheRequest init;
     init.set_num_gpu_blocks(kGpuBlocks);
@@ -207,6 +234,9 @@ TEST_F(ModelRunnerTest, DTypeAndThreadCountKeepGreedyTokens) {
   EXPECT_EQ(greedy("auto", 3), f32);
   EXPECT_EQ(greedy("bfloat16", 3), f32);
   EXPECT_EQ(greedy("float16", 2), f32);
+  // So does a 16-bit KV cache (the prompt's second block is read from it).
+  EXPECT_EQ(greedy("float32", 2, "bfloat16"), f32);
+  EXPECT_EQ(greedy("bfloat16", 1, "float16"), f32);
 }
 
 TEST_F(ModelRunnerTest, MissingOrMisshapedWeightsNameTheTensor) {
@@ -379,6 +409,29 @@ TEST_F(ModelRunnerTest, SeededSamplingIndependentOfBatch) {
   EXPECT_EQ(many.tokens(2).seq_id(), 1);
   EXPECT_EQ(many.tokens(2).token_id(), single.tokens(0).token_id());
   EXPECT_NEAR(many.tokens(2).logprob(), single.tokens(0).logprob(), 1e-5);
+}
+
+// Sampling runs once for the whole step, computing the most top logprobs any
+// row asked for; each token still carries exactly its own count.
+TEST_F(ModelRunnerTest, EachTokenGetsTheTopLogprobsItAskedFor) {
+  auto runner = ReadyRunner();
+  std::vector<SequenceStep> steps = {Step(1, kPrompt, 0, {0, 1}), Step(2, {8, 8}, 0, {6}),
+                                     Step(3, {1}, 0, {7})};
+  const int asked[] = {0, 5, 2};
+  for (int i = 0; i < 3; ++i) steps[i].mutable_sampling()->set_num_logprobs(asked[i]);
+  const StepResult result = MustRun(*runner, Plan(std::move(steps)));
+  ASSERT_EQ(result.tokens_size(), 3);
+  for (int i = 0; i < 3; ++i) {
+    const auto& token = result.tokens(i);
+    ASSERT_EQ(token.top_size(), asked[i]) << "sequence " << token.seq_id();
+    for (int j = 1; j < token.top_size(); ++j) {
+      EXPECT_GE(token.top(j - 1).logprob(), token.top(j).logprob());
+    }
+    if (token.top_size() > 0) {
+      EXPECT_EQ(token.top(0).token_id(), token.token_id());  // Greedy.
+      EXPECT_EQ(token.top(0).logprob(), token.logprob());
+    }
+  }
 }
 
 }  // namespace

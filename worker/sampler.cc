@@ -64,35 +64,54 @@ uint32_t TopPThreshold(absl::Span<const float> logits, uint32_t min_key, float m
   }
   uint64_t target = static_cast<uint64_t>(std::ceil(static_cast<double>(top_p) * kept_mass));
   target = std::clamp<uint64_t>(target, 1, kept_mass);
-  std::sort(kept.begin(), kept.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  // Walk the tokens in descending key order, sorting only as far as the walk
+  // goes: the mass is usually in the first few hundred of a large vocabulary.
+  auto higher = [](const auto& a, const auto& b) { return a.first > b.first; };
   uint64_t cumulative = 0;
-  for (const auto& [key, mass] : kept) {
-    cumulative += mass;
-    if (cumulative >= target) return key;
+  for (size_t begin = 0, chunk = 256; begin < kept.size(); begin += chunk, chunk *= 4) {
+    const auto first = kept.begin() + begin;
+    const auto last = kept.begin() + std::min(kept.size(), begin + chunk);
+    std::nth_element(first, last - 1, kept.end(), higher);  // [first, last) are the next largest.
+    std::sort(first, last, higher);
+    for (auto it = first; it != last; ++it) {
+      cumulative += it->second;
+      if (cumulative >= target) return it->first;
+    }
   }
   return min_key;  // Unreachable: target <= kept_mass.
 }
 
+// The largest Gumbel noise UniformOpen01 can give: u <= 1 - 2^-24, so
+// -log(-log(u)) <= 16.64. A token whose (x - max) / T + kMaxGumbel is below
+// the best score so far cannot win, and needs no noise drawn.
+constexpr float kMaxGumbel = 17.0f;
+
 // Gumbel-max over the tokens at or above `threshold`: the argmax of
 // (x - max) / T + Gumbel noise, the noise of token i from Philox stream
-// (seed, sample_index) at counter i / 4, lane i % 4. Lowest id on ties.
-int32_t GumbelMaxDraw(absl::Span<const float> logits, uint32_t threshold, float max_logit,
-                      float inv_t, uint64_t seed, uint64_t sample_index) {
+// (seed, sample_index) at counter i / 4, lane i % 4; lowest id on ties.
+// REQUIRES: logits[argmax] = max_logit, a survivor.
+int32_t GumbelMaxDraw(absl::Span<const float> logits, int32_t argmax, uint32_t threshold,
+                      float max_logit, float inv_t, uint64_t seed, uint64_t sample_index) {
   const size_t vocab = logits.size();
-  float best_score = -INFINITY;
-  int32_t best_id = static_cast<int32_t>(vocab);
-  for (size_t base = 0; base < vocab; base += 4) {
-    const Philox4x32Block draws = PhiloxDraws(seed, sample_index, base / 4);
-    for (size_t e = 0; e < 4 && base + e < vocab; ++e) {
-      const float x = LoadLogit(logits[base + e]);
-      if (OrderedKey(x) < threshold || x == -INFINITY) continue;
-      const float gumbel = -std::log(-std::log(UniformOpen01(draws.v[e])));
-      // fma, as nvcc contracts the device's (x - max) * inv_t + gumbel.
-      const float score = std::fma(x - max_logit, inv_t, gumbel);
-      if (score > best_score) {
-        best_score = score;
-        best_id = static_cast<int32_t>(base + e);
-      }
+  auto noise = [&](size_t i) {
+    const Philox4x32Block draws = PhiloxDraws(seed, sample_index, i / 4);
+    return -std::log(-std::log(UniformOpen01(draws.v[i % 4])));
+  };
+  // fma, as nvcc contracts the device's (x - max) * inv_t + gumbel.
+  auto score_of = [&](float x, float gumbel) { return std::fma(x - max_logit, inv_t, gumbel); };
+  // Start from the argmax token's score: a bound most tokens cannot reach.
+  float best_score = score_of(max_logit, noise(argmax));
+  int32_t best_id = argmax;
+  for (size_t i = 0; i < vocab; ++i) {
+    const float x = LoadLogit(logits[i]);
+    if (OrderedKey(x) < threshold || x == -INFINITY) continue;
+    // Rounding is monotone, so this bounds the token's score from above.
+    if (score_of(x, kMaxGumbel) < best_score) continue;
+    const float score = score_of(x, noise(i));
+    const int32_t id = static_cast<int32_t>(i);
+    if (score > best_score || (score == best_score && id < best_id)) {
+      best_score = score;
+      best_id = id;
     }
   }
   return best_id;
@@ -120,7 +139,8 @@ void SampleRow(absl::Span<const float> logits, const RowSamplingParams& params,
     if (params.top_p > 0.0f && params.top_p < 1.0f) {
       threshold = TopPThreshold(logits, threshold, max_logit, inv_t, params.top_p);
     }
-    chosen = GumbelMaxDraw(logits, threshold, max_logit, inv_t, params.seed, params.sample_index);
+    chosen = GumbelMaxDraw(logits, argmax, threshold, max_logit, inv_t, params.seed,
+                           params.sample_index);
   }
   const double log_normalizer = LogSumExp(logits, max_logit);
   *out.token_id = chosen;

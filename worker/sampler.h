@@ -18,11 +18,11 @@ inline constexpr float kGreedyTemperature = 1e-5f;
 // One row of a SamplingBatch, on the host.
 struct RowSamplingParams {
   float temperature = 0.0f;
-  int32_t top_k = 0;      // <= 0 or >= vocab: off.
-  float top_p = 1.0f;     // <= 0 or >= 1: off.
+  int32_t top_k = 0;   // <= 0 or >= vocab: off.
+  float top_p = 1.0f;  // <= 0 or >= 1: off.
   uint64_t seed = 0;
   uint64_t sample_index = 0;
-  int num_logprobs = 0;   // In [0, kMaxTopLogprobs].
+  int num_logprobs = 0;  // In [0, kMaxTopLogprobs].
 };
 
 // Where one row's results go (host memory). top_ids and top_logprobs hold

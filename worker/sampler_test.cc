@@ -1,26 +1,57 @@
+// The host sampler: the one rule shared with kernels/ops/sampling.h (greedy,
+// top-k and top-p with boundary ties kept, a Gumbel-max draw keyed by
+// Philox4x32-10 on (seed, sample_index) counted by token id), its
+// distribution, and the raw log-softmax logprobs.
+
 #include "worker/sampler.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
+#include <random>
 #include <set>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/ops/philox.h"
 
 namespace pagoda::worker {
 namespace {
 
-using pagoda::worker::v1::SamplingOptions;
+struct Sampled {
+  int32_t token = -1;
+  float logprob = 0.0f;
+  std::vector<int32_t> top_ids;
+  std::vector<float> top_logprobs;
+};
 
-SamplingOptions Options(float temperature, int top_k = 0, float top_p = 1.0f, uint64_t seed = 0,
-                        int num_logprobs = 0) {
-  SamplingOptions options;
-  options.set_temperature(temperature);
-  options.set_top_k(top_k);
-  options.set_top_p(top_p);
-  options.set_seed(seed);
-  options.set_num_logprobs(num_logprobs);
-  return options;
+RowSamplingParams Params(float temperature, int top_k = 0, float top_p = 1.0f, uint64_t seed = 0,
+                         int num_logprobs = 0) {
+  return RowSamplingParams{.temperature = temperature,
+                           .top_k = top_k,
+                           .top_p = top_p,
+                           .seed = seed,
+                           .sample_index = 0,
+                           .num_logprobs = num_logprobs};
+}
+
+Sampled Sample(const std::vector<float>& logits, RowSamplingParams params, uint64_t index) {
+  params.sample_index = index;
+  Sampled out;
+  const int count = std::min<int>(params.num_logprobs, static_cast<int>(logits.size()));
+  out.top_ids.assign(count, -1);
+  out.top_logprobs.assign(count, 0.0f);
+  SampleRow(logits, params,
+            RowSampleOutput{.token_id = &out.token,
+                            .logprob = &out.logprob,
+                            .top_ids = absl::MakeSpan(out.top_ids),
+                            .top_logprobs = absl::MakeSpan(out.top_logprobs)});
+  return out;
+}
+
+int32_t Token(const std::vector<float>& logits, const RowSamplingParams& params,
+              uint64_t index = 0) {
+  return Sample(logits, params, index).token;
 }
 
 // Logits whose softmax is exactly `probs` (up to float rounding).
@@ -40,12 +71,22 @@ std::vector<double> LogSoftmax(const std::vector<float>& logits) {
   return out;
 }
 
-// Counts of each token over `draws` samples (sample_index 0..draws-1).
-std::map<int, int> Histogram(const std::vector<float>& logits, const SamplingOptions& options,
-                             int draws) {
+// Counts of each token over `draws` samples: sample_index 0..draws-1 under
+// one seed, or (for `vary_seed`) seeds 1..draws at index 0.
+std::map<int, int> Histogram(const std::vector<float>& logits, RowSamplingParams params, int draws,
+                             bool vary_seed = false) {
   std::map<int, int> counts;
-  for (int i = 0; i < draws; ++i) ++counts[SampleToken(logits, options, i).token_id()];
+  for (int i = 0; i < draws; ++i) {
+    if (vary_seed) params.seed = static_cast<uint64_t>(i) + 1;
+    ++counts[Token(logits, params, vary_seed ? 0 : i)];
+  }
   return counts;
+}
+
+std::set<int> Drawn(const std::vector<float>& logits, const RowSamplingParams& params, int draws) {
+  std::set<int> tokens;
+  for (const auto& [token, count] : Histogram(logits, params, draws)) tokens.insert(token);
+  return tokens;
 }
 
 // Pearson chi-square of `counts` against `expected` probabilities.
@@ -64,71 +105,122 @@ double ChiSquare(const std::map<int, int>& counts, const std::vector<double>& ex
   return chi;
 }
 
-TEST(SamplerTest, GreedyPicksArgmaxLowestIdOnTies) {
-  EXPECT_EQ(SampleToken({0.1f, 2.0f, -1.0f, 1.9f}, Options(0.0f), 0).token_id(), 1);
-  EXPECT_EQ(SampleToken({1.0f, 3.0f, 3.0f, 3.0f}, Options(0.0f), 5).token_id(), 1);
-  EXPECT_EQ(SampleToken({4.0f, 4.0f}, Options(5e-6f, 0, 1.0f, 77), 9).token_id(), 0);
+TEST(SamplerTest, GreedyPicksArgmaxLowestIdOnTiesAndNanIsMinusInfinity) {
+  EXPECT_EQ(Token({0.1f, 2.0f, -1.0f, 1.9f}, Params(0.0f)), 1);
+  EXPECT_EQ(Token({1.0f, 3.0f, 3.0f, 3.0f}, Params(0.0f), 5), 1);
+  EXPECT_EQ(Token({4.0f, 4.0f}, Params(5e-6f, 0, 1.0f, 77), 9), 0);
+  EXPECT_EQ(Token({NAN, -1.0f, 0.5f}, Params(0.0f)), 2);
+  // NaN never wins a draw either.
+  for (uint64_t index = 0; index < 50; ++index) {
+    EXPECT_EQ(Token({NAN, 0.0f, NAN}, Params(1.0f, 0, 1.0f, 3), index), 1);
+  }
+}
+
+// The draw is exactly the CUDA kernel's: the argmax over tokens of
+// (x - max) / T + Gumbel(u_i), u_i = UniformOpen01 of lane i % 4 of Philox
+// block i / 4 of stream (seed, sample_index). Recomputed here in double; the
+// logits are spread so no two scores are within rounding of each other.
+// The Gumbel-max token recomputed in double over every token (no pruning),
+// or -1 when the two best scores are within float rounding of each other.
+int ReferenceGumbelMax(const std::vector<float>& logits, float temperature, uint64_t seed,
+                       uint64_t index) {
+  const double max_logit = *std::max_element(logits.begin(), logits.end());
+  double best = -INFINITY, runner_up = -INFINITY;
+  int best_id = -1;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const auto draws = kernels::PhiloxDraws(seed, index, i / 4);
+    const double u = kernels::UniformOpen01(draws.v[i % 4]);
+    const double score = (logits[i] - max_logit) / temperature - std::log(-std::log(u));
+    if (score > best) {
+      runner_up = best;
+      best = score;
+      best_id = static_cast<int>(i);
+    } else {
+      runner_up = std::max(runner_up, score);
+    }
+  }
+  return best - runner_up < 1e-4 * std::max(1.0, std::abs(best)) ? -1 : best_id;
+}
+
+// The draw is exactly the CUDA kernel's: the argmax over tokens of
+// (x - max) / T + Gumbel(u_i), u_i = UniformOpen01 of lane i % 4 of Philox
+// block i / 4 of stream (seed, sample_index). On a small row of close logits
+// and on a large spread row, where the sampler skips the tokens that cannot
+// win, both against the plain recomputation.
+TEST(SamplerTest, DrawIsGumbelMaxOverPhiloxCountedByTokenId) {
+  std::vector<float> spread(5003);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 4.0f);
+  for (float& x : spread) x = normal(rng);
+  const std::vector<std::pair<std::vector<float>, float>> rows = {
+      {{0.3f, -0.7f, 1.1f, 0.9f, 0.0f, 1.4f, -2.0f, 0.6f, 0.25f}, 0.8f},
+      {spread, 1.0f},
+      {spread, 2.5f}};
+  int checked = 0;
+  for (const auto& [logits, temperature] : rows) {
+    for (uint64_t seed : {1ull, 99ull, 0xdeadbeefcafeull}) {
+      for (uint64_t index = 0; index < 40; ++index) {
+        const int want = ReferenceGumbelMax(logits, temperature, seed, index);
+        if (want < 0) continue;  // A near-tie: float may order it either way.
+        EXPECT_EQ(Token(logits, Params(temperature, 0, 1.0f, seed), index), want)
+            << "vocab " << logits.size() << " T " << temperature << " seed " << seed << " index "
+            << index;
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, 300);
 }
 
 TEST(SamplerTest, SameSeedAndIndexGiveSameTokenOtherIndexesVary) {
   const std::vector<float> logits = LogitsFor({0.2, 0.2, 0.2, 0.2, 0.2});
-  const SamplingOptions options = Options(1.0f, 0, 1.0f, 1234);
+  const RowSamplingParams params = Params(1.0f, 0, 1.0f, 1234);
   std::set<int> seen;
   for (int index = 0; index < 50; ++index) {
-    const int first = SampleToken(logits, options, index).token_id();
-    EXPECT_EQ(SampleToken(logits, options, index).token_id(), first);
+    const int first = Token(logits, params, index);
+    EXPECT_EQ(Token(logits, params, index), first);
     seen.insert(first);
   }
   EXPECT_EQ(seen.size(), 5u);  // 50 uniform draws over 5 tokens hit all (fixed seed).
   // Another seed gives a different sequence of draws.
   int differing = 0;
   for (int index = 0; index < 50; ++index) {
-    differing += SampleToken(logits, options, index).token_id() !=
-                 SampleToken(logits, Options(1.0f, 0, 1.0f, 1235), index).token_id();
+    differing += Token(logits, params, index) != Token(logits, Params(1.0f, 0, 1.0f, 1235), index);
   }
   EXPECT_GT(differing, 20);
 }
 
-TEST(SamplerTest, UniformIsInUnitIntervalAndCentred) {
-  double sum = 0.0;
-  const int n = 100000;
-  for (int i = 0; i < n; ++i) {
-    const double u = UniformForSample(42, i);
-    ASSERT_GE(u, 0.0);
-    ASSERT_LT(u, 1.0);
-    sum += u;
-  }
-  EXPECT_NEAR(sum / n, 0.5, 0.005);
-  EXPECT_NE(UniformForSample(1, 0), UniformForSample(0, 1));
-}
-
-TEST(SamplerTest, TopKNeverLeavesTheTopK) {
+TEST(SamplerTest, TopKNeverLeavesTheTopKAndKeepsTiesAtTheKth) {
   const std::vector<float> logits = {0.5f, 2.0f, -1.0f, 1.5f, 0.9f, 1.8f, -3.0f};
-  const std::set<int> top3 = {1, 5, 3};
   for (uint64_t seed : {1u, 2u, 3u}) {
-    const auto counts = Histogram(logits, Options(2.0f, 3, 1.0f, seed), 3000);
-    std::set<int> drawn;
-    for (const auto& [token, count] : counts) drawn.insert(token);
-    EXPECT_EQ(drawn, top3);
+    EXPECT_EQ(Drawn(logits, Params(2.0f, 3, 1.0f, seed), 3000), (std::set<int>{1, 5, 3}));
   }
   // top_k = 1 is greedy whatever the temperature.
-  EXPECT_EQ(Histogram(logits, Options(10.0f, 1, 1.0f, 9), 200).size(), 1u);
+  EXPECT_EQ(Drawn(logits, Params(10.0f, 1, 1.0f, 9), 200), (std::set<int>{1}));
+  // Two tokens tie at the 2nd largest logit: top_k = 2 keeps all three.
+  const std::vector<float> tied = {1.0f, 3.0f, 2.0f, 2.0f, 0.0f};
+  EXPECT_EQ(Drawn(tied, Params(1.0f, 2, 1.0f, 4), 3000), (std::set<int>{1, 2, 3}));
 }
 
-TEST(SamplerTest, TopPKeepsSmallestSetReachingP) {
+TEST(SamplerTest, TopPKeepsSmallestSetReachingPWithBoundaryTies) {
   const std::vector<float> logits = LogitsFor({0.05, 0.5, 0.15, 0.3});
-  auto drawn = [&](float top_p) {
-    std::set<int> tokens;
-    for (const auto& [token, count] : Histogram(logits, Options(1.0f, 0, top_p, 11), 4000)) {
-      tokens.insert(token);
-    }
-    return tokens;
-  };
-  EXPECT_EQ(drawn(0.45f), (std::set<int>{1}));
-  EXPECT_EQ(drawn(0.75f), (std::set<int>{1, 3}));
-  EXPECT_EQ(drawn(0.9f), (std::set<int>{1, 3, 2}));
-  EXPECT_EQ(drawn(0.99f), (std::set<int>{0, 1, 2, 3}));
-  EXPECT_EQ(drawn(1e-6f), (std::set<int>{1}));  // Always at least one token.
+  EXPECT_EQ(Drawn(logits, Params(1.0f, 0, 0.45f, 11), 4000), (std::set<int>{1}));
+  EXPECT_EQ(Drawn(logits, Params(1.0f, 0, 0.75f, 11), 4000), (std::set<int>{1, 3}));
+  EXPECT_EQ(Drawn(logits, Params(1.0f, 0, 0.9f, 11), 4000), (std::set<int>{1, 3, 2}));
+  EXPECT_EQ(Drawn(logits, Params(1.0f, 0, 0.99f, 11), 4000), (std::set<int>{0, 1, 2, 3}));
+  EXPECT_EQ(Drawn(logits, Params(1.0f, 0, 1e-6f, 11), 4000), (std::set<int>{1}));  // >= 1 token.
+  // Masses e^2 : e : e : 1. Token 0 holds 0.53; 0.6 is reached inside the
+  // tie at logit 1, so both tied tokens stay.
+  const std::vector<float> tied = {2.0f, 1.0f, 1.0f, 0.0f};
+  EXPECT_EQ(Drawn(tied, Params(1.0f, 0, 0.6f, 8), 4000), (std::set<int>{0, 1, 2}));
+}
+
+TEST(SamplerTest, TopPRenormalisesOverTheTopKSurvivors) {
+  const std::vector<float> logits = LogitsFor({0.4, 0.3, 0.2, 0.1});
+  // Alone, top_p 0.55 needs tokens 0 and 1 (0.4 < 0.55 <= 0.7).
+  EXPECT_EQ(Drawn(logits, Params(1.0f, 0, 0.55f, 6), 3000), (std::set<int>{0, 1}));
+  // After top_k = 2, token 0 holds 0.4 / 0.7 = 0.57 >= 0.55 of the mass.
+  EXPECT_EQ(Drawn(logits, Params(1.0f, 2, 0.55f, 6), 3000), (std::set<int>{0}));
 }
 
 TEST(SamplerTest, SampledDistributionPassesChiSquare) {
@@ -138,7 +230,10 @@ TEST(SamplerTest, SampledDistributionPassesChiSquare) {
   const std::vector<double> probs = {0.1, 0.4, 0.05, 0.25, 0.2};
   const std::vector<float> logits = LogitsFor(probs);
   const int draws = 20000;
-  EXPECT_LT(ChiSquare(Histogram(logits, Options(1.0f, 0, 1.0f, 2024), draws), probs, draws),
+  // Over sample indexes of one seed, and over seeds at one index.
+  EXPECT_LT(ChiSquare(Histogram(logits, Params(1.0f, 0, 1.0f, 2024), draws), probs, draws),
+            kCritical4);
+  EXPECT_LT(ChiSquare(Histogram(logits, Params(1.0f), draws, /*vary_seed=*/true), probs, draws),
             kCritical4);
 
   // Temperature 0.5 squares the probabilities (then renormalises).
@@ -146,35 +241,41 @@ TEST(SamplerTest, SampledDistributionPassesChiSquare) {
   double total = 0.0;
   for (double p : probs) total += p * p;
   for (double p : probs) sharpened.push_back(p * p / total);
-  EXPECT_LT(ChiSquare(Histogram(logits, Options(0.5f, 0, 1.0f, 7), draws), sharpened, draws),
+  EXPECT_LT(ChiSquare(Histogram(logits, Params(0.5f, 0, 1.0f, 7), draws), sharpened, draws),
             kCritical4);
 
   // top_k = 4 drops token 2 and renormalises the rest.
   std::vector<double> truncated = probs;
   truncated[2] = 0.0;
   for (double& p : truncated) p /= 0.95;
-  EXPECT_LT(ChiSquare(Histogram(logits, Options(1.0f, 4, 1.0f, 99), draws), truncated, draws),
+  EXPECT_LT(ChiSquare(Histogram(logits, Params(1.0f, 4, 1.0f, 99), draws), truncated, draws),
             kCritical3);
+
+  // top_p = 0.8 keeps 0.4 + 0.25 + 0.2 = 0.85 (tokens 1, 3, 4), renormalised.
+  std::vector<double> nucleus = {0.0, 0.4 / 0.85, 0.0, 0.25 / 0.85, 0.2 / 0.85};
+  constexpr double kCritical2 = 13.816;  // 2 degrees of freedom.
+  EXPECT_LT(ChiSquare(Histogram(logits, Params(1.0f, 0, 0.8f, 31), draws), nucleus, draws),
+            kCritical2);
 }
 
 TEST(SamplerTest, LogprobsAreRawLogSoftmaxWithTopDescending) {
   const std::vector<float> logits = {0.3f, -1.2f, 2.5f, 2.5f, 0.0f, 1.1f};
   const std::vector<double> expected = LogSoftmax(logits);
   // Temperature and top-k do not change the reported logprobs.
-  for (const SamplingOptions& options :
-       {Options(0.0f, 0, 1.0f, 0, 4), Options(0.3f, 2, 0.5f, 5, 4)}) {
-    const auto token = SampleToken(logits, options, 3);
-    EXPECT_NEAR(token.logprob(), expected[token.token_id()], 1e-6);
-    ASSERT_EQ(token.top_size(), 4);
+  for (const RowSamplingParams& params :
+       {Params(0.0f, 0, 1.0f, 0, 4), Params(0.3f, 2, 0.5f, 5, 4)}) {
+    const Sampled token = Sample(logits, params, 3);
+    EXPECT_NEAR(token.logprob, expected[token.token], 1e-6);
+    ASSERT_EQ(token.top_ids.size(), 4u);
     const std::vector<int> order = {2, 3, 5, 0};  // Tie 2/3: lower id first.
     for (int i = 0; i < 4; ++i) {
-      EXPECT_EQ(token.top(i).token_id(), order[i]);
-      EXPECT_NEAR(token.top(i).logprob(), expected[order[i]], 1e-6);
+      EXPECT_EQ(token.top_ids[i], order[i]);
+      EXPECT_NEAR(token.top_logprobs[i], expected[order[i]], 1e-6);
     }
   }
-  EXPECT_EQ(SampleToken(logits, Options(0.0f), 0).top_size(), 0);
   // More requested than the vocabulary has: all of it.
-  EXPECT_EQ(SampleToken(logits, Options(0.0f, 0, 1.0f, 0, 20), 0).top_size(), 6);
+  const Sampled all = Sample(logits, Params(0.0f, 0, 1.0f, 0, 20), 0);
+  EXPECT_EQ(all.top_ids, (std::vector<int32_t>{2, 3, 5, 0, 4, 1}));
 }
 
 }  // namespace

@@ -107,7 +107,8 @@ StepBatch StepBatchUploader::Upload(const FlatBatch& batch, Workspace* workspace
   out.sampling.top_p = reinterpret_cast<const float*>(at(layout.top_p));
   out.sampling.seeds = reinterpret_cast<const uint64_t*>(at(layout.seeds));
   out.sampling.sample_indices = reinterpret_cast<const uint64_t*>(at(layout.sample_indices));
-  for (int32_t n : batch.num_logprobs) out.sampling.num_logprobs = std::max(out.sampling.num_logprobs, n);
+  for (int32_t n : batch.num_logprobs)
+    out.sampling.num_logprobs = std::max(out.sampling.num_logprobs, n);
 
   out.num_tokens = capacity.tokens;
   out.num_seqs = capacity.seqs;

@@ -20,7 +20,7 @@ target_link_libraries(pagoda_worker_core PUBLIC
 
 foreach(test_name cpu_attention cpu_simd cpu_thread_pool cpu_linear backend batch sampler
         sharded_weights tensor_parallel_group
-        model_runner)
+        model_runner step_batch)
   set(test_source ${CMAKE_CURRENT_LIST_DIR}/${test_name}_test.cc)
   if(test_name MATCHES "^cpu_")
     string(REPLACE "cpu_" "" cpu_test ${test_name})
@@ -32,3 +32,15 @@ foreach(test_name cpu_attention cpu_simd cpu_thread_pool cpu_linear backend batc
       LIBS pagoda_worker_core GTest::gmock)
   endif()
 endforeach()
+
+# The host sampler against the CUDA sampler on the same logits (one rule on
+# both devices). Needs the kernels, so only with nvcc; skipped without a GPU.
+if(PAGODA_HAVE_CUDA)
+  pagoda_add_test(worker_sampler_device_parity_test
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/sampler_device_parity_test.cc
+            ${CMAKE_SOURCE_DIR}/kernels/ops/testing/cuda_test_util.cc
+    LIBS pagoda_worker_core pagoda_kernels_ops
+    LABELS cuda)
+  set_tests_properties(worker_sampler_device_parity_test PROPERTIES
+    SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]" TIMEOUT 120)
+endif()

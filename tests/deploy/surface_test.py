@@ -107,6 +107,14 @@ class BusyPortAndValidationTest(ServerTestBase):
         self.assert_refused_before_workers(["--device", "gpu"],
                                            "--device: expected cpu or cuda, got 'gpu'")
 
+    def test_bad_dtypes_are_refused_before_any_worker_starts(self):
+        self.assert_refused_before_workers(
+            ["--kv-cache-dtype", "fp8"],
+            '--kv-cache-dtype: unknown kv cache dtype "fp8" (accepted: auto, float32, '
+            'bfloat16, float16)')
+        self.assert_refused_before_workers(["--kv-cache-dtype=half"], "--kv-cache-dtype")
+        self.assert_refused_before_workers(["--dtype", "int4"], '--dtype: unknown dtype "int4"')
+
     def test_bad_metrics_port_is_refused_before_any_worker_starts(self):
         self.assert_refused_before_workers(["--metrics-port", "70000"], "--metrics-port")
         with socket.socket() as busy:
@@ -160,6 +168,31 @@ class CliOutputTest(ServerTestBase):
                 self.assertEqual(unary.stdout, stream.stdout)
                 if prompt[0] == "--token-ids":
                     self.assertRegex(unary.stdout.splitlines()[0], r"^\d+( \d+){5}$")
+
+
+class KvCacheDTypeTest(ServerTestBase):
+
+    def test_bfloat16_cache_holds_twice_the_blocks_and_decodes_alike(self):
+        # Same --cpu-kv-cache-space: a 2-byte cache halves bytes_per_block,
+        # so the server reports twice the KV blocks (floor of twice, up to
+        # one more). Greedy tokens of this model (top logits far apart) do
+        # not move with the cache's rounding.
+        seen = {}
+        for kv in ("auto", "bfloat16"):
+            with h.Server(self.model, "--kv-cache-dtype", kv, "--metrics-port", "-1") as server:
+                values, _ = h.scrape(server.metrics_port)
+                result = run([h.binary("pagoda-cli"), "--server", server.address, "generate",
+                              "--token-ids", "1,5,9,13,2,7", "--max-tokens", "12",
+                              "--ignore-eos"])
+                self.assertEqual(result.returncode, 0, result.stderr)
+                seen[kv] = (int(values["pagoda_gpu_blocks_total"]),
+                            result.stdout.splitlines()[0])
+        f32_blocks, f32_tokens = seen["auto"]
+        bf16_blocks, bf16_tokens = seen["bfloat16"]
+        self.assertGreater(f32_blocks, 0)
+        self.assertIn(bf16_blocks, (2 * f32_blocks, 2 * f32_blocks + 1))
+        self.assertRegex(f32_tokens, r"^\d+( \d+){11}$")
+        self.assertEqual(bf16_tokens, f32_tokens)
 
 
 if __name__ == "__main__":

@@ -90,15 +90,18 @@ struct Sequence {
   int computed = 0;
 };
 
-TEST_P(NumericsReferenceTest, PagedPrefillAndDecodeMatchReference) {
+// Runs the paged prefill and decode scenario with a `kv_dtype` KV cache and
+// checks every row's logits against the float64 reference: max |diff| over
+// max |reference| below `tolerance`.
+void CheckPagedPrefillAndDecode(const std::string& model_dir_, int block_size, DType kv_dtype,
+                                double tolerance) {
   auto backend = CreateCpuBackend();
   auto communicator = CreateSingleRankCommunicator();
   auto model = LlamaModel::Load(model_dir_, backend.get(), communicator.get());
   ASSERT_TRUE(model.ok()) << model.status();
   const int vocab = (*model)->config().vocab_size;
-  const int block_size = GetParam().block_size;
   const int num_blocks = 64;
-  CacheEngine cache(backend.get(), (*model)->CacheShape(block_size), num_blocks, 0);
+  CacheEngine cache(backend.get(), (*model)->CacheShape(block_size, kv_dtype), num_blocks, 0);
 
   std::mt19937 rng(17);
   std::uniform_int_distribution<int> token(0, vocab - 1);
@@ -151,25 +154,40 @@ TEST_P(NumericsReferenceTest, PagedPrefillAndDecodeMatchReference) {
     // Ask for the logits of every row, not just each sequence's last.
     batch->logits_indices.resize(batch->num_tokens());
     std::iota(batch->logits_indices.begin(), batch->logits_indices.end(), 0);
-    auto logits = (*model)->Forward(*batch, &cache);
-    ASSERT_TRUE(logits.ok()) << logits.status();
-    ASSERT_EQ(logits->size(), rows.size() * vocab);
+    auto forward = (*model)->Forward(*batch, &cache);
+    ASSERT_TRUE(forward.ok()) << forward.status();
+    ASSERT_EQ(forward->logits.num_elements(), static_cast<int64_t>(rows.size() * vocab));
+    std::vector<float> logits(rows.size() * vocab);
+    backend->DownloadBytes(forward->logits.data, logits.data(), logits.size() * sizeof(float));
 
     double max_diff = 0.0, max_ref = 0.0;
     for (size_t r = 0; r < rows.size(); ++r) {
       const auto [s, position] = rows[r];
       for (int v = 0; v < vocab; ++v) {
         const double expected = reference[s][static_cast<size_t>(position) * vocab + v];
-        const double actual = (*logits)[r * vocab + v];
+        const double actual = logits[r * vocab + v];
         ASSERT_TRUE(std::isfinite(actual)) << "row " << r;
         max_diff = std::max(max_diff, std::abs(actual - expected));
         max_ref = std::max(max_ref, std::abs(expected));
       }
     }
     ASSERT_GT(max_ref, 0.0);
-    EXPECT_LT(max_diff / max_ref, 1e-4) << GetParam().name << " step " << step << ": max |diff| "
-                                        << max_diff << ", max |ref| " << max_ref;
+    EXPECT_LT(max_diff / max_ref, tolerance)
+        << model_dir_ << " " << DTypeName(kv_dtype) << " KV, step " << step << ": max |diff| "
+        << max_diff << ", max |ref| " << max_ref;
   }
+}
+
+TEST_P(NumericsReferenceTest, PagedPrefillAndDecodeMatchReference) {
+  CheckPagedPrefillAndDecode(model_dir_, GetParam().block_size, DType::kF32, 1e-4);
+}
+
+// A bf16 KV cache rounds every cached K and V to 8 significant bits
+// (relative error up to 2^-9 = 2e-3); the logits move by about that much of
+// their range (1.0e-3 to 1.7e-3 of max |reference| on these models), so the
+// bound is 5e-3, against 1e-4 for the f32 cache.
+TEST_P(NumericsReferenceTest, PagedPrefillAndDecodeWithBf16KvCacheMatchReference) {
+  CheckPagedPrefillAndDecode(model_dir_, GetParam().block_size, DType::kBF16, 5e-3);
 }
 
 // The same model through the ModelRunner: greedy prefill of one prompt,

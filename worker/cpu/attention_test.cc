@@ -1,8 +1,10 @@
 // The CPU backend's paged attention against a plain contiguous float64
-// attention, and its cache operations (write, copy, swap) for exactness.
+// attention, over f32, bf16 and f16 KV caches, and its cache operations
+// (write, copy, swap) for exactness.
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
@@ -12,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "worker/cache_engine.h"
 #include "worker/cpu/cpu_backend.h"
+#include "worker/step_batch_test_util.h"
 
 namespace pagoda::worker {
 namespace {
@@ -38,6 +41,37 @@ std::vector<float> RandomVector(size_t n, std::mt19937& rng) {
   std::vector<float> out(n);
   for (float& x : out) x = dist(rng);
   return out;
+}
+
+// `values` as a cache of `dtype` holds them: rounded to nearest even.
+std::vector<float> RoundTo(DType dtype, const std::vector<float>& values) {
+  std::vector<char> narrow(values.size() * DTypeSize(dtype));
+  ConvertFromFloat(dtype, values.data(), values.size(), narrow.data());
+  std::vector<float> out(values.size());
+  ConvertToFloat(dtype, narrow.data(), values.size(), out.data());
+  return out;
+}
+
+// A FlatBatch carrying just what the cache ops and attention read.
+FlatBatch AttentionBatch(std::vector<int32_t> slots, std::vector<int32_t> query_start,
+                         std::vector<int32_t> context_lens, std::vector<int32_t> tables,
+                         int max_blocks_per_seq) {
+  FlatBatch batch;
+  batch.input_ids.assign(slots.size(), 0);
+  batch.positions.assign(slots.size(), 0);
+  batch.slot_mapping = std::move(slots);
+  batch.query_start = std::move(query_start);
+  batch.context_lens = std::move(context_lens);
+  batch.block_tables = std::move(tables);
+  batch.max_blocks_per_seq = max_blocks_per_seq;
+  return batch;
+}
+
+// Writes k and v rows into the caches at `slots`, through WriteKvCache.
+void WriteRows(Backend& backend, const std::vector<float>& k, const std::vector<float>& v,
+               std::vector<int32_t> slots, const KvCacheLayer& cache) {
+  const UploadedStepBatch step(&backend, AttentionBatch(std::move(slots), {0}, {}, {}, 0));
+  backend.WriteKvCache(k.data(), v.data(), step.get(), cache);
 }
 
 // Plain causal attention over contiguous K/V [context, kv_heads, head_dim] in
@@ -76,9 +110,12 @@ std::vector<double> ReferenceAttention(const std::vector<float>& query, int quer
 }
 
 // Runs one PagedAttention call over `sequences` with shuffled block tables
-// and returns the largest |paged - reference|.
+// and a `cache_dtype` cache, and returns the largest |paged - reference|, the
+// reference attending over the K/V as the cache holds them (rounded). The
+// output goes to `output` when given.
 double MaxAttentionError(const AttentionShape& shape, const std::vector<SequenceCase>& sequences,
-                         uint32_t seed) {
+                         uint32_t seed, DType cache_dtype = DType::kF32,
+                         std::vector<float>* output_copy = nullptr) {
   std::mt19937 rng(seed);
   auto backend = CreateCpuBackend();
   const int bs = shape.block_size;
@@ -90,11 +127,18 @@ double MaxAttentionError(const AttentionShape& shape, const std::vector<Sequence
   std::iota(free_blocks.begin(), free_blocks.end(), 0);
   std::shuffle(free_blocks.begin(), free_blocks.end(), rng);
 
-  const size_t block_floats = static_cast<size_t>(shape.num_kv_heads) * bs * shape.head_dim;
-  auto key_cache = backend->Allocate(block_floats * num_blocks);
-  auto value_cache = backend->Allocate(block_floats * num_blocks);
-  std::fill_n(key_cache->data(), key_cache->size(), kSentinel);
-  std::fill_n(value_cache->data(), value_cache->size(), kSentinel);
+  const size_t block_elements = static_cast<size_t>(shape.num_kv_heads) * bs * shape.head_dim;
+  auto key_cache = backend->Allocate(cache_dtype, block_elements * num_blocks);
+  auto value_cache = backend->Allocate(cache_dtype, block_elements * num_blocks);
+  const std::vector<float> sentinels(block_elements * num_blocks, kSentinel);
+  ConvertFromFloat(cache_dtype, sentinels.data(), sentinels.size(), key_cache->raw());
+  ConvertFromFloat(cache_dtype, sentinels.data(), sentinels.size(), value_cache->raw());
+  const KvCacheLayer cache{.key = key_cache->raw(),
+                           .value = value_cache->raw(),
+                           .dtype = cache_dtype,
+                           .num_kv_heads = shape.num_kv_heads,
+                           .block_size = bs,
+                           .head_dim = shape.head_dim};
 
   const size_t kv_row = static_cast<size_t>(shape.num_kv_heads) * shape.head_dim;
   const size_t q_row = static_cast<size_t>(shape.num_heads) * shape.head_dim;
@@ -114,8 +158,9 @@ double MaxAttentionError(const AttentionShape& shape, const std::vector<Sequence
     values.push_back(RandomVector(seq.context_len * kv_row, rng));
     std::vector<int32_t> slots(seq.context_len);
     for (int t = 0; t < seq.context_len; ++t) slots[t] = table[t / bs] * bs + t % bs;
-    backend->WriteKvCache(keys.back().data(), values.back().data(), slots, shape.num_kv_heads,
-                          shape.head_dim, bs, key_cache->data(), value_cache->data());
+    WriteRows(*backend, keys.back(), values.back(), slots, cache);
+    keys.back() = RoundTo(cache_dtype, keys.back());
+    values.back() = RoundTo(cache_dtype, values.back());
     queries.push_back(RandomVector(seq.query_len * q_row, rng));
     query.insert(query.end(), queries.back().begin(), queries.back().end());
     query_start.push_back(query_start.back() + seq.query_len);
@@ -125,21 +170,17 @@ double MaxAttentionError(const AttentionShape& shape, const std::vector<Sequence
   }
 
   std::vector<float> output(query.size(), kSentinel);
-  PagedAttentionParams params;
-  params.query = query.data();
-  params.output = output.data();
-  params.key_cache = key_cache->data();
-  params.value_cache = value_cache->data();
-  params.num_heads = shape.num_heads;
-  params.num_kv_heads = shape.num_kv_heads;
-  params.head_dim = shape.head_dim;
-  params.block_size = bs;
-  params.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(shape.head_dim)));
-  params.query_start = query_start;
-  params.context_lens = context_lens;
-  params.block_tables = tables;
-  params.max_blocks_per_seq = max_blocks;
-  backend->PagedAttention(params);
+  std::vector<int32_t> no_slots(query_start.back(), 0);
+  const UploadedStepBatch step(
+      backend.get(), AttentionBatch(no_slots, query_start, context_lens, tables, max_blocks));
+  backend->PagedAttention(PagedAttentionParams{
+      .query = query.data(),
+      .output = output.data(),
+      .cache = cache,
+      .num_heads = shape.num_heads,
+      .scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(shape.head_dim))),
+      .batch = &step.get()});
+  if (output_copy != nullptr) *output_copy = output;
 
   double max_error = 0.0;
   for (size_t s = 0; s < sequences.size(); ++s) {
@@ -182,6 +223,42 @@ TEST(CpuPagedAttentionTest, MatchesContiguousReferenceOverShapes) {
   }
 }
 
+// A 16-bit cache is read exactly as stored: widened to f32 inside the SIMD
+// dot products and axpys, so against a float64 reference over the rounded
+// K/V the error is the f32 arithmetic's alone, as for an f32 cache.
+TEST(CpuPagedAttentionTest, SixteenBitCachesMatchReferenceOverTheirRoundedValues) {
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    for (int head_dim : {3, 64, 80, 128}) {
+      const AttentionShape shape{16, head_dim, 8, 2};
+      const std::vector<SequenceCase> sequences = {{1, 1}, {37, 1}, {50, 50}, {70, 13}};
+      EXPECT_LT(MaxAttentionError(shape, sequences, 5, dtype), 2e-5)
+          << DTypeName(dtype) << " head_dim " << head_dim;
+    }
+  }
+}
+
+// Against the f32 cache, the outputs move by the K/V rounding only. Inputs
+// are in [-1, 1]; bf16 keeps 8 significant bits (relative step 2^-8), f16
+// 11 (2^-11), and attention averages values, so the stated bounds are about
+// one rounding step of the largest input: 1e-2 for bf16, 2e-3 for f16.
+TEST(CpuPagedAttentionTest, SixteenBitCachesStayNearTheF32Cache) {
+  const AttentionShape shape{16, 128, 8, 2};
+  const std::vector<SequenceCase> sequences = {{1, 1}, {200, 1}, {64, 64}, {90, 7}};
+  std::vector<float> f32_out, out;
+  ASSERT_LT(MaxAttentionError(shape, sequences, 11, DType::kF32, &f32_out), 2e-5);
+  for (const auto& [dtype, tolerance] :
+       {std::pair{DType::kBF16, 1e-2}, std::pair{DType::kF16, 2e-3}}) {
+    ASSERT_LT(MaxAttentionError(shape, sequences, 11, dtype, &out), 2e-5);
+    ASSERT_EQ(out.size(), f32_out.size());
+    double max_diff = 0.0;
+    for (size_t i = 0; i < out.size(); ++i) {
+      max_diff = std::max(max_diff, std::abs(static_cast<double>(out[i]) - f32_out[i]));
+    }
+    EXPECT_LT(max_diff, tolerance) << DTypeName(dtype);
+    EXPECT_GT(max_diff, 0.0) << DTypeName(dtype) << ": the cache was not narrowed";
+  }
+}
+
 TEST(CpuPagedAttentionTest, SingleTokenContextReturnsItsValue) {
   // With one key the softmax weight is exactly 1: output = that value.
   const AttentionShape shape{16, 5, 4, 2};
@@ -193,45 +270,55 @@ TEST(CpuPagedAttentionTest, LongContextManyBlocks) {
   EXPECT_LT(MaxAttentionError(shape, {{300, 1}, {257, 40}, {33, 33}}, 7), 2e-5);
 }
 
-KvCacheShape SmallCacheShape(int head_dim, int block_size) {
-  return KvCacheShape{
-      .num_layers = 2, .num_kv_heads = 3, .block_size = block_size, .head_dim = head_dim};
+KvCacheShape SmallCacheShape(int head_dim, int block_size, DType dtype = DType::kF32) {
+  return KvCacheShape{.num_layers = 2,
+                      .num_kv_heads = 3,
+                      .block_size = block_size,
+                      .head_dim = head_dim,
+                      .dtype = dtype};
 }
 
-// Fills every GPU block of every layer with distinct values.
-void FillDistinct(CacheEngine& cache, int num_blocks, float base) {
-  const size_t n = cache.shape().floats_per_layer_block() * num_blocks;
+char* Bytes(void* p) { return static_cast<char*>(p); }
+
+// Fills every GPU block of every layer, K and V, with distinct bytes.
+void FillDistinct(CacheEngine& cache, int num_blocks, int base) {
+  const size_t n = cache.shape().bytes_per_layer_block() * num_blocks;
   for (int layer = 0; layer < cache.shape().num_layers; ++layer) {
     for (size_t i = 0; i < n; ++i) {
-      cache.key_cache(layer)[i] = base + layer * 1e6f + static_cast<float>(i);
-      cache.value_cache(layer)[i] = -(base + layer * 1e6f + static_cast<float>(i));
+      Bytes(cache.layer(layer).key)[i] = static_cast<char>(base + layer * 7 + i * 13 + i / 251);
+      Bytes(cache.layer(layer).value)[i] = static_cast<char>(base + layer * 5 + i * 29 + i / 241);
     }
   }
 }
 
-std::vector<float> GpuBlock(CacheEngine& cache, int layer, int block, bool value) {
-  const size_t n = cache.shape().floats_per_layer_block();
-  const float* base = (value ? cache.value_cache(layer) : cache.key_cache(layer)) + block * n;
-  return std::vector<float>(base, base + n);
+std::vector<char> GpuBlock(CacheEngine& cache, int layer, int block, bool value) {
+  const size_t n = cache.shape().bytes_per_layer_block();
+  const KvCacheLayer kv = cache.layer(layer);
+  const char* base = Bytes(value ? kv.value : kv.key) + block * n;
+  return std::vector<char>(base, base + n);
 }
 
-std::vector<float> CpuBlock(CacheEngine& cache, int layer, int block, bool value) {
-  const size_t n = cache.shape().floats_per_layer_block();
-  const float* base =
-      (value ? cache.cpu_value_cache(layer) : cache.cpu_key_cache(layer)) + block * n;
-  return std::vector<float>(base, base + n);
+std::vector<char> CpuBlock(CacheEngine& cache, int layer, int block, bool value) {
+  const size_t n = cache.shape().bytes_per_layer_block();
+  const char* base =
+      Bytes(value ? cache.cpu_value_cache(layer) : cache.cpu_key_cache(layer)) + block * n;
+  return std::vector<char>(base, base + n);
 }
 
-TEST(CpuCacheOpsTest, WriteKvCachePutsEachTokenInItsSlotOnly) {
+class CpuCacheOpsTest : public testing::TestWithParam<DType> {};
+
+TEST_P(CpuCacheOpsTest, WriteKvCachePutsEachTokenInItsSlotOnly) {
+  const DType dtype = GetParam();
+  const size_t width = DTypeSize(dtype);
   for (int head_dim : {64, 80, 256}) {
     for (int bs : {8, 16, 32}) {
       auto backend = CreateCpuBackend();
       const int kv_heads = 3, num_blocks = 7;
-      const size_t block_floats = static_cast<size_t>(kv_heads) * bs * head_dim;
-      auto keys = backend->Allocate(block_floats * num_blocks);
-      auto values = backend->Allocate(block_floats * num_blocks);
-      std::fill_n(keys->data(), keys->size(), kSentinel);
-      std::fill_n(values->data(), values->size(), kSentinel);
+      const size_t block_elements = static_cast<size_t>(kv_heads) * bs * head_dim;
+      auto keys = backend->Allocate(dtype, block_elements * num_blocks);
+      auto values = backend->Allocate(dtype, block_elements * num_blocks);
+      std::fill_n(Bytes(keys->raw()), keys->nbytes(), 0x5a);
+      std::fill_n(Bytes(values->raw()), values->nbytes(), 0x5a);
       std::mt19937 rng(head_dim + bs);
       std::vector<int32_t> slots(num_blocks * bs);
       std::iota(slots.begin(), slots.end(), 0);
@@ -240,19 +327,28 @@ TEST(CpuCacheOpsTest, WriteKvCachePutsEachTokenInItsSlotOnly) {
       const size_t row = static_cast<size_t>(kv_heads) * head_dim;
       const auto k = RandomVector(slots.size() * row, rng);
       const auto v = RandomVector(slots.size() * row, rng);
-      backend->WriteKvCache(k.data(), v.data(), slots, kv_heads, head_dim, bs, keys->data(),
-                            values->data());
+      // What each row must become in the cache: ConvertFromFloat's rounding.
+      std::vector<char> want_k(k.size() * width), want_v(v.size() * width);
+      ConvertFromFloat(dtype, k.data(), k.size(), want_k.data());
+      ConvertFromFloat(dtype, v.data(), v.size(), want_v.data());
+      WriteRows(*backend, k, v, slots,
+                KvCacheLayer{.key = keys->raw(),
+                             .value = values->raw(),
+                             .dtype = dtype,
+                             .num_kv_heads = kv_heads,
+                             .block_size = bs,
+                             .head_dim = head_dim});
       std::vector<bool> written(num_blocks * bs, false);
+      const size_t head_bytes = head_dim * width;
       for (size_t t = 0; t < slots.size(); ++t) {
         written[slots[t]] = true;
         const int block = slots[t] / bs, offset = slots[t] % bs;
         for (int h = 0; h < kv_heads; ++h) {
-          for (int x = 0; x < head_dim; ++x) {
-            const size_t at =
-                block * block_floats + (static_cast<size_t>(h) * bs + offset) * head_dim + x;
-            ASSERT_EQ(keys->data()[at], k[t * row + h * head_dim + x]);
-            ASSERT_EQ(values->data()[at], v[t * row + h * head_dim + x]);
-          }
+          const size_t at =
+              (block * block_elements + (static_cast<size_t>(h) * bs + offset) * head_dim) * width;
+          const size_t from = (t * row + h * head_dim) * width;
+          ASSERT_EQ(std::memcmp(Bytes(keys->raw()) + at, want_k.data() + from, head_bytes), 0);
+          ASSERT_EQ(std::memcmp(Bytes(values->raw()) + at, want_v.data() + from, head_bytes), 0);
         }
       }
       for (int slot = 0; slot < num_blocks * bs; ++slot) {
@@ -260,22 +356,22 @@ TEST(CpuCacheOpsTest, WriteKvCachePutsEachTokenInItsSlotOnly) {
         const int block = slot / bs, offset = slot % bs;
         for (int h = 0; h < kv_heads; ++h) {
           const size_t at =
-              block * block_floats + (static_cast<size_t>(h) * bs + offset) * head_dim;
-          ASSERT_EQ(keys->data()[at], kSentinel) << "slot " << slot;
-          ASSERT_EQ(values->data()[at], kSentinel) << "slot " << slot;
+              (block * block_elements + (static_cast<size_t>(h) * bs + offset) * head_dim) * width;
+          ASSERT_EQ(Bytes(keys->raw())[at], 0x5a) << "slot " << slot;
+          ASSERT_EQ(Bytes(values->raw())[at], 0x5a) << "slot " << slot;
         }
       }
     }
   }
 }
 
-TEST(CpuCacheOpsTest, CopyBlocksCopiesExactlyAndLeavesOthers) {
+TEST_P(CpuCacheOpsTest, CopyBlocksCopiesExactlyAndLeavesOthers) {
   for (int head_dim : {64, 80, 256}) {
     for (int bs : {8, 16, 32}) {
       auto backend = CreateCpuBackend();
-      CacheEngine cache(backend.get(), SmallCacheShape(head_dim, bs), 6, 2);
-      FillDistinct(cache, 6, 1.0f);
-      std::vector<std::vector<float>> before_keys, before_values;
+      CacheEngine cache(backend.get(), SmallCacheShape(head_dim, bs, GetParam()), 6, 2);
+      FillDistinct(cache, 6, 1);
+      std::vector<std::vector<char>> before_keys, before_values;
       for (int b = 0; b < 6; ++b) {
         before_keys.push_back(GpuBlock(cache, 1, b, false));
         before_values.push_back(GpuBlock(cache, 1, b, true));
@@ -296,13 +392,13 @@ TEST(CpuCacheOpsTest, CopyBlocksCopiesExactlyAndLeavesOthers) {
   }
 }
 
-TEST(CpuCacheOpsTest, SwapOutAndInRoundTripsExactly) {
+TEST_P(CpuCacheOpsTest, SwapOutAndInRoundTripsExactly) {
   for (int head_dim : {64, 80, 256}) {
     for (int bs : {8, 16, 32}) {
       auto backend = CreateCpuBackend();
-      CacheEngine cache(backend.get(), SmallCacheShape(head_dim, bs), 5, 3);
-      FillDistinct(cache, 5, 7.0f);
-      std::vector<std::vector<float>> original;
+      CacheEngine cache(backend.get(), SmallCacheShape(head_dim, bs, GetParam()), 5, 3);
+      FillDistinct(cache, 5, 7);
+      std::vector<std::vector<char>> original;
       for (int layer = 0; layer < 2; ++layer) {
         for (int b = 0; b < 5; ++b) {
           original.push_back(GpuBlock(cache, layer, b, false));
@@ -320,7 +416,7 @@ TEST(CpuCacheOpsTest, SwapOutAndInRoundTripsExactly) {
         }
       }
       // Overwrite the GPU copies, then bring them back into other blocks.
-      FillDistinct(cache, 5, 1e5f);
+      FillDistinct(cache, 5, 100);
       cache.SwapIn({{0, 3}, {2, 0}});
       for (int layer = 0; layer < 2; ++layer) {
         for (bool value : {false, true}) {
@@ -333,10 +429,20 @@ TEST(CpuCacheOpsTest, SwapOutAndInRoundTripsExactly) {
   }
 }
 
-TEST(CacheShapeTest, BytesPerBlockCountsAllLayersKeyAndValue) {
+INSTANTIATE_TEST_SUITE_P(CacheDTypes, CpuCacheOpsTest,
+                         testing::Values(DType::kF32, DType::kBF16, DType::kF16),
+                         [](const testing::TestParamInfo<DType>& info) {
+                           return std::string(DTypeName(info.param));
+                         });
+
+TEST(CacheShapeTest, BytesPerBlockCountsAllLayersKeyAndValueInTheCacheDType) {
   const KvCacheShape shape{.num_layers = 3, .num_kv_heads = 2, .block_size = 16, .head_dim = 8};
-  EXPECT_EQ(shape.floats_per_layer_block(), 2u * 16 * 8);
+  EXPECT_EQ(shape.elements_per_layer_block(), 2u * 16 * 8);
   EXPECT_EQ(shape.bytes_per_block(), 2 * 3 * 2 * 16 * 8 * 4);
+  KvCacheShape half = shape;
+  half.dtype = DType::kBF16;
+  EXPECT_EQ(half.bytes_per_layer_block(), 2u * 16 * 8 * 2);
+  EXPECT_EQ(2 * half.bytes_per_block(), shape.bytes_per_block());
 }
 
 }  // namespace

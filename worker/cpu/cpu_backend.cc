@@ -227,11 +227,11 @@ class CpuBackend final : public Backend {
                                     .num_logprobs = columns};
         const size_t top = static_cast<size_t>(r) * columns;
         SampleRow(absl::MakeConstSpan(data + r * vocab, vocab), row,
-                  RowSampleOutput{.token_id = &out->token_ids[r],
-                                  .logprob = &out->logprobs[r],
-                                  .top_ids = absl::MakeSpan(out->top_ids.data() + top, columns),
-                                  .top_logprobs =
-                                      absl::MakeSpan(out->top_logprobs.data() + top, columns)});
+                  RowSampleOutput{
+                      .token_id = &out->token_ids[r],
+                      .logprob = &out->logprobs[r],
+                      .top_ids = absl::MakeSpan(out->top_ids.data() + top, columns),
+                      .top_logprobs = absl::MakeSpan(out->top_logprobs.data() + top, columns)});
       }
     });
   }
@@ -369,8 +369,7 @@ class CpuBackend final : public Backend {
     // Byte offset of context token j's row for this kv head.
     auto row_of = [&](int j) {
       return (table[j / cache.block_size] * block_elements +
-              (static_cast<size_t>(kv_head) * cache.block_size + j % cache.block_size) *
-                  head_dim) *
+              (static_cast<size_t>(kv_head) * cache.block_size + j % cache.block_size) * head_dim) *
              width;
     };
     // 16-bit caches are widened to f32 inside the dot products and axpys.

@@ -10,6 +10,7 @@
 
 #include "gtest/gtest.h"
 #include "worker/cpu/cpu_backend.h"
+#include "worker/step_batch_test_util.h"
 
 namespace pagoda::worker {
 namespace {
@@ -46,7 +47,8 @@ TEST_P(CpuLinearTest, MatchesFloat64LoopForEveryDTypeAndBatchSize) {
         std::vector<float> x(rows * kIn);
         for (float& v : x) v = std::uniform_real_distribution<float>(-1, 1)(rng);
         std::vector<float> y(rows * kOut + 1, 1234.5f);  // Guard past the end.
-        backend->Linear(x.data(), rows, tensor, with_bias ? bias.data() : nullptr, y.data());
+        backend->Linear(x.data(), rows, tensor, with_bias ? bias.data() : nullptr, y.data(),
+                        DType::kF32);
         for (int r = 0; r < rows; ++r) {
           for (int j = 0; j < kOut; ++j) {
             double want = with_bias ? bias[j] : 0.0;
@@ -70,8 +72,13 @@ TEST_P(CpuLinearTest, EmbeddingAndRmsNormReadTypedWeights) {
   for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
     Weight table = MakeWeight(*backend, dtype, kVocab * kHidden, rng);
     const std::vector<int32_t> ids = {3, 0, 10, 3};
+    FlatBatch batch;
+    batch.input_ids = ids;
+    batch.positions.assign(ids.size(), 0);
+    batch.slot_mapping.assign(ids.size(), 0);
+    const UploadedStepBatch step(backend.get(), batch);
     std::vector<float> embedded(ids.size() * kHidden);
-    backend->Embedding(ids, Tensor::Of(*table.buffer, {kVocab, kHidden}), embedded.data());
+    backend->Embedding(step.get(), Tensor::Of(*table.buffer, {kVocab, kHidden}), embedded.data());
     for (size_t t = 0; t < ids.size(); ++t) {
       for (int i = 0; i < kHidden; ++i) {
         ASSERT_EQ(embedded[t * kHidden + i], table.values[ids[t] * kHidden + i]);

@@ -171,9 +171,8 @@ PAGODA_AVX2 void NarrowAvx2(const float* a, void* out, size_t n) {
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
       const __m256 v = _mm256_loadu_ps(a + i);
-      const __m128i narrowed = kType == DType::kBF16
-                                   ? ToBFloat16x8(v)
-                                   : _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
+      const __m128i narrowed =
+          kType == DType::kBF16 ? ToBFloat16x8(v) : _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
       _mm_storeu_si128(reinterpret_cast<__m128i*>(bits + i), narrowed);
     }
     NarrowPlain<kType>(a + i, bits + i, n - i);
@@ -284,9 +283,8 @@ PAGODA_AVX512 void NarrowAvx512(const float* a, void* out, size_t n) {
     size_t i = 0;
     for (; i + 16 <= n; i += 16) {
       const __m512 v = _mm512_loadu_ps(a + i);
-      const __m256i narrowed = kType == DType::kBF16
-                                   ? ToBFloat16x16(v)
-                                   : _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
+      const __m256i narrowed =
+          kType == DType::kBF16 ? ToBFloat16x16(v) : _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(bits + i), narrowed);
     }
     NarrowPlain<kType>(a + i, bits + i, n - i);
@@ -304,22 +302,23 @@ PAGODA_AVX512 void AxpyAvx512(float alpha, const void* x, float* y, size_t n) {
 }
 
 constexpr SimdKernels kPlainKernels = {
-    DotPlain<DType::kF32>,   DotPlain<DType::kBF16>,   DotPlain<DType::kF16>,
-    Dot4Plain<DType::kF32>,  Dot4Plain<DType::kBF16>,  Dot4Plain<DType::kF16>,
-    WidenPlain<DType::kF32>, WidenPlain<DType::kBF16>, WidenPlain<DType::kF16>,
+    DotPlain<DType::kF32>,    DotPlain<DType::kBF16>,    DotPlain<DType::kF16>,
+    Dot4Plain<DType::kF32>,   Dot4Plain<DType::kBF16>,   Dot4Plain<DType::kF16>,
+    WidenPlain<DType::kF32>,  WidenPlain<DType::kBF16>,  WidenPlain<DType::kF16>,
     NarrowPlain<DType::kF32>, NarrowPlain<DType::kBF16>, NarrowPlain<DType::kF16>,
-    AxpyPlain<DType::kF32>,  AxpyPlain<DType::kBF16>,  AxpyPlain<DType::kF16>};
+    AxpyPlain<DType::kF32>,   AxpyPlain<DType::kBF16>,   AxpyPlain<DType::kF16>};
 constexpr SimdKernels kAvx2Kernels = {
-    DotAvx2<DType::kF32>,   DotAvx2<DType::kBF16>, DotAvx2<DType::kF16>,   Dot4Avx2<DType::kF32>,
-    Dot4Avx2<DType::kBF16>, Dot4Avx2<DType::kF16>, WidenAvx2<DType::kF32>, WidenAvx2<DType::kBF16>,
-    WidenAvx2<DType::kF16>, NarrowAvx2<DType::kF32>, NarrowAvx2<DType::kBF16>,
-    NarrowAvx2<DType::kF16>, AxpyAvx2<DType::kF32>, AxpyAvx2<DType::kBF16>, AxpyAvx2<DType::kF16>};
+    DotAvx2<DType::kF32>,    DotAvx2<DType::kBF16>,    DotAvx2<DType::kF16>,
+    Dot4Avx2<DType::kF32>,   Dot4Avx2<DType::kBF16>,   Dot4Avx2<DType::kF16>,
+    WidenAvx2<DType::kF32>,  WidenAvx2<DType::kBF16>,  WidenAvx2<DType::kF16>,
+    NarrowAvx2<DType::kF32>, NarrowAvx2<DType::kBF16>, NarrowAvx2<DType::kF16>,
+    AxpyAvx2<DType::kF32>,   AxpyAvx2<DType::kBF16>,   AxpyAvx2<DType::kF16>};
 constexpr SimdKernels kAvx512Kernels = {
-    DotAvx512<DType::kF32>,   DotAvx512<DType::kBF16>,   DotAvx512<DType::kF16>,
-    Dot4Avx512<DType::kF32>,  Dot4Avx512<DType::kBF16>,  Dot4Avx512<DType::kF16>,
-    WidenAvx512<DType::kF32>, WidenAvx512<DType::kBF16>, WidenAvx512<DType::kF16>,
+    DotAvx512<DType::kF32>,    DotAvx512<DType::kBF16>,    DotAvx512<DType::kF16>,
+    Dot4Avx512<DType::kF32>,   Dot4Avx512<DType::kBF16>,   Dot4Avx512<DType::kF16>,
+    WidenAvx512<DType::kF32>,  WidenAvx512<DType::kBF16>,  WidenAvx512<DType::kF16>,
     NarrowAvx512<DType::kF32>, NarrowAvx512<DType::kBF16>, NarrowAvx512<DType::kF16>,
-    AxpyAvx512<DType::kF32>,  AxpyAvx512<DType::kBF16>,  AxpyAvx512<DType::kF16>};
+    AxpyAvx512<DType::kF32>,   AxpyAvx512<DType::kBF16>,   AxpyAvx512<DType::kF16>};
 
 }  // namespace
 

@@ -119,9 +119,10 @@ TEST_P(SimdKernelTest, WidenIsExact) {
 TEST_P(SimdKernelTest, NarrowRoundsAsConvertFromFloat) {
   const SimdKernels& kernels = SimdKernelsFor(GetParam());
   std::mt19937 rng(17);
-  const float specials[] = {0.0f,        -0.0f,     1.0f + 0x1p-8f, 1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f,
-                            65504.0f,    65520.0f,  1e-6f,          1e-8f,           3e-41f,
-                            INFINITY,    -INFINITY, NAN,            1e30f,           -2.5f};
+  const float specials[] = {
+      0.0f,  -0.0f, 1.0f + 0x1p-8f, 1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, 65504.0f, 65520.0f,
+      1e-6f, 1e-8f, 3e-41f,         INFINITY,        -INFINITY,           NAN,      1e30f,
+      -2.5f};
   for (DType dtype : kDTypes) {
     for (size_t n : kSizes) {
       std::vector<float> a = RandomFloats(n, rng);
