@@ -283,19 +283,19 @@ absl::StatusOr<v1::LoadModelResponse> GrpcWorkerGroup::LoadModel(
 
 absl::Status GrpcWorkerGroup::PrepareRendezvous(v1::LoadModelRequest& request) {
   if (world_size() == 1) return absl::OkStatus();
-  if (rendezvous_ == nullptr) {
-    absl::StatusOr<std::string> secret = worker::comm::GenerateRendezvousSecret();
-    if (!secret.ok()) return secret.status();
-    absl::StatusOr<std::unique_ptr<worker::comm::RendezvousStoreServer>> store =
-        worker::comm::RendezvousStoreServer::Start({.host = options_.rendezvous_host,
-                                                    .port = options_.rendezvous_port,
-                                                    .secret = *secret});
-    if (!store.ok()) return store.status();
-    rendezvous_ = *std::move(store);
-    rendezvous_secret_ = *std::move(secret);
-    LOG(INFO) << "tensor-parallel rendezvous store on " << options_.rendezvous_host << ":"
-              << rendezvous_->port();
-  }
+  // A fresh store (and secret) per group: ranks need it only to join, and
+  // keys of earlier groups (one set per reload or restart) never pile up.
+  rendezvous_.reset();  // Frees a fixed --rendezvous-port for the new one.
+  absl::StatusOr<std::string> secret = worker::comm::GenerateRendezvousSecret();
+  if (!secret.ok()) return secret.status();
+  absl::StatusOr<std::unique_ptr<worker::comm::RendezvousStoreServer>> store =
+      worker::comm::RendezvousStoreServer::Start(
+          {.host = options_.rendezvous_host, .port = options_.rendezvous_port, .secret = *secret});
+  if (!store.ok()) return store.status();
+  rendezvous_ = *std::move(store);
+  rendezvous_secret_ = *std::move(secret);
+  LOG(INFO) << "tensor-parallel rendezvous store on " << options_.rendezvous_host << ":"
+            << rendezvous_->port();
   request.set_rendezvous_address(absl::StrCat(options_.rendezvous_host, ":", rendezvous_->port()));
   request.set_rendezvous_secret(rendezvous_secret_);
   request.set_rendezvous_prefix(absl::StrCat("group", ++rendezvous_generation_));

@@ -55,8 +55,8 @@ struct GrpcWorkerGroupOptions {
   std::shared_ptr<grpc::ChannelCredentials> connect_credentials;
   // Tensor parallelism (more than one rank): the group runs a rendezvous
   // store (worker/comm/rendezvous_store_server.h) on this IPv4 address and
-  // port (0: any free port) and hands its address, a fresh secret and a fresh
-  // key prefix to every rank in each LoadModel. Every rank must reach it:
+  // port (0: any free port), a fresh one with a fresh secret for each
+  // LoadModel, and hands its address, secret and key prefix to every rank. Every rank must reach it:
   // loopback for spawned workers, an address of this host for connected ones.
   std::string rendezvous_host = "127.0.0.1";
   int rendezvous_port = 0;
@@ -148,8 +148,8 @@ class GrpcWorkerGroup final : public WorkerGroup {
   // One restart: new ranks, LoadModel, InitCache.
   absl::Status RestartOnce();
   void AddSecret(grpc::ClientContext& context, int rank) const;
-  // Starts the rendezvous store on first use and fills `request`'s rendezvous
-  // fields for a new group.
+  // Starts a fresh rendezvous store for a new group and fills `request`'s
+  // rendezvous fields.
   absl::Status PrepareRendezvous(pagoda::worker::v1::LoadModelRequest& request);
 
   // Sends requests[r] to rank r, all ranks at once, through `method`: a
@@ -182,8 +182,8 @@ class GrpcWorkerGroup final : public WorkerGroup {
   std::atomic<bool> healthy_{true};  // No failure since the ranks started.
   std::atomic<bool> ready_{true};    // False while Recover replays the model.
   std::atomic<int> restarts_{0};
-  // Tensor-parallel groups: the store the ranks meet at, and how many groups
-  // it has seen (the key prefix of the next one).
+  // Tensor-parallel groups: the store the current group met at, and how many
+  // groups there have been (the key prefix of the next one).
   std::unique_ptr<pagoda::worker::comm::RendezvousStoreServer> rendezvous_;
   std::string rendezvous_secret_;
   int rendezvous_generation_ = 0;

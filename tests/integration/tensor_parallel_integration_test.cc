@@ -5,7 +5,10 @@
 // start-up in one line; a killed rank ends the requests in flight with
 // UNAVAILABLE within seconds (restarts off) or, with restarts on, the whole
 // group is restarted and the requests resume with the same tokens.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -205,8 +208,29 @@ TEST_F(TensorParallelTest, KilledRankEndsRequestsUnavailableWithoutHanging) {
       << "health is still SERVING";
 }
 
+// A port the OS just handed out and took back: free unless another process
+// grabs it in between.
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
+    port = ntohs(address.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+// With a fixed --rendezvous-port, as in a cluster: the restarted group's
+// store binds the same port again.
 TEST_F(TensorParallelTest, KilledRankRestartsTheGroupAndRequestsResumeWithTheSameTokens) {
-  auto server = StartServer(2);
+  const int port = FreePort();
+  ASSERT_GT(port, 0);
+  auto server = StartServer(2, {absl::StrCat("--rendezvous-port=", port)});
   ASSERT_TRUE(server.ok()) << server.status();
   auto stub = Stub(**server);
   const GenerateRequest request = TokenRequest(TestPrompt(6, 40), 200);
