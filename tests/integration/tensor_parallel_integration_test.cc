@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -206,6 +207,30 @@ TEST_F(TensorParallelTest, KilledRankEndsRequestsUnavailableWithoutHanging) {
   // Health follows within its refresh period.
   EXPECT_TRUE(WaitFor([&] { return HealthStatus((*server)->address()) == 2; }, absl::Seconds(5)))
       << "health is still SERVING";
+}
+
+// A rank that stops answering (SIGSTOP: alive, connections open, but silent)
+// is found by the keepalive pings; its peer, stuck in a collective, does not
+// hold the requests either.
+TEST_F(TensorParallelTest, StoppedRankEndsRequestsUnavailableWithoutHanging) {
+  auto server = StartServer(2, {"--worker-restart-limit=0"});
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = Stub(**server);
+  std::atomic<int> received{0};
+  StreamOutcome outcome;
+  std::thread client(
+      [&] { outcome = RunStream(*stub, TokenRequest(TestPrompt(5, 31), 400), &received); });
+  ASSERT_TRUE(WaitFor([&] { return received.load() >= 4; }, absl::Seconds(60)));
+  const pid_t stopped = (*server)->worker_pids().at(1);
+  ASSERT_EQ(kill(stopped, SIGSTOP), 0);
+  // Let it go whatever happens, so it can see its server gone and exit.
+  absl::Cleanup resume = [stopped] { kill(stopped, SIGCONT); };
+  const absl::Time start = absl::Now();
+  client.join();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  EXPECT_EQ(outcome.status.error_code(), grpc::StatusCode::UNAVAILABLE)
+      << outcome.status.error_message();
+  EXPECT_TRUE(WaitFor([&] { return HealthStatus((*server)->address()) == 2; }, absl::Seconds(5)));
 }
 
 // A port the OS just handed out and took back: free unless another process
