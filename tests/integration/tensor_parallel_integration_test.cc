@@ -143,6 +143,11 @@ TEST_F(TensorParallelTest, SizesTwoAndFourGiveTheTokensAndLogprobsOfOne) {
     EXPECT_GT(info.engine_stats().all_reduce_seconds_total(), 0);
     EXPECT_LT(info.engine_stats().all_reduce_seconds_total(),
               info.engine_stats().forward_seconds_total());
+    // The same on /metrics.
+    const double all_reduce =
+        MetricValue((*server)->metrics_port(), "pagoda_all_reduce_seconds_total");
+    EXPECT_GT(all_reduce, 0);
+    EXPECT_LT(all_reduce, MetricValue((*server)->metrics_port(), "pagoda_forward_seconds_total"));
   }
 }
 
@@ -166,8 +171,7 @@ TEST_F(TensorParallelTest, IndivisibleHeadCountsAreRefusedAtStartInOneLine) {
   std::filesystem::remove(log);
 
   // Bad group flags are refused before any worker starts, naming the flag.
-  for (const auto& [flag, message] :
-       std::vector<std::pair<std::string, std::string>>{
+  for (const auto& [flag, message] : std::vector<std::pair<std::string, std::string>>{
            {"--rendezvous-host=foo", "--rendezvous-host must be an IPv4 address"},
            {"--rendezvous-port=99999", "--rendezvous-port must be in [0, 65535]"},
            {"--collective-timeout=0", "--collective-timeout must be in (0, 600]"},
