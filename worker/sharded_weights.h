@@ -31,8 +31,8 @@
 // read by rank 0 only, the one rank that samples: splitting it by vocabulary
 // would save rank 0 that memory but add an all-gather of every logits row to
 // every step, and on CPU the head is a small part of a step next to the
-// layers. Ranks other than 0 hold neither the head nor (when the embedding is
-// not tied to it) its memory.
+// layers. Ranks other than 0 do not load an untied head at all (a tied one is
+// the embedding, which every rank holds anyway).
 namespace pagoda::worker {
 
 // How one tensor is cut: the whole of it, rows [begin, end) or columns
