@@ -207,9 +207,14 @@ int main(int argc, char** argv) {
   }
   signal(SIGPIPE, SIG_IGN);
 
+  const std::string collective_host = CollectiveHost(absl::GetFlag(FLAGS_listen));
+  if (in_addr address; inet_pton(AF_INET, collective_host.c_str(), &address) != 1) {
+    LOG(ERROR) << "--collective-host must be an IPv4 address, got '" << collective_host << "'";
+    return 1;
+  }
+
   StopRequest stop;
-  const pagoda::worker::CpuModelRunnerOptions runner_options{
-      .collective_host = CollectiveHost(absl::GetFlag(FLAGS_listen))};
+  const pagoda::worker::CpuModelRunnerOptions runner_options{.collective_host = collective_host};
   pagoda::worker::WorkerService service(
       rank, *std::move(secret),
       [&runner_options](const std::string& device) { return MakeRunner(device, runner_options); },

@@ -184,6 +184,15 @@ TEST_F(TensorParallelTest, IndivisibleHeadCountsAreRefusedAtStartInOneLine) {
     EXPECT_TRUE(absl::StrContains(*refused, message)) << flag << ": " << *refused;
     EXPECT_FALSE(absl::StrContains(*refused, "PAGODA_WORKER_PIDS")) << flag;
   }
+  // A worker whose collectives cannot listen where asked refuses to start.
+  const std::string secret = *model_dir_ + "_secret";
+  std::ofstream(secret) << "0123456789abcdef0123456789abcdef\n";
+  auto worker = RunCommand(absl::StrCat(PAGODA_WORKER_BINARY, " --secret-file=", secret,
+                                        " --collective-host=not-an-ip 2>&1; echo exit=$?"));
+  std::filesystem::remove(secret);
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  EXPECT_TRUE(absl::StrContains(*worker, "exit=1")) << *worker;
+  EXPECT_TRUE(absl::StrContains(*worker, "--collective-host must be an IPv4 address")) << *worker;
 }
 
 TEST_F(TensorParallelTest, KilledRankEndsRequestsUnavailableWithoutHanging) {
