@@ -106,7 +106,9 @@ grpc::Status WorkerService::ExecuteStep(grpc::ServerContext* context, const v1::
                         "ExecuteStep before LoadModel and InitCache");
   }
   const absl::Time start = absl::Now();
+  cancellation_.Begin(context, [this] { AbortCollectives(); });
   absl::StatusOr<v1::StepResult> executed = runner_->ExecuteStep(*plan);
+  cancellation_.End();
   if (!executed.ok()) {
     LOG(WARNING) << "rank " << rank_ << ": step " << plan->step_id()
                  << " failed: " << executed.status();

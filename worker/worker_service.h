@@ -12,6 +12,7 @@
 #include "grpcpp/grpcpp.h"
 #include "pagoda/worker/v1/worker.grpc.pb.h"
 #include "worker/model_runner.h"
+#include "worker/step_cancellation.h"
 
 namespace pagoda::worker {
 
@@ -84,6 +85,9 @@ class WorkerService final : public pagoda::worker::v1::Worker::Service {
   // stuck step). Changed only while both mutexes are held.
   absl::Mutex abort_mutex_ ABSL_ACQUIRED_AFTER(mutex_);
   ModelRunner* abortable_runner_ ABSL_GUARDED_BY(abort_mutex_) = nullptr;
+  // A step the server cancelled (it gave up on the group) aborts its
+  // collectives rather than wait on peers that may never answer.
+  StepCancellationWatcher cancellation_;
 };
 
 }  // namespace pagoda::worker
