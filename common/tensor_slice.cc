@@ -1,5 +1,9 @@
 #include "common/tensor_slice.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdint>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -83,7 +87,19 @@ absl::StatusOr<OwnedTensor> SliceColumns(const WeightStore& store, const std::st
   for (size_t row = 0; row < rows; ++row) {
     std::memcpy(slice.bytes.data() + row * slice_bytes, source + row * row_bytes, slice_bytes);
   }
+  // Each row's slice shares pages with the other ranks' columns: let go of
+  // the whole tensor's pages now that the columns are copied.
+  ReleaseMappedPages(view->data, view->nbytes);
   return slice;
+}
+
+void ReleaseMappedPages(const void* data, size_t nbytes) {
+  if (data == nullptr || nbytes == 0) return;
+  static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(data) & ~(page - 1);
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + nbytes + page - 1) & ~(page - 1);
+  // Advice only: on failure the pages merely stay resident until unmapped.
+  madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 
 absl::StatusOr<std::vector<float>> SliceRowsF32(const WeightStore& store, const std::string& name,

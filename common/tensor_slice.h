@@ -37,6 +37,14 @@ absl::StatusOr<OwnedTensor> SliceColumns(const WeightStore& store, const std::st
                                          const std::vector<int64_t>& expected_shape, int64_t begin,
                                          int64_t end);
 
+// Drops this process's mapping of the pages spanning [data, data + nbytes)
+// of a WeightStore (madvise MADV_DONTNEED): the bytes stay readable (a later
+// read faults them in again from the page cache) but no longer count in this
+// process's resident memory. Loaders call it once a tensor is copied, so a
+// rank's peak memory is its shard plus one tensor, not its shard twice.
+// Pages shared with neighbouring tensors are released too, harmlessly.
+void ReleaseMappedPages(const void* data, size_t nbytes);
+
 // The same slices converted to f32 (the CPU backend's compute type).
 absl::StatusOr<std::vector<float>> SliceRowsF32(const WeightStore& store, const std::string& name,
                                                 const std::vector<int64_t>& expected_shape,

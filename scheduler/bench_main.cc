@@ -2,8 +2,9 @@
 // level, that many client threads each send --rounds Generate requests
 // (token-id prompts, ignore_eos, fixed length) and the table shows output
 // tokens/s and the engine's mean step time split into schedule, worker RPC
-// (transport and waiting), forward (as the workers report it) and
-// postprocessing, read from ModelInfo.engine_stats before and after.
+// (transport and waiting), forward (as the workers report it), postprocessing
+// and, within forward, rank 0's tensor-parallel all-reduce time, read from
+// ModelInfo.engine_stats before and after.
 
 #include <algorithm>
 #include <cstdio>
@@ -150,13 +151,15 @@ void PrintRow(const LevelResult& r) {
       per_step_ms(r.before.forward_seconds_total(), r.after.forward_seconds_total());
   const double post =
       per_step_ms(r.before.postprocess_seconds_total(), r.after.postprocess_seconds_total());
+  const double all_reduce =
+      per_step_ms(r.before.all_reduce_seconds_total(), r.after.all_reduce_seconds_total());
   const double batch =
       steps > 0 ? (r.after.batched_sequences_total() - r.before.batched_sequences_total()) / steps
                 : 0.0;
-  std::printf("%11d %8d %6d %9lld %8.2f %10.1f %7.0f %7.1f %9.2f %9.3f %8.3f %9.2f %8.3f\n",
+  std::printf("%11d %8d %6d %9lld %8.2f %10.1f %7.0f %7.1f %9.2f %9.3f %8.3f %9.2f %8.3f %9.3f\n",
               r.concurrency, r.requests, r.errors, static_cast<long long>(r.output_tokens),
               r.wall_seconds, r.output_tokens / r.wall_seconds, steps, batch,
-              schedule + rpc + forward + post, schedule, rpc, forward, post);
+              schedule + rpc + forward + post, schedule, rpc, forward, post, all_reduce);
 }
 
 }  // namespace
@@ -193,9 +196,9 @@ int main(int argc, char** argv) {
                 info.model_name().c_str(), info.vocab_size(), trace.c_str(),
                 absl::GetFlag(FLAGS_trace_requests), info.max_model_len());
   }
-  std::printf("%11s %8s %6s %9s %8s %10s %7s %7s %9s %9s %8s %9s %8s\n", "concurrency", "requests",
-              "errors", "out_tok", "wall_s", "out_tok/s", "steps", "batch", "step_ms", "sched_ms",
-              "rpc_ms", "fwd_ms", "post_ms");
+  std::printf("%11s %8s %6s %9s %8s %10s %7s %7s %9s %9s %8s %9s %8s %9s\n", "concurrency",
+              "requests", "errors", "out_tok", "wall_s", "out_tok/s", "steps", "batch", "step_ms",
+              "sched_ms", "rpc_ms", "fwd_ms", "post_ms", "allred_ms");
   for (absl::string_view level : absl::StrSplit(absl::GetFlag(FLAGS_concurrency), ',')) {
     int concurrency;
     if (!absl::SimpleAtoi(level, &concurrency) || concurrency <= 0) {

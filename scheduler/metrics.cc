@@ -37,6 +37,8 @@ struct ServerMetrics::Instruments {
   Counter* prefix_cache_hits;
   Histogram* request_preemptions;
   Counter* generation_tokens;
+  Counter* forward_seconds;
+  Counter* all_reduce_seconds;
   prometheus::Family<Counter>* finished_family;
   prometheus::Labels labels;
   Histogram* time_to_first_token;
@@ -133,6 +135,12 @@ absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Start(const std::s
       AddCounter(r, "pagoda_prompt_tokens_total", "Prompt tokens computed.", labels);
   in->generation_tokens =
       AddCounter(r, "pagoda_generation_tokens_total", "Tokens generated.", labels);
+  in->forward_seconds =
+      AddCounter(r, "pagoda_forward_seconds_total",
+                 "Seconds of model forward and sampling, as rank 0 reports them.", labels);
+  in->all_reduce_seconds =
+      AddCounter(r, "pagoda_all_reduce_seconds_total",
+                 "Of the forward seconds, rank 0's time in tensor-parallel all-reduces.", labels);
   in->prefix_cache_queries = AddCounter(r, "pagoda_prefix_cache_queries_total",
                                         "Prompt tokens looked up in the prefix cache.", labels);
   in->prefix_cache_hits = AddCounter(r, "pagoda_prefix_cache_hits_total",
@@ -231,6 +239,8 @@ void ServerMetrics::OnStep(const StepRecord& step, const EngineSnapshot& snapsho
   catch_up(in.prefix_cache_queries, static_cast<double>(snapshot.prefix_cache_queries_total));
   catch_up(in.prefix_cache_hits, static_cast<double>(snapshot.prefix_cache_hits_total));
   catch_up(in.generation_tokens, static_cast<double>(snapshot.generation_tokens_total));
+  catch_up(in.forward_seconds, snapshot.forward_seconds_total);
+  catch_up(in.all_reduce_seconds, snapshot.all_reduce_seconds_total);
   in.step_time->Observe(step.total_seconds);
   in.tokens_per_step->Observe(step.num_batched_tokens);
 }

@@ -7,6 +7,7 @@
 // "PAGODA_WORKER_PIDS <pid>,...") to stdout, so launchers that asked for
 // port 0 learn the ports.
 
+#include <arpa/inet.h>
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
@@ -46,6 +47,8 @@
 #include "scheduler/workers/grpc_worker_group.h"
 #include "scheduler/metrics.h"
 #include "scheduler/api/request_validation.h"
+#include "common/tensor_parallel_plan.h"
+#include "worker/comm/collective_communicator.h"
 
 ABSL_FLAG(std::string, model, "", "Model directory (Hugging Face layout). Required.");
 ABSL_FLAG(std::string, served_model_name, "", "Name reported to clients; default: --model's name.");
@@ -74,6 +77,14 @@ ABSL_FLAG(int, worker_restart_limit, 5,
           "Restart attempts of the workers within --worker-restart-window after which "
           "the server gives up and fails requests with UNAVAILABLE.");
 ABSL_FLAG(double, worker_restart_window, 60, "Seconds; see --worker-restart-limit.");
+ABSL_FLAG(std::string, rendezvous_host, "127.0.0.1",
+          "IPv4 address of this host where tensor-parallel workers meet to form their group "
+          "(a small key-value store the server runs); --worker-addresses workers on other "
+          "hosts must reach it.");
+ABSL_FLAG(int, rendezvous_port, 0, "Port of the rendezvous store; 0 = any free port.");
+ABSL_FLAG(double, collective_timeout, 30,
+          "Seconds a worker waits for its tensor-parallel peers to join or to finish one "
+          "all-reduce before the step fails.");
 ABSL_FLAG(std::string, worker_binary, "",
           "pagoda-worker to spawn; default: the one next to this binary.");
 ABSL_FLAG(int, block_size, 16, "Tokens per KV block.");
@@ -230,6 +241,29 @@ absl::Status Serve() {
   if (block_size <= 0 || world_size <= 0) {
     return absl::InvalidArgumentError("--block-size and --tensor-parallel-size must be positive");
   }
+  if (world_size > pagoda::worker::comm::kMaxWorldSize) {
+    return absl::InvalidArgumentError(absl::StrCat("--tensor-parallel-size ", world_size,
+                                                   " is over the limit of ",
+                                                   pagoda::worker::comm::kMaxWorldSize));
+  }
+  // Refused before any worker starts, in one line naming the counts.
+  if (absl::Status split = CheckTensorParallelSplit(*model, world_size); !split.ok()) {
+    return split;
+  }
+  const double collective_timeout = absl::GetFlag(FLAGS_collective_timeout);
+  if (!(collective_timeout > 0 && collective_timeout <= 600)) {
+    return absl::InvalidArgumentError("--collective-timeout must be in (0, 600] seconds");
+  }
+  const int rendezvous_port = absl::GetFlag(FLAGS_rendezvous_port);
+  if (rendezvous_port < 0 || rendezvous_port > 65535) {
+    return absl::InvalidArgumentError("--rendezvous-port must be in [0, 65535]");
+  }
+  if (in_addr address; inet_pton(AF_INET, absl::GetFlag(FLAGS_rendezvous_host).c_str(),
+                                 &address) != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--rendezvous-host must be an IPv4 address, got '", absl::GetFlag(FLAGS_rendezvous_host),
+        "'"));
+  }
 
   // Metrics first: a busy metrics port is found before any worker starts.
   const std::string model_name = ServedModelName(model_dir);
@@ -250,6 +284,9 @@ absl::Status Serve() {
   worker_options.max_restarts = absl::GetFlag(FLAGS_worker_restart_limit);
   worker_options.restart_window = absl::Seconds(absl::GetFlag(FLAGS_worker_restart_window));
   worker_options.restart_start_timeout = absl::Seconds(absl::GetFlag(FLAGS_worker_start_timeout));
+  worker_options.rendezvous_host = absl::GetFlag(FLAGS_rendezvous_host);
+  worker_options.rendezvous_port = rendezvous_port;
+  worker_options.collective_timeout = absl::Seconds(collective_timeout);
   std::unique_ptr<GrpcWorkerGroup> workers;
   const std::string addresses = absl::GetFlag(FLAGS_worker_addresses);
   if (!addresses.empty()) {

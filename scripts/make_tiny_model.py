@@ -50,6 +50,12 @@ PRESETS = {
     "bench": dict(arch="llama", vocab_size=2048, tokenizer=False,
                   hidden_size=512, num_layers=8, num_heads=8, num_kv_heads=8,
                   intermediate_size=1376, dtype="f32"),
+    # Tensor-parallel step times (scripts/bench_tensor_parallel.sh): the
+    # layers dominate (hidden 1024, 16 heads, all splittable by 2 and 4).
+    "tp": dict(arch="llama", vocab_size=2048, tokenizer=False,
+               hidden_size=1024, num_layers=4, num_heads=16, num_kv_heads=16,
+               intermediate_size=2816, max_position_embeddings=1024,
+               dtype="f32"),
     # The shape the CPU worker is compared with llama.cpp on: 32.5 M
     # parameters, GQA 8 query / 2 KV heads.
     "b1": dict(arch="llama", vocab_size=8192, tokenizer=False,

@@ -7,15 +7,20 @@
 #include <limits>
 #include <memory>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/dtype.h"
+#include "common/model_config.h"
+#include "common/tensor_parallel_plan.h"
 #include "worker/batch.h"
 #include "worker/cache_engine.h"
 #include "worker/communicator.h"
 #include "worker/cpu/cpu_backend.h"
 #include "worker/llama_model.h"
 #include "worker/model_runner.h"
+#include "worker/tensor_parallel_group.h"
 
 namespace pagoda::worker {
 namespace {
@@ -33,7 +38,7 @@ constexpr int kMaxWorkspaceTokens = 1 << 20;
 
 class CpuModelRunner final : public ModelRunner {
  public:
-  CpuModelRunner() : communicator_(CreateSingleRankCommunicator()) {}
+  explicit CpuModelRunner(const CpuModelRunnerOptions& options) : options_(options) {}
 
   absl::StatusOr<LoadModelResponse> LoadModel(const LoadModelRequest& request) override {
     if (model_ != nullptr) return absl::FailedPreconditionError("a model is already loaded");
@@ -49,11 +54,8 @@ class CpuModelRunner final : public ModelRunner {
       return absl::InvalidArgumentError(absl::StrCat("kv_cache_memory_bytes must be positive, got ",
                                                      request.kv_cache_memory_bytes()));
     }
-    if (request.world_size() > 1 || request.rank() != 0) {
-      return absl::UnimplementedError(
-          absl::StrCat("the CPU model runner supports a single rank; got rank ", request.rank(),
-                       " of ", request.world_size()));
-    }
+    auto membership = ParseGroupMembership(request);
+    if (!membership.ok()) return membership.status();
     if (request.cpu_threads() < 0 || request.cpu_threads() > kMaxCpuThreads) {
       return absl::InvalidArgumentError(absl::StrCat("cpu_threads must be in [0, ", kMaxCpuThreads,
                                                      "], got ", request.cpu_threads()));
@@ -69,6 +71,9 @@ class CpuModelRunner final : public ModelRunner {
     if (!weight_dtype.ok()) return weight_dtype.status();
     auto kv_cache_dtype = ParseKvCacheDTypeFlag(request.kv_cache_dtype());
     if (!kv_cache_dtype.ok()) return kv_cache_dtype.status();
+    if (absl::Status joined = JoinGroup(request.model_dir(), *membership); !joined.ok()) {
+      return joined;
+    }
     // The backend (and its thread pool) is made here, where the thread count
     // is known; the model and cache keep pointers into it.
     backend_ = CreateCpuBackend(request.cpu_threads());
@@ -80,8 +85,7 @@ class CpuModelRunner final : public ModelRunner {
         .max_num_seqs =
             request.max_num_seqs() > 0 ? request.max_num_seqs() : LlamaLoadOptions().max_num_seqs,
         .block_size = request.block_size()};
-    auto model =
-        LlamaModel::Load(request.model_dir(), backend_.get(), communicator_.get(), options);
+    auto model = LlamaModel::Load(request.model_dir(), backend_.get(), timed_.get(), options);
     if (!model.ok()) return model.status();
     model_ = *std::move(model);
     block_size_ = request.block_size();
@@ -132,17 +136,48 @@ class CpuModelRunner final : public ModelRunner {
     if (batch->num_tokens() > 0) {
       auto forward = model_->Forward(*batch, cache_.get());
       if (!forward.ok()) return forward.status();
-      backend_->Sample(forward->logits, forward->sampling, &samples_);
+      // Only rank 0 samples; the others' part of the step ends with the layers.
+      if (timed_->rank() != 0) batch->sample_sequences.clear();
+      if (!batch->sample_sequences.empty()) {
+        backend_->Sample(forward->logits, forward->sampling, &samples_);
+      }
       for (size_t row = 0; row < batch->sample_sequences.size(); ++row) {
         AddToken(plan.sequences(batch->sample_sequences[row]), row, &result);
       }
     }
     result.set_forward_seconds(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    result.set_all_reduce_seconds(timed_->TakeSeconds());
     return result;
   }
 
+  void Abort() override {
+    absl::MutexLock lock(&abort_mutex_);
+    if (communicator_ != nullptr) communicator_->Abort();
+  }
+
  private:
+  // Checks that the model splits over the group before joining it (every
+  // rank refuses alike, and none waits for the others), then joins.
+  absl::Status JoinGroup(const std::string& model_dir, const GroupMembership& membership) {
+    if (membership.world_size > 1) {
+      auto config = LoadModelConfig(model_dir);
+      if (!config.ok()) return config.status();
+      if (absl::Status split = CheckTensorParallelSplit(*config, membership.world_size);
+          !split.ok()) {
+        return split;
+      }
+    }
+    auto communicator = JoinCpuGroup(membership, options_.collective_host);
+    if (!communicator.ok()) return communicator.status();
+    absl::MutexLock lock(&abort_mutex_);
+    communicator_ = *std::move(communicator);
+    timed_ = std::make_unique<TimedCommunicator>(communicator_.get());
+    return absl::OkStatus();
+  }
+
+  const CpuModelRunnerOptions options_;
+
   KvCacheShape CacheShape() const { return model_->CacheShape(block_size_, kv_cache_dtype_); }
 
   // Row `row` of samples_ as the token of `step`, with the top logprobs it
@@ -162,7 +197,9 @@ class CpuModelRunner final : public ModelRunner {
   }
 
   std::unique_ptr<Backend> backend_;
-  std::unique_ptr<Communicator> communicator_;
+  absl::Mutex abort_mutex_;  // Abort may come from any thread.
+  std::unique_ptr<Communicator> communicator_ ABSL_GUARDED_BY(abort_mutex_);
+  std::unique_ptr<TimedCommunicator> timed_;  // Wraps communicator_.
   std::unique_ptr<LlamaModel> model_;
   std::unique_ptr<CacheEngine> cache_;
   int block_size_ = 0;
@@ -172,6 +209,8 @@ class CpuModelRunner final : public ModelRunner {
 
 }  // namespace
 
-std::unique_ptr<ModelRunner> CreateCpuModelRunner() { return std::make_unique<CpuModelRunner>(); }
+std::unique_ptr<ModelRunner> CreateCpuModelRunner(const CpuModelRunnerOptions& options) {
+  return std::make_unique<CpuModelRunner>(options);
+}
 
 }  // namespace pagoda::worker

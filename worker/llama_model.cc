@@ -8,7 +8,10 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/safetensors.h"
+#include "common/tensor_parallel_plan.h"
+#include "common/tensor_slice.h"
 #include "kernels/ops/rope_cache.h"
+#include "worker/sharded_weights.h"
 
 namespace pagoda::worker {
 
@@ -42,48 +45,53 @@ std::vector<double> RopeInvFreq(const ModelConfig& config) {
   return kernels::ComputeRopeInvFreq(config.head_dim, config.rope_theta, config.rope_scaling);
 }
 
-// Loads weight tensors into backend memory, one call per tensor, in the
-// target dtype (or each tensor's stored dtype when there is none).
+// Loads weight tensors (this rank's slices of them, see sharded_weights.h)
+// into backend memory, one call per tensor, in the target dtype (or each
+// tensor's stored dtype when there is none). Shapes are the checkpoint's.
 class WeightLoader {
  public:
+  struct Part {
+    std::string name;
+    std::vector<int64_t> shape;
+    WeightSlice slice;
+  };
+
   WeightLoader(const WeightStore& store, Backend* backend, std::optional<DType> dtype)
       : store_(store), backend_(backend), dtype_(dtype) {}
 
   absl::StatusOr<std::unique_ptr<Buffer>> Load(const std::string& name,
-                                               const std::vector<int64_t>& shape) {
-    return LoadStacked({{name, shape}});
+                                               const std::vector<int64_t>& shape,
+                                               WeightSlice slice = WeightSlice::Whole()) {
+    return LoadStacked({{name, shape, slice}});
   }
 
-  // Biases: f32 whatever the checkpoint, as Linear adds them in f32.
+  // Biases (elements [begin, end)): f32 whatever the checkpoint, as Linear
+  // adds them in f32.
   absl::StatusOr<std::unique_ptr<Buffer>> LoadF32(const std::string& name,
-                                                  const std::vector<int64_t>& shape) {
-    auto host = store_.GetF32(name, shape);
+                                                  const std::vector<int64_t>& shape,
+                                                  const WeightSlice& rows) {
+    auto host = SliceRowsF32(store_, name, shape, rows.begin, rows.end);
     if (!host.ok()) return host.status();
     return ToBackend(*host);
   }
 
-  // Rows of several [rows_i, cols] tensors stacked into one matrix, in the
+  // Rows of several [rows_i, cols] slices stacked into one matrix, in the
   // first part's dtype when none is forced (parts of one layer share it).
-  absl::StatusOr<std::unique_ptr<Buffer>> LoadStacked(
-      const std::vector<std::pair<std::string, std::vector<int64_t>>>& parts) {
-    std::vector<TensorView> views;
+  absl::StatusOr<std::unique_ptr<Buffer>> LoadStacked(const std::vector<Part>& parts) {
+    std::vector<HostWeight> views;
     size_t elements = 0;
-    for (const auto& [name, shape] : parts) {
-      auto view = store_.Get(name);
+    for (const Part& part : parts) {
+      auto view = ReadWeightSlice(store_, part.name, part.shape, part.slice);
       if (!view.ok()) return view.status();
-      if (view->shape != shape) {
-        // GetF32 words the shape error; only reached on a mismatch.
-        return store_.GetF32(name, shape).status();
-      }
-      elements += static_cast<size_t>(view->num_elements());
-      views.push_back(*view);
+      elements += view->nbytes / DTypeSize(view->dtype);
+      views.push_back(*std::move(view));
     }
     const DType target = dtype_.value_or(views.front().dtype);
     auto buffer = backend_->Allocate(target, elements);
     char* dst = static_cast<char*>(buffer->raw());
     std::vector<float> widened;
-    for (const TensorView& view : views) {
-      const size_t n = static_cast<size_t>(view.num_elements());
+    for (const HostWeight& view : views) {
+      const size_t n = view.nbytes / DTypeSize(view.dtype);
       if (view.dtype == target) {
         backend_->UploadBytes(view.data, dst, view.nbytes);
       } else {
@@ -94,6 +102,8 @@ class WeightLoader {
         backend_->UploadBytes(converted.data(), dst, converted.size());
       }
       dst += n * DTypeSize(target);
+      // Copied: the mapped pages need not stay resident (see tensor_slice.h).
+      if (view.owned.empty()) ReleaseMappedPages(view.data, view.nbytes);
     }
     return buffer;
   }
@@ -128,11 +138,6 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::string& 
                                                              Backend* backend,
                                                              Communicator* communicator,
                                                              const LlamaLoadOptions& options) {
-  if (communicator->world_size() != 1) {
-    return absl::UnimplementedError(absl::StrCat("tensor parallelism (world size ",
-                                                 communicator->world_size(),
-                                                 ") is not supported by the CPU model yet"));
-  }
   auto config = LoadModelConfig(model_dir);
   if (!config.ok()) return config.status();
   if (config->head_dim <= 0) config->head_dim = HeadDim(*config);
@@ -141,8 +146,12 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::string& 
     return absl::InvalidArgumentError(
         absl::StrCat(model_dir, ": head_dim ", config->head_dim, " must be even for rotary"));
   }
-  std::unique_ptr<LlamaModel> model(new LlamaModel(*std::move(config), backend, communicator));
-  if (absl::Status status = model->LoadWeights(model_dir, options.weight_dtype); !status.ok()) {
+  auto shard = PlanTensorParallelShard(*config, communicator->rank(), communicator->world_size());
+  if (!shard.ok()) return shard.status();
+  std::unique_ptr<LlamaModel> model(
+      new LlamaModel(RankLocalConfig(*config, *shard), backend, communicator));
+  if (absl::Status status = model->LoadWeights(model_dir, options.weight_dtype, *config, *shard);
+      !status.ok()) {
     return status;
   }
   model->BuildRopeTable();
@@ -162,15 +171,22 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::string& 
 }
 
 absl::Status LlamaModel::LoadWeights(const std::string& model_dir,
-                                     std::optional<DType> weight_dtype) {
+                                     std::optional<DType> weight_dtype,
+                                     const ModelConfig& full_config,
+                                     const TensorParallelShard& shard) {
   auto store = WeightStore::Open(model_dir);
   if (!store.ok()) return store.status();
   WeightLoader loader(**store, backend_, weight_dtype);
-  const int64_t hidden = config_.hidden_size;
-  const int64_t vocab = config_.vocab_size;
-  const int64_t inter = config_.intermediate_size;
-  const int64_t q_dim = static_cast<int64_t>(config_.num_attention_heads) * config_.head_dim;
-  const int64_t kv_dim = static_cast<int64_t>(config_.num_key_value_heads) * config_.head_dim;
+  // Checkpoint shapes are the whole model's; `slices` cut this rank's part.
+  const int64_t hidden = full_config.hidden_size;
+  const int64_t vocab = full_config.vocab_size;
+  const int64_t inter = full_config.intermediate_size;
+  const int64_t q_dim =
+      static_cast<int64_t>(full_config.num_attention_heads) * full_config.head_dim;
+  const int64_t kv_dim =
+      static_cast<int64_t>(full_config.num_key_value_heads) * full_config.head_dim;
+  const LayerSlices slices = PlanLayerSlices(full_config, shard);
+  const bool samples = shard.rank == 0;  // Only rank 0 computes logits.
 
 #define PAGODA_ASSIGN_OR_RETURN(lhs, expr)    \
   {                                           \
@@ -180,7 +196,7 @@ absl::Status LlamaModel::LoadWeights(const std::string& model_dir,
   }
   PAGODA_ASSIGN_OR_RETURN(embed_tokens_, loader.Load("model.embed_tokens.weight", {vocab, hidden}));
   PAGODA_ASSIGN_OR_RETURN(final_norm_, loader.Load("model.norm.weight", {hidden}));
-  if ((*store)->Has("lm_head.weight") || !config_.tie_word_embeddings) {
+  if (samples && ((*store)->Has("lm_head.weight") || !config_.tie_word_embeddings)) {
     PAGODA_ASSIGN_OR_RETURN(lm_head_, loader.Load("lm_head.weight", {vocab, hidden}));
   }
   for (int i = 0; i < config_.num_hidden_layers; ++i) {
@@ -190,27 +206,28 @@ absl::Status LlamaModel::LoadWeights(const std::string& model_dir,
                             loader.Load(prefix + "input_layernorm.weight", {hidden}));
     PAGODA_ASSIGN_OR_RETURN(layer->post_attention_norm,
                             loader.Load(prefix + "post_attention_layernorm.weight", {hidden}));
-    PAGODA_ASSIGN_OR_RETURN(layer->q_proj,
-                            loader.Load(prefix + "self_attn.q_proj.weight", {q_dim, hidden}));
-    PAGODA_ASSIGN_OR_RETURN(layer->k_proj,
-                            loader.Load(prefix + "self_attn.k_proj.weight", {kv_dim, hidden}));
-    PAGODA_ASSIGN_OR_RETURN(layer->v_proj,
-                            loader.Load(prefix + "self_attn.v_proj.weight", {kv_dim, hidden}));
-    PAGODA_ASSIGN_OR_RETURN(layer->o_proj,
-                            loader.Load(prefix + "self_attn.o_proj.weight", {hidden, q_dim}));
+    PAGODA_ASSIGN_OR_RETURN(
+        layer->q_proj, loader.Load(prefix + "self_attn.q_proj.weight", {q_dim, hidden}, slices.q));
+    PAGODA_ASSIGN_OR_RETURN(layer->k_proj, loader.Load(prefix + "self_attn.k_proj.weight",
+                                                       {kv_dim, hidden}, slices.kv));
+    PAGODA_ASSIGN_OR_RETURN(layer->v_proj, loader.Load(prefix + "self_attn.v_proj.weight",
+                                                       {kv_dim, hidden}, slices.kv));
+    PAGODA_ASSIGN_OR_RETURN(
+        layer->o_proj, loader.Load(prefix + "self_attn.o_proj.weight", {hidden, q_dim}, slices.o));
     if (config_.attention_bias) {
       PAGODA_ASSIGN_OR_RETURN(layer->q_bias,
-                              loader.LoadF32(prefix + "self_attn.q_proj.bias", {q_dim}));
-      PAGODA_ASSIGN_OR_RETURN(layer->k_bias,
-                              loader.LoadF32(prefix + "self_attn.k_proj.bias", {kv_dim}));
-      PAGODA_ASSIGN_OR_RETURN(layer->v_bias,
-                              loader.LoadF32(prefix + "self_attn.v_proj.bias", {kv_dim}));
+                              loader.LoadF32(prefix + "self_attn.q_proj.bias", {q_dim}, slices.q));
+      PAGODA_ASSIGN_OR_RETURN(
+          layer->k_bias, loader.LoadF32(prefix + "self_attn.k_proj.bias", {kv_dim}, slices.kv));
+      PAGODA_ASSIGN_OR_RETURN(
+          layer->v_bias, loader.LoadF32(prefix + "self_attn.v_proj.bias", {kv_dim}, slices.kv));
     }
-    PAGODA_ASSIGN_OR_RETURN(layer->gate_up_proj,
-                            loader.LoadStacked({{prefix + "mlp.gate_proj.weight", {inter, hidden}},
-                                                {prefix + "mlp.up_proj.weight", {inter, hidden}}}));
-    PAGODA_ASSIGN_OR_RETURN(layer->down_proj,
-                            loader.Load(prefix + "mlp.down_proj.weight", {hidden, inter}));
+    PAGODA_ASSIGN_OR_RETURN(
+        layer->gate_up_proj,
+        loader.LoadStacked({{prefix + "mlp.gate_proj.weight", {inter, hidden}, slices.gate_up},
+                            {prefix + "mlp.up_proj.weight", {inter, hidden}, slices.gate_up}}));
+    PAGODA_ASSIGN_OR_RETURN(layer->down_proj, loader.Load(prefix + "mlp.down_proj.weight",
+                                                          {hidden, inter}, slices.down));
     layers_.push_back(std::move(layer));
   }
 #undef PAGODA_ASSIGN_OR_RETURN
@@ -300,11 +317,9 @@ absl::StatusOr<ForwardOutput> LlamaModel::Forward(const FlatBatch& batch, CacheE
     return Tensor::Of(*b, {static_cast<int64_t>(b->size())});
   };
   auto bias = [](const std::unique_ptr<Buffer>& b) { return b ? b->data() : nullptr; };
-  // The tensor-parallel all-reduce takes f32 (worker/communicator.h); the
-  // model runs on one rank until sharding lands, where it is a no-op.
-  auto all_reduce = [&](void* data, size_t n) {
-    communicator_->AllReduceSum(static_cast<float*>(data), n);
-  };
+  // Tensor-parallel sum of the activations, in their dtype; a failed
+  // collective ends the step with its status.
+  auto all_reduce = [&](void* data, size_t n) { return communicator_->AllReduceSum(data, n, act); };
   const RopeTable rope{.cos_sin = rope_cos_sin_->data(),
                        .inv_freq = inv_freq_->data(),
                        .max_positions = rope_positions_};
@@ -337,7 +352,8 @@ absl::StatusOr<ForwardOutput> LlamaModel::Forward(const FlatBatch& batch, CacheE
         .batch = &step});
     backend_->Linear(attention, tokens, matrix(layer.o_proj, hidden, q_dim), nullptr, projected,
                      act);
-    all_reduce(projected, t * hidden);
+    // Row-parallel o_proj: each rank holds a partial sum over its heads.
+    if (absl::Status s = all_reduce(projected, t * hidden); !s.ok()) return s;
 
     backend_->AddRmsNorm(residual, projected, vec(layer.post_attention_norm), tokens, eps, normed);
     backend_->Linear(normed, tokens, matrix(layer.gate_up_proj, 2 * inter, hidden), nullptr,
@@ -345,7 +361,8 @@ absl::StatusOr<ForwardOutput> LlamaModel::Forward(const FlatBatch& batch, CacheE
     backend_->SiluAndMul(gate_up, tokens, inter, activated);
     backend_->Linear(activated, tokens, matrix(layer.down_proj, hidden, inter), nullptr, projected,
                      act);
-    all_reduce(projected, t * hidden);
+    // Row-parallel down_proj: partial sums over the intermediate slices.
+    if (absl::Status s = all_reduce(projected, t * hidden); !s.ok()) return s;
   }
 
   ForwardOutput output;
@@ -353,6 +370,10 @@ absl::StatusOr<ForwardOutput> LlamaModel::Forward(const FlatBatch& batch, CacheE
   output.logits.dtype = DType::kF32;
   output.logits.rank = 2;
   output.logits.shape = {rows, vocab, 0, 0};
+  if (communicator_->rank() != 0) {
+    output.logits.shape[0] = 0;  // Only rank 0 computes logits and samples.
+    return output;
+  }
   if (rows == 0) return output;
   if (config_.num_hidden_layers == 0) {
     backend_->RmsNorm(residual, vec(final_norm_), tokens, eps, normed);

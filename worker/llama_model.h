@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "common/dtype.h"
 #include "common/model_config.h"
+#include "common/tensor_parallel_plan.h"
 #include "worker/backend.h"
 #include "worker/batch.h"
 #include "worker/cache_engine.h"
@@ -47,10 +48,12 @@ struct ForwardOutput {
 // caller at a time.
 class LlamaModel {
  public:
-  // Reads config.json and the safetensors of `model_dir`. Missing or
-  // mis-shaped tensors fail with the WeightStore's error (naming the tensor).
-  // REQUIRES: communicator->world_size() == 1 (sharding is not written yet;
-  // UNIMPLEMENTED otherwise). backend and communicator must outlive the model.
+  // Reads config.json and this rank's slices of the safetensors of
+  // `model_dir` (the rank and group size are the communicator's; see
+  // sharded_weights.h for the split). Missing or mis-shaped tensors fail with
+  // the WeightStore's error (naming the tensor); a model whose head counts or
+  // intermediate size do not split over the group fails INVALID_ARGUMENT
+  // naming the counts. backend and communicator must outlive the model.
   static absl::StatusOr<std::unique_ptr<LlamaModel>> Load(const std::string& model_dir,
                                                           Backend* backend,
                                                           Communicator* communicator,
@@ -59,6 +62,8 @@ class LlamaModel {
   LlamaModel& operator=(const LlamaModel&) = delete;
   ~LlamaModel();
 
+  // The model as this rank runs it: attention heads, KV heads and
+  // intermediate size are the rank's shares (the model's with one rank).
   const ModelConfig& config() const { return config_; }
   // Bytes of backend memory the weights take (rope tables excluded).
   size_t weight_bytes() const;
@@ -70,6 +75,11 @@ class LlamaModel {
   // K/V into `cache` at the batch's slots and attending through the batch's
   // block tables, and leaves the logits of the batch's logits_indices rows
   // in backend memory, with the rows' sampling parameters beside them.
+  // Ranks other than 0 take part in the layers' all-reduces but compute no
+  // logits (a 0-row tensor): only rank 0 samples. A failed collective (a
+  // peer gone, a timeout, Abort) is returned as its status (UNAVAILABLE,
+  // DEADLINE_EXCEEDED, ABORTED); the cache then holds partial writes of this
+  // step, so the group must be rebuilt.
   // REQUIRES: batch came from FlattenStepPlan with this cache's limits and
   // cache->shape() == CacheShape(block size, its dtype).
   absl::StatusOr<ForwardOutput> Forward(const FlatBatch& batch, CacheEngine* cache);
@@ -77,7 +87,8 @@ class LlamaModel {
  private:
   struct LayerWeights;
   LlamaModel(ModelConfig config, Backend* backend, Communicator* communicator);
-  absl::Status LoadWeights(const std::string& model_dir, std::optional<DType> weight_dtype);
+  absl::Status LoadWeights(const std::string& model_dir, std::optional<DType> weight_dtype,
+                           const ModelConfig& full_config, const TensorParallelShard& shard);
   void BuildRopeTable();
   // Reserves the workspace (activations and the step-batch region) and the
   // upload staging for a step of this capacity.
@@ -88,7 +99,8 @@ class LlamaModel {
   Communicator* communicator_;
   std::unique_ptr<Buffer> embed_tokens_;
   std::unique_ptr<Buffer> final_norm_;
-  std::unique_ptr<Buffer> lm_head_;  // Null when tied: embed_tokens_ is used.
+  // Null when tied (embed_tokens_ is used) and on ranks other than 0.
+  std::unique_ptr<Buffer> lm_head_;
   std::unique_ptr<Buffer> inv_freq_;
   std::unique_ptr<Buffer> rope_cos_sin_;  // [rope_positions_, head_dim]
   int rope_positions_ = 0;

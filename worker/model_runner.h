@@ -2,6 +2,7 @@
 #define PAGODA_WORKER_MODEL_RUNNER_H_
 
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "pagoda/worker/v1/worker.pb.h"
@@ -31,12 +32,28 @@ class ModelRunner {
   // context K/V only through them, then samples one token for each sequence
   // with do_sample. INVALID_ARGUMENT for a malformed plan (block id out of
   // range, table too short for the positions, token id outside the vocabulary).
+  // A failed tensor-parallel collective fails the step with UNAVAILABLE,
+  // DEADLINE_EXCEEDED or ABORTED, and every later step too: the group must
+  // be loaded again.
   virtual absl::StatusOr<pagoda::worker::v1::StepResult> ExecuteStep(
       const pagoda::worker::v1::StepPlan& plan) = 0;
+
+  // Makes a collective in progress (and every later one) fail promptly, so a
+  // step waiting on a peer that will never answer returns instead of holding
+  // the worker until the collective timeout. Thread-safe: may be called from
+  // any thread, during any other call, any number of times.
+  virtual void Abort() {}
 };
 
-// The f32 CPU backend (OpenBLAS GEMMs).
-std::unique_ptr<ModelRunner> CreateCpuModelRunner();
+struct CpuModelRunnerOptions {
+  // The address this worker's Gloo connections listen on when it is one
+  // rank of several: its peers must reach it.
+  std::string collective_host = "127.0.0.1";
+};
+
+// The CPU backend (OpenBLAS GEMMs); tensor parallel over Gloo when
+// LoadModel's world_size exceeds 1.
+std::unique_ptr<ModelRunner> CreateCpuModelRunner(const CpuModelRunnerOptions& options = {});
 
 }  // namespace pagoda::worker
 

@@ -1,9 +1,15 @@
 # The gRPC worker service (library pagoda_worker_service), the pagoda-worker
 # executable and the tests that drive real worker processes.
-add_library(pagoda_worker_service STATIC ${CMAKE_CURRENT_LIST_DIR}/worker_service.cc)
+add_library(pagoda_worker_service STATIC
+  ${CMAKE_CURRENT_LIST_DIR}/step_cancellation.cc
+  ${CMAKE_CURRENT_LIST_DIR}/worker_service.cc)
 target_link_libraries(pagoda_worker_service PUBLIC
   pagoda_proto pagoda_worker_secret gRPC::grpc++ absl::status absl::statusor absl::strings absl::synchronization
   absl::time glog::glog)
+
+pagoda_add_test(worker_step_cancellation_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/step_cancellation_test.cc
+  LIBS pagoda_worker_service absl::strings absl::time)
 
 # The executable needs the model runner, built by worker_core.cmake.
 if(TARGET pagoda_worker_core)

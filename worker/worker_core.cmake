@@ -11,12 +11,15 @@ add_library(pagoda_worker_core STATIC
   ${CMAKE_CURRENT_LIST_DIR}/cpu_model_runner.cc
   ${CMAKE_CURRENT_LIST_DIR}/llama_model.cc
   ${CMAKE_CURRENT_LIST_DIR}/sampler.cc
-  ${CMAKE_CURRENT_LIST_DIR}/step_batch.cc)
+  ${CMAKE_CURRENT_LIST_DIR}/sharded_weights.cc
+  ${CMAKE_CURRENT_LIST_DIR}/step_batch.cc
+  ${CMAKE_CURRENT_LIST_DIR}/tensor_parallel_group.cc)
 target_link_libraries(pagoda_worker_core PUBLIC
-  pagoda_proto pagoda_common pagoda_kernels_host PkgConfig::OPENBLAS Threads::Threads
+  pagoda_proto pagoda_common pagoda_comm pagoda_kernels_host PkgConfig::OPENBLAS Threads::Threads
   absl::status absl::statusor absl::strings absl::span absl::flat_hash_set)
 
 foreach(test_name cpu_attention cpu_simd cpu_thread_pool cpu_linear backend batch sampler
+        sharded_weights tensor_parallel_group
         model_runner step_batch)
   set(test_source ${CMAKE_CURRENT_LIST_DIR}/${test_name}_test.cc)
   if(test_name MATCHES "^cpu_")

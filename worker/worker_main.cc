@@ -19,6 +19,7 @@
 // a Shutdown RPC, SIGTERM or SIGINT, and also when --parent-pid is given and
 // that process is gone (so an orphaned worker never lingers).
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
@@ -62,6 +63,10 @@ ABSL_FLAG(int, secret_fd, -1, "Inherited fd to read the server's secret from (th
 ABSL_FLAG(std::string, secret_file, "", "File holding the server's secret (if no --secret-fd).");
 ABSL_FLAG(std::string, ssl_certfile, "", "PEM certificate: serve over TLS (connected workers).");
 ABSL_FLAG(std::string, ssl_keyfile, "", "PEM private key of --ssl-certfile.");
+ABSL_FLAG(std::string, collective_host, "",
+          "IPv4 address this worker's tensor-parallel (Gloo) connections listen on; its peers "
+          "must reach it. Default: the host of --listen when that is an IPv4 address other "
+          "than 0.0.0.0, else 127.0.0.1.");
 ABSL_FLAG(std::string, ssl_ca_certs, "",
           "PEM CA bundle: the server must present a client certificate it signed.");
 
@@ -113,8 +118,20 @@ absl::StatusOr<std::string> ReadSecret() {
       "a worker needs the server's secret: pass --secret-fd or --secret-file");
 }
 
-absl::StatusOr<std::unique_ptr<pagoda::worker::ModelRunner>> MakeRunner(const std::string& device) {
-  return pagoda::worker::MakeModelRunner(device, absl::GetFlag(FLAGS_cuda_device));
+// Where the Gloo connections listen: the flag, else the host the worker
+// serves on (peers on other hosts reach it there), else loopback.
+std::string CollectiveHost(const std::string& listen) {
+  if (std::string host = absl::GetFlag(FLAGS_collective_host); !host.empty()) return host;
+  if (listen.rfind("unix:", 0) == 0) return "127.0.0.1";
+  const std::string host = listen.substr(0, listen.rfind(':'));
+  in_addr address;
+  if (host == "0.0.0.0" || inet_pton(AF_INET, host.c_str(), &address) != 1) return "127.0.0.1";
+  return host;
+}
+
+absl::StatusOr<std::unique_ptr<pagoda::worker::ModelRunner>> MakeRunner(
+    const std::string& device, const pagoda::worker::CpuModelRunnerOptions& options) {
+  return pagoda::worker::MakeModelRunner(device, absl::GetFlag(FLAGS_cuda_device), options);
 }
 
 // SIGTERM/SIGINT may land on any thread (libraries such as OpenBLAS start
@@ -192,9 +209,18 @@ int main(int argc, char** argv) {
   }
   signal(SIGPIPE, SIG_IGN);
 
+  const std::string collective_host = CollectiveHost(absl::GetFlag(FLAGS_listen));
+  if (in_addr address; inet_pton(AF_INET, collective_host.c_str(), &address) != 1) {
+    LOG(ERROR) << "--collective-host must be an IPv4 address, got '" << collective_host << "'";
+    return 1;
+  }
+
   StopRequest stop;
-  pagoda::worker::WorkerService service(rank, *std::move(secret), MakeRunner,
-                                        [&stop] { stop.Request("Shutdown RPC"); });
+  const pagoda::worker::CpuModelRunnerOptions runner_options{.collective_host = collective_host};
+  pagoda::worker::WorkerService service(
+      rank, *std::move(secret),
+      [&runner_options](const std::string& device) { return MakeRunner(device, runner_options); },
+      [&stop] { stop.Request("Shutdown RPC"); });
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
@@ -247,6 +273,9 @@ int main(int argc, char** argv) {
     LOG(ERROR) << "did not stop in time; exiting";
     std::_Exit(1);
   }).detach();
+  // A step waiting in a collective on peers that are stopping too would hold
+  // the drain until its timeout: fail it now.
+  service.AbortCollectives();
   server->Shutdown(std::chrono::system_clock::now() + absl::ToChronoSeconds(kDrainGrace));
   server->Wait();
   watcher.join();

@@ -59,6 +59,7 @@ grpc::Status WorkerService::LoadModel(grpc::ServerContext* context,
   LOG(INFO) << "rank " << rank_ << ": LoadModel " << request->model_dir() << " (device '"
             << request->device() << "', world size " << request->world_size() << ")";
   // Drop the old model first so its memory is free before the new one loads.
+  SetAbortable(nullptr);
   runner_.reset();
   cache_ready_ = false;
   absl::StatusOr<std::unique_ptr<ModelRunner>> runner = runner_factory_(request->device());
@@ -70,6 +71,7 @@ grpc::Status WorkerService::LoadModel(grpc::ServerContext* context,
   }
   *response = *std::move(loaded);
   runner_ = *std::move(runner);
+  SetAbortable(runner_.get());
   LOG(INFO) << "rank " << rank_ << ": model loaded, " << response->num_gpu_blocks()
             << " KV blocks of " << response->bytes_per_block() << " bytes fit";
   return grpc::Status::OK;
@@ -104,7 +106,9 @@ grpc::Status WorkerService::ExecuteStep(grpc::ServerContext* context, const v1::
                         "ExecuteStep before LoadModel and InitCache");
   }
   const absl::Time start = absl::Now();
+  cancellation_.Begin(context, [this] { AbortCollectives(); });
   absl::StatusOr<v1::StepResult> executed = runner_->ExecuteStep(*plan);
+  cancellation_.End();
   if (!executed.ok()) {
     LOG(WARNING) << "rank " << rank_ << ": step " << plan->step_id()
                  << " failed: " << executed.status();
@@ -117,6 +121,16 @@ grpc::Status WorkerService::ExecuteStep(grpc::ServerContext* context, const v1::
     result->set_forward_seconds(absl::ToDoubleSeconds(absl::Now() - start));
   }
   return grpc::Status::OK;
+}
+
+void WorkerService::SetAbortable(ModelRunner* runner) {
+  absl::MutexLock lock(&abort_mutex_);
+  abortable_runner_ = runner;
+}
+
+void WorkerService::AbortCollectives() {
+  absl::MutexLock lock(&abort_mutex_);
+  if (abortable_runner_ != nullptr) abortable_runner_->Abort();
 }
 
 grpc::Status WorkerService::Shutdown(grpc::ServerContext* context,

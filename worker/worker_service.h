@@ -12,6 +12,7 @@
 #include "grpcpp/grpcpp.h"
 #include "pagoda/worker/v1/worker.grpc.pb.h"
 #include "worker/model_runner.h"
+#include "worker/step_cancellation.h"
 
 namespace pagoda::worker {
 
@@ -61,9 +62,15 @@ class WorkerService final : public pagoda::worker::v1::Worker::Service {
                         const pagoda::worker::v1::ShutdownRequest* request,
                         pagoda::worker::v1::ShutdownResponse* response) override;
 
+  // Makes a step stuck in a tensor-parallel collective fail promptly (and
+  // every later one), e.g. when the worker is stopping and its peers may be
+  // gone. Thread-safe; does not wait for the call in progress.
+  void AbortCollectives();
+
  private:
   // OK if `context` carries the secret, else UNAUTHENTICATED.
   grpc::Status Authenticate(const grpc::ServerContext& context) const;
+  void SetAbortable(ModelRunner* runner) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
   const int rank_;
   const std::string secret_;
@@ -74,6 +81,13 @@ class WorkerService final : public pagoda::worker::v1::Worker::Service {
   // Null until a LoadModel succeeds.
   std::unique_ptr<ModelRunner> runner_ ABSL_GUARDED_BY(mutex_);
   bool cache_ready_ ABSL_GUARDED_BY(mutex_) = false;
+  // runner_ for AbortCollectives, which must not wait for mutex_ (held by a
+  // stuck step). Changed only while both mutexes are held.
+  absl::Mutex abort_mutex_ ABSL_ACQUIRED_AFTER(mutex_);
+  ModelRunner* abortable_runner_ ABSL_GUARDED_BY(abort_mutex_) = nullptr;
+  // A step the server cancelled (it gave up on the group) aborts its
+  // collectives rather than wait on peers that may never answer.
+  StepCancellationWatcher cancellation_;
 };
 
 }  // namespace pagoda::worker

@@ -100,6 +100,7 @@ pagoda::v1::ModelInfo GenerationService::ModelInfo() const {
   stats->set_schedule_seconds_total(snapshot.schedule_seconds_total);
   stats->set_worker_rpc_seconds_total(snapshot.worker_rpc_seconds_total);
   stats->set_forward_seconds_total(snapshot.forward_seconds_total);
+  stats->set_all_reduce_seconds_total(snapshot.all_reduce_seconds_total);
   stats->set_postprocess_seconds_total(snapshot.postprocess_seconds_total);
   stats->set_accepting(snapshot.accepting);
   return out;

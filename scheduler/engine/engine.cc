@@ -320,6 +320,7 @@ bool Engine::Step() {
   step.num_generated_tokens = generated;
   step.schedule_seconds = Seconds(scheduled_at - step_start);
   step.forward_seconds = result->forward_seconds();
+  step.all_reduce_seconds = result->all_reduce_seconds();
   step.worker_rpc_seconds = std::max(0.0, Seconds(rpc_end - rpc_start) - step.forward_seconds);
   step.postprocess_seconds = Seconds(step_end - rpc_end);
   step.total_seconds = Seconds(step_end - step_start);
@@ -386,6 +387,7 @@ void Engine::PublishSnapshot(const StepRecord* step) {
     totals_.schedule_seconds_total += step->schedule_seconds;
     totals_.worker_rpc_seconds_total += step->worker_rpc_seconds;
     totals_.forward_seconds_total += step->forward_seconds;
+    totals_.all_reduce_seconds_total += step->all_reduce_seconds;
     totals_.postprocess_seconds_total += step->postprocess_seconds;
   }
   {

@@ -20,6 +20,7 @@ struct StepRecord {
   double schedule_seconds = 0;
   double worker_rpc_seconds = 0;
   double forward_seconds = 0;
+  double all_reduce_seconds = 0;  // Part of forward_seconds (rank 0's).
   double postprocess_seconds = 0;
   double total_seconds = 0;
 };
@@ -65,6 +66,7 @@ struct EngineSnapshot {
   double schedule_seconds_total = 0;
   double worker_rpc_seconds_total = 0;
   double forward_seconds_total = 0;
+  double all_reduce_seconds_total = 0;
   double postprocess_seconds_total = 0;
 };
 

@@ -256,7 +256,9 @@ absl::Status GrpcWorkerGroup::CallAllRanks(const char* name, AsyncMethod method,
 absl::StatusOr<v1::LoadModelResponse> GrpcWorkerGroup::LoadModel(
     const v1::LoadModelRequest& request) {
   // Each rank gets its own rank number; everything else is shared.
-  std::vector<v1::LoadModelRequest> per_rank(world_size(), request);
+  v1::LoadModelRequest shared = request;
+  if (absl::Status prepared = PrepareRendezvous(shared); !prepared.ok()) return prepared;
+  std::vector<v1::LoadModelRequest> per_rank(world_size(), shared);
   std::vector<const v1::LoadModelRequest*> requests;
   for (int rank = 0; rank < world_size(); ++rank) {
     per_rank[rank].set_rank(rank);
@@ -277,6 +279,29 @@ absl::StatusOr<v1::LoadModelResponse> GrpcWorkerGroup::LoadModel(
     result.set_num_gpu_blocks(std::min(result.num_gpu_blocks(), response.num_gpu_blocks()));
   }
   return result;
+}
+
+absl::Status GrpcWorkerGroup::PrepareRendezvous(v1::LoadModelRequest& request) {
+  if (world_size() == 1) return absl::OkStatus();
+  // A fresh store (and secret) per group: ranks need it only to join, and
+  // keys of earlier groups (one set per reload or restart) never pile up.
+  rendezvous_.reset();  // Frees a fixed --rendezvous-port for the new one.
+  absl::StatusOr<std::string> secret = worker::comm::GenerateRendezvousSecret();
+  if (!secret.ok()) return secret.status();
+  absl::StatusOr<std::unique_ptr<worker::comm::RendezvousStoreServer>> store =
+      worker::comm::RendezvousStoreServer::Start(
+          {.host = options_.rendezvous_host, .port = options_.rendezvous_port, .secret = *secret});
+  if (!store.ok()) return store.status();
+  rendezvous_ = *std::move(store);
+  rendezvous_secret_ = *std::move(secret);
+  LOG(INFO) << "tensor-parallel rendezvous store on " << options_.rendezvous_host << ":"
+            << rendezvous_->port();
+  request.set_rendezvous_address(absl::StrCat(options_.rendezvous_host, ":", rendezvous_->port()));
+  request.set_rendezvous_secret(rendezvous_secret_);
+  request.set_rendezvous_prefix(absl::StrCat("group", ++rendezvous_generation_));
+  request.set_collective_timeout_ms(
+      static_cast<int32_t>(absl::ToInt64Milliseconds(options_.collective_timeout)));
+  return absl::OkStatus();
 }
 
 absl::Status GrpcWorkerGroup::InitCache(const v1::InitCacheRequest& request) {

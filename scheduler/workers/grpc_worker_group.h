@@ -20,6 +20,7 @@
 #include "pagoda/worker/v1/worker.grpc.pb.h"
 #include "scheduler/workers/worker_group.h"
 #include "scheduler/workers/worker_launcher.h"
+#include "worker/comm/rendezvous_store_server.h"
 
 namespace pagoda::scheduler {
 
@@ -52,6 +53,15 @@ struct GrpcWorkerGroupOptions {
   // production (see MakeChannelCredentials); spawned workers use their
   // private Unix sockets in plaintext.
   std::shared_ptr<grpc::ChannelCredentials> connect_credentials;
+  // Tensor parallelism (more than one rank): the group runs a rendezvous
+  // store (worker/comm/rendezvous_store_server.h) on this IPv4 address and
+  // port (0: any free port), a fresh one with a fresh secret for each
+  // LoadModel, and hands its address, secret and key prefix to every rank. Every rank must reach it:
+  // loopback for spawned workers, an address of this host for connected ones.
+  std::string rendezvous_host = "127.0.0.1";
+  int rendezvous_port = 0;
+  // Bounds the ranks' joining of their group and each of their collectives.
+  absl::Duration collective_timeout = absl::Seconds(30);
 };
 
 // The WorkerGroup over gRPC: one channel per rank; every call goes to all
@@ -87,7 +97,10 @@ class GrpcWorkerGroup final : public WorkerGroup {
   // Calls Shutdown.
   ~GrpcWorkerGroup() override;
 
-  // Sends each rank `request` with its own rank and world_size filled in.
+  // Sends each rank `request` with its own rank and world_size filled in,
+  // and for more than one rank the rendezvous of a fresh group (a new key
+  // prefix each call, so a reloaded or restarted group never meets the keys
+  // of an earlier one).
   absl::StatusOr<pagoda::worker::v1::LoadModelResponse> LoadModel(
       const pagoda::worker::v1::LoadModelRequest& request) override;
   absl::Status InitCache(const pagoda::worker::v1::InitCacheRequest& request) override;
@@ -135,6 +148,9 @@ class GrpcWorkerGroup final : public WorkerGroup {
   // One restart: new ranks, LoadModel, InitCache.
   absl::Status RestartOnce();
   void AddSecret(grpc::ClientContext& context, int rank) const;
+  // Starts a fresh rendezvous store for a new group and fills `request`'s
+  // rendezvous fields.
+  absl::Status PrepareRendezvous(pagoda::worker::v1::LoadModelRequest& request);
 
   // Sends requests[r] to rank r, all ranks at once, through `method`: a
   // callable (Stub::async_interface*, ClientContext*, const Request*,
@@ -166,6 +182,11 @@ class GrpcWorkerGroup final : public WorkerGroup {
   std::atomic<bool> healthy_{true};  // No failure since the ranks started.
   std::atomic<bool> ready_{true};    // False while Recover replays the model.
   std::atomic<int> restarts_{0};
+  // Tensor-parallel groups: the store the current group met at, and how many
+  // groups there have been (the key prefix of the next one).
+  std::unique_ptr<pagoda::worker::comm::RendezvousStoreServer> rendezvous_;
+  std::string rendezvous_secret_;
+  int rendezvous_generation_ = 0;
 
   mutable absl::Mutex mutex_;
   std::string failure_ ABSL_GUARDED_BY(mutex_);

@@ -80,10 +80,21 @@ class HelmChartTest(unittest.TestCase):
         # Only the server's pods reach the workers' port.
         self.assertEqual(policy["spec"]["podSelector"]["matchLabels"],
                          workers["spec"]["selector"]["matchLabels"])
-        (rule,) = policy["spec"]["ingress"]
+        rule, peers = policy["spec"]["ingress"]
         self.assertEqual(rule["from"][0]["podSelector"]["matchLabels"],
                          server["spec"]["selector"]["matchLabels"])
         self.assertEqual(rule["ports"], [{"protocol": "TCP", "port": 50061}])
+        # Tensor-parallel peers reach each other's collectives; they meet at
+        # the server's rendezvous store, on its pod IP.
+        self.assertEqual(peers["from"][0]["podSelector"]["matchLabels"],
+                         workers["spec"]["selector"]["matchLabels"])
+        self.assertNotIn("ports", peers)
+        self.assertEqual(args["rendezvous-host"], "$(POD_IP)")
+        self.assertEqual(args["rendezvous-port"], "50071")
+        self.assertIn("--collective-host=\"$POD_IP\"", worker_container["args"][0])
+        for container in (server_container, worker_container):
+            env = {e["name"]: e for e in container["env"]}
+            self.assertEqual(env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"], "status.podIP")
 
         # Both sides read the same worker secret, mounted from one Secret.
         secret = m[("Secret", "rel-pagoda-worker-secret")]

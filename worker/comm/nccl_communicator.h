@@ -16,8 +16,10 @@ namespace pagoda::worker::comm {
 // every rank in LoadModel.
 inline constexpr size_t kNcclUniqueIdBytes = 128;
 
-// Rank 0 calls this and hands the bytes to the server. It starts NCCL's
-// bootstrap listener in this process, which must outlive the group's init.
+// Rank 0 calls this, as ShareUniqueId's `create` (unique_id_relay.h): the
+// bytes reach the other ranks through the server's rendezvous store named in
+// LoadModel. It starts NCCL's bootstrap listener in this process, which must
+// outlive the group's init.
 absl::StatusOr<std::string> CreateNcclUniqueId();
 
 struct NcclOptions {

@@ -69,6 +69,10 @@ absl::StatusOr<std::unique_ptr<RendezvousStoreServer>> RendezvousStoreServer::St
   if (options.max_connections < 1) {
     return absl::InvalidArgumentError("rendezvous store: max_connections must be positive");
   }
+  if (options.port < 0 || options.port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rendezvous store: port ", options.port, " outside [0, 65535]"));
+  }
   int port = 0;
   absl::StatusOr<int> fd = BindAndListen(options.host, options.port, &port);
   if (!fd.ok()) return fd.status();

@@ -172,6 +172,13 @@ TEST(RendezvousStoreServerTest, RefusesBadOptions) {
   options.host = "not-an-ip";
   EXPECT_EQ(RendezvousStoreServer::Start(options).status().code(),
             absl::StatusCode::kInvalidArgument);
+  options.host = "127.0.0.1";
+  for (int port : {-1, 65536, 99999}) {
+    options.port = port;
+    EXPECT_EQ(RendezvousStoreServer::Start(options).status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << port;
+  }
 }
 
 }  // namespace

@@ -10,9 +10,9 @@ namespace pagoda::worker {
 
 bool BuiltWithCuda() { return PAGODA_WORKER_HAS_CUDA; }
 
-absl::StatusOr<std::unique_ptr<ModelRunner>> MakeModelRunner(const std::string& device,
-                                                             int cuda_device) {
-  if (device.empty() || device == "cpu") return CreateCpuModelRunner();
+absl::StatusOr<std::unique_ptr<ModelRunner>> MakeModelRunner(
+    const std::string& device, int cuda_device, const CpuModelRunnerOptions& cpu_options) {
+  if (device.empty() || device == "cpu") return CreateCpuModelRunner(cpu_options);
   if (device == "cuda") {
 #if PAGODA_WORKER_HAS_CUDA
     return CreateCudaModelRunner(CudaRunnerOptions{.device = cuda_device});

@@ -18,8 +18,9 @@ namespace pagoda::worker {
 bool BuiltWithCuda();
 
 // cuda_device: --cuda-device (-1 = the rank's GPU); ignored for "cpu".
-absl::StatusOr<std::unique_ptr<ModelRunner>> MakeModelRunner(const std::string& device,
-                                                             int cuda_device);
+// cpu_options: the CPU runner's (where its collectives listen); ignored for "cuda".
+absl::StatusOr<std::unique_ptr<ModelRunner>> MakeModelRunner(
+    const std::string& device, int cuda_device, const CpuModelRunnerOptions& cpu_options = {});
 
 }  // namespace pagoda::worker
 
