@@ -48,6 +48,9 @@ pagoda_add_test(scheduler_validation_pool_test
 pagoda_add_test(scheduler_request_output_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/api/request_output_test.cc
   LIBS pagoda_server_lib)
+pagoda_add_test(scheduler_request_detokenizer_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/api/request_detokenizer_test.cc
+  LIBS pagoda_server_lib pagoda_common_testing)
 pagoda_add_test(scheduler_recovery_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine/recovery_test.cc
   LIBS pagoda_server_lib pagoda_in_process_worker)

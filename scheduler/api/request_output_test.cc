@@ -7,36 +7,11 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/utf8.h"
 #include "gtest/gtest.h"
 
 namespace pagoda::scheduler {
 namespace {
-
-// True when `text` is well-formed UTF-8 (no split characters).
-bool IsValidUtf8(const std::string& text) {
-  size_t i = 0;
-  while (i < text.size()) {
-    const unsigned char c = text[i];
-    int extra;
-    if (c < 0x80) {
-      extra = 0;
-    } else if ((c >> 5) == 0x6) {
-      extra = 1;
-    } else if ((c >> 4) == 0xE) {
-      extra = 2;
-    } else if ((c >> 3) == 0x1E) {
-      extra = 3;
-    } else {
-      return false;
-    }
-    if (i + extra >= text.size() && extra > 0) return false;
-    for (int k = 1; k <= extra; ++k) {
-      if ((static_cast<unsigned char>(text[i + k]) & 0xC0) != 0x80) return false;
-    }
-    i += extra + 1;
-  }
-  return true;
-}
 
 class RequestOutputTest : public ::testing::Test {
  protected:
