@@ -12,6 +12,7 @@ add_library(pagoda_server_lib STATIC
   ${CMAKE_CURRENT_LIST_DIR}/api/request_validation.cc
   ${CMAKE_CURRENT_LIST_DIR}/api/validation_pool.cc
   ${CMAKE_CURRENT_LIST_DIR}/api/stop_strings.cc
+  ${CMAKE_CURRENT_LIST_DIR}/api/http_connection.cc
   ${CMAKE_CURRENT_LIST_DIR}/api/http_request_stream.cc
   ${CMAKE_CURRENT_LIST_DIR}/api/http_server.cc
   ${CMAKE_CURRENT_LIST_DIR}/api/openai_protocol.cc
@@ -51,6 +52,9 @@ pagoda_add_test(scheduler_request_output_test
 pagoda_add_test(scheduler_request_detokenizer_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/api/request_detokenizer_test.cc
   LIBS pagoda_server_lib pagoda_common_testing)
+pagoda_add_test(scheduler_http_connection_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/api/http_connection_test.cc
+  LIBS pagoda_server_lib)
 pagoda_add_test(scheduler_recovery_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine/recovery_test.cc
   LIBS pagoda_server_lib pagoda_in_process_worker)
