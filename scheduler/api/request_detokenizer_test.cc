@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
-#include "common/testing/tiny_model.h"
+#include "common/testing/tiny_tokenizer_suite.h"
 #include "common/utf8.h"
 #include "gtest/gtest.h"
 
@@ -35,27 +35,10 @@ class CountingTokenizer : public Tokenizer {
   mutable size_t decoded_ids_ = 0;
 };
 
-class RequestDetokenizerTest : public ::testing::Test {
+// A sentencepiece BPE of 512 pieces with byte fallback: characters outside
+// its training text become one token per UTF-8 byte.
+class RequestDetokenizerTest : public testing::TinyTokenizerSuite<512> {
  protected:
-  // A sentencepiece BPE of 512 pieces with byte fallback: characters outside
-  // its training text become one token per UTF-8 byte.
-  static void SetUpTestSuite() {
-    dir_ = new std::string(testing::TempPath("pagoda_detokenizer"));
-    ASSERT_TRUE(testing::WriteTinyModel(
-                    *dir_,
-                    "--vocab-size 512 --hidden-size 32 --intermediate-size 64 --num-layers 1"
-                    " --num-heads 2 --tokenizer")
-                    .ok());
-    absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::Load(*dir_);
-    ASSERT_TRUE(tokenizer.ok() && *tokenizer != nullptr);
-    tokenizer_ = tokenizer->release();
-  }
-  static void TearDownTestSuite() {
-    delete tokenizer_;
-    std::filesystem::remove_all(*dir_);
-    delete dir_;
-  }
-
   // Streams `ids` in chunks of 1 to `max_chunk` tokens; checks that no
   // piece ends inside a character and that the pieces make the whole text.
   static void CheckStream(const std::vector<int>& ids, std::mt19937& rng, int max_chunk) {
@@ -75,12 +58,7 @@ class RequestDetokenizerTest : public ::testing::Test {
     EXPECT_EQ(streamed, *whole);
   }
 
-  static std::string* dir_;
-  static Tokenizer* tokenizer_;
 };
-
-std::string* RequestDetokenizerTest::dir_ = nullptr;
-Tokenizer* RequestDetokenizerTest::tokenizer_ = nullptr;
 
 TEST_F(RequestDetokenizerTest, MultiByteCharactersSplitAcrossTokens) {
   std::mt19937 rng(1);
