@@ -283,7 +283,12 @@ try {
   const idleAt = Date.now();
   check(idle !== "close", "drain: an idle keep-alive connection is open", String(idle));
   slow.child.kill("SIGTERM");
-  await new Promise((r) => setTimeout(r, 100));
+  // Draining once /health says so (or the port is already closed).
+  for (let i = 0; i < 100; ++i) {
+    const health = await fetch(`http://127.0.0.1:${slow.ports.http}/health`).then((r) => r.status, () => 0);
+    if (health !== 200) break;
+    await new Promise((r) => setTimeout(r, 20));
+  }
   const refused = await fetch(`http://127.0.0.1:${slow.ports.http}/v1/completions`, {
     method: "POST", body: JSON.stringify({ ...base, max_tokens: 2 }) })
     .then((res) => res.status, () => "connection refused");
