@@ -170,10 +170,18 @@ void HttpServer::Handlers::Completions(const httplib::Request& req, httplib::Res
       return;
     }
     if (!whole->ok()) return SendError(res, whole->status());
-    res.set_content(
+    // Through a provider whose releaser holds `state` (and so the call in
+    // flight) until the library has written the body: a shutdown must not
+    // close the connection under it.
+    auto body = std::make_shared<std::string>(
         MakeOpenAiResponse(state->request, **whole, options.model_name, state->created, tokenizer)
-            .dump(-1, ' ', false, json::error_handler_t::replace),
-        kJson);
+            .dump(-1, ' ', false, json::error_handler_t::replace));
+    res.set_content_provider(
+        body->size(), kJson,
+        [body](size_t offset, size_t length, httplib::DataSink& sink) {
+          return sink.write(body->data() + offset, length);
+        },
+        [state](bool) {});
     return;
   }
   res.set_header("Cache-Control", "no-cache");
