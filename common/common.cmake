@@ -28,10 +28,12 @@ add_dependencies(pagoda_common pagoda_sentencepiece_shim)
 target_compile_definitions(pagoda_common PRIVATE
   PAGODA_SENTENCEPIECE_SHIM_PATH="$<TARGET_FILE:pagoda_sentencepiece_shim>")
 
-# Test helpers shared by every module's tests: writes safetensors model dirs.
+# Test helpers shared by every module's tests: writes safetensors model dirs
+# and random models (scripts/make_tiny_model.py).
 add_library(pagoda_common_testing STATIC
-  ${CMAKE_CURRENT_LIST_DIR}/testing/safetensors_writer.cc)
-target_link_libraries(pagoda_common_testing PUBLIC pagoda_common)
+  ${CMAKE_CURRENT_LIST_DIR}/testing/safetensors_writer.cc
+  ${CMAKE_CURRENT_LIST_DIR}/testing/tiny_model.cc)
+target_link_libraries(pagoda_common_testing PUBLIC pagoda_common absl::status absl::strings)
 
 pagoda_add_test(common_dtype_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/dtype_test.cc

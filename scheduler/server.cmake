@@ -12,6 +12,7 @@ add_library(pagoda_server_lib STATIC
   ${CMAKE_CURRENT_LIST_DIR}/api/request_validation.cc
   ${CMAKE_CURRENT_LIST_DIR}/api/validation_pool.cc
   ${CMAKE_CURRENT_LIST_DIR}/api/stop_strings.cc
+  ${CMAKE_CURRENT_LIST_DIR}/api/http_connection.cc
   ${CMAKE_CURRENT_LIST_DIR}/api/http_request_stream.cc
   ${CMAKE_CURRENT_LIST_DIR}/api/http_server.cc
   ${CMAKE_CURRENT_LIST_DIR}/api/openai_protocol.cc
@@ -41,19 +42,27 @@ target_link_libraries(pagoda-bench PRIVATE pagoda_proto pagoda_flags pagoda_kv_s
 
 pagoda_add_test(scheduler_request_validation_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/api/request_validation_test.cc
-  LIBS pagoda_server_lib)
+  LIBS pagoda_server_lib pagoda_common_testing)
 pagoda_add_test(scheduler_validation_pool_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/api/validation_pool_test.cc
   LIBS pagoda_server_lib)
 pagoda_add_test(scheduler_request_output_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/api/request_output_test.cc
+  LIBS pagoda_server_lib pagoda_common_testing)
+pagoda_add_test(scheduler_request_detokenizer_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/api/request_detokenizer_test.cc
+  LIBS pagoda_server_lib pagoda_common_testing)
+pagoda_add_test(scheduler_http_connection_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/api/http_connection_test.cc
   LIBS pagoda_server_lib)
 pagoda_add_test(scheduler_recovery_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine/recovery_test.cc
-  LIBS pagoda_server_lib pagoda_in_process_worker)
+          ${CMAKE_CURRENT_LIST_DIR}/engine/testing/collecting_sink.cc
+  LIBS pagoda_server_lib pagoda_in_process_worker pagoda_common_testing)
 pagoda_add_test(scheduler_engine_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine/engine_test.cc
-  LIBS pagoda_server_lib pagoda_in_process_worker)
+          ${CMAKE_CURRENT_LIST_DIR}/engine/testing/collecting_sink.cc
+  LIBS pagoda_server_lib pagoda_in_process_worker pagoda_common_testing)
 pagoda_add_test(scheduler_stop_strings_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/api/stop_strings_test.cc
   LIBS pagoda_server_lib)

@@ -38,10 +38,11 @@ std::optional<HttpRequestStream::Event> HttpRequestStream::Next(absl::Duration t
   return event;
 }
 
-absl::StatusOr<pagoda::v1::GenerateResponse> HttpRequestStream::Whole() {
+std::optional<absl::StatusOr<pagoda::v1::GenerateResponse>> HttpRequestStream::Whole(
+    absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
   auto done = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return final_status_.has_value(); };
-  mu_.Await(absl::Condition(&done));
+  if (!mu_.AwaitWithTimeout(absl::Condition(&done), timeout)) return std::nullopt;
   if (!final_status_->ok()) return *final_status_;
   return output_.whole();
 }

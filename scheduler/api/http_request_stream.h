@@ -36,8 +36,9 @@ class HttpRequestStream : public RequestSink {
   };
   // Waits up to `timeout` for the next event; nullopt on timeout.
   std::optional<Event> Next(absl::Duration timeout);
-  // Waits for the end and returns the whole response, or the failure.
-  absl::StatusOr<pagoda::v1::GenerateResponse> Whole();
+  // Waits up to `timeout` for the end; then the whole response or the
+  // failure, nullopt while the request still runs.
+  std::optional<absl::StatusOr<pagoda::v1::GenerateResponse>> Whole(absl::Duration timeout);
 
  private:
   Engine* const engine_;

@@ -10,6 +10,7 @@
 #include "glog/logging.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
+#include "scheduler/api/http_connection.h"
 #include "scheduler/api/http_request_stream.h"
 #include "scheduler/api/request_reactors.h"
 
@@ -30,7 +31,20 @@ std::string SseEvent(const json& data) {
   return absl::StrCat("data: ", data.dump(-1, ' ', false, json::error_handler_t::replace), "\n\n");
 }
 
-// What one streaming response keeps between calls of its content provider.
+// Counts one completion call in the server's CallTracker while alive.
+class InFlightCall {
+ public:
+  explicit InFlightCall(CallTracker* calls) : calls_(calls) { calls_->Begin(); }
+  ~InFlightCall() { calls_->End(); }
+  InFlightCall(const InFlightCall&) = delete;
+  InFlightCall& operator=(const InFlightCall&) = delete;
+
+ private:
+  CallTracker* const calls_;
+};
+
+// What one response keeps until it is written: for a stream, between calls
+// of its content provider (the provider's lambdas own it).
 struct StreamState {
   OpenAiRequest request;
   std::string request_id;
@@ -40,6 +54,7 @@ struct StreamState {
   std::vector<bool> role_sent;
   std::shared_ptr<HttpRequestStream> stream;
   bool finished = false;  // The engine's final status was seen.
+  std::unique_ptr<InFlightCall> in_flight;
 };
 
 }  // namespace
@@ -52,6 +67,8 @@ struct HttpServer::Handlers {
   ChatRenderer chat;
   int64_t started = absl::ToUnixSeconds(absl::Now());
   std::atomic<bool> draining{false};
+  // Completion calls from their start until their response is written.
+  CallTracker calls;
 
   void Health(httplib::Response& res) const {
     const bool serving = !draining.load() && engine->healthy();
@@ -70,6 +87,10 @@ struct HttpServer::Handlers {
   // Parses, renders (chat), validates and submits; fills `res` on failure.
   absl::StatusOr<std::shared_ptr<StreamState>> Submit(const httplib::Request& req, bool chat);
   void Completions(const httplib::Request& req, httplib::Response& res, bool chat);
+  // Waits for a non-streamed request's end; aborts it (nullopt) if the
+  // client closes the connection first.
+  std::optional<absl::StatusOr<pagoda::v1::GenerateResponse>> AwaitWhole(
+      const httplib::Request& req, StreamState& state) const;
   bool Provide(StreamState& state, httplib::DataSink& sink) const;
 };
 
@@ -115,18 +136,52 @@ absl::StatusOr<std::shared_ptr<StreamState>> HttpServer::Handlers::Submit(
   return state;
 }
 
+std::optional<absl::StatusOr<pagoda::v1::GenerateResponse>> HttpServer::Handlers::AwaitWhole(
+    const httplib::Request& req, StreamState& state) const {
+  // Short requests end within the first wait; only longer ones look up the
+  // connection (a scan of this process's descriptors) to watch it.
+  std::optional<HttpConnection> connection;
+  while (true) {
+    auto whole = state.stream->Whole(absl::Milliseconds(50));
+    if (whole.has_value()) return whole;
+    if (!connection.has_value()) {
+      connection = HttpConnection::Find(req.local_port, req.remote_addr, req.remote_port);
+    }
+    if (connection->PeerClosed()) {
+      // As gRPC does for a cancelled call: free the blocks at the next step.
+      engine->AbortRequest(state.request_id, state.stream.get());
+      return std::nullopt;
+    }
+  }
+}
+
 void HttpServer::Handlers::Completions(const httplib::Request& req, httplib::Response& res,
                                        bool chat_request) {
+  auto in_flight = std::make_unique<InFlightCall>(&calls);
   absl::StatusOr<std::shared_ptr<StreamState>> submitted = Submit(req, chat_request);
   if (!submitted.ok()) return SendError(res, submitted.status());
   std::shared_ptr<StreamState> state = *std::move(submitted);
+  state->in_flight = std::move(in_flight);
   if (!state->request.stream) {
-    absl::StatusOr<pagoda::v1::GenerateResponse> whole = state->stream->Whole();
-    if (!whole.ok()) return SendError(res, whole.status());
-    res.set_content(
-        MakeOpenAiResponse(state->request, *whole, options.model_name, state->created, tokenizer)
-            .dump(-1, ' ', false, json::error_handler_t::replace),
-        kJson);
+    std::optional<absl::StatusOr<pagoda::v1::GenerateResponse>> whole = AwaitWhole(req, *state);
+    if (!whole.has_value()) {
+      // Nobody reads this; 499 (nginx's "client closed request") for the log.
+      res.status = 499;
+      return;
+    }
+    if (!whole->ok()) return SendError(res, whole->status());
+    // Through a provider whose releaser holds `state` (and so the call in
+    // flight) until the library has written the body: a shutdown must not
+    // close the connection under it.
+    auto body = std::make_shared<std::string>(
+        MakeOpenAiResponse(state->request, **whole, options.model_name, state->created, tokenizer)
+            .dump(-1, ' ', false, json::error_handler_t::replace));
+    res.set_content_provider(
+        body->size(), kJson,
+        [body](size_t offset, size_t length, httplib::DataSink& sink) {
+          return sink.write(body->data() + offset, length);
+        },
+        [state](bool) {});
     return;
   }
   res.set_header("Cache-Control", "no-cache");
@@ -174,6 +229,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(HttpServerOptions 
                                                               const Tokenizer* tokenizer,
                                                               ChatRenderer chat) {
   std::unique_ptr<HttpServer> server(new HttpServer());
+  server->options_ = options;
   server->handlers_.reset(new Handlers{options, engine, validator, tokenizer, std::move(chat)});
   server->server_ = std::make_unique<httplib::Server>();
   httplib::Server& http = *server->server_;
@@ -233,9 +289,19 @@ HttpServer::~HttpServer() { Shutdown(); }
 void HttpServer::SetDraining() { handlers_->draining = true; }
 
 void HttpServer::Shutdown() {
-  if (server_ == nullptr) return;
-  server_->stop();
-  if (listener_.joinable()) listener_.join();
+  if (server_ == nullptr || !listener_.joinable()) return;
+  server_->stop();  // No new connections.
+  // Responses in flight get `shutdown_grace` to reach their clients; then
+  // every connection still open is closed: idle keep-alive ones, which the
+  // library would otherwise wait out (its keep-alive timeout), and clients
+  // that stopped reading.
+  if (!handlers_->calls.WaitUntilIdle(options_.shutdown_grace)) {
+    LOG(WARNING) << "HTTP: closing connections whose responses are still being written";
+  }
+  for (const HttpConnection& connection : HttpConnection::AllOnPort(port_)) {
+    connection.ShutDown();
+  }
+  listener_.join();
 }
 
 }  // namespace pagoda::scheduler

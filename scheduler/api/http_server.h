@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "common/tokenizer.h"
 #include "scheduler/api/openai_protocol.h"
 #include "scheduler/api/request_validation.h"
@@ -35,13 +36,17 @@ struct HttpServerOptions {
   // When set, every /v1/ call needs "Authorization: Bearer <api_key>" (401
   // otherwise); /health is exempt.
   std::string api_key;
+  // On Shutdown, how long responses still being written (after the engine
+  // drained) get before their connections are closed.
+  absl::Duration shutdown_grace = absl::Seconds(5);
 };
 
 // OpenAI-compatible HTTP beside gRPC: POST /v1/completions and
 // /v1/chat/completions (JSON or SSE streams), GET /v1/models and /health.
 // Requests take the gRPC path: the same RequestValidator, engine submission
-// (MakeEngineRequest), stop strings and abort on disconnect (a stream whose
-// client is gone is aborted at its next write, freeing its blocks). Errors
+// (MakeEngineRequest), stop strings and abort on disconnect (a request whose
+// client closed the connection is aborted, freeing its blocks: a stream when
+// it next looks for news or writes, a whole response within 50 ms). Errors
 // are OpenAI's JSON error shape.
 //
 // Why cpp-httplib (Debian's libcpp-httplib-dev): it is Debian-packaged, small,
@@ -64,9 +69,13 @@ class HttpServer {
   HttpServer& operator=(const HttpServer&) = delete;
 
   int port() const { return port_; }
-  // /health answers 503 from now on.
+  // /health answers 503 from now on; new completions get 503 too (the
+  // engine, which stops accepting, says so). Requests in flight go on.
   void SetDraining();
-  // Stops listening and waits for the serving threads. Idempotent.
+  // Stops listening, gives responses in flight `shutdown_grace` to be
+  // written, closes every connection left (idle keep-alive ones included)
+  // and waits for the serving threads. Call after the engine has drained or
+  // stopped, so that every request has its outcome. Idempotent.
   void Shutdown();
 
   struct Handlers;  // The routes; opaque outside http_server.cc.
@@ -74,6 +83,7 @@ class HttpServer {
  private:
   HttpServer() = default;
 
+  HttpServerOptions options_;
   std::unique_ptr<httplib::Server> server_;
   std::unique_ptr<Handlers> handlers_;
   std::thread listener_;

@@ -1,37 +1,51 @@
 #include "scheduler/api/request_detokenizer.h"
 
-#include <algorithm>
+#include <string_view>
 
 #include "common/utf8.h"
 
 namespace pagoda::scheduler {
+namespace {
 
-std::string RequestDetokenizer::DecodeAll() const {
-  auto text = tokenizer_->Decode(token_ids_);
-  return text.ok() ? *text : std::string();
+// True if `text` may end inside a character that later tokens complete,
+// whichever way the decoder shows it: raw partial bytes or U+FFFD.
+bool EndsIncomplete(std::string_view text) {
+  return CompleteUtf8PrefixLength(text) < text.size() ||
+         text.ends_with(kUtf8ReplacementCharacter);
+}
+
+}  // namespace
+
+std::string RequestDetokenizer::Decode(size_t begin, size_t end) const {
+  const std::vector<int> window(token_ids_.begin() + begin, token_ids_.begin() + end);
+  absl::StatusOr<std::string> text = tokenizer_->Decode(window);
+  return text.ok() ? *std::move(text) : std::string();
 }
 
 std::string RequestDetokenizer::Append(const std::vector<int32_t>& token_ids) {
   if (tokenizer_ == nullptr) return "";
   token_ids_.insert(token_ids_.end(), token_ids.begin(), token_ids.end());
-  std::string text = DecodeAll();
-  // Hold back a trailing partial character, whichever way the decoder shows it.
-  size_t safe = CompleteUtf8PrefixLength(text);
-  if (text.size() >= kUtf8ReplacementCharacter.size() &&
-      std::string_view(text).substr(text.size() - kUtf8ReplacementCharacter.size()) ==
-          kUtf8ReplacementCharacter) {
-    safe = std::min(safe, text.size() - kUtf8ReplacementCharacter.size());
+  const std::string context = Decode(prefix_offset_, read_offset_);
+  std::string text = Decode(prefix_offset_, token_ids_.size());
+  // Nothing new yet, a partial character, or a decoder whose text of the
+  // context is not a prefix of the longer window's (then Flush settles it).
+  if (text.size() <= context.size() || EndsIncomplete(text) || !std::string_view(text).starts_with(context)) {
+    return "";
   }
-  if (safe <= emitted_.size() || text.compare(0, emitted_.size(), emitted_) != 0) return "";
-  std::string piece = text.substr(emitted_.size(), safe - emitted_.size());
+  std::string piece = text.substr(context.size());
+  prefix_offset_ = read_offset_;
+  read_offset_ = token_ids_.size();
   emitted_ += piece;
   return piece;
 }
 
 std::string RequestDetokenizer::Flush() {
   if (tokenizer_ == nullptr) return "";
-  std::string text = DecodeAll();
-  if (text.size() <= emitted_.size() || text.compare(0, emitted_.size(), emitted_) != 0) return "";
+  // One whole decode at the end: what the windows held back, and the last
+  // word on decoders whose windows disagree with the whole.
+  const std::string text = Decode(0, token_ids_.size());
+  read_offset_ = prefix_offset_ = token_ids_.size();
+  if (text.size() <= emitted_.size() || !std::string_view(text).starts_with(emitted_)) return "";
   std::string piece = text.substr(emitted_.size());
   emitted_ = text;
   return piece;

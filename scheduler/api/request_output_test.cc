@@ -1,65 +1,19 @@
 #include "scheduler/api/request_output.h"
 
-#include <unistd.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/utf8.h"
+#include "common/testing/tiny_tokenizer_suite.h"
 #include "gtest/gtest.h"
 
 namespace pagoda::scheduler {
 namespace {
 
-// True when `text` is well-formed UTF-8 (no split characters).
-bool IsValidUtf8(const std::string& text) {
-  size_t i = 0;
-  while (i < text.size()) {
-    const unsigned char c = text[i];
-    int extra;
-    if (c < 0x80) {
-      extra = 0;
-    } else if ((c >> 5) == 0x6) {
-      extra = 1;
-    } else if ((c >> 4) == 0xE) {
-      extra = 2;
-    } else if ((c >> 3) == 0x1E) {
-      extra = 3;
-    } else {
-      return false;
-    }
-    if (i + extra >= text.size() && extra > 0) return false;
-    for (int k = 1; k <= extra; ++k) {
-      if ((static_cast<unsigned char>(text[i + k]) & 0xC0) != 0x80) return false;
-    }
-    i += extra + 1;
-  }
-  return true;
-}
-
-class RequestOutputTest : public ::testing::Test {
+class RequestOutputTest : public pagoda::testing::TinyTokenizerSuite<300> {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new std::string(
-        (std::filesystem::temp_directory_path() / absl::StrCat("pagoda_output_", getpid()))
-            .string());
-    const char* python = std::getenv("PAGODA_PYTHON3");
-    const std::string command = absl::StrCat(
-        python ? python : "/usr/bin/python3", " scripts/make_tiny_model.py --out ", *dir_,
-        " --vocab-size 300 --hidden-size 32 --intermediate-size 64 --num-layers 1 --num-heads 2"
-        " --dtype f32 --tokenizer --bos-id 1 --eos-id 2 > /dev/null");
-    ASSERT_EQ(std::system(command.c_str()), 0) << command;
-    absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::Load(*dir_);
-    ASSERT_TRUE(tokenizer.ok() && *tokenizer != nullptr);
-    tokenizer_ = tokenizer->release();
-  }
-  static void TearDownTestSuite() {
-    delete tokenizer_;
-    std::filesystem::remove_all(*dir_);
-    delete dir_;
-  }
-
   static RequestDelta Delta(int32_t token, SequenceStatus status) {
     RequestDelta delta;
     delta.request_id = "r";
@@ -93,12 +47,7 @@ class RequestOutputTest : public ::testing::Test {
     EXPECT_DOUBLE_EQ(output.whole().outputs(0).cumulative_logprob(), -0.5 * ids.size());
   }
 
-  static std::string* dir_;
-  static Tokenizer* tokenizer_;
 };
-
-std::string* RequestOutputTest::dir_ = nullptr;
-Tokenizer* RequestOutputTest::tokenizer_ = nullptr;
 
 TEST_F(RequestOutputTest, StreamedTextConcatenatesToWholeText) {
   absl::StatusOr<std::vector<int>> ids = tokenizer_->Encode("the quick brown fox jumps over");

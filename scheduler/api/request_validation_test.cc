@@ -1,13 +1,13 @@
 #include "scheduler/api/request_validation.h"
 
 #include <cmath>
-#include <cstdlib>
 #include <filesystem>
 #include <limits>
 #include <string>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/testing/tiny_model.h"
 #include "gtest/gtest.h"
 
 namespace pagoda::scheduler {
@@ -208,17 +208,10 @@ TEST_F(RequestValidationTest, RejectsBadSeveralSequenceRequests) {
 }
 
 TEST(RequestValidationTokenizerTest, EncodesTextWithBos) {
-  const std::string dir =
-      (std::filesystem::temp_directory_path() / absl::StrCat("pagoda_validation_", getpid()))
-          .string();
-  const char* python = std::getenv("PAGODA_PYTHON3");
-  const std::string command = absl::StrCat(
-      python ? python : "/usr/bin/python3", " scripts/make_tiny_model.py --out ", dir,
-      " --vocab-size 256 --hidden-size 32 --intermediate-size 64 --num-layers 1 --num-heads 2"
-      " --dtype f32 --tokenizer --bos-id 1 --eos-id 2 > /dev/null");
-  ASSERT_EQ(std::system(command.c_str()), 0) << command;
-  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::Load(dir);
-  ASSERT_TRUE(tokenizer.ok() && *tokenizer != nullptr);
+  const std::string dir = pagoda::testing::TempPath("pagoda_validation");
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer =
+      pagoda::testing::MakeTinyTokenizer(dir, 256);
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
   RequestValidator validator({256, 64, 1}, tokenizer->get(), 1);
   GenerateRequest request;
   request.set_prompt("hello world");

@@ -3,7 +3,6 @@
 // failure, unschedulable prompts, admission errors and drain.
 #include "scheduler/engine/engine.h"
 
-#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -19,19 +18,21 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "common/testing/tiny_model.h"
 #include "gtest/gtest.h"
+#include "scheduler/engine/testing/collecting_sink.h"
 #include "scheduler/workers/in_process_worker_group.h"
 
 namespace pagoda::scheduler {
 namespace {
 
-constexpr int kVocab = 128;
-constexpr int kBlockSize = 4;  // Small, so short prompts span several blocks.
+using testing::CollectingSink;
 
-std::string Python() {
-  const char* python = std::getenv("PAGODA_PYTHON3");
-  return python ? python : "/usr/bin/python3";
-}
+constexpr int kVocab = 128;
+constexpr char kModelFlags[] =
+    "--vocab-size 128 --hidden-size 64 --intermediate-size 96 --num-layers 2 --num-heads 4"
+    " --num-kv-heads 2 --dtype f32 --seed 3 --eos-id 2";
+constexpr int kBlockSize = 4;  // Small, so short prompts span several blocks.
 
 // Runs `command` and returns its stdout; fails the test on a non-zero exit.
 std::string RunShell(const std::string& command) {
@@ -44,55 +45,6 @@ std::string RunShell(const std::string& command) {
   EXPECT_EQ(pclose(pipe), 0) << command;
   return out;
 }
-
-// Collects what the engine delivers for one request.
-class CollectingSink : public RequestSink {
- public:
-  void OnDelta(const RequestDelta& delta) override {
-    absl::MutexLock lock(&mu_);
-    for (const RequestDelta::SeqDelta& seq : delta.seqs) {
-      for (const GeneratedToken& token : seq.new_tokens) tokens_.push_back(token.token_id);
-      last_status_ = seq.status;
-    }
-    ++num_deltas_;
-    if (on_delta_) on_delta_();
-  }
-  void OnFinish(const absl::Status& status) override {
-    {
-      absl::MutexLock lock(&mu_);
-      EXPECT_FALSE(finished_.HasBeenNotified()) << "OnFinish called twice";
-      status_ = status;
-    }
-    finished_.Notify();
-  }
-  bool WaitFinished() { return finished_.WaitForNotificationWithTimeout(absl::Seconds(30)); }
-  std::vector<int32_t> tokens() {
-    absl::MutexLock lock(&mu_);
-    return tokens_;
-  }
-  absl::Status status() {
-    absl::MutexLock lock(&mu_);
-    return status_;
-  }
-  SequenceStatus last_status() {
-    absl::MutexLock lock(&mu_);
-    return last_status_;
-  }
-  int num_deltas() {
-    absl::MutexLock lock(&mu_);
-    return num_deltas_;
-  }
-  // Runs on the engine thread after each delta.
-  std::function<void()> on_delta_;
-
- private:
-  absl::Mutex mu_;
-  std::vector<int32_t> tokens_;
-  absl::Status status_ = absl::UnknownError("not finished");
-  SequenceStatus last_status_ = SequenceStatus::kWaiting;
-  int num_deltas_ = 0;
-  absl::Notification finished_;
-};
 
 // Passes every call to `inner`, running a hook on the engine thread at the
 // start of each step (to act while the engine is inside a step).
@@ -133,13 +85,8 @@ class HookedWorkers : public WorkerGroup {
 class EngineTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    model_dir_ = new std::string(
-        (std::filesystem::temp_directory_path() / absl::StrCat("pagoda_engine_", getpid()))
-            .string());
-    RunShell(absl::StrCat(Python(), " scripts/make_tiny_model.py --out ", *model_dir_,
-                          " --vocab-size ", kVocab,
-                          " --hidden-size 64 --intermediate-size 96 --num-layers 2 --num-heads 4"
-                          " --num-kv-heads 2 --dtype f32 --seed 3 --eos-id 2 > /dev/null"));
+    model_dir_ = new std::string(pagoda::testing::TempPath("pagoda_engine"));
+    ASSERT_TRUE(pagoda::testing::WriteTinyModel(*model_dir_, kModelFlags).ok());
   }
   static void TearDownTestSuite() {
     std::filesystem::remove_all(*model_dir_);
@@ -181,7 +128,7 @@ class EngineTest : public ::testing::Test {
                                          int max_tokens, absl::Status* admission = nullptr,
                                          std::function<void()> on_delta = nullptr) {
     auto sink = std::make_shared<CollectingSink>();
-    sink->on_delta_ = std::move(on_delta);
+    if (on_delta) sink->set_on_delta([on_delta](int) { on_delta(); });
     EngineRequest request;
     request.request_id = id;
     request.prompt_token_ids = std::move(prompt);
@@ -200,7 +147,7 @@ class EngineTest : public ::testing::Test {
 
   static std::vector<int32_t> Reference(const std::vector<int32_t>& prompt, int max_tokens) {
     std::string out = RunShell(absl::StrCat(
-        Python(), " tests/reference/llama_reference.py generate", " --model ", *model_dir_,
+        pagoda::testing::PythonBinary(), " tests/reference/llama_reference.py generate", " --model ", *model_dir_,
         " --tokens ", absl::StrJoin(prompt, ","), " --max-tokens ", max_tokens, " --ignore-eos"));
     std::vector<int32_t> ids;
     for (absl::string_view part : absl::StrSplit(out, ',', absl::SkipWhitespace())) {
@@ -274,17 +221,14 @@ TEST_F(EngineTest, ConcurrentRequestsGiveTheirSoloTokens) {
 
 TEST_F(EngineTest, AbortFreesBlocksAndReportsCancelled) {
   StartEngine(64);
-  absl::Notification first_token;
+  // The engine waits in its first delta until the abort is queued: the CPU
+  // worker could otherwise finish all 200 tokens before this thread wakes.
+  absl::Notification first_token, aborted;
   auto sink = std::make_shared<CollectingSink>();
-  sink->on_delta_ = [&] {
-    if (!first_token.HasBeenNotified()) first_token.Notify();
-  };
-  // The tiny model can finish 200 tokens in a few milliseconds, so the engine
-  // waits before its next step until the abort is in: the request is then
-  // certainly still running when it is aborted.
-  absl::Notification aborted;
-  hooked_->set_before_step([&] {
-    if (first_token.HasBeenNotified()) aborted.WaitForNotificationWithTimeout(absl::Seconds(20));
+  sink->set_on_delta([&](int) {
+    if (first_token.HasBeenNotified()) return;
+    first_token.Notify();
+    aborted.WaitForNotificationWithTimeout(absl::Seconds(20));
   });
   EngineRequest request;
   request.request_id = "long";
@@ -298,7 +242,6 @@ TEST_F(EngineTest, AbortFreesBlocksAndReportsCancelled) {
   engine_->AbortRequest("long");
   aborted.Notify();
   ASSERT_TRUE(sink->WaitFinished());
-  hooked_->set_before_step(nullptr);
   EXPECT_EQ(sink->status().code(), absl::StatusCode::kCancelled);
   EXPECT_LT(sink->tokens().size(), 200u);
   ASSERT_TRUE(engine_->WaitUntilIdle(absl::Seconds(5)));
@@ -332,18 +275,17 @@ TEST_F(EngineTest, AbortWithAnotherSinkLeavesTheRequestAlone) {
 // even while the engine is inside a step.
 TEST_F(EngineTest, QueueLimitCountsRequestsAdmittedSinceTheLastSnapshot) {
   StartEngine(64, /*max_queued_requests=*/1, /*start=*/true, /*max_num_seqs=*/1);
-  absl::Notification running, hook_installed;
+  absl::Notification running, hook_set;
   auto a = std::make_shared<CollectingSink>();
   // By its second delta the snapshot after its first step is published. The
-  // engine thread then waits for the hook below, so "a" (a few milliseconds
-  // of work for the tiny model) is certainly still running in the hooked steps.
+  // engine waits there until the step hook is set: "a" could otherwise end
+  // (and the engine go idle) first.
   int a_deltas = 0;  // Engine thread only.
-  a->on_delta_ = [&] {
-    if (++a_deltas == 2) {
-      running.Notify();
-      hook_installed.WaitForNotificationWithTimeout(absl::Seconds(20));
-    }
-  };
+  a->set_on_delta([&](int) {
+    if (++a_deltas != 2) return;
+    running.Notify();
+    hook_set.WaitForNotificationWithTimeout(absl::Seconds(20));
+  });
   {
     EngineRequest request;
     request.request_id = "a";
@@ -369,7 +311,7 @@ TEST_F(EngineTest, QueueLimitCountsRequestsAdmittedSinceTheLastSnapshot) {
       hooked.Notify();
     }
   });
-  hook_installed.Notify();
+  hook_set.Notify();
   ASSERT_TRUE(hooked.WaitForNotificationWithTimeout(absl::Seconds(20)));
   hooked_->set_before_step(nullptr);
   EXPECT_TRUE(b_status.ok()) << b_status;

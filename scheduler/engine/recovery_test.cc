@@ -2,9 +2,7 @@
 // group that "crashes" mid-generation and comes back empty; every request
 // must resume by recomputation with exactly the tokens of an uninterrupted
 // run (greedy and seeded), or fail UNAVAILABLE when the group cannot return.
-#include <unistd.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -16,56 +14,19 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "common/testing/tiny_model.h"
 #include "gtest/gtest.h"
 #include "scheduler/engine/engine.h"
+#include "scheduler/engine/testing/collecting_sink.h"
 #include "scheduler/workers/in_process_worker_group.h"
 
 namespace pagoda::scheduler {
 namespace {
 
 namespace wv1 = ::pagoda::worker::v1;
+using testing::CollectingSink;
 
 constexpr int kBlocks = 128;
-
-class TokenSink : public RequestSink {
- public:
-  void OnDelta(const RequestDelta& delta) override {
-    std::function<void(int)> hook;
-    int count;
-    {
-      absl::MutexLock lock(&mu_);
-      for (const auto& seq : delta.seqs) {
-        for (const GeneratedToken& token : seq.new_tokens) tokens_.push_back(token.token_id);
-      }
-      count = static_cast<int>(tokens_.size());
-      hook = on_tokens;
-    }
-    if (hook) hook(count);
-  }
-  void OnFinish(const absl::Status& status) override {
-    {
-      absl::MutexLock lock(&mu_);
-      status_ = status;
-    }
-    done_.Notify();
-  }
-  bool Wait() { return done_.WaitForNotificationWithTimeout(absl::Seconds(60)); }
-  std::vector<int32_t> tokens() {
-    absl::MutexLock lock(&mu_);
-    return tokens_;
-  }
-  absl::Status status() {
-    absl::MutexLock lock(&mu_);
-    return status_;
-  }
-  std::function<void(int)> on_tokens;  // Engine thread, after each delta.
-
- private:
-  absl::Mutex mu_;
-  std::vector<int32_t> tokens_;
-  absl::Status status_ = absl::UnknownError("not finished");
-  absl::Notification done_;
-};
 
 // One in-process rank that can die and be brought back with an empty cache.
 class RestartableWorkers : public WorkerGroup {
@@ -116,15 +77,12 @@ class RestartableWorkers : public WorkerGroup {
 class RecoveryTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    model_dir_ = new std::string(
-        (std::filesystem::temp_directory_path() / absl::StrCat("pagoda_recovery_", getpid()))
-            .string());
-    const char* python = std::getenv("PAGODA_PYTHON3");
-    const std::string command = absl::StrCat(
-        python ? python : "/usr/bin/python3", " scripts/make_tiny_model.py --out ", *model_dir_,
-        " --vocab-size 128 --hidden-size 64 --intermediate-size 96 --num-layers 2 --num-heads 4"
-        " --num-kv-heads 2 --dtype f32 --seed 3 --eos-id 2 > /dev/null");
-    ASSERT_EQ(std::system(command.c_str()), 0);
+    model_dir_ = new std::string(pagoda::testing::TempPath("pagoda_recovery"));
+    ASSERT_TRUE(pagoda::testing::WriteTinyModel(
+                    *model_dir_,
+                    "--vocab-size 128 --hidden-size 64 --intermediate-size 96 --num-layers 2"
+                    " --num-heads 4 --num-kv-heads 2 --dtype f32 --seed 3 --eos-id 2")
+                    .ok());
   }
   static void TearDownTestSuite() {
     std::filesystem::remove_all(*model_dir_);
@@ -156,10 +114,15 @@ class RecoveryTest : public ::testing::Test {
   }
 
   // Eight requests, odd ones seeded sampling; returns their sinks.
-  std::vector<std::shared_ptr<TokenSink>> SubmitAll() {
-    std::vector<std::shared_ptr<TokenSink>> sinks;
+  // `last_hook` is the last request's delta hook, set before the engine sees
+  // it (the CPU worker may be many tokens in by the time this returns); all
+  // the others are in by then.
+  std::vector<std::shared_ptr<CollectingSink>> SubmitAll(
+      std::function<void(int num_tokens)> last_hook = nullptr) {
+    std::vector<std::shared_ptr<CollectingSink>> sinks;
     for (int i = 0; i < 8; ++i) {
-      auto sink = std::make_shared<TokenSink>();
+      auto sink = std::make_shared<CollectingSink>();
+      if (i == 7) sink->set_on_delta(last_hook);
       EngineRequest request;
       request.request_id = absl::StrCat("r", i);
       for (int t = 0; t < 3 + i; ++t) request.prompt_token_ids.push_back(3 + (t * 7 + i) % 120);
@@ -185,19 +148,18 @@ TEST_F(RecoveryTest, RequestsResumeWithTheTokensOfAnUninterruptedRun) {
   StartEngine();
   std::vector<std::vector<int32_t>> expected;
   for (auto& sink : SubmitAll()) {
-    ASSERT_TRUE(sink->Wait());
+    ASSERT_TRUE(sink->WaitFinished());
     ASSERT_TRUE(sink->status().ok()) << sink->status();
     expected.push_back(sink->tokens());
   }
   engine_.reset();
   StartEngine();
-  std::vector<std::shared_ptr<TokenSink>> sinks = SubmitAll();
-  // Crash three times as request 0 reaches 5, 12 and 20 tokens.
-  sinks[0]->on_tokens = [this](int count) {
+  // Crash three times as the last request reaches 5, 12 and 20 tokens.
+  std::vector<std::shared_ptr<CollectingSink>> sinks = SubmitAll([this](int count) {
     if (count == 5 || count == 12 || count == 20) workers_->Crash();
-  };
+  });
   for (size_t i = 0; i < sinks.size(); ++i) {
-    ASSERT_TRUE(sinks[i]->Wait());
+    ASSERT_TRUE(sinks[i]->WaitFinished());
     ASSERT_TRUE(sinks[i]->status().ok()) << sinks[i]->status();
     EXPECT_EQ(sinks[i]->tokens(), expected[i]) << "request " << i;
   }
@@ -221,12 +183,11 @@ TEST_F(RecoveryTest, IdleEngineRecoversWithoutARequest) {
 TEST_F(RecoveryTest, WorkersThatCannotReturnFailEveryRequestUnavailableAndSayWhy) {
   StartEngine();
   workers_->set_can_recover(false);
-  std::vector<std::shared_ptr<TokenSink>> sinks = SubmitAll();
-  sinks[0]->on_tokens = [this](int count) {
+  std::vector<std::shared_ptr<CollectingSink>> sinks = SubmitAll([this](int count) {
     if (count == 3) workers_->Crash();
-  };
+  });
   for (auto& sink : sinks) {
-    ASSERT_TRUE(sink->Wait());
+    ASSERT_TRUE(sink->WaitFinished());
     EXPECT_EQ(sink->status().code(), absl::StatusCode::kUnavailable) << sink->status();
   }
   EXPECT_FALSE(engine_->healthy());
@@ -235,7 +196,7 @@ TEST_F(RecoveryTest, WorkersThatCannotReturnFailEveryRequestUnavailableAndSayWhy
   EngineRequest late;
   late.request_id = "late";
   late.prompt_token_ids = {5, 6};
-  late.sink = std::make_shared<TokenSink>();
+  late.sink = std::make_shared<CollectingSink>();
   const absl::Status refused = engine_->AddRequest(std::move(late));
   EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable);
   EXPECT_TRUE(absl::StrContains(refused.message(), "giving up")) << refused;

@@ -53,13 +53,16 @@ scrape_configs:
              f"--web.listen-address=127.0.0.1:{cls.prometheus_port}"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         cls.wait_for_scrapes(1)
-        # Load: concurrent requests for a few seconds of scrapes.
+        # Load: concurrent requests for a few seconds of scrapes. Long ones, so
+        # that the engine is busy (batch size above 0) most of the time and not
+        # only between client start-ups: the CPU worker runs 64 tokens of this
+        # model in well under a scrape interval.
         cls.load_start = time.time()
         deadline = time.time() + 6
         while time.time() < deadline:
             procs = [subprocess.Popen([h.binary("pagoda-cli"), "--server", cls.server.address,
                                        "generate", "--prompt", "hello world", "--max-tokens",
-                                       "64", "--ignore-eos"], stdout=subprocess.DEVNULL)
+                                       "400", "--ignore-eos"], stdout=subprocess.DEVNULL)
                      for _ in range(4)]
             for proc in procs:
                 proc.wait(timeout=120)

@@ -10,6 +10,7 @@ import { spawn, spawnSync } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
+import http from "node:http";
 import readline from "node:readline";
 import { createRequire } from "node:module";
 
@@ -32,12 +33,13 @@ function check(ok, what, detail = "") {
   }
 }
 
-function makeModel() {
+// `shape`: make_tiny_model.py flags for the layers (default: the tiniest).
+function makeModel(shape = ["--hidden-size", "32", "--intermediate-size", "64",
+  "--num-layers", "1", "--num-heads", "2"]) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "pagoda_http_"));
   const made = spawnSync(process.env.PAGODA_PYTHON3 || "/usr/bin/python3", [
     path.join(repo, "scripts/make_tiny_model.py"), "--out", dir, "--vocab-size", "300",
-    "--hidden-size", "32", "--intermediate-size", "64", "--num-layers", "1", "--num-heads", "2",
-    "--tokenizer"], { encoding: "utf8" });
+    ...shape, "--tokenizer"], { encoding: "utf8" });
   if (made.status !== 0) throw new Error(`make_tiny_model failed: ${made.stderr}`);
   return dir;
 }
@@ -237,6 +239,85 @@ try {
 } finally {
   child.kill("SIGTERM");
   fs.rmSync(modelDir, { recursive: true, force: true });
+}
+
+// A model slow enough (a few ms a token on a CPU) that requests are still
+// running when the client leaves or the server is told to stop.
+const slowDir = makeModel(["--hidden-size", "512", "--intermediate-size", "1024",
+  "--num-layers", "6", "--num-heads", "8", "--num-kv-heads", "2"]);
+const slow = await startServer(slowDir, ["--drain-timeout", "60"]);
+const exited = new Promise((resolve) => slow.child.on("exit", (code, signal) => resolve({ code, signal })));
+try {
+  const client = new OpenAI({ baseURL: `http://127.0.0.1:${slow.ports.http}/v1`, apiKey: "unused", maxRetries: 0 });
+  const base = { model: "tiny", prompt: "hello world", temperature: 0, ignore_eos: true };
+
+  // A non-streamed request whose client leaves: aborted, blocks freed, as
+  // for a stream (the client leaves once the engine has generated a token).
+  const generatedBefore = engineInfo(slow.ports.grpc, "generation_tokens_total");
+  const controller = new AbortController();
+  const abandoned = client.completions.create({ ...base, max_tokens: 400 }, { signal: controller.signal })
+    .then(() => "finished", () => "aborted");
+  for (let i = 0; i < 400 && engineInfo(slow.ports.grpc, "generation_tokens_total") === generatedBefore; ++i) {
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  controller.abort();
+  check(await abandoned === "aborted", "whole: the client left before the end");
+  await expectAllBlocksFreeSoon(slow.ports.grpc, "whole: blocks freed after the client left");
+  const generated = engineInfo(slow.ports.grpc, "generation_tokens_total") - generatedBefore;
+  check(generated < 400, "whole: the abandoned request stopped early", `${generated} of 400 tokens generated`);
+
+  // SIGTERM drains HTTP as gRPC: requests in flight (whole and streamed)
+  // finish in full, a new one is refused, and an idle keep-alive connection
+  // does not hold the exit (the library would wait out its keep-alive time).
+  const wholes = [1, 2].map(() => client.completions.create({ ...base, max_tokens: 48 }));
+  const stream = await client.completions.create({ ...base, max_tokens: 48, stream: true });
+  const iterator = stream[Symbol.asyncIterator]();
+  const first = await iterator.next();
+  const agent = new http.Agent({ keepAlive: true });
+  const idle = await new Promise((resolve, reject) => {
+    http.get({ host: "127.0.0.1", port: slow.ports.http, path: "/health", agent }, (res) => {
+      res.resume();
+      res.on("end", () => resolve(res.headers.connection));
+    }).on("error", reject);
+  });
+  const idleAt = Date.now();
+  check(idle !== "close", "drain: an idle keep-alive connection is open", String(idle));
+  slow.child.kill("SIGTERM");
+  // Draining once /health says so (or the port is already closed).
+  for (let i = 0; i < 100; ++i) {
+    const health = await fetch(`http://127.0.0.1:${slow.ports.http}/health`).then((r) => r.status, () => 0);
+    if (health !== 200) break;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  const refused = await fetch(`http://127.0.0.1:${slow.ports.http}/v1/completions`, {
+    method: "POST", body: JSON.stringify({ ...base, max_tokens: 2 }) })
+    .then((res) => res.status, () => "connection refused");
+  check(refused === 503 || refused === "connection refused", "drain: a new request is refused", String(refused));
+  let text = first.value?.choices?.[0]?.text ?? "";
+  let finish = null;
+  for (let next = await iterator.next(); !next.done; next = await iterator.next()) {
+    for (const choice of next.value.choices) {
+      text += choice.text ?? "";
+      finish = choice.finish_reason ?? finish;
+    }
+  }
+  check(finish === "length" && text.length > 0, "drain: the stream ends in full", `${finish} ${JSON.stringify(text)}`);
+  for (const whole of await Promise.all(wholes)) {
+    check(whole.choices[0].finish_reason === "length" && whole.usage.completion_tokens === 48,
+      "drain: a whole request finishes in full", JSON.stringify(whole.usage));
+  }
+  const done = Date.now();
+  const exit = await exited;
+  const exitAt = Date.now();
+  check(exit.code === 0, "drain: the server exits cleanly", JSON.stringify(exit));
+  // The library would keep the idle connection, and so the process, for its
+  // 5 s keep-alive time from the connection's last response.
+  check(exitAt - idleAt < 4800, "drain: the idle connection did not hold the exit",
+    `requests done after ${done - idleAt} ms, exit after ${exitAt - idleAt} ms`);
+  agent.destroy();
+} finally {
+  slow.child.kill("SIGKILL");
+  fs.rmSync(slowDir, { recursive: true, force: true });
 }
 
 // End to end with a real tokenizer.json and its real chat template (Qwen3):

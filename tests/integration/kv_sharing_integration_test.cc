@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -26,7 +25,9 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "pagoda/v1/generation.grpc.pb.h"
+#include "common/testing/tiny_model.h"
 #include "tests/integration/server_process.h"
+#include "tests/integration/test_client.h"
 
 namespace pagoda::testing {
 namespace {
@@ -39,23 +40,10 @@ constexpr int kVocab = 256;
 constexpr int kMaxModelLen = 128;
 constexpr int kBlockSize = 4;
 
-std::string Python() {
-  const char* python = std::getenv("PAGODA_PYTHON3");
-  return python ? python : "/usr/bin/python3";
-}
-
 std::vector<int32_t> Prompt(int length, int salt) {
   std::vector<int32_t> prompt;
   for (int i = 0; i < length; ++i) prompt.push_back(3 + (i * 13 + salt * 29) % (kVocab - 3));
   return prompt;
-}
-
-GenerateRequest TokenRequest(const std::vector<int32_t>& prompt, int max_tokens) {
-  GenerateRequest request;
-  for (int32_t id : prompt) request.add_prompt_token_ids(id);
-  request.mutable_stopping()->set_max_tokens(max_tokens);
-  request.mutable_stopping()->set_ignore_eos(true);
-  return request;
 }
 
 GenerateRequest SampledRequest(const std::vector<int32_t>& prompt, int n, int best_of,
@@ -81,19 +69,6 @@ TokenLists TokensByIndex(const GenerateResponse& response) {
   return lists;
 }
 
-struct Result {
-  grpc::Status status;
-  GenerateResponse response;
-};
-
-Result Generate(Generation::Stub& stub, const GenerateRequest& request) {
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
-  Result result;
-  result.status = stub.Generate(&context, request, &result.response);
-  return result;
-}
-
 // Streams the request and gathers each index's tokens in arrival order.
 TokenLists StreamByIndex(Generation::Stub& stub, const GenerateRequest& request,
                          grpc::Status* status) {
@@ -117,13 +92,6 @@ TokenLists StreamByIndex(Generation::Stub& stub, const GenerateRequest& request,
   return lists;
 }
 
-pagoda::v1::ModelInfo InfoOf(Generation::Stub& stub) {
-  grpc::ClientContext context;
-  pagoda::v1::ModelInfo info;
-  EXPECT_TRUE(stub.GetModelInfo(&context, pagoda::v1::GetModelInfoRequest(), &info).ok());
-  return info;
-}
-
 // Blocks are freed at the engine's next step: allow it a moment.
 void ExpectAllBlocksFreeSoon(Generation::Stub& stub) {
   pagoda::v1::ModelInfo info;
@@ -140,31 +108,12 @@ void ExpectAllBlocksFreeSoon(Generation::Stub& stub) {
   EXPECT_EQ(info.free_cpu_blocks(), info.num_cpu_blocks());
 }
 
-// Sum of a metric's samples (every label set) from /metrics; -1 if absent.
-double MetricValue(int metrics_port, const std::string& name) {
-  absl::StatusOr<std::string> page = HttpGet(metrics_port, "/metrics");
-  if (!page.ok()) return -1;
-  double total = -1;
-  for (absl::string_view line : absl::StrSplit(*page, '\n')) {
-    if (!absl::StartsWith(line, name + "{") && !absl::StartsWith(line, name + " ")) continue;
-    double value = 0;
-    if (absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &value))
-      total = std::max(total, 0.0) + value;
-  }
-  return total;
-}
-
 class KvSharingTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    model_dir_ = new std::string(
-        (std::filesystem::temp_directory_path() / absl::StrCat("pagoda_kv_it_", getpid()))
-            .string());
-    absl::StatusOr<std::string> made = RunCommand(absl::StrCat(
-        Python(), " scripts/make_tiny_model.py --out ", *model_dir_, " --vocab-size ", kVocab,
-        " --hidden-size 64 --intermediate-size 128 --num-layers 2 --num-heads 4 --num-kv-heads 2"
-        " --dtype f32 --seed 23 --tokenizer --bos-id 1 --eos-id 2 > /dev/null"));
-    ASSERT_TRUE(made.ok()) << made.status();
+    model_dir_ = new std::string(TempPath("pagoda_kv_it"));
+    const absl::Status made = MakeTinyModel(*model_dir_, /*seed=*/23);
+    ASSERT_TRUE(made.ok()) << made;
     absl::StatusOr<std::unique_ptr<ServerProcess>> server =
         StartServer({"--num-gpu-blocks-override=400"});
     ASSERT_TRUE(server.ok()) << server.status();
@@ -207,7 +156,7 @@ class KvSharingTest : public ::testing::Test {
     const std::string path = absl::StrCat(*model_dir_, "/requests_", script, ".json");
     std::ofstream(path) << requests.dump();
     absl::StatusOr<std::string> out =
-        RunCommand(absl::StrCat(Python(), " tests/reference/", script, " ", command, " --model ",
+        RunCommand(absl::StrCat(PythonBinary(), " tests/reference/", script, " ", command, " --model ",
                                 *model_dir_, " --requests ", path));
     EXPECT_TRUE(out.ok()) << out.status();
     return out.ok() ? nlohmann::json::parse(*out) : nlohmann::json::array();
@@ -231,7 +180,7 @@ ServerProcess* KvSharingTest::roomy_ = nullptr;
 
 TEST_F(KvSharingTest, ParallelSamplingIsReproducibleSiblingsDifferAndStreamPerIndex) {
   const GenerateRequest request = SampledRequest(Prompt(9, 1), 4, 0, 1234);
-  const Result first = Generate(*stub_, request);
+  const UnaryOutcome first = Generate(*stub_, request);
   ASSERT_TRUE(first.status.ok()) << first.status.error_message();
   const TokenLists samples = TokensByIndex(first.response);
   ASSERT_EQ(samples.size(), 4u);
@@ -240,7 +189,7 @@ TEST_F(KvSharingTest, ParallelSamplingIsReproducibleSiblingsDifferAndStreamPerIn
   for (const auto& tokens : samples) EXPECT_EQ(tokens.size(), 10u);
 
   // Reproducible, alone or next to other traffic, unary or streamed.
-  std::vector<std::future<Result>> noise;
+  std::vector<std::future<UnaryOutcome>> noise;
   for (int i = 0; i < 3; ++i) {
     noise.push_back(std::async(std::launch::async, [&, i] {
       return Generate(*stub_, SampledRequest(Prompt(7, 10 + i), 2, 3, 99 + i));
@@ -254,7 +203,7 @@ TEST_F(KvSharingTest, ParallelSamplingIsReproducibleSiblingsDifferAndStreamPerIn
 
   // best_of = 4, n = 2 draws the same four samples and returns the two with
   // the highest cumulative logprob, best first.
-  const Result best = Generate(*stub_, SampledRequest(Prompt(9, 1), 2, 4, 1234));
+  const UnaryOutcome best = Generate(*stub_, SampledRequest(Prompt(9, 1), 2, 4, 1234));
   ASSERT_TRUE(best.status.ok()) << best.status.error_message();
   std::vector<std::pair<double, std::vector<int32_t>>> ranked;
   for (int i = 0; i < 4; ++i) {
@@ -321,7 +270,7 @@ TEST_F(KvSharingTest, BeamSearchEqualsTheNumpyReference) {
   }
   EXPECT_GE(short_hypotheses, 3) << "the cases must exercise finishing by a stop token";
   // All at once: beams of different requests share the batch.
-  std::vector<std::future<Result>> results;
+  std::vector<std::future<UnaryOutcome>> results;
   for (size_t i = 0; i < cases.size(); ++i) {
     const BeamCase& c = cases[i];
     GenerateRequest request = TokenRequest(Prompt(c.prompt_len, 40 + i), c.max_tokens);
@@ -336,7 +285,7 @@ TEST_F(KvSharingTest, BeamSearchEqualsTheNumpyReference) {
         std::async(std::launch::async, [this, request] { return Generate(*stub_, request); }));
   }
   for (size_t i = 0; i < cases.size(); ++i) {
-    const Result result = results[i].get();
+    const UnaryOutcome result = results[i].get();
     ASSERT_TRUE(result.status.ok()) << result.status.error_message();
     const nlohmann::json& beams = expected[i];
     ASSERT_EQ(result.response.outputs_size(), static_cast<int>(beams.size())) << "case " << i;
@@ -394,18 +343,18 @@ TEST_P(PreemptionTest, TinyPoolGivesTheUnconstrainedTokensAndFreesEverything) {
   const GenerateRequest sampled = SampledRequest(Prompt(6, 90), 2, 2, 77);
   const TokenLists sampled_expected = TokensByIndex(Generate(*stub_, sampled).response);
 
-  std::vector<std::future<Result>> greedy;
+  std::vector<std::future<UnaryOutcome>> greedy;
   for (const auto& prompt : prompts) {
     greedy.push_back(std::async(
         std::launch::async, [&stub, prompt] { return Generate(*stub, TokenRequest(prompt, 24)); }));
   }
-  std::vector<std::future<Result>> samples;
+  std::vector<std::future<UnaryOutcome>> samples;
   for (int i = 0; i < 2; ++i) {
     samples.push_back(
         std::async(std::launch::async, [&stub, &sampled] { return Generate(*stub, sampled); }));
   }
   for (size_t i = 0; i < greedy.size(); ++i) {
-    const Result result = greedy[i].get();
+    const UnaryOutcome result = greedy[i].get();
     ASSERT_TRUE(result.status.ok()) << result.status.error_message();
     EXPECT_EQ(TokensByIndex(result.response)[0], expected[i]) << "request " << i;
   }
@@ -418,7 +367,7 @@ TEST_P(PreemptionTest, TinyPoolGivesTheUnconstrainedTokensAndFreesEverything) {
   ExpectAllBlocksFreeSoon(*stub);
 
   // A prompt that can never fit ends with a clear error, not silence.
-  const Result too_big = Generate(*stub, TokenRequest(Prompt(90, 1), 4));
+  const UnaryOutcome too_big = Generate(*stub, TokenRequest(Prompt(90, 1), 4));
   EXPECT_EQ(too_big.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_TRUE(absl::StrContains(too_big.status.error_message(), "can never be scheduled"))
       << too_big.status.error_message();

@@ -4,7 +4,6 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -26,7 +25,9 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "pagoda/v1/generation.grpc.pb.h"
+#include "common/testing/tiny_model.h"
 #include "tests/integration/server_process.h"
+#include "tests/integration/test_client.h"
 
 namespace pagoda::testing {
 namespace {
@@ -40,41 +41,9 @@ constexpr int kMaxModelLen = 128;
 constexpr int kNumBlocks = 400;
 constexpr int kBlockSize = 4;
 
-std::string Python() {
-  const char* python = std::getenv("PAGODA_PYTHON3");
-  return python ? python : "/usr/bin/python3";
-}
-
-std::vector<int32_t> Prompt(int length, int salt) {
-  std::vector<int32_t> prompt;
-  for (int i = 0; i < length; ++i) prompt.push_back(3 + (i * 11 + salt * 17) % (kVocab - 3));
-  return prompt;
-}
-
-GenerateRequest TokenRequest(const std::vector<int32_t>& prompt, int max_tokens) {
-  GenerateRequest request;
-  for (int32_t id : prompt) request.add_prompt_token_ids(id);
-  request.mutable_stopping()->set_max_tokens(max_tokens);
-  request.mutable_stopping()->set_ignore_eos(true);
-  return request;
-}
-
 std::vector<int32_t> Tokens(const GenerateResponse& response) {
   if (response.outputs_size() == 0) return {};
   return {response.outputs(0).token_ids().begin(), response.outputs(0).token_ids().end()};
-}
-
-struct Result {
-  grpc::Status status;
-  GenerateResponse response;
-};
-
-Result Generate(Generation::Stub& stub, const GenerateRequest& request) {
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-  Result result;
-  result.status = stub.Generate(&context, request, &result.response);
-  return result;
 }
 
 struct StreamResult {
@@ -93,40 +62,9 @@ StreamResult Stream(Generation::Stub& stub, const GenerateRequest& request) {
   return result;
 }
 
-// grpc.health.v1.Health/Check for the whole server: 1 SERVING, 2 NOT_SERVING,
-// -1 when the call fails.
-int HealthStatus(const std::string& address) {
-  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
-  grpc::GenericStub stub(channel);
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  grpc::Slice empty_slice("");
-  grpc::ByteBuffer request(&empty_slice, 1);  // HealthCheckRequest{service: ""}.
-  grpc::ByteBuffer response;
-  std::promise<grpc::Status> done;
-  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
-                 [&done](grpc::Status status) { done.set_value(status); });
-  if (!done.get_future().get().ok()) return -1;
-  std::vector<grpc::Slice> slices;
-  if (!response.Dump(&slices).ok()) return -1;
-  std::string bytes;
-  for (const grpc::Slice& slice : slices) bytes.append(slice.begin(), slice.end());
-  // HealthCheckResponse{status = 1}: tag 0x08, then the enum value.
-  if (bytes.size() == 2 && bytes[0] == 0x08) return bytes[1];
-  return bytes.empty() ? 0 : -1;
-}
-
 std::unique_ptr<Generation::Stub> Connect(const ServerProcess& server) {
   return Generation::NewStub(
       grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials()));
-}
-
-pagoda::v1::ModelInfo InfoOf(Generation::Stub& stub) {
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  pagoda::v1::ModelInfo info;
-  EXPECT_TRUE(stub.GetModelInfo(&context, pagoda::v1::GetModelInfoRequest(), &info).ok());
-  return info;
 }
 
 // Polls GetModelInfo until `done` holds (true) or `timeout` passes (false).
@@ -163,13 +101,9 @@ int FinishedWithReason(int metrics_port, const std::string& reason) {
 class ServerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    model_dir_ = new std::string(
-        (std::filesystem::temp_directory_path() / absl::StrCat("pagoda_it_", getpid())).string());
-    absl::StatusOr<std::string> made = RunCommand(absl::StrCat(
-        Python(), " scripts/make_tiny_model.py --out ", *model_dir_, " --vocab-size ", kVocab,
-        " --hidden-size 64 --intermediate-size 128 --num-layers 2 --num-heads 4 --num-kv-heads 2"
-        " --dtype f32 --seed 11 --tokenizer --bos-id 1 --eos-id 2 > /dev/null"));
-    ASSERT_TRUE(made.ok()) << made.status();
+    model_dir_ = new std::string(TempPath("pagoda_it"));
+    const absl::Status made = MakeTinyModel(*model_dir_);
+    ASSERT_TRUE(made.ok()) << made;
     absl::StatusOr<std::unique_ptr<ServerProcess>> server = StartServer({
         absl::StrCat("--max-model-len=", kMaxModelLen),
         "--metrics-port=-1",
@@ -214,7 +148,7 @@ class ServerTest : public ::testing::Test {
     const std::string path = absl::StrCat(*model_dir_, "/requests.json");
     std::ofstream(path) << requests.dump();
     absl::StatusOr<std::string> out =
-        RunCommand(absl::StrCat(Python(), " tests/reference/llama_reference.py generate-batch",
+        RunCommand(absl::StrCat(PythonBinary(), " tests/reference/llama_reference.py generate-batch",
                                 " --model ", *model_dir_, " --requests ", path));
     EXPECT_TRUE(out.ok()) << out.status();
     if (!out.ok()) return {};
@@ -265,8 +199,8 @@ TEST_F(ServerTest, ModelInfoAndHealth) {
 }
 
 TEST_F(ServerTest, GreedyTokensMatchReference) {
-  const std::vector<int32_t> prompt = Prompt(13, 1);
-  Result result = Generate(*stub_, TokenRequest(prompt, 10));
+  const std::vector<int32_t> prompt = TestPrompt(13, 1);
+  UnaryOutcome result = Generate(*stub_, TokenRequest(prompt, 10));
   ASSERT_TRUE(result.status.ok()) << result.status.error_message();
   EXPECT_EQ(Tokens(result.response), ReferenceBatch({prompt}, {10})[0]);
   EXPECT_EQ(result.response.prompt_token_count(), 13);
@@ -280,15 +214,15 @@ TEST_F(ServerTest, ConcurrentRequestsGiveTheirSoloTokens) {
   std::vector<int> max_tokens;
   for (int i = 0; i < kRequests; ++i) {
     // Mixed lengths; several span many 4-token blocks.
-    prompts.push_back(Prompt(i % 4 == 0 ? 40 + i : 1 + (i * 7) % 23, i));
+    prompts.push_back(TestPrompt(i % 4 == 0 ? 40 + i : 1 + (i * 7) % 23, i));
     max_tokens.push_back(3 + i % 6);
   }
   const std::vector<std::vector<int32_t>> reference = ReferenceBatch(prompts, max_tokens);
   ASSERT_EQ(reference.size(), prompts.size());
-  std::vector<Result> solo;
+  std::vector<UnaryOutcome> solo;
   for (int i = 0; i < 4; ++i)
     solo.push_back(Generate(*stub_, TokenRequest(prompts[i], max_tokens[i])));
-  std::vector<Result> together(kRequests);
+  std::vector<UnaryOutcome> together(kRequests);
   std::vector<std::thread> clients;
   for (int i = 0; i < kRequests; ++i) {
     clients.emplace_back(
@@ -306,8 +240,8 @@ TEST_F(ServerTest, ConcurrentRequestsGiveTheirSoloTokens) {
 }
 
 TEST_F(ServerTest, StreamDeliversTheSameTokensInOrder) {
-  const GenerateRequest request = TokenRequest(Prompt(9, 3), 8);
-  Result whole = Generate(*stub_, request);
+  const GenerateRequest request = TokenRequest(TestPrompt(9, 3), 8);
+  UnaryOutcome whole = Generate(*stub_, request);
   ASSERT_TRUE(whole.status.ok());
   StreamResult stream = Stream(*stub_, request);
   ASSERT_TRUE(stream.status.ok()) << stream.status.error_message();
@@ -334,7 +268,7 @@ TEST_F(ServerTest, TextPromptIsTokenizedWithBos) {
   request.set_prompt("hello world");
   request.mutable_stopping()->set_max_tokens(4);
   request.mutable_stopping()->set_ignore_eos(true);
-  Result result = Generate(*stub_, request);
+  UnaryOutcome result = Generate(*stub_, request);
   ASSERT_TRUE(result.status.ok()) << result.status.error_message();
   EXPECT_GT(result.response.prompt_token_count(), 1);
   EXPECT_EQ(Tokens(result.response).size(), 4u);
@@ -342,7 +276,7 @@ TEST_F(ServerTest, TextPromptIsTokenizedWithBos) {
 
 TEST_F(ServerTest, CancelMidStreamFreesBlocks) {
   grpc::ClientContext context;
-  auto reader = stub_->GenerateStream(&context, TokenRequest(Prompt(30, 4), kMaxModelLen - 30));
+  auto reader = stub_->GenerateStream(&context, TokenRequest(TestPrompt(30, 4), kMaxModelLen - 30));
   GenerateResponse message;
   ASSERT_TRUE(reader->Read(&message));
   ASSERT_TRUE(reader->Read(&message));
@@ -360,7 +294,7 @@ TEST_F(ServerTest, StopStringTrimsTheTextAndFreesBlocks) {
   request.set_prompt("hello world");
   request.mutable_stopping()->set_max_tokens(40);
   request.mutable_stopping()->set_ignore_eos(true);
-  Result free_run = Generate(*stub_, request);
+  UnaryOutcome free_run = Generate(*stub_, request);
   ASSERT_TRUE(free_run.status.ok()) << free_run.status.error_message();
   const std::string text = free_run.response.outputs(0).text();
   ASSERT_GT(text.size(), 8u) << text;
@@ -377,7 +311,7 @@ TEST_F(ServerTest, StopStringTrimsTheTextAndFreesBlocks) {
   const std::string expected = text.substr(0, text.find(stop));
   request.mutable_stopping()->add_stop(stop);
 
-  Result stopped = Generate(*stub_, request);
+  UnaryOutcome stopped = Generate(*stub_, request);
   ASSERT_TRUE(stopped.status.ok()) << stopped.status.error_message();
   EXPECT_EQ(stopped.response.outputs(0).text(), expected) << "stop " << stop;
   EXPECT_EQ(stopped.response.outputs(0).finish_reason(), pagoda::v1::FINISH_REASON_STOP);
@@ -405,7 +339,7 @@ TEST_F(ServerTest, StopStringTrimsTheTextAndFreesBlocks) {
 }
 
 TEST_F(ServerTest, PromptPlusMaxTokensPastMaxModelLenEndsWithLength) {
-  Result result = Generate(*stub_, TokenRequest(Prompt(kMaxModelLen - 3, 5), 50));
+  UnaryOutcome result = Generate(*stub_, TokenRequest(TestPrompt(kMaxModelLen - 3, 5), 50));
   ASSERT_TRUE(result.status.ok()) << result.status.error_message();
   EXPECT_EQ(result.response.outputs(0).finish_reason(), pagoda::v1::FINISH_REASON_LENGTH);
   EXPECT_EQ(result.response.prompt_token_count() + Tokens(result.response).size(),
@@ -413,19 +347,19 @@ TEST_F(ServerTest, PromptPlusMaxTokensPastMaxModelLenEndsWithLength) {
 }
 
 TEST_F(ServerTest, SeededSamplingIsTheSameAloneAndInABusyBatch) {
-  GenerateRequest seeded = TokenRequest(Prompt(11, 6), 12);
+  GenerateRequest seeded = TokenRequest(TestPrompt(11, 6), 12);
   seeded.mutable_sampling()->set_temperature(0.9f);
   seeded.mutable_sampling()->set_top_k(40);
   seeded.mutable_sampling()->set_top_p(0.95f);
   seeded.mutable_sampling()->set_seed(4242);
-  Result alone = Generate(*stub_, seeded);
+  UnaryOutcome alone = Generate(*stub_, seeded);
   ASSERT_TRUE(alone.status.ok());
-  std::vector<Result> others(12);
-  Result busy;
+  std::vector<UnaryOutcome> others(12);
+  UnaryOutcome busy;
   std::vector<std::thread> clients;
   for (int i = 0; i < 12; ++i) {
     clients.emplace_back([&, i] {
-      GenerateRequest other = TokenRequest(Prompt(5 + i * 3, 20 + i), 16);
+      GenerateRequest other = TokenRequest(TestPrompt(5 + i * 3, 20 + i), 16);
       if (i % 2 == 0) other.mutable_sampling()->set_temperature(1.0f);
       others[i] = Generate(*stub_, other);
     });
@@ -434,7 +368,7 @@ TEST_F(ServerTest, SeededSamplingIsTheSameAloneAndInABusyBatch) {
   for (std::thread& client : clients) client.join();
   ASSERT_TRUE(busy.status.ok());
   EXPECT_EQ(Tokens(busy.response), Tokens(alone.response));
-  for (const Result& other : others) EXPECT_TRUE(other.status.ok());
+  for (const UnaryOutcome& other : others) EXPECT_TRUE(other.status.ok());
 }
 
 TEST_F(ServerTest, BadInputIsInvalidArgumentNamingTheField) {
@@ -466,7 +400,7 @@ TEST_F(ServerTest, BadInputIsInvalidArgumentNamingTheField) {
   for (const Case& c : cases) {
     GenerateRequest request = TokenRequest({5, 6, 7}, 8);
     c.mutate(request);
-    Result unary = Generate(*stub_, request);
+    UnaryOutcome unary = Generate(*stub_, request);
     EXPECT_EQ(unary.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.field;
     EXPECT_TRUE(absl::StartsWith(unary.status.error_message(), c.field))
         << c.field << " vs " << unary.status.error_message();
@@ -482,7 +416,7 @@ TEST_F(ServerTest, BadInputIsInvalidArgumentNamingTheField) {
 }
 
 TEST_F(ServerTest, DuplicateInFlightRequestIdIsAlreadyExists) {
-  GenerateRequest request = TokenRequest(Prompt(5, 7), kMaxModelLen - 5);
+  GenerateRequest request = TokenRequest(TestPrompt(5, 7), kMaxModelLen - 5);
   request.set_request_id("same-id");
   grpc::ClientContext context;
   auto reader = stub_->GenerateStream(&context, request);
@@ -526,7 +460,7 @@ TEST_F(ServerTest, KilledWorkerFailsRequestsWithUnavailableWhenRestartsAreOff) {
   auto stub = Connect(**server);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-  auto reader = stub->GenerateStream(&context, TokenRequest(Prompt(5, 8), 500));
+  auto reader = stub->GenerateStream(&context, TokenRequest(TestPrompt(5, 8), 500));
   GenerateResponse message;
   ASSERT_TRUE(reader->Read(&message));
   ASSERT_EQ(kill((*server)->worker_pids()[0], SIGKILL), 0);
@@ -561,8 +495,8 @@ TEST_F(ServerTest, ConnectsToRunningWorkersByAddress) {
   ASSERT_TRUE(server.ok()) << server.status();
   EXPECT_TRUE((*server)->worker_pids().empty());  // Nothing spawned.
   auto stub = Connect(**server);
-  const std::vector<int32_t> prompt = Prompt(6, 10);
-  Result result = Generate(*stub, TokenRequest(prompt, 5));
+  const std::vector<int32_t> prompt = TestPrompt(6, 10);
+  UnaryOutcome result = Generate(*stub, TokenRequest(prompt, 5));
   ASSERT_TRUE(result.status.ok()) << result.status.error_message();
   EXPECT_EQ(Tokens(result.response), ReferenceBatch({prompt}, {5})[0]);
   // Shutting the server down shuts the connected worker down too.
@@ -578,7 +512,7 @@ TEST_F(ServerTest, SigtermDrainsInFlightRequestsAndExitsZero) {
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
   constexpr int kTokens = 400;  // Long enough to still run while we probe the drain.
-  auto reader = stub->GenerateStream(&context, TokenRequest(Prompt(5, 9), kTokens));
+  auto reader = stub->GenerateStream(&context, TokenRequest(TestPrompt(5, 9), kTokens));
   GenerateResponse message;
   ASSERT_TRUE(reader->Read(&message));
   int tokens = message.outputs(0).token_ids_size();
@@ -591,7 +525,7 @@ TEST_F(ServerTest, SigtermDrainsInFlightRequestsAndExitsZero) {
     if (health != 2) absl::SleepFor(absl::Milliseconds(5));
   }
   EXPECT_EQ(health, 2);
-  const Result refused = Generate(*stub, TokenRequest({5, 6}, 2));
+  const UnaryOutcome refused = Generate(*stub, TokenRequest({5, 6}, 2));
   EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::UNAVAILABLE)
       << refused.status.error_message();
   pagoda::v1::FinishReason reason = pagoda::v1::FINISH_REASON_UNSPECIFIED;
@@ -620,9 +554,9 @@ TEST_F(ServerTest, UnaryClientGoneFreesBlocksAndFullQueueIsResourceExhausted) {
   // Cancelled mid-generation: the client sees CANCELLED, the server frees.
   {
     grpc::ClientContext context;
-    Result result;
+    UnaryOutcome result;
     std::thread client([&] {
-      result.status = stub->Generate(&context, TokenRequest(Prompt(9, 11), kLong), &result.response);
+      result.status = stub->Generate(&context, TokenRequest(TestPrompt(9, 11), kLong), &result.response);
     });
     const bool holding = WaitForInfo(*stub, [](const pagoda::v1::ModelInfo& info) {
       return info.free_gpu_blocks() < info.num_gpu_blocks();
@@ -642,20 +576,20 @@ TEST_F(ServerTest, UnaryClientGoneFreesBlocksAndFullQueueIsResourceExhausted) {
   for (int i = 0; i < 3; ++i) {
     contexts.push_back(std::make_unique<grpc::ClientContext>());
     streams.push_back(
-        stub->GenerateStream(contexts.back().get(), TokenRequest(Prompt(5, 12 + i), kLong)));
+        stub->GenerateStream(contexts.back().get(), TokenRequest(TestPrompt(5, 12 + i), kLong)));
   }
   ASSERT_TRUE(WaitForInfo(*stub, [](const pagoda::v1::ModelInfo& info) {
     return info.engine_stats().num_running() == 1 && info.engine_stats().num_waiting() == 2;
   }));
   grpc::ClientContext queued_context;
-  Result queued;
+  UnaryOutcome queued;
   std::thread queued_client([&] {
     queued.status = stub->Generate(&queued_context, TokenRequest({5, 6, 7}, 4), &queued.response);
   });
   ASSERT_TRUE(WaitForInfo(*stub, [](const pagoda::v1::ModelInfo& info) {
     return info.engine_stats().num_waiting() == 3;
   }));
-  const Result refused = Generate(*stub, TokenRequest({5, 6}, 2));
+  const UnaryOutcome refused = Generate(*stub, TokenRequest({5, 6}, 2));
   EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
       << refused.status.error_message();
   const StreamResult refused_stream = Stream(*stub, TokenRequest({5, 6}, 2));
@@ -705,7 +639,7 @@ TEST_F(ServerTest, DrainTimeoutFailsTheRestWithUnavailableAndExitsZero) {
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
   constexpr int kTokens = 500;
-  auto reader = stub->GenerateStream(&context, TokenRequest(Prompt(5, 9), kTokens));
+  auto reader = stub->GenerateStream(&context, TokenRequest(TestPrompt(5, 9), kTokens));
   GenerateResponse message;
   ASSERT_TRUE(reader->Read(&message));
   (*server)->Signal(SIGTERM);
@@ -791,7 +725,7 @@ TEST_F(ServerTest, ReflectionListsTheGenerationService) {
 
 TEST_F(ServerTest, CliGeneratesStreamsAndReportsErrors) {
   const std::string cli = absl::StrCat(PAGODA_CLI_BINARY, " --server ", server_->address());
-  const Result expected = Generate(*stub_, TokenRequest({5, 6, 7}, 4));
+  const UnaryOutcome expected = Generate(*stub_, TokenRequest({5, 6, 7}, 4));
   ASSERT_TRUE(expected.status.ok());
   const std::string token_line =
       absl::StrCat("token_ids: ", absl::StrJoin(Tokens(expected.response), ","));

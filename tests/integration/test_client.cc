@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <future>
@@ -11,22 +12,21 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/testing/tiny_model.h"
 #include "grpcpp/generic/generic_stub.h"
+#include "gtest/gtest.h"
 #include "tests/integration/server_process.h"
 
 namespace pagoda::testing {
 
 constexpr int kVocab = 256;
 
-absl::Status MakeTinyModel(const std::string& dir) {
-  const char* python = std::getenv("PAGODA_PYTHON3");
-  return RunCommand(
-             absl::StrCat(python != nullptr ? python : "/usr/bin/python3",
-                          " scripts/make_tiny_model.py --out ", dir, " --vocab-size ", kVocab,
-                          " --hidden-size 64 --intermediate-size 128 --num-layers 2 --num-heads 4"
-                          " --num-kv-heads 2 --dtype f32 --seed 11 --tokenizer --bos-id 1"
-                          " --eos-id 2 > /dev/null"))
-      .status();
+absl::Status MakeTinyModel(const std::string& dir, int seed) {
+  return WriteTinyModel(
+      dir, absl::StrCat("--vocab-size ", kVocab,
+                        " --hidden-size 64 --intermediate-size 128 --num-layers 2 --num-heads 4"
+                        " --num-kv-heads 2 --dtype f32 --seed ",
+                        seed, " --tokenizer --bos-id 1 --eos-id 2"));
 }
 
 std::vector<int32_t> TestPrompt(int length, int salt) {
@@ -46,6 +46,23 @@ pagoda::v1::GenerateRequest TokenRequest(const std::vector<int32_t>& prompt, int
     request.mutable_sampling()->set_seed(seed);
   }
   return request;
+}
+
+UnaryOutcome Generate(pagoda::v1::Generation::Stub& stub,
+                      const pagoda::v1::GenerateRequest& request) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+  UnaryOutcome outcome;
+  outcome.status = stub.Generate(&context, request, &outcome.response);
+  return outcome;
+}
+
+pagoda::v1::ModelInfo InfoOf(pagoda::v1::Generation::Stub& stub) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  pagoda::v1::ModelInfo info;
+  EXPECT_TRUE(stub.GetModelInfo(&context, pagoda::v1::GetModelInfoRequest(), &info).ok());
+  return info;
 }
 
 StreamOutcome RunStream(pagoda::v1::Generation::Stub& stub,
@@ -119,12 +136,15 @@ std::vector<pid_t> ChildPids(pid_t parent) {
 double MetricValue(int metrics_port, const std::string& name) {
   absl::StatusOr<std::string> page = HttpGet(metrics_port, "/metrics");
   if (!page.ok()) return -1;
+  double total = -1;
   for (absl::string_view line : absl::StrSplit(*page, '\n')) {
-    if (!absl::StartsWith(line, name)) continue;
+    if (!absl::StartsWith(line, name + "{") && !absl::StartsWith(line, name + " ")) continue;
     double value = 0;
-    if (absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &value)) return value;
+    if (absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &value)) {
+      total = std::max(total, 0.0) + value;
+    }
   }
-  return -1;
+  return total;
 }
 
 absl::Status MakeCertificates(const std::string& dir) {

@@ -1,7 +1,7 @@
 #ifndef PAGODA_TESTS_INTEGRATION_TEST_CLIENT_H_
 #define PAGODA_TESTS_INTEGRATION_TEST_CLIENT_H_
 
-// Client-side helpers shared by the survival and security integration tests:
+// Client-side helpers shared by the integration tests:
 // requests, streams, health checks, a server's worker processes, metrics.
 
 #include <sys/types.h>
@@ -17,8 +17,9 @@
 
 namespace pagoda::testing {
 
-// Writes a tiny random Llama model with a tokenizer (vocab 256) to `dir`.
-absl::Status MakeTinyModel(const std::string& dir);
+// Writes a tiny random Llama model with a tokenizer (vocab 256, hidden 64,
+// 2 layers, 4 query / 2 KV heads, f32) to `dir`.
+absl::Status MakeTinyModel(const std::string& dir, int seed = 11);
 
 // A deterministic prompt of `length` in-vocabulary token ids.
 std::vector<int32_t> TestPrompt(int length, int salt);
@@ -27,6 +28,18 @@ std::vector<int32_t> TestPrompt(int length, int salt);
 // temperature 0.8 with that seed).
 pagoda::v1::GenerateRequest TokenRequest(const std::vector<int32_t>& prompt, int max_tokens,
                                          uint64_t seed = 0);
+
+struct UnaryOutcome {
+  grpc::Status status;
+  pagoda::v1::GenerateResponse response;
+};
+
+// One unary Generate call (deadline 120 s).
+UnaryOutcome Generate(pagoda::v1::Generation::Stub& stub,
+                      const pagoda::v1::GenerateRequest& request);
+
+// GetModelInfo (deadline 5 s); an empty ModelInfo, and a test failure, if it fails.
+pagoda::v1::ModelInfo InfoOf(pagoda::v1::Generation::Stub& stub);
 
 struct StreamOutcome {
   grpc::Status status;
@@ -49,7 +62,7 @@ int HealthStatus(const std::string& address);
 // Process ids of `parent`'s children (from /proc).
 std::vector<pid_t> ChildPids(pid_t parent);
 
-// A metric's value (first sample whose line starts with `name`), -1 if absent.
+// The sum of a metric's samples over every label set, -1 if absent.
 double MetricValue(int metrics_port, const std::string& name);
 
 // With openssl, in `dir`: ca.{pem,key}; server.{pem,key} for 127.0.0.1 and
