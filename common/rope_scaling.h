@@ -18,6 +18,12 @@ struct RopeScaling {
   int original_max_position_embeddings = 8192;
 };
 
+// Rotary positions a worker tabulates at load. Bounded so a 128k-context
+// config does not spend memory on positions no request reaches: the CPU
+// computes later positions per step; the CUDA rotary kernel reads only the
+// table, so this is also the longest context CUDA serves.
+inline constexpr int kMaxRopeTablePositions = 16384;
+
 }  // namespace pagoda
 
 #endif  // PAGODA_COMMON_ROPE_SCALING_H_

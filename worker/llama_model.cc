@@ -118,11 +118,6 @@ class WeightLoader {
   std::optional<DType> dtype_;
 };
 
-// Rotary positions tabulated at load; later positions are computed per step.
-// Bounded so a 128k-context config does not spend memory on positions no
-// request of this server reaches.
-constexpr int kMaxRopeTablePositions = 16384;
-
 }  // namespace
 
 LlamaModel::LlamaModel(ModelConfig config, Backend* backend, Communicator* communicator)

@@ -22,10 +22,9 @@ inline constexpr int kCudaHeadSizes[] = {64, 128};
 // Most query heads per kv head the kernels take (GQA group size).
 inline constexpr int kCudaMaxGqaGroup = 8;
 // The longest context CUDA serves and graphs are planned for: the rotary
-// table's bound (kMaxRopeTablePositions in worker/llama_model.cc; keep the
-// two equal). The rotary kernel reads only the table, so the backend refuses
-// positions past it.
-inline constexpr int kCudaMaxContext = 16384;
+// table's bound. The rotary kernel reads only the table, so the backend
+// refuses positions past it.
+inline constexpr int kCudaMaxContext = kMaxRopeTablePositions;
 
 // The longest context (prompt + output) CUDA serves for `config`, which
 // graphs are planned for and the worker reports to the server
