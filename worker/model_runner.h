@@ -35,7 +35,7 @@ class ModelRunner {
       const pagoda::worker::v1::StepPlan& plan) = 0;
 };
 
-// The f32 CPU backend (OpenBLAS GEMMs).
+// The CPU backend (f32 activations, SIMD matrix products).
 std::unique_ptr<ModelRunner> CreateCpuModelRunner();
 
 }  // namespace pagoda::worker

@@ -1,6 +1,6 @@
 // The CPU backend's typed ops against plain float64 loops on the same
-// (rounded) weights: Linear on both its paths (weight-streaming matvec for
-// small batches, tiled GEMM for large), every weight dtype, odd sizes, with
+// (rounded) weights: Linear at token counts that leave partial tiles and
+// span several cache blocks, every weight dtype, odd sizes, with
 // and without bias, on one and several threads; Embedding and RmsNorm on
 // typed weights.
 
@@ -42,7 +42,7 @@ TEST_P(CpuLinearTest, MatchesFloat64LoopForEveryDTypeAndBatchSize) {
     const Tensor tensor = Tensor::Of(*weight.buffer, {kOut, kIn});
     std::vector<float> bias(kOut);
     for (float& b : bias) b = std::uniform_real_distribution<float>(-1, 1)(rng);
-    for (int rows : {1, 2, 7, 8, 9, 33, 70}) {
+    for (int rows : {1, 2, 3, 7, 8, 9, 33, 70, 131}) {
       for (bool with_bias : {false, true}) {
         std::vector<float> x(rows * kIn);
         for (float& v : x) v = std::uniform_real_distribution<float>(-1, 1)(rng);
