@@ -279,6 +279,13 @@ TEST_F(EngineTest, AbortFreesBlocksAndReportsCancelled) {
   sink->on_delta_ = [&] {
     if (!first_token.HasBeenNotified()) first_token.Notify();
   };
+  // The tiny model can finish 200 tokens in a few milliseconds, so the engine
+  // waits before its next step until the abort is in: the request is then
+  // certainly still running when it is aborted.
+  absl::Notification aborted;
+  hooked_->set_before_step([&] {
+    if (first_token.HasBeenNotified()) aborted.WaitForNotificationWithTimeout(absl::Seconds(20));
+  });
   EngineRequest request;
   request.request_id = "long";
   request.prompt_token_ids = Prompt(20, 2);
@@ -289,7 +296,9 @@ TEST_F(EngineTest, AbortFreesBlocksAndReportsCancelled) {
   ASSERT_TRUE(engine_->AddRequest(std::move(request)).ok());
   ASSERT_TRUE(first_token.WaitForNotificationWithTimeout(absl::Seconds(20)));
   engine_->AbortRequest("long");
+  aborted.Notify();
   ASSERT_TRUE(sink->WaitFinished());
+  hooked_->set_before_step(nullptr);
   EXPECT_EQ(sink->status().code(), absl::StatusCode::kCancelled);
   EXPECT_LT(sink->tokens().size(), 200u);
   ASSERT_TRUE(engine_->WaitUntilIdle(absl::Seconds(5)));
@@ -323,12 +332,17 @@ TEST_F(EngineTest, AbortWithAnotherSinkLeavesTheRequestAlone) {
 // even while the engine is inside a step.
 TEST_F(EngineTest, QueueLimitCountsRequestsAdmittedSinceTheLastSnapshot) {
   StartEngine(64, /*max_queued_requests=*/1, /*start=*/true, /*max_num_seqs=*/1);
-  absl::Notification running;
+  absl::Notification running, hook_installed;
   auto a = std::make_shared<CollectingSink>();
-  // By its second delta the snapshot after its first step is published.
+  // By its second delta the snapshot after its first step is published. The
+  // engine thread then waits for the hook below, so "a" (a few milliseconds
+  // of work for the tiny model) is certainly still running in the hooked steps.
   int a_deltas = 0;  // Engine thread only.
   a->on_delta_ = [&] {
-    if (++a_deltas == 2) running.Notify();
+    if (++a_deltas == 2) {
+      running.Notify();
+      hook_installed.WaitForNotificationWithTimeout(absl::Seconds(20));
+    }
   };
   {
     EngineRequest request;
@@ -355,6 +369,7 @@ TEST_F(EngineTest, QueueLimitCountsRequestsAdmittedSinceTheLastSnapshot) {
       hooked.Notify();
     }
   });
+  hook_installed.Notify();
   ASSERT_TRUE(hooked.WaitForNotificationWithTimeout(absl::Seconds(20)));
   hooked_->set_before_step(nullptr);
   EXPECT_TRUE(b_status.ok()) << b_status;
