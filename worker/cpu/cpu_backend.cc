@@ -353,24 +353,42 @@ class CpuBackend final : public Backend {
     const SimdKernels::AxpyFn axpy = simd_.axpy(cache.dtype);
     const float* query_base = static_cast<const float*>(p.query);
     float* output_base = static_cast<float*>(p.output);
+    const SimdKernels::Dot4Fn dot4 = simd_.dot4(cache.dtype);
+    // One score row per query head of the group.
     thread_local std::vector<float> scores;  // Grows to the longest context once.
-    scores.resize(context);
+    scores.resize(static_cast<size_t>(group) * context);
     for (int i = 0; i < q_len; ++i) {
       const int position = context - q_len + i;  // Attends keys [0, position].
+      // The group's query heads are adjacent rows of head_dim floats.
+      const size_t first_row =
+          (q_begin + i) * token_stride + static_cast<size_t>(kv_head) * group * head_dim;
+      const float* queries = query_base + first_row;
+      // Each key row is read once for the whole group (four heads a load).
+      for (int j = 0; j <= position; ++j) {
+        const char* key = key_cache + row_of(j);
+        int g = 0;
+        for (; g + 4 <= group; g += 4) {
+          float out[4];
+          dot4(key, queries + static_cast<size_t>(g) * head_dim, head_dim, head_dim, out);
+          for (int k = 0; k < 4; ++k) scores[static_cast<size_t>(g + k) * context + j] = out[k];
+        }
+        for (; g < group; ++g) {
+          scores[static_cast<size_t>(g) * context + j] =
+              dot(key, queries + static_cast<size_t>(g) * head_dim, head_dim);
+        }
+      }
       for (int g = 0; g < group; ++g) {
-        const int head = kv_head * group + g;
-        const size_t row = (q_begin + i) * token_stride + static_cast<size_t>(head) * head_dim;
-        const float* query = query_base + row;
+        float* row_scores = scores.data() + static_cast<size_t>(g) * context;
         float max_score = -INFINITY;
         for (int j = 0; j <= position; ++j) {
-          scores[j] = dot(key_cache + row_of(j), query, head_dim) * p.scale;
-          max_score = std::max(max_score, scores[j]);
+          row_scores[j] *= p.scale;
+          max_score = std::max(max_score, row_scores[j]);
         }
-        float* out = output_base + row;
+        float* out = output_base + first_row + static_cast<size_t>(g) * head_dim;
         std::fill_n(out, head_dim, 0.0f);
         float denom = 0.0f;
         for (int j = 0; j <= position; ++j) {
-          const float weight = std::exp(scores[j] - max_score);
+          const float weight = std::exp(row_scores[j] - max_score);
           denom += weight;
           axpy(weight, value_cache + row_of(j), out, head_dim);
         }

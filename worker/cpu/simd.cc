@@ -239,6 +239,21 @@ PAGODA_AVX512 inline __m512 Load16(const void* p, size_t i) {
   }
 }
 
+// [sum(a), sum(b), sum(c), sum(d)]: four horizontal sums sharing shuffles.
+PAGODA_AVX512 inline __m128 Sum4x16(__m512 a, __m512 b, __m512 c, __m512 d) {
+  // 128-bit lanes [a0+a2, a1+a3, b0+b2, b1+b3] and the same for c, d.
+  const __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
+                                  _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(1, 0, 1, 0)),
+                                  _mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(3, 2, 3, 2)));
+  // Lane k holds four partial sums of the k-th input.
+  const __m512 t = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m128 h01 = _mm_hadd_ps(_mm512_castps512_ps128(t), _mm512_extractf32x4_ps(t, 1));
+  const __m128 h23 = _mm_hadd_ps(_mm512_extractf32x4_ps(t, 2), _mm512_extractf32x4_ps(t, 3));
+  return _mm_hadd_ps(h01, h23);
+}
+
 template <DType kType>
 PAGODA_AVX512 float DotAvx512(const void* a, const float* b, size_t n) {
   __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
@@ -275,8 +290,8 @@ PAGODA_AVX512 void Dot4Avx512(const void* a, const float* x, size_t ld_x, size_t
     acc2 = _mm512_fmadd_ps(w, _mm512_loadu_ps(x2 + i), acc2);
     acc3 = _mm512_fmadd_ps(w, _mm512_loadu_ps(x3 + i), acc3);
   }
-  float sums[4] = {_mm512_reduce_add_ps(acc0), _mm512_reduce_add_ps(acc1),
-                   _mm512_reduce_add_ps(acc2), _mm512_reduce_add_ps(acc3)};
+  alignas(16) float sums[4];
+  _mm_store_ps(sums, Sum4x16(acc0, acc1, acc2, acc3));
   for (; i < n; ++i) {
     const float w = Load<kType>(a, i);
     sums[0] += w * x0[i];
@@ -285,21 +300,6 @@ PAGODA_AVX512 void Dot4Avx512(const void* a, const float* x, size_t ld_x, size_t
     sums[3] += w * x3[i];
   }
   for (int r = 0; r < 4; ++r) out[r] = sums[r];
-}
-
-// [sum(a), sum(b), sum(c), sum(d)]: four horizontal sums sharing shuffles.
-PAGODA_AVX512 inline __m128 Sum4x16(__m512 a, __m512 b, __m512 c, __m512 d) {
-  // 128-bit lanes [a0+a2, a1+a3, b0+b2, b1+b3] and the same for c, d.
-  const __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
-                                  _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
-  const __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(1, 0, 1, 0)),
-                                  _mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(3, 2, 3, 2)));
-  // Lane k holds four partial sums of the k-th input.
-  const __m512 t = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(2, 0, 2, 0)),
-                                 _mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(3, 1, 3, 1)));
-  const __m128 h01 = _mm_hadd_ps(_mm512_castps512_ps128(t), _mm512_extractf32x4_ps(t, 1));
-  const __m128 h23 = _mm_hadd_ps(_mm512_extractf32x4_ps(t, 2), _mm512_extractf32x4_ps(t, 3));
-  return _mm_hadd_ps(h01, h23);
 }
 
 template <DType kType, int kRows>
