@@ -19,6 +19,9 @@ namespace {
 // L2 while the other streams through, and each group's four rows stay in L1
 // across the token block.
 constexpr int kTokenRowBlock = 64;
+// Elements of a weight row one tile call covers: four 2 KB f32 weight-row
+// slices and four token-row slices fill a third of a 48 KB L1.
+constexpr int64_t kSliceElements = 512;
 constexpr int64_t kWeightQuadBlock = 16;
 
 class HostBuffer final : public Buffer {
@@ -307,9 +310,27 @@ class CpuBackend final : public Backend {
     for (int64_t q = begin; q < end; ++q) {
       const int64_t j = 4 * q;
       if (j + 4 <= out_dim) {
-        for (int r = 0; r < rows; r += 4) {
-          tile4(RowAt(weight, j), in_dim, x + r * in_dim, in_dim, in_dim, std::min(4, rows - r),
-                y + r * out_dim + j, out_dim);
+        // Wide rows in slices, so that a slice of the four weight rows and
+        // of four token rows fit L1 together (one tile of tokens reads the
+        // weight rows once: no slicing).
+        const size_t width = DTypeSize(weight.dtype);
+        const int64_t slice = rows > 4 ? kSliceElements : in_dim;
+        for (int64_t k = 0; k < in_dim; k += slice) {
+          const int64_t n = std::min(slice, in_dim - k);
+          const char* w = RowAt(weight, j) + k * width;
+          for (int r = 0; r < rows; r += 4) {
+            const int tile_rows = std::min(4, rows - r);
+            float* out = y + r * out_dim + j;
+            if (k == 0) {
+              tile4(w, in_dim, x + r * in_dim + k, in_dim, n, tile_rows, out, out_dim);
+              continue;
+            }
+            float partial[16];
+            tile4(w, in_dim, x + r * in_dim + k, in_dim, n, tile_rows, partial, 4);
+            for (int t = 0; t < tile_rows; ++t) {
+              for (int c = 0; c < 4; ++c) out[t * out_dim + c] += partial[t * 4 + c];
+            }
+          }
         }
       } else {
         for (int64_t c = j; c < out_dim; ++c) {

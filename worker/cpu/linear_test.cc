@@ -36,8 +36,13 @@ class CpuLinearTest : public testing::TestWithParam<int> {};
 TEST_P(CpuLinearTest, MatchesFloat64LoopForEveryDTypeAndBatchSize) {
   auto backend = CreateCpuBackend(GetParam());
   std::mt19937 rng(3);
-  constexpr int kIn = 37, kOut = 131;
-  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+  constexpr int kOut = 131;
+  // 1100: rows wider than a tile slice (two slices and a partial one).
+  for (auto [dtype, kIn] : std::vector<std::pair<DType, int>>{{DType::kF32, 37},
+                                                              {DType::kBF16, 37},
+                                                              {DType::kF16, 37},
+                                                              {DType::kF32, 1100},
+                                                              {DType::kBF16, 1100}}) {
     Weight weight = MakeWeight(*backend, dtype, kOut * kIn, rng);
     const Tensor tensor = Tensor::Of(*weight.buffer, {kOut, kIn});
     std::vector<float> bias(kOut);
