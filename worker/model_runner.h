@@ -51,8 +51,8 @@ struct CpuModelRunnerOptions {
   std::string collective_host = "127.0.0.1";
 };
 
-// The CPU backend (OpenBLAS GEMMs); tensor parallel over Gloo when
-// LoadModel's world_size exceeds 1.
+// The CPU backend (f32 activations, SIMD matrix products); tensor parallel
+// over Gloo when LoadModel's world_size exceeds 1.
 std::unique_ptr<ModelRunner> CreateCpuModelRunner(const CpuModelRunnerOptions& options = {});
 
 }  // namespace pagoda::worker

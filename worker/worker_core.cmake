@@ -44,3 +44,7 @@ if(PAGODA_HAVE_CUDA)
     GPU)
   set_tests_properties(worker_sampler_device_parity_test PROPERTIES TIMEOUT 120)
 endif()
+
+# Linear timings on the benchmark model's shapes (not a test).
+add_executable(bench_cpu_linear ${CMAKE_CURRENT_LIST_DIR}/cpu/bench_linear.cc)
+target_link_libraries(bench_cpu_linear PRIVATE pagoda_worker_core)

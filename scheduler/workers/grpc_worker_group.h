@@ -161,6 +161,13 @@ class GrpcWorkerGroup final : public WorkerGroup {
                             const std::vector<const Request*>& requests, absl::Duration timeout,
                             std::vector<Response>& responses);
 
+  // ExecuteStep of a one-rank group as a blocking call, which the calling
+  // thread drives itself: no hand-off to gRPC's callback thread and back,
+  // tens of microseconds of a step that may take two milliseconds. Same
+  // verdicts as CallAllRanks.
+  absl::StatusOr<pagoda::worker::v1::StepResult> ExecuteStepOnOneRank(
+      const pagoda::worker::v1::StepPlan& plan);
+
   // Marks the group unhealthy for `reason` (first reason wins) and cancels
   // every call in flight.
   void Fail(const std::string& reason);

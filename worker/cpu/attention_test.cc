@@ -198,8 +198,8 @@ double MaxAttentionError(const AttentionShape& shape, const std::vector<Sequence
 TEST(CpuPagedAttentionTest, MatchesContiguousReferenceOverShapes) {
   const std::vector<int> block_sizes = {8, 16, 32};
   const std::vector<int> head_dims = {3, 64, 80, 128};
-  // GQA ratios 1, 4 and 8.
-  const std::vector<std::pair<int, int>> heads = {{2, 2}, {8, 2}, {8, 1}};
+  // GQA ratios 1, 4, 8 and 6 (a group of four heads and two single ones).
+  const std::vector<std::pair<int, int>> heads = {{2, 2}, {8, 2}, {8, 1}, {6, 1}};
   uint32_t seed = 1;
   for (int bs : block_sizes) {
     for (int d : head_dims) {

@@ -1,7 +1,5 @@
 #include "worker/cpu/cpu_backend.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -15,14 +13,16 @@
 namespace pagoda::worker {
 namespace {
 
-// Batches up to this many rows take the weight-streaming dot-product path;
-// larger ones the tiled GEMM (where reusing a weight tile across rows wins).
-constexpr int kMatVecMaxRows = 16;
-// Output rows per GEMM tile: a tile of a 4096-wide weight is 1 MB of f32.
-constexpr int64_t kGemmTileRows = 64;
-// Fewest output rows an f32 GEMM task gets (smaller ones spend their time
-// packing).
-constexpr int64_t kF32GemmMinRows = 128;
+// Linear's cache blocking: a block of this many token rows (128 KB of
+// 512-wide f32 activations) is dotted with a block of this many groups of
+// four weight rows (64 rows: 128 KB of 512-wide f32 weights), so both stay in
+// L2 while the other streams through, and each group's four rows stay in L1
+// across the token block.
+constexpr int kTokenRowBlock = 64;
+// Elements of a weight row one tile call covers: four 2 KB f32 weight-row
+// slices and four token-row slices fill a third of a 48 KB L1.
+constexpr int64_t kSliceElements = 512;
+constexpr int64_t kWeightQuadBlock = 16;
 
 class HostBuffer final : public Buffer {
  public:
@@ -48,10 +48,7 @@ const char* RowAt(const Tensor& t, int64_t row) {
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(int num_threads)
-      : pool_(num_threads > 0 ? num_threads : AvailableCpuCount()), simd_(BestSimdKernels()) {
-    // Our pool parallelises around the GEMMs; OpenBLAS's own would fight it.
-    openblas_set_num_threads(1);
-  }
+      : pool_(num_threads > 0 ? num_threads : AvailableCpuCount()), simd_(BestSimdKernels()) {}
 
   DType activation_dtype() const override { return DType::kF32; }
   DType default_kv_cache_dtype() const override { return DType::kF32; }
@@ -112,11 +109,7 @@ class CpuBackend final : public Backend {
     const float* x = static_cast<const float*>(x_raw);
     float* y = static_cast<float*>(y_raw);
     if (rows <= 0) return;
-    if (rows <= kMatVecMaxRows) {
-      MatVec(x, rows, weight, bias, y);
-    } else {
-      TiledGemm(x, rows, weight, bias, y);
-    }
+    TiledLinear(x, rows, weight, bias, y);
   }
 
   void Rope(void* q_raw, void* k_raw, const StepBatch& batch, int num_q_heads, int num_kv_heads,
@@ -286,67 +279,71 @@ class CpuBackend final : public Backend {
     }
   }
 
-  // Each weight row is read from memory once and dotted with every input
-  // row while it is in L1; threads split the output features.
-  void MatVec(const float* x, int rows, const Tensor& weight, const float* bias, float* y) {
+  // Threads split the output features in groups of four, read in place (no
+  // packing: a decode step reads each weight from memory once, and the
+  // weight's dtype is widened in registers).
+  void TiledLinear(const float* x, int rows, const Tensor& weight, const float* bias, float* y) {
     const int64_t out_dim = weight.dim(0);
     const int64_t in_dim = weight.dim(1);
-    const SimdKernels::DotFn dot = simd_.dot(weight.dtype);
-    const SimdKernels::Dot4Fn dot4 = simd_.dot4(weight.dtype);
-    pool_.ParallelFor(out_dim, 16, [&](int64_t begin, int64_t end) {
-      for (int64_t j = begin; j < end; ++j) {
-        const void* w_row = RowAt(weight, j);
-        const float b = bias != nullptr ? bias[j] : 0.0f;
-        int r = 0;
-        for (; r + 4 <= rows; r += 4) {
-          float out[4];
-          dot4(w_row, x + r * in_dim, in_dim, in_dim, out);
-          for (int k = 0; k < 4; ++k) y[(r + k) * out_dim + j] = out[k] + b;
+    const int64_t quads = (out_dim + 3) / 4;
+    // At least about 32 KB of weight rows per task.
+    const int64_t grain = std::max<int64_t>(1, 8192 / std::max<int64_t>(1, in_dim));
+    pool_.ParallelFor(quads, grain, [&](int64_t begin, int64_t end) {
+      for (int64_t first_quad = begin; first_quad < end; first_quad += kWeightQuadBlock) {
+        const int64_t last_quad = std::min(end, first_quad + kWeightQuadBlock);
+        for (int first_row = 0; first_row < rows; first_row += kTokenRowBlock) {
+          const int block_rows = std::min(kTokenRowBlock, rows - first_row);
+          LinearQuads(x + static_cast<size_t>(first_row) * in_dim, block_rows, weight, bias,
+                      first_quad, last_quad, y + static_cast<size_t>(first_row) * out_dim);
         }
-        for (; r < rows; ++r) y[r * out_dim + j] = dot(w_row, x + r * in_dim, in_dim) + b;
       }
     });
   }
 
-  // Output-row tiles of the weight, one single-threaded sgemm per tile
-  // (f16/bf16 tiles widened into a per-thread scratch first).
-  void TiledGemm(const float* x, int rows, const Tensor& weight, const float* bias, float* y) {
+  // Output features [4 * begin, 4 * end) of `rows` token rows.
+  void LinearQuads(const float* x, int rows, const Tensor& weight, const float* bias, int64_t begin,
+                   int64_t end, float* y) const {
     const int64_t out_dim = weight.dim(0);
     const int64_t in_dim = weight.dim(1);
-    const int64_t tile = weight.dtype == DType::kF32 ? kF32GemmMinRows : kGemmTileRows;
-    pool_.ParallelFor(out_dim, tile, [&](int64_t begin, int64_t end) {
-      for (int64_t first = begin; first < end; first += kGemmTileRows) {
-        // f32 weights need no scratch: one sgemm over the whole range.
-        const int64_t count =
-            weight.dtype == DType::kF32 ? end - first : std::min(kGemmTileRows, end - first);
-        GemmRows(x, rows, weight, bias, first, count, y);
-        if (weight.dtype == DType::kF32) break;
+    const SimdKernels::Tile4Fn tile4 = simd_.tile4(weight.dtype);
+    const SimdKernels::DotFn dot = simd_.dot(weight.dtype);
+    for (int64_t q = begin; q < end; ++q) {
+      const int64_t j = 4 * q;
+      if (j + 4 <= out_dim) {
+        // Wide rows in slices, so that a slice of the four weight rows and
+        // of four token rows fit L1 together (one tile of tokens reads the
+        // weight rows once: no slicing).
+        const size_t width = DTypeSize(weight.dtype);
+        const int64_t slice = rows > 4 ? kSliceElements : in_dim;
+        for (int64_t k = 0; k < in_dim; k += slice) {
+          const int64_t n = std::min(slice, in_dim - k);
+          const char* w = RowAt(weight, j) + k * width;
+          for (int r = 0; r < rows; r += 4) {
+            const int tile_rows = std::min(4, rows - r);
+            float* out = y + r * out_dim + j;
+            if (k == 0) {
+              tile4(w, in_dim, x + r * in_dim + k, in_dim, n, tile_rows, out, out_dim);
+              continue;
+            }
+            float partial[16];
+            tile4(w, in_dim, x + r * in_dim + k, in_dim, n, tile_rows, partial, 4);
+            for (int t = 0; t < tile_rows; ++t) {
+              for (int c = 0; c < 4; ++c) out[t * out_dim + c] += partial[t * 4 + c];
+            }
+          }
+        }
+      } else {
+        for (int64_t c = j; c < out_dim; ++c) {
+          for (int r = 0; r < rows; ++r)
+            y[r * out_dim + c] = dot(RowAt(weight, c), x + r * in_dim, in_dim);
+        }
       }
-    });
-  }
-
-  // y[:, first:first+count] of Linear, on the calling thread.
-  void GemmRows(const float* x, int rows, const Tensor& weight, const float* bias, int64_t first,
-                int64_t count, float* y) const {
-    const int64_t out_dim = weight.dim(0);
-    const int64_t in_dim = weight.dim(1);
-    const float* w = static_cast<const float*>(static_cast<const void*>(RowAt(weight, first)));
-    if (weight.dtype != DType::kF32) {
-      thread_local std::vector<float> widened;  // Grows once per thread.
-      widened.resize(static_cast<size_t>(count) * in_dim);
-      simd_.widen(weight.dtype)(RowAt(weight, first), widened.data(), widened.size());
-      w = widened.data();
-    }
-    float beta = 0.0f;
-    if (bias != nullptr) {
-      for (int r = 0; r < rows; ++r) {
-        std::memcpy(y + r * out_dim + first, bias + first, count * sizeof(float));
+      if (bias != nullptr) {
+        for (int r = 0; r < rows; ++r) {
+          for (int64_t c = j; c < std::min(j + 4, out_dim); ++c) y[r * out_dim + c] += bias[c];
+        }
       }
-      beta = 1.0f;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, static_cast<int>(count),
-                static_cast<int>(in_dim), 1.0f, x, static_cast<int>(in_dim), w,
-                static_cast<int>(in_dim), beta, y + first, static_cast<int>(out_dim));
   }
 
   void AttendItem(const PagedAttentionParams& p, int64_t item) const {
@@ -377,24 +374,42 @@ class CpuBackend final : public Backend {
     const SimdKernels::AxpyFn axpy = simd_.axpy(cache.dtype);
     const float* query_base = static_cast<const float*>(p.query);
     float* output_base = static_cast<float*>(p.output);
+    const SimdKernels::Dot4Fn dot4 = simd_.dot4(cache.dtype);
+    // One score row per query head of the group.
     thread_local std::vector<float> scores;  // Grows to the longest context once.
-    scores.resize(context);
+    scores.resize(static_cast<size_t>(group) * context);
     for (int i = 0; i < q_len; ++i) {
       const int position = context - q_len + i;  // Attends keys [0, position].
+      // The group's query heads are adjacent rows of head_dim floats.
+      const size_t first_row =
+          (q_begin + i) * token_stride + static_cast<size_t>(kv_head) * group * head_dim;
+      const float* queries = query_base + first_row;
+      // Each key row is read once for the whole group (four heads a load).
+      for (int j = 0; j <= position; ++j) {
+        const char* key = key_cache + row_of(j);
+        int g = 0;
+        for (; g + 4 <= group; g += 4) {
+          float out[4];
+          dot4(key, queries + static_cast<size_t>(g) * head_dim, head_dim, head_dim, out);
+          for (int k = 0; k < 4; ++k) scores[static_cast<size_t>(g + k) * context + j] = out[k];
+        }
+        for (; g < group; ++g) {
+          scores[static_cast<size_t>(g) * context + j] =
+              dot(key, queries + static_cast<size_t>(g) * head_dim, head_dim);
+        }
+      }
       for (int g = 0; g < group; ++g) {
-        const int head = kv_head * group + g;
-        const size_t row = (q_begin + i) * token_stride + static_cast<size_t>(head) * head_dim;
-        const float* query = query_base + row;
+        float* row_scores = scores.data() + static_cast<size_t>(g) * context;
         float max_score = -INFINITY;
         for (int j = 0; j <= position; ++j) {
-          scores[j] = dot(key_cache + row_of(j), query, head_dim) * p.scale;
-          max_score = std::max(max_score, scores[j]);
+          row_scores[j] *= p.scale;
+          max_score = std::max(max_score, row_scores[j]);
         }
-        float* out = output_base + row;
+        float* out = output_base + first_row + static_cast<size_t>(g) * head_dim;
         std::fill_n(out, head_dim, 0.0f);
         float denom = 0.0f;
         for (int j = 0; j <= position; ++j) {
-          const float weight = std::exp(scores[j] - max_score);
+          const float weight = std::exp(row_scores[j] - max_score);
           denom += weight;
           axpy(weight, value_cache + row_of(j), out, head_dim);
         }

@@ -8,12 +8,12 @@
 namespace pagoda::worker {
 
 // The host backend. One persistent ThreadPool of `num_threads` threads
-// (0: every CPU the process may use) runs the GEMMs, attention and
-// element-wise ops; OpenBLAS is held to one thread so the pools never fight.
-// Linear streams each weight row once through runtime-dispatched SIMD dot
-// products (AVX-512 / AVX2+FMA / plain) for decode-sized batches, and splits
-// larger ones into per-thread OpenBLAS GEMMs over output-row tiles (f16/bf16
-// tiles widened to f32 in a per-thread scratch first). Buffers are host
+// (0: every CPU the process may use) runs the matrix products, attention and
+// element-wise ops. Linear splits the output features among the threads in
+// groups of four weight rows, read in place (no packing, f16/bf16 widened in
+// registers) by runtime-dispatched SIMD tiles (AVX-512 / AVX2+FMA / plain)
+// that dot each group with four token rows at a time, cache-blocked so a
+// decode step reads each weight from memory once. Buffers are host
 // memory, so uploads and downloads are memcpy. Activations are f32; the KV
 // cache may be f32, bf16 or f16 (written rounded to nearest even by SIMD
 // narrowing, read by SIMD dot products and axpys that widen to f32). Sample

@@ -1,6 +1,6 @@
 // The CPU backend's typed ops against plain float64 loops on the same
-// (rounded) weights: Linear on both its paths (weight-streaming matvec for
-// small batches, tiled GEMM for large), every weight dtype, odd sizes, with
+// (rounded) weights: Linear at token counts that leave partial tiles and
+// span several cache blocks, every weight dtype, odd sizes, with
 // and without bias, on one and several threads; Embedding and RmsNorm on
 // typed weights.
 
@@ -36,13 +36,18 @@ class CpuLinearTest : public testing::TestWithParam<int> {};
 TEST_P(CpuLinearTest, MatchesFloat64LoopForEveryDTypeAndBatchSize) {
   auto backend = CreateCpuBackend(GetParam());
   std::mt19937 rng(3);
-  constexpr int kIn = 37, kOut = 131;
-  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+  constexpr int kOut = 131;
+  // 1100: rows wider than a tile slice (two slices and a partial one).
+  for (auto [dtype, kIn] : std::vector<std::pair<DType, int>>{{DType::kF32, 37},
+                                                              {DType::kBF16, 37},
+                                                              {DType::kF16, 37},
+                                                              {DType::kF32, 1100},
+                                                              {DType::kBF16, 1100}}) {
     Weight weight = MakeWeight(*backend, dtype, kOut * kIn, rng);
     const Tensor tensor = Tensor::Of(*weight.buffer, {kOut, kIn});
     std::vector<float> bias(kOut);
     for (float& b : bias) b = std::uniform_real_distribution<float>(-1, 1)(rng);
-    for (int rows : {1, 2, 7, 8, 9, 33, 70}) {
+    for (int rows : {1, 2, 3, 7, 8, 9, 33, 70, 131}) {
       for (bool with_bias : {false, true}) {
         std::vector<float> x(rows * kIn);
         for (float& v : x) v = std::uniform_real_distribution<float>(-1, 1)(rng);

@@ -45,6 +45,18 @@ void Dot4Plain(const void* a, const float* x, size_t ld_x, size_t n, float* out)
 }
 
 template <DType kType>
+void Tile4Plain(const void* w, size_t ld_w, const float* x, size_t ld_x, size_t n, int rows,
+                float* y, size_t ld_y) {
+  const auto* base = static_cast<const char*>(w);
+  const size_t row_bytes = ld_w * DTypeSize(kType);
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < 4; ++c) {
+      y[r * ld_y + c] = DotPlain<kType>(base + c * row_bytes, x + r * ld_x, n);
+    }
+  }
+}
+
+template <DType kType>
 void WidenPlain(const void* a, float* out, size_t n) {
   for (size_t i = 0; i < n; ++i) out[i] = Load<kType>(a, i);
 }
@@ -141,6 +153,25 @@ PAGODA_AVX2 void Dot4Avx2(const void* a, const float* x, size_t ld_x, size_t n, 
   for (int r = 0; r < 4; ++r) out[r] = sums[r];
 }
 
+// AVX2 has too few registers for a 4 x 4 tile of accumulators: each weight
+// row is dotted with four token rows at a time instead.
+template <DType kType>
+PAGODA_AVX2 void Tile4Avx2(const void* w, size_t ld_w, const float* x, size_t ld_x, size_t n,
+                           int rows, float* y, size_t ld_y) {
+  const auto* base = static_cast<const char*>(w);
+  const size_t row_bytes = ld_w * DTypeSize(kType);
+  for (int c = 0; c < 4; ++c) {
+    const void* row = base + c * row_bytes;
+    if (rows == 4) {
+      float out[4];
+      Dot4Avx2<kType>(row, x, ld_x, n, out);
+      for (int r = 0; r < 4; ++r) y[r * ld_y + c] = out[r];
+    } else {
+      for (int r = 0; r < rows; ++r) y[r * ld_y + c] = DotAvx2<kType>(row, x + r * ld_x, n);
+    }
+  }
+}
+
 template <DType kType>
 PAGODA_AVX2 void WidenAvx2(const void* a, float* out, size_t n) {
   size_t i = 0;
@@ -208,6 +239,21 @@ PAGODA_AVX512 inline __m512 Load16(const void* p, size_t i) {
   }
 }
 
+// [sum(a), sum(b), sum(c), sum(d)]: four horizontal sums sharing shuffles.
+PAGODA_AVX512 inline __m128 Sum4x16(__m512 a, __m512 b, __m512 c, __m512 d) {
+  // 128-bit lanes [a0+a2, a1+a3, b0+b2, b1+b3] and the same for c, d.
+  const __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
+                                  _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(1, 0, 1, 0)),
+                                  _mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(3, 2, 3, 2)));
+  // Lane k holds four partial sums of the k-th input.
+  const __m512 t = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m128 h01 = _mm_hadd_ps(_mm512_castps512_ps128(t), _mm512_extractf32x4_ps(t, 1));
+  const __m128 h23 = _mm_hadd_ps(_mm512_extractf32x4_ps(t, 2), _mm512_extractf32x4_ps(t, 3));
+  return _mm_hadd_ps(h01, h23);
+}
+
 template <DType kType>
 PAGODA_AVX512 float DotAvx512(const void* a, const float* b, size_t n) {
   __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
@@ -244,8 +290,8 @@ PAGODA_AVX512 void Dot4Avx512(const void* a, const float* x, size_t ld_x, size_t
     acc2 = _mm512_fmadd_ps(w, _mm512_loadu_ps(x2 + i), acc2);
     acc3 = _mm512_fmadd_ps(w, _mm512_loadu_ps(x3 + i), acc3);
   }
-  float sums[4] = {_mm512_reduce_add_ps(acc0), _mm512_reduce_add_ps(acc1),
-                   _mm512_reduce_add_ps(acc2), _mm512_reduce_add_ps(acc3)};
+  alignas(16) float sums[4];
+  _mm_store_ps(sums, Sum4x16(acc0, acc1, acc2, acc3));
   for (; i < n; ++i) {
     const float w = Load<kType>(a, i);
     sums[0] += w * x0[i];
@@ -254,6 +300,65 @@ PAGODA_AVX512 void Dot4Avx512(const void* a, const float* x, size_t ld_x, size_t
     sums[3] += w * x3[i];
   }
   for (int r = 0; r < 4; ++r) out[r] = sums[r];
+}
+
+template <DType kType, int kRows>
+PAGODA_AVX512 void Tile4RowsAvx512(const void* w, size_t ld_w, const float* x, size_t ld_x,
+                                   size_t n, float* y, size_t ld_y) {
+  const auto* base = static_cast<const char*>(w);
+  const size_t row_bytes = ld_w * DTypeSize(kType);
+  const void* rows_w[4] = {base, base + row_bytes, base + 2 * row_bytes, base + 3 * row_bytes};
+  // Weight rows are streamed from memory, and a 4-token tile computes long
+  // enough per byte that the hardware prefetcher falls behind: fetch the
+  // rows two groups ahead (doubles the weight bandwidth at 8 tokens).
+  const size_t prefetch = 8 * row_bytes;
+  __m512 acc[kRows][4];
+#pragma GCC unroll 4
+  for (int r = 0; r < kRows; ++r) {
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) acc[r][c] = _mm512_setzero_ps();
+  }
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512 wv[4];
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) {
+      wv[c] = Load16<kType>(rows_w[c], i);
+      _mm_prefetch(static_cast<const char*>(rows_w[c]) + i * DTypeSize(kType) + prefetch,
+                   _MM_HINT_T0);
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < kRows; ++r) {
+      const __m512 xv = _mm512_loadu_ps(x + r * ld_x + i);
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; ++c) acc[r][c] = _mm512_fmadd_ps(wv[c], xv, acc[r][c]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < kRows; ++r) {
+    alignas(16) float sums[4];
+    _mm_store_ps(sums, Sum4x16(acc[r][0], acc[r][1], acc[r][2], acc[r][3]));
+    const float* xr = x + r * ld_x;
+    for (size_t k = i; k < n; ++k) {
+      for (int c = 0; c < 4; ++c) sums[c] += Load<kType>(rows_w[c], k) * xr[k];
+    }
+    for (int c = 0; c < 4; ++c) y[r * ld_y + c] = sums[c];
+  }
+}
+
+template <DType kType>
+PAGODA_AVX512 void Tile4Avx512(const void* w, size_t ld_w, const float* x, size_t ld_x, size_t n,
+                               int rows, float* y, size_t ld_y) {
+  switch (rows) {
+    case 1:
+      return Tile4RowsAvx512<kType, 1>(w, ld_w, x, ld_x, n, y, ld_y);
+    case 2:
+      return Tile4RowsAvx512<kType, 2>(w, ld_w, x, ld_x, n, y, ld_y);
+    case 3:
+      return Tile4RowsAvx512<kType, 3>(w, ld_w, x, ld_x, n, y, ld_y);
+    default:
+      return Tile4RowsAvx512<kType, 4>(w, ld_w, x, ld_x, n, y, ld_y);
+  }
 }
 
 template <DType kType>
@@ -304,18 +409,21 @@ PAGODA_AVX512 void AxpyAvx512(float alpha, const void* x, float* y, size_t n) {
 constexpr SimdKernels kPlainKernels = {
     DotPlain<DType::kF32>,    DotPlain<DType::kBF16>,    DotPlain<DType::kF16>,
     Dot4Plain<DType::kF32>,   Dot4Plain<DType::kBF16>,   Dot4Plain<DType::kF16>,
+    Tile4Plain<DType::kF32>,  Tile4Plain<DType::kBF16>,  Tile4Plain<DType::kF16>,
     WidenPlain<DType::kF32>,  WidenPlain<DType::kBF16>,  WidenPlain<DType::kF16>,
     NarrowPlain<DType::kF32>, NarrowPlain<DType::kBF16>, NarrowPlain<DType::kF16>,
     AxpyPlain<DType::kF32>,   AxpyPlain<DType::kBF16>,   AxpyPlain<DType::kF16>};
 constexpr SimdKernels kAvx2Kernels = {
     DotAvx2<DType::kF32>,    DotAvx2<DType::kBF16>,    DotAvx2<DType::kF16>,
     Dot4Avx2<DType::kF32>,   Dot4Avx2<DType::kBF16>,   Dot4Avx2<DType::kF16>,
+    Tile4Avx2<DType::kF32>,  Tile4Avx2<DType::kBF16>,  Tile4Avx2<DType::kF16>,
     WidenAvx2<DType::kF32>,  WidenAvx2<DType::kBF16>,  WidenAvx2<DType::kF16>,
     NarrowAvx2<DType::kF32>, NarrowAvx2<DType::kBF16>, NarrowAvx2<DType::kF16>,
     AxpyAvx2<DType::kF32>,   AxpyAvx2<DType::kBF16>,   AxpyAvx2<DType::kF16>};
 constexpr SimdKernels kAvx512Kernels = {
     DotAvx512<DType::kF32>,    DotAvx512<DType::kBF16>,    DotAvx512<DType::kF16>,
     Dot4Avx512<DType::kF32>,   Dot4Avx512<DType::kBF16>,   Dot4Avx512<DType::kF16>,
+    Tile4Avx512<DType::kF32>,  Tile4Avx512<DType::kBF16>,  Tile4Avx512<DType::kF16>,
     WidenAvx512<DType::kF32>,  WidenAvx512<DType::kBF16>,  WidenAvx512<DType::kF16>,
     NarrowAvx512<DType::kF32>, NarrowAvx512<DType::kBF16>, NarrowAvx512<DType::kF16>,
     AxpyAvx512<DType::kF32>,   AxpyAvx512<DType::kBF16>,   AxpyAvx512<DType::kF16>};
@@ -368,6 +476,18 @@ SimdKernels::Dot4Fn SimdKernels::dot4(DType dtype) const {
       break;
   }
   return dot4_f32;
+}
+
+SimdKernels::Tile4Fn SimdKernels::tile4(DType dtype) const {
+  switch (dtype) {
+    case DType::kBF16:
+      return tile4_bf16;
+    case DType::kF16:
+      return tile4_f16;
+    case DType::kF32:
+      break;
+  }
+  return tile4_f32;
 }
 
 SimdKernels::WidenFn SimdKernels::widen(DType dtype) const {

@@ -33,6 +33,16 @@ struct SimdKernels {
   void (*dot4_f32)(const void* a, const float* x, size_t ld_x, size_t n, float* out);
   void (*dot4_bf16)(const void* a, const float* x, size_t ld_x, size_t n, float* out);
   void (*dot4_f16)(const void* a, const float* x, size_t ld_x, size_t n, float* out);
+  // y[r * ld_y + c] = sum_i w[c * ld_w + i] * x[r * ld_x + i] for r < rows,
+  // c < 4, rows in [1, 4]: a 4-output-feature by `rows`-token tile of a
+  // Linear, `w` four weight rows `ld_w` elements apart. Each weight load is
+  // shared by every token row and each token load by the four weight rows.
+  void (*tile4_f32)(const void* w, size_t ld_w, const float* x, size_t ld_x, size_t n, int rows,
+                    float* y, size_t ld_y);
+  void (*tile4_bf16)(const void* w, size_t ld_w, const float* x, size_t ld_x, size_t n, int rows,
+                     float* y, size_t ld_y);
+  void (*tile4_f16)(const void* w, size_t ld_w, const float* x, size_t ld_x, size_t n, int rows,
+                    float* y, size_t ld_y);
   // out[i] = float(a[i]): a weight tile widened for an f32 GEMM.
   void (*widen_f32)(const void* a, float* out, size_t n);
   void (*widen_bf16)(const void* a, float* out, size_t n);
@@ -49,6 +59,7 @@ struct SimdKernels {
 
   using DotFn = float (*)(const void*, const float*, size_t);
   using Dot4Fn = void (*)(const void*, const float*, size_t, size_t, float*);
+  using Tile4Fn = void (*)(const void*, size_t, const float*, size_t, size_t, int, float*, size_t);
   using AxpyFn = void (*)(float, const void*, float*, size_t);
   using WidenFn = void (*)(const void*, float*, size_t);
   using NarrowFn = void (*)(const float*, void*, size_t);
@@ -56,6 +67,7 @@ struct SimdKernels {
   WidenFn widen(DType dtype) const;
   NarrowFn narrow(DType dtype) const;
   Dot4Fn dot4(DType dtype) const;
+  Tile4Fn tile4(DType dtype) const;
   AxpyFn axpy(DType dtype) const;
 };
 

@@ -96,6 +96,41 @@ TEST_P(SimdKernelTest, Dot4MatchesFourPlainLoops) {
   }
 }
 
+TEST_P(SimdKernelTest, Tile4MatchesPlainLoopsForEveryRowCount) {
+  const SimdKernels& kernels = SimdKernelsFor(GetParam());
+  std::mt19937 rng(19);
+  for (DType dtype : kDTypes) {
+    for (size_t n : kSizes) {
+      // Four weight rows ld_w apart and token rows ld_x apart (strides
+      // honoured); the outputs ld_y apart, with guards between them.
+      const size_t ld_w = n + 5, ld_x = n + 3, ld_y = 7;
+      const Stored w = MakeStored(dtype, 4 * ld_w, rng);
+      const std::vector<float> x = RandomFloats(4 * ld_x, rng);
+      for (int rows = 1; rows <= 4; ++rows) {
+        std::vector<float> y(4 * ld_y, -7.0f);
+        kernels.tile4(dtype)(w.data(dtype), ld_w, x.data(), ld_x, n, rows, y.data(), ld_y);
+        for (int r = 0; r < 4; ++r) {
+          for (size_t c = 0; c < ld_y; ++c) {
+            if (r >= rows || c >= 4) {
+              ASSERT_EQ(y[r * ld_y + c], -7.0f) << "wrote outside the tile, rows=" << rows;
+              continue;
+            }
+            double want = 0.0, magnitude = 0.0;
+            for (size_t i = 0; i < n; ++i) {
+              const double term = static_cast<double>(w.values[c * ld_w + i]) * x[r * ld_x + i];
+              want += term;
+              magnitude += std::abs(term);
+            }
+            EXPECT_NEAR(y[r * ld_y + c], want, 1e-6 * (n + 1) * (magnitude + 1e-30) + 1e-7)
+                << SimdLevelName(GetParam()) << " " << DTypeName(dtype) << " n=" << n
+                << " rows=" << rows << " r=" << r << " c=" << c;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_P(SimdKernelTest, WidenIsExact) {
   const SimdKernels& kernels = SimdKernelsFor(GetParam());
   std::mt19937 rng(13);
