@@ -5,7 +5,7 @@
 #
 # Why: that machine has CUDA 13, CMake, ninja and python3 (numpy, torch) but
 # none of the Debian C++ libraries the full project links (gRPC, Abseil,
-# protobuf, glog, OpenBLAS, GoogleTest...) and no network. So the binaries
+# protobuf, glog, GoogleTest...) and no network. So the binaries
 # are built here and travel with every shared library they load except
 # - glibc (libc, libm, libpthread, libdl, librt, the loader) and libstdc++ /
 #   libgcc_s: the GPU machine's own (Ubuntu 24.04, glibc 2.39, is newer than

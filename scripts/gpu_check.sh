@@ -5,7 +5,7 @@
 #
 # That machine has CUDA 13.0, CMake, ninja and python3 (numpy, torch,
 # safetensors) but none of the Debian C++ libraries the worker links (gRPC,
-# Abseil, protobuf, glog, OpenBLAS, GoogleTest) and no network. So the worker,
+# Abseil, protobuf, glog, GoogleTest) and no network. So the worker,
 # the server and the GPU tests are built HERE and travel as one tarball with
 # those libraries (scripts/gpu_bundle.sh). The exact steps, in the repository
 # root of the checkout the device tool sends:

@@ -15,7 +15,7 @@ add_library(pagoda_worker_core STATIC
   ${CMAKE_CURRENT_LIST_DIR}/step_batch.cc
   ${CMAKE_CURRENT_LIST_DIR}/tensor_parallel_group.cc)
 target_link_libraries(pagoda_worker_core PUBLIC
-  pagoda_proto pagoda_common pagoda_comm pagoda_kernels_host PkgConfig::OPENBLAS Threads::Threads
+  pagoda_proto pagoda_common pagoda_comm pagoda_kernels_host Threads::Threads
   absl::status absl::statusor absl::strings absl::span absl::flat_hash_set)
 
 foreach(test_name cpu_attention cpu_simd cpu_thread_pool cpu_linear backend batch sampler

@@ -134,7 +134,7 @@ absl::StatusOr<std::unique_ptr<pagoda::worker::ModelRunner>> MakeRunner(
   return pagoda::worker::MakeModelRunner(device, absl::GetFlag(FLAGS_cuda_device), options);
 }
 
-// SIGTERM/SIGINT may land on any thread (libraries such as OpenBLAS start
+// SIGTERM/SIGINT may land on any thread (libraries such as gRPC start
 // threads before main), so the handler only writes the signal number to a pipe
 // that the watcher reads: write() is async-signal-safe.
 int signal_pipe[2] = {-1, -1};
