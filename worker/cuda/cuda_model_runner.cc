@@ -65,9 +65,6 @@ absl::Status ValidateRequest(const LoadModelRequest& request) {
   return absl::OkStatus();
 }
 
-// The profiling step: max_num_batched_tokens prompt tokens over as many
-// sequences as max_num_seqs allows (none longer than the model's positions),
-// every one sampled, each on its own blocks from 0 up.
 // How this build's CUDA ranks reach each other: NCCL, or nothing (a build
 // without NCCL serves one rank only).
 absl::StatusOr<GroupTransport> CudaTransport(int device, void* stream) {
@@ -81,6 +78,9 @@ absl::StatusOr<GroupTransport> CudaTransport(int device, void* stream) {
 #endif
 }
 
+// The profiling step: max_num_batched_tokens prompt tokens over as many
+// sequences as max_num_seqs allows (none longer than the model's positions),
+// every one sampled, each on its own blocks from 0 up.
 StepPlan ProfilePlan(int tokens, int max_num_seqs, int max_positions, int block_size,
                      int* num_blocks) {
   int seqs = std::min(max_num_seqs, tokens);
