@@ -11,7 +11,7 @@
 # root of the checkout the device tool sends:
 #
 #   scripts/gpu_bundle.sh        # here: builds build/ with nvcc, packs
-#                                # .gpu-bundle/pagoda-gpu.tar.xz (~31 MiB, git-ignored)
+#                                # .gpu-bundle/pagoda-gpu.tar.xz (~34 MiB, git-ignored)
 #   run(command="scripts/gpu_check.sh", carry=[".gpu-bundle"], timeout_s=600)
 #
 # The bundle must come from the commit being checked (bundle.env records its
