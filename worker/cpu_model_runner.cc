@@ -156,8 +156,8 @@ class CpuModelRunner final : public ModelRunner {
 
  private:
   absl::Status JoinGroup(const std::string& model_dir, const GroupMembership& membership) {
-    auto communicator = ::pagoda::worker::JoinGroup(membership, model_dir,
-                                                    GlooTransport(options_.collective_host));
+    auto communicator =
+        ::pagoda::worker::JoinGroup(membership, model_dir, GlooTransport(options_.collective_host));
     if (!communicator.ok()) return communicator.status();
     absl::MutexLock lock(&abort_mutex_);
     communicator_ = *std::move(communicator);

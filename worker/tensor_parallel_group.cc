@@ -68,8 +68,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> JoinGroup(const GroupMembership& m
 }
 
 GroupTransport GlooTransport(std::string listen_host) {
-  return [listen_host = std::move(listen_host)](const GroupMembership& membership)
-             -> absl::StatusOr<std::unique_ptr<Communicator>> {
+  return [listen_host = std::move(listen_host)](
+             const GroupMembership& membership) -> absl::StatusOr<std::unique_ptr<Communicator>> {
     return comm::CreateGlooCommunicator(comm::GlooOptions{.rank = membership.rank,
                                                           .world_size = membership.world_size,
                                                           .rendezvous = membership.rendezvous,

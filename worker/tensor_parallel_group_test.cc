@@ -152,8 +152,8 @@ std::string MakeTinyModel() {
 TEST(JoinGroupTest, ChecksTheSplitBeforeTheTransportAndSkipsItForOneRank) {
   const std::string dir = MakeTinyModel();
   std::vector<GroupMembership> joined;
-  const GroupTransport transport = [&](const GroupMembership& membership)
-      -> absl::StatusOr<std::unique_ptr<Communicator>> {
+  const GroupTransport transport =
+      [&](const GroupMembership& membership) -> absl::StatusOr<std::unique_ptr<Communicator>> {
     joined.push_back(membership);
     return absl::UnavailableError("transport down");
   };

@@ -59,8 +59,7 @@ TEST(NcclCommunicatorTest, SizeOneAllReducesBf16AndF16OnTheCallersStream) {
   }
   EXPECT_TRUE((*comm)->AllReduceSum(device, 0, DType::kBF16).ok());  // Nothing to do.
   (*comm)->Abort();  // No collective in flight: ncclCommAbort right here.
-  EXPECT_EQ((*comm)->AllReduceSum(device, kCount, DType::kBF16).code(),
-            absl::StatusCode::kAborted);
+  EXPECT_EQ((*comm)->AllReduceSum(device, kCount, DType::kBF16).code(), absl::StatusCode::kAborted);
   EXPECT_EQ((*comm)->AllGather(device, kCount, DType::kBF16).code(), absl::StatusCode::kAborted);
   comm->reset();
   cudaFree(device);

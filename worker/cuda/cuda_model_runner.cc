@@ -272,8 +272,8 @@ class CudaModelRunner final : public ModelRunner {
       backend_ = *std::move(backend);
       return absl::OkStatus();
     };
-    const GroupTransport over_nccl = [&](const GroupMembership& group)
-        -> absl::StatusOr<std::unique_ptr<Communicator>> {
+    const GroupTransport over_nccl =
+        [&](const GroupMembership& group) -> absl::StatusOr<std::unique_ptr<Communicator>> {
       if (absl::Status made = make_backend(); !made.ok()) return made;
       auto transport = CudaTransport(device, backend_->stream());
       if (!transport.ok()) return transport.status();

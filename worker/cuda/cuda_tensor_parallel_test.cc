@@ -39,13 +39,12 @@ constexpr int kVocab = 512;
 std::string MakeModel() {
   const char* python = std::getenv("PAGODA_PYTHON3");
   const std::string dir =
-      (std::filesystem::temp_directory_path() / absl::StrCat("pagoda_cuda_tp_", getpid()))
-          .string();
-  const std::string command = absl::StrCat(
-      python != nullptr && *python != '\0' ? python : "python3",
-      " scripts/make_tiny_model.py --out ", dir, " --vocab-size ", kVocab,
-      " --hidden-size 256 --intermediate-size 512 --num-layers 2 --num-heads 4"
-      " --num-kv-heads 2 --head-dim 64 --seed 7 > /dev/null");
+      (std::filesystem::temp_directory_path() / absl::StrCat("pagoda_cuda_tp_", getpid())).string();
+  const std::string command =
+      absl::StrCat(python != nullptr && *python != '\0' ? python : "python3",
+                   " scripts/make_tiny_model.py --out ", dir, " --vocab-size ", kVocab,
+                   " --hidden-size 256 --intermediate-size 512 --num-layers 2 --num-heads 4"
+                   " --num-kv-heads 2 --head-dim 64 --seed 7 > /dev/null");
   EXPECT_EQ(std::system(command.c_str()), 0) << command;
   return dir;
 }
@@ -206,10 +205,10 @@ TEST(CudaTensorParallelTest, SizeOneNcclAllReduceOnTheBackendStreamChangesNothin
   ASSERT_TRUE(MakeRank(dir, 0, 1, "", &single).ok());
   std::vector<Rank> group = MakeGroup(dir, 1);
   ASSERT_NE(group[0].model, nullptr);
-  RunSteps(single, group, [](int step, const std::vector<float>& want,
-                             const std::vector<float>& got) {
-    EXPECT_LE(RelativeL2(got, want), 1e-6) << "step " << step;
-  });
+  RunSteps(single, group,
+           [](int step, const std::vector<float>& want, const std::vector<float>& got) {
+             EXPECT_LE(RelativeL2(got, want), 1e-6) << "step " << step;
+           });
   EXPECT_GT(group[0].timed->TakeSeconds(), 0.0);  // The all-reduces went through NCCL.
 
   group[0].communicator->Abort();  // ncclCommAbort: the next forward fails.
@@ -243,13 +242,13 @@ TEST(CudaTensorParallelTest, TwoRanksOnTwoGpusFollowOneRank) {
   EXPECT_EQ(2 * group[1].model->CacheShape(kBlockSize, DType::kBF16).bytes_per_block(),
             single.model->CacheShape(kBlockSize, DType::kBF16).bytes_per_block());
   int rows = 0, agree = 0;
-  RunSteps(single, group, [&](int step, const std::vector<float>& want,
-                              const std::vector<float>& got) {
-    EXPECT_LE(RelativeL2(got, want), 1e-2) << "step " << step;
-    for (size_t row = 0; row < want.size() / kVocab; ++row, ++rows) {
-      agree += Argmax(got.data() + row * kVocab) == Argmax(want.data() + row * kVocab);
-    }
-  });
+  RunSteps(single, group,
+           [&](int step, const std::vector<float>& want, const std::vector<float>& got) {
+             EXPECT_LE(RelativeL2(got, want), 1e-2) << "step " << step;
+             for (size_t row = 0; row < want.size() / kVocab; ++row, ++rows) {
+               agree += Argmax(got.data() + row * kVocab) == Argmax(want.data() + row * kVocab);
+             }
+           });
   EXPECT_GE(agree, 0.99 * rows) << agree << " of " << rows << " greedy tokens agree";
   std::filesystem::remove_all(dir);
 }

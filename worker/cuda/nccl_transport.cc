@@ -6,8 +6,8 @@
 namespace pagoda::worker {
 
 GroupTransport NcclTransport(int device, void* stream) {
-  return [device, stream](const GroupMembership& membership)
-             -> absl::StatusOr<std::unique_ptr<Communicator>> {
+  return [device, stream](
+             const GroupMembership& membership) -> absl::StatusOr<std::unique_ptr<Communicator>> {
     auto id = comm::ShareUniqueId(membership.rendezvous, membership.rank, membership.timeout,
                                   comm::kNcclUniqueIdBytes, comm::CreateNcclUniqueId);
     if (!id.ok()) return id.status();
