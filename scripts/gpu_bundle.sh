@@ -15,6 +15,9 @@
 # - the CUDA driver (libcuda) and everything under /usr/local/cuda (cudart,
 #   cuBLAS, cuBLASLt, NCCL): the machine's CUDA 13.0 is this nvcc's, and its
 #   NCCL comes with its PyTorch (gpu_check.sh adds both to the library path).
+#   NCCL is pointed at, never carried: libnccl.so.2 is ~210 MiB, far over the
+#   64 MiB the device tool carries. The worker needs only NCCL >= 2.14's API
+#   (non-blocking init, ncclCommAbort); headers here are 2.28.
 # Test binaries keep the absolute paths they were built with (ctest files,
 # PAGODA_WORKER_BINARY...): gpu_check.sh links those paths to where the
 # bundle lands.
@@ -84,7 +87,7 @@ while IFS= read -r line; do
   name=$(basename "$path")
   case "$path" in /usr/local/cuda*) continue ;; esac  # Toolkit libs (NCCL too): the machine's.
   case "$name" in
-    libcuda.so* | libcudart.so* | libcublas*.so* | libnvidia*) ;;  # The machine's.
+    libcuda.so* | libcudart.so* | libcublas*.so* | libnccl*.so* | libnvidia*) ;;  # The machine's.
     ld-linux*.so* | libc.so* | libm.so* | libpthread.so* | libdl.so* | librt.so* | \
       libresolv.so* | libstdc++.so* | libgcc_s.so*)
       cp -L "$path" "$STAGE/lib-glibc/$name" ;;

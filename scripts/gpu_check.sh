@@ -11,7 +11,7 @@
 # root of the checkout the device tool sends:
 #
 #   scripts/gpu_bundle.sh        # here: builds build/ with nvcc, packs
-#                                # .gpu-bundle/pagoda-gpu.tar.xz (~31 MiB, git-ignored)
+#                                # .gpu-bundle/pagoda-gpu.tar.xz (~34 MiB, git-ignored)
 #   run(command="scripts/gpu_check.sh", carry=[".gpu-bundle"], timeout_s=600)
 #
 # The bundle must come from the commit being checked (bundle.env records its
@@ -25,8 +25,17 @@
 #  1. ctest -L cuda: kernel tests (REFERENCE.md sweeps, exact cache ops,
 #     seeded sampling), GPU-vs-CPU logits (worker_cuda_model_test), graphs vs
 #     eager (worker_cuda_graph_test), the service end to end on the GPU
-#     (integration_cuda_server_test). GPU tests skip by exit code 77 without a
-#     device, so "Skipped" there means "no GPU", never a hidden failure.
+#     (integration_cuda_server_test, with --tensor-parallel-size 2 over NCCL
+#     where the machine has two GPUs). GPU tests skip by exit code 77 without
+#     a device, so "Skipped" there means "no GPU", never a hidden failure.
+#  1b. Tensor parallelism over NCCL, each its own row of the summary:
+#     nccl_size1 (comm_nccl_communicator_test: a one-rank NCCL group
+#     all-reducing bf16/f16 on the caller's stream, Abort, and every visible
+#     GPU as a rank) and cuda_worker_nccl (worker_cuda_tensor_parallel_test:
+#     the CUDA model's all-reduces through NCCL on the backend's stream equal
+#     one rank's; two ranks on two GPUs where there are two). NCCL is the
+#     machine's: its CUDA's or its PyTorch's nvidia-nccl-cu13 (libnccl.so.2 is
+#     ~210 MiB, over what the device tool carries); the summary names it.
 #  2. bench_paged_attention: decode bandwidth vs a device-to-device copy
 #     (bf16, 32 q / 8 kv heads, head 128, block 16; batch 64/256 at 1k/4k,
 #     batch 1 at 32k) and prefill TFLOP/s; bench_cache_ops.
@@ -105,7 +114,7 @@ finish() {
   printf '%s\n' "${text[@]}" >"$LOG_DIR/summary.txt"
   if [ -n "${OUT:-}" ]; then
     mkdir -p "$OUT"
-    for f in summary.txt ctest.log bench_paged_attention.log bench_decode_step.log \
+    for f in summary.txt ctest.log nccl_size1.log cuda_worker_nccl.log bench_paged_attention.log bench_decode_step.log \
         service_throughput.log build.log; do
       [ -f "$LOG_DIR/$f" ] && cp "$LOG_DIR/$f" "$OUT/"
     done
@@ -161,6 +170,9 @@ unpack_bundle() {
   # Every binary should find every library (the cheap check BUILD_ONLY
   # runs). A test missing one fails on its own in ctest; the server and
   # worker missing one stop the run here.
+  local nccl_loaded
+  nccl_loaded=$(ldd "$BUILD_DIR/bin/pagoda-worker" | awk '/libnccl/ {print $3}')
+  INFO+=("nccl: ${nccl_loaded:-not linked or not found} (${nccl:+pip nvidia-nccl: $nccl; }gpus: $(nvidia-smi -L 2>/dev/null | grep -c GPU))")
   local missing
   missing=$(for b in "$BUILD_DIR"/bin/*; do ldd "$b" | sed -n "s|^\s*\(\S*\) => not found|$(basename "$b"): \1|p"; done)
   if [ -n "$missing" ]; then
@@ -206,9 +218,25 @@ echo "=== build dir: $BUILD_DIR"
 
 # 1. Every CUDA test, one at a time (one GPU; the service test spawns servers
 #    that size their KV cache to the free memory).
+NCCL_TESTS=(comm_nccl_communicator_test worker_cuda_tensor_parallel_test)
 step ctest-cuda ctest.log 330 ctest --test-dir "$BUILD_DIR" -L cuda --output-on-failure \
-  --timeout 300
+  --timeout 300 -E "^($(IFS='|'; echo "${NCCL_TESTS[*]}"))\$"
 note "$(grep -E 'tests passed|tests failed' "$LOG_DIR/ctest.log" | tail -1)"
+
+# 1b. The NCCL checks, verbose so the summary can count gtest's cases.
+nccl_step() {  # ROW TEST
+  # grep -c, not -q: an early exit would SIGPIPE ctest and fail the pipe.
+  if [ "$(ctest --test-dir "$BUILD_DIR" -N -R "^$2\$" | grep -c 'Total Tests: 1')" != 1 ]; then
+    record "$1" missing 0 "$2 not built (no NCCL at build time?)"
+    return
+  fi
+  step "$1" "$1.log" 240 ctest --test-dir "$BUILD_DIR" -R "^$2\$" -V --timeout 240
+  note "$2: $(grep -cE '\[ +OK \]' "$LOG_DIR/$1.log") ok," \
+    "$(grep -oE 'SKIPPED \] [A-Za-z][^ ]*' "$LOG_DIR/$1.log" | sort -u | wc -l) skipped" \
+    "$(grep -q 'Skipped' "$LOG_DIR/$1.log" && echo '(whole test skipped: no GPU)')"
+}
+nccl_step nccl_size1 "${NCCL_TESTS[0]}"
+nccl_step cuda_worker_nccl "${NCCL_TESTS[1]}"
 
 run_bench() {  # NAME TIMEOUT ARGS...: a benchmark binary of the build, GPU only.
   local name=$1 limit=$2

@@ -12,8 +12,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/dtype.h"
-#include "common/model_config.h"
-#include "common/tensor_parallel_plan.h"
 #include "worker/batch.h"
 #include "worker/cache_engine.h"
 #include "worker/communicator.h"
@@ -157,18 +155,9 @@ class CpuModelRunner final : public ModelRunner {
   }
 
  private:
-  // Checks that the model splits over the group before joining it (every
-  // rank refuses alike, and none waits for the others), then joins.
   absl::Status JoinGroup(const std::string& model_dir, const GroupMembership& membership) {
-    if (membership.world_size > 1) {
-      auto config = LoadModelConfig(model_dir);
-      if (!config.ok()) return config.status();
-      if (absl::Status split = CheckTensorParallelSplit(*config, membership.world_size);
-          !split.ok()) {
-        return split;
-      }
-    }
-    auto communicator = JoinCpuGroup(membership, options_.collective_host);
+    auto communicator =
+        ::pagoda::worker::JoinGroup(membership, model_dir, GlooTransport(options_.collective_host));
     if (!communicator.ok()) return communicator.status();
     absl::MutexLock lock(&abort_mutex_);
     communicator_ = *std::move(communicator);

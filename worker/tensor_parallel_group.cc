@@ -5,6 +5,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/model_config.h"
+#include "common/tensor_parallel_plan.h"
 #include "worker/comm/gloo_communicator.h"
 
 namespace pagoda::worker {
@@ -53,14 +55,27 @@ absl::StatusOr<GroupMembership> ParseGroupMembership(const v1::LoadModelRequest&
   return membership;
 }
 
-absl::StatusOr<std::unique_ptr<Communicator>> JoinCpuGroup(const GroupMembership& membership,
-                                                           const std::string& listen_host) {
+absl::StatusOr<std::unique_ptr<Communicator>> JoinGroup(const GroupMembership& membership,
+                                                        const std::string& model_dir,
+                                                        const GroupTransport& transport) {
   if (membership.world_size == 1) return CreateSingleRankCommunicator();
-  return comm::CreateGlooCommunicator(comm::GlooOptions{.rank = membership.rank,
-                                                        .world_size = membership.world_size,
-                                                        .rendezvous = membership.rendezvous,
-                                                        .listen_host = listen_host,
-                                                        .timeout = membership.timeout});
+  auto config = LoadModelConfig(model_dir);
+  if (!config.ok()) return config.status();
+  if (absl::Status split = CheckTensorParallelSplit(*config, membership.world_size); !split.ok()) {
+    return split;
+  }
+  return transport(membership);
+}
+
+GroupTransport GlooTransport(std::string listen_host) {
+  return [listen_host = std::move(listen_host)](
+             const GroupMembership& membership) -> absl::StatusOr<std::unique_ptr<Communicator>> {
+    return comm::CreateGlooCommunicator(comm::GlooOptions{.rank = membership.rank,
+                                                          .world_size = membership.world_size,
+                                                          .rendezvous = membership.rendezvous,
+                                                          .listen_host = listen_host,
+                                                          .timeout = membership.timeout});
+  };
 }
 
 }  // namespace pagoda::worker

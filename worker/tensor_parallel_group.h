@@ -2,6 +2,7 @@
 #define PAGODA_WORKER_TENSOR_PARALLEL_GROUP_H_
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -29,12 +30,25 @@ struct GroupMembership {
 absl::StatusOr<GroupMembership> ParseGroupMembership(
     const pagoda::worker::v1::LoadModelRequest& request);
 
-// Joins the CPU group of `membership` over Gloo, its connections listening on
-// `listen_host` (a single-rank communicator when world_size is 1). Blocks
-// until every rank joined or the timeout passed (DEADLINE_EXCEEDED /
+// How the ranks of a group reach each other once the request was checked:
+// Gloo over TCP for the CPU runner (GlooTransport), NCCL for the CUDA runner
+// (worker/cuda/nccl_transport.h). Called only for world_size > 1; blocks until
+// every rank joined or the membership's timeout passed (DEADLINE_EXCEEDED /
 // UNAVAILABLE).
-absl::StatusOr<std::unique_ptr<Communicator>> JoinCpuGroup(const GroupMembership& membership,
-                                                           const std::string& listen_host);
+using GroupTransport =
+    std::function<absl::StatusOr<std::unique_ptr<Communicator>>(const GroupMembership&)>;
+
+// The one group-joining path of every runner. For one rank: a single-rank
+// communicator, no transport. For more: checks that the model in `model_dir`
+// splits over the group (CheckTensorParallelSplit) before joining, so every
+// rank refuses alike and none waits for the others, then joins through
+// `transport`.
+absl::StatusOr<std::unique_ptr<Communicator>> JoinGroup(const GroupMembership& membership,
+                                                        const std::string& model_dir,
+                                                        const GroupTransport& transport);
+
+// Gloo, its connections listening on `listen_host`.
+GroupTransport GlooTransport(std::string listen_host);
 
 }  // namespace pagoda::worker
 

@@ -83,13 +83,13 @@ TEST(ParseGroupMembershipTest, RefusesHostileFieldsByName) {
   ExpectInvalid(request, "rendezvous_prefix");
 }
 
-TEST(JoinCpuGroupTest, AnUnreachableStoreFailsInsteadOfWaiting) {
+TEST(GlooTransportTest, AnUnreachableStoreFailsInsteadOfWaiting) {
   LoadModelRequest request = GroupRequest(0, 2);
   request.set_rendezvous_address("127.0.0.1:1");  // Nothing listens on port 1.
   request.set_collective_timeout_ms(2000);
   auto membership = ParseGroupMembership(request);
   ASSERT_TRUE(membership.ok()) << membership.status();
-  auto communicator = JoinCpuGroup(*membership, "127.0.0.1");
+  auto communicator = GlooTransport("127.0.0.1")(*membership);
   ASSERT_FALSE(communicator.ok());
   EXPECT_TRUE(communicator.status().code() == absl::StatusCode::kUnavailable ||
               communicator.status().code() == absl::StatusCode::kDeadlineExceeded)
@@ -132,19 +132,59 @@ std::string Env(const char* name, const std::string& fallback) {
   return value != nullptr ? value : fallback;
 }
 
-// The runner end to end: a collective that fails mid-forward fails the step
-// with its status, and every later step too.
-TEST(CpuModelRunnerGroupTest, AbortedCollectiveFailsTheStepWithAborted) {
+// A tiny random model (4 heads, 2 KV heads) in a fresh directory.
+std::string MakeTinyModel() {
   char pattern[] = "/tmp/pagoda_tp_group_XXXXXX";
-  ASSERT_NE(mkdtemp(pattern), nullptr);
+  EXPECT_NE(mkdtemp(pattern), nullptr);
   const std::string dir = pattern;
   const std::string command =
       absl::StrCat(Env("PAGODA_PYTHON3", "/usr/bin/python3"), " ", Env("PAGODA_SOURCE_DIR", "."),
                    "/scripts/make_tiny_model.py --out ", dir, " --vocab-size 40 --hidden-size 32",
                    " --intermediate-size 48 --num-layers 1 --num-heads 4 --num-kv-heads 2",
                    " --max-position-embeddings 64 > /dev/null");
-  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  EXPECT_EQ(std::system(command.c_str()), 0) << command;
+  return dir;
+}
 
+// The path both runners take: one rank needs no transport; a model that does
+// not split is refused before the transport runs; otherwise the transport
+// joins with the parsed membership and its failure comes back as it is.
+TEST(JoinGroupTest, ChecksTheSplitBeforeTheTransportAndSkipsItForOneRank) {
+  const std::string dir = MakeTinyModel();
+  std::vector<GroupMembership> joined;
+  const GroupTransport transport =
+      [&](const GroupMembership& membership) -> absl::StatusOr<std::unique_ptr<Communicator>> {
+    joined.push_back(membership);
+    return absl::UnavailableError("transport down");
+  };
+  auto single = JoinGroup(GroupMembership{}, dir, transport);
+  ASSERT_TRUE(single.ok()) << single.status();
+  EXPECT_EQ((*single)->world_size(), 1);
+  EXPECT_TRUE(joined.empty());
+
+  auto three = ParseGroupMembership(GroupRequest(1, 3));
+  ASSERT_TRUE(three.ok()) << three.status();
+  auto refused = JoinGroup(*three, dir, transport);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+  EXPECT_TRUE(joined.empty());
+
+  auto two = ParseGroupMembership(GroupRequest(1, 2));
+  ASSERT_TRUE(two.ok()) << two.status();
+  auto failed = JoinGroup(*two, dir, transport);
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kUnavailable) << failed.status();
+  ASSERT_EQ(joined.size(), 1u);
+  EXPECT_EQ(joined[0].rank, 1);
+  EXPECT_EQ(joined[0].world_size, 2);
+  EXPECT_EQ(joined[0].rendezvous.prefix, "group1");
+  EXPECT_EQ(JoinGroup(*two, dir + "/missing", transport).status().code(),
+            absl::StatusCode::kNotFound);
+  std::filesystem::remove_all(dir);
+}
+
+// The runner end to end: a collective that fails mid-forward fails the step
+// with its status, and every later step too.
+TEST(CpuModelRunnerGroupTest, AbortedCollectiveFailsTheStepWithAborted) {
+  const std::string dir = MakeTinyModel();
   auto runner = CreateCpuModelRunner();
   LoadModelRequest load;
   load.set_model_dir(dir);

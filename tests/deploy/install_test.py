@@ -58,8 +58,8 @@ class InstallTest(unittest.TestCase):
                     libraries.add(m.group(1))
         needed = set()
         # With nvcc the worker links the CUDA toolkit's runtime (cudart,
-        # cuBLAS/cuBLASLt): no Debian package has it, Dockerfile.cuda copies it
-        # from the toolkit image into the runtime stage.
+        # cuBLAS/cuBLASLt, NCCL): no Debian package has it, Dockerfile.cuda
+        # copies it from the toolkit image into the runtime stage.
         toolkit = {lib for lib in libraries if lib.startswith("/usr/local/cuda")}
         if toolkit:
             with open(os.path.join(h.REPO, "deploy", "docker", "Dockerfile.cuda")) as f:

@@ -6,7 +6,11 @@
 // stream frees every block; a cache too small for the load (swap and
 // recompute preemption) gives the unconstrained tokens. "The same tokens":
 // exactly for greedy requests, for 3 in 4 seeded ones (ExpectSameTokens).
+// On a machine with two GPUs or more: --tensor-parallel-size 2 (two worker
+// processes, one GPU each, all-reducing over NCCL) gives rank 0's tokens
+// equal to one rank's.
 
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -235,6 +239,28 @@ TEST_F(CudaServerTest, PreemptionBySwapAndRecomputeGivesTheUnconstrainedTokens) 
     EXPECT_GT(Info(*stub).engine_stats().num_preemptions_total(), 0) << mode;
     ExpectAllBlocksFreeSoon(*stub);
   }
+}
+
+TEST_F(CudaServerTest, TwoTensorParallelRanksOverNcclGiveTheTokensOfOne) {
+  int gpus = 0;
+  if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus < 2) {
+    GTEST_SKIP() << "needs two GPUs, this machine has " << gpus;
+  }
+  std::vector<std::vector<int32_t>> one_rank;
+  {
+    auto server = Start({"--enforce-eager"});
+    ASSERT_NE(server, nullptr);
+    auto stub = Connect(*server);
+    one_rank = Alone(*stub, kRequests);
+  }
+  auto server = Start({"--tensor-parallel-size=2"});
+  ASSERT_NE(server, nullptr);
+  auto stub = Connect(*server);
+  const pagoda::v1::ModelInfo info = Info(*stub);
+  EXPECT_EQ(info.tensor_parallel_size(), 2);
+  EXPECT_GT(info.num_gpu_blocks(), 0);
+  ExpectSameTokens("tensor-parallel 2 vs 1", Together(*stub, kRequests), one_rank);
+  ExpectAllBlocksFreeSoon(*stub);
 }
 
 }  // namespace

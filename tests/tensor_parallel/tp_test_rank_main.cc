@@ -86,7 +86,8 @@ absl::Status Run() {
 
   const long rss_before = StatusKb("VmRSS");
   auto backend = CreateCpuBackend(1);  // The test runs several ranks on few CPUs.
-  auto communicator = JoinCpuGroup(*membership, "127.0.0.1");
+  auto communicator =
+      JoinGroup(*membership, absl::GetFlag(FLAGS_model), GlooTransport("127.0.0.1"));
   if (!communicator.ok()) return communicator.status();
   const long rss_joined = StatusKb("VmRSS");
   const long hwm_joined = StatusKb("VmHWM");

@@ -4,9 +4,11 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <thread>
 #include <vector>
 
+#include "common/dtype.h"
 #include "gtest/gtest.h"
 
 namespace pagoda::worker::comm {
@@ -25,6 +27,43 @@ TEST(NcclCommunicatorTest, RefusesBadOptionsWithoutTouchingNccl) {
   options.unique_id = std::string(kNcclUniqueIdBytes, '\0');
   options.rank = 1;
   EXPECT_EQ(CreateNcclCommunicator(options).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A group of one on the caller's stream, in the activation dtypes the model
+// all-reduces (bf16, f16): the sum of one rank is its own data, in stream
+// order after a kernel-free copy queued before it; ABORTED after Abort.
+TEST(NcclCommunicatorTest, SizeOneAllReducesBf16AndF16OnTheCallersStream) {
+  auto id = CreateNcclUniqueId();
+  ASSERT_TRUE(id.ok()) << id.status();
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  auto comm = CreateNcclCommunicator(NcclOptions{.rank = 0,
+                                                 .world_size = 1,
+                                                 .device = 0,
+                                                 .unique_id = *id,
+                                                 .stream = stream,
+                                                 .timeout = std::chrono::milliseconds(60000)});
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  EXPECT_EQ((*comm)->world_size(), 1);
+  constexpr size_t kCount = 4099;
+  std::vector<uint16_t> host(kCount), back(kCount);
+  for (size_t i = 0; i < kCount; ++i) host[i] = static_cast<uint16_t>(0x3c00 + i % 512);
+  uint16_t* device = nullptr;
+  ASSERT_EQ(cudaMalloc(&device, kCount * sizeof(uint16_t)), cudaSuccess);
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    cudaMemcpyAsync(device, host.data(), kCount * sizeof(uint16_t), cudaMemcpyHostToDevice, stream);
+    ASSERT_TRUE((*comm)->AllReduceSum(device, kCount, dtype).ok()) << DTypeName(dtype);
+    cudaMemcpyAsync(back.data(), device, kCount * sizeof(uint16_t), cudaMemcpyDeviceToHost, stream);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    EXPECT_EQ(back, host) << DTypeName(dtype);
+  }
+  EXPECT_TRUE((*comm)->AllReduceSum(device, 0, DType::kBF16).ok());  // Nothing to do.
+  (*comm)->Abort();  // No collective in flight: ncclCommAbort right here.
+  EXPECT_EQ((*comm)->AllReduceSum(device, kCount, DType::kBF16).code(), absl::StatusCode::kAborted);
+  EXPECT_EQ((*comm)->AllGather(device, kCount, DType::kBF16).code(), absl::StatusCode::kAborted);
+  comm->reset();
+  cudaFree(device);
+  cudaStreamDestroy(stream);
 }
 
 // Every visible device (up to 4) is one rank, each driven by its own thread.

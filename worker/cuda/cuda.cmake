@@ -25,6 +25,15 @@ if(PAGODA_HAVE_CUDA AND TARGET pagoda_worker_core)
     pagoda_worker_core pagoda_worker_cuda_support pagoda_kernels_ops pagoda_kernels_attention
     CUDA::cudart glog::glog)
   target_compile_options(pagoda_worker_cuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-lineinfo>)
+  # Tensor parallelism on CUDA goes over NCCL (worker/comm, added before
+  # worker/); without it the CUDA runner serves one rank only.
+  if(TARGET pagoda_comm_nccl)
+    target_sources(pagoda_worker_cuda PRIVATE ${PAGODA_WORKER_CUDA_DIR}/nccl_transport.cc)
+    target_link_libraries(pagoda_worker_cuda PUBLIC pagoda_comm_nccl)
+    target_compile_definitions(pagoda_worker_cuda PRIVATE PAGODA_WORKER_HAS_NCCL=1)
+  else()
+    target_compile_definitions(pagoda_worker_cuda PRIVATE PAGODA_WORKER_HAS_NCCL=0)
+  endif()
   include(${PAGODA_WORKER_CUDA_DIR}/cuda_tests.cmake OPTIONAL)
 endif()
 # pagoda-worker's runner by --device: with the CUDA runner only under nvcc.

@@ -8,10 +8,13 @@
 #include <chrono>
 #include <limits>
 #include <memory>
+#include <string>
 #include <utility>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/dtype.h"
 #include "common/model_config.h"
 #include "glog/logging.h"
@@ -22,6 +25,10 @@
 #include "worker/cuda/cuda_graph_runner.h"
 #include "worker/cuda/cuda_support.h"
 #include "worker/llama_model.h"
+#include "worker/tensor_parallel_group.h"
+#if PAGODA_WORKER_HAS_NCCL
+#include "worker/cuda/nccl_transport.h"
+#endif
 
 namespace pagoda::worker {
 namespace {
@@ -44,11 +51,6 @@ absl::Status ValidateRequest(const LoadModelRequest& request) {
     return absl::InvalidArgumentError(absl::StrCat(
         "block size ", request.block_size(), " is not supported on CUDA (supported: 16, 32)"));
   }
-  if (request.world_size() > 1 || request.rank() != 0) {
-    return absl::UnimplementedError(
-        absl::StrCat("the CUDA model runner supports a single rank; got rank ", request.rank(),
-                     " of ", request.world_size()));
-  }
   if (!(request.gpu_memory_utilization() > 0 && request.gpu_memory_utilization() <= 1)) {
     return absl::InvalidArgumentError(absl::StrCat("gpu_memory_utilization must be in (0, 1], got ",
                                                    request.gpu_memory_utilization()));
@@ -61,6 +63,19 @@ absl::Status ValidateRequest(const LoadModelRequest& request) {
                      "], got ", request.max_num_batched_tokens(), " and ", request.max_num_seqs()));
   }
   return absl::OkStatus();
+}
+
+// How this build's CUDA ranks reach each other: NCCL, or nothing (a build
+// without NCCL serves one rank only).
+absl::StatusOr<GroupTransport> CudaTransport(int device, void* stream) {
+#if PAGODA_WORKER_HAS_NCCL
+  return NcclTransport(device, stream);
+#else
+  (void)device;
+  (void)stream;
+  return absl::UnimplementedError(
+      "tensor parallelism on CUDA needs NCCL, and this pagoda-worker was built without it");
+#endif
 }
 
 // The profiling step: max_num_batched_tokens prompt tokens over as many
@@ -88,12 +103,13 @@ StepPlan ProfilePlan(int tokens, int max_num_seqs, int max_positions, int block_
 
 class CudaModelRunner final : public ModelRunner {
  public:
-  explicit CudaModelRunner(const CudaRunnerOptions& options)
-      : options_(options), communicator_(CreateSingleRankCommunicator()) {}
+  explicit CudaModelRunner(const CudaRunnerOptions& options) : options_(options) {}
 
   absl::StatusOr<LoadModelResponse> LoadModel(const LoadModelRequest& request) override {
     if (model_ != nullptr) return absl::FailedPreconditionError("a model is already loaded");
     if (absl::Status status = ValidateRequest(request); !status.ok()) return status;
+    auto membership = ParseGroupMembership(request);
+    if (!membership.ok()) return membership.status();
     absl::StatusOr<ModelConfig> config = LoadModelConfig(request.model_dir());
     if (!config.ok()) return config.status();
     if (absl::Status status = CheckCudaModelSupported(*config); !status.ok()) return status;
@@ -106,15 +122,18 @@ class CudaModelRunner final : public ModelRunner {
     auto kv_dtype = CudaKvCacheDType(*requested_kv, *serving);
     if (!kv_dtype.ok()) return kv_dtype.status();
 
-    const int device = options_.device >= 0 ? options_.device : request.rank();
-    auto backend = CudaBackend::Create(device, *serving);
-    if (!backend.ok()) return backend.status();
-    backend_ = *std::move(backend);
-    LOG(INFO) << "rank " << request.rank() << " uses " << backend_->DeviceDescription() << ", "
-              << DTypeName(*serving);
+    const int device = options_.device >= 0 ? options_.device : membership->rank;
+    if (absl::Status joined = JoinGroup(request.model_dir(), *membership, device, *serving);
+        !joined.ok()) {
+      return joined;
+    }
+    LOG(INFO) << "rank " << membership->rank << " of " << membership->world_size << " uses "
+              << backend_->DeviceDescription() << ", " << DTypeName(*serving);
 
+    // Weights are this rank's slices (sharded_weights.h), uploaded in the
+    // serving dtype; its KV blocks hold its own KV heads only.
     auto model = LlamaModel::Load(
-        request.model_dir(), backend_.get(), communicator_.get(),
+        request.model_dir(), backend_.get(), timed_.get(),
         LlamaLoadOptions{.weight_dtype = *serving,
                          .max_num_batched_tokens = request.max_num_batched_tokens(),
                          .max_num_seqs = request.max_num_seqs(),
@@ -125,7 +144,12 @@ class CudaModelRunner final : public ModelRunner {
     block_size_ = request.block_size();
     kv_dtype_ = *kv_dtype;
     max_num_seqs_ = request.max_num_seqs();
-    enforce_eager_ = request.enforce_eager();
+    // Graphs only for a single rank: the NCCL communicator bounds every
+    // all-reduce by polling its completion from the host (timeout, Abort,
+    // NCCL's async errors), which cannot sit inside a captured graph; a
+    // captured ncclAllReduce would replay unbounded, so a dead peer would
+    // hang the step instead of failing it. Eager TP steps keep that bound.
+    enforce_eager_ = request.enforce_eager() || membership->world_size > 1;
 
     const int64_t bytes_per_block = model_->CacheShape(block_size_, kv_dtype_).bytes_per_block();
     auto peak = ProfilePeakBytes(request);
@@ -196,9 +220,11 @@ class CudaModelRunner final : public ModelRunner {
                                                  ? graphs_->Run(*batch)
                                                  : model_->Forward(*batch, cache_.get());
       if (!output.ok()) return output.status();
-      backend_->Sample(output->logits, output->sampling, &samples_);
+      // Only rank 0 samples: the others' part of the step ends with the layers.
+      const int rows = timed_->rank() == 0 ? batch->num_logits_rows() : 0;
+      if (rows > 0) backend_->Sample(output->logits, output->sampling, &samples_);
       if (!backend_->status().ok()) return backend_->status();
-      for (int row = 0; row < batch->num_logits_rows(); ++row) {
+      for (int row = 0; row < rows; ++row) {
         auto* token = result.add_tokens();
         token->set_seq_id(plan.sequences(batch->sample_sequences[row]).seq_id());
         token->set_token_id(samples_.token_ids[row]);
@@ -214,10 +240,56 @@ class CudaModelRunner final : public ModelRunner {
     if (!backend_->status().ok()) return backend_->status();
     result.set_forward_seconds(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    result.set_all_reduce_seconds(timed_->TakeSeconds());
     return result;
   }
 
+  // From any thread (the service's step cancellation): aborts the group's
+  // communicator (ncclCommAbort), so an all-reduce waiting on a dead rank
+  // fails its step with ABORTED instead of waiting out the timeout.
+  void Abort() override {
+    absl::MutexLock lock(&abort_mutex_);
+    if (communicator_ != nullptr) communicator_->Abort();
+  }
+
  private:
+  // Makes the backend on `device` and joins the group through the path the
+  // CPU runner takes too (JoinGroup), over NCCL on the backend's stream. The
+  // backend is made inside the transport, after JoinGroup checked that the
+  // model splits, so a group that cannot form is refused alike on every rank,
+  // before any device work; one rank needs no NCCL.
+  absl::Status JoinGroup(const std::string& model_dir, const GroupMembership& membership,
+                         int device, DType serving) {
+    {  // What a failed earlier load left, communicator before the stream it uses.
+      absl::MutexLock lock(&abort_mutex_);
+      timed_.reset();
+      communicator_.reset();
+    }
+    backend_.reset();
+    auto make_backend = [&]() -> absl::Status {
+      auto backend = CudaBackend::Create(device, serving);
+      if (!backend.ok()) return backend.status();
+      backend_ = *std::move(backend);
+      return absl::OkStatus();
+    };
+    const GroupTransport over_nccl =
+        [&](const GroupMembership& group) -> absl::StatusOr<std::unique_ptr<Communicator>> {
+      if (absl::Status made = make_backend(); !made.ok()) return made;
+      auto transport = CudaTransport(device, backend_->stream());
+      if (!transport.ok()) return transport.status();
+      return (*transport)(group);
+    };
+    auto communicator = ::pagoda::worker::JoinGroup(membership, model_dir, over_nccl);
+    if (!communicator.ok()) return communicator.status();
+    if (backend_ == nullptr) {
+      if (absl::Status made = make_backend(); !made.ok()) return made;
+    }
+    absl::MutexLock lock(&abort_mutex_);
+    communicator_ = *std::move(communicator);
+    timed_ = std::make_unique<TimedCommunicator>(communicator_.get());
+    return absl::OkStatus();
+  }
+
   // Device memory in use after one forward pass and sampling of the largest
   // step, on a scratch cache just big enough for it (freed after).
   absl::StatusOr<int64_t> ProfilePeakBytes(const LoadModelRequest& request) {
@@ -233,7 +305,7 @@ class CudaModelRunner final : public ModelRunner {
     if (!batch.ok()) return batch.status();
     auto output = model_->Forward(*batch, scratch.get());
     if (!output.ok()) return output.status();
-    backend_->Sample(output->logits, output->sampling, &samples_);
+    if (timed_->rank() == 0) backend_->Sample(output->logits, output->sampling, &samples_);
     backend_->Synchronize();
     if (!backend_->status().ok()) return backend_->status();
     size_t free_bytes = 0, total_bytes = 0;
@@ -247,9 +319,12 @@ class CudaModelRunner final : public ModelRunner {
 
   CudaRunnerOptions options_;
   // Declaration order is teardown order reversed: graphs and cache go before
-  // the model and backend they point into.
-  std::unique_ptr<Communicator> communicator_;
+  // the model, the model before the communicator, the communicator (which
+  // enqueues on the backend's stream) before the backend.
   std::unique_ptr<CudaBackend> backend_;
+  absl::Mutex abort_mutex_;  // Abort may come from any thread.
+  std::unique_ptr<Communicator> communicator_ ABSL_GUARDED_BY(abort_mutex_);
+  std::unique_ptr<TimedCommunicator> timed_;  // Wraps communicator_.
   std::unique_ptr<LlamaModel> model_;
   std::unique_ptr<CacheEngine> cache_;
   std::unique_ptr<CudaGraphRunner> graphs_;

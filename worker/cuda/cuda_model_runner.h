@@ -18,14 +18,23 @@ struct CudaRunnerOptions {
 };
 
 // LoadModel: validates the request and the model (head size 64 or 128,
-// CudaServingDType, CudaKvCacheDType), uploads the weights in the serving
+// CudaServingDType, CudaKvCacheDType) and the tensor-parallel fields
+// (ParseGroupMembership, as the CPU runner), picks the rank's GPU, joins the
+// group over NCCL for world_size > 1 (JoinGroup + NcclTransport; UNIMPLEMENTED
+// in a build without NCCL), uploads this rank's weight slices in the serving
 // dtype, profiles one forward pass of max_num_batched_tokens tokens and
 // reports the KV blocks that gpu_memory_utilization of device memory leaves
 // (KvBlocksFromProfile), and which GPU it uses (device_name).
 // InitCache: allocates the KV blocks and pinned host swap space, then, unless
 // enforce_eager, captures the decode CUDA graphs (CudaGraphRunner).
+// With more than one rank the KV blocks reported are this rank's (its own KV
+// heads; the server takes the minimum) and graphs stay off (see
+// enforce_eager_ in the .cc).
 // ExecuteStep: block moves, then a graph replay for a decode-only step that
-// fits a bucket, else an eager forward; sampling on the device.
+// fits a bucket, else an eager forward, its all-reduces over NCCL on the
+// backend's stream in the activation dtype; sampling on the device, rank 0
+// only. A failed collective fails the step (DEADLINE_EXCEEDED, UNAVAILABLE,
+// or ABORTED after Abort(), which reaches ncclCommAbort).
 std::unique_ptr<ModelRunner> CreateCudaModelRunner(const CudaRunnerOptions& options);
 
 }  // namespace pagoda::worker

@@ -74,8 +74,71 @@ TEST(CudaModelRunnerTest, RefusesBadRequestsNamingTheValue) {
   request.set_gpu_memory_utilization(1.5f);
   EXPECT_EQ(Load(request).code(), absl::StatusCode::kInvalidArgument);
   request = Request(dir);
-  request.set_world_size(2);
-  EXPECT_EQ(Load(request).code(), absl::StatusCode::kUnimplemented);
+  request.set_device("cpu");
+  EXPECT_EQ(Load(request).code(), absl::StatusCode::kInvalidArgument);
+  std::filesystem::remove_all(dir);
+}
+
+v1::LoadModelRequest GroupRequest(const std::string& dir, int rank, int world) {
+  v1::LoadModelRequest request = Request(dir);
+  request.set_rank(rank);
+  request.set_world_size(world);
+  request.set_rendezvous_address("127.0.0.1:1");  // Nothing listens on port 1.
+  request.set_rendezvous_secret("0123456789abcdef0123456789abcdef");
+  request.set_rendezvous_prefix("cuda-group");
+  request.set_collective_timeout_ms(2000);
+  return request;
+}
+
+bool HasDevice() {
+  int count = 0;
+  const bool has = cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+  cudaGetLastError();
+  return has;
+}
+
+// The group fields go through the CPU runner's checks (ParseGroupMembership,
+// then JoinGroup's split check), all before any device work.
+TEST(CudaModelRunnerTest, RefusesBadGroupsBeforeTouchingTheDevice) {
+  const std::string dir = WriteConfig("group", 256, 4, 2);
+  v1::LoadModelRequest request = GroupRequest(dir, 2, 2);
+  EXPECT_THAT(Load(request).message(), HasSubstr("rank 2 outside a tensor-parallel group of 2"));
+  request = GroupRequest(dir, 0, 2);
+  request.clear_rendezvous_address();
+  EXPECT_THAT(Load(request).message(), HasSubstr("rendezvous_address"));
+  request = GroupRequest(dir, 0, 2);
+  request.clear_rendezvous_secret();
+  EXPECT_EQ(Load(request).code(), absl::StatusCode::kInvalidArgument);
+  request = GroupRequest(dir, 0, 2);
+  request.set_collective_timeout_ms(-1);
+  EXPECT_THAT(Load(request).message(), HasSubstr("collective_timeout_ms"));
+  // 4 heads do not split over 3 ranks.
+  const absl::Status split = Load(GroupRequest(dir, 1, 3));
+  EXPECT_EQ(split.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(split.message(), HasSubstr("num_attention_heads (4)"));
+  std::filesystem::remove_all(dir);
+}
+
+// A valid group reaches the device, then NCCL's unique-id relay: without a
+// device the load says so; with one, the unreachable store fails the join
+// within the collective timeout instead of hanging.
+TEST(CudaModelRunnerTest, AValidGroupFailsAtTheDeviceOrTheStoreNotByHanging) {
+  const std::string dir = WriteConfig("group_ok", 256, 4, 2);
+  const absl::Status status = Load(GroupRequest(dir, 1, 2));
+  if (HasDevice()) {
+    EXPECT_TRUE(status.code() == absl::StatusCode::kUnavailable ||
+                status.code() == absl::StatusCode::kDeadlineExceeded)
+        << status;
+  } else {
+    EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+    EXPECT_THAT(status.message(), HasSubstr("no usable CUDA device"));
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CudaModelRunnerTest, RefusesAForeignDevice) {
+  const std::string dir = WriteConfig("foreign", 256, 4, 2);
+  v1::LoadModelRequest request = Request(dir);
   request = Request(dir);
   request.set_device("cpu");
   EXPECT_EQ(Load(request).code(), absl::StatusCode::kInvalidArgument);

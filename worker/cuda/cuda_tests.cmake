@@ -24,3 +24,12 @@ target_link_libraries(bench_decode_step PRIVATE pagoda_worker_cuda absl::strings
 pagoda_add_test(worker_cuda_model_runner_test
   SOURCES ${PAGODA_WORKER_CUDA_DIR}/cuda_model_runner_test.cc
   LIBS pagoda_worker_cuda GTest::gmock)
+
+# The model's all-reduces over NCCL: size 1 on any GPU, two ranks on two.
+if(TARGET pagoda_comm_nccl)
+  pagoda_add_test(worker_cuda_tensor_parallel_test
+    SOURCES ${PAGODA_WORKER_CUDA_DIR}/cuda_tensor_parallel_test.cc
+    LIBS pagoda_worker_cuda
+    GPU)
+  set_tests_properties(worker_cuda_tensor_parallel_test PROPERTIES TIMEOUT 240)
+endif()
