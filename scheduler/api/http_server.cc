@@ -290,14 +290,18 @@ void HttpServer::SetDraining() { handlers_->draining = true; }
 
 void HttpServer::Shutdown() {
   if (server_ == nullptr || !listener_.joinable()) return;
-  server_->stop();  // No new connections.
-  // Responses in flight get `shutdown_grace` to reach their clients; then
-  // every connection still open is closed: idle keep-alive ones, which the
-  // library would otherwise wait out (its keep-alive timeout), and clients
-  // that stopped reading.
+  // Responses in flight get `shutdown_grace` to reach their clients before
+  // the listener stops: once stopped, the library ends a chunked (streamed)
+  // response at its next chunk, cutting a stream whose last events are still
+  // on their way. New requests meanwhile get 503 (the server is draining).
+  // Then every connection still open is closed: idle keep-alive ones, which
+  // the library would otherwise wait out (its keep-alive timeout), and
+  // clients that stopped reading.
+  handlers_->draining = true;
   if (!handlers_->calls.WaitUntilIdle(options_.shutdown_grace)) {
     LOG(WARNING) << "HTTP: closing connections whose responses are still being written";
   }
+  server_->stop();  // No new connections.
   for (const HttpConnection& connection : HttpConnection::AllOnPort(port_)) {
     connection.ShutDown();
   }
