@@ -186,7 +186,7 @@ class CpuBackend final : public Backend {
         const float* gate = gate_up + r * 2 * dim;
         const float* up = gate + dim;
         float* dst = out + r * dim;
-        for (int i = 0; i < dim; ++i) dst[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+        simd_.silu_mul(gate, up, dst, dim);
       }
     });
   }

@@ -57,6 +57,11 @@ struct SimdKernels {
   void (*axpy_bf16)(float alpha, const void* x, float* y, size_t n);
   void (*axpy_f16)(float alpha, const void* x, float* y, size_t n);
 
+  // out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + e^-g): the MLP's
+  // gate. Vector levels use an exp accurate to a few ulp (not bit-identical
+  // to std::exp); out may alias neither input.
+  void (*silu_mul)(const float* gate, const float* up, float* out, size_t n);
+
   using DotFn = float (*)(const void*, const float*, size_t);
   using Dot4Fn = void (*)(const void*, const float*, size_t, size_t, float*);
   using Tile4Fn = void (*)(const void*, size_t, const float*, size_t, size_t, int, float*, size_t);

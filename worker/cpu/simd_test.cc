@@ -197,6 +197,27 @@ TEST_P(SimdKernelTest, AxpyMatchesPlainLoop) {
   }
 }
 
+TEST_P(SimdKernelTest, SiluMulMatchesPlainLoop) {
+  const SimdKernels& kernels = SimdKernelsFor(GetParam());
+  std::mt19937 rng(13);
+  for (size_t n : kSizes) {
+    // Gates from -120 to 120: both tails of the sigmoid and the exp range
+    // clamps, besides the ordinary values near 0.
+    std::vector<float> gate = RandomFloats(n, rng);
+    for (size_t i = 0; i < n; ++i) gate[i] *= (i % 3 == 0) ? 240.0f : 8.0f;
+    const std::vector<float> up = RandomFloats(n, rng);
+    std::vector<float> out(n + 1, 7.0f);  // One guard element past n.
+    kernels.silu_mul(gate.data(), up.data(), out.data(), n);
+    for (size_t i = 0; i < n; ++i) {
+      const double g = gate[i];
+      const double expected = g / (1.0 + std::exp(-g)) * up[i];
+      EXPECT_NEAR(out[i], expected, 1e-6 * std::abs(expected) + 1e-30)
+          << SimdLevelName(GetParam()) << " n=" << n << " i=" << i << " gate=" << g;
+    }
+    EXPECT_EQ(out[n], 7.0f) << "wrote past the end, n=" << n;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Levels, SimdKernelTest, testing::ValuesIn(SupportedSimdLevels()),
                          [](const testing::TestParamInfo<SimdLevel>& info) {
                            return std::string(SimdLevelName(info.param));
