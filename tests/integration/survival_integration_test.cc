@@ -94,15 +94,6 @@ class SurvivalTest : public ::testing::Test {
     return -1;
   }
 
-  static bool WaitFor(const std::function<bool()>& done, absl::Duration timeout) {
-    const absl::Time deadline = absl::Now() + timeout;
-    while (absl::Now() < deadline) {
-      if (done()) return true;
-      absl::SleepFor(absl::Milliseconds(2));
-    }
-    return done();
-  }
-
   static std::string* model_dir_;
 };
 

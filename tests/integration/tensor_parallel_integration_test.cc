@@ -87,15 +87,6 @@ class TensorParallelTest : public ::testing::Test {
     return responses;
   }
 
-  static bool WaitFor(const std::function<bool()>& done, absl::Duration timeout) {
-    const absl::Time deadline = absl::Now() + timeout;
-    while (absl::Now() < deadline) {
-      if (done()) return true;
-      absl::SleepFor(absl::Milliseconds(2));
-    }
-    return done();
-  }
-
   static std::string* model_dir_;
 };
 

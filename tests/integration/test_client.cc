@@ -12,6 +12,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/testing/tiny_model.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
@@ -104,6 +106,15 @@ int HealthStatus(const std::shared_ptr<grpc::Channel>& channel) {
   // HealthCheckResponse{status}: tag 0x08, then the enum value.
   if (bytes.size() == 2 && bytes[0] == 0x08) return bytes[1];
   return bytes.empty() ? 0 : -1;
+}
+
+bool WaitFor(const std::function<bool()>& done, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    if (done()) return true;
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  return done();
 }
 
 int HealthStatus(const std::string& address) {

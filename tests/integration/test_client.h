@@ -7,11 +7,13 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "pagoda/v1/generation.grpc.pb.h"
 
@@ -56,6 +58,9 @@ StreamOutcome RunStream(pagoda::v1::Generation::Stub& stub,
 
 // grpc.health.v1.Health/Check over `channel`: 1 SERVING, 2 NOT_SERVING, -1
 // when the call fails.
+// Polls `done` every 2 ms until it holds or `timeout` passes; its last answer.
+bool WaitFor(const std::function<bool()>& done, absl::Duration timeout);
+
 int HealthStatus(const std::shared_ptr<grpc::Channel>& channel);
 int HealthStatus(const std::string& address);
 
