@@ -48,4 +48,10 @@ void CacheEngine::Copy(absl::Span<const BlockPair> gpu_to_gpu) {
   backend_->CopyBlocks(device_caches_, shape_.bytes_per_layer_block(), gpu_to_gpu);
 }
 
+void CacheEngine::ApplyBlockMoves(const FlatBatch& batch) {
+  SwapOut(batch.swap_out);
+  SwapIn(batch.swap_in);
+  Copy(batch.copy);
+}
+
 }  // namespace pagoda::worker

@@ -8,6 +8,7 @@
 #include "absl/types/span.h"
 #include "common/dtype.h"
 #include "worker/backend.h"
+#include "worker/batch.h"
 
 namespace pagoda::worker {
 
@@ -60,6 +61,19 @@ class CacheEngine {
   void SwapIn(absl::Span<const BlockPair> cpu_to_gpu);
   void SwapOut(absl::Span<const BlockPair> gpu_to_cpu);
   void Copy(absl::Span<const BlockPair> gpu_to_gpu);
+
+  // A step's block moves in the one safe order: swap out first, so a block
+  // vacated this step can receive a swapped-in block; then swap in; copies
+  // (copy-on-write) last, as they act on resident blocks.
+  void ApplyBlockMoves(const FlatBatch& batch);
+
+  // What a step plan is checked against before it touches this cache.
+  BatchLimits Limits(int vocab_size) const {
+    return BatchLimits{.vocab_size = vocab_size,
+                       .block_size = shape_.block_size,
+                       .num_gpu_blocks = num_gpu_blocks_,
+                       .num_cpu_blocks = num_cpu_blocks_};
+  }
 
  private:
   Backend* backend_;

@@ -117,17 +117,9 @@ class CpuModelRunner final : public ModelRunner {
     const auto start = std::chrono::steady_clock::now();
     // Everything is validated before anything is touched, so a rejected plan
     // leaves the cache as it was.
-    auto batch = FlattenStepPlan(plan, BatchLimits{.vocab_size = model_->config().vocab_size,
-                                                   .block_size = block_size_,
-                                                   .num_gpu_blocks = cache_->num_gpu_blocks(),
-                                                   .num_cpu_blocks = cache_->num_cpu_blocks()});
+    auto batch = FlattenStepPlan(plan, cache_->Limits(model_->config().vocab_size));
     if (!batch.ok()) return batch.status();
-    // Swap out before swap in so a GPU block vacated this step can receive a
-    // swapped-in block; copies (copy-on-write) last, as they act on resident
-    // blocks.
-    cache_->SwapOut(batch->swap_out);
-    cache_->SwapIn(batch->swap_in);
-    cache_->Copy(batch->copy);
+    cache_->ApplyBlockMoves(*batch);
 
     StepResult result;
     result.set_step_id(plan.step_id());

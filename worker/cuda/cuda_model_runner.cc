@@ -203,15 +203,9 @@ class CudaModelRunner final : public ModelRunner {
     if (cache_ == nullptr) return absl::FailedPreconditionError("ExecuteStep before InitCache");
     backend_->MakeCurrent();
     const auto start = std::chrono::steady_clock::now();
-    auto batch = FlattenStepPlan(plan, BatchLimits{.vocab_size = model_->config().vocab_size,
-                                                   .block_size = block_size_,
-                                                   .num_gpu_blocks = cache_->num_gpu_blocks(),
-                                                   .num_cpu_blocks = cache_->num_cpu_blocks()});
+    auto batch = FlattenStepPlan(plan, cache_->Limits(model_->config().vocab_size));
     if (!batch.ok()) return batch.status();
-    // The CPU runner's order: swap out, swap in, then copy-on-write.
-    cache_->SwapOut(batch->swap_out);
-    cache_->SwapIn(batch->swap_in);
-    cache_->Copy(batch->copy);
+    cache_->ApplyBlockMoves(*batch);
 
     StepResult result;
     result.set_step_id(plan.step_id());
@@ -298,10 +292,7 @@ class CudaModelRunner final : public ModelRunner {
                                       CudaMaxModelLen(model_->config()), block_size_, &num_blocks);
     auto scratch = std::make_unique<CacheEngine>(
         backend_.get(), model_->CacheShape(block_size_, kv_dtype_), num_blocks, 0);
-    auto batch = FlattenStepPlan(plan, BatchLimits{.vocab_size = model_->config().vocab_size,
-                                                   .block_size = block_size_,
-                                                   .num_gpu_blocks = num_blocks,
-                                                   .num_cpu_blocks = 0});
+    auto batch = FlattenStepPlan(plan, scratch->Limits(model_->config().vocab_size));
     if (!batch.ok()) return batch.status();
     auto output = model_->Forward(*batch, scratch.get());
     if (!output.ok()) return output.status();
