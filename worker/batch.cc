@@ -140,4 +140,21 @@ absl::StatusOr<FlatBatch> FlattenStepPlan(const StepPlan& plan, const BatchLimit
   return batch;
 }
 
+void AppendSampledTokens(const StepPlan& plan, const FlatBatch& batch,
+                         const SampleResults& samples, pagoda::worker::v1::StepResult* result) {
+  for (int row = 0; row < batch.num_logits_rows(); ++row) {
+    auto* token = result->add_tokens();
+    token->set_seq_id(plan.sequences(batch.sample_sequences[row]).seq_id());
+    token->set_token_id(samples.token_ids[row]);
+    token->set_logprob(samples.logprobs[row]);
+    const size_t first = static_cast<size_t>(row) * samples.num_logprobs;
+    const int wanted = std::min(batch.num_logprobs[row], samples.num_logprobs);
+    for (int i = 0; i < wanted; ++i) {
+      auto* top = token->add_top();
+      top->set_token_id(samples.top_ids[first + i]);
+      top->set_logprob(samples.top_logprobs[first + i]);
+    }
+  }
+}
+
 }  // namespace pagoda::worker

@@ -63,6 +63,14 @@ struct FlatBatch {
 absl::StatusOr<FlatBatch> FlattenStepPlan(const pagoda::worker::v1::StepPlan& plan,
                                           const BatchLimits& limits);
 
+// Appends one SampledToken per logits row of `batch` to `result`, in row
+// order: the row's sequence's seq_id, the sampled token and its logprob, and
+// the top logprobs that sequence asked for (at most samples.num_logprobs).
+// REQUIRES: `samples` came from Backend::Sample over `batch`'s logits, and
+// `batch` from FlattenStepPlan(plan, ...).
+void AppendSampledTokens(const pagoda::worker::v1::StepPlan& plan, const FlatBatch& batch,
+                         const SampleResults& samples, pagoda::worker::v1::StepResult* result);
+
 }  // namespace pagoda::worker
 
 #endif  // PAGODA_WORKER_BATCH_H_

@@ -127,12 +127,9 @@ class CpuModelRunner final : public ModelRunner {
       auto forward = model_->Forward(*batch, cache_.get());
       if (!forward.ok()) return forward.status();
       // Only rank 0 samples; the others' part of the step ends with the layers.
-      if (timed_->rank() != 0) batch->sample_sequences.clear();
-      if (!batch->sample_sequences.empty()) {
+      if (timed_->rank() == 0 && batch->num_logits_rows() > 0) {
         backend_->Sample(forward->logits, forward->sampling, &samples_);
-      }
-      for (size_t row = 0; row < batch->sample_sequences.size(); ++row) {
-        AddToken(plan.sequences(batch->sample_sequences[row]), row, &result);
+        AppendSampledTokens(plan, *batch, samples_, &result);
       }
     }
     result.set_forward_seconds(
@@ -163,19 +160,6 @@ class CpuModelRunner final : public ModelRunner {
 
   // Row `row` of samples_ as the token of `step`, with the top logprobs it
   // asked for (samples_ holds the most any row of the step asked for).
-  void AddToken(const pagoda::worker::v1::SequenceStep& step, size_t row, StepResult* result) {
-    auto* token = result->add_tokens();
-    token->set_seq_id(step.seq_id());
-    token->set_token_id(samples_.token_ids[row]);
-    token->set_logprob(samples_.logprobs[row]);
-    const size_t first = row * samples_.num_logprobs;
-    const int count = std::min(step.sampling().num_logprobs(), model_->config().vocab_size);
-    for (int i = 0; i < count; ++i) {
-      auto* top = token->add_top();
-      top->set_token_id(samples_.top_ids[first + i]);
-      top->set_logprob(samples_.top_logprobs[first + i]);
-    }
-  }
 
   std::unique_ptr<Backend> backend_;
   absl::Mutex abort_mutex_;  // Abort may come from any thread.

@@ -32,32 +32,22 @@ absl::Status CudaStatus(cudaError_t error, const char* what) {
                                               : absl::InternalError(message);
 }
 
-// Device memory from cudaMalloc.
-class DeviceBuffer final : public Buffer {
+// CUDA memory and the call that frees it: cudaFree for device memory from
+// cudaMalloc, cudaFreeHost for pinned host memory from cudaHostAlloc.
+class CudaBuffer final : public Buffer {
  public:
-  DeviceBuffer(DType dtype, size_t size, void* data) : Buffer(dtype, size), data_(data) {}
-  ~DeviceBuffer() override {
-    if (data_ != nullptr) cudaFree(data_);
+  using Free = cudaError_t (*)(void*);
+  CudaBuffer(DType dtype, size_t size, void* data, Free free)
+      : Buffer(dtype, size), data_(data), free_(free) {}
+  ~CudaBuffer() override {
+    if (data_ != nullptr) free_(data_);
   }
   void* raw() override { return data_; }
   const void* raw() const override { return data_; }
 
  private:
   void* data_;
-};
-
-// Pinned host memory from cudaHostAlloc.
-class PinnedBuffer final : public Buffer {
- public:
-  PinnedBuffer(DType dtype, size_t size, void* data) : Buffer(dtype, size), data_(data) {}
-  ~PinnedBuffer() override {
-    if (data_ != nullptr) cudaFreeHost(data_);
-  }
-  void* raw() override { return data_; }
-  const void* raw() const override { return data_; }
-
- private:
-  void* data_;
+  Free free_;
 };
 
 // Grow-only device scratch (never shrinks, so capture sees stable addresses).
@@ -223,7 +213,7 @@ std::unique_ptr<Buffer> CudaBackend::Allocate(DType dtype, size_t num_elements) 
              "cudaMalloc")) {
     data = nullptr;
   }
-  return std::make_unique<DeviceBuffer>(dtype, num_elements, data);
+  return std::make_unique<CudaBuffer>(dtype, num_elements, data, &cudaFree);
 }
 
 std::unique_ptr<Buffer> CudaBackend::AllocateHost(DType dtype, size_t num_elements) {
@@ -234,7 +224,7 @@ std::unique_ptr<Buffer> CudaBackend::AllocateHost(DType dtype, size_t num_elemen
              "cudaHostAlloc")) {
     data = nullptr;
   }
-  return std::make_unique<PinnedBuffer>(dtype, num_elements, data);
+  return std::make_unique<CudaBuffer>(dtype, num_elements, data, &cudaFreeHost);
 }
 
 void CudaBackend::UploadBytes(const void* host, void* device, size_t n) {

@@ -215,20 +215,10 @@ class CudaModelRunner final : public ModelRunner {
                                                  : model_->Forward(*batch, cache_.get());
       if (!output.ok()) return output.status();
       // Only rank 0 samples: the others' part of the step ends with the layers.
-      const int rows = timed_->rank() == 0 ? batch->num_logits_rows() : 0;
-      if (rows > 0) backend_->Sample(output->logits, output->sampling, &samples_);
-      if (!backend_->status().ok()) return backend_->status();
-      for (int row = 0; row < rows; ++row) {
-        auto* token = result.add_tokens();
-        token->set_seq_id(plan.sequences(batch->sample_sequences[row]).seq_id());
-        token->set_token_id(samples_.token_ids[row]);
-        token->set_logprob(samples_.logprobs[row]);
-        const int wanted = std::min(batch->num_logprobs[row], samples_.num_logprobs);
-        for (int i = 0; i < wanted; ++i) {
-          auto* top = token->add_top();
-          top->set_token_id(samples_.top_ids[row * samples_.num_logprobs + i]);
-          top->set_logprob(samples_.top_logprobs[row * samples_.num_logprobs + i]);
-        }
+      if (timed_->rank() == 0 && batch->num_logits_rows() > 0) {
+        backend_->Sample(output->logits, output->sampling, &samples_);
+        if (!backend_->status().ok()) return backend_->status();
+        AppendSampledTokens(plan, *batch, samples_, &result);
       }
     }
     if (!backend_->status().ok()) return backend_->status();
