@@ -140,8 +140,8 @@ absl::StatusOr<FlatBatch> FlattenStepPlan(const StepPlan& plan, const BatchLimit
   return batch;
 }
 
-void AppendSampledTokens(const StepPlan& plan, const FlatBatch& batch,
-                         const SampleResults& samples, pagoda::worker::v1::StepResult* result) {
+void AppendSampledTokens(const StepPlan& plan, const FlatBatch& batch, const SampleResults& samples,
+                         pagoda::worker::v1::StepResult* result) {
   for (int row = 0; row < batch.num_logits_rows(); ++row) {
     auto* token = result->add_tokens();
     token->set_seq_id(plan.sequences(batch.sample_sequences[row]).seq_id());
