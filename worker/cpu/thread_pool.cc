@@ -44,10 +44,10 @@ ThreadPool::ThreadPool(int num_threads) {
 }
 
 ThreadPool::~ThreadPool() {
+  stop_.store(true);
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    stop_ = true;
-    generation_.fetch_add(1, std::memory_order_release);
+    generation_.fetch_add(1);
   }
   wake_.notify_all();
   for (std::thread& worker : workers_) worker.join();
@@ -73,14 +73,13 @@ void ThreadPool::WorkerLoop() {
     }
     if (current == seen) {
       std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
-      current = generation_.load(std::memory_order_acquire);
+      sleepers_.fetch_add(1);
+      wake_.wait(lock, [&] { return generation_.load() != seen; });
+      sleepers_.fetch_sub(1);
+      current = generation_.load();
     }
     seen = current;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (stop_) return;
-    }
+    if (stop_.load(std::memory_order_acquire)) return;
     uint64_t state = task_state_.load(std::memory_order_acquire);
     const uint64_t generation_tag = (current & 0xffffffffu) << 32;
     bool joined = false;
@@ -111,13 +110,15 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
   task_size_ = n;
   chunk_size_ = std::max(grain, (n + target_chunks - 1) / target_chunks);
   next_chunk_.store(0, std::memory_order_relaxed);
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    const uint64_t generation = generation_.load(std::memory_order_relaxed) + 1;
-    task_state_.store((generation & 0xffffffffu) << 32, std::memory_order_release);
-    generation_.store(generation, std::memory_order_release);
+  const uint64_t generation = generation_.load(std::memory_order_relaxed) + 1;
+  task_state_.store((generation & 0xffffffffu) << 32, std::memory_order_release);
+  generation_.store(generation);  // Sequentially consistent with sleepers_.
+  if (sleepers_.load() > 0) {
+    // Taking the mutex orders this wake after a sleeper's check of the
+    // generation, so it cannot be lost between the check and the wait.
+    { std::lock_guard<std::mutex> lock(mutex_); }
+    wake_.notify_all();
   }
-  wake_.notify_all();
   in_pool_task = true;
   RunChunks();
   in_pool_task = false;

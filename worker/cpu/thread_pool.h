@@ -22,7 +22,10 @@ int AvailableCpuCount();
 //
 // Idle workers spin briefly (a step issues dozens of ParallelFors a few
 // microseconds apart; waking a sleeping thread costs more than the work), then
-// sleep on a condition variable, so an idle worker costs no CPU.
+// sleep on a condition variable, so an idle worker costs no CPU. Handing out a
+// task takes no lock unless a worker sleeps: a spinning worker that had to
+// take a mutex the caller holds would sleep in the kernel, and the caller
+// would do its share of the work alone.
 //
 // Thread safety: ParallelFor is for one caller at a time. A ParallelFor called
 // from inside a task runs inline on the calling worker (no nesting deadlock).
@@ -49,8 +52,12 @@ class ThreadPool {
   std::vector<std::thread> workers_;
   std::mutex mutex_;
   std::condition_variable wake_;
-  bool stop_ = false;
+  std::atomic<bool> stop_{false};
   std::atomic<uint64_t> generation_{0};
+  // Workers inside (or entering) wake_.wait. Sequentially consistent with
+  // generation_: a caller that reads 0 after publishing a generation knows
+  // every worker about to sleep will see that generation first.
+  std::atomic<int> sleepers_{0};
   // Who is inside the current task: generation (high 32 bits), a closed flag
   // (bit 31) and the number of workers running chunks (low bits). Workers
   // join only an open task of their generation, and the caller closes it once
