@@ -65,6 +65,12 @@ pagoda_add_test(common_flags_test
   LIBS pagoda_flags)
 
 # The secret that authenticates the server to its workers (both sides).
+# Length-prefixed frames over a socket: the spawned worker's step channel.
+add_library(pagoda_frame_channel STATIC ${CMAKE_CURRENT_LIST_DIR}/frame_channel.cc)
+target_link_libraries(pagoda_frame_channel PUBLIC absl::status absl::strings absl::time)
+pagoda_add_test(common_frame_channel_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/frame_channel_test.cc
+  LIBS pagoda_frame_channel absl::time Threads::Threads)
 add_library(pagoda_worker_secret STATIC ${CMAKE_CURRENT_LIST_DIR}/worker_secret.cc)
 target_link_libraries(pagoda_worker_secret PUBLIC absl::status absl::statusor absl::strings)
 pagoda_add_test(common_worker_secret_test

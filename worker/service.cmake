@@ -2,9 +2,10 @@
 # executable and the tests that drive real worker processes.
 add_library(pagoda_worker_service STATIC
   ${CMAKE_CURRENT_LIST_DIR}/step_cancellation.cc
+  ${CMAKE_CURRENT_LIST_DIR}/step_channel_server.cc
   ${CMAKE_CURRENT_LIST_DIR}/worker_service.cc)
 target_link_libraries(pagoda_worker_service PUBLIC
-  pagoda_proto pagoda_worker_secret gRPC::grpc++ absl::status absl::statusor absl::strings absl::synchronization
+  pagoda_proto pagoda_worker_secret pagoda_frame_channel gRPC::grpc++ absl::status absl::statusor absl::strings absl::synchronization
   absl::time glog::glog)
 
 pagoda_add_test(worker_step_cancellation_test

@@ -13,6 +13,10 @@
 // the binary does not link gRPC's reflection library, whose mere loading
 // would turn reflection on for every server.
 //
+// A server that spawns its worker also hands it a step channel (--step-fd):
+// an inherited socket carrying step plans and replies as frames, the fast
+// path of a one-rank group (worker/step_channel_server.h).
+//
 // After binding it prints exactly one line "PAGODA_WORKER_LISTENING <port>"
 // (or "PAGODA_WORKER_LISTENING unix:PATH") to stdout so a launcher that asked
 // for port 0 learns the port. It exits 0 after
@@ -24,6 +28,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -51,6 +56,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "worker/cuda/runner_factory.h"
 #include "worker/model_runner.h"
+#include "worker/step_channel_server.h"
 #include "worker/worker_service.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "Address to serve on; port 0 = the OS picks one.");
@@ -60,6 +66,9 @@ ABSL_FLAG(int, cuda_device, -1,
           "on; -1 = the rank's (rank r uses the r-th visible GPU).");
 ABSL_FLAG(int, parent_pid, 0, "If set, exit when this process (the server) dies.");
 ABSL_FLAG(int, secret_fd, -1, "Inherited fd to read the server's secret from (then closed).");
+ABSL_FLAG(int, step_fd, -1,
+          "Inherited socket the spawning server sends step plans on (its step channel); "
+          "ExecuteStep over gRPC keeps working beside it.");
 ABSL_FLAG(std::string, secret_file, "", "File holding the server's secret (if no --secret-fd).");
 ABSL_FLAG(std::string, ssl_certfile, "", "PEM certificate: serve over TLS (connected workers).");
 ABSL_FLAG(std::string, ssl_keyfile, "", "PEM private key of --ssl-certfile.");
@@ -222,6 +231,16 @@ int main(int argc, char** argv) {
       [&runner_options](const std::string& device) { return MakeRunner(device, runner_options); },
       [&stop] { stop.Request("Shutdown RPC"); });
 
+  std::unique_ptr<pagoda::worker::StepChannelServer> step_channel;
+  if (const int fd = absl::GetFlag(FLAGS_step_fd); fd >= 0) {
+    struct stat info;
+    if (fstat(fd, &info) != 0 || !S_ISSOCK(info.st_mode)) {
+      LOG(ERROR) << "--step-fd " << fd << " is not an open socket";
+      return 1;
+    }
+    step_channel = std::make_unique<pagoda::worker::StepChannelServer>(fd, &service);
+  }
+
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int port = 0;
@@ -276,6 +295,7 @@ int main(int argc, char** argv) {
   // A step waiting in a collective on peers that are stopping too would hold
   // the drain until its timeout: fail it now.
   service.AbortCollectives();
+  if (step_channel != nullptr) step_channel->Stop();
   server->Shutdown(std::chrono::system_clock::now() + absl::ToChronoSeconds(kDrainGrace));
   server->Wait();
   watcher.join();

@@ -105,22 +105,36 @@ grpc::Status WorkerService::ExecuteStep(grpc::ServerContext* context, const v1::
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         "ExecuteStep before LoadModel and InitCache");
   }
-  const absl::Time start = absl::Now();
   cancellation_.Begin(context, [this] { AbortCollectives(); });
-  absl::StatusOr<v1::StepResult> executed = runner_->ExecuteStep(*plan);
+  absl::StatusOr<v1::StepResult> executed = RunStep(*plan);
   cancellation_.End();
-  if (!executed.ok()) {
-    LOG(WARNING) << "rank " << rank_ << ": step " << plan->step_id()
-                 << " failed: " << executed.status();
-    return ToGrpcStatus(executed.status());
-  }
+  if (!executed.ok()) return ToGrpcStatus(executed.status());
   *result = *std::move(executed);
-  result->set_step_id(plan->step_id());
-  // The runner may time itself more narrowly; fill in the time only if not.
-  if (result->forward_seconds() == 0) {
-    result->set_forward_seconds(absl::ToDoubleSeconds(absl::Now() - start));
-  }
   return grpc::Status::OK;
+}
+
+absl::StatusOr<v1::StepResult> WorkerService::ExecuteLocalStep(const v1::StepPlan& plan) {
+  absl::MutexLock lock(&mutex_);
+  if (runner_ == nullptr || !cache_ready_) {
+    return absl::FailedPreconditionError("ExecuteStep before LoadModel and InitCache");
+  }
+  return RunStep(plan);
+}
+
+absl::StatusOr<v1::StepResult> WorkerService::RunStep(const v1::StepPlan& plan) {
+  const absl::Time start = absl::Now();
+  absl::StatusOr<v1::StepResult> executed = runner_->ExecuteStep(plan);
+  if (!executed.ok()) {
+    LOG(WARNING) << "rank " << rank_ << ": step " << plan.step_id()
+                 << " failed: " << executed.status();
+    return executed.status();
+  }
+  executed->set_step_id(plan.step_id());
+  // The runner may time itself more narrowly; fill in the time only if not.
+  if (executed->forward_seconds() == 0) {
+    executed->set_forward_seconds(absl::ToDoubleSeconds(absl::Now() - start));
+  }
+  return executed;
 }
 
 void WorkerService::SetAbortable(ModelRunner* runner) {

@@ -62,6 +62,13 @@ class WorkerService final : public pagoda::worker::v1::Worker::Service {
                         const pagoda::worker::v1::ShutdownRequest* request,
                         pagoda::worker::v1::ShutdownResponse* response) override;
 
+  // ExecuteStep for the step channel of a spawned one-rank worker
+  // (worker/step_channel_server.h): the same checks and runner call without
+  // gRPC. The channel is a socket only the spawning server holds, so it is
+  // the credential; and with one rank there are no collectives to cancel.
+  absl::StatusOr<pagoda::worker::v1::StepResult> ExecuteLocalStep(
+      const pagoda::worker::v1::StepPlan& plan);
+
   // Makes a step stuck in a tensor-parallel collective fail promptly (and
   // every later one), e.g. when the worker is stopping and its peers may be
   // gone. Thread-safe; does not wait for the call in progress.
@@ -71,6 +78,10 @@ class WorkerService final : public pagoda::worker::v1::Worker::Service {
   // OK if `context` carries the secret, else UNAUTHENTICATED.
   grpc::Status Authenticate(const grpc::ServerContext& context) const;
   void SetAbortable(ModelRunner* runner) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // The runner's step with the result's timing filled in; the caller holds
+  // mutex_ and has checked that a cache is ready.
+  absl::StatusOr<pagoda::worker::v1::StepResult> RunStep(const pagoda::worker::v1::StepPlan& plan)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
   const int rank_;
   const std::string secret_;

@@ -25,6 +25,8 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/frame_channel.h"
+#include "common/worker_secret.h"
 #include "google/protobuf/empty.pb.h"
 #include "google/protobuf/wrappers.pb.h"
 #include "grpcpp/generic/generic_stub.h"
@@ -305,8 +307,8 @@ TEST_F(WorkerServiceTest, WorkerStopsCleanlyOnSigterm) {
 TEST_F(WorkerServiceTest, ConnectWorkersReachesARunningWorker) {
   auto process = WorkerProcess::Spawn(PAGODA_WORKER_BINARY, 0, kStartTimeout, nullptr);
   ASSERT_TRUE(process.ok()) << process.status();
-  auto group = scheduler::ConnectWorkers({(*process)->address()}, (*process)->secret(),
-                                         absl::Seconds(5));
+  auto group =
+      scheduler::ConnectWorkers({(*process)->address()}, (*process)->secret(), absl::Seconds(5));
   ASSERT_TRUE(group.ok()) << group.status();
   auto loaded = (*group)->LoadModel(LoadRequest(*model_dir_));
   ASSERT_TRUE(loaded.ok()) << loaded.status();
@@ -364,6 +366,81 @@ TEST_F(WorkerServiceTest, LaunchFailsCleanlyForAMissingBinary) {
   EXPECT_EQ(group.status().code(), absl::StatusCode::kUnavailable) << group.status();
 }
 
+// The step channel a spawned worker inherits, driven by hand: what is not a
+// StepPlan is refused with a reply, a plan before LoadModel gets the same
+// FAILED_PRECONDITION as over gRPC, and a length prefix past the bound closes
+// the channel without taking the worker down.
+TEST_F(WorkerServiceTest, StepChannelRefusesWhatIsNotAPlanAndSurvivesAnOversizedFrame) {
+  auto process = WorkerProcess::Spawn(PAGODA_WORKER_BINARY, 0, kStartTimeout, nullptr);
+  ASSERT_TRUE(process.ok()) << process.status();
+  const int fd = (*process)->step_fd();
+  ASSERT_GE(fd, 0);
+  auto exchange = [&](absl::string_view payload) -> absl::StatusOr<v1::StepReply> {
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    if (absl::Status sent = WriteFrame(fd, payload, deadline); !sent.ok()) return sent;
+    std::string frame;
+    if (absl::Status got = ReadFrame(fd, deadline, kMaxFrameBytes, &frame); !got.ok()) return got;
+    v1::StepReply reply;
+    if (!reply.ParseFromString(frame)) return absl::DataLossError("reply does not parse");
+    return reply;
+  };
+
+  // 0xff starts a field tag whose varint never ends: not a protobuf message.
+  auto garbage = exchange("\xff\xff\xff\xff");
+  ASSERT_TRUE(garbage.ok()) << garbage.status();
+  EXPECT_EQ(garbage->code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_FALSE(garbage->has_result());
+
+  auto early = exchange(Step(0, 1, {1}, 0, {0}).SerializeAsString());
+  ASSERT_TRUE(early.ok()) << early.status();
+  EXPECT_EQ(early->code(), static_cast<int>(absl::StatusCode::kFailedPrecondition));
+
+  // 2^40 bytes announced: the worker drops the channel rather than allocate.
+  const unsigned char header[8] = {0, 0, 0, 0, 0, 1, 0, 0};
+  ASSERT_EQ(write(fd, header, sizeof(header)), 8);
+  std::string frame;
+  EXPECT_EQ(ReadFrame(fd, absl::Now() + absl::Seconds(10), kMaxFrameBytes, &frame).code(),
+            absl::StatusCode::kUnavailable);
+  // The process and its gRPC endpoint live on.
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_FALSE((*process)->Exited());
+}
+
+// A spawned worker still serves ExecuteStep over gRPC (tensor-parallel groups
+// and tools use it), giving what its step channel gives.
+TEST_F(WorkerServiceTest, GrpcStepOfASpawnedWorkerMatchesItsStepChannel) {
+  auto process = WorkerProcess::Spawn(PAGODA_WORKER_BINARY, 0, kStartTimeout, nullptr);
+  ASSERT_TRUE(process.ok()) << process.status();
+  auto channel = grpc::CreateChannel((*process)->address(), grpc::InsecureChannelCredentials());
+  auto stub = v1::Worker::NewStub(channel);
+  auto call = [&](auto method, const auto& request, auto* response) {
+    grpc::ClientContext context;
+    context.AddMetadata(kWorkerSecretMetadataKey, (*process)->secret());
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+    return (stub.get()->*method)(&context, request, response);
+  };
+  v1::LoadModelResponse loaded;
+  ASSERT_TRUE(call(&v1::Worker::Stub::LoadModel, LoadRequest(*model_dir_), &loaded).ok());
+  v1::InitCacheResponse cached;
+  ASSERT_TRUE(call(&v1::Worker::Stub::InitCache, CacheRequest(), &cached).ok());
+
+  const v1::StepPlan prefill = Step(0, 7, {5, 17, 33}, 0, {1});
+  v1::StepResult over_grpc;
+  ASSERT_TRUE(call(&v1::Worker::Stub::ExecuteStep, prefill, &over_grpc).ok());
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  ASSERT_TRUE(WriteFrame((*process)->step_fd(), prefill.SerializeAsString(), deadline).ok());
+  std::string frame;
+  ASSERT_TRUE(ReadFrame((*process)->step_fd(), deadline, kMaxFrameBytes, &frame).ok());
+  v1::StepReply over_channel;
+  ASSERT_TRUE(over_channel.ParseFromString(frame));
+  ASSERT_EQ(over_channel.code(), 0) << over_channel.message();
+  ASSERT_EQ(over_grpc.tokens_size(), 1);
+  ASSERT_EQ(over_channel.result().tokens_size(), 1);
+  EXPECT_EQ(over_channel.result().step_id(), 0);
+  EXPECT_EQ(over_channel.result().tokens(0).token_id(), over_grpc.tokens(0).token_id());
+  EXPECT_FLOAT_EQ(over_channel.result().tokens(0).logprob(), over_grpc.tokens(0).logprob());
+}
+
 TEST_F(WorkerServiceTest, OrphanedWorkerExitsWhenItsParentDies) {
   // Become the subreaper so the orphan is re-parented to this test, which can
   // then wait for it.
@@ -375,8 +452,7 @@ TEST_F(WorkerServiceTest, OrphanedWorkerExitsWhenItsParentDies) {
   const std::string script =
       absl::StrCat("echo a-secret-of-enough-bytes >", *temp_dir_, "/secret; ", PAGODA_WORKER_BINARY,
                    " --listen 127.0.0.1:0 --secret-file ", *temp_dir_, "/secret --parent-pid $$ >",
-                   out,
-                   " 2>/dev/null & echo $!; for i in $(seq 400); do grep -q LISTENING ", out,
+                   out, " 2>/dev/null & echo $!; for i in $(seq 400); do grep -q LISTENING ", out,
                    " && break; sleep 0.05; done");
   FILE* shell = popen(script.c_str(), "r");
   ASSERT_NE(shell, nullptr);

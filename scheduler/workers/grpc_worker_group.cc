@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/frame_channel.h"
 #include "common/worker_secret.h"
 #include "glog/logging.h"
 
@@ -20,6 +21,8 @@ constexpr int kMaxMessageBytes = 256 << 20;
 // How often a connection watcher looks whether it should stop.
 constexpr absl::Duration kWatchPeriod = absl::Milliseconds(200);
 constexpr absl::Duration kDropGrace = absl::Milliseconds(100);
+// How often a step waiting on the step channel looks whether the group failed.
+constexpr absl::Duration kChannelPollPeriod = absl::Milliseconds(50);
 
 // Codes a worker returns on purpose when it rejects a request it understood;
 // when every rank answers with the same one, nothing changed on any worker.
@@ -331,6 +334,9 @@ absl::StatusOr<v1::StepResult> GrpcWorkerGroup::ExecuteStep(const v1::StepPlan& 
 }
 
 absl::StatusOr<v1::StepResult> GrpcWorkerGroup::ExecuteStepOnOneRank(const v1::StepPlan& plan) {
+  if (ranks_[0].process != nullptr && ranks_[0].process->step_fd() >= 0) {
+    return ExecuteStepOverChannel(plan, ranks_[0].process->step_fd());
+  }
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + options_.step_timeout));
   AddSecret(context, 0);
@@ -353,6 +359,49 @@ absl::StatusOr<v1::StepResult> GrpcWorkerGroup::ExecuteStepOnOneRank(const v1::S
   }
   if (!status.ok()) return ToAbslStatus(status, "worker rank 0 ExecuteStep");
   return result;
+}
+
+absl::StatusOr<v1::StepResult> GrpcWorkerGroup::ExecuteStepOverChannel(const v1::StepPlan& plan,
+                                                                       int fd) {
+  {
+    absl::MutexLock lock(&mutex_);
+    if (!healthy_.load()) return absl::UnavailableError(failure_);
+  }
+  // A failure elsewhere (the worker process exiting, Shutdown) ends the wait
+  // within kChannelPollPeriod; the process exiting also closes the channel.
+  const KeepWaiting keep_waiting = [this] { return healthy_.load(); };
+  const absl::Time deadline = absl::Now() + options_.step_timeout;
+  std::string frame;
+  absl::Status io =
+      WriteFrame(fd, plan.SerializeAsString(), deadline, keep_waiting, kChannelPollPeriod);
+  if (io.ok()) {
+    io = ReadFrame(fd, deadline, kMaxMessageBytes, &frame, keep_waiting, kChannelPollPeriod);
+  }
+  v1::StepReply reply;
+  if (io.ok() && !reply.ParseFromString(frame)) io = absl::DataLossError("malformed StepReply");
+  if (io.ok() &&
+      (reply.code() < 0 || reply.code() > static_cast<int>(absl::StatusCode::kUnauthenticated))) {
+    io = absl::DataLossError(absl::StrCat("StepReply with unknown status code ", reply.code()));
+  }
+  const auto code = static_cast<grpc::StatusCode>(reply.code());
+  // The same verdicts as a gRPC call: a channel that failed (its frames may be
+  // out of step now) or a worker-side failure makes the group unhealthy.
+  if (!io.ok() && healthy_.load()) {
+    Fail(absl::StrCat("worker rank 0 step channel failed: ", io.ToString()));
+  } else if (io.ok() && code != grpc::StatusCode::OK && !IsRequestLevelError(code)) {
+    Fail(absl::StrCat("worker rank 0 (", ranks_[0].address, ") ExecuteStep failed: ",
+                      absl::StatusCodeToString(static_cast<absl::StatusCode>(code)), ": ",
+                      reply.message()));
+  }
+  {
+    absl::MutexLock lock(&mutex_);
+    if (!healthy_.load()) return absl::UnavailableError(failure_);
+  }
+  if (code != grpc::StatusCode::OK) {
+    return absl::Status(static_cast<absl::StatusCode>(code),
+                        absl::StrCat("worker rank 0 ExecuteStep: ", reply.message()));
+  }
+  return std::move(*reply.mutable_result());
 }
 
 void GrpcWorkerGroup::Fail(const std::string& reason) {

@@ -56,8 +56,8 @@ struct GrpcWorkerGroupOptions {
   // Tensor parallelism (more than one rank): the group runs a rendezvous
   // store (worker/comm/rendezvous_store_server.h) on this IPv4 address and
   // port (0: any free port), a fresh one with a fresh secret for each
-  // LoadModel, and hands its address, secret and key prefix to every rank. Every rank must reach it:
-  // loopback for spawned workers, an address of this host for connected ones.
+  // LoadModel, and hands its address, secret and key prefix to every rank. Every rank must reach
+  // it: loopback for spawned workers, an address of this host for connected ones.
   std::string rendezvous_host = "127.0.0.1";
   int rendezvous_port = 0;
   // Bounds the ranks' joining of their group and each of their collectives.
@@ -167,6 +167,10 @@ class GrpcWorkerGroup final : public WorkerGroup {
   // verdicts as CallAllRanks.
   absl::StatusOr<pagoda::worker::v1::StepResult> ExecuteStepOnOneRank(
       const pagoda::worker::v1::StepPlan& plan);
+  // The same over a spawned rank's step channel `fd`
+  // (scheduler/workers/worker_launcher.h): one frame each way, no gRPC.
+  absl::StatusOr<pagoda::worker::v1::StepResult> ExecuteStepOverChannel(
+      const pagoda::worker::v1::StepPlan& plan, int fd);
 
   // Marks the group unhealthy for `reason` (first reason wins) and cancels
   // every call in flight.

@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -34,8 +35,10 @@ constexpr absl::string_view kListeningPrefix = "PAGODA_WORKER_LISTENING ";
 // Grace a worker gets to stop by itself when a failed start is cleaned up.
 constexpr absl::Duration kFailedStartGrace = absl::Milliseconds(500);
 constexpr absl::Duration kDestructorGrace = absl::Seconds(2);
-// The descriptor the child reads its secret from.
+// The descriptors the child reads its secret from and serves its step
+// channel on.
 constexpr int kSecretFd = 3;
+constexpr int kStepFd = 4;
 
 // A fresh directory only this user can open, for the worker's socket.
 absl::StatusOr<std::string> MakePrivateSocketDir() {
@@ -62,6 +65,15 @@ absl::StatusOr<int> SecretPipe(const std::string& secret) {
     return absl::UnavailableError("cannot write the worker secret to its pipe");
   }
   return fds[0];
+}
+
+// `fd` moved to a descriptor above `floor` (close-on-exec), so that the
+// spawn's dup2 onto kSecretFd and kStepFd cannot overwrite a source that
+// happens to sit on the other target. Closes `fd`; -1 on failure.
+int MoveAbove(int fd, int floor) {
+  const int moved = fcntl(fd, F_DUPFD_CLOEXEC, floor + 1);
+  close(fd);
+  return moved;
 }
 
 std::string DescribeWaitStatus(int status) {
@@ -103,6 +115,27 @@ absl::StatusOr<std::unique_ptr<WorkerProcess>> WorkerProcess::Spawn(
     remove_dir();
     return absl::UnavailableError(absl::StrCat("pipe2: ", strerror(errno)));
   }
+  // The step channel: [0] stays here, [1] becomes the child's kStepFd.
+  int step_fds[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, step_fds) == 0) {
+    step_fds[1] = MoveAbove(step_fds[1], kStepFd);
+    *secret_fd = MoveAbove(*secret_fd, kStepFd);
+    if (step_fds[1] < 0 || *secret_fd < 0) {
+      if (step_fds[1] >= 0) close(step_fds[1]);
+      if (*secret_fd >= 0) close(*secret_fd);
+      close(step_fds[0]);
+      close(pipe_fds[0]);
+      close(pipe_fds[1]);
+      remove_dir();
+      return absl::UnavailableError(absl::StrCat("fcntl(F_DUPFD_CLOEXEC): ", strerror(errno)));
+    }
+  } else {
+    close(*secret_fd);
+    close(pipe_fds[0]);
+    close(pipe_fds[1]);
+    remove_dir();
+    return absl::UnavailableError(absl::StrCat("socketpair: ", strerror(errno)));
+  }
   std::vector<std::string> args = {worker_binary,
                                    "--listen",
                                    absl::StrCat("unix:", *socket_dir, "/worker.sock"),
@@ -111,7 +144,9 @@ absl::StatusOr<std::unique_ptr<WorkerProcess>> WorkerProcess::Spawn(
                                    "--parent-pid",
                                    absl::StrCat(getpid()),
                                    "--secret-fd",
-                                   absl::StrCat(kSecretFd)};
+                                   absl::StrCat(kSecretFd),
+                                   "--step-fd",
+                                   absl::StrCat(kStepFd)};
   std::vector<char*> argv;
   for (std::string& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);
@@ -122,9 +157,11 @@ absl::StatusOr<std::unique_ptr<WorkerProcess>> WorkerProcess::Spawn(
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], STDOUT_FILENO);
   posix_spawn_file_actions_adddup2(&actions, *secret_fd, kSecretFd);
+  posix_spawn_file_actions_adddup2(&actions, step_fds[1], kStepFd);
   // Nothing else of this process (client sockets, model files, other
-  // workers' pipes) reaches the worker, whether or not it is close-on-exec.
-  posix_spawn_file_actions_addclosefrom_np(&actions, kSecretFd + 1);
+  // workers' pipes and channels) reaches the worker, whether or not it is
+  // close-on-exec.
+  posix_spawn_file_actions_addclosefrom_np(&actions, kStepFd + 1);
   // A child inherits the caller's signal mask across exec. pagoda-server
   // blocks SIGTERM and SIGINT in every thread (it sigwait()s for them), so
   // without this the worker would ignore the SIGTERM that Terminate() sends
@@ -142,8 +179,10 @@ absl::StatusOr<std::unique_ptr<WorkerProcess>> WorkerProcess::Spawn(
   posix_spawn_file_actions_destroy(&actions);
   close(pipe_fds[1]);
   close(*secret_fd);
+  close(step_fds[1]);
   if (spawn_error != 0) {
     close(pipe_fds[0]);
+    close(step_fds[0]);
     remove_dir();
     return absl::UnavailableError(absl::StrCat("cannot start worker rank ", rank, " from '",
                                                worker_binary, "': ", strerror(spawn_error)));
@@ -154,6 +193,7 @@ absl::StatusOr<std::unique_ptr<WorkerProcess>> WorkerProcess::Spawn(
       new WorkerProcess(rank, pid, pidfd, pipe_fds[0], std::move(on_exit)));
   process->socket_dir_ = *std::move(socket_dir);
   process->secret_ = *std::move(secret);
+  process->step_fd_ = step_fds[0];
   absl::Status started = process->ReadEndpoint(start_timeout);
   if (!started.ok()) {
     process->Terminate(kFailedStartGrace);
@@ -175,6 +215,7 @@ WorkerProcess::~WorkerProcess() {
   // The child is gone, so its end of the pipe is closed and the forwarder sees EOF.
   if (forwarder_.joinable()) forwarder_.join();
   close(stdout_fd_);
+  if (step_fd_ >= 0) close(step_fd_);
   if (pidfd_ >= 0) close(pidfd_);
   if (!socket_dir_.empty()) {
     std::error_code ignored;

@@ -21,8 +21,12 @@ namespace pagoda::scheduler {
 // socket in it) and a fresh random secret, and starts `worker_binary --listen
 // unix:DIR/worker.sock --rank r --parent-pid <this pid> --secret-fd 3`. The
 // secret goes through a pipe the child inherits as fd 3, never through argv
-// or the environment (both readable in /proc); the child inherits no other
-// descriptor but stdin, stdout (a pipe to this process) and stderr. Spawn
+// or the environment (both readable in /proc). The child also inherits, as
+// fd 4 (--step-fd 4), one end of a Unix socket pair: the step channel, over
+// which a one-rank group sends its step plans (common/frame_channel.h) in a
+// system call each way instead of a gRPC call's hops between threads. No
+// path names it, so no other process can connect to it. The child inherits no
+// other descriptor but stdin, stdout (a pipe to this process) and stderr. Spawn
 // reads the "PAGODA_WORKER_LISTENING unix:PATH" line; the child's stderr is
 // this process's stderr and the rest of its stdout is copied there too.
 // A monitor thread waits for the child and reaps it the moment it exits, then
@@ -57,6 +61,9 @@ class WorkerProcess {
   const std::string& address() const { return address_; }
   // What every call to the worker must carry (common/worker_secret.h).
   const std::string& secret() const { return secret_; }
+  // This process's end of the step channel (owned; valid for the object's
+  // lifetime). One step at a time: the caller serialises its use.
+  int step_fd() const { return step_fd_; }
 
   // True once the child has exited, been reaped and `on_exit` has returned.
   bool Exited();
@@ -83,6 +90,7 @@ class WorkerProcess {
   const ExitCallback on_exit_;
   std::string socket_dir_;  // Removed (with the socket) in the destructor.
   std::string secret_;
+  int step_fd_ = -1;  // Owned; closed in the destructor.
   std::string address_;
   std::string stdout_buffer_;  // Bytes read past the port line, not yet forwarded.
 
