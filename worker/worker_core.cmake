@@ -48,3 +48,5 @@ endif()
 # Linear timings on the benchmark model's shapes (not a test).
 add_executable(bench_cpu_linear ${CMAKE_CURRENT_LIST_DIR}/cpu/bench_linear.cc)
 target_link_libraries(bench_cpu_linear PRIVATE pagoda_worker_core)
+add_executable(bench_cpu_decode ${CMAKE_CURRENT_LIST_DIR}/cpu/bench_decode.cc)
+target_link_libraries(bench_cpu_decode PRIVATE pagoda_worker_core absl::strings)

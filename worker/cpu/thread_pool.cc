@@ -53,12 +53,21 @@ ThreadPool::~ThreadPool() {
   for (std::thread& worker : workers_) worker.join();
 }
 
+// Guided self-scheduling: each grab takes a share of what is left, so chunks
+// start large (few grabs) and shrink to `grain` at the end, where the threads
+// would otherwise wait on whichever holds the last big chunk. At batch 1
+// every matrix of a step is one such task, and the tail wait was a tenth of
+// the step.
 void ThreadPool::RunChunks() {
-  for (;;) {
-    const int64_t chunk = next_chunk_.fetch_add(1, std::memory_order_relaxed);
-    const int64_t begin = chunk * chunk_size_;
-    if (begin >= task_size_) return;
-    (*task_)(begin, std::min(task_size_, begin + chunk_size_));
+  const int64_t divisor = 2 * num_threads();
+  int64_t begin = next_index_.load(std::memory_order_relaxed);
+  while (begin < task_size_) {
+    const int64_t end =
+        std::min(task_size_, begin + std::max(grain_, (task_size_ - begin) / divisor));
+    if (next_index_.compare_exchange_weak(begin, end, std::memory_order_relaxed)) {
+      (*task_)(begin, end);
+      begin = next_index_.load(std::memory_order_relaxed);
+    }
   }
 }
 
@@ -103,13 +112,10 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
     fn(0, n);
     return;
   }
-  // About four chunks per thread balances load when another process takes a
-  // core for a while, without making chunks needlessly small.
-  const int64_t target_chunks = 4 * static_cast<int64_t>(num_threads());
   task_ = &fn;
   task_size_ = n;
-  chunk_size_ = std::max(grain, (n + target_chunks - 1) / target_chunks);
-  next_chunk_.store(0, std::memory_order_relaxed);
+  grain_ = grain;
+  next_index_.store(0, std::memory_order_relaxed);
   const uint64_t generation = generation_.load(std::memory_order_relaxed) + 1;
   task_state_.store((generation & 0xffffffffu) << 32, std::memory_order_release);
   generation_.store(generation);  // Sequentially consistent with sleepers_.

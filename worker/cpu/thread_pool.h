@@ -41,8 +41,10 @@ class ThreadPool {
 
   // Calls fn(begin, end) over disjoint ranges covering [0, n) exactly once,
   // each range at least `grain` long (except the last), and returns when all
-  // calls have returned. Ranges are handed out dynamically, so a thread slowed
-  // by other processes takes fewer of them. n <= grain runs inline.
+  // calls have returned. Ranges are handed out dynamically, a share of what
+  // is left at a time (large first, `grain` at the end), so a thread slowed
+  // by other processes takes fewer of them and none waits long for the last.
+  // n <= grain runs inline.
   void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
  private:
@@ -67,8 +69,8 @@ class ThreadPool {
   // The current task; written only while no worker is running a task.
   const std::function<void(int64_t, int64_t)>* task_ = nullptr;
   int64_t task_size_ = 0;
-  int64_t chunk_size_ = 1;
-  std::atomic<int64_t> next_chunk_{0};
+  int64_t grain_ = 1;
+  std::atomic<int64_t> next_index_{0};  // Start of the next range to hand out.
 };
 
 }  // namespace pagoda::worker
