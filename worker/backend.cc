@@ -36,6 +36,15 @@ Tensor Tensor::Of(const Buffer& buffer, std::initializer_list<int64_t> dims) {
   return tensor;
 }
 
+Tensor Tensor::Rows(int64_t first, int64_t count) const {
+  Require(rank == 2, "Rows of a tensor that is not a matrix");
+  Require(first >= 0 && count >= 0 && first + count <= shape[0], "Rows out of range");
+  Tensor rows = *this;
+  rows.shape[0] = count;
+  rows.data = static_cast<const char*>(data) + first * shape[1] * DTypeSize(dtype);
+  return rows;
+}
+
 int64_t Tensor::num_elements() const {
   int64_t n = 1;
   for (int i = 0; i < rank; ++i) n *= shape[i];

@@ -77,6 +77,8 @@ struct Tensor {
   const void* data = nullptr;
 
   static Tensor Of(const Buffer& buffer, std::initializer_list<int64_t> dims);
+  // Rows [first, first + count) of a rank-2 tensor: the same memory, offset.
+  Tensor Rows(int64_t first, int64_t count) const;
   int64_t dim(int i) const { return shape[i]; }
   int64_t num_elements() const;
 };

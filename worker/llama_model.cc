@@ -17,8 +17,11 @@ namespace pagoda::worker {
 
 struct LlamaModel::LayerWeights {
   std::unique_ptr<Buffer> input_norm, post_attention_norm;
-  std::unique_ptr<Buffer> q_proj, k_proj, v_proj, o_proj;
-  std::unique_ptr<Buffer> q_bias, k_bias, v_bias;  // Null without attention_bias.
+  // [q_dim + 2 * kv_dim, hidden]: query rows, then key rows, then value rows
+  // (vLLM's QKVParallelLinear), so one product serves all three.
+  std::unique_ptr<Buffer> qkv_proj;
+  std::unique_ptr<Buffer> qkv_bias;  // f32, the same order; null without attention_bias.
+  std::unique_ptr<Buffer> o_proj;
   std::unique_ptr<Buffer> gate_up_proj;  // [2 * intermediate, hidden]: gate rows, then up rows.
   std::unique_ptr<Buffer> down_proj;
 };
@@ -106,6 +109,17 @@ class WeightLoader {
       if (view.owned.empty()) ReleaseMappedPages(view.data, view.nbytes);
     }
     return buffer;
+  }
+
+  // Several biases (each this rank's elements) one after another, in f32.
+  absl::StatusOr<std::unique_ptr<Buffer>> LoadF32Stacked(const std::vector<Part>& parts) {
+    std::vector<float> stacked;
+    for (const Part& part : parts) {
+      auto host = SliceRowsF32(store_, part.name, part.shape, part.slice.begin, part.slice.end);
+      if (!host.ok()) return host.status();
+      stacked.insert(stacked.end(), host->begin(), host->end());
+    }
+    return ToBackend(stacked);
   }
 
   std::unique_ptr<Buffer> ToBackend(const std::vector<float>& host) {
@@ -202,20 +216,18 @@ absl::Status LlamaModel::LoadWeights(const std::string& model_dir,
     PAGODA_ASSIGN_OR_RETURN(layer->post_attention_norm,
                             loader.Load(prefix + "post_attention_layernorm.weight", {hidden}));
     PAGODA_ASSIGN_OR_RETURN(
-        layer->q_proj, loader.Load(prefix + "self_attn.q_proj.weight", {q_dim, hidden}, slices.q));
-    PAGODA_ASSIGN_OR_RETURN(layer->k_proj, loader.Load(prefix + "self_attn.k_proj.weight",
-                                                       {kv_dim, hidden}, slices.kv));
-    PAGODA_ASSIGN_OR_RETURN(layer->v_proj, loader.Load(prefix + "self_attn.v_proj.weight",
-                                                       {kv_dim, hidden}, slices.kv));
+        layer->qkv_proj,
+        loader.LoadStacked({{prefix + "self_attn.q_proj.weight", {q_dim, hidden}, slices.q},
+                            {prefix + "self_attn.k_proj.weight", {kv_dim, hidden}, slices.kv},
+                            {prefix + "self_attn.v_proj.weight", {kv_dim, hidden}, slices.kv}}));
     PAGODA_ASSIGN_OR_RETURN(
         layer->o_proj, loader.Load(prefix + "self_attn.o_proj.weight", {hidden, q_dim}, slices.o));
     if (config_.attention_bias) {
-      PAGODA_ASSIGN_OR_RETURN(layer->q_bias,
-                              loader.LoadF32(prefix + "self_attn.q_proj.bias", {q_dim}, slices.q));
       PAGODA_ASSIGN_OR_RETURN(
-          layer->k_bias, loader.LoadF32(prefix + "self_attn.k_proj.bias", {kv_dim}, slices.kv));
-      PAGODA_ASSIGN_OR_RETURN(
-          layer->v_bias, loader.LoadF32(prefix + "self_attn.v_proj.bias", {kv_dim}, slices.kv));
+          layer->qkv_bias,
+          loader.LoadF32Stacked({{prefix + "self_attn.q_proj.bias", {q_dim}, slices.q},
+                                 {prefix + "self_attn.k_proj.bias", {kv_dim}, slices.kv},
+                                 {prefix + "self_attn.v_proj.bias", {kv_dim}, slices.kv}}));
     }
     PAGODA_ASSIGN_OR_RETURN(
         layer->gate_up_proj,
@@ -260,9 +272,8 @@ size_t LlamaModel::weight_bytes() const {
   size_t total = bytes(embed_tokens_) + bytes(final_norm_) + bytes(lm_head_);
   for (const auto& layer : layers_) {
     for (const auto* b :
-         {&layer->input_norm, &layer->post_attention_norm, &layer->q_proj, &layer->k_proj,
-          &layer->v_proj, &layer->o_proj, &layer->q_bias, &layer->k_bias, &layer->v_bias,
-          &layer->gate_up_proj, &layer->down_proj}) {
+         {&layer->input_norm, &layer->post_attention_norm, &layer->qkv_proj, &layer->qkv_bias,
+          &layer->o_proj, &layer->gate_up_proj, &layer->down_proj}) {
       total += bytes(*b);
     }
   }
@@ -298,9 +309,12 @@ absl::StatusOr<ForwardOutput> LlamaModel::Forward(const FlatBatch& batch, CacheE
   const size_t t = static_cast<size_t>(tokens);
   void* residual = workspace_.Take(act, t * hidden);
   void* normed = workspace_.Take(act, t * hidden);
-  void* q = workspace_.Take(act, t * q_dim);
-  void* k = workspace_.Take(act, t * kv_dim);
-  void* v = workspace_.Take(act, t * kv_dim);
+  // q, k and v ([tokens, dim] each) back to back in one region: for a single
+  // token that is exactly the fused product's row.
+  const size_t width = DTypeSize(act);
+  void* q = workspace_.Take(act, t * (q_dim + 2 * kv_dim));
+  void* k = static_cast<char*>(q) + t * q_dim * width;
+  void* v = static_cast<char*>(k) + t * kv_dim * width;
   void* attention = workspace_.Take(act, t * q_dim);
   void* projected = workspace_.Take(act, t * hidden);
   void* gate_up = workspace_.Take(act, t * 2 * inter);
@@ -329,12 +343,19 @@ absl::StatusOr<ForwardOutput> LlamaModel::Forward(const FlatBatch& batch, CacheE
     } else {
       backend_->AddRmsNorm(residual, projected, vec(layer.input_norm), tokens, eps, normed);
     }
-    backend_->Linear(normed, tokens, matrix(layer.q_proj, q_dim, hidden), bias(layer.q_bias), q,
-                     act);
-    backend_->Linear(normed, tokens, matrix(layer.k_proj, kv_dim, hidden), bias(layer.k_bias), k,
-                     act);
-    backend_->Linear(normed, tokens, matrix(layer.v_proj, kv_dim, hidden), bias(layer.v_bias), v,
-                     act);
+    const Tensor qkv = matrix(layer.qkv_proj, q_dim + 2 * kv_dim, hidden);
+    const float* qkv_bias = bias(layer.qkv_bias);
+    if (tokens == 1) {
+      // One product for all three: a decode step at batch 1 only streams
+      // weights, and a third as many hand-offs between threads.
+      backend_->Linear(normed, 1, qkv, qkv_bias, q, act);
+    } else {
+      auto part_bias = [&](int offset) { return qkv_bias ? qkv_bias + offset : nullptr; };
+      backend_->Linear(normed, tokens, qkv.Rows(0, q_dim), part_bias(0), q, act);
+      backend_->Linear(normed, tokens, qkv.Rows(q_dim, kv_dim), part_bias(q_dim), k, act);
+      backend_->Linear(normed, tokens, qkv.Rows(q_dim + kv_dim, kv_dim), part_bias(q_dim + kv_dim),
+                       v, act);
+    }
     backend_->Rope(q, k, step, heads, kv_heads, head_dim, rope);
     const KvCacheLayer kv = cache->layer(i);
     backend_->WriteKvCache(k, v, step, kv);

@@ -336,8 +336,10 @@ void Engine::FinishRequest(const std::string& request_id, const absl::Status& st
   requests_.erase(it);
   state->record.finish_reason = finish_reason;
   state->record.finish_time = absl::Now();
-  state->sink->OnFinish(status);
+  // Metrics first: a client that has its final response must find the
+  // request counted (the response can reach it before the next line runs).
   if (observer_ != nullptr) observer_->OnRequestFinished(state->record);
+  state->sink->OnFinish(status);
   // Leaves in_flight_ids_ with the next snapshot, so that a waiter who sees
   // the engine idle also sees the blocks it freed.
   finished_ids_.push_back(request_id);
