@@ -309,14 +309,16 @@ PAGODA_AVX512 void Tile4RowsAvx512(const void* w, size_t ld_w, const float* x, s
   const auto* base = static_cast<const char*>(w);
   const size_t row_bytes = ld_w * DTypeSize(kType);
   const void* rows_w[4] = {base, base + row_bytes, base + 2 * row_bytes, base + 3 * row_bytes};
-  // Weight rows are streamed from memory, and a tile of several tokens
-  // computes long enough per byte that the hardware prefetcher falls behind:
-  // fetch the rows two groups ahead (doubles the weight bandwidth at 8
-  // tokens). A single token keeps pace with the hardware prefetcher, and the
-  // extra requests only compete with it (a batch-1 decode step is 10% slower
-  // with them).
-  constexpr bool kPrefetch = kRows > 1;
-  const size_t prefetch = 8 * row_bytes;
+  // Weight rows are streamed from memory, and the hardware prefetcher alone
+  // does not keep enough of them in flight (on this project's 2-core VM a
+  // batch-1 decode step ran 1.8x slower without software prefetch whenever
+  // memory was contended). A tile of several tokens reuses each weight slice
+  // from L1 and L2, so its rows are fetched two groups ahead into every level
+  // (doubles the weight bandwidth at 8 tokens); a single token reads each
+  // line once, so it fetches the next group only, non-temporal, so as not to
+  // evict what is reused (the best of the distances and hints tried).
+  constexpr bool kOneToken = kRows == 1;
+  const size_t prefetch = (kOneToken ? 4 : 8) * row_bytes;
   __m512 acc[kRows][4];
 #pragma GCC unroll 4
   for (int r = 0; r < kRows; ++r) {
@@ -329,9 +331,11 @@ PAGODA_AVX512 void Tile4RowsAvx512(const void* w, size_t ld_w, const float* x, s
 #pragma GCC unroll 4
     for (int c = 0; c < 4; ++c) {
       wv[c] = Load16<kType>(rows_w[c], i);
-      if constexpr (kPrefetch) {
-        _mm_prefetch(static_cast<const char*>(rows_w[c]) + i * DTypeSize(kType) + prefetch,
-                     _MM_HINT_T0);
+      const char* ahead = static_cast<const char*>(rows_w[c]) + i * DTypeSize(kType) + prefetch;
+      if constexpr (kOneToken) {
+        _mm_prefetch(ahead, _MM_HINT_NTA);
+      } else {
+        _mm_prefetch(ahead, _MM_HINT_T0);
       }
     }
 #pragma GCC unroll 4
@@ -449,30 +453,63 @@ PAGODA_AVX512 void SiluMulAvx512(const float* gate, const float* up, float* out,
   SiluMulPlain(gate + i, up + i, out + i, n - i);
 }
 
-constexpr SimdKernels kPlainKernels = {
-    DotPlain<DType::kF32>,    DotPlain<DType::kBF16>,    DotPlain<DType::kF16>,
-    Dot4Plain<DType::kF32>,   Dot4Plain<DType::kBF16>,   Dot4Plain<DType::kF16>,
-    Tile4Plain<DType::kF32>,  Tile4Plain<DType::kBF16>,  Tile4Plain<DType::kF16>,
-    WidenPlain<DType::kF32>,  WidenPlain<DType::kBF16>,  WidenPlain<DType::kF16>,
-    NarrowPlain<DType::kF32>, NarrowPlain<DType::kBF16>, NarrowPlain<DType::kF16>,
-    AxpyPlain<DType::kF32>,   AxpyPlain<DType::kBF16>,   AxpyPlain<DType::kF16>,
-    SiluMulPlain};
-constexpr SimdKernels kAvx2Kernels = {
-    DotAvx2<DType::kF32>,    DotAvx2<DType::kBF16>,    DotAvx2<DType::kF16>,
-    Dot4Avx2<DType::kF32>,   Dot4Avx2<DType::kBF16>,   Dot4Avx2<DType::kF16>,
-    Tile4Avx2<DType::kF32>,  Tile4Avx2<DType::kBF16>,  Tile4Avx2<DType::kF16>,
-    WidenAvx2<DType::kF32>,  WidenAvx2<DType::kBF16>,  WidenAvx2<DType::kF16>,
-    NarrowAvx2<DType::kF32>, NarrowAvx2<DType::kBF16>, NarrowAvx2<DType::kF16>,
-    AxpyAvx2<DType::kF32>,   AxpyAvx2<DType::kBF16>,   AxpyAvx2<DType::kF16>,
-    SiluMulPlain};
-constexpr SimdKernels kAvx512Kernels = {
-    DotAvx512<DType::kF32>,    DotAvx512<DType::kBF16>,    DotAvx512<DType::kF16>,
-    Dot4Avx512<DType::kF32>,   Dot4Avx512<DType::kBF16>,   Dot4Avx512<DType::kF16>,
-    Tile4Avx512<DType::kF32>,  Tile4Avx512<DType::kBF16>,  Tile4Avx512<DType::kF16>,
-    WidenAvx512<DType::kF32>,  WidenAvx512<DType::kBF16>,  WidenAvx512<DType::kF16>,
-    NarrowAvx512<DType::kF32>, NarrowAvx512<DType::kBF16>, NarrowAvx512<DType::kF16>,
-    AxpyAvx512<DType::kF32>,   AxpyAvx512<DType::kBF16>,   AxpyAvx512<DType::kF16>,
-    SiluMulAvx512};
+constexpr SimdKernels kPlainKernels = {DotPlain<DType::kF32>,
+                                       DotPlain<DType::kBF16>,
+                                       DotPlain<DType::kF16>,
+                                       Dot4Plain<DType::kF32>,
+                                       Dot4Plain<DType::kBF16>,
+                                       Dot4Plain<DType::kF16>,
+                                       Tile4Plain<DType::kF32>,
+                                       Tile4Plain<DType::kBF16>,
+                                       Tile4Plain<DType::kF16>,
+                                       WidenPlain<DType::kF32>,
+                                       WidenPlain<DType::kBF16>,
+                                       WidenPlain<DType::kF16>,
+                                       NarrowPlain<DType::kF32>,
+                                       NarrowPlain<DType::kBF16>,
+                                       NarrowPlain<DType::kF16>,
+                                       AxpyPlain<DType::kF32>,
+                                       AxpyPlain<DType::kBF16>,
+                                       AxpyPlain<DType::kF16>,
+                                       SiluMulPlain};
+constexpr SimdKernels kAvx2Kernels = {DotAvx2<DType::kF32>,
+                                      DotAvx2<DType::kBF16>,
+                                      DotAvx2<DType::kF16>,
+                                      Dot4Avx2<DType::kF32>,
+                                      Dot4Avx2<DType::kBF16>,
+                                      Dot4Avx2<DType::kF16>,
+                                      Tile4Avx2<DType::kF32>,
+                                      Tile4Avx2<DType::kBF16>,
+                                      Tile4Avx2<DType::kF16>,
+                                      WidenAvx2<DType::kF32>,
+                                      WidenAvx2<DType::kBF16>,
+                                      WidenAvx2<DType::kF16>,
+                                      NarrowAvx2<DType::kF32>,
+                                      NarrowAvx2<DType::kBF16>,
+                                      NarrowAvx2<DType::kF16>,
+                                      AxpyAvx2<DType::kF32>,
+                                      AxpyAvx2<DType::kBF16>,
+                                      AxpyAvx2<DType::kF16>,
+                                      SiluMulPlain};
+constexpr SimdKernels kAvx512Kernels = {DotAvx512<DType::kF32>,
+                                        DotAvx512<DType::kBF16>,
+                                        DotAvx512<DType::kF16>,
+                                        Dot4Avx512<DType::kF32>,
+                                        Dot4Avx512<DType::kBF16>,
+                                        Dot4Avx512<DType::kF16>,
+                                        Tile4Avx512<DType::kF32>,
+                                        Tile4Avx512<DType::kBF16>,
+                                        Tile4Avx512<DType::kF16>,
+                                        WidenAvx512<DType::kF32>,
+                                        WidenAvx512<DType::kBF16>,
+                                        WidenAvx512<DType::kF16>,
+                                        NarrowAvx512<DType::kF32>,
+                                        NarrowAvx512<DType::kBF16>,
+                                        NarrowAvx512<DType::kF16>,
+                                        AxpyAvx512<DType::kF32>,
+                                        AxpyAvx512<DType::kBF16>,
+                                        AxpyAvx512<DType::kF16>,
+                                        SiluMulAvx512};
 
 }  // namespace
 
