@@ -20,9 +20,11 @@ int AvailableCpuCount();
 // cores. The calling thread takes part in every ParallelFor, so a pool of N
 // threads starts N - 1 workers.
 //
-// Idle workers spin briefly (a step issues dozens of ParallelFors a few
-// microseconds apart; waking a sleeping thread costs more than the work), then
-// sleep on a condition variable, so an idle worker costs no CPU. Handing out a
+// Idle workers spin for about half a millisecond (a step issues dozens of
+// ParallelFors a few microseconds apart, and the next step follows within a
+// fraction of a millisecond; waking a sleeping thread costs more than the
+// work), yielding now and then, then sleep on a condition variable, so an
+// idle worker costs no CPU. Handing out a
 // task takes no lock unless a worker sleeps: a spinning worker that had to
 // take a mutex the caller holds would sleep in the kernel, and the caller
 // would do its share of the work alone.
