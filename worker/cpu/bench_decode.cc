@@ -2,7 +2,8 @@
 // for each batch size B, B sequences prefill a prompt together and then
 // decode greedily, one token each per step, through the same
 // ModelRunner::ExecuteStep the worker serves. Prints prefill and decode time,
-// output tokens/s (what llama.cpp's batched bench calls S_TG and S), and the
+// output tokens/s (what llama.cpp's batched bench calls S_TG and S) of the
+// median of --rounds rounds after a warm-up, and the
 // decode step's weight bytes per second against the memory read bandwidth of
 // this machine measured in the same run (the same thread count streaming one
 // buffer larger than the caches): at batch 1 a decode step reads every weight
@@ -166,8 +167,8 @@ double DecodeWeightBytes(const ModelConfig& c, const std::string& model_dir) {
   const double kv_dim = static_cast<double>(c.num_key_value_heads) * c.head_dim;
   const double per_layer = hidden * (q_dim + 2 * kv_dim) + q_dim * hidden + 3 * hidden * inter;
   const double matrices = c.num_hidden_layers * per_layer + vocab * hidden;
-  const double stored = c.num_hidden_layers * per_layer + vocab * hidden *
-                        (c.tie_word_embeddings ? 1 : 2);
+  const double stored =
+      c.num_hidden_layers * per_layer + vocab * hidden * (c.tie_word_embeddings ? 1 : 2);
   double file_bytes = 0;
   for (const auto& entry : std::filesystem::directory_iterator(model_dir)) {
     if (entry.path().extension() == ".safetensors") file_bytes += entry.file_size();
@@ -202,24 +203,29 @@ int Main(int argc, char** argv) {
   }
   const double weight_bytes = DecodeWeightBytes(*config, flags.model);
   const double read_gbs = ReadBandwidth(flags.threads);
-  std::printf("model %s: a decode step reads %.1f MB of weights; %d threads; memory read %.1f GB/s\n",
-              flags.model.c_str(), weight_bytes / 1e6, flags.threads, read_gbs);
+  std::printf(
+      "model %s: a decode step reads %.1f MB of weights; %d threads; memory read %.1f GB/s\n",
+      flags.model.c_str(), weight_bytes / 1e6, flags.threads, read_gbs);
   std::printf("%5s %10s %10s %12s %12s %10s %8s\n", "batch", "prefill_ms", "step_ms",
               "decode_tok/s", "e2e_out_tok/s", "weight_GB/s", "of_read");
   int64_t step_id = 0;
   for (int batch : flags.batches) {
     RunRound(*runner, batch, flags, loaded->vocab_size(), &step_id);  // Warm-up.
-    Timing best{1e30, 1e30};
+    std::vector<Timing> rounds;
     for (int r = 0; r < flags.rounds; ++r) {
-      const Timing t = RunRound(*runner, batch, flags, loaded->vocab_size(), &step_id);
-      if (t.prefill_s + t.decode_s < best.prefill_s + best.decode_s) best = t;
+      rounds.push_back(RunRound(*runner, batch, flags, loaded->vocab_size(), &step_id));
     }
-    const double step_s = best.decode_s / (flags.tokens - 1);
+    // The median round: this machine's memory bandwidth swings between runs,
+    // and the best round would flatter.
+    std::sort(rounds.begin(), rounds.end(), [](const Timing& a, const Timing& b) {
+      return a.prefill_s + a.decode_s < b.prefill_s + b.decode_s;
+    });
+    const Timing best = rounds[rounds.size() / 2];
+    const double step_s = best.decode_s / (flags.tokens - 1);  // Of the median round.
     const double gbs = weight_bytes / step_s / 1e9;
     std::printf("%5d %10.2f %10.3f %12.1f %12.1f %10.1f %7.0f%%\n", batch, best.prefill_s * 1e3,
                 step_s * 1e3, batch / step_s,
-                batch * flags.tokens / (best.prefill_s + best.decode_s), gbs,
-                100 * gbs / read_gbs);
+                batch * flags.tokens / (best.prefill_s + best.decode_s), gbs, 100 * gbs / read_gbs);
   }
   return 0;
 }
