@@ -4,7 +4,8 @@
 // tokens/s and the engine's mean step time split into schedule, worker RPC
 // (transport and waiting), forward (as the workers report it), postprocessing
 // and, within forward, rank 0's tensor-parallel all-reduce time, read from
-// ModelInfo.engine_stats before and after.
+// ModelInfo.engine_stats before and after. --warmup requests go first,
+// uncounted.
 
 #include <algorithm>
 #include <cstdio>
@@ -31,6 +32,10 @@ ABSL_FLAG(std::string, concurrency, "1,8,32", "Comma-separated numbers of concur
 ABSL_FLAG(int, rounds, 2, "Requests each client sends, one after the other.");
 ABSL_FLAG(int, prompt_len, 32, "Prompt tokens per request.");
 ABSL_FLAG(int, max_tokens, 64, "Generated tokens per request.");
+ABSL_FLAG(int, warmup, 1,
+          "Requests (--prompt-len and --max-tokens long) sent one at a time before the first "
+          "level and not counted: a fresh server's first steps touch memory for the first "
+          "time.");
 ABSL_FLAG(std::string, trace, "",
           "Offline throughput on a synthetic trace instead of fixed lengths: sharegpt or "
           "alpaca (scheduler/sim/trace.h length models); every request is sent at once, "
@@ -199,6 +204,21 @@ int main(int argc, char** argv) {
   std::printf("%11s %8s %6s %9s %8s %10s %7s %7s %9s %9s %8s %9s %8s %9s\n", "concurrency",
               "requests", "errors", "out_tok", "wall_s", "out_tok/s", "steps", "batch", "step_ms",
               "sched_ms", "rpc_ms", "fwd_ms", "post_ms", "allred_ms");
+  const int warmup = absl::GetFlag(FLAGS_warmup);
+  if (warmup < 0 || warmup > 1000) {
+    std::fprintf(stderr, "pagoda-bench: --warmup must be in [0, 1000]\n");
+    return 1;
+  }
+  if (warmup > 0) {
+    const LevelResult warm = RunLevel(
+        *stub, 1, info.vocab_size(),
+        std::vector<Job>(warmup,
+                         Job{absl::GetFlag(FLAGS_prompt_len), absl::GetFlag(FLAGS_max_tokens)}));
+    if (warm.errors > 0) {
+      std::fprintf(stderr, "pagoda-bench: %d of %d warm-up requests failed\n", warm.errors, warmup);
+      return 1;
+    }
+  }
   for (absl::string_view level : absl::StrSplit(absl::GetFlag(FLAGS_concurrency), ',')) {
     int concurrency;
     if (!absl::SimpleAtoi(level, &concurrency) || concurrency <= 0) {
