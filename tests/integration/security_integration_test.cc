@@ -107,6 +107,19 @@ std::vector<std::string> ListeningUnixSockets(const std::vector<std::string>& in
   return paths;
 }
 
+// The /proc/net/unix line of Unix socket `inode`, split into fields (empty
+// if there is none): a named socket has its path as the eighth field.
+std::vector<std::string> UnixSocketFields(const std::string& inode) {
+  std::ifstream file("/proc/net/unix");
+  std::string line;
+  std::getline(file, line);  // Header.
+  while (std::getline(file, line)) {
+    std::vector<std::string> fields = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    if (fields.size() > 6 && fields[6] == inode) return fields;
+  }
+  return {};
+}
+
 class WorkerChannelTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -210,6 +223,20 @@ TEST_F(WorkerChannelTest, WorkerListensOnOneUnixSocketInAPrivateDirectory) {
   const std::vector<std::string> inodes = SocketInodes(worker());
   EXPECT_EQ(ListeningTcpSockets(inodes), 0);
   EXPECT_EQ(ListeningUnixSockets(inodes), std::vector<std::string>{path});
+}
+
+// The step channel (fd 4) is one end of a socket pair: no path names it and
+// it does not listen, so no other process can reach the worker through it.
+TEST_F(WorkerChannelTest, StepChannelIsAnUnnamedConnectedSocket) {
+  std::error_code error;
+  const std::string target =
+      std::filesystem::read_symlink(absl::StrCat("/proc/", worker(), "/fd/4"), error).string();
+  ASSERT_FALSE(error) << error.message();
+  ASSERT_TRUE(absl::StartsWith(target, "socket:[")) << target;
+  const std::vector<std::string> fields = UnixSocketFields(target.substr(8, target.size() - 9));
+  ASSERT_GE(fields.size(), 7u) << "not a Unix socket: " << target;
+  EXPECT_EQ(fields.size(), 7u) << "the step channel has a path: " << fields.back();
+  EXPECT_NE(fields[3], "00010000") << "the step channel listens";
 }
 
 TEST_F(WorkerChannelTest, WorkerInheritsNoDescriptorOfTheServer) {
