@@ -441,6 +441,37 @@ TEST_F(WorkerServiceTest, GrpcStepOfASpawnedWorkerMatchesItsStepChannel) {
   EXPECT_FLOAT_EQ(over_channel.result().tokens(0).logprob(), over_grpc.tokens(0).logprob());
 }
 
+// A worker that stops answering (SIGSTOP: alive, holding its channel open)
+// fails the step at the group's step deadline, not never; the group recovers
+// with a new worker and a new channel.
+TEST_F(WorkerServiceTest, StoppedWorkerFailsTheStepAtItsDeadlineAndTheGroupRecovers) {
+  scheduler::GrpcWorkerGroupOptions options;
+  options.step_timeout = absl::Milliseconds(500);
+  auto group = GrpcWorkerGroup::Launch(PAGODA_WORKER_BINARY, 1, kStartTimeout, options);
+  ASSERT_TRUE(group.ok()) << group.status();
+  ASSERT_TRUE((*group)->LoadModel(LoadRequest(*model_dir_)).ok());
+  ASSERT_TRUE((*group)->InitCache(CacheRequest()).ok());
+  ASSERT_TRUE((*group)->ExecuteStep(Step(0, 1, {1, 2}, 0, {0})).ok());
+
+  const pid_t pid = (*group)->worker_pids().at(0);
+  ASSERT_EQ(kill(pid, SIGSTOP), 0);
+  const absl::Time start = absl::Now();
+  auto step = (*group)->ExecuteStep(Step(1, 1, {3}, 2, {0}));
+  const absl::Duration waited = absl::Now() - start;
+  kill(pid, SIGCONT);
+  EXPECT_EQ(step.status().code(), absl::StatusCode::kUnavailable) << step.status();
+  EXPECT_NE(step.status().message().find("deadline"), std::string::npos) << step.status();
+  EXPECT_GE(waited, absl::Milliseconds(450));
+  EXPECT_LT(waited, absl::Seconds(5));
+  EXPECT_FALSE((*group)->Healthy());
+
+  ASSERT_TRUE((*group)->Recover().ok());
+  EXPECT_NE((*group)->worker_pids().at(0), pid);
+  auto again = (*group)->ExecuteStep(Step(2, 1, {1, 2}, 0, {0}));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->tokens_size(), 1);
+}
+
 TEST_F(WorkerServiceTest, OrphanedWorkerExitsWhenItsParentDies) {
   // Become the subreaper so the orphan is re-parented to this test, which can
   // then wait for it.
