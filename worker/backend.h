@@ -33,6 +33,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "common/dtype.h"
 #include "kernels/ops/block_copy_plan.h"
@@ -201,6 +202,9 @@ class Backend {
 
   // Uninitialised backend memory of `num_elements` elements of `dtype`.
   virtual std::unique_ptr<Buffer> Allocate(DType dtype, size_t num_elements) = 0;
+  // The first device error since creation (OK if none); results of ops after
+  // it are not to be trusted. Host backends report errors where they occur.
+  virtual absl::Status status() const { return absl::OkStatus(); }
   // Uninitialised host memory the backend copies to and from fastest (pinned
   // on CUDA, plain on CPU): swap space and upload staging.
   virtual std::unique_ptr<Buffer> AllocateHost(DType dtype, size_t num_elements) = 0;

@@ -18,6 +18,7 @@
 #include "worker/cpu/cpu_backend.h"
 #include "worker/llama_model.h"
 #include "worker/model_runner.h"
+#include "worker/step_execution.h"
 #include "worker/tensor_parallel_group.h"
 
 namespace pagoda::worker {
@@ -114,28 +115,14 @@ class CpuModelRunner final : public ModelRunner {
 
   absl::StatusOr<StepResult> ExecuteStep(const StepPlan& plan) override {
     if (cache_ == nullptr) return absl::FailedPreconditionError("ExecuteStep before InitCache");
-    const auto start = std::chrono::steady_clock::now();
-    // Everything is validated before anything is touched, so a rejected plan
-    // leaves the cache as it was.
-    auto batch = FlattenStepPlan(plan, cache_->Limits(model_->config().vocab_size));
-    if (!batch.ok()) return batch.status();
-    cache_->ApplyBlockMoves(*batch);
-
-    StepResult result;
-    result.set_step_id(plan.step_id());
-    if (batch->num_tokens() > 0) {
-      auto forward = model_->Forward(*batch, cache_.get());
-      if (!forward.ok()) return forward.status();
-      // Only rank 0 samples; the others' part of the step ends with the layers.
-      if (timed_->rank() == 0 && batch->num_logits_rows() > 0) {
-        backend_->Sample(forward->logits, forward->sampling, &samples_);
-        AppendSampledTokens(plan, *batch, samples_, &result);
-      }
-    }
-    result.set_forward_seconds(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    result.set_all_reduce_seconds(timed_->TakeSeconds());
-    return result;
+    return ExecuteStepPlan(
+        plan,
+        StepExecution{.cache = cache_.get(),
+                      .backend = backend_.get(),
+                      .timed = timed_.get(),
+                      .samples = &samples_,
+                      .vocab_size = model_->config().vocab_size},
+        [this](const FlatBatch& batch) { return model_->Forward(batch, cache_.get()); });
   }
 
   void Abort() override {

@@ -13,6 +13,7 @@ add_library(pagoda_worker_core STATIC
   ${CMAKE_CURRENT_LIST_DIR}/sampler.cc
   ${CMAKE_CURRENT_LIST_DIR}/sharded_weights.cc
   ${CMAKE_CURRENT_LIST_DIR}/step_batch.cc
+  ${CMAKE_CURRENT_LIST_DIR}/step_execution.cc
   ${CMAKE_CURRENT_LIST_DIR}/tensor_parallel_group.cc)
 target_link_libraries(pagoda_worker_core PUBLIC
   pagoda_proto pagoda_common pagoda_comm pagoda_kernels_host Threads::Threads

@@ -50,50 +50,42 @@ class CudaBuffer final : public Buffer {
   Free free_;
 };
 
-// Grow-only device scratch (never shrinks, so capture sees stable addresses).
-class Scratch {
+cudaError_t AllocateDevice(void** data, size_t bytes) { return cudaMalloc(data, bytes); }
+cudaError_t FreeDevice(void* data) { return cudaFree(data); }
+cudaError_t AllocatePinned(void** data, size_t bytes) {
+  return cudaHostAlloc(data, bytes, cudaHostAllocDefault);
+}
+cudaError_t FreePinned(void* data) { return cudaFreeHost(data); }
+
+// Grow-only memory from one allocator (never shrinks, so graph capture sees
+// stable addresses).
+template <cudaError_t (*kAllocate)(void**, size_t), cudaError_t (*kFree)(void*)>
+class GrowOnly {
  public:
-  ~Scratch() {
-    if (data_ != nullptr) cudaFree(data_);
+  GrowOnly() = default;
+  GrowOnly(const GrowOnly&) = delete;
+  GrowOnly& operator=(const GrowOnly&) = delete;
+  ~GrowOnly() {
+    if (data_ != nullptr) kFree(data_);
   }
   cudaError_t Reserve(size_t bytes) {
     if (bytes <= bytes_) return cudaSuccess;
-    if (data_ != nullptr) cudaFree(data_);
+    if (data_ != nullptr) kFree(data_);
     data_ = nullptr;
     bytes_ = 0;
-    const cudaError_t error = cudaMalloc(&data_, bytes);
+    const cudaError_t error = kAllocate(&data_, bytes);
     if (error == cudaSuccess) bytes_ = bytes;
     return error;
   }
-  void* get() const { return data_; }
+  uint8_t* get() const { return static_cast<uint8_t*>(data_); }
   size_t bytes() const { return bytes_; }
 
  private:
   void* data_ = nullptr;
   size_t bytes_ = 0;
 };
-
-// Grow-only pinned host staging.
-class PinnedScratch {
- public:
-  ~PinnedScratch() {
-    if (data_ != nullptr) cudaFreeHost(data_);
-  }
-  cudaError_t Reserve(size_t bytes) {
-    if (bytes <= bytes_) return cudaSuccess;
-    if (data_ != nullptr) cudaFreeHost(data_);
-    data_ = nullptr;
-    bytes_ = 0;
-    const cudaError_t error = cudaHostAlloc(&data_, bytes, cudaHostAllocDefault);
-    if (error == cudaSuccess) bytes_ = bytes;
-    return error;
-  }
-  uint8_t* get() const { return static_cast<uint8_t*>(data_); }
-
- private:
-  void* data_ = nullptr;
-  size_t bytes_ = 0;
-};
+using Scratch = GrowOnly<AllocateDevice, FreeDevice>;        // Device memory.
+using PinnedScratch = GrowOnly<AllocatePinned, FreePinned>;  // Pinned host staging.
 
 size_t AlignUp(size_t n) { return (n + 255) & ~size_t{255}; }
 

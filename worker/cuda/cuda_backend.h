@@ -48,7 +48,7 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override;
 
   // The first error since creation (OK if none).
-  absl::Status status() const { return status_; }
+  absl::Status status() const override { return status_; }
   cudaStream_t stream() const { return stream_; }
   int device() const { return device_; }
   int num_sms() const { return num_sms_; }

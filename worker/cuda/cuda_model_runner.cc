@@ -25,6 +25,7 @@
 #include "worker/cuda/cuda_graph_runner.h"
 #include "worker/cuda/cuda_support.h"
 #include "worker/llama_model.h"
+#include "worker/step_execution.h"
 #include "worker/tensor_parallel_group.h"
 #if PAGODA_WORKER_HAS_NCCL
 #include "worker/cuda/nccl_transport.h"
@@ -202,30 +203,17 @@ class CudaModelRunner final : public ModelRunner {
   absl::StatusOr<StepResult> ExecuteStep(const StepPlan& plan) override {
     if (cache_ == nullptr) return absl::FailedPreconditionError("ExecuteStep before InitCache");
     backend_->MakeCurrent();
-    const auto start = std::chrono::steady_clock::now();
-    auto batch = FlattenStepPlan(plan, cache_->Limits(model_->config().vocab_size));
-    if (!batch.ok()) return batch.status();
-    cache_->ApplyBlockMoves(*batch);
-
-    StepResult result;
-    result.set_step_id(plan.step_id());
-    if (batch->num_tokens() > 0) {
-      absl::StatusOr<ForwardOutput> output = graphs_ != nullptr && graphs_->CanRun(*batch)
-                                                 ? graphs_->Run(*batch)
-                                                 : model_->Forward(*batch, cache_.get());
-      if (!output.ok()) return output.status();
-      // Only rank 0 samples: the others' part of the step ends with the layers.
-      if (timed_->rank() == 0 && batch->num_logits_rows() > 0) {
-        backend_->Sample(output->logits, output->sampling, &samples_);
-        if (!backend_->status().ok()) return backend_->status();
-        AppendSampledTokens(plan, *batch, samples_, &result);
-      }
-    }
-    if (!backend_->status().ok()) return backend_->status();
-    result.set_forward_seconds(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    result.set_all_reduce_seconds(timed_->TakeSeconds());
-    return result;
+    return ExecuteStepPlan(plan,
+                           StepExecution{.cache = cache_.get(),
+                                         .backend = backend_.get(),
+                                         .timed = timed_.get(),
+                                         .samples = &samples_,
+                                         .vocab_size = model_->config().vocab_size},
+                           [this](const FlatBatch& batch) {
+                             return graphs_ != nullptr && graphs_->CanRun(batch)
+                                        ? graphs_->Run(batch)
+                                        : model_->Forward(batch, cache_.get());
+                           });
   }
 
   // From any thread (the service's step cancellation): aborts the group's
