@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -54,6 +55,16 @@ constexpr int kVocabSize = 64;
 std::string EnvOr(const char* name, const std::string& fallback) {
   const char* value = std::getenv(name);
   return value != nullptr && *value != '\0' ? value : fallback;
+}
+
+// True once `pid` is stopped (state T in /proc/pid/stat): a stop signal
+// takes effect only when the kernel next runs the process.
+bool ProcessIsStopped(pid_t pid) {
+  std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
+  std::string line;
+  std::getline(stat, line);
+  const size_t name_end = line.rfind(')');  // The command name may hold spaces.
+  return name_end != std::string::npos && name_end + 2 < line.size() && line[name_end + 2] == 'T';
 }
 
 // True once `pid` is no process at all: reaped, not merely a zombie.
@@ -455,6 +466,8 @@ TEST_F(WorkerServiceTest, StoppedWorkerFailsTheStepAtItsDeadlineAndTheGroupRecov
 
   const pid_t pid = (*group)->worker_pids().at(0);
   ASSERT_EQ(kill(pid, SIGSTOP), 0);
+  for (int i = 0; i < 500 && !ProcessIsStopped(pid); ++i) absl::SleepFor(absl::Milliseconds(2));
+  ASSERT_TRUE(ProcessIsStopped(pid));
   const absl::Time start = absl::Now();
   auto step = (*group)->ExecuteStep(Step(1, 1, {3}, 2, {0}));
   const absl::Duration waited = absl::Now() - start;
