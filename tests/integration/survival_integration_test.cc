@@ -171,12 +171,15 @@ TEST_F(SurvivalTest, WorkerThatCannotStartEndsRequestsUnavailableAfterBoundedRet
   ASSERT_TRUE(server.ok()) << server.status();
   auto stub = Generation::NewStub(
       grpc::CreateChannel((*server)->address(), grpc::InsecureChannelCredentials()));
+  // The running worker holds its weights in memory; only a restart needs
+  // the files. Removed before the request, so that the kill follows its
+  // first token at once: the tiny model makes a token in about 0.1 ms.
+  std::filesystem::remove_all(model_dir);
   std::atomic<int> received{0};
   StreamOutcome outcome;
   std::thread client(
-      [&] { outcome = RunStream(*stub, TokenRequest(TestPrompt(5, 2), 100), &received); });
+      [&] { outcome = RunStream(*stub, TokenRequest(TestPrompt(5, 2), 120), &received); });
   ASSERT_TRUE(WaitFor([&] { return received.load() > 0; }, absl::Seconds(30)));
-  std::filesystem::remove_all(model_dir);
   ASSERT_EQ(kill((*server)->worker_pids().at(0), SIGKILL), 0);
   const absl::Time killed = absl::Now();
   client.join();
