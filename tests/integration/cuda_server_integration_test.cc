@@ -28,6 +28,7 @@
 #include "grpcpp/grpcpp.h"
 #include "pagoda/v1/generation.grpc.pb.h"
 #include "tests/integration/server_process.h"
+#include "tests/integration/test_client.h"
 
 namespace pagoda::testing {
 namespace {
@@ -36,7 +37,6 @@ using pagoda::v1::GenerateRequest;
 using pagoda::v1::GenerateResponse;
 using pagoda::v1::Generation;
 
-constexpr int kVocab = 256;
 constexpr int kRequests = 32;
 
 std::string Python() {
@@ -53,17 +53,11 @@ std::string ServerBinary() {
                                         : PAGODA_SERVER_BINARY;
 }
 
-std::vector<int32_t> Prompt(int length, int salt) {
-  std::vector<int32_t> prompt;
-  for (int i = 0; i < length; ++i) prompt.push_back(3 + (i * 11 + salt * 17) % (kVocab - 3));
-  return prompt;
-}
-
 // Mixed lengths: prompts of 1..190 tokens, 4..60 new tokens; even requests
 // greedy, odd ones seeded sampling.
 GenerateRequest Request(int i) {
   GenerateRequest request;
-  for (int32_t id : Prompt(1 + (i * 37) % 190, i)) request.add_prompt_token_ids(id);
+  for (int32_t id : TestPrompt(1 + (i * 37) % 190, i)) request.add_prompt_token_ids(id);
   request.mutable_stopping()->set_max_tokens(4 + (i * 13) % 57);
   request.mutable_stopping()->set_ignore_eos(true);
   if (i % 2 == 1) {
@@ -137,7 +131,8 @@ class CudaServerTest : public ::testing::Test {
         (std::filesystem::temp_directory_path() / absl::StrCat("pagoda_cuda_it_", getpid()))
             .string());
     const std::string command = absl::StrCat(
-        Python(), " scripts/make_tiny_model.py --out ", *model_dir_, " --vocab-size ", kVocab,
+        Python(), " scripts/make_tiny_model.py --out ", *model_dir_, " --vocab-size ",
+        kTinyModelVocab,
         " --hidden-size 256 --intermediate-size 512 --num-layers 2 --num-heads 4"
         " --num-kv-heads 2 --head-dim 64 --max-position-embeddings 512 --dtype f32 --seed 11"
         " > /dev/null");

@@ -21,11 +21,11 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/testing/tiny_model.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "pagoda/v1/generation.grpc.pb.h"
-#include "common/testing/tiny_model.h"
 #include "tests/integration/server_process.h"
 #include "tests/integration/test_client.h"
 
@@ -36,15 +36,8 @@ using pagoda::v1::GenerateRequest;
 using pagoda::v1::GenerateResponse;
 using pagoda::v1::Generation;
 
-constexpr int kVocab = 256;
 constexpr int kMaxModelLen = 128;
 constexpr int kBlockSize = 4;
-
-std::vector<int32_t> Prompt(int length, int salt) {
-  std::vector<int32_t> prompt;
-  for (int i = 0; i < length; ++i) prompt.push_back(3 + (i * 13 + salt * 29) % (kVocab - 3));
-  return prompt;
-}
 
 GenerateRequest SampledRequest(const std::vector<int32_t>& prompt, int n, int best_of,
                                uint64_t seed) {
@@ -156,8 +149,8 @@ class KvSharingTest : public ::testing::Test {
     const std::string path = absl::StrCat(*model_dir_, "/requests_", script, ".json");
     std::ofstream(path) << requests.dump();
     absl::StatusOr<std::string> out =
-        RunCommand(absl::StrCat(PythonBinary(), " tests/reference/", script, " ", command, " --model ",
-                                *model_dir_, " --requests ", path));
+        RunCommand(absl::StrCat(PythonBinary(), " tests/reference/", script, " ", command,
+                                " --model ", *model_dir_, " --requests ", path));
     EXPECT_TRUE(out.ok()) << out.status();
     return out.ok() ? nlohmann::json::parse(*out) : nlohmann::json::array();
   }
@@ -179,7 +172,7 @@ std::string* KvSharingTest::model_dir_ = nullptr;
 ServerProcess* KvSharingTest::roomy_ = nullptr;
 
 TEST_F(KvSharingTest, ParallelSamplingIsReproducibleSiblingsDifferAndStreamPerIndex) {
-  const GenerateRequest request = SampledRequest(Prompt(9, 1), 4, 0, 1234);
+  const GenerateRequest request = SampledRequest(TestPrompt(9, 1), 4, 0, 1234);
   const UnaryOutcome first = Generate(*stub_, request);
   ASSERT_TRUE(first.status.ok()) << first.status.error_message();
   const TokenLists samples = TokensByIndex(first.response);
@@ -192,7 +185,7 @@ TEST_F(KvSharingTest, ParallelSamplingIsReproducibleSiblingsDifferAndStreamPerIn
   std::vector<std::future<UnaryOutcome>> noise;
   for (int i = 0; i < 3; ++i) {
     noise.push_back(std::async(std::launch::async, [&, i] {
-      return Generate(*stub_, SampledRequest(Prompt(7, 10 + i), 2, 3, 99 + i));
+      return Generate(*stub_, SampledRequest(TestPrompt(7, 10 + i), 2, 3, 99 + i));
     }));
   }
   EXPECT_EQ(TokensByIndex(Generate(*stub_, request).response), samples);
@@ -203,7 +196,7 @@ TEST_F(KvSharingTest, ParallelSamplingIsReproducibleSiblingsDifferAndStreamPerIn
 
   // best_of = 4, n = 2 draws the same four samples and returns the two with
   // the highest cumulative logprob, best first.
-  const UnaryOutcome best = Generate(*stub_, SampledRequest(Prompt(9, 1), 2, 4, 1234));
+  const UnaryOutcome best = Generate(*stub_, SampledRequest(TestPrompt(9, 1), 2, 4, 1234));
   ASSERT_TRUE(best.status.ok()) << best.status.error_message();
   std::vector<std::pair<double, std::vector<int32_t>>> ranked;
   for (int i = 0; i < 4; ++i) {
@@ -241,7 +234,8 @@ TEST_F(KvSharingTest, BeamSearchEqualsTheNumpyReference) {
       {3, 3, 8, 4.0f, false, false, 2, {0, 2}},    {3, 3, 8, -3.0f, false, true, 1, {1, 2}},
   };
   TokenLists prompts;
-  for (size_t i = 0; i < cases.size(); ++i) prompts.push_back(Prompt(cases[i].prompt_len, 40 + i));
+  for (size_t i = 0; i < cases.size(); ++i)
+    prompts.push_back(TestPrompt(cases[i].prompt_len, 40 + i));
   const TokenLists greedy = ReferenceGreedy(prompts, 10);
   std::vector<std::vector<int32_t>> stop_ids(cases.size());
   for (size_t i = 0; i < cases.size(); ++i) {
@@ -250,7 +244,7 @@ TEST_F(KvSharingTest, BeamSearchEqualsTheNumpyReference) {
   nlohmann::json requests = nlohmann::json::array();
   for (size_t i = 0; i < cases.size(); ++i) {
     const BeamCase& c = cases[i];
-    requests.push_back({{"tokens", Prompt(c.prompt_len, 40 + i)},
+    requests.push_back({{"tokens", TestPrompt(c.prompt_len, 40 + i)},
                         {"width", c.width},
                         {"n", c.n},
                         {"max_tokens", c.max_tokens},
@@ -273,7 +267,7 @@ TEST_F(KvSharingTest, BeamSearchEqualsTheNumpyReference) {
   std::vector<std::future<UnaryOutcome>> results;
   for (size_t i = 0; i < cases.size(); ++i) {
     const BeamCase& c = cases[i];
-    GenerateRequest request = TokenRequest(Prompt(c.prompt_len, 40 + i), c.max_tokens);
+    GenerateRequest request = TokenRequest(TestPrompt(c.prompt_len, 40 + i), c.max_tokens);
     request.mutable_stopping()->set_ignore_eos(c.ignore_eos);
     for (int32_t id : stop_ids[i]) request.mutable_stopping()->add_stop_token_ids(id);
     request.mutable_sampling()->set_use_beam_search(true);
@@ -306,7 +300,7 @@ TEST_F(KvSharingTest, PrefixCacheComputesOnlyTheSuffixWithTheSameTokens) {
   auto cached = StartServer({"--num-gpu-blocks-override=200"});
   auto uncached = StartServer({"--num-gpu-blocks-override=200", "--no-enable-prefix-caching"});
   ASSERT_TRUE(cached.ok() && uncached.ok());
-  const std::vector<int32_t> first = Prompt(61, 3);
+  const std::vector<int32_t> first = TestPrompt(61, 3);
   std::vector<int32_t> second(first.begin(), first.begin() + 56);
   for (int i = 0; i < 5; ++i) second.push_back(100 + i);
   const TokenLists expected = ReferenceGreedy({first, second}, 6);
@@ -336,11 +330,11 @@ TEST_P(PreemptionTest, TinyPoolGivesTheUnconstrainedTokensAndFreesEverything) {
   ASSERT_TRUE(tight.ok()) << tight.status();
   auto stub = Connect(**tight);
   TokenLists prompts;
-  for (int i = 0; i < 8; ++i) prompts.push_back(Prompt(8 + i % 3, 60 + i));
+  for (int i = 0; i < 8; ++i) prompts.push_back(TestPrompt(8 + i % 3, 60 + i));
   const TokenLists expected = ReferenceGreedy(prompts, 24);
   // Two parallel-sampling groups too (swapped whole in auto mode): their
   // samples must equal those of the roomy server.
-  const GenerateRequest sampled = SampledRequest(Prompt(6, 90), 2, 2, 77);
+  const GenerateRequest sampled = SampledRequest(TestPrompt(6, 90), 2, 2, 77);
   const TokenLists sampled_expected = TokensByIndex(Generate(*stub_, sampled).response);
 
   std::vector<std::future<UnaryOutcome>> greedy;
@@ -367,7 +361,7 @@ TEST_P(PreemptionTest, TinyPoolGivesTheUnconstrainedTokensAndFreesEverything) {
   ExpectAllBlocksFreeSoon(*stub);
 
   // A prompt that can never fit ends with a clear error, not silence.
-  const UnaryOutcome too_big = Generate(*stub, TokenRequest(Prompt(90, 1), 4));
+  const UnaryOutcome too_big = Generate(*stub, TokenRequest(TestPrompt(90, 1), 4));
   EXPECT_EQ(too_big.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_TRUE(absl::StrContains(too_big.status.error_message(), "can never be scheduled"))
       << too_big.status.error_message();

@@ -20,12 +20,12 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/testing/tiny_model.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "pagoda/v1/generation.grpc.pb.h"
-#include "common/testing/tiny_model.h"
 #include "tests/integration/server_process.h"
 #include "tests/integration/test_client.h"
 
@@ -36,7 +36,6 @@ using pagoda::v1::GenerateRequest;
 using pagoda::v1::GenerateResponse;
 using pagoda::v1::Generation;
 
-constexpr int kVocab = 256;
 constexpr int kMaxModelLen = 128;
 constexpr int kNumBlocks = 400;
 constexpr int kBlockSize = 4;
@@ -68,7 +67,8 @@ std::unique_ptr<Generation::Stub> Connect(const ServerProcess& server) {
 }
 
 // Polls GetModelInfo until `done` holds (true) or `timeout` passes (false).
-bool WaitForInfo(Generation::Stub& stub, const std::function<bool(const pagoda::v1::ModelInfo&)>& done,
+bool WaitForInfo(Generation::Stub& stub,
+                 const std::function<bool(const pagoda::v1::ModelInfo&)>& done,
                  absl::Duration timeout = absl::Seconds(10)) {
   const absl::Time deadline = absl::Now() + timeout;
   while (absl::Now() < deadline) {
@@ -147,9 +147,9 @@ class ServerTest : public ::testing::Test {
     }
     const std::string path = absl::StrCat(*model_dir_, "/requests.json");
     std::ofstream(path) << requests.dump();
-    absl::StatusOr<std::string> out =
-        RunCommand(absl::StrCat(PythonBinary(), " tests/reference/llama_reference.py generate-batch",
-                                " --model ", *model_dir_, " --requests ", path));
+    absl::StatusOr<std::string> out = RunCommand(
+        absl::StrCat(PythonBinary(), " tests/reference/llama_reference.py generate-batch",
+                     " --model ", *model_dir_, " --requests ", path));
     EXPECT_TRUE(out.ok()) << out.status();
     if (!out.ok()) return {};
     return nlohmann::json::parse(*out).get<std::vector<std::vector<int32_t>>>();
@@ -186,7 +186,7 @@ ServerProcess* ServerTest::server_ = nullptr;
 TEST_F(ServerTest, ModelInfoAndHealth) {
   const pagoda::v1::ModelInfo info = Info();
   EXPECT_EQ(info.model_name(), "tiny");
-  EXPECT_EQ(info.vocab_size(), kVocab);
+  EXPECT_EQ(info.vocab_size(), kTinyModelVocab);
   EXPECT_EQ(info.max_model_len(), kMaxModelLen);
   EXPECT_EQ(info.block_size(), kBlockSize);
   EXPECT_EQ(info.num_gpu_blocks(), kNumBlocks);
@@ -301,10 +301,9 @@ TEST_F(ServerTest, StopStringTrimsTheTextAndFreesBlocks) {
   // Three ASCII bytes from the middle; the text ends before their first
   // occurrence.
   size_t middle = text.size() / 2;
-  while (middle + 3 < text.size() &&
-         (static_cast<unsigned char>(text[middle]) >= 0x80 ||
-          static_cast<unsigned char>(text[middle + 1]) >= 0x80 ||
-          static_cast<unsigned char>(text[middle + 2]) >= 0x80)) {
+  while (middle + 3 < text.size() && (static_cast<unsigned char>(text[middle]) >= 0x80 ||
+                                      static_cast<unsigned char>(text[middle + 1]) >= 0x80 ||
+                                      static_cast<unsigned char>(text[middle + 2]) >= 0x80)) {
     ++middle;
   }
   const std::string stop = text.substr(middle, 3);
@@ -379,7 +378,8 @@ TEST_F(ServerTest, BadInputIsInvalidArgumentNamingTheField) {
   const std::vector<Case> cases = {
       {"prompt", [](GenerateRequest& r) { r.clear_prompt_token_ids(); }},
       {"prompt", [](GenerateRequest& r) { r.set_prompt("both"); }},
-      {"prompt_token_ids[1]", [](GenerateRequest& r) { r.set_prompt_token_ids(1, kVocab); }},
+      {"prompt_token_ids[1]",
+       [](GenerateRequest& r) { r.set_prompt_token_ids(1, kTinyModelVocab); }},
       {"prompt",
        [](GenerateRequest& r) {
          for (int i = 0; i < kMaxModelLen; ++i) r.add_prompt_token_ids(5);
@@ -453,8 +453,7 @@ TEST_F(ServerTest, MetricsAreScraped) {
 TEST_F(ServerTest, KilledWorkerFailsRequestsWithUnavailableWhenRestartsAreOff) {
   // --worker-restart-limit=0: fail-stop, as before supervision (see
   // survival_integration_test.cc for restarts).
-  absl::StatusOr<std::unique_ptr<ServerProcess>> server =
-      StartServer({"--worker-restart-limit=0"});
+  absl::StatusOr<std::unique_ptr<ServerProcess>> server = StartServer({"--worker-restart-limit=0"});
   ASSERT_TRUE(server.ok()) << server.status();
   ASSERT_EQ((*server)->worker_pids().size(), 1u);
   auto stub = Connect(**server);
@@ -556,7 +555,8 @@ TEST_F(ServerTest, UnaryClientGoneFreesBlocksAndFullQueueIsResourceExhausted) {
     grpc::ClientContext context;
     UnaryOutcome result;
     std::thread client([&] {
-      result.status = stub->Generate(&context, TokenRequest(TestPrompt(9, 11), kLong), &result.response);
+      result.status =
+          stub->Generate(&context, TokenRequest(TestPrompt(9, 11), kLong), &result.response);
     });
     const bool holding = WaitForInfo(*stub, [](const pagoda::v1::ModelInfo& info) {
       return info.free_gpu_blocks() < info.num_gpu_blocks();
@@ -657,8 +657,7 @@ TEST_F(ServerTest, DrainTimeoutFailsTheRestWithUnavailableAndExitsZero) {
 // signal mask); the server notices its exit and, with restarts off, turns
 // UNAVAILABLE.
 TEST_F(ServerTest, SpawnedWorkerStopsOnSigterm) {
-  absl::StatusOr<std::unique_ptr<ServerProcess>> server =
-      StartServer({"--worker-restart-limit=0"});
+  absl::StatusOr<std::unique_ptr<ServerProcess>> server = StartServer({"--worker-restart-limit=0"});
   ASSERT_TRUE(server.ok()) << server.status();
   ASSERT_EQ((*server)->worker_pids().size(), 1u);
   auto stub = Connect(**server);

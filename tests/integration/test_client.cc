@@ -21,11 +21,9 @@
 
 namespace pagoda::testing {
 
-constexpr int kVocab = 256;
-
 absl::Status MakeTinyModel(const std::string& dir, int seed) {
   return WriteTinyModel(
-      dir, absl::StrCat("--vocab-size ", kVocab,
+      dir, absl::StrCat("--vocab-size ", kTinyModelVocab,
                         " --hidden-size 64 --intermediate-size 128 --num-layers 2 --num-heads 4"
                         " --num-kv-heads 2 --dtype f32 --seed ",
                         seed, " --tokenizer --bos-id 1 --eos-id 2"));
@@ -33,7 +31,8 @@ absl::Status MakeTinyModel(const std::string& dir, int seed) {
 
 std::vector<int32_t> TestPrompt(int length, int salt) {
   std::vector<int32_t> prompt;
-  for (int i = 0; i < length; ++i) prompt.push_back(3 + (i * 11 + salt * 17) % (kVocab - 3));
+  for (int i = 0; i < length; ++i)
+    prompt.push_back(3 + (i * 11 + salt * 17) % (kTinyModelVocab - 3));
   return prompt;
 }
 

@@ -19,8 +19,11 @@
 
 namespace pagoda::testing {
 
-// Writes a tiny random Llama model with a tokenizer (vocab 256, hidden 64,
-// 2 layers, 4 query / 2 KV heads, f32) to `dir`.
+// The vocabulary of the tiny models the integration tests make.
+inline constexpr int kTinyModelVocab = 256;
+
+// Writes a tiny random Llama model with a tokenizer (vocab kTinyModelVocab,
+// hidden 64, 2 layers, 4 query / 2 KV heads, f32) to `dir`.
 absl::Status MakeTinyModel(const std::string& dir, int seed = 11);
 
 // A deterministic prompt of `length` in-vocabulary token ids.

@@ -6,11 +6,6 @@
 // q/k/v biases and bf16 weights; and each rank's resident memory grows by
 // about its shard of the weights, not the whole model.
 
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -19,20 +14,16 @@
 #include <fstream>
 #include <map>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "worker/comm/rendezvous_store_server.h"
-
-extern char** environ;
+#include "worker/comm/rank_group_for_test.h"
 
 namespace pagoda {
 namespace {
 
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
 
 std::string Env(const char* name, const std::string& fallback) {
   const char* value = std::getenv(name);
@@ -68,51 +59,27 @@ class TensorParallelModelTest : public ::testing::Test {
   std::vector<RankOutput> RunGroup(const std::string& model, int world,
                                    const std::string& dtype = "auto",
                                    std::chrono::seconds limit = std::chrono::seconds(120)) {
-    worker::comm::RendezvousStoreServer::Options options;
-    options.secret = worker::comm::GenerateRendezvousSecret().value();
-    auto store = worker::comm::RendezvousStoreServer::Start(options);
-    EXPECT_TRUE(store.ok()) << store.status();
-    if (!store.ok()) return {};
-    std::vector<std::string> env;
-    for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
-    env.push_back("PAGODA_TEST_RENDEZVOUS_SECRET=" + options.secret);
-    std::vector<char*> envp;
-    for (std::string& e : env) envp.push_back(e.data());
-    envp.push_back(nullptr);
-
     const std::string prefix = absl::StrCat("run", ++runs_);
-    std::vector<pid_t> pids;
+    auto run = worker::comm::RunRankGroup(
+        world,
+        [&](int rank, int port) {
+          return std::vector<std::string>{PAGODA_TP_TEST_RANK,
+                                          "--model=" + model,
+                                          absl::StrCat("--rank=", rank),
+                                          absl::StrCat("--world=", world),
+                                          absl::StrCat("--rendezvous=127.0.0.1:", port),
+                                          "--prefix=" + prefix,
+                                          "--dtype=" + dtype,
+                                          absl::StrCat("--out=", dir_, "/", prefix, "_", rank)};
+        },
+        limit);
+    EXPECT_TRUE(run.ok()) << run.status();
+    if (!run.ok()) return {};
+    EXPECT_FALSE(run->timed_out) << world << " ranks still running after " << limit.count() << " s";
     for (int rank = 0; rank < world; ++rank) {
-      std::vector<std::string> args = {PAGODA_TP_TEST_RANK,
-                                       "--model=" + model,
-                                       absl::StrCat("--rank=", rank),
-                                       absl::StrCat("--world=", world),
-                                       absl::StrCat("--rendezvous=127.0.0.1:", (*store)->port()),
-                                       "--prefix=" + prefix,
-                                       "--dtype=" + dtype,
-                                       absl::StrCat("--out=", dir_, "/", prefix, "_", rank)};
-      std::vector<char*> argv;
-      for (std::string& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      pid_t pid = 0;
-      EXPECT_EQ(posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), envp.data()), 0);
-      pids.push_back(pid);
-    }
-    const auto deadline = Clock::now() + limit;
-    for (int rank = 0; rank < world; ++rank) {
-      int status = 0;
-      while (waitpid(pids[rank], &status, WNOHANG) != pids[rank]) {
-        if (Clock::now() > deadline) {
-          ADD_FAILURE() << "rank " << rank << " of " << world << " still running after "
-                        << limit.count() << " s";
-          for (pid_t pid : pids) kill(pid, SIGKILL);
-          waitpid(pids[rank], &status, 0);
-          break;
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      }
-      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
-          << "rank " << rank << " of " << world << " failed (status " << status << ")";
+      EXPECT_TRUE(run->ranks[rank].succeeded())
+          << "rank " << rank << " of " << world << " failed (exit " << run->ranks[rank].exit_code
+          << ", signal " << run->ranks[rank].signal << ")";
     }
     std::vector<RankOutput> outputs(world);
     for (int rank = 0; rank < world; ++rank) {

@@ -26,6 +26,7 @@
 #include "common/dtype.h"
 #include "worker/batch.h"
 #include "worker/cache_engine.h"
+#include "worker/comm/rank_group_for_test.h"
 #include "worker/cpu/cpu_backend.h"
 #include "worker/llama_model.h"
 #include "worker/tensor_parallel_group.h"
@@ -76,7 +77,7 @@ absl::Status Run() {
   request.set_world_size(absl::GetFlag(FLAGS_world));
   request.set_rendezvous_address(absl::GetFlag(FLAGS_rendezvous));
   // The secret comes through the environment, as argv is world-readable.
-  const char* secret = std::getenv("PAGODA_TEST_RENDEZVOUS_SECRET");
+  const char* secret = std::getenv(worker::comm::kTestRendezvousSecretEnv);
   request.set_rendezvous_secret(secret != nullptr ? secret : "");
   request.set_rendezvous_prefix(absl::GetFlag(FLAGS_prefix));
   auto membership = ParseGroupMembership(request);

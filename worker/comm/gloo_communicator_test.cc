@@ -4,89 +4,36 @@
 #include "worker/comm/gloo_communicator.h"
 
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "worker/comm/rank_group_for_test.h"
 #include "worker/comm/rendezvous_store_server.h"
-
-extern char** environ;
 
 namespace pagoda::worker::comm {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-struct RankOutcome {
-  bool exited = false;  // false: killed by a signal (or still running at the limit)
-  int exit_code = -1;
-  int signal = 0;
-};
-
-// Spawns `world` ranks of `scenario` and waits for all of them, killing any
-// still running after `limit` (so a hang fails the test instead of the suite).
+// Spawns `world` ranks of `scenario` (rank timeout `timeout_ms`) and waits
+// for all of them; a group still running after `limit` fails the test.
 std::vector<RankOutcome> RunGroup(const std::string& scenario, int world, int timeout_ms,
                                   std::chrono::seconds limit, std::chrono::milliseconds* took) {
-  RendezvousStoreServer::Options options;
-  options.secret = GenerateRendezvousSecret().value();
-  auto server = RendezvousStoreServer::Start(options);
-  EXPECT_TRUE(server.ok()) << server.status();
-  if (!server.ok()) return {};
-
-  std::vector<std::string> env;
-  for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
-  env.push_back("PAGODA_TEST_RENDEZVOUS_SECRET=" + options.secret);
-  std::vector<char*> envp;
-  for (std::string& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
-
-  auto start = Clock::now();
-  std::vector<pid_t> pids;
-  for (int rank = 0; rank < world; ++rank) {
-    std::vector<std::string> args = {PAGODA_GLOO_TEST_RANK,
-                                     scenario,
-                                     std::to_string(rank),
-                                     std::to_string(world),
-                                     std::to_string((*server)->port()),
-                                     std::to_string(timeout_ms)};
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    pid_t pid = 0;
-    EXPECT_EQ(posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), envp.data()), 0);
-    pids.push_back(pid);
-  }
-  std::vector<RankOutcome> outcomes(world);
-  std::vector<bool> reaped(world, false);
-  int left = world;
-  while (left > 0) {
-    for (int rank = 0; rank < world; ++rank) {
-      if (reaped[rank]) continue;
-      int status = 0;
-      if (waitpid(pids[rank], &status, WNOHANG) != pids[rank]) continue;
-      reaped[rank] = true;
-      --left;
-      outcomes[rank].exited = WIFEXITED(status);
-      outcomes[rank].exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-      outcomes[rank].signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
-    }
-    if (Clock::now() - start > limit) {
-      ADD_FAILURE() << scenario << ": ranks still running after " << limit.count() << " s";
-      for (int rank = 0; rank < world; ++rank) {
-        if (!reaped[rank]) kill(pids[rank], SIGKILL), waitpid(pids[rank], nullptr, 0);
-      }
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  *took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
-  return outcomes;
+  auto run = RunRankGroup(
+      world,
+      [&](int rank, int port) {
+        return std::vector<std::string>{PAGODA_GLOO_TEST_RANK, scenario,
+                                        std::to_string(rank),  std::to_string(world),
+                                        std::to_string(port),  std::to_string(timeout_ms)};
+      },
+      limit);
+  EXPECT_TRUE(run.ok()) << run.status();
+  if (!run.ok()) return {};
+  EXPECT_FALSE(run->timed_out) << scenario << ": ranks still running after " << limit.count()
+                               << " s";
+  *took = run->took;
+  return run->ranks;
 }
 
 class GlooGroupTest : public ::testing::TestWithParam<int> {};

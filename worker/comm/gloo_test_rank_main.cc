@@ -20,9 +20,6 @@
 // starts a rendezvous store and WORLD ranks of this binary on loopback, and
 // exits 0 when every rank did, e.g. `launch bench 4 30000` for figures.
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -36,9 +33,7 @@
 
 #include "common/dtype.h"
 #include "worker/comm/gloo_communicator.h"
-#include "worker/comm/rendezvous_store_server.h"
-
-extern char** environ;
+#include "worker/comm/rank_group_for_test.h"
 
 namespace pagoda::worker::comm {
 namespace {
@@ -246,37 +241,19 @@ int Run(const std::string& scenario, const GlooOptions& options) {
 
 // The launcher: a store, then WORLD ranks of this same binary.
 int Launch(const char* self, const std::string& scenario, int world, const std::string& timeout) {
-  RendezvousStoreServer::Options store_options;
-  absl::StatusOr<std::string> secret = GenerateRendezvousSecret();
-  if (!secret.ok()) return Fail(secret.status().ToString());
-  store_options.secret = *secret;
-  auto store = RendezvousStoreServer::Start(store_options);
-  if (!store.ok()) return Fail(store.status().ToString());
-  setenv("PAGODA_TEST_RENDEZVOUS_SECRET", secret->c_str(), 1);
-  std::vector<pid_t> pids;
-  for (int rank = 0; rank < world; ++rank) {
-    std::vector<std::string> args = {self,
-                                     scenario,
-                                     std::to_string(rank),
-                                     std::to_string(world),
-                                     std::to_string((*store)->port()),
-                                     timeout};
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    pid_t pid = 0;
-    if (posix_spawn(&pid, self, nullptr, nullptr, argv.data(), environ) != 0) {
-      return Fail("cannot spawn a rank");
-    }
-    pids.push_back(pid);
+  auto run = RunRankGroup(
+      world,
+      [&](int rank, int port) {
+        return std::vector<std::string>{
+            self,   scenario, std::to_string(rank), std::to_string(world), std::to_string(port),
+            timeout};
+      },
+      std::chrono::hours(1));
+  if (!run.ok()) return Fail(run.status().ToString());
+  for (const RankOutcome& rank : run->ranks) {
+    if (!rank.succeeded()) return 1;
   }
-  int worst = 0;
-  for (pid_t pid : pids) {
-    int status = 0;
-    waitpid(pid, &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) worst = 1;
-  }
-  return worst;
+  return 0;
 }
 
 }  // namespace
@@ -290,7 +267,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s SCENARIO RANK WORLD PORT TIMEOUT_MS\n", argv[0]);
     return 2;
   }
-  const char* secret = std::getenv("PAGODA_TEST_RENDEZVOUS_SECRET");
+  const char* secret = std::getenv(pagoda::worker::comm::kTestRendezvousSecretEnv);
   pagoda::worker::comm::GlooOptions options;
   options.rank = std::atoi(argv[2]);
   options.world_size = std::atoi(argv[3]);
