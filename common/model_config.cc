@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/sampling_limits.h"
 #include "nlohmann/json.hpp"
 
 namespace pagoda {
@@ -249,6 +250,11 @@ absl::Status CheckUnsupportedOptions(const FieldReader& config, const std::strin
 absl::StatusOr<ModelConfig> ParseConfig(const FieldReader& config) {
   ModelConfig model;
   PAGODA_ASSIGN_OR_RETURN(model.vocab_size, config.PositiveInt("vocab_size"));
+  if (model.vocab_size > kMaxSamplingVocab) {
+    return absl::InvalidArgumentError(absl::StrCat(config.label(), ": field \"vocab_size\" (",
+                                                   model.vocab_size, ") is above ",
+                                                   kMaxSamplingVocab, ", the samplers' limit"));
+  }
   PAGODA_ASSIGN_OR_RETURN(model.hidden_size, config.PositiveInt("hidden_size"));
   PAGODA_ASSIGN_OR_RETURN(model.intermediate_size, config.PositiveInt("intermediate_size"));
   PAGODA_ASSIGN_OR_RETURN(model.num_hidden_layers, config.PositiveInt("num_hidden_layers"));

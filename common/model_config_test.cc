@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <string>
 
+#include "common/sampling_limits.h"
 #include "common/testing/safetensors_writer.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -233,6 +234,9 @@ TEST_F(ModelConfigTest, BadFieldsNameTheField) {
     ExpectError(json, field);
   }
   Json json = TinyLlama();
+  json["vocab_size"] = kMaxSamplingVocab + 1;  // Top-p's 64-bit mass sum could wrap.
+  ExpectError(json, "vocab_size");
+  json = TinyLlama();
   json["num_key_value_heads"] = 3;  // 8 % 3 != 0.
   ExpectError(json, "num_key_value_heads");
   json = TinyLlama();

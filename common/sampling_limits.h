@@ -12,6 +12,12 @@ namespace pagoda {
 // (which asks for 2 x width candidates) is bounded by it.
 inline constexpr int kMaxTopLogprobs = 20;
 
+// The largest vocabulary either sampler takes. Top-p sums token masses of up
+// to 2^40 (fixed point) in 64 bits, so 2^24 tokens could wrap the sum to 0;
+// models past it (none is near: Llama 3 has 128,256 tokens) are refused when
+// their config is read.
+inline constexpr int kMaxSamplingVocab = (1 << 24) - 1;
+
 }  // namespace pagoda
 
 #endif  // PAGODA_COMMON_SAMPLING_LIMITS_H_

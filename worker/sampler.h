@@ -49,8 +49,9 @@ struct RowSampleOutput {
 // differing from the host's in the last ulp, which can only flip a near-tie.
 // Logprobs are log_softmax of the raw logits (computed in double): the
 // chosen token's and the num_logprobs largest, descending, lowest id first
-// on ties. NaN logits count as -inf. REQUIRES: logits non-empty. Pure
-// function: thread-safe.
+// on ties. NaN logits count as -inf. REQUIRES: logits non-empty and at most
+// kMaxSamplingVocab (common/sampling_limits.h: the 64-bit top-p mass sum;
+// model configs past it are refused at load). Pure function: thread-safe.
 void SampleRow(absl::Span<const float> logits, const RowSamplingParams& params,
                const RowSampleOutput& out);
 

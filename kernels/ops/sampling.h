@@ -18,8 +18,9 @@
 // - Log-probabilities are log_softmax of the RAW logits (no temperature, no
 //   filtering): the sampled token's, and the num_logprobs largest, sorted by
 //   logit descending, lowest id first on ties.
-// NaN logits count as -inf. One thread block per row; rows up to 2^24 tokens
-// (top-p sums masses of up to 2^40 each in 64 bits; larger rows are rejected),
+// NaN logits count as -inf. One thread block per row; rows up to
+// kMaxSamplingVocab tokens (top-p sums masses of up to 2^40 each in 64 bits;
+// larger rows are rejected),
 // designed for 128k-256k (a radix select over 8-bit digits, no sort).
 //
 // Thread safety: stateless; enqueues one kernel on `stream`.
@@ -33,7 +34,7 @@
 namespace pagoda::kernels {
 
 using ::pagoda::kMaxTopLogprobs;
-inline constexpr int kMaxSamplingVocab = 1 << 24;
+using ::pagoda::kMaxSamplingVocab;
 
 struct TokenSamplingParams {
   const float* logits = nullptr;  // [num_rows, vocab_size], row r at logits + r * logits_stride
