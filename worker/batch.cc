@@ -39,11 +39,17 @@ absl::Status CheckSampling(const SequenceStep& step) {
   return absl::OkStatus();
 }
 
+// Block moves of one kind, checked: in range, every destination written once
+// (two writes to one block would race on a device, and no block manager
+// means that), and, for moves within one cache (`same_cache`, copy-on-write),
+// no destination that is also a source, so the moves' order cannot matter
+// and coalesced copies never overlap.
 absl::StatusOr<std::vector<BlockPair>> ConvertMoves(
     const google::protobuf::RepeatedPtrField<BlockMove>& moves, absl::string_view kind,
-    int num_src_blocks, int num_dst_blocks) {
+    int num_src_blocks, int num_dst_blocks, bool same_cache) {
   std::vector<BlockPair> pairs;
   pairs.reserve(moves.size());
+  absl::flat_hash_set<int> destinations;
   for (const BlockMove& move : moves) {
     if (move.src() < 0 || move.src() >= num_src_blocks || move.dst() < 0 ||
         move.dst() >= num_dst_blocks) {
@@ -51,7 +57,19 @@ absl::StatusOr<std::vector<BlockPair>> ConvertMoves(
           kind, " move ", move.src(), " -> ", move.dst(), " is out of range (source blocks: ",
           num_src_blocks, ", destination blocks: ", num_dst_blocks, ")"));
     }
+    if (!destinations.insert(move.dst()).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(kind, " moves write block ", move.dst(), " more than once"));
+    }
     pairs.push_back({move.src(), move.dst()});
+  }
+  if (same_cache) {
+    for (const BlockPair& pair : pairs) {
+      if (destinations.contains(pair.src)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(kind, " moves both read and write block ", pair.src));
+      }
+    }
   }
   return pairs;
 }
@@ -95,12 +113,15 @@ absl::StatusOr<FlatBatch> FlattenStepPlan(const StepPlan& plan, const BatchLimit
   }
 
   auto swap_in =
-      ConvertMoves(plan.swap_in(), "swap_in", limits.num_cpu_blocks, limits.num_gpu_blocks);
+      ConvertMoves(plan.swap_in(), "swap_in", limits.num_cpu_blocks, limits.num_gpu_blocks,
+                   /*same_cache=*/false);
   if (!swap_in.ok()) return swap_in.status();
   auto swap_out =
-      ConvertMoves(plan.swap_out(), "swap_out", limits.num_gpu_blocks, limits.num_cpu_blocks);
+      ConvertMoves(plan.swap_out(), "swap_out", limits.num_gpu_blocks, limits.num_cpu_blocks,
+                   /*same_cache=*/false);
   if (!swap_out.ok()) return swap_out.status();
-  auto copy = ConvertMoves(plan.copy(), "copy", limits.num_gpu_blocks, limits.num_gpu_blocks);
+  auto copy = ConvertMoves(plan.copy(), "copy", limits.num_gpu_blocks, limits.num_gpu_blocks,
+                           /*same_cache=*/true);
   if (!copy.ok()) return copy.status();
   batch.swap_in = *std::move(swap_in);
   batch.swap_out = *std::move(swap_out);

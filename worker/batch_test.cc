@@ -53,6 +53,41 @@ TEST(FlattenStepPlanTest, FlattensMixedPrefillAndDecode) {
   EXPECT_TRUE(batch->swap_in.empty());
 }
 
+TEST(FlattenStepPlanTest, RefusesBlockMovesThatWriteABlockTwiceOrCopyFromACopiedBlock) {
+  const BatchLimits limits{
+      .vocab_size = 10, .block_size = 4, .num_gpu_blocks = 10, .num_cpu_blocks = 4};
+  auto flatten = [&](const std::vector<std::pair<int, int>>& copies,
+                     const std::vector<std::pair<int, int>>& swaps_in) {
+    StepPlan plan;
+    AddStep(plan, 1, {1}, 0, {0}, true);
+    for (auto [src, dst] : copies) {
+      auto* move = plan.add_copy();
+      move->set_src(src);
+      move->set_dst(dst);
+    }
+    for (auto [src, dst] : swaps_in) {
+      auto* move = plan.add_swap_in();
+      move->set_src(src);
+      move->set_dst(dst);
+    }
+    return FlattenStepPlan(plan, limits);
+  };
+  // One source to two blocks, and swaps from different host blocks: fine.
+  EXPECT_TRUE(flatten({{1, 6}, {1, 7}}, {{0, 8}, {1, 9}}).ok());
+  // Two copies into block 6, and two swaps into block 8.
+  EXPECT_EQ(flatten({{1, 6}, {2, 6}}, {}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(flatten({}, {{0, 8}, {1, 8}}).status().code(), absl::StatusCode::kInvalidArgument);
+  // A chain (0 -> 1, 1 -> 2) whose result would depend on the order, and a
+  // block copied onto itself.
+  auto chain = flatten({{0, 1}, {1, 2}}, {});
+  EXPECT_EQ(chain.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(chain.status().message()), ::testing::HasSubstr("block 1"));
+  EXPECT_EQ(flatten({{3, 3}}, {}).status().code(), absl::StatusCode::kInvalidArgument);
+  // Swaps go between two caches, so a host block number equal to a device
+  // destination is no conflict.
+  EXPECT_TRUE(flatten({}, {{2, 2}}).ok());
+}
+
 TEST(FlattenStepPlanTest, ChecksOnlyTheBlocksTheContextNeeds) {
   StepPlan plan;
   // 4 tokens need one block of 4; the stale id past it is not read.
