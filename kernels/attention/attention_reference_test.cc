@@ -82,5 +82,26 @@ TEST(ReferenceAttentionTest, GroupedQueryHeadsShareKvHead) {
   EXPECT_NEAR(out[3], near_one, 1e-12);  // head 1 picks token 1
 }
 
+TEST(ReferenceAttentionTest, QueryHeadReadsKvHeadByIntegerDivision) {
+  // 4 query heads over 2 kv heads (group 2): heads 0, 1 read kv head 0 and
+  // heads 2, 3 read kv head 1 (h / group, not h % num_kv_heads). The kernel
+  // tests trust this mapping, so it is checked here with more than one kv head.
+  HostPagedCache cache;
+  cache.num_blocks = 1;
+  cache.num_kv_heads = 2;
+  cache.block_size = 2;
+  cache.head_dim = 2;
+  cache.k.assign(2 * 2 * 2, 0.0f);
+  cache.v.assign(2 * 2 * 2, 0.0f);
+  cache.v[cache.Index(0, 0, 0, 0)] = 1.0f;  // kv head 0, token 0: value (1, 0)
+  cache.v[cache.Index(0, 1, 0, 1)] = 1.0f;  // kv head 1, token 0: value (0, 1)
+  // One-token context: each head returns its kv head's value exactly.
+  const std::vector<double> out =
+      ReferenceDecodeAttention(std::vector<float>(4 * 2, 1.0f), 4, cache, {{0}}, {1}, 1.0);
+  ASSERT_EQ(out.size(), 8u);
+  const std::vector<double> expected = {1, 0, 1, 0, 0, 1, 0, 1};
+  for (size_t i = 0; i < expected.size(); ++i) EXPECT_DOUBLE_EQ(out[i], expected[i]) << i;
+}
+
 }  // namespace
 }  // namespace pagoda::kernels

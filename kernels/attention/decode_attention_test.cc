@@ -28,6 +28,9 @@ struct DecodeCase {
   int batch = 4;
   int max_context = 600;
   float query_magnitude = 3.0f;
+  // Explicit per-sequence lengths (batch entries, each <= max_context); empty:
+  // RandomContextLens.
+  std::vector<int32_t> context_lens;
 
   std::string Name() const {
     return std::string(dtype == ScalarType::kBF16 ? "bf16" : "f16") + " heads " +
@@ -67,7 +70,8 @@ DecodePlan RunDecodeCase(const DecodeCase& c, uint32_t seed) {
   spec.head_dim = c.head_dim;
   spec.block_size = c.block_size;
   spec.table_kind = c.table_kind;
-  spec.context_lens = RandomContextLens(c.batch, c.max_context, rng);
+  spec.context_lens =
+      c.context_lens.empty() ? RandomContextLens(c.batch, c.max_context, rng) : c.context_lens;
   spec.query_counts.assign(c.batch, 1);
   spec.query_magnitude = c.query_magnitude;
   const AttentionProblem problem = MakeAttentionProblem(spec, rng);
@@ -174,6 +178,31 @@ TEST(DecodeAttentionTest, SmallPartitionsManyMerges) {
     c.max_context = 1000;
     const DecodePlan plan = RunDecodeCase(c, 100 + partition_size);
     EXPECT_EQ(plan.max_num_partitions, (1000 + partition_size - 1) / partition_size);
+  }
+}
+
+TEST(DecodeAttentionTest, ContextsEndingOnBlockAndPartitionBoundaries) {
+  // Random lengths rarely end exactly on a partition edge (and only by chance
+  // on a cache-block edge), where an off-by-one partition count (floor + 1
+  // instead of ceil: for 128 the merge would read partition 1's poisoned,
+  // unwritten row) or a last-block indexing slip would show. 128 and 256 end
+  // exactly on partitions of 128, 129 one token past; 16, 32 and 127 end on or
+  // just before cache-block edges.
+  uint32_t seed = 700;
+  for (int block_size : {16, 32}) {
+    for (SplitKMode split : {SplitKMode::kNever, SplitKMode::kAlways}) {
+      DecodeCase c;
+      c.block_size = block_size;
+      c.split_k = split;
+      c.partition_size = 128;
+      c.context_lens = {16, 32, 127, 128, 129, 256};
+      c.batch = static_cast<int>(c.context_lens.size());
+      c.max_context = 256;
+      const DecodePlan plan = RunDecodeCase(c, seed++);
+      if (split == SplitKMode::kAlways) {
+        EXPECT_EQ(plan.max_num_partitions, 2);
+      }
+    }
   }
 }
 
