@@ -273,6 +273,35 @@ TEST(SamplingTest, DrawsFollowTheTemperedDistribution) {
   }
 }
 
+TEST(SamplingTest, InfiniteMaxLogitGivesItsLowestIdAsTheHostSamplerDoes) {
+  // Every survivor's Gumbel score is NaN or -inf here, so no score wins the
+  // race: the kernel must fall back to the argmax (lowest +inf id), never
+  // return the out-of-range id `vocab`. 37 tokens: not a multiple of 4.
+  std::vector<float> logits(37);
+  for (int i = 0; i < 37; ++i) logits[i] = 0.1f * (i % 7);
+  logits[3] = logits[9] = INFINITY;
+  std::vector<Row> rows;
+  for (const int top_k : {0, 5}) {
+    for (const float top_p : {1.0f, 0.9f}) rows.push_back(Row{logits, 0.8f, top_k, top_p, 5, 0});
+  }
+  for (const RowResult& got : Sample(rows)) EXPECT_EQ(got.id, 3);
+}
+
+TEST(SamplingTest, NanLogitsAreNeverDrawn) {
+  // NaN counts as -inf: only the odd ids can be drawn or counted.
+  std::vector<float> logits = RandomFloats(1001, -1, 1, 8);
+  for (size_t i = 0; i < logits.size(); i += 2) logits[i] = NAN;
+  std::vector<Row> rows;
+  for (int d = 0; d < 64; ++d) {
+    rows.push_back(Row{logits, 1.0f, 0, 1.0f, 9, static_cast<uint64_t>(d)});
+  }
+  for (const RowResult& got : Sample(rows)) {
+    EXPECT_LT(got.id, 1001);
+    EXPECT_EQ(got.id % 2, 1) << got.id;
+    EXPECT_EQ(got.candidates, 500);
+  }
+}
+
 TEST(SamplingTest, RejectsBadParameters) {
   TokenSamplingParams p;
   EXPECT_EQ(LaunchTokenSampling(p, nullptr), cudaErrorInvalidValue);
