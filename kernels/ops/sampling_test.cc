@@ -255,7 +255,11 @@ TEST(SamplingTest, DrawsFollowTheTemperedDistribution) {
       total += expected[rank[j]];
     }
     std::vector<int> counts(vocab, 0);
-    for (const RowResult& r : results) ++counts[r.id];
+    for (const RowResult& r : results) {
+      // A bad id must fail the test, not write outside `counts`.
+      ASSERT_TRUE(r.id >= 0 && r.id < vocab) << r.id;
+      ++counts[r.id];
+    }
     double chi_square = 0;
     int categories = 0;
     for (int i = 0; i < vocab; ++i) {
