@@ -264,6 +264,41 @@ TEST(CacheOpsTest, UnalignedRowsFallBackToElementCopies) {
   EXPECT_TRUE(dvc.Download<uint8_t>(s.cache_bytes()) == value_cache);
 }
 
+TEST(CacheOpsTest, CopyBlocksOddBlockBytesUseTheNarrowCopies) {
+  // The parameterised shapes all have 16-byte blocks; these take the 4-byte
+  // (36-byte blocks) and 1-byte (30-byte blocks) copy paths.
+  for (const int head_dim : {6, 5}) {
+    const CacheShape s{9, 1, 3, head_dim, ScalarType::kBF16};
+    std::mt19937 rng(head_dim);
+    std::vector<uint8_t> keys = RandomBytes(s.cache_bytes(), rng);
+    std::vector<uint8_t> values = RandomBytes(s.cache_bytes(), rng);
+    DeviceBuffer dk(s.cache_bytes()), dv(s.cache_bytes());
+    dk.Upload(keys);
+    dv.Upload(values);
+    const std::vector<void*> key_ptrs = {dk.get()}, value_ptrs = {dv.get()};
+    const std::vector<int64_t> pairs = {1, 7, 4, 0, 8, 5};
+    DeviceBuffer d_keys(sizeof(void*)), d_values(sizeof(void*)), d_pairs(pairs.size() * 8);
+    d_keys.Upload(key_ptrs);
+    d_values.Upload(value_ptrs);
+    d_pairs.Upload(pairs);
+    const CopyBlocksParams p{d_keys.as<void*>(),
+                             d_values.as<void*>(),
+                             d_pairs.as<int64_t>(),
+                             1,
+                             3,
+                             static_cast<int64_t>(s.block_bytes())};
+    PAGODA_ASSERT_CUDA_OK(LaunchCopyBlocks(p, nullptr));
+    PAGODA_ASSERT_CUDA_OK(cudaDeviceSynchronize());
+    const size_t bb = s.block_bytes();
+    for (size_t j = 0; j < pairs.size(); j += 2) {
+      std::memcpy(&keys[pairs[j + 1] * bb], &keys[pairs[j] * bb], bb);
+      std::memcpy(&values[pairs[j + 1] * bb], &values[pairs[j] * bb], bb);
+    }
+    EXPECT_TRUE(dk.Download<uint8_t>(s.cache_bytes()) == keys) << "head_dim " << head_dim;
+    EXPECT_TRUE(dv.Download<uint8_t>(s.cache_bytes()) == values) << "head_dim " << head_dim;
+  }
+}
+
 TEST(CacheOpsTest, RejectsMissingBuffers) {
   EXPECT_EQ(LaunchReshapeAndCache(ReshapeAndCacheParams{}, nullptr), cudaErrorInvalidValue);
   EXPECT_EQ(LaunchCopyBlocks(CopyBlocksParams{}, nullptr), cudaErrorInvalidValue);

@@ -73,6 +73,31 @@ TEST_P(LayerOpsTest, RmsNormMatchesFloat64) {
   }
 }
 
+TEST_P(LayerOpsTest, RmsNormAddsEpsilonInsideTheRoot) {
+  // mean(x^2) ~ 3e-7 against epsilon 1e-5: an epsilon dropped or added
+  // outside the square root changes the output several-fold.
+  const ScalarType type = GetParam();
+  const int tokens = 2, hidden = 256;
+  const std::vector<float> x = RoundTrip(type, RandomFloats(tokens * hidden, -1e-3f, 1e-3f, 4));
+  const std::vector<float> w = RoundTrip(type, RandomFloats(hidden, 0.5, 1.5, 5));
+  auto dx = ToDevice(type, x), dw = ToDevice(type, w);
+  DeviceBuffer out(tokens * hidden * ScalarTypeSize(type));
+  out.Fill(0xFF);
+  RmsNormParams p{dx->get(), hidden, dw->get(), out.get(), tokens, hidden, 1e-5f, type};
+  PAGODA_ASSERT_CUDA_OK(LaunchRmsNorm(p, nullptr));
+  PAGODA_ASSERT_CUDA_OK(cudaDeviceSynchronize());
+  std::vector<double> want(tokens * hidden);
+  for (int t = 0; t < tokens; ++t) {
+    double sum = 0;
+    for (int i = 0; i < hidden; ++i) sum += double{x[t * hidden + i]} * x[t * hidden + i];
+    const double scale = 1.0 / std::sqrt(sum / hidden + 1e-5);
+    for (int i = 0; i < hidden; ++i) want[t * hidden + i] = x[t * hidden + i] * scale * w[i];
+  }
+  // Outputs are up to ~0.5; without epsilon (or with it outside the root)
+  // they would be ~5x larger, far outside the tolerance.
+  ExpectClose(FromDevice(type, out, tokens * hidden), want, Tolerance(type));
+}
+
 TEST_P(LayerOpsTest, FusedAddRmsNormUpdatesResidualAndInput) {
   const ScalarType type = GetParam();
   for (const auto& [tokens, hidden] : {std::pair{1, 64}, {9, 1000}, {4, 8192}}) {

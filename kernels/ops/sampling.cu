@@ -299,7 +299,9 @@ __global__ void __launch_bounds__(kThreads) TokenSamplingKernel(TokenSamplingPar
         if (OrderedKey(x) < threshold || x == -INFINITY) continue;
         ++kept;
         const float gumbel = -logf(-logf(UniformOpen01(draws.v[e])));
-        const float score = (x - max_logit) * inv_t + gumbel;
+        // An explicit fma, as worker/sampler.cc computes it: parity with the
+        // host must not depend on nvcc choosing to contract a * b + c.
+        const float score = __fmaf_rn(x - max_logit, inv_t, gumbel);
         if (score > best_score) {
           best_score = score;
           best_score_id = i;
@@ -307,7 +309,10 @@ __global__ void __launch_bounds__(kThreads) TokenSamplingKernel(TokenSamplingPar
       }
     }
     BlockArgMax(best_score, best_score_id, s);
-    chosen = best_score_id;
+    // No survivor won when max_logit is +inf (every survivor's score is then
+    // NaN or -inf) or when the top-p masses wrapped past 2^64: fall back to the
+    // argmax, as the host sampler does, never to the out-of-range id `vocab`.
+    chosen = best_score_id < vocab ? best_score_id : best_id;
     if (p.num_candidates != nullptr) {
       candidates = static_cast<int>(BlockSumU64(static_cast<unsigned long long>(kept), s));
     }

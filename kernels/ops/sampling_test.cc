@@ -255,7 +255,11 @@ TEST(SamplingTest, DrawsFollowTheTemperedDistribution) {
       total += expected[rank[j]];
     }
     std::vector<int> counts(vocab, 0);
-    for (const RowResult& r : results) ++counts[r.id];
+    for (const RowResult& r : results) {
+      // A bad id must fail the test, not write outside `counts`.
+      ASSERT_TRUE(r.id >= 0 && r.id < vocab) << r.id;
+      ++counts[r.id];
+    }
     double chi_square = 0;
     int categories = 0;
     for (int i = 0; i < vocab; ++i) {
@@ -270,6 +274,35 @@ TEST(SamplingTest, DrawsFollowTheTemperedDistribution) {
     // 99.9th percentile of chi-square: df 11 -> 31.3, df 4 -> 18.5.
     const double limit = categories == 12 ? 31.3 : 18.5;
     EXPECT_LT(chi_square, limit) << "temperature " << temperature << " top_k " << top_k;
+  }
+}
+
+TEST(SamplingTest, InfiniteMaxLogitGivesItsLowestIdAsTheHostSamplerDoes) {
+  // Every survivor's Gumbel score is NaN or -inf here, so no score wins the
+  // race: the kernel must fall back to the argmax (lowest +inf id), never
+  // return the out-of-range id `vocab`. 37 tokens: not a multiple of 4.
+  std::vector<float> logits(37);
+  for (int i = 0; i < 37; ++i) logits[i] = 0.1f * (i % 7);
+  logits[3] = logits[9] = INFINITY;
+  std::vector<Row> rows;
+  for (const int top_k : {0, 5}) {
+    for (const float top_p : {1.0f, 0.9f}) rows.push_back(Row{logits, 0.8f, top_k, top_p, 5, 0});
+  }
+  for (const RowResult& got : Sample(rows)) EXPECT_EQ(got.id, 3);
+}
+
+TEST(SamplingTest, NanLogitsAreNeverDrawn) {
+  // NaN counts as -inf: only the odd ids can be drawn or counted.
+  std::vector<float> logits = RandomFloats(1001, -1, 1, 8);
+  for (size_t i = 0; i < logits.size(); i += 2) logits[i] = NAN;
+  std::vector<Row> rows;
+  for (int d = 0; d < 64; ++d) {
+    rows.push_back(Row{logits, 1.0f, 0, 1.0f, 9, static_cast<uint64_t>(d)});
+  }
+  for (const RowResult& got : Sample(rows)) {
+    EXPECT_LT(got.id, 1001);
+    EXPECT_EQ(got.id % 2, 1) << got.id;
+    EXPECT_EQ(got.candidates, 500);
   }
 }
 
