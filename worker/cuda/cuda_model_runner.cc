@@ -63,6 +63,14 @@ absl::Status ValidateRequest(const LoadModelRequest& request) {
         absl::StrCat("max_num_batched_tokens and max_num_seqs must be in [1, ", kMaxWorkspaceTokens,
                      "], got ", request.max_num_batched_tokens(), " and ", request.max_num_seqs()));
   }
+  // A step of more sequences would fail in attention with a sticky error
+  // (and the graph for a bucket that large could never be captured), so the
+  // configuration is unservable: refuse it now, naming the limit.
+  if (request.max_num_seqs() > kCudaMaxNumSeqs) {
+    return absl::InvalidArgumentError(absl::StrCat("max_num_seqs ", request.max_num_seqs(),
+                                                   " is not supported on CUDA (at most ",
+                                                   kCudaMaxNumSeqs, ")"));
+  }
   return absl::OkStatus();
 }
 
