@@ -47,9 +47,10 @@ grep -q '^PAGODA_HAVE_CUDA:INTERNAL=ON' "$BUILD_ABS/CMakeCache.txt" 2>/dev/null 
   grep -q 'Pagoda CUDA backend: ON' "$BUILD_ABS/CMakeFiles/CMakeOutput.log" 2>/dev/null ||
   [ -x /usr/local/cuda/bin/nvcc ] || { echo "gpu_bundle: no nvcc: nothing to bundle" >&2; exit 1; }
 
-# What gpu_check.sh runs: every test labelled cuda, the servers, the benchmarks.
+# What gpu_check.sh runs: every test labelled cuda, the servers, the benchmarks
+# (pagoda-bench drives its service throughput step, so it must travel too).
 mapfile -t tests < <(ctest --test-dir "$BUILD_ABS" -N -L cuda | sed -n 's/^ *Test *#[0-9]*: //p')
-targets=("${tests[@]}" pagoda-server pagoda-worker pagoda-cli bench_paged_attention
+targets=("${tests[@]}" pagoda-server pagoda-worker pagoda-cli pagoda-bench bench_paged_attention
          bench_cache_ops bench_decode_step)
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
   cmake --build "$BUILD_ABS" -j "$JOBS" --target "${targets[@]}"

@@ -89,6 +89,10 @@ TEST(NcclCommunicatorTest, AllReduceAndAllGatherAcrossDevices) {
       float* device = nullptr;
       cudaMalloc(&device, host.size() * sizeof(float));
       cudaMemcpy(device, host.data(), kCount * sizeof(float), cudaMemcpyHostToDevice);
+      // A pageable cudaMemcpy may return before its DMA lands, and the
+      // communicator's own stream is non-blocking (no implicit ordering with
+      // the legacy stream): wait before the collective reads the buffer.
+      cudaDeviceSynchronize();
       absl::Status s = (*comm)->AllReduceSum(device, kCount, DType::kF32);
       cudaMemcpy(host.data(), device, kCount * sizeof(float), cudaMemcpyDeviceToHost);
       const float rank_sum = static_cast<float>(world * (world + 1) / 2);
@@ -99,6 +103,7 @@ TEST(NcclCommunicatorTest, AllReduceAndAllGatherAcrossDevices) {
       std::vector<float> part(kCount, static_cast<float>(rank));
       cudaMemcpy(device + kCount * rank, part.data(), kCount * sizeof(float),
                  cudaMemcpyHostToDevice);
+      cudaDeviceSynchronize();  // As above.
       if (s.ok()) s = (*comm)->AllGather(device, kCount, DType::kF32);
       cudaMemcpy(host.data(), device, host.size() * sizeof(float), cudaMemcpyDeviceToHost);
       for (size_t i = 0; s.ok() && i < host.size(); ++i) {

@@ -50,6 +50,10 @@ absl::Status CudaGraphRunner::Capture(int max_num_seqs) {
   for (auto it = buckets_.rbegin(); it != buckets_.rend(); ++it) {
     auto output = model_->Forward(DummyDecode(*it, blocks_per_seq_), cache_);
     if (!output.ok()) return output.status();
+    // Device errors are sticky: once one is recorded (an allocation or a
+    // launch of the largest bucket failed) every further warm-up is wasted
+    // work, possibly thousands of full forwards; stop at the first.
+    if (!backend_->status().ok()) return backend_->status();
   }
   backend_->Synchronize();
   if (!backend_->status().ok()) return backend_->status();

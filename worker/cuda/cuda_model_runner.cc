@@ -63,6 +63,14 @@ absl::Status ValidateRequest(const LoadModelRequest& request) {
         absl::StrCat("max_num_batched_tokens and max_num_seqs must be in [1, ", kMaxWorkspaceTokens,
                      "], got ", request.max_num_batched_tokens(), " and ", request.max_num_seqs()));
   }
+  // A step of more sequences would fail in attention with a sticky error
+  // (and the graph for a bucket that large could never be captured), so the
+  // configuration is unservable: refuse it now, naming the limit.
+  if (request.max_num_seqs() > kCudaMaxNumSeqs) {
+    return absl::InvalidArgumentError(absl::StrCat("max_num_seqs ", request.max_num_seqs(),
+                                                   " is not supported on CUDA (at most ",
+                                                   kCudaMaxNumSeqs, ")"));
+  }
   return absl::OkStatus();
 }
 
@@ -263,7 +271,7 @@ class CudaModelRunner final : public ModelRunner {
   }
 
   // Device memory in use after one forward pass and sampling of the largest
-  // step, on a scratch cache just big enough for it (freed after).
+  // step, on a scratch cache just big enough for it (freed before measuring).
   absl::StatusOr<int64_t> ProfilePeakBytes(const LoadModelRequest& request) {
     int num_blocks = 0;
     const StepPlan plan = ProfilePlan(request.max_num_batched_tokens(), request.max_num_seqs(),
@@ -277,12 +285,19 @@ class CudaModelRunner final : public ModelRunner {
     if (timed_->rank() == 0) backend_->Sample(output->logits, output->sampling, &samples_);
     backend_->Synchronize();
     if (!backend_->status().ok()) return backend_->status();
+    // The scratch cache is KV memory, which is what this profile sizes: left
+    // allocated it would be counted as peak and its blocks taken twice from
+    // the budget (max_num_batched_tokens tokens of KV lost for good).
+    // cudaFree hands the memory straight back, so the measure below sees it.
+    scratch.reset();
     size_t free_bytes = 0, total_bytes = 0;
     if (cudaError_t e = cudaMemGetInfo(&free_bytes, &total_bytes); e != cudaSuccess) {
       return absl::InternalError(absl::StrCat("cudaMemGetInfo: ", cudaGetErrorString(e)));
     }
     // In use = everything on the device now (this process's context, weights,
-    // workspaces, the scratch cache, and any other process): conservative.
+    // workspaces, and any other process): conservative. All of the forward's
+    // own memory (workspace, GEMM and sampling scratch) persists, so what is
+    // in use after the pass is its peak.
     return static_cast<int64_t>(total_bytes - free_bytes);
   }
 

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "worker/cuda/cuda_support.h"
 
 namespace pagoda::worker {
 namespace {
@@ -70,6 +71,9 @@ TEST(CudaModelRunnerTest, RefusesBadRequestsNamingTheValue) {
   request.set_kv_cache_dtype("float32");
   EXPECT_EQ(Load(request).message(),
             "--kv-cache-dtype float32 is not supported on CUDA with --dtype bfloat16 (use auto)");
+  request = Request(dir);
+  request.set_max_num_seqs(kCudaMaxNumSeqs + 1);  // Past the attention kernels' grid.
+  EXPECT_EQ(Load(request).message(), "max_num_seqs 65536 is not supported on CUDA (at most 65535)");
   request = Request(dir);
   request.set_gpu_memory_utilization(1.5f);
   EXPECT_EQ(Load(request).code(), absl::StatusCode::kInvalidArgument);

@@ -21,6 +21,10 @@ namespace pagoda::worker {
 inline constexpr int kCudaHeadSizes[] = {64, 128};
 // Most query heads per kv head the kernels take (GQA group size).
 inline constexpr int kCudaMaxGqaGroup = 8;
+// Most sequences one step may hold: the attention kernels put sequences on
+// the grid's y axis, which CUDA caps at 65535 (kernels/attention's
+// CheckDecodeSupported and CheckPrefillSupported refuse more).
+inline constexpr int kCudaMaxNumSeqs = 65535;
 // The longest context CUDA serves and graphs are planned for: the rotary
 // table's bound. The rotary kernel reads only the table, so the backend
 // refuses positions past it.
