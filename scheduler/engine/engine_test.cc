@@ -205,10 +205,16 @@ TEST_F(EngineTest, ConcurrentRequestsGiveTheirSoloTokens) {
     solo.push_back(sink->tokens());
     ASSERT_EQ(solo.back().size(), static_cast<size_t>(max_tokens[i]));
   }
-  // Then all at once.
+  // Then all at once. Steps wait until all eight are queued: on a loaded
+  // machine the engine could otherwise finish each short request before this
+  // thread submits the next, and nothing would be batched.
+  auto all_queued = std::make_shared<absl::Notification>();
+  hooked_->set_before_step(
+      [all_queued] { all_queued->WaitForNotificationWithTimeout(absl::Seconds(20)); });
   std::vector<std::shared_ptr<CollectingSink>> sinks;
   for (int i = 0; i < 8; ++i)
     sinks.push_back(Submit(absl::StrCat("batch", i), prompts[i], max_tokens[i]));
+  all_queued->Notify();
   for (int i = 0; i < 8; ++i) {
     ASSERT_TRUE(sinks[i]->WaitFinished());
     EXPECT_TRUE(sinks[i]->status().ok());
