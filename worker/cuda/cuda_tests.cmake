@@ -21,9 +21,12 @@ add_executable(bench_decode_step ${PAGODA_WORKER_CUDA_DIR}/bench_decode_step.cc)
 target_link_libraries(bench_decode_step PRIVATE pagoda_worker_cuda absl::strings)
 
 # Load-time refusals of the CUDA runner: host-side, run on every nvcc build.
+# Labelled cuda as well, so gpu_check.sh runs it where its device branch (a
+# group join that must fail, not hang) is taken.
 pagoda_add_test(worker_cuda_model_runner_test
   SOURCES ${PAGODA_WORKER_CUDA_DIR}/cuda_model_runner_test.cc
-  LIBS pagoda_worker_cuda GTest::gmock)
+  LIBS pagoda_worker_cuda GTest::gmock
+  LABELS cuda)
 
 # The model's all-reduces over NCCL: size 1 on any GPU, two ranks on two.
 if(TARGET pagoda_comm_nccl)
