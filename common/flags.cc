@@ -11,8 +11,10 @@
 #include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 
 #ifndef PAGODA_VERSION
@@ -87,6 +89,16 @@ std::vector<char*> ParsePagodaCommandLine(int argc, char** argv, const ProgramIn
   absl::SetProgramUsageMessage(program.usage);
   AcceptDashedFlagNames(argc, argv);
   return absl::ParseCommandLine(argc, argv);
+}
+
+std::optional<std::vector<int>> ParsePositiveIntList(std::string_view text) {
+  std::vector<int> values;
+  for (absl::string_view part : absl::StrSplit(absl::string_view(text.data(), text.size()), ',')) {
+    int value = 0;
+    if (!absl::SimpleAtoi(part, &value) || value <= 0) return std::nullopt;
+    values.push_back(value);
+  }
+  return values;
 }
 
 }  // namespace pagoda

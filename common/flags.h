@@ -1,6 +1,7 @@
 #ifndef PAGODA_COMMON_FLAGS_H_
 #define PAGODA_COMMON_FLAGS_H_
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -33,6 +34,11 @@ std::string HelpText(const ProgramInfo& program);
 // parses with Abseil (which exits 1 on an unknown flag). Returns the
 // positional arguments, argv[0] first.
 std::vector<char*> ParsePagodaCommandLine(int argc, char** argv, const ProgramInfo& program);
+
+// A comma-separated list of positive integers ("1,8,32", the benchmarks'
+// batch and concurrency lists); nullopt when it is empty or any entry is
+// empty, not a number, or not positive.
+std::optional<std::vector<int>> ParsePositiveIntList(std::string_view text);
 
 }  // namespace pagoda
 

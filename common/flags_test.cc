@@ -48,5 +48,14 @@ TEST(VersionLineTest, NamesVersionAndBuildType) {
             std::string("prog ") + PAGODA_TEST_VERSION + " (" + PAGODA_TEST_BUILD_TYPE + " build)");
 }
 
+TEST(ParsePositiveIntListTest, ReadsListsAndRefusesBadEntries) {
+  EXPECT_EQ(ParsePositiveIntList("1,8,32"), (std::vector<int>{1, 8, 32}));
+  EXPECT_EQ(ParsePositiveIntList("7"), (std::vector<int>{7}));
+  EXPECT_EQ(ParsePositiveIntList("1, 8"), (std::vector<int>{1, 8}));  // Spaces around entries.
+  for (const char* bad : {"", "1,,8", "1,8,", "0", "4,-2", "8x", "1 8", "99999999999"}) {
+    EXPECT_FALSE(ParsePositiveIntList(bad).has_value()) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace pagoda

@@ -10,15 +10,14 @@
 #include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -167,11 +166,28 @@ void PrintRow(const LevelResult& r) {
               schedule + rpc + forward + post, schedule, rpc, forward, post, all_reduce);
 }
 
+// One client thread per concurrent request.
+constexpr int kMaxConcurrency = 4096;
+
 }  // namespace
 
 int main(int argc, char** argv) {
   pagoda::ParsePagodaCommandLine(argc, argv,
                                  {"pagoda-bench", "pagoda-bench [flags]: engine benchmark"});
+  // Flags first, so a typo fails before any request is sent.
+  const std::optional<std::vector<int>> levels =
+      pagoda::ParsePositiveIntList(absl::GetFlag(FLAGS_concurrency));
+  if (!levels || *std::max_element(levels->begin(), levels->end()) > kMaxConcurrency) {
+    std::fprintf(stderr,
+                 "pagoda-bench: --concurrency must be a list of integers in [1, %d], got '%s'\n",
+                 kMaxConcurrency, absl::GetFlag(FLAGS_concurrency).c_str());
+    return 1;
+  }
+  const int warmup = absl::GetFlag(FLAGS_warmup);
+  if (warmup < 0 || warmup > 1000) {
+    std::fprintf(stderr, "pagoda-bench: --warmup must be in [0, 1000]\n");
+    return 1;
+  }
   auto channel =
       grpc::CreateChannel(absl::GetFlag(FLAGS_server), grpc::InsecureChannelCredentials());
   auto stub = Generation::NewStub(channel);
@@ -204,11 +220,6 @@ int main(int argc, char** argv) {
   std::printf("%11s %8s %6s %9s %8s %10s %7s %7s %9s %9s %8s %9s %8s %9s\n", "concurrency",
               "requests", "errors", "out_tok", "wall_s", "out_tok/s", "steps", "batch", "step_ms",
               "sched_ms", "rpc_ms", "fwd_ms", "post_ms", "allred_ms");
-  const int warmup = absl::GetFlag(FLAGS_warmup);
-  if (warmup < 0 || warmup > 1000) {
-    std::fprintf(stderr, "pagoda-bench: --warmup must be in [0, 1000]\n");
-    return 1;
-  }
   if (warmup > 0) {
     const LevelResult warm = RunLevel(
         *stub, 1, info.vocab_size(),
@@ -219,13 +230,7 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  for (absl::string_view level : absl::StrSplit(absl::GetFlag(FLAGS_concurrency), ',')) {
-    int concurrency;
-    if (!absl::SimpleAtoi(level, &concurrency) || concurrency <= 0) {
-      std::fprintf(stderr, "pagoda-bench: bad --concurrency entry '%s'\n",
-                   std::string(level).c_str());
-      return 1;
-    }
+  for (const int concurrency : *levels) {
     PrintRow(RunLevel(*stub, concurrency, info.vocab_size(),
                       Jobs(concurrency, std::max(2, info.max_model_len()))));
   }

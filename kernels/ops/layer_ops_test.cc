@@ -50,52 +50,42 @@ void ExpectClose(const std::vector<float>& got, const std::vector<double>& want,
 
 class LayerOpsTest : public ::testing::TestWithParam<ScalarType> {};
 
-TEST_P(LayerOpsTest, RmsNormMatchesFloat64) {
-  const ScalarType type = GetParam();
-  for (const auto& [tokens, hidden] : {std::pair{1, 32}, {7, 333}, {5, 4096}, {3, 5121}}) {
-    const int stride = hidden + 17;  // rows of a wider buffer
-    const std::vector<float> x = RoundTrip(type, RandomFloats(tokens * stride, -3, 3, hidden));
-    const std::vector<float> w = RoundTrip(type, RandomFloats(hidden, 0.5, 1.5, tokens));
-    auto dx = ToDevice(type, x), dw = ToDevice(type, w);
-    DeviceBuffer out(tokens * hidden * ScalarTypeSize(type));
-    out.Fill(0xFF);  // NaN everywhere until written
-    RmsNormParams p{dx->get(), stride, dw->get(), out.get(), tokens, hidden, 1e-5f, type};
-    PAGODA_ASSERT_CUDA_OK(LaunchRmsNorm(p, nullptr));
-    PAGODA_ASSERT_CUDA_OK(cudaDeviceSynchronize());
-    std::vector<double> want(tokens * hidden);
-    for (int t = 0; t < tokens; ++t) {
-      double sum = 0;
-      for (int i = 0; i < hidden; ++i) sum += double{x[t * stride + i]} * x[t * stride + i];
-      const double scale = 1.0 / std::sqrt(sum / hidden + 1e-5);
-      for (int i = 0; i < hidden; ++i) want[t * hidden + i] = x[t * stride + i] * scale * w[i];
-    }
-    ExpectClose(FromDevice(type, out, tokens * hidden), want, Tolerance(type));
-  }
-}
-
-TEST_P(LayerOpsTest, RmsNormAddsEpsilonInsideTheRoot) {
-  // mean(x^2) ~ 3e-7 against epsilon 1e-5: an epsilon dropped or added
-  // outside the square root changes the output several-fold.
-  const ScalarType type = GetParam();
-  const int tokens = 2, hidden = 256;
-  const std::vector<float> x = RoundTrip(type, RandomFloats(tokens * hidden, -1e-3f, 1e-3f, 4));
-  const std::vector<float> w = RoundTrip(type, RandomFloats(hidden, 0.5, 1.5, 5));
+// RMSNorm (epsilon 1e-5) of `tokens` rows of `hidden` inputs drawn from
+// [-amplitude, amplitude], read `stride` floats apart, against float64.
+void CheckRmsNorm(ScalarType type, int tokens, int hidden, int stride, float amplitude,
+                  uint32_t seed) {
+  const std::vector<float> x =
+      RoundTrip(type, RandomFloats(tokens * stride, -amplitude, amplitude, seed));
+  const std::vector<float> w = RoundTrip(type, RandomFloats(hidden, 0.5, 1.5, seed + 1));
   auto dx = ToDevice(type, x), dw = ToDevice(type, w);
   DeviceBuffer out(tokens * hidden * ScalarTypeSize(type));
-  out.Fill(0xFF);
-  RmsNormParams p{dx->get(), hidden, dw->get(), out.get(), tokens, hidden, 1e-5f, type};
+  out.Fill(0xFF);  // NaN everywhere until written
+  RmsNormParams p{dx->get(), stride, dw->get(), out.get(), tokens, hidden, 1e-5f, type};
   PAGODA_ASSERT_CUDA_OK(LaunchRmsNorm(p, nullptr));
   PAGODA_ASSERT_CUDA_OK(cudaDeviceSynchronize());
   std::vector<double> want(tokens * hidden);
   for (int t = 0; t < tokens; ++t) {
     double sum = 0;
-    for (int i = 0; i < hidden; ++i) sum += double{x[t * hidden + i]} * x[t * hidden + i];
+    for (int i = 0; i < hidden; ++i) sum += double{x[t * stride + i]} * x[t * stride + i];
     const double scale = 1.0 / std::sqrt(sum / hidden + 1e-5);
-    for (int i = 0; i < hidden; ++i) want[t * hidden + i] = x[t * hidden + i] * scale * w[i];
+    for (int i = 0; i < hidden; ++i) want[t * hidden + i] = x[t * stride + i] * scale * w[i];
   }
-  // Outputs are up to ~0.5; without epsilon (or with it outside the root)
-  // they would be ~5x larger, far outside the tolerance.
   ExpectClose(FromDevice(type, out, tokens * hidden), want, Tolerance(type));
+}
+
+TEST_P(LayerOpsTest, RmsNormMatchesFloat64) {
+  for (const auto& [tokens, hidden] : {std::pair{1, 32}, {7, 333}, {5, 4096}, {3, 5121}}) {
+    SCOPED_TRACE(::testing::Message() << tokens << " x " << hidden);
+    // Rows of a wider buffer.
+    CheckRmsNorm(GetParam(), tokens, hidden, hidden + 17, 3.0f, static_cast<uint32_t>(hidden));
+  }
+}
+
+TEST_P(LayerOpsTest, RmsNormAddsEpsilonInsideTheRoot) {
+  // mean(x^2) ~ 3e-7 against epsilon 1e-5: outputs are up to ~0.5, and an
+  // epsilon dropped or added outside the square root makes them ~5x larger,
+  // far outside the tolerance.
+  CheckRmsNorm(GetParam(), 2, 256, 256, 1e-3f, 4);
 }
 
 TEST_P(LayerOpsTest, FusedAddRmsNormUpdatesResidualAndInput) {

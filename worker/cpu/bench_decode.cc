@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
-#include "absl/strings/str_split.h"
+#include "common/flags.h"
 #include "common/model_config.h"
 #include "worker/cpu/simd.h"
 #include "worker/model_runner.h"
@@ -66,12 +66,9 @@ Flags ParseFlags(int argc, char** argv) {
     if (arg == "--model") {
       flags.model = value;
     } else if (arg == "--batches") {
-      flags.batches.clear();
-      for (absl::string_view part : absl::StrSplit(value, ',')) {
-        int batch = 0;
-        if (!absl::SimpleAtoi(part, &batch) || batch <= 0) Die("bad --batches " + value);
-        flags.batches.push_back(batch);
-      }
+      auto batches = ParsePositiveIntList(value);
+      if (!batches) Die("bad --batches " + value);
+      flags.batches = *std::move(batches);
     } else if (!numeric) {
       Die("bad value for " + arg + ": " + value);
     } else if (arg == "--threads") {

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
-#include "absl/strings/str_split.h"
+#include "common/flags.h"
 #include "worker/batch.h"
 #include "worker/cache_engine.h"
 #include "worker/communicator.h"
@@ -54,12 +54,9 @@ Args ParseArgs(int argc, char** argv) {
     if (flag == "--model") {
       args.model = value;
     } else if (flag == "--batches") {
-      args.batches.clear();
-      for (absl::string_view part : absl::StrSplit(value, ',')) {
-        int batch = 0;
-        if (!absl::SimpleAtoi(part, &batch) || batch < 1) Die("bad --batches " + value);
-        args.batches.push_back(batch);
-      }
+      auto batches = ParsePositiveIntList(value);
+      if (!batches) Die("bad --batches " + value);
+      args.batches = *std::move(batches);
     } else if (flag == "--context" && absl::SimpleAtoi(value, &args.context)) {
     } else if (flag == "--iters" && absl::SimpleAtoi(value, &args.iters)) {
     } else {

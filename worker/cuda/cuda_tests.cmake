@@ -18,7 +18,7 @@ set_tests_properties(worker_cuda_model_test worker_cuda_backend_test worker_cuda
 
 # Decode step time of a whole model vs its bandwidth floor (scripts/gpu_check.sh).
 add_executable(bench_decode_step ${PAGODA_WORKER_CUDA_DIR}/bench_decode_step.cc)
-target_link_libraries(bench_decode_step PRIVATE pagoda_worker_cuda absl::strings)
+target_link_libraries(bench_decode_step PRIVATE pagoda_worker_cuda pagoda_flags absl::strings)
 
 # Load-time refusals of the CUDA runner: host-side, run on every nvcc build.
 # Labelled cuda as well, so gpu_check.sh runs it where its device branch (a
