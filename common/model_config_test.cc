@@ -4,9 +4,9 @@
 #include <string>
 
 #include "common/sampling_limits.h"
-#include "common/testing/safetensors_writer.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/support/safetensors_writer.h"
 
 namespace pagoda {
 namespace {

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "common/testing/safetensors_writer.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/support/safetensors_writer.h"
 
 namespace pagoda {
 namespace {

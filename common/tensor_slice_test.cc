@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "common/testing/safetensors_writer.h"
 #include "gtest/gtest.h"
+#include "tests/support/safetensors_writer.h"
 
 namespace pagoda {
 namespace {

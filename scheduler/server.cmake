@@ -16,58 +16,38 @@ add_library(pagoda_server_lib STATIC
   ${CMAKE_CURRENT_LIST_DIR}/api/http_request_stream.cc
   ${CMAKE_CURRENT_LIST_DIR}/api/http_server.cc
   ${CMAKE_CURRENT_LIST_DIR}/api/openai_protocol.cc
-  ${CMAKE_CURRENT_LIST_DIR}/api/chat_template.cc
-  ${CMAKE_CURRENT_LIST_DIR}/api/jinja_parser.cc
-  ${CMAKE_CURRENT_LIST_DIR}/api/jinja_render.cc
-  ${CMAKE_CURRENT_LIST_DIR}/api/jinja_value.cc)
+)
 target_link_libraries(pagoda_server_lib PUBLIC
-  pagoda_scheduler_core pagoda_worker_client pagoda_common pagoda_tls pagoda_proto
+  pagoda_scheduler_core pagoda_worker_client pagoda_common pagoda_text pagoda_proto
   gRPC::grpc++ gRPC::grpc++_reflection prometheus-cpp::core prometheus-cpp::pull
   absl::status absl::statusor absl::strings absl::str_format absl::synchronization absl::time
   absl::flat_hash_map absl::flat_hash_set glog::glog Threads::Threads PkgConfig::HTTPLIB)
 
-# A WorkerGroup over an in-process ModelRunner, for fast engine tests.
-add_library(pagoda_in_process_worker STATIC
-  ${CMAKE_CURRENT_LIST_DIR}/workers/in_process_worker_group.cc)
-target_link_libraries(pagoda_in_process_worker PUBLIC pagoda_worker_core pagoda_proto
-  absl::status absl::statusor absl::strings)
-
 add_executable(pagoda-server ${CMAKE_CURRENT_LIST_DIR}/server_main.cc)
-target_link_libraries(pagoda-server PRIVATE pagoda_server_lib pagoda_flags absl::flags absl::flags_parse
+target_link_libraries(pagoda-server PRIVATE pagoda_server_lib absl::flags absl::flags_parse
   absl::flags_usage)
 
 add_executable(pagoda-bench ${CMAKE_CURRENT_LIST_DIR}/bench_main.cc)
-target_link_libraries(pagoda-bench PRIVATE pagoda_proto pagoda_flags pagoda_kv_sim gRPC::grpc++ absl::flags
+target_link_libraries(pagoda-bench PRIVATE pagoda_proto pagoda_common pagoda_kv_sim gRPC::grpc++ absl::flags
   absl::flags_parse absl::strings absl::str_format absl::time absl::synchronization)
 
 pagoda_add_test(scheduler_request_validation_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/api/request_validation_test.cc
-  LIBS pagoda_server_lib pagoda_common_testing)
+  LIBS pagoda_server_lib pagoda_test_support)
 pagoda_add_test(scheduler_validation_pool_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/api/validation_pool_test.cc
   LIBS pagoda_server_lib)
 pagoda_add_test(scheduler_request_output_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/api/request_output_test.cc
-  LIBS pagoda_server_lib pagoda_common_testing)
+  LIBS pagoda_server_lib pagoda_test_support)
 pagoda_add_test(scheduler_request_detokenizer_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/api/request_detokenizer_test.cc
-  LIBS pagoda_server_lib pagoda_common_testing)
+  LIBS pagoda_server_lib pagoda_test_support)
 pagoda_add_test(scheduler_http_connection_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/api/http_connection_test.cc
   LIBS pagoda_server_lib)
-pagoda_add_test(scheduler_recovery_test
-  SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine/recovery_test.cc
-          ${CMAKE_CURRENT_LIST_DIR}/engine/testing/collecting_sink.cc
-  LIBS pagoda_server_lib pagoda_in_process_worker pagoda_common_testing)
-pagoda_add_test(scheduler_engine_test
-  SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine/engine_test.cc
-          ${CMAKE_CURRENT_LIST_DIR}/engine/testing/collecting_sink.cc
-  LIBS pagoda_server_lib pagoda_in_process_worker pagoda_common_testing)
 pagoda_add_test(scheduler_stop_strings_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/api/stop_strings_test.cc
-  LIBS pagoda_server_lib)
-pagoda_add_test(scheduler_chat_template_test
-  SOURCES ${CMAKE_CURRENT_LIST_DIR}/api/chat_template_test.cc
   LIBS pagoda_server_lib)
 pagoda_add_test(scheduler_openai_protocol_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/api/openai_protocol_test.cc

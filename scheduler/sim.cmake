@@ -8,7 +8,7 @@ add_library(pagoda_kv_sim STATIC
 target_link_libraries(pagoda_kv_sim PUBLIC pagoda_scheduler_core absl::flat_hash_set)
 
 add_executable(pagoda-kv-sim ${CMAKE_CURRENT_LIST_DIR}/sim/kv_sim_main.cc)
-target_link_libraries(pagoda-kv-sim PRIVATE pagoda_kv_sim pagoda_flags absl::flags
+target_link_libraries(pagoda-kv-sim PRIVATE pagoda_kv_sim pagoda_common absl::flags
   absl::flags_parse absl::flags_usage absl::str_format)
 
 add_executable(bench_scheduler ${CMAKE_CURRENT_LIST_DIR}/sim/scheduler_bench.cc)

@@ -45,16 +45,6 @@ class ModelRunner {
   virtual void Abort() {}
 };
 
-struct CpuModelRunnerOptions {
-  // The address this worker's Gloo connections listen on when it is one
-  // rank of several: its peers must reach it.
-  std::string collective_host = "127.0.0.1";
-};
-
-// The CPU backend (f32 activations, SIMD matrix products); tensor parallel
-// over Gloo when LoadModel's world_size exceeds 1.
-std::unique_ptr<ModelRunner> CreateCpuModelRunner(const CpuModelRunnerOptions& options = {});
-
 }  // namespace pagoda::worker
 
 #endif  // PAGODA_WORKER_MODEL_RUNNER_H_

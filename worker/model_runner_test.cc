@@ -3,6 +3,7 @@
 // moves (swap out/in, copy-on-write) preserving what attention reads, and
 // sampling independent of the rest of the batch.
 
+#include "worker/cpu/cpu_model_runner.h"
 #include "worker/model_runner.h"
 
 #include <cstdlib>

@@ -12,10 +12,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
-#include "common/worker_secret.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "pagoda/worker/v1/worker.grpc.pb.h"
+#include "wire/worker_secret.h"
 #include "worker/worker_service.h"
 
 namespace pagoda::worker {

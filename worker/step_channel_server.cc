@@ -6,8 +6,8 @@
 #include <string>
 
 #include "absl/time/clock.h"
-#include "common/frame_channel.h"
 #include "glog/logging.h"
+#include "wire/frame_channel.h"
 
 namespace pagoda::worker {
 namespace {

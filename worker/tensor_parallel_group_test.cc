@@ -13,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "worker/cpu/cpu_model_runner.h"
 #include "worker/model_runner.h"
 
 namespace pagoda::worker {

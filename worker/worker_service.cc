@@ -4,8 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/worker_secret.h"
 #include "glog/logging.h"
+#include "wire/worker_secret.h"
 
 namespace pagoda::worker {
 namespace {

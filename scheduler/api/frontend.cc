@@ -8,11 +8,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/tls_credentials.h"
-#include "common/worker_secret.h"
 #include "glog/logging.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "scheduler/api/request_reactors.h"
+#include "wire/worker_secret.h"
 
 namespace pagoda::scheduler {
 

@@ -10,13 +10,13 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "common/tokenizer.h"
 #include "grpcpp/grpcpp.h"
 #include "pagoda/v1/generation.grpc.pb.h"
 #include "scheduler/api/request_reactors.h"
 #include "scheduler/api/request_validation.h"
 #include "scheduler/api/validation_pool.h"
 #include "scheduler/engine/engine.h"
+#include "text/tokenizer.h"
 
 namespace pagoda::scheduler {
 

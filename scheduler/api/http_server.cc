@@ -6,13 +6,13 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/worker_secret.h"
 #include "glog/logging.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
 #include "scheduler/api/http_connection.h"
 #include "scheduler/api/http_request_stream.h"
 #include "scheduler/api/request_reactors.h"
+#include "wire/worker_secret.h"
 
 namespace pagoda::scheduler {
 

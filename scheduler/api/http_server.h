@@ -10,10 +10,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/tokenizer.h"
 #include "scheduler/api/openai_protocol.h"
 #include "scheduler/api/request_validation.h"
 #include "scheduler/engine/engine.h"
+#include "text/tokenizer.h"
 
 namespace httplib {
 class Server;

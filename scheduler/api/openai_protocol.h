@@ -11,9 +11,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "pagoda/v1/generation.pb.h"
+#include "text/tokenizer.h"
 
 namespace pagoda::scheduler {
 

@@ -2,7 +2,7 @@
 
 #include <string_view>
 
-#include "common/utf8.h"
+#include "text/utf8.h"
 
 namespace pagoda::scheduler {
 namespace {

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "common/tokenizer.h"
+#include "text/tokenizer.h"
 
 namespace pagoda::scheduler {
 

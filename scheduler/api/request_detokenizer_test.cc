@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "absl/time/clock.h"
-#include "common/testing/tiny_tokenizer_suite.h"
-#include "common/utf8.h"
 #include "gtest/gtest.h"
+#include "tests/support/tiny_tokenizer_suite.h"
+#include "text/utf8.h"
 
 namespace pagoda::scheduler {
 namespace {

@@ -5,11 +5,11 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "common/tokenizer.h"
 #include "pagoda/v1/generation.pb.h"
 #include "scheduler/api/request_detokenizer.h"
 #include "scheduler/api/stop_strings.h"
 #include "scheduler/engine/scheduler.h"
+#include "text/tokenizer.h"
 
 namespace pagoda::scheduler {
 

@@ -5,9 +5,9 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "common/utf8.h"
-#include "common/testing/tiny_tokenizer_suite.h"
 #include "gtest/gtest.h"
+#include "tests/support/tiny_tokenizer_suite.h"
+#include "text/utf8.h"
 
 namespace pagoda::scheduler {
 namespace {

@@ -9,9 +9,9 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "common/tokenizer.h"
 #include "pagoda/v1/generation.pb.h"
 #include "scheduler/engine/sequence.h"
+#include "text/tokenizer.h"
 
 namespace pagoda::scheduler {
 

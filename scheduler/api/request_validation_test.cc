@@ -7,8 +7,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/testing/tiny_model.h"
 #include "gtest/gtest.h"
+#include "tests/support/tiny_model.h"
 
 namespace pagoda::scheduler {
 namespace {

@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/utf8.h"
+#include "text/utf8.h"
 
 namespace pagoda::scheduler {
 namespace {

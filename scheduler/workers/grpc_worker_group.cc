@@ -6,9 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/frame_channel.h"
-#include "common/worker_secret.h"
 #include "glog/logging.h"
+#include "wire/frame_channel.h"
+#include "wire/worker_secret.h"
 
 namespace pagoda::scheduler {
 namespace {

@@ -20,7 +20,7 @@
 #include "pagoda/worker/v1/worker.grpc.pb.h"
 #include "scheduler/workers/worker_group.h"
 #include "scheduler/workers/worker_launcher.h"
-#include "worker/comm/rendezvous_store_server.h"
+#include "wire/rendezvous_store_server.h"
 
 namespace pagoda::scheduler {
 

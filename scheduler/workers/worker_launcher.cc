@@ -23,8 +23,8 @@
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
-#include "common/worker_secret.h"
 #include "glog/logging.h"
+#include "wire/worker_secret.h"
 
 extern char** environ;
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "nlohmann/json.hpp"
-#include "scheduler/api/chat_template.h"
+#include "text/chat_template.h"
 
 int main(int argc, char** argv) {
   using nlohmann::json;

@@ -21,13 +21,13 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "common/testing/tiny_model.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "pagoda/v1/generation.grpc.pb.h"
 #include "tests/integration/server_process.h"
 #include "tests/integration/test_client.h"
+#include "tests/support/tiny_model.h"
 
 namespace pagoda::testing {
 namespace {

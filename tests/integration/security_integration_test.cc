@@ -23,7 +23,6 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "common/worker_secret.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -31,6 +30,7 @@
 #include "pagoda/worker/v1/worker.grpc.pb.h"
 #include "tests/integration/server_process.h"
 #include "tests/integration/test_client.h"
+#include "wire/worker_secret.h"
 
 namespace pagoda::testing {
 namespace {

@@ -20,7 +20,6 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "common/testing/tiny_model.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -28,6 +27,7 @@
 #include "pagoda/v1/generation.grpc.pb.h"
 #include "tests/integration/server_process.h"
 #include "tests/integration/test_client.h"
+#include "tests/support/tiny_model.h"
 
 namespace pagoda::testing {
 namespace {

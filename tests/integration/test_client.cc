@@ -14,10 +14,10 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "common/testing/tiny_model.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
 #include "tests/integration/server_process.h"
+#include "tests/support/tiny_model.h"
 
 namespace pagoda::testing {
 

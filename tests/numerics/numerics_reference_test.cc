@@ -23,6 +23,7 @@
 #include "worker/cache_engine.h"
 #include "worker/communicator.h"
 #include "worker/cpu/cpu_backend.h"
+#include "worker/cpu/cpu_model_runner.h"
 #include "worker/llama_model.h"
 #include "worker/model_runner.h"
 

@@ -18,9 +18,9 @@
 #include <string>
 #include <vector>
 
-#include "common/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "scheduler/api/request_detokenizer.h"
+#include "text/tokenizer.h"
 
 namespace {
 

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "wire/rendezvous_store_server.h"
 #include "worker/comm/rank_group_for_test.h"
-#include "worker/comm/rendezvous_store_server.h"
 
 namespace pagoda::worker::comm {
 namespace {

@@ -8,7 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "worker/comm/rendezvous_store_server.h"
+#include "wire/rendezvous_store_server.h"
 
 extern char** environ;
 

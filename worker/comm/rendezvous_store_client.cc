@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "worker/comm/rendezvous_protocol.h"
+#include "wire/rendezvous_protocol.h"
 
 namespace pagoda::worker::comm {
 namespace {

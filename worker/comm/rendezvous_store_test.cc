@@ -8,9 +8,9 @@
 #include <thread>
 
 #include "gtest/gtest.h"
-#include "worker/comm/rendezvous_protocol.h"
+#include "wire/rendezvous_protocol.h"
+#include "wire/rendezvous_store_server.h"
 #include "worker/comm/rendezvous_store_client.h"
-#include "worker/comm/rendezvous_store_server.h"
 
 namespace pagoda::worker::comm {
 namespace {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "worker/comm/rendezvous_store_server.h"
+#include "wire/rendezvous_store_server.h"
 
 namespace pagoda::worker::comm {
 namespace {

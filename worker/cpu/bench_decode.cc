@@ -26,6 +26,7 @@
 #include "absl/strings/numbers.h"
 #include "common/flags.h"
 #include "common/model_config.h"
+#include "worker/cpu/cpu_model_runner.h"
 #include "worker/cpu/simd.h"
 #include "worker/model_runner.h"
 

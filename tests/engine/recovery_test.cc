@@ -1,0 +1,207 @@
+// Engine recovery against a real CPU ModelRunner in this process: a worker
+// group that "crashes" mid-generation and comes back empty; every request
+// must resume by recomputation with exactly the tokens of an uninterrupted
+// run (greedy and seeded), or fail UNAVAILABLE when the group cannot return.
+
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "gtest/gtest.h"
+#include "scheduler/engine/engine.h"
+#include "tests/fakes/collecting_sink.h"
+#include "tests/fakes/in_process_worker_group.h"
+#include "tests/support/tiny_model.h"
+#include "worker/cpu/cpu_model_runner.h"
+
+namespace pagoda::scheduler {
+namespace {
+
+namespace wv1 = ::pagoda::worker::v1;
+using testing::CollectingSink;
+
+constexpr int kBlocks = 128;
+
+// One in-process rank that can die and be brought back with an empty cache.
+class RestartableWorkers : public WorkerGroup {
+ public:
+  absl::StatusOr<wv1::LoadModelResponse> LoadModel(const wv1::LoadModelRequest& request) override {
+    load_ = request;
+    return inner_->LoadModel(request);
+  }
+  absl::Status InitCache(const wv1::InitCacheRequest& request) override {
+    init_ = request;
+    return inner_->InitCache(request);
+  }
+  absl::StatusOr<wv1::StepResult> ExecuteStep(const wv1::StepPlan& plan) override {
+    if (crashed_.load()) return absl::UnavailableError("worker crashed");
+    return inner_->ExecuteStep(plan);
+  }
+  bool Healthy() const override { return !crashed_.load(); }
+  int world_size() const override { return 1; }
+  void Shutdown() override { inner_->Shutdown(); }
+  absl::Status Recover() override {
+    if (!can_recover_) return absl::UnavailableError("the model is gone; giving up");
+    inner_ = Fresh();  // A new process: nothing of the old cache survives.
+    absl::StatusOr<wv1::LoadModelResponse> loaded = inner_->LoadModel(*load_);
+    if (!loaded.ok()) return loaded.status();
+    if (absl::Status init = inner_->InitCache(*init_); !init.ok()) return init;
+    crashed_.store(false);
+    ++restarts_;
+    return absl::OkStatus();
+  }
+
+  void Crash() { crashed_.store(true); }
+  void set_can_recover(bool can) { can_recover_ = can; }
+  int restarts() const { return restarts_; }
+
+ private:
+  static std::unique_ptr<InProcessWorkerGroup> Fresh() {
+    return std::make_unique<InProcessWorkerGroup>(pagoda::worker::CreateCpuModelRunner());
+  }
+
+  std::unique_ptr<InProcessWorkerGroup> inner_ = Fresh();
+  std::optional<wv1::LoadModelRequest> load_;
+  std::optional<wv1::InitCacheRequest> init_;
+  std::atomic<bool> crashed_{false};
+  bool can_recover_ = true;
+  int restarts_ = 0;
+};
+
+class RecoveryTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    model_dir_ = new std::string(pagoda::testing::TempPath("pagoda_recovery"));
+    ASSERT_TRUE(pagoda::testing::WriteTinyModel(
+                    *model_dir_,
+                    "--vocab-size 128 --hidden-size 64 --intermediate-size 96 --num-layers 2"
+                    " --num-heads 4 --num-kv-heads 2 --dtype f32 --seed 3 --eos-id 2")
+                    .ok());
+  }
+  static void TearDownTestSuite() {
+    std::filesystem::remove_all(*model_dir_);
+    delete model_dir_;
+  }
+
+  void StartEngine() {
+    workers_ = std::make_unique<RestartableWorkers>();
+    wv1::LoadModelRequest load;
+    load.set_model_dir(*model_dir_);
+    load.set_world_size(1);
+    load.set_block_size(4);
+    load.set_device("cpu");
+    load.set_kv_cache_memory_bytes(64 << 20);
+    load.set_max_num_batched_tokens(256);
+    load.set_max_num_seqs(64);
+    ASSERT_TRUE(workers_->LoadModel(load).ok());
+    wv1::InitCacheRequest init;
+    init.set_num_gpu_blocks(kBlocks);
+    ASSERT_TRUE(workers_->InitCache(init).ok());
+    EngineConfig config;
+    config.scheduler.block_size = 4;
+    config.scheduler.num_gpu_blocks = kBlocks;
+    config.scheduler.max_num_batched_tokens = 256;
+    config.scheduler.max_model_len = 256;
+    config.eos_token_ids = {2};
+    engine_ = std::make_unique<Engine>(config, workers_.get(), nullptr);
+    engine_->Start();
+  }
+
+  // Eight requests, odd ones seeded sampling; returns their sinks.
+  // `last_hook` is the last request's delta hook, set before the engine sees
+  // it (the CPU worker may be many tokens in by the time this returns); all
+  // the others are in by then.
+  std::vector<std::shared_ptr<CollectingSink>> SubmitAll(
+      std::function<void(int num_tokens)> last_hook = nullptr) {
+    std::vector<std::shared_ptr<CollectingSink>> sinks;
+    for (int i = 0; i < 8; ++i) {
+      auto sink = std::make_shared<CollectingSink>();
+      if (i == 7) sink->set_on_delta(last_hook);
+      EngineRequest request;
+      request.request_id = absl::StrCat("r", i);
+      for (int t = 0; t < 3 + i; ++t) request.prompt_token_ids.push_back(3 + (t * 7 + i) % 120);
+      request.sampling.seed = 100 + i;
+      request.sampling.temperature = i % 2 == 1 ? 0.8f : 0.0f;
+      request.stopping.max_tokens = 30;
+      request.stopping.ignore_eos = true;
+      request.sink = sink;
+      sinks.push_back(sink);
+      EXPECT_TRUE(engine_->AddRequest(std::move(request)).ok());
+    }
+    return sinks;
+  }
+
+  static std::string* model_dir_;
+  std::unique_ptr<RestartableWorkers> workers_;
+  std::unique_ptr<Engine> engine_;
+};
+
+std::string* RecoveryTest::model_dir_ = nullptr;
+
+TEST_F(RecoveryTest, RequestsResumeWithTheTokensOfAnUninterruptedRun) {
+  StartEngine();
+  std::vector<std::vector<int32_t>> expected;
+  for (auto& sink : SubmitAll()) {
+    ASSERT_TRUE(sink->WaitFinished());
+    ASSERT_TRUE(sink->status().ok()) << sink->status();
+    expected.push_back(sink->tokens());
+  }
+  engine_.reset();
+  StartEngine();
+  // Crash three times as the last request reaches 5, 12 and 20 tokens.
+  std::vector<std::shared_ptr<CollectingSink>> sinks = SubmitAll([this](int count) {
+    if (count == 5 || count == 12 || count == 20) workers_->Crash();
+  });
+  for (size_t i = 0; i < sinks.size(); ++i) {
+    ASSERT_TRUE(sinks[i]->WaitFinished());
+    ASSERT_TRUE(sinks[i]->status().ok()) << sinks[i]->status();
+    EXPECT_EQ(sinks[i]->tokens(), expected[i]) << "request " << i;
+  }
+  EXPECT_EQ(workers_->restarts(), 3);
+  EXPECT_TRUE(engine_->healthy());
+  ASSERT_TRUE(engine_->WaitUntilIdle(absl::Seconds(5)));
+  EXPECT_EQ(engine_->snapshot().free_gpu_blocks, kBlocks);  // Nothing leaked.
+}
+
+TEST_F(RecoveryTest, IdleEngineRecoversWithoutARequest) {
+  StartEngine();
+  workers_->Crash();
+  const absl::Time deadline = absl::Now() + absl::Seconds(2);
+  while (workers_->restarts() == 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_EQ(workers_->restarts(), 1);
+  EXPECT_TRUE(engine_->healthy());
+}
+
+TEST_F(RecoveryTest, WorkersThatCannotReturnFailEveryRequestUnavailableAndSayWhy) {
+  StartEngine();
+  workers_->set_can_recover(false);
+  std::vector<std::shared_ptr<CollectingSink>> sinks = SubmitAll([this](int count) {
+    if (count == 3) workers_->Crash();
+  });
+  for (auto& sink : sinks) {
+    ASSERT_TRUE(sink->WaitFinished());
+    EXPECT_EQ(sink->status().code(), absl::StatusCode::kUnavailable) << sink->status();
+  }
+  EXPECT_FALSE(engine_->healthy());
+  EXPECT_TRUE(absl::StrContains(engine_->failure_reason(), "giving up"))
+      << engine_->failure_reason();
+  EngineRequest late;
+  late.request_id = "late";
+  late.prompt_token_ids = {5, 6};
+  late.sink = std::make_shared<CollectingSink>();
+  const absl::Status refused = engine_->AddRequest(std::move(late));
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(absl::StrContains(refused.message(), "giving up")) << refused;
+}
+
+}  // namespace
+}  // namespace pagoda::scheduler

@@ -1,0 +1,39 @@
+#include "tests/fakes/in_process_worker_group.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace pagoda::scheduler {
+namespace {
+
+absl::Status DeadWorker() { return absl::UnavailableError("rank 0: in-process worker is down"); }
+
+}  // namespace
+
+InProcessWorkerGroup::InProcessWorkerGroup(std::unique_ptr<pagoda::worker::ModelRunner> runner)
+    : runner_(std::move(runner)) {}
+
+absl::StatusOr<pagoda::worker::v1::LoadModelResponse> InProcessWorkerGroup::LoadModel(
+    const pagoda::worker::v1::LoadModelRequest& request) {
+  if (!Healthy() || runner_ == nullptr) return DeadWorker();
+  return runner_->LoadModel(request);
+}
+
+absl::Status InProcessWorkerGroup::InitCache(const pagoda::worker::v1::InitCacheRequest& request) {
+  if (!Healthy() || runner_ == nullptr) return DeadWorker();
+  return runner_->InitCache(request);
+}
+
+absl::StatusOr<pagoda::worker::v1::StepResult> InProcessWorkerGroup::ExecuteStep(
+    const pagoda::worker::v1::StepPlan& plan) {
+  if (!Healthy() || runner_ == nullptr) return DeadWorker();
+  absl::StatusOr<pagoda::worker::v1::StepResult> result = runner_->ExecuteStep(plan);
+  if (!result.ok() && !absl::IsInvalidArgument(result.status())) {
+    healthy_.store(false);
+    return absl::UnavailableError(absl::StrCat("rank 0: ", result.status().ToString()));
+  }
+  return result;
+}
+
+}  // namespace pagoda::scheduler

@@ -1,0 +1,116 @@
+#include "text/chat_template.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+
+namespace pagoda::scheduler {
+namespace {
+
+using nlohmann::json;
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+// A special token in tokenizer_config.json: a string or {"content": ...}.
+std::string TokenText(const json& config, const char* key) {
+  if (!config.contains(key)) return "";
+  const json& token = config[key];
+  if (token.is_string()) return token.get<std::string>();
+  if (token.is_object() && token.contains("content") && token["content"].is_string()) {
+    return token["content"].get<std::string>();
+  }
+  return "";
+}
+
+std::string TemplateFromConfig(const json& config) {
+  if (!config.contains("chat_template")) return "";
+  const json& chat_template = config["chat_template"];
+  if (chat_template.is_string()) return chat_template.get<std::string>();
+  if (chat_template.is_array()) {
+    for (const json& entry : chat_template) {
+      if (entry.is_object() && entry.value("name", "") == "default" && entry.contains("template") &&
+          entry["template"].is_string()) {
+        return entry["template"].get<std::string>();
+      }
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::Load(const std::string& model_dir,
+                                                                 const std::string& override_file) {
+  const std::filesystem::path dir(model_dir);
+  json config = json::object();
+  std::error_code error;
+  if (std::filesystem::exists(dir / "tokenizer_config.json", error)) {
+    absl::StatusOr<std::string> text = ReadFile((dir / "tokenizer_config.json").string());
+    if (!text.ok()) return text.status();
+    config = json::parse(*text, nullptr, /*allow_exceptions=*/false);
+    if (config.is_discarded() || !config.is_object()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat((dir / "tokenizer_config.json").string(), ": not a JSON object"));
+    }
+  }
+  std::string source;
+  std::string origin;
+  if (!override_file.empty()) {
+    absl::StatusOr<std::string> text = ReadFile(override_file);
+    if (!text.ok()) return text.status();
+    source = *text;
+    origin = override_file;
+  } else if (std::filesystem::exists(dir / "chat_template.jinja", error)) {
+    absl::StatusOr<std::string> text = ReadFile((dir / "chat_template.jinja").string());
+    if (!text.ok()) return text.status();
+    source = *text;
+    origin = (dir / "chat_template.jinja").string();
+  } else {
+    source = TemplateFromConfig(config);
+    origin = (dir / "tokenizer_config.json").string();
+  }
+  if (source.empty()) return std::unique_ptr<ChatTemplate>();
+  absl::StatusOr<std::unique_ptr<ChatTemplate>> loaded =
+      FromSource(source, TokenText(config, "bos_token"), TokenText(config, "eos_token"));
+  if (!loaded.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(origin, ": ", loaded.status().message()));
+  }
+  return loaded;
+}
+
+absl::StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::FromSource(const std::string& source,
+                                                                       std::string bos_token,
+                                                                       std::string eos_token) {
+  absl::StatusOr<jinja::Template> compiled = jinja::Template::Parse(source);
+  if (!compiled.ok()) return compiled.status();
+  return std::unique_ptr<ChatTemplate>(
+      new ChatTemplate(*std::move(compiled), std::move(bos_token), std::move(eos_token)));
+}
+
+absl::StatusOr<std::string> ChatTemplate::Render(const std::vector<ChatMessage>& messages,
+                                                 bool add_generation_prompt) const {
+  jinja::List list;
+  for (const ChatMessage& message : messages) {
+    list.push_back(jinja::Value(jinja::Dict{{"role", jinja::Value(message.role)},
+                                            {"content", jinja::Value(message.content)}}));
+  }
+  const jinja::Value context(
+      jinja::Dict{{"messages", jinja::Value(std::move(list))},
+                  {"add_generation_prompt", jinja::Value(add_generation_prompt)},
+                  {"bos_token", jinja::Value(bos_token_)},
+                  {"eos_token", jinja::Value(eos_token_)}});
+  return template_.Render(context);
+}
+
+}  // namespace pagoda::scheduler

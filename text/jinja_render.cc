@@ -1,0 +1,637 @@
+// Rendering for jinja_template.h: walks the tree with a stack of scopes
+// (each for-loop iteration has its own, as in Jinja, so `set` inside a loop
+// does not leak out; namespace() objects carry values across).
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "text/jinja_ast.h"
+#include "text/utf8.h"
+
+namespace pagoda::scheduler::jinja {
+namespace {
+
+// Renders can nest only as deep as the template; loops are bounded by data.
+constexpr size_t kMaxOutputBytes = 16 << 20;
+
+class Renderer {
+ public:
+  explicit Renderer(const Value& context) {
+    scopes_.push_back(context.is_dict() ? context.dict() : Dict());
+  }
+
+  absl::Status Run(const Node& node, std::string* out);
+
+ private:
+  absl::Status Fail(const Expr& expr, const std::string& what) {
+    return absl::InvalidArgumentError(absl::StrCat("chat template line ", expr.line, ": ", what));
+  }
+  Value Lookup(const std::string& name) const {
+    for (auto scope = scopes_.rbegin(); scope != scopes_.rend(); ++scope) {
+      for (const auto& [key, value] : *scope) {
+        if (key == name) return value;
+      }
+    }
+    return Value();
+  }
+  void Assign(const std::string& name, Value value) {
+    for (auto& [key, existing] : scopes_.back()) {
+      if (key == name) {
+        existing = std::move(value);
+        return;
+      }
+    }
+    scopes_.back().emplace_back(name, std::move(value));
+  }
+
+  absl::StatusOr<Value> Eval(const Expr& expr);
+  absl::StatusOr<Value> Binary(const Expr& expr);
+  absl::StatusOr<Value> Arithmetic(const Expr& expr, const Value& a, const Value& b);
+  absl::StatusOr<Value> Subscript(const Expr& expr, const Value& base, const Value& index);
+  absl::StatusOr<Value> Slice(const Expr& expr);
+  absl::StatusOr<Value> Call(const Expr& expr);
+  absl::StatusOr<Value> Method(const Expr& expr, const Value& self, const std::string& name,
+                               const std::vector<Value>& args);
+  absl::StatusOr<Value> Filter(const Expr& expr);
+  absl::StatusOr<bool> Test(const Expr& expr);
+  absl::Status For(const Node& node, std::string* out);
+
+  std::vector<Dict> scopes_;
+};
+
+// A string's characters (code points, as Python indexes strings).
+List Characters(const std::string& text) {
+  List chars;
+  for (size_t pos = 0; pos < text.size();) {
+    size_t length = Utf8CharLength(text, pos);
+    if (length == 0) length = 1;
+    chars.push_back(Value(text.substr(pos, length)));
+    pos += length;
+  }
+  return chars;
+}
+
+absl::StatusOr<List> Iterate(const Value& value) {
+  if (value.is_list()) return value.list();
+  if (value.is_dict()) {
+    List keys;
+    for (const auto& [key, item] : value.dict()) keys.push_back(Value(key));
+    return keys;
+  }
+  if (value.is_string()) return Characters(value.str());
+  if (value.is_undefined() || value.is_none()) return List();
+  return absl::InvalidArgumentError("value is not iterable");
+}
+
+absl::Status Renderer::Run(const Node& node, std::string* out) {
+  if (out->size() > kMaxOutputBytes)
+    return absl::InvalidArgumentError("chat template output too large");
+  switch (node.kind) {
+    case Node::Kind::kText:
+      out->append(node.text);
+      return absl::OkStatus();
+    case Node::Kind::kOutput: {
+      absl::StatusOr<Value> value = Eval(*node.expr);
+      if (!value.ok()) return value.status();
+      out->append(ToText(*value));
+      return absl::OkStatus();
+    }
+    case Node::Kind::kBody:
+      for (const auto& child : node.children) {
+        absl::Status status = Run(*child, out);
+        if (!status.ok()) return status;
+      }
+      return absl::OkStatus();
+    case Node::Kind::kIf:
+      for (size_t i = 0; i < node.conditions.size(); ++i) {
+        bool take = node.conditions[i] == nullptr;
+        if (!take) {
+          absl::StatusOr<Value> condition = Eval(*node.conditions[i]);
+          if (!condition.ok()) return condition.status();
+          take = condition->truthy();
+        }
+        if (take) return Run(*node.children[i], out);
+      }
+      return absl::OkStatus();
+    case Node::Kind::kFor:
+      return For(node, out);
+    case Node::Kind::kSet: {
+      absl::StatusOr<Value> value = Eval(*node.expr);
+      if (!value.ok()) return value.status();
+      if (node.targets.size() == 1) {
+        Assign(node.targets[0], *std::move(value));
+        return absl::OkStatus();
+      }
+      const Value target = Lookup(node.targets[0]);
+      if (!target.is_dict())
+        return Fail(*node.expr, absl::StrCat(node.targets[0], " is not a namespace"));
+      target.set(node.targets[1], *std::move(value));
+      return absl::OkStatus();
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Renderer::For(const Node& node, std::string* out) {
+  absl::StatusOr<Value> iterable = Eval(*node.expr);
+  if (!iterable.ok()) return iterable.status();
+  absl::StatusOr<List> all = Iterate(*iterable);
+  if (!all.ok()) return Fail(*node.expr, std::string(all.status().message()));
+  List items;
+  for (const Value& item : *all) {
+    if (node.filter == nullptr) {
+      items.push_back(item);
+      continue;
+    }
+    scopes_.emplace_back();
+    Assign(node.targets[0], item);
+    absl::StatusOr<Value> keep = Eval(*node.filter);
+    scopes_.pop_back();
+    if (!keep.ok()) return keep.status();
+    if (keep->truthy()) items.push_back(item);
+  }
+  if (items.empty())
+    return node.children.size() > 1 ? Run(*node.children[1], out) : absl::OkStatus();
+  const int64_t length = static_cast<int64_t>(items.size());
+  for (int64_t i = 0; i < length; ++i) {
+    scopes_.emplace_back();
+    if (node.targets.size() == 1) {
+      Assign(node.targets[0], items[i]);
+    } else {
+      if (!items[i].is_list() || items[i].list().size() != node.targets.size()) {
+        scopes_.pop_back();
+        return Fail(*node.expr, "cannot unpack a loop item into the loop variables");
+      }
+      for (size_t t = 0; t < node.targets.size(); ++t) Assign(node.targets[t], items[i].list()[t]);
+    }
+    Assign("loop", Value(Dict{{"index", Value(i + 1)},
+                              {"index0", Value(i)},
+                              {"revindex", Value(length - i)},
+                              {"revindex0", Value(length - i - 1)},
+                              {"first", Value(i == 0)},
+                              {"last", Value(i == length - 1)},
+                              {"length", Value(length)},
+                              {"previtem", i > 0 ? items[i - 1] : Value()},
+                              {"nextitem", i + 1 < length ? items[i + 1] : Value()}}));
+    absl::Status status = Run(*node.children[0], out);
+    scopes_.pop_back();
+    if (!status.ok()) return status;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Value> Renderer::Eval(const Expr& expr) {
+  switch (expr.kind) {
+    case Expr::Kind::kLiteral:
+      return expr.value;
+    case Expr::Kind::kName:
+      return Lookup(expr.name);
+    case Expr::Kind::kList: {
+      List list;
+      for (const auto& arg : expr.args) {
+        absl::StatusOr<Value> value = Eval(*arg);
+        if (!value.ok()) return value;
+        list.push_back(*std::move(value));
+      }
+      return Value(std::move(list));
+    }
+    case Expr::Kind::kDict: {
+      Value dict(Dict{});
+      for (size_t i = 0; i + 1 < expr.args.size(); i += 2) {
+        absl::StatusOr<Value> key = Eval(*expr.args[i]);
+        if (!key.ok()) return key;
+        absl::StatusOr<Value> value = Eval(*expr.args[i + 1]);
+        if (!value.ok()) return value;
+        dict.set(ToText(*key), *std::move(value));
+      }
+      return dict;
+    }
+    case Expr::Kind::kAttribute: {
+      absl::StatusOr<Value> base = Eval(*expr.args[0]);
+      if (!base.ok()) return base;
+      if (base->is_undefined())
+        return Fail(expr, absl::StrCat("'", expr.name, "' of an undefined value"));
+      if (base->is_dict()) return base->get(expr.name);
+      return Value();
+    }
+    case Expr::Kind::kSubscript: {
+      absl::StatusOr<Value> base = Eval(*expr.args[0]);
+      if (!base.ok()) return base;
+      absl::StatusOr<Value> index = Eval(*expr.args[1]);
+      if (!index.ok()) return index;
+      return Subscript(expr, *base, *index);
+    }
+    case Expr::Kind::kSlice:
+      return Slice(expr);
+    case Expr::Kind::kCall:
+      return Call(expr);
+    case Expr::Kind::kFilter:
+      return Filter(expr);
+    case Expr::Kind::kTest: {
+      absl::StatusOr<bool> result = Test(expr);
+      if (!result.ok()) return result.status();
+      return Value(*result != expr.negate);
+    }
+    case Expr::Kind::kUnary: {
+      absl::StatusOr<Value> value = Eval(*expr.args[0]);
+      if (!value.ok()) return value;
+      if (expr.name == "not") return Value(!value->truthy());
+      if (value->is_int()) return Value(-value->integer());
+      if (value->is_number()) return Value(-value->number());
+      return Fail(expr, "unary minus of a non-number");
+    }
+    case Expr::Kind::kBinary:
+      return Binary(expr);
+    case Expr::Kind::kConditional: {
+      absl::StatusOr<Value> condition = Eval(*expr.args[1]);
+      if (!condition.ok()) return condition;
+      if (condition->truthy()) return Eval(*expr.args[0]);
+      return expr.args[2] != nullptr ? Eval(*expr.args[2]) : absl::StatusOr<Value>(Value());
+    }
+  }
+  return Value();
+}
+
+absl::StatusOr<Value> Renderer::Binary(const Expr& expr) {
+  absl::StatusOr<Value> left = Eval(*expr.args[0]);
+  if (!left.ok()) return left;
+  if (expr.name == "and") return left->truthy() ? Eval(*expr.args[1]) : left;
+  if (expr.name == "or") return left->truthy() ? left : Eval(*expr.args[1]);
+  absl::StatusOr<Value> right = Eval(*expr.args[1]);
+  if (!right.ok()) return right;
+  const Value& a = *left;
+  const Value& b = *right;
+  if (expr.name == "==") return Value(Equal(a, b));
+  if (expr.name == "!=") return Value(!Equal(a, b));
+  if (expr.name == "in" || expr.name == "not in") {
+    bool found = false;
+    if (b.is_string() && a.is_string()) {
+      found = b.str().find(a.str()) != std::string::npos;
+    } else if (b.is_list()) {
+      found = std::any_of(b.list().begin(), b.list().end(),
+                          [&](const Value& v) { return Equal(a, v); });
+    } else if (b.is_dict() && a.is_string()) {
+      found = !b.get(a.str()).is_undefined();
+    } else if (!b.is_undefined()) {
+      return Fail(expr, "'in' needs a string, list or dict on the right");
+    }
+    return Value(found != (expr.name == "not in"));
+  }
+  if (expr.name == "<" || expr.name == ">" || expr.name == "<=" || expr.name == ">=") {
+    int order;
+    if (a.is_number() && b.is_number()) {
+      order = a.number() < b.number() ? -1 : (a.number() > b.number() ? 1 : 0);
+    } else if (a.is_string() && b.is_string()) {
+      order = a.str().compare(b.str());
+    } else {
+      return Fail(expr, absl::StrCat("cannot compare with ", expr.name));
+    }
+    if (expr.name == "<") return Value(order < 0);
+    if (expr.name == ">") return Value(order > 0);
+    if (expr.name == "<=") return Value(order <= 0);
+    return Value(order >= 0);
+  }
+  if (expr.name == "~") return Value(ToText(a) + ToText(b));
+  return Arithmetic(expr, a, b);
+}
+
+absl::StatusOr<Value> Renderer::Arithmetic(const Expr& expr, const Value& a, const Value& b) {
+  if (expr.name == "+" && a.is_string() && b.is_string()) return Value(a.str() + b.str());
+  if (expr.name == "+" && a.is_list() && b.is_list()) {
+    List joined = a.list();
+    joined.insert(joined.end(), b.list().begin(), b.list().end());
+    return Value(std::move(joined));
+  }
+  if (expr.name == "*" && a.is_string() && b.is_int()) {
+    std::string repeated;
+    for (int64_t i = 0; i < b.integer() && repeated.size() < kMaxOutputBytes; ++i)
+      repeated += a.str();
+    return Value(repeated);
+  }
+  if (!a.is_number() || !b.is_number() || a.is_bool() || b.is_bool()) {
+    return Fail(expr, absl::StrCat("unsupported operand types for ", expr.name));
+  }
+  const bool integers = a.is_int() && b.is_int();
+  if (expr.name == "/") {
+    if (b.number() == 0) return Fail(expr, "division by zero");
+    return Value(a.number() / b.number());
+  }
+  if (expr.name == "//" || expr.name == "%") {
+    if (b.number() == 0) return Fail(expr, "division by zero");
+    if (integers) {
+      int64_t quotient = a.integer() / b.integer();
+      if ((a.integer() % b.integer() != 0) && ((a.integer() < 0) != (b.integer() < 0))) --quotient;
+      return expr.name == "//" ? Value(quotient) : Value(a.integer() - quotient * b.integer());
+    }
+    const double quotient = std::floor(a.number() / b.number());
+    return expr.name == "//" ? Value(quotient) : Value(a.number() - quotient * b.number());
+  }
+  if (integers) {
+    if (expr.name == "+") return Value(a.integer() + b.integer());
+    if (expr.name == "-") return Value(a.integer() - b.integer());
+    if (expr.name == "*") return Value(a.integer() * b.integer());
+  }
+  if (expr.name == "+") return Value(a.number() + b.number());
+  if (expr.name == "-") return Value(a.number() - b.number());
+  if (expr.name == "*") return Value(a.number() * b.number());
+  return Fail(expr, absl::StrCat("unsupported operator ", expr.name));
+}
+
+absl::StatusOr<Value> Renderer::Subscript(const Expr& expr, const Value& base, const Value& index) {
+  if (base.is_dict()) return base.get(ToText(index));
+  if ((base.is_list() || base.is_string()) && index.is_int()) {
+    const List chars = base.is_string() ? Characters(base.str()) : List();
+    const List& items = base.is_list() ? base.list() : chars;
+    int64_t i = index.integer();
+    if (i < 0) i += static_cast<int64_t>(items.size());
+    if (i < 0 || i >= static_cast<int64_t>(items.size())) return Value();
+    return items[i];
+  }
+  if (base.is_undefined()) return Fail(expr, "subscript of an undefined value");
+  return Value();
+}
+
+absl::StatusOr<Value> Renderer::Slice(const Expr& expr) {
+  absl::StatusOr<Value> base = Eval(*expr.args[0]);
+  if (!base.ok()) return base;
+  int64_t bounds[3] = {0, 0, 1};
+  bool given[3] = {false, false, false};
+  for (int i = 0; i < 3; ++i) {
+    if (expr.args[i + 1] == nullptr) continue;
+    absl::StatusOr<Value> value = Eval(*expr.args[i + 1]);
+    if (!value.ok()) return value;
+    if (value->is_none()) continue;
+    if (!value->is_int()) return Fail(expr, "slice bounds must be integers");
+    bounds[i] = value->integer();
+    given[i] = true;
+  }
+  const int64_t step = bounds[2];
+  if (step == 0) return Fail(expr, "slice step 0");
+  absl::StatusOr<List> items =
+      base->is_string()
+          ? Iterate(*base)
+          : (base->is_list() ? absl::StatusOr<List>(base->list())
+                             : absl::StatusOr<List>(absl::InvalidArgumentError("not sliceable")));
+  if (!items.ok()) return Fail(expr, "only strings and lists can be sliced");
+  const int64_t size = static_cast<int64_t>(items->size());
+  auto clamp = [&](int64_t v, int64_t low, int64_t high) {
+    if (v < 0) v += size;
+    return std::max(low, std::min(high, v));
+  };
+  // Python's slice rules.
+  int64_t start = given[0] ? clamp(bounds[0], step > 0 ? 0 : -1, step > 0 ? size : size - 1)
+                           : (step > 0 ? 0 : size - 1);
+  int64_t stop = given[1] ? clamp(bounds[1], step > 0 ? 0 : -1, step > 0 ? size : size - 1)
+                          : (step > 0 ? size : -1);
+  List out;
+  for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.push_back((*items)[i]);
+  if (base->is_string()) {
+    std::string text;
+    for (const Value& c : out) text += c.str();
+    return Value(text);
+  }
+  return Value(std::move(out));
+}
+
+absl::StatusOr<Value> Renderer::Call(const Expr& expr) {
+  std::vector<Value> args;
+  Dict keywords;
+  for (size_t i = 1; i < expr.args.size(); ++i) {
+    absl::StatusOr<Value> value = Eval(*expr.args[i]);
+    if (!value.ok()) return value;
+    if (expr.keywords[i].empty()) {
+      args.push_back(*std::move(value));
+    } else {
+      keywords.emplace_back(expr.keywords[i], *std::move(value));
+    }
+  }
+  const Expr& callee = *expr.args[0];
+  if (callee.kind == Expr::Kind::kAttribute) {
+    absl::StatusOr<Value> self = Eval(*callee.args[0]);
+    if (!self.ok()) return self;
+    return Method(expr, *self, callee.name, args);
+  }
+  if (callee.kind != Expr::Kind::kName) return Fail(expr, "only named functions can be called");
+  if (callee.name == "raise_exception") {
+    return Fail(expr, args.empty() ? "raise_exception" : ToText(args[0]));
+  }
+  if (callee.name == "namespace") {
+    Value ns(Dict{});
+    for (auto& [key, value] : keywords) ns.set(key, value);
+    return ns;
+  }
+  if (callee.name == "range" && !args.empty() && args.size() <= 2 &&
+      std::all_of(args.begin(), args.end(), [](const Value& v) { return v.is_int(); })) {
+    const int64_t start = args.size() == 2 ? args[0].integer() : 0;
+    const int64_t stop = args.back().integer();
+    if (stop - start > 1'000'000) return Fail(expr, "range too large");
+    List out;
+    for (int64_t i = start; i < stop; ++i) out.push_back(Value(i));
+    return Value(std::move(out));
+  }
+  return Fail(expr, absl::StrCat("unknown function ", callee.name));
+}
+
+std::string Strip(const std::string& text, const std::string& chars, bool left, bool right) {
+  const size_t begin = left ? text.find_first_not_of(chars) : 0;
+  if (begin == std::string::npos) return "";
+  const size_t end = right ? text.find_last_not_of(chars) : text.size() - 1;
+  return text.substr(begin, end - begin + 1);
+}
+
+constexpr char kWhitespace[] = " \t\n\r\f\v";
+
+absl::StatusOr<Value> Renderer::Method(const Expr& expr, const Value& self, const std::string& name,
+                                       const std::vector<Value>& args) {
+  auto string_arg = [&](size_t i, const std::string& fallback) {
+    return i < args.size() && args[i].is_string() ? args[i].str() : fallback;
+  };
+  if (self.is_string()) {
+    const std::string& s = self.str();
+    if (name == "strip") return Value(Strip(s, string_arg(0, kWhitespace), true, true));
+    if (name == "lstrip") return Value(Strip(s, string_arg(0, kWhitespace), true, false));
+    if (name == "rstrip") return Value(Strip(s, string_arg(0, kWhitespace), false, true));
+    if (name == "startswith") return Value(s.rfind(string_arg(0, ""), 0) == 0);
+    if (name == "endswith") {
+      const std::string suffix = string_arg(0, "");
+      return Value(s.size() >= suffix.size() &&
+                   s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0);
+    }
+    if (name == "upper" || name == "lower") {
+      std::string out = s;
+      for (char& c : out)
+        c = name == "upper" ? std::toupper(static_cast<unsigned char>(c))
+                            : std::tolower(static_cast<unsigned char>(c));
+      return Value(out);
+    }
+    if (name == "replace" && args.size() == 2 && !string_arg(0, "").empty()) {
+      return Value(absl::StrReplaceAll(s, {{string_arg(0, ""), string_arg(1, "")}}));
+    }
+    if (name == "split") {
+      List parts;
+      if (args.empty() || args[0].is_none()) {
+        for (absl::string_view part :
+             absl::StrSplit(s, absl::ByAnyChar(kWhitespace), absl::SkipEmpty())) {
+          parts.push_back(Value(std::string(part)));
+        }
+      } else if (!string_arg(0, "").empty()) {
+        for (absl::string_view part : absl::StrSplit(s, string_arg(0, ""))) {
+          parts.push_back(Value(std::string(part)));
+        }
+      } else {
+        return Fail(expr, "split with an empty separator");
+      }
+      return Value(std::move(parts));
+    }
+  }
+  if (self.is_dict()) {
+    if (name == "items") {
+      List items;
+      for (const auto& [key, value] : self.dict()) items.push_back(Value(List{Value(key), value}));
+      return Value(std::move(items));
+    }
+    if (name == "keys" || name == "values") {
+      List out;
+      for (const auto& [key, value] : self.dict())
+        out.push_back(name == "keys" ? Value(key) : value);
+      return Value(std::move(out));
+    }
+    if (name == "get" && !args.empty()) {
+      Value found = self.get(ToText(args[0]));
+      return found.is_undefined() ? (args.size() > 1 ? args[1] : Value(None{})) : found;
+    }
+  }
+  return Fail(expr, absl::StrCat("unsupported method ", name));
+}
+
+absl::StatusOr<Value> Renderer::Filter(const Expr& expr) {
+  absl::StatusOr<Value> input = Eval(*expr.args[0]);
+  if (!input.ok()) return input;
+  std::vector<Value> args;
+  Dict keywords;
+  for (size_t i = 1; i < expr.args.size(); ++i) {
+    absl::StatusOr<Value> value = Eval(*expr.args[i]);
+    if (!value.ok()) return value;
+    if (expr.keywords[i - 1].empty())
+      args.push_back(*std::move(value));
+    else
+      keywords.emplace_back(expr.keywords[i - 1], *std::move(value));
+  }
+  const Value& v = *input;
+  const std::string& name = expr.name;
+  if (name == "trim") return Value(Strip(ToText(v), kWhitespace, true, true));
+  if (name == "string") return Value(ToText(v));
+  if (name == "upper" || name == "lower" || name == "capitalize") {
+    std::string out = ToText(v);
+    for (size_t i = 0; i < out.size(); ++i) {
+      const bool up = name == "upper" || (name == "capitalize" && i == 0);
+      out[i] = up ? std::toupper(static_cast<unsigned char>(out[i]))
+                  : std::tolower(static_cast<unsigned char>(out[i]));
+    }
+    return Value(out);
+  }
+  if (name == "tojson") {
+    int indent = -1;
+    for (const auto& [key, value] : keywords) {
+      if (key == "indent" && value.is_int()) indent = static_cast<int>(value.integer());
+    }
+    if (!args.empty() && args[0].is_int()) indent = static_cast<int>(args[0].integer());
+    return Value(ToJson(v, indent));
+  }
+  if (name == "length" || name == "count") {
+    if (v.is_string()) return Value(static_cast<int64_t>(Characters(v.str()).size()));
+    if (v.is_list()) return Value(static_cast<int64_t>(v.list().size()));
+    if (v.is_dict()) return Value(static_cast<int64_t>(v.dict().size()));
+    return Fail(expr, "length of a value without one");
+  }
+  if (name == "first" || name == "last") {
+    absl::StatusOr<List> items = Iterate(v);
+    if (!items.ok() || items->empty()) return Value();
+    return name == "first" ? items->front() : items->back();
+  }
+  if (name == "list") {
+    absl::StatusOr<List> items = Iterate(v);
+    if (!items.ok()) return Fail(expr, "list of a non-iterable");
+    return Value(*std::move(items));
+  }
+  if (name == "reverse") {
+    absl::StatusOr<List> items = Iterate(v);
+    if (!items.ok()) return Fail(expr, "reverse of a non-iterable");
+    std::reverse(items->begin(), items->end());
+    if (v.is_string()) {
+      std::string text;
+      for (const Value& c : *items) text += c.str();
+      return Value(text);
+    }
+    return Value(*std::move(items));
+  }
+  if (name == "join") {
+    absl::StatusOr<List> items = Iterate(v);
+    if (!items.ok()) return Fail(expr, "join of a non-iterable");
+    std::vector<std::string> texts;
+    for (const Value& item : *items) texts.push_back(ToText(item));
+    return Value(absl::StrJoin(texts, args.empty() ? "" : ToText(args[0])));
+  }
+  if (name == "default" || name == "d") {
+    const bool boolean = args.size() > 1 && args[1].truthy();
+    if (v.is_undefined() || (boolean && !v.truthy())) return args.empty() ? Value("") : args[0];
+    return v;
+  }
+  if (name == "int") {
+    if (v.is_number()) return Value(static_cast<int64_t>(v.number()));
+    if (v.is_string())
+      return Value(static_cast<int64_t>(std::strtoll(v.str().c_str(), nullptr, 10)));
+    return Value(0);
+  }
+  if (name == "items" && v.is_dict()) {
+    List items;
+    for (const auto& [key, value] : v.dict()) items.push_back(Value(List{Value(key), value}));
+    return Value(std::move(items));
+  }
+  if (name == "replace" && args.size() == 2 && !ToText(args[0]).empty()) {
+    return Value(absl::StrReplaceAll(ToText(v), {{ToText(args[0]), ToText(args[1])}}));
+  }
+  return Fail(expr, absl::StrCat("unsupported filter ", name));
+}
+
+absl::StatusOr<bool> Renderer::Test(const Expr& expr) {
+  absl::StatusOr<Value> input = Eval(*expr.args[0]);
+  if (!input.ok()) return input.status();
+  const Value& v = *input;
+  const std::string& name = expr.name;
+  if (name == "defined") return !v.is_undefined();
+  if (name == "undefined") return v.is_undefined();
+  if (name == "none") return v.is_none();
+  if (name == "string") return v.is_string();
+  if (name == "number") return v.is_number() && !v.is_bool();
+  if (name == "integer") return v.is_int();
+  if (name == "boolean") return v.is_bool();
+  if (name == "mapping") return v.is_dict();
+  if (name == "sequence" || name == "iterable") return v.is_list() || v.is_string() || v.is_dict();
+  if (name == "true") return v.is_bool() && v.truthy();
+  if (name == "false") return v.is_bool() && !v.truthy();
+  if (name == "even" || name == "odd") {
+    if (!v.is_int()) return Fail(expr, "even/odd of a non-integer");
+    return (v.integer() % 2 == 0) == (name == "even");
+  }
+  return Fail(expr, absl::StrCat("unsupported test ", name));
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> RenderTree(const Node& root, const Value& context) {
+  Renderer renderer(context);
+  std::string out;
+  absl::Status status = renderer.Run(root, &out);
+  if (!status.ok()) return status;
+  return out;
+}
+
+}  // namespace pagoda::scheduler::jinja

@@ -1,0 +1,76 @@
+#include "text/tokenizer.h"
+
+#include <filesystem>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "text/hf_tokenizer.h"
+#include "text/sentencepiece_adapter.h"
+
+namespace pagoda {
+namespace {
+
+constexpr char kTokenizerFile[] = "tokenizer.model";
+constexpr char kHfTokenizerFile[] = "tokenizer.json";
+
+class SentencePieceTokenizer : public Tokenizer {
+ public:
+  explicit SentencePieceTokenizer(std::unique_ptr<SentencePieceAdapter> processor)
+      : processor_(std::move(processor)) {}
+
+  absl::StatusOr<std::vector<int>> Encode(const std::string& text) const override {
+    std::vector<int> ids;
+    const std::string error = processor_->Encode(text, &ids);
+    if (!error.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("tokenizer encode: ", error));
+    }
+    return ids;
+  }
+
+  absl::StatusOr<std::string> Decode(const std::vector<int>& ids) const override {
+    const int size = processor_->piece_size();
+    for (int id : ids) {
+      // sentencepiece checks ids too, but reports them less clearly.
+      if (id < 0 || id >= size) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("tokenizer decode: token id ", id, " is outside [0, ", size, ")"));
+      }
+    }
+    std::string text;
+    const std::string error = processor_->Decode(ids, &text);
+    if (!error.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("tokenizer decode: ", error));
+    }
+    return text;
+  }
+
+  int vocab_size() const override { return processor_->piece_size(); }
+  std::string kind() const override { return "tokenizer.model (sentencepiece)"; }
+
+ private:
+  const std::unique_ptr<SentencePieceAdapter> processor_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& model_dir) {
+  std::error_code error;
+  const std::filesystem::path hf_path = std::filesystem::path(model_dir) / kHfTokenizerFile;
+  if (std::filesystem::exists(hf_path, error)) {
+    absl::StatusOr<std::unique_ptr<HfTokenizer>> hf = HfTokenizer::FromFile(hf_path.string());
+    if (!hf.ok()) return hf.status();
+    return std::unique_ptr<Tokenizer>(*std::move(hf));
+  }
+  const std::filesystem::path path = std::filesystem::path(model_dir) / kTokenizerFile;
+  if (!std::filesystem::exists(path, error)) return std::unique_ptr<Tokenizer>();
+  auto processor = std::make_unique<SentencePieceAdapter>();
+  const std::string load_error = processor->Load(path.string());
+  if (!load_error.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path.string(), ": cannot load sentencepiece model: ", load_error));
+  }
+  return std::unique_ptr<Tokenizer>(std::make_unique<SentencePieceTokenizer>(std::move(processor)));
+}
+
+}  // namespace pagoda

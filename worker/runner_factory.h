@@ -1,0 +1,28 @@
+#ifndef PAGODA_WORKER_RUNNER_FACTORY_H_
+#define PAGODA_WORKER_RUNNER_FACTORY_H_
+
+// The one place pagoda-worker picks its ModelRunner by --device (the
+// LoadModel request's device): "cpu" (or empty) is the CPU runner; "cuda"
+// the CUDA runner when this build has it (nvcc at build time), else
+// FAILED_PRECONDITION saying so; anything else INVALID_ARGUMENT.
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "worker/cpu/cpu_model_runner.h"
+#include "worker/model_runner.h"
+
+namespace pagoda::worker {
+
+// True when this build has the CUDA runner.
+bool BuiltWithCuda();
+
+// cuda_device: --cuda-device (-1 = the rank's GPU); ignored for "cpu".
+// cpu_options: the CPU runner's (where its collectives listen); ignored for "cuda".
+absl::StatusOr<std::unique_ptr<ModelRunner>> MakeModelRunner(
+    const std::string& device, int cuda_device, const CpuModelRunnerOptions& cpu_options = {});
+
+}  // namespace pagoda::worker
+
+#endif  // PAGODA_WORKER_RUNNER_FACTORY_H_
