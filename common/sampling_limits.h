@@ -18,6 +18,17 @@ inline constexpr int kMaxTopLogprobs = 20;
 // their config is read.
 inline constexpr int kMaxSamplingVocab = (1 << 24) - 1;
 
+// Below this temperature sampling is greedy (argmax, lowest id on ties):
+// vLLM's epsilon. The server's validation, the CPU sampler and the CUDA
+// sampler all draw the line here.
+inline constexpr float kGreedyTemperature = 1e-5f;
+
+// Top-p compares token masses in fixed point: exp(x - max) * 2^40, so the
+// largest mass is 2^40 and a kMaxSamplingVocab-token row sums below 2^64.
+// Integer sums are exact whatever order threads add them in, so the cut is
+// deterministic, and the same on the CPU and the GPU.
+inline constexpr float kTopPMassScale = 1099511627776.0f;  // 2^40
+
 }  // namespace pagoda
 
 #endif  // PAGODA_COMMON_SAMPLING_LIMITS_H_

@@ -48,7 +48,7 @@
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
 #include "wire/worker_secret.h"
-#include "worker/comm/collective_communicator.h"
+#include "wire/limits.h"
 
 ABSL_FLAG(std::string, model, "", "Model directory (Hugging Face layout). Required.");
 ABSL_FLAG(std::string, served_model_name, "", "Name reported to clients; default: --model's name.");
@@ -163,7 +163,7 @@ int WaitForStopSignal() {
 }
 
 // Chat completions through `chat_template`, or none when it is null.
-ChatRenderer ChatRendererOf(const ChatTemplate* chat_template) {
+ChatRenderer ChatRendererOf(const text::ChatTemplate* chat_template) {
   if (chat_template == nullptr) return ChatRenderer();
   return [chat_template](const std::vector<ChatMessage>& messages, bool add_generation_prompt) {
     return chat_template->Render(messages, add_generation_prompt);
@@ -219,8 +219,8 @@ absl::Status Serve() {
                     ? absl::StrCat((*tokenizer)->kind(), ", ", (*tokenizer)->vocab_size(), " tokens")
                     : std::string("none (token ids only)"));
   // A template outside the supported Jinja subset stops the start here.
-  absl::StatusOr<std::unique_ptr<ChatTemplate>> chat_template =
-      ChatTemplate::Load(model_dir, absl::GetFlag(FLAGS_chat_template));
+  absl::StatusOr<std::unique_ptr<text::ChatTemplate>> chat_template =
+      text::ChatTemplate::Load(model_dir, absl::GetFlag(FLAGS_chat_template));
   if (!chat_template.ok()) return chat_template.status();
   LOG(INFO) << "chat template: " << (*chat_template != nullptr ? "loaded" : "none");
   absl::StatusOr<PreemptionMode> preemption_mode =
@@ -241,10 +241,10 @@ absl::Status Serve() {
   if (block_size <= 0 || world_size <= 0) {
     return absl::InvalidArgumentError("--block-size and --tensor-parallel-size must be positive");
   }
-  if (world_size > pagoda::worker::comm::kMaxWorldSize) {
+  if (world_size > wire::kMaxWorldSize) {
     return absl::InvalidArgumentError(absl::StrCat("--tensor-parallel-size ", world_size,
                                                    " is over the limit of ",
-                                                   pagoda::worker::comm::kMaxWorldSize));
+                                                   wire::kMaxWorldSize));
   }
   // Refused before any worker starts, in one line naming the counts.
   if (absl::Status split = CheckTensorParallelSplit(*model, world_size); !split.ok()) {

@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 
-namespace pagoda::scheduler {
+namespace pagoda::text {
 namespace {
 
 using nlohmann::json;
@@ -113,4 +113,4 @@ absl::StatusOr<std::string> ChatTemplate::Render(const std::vector<ChatMessage>&
   return template_.Render(context);
 }
 
-}  // namespace pagoda::scheduler
+}  // namespace pagoda::text

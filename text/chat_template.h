@@ -6,10 +6,16 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "scheduler/api/openai_protocol.h"
 #include "text/jinja_template.h"
 
-namespace pagoda::scheduler {
+namespace pagoda::text {
+
+// One message of a chat: its role ("system", "user", "assistant", ...) and
+// its text.
+struct ChatMessage {
+  std::string role;
+  std::string content;
+};
 
 // A model's chat template: turns chat messages into the prompt text, as
 // transformers' apply_chat_template(tokenize=False) does, with the
@@ -43,6 +49,6 @@ class ChatTemplate {
   std::string eos_token_;
 };
 
-}  // namespace pagoda::scheduler
+}  // namespace pagoda::text
 
 #endif  // PAGODA_TEXT_CHAT_TEMPLATE_H_

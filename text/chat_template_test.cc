@@ -6,7 +6,7 @@
 
 #include "gtest/gtest.h"
 
-namespace pagoda::scheduler {
+namespace pagoda::text {
 namespace {
 
 TEST(ChatTemplateTest, RefusesConstructsOutsideTheSubsetAtLoad) {
@@ -48,4 +48,4 @@ TEST(ChatTemplateTest, RaiseExceptionIsInvalidArgumentWithItsMessage) {
 }
 
 }  // namespace
-}  // namespace pagoda::scheduler
+}  // namespace pagoda::text

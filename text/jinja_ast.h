@@ -9,7 +9,7 @@
 
 #include "text/jinja_value.h"
 
-namespace pagoda::scheduler::jinja {
+namespace pagoda::text::jinja {
 
 struct Expr;
 using ExprPtr = std::unique_ptr<Expr>;
@@ -51,6 +51,6 @@ struct Node {
   int line = 0;
 };
 
-}  // namespace pagoda::scheduler::jinja
+}  // namespace pagoda::text::jinja
 
 #endif  // PAGODA_TEXT_JINJA_AST_H_

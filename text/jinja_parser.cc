@@ -11,7 +11,7 @@
 #include "text/jinja_ast.h"
 #include "text/jinja_template.h"
 
-namespace pagoda::scheduler::jinja {
+namespace pagoda::text::jinja {
 
 absl::StatusOr<std::string> RenderTree(const Node& root, const Value& context);
 
@@ -709,4 +709,4 @@ absl::StatusOr<std::string> Template::Render(const Value& context) const {
   return RenderTree(*root_, context);
 }
 
-}  // namespace pagoda::scheduler::jinja
+}  // namespace pagoda::text::jinja

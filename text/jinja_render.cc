@@ -15,7 +15,7 @@
 #include "text/jinja_ast.h"
 #include "text/utf8.h"
 
-namespace pagoda::scheduler::jinja {
+namespace pagoda::text::jinja {
 namespace {
 
 // Renders can nest only as deep as the template; loops are bounded by data.
@@ -634,4 +634,4 @@ absl::StatusOr<std::string> RenderTree(const Node& root, const Value& context) {
   return out;
 }
 
-}  // namespace pagoda::scheduler::jinja
+}  // namespace pagoda::text::jinja

@@ -24,7 +24,7 @@
 #include "absl/status/statusor.h"
 #include "text/jinja_value.h"
 
-namespace pagoda::scheduler::jinja {
+namespace pagoda::text::jinja {
 
 struct Node;
 
@@ -41,6 +41,6 @@ class Template {
   std::shared_ptr<const Node> root_;
 };
 
-}  // namespace pagoda::scheduler::jinja
+}  // namespace pagoda::text::jinja
 
 #endif  // PAGODA_TEXT_JINJA_TEMPLATE_H_

@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace pagoda::scheduler::jinja {
+namespace pagoda::text::jinja {
 
 bool Value::truthy() const {
   if (is_undefined() || is_none()) return false;
@@ -218,4 +218,4 @@ Value FromJson(const nlohmann::json& json) {
   return Value(std::move(dict));
 }
 
-}  // namespace pagoda::scheduler::jinja
+}  // namespace pagoda::text::jinja

@@ -10,7 +10,7 @@
 
 #include "nlohmann/json.hpp"
 
-namespace pagoda::scheduler::jinja {
+namespace pagoda::text::jinja {
 
 struct Value;
 using List = std::vector<Value>;
@@ -72,6 +72,6 @@ std::string ToJson(const Value& value, int indent = -1);
 bool Equal(const Value& a, const Value& b);
 Value FromJson(const nlohmann::json& json);
 
-}  // namespace pagoda::scheduler::jinja
+}  // namespace pagoda::text::jinja
 
 #endif  // PAGODA_TEXT_JINJA_VALUE_H_

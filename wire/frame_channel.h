@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "wire/limits.h"
 
 namespace pagoda {
 
@@ -17,9 +18,9 @@ namespace pagoda {
 // plans and replies so (scheduler/workers/worker_launcher.h): two system calls
 // and one wake-up each way, where a gRPC call hops through several threads.
 
-// The largest payload ReadFrame takes unless told otherwise: the bound of
-// gRPC calls to workers.
-inline constexpr uint64_t kMaxFrameBytes = uint64_t{256} << 20;
+// The largest payload a step channel carries: the bound of gRPC calls to
+// workers (wire/limits.h).
+inline constexpr uint64_t kMaxFrameBytes = wire::kMaxWorkerMessageBytes;
 
 // Called between waits (at least every `poll_period`); returning false gives
 // up the wait with CANCELLED.

@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace pagoda::worker::comm::rendezvous {
+namespace pagoda::wire::rendezvous {
 namespace {
 
 void PutU16(std::string& out, uint16_t v) {
@@ -120,11 +120,4 @@ absl::Status ReadAll(int fd, void* data, size_t size, Deadline deadline) {
   return absl::OkStatus();
 }
 
-bool SecretsEqual(const std::string& a, const std::string& b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
-}
-
-}  // namespace pagoda::worker::comm::rendezvous
+}  // namespace pagoda::wire::rendezvous

@@ -18,15 +18,13 @@
 // The first request of a connection must be kHello carrying the shared secret
 // as its value; anything else, a wrong secret, a bad magic, an unknown op or
 // a length over the bounds closes the connection. Keys are printable ASCII.
-namespace pagoda::worker::comm::rendezvous {
+namespace pagoda::wire::rendezvous {
 
 inline constexpr char kMagic[4] = {'P', 'G', 'R', '1'};
 inline constexpr size_t kRequestHeaderBytes = 4 + 1 + 2 + 4;
 inline constexpr size_t kResponseHeaderBytes = 1 + 4;
 inline constexpr size_t kMaxKeyBytes = 256;
 inline constexpr size_t kMaxValueBytes = size_t{1} << 20;
-inline constexpr size_t kMinSecretBytes = 16;
-inline constexpr size_t kMaxSecretBytes = 256;
 
 enum class Op : uint8_t { kHello = 1, kSet = 2, kGet = 3 };
 enum class Reply : uint8_t {
@@ -64,9 +62,7 @@ using Deadline = std::chrono::steady_clock::time_point;
 absl::Status WriteAll(int fd, const void* data, size_t size, Deadline deadline);
 absl::Status ReadAll(int fd, void* data, size_t size, Deadline deadline);
 
-// Constant-time comparison, so the secret cannot be guessed byte by byte.
-bool SecretsEqual(const std::string& a, const std::string& b);
 
-}  // namespace pagoda::worker::comm::rendezvous
+}  // namespace pagoda::wire::rendezvous
 
 #endif  // PAGODA_WIRE_RENDEZVOUS_PROTOCOL_H_

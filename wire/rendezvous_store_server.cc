@@ -14,8 +14,9 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "wire/rendezvous_protocol.h"
+#include "wire/worker_secret.h"
 
-namespace pagoda::worker::comm {
+namespace pagoda::wire {
 
 using rendezvous::Reply;
 
@@ -60,11 +61,11 @@ absl::StatusOr<int> BindAndListen(const std::string& host, int port, int* bound_
 
 absl::StatusOr<std::unique_ptr<RendezvousStoreServer>> RendezvousStoreServer::Start(
     const Options& options) {
-  if (options.secret.size() < rendezvous::kMinSecretBytes ||
-      options.secret.size() > rendezvous::kMaxSecretBytes) {
+  if (options.secret.size() < kMinWorkerSecretBytes ||
+      options.secret.size() > kMaxWorkerSecretBytes) {
     return absl::InvalidArgumentError(
-        absl::StrCat("rendezvous store: secret must be ", rendezvous::kMinSecretBytes, " to ",
-                     rendezvous::kMaxSecretBytes, " bytes, got ", options.secret.size()));
+        absl::StrCat("rendezvous store: secret must be ", kMinWorkerSecretBytes, " to ",
+                     kMaxWorkerSecretBytes, " bytes, got ", options.secret.size()));
   }
   if (options.max_connections < 1) {
     return absl::InvalidArgumentError("rendezvous store: max_connections must be positive");
@@ -167,7 +168,7 @@ void RendezvousStoreServer::Serve(Connection* connection) {
     std::string reply;
     if (!authenticated) {
       if (decoded->op != rendezvous::Op::kHello || !key.empty() ||
-          !rendezvous::SecretsEqual(value, options_.secret)) {
+          !ConstantTimeEquals(options_.secret, value)) {
         rendezvous::WriteAll(fd, rendezvous::EncodeResponse(Reply::kUnauthenticated, "").data(),
                              rendezvous::kResponseHeaderBytes, deadline)
             .IgnoreError();
@@ -205,13 +206,4 @@ std::string RendezvousStoreServer::Apply(int op, const std::string& key, std::st
   return rendezvous::EncodeResponse(Reply::kOk, "");
 }
 
-absl::StatusOr<std::string> GenerateRendezvousSecret() {
-  std::ifstream urandom("/dev/urandom", std::ios::binary);
-  std::string bytes(32, '\0');
-  if (!urandom.read(bytes.data(), static_cast<std::streamsize>(bytes.size()))) {
-    return absl::UnavailableError("cannot read /dev/urandom for the rendezvous secret");
-  }
-  return absl::BytesToHexString(bytes);
-}
-
-}  // namespace pagoda::worker::comm
+}  // namespace pagoda::wire

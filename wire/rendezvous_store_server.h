@@ -13,7 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 
-namespace pagoda::worker::comm {
+namespace pagoda::wire {
 
 // A small key-value store over TCP where the ranks of a tensor-parallel group
 // exchange their Gloo addresses. The server process (pagoda-server) starts
@@ -35,7 +35,7 @@ class RendezvousStoreServer {
   struct Options {
     std::string host = "127.0.0.1";  // Address to bind.
     int port = 0;                    // 0: an ephemeral port, see port().
-    std::string secret;              // kMinSecretBytes..kMaxSecretBytes bytes.
+    std::string secret;              // kMinWorkerSecretBytes..kMaxWorkerSecretBytes.
     int max_connections = 64;
     std::chrono::milliseconds idle_timeout{30000};
   };
@@ -79,9 +79,7 @@ class RendezvousStoreServer {
   std::thread accept_thread_;
 };
 
-// 32 random bytes from /dev/urandom, hex encoded: a fresh secret per group.
-absl::StatusOr<std::string> GenerateRendezvousSecret();
 
-}  // namespace pagoda::worker::comm
+}  // namespace pagoda::wire
 
 #endif  // PAGODA_WIRE_RENDEZVOUS_STORE_SERVER_H_

@@ -16,9 +16,6 @@ using ::pagoda::kernels::Philox4x32Block;
 using ::pagoda::kernels::PhiloxDraws;
 using ::pagoda::kernels::UniformOpen01;
 
-// Top-p compares token masses in 2^-40 fixed point, as the CUDA sampler does
-// (integer sums are exact in any order, so both devices cut alike).
-constexpr float kMassScale = 1099511627776.0f;  // 2^40
 
 float LoadLogit(float x) { return std::isnan(x) ? -INFINITY : x; }
 
@@ -57,7 +54,7 @@ uint32_t TopPThreshold(absl::Span<const float> logits, uint32_t min_key, float m
     const float x = LoadLogit(raw);
     const uint32_t key = OrderedKey(x);
     if (key < min_key) continue;
-    const uint64_t mass = static_cast<uint64_t>(std::exp((x - max_logit) * inv_t) * kMassScale);
+    const uint64_t mass = static_cast<uint64_t>(std::exp((x - max_logit) * inv_t) * kTopPMassScale);
     if (mass == 0) continue;
     kept.emplace_back(key, mass);
     kept_mass += mass;

@@ -8,12 +8,9 @@
 #include <cstdint>
 
 #include "absl/types/span.h"
+#include "common/sampling_limits.h"
 
 namespace pagoda::worker {
-
-// Below this temperature sampling is greedy (argmax, lowest id on ties);
-// vLLM's epsilon, the CUDA sampler's too.
-inline constexpr float kGreedyTemperature = 1e-5f;
 
 // One row of a SamplingBatch, on the host.
 struct RowSamplingParams {

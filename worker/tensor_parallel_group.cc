@@ -8,6 +8,7 @@
 #include "common/model_config.h"
 #include "common/tensor_parallel_plan.h"
 #include "worker/comm/gloo_communicator.h"
+#include "wire/limits.h"
 
 namespace pagoda::worker {
 
@@ -17,9 +18,9 @@ absl::StatusOr<GroupMembership> ParseGroupMembership(const v1::LoadModelRequest&
   GroupMembership membership;
   membership.world_size = request.world_size() == 0 ? 1 : request.world_size();
   membership.rank = request.rank();
-  if (membership.world_size < 1 || membership.world_size > comm::kMaxWorldSize) {
+  if (membership.world_size < 1 || membership.world_size > wire::kMaxWorldSize) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "world_size must be in [1, ", comm::kMaxWorldSize, "], got ", request.world_size()));
+        "world_size must be in [1, ", wire::kMaxWorldSize, "], got ", request.world_size()));
   }
   if (membership.rank < 0 || membership.rank >= membership.world_size) {
     return absl::InvalidArgumentError(absl::StrCat(

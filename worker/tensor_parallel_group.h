@@ -10,6 +10,7 @@
 #include "pagoda/worker/v1/worker.pb.h"
 #include "worker/comm/rendezvous_store_client.h"
 #include "worker/communicator.h"
+#include "wire/limits.h"
 
 namespace pagoda::worker {
 
@@ -18,7 +19,7 @@ inline constexpr std::chrono::milliseconds kDefaultCollectiveTimeout{30000};
 inline constexpr std::chrono::milliseconds kMaxCollectiveTimeout{600000};
 
 // A LoadModel request's tensor-parallel fields, checked: rank in
-// [0, world_size), world_size in [1, comm::kMaxWorldSize], and for more than
+// [0, world_size), world_size in [1, wire::kMaxWorldSize], and for more than
 // one rank a rendezvous address "IPv4:port", a secret and a prefix.
 // INVALID_ARGUMENT naming the field otherwise.
 struct GroupMembership {

@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "worker/cpu/cpu_model_runner.h"
 #include "worker/model_runner.h"
+#include "wire/limits.h"
 
 namespace pagoda::worker {
 namespace {
@@ -62,7 +63,7 @@ TEST(ParseGroupMembershipTest, AcceptsAGroupAndTheSingleRankDefaults) {
 
 TEST(ParseGroupMembershipTest, RefusesHostileFieldsByName) {
   ExpectInvalid(GroupRequest(0, -1), "world_size");
-  ExpectInvalid(GroupRequest(0, comm::kMaxWorldSize + 1), "world_size");
+  ExpectInvalid(GroupRequest(0, wire::kMaxWorldSize + 1), "world_size");
   ExpectInvalid(GroupRequest(4, 4), "rank 4");
   ExpectInvalid(GroupRequest(-1, 2), "rank -1");
   LoadModelRequest request = GroupRequest(0, 2);

@@ -59,6 +59,7 @@
 #include "worker/runner_factory.h"
 #include "worker/step_channel_server.h"
 #include "worker/worker_service.h"
+#include "wire/limits.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "Address to serve on; port 0 = the OS picks one.");
 ABSL_FLAG(int, rank, 0, "Tensor-parallel rank of this worker.");
@@ -90,7 +91,6 @@ constexpr absl::Duration kForcedExitAfter = absl::Seconds(10);
 constexpr absl::Duration kWatchPeriod = absl::Milliseconds(100);
 // The largest message a worker takes: step plans grow with the batch, but a
 // bound keeps one hostile call from taking all memory.
-constexpr int kMaxMessageBytes = 256 << 20;
 
 // The first reason to stop wins; later ones are ignored.
 class StopRequest {
@@ -269,8 +269,8 @@ int main(int argc, char** argv) {
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 100);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
-  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
-  builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  builder.SetMaxReceiveMessageSize(pagoda::wire::kMaxWorkerMessageBytes);
+  builder.SetMaxSendMessageSize(pagoda::wire::kMaxWorkerMessageBytes);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || (!unix_socket && port == 0)) {

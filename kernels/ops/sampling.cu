@@ -9,11 +9,6 @@ namespace {
 
 constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
-constexpr float kGreedyTemperature = 1e-5f;
-// Top-p works on token masses in fixed point (exp(x - max) * 2^40, so the
-// largest is 2^40 and a 2^18-token row sums below 2^58): integer sums are
-// exact whatever order threads add them in, so the cut is deterministic.
-constexpr float kMassScale = 1099511627776.0f;  // 2^40
 
 struct Shared {
   unsigned long long histogram[256];
@@ -262,7 +257,7 @@ __global__ void __launch_bounds__(kThreads) TokenSamplingKernel(TokenSamplingPar
     const float inv_t = 1.0f / temperature;
     const float max_logit = best;
     auto mass = [=](float x) -> unsigned long long {
-      return __float2ull_rd(__expf((x - max_logit) * inv_t) * kMassScale);
+      return __float2ull_rd(__expf((x - max_logit) * inv_t) * kTopPMassScale);
     };
     uint32_t threshold = 0;
     const int k = p.top_k != nullptr ? p.top_k[r] : 0;

@@ -1,4 +1,5 @@
 #include "scheduler/api/http_request_stream.h"
+#include "scheduler/engine/output_processor.h"
 
 #include <utility>
 

@@ -13,6 +13,7 @@
 #include "scheduler/api/request_output.h"
 #include "scheduler/engine/engine.h"
 #include "scheduler/engine/request_sink.h"
+#include "scheduler/engine/output_processor.h"
 
 namespace pagoda::scheduler {
 

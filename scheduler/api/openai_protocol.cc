@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/sampling_limits.h"
+#include "scheduler/engine/finish_reason.h"
 
 namespace pagoda::scheduler {
 namespace {
@@ -225,22 +226,9 @@ absl::Status ParseStreaming(const json& body, OpenAiRequest* out) {
   return absl::OkStatus();
 }
 
-std::string FinishReasonName(pagoda::v1::FinishReason reason) {
-  switch (reason) {
-    case pagoda::v1::FINISH_REASON_LENGTH:
-      return "length";
-    case pagoda::v1::FINISH_REASON_STOP:
-      return "stop";
-    case pagoda::v1::FINISH_REASON_ABORTED:
-      return "abort";
-    default:
-      return "";
-  }
-}
-
 json FinishReasonJson(pagoda::v1::FinishReason reason) {
-  const std::string name = FinishReasonName(reason);
-  return name.empty() ? json() : json(name);
+  const std::string_view name = FinishReasonName(reason);
+  return name.empty() ? json() : json(std::string(name));
 }
 
 std::string TokenText(const Tokenizer* tokenizer, int32_t id) {

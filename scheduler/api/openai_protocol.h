@@ -13,14 +13,12 @@
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
 #include "pagoda/v1/generation.pb.h"
+#include "text/chat_template.h"
 #include "text/tokenizer.h"
 
 namespace pagoda::scheduler {
 
-struct ChatMessage {
-  std::string role;
-  std::string content;
-};
+using text::ChatMessage;
 
 // One parsed POST /v1/completions or /v1/chat/completions body.
 struct OpenAiRequest {

@@ -1,22 +1,9 @@
 #include "scheduler/api/request_output.h"
+#include "scheduler/engine/output_processor.h"
 
 #include <utility>
 
 namespace pagoda::scheduler {
-
-pagoda::v1::FinishReason ToFinishReason(SequenceStatus status) {
-  switch (status) {
-    case SequenceStatus::kFinishedStopped:
-      return pagoda::v1::FINISH_REASON_STOP;
-    case SequenceStatus::kFinishedLength:
-      return pagoda::v1::FINISH_REASON_LENGTH;
-    case SequenceStatus::kFinishedAborted:
-    case SequenceStatus::kFinishedIgnored:
-      return pagoda::v1::FINISH_REASON_ABORTED;
-    default:
-      return pagoda::v1::FINISH_REASON_UNSPECIFIED;
-  }
-}
 
 RequestOutput::RequestOutput(std::string request_id, int prompt_token_count,
                              const Tokenizer* tokenizer, OutputOptions options)

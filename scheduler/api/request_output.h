@@ -8,12 +8,13 @@
 #include "pagoda/v1/generation.pb.h"
 #include "scheduler/api/request_detokenizer.h"
 #include "scheduler/api/stop_strings.h"
+#include "scheduler/engine/finish_reason.h"
+#include "scheduler/engine/output_processor.h"
 #include "scheduler/engine/scheduler.h"
 #include "text/tokenizer.h"
 
 namespace pagoda::scheduler {
 
-pagoda::v1::FinishReason ToFinishReason(SequenceStatus status);
 
 // How a request's text ends, beyond what the engine checks.
 struct OutputOptions {

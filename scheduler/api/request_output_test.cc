@@ -8,6 +8,7 @@
 #include "gtest/gtest.h"
 #include "tests/support/tiny_tokenizer_suite.h"
 #include "text/utf8.h"
+#include "scheduler/engine/output_processor.h"
 
 namespace pagoda::scheduler {
 namespace {

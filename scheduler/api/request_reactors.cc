@@ -8,6 +8,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "scheduler/engine/output_processor.h"
 
 namespace pagoda::scheduler {
 

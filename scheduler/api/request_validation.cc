@@ -18,7 +18,6 @@ constexpr int kMaxSequences = 32;
 // Beam search asks the worker for 2 x width top logprobs, at most kMaxTopLogprobs.
 constexpr int kMaxBeamWidth = kMaxTopLogprobs / 2;
 constexpr float kMaxLengthPenalty = 10.0f;
-constexpr float kGreedyTemperature = 1e-5f;
 
 absl::Status Invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
 

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "scheduler/engine/output_processor.h"
 
 namespace pagoda::scheduler {
 namespace {

@@ -5,7 +5,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
+#include "scheduler/engine/finish_reason.h"
 #include "scheduler/engine/step_plan.h"
+#include "scheduler/engine/output_processor.h"
 
 namespace pagoda::scheduler {
 
@@ -24,17 +26,12 @@ constexpr absl::Duration kWorkerCheckPeriod = absl::Milliseconds(200);
 
 double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
 
+// The finished-requests metric's reason: the client's name, except "error"
+// for a request that could never be scheduled.
 std::string FinishReasonOf(const SequenceStatus status) {
-  switch (status) {
-    case SequenceStatus::kFinishedStopped:
-      return "stop";
-    case SequenceStatus::kFinishedLength:
-      return "length";
-    case SequenceStatus::kFinishedAborted:
-      return "abort";
-    default:
-      return "error";
-  }
+  const std::string_view name = FinishReasonName(ToFinishReason(status));
+  if (status == SequenceStatus::kFinishedIgnored || name.empty()) return "error";
+  return std::string(name);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "absl/time/time.h"
 #include "scheduler/engine/engine_stats.h"
 #include "scheduler/engine/request_sink.h"
+#include "scheduler/engine/output_processor.h"
 #include "scheduler/engine/scheduler.h"
 #include "scheduler/engine/sequence.h"
 #include "scheduler/workers/worker_group.h"

@@ -1,10 +1,11 @@
+#include "scheduler/engine/output_processor.h"
+
 #include <algorithm>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "glog/logging.h"
 #include "scheduler/engine/beam_search.h"
-#include "scheduler/engine/scheduler.h"
 
 namespace pagoda::scheduler {
 namespace {

@@ -2,6 +2,7 @@
 #define PAGODA_SCHEDULER_ENGINE_REQUEST_SINK_H_
 
 #include "absl/status/status.h"
+#include "scheduler/engine/output_processor.h"
 #include "scheduler/engine/scheduler.h"
 
 namespace pagoda::scheduler {

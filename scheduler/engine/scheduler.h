@@ -70,7 +70,7 @@ class Scheduler {
   // After the workers were restarted with empty caches: frees every block and
   // moves every unfinished group to waiting (arrival order) to be prefilled
   // again over prompt + generated tokens. Returns the groups requeued.
-  // Defined in recovery.cc.
+  // Defined in scheduler_recovery.cc.
   int RequeueAllForRecompute();
 
   SchedulerOutput Schedule();
@@ -148,59 +148,6 @@ class Scheduler {
   std::deque<std::unique_ptr<SequenceGroup>> running_;
   std::deque<std::unique_ptr<SequenceGroup>> swapped_;
 };
-
-// What happened to one request in a step, for streaming to its client.
-struct RequestDelta {
-  std::string request_id;
-  struct SeqDelta {
-    int index;                               // Position within the group.
-    std::vector<GeneratedToken> new_tokens;  // Usually one.
-    SequenceStatus status;                   // Finished statuses are final.
-  };
-  std::vector<SeqDelta> seqs;
-  bool finished = false;  // Every sequence of the request has finished.
-};
-
-// Appends the sampled tokens of a step to their sequences, marks the computed
-// tokens, runs the stop checks of REFERENCE.md (min_tokens, EOS unless
-// ignore_eos, stop_token_ids, max_model_len, max_tokens) and returns one
-// delta per request that has something to tell its client. Frees nothing
-// but dropped beams: call Scheduler::FreeFinished after.
-//
-// Parallel sampling: a group with best_of > 1 forks into best_of sequences
-// when its first token is sampled; the children share every prompt block
-// and recompute the prompt's last token to draw their own first token from
-// their own seed. With best_of == n each sequence streams under its own
-// index; otherwise nothing is sent until the group finishes, and then the
-// best n by cumulative logprob, in that order. Beam search (beam_search.h)
-// always answers at the end, in beam-score order.
-class OutputProcessor {
- public:
-  // `scheduler` forks and frees sequences; it must outlive the processor.
-  OutputProcessor(std::vector<int32_t> eos_token_ids, int max_model_len, Scheduler* scheduler);
-  // sampled[i] belongs to the i-th entry of output.scheduled that has do_sample;
-  // entries without do_sample only get their computed-token count advanced.
-  std::vector<RequestDelta> Process(const SchedulerOutput& output,
-                                    const std::vector<GeneratedToken>& sampled);
-
- private:
-  using Samples = std::vector<std::pair<Sequence*, GeneratedToken>>;
-  // Parallel sampling (or a single sequence): appends, forks, stop checks.
-  void ProcessSamples(SequenceGroup& group, const Samples& samples, RequestDelta& delta);
-  // Whether `token` may end the sequence now (EOS or stop id, past min_tokens).
-  bool IsStopToken(const SequenceGroup& group, const Sequence& seq, int32_t token) const;
-  // The stop-check status of seq after its last token was appended.
-  SequenceStatus StopStatus(const SequenceGroup& group, const Sequence& seq) const;
-
-  std::vector<int32_t> eos_token_ids_;
-  int max_model_len_;
-  Scheduler* scheduler_;
-};
-
-// The final delta of a group whose sequences are returned only at the end:
-// the best `n` by `score` (highest first), re-indexed 0..n-1, all tokens.
-RequestDelta FinalDelta(const SequenceGroup& group,
-                        double (*score)(const SequenceGroup&, const Sequence&));
 
 }  // namespace pagoda::scheduler
 

@@ -1,3 +1,4 @@
+#include "scheduler/engine/output_processor.h"
 #include "scheduler/engine/scheduler.h"
 
 #include <memory>

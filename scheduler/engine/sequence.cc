@@ -77,6 +77,26 @@ std::vector<Sequence*> SequenceGroup::SeqsWithStatus(SequenceStatus status) cons
   return result;
 }
 
+namespace {
+
+std::vector<const KvSequence*> AsKvSequences(const std::vector<Sequence*>& seqs) {
+  return std::vector<const KvSequence*>(seqs.begin(), seqs.end());
+}
+
+}  // namespace
+
+std::vector<const KvSequence*> SequenceGroup::WaitingSequences() const {
+  return AsKvSequences(SeqsWithStatus(SequenceStatus::kWaiting));
+}
+
+std::vector<const KvSequence*> SequenceGroup::RunningSequences() const {
+  return AsKvSequences(SeqsWithStatus(SequenceStatus::kRunning));
+}
+
+std::vector<const KvSequence*> SequenceGroup::SwappedSequences() const {
+  return AsKvSequences(SeqsWithStatus(SequenceStatus::kSwapped));
+}
+
 int SequenceGroup::NumUnfinished() const {
   int count = 0;
   for (const auto& seq : seqs_) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "scheduler/kv/kv_sequence.h"
 
 namespace pagoda::scheduler {
 
@@ -63,26 +64,27 @@ struct GeneratedToken {
 };
 
 // One sequence: prompt plus generated tokens, and how many of them already
-// have their K/V in the cache. Owned by its SequenceGroup.
-class Sequence {
+// have their K/V in the cache. Owned by its SequenceGroup. The block manager
+// reads it as a KvSequence.
+class Sequence final : public KvSequence {
  public:
   Sequence(int64_t seq_id, std::vector<int32_t> prompt_token_ids);
 
-  int64_t seq_id() const { return seq_id_; }
+  int64_t seq_id() const override { return seq_id_; }
   const std::vector<int32_t>& prompt_token_ids() const { return prompt_token_ids_; }
   const std::vector<GeneratedToken>& output() const { return output_; }
   int num_prompt_tokens() const { return static_cast<int>(prompt_token_ids_.size()); }
   int num_output_tokens() const { return static_cast<int>(output_.size()); }
-  int length() const { return num_prompt_tokens() + num_output_tokens(); }
+  int length() const override { return num_prompt_tokens() + num_output_tokens(); }
   // Token at position i of prompt + output.
-  int32_t token_at(int i) const;
+  int32_t token_at(int i) const override;
   int32_t last_token() const { return token_at(length() - 1); }
   // Position in its group's seqs() (0 for the first), fixed at creation.
   int index_in_group() const { return index_in_group_; }
   double cumulative_logprob() const { return cumulative_logprob_; }
 
   // Tokens whose K/V are in the cache. Reset to 0 by recompute preemption.
-  int num_computed_tokens() const { return num_computed_tokens_; }
+  int num_computed_tokens() const override { return num_computed_tokens_; }
   void set_num_computed_tokens(int n) { num_computed_tokens_ = n; }
 
   SequenceStatus status() const { return status_; }
@@ -106,9 +108,10 @@ class Sequence {
   SequenceStatus status_ = SequenceStatus::kWaiting;
 };
 
-// The sequences of one request (one now; n > 1, best_of and beams later),
-// scheduled and preempted together.
-class SequenceGroup {
+// The sequences of one request (one, or n / best_of samples, or beams),
+// scheduled and preempted together. The block manager reads it as a
+// KvSequenceGroup: its phases are the statuses kWaiting, kRunning, kSwapped.
+class SequenceGroup final : public KvSequenceGroup {
  public:
   SequenceGroup(std::string request_id, std::vector<int32_t> prompt_token_ids, int64_t first_seq_id,
                 SamplingOptions sampling, StoppingOptions stopping, absl::Time arrival_time);
@@ -121,6 +124,9 @@ class SequenceGroup {
   const std::vector<std::unique_ptr<Sequence>>& seqs() const { return seqs_; }
   // Sequences with the given status.
   std::vector<Sequence*> SeqsWithStatus(SequenceStatus status) const;
+  std::vector<const KvSequence*> WaitingSequences() const override;
+  std::vector<const KvSequence*> RunningSequences() const override;
+  std::vector<const KvSequence*> SwappedSequences() const override;
   int NumUnfinished() const;
   // Adds parent->Fork(child_seq_id) to the group and returns it (owned by
   // the group). REQUIRES: parent belongs to this group.

@@ -11,7 +11,7 @@
 namespace pagoda::scheduler {
 namespace {
 
-bool SameTokens(const Sequence& a, const Sequence& b) {
+bool SameTokens(const KvSequence& a, const KvSequence& b) {
   if (a.length() != b.length()) return false;
   for (int i = 0; i < a.length(); ++i) {
     if (a.token_at(i) != b.token_at(i)) return false;
@@ -21,7 +21,7 @@ bool SameTokens(const Sequence& a, const Sequence& b) {
 
 // Index of an earlier sequence in `seqs` with the same tokens as seqs[i], or
 // -1. Such sequences share their blocks at allocation.
-int FindTwin(const std::vector<Sequence*>& seqs, int i) {
+int FindTwin(const std::vector<const KvSequence*>& seqs, int i) {
   for (int j = 0; j < i; ++j) {
     if (SameTokens(*seqs[j], *seqs[i])) return j;
   }
@@ -29,7 +29,7 @@ int FindTwin(const std::vector<Sequence*>& seqs, int i) {
 }
 
 // Token ids of logical block `index` of seq (full or not).
-std::vector<int32_t> BlockTokens(const Sequence& seq, int index, int block_size) {
+std::vector<int32_t> BlockTokens(const KvSequence& seq, int index, int block_size) {
   std::vector<int32_t> tokens;
   const int end = std::min(seq.length(), (index + 1) * block_size);
   for (int i = index * block_size; i < end; ++i) tokens.push_back(seq.token_at(i));
@@ -61,8 +61,8 @@ AllocStatus BlockManager::CheckFits(int needed) const {
   return AllocStatus::kLater;
 }
 
-AllocStatus BlockManager::CanAllocate(const SequenceGroup& group) const {
-  const std::vector<Sequence*> seqs = group.SeqsWithStatus(SequenceStatus::kWaiting);
+AllocStatus BlockManager::CanAllocate(const KvSequenceGroup& group) const {
+  const std::vector<const KvSequence*> seqs = group.WaitingSequences();
   int needed = 0;
   for (int i = 0; i < static_cast<int>(seqs.size()); ++i) {
     if (FindTwin(seqs, i) < 0) needed += BlocksForTokens(seqs[i]->length());
@@ -70,8 +70,8 @@ AllocStatus BlockManager::CanAllocate(const SequenceGroup& group) const {
   return CheckFits(needed);
 }
 
-absl::Status BlockManager::Allocate(const SequenceGroup& group) {
-  const std::vector<Sequence*> seqs = group.SeqsWithStatus(SequenceStatus::kWaiting);
+absl::Status BlockManager::Allocate(const KvSequenceGroup& group) {
+  const std::vector<const KvSequence*> seqs = group.WaitingSequences();
   int needed = 0;
   for (int i = 0; i < static_cast<int>(seqs.size()); ++i) {
     if (tables_.contains(seqs[i]->seq_id())) {
@@ -98,7 +98,7 @@ absl::Status BlockManager::Allocate(const SequenceGroup& group) {
   return absl::OkStatus();
 }
 
-BlockTable BlockManager::AllocateTable(const Sequence& seq) {
+BlockTable BlockManager::AllocateTable(const KvSequence& seq) {
   BlockTable table;
   if (enable_prefix_caching_) {
     // The last token is always computed, so only blocks before it can hit.
@@ -123,7 +123,7 @@ BlockTable BlockManager::AllocateTable(const Sequence& seq) {
   return table;
 }
 
-void BlockManager::CommitComputedBlocks(const Sequence& seq) {
+void BlockManager::CommitComputedBlocks(const KvSequence& seq) {
   if (!enable_prefix_caching_) return;
   auto it = tables_.find(seq.seq_id());
   if (it == tables_.end() || !it->second.on_gpu) return;
@@ -142,16 +142,16 @@ void BlockManager::ResetPrefixCache() {
   for (auto& [seq_id, table] : tables_) table.hashes.clear();
 }
 
-void BlockManager::RegisterHashes(const Sequence& seq, const BlockTable& table, int from) {
+void BlockManager::RegisterHashes(const KvSequence& seq, const BlockTable& table, int from) {
   for (int b = from; b < static_cast<int>(table.hashes.size()); ++b) {
     // Fails harmlessly when another block already caches these tokens.
     gpu_.SetHash(table.blocks[b], table.hashes[b], BlockTokens(seq, b, block_size_));
   }
 }
 
-bool BlockManager::CanAppendSlots(const SequenceGroup& group) const {
+bool BlockManager::CanAppendSlots(const KvSequenceGroup& group) const {
   int may_need = 0;
-  for (const Sequence* seq : group.SeqsWithStatus(SequenceStatus::kRunning)) {
+  for (const KvSequence* seq : group.RunningSequences()) {
     auto it = tables_.find(seq->seq_id());
     if (it == tables_.end() || !it->second.on_gpu) continue;  // AppendSlots will refuse.
     const std::vector<int>& blocks = it->second.blocks;
@@ -164,7 +164,7 @@ bool BlockManager::CanAppendSlots(const SequenceGroup& group) const {
   return may_need <= gpu_.num_free();
 }
 
-absl::StatusOr<std::optional<BlockMove>> BlockManager::AppendSlots(const Sequence& seq) {
+absl::StatusOr<std::optional<BlockMove>> BlockManager::AppendSlots(const KvSequence& seq) {
   auto it = tables_.find(seq.seq_id());
   if (it == tables_.end() || !it->second.on_gpu) {
     return absl::FailedPreconditionError(
@@ -189,7 +189,7 @@ absl::StatusOr<std::optional<BlockMove>> BlockManager::AppendSlots(const Sequenc
   return BlockMove{last, *copy};
 }
 
-absl::Status BlockManager::Fork(const Sequence& parent, const Sequence& child) {
+absl::Status BlockManager::Fork(const KvSequence& parent, const KvSequence& child) {
   auto it = tables_.find(parent.seq_id());
   if (it == tables_.end()) {
     return absl::FailedPreconditionError(
@@ -215,36 +215,36 @@ void BlockManager::Free(int64_t seq_id) {
   tables_.erase(it);
 }
 
-int BlockManager::CountDistinctBlocks(const std::vector<Sequence*>& seqs) const {
+int BlockManager::CountDistinctBlocks(const std::vector<const KvSequence*>& seqs) const {
   absl::flat_hash_set<int> blocks;
-  for (const Sequence* seq : seqs) {
+  for (const KvSequence* seq : seqs) {
     auto it = tables_.find(seq->seq_id());
     if (it != tables_.end()) blocks.insert(it->second.blocks.begin(), it->second.blocks.end());
   }
   return static_cast<int>(blocks.size());
 }
 
-AllocStatus BlockManager::CanSwapIn(const SequenceGroup& group) const {
-  const std::vector<Sequence*> seqs = group.SeqsWithStatus(SequenceStatus::kSwapped);
+AllocStatus BlockManager::CanSwapIn(const KvSequenceGroup& group) const {
+  const std::vector<const KvSequence*> seqs = group.SwappedSequences();
   // One spare block per sequence for the token it appends right after.
   return CheckFits(CountDistinctBlocks(seqs) + static_cast<int>(seqs.size()));
 }
 
-absl::StatusOr<std::vector<BlockMove>> BlockManager::SwapIn(const SequenceGroup& group) {
-  return Move(group.SeqsWithStatus(SequenceStatus::kSwapped), /*to_gpu=*/true);
+absl::StatusOr<std::vector<BlockMove>> BlockManager::SwapIn(const KvSequenceGroup& group) {
+  return Move(group.SwappedSequences(), /*to_gpu=*/true);
 }
 
-bool BlockManager::CanSwapOut(const SequenceGroup& group) const {
-  return CountDistinctBlocks(group.SeqsWithStatus(SequenceStatus::kRunning)) <= cpu_.num_free();
+bool BlockManager::CanSwapOut(const KvSequenceGroup& group) const {
+  return CountDistinctBlocks(group.RunningSequences()) <= cpu_.num_free();
 }
 
-absl::StatusOr<std::vector<BlockMove>> BlockManager::SwapOut(const SequenceGroup& group) {
-  return Move(group.SeqsWithStatus(SequenceStatus::kRunning), /*to_gpu=*/false);
+absl::StatusOr<std::vector<BlockMove>> BlockManager::SwapOut(const KvSequenceGroup& group) {
+  return Move(group.RunningSequences(), /*to_gpu=*/false);
 }
 
-absl::StatusOr<std::vector<BlockMove>> BlockManager::Move(const std::vector<Sequence*>& seqs,
+absl::StatusOr<std::vector<BlockMove>> BlockManager::Move(const std::vector<const KvSequence*>& seqs,
                                                           bool to_gpu) {
-  for (const Sequence* seq : seqs) {
+  for (const KvSequence* seq : seqs) {
     auto it = tables_.find(seq->seq_id());
     if (it == tables_.end() || it->second.on_gpu == to_gpu) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -261,7 +261,7 @@ absl::StatusOr<std::vector<BlockMove>> BlockManager::Move(const std::vector<Sequ
   // becomes a reference to its copy, so ref counts carry over.
   absl::flat_hash_map<int, int> moved;
   std::vector<BlockMove> moves;
-  for (const Sequence* seq : seqs) {
+  for (const KvSequence* seq : seqs) {
     BlockTable& table = tables_.at(seq->seq_id());
     for (int& block : table.blocks) {
       auto [it, inserted] = moved.try_emplace(block, -1);

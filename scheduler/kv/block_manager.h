@@ -9,8 +9,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "scheduler/engine/sequence.h"
 #include "scheduler/kv/block_pool.h"
+#include "scheduler/kv/kv_sequence.h"
 
 namespace pagoda::scheduler {
 
@@ -52,10 +52,10 @@ struct BlockMove {
 // all-or-nothing swapping of a group that keeps sharing between its forked
 // sequences. Knows nothing of CUDA or gRPC.
 //
-// The block manager never changes a sequence's status; it picks the
-// sequences a group operation applies to by status (kWaiting for Allocate,
-// kRunning for appends and SwapOut, kSwapped for SwapIn) and the scheduler
-// sets the new status afterwards.
+// The block manager reads sequences through kv_sequence.h and never changes
+// them: a group operation applies to the group's sequences in one phase
+// (waiting for Allocate, running for appends and SwapOut, swapped for
+// SwapIn), and the scheduler sets their new status afterwards.
 //
 // Automatic prefix caching (when enabled): a full block is hashed, chained
 // on its predecessor, once its K/V is computed (CommitComputedBlocks after
@@ -81,35 +81,35 @@ class BlockManager {
   // tokens: needed = their blocks (identical sequences share), wm =
   // int(watermark * G); kNever if G - needed < wm, kOk if free - needed >= wm,
   // else kLater.
-  AllocStatus CanAllocate(const SequenceGroup& group) const;
+  AllocStatus CanAllocate(const KvSequenceGroup& group) const;
   // Gives every kWaiting sequence of the group a table covering its length.
   // Waiting sequences with the same tokens share blocks (the fresh prompt
   // of parallel samples); others get their own, starting with prefix-cache
   // hits (table.num_cached_tokens says how many tokens need no computing).
   // REQUIRES: none of them has a table. RESOURCE_EXHAUSTED (and nothing
   // allocated) if blocks run out.
-  absl::Status Allocate(const SequenceGroup& group);
+  absl::Status Allocate(const KvSequenceGroup& group);
 
   // Hashes and registers in the prefix cache the full blocks of seq whose
   // K/V are now computed (seq.num_computed_tokens()). Call after every step
   // for each scheduled sequence. No-op without prefix caching or table.
-  void CommitComputedBlocks(const Sequence& seq);
+  void CommitComputedBlocks(const KvSequence& seq);
 
   // Whether every kRunning sequence of the group can grow to its length: one
   // free block for each running sequence whose next token starts a block or
   // lands in a shared block. (vLLM v0 asks one per running sequence, which
   // preempts needlessly when the cache is full but no block is needed.)
   // Call it after the step's sampled tokens were appended to the sequences.
-  bool CanAppendSlots(const SequenceGroup& group) const;
+  bool CanAppendSlots(const KvSequenceGroup& group) const;
   // Extends seq's GPU table to cover seq.length() tokens. If the block that
   // receives the new token is shared, copies it on write and returns the
   // (src, dst) pair the workers must copy before the forward pass.
   // REQUIRES: seq has a GPU table. RESOURCE_EXHAUSTED if no block is free.
-  absl::StatusOr<std::optional<BlockMove>> AppendSlots(const Sequence& seq);
+  absl::StatusOr<std::optional<BlockMove>> AppendSlots(const KvSequence& seq);
 
   // The child shares all of the parent's blocks (ref counts +1, no copy).
   // REQUIRES: parent has a table and child has none.
-  absl::Status Fork(const Sequence& parent, const Sequence& child);
+  absl::Status Fork(const KvSequence& parent, const KvSequence& child);
 
   // Empties the prefix cache: the GPU K/V bytes are lost (a worker
   // restarted), so no block may serve a hit any more. Tables stay; their
@@ -123,15 +123,15 @@ class BlockManager {
   // Whether the group's kSwapped sequences fit back on the GPU with one spare
   // block per sequence for its next token (same watermark rule as
   // CanAllocate).
-  AllocStatus CanSwapIn(const SequenceGroup& group) const;
+  AllocStatus CanSwapIn(const KvSequenceGroup& group) const;
   // Moves the kSwapped sequences' blocks to the GPU: one new GPU block per
   // distinct CPU block, ref counts carried over. Returns CPU->GPU moves.
-  absl::StatusOr<std::vector<BlockMove>> SwapIn(const SequenceGroup& group);
+  absl::StatusOr<std::vector<BlockMove>> SwapIn(const KvSequenceGroup& group);
   // Whether the CPU swap space holds the kRunning sequences' distinct blocks.
-  bool CanSwapOut(const SequenceGroup& group) const;
+  bool CanSwapOut(const KvSequenceGroup& group) const;
   // Moves the kRunning sequences' blocks to the CPU, keeping sharing.
   // Returns GPU->CPU moves.
-  absl::StatusOr<std::vector<BlockMove>> SwapOut(const SequenceGroup& group);
+  absl::StatusOr<std::vector<BlockMove>> SwapOut(const KvSequenceGroup& group);
 
   // The sequence's table, or nullptr if it has none.
   const BlockTable* FindBlockTable(int64_t seq_id) const;
@@ -157,14 +157,14 @@ class BlockManager {
  private:
   AllocStatus CheckFits(int needed) const;
   // Fills a fresh table for seq: cached leading blocks, then new ones.
-  BlockTable AllocateTable(const Sequence& seq);
+  BlockTable AllocateTable(const KvSequence& seq);
   // Registers table.blocks[i] under table.hashes[i] for i in [from, size).
-  void RegisterHashes(const Sequence& seq, const BlockTable& table, int from);
+  void RegisterHashes(const KvSequence& seq, const BlockTable& table, int from);
   // Moves the tables of `seqs` from one pool to the other, one copy per
   // distinct physical block.
-  absl::StatusOr<std::vector<BlockMove>> Move(const std::vector<Sequence*>& seqs, bool to_gpu);
+  absl::StatusOr<std::vector<BlockMove>> Move(const std::vector<const KvSequence*>& seqs, bool to_gpu);
   // Distinct physical blocks referenced by the tables of `seqs`.
-  int CountDistinctBlocks(const std::vector<Sequence*>& seqs) const;
+  int CountDistinctBlocks(const std::vector<const KvSequence*>& seqs) const;
 
   int block_size_;
   int watermark_blocks_;

@@ -10,6 +10,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "gtest/gtest.h"
+#include "scheduler/engine/sequence.h"
 
 namespace pagoda::scheduler {
 namespace {

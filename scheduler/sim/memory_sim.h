@@ -6,6 +6,7 @@
 
 #include "scheduler/sim/step_time.h"
 #include "scheduler/sim/trace.h"
+#include "scheduler/engine/output_processor.h"
 
 namespace pagoda::scheduler::sim {
 

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "glog/logging.h"
+#include "scheduler/engine/output_processor.h"
 #include "scheduler/engine/scheduler.h"
 #include "scheduler/sim/memory_sim.h"
 

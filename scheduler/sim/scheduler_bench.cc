@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
+#include "scheduler/engine/output_processor.h"
 #include "scheduler/engine/scheduler.h"
 
 namespace pagoda::scheduler {

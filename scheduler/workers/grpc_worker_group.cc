@@ -9,6 +9,7 @@
 #include "glog/logging.h"
 #include "wire/frame_channel.h"
 #include "wire/worker_secret.h"
+#include "wire/limits.h"
 
 namespace pagoda::scheduler {
 namespace {
@@ -17,7 +18,6 @@ namespace v1 = ::pagoda::worker::v1;
 
 // Step plans and results grow with the batch; gRPC's 4 MiB default is too
 // small, no bound at all too trusting. Workers take the same.
-constexpr int kMaxMessageBytes = 256 << 20;
 // How often a connection watcher looks whether it should stop.
 constexpr absl::Duration kWatchPeriod = absl::Milliseconds(200);
 constexpr absl::Duration kDropGrace = absl::Milliseconds(100);
@@ -116,8 +116,8 @@ absl::Status GrpcWorkerGroup::AddRank(const std::string& address, const std::str
                                       std::unique_ptr<WorkerProcess> process, absl::Time deadline) {
   const int rank = static_cast<int>(ranks_.size());
   grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
-  args.SetMaxSendMessageSize(kMaxMessageBytes);
+  args.SetMaxReceiveMessageSize(wire::kMaxWorkerMessageBytes);
+  args.SetMaxSendMessageSize(wire::kMaxWorkerMessageBytes);
   // Workers may still be starting: retry soon rather than after gRPC's
   // default backoff of up to two minutes.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
@@ -289,10 +289,10 @@ absl::Status GrpcWorkerGroup::PrepareRendezvous(v1::LoadModelRequest& request) {
   // A fresh store (and secret) per group: ranks need it only to join, and
   // keys of earlier groups (one set per reload or restart) never pile up.
   rendezvous_.reset();  // Frees a fixed --rendezvous-port for the new one.
-  absl::StatusOr<std::string> secret = worker::comm::GenerateRendezvousSecret();
+  absl::StatusOr<std::string> secret = GenerateWorkerSecret();
   if (!secret.ok()) return secret.status();
-  absl::StatusOr<std::unique_ptr<worker::comm::RendezvousStoreServer>> store =
-      worker::comm::RendezvousStoreServer::Start(
+  absl::StatusOr<std::unique_ptr<wire::RendezvousStoreServer>> store =
+      wire::RendezvousStoreServer::Start(
           {.host = options_.rendezvous_host, .port = options_.rendezvous_port, .secret = *secret});
   if (!store.ok()) return store.status();
   rendezvous_ = *std::move(store);
@@ -375,7 +375,7 @@ absl::StatusOr<v1::StepResult> GrpcWorkerGroup::ExecuteStepOverChannel(const v1:
   absl::Status io =
       WriteFrame(fd, plan.SerializeAsString(), deadline, keep_waiting, kChannelPollPeriod);
   if (io.ok()) {
-    io = ReadFrame(fd, deadline, kMaxMessageBytes, &frame, keep_waiting, kChannelPollPeriod);
+    io = ReadFrame(fd, deadline, wire::kMaxWorkerMessageBytes, &frame, keep_waiting, kChannelPollPeriod);
   }
   v1::StepReply reply;
   if (io.ok() && !reply.ParseFromString(frame)) io = absl::DataLossError("malformed StepReply");

@@ -195,7 +195,7 @@ class GrpcWorkerGroup final : public WorkerGroup {
   std::atomic<int> restarts_{0};
   // Tensor-parallel groups: the store the current group met at, and how many
   // groups there have been (the key prefix of the next one).
-  std::unique_ptr<pagoda::worker::comm::RendezvousStoreServer> rendezvous_;
+  std::unique_ptr<pagoda::wire::RendezvousStoreServer> rendezvous_;
   std::string rendezvous_secret_;
   int rendezvous_generation_ = 0;
 

@@ -27,7 +27,7 @@ int main(int argc, char** argv) {
   const std::string input((std::istreambuf_iterator<char>(std::cin)),
                           std::istreambuf_iterator<char>());
   const json request = json::parse(input);
-  auto chat = pagoda::scheduler::ChatTemplate::FromSource(
+  auto chat = pagoda::text::ChatTemplate::FromSource(
       source.str(), request.value("bos_token", ""), request.value("eos_token", ""));
   if (!chat.ok()) {
     std::cout << json{{"parse_error", std::string(chat.status().message())}}.dump() << "\n";
@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
   }
   json results = json::array();
   for (const json& item : request["cases"]) {
-    std::vector<pagoda::scheduler::ChatMessage> messages;
+    std::vector<pagoda::text::ChatMessage> messages;
     for (const json& message : item["messages"]) {
       messages.push_back(
           {message["role"].get<std::string>(), message["content"].get<std::string>()});

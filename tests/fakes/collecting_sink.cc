@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "gtest/gtest.h"
+#include "scheduler/engine/output_processor.h"
 
 namespace pagoda::scheduler::testing {
 

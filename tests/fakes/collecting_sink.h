@@ -11,6 +11,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "scheduler/engine/request_sink.h"
+#include "scheduler/engine/output_processor.h"
 
 namespace pagoda::scheduler::testing {
 

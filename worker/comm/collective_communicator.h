@@ -52,7 +52,6 @@ class CollectiveCommunicator {
 // Bounds every communicator enforces on one collective, so a corrupted count
 // fails as INVALID_ARGUMENT instead of an allocation of terabytes.
 inline constexpr size_t kMaxCollectiveBytes = size_t{1} << 32;  // 4 GiB per rank
-inline constexpr int kMaxWorldSize = 64;
 
 // Shared argument checks: null data with a nonzero count, count * size of
 // dtype * world over kMaxCollectiveBytes. `what` names the collective.

@@ -12,6 +12,7 @@
 #include "gloo/rendezvous/context.h"
 #include "gloo/transport/tcp/device.h"
 #include "gloo/transport/unbound_buffer.h"
+#include "wire/limits.h"
 
 namespace pagoda::worker::comm {
 namespace {
@@ -176,11 +177,11 @@ class GlooCommunicator final : public CollectiveCommunicator {
 
 absl::StatusOr<std::unique_ptr<CollectiveCommunicator>> CreateGlooCommunicator(
     const GlooOptions& options) {
-  if (options.world_size < 1 || options.world_size > kMaxWorldSize || options.rank < 0 ||
+  if (options.world_size < 1 || options.world_size > wire::kMaxWorldSize || options.rank < 0 ||
       options.rank >= options.world_size) {
     return absl::InvalidArgumentError(absl::StrCat("Gloo communicator: rank ", options.rank,
                                                    " of world size ", options.world_size,
-                                                   " (world size must be 1..", kMaxWorldSize, ")"));
+                                                   " (world size must be 1..", wire::kMaxWorldSize, ")"));
   }
   if (options.timeout.count() <= 0) {
     return absl::InvalidArgumentError("Gloo communicator: timeout must be positive");

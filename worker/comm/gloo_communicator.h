@@ -8,6 +8,7 @@
 #include "absl/status/statusor.h"
 #include "worker/comm/collective_communicator.h"
 #include "worker/comm/rendezvous_store_client.h"
+#include "wire/limits.h"
 
 namespace pagoda::worker::comm {
 
@@ -27,7 +28,7 @@ struct GlooOptions {
 
 // Joins the group: blocks until all world_size ranks have joined or the
 // timeout passes (DEADLINE_EXCEEDED / UNAVAILABLE). INVALID_ARGUMENT for a
-// rank outside [0, world_size) or world_size outside [1, kMaxWorldSize].
+// rank outside [0, world_size) or world_size outside [1, wire::kMaxWorldSize].
 //
 // Algorithm (why not Gloo's ring): tensor-parallel groups are small and most
 // all-reduces are decode-sized, so one round in which every rank sends its

@@ -12,8 +12,12 @@
 #include "gtest/gtest.h"
 #include "wire/rendezvous_store_server.h"
 #include "worker/comm/rank_group_for_test.h"
+#include "wire/limits.h"
+#include "wire/worker_secret.h"
 
 namespace pagoda::worker::comm {
+
+using ::pagoda::wire::RendezvousStoreServer;
 namespace {
 
 // Spawns `world` ranks of `scenario` (rank timeout `timeout_ms`) and waits
@@ -91,13 +95,13 @@ TEST(GlooCommunicatorTest, RefusesBadRankAndWorld) {
   options.world_size = 2;
   EXPECT_EQ(CreateGlooCommunicator(options).status().code(), absl::StatusCode::kInvalidArgument);
   options.rank = 0;
-  options.world_size = kMaxWorldSize + 1;
+  options.world_size = wire::kMaxWorldSize + 1;
   EXPECT_EQ(CreateGlooCommunicator(options).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(GlooCommunicatorTest, WorldOfOneNeedsNoPeersAndValidatesArguments) {
   RendezvousStoreServer::Options server_options;
-  server_options.secret = GenerateRendezvousSecret().value();
+  server_options.secret = GenerateWorkerSecret().value();
   auto server = RendezvousStoreServer::Start(server_options);
   ASSERT_TRUE(server.ok());
   GlooOptions options;
@@ -121,7 +125,7 @@ TEST(GlooCommunicatorTest, WorldOfOneNeedsNoPeersAndValidatesArguments) {
 
 TEST(GlooCommunicatorTest, WrongSecretCannotJoin) {
   RendezvousStoreServer::Options server_options;
-  server_options.secret = GenerateRendezvousSecret().value();
+  server_options.secret = GenerateWorkerSecret().value();
   auto server = RendezvousStoreServer::Start(server_options);
   ASSERT_TRUE(server.ok());
   GlooOptions options;

@@ -10,6 +10,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "wire/limits.h"
 
 namespace pagoda::worker::comm {
 namespace {
@@ -183,7 +184,7 @@ absl::StatusOr<std::string> CreateNcclUniqueId() {
 
 absl::StatusOr<std::unique_ptr<CollectiveCommunicator>> CreateNcclCommunicator(
     const NcclOptions& options) {
-  if (options.world_size < 1 || options.world_size > kMaxWorldSize || options.rank < 0 ||
+  if (options.world_size < 1 || options.world_size > wire::kMaxWorldSize || options.rank < 0 ||
       options.rank >= options.world_size) {
     return absl::InvalidArgumentError(absl::StrCat("NCCL communicator: rank ", options.rank,
                                                    " of world size ", options.world_size));

@@ -9,10 +9,13 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "wire/rendezvous_store_server.h"
+#include "wire/worker_secret.h"
 
 extern char** environ;
 
 namespace pagoda::worker::comm {
+
+using ::pagoda::wire::RendezvousStoreServer;
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -40,7 +43,7 @@ absl::StatusOr<RankGroupRun> RunRankGroup(
     int world, const std::function<std::vector<std::string>(int rank, int store_port)>& args_of,
     std::chrono::seconds limit) {
   RendezvousStoreServer::Options options;
-  auto secret = GenerateRendezvousSecret();
+  auto secret = GenerateWorkerSecret();
   if (!secret.ok()) return secret.status();
   options.secret = *secret;
   auto store = RendezvousStoreServer::Start(options);

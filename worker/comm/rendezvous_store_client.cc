@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "wire/rendezvous_protocol.h"
+#include "wire/worker_secret.h"
 
 namespace pagoda::worker::comm {
 namespace {
@@ -67,8 +68,8 @@ absl::StatusOr<std::unique_ptr<RendezvousStoreClient>> RendezvousStoreClient::Co
       !rendezvous::ValidateKey(address.prefix).ok()) {
     return absl::InvalidArgumentError("rendezvous prefix must be short printable ASCII");
   }
-  if (address.secret.size() < rendezvous::kMinSecretBytes ||
-      address.secret.size() > rendezvous::kMaxSecretBytes) {
+  if (address.secret.size() < kMinWorkerSecretBytes ||
+      address.secret.size() > kMaxWorkerSecretBytes) {
     return absl::InvalidArgumentError("rendezvous secret has the wrong length");
   }
   auto deadline = Clock::now() + timeout;

@@ -10,8 +10,13 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "gloo/rendezvous/store.h"
+#include "wire/rendezvous_protocol.h"
 
 namespace pagoda::worker::comm {
+
+// The store's protocol and server are the server's and the ranks' common
+// ground (wire/); this client is the ranks' side of it.
+namespace rendezvous = ::pagoda::wire::rendezvous;
 
 // Where a group's rendezvous store is and how to talk to it: what the server
 // hands every rank in LoadModel.

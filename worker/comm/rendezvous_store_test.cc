@@ -11,8 +11,11 @@
 #include "wire/rendezvous_protocol.h"
 #include "wire/rendezvous_store_server.h"
 #include "worker/comm/rendezvous_store_client.h"
+#include "wire/worker_secret.h"
 
 namespace pagoda::worker::comm {
+
+using ::pagoda::wire::RendezvousStoreServer;
 namespace {
 
 using std::chrono::milliseconds;
@@ -20,7 +23,7 @@ using std::chrono::milliseconds;
 class RendezvousStoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    options_.secret = GenerateRendezvousSecret().value();
+    options_.secret = GenerateWorkerSecret().value();
     options_.max_connections = 4;
     auto server = RendezvousStoreServer::Start(options_);
     ASSERT_TRUE(server.ok()) << server.status();

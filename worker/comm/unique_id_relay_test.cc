@@ -9,15 +9,18 @@
 
 #include "gtest/gtest.h"
 #include "wire/rendezvous_store_server.h"
+#include "wire/worker_secret.h"
 
 namespace pagoda::worker::comm {
+
+using ::pagoda::wire::RendezvousStoreServer;
 namespace {
 
 class UniqueIdRelayTest : public ::testing::Test {
  protected:
   void SetUp() override {
     RendezvousStoreServer::Options options;
-    options.secret = GenerateRendezvousSecret().value();
+    options.secret = GenerateWorkerSecret().value();
     auto server = RendezvousStoreServer::Start(options);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);

@@ -1,0 +1,23 @@
+#ifndef PAGODA_SCHEDULER_ENGINE_FINISH_REASON_H_
+#define PAGODA_SCHEDULER_ENGINE_FINISH_REASON_H_
+
+#include <string_view>
+
+#include "pagoda/v1/generation.pb.h"
+#include "scheduler/engine/sequence.h"
+
+namespace pagoda::scheduler {
+
+// How a sequence ended, as clients see it: STOP (EOS or a stop token),
+// LENGTH (max_tokens or max_model_len), ABORTED (cancelled, failed, or never
+// schedulable); UNSPECIFIED while it runs. A stop string is found after the
+// engine (api/stop_strings.h) and turns the reason into STOP there.
+pagoda::v1::FinishReason ToFinishReason(SequenceStatus status);
+
+// The name OpenAI's API and the metrics give a finish reason: "stop",
+// "length" or "abort"; empty for UNSPECIFIED.
+std::string_view FinishReasonName(pagoda::v1::FinishReason reason);
+
+}  // namespace pagoda::scheduler
+
+#endif  // PAGODA_SCHEDULER_ENGINE_FINISH_REASON_H_

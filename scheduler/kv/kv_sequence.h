@@ -1,0 +1,43 @@
+#ifndef PAGODA_SCHEDULER_KV_KV_SEQUENCE_H_
+#define PAGODA_SCHEDULER_KV_KV_SEQUENCE_H_
+
+#include <cstdint>
+#include <vector>
+
+namespace pagoda::scheduler {
+
+// What the block manager reads of a sequence: its id, its tokens, and how
+// many of them already have their K/V in the cache. The engine's Sequence
+// implements it, so kv/ knows nothing of requests, sampling or statuses and
+// the arrow between the two rooms points one way (engine -> kv).
+class KvSequence {
+ public:
+  virtual int64_t seq_id() const = 0;
+  // Prompt plus generated tokens.
+  virtual int length() const = 0;
+  // Token at position i of prompt + output. REQUIRES: 0 <= i < length().
+  virtual int32_t token_at(int i) const = 0;
+  virtual int num_computed_tokens() const = 0;
+
+ protected:
+  ~KvSequence() = default;
+};
+
+// The sequences of one request that a block-manager operation applies to,
+// by the phase they are in: waiting for their first blocks (CanAllocate,
+// Allocate), running on the GPU (CanAppendSlots, CanSwapOut, SwapOut) or
+// swapped out to the CPU (CanSwapIn, SwapIn). The engine's SequenceGroup
+// implements it; the pointers stay valid while the group is not changed.
+class KvSequenceGroup {
+ public:
+  virtual std::vector<const KvSequence*> WaitingSequences() const = 0;
+  virtual std::vector<const KvSequence*> RunningSequences() const = 0;
+  virtual std::vector<const KvSequence*> SwappedSequences() const = 0;
+
+ protected:
+  ~KvSequenceGroup() = default;
+};
+
+}  // namespace pagoda::scheduler
+
+#endif  // PAGODA_SCHEDULER_KV_KV_SEQUENCE_H_

@@ -1,0 +1,21 @@
+#ifndef PAGODA_WIRE_LIMITS_H_
+#define PAGODA_WIRE_LIMITS_H_
+
+// Limits the server and its workers must agree on. Each side checks them on
+// what it receives, so they are stated here, once, for both.
+
+namespace pagoda::wire {
+
+// Ranks in one tensor-parallel group: the server refuses a larger
+// --tensor-parallel-size, a worker a larger LoadModel world_size, and every
+// communicator a larger group.
+inline constexpr int kMaxWorldSize = 64;
+
+// The largest gRPC message between the server and a worker, either way (a
+// step plan of a full batch, or a LoadModel with every option), and the
+// largest frame on a spawned worker's step channel.
+inline constexpr int kMaxWorkerMessageBytes = 256 << 20;
+
+}  // namespace pagoda::wire
+
+#endif  // PAGODA_WIRE_LIMITS_H_
