@@ -21,6 +21,10 @@ namespace {
 // Renders can nest only as deep as the template; loops are bounded by data.
 constexpr size_t kMaxOutputBytes = 16 << 20;
 
+absl::Status Fail(const Expr& expr, const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat("chat template line ", expr.line, ": ", what));
+}
+
 class Renderer {
  public:
   explicit Renderer(const Value& context) {
@@ -30,9 +34,6 @@ class Renderer {
   absl::Status Run(const Node& node, std::string* out);
 
  private:
-  absl::Status Fail(const Expr& expr, const std::string& what) {
-    return absl::InvalidArgumentError(absl::StrCat("chat template line ", expr.line, ": ", what));
-  }
   Value Lookup(const std::string& name) const {
     for (auto scope = scopes_.rbegin(); scope != scopes_.rend(); ++scope) {
       for (const auto& [key, value] : *scope) {
@@ -52,13 +53,18 @@ class Renderer {
   }
 
   absl::StatusOr<Value> Eval(const Expr& expr);
+  absl::StatusOr<Value> MakeList(const Expr& expr);
+  absl::StatusOr<Value> MakeDict(const Expr& expr);
+  absl::StatusOr<Value> Attribute(const Expr& expr);
+  absl::StatusOr<Value> Unary(const Expr& expr);
+  absl::StatusOr<Value> Conditional(const Expr& expr);
   absl::StatusOr<Value> Binary(const Expr& expr);
   absl::StatusOr<Value> Arithmetic(const Expr& expr, const Value& a, const Value& b);
   absl::StatusOr<Value> Subscript(const Expr& expr, const Value& base, const Value& index);
   absl::StatusOr<Value> Slice(const Expr& expr);
+  absl::Status EvalArguments(const Expr& expr, size_t first_keyword, std::vector<Value>* args,
+                             Dict* keywords);
   absl::StatusOr<Value> Call(const Expr& expr);
-  absl::StatusOr<Value> Method(const Expr& expr, const Value& self, const std::string& name,
-                               const std::vector<Value>& args);
   absl::StatusOr<Value> Filter(const Expr& expr);
   absl::StatusOr<bool> Test(const Expr& expr);
   absl::Status For(const Node& node, std::string* out);
@@ -78,6 +84,13 @@ List Characters(const std::string& text) {
   return chars;
 }
 
+// The inverse of Characters: a string from a list of one-character strings.
+std::string JoinCharacters(const List& chars) {
+  std::string text;
+  for (const Value& c : chars) text += c.str();
+  return text;
+}
+
 absl::StatusOr<List> Iterate(const Value& value) {
   if (value.is_list()) return value.list();
   if (value.is_dict()) {
@@ -88,6 +101,157 @@ absl::StatusOr<List> Iterate(const Value& value) {
   if (value.is_string()) return Characters(value.str());
   if (value.is_undefined() || value.is_none()) return List();
   return absl::InvalidArgumentError("value is not iterable");
+}
+
+std::string Strip(const std::string& text, const std::string& chars, bool left, bool right) {
+  const size_t begin = left ? text.find_first_not_of(chars) : 0;
+  if (begin == std::string::npos) return "";
+  const size_t end = right ? text.find_last_not_of(chars) : text.size() - 1;
+  return text.substr(begin, end - begin + 1);
+}
+
+constexpr char kWhitespace[] = " \t\n\r\f\v";
+
+// `how` is "upper", "lower" or "capitalize" (first byte up, the rest down);
+// byte by byte, as std::toupper in the C locale.
+std::string Recased(std::string text, const std::string& how) {
+  for (size_t i = 0; i < text.size(); ++i) {
+    const bool up = how == "upper" || (how == "capitalize" && i == 0);
+    text[i] = up ? std::toupper(static_cast<unsigned char>(text[i]))
+                 : std::tolower(static_cast<unsigned char>(text[i]));
+  }
+  return text;
+}
+
+// dict.items() and the items filter: [key, value] pairs in insertion order.
+List DictItems(const Dict& dict) {
+  List items;
+  for (const auto& [key, value] : dict) items.push_back(Value(List{Value(key), value}));
+  return items;
+}
+
+// ------------------------------------------------------------------ methods
+// Python's str and dict methods that chat templates call, looked up by name
+// and receiver in kMethods; each gets the receiver and positional arguments.
+
+struct MethodCall {
+  const Expr& expr;
+  const Value& self;
+  const std::string& name;
+  const std::vector<Value>& args;
+
+  // Argument i if it is a string, else `fallback` (the Python default).
+  std::string StringArg(size_t i, const std::string& fallback) const {
+    return i < args.size() && args[i].is_string() ? args[i].str() : fallback;
+  }
+};
+
+absl::StatusOr<Value> UnsupportedMethod(const MethodCall& call) {
+  return Fail(call.expr, absl::StrCat("unsupported method ", call.name));
+}
+
+// strip, lstrip and rstrip: whitespace unless the characters are given.
+absl::StatusOr<Value> StripMethod(const MethodCall& call) {
+  return Value(Strip(call.self.str(), call.StringArg(0, kWhitespace), call.name != "rstrip",
+                     call.name != "lstrip"));
+}
+
+absl::StatusOr<Value> StartsWithMethod(const MethodCall& call) {
+  return Value(call.self.str().rfind(call.StringArg(0, ""), 0) == 0);
+}
+
+absl::StatusOr<Value> EndsWithMethod(const MethodCall& call) {
+  const std::string& s = call.self.str();
+  const std::string suffix = call.StringArg(0, "");
+  return Value(s.size() >= suffix.size() &&
+               s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0);
+}
+
+// upper and lower.
+absl::StatusOr<Value> CaseMethod(const MethodCall& call) {
+  return Value(Recased(call.self.str(), call.name));
+}
+
+// Only replace(old, new) with a non-empty old: Python's count argument and
+// its rule for an empty old are not implemented.
+absl::StatusOr<Value> ReplaceMethod(const MethodCall& call) {
+  if (call.args.size() != 2 || call.StringArg(0, "").empty()) return UnsupportedMethod(call);
+  return Value(
+      absl::StrReplaceAll(call.self.str(), {{call.StringArg(0, ""), call.StringArg(1, "")}}));
+}
+
+// split() or split(None) splits on runs of whitespace, dropping empty parts;
+// split(sep) keeps them. Python refuses an empty separator.
+absl::StatusOr<Value> SplitMethod(const MethodCall& call) {
+  const std::string& s = call.self.str();
+  List parts;
+  if (call.args.empty() || call.args[0].is_none()) {
+    for (absl::string_view part :
+         absl::StrSplit(s, absl::ByAnyChar(kWhitespace), absl::SkipEmpty())) {
+      parts.push_back(Value(std::string(part)));
+    }
+  } else if (!call.StringArg(0, "").empty()) {
+    for (absl::string_view part : absl::StrSplit(s, call.StringArg(0, ""))) {
+      parts.push_back(Value(std::string(part)));
+    }
+  } else {
+    return Fail(call.expr, "split with an empty separator");
+  }
+  return Value(std::move(parts));
+}
+
+absl::StatusOr<Value> ItemsMethod(const MethodCall& call) {
+  return Value(DictItems(call.self.dict()));
+}
+
+// keys and values.
+absl::StatusOr<Value> KeysOrValuesMethod(const MethodCall& call) {
+  List out;
+  for (const auto& [key, value] : call.self.dict())
+    out.push_back(call.name == "keys" ? Value(key) : value);
+  return Value(std::move(out));
+}
+
+// get(key[, default]): the default is None, as in Python.
+absl::StatusOr<Value> GetMethod(const MethodCall& call) {
+  if (call.args.empty()) return UnsupportedMethod(call);
+  Value found = call.self.get(ToText(call.args[0]));
+  if (!found.is_undefined()) return found;
+  return call.args.size() > 1 ? call.args[1] : Value(None{});
+}
+
+enum class Receiver { kString, kDict };
+
+struct MethodEntry {
+  const char* name;
+  Receiver receiver;
+  absl::StatusOr<Value> (*call)(const MethodCall&);
+};
+
+constexpr MethodEntry kMethods[] = {
+    {"strip", Receiver::kString, StripMethod},
+    {"lstrip", Receiver::kString, StripMethod},
+    {"rstrip", Receiver::kString, StripMethod},
+    {"startswith", Receiver::kString, StartsWithMethod},
+    {"endswith", Receiver::kString, EndsWithMethod},
+    {"upper", Receiver::kString, CaseMethod},
+    {"lower", Receiver::kString, CaseMethod},
+    {"replace", Receiver::kString, ReplaceMethod},
+    {"split", Receiver::kString, SplitMethod},
+    {"items", Receiver::kDict, ItemsMethod},
+    {"keys", Receiver::kDict, KeysOrValuesMethod},
+    {"values", Receiver::kDict, KeysOrValuesMethod},
+    {"get", Receiver::kDict, GetMethod},
+};
+
+absl::StatusOr<Value> CallMethod(const Expr& expr, const Value& self, const std::string& name,
+                                 const std::vector<Value>& args) {
+  const MethodCall call{expr, self, name, args};
+  for (const MethodEntry& method : kMethods) {
+    const bool receives = method.receiver == Receiver::kString ? self.is_string() : self.is_dict();
+    if (receives && name == method.name) return method.call(call);
+  }
+  return UnsupportedMethod(call);
 }
 
 absl::Status Renderer::Run(const Node& node, std::string* out) {
@@ -193,34 +357,12 @@ absl::StatusOr<Value> Renderer::Eval(const Expr& expr) {
       return expr.value;
     case Expr::Kind::kName:
       return Lookup(expr.name);
-    case Expr::Kind::kList: {
-      List list;
-      for (const auto& arg : expr.args) {
-        absl::StatusOr<Value> value = Eval(*arg);
-        if (!value.ok()) return value;
-        list.push_back(*std::move(value));
-      }
-      return Value(std::move(list));
-    }
-    case Expr::Kind::kDict: {
-      Value dict(Dict{});
-      for (size_t i = 0; i + 1 < expr.args.size(); i += 2) {
-        absl::StatusOr<Value> key = Eval(*expr.args[i]);
-        if (!key.ok()) return key;
-        absl::StatusOr<Value> value = Eval(*expr.args[i + 1]);
-        if (!value.ok()) return value;
-        dict.set(ToText(*key), *std::move(value));
-      }
-      return dict;
-    }
-    case Expr::Kind::kAttribute: {
-      absl::StatusOr<Value> base = Eval(*expr.args[0]);
-      if (!base.ok()) return base;
-      if (base->is_undefined())
-        return Fail(expr, absl::StrCat("'", expr.name, "' of an undefined value"));
-      if (base->is_dict()) return base->get(expr.name);
-      return Value();
-    }
+    case Expr::Kind::kList:
+      return MakeList(expr);
+    case Expr::Kind::kDict:
+      return MakeDict(expr);
+    case Expr::Kind::kAttribute:
+      return Attribute(expr);
     case Expr::Kind::kSubscript: {
       absl::StatusOr<Value> base = Eval(*expr.args[0]);
       if (!base.ok()) return base;
@@ -239,24 +381,67 @@ absl::StatusOr<Value> Renderer::Eval(const Expr& expr) {
       if (!result.ok()) return result.status();
       return Value(*result != expr.negate);
     }
-    case Expr::Kind::kUnary: {
-      absl::StatusOr<Value> value = Eval(*expr.args[0]);
-      if (!value.ok()) return value;
-      if (expr.name == "not") return Value(!value->truthy());
-      if (value->is_int()) return Value(-value->integer());
-      if (value->is_number()) return Value(-value->number());
-      return Fail(expr, "unary minus of a non-number");
-    }
+    case Expr::Kind::kUnary:
+      return Unary(expr);
     case Expr::Kind::kBinary:
       return Binary(expr);
-    case Expr::Kind::kConditional: {
-      absl::StatusOr<Value> condition = Eval(*expr.args[1]);
-      if (!condition.ok()) return condition;
-      if (condition->truthy()) return Eval(*expr.args[0]);
-      return expr.args[2] != nullptr ? Eval(*expr.args[2]) : absl::StatusOr<Value>(Value());
-    }
+    case Expr::Kind::kConditional:
+      return Conditional(expr);
   }
   return Value();
+}
+
+// [a, b, ...]: the items in order.
+absl::StatusOr<Value> Renderer::MakeList(const Expr& expr) {
+  List list;
+  for (const auto& arg : expr.args) {
+    absl::StatusOr<Value> value = Eval(*arg);
+    if (!value.ok()) return value;
+    list.push_back(*std::move(value));
+  }
+  return Value(std::move(list));
+}
+
+// {k: v, ...}: args alternate keys and values; keys are printed to strings,
+// as this Value's dicts are keyed by string.
+absl::StatusOr<Value> Renderer::MakeDict(const Expr& expr) {
+  Value dict(Dict{});
+  for (size_t i = 0; i + 1 < expr.args.size(); i += 2) {
+    absl::StatusOr<Value> key = Eval(*expr.args[i]);
+    if (!key.ok()) return key;
+    absl::StatusOr<Value> value = Eval(*expr.args[i + 1]);
+    if (!value.ok()) return value;
+    dict.set(ToText(*key), *std::move(value));
+  }
+  return dict;
+}
+
+// base.name: a dict's entry; undefined on any other defined value.
+absl::StatusOr<Value> Renderer::Attribute(const Expr& expr) {
+  absl::StatusOr<Value> base = Eval(*expr.args[0]);
+  if (!base.ok()) return base;
+  if (base->is_undefined())  // Jinja raises UndefinedError here too.
+    return Fail(expr, absl::StrCat("'", expr.name, "' of an undefined value"));
+  if (base->is_dict()) return base->get(expr.name);
+  return Value();
+}
+
+// "not x" or "-x".
+absl::StatusOr<Value> Renderer::Unary(const Expr& expr) {
+  absl::StatusOr<Value> value = Eval(*expr.args[0]);
+  if (!value.ok()) return value;
+  if (expr.name == "not") return Value(!value->truthy());
+  if (value->is_int()) return Value(-value->integer());
+  if (value->is_number()) return Value(-value->number());
+  return Fail(expr, "unary minus of a non-number");
+}
+
+// "a if cond else b" (args: a, cond, b); without an else, undefined.
+absl::StatusOr<Value> Renderer::Conditional(const Expr& expr) {
+  absl::StatusOr<Value> condition = Eval(*expr.args[1]);
+  if (!condition.ok()) return condition;
+  if (condition->truthy()) return Eval(*expr.args[0]);
+  return expr.args[2] != nullptr ? Eval(*expr.args[2]) : absl::StatusOr<Value>(Value());
 }
 
 absl::StatusOr<Value> Renderer::Binary(const Expr& expr) {
@@ -392,31 +577,38 @@ absl::StatusOr<Value> Renderer::Slice(const Expr& expr) {
                           : (step > 0 ? size : -1);
   List out;
   for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.push_back((*items)[i]);
-  if (base->is_string()) {
-    std::string text;
-    for (const Value& c : out) text += c.str();
-    return Value(text);
-  }
+  if (base->is_string()) return Value(JoinCharacters(out));
   return Value(std::move(out));
+}
+
+// Evaluates expr.args[1...] in order into positional and keyword arguments.
+// expr.keywords[first_keyword] names args[1]'s keyword: a call's keywords
+// start with an empty one for the callee (args[0]), a filter's do not.
+absl::Status Renderer::EvalArguments(const Expr& expr, size_t first_keyword,
+                                     std::vector<Value>* args, Dict* keywords) {
+  for (size_t i = 1; i < expr.args.size(); ++i) {
+    absl::StatusOr<Value> value = Eval(*expr.args[i]);
+    if (!value.ok()) return value.status();
+    const std::string& keyword = expr.keywords[i - 1 + first_keyword];
+    if (keyword.empty()) {
+      args->push_back(*std::move(value));
+    } else {
+      keywords->emplace_back(keyword, *std::move(value));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Value> Renderer::Call(const Expr& expr) {
   std::vector<Value> args;
   Dict keywords;
-  for (size_t i = 1; i < expr.args.size(); ++i) {
-    absl::StatusOr<Value> value = Eval(*expr.args[i]);
-    if (!value.ok()) return value;
-    if (expr.keywords[i].empty()) {
-      args.push_back(*std::move(value));
-    } else {
-      keywords.emplace_back(expr.keywords[i], *std::move(value));
-    }
-  }
+  absl::Status status = EvalArguments(expr, 1, &args, &keywords);
+  if (!status.ok()) return status;
   const Expr& callee = *expr.args[0];
   if (callee.kind == Expr::Kind::kAttribute) {
     absl::StatusOr<Value> self = Eval(*callee.args[0]);
     if (!self.ok()) return self;
-    return Method(expr, *self, callee.name, args);
+    return CallMethod(expr, *self, callee.name, args);
   }
   if (callee.kind != Expr::Kind::kName) return Fail(expr, "only named functions can be called");
   if (callee.name == "raise_exception") {
@@ -439,166 +631,138 @@ absl::StatusOr<Value> Renderer::Call(const Expr& expr) {
   return Fail(expr, absl::StrCat("unknown function ", callee.name));
 }
 
-std::string Strip(const std::string& text, const std::string& chars, bool left, bool right) {
-  const size_t begin = left ? text.find_first_not_of(chars) : 0;
-  if (begin == std::string::npos) return "";
-  const size_t end = right ? text.find_last_not_of(chars) : text.size() - 1;
-  return text.substr(begin, end - begin + 1);
+// ------------------------------------------------------------------ filters
+// Jinja's filters that chat templates use, looked up by name in kFilters
+// (text/jinja_parser.cc refuses any other name); each gets the filtered
+// value and the evaluated arguments.
+
+struct FilterCall {
+  const Expr& expr;  // expr.name is the filter's name.
+  const Value& input;
+  const std::vector<Value>& args;
+  const Dict& keywords;
+};
+
+absl::StatusOr<Value> UnsupportedFilter(const FilterCall& call) {
+  return Fail(call.expr, absl::StrCat("unsupported filter ", call.expr.name));
 }
 
-constexpr char kWhitespace[] = " \t\n\r\f\v";
-
-absl::StatusOr<Value> Renderer::Method(const Expr& expr, const Value& self, const std::string& name,
-                                       const std::vector<Value>& args) {
-  auto string_arg = [&](size_t i, const std::string& fallback) {
-    return i < args.size() && args[i].is_string() ? args[i].str() : fallback;
-  };
-  if (self.is_string()) {
-    const std::string& s = self.str();
-    if (name == "strip") return Value(Strip(s, string_arg(0, kWhitespace), true, true));
-    if (name == "lstrip") return Value(Strip(s, string_arg(0, kWhitespace), true, false));
-    if (name == "rstrip") return Value(Strip(s, string_arg(0, kWhitespace), false, true));
-    if (name == "startswith") return Value(s.rfind(string_arg(0, ""), 0) == 0);
-    if (name == "endswith") {
-      const std::string suffix = string_arg(0, "");
-      return Value(s.size() >= suffix.size() &&
-                   s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0);
-    }
-    if (name == "upper" || name == "lower") {
-      std::string out = s;
-      for (char& c : out)
-        c = name == "upper" ? std::toupper(static_cast<unsigned char>(c))
-                            : std::tolower(static_cast<unsigned char>(c));
-      return Value(out);
-    }
-    if (name == "replace" && args.size() == 2 && !string_arg(0, "").empty()) {
-      return Value(absl::StrReplaceAll(s, {{string_arg(0, ""), string_arg(1, "")}}));
-    }
-    if (name == "split") {
-      List parts;
-      if (args.empty() || args[0].is_none()) {
-        for (absl::string_view part :
-             absl::StrSplit(s, absl::ByAnyChar(kWhitespace), absl::SkipEmpty())) {
-          parts.push_back(Value(std::string(part)));
-        }
-      } else if (!string_arg(0, "").empty()) {
-        for (absl::string_view part : absl::StrSplit(s, string_arg(0, ""))) {
-          parts.push_back(Value(std::string(part)));
-        }
-      } else {
-        return Fail(expr, "split with an empty separator");
-      }
-      return Value(std::move(parts));
-    }
-  }
-  if (self.is_dict()) {
-    if (name == "items") {
-      List items;
-      for (const auto& [key, value] : self.dict()) items.push_back(Value(List{Value(key), value}));
-      return Value(std::move(items));
-    }
-    if (name == "keys" || name == "values") {
-      List out;
-      for (const auto& [key, value] : self.dict())
-        out.push_back(name == "keys" ? Value(key) : value);
-      return Value(std::move(out));
-    }
-    if (name == "get" && !args.empty()) {
-      Value found = self.get(ToText(args[0]));
-      return found.is_undefined() ? (args.size() > 1 ? args[1] : Value(None{})) : found;
-    }
-  }
-  return Fail(expr, absl::StrCat("unsupported method ", name));
+absl::StatusOr<Value> TrimFilter(const FilterCall& call) {
+  return Value(Strip(ToText(call.input), kWhitespace, true, true));
 }
+
+absl::StatusOr<Value> StringFilter(const FilterCall& call) { return Value(ToText(call.input)); }
+
+// upper, lower and capitalize.
+absl::StatusOr<Value> CaseFilter(const FilterCall& call) {
+  return Value(Recased(ToText(call.input), call.expr.name));
+}
+
+// tojson(indent) or tojson(indent=n); the positional one wins.
+absl::StatusOr<Value> ToJsonFilter(const FilterCall& call) {
+  int indent = -1;
+  for (const auto& [key, value] : call.keywords) {
+    if (key == "indent" && value.is_int()) indent = static_cast<int>(value.integer());
+  }
+  if (!call.args.empty() && call.args[0].is_int())
+    indent = static_cast<int>(call.args[0].integer());
+  return Value(ToJson(call.input, indent));
+}
+
+// length and count; a string's length counts code points, as Python's.
+absl::StatusOr<Value> LengthFilter(const FilterCall& call) {
+  const Value& v = call.input;
+  if (v.is_string()) return Value(static_cast<int64_t>(Characters(v.str()).size()));
+  if (v.is_list()) return Value(static_cast<int64_t>(v.list().size()));
+  if (v.is_dict()) return Value(static_cast<int64_t>(v.dict().size()));
+  return Fail(call.expr, "length of a value without one");
+}
+
+// first and last: undefined for an empty or non-iterable value.
+absl::StatusOr<Value> FirstOrLastFilter(const FilterCall& call) {
+  absl::StatusOr<List> items = Iterate(call.input);
+  if (!items.ok() || items->empty()) return Value();
+  return call.expr.name == "first" ? items->front() : items->back();
+}
+
+absl::StatusOr<Value> ListFilter(const FilterCall& call) {
+  absl::StatusOr<List> items = Iterate(call.input);
+  if (!items.ok()) return Fail(call.expr, "list of a non-iterable");
+  return Value(*std::move(items));
+}
+
+// A reversed string stays a string; anything else iterable becomes a list.
+absl::StatusOr<Value> ReverseFilter(const FilterCall& call) {
+  absl::StatusOr<List> items = Iterate(call.input);
+  if (!items.ok()) return Fail(call.expr, "reverse of a non-iterable");
+  std::reverse(items->begin(), items->end());
+  if (call.input.is_string()) return Value(JoinCharacters(*items));
+  return Value(*std::move(items));
+}
+
+absl::StatusOr<Value> JoinFilter(const FilterCall& call) {
+  absl::StatusOr<List> items = Iterate(call.input);
+  if (!items.ok()) return Fail(call.expr, "join of a non-iterable");
+  std::vector<std::string> texts;
+  for (const Value& item : *items) texts.push_back(ToText(item));
+  return Value(absl::StrJoin(texts, call.args.empty() ? "" : ToText(call.args[0])));
+}
+
+// default(value, boolean) and its alias d: replaces an undefined input, or
+// with boolean true any falsy one.
+absl::StatusOr<Value> DefaultFilter(const FilterCall& call) {
+  const bool boolean = call.args.size() > 1 && call.args[1].truthy();
+  if (call.input.is_undefined() || (boolean && !call.input.truthy()))
+    return call.args.empty() ? Value("") : call.args[0];
+  return call.input;
+}
+
+// Numbers truncate; strings parse their leading digits; anything else is 0.
+absl::StatusOr<Value> IntFilter(const FilterCall& call) {
+  const Value& v = call.input;
+  if (v.is_number()) return Value(static_cast<int64_t>(v.number()));
+  if (v.is_string()) return Value(static_cast<int64_t>(std::strtoll(v.str().c_str(), nullptr, 10)));
+  return Value(0);
+}
+
+absl::StatusOr<Value> ItemsFilter(const FilterCall& call) {
+  if (!call.input.is_dict()) return UnsupportedFilter(call);
+  return Value(DictItems(call.input.dict()));
+}
+
+// replace(old, new) with a non-empty old, as the method.
+absl::StatusOr<Value> ReplaceFilter(const FilterCall& call) {
+  if (call.args.size() != 2 || ToText(call.args[0]).empty()) return UnsupportedFilter(call);
+  return Value(
+      absl::StrReplaceAll(ToText(call.input), {{ToText(call.args[0]), ToText(call.args[1])}}));
+}
+
+struct FilterEntry {
+  const char* name;
+  absl::StatusOr<Value> (*call)(const FilterCall&);
+};
+
+constexpr FilterEntry kFilters[] = {
+    {"trim", TrimFilter},        {"string", StringFilter},   {"upper", CaseFilter},
+    {"lower", CaseFilter},       {"capitalize", CaseFilter}, {"tojson", ToJsonFilter},
+    {"length", LengthFilter},    {"count", LengthFilter},    {"first", FirstOrLastFilter},
+    {"last", FirstOrLastFilter}, {"list", ListFilter},       {"reverse", ReverseFilter},
+    {"join", JoinFilter},        {"default", DefaultFilter}, {"d", DefaultFilter},
+    {"int", IntFilter},          {"items", ItemsFilter},     {"replace", ReplaceFilter},
+};
 
 absl::StatusOr<Value> Renderer::Filter(const Expr& expr) {
   absl::StatusOr<Value> input = Eval(*expr.args[0]);
   if (!input.ok()) return input;
   std::vector<Value> args;
   Dict keywords;
-  for (size_t i = 1; i < expr.args.size(); ++i) {
-    absl::StatusOr<Value> value = Eval(*expr.args[i]);
-    if (!value.ok()) return value;
-    if (expr.keywords[i - 1].empty())
-      args.push_back(*std::move(value));
-    else
-      keywords.emplace_back(expr.keywords[i - 1], *std::move(value));
+  absl::Status status = EvalArguments(expr, 0, &args, &keywords);
+  if (!status.ok()) return status;
+  const FilterCall call{expr, *input, args, keywords};
+  for (const FilterEntry& filter : kFilters) {
+    if (expr.name == filter.name) return filter.call(call);
   }
-  const Value& v = *input;
-  const std::string& name = expr.name;
-  if (name == "trim") return Value(Strip(ToText(v), kWhitespace, true, true));
-  if (name == "string") return Value(ToText(v));
-  if (name == "upper" || name == "lower" || name == "capitalize") {
-    std::string out = ToText(v);
-    for (size_t i = 0; i < out.size(); ++i) {
-      const bool up = name == "upper" || (name == "capitalize" && i == 0);
-      out[i] = up ? std::toupper(static_cast<unsigned char>(out[i]))
-                  : std::tolower(static_cast<unsigned char>(out[i]));
-    }
-    return Value(out);
-  }
-  if (name == "tojson") {
-    int indent = -1;
-    for (const auto& [key, value] : keywords) {
-      if (key == "indent" && value.is_int()) indent = static_cast<int>(value.integer());
-    }
-    if (!args.empty() && args[0].is_int()) indent = static_cast<int>(args[0].integer());
-    return Value(ToJson(v, indent));
-  }
-  if (name == "length" || name == "count") {
-    if (v.is_string()) return Value(static_cast<int64_t>(Characters(v.str()).size()));
-    if (v.is_list()) return Value(static_cast<int64_t>(v.list().size()));
-    if (v.is_dict()) return Value(static_cast<int64_t>(v.dict().size()));
-    return Fail(expr, "length of a value without one");
-  }
-  if (name == "first" || name == "last") {
-    absl::StatusOr<List> items = Iterate(v);
-    if (!items.ok() || items->empty()) return Value();
-    return name == "first" ? items->front() : items->back();
-  }
-  if (name == "list") {
-    absl::StatusOr<List> items = Iterate(v);
-    if (!items.ok()) return Fail(expr, "list of a non-iterable");
-    return Value(*std::move(items));
-  }
-  if (name == "reverse") {
-    absl::StatusOr<List> items = Iterate(v);
-    if (!items.ok()) return Fail(expr, "reverse of a non-iterable");
-    std::reverse(items->begin(), items->end());
-    if (v.is_string()) {
-      std::string text;
-      for (const Value& c : *items) text += c.str();
-      return Value(text);
-    }
-    return Value(*std::move(items));
-  }
-  if (name == "join") {
-    absl::StatusOr<List> items = Iterate(v);
-    if (!items.ok()) return Fail(expr, "join of a non-iterable");
-    std::vector<std::string> texts;
-    for (const Value& item : *items) texts.push_back(ToText(item));
-    return Value(absl::StrJoin(texts, args.empty() ? "" : ToText(args[0])));
-  }
-  if (name == "default" || name == "d") {
-    const bool boolean = args.size() > 1 && args[1].truthy();
-    if (v.is_undefined() || (boolean && !v.truthy())) return args.empty() ? Value("") : args[0];
-    return v;
-  }
-  if (name == "int") {
-    if (v.is_number()) return Value(static_cast<int64_t>(v.number()));
-    if (v.is_string())
-      return Value(static_cast<int64_t>(std::strtoll(v.str().c_str(), nullptr, 10)));
-    return Value(0);
-  }
-  if (name == "items" && v.is_dict()) {
-    List items;
-    for (const auto& [key, value] : v.dict()) items.push_back(Value(List{Value(key), value}));
-    return Value(std::move(items));
-  }
-  if (name == "replace" && args.size() == 2 && !ToText(args[0]).empty()) {
-    return Value(absl::StrReplaceAll(ToText(v), {{ToText(args[0]), ToText(args[1])}}));
-  }
-  return Fail(expr, absl::StrCat("unsupported filter ", name));
+  return UnsupportedFilter(call);
 }
 
 absl::StatusOr<bool> Renderer::Test(const Expr& expr) {

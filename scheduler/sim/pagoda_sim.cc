@@ -56,10 +56,7 @@ std::pair<int64_t, int64_t> BlocksWithoutAndWithSharing(const SchedulerOutput& o
   return {unshared, static_cast<int64_t>(distinct.size())};
 }
 
-}  // namespace
-
-MemoryStats SimulatePagoda(const std::vector<TraceRequest>& trace, const SimConfig& config,
-                           DecodeMode mode, uint64_t seed) {
+SchedulerConfig SchedulerConfigFor(const SimConfig& config) {
   SchedulerConfig scheduler_config;
   scheduler_config.block_size = config.block_size;
   scheduler_config.num_gpu_blocks = config.kv_tokens / config.block_size;
@@ -69,37 +66,91 @@ MemoryStats SimulatePagoda(const std::vector<TraceRequest>& trace, const SimConf
   scheduler_config.max_model_len = config.max_model_len;
   scheduler_config.enable_prefix_caching = false;  // Synthetic prompts share nothing.
   scheduler_config.avoid_thrashing = config.avoid_thrashing;
-  Scheduler scheduler(scheduler_config);
+  return scheduler_config;
+}
+
+// Trace request `index` as a sequence group: a random prompt, decoded as
+// `mode` says, and exactly output_len tokens long (EOS is ignored).
+std::unique_ptr<SequenceGroup> MakeGroup(const TraceRequest& request, size_t index, DecodeMode mode,
+                                         std::mt19937_64& rng) {
+  std::uniform_int_distribution<int32_t> token(3, kVocab - 1);
+  std::vector<int32_t> prompt(request.prompt_len);
+  for (int32_t& id : prompt) id = token(rng);
+  SamplingOptions sampling;
+  sampling.temperature = mode.beam_search ? 0.0f : 1.0f;
+  sampling.n = sampling.best_of = mode.width;
+  sampling.use_beam_search = mode.beam_search;
+  StoppingOptions stopping;
+  stopping.max_tokens = request.output_len;
+  stopping.ignore_eos = true;
+  return std::make_unique<SequenceGroup>(
+      absl::StrCat("r", index), std::move(prompt), static_cast<int64_t>(index), sampling, stopping,
+      absl::UnixEpoch() + absl::Seconds(request.arrival_seconds));
+}
+
+// A step's work for the step-time model: the tokens it attends over
+// (context) and the tokens it prefills.
+std::pair<int64_t, int64_t> ContextAndPrefillTokens(const SchedulerOutput& output) {
+  int64_t context = 0;
+  int64_t prefill = 0;
+  for (const ScheduledSequence& entry : output.scheduled) {
+    context += entry.start_position + entry.num_tokens;
+    if (entry.num_tokens > 1) prefill += entry.num_tokens;
+  }
+  return {context, prefill};
+}
+
+// Per-step measurements, summed over the run and averaged into MemoryStats
+// at its end.
+struct StepSums {
+  double share = 0;  // Of allocated KV slots, the share holding a token.
+  double batch = 0;  // Running requests.
+  int64_t unshared_blocks = 0;
+  int64_t shared_blocks = 0;
+};
+
+// Measures the step just committed. Blocks are only counted with more than
+// one sequence per request, as nothing else shares them.
+void AddStep(const Scheduler& scheduler, const SchedulerOutput& output, DecodeMode mode,
+             StepSums* sums) {
+  const Scheduler::KvSlotUsage usage = scheduler.ComputeKvSlotUsage();
+  sums->share += usage.allocated_slots == 0
+                     ? 0
+                     : static_cast<double>(usage.filled_slots) / usage.allocated_slots;
+  if (mode.width > 1) {
+    const auto [unshared, shared] = BlocksWithoutAndWithSharing(output, scheduler.block_manager());
+    sums->unshared_blocks += unshared;
+    sums->shared_blocks += shared;
+  }
+  sums->batch += static_cast<double>(scheduler.num_running());
+}
+
+void SetMeans(const StepSums& sums, MemoryStats* stats) {
+  stats->token_share = sums.share / std::max<int64_t>(1, stats->num_steps);
+  stats->mean_batched_requests = sums.batch / std::max<int64_t>(1, stats->num_steps);
+  stats->sharing_saving = sums.unshared_blocks == 0
+                              ? 0
+                              : 1.0 - static_cast<double>(sums.shared_blocks) /
+                                          static_cast<double>(sums.unshared_blocks);
+}
+
+}  // namespace
+
+MemoryStats SimulatePagoda(const std::vector<TraceRequest>& trace, const SimConfig& config,
+                           DecodeMode mode, uint64_t seed) {
+  Scheduler scheduler(SchedulerConfigFor(config));
   OutputProcessor processor({}, config.max_model_len, &scheduler);
   std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<int32_t> token(3, kVocab - 1);
-
   MemoryStats stats;
+  StepSums sums;
   size_t next = 0;
   double now = 0;
-  double share_sum = 0;
-  double batch_sum = 0;
-  int64_t unshared_sum = 0;
-  int64_t shared_sum = 0;
-  const absl::Time epoch = absl::UnixEpoch();
   while (next < trace.size() || scheduler.HasUnfinished()) {
     if (!scheduler.HasUnfinished() && trace[next].arrival_seconds > now) {
       now = trace[next].arrival_seconds;
     }
     for (; next < trace.size() && trace[next].arrival_seconds <= now; ++next) {
-      const TraceRequest& request = trace[next];
-      std::vector<int32_t> prompt(request.prompt_len);
-      for (int32_t& id : prompt) id = token(rng);
-      SamplingOptions sampling;
-      sampling.temperature = mode.beam_search ? 0.0f : 1.0f;
-      sampling.n = sampling.best_of = mode.width;
-      sampling.use_beam_search = mode.beam_search;
-      StoppingOptions stopping;
-      stopping.max_tokens = request.output_len;
-      stopping.ignore_eos = true;
-      scheduler.AddSequenceGroup(std::make_unique<SequenceGroup>(
-          absl::StrCat("r", next), std::move(prompt), static_cast<int64_t>(next), sampling,
-          stopping, epoch + absl::Seconds(request.arrival_seconds)));
+      scheduler.AddSequenceGroup(MakeGroup(trace[next], next, mode, rng));
     }
     SchedulerOutput output = scheduler.Schedule();
     stats.num_preemptions += output.num_preempted;
@@ -110,25 +161,10 @@ MemoryStats SimulatePagoda(const std::vector<TraceRequest>& trace, const SimConf
       now = std::max(now, trace[next].arrival_seconds);
       continue;
     }
-    int64_t context = 0;
-    int64_t prefill = 0;
-    for (const ScheduledSequence& entry : output.scheduled) {
-      context += entry.start_position + entry.num_tokens;
-      if (entry.num_tokens > 1) prefill += entry.num_tokens;
-    }
+    const auto [context, prefill] = ContextAndPrefillTokens(output);
     processor.Process(output, FakeSample(output, rng));
     scheduler.CommitComputedBlocks(output);
-    const Scheduler::KvSlotUsage usage = scheduler.ComputeKvSlotUsage();
-    share_sum += usage.allocated_slots == 0
-                     ? 0
-                     : static_cast<double>(usage.filled_slots) / usage.allocated_slots;
-    if (mode.width > 1) {
-      const auto [unshared, shared] =
-          BlocksWithoutAndWithSharing(output, scheduler.block_manager());
-      unshared_sum += unshared;
-      shared_sum += shared;
-    }
-    batch_sum += static_cast<double>(scheduler.num_running());
+    AddStep(scheduler, output, mode, &sums);
     ++stats.num_steps;
     now += config.step_time.Seconds(context, prefill);
     for (const auto& group : scheduler.FreeFinished()) {
@@ -136,11 +172,7 @@ MemoryStats SimulatePagoda(const std::vector<TraceRequest>& trace, const SimConf
           std::max(stats.max_request_preemptions, group->num_preemptions());
     }
   }
-  stats.token_share = share_sum / std::max<int64_t>(1, stats.num_steps);
-  stats.mean_batched_requests = batch_sum / std::max<int64_t>(1, stats.num_steps);
-  stats.sharing_saving =
-      unshared_sum == 0 ? 0
-                        : 1.0 - static_cast<double>(shared_sum) / static_cast<double>(unshared_sum);
+  SetMeans(sums, &stats);
   stats.simulated_seconds = now;
   return stats;
 }
