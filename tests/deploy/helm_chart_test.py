@@ -1,7 +1,15 @@
-"""deploy/helm/pagoda: helm lint, and helm template at tensor-parallel sizes
-1, 2 and 4 on cpu and cuda, with checks on the rendered manifests."""
+"""deploy/helm/pagoda: helm lint, and helm template at server replicas 1 and 3
+x tensor-parallel sizes 1, 2 and 4 x cpu and cuda. The rendered manifests are
+expanded into the pods Kubernetes would run (a Deployment's N copies, a
+StatefulSet's ordinals with their pod-index label, $(VAR) in args), and every
+server pod's --worker-addresses is resolved to worker containers: each
+replica must get its own tensorParallelSize workers, rank for rank, and no
+worker may have two servers. Then the ports, probes, security contexts, the
+PodDisruptionBudget, topology spread, NetworkPolicies, ServiceMonitor and
+PrometheusRule."""
 import base64
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -14,9 +22,11 @@ import pagoda_harness as h  # noqa: E402
 
 CHART = os.path.join(h.REPO, "deploy", "helm", "pagoda")
 HELM = shutil.which("helm") or "/usr/local/bin/helm"
+NAMESPACE = "serving"
+SECRET_FILE = "/etc/pagoda/worker-secret/secret"
 
 
-def render(*sets, namespace="serving"):
+def render(*sets, namespace=NAMESPACE):
     argv = [HELM, "template", "rel", CHART, "--namespace", namespace]
     for item in sets:
         argv += ["--set", item]
@@ -27,108 +37,320 @@ def render(*sets, namespace="serving"):
     return {(d["kind"], d["metadata"]["name"]): d for d in docs}
 
 
-def args_of(container):
-    return dict(a.lstrip("-").split("=", 1) for a in container["args"] if "=" in a)
+def flags_of(args):
+    return dict(a.lstrip("-").split("=", 1) for a in args if "=" in a)
+
+
+def selects(selector, labels):
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+class Pod:
+    """One pod Kubernetes would run: its name, labels, containers with env
+    and args expanded as the kubelet does."""
+
+    def __init__(self, workload, name, index):
+        self.workload = workload
+        self.name = name
+        template = workload["spec"]["template"]
+        self.spec = template["spec"]
+        self.labels = dict(template["metadata"]["labels"])
+        if index is not None:  # StatefulSet pod labels.
+            self.labels["apps.kubernetes.io/pod-index"] = str(index)
+            self.labels["statefulset.kubernetes.io/pod-name"] = name
+        self.subdomain = workload["spec"].get("serviceName")
+        self.containers = {}
+        for c in self.spec.get("initContainers", []) + self.spec["containers"]:
+            env = {}
+            for e in c.get("env", []):
+                if "value" in e:
+                    env[e["name"]] = e["value"]
+                    continue
+                path = e["valueFrom"].get("fieldRef", {}).get("fieldPath")
+                label = re.fullmatch(r"metadata\.labels\['(.+)'\]", path or "")
+                env[e["name"]] = (self.labels[label.group(1)] if label
+                                  else "10.0.0.1" if path == "status.podIP" else "<secret>")
+            args = [re.sub(r"\$\((\w+)\)", lambda m: env.get(m.group(1), m.group(0)), a)
+                    for a in c.get("args", [])]
+            self.containers[c["name"]] = dict(c, args=args, expanded_env=env)
+
+
+def pods_of(manifests):
+    pods = []
+    for (kind, name), d in manifests.items():
+        if kind == "Deployment":
+            pods += [Pod(d, f"{name}-{i}", None) for i in range(d["spec"]["replicas"])]
+        elif kind == "StatefulSet":
+            pods += [Pod(d, f"{name}-{i}", i) for i in range(d["spec"]["replicas"])]
+    return pods
 
 
 class HelmChartTest(unittest.TestCase):
 
     def test_lint(self):
-        for device in ("cpu", "cuda"):
-            result = subprocess.run([HELM, "lint", "--strict", CHART, "--set",
-                                     f"device={device}"], capture_output=True, text=True)
+        for sets in (["device=cpu"], ["device=cuda", "tensorParallelSize=2", "server.replicas=3"],
+                     ["metrics.serviceMonitor.enabled=true", "metrics.prometheusRule.enabled=true",
+                      "apiKey.existingSecret=keys"]):
+            argv = [HELM, "lint", "--strict", CHART]
+            for item in sets:
+                argv += ["--set", item]
+            result = subprocess.run(argv, capture_output=True, text=True)
             self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
 
-    def test_tensor_parallel_sizes_and_devices(self):
-        for size in (1, 2, 4):
-            for device in ("cpu", "cuda"):
-                with self.subTest(size=size, device=device):
-                    self.check_release(size, device)
+    def test_replicas_tensor_parallel_sizes_and_devices(self):
+        for replicas in (1, 3):
+            for size in (1, 2, 4):
+                for device in ("cpu", "cuda"):
+                    with self.subTest(replicas=replicas, size=size, device=device):
+                        self.check_release(replicas, size, device)
 
-    def check_release(self, size, device):
-        m = render(f"tensorParallelSize={size}", f"device={device}")
-        workers = m[("StatefulSet", "rel-pagoda-worker")]
-        headless = m[("Service", "rel-pagoda-worker")]
-        server = m[("Deployment", "rel-pagoda-server")]
-        policy = m[("NetworkPolicy", "rel-pagoda-worker")]
-        self.assertEqual(workers["spec"]["replicas"], size)
-        self.assertEqual(workers["spec"]["serviceName"], "rel-pagoda-worker")
-        self.assertEqual(headless["spec"]["clusterIP"], "None")
+    def resolve(self, pods, server_pod, address):
+        """The (pod, container) that serves `address` for `server_pod`."""
+        host, port = address.rsplit(":", 1)
+        if host == "127.0.0.1":
+            candidates = [server_pod]
+        else:
+            pod_name, service, namespace, rest = host.split(".", 3)
+            self.assertEqual((namespace, rest), (NAMESPACE, "svc.cluster.local"))
+            candidates = [p for p in pods if p.name == pod_name and p.subdomain == service]
+            self.assertEqual(len(candidates), 1, address)
+            headless = self.manifests[("Service", service)]
+            self.assertEqual(headless["spec"]["clusterIP"], "None")
+            self.assertTrue(selects(headless["spec"]["selector"], candidates[0].labels))
+        pod = candidates[0]
+        listening = [c for c in pod.containers.values()
+                     if f"--listen=0.0.0.0:{port}" in c["args"]]
+        self.assertEqual(len(listening), 1, address)
+        return pod, listening[0]
 
-        server_container = server["spec"]["template"]["spec"]["containers"][0]
-        args = args_of(server_container)
-        expected = [f"rel-pagoda-worker-{rank}.rel-pagoda-worker.serving.svc.cluster.local:50061"
-                    for rank in range(size)]
-        self.assertEqual(args["worker-addresses"].split(","), expected)
-        self.assertEqual(args["tensor-parallel-size"], str(size))
-        self.assertEqual(args["device"], device)
-        self.assertEqual(args["model"], "/models/model")
+    def check_release(self, replicas, size, device):
+        m = self.manifests = render(f"server.replicas={replicas}", f"tensorParallelSize={size}",
+                                    f"device={device}")
+        pods = pods_of(m)
+        server_pods = [p for p in pods if "server" in p.containers]
+        worker_pods = [p for p in pods if "server" not in p.containers]
+        self.assertEqual(len(server_pods), replicas)
+        sidecar = size == 1
+        self.assertEqual(len(worker_pods), 0 if sidecar else replicas * size)
+        self.assertEqual(len({p.name for p in pods}), len(pods))
+        kind = "Deployment" if sidecar else "StatefulSet"
+        self.assertIn((kind, "rel-pagoda-server"), m)
 
-        worker_container = workers["spec"]["template"]["spec"]["containers"][0]
-        self.assertIn("--rank=\"${HOSTNAME##*-}\"", worker_container["args"][0])
-        self.assertIn("--listen=0.0.0.0:50061", worker_container["args"][0])
-        gpus = worker_container["resources"].get("limits", {}).get("nvidia.com/gpu")
-        self.assertEqual(gpus, 1 if device == "cuda" else None)
+        # Each server resolves its own workers, rank for rank; no worker is
+        # claimed twice, and none is left without a server.
+        claimed = []
+        for pod in server_pods:
+            args = flags_of(pod.containers["server"]["args"])
+            self.assertEqual(args["tensor-parallel-size"], str(size))
+            self.assertEqual(args["device"], device)
+            self.assertEqual(args["model"], "/models/model")
+            self.assertEqual(args["worker-secret-file"], SECRET_FILE)
+            addresses = args["worker-addresses"].split(",")
+            self.assertEqual(len(addresses), size)
+            for rank, address in enumerate(addresses):
+                worker_pod, worker = self.resolve(pods, pod, address)
+                claimed.append((worker_pod.name, worker["name"]))
+                worker_args = flags_of(worker["args"])
+                self.assertEqual(worker_args["rank"], str(rank))
+                self.assertEqual(worker_args["secret-file"], SECRET_FILE)
+                if sidecar:
+                    self.assertIs(worker_pod, pod)
+                    self.assertEqual(worker["restartPolicy"], "Always")  # Native sidecar.
+                    self.assertNotIn("rendezvous-host", args)
+                else:
+                    self.assertEqual(worker_args["collective-host"], "10.0.0.1")
+                    self.assertEqual(args["rendezvous-host"], "10.0.0.1")
+                    self.assertEqual(args["rendezvous-port"], "50071")
+                    # Replica r's workers are StatefulSet worker-r's pods.
+                    replica = pod.labels["apps.kubernetes.io/pod-index"]
+                    self.assertEqual(worker_pod.workload["metadata"]["name"],
+                                     f"rel-pagoda-worker-{replica}")
+                    self.assertEqual(worker_pod.labels["pagoda/replica"], replica)
+                gpus = worker["resources"].get("limits", {}).get("nvidia.com/gpu")
+                self.assertEqual(gpus, 1 if device == "cuda" else None)
+        self.assertEqual(len(claimed), replicas * size)
+        self.assertEqual(len(set(claimed)), len(claimed), "a worker has two servers")
+        if not sidecar:
+            self.assertEqual({name for name, _ in claimed}, {p.name for p in worker_pods})
 
-        for container, port in ((server_container, 50051), (worker_container, 50061)):
-            for probe in ("livenessProbe", "readinessProbe"):
-                self.assertEqual(container[probe]["grpc"]["port"], port)
-            self.assertFalse(container["securityContext"]["allowPrivilegeEscalation"])
-        for pod in (server, workers):
-            self.assertTrue(pod["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"])
-
-        # Only the server's pods reach the workers' port.
-        self.assertEqual(policy["spec"]["podSelector"]["matchLabels"],
-                         workers["spec"]["selector"]["matchLabels"])
-        rule, peers = policy["spec"]["ingress"]
-        self.assertEqual(rule["from"][0]["podSelector"]["matchLabels"],
-                         server["spec"]["selector"]["matchLabels"])
-        self.assertEqual(rule["ports"], [{"protocol": "TCP", "port": 50061}])
-        # Tensor-parallel peers reach each other's collectives; they meet at
-        # the server's rendezvous store, on its pod IP.
-        self.assertEqual(peers["from"][0]["podSelector"]["matchLabels"],
-                         workers["spec"]["selector"]["matchLabels"])
-        self.assertNotIn("ports", peers)
-        self.assertEqual(args["rendezvous-host"], "$(POD_IP)")
-        self.assertEqual(args["rendezvous-port"], "50071")
-        self.assertIn("--collective-host=\"$POD_IP\"", worker_container["args"][0])
-        for container in (server_container, worker_container):
-            env = {e["name"]: e for e in container["env"]}
-            self.assertEqual(env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"], "status.podIP")
+        self.check_pods(m, pods, server_pods)
+        self.check_network_policies(m, pods, server_pods, worker_pods, sidecar)
 
         # Both sides read the same worker secret, mounted from one Secret.
         secret = m[("Secret", "rel-pagoda-worker-secret")]
         self.assertGreaterEqual(len(base64.b64decode(secret["data"]["secret"])), 32)
-        self.assertEqual(args["worker-secret-file"], "/etc/pagoda/worker-secret/secret")
-        self.assertIn("--secret-file=/etc/pagoda/worker-secret/secret", worker_container["args"][0])
-        for pod in (server, workers):
-            volumes = {v["name"]: v for v in pod["spec"]["template"]["spec"]["volumes"]}
+        for pod in pods:
+            volumes = {v["name"]: v for v in pod.spec["volumes"]}
             self.assertEqual(volumes["worker-secret"]["secret"]["secretName"],
                              "rel-pagoda-worker-secret")
 
-        annotations = server["spec"]["template"]["metadata"]["annotations"]
+        # One PodDisruptionBudget over every pod of the release.
+        pdb = m[("PodDisruptionBudget", "rel-pagoda")]
+        self.assertEqual(pdb["spec"]["maxUnavailable"], 1)
+        for pod in pods:
+            self.assertTrue(selects(pdb["spec"]["selector"]["matchLabels"], pod.labels))
+
+        service = m[("Service", "rel-pagoda")]
+        self.assertEqual({p["name"]: p["port"] for p in service["spec"]["ports"]},
+                         {"grpc": 50051, "http": 8000, "metrics": 9400})
+        for pod in server_pods:
+            self.assertTrue(selects(service["spec"]["selector"], pod.labels))
+        for pod in worker_pods:
+            self.assertFalse(selects(service["spec"]["selector"], pod.labels))
+        annotations = server_pods[0].workload["spec"]["template"]["metadata"]["annotations"]
         self.assertEqual(annotations["prometheus.io/scrape"], "true")
         self.assertEqual(annotations["prometheus.io/port"], "9400")
         self.assertNotIn(("ServiceMonitor", "rel-pagoda"), m)
+        self.assertNotIn(("PrometheusRule", "rel-pagoda"), m)
 
-    def test_every_server_flag_is_a_real_flag(self):
-        server = render()[("Deployment", "rel-pagoda-server")]
-        flags = args_of(server["spec"]["template"]["spec"]["containers"][0])
-        help_text = subprocess.run([h.binary("pagoda-server"), "--help"], capture_output=True,
-                                   text=True).stdout
-        for flag in flags:
-            self.assertIn(f"--{flag} ", help_text)
+    def check_pods(self, m, pods, server_pods):
+        for pod in pods:
+            security = pod.spec["securityContext"]
+            self.assertTrue(security["runAsNonRoot"])
+            self.assertEqual(security["seccompProfile"], {"type": "RuntimeDefault"})
+            volumes = {v["name"]: v for v in pod.spec["volumes"]}
+            self.assertIn("emptyDir", volumes["tmp"])
+            for container in pod.containers.values():
+                context = container["securityContext"]
+                self.assertTrue(context["readOnlyRootFilesystem"])
+                self.assertFalse(context["allowPrivilegeEscalation"])
+                self.assertEqual(context["capabilities"]["drop"], ["ALL"])
+                self.assertIn({"name": "tmp", "mountPath": "/tmp"}, container["volumeMounts"])
+            # Spread over nodes, counting pods like this one.
+            spread = pod.spec["topologySpreadConstraints"]
+            self.assertEqual(spread[0]["topologyKey"], "kubernetes.io/hostname")
+            self.assertTrue(selects(spread[0]["labelSelector"]["matchLabels"], pod.labels))
+            for container in pod.containers.values():
+                if container["name"] != "worker":
+                    continue
+                for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+                    self.assertEqual(container[probe]["grpc"]["port"], 50061)
+        for pod in server_pods:
+            server = pod.containers["server"]
+            args = flags_of(server["args"])
+            self.assertEqual(args["http-port"], "8000")
+            self.assertEqual(args["metrics-port"], "9400")
+            self.assertEqual(args["cpu-threads"], "2")
+            self.assertEqual({p["name"]: p["containerPort"] for p in server["ports"]
+                              if p["name"] != "rendezvous"},
+                             {"grpc": 50051, "http": 8000, "metrics": 9400})
+            # Liveness does not ask gRPC health (NOT_SERVING while workers
+            # recover); readiness and start-up do.
+            self.assertNotIn("grpc", server["livenessProbe"])
+            self.assertEqual(server["livenessProbe"]["httpGet"],
+                             {"path": "/metrics", "port": "metrics"})
+            self.assertEqual(server["readinessProbe"]["grpc"]["port"], 50051)
+            self.assertEqual(server["startupProbe"]["grpc"]["port"], 50051)
+            self.assertNotIn("PAGODA_API_KEY", server["expanded_env"])
 
-    def test_options(self):
-        m = render("metrics.serviceMonitor.enabled=true", "networkPolicy.enabled=false",
-                   "model.source=hostPath", "model.hostPath.path=/data/llama",
-                   "server.extraArgs={--enable-prefix-caching}")
+    def check_network_policies(self, m, pods, server_pods, worker_pods, sidecar):
+        policies = [d for (kind, _), d in m.items() if kind == "NetworkPolicy"]
+        server_policy = m[("NetworkPolicy", "rel-pagoda-server")]
+        for pod in server_pods:
+            self.assertTrue(selects(server_policy["spec"]["podSelector"]["matchLabels"],
+                                    pod.labels))
+        public, *rest = server_policy["spec"]["ingress"]
+        self.assertNotIn("from", public)
+        self.assertEqual({p["port"] for p in public["ports"]}, {50051, 8000, 9400})
+        self.assertEqual(len(rest), 0 if sidecar else 1)
+        self.assertEqual(len(policies), 1 if sidecar else 1 + len(server_pods))
+        # Replica r's workers: from server-r (worker port) and replica r's
+        # workers (collectives) only.
+        for pod in worker_pods:
+            mine = [p for p in policies
+                    if selects(p["spec"]["podSelector"]["matchLabels"], pod.labels)]
+            self.assertEqual(len(mine), 1, pod.name)
+            callers, peers = mine[0]["spec"]["ingress"]
+            allowed = [p.name for p in pods
+                       if selects(callers["from"][0]["podSelector"]["matchLabels"], p.labels)]
+            self.assertEqual(allowed, [f"rel-pagoda-server-{pod.labels['pagoda/replica']}"])
+            self.assertEqual(callers["ports"], [{"protocol": "TCP", "port": 50061}])
+            allowed = {p.name for p in pods
+                       if selects(peers["from"][0]["podSelector"]["matchLabels"], p.labels)}
+            self.assertEqual(allowed, {p.name for p in worker_pods
+                                       if p.labels["pagoda/replica"] == pod.labels["pagoda/replica"]})
+
+    def test_every_flag_is_a_real_flag(self):
+        for size in (1, 2):
+            pods = pods_of(render(f"tensorParallelSize={size}", "apiKey.existingSecret=keys"))
+            for name in ("server", "worker"):
+                help_text = subprocess.run([h.binary(f"pagoda-{name}"), "--help"],
+                                           capture_output=True, text=True).stdout
+                for pod in pods:
+                    if name not in pod.containers:
+                        continue
+                    for flag in flags_of(pod.containers[name]["args"]):
+                        with self.subTest(size=size, binary=name, flag=flag):
+                            self.assertIn(f"--{flag} ", help_text)
+            # pagoda-server reads the key from PAGODA_API_KEY.
+            server = [p for p in pods if "server" in p.containers][0].containers["server"]
+            key = {e["name"]: e for e in server["env"]}["PAGODA_API_KEY"]
+            self.assertEqual(key["valueFrom"]["secretKeyRef"], {"name": "keys", "key": "api-key"})
+        server_help = subprocess.run([h.binary("pagoda-server"), "--help"], capture_output=True,
+                                     text=True).stdout
+        self.assertIn("PAGODA_API_KEY", server_help)
+
+    def test_monitoring_objects_match_the_chart_labels(self):
+        m = render("metrics.serviceMonitor.enabled=true", "metrics.prometheusRule.enabled=true",
+                   "server.replicas=3", "tensorParallelSize=2")
+        service = m[("Service", "rel-pagoda")]
         monitor = m[("ServiceMonitor", "rel-pagoda")]
+        self.assertTrue(selects(monitor["spec"]["selector"]["matchLabels"],
+                                service["metadata"]["labels"]))
+        # Only the server Service: no target is scraped twice.
+        for (kind, name), d in m.items():
+            if kind == "Service" and name != "rel-pagoda":
+                self.assertFalse(selects(monitor["spec"]["selector"]["matchLabels"],
+                                         d["metadata"]["labels"]))
         self.assertEqual(monitor["spec"]["endpoints"][0]["port"], "metrics")
-        self.assertNotIn(("NetworkPolicy", "rel-pagoda-worker"), m)
+        self.assertIn("metrics", [p["name"] for p in service["spec"]["ports"]])
+        # The Prometheus Operator labels targets job=<the Service's jobLabel
+        # label>, namespace and service; every alert selects exactly those.
+        job = service["metadata"]["labels"][monitor["spec"]["jobLabel"]]
+        self.assertEqual(job, "pagoda")
+        rule = m[("PrometheusRule", "rel-pagoda")]
+        rules = [r for g in rule["spec"]["groups"] for r in g["rules"]]
+        self.assertEqual({r["alert"] for r in rules},
+                         {"PagodaServerDown", "PagodaServerAbsent", "PagodaWorkerDown",
+                          "PagodaKvCacheExhausted", "PagodaQueueGrowing",
+                          "PagodaWorkerRestartStorm"})
+        expected = f'{{job="{job}", namespace="{NAMESPACE}", service="rel-pagoda"}}'
+        for r in rules:
+            with self.subTest(alert=r["alert"]):
+                selectors = re.findall(r"\{[^}]*\}", r["expr"])
+                self.assertTrue(selectors)
+                self.assertEqual(set(selectors), {expected})
+                self.assertIn(r["labels"]["severity"], ("critical", "warning"))
+                self.assertTrue(r["annotations"]["summary"])
+        # The static rules are the chart's with job="pagoda" alone.
+        with open(os.path.join(h.REPO, "deploy", "prometheus", "pagoda-alerts.yml")) as f:
+            static = yaml.safe_load(f)
+        static_rules = {r["alert"]: r for g in static["groups"] for r in g["rules"]}
+        for r in rules:
+            self.assertEqual(static_rules[r["alert"]]["expr"].replace(
+                '{job="pagoda"}', expected).split(), r["expr"].split())
+
+    def test_api_key_and_options(self):
+        m = render("apiKey.existingSecret=keys", "apiKey.key=token", "server.httpPort=0",
+                   "networkPolicy.enabled=false", "podDisruptionBudget.enabled=false",
+                   "topologySpread.enabled=false", "model.source=hostPath",
+                   "model.hostPath.path=/data/llama", "server.extraArgs={--enable-prefix-caching}",
+                   "worker.cpuThreads=6")
         server = m[("Deployment", "rel-pagoda-server")]["spec"]["template"]["spec"]
+        container = server["containers"][0]
+        env = {e["name"]: e for e in container["env"]}
+        self.assertEqual(env["PAGODA_API_KEY"]["valueFrom"]["secretKeyRef"],
+                         {"name": "keys", "key": "token"})
+        args = flags_of(container["args"])
+        self.assertNotIn("http-port", args)
+        self.assertEqual(args["cpu-threads"], "6")
+        self.assertNotIn("http", [p["name"] for p in container["ports"]])
+        self.assertNotIn("http", [p["name"] for p in m[("Service", "rel-pagoda")]["spec"]["ports"]])
+        self.assertNotIn("topologySpreadConstraints", server)
+        for kind in ("NetworkPolicy", "PodDisruptionBudget"):
+            self.assertFalse([k for k in m if k[0] == kind])
         self.assertEqual(server["volumes"][0]["hostPath"]["path"], "/data/llama")
-        self.assertIn("--enable-prefix-caching", server["containers"][0]["args"])
+        self.assertIn("--enable-prefix-caching", container["args"])
         with self.assertRaises(AssertionError):
             render("model.source=s3")
 

@@ -139,8 +139,9 @@ scrape_configs:
                 break
             time.sleep(0.5)
         self.assertEqual({r["name"] for r in rules},
-                         {"PagodaServerDown", "PagodaWorkerDown", "PagodaKvCacheExhausted",
-                          "PagodaQueueGrowing"})
+                         {"PagodaServerDown", "PagodaServerAbsent", "PagodaWorkerDown",
+                          "PagodaKvCacheExhausted", "PagodaQueueGrowing",
+                          "PagodaWorkerRestartStorm"})
         for rule in rules:
             with self.subTest(rule=rule["name"]):
                 self.assertEqual(rule["health"], "ok", rule)

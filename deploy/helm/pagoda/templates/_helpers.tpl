@@ -19,20 +19,130 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: server
 {{- end -}}
 
+{{/* Every pod of the release, servers and workers (the PodDisruptionBudget). */}}
+{{- define "pagoda.releaseSelector" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
 {{- define "pagoda.workerSelector" -}}
 app.kubernetes.io/name: {{ .Chart.Name }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: worker
 {{- end -}}
 
-{{/* The workers' stable DNS names, rank order: pod-N.headless-service. */}}
+{{/* Tensor-parallel size 1: the worker is a sidecar in the server's pod. */}}
+{{- define "pagoda.sidecar" -}}
+{{- if eq (int .Values.tensorParallelSize) 1 }}true{{ end -}}
+{{- end -}}
+
+{{/* The StatefulSet of replica N's workers: <fullname>-worker-N. */}}
+{{- define "pagoda.replicaWorkersName" -}}
+{{- printf "%s-%d" (include "pagoda.workersName" .root) (int .replica) -}}
+{{- end -}}
+
+{{/* The server's workers, rank order. A sidecar on loopback; else the pods
+     of its own replica's StatefulSet, <fullname>-worker-<replica>-<rank>,
+     by their stable names under the headless Service. $(PAGODA_REPLICA) is
+     the server pod's StatefulSet ordinal (env from the pod-index label). */}}
 {{- define "pagoda.workerAddresses" -}}
+{{- if include "pagoda.sidecar" . -}}
+{{- printf "127.0.0.1:%d" (int .Values.worker.port) -}}
+{{- else -}}
 {{- $name := include "pagoda.workersName" . -}}
 {{- $addresses := list -}}
 {{- range $rank := until (int .Values.tensorParallelSize) -}}
-{{- $addresses = append $addresses (printf "%s-%d.%s.%s.svc.cluster.local:%d" $name $rank $name $.Release.Namespace (int $.Values.worker.port)) -}}
+{{- $addresses = append $addresses (printf "%s-$(PAGODA_REPLICA)-%d.%s.%s.svc.cluster.local:%d" $name $rank $name $.Release.Namespace (int $.Values.worker.port)) -}}
 {{- end -}}
 {{- join "," $addresses -}}
+{{- end -}}
+{{- end -}}
+
+{{/* A StatefulSet ordinal (apps.kubernetes.io/pod-index, Kubernetes 1.28+). */}}
+{{- define "pagoda.podIndexEnv" -}}
+valueFrom: {fieldRef: {fieldPath: "metadata.labels['apps.kubernetes.io/pod-index']"}}
+{{- end -}}
+
+{{/* The worker container: a sidecar (rank 0) or rank = pod ordinal. */}}
+{{- define "pagoda.workerContainer" -}}
+{{- $ := .root -}}
+- name: worker
+  image: "{{ $.Values.image.repository }}:{{ $.Values.image.tag }}"
+  imagePullPolicy: {{ $.Values.image.pullPolicy }}
+  {{- if .sidecar }}
+  # A native sidecar: started (listening) before the server, stopped after
+  # the server has drained.
+  restartPolicy: Always
+  {{- end }}
+  command: ["pagoda-worker"]
+  args:
+    # Listens on the pod IP too, for the kubelet's gRPC probes; only the
+    # server (loopback, or its own replica's server) may call it
+    # (NetworkPolicy, and the secret on every call).
+    - --listen=0.0.0.0:{{ $.Values.worker.port }}
+    {{- if .sidecar }}
+    - --rank=0
+    {{- else }}
+    - --rank=$(PAGODA_RANK)
+    # Tensor-parallel peers reach this worker's collectives at its pod IP.
+    - --collective-host=$(POD_IP)
+    {{- end }}
+    - --secret-file=/etc/pagoda/worker-secret/secret
+  env:
+    - name: POD_IP
+      valueFrom: {fieldRef: {fieldPath: status.podIP}}
+    {{- if not .sidecar }}
+    - name: PAGODA_RANK
+      {{- include "pagoda.podIndexEnv" . | nindent 6 }}
+    {{- end }}
+  ports:
+    - {name: worker, containerPort: {{ $.Values.worker.port }}}
+  startupProbe:
+    grpc: {port: {{ $.Values.worker.port }}}
+    periodSeconds: 1
+    failureThreshold: 120
+  livenessProbe:
+    grpc: {port: {{ $.Values.worker.port }}}
+    periodSeconds: 10
+    failureThreshold: 3
+  readinessProbe:
+    grpc: {port: {{ $.Values.worker.port }}}
+    periodSeconds: 5
+  volumeMounts:
+    {{- include "pagoda.modelMount" $ | nindent 4 }}
+    {{- include "pagoda.workerSecretMount" $ | nindent 4 }}
+    {{- include "pagoda.tmpMount" $ | nindent 4 }}
+  resources:
+    {{- $resources := deepCopy $.Values.worker.resources }}
+    {{- if eq $.Values.device "cuda" }}
+    {{- $limits := default dict $resources.limits }}
+    {{- $_ := set $limits "nvidia.com/gpu" 1 }}
+    {{- $_ := set $resources "limits" $limits }}
+    {{- end }}
+    {{- toYaml $resources | nindent 4 }}
+  securityContext:
+    {{- include "pagoda.containerSecurity" $ | nindent 4 }}
+{{- end -}}
+
+{{- define "pagoda.topologySpread" -}}
+{{- if .root.Values.topologySpread.enabled -}}
+topologySpreadConstraints:
+  - maxSkew: {{ .root.Values.topologySpread.maxSkew }}
+    topologyKey: {{ .root.Values.topologySpread.topologyKey }}
+    whenUnsatisfiable: {{ .root.Values.topologySpread.whenUnsatisfiable }}
+    labelSelector:
+      matchLabels:
+        {{- .selector | nindent 8 }}
+{{- end }}
+{{- end -}}
+
+{{- define "pagoda.tmpVolume" -}}
+- name: tmp
+  emptyDir: {sizeLimit: {{ .Values.tmpSizeLimit }}}
+{{- end -}}
+
+{{- define "pagoda.tmpMount" -}}
+- {name: tmp, mountPath: /tmp}
 {{- end -}}
 
 {{- define "pagoda.modelVolume" -}}
@@ -62,6 +172,7 @@ app.kubernetes.io/component: worker
 {{- define "pagoda.containerSecurity" -}}
 allowPrivilegeEscalation: false
 readOnlyRootFilesystem: true
+runAsNonRoot: true
 capabilities:
   drop: ["ALL"]
 {{- end -}}
