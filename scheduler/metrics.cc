@@ -269,8 +269,8 @@ void ServerMetrics::OnStep(const StepRecord& step, const EngineSnapshot& snapsho
   catch_up(in.prefix_cache_queries, static_cast<double>(snapshot.prefix_cache_queries_total));
   catch_up(in.prefix_cache_hits, static_cast<double>(snapshot.prefix_cache_hits_total));
   catch_up(in.generation_tokens, static_cast<double>(snapshot.generation_tokens_total));
-  catch_up(in.forward_seconds, snapshot.forward_seconds_total);
-  catch_up(in.all_reduce_seconds, snapshot.all_reduce_seconds_total);
+  catch_up(in.forward_seconds, snapshot.seconds_total.forward);
+  catch_up(in.all_reduce_seconds, snapshot.seconds_total.all_reduce);
   in.step_time->Observe(step.total_seconds);
   in.tokens_per_step->Observe(step.num_batched_tokens);
 }

@@ -366,12 +366,12 @@ void Engine::PublishStep(int64_t step_id, const SchedulerOutput& output,
   step.num_batched_tokens = output.num_batched_tokens;
   step.num_preempted = output.num_preempted;
   step.num_generated_tokens = generated;
-  step.schedule_seconds = Seconds(clock.scheduled - clock.start);
-  step.forward_seconds = result.forward_seconds();
-  step.all_reduce_seconds = result.all_reduce_seconds();
-  step.worker_rpc_seconds =
-      std::max(0.0, Seconds(clock.rpc_end - clock.rpc_start) - step.forward_seconds);
-  step.postprocess_seconds = Seconds(clock.end - clock.rpc_end);
+  step.seconds.schedule = Seconds(clock.scheduled - clock.start);
+  step.seconds.forward = result.forward_seconds();
+  step.seconds.all_reduce = result.all_reduce_seconds();
+  step.seconds.worker_rpc =
+      std::max(0.0, Seconds(clock.rpc_end - clock.rpc_start) - step.seconds.forward);
+  step.seconds.postprocess = Seconds(clock.end - clock.rpc_end);
   step.total_seconds = Seconds(clock.end - clock.start);
   PublishSnapshot(&step);
 }
@@ -434,11 +434,7 @@ void Engine::PublishSnapshot(const StepRecord* step) {
     totals_.num_preemptions_total += step->num_preempted;
     totals_.generation_tokens_total += step->num_generated_tokens;
     totals_.batched_sequences_total += step->batch_size;
-    totals_.schedule_seconds_total += step->schedule_seconds;
-    totals_.worker_rpc_seconds_total += step->worker_rpc_seconds;
-    totals_.forward_seconds_total += step->forward_seconds;
-    totals_.all_reduce_seconds_total += step->all_reduce_seconds;
-    totals_.postprocess_seconds_total += step->postprocess_seconds;
+    totals_.seconds_total += step->seconds;
   }
   {
     absl::MutexLock lock(&mu_);
