@@ -169,45 +169,43 @@ void PrintRow(const LevelResult& r) {
 // One client thread per concurrent request.
 constexpr int kMaxConcurrency = 4096;
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  pagoda::ParsePagodaCommandLine(argc, argv,
-                                 {"pagoda-bench", "pagoda-bench [flags]: engine benchmark"});
-  // Flags first, so a typo fails before any request is sent.
-  const std::optional<std::vector<int>> levels =
+// --concurrency and --warmup, checked before connecting so that a typo fails
+// before any request is sent. Empty on a bad flag (already reported).
+std::optional<std::vector<int>> ParseLoadFlags() {
+  std::optional<std::vector<int>> levels =
       pagoda::ParsePositiveIntList(absl::GetFlag(FLAGS_concurrency));
   if (!levels || *std::max_element(levels->begin(), levels->end()) > kMaxConcurrency) {
     std::fprintf(stderr,
                  "pagoda-bench: --concurrency must be a list of integers in [1, %d], got '%s'\n",
                  kMaxConcurrency, absl::GetFlag(FLAGS_concurrency).c_str());
-    return 1;
+    return std::nullopt;
   }
   const int warmup = absl::GetFlag(FLAGS_warmup);
   if (warmup < 0 || warmup > 1000) {
     std::fprintf(stderr, "pagoda-bench: --warmup must be in [0, 1000]\n");
-    return 1;
+    return std::nullopt;
   }
-  auto channel =
-      grpc::CreateChannel(absl::GetFlag(FLAGS_server), grpc::InsecureChannelCredentials());
-  auto stub = Generation::NewStub(channel);
-  grpc::ClientContext context;
-  pagoda::v1::ModelInfo info;
-  grpc::Status status = stub->GetModelInfo(&context, pagoda::v1::GetModelInfoRequest(), &info);
-  if (!status.ok()) {
-    std::fprintf(stderr, "pagoda-bench: %s\n", status.error_message().c_str());
-    return 1;
-  }
+  return levels;
+}
+
+// --trace and --trace-requests; false on a bad flag (already reported).
+bool CheckTraceFlags() {
   const std::string trace = absl::GetFlag(FLAGS_trace);
   if (!trace.empty() && trace != "sharegpt" && trace != "alpaca") {
     std::fprintf(stderr, "pagoda-bench: --trace must be sharegpt or alpaca, got '%s'\n",
                  trace.c_str());
-    return 1;
+    return false;
   }
   if (absl::GetFlag(FLAGS_trace_requests) < 1 || absl::GetFlag(FLAGS_trace_requests) > 100000) {
     std::fprintf(stderr, "pagoda-bench: --trace_requests must be in [1, 100000]\n");
-    return 1;
+    return false;
   }
+  return true;
+}
+
+// What the run measures, then the column names of PrintRow.
+void PrintHeader(const pagoda::v1::ModelInfo& info) {
+  const std::string trace = absl::GetFlag(FLAGS_trace);
   if (trace.empty()) {
     std::printf("model %s (vocab %d), prompt %d tokens, %d output tokens, %d rounds per client\n",
                 info.model_name().c_str(), info.vocab_size(), absl::GetFlag(FLAGS_prompt_len),
@@ -220,16 +218,42 @@ int main(int argc, char** argv) {
   std::printf("%11s %8s %6s %9s %8s %10s %7s %7s %9s %9s %8s %9s %8s %9s\n", "concurrency",
               "requests", "errors", "out_tok", "wall_s", "out_tok/s", "steps", "batch", "step_ms",
               "sched_ms", "rpc_ms", "fwd_ms", "post_ms", "allred_ms");
-  if (warmup > 0) {
-    const LevelResult warm = RunLevel(
-        *stub, 1, info.vocab_size(),
-        std::vector<Job>(warmup,
-                         Job{absl::GetFlag(FLAGS_prompt_len), absl::GetFlag(FLAGS_max_tokens)}));
-    if (warm.errors > 0) {
-      std::fprintf(stderr, "pagoda-bench: %d of %d warm-up requests failed\n", warm.errors, warmup);
-      return 1;
-    }
+}
+
+// --warmup requests, one at a time and uncounted; false if any failed.
+bool WarmUp(Generation::Stub& stub, int vocab_size) {
+  const int warmup = absl::GetFlag(FLAGS_warmup);
+  if (warmup == 0) return true;
+  const LevelResult warm = RunLevel(stub, 1, vocab_size,
+                                    std::vector<Job>(warmup, Job{absl::GetFlag(FLAGS_prompt_len),
+                                                                 absl::GetFlag(FLAGS_max_tokens)}));
+  if (warm.errors > 0) {
+    std::fprintf(stderr, "pagoda-bench: %d of %d warm-up requests failed\n", warm.errors, warmup);
+    return false;
   }
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  pagoda::ParsePagodaCommandLine(argc, argv,
+                                 {"pagoda-bench", "pagoda-bench [flags]: engine benchmark"});
+  const std::optional<std::vector<int>> levels = ParseLoadFlags();
+  if (!levels) return 1;
+  auto channel =
+      grpc::CreateChannel(absl::GetFlag(FLAGS_server), grpc::InsecureChannelCredentials());
+  auto stub = Generation::NewStub(channel);
+  grpc::ClientContext context;
+  pagoda::v1::ModelInfo info;
+  grpc::Status status = stub->GetModelInfo(&context, pagoda::v1::GetModelInfoRequest(), &info);
+  if (!status.ok()) {
+    std::fprintf(stderr, "pagoda-bench: %s\n", status.error_message().c_str());
+    return 1;
+  }
+  if (!CheckTraceFlags()) return 1;
+  PrintHeader(info);
+  if (!WarmUp(*stub, info.vocab_size())) return 1;
   for (const int concurrency : *levels) {
     PrintRow(RunLevel(*stub, concurrency, info.vocab_size(),
                       Jobs(concurrency, std::max(2, info.max_model_len()))));

@@ -50,6 +50,22 @@ struct ServerMetrics::Instruments {
   Counter* worker_restarts;
   Counter* requests_resumed;
   Histogram* worker_recovery_time;
+
+  // Every instrument, labelled with `model_name`, registered in `registry`.
+  // Within each kind (gauge, counter, histogram) the registration order is
+  // the order of the /metrics page.
+  static std::unique_ptr<Instruments> Register(prometheus::Registry& registry,
+                                               const std::string& model_name);
+
+ private:
+  // The engine's state as of the last step or scrape.
+  void AddStateGauges(prometheus::Registry& r);
+  // Running totals, and finished requests by reason.
+  void AddCounters(prometheus::Registry& r);
+  // Per-request and per-step distributions.
+  void AddLatencyHistograms(prometheus::Registry& r);
+  // Worker restarts and what they cost.
+  void AddRecoveryMetrics(prometheus::Registry& r);
 };
 
 namespace {
@@ -92,6 +108,93 @@ class ServerMetrics::ScrapeRefresher : public prometheus::Collectable {
   ServerMetrics* owner_;
 };
 
+std::unique_ptr<ServerMetrics::Instruments> ServerMetrics::Instruments::Register(
+    prometheus::Registry& registry, const std::string& model_name) {
+  auto instruments = std::make_unique<Instruments>();
+  instruments->labels = {{"model_name", model_name}};
+  instruments->AddStateGauges(registry);
+  instruments->AddCounters(registry);
+  instruments->AddLatencyHistograms(registry);
+  instruments->AddRecoveryMetrics(registry);
+  return instruments;
+}
+
+void ServerMetrics::Instruments::AddStateGauges(prometheus::Registry& r) {
+  requests_running =
+      AddGauge(r, "pagoda_num_requests_running", "Requests in the running batch.", labels);
+  requests_waiting =
+      AddGauge(r, "pagoda_num_requests_waiting", "Requests waiting to be scheduled.", labels);
+  requests_swapped =
+      AddGauge(r, "pagoda_num_requests_swapped", "Requests swapped out to CPU memory.", labels);
+  batch_size = AddGauge(r, "pagoda_batch_size", "Sequences in the last step.", labels);
+  gpu_blocks_free = AddGauge(r, "pagoda_gpu_blocks_free", "Free KV blocks.", labels);
+  gpu_blocks_total = AddGauge(r, "pagoda_gpu_blocks_total", "All KV blocks.", labels);
+  cpu_blocks_free = AddGauge(r, "pagoda_cpu_blocks_free", "Free swap blocks.", labels);
+  cpu_blocks_total = AddGauge(r, "pagoda_cpu_blocks_total", "All swap blocks.", labels);
+  gpu_cache_usage =
+      AddGauge(r, "pagoda_gpu_cache_usage_perc", "Fraction of KV blocks in use (0..1).", labels);
+  kv_token_utilization =
+      AddGauge(r, "pagoda_kv_token_utilization_perc",
+               "Fraction of the KV slots held by running sequences that hold a token (0..1); "
+               "the vLLM paper's Fig. 2 figure.",
+               labels);
+  healthy = AddGauge(r, "pagoda_healthy",
+                     "0 once a worker has failed (health checks say NOT_SERVING), else 1.", labels);
+}
+
+void ServerMetrics::Instruments::AddCounters(prometheus::Registry& r) {
+  preemptions = AddCounter(r, "pagoda_num_preemptions_total", "Preempted groups.", labels);
+  prompt_tokens = AddCounter(r, "pagoda_prompt_tokens_total", "Prompt tokens computed.", labels);
+  generation_tokens = AddCounter(r, "pagoda_generation_tokens_total", "Tokens generated.", labels);
+  forward_seconds =
+      AddCounter(r, "pagoda_forward_seconds_total",
+                 "Seconds of model forward and sampling, as rank 0 reports them.", labels);
+  all_reduce_seconds =
+      AddCounter(r, "pagoda_all_reduce_seconds_total",
+                 "Of the forward seconds, rank 0's time in tensor-parallel all-reduces.", labels);
+  prefix_cache_queries = AddCounter(r, "pagoda_prefix_cache_queries_total",
+                                    "Prompt tokens looked up in the prefix cache.", labels);
+  prefix_cache_hits = AddCounter(r, "pagoda_prefix_cache_hits_total",
+                                 "Prompt tokens found in the prefix cache.", labels);
+  finished_family = &prometheus::BuildCounter()
+                         .Name("pagoda_request_success_total")
+                         .Help("Finished requests by finish reason.")
+                         .Register(r);
+}
+
+void ServerMetrics::Instruments::AddLatencyHistograms(prometheus::Registry& r) {
+  request_preemptions =
+      AddHistogram(r, "pagoda_request_preemptions",
+                   "Times each finished request was preempted; a heavy tail means thrashing.",
+                   labels, {0, 1, 2, 4, 8, 16, 32, 64});
+  time_to_first_token = AddHistogram(r, "pagoda_time_to_first_token_seconds",
+                                     "Arrival to first token.", labels, kLatencyBuckets);
+  time_per_output_token =
+      AddHistogram(r, "pagoda_time_per_output_token_seconds",
+                   "Time between two generated tokens of a request, observed once per token "
+                   "after the first (the request's mean gap).",
+                   labels, kLatencyBuckets);
+  e2e_latency = AddHistogram(r, "pagoda_e2e_request_latency_seconds", "Arrival to finish.", labels,
+                             kLatencyBuckets);
+  queue_time = AddHistogram(r, "pagoda_request_queue_time_seconds", "Arrival to first scheduled.",
+                            labels, kLatencyBuckets);
+  step_time = AddHistogram(r, "pagoda_step_time_seconds", "Engine step wall time.", labels,
+                           kLatencyBuckets);
+  tokens_per_step = AddHistogram(r, "pagoda_iteration_tokens_total", "Tokens computed per step.",
+                                 labels, {1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192});
+}
+
+void ServerMetrics::Instruments::AddRecoveryMetrics(prometheus::Registry& r) {
+  worker_restarts = AddCounter(r, "pagoda_worker_restarts_total",
+                               "Times the worker group was restarted after a failure.", labels);
+  requests_resumed =
+      AddCounter(r, "pagoda_requests_resumed_total",
+                 "Requests resumed by recomputation after a worker restart.", labels);
+  worker_recovery_time = AddHistogram(
+      r, "pagoda_worker_recovery_seconds",
+      "Worker failure to serving again: restart, model load, KV cache.", labels, kLatencyBuckets);
+}
+
 absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Start(const std::string& host,
                                                                     int port,
                                                                     const std::string& model_name) {
@@ -105,83 +208,10 @@ absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Start(const std::s
   std::vector<int> ports = metrics->exposer_->GetListeningPorts();
   metrics->port_ = ports.empty() ? port : ports.front();
   metrics->registry_ = std::make_shared<prometheus::Registry>();
-  prometheus::Registry& r = *metrics->registry_;
-  const prometheus::Labels labels = {{"model_name", model_name}};
-  auto in = std::make_unique<Instruments>();
-  in->labels = labels;
-  in->requests_running =
-      AddGauge(r, "pagoda_num_requests_running", "Requests in the running batch.", labels);
-  in->requests_waiting =
-      AddGauge(r, "pagoda_num_requests_waiting", "Requests waiting to be scheduled.", labels);
-  in->requests_swapped =
-      AddGauge(r, "pagoda_num_requests_swapped", "Requests swapped out to CPU memory.", labels);
-  in->batch_size = AddGauge(r, "pagoda_batch_size", "Sequences in the last step.", labels);
-  in->gpu_blocks_free = AddGauge(r, "pagoda_gpu_blocks_free", "Free KV blocks.", labels);
-  in->gpu_blocks_total = AddGauge(r, "pagoda_gpu_blocks_total", "All KV blocks.", labels);
-  in->cpu_blocks_free = AddGauge(r, "pagoda_cpu_blocks_free", "Free swap blocks.", labels);
-  in->cpu_blocks_total = AddGauge(r, "pagoda_cpu_blocks_total", "All swap blocks.", labels);
-  in->gpu_cache_usage =
-      AddGauge(r, "pagoda_gpu_cache_usage_perc", "Fraction of KV blocks in use (0..1).", labels);
-  in->kv_token_utilization =
-      AddGauge(r, "pagoda_kv_token_utilization_perc",
-               "Fraction of the KV slots held by running sequences that hold a token (0..1); "
-               "the vLLM paper's Fig. 2 figure.",
-               labels);
-  in->healthy =
-      AddGauge(r, "pagoda_healthy",
-               "0 once a worker has failed (health checks say NOT_SERVING), else 1.", labels);
-  in->preemptions = AddCounter(r, "pagoda_num_preemptions_total", "Preempted groups.", labels);
-  in->prompt_tokens =
-      AddCounter(r, "pagoda_prompt_tokens_total", "Prompt tokens computed.", labels);
-  in->generation_tokens =
-      AddCounter(r, "pagoda_generation_tokens_total", "Tokens generated.", labels);
-  in->forward_seconds =
-      AddCounter(r, "pagoda_forward_seconds_total",
-                 "Seconds of model forward and sampling, as rank 0 reports them.", labels);
-  in->all_reduce_seconds =
-      AddCounter(r, "pagoda_all_reduce_seconds_total",
-                 "Of the forward seconds, rank 0's time in tensor-parallel all-reduces.", labels);
-  in->prefix_cache_queries = AddCounter(r, "pagoda_prefix_cache_queries_total",
-                                        "Prompt tokens looked up in the prefix cache.", labels);
-  in->prefix_cache_hits = AddCounter(r, "pagoda_prefix_cache_hits_total",
-                                     "Prompt tokens found in the prefix cache.", labels);
-  in->request_preemptions =
-      AddHistogram(r, "pagoda_request_preemptions",
-                   "Times each finished request was preempted; a heavy tail means thrashing.",
-                   labels, {0, 1, 2, 4, 8, 16, 32, 64});
-  in->finished_family = &prometheus::BuildCounter()
-                             .Name("pagoda_request_success_total")
-                             .Help("Finished requests by finish reason.")
-                             .Register(r);
-  in->time_to_first_token = AddHistogram(r, "pagoda_time_to_first_token_seconds",
-                                         "Arrival to first token.", labels, kLatencyBuckets);
-  in->time_per_output_token =
-      AddHistogram(r, "pagoda_time_per_output_token_seconds",
-                   "Time between two generated tokens of a request, observed once per token "
-                   "after the first (the request's mean gap).",
-                   labels, kLatencyBuckets);
-  in->e2e_latency = AddHistogram(r, "pagoda_e2e_request_latency_seconds", "Arrival to finish.",
-                                 labels, kLatencyBuckets);
-  in->queue_time = AddHistogram(r, "pagoda_request_queue_time_seconds",
-                                "Arrival to first scheduled.", labels, kLatencyBuckets);
-  in->step_time = AddHistogram(r, "pagoda_step_time_seconds", "Engine step wall time.", labels,
-                               kLatencyBuckets);
-  in->tokens_per_step =
-      AddHistogram(r, "pagoda_iteration_tokens_total", "Tokens computed per step.", labels,
-                   {1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192});
-  in->worker_restarts = AddCounter(r, "pagoda_worker_restarts_total",
-                                   "Times the worker group was restarted after a failure.", labels);
-  in->requests_resumed =
-      AddCounter(r, "pagoda_requests_resumed_total",
-                 "Requests resumed by recomputation after a worker restart.", labels);
-  in->worker_recovery_time =
-      AddHistogram(r, "pagoda_worker_recovery_seconds",
-                   "Worker failure to serving again: restart, model load, KV cache.", labels,
-                   kLatencyBuckets);
+  metrics->instruments_ = Instruments::Register(*metrics->registry_, model_name);
   // Healthy until the engine reports a failure: a server still loading its
   // model is not a worker outage.
-  in->healthy->Set(1);
-  metrics->instruments_ = std::move(in);
+  metrics->instruments_->healthy->Set(1);
   metrics->refresher_ = std::make_shared<ScrapeRefresher>(metrics.get());
   metrics->exposer_->RegisterCollectable(metrics->refresher_);
   metrics->exposer_->RegisterCollectable(metrics->registry_);
@@ -239,8 +269,8 @@ void ServerMetrics::OnStep(const StepRecord& step, const EngineSnapshot& snapsho
   catch_up(in.prefix_cache_queries, static_cast<double>(snapshot.prefix_cache_queries_total));
   catch_up(in.prefix_cache_hits, static_cast<double>(snapshot.prefix_cache_hits_total));
   catch_up(in.generation_tokens, static_cast<double>(snapshot.generation_tokens_total));
-  catch_up(in.forward_seconds, snapshot.forward_seconds_total);
-  catch_up(in.all_reduce_seconds, snapshot.all_reduce_seconds_total);
+  catch_up(in.forward_seconds, snapshot.seconds_total.forward);
+  catch_up(in.all_reduce_seconds, snapshot.seconds_total.all_reduce);
   in.step_time->Observe(step.total_seconds);
   in.tokens_per_step->Observe(step.num_batched_tokens);
 }

@@ -207,55 +207,96 @@ std::string ServedModelName(const std::string& model_dir) {
   return model_name;
 }
 
-absl::Status Serve() {
-  const std::string model_dir = absl::GetFlag(FLAGS_model);
-  if (absl::Status status = ValidateEarly(model_dir); !status.ok()) return status;
+// What the model directory gives the server itself (the workers load the
+// weights).
+struct ModelFiles {
+  ModelConfig config;
+  std::unique_ptr<Tokenizer> tokenizer;               // Null: token ids only.
+  std::unique_ptr<text::ChatTemplate> chat_template;  // Null: no chat completions.
+};
+
+// The flags that shape serving, checked against the model's config.
+struct ServerSettings {
+  std::string model_dir;
+  std::string model_name;
+  PreemptionMode preemption_mode = PreemptionMode::kAuto;
+  int max_model_len = 0;  // Before the workers' own limit (LoadModelOnWorkers).
+  int max_num_batched_tokens = 0;
+  int block_size = 0;
+  int world_size = 0;
+  double collective_timeout = 0;
+  int rendezvous_port = 0;
+};
+
+// What the workers reported once the model was loaded, and the KV cache they
+// were given.
+struct WorkerCache {
+  int max_model_len = 0;  // ServerSettings' value, cut to what the workers serve.
+  int num_gpu_blocks = 0;
+  int num_cpu_blocks = 0;
+};
+
+absl::StatusOr<ModelFiles> LoadModelFiles(const std::string& model_dir) {
+  ModelFiles files;
   absl::StatusOr<ModelConfig> model = LoadModelConfig(model_dir);
   if (!model.ok()) return model.status();
+  files.config = *std::move(model);
   absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::Load(model_dir);
   if (!tokenizer.ok()) return tokenizer.status();
+  files.tokenizer = *std::move(tokenizer);
   LOG(INFO) << "tokenizer: "
-            << (*tokenizer != nullptr
-                    ? absl::StrCat((*tokenizer)->kind(), ", ", (*tokenizer)->vocab_size(), " tokens")
-                    : std::string("none (token ids only)"));
+            << (files.tokenizer != nullptr ? absl::StrCat(files.tokenizer->kind(), ", ",
+                                                          files.tokenizer->vocab_size(), " tokens")
+                                           : std::string("none (token ids only)"));
   // A template outside the supported Jinja subset stops the start here.
   absl::StatusOr<std::unique_ptr<text::ChatTemplate>> chat_template =
       text::ChatTemplate::Load(model_dir, absl::GetFlag(FLAGS_chat_template));
   if (!chat_template.ok()) return chat_template.status();
-  LOG(INFO) << "chat template: " << (*chat_template != nullptr ? "loaded" : "none");
+  files.chat_template = *std::move(chat_template);
+  LOG(INFO) << "chat template: " << (files.chat_template != nullptr ? "loaded" : "none");
+  return files;
+}
+
+// Checks the flags that need the model's config, and those of the worker
+// group; every refusal comes before any worker starts.
+absl::StatusOr<ServerSettings> ParseServerSettings(const std::string& model_dir,
+                                                   const ModelConfig& model) {
+  ServerSettings settings;
+  settings.model_dir = model_dir;
   absl::StatusOr<PreemptionMode> preemption_mode =
       ParsePreemptionMode(absl::GetFlag(FLAGS_preemption_mode));
   if (!preemption_mode.ok()) return preemption_mode.status();
-
-  int max_model_len = absl::GetFlag(FLAGS_max_model_len);
-  if (max_model_len <= 0) max_model_len = model->max_position_embeddings;
-  if (max_model_len > model->max_position_embeddings) {
+  settings.preemption_mode = *preemption_mode;
+  settings.max_model_len = absl::GetFlag(FLAGS_max_model_len);
+  if (settings.max_model_len <= 0) settings.max_model_len = model.max_position_embeddings;
+  if (settings.max_model_len > model.max_position_embeddings) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--max-model-len ", max_model_len, " exceeds the model's ",
-                     "max_position_embeddings ", model->max_position_embeddings));
+        absl::StrCat("--max-model-len ", settings.max_model_len, " exceeds the model's ",
+                     "max_position_embeddings ", model.max_position_embeddings));
   }
-  int max_num_batched_tokens = absl::GetFlag(FLAGS_max_num_batched_tokens);
-  if (max_num_batched_tokens <= 0) max_num_batched_tokens = std::max(max_model_len, 2048);
-  const int block_size = absl::GetFlag(FLAGS_block_size);
-  const int world_size = absl::GetFlag(FLAGS_tensor_parallel_size);
-  if (block_size <= 0 || world_size <= 0) {
+  settings.max_num_batched_tokens = absl::GetFlag(FLAGS_max_num_batched_tokens);
+  if (settings.max_num_batched_tokens <= 0) {
+    settings.max_num_batched_tokens = std::max(settings.max_model_len, 2048);
+  }
+  settings.block_size = absl::GetFlag(FLAGS_block_size);
+  settings.world_size = absl::GetFlag(FLAGS_tensor_parallel_size);
+  if (settings.block_size <= 0 || settings.world_size <= 0) {
     return absl::InvalidArgumentError("--block-size and --tensor-parallel-size must be positive");
   }
-  if (world_size > wire::kMaxWorldSize) {
-    return absl::InvalidArgumentError(absl::StrCat("--tensor-parallel-size ", world_size,
-                                                   " is over the limit of ",
-                                                   wire::kMaxWorldSize));
+  if (settings.world_size > wire::kMaxWorldSize) {
+    return absl::InvalidArgumentError(absl::StrCat("--tensor-parallel-size ", settings.world_size,
+                                                   " is over the limit of ", wire::kMaxWorldSize));
   }
   // Refused before any worker starts, in one line naming the counts.
-  if (absl::Status split = CheckTensorParallelSplit(*model, world_size); !split.ok()) {
+  if (absl::Status split = CheckTensorParallelSplit(model, settings.world_size); !split.ok()) {
     return split;
   }
-  const double collective_timeout = absl::GetFlag(FLAGS_collective_timeout);
-  if (!(collective_timeout > 0 && collective_timeout <= 600)) {
+  settings.collective_timeout = absl::GetFlag(FLAGS_collective_timeout);
+  if (!(settings.collective_timeout > 0 && settings.collective_timeout <= 600)) {
     return absl::InvalidArgumentError("--collective-timeout must be in (0, 600] seconds");
   }
-  const int rendezvous_port = absl::GetFlag(FLAGS_rendezvous_port);
-  if (rendezvous_port < 0 || rendezvous_port > 65535) {
+  settings.rendezvous_port = absl::GetFlag(FLAGS_rendezvous_port);
+  if (settings.rendezvous_port < 0 || settings.rendezvous_port > 65535) {
     return absl::InvalidArgumentError("--rendezvous-port must be in [0, 65535]");
   }
   if (in_addr address; inet_pton(AF_INET, absl::GetFlag(FLAGS_rendezvous_host).c_str(),
@@ -264,205 +305,235 @@ absl::Status Serve() {
         "--rendezvous-host must be an IPv4 address, got '", absl::GetFlag(FLAGS_rendezvous_host),
         "'"));
   }
+  settings.model_name = ServedModelName(model_dir);
+  return settings;
+}
 
-  // Metrics first: a busy metrics port is found before any worker starts.
-  const std::string model_name = ServedModelName(model_dir);
-  std::unique_ptr<ServerMetrics> metrics;
-  if (const int metrics_port = absl::GetFlag(FLAGS_metrics_port); metrics_port != 0) {
-    const int port = metrics_port < 0 ? 0 : metrics_port;  // -1: the OS picks (tests).
-    std::string metrics_host = absl::GetFlag(FLAGS_metrics_host);
-    if (metrics_host.empty()) metrics_host = absl::GetFlag(FLAGS_host);
-    absl::StatusOr<std::unique_ptr<ServerMetrics>> started =
-        ServerMetrics::Start(metrics_host, port, model_name);
-    if (!started.ok()) return started.status();
-    metrics = *std::move(started);
-    std::cout << "PAGODA_METRICS_LISTENING " << metrics->port() << std::endl;
+// The /metrics endpoint, or null when --metrics-port is 0.
+absl::StatusOr<std::unique_ptr<ServerMetrics>> StartMetrics(const std::string& model_name) {
+  const int metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  if (metrics_port == 0) return nullptr;
+  const int port = metrics_port < 0 ? 0 : metrics_port;  // -1: the OS picks (tests).
+  std::string metrics_host = absl::GetFlag(FLAGS_metrics_host);
+  if (metrics_host.empty()) metrics_host = absl::GetFlag(FLAGS_host);
+  absl::StatusOr<std::unique_ptr<ServerMetrics>> metrics =
+      ServerMetrics::Start(metrics_host, port, model_name);
+  if (!metrics.ok()) return metrics.status();
+  std::cout << "PAGODA_METRICS_LISTENING " << (*metrics)->port() << std::endl;
+  return metrics;
+}
+
+GrpcWorkerGroupOptions MakeWorkerGroupOptions(const ServerSettings& settings) {
+  GrpcWorkerGroupOptions options;
+  options.max_restarts = absl::GetFlag(FLAGS_worker_restart_limit);
+  options.restart_window = absl::Seconds(absl::GetFlag(FLAGS_worker_restart_window));
+  options.restart_start_timeout = absl::Seconds(absl::GetFlag(FLAGS_worker_start_timeout));
+  options.rendezvous_host = absl::GetFlag(FLAGS_rendezvous_host);
+  options.rendezvous_port = settings.rendezvous_port;
+  options.collective_timeout = absl::Seconds(settings.collective_timeout);
+  return options;
+}
+
+// Workers started elsewhere (--worker-addresses): they prove nothing about
+// themselves but the secret and, with TLS, their certificates.
+absl::StatusOr<std::unique_ptr<GrpcWorkerGroup>> ConnectWorkers(const std::string& addresses,
+                                                                int world_size,
+                                                                GrpcWorkerGroupOptions options) {
+  std::vector<std::string> list = absl::StrSplit(addresses, ',', absl::SkipEmpty());
+  if (static_cast<int>(list.size()) != world_size) {
+    return absl::InvalidArgumentError(absl::StrCat("--worker-addresses has ", list.size(),
+                                                   " entries for --tensor-parallel-size ",
+                                                   world_size));
   }
+  const std::string secret_file = absl::GetFlag(FLAGS_worker_secret_file);
+  if (secret_file.empty()) {
+    return absl::InvalidArgumentError("--worker-addresses needs --worker-secret-file");
+  }
+  absl::StatusOr<std::string> secret = ReadWorkerSecretFile(secret_file);
+  if (!secret.ok()) return secret.status();
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials = MakeChannelCredentials(
+      TlsFiles{absl::GetFlag(FLAGS_worker_ssl_certfile), absl::GetFlag(FLAGS_worker_ssl_keyfile),
+               absl::GetFlag(FLAGS_worker_ssl_ca_certs)},
+      "--worker-");
+  if (!credentials.ok()) return credentials.status();
+  options.connect_credentials = *credentials;
+  return GrpcWorkerGroup::Connect(
+      list, *secret, absl::Seconds(absl::GetFlag(FLAGS_worker_start_timeout)), options);
+}
 
-  // Workers.
-  GrpcWorkerGroupOptions worker_options;
-  worker_options.max_restarts = absl::GetFlag(FLAGS_worker_restart_limit);
-  worker_options.restart_window = absl::Seconds(absl::GetFlag(FLAGS_worker_restart_window));
-  worker_options.restart_start_timeout = absl::Seconds(absl::GetFlag(FLAGS_worker_start_timeout));
-  worker_options.rendezvous_host = absl::GetFlag(FLAGS_rendezvous_host);
-  worker_options.rendezvous_port = rendezvous_port;
-  worker_options.collective_timeout = absl::Seconds(collective_timeout);
-  std::unique_ptr<GrpcWorkerGroup> workers;
+// Workers this server spawns and owns; their pids go to stdout for launchers.
+absl::StatusOr<std::unique_ptr<GrpcWorkerGroup>> LaunchWorkers(
+    int world_size, const GrpcWorkerGroupOptions& options) {
+  std::string binary = absl::GetFlag(FLAGS_worker_binary);
+  if (binary.empty()) binary = DefaultWorkerBinary();
+  absl::StatusOr<std::unique_ptr<GrpcWorkerGroup>> workers = GrpcWorkerGroup::Launch(
+      binary, world_size, absl::Seconds(absl::GetFlag(FLAGS_worker_start_timeout)), options);
+  if (!workers.ok()) return workers.status();
+  std::cout << "PAGODA_WORKER_PIDS " << absl::StrJoin((*workers)->worker_pids(), ",") << std::endl;
+  return workers;
+}
+
+absl::StatusOr<std::unique_ptr<GrpcWorkerGroup>> StartWorkers(const ServerSettings& settings) {
+  const GrpcWorkerGroupOptions options = MakeWorkerGroupOptions(settings);
   const std::string addresses = absl::GetFlag(FLAGS_worker_addresses);
-  if (!addresses.empty()) {
-    std::vector<std::string> list = absl::StrSplit(addresses, ',', absl::SkipEmpty());
-    if (static_cast<int>(list.size()) != world_size) {
-      return absl::InvalidArgumentError(absl::StrCat("--worker-addresses has ", list.size(),
-                                                     " entries for --tensor-parallel-size ",
-                                                     world_size));
-    }
-    const std::string secret_file = absl::GetFlag(FLAGS_worker_secret_file);
-    if (secret_file.empty()) {
-      return absl::InvalidArgumentError("--worker-addresses needs --worker-secret-file");
-    }
-    absl::StatusOr<std::string> secret = ReadWorkerSecretFile(secret_file);
-    if (!secret.ok()) return secret.status();
-    absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
-        MakeChannelCredentials(TlsFiles{absl::GetFlag(FLAGS_worker_ssl_certfile),
-                                        absl::GetFlag(FLAGS_worker_ssl_keyfile),
-                                        absl::GetFlag(FLAGS_worker_ssl_ca_certs)},
-                               "--worker-");
-    if (!credentials.ok()) return credentials.status();
-    worker_options.connect_credentials = *credentials;
-    absl::StatusOr<std::unique_ptr<GrpcWorkerGroup>> connected = GrpcWorkerGroup::Connect(
-        list, *secret, absl::Seconds(absl::GetFlag(FLAGS_worker_start_timeout)), worker_options);
-    if (!connected.ok()) return connected.status();
-    workers = *std::move(connected);
-  } else {
-    std::string binary = absl::GetFlag(FLAGS_worker_binary);
-    if (binary.empty()) binary = DefaultWorkerBinary();
-    absl::StatusOr<std::unique_ptr<GrpcWorkerGroup>> launched =
-        GrpcWorkerGroup::Launch(binary, world_size,
-                                absl::Seconds(absl::GetFlag(FLAGS_worker_start_timeout)), worker_options);
-    if (!launched.ok()) return launched.status();
-    workers = *std::move(launched);
-    std::cout << "PAGODA_WORKER_PIDS " << absl::StrJoin(workers->worker_pids(), ",") << std::endl;
-  }
+  if (!addresses.empty()) return ConnectWorkers(addresses, settings.world_size, options);
+  return LaunchWorkers(settings.world_size, options);
+}
 
+pagoda::worker::v1::LoadModelRequest MakeLoadModelRequest(const ServerSettings& settings) {
   pagoda::worker::v1::LoadModelRequest load;
-  load.set_model_dir(std::filesystem::absolute(model_dir).string());
-  load.set_world_size(world_size);
-  load.set_block_size(block_size);
+  load.set_model_dir(std::filesystem::absolute(settings.model_dir).string());
+  load.set_world_size(settings.world_size);
+  load.set_block_size(settings.block_size);
   load.set_device(absl::GetFlag(FLAGS_device));
   load.set_kv_cache_memory_bytes(
       static_cast<int64_t>(absl::GetFlag(FLAGS_cpu_kv_cache_space) * kGiB));
   load.set_gpu_memory_utilization(static_cast<float>(absl::GetFlag(FLAGS_gpu_memory_utilization)));
-  load.set_max_num_batched_tokens(max_num_batched_tokens);
+  load.set_max_num_batched_tokens(settings.max_num_batched_tokens);
   load.set_max_num_seqs(absl::GetFlag(FLAGS_max_num_seqs));
   load.set_dtype(absl::GetFlag(FLAGS_dtype));
   load.set_kv_cache_dtype(absl::GetFlag(FLAGS_kv_cache_dtype));
   load.set_cpu_threads(absl::GetFlag(FLAGS_cpu_threads));
   load.set_enforce_eager(absl::GetFlag(FLAGS_enforce_eager));
-  absl::StatusOr<pagoda::worker::v1::LoadModelResponse> loaded = workers->LoadModel(load);
+  return load;
+}
+
+// Has the workers load the model, then gives them the KV cache their
+// profiling (or --num-gpu-blocks-override) and --swap-space allow.
+absl::StatusOr<WorkerCache> LoadModelOnWorkers(const ServerSettings& settings,
+                                               GrpcWorkerGroup& workers) {
+  absl::StatusOr<pagoda::worker::v1::LoadModelResponse> loaded =
+      workers.LoadModel(MakeLoadModelRequest(settings));
   if (!loaded.ok()) return loaded.status();
+  WorkerCache cache;
+  cache.max_model_len = settings.max_model_len;
   // A worker may serve shorter contexts than the model (CUDA: its rotary
   // table's bound): an explicit --max-model-len past that is an error, the
   // default is cut to it.
-  if (const int limit = loaded->max_model_len(); limit > 0 && max_model_len > limit) {
+  if (const int limit = loaded->max_model_len(); limit > 0 && cache.max_model_len > limit) {
     if (absl::GetFlag(FLAGS_max_model_len) > 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--max-model-len ", max_model_len, " exceeds the ", limit,
-          " tokens the workers serve on --device ", absl::GetFlag(FLAGS_device)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--max-model-len ", cache.max_model_len, " exceeds the ", limit,
+                       " tokens the workers serve on --device ", absl::GetFlag(FLAGS_device)));
     }
-    LOG(WARNING) << "max_model_len " << max_model_len << " cut to the workers' " << limit;
-    max_model_len = limit;
+    LOG(WARNING) << "max_model_len " << cache.max_model_len << " cut to the workers' " << limit;
+    cache.max_model_len = limit;
   }
   if (!loaded->device_name().empty()) LOG(INFO) << "workers run on " << loaded->device_name();
-  int num_gpu_blocks = absl::GetFlag(FLAGS_num_gpu_blocks_override);
-  if (num_gpu_blocks <= 0) num_gpu_blocks = loaded->num_gpu_blocks();
-  if (num_gpu_blocks <= 0) {
+  cache.num_gpu_blocks = absl::GetFlag(FLAGS_num_gpu_blocks_override);
+  if (cache.num_gpu_blocks <= 0) cache.num_gpu_blocks = loaded->num_gpu_blocks();
+  if (cache.num_gpu_blocks <= 0) {
     return absl::ResourceExhaustedError(
         "no KV blocks fit the memory budget; raise "
         "--cpu-kv-cache-space / --gpu-memory-utilization");
   }
-  const int num_cpu_blocks =
+  cache.num_cpu_blocks =
       loaded->bytes_per_block() > 0
           ? static_cast<int>(absl::GetFlag(FLAGS_swap_space) * kGiB / loaded->bytes_per_block())
           : 0;
   pagoda::worker::v1::InitCacheRequest init;
-  init.set_num_gpu_blocks(num_gpu_blocks);
-  init.set_num_cpu_blocks(num_cpu_blocks);
-  if (absl::Status status = workers->InitCache(init); !status.ok()) return status;
-  LOG(INFO) << "KV cache: " << num_gpu_blocks << " blocks of " << block_size << " tokens, "
-            << num_cpu_blocks << " swap blocks";
+  init.set_num_gpu_blocks(cache.num_gpu_blocks);
+  init.set_num_cpu_blocks(cache.num_cpu_blocks);
+  if (absl::Status status = workers.InitCache(init); !status.ok()) return status;
+  LOG(INFO) << "KV cache: " << cache.num_gpu_blocks << " blocks of " << settings.block_size
+            << " tokens, " << cache.num_cpu_blocks << " swap blocks";
+  return cache;
+}
 
-  EngineConfig engine_config;
-  engine_config.scheduler.block_size = block_size;
-  engine_config.scheduler.num_gpu_blocks = num_gpu_blocks;
-  engine_config.scheduler.num_cpu_blocks = num_cpu_blocks;
-  engine_config.scheduler.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
-  engine_config.scheduler.max_num_batched_tokens = max_num_batched_tokens;
-  engine_config.scheduler.max_model_len = max_model_len;
-  engine_config.scheduler.preemption_mode = *preemption_mode;
-  engine_config.scheduler.enable_prefix_caching = absl::GetFlag(FLAGS_enable_prefix_caching);
-  engine_config.eos_token_ids.assign(model->eos_token_ids.begin(), model->eos_token_ids.end());
-  engine_config.max_queued_requests = absl::GetFlag(FLAGS_max_queued_requests);
-  Engine engine(engine_config, workers.get(), metrics.get());
-  // Scrapes read the engine's live state, so gauges fall back when idle.
-  if (metrics != nullptr) metrics->SetSnapshotSource([&engine] { return engine.snapshot(); });
-  absl::Cleanup detach_metrics = [&metrics] {  // Runs before `engine` is destroyed.
-    if (metrics != nullptr) metrics->SetSnapshotSource(nullptr);
-  };
-  engine.Start();
+EngineConfig MakeEngineConfig(const ServerSettings& settings, const ModelConfig& model,
+                              const WorkerCache& cache) {
+  EngineConfig config;
+  config.scheduler.block_size = settings.block_size;
+  config.scheduler.num_gpu_blocks = cache.num_gpu_blocks;
+  config.scheduler.num_cpu_blocks = cache.num_cpu_blocks;
+  config.scheduler.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
+  config.scheduler.max_num_batched_tokens = settings.max_num_batched_tokens;
+  config.scheduler.max_model_len = cache.max_model_len;
+  config.scheduler.preemption_mode = settings.preemption_mode;
+  config.scheduler.enable_prefix_caching = absl::GetFlag(FLAGS_enable_prefix_caching);
+  config.eos_token_ids.assign(model.eos_token_ids.begin(), model.eos_token_ids.end());
+  config.max_queued_requests = absl::GetFlag(FLAGS_max_queued_requests);
+  return config;
+}
 
+ModelLimits MakeModelLimits(const ModelFiles& model, int max_model_len) {
   ModelLimits limits;
-  limits.vocab_size = model->vocab_size;
+  limits.vocab_size = model.config.vocab_size;
   limits.max_model_len = max_model_len;
-  limits.bos_token_id = model->bos_token_id;
+  limits.bos_token_id = model.config.bos_token_id;
   // A tokenizer.json knows whether its model starts prompts with BOS (Qwen's
   // config.json names one that its tokenizer never adds).
-  if (*tokenizer != nullptr && (*tokenizer)->bos_token_to_add().has_value()) {
-    limits.bos_token_id = *(*tokenizer)->bos_token_to_add();
+  if (model.tokenizer != nullptr && model.tokenizer->bos_token_to_add().has_value()) {
+    limits.bos_token_id = *model.tokenizer->bos_token_to_add();
   }
-  RequestValidator validator(limits, tokenizer->get(), absl::GetFlag(FLAGS_seed));
+  return limits;
+}
+
+ServedModelInfo MakeServedModelInfo(const ServerSettings& settings, const ModelConfig& model,
+                                    const EngineConfig& engine_config) {
   ServedModelInfo info;
-  info.model_name = model_name;
-  info.vocab_size = model->vocab_size;
-  info.max_model_len = max_model_len;
-  info.block_size = block_size;
-  info.tensor_parallel_size = world_size;
+  info.model_name = settings.model_name;
+  info.vocab_size = model.vocab_size;
+  info.max_model_len = engine_config.scheduler.max_model_len;
+  info.block_size = settings.block_size;
+  info.tensor_parallel_size = settings.world_size;
   info.device = absl::GetFlag(FLAGS_device);
   info.eos_token_ids = engine_config.eos_token_ids;
-  GenerationOptions generation_options;
-  generation_options.api_key = absl::GetFlag(FLAGS_api_key);
-  if (const char* key = std::getenv("PAGODA_API_KEY");
-      generation_options.api_key.empty() && key != nullptr) {
-    generation_options.api_key = key;
-  }
-  generation_options.max_stream_queued_messages = absl::GetFlag(FLAGS_max_stream_queued_messages);
-  if (generation_options.max_stream_queued_messages < 1) {
-    engine.Stop();
-    workers->Shutdown();
-    return absl::InvalidArgumentError("--max-stream-queued-messages must be at least 1");
-  }
-  GenerationService service(info, &engine, &validator, tokenizer->get(), generation_options);
-  FrontendOptions frontend_options;
-  frontend_options.host = absl::GetFlag(FLAGS_host);
-  frontend_options.port = absl::GetFlag(FLAGS_port);
-  frontend_options.max_request_bytes = MaxRequestBytes(limits);
-  frontend_options.ssl_certfile = absl::GetFlag(FLAGS_ssl_certfile);
-  frontend_options.ssl_keyfile = absl::GetFlag(FLAGS_ssl_keyfile);
-  frontend_options.ssl_ca_certs = absl::GetFlag(FLAGS_ssl_ca_certs);
-  absl::StatusOr<std::unique_ptr<FrontendServer>> server =
-      FrontendServer::Start(frontend_options, &service, &engine);
-  if (!server.ok()) {
-    engine.Stop();
-    workers->Shutdown();
-    return server.status();
-  }
-  std::unique_ptr<HttpServer> http;
-  if (const int http_port = absl::GetFlag(FLAGS_http_port); http_port != 0) {
-    HttpServerOptions http_options;
-    http_options.host = absl::GetFlag(FLAGS_host);
-    http_options.port = http_port < 0 ? 0 : http_port;  // -1: the OS picks (tests).
-    http_options.model_name = model_name;
-    http_options.max_model_len = max_model_len;
-    http_options.api_key = generation_options.api_key;
-    absl::StatusOr<std::unique_ptr<HttpServer>> started =
-        HttpServer::Start(http_options, &engine, &validator, tokenizer->get(),
-                          ChatRendererOf(chat_template->get()));
-    if (!started.ok()) {
-      engine.Stop();
-      workers->Shutdown();
-      return started.status();
-    }
-    http = *std::move(started);
-    std::cout << "PAGODA_HTTP_LISTENING " << http->port() << std::endl;
-  }
-  std::cout << "PAGODA_SERVER_LISTENING " << (*server)->port() << std::endl;
-  LOG(INFO) << "serving " << model_name << " on " << absl::GetFlag(FLAGS_host) << ":"
-            << (*server)->port();
+  return info;
+}
 
-  const int signal_number = WaitForStopSignal();
+// --api-key (else PAGODA_API_KEY) and the stream bound, checked by the caller.
+GenerationOptions ReadGenerationOptions() {
+  GenerationOptions options;
+  options.api_key = absl::GetFlag(FLAGS_api_key);
+  if (const char* key = std::getenv("PAGODA_API_KEY"); options.api_key.empty() && key != nullptr) {
+    options.api_key = key;
+  }
+  options.max_stream_queued_messages = absl::GetFlag(FLAGS_max_stream_queued_messages);
+  return options;
+}
+
+absl::StatusOr<std::unique_ptr<FrontendServer>> StartGrpcFrontend(const ModelLimits& limits,
+                                                                  GenerationService* service,
+                                                                  Engine* engine) {
+  FrontendOptions options;
+  options.host = absl::GetFlag(FLAGS_host);
+  options.port = absl::GetFlag(FLAGS_port);
+  options.max_request_bytes = MaxRequestBytes(limits);
+  options.ssl_certfile = absl::GetFlag(FLAGS_ssl_certfile);
+  options.ssl_keyfile = absl::GetFlag(FLAGS_ssl_keyfile);
+  options.ssl_ca_certs = absl::GetFlag(FLAGS_ssl_ca_certs);
+  return FrontendServer::Start(options, service, engine);
+}
+
+// The OpenAI-compatible endpoint, or null when --http-port is 0.
+absl::StatusOr<std::unique_ptr<HttpServer>> StartHttpFrontend(
+    const ServerSettings& settings, const ModelFiles& model, int max_model_len,
+    const std::string& api_key, Engine* engine, RequestValidator* validator) {
+  const int http_port = absl::GetFlag(FLAGS_http_port);
+  if (http_port == 0) return nullptr;
+  HttpServerOptions options;
+  options.host = absl::GetFlag(FLAGS_host);
+  options.port = http_port < 0 ? 0 : http_port;  // -1: the OS picks (tests).
+  options.model_name = settings.model_name;
+  options.max_model_len = max_model_len;
+  options.api_key = api_key;
+  absl::StatusOr<std::unique_ptr<HttpServer>> http = HttpServer::Start(
+      options, engine, validator, model.tokenizer.get(), ChatRendererOf(model.chat_template.get()));
+  if (!http.ok()) return http.status();
+  std::cout << "PAGODA_HTTP_LISTENING " << (*http)->port() << std::endl;
+  return http;
+}
+
+// After SIGTERM/SIGINT: refuse new requests, give those in flight up to
+// --drain-timeout, then stop the engine, the frontends and the workers, in
+// that order (each still serves the one before it).
+void DrainAndStop(int signal_number, Engine& engine, GenerationService& service,
+                  FrontendServer& server, HttpServer* http, GrpcWorkerGroup& workers) {
   const absl::Duration drain_timeout = absl::Seconds(absl::GetFlag(FLAGS_drain_timeout));
   LOG(INFO) << "signal " << signal_number << ": draining (up to " << drain_timeout << ")";
   engine.StopAccepting();
-  (*server)->SetDraining();
+  server.SetDraining();
   if (http != nullptr) http->SetDraining();
   const absl::Time drain_deadline = absl::Now() + drain_timeout;
   if (!engine.WaitUntilIdle(drain_timeout) ||
@@ -473,12 +544,79 @@ absl::Status Serve() {
   LOG(INFO) << "engine stopped; closing the gRPC server";
   // Every Generate call has ended by now; what remains are idle client
   // connections, which gRPC would otherwise wait on until the deadline.
-  (*server)->Shutdown(absl::Milliseconds(500));
+  server.Shutdown(absl::Milliseconds(500));
   if (http != nullptr) http->Shutdown();
   LOG(INFO) << "gRPC server closed; stopping the workers";
-  workers->Shutdown();
+  workers.Shutdown();
   LOG(INFO) << "stopped";
+}
+
+// Runs the engine and the frontends until a stop signal, then drains.
+absl::Status ServeUntilStopSignal(const ServerSettings& settings, const ModelFiles& model,
+                                  const WorkerCache& cache, ServerMetrics* metrics,
+                                  GrpcWorkerGroup& workers) {
+  const EngineConfig engine_config = MakeEngineConfig(settings, model.config, cache);
+  Engine engine(engine_config, &workers, metrics);
+  // Scrapes read the engine's live state, so gauges fall back when idle.
+  if (metrics != nullptr) metrics->SetSnapshotSource([&engine] { return engine.snapshot(); });
+  absl::Cleanup detach_metrics = [metrics] {  // Runs before `engine` is destroyed.
+    if (metrics != nullptr) metrics->SetSnapshotSource(nullptr);
+  };
+  engine.Start();
+  // A frontend that cannot start ends the server before it ever listened.
+  auto stop_backend = [&engine, &workers] {
+    engine.Stop();
+    workers.Shutdown();
+  };
+
+  const ModelLimits limits = MakeModelLimits(model, cache.max_model_len);
+  RequestValidator validator(limits, model.tokenizer.get(), absl::GetFlag(FLAGS_seed));
+  const GenerationOptions generation_options = ReadGenerationOptions();
+  if (generation_options.max_stream_queued_messages < 1) {
+    stop_backend();
+    return absl::InvalidArgumentError("--max-stream-queued-messages must be at least 1");
+  }
+  GenerationService service(MakeServedModelInfo(settings, model.config, engine_config), &engine,
+                            &validator, model.tokenizer.get(), generation_options);
+  absl::StatusOr<std::unique_ptr<FrontendServer>> server =
+      StartGrpcFrontend(limits, &service, &engine);
+  if (!server.ok()) {
+    stop_backend();
+    return server.status();
+  }
+  absl::StatusOr<std::unique_ptr<HttpServer>> http = StartHttpFrontend(
+      settings, model, cache.max_model_len, generation_options.api_key, &engine, &validator);
+  if (!http.ok()) {
+    stop_backend();
+    return http.status();
+  }
+  std::cout << "PAGODA_SERVER_LISTENING " << (*server)->port() << std::endl;
+  LOG(INFO) << "serving " << settings.model_name << " on " << absl::GetFlag(FLAGS_host) << ":"
+            << (*server)->port();
+
+  const int signal_number = WaitForStopSignal();
+  DrainAndStop(signal_number, engine, service, **server, http->get(), workers);
   return absl::OkStatus();
+}
+
+// Start-up in the order that refuses bad input cheapest first: flags, the
+// model's files, the flags that depend on them, metrics (a busy port is
+// found before any worker starts), the workers and their KV cache, then
+// serving until a stop signal.
+absl::Status Serve() {
+  const std::string model_dir = absl::GetFlag(FLAGS_model);
+  if (absl::Status status = ValidateEarly(model_dir); !status.ok()) return status;
+  absl::StatusOr<ModelFiles> model = LoadModelFiles(model_dir);
+  if (!model.ok()) return model.status();
+  absl::StatusOr<ServerSettings> settings = ParseServerSettings(model_dir, model->config);
+  if (!settings.ok()) return settings.status();
+  absl::StatusOr<std::unique_ptr<ServerMetrics>> metrics = StartMetrics(settings->model_name);
+  if (!metrics.ok()) return metrics.status();
+  absl::StatusOr<std::unique_ptr<GrpcWorkerGroup>> workers = StartWorkers(*settings);
+  if (!workers.ok()) return workers.status();
+  absl::StatusOr<WorkerCache> cache = LoadModelOnWorkers(*settings, **workers);
+  if (!cache.ok()) return cache.status();
+  return ServeUntilStopSignal(*settings, *model, *cache, metrics->get(), **workers);
 }
 
 }  // namespace

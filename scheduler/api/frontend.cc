@@ -97,11 +97,11 @@ pagoda::v1::ModelInfo GenerationService::ModelInfo() const {
   stats->set_prompt_tokens_total(snapshot.prompt_tokens_total);
   stats->set_generation_tokens_total(snapshot.generation_tokens_total);
   stats->set_batched_sequences_total(snapshot.batched_sequences_total);
-  stats->set_schedule_seconds_total(snapshot.schedule_seconds_total);
-  stats->set_worker_rpc_seconds_total(snapshot.worker_rpc_seconds_total);
-  stats->set_forward_seconds_total(snapshot.forward_seconds_total);
-  stats->set_all_reduce_seconds_total(snapshot.all_reduce_seconds_total);
-  stats->set_postprocess_seconds_total(snapshot.postprocess_seconds_total);
+  stats->set_schedule_seconds_total(snapshot.seconds_total.schedule);
+  stats->set_worker_rpc_seconds_total(snapshot.seconds_total.worker_rpc);
+  stats->set_forward_seconds_total(snapshot.seconds_total.forward);
+  stats->set_all_reduce_seconds_total(snapshot.seconds_total.all_reduce);
+  stats->set_postprocess_seconds_total(snapshot.seconds_total.postprocess);
   stats->set_accepting(snapshot.accepting);
   return out;
 }

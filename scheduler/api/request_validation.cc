@@ -71,6 +71,133 @@ absl::Status ValidateSeveralSequences(const pagoda::v1::SamplingParams& sampling
   return absl::OkStatus();
 }
 
+// Bounds that cost nothing to check, so that no later work grows with an
+// oversized input.
+absl::Status CheckInputBounds(const pagoda::v1::GenerateRequest& request,
+                              const ModelLimits& limits) {
+  if (request.request_id().size() > kMaxRequestIdBytes) {
+    return Invalid(absl::StrCat("request_id: at most ", kMaxRequestIdBytes, " bytes, got ",
+                                request.request_id().size()));
+  }
+  if (static_cast<int64_t>(request.prompt().size()) > MaxPromptBytes(limits)) {
+    return Invalid(absl::StrCat("prompt: ", request.prompt().size(),
+                                " bytes of text cannot fit max_model_len ", limits.max_model_len,
+                                " tokens (limit ", MaxPromptBytes(limits), " bytes)"));
+  }
+  if (request.prompt_token_ids_size() > limits.max_model_len) {
+    return Invalid(absl::StrFormat("prompt: %d tokens is longer than max_model_len %d",
+                                   request.prompt_token_ids_size(), limits.max_model_len));
+  }
+  if (request.stopping().stop_token_ids_size() > kMaxStopTokenIds) {
+    return Invalid(absl::StrCat("stopping.stop_token_ids: at most ", kMaxStopTokenIds, ", got ",
+                                request.stopping().stop_token_ids_size()));
+  }
+  return absl::OkStatus();
+}
+
+// The prompt as token ids: exactly one of text (tokenized, BOS first when the
+// model adds one) and token ids (each inside the vocabulary).
+absl::Status ResolvePrompt(const pagoda::v1::GenerateRequest& request, const ModelLimits& limits,
+                           const Tokenizer* tokenizer, std::vector<int32_t>& prompt_token_ids) {
+  const bool has_text = !request.prompt().empty();
+  const bool has_ids = request.prompt_token_ids_size() > 0;
+  if (has_text && has_ids) {
+    return Invalid("prompt: set exactly one of prompt and prompt_token_ids, not both");
+  }
+  if (!has_text && !has_ids) {
+    return Invalid("prompt: empty; set prompt or prompt_token_ids");
+  }
+  if (has_text) {
+    if (tokenizer == nullptr) {
+      return Invalid("prompt: this model has no tokenizer; send prompt_token_ids instead");
+    }
+    absl::StatusOr<std::vector<int>> ids = tokenizer->Encode(request.prompt());
+    if (!ids.ok()) return Invalid(absl::StrCat("prompt: ", ids.status().message()));
+    if (limits.bos_token_id >= 0) prompt_token_ids.push_back(limits.bos_token_id);
+    prompt_token_ids.insert(prompt_token_ids.end(), ids->begin(), ids->end());
+    if (prompt_token_ids.empty()) return Invalid("prompt: tokenizes to no tokens");
+  } else {
+    for (int i = 0; i < request.prompt_token_ids_size(); ++i) {
+      const int32_t id = request.prompt_token_ids(i);
+      if (id < 0 || id >= limits.vocab_size) {
+        return Invalid(absl::StrFormat("prompt_token_ids[%d]: token id %d is outside [0, %d)", i,
+                                       id, limits.vocab_size));
+      }
+    }
+    prompt_token_ids.assign(request.prompt_token_ids().begin(), request.prompt_token_ids().end());
+  }
+  const int prompt_len = static_cast<int>(prompt_token_ids.size());
+  if (prompt_len > limits.max_model_len) {
+    return Invalid(absl::StrFormat("prompt: %d tokens is longer than max_model_len %d", prompt_len,
+                                   limits.max_model_len));
+  }
+  return absl::OkStatus();
+}
+
+// Sampling values and logprobs. Fills `out` except a missing seed, which the
+// validator draws.
+absl::Status ValidateSampling(const pagoda::v1::GenerateRequest& request, SamplingOptions& out) {
+  const pagoda::v1::SamplingParams& sampling = request.sampling();
+  if (!std::isfinite(sampling.temperature()) || sampling.temperature() < 0) {
+    return Invalid(absl::StrCat("sampling.temperature: must be finite and >= 0, got ",
+                                sampling.temperature()));
+  }
+  if (!std::isfinite(sampling.length_penalty())) {
+    return Invalid(
+        absl::StrCat("sampling.length_penalty: must be finite, got ", sampling.length_penalty()));
+  }
+  if (!std::isfinite(sampling.top_p()) || sampling.top_p() < 0 || sampling.top_p() > 1) {
+    return Invalid(
+        absl::StrCat("sampling.top_p: must be in (0, 1] (0 = 1), got ", sampling.top_p()));
+  }
+  if (sampling.top_k() < 0) {
+    return Invalid(absl::StrCat("sampling.top_k: must be >= 0 (0 = off), got ", sampling.top_k()));
+  }
+  if (request.logprobs() < 0 || request.logprobs() > kMaxTopLogprobs) {
+    return Invalid(
+        absl::StrCat("logprobs: must be in [0, ", kMaxTopLogprobs, "], got ", request.logprobs()));
+  }
+  absl::Status several = ValidateSeveralSequences(sampling, out);
+  if (!several.ok()) return several;
+  out.temperature = sampling.temperature();
+  out.top_k = sampling.top_k();
+  out.top_p = sampling.top_p() == 0 ? 1.0f : sampling.top_p();
+  out.num_logprobs = request.logprobs();
+  out.seed = sampling.seed();
+  return absl::OkStatus();
+}
+
+// Token budget, stop token ids and stop strings (matched on the text, so
+// only with a tokenizer). Fills the stopping fields of `out`.
+absl::Status ValidateStopping(const pagoda::v1::StoppingCriteria& stopping,
+                              const ModelLimits& limits, bool has_tokenizer,
+                              ValidatedRequest& out) {
+  if (stopping.max_tokens() < 0) {
+    return Invalid(absl::StrCat("stopping.max_tokens: must be >= 0 (0 = ", kDefaultMaxTokens,
+                                "), got ", stopping.max_tokens()));
+  }
+  out.stopping.max_tokens = stopping.max_tokens() == 0 ? kDefaultMaxTokens : stopping.max_tokens();
+  if (stopping.min_tokens() < 0 || stopping.min_tokens() > out.stopping.max_tokens) {
+    return Invalid(absl::StrCat("stopping.min_tokens: must be in [0, max_tokens = ",
+                                out.stopping.max_tokens, "], got ", stopping.min_tokens()));
+  }
+  out.stopping.min_tokens = stopping.min_tokens();
+  for (int i = 0; i < stopping.stop_token_ids_size(); ++i) {
+    const int32_t id = stopping.stop_token_ids(i);
+    if (id < 0 || id >= limits.vocab_size) {
+      return Invalid(absl::StrFormat("stopping.stop_token_ids[%d]: token id %d is outside [0, %d)",
+                                     i, id, limits.vocab_size));
+    }
+    out.stopping.stop_token_ids.push_back(id);
+  }
+  out.stopping.ignore_eos = stopping.ignore_eos();
+  out.stop_strings.assign(stopping.stop().begin(), stopping.stop().end());
+  absl::Status stop_strings = CheckStopStrings(out.stop_strings, has_tokenizer, "stopping.stop");
+  if (!stop_strings.ok()) return stop_strings;
+  out.include_stop_str_in_output = stopping.include_stop_str_in_output();
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int64_t MaxPromptBytes(const ModelLimits& limits) {
@@ -93,130 +220,29 @@ uint64_t RequestValidator::NextRandom() {
 
 absl::StatusOr<ValidatedRequest> RequestValidator::Validate(
     const pagoda::v1::GenerateRequest& request) {
+  if (absl::Status bounds = CheckInputBounds(request, limits_); !bounds.ok()) return bounds;
   ValidatedRequest out;
-
-  // Cheap bounds first, before any work that grows with the input.
-  if (request.request_id().size() > kMaxRequestIdBytes) {
-    return Invalid(absl::StrCat("request_id: at most ", kMaxRequestIdBytes, " bytes, got ",
-                                request.request_id().size()));
+  absl::Status prompt = ResolvePrompt(request, limits_, tokenizer_, out.prompt_token_ids);
+  if (!prompt.ok()) return prompt;
+  if (absl::Status sampling = ValidateSampling(request, out.sampling); !sampling.ok()) {
+    return sampling;
   }
-  if (static_cast<int64_t>(request.prompt().size()) > MaxPromptBytes(limits_)) {
-    return Invalid(absl::StrCat("prompt: ", request.prompt().size(),
-                                " bytes of text cannot fit max_model_len ", limits_.max_model_len,
-                                " tokens (limit ", MaxPromptBytes(limits_), " bytes)"));
-  }
-  if (request.prompt_token_ids_size() > limits_.max_model_len) {
-    return Invalid(absl::StrFormat("prompt: %d tokens is longer than max_model_len %d",
-                                   request.prompt_token_ids_size(), limits_.max_model_len));
-  }
-  if (request.stopping().stop_token_ids_size() > kMaxStopTokenIds) {
-    return Invalid(absl::StrCat("stopping.stop_token_ids: at most ", kMaxStopTokenIds, ", got ",
-                                request.stopping().stop_token_ids_size()));
-  }
-
-  // Prompt: exactly one of text and token ids.
-  const bool has_text = !request.prompt().empty();
-  const bool has_ids = request.prompt_token_ids_size() > 0;
-  if (has_text && has_ids) {
-    return Invalid("prompt: set exactly one of prompt and prompt_token_ids, not both");
-  }
-  if (!has_text && !has_ids) {
-    return Invalid("prompt: empty; set prompt or prompt_token_ids");
-  }
-  if (has_text) {
-    if (tokenizer_ == nullptr) {
-      return Invalid("prompt: this model has no tokenizer; send prompt_token_ids instead");
-    }
-    absl::StatusOr<std::vector<int>> ids = tokenizer_->Encode(request.prompt());
-    if (!ids.ok()) return Invalid(absl::StrCat("prompt: ", ids.status().message()));
-    if (limits_.bos_token_id >= 0) out.prompt_token_ids.push_back(limits_.bos_token_id);
-    out.prompt_token_ids.insert(out.prompt_token_ids.end(), ids->begin(), ids->end());
-    if (out.prompt_token_ids.empty()) return Invalid("prompt: tokenizes to no tokens");
-  } else {
-    for (int i = 0; i < request.prompt_token_ids_size(); ++i) {
-      const int32_t id = request.prompt_token_ids(i);
-      if (id < 0 || id >= limits_.vocab_size) {
-        return Invalid(absl::StrFormat("prompt_token_ids[%d]: token id %d is outside [0, %d)", i,
-                                       id, limits_.vocab_size));
-      }
-    }
-    out.prompt_token_ids.assign(request.prompt_token_ids().begin(),
-                                request.prompt_token_ids().end());
-  }
-  const int prompt_len = static_cast<int>(out.prompt_token_ids.size());
-  if (prompt_len > limits_.max_model_len) {
-    return Invalid(absl::StrFormat("prompt: %d tokens is longer than max_model_len %d", prompt_len,
-                                   limits_.max_model_len));
-  }
-
-  // Sampling.
-  const pagoda::v1::SamplingParams& sampling = request.sampling();
-  if (!std::isfinite(sampling.temperature()) || sampling.temperature() < 0) {
-    return Invalid(absl::StrCat("sampling.temperature: must be finite and >= 0, got ",
-                                sampling.temperature()));
-  }
-  if (!std::isfinite(sampling.length_penalty())) {
-    return Invalid(
-        absl::StrCat("sampling.length_penalty: must be finite, got ", sampling.length_penalty()));
-  }
-  if (!std::isfinite(sampling.top_p()) || sampling.top_p() < 0 || sampling.top_p() > 1) {
-    return Invalid(
-        absl::StrCat("sampling.top_p: must be in (0, 1] (0 = 1), got ", sampling.top_p()));
-  }
-  if (sampling.top_k() < 0) {
-    return Invalid(absl::StrCat("sampling.top_k: must be >= 0 (0 = off), got ", sampling.top_k()));
-  }
-  if (request.logprobs() < 0 || request.logprobs() > kMaxTopLogprobs) {
-    return Invalid(
-        absl::StrCat("logprobs: must be in [0, ", kMaxTopLogprobs, "], got ", request.logprobs()));
-  }
-  absl::Status several = ValidateSeveralSequences(sampling, out.sampling);
-  if (!several.ok()) return several;
-  out.sampling.temperature = sampling.temperature();
-  out.sampling.top_k = sampling.top_k();
-  out.sampling.top_p = sampling.top_p() == 0 ? 1.0f : sampling.top_p();
-  out.sampling.num_logprobs = request.logprobs();
-  out.sampling.seed = sampling.seed();
   while (out.sampling.seed == 0) out.sampling.seed = NextRandom();
-
-  // Stopping.
-  const pagoda::v1::StoppingCriteria& stopping = request.stopping();
-  if (stopping.max_tokens() < 0) {
-    return Invalid(absl::StrCat("stopping.max_tokens: must be >= 0 (0 = ", kDefaultMaxTokens,
-                                "), got ", stopping.max_tokens()));
-  }
-  out.stopping.max_tokens = stopping.max_tokens() == 0 ? kDefaultMaxTokens : stopping.max_tokens();
-  if (stopping.min_tokens() < 0 || stopping.min_tokens() > out.stopping.max_tokens) {
-    return Invalid(absl::StrCat("stopping.min_tokens: must be in [0, max_tokens = ",
-                                out.stopping.max_tokens, "], got ", stopping.min_tokens()));
-  }
-  out.stopping.min_tokens = stopping.min_tokens();
-  for (int i = 0; i < stopping.stop_token_ids_size(); ++i) {
-    const int32_t id = stopping.stop_token_ids(i);
-    if (id < 0 || id >= limits_.vocab_size) {
-      return Invalid(absl::StrFormat("stopping.stop_token_ids[%d]: token id %d is outside [0, %d)",
-                                     i, id, limits_.vocab_size));
-    }
-    out.stopping.stop_token_ids.push_back(id);
-  }
-  out.stopping.ignore_eos = stopping.ignore_eos();
-  out.stop_strings.assign(stopping.stop().begin(), stopping.stop().end());
-  absl::Status stop_strings =
-      CheckStopStrings(out.stop_strings, tokenizer_ != nullptr, "stopping.stop");
-  if (!stop_strings.ok()) return stop_strings;
-  out.include_stop_str_in_output = stopping.include_stop_str_in_output();
-
+  absl::Status stopping = ValidateStopping(request.stopping(), limits_, tokenizer_ != nullptr, out);
+  if (!stopping.ok()) return stopping;
   out.request_id = request.request_id();
-  if (out.request_id.empty()) {
-    uint64_t number;
-    {
-      absl::MutexLock lock(&mu_);
-      number = next_request_number_++;
-    }
-    // The random part keeps ids unique across server restarts.
-    out.request_id = absl::StrFormat("req-%d-%016x", number, NextRandom());
-  }
+  if (out.request_id.empty()) out.request_id = NewRequestId();
   return out;
+}
+
+std::string RequestValidator::NewRequestId() {
+  uint64_t number;
+  {
+    absl::MutexLock lock(&mu_);
+    number = next_request_number_++;
+  }
+  // The random part keeps ids unique across server restarts.
+  return absl::StrFormat("req-%d-%016x", number, NextRandom());
 }
 
 }  // namespace pagoda::scheduler

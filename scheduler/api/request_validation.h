@@ -73,6 +73,8 @@ class RequestValidator {
 
  private:
   uint64_t NextRandom();
+  // "req-<number>-<random>" for a request that brings no id.
+  std::string NewRequestId();
 
   const ModelLimits limits_;
   const Tokenizer* const tokenizer_;

@@ -71,20 +71,14 @@ void Prune(Sequence* seq, Scheduler& scheduler) {
   scheduler.FreeSequence(seq);
 }
 
-}  // namespace
+using BeamSamples = std::vector<std::pair<Sequence*, GeneratedToken>>;
+// The candidates each continuing beam extends by, in rank order.
+using ContinuingBeams = absl::flat_hash_map<Sequence*, std::vector<const Candidate*>>;
 
-double BeamScore(const SequenceGroup& group, const Sequence& seq) {
-  int length = seq.length();
-  if (seq.status() == SequenceStatus::kFinishedStopped) --length;  // Ended by its stop token.
-  return seq.cumulative_logprob() /
-         std::pow(static_cast<double>(length), group.sampling().length_penalty);
-}
-
-void AdvanceBeams(SequenceGroup& group,
-                  const std::vector<std::pair<Sequence*, GeneratedToken>>& samples,
-                  const std::vector<int32_t>& eos_token_ids, int max_model_len,
-                  Scheduler& scheduler) {
-  const int width = group.sampling().best_of;
+// Every beam's top tokens as extensions, the best 2 x `width` by cumulative
+// logprob first: even if up to `width` of them end the search as finished
+// hypotheses, `width` remain to continue.
+std::vector<Candidate> BestCandidates(const BeamSamples& samples, int width) {
   std::vector<Candidate> candidates;
   for (const auto& [beam, sampled] : samples) {
     for (const TopLogprob& top : sampled.top) {
@@ -99,9 +93,16 @@ void AdvanceBeams(SequenceGroup& group,
                             std::make_tuple(a.cumulative, b.parent->index_in_group(), b.token_id);
                    });
   if (static_cast<int>(candidates.size()) > 2 * width) candidates.resize(2 * width);
+  return candidates;
+}
 
+// Candidates that end in a stop token become finished hypotheses at once;
+// the best `width` others continue. Returns the continuing ones by parent.
+ContinuingBeams FinishOrContinue(SequenceGroup& group, const std::vector<Candidate>& candidates,
+                                 const std::vector<int32_t>& eos_token_ids, int width,
+                                 Scheduler& scheduler) {
   // Finished hypotheses need no blocks: a plain copy of the parent.
-  absl::flat_hash_map<Sequence*, std::vector<const Candidate*>> continuing;
+  ContinuingBeams continuing;
   int num_continuing = 0;
   for (const Candidate& candidate : candidates) {
     Sequence& parent = *candidate.parent;
@@ -114,6 +115,14 @@ void AdvanceBeams(SequenceGroup& group,
       ++num_continuing;
     }
   }
+  return continuing;
+}
+
+// Appends each continuing candidate to its beam (forked once per extra
+// candidate), prunes the beams nobody extends, and finishes those that
+// reach max_tokens or `max_model_len`.
+void ExtendBeams(SequenceGroup& group, const BeamSamples& samples,
+                 const ContinuingBeams& continuing, int max_model_len, Scheduler& scheduler) {
   // Fork before appending: a child takes the parent's tokens so far.
   for (const auto& [beam, unused] : samples) {
     auto it = continuing.find(beam);
@@ -134,7 +143,12 @@ void AdvanceBeams(SequenceGroup& group,
       }
     }
   }
+}
 
+// Keeps the best `width` hypotheses and prunes every running beam once the
+// search is over: `width` hypotheses and early_stopping, or no running beam
+// that could still beat the worst kept one.
+void EndSearchIfDone(SequenceGroup& group, int width, Scheduler& scheduler) {
   const std::vector<Sequence*> finished = KeepBestFinished(group, width);
   std::vector<Sequence*> running = WithStatus(group, &IsRunning);
   if (static_cast<int>(finished.size()) < width || running.empty()) return;
@@ -148,6 +162,27 @@ void AdvanceBeams(SequenceGroup& group,
   if (done) {
     for (Sequence* beam : running) Prune(beam, scheduler);
   }
+}
+
+}  // namespace
+
+double BeamScore(const SequenceGroup& group, const Sequence& seq) {
+  int length = seq.length();
+  if (seq.status() == SequenceStatus::kFinishedStopped) --length;  // Ended by its stop token.
+  return seq.cumulative_logprob() /
+         std::pow(static_cast<double>(length), group.sampling().length_penalty);
+}
+
+void AdvanceBeams(SequenceGroup& group, const BeamSamples& samples,
+                  const std::vector<int32_t>& eos_token_ids, int max_model_len,
+                  Scheduler& scheduler) {
+  const int width = group.sampling().best_of;
+  // `continuing` points into `candidates`.
+  const std::vector<Candidate> candidates = BestCandidates(samples, width);
+  const ContinuingBeams continuing =
+      FinishOrContinue(group, candidates, eos_token_ids, width, scheduler);
+  ExtendBeams(group, samples, continuing, max_model_len, scheduler);
+  EndSearchIfDone(group, width, scheduler);
 }
 
 }  // namespace pagoda::scheduler

@@ -219,11 +219,45 @@ void Engine::ApplyAborts(const std::vector<Abort>& aborts) {
   }
 }
 
-bool Engine::Step() {
-  const absl::Time step_start = absl::Now();
-  SchedulerOutput output = scheduler_->Schedule();
-  const absl::Time scheduled_at = absl::Now();
+// Clock readings of one step, for its StepRecord.
+struct Engine::StepClock {
+  absl::Time start;
+  absl::Time scheduled;  // Schedule() returned.
+  absl::Time rpc_start;  // The plan went to the workers.
+  absl::Time rpc_end;    // Their answer came back.
+  absl::Time end;        // Outputs processed.
+};
 
+// What the workers returned for a plan, mapped onto the scheduled entries.
+struct Engine::ExecutedStep {
+  pagoda::worker::v1::StepResult result;
+  std::vector<GeneratedToken> sampled;
+};
+
+bool Engine::Step() {
+  StepClock clock;
+  clock.start = absl::Now();
+  SchedulerOutput output = ScheduleBatch(&clock);
+  if (output.empty()) {
+    PublishSnapshot(nullptr);
+    return !output.ignored.empty();
+  }
+  const pagoda::worker::v1::StepPlan plan = BuildPlan(output);
+  absl::StatusOr<ExecutedStep> executed = ExecutePlan(plan, output, &clock);
+  if (!executed.ok()) {
+    HandleStepFailure(plan.step_id(), executed.status());
+    PublishSnapshot(nullptr);
+    return true;
+  }
+  const int generated = ProcessOutputs(output, executed->sampled);
+  clock.end = absl::Now();
+  PublishStep(plan.step_id(), output, executed->result, generated, clock);
+  return true;
+}
+
+SchedulerOutput Engine::ScheduleBatch(StepClock* clock) {
+  SchedulerOutput output = scheduler_->Schedule();
+  clock->scheduled = absl::Now();
   for (std::unique_ptr<SequenceGroup>& group : output.ignored) {
     const int prompt_len = group->seqs().empty() ? 0 : group->seqs()[0]->num_prompt_tokens();
     FinishRequest(
@@ -235,53 +269,63 @@ bool Engine::Step() {
             config_.scheduler.max_num_batched_tokens, ")")),
         "error");
   }
-  if (output.empty()) {
-    PublishSnapshot(nullptr);
-    return !output.ignored.empty();
-  }
-
   for (const ScheduledSequence& scheduled : output.scheduled) {
     auto it = requests_.find(scheduled.group->request_id());
     if (it != requests_.end() && it->second->record.first_scheduled_time == absl::InfinitePast()) {
-      it->second->record.first_scheduled_time = scheduled_at;
+      it->second->record.first_scheduled_time = clock->scheduled;
     }
   }
+  return output;
+}
 
-  const pagoda::worker::v1::StepPlan plan =
-      BuildStepPlan(next_step_id_++, output, scheduler_->block_manager());
-  const absl::Time rpc_start = absl::Now();
+pagoda::worker::v1::StepPlan Engine::BuildPlan(const SchedulerOutput& output) {
+  return BuildStepPlan(next_step_id_++, output, scheduler_->block_manager());
+}
+
+absl::StatusOr<Engine::ExecutedStep> Engine::ExecutePlan(const pagoda::worker::v1::StepPlan& plan,
+                                                         const SchedulerOutput& output,
+                                                         StepClock* clock) {
+  clock->rpc_start = absl::Now();
   absl::StatusOr<pagoda::worker::v1::StepResult> result = workers_->ExecuteStep(plan);
-  const absl::Time rpc_end = absl::Now();
-  absl::StatusOr<std::vector<GeneratedToken>> sampled =
-      result.ok() ? ExtractSampledTokens(*result, output)
-                  : absl::StatusOr<std::vector<GeneratedToken>>(result.status());
-  if (!sampled.ok()) {
-    if (!workers_->Healthy() || absl::IsUnavailable(sampled.status())) {
-      LOG(ERROR) << "step " << plan.step_id() << ": workers failed: " << sampled.status();
-      if (!RecoverWorkers()) FailForGood(sampled.status());  // recovery.cc
-    } else {
-      // The workers rejected the plan and kept their state (a server bug, not
-      // a dead worker). The step's bookkeeping cannot be trusted, so the
-      // requests in flight fail; the engine goes on serving new ones.
-      LOG(ERROR) << "step " << plan.step_id()
-                 << " rejected; failing the requests in flight: " << sampled.status();
-      // Requests that arrived during the step were not part of it: they stay
-      // queued for the next one.
-      FailAll(absl::InternalError(absl::StrCat("step failed: ", sampled.status().message())),
-              /*include_queued=*/false);
-    }
-    PublishSnapshot(nullptr);
-    return true;
-  }
+  clock->rpc_end = absl::Now();
+  if (!result.ok()) return result.status();
+  absl::StatusOr<std::vector<GeneratedToken>> sampled = ExtractSampledTokens(*result, output);
+  if (!sampled.ok()) return sampled.status();
+  return ExecutedStep{*std::move(result), *std::move(sampled)};
+}
 
+void Engine::HandleStepFailure(int64_t step_id, const absl::Status& status) {
+  if (!workers_->Healthy() || absl::IsUnavailable(status)) {
+    LOG(ERROR) << "step " << step_id << ": workers failed: " << status;
+    if (!RecoverWorkers()) FailForGood(status);  // recovery.cc
+    return;
+  }
+  // The workers rejected the plan and kept their state (a server bug, not
+  // a dead worker). The step's bookkeeping cannot be trusted, so the
+  // requests in flight fail; the engine goes on serving new ones.
+  LOG(ERROR) << "step " << step_id << " rejected; failing the requests in flight: " << status;
+  // Requests that arrived during the step were not part of it: they stay
+  // queued for the next one.
+  FailAll(absl::InternalError(absl::StrCat("step failed: ", status.message())),
+          /*include_queued=*/false);
+}
+
+int Engine::ProcessOutputs(const SchedulerOutput& output,
+                           const std::vector<GeneratedToken>& sampled) {
   // Prompt tokens computed this step (read before Process grows the sequences).
   for (const ScheduledSequence& scheduled : output.scheduled) {
     const int prompt_left = scheduled.seq->num_prompt_tokens() - scheduled.start_position;
     if (prompt_left > 0) totals_.prompt_tokens_total += std::min(prompt_left, scheduled.num_tokens);
   }
   const absl::Time now = absl::Now();
-  std::vector<RequestDelta> deltas = output_processor_->Process(output, *sampled);
+  std::vector<RequestDelta> deltas = output_processor_->Process(output, sampled);
   scheduler_->CommitComputedBlocks(output);
+  const int generated = StreamDeltas(deltas, now);
+  FinishCompletedRequests();
+  return generated;
+}
+
+int Engine::StreamDeltas(const std::vector<RequestDelta>& deltas, absl::Time now) {
   int generated = 0;
   for (const RequestDelta& delta : deltas) {
     auto it = requests_.find(delta.request_id);
@@ -299,6 +343,10 @@ bool Engine::Step() {
     generated += new_tokens;
     state.sink->OnDelta(delta);
   }
+  return generated;
+}
+
+void Engine::FinishCompletedRequests() {
   for (std::unique_ptr<SequenceGroup>& group : scheduler_->FreeFinished()) {
     auto it = requests_.find(group->request_id());
     if (it == requests_.end()) continue;
@@ -307,22 +355,25 @@ bool Engine::Step() {
     if (reason.empty()) reason = FinishReasonOf(group->seqs().front()->status());
     FinishRequest(group->request_id(), absl::OkStatus(), reason);
   }
-  const absl::Time step_end = absl::Now();
+}
 
+void Engine::PublishStep(int64_t step_id, const SchedulerOutput& output,
+                         const pagoda::worker::v1::StepResult& result, int generated,
+                         const StepClock& clock) {
   StepRecord step;
-  step.step_id = plan.step_id();
+  step.step_id = step_id;
   step.batch_size = static_cast<int>(output.scheduled.size());
   step.num_batched_tokens = output.num_batched_tokens;
   step.num_preempted = output.num_preempted;
   step.num_generated_tokens = generated;
-  step.schedule_seconds = Seconds(scheduled_at - step_start);
-  step.forward_seconds = result->forward_seconds();
-  step.all_reduce_seconds = result->all_reduce_seconds();
-  step.worker_rpc_seconds = std::max(0.0, Seconds(rpc_end - rpc_start) - step.forward_seconds);
-  step.postprocess_seconds = Seconds(step_end - rpc_end);
-  step.total_seconds = Seconds(step_end - step_start);
+  step.seconds.schedule = Seconds(clock.scheduled - clock.start);
+  step.seconds.forward = result.forward_seconds();
+  step.seconds.all_reduce = result.all_reduce_seconds();
+  step.seconds.worker_rpc =
+      std::max(0.0, Seconds(clock.rpc_end - clock.rpc_start) - step.seconds.forward);
+  step.seconds.postprocess = Seconds(clock.end - clock.rpc_end);
+  step.total_seconds = Seconds(clock.end - clock.start);
   PublishSnapshot(&step);
-  return true;
 }
 
 void Engine::FinishRequest(const std::string& request_id, const absl::Status& status,
@@ -383,11 +434,7 @@ void Engine::PublishSnapshot(const StepRecord* step) {
     totals_.num_preemptions_total += step->num_preempted;
     totals_.generation_tokens_total += step->num_generated_tokens;
     totals_.batched_sequences_total += step->batch_size;
-    totals_.schedule_seconds_total += step->schedule_seconds;
-    totals_.worker_rpc_seconds_total += step->worker_rpc_seconds;
-    totals_.forward_seconds_total += step->forward_seconds;
-    totals_.all_reduce_seconds_total += step->all_reduce_seconds;
-    totals_.postprocess_seconds_total += step->postprocess_seconds;
+    totals_.seconds_total += step->seconds;
   }
   {
     absl::MutexLock lock(&mu_);

@@ -11,11 +11,12 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "scheduler/engine/engine_stats.h"
-#include "scheduler/engine/request_sink.h"
 #include "scheduler/engine/output_processor.h"
+#include "scheduler/engine/request_sink.h"
 #include "scheduler/engine/scheduler.h"
 #include "scheduler/engine/sequence.h"
 #include "scheduler/workers/worker_group.h"
@@ -99,8 +100,42 @@ class Engine {
   // Accepted requests not yet running (see AddRequest).
   int NumQueuedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Loop();
-  // One scheduling iteration. Returns false when there was nothing to run.
+  // One scheduling iteration, nano-vllm's schedule -> run -> postprocess with
+  // the plan made explicit: ScheduleBatch -> BuildPlan -> ExecutePlan ->
+  // ProcessOutputs -> PublishStep. Returns false when there was nothing to run.
   bool Step();
+  struct StepClock;     // Clock readings of one step, for its StepRecord.
+  struct ExecutedStep;  // The workers' result with its samples mapped.
+  // Asks the scheduler for the next batch. Groups it can never schedule fail
+  // here, since no later step would take them either; the batch's requests
+  // get their first-scheduled time (queue-time metric).
+  SchedulerOutput ScheduleBatch(StepClock* clock);
+  // The one message every worker receives, numbered so that server and
+  // worker logs can be matched.
+  pagoda::worker::v1::StepPlan BuildPlan(const SchedulerOutput& output);
+  // Runs the plan on the workers and maps rank 0's samples back onto the
+  // batch. An error is a worker failure or a refused plan (HandleStepFailure
+  // tells them apart).
+  absl::StatusOr<ExecutedStep> ExecutePlan(const pagoda::worker::v1::StepPlan& plan,
+                                           const SchedulerOutput& output, StepClock* clock);
+  // A step that produced no tokens: dead workers are restarted and every
+  // request resumes by recomputation (recovery.cc); a plan that healthy
+  // workers refused fails only the requests in flight.
+  void HandleStepFailure(int64_t step_id, const absl::Status& status);
+  // Appends the sampled tokens (stop checks, forks, beams), streams each
+  // request's new tokens and ends the requests that finished. Returns the
+  // number of tokens generated.
+  int ProcessOutputs(const SchedulerOutput& output, const std::vector<GeneratedToken>& sampled);
+  // Hands each request its new tokens and records when its first one came
+  // (`now`). Returns the number of tokens in `deltas`.
+  int StreamDeltas(const std::vector<RequestDelta>& deltas, absl::Time now);
+  // Frees the groups whose every sequence finished and answers their clients.
+  void FinishCompletedRequests();
+  // Records the step's sizes and timings and publishes the new snapshot, for
+  // snapshot() readers and the metrics observer.
+  void PublishStep(int64_t step_id, const SchedulerOutput& output,
+                   const pagoda::worker::v1::StepResult& result, int generated,
+                   const StepClock& clock);
   void AdmitRequests(std::vector<EngineRequest> requests);
   struct Abort {
     std::string request_id;

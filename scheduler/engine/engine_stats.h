@@ -8,21 +8,36 @@
 
 namespace pagoda::scheduler {
 
-// Timing of one engine iteration. worker_rpc_seconds is the time spent in
+// Where the wall time of engine steps goes: per step in StepRecord, summed
+// over every step in EngineSnapshot. worker_rpc is the time spent in
 // WorkerGroup::ExecuteStep minus the forward time the worker reported, i.e.
 // serialisation, transport and waiting for the slowest rank.
+struct StepSeconds {
+  double schedule = 0;
+  double worker_rpc = 0;
+  double forward = 0;
+  double all_reduce = 0;  // Part of forward (rank 0's).
+  double postprocess = 0;
+
+  StepSeconds& operator+=(const StepSeconds& other) {
+    schedule += other.schedule;
+    worker_rpc += other.worker_rpc;
+    forward += other.forward;
+    all_reduce += other.all_reduce;
+    postprocess += other.postprocess;
+    return *this;
+  }
+};
+
+// Sizes and timing of one engine iteration.
 struct StepRecord {
   int64_t step_id = 0;
   int batch_size = 0;          // Sequences in the step.
   int num_batched_tokens = 0;  // Tokens computed in the step.
   int num_preempted = 0;
   int num_generated_tokens = 0;
-  double schedule_seconds = 0;
-  double worker_rpc_seconds = 0;
-  double forward_seconds = 0;
-  double all_reduce_seconds = 0;  // Part of forward_seconds (rank 0's).
-  double postprocess_seconds = 0;
-  double total_seconds = 0;
+  StepSeconds seconds;
+  double total_seconds = 0;  // The whole step, start of scheduling to outputs processed.
 };
 
 // Life of one finished request, for latency metrics.
@@ -63,11 +78,7 @@ struct EngineSnapshot {
   int64_t prefix_cache_hits_total = 0;
   int64_t generation_tokens_total = 0;
   int64_t batched_sequences_total = 0;
-  double schedule_seconds_total = 0;
-  double worker_rpc_seconds_total = 0;
-  double forward_seconds_total = 0;
-  double all_reduce_seconds_total = 0;
-  double postprocess_seconds_total = 0;
+  StepSeconds seconds_total;
 };
 
 // Receives engine events (metrics). Called on the engine thread; must be

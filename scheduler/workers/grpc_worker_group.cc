@@ -236,6 +236,12 @@ absl::Status GrpcWorkerGroup::CallAllRanks(const char* name, AsyncMethod method,
     if (!healthy_.load()) return absl::UnavailableError(failure_);
   }
 
+  return MergeRankStatuses(name, statuses);
+}
+
+absl::Status GrpcWorkerGroup::MergeRankStatuses(const char* name,
+                                                const std::vector<grpc::Status>& statuses) {
+  const int num_ranks = static_cast<int>(statuses.size());
   int failed_rank = -1;
   for (int rank = 0; rank < num_ranks && failed_rank < 0; ++rank) {
     if (!statuses[rank].ok()) failed_rank = rank;

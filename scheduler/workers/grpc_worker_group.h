@@ -160,6 +160,11 @@ class GrpcWorkerGroup final : public WorkerGroup {
   absl::Status CallAllRanks(const char* name, AsyncMethod method,
                             const std::vector<const Request*>& requests, absl::Duration timeout,
                             std::vector<Response>& responses);
+  // The verdict on one call's per-rank `statuses` (all ranks answered, the
+  // group still healthy): OK if every rank succeeded; the shared error if all
+  // failed alike, since the ranks stay in step; otherwise the ranks diverged,
+  // so the group fails and the answer is UNAVAILABLE.
+  absl::Status MergeRankStatuses(const char* name, const std::vector<grpc::Status>& statuses);
 
   // ExecuteStep of a one-rank group as a blocking call, which the calling
   // thread drives itself: no hand-off to gRPC's callback thread and back,

@@ -94,59 +94,67 @@ void WriteAllToStderr(absl::string_view bytes) {
   }
 }
 
-}  // namespace
+// The descriptors a worker starts with. This process keeps the read end of
+// the child's stdout and its end of the step channel; the child gets the
+// rest, held above kStepFd until the spawn puts them in place.
+struct ChildDescriptors {
+  int stdout_read = -1;
+  int stdout_write = -1;  // Becomes the child's stdout.
+  int secret_read = -1;   // Becomes its kSecretFd.
+  int step_parent = -1;   // Stays here: WorkerProcess::step_fd().
+  int step_child = -1;    // Becomes its kStepFd.
+};
 
-absl::StatusOr<std::unique_ptr<WorkerProcess>> WorkerProcess::Spawn(
-    const std::string& worker_binary, int rank, absl::Duration start_timeout,
-    ExitCallback on_exit) {
-  absl::StatusOr<std::string> secret = GenerateWorkerSecret();
-  if (!secret.ok()) return absl::UnavailableError(secret.status().message());
-  absl::StatusOr<std::string> socket_dir = MakePrivateSocketDir();
-  if (!socket_dir.ok()) return socket_dir.status();
-  auto remove_dir = [&] { std::filesystem::remove_all(*socket_dir); };
-  absl::StatusOr<int> secret_fd = SecretPipe(*secret);
-  if (!secret_fd.ok()) {
-    remove_dir();
-    return secret_fd.status();
-  }
+// Opens the secret pipe, the stdout pipe and the step channel; on failure
+// closes whatever it opened.
+absl::StatusOr<ChildDescriptors> OpenChildDescriptors(const std::string& secret) {
+  absl::StatusOr<int> secret_fd = SecretPipe(secret);
+  if (!secret_fd.ok()) return secret_fd.status();
   int pipe_fds[2];
   if (pipe2(pipe_fds, O_CLOEXEC) != 0) {
     close(*secret_fd);
-    remove_dir();
     return absl::UnavailableError(absl::StrCat("pipe2: ", strerror(errno)));
   }
   // The step channel: [0] stays here, [1] becomes the child's kStepFd.
   int step_fds[2];
-  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, step_fds) == 0) {
-    step_fds[1] = MoveAbove(step_fds[1], kStepFd);
-    *secret_fd = MoveAbove(*secret_fd, kStepFd);
-    if (step_fds[1] < 0 || *secret_fd < 0) {
-      if (step_fds[1] >= 0) close(step_fds[1]);
-      if (*secret_fd >= 0) close(*secret_fd);
-      close(step_fds[0]);
-      close(pipe_fds[0]);
-      close(pipe_fds[1]);
-      remove_dir();
-      return absl::UnavailableError(absl::StrCat("fcntl(F_DUPFD_CLOEXEC): ", strerror(errno)));
-    }
-  } else {
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, step_fds) != 0) {
     close(*secret_fd);
     close(pipe_fds[0]);
     close(pipe_fds[1]);
-    remove_dir();
     return absl::UnavailableError(absl::StrCat("socketpair: ", strerror(errno)));
   }
-  std::vector<std::string> args = {worker_binary,
-                                   "--listen",
-                                   absl::StrCat("unix:", *socket_dir, "/worker.sock"),
-                                   "--rank",
-                                   absl::StrCat(rank),
-                                   "--parent-pid",
-                                   absl::StrCat(getpid()),
-                                   "--secret-fd",
-                                   absl::StrCat(kSecretFd),
-                                   "--step-fd",
-                                   absl::StrCat(kStepFd)};
+  step_fds[1] = MoveAbove(step_fds[1], kStepFd);
+  *secret_fd = MoveAbove(*secret_fd, kStepFd);
+  if (step_fds[1] < 0 || *secret_fd < 0) {
+    if (step_fds[1] >= 0) close(step_fds[1]);
+    if (*secret_fd >= 0) close(*secret_fd);
+    close(step_fds[0]);
+    close(pipe_fds[0]);
+    close(pipe_fds[1]);
+    return absl::UnavailableError(absl::StrCat("fcntl(F_DUPFD_CLOEXEC): ", strerror(errno)));
+  }
+  return ChildDescriptors{pipe_fds[0], pipe_fds[1], *secret_fd, step_fds[0], step_fds[1]};
+}
+
+std::vector<std::string> WorkerArguments(const std::string& worker_binary,
+                                         const std::string& socket_dir, int rank) {
+  return {worker_binary,
+          "--listen",
+          absl::StrCat("unix:", socket_dir, "/worker.sock"),
+          "--rank",
+          absl::StrCat(rank),
+          "--parent-pid",
+          absl::StrCat(getpid()),
+          "--secret-fd",
+          absl::StrCat(kSecretFd),
+          "--step-fd",
+          absl::StrCat(kStepFd)};
+}
+
+// Starts `args` with the child's ends of `fds` in place and nothing else of
+// this process. Returns posix_spawn's error number (0: started, `pid` set).
+int SpawnChild(const std::string& worker_binary, std::vector<std::string> args,
+               const ChildDescriptors& fds, pid_t* pid) {
   std::vector<char*> argv;
   for (std::string& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);
@@ -155,9 +163,9 @@ absl::StatusOr<std::unique_ptr<WorkerProcess>> WorkerProcess::Spawn(
   // are live here) and reports a failed exec as an error.
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], STDOUT_FILENO);
-  posix_spawn_file_actions_adddup2(&actions, *secret_fd, kSecretFd);
-  posix_spawn_file_actions_adddup2(&actions, step_fds[1], kStepFd);
+  posix_spawn_file_actions_adddup2(&actions, fds.stdout_write, STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, fds.secret_read, kSecretFd);
+  posix_spawn_file_actions_adddup2(&actions, fds.step_child, kStepFd);
   // Nothing else of this process (client sockets, model files, other
   // workers' pipes and channels) reaches the worker, whether or not it is
   // close-on-exec.
@@ -172,17 +180,38 @@ absl::StatusOr<std::unique_ptr<WorkerProcess>> WorkerProcess::Spawn(
   sigemptyset(&no_signals);
   posix_spawnattr_setsigmask(&attributes, &no_signals);
   posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGMASK);
-  pid_t pid = 0;
   const int spawn_error =
-      posix_spawn(&pid, worker_binary.c_str(), &actions, &attributes, argv.data(), environ);
+      posix_spawn(pid, worker_binary.c_str(), &actions, &attributes, argv.data(), environ);
   posix_spawnattr_destroy(&attributes);
   posix_spawn_file_actions_destroy(&actions);
-  close(pipe_fds[1]);
-  close(*secret_fd);
-  close(step_fds[1]);
+  return spawn_error;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<WorkerProcess>> WorkerProcess::Spawn(
+    const std::string& worker_binary, int rank, absl::Duration start_timeout,
+    ExitCallback on_exit) {
+  absl::StatusOr<std::string> secret = GenerateWorkerSecret();
+  if (!secret.ok()) return absl::UnavailableError(secret.status().message());
+  absl::StatusOr<std::string> socket_dir = MakePrivateSocketDir();
+  if (!socket_dir.ok()) return socket_dir.status();
+  auto remove_dir = [&] { std::filesystem::remove_all(*socket_dir); };
+  absl::StatusOr<ChildDescriptors> fds = OpenChildDescriptors(*secret);
+  if (!fds.ok()) {
+    remove_dir();
+    return fds.status();
+  }
+  pid_t pid = 0;
+  const int spawn_error =
+      SpawnChild(worker_binary, WorkerArguments(worker_binary, *socket_dir, rank), *fds, &pid);
+  // The child holds its own copies now (or never will).
+  close(fds->stdout_write);
+  close(fds->secret_read);
+  close(fds->step_child);
   if (spawn_error != 0) {
-    close(pipe_fds[0]);
-    close(step_fds[0]);
+    close(fds->stdout_read);
+    close(fds->step_parent);
     remove_dir();
     return absl::UnavailableError(absl::StrCat("cannot start worker rank ", rank, " from '",
                                                worker_binary, "': ", strerror(spawn_error)));
@@ -190,10 +219,10 @@ absl::StatusOr<std::unique_ptr<WorkerProcess>> WorkerProcess::Spawn(
   // Only this object reaps the child, so until then `pid` names it.
   const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
   std::unique_ptr<WorkerProcess> process(
-      new WorkerProcess(rank, pid, pidfd, pipe_fds[0], std::move(on_exit)));
+      new WorkerProcess(rank, pid, pidfd, fds->stdout_read, std::move(on_exit)));
   process->socket_dir_ = *std::move(socket_dir);
   process->secret_ = *std::move(secret);
-  process->step_fd_ = step_fds[0];
+  process->step_fd_ = fds->step_parent;
   absl::Status started = process->ReadEndpoint(start_timeout);
   if (!started.ok()) {
     process->Terminate(kFailedStartGrace);
