@@ -335,8 +335,15 @@ TEST_F(EngineTest, QueueLimitCountsRequestsAdmittedSinceTheLastSnapshot) {
 
 TEST_F(EngineTest, WorkerFailureFailsEverythingWithUnavailable) {
   StartEngine(64);
-  auto a = Submit("a", Prompt(5, 1), 100, nullptr, [this] { workers_->SimulateCrash(); });
+  // The workers crash on a's first token, but not before b is queued: a
+  // crash first would rightly refuse b at admission.
+  absl::Notification b_queued;
+  auto a = Submit("a", Prompt(5, 1), 100, nullptr, [this, &b_queued] {
+    b_queued.WaitForNotification();
+    workers_->SimulateCrash();
+  });
   auto b = Submit("b", Prompt(7, 2), 100);
+  b_queued.Notify();
   ASSERT_TRUE(a->WaitFinished());
   ASSERT_TRUE(b->WaitFinished());
   EXPECT_EQ(a->status().code(), absl::StatusCode::kUnavailable) << a->status();
