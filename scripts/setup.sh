@@ -12,6 +12,7 @@ PACKAGES=(
   python3 python3-numpy python3-grpcio python3-protobuf python3-jinja2
   openssl  # tests make their own TLS certificates
   prometheus procps python3-yaml  # tests only: a real Prometheus, pgrep, YAML checks
+  universal-ctags  # tests only: function lengths for scripts/check_layout.py
 )
 
 missing=()
