@@ -58,6 +58,8 @@ ABSL_FLAG(int, metrics_port, 0, "Prometheus /metrics port; 0 = off, -1 = the OS 
 ABSL_FLAG(int, http_port, 0,
           "OpenAI-compatible HTTP port (/v1/completions, /v1/chat/completions, /v1/models, "
           "/health); 0 = off, -1 = the OS picks one.");
+ABSL_FLAG(int, http_max_connections, 4096,
+          "HTTP connections open at once; one more is answered 503 and closed at once.");
 ABSL_FLAG(std::string, chat_template, "",
           "Jinja chat template file for /v1/chat/completions; default: the model's "
           "chat_template.jinja or tokenizer_config.json chat_template.");
@@ -443,6 +445,8 @@ absl::Status Serve() {
     http_options.model_name = model_name;
     http_options.max_model_len = max_model_len;
     http_options.api_key = generation_options.api_key;
+    http_options.max_connections = absl::GetFlag(FLAGS_http_max_connections);
+    if (metrics != nullptr) http_options.metrics_registry = metrics->registry();
     absl::StatusOr<std::unique_ptr<HttpServer>> started =
         HttpServer::Start(http_options, &engine, &validator, tokenizer->get(),
                           ChatRendererOf(chat_template->get()));
