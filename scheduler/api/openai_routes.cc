@@ -483,8 +483,10 @@ void OpenAiRoutes::Tokenize(const std::string& body_text, std::shared_ptr<HttpEx
       }
       absl::StatusOr<std::vector<int>> ids = tokenizer_->Encode(text);
       if (!ids.ok()) return ids.status();
-      if (request->add_special_tokens && tokenizer_->bos_token_to_add().has_value()) {
-        ids->insert(ids->begin(), *tokenizer_->bos_token_to_add());
+      // BOS exactly as the validator adds it to a text prompt, so that the
+      // count is what a completion's usage will say.
+      if (request->add_special_tokens && validator_->limits().bos_token_id >= 0) {
+        ids->insert(ids->begin(), validator_->limits().bos_token_id);
       }
       json out = {{"count", ids->size()},
                   {"max_model_len", options_.max_model_len},
