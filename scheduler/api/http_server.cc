@@ -170,6 +170,10 @@ class HttpSession : public HttpExchange, public std::enable_shared_from_this<Htt
   void Begin() {
     beast::error_code ignored;
     socket_.set_option(tcp::no_delay(true), ignored);  // Nagle would hold each response's tail.
+    if (core_->options.socket_send_buffer_bytes > 0) {
+      socket_.set_option(asio::socket_base::send_buffer_size(core_->options.socket_send_buffer_bytes),
+                         ignored);
+    }
     ReadRequest();
   }
   // Closes the connection (from Shutdown): on the strand.
@@ -344,7 +348,9 @@ void HttpSession::ReadRequest() {
   phase_ = Phase::kIdle;
   route_.clear();
   status_ = 0;
-  if (core_->routes->draining() || core_->stopping.load()) return Close();
+  // Draining, a connection stays open for its next request, which gets 503
+  // and Connection: close; Shutdown closes those left.
+  if (core_->stopping.load()) return Close();
   // Give back what a large request grew the buffer to.
   if (buffer_.capacity() > kKeptBufferBytes && buffer_.size() < kKeptBufferBytes) {
     beast::flat_buffer fresh(core_->options.max_header_bytes + kReadAheadBytes);

@@ -55,6 +55,10 @@ struct HttpServerOptions {
   // (besides the kernel's socket buffer); past it the client is dropped and
   // its request aborted.
   size_t max_stream_buffer_bytes = 1 << 20;
+  // SO_SNDBUF of each connection; 0 leaves the kernel's autotuning (which
+  // may let a client that stops reading hold a few MiB of kernel memory
+  // before max_stream_buffer_bytes is reached).
+  int socket_send_buffer_bytes = 0;
 
   absl::Duration header_timeout = absl::Seconds(10);  // First byte to the end of the headers.
   absl::Duration body_timeout = absl::Seconds(30);    // End of the headers to the end of the body.
