@@ -3,20 +3,23 @@
 
 #include <memory>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <utility>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "boost/asio/any_io_executor.hpp"
 
 namespace pagoda::scheduler {
 
 // One parsed HTTP request, body read whole (and bounded) by the connection.
 struct HttpRequest {
-  std::string method;  // "GET", "POST", ...
-  std::string path;    // The target without its query string.
+  std::string method;         // "GET", "POST", ...
+  std::string path;           // The target without its query string.
   std::string authorization;  // The Authorization header, "" if absent.
   std::string body;
+  // Holds the body's share of the server's body-bytes budget: keep it as
+  // long as the body (or what it is parsed into) is held.
+  std::shared_ptr<void> budget;
 };
 
 // A response that takes its time (a completion): the connection keeps it

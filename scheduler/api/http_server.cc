@@ -60,22 +60,38 @@ std::chrono::steady_clock::duration ToChrono(absl::Duration duration) {
 
 absl::string_view Reason(int status) {
   switch (status) {
-    case 200: return "OK";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 408: return "Request Timeout";
-    case 409: return "Conflict";
-    case 413: return "Payload Too Large";
-    case 429: return "Too Many Requests";
-    case 431: return "Request Header Fields Too Large";
-    case 499: return "Client Closed Request";
-    case 500: return "Internal Server Error";
-    case 503: return "Service Unavailable";
-    case 504: return "Gateway Timeout";
-    default: return "Unknown";
+    case 200:
+      return "OK";
+    case 400:
+      return "Bad Request";
+    case 401:
+      return "Unauthorized";
+    case 403:
+      return "Forbidden";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 408:
+      return "Request Timeout";
+    case 409:
+      return "Conflict";
+    case 413:
+      return "Payload Too Large";
+    case 429:
+      return "Too Many Requests";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 499:
+      return "Client Closed Request";
+    case 500:
+      return "Internal Server Error";
+    case 503:
+      return "Service Unavailable";
+    case 504:
+      return "Gateway Timeout";
+    default:
+      return "Unknown";
   }
 }
 
@@ -171,8 +187,8 @@ class HttpSession : public HttpExchange, public std::enable_shared_from_this<Htt
     beast::error_code ignored;
     socket_.set_option(tcp::no_delay(true), ignored);  // Nagle would hold each response's tail.
     if (core_->options.socket_send_buffer_bytes > 0) {
-      socket_.set_option(asio::socket_base::send_buffer_size(core_->options.socket_send_buffer_bytes),
-                         ignored);
+      socket_.set_option(
+          asio::socket_base::send_buffer_size(core_->options.socket_send_buffer_bytes), ignored);
     }
     ReadRequest();
   }
@@ -233,18 +249,18 @@ class HttpSession : public HttpExchange, public std::enable_shared_from_this<Htt
   std::optional<http::request_parser<http::string_body>> parser_;
   Phase phase_ = Phase::kIdle;
   bool closed_ = false;
-  bool reading_ = false;       // A read (any kind) is pending.
-  bool writing_ = false;       // A write is pending.
-  bool close_after_ = false;   // Close once the response is written.
-  bool keep_alive_ = true;     // This request's client keeps the connection.
-  bool streaming_ = false;     // An event stream is open.
-  bool response_done_ = false; // The exchange's last bytes are queued.
-  size_t body_reserved_ = 0;   // Of core_->body_bytes.
-  std::string pending_;        // Queued for the next write.
-  std::string writing_bytes_;  // The write in flight.
+  bool reading_ = false;        // A read (any kind) is pending.
+  bool writing_ = false;        // A write is pending.
+  bool close_after_ = false;    // Close once the response is written.
+  bool keep_alive_ = true;      // This request's client keeps the connection.
+  bool streaming_ = false;      // An event stream is open.
+  bool response_done_ = false;  // The exchange's last bytes are queued.
+  size_t body_reserved_ = 0;    // Of core_->body_bytes.
+  std::string pending_;         // Queued for the next write.
+  std::string writing_bytes_;   // The write in flight.
   std::shared_ptr<HttpCall> call_;
-  std::string route_;          // Metrics label of the request being answered.
-  int status_ = 0;             // Its status.
+  std::string route_;  // Metrics label of the request being answered.
+  int status_ = 0;     // Its status.
   absl::Time started_;
 };
 
@@ -267,11 +283,10 @@ void HttpServer::Core::Record(absl::string_view path, int status, absl::Duration
     if (duration == durations.end()) {
       duration = durations
                      .emplace(std::string(path),
-                              &duration_family->Add(
-                                  {{"path", std::string(path)}},
-                                  prometheus::Histogram::BucketBoundaries{
-                                      0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5,
-                                      10, 30, 60, 120}))
+                              &duration_family->Add({{"path", std::string(path)}},
+                                                    prometheus::Histogram::BucketBoundaries{
+                                                        0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                                        0.5, 1, 2.5, 5, 10, 30, 60, 120}))
                      .first;
     }
     histogram = duration->second;
@@ -298,9 +313,10 @@ void HttpServer::Core::Accept() {
       // Refused at once: one non-blocking try at a 503, then closed.
       static const std::string kRefusal = [] {
         const std::string body = ErrorBody(503, "too many connections; retry later");
-        return absl::StrCat("HTTP/1.1 503 Service Unavailable\r\nContent-Type: "
-                            "application/json\r\nContent-Length: ",
-                            body.size(), "\r\nConnection: close\r\n\r\n", body);
+        return absl::StrCat(
+            "HTTP/1.1 503 Service Unavailable\r\nContent-Type: "
+            "application/json\r\nContent-Length: ",
+            body.size(), "\r\nConnection: close\r\n\r\n", body);
       }();
       beast::error_code ignored;
       socket.non_blocking(true, ignored);
@@ -387,12 +403,11 @@ void HttpSession::OnHeader(beast::error_code error) {
   if (closed_) return;
   if (phase_ == Phase::kDone) return error ? Close() : Discard();
   if (error == http::error::header_limit || error == http::error::buffer_overflow) {
-    return RefuseAndClose(431, absl::StrCat("request headers over ",
-                                            core_->options.max_header_bytes, " bytes"));
+    return RefuseAndClose(
+        431, absl::StrCat("request headers over ", core_->options.max_header_bytes, " bytes"));
   }
   if (error == http::error::body_limit) {
-    return RefuseAndClose(413, absl::StrCat("body over ", core_->options.max_body_bytes,
-                                            " bytes"));
+    return RefuseAndClose(413, absl::StrCat("body over ", core_->options.max_body_bytes, " bytes"));
   }
   if (error == http::error::end_of_stream || error == asio::error::eof ||
       error == asio::error::operation_aborted || error == asio::error::connection_reset) {
@@ -406,20 +421,21 @@ void HttpSession::OnHeader(beast::error_code error) {
   size_t fields = 0;
   for (auto it = header.begin(); it != header.end(); ++it) ++fields;
   if (fields > static_cast<size_t>(core_->options.max_header_count)) {
-    return RefuseAndClose(431, absl::StrCat("more than ", core_->options.max_header_count,
-                                            " header fields"));
+    return RefuseAndClose(
+        431, absl::StrCat("more than ", core_->options.max_header_count, " header fields"));
   }
   keep_alive_ = header.keep_alive();
   const absl::string_view method(header.method_string().data(), header.method_string().size());
   const auto authorization = header[http::field::authorization];
   int status = 0;
   if (!core_->routes->Routable(method, path, &status)) {
-    return RefuseAndClose(status, absl::StrCat(method, " ", path, ": ",
-                                               status == 404 ? "no such route" : "method not allowed"));
+    return RefuseAndClose(status,
+                          absl::StrCat(method, " ", path, ": ",
+                                       status == 404 ? "no such route" : "method not allowed"));
   }
   // Checked before the body is read: a refused call costs no body.
-  if (!core_->routes->Authorized(path, absl::string_view(authorization.data(),
-                                                        authorization.size()))) {
+  if (!core_->routes->Authorized(path,
+                                 absl::string_view(authorization.data(), authorization.size()))) {
     return RefuseAndClose(401, "missing or wrong API key: send 'Authorization: Bearer <key>'");
   }
   if (const auto length = parser_->content_length(); length.has_value()) {
@@ -463,8 +479,7 @@ void HttpSession::OnBody(beast::error_code error) {
   if (closed_) return;
   if (phase_ == Phase::kDone) return error ? Close() : Discard();
   if (error == http::error::body_limit) {
-    return RefuseAndClose(413, absl::StrCat("body over ", core_->options.max_body_bytes,
-                                            " bytes"));
+    return RefuseAndClose(413, absl::StrCat("body over ", core_->options.max_body_bytes, " bytes"));
   }
   if (error == http::error::need_buffer) error = {};
   if (error) {
@@ -497,10 +512,15 @@ void HttpSession::Dispatch() {
   request.path = std::string(target.substr(0, target.find('?')));
   request.authorization = std::string(message[http::field::authorization]);
   request.body = std::move(message.body());
+  // The body's budget goes with it: a request waiting for the tokenizer
+  // pool still holds its body.
+  if (body_reserved_ > 0) {
+    request.budget = std::shared_ptr<void>(
+        nullptr, [core = core_, bytes = body_reserved_](void*) { core->ReleaseBody(bytes); });
+    body_reserved_ = 0;
+  }
   ReadAhead();
   core_->routes->Handle(std::move(request), shared_from_this());
-  // The body has been parsed (or moved to the pool, which bounds its queue).
-  ReleaseBody();
 }
 
 void HttpSession::ReadAhead() {
@@ -556,8 +576,8 @@ void HttpSession::Respond(int status, absl::string_view content_type, std::strin
   response_done_ = true;
   // Head and body leave in one write (with TCP_NODELAY: one segment for a
   // small response, no wait for the client's delayed ACK).
-  std::string bytes = Head(status, body.empty() && status == 200 ? "" : content_type, body.size(),
-                           false);
+  std::string bytes =
+      Head(status, body.empty() && status == 200 ? "" : content_type, body.size(), false);
   bytes += body;
   Send(std::move(bytes));
 }
@@ -747,7 +767,8 @@ void HttpServer::Shutdown() {
   open.clear();
   // The closes run (each session goes once its last handler has), then the
   // loop stops.
-  for (int i = 0; i < 200 && core_->connections.load() > 0; ++i) absl::SleepFor(absl::Milliseconds(5));
+  for (int i = 0; i < 200 && core_->connections.load() > 0; ++i)
+    absl::SleepFor(absl::Milliseconds(5));
   core_->io.stop();
   for (std::thread& thread : core_->threads) thread.join();
   core_->threads.clear();

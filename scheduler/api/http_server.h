@@ -44,9 +44,9 @@ struct HttpServerOptions {
   int tokenizer_threads = 2;
   int max_pending_tokenizations = 256;
 
-  size_t max_body_bytes = 4 << 20;        // Larger bodies get 413 as soon as they cross it.
-  size_t max_header_bytes = 16 << 10;     // Request line and headers together; 431 above.
-  int max_header_count = 100;             // Header fields; 431 above.
+  size_t max_body_bytes = 4 << 20;     // Larger bodies get 413 as soon as they cross it.
+  size_t max_header_bytes = 16 << 10;  // Request line and headers together; 431 above.
+  int max_header_count = 100;          // Header fields; 431 above.
   // Body bytes held by every connection together while being read: a body
   // that would go past it gets 503, so that many slow large bodies cannot
   // exhaust memory (4 MiB each would be 4 GiB at 1,000 connections).

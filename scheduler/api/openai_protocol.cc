@@ -390,8 +390,8 @@ absl::StatusOr<std::vector<int>> ParseDetokenizeRequest(const json& body, int vo
   }
   if (!Present(body, "tokens") || !body["tokens"].is_array() ||
       body["tokens"].size() > kMaxPromptTokenIds) {
-    return Invalid("tokens", absl::StrCat("required: an array of at most ", kMaxPromptTokenIds,
-                                          " token ids"));
+    return Invalid(
+        "tokens", absl::StrCat("required: an array of at most ", kMaxPromptTokenIds, " token ids"));
   }
   std::vector<int> ids;
   ids.reserve(body["tokens"].size());
@@ -547,8 +547,8 @@ json MakeOpenAiError(int http_status, const std::string& message) {
   if (http_status == 401 || http_status == 403) type = "authentication_error";
   if (http_status == 429) type = "rate_limit_error";
   if (http_status == 503) type = "service_unavailable";
-  return {{"error",
-           {{"message", message}, {"type", type}, {"param", nullptr}, {"code", http_status}}}};
+  return {
+      {"error", {{"message", message}, {"type", type}, {"param", nullptr}, {"code", http_status}}}};
 }
 
 }  // namespace pagoda::scheduler

@@ -89,8 +89,8 @@ struct TokenizeRequest {
 absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(const nlohmann::json& body);
 
 // vLLM's POST /detokenize body: token ids, each in [0, vocab_size).
-absl::StatusOr<std::vector<int>> ParseDetokenizeRequest(const nlohmann::json& body,
-                                                         int vocab_size, std::string* model);
+absl::StatusOr<std::vector<int>> ParseDetokenizeRequest(const nlohmann::json& body, int vocab_size,
+                                                        std::string* model);
 
 // OpenAI's error body {"error": {"message", "type", "param", "code"}} and the
 // HTTP status for `status` (400 bad request, 404 unknown model, 409 duplicate

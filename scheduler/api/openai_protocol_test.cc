@@ -97,8 +97,8 @@ TEST(OpenAiProtocolTest, ErrorsHaveOpenAisShapeAndStatus) {
 }  // namespace
 TEST(OpenAiProtocolTest, AcceptsWhatVllmAccepts) {
   // A list of prompts: one request per prompt, the options shared.
-  auto listed = ParseOpenAiRequest(
-      json{{"prompt", json::array({"a", "b"})}, {"max_tokens", 3}}, false, 512);
+  auto listed =
+      ParseOpenAiRequest(json{{"prompt", json::array({"a", "b"})}, {"max_tokens", 3}}, false, 512);
   ASSERT_TRUE(listed.ok()) << listed.status();
   ASSERT_EQ(listed->prompts.size(), 2u);
   EXPECT_EQ(PromptRequest(*listed, 1).prompt(), "b");
@@ -144,8 +144,9 @@ TEST(OpenAiProtocolTest, RefusesWhatItCannotDoNamingTheField) {
     return ParseOpenAiRequest(body, chat, 8).status();
   };
   EXPECT_EQ(refused({{"suffix", "end"}}).message().rfind("suffix", 0), 0u);
-  EXPECT_EQ(refused({{"response_format", {{"type", "json_object"}}}}).message().rfind(
-                "response_format", 0),
+  EXPECT_EQ(refused({{"response_format", {{"type", "json_object"}}}})
+                .message()
+                .rfind("response_format", 0),
             0u);
   EXPECT_EQ(refused({{"echo", true}, {"logprobs", 1}}).message().rfind("echo", 0), 0u);
   EXPECT_EQ(refused({{"echo", true}}, true).message().rfind("echo", 0), 0u);
@@ -162,8 +163,8 @@ TEST(OpenAiProtocolTest, TokenizeAndDetokenizeBodies) {
   ASSERT_TRUE(prompt.ok());
   EXPECT_TRUE(prompt->add_special_tokens);
   EXPECT_FALSE(prompt->chat);
-  auto chat = ParseTokenizeRequest(
-      json{{"messages", json::array({{{"role", "user"}, {"content", "x"}}})}});
+  auto chat =
+      ParseTokenizeRequest(json{{"messages", json::array({{{"role", "user"}, {"content", "x"}}})}});
   ASSERT_TRUE(chat.ok());
   EXPECT_TRUE(chat->chat);
   EXPECT_FALSE(chat->add_special_tokens);

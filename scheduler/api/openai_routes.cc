@@ -178,8 +178,7 @@ void CompletionCall::Start() {
     Part& part = parts_[i];
     part.request_id = validated_[i].request_id;
     part.prompt_tokens = static_cast<int>(validated_[i].prompt_token_ids.size());
-    part.output =
-        std::make_unique<RequestOutput>(MakeRequestOutput(validated_[i], tokenizer_));
+    part.output = std::make_unique<RequestOutput>(MakeRequestOutput(validated_[i], tokenizer_));
     part.sink = std::make_shared<Sink>(exchange_->executor(), weak_from_this(), i);
   }
   for (size_t i = 0; i < validated_.size(); ++i) {
@@ -281,8 +280,8 @@ void CompletionCall::FinishWhole() {
   json response;
   json choices = json::array();
   for (size_t p = 0; p < parts_.size(); ++p) {
-    json one = MakeOpenAiResponse(request_, parts_[p].output->whole(), model_, created_,
-                                  tokenizer_);
+    json one =
+        MakeOpenAiResponse(request_, parts_[p].output->whole(), model_, created_, tokenizer_);
     if (p == 0) response = one;
     for (json& choice : Renumber(p, one["choices"])) {
       if (request_.echo && p < echo_.size()) {
@@ -318,9 +317,8 @@ bool OpenAiRoutes::Authorized(absl::string_view path, absl::string_view authoriz
 }
 
 absl::string_view OpenAiRoutes::RouteLabel(absl::string_view path) {
-  for (absl::string_view route :
-       {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/ping", "/version",
-        "/tokenize", "/detokenize"}) {
+  for (absl::string_view route : {"/v1/completions", "/v1/chat/completions", "/v1/models",
+                                  "/health", "/ping", "/version", "/tokenize", "/detokenize"}) {
     if (path == route) return route;
   }
   if (absl::StartsWith(path, kModelsPrefix)) return "/v1/models/{id}";
@@ -335,16 +333,16 @@ bool OpenAiRoutes::Routable(absl::string_view method, absl::string_view path, in
   }
   const bool post = route == "/v1/completions" || route == "/v1/chat/completions" ||
                     route == "/tokenize" || route == "/detokenize";
-  const bool allowed = post ? method == "POST"
-                            : (method == "GET" || (route == "/ping" && method == "POST"));
+  const bool allowed =
+      post ? method == "POST" : (method == "GET" || (route == "/ping" && method == "POST"));
   if (!allowed) *status = 405;
   return allowed;
 }
 
 absl::Status OpenAiRoutes::CheckModel(const std::string& model) const {
   if (model.empty() || model == options_.model_name) return absl::OkStatus();
-  return absl::NotFoundError(absl::StrCat("model: `", model, "` does not exist; this server serves `",
-                                          options_.model_name, "`"));
+  return absl::NotFoundError(absl::StrCat(
+      "model: `", model, "` does not exist; this server serves `", options_.model_name, "`"));
 }
 
 void OpenAiRoutes::Handle(HttpRequest request, std::shared_ptr<HttpExchange> exchange) {
@@ -356,12 +354,9 @@ void OpenAiRoutes::Handle(HttpRequest request, std::shared_ptr<HttpExchange> exc
   if (route == "/version") {
     return exchange->Respond(200, kJson, Dump({{"version", PAGODA_VERSION}}));
   }
-  const json model = {{"id", options_.model_name},
-                      {"object", "model"},
-                      {"created", started_},
-                      {"owned_by", "pagoda"},
-                      {"root", options_.model_name},
-                      {"max_model_len", options_.max_model_len}};
+  const json model = {{"id", options_.model_name},   {"object", "model"},
+                      {"created", started_},         {"owned_by", "pagoda"},
+                      {"root", options_.model_name}, {"max_model_len", options_.max_model_len}};
   if (route == "/v1/models") {
     return exchange->Respond(200, kJson,
                              Dump({{"object", "list"}, {"data", json::array({model})}}));
@@ -375,18 +370,27 @@ void OpenAiRoutes::Handle(HttpRequest request, std::shared_ptr<HttpExchange> exc
     }
     return exchange->Respond(200, kJson, Dump(model));
   }
-  if (route == "/tokenize") return Tokenize(request.body, std::move(exchange));
-  if (route == "/detokenize") return Detokenize(request.body, std::move(exchange));
+  if (route == "/tokenize" || route == "/detokenize") {
+    auto body = std::make_shared<std::string>(std::move(request.body));
+    auto work = route == "/tokenize" ? &OpenAiRoutes::Tokenize : &OpenAiRoutes::Detokenize;
+    return OffLoop(exchange,
+                   [this, work, exchange, body, budget = std::move(request.budget)]() mutable {
+                     (this->*work)(*body, exchange);
+                     *body = std::string();
+                     budget.reset();
+                   });
+  }
   const bool chat = route == "/v1/chat/completions";
   auto body = std::make_shared<std::string>(std::move(request.body));
-  OffLoop(exchange, [this, exchange, body, chat] {
+  OffLoop(exchange, [this, exchange, body, chat, budget = std::move(request.budget)]() mutable {
     absl::StatusOr<Prepared> prepared = Prepare(*body, chat);
-    body->clear();
-    boost::asio::post(exchange->executor(), [this, exchange,
-                                             prepared = std::move(prepared)]() mutable {
-      if (!prepared.ok()) return RespondError(*exchange, prepared.status());
-      Launch(*std::move(prepared), exchange);
-    });
+    *body = std::string();
+    budget.reset();
+    boost::asio::post(exchange->executor(),
+                      [this, exchange, prepared = std::move(prepared)]() mutable {
+                        if (!prepared.ok()) return RespondError(*exchange, prepared.status());
+                        Launch(*std::move(prepared), exchange);
+                      });
   });
 }
 
@@ -456,84 +460,75 @@ void OpenAiRoutes::Launch(Prepared prepared, std::shared_ptr<HttpExchange> excha
 }
 
 void OpenAiRoutes::Tokenize(const std::string& body_text, std::shared_ptr<HttpExchange> exchange) {
-  auto body = std::make_shared<std::string>(body_text);
-  OffLoop(exchange, [this, exchange, body] {
-    auto answer = [&]() -> absl::StatusOr<json> {
-      const json parsed_body = json::parse(*body, nullptr, /*allow_exceptions=*/false);
-      if (parsed_body.is_discarded()) {
-        return absl::InvalidArgumentError("body: not valid JSON (UTF-8)");
+  auto answer = [&]() -> absl::StatusOr<json> {
+    const json parsed_body = json::parse(body_text, nullptr, /*allow_exceptions=*/false);
+    if (parsed_body.is_discarded()) {
+      return absl::InvalidArgumentError("body: not valid JSON (UTF-8)");
+    }
+    absl::StatusOr<TokenizeRequest> request = ParseTokenizeRequest(parsed_body);
+    if (!request.ok()) return request.status();
+    if (absl::Status status = CheckModel(request->model); !status.ok()) return status;
+    if (tokenizer_ == nullptr) return absl::InvalidArgumentError("the model has no tokenizer");
+    if (static_cast<int64_t>(request->prompt.size()) > MaxPromptBytes(validator_->limits())) {
+      return absl::InvalidArgumentError("prompt: longer than the model could ever take");
+    }
+    std::string text = request->prompt;
+    if (request->chat) {
+      if (!chat_) {
+        return absl::InvalidArgumentError("messages: this model has no chat template");
       }
-      absl::StatusOr<TokenizeRequest> request = ParseTokenizeRequest(parsed_body);
-      if (!request.ok()) return request.status();
-      if (absl::Status status = CheckModel(request->model); !status.ok()) return status;
-      if (tokenizer_ == nullptr) return absl::InvalidArgumentError("the model has no tokenizer");
-      if (static_cast<int64_t>(request->prompt.size()) >
-          MaxPromptBytes(validator_->limits())) {
-        return absl::InvalidArgumentError("prompt: longer than the model could ever take");
+      absl::StatusOr<std::string> rendered =
+          chat_(request->messages, request->add_generation_prompt);
+      if (!rendered.ok()) return rendered.status();
+      text = *std::move(rendered);
+    }
+    absl::StatusOr<std::vector<int>> ids = tokenizer_->Encode(text);
+    if (!ids.ok()) return ids.status();
+    // BOS exactly as the validator adds it to a text prompt, so that the
+    // count is what a completion's usage will say.
+    if (request->add_special_tokens && validator_->limits().bos_token_id >= 0) {
+      ids->insert(ids->begin(), validator_->limits().bos_token_id);
+    }
+    json out = {{"count", ids->size()},
+                {"max_model_len", options_.max_model_len},
+                {"tokens", *ids},
+                {"token_strs", nullptr}};
+    if (request->return_token_strs) {
+      json strs = json::array();
+      for (int id : *ids) {
+        absl::StatusOr<std::string> piece = tokenizer_->Decode({id});
+        strs.push_back(piece.ok() ? *piece : "");
       }
-      std::string text = request->prompt;
-      if (request->chat) {
-        if (!chat_) {
-          return absl::InvalidArgumentError("messages: this model has no chat template");
-        }
-        absl::StatusOr<std::string> rendered =
-            chat_(request->messages, request->add_generation_prompt);
-        if (!rendered.ok()) return rendered.status();
-        text = *std::move(rendered);
-      }
-      absl::StatusOr<std::vector<int>> ids = tokenizer_->Encode(text);
-      if (!ids.ok()) return ids.status();
-      // BOS exactly as the validator adds it to a text prompt, so that the
-      // count is what a completion's usage will say.
-      if (request->add_special_tokens && validator_->limits().bos_token_id >= 0) {
-        ids->insert(ids->begin(), validator_->limits().bos_token_id);
-      }
-      json out = {{"count", ids->size()},
-                  {"max_model_len", options_.max_model_len},
-                  {"tokens", *ids},
-                  {"token_strs", nullptr}};
-      if (request->return_token_strs) {
-        json strs = json::array();
-        for (int id : *ids) {
-          absl::StatusOr<std::string> piece = tokenizer_->Decode({id});
-          strs.push_back(piece.ok() ? *piece : "");
-        }
-        out["token_strs"] = std::move(strs);
-      }
-      return out;
-    }();
-    body->clear();
-    boost::asio::post(exchange->executor(), [exchange, answer = std::move(answer)] {
-      if (!answer.ok()) return RespondError(*exchange, answer.status());
-      exchange->Respond(200, kJson, Dump(*answer));
-    });
+      out["token_strs"] = std::move(strs);
+    }
+    return out;
+  }();
+  boost::asio::post(exchange->executor(), [exchange, answer = std::move(answer)] {
+    if (!answer.ok()) return RespondError(*exchange, answer.status());
+    exchange->Respond(200, kJson, Dump(*answer));
   });
 }
 
 void OpenAiRoutes::Detokenize(const std::string& body_text,
                               std::shared_ptr<HttpExchange> exchange) {
-  auto body = std::make_shared<std::string>(body_text);
-  OffLoop(exchange, [this, exchange, body] {
-    auto answer = [&]() -> absl::StatusOr<json> {
-      const json parsed_body = json::parse(*body, nullptr, /*allow_exceptions=*/false);
-      if (parsed_body.is_discarded()) {
-        return absl::InvalidArgumentError("body: not valid JSON (UTF-8)");
-      }
-      if (tokenizer_ == nullptr) return absl::InvalidArgumentError("the model has no tokenizer");
-      std::string model;
-      absl::StatusOr<std::vector<int>> ids =
-          ParseDetokenizeRequest(parsed_body, tokenizer_->vocab_size(), &model);
-      if (!ids.ok()) return ids.status();
-      if (absl::Status status = CheckModel(model); !status.ok()) return status;
-      absl::StatusOr<std::string> text = tokenizer_->Decode(*ids);
-      if (!text.ok()) return text.status();
-      return json{{"prompt", *text}};
-    }();
-    body->clear();
-    boost::asio::post(exchange->executor(), [exchange, answer = std::move(answer)] {
-      if (!answer.ok()) return RespondError(*exchange, answer.status());
-      exchange->Respond(200, kJson, Dump(*answer));
-    });
+  auto answer = [&]() -> absl::StatusOr<json> {
+    const json parsed_body = json::parse(body_text, nullptr, /*allow_exceptions=*/false);
+    if (parsed_body.is_discarded()) {
+      return absl::InvalidArgumentError("body: not valid JSON (UTF-8)");
+    }
+    if (tokenizer_ == nullptr) return absl::InvalidArgumentError("the model has no tokenizer");
+    std::string model;
+    absl::StatusOr<std::vector<int>> ids =
+        ParseDetokenizeRequest(parsed_body, tokenizer_->vocab_size(), &model);
+    if (!ids.ok()) return ids.status();
+    if (absl::Status status = CheckModel(model); !status.ok()) return status;
+    absl::StatusOr<std::string> text = tokenizer_->Decode(*ids);
+    if (!text.ok()) return text.status();
+    return json{{"prompt", *text}};
+  }();
+  boost::asio::post(exchange->executor(), [exchange, answer = std::move(answer)] {
+    if (!answer.ok()) return RespondError(*exchange, answer.status());
+    exchange->Respond(200, kJson, Dump(*answer));
   });
 }
 

@@ -2,8 +2,8 @@
 #define PAGODA_SCHEDULER_API_OPENAI_ROUTES_H_
 
 #include <atomic>
-#include <functional>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -60,6 +60,7 @@ class OpenAiRoutes {
  private:
   absl::StatusOr<Prepared> Prepare(const std::string& body, bool chat);
   void Launch(Prepared prepared, std::shared_ptr<HttpExchange> exchange);
+  // On the pool: answer on `exchange` (posted to its executor).
   void Tokenize(const std::string& body, std::shared_ptr<HttpExchange> exchange);
   void Detokenize(const std::string& body, std::shared_ptr<HttpExchange> exchange);
   // Runs `work` on the pool; 429 on `exchange` when the pool is full.

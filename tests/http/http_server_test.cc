@@ -232,10 +232,12 @@ TEST_F(HttpServerTest, BodiesOverTheBudgetOfAllConnectionsAre503) {
   // One connection holds a 48 KiB body half sent; a second 48 KiB body
   // would pass the 64 KiB budget.
   Client first(port());
-  ASSERT_TRUE(first.Send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 49152\r\n\r\n"));
+  ASSERT_TRUE(
+      first.Send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 49152\r\n\r\n"));
   absl::SleepFor(absl::Milliseconds(100));
   Client second(port());
-  ASSERT_TRUE(second.Send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 49152\r\n\r\n"));
+  ASSERT_TRUE(
+      second.Send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 49152\r\n\r\n"));
   const std::string reply = second.ReadUntil("}}");
   EXPECT_TRUE(absl::StartsWith(reply, "HTTP/1.1 503")) << reply;
   first.Close();
@@ -251,7 +253,8 @@ TEST_F(HttpServerTest, PipelinedRequestsAreAnsweredInOrderAndExpectContinueIsHon
   Start(HttpServerOptions());
   Client client(port());
   const std::string body = R"({"prompt": [5, 6, 7], "max_tokens": 2, "temperature": 0})";
-  ASSERT_TRUE(client.Send(Post("/v1/completions", body) + "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n" +
+  ASSERT_TRUE(client.Send(Post("/v1/completions", body) +
+                          "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n" +
                           "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
   const std::string replies = client.ReadToEnd();
   const size_t completion = replies.find("text_completion");
@@ -262,8 +265,9 @@ TEST_F(HttpServerTest, PipelinedRequestsAreAnsweredInOrderAndExpectContinueIsHon
   EXPECT_LT(completion, models);
   EXPECT_LT(models, health);
   Client expect(port());
-  ASSERT_TRUE(expect.Send(absl::StrCat("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: ",
-                                       body.size(), "\r\nExpect: 100-continue\r\n\r\n")));
+  ASSERT_TRUE(expect.Send(
+      absl::StrCat("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: ", body.size(),
+                   "\r\nExpect: 100-continue\r\n\r\n")));
   EXPECT_TRUE(absl::StartsWith(expect.ReadUntil("\r\n\r\n"), "HTTP/1.1 100 Continue"));
   ASSERT_TRUE(expect.Send(body));
   EXPECT_TRUE(absl::StrContains(expect.ReadUntil("}}"), "text_completion"));
@@ -293,8 +297,8 @@ TEST_F(HttpServerTest, AClientThatStopsReadingIsDroppedAndItsRequestAborted) {
 TEST_F(HttpServerTest, AClientThatLeavesAWholeRequestHasItAborted) {
   Start(HttpServerOptions(), absl::Milliseconds(5));
   Client client(port());
-  ASSERT_TRUE(client.Send(Post("/v1/completions",
-                               R"({"prompt": [5, 6, 7], "max_tokens": 250, "ignore_eos": true})")));
+  ASSERT_TRUE(client.Send(
+      Post("/v1/completions", R"({"prompt": [5, 6, 7], "max_tokens": 250, "ignore_eos": true})")));
   for (int i = 0; i < 100 && engine_->snapshot().num_in_flight == 0; ++i) {
     absl::SleepFor(absl::Milliseconds(10));
   }
