@@ -1,10 +1,13 @@
 #include "scheduler/api/openai_routes.h"
 
+#include <optional>
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "boost/asio/post.hpp"
 #include "nlohmann/json.hpp"
@@ -30,6 +33,22 @@ std::string Dump(const json& value) {
 
 void RespondError(HttpExchange& exchange, const absl::Status& status) {
   exchange.Respond(HttpStatusOf(status), kJson, Dump(MakeOpenAiError(status)));
+}
+
+// Bodies up to this size with token-id prompts are handled on the loop.
+constexpr size_t kInlineBodyBytes = 16 << 10;
+
+// Whether a parsed completions body has text to tokenize (a text prompt or
+// a list holding one); malformed bodies do not (their error is cheap).
+bool NeedsTokenizer(const json& body) {
+  if (!body.is_object() || !body.contains("prompt")) return false;
+  const json& prompt = body["prompt"];
+  if (prompt.is_string()) return true;
+  if (!prompt.is_array()) return false;
+  for (const json& entry : prompt) {
+    if (entry.is_string()) return true;
+  }
+  return false;
 }
 
 std::string SseEvent(const json& data) { return absl::StrCat("data: ", Dump(data), "\n\n"); }
@@ -91,25 +110,53 @@ class CompletionCall : public HttpCall, public std::enable_shared_from_this<Comp
 
  private:
   // What the engine sends goes to the strand; nothing else on its thread.
-  class Sink : public RequestSink {
+  // Deltas queue here and one post carries all that arrived before the
+  // strand took them: under load (the loop behind the engine) a request
+  // costs one wake-up per burst rather than one per token.
+  class Sink : public RequestSink, public std::enable_shared_from_this<Sink> {
    public:
     Sink(boost::asio::any_io_executor executor, std::weak_ptr<CompletionCall> call, size_t part)
         : executor_(std::move(executor)), call_(std::move(call)), part_(part) {}
     void OnDelta(const RequestDelta& delta) override {
-      boost::asio::post(executor_, [call = call_, part = part_, delta] {
-        if (auto locked = call.lock()) locked->OnDelta(part, delta);
-      });
+      absl::MutexLock lock(&mu_);
+      deltas_.push_back(delta);
+      ScheduleLocked();
     }
     void OnFinish(const absl::Status& status) override {
-      boost::asio::post(executor_, [call = call_, part = part_, status] {
-        if (auto locked = call.lock()) locked->OnFinish(part, status);
-      });
+      absl::MutexLock lock(&mu_);
+      final_status_ = status;
+      ScheduleLocked();
     }
 
    private:
+    void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      if (scheduled_) return;
+      scheduled_ = true;
+      boost::asio::post(executor_, [self = shared_from_this()] { self->Deliver(); });
+    }
+    // On the strand: hands the queued deltas (then the end) to the call.
+    void Deliver() {
+      std::vector<RequestDelta> deltas;
+      std::optional<absl::Status> final_status;
+      {
+        absl::MutexLock lock(&mu_);
+        deltas.swap(deltas_);
+        final_status = final_status_;  // After every delta: the engine sends it last.
+        scheduled_ = false;
+      }
+      std::shared_ptr<CompletionCall> call = call_.lock();
+      if (call == nullptr) return;
+      for (const RequestDelta& delta : deltas) call->OnDelta(part_, delta);
+      if (final_status.has_value()) call->OnFinish(part_, *final_status);
+    }
+
     const boost::asio::any_io_executor executor_;
     const std::weak_ptr<CompletionCall> call_;
     const size_t part_;
+    absl::Mutex mu_;
+    std::vector<RequestDelta> deltas_ ABSL_GUARDED_BY(mu_);
+    std::optional<absl::Status> final_status_ ABSL_GUARDED_BY(mu_);
+    bool scheduled_ ABSL_GUARDED_BY(mu_) = false;
   };
 
   struct Part {
@@ -381,9 +428,21 @@ void OpenAiRoutes::Handle(HttpRequest request, std::shared_ptr<HttpExchange> exc
                    });
   }
   const bool chat = route == "/v1/chat/completions";
+  // A small completions body with token-id prompts needs no tokenizer:
+  // parsed and validated right here, without two thread hops (as gRPC
+  // validates token-id prompts inline).
+  if (!chat && request.body.size() <= kInlineBodyBytes) {
+    const json parsed = json::parse(request.body, nullptr, /*allow_exceptions=*/false);
+    if (!NeedsTokenizer(parsed)) {
+      absl::StatusOr<Prepared> prepared = Prepare(parsed, chat);
+      if (!prepared.ok()) return RespondError(*exchange, prepared.status());
+      return Launch(*std::move(prepared), std::move(exchange));
+    }
+  }
   auto body = std::make_shared<std::string>(std::move(request.body));
   OffLoop(exchange, [this, exchange, body, chat, budget = std::move(request.budget)]() mutable {
-    absl::StatusOr<Prepared> prepared = Prepare(*body, chat);
+    absl::StatusOr<Prepared> prepared =
+        Prepare(json::parse(*body, nullptr, /*allow_exceptions=*/false), chat);
     *body = std::string();
     budget.reset();
     boost::asio::post(exchange->executor(),
@@ -401,10 +460,8 @@ void OpenAiRoutes::OffLoop(std::shared_ptr<HttpExchange> exchange, std::function
   }
 }
 
-absl::StatusOr<OpenAiRoutes::Prepared> OpenAiRoutes::Prepare(const std::string& body_text,
-                                                             bool chat) {
-  // Invalid UTF-8 or JSON is a parse failure, not an exception.
-  const json body = json::parse(body_text, nullptr, /*allow_exceptions=*/false);
+absl::StatusOr<OpenAiRoutes::Prepared> OpenAiRoutes::Prepare(const json& body, bool chat) {
+  // Invalid UTF-8 or JSON is a parse failure (discarded), not an exception.
   if (body.is_discarded()) return absl::InvalidArgumentError("body: not valid JSON (UTF-8)");
   absl::StatusOr<OpenAiRequest> parsed = ParseOpenAiRequest(body, chat, options_.max_model_len);
   if (!parsed.ok()) return parsed.status();

@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 
+#include "nlohmann/json.hpp"
 #include "scheduler/api/http_exchange.h"
 #include "scheduler/api/http_server.h"
 #include "scheduler/api/request_reactors.h"
@@ -58,7 +59,9 @@ class OpenAiRoutes {
   struct Prepared;  // A parsed and validated completion (openai_routes.cc).
 
  private:
-  absl::StatusOr<Prepared> Prepare(const std::string& body, bool chat);
+  // Checks, renders (chat), tokenizes and validates a parsed body (discarded
+  // JSON: a parse failure). Thread-safe; slow for text prompts.
+  absl::StatusOr<Prepared> Prepare(const nlohmann::json& body, bool chat);
   void Launch(Prepared prepared, std::shared_ptr<HttpExchange> exchange);
   // On the pool: answer on `exchange` (posted to its executor).
   void Tokenize(const std::string& body, std::shared_ptr<HttpExchange> exchange);
