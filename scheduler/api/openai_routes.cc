@@ -115,12 +115,16 @@ class CompletionCall : public HttpCall, public std::enable_shared_from_this<Comp
   // costs one wake-up per burst rather than one per token.
   class Sink : public RequestSink, public std::enable_shared_from_this<Sink> {
    public:
-    Sink(boost::asio::any_io_executor executor, std::weak_ptr<CompletionCall> call, size_t part)
-        : executor_(std::move(executor)), call_(std::move(call)), part_(part) {}
+    // `eager`: deliver each delta as it comes (a stream, or stop strings
+    // that must end the request early); otherwise the deltas wait for the
+    // end, and a whole response costs the loop one wake-up.
+    Sink(boost::asio::any_io_executor executor, std::weak_ptr<CompletionCall> call, size_t part,
+         bool eager)
+        : executor_(std::move(executor)), call_(std::move(call)), part_(part), eager_(eager) {}
     void OnDelta(const RequestDelta& delta) override {
       absl::MutexLock lock(&mu_);
       deltas_.push_back(delta);
-      ScheduleLocked();
+      if (eager_) ScheduleLocked();
     }
     void OnFinish(const absl::Status& status) override {
       absl::MutexLock lock(&mu_);
@@ -153,6 +157,7 @@ class CompletionCall : public HttpCall, public std::enable_shared_from_this<Comp
     const boost::asio::any_io_executor executor_;
     const std::weak_ptr<CompletionCall> call_;
     const size_t part_;
+    const bool eager_;
     absl::Mutex mu_;
     std::vector<RequestDelta> deltas_ ABSL_GUARDED_BY(mu_);
     std::optional<absl::Status> final_status_ ABSL_GUARDED_BY(mu_);
@@ -226,7 +231,8 @@ void CompletionCall::Start() {
     part.request_id = validated_[i].request_id;
     part.prompt_tokens = static_cast<int>(validated_[i].prompt_token_ids.size());
     part.output = std::make_unique<RequestOutput>(MakeRequestOutput(validated_[i], tokenizer_));
-    part.sink = std::make_shared<Sink>(exchange_->executor(), weak_from_this(), i);
+    part.sink = std::make_shared<Sink>(exchange_->executor(), weak_from_this(), i,
+                                       request_.stream || !validated_[i].stop_strings.empty());
   }
   for (size_t i = 0; i < validated_.size(); ++i) {
     absl::Status accepted = engine_->AddRequest(MakeEngineRequest(validated_[i], parts_[i].sink));
