@@ -32,6 +32,8 @@ class ServerMetrics : public EngineObserver {
   ServerMetrics& operator=(const ServerMetrics&) = delete;
 
   int port() const { return port_; }
+  // Where other parts of the server (the HTTP API) register their metrics.
+  std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
 
   // Where every scrape reads the engine's current state, so the gauges are
   // true while the engine is idle (it calls OnStep only when it steps): an

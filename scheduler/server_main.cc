@@ -58,6 +58,8 @@ ABSL_FLAG(int, metrics_port, 0, "Prometheus /metrics port; 0 = off, -1 = the OS 
 ABSL_FLAG(int, http_port, 0,
           "OpenAI-compatible HTTP port (/v1/completions, /v1/chat/completions, /v1/models, "
           "/health); 0 = off, -1 = the OS picks one.");
+ABSL_FLAG(int, http_max_connections, 4096,
+          "HTTP connections open at once; one more is answered 503 and closed at once.");
 ABSL_FLAG(std::string, chat_template, "",
           "Jinja chat template file for /v1/chat/completions; default: the model's "
           "chat_template.jinja or tokenizer_config.json chat_template.");
@@ -509,7 +511,8 @@ absl::StatusOr<std::unique_ptr<FrontendServer>> StartGrpcFrontend(const ModelLim
 // The OpenAI-compatible endpoint, or null when --http-port is 0.
 absl::StatusOr<std::unique_ptr<HttpServer>> StartHttpFrontend(
     const ServerSettings& settings, const ModelFiles& model, int max_model_len,
-    const std::string& api_key, Engine* engine, RequestValidator* validator) {
+    const std::string& api_key, ServerMetrics* metrics, Engine* engine,
+    RequestValidator* validator) {
   const int http_port = absl::GetFlag(FLAGS_http_port);
   if (http_port == 0) return nullptr;
   HttpServerOptions options;
@@ -518,6 +521,8 @@ absl::StatusOr<std::unique_ptr<HttpServer>> StartHttpFrontend(
   options.model_name = settings.model_name;
   options.max_model_len = max_model_len;
   options.api_key = api_key;
+  options.max_connections = absl::GetFlag(FLAGS_http_max_connections);
+  if (metrics != nullptr) options.metrics_registry = metrics->registry();
   absl::StatusOr<std::unique_ptr<HttpServer>> http = HttpServer::Start(
       options, engine, validator, model.tokenizer.get(), ChatRendererOf(model.chat_template.get()));
   if (!http.ok()) return http.status();
@@ -585,7 +590,8 @@ absl::Status ServeUntilStopSignal(const ServerSettings& settings, const ModelFil
     return server.status();
   }
   absl::StatusOr<std::unique_ptr<HttpServer>> http = StartHttpFrontend(
-      settings, model, cache.max_model_len, generation_options.api_key, &engine, &validator);
+      settings, model, cache.max_model_len, generation_options.api_key, metrics, &engine,
+      &validator);
   if (!http.ok()) {
     stop_backend();
     return http.status();

@@ -8,7 +8,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libgoogle-glog-dev libgflags-dev prometheus-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev
-  libsentencepiece-dev sentencepiece libgloo-dev libicu-dev libcpp-httplib-dev
+  libsentencepiece-dev sentencepiece libgloo-dev libicu-dev libboost1.81-dev
   python3 python3-numpy python3-grpcio python3-protobuf python3-jinja2
   openssl  # tests make their own TLS certificates
   prometheus procps python3-yaml  # tests only: a real Prometheus, pgrep, YAML checks

@@ -1,226 +1,699 @@
 #include "scheduler/api/http_server.h"
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <optional>
+#include <thread>
 #include <utility>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "boost/asio/bind_executor.hpp"
+#include "boost/asio/dispatch.hpp"
+#include "boost/asio/io_context.hpp"
+#include "boost/asio/ip/tcp.hpp"
+#include "boost/asio/post.hpp"
+#include "boost/asio/steady_timer.hpp"
+#include "boost/asio/strand.hpp"
+#include "boost/asio/write.hpp"
+#include "boost/beast/core/flat_buffer.hpp"
+#include "boost/beast/http/error.hpp"
+#include "boost/beast/http/parser.hpp"
+#include "boost/beast/http/read.hpp"
+#include "boost/beast/http/string_body.hpp"
 #include "glog/logging.h"
-#include "httplib.h"
-#include "nlohmann/json.hpp"
-#include "scheduler/api/http_connection.h"
-#include "scheduler/api/http_request_stream.h"
-#include "scheduler/api/request_reactors.h"
-#include "wire/worker_secret.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+#include "scheduler/api/http_exchange.h"
+#include "scheduler/api/openai_routes.h"
 
 namespace pagoda::scheduler {
-
-using nlohmann::json;
-
 namespace {
 
-constexpr char kJson[] = "application/json";
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = boost::beast::http;
+using tcp = asio::ip::tcp;
 
-void SendError(httplib::Response& res, const absl::Status& status) {
-  res.status = HttpStatusOf(status);
-  res.set_content(MakeOpenAiError(status).dump(), kJson);
+// The kernel caps the backlog at net.core.somaxconn (4096 on current
+// kernels); bursts of new clients wait there instead of being reset.
+constexpr int kListenBacklog = 4096;
+// Bytes a connection reads ahead while its request is being answered (the
+// next pipelined request, or the end of the connection it watches for).
+constexpr size_t kReadAheadBytes = 64 << 10;
+// A buffer grown past this by a large request is given back once it is done.
+constexpr size_t kKeptBufferBytes = 64 << 10;
+// How long a refused request's remaining bytes are read and dropped.
+constexpr absl::Duration kLingerTime = absl::Seconds(2);
+
+std::chrono::steady_clock::duration ToChrono(absl::Duration duration) {
+  return absl::ToChronoNanoseconds(duration);
 }
 
-std::string SseEvent(const json& data) {
-  return absl::StrCat("data: ", data.dump(-1, ' ', false, json::error_handler_t::replace), "\n\n");
+absl::string_view Reason(int status) {
+  switch (status) {
+    case 200:
+      return "OK";
+    case 400:
+      return "Bad Request";
+    case 401:
+      return "Unauthorized";
+    case 403:
+      return "Forbidden";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 408:
+      return "Request Timeout";
+    case 409:
+      return "Conflict";
+    case 413:
+      return "Payload Too Large";
+    case 429:
+      return "Too Many Requests";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 499:
+      return "Client Closed Request";
+    case 500:
+      return "Internal Server Error";
+    case 503:
+      return "Service Unavailable";
+    case 504:
+      return "Gateway Timeout";
+    default:
+      return "Unknown";
+  }
 }
 
-// Counts one completion call in the server's CallTracker while alive.
-class InFlightCall {
- public:
-  explicit InFlightCall(CallTracker* calls) : calls_(calls) { calls_->Begin(); }
-  ~InFlightCall() { calls_->End(); }
-  InFlightCall(const InFlightCall&) = delete;
-  InFlightCall& operator=(const InFlightCall&) = delete;
-
- private:
-  CallTracker* const calls_;
-};
-
-// What one response keeps until it is written: for a stream, between calls
-// of its content provider (the provider's lambdas own it).
-struct StreamState {
-  OpenAiRequest request;
-  std::string request_id;
-  int prompt_tokens = 0;
-  int completion_tokens = 0;
-  int64_t created = 0;
-  std::vector<bool> role_sent;
-  std::shared_ptr<HttpRequestStream> stream;
-  bool finished = false;  // The engine's final status was seen.
-  std::unique_ptr<InFlightCall> in_flight;
-};
+std::string ErrorBody(int status, const std::string& message) {
+  return MakeOpenAiError(status, message).dump();
+}
 
 }  // namespace
 
-struct HttpServer::Handlers {
-  HttpServerOptions options;
-  Engine* engine;
-  RequestValidator* validator;
-  const Tokenizer* tokenizer;
-  ChatRenderer chat;
-  int64_t started = absl::ToUnixSeconds(absl::Now());
-  std::atomic<bool> draining{false};
-  // Completion calls from their start until their response is written.
-  CallTracker calls;
-
-  void Health(httplib::Response& res) const {
-    const bool serving = !draining.load() && engine->healthy();
-    res.status = serving ? 200 : 503;
+// What every connection shares: options, routes, the connection count and
+// registry (for Shutdown), the body-bytes budget, metrics.
+class HttpServer::Core {
+ public:
+  Core(HttpServerOptions options, Engine* engine, RequestValidator* validator,
+       const Tokenizer* tokenizer, ChatRenderer chat)
+      : options(std::move(options)),
+        routes(std::make_unique<OpenAiRoutes>(this->options, engine, validator, tokenizer,
+                                              std::move(chat))),
+        acceptor(asio::make_strand(io)) {
+    if (this->options.metrics_registry != nullptr) {
+      requests_family = &prometheus::BuildCounter()
+                             .Name("pagoda_http_requests_total")
+                             .Help("HTTP requests answered, by route and status")
+                             .Register(*this->options.metrics_registry);
+      duration_family = &prometheus::BuildHistogram()
+                             .Name("pagoda_http_request_duration_seconds")
+                             .Help("HTTP request time, headers read to response written")
+                             .Register(*this->options.metrics_registry);
+    }
   }
 
-  void Models(httplib::Response& res) const {
-    const json model = {{"id", options.model_name},
-                        {"object", "model"},
-                        {"created", started},
-                        {"owned_by", "pagoda"},
-                        {"max_model_len", options.max_model_len}};
-    res.set_content(json{{"object", "list"}, {"data", json::array({model})}}.dump(), kJson);
+  void Accept();
+  void Record(absl::string_view path, int status, absl::Duration elapsed);
+  // Reserves `bytes` more of the body budget; false (nothing reserved) if
+  // that would go past it.
+  bool ReserveBody(size_t bytes) {
+    size_t held = body_bytes.load();
+    do {
+      if (held + bytes > options.max_body_bytes_in_flight) return false;
+    } while (!body_bytes.compare_exchange_weak(held, held + bytes));
+    return true;
   }
+  void ReleaseBody(size_t bytes) { body_bytes.fetch_sub(bytes); }
 
-  // Parses, renders (chat), validates and submits; fills `res` on failure.
-  absl::StatusOr<std::shared_ptr<StreamState>> Submit(const httplib::Request& req, bool chat);
-  void Completions(const httplib::Request& req, httplib::Response& res, bool chat);
-  // Waits for a non-streamed request's end; aborts it (nullopt) if the
-  // client closes the connection first.
-  std::optional<absl::StatusOr<pagoda::v1::GenerateResponse>> AwaitWhole(
-      const httplib::Request& req, StreamState& state) const;
-  bool Provide(StreamState& state, httplib::DataSink& sink) const;
+  const HttpServerOptions options;
+  // Outlives the loop: handlers the loop still holds when it is destroyed
+  // (sessions, their calls) reach the routes' call tracker.
+  std::unique_ptr<OpenAiRoutes> routes;
+  std::vector<std::thread> threads;
+  int port = 0;
+  std::atomic<int> connections{0};
+  std::atomic<size_t> body_bytes{0};
+  std::atomic<bool> stopping{false};
+  bool shut_down = false;  // Shutdown() has run (Shutdown's caller only).
+
+  absl::Mutex sessions_mu;
+  uint64_t next_session_id ABSL_GUARDED_BY(sessions_mu) = 0;
+  // Weak: a session lives by its pending operations; this only lets
+  // Shutdown reach those still open.
+  absl::flat_hash_map<uint64_t, std::weak_ptr<class HttpSession>> sessions
+      ABSL_GUARDED_BY(sessions_mu);
+
+  prometheus::Family<prometheus::Counter>* requests_family = nullptr;
+  prometheus::Family<prometheus::Histogram>* duration_family = nullptr;
+  absl::Mutex metrics_mu;
+  absl::flat_hash_map<std::string, prometheus::Histogram*> durations ABSL_GUARDED_BY(metrics_mu);
+  absl::flat_hash_map<std::pair<std::string, int>, prometheus::Counter*> counters
+      ABSL_GUARDED_BY(metrics_mu);
+
+  // Last, so destroyed first: sessions freed with the loop's handlers still
+  // count themselves out of `connections` and `body_bytes` above.
+  asio::io_context io;
+  tcp::acceptor acceptor;  // On a strand: accepts and the close never overlap.
 };
 
-absl::StatusOr<std::shared_ptr<StreamState>> HttpServer::Handlers::Submit(
-    const httplib::Request& req, bool chat_request) {
-  // Invalid UTF-8 or JSON is a parse failure, not an exception.
-  const json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded()) return absl::InvalidArgumentError("body: not valid JSON (UTF-8)");
-  absl::StatusOr<OpenAiRequest> parsed =
-      ParseOpenAiRequest(body, chat_request, options.max_model_len);
-  if (!parsed.ok()) return parsed.status();
-  if (parsed->model != options.model_name) {
-    return absl::NotFoundError(absl::StrCat("model: `", parsed->model,
-                                            "` does not exist; this server serves `",
-                                            options.model_name, "`"));
+// One client connection: reads requests one at a time (Beast's parser, with
+// every limit and deadline of HttpServerOptions), hands them to the routes
+// and writes their responses. Everything runs on the connection's strand.
+class HttpSession : public HttpExchange, public std::enable_shared_from_this<HttpSession> {
+ public:
+  HttpSession(HttpServer::Core* core, tcp::socket socket, uint64_t id)
+      : core_(core),
+        socket_(std::move(socket)),
+        timer_(socket_.get_executor()),
+        buffer_(core->options.max_header_bytes + kReadAheadBytes),
+        id_(id) {}
+  ~HttpSession() override {
+    ReleaseBody();
+    core_->connections.fetch_sub(1);
   }
-  if (chat_request) {
-    if (!chat) {
-      return absl::InvalidArgumentError(
-          "messages: this model has no chat template; start the server with --chat-template FILE");
+
+  void Begin() {
+    beast::error_code ignored;
+    socket_.set_option(tcp::no_delay(true), ignored);  // Nagle would hold each response's tail.
+    if (core_->options.socket_send_buffer_bytes > 0) {
+      socket_.set_option(
+          asio::socket_base::send_buffer_size(core_->options.socket_send_buffer_bytes), ignored);
     }
-    if (tokenizer == nullptr)
-      return absl::InvalidArgumentError("messages: the model has no tokenizer");
-    absl::StatusOr<std::string> prompt = chat(parsed->messages, parsed->add_generation_prompt);
-    if (!prompt.ok()) return prompt.status();
-    // The template writes BOS and other special tokens itself, so the prompt
-    // goes in as ids (the validator adds BOS only to text prompts).
-    absl::StatusOr<std::vector<int>> ids = tokenizer->Encode(*prompt);
-    if (!ids.ok()) return ids.status();
-    for (int id : *ids) parsed->generate.add_prompt_token_ids(id);
+    ReadRequest();
   }
-  absl::StatusOr<ValidatedRequest> validated = validator->Validate(parsed->generate);
-  if (!validated.ok()) return validated.status();
-  auto state = std::make_shared<StreamState>();
-  state->request = *std::move(parsed);
-  state->request_id = validated->request_id;
-  state->prompt_tokens = static_cast<int>(validated->prompt_token_ids.size());
-  state->created = absl::ToUnixSeconds(absl::Now());
-  state->stream =
-      std::make_shared<HttpRequestStream>(engine, MakeRequestOutput(*validated, tokenizer));
-  absl::Status accepted = engine->AddRequest(MakeEngineRequest(*validated, state->stream));
-  if (!accepted.ok()) return accepted;
-  return state;
+  // Closes the connection (from Shutdown): on the strand.
+  void CloseSoon() {
+    asio::dispatch(socket_.get_executor(), [self = shared_from_this()] { self->Close(); });
+  }
+
+  // HttpExchange.
+  asio::any_io_executor executor() override { return socket_.get_executor(); }
+  void Attach(std::shared_ptr<HttpCall> call) override { call_ = std::move(call); }
+  void Respond(int status, absl::string_view content_type, std::string body) override;
+  void StartEventStream() override;
+  bool SendEvent(absl::string_view data) override;
+  void EndEventStream() override;
+
+ private:
+  enum class Phase { kIdle, kHeader, kBody, kHandling, kDone };
+
+  void ReadRequest();
+  void ReadHeader();
+  void OnHeader(beast::error_code error);
+  void ReadBody();
+  void OnBody(beast::error_code error);
+  void Dispatch();
+  // Keeps one read pending while a request is answered: the client leaving
+  // (EOF, reset) is seen at once; bytes it sends (a pipelined request) wait
+  // in the buffer, up to kReadAheadBytes.
+  void ReadAhead();
+  void OnReadAhead(beast::error_code error, size_t bytes);
+  // A response to a request whose body may be unread: sent, then closed.
+  void RefuseAndClose(int status, const std::string& message);
+  void Send(std::string bytes);
+  void Flush();
+  void OnWritten(beast::error_code error);
+  void EndExchange();
+  void SetDeadline(absl::Duration timeout);
+  void ClearDeadline() { timer_.cancel(); }
+  void OnDeadline();
+  void Close();
+  // After a refusal whose request may still be arriving: stop sending, then
+  // read and discard what comes for a short while before closing, so that
+  // the client reads the refusal instead of a reset (the kernel resets a
+  // connection closed with unread bytes).
+  void LingerThenClose();
+  void Discard();
+  void ReleaseBody() {
+    if (body_reserved_ > 0) core_->ReleaseBody(body_reserved_);
+    body_reserved_ = 0;
+  }
+  std::string Head(int status, absl::string_view content_type, size_t length, bool chunked);
+
+  HttpServer::Core* const core_;
+  tcp::socket socket_;
+  asio::steady_timer timer_;
+  beast::flat_buffer buffer_;
+  const uint64_t id_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  Phase phase_ = Phase::kIdle;
+  bool closed_ = false;
+  bool reading_ = false;        // A read (any kind) is pending.
+  bool writing_ = false;        // A write is pending.
+  bool close_after_ = false;    // Close once the response is written.
+  bool keep_alive_ = true;      // This request's client keeps the connection.
+  bool streaming_ = false;      // An event stream is open.
+  bool response_done_ = false;  // The exchange's last bytes are queued.
+  size_t body_reserved_ = 0;    // Of core_->body_bytes.
+  std::string pending_;         // Queued for the next write.
+  std::string writing_bytes_;   // The write in flight.
+  std::shared_ptr<HttpCall> call_;
+  std::string route_;  // Metrics label of the request being answered.
+  int status_ = 0;     // Its status.
+  absl::Time started_;
+};
+
+void HttpServer::Core::Record(absl::string_view path, int status, absl::Duration elapsed) {
+  if (requests_family == nullptr) return;
+  prometheus::Counter* counter;
+  prometheus::Histogram* histogram;
+  {
+    absl::MutexLock lock(&metrics_mu);
+    const std::pair<std::string, int> key(path, status);
+    auto found = counters.find(key);
+    if (found == counters.end()) {
+      found = counters
+                  .emplace(key, &requests_family->Add({{"path", std::string(path)},
+                                                       {"status", absl::StrCat(status)}}))
+                  .first;
+    }
+    counter = found->second;
+    auto duration = durations.find(std::string(path));
+    if (duration == durations.end()) {
+      duration = durations
+                     .emplace(std::string(path),
+                              &duration_family->Add({{"path", std::string(path)}},
+                                                    prometheus::Histogram::BucketBoundaries{
+                                                        0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                                        0.5, 1, 2.5, 5, 10, 30, 60, 120}))
+                     .first;
+    }
+    histogram = duration->second;
+  }
+  counter->Increment();
+  histogram->Observe(absl::ToDoubleSeconds(elapsed));
 }
 
-std::optional<absl::StatusOr<pagoda::v1::GenerateResponse>> HttpServer::Handlers::AwaitWhole(
-    const httplib::Request& req, StreamState& state) const {
-  // Short requests end within the first wait; only longer ones look up the
-  // connection (a scan of this process's descriptors) to watch it.
-  std::optional<HttpConnection> connection;
-  while (true) {
-    auto whole = state.stream->Whole(absl::Milliseconds(50));
-    if (whole.has_value()) return whole;
-    if (!connection.has_value()) {
-      connection = HttpConnection::Find(req.local_port, req.remote_addr, req.remote_port);
-    }
-    if (connection->PeerClosed()) {
-      // As gRPC does for a cancelled call: free the blocks at the next step.
-      engine->AbortRequest(state.request_id, state.stream.get());
-      return std::nullopt;
-    }
-  }
-}
-
-void HttpServer::Handlers::Completions(const httplib::Request& req, httplib::Response& res,
-                                       bool chat_request) {
-  auto in_flight = std::make_unique<InFlightCall>(&calls);
-  absl::StatusOr<std::shared_ptr<StreamState>> submitted = Submit(req, chat_request);
-  if (!submitted.ok()) return SendError(res, submitted.status());
-  std::shared_ptr<StreamState> state = *std::move(submitted);
-  state->in_flight = std::move(in_flight);
-  if (!state->request.stream) {
-    std::optional<absl::StatusOr<pagoda::v1::GenerateResponse>> whole = AwaitWhole(req, *state);
-    if (!whole.has_value()) {
-      // Nobody reads this; 499 (nginx's "client closed request") for the log.
-      res.status = 499;
+void HttpServer::Core::Accept() {
+  acceptor.async_accept(asio::make_strand(io), [this](beast::error_code error, tcp::socket socket) {
+    if (stopping.load()) return;
+    if (error) {
+      // Out of descriptors (EMFILE) and the like: retry shortly, without
+      // spinning; the client waits in the backlog.
+      LOG_EVERY_N(WARNING, 100) << "HTTP accept: " << error.message();
+      auto timer = std::make_shared<asio::steady_timer>(io, std::chrono::milliseconds(50));
+      timer->async_wait([this, timer](beast::error_code) {
+        if (!stopping.load()) Accept();
+      });
       return;
     }
-    if (!whole->ok()) return SendError(res, whole->status());
-    // Through a provider whose releaser holds `state` (and so the call in
-    // flight) until the library has written the body: a shutdown must not
-    // close the connection under it.
-    auto body = std::make_shared<std::string>(
-        MakeOpenAiResponse(state->request, **whole, options.model_name, state->created, tokenizer)
-            .dump(-1, ' ', false, json::error_handler_t::replace));
-    res.set_content_provider(
-        body->size(), kJson,
-        [body](size_t offset, size_t length, httplib::DataSink& sink) {
-          return sink.write(body->data() + offset, length);
-        },
-        [state](bool) {});
-    return;
-  }
-  res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [this, state](size_t, httplib::DataSink& sink) { return Provide(*state, sink); },
-      [this, state](bool) {
-        // Ended early (client gone, write failed): free the blocks.
-        if (!state->finished) engine->AbortRequest(state->request_id, state->stream.get());
-      });
+    if (connections.fetch_add(1) >= options.max_connections) {
+      connections.fetch_sub(1);
+      // Refused at once: one non-blocking try at a 503, then closed.
+      static const std::string kRefusal = [] {
+        const std::string body = ErrorBody(503, "too many connections; retry later");
+        return absl::StrCat(
+            "HTTP/1.1 503 Service Unavailable\r\nContent-Type: "
+            "application/json\r\nContent-Length: ",
+            body.size(), "\r\nConnection: close\r\n\r\n", body);
+      }();
+      beast::error_code ignored;
+      socket.non_blocking(true, ignored);
+      socket.write_some(asio::buffer(kRefusal), ignored);
+      socket.shutdown(tcp::socket::shutdown_both, ignored);
+      socket.close(ignored);
+    } else {
+      std::shared_ptr<HttpSession> session;
+      {
+        absl::MutexLock lock(&sessions_mu);
+        const uint64_t id = next_session_id++;
+        session = std::make_shared<HttpSession>(this, std::move(socket), id);
+        sessions.emplace(id, session);
+      }
+      asio::dispatch(session->executor(), [session] { session->Begin(); });
+    }
+    Accept();
+  });
 }
 
-// Sends the next event of a stream; false ends the connection.
-bool HttpServer::Handlers::Provide(StreamState& state, httplib::DataSink& sink) const {
-  std::optional<HttpRequestStream::Event> event = state.stream->Next(absl::Milliseconds(200));
-  if (!event.has_value()) return sink.is_writable();  // Nothing yet; is the client still there?
-  if (event->message.has_value()) {
-    for (const auto& output : event->message->outputs()) {
-      state.completion_tokens += output.token_ids_size();
+void HttpSession::SetDeadline(absl::Duration timeout) {
+  timer_.expires_after(ToChrono(timeout));
+  timer_.async_wait([self = shared_from_this()](beast::error_code error) {
+    if (!error) self->OnDeadline();
+  });
+}
+
+void HttpSession::OnDeadline() {
+  if (closed_) return;
+  switch (phase_) {
+    case Phase::kHeader:
+    case Phase::kBody:
+      if (!writing_) return RefuseAndClose(408, "request not received in time");
+      break;
+    case Phase::kDone:  // Lingered long enough.
+    default:
+      break;
+  }
+  // Idle past the keep-alive time, or a write the client did not take.
+  Close();
+}
+
+void HttpSession::ReadRequest() {
+  if (closed_) return;
+  phase_ = Phase::kIdle;
+  route_.clear();
+  status_ = 0;
+  // Draining, a connection stays open for its next request, which gets 503
+  // and Connection: close; Shutdown closes those left.
+  if (core_->stopping.load()) return Close();
+  // Give back what a large request grew the buffer to.
+  if (buffer_.capacity() > kKeptBufferBytes && buffer_.size() < kKeptBufferBytes) {
+    beast::flat_buffer fresh(core_->options.max_header_bytes + kReadAheadBytes);
+    fresh.commit(asio::buffer_copy(fresh.prepare(buffer_.size()), buffer_.data()));
+    buffer_ = std::move(fresh);
+  }
+  if (buffer_.size() > 0) return ReadHeader();
+  if (reading_) {  // A read-ahead is pending: it is the idle wait.
+    SetDeadline(core_->options.idle_timeout);
+    return;
+  }
+  // Wait for the first byte of the next request under the idle deadline,
+  // then for the rest of the headers under the header deadline.
+  SetDeadline(core_->options.idle_timeout);
+  ReadAhead();
+}
+
+void HttpSession::ReadHeader() {
+  phase_ = Phase::kHeader;
+  started_ = absl::Now();
+  parser_.emplace();
+  parser_->header_limit(static_cast<std::uint32_t>(core_->options.max_header_bytes));
+  parser_->body_limit(core_->options.max_body_bytes);
+  SetDeadline(core_->options.header_timeout);
+  reading_ = true;
+  http::async_read_header(socket_, buffer_, *parser_,
+                          [self = shared_from_this()](beast::error_code error, size_t) {
+                            self->reading_ = false;
+                            self->OnHeader(error);
+                          });
+}
+
+void HttpSession::OnHeader(beast::error_code error) {
+  if (closed_) return;
+  if (phase_ == Phase::kDone) return error ? Close() : Discard();
+  if (error == http::error::header_limit || error == http::error::buffer_overflow) {
+    return RefuseAndClose(
+        431, absl::StrCat("request headers over ", core_->options.max_header_bytes, " bytes"));
+  }
+  if (error == http::error::body_limit) {
+    return RefuseAndClose(413, absl::StrCat("body over ", core_->options.max_body_bytes, " bytes"));
+  }
+  if (error == http::error::end_of_stream || error == asio::error::eof ||
+      error == asio::error::operation_aborted || error == asio::error::connection_reset) {
+    return Close();
+  }
+  if (error) return RefuseAndClose(400, absl::StrCat("malformed request: ", error.message()));
+  const auto& header = parser_->get();
+  absl::string_view target(header.target().data(), header.target().size());
+  const absl::string_view path = target.substr(0, target.find('?'));
+  route_ = std::string(OpenAiRoutes::RouteLabel(path));
+  size_t fields = 0;
+  for (auto it = header.begin(); it != header.end(); ++it) ++fields;
+  if (fields > static_cast<size_t>(core_->options.max_header_count)) {
+    return RefuseAndClose(
+        431, absl::StrCat("more than ", core_->options.max_header_count, " header fields"));
+  }
+  keep_alive_ = header.keep_alive();
+  const absl::string_view method(header.method_string().data(), header.method_string().size());
+  const auto authorization = header[http::field::authorization];
+  int status = 0;
+  if (!core_->routes->Routable(method, path, &status)) {
+    return RefuseAndClose(status,
+                          absl::StrCat(method, " ", path, ": ",
+                                       status == 404 ? "no such route" : "method not allowed"));
+  }
+  // Checked before the body is read: a refused call costs no body.
+  if (!core_->routes->Authorized(path,
+                                 absl::string_view(authorization.data(), authorization.size()))) {
+    return RefuseAndClose(401, "missing or wrong API key: send 'Authorization: Bearer <key>'");
+  }
+  if (const auto length = parser_->content_length(); length.has_value()) {
+    if (!core_->ReserveBody(*length)) {
+      return RefuseAndClose(503, "the server holds too many request bodies; retry later");
     }
-    const json chunk = MakeOpenAiChunk(state.request, *event->message, options.model_name,
-                                       state.created, tokenizer, &state.role_sent);
-    if (chunk.is_null()) return true;
-    const std::string data = SseEvent(chunk);
-    return sink.write(data.data(), data.size());
+    body_reserved_ = *length;
   }
-  state.finished = true;
-  std::string tail;
-  if (!event->status.ok()) {
-    tail = SseEvent(MakeOpenAiError(event->status));
-  } else if (state.request.include_usage) {
-    tail =
-        SseEvent(MakeOpenAiUsageChunk(state.request, state.request_id, state.prompt_tokens,
-                                      state.completion_tokens, options.model_name, state.created));
+  if (parser_->is_done()) return Dispatch();
+  phase_ = Phase::kBody;
+  SetDeadline(core_->options.body_timeout);
+  const auto expect = header[http::field::expect];
+  if (absl::EqualsIgnoreCase(absl::string_view(expect.data(), expect.size()), "100-continue")) {
+    // curl sends large bodies only after this (or a 1 s wait).
+    writing_ = true;
+    static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+    asio::async_write(socket_, asio::buffer(kContinue),
+                      [self = shared_from_this()](beast::error_code error, size_t) {
+                        self->writing_ = false;
+                        if (error) return self->Close();
+                        self->ReadBody();
+                      });
+    return;
   }
-  tail += "data: [DONE]\n\n";
-  const bool ok = sink.write(tail.data(), tail.size());
-  sink.done();
-  return ok;
+  ReadBody();
+}
+
+void HttpSession::ReadBody() {
+  if (closed_) return;
+  reading_ = true;
+  // Piece by piece, so that a chunked body (length unknown in advance) is
+  // counted against the budget as it grows.
+  http::async_read_some(socket_, buffer_, *parser_,
+                        [self = shared_from_this()](beast::error_code error, size_t) {
+                          self->reading_ = false;
+                          self->OnBody(error);
+                        });
+}
+
+void HttpSession::OnBody(beast::error_code error) {
+  if (closed_) return;
+  if (phase_ == Phase::kDone) return error ? Close() : Discard();
+  if (error == http::error::body_limit) {
+    return RefuseAndClose(413, absl::StrCat("body over ", core_->options.max_body_bytes, " bytes"));
+  }
+  if (error == http::error::need_buffer) error = {};
+  if (error) {
+    if (error == asio::error::operation_aborted || error == asio::error::eof ||
+        error == http::error::partial_message || error == asio::error::connection_reset ||
+        error == http::error::end_of_stream) {
+      return Close();
+    }
+    return RefuseAndClose(400, absl::StrCat("malformed request body: ", error.message()));
+  }
+  const size_t held = parser_->get().body().capacity();
+  if (held > body_reserved_) {
+    if (!core_->ReserveBody(held - body_reserved_)) {
+      return RefuseAndClose(503, "the server holds too many request bodies; retry later");
+    }
+    body_reserved_ = held;
+  }
+  if (!parser_->is_done()) return ReadBody();
+  Dispatch();
+}
+
+void HttpSession::Dispatch() {
+  phase_ = Phase::kHandling;
+  ClearDeadline();
+  http::request<http::string_body> message = parser_->release();
+  parser_.reset();
+  HttpRequest request;
+  request.method = std::string(message.method_string());
+  absl::string_view target(message.target().data(), message.target().size());
+  request.path = std::string(target.substr(0, target.find('?')));
+  request.authorization = std::string(message[http::field::authorization]);
+  request.body = std::move(message.body());
+  // The body's budget goes with it: a request waiting for the tokenizer
+  // pool still holds its body.
+  if (body_reserved_ > 0) {
+    request.budget = std::shared_ptr<void>(
+        nullptr, [core = core_, bytes = body_reserved_](void*) { core->ReleaseBody(bytes); });
+    body_reserved_ = 0;
+  }
+  ReadAhead();
+  core_->routes->Handle(std::move(request), shared_from_this());
+}
+
+void HttpSession::ReadAhead() {
+  if (closed_ || reading_) return;
+  const size_t room = buffer_.max_size() - buffer_.size();
+  if (room == 0 || buffer_.size() >= kReadAheadBytes) return;  // Enough waiting; stop watching.
+  reading_ = true;
+  socket_.async_read_some(buffer_.prepare(std::min<size_t>(room, 4096)),
+                          [self = shared_from_this()](beast::error_code error, size_t bytes) {
+                            self->reading_ = false;
+                            self->OnReadAhead(error, bytes);
+                          });
+}
+
+void HttpSession::OnReadAhead(beast::error_code error, size_t bytes) {
+  if (closed_) return;
+  if (error == asio::error::operation_aborted && phase_ == Phase::kIdle) {
+    return ReadRequest();  // Cancelled to read a pipelined request.
+  }
+  if (error) return Close();  // The client left (or reset): abort its request.
+  if (phase_ == Phase::kDone) return Discard();
+  buffer_.commit(bytes);
+  if (phase_ == Phase::kIdle) return ReadHeader();
+  ReadAhead();
+}
+
+std::string HttpSession::Head(int status, absl::string_view content_type, size_t length,
+                              bool chunked) {
+  std::string head = absl::StrCat("HTTP/1.1 ", status, " ", Reason(status), "\r\n");
+  if (!content_type.empty()) absl::StrAppend(&head, "Content-Type: ", content_type, "\r\n");
+  if (chunked) {
+    absl::StrAppend(&head, "Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n");
+  } else {
+    absl::StrAppend(&head, "Content-Length: ", length, "\r\n");
+  }
+  const bool keep = keep_alive_ && !close_after_ && !core_->routes->draining();
+  if (!keep) close_after_ = true;
+  absl::StrAppend(&head, keep ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n");
+  return head;
+}
+
+void HttpSession::RefuseAndClose(int status, const std::string& message) {
+  if (closed_ || response_done_ || streaming_) return Close();
+  phase_ = Phase::kDone;
+  close_after_ = true;
+  if (route_.empty()) route_ = "other";
+  Respond(status, "application/json", ErrorBody(status, message));
+}
+
+void HttpSession::Respond(int status, absl::string_view content_type, std::string body) {
+  if (closed_ || response_done_ || streaming_) return;
+  status_ = status;
+  response_done_ = true;
+  // Head and body leave in one write (with TCP_NODELAY: one segment for a
+  // small response, no wait for the client's delayed ACK).
+  std::string bytes =
+      Head(status, body.empty() && status == 200 ? "" : content_type, body.size(), false);
+  bytes += body;
+  Send(std::move(bytes));
+}
+
+void HttpSession::StartEventStream() {
+  if (closed_ || response_done_ || streaming_) return;
+  status_ = 200;
+  streaming_ = true;
+  Send(Head(200, "text/event-stream", 0, true));
+}
+
+bool HttpSession::SendEvent(absl::string_view data) {
+  if (closed_ || !streaming_ || response_done_) return false;
+  if (data.empty()) return true;
+  if (pending_.size() + writing_bytes_.size() + data.size() >
+      core_->options.max_stream_buffer_bytes) {
+    LOG_EVERY_N(WARNING, 100) << "HTTP: dropping a stream whose client stopped reading";
+    Close();
+    return false;
+  }
+  absl::StrAppend(&pending_, absl::Hex(data.size()), "\r\n", data, "\r\n");
+  Flush();
+  return true;
+}
+
+void HttpSession::EndEventStream() {
+  if (closed_ || !streaming_ || response_done_) return;
+  response_done_ = true;
+  Send("0\r\n\r\n");
+}
+
+void HttpSession::Send(std::string bytes) {
+  pending_ += bytes;
+  Flush();
+}
+
+void HttpSession::Flush() {
+  if (closed_ || writing_ || pending_.empty()) {
+    if (!closed_ && !writing_ && response_done_) EndExchange();
+    return;
+  }
+  writing_bytes_.swap(pending_);
+  pending_.clear();
+  writing_ = true;
+  SetDeadline(core_->options.write_timeout);
+  asio::async_write(socket_, asio::buffer(writing_bytes_),
+                    [self = shared_from_this()](beast::error_code error, size_t) {
+                      self->writing_ = false;
+                      self->OnWritten(error);
+                    });
+}
+
+void HttpSession::OnWritten(beast::error_code error) {
+  if (closed_) return;
+  if (error) return Close();
+  writing_bytes_.clear();
+  if (phase_ != Phase::kHeader && phase_ != Phase::kBody) ClearDeadline();
+  Flush();
+}
+
+void HttpSession::EndExchange() {
+  core_->Record(route_.empty() ? "other" : route_, status_, absl::Now() - started_);
+  call_.reset();
+  streaming_ = false;
+  response_done_ = false;
+  if (phase_ == Phase::kDone) return LingerThenClose();
+  if (close_after_) return Close();
+  phase_ = Phase::kIdle;
+  // A read-ahead still pending while a pipelined request already waits in
+  // the buffer: cancel it, so that the request is read now.
+  if (reading_ && buffer_.size() > 0) {
+    beast::error_code ignored;
+    socket_.cancel(ignored);
+    return;  // OnReadAhead(operation_aborted) reads the request.
+  }
+  ReadRequest();
+}
+
+void HttpSession::LingerThenClose() {
+  beast::error_code ignored;
+  socket_.shutdown(tcp::socket::shutdown_send, ignored);
+  phase_ = Phase::kDone;
+  SetDeadline(kLingerTime);
+  if (reading_) return;  // The pending read's handler goes on discarding.
+  Discard();
+}
+
+void HttpSession::Discard() {
+  if (closed_) return;
+  buffer_.clear();
+  reading_ = true;
+  socket_.async_read_some(buffer_.prepare(std::min<size_t>(buffer_.max_size(), 16 << 10)),
+                          [self = shared_from_this()](beast::error_code error, size_t) {
+                            self->reading_ = false;
+                            if (error) return self->Close();
+                            self->Discard();
+                          });
+}
+
+void HttpSession::Close() {
+  if (closed_) return;
+  closed_ = true;
+  if (status_ == 0 && !route_.empty() && phase_ == Phase::kHandling) {
+    core_->Record(route_, 499, absl::Now() - started_);
+  }
+  timer_.cancel();
+  beast::error_code ignored;
+  socket_.shutdown(tcp::socket::shutdown_both, ignored);
+  socket_.close(ignored);
+  ReleaseBody();
+  if (call_ != nullptr) {
+    std::shared_ptr<HttpCall> call = std::move(call_);
+    if (!response_done_ || writing_) call->OnClientGone();
+  }
+  absl::MutexLock lock(&core_->sessions_mu);
+  core_->sessions.erase(id_);
 }
 
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(HttpServerOptions options,
@@ -228,84 +701,80 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(HttpServerOptions 
                                                               RequestValidator* validator,
                                                               const Tokenizer* tokenizer,
                                                               ChatRenderer chat) {
+  if (options.max_connections < 1 || options.io_threads < 1) {
+    return absl::InvalidArgumentError("HTTP: max_connections and io_threads must be >= 1");
+  }
   std::unique_ptr<HttpServer> server(new HttpServer());
-  server->options_ = options;
-  server->handlers_.reset(new Handlers{options, engine, validator, tokenizer, std::move(chat)});
-  server->server_ = std::make_unique<httplib::Server>();
-  httplib::Server& http = *server->server_;
-  Handlers* handlers = server->handlers_.get();
-  const int threads = options.threads;
-  http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  http.set_payload_max_length(options.max_body_bytes);
-  http.set_read_timeout(options.read_timeout_seconds, 0);
-  http.set_keep_alive_max_count(100);
-  // --api-key guards every /v1/ route, as on gRPC; /health stays open for
-  // probes. Checked before routing, so a refused call reads no body.
-  if (!options.api_key.empty()) {
-    const std::string expected = absl::StrCat("Bearer ", options.api_key);
-    http.set_pre_routing_handler([expected](const httplib::Request& req, httplib::Response& res) {
-      if (!absl::StartsWith(req.path, "/v1/") ||
-          ConstantTimeEquals(expected, req.get_header_value("Authorization"))) {
-        return httplib::Server::HandlerResponse::Unhandled;
-      }
-      SendError(res, absl::UnauthenticatedError(
-                         "missing or wrong API key: send 'Authorization: Bearer <key>'"));
-      return httplib::Server::HandlerResponse::Handled;
-    });
+  server->core_ =
+      std::make_unique<Core>(std::move(options), engine, validator, tokenizer, std::move(chat));
+  Core& core = *server->core_;
+  const std::string where = absl::StrCat(core.options.host, ":", core.options.port);
+  beast::error_code error;
+  const auto address = asio::ip::make_address(core.options.host, error);
+  if (error) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("HTTP: cannot listen on ", where, ": not an IP address"));
   }
-  http.Get("/health",
-           [handlers](const httplib::Request&, httplib::Response& res) { handlers->Health(res); });
-  http.Get("/v1/models",
-           [handlers](const httplib::Request&, httplib::Response& res) { handlers->Models(res); });
-  http.Post("/v1/completions", [handlers](const httplib::Request& req, httplib::Response& res) {
-    handlers->Completions(req, res, /*chat=*/false);
-  });
-  http.Post("/v1/chat/completions",
-            [handlers](const httplib::Request& req, httplib::Response& res) {
-              handlers->Completions(req, res, /*chat=*/true);
-            });
-  // Library-made errors (unknown path 404, body too large 413, ...) in
-  // OpenAI's shape too.
-  http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    const absl::Status status(
-        res.status == 404 ? absl::StatusCode::kNotFound : absl::StatusCode::kInvalidArgument,
-        absl::StrCat(req.method, " ", req.path, ": HTTP ", res.status));
-    res.set_content(MakeOpenAiError(status).dump(), kJson);
-  });
-  server->port_ = options.port == 0
-                      ? http.bind_to_any_port(options.host)
-                      : (http.bind_to_port(options.host, options.port) ? options.port : -1);
-  if (server->port_ <= 0) {
+  const tcp::endpoint endpoint(address, static_cast<unsigned short>(core.options.port));
+  // SO_REUSEADDR (a restart need not wait out TIME_WAIT) but never
+  // SO_REUSEPORT: a second server on a busy port must fail, not share it.
+  core.acceptor.open(endpoint.protocol(), error);
+  if (!error) core.acceptor.set_option(tcp::acceptor::reuse_address(true), error);
+  if (!error) core.acceptor.bind(endpoint, error);
+  if (!error) core.acceptor.listen(kListenBacklog, error);
+  if (error) {
     return absl::UnavailableError(
-        absl::StrCat("cannot listen for HTTP on ", options.host, ":", options.port));
+        absl::StrCat("cannot listen for HTTP on ", where, ": ", error.message()));
   }
-  server->listener_ = std::thread([&http] { http.listen_after_bind(); });
+  core.port = core.acceptor.local_endpoint().port();
+  core.Accept();
+  for (int i = 0; i < core.options.io_threads; ++i) {
+    core.threads.emplace_back([&core] { core.io.run(); });
+  }
   return server;
 }
 
 HttpServer::~HttpServer() { Shutdown(); }
 
-void HttpServer::SetDraining() { handlers_->draining = true; }
+int HttpServer::port() const { return core_->port; }
+
+void HttpServer::SetDraining() { core_->routes->SetDraining(); }
 
 void HttpServer::Shutdown() {
-  if (server_ == nullptr || !listener_.joinable()) return;
-  // Responses in flight get `shutdown_grace` to reach their clients before
-  // the listener stops: once stopped, the library ends a chunked (streamed)
-  // response at its next chunk, cutting a stream whose last events are still
-  // on their way. New requests meanwhile get 503 (the server is draining).
-  // Then every connection still open is closed: idle keep-alive ones, which
-  // the library would otherwise wait out (its keep-alive timeout), and
-  // clients that stopped reading.
-  handlers_->draining = true;
-  if (!handlers_->calls.WaitUntilIdle(options_.shutdown_grace)) {
+  if (core_ == nullptr || core_->shut_down) return;
+  core_->shut_down = true;
+  // Responses in flight get `shutdown_grace` to reach their clients; new
+  // requests meanwhile get 503 (the server is draining) and Connection:
+  // close. Then every connection still open is closed: idle keep-alive
+  // ones and clients that stopped reading.
+  core_->routes->SetDraining();
+  if (!core_->routes->calls().WaitUntilIdle(core_->options.shutdown_grace)) {
     LOG(WARNING) << "HTTP: closing connections whose responses are still being written";
   }
-  server_->stop();  // No new connections.
-  for (const HttpConnection& connection : HttpConnection::AllOnPort(port_)) {
-    connection.ShutDown();
+  core_->stopping = true;
+  asio::post(core_->acceptor.get_executor(), [core = core_.get()] {
+    beast::error_code ignored;
+    core->acceptor.close(ignored);
+  });
+  std::vector<std::shared_ptr<HttpSession>> open;
+  {
+    absl::MutexLock lock(&core_->sessions_mu);
+    for (const auto& [id, weak] : core_->sessions) {
+      if (auto session = weak.lock()) open.push_back(std::move(session));
+    }
   }
-  listener_.join();
+  for (const auto& session : open) session->CloseSoon();
+  open.clear();
+  // The closes run (each session goes once its last handler has), then the
+  // loop stops.
+  for (int i = 0; i < 200 && core_->connections.load() > 0; ++i)
+    absl::SleepFor(absl::Milliseconds(5));
+  core_->io.stop();
+  for (std::thread& thread : core_->threads) thread.join();
+  core_->threads.clear();
+  // Tokenizing work already accepted posts to the stopped loop, where it is
+  // dropped with the loop; the pool must be gone before the loop is.
+  core_->routes->StopPool();
 }
 
 }  // namespace pagoda::scheduler

@@ -2,10 +2,10 @@
 #define PAGODA_SCHEDULER_API_HTTP_SERVER_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -15,8 +15,8 @@
 #include "scheduler/engine/engine.h"
 #include "text/tokenizer.h"
 
-namespace httplib {
-class Server;
+namespace prometheus {
+class Registry;
 }
 
 namespace pagoda::scheduler {
@@ -30,35 +30,85 @@ struct HttpServerOptions {
   int port = 0;  // 0 = the OS picks one.
   std::string model_name;
   int max_model_len = 0;
-  int threads = 16;                 // Concurrent connections served.
-  size_t max_body_bytes = 4 << 20;  // Larger bodies get 413.
-  int read_timeout_seconds = 30;    // A client that stalls its request.
   // When set, every /v1/ call needs "Authorization: Bearer <api_key>" (401
-  // otherwise); /health is exempt.
+  // otherwise); /health, /ping, /version, /tokenize, /detokenize are exempt
+  // (as in vLLM, whose key guards /v1 only).
   std::string api_key;
+
+  // Connections open at once; one more is answered 503 and closed at once.
+  int max_connections = 4096;
+  // Threads running the event loop (see HttpServer).
+  int io_threads = 2;
+  // Threads that tokenize text prompts and render chat templates, and how
+  // many such requests may wait for them (more get 429).
+  int tokenizer_threads = 2;
+  int max_pending_tokenizations = 256;
+
+  size_t max_body_bytes = 4 << 20;     // Larger bodies get 413 as soon as they cross it.
+  size_t max_header_bytes = 16 << 10;  // Request line and headers together; 431 above.
+  int max_header_count = 100;          // Header fields; 431 above.
+  // Body bytes held by every connection together while being read: a body
+  // that would go past it gets 503, so that many slow large bodies cannot
+  // exhaust memory (4 MiB each would be 4 GiB at 1,000 connections).
+  size_t max_body_bytes_in_flight = 32 << 20;
+  // A stream whose client stops reading may hold this many bytes waiting
+  // (besides the kernel's socket buffer); past it the client is dropped and
+  // its request aborted.
+  size_t max_stream_buffer_bytes = 1 << 20;
+  // SO_SNDBUF of each connection; 0 leaves the kernel's autotuning (which
+  // may let a client that stops reading hold a few MiB of kernel memory
+  // before max_stream_buffer_bytes is reached).
+  int socket_send_buffer_bytes = 0;
+
+  absl::Duration header_timeout = absl::Seconds(10);  // First byte to the end of the headers.
+  absl::Duration body_timeout = absl::Seconds(30);    // End of the headers to the end of the body.
+  absl::Duration idle_timeout = absl::Seconds(60);    // Keep-alive connection between requests.
+  absl::Duration write_timeout = absl::Seconds(30);   // One write the client does not take.
+
   // On Shutdown, how long responses still being written (after the engine
   // drained) get before their connections are closed.
   absl::Duration shutdown_grace = absl::Seconds(5);
+
+  // When set, pagoda_http_requests_total{path,status} and
+  // pagoda_http_request_duration_seconds{path} are registered here.
+  std::shared_ptr<prometheus::Registry> metrics_registry;
 };
 
-// OpenAI-compatible HTTP beside gRPC: POST /v1/completions and
-// /v1/chat/completions (JSON or SSE streams), GET /v1/models and /health.
-// Requests take the gRPC path: the same RequestValidator, engine submission
-// (MakeEngineRequest), stop strings and abort on disconnect (a request whose
-// client closed the connection is aborted, freeing its blocks: a stream when
-// it next looks for news or writes, a whole response within 50 ms). Errors
-// are OpenAI's JSON error shape.
+// OpenAI-compatible HTTP/1.1 beside gRPC: POST /v1/completions and
+// /v1/chat/completions (JSON or SSE streams), GET /v1/models[/{id}], vLLM's
+// POST /tokenize and /detokenize, GET /health, /ping, /version. Requests take
+// the gRPC path: the same RequestValidator, engine submission
+// (MakeEngineRequest), stop strings, and abort when the client leaves (seen
+// on the connection itself, streamed or not). Errors are OpenAI's JSON error
+// shape with the HTTP status as `code`.
 //
-// Why cpp-httplib (Debian's libcpp-httplib-dev): it is Debian-packaged, small,
-// and serves each connection on a thread from a bounded pool, which suits
-// SSE: a stream's thread simply waits for the engine's next delta. Limits:
-// `threads` connections at a time, `max_body_bytes` per body, and the
-// library's 8 KiB bound on the request line and each header line.
+// Event-driven on Boost.Asio, with Boost.Beast parsing requests (Debian's
+// libboost-dev: well kept, header-only, and its parser bounds header and
+// body sizes as bytes arrive, chunked bodies included). Each connection is
+// a small state machine on its own strand: an idle keep-alive connection or
+// a client drip-feeding headers costs a socket and a few KiB, not a thread,
+// and every phase (idle, headers, body, each write) has its deadline.
+//
+// Why `io_threads` = 2 by default: the loop only parses, routes, turns
+// engine deltas into JSON and writes, all in microseconds, so one thread
+// would serve thousands of tokens a second; a second one keeps /health and
+// accepts answered while the other serializes a burst of chunks, and more
+// would only contend on the strands' locks on a host whose cores the engine,
+// gRPC and the tokenizer threads also need. Tokenizing and chat templates,
+// which grow with the prompt, run on `tokenizer_threads`, never on the loop.
+//
+// The engine's sinks never do HTTP work: they post each delta to the
+// connection's strand, where it is detokenized, serialized and written.
+// A stream writes as tokens arrive; while a write waits for the client, new
+// events gather (bounded by max_stream_buffer_bytes) into the next write.
+//
 // Thread-safe. The engine, validator, tokenizer must outlive the server.
 class HttpServer {
  public:
   // `tokenizer` may be null (token-id prompts only); `chat` may be empty
-  // (chat completions are then refused with a clear 400).
+  // (chat completions are then refused with a clear 400). UNAVAILABLE,
+  // naming host and port, when the port cannot be bound (in use: no
+  // SO_REUSEPORT, so a second server on a busy port fails here).
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(HttpServerOptions options,
                                                            Engine* engine,
                                                            RequestValidator* validator,
@@ -68,26 +118,22 @@ class HttpServer {
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
-  int port() const { return port_; }
+  int port() const;
   // /health answers 503 from now on; new completions get 503 too (the
-  // engine, which stops accepting, says so). Requests in flight go on.
+  // engine, which stops accepting, says so); responses say Connection:
+  // close. Requests in flight go on.
   void SetDraining();
-  // Stops listening, gives responses in flight `shutdown_grace` to be
+  // Stops accepting, gives responses in flight `shutdown_grace` to be
   // written, closes every connection left (idle keep-alive ones included)
-  // and waits for the serving threads. Call after the engine has drained or
-  // stopped, so that every request has its outcome. Idempotent.
+  // and joins the io threads. Call after the engine has drained or stopped,
+  // so that every request has its outcome. Idempotent.
   void Shutdown();
 
-  struct Handlers;  // The routes; opaque outside http_server.cc.
+  class Core;  // Opaque outside http_server.cc.
 
  private:
   HttpServer() = default;
-
-  HttpServerOptions options_;
-  std::unique_ptr<httplib::Server> server_;
-  std::unique_ptr<Handlers> handlers_;
-  std::thread listener_;
-  int port_ = 0;
+  std::unique_ptr<Core> core_;
 };
 
 }  // namespace pagoda::scheduler

@@ -46,15 +46,13 @@ absl::StatusOr<int64_t> Integer(const json& body, const char* key, int64_t fallb
   return value;
 }
 
-absl::Status ParsePrompt(const json& body, pagoda::v1::GenerateRequest* out) {
-  if (!Present(body, "prompt")) return Invalid("prompt", "required");
-  const json& prompt = body["prompt"];
+// Most prompts in one completions body: each becomes an engine request.
+constexpr size_t kMaxPrompts = 1024;
+
+// One prompt: a string or an array of token ids.
+absl::Status ParseOnePrompt(const json& prompt, pagoda::v1::GenerateRequest* out) {
   if (prompt.is_string()) {
     out->set_prompt(prompt.get<std::string>());
-    return absl::OkStatus();
-  }
-  if (prompt.is_array() && prompt.size() == 1 && prompt[0].is_string()) {
-    out->set_prompt(prompt[0].get<std::string>());
     return absl::OkStatus();
   }
   if (prompt.is_array() && !prompt.empty() && prompt.size() <= kMaxPromptTokenIds) {
@@ -66,7 +64,30 @@ absl::Status ParsePrompt(const json& body, pagoda::v1::GenerateRequest* out) {
     }
     return absl::OkStatus();
   }
-  return Invalid("prompt", "must be a string, one string in an array, or an array of token ids");
+  return Invalid("prompt",
+                 "must be a string, an array of token ids, or a list of either (one choice per "
+                 "prompt)");
+}
+
+absl::Status ParsePrompts(const json& body, std::vector<pagoda::v1::GenerateRequest>* out) {
+  if (!Present(body, "prompt")) return Invalid("prompt", "required");
+  const json& prompt = body["prompt"];
+  // A list of prompts: strings, or arrays of token ids.
+  if (prompt.is_array() && !prompt.empty() && (prompt[0].is_string() || prompt[0].is_array())) {
+    if (prompt.size() > kMaxPrompts) {
+      return Invalid("prompt", absl::StrCat("at most ", kMaxPrompts, " prompts in one request"));
+    }
+    for (const json& entry : prompt) {
+      if (!entry.is_string() && !entry.is_array()) {
+        return Invalid("prompt", "a list of prompts must hold strings or arrays of token ids");
+      }
+      if (absl::Status status = ParseOnePrompt(entry, &out->emplace_back()); !status.ok()) {
+        return status;
+      }
+    }
+    return absl::OkStatus();
+  }
+  return ParseOnePrompt(prompt, &out->emplace_back());
 }
 
 absl::Status ParseMessages(const json& body, OpenAiRequest* out) {
@@ -139,13 +160,24 @@ absl::Status RefuseUnsupported(const json& body) {
       return Invalid(key, "is not supported (only 0)");
     }
   }
-  for (const char* key : {"logit_bias", "tools", "functions", "response_format", "suffix"}) {
+  for (const char* key : {"logit_bias", "tools", "functions"}) {
     if (Present(body, key) && !(body[key].is_object() && body[key].empty()) &&
         !(body[key].is_array() && body[key].empty())) {
       return Invalid(key, "is not supported");
     }
   }
-  if (Present(body, "echo") && body["echo"] != false) return Invalid("echo", "is not supported");
+  // Plain text is what every response is; structured output is not built.
+  if (Present(body, "response_format")) {
+    const json& format = body["response_format"];
+    if (!format.is_object() || !format.contains("type") || format["type"] != "text") {
+      return Invalid("response_format",
+                     "only {\"type\": \"text\"} is supported (no JSON mode or schema)");
+    }
+  }
+  // vLLM refuses it too: fill-in-the-middle needs the model's own format.
+  if (Present(body, "suffix") && !(body["suffix"].is_string() && body["suffix"].empty())) {
+    return Invalid("suffix", "is not supported (no fill-in-the-middle); leave it out");
+  }
   if (Present(body, "best_of") && body["best_of"] != 1)
     return Invalid("best_of", "is not supported");
   return absl::OkStatus();
@@ -169,7 +201,14 @@ absl::Status ParseSampling(const json& body, OpenAiRequest* out) {
   // Passed through: the validator decides what n the engine supports.
   absl::StatusOr<int64_t> n = Integer(body, "n", 1, 1, 128);
   if (!n.ok()) return n.status();
-  sampling->set_n(static_cast<int32_t>(*n));
+  // Greedy samples are all the same sequence: run one and copy it (vLLM
+  // answers n equal choices; the engine refuses several greedy sequences).
+  if (*n > 1 && *temperature < kGreedyTemperature) {
+    out->copies = static_cast<int>(*n);
+    sampling->set_n(1);
+  } else {
+    sampling->set_n(static_cast<int32_t>(*n));
+  }
   return absl::OkStatus();
 }
 
@@ -221,7 +260,13 @@ absl::Status ParseStreaming(const json& body, OpenAiRequest* out) {
     const json& options = body["stream_options"];
     if (!options.is_object()) return Invalid("stream_options", "must be an object");
     if (!out->stream) return Invalid("stream_options", "only allowed when stream is true");
+    for (const char* key : {"include_usage", "continuous_usage_stats"}) {
+      if (options.contains(key) && !options[key].is_boolean() && !options[key].is_null()) {
+        return Invalid(absl::StrCat("stream_options.", key), "must be a boolean");
+      }
+    }
     out->include_usage = options.value("include_usage", false);
+    out->continuous_usage_stats = options.value("continuous_usage_stats", false);
   }
   return absl::OkStatus();
 }
@@ -298,14 +343,91 @@ json Usage(int prompt_tokens, int completion_tokens) {
 
 }  // namespace
 
+pagoda::v1::GenerateRequest PromptRequest(const OpenAiRequest& request, size_t index) {
+  pagoda::v1::GenerateRequest out = request.generate;
+  if (index < request.prompts.size()) {
+    out.clear_prompt();
+    out.clear_prompt_token_ids();
+    out.MergeFrom(request.prompts[index]);
+  }
+  return out;
+}
+
+absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(const json& body) {
+  if (!body.is_object()) return absl::InvalidArgumentError("body: must be a JSON object");
+  TokenizeRequest out;
+  if (Present(body, "model")) {
+    if (!body["model"].is_string()) return Invalid("model", "must be a string");
+    out.model = body["model"].get<std::string>();
+  }
+  if (Present(body, "messages")) {
+    OpenAiRequest chat;
+    if (absl::Status status = ParseMessages(body, &chat); !status.ok()) return status;
+    out.chat = true;
+    out.messages = std::move(chat.messages);
+    out.add_special_tokens = false;  // The template writes its own (vLLM's default).
+  } else if (Present(body, "prompt") && body["prompt"].is_string()) {
+    out.prompt = body["prompt"].get<std::string>();
+  } else {
+    return Invalid("prompt", "required: a string (or messages)");
+  }
+  for (auto [key, field] : {std::pair{"add_special_tokens", &out.add_special_tokens},
+                            std::pair{"add_generation_prompt", &out.add_generation_prompt},
+                            std::pair{"return_token_strs", &out.return_token_strs}}) {
+    if (!Present(body, key)) continue;
+    if (!body[key].is_boolean()) return Invalid(key, "must be a boolean");
+    *field = body[key].get<bool>();
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<int>> ParseDetokenizeRequest(const json& body, int vocab_size,
+                                                        std::string* model) {
+  if (!body.is_object()) return absl::InvalidArgumentError("body: must be a JSON object");
+  if (Present(body, "model")) {
+    if (!body["model"].is_string()) return Invalid("model", "must be a string");
+    *model = body["model"].get<std::string>();
+  }
+  if (!Present(body, "tokens") || !body["tokens"].is_array() ||
+      body["tokens"].size() > kMaxPromptTokenIds) {
+    return Invalid(
+        "tokens", absl::StrCat("required: an array of at most ", kMaxPromptTokenIds, " token ids"));
+  }
+  std::vector<int> ids;
+  ids.reserve(body["tokens"].size());
+  for (const json& id : body["tokens"]) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= vocab_size) {
+      return Invalid("tokens", absl::StrCat("must hold token ids in [0, ", vocab_size, ")"));
+    }
+    ids.push_back(id.get<int>());
+  }
+  return ids;
+}
+
 absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(const json& body, bool chat,
                                                  int default_chat_max_tokens) {
   if (!body.is_object()) return absl::InvalidArgumentError("body: must be a JSON object");
   OpenAiRequest out;
   out.chat = chat;
-  if (!Present(body, "model") || !body["model"].is_string()) return Invalid("model", "required");
-  out.model = body["model"].get<std::string>();
-  absl::Status status = chat ? ParseMessages(body, &out) : ParsePrompt(body, &out.generate);
+  // Without a model the server's one model answers (as vLLM).
+  if (Present(body, "model")) {
+    if (!body["model"].is_string()) return Invalid("model", "must be a string");
+    out.model = body["model"].get<std::string>();
+  }
+  absl::Status status = chat ? ParseMessages(body, &out) : ParsePrompts(body, &out.prompts);
+  if (status.ok() && !chat) out.generate.MergeFrom(out.prompts[0]);
+  if (status.ok() && Present(body, "echo")) {
+    if (!body["echo"].is_boolean()) {
+      status = Invalid("echo", "must be a boolean");
+    } else if (body["echo"].get<bool>()) {
+      // Echoed prompts would need their own logprobs (prompt logprobs).
+      if (chat) status = Invalid("echo", "is only supported by /v1/completions");
+      if (Present(body, "logprobs")) {
+        status = Invalid("echo", "is not supported together with logprobs");
+      }
+      out.echo = true;
+    }
+  }
   if (status.ok() && chat && Present(body, "add_generation_prompt")) {
     out.add_generation_prompt = body.value("add_generation_prompt", true);
   }
@@ -416,18 +538,17 @@ int HttpStatusOf(const absl::Status& status) {
 }
 
 json MakeOpenAiError(const absl::Status& status) {
-  const int http_status = HttpStatusOf(status);
+  return MakeOpenAiError(HttpStatusOf(status), std::string(status.message()));
+}
+
+json MakeOpenAiError(int http_status, const std::string& message) {
   std::string type = "internal_error";
-  if (http_status == 400 || http_status == 404 || http_status == 409)
-    type = "invalid_request_error";
+  if (http_status >= 400 && http_status < 500) type = "invalid_request_error";
   if (http_status == 401 || http_status == 403) type = "authentication_error";
   if (http_status == 429) type = "rate_limit_error";
   if (http_status == 503) type = "service_unavailable";
-  return {{"error",
-           {{"message", std::string(status.message())},
-            {"type", type},
-            {"param", nullptr},
-            {"code", http_status}}}};
+  return {
+      {"error", {{"message", message}, {"type", type}, {"param", nullptr}, {"code", http_status}}}};
 }
 
 }  // namespace pagoda::scheduler

@@ -23,18 +23,35 @@ using text::ChatMessage;
 // One parsed POST /v1/completions or /v1/chat/completions body.
 struct OpenAiRequest {
   bool chat = false;
-  std::string model;
-  pagoda::v1::GenerateRequest generate;  // Prompt unset for chat (rendered later).
-  std::vector<ChatMessage> messages;     // Chat only.
-  bool add_generation_prompt = true;     // Chat only.
+  std::string model;  // "" when the body names none (the served model).
+  // The first prompt (unset for chat: rendered later) and every option.
+  pagoda::v1::GenerateRequest generate;
+  // Completions: every prompt of the body, each a GenerateRequest with only
+  // prompt or prompt_token_ids set (a list of prompts answers one choice
+  // per prompt and sample, as vLLM). Empty for chat.
+  std::vector<pagoda::v1::GenerateRequest> prompts;
+  std::vector<ChatMessage> messages;  // Chat only.
+  bool add_generation_prompt = true;  // Chat only.
   bool stream = false;
-  bool include_usage = false;  // stream_options.include_usage.
-  int top_logprobs = -1;       // -1 = no logprobs; else alternatives per token.
+  bool include_usage = false;           // stream_options.include_usage.
+  bool continuous_usage_stats = false;  // stream_options: usage in every chunk.
+  int top_logprobs = -1;                // -1 = no logprobs; else alternatives per token.
+  // Choices answered per prompt by copying one sequence: n > 1 with
+  // temperature 0 (greedy samples are all equal; vLLM returns n copies). The
+  // engine then runs n = 1. 1 otherwise.
+  int copies = 1;
+  bool echo = false;  // Completions: the prompt's text before each choice's.
 };
 
+// The request to submit for prompt `index` of `request` (generate's options
+// with that prompt). REQUIRES: index < max(1, prompts.size()).
+pagoda::v1::GenerateRequest PromptRequest(const OpenAiRequest& request, size_t index);
+
 // Parses and bounds a request body. INVALID_ARGUMENT names the field.
-// Fields this server does not implement (penalties, logit_bias, tools...)
-// are INVALID_ARGUMENT when set to anything but their neutral value.
+// Fields this server does not implement (penalties, logit_bias, tools,
+// suffix...) are INVALID_ARGUMENT when set to anything but their neutral
+// value; fields without effect on the output (user, metadata, store,
+// response_format {"type": "text"}) are accepted and ignored.
 // `default_chat_max_tokens` is the max_tokens of a chat request that gives
 // none (OpenAI's "until the context is full").
 absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(const nlohmann::json& body, bool chat,
@@ -59,11 +76,30 @@ nlohmann::json MakeOpenAiUsageChunk(const OpenAiRequest& request, const std::str
                                     int prompt_tokens, int completion_tokens,
                                     const std::string& model, int64_t created);
 
+// vLLM's POST /tokenize body: a prompt or chat messages.
+struct TokenizeRequest {
+  std::string model;
+  std::string prompt;                 // When !chat.
+  std::vector<ChatMessage> messages;  // When chat.
+  bool chat = false;
+  bool add_special_tokens = true;     // BOS for a prompt (vLLM: true for prompts).
+  bool add_generation_prompt = true;  // Chat only.
+  bool return_token_strs = false;
+};
+absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(const nlohmann::json& body);
+
+// vLLM's POST /detokenize body: token ids, each in [0, vocab_size).
+absl::StatusOr<std::vector<int>> ParseDetokenizeRequest(const nlohmann::json& body, int vocab_size,
+                                                        std::string* model);
+
 // OpenAI's error body {"error": {"message", "type", "param", "code"}} and the
 // HTTP status for `status` (400 bad request, 404 unknown model, 409 duplicate
 // id, 429 queue full, 503 draining or workers down, 500 otherwise).
 int HttpStatusOf(const absl::Status& status);
 nlohmann::json MakeOpenAiError(const absl::Status& status);
+// The same shape for an HTTP-level error (413, 431, 405...): `code` is
+// always the HTTP status.
+nlohmann::json MakeOpenAiError(int http_status, const std::string& message);
 
 }  // namespace pagoda::scheduler
 

@@ -26,7 +26,8 @@ TEST(OpenAiProtocolTest, MapsCompletionFieldsToTheGrpcRequest) {
   EXPECT_EQ(request.sampling().temperature(), 0.0f);
   EXPECT_EQ(request.sampling().top_p(), 0.5f);
   EXPECT_EQ(request.sampling().seed(), 9u);
-  EXPECT_EQ(request.sampling().n(), 3);
+  EXPECT_EQ(request.sampling().n(), 1);  // Greedy: one sequence, three copies.
+  EXPECT_EQ(parsed->copies, 3);
   ASSERT_EQ(request.stopping().stop_size(), 1);
   EXPECT_EQ(request.stopping().stop(0), "END");
   EXPECT_EQ(request.logprobs(), 2);
@@ -74,7 +75,8 @@ TEST(OpenAiProtocolTest, BadFieldsAreInvalidArgumentNamingTheField) {
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << c.field << " " << c.value;
     EXPECT_EQ(status.message().rfind(c.field, 0), 0u) << status;
   }
-  EXPECT_FALSE(ParseError(json{{"prompt", "hi"}}).ok());  // No model.
+  EXPECT_TRUE(ParseError(json{{"prompt", "hi"}}).ok());  // No model: the served one.
+  EXPECT_FALSE(ParseError(json{{"model", 3}, {"prompt", "hi"}}).ok());
   EXPECT_FALSE(ParseError(json::array()).ok());
   EXPECT_FALSE(ParseError(json{{"model", "m"}, {"messages", json::array()}}, true).ok());
   EXPECT_FALSE(
@@ -93,4 +95,96 @@ TEST(OpenAiProtocolTest, ErrorsHaveOpenAisShapeAndStatus) {
 }
 
 }  // namespace
+TEST(OpenAiProtocolTest, AcceptsWhatVllmAccepts) {
+  // A list of prompts: one request per prompt, the options shared.
+  auto listed =
+      ParseOpenAiRequest(json{{"prompt", json::array({"a", "b"})}, {"max_tokens", 3}}, false, 512);
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_EQ(listed->prompts.size(), 2u);
+  EXPECT_EQ(PromptRequest(*listed, 1).prompt(), "b");
+  EXPECT_EQ(PromptRequest(*listed, 1).stopping().max_tokens(), 3);
+  auto id_lists = ParseOpenAiRequest(
+      json{{"prompt", json::array({json::array({1, 2}), json::array({3})})}}, false, 512);
+  ASSERT_TRUE(id_lists.ok()) << id_lists.status();
+  EXPECT_EQ(PromptRequest(*id_lists, 1).prompt_token_ids_size(), 1);
+  // n greedy samples: one sequence, copied.
+  auto greedy = ParseOpenAiRequest(json{{"prompt", "a"}, {"n", 3}, {"temperature", 0}}, false, 8);
+  ASSERT_TRUE(greedy.ok());
+  EXPECT_EQ(greedy->copies, 3);
+  EXPECT_EQ(greedy->generate.sampling().n(), 1);
+  auto sampled = ParseOpenAiRequest(json{{"prompt", "a"}, {"n", 3}}, false, 8);
+  EXPECT_EQ(sampled->copies, 1);
+  EXPECT_EQ(sampled->generate.sampling().n(), 3);
+  // No-ops.
+  EXPECT_TRUE(ParseOpenAiRequest(json{{"prompt", "a"},
+                                      {"response_format", {{"type", "text"}}},
+                                      {"user", "u"},
+                                      {"metadata", {{"k", "v"}}},
+                                      {"store", false}},
+                                 false, 8)
+                  .ok());
+  auto streamed = ParseOpenAiRequest(
+      json{{"prompt", "a"},
+           {"stream", true},
+           {"stream_options", {{"include_usage", true}, {"continuous_usage_stats", true}}}},
+      false, 8);
+  ASSERT_TRUE(streamed.ok());
+  EXPECT_TRUE(streamed->continuous_usage_stats);
+  auto echo = ParseOpenAiRequest(json{{"prompt", "a"}, {"echo", true}}, false, 8);
+  ASSERT_TRUE(echo.ok());
+  EXPECT_TRUE(echo->echo);
+}
+
+TEST(OpenAiProtocolTest, RefusesWhatItCannotDoNamingTheField) {
+  const json base = {{"prompt", "a"}};
+  auto refused = [&](json extra, bool chat = false) {
+    json body = base;
+    if (chat) body = {{"messages", json::array({{{"role", "user"}, {"content", "x"}}})}};
+    body.update(extra);
+    return ParseOpenAiRequest(body, chat, 8).status();
+  };
+  EXPECT_EQ(refused({{"suffix", "end"}}).message().rfind("suffix", 0), 0u);
+  EXPECT_EQ(refused({{"response_format", {{"type", "json_object"}}}})
+                .message()
+                .rfind("response_format", 0),
+            0u);
+  EXPECT_EQ(refused({{"echo", true}, {"logprobs", 1}}).message().rfind("echo", 0), 0u);
+  EXPECT_EQ(refused({{"echo", true}}, true).message().rfind("echo", 0), 0u);
+  EXPECT_EQ(refused({{"prompt", json::array({"a", 3})}}).message().rfind("prompt", 0), 0u);
+  EXPECT_EQ(refused({{"prompt", json::array({json::array()})}}).message().rfind("prompt", 0), 0u);
+  EXPECT_EQ(refused({{"stream", true}, {"stream_options", {{"continuous_usage_stats", 1}}}})
+                .message()
+                .rfind("stream_options.continuous_usage_stats", 0),
+            0u);
+}
+
+TEST(OpenAiProtocolTest, TokenizeAndDetokenizeBodies) {
+  auto prompt = ParseTokenizeRequest(json{{"prompt", "hi"}});
+  ASSERT_TRUE(prompt.ok());
+  EXPECT_TRUE(prompt->add_special_tokens);
+  EXPECT_FALSE(prompt->chat);
+  auto chat =
+      ParseTokenizeRequest(json{{"messages", json::array({{{"role", "user"}, {"content", "x"}}})}});
+  ASSERT_TRUE(chat.ok());
+  EXPECT_TRUE(chat->chat);
+  EXPECT_FALSE(chat->add_special_tokens);
+  EXPECT_FALSE(ParseTokenizeRequest(json{{"prompt", 3}}).ok());
+  EXPECT_FALSE(ParseTokenizeRequest(json{{"prompt", "x"}, {"add_special_tokens", "no"}}).ok());
+  std::string model;
+  auto ids = ParseDetokenizeRequest(json{{"tokens", {1, 2}}, {"model", "m"}}, 10, &model);
+  ASSERT_TRUE(ids.ok());
+  EXPECT_EQ(ids->size(), 2u);
+  EXPECT_EQ(model, "m");
+  EXPECT_FALSE(ParseDetokenizeRequest(json{{"tokens", {10}}}, 10, &model).ok());
+  EXPECT_FALSE(ParseDetokenizeRequest(json{{"tokens", {-1}}}, 10, &model).ok());
+  EXPECT_FALSE(ParseDetokenizeRequest(json{{"tokens", "1"}}, 10, &model).ok());
+}
+
+TEST(OpenAiProtocolTest, HttpLevelErrorsCarryTheirStatusAsCode) {
+  const json error = MakeOpenAiError(413, "body over 4194304 bytes");
+  EXPECT_EQ(error["error"]["code"], 413);
+  EXPECT_EQ(error["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(MakeOpenAiError(absl::UnavailableError("x"))["error"]["code"], 503);
+}
+
 }  // namespace pagoda::scheduler

@@ -1,6 +1,8 @@
 // The official OpenAI Node SDK (npm `openai`) against a real pagoda-server
 // (and its worker) on loopback: models, completions (JSON and SSE, usage,
-// logprobs, seeds, stop strings, n), errors in OpenAI's shape with the right
+// logprobs, seeds, stop strings, n), vLLM's extra fields and routes (prompt
+// lists, greedy n copies, echo, no-op fields, /tokenize, /detokenize,
+// /version, /ping, /v1/models/{id}), errors in OpenAI's shape with the right
 // status, and a client that leaves mid-stream freeing its KV blocks.
 //
 //   node tests/http/openai_sdk_test.mjs SERVER_BINARY WORKER_BINARY CLI_BINARY
@@ -185,6 +187,62 @@ try {
       JSON.stringify(error.error));
   }
 
+  // vLLM's behaviour for fields real apps send.
+  const noModel = await fetch(`http://127.0.0.1:${ports.http}/v1/completions`, {
+    method: "POST", body: JSON.stringify({ prompt: "hello world", max_tokens: 3, temperature: 0, ignore_eos: true }) });
+  const noModelBody = await noModel.json();
+  check(noModel.status === 200 && noModelBody.model === "tiny", "a body without model is served", JSON.stringify(noModelBody));
+  const noOps = await client.completions.create({ ...base, max_tokens: 12, response_format: { type: "text" },
+    user: "someone", metadata: { app: "x" }, store: false });
+  check(noOps.choices[0].text === choice.text, "response_format text, user, metadata, store are no-ops", JSON.stringify(noOps.choices));
+  const listed = await client.completions.create({ ...base, prompt: ["hello world", "other words"], max_tokens: 12 });
+  check(listed.choices.length === 2 && listed.choices[0].index === 0 && listed.choices[1].index === 1 &&
+    listed.choices[0].text === choice.text && listed.usage.completion_tokens === 24,
+    "a list of prompts: one choice per prompt, in order", JSON.stringify(listed));
+  const listedStream = await client.completions.create({ ...base, prompt: ["hello world", "other words"], max_tokens: 12, stream: true });
+  const byIndex = ["", ""];
+  for await (const chunk of listedStream) for (const c of chunk.choices) byIndex[c.index] += c.text;
+  check(byIndex[0] === listed.choices[0].text && byIndex[1] === listed.choices[1].text,
+    "a list of prompts streamed by index", JSON.stringify(byIndex));
+  const copies = await client.completions.create({ ...base, max_tokens: 12, n: 3 });
+  check(copies.choices.length === 3 && copies.choices.every((c, i) => c.index === i && c.text === choice.text) &&
+    copies.usage.completion_tokens === 36, "n=3 with temperature 0: three equal choices", JSON.stringify(copies.choices));
+  const echoed = await client.completions.create({ ...base, max_tokens: 12, echo: true });
+  check(echoed.choices[0].text === "hello world" + choice.text, "echo prepends the prompt", JSON.stringify(echoed.choices[0]));
+  const echoedStream = await collect(await client.completions.create({ ...base, max_tokens: 12, echo: true, stream: true }));
+  check(echoedStream.text === "hello world" + choice.text, "echo in a stream", JSON.stringify(echoedStream.text));
+  await expectError(client.completions.create({ ...base, suffix: "the end" }), 400, "suffix", "suffix refused");
+  await expectError(client.completions.create({ ...base, response_format: { type: "json_object" } }), 400,
+    "response_format", "JSON mode refused");
+  const usageChunks = [];
+  for await (const chunk of await client.completions.create({ ...base, max_tokens: 4, stream: true,
+    stream_options: { include_usage: true, continuous_usage_stats: true } })) usageChunks.push(chunk);
+  const tokenChunks = usageChunks.filter((c) => c.choices.length > 0);
+  check(tokenChunks.length > 0 && tokenChunks.every((c) => c.usage?.completion_tokens > 0) &&
+    usageChunks.at(-1).usage?.completion_tokens === 4, "continuous_usage_stats: usage in every chunk",
+    JSON.stringify(usageChunks.map((c) => c.usage)));
+  const model = await client.models.retrieve("tiny");
+  check(model.id === "tiny" && model.object === "model", "models.retrieve", JSON.stringify(model));
+  await expectError(client.models.retrieve("other"), 404, "other", "models.retrieve of an unknown model");
+  const root = `http://127.0.0.1:${ports.http}`;
+  const tokenized = await (await fetch(`${root}/tokenize`, { method: "POST", body: JSON.stringify({ model: "tiny", prompt: "hello world" }) })).json();
+  check(tokenized.count === tokenized.tokens.length && tokenized.count === whole.usage.prompt_tokens &&
+    tokenized.max_model_len > 0, "/tokenize counts as the prompt", JSON.stringify(tokenized));
+  const plain = await (await fetch(`${root}/tokenize`, { method: "POST",
+    body: JSON.stringify({ prompt: "hello world", add_special_tokens: false }) })).json();
+  const detokenized = await (await fetch(`${root}/detokenize`, { method: "POST",
+    body: JSON.stringify({ tokens: plain.tokens }) })).json();
+  check(detokenized.prompt === "hello world", "/detokenize inverts /tokenize", JSON.stringify([plain, detokenized]));
+  const badTokens = await fetch(`${root}/detokenize`, { method: "POST", body: JSON.stringify({ tokens: [99999] }) });
+  check(badTokens.status === 400 && (await badTokens.json()).error.code === 400, "/detokenize refuses ids outside the vocabulary");
+  const version = await (await fetch(`${root}/version`)).json();
+  check(typeof version.version === "string" && version.version.length > 0, "/version", JSON.stringify(version));
+  check((await fetch(`${root}/ping`)).status === 200 && (await fetch(`${root}/ping`, { method: "POST" })).status === 200, "/ping");
+  const notFound = await fetch(`${root}/v1/nothing`);
+  check(notFound.status === 404 && (await notFound.json()).error.code === 404, "unknown path: 404 with code 404");
+  const wrongMethod = await fetch(`${root}/v1/completions`);
+  check(wrongMethod.status === 405 && (await wrongMethod.json()).error.code === 405, "wrong method: 405 with code 405");
+
   // Errors: OpenAI's shape and status.
   await expectError(client.completions.create({ ...base, max_tokens: -1 }), 400, "max_tokens", "negative max_tokens");
   await expectError(client.completions.create({ ...base, temperature: 5 }), 400, "temperature", "temperature 5");
@@ -218,6 +276,7 @@ try {
   const huge = await fetch(`http://127.0.0.1:${ports.http}/v1/completions`, {
     method: "POST", body: JSON.stringify({ ...base, prompt: "x".repeat(5 << 20) }) });
   check(huge.status === 413, "body over the limit", huge.status);
+  check((await huge.json()).error?.code === 413, "body over the limit: code 413");
 
 } finally {
   child.kill("SIGTERM");

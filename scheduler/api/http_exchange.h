@@ -1,0 +1,61 @@
+#ifndef PAGODA_SCHEDULER_API_HTTP_EXCHANGE_H_
+#define PAGODA_SCHEDULER_API_HTTP_EXCHANGE_H_
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "boost/asio/any_io_executor.hpp"
+
+namespace pagoda::scheduler {
+
+// One parsed HTTP request, body read whole (and bounded) by the connection.
+struct HttpRequest {
+  std::string method;         // "GET", "POST", ...
+  std::string path;           // The target without its query string.
+  std::string authorization;  // The Authorization header, "" if absent.
+  std::string body;
+  // Holds the body's share of the server's body-bytes budget: keep it as
+  // long as the body (or what it is parsed into) is held.
+  std::shared_ptr<void> budget;
+};
+
+// A response that takes its time (a completion): the connection keeps it
+// while its exchange is open and tells it when the client leaves first.
+class HttpCall {
+ public:
+  virtual ~HttpCall() = default;
+  // The client closed the connection, or was dropped (too slow to read its
+  // stream): abort the work. Called on the exchange's executor, at most once.
+  virtual void OnClientGone() = 0;
+};
+
+// The answering side of one request on one connection. Every method must be
+// called on executor() (the connection's strand), so a connection's bytes
+// are only ever touched by one thread at a time. An exchange ends with
+// exactly one Respond or one StartEventStream ... EndEventStream; calls after
+// the client left are ignored.
+class HttpExchange {
+ public:
+  virtual ~HttpExchange() = default;
+  virtual boost::asio::any_io_executor executor() = 0;
+  // Keeps `call` alive until the exchange ends; OnClientGone if the client
+  // leaves first.
+  virtual void Attach(std::shared_ptr<HttpCall> call) = 0;
+  // A whole response (Content-Length); ends the exchange.
+  virtual void Respond(int status, absl::string_view content_type, std::string body) = 0;
+  // A 200 text/event-stream response, sent chunk by chunk as events come.
+  virtual void StartEventStream() = 0;
+  // Queues `data` for the client. False when the client is gone, or when
+  // more than the connection's stream buffer would wait for a client that
+  // stopped reading: the connection is then closed and the call told.
+  virtual bool SendEvent(absl::string_view data) = 0;
+  // Ends the stream (the last chunk); ends the exchange once written.
+  virtual void EndEventStream() = 0;
+};
+
+}  // namespace pagoda::scheduler
+
+#endif  // PAGODA_SCHEDULER_API_HTTP_EXCHANGE_H_

@@ -1,0 +1,283 @@
+// The HTTP server under load and hostile clients, against a real
+// pagoda-server on loopback: keep-alive latency, 1,000 idle keep-alive
+// connections while /health is polled, a slowloris of drip-fed headers and
+// endless chunked bodies, a chunked body over the limit answered 413 as it
+// crosses it, the connection limit, and a second server on a busy port.
+// Every loop is bounded and every socket is closed before the end.
+//
+//   node tests/http/http_server_load_test.mjs SERVER_BINARY WORKER_BINARY
+// Prints the measurements and "N passed, N failed"; exits non-zero on any failure.
+import { spawn, spawnSync } from "node:child_process";
+import fs from "node:fs";
+import http from "node:http";
+import net from "node:net";
+import os from "node:os";
+import path from "node:path";
+import readline from "node:readline";
+
+const [serverBinary, workerBinary] = process.argv.slice(2);
+const repo = path.resolve(path.dirname(new URL(import.meta.url).pathname), "../..");
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+let passed = 0;
+let failed = 0;
+function check(ok, what, detail = "") {
+  if (ok) {
+    ++passed;
+  } else {
+    ++failed;
+    console.log(`FAIL ${what} ${detail}`);
+  }
+}
+
+function makeModel() {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "pagoda_http_load_"));
+  const made = spawnSync(process.env.PAGODA_PYTHON3 || "/usr/bin/python3", [
+    path.join(repo, "scripts/make_tiny_model.py"), "--out", dir, "--vocab-size", "300",
+    "--hidden-size", "32", "--intermediate-size", "64", "--num-layers", "1", "--num-heads", "2",
+    "--tokenizer"], { encoding: "utf8" });
+  if (made.status !== 0) throw new Error(`make_tiny_model failed: ${made.stderr}`);
+  return dir;
+}
+
+// Starts a server; resolves with it once it listens, or with its exit code
+// and stderr if it exits first.
+function startServer(modelDir, extraArgs) {
+  const child = spawn(serverBinary, [
+    "--model", modelDir, "--served-model-name", "tiny", "--port", "0",
+    "--num-gpu-blocks-override", "400", "--block-size", "4", "--max-num-seqs", "64",
+    "--worker-binary", workerBinary, ...extraArgs], { stdio: ["ignore", "pipe", "pipe"] });
+  let stderr = "";
+  child.stderr.on("data", (data) => { stderr = (stderr + data).slice(-4000); });
+  const ports = {};
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error("server did not start")), 60000);
+    readline.createInterface({ input: child.stdout }).on("line", (line) => {
+      const [key, value] = line.split(" ");
+      if (key === "PAGODA_HTTP_LISTENING") ports.http = Number(value);
+      if (key === "PAGODA_SERVER_LISTENING") {
+        clearTimeout(timer);
+        resolve({ child, ports });
+      }
+    });
+    child.on("exit", (code) => {
+      clearTimeout(timer);
+      resolve({ child, exitCode: code, stderr });
+    });
+  });
+}
+
+function rssMiB(pid) {
+  const status = fs.readFileSync(`/proc/${pid}/status`, "utf8");
+  return Number(/VmRSS:\s+(\d+)/.exec(status)[1]) / 1024;
+}
+
+// One GET on a fresh connection; resolves with its status and time in ms.
+function timedGet(port, urlPath) {
+  const start = performance.now();
+  return new Promise((resolve) => {
+    const req = http.get({ host: "127.0.0.1", port, path: urlPath, agent: false, timeout: 5000 }, (res) => {
+      res.resume();
+      res.on("end", () => resolve({ status: res.statusCode, ms: performance.now() - start }));
+    });
+    req.on("timeout", () => req.destroy(new Error("timeout")));
+    req.on("error", () => resolve({ status: 0, ms: performance.now() - start }));
+  });
+}
+
+// Polls /health every 100 ms, `count` times, each on a fresh connection,
+// from another process (this one's event loop is busy driving the attack);
+// returns the slowest time and the failures.
+function pollHealth(port, count) {
+  const script = `
+import http.client, time
+slowest, bad = 0.0, 0
+for _ in range(${count}):
+    start = time.perf_counter()
+    try:
+        c = http.client.HTTPConnection("127.0.0.1", ${port}, timeout=5)
+        c.request("GET", "/health")
+        status = c.getresponse().status
+        c.close()
+    except Exception:
+        status = 0
+    slowest = max(slowest, (time.perf_counter() - start) * 1000)
+    bad += status != 200
+    time.sleep(0.1)
+print(slowest, bad)
+`;
+  return new Promise((resolve) => {
+    const child = spawn(process.env.PAGODA_PYTHON3 || "/usr/bin/python3", ["-c", script]);
+    let out = "";
+    child.stdout.on("data", (d) => { out += d; });
+    child.on("exit", () => {
+      const [slowest, bad] = out.trim().split(" ").map(Number);
+      resolve({ slowest, bad: Number.isFinite(bad) ? bad : count });
+    });
+  });
+}
+
+// Opens a raw connection; resolves once connected.
+function connect(port) {
+  return new Promise((resolve, reject) => {
+    const socket = net.connect({ host: "127.0.0.1", port }, () => resolve(socket));
+    socket.on("error", reject);
+  });
+}
+
+// Sends `request` on `socket` and resolves with the first response's text
+// (headers and whatever body came with them) or "" if the socket closes.
+function exchange(socket, request) {
+  return new Promise((resolve) => {
+    let data = "";
+    const onData = (chunk) => {
+      data += chunk;
+      if (data.includes("\r\n\r\n")) {
+        socket.off("data", onData);
+        resolve(data);
+      }
+    };
+    socket.on("data", onData);
+    socket.once("close", () => resolve(data));
+    socket.write(request);
+  });
+}
+
+const modelDir = makeModel();
+const server = await startServer(modelDir, ["--http-port", "-1"]);
+const port = server.ports.http;
+const sockets = [];
+try {
+  // Keep-alive: a 1-token request on a reused connection.
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+  const body = JSON.stringify({ prompt: "hello", max_tokens: 1, temperature: 0 });
+  const latencies = [];
+  for (let i = 0; i < 60; ++i) {
+    const start = performance.now();
+    const status = await new Promise((resolve, reject) => {
+      const req = http.request({ host: "127.0.0.1", port, path: "/v1/completions", method: "POST", agent,
+        headers: { "Content-Type": "application/json", "Content-Length": Buffer.byteLength(body) } }, (res) => {
+        res.resume();
+        res.on("end", () => resolve(res.statusCode));
+      });
+      req.on("error", reject);
+      req.end(body);
+    });
+    if (i >= 10) latencies.push(performance.now() - start);  // After warm-up.
+    check(status === 200, "keep-alive request", status);
+  }
+  agent.destroy();
+  latencies.sort((a, b) => a - b);
+  const p50 = latencies[Math.floor(latencies.length / 2)];
+  console.log(`keep-alive 1-token latency: p50 ${p50.toFixed(2)} ms, max ${latencies.at(-1).toFixed(2)} ms`);
+  check(p50 < 10, "keep-alive 1-token latency under 10 ms", `${p50} ms`);
+
+  // 1,000 idle keep-alive connections, each after one request.
+  for (let i = 0; i < 1000; ++i) {
+    const socket = await connect(port);
+    sockets.push(socket);
+  }
+  const answers = await Promise.all(sockets.map((s) => exchange(s, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n")));
+  check(answers.every((a) => a.startsWith("HTTP/1.1 200")), "1,000 keep-alive connections answered",
+    answers.find((a) => !a.startsWith("HTTP/1.1 200")));
+  const idleRss = rssMiB(server.child.pid);
+  // While they idle, streams run and /health is polled.
+  const streams = Array.from({ length: 32 }, () => fetch(`http://127.0.0.1:${port}/v1/completions`, {
+    method: "POST", body: JSON.stringify({ prompt: "hi", max_tokens: 64, ignore_eos: true, stream: true }) })
+    .then((r) => r.text()).then((t) => t.includes("[DONE]"), () => false));
+  const idlePolls = await pollHealth(port, 15);
+  const streamed = await Promise.all(streams);
+  console.log(`/health with 1,000 idle connections and 32 streams: slowest ${idlePolls.slowest.toFixed(1)} ms`);
+  check(idlePolls.bad === 0 && idlePolls.slowest < 100, "/health within 100 ms beside 1,000 idle connections",
+    JSON.stringify(idlePolls));
+  check(streamed.every((ok) => ok), "32 streams complete beside 1,000 idle connections");
+
+  // Slowloris: 1,000 connections drip-feeding headers, 100 endless chunked
+  // bodies; /health stays fast and memory bounded.
+  for (const socket of sockets) socket.write("GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: ");
+  const bodies = [];
+  for (let i = 0; i < 100; ++i) {
+    const socket = await connect(port);
+    socket.on("data", () => {});
+    socket.write("POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n");
+    bodies.push(socket);
+  }
+  const chunk = `400\r\n${"x".repeat(1024)}\r\n`;
+  const drip = setInterval(() => {
+    for (const socket of sockets) if (!socket.destroyed) socket.write("a");
+    for (const socket of bodies) if (!socket.destroyed) socket.write(chunk);
+  }, 100);
+  const lorisPolls = await pollHealth(port, 20);
+  clearInterval(drip);
+  const lorisRss = rssMiB(server.child.pid);
+  console.log(`/health under slowloris: slowest ${lorisPolls.slowest.toFixed(1)} ms; RSS idle ${idleRss.toFixed(1)} MiB, under attack ${lorisRss.toFixed(1)} MiB`);
+  check(lorisPolls.bad === 0 && lorisPolls.slowest < 100, "/health within 100 ms under slowloris", JSON.stringify(lorisPolls));
+  check(lorisRss - idleRss < 50, "RSS within 50 MB of idle under slowloris", `${idleRss} -> ${lorisRss}`);
+  for (const socket of [...sockets, ...bodies]) socket.destroy();
+  sockets.length = 0;
+
+  // A chunked body that crosses the 4 MiB limit: 413 at once, although the
+  // body never ends.
+  const big = await connect(port);
+  sockets.push(big);
+  const reply = new Promise((resolve) => {
+    let data = "";
+    big.on("data", (d) => { data += d; if (data.includes("}}")) resolve(data); });
+    big.on("close", () => resolve(data));
+  });
+  big.write("POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n");
+  const piece = `10000\r\n${"y".repeat(0x10000)}\r\n`;
+  let sent = 0;
+  for (let i = 0; i < 80 && !big.destroyed; ++i) {  // 5 MiB at most.
+    big.write(piece);
+    sent += 0x10000;
+    if (sent > (4 << 20)) break;
+  }
+  const crossedAt = performance.now();
+  const tooLarge = await Promise.race([reply, sleep(3000).then(() => "no reply in 3 s")]);
+  const took = performance.now() - crossedAt;
+  check(tooLarge.startsWith("HTTP/1.1 413") && tooLarge.includes('"code":413'), "chunked body over the limit: 413",
+    tooLarge.slice(0, 200));
+  console.log(`413 for a chunked body ${took.toFixed(1)} ms after it crossed the limit`);
+  check(took < 1000, "413 as soon as the limit is crossed", `${took} ms`);
+  big.destroy();
+  sockets.length = 0;
+
+  // A second server on the same HTTP port exits 1 naming the port.
+  const second = await startServer(modelDir, ["--http-port", String(port)]);
+  if (second.exitCode === undefined) second.child.kill("SIGKILL");
+  check(second.exitCode === 1 && second.stderr.includes(`:${port}`), "a second server on a busy port exits 1 naming it",
+    `${second.exitCode} ${second.stderr.slice(-300)}`);
+} finally {
+  for (const socket of sockets) socket.destroy();
+  server.child.kill("SIGTERM");
+}
+
+// The connection limit: one past it is refused at once; a freed slot serves.
+const limited = await startServer(modelDir, ["--http-port", "-1", "--http-max-connections", "8"]);
+try {
+  const held = [];
+  for (let i = 0; i < 8; ++i) {
+    const socket = await connect(limited.ports.http);
+    held.push(socket);
+    await exchange(socket, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+  }
+  const start = performance.now();
+  const extra = await connect(limited.ports.http);
+  const refusal = await Promise.race([exchange(extra, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n"),
+    sleep(3000).then(() => "no answer in 3 s")]);
+  const ms = performance.now() - start;
+  extra.destroy();
+  check(refusal === "" || refusal.startsWith("HTTP/1.1 503"), "connection past the limit refused", refusal.slice(0, 100));
+  check(ms < 1000, "refused at once", `${ms} ms`);
+  held[0].destroy();
+  await sleep(100);
+  const again = await timedGet(limited.ports.http, "/health");
+  check(again.status === 200, "a freed slot serves again", again.status);
+  for (const socket of held) socket.destroy();
+} finally {
+  limited.child.kill("SIGTERM");
+}
+fs.rmSync(modelDir, { recursive: true, force: true });
+console.log(`${passed} passed, ${failed} failed`);
+process.exit(failed === 0 ? 0 : 1);
