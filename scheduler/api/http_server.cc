@@ -100,7 +100,7 @@ absl::StatusOr<std::shared_ptr<StreamState>> HttpServer::Handlers::Submit(
   const json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded()) return absl::InvalidArgumentError("body: not valid JSON (UTF-8)");
   absl::StatusOr<OpenAiRequest> parsed =
-      ParseOpenAiRequest(body, chat_request, options.max_model_len);
+      ParseOpenAiRequest(body, chat_request, options.max_model_len, validator->limits().defaults);
   if (!parsed.ok()) return parsed.status();
   if (parsed->model != options.model_name) {
     return absl::NotFoundError(absl::StrCat("model: `", parsed->model,
