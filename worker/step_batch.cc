@@ -56,6 +56,28 @@ void Pack(char* staging, size_t offset, const std::vector<Source>& values) {
   for (size_t i = 0; i < values.size(); ++i) dst[i] = static_cast<T>(values[i]);
 }
 
+// The sampling arrays of the region at `device`.
+SamplingBatch DescribeSampling(const Layout& layout, char* device, const FlatBatch& batch) {
+  SamplingBatch out;
+  auto at = [device](size_t offset) { return device + offset; };
+  out.num_rows = batch.num_logits_rows();
+  out.temperatures = reinterpret_cast<const float*>(at(layout.temperatures));
+  out.top_k = reinterpret_cast<const int32_t*>(at(layout.top_k));
+  out.top_p = reinterpret_cast<const float*>(at(layout.top_p));
+  out.seeds = reinterpret_cast<const uint64_t*>(at(layout.seeds));
+  out.sample_indices = reinterpret_cast<const uint64_t*>(at(layout.sample_indices));
+  out.min_p = reinterpret_cast<const float*>(at(layout.min_p));
+  out.penalties = reinterpret_cast<const LogitPenalties*>(at(layout.penalties));
+  out.edit_offsets = reinterpret_cast<const int32_t*>(at(layout.edit_offsets));
+  out.edits = reinterpret_cast<const LogitEdit*>(at(layout.edits));
+  out.has_edits = !batch.edits.empty();
+  for (const LogitPenalties& penalties : batch.penalties) {
+    out.has_edits = out.has_edits || penalties.allowed_only;
+  }
+  for (int32_t n : batch.num_logprobs) out.num_logprobs = std::max(out.num_logprobs, n);
+  return out;
+}
+
 }  // namespace
 
 size_t StepBatchUploader::RegionBytes(const StepBatchCapacity& capacity) {
@@ -111,22 +133,7 @@ StepBatch StepBatchUploader::Upload(const FlatBatch& batch, Workspace* workspace
   out.context_lens = reinterpret_cast<const int32_t*>(at(layout.context_lens));
   out.block_tables = reinterpret_cast<const int32_t*>(at(layout.block_tables));
   out.logits_indices = reinterpret_cast<const int32_t*>(at(layout.logits_indices));
-  out.sampling.num_rows = capacity.logits_rows;
-  out.sampling.temperatures = reinterpret_cast<const float*>(at(layout.temperatures));
-  out.sampling.top_k = reinterpret_cast<const int32_t*>(at(layout.top_k));
-  out.sampling.top_p = reinterpret_cast<const float*>(at(layout.top_p));
-  out.sampling.seeds = reinterpret_cast<const uint64_t*>(at(layout.seeds));
-  out.sampling.sample_indices = reinterpret_cast<const uint64_t*>(at(layout.sample_indices));
-  out.sampling.min_p = reinterpret_cast<const float*>(at(layout.min_p));
-  out.sampling.penalties = reinterpret_cast<const LogitPenalties*>(at(layout.penalties));
-  out.sampling.edit_offsets = reinterpret_cast<const int32_t*>(at(layout.edit_offsets));
-  out.sampling.edits = reinterpret_cast<const LogitEdit*>(at(layout.edits));
-  out.sampling.has_edits = !batch.edits.empty();
-  for (const LogitPenalties& penalties : batch.penalties) {
-    out.sampling.has_edits = out.sampling.has_edits || penalties.allowed_only;
-  }
-  for (int32_t n : batch.num_logprobs)
-    out.sampling.num_logprobs = std::max(out.sampling.num_logprobs, n);
+  out.sampling = DescribeSampling(layout, device, batch);
 
   out.num_tokens = capacity.tokens;
   out.num_seqs = capacity.seqs;
