@@ -29,6 +29,16 @@ inline constexpr float kGreedyTemperature = 1e-5f;
 // deterministic, and the same on the CPU and the GPU.
 inline constexpr float kTopPMassScale = 1099511627776.0f;  // 2^40
 
+// Logits processing bounds (vLLM's where it has one): the server refuses
+// requests past them and the worker refuses step plans past them.
+inline constexpr float kMaxAbsPenalty = 2.0f;             // presence, frequency
+inline constexpr float kMinRepetitionPenalty = 0.01f;     // 0 = off
+inline constexpr float kMaxRepetitionPenalty = 2.0f;
+inline constexpr float kMaxAbsLogitBias = 100.0f;         // OpenAI's
+inline constexpr int kMaxLogitBiasEntries = 300;          // OpenAI's
+inline constexpr int kMaxBadWords = 128;
+inline constexpr int kMaxBadWordBytes = 256;
+
 }  // namespace pagoda
 
 #endif  // PAGODA_COMMON_SAMPLING_LIMITS_H_

@@ -12,6 +12,7 @@ add_library(pagoda_kernels_ops STATIC
   ${PAGODA_OPS_DIR}/activation.cu
   ${PAGODA_OPS_DIR}/embedding.cu
   ${PAGODA_OPS_DIR}/sampling.cu
+  ${PAGODA_OPS_DIR}/logits_processing.cu
   ${PAGODA_OPS_DIR}/gemm.cc)
 # The rotary tables are host C++ shared with the CPU worker (kernels/CMakeLists.txt
 # defines the library; scripts/gpu_check/ builds this file alone).

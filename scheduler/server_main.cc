@@ -40,6 +40,7 @@
 #include "common/tls_credentials.h"
 #include "glog/logging.h"
 #include "scheduler/api/frontend.h"
+#include "scheduler/api/generation_config.h"
 #include "scheduler/api/http_server.h"
 #include "scheduler/api/request_validation.h"
 #include "scheduler/engine/engine.h"
@@ -111,6 +112,10 @@ ABSL_FLAG(std::string, preemption_mode, "auto",
           "recompute.");
 ABSL_FLAG(bool, enable_prefix_caching, true,
           "Reuse the KV blocks of computed prompt prefixes (--no-enable-prefix-caching: off).");
+ABSL_FLAG(std::string, generation_config, "auto",
+          "Sampling defaults for fields a request leaves unset, as vLLM's: auto = the model's "
+          "generation_config.json (temperature, top_p, top_k, min_p, repetition_penalty), "
+          "vllm = none, or a directory holding a generation_config.json.");
 ABSL_FLAG(uint64_t, seed, 0, "Seeds the seeds given to requests that bring none.");
 ABSL_FLAG(int, max_queued_requests, 1024, "Waiting requests beyond which new ones are refused.");
 ABSL_FLAG(double, drain_timeout, 30, "Seconds in-flight requests get to finish on SIGTERM.");
@@ -215,6 +220,7 @@ struct ModelFiles {
   ModelConfig config;
   std::unique_ptr<Tokenizer> tokenizer;               // Null: token ids only.
   std::unique_ptr<text::ChatTemplate> chat_template;  // Null: no chat completions.
+  SamplingDefaults sampling_defaults;                 // --generation-config.
 };
 
 // The flags that shape serving, checked against the model's config.
@@ -256,6 +262,13 @@ absl::StatusOr<ModelFiles> LoadModelFiles(const std::string& model_dir) {
   if (!chat_template.ok()) return chat_template.status();
   files.chat_template = *std::move(chat_template);
   LOG(INFO) << "chat template: " << (files.chat_template != nullptr ? "loaded" : "none");
+  absl::StatusOr<SamplingDefaults> defaults =
+      LoadSamplingDefaults(absl::GetFlag(FLAGS_generation_config), model_dir);
+  if (!defaults.ok()) return defaults.status();
+  files.sampling_defaults = *defaults;
+  LOG(INFO) << "sampling defaults (--generation-config "
+            << absl::GetFlag(FLAGS_generation_config)
+            << "): " << DescribeSamplingDefaults(files.sampling_defaults);
   return files;
 }
 
@@ -463,6 +476,7 @@ ModelLimits MakeModelLimits(const ModelFiles& model, int max_model_len) {
   limits.vocab_size = model.config.vocab_size;
   limits.max_model_len = max_model_len;
   limits.bos_token_id = model.config.bos_token_id;
+  limits.defaults = model.sampling_defaults;
   // A tokenizer.json knows whether its model starts prompts with BOS (Qwen's
   // config.json names one that its tokenizer never adds).
   if (model.tokenizer != nullptr && model.tokenizer->bos_token_to_add().has_value()) {

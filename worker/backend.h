@@ -36,6 +36,7 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "common/dtype.h"
+#include "common/logits_processing.h"
 #include "kernels/ops/block_copy_plan.h"
 
 namespace pagoda::worker {
@@ -100,6 +101,16 @@ struct SamplingBatch {
   const float* top_p = nullptr;              // <= 0 or >= 1: off.
   const uint64_t* seeds = nullptr;           // Read by non-greedy rows only.
   const uint64_t* sample_indices = nullptr;  // Which draw of its sequence.
+  // Logits processing (common/logits_processing.h), per row: min_p (0 =
+  // off), penalties, and the row's edits [edit_offsets[r],
+  // edit_offsets[r + 1]) of `edits`, sorted by token id.
+  const float* min_p = nullptr;
+  const LogitPenalties* penalties = nullptr;
+  const int32_t* edit_offsets = nullptr;  // [num_rows + 1]
+  const LogitEdit* edits = nullptr;
+  // Host-known: some row has edits or allowed_only (else the rows' raw
+  // logits are sampled as they are, and edits may be null).
+  bool has_edits = false;
   // Top logprobs computed for every row: the largest any row asked for, in
   // [0, kMaxTopLogprobs] (the runner keeps each row's own count).
   int num_logprobs = 0;
@@ -259,6 +270,10 @@ class Backend {
   // exp/log, which can only matter on near-ties). Logprobs are log_softmax of
   // the raw logits: the sampled token's and the num_logprobs largest
   // (descending, lowest id first on ties). NaN logits count as -inf.
+  // Before any of that, rows with edits or penalties are processed
+  // (common/logits_processing.h), and the rule reads the processed logits
+  // (logprobs still the raw ones). `logits` is the step's scratch: a backend
+  // may overwrite those rows with their processed logits.
   virtual void Sample(const Tensor& logits, const SamplingBatch& params, SampleResults* out) = 0;
 
   // Copies whole blocks within the device caches, for every cache of

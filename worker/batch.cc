@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "common/sampling_limits.h"
+#include "worker/logits_edits.h"
 
 namespace pagoda::worker {
 namespace {
@@ -20,7 +21,7 @@ absl::Status SequenceError(const SequenceStep& step, absl::string_view problem) 
   return absl::InvalidArgumentError(absl::StrCat("seq_id ", step.seq_id(), ": ", problem));
 }
 
-absl::Status CheckSampling(const SequenceStep& step) {
+absl::Status CheckSampling(const SequenceStep& step, int vocab_size) {
   const auto& sampling = step.sampling();
   if (std::isnan(sampling.temperature()) || sampling.temperature() < 0) {
     return SequenceError(step,
@@ -36,7 +37,19 @@ absl::Status CheckSampling(const SequenceStep& step) {
     return SequenceError(step, absl::StrCat("num_logprobs ", sampling.num_logprobs(),
                                             " must be in [0, ", kMaxTopLogprobs, "]"));
   }
+  const int64_t context = static_cast<int64_t>(step.start_position()) + step.token_ids_size();
+  absl::Status processing = CheckLogitsProcessing(sampling, vocab_size, context);
+  if (!processing.ok()) return SequenceError(step, processing.message());
   return absl::OkStatus();
+}
+
+// The logits processing of one sampled row, into the batch's row arrays.
+void AppendRowProcessing(const pagoda::worker::v1::SamplingOptions& sampling, int vocab_size,
+                         FlatBatch& batch) {
+  batch.min_p.push_back(sampling.min_p());
+  batch.penalties.push_back(PenaltiesOf(sampling));
+  AppendLogitEdits(sampling, vocab_size, &batch.edits);
+  batch.edit_offsets.push_back(static_cast<int32_t>(batch.edits.size()));
 }
 
 // Block moves of one kind, checked: in range, every destination written once
@@ -107,7 +120,7 @@ absl::StatusOr<FlatBatch> FlattenStepPlan(const StepPlan& plan, const BatchLimit
       }
     }
     if (step.do_sample()) {
-      if (absl::Status status = CheckSampling(step); !status.ok()) return status;
+      if (absl::Status status = CheckSampling(step, limits.vocab_size); !status.ok()) return status;
     }
     batch.max_blocks_per_seq = std::max(batch.max_blocks_per_seq, static_cast<int>(blocks_needed));
   }
@@ -156,6 +169,7 @@ absl::StatusOr<FlatBatch> FlattenStepPlan(const StepPlan& plan, const BatchLimit
       batch.seeds.push_back(sampling.seed());
       batch.sample_indices.push_back(static_cast<uint64_t>(step.sample_index()));
       batch.num_logprobs.push_back(sampling.num_logprobs());
+      AppendRowProcessing(sampling, limits.vocab_size, batch);
     }
   }
   return batch;

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/logits_processing.h"
 #include "pagoda/worker/v1/worker.pb.h"
 #include "worker/backend.h"
 
@@ -45,6 +46,14 @@ struct FlatBatch {
   std::vector<uint64_t> seeds;
   std::vector<uint64_t> sample_indices;
   std::vector<int32_t> num_logprobs;
+  // Per logits row, logits processing (common/logits_processing.h): min_p,
+  // the penalties, and the row's edits [edit_offsets[r], edit_offsets[r+1])
+  // of `edits` (sorted by token id). edit_offsets has num_logits_rows + 1
+  // entries.
+  std::vector<float> min_p;
+  std::vector<LogitPenalties> penalties;
+  std::vector<int32_t> edit_offsets{0};
+  std::vector<LogitEdit> edits;
   // Block moves, in the plan's order.
   std::vector<BlockPair> swap_in, swap_out, copy;
 
@@ -59,7 +68,8 @@ struct FlatBatch {
 // start_position + len(token_ids) tokens, a block id outside
 // [0, num_gpu_blocks), sampling options out of range (negative or NaN
 // temperature, top_p outside [0, 1], negative top_k, num_logprobs outside
-// [0, 20]); and for block moves with ids outside their cache.
+// [0, 20], logits processing out of bounds: worker/logits_edits.h); and for
+// block moves with ids outside their cache.
 absl::StatusOr<FlatBatch> FlattenStepPlan(const pagoda::worker::v1::StepPlan& plan,
                                           const BatchLimits& limits);
 

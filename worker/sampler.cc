@@ -114,49 +114,174 @@ int32_t GumbelMaxDraw(absl::Span<const float> logits, int32_t argmax, uint32_t t
   return best_id;
 }
 
-}  // namespace
+// The key of the lowest logit that survives min_p: tokens at or above it
+// pass PassesMinP (monotone in x).
+uint32_t MinPThreshold(absl::Span<const float> logits, float max_logit, float inv_t,
+                       float min_p) {
+  const float log_min_p = std::log(min_p);
+  uint32_t threshold = ~0u;
+  for (float raw : logits) {
+    const float x = LoadLogit(raw);
+    if (x > -INFINITY && PassesMinP(x, max_logit, inv_t, log_min_p)) {
+      threshold = std::min(threshold, OrderedKey(x));
+    }
+  }
+  return threshold;
+}
 
-void SampleRow(absl::Span<const float> logits, const RowSamplingParams& params,
-               const RowSampleOutput& out) {
+// The token the rule picks from (processed) logits whose maximum is
+// logits[argmax] = max_logit: greedy, or min_p, top-k, top-p and a draw.
+int32_t ChooseToken(absl::Span<const float> logits, float max_logit, int32_t argmax,
+                    const RowSamplingParams& params) {
   const int vocab = static_cast<int>(logits.size());
-  float max_logit = -INFINITY;
-  int32_t argmax = 0;
-  for (int i = 0; i < vocab; ++i) {
-    const float x = LoadLogit(logits[i]);
-    if (x > max_logit) {  // Strict: the lowest id wins ties.
-      max_logit = x;
-      argmax = i;
-    }
+  if (params.temperature < kGreedyTemperature || max_logit == -INFINITY) return argmax;
+  const float inv_t = 1.0f / params.temperature;
+  uint32_t threshold = 0;
+  if (params.min_p > 0.0f) threshold = MinPThreshold(logits, max_logit, inv_t, params.min_p);
+  if (params.top_k > 0 && params.top_k < vocab) {
+    threshold = std::max(threshold, TopKThreshold(logits, params.top_k));
   }
-  int32_t chosen = argmax;
-  if (params.temperature >= kGreedyTemperature && max_logit > -INFINITY) {
-    const float inv_t = 1.0f / params.temperature;
-    uint32_t threshold = 0;
-    if (params.top_k > 0 && params.top_k < vocab) threshold = TopKThreshold(logits, params.top_k);
-    if (params.top_p > 0.0f && params.top_p < 1.0f) {
-      threshold = TopPThreshold(logits, threshold, max_logit, inv_t, params.top_p);
-    }
-    chosen = GumbelMaxDraw(logits, argmax, threshold, max_logit, inv_t, params.seed,
-                           params.sample_index);
+  if (params.top_p > 0.0f && params.top_p < 1.0f) {
+    threshold = TopPThreshold(logits, threshold, max_logit, inv_t, params.top_p);
   }
-  const double log_normalizer = LogSumExp(logits, max_logit);
-  *out.token_id = chosen;
-  *out.logprob = static_cast<float>(LoadLogit(logits[chosen]) - log_normalizer);
+  return GumbelMaxDraw(logits, argmax, threshold, max_logit, inv_t, params.seed,
+                       params.sample_index);
+}
 
-  const int count = std::min(params.num_logprobs, vocab);
-  if (count <= 0) return;
-  thread_local std::vector<int32_t> ids;
-  ids.resize(vocab);
+struct ArgMax {
+  float value = -INFINITY;
+  int32_t id = 0;
+  // Lowest id on ties, whatever order candidates come in.
+  void Offer(float x, int32_t i) {
+    if (x > value || (x == value && i < id)) {
+      value = x;
+      id = i;
+    }
+  }
+};
+
+ArgMax RowArgMax(absl::Span<const float> logits) {
+  ArgMax best;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const float x = LoadLogit(logits[i]);
+    if (x > best.value) {  // Strict, in id order: the lowest id wins ties.
+      best.value = x;
+      best.id = static_cast<int32_t>(i);
+    }
+  }
+  return best;
+}
+
+// The `count` largest raw logits, descending, lowest id first on ties.
+void TopLogits(absl::Span<const float> logits, int count, std::vector<int32_t>& ids,
+               std::vector<float>& values) {
+  ids.resize(logits.size());
   std::iota(ids.begin(), ids.end(), 0);
   auto before = [&](int32_t a, int32_t b) {
     const float x = LoadLogit(logits[a]), y = LoadLogit(logits[b]);
     return x > y || (x == y && a < b);
   };
   std::partial_sort(ids.begin(), ids.begin() + count, ids.end(), before);
-  for (int i = 0; i < count; ++i) {
-    out.top_ids[i] = ids[i];
-    out.top_logprobs[i] = static_cast<float>(LoadLogit(logits[ids[i]]) - log_normalizer);
+  ids.resize(count);
+  values.resize(count);
+  for (int i = 0; i < count; ++i) values[i] = LoadLogit(logits[ids[i]]);
+}
+
+void WriteOutput(int32_t chosen, float chosen_raw, double log_normalizer,
+                 const std::vector<int32_t>& top_ids, const std::vector<float>& top_values,
+                 const RowSampleOutput& out) {
+  *out.token_id = chosen;
+  *out.logprob = static_cast<float>(chosen_raw - log_normalizer);
+  for (size_t i = 0; i < top_ids.size(); ++i) {
+    out.top_ids[i] = top_ids[i];
+    out.top_logprobs[i] = static_cast<float>(top_values[i] - log_normalizer);
   }
+}
+
+// The raw log-normalizer and the processed row, in place: edited tokens are
+// first set to -inf, so one pass finds the unedited maximum and sums the
+// unedited raw masses; the edited raw masses are added from `raw`, then the
+// processed values written. Returns the processed argmax.
+ArgMax ProcessInPlace(absl::Span<float> logits, const RowSamplingParams& params, float raw_max,
+                      const std::vector<float>& raw, double* log_normalizer) {
+  ArgMax best;
+  double sum = 0.0;
+  if (params.penalties.allowed_only) {
+    // Every token but the edited ones is masked: the row is rewritten anyway.
+    for (float x : logits) sum += std::exp(static_cast<double>(LoadLogit(x)) - raw_max);
+    std::fill(logits.begin(), logits.end(), -INFINITY);
+  } else {
+    for (const LogitEdit& edit : params.edits) logits[edit.token_id] = -INFINITY;
+    for (size_t i = 0; i < logits.size(); ++i) {
+      const float x = LoadLogit(logits[i]);
+      sum += std::exp(static_cast<double>(x) - raw_max);
+      if (x > best.value) {
+        best.value = x;
+        best.id = static_cast<int32_t>(i);
+      }
+    }
+    for (float x : raw) sum += std::exp(static_cast<double>(LoadLogit(x)) - raw_max);
+  }
+  *log_normalizer = raw_max == -INFINITY ? -INFINITY : raw_max + std::log(sum);
+  for (size_t j = 0; j < params.edits.size(); ++j) {
+    const LogitEdit& edit = params.edits[j];
+    const float x = ProcessLogit(raw[j], edit, params.penalties);
+    logits[edit.token_id] = x;
+    best.Offer(x, edit.token_id);
+  }
+  return best;
+}
+
+bool HasEdits(const RowSamplingParams& params) {
+  return !params.edits.empty() || params.penalties.allowed_only;
+}
+
+}  // namespace
+
+void SampleRowInPlace(absl::Span<float> logits, const RowSamplingParams& params,
+                      const RowSampleOutput& out) {
+  if (!HasEdits(params)) return SampleRow(absl::Span<const float>(logits), params, out);
+  thread_local std::vector<int32_t> top_ids;
+  thread_local std::vector<float> top_values, raw;
+  const ArgMax raw_best = RowArgMax(logits);
+  top_ids.clear();
+  top_values.clear();
+  const int count = std::min<int>(params.num_logprobs, logits.size());
+  if (count > 0) TopLogits(logits, count, top_ids, top_values);
+  raw.clear();
+  for (const LogitEdit& edit : params.edits) raw.push_back(logits[edit.token_id]);
+  double log_normalizer = 0.0;
+  const ArgMax best = ProcessInPlace(logits, params, raw_best.value, raw, &log_normalizer);
+  int32_t chosen = raw_best.id;
+  float chosen_raw = raw_best.value;
+  if (best.value > -INFINITY) {
+    chosen = ChooseToken(logits, best.value, best.id, params);
+    const auto edit = std::lower_bound(
+        params.edits.begin(), params.edits.end(), chosen,
+        [](const LogitEdit& e, int32_t id) { return e.token_id < id; });
+    const bool edited = edit != params.edits.end() && edit->token_id == chosen;
+    chosen_raw = edited ? LoadLogit(raw[edit - params.edits.begin()]) : logits[chosen];
+  }
+  WriteOutput(chosen, chosen_raw, log_normalizer, top_ids, top_values, out);
+}
+
+void SampleRow(absl::Span<const float> logits, const RowSamplingParams& params,
+               const RowSampleOutput& out) {
+  if (HasEdits(params)) {
+    thread_local std::vector<float> copy;
+    copy.assign(logits.begin(), logits.end());
+    return SampleRowInPlace(absl::MakeSpan(copy), params, out);
+  }
+  const ArgMax best = RowArgMax(logits);
+  const int32_t chosen = ChooseToken(logits, best.value, best.id, params);
+  const double log_normalizer = LogSumExp(logits, best.value);
+  thread_local std::vector<int32_t> top_ids;
+  thread_local std::vector<float> top_values;
+  top_ids.clear();
+  top_values.clear();
+  const int count = std::min<int>(params.num_logprobs, logits.size());
+  if (count > 0) TopLogits(logits, count, top_ids, top_values);
+  WriteOutput(chosen, LoadLogit(logits[chosen]), log_normalizer, top_ids, top_values, out);
 }
 
 }  // namespace pagoda::worker

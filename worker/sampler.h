@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "absl/types/span.h"
+#include "common/logits_processing.h"
 #include "common/sampling_limits.h"
 
 namespace pagoda::worker {
@@ -20,6 +21,12 @@ struct RowSamplingParams {
   uint64_t seed = 0;
   uint64_t sample_index = 0;
   int num_logprobs = 0;  // In [0, kMaxTopLogprobs].
+  // Logits processing (common/logits_processing.h): min_p in [0, 1] (0 =
+  // off), the penalties, and the row's edits, sorted by token id, one per
+  // token (worker/logits_edits.h builds them).
+  float min_p = 0.0f;
+  LogitPenalties penalties;
+  absl::Span<const LogitEdit> edits;
 };
 
 // Where one row's results go (host memory). top_ids and top_logprobs hold
@@ -32,10 +39,17 @@ struct RowSampleOutput {
 };
 
 // Picks one token from `logits` (one row of raw model output) exactly as
-// kernels/ops/sampling.h does:
-// - temperature < kGreedyTemperature, or every logit -inf/NaN: argmax of the
-//   raw logits, lowest id on ties.
-// - else top-k keeps every token whose logit is >= the k-th largest (ties
+// kernels/ops/logits_processing.h then kernels/ops/sampling.h do:
+// - first the row's edits and penalties make the processed logits
+//   (common/logits_processing.h: masks, logit_bias, min_tokens' mask,
+//   repetition, frequency and presence penalties, in vLLM v1's order);
+//   everything below reads the processed logits, except the logprobs;
+// - temperature < kGreedyTemperature: argmax of the processed logits,
+//   lowest id on ties; when every processed logit is -inf/NaN, the argmax
+//   of the raw logits (nothing the request allows survives: the model's
+//   choice, rather than an arbitrary id);
+// - else min_p keeps the tokens with (x - max) / T >= logf(min_p)
+//   (PassesMinP), then top-k keeps every token whose logit is >= the k-th largest (ties
 //   kept); top-p then keeps the fewest highest-logit survivors whose mass
 //   reaches ceil(top_p * kept mass), masses being exp((x - max) / T) in
 //   2^-40 fixed point rounded down (boundary ties kept); then the survivor
@@ -48,9 +62,15 @@ struct RowSampleOutput {
 // chosen token's and the num_logprobs largest, descending, lowest id first
 // on ties. NaN logits count as -inf. REQUIRES: logits non-empty and at most
 // kMaxSamplingVocab (common/sampling_limits.h: the 64-bit top-p mass sum;
-// model configs past it are refused at load). Pure function: thread-safe.
+// model configs past it are refused at load); edits' ids inside the row.
+// Thread-safe. This overload copies a row that has edits.
 void SampleRow(absl::Span<const float> logits, const RowSamplingParams& params,
                const RowSampleOutput& out);
+
+// The same, but processes the row in place (so it costs the edits, not a
+// copy of the row): afterwards the row holds the processed logits.
+void SampleRowInPlace(absl::Span<float> logits, const RowSamplingParams& params,
+                      const RowSampleOutput& out);
 
 }  // namespace pagoda::worker
 

@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "common/logits_processing.h"
+#include "kernels/ops/logits_processing.h"
 #include "kernels/ops/sampling.h"
 #include "kernels/ops/testing/cuda_test_util.h"
 #include "worker/sampler.h"
@@ -105,6 +107,127 @@ TEST(SamplerDeviceParityTest, HostAndCudaDrawTheSameTokens) {
   // The devices' exp and log may differ in the last ulp, which can only flip
   // a near-tie of Gumbel scores or a top-p boundary: allow one in the lot.
   EXPECT_LE(mismatches, 1) << "of " << rows_checked << " rows";
+}
+
+// Logits processing on both devices: penalties, logit_bias, masks and
+// allowed ids (kernels/ops/logits_processing.h), then min_p in the sampler,
+// against the host's in-place rule on the same rows.
+TEST(SamplerDeviceParityTest, ProcessedRowsDrawTheSameTokens) {
+  constexpr int kRows = 32, kVocab = 32000, kLogprobs = 2;
+  const std::vector<float> logits = RandomFloats(size_t{kRows} * kVocab, -4, 4, 99);
+  std::vector<float> temperatures, top_p, min_p;
+  std::vector<int32_t> top_k, offsets = {0};
+  std::vector<uint64_t> seeds, indices;
+  std::vector<LogitPenalties> penalties;
+  std::vector<LogitEdit> edits;
+  for (int r = 0; r < kRows; ++r) {
+    temperatures.push_back(r % 4 == 0 ? 0.0f : 0.5f + 0.1f * (r % 7));
+    top_k.push_back(r % 3 == 0 ? 40 : 0);
+    top_p.push_back(r % 5 == 1 ? 0.9f : 1.0f);
+    min_p.push_back(r % 2 == 0 ? 0.02f * (r % 6) : 0.0f);
+    seeds.push_back(7919ull * (r + 1));
+    indices.push_back(r);
+    penalties.push_back(LogitPenalties{.repetition = 1.0f + 0.1f * (r % 8),
+                                       .frequency = 0.2f * (r % 3),
+                                       .presence = -0.5f + 0.25f * (r % 5),
+                                       .allowed_only = r % 9 == 4});
+    // Edits on the row's largest logits (so they matter), one per token.
+    const float* row = logits.data() + static_cast<size_t>(r) * kVocab;
+    std::vector<int32_t> order(kVocab);
+    for (int i = 0; i < kVocab; ++i) order[i] = i;
+    std::partial_sort(order.begin(), order.begin() + 64, order.end(),
+                      [&](int32_t a, int32_t b) { return row[a] > row[b]; });
+    std::sort(order.begin(), order.begin() + 64);
+    for (int j = 0; j < 64; ++j) {
+      edits.push_back(LogitEdit{.token_id = order[j],
+                                .output_count = j % 4,
+                                .bias = j % 5 == 0 ? 1.5f : 0.0f,
+                                .flags = (j % 3 == 0 ? kLogitSeen : 0u) |
+                                         (j % 11 == 0 ? kLogitBanned : 0u) |
+                                         (j % 2 == 0 ? kLogitAllowed : 0u)});
+    }
+    offsets.push_back(static_cast<int32_t>(edits.size()));
+  }
+  DeviceBuffer d_logits(logits.size() * 4), d_processed(logits.size() * 4), d_t(kRows * 4),
+      d_k(kRows * 4), d_p(kRows * 4), d_m(kRows * 4), d_s(kRows * 8), d_i(kRows * 8),
+      d_pen(kRows * sizeof(LogitPenalties)), d_off(offsets.size() * 4),
+      d_edits(edits.size() * sizeof(LogitEdit)), d_ids(kRows * 4), d_top(kRows * kLogprobs * 4),
+      d_top_lp(kRows * kLogprobs * 4);
+  d_logits.Upload(logits);
+  d_t.Upload(temperatures);
+  d_k.Upload(top_k);
+  d_p.Upload(top_p);
+  d_m.Upload(min_p);
+  d_s.Upload(seeds);
+  d_i.Upload(indices);
+  d_pen.Upload(penalties);
+  d_off.Upload(offsets);
+  d_edits.Upload(edits);
+  PAGODA_ASSERT_CUDA_OK(kernels::LaunchLogitsProcessing(
+      kernels::LogitsProcessingParams{.logits = d_logits.as<float>(),
+                                      .logits_stride = kVocab,
+                                      .num_rows = kRows,
+                                      .vocab_size = kVocab,
+                                      .penalties = d_pen.as<LogitPenalties>(),
+                                      .edit_offsets = d_off.as<int32_t>(),
+                                      .edits = d_edits.as<LogitEdit>(),
+                                      .processed = d_processed.as<float>()},
+      nullptr));
+  kernels::TokenSamplingParams params;
+  params.logits = d_logits.as<float>();
+  params.logits_stride = kVocab;
+  params.num_rows = kRows;
+  params.vocab_size = kVocab;
+  params.temperatures = d_t.as<float>();
+  params.top_k = d_k.as<int32_t>();
+  params.top_p = d_p.as<float>();
+  params.seeds = d_s.as<uint64_t>();
+  params.sample_indices = d_i.as<uint64_t>();
+  params.num_logprobs = kLogprobs;
+  params.sampled_ids = d_ids.as<int32_t>();
+  params.top_ids = d_top.as<int32_t>();
+  params.top_logprobs = d_top_lp.as<float>();
+  params.sampling_logits = d_processed.as<float>();
+  params.min_p = d_m.as<float>();
+  PAGODA_ASSERT_CUDA_OK(kernels::LaunchTokenSampling(params, nullptr));
+  PAGODA_ASSERT_CUDA_OK(cudaDeviceSynchronize());
+  const std::vector<int32_t> device_ids = d_ids.Download<int32_t>(kRows);
+  const std::vector<int32_t> device_top = d_top.Download<int32_t>(kRows * kLogprobs);
+  const std::vector<float> device_processed = d_processed.Download<float>(logits.size());
+  int mismatches = 0;
+  for (int r = 0; r < kRows; ++r) {
+    std::vector<float> row(logits.begin() + static_cast<size_t>(r) * kVocab,
+                           logits.begin() + static_cast<size_t>(r + 1) * kVocab);
+    RowSamplingParams p{.temperature = temperatures[r],
+                        .top_k = top_k[r],
+                        .top_p = top_p[r],
+                        .seed = seeds[r],
+                        .sample_index = indices[r],
+                        .num_logprobs = kLogprobs,
+                        .min_p = min_p[r],
+                        .penalties = penalties[r],
+                        .edits = absl::MakeConstSpan(edits.data() + offsets[r],
+                                                     edits.data() + offsets[r + 1])};
+    int32_t token = -1;
+    float logprob = 0.0f;
+    std::vector<int32_t> top_ids(kLogprobs);
+    std::vector<float> top_logprobs(kLogprobs);
+    SampleRowInPlace(absl::MakeSpan(row), p,
+                     RowSampleOutput{.token_id = &token,
+                                     .logprob = &logprob,
+                                     .top_ids = absl::MakeSpan(top_ids),
+                                     .top_logprobs = absl::MakeSpan(top_logprobs)});
+    // The processed rows are the same floats (one rule, explicit fma).
+    EXPECT_TRUE(std::equal(row.begin(), row.end(),
+                           device_processed.begin() + static_cast<size_t>(r) * kVocab))
+        << "row " << r;
+    mismatches += token != device_ids[r];
+    // Top logprobs are the raw logits' on both.
+    EXPECT_EQ(top_ids, std::vector<int32_t>(device_top.begin() + r * kLogprobs,
+                                            device_top.begin() + (r + 1) * kLogprobs))
+        << "row " << r;
+  }
+  EXPECT_LE(mismatches, 1) << "of " << kRows << " rows";
 }
 
 }  // namespace

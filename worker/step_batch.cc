@@ -15,7 +15,8 @@ size_t AlignUp(size_t bytes) {
 // staging buffer and in the workspace, so one copy moves them all.
 struct Layout {
   size_t token_ids, positions, slot_mapping, query_start, context_lens, block_tables,
-      logits_indices, temperatures, top_k, top_p, seeds, sample_indices, total;
+      logits_indices, temperatures, top_k, top_p, seeds, sample_indices, min_p, penalties,
+      edit_offsets, edits, total;
 };
 
 Layout LayoutFor(const StepBatchCapacity& c) {
@@ -41,6 +42,10 @@ Layout LayoutFor(const StepBatchCapacity& c) {
   layout.top_p = place(rows * sizeof(float));
   layout.seeds = place(rows * sizeof(uint64_t));
   layout.sample_indices = place(rows * sizeof(uint64_t));
+  layout.min_p = place(rows * sizeof(float));
+  layout.penalties = place(rows * sizeof(LogitPenalties));
+  layout.edit_offsets = place((rows + 1) * sizeof(int32_t));
+  layout.edits = place(static_cast<size_t>(c.edits) * sizeof(LogitEdit));
   layout.total = offset;
   return layout;
 }
@@ -49,6 +54,28 @@ template <typename T, typename Source>
 void Pack(char* staging, size_t offset, const std::vector<Source>& values) {
   T* dst = reinterpret_cast<T*>(staging + offset);
   for (size_t i = 0; i < values.size(); ++i) dst[i] = static_cast<T>(values[i]);
+}
+
+// The sampling arrays of the region at `device`.
+SamplingBatch DescribeSampling(const Layout& layout, char* device, const FlatBatch& batch) {
+  SamplingBatch out;
+  auto at = [device](size_t offset) { return device + offset; };
+  out.num_rows = batch.num_logits_rows();
+  out.temperatures = reinterpret_cast<const float*>(at(layout.temperatures));
+  out.top_k = reinterpret_cast<const int32_t*>(at(layout.top_k));
+  out.top_p = reinterpret_cast<const float*>(at(layout.top_p));
+  out.seeds = reinterpret_cast<const uint64_t*>(at(layout.seeds));
+  out.sample_indices = reinterpret_cast<const uint64_t*>(at(layout.sample_indices));
+  out.min_p = reinterpret_cast<const float*>(at(layout.min_p));
+  out.penalties = reinterpret_cast<const LogitPenalties*>(at(layout.penalties));
+  out.edit_offsets = reinterpret_cast<const int32_t*>(at(layout.edit_offsets));
+  out.edits = reinterpret_cast<const LogitEdit*>(at(layout.edits));
+  out.has_edits = !batch.edits.empty();
+  for (const LogitPenalties& penalties : batch.penalties) {
+    out.has_edits = out.has_edits || penalties.allowed_only;
+  }
+  for (int32_t n : batch.num_logprobs) out.num_logprobs = std::max(out.num_logprobs, n);
+  return out;
 }
 
 }  // namespace
@@ -61,7 +88,8 @@ StepBatchCapacity StepBatchUploader::CapacityOf(const FlatBatch& batch) {
   return StepBatchCapacity{.tokens = batch.num_tokens(),
                            .seqs = batch.num_seqs(),
                            .blocks_per_seq = batch.max_blocks_per_seq,
-                           .logits_rows = batch.num_logits_rows()};
+                           .logits_rows = batch.num_logits_rows(),
+                           .edits = static_cast<int>(batch.edits.size())};
 }
 
 void StepBatchUploader::Reserve(const StepBatchCapacity& capacity) {
@@ -88,6 +116,10 @@ StepBatch StepBatchUploader::Upload(const FlatBatch& batch, Workspace* workspace
   Pack<float>(staging, layout.top_p, batch.top_p);
   Pack<uint64_t>(staging, layout.seeds, batch.seeds);
   Pack<uint64_t>(staging, layout.sample_indices, batch.sample_indices);
+  Pack<float>(staging, layout.min_p, batch.min_p);
+  Pack<LogitPenalties>(staging, layout.penalties, batch.penalties);
+  Pack<int32_t>(staging, layout.edit_offsets, batch.edit_offsets);
+  Pack<LogitEdit>(staging, layout.edits, batch.edits);
 
   char* device = static_cast<char*>(workspace->Take(layout.total));
   backend_->UploadBytes(staging, device, layout.total);
@@ -101,14 +133,7 @@ StepBatch StepBatchUploader::Upload(const FlatBatch& batch, Workspace* workspace
   out.context_lens = reinterpret_cast<const int32_t*>(at(layout.context_lens));
   out.block_tables = reinterpret_cast<const int32_t*>(at(layout.block_tables));
   out.logits_indices = reinterpret_cast<const int32_t*>(at(layout.logits_indices));
-  out.sampling.num_rows = capacity.logits_rows;
-  out.sampling.temperatures = reinterpret_cast<const float*>(at(layout.temperatures));
-  out.sampling.top_k = reinterpret_cast<const int32_t*>(at(layout.top_k));
-  out.sampling.top_p = reinterpret_cast<const float*>(at(layout.top_p));
-  out.sampling.seeds = reinterpret_cast<const uint64_t*>(at(layout.seeds));
-  out.sampling.sample_indices = reinterpret_cast<const uint64_t*>(at(layout.sample_indices));
-  for (int32_t n : batch.num_logprobs)
-    out.sampling.num_logprobs = std::max(out.sampling.num_logprobs, n);
+  out.sampling = DescribeSampling(layout, device, batch);
 
   out.num_tokens = capacity.tokens;
   out.num_seqs = capacity.seqs;

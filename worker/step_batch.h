@@ -16,6 +16,7 @@ struct StepBatchCapacity {
   int seqs = 0;
   int blocks_per_seq = 0;
   int logits_rows = 0;
+  int edits = 0;  // Logit edits of all rows (common/logits_processing.h).
 };
 
 // Turns a FlatBatch into a StepBatch with ONE backend upload per step: every

@@ -1,6 +1,7 @@
 #include <cfloat>
 #include <cstdint>
 
+#include "common/logits_processing.h"
 #include "kernels/ops/philox.h"
 #include "kernels/ops/sampling.h"
 
@@ -18,6 +19,7 @@ struct Shared {
   int ties_taken;
   int warp_ties[kWarps];
   uint32_t digit;
+  unsigned int min_key;
   unsigned long long remaining;
   // Scratch for block reductions.
   float warp_value[kWarps];
@@ -118,6 +120,28 @@ __device__ unsigned long long BlockSumU64(unsigned long long value, Shared& s) {
     value += __shfl_xor_sync(0xffffffffu, value, offset);
   }
   return value;
+}
+
+// The smallest key over the block; every thread gets it.
+__device__ uint32_t BlockMinKey(uint32_t key, Shared& s) {
+  __syncthreads();
+  if (threadIdx.x == 0) s.min_key = ~0u;
+  __syncthreads();
+  atomicMin(&s.min_key, key);
+  __syncthreads();
+  return s.min_key;
+}
+
+// min_p's cut (PassesMinP, after temperature): the key of the lowest
+// surviving logit.
+__device__ uint32_t MinPThreshold(const float* row, int vocab, float max_logit, float inv_t,
+                                  float min_p, Shared& s) {
+  const float log_min_p = logf(min_p);
+  uint32_t key = ~0u;
+  ForEachLogit(row, vocab, [&](int, float x) {
+    if (x > -INFINITY && PassesMinP(x, max_logit, inv_t, log_min_p)) key = min(key, OrderedKey(x));
+  });
+  return BlockMinKey(key, s);
 }
 
 // Largest key K such that the weight of {i : key_i >= K, key_i >= min_key}
@@ -234,21 +258,33 @@ __global__ void __launch_bounds__(kThreads) TokenSamplingKernel(TokenSamplingPar
   const int r = blockIdx.x;
   const int vocab = p.vocab_size;
   const float* row = p.logits + r * p.logits_stride;
+  // The processed row when there is one: every choice reads it, the
+  // logprobs read the raw row.
+  const bool processed = p.sampling_logits != nullptr;
+  const float* srow = processed ? p.sampling_logits + int64_t{r} * vocab : row;
 
-  // Pass 1: argmax and the raw softmax statistics.
-  float best = -INFINITY;
-  int best_id = 0;
+  // Pass 1: argmax (processed) and the raw softmax statistics.
+  float best = -INFINITY, raw_best = -INFINITY;
+  int best_id = 0, raw_best_id = 0;
   float m = -INFINITY, sum = 0.0f;
   ForEachLogit(row, vocab, [&](int i, float x) {
-    if (x > best) {  // Ascending ids per thread: strict > keeps the lowest.
-      best = x;
-      best_id = i;
+    if (x > raw_best) {  // Ascending ids per thread: strict > keeps the lowest.
+      raw_best = x;
+      raw_best_id = i;
     }
     MergeSoftmax(m, sum, x, 1.0f);
+    const float y = processed ? LoadLogit(srow, i) : x;
+    if (y > best) {
+      best = y;
+      best_id = i;
+    }
   });
   BlockArgMax(best, best_id, s);
+  if (processed) BlockArgMax(raw_best, raw_best_id, s);  // Uniform per block.
   BlockSoftmaxStats(m, sum, s);
   const float log_sum_exp = m + logf(sum);
+  // Nothing the request allows survives: the model's own argmax.
+  if (processed && best == -INFINITY) best_id = raw_best_id;
 
   int32_t chosen = best_id;
   int candidates = 1;
@@ -260,15 +296,19 @@ __global__ void __launch_bounds__(kThreads) TokenSamplingKernel(TokenSamplingPar
       return __float2ull_rd(__expf((x - max_logit) * inv_t) * kTopPMassScale);
     };
     uint32_t threshold = 0;
+    const float min_p = p.min_p != nullptr ? p.min_p[r] : 0.0f;
+    if (min_p > 0.0f) threshold = MinPThreshold(srow, vocab, max_logit, inv_t, min_p, s);
     const int k = p.top_k != nullptr ? p.top_k[r] : 0;
     if (k > 0 && k < vocab) {
-      threshold = RadixSelectDescending(
-          row, vocab, 0u, static_cast<unsigned long long>(k), [](float) { return 1ull; }, s);
+      // Top-k of min_p's survivors: both keep a top set, so the smaller cut.
+      threshold = max(threshold, RadixSelectDescending(
+                                     srow, vocab, 0u, static_cast<unsigned long long>(k),
+                                     [](float) { return 1ull; }, s));
     }
     const float top_p = p.top_p != nullptr ? p.top_p[r] : 1.0f;
     if (top_p > 0.0f && top_p < 1.0f) {
       unsigned long long kept_mass = 0;
-      ForEachLogit(row, vocab, [&](int, float x) {
+      ForEachLogit(srow, vocab, [&](int, float x) {
         if (OrderedKey(x) >= threshold) kept_mass += mass(x);
       });
       kept_mass = BlockSumU64(kept_mass, s);
@@ -276,7 +316,7 @@ __global__ void __launch_bounds__(kThreads) TokenSamplingKernel(TokenSamplingPar
           static_cast<unsigned long long>(ceil(static_cast<double>(top_p) * kept_mass));
       if (target < 1) target = 1;
       if (target > kept_mass) target = kept_mass;
-      threshold = RadixSelectDescending(row, vocab, threshold, target, mass, s);
+      threshold = RadixSelectDescending(srow, vocab, threshold, target, mass, s);
     }
     // Gumbel-max over the survivors: argmax of x / T + Gumbel noise.
     const uint64_t seed = p.seeds[r];
@@ -290,7 +330,7 @@ __global__ void __launch_bounds__(kThreads) TokenSamplingKernel(TokenSamplingPar
       for (int e = 0; e < 4; ++e) {
         const int i = base + e;
         if (i >= vocab) break;
-        const float x = LoadLogit(row, i);
+        const float x = LoadLogit(srow, i);
         if (OrderedKey(x) < threshold || x == -INFINITY) continue;
         ++kept;
         const float gumbel = -logf(-logf(UniformOpen01(draws.v[e])));

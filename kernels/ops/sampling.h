@@ -55,6 +55,15 @@ struct TokenSamplingParams {
   int32_t* top_ids = nullptr;         // [num_rows, num_logprobs], when num_logprobs > 0
   float* top_logprobs = nullptr;      // [num_rows, num_logprobs], when num_logprobs > 0
   int32_t* num_candidates = nullptr;  // [num_rows], optional: tokens left after filtering
+  // Optional: the processed rows (kernels/ops/logits_processing.h), [num_rows,
+  // vocab_size] dense. When set, the argmax, min_p, top-k, top-p and the draw
+  // read them, and the logprobs still the raw `logits`; a row whose
+  // processed logits are all -inf takes its raw argmax.
+  const float* sampling_logits = nullptr;
+  // Optional, [num_rows]: min_p in [0, 1] (0 = off), after temperature:
+  // tokens with (x - max) / T < logf(min_p) are cut (PassesMinP), before
+  // top-k and top-p.
+  const float* min_p = nullptr;
 };
 cudaError_t LaunchTokenSampling(const TokenSamplingParams& params, cudaStream_t stream);
 

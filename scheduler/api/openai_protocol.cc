@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/sampling_limits.h"
 #include "scheduler/engine/finish_reason.h"
@@ -155,12 +156,7 @@ absl::Status ParseStop(const json& body, pagoda::v1::StoppingCriteria* stopping)
 
 // Refuses options that would change the output in ways this server ignores.
 absl::Status RefuseUnsupported(const json& body) {
-  for (const char* key : {"presence_penalty", "frequency_penalty"}) {
-    if (Present(body, key) && !(body[key].is_number() && body[key].get<double>() == 0.0)) {
-      return Invalid(key, "is not supported (only 0)");
-    }
-  }
-  for (const char* key : {"logit_bias", "tools", "functions"}) {
+  for (const char* key : {"tools", "functions"}) {
     if (Present(body, key) && !(body[key].is_object() && body[key].empty()) &&
         !(body[key].is_array() && body[key].empty())) {
       return Invalid(key, "is not supported");
@@ -183,17 +179,95 @@ absl::Status RefuseUnsupported(const json& body) {
   return absl::OkStatus();
 }
 
-absl::Status ParseSampling(const json& body, OpenAiRequest* out) {
+// logit_bias ({"token id": bias}, OpenAI's string keys), allowed_token_ids
+// and bad_words (vLLM's extra parameters). Values are bounded again by the
+// validator, which names the gRPC field.
+absl::Status ParseTokenLists(const json& body, pagoda::v1::SamplingParams* sampling) {
+  if (Present(body, "logit_bias")) {
+    const json& bias = body["logit_bias"];
+    if (!bias.is_object() || bias.size() > static_cast<size_t>(kMaxLogitBiasEntries)) {
+      return Invalid("logit_bias", absl::StrCat("must be an object of at most ",
+                                                kMaxLogitBiasEntries, " token id: bias entries"));
+    }
+    for (const auto& [key, value] : bias.items()) {
+      int32_t id = 0;
+      if (!absl::SimpleAtoi(key, &id) || id < 0) {
+        return Invalid("logit_bias", absl::StrCat("key \"", key.substr(0, 32), "\" is not a token id"));
+      }
+      if (!value.is_number()) return Invalid("logit_bias", "values must be numbers");
+      (*sampling->mutable_logit_bias())[id] = value.get<float>();
+    }
+  }
+  if (Present(body, "allowed_token_ids")) {
+    const json& ids = body["allowed_token_ids"];
+    if (!ids.is_array() || ids.size() > kMaxPromptTokenIds) {
+      return Invalid("allowed_token_ids", "must be an array of token ids");
+    }
+    for (const json& id : ids) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX) {
+        return Invalid("allowed_token_ids", "must hold token ids");
+      }
+      sampling->add_allowed_token_ids(id.get<int32_t>());
+    }
+  }
+  if (Present(body, "bad_words")) {
+    const json& words = body["bad_words"];
+    if (!words.is_array() || words.size() > static_cast<size_t>(kMaxBadWords)) {
+      return Invalid("bad_words", absl::StrCat("must be an array of at most ", kMaxBadWords,
+                                               " strings"));
+    }
+    for (const json& word : words) {
+      if (!word.is_string()) return Invalid("bad_words", "must hold strings");
+      sampling->add_bad_words(word.get<std::string>());
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Penalties and min_p; absent ones stay unset (the model's defaults apply).
+absl::Status ParsePenalties(const json& body, pagoda::v1::SamplingParams* sampling) {
+  absl::StatusOr<double> presence =
+      Number(body, "presence_penalty", 0.0, -kMaxAbsPenalty, kMaxAbsPenalty);
+  if (!presence.ok()) return presence.status();
+  sampling->set_presence_penalty(static_cast<float>(*presence));
+  absl::StatusOr<double> frequency =
+      Number(body, "frequency_penalty", 0.0, -kMaxAbsPenalty, kMaxAbsPenalty);
+  if (!frequency.ok()) return frequency.status();
+  sampling->set_frequency_penalty(static_cast<float>(*frequency));
+  if (Present(body, "repetition_penalty")) {
+    absl::StatusOr<double> repetition =
+        Number(body, "repetition_penalty", 1.0, 0.0, kMaxRepetitionPenalty);
+    if (!repetition.ok()) return repetition.status();
+    sampling->set_repetition_penalty(static_cast<float>(*repetition));
+  }
+  if (Present(body, "min_p")) {
+    absl::StatusOr<double> min_p = Number(body, "min_p", 0.0, 0.0, 1.0);
+    if (!min_p.ok()) return min_p.status();
+    sampling->set_min_p(static_cast<float>(*min_p));
+  }
+  return ParseTokenLists(body, sampling);
+}
+
+absl::Status ParseSampling(const json& body, const SamplingDefaults& defaults,
+                           OpenAiRequest* out) {
   pagoda::v1::SamplingParams* sampling = out->generate.mutable_sampling();
-  absl::StatusOr<double> temperature = Number(body, "temperature", 1.0, 0.0, 2.0);
-  if (!temperature.ok()) return temperature.status();
-  sampling->set_temperature(static_cast<float>(*temperature));
-  absl::StatusOr<double> top_p = Number(body, "top_p", 1.0, 1e-9, 1.0);
-  if (!top_p.ok()) return top_p.status();
-  sampling->set_top_p(static_cast<float>(*top_p));
-  absl::StatusOr<int64_t> top_k = Integer(body, "top_k", 0, -1, INT32_MAX);
-  if (!top_k.ok()) return top_k.status();
-  sampling->set_top_k(*top_k < 0 ? 0 : static_cast<int32_t>(*top_k));
+  // Absent: the model's default when it has one (the validator fills it),
+  // else OpenAI's 1.
+  if (Present(body, "temperature") || !defaults.temperature.has_value()) {
+    absl::StatusOr<double> temperature = Number(body, "temperature", 1.0, 0.0, 2.0);
+    if (!temperature.ok()) return temperature.status();
+    sampling->set_temperature(static_cast<float>(*temperature));
+  }
+  if (Present(body, "top_p")) {
+    absl::StatusOr<double> top_p = Number(body, "top_p", 1.0, 1e-9, 1.0);
+    if (!top_p.ok()) return top_p.status();
+    sampling->set_top_p(static_cast<float>(*top_p));
+  }
+  if (Present(body, "top_k")) {
+    absl::StatusOr<int64_t> top_k = Integer(body, "top_k", 0, -1, INT32_MAX);
+    if (!top_k.ok()) return top_k.status();
+    sampling->set_top_k(*top_k < 0 ? 0 : static_cast<int32_t>(*top_k));
+  }
   // OpenAI's seed may be any integer; 0 here means "the server picks".
   absl::StatusOr<int64_t> seed = Integer(body, "seed", 0, 0, INT64_MAX);
   if (!seed.ok()) return seed.status();
@@ -203,13 +277,15 @@ absl::Status ParseSampling(const json& body, OpenAiRequest* out) {
   if (!n.ok()) return n.status();
   // Greedy samples are all the same sequence: run one and copy it (vLLM
   // answers n equal choices; the engine refuses several greedy sequences).
-  if (*n > 1 && *temperature < kGreedyTemperature) {
+  const double temperature = sampling->has_temperature() ? sampling->temperature()
+                                                         : defaults.temperature.value_or(1.0);
+  if (*n > 1 && temperature < kGreedyTemperature) {
     out->copies = static_cast<int>(*n);
     sampling->set_n(1);
   } else {
     sampling->set_n(static_cast<int32_t>(*n));
   }
-  return absl::OkStatus();
+  return ParsePenalties(body, sampling);
 }
 
 absl::Status ParseLogprobs(const json& body, OpenAiRequest* out) {
@@ -406,6 +482,12 @@ absl::StatusOr<std::vector<int>> ParseDetokenizeRequest(const json& body, int vo
 
 absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(const json& body, bool chat,
                                                  int default_chat_max_tokens) {
+  return ParseOpenAiRequest(body, chat, default_chat_max_tokens, SamplingDefaults{});
+}
+
+absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(const json& body, bool chat,
+                                                 int default_chat_max_tokens,
+                                                 const SamplingDefaults& defaults) {
   if (!body.is_object()) return absl::InvalidArgumentError("body: must be a JSON object");
   OpenAiRequest out;
   out.chat = chat;
@@ -432,7 +514,7 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(const json& body, bool chat,
     out.add_generation_prompt = body.value("add_generation_prompt", true);
   }
   if (status.ok()) status = RefuseUnsupported(body);
-  if (status.ok()) status = ParseSampling(body, &out);
+  if (status.ok()) status = ParseSampling(body, defaults, &out);
   if (status.ok()) status = ParseLogprobs(body, &out);
   if (status.ok()) status = ParseStopping(body, chat ? default_chat_max_tokens : 16, &out);
   if (status.ok()) status = ParseStreaming(body, &out);

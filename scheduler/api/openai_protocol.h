@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
 #include "pagoda/v1/generation.pb.h"
+#include "scheduler/api/request_validation.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
 
@@ -48,12 +49,21 @@ struct OpenAiRequest {
 pagoda::v1::GenerateRequest PromptRequest(const OpenAiRequest& request, size_t index);
 
 // Parses and bounds a request body. INVALID_ARGUMENT names the field.
-// Fields this server does not implement (penalties, logit_bias, tools,
-// suffix...) are INVALID_ARGUMENT when set to anything but their neutral
-// value; fields without effect on the output (user, metadata, store,
-// response_format {"type": "text"}) are accepted and ignored.
-// `default_chat_max_tokens` is the max_tokens of a chat request that gives
-// none (OpenAI's "until the context is full").
+// Fields this server does not implement (tools, suffix, response_format
+// other than {"type": "text"}...) are INVALID_ARGUMENT when set to anything
+// but their neutral value; fields without effect on the output (user,
+// metadata, store, response_format {"type": "text"}) are accepted and
+// ignored. Sampling takes the gRPC names (presence_penalty,
+// frequency_penalty, repetition_penalty, min_p, logit_bias with token-id
+// string keys, allowed_token_ids, bad_words). `default_chat_max_tokens` is
+// the max_tokens of a chat request that gives none (OpenAI's "until the
+// context is full"). Absent sampling fields stay unset so the model's
+// `defaults` apply (RequestValidator fills them), except temperature, which
+// is OpenAI's 1 when the model has no default.
+absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(const nlohmann::json& body, bool chat,
+                                                 int default_chat_max_tokens,
+                                                 const SamplingDefaults& defaults);
+// The same with no model defaults.
 absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(const nlohmann::json& body, bool chat,
                                                  int default_chat_max_tokens);
 

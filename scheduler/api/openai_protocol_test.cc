@@ -49,6 +49,51 @@ TEST(OpenAiProtocolTest, DefaultsFollowOpenAi) {
   EXPECT_EQ(chat->messages[0].content, "hi");
 }
 
+TEST(OpenAiProtocolTest, MapsLogitsProcessingFieldsToTheGrpcRequest) {
+  auto parsed = ParseOpenAiRequest(
+      json::parse(R"({"model": "m", "prompt": "hi", "presence_penalty": 0.5,
+                      "frequency_penalty": -0.25, "repetition_penalty": 1.2, "min_p": 0.1,
+                      "logit_bias": {"7": -100, "12": 3.5}, "allowed_token_ids": [1, 7, 12],
+                      "bad_words": ["foo", "bar baz"]})"),
+      false, 512);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const pagoda::v1::SamplingParams& sampling = parsed->generate.sampling();
+  EXPECT_EQ(sampling.presence_penalty(), 0.5f);
+  EXPECT_EQ(sampling.frequency_penalty(), -0.25f);
+  EXPECT_EQ(sampling.repetition_penalty(), 1.2f);
+  EXPECT_EQ(sampling.min_p(), 0.1f);
+  ASSERT_EQ(sampling.logit_bias_size(), 2);
+  EXPECT_EQ(sampling.logit_bias().at(7), -100.0f);
+  EXPECT_EQ(sampling.logit_bias().at(12), 3.5f);
+  EXPECT_EQ(sampling.allowed_token_ids_size(), 3);
+  ASSERT_EQ(sampling.bad_words_size(), 2);
+  EXPECT_EQ(sampling.bad_words(1), "bar baz");
+}
+
+TEST(OpenAiProtocolTest, AbsentSamplingFieldsLeaveTheModelDefaults) {
+  const json body = {{"model", "m"}, {"prompt", "hi"}};
+  auto plain = ParseOpenAiRequest(body, false, 512);
+  ASSERT_TRUE(plain.ok());
+  // No model default: OpenAI's temperature 1; the rest unset.
+  EXPECT_TRUE(plain->generate.sampling().has_temperature());
+  EXPECT_EQ(plain->generate.sampling().temperature(), 1.0f);
+  EXPECT_FALSE(plain->generate.sampling().has_top_p());
+  EXPECT_FALSE(plain->generate.sampling().has_top_k());
+  EXPECT_FALSE(plain->generate.sampling().has_min_p());
+  EXPECT_FALSE(plain->generate.sampling().has_repetition_penalty());
+  SamplingDefaults defaults;
+  defaults.temperature = 0.6f;
+  auto with_default = ParseOpenAiRequest(body, false, 512, defaults);
+  ASSERT_TRUE(with_default.ok());
+  EXPECT_FALSE(with_default->generate.sampling().has_temperature());
+  json explicit_zero = body;
+  explicit_zero["temperature"] = 0;
+  auto greedy = ParseOpenAiRequest(explicit_zero, false, 512, defaults);
+  ASSERT_TRUE(greedy.ok());
+  EXPECT_TRUE(greedy->generate.sampling().has_temperature());
+  EXPECT_EQ(greedy->generate.sampling().temperature(), 0.0f);
+}
+
 TEST(OpenAiProtocolTest, BadFieldsAreInvalidArgumentNamingTheField) {
   const json base = {{"model", "m"}, {"prompt", "hi"}};
   struct Case {
@@ -64,8 +109,20 @@ TEST(OpenAiProtocolTest, BadFieldsAreInvalidArgumentNamingTheField) {
                {"stop", json::array({1})},
                {"logprobs", 21},
                {"stream", "yes"},
-               {"presence_penalty", 0.5},
-               {"logit_bias", {{"1", 2}}},
+               {"presence_penalty", 2.5},
+               {"frequency_penalty", -3},
+               {"frequency_penalty", "1"},
+               {"repetition_penalty", 2.5},
+               {"repetition_penalty", -1},
+               {"min_p", 1.5},
+               {"logit_bias", {{"x", 2}}},
+               {"logit_bias", {{"-1", 2}}},
+               {"logit_bias", {{"1", "2"}}},
+               {"logit_bias", json::array({1})},
+               {"allowed_token_ids", json::array({-1})},
+               {"allowed_token_ids", 5},
+               {"bad_words", json::array({1})},
+               {"bad_words", "word"},
                {"prompt", json::array()},
                {"prompt", json::array({-1})}};
   for (const Case& c : cases) {

@@ -469,7 +469,8 @@ void OpenAiRoutes::OffLoop(std::shared_ptr<HttpExchange> exchange, std::function
 absl::StatusOr<OpenAiRoutes::Prepared> OpenAiRoutes::Prepare(const json& body, bool chat) {
   // Invalid UTF-8 or JSON is a parse failure (discarded), not an exception.
   if (body.is_discarded()) return absl::InvalidArgumentError("body: not valid JSON (UTF-8)");
-  absl::StatusOr<OpenAiRequest> parsed = ParseOpenAiRequest(body, chat, options_.max_model_len);
+  absl::StatusOr<OpenAiRequest> parsed =
+      ParseOpenAiRequest(body, chat, options_.max_model_len, validator_->limits().defaults);
   if (!parsed.ok()) return parsed.status();
   if (absl::Status status = CheckModel(parsed->model); !status.ok()) return status;
   if (chat) {

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/sampling_limits.h"
+#include "scheduler/api/logits_processing_validation.h"
 #include "scheduler/api/stop_strings.h"
 
 namespace pagoda::scheduler {
@@ -24,7 +25,7 @@ absl::Status Invalid(const std::string& message) { return absl::InvalidArgumentE
 // n, best_of and beam search. Fills n, best_of, use_beam_search,
 // length_penalty and early_stopping of `out`.
 absl::Status ValidateSeveralSequences(const pagoda::v1::SamplingParams& sampling,
-                                      SamplingOptions& out) {
+                                      const SamplingOptions& effective, SamplingOptions& out) {
   if (sampling.n() < 0 || sampling.n() > kMaxSequences) {
     return Invalid(absl::StrCat("sampling.n: must be in [0, ", kMaxSequences, "] (0 = 1), got ",
                                 sampling.n()));
@@ -47,6 +48,7 @@ absl::Status ValidateSeveralSequences(const pagoda::v1::SamplingParams& sampling
   }
   if (sampling.use_beam_search()) {
     // Beams extend by their most likely tokens: nothing is drawn (as vLLM).
+    // The request's own values: the model's sampling defaults do not apply.
     if (sampling.temperature() != 0 || (sampling.top_p() != 0 && sampling.top_p() != 1) ||
         sampling.top_k() != 0) {
       return Invalid(
@@ -57,7 +59,7 @@ absl::Status ValidateSeveralSequences(const pagoda::v1::SamplingParams& sampling
     if (length_penalty != 0 && length_penalty != 1) {
       return Invalid("sampling.length_penalty: only applies with use_beam_search");
     }
-    if (best_of > 1 && sampling.temperature() < kGreedyTemperature) {
+    if (best_of > 1 && effective.temperature < kGreedyTemperature) {
       return Invalid(absl::StrCat("sampling.best_of: ", best_of,
                                   " sequences need temperature > 0 (greedy ones would be equal); "
                                   "use use_beam_search for several greedy-like outputs"));
@@ -92,7 +94,7 @@ absl::Status CheckInputBounds(const pagoda::v1::GenerateRequest& request,
     return Invalid(absl::StrCat("stopping.stop_token_ids: at most ", kMaxStopTokenIds, ", got ",
                                 request.stopping().stop_token_ids_size()));
   }
-  return absl::OkStatus();
+  return CheckLogitsProcessingSizes(request.sampling(), limits);
 }
 
 // The prompt as token ids: exactly one of text (tokenized, BOS first when the
@@ -134,37 +136,53 @@ absl::Status ResolvePrompt(const pagoda::v1::GenerateRequest& request, const Mod
   return absl::OkStatus();
 }
 
+// Temperature, top_k and top_p: the request's when set, else the model's
+// default (generation_config.json), else the API's (greedy, off, 1).
+SamplingOptions EffectiveSampling(const pagoda::v1::SamplingParams& sampling,
+                                  const SamplingDefaults& defaults) {
+  SamplingOptions out;
+  out.temperature = sampling.has_temperature() ? sampling.temperature()
+                                               : defaults.temperature.value_or(0.0f);
+  out.top_k = sampling.has_top_k() ? sampling.top_k() : defaults.top_k.value_or(0);
+  out.top_p = sampling.has_top_p() ? sampling.top_p() : defaults.top_p.value_or(1.0f);
+  return out;
+}
+
 // Sampling values and logprobs. Fills `out` except a missing seed, which the
 // validator draws.
-absl::Status ValidateSampling(const pagoda::v1::GenerateRequest& request, SamplingOptions& out) {
+absl::Status ValidateSampling(const pagoda::v1::GenerateRequest& request,
+                              const ModelLimits& limits, const Tokenizer* tokenizer,
+                              SamplingOptions& out) {
   const pagoda::v1::SamplingParams& sampling = request.sampling();
-  if (!std::isfinite(sampling.temperature()) || sampling.temperature() < 0) {
+  const SamplingOptions effective = EffectiveSampling(
+      sampling, sampling.use_beam_search() ? SamplingDefaults{} : limits.defaults);
+  if (!std::isfinite(effective.temperature) || effective.temperature < 0) {
     return Invalid(absl::StrCat("sampling.temperature: must be finite and >= 0, got ",
-                                sampling.temperature()));
+                                effective.temperature));
   }
   if (!std::isfinite(sampling.length_penalty())) {
     return Invalid(
         absl::StrCat("sampling.length_penalty: must be finite, got ", sampling.length_penalty()));
   }
-  if (!std::isfinite(sampling.top_p()) || sampling.top_p() < 0 || sampling.top_p() > 1) {
+  if (!std::isfinite(effective.top_p) || effective.top_p < 0 || effective.top_p > 1) {
     return Invalid(
-        absl::StrCat("sampling.top_p: must be in (0, 1] (0 = 1), got ", sampling.top_p()));
+        absl::StrCat("sampling.top_p: must be in (0, 1] (0 = 1), got ", effective.top_p));
   }
-  if (sampling.top_k() < 0) {
-    return Invalid(absl::StrCat("sampling.top_k: must be >= 0 (0 = off), got ", sampling.top_k()));
+  if (effective.top_k < 0) {
+    return Invalid(absl::StrCat("sampling.top_k: must be >= 0 (0 = off), got ", effective.top_k));
   }
   if (request.logprobs() < 0 || request.logprobs() > kMaxTopLogprobs) {
     return Invalid(
         absl::StrCat("logprobs: must be in [0, ", kMaxTopLogprobs, "], got ", request.logprobs()));
   }
-  absl::Status several = ValidateSeveralSequences(sampling, out);
+  absl::Status several = ValidateSeveralSequences(sampling, effective, out);
   if (!several.ok()) return several;
-  out.temperature = sampling.temperature();
-  out.top_k = sampling.top_k();
-  out.top_p = sampling.top_p() == 0 ? 1.0f : sampling.top_p();
+  out.temperature = effective.temperature;
+  out.top_k = effective.top_k;
+  out.top_p = effective.top_p == 0 ? 1.0f : effective.top_p;
   out.num_logprobs = request.logprobs();
   out.seed = sampling.seed();
-  return absl::OkStatus();
+  return ValidateLogitsProcessing(sampling, limits, tokenizer, out);
 }
 
 // Token budget, stop token ids and stop strings (matched on the text, so
@@ -207,7 +225,13 @@ int64_t MaxPromptBytes(const ModelLimits& limits) {
 int64_t MaxRequestBytes(const ModelLimits& limits) {
   constexpr int64_t kOtherFieldsBytes = 64 << 10;  // Ids, sampling, stop ids: bounded.
   const int64_t token_ids = static_cast<int64_t>(limits.max_model_len) * 5;
-  return std::max(MaxPromptBytes(limits), token_ids) + kOtherFieldsBytes + kMaxStopTokenIds * 5;
+  // Logits processing: logit_bias entries (a map entry is at most 14 bytes),
+  // allowed_token_ids (up to the vocabulary) and bad words.
+  const int64_t processing = int64_t{kMaxLogitBiasEntries} * 16 +
+                             static_cast<int64_t>(limits.vocab_size) * 5 +
+                             int64_t{kMaxBadWords} * (kMaxBadWordBytes + 3);
+  return std::max(MaxPromptBytes(limits), token_ids) + kOtherFieldsBytes + kMaxStopTokenIds * 5 +
+         processing;
 }
 
 RequestValidator::RequestValidator(ModelLimits limits, const Tokenizer* tokenizer, uint64_t seed)
@@ -224,7 +248,8 @@ absl::StatusOr<ValidatedRequest> RequestValidator::Validate(
   ValidatedRequest out;
   absl::Status prompt = ResolvePrompt(request, limits_, tokenizer_, out.prompt_token_ids);
   if (!prompt.ok()) return prompt;
-  if (absl::Status sampling = ValidateSampling(request, out.sampling); !sampling.ok()) {
+  if (absl::Status sampling = ValidateSampling(request, limits_, tokenizer_, out.sampling);
+      !sampling.ok()) {
     return sampling;
   }
   while (out.sampling.seed == 0) out.sampling.seed = NextRandom();

@@ -2,6 +2,7 @@
 #define PAGODA_SCHEDULER_API_REQUEST_VALIDATION_H_
 
 #include <cstdint>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -15,11 +16,25 @@
 
 namespace pagoda::scheduler {
 
+// Sampling defaults for the fields a request leaves unset: the model's
+// generation_config.json under --generation-config auto (vLLM's default
+// sampling params), nothing under vllm. Unset here: the API's own default
+// (temperature 0 = greedy over gRPC, top_k off, top_p 1, min_p 0,
+// repetition_penalty 1).
+struct SamplingDefaults {
+  std::optional<float> temperature;
+  std::optional<int> top_k;
+  std::optional<float> top_p;
+  std::optional<float> min_p;
+  std::optional<float> repetition_penalty;
+};
+
 // What the frontend checks a request against.
 struct ModelLimits {
   int vocab_size = 0;
   int max_model_len = 0;
   int bos_token_id = -1;  // Prepended to text prompts when >= 0.
+  SamplingDefaults defaults;
 };
 
 // Longest request_id accepted: it is copied into every streamed message.

@@ -7,6 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/sampling_limits.h"
 #include "gtest/gtest.h"
 #include "tests/support/tiny_model.h"
 
@@ -267,6 +268,155 @@ TEST_F(RequestValidationTest, NonFiniteSamplingValuesAreRefused) {
     penalty.mutable_sampling()->set_length_penalty(bad);
     ExpectInvalid(penalty, "sampling.length_penalty");
   }
+}
+
+TEST_F(RequestValidationTest, KeepsLogitsProcessingValues) {
+  GenerateRequest request = TokenRequest({1, 2});
+  auto* sampling = request.mutable_sampling();
+  sampling->set_presence_penalty(0.5f);
+  sampling->set_frequency_penalty(-2.0f);
+  sampling->set_repetition_penalty(1.3f);
+  sampling->set_min_p(0.05f);
+  (*sampling->mutable_logit_bias())[9] = -100.0f;
+  (*sampling->mutable_logit_bias())[3] = 2.5f;
+  sampling->add_allowed_token_ids(7);
+  sampling->add_allowed_token_ids(3);
+  sampling->add_allowed_token_ids(7);
+  absl::StatusOr<ValidatedRequest> result = validator_.Validate(request);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->sampling.presence_penalty, 0.5f);
+  EXPECT_EQ(result->sampling.frequency_penalty, -2.0f);
+  EXPECT_EQ(result->sampling.repetition_penalty, 1.3f);
+  EXPECT_EQ(result->sampling.min_p, 0.05f);
+  EXPECT_EQ(result->sampling.logit_bias,
+            (std::vector<std::pair<int32_t, float>>{{3, 2.5f}, {9, -100.0f}}));
+  EXPECT_EQ(result->sampling.allowed_token_ids, (std::vector<int32_t>{3, 7}));
+  // 0 is off, as 1.
+  request.mutable_sampling()->set_repetition_penalty(0.0f);
+  result = validator_.Validate(request);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->sampling.repetition_penalty, 1.0f);
+}
+
+TEST_F(RequestValidationTest, RejectsBadLogitsProcessing) {
+  auto with = [](auto mutate) {
+    GenerateRequest request = TokenRequest({1, 2});
+    mutate(*request.mutable_sampling());
+    return request;
+  };
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  ExpectInvalid(with([](auto& s) { s.set_presence_penalty(2.5f); }), "sampling.presence_penalty");
+  ExpectInvalid(with([&](auto& s) { s.set_presence_penalty(nan); }), "sampling.presence_penalty");
+  ExpectInvalid(with([](auto& s) { s.set_frequency_penalty(-2.01f); }),
+                "sampling.frequency_penalty");
+  ExpectInvalid(with([](auto& s) { s.set_repetition_penalty(-1.0f); }),
+                "sampling.repetition_penalty");
+  ExpectInvalid(with([](auto& s) { s.set_repetition_penalty(0.001f); }),
+                "sampling.repetition_penalty");
+  ExpectInvalid(with([](auto& s) { s.set_repetition_penalty(2.5f); }),
+                "sampling.repetition_penalty");
+  ExpectInvalid(with([&](auto& s) { s.set_repetition_penalty(nan); }),
+                "sampling.repetition_penalty");
+  ExpectInvalid(with([](auto& s) { s.set_min_p(1.1f); }), "sampling.min_p");
+  ExpectInvalid(with([](auto& s) { s.set_min_p(-0.1f); }), "sampling.min_p");
+  ExpectInvalid(with([](auto& s) { (*s.mutable_logit_bias())[kVocab] = 1.0f; }),
+                "sampling.logit_bias[100]");
+  ExpectInvalid(with([](auto& s) { (*s.mutable_logit_bias())[-1] = 1.0f; }),
+                "sampling.logit_bias[-1]");
+  ExpectInvalid(with([](auto& s) { (*s.mutable_logit_bias())[5] = 100.5f; }),
+                "sampling.logit_bias[5]");
+  ExpectInvalid(with([&](auto& s) { (*s.mutable_logit_bias())[5] = nan; }),
+                "sampling.logit_bias[5]");
+  ExpectInvalid(with([](auto& s) {
+                  for (int i = 0; i <= kMaxLogitBiasEntries; ++i) (*s.mutable_logit_bias())[i] = 1;
+                }),
+                "sampling.logit_bias");
+  ExpectInvalid(with([](auto& s) { s.add_allowed_token_ids(kVocab); }),
+                "sampling.allowed_token_ids[0]");
+  ExpectInvalid(with([](auto& s) {
+                  for (int i = 0; i <= kVocab; ++i) s.add_allowed_token_ids(0);
+                }),
+                "sampling.allowed_token_ids");
+  // Bad words need a tokenizer; this validator has none.
+  ExpectInvalid(with([](auto& s) { s.add_bad_words("foo"); }), "sampling.bad_words");
+  ExpectInvalid(with([](auto& s) {
+                  for (int i = 0; i <= kMaxBadWords; ++i) s.add_bad_words("x");
+                }),
+                "sampling.bad_words");
+  ExpectInvalid(with([](auto& s) { s.add_bad_words(std::string(kMaxBadWordBytes + 1, 'x')); }),
+                "sampling.bad_words[0]");
+  ExpectInvalid(with([](auto& s) {
+                  s.set_use_beam_search(true);
+                  s.set_best_of(2);
+                  s.set_presence_penalty(1.0f);
+                }),
+                "sampling.use_beam_search");
+}
+
+TEST(RequestValidationTokenizerTest, TokenizesBadWordsAsVllm) {
+  const std::string dir = pagoda::testing::TempPath("pagoda_bad_words");
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer =
+      pagoda::testing::MakeTinyTokenizer(dir, 256);
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  RequestValidator validator({256, 64, 1}, tokenizer->get(), 1);
+  GenerateRequest request;
+  request.add_prompt_token_ids(5);
+  request.mutable_sampling()->add_bad_words(" hello world");
+  absl::StatusOr<ValidatedRequest> result = validator.Validate(request);
+  ASSERT_TRUE(result.ok()) << result.status();
+  // Without the leading space first; with it only when it makes a different
+  // first token of the same length.
+  absl::StatusOr<std::vector<int>> bare = (*tokenizer)->Encode("hello world");
+  absl::StatusOr<std::vector<int>> spaced = (*tokenizer)->Encode(" hello world");
+  ASSERT_TRUE(bare.ok() && spaced.ok());
+  std::vector<std::vector<int32_t>> expected = {{bare->begin(), bare->end()}};
+  if (spaced->size() == bare->size() && spaced->front() != bare->front()) {
+    expected.emplace_back(spaced->begin(), spaced->end());
+  }
+  EXPECT_EQ(result->sampling.bad_words_token_ids, expected);
+  request.mutable_sampling()->set_bad_words(0, "   ");
+  EXPECT_EQ(validator.Validate(request).status().code(), absl::StatusCode::kInvalidArgument);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(RequestValidationDefaultsTest, ModelDefaultsFillOnlyUnsetFields) {
+  ModelLimits limits{kVocab, kMaxModelLen, 1};
+  limits.defaults.temperature = 0.6f;
+  limits.defaults.top_k = 20;
+  limits.defaults.top_p = 0.9f;
+  limits.defaults.min_p = 0.05f;
+  limits.defaults.repetition_penalty = 1.05f;
+  RequestValidator validator(limits, nullptr, 1);
+  GenerateRequest request = TokenRequest({1, 2});
+  absl::StatusOr<ValidatedRequest> unset = validator.Validate(request);
+  ASSERT_TRUE(unset.ok()) << unset.status();
+  EXPECT_EQ(unset->sampling.temperature, 0.6f);
+  EXPECT_EQ(unset->sampling.top_k, 20);
+  EXPECT_EQ(unset->sampling.top_p, 0.9f);
+  EXPECT_EQ(unset->sampling.min_p, 0.05f);
+  EXPECT_EQ(unset->sampling.repetition_penalty, 1.05f);
+  // Explicit values win, zeros included (temperature 0 = greedy, as vLLM).
+  auto* sampling = request.mutable_sampling();
+  sampling->set_temperature(0.0f);
+  sampling->set_top_k(0);
+  sampling->set_top_p(1.0f);
+  sampling->set_min_p(0.0f);
+  sampling->set_repetition_penalty(1.0f);
+  absl::StatusOr<ValidatedRequest> set = validator.Validate(request);
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(set->sampling.temperature, 0.0f);
+  EXPECT_EQ(set->sampling.top_k, 0);
+  EXPECT_EQ(set->sampling.top_p, 1.0f);
+  EXPECT_EQ(set->sampling.min_p, 0.0f);
+  EXPECT_EQ(set->sampling.repetition_penalty, 1.0f);
+  // Beams are not sampled: the defaults do not apply to beam search.
+  GenerateRequest beam = TokenRequest({1, 2});
+  beam.mutable_sampling()->set_use_beam_search(true);
+  beam.mutable_sampling()->set_best_of(2);
+  absl::StatusOr<ValidatedRequest> beams = validator.Validate(beam);
+  ASSERT_TRUE(beams.ok()) << beams.status();
+  EXPECT_EQ(beams->sampling.temperature, 0.0f);
+  EXPECT_EQ(beams->sampling.repetition_penalty, 1.0f);
 }
 
 }  // namespace

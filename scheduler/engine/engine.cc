@@ -279,7 +279,8 @@ SchedulerOutput Engine::ScheduleBatch(StepClock* clock) {
 }
 
 pagoda::worker::v1::StepPlan Engine::BuildPlan(const SchedulerOutput& output) {
-  return BuildStepPlan(next_step_id_++, output, scheduler_->block_manager());
+  return BuildStepPlan(next_step_id_++, output, scheduler_->block_manager(),
+                       config_.eos_token_ids);
 }
 
 absl::StatusOr<Engine::ExecutedStep> Engine::ExecutePlan(const pagoda::worker::v1::StepPlan& plan,

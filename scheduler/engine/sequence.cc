@@ -1,5 +1,6 @@
 #include "scheduler/engine/sequence.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "glog/logging.h"
@@ -50,6 +51,7 @@ int32_t Sequence::token_at(int i) const {
 
 void Sequence::AppendToken(GeneratedToken token) {
   cumulative_logprob_ += token.logprob;
+  ++output_token_counts_[token.token_id];
   output_.push_back(std::move(token));
 }
 
@@ -66,6 +68,13 @@ SequenceGroup::SequenceGroup(std::string request_id, std::vector<int32_t> prompt
       sampling_(std::move(sampling)),
       stopping_(std::move(stopping)),
       arrival_time_(arrival_time) {
+  if (sampling_.repetition_penalty != 1.0f) {
+    distinct_prompt_tokens_ = prompt_token_ids;
+    std::sort(distinct_prompt_tokens_.begin(), distinct_prompt_tokens_.end());
+    distinct_prompt_tokens_.erase(
+        std::unique(distinct_prompt_tokens_.begin(), distinct_prompt_tokens_.end()),
+        distinct_prompt_tokens_.end());
+  }
   seqs_.push_back(std::make_unique<Sequence>(first_seq_id, std::move(prompt_token_ids)));
 }
 

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/time/time.h"
 #include "scheduler/kv/kv_sequence.h"
 
@@ -36,6 +37,19 @@ struct SamplingOptions {
   float length_penalty = 1.0f;  // Beam score = cumulative logprob / length^penalty.
   bool early_stopping = false;  // Beam search stops once best_of beams finished.
   int num_logprobs = 0;
+  // Logits processing (common/logits_processing.h has the order).
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  float repetition_penalty = 1.0f;  // 1 = off.
+  float min_p = 0.0f;               // 0 = off.
+  std::vector<std::pair<int32_t, float>> logit_bias;  // Sorted by token id.
+  std::vector<int32_t> allowed_token_ids;             // Empty = all.
+  // Each bad word as token sequences (with and without a leading space).
+  std::vector<std::vector<int32_t>> bad_words_token_ids;
+
+  bool has_penalties() const {
+    return presence_penalty != 0 || frequency_penalty != 0 || repetition_penalty != 1;
+  }
 };
 
 // Seed of the index-th sequence of a request whose seed is request_seed:
@@ -82,6 +96,12 @@ class Sequence final : public KvSequence {
   // Position in its group's seqs() (0 for the first), fixed at creation.
   int index_in_group() const { return index_in_group_; }
   double cumulative_logprob() const { return cumulative_logprob_; }
+  // How often each token occurs in the output: kept as tokens are appended,
+  // so it follows the sequence through preemption, forks and recovery
+  // (which keep or copy the tokens).
+  const absl::flat_hash_map<int32_t, int32_t>& output_token_counts() const {
+    return output_token_counts_;
+  }
 
   // Tokens whose K/V are in the cache. Reset to 0 by recompute preemption.
   int num_computed_tokens() const override { return num_computed_tokens_; }
@@ -103,6 +123,7 @@ class Sequence final : public KvSequence {
   int index_in_group_ = 0;
   std::vector<int32_t> prompt_token_ids_;
   std::vector<GeneratedToken> output_;
+  absl::flat_hash_map<int32_t, int32_t> output_token_counts_;
   double cumulative_logprob_ = 0.0;
   int num_computed_tokens_ = 0;
   SequenceStatus status_ = SequenceStatus::kWaiting;
@@ -119,6 +140,9 @@ class SequenceGroup final : public KvSequenceGroup {
   const std::string& request_id() const { return request_id_; }
   const SamplingOptions& sampling() const { return sampling_; }
   const StoppingOptions& stopping() const { return stopping_; }
+  // The prompt's distinct tokens, ascending, when the repetition penalty is
+  // on (it reads them every step); empty otherwise.
+  const std::vector<int32_t>& distinct_prompt_tokens() const { return distinct_prompt_tokens_; }
   absl::Time arrival_time() const { return arrival_time_; }
   std::vector<std::unique_ptr<Sequence>>& seqs() { return seqs_; }
   const std::vector<std::unique_ptr<Sequence>>& seqs() const { return seqs_; }
@@ -155,6 +179,7 @@ class SequenceGroup final : public KvSequenceGroup {
   std::vector<std::unique_ptr<Sequence>> seqs_;
   SamplingOptions sampling_;
   StoppingOptions stopping_;
+  std::vector<int32_t> distinct_prompt_tokens_;
   absl::Time arrival_time_;
   int num_preemptions_ = 0;
   int steps_since_preemption_ = 0;

@@ -19,10 +19,62 @@ void AddMoves(const std::vector<BlockMove>& moves,
   }
 }
 
+// Whether the output of `seq` ends with `prefix`.
+bool OutputEndsWith(const Sequence& seq, absl::Span<const int32_t> prefix) {
+  const int n = seq.num_output_tokens();
+  const int k = static_cast<int>(prefix.size());
+  if (k > n) return false;
+  for (int i = 0; i < k; ++i) {
+    if (seq.output()[n - k + i].token_id != prefix[i]) return false;
+  }
+  return true;
+}
+
+// Tokens masked for this draw: bad words (as vLLM v1, against the output's
+// tail) and, before min_tokens, EOS and the stop token ids.
+void SetBannedTokens(const SequenceGroup& group, const Sequence& seq,
+                     absl::Span<const int32_t> eos_token_ids, wv1::SamplingOptions* options) {
+  for (const std::vector<int32_t>& word : group.sampling().bad_words_token_ids) {
+    const absl::Span<const int32_t> prefix = absl::MakeConstSpan(word).first(word.size() - 1);
+    if (OutputEndsWith(seq, prefix)) options->add_banned_token_ids(word.back());
+  }
+  const StoppingOptions& stopping = group.stopping();
+  if (seq.num_output_tokens() < stopping.min_tokens) {
+    if (!stopping.ignore_eos) {
+      for (int32_t id : eos_token_ids) options->add_banned_token_ids(id);
+    }
+    for (int32_t id : stopping.stop_token_ids) options->add_banned_token_ids(id);
+  }
+}
+
 }  // namespace
 
+void SetLogitsProcessing(const SequenceGroup& group, const Sequence& seq,
+                         absl::Span<const int32_t> eos_token_ids, wv1::SamplingOptions* options) {
+  const SamplingOptions& sampling = group.sampling();
+  options->set_presence_penalty(sampling.presence_penalty);
+  options->set_frequency_penalty(sampling.frequency_penalty);
+  options->set_repetition_penalty(sampling.repetition_penalty);
+  options->set_min_p(sampling.min_p);
+  for (const auto& [token, bias] : sampling.logit_bias) {
+    options->add_logit_bias_token_ids(token);
+    options->add_logit_bias_values(bias);
+  }
+  for (int32_t id : sampling.allowed_token_ids) options->add_allowed_token_ids(id);
+  SetBannedTokens(group, seq, eos_token_ids, options);
+  if (!sampling.has_penalties()) return;
+  for (int32_t id : group.distinct_prompt_tokens()) options->add_prompt_token_ids(id);
+  options->mutable_output_token_ids()->Reserve(seq.output_token_counts().size());
+  options->mutable_output_token_counts()->Reserve(seq.output_token_counts().size());
+  for (const auto& [token, count] : seq.output_token_counts()) {
+    options->add_output_token_ids(token);
+    options->add_output_token_counts(count);
+  }
+}
+
 wv1::StepPlan BuildStepPlan(int64_t step_id, const SchedulerOutput& output,
-                            const BlockManager& block_manager) {
+                            const BlockManager& block_manager,
+                            absl::Span<const int32_t> eos_token_ids) {
   wv1::StepPlan plan;
   plan.set_step_id(step_id);
   for (const ScheduledSequence& entry : output.scheduled) {
@@ -48,6 +100,7 @@ wv1::StepPlan BuildStepPlan(int64_t step_id, const SchedulerOutput& output,
       options->set_num_logprobs(std::max(sampling.num_logprobs, 2 * sampling.best_of));
     }
     step->set_sample_index(seq.num_output_tokens());
+    if (entry.do_sample) SetLogitsProcessing(*entry.group, seq, eos_token_ids, options);
   }
   AddMoves(output.blocks_to_swap_in, plan.mutable_swap_in());
   AddMoves(output.blocks_to_swap_out, plan.mutable_swap_out());

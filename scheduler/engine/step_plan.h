@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "pagoda/worker/v1/worker.pb.h"
 #include "scheduler/kv/block_manager.h"
 #include "scheduler/engine/scheduler.h"
@@ -16,11 +17,22 @@ namespace pagoda::scheduler {
 // [start_position, start_position + num_tokens), the full block table,
 // sampling options (the sequence's own seed, SeedForSequence; greedy with
 // 2 x width top logprobs for beam search), sample_index = tokens generated
-// so far), and the block moves to apply before the forward pass.
+// so far), and the block moves to apply before the forward pass. Rows that
+// sample carry their logits processing: penalties, logit_bias, allowed ids,
+// the tokens banned this step (bad words whose prefix ends the output; EOS,
+// unless ignore_eos, and the stop ids before min_tokens) and the sparse
+// counts, derived from the sequence's own tokens (SequenceLogitsProcessing).
 // REQUIRES: `output` is the latest Schedule() result of the scheduler that
 // owns `block_manager`, and every scheduled sequence has a GPU table.
 pagoda::worker::v1::StepPlan BuildStepPlan(int64_t step_id, const SchedulerOutput& output,
-                                           const BlockManager& block_manager);
+                                           const BlockManager& block_manager,
+                                           absl::Span<const int32_t> eos_token_ids = {});
+
+// Fills the logits processing fields of `options` for the next token of
+// `seq` in `group`.
+void SetLogitsProcessing(const SequenceGroup& group, const Sequence& seq,
+                         absl::Span<const int32_t> eos_token_ids,
+                         pagoda::worker::v1::SamplingOptions* options);
 
 // Maps rank 0's sampled tokens back onto the scheduled entries: result i
 // belongs to the i-th entry with do_sample. INTERNAL if the count or a seq_id

@@ -220,24 +220,36 @@ class CpuBackend final : public Backend {
     out->num_logprobs = columns;
     out->top_ids.resize(static_cast<size_t>(rows) * columns);
     out->top_logprobs.resize(static_cast<size_t>(rows) * columns);
-    const float* data = static_cast<const float*>(logits.data);
+    // Rows are processed in place (the contract allows it): the edits cost
+    // their tokens, not a copy of the row.
+    float* data = static_cast<float*>(const_cast<void*>(logits.data));
     pool_.ParallelFor(rows, 1, [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
-        const RowSamplingParams row{.temperature = params.temperatures[r],
-                                    .top_k = params.top_k[r],
-                                    .top_p = params.top_p[r],
-                                    .seed = params.seeds[r],
-                                    .sample_index = params.sample_indices[r],
-                                    .num_logprobs = columns};
         const size_t top = static_cast<size_t>(r) * columns;
-        SampleRow(absl::MakeConstSpan(data + r * vocab, vocab), row,
-                  RowSampleOutput{
-                      .token_id = &out->token_ids[r],
-                      .logprob = &out->logprobs[r],
-                      .top_ids = absl::MakeSpan(out->top_ids.data() + top, columns),
-                      .top_logprobs = absl::MakeSpan(out->top_logprobs.data() + top, columns)});
+        SampleRowInPlace(absl::MakeSpan(data + r * vocab, vocab), RowParams(params, r, columns),
+                         RowSampleOutput{
+                             .token_id = &out->token_ids[r],
+                             .logprob = &out->logprobs[r],
+                             .top_ids = absl::MakeSpan(out->top_ids.data() + top, columns),
+                             .top_logprobs = absl::MakeSpan(out->top_logprobs.data() + top, columns)});
       }
     });
+  }
+
+  static RowSamplingParams RowParams(const SamplingBatch& params, int64_t r, int columns) {
+    RowSamplingParams row{.temperature = params.temperatures[r],
+                          .top_k = params.top_k[r],
+                          .top_p = params.top_p[r],
+                          .seed = params.seeds[r],
+                          .sample_index = params.sample_indices[r],
+                          .num_logprobs = columns};
+    if (params.min_p != nullptr) row.min_p = params.min_p[r];
+    if (params.has_edits) {
+      row.penalties = params.penalties[r];
+      row.edits = absl::MakeConstSpan(params.edits + params.edit_offsets[r],
+                                      params.edits + params.edit_offsets[r + 1]);
+    }
+    return row;
   }
 
   void CopyBlocks(absl::Span<void* const> caches, size_t block_bytes,

@@ -15,6 +15,7 @@
 #include "kernels/ops/cache_ops.h"
 #include "kernels/ops/embedding.h"
 #include "kernels/ops/gemm.h"
+#include "kernels/ops/logits_processing.h"
 #include "kernels/ops/rms_norm.h"
 #include "kernels/ops/rotary_embedding.h"
 #include "kernels/ops/sampling.h"
@@ -98,6 +99,7 @@ struct CudaBackend::Impl {
   // never grown by an eager step, so a captured graph's pointer stays valid.
   Scratch graph_decode_workspace;
   Scratch sample_out;         // Sampling results, packed (SampleLayout).
+  Scratch processed_logits;   // Rows after logits processing; grows once.
   PinnedScratch sample_host;  // Their host mirror.
   Scratch block_args;         // CopyBlocks' pointer arrays and pairs.
 };
@@ -447,6 +449,27 @@ void CudaBackend::GatherRows(const void* src, const StepBatch& batch, int dim, v
         "gather_rows");
 }
 
+const float* CudaBackend::ProcessLogits(const Tensor& logits, const SamplingBatch& params) {
+  if (!params.has_edits) return nullptr;
+  const int rows = params.num_rows;
+  const int vocab = static_cast<int>(logits.dim(1));
+  if (!Check(impl_->processed_logits.Reserve(sizeof(float) * rows * vocab), "processed logits")) {
+    return nullptr;
+  }
+  auto* processed = reinterpret_cast<float*>(impl_->processed_logits.get());
+  const cudaError_t launched = kernels::LaunchLogitsProcessing(
+      kernels::LogitsProcessingParams{.logits = static_cast<const float*>(logits.data),
+                                      .logits_stride = logits.dim(1),
+                                      .num_rows = rows,
+                                      .vocab_size = vocab,
+                                      .penalties = params.penalties,
+                                      .edit_offsets = params.edit_offsets,
+                                      .edits = params.edits,
+                                      .processed = processed},
+      stream_);
+  return Check(launched, "logits processing") ? processed : nullptr;
+}
+
 void CudaBackend::Sample(const Tensor& logits, const SamplingBatch& params, SampleResults* out) {
   const int rows = params.num_rows;
   const int k = params.num_logprobs;
@@ -474,6 +497,8 @@ void CudaBackend::Sample(const Tensor& logits, const SamplingBatch& params, Samp
   auto* logprobs = reinterpret_cast<float*>(base + ids_bytes);
   auto* top_ids = reinterpret_cast<int32_t*>(base + 2 * ids_bytes);
   auto* top_logprobs = reinterpret_cast<float*>(base + 2 * ids_bytes + top_bytes);
+  const float* processed = ProcessLogits(logits, params);
+  if (params.has_edits && processed == nullptr) return;
   const cudaError_t launched = kernels::LaunchTokenSampling(
       kernels::TokenSamplingParams{.logits = static_cast<const float*>(logits.data),
                                    .logits_stride = logits.dim(1),
@@ -488,7 +513,9 @@ void CudaBackend::Sample(const Tensor& logits, const SamplingBatch& params, Samp
                                    .sampled_ids = ids,
                                    .sampled_logprobs = logprobs,
                                    .top_ids = k > 0 ? top_ids : nullptr,
-                                   .top_logprobs = k > 0 ? top_logprobs : nullptr},
+                                   .top_logprobs = k > 0 ? top_logprobs : nullptr,
+                                   .sampling_logits = processed,
+                                   .min_p = params.min_p},
       stream_);
   if (!Check(launched, "token sampling") ||
       !Check(

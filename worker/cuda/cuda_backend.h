@@ -105,6 +105,10 @@ class CudaBackend final : public Backend {
   struct Impl;  // cuBLASLt context and the grow-only scratch buffers.
   CudaBackend(int device, DType activation_dtype, cudaStream_t stream, int num_sms,
               std::unique_ptr<Impl> impl);
+  // The processed rows of `logits` (kernels/ops/logits_processing.h) in
+  // grow-only scratch, enqueued; null when no row has edits or on failure
+  // (then recorded, see Fail).
+  const float* ProcessLogits(const Tensor& logits, const SamplingBatch& params);
 
   // Keeps the first failure; returns ok.
   bool Check(cudaError_t error, const char* what);

@@ -1,0 +1,75 @@
+#include "scheduler/api/generation_config.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "nlohmann/json.hpp"
+
+namespace pagoda::scheduler {
+namespace {
+
+using nlohmann::json;
+
+absl::Status Invalid(const std::string& path, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat(path, ": ", why));
+}
+
+// Reads `field` when the file sets it (null counts as unset, as in HF files).
+template <typename T>
+absl::Status ReadField(const json& config, const char* field, const std::string& path,
+                       std::optional<T>& out) {
+  if (!config.contains(field) || config[field].is_null()) return absl::OkStatus();
+  const bool integral = std::is_integral_v<T>;
+  if (!config[field].is_number() || (integral && !config[field].is_number_integer())) {
+    return Invalid(path, absl::StrCat("field \"", field, "\" must be a number"));
+  }
+  out = config[field].get<T>();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SamplingDefaults> ReadDefaults(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Invalid(path, "cannot be read");
+  std::stringstream text;
+  text << in.rdbuf();
+  const json config = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (config.is_discarded() || !config.is_object()) return Invalid(path, "not a JSON object");
+  SamplingDefaults defaults;
+  for (absl::Status status : {ReadField(config, "temperature", path, defaults.temperature),
+                              ReadField(config, "top_k", path, defaults.top_k),
+                              ReadField(config, "top_p", path, defaults.top_p),
+                              ReadField(config, "min_p", path, defaults.min_p),
+                              ReadField(config, "repetition_penalty", path,
+                                        defaults.repetition_penalty)}) {
+    if (!status.ok()) return status;
+  }
+  return defaults;
+}
+
+}  // namespace
+
+absl::StatusOr<SamplingDefaults> LoadSamplingDefaults(const std::string& mode,
+                                                      const std::string& model_dir) {
+  if (mode == "vllm") return SamplingDefaults{};
+  const std::string dir = mode == "auto" ? model_dir : mode;
+  const std::string path = (std::filesystem::path(dir) / "generation_config.json").string();
+  if (mode == "auto" && !std::filesystem::exists(path)) return SamplingDefaults{};
+  return ReadDefaults(path);
+}
+
+std::string DescribeSamplingDefaults(const SamplingDefaults& defaults) {
+  std::vector<std::string> parts;
+  if (defaults.temperature) parts.push_back(absl::StrCat("temperature=", *defaults.temperature));
+  if (defaults.top_k) parts.push_back(absl::StrCat("top_k=", *defaults.top_k));
+  if (defaults.top_p) parts.push_back(absl::StrCat("top_p=", *defaults.top_p));
+  if (defaults.min_p) parts.push_back(absl::StrCat("min_p=", *defaults.min_p));
+  if (defaults.repetition_penalty) {
+    parts.push_back(absl::StrCat("repetition_penalty=", *defaults.repetition_penalty));
+  }
+  return parts.empty() ? "none" : absl::StrJoin(parts, " ");
+}
+
+}  // namespace pagoda::scheduler

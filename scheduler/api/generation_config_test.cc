@@ -1,0 +1,56 @@
+#include "scheduler/api/generation_config.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "gtest/gtest.h"
+#include "tests/support/tiny_model.h"
+
+namespace pagoda::scheduler {
+namespace {
+
+class GenerationConfigTest : public ::testing::Test {
+ protected:
+  GenerationConfigTest() : dir_(pagoda::testing::TempPath("pagoda_generation_config")) {
+    std::filesystem::create_directories(dir_);
+  }
+  ~GenerationConfigTest() override { std::filesystem::remove_all(dir_); }
+  void Write(const std::string& text) {
+    std::ofstream(dir_ + "/generation_config.json") << text;
+  }
+  std::string dir_;
+};
+
+TEST_F(GenerationConfigTest, AutoReadsTheSamplingFieldsTheFileSets) {
+  Write(R"({"temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.05,
+            "eos_token_id": [1, 2], "min_p": null})");
+  absl::StatusOr<SamplingDefaults> defaults = LoadSamplingDefaults("auto", dir_);
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  EXPECT_EQ(defaults->temperature, 0.7f);
+  EXPECT_EQ(defaults->top_p, 0.8f);
+  EXPECT_EQ(defaults->top_k, 20);
+  EXPECT_EQ(defaults->repetition_penalty, 1.05f);
+  EXPECT_FALSE(defaults->min_p.has_value());
+  EXPECT_EQ(DescribeSamplingDefaults(*defaults),
+            "temperature=0.7 top_k=20 top_p=0.8 repetition_penalty=1.05");
+  // vllm ignores the file; a directory must hold one.
+  EXPECT_FALSE(LoadSamplingDefaults("vllm", dir_)->temperature.has_value());
+  EXPECT_EQ(LoadSamplingDefaults(dir_, "/nonexistent")->top_k, 20);
+  EXPECT_FALSE(LoadSamplingDefaults("/nonexistent", dir_).ok());
+}
+
+TEST_F(GenerationConfigTest, NoFileMeansNoDefaultsAndBadFilesAreRefused) {
+  absl::StatusOr<SamplingDefaults> none = LoadSamplingDefaults("auto", dir_);
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(DescribeSamplingDefaults(*none), "none");
+  Write("{not json");
+  EXPECT_EQ(LoadSamplingDefaults("auto", dir_).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  Write(R"({"top_k": 0.5})");
+  EXPECT_FALSE(LoadSamplingDefaults("auto", dir_).ok());
+  Write(R"({"temperature": "hot"})");
+  EXPECT_FALSE(LoadSamplingDefaults("auto", dir_).ok());
+}
+
+}  // namespace
+}  // namespace pagoda::scheduler
