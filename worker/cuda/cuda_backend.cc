@@ -89,6 +89,30 @@ using PinnedScratch = GrowOnly<AllocatePinned, FreePinned>;  // Pinned host stag
 
 size_t AlignUp(size_t n) { return (n + 255) & ~size_t{255}; }
 
+// What the decode and prefill kernels' params (KernelParams) both take from
+// a PagedAttention call: shapes, cache, block tables, query and output.
+template <typename KernelParams>
+KernelParams AttentionKernelParams(const PagedAttentionParams& params) {
+  const StepBatch& batch = *params.batch;
+  const KvCacheLayer& cache = params.cache;
+  KernelParams out;
+  out.dtype = cache.dtype;
+  out.num_seqs = batch.num_seqs;
+  out.num_q_heads = params.num_heads;
+  out.num_kv_heads = cache.num_kv_heads;
+  out.head_dim = cache.head_dim;
+  out.block_size = cache.block_size;
+  out.max_blocks_per_seq = batch.max_blocks_per_seq;
+  out.softmax_scale = params.scale;
+  out.q = params.query;
+  out.k_cache = cache.key;
+  out.v_cache = cache.value;
+  out.block_tables = batch.block_tables;
+  out.context_lens = batch.context_lens;
+  out.out = params.output;
+  return out;
+}
+
 // A buffer of `num_elements` of `dtype` from kAllocate (at least one byte, so
 // every buffer has an address), freed by kFree; its data is null when
 // kAllocate failed, and *error says why.
@@ -389,23 +413,10 @@ void CudaBackend::DecodeAttention(const PagedAttentionParams& params) {
       batch.num_seqs, params.num_heads, cache.num_kv_heads, cache.head_dim, max_context, num_sms_);
   void* workspace = nullptr;
   if (!DecodeWorkspace(plan.workspace_bytes, &workspace)) return;
-  Check(kernels::LaunchDecodeAttention(
-            kernels::DecodeAttentionParams{.dtype = cache.dtype,
-                                           .num_seqs = batch.num_seqs,
-                                           .num_q_heads = params.num_heads,
-                                           .num_kv_heads = cache.num_kv_heads,
-                                           .head_dim = cache.head_dim,
-                                           .block_size = cache.block_size,
-                                           .max_blocks_per_seq = batch.max_blocks_per_seq,
-                                           .softmax_scale = params.scale,
-                                           .q = params.query,
-                                           .k_cache = cache.key,
-                                           .v_cache = cache.value,
-                                           .block_tables = batch.block_tables,
-                                           .context_lens = batch.context_lens,
-                                           .out = params.output},
-            plan, workspace, stream_),
-        "decode attention");
+  Check(
+      kernels::LaunchDecodeAttention(AttentionKernelParams<kernels::DecodeAttentionParams>(params),
+                                     plan, workspace, stream_),
+      "decode attention");
 }
 
 bool CudaBackend::DecodeWorkspace(size_t bytes, void** workspace) {
@@ -427,27 +438,10 @@ bool CudaBackend::DecodeWorkspace(size_t bytes, void** workspace) {
 }
 
 void CudaBackend::PrefillAttention(const PagedAttentionParams& params) {
-  const StepBatch& batch = *params.batch;
-  const KvCacheLayer& cache = params.cache;
-  Check(kernels::LaunchPrefillAttention(
-            kernels::PrefillAttentionParams{.dtype = cache.dtype,
-                                            .num_seqs = batch.num_seqs,
-                                            .num_q_heads = params.num_heads,
-                                            .num_kv_heads = cache.num_kv_heads,
-                                            .head_dim = cache.head_dim,
-                                            .block_size = cache.block_size,
-                                            .max_blocks_per_seq = batch.max_blocks_per_seq,
-                                            .max_query_len = batch.max_query_len,
-                                            .softmax_scale = params.scale,
-                                            .q = params.query,
-                                            .query_start = batch.query_start,
-                                            .k_cache = cache.key,
-                                            .v_cache = cache.value,
-                                            .block_tables = batch.block_tables,
-                                            .context_lens = batch.context_lens,
-                                            .out = params.output},
-            stream_),
-        "prefill attention");
+  auto prefill = AttentionKernelParams<kernels::PrefillAttentionParams>(params);
+  prefill.max_query_len = params.batch->max_query_len;
+  prefill.query_start = params.batch->query_start;
+  Check(kernels::LaunchPrefillAttention(prefill, stream_), "prefill attention");
 }
 
 void CudaBackend::SiluAndMul(const void* gate_up, int rows, int dim, void* out) {
