@@ -211,6 +211,8 @@ class HttpSession : public HttpExchange, public std::enable_shared_from_this<Htt
   void ReadRequest();
   void ReadHeader();
   void OnHeader(beast::error_code error);
+  // Answers "Expect: 100-continue", then reads the body.
+  void ContinueThenReadBody();
   void ReadBody();
   void OnBody(beast::error_code error);
   void Dispatch();
@@ -449,18 +451,21 @@ void HttpSession::OnHeader(beast::error_code error) {
   SetDeadline(core_->options.body_timeout);
   const auto expect = header[http::field::expect];
   if (absl::EqualsIgnoreCase(absl::string_view(expect.data(), expect.size()), "100-continue")) {
-    // curl sends large bodies only after this (or a 1 s wait).
-    writing_ = true;
-    static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
-    asio::async_write(socket_, asio::buffer(kContinue),
-                      [self = shared_from_this()](beast::error_code error, size_t) {
-                        self->writing_ = false;
-                        if (error) return self->Close();
-                        self->ReadBody();
-                      });
-    return;
+    return ContinueThenReadBody();
   }
   ReadBody();
+}
+
+void HttpSession::ContinueThenReadBody() {
+  // curl sends large bodies only after this (or a 1 s wait).
+  writing_ = true;
+  static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+  asio::async_write(socket_, asio::buffer(kContinue),
+                    [self = shared_from_this()](beast::error_code error, size_t) {
+                      self->writing_ = false;
+                      if (error) return self->Close();
+                      self->ReadBody();
+                    });
 }
 
 void HttpSession::ReadBody() {
