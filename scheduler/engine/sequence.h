@@ -120,6 +120,10 @@ class SequenceGroup final : public KvSequenceGroup {
   const SamplingOptions& sampling() const { return sampling_; }
   const StoppingOptions& stopping() const { return stopping_; }
   absl::Time arrival_time() const { return arrival_time_; }
+  // Scheduling priority under --scheduling-policy priority: lower runs
+  // first (vLLM). Validated by the frontend; 0 by default.
+  int priority() const { return priority_; }
+  void set_priority(int priority) { priority_ = priority; }
   std::vector<std::unique_ptr<Sequence>>& seqs() { return seqs_; }
   const std::vector<std::unique_ptr<Sequence>>& seqs() const { return seqs_; }
   // Sequences with the given status.
@@ -156,6 +160,7 @@ class SequenceGroup final : public KvSequenceGroup {
   SamplingOptions sampling_;
   StoppingOptions stopping_;
   absl::Time arrival_time_;
+  int priority_ = 0;
   int num_preemptions_ = 0;
   int steps_since_preemption_ = 0;
 };
