@@ -10,6 +10,7 @@
 #include <memory>
 #include <numeric>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -148,7 +149,25 @@ void CheckStepInvariants(const SchedulerConfig& config, const SchedulerOutput& o
   }
   const int decode_tokens = tokens - output.num_prefill_tokens;
   EXPECT_LE(output.num_prefill_tokens, std::max(0, config.max_num_batched_tokens - decode_tokens));
-  EXPECT_LE(output.num_prefill_groups, config.max_num_partial_prefills);
+  std::set<const SequenceGroup*> left_partial;
+  for (const ScheduledSequence& entry : output.scheduled) {
+    // A group of several sequences computes up to each last token in
+    // chunks, then samples them together: reaching length - 1 ends its chunks.
+    const bool together = entry.group->SeqsWithStatus(SequenceStatus::kRunning).size() > 1;
+    const int end = entry.start_position + entry.num_tokens;
+    if (!entry.do_sample && !(together && end == entry.seq->length() - 1)) {
+      left_partial.insert(entry.group);
+    }
+  }
+  EXPECT_LE(static_cast<int>(left_partial.size()), config.max_num_partial_prefills) << [&] {
+    std::string dump;
+    for (const ScheduledSequence& e : output.scheduled) {
+      absl::StrAppend(&dump, e.group->request_id(), "/", e.seq->seq_id(), " start ",
+                      e.start_position, " n ", e.num_tokens, " len ", e.seq->length(),
+                      " seqs ", e.group->seqs().size(), "; ");
+    }
+    return dump;
+  }();
   for (const auto& [group, group_tokens] : chunk_tokens) {
     if (config.long_prefill_token_threshold > 0) {
       EXPECT_LE(group_tokens, config.long_prefill_token_threshold);

@@ -153,15 +153,22 @@ class Scheduler {
   // Chunked prefill (scheduler_chunked.cc): decodes, then the chunks of the
   // partial prefills, swap-ins, and chunks of newly admitted prompts.
   void ScheduleChunked(SchedulerOutput& output);
-  // Admits waiting groups while seats, prefill slots and the cache allow,
-  // giving each a first chunk from `token_budget` (decremented).
-  void AdmitPrefillChunks(SchedulerOutput& output, int& token_budget, int& prefill_slots);
+  // Admits waiting groups while seats, the cache and the budget allow,
+  // giving each a first chunk from `token_budget` (decremented). A prompt
+  // that would be left part-way is admitted only while `still_partial`
+  // (prompts left part-way after this step, incremented) is below
+  // max_num_partial_prefills.
+  void AdmitPrefillChunks(SchedulerOutput& output, int& token_budget, int& still_partial);
+  struct ChunkResult {
+    int tokens;  // Prompt tokens scheduled.
+    bool done;   // Nothing of the prompt is left for later steps.
+  };
   // Schedules the next prompt chunk of a running group within `token_cap`
-  // tokens and returns the tokens scheduled. A group of several sequences
-  // (recomputed after forking) computes everything but each sequence's last
-  // token in chunks and then samples them all in one step, as a decode, so
-  // that beams advance together.
-  int ScheduleChunk(SequenceGroup& group, int token_cap, SchedulerOutput& output);
+  // tokens. A group of several sequences (recomputed after forking)
+  // computes everything but each sequence's last token in chunks and then
+  // samples them all in one step, as a decode, so that beams advance
+  // together.
+  ChunkResult ScheduleChunk(SequenceGroup& group, int token_cap, SchedulerOutput& output);
   // The most prompt tokens one group may take in a step.
   int ChunkCap(int token_budget) const;
 

@@ -40,18 +40,20 @@ void Scheduler::ScheduleChunked(SchedulerOutput& output) {
   int token_budget = std::max(0, config_.max_num_batched_tokens - decode_tokens);
   std::stable_sort(partial.begin(), partial.end(),
                    [this](const SequenceGroup* a, const SequenceGroup* b) { return Outranks(*a, *b); });
-  // Partial prefills hold their slots whether or not they get tokens now.
-  int prefill_slots =
-      std::max(0, config_.max_num_partial_prefills - static_cast<int>(partial.size()));
+  // max_num_partial_prefills bounds the prompts left part-way after a step
+  // (vLLM): those that go on now count, and so do those the budget skips.
+  int still_partial = 0;
   for (SequenceGroup* group : partial) {
-    if (token_budget == 0 || output.num_prefill_groups == config_.max_num_partial_prefills) break;
-    const int used = ScheduleChunk(*group, ChunkCap(token_budget), output);
-    token_budget -= used;
-    output.num_prefill_tokens += used;
-    ++output.num_prefill_groups;
+    const ChunkResult chunk = token_budget > 0
+                                  ? ScheduleChunk(*group, ChunkCap(token_budget), output)
+                                  : ChunkResult{0, false};
+    token_budget -= chunk.tokens;
+    output.num_prefill_tokens += chunk.tokens;
+    if (chunk.tokens > 0) ++output.num_prefill_groups;
+    if (!chunk.done) ++still_partial;
   }
   // A swapped-out group has priority over new prompts (vLLM v0).
-  if (swapped_.empty()) AdmitPrefillChunks(output, token_budget, prefill_slots);
+  if (swapped_.empty()) AdmitPrefillChunks(output, token_budget, still_partial);
 }
 
 int Scheduler::ChunkCap(int token_budget) const {
@@ -60,9 +62,9 @@ int Scheduler::ChunkCap(int token_budget) const {
 }
 
 void Scheduler::AdmitPrefillChunks(SchedulerOutput& output, int& token_budget,
-                                   int& prefill_slots) {
+                                   int& still_partial) {
   int num_seqs = NumRunningSeqs();
-  while (!waiting_.empty() && token_budget > 0 && prefill_slots > 0) {
+  while (!waiting_.empty() && token_budget > 0) {
     SequenceGroup& group = *waiting_.front();
     // Only what no cache could hold is refused: the token budget no longer
     // bounds a prompt, chunks do.
@@ -76,6 +78,11 @@ void Scheduler::AdmitPrefillChunks(SchedulerOutput& output, int& token_budget,
     }
     const int new_seqs = SeatsOnceRunning(group);
     if (num_seqs + new_seqs > config_.max_num_seqs) break;
+    // A prompt that would be left part-way needs a free partial-prefill
+    // slot (judged without prefix hits, which are known only once allocated).
+    const bool may_stay_partial =
+        NumNewTokens(group, SequenceStatus::kWaiting) > ChunkCap(token_budget);
+    if (may_stay_partial && still_partial >= config_.max_num_partial_prefills) break;
     std::unique_ptr<SequenceGroup> admitted = std::move(waiting_.front());
     waiting_.pop_front();
     const absl::Status allocated = block_manager_.Allocate(*admitted);
@@ -87,34 +94,36 @@ void Scheduler::AdmitPrefillChunks(SchedulerOutput& output, int& token_budget,
                    block_manager_.FindBlockTable(seq->seq_id())->num_cached_tokens));
       seq->set_status(SequenceStatus::kRunning);
     }
-    const int used = ScheduleChunk(*admitted, ChunkCap(token_budget), output);
-    token_budget -= used;
-    output.num_prefill_tokens += used;
-    --prefill_slots;
+    const ChunkResult chunk = ScheduleChunk(*admitted, ChunkCap(token_budget), output);
+    token_budget -= chunk.tokens;
+    output.num_prefill_tokens += chunk.tokens;
+    if (!chunk.done) ++still_partial;
     num_seqs += new_seqs;
     ++output.num_prefill_groups;
     running_.push_back(std::move(admitted));
   }
 }
 
-int Scheduler::ScheduleChunk(SequenceGroup& group, int token_cap, SchedulerOutput& output) {
+Scheduler::ChunkResult Scheduler::ScheduleChunk(SequenceGroup& group, int token_cap,
+                                                SchedulerOutput& output) {
   const std::vector<Sequence*> seqs = group.SeqsWithStatus(SequenceStatus::kRunning);
   const bool together = seqs.size() > 1;
-  if (together && NumNewTokens(group, SequenceStatus::kRunning) == NumSeqs(group, SequenceStatus::kRunning)) {
+  if (together && NumNewTokens(group, SequenceStatus::kRunning) == static_cast<int>(seqs.size())) {
     // Only the last tokens are left: they are sampled together, as a decode.
     AppendSlotsAndSchedule(group, output);
-    return 0;
+    return ChunkResult{0, true};
   }
-  int used = 0;
+  ChunkResult result{0, true};
   for (Sequence* seq : seqs) {
-    const int remaining = seq->length() - seq->num_computed_tokens();
-    const int tokens = std::min(remaining - (together ? 1 : 0), token_cap - used);
+    const int remaining = seq->length() - seq->num_computed_tokens() - (together ? 1 : 0);
+    const int tokens = std::min(remaining, token_cap - result.tokens);
+    if (tokens < remaining) result.done = false;
     if (tokens <= 0) continue;
     output.scheduled.push_back(ScheduledSequence{&group, seq, seq->num_computed_tokens(), tokens,
                                                  /*do_sample=*/!together && tokens == remaining});
-    used += tokens;
+    result.tokens += tokens;
   }
-  return used;
+  return result;
 }
 
 }  // namespace pagoda::scheduler
