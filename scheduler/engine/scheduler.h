@@ -150,8 +150,9 @@ class Scheduler {
   // scheduled: they are listed there for ScheduleChunked.
   void ScheduleDecodes(SchedulerOutput& output, std::vector<SequenceGroup*>* partial = nullptr);
 
-  // Chunked prefill (scheduler_chunked.cc): decodes, then the chunks of the
-  // partial prefills, swap-ins, and chunks of newly admitted prompts.
+  // Chunked prefill (scheduler_chunked.cc): decodes, swap-ins, then in
+  // what is left of the budget the chunks of the partial prefills and of
+  // newly admitted prompts.
   void ScheduleChunked(SchedulerOutput& output);
   // Admits waiting groups while seats, the cache and the budget allow,
   // giving each a first chunk from `token_budget` (decremented). A prompt

@@ -53,10 +53,12 @@ class ChunkedSchedulerTest : public ::testing::Test {
     OutputProcessor processor({/*eos=*/2}, scheduler.config().max_model_len, &scheduler);
     processor.Process(output, sampled);
     scheduler.CommitComputedBlocks(output);
-    scheduler.FreeFinished();
+    // Kept, so that the tests may read the groups they added to the end.
+    for (auto& group : scheduler.FreeFinished()) done_.push_back(std::move(group));
   }
 
   int64_t next_seq_id_ = 1;
+  std::vector<std::unique_ptr<SequenceGroup>> done_;
 };
 
 TEST_F(ChunkedSchedulerTest, DecodesFirstThenChunksFillTheRestOfTheBudget) {
@@ -119,16 +121,18 @@ TEST_F(ChunkedSchedulerTest, FinishedBlocksOfAHalfPrefilledPromptAreAlreadyShare
 }
 
 TEST_F(ChunkedSchedulerTest, RecomputedPartialPrefillRestartsFromItsCachedBlocks) {
-  // 9 blocks: r1's 24-token prompt (6) and r2 (2 + growth).
+  // 8 blocks: r2's 24-token prompt (6 blocks) next to r1 (2, growing to 7):
+  // r1's growth preempts r2 part-way through its prompt.
   SchedulerConfig config = ChunkedConfig(/*budget=*/8, /*gpu_blocks=*/8);
   config.preemption_mode = PreemptionMode::kRecompute;
   Scheduler scheduler(config);
-  Add(scheduler, 1, 7, /*max_tokens=*/40);  // Decodes and grows.
+  Add(scheduler, 1, 7, /*max_tokens=*/20);  // Decodes and grows to 7 blocks.
   Finish(scheduler, scheduler.Schedule());
   SequenceGroup* partial = Add(scheduler, 2, 24);
   int preempted = 0;
   for (int step = 0; step < 200 && scheduler.HasUnfinished(); ++step) {
     SchedulerOutput output = scheduler.Schedule();
+    EXPECT_TRUE(output.ignored.empty());
     preempted += output.num_preempted;
     for (const ScheduledSequence& entry : output.scheduled) {
       EXPECT_EQ(entry.start_position, entry.seq->num_computed_tokens());
@@ -142,15 +146,18 @@ TEST_F(ChunkedSchedulerTest, RecomputedPartialPrefillRestartsFromItsCachedBlocks
 }
 
 TEST_F(ChunkedSchedulerTest, SwappedPartialPrefillResumesWhereItStopped) {
-  SchedulerConfig config = ChunkedConfig(/*budget=*/4, /*gpu_blocks=*/9, /*cpu_blocks=*/16);
+  // 10 blocks: r1 (12 tokens, growing to 32) and r2's 24-token prompt
+  // (6 blocks) fill the cache; r1's next block swaps r2 out part-way.
+  SchedulerConfig config = ChunkedConfig(/*budget=*/4, /*gpu_blocks=*/10, /*cpu_blocks=*/16);
   config.preemption_mode = PreemptionMode::kSwap;
   Scheduler scheduler(config);
-  Add(scheduler, 1, 3, /*max_tokens=*/30);
-  Finish(scheduler, scheduler.Schedule());
+  SequenceGroup* first = Add(scheduler, 1, 12, /*max_tokens=*/20);
+  while (first->seqs()[0]->num_output_tokens() == 0) Finish(scheduler, scheduler.Schedule());
   SequenceGroup* partial = Add(scheduler, 2, 24, /*max_tokens=*/4);
   bool swapped_mid_prefill = false;
   for (int step = 0; step < 300 && scheduler.HasUnfinished(); ++step) {
     SchedulerOutput output = scheduler.Schedule();
+    EXPECT_TRUE(output.ignored.empty());
     const Sequence& seq = *partial->seqs()[0];
     if (seq.status() == SequenceStatus::kSwapped && seq.num_output_tokens() == 0) {
       swapped_mid_prefill = true;
@@ -160,7 +167,8 @@ TEST_F(ChunkedSchedulerTest, SwappedPartialPrefillResumesWhereItStopped) {
   }
   EXPECT_TRUE(swapped_mid_prefill);
   EXPECT_FALSE(scheduler.HasUnfinished());
-  EXPECT_EQ(scheduler.block_manager().num_free_gpu_blocks(), 9);
+  EXPECT_EQ(partial->seqs()[0]->num_output_tokens(), 4);
+  EXPECT_EQ(scheduler.block_manager().num_free_gpu_blocks(), 10);
   EXPECT_EQ(scheduler.block_manager().num_free_cpu_blocks(), 16);
 }
 
