@@ -24,6 +24,7 @@
 #include "common/flags.h"
 #include "grpcpp/grpcpp.h"
 #include "pagoda/v1/generation.grpc.pb.h"
+#include "scheduler/bench_mixed.h"
 #include "scheduler/sim/trace.h"
 
 ABSL_FLAG(std::string, server, "127.0.0.1:50051", "pagoda-server address.");
@@ -251,6 +252,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "pagoda-bench: %s\n", status.error_message().c_str());
     return 1;
   }
+  if (absl::GetFlag(FLAGS_mixed)) return pagoda::bench::RunMixedBench(*stub, info);
   if (!CheckTraceFlags()) return 1;
   PrintHeader(info);
   if (!WarmUp(*stub, info.vocab_size())) return 1;

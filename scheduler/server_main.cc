@@ -105,7 +105,20 @@ ABSL_FLAG(int, cpu_threads, 0, "Threads of the CPU worker; 0 = every CPU it may 
 ABSL_FLAG(double, cpu_kv_cache_space, 0.5, "GiB of memory for KV blocks on the cpu device.");
 ABSL_FLAG(double, swap_space, 0, "GiB of CPU swap space per worker for preempted KV blocks.");
 ABSL_FLAG(int, max_num_seqs, 256, "Most sequences in one step.");
-ABSL_FLAG(int, max_num_batched_tokens, 0, "Most tokens in one step; 0 = max(max_model_len, 2048).");
+ABSL_FLAG(int, max_num_batched_tokens, 0,
+          "Most tokens in one step; 0 = 2048 with chunked prefill, max(max_model_len, 2048) "
+          "without.");
+ABSL_FLAG(bool, enable_chunked_prefill, true,
+          "Split prompts into chunks that fill the token budget left by the running decodes "
+          "(--no-enable-chunked-prefill: whole prompts, in steps of their own).");
+ABSL_FLAG(int, max_num_partial_prefills, 1,
+          "With chunked prefill: most prompts part-way through their prefill at once.");
+ABSL_FLAG(int, long_prefill_token_threshold, 0,
+          "With chunked prefill: most prompt tokens one request gets in a step; 0 = no cap, or "
+          "4% of max_model_len when --max-num-partial-prefills > 1 (vLLM).");
+ABSL_FLAG(std::string, scheduling_policy, "fcfs",
+          "fcfs (arrival order) or priority (the request's priority, lower first, then arrival; "
+          "a waiting request preempts lower-ranked running ones when the cache is full).");
 ABSL_FLAG(int, max_model_len, 0, "Longest prompt + output; 0 = the model's max positions.");
 ABSL_FLAG(std::string, preemption_mode, "auto",
           "auto (recompute a group with one live sequence, swap one with several), swap or "
@@ -156,6 +169,13 @@ absl::StatusOr<PreemptionMode> ParsePreemptionMode(const std::string& text) {
   if (text == "recompute") return PreemptionMode::kRecompute;
   return absl::InvalidArgumentError(
       absl::StrCat("--preemption-mode: expected auto, swap or recompute, got '", text, "'"));
+}
+
+absl::StatusOr<SchedulingPolicy> ParseSchedulingPolicy(const std::string& text) {
+  if (text == "fcfs") return SchedulingPolicy::kFcfs;
+  if (text == "priority") return SchedulingPolicy::kPriority;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--scheduling-policy: expected fcfs or priority, got '", text, "'"));
 }
 
 // Waits for SIGTERM or SIGINT, which main() blocked in every thread.
@@ -230,6 +250,10 @@ struct ServerSettings {
   PreemptionMode preemption_mode = PreemptionMode::kAuto;
   int max_model_len = 0;  // Before the workers' own limit (LoadModelOnWorkers).
   int max_num_batched_tokens = 0;
+  bool enable_chunked_prefill = true;
+  int max_num_partial_prefills = 1;
+  int long_prefill_token_threshold = 0;  // Resolved: 0 = no cap.
+  SchedulingPolicy scheduling_policy = SchedulingPolicy::kFcfs;
   int block_size = 0;
   int world_size = 0;
   double collective_timeout = 0;
@@ -272,6 +296,49 @@ absl::StatusOr<ModelFiles> LoadModelFiles(const std::string& model_dir) {
   return files;
 }
 
+// The token budget, chunked prefill and the scheduling policy, with vLLM's
+// defaults and checks. REQUIRES: settings.max_model_len resolved.
+absl::Status ParseChunkingSettings(ServerSettings& settings) {
+  settings.enable_chunked_prefill = absl::GetFlag(FLAGS_enable_chunked_prefill);
+  settings.max_num_batched_tokens = absl::GetFlag(FLAGS_max_num_batched_tokens);
+  if (settings.max_num_batched_tokens < 0) {
+    return absl::InvalidArgumentError("--max-num-batched-tokens must be >= 0");
+  }
+  if (settings.max_num_batched_tokens == 0) {
+    // Without chunks a step must hold the longest prompt; with them vLLM's
+    // online serving budget keeps steps short.
+    settings.max_num_batched_tokens = settings.enable_chunked_prefill
+                                          ? 2048
+                                          : std::max(settings.max_model_len, 2048);
+  }
+  settings.max_num_partial_prefills = absl::GetFlag(FLAGS_max_num_partial_prefills);
+  const int max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
+  if (settings.max_num_partial_prefills < 1 || settings.max_num_partial_prefills > max_num_seqs) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max-num-partial-prefills must be in [1, --max-num-seqs = ", max_num_seqs, "]"));
+  }
+  settings.long_prefill_token_threshold = absl::GetFlag(FLAGS_long_prefill_token_threshold);
+  if (settings.long_prefill_token_threshold < 0 ||
+      settings.long_prefill_token_threshold > settings.max_model_len) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--long-prefill-token-threshold must be in [0, max_model_len = ", settings.max_model_len,
+        "]"));
+  }
+  if (!settings.enable_chunked_prefill &&
+      (settings.max_num_partial_prefills > 1 || settings.long_prefill_token_threshold > 0)) {
+    return absl::InvalidArgumentError(
+        "--max-num-partial-prefills > 1 and --long-prefill-token-threshold need chunked prefill");
+  }
+  if (settings.max_num_partial_prefills > 1 && settings.long_prefill_token_threshold == 0) {
+    settings.long_prefill_token_threshold = std::max(1, settings.max_model_len * 4 / 100);
+  }
+  absl::StatusOr<SchedulingPolicy> policy =
+      ParseSchedulingPolicy(absl::GetFlag(FLAGS_scheduling_policy));
+  if (!policy.ok()) return policy.status();
+  settings.scheduling_policy = *policy;
+  return absl::OkStatus();
+}
+
 // Checks the flags that need the model's config, and those of the worker
 // group; every refusal comes before any worker starts.
 absl::StatusOr<ServerSettings> ParseServerSettings(const std::string& model_dir,
@@ -289,10 +356,7 @@ absl::StatusOr<ServerSettings> ParseServerSettings(const std::string& model_dir,
         absl::StrCat("--max-model-len ", settings.max_model_len, " exceeds the model's ",
                      "max_position_embeddings ", model.max_position_embeddings));
   }
-  settings.max_num_batched_tokens = absl::GetFlag(FLAGS_max_num_batched_tokens);
-  if (settings.max_num_batched_tokens <= 0) {
-    settings.max_num_batched_tokens = std::max(settings.max_model_len, 2048);
-  }
+  if (absl::Status status = ParseChunkingSettings(settings); !status.ok()) return status;
   settings.block_size = absl::GetFlag(FLAGS_block_size);
   settings.world_size = absl::GetFlag(FLAGS_tensor_parallel_size);
   if (settings.block_size <= 0 || settings.world_size <= 0) {
@@ -465,6 +529,10 @@ EngineConfig MakeEngineConfig(const ServerSettings& settings, const ModelConfig&
   config.scheduler.max_num_batched_tokens = settings.max_num_batched_tokens;
   config.scheduler.max_model_len = cache.max_model_len;
   config.scheduler.preemption_mode = settings.preemption_mode;
+  config.scheduler.enable_chunked_prefill = settings.enable_chunked_prefill;
+  config.scheduler.max_num_partial_prefills = settings.max_num_partial_prefills;
+  config.scheduler.long_prefill_token_threshold = settings.long_prefill_token_threshold;
+  config.scheduler.policy = settings.scheduling_policy;
   config.scheduler.enable_prefix_caching = absl::GetFlag(FLAGS_enable_prefix_caching);
   config.eos_token_ids.assign(model.eos_token_ids.begin(), model.eos_token_ids.end());
   config.max_queued_requests = absl::GetFlag(FLAGS_max_queued_requests);
@@ -647,6 +715,9 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--no-enable-prefix-caching") == 0) {
       argv[i] = const_cast<char*>("--noenable_prefix_caching");
+    }
+    if (std::strcmp(argv[i], "--no-enable-chunked-prefill") == 0) {
+      argv[i] = const_cast<char*>("--noenable_chunked_prefill");
     }
   }
   pagoda::ParsePagodaCommandLine(

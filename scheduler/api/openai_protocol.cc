@@ -288,6 +288,14 @@ absl::Status ParseSampling(const json& body, const SamplingDefaults& defaults,
   return ParsePenalties(body, sampling);
 }
 
+// vLLM's extra body field; the validator bounds it.
+absl::Status ParsePriority(const json& body, OpenAiRequest* out) {
+  absl::StatusOr<int64_t> priority = Integer(body, "priority", 0, INT32_MIN, INT32_MAX);
+  if (!priority.ok()) return priority.status();
+  out->generate.set_priority(static_cast<int32_t>(*priority));
+  return absl::OkStatus();
+}
+
 absl::Status ParseLogprobs(const json& body, OpenAiRequest* out) {
   if (out->chat) {
     if (Present(body, "logprobs") && !body["logprobs"].is_boolean()) {
@@ -516,6 +524,7 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(const json& body, bool chat,
   if (status.ok()) status = RefuseUnsupported(body);
   if (status.ok()) status = ParseSampling(body, defaults, &out);
   if (status.ok()) status = ParseLogprobs(body, &out);
+  if (status.ok()) status = ParsePriority(body, &out);
   if (status.ok()) status = ParseStopping(body, chat ? default_chat_max_tokens : 16, &out);
   if (status.ok()) status = ParseStreaming(body, &out);
   if (!status.ok()) return status;

@@ -245,3 +245,24 @@ TEST(OpenAiProtocolTest, HttpLevelErrorsCarryTheirStatusAsCode) {
 }
 
 }  // namespace pagoda::scheduler
+
+namespace pagoda::scheduler {
+namespace {
+
+TEST(OpenAiProtocolTest, PriorityIsAnIntegerPassedToTheGrpcRequest) {
+  auto parsed = ParseOpenAiRequest(json{{"model", "m"}, {"prompt", "hi"}, {"priority", -4}},
+                                   false, 512);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->generate.priority(), -4);
+  auto absent = ParseOpenAiRequest(json{{"model", "m"}, {"prompt", "hi"}}, false, 512);
+  ASSERT_TRUE(absent.ok());
+  EXPECT_EQ(absent->generate.priority(), 0);
+  for (const json& bad : {json("1"), json(1.5), json(int64_t{1} << 40)}) {
+    const absl::Status status = ParseError(json{{"model", "m"}, {"prompt", "hi"}, {"priority", bad}});
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(status.message().find("priority"), std::string::npos) << status;
+  }
+}
+
+}  // namespace
+}  // namespace pagoda::scheduler

@@ -52,6 +52,7 @@ EngineRequest MakeEngineRequest(ValidatedRequest& request, std::shared_ptr<Reque
   out.sampling = request.sampling;
   out.stopping = std::move(request.stopping);
   out.arrival_time = absl::Now();
+  out.priority = request.priority;
   out.sink = std::move(sink);
   return out;
 }

@@ -185,6 +185,17 @@ absl::Status ValidateSampling(const pagoda::v1::GenerateRequest& request,
   return ValidateLogitsProcessing(sampling, limits, tokenizer, out);
 }
 
+// The scheduling priority, bounded by kMaxPriorityMagnitude.
+absl::Status ValidatePriority(const pagoda::v1::GenerateRequest& request, ValidatedRequest& out) {
+  if (request.priority() < -kMaxPriorityMagnitude || request.priority() > kMaxPriorityMagnitude) {
+    return absl::InvalidArgumentError(absl::StrCat("priority: must be in [", -kMaxPriorityMagnitude,
+                                                   ", ", kMaxPriorityMagnitude, "], got ",
+                                                   request.priority()));
+  }
+  out.priority = request.priority();
+  return absl::OkStatus();
+}
+
 // Token budget, stop token ids and stop strings (matched on the text, so
 // only with a tokenizer). Fills the stopping fields of `out`.
 absl::Status ValidateStopping(const pagoda::v1::StoppingCriteria& stopping,
@@ -255,6 +266,7 @@ absl::StatusOr<ValidatedRequest> RequestValidator::Validate(
   while (out.sampling.seed == 0) out.sampling.seed = NextRandom();
   absl::Status stopping = ValidateStopping(request.stopping(), limits_, tokenizer_ != nullptr, out);
   if (!stopping.ok()) return stopping;
+  if (absl::Status priority = ValidatePriority(request, out); !priority.ok()) return priority;
   out.request_id = request.request_id();
   if (out.request_id.empty()) out.request_id = NewRequestId();
   return out;

@@ -41,6 +41,9 @@ struct ModelLimits {
 inline constexpr size_t kMaxRequestIdBytes = 256;
 // Most stop_token_ids per request: each is checked against every new token.
 inline constexpr int kMaxStopTokenIds = 1024;
+// |priority| bound: wide enough for any ranking scheme, narrow enough that
+// no arithmetic on it can overflow.
+inline constexpr int kMaxPriorityMagnitude = 1'000'000;
 // Text per token assumed when bounding a text prompt before tokenizing it: a
 // token of a real vocabulary covers far fewer bytes, so a prompt over
 // MaxPromptBytes() could never fit max_model_len tokens.
@@ -64,6 +67,7 @@ struct ValidatedRequest {
   // Matched on the output text by the frontend (RequestOutput), not the engine.
   std::vector<std::string> stop_strings;
   bool include_stop_str_in_output = false;
+  int priority = 0;
 };
 
 // Turns a client GenerateRequest into scheduler options, or explains why not.

@@ -421,3 +421,25 @@ TEST(RequestValidationDefaultsTest, ModelDefaultsFillOnlyUnsetFields) {
 
 }  // namespace
 }  // namespace pagoda::scheduler
+
+namespace pagoda::scheduler {
+namespace {
+
+TEST_F(RequestValidationTest, PriorityIsBoundedAndKept) {
+  for (int priority : {-kMaxPriorityMagnitude, -3, 0, 7, kMaxPriorityMagnitude}) {
+    GenerateRequest request = TokenRequest({5});
+    request.set_priority(priority);
+    absl::StatusOr<ValidatedRequest> result = validator_.Validate(request);
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(result->priority, priority);
+  }
+  for (int priority : {-kMaxPriorityMagnitude - 1, kMaxPriorityMagnitude + 1,
+                       std::numeric_limits<int32_t>::min()}) {
+    GenerateRequest request = TokenRequest({5});
+    request.set_priority(priority);
+    ExpectInvalid(request, "priority");
+  }
+}
+
+}  // namespace
+}  // namespace pagoda::scheduler

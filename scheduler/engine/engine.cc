@@ -194,6 +194,7 @@ void Engine::AdmitRequests(std::vector<EngineRequest> requests) {
     auto group = std::make_unique<SequenceGroup>(
         request.request_id, std::move(request.prompt_token_ids), next_seq_id_, request.sampling,
         request.stopping, request.arrival_time);
+    group->set_priority(request.priority);
     ++next_seq_id_;  // Forked sequences get their ids from the scheduler.
     requests_[request.request_id] = std::move(state);
     if (workers_failed_) {

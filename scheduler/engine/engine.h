@@ -38,6 +38,7 @@ struct EngineRequest {
   SamplingOptions sampling;
   StoppingOptions stopping;
   absl::Time arrival_time = absl::Now();
+  int priority = 0;  // Lower runs first under --scheduling-policy priority.
   std::shared_ptr<RequestSink> sink;  // Non-null.
 };
 

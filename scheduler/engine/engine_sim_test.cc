@@ -10,6 +10,7 @@
 #include <memory>
 #include <numeric>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -126,6 +127,54 @@ struct SimResult {
   size_t tables_at_end = 0;
 };
 
+// What every step must satisfy: each entry continues its sequence where its
+// K/V ends and samples exactly when it reaches the sequence's end; with
+// chunked prefill, prompt chunks only spend what the decodes left of the
+// token budget, and no group takes more than long_prefill_token_threshold.
+void CheckStepInvariants(const SchedulerConfig& config, const SchedulerOutput& output) {
+  int tokens = 0;
+  std::map<const SequenceGroup*, int> chunk_tokens;
+  for (const ScheduledSequence& entry : output.scheduled) {
+    EXPECT_EQ(entry.start_position, entry.seq->num_computed_tokens());
+    EXPECT_GE(entry.num_tokens, 1);
+    EXPECT_LE(entry.start_position + entry.num_tokens, entry.seq->length());
+    EXPECT_EQ(entry.do_sample, entry.start_position + entry.num_tokens == entry.seq->length());
+    if (!entry.do_sample || entry.num_tokens > 1) chunk_tokens[entry.group] += entry.num_tokens;
+    tokens += entry.num_tokens;
+  }
+  EXPECT_EQ(tokens, output.num_batched_tokens);
+  if (!config.enable_chunked_prefill) {
+    if (output.num_prefill_groups > 0) EXPECT_LE(tokens, config.max_num_batched_tokens);
+    return;
+  }
+  const int decode_tokens = tokens - output.num_prefill_tokens;
+  EXPECT_LE(output.num_prefill_tokens, std::max(0, config.max_num_batched_tokens - decode_tokens));
+  std::set<const SequenceGroup*> left_partial;
+  for (const ScheduledSequence& entry : output.scheduled) {
+    // A group of several sequences computes up to each last token in
+    // chunks, then samples them together: reaching length - 1 ends its chunks.
+    const bool together = entry.group->SeqsWithStatus(SequenceStatus::kRunning).size() > 1;
+    const int end = entry.start_position + entry.num_tokens;
+    if (!entry.do_sample && !(together && end == entry.seq->length() - 1)) {
+      left_partial.insert(entry.group);
+    }
+  }
+  EXPECT_LE(static_cast<int>(left_partial.size()), config.max_num_partial_prefills) << [&] {
+    std::string dump;
+    for (const ScheduledSequence& e : output.scheduled) {
+      absl::StrAppend(&dump, e.group->request_id(), "/", e.seq->seq_id(), " start ",
+                      e.start_position, " n ", e.num_tokens, " len ", e.seq->length(),
+                      " seqs ", e.group->seqs().size(), "; ");
+    }
+    return dump;
+  }();
+  for (const auto& [group, group_tokens] : chunk_tokens) {
+    if (config.long_prefill_token_threshold > 0) {
+      EXPECT_LE(group_tokens, config.long_prefill_token_threshold);
+    }
+  }
+}
+
 SimResult RunEngine(const SchedulerConfig& config, const std::vector<SimRequest>& requests,
                     const std::vector<int32_t>& eos_token_ids) {
   SimResult sim;
@@ -179,6 +228,7 @@ SimResult RunEngine(const SchedulerConfig& config, const std::vector<SimRequest>
     sim.peak_used_gpu_blocks =
         std::max(sim.peak_used_gpu_blocks,
                  config.num_gpu_blocks - scheduler.block_manager().num_free_gpu_blocks());
+    CheckStepInvariants(config, output);
     if (output.empty()) continue;
 
     const wv1::StepPlan plan = BuildStepPlan(step, output, scheduler.block_manager());
@@ -435,6 +485,67 @@ TEST_F(StopConditionTest, EosWinsOverMaxTokensOnTheSameToken) {
   EXPECT_EQ(Run(stopping, {stream_[2]}, &status), First(3));
   EXPECT_EQ(status, SequenceStatus::kFinishedStopped);
 }
+
+}  // namespace
+}  // namespace pagoda::scheduler
+
+namespace pagoda::scheduler {
+namespace {
+
+struct ChunkCase {
+  int budget;
+  PreemptionMode mode;
+  bool with_pairs;
+  bool shared_prefix;
+  int max_num_partial_prefills = 1;
+  int long_prefill_token_threshold = 0;
+};
+
+class ChunkedPrefillSimTest : public ::testing::TestWithParam<ChunkCase> {};
+
+// Chunking changes which tokens a step computes, never the tokens: every
+// request of a crowded run with chunked prefill (with preemption, forks and
+// prefix hits) matches its solo run with whole prompts, and prompts longer
+// than the budget are served.
+TEST_P(ChunkedPrefillSimTest, OutputsMatchWholePromptRunsAtEveryBudget) {
+  const ChunkCase& param = GetParam();
+  const std::vector<int32_t> eos = {3};
+  const std::vector<SimRequest> requests =
+      MixedRequests(30, 100 + param.budget, param.with_pairs, param.shared_prefix);
+  SchedulerConfig chunked = Config(/*gpu_blocks=*/24, /*cpu_blocks=*/20, param.mode);
+  chunked.enable_chunked_prefill = true;
+  chunked.max_num_batched_tokens = param.budget;
+  chunked.max_num_partial_prefills = param.max_num_partial_prefills;
+  chunked.long_prefill_token_threshold = param.long_prefill_token_threshold;
+  const SimResult crowded = RunEngine(chunked, requests, eos);
+  EXPECT_TRUE(crowded.ignored.empty());
+  EXPECT_EQ(crowded.free_gpu_at_end, 24);
+  EXPECT_EQ(crowded.free_cpu_at_end, 20);
+  EXPECT_EQ(crowded.tables_at_end, 0u);
+  if (param.shared_prefix) EXPECT_GT(crowded.prefix_cache_hits, 0);
+  LOG(INFO) << "budget " << param.budget << ": " << crowded.recompute_preemptions
+            << " recompute, " << crowded.swap_preemptions << " swap preemptions";
+
+  const SchedulerConfig whole = Config(/*gpu_blocks=*/64, /*cpu_blocks=*/0, param.mode);
+  for (SimRequest request : requests) {
+    request.arrival_step = 0;
+    const SimResult solo = RunEngine(whole, {request}, eos);
+    EXPECT_EQ(crowded.outputs.at(request.id), solo.outputs.at(request.id)) << request.id;
+    EXPECT_EQ(crowded.statuses.at(request.id), solo.statuses.at(request.id)) << request.id;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Budgets, ChunkedPrefillSimTest,
+    ::testing::Values(ChunkCase{1, PreemptionMode::kAuto, true, true},
+                      ChunkCase{7, PreemptionMode::kAuto, true, false},
+                      ChunkCase{7, PreemptionMode::kRecompute, true, true},
+                      ChunkCase{16, PreemptionMode::kSwap, true, false},
+                      ChunkCase{16, PreemptionMode::kRecompute, false, true},
+                      ChunkCase{61, PreemptionMode::kSwap, false, true},
+                      ChunkCase{61, PreemptionMode::kAuto, true, true, 3, 5},
+                      ChunkCase{2048, PreemptionMode::kAuto, true, true},
+                      ChunkCase{2048, PreemptionMode::kRecompute, true, false, 4, 0}));
 
 }  // namespace
 }  // namespace pagoda::scheduler

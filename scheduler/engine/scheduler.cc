@@ -5,39 +5,13 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "glog/logging.h"
+#include "scheduler/engine/group_counts.h"
 
 namespace pagoda::scheduler {
-namespace {
-
-// Tokens a group's sequences in `status` still have to compute.
-int NumNewTokens(const SequenceGroup& group, SequenceStatus status) {
-  int tokens = 0;
-  for (const Sequence* seq : group.SeqsWithStatus(status)) {
-    tokens += seq->length() - seq->num_computed_tokens();
-  }
-  return tokens;
-}
-
-int NumSeqs(const SequenceGroup& group, SequenceStatus status) {
-  return static_cast<int>(group.SeqsWithStatus(status).size());
-}
-
-// Batch seats the group's waiting sequences take once running: a group that
-// forks into best_of samples or beams after its prompt books them all.
-int SeatsOnceRunning(const SequenceGroup& group) {
-  return std::max(NumSeqs(group, SequenceStatus::kWaiting),
-                  group.seqs().size() == 1 ? group.sampling().best_of : 1);
-}
-
-// FCFS order. Stable, so groups that arrived at the same instant keep the
-// order they were added in.
-void SortByArrival(std::deque<std::unique_ptr<SequenceGroup>>& queue) {
-  std::stable_sort(queue.begin(), queue.end(), [](const auto& a, const auto& b) {
-    return a->arrival_time() < b->arrival_time();
-  });
-}
-
-}  // namespace
+using group_counts::LongestWaiting;
+using group_counts::NumNewTokens;
+using group_counts::NumSeqs;
+using group_counts::SeatsOnceRunning;
 
 Scheduler::Scheduler(const SchedulerConfig& config)
     : config_(config),
@@ -50,14 +24,22 @@ void Scheduler::AddSequenceGroup(std::unique_ptr<SequenceGroup> group) {
 
 SchedulerOutput Scheduler::Schedule() {
   SchedulerOutput output;
-  // A swapped-out group has priority over new prompts (vLLM v0).
-  if (swapped_.empty()) SchedulePrefills(output);
-  if (output.num_prefill_groups == 0) {
-    ScheduleDecodes(output);
-    if (output.num_preempted == 0) ScheduleSwapIns(output);
+  if (config_.policy == SchedulingPolicy::kPriority) {
+    SortByRank(waiting_);
+    PreemptForPriority(output);
   }
-  SortByArrival(running_);
-  SortByArrival(swapped_);
+  if (config_.enable_chunked_prefill) {
+    ScheduleChunked(output);
+  } else {
+    // A swapped-out group has priority over new prompts (vLLM v0).
+    if (swapped_.empty()) SchedulePrefills(output);
+    if (output.num_prefill_groups == 0) {
+      ScheduleDecodes(output);
+      if (output.num_preempted == 0) ScheduleSwapIns(output);
+    }
+  }
+  SortByRank(running_);
+  SortByRank(swapped_);
   for (const ScheduledSequence& entry : output.scheduled) {
     output.num_batched_tokens += entry.num_tokens;
   }
@@ -78,25 +60,14 @@ void Scheduler::SchedulePrefills(SchedulerOutput& output) {
     SequenceGroup& group = *waiting_.front();
     const int new_tokens = NumNewTokens(group, SequenceStatus::kWaiting);
     const int new_seqs = SeatsOnceRunning(group);
-    int longest = 0;
-    for (const Sequence* seq : group.SeqsWithStatus(SequenceStatus::kWaiting)) {
-      longest = std::max(longest, seq->length());
-    }
     // What no step could ever hold is ignored rather than left to wedge the
     // queue. This also catches a recomputed group that grew past the budget.
-    bool ignore = longest > prompt_limit || new_tokens > config_.max_num_batched_tokens ||
-                  new_seqs > config_.max_num_seqs || NumSeqs(group, SequenceStatus::kWaiting) == 0;
-    if (!ignore) {
-      const AllocStatus fits = block_manager_.CanAllocate(group);
-      if (fits == AllocStatus::kLater) break;
-      ignore = fits == AllocStatus::kNever;
-    }
-    if (ignore) {
-      LOG(WARNING) << "request " << group.request_id() << " ignored: " << new_tokens
-                   << " tokens do not fit the budget or the KV cache";
-      FinishGroup(group, SequenceStatus::kFinishedIgnored);
-      output.ignored.push_back(std::move(waiting_.front()));
-      waiting_.pop_front();
+    bool ignore = LongestWaiting(group) > prompt_limit ||
+                  new_tokens > config_.max_num_batched_tokens;
+    const AllocStatus fits = ignore ? AllocStatus::kNever : CheckAdmissible(group);
+    if (fits == AllocStatus::kLater) break;
+    if (fits == AllocStatus::kNever) {
+      IgnoreWaitingFront(output);
       continue;
     }
     if (num_tokens + new_tokens > config_.max_num_batched_tokens ||
@@ -124,7 +95,25 @@ void Scheduler::SchedulePrefills(SchedulerOutput& output) {
   }
 }
 
-void Scheduler::ScheduleDecodes(SchedulerOutput& output) {
+AllocStatus Scheduler::CheckAdmissible(const SequenceGroup& group) const {
+  if (SeatsOnceRunning(group) > config_.max_num_seqs ||
+      NumSeqs(group, SequenceStatus::kWaiting) == 0) {
+    return AllocStatus::kNever;
+  }
+  return block_manager_.CanAllocate(group);
+}
+
+void Scheduler::IgnoreWaitingFront(SchedulerOutput& output) {
+  SequenceGroup& group = *waiting_.front();
+  LOG(WARNING) << "request " << group.request_id() << " ignored: "
+               << NumNewTokens(group, SequenceStatus::kWaiting)
+               << " tokens do not fit the budget or the KV cache";
+  FinishGroup(group, SequenceStatus::kFinishedIgnored);
+  output.ignored.push_back(std::move(waiting_.front()));
+  waiting_.pop_front();
+}
+
+void Scheduler::ScheduleDecodes(SchedulerOutput& output, std::vector<SequenceGroup*>* partial) {
   std::deque<std::unique_ptr<SequenceGroup>> queue = std::move(running_);
   running_.clear();
   GroupList recomputed;
@@ -145,18 +134,29 @@ void Scheduler::ScheduleDecodes(SchedulerOutput& output) {
       Preempt(TakeVictim(queue), output, recomputed, swapped_out);
     }
     if (group == nullptr) continue;
-    AppendSlotsAndSchedule(*group, output);
+    if (partial != nullptr && NumNewTokens(*group, SequenceStatus::kRunning) >
+                                  NumSeqs(*group, SequenceStatus::kRunning)) {
+      partial->push_back(group.get());  // Its blocks cover its whole prompt.
+    } else {
+      AppendSlotsAndSchedule(*group, output);
+    }
     running_.push_back(std::move(group));
   }
-  // Back to the front of the waiting queue, earliest arrival first.
-  std::stable_sort(recomputed.begin(), recomputed.end(), [](const auto& a, const auto& b) {
-    return a->arrival_time() > b->arrival_time();
-  });
-  for (auto& group : recomputed) waiting_.push_front(std::move(group));
+  RequeueRecomputed(recomputed);
   for (auto& group : swapped_out) swapped_.push_back(std::move(group));
 }
 
-void Scheduler::ScheduleSwapIns(SchedulerOutput& output) {
+void Scheduler::RequeueRecomputed(GroupList& recomputed) {
+  // Back to the front of the waiting queue, best-ranked first.
+  std::stable_sort(recomputed.begin(), recomputed.end(),
+                   [this](const auto& a, const auto& b) { return Outranks(*a, *b); });
+  for (auto it = recomputed.rbegin(); it != recomputed.rend(); ++it) {
+    waiting_.push_front(std::move(*it));
+  }
+  recomputed.clear();
+}
+
+void Scheduler::ScheduleSwapIns(SchedulerOutput& output, std::vector<SequenceGroup*>* partial) {
   int num_seqs = NumRunningSeqs();
   int num_tokens = 0;
   for (const ScheduledSequence& entry : output.scheduled) num_tokens += entry.num_tokens;
@@ -172,8 +172,9 @@ void Scheduler::ScheduleSwapIns(SchedulerOutput& output) {
       swapped_.pop_front();
       continue;
     }
-    // Each swapped sequence decodes one token once back.
-    if (num_tokens + new_seqs > config_.max_num_batched_tokens ||
+    // Each swapped sequence decodes one token once back. With chunking the
+    // budget bounds prompt chunks only, as it does not hold decodes back.
+    if ((partial == nullptr && num_tokens + new_seqs > config_.max_num_batched_tokens) ||
         num_seqs + new_seqs > config_.max_num_seqs) {
       break;
     }
@@ -185,7 +186,11 @@ void Scheduler::ScheduleSwapIns(SchedulerOutput& output) {
     for (Sequence* seq : back->SeqsWithStatus(SequenceStatus::kSwapped)) {
       seq->set_status(SequenceStatus::kRunning);
     }
-    AppendSlotsAndSchedule(*back, output);
+    if (partial != nullptr && NumNewTokens(*back, SequenceStatus::kRunning) > new_seqs) {
+      partial->push_back(back.get());  // Swapped out part-way through its prompt.
+    } else {
+      AppendSlotsAndSchedule(*back, output);
+    }
     num_tokens += new_seqs;
     num_seqs += new_seqs;
     running_.push_back(std::move(back));
@@ -214,14 +219,14 @@ std::unique_ptr<SequenceGroup> Scheduler::TakeVictim(
 }
 
 void Scheduler::Preempt(std::unique_ptr<SequenceGroup> group, SchedulerOutput& output,
-                        GroupList& recomputed, GroupList& swapped_out) {
+                        GroupList& recomputed, GroupList& swapped_out, bool allow_swap) {
   ++output.num_preempted;
   group->MarkPreempted();
   const int live = NumSeqs(*group, SequenceStatus::kRunning);
   bool swap = config_.preemption_mode == PreemptionMode::kSwap ||
               (config_.preemption_mode == PreemptionMode::kAuto && live > 1);
   // vLLM aborts a group the swap space cannot take; recomputing it is kinder.
-  if (swap && !block_manager_.CanSwapOut(*group)) swap = false;
+  if (!allow_swap || (swap && !block_manager_.CanSwapOut(*group))) swap = false;
   if (swap) {
     absl::StatusOr<std::vector<BlockMove>> moves = block_manager_.SwapOut(*group);
     CHECK(moves.ok()) << moves.status();  // CanSwapOut said yes.

@@ -14,6 +14,11 @@ namespace pagoda::scheduler {
 
 enum class PreemptionMode { kAuto, kRecompute, kSwap };
 
+// Which waiting request goes first and which running one gives way: kFcfs by
+// arrival; kPriority by (priority, arrival), lower priority values first, as
+// vLLM's --scheduling-policy priority.
+enum class SchedulingPolicy { kFcfs, kPriority };
+
 struct SchedulerConfig {
   int block_size = 16;
   int num_gpu_blocks = 0;
@@ -28,6 +33,17 @@ struct SchedulerConfig {
   // block_size steps, while another victim exists. Off = vLLM's choice
   // (always the latest arrival), kept for comparison.
   bool avoid_thrashing = true;
+  // Chunked prefill (vLLM's --enable-chunked-prefill): running decodes are
+  // scheduled first, then prompt chunks fill what is left of
+  // max_num_batched_tokens. Off here (the v0 whole-prompt policy, which the
+  // older unit tests pin down); the server turns it on by default.
+  bool enable_chunked_prefill = false;
+  // With chunking: at most this many prompts are part-way through their
+  // prefill at once, and no prompt gets more than long_prefill_token_threshold
+  // tokens in one step (0 = no cap; the server resolves vLLM's default).
+  int max_num_partial_prefills = 1;
+  int long_prefill_token_threshold = 0;
+  SchedulingPolicy policy = SchedulingPolicy::kFcfs;
 };
 
 // One sequence in a step: compute tokens [num_computed_tokens, length) of it.
@@ -35,13 +51,15 @@ struct ScheduledSequence {
   SequenceGroup* group;
   Sequence* seq;
   int start_position;  // == seq->num_computed_tokens() at scheduling time.
-  int num_tokens;      // Tokens computed this step (prompt at prefill, 1 at decode).
+  int num_tokens;      // Tokens computed this step (a prompt or a chunk of it, 1 at decode).
   bool do_sample;      // True when the step reaches the end of the sequence.
 };
 
 // The plan of one iteration. Pointers stay valid until the next Schedule().
 struct SchedulerOutput {
-  std::vector<ScheduledSequence> scheduled;  // Prefills first, then decodes.
+  // Without chunking prefills first, then decodes; with it decodes first,
+  // then prompt chunks.
+  std::vector<ScheduledSequence> scheduled;
   std::vector<BlockMove> blocks_to_swap_in;
   std::vector<BlockMove> blocks_to_swap_out;
   std::vector<BlockMove> blocks_to_copy;
@@ -49,12 +67,14 @@ struct SchedulerOutput {
   // the caller reports them as errors and then may drop them).
   std::vector<std::unique_ptr<SequenceGroup>> ignored;
   int num_batched_tokens = 0;
-  int num_prefill_groups = 0;
+  int num_prefill_groups = 0;  // Groups given a prompt (or a chunk of one).
+  int num_prefill_tokens = 0;  // Tokens of prompt chunks (chunked prefill only).
   int num_preempted = 0;
   bool empty() const { return scheduled.empty(); }
 };
 
-// FCFS iteration-level scheduler with the vLLM v0 policy (REFERENCE.md).
+// Iteration-level scheduler with the vLLM v0 policy (REFERENCE.md): FCFS or
+// by priority, whole prompts or chunked prefill (scheduler_chunked.cc).
 // Owns the groups it has been given until they finish. Not thread-safe: only
 // the engine thread calls it.
 class Scheduler {
@@ -119,11 +139,51 @@ class Scheduler {
 
   // Admits waiting groups FCFS while the budgets and the cache allow.
   void SchedulePrefills(SchedulerOutput& output);
+  // Whether `group` (waiting) can be admitted now, later or never, by its
+  // seats and the KV cache; the token budget is the caller's.
+  AllocStatus CheckAdmissible(const SequenceGroup& group) const;
+  // Finishes the front waiting group as ignored (it can never run).
+  void IgnoreWaitingFront(SchedulerOutput& output);
   // Grows every running group by one token, preempting the latest-arrived
-  // running groups when blocks run out.
-  void ScheduleDecodes(SchedulerOutput& output);
-  // Brings swapped groups back while blocks and budgets allow.
-  void ScheduleSwapIns(SchedulerOutput& output);
+  // running groups when blocks run out. With `partial` (chunked prefill),
+  // groups still part-way through their prompt are kept running but not
+  // scheduled: they are listed there for ScheduleChunked.
+  void ScheduleDecodes(SchedulerOutput& output, std::vector<SequenceGroup*>* partial = nullptr);
+
+  // Chunked prefill (scheduler_chunked.cc): decodes, swap-ins, then in
+  // what is left of the budget the chunks of the partial prefills and of
+  // newly admitted prompts.
+  void ScheduleChunked(SchedulerOutput& output);
+  // Admits waiting groups while seats, the cache and the budget allow,
+  // giving each a first chunk from `token_budget` (decremented). A prompt
+  // that would be left part-way is admitted only while `still_partial`
+  // (prompts left part-way after this step, incremented) is below
+  // max_num_partial_prefills.
+  void AdmitPrefillChunks(SchedulerOutput& output, int& token_budget, int& still_partial);
+  struct ChunkResult {
+    int tokens;  // Prompt tokens scheduled.
+    bool done;   // Nothing of the prompt is left for later steps.
+  };
+  // Schedules the next prompt chunk of a running group within `token_cap`
+  // tokens. A group of several sequences (recomputed after forking)
+  // computes everything but each sequence's last token in chunks and then
+  // samples them all in one step, as a decode, so that beams advance
+  // together.
+  ChunkResult ScheduleChunk(SequenceGroup& group, int token_cap, SchedulerOutput& output);
+  // The most prompt tokens one group may take in a step.
+  int ChunkCap(int token_budget) const;
+
+  // Priority policy (scheduler_priority.cc): whether a goes before b.
+  bool Outranks(const SequenceGroup& a, const SequenceGroup& b) const;
+  // Sorts `queue` by rank (arrival under FCFS). Stable.
+  void SortByRank(std::deque<std::unique_ptr<SequenceGroup>>& queue) const;
+  // Under kPriority: while the best waiting group cannot be admitted (blocks
+  // or seats) and the lowest-ranked running group ranks below it, preempts
+  // that running group (recompute) back to waiting. Returns how many.
+  int PreemptForPriority(SchedulerOutput& output);
+  // Brings swapped groups back while blocks and budgets allow. With
+  // `partial`, as ScheduleDecodes.
+  void ScheduleSwapIns(SchedulerOutput& output, std::vector<SequenceGroup*>* partial = nullptr);
   // Whether anti-thrashing spares `group` as a victim for now.
   bool Spared(const SequenceGroup& group) const;
   // The group to preempt from the back of `queue` (latest arrival first),
@@ -131,8 +191,9 @@ class Scheduler {
   // REQUIRES: queue non-empty.
   std::unique_ptr<SequenceGroup> TakeVictim(std::deque<std::unique_ptr<SequenceGroup>>& queue);
   // Frees or swaps out `group`; it lands in `recomputed` or `swapped_out`.
+  // `allow_swap` false always recomputes.
   void Preempt(std::unique_ptr<SequenceGroup> group, SchedulerOutput& output, GroupList& recomputed,
-               GroupList& swapped_out);
+               GroupList& swapped_out, bool allow_swap = true);
   // Appends a slot for each running sequence of `group` (collecting
   // copy-on-write pairs) and schedules its decode.
   void AppendSlotsAndSchedule(SequenceGroup& group, SchedulerOutput& output);
@@ -140,6 +201,9 @@ class Scheduler {
   void FinishGroup(SequenceGroup& group, SequenceStatus status);
   // Sequences of the running groups that count against max_num_seqs.
   int NumRunningSeqs() const;
+  // Puts recompute-preempted groups back at the front of waiting, in rank
+  // order.
+  void RequeueRecomputed(GroupList& recomputed);
 
   SchedulerConfig config_;
   BlockManager block_manager_;

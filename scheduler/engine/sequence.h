@@ -144,6 +144,10 @@ class SequenceGroup final : public KvSequenceGroup {
   // on (it reads them every step); empty otherwise.
   const std::vector<int32_t>& distinct_prompt_tokens() const { return distinct_prompt_tokens_; }
   absl::Time arrival_time() const { return arrival_time_; }
+  // Scheduling priority under --scheduling-policy priority: lower runs
+  // first (vLLM). Validated by the frontend; 0 by default.
+  int priority() const { return priority_; }
+  void set_priority(int priority) { priority_ = priority; }
   std::vector<std::unique_ptr<Sequence>>& seqs() { return seqs_; }
   const std::vector<std::unique_ptr<Sequence>>& seqs() const { return seqs_; }
   // Sequences with the given status.
@@ -181,6 +185,7 @@ class SequenceGroup final : public KvSequenceGroup {
   StoppingOptions stopping_;
   std::vector<int32_t> distinct_prompt_tokens_;
   absl::Time arrival_time_;
+  int priority_ = 0;
   int num_preemptions_ = 0;
   int steps_since_preemption_ = 0;
 };

@@ -1,0 +1,227 @@
+#include "scheduler/bench_mixed.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
+
+ABSL_FLAG(bool, mixed, false,
+          "Mixed workload instead of the concurrency levels: decoding streams while long "
+          "prompts arrive (the --mixed-* flags).");
+ABSL_FLAG(int, mixed_streams, 16, "Decoding streams (1..1024).");
+ABSL_FLAG(int, mixed_context, 256, "Prompt tokens of each stream's requests.");
+ABSL_FLAG(int, mixed_stream_tokens, 128, "Tokens each stream request generates before the next.");
+ABSL_FLAG(int, mixed_long_prompt, 2048, "Tokens of each long prompt.");
+ABSL_FLAG(int, mixed_long_tokens, 8, "Tokens each long prompt generates.");
+ABSL_FLAG(double, mixed_long_every, 2.0, "Seconds between long prompts; 0 = none (baseline).");
+ABSL_FLAG(double, mixed_duration, 60.0, "Seconds of load (1..3600).");
+ABSL_FLAG(std::string, mixed_plot, "mixed_itl.svg", "SVG plot of ITL over time; empty = none.");
+
+namespace pagoda::bench {
+namespace {
+
+using pagoda::v1::Generation;
+
+// One received token: when, and the gap since the previous one (or since the
+// request was sent, for the first token: the TTFT).
+struct TokenEvent {
+  double at_s;
+  double gap_ms;
+  bool first;
+};
+
+struct ClassLog {
+  absl::Mutex mu;
+  std::vector<TokenEvent> events ABSL_GUARDED_BY(mu);
+  int errors ABSL_GUARDED_BY(mu) = 0;
+};
+
+double Percentile(std::vector<double> values, double p) {
+  if (values.empty()) return NAN;
+  std::sort(values.begin(), values.end());
+  const size_t index = std::min(values.size() - 1, static_cast<size_t>(p * values.size()));
+  return values[index];
+}
+
+pagoda::v1::GenerateRequest MakeRequest(int prompt_len, int max_tokens, int salt, int vocab) {
+  pagoda::v1::GenerateRequest request;
+  for (int i = 0; i < prompt_len; ++i) {
+    request.add_prompt_token_ids(
+        3 + static_cast<int32_t>((int64_t{i} * 31 + int64_t{salt} * 7919) % (vocab - 3)));
+  }
+  request.mutable_stopping()->set_max_tokens(max_tokens);
+  request.mutable_stopping()->set_ignore_eos(true);
+  return request;
+}
+
+// Streams one request, logging each token's arrival relative to `start`.
+void StreamOne(Generation::Stub& stub, const pagoda::v1::GenerateRequest& request,
+               absl::Time start, ClassLog& log) {
+  grpc::ClientContext context;
+  const absl::Time sent = absl::Now();
+  auto reader = stub.GenerateStream(&context, request);
+  pagoda::v1::GenerateResponse response;
+  absl::Time last = sent;
+  bool first = true;
+  std::vector<TokenEvent> events;
+  while (reader->Read(&response)) {
+    const absl::Time now = absl::Now();
+    for (const auto& output : response.outputs()) {
+      for (int t = 0; t < output.token_ids_size(); ++t) {
+        events.push_back(TokenEvent{absl::ToDoubleSeconds(now - start),
+                                    absl::ToDoubleMilliseconds(now - last), first});
+        first = false;
+        last = now;
+      }
+    }
+  }
+  const grpc::Status status = reader->Finish();
+  if (!status.ok()) std::fprintf(stderr, "\npagoda-bench: %s\n", status.error_message().c_str());
+  absl::MutexLock lock(&log.mu);
+  log.events.insert(log.events.end(), events.begin(), events.end());
+  if (!status.ok()) ++log.errors;
+}
+
+void DrawProgress(double elapsed, double duration) {
+  constexpr int kWidth = 40;
+  const int filled = static_cast<int>(kWidth * std::min(1.0, elapsed / duration));
+  std::fprintf(stderr, "\r[%s%s] %5.1f / %.0f s", std::string(filled, '#').c_str(),
+               std::string(kWidth - filled, ' ').c_str(), elapsed, duration);
+  std::fflush(stderr);
+}
+
+void PrintClass(const char* name, ClassLog& log, double wall_s) {
+  absl::MutexLock lock(&log.mu);
+  std::vector<double> ttft, itl;
+  for (const TokenEvent& event : log.events) (event.first ? ttft : itl).push_back(event.gap_ms);
+  std::printf("%-8s %7zu %6d %8.1f %8.1f %8.1f %8.2f %8.2f %8.2f %9.1f\n", name, ttft.size(),
+              log.errors, Percentile(ttft, 0.5), Percentile(ttft, 0.9), Percentile(ttft, 0.99),
+              Percentile(itl, 0.5), Percentile(itl, 0.9), Percentile(itl, 0.99),
+              log.events.size() / wall_s);
+}
+
+// Inter-token gaps of the streams over time, long-prompt arrivals as lines.
+void WritePlot(const std::string& path, ClassLog& streams, const std::vector<double>& arrivals,
+               double duration) {
+  absl::MutexLock lock(&streams.mu);
+  double max_ms = 1;
+  for (const TokenEvent& e : streams.events) {
+    if (!e.first) max_ms = std::max(max_ms, e.gap_ms);
+  }
+  constexpr double kW = 900, kH = 400, kLeft = 60, kBottom = 40;
+  std::string svg = absl::StrFormat(
+      "<svg xmlns='http://www.w3.org/2000/svg' width='%.0f' height='%.0f' "
+      "font-family='sans-serif' font-size='12'>\n<rect width='100%%' height='100%%' "
+      "fill='white'/>\n",
+      kW + kLeft + 20, kH + kBottom + 20);
+  auto x = [&](double s) { return kLeft + kW * s / duration; };
+  auto y = [&](double ms) { return 10 + kH - kH * ms / max_ms; };
+  for (double at : arrivals) {
+    absl::StrAppendFormat(&svg, "<line x1='%.1f' y1='10' x2='%.1f' y2='%.0f' stroke='#f99'/>\n",
+                          x(at), x(at), 10 + kH);
+  }
+  for (const TokenEvent& e : streams.events) {
+    if (e.first || e.at_s > duration) continue;
+    absl::StrAppendFormat(&svg, "<circle cx='%.1f' cy='%.1f' r='1' fill='#36c'/>\n", x(e.at_s),
+                          y(e.gap_ms));
+  }
+  absl::StrAppendFormat(
+      &svg,
+      "<line x1='%.0f' y1='%.0f' x2='%.0f' y2='%.0f' stroke='black'/>\n"
+      "<line x1='%.0f' y1='10' x2='%.0f' y2='%.0f' stroke='black'/>\n"
+      "<text x='%.0f' y='%.0f'>time (s), 0 to %.0f; red: long prompt arrivals</text>\n"
+      "<text x='5' y='20'>%.0f ms</text><text x='5' y='%.0f'>0</text>\n"
+      "<text x='%.0f' y='25'>inter-token latency of the decoding streams</text>\n</svg>\n",
+      kLeft, 10 + kH, kLeft + kW, 10 + kH, kLeft, kLeft, 10 + kH, kLeft, kH + kBottom, duration,
+      max_ms, 10 + kH, kLeft + 10);
+  std::ofstream(path) << svg;
+}
+
+// Sends a long prompt every --mixed-long-every seconds until `end`, each on
+// a thread of its own (returned), noting its arrival time.
+std::vector<std::thread> SendLongPrompts(Generation::Stub& stub, int vocab, absl::Time start,
+                                         absl::Time end, ClassLog& log,
+                                         std::vector<double>& arrivals) {
+  const double every = absl::GetFlag(FLAGS_mixed_long_every);
+  const double duration = absl::ToDoubleSeconds(end - start);
+  std::vector<std::thread> threads;
+  for (int k = 0; every > 0 && start + absl::Seconds(every * (k + 1)) < end; ++k) {
+    absl::SleepFor(start + absl::Seconds(every * (k + 1)) - absl::Now());
+    arrivals.push_back(absl::ToDoubleSeconds(absl::Now() - start));
+    threads.emplace_back([&stub, &log, vocab, k, start] {
+      StreamOne(stub,
+                MakeRequest(absl::GetFlag(FLAGS_mixed_long_prompt),
+                            absl::GetFlag(FLAGS_mixed_long_tokens), 1'000'000 + k, vocab),
+                start, log);
+    });
+    DrawProgress(absl::ToDoubleSeconds(absl::Now() - start), duration);
+  }
+  return threads;
+}
+
+}  // namespace
+
+int RunMixedBench(Generation::Stub& stub, const pagoda::v1::ModelInfo& info) {
+  const int streams = absl::GetFlag(FLAGS_mixed_streams);
+  const double duration = absl::GetFlag(FLAGS_mixed_duration);
+  const double every = absl::GetFlag(FLAGS_mixed_long_every);
+  const int context = absl::GetFlag(FLAGS_mixed_context);
+  const int long_prompt = absl::GetFlag(FLAGS_mixed_long_prompt);
+  if (streams < 1 || streams > 1024 || !(duration >= 1 && duration <= 3600) || !(every >= 0) ||
+      context < 1 || long_prompt < 1 || absl::GetFlag(FLAGS_mixed_stream_tokens) < 1 ||
+      absl::GetFlag(FLAGS_mixed_long_tokens) < 1) {
+    std::fprintf(stderr, "pagoda-bench: a --mixed-* flag is out of range\n");
+    return 1;
+  }
+  std::printf("mixed: %d streams (%d-token prompts), a %d-token prompt every %.1f s, %.0f s\n",
+              streams, context, long_prompt, every, duration);
+  ClassLog stream_log, long_log;
+  std::vector<double> arrivals;
+  const absl::Time start = absl::Now();
+  const absl::Time end = start + absl::Seconds(duration);
+  std::vector<std::thread> threads;
+  for (int s = 0; s < streams; ++s) {
+    threads.emplace_back([&, s] {
+      for (int round = 0; absl::Now() < end; ++round) {
+        StreamOne(stub,
+                  MakeRequest(context, absl::GetFlag(FLAGS_mixed_stream_tokens),
+                              s * 1000 + round, info.vocab_size()),
+                  start, stream_log);
+      }
+    });
+  }
+  std::vector<std::thread> long_threads =
+      SendLongPrompts(stub, info.vocab_size(), start, end, long_log, arrivals);
+  while (absl::Now() < end) {
+    DrawProgress(absl::ToDoubleSeconds(absl::Now() - start), duration);
+    absl::SleepFor(absl::Milliseconds(500));
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (std::thread& thread : long_threads) thread.join();
+  const double wall = absl::ToDoubleSeconds(absl::Now() - start);
+  DrawProgress(duration, duration);
+  std::fprintf(stderr, "\n");
+  std::printf("%-8s %7s %6s %8s %8s %8s %8s %8s %8s %9s\n", "class", "requests", "errors",
+              "ttft_p50", "ttft_p90", "ttft_p99", "itl_p50", "itl_p90", "itl_p99", "out_tok/s");
+  PrintClass("streams", stream_log, wall);
+  PrintClass("long", long_log, wall);
+  const std::string plot = absl::GetFlag(FLAGS_mixed_plot);
+  if (!plot.empty()) {
+    WritePlot(plot, stream_log, arrivals, duration);
+    std::printf("plot: %s\n", plot.c_str());
+  }
+  return 0;
+}
+
+}  // namespace pagoda::bench

@@ -1,0 +1,129 @@
+// Chunked prefill (vLLM's --enable-chunked-prefill): a step first takes the
+// running decodes, then spends what is left of max_num_batched_tokens on
+// chunks of prompts, so a long prompt no longer stalls every decoding stream
+// for the length of its prefill, and a prompt longer than the budget is
+// served in several steps instead of refused.
+//
+// A chunk writes its K/V into the blocks allocated for the whole prompt at
+// admission and attends to everything before it (the worker computes tokens
+// [start_position, start_position + num_tokens) of a sequence); it samples
+// only when it reaches the end of the sequence. The engine commits computed
+// blocks to the prefix cache after every step, so a prompt shares its
+// finished blocks while its later chunks are still to come.
+
+#include <algorithm>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "glog/logging.h"
+#include "scheduler/engine/group_counts.h"
+#include "scheduler/engine/scheduler.h"
+
+namespace pagoda::scheduler {
+
+using group_counts::LongestWaiting;
+using group_counts::NumNewTokens;
+using group_counts::NumSeqs;
+using group_counts::SeatsOnceRunning;
+
+void Scheduler::ScheduleChunked(SchedulerOutput& output) {
+  // Running groups part-way through their prompt keep their blocks; they get
+  // chunks after every decode has its token.
+  std::vector<SequenceGroup*> partial;
+  ScheduleDecodes(output, &partial);
+  if (output.num_preempted == 0) ScheduleSwapIns(output, &partial);
+  int decode_tokens = 0;
+  for (const ScheduledSequence& entry : output.scheduled) decode_tokens += entry.num_tokens;
+  // Decodes are never held back by the budget (max_num_seqs bounds them):
+  // prompt chunks take what they leave.
+  int token_budget = std::max(0, config_.max_num_batched_tokens - decode_tokens);
+  std::stable_sort(partial.begin(), partial.end(),
+                   [this](const SequenceGroup* a, const SequenceGroup* b) { return Outranks(*a, *b); });
+  // max_num_partial_prefills bounds the prompts left part-way after a step
+  // (vLLM): those that go on now count, and so do those the budget skips.
+  int still_partial = 0;
+  for (SequenceGroup* group : partial) {
+    const ChunkResult chunk = token_budget > 0
+                                  ? ScheduleChunk(*group, ChunkCap(token_budget), output)
+                                  : ChunkResult{0, false};
+    token_budget -= chunk.tokens;
+    output.num_prefill_tokens += chunk.tokens;
+    if (chunk.tokens > 0) ++output.num_prefill_groups;
+    if (!chunk.done) ++still_partial;
+  }
+  // A swapped-out group has priority over new prompts (vLLM v0).
+  if (swapped_.empty()) AdmitPrefillChunks(output, token_budget, still_partial);
+}
+
+int Scheduler::ChunkCap(int token_budget) const {
+  if (config_.long_prefill_token_threshold <= 0) return token_budget;
+  return std::min(token_budget, config_.long_prefill_token_threshold);
+}
+
+void Scheduler::AdmitPrefillChunks(SchedulerOutput& output, int& token_budget,
+                                   int& still_partial) {
+  int num_seqs = NumRunningSeqs();
+  while (!waiting_.empty() && token_budget > 0) {
+    SequenceGroup& group = *waiting_.front();
+    // Only what no cache could hold is refused: the token budget no longer
+    // bounds a prompt, chunks do.
+    const AllocStatus fits = LongestWaiting(group) > config_.max_model_len
+                                 ? AllocStatus::kNever
+                                 : CheckAdmissible(group);
+    if (fits == AllocStatus::kLater) break;
+    if (fits == AllocStatus::kNever) {
+      IgnoreWaitingFront(output);
+      continue;
+    }
+    const int new_seqs = SeatsOnceRunning(group);
+    if (num_seqs + new_seqs > config_.max_num_seqs) break;
+    // A prompt that would be left part-way needs a free partial-prefill
+    // slot (judged without prefix hits, which are known only once allocated).
+    const bool may_stay_partial =
+        NumNewTokens(group, SequenceStatus::kWaiting) > ChunkCap(token_budget);
+    if (may_stay_partial && still_partial >= config_.max_num_partial_prefills) break;
+    std::unique_ptr<SequenceGroup> admitted = std::move(waiting_.front());
+    waiting_.pop_front();
+    const absl::Status allocated = block_manager_.Allocate(*admitted);
+    CHECK(allocated.ok()) << allocated;  // CanAllocate said kOk.
+    for (Sequence* seq : admitted->SeqsWithStatus(SequenceStatus::kWaiting)) {
+      // Prefix-cache hits need no computing; the last token always does.
+      seq->set_num_computed_tokens(
+          std::max(seq->num_computed_tokens(),
+                   block_manager_.FindBlockTable(seq->seq_id())->num_cached_tokens));
+      seq->set_status(SequenceStatus::kRunning);
+    }
+    const ChunkResult chunk = ScheduleChunk(*admitted, ChunkCap(token_budget), output);
+    token_budget -= chunk.tokens;
+    output.num_prefill_tokens += chunk.tokens;
+    if (!chunk.done) ++still_partial;
+    num_seqs += new_seqs;
+    ++output.num_prefill_groups;
+    running_.push_back(std::move(admitted));
+  }
+}
+
+Scheduler::ChunkResult Scheduler::ScheduleChunk(SequenceGroup& group, int token_cap,
+                                                SchedulerOutput& output) {
+  const std::vector<Sequence*> seqs = group.SeqsWithStatus(SequenceStatus::kRunning);
+  const bool together = seqs.size() > 1;
+  if (together && NumNewTokens(group, SequenceStatus::kRunning) == static_cast<int>(seqs.size())) {
+    // Only the last tokens are left: they are sampled together, as a decode.
+    AppendSlotsAndSchedule(group, output);
+    return ChunkResult{0, true};
+  }
+  ChunkResult result{0, true};
+  for (Sequence* seq : seqs) {
+    const int remaining = seq->length() - seq->num_computed_tokens() - (together ? 1 : 0);
+    const int tokens = std::min(remaining, token_cap - result.tokens);
+    if (tokens < remaining) result.done = false;
+    if (tokens <= 0) continue;
+    output.scheduled.push_back(ScheduledSequence{&group, seq, seq->num_computed_tokens(), tokens,
+                                                 /*do_sample=*/!together && tokens == remaining});
+    result.tokens += tokens;
+  }
+  return result;
+}
+
+}  // namespace pagoda::scheduler

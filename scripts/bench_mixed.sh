@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Latency under load (issue 20): a real pagoda-server on loopback with a
+# make_tiny_model.py model (MODEL_ARGS; default: hidden 128, 4 layers,
+# vocab 512, 4096 positions, f32: small enough that a 2-core CPU keeps up
+# with a 2,048-token prompt every 2 s), then pagoda-bench --mixed: STREAMS
+# streams decoding CONTEXT-token prompts while a LONG-token prompt arrives
+# every EVERY seconds, for DURATION seconds. Prints TTFT and inter-token
+# latency p50/p90/p99 per class and writes PLOT (SVG).
+#   STREAMS=16 CONTEXT=256 LONG=2048 EVERY=2 DURATION=60 PLOT=itl.svg \
+#     scripts/bench_mixed.sh [server flags, e.g. --no-enable-chunked-prefill]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BUILD_DIR=${BUILD_DIR:-build}
+BIN="$BUILD_DIR/bin"
+WORK=$(mktemp -d)
+SERVER_PID=""
+cleanup() {
+  if [ -n "$SERVER_PID" ] && kill -0 "$SERVER_PID" 2>/dev/null; then
+    kill -TERM "$SERVER_PID"
+    wait "$SERVER_PID" || true
+  fi
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+# shellcheck disable=SC2086
+/usr/bin/python3 scripts/make_tiny_model.py \
+  ${MODEL_ARGS:---hidden-size 128 --intermediate-size 344 --num-layers 4 --num-heads 4 --vocab-size 512 --max-position-embeddings 4096} \
+  --out "$WORK/model" > /dev/null
+"$BIN/pagoda-server" --model "$WORK/model" --port 0 "$@" \
+  > "$WORK/server.out" 2> "$WORK/server.log" &
+SERVER_PID=$!
+for _ in $(seq 1 300); do
+  PORT=$(awk '/PAGODA_SERVER_LISTENING/ {print $2}' "$WORK/server.out")
+  [ -n "$PORT" ] && break
+  if ! kill -0 "$SERVER_PID" 2>/dev/null; then
+    cat "$WORK/server.log" >&2
+    exit 1
+  fi
+  sleep 0.1
+done
+[ -n "${PORT:-}" ] || { echo "bench_mixed: server did not start" >&2; exit 1; }
+"$BIN/pagoda-bench" --server "127.0.0.1:$PORT" --mixed --mixed-streams "${STREAMS:-16}" \
+  --mixed-context "${CONTEXT:-256}" --mixed-long-prompt "${LONG:-2048}" \
+  --mixed-long-every "${EVERY:-2}" --mixed-duration "${DURATION:-60}" \
+  --mixed-plot "${PLOT:-mixed_itl.svg}"

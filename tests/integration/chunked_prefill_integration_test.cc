@@ -1,0 +1,306 @@
+// Chunked prefill and priority scheduling end to end: real pagoda-server and
+// pagoda-worker processes on the CPU. A chunk computes a slice of a prompt
+// attending to everything before it, so every request must end with exactly
+// the tokens of a run with whole prompts, at every budget, with a cached
+// prefix, n = 4, beam search, swap and recompute preemption, tensor
+// parallelism and a worker restart.
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "pagoda/v1/generation.grpc.pb.h"
+#include "tests/integration/server_process.h"
+#include "tests/integration/test_client.h"
+
+namespace pagoda::testing {
+namespace {
+
+using pagoda::v1::GenerateRequest;
+using pagoda::v1::Generation;
+
+// Every sequence of a unary answer, in index order.
+using Outputs = std::vector<std::vector<int32_t>>;
+
+class ChunkedPrefillTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    model_dir_ = new std::string(
+        (std::filesystem::temp_directory_path() / absl::StrCat("pagoda_chunked_", getpid()))
+            .string());
+    ASSERT_TRUE(MakeTinyModel(*model_dir_).ok());
+  }
+  static void TearDownTestSuite() {
+    std::filesystem::remove_all(*model_dir_);
+    delete model_dir_;
+  }
+
+  static absl::StatusOr<std::unique_ptr<ServerProcess>> StartServer(
+      std::vector<std::string> extra) {
+    std::vector<std::string> args = {absl::StrCat("--model=", *model_dir_),
+                                     "--max-model-len=256",
+                                     "--block-size=4",
+                                     "--cpu-threads=1",
+                                     "--seed=5",
+                                     "--port=0",
+                                     "--metrics-port=-1"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return ServerProcess::Start(PAGODA_SERVER_BINARY, args, absl::Seconds(60));
+  }
+
+  static std::unique_ptr<Generation::Stub> Stub(const ServerProcess& server) {
+    return Generation::NewStub(
+        grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials()));
+  }
+
+  // Prompts shorter and longer than the budgets; greedy and seeded; n = 4
+  // and beam search; two that share a 40-token prefix.
+  static std::vector<GenerateRequest> Requests() {
+    std::vector<GenerateRequest> requests;
+    int salt = 0;
+    for (int length : {3, 9, 17, 70, 150}) {
+      requests.push_back(TokenRequest(TestPrompt(length, ++salt), 12));
+      requests.push_back(TokenRequest(TestPrompt(length, ++salt), 12, 700 + salt));
+    }
+    GenerateRequest four = TokenRequest(TestPrompt(33, ++salt), 10, 900);
+    four.mutable_sampling()->set_n(4);
+    requests.push_back(four);
+    GenerateRequest beams = TokenRequest(TestPrompt(45, ++salt), 8);
+    beams.mutable_sampling()->set_use_beam_search(true);
+    beams.mutable_sampling()->set_best_of(3);
+    beams.mutable_sampling()->set_n(2);
+    requests.push_back(beams);
+    std::vector<int32_t> shared = TestPrompt(40, ++salt);
+    for (int tail : {5, 23}) {
+      std::vector<int32_t> prompt = shared;
+      for (int32_t id : TestPrompt(tail, ++salt)) prompt.push_back(id);
+      requests.push_back(TokenRequest(prompt, 12));
+    }
+    return requests;
+  }
+
+  // Runs `requests` as concurrent unary calls, except that the last two
+  // (the shared prefix) go one after the other, after the rest, so the
+  // second finds the first's blocks cached.
+  static std::vector<Outputs> RunAll(Generation::Stub& stub,
+                                     const std::vector<GenerateRequest>& requests) {
+    std::vector<Outputs> outputs(requests.size());
+    auto run = [&](size_t i) {
+      const UnaryOutcome outcome = Generate(stub, requests[i]);
+      EXPECT_TRUE(outcome.status.ok()) << "request " << i << ": "
+                                       << outcome.status.error_message();
+      for (const auto& output : outcome.response.outputs()) {
+        outputs[i].emplace_back(output.token_ids().begin(), output.token_ids().end());
+      }
+    };
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i + 2 < requests.size(); ++i) threads.emplace_back(run, i);
+    for (std::thread& thread : threads) thread.join();
+    run(requests.size() - 2);
+    run(requests.size() - 1);
+    return outputs;
+  }
+
+  // The outputs of a roomy server with whole prompts: what every run must give.
+  static const std::vector<Outputs>& Expected() {
+    static const std::vector<Outputs>* expected = [] {
+      auto server = StartServer({"--no-enable-chunked-prefill"});
+      EXPECT_TRUE(server.ok()) << server.status();
+      auto* outputs = new std::vector<Outputs>(RunAll(*Stub(**server), Requests()));
+      for (const Outputs& output : *outputs) EXPECT_FALSE(output.empty());
+      return outputs;
+    }();
+    return *expected;
+  }
+
+  static void ExpectSameOutputs(const std::vector<std::string>& flags) {
+    auto server = StartServer(flags);
+    ASSERT_TRUE(server.ok()) << server.status();
+    const std::vector<Outputs> outputs = RunAll(*Stub(**server), Requests());
+    const std::vector<Outputs>& expected = Expected();
+    ASSERT_EQ(outputs.size(), expected.size());
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      EXPECT_EQ(outputs[i], expected[i]) << "request " << i << " with " << flags.back();
+    }
+  }
+
+  static std::string* model_dir_;
+};
+
+std::string* ChunkedPrefillTest::model_dir_ = nullptr;
+
+TEST_F(ChunkedPrefillTest, SameTokensAtBudgets1_7_16_61AndTheDefault) {
+  for (int budget : {1, 7, 16, 61}) {
+    ExpectSameOutputs({absl::StrCat("--max-num-batched-tokens=", budget)});
+  }
+  ExpectSameOutputs({"--enable-chunked-prefill"});
+}
+
+TEST_F(ChunkedPrefillTest, PromptLongerThanTheBudgetIsServedNotRefused) {
+  auto server = StartServer({"--max-num-batched-tokens=16", "--metrics-port=-1"});
+  ASSERT_TRUE(server.ok()) << server.status();
+  const UnaryOutcome outcome = Generate(*Stub(**server), TokenRequest(TestPrompt(200, 3), 4));
+  ASSERT_TRUE(outcome.status.ok()) << outcome.status.error_message();
+  EXPECT_EQ(outcome.response.outputs(0).token_ids_size(), 4);
+  // Without chunks a step must hold the whole prompt: refused, as before.
+  auto whole = StartServer({"--no-enable-chunked-prefill", "--max-num-batched-tokens=16"});
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  const UnaryOutcome refused = Generate(*Stub(**whole), TokenRequest(TestPrompt(200, 3), 4));
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(ChunkedPrefillTest, SameTokensUnderSwapAndRecomputePreemption) {
+  // Twelve requests whose prompts fit the cache but whose outputs do not:
+  // 48 blocks of 4 tokens against 12 * (20 + 60) tokens. Some are n = 2;
+  // recomputing one needs both its sequences' blocks at once (2 * 22), so
+  // the cache must hold that much.
+  std::vector<GenerateRequest> requests;
+  for (int i = 0; i < 12; ++i) {
+    GenerateRequest request = TokenRequest(TestPrompt(18 + i, 60 + i), 60, i % 2 ? 0 : 80 + i);
+    if (i % 4 == 0) request.mutable_sampling()->set_n(2);
+    requests.push_back(request);
+  }
+  // RunAll runs the last two one after the other: two more, unchecked.
+  requests.push_back(TokenRequest(TestPrompt(5, 1), 2));
+  requests.push_back(TokenRequest(TestPrompt(5, 1), 2));
+  auto roomy = StartServer({"--no-enable-chunked-prefill"});
+  ASSERT_TRUE(roomy.ok()) << roomy.status();
+  const std::vector<Outputs> expected = RunAll(*Stub(**roomy), requests);
+  for (const char* mode : {"--preemption-mode=swap", "--preemption-mode=recompute"}) {
+    auto server = StartServer({"--max-num-batched-tokens=7", "--num-gpu-blocks-override=48",
+                               "--swap-space=0.05", mode});
+    ASSERT_TRUE(server.ok()) << server.status();
+    const std::vector<Outputs> outputs = RunAll(*Stub(**server), requests);
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      EXPECT_EQ(outputs[i], expected[i]) << "request " << i << " with " << mode;
+    }
+    EXPECT_GT(MetricValue((*server)->metrics_port(), "pagoda_num_preemptions_total"), 0) << mode;
+  }
+}
+
+TEST_F(ChunkedPrefillTest, SameTokensAtTensorParallelSize2) {
+  ExpectSameOutputs({"--tensor-parallel-size=2", "--max-num-batched-tokens=7"});
+}
+
+TEST_F(ChunkedPrefillTest, SameTokensAcrossAWorkerRestart) {
+  auto server = StartServer({"--max-num-batched-tokens=16"});
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = Stub(**server);
+  // Long prompts and long outputs, so the kill lands mid-prefill or mid-decode.
+  std::vector<GenerateRequest> requests;
+  for (int i = 0; i < 16; ++i) {
+    requests.push_back(TokenRequest(TestPrompt(60 + 7 * i, i), 40, i % 2 == 0 ? 0 : 50 + i));
+  }
+  std::vector<StreamOutcome> expected(requests.size());
+  std::vector<StreamOutcome> outcomes(requests.size());
+  auto run_all = [&](std::vector<StreamOutcome>& into, std::atomic<int>* received) {
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      threads.emplace_back([&, i] { into[i] = RunStream(*stub, requests[i], received); });
+    }
+    for (std::thread& thread : threads) thread.join();
+  };
+  run_all(expected, nullptr);
+  std::atomic<int> received{0};
+  std::thread clients([&] { run_all(outcomes, &received); });
+  ASSERT_TRUE(WaitFor([&] { return received.load() >= 3; }, absl::Seconds(60)));
+  ASSERT_EQ(kill((*server)->worker_pids().at(0), SIGKILL), 0);
+  clients.join();
+  for (size_t i = 0; i < requests.size(); ++i) {
+    ASSERT_TRUE(outcomes[i].status.ok()) << i << ": " << outcomes[i].status.error_message();
+    EXPECT_EQ(outcomes[i].tokens, expected[i].tokens) << "stream " << i;
+  }
+  EXPECT_EQ(MetricValue((*server)->metrics_port(), "pagoda_worker_restarts_total"), 1);
+}
+
+// Two seats, both held by long low-priority streams; then four low-priority
+// requests, then two high-priority ones. The high-priority ones preempt a
+// running stream and start before every earlier low-priority one, and the
+// preempted streams still end with the tokens of an undisturbed run.
+TEST_F(ChunkedPrefillTest, PriorityRequestsOvertakeAndPreemptedOnesKeepTheirTokens) {
+  auto server = StartServer({"--scheduling-policy=priority", "--max-num-seqs=2",
+                             "--max-num-batched-tokens=16"});
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = Stub(**server);
+  std::vector<GenerateRequest> requests;
+  for (int i = 0; i < 8; ++i) {
+    GenerateRequest request = TokenRequest(TestPrompt(10 + i, 40 + i), i < 2 ? 230 : 20,
+                                           i % 2 == 0 ? 0 : 300 + i);
+    request.set_priority(i < 6 ? 10 : -5);
+    requests.push_back(request);
+  }
+  std::vector<StreamOutcome> expected(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) expected[i] = RunStream(*stub, requests[i]);
+
+  absl::Mutex mu;
+  std::vector<int> first_token_order;
+  std::vector<StreamOutcome> outcomes(requests.size());
+  std::vector<std::atomic<int>> received(requests.size());
+  std::vector<std::thread> threads;
+  auto start = [&](size_t i) {
+    threads.emplace_back([&, i] { outcomes[i] = RunStream(*stub, requests[i], &received[i]); });
+  };
+  auto watch = std::thread([&] {
+    std::vector<bool> seen(requests.size(), false);
+    while (first_token_order.size() < requests.size()) {
+      for (size_t i = 0; i < requests.size(); ++i) {
+        if (!seen[i] && received[i].load() > 0) {
+          seen[i] = true;
+          absl::MutexLock lock(&mu);
+          first_token_order.push_back(static_cast<int>(i));
+        }
+      }
+      absl::SleepFor(absl::Microseconds(200));
+    }
+  });
+  start(0);
+  start(1);
+  ASSERT_TRUE(WaitFor([&] { return received[0].load() > 0 && received[1].load() > 0; },
+                      absl::Seconds(30)));
+  for (size_t i = 2; i < requests.size(); ++i) {
+    start(i);
+    absl::SleepFor(absl::Milliseconds(2));  // Arrival order = index order.
+  }
+  for (std::thread& thread : threads) thread.join();
+  watch.join();
+  const auto position = [&](int i) {
+    return std::find(first_token_order.begin(), first_token_order.end(), i) -
+           first_token_order.begin();
+  };
+  for (int high : {6, 7}) {
+    for (int low : {2, 3, 4, 5}) EXPECT_LT(position(high), position(low)) << high << " " << low;
+  }
+  for (size_t i = 0; i < requests.size(); ++i) {
+    ASSERT_TRUE(outcomes[i].status.ok()) << i << ": " << outcomes[i].status.error_message();
+    EXPECT_EQ(outcomes[i].tokens, expected[i].tokens) << "stream " << i;
+  }
+  EXPECT_GT(MetricValue((*server)->metrics_port(), "pagoda_num_preemptions_total"), 0);
+}
+
+TEST_F(ChunkedPrefillTest, PriorityOutOfBoundsIsInvalidArgument) {
+  auto server = StartServer({});
+  ASSERT_TRUE(server.ok()) << server.status();
+  for (int priority : {1'000'001, -1'000'001}) {
+    GenerateRequest request = TokenRequest(TestPrompt(5, 1), 2);
+    request.set_priority(priority);
+    const UnaryOutcome outcome = Generate(*Stub(**server), request);
+    EXPECT_EQ(outcome.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_EQ(outcome.status.error_message().rfind("priority:", 0), 0u)
+        << outcome.status.error_message();
+  }
+}
+
+}  // namespace
+}  // namespace pagoda::testing
