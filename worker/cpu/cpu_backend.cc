@@ -237,12 +237,13 @@ class CpuBackend final : public Backend {
   }
 
   static RowSamplingParams RowParams(const SamplingBatch& params, int64_t r, int columns) {
-    RowSamplingParams row{.temperature = params.temperatures[r],
-                          .top_k = params.top_k[r],
-                          .top_p = params.top_p[r],
-                          .seed = params.seeds[r],
-                          .sample_index = params.sample_indices[r],
-                          .num_logprobs = columns};
+    RowSamplingParams row;
+    row.temperature = params.temperatures[r];
+    row.top_k = params.top_k[r];
+    row.top_p = params.top_p[r];
+    row.seed = params.seeds[r];
+    row.sample_index = params.sample_indices[r];
+    row.num_logprobs = columns;
     if (params.min_p != nullptr) row.min_p = params.min_p[r];
     if (params.has_edits) {
       row.penalties = params.penalties[r];
