@@ -2,30 +2,61 @@
 
 #include <bit>
 #include <cmath>
+#include <span>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 
 namespace pagoda {
 
-std::string_view DTypeName(DType dtype) {
-  switch (dtype) {
-    case DType::kF32:
-      return "F32";
-    case DType::kF16:
-      return "F16";
-    case DType::kBF16:
-      return "BF16";
+namespace {
+
+// "<first>, <second>, ..." over `column` of kDTypeNames, each alias after
+// its dtype when `with_aliases`: what an error lists as accepted. In table
+// order, or in `order` when given.
+std::string JoinDTypeNames(const char* DTypeNames::*column, bool with_aliases,
+                           std::span<const DType> order = {}) {
+  std::string joined;
+  auto append = [&](const DTypeNames& names) {
+    absl::StrAppend(&joined, joined.empty() ? "" : ", ", names.*column);
+    if (with_aliases && names.flag_alias != nullptr) {
+      absl::StrAppend(&joined, ", ", names.flag_alias);
+    }
+  };
+  if (order.empty()) {
+    for (const DTypeNames& names : kDTypeNames) append(names);
+  } else {
+    for (DType dtype : order) append(*FindDTypeNames(dtype));
   }
-  return "UNKNOWN";
+  return joined;
+}
+
+}  // namespace
+
+std::string_view DTypeName(DType dtype) {
+  const DTypeNames* names = FindDTypeNames(dtype);
+  return names == nullptr ? "UNKNOWN" : names->safetensors;
 }
 
 absl::StatusOr<DType> ParseSafetensorsDType(std::string_view name) {
-  if (name == "F32") return DType::kF32;
-  if (name == "F16") return DType::kF16;
-  if (name == "BF16") return DType::kBF16;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unsupported dtype \"", std::string(name), "\" (supported: F32, F16, BF16)"));
+  if (const DTypeNames* names = FindDTypeNamed(name, &DTypeNames::safetensors)) {
+    return names->dtype;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unsupported dtype \"", std::string(name),
+      "\" (supported: ", JoinDTypeNames(&DTypeNames::safetensors, /*with_aliases=*/false), ")"));
+}
+
+const char* DTypeFlagName(DType dtype) {
+  const DTypeNames* names = FindDTypeNames(dtype);
+  return names == nullptr ? "?" : names->flag;
+}
+
+std::optional<DType> FindFlagDType(std::string_view name) {
+  const DTypeNames* names = FindDTypeNamed(name, &DTypeNames::flag);
+  if (names == nullptr) names = FindDTypeNamed(name, &DTypeNames::flag_alias);
+  if (names == nullptr) return std::nullopt;
+  return names->dtype;
 }
 
 float HalfToFloat(uint16_t bits) {
@@ -140,22 +171,22 @@ void ConvertFromFloat(DType dtype, const float* src, size_t count, void* dst) {
 
 absl::StatusOr<std::optional<DType>> ParseDTypeFlag(std::string_view value) {
   if (value == "auto" || value.empty()) return std::optional<DType>();
-  if (value == "float32" || value == "float") return std::optional<DType>(DType::kF32);
-  if (value == "float16" || value == "half") return std::optional<DType>(DType::kF16);
-  if (value == "bfloat16") return std::optional<DType>(DType::kBF16);
-  return absl::InvalidArgumentError(absl::StrCat("unknown dtype \"", std::string(value),
-                                                 "\" (accepted: auto, float32, float, float16, "
-                                                 "half, bfloat16)"));
+  if (std::optional<DType> dtype = FindFlagDType(value)) return dtype;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown dtype \"", std::string(value), "\" (accepted: auto, ",
+                   JoinDTypeNames(&DTypeNames::flag, /*with_aliases=*/true), ")"));
 }
 
 absl::StatusOr<std::optional<DType>> ParseKvCacheDTypeFlag(std::string_view value) {
   if (value == "auto" || value.empty()) return std::optional<DType>();
-  if (value == "float32") return std::optional<DType>(DType::kF32);
-  if (value == "float16") return std::optional<DType>(DType::kF16);
-  if (value == "bfloat16") return std::optional<DType>(DType::kBF16);
+  if (const DTypeNames* names = FindDTypeNamed(value, &DTypeNames::flag)) {
+    return std::optional<DType>(names->dtype);
+  }
+  // vLLM's --kv-cache-dtype help lists bfloat16 before float16; so does ours.
+  constexpr DType kVllmOrder[] = {DType::kF32, DType::kBF16, DType::kF16};
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown kv cache dtype \"", std::string(value),
-                   "\" (accepted: auto, float32, bfloat16, float16)"));
+      absl::StrCat("unknown kv cache dtype \"", std::string(value), "\" (accepted: auto, ",
+                   JoinDTypeNames(&DTypeNames::flag, /*with_aliases=*/false, kVllmOrder), ")"));
 }
 
 }  // namespace pagoda

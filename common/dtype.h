@@ -12,10 +12,17 @@
 
 namespace pagoda {
 
-// "F32", "F16", "BF16" (safetensors spelling).
+// "F32", "F16", "BF16" (safetensors spelling, from kDTypeNames).
 std::string_view DTypeName(DType dtype);
 // Parses the safetensors spelling; anything else is INVALID_ARGUMENT.
 absl::StatusOr<DType> ParseSafetensorsDType(std::string_view name);
+// The dtype a --dtype value or config.json torch_dtype names ("float32",
+// "float", "float16", "half", "bfloat16"; case-sensitive); nullopt for
+// anything else, "auto" included.
+std::optional<DType> FindFlagDType(std::string_view name);
+// "float32", "float16", "bfloat16": how --dtype and --kv-cache-dtype name
+// `dtype`, for messages about those flags.
+const char* DTypeFlagName(DType dtype);
 
 // IEEE half and bfloat16 bit patterns to float and back (round to nearest even).
 float HalfToFloat(uint16_t bits);

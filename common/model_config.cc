@@ -14,20 +14,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/sampling_limits.h"
+#include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 
 namespace pagoda {
 namespace {
 
 using Json = nlohmann::json;
-
-// Assigns the value of a StatusOr expression to `lhs`, or returns its error.
-#define PAGODA_ASSIGN_OR_RETURN(lhs, expr)      \
-  do {                                          \
-    auto result_ = (expr);                      \
-    if (!result_.ok()) return result_.status(); \
-    lhs = *std::move(result_);                  \
-  } while (0)
 
 // Reads and parses one JSON object file. `label` is how errors name the file.
 absl::StatusOr<Json> ReadJsonObject(const std::filesystem::path& path, const std::string& label) {
@@ -323,8 +316,6 @@ absl::Status CheckTokenIds(const ModelConfig& model, const std::string& eos_labe
   }
   return absl::OkStatus();
 }
-
-#undef PAGODA_ASSIGN_OR_RETURN
 
 }  // namespace
 

@@ -36,6 +36,11 @@ struct WeightStore::MappedFile {
   ~MappedFile() {
     if (data != nullptr) munmap(const_cast<void*>(static_cast<const void*>(data)), size);
   }
+  // Maps the whole file at `path`; NOT_FOUND (saying so when the file is
+  // `listed_in_index`) when it cannot be opened.
+  static absl::StatusOr<std::unique_ptr<MappedFile>> Map(const std::string& path,
+                                                         bool listed_in_index);
+
   std::string path;
   const unsigned char* data = nullptr;  // nullptr for an empty file.
   size_t size = 0;
@@ -67,6 +72,60 @@ struct HeaderEntry {
   uint64_t end;
 };
 
+// Reads the "shape" of a header entry into `shape` and returns its number of
+// elements. The error says only what is wrong (ParseEntry names the tensor).
+absl::StatusOr<uint64_t> ParseShape(const Json& entry, uint64_t data_size,
+                                    std::vector<int64_t>* shape) {
+  auto shape_it = entry.find("shape");
+  if (shape_it == entry.end() || !shape_it->is_array()) {
+    return absl::InvalidArgumentError("\"shape\" must be a list of non-negative integers");
+  }
+  // Stop multiplying once the product passes the data size, so it cannot overflow.
+  uint64_t elements = 1;
+  bool too_big = false;
+  for (const Json& dim : *shape_it) {
+    if (!dim.is_number_integer() || dim.get<int64_t>() < 0) {
+      return absl::InvalidArgumentError("\"shape\" must be a list of non-negative integers");
+    }
+    const uint64_t extent = static_cast<uint64_t>(dim.get<int64_t>());
+    shape->push_back(static_cast<int64_t>(extent));
+    if (extent != 0 && elements > data_size / extent) too_big = true;
+    elements = too_big ? elements : elements * extent;
+  }
+  if (too_big) {
+    bool has_zero = std::find(shape->begin(), shape->end(), 0) != shape->end();
+    if (!has_zero) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("shape ", ShapeString(*shape), " is larger than the file"));
+    }
+    elements = 0;
+  }
+  return elements;
+}
+
+// Reads the "data_offsets" of a header entry into parsed->begin and
+// parsed->end, checked against the data section's `data_size` bytes. The
+// error says only what is wrong (ParseEntry names the tensor).
+absl::Status ParseOffsets(const Json& entry, uint64_t data_size, HeaderEntry* parsed) {
+  auto offsets_it = entry.find("data_offsets");
+  if (offsets_it == entry.end() || !offsets_it->is_array() || offsets_it->size() != 2 ||
+      !(*offsets_it)[0].is_number_unsigned() || !(*offsets_it)[1].is_number_unsigned()) {
+    return absl::InvalidArgumentError(
+        "\"data_offsets\" must be [begin, end] with non-negative integers");
+  }
+  parsed->begin = (*offsets_it)[0].get<uint64_t>();
+  parsed->end = (*offsets_it)[1].get<uint64_t>();
+  if (parsed->end < parsed->begin) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data_offsets end ", parsed->end, " is before begin ", parsed->begin));
+  }
+  if (parsed->end > data_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data_offsets end ", parsed->end, " is beyond the data section (", data_size, " bytes)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<HeaderEntry> ParseEntry(const std::string& path, const std::string& name,
                                        const Json& entry, uint64_t data_size) {
   auto tensor_error = [&](absl::string_view what) {
@@ -82,48 +141,12 @@ absl::StatusOr<HeaderEntry> ParseEntry(const std::string& path, const std::strin
   auto dtype = ParseSafetensorsDType(dtype_it->get<std::string>());
   if (!dtype.ok()) return tensor_error(dtype.status().message());
   parsed.dtype = *dtype;
-
-  auto shape_it = entry.find("shape");
-  if (shape_it == entry.end() || !shape_it->is_array()) {
-    return tensor_error("\"shape\" must be a list of non-negative integers");
+  auto elements = ParseShape(entry, data_size, &parsed.shape);
+  if (!elements.ok()) return tensor_error(elements.status().message());
+  if (absl::Status status = ParseOffsets(entry, data_size, &parsed); !status.ok()) {
+    return tensor_error(status.message());
   }
-  // Stop multiplying once the product passes the data size, so it cannot overflow.
-  uint64_t elements = 1;
-  bool too_big = false;
-  for (const Json& dim : *shape_it) {
-    if (!dim.is_number_integer() || dim.get<int64_t>() < 0) {
-      return tensor_error("\"shape\" must be a list of non-negative integers");
-    }
-    const uint64_t extent = static_cast<uint64_t>(dim.get<int64_t>());
-    parsed.shape.push_back(static_cast<int64_t>(extent));
-    if (extent != 0 && elements > data_size / extent) too_big = true;
-    elements = too_big ? elements : elements * extent;
-  }
-  if (too_big) {
-    bool has_zero = std::find(parsed.shape.begin(), parsed.shape.end(), 0) != parsed.shape.end();
-    if (!has_zero) {
-      return tensor_error(
-          absl::StrCat("shape ", ShapeString(parsed.shape), " is larger than the file"));
-    }
-    elements = 0;
-  }
-
-  auto offsets_it = entry.find("data_offsets");
-  if (offsets_it == entry.end() || !offsets_it->is_array() || offsets_it->size() != 2 ||
-      !(*offsets_it)[0].is_number_unsigned() || !(*offsets_it)[1].is_number_unsigned()) {
-    return tensor_error("\"data_offsets\" must be [begin, end] with non-negative integers");
-  }
-  parsed.begin = (*offsets_it)[0].get<uint64_t>();
-  parsed.end = (*offsets_it)[1].get<uint64_t>();
-  if (parsed.end < parsed.begin) {
-    return tensor_error(
-        absl::StrCat("data_offsets end ", parsed.end, " is before begin ", parsed.begin));
-  }
-  if (parsed.end > data_size) {
-    return tensor_error(absl::StrCat("data_offsets end ", parsed.end,
-                                     " is beyond the data section (", data_size, " bytes)"));
-  }
-  const uint64_t expected_bytes = elements * DTypeSize(parsed.dtype);
+  const uint64_t expected_bytes = *elements * DTypeSize(parsed.dtype);
   if (parsed.end - parsed.begin != expected_bytes) {
     return tensor_error(absl::StrCat(
         "holds ", parsed.end - parsed.begin, " bytes but shape ", ShapeString(parsed.shape), " of ",
@@ -202,7 +225,86 @@ absl::StatusOr<Json> ReadIndex(const std::string& path) {
   return index;
 }
 
+// Which shard files to map, and for a sharded model (one with the index
+// file at `index_path`) which tensors each must hold; a single file holds
+// whatever its header lists.
+absl::StatusOr<std::map<std::string, std::vector<std::string>>> ExpectedTensorsByShard(
+    const std::string& index_path, bool sharded) {
+  std::map<std::string, std::vector<std::string>> expected_by_shard;
+  if (!sharded) {
+    expected_by_shard[kSingleFile] = {};
+    return expected_by_shard;
+  }
+  auto index = ReadIndex(index_path);
+  if (!index.ok()) return index.status();
+  for (const auto& [name, shard] : (*index)["weight_map"].items()) {
+    expected_by_shard[shard.get<std::string>()].push_back(name);
+  }
+  if (expected_by_shard.empty()) return FileError(index_path, "\"weight_map\" is empty");
+  return expected_by_shard;
+}
+
 }  // namespace
+
+absl::StatusOr<std::unique_ptr<WeightStore::MappedFile>> WeightStore::MappedFile::Map(
+    const std::string& path, bool listed_in_index) {
+  auto file = std::make_unique<MappedFile>();
+  file->path = path;
+  int fd = ::open(file->path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    std::string why = listed_in_index ? absl::StrCat(" (listed in ", kIndexFile, ")") : "";
+    return absl::NotFoundError(
+        absl::StrCat(file->path, ": cannot open", why, ": ", std::strerror(errno)));
+  }
+  struct stat info;
+  if (fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
+    ::close(fd);
+    return FileError(file->path, "not a regular file");
+  }
+  file->size = static_cast<size_t>(info.st_size);
+  if (file->size > 0) {
+    void* mapping = mmap(nullptr, file->size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (mapping == MAP_FAILED) {
+      const int mmap_errno = errno;
+      ::close(fd);
+      return absl::InternalError(
+          absl::StrCat(file->path, ": mmap failed: ", std::strerror(mmap_errno)));
+    }
+    file->data = static_cast<const unsigned char*>(mapping);
+  }
+  ::close(fd);  // The mapping stays valid without the descriptor.
+  return file;
+}
+
+absl::Status WeightStore::AddTensors(const MappedFile& file,
+                                     const std::vector<std::string>& expected, bool sharded) {
+  uint64_t data_start = 0;
+  auto entries = ParseHeader(file.path, file.data, file.size, &data_start);
+  if (!entries.ok()) return entries.status();
+  std::set<std::string> present;
+  for (HeaderEntry& entry : *entries) {
+    if (sharded && std::find(expected.begin(), expected.end(), entry.name) == expected.end()) {
+      continue;  // The index assigns this name elsewhere (or nowhere): the index wins.
+    }
+    if (tensors_.count(entry.name) > 0) {
+      return FileError(file.path, absl::StrCat("tensor \"", entry.name, "\" appears twice"));
+    }
+    TensorView view;
+    view.dtype = entry.dtype;
+    view.shape = std::move(entry.shape);
+    view.data = file.data + data_start + entry.begin;
+    view.nbytes = static_cast<size_t>(entry.end - entry.begin);
+    tensors_.emplace(entry.name, std::move(view));
+    present.insert(entry.name);
+  }
+  for (const std::string& name : expected) {
+    if (present.count(name) == 0) {
+      return absl::NotFoundError(absl::StrCat(file.path, ": tensor \"", name, "\" listed in ",
+                                              kIndexFile, " is missing from this shard"));
+    }
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::unique_ptr<WeightStore>> WeightStore::Open(const std::string& model_dir) {
   const std::filesystem::path dir(model_dir);
@@ -210,75 +312,19 @@ absl::StatusOr<std::unique_ptr<WeightStore>> WeightStore::Open(const std::string
   if (!std::filesystem::is_directory(dir, error)) {
     return absl::NotFoundError(absl::StrCat("model directory ", model_dir, " does not exist"));
   }
-  // Which shard files to map, and for a sharded model which tensors each must hold.
-  std::map<std::string, std::vector<std::string>> expected_by_shard;
   const std::string index_path = (dir / kIndexFile).string();
   const bool sharded = std::filesystem::exists(index_path, error);
-  if (sharded) {
-    auto index = ReadIndex(index_path);
-    if (!index.ok()) return index.status();
-    for (const auto& [name, shard] : (*index)["weight_map"].items()) {
-      expected_by_shard[shard.get<std::string>()].push_back(name);
-    }
-    if (expected_by_shard.empty()) return FileError(index_path, "\"weight_map\" is empty");
-  } else {
-    expected_by_shard[kSingleFile] = {};
-  }
+  auto expected_by_shard = ExpectedTensorsByShard(index_path, sharded);
+  if (!expected_by_shard.ok()) return expected_by_shard.status();
 
   std::unique_ptr<WeightStore> store(new WeightStore());
-  for (const auto& [shard, expected] : expected_by_shard) {
-    auto file = std::make_unique<MappedFile>();
-    file->path = (dir / shard).string();
-    int fd = ::open(file->path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-      std::string why = sharded ? absl::StrCat(" (listed in ", kIndexFile, ")") : "";
-      return absl::NotFoundError(
-          absl::StrCat(file->path, ": cannot open", why, ": ", std::strerror(errno)));
+  for (const auto& [shard, expected] : *expected_by_shard) {
+    auto file = MappedFile::Map((dir / shard).string(), sharded);
+    if (!file.ok()) return file.status();
+    if (absl::Status status = store->AddTensors(**file, expected, sharded); !status.ok()) {
+      return status;
     }
-    struct stat info;
-    if (fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
-      ::close(fd);
-      return FileError(file->path, "not a regular file");
-    }
-    file->size = static_cast<size_t>(info.st_size);
-    if (file->size > 0) {
-      void* mapping = mmap(nullptr, file->size, PROT_READ, MAP_PRIVATE, fd, 0);
-      if (mapping == MAP_FAILED) {
-        const int mmap_errno = errno;
-        ::close(fd);
-        return absl::InternalError(
-            absl::StrCat(file->path, ": mmap failed: ", std::strerror(mmap_errno)));
-      }
-      file->data = static_cast<const unsigned char*>(mapping);
-    }
-    ::close(fd);  // The mapping stays valid without the descriptor.
-
-    uint64_t data_start = 0;
-    auto entries = ParseHeader(file->path, file->data, file->size, &data_start);
-    if (!entries.ok()) return entries.status();
-    std::set<std::string> present;
-    for (HeaderEntry& entry : *entries) {
-      if (sharded && std::find(expected.begin(), expected.end(), entry.name) == expected.end()) {
-        continue;  // The index assigns this name elsewhere (or nowhere): the index wins.
-      }
-      if (store->tensors_.count(entry.name) > 0) {
-        return FileError(file->path, absl::StrCat("tensor \"", entry.name, "\" appears twice"));
-      }
-      TensorView view;
-      view.dtype = entry.dtype;
-      view.shape = std::move(entry.shape);
-      view.data = file->data + data_start + entry.begin;
-      view.nbytes = static_cast<size_t>(entry.end - entry.begin);
-      store->tensors_.emplace(entry.name, std::move(view));
-      present.insert(entry.name);
-    }
-    for (const std::string& name : expected) {
-      if (present.count(name) == 0) {
-        return absl::NotFoundError(absl::StrCat(file->path, ": tensor \"", name, "\" listed in ",
-                                                kIndexFile, " is missing from this shard"));
-      }
-    }
-    store->files_.push_back(std::move(file));
+    store->files_.push_back(*std::move(file));
   }
   return store;
 }

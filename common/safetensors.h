@@ -46,6 +46,11 @@ class WeightStore {
  private:
   struct MappedFile;
   WeightStore() = default;
+  // Adds the tensors of `file`'s header, bound to its mapping. For a sharded
+  // model only the names the index gives this shard (`expected`) are taken,
+  // and each of them must be there.
+  absl::Status AddTensors(const MappedFile& file, const std::vector<std::string>& expected,
+                          bool sharded);
   std::vector<std::unique_ptr<MappedFile>> files_;
   std::map<std::string, TensorView> tensors_;
 };

@@ -14,16 +14,10 @@ using ScalarType = ::pagoda::DType;
 
 inline constexpr size_t ScalarTypeSize(ScalarType type) { return ::pagoda::DTypeSize(type); }
 
+// "f32", "f16", "bf16": the short names of the one table (kDTypeNames).
 inline constexpr const char* ScalarTypeName(ScalarType type) {
-  switch (type) {
-    case ScalarType::kF32:
-      return "f32";
-    case ScalarType::kF16:
-      return "f16";
-    case ScalarType::kBF16:
-      return "bf16";
-  }
-  return "?";
+  const DTypeNames* names = FindDTypeNames(type);
+  return names == nullptr ? "?" : names->short_name;
 }
 
 }  // namespace pagoda::kernels

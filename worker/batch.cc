@@ -74,44 +74,47 @@ absl::StatusOr<std::vector<BlockPair>> ConvertMoves(
   return pairs;
 }
 
-}  // namespace
+// Blocks of `block_size` tokens a context of `context` tokens spans.
+int64_t BlocksFor(int64_t context, int block_size) {
+  return (context + block_size - 1) / block_size;
+}
 
-absl::StatusOr<FlatBatch> FlattenStepPlan(const StepPlan& plan, const BatchLimits& limits) {
-  FlatBatch batch;
-  absl::flat_hash_set<int64_t> seen;
-  const int block_size = limits.block_size;
-  for (const SequenceStep& step : plan.sequences()) {
-    if (!seen.insert(step.seq_id()).second) return SequenceError(step, "duplicate seq_id");
-    if (step.token_ids().empty()) return SequenceError(step, "empty token_ids");
-    if (step.start_position() < 0) {
-      return SequenceError(step, absl::StrCat("negative start_position ", step.start_position()));
-    }
-    const int64_t context = static_cast<int64_t>(step.start_position()) + step.token_ids_size();
-    const int64_t blocks_needed = (context + block_size - 1) / block_size;
-    if (step.block_table_size() < blocks_needed) {
-      return SequenceError(
-          step, absl::StrCat("block_table has ", step.block_table_size(), " blocks but ", context,
-                             " tokens need ", blocks_needed));
-    }
-    for (int i = 0; i < blocks_needed; ++i) {
-      const int32_t block = step.block_table(i);
-      if (block < 0 || block >= limits.num_gpu_blocks) {
-        return SequenceError(step, absl::StrCat("block id ", block, " at index ", i,
-                                                " is outside [0, ", limits.num_gpu_blocks, ")"));
-      }
-    }
-    for (int32_t token : step.token_ids()) {
-      if (token < 0 || token >= limits.vocab_size) {
-        return SequenceError(
-            step, absl::StrCat("token id ", token, " is outside [0, ", limits.vocab_size, ")"));
-      }
-    }
-    if (step.do_sample()) {
-      if (absl::Status status = CheckSampling(step); !status.ok()) return status;
-    }
-    batch.max_blocks_per_seq = std::max(batch.max_blocks_per_seq, static_cast<int>(blocks_needed));
+// Checks one sequence of a plan against `limits` (all but the duplicate
+// seq_id, which needs the whole plan) and returns the blocks its context
+// spans.
+absl::StatusOr<int> CheckSequence(const SequenceStep& step, const BatchLimits& limits) {
+  if (step.token_ids().empty()) return SequenceError(step, "empty token_ids");
+  if (step.start_position() < 0) {
+    return SequenceError(step, absl::StrCat("negative start_position ", step.start_position()));
   }
+  const int64_t context = static_cast<int64_t>(step.start_position()) + step.token_ids_size();
+  const int64_t blocks_needed = BlocksFor(context, limits.block_size);
+  if (step.block_table_size() < blocks_needed) {
+    return SequenceError(
+        step, absl::StrCat("block_table has ", step.block_table_size(), " blocks but ", context,
+                           " tokens need ", blocks_needed));
+  }
+  for (int i = 0; i < blocks_needed; ++i) {
+    const int32_t block = step.block_table(i);
+    if (block < 0 || block >= limits.num_gpu_blocks) {
+      return SequenceError(step, absl::StrCat("block id ", block, " at index ", i,
+                                              " is outside [0, ", limits.num_gpu_blocks, ")"));
+    }
+  }
+  for (int32_t token : step.token_ids()) {
+    if (token < 0 || token >= limits.vocab_size) {
+      return SequenceError(
+          step, absl::StrCat("token id ", token, " is outside [0, ", limits.vocab_size, ")"));
+    }
+  }
+  if (step.do_sample()) {
+    if (absl::Status status = CheckSampling(step); !status.ok()) return status;
+  }
+  return static_cast<int>(blocks_needed);
+}
 
+// The plan's swap-in, swap-out and copy moves, checked, into `batch`.
+absl::Status ConvertBlockMoves(const StepPlan& plan, const BatchLimits& limits, FlatBatch* batch) {
   auto swap_in =
       ConvertMoves(plan.swap_in(), "swap_in", limits.num_cpu_blocks, limits.num_gpu_blocks,
                    /*same_cache=*/false);
@@ -123,40 +126,62 @@ absl::StatusOr<FlatBatch> FlattenStepPlan(const StepPlan& plan, const BatchLimit
   auto copy = ConvertMoves(plan.copy(), "copy", limits.num_gpu_blocks, limits.num_gpu_blocks,
                            /*same_cache=*/true);
   if (!copy.ok()) return copy.status();
-  batch.swap_in = *std::move(swap_in);
-  batch.swap_out = *std::move(swap_out);
-  batch.copy = *std::move(copy);
+  batch->swap_in = *std::move(swap_in);
+  batch->swap_out = *std::move(swap_out);
+  batch->copy = *std::move(copy);
+  return absl::OkStatus();
+}
+
+// Appends sequence `s` of the plan (checked by CheckSequence) to `batch`:
+// its block table row, a row per token, and a logits row when it samples.
+// REQUIRES: batch->block_tables is sized for every sequence of the plan.
+void AppendSequence(const SequenceStep& step, int s, int block_size, FlatBatch* batch) {
+  const int start = step.start_position();
+  const int context = start + step.token_ids_size();
+  const int blocks_needed = static_cast<int>(BlocksFor(context, block_size));
+  std::copy_n(step.block_table().begin(), blocks_needed,
+              batch->block_tables.begin() + static_cast<size_t>(s) * batch->max_blocks_per_seq);
+  for (int i = 0; i < step.token_ids_size(); ++i) {
+    const int position = start + i;
+    batch->input_ids.push_back(step.token_ids(i));
+    batch->positions.push_back(position);
+    batch->slot_mapping.push_back(step.block_table(position / block_size) * block_size +
+                                  position % block_size);
+  }
+  batch->query_start.push_back(static_cast<int32_t>(batch->input_ids.size()));
+  batch->context_lens.push_back(context);
+  if (!step.do_sample()) return;
+  batch->logits_indices.push_back(batch->query_start.back() - 1);
+  batch->sample_sequences.push_back(s);
+  const auto& sampling = step.sampling();
+  batch->temperatures.push_back(sampling.temperature());
+  batch->top_k.push_back(sampling.top_k());
+  batch->top_p.push_back(sampling.top_p());
+  batch->seeds.push_back(sampling.seed());
+  batch->sample_indices.push_back(static_cast<uint64_t>(step.sample_index()));
+  batch->num_logprobs.push_back(sampling.num_logprobs());
+}
+
+}  // namespace
+
+absl::StatusOr<FlatBatch> FlattenStepPlan(const StepPlan& plan, const BatchLimits& limits) {
+  // Everything is checked before anything is flattened: a rejected plan
+  // touches nothing.
+  FlatBatch batch;
+  absl::flat_hash_set<int64_t> seen;
+  for (const SequenceStep& step : plan.sequences()) {
+    if (!seen.insert(step.seq_id()).second) return SequenceError(step, "duplicate seq_id");
+    auto blocks_needed = CheckSequence(step, limits);
+    if (!blocks_needed.ok()) return blocks_needed.status();
+    batch.max_blocks_per_seq = std::max(batch.max_blocks_per_seq, *blocks_needed);
+  }
+  if (absl::Status status = ConvertBlockMoves(plan, limits, &batch); !status.ok()) return status;
 
   const int num_seqs = plan.sequences_size();
   batch.query_start.push_back(0);
   batch.block_tables.assign(static_cast<size_t>(num_seqs) * batch.max_blocks_per_seq, 0);
   for (int s = 0; s < num_seqs; ++s) {
-    const SequenceStep& step = plan.sequences(s);
-    const int start = step.start_position();
-    const int context = start + step.token_ids_size();
-    const int blocks_needed = (context + block_size - 1) / block_size;
-    std::copy_n(step.block_table().begin(), blocks_needed,
-                batch.block_tables.begin() + static_cast<size_t>(s) * batch.max_blocks_per_seq);
-    for (int i = 0; i < step.token_ids_size(); ++i) {
-      const int position = start + i;
-      batch.input_ids.push_back(step.token_ids(i));
-      batch.positions.push_back(position);
-      batch.slot_mapping.push_back(step.block_table(position / block_size) * block_size +
-                                   position % block_size);
-    }
-    batch.query_start.push_back(static_cast<int32_t>(batch.input_ids.size()));
-    batch.context_lens.push_back(context);
-    if (step.do_sample()) {
-      batch.logits_indices.push_back(batch.query_start.back() - 1);
-      batch.sample_sequences.push_back(s);
-      const auto& sampling = step.sampling();
-      batch.temperatures.push_back(sampling.temperature());
-      batch.top_k.push_back(sampling.top_k());
-      batch.top_p.push_back(sampling.top_p());
-      batch.seeds.push_back(sampling.seed());
-      batch.sample_indices.push_back(static_cast<uint64_t>(step.sample_index()));
-      batch.num_logprobs.push_back(sampling.num_logprobs());
-    }
+    AppendSequence(plan.sequences(s), s, limits.block_size, &batch);
   }
   return batch;
 }

@@ -8,23 +8,13 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/safetensors.h"
+#include "common/status_macros.h"
 #include "common/tensor_parallel_plan.h"
 #include "common/tensor_slice.h"
 #include "kernels/ops/rope_cache.h"
 #include "worker/sharded_weights.h"
 
 namespace pagoda::worker {
-
-struct LlamaModel::LayerWeights {
-  std::unique_ptr<Buffer> input_norm, post_attention_norm;
-  // [q_dim + 2 * kv_dim, hidden]: query rows, then key rows, then value rows
-  // (vLLM's QKVParallelLinear), so one product serves all three.
-  std::unique_ptr<Buffer> qkv_proj;
-  std::unique_ptr<Buffer> qkv_bias;  // f32, the same order; null without attention_bias.
-  std::unique_ptr<Buffer> o_proj;
-  std::unique_ptr<Buffer> gate_up_proj;  // [2 * intermediate, hidden]: gate rows, then up rows.
-  std::unique_ptr<Buffer> down_proj;
-};
 
 namespace {
 
@@ -41,6 +31,18 @@ std::unique_ptr<Buffer> UploadF32(Backend* backend, const std::vector<float>& ho
   auto buffer = backend->Allocate(DType::kF32, host.size());
   backend->UploadBytes(host.data(), buffer->raw(), host.size() * sizeof(float));
   return buffer;
+}
+
+// Weights as the ops take them: a [rows, cols] matrix, a vector, a bias
+// (null when the layer has none).
+Tensor Matrix(const std::unique_ptr<Buffer>& buffer, int64_t rows, int64_t cols) {
+  return Tensor::Of(*buffer, {rows, cols});
+}
+Tensor Vector(const std::unique_ptr<Buffer>& buffer) {
+  return Tensor::Of(*buffer, {static_cast<int64_t>(buffer->size())});
+}
+const float* BiasOf(const std::unique_ptr<Buffer>& buffer) {
+  return buffer ? buffer->data() : nullptr;
 }
 
 // The rotary inverse frequencies of `config`, every scaling folded in.
@@ -132,7 +134,69 @@ class WeightLoader {
   std::optional<DType> dtype_;
 };
 
+// Shapes of one layer's checkpoint tensors (the whole model's) and this
+// rank's slices of them.
+struct LayerGeometry {
+  int64_t hidden;
+  int64_t intermediate;
+  int64_t q_dim;
+  int64_t kv_dim;
+  LayerSlices slices;
+  bool attention_bias;
+};
+
 }  // namespace
+
+struct LlamaModel::LayerWeights {
+  std::unique_ptr<Buffer> input_norm, post_attention_norm;
+  // [q_dim + 2 * kv_dim, hidden]: query rows, then key rows, then value rows
+  // (vLLM's QKVParallelLinear), so one product serves all three.
+  std::unique_ptr<Buffer> qkv_proj;
+  std::unique_ptr<Buffer> qkv_bias;  // f32, the same order; null without attention_bias.
+  std::unique_ptr<Buffer> o_proj;
+  std::unique_ptr<Buffer> gate_up_proj;  // [2 * intermediate, hidden]: gate rows, then up rows.
+  std::unique_ptr<Buffer> down_proj;
+
+  // Layer `index`'s tensors (this rank's slices) in backend memory.
+  static absl::StatusOr<std::unique_ptr<LayerWeights>> Load(WeightLoader& loader, int index,
+                                                            const LayerGeometry& geometry);
+};
+
+absl::StatusOr<std::unique_ptr<LlamaModel::LayerWeights>> LlamaModel::LayerWeights::Load(
+    WeightLoader& loader, int index, const LayerGeometry& geometry) {
+  const std::string prefix = absl::StrCat("model.layers.", index, ".");
+  const int64_t hidden = geometry.hidden;
+  const int64_t inter = geometry.intermediate;
+  const int64_t q_dim = geometry.q_dim;
+  const int64_t kv_dim = geometry.kv_dim;
+  const LayerSlices& slices = geometry.slices;
+  auto layer = std::make_unique<LayerWeights>();
+  PAGODA_ASSIGN_OR_RETURN(layer->input_norm,
+                          loader.Load(prefix + "input_layernorm.weight", {hidden}));
+  PAGODA_ASSIGN_OR_RETURN(layer->post_attention_norm,
+                          loader.Load(prefix + "post_attention_layernorm.weight", {hidden}));
+  PAGODA_ASSIGN_OR_RETURN(
+      layer->qkv_proj,
+      loader.LoadStacked({{prefix + "self_attn.q_proj.weight", {q_dim, hidden}, slices.q},
+                          {prefix + "self_attn.k_proj.weight", {kv_dim, hidden}, slices.kv},
+                          {prefix + "self_attn.v_proj.weight", {kv_dim, hidden}, slices.kv}}));
+  PAGODA_ASSIGN_OR_RETURN(
+      layer->o_proj, loader.Load(prefix + "self_attn.o_proj.weight", {hidden, q_dim}, slices.o));
+  if (geometry.attention_bias) {
+    PAGODA_ASSIGN_OR_RETURN(
+        layer->qkv_bias,
+        loader.LoadF32Stacked({{prefix + "self_attn.q_proj.bias", {q_dim}, slices.q},
+                               {prefix + "self_attn.k_proj.bias", {kv_dim}, slices.kv},
+                               {prefix + "self_attn.v_proj.bias", {kv_dim}, slices.kv}}));
+  }
+  PAGODA_ASSIGN_OR_RETURN(
+      layer->gate_up_proj,
+      loader.LoadStacked({{prefix + "mlp.gate_proj.weight", {inter, hidden}, slices.gate_up},
+                          {prefix + "mlp.up_proj.weight", {inter, hidden}, slices.gate_up}}));
+  PAGODA_ASSIGN_OR_RETURN(
+      layer->down_proj, loader.Load(prefix + "mlp.down_proj.weight", {hidden, inter}, slices.down));
+  return layer;
+}
 
 LlamaModel::LlamaModel(ModelConfig config, Backend* backend, Communicator* communicator)
     : config_(std::move(config)),
@@ -189,56 +253,25 @@ absl::Status LlamaModel::LoadWeights(const std::string& model_dir,
   // Checkpoint shapes are the whole model's; `slices` cut this rank's part.
   const int64_t hidden = full_config.hidden_size;
   const int64_t vocab = full_config.vocab_size;
-  const int64_t inter = full_config.intermediate_size;
-  const int64_t q_dim =
-      static_cast<int64_t>(full_config.num_attention_heads) * full_config.head_dim;
-  const int64_t kv_dim =
-      static_cast<int64_t>(full_config.num_key_value_heads) * full_config.head_dim;
-  const LayerSlices slices = PlanLayerSlices(full_config, shard);
+  const LayerGeometry geometry{
+      .hidden = hidden,
+      .intermediate = full_config.intermediate_size,
+      .q_dim = static_cast<int64_t>(full_config.num_attention_heads) * full_config.head_dim,
+      .kv_dim = static_cast<int64_t>(full_config.num_key_value_heads) * full_config.head_dim,
+      .slices = PlanLayerSlices(full_config, shard),
+      .attention_bias = config_.attention_bias};
   const bool samples = shard.rank == 0;  // Only rank 0 computes logits.
 
-#define PAGODA_ASSIGN_OR_RETURN(lhs, expr)    \
-  {                                           \
-    auto result = (expr);                     \
-    if (!result.ok()) return result.status(); \
-    lhs = *std::move(result);                 \
-  }
   PAGODA_ASSIGN_OR_RETURN(embed_tokens_, loader.Load("model.embed_tokens.weight", {vocab, hidden}));
   PAGODA_ASSIGN_OR_RETURN(final_norm_, loader.Load("model.norm.weight", {hidden}));
   if (samples && ((*store)->Has("lm_head.weight") || !config_.tie_word_embeddings)) {
     PAGODA_ASSIGN_OR_RETURN(lm_head_, loader.Load("lm_head.weight", {vocab, hidden}));
   }
   for (int i = 0; i < config_.num_hidden_layers; ++i) {
-    const std::string prefix = absl::StrCat("model.layers.", i, ".");
-    auto layer = std::make_unique<LayerWeights>();
-    PAGODA_ASSIGN_OR_RETURN(layer->input_norm,
-                            loader.Load(prefix + "input_layernorm.weight", {hidden}));
-    PAGODA_ASSIGN_OR_RETURN(layer->post_attention_norm,
-                            loader.Load(prefix + "post_attention_layernorm.weight", {hidden}));
-    PAGODA_ASSIGN_OR_RETURN(
-        layer->qkv_proj,
-        loader.LoadStacked({{prefix + "self_attn.q_proj.weight", {q_dim, hidden}, slices.q},
-                            {prefix + "self_attn.k_proj.weight", {kv_dim, hidden}, slices.kv},
-                            {prefix + "self_attn.v_proj.weight", {kv_dim, hidden}, slices.kv}}));
-    PAGODA_ASSIGN_OR_RETURN(
-        layer->o_proj, loader.Load(prefix + "self_attn.o_proj.weight", {hidden, q_dim}, slices.o));
-    if (config_.attention_bias) {
-      PAGODA_ASSIGN_OR_RETURN(
-          layer->qkv_bias,
-          loader.LoadF32Stacked({{prefix + "self_attn.q_proj.bias", {q_dim}, slices.q},
-                                 {prefix + "self_attn.k_proj.bias", {kv_dim}, slices.kv},
-                                 {prefix + "self_attn.v_proj.bias", {kv_dim}, slices.kv}}));
-    }
-    PAGODA_ASSIGN_OR_RETURN(
-        layer->gate_up_proj,
-        loader.LoadStacked({{prefix + "mlp.gate_proj.weight", {inter, hidden}, slices.gate_up},
-                            {prefix + "mlp.up_proj.weight", {inter, hidden}, slices.gate_up}}));
-    PAGODA_ASSIGN_OR_RETURN(layer->down_proj, loader.Load(prefix + "mlp.down_proj.weight",
-                                                          {hidden, inter}, slices.down));
+    std::unique_ptr<LayerWeights> layer;
+    PAGODA_ASSIGN_OR_RETURN(layer, LayerWeights::Load(loader, i, geometry));
     layers_.push_back(std::move(layer));
   }
-#undef PAGODA_ASSIGN_OR_RETURN
-
   const std::vector<double> inv_freq = RopeInvFreq(config_);
   inv_freq_ = loader.ToBackend(std::vector<float>(inv_freq.begin(), inv_freq.end()));
   return absl::OkStatus();
@@ -288,99 +321,139 @@ KvCacheShape LlamaModel::CacheShape(int block_size, DType dtype) const {
                       .dtype = dtype};
 }
 
-absl::StatusOr<ForwardOutput> LlamaModel::Forward(const FlatBatch& batch, CacheEngine* cache) {
-  const int tokens = batch.num_tokens();
-  const int hidden = config_.hidden_size;
-  const int heads = config_.num_attention_heads;
-  const int kv_heads = config_.num_key_value_heads;
-  const int head_dim = config_.head_dim;
-  const int inter = config_.intermediate_size;
-  const int q_dim = heads * head_dim;
-  const int kv_dim = kv_heads * head_dim;
-  const int vocab = config_.vocab_size;
-  const float eps = static_cast<float>(config_.rms_norm_eps);
-  const DType act = backend_->activation_dtype();
+// One step's activations, each [tokens, width] in the activation dtype.
+struct LlamaModel::Activations {
+  void* residual;
+  void* normed;
+  // q, k and v back to back in one region: for a single token that is
+  // exactly the fused product's row.
+  void* q;
+  void* k;
+  void* v;
+  void* attention;
+  void* projected;
+  void* gate_up;
+  void* activated;
+};
 
+absl::StatusOr<ForwardOutput> LlamaModel::Forward(const FlatBatch& batch, CacheEngine* cache) {
   const StepBatchCapacity capacity = StepBatchUploader::CapacityOf(batch);
   ReserveWorkspace(capacity);  // Allocates only past the load-time sizing.
   workspace_.Reset();
   const StepBatch step = uploader_.Upload(batch, &workspace_);
-  const int rows = step.num_logits_rows;
-  const size_t t = static_cast<size_t>(tokens);
-  void* residual = workspace_.Take(act, t * hidden);
-  void* normed = workspace_.Take(act, t * hidden);
-  // q, k and v ([tokens, dim] each) back to back in one region: for a single
-  // token that is exactly the fused product's row.
-  const size_t width = DTypeSize(act);
-  void* q = workspace_.Take(act, t * (q_dim + 2 * kv_dim));
-  void* k = static_cast<char*>(q) + t * q_dim * width;
-  void* v = static_cast<char*>(k) + t * kv_dim * width;
-  void* attention = workspace_.Take(act, t * q_dim);
-  void* projected = workspace_.Take(act, t * hidden);
-  void* gate_up = workspace_.Take(act, t * 2 * inter);
-  void* activated = workspace_.Take(act, t * inter);
-  auto matrix = [](const std::unique_ptr<Buffer>& b, int64_t rows, int64_t cols) {
-    return Tensor::Of(*b, {rows, cols});
-  };
-  auto vec = [](const std::unique_ptr<Buffer>& b) {
-    return Tensor::Of(*b, {static_cast<int64_t>(b->size())});
-  };
-  auto bias = [](const std::unique_ptr<Buffer>& b) { return b ? b->data() : nullptr; };
-  // Tensor-parallel sum of the activations, in their dtype; a failed
-  // collective ends the step with its status.
-  auto all_reduce = [&](void* data, size_t n) { return communicator_->AllReduceSum(data, n, act); };
-  const RopeTable rope{.cos_sin = rope_cos_sin_->data(),
-                       .inv_freq = inv_freq_->data(),
-                       .max_positions = rope_positions_};
+  const Activations activations = TakeActivations(static_cast<size_t>(step.num_tokens));
+  const float eps = static_cast<float>(config_.rms_norm_eps);
 
-  backend_->Embedding(step, matrix(embed_tokens_, vocab, hidden), residual);
+  backend_->Embedding(step, Matrix(embed_tokens_, config_.vocab_size, config_.hidden_size),
+                      activations.residual);
   for (int i = 0; i < config_.num_hidden_layers; ++i) {
-    LayerWeights& layer = *layers_[i];
+    const LayerWeights& layer = *layers_[i];
     // Pre-norm residual stream: the previous layer's MLP output is added to
     // the residual in the same pass that normalises it.
     if (i == 0) {
-      backend_->RmsNorm(residual, vec(layer.input_norm), tokens, eps, normed);
+      backend_->RmsNorm(activations.residual, Vector(layer.input_norm), step.num_tokens, eps,
+                        activations.normed);
     } else {
-      backend_->AddRmsNorm(residual, projected, vec(layer.input_norm), tokens, eps, normed);
+      backend_->AddRmsNorm(activations.residual, activations.projected, Vector(layer.input_norm),
+                           step.num_tokens, eps, activations.normed);
     }
-    const Tensor qkv = matrix(layer.qkv_proj, q_dim + 2 * kv_dim, hidden);
-    const float* qkv_bias = bias(layer.qkv_bias);
-    if (tokens == 1) {
-      // One product for all three: a decode step at batch 1 only streams
-      // weights, and a third as many hand-offs between threads.
-      backend_->Linear(normed, 1, qkv, qkv_bias, q, act);
-    } else {
-      auto part_bias = [&](int offset) { return qkv_bias ? qkv_bias + offset : nullptr; };
-      backend_->Linear(normed, tokens, qkv.Rows(0, q_dim), part_bias(0), q, act);
-      backend_->Linear(normed, tokens, qkv.Rows(q_dim, kv_dim), part_bias(q_dim), k, act);
-      backend_->Linear(normed, tokens, qkv.Rows(q_dim + kv_dim, kv_dim), part_bias(q_dim + kv_dim),
-                       v, act);
+    if (absl::Status s = AttentionBlock(layer, cache->layer(i), step, activations); !s.ok()) {
+      return s;
     }
-    backend_->Rope(q, k, step, heads, kv_heads, head_dim, rope);
-    const KvCacheLayer kv = cache->layer(i);
-    backend_->WriteKvCache(k, v, step, kv);
-    backend_->PagedAttention(PagedAttentionParams{
-        .query = q,
-        .output = attention,
-        .cache = kv,
-        .num_heads = heads,
-        .scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim))),
-        .batch = &step});
-    backend_->Linear(attention, tokens, matrix(layer.o_proj, hidden, q_dim), nullptr, projected,
-                     act);
-    // Row-parallel o_proj: each rank holds a partial sum over its heads.
-    if (absl::Status s = all_reduce(projected, t * hidden); !s.ok()) return s;
-
-    backend_->AddRmsNorm(residual, projected, vec(layer.post_attention_norm), tokens, eps, normed);
-    backend_->Linear(normed, tokens, matrix(layer.gate_up_proj, 2 * inter, hidden), nullptr,
-                     gate_up, act);
-    backend_->SiluAndMul(gate_up, tokens, inter, activated);
-    backend_->Linear(activated, tokens, matrix(layer.down_proj, hidden, inter), nullptr, projected,
-                     act);
-    // Row-parallel down_proj: partial sums over the intermediate slices.
-    if (absl::Status s = all_reduce(projected, t * hidden); !s.ok()) return s;
+    if (absl::Status s = MlpBlock(layer, step.num_tokens, activations); !s.ok()) return s;
   }
+  return Logits(step, activations);
+}
 
+// Taken in the order ReserveWorkspace sized them (after the step batch), so
+// a step the load-time reservation covers allocates nothing.
+LlamaModel::Activations LlamaModel::TakeActivations(size_t tokens) {
+  const DType act = backend_->activation_dtype();
+  const size_t hidden = config_.hidden_size;
+  const size_t q_dim = static_cast<size_t>(config_.num_attention_heads) * config_.head_dim;
+  const size_t kv_dim = static_cast<size_t>(config_.num_key_value_heads) * config_.head_dim;
+  const size_t inter = config_.intermediate_size;
+  const size_t width = DTypeSize(act);
+  Activations a;
+  a.residual = workspace_.Take(act, tokens * hidden);
+  a.normed = workspace_.Take(act, tokens * hidden);
+  a.q = workspace_.Take(act, tokens * (q_dim + 2 * kv_dim));
+  a.k = static_cast<char*>(a.q) + tokens * q_dim * width;
+  a.v = static_cast<char*>(a.k) + tokens * kv_dim * width;
+  a.attention = workspace_.Take(act, tokens * q_dim);
+  a.projected = workspace_.Take(act, tokens * hidden);
+  a.gate_up = workspace_.Take(act, tokens * 2 * inter);
+  a.activated = workspace_.Take(act, tokens * inter);
+  return a;
+}
+
+absl::Status LlamaModel::AttentionBlock(const LayerWeights& layer, const KvCacheLayer& kv,
+                                        const StepBatch& step, const Activations& a) {
+  const int tokens = step.num_tokens;
+  const int hidden = config_.hidden_size;
+  const int heads = config_.num_attention_heads;
+  const int head_dim = config_.head_dim;
+  const int q_dim = heads * head_dim;
+  const int kv_dim = config_.num_key_value_heads * head_dim;
+  const DType act = backend_->activation_dtype();
+  const Tensor qkv = Matrix(layer.qkv_proj, q_dim + 2 * kv_dim, hidden);
+  const float* qkv_bias = BiasOf(layer.qkv_bias);
+  if (tokens == 1) {
+    // One product for all three: a decode step at batch 1 only streams
+    // weights, and a third as many hand-offs between threads.
+    backend_->Linear(a.normed, 1, qkv, qkv_bias, a.q, act);
+  } else {
+    auto part_bias = [&](int offset) { return qkv_bias ? qkv_bias + offset : nullptr; };
+    backend_->Linear(a.normed, tokens, qkv.Rows(0, q_dim), part_bias(0), a.q, act);
+    backend_->Linear(a.normed, tokens, qkv.Rows(q_dim, kv_dim), part_bias(q_dim), a.k, act);
+    backend_->Linear(a.normed, tokens, qkv.Rows(q_dim + kv_dim, kv_dim), part_bias(q_dim + kv_dim),
+                     a.v, act);
+  }
+  const RopeTable rope{.cos_sin = rope_cos_sin_->data(),
+                       .inv_freq = inv_freq_->data(),
+                       .max_positions = rope_positions_};
+  backend_->Rope(a.q, a.k, step, heads, config_.num_key_value_heads, head_dim, rope);
+  backend_->WriteKvCache(a.k, a.v, step, kv);
+  backend_->PagedAttention(PagedAttentionParams{
+      .query = a.q,
+      .output = a.attention,
+      .cache = kv,
+      .num_heads = heads,
+      .scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim))),
+      .batch = &step});
+  backend_->Linear(a.attention, tokens, Matrix(layer.o_proj, hidden, q_dim), nullptr, a.projected,
+                   act);
+  // Row-parallel o_proj: each rank holds a partial sum over its heads.
+  return AllReduceHidden(a.projected, tokens);
+}
+
+absl::Status LlamaModel::MlpBlock(const LayerWeights& layer, int tokens, const Activations& a) {
+  const int hidden = config_.hidden_size;
+  const int inter = config_.intermediate_size;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  const DType act = backend_->activation_dtype();
+  backend_->AddRmsNorm(a.residual, a.projected, Vector(layer.post_attention_norm), tokens, eps,
+                       a.normed);
+  backend_->Linear(a.normed, tokens, Matrix(layer.gate_up_proj, 2 * inter, hidden), nullptr,
+                   a.gate_up, act);
+  backend_->SiluAndMul(a.gate_up, tokens, inter, a.activated);
+  backend_->Linear(a.activated, tokens, Matrix(layer.down_proj, hidden, inter), nullptr,
+                   a.projected, act);
+  // Row-parallel down_proj: partial sums over the intermediate slices.
+  return AllReduceHidden(a.projected, tokens);
+}
+
+// Tensor-parallel sum of the activations, in their dtype; a failed
+// collective ends the step with its status.
+absl::Status LlamaModel::AllReduceHidden(void* data, int tokens) {
+  return communicator_->AllReduceSum(data, static_cast<size_t>(tokens) * config_.hidden_size,
+                                     backend_->activation_dtype());
+}
+
+ForwardOutput LlamaModel::Logits(const StepBatch& step, const Activations& a) {
+  const int rows = step.num_logits_rows;
+  const int hidden = config_.hidden_size;
+  const int vocab = config_.vocab_size;
   ForwardOutput output;
   output.sampling = step.sampling;
   output.logits.dtype = DType::kF32;
@@ -391,16 +464,19 @@ absl::StatusOr<ForwardOutput> LlamaModel::Forward(const FlatBatch& batch, CacheE
     return output;
   }
   if (rows == 0) return output;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
   if (config_.num_hidden_layers == 0) {
-    backend_->RmsNorm(residual, vec(final_norm_), tokens, eps, normed);
+    backend_->RmsNorm(a.residual, Vector(final_norm_), step.num_tokens, eps, a.normed);
   } else {
-    backend_->AddRmsNorm(residual, projected, vec(final_norm_), tokens, eps, normed);
+    backend_->AddRmsNorm(a.residual, a.projected, Vector(final_norm_), step.num_tokens, eps,
+                         a.normed);
   }
+  const DType act = backend_->activation_dtype();
   void* last_hidden = workspace_.Take(act, static_cast<size_t>(rows) * hidden);
-  backend_->GatherRows(normed, step, hidden, last_hidden);
+  backend_->GatherRows(a.normed, step, hidden, last_hidden);
   void* logits = workspace_.Take(DType::kF32, static_cast<size_t>(rows) * vocab);
   const auto& head = lm_head_ ? lm_head_ : embed_tokens_;
-  backend_->Linear(last_hidden, rows, matrix(head, vocab, hidden), nullptr, logits, DType::kF32);
+  backend_->Linear(last_hidden, rows, Matrix(head, vocab, hidden), nullptr, logits, DType::kF32);
   output.logits.data = logits;
   return output;
 }

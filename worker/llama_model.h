@@ -94,6 +94,19 @@ class LlamaModel {
   // upload staging for a step of this capacity.
   void ReserveWorkspace(const StepBatchCapacity& capacity);
 
+  // The steps of Forward.
+  struct Activations;
+  Activations TakeActivations(size_t tokens);
+  // From the normalised input to o_proj's output in a.projected, summed over
+  // the group; then from there through the MLP (with its residual add) back
+  // to a.projected, summed. A failed collective's status ends the step.
+  absl::Status AttentionBlock(const LayerWeights& layer, const KvCacheLayer& kv,
+                              const StepBatch& step, const Activations& a);
+  absl::Status MlpBlock(const LayerWeights& layer, int tokens, const Activations& a);
+  absl::Status AllReduceHidden(void* data, int tokens);
+  // The final norm and the logits of the step's logits rows (rank 0 only).
+  ForwardOutput Logits(const StepBatch& step, const Activations& a);
+
   ModelConfig config_;
   Backend* backend_;
   Communicator* communicator_;

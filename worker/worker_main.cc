@@ -89,8 +89,6 @@ constexpr absl::Duration kDrainGrace = absl::Seconds(2);
 constexpr absl::Duration kForcedExitAfter = absl::Seconds(10);
 // How often the watcher thread looks for signals and for the parent's death.
 constexpr absl::Duration kWatchPeriod = absl::Milliseconds(100);
-// The largest message a worker takes: step plans grow with the batch, but a
-// bound keeps one hostile call from taking all memory.
 
 // The first reason to stop wins; later ones are ignored.
 class StopRequest {
@@ -191,6 +189,91 @@ void WatchSignalsAndParent(pid_t parent_pid, StopRequest& stop) {
   }
 }
 
+// CollectiveHost of --listen, which must be an IPv4 address (Gloo's).
+absl::StatusOr<std::string> CheckedCollectiveHost() {
+  const std::string collective_host = CollectiveHost(absl::GetFlag(FLAGS_listen));
+  if (in_addr address; inet_pton(AF_INET, collective_host.c_str(), &address) != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--collective-host must be an IPv4 address, got '", collective_host, "'"));
+  }
+  return collective_host;
+}
+
+// The step channel on --step-fd; null when the flag is not given.
+absl::StatusOr<std::unique_ptr<pagoda::worker::StepChannelServer>> OpenStepChannel(
+    pagoda::worker::WorkerService* service) {
+  const int fd = absl::GetFlag(FLAGS_step_fd);
+  if (fd < 0) return std::unique_ptr<pagoda::worker::StepChannelServer>();
+  struct stat info;
+  if (fstat(fd, &info) != 0 || !S_ISSOCK(info.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat("--step-fd ", fd, " is not an open socket"));
+  }
+  return std::make_unique<pagoda::worker::StepChannelServer>(fd, service);
+}
+
+// A started gRPC server and what the worker prints as its endpoint: the
+// port, or the unix: address as given.
+struct ListeningServer {
+  std::unique_ptr<grpc::Server> server;
+  std::string endpoint;
+};
+
+// Serves `service` (and gRPC health) on --listen.
+absl::StatusOr<ListeningServer> StartServer(pagoda::worker::WorkerService* service) {
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  const std::string listen = absl::GetFlag(FLAGS_listen);
+  const bool unix_socket = listen.rfind("unix:", 0) == 0;
+  // Connected workers: mutual TLS, so only a server holding a certificate
+  // from the CA gets as far as presenting the secret.
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      pagoda::MakeServerCredentials(pagoda::TlsFiles{absl::GetFlag(FLAGS_ssl_certfile),
+                                                     absl::GetFlag(FLAGS_ssl_keyfile),
+                                                     absl::GetFlag(FLAGS_ssl_ca_certs)});
+  if (!credentials.ok()) return credentials.status();
+  builder.AddListeningPort(listen, *credentials, &port);
+  // gRPC sets SO_REUSEPORT by default, which lets a second process share a
+  // busy port and steal half its calls: fail instead.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // The server pings every connection twice a second, calls or not, to see
+  // a lost worker while idle; gRPC's default would answer such pings with
+  // GOAWAY "too_many_pings" and drop the connection.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 100);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  // Step plans and results grow with the batch; gRPC's 4 MiB default is too
+  // small, no bound at all too trusting.
+  builder.SetMaxReceiveMessageSize(pagoda::wire::kMaxWorkerMessageBytes);
+  builder.SetMaxSendMessageSize(pagoda::wire::kMaxWorkerMessageBytes);
+  builder.RegisterService(service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || (!unix_socket && port == 0)) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", listen, " (address in use or not valid)"));
+  }
+  return ListeningServer{.server = std::move(server),
+                         .endpoint = unix_socket ? listen : absl::StrCat(port)};
+}
+
+// Drains and stops everything that serves, within kDrainGrace, and makes
+// sure the process is gone kForcedExitAfter from now whatever happens.
+void StopServing(pagoda::worker::WorkerService& service,
+                 pagoda::worker::StepChannelServer* step_channel, grpc::Server& server) {
+  // A step stuck in a long computation must not keep an orphan alive.
+  std::thread([] {
+    absl::SleepFor(kForcedExitAfter);
+    LOG(ERROR) << "did not stop in time; exiting";
+    std::_Exit(1);
+  }).detach();
+  // A step waiting in a collective on peers that are stopping too would hold
+  // the drain until its timeout: fail it now.
+  service.AbortCollectives();
+  if (step_channel != nullptr) step_channel->Stop();
+  server.Shutdown(std::chrono::system_clock::now() + absl::ToChronoSeconds(kDrainGrace));
+  server.Wait();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -206,99 +289,46 @@ int main(int argc, char** argv) {
     LOG(ERROR) << "parent process " << parent_pid << " is already gone";
     return 1;
   }
-
   absl::StatusOr<std::string> secret = ReadSecret();
   if (!secret.ok()) {
     LOG(ERROR) << secret.status().message();
     return 1;
   }
-
   if (!InstallStopSignalHandlers()) {
     PLOG(ERROR) << "cannot install signal handlers";
     return 1;
   }
   signal(SIGPIPE, SIG_IGN);
-
-  const std::string collective_host = CollectiveHost(absl::GetFlag(FLAGS_listen));
-  if (in_addr address; inet_pton(AF_INET, collective_host.c_str(), &address) != 1) {
-    LOG(ERROR) << "--collective-host must be an IPv4 address, got '" << collective_host << "'";
+  absl::StatusOr<std::string> collective_host = CheckedCollectiveHost();
+  if (!collective_host.ok()) {
+    LOG(ERROR) << collective_host.status().message();
     return 1;
   }
 
   StopRequest stop;
-  const pagoda::worker::CpuModelRunnerOptions runner_options{.collective_host = collective_host};
+  const pagoda::worker::CpuModelRunnerOptions runner_options{.collective_host = *collective_host};
   pagoda::worker::WorkerService service(
       rank, *std::move(secret),
       [&runner_options](const std::string& device) { return MakeRunner(device, runner_options); },
       [&stop] { stop.Request("Shutdown RPC"); });
-
-  std::unique_ptr<pagoda::worker::StepChannelServer> step_channel;
-  if (const int fd = absl::GetFlag(FLAGS_step_fd); fd >= 0) {
-    struct stat info;
-    if (fstat(fd, &info) != 0 || !S_ISSOCK(info.st_mode)) {
-      LOG(ERROR) << "--step-fd " << fd << " is not an open socket";
-      return 1;
-    }
-    step_channel = std::make_unique<pagoda::worker::StepChannelServer>(fd, &service);
-  }
-
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::ServerBuilder builder;
-  int port = 0;
-  const std::string listen = absl::GetFlag(FLAGS_listen);
-  const bool unix_socket = listen.rfind("unix:", 0) == 0;
-  // Connected workers: mutual TLS, so only a server holding a certificate
-  // from the CA gets as far as presenting the secret.
-  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
-      pagoda::MakeServerCredentials(pagoda::TlsFiles{absl::GetFlag(FLAGS_ssl_certfile),
-                                                     absl::GetFlag(FLAGS_ssl_keyfile),
-                                                     absl::GetFlag(FLAGS_ssl_ca_certs)});
-  if (!credentials.ok()) {
-    LOG(ERROR) << credentials.status().message();
+  auto step_channel = OpenStepChannel(&service);
+  if (!step_channel.ok()) {
+    LOG(ERROR) << step_channel.status().message();
     return 1;
   }
-  builder.AddListeningPort(listen, *credentials, &port);
-  // gRPC sets SO_REUSEPORT by default, which lets a second process share a
-  // busy port and steal half its calls: fail instead.
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  // Step plans and results grow with the batch; gRPC's 4 MiB default is too
-  // small, no bound at all too trusting.
-  // The server pings every connection twice a second, calls or not, to see
-  // a lost worker while idle; gRPC's default would answer such pings with
-  // GOAWAY "too_many_pings" and drop the connection.
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 100);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
-  builder.SetMaxReceiveMessageSize(pagoda::wire::kMaxWorkerMessageBytes);
-  builder.SetMaxSendMessageSize(pagoda::wire::kMaxWorkerMessageBytes);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || (!unix_socket && port == 0)) {
-    LOG(ERROR) << "cannot listen on " << absl::GetFlag(FLAGS_listen)
-               << " (address in use or not valid)";
+  absl::StatusOr<ListeningServer> listening = StartServer(&service);
+  if (!listening.ok()) {
+    LOG(ERROR) << listening.status().message();
     return 1;
   }
-  const std::string endpoint = unix_socket ? listen : absl::StrCat(port);
-  std::printf("PAGODA_WORKER_LISTENING %s\n", endpoint.c_str());
+  std::printf("PAGODA_WORKER_LISTENING %s\n", listening->endpoint.c_str());
   std::fflush(stdout);
-  LOG(INFO) << "pagoda-worker rank " << rank << " listening on " << endpoint;
+  LOG(INFO) << "pagoda-worker rank " << rank << " listening on " << listening->endpoint;
 
   std::thread watcher(WatchSignalsAndParent, parent_pid, std::ref(stop));
   const std::string reason = stop.Wait();
   LOG(INFO) << "rank " << rank << " stopping: " << reason;
-
-  // A step stuck in a long computation must not keep an orphan alive.
-  std::thread([] {
-    absl::SleepFor(kForcedExitAfter);
-    LOG(ERROR) << "did not stop in time; exiting";
-    std::_Exit(1);
-  }).detach();
-  // A step waiting in a collective on peers that are stopping too would hold
-  // the drain until its timeout: fail it now.
-  service.AbortCollectives();
-  if (step_channel != nullptr) step_channel->Stop();
-  server->Shutdown(std::chrono::system_clock::now() + absl::ToChronoSeconds(kDrainGrace));
-  server->Wait();
+  StopServing(service, step_channel->get(), *listening->server);
   watcher.join();
   LOG(INFO) << "rank " << rank << " stopped";
   return 0;

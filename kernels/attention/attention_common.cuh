@@ -10,6 +10,8 @@
 
 #include <type_traits>
 
+#include "kernels/float_conversion.cuh"
+
 namespace pagoda::kernels::attention_internal {
 
 constexpr float kLog2e = 1.4426950408889634f;
@@ -44,15 +46,6 @@ __device__ __forceinline__ float2 WordToFloat2(uint32_t word) {
     return __half22float2(*reinterpret_cast<const __half2*>(&word));
   } else {
     return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&word));
-  }
-}
-
-template <typename T>
-__device__ __forceinline__ T FromFloat(float value) {
-  if constexpr (std::is_same_v<T, __half>) {
-    return __float2half_rn(value);
-  } else {
-    return __float2bfloat16_rn(value);
   }
 }
 

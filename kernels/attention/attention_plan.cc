@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 
+#include "kernels/alignment.h"
 #include "kernels/attention/paged_attention.h"
 
 namespace pagoda::kernels {
@@ -12,9 +13,6 @@ namespace {
 constexpr int kMaxGroupSize = 8;
 
 std::string Str(int value) { return std::to_string(value); }
-
-// The kernels read q and K/V rows with 16-byte vector loads.
-bool Aligned16(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer) % 16 == 0; }
 
 KernelStatus CheckCommonShape(ScalarType dtype, int num_q_heads, int num_kv_heads, int head_dim,
                               int block_size, int max_blocks_per_seq, int num_seqs) {

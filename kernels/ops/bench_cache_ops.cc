@@ -56,64 +56,67 @@ void Row(const char* name, double bytes, float ms, float baseline_ms) {
               bytes / ms / 1e6, 100.0 * baseline_ms / ms);
 }
 
-int Main(int argc, char** argv) {
-  int device_count = 0;
-  if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0) {
-    std::printf("bench_cache_ops: no CUDA device, nothing to measure\n");
-    return 0;
-  }
-  const int num_layers = argc > 1 ? std::atoi(argv[1]) : 8;
-  const int num_blocks = argc > 2 ? std::atoi(argv[2]) : 1024;
-  // Llama-3-8B-like block: 8 KV heads x 16 tokens x 128 dims x bf16 = 32 KiB.
-  const int64_t block_bytes = int64_t{8} * 16 * 128 * 2;
-  const int64_t tensor_bytes = block_bytes * num_blocks;
-  cudaStream_t stream;
-  CHECK_CUDA(cudaStreamCreate(&stream));
+// K and V of every layer, tensor_bytes each, on the device and in pinned
+// host memory, filled with non-zero bytes.
+struct BenchCaches {
+  int num_layers = 0;
+  int64_t block_bytes = 0;
+  int64_t tensor_bytes = 0;
+  std::vector<void*> gpu, cpu;  // [2 * num_layers]: layer l's K at 2l, V at 2l + 1.
+  std::vector<void*> gpu_k, gpu_v, cpu_k, cpu_v;  // [num_layers]
+};
 
-  std::vector<void*> gpu(2 * num_layers), cpu(2 * num_layers);
+BenchCaches AllocateCaches(int num_layers, int num_blocks, int64_t block_bytes) {
+  BenchCaches caches;
+  caches.num_layers = num_layers;
+  caches.block_bytes = block_bytes;
+  caches.tensor_bytes = block_bytes * num_blocks;
+  caches.gpu.resize(2 * num_layers);
+  caches.cpu.resize(2 * num_layers);
   for (int i = 0; i < 2 * num_layers; ++i) {
-    CHECK_CUDA(cudaMalloc(&gpu[i], tensor_bytes));
-    CHECK_CUDA(cudaHostAlloc(&cpu[i], tensor_bytes, cudaHostAllocDefault));
-    CHECK_CUDA(cudaMemset(gpu[i], i + 1, tensor_bytes));  // not zeros
-    std::fill_n(static_cast<char*>(cpu[i]), tensor_bytes, static_cast<char>(i + 3));
+    CHECK_CUDA(cudaMalloc(&caches.gpu[i], caches.tensor_bytes));
+    CHECK_CUDA(cudaHostAlloc(&caches.cpu[i], caches.tensor_bytes, cudaHostAllocDefault));
+    CHECK_CUDA(cudaMemset(caches.gpu[i], i + 1, caches.tensor_bytes));  // not zeros
+    std::fill_n(static_cast<char*>(caches.cpu[i]), caches.tensor_bytes, static_cast<char>(i + 3));
   }
-  std::vector<void*> gpu_k, gpu_v, cpu_k, cpu_v;
   for (int l = 0; l < num_layers; ++l) {
-    gpu_k.push_back(gpu[2 * l]);
-    gpu_v.push_back(gpu[2 * l + 1]);
-    cpu_k.push_back(cpu[2 * l]);
-    cpu_v.push_back(cpu[2 * l + 1]);
+    caches.gpu_k.push_back(caches.gpu[2 * l]);
+    caches.gpu_v.push_back(caches.gpu[2 * l + 1]);
+    caches.cpu_k.push_back(caches.cpu[2 * l]);
+    caches.cpu_v.push_back(caches.cpu[2 * l + 1]);
   }
-  std::mt19937 rng(1);
-  std::vector<BlockPair> runs, scattered;
-  std::vector<int64_t> perm(num_blocks);
-  std::iota(perm.begin(), perm.end(), 0);
-  std::shuffle(perm.begin(), perm.end(), rng);
-  for (int b = 0; b < num_blocks; ++b) {
-    runs.push_back({b, b});
-    scattered.push_back({b, perm[b]});
-  }
-  const double swap_bytes = 2.0 * num_layers * tensor_bytes;
-  const int reps = 7;
+  return caches;
+}
 
-  std::printf("\ncache ops: %d layers x K,V x %d blocks of %ld KiB\n", num_layers, num_blocks,
-              static_cast<long>(block_bytes / 1024));
-  std::printf("%-34s %13s %12s %13s %8s\n", "operation", "bytes", "median", "bandwidth", "of base");
+void FreeCaches(const BenchCaches& caches) {
+  for (int i = 0; i < 2 * caches.num_layers; ++i) {
+    CHECK_CUDA(cudaFree(caches.gpu[i]));
+    CHECK_CUDA(cudaFreeHost(caches.cpu[i]));
+  }
+}
+
+// Swap out and in of every block, in consecutive runs and scattered, against
+// plain pinned copies of the same bytes.
+void BenchSwap(const BenchCaches& caches, const std::vector<BlockPair>& runs,
+               const std::vector<BlockPair>& scattered, cudaStream_t stream, int reps) {
+  const int num_layers = caches.num_layers;
+  const double swap_bytes = 2.0 * num_layers * caches.tensor_bytes;
   for (const cudaMemcpyKind kind : {cudaMemcpyDeviceToHost, cudaMemcpyHostToDevice}) {
     const bool out = kind == cudaMemcpyDeviceToHost;
     const float base = MedianMs(stream, reps, [&] {
       for (int i = 0; i < 2 * num_layers; ++i) {
-        CHECK_CUDA(cudaMemcpyAsync(out ? cpu[i] : gpu[i], out ? gpu[i] : cpu[i], tensor_bytes, kind,
+        CHECK_CUDA(cudaMemcpyAsync(out ? caches.cpu[i] : caches.gpu[i],
+                                   out ? caches.gpu[i] : caches.cpu[i], caches.tensor_bytes, kind,
                                    stream));
       }
     });
     SwapBlocksParams p;
-    p.src_key_caches = out ? gpu_k.data() : cpu_k.data();
-    p.src_value_caches = out ? gpu_v.data() : cpu_v.data();
-    p.dst_key_caches = out ? cpu_k.data() : gpu_k.data();
-    p.dst_value_caches = out ? cpu_v.data() : gpu_v.data();
+    p.src_key_caches = out ? caches.gpu_k.data() : caches.cpu_k.data();
+    p.src_value_caches = out ? caches.gpu_v.data() : caches.cpu_v.data();
+    p.dst_key_caches = out ? caches.cpu_k.data() : caches.gpu_k.data();
+    p.dst_value_caches = out ? caches.cpu_v.data() : caches.gpu_v.data();
     p.num_layers = num_layers;
-    p.block_bytes = block_bytes;
+    p.block_bytes = caches.block_bytes;
     p.kind = kind;
     const float coalesced =
         MedianMs(stream, reps, [&] { CHECK_CUDA(SwapBlocks(p, runs, stream)); });
@@ -126,8 +129,14 @@ int Main(int argc, char** argv) {
     Row(out ? "swap out, scattered blocks" : "swap in, scattered blocks", swap_bytes, scatter,
         base);
   }
+}
 
-  // copy_blocks: half the blocks copied onto the other half, every layer.
+// copy_blocks: half the blocks (`perm`'s first half) copied onto the other
+// half, every layer, against plain device-to-device copies of the same bytes.
+void BenchCopyBlocks(const BenchCaches& caches, const std::vector<int64_t>& perm,
+                     cudaStream_t stream, int reps) {
+  const int num_layers = caches.num_layers;
+  const int num_blocks = static_cast<int>(perm.size());
   const int num_pairs = num_blocks / 2;
   std::vector<int64_t> pairs;
   for (int i = 0; i < num_pairs; ++i) {
@@ -139,18 +148,19 @@ int Main(int argc, char** argv) {
   CHECK_CUDA(cudaMalloc(&d_keys, num_layers * sizeof(void*)));
   CHECK_CUDA(cudaMalloc(&d_values, num_layers * sizeof(void*)));
   CHECK_CUDA(cudaMalloc(&d_pairs, pairs.size() * sizeof(int64_t)));
-  CHECK_CUDA(cudaMemcpy(d_keys, gpu_k.data(), num_layers * sizeof(void*), cudaMemcpyHostToDevice));
   CHECK_CUDA(
-      cudaMemcpy(d_values, gpu_v.data(), num_layers * sizeof(void*), cudaMemcpyHostToDevice));
+      cudaMemcpy(d_keys, caches.gpu_k.data(), num_layers * sizeof(void*), cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMemcpy(d_values, caches.gpu_v.data(), num_layers * sizeof(void*),
+                        cudaMemcpyHostToDevice));
   CHECK_CUDA(
       cudaMemcpy(d_pairs, pairs.data(), pairs.size() * sizeof(int64_t), cudaMemcpyHostToDevice));
-  const CopyBlocksParams cp{d_keys, d_values, d_pairs, num_layers, num_pairs, block_bytes};
-  const int64_t half = block_bytes * num_pairs;
+  const CopyBlocksParams cp{d_keys, d_values, d_pairs, num_layers, num_pairs, caches.block_bytes};
+  const int64_t half = caches.block_bytes * num_pairs;
   // Read + write, as device bandwidth is usually counted.
   const double copy_bytes = 2.0 * 2 * num_layers * half;
   const float base = MedianMs(stream, reps, [&] {
     for (int i = 0; i < 2 * num_layers; ++i) {
-      CHECK_CUDA(cudaMemcpyAsync(static_cast<char*>(gpu[i]) + half, gpu[i], half,
+      CHECK_CUDA(cudaMemcpyAsync(static_cast<char*>(caches.gpu[i]) + half, caches.gpu[i], half,
                                  cudaMemcpyDeviceToDevice, stream));
     }
   });
@@ -158,13 +168,42 @@ int Main(int argc, char** argv) {
   Row("plain cudaMemcpy D2D (baseline)", copy_bytes, base, base);
   Row("copy_blocks, one launch", copy_bytes, kernel, base);
   CHECK_CUDA(cudaStreamSynchronize(stream));
-  for (int i = 0; i < 2 * num_layers; ++i) {
-    CHECK_CUDA(cudaFree(gpu[i]));
-    CHECK_CUDA(cudaFreeHost(cpu[i]));
-  }
   CHECK_CUDA(cudaFree(d_keys));
   CHECK_CUDA(cudaFree(d_values));
   CHECK_CUDA(cudaFree(d_pairs));
+}
+
+int Main(int argc, char** argv) {
+  int device_count = 0;
+  if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0) {
+    std::printf("bench_cache_ops: no CUDA device, nothing to measure\n");
+    return 0;
+  }
+  const int num_layers = argc > 1 ? std::atoi(argv[1]) : 8;
+  const int num_blocks = argc > 2 ? std::atoi(argv[2]) : 1024;
+  // Llama-3-8B-like block: 8 KV heads x 16 tokens x 128 dims x bf16 = 32 KiB.
+  const int64_t block_bytes = int64_t{8} * 16 * 128 * 2;
+  cudaStream_t stream;
+  CHECK_CUDA(cudaStreamCreate(&stream));
+  const BenchCaches caches = AllocateCaches(num_layers, num_blocks, block_bytes);
+
+  std::mt19937 rng(1);
+  std::vector<BlockPair> runs, scattered;
+  std::vector<int64_t> perm(num_blocks);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  for (int b = 0; b < num_blocks; ++b) {
+    runs.push_back({b, b});
+    scattered.push_back({b, perm[b]});
+  }
+  const int reps = 7;
+
+  std::printf("\ncache ops: %d layers x K,V x %d blocks of %ld KiB\n", num_layers, num_blocks,
+              static_cast<long>(block_bytes / 1024));
+  std::printf("%-34s %13s %12s %13s %8s\n", "operation", "bytes", "median", "bandwidth", "of base");
+  BenchSwap(caches, runs, scattered, stream, reps);
+  BenchCopyBlocks(caches, perm, stream, reps);
+  FreeCaches(caches);
   CHECK_CUDA(cudaStreamDestroy(stream));
   return 0;
 }

@@ -1,5 +1,6 @@
 #include <cstdint>
 
+#include "kernels/alignment.h"
 #include "kernels/ops/cache_ops.h"
 
 namespace pagoda::kernels {
@@ -28,8 +29,6 @@ __global__ void ReshapeAndCacheKernel(const VecT* __restrict__ key, const VecT* 
     value_cache[dst] = value[token * value_stride + i];
   }
 }
-
-bool Aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
 
 template <typename VecT>
 cudaError_t LaunchReshapeAndCacheAs(const ReshapeAndCacheParams& p, int64_t elem_bytes,

@@ -9,6 +9,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "kernels/float_conversion.cuh"
 #include "kernels/scalar_type.h"
 
 namespace pagoda::kernels {
@@ -30,26 +31,6 @@ cudaError_t DispatchScalarType(ScalarType type, Body&& body) {
       return body(TypeTag<__nv_bfloat16>{});
   }
   return cudaErrorInvalidValue;
-}
-
-// Loads and stores through float, the precision every kernel computes in.
-__device__ __forceinline__ float ToFloat(float v) { return v; }
-__device__ __forceinline__ float ToFloat(__half v) { return __half2float(v); }
-__device__ __forceinline__ float ToFloat(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-template <typename T>
-__device__ __forceinline__ T FromFloat(float v);
-template <>
-__device__ __forceinline__ float FromFloat<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ __half FromFloat<__half>(float v) {
-  return __float2half_rn(v);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
 }
 
 // Sum of `value` over the whole thread block; every thread gets the result.

@@ -67,6 +67,64 @@ GemmContext::~GemmContext() {
   cublasLtDestroy(handle_);
 }
 
+namespace {
+
+// The operation and matrix layouts of `p` into `d`. cuBLASLt is column-major.
+// Row-major C[m, n] is column-major C^T [n, m], and C^T = W * A^T where
+// row-major W[n, k] read column-major is W^T (k x n, so transposed back with
+// OP_T) and row-major A[m, k] is A^T (k x m).
+cublasStatus_t DescribeGemm(const GemmParams& p, Descriptors* d) {
+  const cudaDataType_t in_type = ToCudaType(p.dtype);
+  const cudaDataType_t out_type = ToCudaType(p.out_dtype);
+  PAGODA_RETURN_IF_CUBLAS_ERROR(cublasLtMatmulDescCreate(&d->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t transpose = CUBLAS_OP_T, no_transpose = CUBLAS_OP_N;
+  PAGODA_RETURN_IF_CUBLAS_ERROR(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_TRANSA,
+                                                               &transpose, sizeof(transpose)));
+  PAGODA_RETURN_IF_CUBLAS_ERROR(cublasLtMatmulDescSetAttribute(
+      d->op, CUBLASLT_MATMUL_DESC_TRANSB, &no_transpose, sizeof(no_transpose)));
+  if (p.bias != nullptr) {
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;  // bias[row of C^T] = bias[n]
+    PAGODA_RETURN_IF_CUBLAS_ERROR(cublasLtMatmulDescSetAttribute(
+        d->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+    PAGODA_RETURN_IF_CUBLAS_ERROR(cublasLtMatmulDescSetAttribute(
+        d->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias, sizeof(p.bias)));
+    const int32_t bias_type = out_type;
+    PAGODA_RETURN_IF_CUBLAS_ERROR(cublasLtMatmulDescSetAttribute(
+        d->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
+  }
+  PAGODA_RETURN_IF_CUBLAS_ERROR(cublasLtMatrixLayoutCreate(&d->w, in_type, p.k, p.n, p.k));
+  PAGODA_RETURN_IF_CUBLAS_ERROR(cublasLtMatrixLayoutCreate(&d->a, in_type, p.k, p.m, p.k));
+  PAGODA_RETURN_IF_CUBLAS_ERROR(cublasLtMatrixLayoutCreate(&d->c, out_type, p.n, p.m, p.n));
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// The algorithm preferences of `p` into `d`: the context's workspace and
+// the buffers' alignments, which alignments[0..3] (W, A, C, D) receive.
+cublasStatus_t PreferGemm(const GemmContext& context, const GemmParams& p, Descriptors* d,
+                          uint32_t (&alignments)[4]) {
+  PAGODA_RETURN_IF_CUBLAS_ERROR(cublasLtMatmulPreferenceCreate(&d->preference));
+  const uint64_t workspace_bytes = context.workspace_bytes();
+  PAGODA_RETURN_IF_CUBLAS_ERROR(
+      cublasLtMatmulPreferenceSetAttribute(d->preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                           &workspace_bytes, sizeof(workspace_bytes)));
+  // cuBLASLt assumes 256-byte-aligned buffers unless told otherwise; slices
+  // (row offsets) may be less aligned. Its A is our W, its B our activations.
+  alignments[0] = PointerAlignment(p.w);
+  alignments[1] = PointerAlignment(p.a);
+  alignments[2] = PointerAlignment(p.c);
+  alignments[3] = PointerAlignment(p.c);
+  const cublasLtMatmulPreferenceAttributes_t alignment_attributes[4] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  for (int i = 0; i < 4; ++i) {
+    PAGODA_RETURN_IF_CUBLAS_ERROR(cublasLtMatmulPreferenceSetAttribute(
+        d->preference, alignment_attributes[i], &alignments[i], sizeof(alignments[i])));
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+}  // namespace
+
 cublasStatus_t Gemm(GemmContext& context, const GemmParams& p, cudaStream_t stream) {
   const bool half_inputs = p.dtype == ScalarType::kBF16 || p.dtype == ScalarType::kF16;
   const bool output_ok = p.out_dtype == p.dtype || p.out_dtype == ScalarType::kF32;
@@ -74,48 +132,11 @@ cublasStatus_t Gemm(GemmContext& context, const GemmParams& p, cudaStream_t stre
       p.w == nullptr || p.c == nullptr) {
     return CUBLAS_STATUS_INVALID_VALUE;
   }
-  // cuBLASLt is column-major. Row-major C[m, n] is column-major C^T [n, m],
-  // and C^T = W * A^T where row-major W[n, k] read column-major is W^T (k x n,
-  // so transposed back with OP_T) and row-major A[m, k] is A^T (k x m).
-  const cudaDataType_t in_type = ToCudaType(p.dtype);
-  const cudaDataType_t out_type = ToCudaType(p.out_dtype);
   Descriptors d;
-  PAGODA_RETURN_IF_CUBLAS_ERROR(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const cublasOperation_t transpose = CUBLAS_OP_T, no_transpose = CUBLAS_OP_N;
-  PAGODA_RETURN_IF_CUBLAS_ERROR(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA,
-                                                               &transpose, sizeof(transpose)));
-  PAGODA_RETURN_IF_CUBLAS_ERROR(cublasLtMatmulDescSetAttribute(
-      d.op, CUBLASLT_MATMUL_DESC_TRANSB, &no_transpose, sizeof(no_transpose)));
-  if (p.bias != nullptr) {
-    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;  // bias[row of C^T] = bias[n]
-    PAGODA_RETURN_IF_CUBLAS_ERROR(cublasLtMatmulDescSetAttribute(
-        d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
-    PAGODA_RETURN_IF_CUBLAS_ERROR(cublasLtMatmulDescSetAttribute(
-        d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias, sizeof(p.bias)));
-    const int32_t bias_type = out_type;
-    PAGODA_RETURN_IF_CUBLAS_ERROR(cublasLtMatmulDescSetAttribute(
-        d.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
-  }
-  PAGODA_RETURN_IF_CUBLAS_ERROR(cublasLtMatrixLayoutCreate(&d.w, in_type, p.k, p.n, p.k));
-  PAGODA_RETURN_IF_CUBLAS_ERROR(cublasLtMatrixLayoutCreate(&d.a, in_type, p.k, p.m, p.k));
-  PAGODA_RETURN_IF_CUBLAS_ERROR(cublasLtMatrixLayoutCreate(&d.c, out_type, p.n, p.m, p.n));
-
-  PAGODA_RETURN_IF_CUBLAS_ERROR(cublasLtMatmulPreferenceCreate(&d.preference));
-  const uint64_t workspace_bytes = context.workspace_bytes();
-  PAGODA_RETURN_IF_CUBLAS_ERROR(
-      cublasLtMatmulPreferenceSetAttribute(d.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                           &workspace_bytes, sizeof(workspace_bytes)));
-  // cuBLASLt assumes 256-byte-aligned buffers unless told otherwise; slices
-  // (row offsets) may be less aligned. Its A is our W, its B our activations.
-  const uint32_t alignments[4] = {PointerAlignment(p.w), PointerAlignment(p.a),
-                                  PointerAlignment(p.c), PointerAlignment(p.c)};
-  const cublasLtMatmulPreferenceAttributes_t alignment_attributes[4] = {
-      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
-  for (int i = 0; i < 4; ++i) {
-    PAGODA_RETURN_IF_CUBLAS_ERROR(cublasLtMatmulPreferenceSetAttribute(
-        d.preference, alignment_attributes[i], &alignments[i], sizeof(alignments[i])));
-  }
+  PAGODA_RETURN_IF_CUBLAS_ERROR(DescribeGemm(p, &d));
+  uint32_t alignments[4];
+  PAGODA_RETURN_IF_CUBLAS_ERROR(PreferGemm(context, p, &d, alignments));
+  // The heuristic's pick is remembered per shape, dtypes, bias and alignment.
   const GemmContext::AlgoKey key{p.m,
                                  p.n,
                                  p.k,

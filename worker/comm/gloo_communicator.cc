@@ -19,28 +19,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-void ToFloat(DType dtype, const void* src, size_t count, float* dst) {
-  ConvertToFloat(dtype, src, count, dst);
-}
-
-void FromFloat(DType dtype, const float* src, size_t count, void* dst) {
-  switch (dtype) {
-    case DType::kF32:
-      std::memcpy(dst, src, count * sizeof(float));
-      return;
-    case DType::kF16: {
-      auto* out = static_cast<uint16_t*>(dst);
-      for (size_t i = 0; i < count; ++i) out[i] = FloatToHalf(src[i]);
-      return;
-    }
-    case DType::kBF16: {
-      auto* out = static_cast<uint16_t*>(dst);
-      for (size_t i = 0; i < count; ++i) out[i] = FloatToBFloat16(src[i]);
-      return;
-    }
-  }
-}
-
 class GlooCommunicator final : public CollectiveCommunicator {
  public:
   GlooCommunicator(std::shared_ptr<gloo::Context> context, std::chrono::milliseconds timeout)
@@ -54,7 +32,7 @@ class GlooCommunicator final : public CollectiveCommunicator {
     const int world = world_size();
     scratch_.resize(count * static_cast<size_t>(world));
     float* mine = scratch_.data() + count * static_cast<size_t>(rank());
-    ToFloat(dtype, data, count, mine);
+    ConvertToFloat(dtype, data, count, mine);
     if (absl::Status s = Exchange(scratch_.data(), count * sizeof(float)); !s.ok()) return s;
     // Rank order on every rank: the same bits everywhere.
     std::vector<float>& sum = sum_;
@@ -63,7 +41,7 @@ class GlooCommunicator final : public CollectiveCommunicator {
       const float* part = scratch_.data() + count * static_cast<size_t>(r);
       for (size_t i = 0; i < count; ++i) sum[i] += part[i];
     }
-    FromFloat(dtype, sum.data(), count, data);
+    ConvertFromFloat(dtype, sum.data(), count, data);
     return absl::OkStatus();
   }
 

@@ -38,9 +38,9 @@ double MedianMicros(Backend& backend, const std::vector<Tensor>& weights,
 int Main(int argc, char** argv) {
   const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
   const std::string dtype_name = argc > 2 ? argv[2] : "f32";
-  const DType dtype = dtype_name == "bf16"  ? DType::kBF16
-                      : dtype_name == "f16" ? DType::kF16
-                                            : DType::kF32;
+  // Weight dtype by its short name (f32, f16, bf16); f32 for anything else.
+  const DTypeNames* named = FindDTypeNamed(dtype_name, &DTypeNames::short_name);
+  const DType dtype = named == nullptr ? DType::kF32 : named->dtype;
   auto backend = CreateCpuBackend(threads);
   struct Shape {
     const char* name;

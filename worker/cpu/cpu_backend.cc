@@ -357,6 +357,32 @@ class CpuBackend final : public Backend {
     }
   }
 
+  // One (sequence, kv head) of PagedAttention: where its K/V rows are and
+  // how to read them (16-bit caches are widened to f32 inside the dot
+  // products and axpys).
+  struct AttentionItem {
+    const char* key_cache;
+    const char* value_cache;
+    const int32_t* table;  // The sequence's block table.
+    size_t block_elements;
+    size_t width;
+    int kv_head;
+    int block_size;
+    int head_dim;
+    int group;    // Query heads per kv head.
+    int context;  // Row stride of the scores.
+    SimdKernels::DotFn dot;
+    SimdKernels::Dot4Fn dot4;
+    SimdKernels::AxpyFn axpy;
+
+    // Byte offset of context token j's row for this kv head.
+    size_t RowOf(int j) const {
+      return (table[j / block_size] * block_elements +
+              (static_cast<size_t>(kv_head) * block_size + j % block_size) * head_dim) *
+             width;
+    }
+  };
+
   void AttendItem(const PagedAttentionParams& p, int64_t item) const {
     const StepBatch& batch = *p.batch;
     const KvCacheLayer& cache = p.cache;
@@ -364,28 +390,26 @@ class CpuBackend final : public Backend {
     const int kv_head = static_cast<int>(item % cache.num_kv_heads);
     const int head_dim = cache.head_dim;
     const int group = p.num_heads / cache.num_kv_heads;
-    const size_t width = DTypeSize(cache.dtype);
-    const size_t block_elements =
-        static_cast<size_t>(cache.num_kv_heads) * cache.block_size * head_dim;
-    const size_t token_stride = static_cast<size_t>(p.num_heads) * head_dim;
     const int context = batch.context_lens[s];
+    const AttentionItem at{
+        .key_cache = static_cast<const char*>(cache.key),
+        .value_cache = static_cast<const char*>(cache.value),
+        .table = batch.block_tables + static_cast<size_t>(s) * batch.max_blocks_per_seq,
+        .block_elements = static_cast<size_t>(cache.num_kv_heads) * cache.block_size * head_dim,
+        .width = DTypeSize(cache.dtype),
+        .kv_head = kv_head,
+        .block_size = cache.block_size,
+        .head_dim = head_dim,
+        .group = group,
+        .context = context,
+        .dot = simd_.dot(cache.dtype),
+        .dot4 = simd_.dot4(cache.dtype),
+        .axpy = simd_.axpy(cache.dtype)};
+    const size_t token_stride = static_cast<size_t>(p.num_heads) * head_dim;
     const int q_begin = batch.query_start[s];
     const int q_len = batch.query_start[s + 1] - q_begin;
-    const int32_t* table = batch.block_tables + static_cast<size_t>(s) * batch.max_blocks_per_seq;
-    const char* key_cache = static_cast<const char*>(cache.key);
-    const char* value_cache = static_cast<const char*>(cache.value);
-    // Byte offset of context token j's row for this kv head.
-    auto row_of = [&](int j) {
-      return (table[j / cache.block_size] * block_elements +
-              (static_cast<size_t>(kv_head) * cache.block_size + j % cache.block_size) * head_dim) *
-             width;
-    };
-    // 16-bit caches are widened to f32 inside the dot products and axpys.
-    const SimdKernels::DotFn dot = simd_.dot(cache.dtype);
-    const SimdKernels::AxpyFn axpy = simd_.axpy(cache.dtype);
     const float* query_base = static_cast<const float*>(p.query);
     float* output_base = static_cast<float*>(p.output);
-    const SimdKernels::Dot4Fn dot4 = simd_.dot4(cache.dtype);
     // One score row per query head of the group.
     thread_local std::vector<float> scores;  // Grows to the longest context once.
     scores.resize(static_cast<size_t>(group) * context);
@@ -394,39 +418,56 @@ class CpuBackend final : public Backend {
       // The group's query heads are adjacent rows of head_dim floats.
       const size_t first_row =
           (q_begin + i) * token_stride + static_cast<size_t>(kv_head) * group * head_dim;
-      const float* queries = query_base + first_row;
-      // Each key row is read once for the whole group (four heads a load).
+      ScoreKeys(at, query_base + first_row, position, scores.data());
+      WeightValues(at, p.scale, position, scores.data(), output_base + first_row);
+    }
+  }
+
+  // Unscaled scores of keys [0, position] for each query head of the group
+  // (`queries`: group rows of head_dim floats), into score rows of
+  // at.context floats. Each key row is read once for the whole group (four
+  // heads a load).
+  static void ScoreKeys(const AttentionItem& at, const float* queries, int position,
+                        float* scores) {
+    const int head_dim = at.head_dim;
+    for (int j = 0; j <= position; ++j) {
+      const char* key = at.key_cache + at.RowOf(j);
+      int g = 0;
+      for (; g + 4 <= at.group; g += 4) {
+        float out[4];
+        at.dot4(key, queries + static_cast<size_t>(g) * head_dim, head_dim, head_dim, out);
+        for (int k = 0; k < 4; ++k) scores[static_cast<size_t>(g + k) * at.context + j] = out[k];
+      }
+      for (; g < at.group; ++g) {
+        scores[static_cast<size_t>(g) * at.context + j] =
+            at.dot(key, queries + static_cast<size_t>(g) * head_dim, head_dim);
+      }
+    }
+  }
+
+  // Softmax of each head's scaled scores over keys [0, position], and the
+  // values weighted by it into that head's output row (`output`: group rows
+  // of head_dim floats).
+  static void WeightValues(const AttentionItem& at, float scale, int position, float* scores,
+                           float* output) {
+    const int head_dim = at.head_dim;
+    for (int g = 0; g < at.group; ++g) {
+      float* row_scores = scores + static_cast<size_t>(g) * at.context;
+      float max_score = -INFINITY;
       for (int j = 0; j <= position; ++j) {
-        const char* key = key_cache + row_of(j);
-        int g = 0;
-        for (; g + 4 <= group; g += 4) {
-          float out[4];
-          dot4(key, queries + static_cast<size_t>(g) * head_dim, head_dim, head_dim, out);
-          for (int k = 0; k < 4; ++k) scores[static_cast<size_t>(g + k) * context + j] = out[k];
-        }
-        for (; g < group; ++g) {
-          scores[static_cast<size_t>(g) * context + j] =
-              dot(key, queries + static_cast<size_t>(g) * head_dim, head_dim);
-        }
+        row_scores[j] *= scale;
+        max_score = std::max(max_score, row_scores[j]);
       }
-      for (int g = 0; g < group; ++g) {
-        float* row_scores = scores.data() + static_cast<size_t>(g) * context;
-        float max_score = -INFINITY;
-        for (int j = 0; j <= position; ++j) {
-          row_scores[j] *= p.scale;
-          max_score = std::max(max_score, row_scores[j]);
-        }
-        float* out = output_base + first_row + static_cast<size_t>(g) * head_dim;
-        std::fill_n(out, head_dim, 0.0f);
-        float denom = 0.0f;
-        for (int j = 0; j <= position; ++j) {
-          const float weight = std::exp(row_scores[j] - max_score);
-          denom += weight;
-          axpy(weight, value_cache + row_of(j), out, head_dim);
-        }
-        const float inv = 1.0f / denom;
-        for (int d = 0; d < head_dim; ++d) out[d] *= inv;
+      float* out = output + static_cast<size_t>(g) * head_dim;
+      std::fill_n(out, head_dim, 0.0f);
+      float denom = 0.0f;
+      for (int j = 0; j <= position; ++j) {
+        const float weight = std::exp(row_scores[j] - max_score);
+        denom += weight;
+        at.axpy(weight, at.value_cache + at.RowOf(j), out, head_dim);
       }
+      const float inv = 1.0f / denom;
+      for (int d = 0; d < head_dim; ++d) out[d] *= inv;
     }
   }
 

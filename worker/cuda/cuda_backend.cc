@@ -89,6 +89,41 @@ using PinnedScratch = GrowOnly<AllocatePinned, FreePinned>;  // Pinned host stag
 
 size_t AlignUp(size_t n) { return (n + 255) & ~size_t{255}; }
 
+// What the decode and prefill kernels' params (KernelParams) both take from
+// a PagedAttention call: shapes, cache, block tables, query and output.
+template <typename KernelParams>
+KernelParams AttentionKernelParams(const PagedAttentionParams& params) {
+  const StepBatch& batch = *params.batch;
+  const KvCacheLayer& cache = params.cache;
+  KernelParams out;
+  out.dtype = cache.dtype;
+  out.num_seqs = batch.num_seqs;
+  out.num_q_heads = params.num_heads;
+  out.num_kv_heads = cache.num_kv_heads;
+  out.head_dim = cache.head_dim;
+  out.block_size = cache.block_size;
+  out.max_blocks_per_seq = batch.max_blocks_per_seq;
+  out.softmax_scale = params.scale;
+  out.q = params.query;
+  out.k_cache = cache.key;
+  out.v_cache = cache.value;
+  out.block_tables = batch.block_tables;
+  out.context_lens = batch.context_lens;
+  out.out = params.output;
+  return out;
+}
+
+// A buffer of `num_elements` of `dtype` from kAllocate (at least one byte, so
+// every buffer has an address), freed by kFree; its data is null when
+// kAllocate failed, and *error says why.
+template <cudaError_t (*kAllocate)(void**, size_t), cudaError_t (*kFree)(void*)>
+std::unique_ptr<Buffer> AllocateBuffer(DType dtype, size_t num_elements, cudaError_t* error) {
+  void* data = nullptr;
+  *error = kAllocate(&data, std::max<size_t>(num_elements * DTypeSize(dtype), 1));
+  if (*error != cudaSuccess) data = nullptr;
+  return std::make_unique<CudaBuffer>(dtype, num_elements, data, kFree);
+}
+
 }  // namespace
 
 struct CudaBackend::Impl {
@@ -200,40 +235,35 @@ void CudaBackend::ReserveDecodeWorkspace(int num_seqs, int num_heads, int num_kv
 
 std::unique_ptr<Buffer> CudaBackend::Allocate(DType dtype, size_t num_elements) {
   ++num_allocations_;
-  void* data = nullptr;
-  if (!Check(cudaMalloc(&data, std::max<size_t>(num_elements * DTypeSize(dtype), 1)),
-             "cudaMalloc")) {
-    data = nullptr;
-  }
-  return std::make_unique<CudaBuffer>(dtype, num_elements, data, &cudaFree);
+  cudaError_t error = cudaSuccess;
+  auto buffer = AllocateBuffer<AllocateDevice, FreeDevice>(dtype, num_elements, &error);
+  Check(error, "cudaMalloc");
+  return buffer;
 }
 
 std::unique_ptr<Buffer> CudaBackend::AllocateHost(DType dtype, size_t num_elements) {
   ++num_allocations_;
-  void* data = nullptr;
-  if (!Check(cudaHostAlloc(&data, std::max<size_t>(num_elements * DTypeSize(dtype), 1),
-                           cudaHostAllocDefault),
-             "cudaHostAlloc")) {
-    data = nullptr;
-  }
-  return std::make_unique<CudaBuffer>(dtype, num_elements, data, &cudaFreeHost);
+  cudaError_t error = cudaSuccess;
+  auto buffer = AllocateBuffer<AllocatePinned, FreePinned>(dtype, num_elements, &error);
+  Check(error, "cudaHostAlloc");
+  return buffer;
 }
 
 void CudaBackend::UploadBytes(const void* host, void* device, size_t n) {
-  // Not part of a graph: replay refreshes the static buffers eagerly.
-  if (mode_ == LaunchMode::kCapture || n == 0) return;
-  // Synchronous from the caller's view: the host buffer (pinned staging
-  // included) may be rewritten as soon as this returns.
-  if (Check(cudaMemcpyAsync(device, host, n, cudaMemcpyHostToDevice, stream_), "upload")) {
-    Synchronize();
-  }
+  CopyAndWait(device, host, n, cudaMemcpyHostToDevice, "upload");
 }
 
 void CudaBackend::DownloadBytes(const void* device, void* host, size_t n) {
+  CopyAndWait(host, device, n, cudaMemcpyDeviceToHost, "download");
+}
+
+void CudaBackend::CopyAndWait(void* dst, const void* src, size_t n, cudaMemcpyKind kind,
+                              const char* what) {
+  // Not part of a graph: replay refreshes the static buffers eagerly.
   if (mode_ == LaunchMode::kCapture || n == 0) return;
-  if (Check(cudaMemcpyAsync(host, device, n, cudaMemcpyDeviceToHost, stream_), "download")) {
-    Synchronize();
-  }
+  // Synchronous from the caller's view: the host buffer (pinned staging
+  // included) may be rewritten, or read, as soon as this returns.
+  if (Check(cudaMemcpyAsync(dst, src, n, kind, stream_), what)) Synchronize();
 }
 
 void CudaBackend::Embedding(const StepBatch& batch, const Tensor& table, void* out) {
@@ -367,66 +397,51 @@ void CudaBackend::WriteKvCache(const void* k, const void* v, const StepBatch& ba
 
 void CudaBackend::PagedAttention(const PagedAttentionParams& params) {
   if (SkipLaunch() || !ExpectActivationDType(params.cache.dtype, "the KV cache")) return;
+  if (params.batch->decode_only) {
+    DecodeAttention(params);
+  } else {
+    PrefillAttention(params);
+  }
+}
+
+void CudaBackend::DecodeAttention(const PagedAttentionParams& params) {
   const StepBatch& batch = *params.batch;
   const KvCacheLayer& cache = params.cache;
-  if (batch.decode_only) {
-    const int max_context =
-        mode_ == LaunchMode::kCapture ? graph_max_context_len_ : std::max(1, batch.max_context_len);
-    const kernels::DecodePlan plan =
-        kernels::PlanDecodeAttention(batch.num_seqs, params.num_heads, cache.num_kv_heads,
-                                     cache.head_dim, max_context, num_sms_);
-    Scratch& workspace =
-        mode_ == LaunchMode::kCapture ? impl_->graph_decode_workspace : impl_->decode_workspace;
-    if (mode_ == LaunchMode::kCapture) {
-      // Growing it here would free memory an earlier graph uses.
-      if (plan.workspace_bytes > workspace.bytes()) {
-        Fail(
-            absl::InternalError("graph decode workspace too small: call "
-                                "ReserveDecodeWorkspace before capturing"));
-        return;
-      }
-    } else if (plan.workspace_bytes > 0 &&
-               !Check(workspace.Reserve(plan.workspace_bytes), "decode workspace")) {
-      return;
+  const int max_context =
+      mode_ == LaunchMode::kCapture ? graph_max_context_len_ : std::max(1, batch.max_context_len);
+  const kernels::DecodePlan plan = kernels::PlanDecodeAttention(
+      batch.num_seqs, params.num_heads, cache.num_kv_heads, cache.head_dim, max_context, num_sms_);
+  void* workspace = nullptr;
+  if (!DecodeWorkspace(plan.workspace_bytes, &workspace)) return;
+  Check(
+      kernels::LaunchDecodeAttention(AttentionKernelParams<kernels::DecodeAttentionParams>(params),
+                                     plan, workspace, stream_),
+      "decode attention");
+}
+
+bool CudaBackend::DecodeWorkspace(size_t bytes, void** workspace) {
+  if (mode_ == LaunchMode::kCapture) {
+    // Growing it here would free memory an earlier graph uses.
+    if (bytes > impl_->graph_decode_workspace.bytes()) {
+      Fail(absl::InternalError(
+          "graph decode workspace too small: call ReserveDecodeWorkspace before capturing"));
+      return false;
     }
-    Check(kernels::LaunchDecodeAttention(
-              kernels::DecodeAttentionParams{.dtype = cache.dtype,
-                                             .num_seqs = batch.num_seqs,
-                                             .num_q_heads = params.num_heads,
-                                             .num_kv_heads = cache.num_kv_heads,
-                                             .head_dim = cache.head_dim,
-                                             .block_size = cache.block_size,
-                                             .max_blocks_per_seq = batch.max_blocks_per_seq,
-                                             .softmax_scale = params.scale,
-                                             .q = params.query,
-                                             .k_cache = cache.key,
-                                             .v_cache = cache.value,
-                                             .block_tables = batch.block_tables,
-                                             .context_lens = batch.context_lens,
-                                             .out = params.output},
-              plan, workspace.get(), stream_),
-          "decode attention");
-    return;
+    *workspace = impl_->graph_decode_workspace.get();
+    return true;
   }
-  Check(kernels::LaunchPrefillAttention(
-            kernels::PrefillAttentionParams{.dtype = cache.dtype,
-                                            .num_seqs = batch.num_seqs,
-                                            .num_q_heads = params.num_heads,
-                                            .num_kv_heads = cache.num_kv_heads,
-                                            .head_dim = cache.head_dim,
-                                            .block_size = cache.block_size,
-                                            .max_blocks_per_seq = batch.max_blocks_per_seq,
-                                            .max_query_len = batch.max_query_len,
-                                            .softmax_scale = params.scale,
-                                            .q = params.query,
-                                            .query_start = batch.query_start,
-                                            .k_cache = cache.key,
-                                            .v_cache = cache.value,
-                                            .block_tables = batch.block_tables,
-                                            .context_lens = batch.context_lens,
-                                            .out = params.output},
-            stream_),
-        "prefill attention");
+  if (bytes > 0 && !Check(impl_->decode_workspace.Reserve(bytes), "decode workspace")) {
+    return false;
+  }
+  *workspace = impl_->decode_workspace.get();
+  return true;
+}
+
+void CudaBackend::PrefillAttention(const PagedAttentionParams& params) {
+  auto prefill = AttentionKernelParams<kernels::PrefillAttentionParams>(params);
+  prefill.max_query_len = params.batch->max_query_len;
+  prefill.query_start = params.batch->query_start;
+  Check(kernels::LaunchPrefillAttention(prefill, stream_), "prefill attention");
 }
 
 void CudaBackend::SiluAndMul(const void* gate_up, int rows, int dim, void* out) {

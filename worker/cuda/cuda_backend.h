@@ -113,6 +113,16 @@ class CudaBackend final : public Backend {
   // already failed on a mismatched dtype.
   bool SkipLaunch() const { return mode_ == LaunchMode::kReplay; }
   bool ExpectActivationDType(DType dtype, const char* what);
+  // Copies `n` bytes on the stream and waits for them; skipped while
+  // capturing (host copies are not part of a graph).
+  void CopyAndWait(void* dst, const void* src, size_t n, cudaMemcpyKind kind, const char* what);
+  // PagedAttention of a decode-only step, and of any other step.
+  void DecodeAttention(const PagedAttentionParams& params);
+  void PrefillAttention(const PagedAttentionParams& params);
+  // Split-K scratch of at least `bytes` for one decode launch: the graph
+  // workspace while capturing (never grown there), else the eager one, grown
+  // on demand. False, with the failure kept, when it cannot be had.
+  bool DecodeWorkspace(size_t bytes, void** workspace);
 
   int device_;
   DType activation_dtype_;

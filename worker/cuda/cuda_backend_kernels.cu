@@ -1,6 +1,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "kernels/float_conversion.cuh"
 #include "worker/cuda/cuda_backend_kernels.h"
 
 namespace pagoda::worker {
@@ -24,31 +25,10 @@ __global__ void GatherRowsKernel32(const float* src, const int32_t* rows, int di
 }
 
 template <typename T>
-__device__ float ToFloat(T x);
-template <>
-__device__ float ToFloat(__nv_bfloat16 x) {
-  return __bfloat162float(x);
-}
-template <>
-__device__ float ToFloat(__half x) {
-  return __half2float(x);
-}
-template <typename T>
-__device__ T FromFloat(float x);
-template <>
-__device__ __nv_bfloat16 FromFloat(float x) {
-  return __float2bfloat16_rn(x);
-}
-template <>
-__device__ __half FromFloat(float x) {
-  return __float2half_rn(x);
-}
-
-template <typename T>
 __global__ void AddBiasKernel(T* y, const float* bias, int cols) {
   T* row = y + static_cast<int64_t>(blockIdx.x) * cols;
   for (int c = threadIdx.x; c < cols; c += blockDim.x) {
-    row[c] = FromFloat<T>(ToFloat(row[c]) + bias[c]);
+    row[c] = kernels::FromFloat<T>(kernels::ToFloat(row[c]) + bias[c]);
   }
 }
 

@@ -11,10 +11,8 @@
 #include <string>
 #include <utility>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "common/dtype.h"
 #include "common/model_config.h"
 #include "glog/logging.h"
@@ -25,7 +23,7 @@
 #include "worker/cuda/cuda_graph_runner.h"
 #include "worker/cuda/cuda_support.h"
 #include "worker/llama_model.h"
-#include "worker/step_execution.h"
+#include "worker/model_runner_base.h"
 #include "worker/tensor_parallel_group.h"
 #if PAGODA_WORKER_HAS_NCCL
 #include "worker/cuda/nccl_transport.h"
@@ -34,14 +32,9 @@
 namespace pagoda::worker {
 namespace {
 
-using pagoda::worker::v1::InitCacheRequest;
 using pagoda::worker::v1::LoadModelRequest;
 using pagoda::worker::v1::LoadModelResponse;
 using pagoda::worker::v1::StepPlan;
-using pagoda::worker::v1::StepResult;
-
-// Bounds a hostile request (the workspace is reserved from these at load).
-constexpr int kMaxWorkspaceTokens = 1 << 20;
 
 absl::Status ValidateRequest(const LoadModelRequest& request) {
   if (request.device() != "cuda") {
@@ -56,13 +49,7 @@ absl::Status ValidateRequest(const LoadModelRequest& request) {
     return absl::InvalidArgumentError(absl::StrCat("gpu_memory_utilization must be in (0, 1], got ",
                                                    request.gpu_memory_utilization()));
   }
-  if (request.max_num_batched_tokens() <= 0 ||
-      request.max_num_batched_tokens() > kMaxWorkspaceTokens || request.max_num_seqs() <= 0 ||
-      request.max_num_seqs() > kMaxWorkspaceTokens) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("max_num_batched_tokens and max_num_seqs must be in [1, ", kMaxWorkspaceTokens,
-                     "], got ", request.max_num_batched_tokens(), " and ", request.max_num_seqs()));
-  }
+  if (absl::Status status = CheckWorkspaceLimits(request, 1); !status.ok()) return status;
   // A step of more sequences would fail in attention with a sticky error
   // (and the graph for a bucket that large could never be captured), so the
   // configuration is unservable: refuse it now, naming the limit.
@@ -85,6 +72,44 @@ absl::StatusOr<GroupTransport> CudaTransport(int device, void* stream) {
   return absl::UnimplementedError(
       "tensor parallelism on CUDA needs NCCL, and this pagoda-worker was built without it");
 #endif
+}
+
+// The dtypes the CUDA runner serves the model of `request` in: activations
+// and weights (serving), and the KV cache.
+struct CudaDTypes {
+  DType serving;
+  DType kv_cache;
+};
+
+// Reads the model's config.json, checks that the CUDA kernels can run it, and
+// resolves the request's --dtype and --kv-cache-dtype against its checkpoint.
+absl::StatusOr<CudaDTypes> ResolveCudaDTypes(const LoadModelRequest& request) {
+  absl::StatusOr<ModelConfig> config = LoadModelConfig(request.model_dir());
+  if (!config.ok()) return config.status();
+  if (absl::Status status = CheckCudaModelSupported(*config); !status.ok()) return status;
+  auto requested_dtype = ParseDTypeFlag(request.dtype());
+  if (!requested_dtype.ok()) return requested_dtype.status();
+  auto serving = CudaServingDType(*requested_dtype, CheckpointDType(config->torch_dtype));
+  if (!serving.ok()) return serving.status();
+  auto requested_kv = ParseKvCacheDTypeFlag(request.kv_cache_dtype());
+  if (!requested_kv.ok()) return requested_kv.status();
+  auto kv_dtype = CudaKvCacheDType(*requested_kv, *serving);
+  if (!kv_dtype.ok()) return kv_dtype.status();
+  return CudaDTypes{.serving = *serving, .kv_cache = *kv_dtype};
+}
+
+struct DeviceMemory {
+  size_t free_bytes = 0;
+  size_t total_bytes = 0;
+};
+
+// The current device's free and total memory.
+absl::StatusOr<DeviceMemory> QueryDeviceMemory() {
+  DeviceMemory memory;
+  if (cudaError_t e = cudaMemGetInfo(&memory.free_bytes, &memory.total_bytes); e != cudaSuccess) {
+    return absl::InternalError(absl::StrCat("cudaMemGetInfo: ", cudaGetErrorString(e)));
+  }
+  return memory;
 }
 
 // The profiling step: max_num_batched_tokens prompt tokens over as many
@@ -110,49 +135,27 @@ StepPlan ProfilePlan(int tokens, int max_num_seqs, int max_positions, int block_
   return plan;
 }
 
-class CudaModelRunner final : public ModelRunner {
+class CudaModelRunner final : public ModelRunnerBase {
  public:
   explicit CudaModelRunner(const CudaRunnerOptions& options) : options_(options) {}
 
   absl::StatusOr<LoadModelResponse> LoadModel(const LoadModelRequest& request) override {
-    if (model_ != nullptr) return absl::FailedPreconditionError("a model is already loaded");
+    if (absl::Status status = CheckNotLoaded(); !status.ok()) return status;
     if (absl::Status status = ValidateRequest(request); !status.ok()) return status;
     auto membership = ParseGroupMembership(request);
     if (!membership.ok()) return membership.status();
-    absl::StatusOr<ModelConfig> config = LoadModelConfig(request.model_dir());
-    if (!config.ok()) return config.status();
-    if (absl::Status status = CheckCudaModelSupported(*config); !status.ok()) return status;
-    auto requested_dtype = ParseDTypeFlag(request.dtype());
-    if (!requested_dtype.ok()) return requested_dtype.status();
-    auto serving = CudaServingDType(*requested_dtype, CheckpointDType(config->torch_dtype));
-    if (!serving.ok()) return serving.status();
-    auto requested_kv = ParseKvCacheDTypeFlag(request.kv_cache_dtype());
-    if (!requested_kv.ok()) return requested_kv.status();
-    auto kv_dtype = CudaKvCacheDType(*requested_kv, *serving);
-    if (!kv_dtype.ok()) return kv_dtype.status();
+    auto dtypes = ResolveCudaDTypes(request);
+    if (!dtypes.ok()) return dtypes.status();
 
     const int device = options_.device >= 0 ? options_.device : membership->rank;
-    if (absl::Status joined = JoinGroup(request.model_dir(), *membership, device, *serving);
+    if (absl::Status joined =
+            JoinGroupOnDevice(request.model_dir(), *membership, device, dtypes->serving);
         !joined.ok()) {
       return joined;
     }
     LOG(INFO) << "rank " << membership->rank << " of " << membership->world_size << " uses "
-              << backend_->DeviceDescription() << ", " << DTypeName(*serving);
-
-    // Weights are this rank's slices (sharded_weights.h), uploaded in the
-    // serving dtype; its KV blocks hold its own KV heads only.
-    auto model = LlamaModel::Load(
-        request.model_dir(), backend_.get(), timed_.get(),
-        LlamaLoadOptions{.weight_dtype = *serving,
-                         .max_num_batched_tokens = request.max_num_batched_tokens(),
-                         .max_num_seqs = request.max_num_seqs(),
-                         .block_size = request.block_size()});
-    if (!model.ok()) return model.status();
-    if (!backend_->status().ok()) return backend_->status();
-    model_ = *std::move(model);
-    block_size_ = request.block_size();
-    kv_dtype_ = *kv_dtype;
-    max_num_seqs_ = request.max_num_seqs();
+              << cuda_backend().DeviceDescription() << ", " << DTypeName(dtypes->serving);
+    if (absl::Status loaded = LoadWeights(request, *dtypes); !loaded.ok()) return loaded;
     // Graphs only for a single rank: the NCCL communicator bounds every
     // all-reduce by polling its completion from the host (timeout, Abort,
     // NCCL's async errors), which cannot sit inside a captured graph; a
@@ -160,46 +163,31 @@ class CudaModelRunner final : public ModelRunner {
     // hang the step instead of failing it. Eager TP steps keep that bound.
     enforce_eager_ = request.enforce_eager() || membership->world_size > 1;
 
-    const int64_t bytes_per_block = model_->CacheShape(block_size_, kv_dtype_).bytes_per_block();
-    auto peak = ProfilePeakBytes(request);
-    if (!peak.ok()) return peak.status();
-    size_t free_bytes = 0, total_bytes = 0;
-    if (cudaError_t e = cudaMemGetInfo(&free_bytes, &total_bytes); e != cudaSuccess) {
-      return absl::InternalError(absl::StrCat("cudaMemGetInfo: ", cudaGetErrorString(e)));
-    }
-    auto blocks = KvBlocksFromProfile(static_cast<int64_t>(total_bytes),
-                                      request.gpu_memory_utilization(), *peak, bytes_per_block);
+    auto blocks = KvBlocksAfterProfile(request);
     if (!blocks.ok()) return blocks.status();
-    LOG(INFO) << "weights " << model_->weight_bytes() / (1 << 20) << " MiB, profiled peak "
-              << *peak / (1 << 20) << " MiB of " << total_bytes / (1 << 20) << " MiB: " << *blocks
-              << " KV blocks of " << bytes_per_block << " bytes";
-
-    LoadModelResponse response;
-    response.set_num_gpu_blocks(*blocks);
-    response.set_bytes_per_block(bytes_per_block);
-    response.set_vocab_size(model_->config().vocab_size);
-    response.set_device_name(backend_->DeviceDescription());
+    LoadModelResponse response = LoadedModelResponse(*blocks);
+    response.set_device_name(cuda_backend().DeviceDescription());
     response.set_max_model_len(CudaMaxModelLen(model_->config()));
     return response;
   }
 
-  absl::Status InitCache(const InitCacheRequest& request) override {
-    if (model_ == nullptr) return absl::FailedPreconditionError("InitCache before LoadModel");
-    if (request.num_gpu_blocks() <= 0 || request.num_cpu_blocks() < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("InitCache needs num_gpu_blocks > 0 and num_cpu_blocks >= 0, got ",
-                       request.num_gpu_blocks(), " and ", request.num_cpu_blocks()));
-    }
-    backend_->MakeCurrent();
-    graphs_.reset();
-    cache_.reset();  // Free the old cache before allocating the new one.
-    cache_ =
-        std::make_unique<CacheEngine>(backend_.get(), model_->CacheShape(block_size_, kv_dtype_),
-                                      request.num_gpu_blocks(), request.num_cpu_blocks());
+ private:
+  // Only CudaBackend is ever stored in backend_ (JoinGroupOnDevice).
+  CudaBackend& cuda_backend() const { return *static_cast<CudaBackend*>(backend_.get()); }
+
+  void UseDevice() override { cuda_backend().MakeCurrent(); }
+
+  void ReleaseCache() override {
+    graphs_.reset();  // Its graphs point into the cache.
+    ModelRunnerBase::ReleaseCache();
+  }
+
+  // Captures the decode graphs over the new cache, unless eager.
+  absl::Status OnCacheAllocated() override {
     if (!backend_->status().ok()) return backend_->status();
     if (enforce_eager_) return absl::OkStatus();
     const auto start = std::chrono::steady_clock::now();
-    graphs_ = std::make_unique<CudaGraphRunner>(model_.get(), backend_.get(), cache_.get(),
+    graphs_ = std::make_unique<CudaGraphRunner>(model_.get(), &cuda_backend(), cache_.get(),
                                                 CudaMaxModelLen(model_->config()));
     if (absl::Status status = graphs_->Capture(max_num_seqs_); !status.ok()) return status;
     LOG(INFO) << "captured " << graphs_->num_graphs() << " decode CUDA graphs in "
@@ -208,43 +196,21 @@ class CudaModelRunner final : public ModelRunner {
     return absl::OkStatus();
   }
 
-  absl::StatusOr<StepResult> ExecuteStep(const StepPlan& plan) override {
-    if (cache_ == nullptr) return absl::FailedPreconditionError("ExecuteStep before InitCache");
-    backend_->MakeCurrent();
-    return ExecuteStepPlan(plan,
-                           StepExecution{.cache = cache_.get(),
-                                         .backend = backend_.get(),
-                                         .timed = timed_.get(),
-                                         .samples = &samples_,
-                                         .vocab_size = model_->config().vocab_size},
-                           [this](const FlatBatch& batch) {
-                             return graphs_ != nullptr && graphs_->CanRun(batch)
-                                        ? graphs_->Run(batch)
-                                        : model_->Forward(batch, cache_.get());
-                           });
+  // A decode step that fits a captured bucket replays its graph.
+  absl::StatusOr<ForwardOutput> RunForward(const FlatBatch& batch) override {
+    return graphs_ != nullptr && graphs_->CanRun(batch) ? graphs_->Run(batch)
+                                                        : model_->Forward(batch, cache_.get());
   }
 
-  // From any thread (the service's step cancellation): aborts the group's
-  // communicator (ncclCommAbort), so an all-reduce waiting on a dead rank
-  // fails its step with ABORTED instead of waiting out the timeout.
-  void Abort() override {
-    absl::MutexLock lock(&abort_mutex_);
-    if (communicator_ != nullptr) communicator_->Abort();
-  }
-
- private:
   // Makes the backend on `device` and joins the group through the path the
   // CPU runner takes too (JoinGroup), over NCCL on the backend's stream. The
   // backend is made inside the transport, after JoinGroup checked that the
   // model splits, so a group that cannot form is refused alike on every rank,
   // before any device work; one rank needs no NCCL.
-  absl::Status JoinGroup(const std::string& model_dir, const GroupMembership& membership,
-                         int device, DType serving) {
-    {  // What a failed earlier load left, communicator before the stream it uses.
-      absl::MutexLock lock(&abort_mutex_);
-      timed_.reset();
-      communicator_.reset();
-    }
+  absl::Status JoinGroupOnDevice(const std::string& model_dir, const GroupMembership& membership,
+                                 int device, DType serving) {
+    // What a failed earlier load left, communicator before the stream it uses.
+    ReleaseCommunicator();
     backend_.reset();
     auto make_backend = [&]() -> absl::Status {
       auto backend = CudaBackend::Create(device, serving);
@@ -255,19 +221,52 @@ class CudaModelRunner final : public ModelRunner {
     const GroupTransport over_nccl =
         [&](const GroupMembership& group) -> absl::StatusOr<std::unique_ptr<Communicator>> {
       if (absl::Status made = make_backend(); !made.ok()) return made;
-      auto transport = CudaTransport(device, backend_->stream());
+      auto transport = CudaTransport(device, cuda_backend().stream());
       if (!transport.ok()) return transport.status();
       return (*transport)(group);
     };
-    auto communicator = ::pagoda::worker::JoinGroup(membership, model_dir, over_nccl);
+    auto communicator = JoinGroup(membership, model_dir, over_nccl);
     if (!communicator.ok()) return communicator.status();
     if (backend_ == nullptr) {
       if (absl::Status made = make_backend(); !made.ok()) return made;
     }
-    absl::MutexLock lock(&abort_mutex_);
-    communicator_ = *std::move(communicator);
-    timed_ = std::make_unique<TimedCommunicator>(communicator_.get());
+    AdoptCommunicator(*std::move(communicator));
     return absl::OkStatus();
+  }
+
+  // Weights are this rank's slices (sharded_weights.h), uploaded in the
+  // serving dtype; its KV blocks hold its own KV heads only.
+  absl::Status LoadWeights(const LoadModelRequest& request, const CudaDTypes& dtypes) {
+    auto model = LlamaModel::Load(
+        request.model_dir(), backend_.get(), timed_.get(),
+        LlamaLoadOptions{.weight_dtype = dtypes.serving,
+                         .max_num_batched_tokens = request.max_num_batched_tokens(),
+                         .max_num_seqs = request.max_num_seqs(),
+                         .block_size = request.block_size()});
+    if (!model.ok()) return model.status();
+    if (!backend_->status().ok()) return backend_->status();
+    model_ = *std::move(model);
+    block_size_ = request.block_size();
+    kv_cache_dtype_ = dtypes.kv_cache;
+    max_num_seqs_ = request.max_num_seqs();
+    return absl::OkStatus();
+  }
+
+  // The KV blocks that gpu_memory_utilization of device memory holds once
+  // the profiled step's peak is taken.
+  absl::StatusOr<int32_t> KvBlocksAfterProfile(const LoadModelRequest& request) {
+    const int64_t bytes_per_block = CacheShape().bytes_per_block();
+    auto peak = ProfilePeakBytes(request);
+    if (!peak.ok()) return peak.status();
+    auto memory = QueryDeviceMemory();
+    if (!memory.ok()) return memory.status();
+    auto blocks = KvBlocksFromProfile(static_cast<int64_t>(memory->total_bytes),
+                                      request.gpu_memory_utilization(), *peak, bytes_per_block);
+    if (!blocks.ok()) return blocks.status();
+    LOG(INFO) << "weights " << model_->weight_bytes() / (1 << 20) << " MiB, profiled peak "
+              << *peak / (1 << 20) << " MiB of " << memory->total_bytes / (1 << 20)
+              << " MiB: " << *blocks << " KV blocks of " << bytes_per_block << " bytes";
+    return blocks;
   }
 
   // Device memory in use after one forward pass and sampling of the largest
@@ -276,45 +275,31 @@ class CudaModelRunner final : public ModelRunner {
     int num_blocks = 0;
     const StepPlan plan = ProfilePlan(request.max_num_batched_tokens(), request.max_num_seqs(),
                                       CudaMaxModelLen(model_->config()), block_size_, &num_blocks);
-    auto scratch = std::make_unique<CacheEngine>(
-        backend_.get(), model_->CacheShape(block_size_, kv_dtype_), num_blocks, 0);
+    auto scratch = std::make_unique<CacheEngine>(backend_.get(), CacheShape(), num_blocks, 0);
     auto batch = FlattenStepPlan(plan, scratch->Limits(model_->config().vocab_size));
     if (!batch.ok()) return batch.status();
     auto output = model_->Forward(*batch, scratch.get());
     if (!output.ok()) return output.status();
     if (timed_->rank() == 0) backend_->Sample(output->logits, output->sampling, &samples_);
-    backend_->Synchronize();
+    cuda_backend().Synchronize();
     if (!backend_->status().ok()) return backend_->status();
     // The scratch cache is KV memory, which is what this profile sizes: left
     // allocated it would be counted as peak and its blocks taken twice from
     // the budget (max_num_batched_tokens tokens of KV lost for good).
     // cudaFree hands the memory straight back, so the measure below sees it.
     scratch.reset();
-    size_t free_bytes = 0, total_bytes = 0;
-    if (cudaError_t e = cudaMemGetInfo(&free_bytes, &total_bytes); e != cudaSuccess) {
-      return absl::InternalError(absl::StrCat("cudaMemGetInfo: ", cudaGetErrorString(e)));
-    }
+    auto memory = QueryDeviceMemory();
+    if (!memory.ok()) return memory.status();
     // In use = everything on the device now (this process's context, weights,
     // workspaces, and any other process): conservative. All of the forward's
     // own memory (workspace, GEMM and sampling scratch) persists, so what is
     // in use after the pass is its peak.
-    return static_cast<int64_t>(total_bytes - free_bytes);
+    return static_cast<int64_t>(memory->total_bytes - memory->free_bytes);
   }
 
   CudaRunnerOptions options_;
-  // Declaration order is teardown order reversed: graphs and cache go before
-  // the model, the model before the communicator, the communicator (which
-  // enqueues on the backend's stream) before the backend.
-  std::unique_ptr<CudaBackend> backend_;
-  absl::Mutex abort_mutex_;  // Abort may come from any thread.
-  std::unique_ptr<Communicator> communicator_ ABSL_GUARDED_BY(abort_mutex_);
-  std::unique_ptr<TimedCommunicator> timed_;  // Wraps communicator_.
-  std::unique_ptr<LlamaModel> model_;
-  std::unique_ptr<CacheEngine> cache_;
+  // Destroyed before the base's cache, which its graphs point into.
   std::unique_ptr<CudaGraphRunner> graphs_;
-  SampleResults samples_;
-  int block_size_ = 0;
-  DType kv_dtype_ = DType::kBF16;
   int max_num_seqs_ = 0;
   bool enforce_eager_ = false;
 };

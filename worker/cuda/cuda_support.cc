@@ -33,10 +33,7 @@ int CudaMaxModelLen(const ModelConfig& config) {
 }
 
 DType CheckpointDType(std::string_view torch_dtype) {
-  const std::string name = absl::AsciiStrToLower(std::string(torch_dtype));
-  if (name == "bfloat16") return DType::kBF16;
-  if (name == "float16" || name == "half") return DType::kF16;
-  return DType::kF32;
+  return FindFlagDType(absl::AsciiStrToLower(std::string(torch_dtype))).value_or(DType::kF32);
 }
 
 absl::StatusOr<DType> CudaServingDType(std::optional<DType> requested, DType checkpoint) {
@@ -48,28 +45,11 @@ absl::StatusOr<DType> CudaServingDType(std::optional<DType> requested, DType che
   return *requested;
 }
 
-namespace {
-
-// The --dtype / --kv-cache-dtype spelling of a dtype, for messages.
-const char* FlagName(DType dtype) {
-  switch (dtype) {
-    case DType::kF32:
-      return "float32";
-    case DType::kF16:
-      return "float16";
-    case DType::kBF16:
-      return "bfloat16";
-  }
-  return "?";
-}
-
-}  // namespace
-
 absl::StatusOr<DType> CudaKvCacheDType(std::optional<DType> requested, DType serving) {
   if (!requested.has_value() || *requested == serving) return serving;
-  return absl::InvalidArgumentError(absl::StrCat("--kv-cache-dtype ", FlagName(*requested),
+  return absl::InvalidArgumentError(absl::StrCat("--kv-cache-dtype ", DTypeFlagName(*requested),
                                                  " is not supported on CUDA with --dtype ",
-                                                 FlagName(serving), " (use auto)"));
+                                                 DTypeFlagName(serving), " (use auto)"));
 }
 
 absl::StatusOr<int32_t> KvBlocksFromProfile(int64_t total_bytes, double gpu_memory_utilization,

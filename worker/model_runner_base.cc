@@ -1,0 +1,84 @@
+#include "worker/model_runner_base.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "worker/step_execution.h"
+
+namespace pagoda::worker {
+
+using v1::InitCacheRequest;
+using v1::LoadModelRequest;
+using v1::LoadModelResponse;
+using v1::StepPlan;
+using v1::StepResult;
+
+absl::Status CheckWorkspaceLimits(const LoadModelRequest& request, int min_value) {
+  if (request.max_num_batched_tokens() < min_value ||
+      request.max_num_batched_tokens() > kMaxWorkspaceTokens ||
+      request.max_num_seqs() < min_value || request.max_num_seqs() > kMaxWorkspaceTokens) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_num_batched_tokens and max_num_seqs must be in [", min_value, ", ",
+                     kMaxWorkspaceTokens, "], got ", request.max_num_batched_tokens(), " and ",
+                     request.max_num_seqs()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ModelRunnerBase::InitCache(const InitCacheRequest& request) {
+  if (model_ == nullptr) return absl::FailedPreconditionError("InitCache before LoadModel");
+  if (request.num_gpu_blocks() <= 0 || request.num_cpu_blocks() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("InitCache needs num_gpu_blocks > 0 and num_cpu_blocks >= 0, got ",
+                     request.num_gpu_blocks(), " and ", request.num_cpu_blocks()));
+  }
+  UseDevice();
+  ReleaseCache();  // Free the old cache before allocating the new one.
+  cache_ = std::make_unique<CacheEngine>(backend_.get(), CacheShape(), request.num_gpu_blocks(),
+                                         request.num_cpu_blocks());
+  return OnCacheAllocated();
+}
+
+absl::StatusOr<StepResult> ModelRunnerBase::ExecuteStep(const StepPlan& plan) {
+  if (cache_ == nullptr) return absl::FailedPreconditionError("ExecuteStep before InitCache");
+  UseDevice();
+  return ExecuteStepPlan(plan,
+                         StepExecution{.cache = cache_.get(),
+                                       .backend = backend_.get(),
+                                       .timed = timed_.get(),
+                                       .samples = &samples_,
+                                       .vocab_size = model_->config().vocab_size},
+                         [this](const FlatBatch& batch) { return RunForward(batch); });
+}
+
+void ModelRunnerBase::Abort() {
+  absl::MutexLock lock(&abort_mutex_);
+  if (communicator_ != nullptr) communicator_->Abort();
+}
+
+absl::Status ModelRunnerBase::CheckNotLoaded() const {
+  if (model_ != nullptr) return absl::FailedPreconditionError("a model is already loaded");
+  return absl::OkStatus();
+}
+
+void ModelRunnerBase::AdoptCommunicator(std::unique_ptr<Communicator> communicator) {
+  absl::MutexLock lock(&abort_mutex_);
+  communicator_ = std::move(communicator);
+  timed_ = std::make_unique<TimedCommunicator>(communicator_.get());
+}
+
+void ModelRunnerBase::ReleaseCommunicator() {
+  absl::MutexLock lock(&abort_mutex_);
+  timed_.reset();
+  communicator_.reset();
+}
+
+LoadModelResponse ModelRunnerBase::LoadedModelResponse(int32_t num_gpu_blocks) const {
+  LoadModelResponse response;
+  response.set_num_gpu_blocks(num_gpu_blocks);
+  response.set_bytes_per_block(CacheShape().bytes_per_block());
+  response.set_vocab_size(model_->config().vocab_size);
+  return response;
+}
+
+}  // namespace pagoda::worker

@@ -1,0 +1,102 @@
+#ifndef PAGODA_WORKER_MODEL_RUNNER_BASE_H_
+#define PAGODA_WORKER_MODEL_RUNNER_BASE_H_
+
+// What every device's ModelRunner does the same way: the request bounds of
+// LoadModel, the response it builds, InitCache's checks and cache
+// replacement, the step frame (ExecuteStepPlan) and Abort. A device runner
+// (worker/cpu/, worker/cuda/) derives from ModelRunnerBase, implements
+// LoadModel with the helpers below, and overrides the hooks where its device
+// differs.
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/dtype.h"
+#include "pagoda/worker/v1/worker.pb.h"
+#include "worker/backend.h"
+#include "worker/batch.h"
+#include "worker/cache_engine.h"
+#include "worker/communicator.h"
+#include "worker/llama_model.h"
+#include "worker/model_runner.h"
+
+namespace pagoda::worker {
+
+// Most tokens and sequences one step may hold: LlamaModel reserves its
+// workspace from max_num_batched_tokens and max_num_seqs at load, so this
+// bounds what a hostile LoadModel request can make a worker allocate.
+inline constexpr int kMaxWorkspaceTokens = 1 << 20;
+
+// OK when `min_value` <= max_num_batched_tokens, max_num_seqs <=
+// kMaxWorkspaceTokens; else INVALID_ARGUMENT naming the range. The CPU
+// runner takes 0 (its defaults), the CUDA runner needs them set.
+absl::Status CheckWorkspaceLimits(const v1::LoadModelRequest& request, int min_value);
+
+class ModelRunnerBase : public ModelRunner {
+ public:
+  // Checks the counts, frees the old cache (ReleaseCache), allocates the new
+  // one in CacheShape() on backend_ and calls OnCacheAllocated.
+  absl::Status InitCache(const v1::InitCacheRequest& request) final;
+
+  // ExecuteStepPlan over this runner's cache, backend and communicator, with
+  // RunForward as the forward pass.
+  absl::StatusOr<v1::StepResult> ExecuteStep(const v1::StepPlan& plan) final;
+
+  // Aborts the group's communicator, so a collective waiting on a dead rank
+  // fails its step with ABORTED instead of waiting out the timeout.
+  void Abort() final;
+
+ protected:
+  ModelRunnerBase() = default;
+
+  // Makes the calling thread use the backend's device before InitCache and
+  // each step (CUDA binds a device per thread); nothing by default.
+  virtual void UseDevice() {}
+  // Frees the KV cache and whatever points into it, before a new one is
+  // allocated.
+  virtual void ReleaseCache() { cache_.reset(); }
+  // After InitCache allocated the cache (CUDA captures its graphs here).
+  virtual absl::Status OnCacheAllocated() { return absl::OkStatus(); }
+  // One forward pass over a flattened step: eager by default.
+  virtual absl::StatusOr<ForwardOutput> RunForward(const FlatBatch& batch) {
+    return model_->Forward(batch, cache_.get());
+  }
+
+  // FAILED_PRECONDITION when a model is already loaded: a runner loads once.
+  absl::Status CheckNotLoaded() const;
+
+  // Takes `communicator` as the group's, wrapped in timed_; Abort reaches it.
+  void AdoptCommunicator(std::unique_ptr<Communicator> communicator);
+  // Drops the group's communicator (and timed_), before the backend it may use.
+  void ReleaseCommunicator();
+
+  // The layout of one KV block of the loaded model.
+  // REQUIRES: model_ is set.
+  KvCacheShape CacheShape() const { return model_->CacheShape(block_size_, kv_cache_dtype_); }
+
+  // LoadModel's answer: `num_gpu_blocks` blocks of CacheShape() and the
+  // model's vocabulary. REQUIRES: model_ is set.
+  v1::LoadModelResponse LoadedModelResponse(int32_t num_gpu_blocks) const;
+
+  // Declaration order is teardown order reversed: the cache goes before the
+  // model, the model before the communicator, the communicator (which may
+  // enqueue on the backend's stream) before the backend. A derived runner's
+  // members go before all of these.
+  std::unique_ptr<Backend> backend_;
+  absl::Mutex abort_mutex_;  // Abort may come from any thread.
+  std::unique_ptr<Communicator> communicator_ ABSL_GUARDED_BY(abort_mutex_);
+  std::unique_ptr<TimedCommunicator> timed_;  // Wraps communicator_.
+  std::unique_ptr<LlamaModel> model_;
+  std::unique_ptr<CacheEngine> cache_;
+  SampleResults samples_;  // Reused: sampling allocates nothing once warm.
+  int block_size_ = 0;
+  DType kv_cache_dtype_ = DType::kF32;
+};
+
+}  // namespace pagoda::worker
+
+#endif  // PAGODA_WORKER_MODEL_RUNNER_BASE_H_
