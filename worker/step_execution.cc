@@ -21,6 +21,11 @@ bool IsWorkerFaultCode(absl::StatusCode code) {
   }
 }
 
+bool IsDeviceFaultCode(absl::StatusCode code) {
+  return code == absl::StatusCode::kInternal || code == absl::StatusCode::kDataLoss ||
+         code == absl::StatusCode::kUnknown;
+}
+
 absl::Status AsWorkerFault(const absl::Status& status) {
   if (status.ok() || IsWorkerFaultCode(status.code())) return status;
   return absl::InternalError(absl::StrCat("worker fault after a valid plan (",

@@ -49,6 +49,10 @@ absl::Status AsWorkerFault(const absl::Status& status);
 // Whether `code` is one AsWorkerFault leaves as it is.
 bool IsWorkerFaultCode(absl::StatusCode code);
 
+// Whether `code` says the device itself failed (INTERNAL, DATA_LOSS, UNKNOWN),
+// rather than a collective or a cancellation: such a worker is unhealthy.
+bool IsDeviceFaultCode(absl::StatusCode code);
+
 }  // namespace pagoda::worker
 
 #endif  // PAGODA_WORKER_STEP_EXECUTION_H_

@@ -138,7 +138,11 @@ absl::StatusOr<v1::StepResult> WorkerService::RunStep(const v1::StepPlan& plan) 
   absl::StatusOr<v1::StepResult> executed = runner_->ExecuteStep(plan);
   if (!executed.ok()) {
     const absl::Status& status = executed.status();
-    if (IsWorkerFaultCode(status.code())) {
+    // A device fault (INTERNAL, as AsWorkerFault makes it) leaves the
+    // device untrustworthy. A failed collective (ABORTED, UNAVAILABLE,
+    // DEADLINE_EXCEEDED) already keeps failing in the runner until the group
+    // is loaded again, and a cancelled step is the server's own doing.
+    if (IsDeviceFaultCode(status.code())) {
       fault_ = absl::Status(status.code(),
                             absl::StrCat("step ", plan.step_id(), ": ", status.message()));
       LOG(ERROR) << "rank " << rank_ << ": step " << plan.step_id() << " failed; worker unhealthy "

@@ -37,8 +37,8 @@ using ModelRunnerFactory =
 //
 // Faults: a step that fails after its plan was validated (a device or
 // backend error, a collective that failed; see worker/step_execution.h)
-// comes back as INTERNAL, UNAVAILABLE, ABORTED... and marks this worker
-// unhealthy: every later InitCache and ExecuteStep is refused UNAVAILABLE,
+// comes back as INTERNAL, UNAVAILABLE, ABORTED...; a device fault (INTERNAL)
+// marks this worker unhealthy: every later InitCache and ExecuteStep is refused UNAVAILABLE,
 // naming the first fault, until a LoadModel replaces the runner (the server
 // restarts the group, then replays LoadModel). A refused plan
 // (INVALID_ARGUMENT) changes nothing and leaves the worker healthy.
