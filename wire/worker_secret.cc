@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -65,6 +66,15 @@ absl::StatusOr<std::string> ReadWorkerSecretFile(const std::string& path) {
   if (fd < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("cannot open worker secret file '", path, "': ", strerror(errno)));
+  }
+  struct stat info;
+  if (fstat(fd, &info) != 0 || (info.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
+    const unsigned mode = static_cast<unsigned>(info.st_mode & 07777);
+    close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(
+        "worker secret file '", path, "' is accessible to group or others (mode ",
+        (mode >> 9) & 7, (mode >> 6) & 7, (mode >> 3) & 7, mode & 7,
+        "); make it readable by its owner only: chmod 600 '", path, "'"));
   }
   absl::StatusOr<std::string> secret = ReadWorkerSecretFromFd(fd);
   if (!secret.ok()) {

@@ -1,3 +1,4 @@
+#include <sys/stat.h>
 #include "wire/worker_secret.h"
 
 #include <unistd.h>
@@ -45,6 +46,13 @@ TEST(WorkerSecretTest, ShortOrMissingSecretsAreRefused) {
 TEST(WorkerSecretTest, ReadsAFile) {
   const std::string path = ::testing::TempDir() + "/worker_secret_test_secret";
   std::ofstream(path) << "  a-secret-long-enough-1234  \n";
+  chmod(path.c_str(), 0644);
+  absl::StatusOr<std::string> refused = ReadWorkerSecretFile(path);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("chmod 600"), std::string::npos) << refused.status();
+  chmod(path.c_str(), 0640);
+  EXPECT_FALSE(ReadWorkerSecretFile(path).ok());
+  chmod(path.c_str(), 0600);
   absl::StatusOr<std::string> secret = ReadWorkerSecretFile(path);
   ASSERT_TRUE(secret.ok()) << secret.status();
   EXPECT_EQ(*secret, "a-secret-long-enough-1234");

@@ -211,10 +211,16 @@ class Backend {
   // activation dtype elsewhere.
   virtual DType default_kv_cache_dtype() const = 0;
 
+  // Whether Rope computes positions past RopeTable::max_positions from
+  // inv_freq (CPU) or requires them inside the table (CUDA).
+  virtual bool computes_rope_past_table() const { return false; }
+
   // Uninitialised backend memory of `num_elements` elements of `dtype`.
   virtual std::unique_ptr<Buffer> Allocate(DType dtype, size_t num_elements) = 0;
   // The first device error since creation (OK if none); results of ops after
   // it are not to be trusted. Host backends report errors where they occur.
+  // Whatever its code, the worker edge reports it as a fault (INTERNAL, see
+  // worker/step_execution.h): the plan was valid, the device is not.
   virtual absl::Status status() const { return absl::OkStatus(); }
   // Uninitialised host memory the backend copies to and from fastest (pinned
   // on CUDA, plain on CPU): swap space and upload staging.

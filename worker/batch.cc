@@ -101,6 +101,11 @@ absl::StatusOr<int> CheckSequence(const SequenceStep& step, const BatchLimits& l
     return SequenceError(step, absl::StrCat("negative start_position ", step.start_position()));
   }
   const int64_t context = static_cast<int64_t>(step.start_position()) + step.token_ids_size();
+  if (context > limits.max_positions) {
+    return SequenceError(step, absl::StrCat("positions up to ", context - 1,
+                                            " are outside the rotary table [0, ",
+                                            limits.max_positions, ")"));
+  }
   const int64_t blocks_needed = BlocksFor(context, limits.block_size);
   if (step.block_table_size() < blocks_needed) {
     return SequenceError(

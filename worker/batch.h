@@ -2,6 +2,7 @@
 #define PAGODA_WORKER_BATCH_H_
 
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -17,6 +18,10 @@ struct BatchLimits {
   int block_size = 0;
   int num_gpu_blocks = 0;
   int num_cpu_blocks = 0;
+  // Positions must stay below this: the rotary table's size on backends that
+  // read only the table (LlamaModel::max_positions()). ExecuteStepPlan always
+  // sets it; the default only spares tests that do not care.
+  int max_positions = std::numeric_limits<int32_t>::max();
 };
 
 // A StepPlan flattened into the arrays the model and attention consume: the
@@ -65,7 +70,8 @@ struct FlatBatch {
 // Validates `plan` and flattens it. INVALID_ARGUMENT, naming the seq_id and
 // the problem, for: an empty token list, a duplicate seq_id, a negative start
 // position, a token id outside [0, vocab_size), a block table too short for
-// start_position + len(token_ids) tokens, a block id outside
+// start_position + len(token_ids) tokens, a context past max_positions
+// (the rotary table), a block id outside
 // [0, num_gpu_blocks), sampling options out of range (negative or NaN
 // temperature, top_p outside [0, 1], negative top_k, num_logprobs outside
 // [0, 20], logits processing out of bounds: worker/logits_edits.h); and for

@@ -1,5 +1,6 @@
 #include "worker/batch.h"
 
+#include <limits>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -97,6 +98,30 @@ TEST(FlattenStepPlanTest, ChecksOnlyTheBlocksTheContextNeeds) {
   auto batch = FlattenStepPlan(plan, BatchLimits{10, 4, 2, 0});
   EXPECT_EQ(batch.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(batch.status().message()), ::testing::HasSubstr("seq_id 2"));
+}
+
+TEST(FlattenStepPlanTest, RefusesPositionsPastTheRotaryTable) {
+  const BatchLimits limits{.vocab_size = 10,
+                           .block_size = 4,
+                           .num_gpu_blocks = 10,
+                           .num_cpu_blocks = 0,
+                           .max_positions = 8};
+  StepPlan fits;
+  AddStep(fits, 1, {1, 2}, 6, {0, 1}, true);  // Positions 6 and 7.
+  EXPECT_TRUE(FlattenStepPlan(fits, limits).ok());
+  StepPlan past;
+  AddStep(past, 2, {1, 2, 3}, 6, {0, 1, 2}, true);  // Position 8.
+  auto refused = FlattenStepPlan(past, limits);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(), ::testing::HasSubstr("rotary table"));
+  // A start near INT32_MAX would overflow the int32 positions: refused too.
+  StepPlan huge;
+  AddStep(huge, 3, {1}, std::numeric_limits<int32_t>::max(), {0}, true);
+  EXPECT_EQ(FlattenStepPlan(huge, BatchLimits{.vocab_size = 10, .block_size = 4,
+                                              .num_gpu_blocks = 10})
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -68,11 +68,12 @@ class CacheEngine {
   void ApplyBlockMoves(const FlatBatch& batch);
 
   // What a step plan is checked against before it touches this cache.
-  BatchLimits Limits(int vocab_size) const {
+  BatchLimits Limits(int vocab_size, int max_positions) const {
     return BatchLimits{.vocab_size = vocab_size,
                        .block_size = shape_.block_size,
                        .num_gpu_blocks = num_gpu_blocks_,
-                       .num_cpu_blocks = num_cpu_blocks_};
+                       .num_cpu_blocks = num_cpu_blocks_,
+                       .max_positions = max_positions};
   }
 
  private:

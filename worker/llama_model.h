@@ -1,6 +1,7 @@
 #ifndef PAGODA_WORKER_LLAMA_MODEL_H_
 #define PAGODA_WORKER_LLAMA_MODEL_H_
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <string>
@@ -65,6 +66,14 @@ class LlamaModel {
   // The model as this rank runs it: attention heads, KV heads and
   // intermediate size are the rank's shares (the model's with one rank).
   const ModelConfig& config() const { return config_; }
+  // Positions a step may use: the rotary table's size, or the config's
+  // max_position_embeddings on a backend that computes positions past the
+  // table (Backend::computes_rope_past_table).
+  int max_positions() const {
+    return backend_->computes_rope_past_table()
+               ? std::max(rope_positions_, config_.max_position_embeddings)
+               : rope_positions_;
+  }
   // Bytes of backend memory the weights take (rope tables excluded).
   size_t weight_bytes() const;
   // The KV cache geometry this model needs for `block_size`-token blocks of

@@ -32,9 +32,10 @@ class ModelRunner {
   // context K/V only through them, then samples one token for each sequence
   // with do_sample. INVALID_ARGUMENT for a malformed plan (block id out of
   // range, table too short for the positions, token id outside the vocabulary).
-  // A failed tensor-parallel collective fails the step with UNAVAILABLE,
-  // DEADLINE_EXCEEDED or ABORTED, and every later step too: the group must
-  // be loaded again.
+  // Anything that fails after validation is a fault (worker/step_execution.h):
+  // INTERNAL for a backend's error, UNAVAILABLE, DEADLINE_EXCEEDED or ABORTED
+  // for a failed tensor-parallel collective; every later step may fail too,
+  // so the group must be loaded again.
   virtual absl::StatusOr<pagoda::worker::v1::StepResult> ExecuteStep(
       const pagoda::worker::v1::StepPlan& plan) = 0;
 

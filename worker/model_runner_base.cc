@@ -47,7 +47,8 @@ absl::StatusOr<StepResult> ModelRunnerBase::ExecuteStep(const StepPlan& plan) {
                                        .backend = backend_.get(),
                                        .timed = timed_.get(),
                                        .samples = &samples_,
-                                       .vocab_size = model_->config().vocab_size},
+                                       .vocab_size = model_->config().vocab_size,
+                                       .max_positions = model_->max_positions()},
                          [this](const FlatBatch& batch) { return RunForward(batch); });
 }
 

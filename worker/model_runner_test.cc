@@ -13,6 +13,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "tests/fakes/fault_injecting_backend.h"
+#include "worker/step_execution.h"
 
 namespace pagoda::worker {
 namespace {
@@ -433,6 +435,39 @@ TEST_F(ModelRunnerTest, EachTokenGetsTheTopLogprobsItAskedFor) {
       EXPECT_EQ(token.top(0).logprob(), token.logprob());
     }
   }
+}
+
+// A backend's sticky error after a valid plan is a fault of the worker
+// (INTERNAL, whatever code the backend stored), and it stays: every later
+// step fails too, so only a new runner (the server's restart) clears it. A
+// malformed plan stays INVALID_ARGUMENT.
+TEST_F(ModelRunnerTest, BackendFaultIsInternalAndStickyWhileBadPlansStayInvalidArgument) {
+  auto runner = CreateCpuModelRunner(CpuModelRunnerOptions{
+      .wrap_backend = [](std::unique_ptr<Backend> backend) {
+        return pagoda::testing::WrapWithFaults(std::move(backend), {.fail_at_step = 2});
+      }});
+  ASSERT_TRUE(runner->LoadModel(LoadRequest()).ok());
+  InitCacheRequest init;
+  init.set_num_gpu_blocks(kGpuBlocks);
+  init.set_num_cpu_blocks(kCpuBlocks);
+  ASSERT_TRUE(runner->InitCache(init).ok());
+
+  MustRun(*runner, Plan({Step(1, {1, 2, 3}, 0, {0})}));
+  EXPECT_EQ(runner->ExecuteStep(Plan({Step(1, {kVocab}, 3, {0})})).status().code(),
+            absl::StatusCode::kInvalidArgument);  // Refused before the backend runs.
+  auto faulted = runner->ExecuteStep(Plan({Step(1, {4}, 3, {0})}));
+  EXPECT_EQ(faulted.status().code(), absl::StatusCode::kInternal) << faulted.status();
+  EXPECT_NE(faulted.status().message().find("INVALID_ARGUMENT"), std::string::npos);
+  EXPECT_EQ(runner->ExecuteStep(Plan({Step(1, {4}, 3, {0})})).status().code(),
+            absl::StatusCode::kInternal);
+}
+
+TEST(AsWorkerFaultTest, RequestCodesBecomeInternalFaultCodesStay) {
+  EXPECT_TRUE(AsWorkerFault(absl::OkStatus()).ok());
+  EXPECT_EQ(AsWorkerFault(absl::ResourceExhaustedError("oom")).code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(AsWorkerFault(absl::InvalidArgumentError("x")).code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(AsWorkerFault(absl::AbortedError("peer")).code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(AsWorkerFault(absl::UnavailableError("peer")).code(), absl::StatusCode::kUnavailable);
 }
 
 }  // namespace

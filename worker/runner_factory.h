@@ -18,6 +18,12 @@ namespace pagoda::worker {
 // True when this build has the CUDA runner.
 bool BuiltWithCuda();
 
+// Lets a test build of pagoda-worker change the CPU runner's options for
+// rank `rank` (tests/fakes/fault_injecting_backend.h wraps its backend).
+// pagoda-worker links worker/runner_hooks_none.cc, which changes nothing:
+// no fault injection exists in a production build.
+void ApplyRunnerTestHooks(int rank, CpuModelRunnerOptions* options);
+
 // cuda_device: --cuda-device (-1 = the rank's GPU); ignored for "cpu".
 // cpu_options: the CPU runner's (where its collectives listen); ignored for "cuda".
 absl::StatusOr<std::unique_ptr<ModelRunner>> MakeModelRunner(

@@ -20,6 +20,7 @@ struct StepExecution {
   TimedCommunicator* timed = nullptr;
   SampleResults* samples = nullptr;  // Reused from step to step.
   int vocab_size = 0;
+  int max_positions = 0;  // LlamaModel::max_positions().
 };
 
 // The runner's forward pass over a flattened step (eager, or a replayed
@@ -29,10 +30,28 @@ using ForwardPass = std::function<absl::StatusOr<ForwardOutput>(const FlatBatch&
 // ModelRunner::ExecuteStep around `forward`, the same on every device:
 // validates and flattens `plan` (a rejected plan touches nothing), applies its
 // block moves, runs `forward` over its tokens, samples on rank 0 (the others'
-// part ends with the layers), and fills in the step's times. A backend error
-// (Backend::status) fails the step.
+// part ends with the layers), and fills in the step's times.
+//
+// Errors: a refused plan is INVALID_ARGUMENT and changes nothing. Anything
+// that fails after validation (the forward pass, a collective, a backend's
+// sticky error from Backend::status, whatever code it carries) is a fault of
+// this worker, not of the request: it comes back as AsWorkerFault makes it,
+// so the server restarts the group instead of failing the step's requests.
 absl::StatusOr<v1::StepResult> ExecuteStepPlan(const v1::StepPlan& plan, const StepExecution& step,
                                                const ForwardPass& forward);
+
+// `status` as a worker fault: codes that mean "bad request" (INVALID_ARGUMENT,
+// RESOURCE_EXHAUSTED, FAILED_PRECONDITION, OUT_OF_RANGE, ...) become INTERNAL
+// with the original code in the message; fault codes (UNAVAILABLE, INTERNAL,
+// ABORTED, DEADLINE_EXCEEDED, CANCELLED, DATA_LOSS, UNKNOWN) stay. OK stays OK.
+absl::Status AsWorkerFault(const absl::Status& status);
+
+// Whether `code` is one AsWorkerFault leaves as it is.
+bool IsWorkerFaultCode(absl::StatusCode code);
+
+// Whether `code` says the device itself failed (INTERNAL, DATA_LOSS, UNKNOWN),
+// rather than a collective or a cancellation: such a worker is unhealthy.
+bool IsDeviceFaultCode(absl::StatusCode code);
 
 }  // namespace pagoda::worker
 

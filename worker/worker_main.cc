@@ -306,7 +306,8 @@ int main(int argc, char** argv) {
   }
 
   StopRequest stop;
-  const pagoda::worker::CpuModelRunnerOptions runner_options{.collective_host = *collective_host};
+  pagoda::worker::CpuModelRunnerOptions runner_options{.collective_host = *collective_host};
+  pagoda::worker::ApplyRunnerTestHooks(rank, &runner_options);
   pagoda::worker::WorkerService service(
       rank, *std::move(secret),
       [&runner_options](const std::string& device) { return MakeRunner(device, runner_options); },

@@ -6,6 +6,7 @@
 #include "absl/time/clock.h"
 #include "glog/logging.h"
 #include "wire/worker_secret.h"
+#include "worker/step_execution.h"
 
 namespace pagoda::worker {
 namespace {
@@ -43,8 +44,15 @@ grpc::Status WorkerService::Authenticate(const grpc::ServerContext& context) con
   const auto found = metadata.find(kWorkerSecretMetadataKey);
   if (secret_.empty() || found == metadata.end() ||
       !ConstantTimeEquals(secret_, absl::string_view(found->second.data(), found->second.size()))) {
-    LOG(WARNING) << "rank " << rank_ << ": refused a call without the server's secret from "
-                 << context.peer();
+    const int64_t refused = refused_calls_.fetch_add(1) + 1;
+    // At most one line a second however fast a hostile peer calls.
+    const int64_t now_ns = absl::GetCurrentTimeNanos();
+    int64_t last_ns = last_refusal_log_ns_.load();
+    if (now_ns - last_ns >= absl::ToInt64Nanoseconds(absl::Seconds(1)) &&
+        last_refusal_log_ns_.compare_exchange_strong(last_ns, now_ns)) {
+      LOG(WARNING) << "rank " << rank_ << ": refused a call without the server's secret from "
+                   << context.peer() << " (" << refused << " refused so far)";
+    }
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                         "this worker serves only the server that launched it");
   }
@@ -62,6 +70,7 @@ grpc::Status WorkerService::LoadModel(grpc::ServerContext* context,
   SetAbortable(nullptr);
   runner_.reset();
   cache_ready_ = false;
+  fault_ = absl::OkStatus();  // A fresh runner is a fresh start.
   absl::StatusOr<std::unique_ptr<ModelRunner>> runner = runner_factory_(request->device());
   if (!runner.ok()) return ToGrpcStatus(runner.status());
   absl::StatusOr<v1::LoadModelResponse> loaded = (*runner)->LoadModel(*request);
@@ -85,6 +94,7 @@ grpc::Status WorkerService::InitCache(grpc::ServerContext* context,
   if (runner_ == nullptr) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "InitCache before LoadModel");
   }
+  if (absl::Status healthy = CheckHealthy(); !healthy.ok()) return ToGrpcStatus(healthy);
   cache_ready_ = false;
   absl::Status status = runner_->InitCache(*request);
   if (!status.ok()) {
@@ -105,6 +115,7 @@ grpc::Status WorkerService::ExecuteStep(grpc::ServerContext* context, const v1::
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         "ExecuteStep before LoadModel and InitCache");
   }
+  if (absl::Status healthy = CheckHealthy(); !healthy.ok()) return ToGrpcStatus(healthy);
   cancellation_.Begin(context, [this] { AbortCollectives(); });
   absl::StatusOr<v1::StepResult> executed = RunStep(*plan);
   cancellation_.End();
@@ -118,6 +129,7 @@ absl::StatusOr<v1::StepResult> WorkerService::ExecuteLocalStep(const v1::StepPla
   if (runner_ == nullptr || !cache_ready_) {
     return absl::FailedPreconditionError("ExecuteStep before LoadModel and InitCache");
   }
+  if (absl::Status healthy = CheckHealthy(); !healthy.ok()) return healthy;
   return RunStep(plan);
 }
 
@@ -125,9 +137,20 @@ absl::StatusOr<v1::StepResult> WorkerService::RunStep(const v1::StepPlan& plan) 
   const absl::Time start = absl::Now();
   absl::StatusOr<v1::StepResult> executed = runner_->ExecuteStep(plan);
   if (!executed.ok()) {
-    LOG(WARNING) << "rank " << rank_ << ": step " << plan.step_id()
-                 << " failed: " << executed.status();
-    return executed.status();
+    const absl::Status& status = executed.status();
+    // A device fault (INTERNAL, as AsWorkerFault makes it) leaves the
+    // device untrustworthy. A failed collective (ABORTED, UNAVAILABLE,
+    // DEADLINE_EXCEEDED) already keeps failing in the runner until the group
+    // is loaded again, and a cancelled step is the server's own doing.
+    if (IsDeviceFaultCode(status.code())) {
+      fault_ = absl::Status(status.code(),
+                            absl::StrCat("step ", plan.step_id(), ": ", status.message()));
+      LOG(ERROR) << "rank " << rank_ << ": step " << plan.step_id() << " failed; worker unhealthy "
+                 << "until the next LoadModel: " << status;
+    } else {
+      LOG(WARNING) << "rank " << rank_ << ": step " << plan.step_id() << " refused: " << status;
+    }
+    return status;
   }
   executed->set_step_id(plan.step_id());
   // The runner may time itself more narrowly; fill in the time only if not.
@@ -135,6 +158,18 @@ absl::StatusOr<v1::StepResult> WorkerService::RunStep(const v1::StepPlan& plan) 
     executed->set_forward_seconds(absl::ToDoubleSeconds(absl::Now() - start));
   }
   return executed;
+}
+
+absl::Status WorkerService::CheckHealthy() const {
+  if (fault_.ok()) return absl::OkStatus();
+  return absl::UnavailableError(
+      absl::StrCat("rank ", rank_, " is unhealthy since a fault (", fault_.ToString(),
+                   "); a LoadModel replaces its runner"));
+}
+
+absl::Status WorkerService::fault() const {
+  absl::MutexLock lock(&mutex_);
+  return fault_;
 }
 
 void WorkerService::SetAbortable(ModelRunner* runner) {

@@ -1,6 +1,8 @@
 #ifndef PAGODA_WORKER_WORKER_SERVICE_H_
 #define PAGODA_WORKER_WORKER_SERVICE_H_
 
+#include <atomic>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -32,6 +34,14 @@ using ModelRunnerFactory =
 // a server can re-initialise a worker. InitCache and ExecuteStep before a
 // successful LoadModel return FAILED_PRECONDITION. Shutdown replies, then calls
 // `on_shutdown` so the owner can stop the server once the reply is sent.
+//
+// Faults: a step that fails after its plan was validated (a device or
+// backend error, a collective that failed; see worker/step_execution.h)
+// comes back as INTERNAL, UNAVAILABLE, ABORTED...; a device fault (INTERNAL)
+// marks this worker unhealthy: every later InitCache and ExecuteStep is refused UNAVAILABLE,
+// naming the first fault, until a LoadModel replaces the runner (the server
+// restarts the group, then replays LoadModel). A refused plan
+// (INVALID_ARGUMENT) changes nothing and leaves the worker healthy.
 //
 // Authentication: every call must carry `secret` in the metadata entry
 // kWorkerSecretMetadataKey (common/worker_secret.h); any other call gets
@@ -74,7 +84,16 @@ class WorkerService final : public pagoda::worker::v1::Worker::Service {
   // gone. Thread-safe; does not wait for the call in progress.
   void AbortCollectives();
 
+  // Calls refused for a missing or wrong secret since start. They are logged
+  // at most once a second, with this count.
+  int64_t refused_calls() const { return refused_calls_.load(); }
+
+  // OK while healthy; else the fault that made this worker unhealthy.
+  absl::Status fault() const;
+
  private:
+  // UNAVAILABLE naming fault_ once a step failed with a fault, else OK.
+  absl::Status CheckHealthy() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // OK if `context` carries the secret, else UNAUTHENTICATED.
   grpc::Status Authenticate(const grpc::ServerContext& context) const;
   void SetAbortable(ModelRunner* runner) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
@@ -88,10 +107,15 @@ class WorkerService final : public pagoda::worker::v1::Worker::Service {
   const ModelRunnerFactory runner_factory_;
   const std::function<void()> on_shutdown_;
 
-  absl::Mutex mutex_;
+  mutable std::atomic<int64_t> refused_calls_{0};
+  mutable std::atomic<int64_t> last_refusal_log_ns_{0};
+
+  mutable absl::Mutex mutex_;
   // Null until a LoadModel succeeds.
   std::unique_ptr<ModelRunner> runner_ ABSL_GUARDED_BY(mutex_);
   bool cache_ready_ ABSL_GUARDED_BY(mutex_) = false;
+  // The first fault of the current runner (OK while healthy).
+  absl::Status fault_ ABSL_GUARDED_BY(mutex_);
   // runner_ for AbortCollectives, which must not wait for mutex_ (held by a
   // stuck step). Changed only while both mutexes are held.
   absl::Mutex abort_mutex_ ABSL_ACQUIRED_AFTER(mutex_);

@@ -58,6 +58,7 @@ class ChartWiringTest(unittest.TestCase):
         cls.secret_file = os.path.join(cls.tmp.name, "secret")
         with open(cls.secret_file, "w") as f:
             f.write(secrets.token_hex(32))
+        os.chmod(cls.secret_file, 0o600)
         rendered = subprocess.run([HELM, "template", "rel", CHART, "--set", "apiKey.existingSecret=k",
                                    "--show-only", "templates/server.yaml"],
                                   capture_output=True, text=True, timeout=60, check=True).stdout

@@ -82,6 +82,7 @@ class BusyPortAndValidationTest(ServerTestBase):
         secret = os.path.join(secret_dir.name, "secret")
         with open(secret, "w") as out:
             out.write(os.urandom(32).hex())
+        os.chmod(secret, 0o600)
         worker = [h.binary("pagoda-worker"), "--secret-file", secret]
         first = subprocess.Popen(worker + ["--listen", "127.0.0.1:0"],
                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)

@@ -295,6 +295,33 @@ std::string ReadFile(const std::string& path) {
   return contents.str();
 }
 
+// A secret file other local users can read is refused at start-up by both
+// ends, with a message that says how to fix it.
+TEST(SecretFileTest, ReadableByGroupOrOthersIsRefusedAtStartUp) {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / absl::StrCat("pagoda_secret_mode_", getpid()))
+          .string();
+  ASSERT_TRUE(MakeTinyModel(dir).ok());
+  const std::string secret = dir + "/secret";
+  std::ofstream(secret) << "connected-worker-secret-0123456789\n";
+  for (const char* mode : {"644", "640", "604"}) {
+    ASSERT_EQ(chmod(secret.c_str(), std::stoi(mode, nullptr, 8)), 0);
+    absl::StatusOr<std::string> worker = RunCommand(absl::StrCat(
+        PAGODA_WORKER_BINARY, " --listen=127.0.0.1:0 --secret-file=", secret, " 2>&1; echo EXIT=$?"));
+    ASSERT_TRUE(worker.ok()) << worker.status();
+    EXPECT_TRUE(absl::StrContains(*worker, "chmod 600")) << *worker;
+    EXPECT_TRUE(absl::StrContains(*worker, "EXIT=1")) << *worker;
+    absl::StatusOr<std::string> server = RunCommand(absl::StrCat(
+        PAGODA_SERVER_BINARY, " --model=", dir,
+        " --max-model-len=128 --port=0 --metrics-port=-1 --worker-addresses=127.0.0.1:1",
+        " --worker-secret-file=", secret, " 2>&1; echo EXIT=$?"));
+    ASSERT_TRUE(server.ok()) << server.status();
+    EXPECT_TRUE(absl::StrContains(*server, "chmod 600")) << *server;
+    EXPECT_FALSE(absl::StrContains(*server, "EXIT=0")) << *server;
+  }
+  std::filesystem::remove_all(dir);
+}
+
 // A worker the server connects to over mutual TLS plus the secret.
 TEST(ConnectedWorkerTest, MutualTlsAndTheSecretAreBothRequired) {
   const std::string dir =
@@ -303,6 +330,8 @@ TEST(ConnectedWorkerTest, MutualTlsAndTheSecretAreBothRequired) {
   ASSERT_TRUE(MakeCertificates(dir).ok());
   const std::string secret = "connected-worker-secret-0123456789";
   std::ofstream(dir + "/secret") << secret << "\n";
+  std::filesystem::permissions(dir + "/secret",
+                               std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
   auto worker =
       ServerProcess::Start(PAGODA_WORKER_BINARY,
                            {"--listen=127.0.0.1:0", absl::StrCat("--secret-file=", dir, "/secret"),

@@ -483,6 +483,8 @@ TEST_F(ServerTest, KilledWorkerFailsRequestsWithUnavailableWhenRestartsAreOff) {
 TEST_F(ServerTest, ConnectsToRunningWorkersByAddress) {
   const std::string secret_file = absl::StrCat(*model_dir_, "/worker_secret");
   std::ofstream(secret_file) << "connected-worker-secret-0123456789\n";
+  std::filesystem::permissions(secret_file,
+                               std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
   absl::StatusOr<std::unique_ptr<ServerProcess>> worker = ServerProcess::Start(
       PAGODA_WORKER_BINARY,
       {"--listen=127.0.0.1:0", "--rank=0", absl::StrCat("--secret-file=", secret_file)},

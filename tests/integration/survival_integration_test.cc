@@ -202,6 +202,8 @@ TEST_F(SurvivalTest, WorkerThatCannotStartEndsRequestsUnavailableAfterBoundedRet
 TEST_F(SurvivalTest, ConnectedWorkerIsReconnectedWhenItComesBack) {
   const std::string secret_file = *model_dir_ + "/worker_secret";
   std::ofstream(secret_file) << "connected-worker-secret-0123456789\n";
+  std::filesystem::permissions(secret_file,
+                               std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
   auto start_worker = [&](const std::string& listen) {
     return ServerProcess::Start(
         PAGODA_WORKER_BINARY,

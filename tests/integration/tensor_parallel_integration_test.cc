@@ -178,6 +178,8 @@ TEST_F(TensorParallelTest, IndivisibleHeadCountsAreRefusedAtStartInOneLine) {
   // A worker whose collectives cannot listen where asked refuses to start.
   const std::string secret = *model_dir_ + "_secret";
   std::ofstream(secret) << "0123456789abcdef0123456789abcdef\n";
+  std::filesystem::permissions(secret,
+                               std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
   auto worker = RunCommand(absl::StrCat(PAGODA_WORKER_BINARY, " --secret-file=", secret,
                                         " --collective-host=not-an-ip 2>&1; echo exit=$?"));
   std::filesystem::remove(secret);

@@ -495,8 +495,8 @@ TEST_F(WorkerServiceTest, OrphanedWorkerExitsWhenItsParentDies) {
   // orphaning) and exits.
   const std::string out = *temp_dir_ + "/orphan.out";
   const std::string script =
-      absl::StrCat("echo a-secret-of-enough-bytes >", *temp_dir_, "/secret; ", PAGODA_WORKER_BINARY,
-                   " --listen 127.0.0.1:0 --secret-file ", *temp_dir_, "/secret --parent-pid $$ >",
+      absl::StrCat("echo a-secret-of-enough-bytes >", *temp_dir_, "/secret; chmod 600 ", *temp_dir_,
+                   "/secret; ", PAGODA_WORKER_BINARY, " --listen 127.0.0.1:0 --secret-file ", *temp_dir_, "/secret --parent-pid $$ >",
                    out, " 2>/dev/null & echo $!; for i in $(seq 400); do grep -q LISTENING ", out,
                    " && break; sleep 0.05; done");
   FILE* shell = popen(script.c_str(), "r");

@@ -63,6 +63,7 @@ class CpuBackend final : public Backend {
 
   DType activation_dtype() const override { return DType::kF32; }
   DType default_kv_cache_dtype() const override { return DType::kF32; }
+  bool computes_rope_past_table() const override { return true; }
 
   std::unique_ptr<Buffer> Allocate(DType dtype, size_t num_elements) override {
     allocations_.fetch_add(1, std::memory_order_relaxed);

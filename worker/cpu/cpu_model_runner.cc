@@ -82,6 +82,7 @@ class CpuModelRunner final : public ModelRunnerBase {
     // The backend (and its thread pool) is made here, where the thread count
     // is known; the model and cache keep pointers into it.
     backend_ = CreateCpuBackend(request.cpu_threads());
+    if (options_.wrap_backend) backend_ = options_.wrap_backend(std::move(backend_));
     auto model = LlamaModel::Load(request.model_dir(), backend_.get(), timed_.get(),
                                   CpuLoadOptions(request, *weight_dtype));
     if (!model.ok()) return model.status();

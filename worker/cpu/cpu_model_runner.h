@@ -1,9 +1,11 @@
 #ifndef PAGODA_WORKER_CPU_CPU_MODEL_RUNNER_H_
 #define PAGODA_WORKER_CPU_CPU_MODEL_RUNNER_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 
+#include "worker/backend.h"
 #include "worker/model_runner.h"
 
 namespace pagoda::worker {
@@ -12,6 +14,10 @@ struct CpuModelRunnerOptions {
   // The address this worker's Gloo connections listen on when it is one
   // rank of several: its peers must reach it.
   std::string collective_host = "127.0.0.1";
+  // Wraps the backend a LoadModel makes (null: used as is). Set only by code
+  // linked into a test binary (tests/fakes/fault_injecting_backend.h); no
+  // request reaches it.
+  std::function<std::unique_ptr<Backend>(std::unique_ptr<Backend>)> wrap_backend;
 };
 
 // The CPU backend (f32 activations, SIMD matrix products); tensor parallel

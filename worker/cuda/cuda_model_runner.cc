@@ -276,7 +276,7 @@ class CudaModelRunner final : public ModelRunnerBase {
     const StepPlan plan = ProfilePlan(request.max_num_batched_tokens(), request.max_num_seqs(),
                                       CudaMaxModelLen(model_->config()), block_size_, &num_blocks);
     auto scratch = std::make_unique<CacheEngine>(backend_.get(), CacheShape(), num_blocks, 0);
-    auto batch = FlattenStepPlan(plan, scratch->Limits(model_->config().vocab_size));
+    auto batch = FlattenStepPlan(plan, scratch->Limits(model_->config().vocab_size, model_->max_positions()));
     if (!batch.ok()) return batch.status();
     auto output = model_->Forward(*batch, scratch.get());
     if (!output.ok()) return output.status();
