@@ -306,7 +306,8 @@ int main(int argc, char** argv) {
   }
 
   StopRequest stop;
-  pagoda::worker::CpuModelRunnerOptions runner_options{.collective_host = *collective_host};
+  pagoda::worker::CpuModelRunnerOptions runner_options;
+  runner_options.collective_host = *collective_host;
   pagoda::worker::ApplyRunnerTestHooks(rank, &runner_options);
   pagoda::worker::WorkerService service(
       rank, *std::move(secret),
