@@ -90,7 +90,9 @@ class RecoveryTest : public ::testing::Test {
     delete model_dir_;
   }
 
-  void StartEngine() {
+  // `start` false: the engine thread is started by the test, once its
+  // requests are queued.
+  void StartEngine(bool start = true) {
     workers_ = std::make_unique<RestartableWorkers>();
     wv1::LoadModelRequest load;
     load.set_model_dir(*model_dir_);
@@ -111,7 +113,7 @@ class RecoveryTest : public ::testing::Test {
     config.scheduler.max_model_len = 256;
     config.eos_token_ids = {2};
     engine_ = std::make_unique<Engine>(config, workers_.get(), nullptr);
-    engine_->Start();
+    if (start) engine_->Start();
   }
 
   // Eight requests, odd ones seeded sampling; returns their sinks.
@@ -182,11 +184,14 @@ TEST_F(RecoveryTest, IdleEngineRecoversWithoutARequest) {
 }
 
 TEST_F(RecoveryTest, WorkersThatCannotReturnFailEveryRequestUnavailableAndSayWhy) {
-  StartEngine();
+  // Every request is queued before the first step: a slow submitting thread
+  // could otherwise see an early request finish before the crash.
+  StartEngine(/*start=*/false);
   workers_->set_can_recover(false);
   std::vector<std::shared_ptr<CollectingSink>> sinks = SubmitAll([this](int count) {
     if (count == 3) workers_->Crash();
   });
+  engine_->Start();
   for (auto& sink : sinks) {
     ASSERT_TRUE(sink->WaitFinished());
     EXPECT_EQ(sink->status().code(), absl::StatusCode::kUnavailable) << sink->status();
