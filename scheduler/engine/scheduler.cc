@@ -74,16 +74,8 @@ void Scheduler::SchedulePrefills(SchedulerOutput& output) {
         num_seqs + new_seqs > config_.max_num_seqs) {
       break;
     }
-    std::unique_ptr<SequenceGroup> admitted = std::move(waiting_.front());
-    waiting_.pop_front();
-    const absl::Status allocated = block_manager_.Allocate(*admitted);
-    CHECK(allocated.ok()) << allocated;  // CanAllocate said kOk.
-    for (Sequence* seq : admitted->SeqsWithStatus(SequenceStatus::kWaiting)) {
-      // Prefix-cache hits need no computing; the last token always does.
-      seq->set_num_computed_tokens(
-          std::max(seq->num_computed_tokens(),
-                   block_manager_.FindBlockTable(seq->seq_id())->num_cached_tokens));
-      seq->set_status(SequenceStatus::kRunning);
+    std::unique_ptr<SequenceGroup> admitted = AllocateWaitingFront();
+    for (Sequence* seq : admitted->SeqsWithStatus(SequenceStatus::kRunning)) {
       output.scheduled.push_back(ScheduledSequence{admitted.get(), seq, seq->num_computed_tokens(),
                                                    seq->length() - seq->num_computed_tokens(),
                                                    /*do_sample=*/true});
@@ -93,6 +85,21 @@ void Scheduler::SchedulePrefills(SchedulerOutput& output) {
     ++output.num_prefill_groups;
     running_.push_back(std::move(admitted));
   }
+}
+
+std::unique_ptr<SequenceGroup> Scheduler::AllocateWaitingFront() {
+  std::unique_ptr<SequenceGroup> admitted = std::move(waiting_.front());
+  waiting_.pop_front();
+  const absl::Status allocated = block_manager_.Allocate(*admitted);
+  CHECK(allocated.ok()) << allocated;  // CanAllocate said kOk.
+  for (Sequence* seq : admitted->SeqsWithStatus(SequenceStatus::kWaiting)) {
+    // Prefix-cache hits need no computing; the last token always does.
+    seq->set_num_computed_tokens(
+        std::max(seq->num_computed_tokens(),
+                 block_manager_.FindBlockTable(seq->seq_id())->num_cached_tokens));
+    seq->set_status(SequenceStatus::kRunning);
+  }
+  return admitted;
 }
 
 AllocStatus Scheduler::CheckAdmissible(const SequenceGroup& group) const {

@@ -144,6 +144,10 @@ class Scheduler {
   AllocStatus CheckAdmissible(const SequenceGroup& group) const;
   // Finishes the front waiting group as ignored (it can never run).
   void IgnoreWaitingFront(SchedulerOutput& output);
+  // Pops the front waiting group, gives it blocks and marks its sequences
+  // running, each computed up to its prefix-cache hits.
+  // REQUIRES: CanAllocate said kOk for it.
+  std::unique_ptr<SequenceGroup> AllocateWaitingFront();
   // Grows every running group by one token, preempting the latest-arrived
   // running groups when blocks run out. With `partial` (chunked prefill),
   // groups still part-way through their prompt are kept running but not

@@ -83,17 +83,7 @@ void Scheduler::AdmitPrefillChunks(SchedulerOutput& output, int& token_budget,
     const bool may_stay_partial =
         NumNewTokens(group, SequenceStatus::kWaiting) > ChunkCap(token_budget);
     if (may_stay_partial && still_partial >= config_.max_num_partial_prefills) break;
-    std::unique_ptr<SequenceGroup> admitted = std::move(waiting_.front());
-    waiting_.pop_front();
-    const absl::Status allocated = block_manager_.Allocate(*admitted);
-    CHECK(allocated.ok()) << allocated;  // CanAllocate said kOk.
-    for (Sequence* seq : admitted->SeqsWithStatus(SequenceStatus::kWaiting)) {
-      // Prefix-cache hits need no computing; the last token always does.
-      seq->set_num_computed_tokens(
-          std::max(seq->num_computed_tokens(),
-                   block_manager_.FindBlockTable(seq->seq_id())->num_cached_tokens));
-      seq->set_status(SequenceStatus::kRunning);
-    }
+    std::unique_ptr<SequenceGroup> admitted = AllocateWaitingFront();
     const ChunkResult chunk = ScheduleChunk(*admitted, ChunkCap(token_budget), output);
     token_budget -= chunk.tokens;
     output.num_prefill_tokens += chunk.tokens;
