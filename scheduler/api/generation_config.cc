@@ -1,11 +1,13 @@
 #include "scheduler/api/generation_config.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/sampling_limits.h"
 #include "nlohmann/json.hpp"
 
 namespace pagoda::scheduler {
@@ -13,24 +15,40 @@ namespace {
 
 using nlohmann::json;
 
+// A generation_config.json is a few hundred bytes; a larger file is not one.
+constexpr std::uintmax_t kMaxConfigBytes = 1 << 20;
+
 absl::Status Invalid(const std::string& path, const std::string& why) {
   return absl::InvalidArgumentError(absl::StrCat(path, ": ", why));
 }
 
 // Reads `field` when the file sets it (null counts as unset, as in HF files).
 template <typename T>
-absl::Status ReadField(const json& config, const char* field, const std::string& path,
-                       std::optional<T>& out) {
+absl::Status ReadField(const json& config, const char* field, double low, double high,
+                       const std::string& path, std::optional<T>& out) {
   if (!config.contains(field) || config[field].is_null()) return absl::OkStatus();
   const bool integral = std::is_integral_v<T>;
   if (!config[field].is_number() || (integral && !config[field].is_number_integer())) {
     return Invalid(path, absl::StrCat("field \"", field, "\" must be a number"));
   }
-  out = config[field].get<T>();
+  const double value = config[field].get<double>();
+  if (!std::isfinite(value) || value < low || value > high) {
+    return Invalid(path, absl::StrCat("field \"", field, "\" must be in [", low, ", ", high,
+                                      "], got ", config[field].dump()));
+  }
+  out = static_cast<T>(value);
   return absl::OkStatus();
 }
 
+// Every default is bounded here, at start-up, by the same ranges requests
+// are held to, so a bad file stops the server instead of failing requests.
 absl::StatusOr<SamplingDefaults> ReadDefaults(const std::string& path) {
+  std::error_code error;
+  const std::uintmax_t size = std::filesystem::file_size(path, error);
+  if (error) return Invalid(path, absl::StrCat("cannot be read: ", error.message()));
+  if (size > kMaxConfigBytes) {
+    return Invalid(path, absl::StrCat("is ", size, " bytes; at most ", kMaxConfigBytes));
+  }
   std::ifstream in(path);
   if (!in) return Invalid(path, "cannot be read");
   std::stringstream text;
@@ -38,14 +56,17 @@ absl::StatusOr<SamplingDefaults> ReadDefaults(const std::string& path) {
   const json config = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
   if (config.is_discarded() || !config.is_object()) return Invalid(path, "not a JSON object");
   SamplingDefaults defaults;
-  for (absl::Status status : {ReadField(config, "temperature", path, defaults.temperature),
-                              ReadField(config, "top_k", path, defaults.top_k),
-                              ReadField(config, "top_p", path, defaults.top_p),
-                              ReadField(config, "min_p", path, defaults.min_p),
-                              ReadField(config, "repetition_penalty", path,
-                                        defaults.repetition_penalty)}) {
+  // top_k -1 is HF's "off" as 0 is ours; top_p 0 means 1 as in requests.
+  for (absl::Status status :
+       {ReadField(config, "temperature", 0.0, 1e6, path, defaults.temperature),
+        ReadField(config, "top_k", -1.0, kMaxSamplingVocab, path, defaults.top_k),
+        ReadField(config, "top_p", 0.0, 1.0, path, defaults.top_p),
+        ReadField(config, "min_p", 0.0, 1.0, path, defaults.min_p),
+        ReadField(config, "repetition_penalty", 0.0, kMaxRepetitionPenalty, path,
+                  defaults.repetition_penalty)}) {
     if (!status.ok()) return status;
   }
+  if (defaults.top_k.has_value() && *defaults.top_k < 0) defaults.top_k = 0;
   return defaults;
 }
 

@@ -50,6 +50,16 @@ TEST_F(GenerationConfigTest, NoFileMeansNoDefaultsAndBadFilesAreRefused) {
   EXPECT_FALSE(LoadSamplingDefaults("auto", dir_).ok());
   Write(R"({"temperature": "hot"})");
   EXPECT_FALSE(LoadSamplingDefaults("auto", dir_).ok());
+  // Out of the ranges requests are held to: refused at start-up.
+  for (const char* bad : {R"({"temperature": -1})", R"({"top_p": 1.5})", R"({"min_p": 2})",
+                          R"({"top_k": 4294967296})", R"({"repetition_penalty": 50})"}) {
+    Write(bad);
+    EXPECT_EQ(LoadSamplingDefaults("auto", dir_).status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << bad;
+  }
+  Write(std::string(2 << 20, ' ') + "{}");
+  EXPECT_FALSE(LoadSamplingDefaults("auto", dir_).ok());
 }
 
 }  // namespace
