@@ -216,10 +216,12 @@ fi
 echo "=== build dir: $BUILD_DIR"
 [ "$BUILD_ONLY" = 1 ] && finish 0
 
-# 1. Every CUDA test, one at a time (one GPU; the service test spawns servers
-#    that size their KV cache to the free memory).
+# 1. Every CUDA test (the service test and the runner's load test alone: they
+#    size their KV cache to the GPU's memory).
 NCCL_TESTS=(comm_nccl_communicator_test worker_cuda_tensor_parallel_test)
-step ctest-cuda ctest.log 330 ctest --test-dir "$BUILD_DIR" -L cuda --output-on-failure \
+# -j: the kernel tests share the GPU; tests that size memory to the whole GPU
+# are RUN_SERIAL in their CMakeLists.
+step ctest-cuda ctest.log 330 ctest --test-dir "$BUILD_DIR" -L cuda --output-on-failure -j 8 \
   --timeout 300 -E "^($(IFS='|'; echo "${NCCL_TESTS[*]}"))\$"
 note "$(grep -E 'tests passed|tests failed' "$LOG_DIR/ctest.log" | tail -1)"
 
