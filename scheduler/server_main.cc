@@ -33,6 +33,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "common/protobuf_log.h"
 #include "common/dtype.h"
 #include "common/flags.h"
 #include "common/model_config.h"
@@ -725,6 +726,7 @@ int main(int argc, char** argv) {
       {"pagoda-server", "pagoda-server --model DIR [flags]: serves pagoda.v1.Generation"});
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
+  pagoda::LimitProtobufLogging();
   // Every thread inherits this mask, so only the waiting thread sees the
   // signals and drain runs in ordinary code, not in a handler.
   sigset_t signals;

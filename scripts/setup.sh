@@ -13,6 +13,9 @@ PACKAGES=(
   openssl  # tests make their own TLS certificates
   prometheus procps python3-yaml  # tests only: a real Prometheus, pgrep, YAML checks
   universal-ctags  # tests only: function lengths for scripts/check_layout.py
+  # tests only: the sanitizer and fuzzer builds (scripts/sanitizer_tests.sh):
+  # clang, its sanitizer and libFuzzer runtimes, llvm-symbolizer for reports
+  clang-14 libclang-rt-14-dev llvm-14
 )
 
 missing=()

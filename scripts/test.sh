@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # The test command: installs what the build needs, builds everything (the CUDA
-# kernels too when nvcc is present) and runs every test with ctest.
+# kernels too when nvcc is present) and runs every test with ctest; then the
+# sanitizer part (scripts/sanitizer_tests.sh): every fuzzer for 30 s and a
+# subset of the tests under ASan+UBSan, and the threaded ones under TSan, each
+# in its own build folder (build-asan, build-tsan).
 #   BUILD_DIR=build  JOBS=$(nproc)  CTEST_ARGS="-R numerics"  scripts/test.sh
+#   PAGODA_SKIP_SANITIZERS=1 scripts/test.sh   # the main suite alone
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,3 +18,7 @@ cmake --build "$BUILD_DIR" -j "$JOBS"
 # Tests run one at a time: several start real server and worker processes and
 # check failure detection within seconds, which a loaded 2-core machine blurs.
 ctest --test-dir "$BUILD_DIR" --output-on-failure --timeout 600 ${CTEST_ARGS:-}
+if [ -z "${PAGODA_SKIP_SANITIZERS:-}" ]; then
+  bash scripts/sanitizer_tests.sh asan
+  bash scripts/sanitizer_tests.sh tsan
+fi

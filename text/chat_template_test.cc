@@ -47,5 +47,22 @@ TEST(ChatTemplateTest, RaiseExceptionIsInvalidArgumentWithItsMessage) {
   EXPECT_FALSE((*undefined)->Render({{"user", "x"}}, false).ok());
 }
 
+// Found by tests/fuzz/chat_template_fuzzer.cc: a namespace that holds itself
+// leaked its memory at every render. The ASan run of this test
+// (scripts/sanitizer_tests.sh) fails on the leak; here it must render.
+TEST(ChatTemplateTest, NamespaceHoldingItselfRendersAndIsFreed) {
+  auto loaded = ChatTemplate::FromSource(
+      "{% set other = namespace() %}{% set ns = namespace(n=1) %}{% set ns.me = ns %}"
+      "{% set ns.list = [ns, 2] %}{% set other.back = ns %}{% set ns.other = other %}"
+      "{{ ns.me.me.n }} {{ ns.list[0].n }} {{ ns.other.back.n }}",
+      "", "");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  for (int i = 0; i < 3; ++i) {
+    auto text = (*loaded)->Render({{"user", "x"}}, false);
+    ASSERT_TRUE(text.ok()) << text.status();
+    EXPECT_EQ(*text, "1 1 1");
+  }
+}
+
 }  // namespace
 }  // namespace pagoda::text

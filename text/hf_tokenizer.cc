@@ -138,6 +138,19 @@ absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::FromJson(const std::st
   if (root.is_discarded() || !root.is_object()) {
     return absl::InvalidArgumentError("tokenizer.json is not a JSON object");
   }
+  // The parts are read with nlohmann's accessors, which throw on a value of
+  // another type than the file format's (a "type" that is a number, a
+  // "special" that is a string...): such a file is refused like any other
+  // malformed one, never a crash of the server that loads it.
+  try {
+    return FromParsedJson(root);
+  } catch (const json::exception& error) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tokenizer.json has a value of the wrong type: ", error.what()));
+  }
+}
+
+absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::FromParsedJson(const json& root) {
   auto parts = std::make_unique<Parts>();
   absl::StatusOr<BpeModel> model = BpeModel::Create(root.value("model", json()));
   if (!model.ok()) return model.status();

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "nlohmann/json_fwd.hpp"
 #include "text/tokenizer.h"
 
 namespace pagoda {
@@ -45,6 +46,9 @@ class HfTokenizer : public Tokenizer {
 
  private:
   explicit HfTokenizer(std::unique_ptr<Parts> parts);
+  // FromJson's work once the text parsed as a JSON object; throws
+  // nlohmann::json::exception for a value of the wrong type.
+  static absl::StatusOr<std::unique_ptr<HfTokenizer>> FromParsedJson(const nlohmann::json& root);
   // Encodes text that holds no added token.
   void EncodeSection(const std::string& text, bool first_section, std::vector<int>* ids) const;
 

@@ -4,6 +4,8 @@
 #include "text/hf_tokenizer.h"
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -64,6 +66,28 @@ TEST(HfTokenizerTest, RefusesPartsOutsideTheSupportedSubset) {
   auto bad_merge = std::string(kByteLevelJson);
   bad_merge.replace(bad_merge.find("\"a b\""), 5, "\"a z\"");
   EXPECT_FALSE(HfTokenizer::FromJson(bad_merge).ok());
+}
+
+// Found by tests/fuzz/tokenizer_json_fuzzer.cc: a value of the wrong type
+// where the format has a string, a bool or an object made nlohmann throw out
+// of FromJson and ended the process.
+TEST(HfTokenizerTest, ValuesOfTheWrongTypeAreRefusedNotThrown) {
+  for (const auto& [part, value] : std::vector<std::pair<std::string, std::string>>{
+           {"post_processor", R"({"type": 206})"},
+           {"post_processor", R"({"type": "TemplateProcessing", "single": [{"SpecialToken": 3}]})"},
+           {"post_processor", R"({"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": 1}}]})"},
+           {"normalizer", R"({"type": ["Prepend"]})"},
+           {"decoder", R"({"type": 1})"},
+           {"pre_tokenizer", R"({"type": "ByteLevel", "add_prefix_space": "yes"})"}}) {
+    std::string json = kByteLevelJson;
+    json.insert(json.size() - 1, ", \"" + part + "\": " + value);
+    if (part != "post_processor") json = WithPart(part, value);
+    absl::StatusOr<std::unique_ptr<HfTokenizer>> tokenizer = HfTokenizer::FromJson(json);
+    EXPECT_EQ(tokenizer.status().code(), absl::StatusCode::kInvalidArgument) << part << value;
+  }
+  auto added = std::string(kByteLevelJson);
+  added.replace(added.find("\"special\": true"), 15, "\"special\": \"yes\"");
+  EXPECT_EQ(HfTokenizer::FromJson(added).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(HfTokenizerTest, ByteFallbackSpellsUnknownCharactersAsBytes) {

@@ -255,7 +255,7 @@ absl::StatusOr<std::vector<Token>> Tokenize(const std::string& text, int line) {
 // ------------------------------------------------------------------ expressions
 
 // What jinja_render.cc implements; anything else is refused at parse time.
-constexpr const char* kFilters[] = {"trim",   "string",  "upper", "lower", "capitalize", "tojson",
+constexpr const char* kFilterNames[] = {"trim",   "string",  "upper", "lower", "capitalize", "tojson",
                                     "length", "count",   "first", "last",  "list",       "reverse",
                                     "join",   "default", "d",     "int",   "items",      "replace"};
 constexpr const char* kTests[] = {"defined", "undefined", "none",    "string",   "number",
@@ -418,7 +418,7 @@ class ExprParser {
           status_ = name.status();
           break;
         }
-        if (!IsSupported(kFilters, *name)) Fail(absl::StrCat("unsupported filter ", *name));
+        if (!IsSupported(kFilterNames, *name)) Fail(absl::StrCat("unsupported filter ", *name));
         ExprPtr filter = Make(Expr::Kind::kFilter, *name);
         filter->args.push_back(std::move(value));
         if (Accept("(")) Arguments(filter.get());

@@ -30,6 +30,15 @@ class Renderer {
   explicit Renderer(const Value& context) {
     scopes_.push_back(context.is_dict() ? context.dict() : Dict());
   }
+  // A namespace is the one value a template can change, so the one through
+  // which a value can come to hold itself ({% set ns.me = ns %}, or a list
+  // holding ns): emptying every namespace made here breaks such cycles,
+  // which shared ownership alone would leak at every render.
+  ~Renderer() {
+    for (const std::shared_ptr<Dict>& ns : namespaces_) ns->clear();
+  }
+  Renderer(const Renderer&) = delete;
+  Renderer& operator=(const Renderer&) = delete;
 
   absl::Status Run(const Node& node, std::string* out);
 
@@ -70,6 +79,8 @@ class Renderer {
   absl::Status For(const Node& node, std::string* out);
 
   std::vector<Dict> scopes_;
+  // Every namespace() this render made (see ~Renderer).
+  std::vector<std::shared_ptr<Dict>> namespaces_;
 };
 
 // A string's characters (code points, as Python indexes strings).
@@ -617,6 +628,7 @@ absl::StatusOr<Value> Renderer::Call(const Expr& expr) {
   if (callee.name == "namespace") {
     Value ns(Dict{});
     for (auto& [key, value] : keywords) ns.set(key, value);
+    namespaces_.push_back(std::get<std::shared_ptr<Dict>>(ns.data));
     return ns;
   }
   if (callee.name == "range" && !args.empty() && args.size() <= 2 &&

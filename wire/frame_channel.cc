@@ -14,6 +14,7 @@ namespace pagoda {
 namespace {
 
 constexpr size_t kLengthBytes = 8;
+constexpr size_t kFirstReadBytes = size_t{64} << 10;
 
 // Waits until `fd` is ready for `events` or the wait must end. OK when ready.
 absl::Status WaitReady(int fd, short events, absl::Time deadline, const KeepWaiting& keep_waiting,
@@ -108,8 +109,22 @@ absl::Status ReadFrame(int fd, absl::Time deadline, uint64_t max_bytes, std::str
     return absl::InvalidArgumentError(
         absl::StrCat("channel frame of ", length, " bytes exceeds the bound of ", max_bytes));
   }
-  payload->resize(length);
-  return ReceiveAll(fd, payload->data(), length, deadline, keep_waiting, poll_period);
+  // The buffer grows with the bytes that arrive (doubling from 64 KiB), so a
+  // length prefix alone, from a peer that dies or does not speak this
+  // protocol, costs no memory.
+  payload->clear();
+  while (payload->size() < length) {
+    const size_t have = payload->size();
+    const size_t next =
+        static_cast<size_t>(std::min<uint64_t>(length, have + std::max(kFirstReadBytes, have)));
+    payload->resize(next);
+    if (absl::Status got = ReceiveAll(fd, payload->data() + have, next - have, deadline,
+                                      keep_waiting, poll_period);
+        !got.ok()) {
+      return got;
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace pagoda

@@ -70,6 +70,21 @@ TEST_F(FrameChannelTest, PeerClosingInsideAFrameIsUnavailable) {
             absl::StatusCode::kUnavailable);
 }
 
+TEST_F(FrameChannelTest, MemoryFollowsTheBytesThatArriveNotTheLengthPrefix) {
+  // A header promising 200 MiB (within the bound), then 10 bytes: the reader
+  // holds little more than what arrived, not what the prefix claimed.
+  const uint64_t claimed = uint64_t{200} << 20;
+  unsigned char header[8];
+  for (int i = 0; i < 8; ++i) header[i] = static_cast<unsigned char>(claimed >> (8 * i));
+  ASSERT_EQ(write(fds_[0], header, sizeof(header)), 8);
+  ASSERT_EQ(write(fds_[0], "0123456789", 10), 10);
+  CloseEnd(0);
+  std::string got;
+  EXPECT_EQ(ReadFrame(fds_[1], Soon(), kMaxFrameBytes, &got).code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_LE(got.capacity(), size_t{1} << 20);
+}
+
 TEST_F(FrameChannelTest, OversizedLengthIsRefusedBeforeAllocating) {
   ASSERT_TRUE(WriteFrame(fds_[0], std::string(65, 'x'), Soon()).ok());
   std::string got;

@@ -12,8 +12,6 @@
 
 namespace pagoda::worker {
 
-namespace v1 = ::pagoda::worker::v1;
-
 absl::StatusOr<GroupMembership> ParseGroupMembership(const v1::LoadModelRequest& request) {
   GroupMembership membership;
   membership.world_size = request.world_size() == 0 ? 1 : request.world_size();

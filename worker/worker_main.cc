@@ -48,6 +48,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/protobuf_log.h"
 #include "common/flags.h"
 #include "common/tls_credentials.h"
 #include "glog/logging.h"
@@ -58,6 +59,7 @@
 #include "worker/model_runner.h"
 #include "worker/runner_factory.h"
 #include "worker/step_channel_server.h"
+#include "worker/worker_metrics.h"
 #include "worker/worker_service.h"
 #include "wire/limits.h"
 
@@ -80,6 +82,9 @@ ABSL_FLAG(std::string, collective_host, "",
           "than 0.0.0.0, else 127.0.0.1.");
 ABSL_FLAG(std::string, ssl_ca_certs, "",
           "PEM CA bundle: the server must present a client certificate it signed.");
+ABSL_FLAG(int, metrics_port, 0,
+          "Prometheus /metrics port (refused calls; docs/metrics.md), on the host of --listen "
+          "(127.0.0.1 for unix:); 0 = off, -1 = the OS picks one.");
 
 namespace {
 
@@ -256,6 +261,28 @@ absl::StatusOr<ListeningServer> StartServer(pagoda::worker::WorkerService* servi
                          .endpoint = unix_socket ? listen : absl::StrCat(port)};
 }
 
+// The /metrics endpoint, or null when --metrics-port is 0.
+absl::StatusOr<std::unique_ptr<pagoda::worker::WorkerMetrics>> StartMetrics(
+    const pagoda::worker::WorkerService& service) {
+  const int flag = absl::GetFlag(FLAGS_metrics_port);
+  if (flag == 0) return std::unique_ptr<pagoda::worker::WorkerMetrics>();
+  if (flag < -1 || flag > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--metrics-port: expected 0 (off), -1 (any) or 1..65535, got ", flag));
+  }
+  const std::string listen = absl::GetFlag(FLAGS_listen);
+  const std::string host =
+      listen.rfind("unix:", 0) == 0 ? "127.0.0.1" : listen.substr(0, listen.rfind(':'));
+  absl::StatusOr<std::unique_ptr<pagoda::worker::WorkerMetrics>> metrics =
+      pagoda::worker::WorkerMetrics::Start(host, flag < 0 ? 0 : flag, absl::GetFlag(FLAGS_rank),
+                                           [&service] {
+                                             return pagoda::worker::WorkerCounts{
+                                                 .refused_calls = service.refused_calls()};
+                                           });
+  if (metrics.ok()) LOG(INFO) << "metrics on " << host << ":" << (*metrics)->port();
+  return metrics;
+}
+
 // Drains and stops everything that serves, within kDrainGrace, and makes
 // sure the process is gone kForcedExitAfter from now whatever happens.
 void StopServing(pagoda::worker::WorkerService& service,
@@ -274,14 +301,20 @@ void StopServing(pagoda::worker::WorkerService& service,
   server.Wait();
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// Flags and logging.
+void InitProcess(int argc, char** argv) {
   pagoda::ParsePagodaCommandLine(
       argc, argv,
       {"pagoda-worker", "pagoda-worker [--listen HOST:PORT] [--rank R]: one model shard"});
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
+  pagoda::LimitProtobufLogging();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  InitProcess(argc, argv);
 
   const int rank = absl::GetFlag(FLAGS_rank);
   const pid_t parent_pid = absl::GetFlag(FLAGS_parent_pid);
@@ -321,6 +354,11 @@ int main(int argc, char** argv) {
   absl::StatusOr<ListeningServer> listening = StartServer(&service);
   if (!listening.ok()) {
     LOG(ERROR) << listening.status().message();
+    return 1;
+  }
+  absl::StatusOr<std::unique_ptr<pagoda::worker::WorkerMetrics>> metrics = StartMetrics(service);
+  if (!metrics.ok()) {
+    LOG(ERROR) << metrics.status().message();
     return 1;
   }
   std::printf("PAGODA_WORKER_LISTENING %s\n", listening->endpoint.c_str());

@@ -18,7 +18,7 @@ using nlohmann::json;
 // A generation_config.json is a few hundred bytes; a larger file is not one.
 constexpr std::uintmax_t kMaxConfigBytes = 1 << 20;
 
-absl::Status Invalid(const std::string& path, const std::string& why) {
+absl::Status InvalidFile(const std::string& path, const std::string& why) {
   return absl::InvalidArgumentError(absl::StrCat(path, ": ", why));
 }
 
@@ -29,11 +29,11 @@ absl::Status ReadField(const json& config, const char* field, double low, double
   if (!config.contains(field) || config[field].is_null()) return absl::OkStatus();
   const bool integral = std::is_integral_v<T>;
   if (!config[field].is_number() || (integral && !config[field].is_number_integer())) {
-    return Invalid(path, absl::StrCat("field \"", field, "\" must be a number"));
+    return InvalidFile(path, absl::StrCat("field \"", field, "\" must be a number"));
   }
   const double value = config[field].get<double>();
   if (!std::isfinite(value) || value < low || value > high) {
-    return Invalid(path, absl::StrCat("field \"", field, "\" must be in [", low, ", ", high,
+    return InvalidFile(path, absl::StrCat("field \"", field, "\" must be in [", low, ", ", high,
                                       "], got ", config[field].dump()));
   }
   out = static_cast<T>(value);
@@ -45,16 +45,16 @@ absl::Status ReadField(const json& config, const char* field, double low, double
 absl::StatusOr<SamplingDefaults> ReadDefaults(const std::string& path) {
   std::error_code error;
   const std::uintmax_t size = std::filesystem::file_size(path, error);
-  if (error) return Invalid(path, absl::StrCat("cannot be read: ", error.message()));
+  if (error) return InvalidFile(path, absl::StrCat("cannot be read: ", error.message()));
   if (size > kMaxConfigBytes) {
-    return Invalid(path, absl::StrCat("is ", size, " bytes; at most ", kMaxConfigBytes));
+    return InvalidFile(path, absl::StrCat("is ", size, " bytes; at most ", kMaxConfigBytes));
   }
   std::ifstream in(path);
-  if (!in) return Invalid(path, "cannot be read");
+  if (!in) return InvalidFile(path, "cannot be read");
   std::stringstream text;
   text << in.rdbuf();
   const json config = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  if (config.is_discarded() || !config.is_object()) return Invalid(path, "not a JSON object");
+  if (config.is_discarded() || !config.is_object()) return InvalidFile(path, "not a JSON object");
   SamplingDefaults defaults;
   // top_k -1 is HF's "off" as 0 is ours; top_p 0 means 1 as in requests.
   for (absl::Status status :

@@ -14,11 +14,11 @@
 namespace pagoda::scheduler {
 namespace {
 
-absl::Status Invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
+absl::Status Refuse(const std::string& message) { return absl::InvalidArgumentError(message); }
 
 absl::Status CheckPenalty(const char* field, float value) {
   if (!(std::abs(value) <= kMaxAbsPenalty)) {
-    return Invalid(absl::StrCat("sampling.", field, ": must be in [-", kMaxAbsPenalty, ", ",
+    return Refuse(absl::StrCat("sampling.", field, ": must be in [-", kMaxAbsPenalty, ", ",
                                 kMaxAbsPenalty, "] (0 = off), got ", value));
   }
   return absl::OkStatus();
@@ -26,7 +26,7 @@ absl::Status CheckPenalty(const char* field, float value) {
 
 absl::Status CheckTokenId(const std::string& field, int64_t id, const ModelLimits& limits) {
   if (id < 0 || id >= limits.vocab_size) {
-    return Invalid(absl::StrCat(field, ": token id ", id, " is outside [0, ", limits.vocab_size,
+    return Refuse(absl::StrCat(field, ": token id ", id, " is outside [0, ", limits.vocab_size,
                                 ")"));
   }
   return absl::OkStatus();
@@ -47,14 +47,14 @@ absl::Status ValidateScalars(const pagoda::v1::SamplingParams& sampling,
                                : defaults.repetition_penalty.value_or(1.0f);
   if (repetition != 0 &&
       !(repetition >= kMinRepetitionPenalty && repetition <= kMaxRepetitionPenalty)) {
-    return Invalid(absl::StrCat("sampling.repetition_penalty: must be 0 (off) or in [",
+    return Refuse(absl::StrCat("sampling.repetition_penalty: must be 0 (off) or in [",
                                 kMinRepetitionPenalty, ", ", kMaxRepetitionPenalty, "], got ",
                                 repetition));
   }
   const float min_p =
       sampling.has_min_p() ? sampling.min_p() : defaults.min_p.value_or(0.0f);
   if (!(min_p >= 0 && min_p <= 1)) {
-    return Invalid(absl::StrCat("sampling.min_p: must be in [0, 1] (0 = off), got ", min_p));
+    return Refuse(absl::StrCat("sampling.min_p: must be in [0, 1] (0 = off), got ", min_p));
   }
   out.presence_penalty = sampling.presence_penalty();
   out.frequency_penalty = sampling.frequency_penalty();
@@ -69,7 +69,7 @@ absl::Status ValidateTokenLists(const pagoda::v1::SamplingParams& sampling,
     const std::string field = absl::StrCat("sampling.logit_bias[", id, "]");
     if (absl::Status status = CheckTokenId(field, id, limits); !status.ok()) return status;
     if (!(std::abs(bias) <= kMaxAbsLogitBias)) {
-      return Invalid(absl::StrCat(field, ": bias must be in [-", kMaxAbsLogitBias, ", ",
+      return Refuse(absl::StrCat(field, ": bias must be in [-", kMaxAbsLogitBias, ", ",
                                   kMaxAbsLogitBias, "], got ", bias));
     }
     out.logit_bias.emplace_back(id, bias);
@@ -98,11 +98,11 @@ absl::Status TokenizeBadWords(const pagoda::v1::SamplingParams& sampling,
   for (int i = 0; i < sampling.bad_words_size(); ++i) {
     const std::string field = absl::StrCat("sampling.bad_words[", i, "]");
     const std::string word(absl::StripLeadingAsciiWhitespace(sampling.bad_words(i)));
-    if (word.empty()) return Invalid(absl::StrCat(field, ": empty"));
+    if (word.empty()) return Refuse(absl::StrCat(field, ": empty"));
     std::vector<int32_t> previous;
     for (const bool leading_space : {false, true}) {
       absl::StatusOr<std::vector<int>> ids = tokenizer.Encode(leading_space ? " " + word : word);
-      if (!ids.ok()) return Invalid(absl::StrCat(field, ": ", ids.status().message()));
+      if (!ids.ok()) return Refuse(absl::StrCat(field, ": ", ids.status().message()));
       if (ids->empty()) continue;
       for (int id : *ids) {
         if (absl::Status status = CheckTokenId(field, id, limits); !status.ok()) return status;
@@ -130,21 +130,21 @@ bool UsesLogitsProcessing(const SamplingOptions& out) {
 absl::Status CheckLogitsProcessingSizes(const pagoda::v1::SamplingParams& sampling,
                                         const ModelLimits& limits) {
   if (sampling.logit_bias_size() > kMaxLogitBiasEntries) {
-    return Invalid(absl::StrCat("sampling.logit_bias: at most ", kMaxLogitBiasEntries,
+    return Refuse(absl::StrCat("sampling.logit_bias: at most ", kMaxLogitBiasEntries,
                                 " entries, got ", sampling.logit_bias_size()));
   }
   if (sampling.allowed_token_ids_size() > limits.vocab_size) {
-    return Invalid(absl::StrCat("sampling.allowed_token_ids: at most vocab_size = ",
+    return Refuse(absl::StrCat("sampling.allowed_token_ids: at most vocab_size = ",
                                 limits.vocab_size, " ids, got ",
                                 sampling.allowed_token_ids_size()));
   }
   if (sampling.bad_words_size() > kMaxBadWords) {
-    return Invalid(absl::StrCat("sampling.bad_words: at most ", kMaxBadWords, " words, got ",
+    return Refuse(absl::StrCat("sampling.bad_words: at most ", kMaxBadWords, " words, got ",
                                 sampling.bad_words_size()));
   }
   for (int i = 0; i < sampling.bad_words_size(); ++i) {
     if (sampling.bad_words(i).size() > static_cast<size_t>(kMaxBadWordBytes)) {
-      return Invalid(absl::StrCat("sampling.bad_words[", i, "]: at most ", kMaxBadWordBytes,
+      return Refuse(absl::StrCat("sampling.bad_words[", i, "]: at most ", kMaxBadWordBytes,
                                   " bytes, got ", sampling.bad_words(i).size()));
     }
   }
@@ -160,13 +160,13 @@ absl::Status ValidateLogitsProcessing(const pagoda::v1::SamplingParams& sampling
   }
   if (sampling.bad_words_size() > 0) {
     if (tokenizer == nullptr) {
-      return Invalid("sampling.bad_words: this model has no tokenizer");
+      return Refuse("sampling.bad_words: this model has no tokenizer");
     }
     absl::Status status = TokenizeBadWords(sampling, limits, *tokenizer, out);
     if (!status.ok()) return status;
   }
   if (out.use_beam_search && UsesLogitsProcessing(out)) {
-    return Invalid(
+    return Refuse(
         "sampling.use_beam_search: penalties, min_p, logit_bias, allowed_token_ids and "
         "bad_words do not apply to beam search");
   }

@@ -65,7 +65,7 @@ class InFlightCall {
   CallTracker* const calls_;
 };
 
-json Usage(int prompt_tokens, int completion_tokens) {
+json UsageJson(int prompt_tokens, int completion_tokens) {
   return {{"prompt_tokens", prompt_tokens},
           {"completion_tokens", completion_tokens},
           {"total_tokens", prompt_tokens + completion_tokens}};
@@ -295,7 +295,7 @@ void CompletionCall::OnDelta(size_t index, const RequestDelta& delta) {
   chunk["id"] = absl::StrCat(request_.chat ? "chatcmpl-" : "cmpl-", parts_[0].request_id);
   chunk["choices"] = Renumber(index, chunk["choices"]);
   if (request_.include_usage && request_.continuous_usage_stats) {
-    chunk["usage"] = Usage(PromptTokens(), CompletionTokens());
+    chunk["usage"] = UsageJson(PromptTokens(), CompletionTokens());
   }
   // A client too slow to take its stream is dropped (the exchange closes
   // the connection and calls OnClientGone).
@@ -344,7 +344,7 @@ void CompletionCall::FinishWhole() {
     }
   }
   response["choices"] = std::move(choices);
-  response["usage"] = Usage(PromptTokens(), CompletionTokens());
+  response["usage"] = UsageJson(PromptTokens(), CompletionTokens());
   exchange_->Respond(200, kJson, Dump(response));
 }
 

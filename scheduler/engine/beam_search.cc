@@ -9,7 +9,7 @@
 namespace pagoda::scheduler {
 namespace {
 
-bool Contains(const std::vector<int32_t>& ids, int32_t id) {
+bool HoldsToken(const std::vector<int32_t>& ids, int32_t id) {
   return std::find(ids.begin(), ids.end(), id) != ids.end();
 }
 
@@ -25,8 +25,8 @@ bool IsStopToken(const SequenceGroup& group, const std::vector<int32_t>& eos_tok
                  int num_output_tokens, int32_t token) {
   const StoppingOptions& stopping = group.stopping();
   if (num_output_tokens < stopping.min_tokens) return false;
-  if (!stopping.ignore_eos && Contains(eos_token_ids, token)) return true;
-  return Contains(stopping.stop_token_ids, token);
+  if (!stopping.ignore_eos && HoldsToken(eos_token_ids, token)) return true;
+  return HoldsToken(stopping.stop_token_ids, token);
 }
 
 // The token a candidate appends: its logprob and the alternatives the

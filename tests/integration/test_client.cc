@@ -21,12 +21,13 @@
 
 namespace pagoda::testing {
 
-absl::Status MakeTinyModel(const std::string& dir, int seed) {
+absl::Status MakeTinyModel(const std::string& dir, int seed, TinyTokenizer tokenizer) {
   return WriteTinyModel(
       dir, absl::StrCat("--vocab-size ", kTinyModelVocab,
                         " --hidden-size 64 --intermediate-size 128 --num-layers 2 --num-heads 4"
                         " --num-kv-heads 2 --dtype f32 --seed ",
-                        seed, " --tokenizer --bos-id 1 --eos-id 2"));
+                        seed, tokenizer == TinyTokenizer::kSentencePiece ? " --tokenizer" : "",
+                        " --bos-id 1 --eos-id 2"));
 }
 
 std::vector<int32_t> TestPrompt(int length, int salt) {

@@ -22,9 +22,16 @@ namespace pagoda::testing {
 // The vocabulary of the tiny models the integration tests make.
 inline constexpr int kTinyModelVocab = 256;
 
-// Writes a tiny random Llama model with a tokenizer (vocab kTinyModelVocab,
-// hidden 64, 2 layers, 4 query / 2 KV heads, f32) to `dir`.
-absl::Status MakeTinyModel(const std::string& dir, int seed = 11);
+// Whether a tiny model has a tokenizer (SentencePiece), or takes token-id
+// prompts only. Tests that send no text leave it out, so that they also run
+// under the sanitizers (scripts/sanitizer_tests.sh), whose runtimes cannot
+// load SentencePiece (text/sentencepiece_adapter.cc).
+enum class TinyTokenizer { kSentencePiece, kNone };
+
+// Writes a tiny random Llama model (vocab kTinyModelVocab, hidden 64, 2
+// layers, 4 query / 2 KV heads, f32; bos 1, eos 2) to `dir`.
+absl::Status MakeTinyModel(const std::string& dir, int seed = 11,
+                           TinyTokenizer tokenizer = TinyTokenizer::kSentencePiece);
 
 // A deterministic prompt of `length` in-vocabulary token ids.
 std::vector<int32_t> TestPrompt(int length, int salt);

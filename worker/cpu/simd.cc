@@ -1,5 +1,6 @@
 #include "worker/cpu/simd.h"
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 // GCC 12 warns inside its own AVX-512 headers (the _mm512_undefined_* values
@@ -525,11 +526,21 @@ std::string_view SimdLevelName(SimdLevel level) {
   return "unknown";
 }
 
+namespace {
+
+// F16C from CPUID leaf 1: clang's __builtin_cpu_supports has no "f16c".
+bool CpuHasF16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+}
+
+}  // namespace
+
 std::vector<SimdLevel> SupportedSimdLevels() {
   std::vector<SimdLevel> levels = {SimdLevel::kPlain};
   __builtin_cpu_init();
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                    __builtin_cpu_supports("f16c");
+  const bool avx2 =
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && CpuHasF16c();
   if (avx2) levels.push_back(SimdLevel::kAvx2);
   if (avx2 && __builtin_cpu_supports("avx512f")) levels.push_back(SimdLevel::kAvx512);
   return levels;

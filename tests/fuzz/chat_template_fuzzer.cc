@@ -1,0 +1,41 @@
+// A chat template as the server loads it (--chat-template, or the model's
+// chat_template) and renders it for each chat request: the Jinja subset's
+// parser and interpreter (text/jinja_*). Input: the template source, then
+// optionally NUL-separated message contents (roles alternate user,
+// assistant; without any, a fixed four-message chat with a system prompt).
+// add_generation_prompt is set when the input's length is even.
+#include <string>
+#include <vector>
+
+#include "tests/fuzz/fuzz_support.h"
+#include "text/chat_template.h"
+
+using pagoda::text::ChatMessage;
+using pagoda::text::ChatTemplate;
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string_view input = pagoda::fuzz::AsText(data, size);
+  size_t split = input.find('\0');
+  const std::string source(input.substr(0, split));
+  std::vector<ChatMessage> messages;
+  if (split == std::string_view::npos) {
+    messages = {{"system", "Be brief."},
+                {"user", "Hi, who are you?"},
+                {"assistant", "A model."},
+                {"user", "Tell me more \"quoted\" {{ not a tag }}"}};
+  } else {
+    const char* roles[] = {"user", "assistant"};
+    while (split != std::string_view::npos) {
+      const size_t next = input.find('\0', split + 1);
+      const size_t end = next == std::string_view::npos ? input.size() : next;
+      messages.push_back({roles[messages.size() % 2],
+                          std::string(input.substr(split + 1, end - split - 1))});
+      split = next;
+    }
+  }
+  absl::StatusOr<std::unique_ptr<ChatTemplate>> compiled =
+      ChatTemplate::FromSource(source, "<s>", "</s>");
+  if (!compiled.ok()) return 0;
+  (*compiled)->Render(messages, /*add_generation_prompt=*/size % 2 == 0).IgnoreError();
+  return 0;
+}
