@@ -58,6 +58,7 @@
 #include "worker/cpu/cpu_model_runner.h"
 #include "worker/model_runner.h"
 #include "worker/runner_factory.h"
+#include "worker/secret_auth_processor.h"
 #include "worker/step_channel_server.h"
 #include "worker/worker_metrics.h"
 #include "worker/worker_service.h"
@@ -223,6 +224,27 @@ struct ListeningServer {
   std::string endpoint;
 };
 
+// The credentials of --listen: TLS when the flags give it; else, on a unix
+// socket (the server's own spawned worker), local credentials. On both gRPC
+// runs an auth processor, which checks the secret before a call's message is
+// read, so a caller without it costs its headers only. Plaintext TCP has no
+// such hook: there the handlers check the secret after the message (give
+// connected workers TLS).
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ListenCredentials(
+    pagoda::worker::WorkerService* service, bool unix_socket) {
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      pagoda::MakeServerCredentials(pagoda::TlsFiles{absl::GetFlag(FLAGS_ssl_certfile),
+                                                     absl::GetFlag(FLAGS_ssl_keyfile),
+                                                     absl::GetFlag(FLAGS_ssl_ca_certs)});
+  if (!credentials.ok()) return credentials.status();
+  const bool tls = !absl::GetFlag(FLAGS_ssl_certfile).empty();
+  if (!tls && !unix_socket) return credentials;
+  std::shared_ptr<grpc::ServerCredentials> chosen =
+      tls ? *std::move(credentials) : grpc::experimental::LocalServerCredentials(UDS);
+  chosen->SetAuthMetadataProcessor(std::make_shared<pagoda::worker::SecretAuthProcessor>(service));
+  return chosen;
+}
+
 // Serves `service` (and gRPC health) on --listen.
 absl::StatusOr<ListeningServer> StartServer(pagoda::worker::WorkerService* service) {
   grpc::EnableDefaultHealthCheckService(true);
@@ -233,9 +255,7 @@ absl::StatusOr<ListeningServer> StartServer(pagoda::worker::WorkerService* servi
   // Connected workers: mutual TLS, so only a server holding a certificate
   // from the CA gets as far as presenting the secret.
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
-      pagoda::MakeServerCredentials(pagoda::TlsFiles{absl::GetFlag(FLAGS_ssl_certfile),
-                                                     absl::GetFlag(FLAGS_ssl_keyfile),
-                                                     absl::GetFlag(FLAGS_ssl_ca_certs)});
+      ListenCredentials(service, unix_socket);
   if (!credentials.ok()) return credentials.status();
   builder.AddListeningPort(listen, *credentials, &port);
   // gRPC sets SO_REUSEPORT by default, which lets a second process share a

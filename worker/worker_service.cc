@@ -39,22 +39,32 @@ WorkerService::WorkerService(int rank, std::string secret, ModelRunnerFactory ru
       runner_factory_(std::move(runner_factory)),
       on_shutdown_(std::move(on_shutdown)) {}
 
+bool WorkerService::Admit(std::optional<absl::string_view> presented,
+                          absl::string_view peer) const {
+  if (!secret_.empty() && presented.has_value() && ConstantTimeEquals(secret_, *presented)) {
+    return true;
+  }
+  const int64_t refused = refused_calls_.fetch_add(1) + 1;
+  // At most one line a second however fast a hostile peer calls.
+  const int64_t now_ns = absl::GetCurrentTimeNanos();
+  int64_t last_ns = last_refusal_log_ns_.load();
+  if (now_ns - last_ns >= absl::ToInt64Nanoseconds(absl::Seconds(1)) &&
+      last_refusal_log_ns_.compare_exchange_strong(last_ns, now_ns)) {
+    LOG(WARNING) << "rank " << rank_ << ": refused a call without the server's secret from "
+                 << peer << " (" << refused << " refused so far)";
+  }
+  return false;
+}
+
 grpc::Status WorkerService::Authenticate(const grpc::ServerContext& context) const {
   const auto& metadata = context.client_metadata();
   const auto found = metadata.find(kWorkerSecretMetadataKey);
-  if (secret_.empty() || found == metadata.end() ||
-      !ConstantTimeEquals(secret_, absl::string_view(found->second.data(), found->second.size()))) {
-    const int64_t refused = refused_calls_.fetch_add(1) + 1;
-    // At most one line a second however fast a hostile peer calls.
-    const int64_t now_ns = absl::GetCurrentTimeNanos();
-    int64_t last_ns = last_refusal_log_ns_.load();
-    if (now_ns - last_ns >= absl::ToInt64Nanoseconds(absl::Seconds(1)) &&
-        last_refusal_log_ns_.compare_exchange_strong(last_ns, now_ns)) {
-      LOG(WARNING) << "rank " << rank_ << ": refused a call without the server's secret from "
-                   << context.peer() << " (" << refused << " refused so far)";
-    }
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                        "this worker serves only the server that launched it");
+  std::optional<absl::string_view> presented;
+  if (found != metadata.end()) {
+    presented = absl::string_view(found->second.data(), found->second.size());
+  }
+  if (!Admit(presented, context.peer())) {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, kRefusalMessage);
   }
   return grpc::Status::OK;
 }

@@ -5,11 +5,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "grpcpp/grpcpp.h"
 #include "pagoda/worker/v1/worker.grpc.pb.h"
@@ -84,9 +86,18 @@ class WorkerService final : public pagoda::worker::v1::Worker::Service {
   // gone. Thread-safe; does not wait for the call in progress.
   void AbortCollectives();
 
+  // Whether `presented` (nullopt: the call carried none) is the server's
+  // secret. A refusal is counted (refused_calls) and logged at most once a
+  // second, naming `peer`. Thread-safe: the handlers call it, and so does
+  // SecretAuthProcessor before a call's message is read.
+  bool Admit(std::optional<absl::string_view> presented, absl::string_view peer) const;
+
   // Calls refused for a missing or wrong secret since start. They are logged
   // at most once a second, with this count.
   int64_t refused_calls() const { return refused_calls_.load(); }
+
+  // The message of every refusal (UNAUTHENTICATED).
+  static constexpr char kRefusalMessage[] = "this worker serves only the server that launched it";
 
   // OK while healthy; else the fault that made this worker unhealthy.
   absl::Status fault() const;

@@ -4,6 +4,7 @@
 #include <limits>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "glog/logging.h"
@@ -136,6 +137,12 @@ absl::Status GrpcWorkerGroup::AddRank(const std::string& address, const std::str
   std::shared_ptr<grpc::ChannelCredentials> credentials =
       !spawned && options_.connect_credentials != nullptr ? options_.connect_credentials
                                                           : grpc::InsecureChannelCredentials();
+  // A worker on a unix socket serves local credentials (worker_main.cc: its
+  // auth processor checks the secret before a call's message is read).
+  if (absl::StartsWith(address, "unix:") &&
+      (spawned || options_.connect_credentials == nullptr)) {
+    credentials = grpc::experimental::LocalCredentials(UDS);
+  }
   std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(address, credentials, args);
   const bool connected = channel->WaitForConnected(absl::ToChronoTime(deadline));
   ranks_.push_back(

@@ -17,10 +17,12 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "grpcpp/generic/generic_stub.h"
@@ -273,11 +275,94 @@ TEST_F(WorkerChannelTest, EveryRpcWithoutTheSecretIsUnauthenticatedAndChangesNot
   EXPECT_EQ(kill(worker(), 0), 0);  // The refused Shutdown left it running.
 }
 
-TEST_F(WorkerChannelTest, ReflectionIsOffOnWorkers) {
-  grpc::GenericStub stub(
-      grpc::CreateChannel(WorkerEndpoint(worker()), grpc::InsecureChannelCredentials()));
+// The resident memory of `pid` in KiB (VmRSS), or -1.
+int64_t ResidentKib(pid_t pid) {
+  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
+  std::string text;
+  while (std::getline(status, text)) {
+    absl::string_view line = text;
+    int64_t kib = 0;
+    if (absl::ConsumePrefix(&line, "VmRSS:") &&
+        absl::SimpleAtoi(absl::StripSuffix(absl::StripAsciiWhitespace(line), " kB"), &kib)) {
+      return kib;
+    }
+  }
+  return -1;
+}
+
+// The bytes of a StepPlan of about `bytes`: one sequence of that many token
+// ids of 1 (one byte each, packed), as a hostile caller could send.
+std::string HugeStepPlanBytes(size_t bytes) {
+  auto varint = [](uint64_t value) {
+    std::string out;
+    for (; value >= 0x80; value >>= 7) out.push_back(static_cast<char>((value & 0x7f) | 0x80));
+    out.push_back(static_cast<char>(value));
+    return out;
+  };
+  // SequenceStep.token_ids (field 2, packed), inside StepPlan.sequences (field 2).
+  const std::string sequence = "\x12" + varint(bytes) + std::string(bytes, '\x01');
+  return "\x12" + varint(sequence.size()) + sequence;
+}
+
+// 16 concurrent 100 MB calls without the secret are refused from their
+// headers (secret_auth_processor.h), before gRPC reads their messages: the
+// worker's memory stays within 64 MiB of what it held idle.
+TEST_F(WorkerChannelTest, LargeCallsWithoutTheSecretCostTheWorkerNoMemory) {
+  constexpr int kCalls = 16;
+  constexpr size_t kCallBytes = size_t{100} << 20;
+  constexpr int64_t kAllowedKib = 64 << 10;
+  const std::string payload = HugeStepPlanBytes(kCallBytes);
+  // Every call sends the same bytes, referenced, not copied.
+  grpc::Slice slice(payload.data(), payload.size(), grpc::Slice::STATIC_SLICE);
+  const grpc::ByteBuffer request(&slice, 1);
+  grpc::GenericStub stub(grpc::CreateChannel(WorkerEndpoint(worker()),
+                                             grpc::experimental::LocalCredentials(UDS)));
+  const int64_t idle_kib = ResidentKib(worker());
+  ASSERT_GT(idle_kib, 0);
+  std::atomic<bool> done{false};
+  std::atomic<int64_t> peak_kib{idle_kib};
+  std::thread sampler([&] {
+    while (!done.load()) {
+      const int64_t now = ResidentKib(worker());
+      if (now > peak_kib.load()) peak_kib.store(now);
+      absl::SleepFor(absl::Milliseconds(2));
+    }
+  });
+  std::vector<std::promise<grpc::StatusCode>> codes(kCalls);
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<grpc::ByteBuffer> responses(kCalls);
+  const absl::Time start = absl::Now();
+  for (int i = 0; i < kCalls; ++i) {
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    contexts[i]->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    stub.UnaryCall(contexts[i].get(), "/pagoda.worker.v1.Worker/ExecuteStep", grpc::StubOptions(),
+                   &request, &responses[i],
+                   [&codes, i](grpc::Status status) { codes[i].set_value(status.error_code()); });
+  }
+  for (int i = 0; i < kCalls; ++i) {
+    EXPECT_EQ(codes[i].get_future().get(), grpc::StatusCode::UNAUTHENTICATED) << "call " << i;
+  }
+  const absl::Duration took = absl::Now() - start;
+  done = true;
+  sampler.join();
+  const int64_t grown_kib = peak_kib.load() - idle_kib;
+  std::printf("worker RSS idle %lld KiB, peak %lld KiB under %d x %zu MiB calls (+%lld KiB), "
+              "all refused in %s\n",
+              static_cast<long long>(idle_kib), static_cast<long long>(peak_kib.load()), kCalls,
+              kCallBytes >> 20, static_cast<long long>(grown_kib),
+              absl::FormatDuration(took).c_str());
+  EXPECT_LT(grown_kib, kAllowedKib);
+  // The worker still serves its server.
+  const StreamOutcome served = RunStream(*ServerStub(), TokenRequest(TestPrompt(5, 2), 3));
+  EXPECT_TRUE(served.status.ok()) << served.status.error_message();
+}
+
+// The code of a reflection call to `channel`, with `secret` unless empty.
+grpc::StatusCode CallReflection(std::shared_ptr<grpc::Channel> channel, const std::string& secret) {
+  grpc::GenericStub stub(std::move(channel));
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  if (!secret.empty()) context.AddMetadata(kWorkerSecretMetadataKey, secret);
   grpc::Slice empty("");
   grpc::ByteBuffer request(&empty, 1);
   grpc::ByteBuffer response;
@@ -285,7 +370,16 @@ TEST_F(WorkerChannelTest, ReflectionIsOffOnWorkers) {
   stub.UnaryCall(&context, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
                  grpc::StubOptions(), &request, &response,
                  [&done](grpc::Status status) { done.set_value(status); });
-  EXPECT_EQ(done.get_future().get().error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  return done.get_future().get().error_code();
+}
+
+// Without the secret no method is reached at all (the headers are refused);
+// with it (ConnectedWorkerTest) reflection is UNIMPLEMENTED.
+TEST_F(WorkerChannelTest, ReflectionIsOffOnWorkers) {
+  EXPECT_EQ(CallReflection(grpc::CreateChannel(WorkerEndpoint(worker()),
+                                               grpc::InsecureChannelCredentials()),
+                           ""),
+            grpc::StatusCode::UNAUTHENTICATED);
 }
 
 std::string ReadFile(const std::string& path) {
@@ -380,6 +474,9 @@ TEST(ConnectedWorkerTest, MutualTlsAndTheSecretAreBothRequired) {
   EXPECT_EQ(shutdown_as(tls_as("client"), ""), grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_EQ(shutdown_as(tls_as("client"), "wrong-secret-0123456789abcdef"),
             grpc::StatusCode::UNAUTHENTICATED);
+  // The server's credentials reach the methods, and reflection is not one.
+  EXPECT_EQ(CallReflection(grpc::CreateChannel((*worker)->address(), tls_as("client")), secret),
+            grpc::StatusCode::UNIMPLEMENTED);
   // Nothing changed: the worker still serves the server.
   const StreamOutcome again = RunStream(*generation, TokenRequest(TestPrompt(5, 1), 4));
   ASSERT_TRUE(again.status.ok()) << again.status.error_message();
