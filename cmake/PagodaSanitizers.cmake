@@ -26,8 +26,6 @@ if(PAGODA_SANITIZE)
                       $<$<COMPILE_LANGUAGE:C,CXX>:-fno-sanitize-recover=all>
                       $<$<COMPILE_LANGUAGE:C,CXX>:-fno-omit-frame-pointer>)
   add_link_options(-fsanitize=${PAGODA_SANITIZE})
-  # Tests that time failure detection give sanitized processes more time.
-  add_compile_definitions(PAGODA_SANITIZED=1)
 endif()
 if(PAGODA_FUZZERS)
   add_compile_options($<$<COMPILE_LANGUAGE:C,CXX>:-fsanitize=fuzzer-no-link>)

@@ -87,11 +87,19 @@ if [ "$fuzzers" = ON ]; then
 fi
 cmake --build "$build_dir" -j "$JOBS" --target "${targets[@]}"
 
+# Every report, from a test or from a server or worker process it started
+# (which a test that survives worker restarts would not notice), goes to a
+# file under $reports; any file there fails the run.
+reports="$PWD/$build_dir/sanitizer-reports"
+rm -rf "$reports"
+mkdir -p "$reports"
 export ASAN_SYMBOLIZER_PATH=/usr/bin/llvm-symbolizer-14
-export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_stack_use_after_return=1:check_initialization_order=1:strict_init_order=1}
-export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
-export TSAN_OPTIONS=${TSAN_OPTIONS:-second_deadlock_stack=1 suppressions=$PWD/tests/sanitizers/tsan.supp}
-export PAGODA_SANITIZED_RUN=1
+if [ "$mode" = asan ]; then
+  export ASAN_OPTIONS="detect_stack_use_after_return=1:check_initialization_order=1:strict_init_order=1:log_path=$reports/asan"
+  export UBSAN_OPTIONS="print_stacktrace=1:log_path=$reports/ubsan"
+else
+  export TSAN_OPTIONS="second_deadlock_stack=1:suppressions=$PWD/tests/sanitizers/tsan.supp:log_path=$reports/tsan"
+fi
 
 failed=0
 if [ "$fuzzers" = ON ]; then
@@ -113,4 +121,12 @@ for test in "${tests[@]}"; do
 done
 regex="^($(IFS='|'; echo "${plain[*]}"))\$"
 ctest --test-dir "$build_dir" -R "$regex" --output-on-failure --timeout 900 || failed=1
+if [ -n "$(ls -A "$reports")" ]; then
+  for report in "$reports"/*; do
+    echo "== sanitizer report $report"
+    head -c 20000 "$report"
+  done
+  echo "${mode}: $(ls "$reports" | wc -l) sanitizer report(s), above"
+  failed=1
+fi
 exit "$failed"

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <functional>
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
@@ -48,7 +49,7 @@ class RestartableWorkers : public WorkerGroup {
   int world_size() const override { return 1; }
   void Shutdown() override { inner_->Shutdown(); }
   absl::Status Recover() override {
-    if (!can_recover_) return absl::UnavailableError("the model is gone; giving up");
+    if (!can_recover_.load()) return absl::UnavailableError("the model is gone; giving up");
     inner_ = Fresh();  // A new process: nothing of the old cache survives.
     absl::StatusOr<wv1::LoadModelResponse> loaded = inner_->LoadModel(*load_);
     if (!loaded.ok()) return loaded.status();
@@ -60,7 +61,7 @@ class RestartableWorkers : public WorkerGroup {
 
   void Crash() { crashed_.store(true); }
   void set_can_recover(bool can) { can_recover_ = can; }
-  int restarts() const { return restarts_; }
+  int restarts() const { return restarts_.load(); }
 
  private:
   static std::unique_ptr<InProcessWorkerGroup> Fresh() {
@@ -71,8 +72,9 @@ class RestartableWorkers : public WorkerGroup {
   std::optional<wv1::LoadModelRequest> load_;
   std::optional<wv1::InitCacheRequest> init_;
   std::atomic<bool> crashed_{false};
-  bool can_recover_ = true;
-  int restarts_ = 0;
+  // Set and read by the test while the engine thread recovers (TSan).
+  std::atomic<bool> can_recover_{true};
+  std::atomic<int> restarts_{0};
 };
 
 class RecoveryTest : public ::testing::Test {

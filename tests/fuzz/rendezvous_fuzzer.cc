@@ -13,6 +13,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -60,10 +62,17 @@ int Connect(int port) {
 std::string ReadReplies(int fd) {
   std::string replies;
   char buffer[4096];
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(kReplyTimeoutMs);
   for (;;) {
     pollfd ready{fd, POLLIN, 0};
-    if (poll(&ready, 1, kReplyTimeoutMs) <= 0) {
-      Check(false, "the store neither replies nor closes a half-closed connection");
+    // libFuzzer's timers interrupt poll (EINTR): wait again until the deadline.
+    const int polled = poll(&ready, 1, 100);
+    if (polled < 0 && errno != EINTR) Check(false, "poll");
+    if (polled <= 0) {
+      Check(std::chrono::steady_clock::now() < deadline,
+            "the store neither replies nor closes a half-closed connection");
+      continue;
     }
     const ssize_t got = recv(fd, buffer, sizeof(buffer), 0);
     if (got <= 0) return replies;  // Closed (or reset after a violation).
