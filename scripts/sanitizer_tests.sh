@@ -106,8 +106,10 @@ if [ "$fuzzers" = ON ]; then
   echo "== fuzzers, ${FUZZ_SECONDS} s each, ${JOBS} at a time"
   ctest --test-dir "$build_dir" -L fuzz -j "$JOBS" --output-on-failure || failed=1
   # Executions per fuzzer, from libFuzzer's final stats.
-  grep -h -o -E "stat::number_of_executed_units: [0-9]+|stat::average_exec_per_sec: [0-9]+" \
-    "$build_dir"/Testing/Temporary/LastTest.log | paste - - || true
+  awk '/ Testing: fuzz_/ {name = $3}
+       /stat::number_of_executed_units/ {runs = $2}
+       /stat::average_exec_per_sec/ {printf "%s: %s executions, %s a second\n", name, runs, $2}' \
+    "$build_dir"/Testing/Temporary/LastTest.log
 fi
 echo "== ${mode} tests"
 plain=()
