@@ -30,7 +30,8 @@ void RateLimitedHandler(google::protobuf::LogLevel level, const char* filename, 
   }
   const int64_t dropped = dropped_since_last.exchange(0);
   LOG(WARNING) << "libprotobuf " << filename << ":" << line << "] " << message
-               << (dropped > 0 ? " (" + std::to_string(dropped) + " more lines dropped before it)" : "");
+               << (dropped > 0 ? " (" + std::to_string(dropped) + " more lines dropped before it)"
+                               : "");
 }
 
 }  // namespace

@@ -18,7 +18,8 @@ grpc::Status SecretAuthProcessor::Process(const InputMetadata& auth_metadata,
                                           OutputMetadata* consumed_auth_metadata,
                                           OutputMetadata* response_metadata) {
   if (const auto path = auth_metadata.find(":path");
-      path != auth_metadata.end() && absl::StartsWith(View(path->second), "/grpc.health.v1.Health/")) {
+      path != auth_metadata.end() &&
+      absl::StartsWith(View(path->second), "/grpc.health.v1.Health/")) {
     return grpc::Status::OK;
   }
   std::optional<absl::string_view> presented;

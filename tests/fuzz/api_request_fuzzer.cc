@@ -47,8 +47,8 @@ const Fixture& GetFixture() {
     pagoda::LimitProtobufLogging();
     auto* made = new Fixture;
     made->tokenizer = *pagoda::HfTokenizer::FromJson(pagoda::fuzz::ByteLevelTokenizerJson());
-    made->chat = *pagoda::text::ChatTemplate::FromSource(kLlama3Template, "<|begin_of_text|>",
-                                                         "<|eot_id|>");
+    made->chat =
+        *pagoda::text::ChatTemplate::FromSource(kLlama3Template, "<|begin_of_text|>", "<|eot_id|>");
     api::ModelLimits limits;
     limits.vocab_size = made->tokenizer->vocab_size();
     limits.max_model_len = kMaxModelLen;

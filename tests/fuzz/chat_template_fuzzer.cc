@@ -28,8 +28,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     while (split != std::string_view::npos) {
       const size_t next = input.find('\0', split + 1);
       const size_t end = next == std::string_view::npos ? input.size() : next;
-      messages.push_back({roles[messages.size() % 2],
-                          std::string(input.substr(split + 1, end - split - 1))});
+      messages.push_back(
+          {roles[messages.size() % 2], std::string(input.substr(split + 1, end - split - 1))});
       split = next;
     }
   }

@@ -29,8 +29,7 @@ std::string ScratchDir(const std::string& name) {
     const std::filesystem::path base = std::filesystem::is_directory("/dev/shm", error)
                                            ? std::filesystem::path("/dev/shm")
                                            : std::filesystem::temp_directory_path();
-    scratch_root = new std::string(
-        (base / ("pagoda_fuzz_" + std::to_string(getpid()))).string());
+    scratch_root = new std::string((base / ("pagoda_fuzz_" + std::to_string(getpid()))).string());
     std::atexit(RemoveScratch);
   }
   const std::string dir = *scratch_root + "/" + name;
@@ -66,7 +65,10 @@ std::string ByteLevelTokenizerJson() {
       {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
       {"decoder", {{"type", "ByteLevel"}}},
       {"model",
-       {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"vocab", vocab},
+       {{"type", "BPE"},
+        {"dropout", nullptr},
+        {"unk_token", nullptr},
+        {"vocab", vocab},
         {"merges", merge_list}}}};
   return tokenizer.dump();
 }

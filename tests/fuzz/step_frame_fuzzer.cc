@@ -52,9 +52,9 @@ void CheckBatch(const FlatBatch& batch, const BatchLimits& limits) {
   for (size_t s = 1; s < batch.query_start.size(); ++s) {
     Check(batch.query_start[s] > batch.query_start[s - 1], "each sequence has a token");
   }
-  Check(batch.block_tables.size() ==
-            static_cast<size_t>(batch.num_seqs()) * batch.max_blocks_per_seq,
-        "block table rows");
+  Check(
+      batch.block_tables.size() == static_cast<size_t>(batch.num_seqs()) * batch.max_blocks_per_seq,
+      "block table rows");
   for (int32_t block : batch.block_tables) Check(InRange(block, limits.num_gpu_blocks), "block");
   for (int s = 0; s < batch.num_seqs(); ++s) {
     Check(batch.context_lens[s] <= limits.max_positions &&
@@ -62,8 +62,8 @@ void CheckBatch(const FlatBatch& batch, const BatchLimits& limits) {
           "context fits its block table");
   }
   const size_t rows = batch.num_logits_rows();
-  Check(batch.edit_offsets.size() == rows + 1 && batch.edit_offsets.back() ==
-                                                     static_cast<int32_t>(batch.edits.size()),
+  Check(batch.edit_offsets.size() == rows + 1 &&
+            batch.edit_offsets.back() == static_cast<int32_t>(batch.edits.size()),
         "an edit range per row");
   for (size_t r = 0; r < rows; ++r) {
     Check(InRange(batch.logits_indices[r], tokens), "logits row is a token");

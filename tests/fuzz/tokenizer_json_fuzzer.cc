@@ -16,10 +16,15 @@ namespace {
 using pagoda::fuzz::Check;
 
 constexpr const char* kSamples[] = {
-    "", " ", "Hello, world!", "  two  spaces\tand\ttabs\n\nnew lines",
-    "caf\xC3\xA9 \xE4\xB8\xAD\xE6\x96\x87 \xF0\x9F\x98\x80 \xD9\x85\xD8\xB1\xD8\xAD\xD8\xA8\xD8\xA7",
+    "",
+    " ",
+    "Hello, world!",
+    "  two  spaces\tand\ttabs\n\nnew lines",
+    "caf\xC3\xA9 \xE4\xB8\xAD\xE6\x96\x87 \xF0\x9F\x98\x80 "
+    "\xD9\x85\xD8\xB1\xD8\xAD\xD8\xA8\xD8\xA7",
     "<s>[INST] hi [/INST]</s><|begin_of_text|><|eot_id|><|im_start|>",
-    "12345 67.89 it's we'll I'M", "\xE2\x96\x81\xC4\xA0 \xEF\xBF\xBD"};
+    "12345 67.89 it's we'll I'M",
+    "\xE2\x96\x81\xC4\xA0 \xEF\xBF\xBD"};
 constexpr size_t kMaxInputText = 512;
 constexpr int kMaxDecodedId = 512;
 
