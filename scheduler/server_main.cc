@@ -91,7 +91,9 @@ ABSL_FLAG(double, collective_timeout, 30,
 ABSL_FLAG(std::string, worker_binary, "",
           "pagoda-worker to spawn; default: the one next to this binary.");
 ABSL_FLAG(int, block_size, 16, "Tokens per KV block.");
-ABSL_FLAG(double, gpu_memory_utilization, 0.9, "Fraction of GPU memory for weights and KV.");
+ABSL_FLAG(double, gpu_memory_utilization, 0.9,
+          "Fraction of the GPU's memory the workers may fill (weights, activations, KV); "
+          "memory other processes hold counts against it.");
 ABSL_FLAG(bool, enforce_eager, false,
           "CUDA: run every step eagerly, without capturing decode steps as CUDA graphs.");
 ABSL_FLAG(int, num_gpu_blocks_override, 0,
@@ -503,8 +505,8 @@ absl::StatusOr<WorkerCache> LoadModelOnWorkers(const ServerSettings& settings,
   if (cache.num_gpu_blocks <= 0) cache.num_gpu_blocks = loaded->num_gpu_blocks();
   if (cache.num_gpu_blocks <= 0) {
     return absl::ResourceExhaustedError(
-        "no KV blocks fit the memory budget; raise "
-        "--cpu-kv-cache-space / --gpu-memory-utilization");
+        "no KV blocks fit the memory budget; raise --cpu-kv-cache-space / "
+        "--gpu-memory-utilization (on a GPU, memory other processes hold counts against it)");
   }
   cache.num_cpu_blocks =
       loaded->bytes_per_block() > 0

@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -124,6 +125,20 @@ pagoda::v1::ModelInfo Info(Generation::Stub& stub) {
   return info;
 }
 
+// One server on the GPU at a time: each sizes its KV cache to the memory the
+// device has left, so a server is stopped with SIGTERM (it shuts its workers
+// down and waits for them to exit) before the next one loads, never killed:
+// a killed server's worker frees the GPU only once it notices its parent is
+// gone, racing the next server's memory profile.
+struct StopGracefully {
+  void operator()(ServerProcess* server) const {
+    server->Signal(SIGTERM);
+    EXPECT_TRUE(server->WaitForExit(absl::Seconds(60)).has_value());
+    delete server;
+  }
+};
+using GpuServer = std::unique_ptr<ServerProcess, StopGracefully>;
+
 class CudaServerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -143,7 +158,7 @@ class CudaServerTest : public ::testing::Test {
     delete model_dir_;
   }
 
-  static std::unique_ptr<ServerProcess> Start(std::vector<std::string> extra) {
+  static GpuServer Start(std::vector<std::string> extra) {
     std::vector<std::string> args = {absl::StrCat("--model=", *model_dir_),
                                      "--device=cuda",
                                      "--block-size=16",
@@ -154,7 +169,7 @@ class CudaServerTest : public ::testing::Test {
     args.insert(args.end(), extra.begin(), extra.end());
     auto server = ServerProcess::Start(ServerBinary(), args, absl::Seconds(180));
     EXPECT_TRUE(server.ok()) << server.status();
-    return server.ok() ? *std::move(server) : nullptr;
+    return server.ok() ? GpuServer(server->release()) : nullptr;
   }
 
   static std::unique_ptr<Generation::Stub> Connect(const ServerProcess& server) {
@@ -190,6 +205,8 @@ TEST_F(CudaServerTest, ConcurrentMixedRequestsGetTheirSoloTokensWithAndWithoutGr
   }
   ExpectSameTokens("32 concurrent vs alone", together, alone);
   ExpectAllBlocksFreeSoon(*stub);
+  stub.reset();
+  server.reset();
 
   auto eager = Start({"--enforce-eager"});
   ASSERT_NE(eager, nullptr);
