@@ -103,7 +103,6 @@ DecodePlan PlanDecodeAttention(int num_seqs, int num_q_heads, int num_kv_heads, 
     }
   }
   DecodePlan plan;
-  plan.loads_per_warp = options.loads_per_warp == 8 ? 8 : 4;
   if (!split) return plan;
   plan.partition_size = partition_size;
   plan.max_num_partitions = partitions;

@@ -27,16 +27,16 @@
 namespace pagoda::kernels::attention_internal {
 
 constexpr int kDecodeWarps = 4;
+constexpr int kDecodeUnroll = 4;
 
-// kUnroll: loads of K and of V each warp issues before using any.
-template <typename T, int kHeadDim, int kBlockSize, int kGroupMax, int kUnroll>
+template <typename T, int kHeadDim, int kBlockSize, int kGroupMax>
 __global__ void __launch_bounds__(kDecodeWarps * 32)
     DecodeAttentionKernel(DecodeAttentionParams params, int partition_size, int max_num_partitions,
                           float* __restrict__ partial_out, float* __restrict__ partial_lse) {
   constexpr int kVec = 8;                          // elements per 16-byte load
   constexpr int kLanesPerToken = kHeadDim / kVec;  // 16 (d=128) or 8 (d=64)
   constexpr int kTokensPerLoad = 32 / kLanesPerToken;
-  constexpr int kTokensPerWarpIter = kTokensPerLoad * kUnroll;
+  constexpr int kTokensPerWarpIter = kTokensPerLoad * kDecodeUnroll;
   constexpr int kTokensPerBlockIter = kTokensPerWarpIter * kDecodeWarps;
   static_assert(kBlockSize % kTokensPerLoad == 0, "a load must not straddle cache blocks");
 
@@ -99,11 +99,11 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   // The loop bound depends only on the warp, so whole warps iterate together
   // (the shuffles below need all 32 lanes).
   for (int base = begin + warp * kTokensPerWarpIter; base < end; base += kTokensPerBlockIter) {
-    uint4 k_raw[kUnroll];
-    uint4 v_raw[kUnroll];
-    bool valid[kUnroll];
+    uint4 k_raw[kDecodeUnroll];
+    uint4 v_raw[kDecodeUnroll];
+    bool valid[kDecodeUnroll];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < kDecodeUnroll; ++u) {
       const int token = base + u * kTokensPerLoad + token_slot;
       valid[u] = token < end;
       k_raw[u] = make_uint4(0, 0, 0, 0);
@@ -116,9 +116,9 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
       }
     }
 
-    float score[kUnroll][kGroupMax];
+    float score[kDecodeUnroll][kGroupMax];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < kDecodeUnroll; ++u) {
       float k[kVec];
       ToFloat8<T>(k_raw[u], k);
 #pragma unroll
@@ -131,7 +131,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
     }
     // Sum the partial dot products of the lanes that share a token.
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < kDecodeUnroll; ++u) {
 #pragma unroll
       for (int g = 0; g < kGroupMax; ++g) {
 #pragma unroll
@@ -147,7 +147,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
     for (int g = 0; g < kGroupMax; ++g) {
       float new_max = running_max[g];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) new_max = fmaxf(new_max, score[u][g]);
+      for (int u = 0; u < kDecodeUnroll; ++u) new_max = fmaxf(new_max, score[u][g]);
       const float correction = exp2f(running_max[g] - new_max);
       running_max[g] = new_max;
       running_sum[g] *= correction;
@@ -155,7 +155,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
       for (int i = 0; i < kVec; ++i) acc[g][i] *= correction;
     }
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < kDecodeUnroll; ++u) {
       float v[kVec];
       ToFloat8<T>(v_raw[u], v);
 #pragma unroll
@@ -257,7 +257,7 @@ __global__ void __launch_bounds__(kHeadDim)
   *dst = FromFloat<T>(out / sum);
 }
 
-template <typename T, int kHeadDim, int kBlockSize, int kGroupMax, int kUnroll>
+template <typename T, int kHeadDim, int kBlockSize, int kGroupMax>
 cudaError_t LaunchDecodeTyped(const DecodeAttentionParams& params, const DecodePlan& plan,
                               void* workspace, cudaStream_t stream) {
   const bool split = plan.partition_size > 0;
@@ -278,8 +278,7 @@ cudaError_t LaunchDecodeTyped(const DecodeAttentionParams& params, const DecodeP
     partial_lse = partial_out + rows * kHeadDim;
   }
   const dim3 grid(params.num_kv_heads, params.num_seqs, split ? plan.max_num_partitions : 1);
-  DecodeAttentionKernel<T, kHeadDim, kBlockSize, kGroupMax, kUnroll>
-      <<<grid, kDecodeWarps * 32, 0, stream>>>(
+  DecodeAttentionKernel<T, kHeadDim, kBlockSize, kGroupMax><<<grid, kDecodeWarps * 32, 0, stream>>>(
       params, plan.partition_size, plan.max_num_partitions, partial_out, partial_lse);
   cudaError_t error = cudaGetLastError();
   if (error != cudaSuccess || !split) return error;
@@ -293,17 +292,14 @@ template <typename T, int kHeadDim, int kBlockSize>
 cudaError_t DispatchDecodeGroup(const DecodeAttentionParams& params, const DecodePlan& plan,
                                 void* workspace, cudaStream_t stream) {
   const int group = params.num_q_heads / params.num_kv_heads;
-  const bool deep = plan.loads_per_warp == 8;
   if (group == 1) {
-    return deep ? LaunchDecodeTyped<T, kHeadDim, kBlockSize, 1, 8>(params, plan, workspace, stream)
-                : LaunchDecodeTyped<T, kHeadDim, kBlockSize, 1, 4>(params, plan, workspace, stream);
+    return LaunchDecodeTyped<T, kHeadDim, kBlockSize, 1>(params, plan, workspace, stream);
   }
   if (group <= 4) {
-    return deep ? LaunchDecodeTyped<T, kHeadDim, kBlockSize, 4, 8>(params, plan, workspace, stream)
-                : LaunchDecodeTyped<T, kHeadDim, kBlockSize, 4, 4>(params, plan, workspace, stream);
+    return LaunchDecodeTyped<T, kHeadDim, kBlockSize, 4>(params, plan, workspace, stream);
   }
   if (group <= 8) {
-    return LaunchDecodeTyped<T, kHeadDim, kBlockSize, 8, 4>(params, plan, workspace, stream);
+    return LaunchDecodeTyped<T, kHeadDim, kBlockSize, 8>(params, plan, workspace, stream);
   }
   return cudaErrorInvalidValue;
 }

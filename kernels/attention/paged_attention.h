@@ -91,10 +91,6 @@ enum class SplitKMode {
 struct DecodePlanOptions {
   SplitKMode split_k = SplitKMode::kAuto;
   int partition_size = 512;  // tokens per partition when split; multiple of 64
-  // 16-byte K and V loads each warp issues before using any: 4 or 8 (8 only
-  // for GQA groups up to 4: the 8-head variant has no registers to spare);
-  // 0 lets the planner choose.
-  int loads_per_warp = 0;
 };
 
 // The work partition of one decode launch. Depends only on host-known shapes
@@ -104,7 +100,6 @@ struct DecodePlan {
   int partition_size = 0;      // 0: no split (each block covers a whole context)
   int max_num_partitions = 1;  // grid depth; ceil(max_context_len / partition_size)
   size_t workspace_bytes = 0;  // device scratch the launch needs (0 when not split)
-  int loads_per_warp = 4;      // see DecodePlanOptions
 };
 
 // Validates a decode configuration. Not ok: code cudaErrorInvalidValue and a
