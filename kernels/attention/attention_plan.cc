@@ -103,6 +103,7 @@ DecodePlan PlanDecodeAttention(int num_seqs, int num_q_heads, int num_kv_heads, 
     }
   }
   DecodePlan plan;
+  plan.prefetch = options.prefetch;
   if (!split) return plan;
   plan.partition_size = partition_size;
   plan.max_num_partitions = partitions;

@@ -116,7 +116,8 @@ int32_t* DeviceInts(const std::vector<int32_t>& values) {
 }
 
 void BenchDecode(const Cache& cache, int batch, int context, SplitKMode split, int num_sms,
-                 int iters, float copy_gbps, std::mt19937& rng, bool shuffled = true) {
+                 int iters, float copy_gbps, std::mt19937& rng, bool shuffled = true,
+                 bool prefetch = true) {
   int max_blocks = 0;
   int32_t* tables = MakeBlockTables(batch, context, cache.num_blocks, rng, &max_blocks, shuffled);
   int32_t* lens = DeviceInts(std::vector<int32_t>(batch, context));
@@ -142,6 +143,7 @@ void BenchDecode(const Cache& cache, int batch, int context, SplitKMode split, i
   p.out = out;
   DecodePlanOptions options;
   options.split_k = split;
+  options.prefetch = prefetch;
   const DecodePlan plan =
       PlanDecodeAttention(batch, kQHeads, kKvHeads, kHeadDim, context, num_sms, options);
   void* workspace = Malloc(plan.workspace_bytes);
@@ -150,10 +152,10 @@ void BenchDecode(const Cache& cache, int batch, int context, SplitKMode split, i
   const double kv_bytes = 2.0 * batch * context * kKvHeads * kHeadDim * 2;
   const double gbps = kv_bytes / (ms * 1e-3) / 1e9;
   std::printf(
-      "decode  batch %4d ctx %6d  split %-4s parts %3d  %-10s %9.1f us  %7.1f GB/s  %5.1f%% of "
-      "copy\n",
+      "decode  batch %4d ctx %6d  split %-4s parts %3d  %-8s %-10s %9.1f us  %7.1f GB/s  "
+      "%5.1f%% of copy\n",
       batch, context, plan.partition_size > 0 ? "yes" : "no", plan.max_num_partitions,
-      shuffled ? "paged" : "contiguous", ms * 1e3,
+      plan.prefetch ? "prefetch" : "no-pref", shuffled ? "paged" : "contiguous", ms * 1e3,
       gbps, 100.0 * gbps / copy_gbps);
   CHECK_CUDA(cudaFree(workspace));
   CHECK_CUDA(cudaFree(q));
@@ -259,9 +261,12 @@ int main(int argc, char** argv) {
       BenchDecode(cache, batch, context, SplitKMode::kAuto, num_sms, iters, copy_gbps, rng);
       BenchDecode(cache, batch, context, SplitKMode::kAuto, num_sms, iters, copy_gbps, rng,
                   /*shuffled=*/false);
+      BenchDecode(cache, batch, context, SplitKMode::kAuto, num_sms, iters, copy_gbps, rng,
+                  /*shuffled=*/true, /*prefetch=*/false);
     }
   }
   BenchDecode(cache, 1, 32768, SplitKMode::kAuto, num_sms, iters, copy_gbps, rng);
+  BenchDecode(cache, 1, 32768, SplitKMode::kAuto, num_sms, iters, copy_gbps, rng, true, false);
   BenchDecode(cache, 1, 32768, SplitKMode::kNever, num_sms, iters, copy_gbps, rng);
   for (int queries : {2048, 8192}) {
     for (int prefix : {0, 4096}) BenchPrefill(cache, 1, queries, prefix, std::max(3, iters / 5), rng);

@@ -91,6 +91,9 @@ enum class SplitKMode {
 struct DecodePlanOptions {
   SplitKMode split_k = SplitKMode::kAuto;
   int partition_size = 512;  // tokens per partition when split; multiple of 64
+  // Each warp issues its next K/V loads before computing on the current ones
+  // (GQA groups up to 4; the 8-head variant has no registers to spare).
+  bool prefetch = true;
 };
 
 // The work partition of one decode launch. Depends only on host-known shapes
@@ -100,6 +103,7 @@ struct DecodePlan {
   int partition_size = 0;      // 0: no split (each block covers a whole context)
   int max_num_partitions = 1;  // grid depth; ceil(max_context_len / partition_size)
   size_t workspace_bytes = 0;  // device scratch the launch needs (0 when not split)
+  bool prefetch = true;        // see DecodePlanOptions
 };
 
 // Validates a decode configuration. Not ok: code cudaErrorInvalidValue and a
