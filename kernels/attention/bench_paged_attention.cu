@@ -117,7 +117,7 @@ int32_t* DeviceInts(const std::vector<int32_t>& values) {
 
 void BenchDecode(const Cache& cache, int batch, int context, SplitKMode split, int num_sms,
                  int iters, float copy_gbps, std::mt19937& rng, bool shuffled = true,
-                 bool prefetch = true) {
+                 PrefetchMode prefetch = PrefetchMode::kAuto) {
   int max_blocks = 0;
   int32_t* tables = MakeBlockTables(batch, context, cache.num_blocks, rng, &max_blocks, shuffled);
   int32_t* lens = DeviceInts(std::vector<int32_t>(batch, context));
@@ -262,11 +262,14 @@ int main(int argc, char** argv) {
       BenchDecode(cache, batch, context, SplitKMode::kAuto, num_sms, iters, copy_gbps, rng,
                   /*shuffled=*/false);
       BenchDecode(cache, batch, context, SplitKMode::kAuto, num_sms, iters, copy_gbps, rng,
-                  /*shuffled=*/true, /*prefetch=*/false);
+                  /*shuffled=*/true, PrefetchMode::kNever);
+      BenchDecode(cache, batch, context, SplitKMode::kAuto, num_sms, iters, copy_gbps, rng,
+                  /*shuffled=*/true, PrefetchMode::kAlways);
     }
   }
   BenchDecode(cache, 1, 32768, SplitKMode::kAuto, num_sms, iters, copy_gbps, rng);
-  BenchDecode(cache, 1, 32768, SplitKMode::kAuto, num_sms, iters, copy_gbps, rng, true, false);
+  BenchDecode(cache, 1, 32768, SplitKMode::kAuto, num_sms, iters, copy_gbps, rng, true,
+              PrefetchMode::kAlways);
   BenchDecode(cache, 1, 32768, SplitKMode::kNever, num_sms, iters, copy_gbps, rng);
   for (int queries : {2048, 8192}) {
     for (int prefix : {0, 4096}) BenchPrefill(cache, 1, queries, prefix, std::max(3, iters / 5), rng);

@@ -25,7 +25,7 @@ struct DecodeCase {
   BlockTableKind table_kind = BlockTableKind::kShuffled;
   SplitKMode split_k = SplitKMode::kAuto;
   int partition_size = 512;
-  bool prefetch = true;
+  PrefetchMode prefetch = PrefetchMode::kAlways;
   int batch = 4;
   int max_context = 600;
   float query_magnitude = 3.0f;
@@ -39,7 +39,7 @@ struct DecodeCase {
            std::to_string(head_dim) + " bs" + std::to_string(block_size) +
            (table_kind == BlockTableKind::kShuffled ? " shuffled" : " repeated") + " split" +
            std::to_string(static_cast<int>(split_k)) + "/" + std::to_string(partition_size) +
-           (prefetch ? "" : " no-prefetch") + " batch " + std::to_string(batch) + " max_ctx " + std::to_string(max_context);
+           (prefetch == PrefetchMode::kNever ? " no-prefetch" : "") + " batch " + std::to_string(batch) + " max_ctx " + std::to_string(max_context);
   }
 };
 
@@ -133,7 +133,8 @@ TEST(DecodeAttentionTest, SweepShapesDtypesBlockSizesAndSplit) {
         for (int block_size : {16, 32}) {
           for (SplitKMode split : {SplitKMode::kNever, SplitKMode::kAlways}) {
             DecodeCase c;
-            c.prefetch = seed % 2 == 0;  // both kernel variants, every shape family
+            // Both kernel variants, every shape family.
+            c.prefetch = seed % 2 == 0 ? PrefetchMode::kAlways : PrefetchMode::kNever;
             c.dtype = dtype;
             c.num_q_heads = heads[0];
             c.num_kv_heads = heads[1];
