@@ -80,6 +80,10 @@ ABSL_FLAG(int, worker_restart_limit, 5,
           "Restart attempts of the workers within --worker-restart-window after which "
           "the server gives up and fails requests with UNAVAILABLE.");
 ABSL_FLAG(double, worker_restart_window, 60, "Seconds; see --worker-restart-limit.");
+ABSL_FLAG(double, worker_stall_timeout, 10,
+          "Seconds a worker may leave the server's keepalive pings unanswered (stopped, "
+          "swapped out, its host gone silent) before it is declared lost and restarted; a "
+          "worker process that exits is seen at once.");
 ABSL_FLAG(std::string, rendezvous_host, "127.0.0.1",
           "IPv4 address of this host where tensor-parallel workers meet to form their group "
           "(a small key-value store the server runs); --worker-addresses workers on other "
@@ -259,6 +263,7 @@ struct ServerSettings {
   int block_size = 0;
   int world_size = 0;
   double collective_timeout = 0;
+  double worker_stall_timeout = 0;
   int rendezvous_port = 0;
 };
 
@@ -376,6 +381,10 @@ absl::StatusOr<ServerSettings> ParseServerSettings(const std::string& model_dir,
   if (!(settings.collective_timeout > 0 && settings.collective_timeout <= 600)) {
     return absl::InvalidArgumentError("--collective-timeout must be in (0, 600] seconds");
   }
+  settings.worker_stall_timeout = absl::GetFlag(FLAGS_worker_stall_timeout);
+  if (!(settings.worker_stall_timeout >= 0.5 && settings.worker_stall_timeout <= 3600)) {
+    return absl::InvalidArgumentError("--worker-stall-timeout must be in [0.5, 3600] seconds");
+  }
   settings.rendezvous_port = absl::GetFlag(FLAGS_rendezvous_port);
   if (settings.rendezvous_port < 0 || settings.rendezvous_port > 65535) {
     return absl::InvalidArgumentError("--rendezvous-port must be in [0, 65535]");
@@ -412,6 +421,7 @@ GrpcWorkerGroupOptions MakeWorkerGroupOptions(const ServerSettings& settings) {
   options.rendezvous_host = absl::GetFlag(FLAGS_rendezvous_host);
   options.rendezvous_port = settings.rendezvous_port;
   options.collective_timeout = absl::Seconds(settings.collective_timeout);
+  options.stall_timeout = absl::Seconds(settings.worker_stall_timeout);
   return options;
 }
 

@@ -125,10 +125,11 @@ absl::Status GrpcWorkerGroup::AddRank(const std::string& address, const std::str
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   // Liveness while idle: pings on the open connection, and no idle timeout
   // (an idle channel leaving READY would read as a lost worker).
+  const absl::Duration ping_after = std::min(absl::Seconds(1), options_.stall_timeout / 2);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS,
-              static_cast<int>(absl::ToInt64Milliseconds(options_.keepalive_time)));
+              static_cast<int>(absl::ToInt64Milliseconds(ping_after)));
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
-              static_cast<int>(absl::ToInt64Milliseconds(options_.keepalive_timeout)));
+              static_cast<int>(absl::ToInt64Milliseconds(options_.stall_timeout - ping_after)));
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   args.SetInt(GRPC_ARG_CLIENT_IDLE_TIMEOUT_MS, std::numeric_limits<int>::max());

@@ -44,11 +44,13 @@ struct GrpcWorkerGroupOptions {
   // How long one restart attempt may take to start (spawned) or reach
   // (connected) every rank.
   absl::Duration restart_start_timeout = absl::Seconds(30);
-  // Connected workers: HTTP/2 keepalive pings, so a worker that vanished
-  // without closing its connection (host down) is seen within about
-  // keepalive_time + keepalive_timeout even when idle.
-  absl::Duration keepalive_time = absl::Milliseconds(500);
-  absl::Duration keepalive_timeout = absl::Milliseconds(500);
+  // How long a worker may leave the server's HTTP/2 keepalive pings
+  // unanswered (stopped, swapped out, a host gone silent) before it counts as
+  // lost, idle or not: the pings go out after a second without traffic
+  // (less for a stall timeout under two seconds) and wait the rest. Too short
+  // restarts healthy workers on a busy host; a worker process that exits is
+  // seen at once either way (closed connection, and pidfd when spawned).
+  absl::Duration stall_timeout = absl::Seconds(10);
   // Connected workers: how to reach them (null = plaintext). Mutual TLS in
   // production (see MakeChannelCredentials); spawned workers use their
   // private Unix sockets in plaintext.

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -160,6 +161,34 @@ TEST_F(SurvivalTest, IdleServerSeesAKilledWorkerWithinASecondAndRecovers) {
   const StreamOutcome outcome = RunStream(*stub, TokenRequest(TestPrompt(5, 1), 4));
   EXPECT_TRUE(outcome.status.ok()) << outcome.status.error_message();
   EXPECT_EQ(outcome.tokens.size(), 4u);
+  EXPECT_EQ(MetricValue((*server)->metrics_port(), "pagoda_worker_restarts_total"), 1);
+}
+
+// --worker-stall-timeout: a worker stopped (SIGSTOP: alive, its connection
+// open, silent) for less than the timeout is kept, as on a busy host; one
+// stopped past it is declared lost and restarted.
+TEST_F(SurvivalTest, StalledWorkerIsKeptUnderTheStallTimeoutAndRestartedPastIt) {
+  auto server = StartServer(*model_dir_, {"--worker-stall-timeout=4"});
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = Generation::NewStub(
+      grpc::CreateChannel((*server)->address(), grpc::InsecureChannelCredentials()));
+  const pid_t worker = (*server)->worker_pids().at(0);
+  ASSERT_EQ(kill(worker, SIGSTOP), 0);
+  absl::Cleanup resume = [worker] { kill(worker, SIGCONT); };
+  absl::SleepFor(absl::Seconds(2));
+  ASSERT_EQ(kill(worker, SIGCONT), 0);
+  absl::SleepFor(absl::Seconds(1));
+  EXPECT_EQ(MetricValue((*server)->metrics_port(), "pagoda_worker_restarts_total"), 0);
+  EXPECT_TRUE(RunStream(*stub, TokenRequest(TestPrompt(5, 2), 4)).status.ok());
+
+  ASSERT_EQ(kill(worker, SIGSTOP), 0);
+  const absl::Time stopped = absl::Now();
+  const pid_t restarted = WaitForNewWorker((*server)->pid(), worker, absl::Seconds(15));
+  ASSERT_GT(restarted, 0);
+  EXPECT_GE(absl::Now() - stopped, absl::Seconds(3)) << "restarted before the stall timeout";
+  ASSERT_TRUE(WaitFor([&] { return HealthStatus((*server)->address()) == 1; }, absl::Seconds(10)));
+  const StreamOutcome outcome = RunStream(*stub, TokenRequest(TestPrompt(5, 1), 4));
+  EXPECT_TRUE(outcome.status.ok()) << outcome.status.error_message();
   EXPECT_EQ(MetricValue((*server)->metrics_port(), "pagoda_worker_restarts_total"), 1);
 }
 
