@@ -247,7 +247,7 @@ nccl_step() {  # ROW TEST
   step "$1" "$1.log" 240 ctest --test-dir "$BUILD_DIR" -R "^$2\$" -V --timeout 240
   note "$2: $(grep -cE '\[ +OK \]' "$LOG_DIR/$1.log") ok," \
     "$(grep -oE 'SKIPPED \] [A-Za-z][^ ]*' "$LOG_DIR/$1.log" | sort -u | wc -l) skipped" \
-    "$(grep -q 'Skipped' "$LOG_DIR/$1.log" && echo '(whole test skipped: no GPU)')"
+    "$(grep -qE 'Test +#[0-9]+: .*\*+Skipped' "$LOG_DIR/$1.log" && echo '(whole test skipped: no GPU)')"
 }
 if wanted nccl; then
   nccl_step nccl_size1 "${NCCL_TESTS[0]}"
