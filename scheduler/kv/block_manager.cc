@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
+#include <optional>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/hash/hash.h"
@@ -143,10 +145,52 @@ void BlockManager::ResetPrefixCache() {
 }
 
 void BlockManager::RegisterHashes(const KvSequence& seq, const BlockTable& table, int from) {
+  KvCacheEvent* stored = nullptr;  // The BlockStored of the current run of new hashes.
   for (int b = from; b < static_cast<int>(table.hashes.size()); ++b) {
+    const std::vector<int32_t> tokens = BlockTokens(seq, b, block_size_);
+    const std::optional<uint64_t> parent =
+        b == 0 ? std::nullopt : std::optional<uint64_t>(table.hashes[b - 1]);
     // Fails harmlessly when another block already caches these tokens.
-    gpu_.SetHash(table.blocks[b], table.hashes[b], BlockTokens(seq, b, block_size_));
+    if (!gpu_.SetHash(table.blocks[b], table.hashes[b], tokens, parent)) {
+      stored = nullptr;
+      continue;
+    }
+    if (!kv_events_enabled_) continue;
+    if (stored == nullptr) {
+      kv_events_.emplace_back();
+      stored = &kv_events_.back();
+      stored->kind = KvCacheEvent::Kind::kBlockStored;
+      stored->parent_hash = parent;
+      stored->block_size = block_size_;
+      // At most the rest of the table: one allocation each.
+      const size_t most = table.hashes.size() - b;
+      stored->block_hashes.reserve(most);
+      stored->token_ids.reserve(most * block_size_);
+    }
+    stored->block_hashes.push_back(table.hashes[b]);
+    stored->token_ids.insert(stored->token_ids.end(), tokens.begin(), tokens.end());
   }
+}
+
+void BlockManager::EnableKvEvents() {
+  if (!enable_prefix_caching_ || kv_events_enabled_) return;
+  kv_events_enabled_ = true;
+  gpu_.set_event_log(&kv_events_);
+}
+
+std::vector<KvCacheEvent> BlockManager::TakeKvEvents() {
+  std::vector<KvCacheEvent> events;
+  events.swap(kv_events_);
+  return events;
+}
+
+std::vector<KvCacheEvent> BlockManager::CachedBlocksAsEvents() const {
+  std::vector<KvCacheEvent> events(1);
+  events[0].kind = KvCacheEvent::Kind::kAllBlocksCleared;
+  std::vector<KvCacheEvent> stored = gpu_.CachedBlocksAsEvents(block_size_);
+  events.insert(events.end(), std::make_move_iterator(stored.begin()),
+                std::make_move_iterator(stored.end()));
+  return events;
 }
 
 bool BlockManager::CanAppendSlots(const KvSequenceGroup& group) const {

@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "scheduler/kv/block_pool.h"
+#include "scheduler/kv/kv_events.h"
 #include "scheduler/kv/kv_sequence.h"
 
 namespace pagoda::scheduler {
@@ -116,6 +117,20 @@ class BlockManager {
   // computed full blocks are hashed again by later commits.
   void ResetPrefixCache();
 
+  // KV events (kv_events.h): from now on every change to the set of
+  // prefix-cached GPU blocks is recorded, in order, until TakeKvEvents.
+  // Stored blocks of one commit share one BlockStored; consecutive
+  // evictions one BlockRemoved. No-op without prefix caching.
+  void EnableKvEvents();
+  bool kv_events_enabled() const { return kv_events_enabled_; }
+  // The events recorded since the last call, oldest first.
+  std::vector<KvCacheEvent> TakeKvEvents();
+  // What a subscriber that lost events needs to hold the current state:
+  // AllBlocksCleared, then one BlockStored per cached block.
+  std::vector<KvCacheEvent> CachedBlocksAsEvents() const;
+  // The hashes the GPU pool can serve prefix hits from, in no order.
+  std::vector<uint64_t> CachedBlockHashes() const { return gpu_.CachedHashes(); }
+
   // Drops the sequence's references (tail block first, so that a cached
   // chain is evicted from its tail) and its table. No-op if it has none.
   void Free(int64_t seq_id);
@@ -175,6 +190,8 @@ class BlockManager {
   BlockPool gpu_;
   BlockPool cpu_;
   absl::flat_hash_map<int64_t, BlockTable> tables_;
+  bool kv_events_enabled_ = false;
+  std::vector<KvCacheEvent> kv_events_;  // Since the last TakeKvEvents.
 };
 
 }  // namespace pagoda::scheduler

@@ -56,12 +56,14 @@ void BlockPool::Release(int block) {
   }
 }
 
-bool BlockPool::SetHash(int block, uint64_t hash, absl::Span<const int32_t> tokens) {
+bool BlockPool::SetHash(int block, uint64_t hash, absl::Span<const int32_t> tokens,
+                        std::optional<uint64_t> parent) {
   Block& entry = blocks_.at(block);
   CHECK_GT(entry.ref_count, 0) << "hashing free block " << block;
   if (entry.hash.has_value() || hash_to_block_.contains(hash)) return false;
   entry.hash = hash;
   entry.tokens.assign(tokens.begin(), tokens.end());
+  entry.parent_hash = parent;
   hash_to_block_[hash] = block;
   return true;
 }
@@ -72,8 +74,35 @@ void BlockPool::ForgetCachedContents() {
   for (Block& block : blocks_) {
     block.hash.reset();
     block.tokens.clear();
+    block.parent_hash.reset();
   }
   hash_to_block_.clear();
+  if (event_log_ != nullptr) {
+    KvCacheEvent cleared;
+    cleared.kind = KvCacheEvent::Kind::kAllBlocksCleared;
+    event_log_->push_back(std::move(cleared));
+  }
+}
+
+std::vector<KvCacheEvent> BlockPool::CachedBlocksAsEvents(int block_size) const {
+  std::vector<KvCacheEvent> events;
+  events.reserve(hash_to_block_.size());
+  for (const auto& [hash, block] : hash_to_block_) {
+    KvCacheEvent stored;
+    stored.block_hashes = {hash};
+    stored.parent_hash = blocks_[block].parent_hash;
+    stored.token_ids = blocks_[block].tokens;
+    stored.block_size = block_size;
+    events.push_back(std::move(stored));
+  }
+  return events;
+}
+
+std::vector<uint64_t> BlockPool::CachedHashes() const {
+  std::vector<uint64_t> hashes;
+  hashes.reserve(hash_to_block_.size());
+  for (const auto& [hash, block] : hash_to_block_) hashes.push_back(hash);
+  return hashes;
 }
 
 bool BlockPool::is_evictable(int block) const {
@@ -83,8 +112,18 @@ bool BlockPool::is_evictable(int block) const {
 void BlockPool::Unhash(int block) {
   Block& entry = blocks_[block];
   hash_to_block_.erase(*entry.hash);
+  if (event_log_ != nullptr) {
+    // Consecutive evictions share one BlockRemoved.
+    if (event_log_->empty() || event_log_->back().kind != KvCacheEvent::Kind::kBlockRemoved) {
+      KvCacheEvent removed;
+      removed.kind = KvCacheEvent::Kind::kBlockRemoved;
+      event_log_->push_back(std::move(removed));
+    }
+    event_log_->back().block_hashes.push_back(*entry.hash);
+  }
   entry.hash.reset();
   entry.tokens.clear();
+  entry.parent_hash.reset();
 }
 
 }  // namespace pagoda::scheduler
