@@ -425,12 +425,13 @@ void Engine::SetKvEventSink(KvEventSink* sink) {
 void Engine::PublishKvEvents() {
   if (kv_event_sink_ == nullptr) return;
   BlockManager& blocks = scheduler_->block_manager();
-  std::vector<KvCacheEvent> events = blocks.TakeKvEvents();
+  blocks.SwapKvEvents(kv_events_);
   // After a refused batch the subscribers' view is wrong: the whole cache
   // replaces whatever happened since.
-  if (kv_events_lost_) events = blocks.CachedBlocksAsEvents();
-  if (events.empty()) return;
-  kv_events_lost_ = !kv_event_sink_->TryPublish(std::move(events));
+  if (kv_events_lost_) kv_events_ = blocks.CachedBlocksAsEvents();
+  if (kv_events_.empty()) return;
+  kv_events_lost_ = !kv_event_sink_->TryPublish(kv_events_);
+  kv_events_.Clear();  // Refused: dropped (else already the sink's empty one).
 }
 
 std::optional<std::vector<uint64_t>> Engine::CachedBlockHashes(absl::Duration timeout) {

@@ -192,6 +192,7 @@ class Engine {
   std::vector<std::string> finished_ids_;  // Finished since the last snapshot.
   EngineSnapshot totals_;                  // Running counters, copied into snapshot_.
   KvEventSink* kv_event_sink_ = nullptr;
+  KvEventBatch kv_events_;  // Swapped with the block manager's, then the sink's.
   bool kv_events_lost_ = false;  // The sink refused a batch: resync when it has room.
 
   mutable absl::Mutex mu_;

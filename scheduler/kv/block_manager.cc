@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <iterator>
 #include <optional>
 
 #include "absl/container/flat_hash_set.h"
@@ -145,30 +144,20 @@ void BlockManager::ResetPrefixCache() {
 }
 
 void BlockManager::RegisterHashes(const KvSequence& seq, const BlockTable& table, int from) {
-  KvCacheEvent* stored = nullptr;  // The BlockStored of the current run of new hashes.
+  bool in_run = false;  // Whether the last block started or joined a BlockStored.
   for (int b = from; b < static_cast<int>(table.hashes.size()); ++b) {
     const std::vector<int32_t> tokens = BlockTokens(seq, b, block_size_);
     const std::optional<uint64_t> parent =
         b == 0 ? std::nullopt : std::optional<uint64_t>(table.hashes[b - 1]);
     // Fails harmlessly when another block already caches these tokens.
     if (!gpu_.SetHash(table.blocks[b], table.hashes[b], tokens, parent)) {
-      stored = nullptr;
+      in_run = false;
       continue;
     }
     if (!kv_events_enabled_) continue;
-    if (stored == nullptr) {
-      kv_events_.emplace_back();
-      stored = &kv_events_.back();
-      stored->kind = KvCacheEvent::Kind::kBlockStored;
-      stored->parent_hash = parent;
-      stored->block_size = block_size_;
-      // At most the rest of the table: one allocation each.
-      const size_t most = table.hashes.size() - b;
-      stored->block_hashes.reserve(most);
-      stored->token_ids.reserve(most * block_size_);
-    }
-    stored->block_hashes.push_back(table.hashes[b]);
-    stored->token_ids.insert(stored->token_ids.end(), tokens.begin(), tokens.end());
+    if (!in_run) kv_events_.AddStored(parent, block_size_);
+    kv_events_.AppendStoredBlock(table.hashes[b], tokens);
+    in_run = true;
   }
 }
 
@@ -178,19 +167,11 @@ void BlockManager::EnableKvEvents() {
   gpu_.set_event_log(&kv_events_);
 }
 
-std::vector<KvCacheEvent> BlockManager::TakeKvEvents() {
-  std::vector<KvCacheEvent> events;
-  events.swap(kv_events_);
-  return events;
-}
-
-std::vector<KvCacheEvent> BlockManager::CachedBlocksAsEvents() const {
-  std::vector<KvCacheEvent> events(1);
-  events[0].kind = KvCacheEvent::Kind::kAllBlocksCleared;
-  std::vector<KvCacheEvent> stored = gpu_.CachedBlocksAsEvents(block_size_);
-  events.insert(events.end(), std::make_move_iterator(stored.begin()),
-                std::make_move_iterator(stored.end()));
-  return events;
+KvEventBatch BlockManager::CachedBlocksAsEvents() const {
+  KvEventBatch batch;
+  batch.AddCleared();
+  gpu_.AppendCachedBlocks(block_size_, batch);
+  return batch;
 }
 
 bool BlockManager::CanAppendSlots(const KvSequenceGroup& group) const {

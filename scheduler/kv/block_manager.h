@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -123,11 +124,18 @@ class BlockManager {
   // evictions one BlockRemoved. No-op without prefix caching.
   void EnableKvEvents();
   bool kv_events_enabled() const { return kv_events_enabled_; }
+  // Swaps the events recorded since the last call (oldest first) with
+  // `batch`, which must be empty and whose capacity the next events reuse.
+  void SwapKvEvents(KvEventBatch& batch) { std::swap(kv_events_, batch); }
   // The events recorded since the last call, oldest first.
-  std::vector<KvCacheEvent> TakeKvEvents();
+  KvEventBatch TakeKvEvents() {
+    KvEventBatch batch;
+    SwapKvEvents(batch);
+    return batch;
+  }
   // What a subscriber that lost events needs to hold the current state:
   // AllBlocksCleared, then one BlockStored per cached block.
-  std::vector<KvCacheEvent> CachedBlocksAsEvents() const;
+  KvEventBatch CachedBlocksAsEvents() const;
   // The hashes the GPU pool can serve prefix hits from, in no order.
   std::vector<uint64_t> CachedBlockHashes() const { return gpu_.CachedHashes(); }
 
@@ -191,7 +199,7 @@ class BlockManager {
   BlockPool cpu_;
   absl::flat_hash_map<int64_t, BlockTable> tables_;
   bool kv_events_enabled_ = false;
-  std::vector<KvCacheEvent> kv_events_;  // Since the last TakeKvEvents.
+  KvEventBatch kv_events_;  // Since the last TakeKvEvents.
 };
 
 }  // namespace pagoda::scheduler

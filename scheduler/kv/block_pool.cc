@@ -77,25 +77,14 @@ void BlockPool::ForgetCachedContents() {
     block.parent_hash.reset();
   }
   hash_to_block_.clear();
-  if (event_log_ != nullptr) {
-    KvCacheEvent cleared;
-    cleared.kind = KvCacheEvent::Kind::kAllBlocksCleared;
-    event_log_->push_back(std::move(cleared));
-  }
+  if (event_log_ != nullptr) event_log_->AddCleared();
 }
 
-std::vector<KvCacheEvent> BlockPool::CachedBlocksAsEvents(int block_size) const {
-  std::vector<KvCacheEvent> events;
-  events.reserve(hash_to_block_.size());
+void BlockPool::AppendCachedBlocks(int block_size, KvEventBatch& batch) const {
   for (const auto& [hash, block] : hash_to_block_) {
-    KvCacheEvent stored;
-    stored.block_hashes = {hash};
-    stored.parent_hash = blocks_[block].parent_hash;
-    stored.token_ids = blocks_[block].tokens;
-    stored.block_size = block_size;
-    events.push_back(std::move(stored));
+    batch.AddStored(blocks_[block].parent_hash, block_size);
+    batch.AppendStoredBlock(hash, blocks_[block].tokens);
   }
-  return events;
 }
 
 std::vector<uint64_t> BlockPool::CachedHashes() const {
@@ -112,15 +101,7 @@ bool BlockPool::is_evictable(int block) const {
 void BlockPool::Unhash(int block) {
   Block& entry = blocks_[block];
   hash_to_block_.erase(*entry.hash);
-  if (event_log_ != nullptr) {
-    // Consecutive evictions share one BlockRemoved.
-    if (event_log_->empty() || event_log_->back().kind != KvCacheEvent::Kind::kBlockRemoved) {
-      KvCacheEvent removed;
-      removed.kind = KvCacheEvent::Kind::kBlockRemoved;
-      event_log_->push_back(std::move(removed));
-    }
-    event_log_->back().block_hashes.push_back(*entry.hash);
-  }
+  if (event_log_ != nullptr) event_log_->AddRemoved(*entry.hash);
   entry.hash.reset();
   entry.tokens.clear();
   entry.parent_hash.reset();

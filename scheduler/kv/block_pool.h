@@ -66,10 +66,10 @@ class BlockPool {
   // Where evictions (BlockRemoved) and ForgetCachedContents
   // (AllBlocksCleared) are recorded, in order with the owner's own events;
   // null (the default) records nothing. `log` must outlive the pool.
-  void set_event_log(std::vector<KvCacheEvent>* log) { event_log_ = log; }
-  // Every hashed block as one BlockStored event of its own, in no order
-  // (parents need not come first).
-  std::vector<KvCacheEvent> CachedBlocksAsEvents(int block_size) const;
+  void set_event_log(KvEventBatch* log) { event_log_ = log; }
+  // Appends every hashed block to `batch` as one BlockStored of its own, in
+  // no order (parents need not come first).
+  void AppendCachedBlocks(int block_size, KvEventBatch& batch) const;
   // The hashes blocks are findable under, in no order.
   std::vector<uint64_t> CachedHashes() const;
 
@@ -102,7 +102,7 @@ class BlockPool {
   std::set<std::pair<uint64_t, int>> evictor_;
   absl::flat_hash_map<uint64_t, int> hash_to_block_;
   uint64_t tick_ = 0;
-  std::vector<KvCacheEvent>* event_log_ = nullptr;
+  KvEventBatch* event_log_ = nullptr;
 };
 
 }  // namespace pagoda::scheduler

@@ -21,6 +21,9 @@ constexpr char kMediumGpu[] = "GPU";
 // most a batch waits before it is sent, and a replay request before it is
 // answered.
 constexpr absl::Duration kPollPeriod = absl::Milliseconds(1);
+// Sent batches kept for reuse, and the largest kept.
+constexpr size_t kRecycledBatches = 8;
+constexpr size_t kRecycledBatchBytes = 1 << 20;
 // How long closing sockets may take to send what they still hold.
 constexpr int kLingerMs = 1000;
 
@@ -42,33 +45,38 @@ bool ShouldBind(const std::string& endpoint) {
          absl::StartsWith(endpoint, "ipc://") || absl::StartsWith(endpoint, "inproc://");
 }
 
-void WriteEvent(const KvCacheEvent& event, MsgpackWriter& out) {
+void WriteHashes(absl::Span<const uint64_t> hashes, MsgpackWriter& out) {
+  out.Array(hashes.size());
+  for (uint64_t hash : hashes) out.Uint(hash);
+}
+
+void WriteEvent(const KvEventBatch& batch, const KvEventBatch::Event& event, MsgpackWriter& out) {
   switch (event.kind) {
-    case KvCacheEvent::Kind::kBlockStored:
+    case KvEventKind::kBlockStored: {
       out.Array(8);
       out.Str("BlockStored");
-      out.Array(event.block_hashes.size());
-      for (uint64_t hash : event.block_hashes) out.Uint(hash);
+      WriteHashes(batch.hashes(event), out);
       if (event.parent_hash.has_value()) {
         out.Uint(*event.parent_hash);
       } else {
         out.Nil();
       }
-      out.Array(event.token_ids.size());
-      for (int32_t token : event.token_ids) out.Int(token);
+      const absl::Span<const int32_t> tokens = batch.tokens(event);
+      out.Array(tokens.size());
+      for (int32_t token : tokens) out.Int(token);
       out.Int(event.block_size);
       out.Nil();  // lora_id
       out.Str(kMediumGpu);
       out.Nil();  // lora_name
       return;
-    case KvCacheEvent::Kind::kBlockRemoved:
+    }
+    case KvEventKind::kBlockRemoved:
       out.Array(3);
       out.Str("BlockRemoved");
-      out.Array(event.block_hashes.size());
-      for (uint64_t hash : event.block_hashes) out.Uint(hash);
+      WriteHashes(batch.hashes(event), out);
       out.Str(kMediumGpu);
       return;
-    case KvCacheEvent::Kind::kAllBlocksCleared:
+    case KvEventKind::kAllBlocksCleared:
       out.Array(1);
       out.Str("AllBlocksCleared");
       return;
@@ -89,13 +97,13 @@ bool SendMultipart(void* socket, const std::vector<const std::string*>& frames) 
 
 }  // namespace
 
-std::string KvEventPublisher::EncodeBatch(double timestamp, const std::vector<KvCacheEvent>& events,
+std::string KvEventPublisher::EncodeBatch(double timestamp, const KvEventBatch& events,
                                           int data_parallel_rank) {
   MsgpackWriter out;
   out.Array(3);
   out.Float64(timestamp);
   out.Array(events.size());
-  for (const KvCacheEvent& event : events) WriteEvent(event, out);
+  for (const KvEventBatch::Event& event : events.events()) WriteEvent(events, event, out);
   out.Int(data_parallel_rank);
   return out.Take();
 }
@@ -160,7 +168,7 @@ KvEventPublisher::~KvEventPublisher() {
   if (context_ != nullptr) zmq_ctx_term(context_);  // Waits up to the linger.
 }
 
-bool KvEventPublisher::TryPublish(std::vector<KvCacheEvent> events) {
+bool KvEventPublisher::TryPublish(KvEventBatch& events) {
   const double now = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
   absl::MutexLock lock(&mu_);
   if (static_cast<int>(queue_.size()) >= options_.max_queued_batches) {
@@ -171,6 +179,12 @@ bool KvEventPublisher::TryPublish(std::vector<KvCacheEvent> events) {
     return false;
   }
   queue_.push_back(Batch{now, std::move(events)});
+  if (recycled_.empty()) {
+    events = KvEventBatch();
+  } else {
+    events = std::move(recycled_.back());
+    recycled_.pop_back();
+  }
   return true;
 }
 
@@ -200,6 +214,15 @@ void KvEventPublisher::Run() {
     if (!batches.empty()) {
       absl::MutexLock lock(&mu_);
       published_ += static_cast<int64_t>(batches.size());
+      for (Batch& batch : batches) {
+        // A few, and none grown huge by a resync, go back for reuse.
+        if (recycled_.size() >= kRecycledBatches ||
+            batch.events.capacity_bytes() > kRecycledBatchBytes) {
+          continue;
+        }
+        batch.events.Clear();
+        recycled_.push_back(std::move(batch.events));
+      }
     }
     if (replay_ != nullptr) ServeReplay();
     if (stopping) {

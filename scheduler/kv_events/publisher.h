@@ -63,7 +63,7 @@ class KvEventPublisher : public KvEventSink {
   KvEventPublisher(const KvEventPublisher&) = delete;
   KvEventPublisher& operator=(const KvEventPublisher&) = delete;
 
-  bool TryPublish(std::vector<KvCacheEvent> events) override;
+  bool TryPublish(KvEventBatch& events) override;
 
   // The replay socket's bound endpoint ("" without one).
   const std::string& replay_endpoint() const { return replay_bound_; }
@@ -72,13 +72,13 @@ class KvEventPublisher : public KvEventSink {
   int64_t num_refused() const;
 
   // One batch's payload in vLLM's layout.
-  static std::string EncodeBatch(double timestamp, const std::vector<KvCacheEvent>& events,
+  static std::string EncodeBatch(double timestamp, const KvEventBatch& events,
                                  int data_parallel_rank);
 
  private:
   struct Batch {
     double timestamp;
-    std::vector<KvCacheEvent> events;
+    KvEventBatch events;
   };
   explicit KvEventPublisher(KvEventPublisherOptions options);
   absl::Status OpenSockets();
@@ -98,6 +98,8 @@ class KvEventPublisher : public KvEventSink {
 
   mutable absl::Mutex mu_;
   std::deque<Batch> queue_ ABSL_GUARDED_BY(mu_);
+  // Sent batches, emptied, handed back to TryPublish's caller for reuse.
+  std::vector<KvEventBatch> recycled_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   int64_t published_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t refused_ ABSL_GUARDED_BY(mu_) = 0;

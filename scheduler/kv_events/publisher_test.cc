@@ -58,7 +58,7 @@ TEST(KvEventsTest, CommitStoresOneChainWithItsParentAndTokens) {
   Sequence& seq = *group->seqs()[0];
   seq.set_num_computed_tokens(10);
   manager.CommitComputedBlocks(seq);
-  std::vector<KvCacheEvent> events = manager.TakeKvEvents();
+  std::vector<KvCacheEvent> events = manager.TakeKvEvents().ToEvents();
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(events[0].kind, Kind::kBlockStored);
   EXPECT_FALSE(events[0].parent_hash.has_value());
@@ -69,6 +69,7 @@ TEST(KvEventsTest, CommitStoresOneChainWithItsParentAndTokens) {
   EXPECT_EQ(events[0].token_ids, std::vector<int32_t>(prompt.begin(), prompt.begin() + 8));
   EXPECT_EQ(events[0].block_size, 4);
   EXPECT_TRUE(manager.TakeKvEvents().empty());
+  EXPECT_TRUE(manager.TakeKvEvents().ToEvents().empty());
 }
 
 // Random prompts over a few shared prefixes in a small pool: hits,
@@ -106,7 +107,7 @@ TEST(KvEventsTest, ReplayedEventsTrackTheCacheThroughEvictionAndReset) {
     } else if (op % 500 == 499) {
       manager.ResetPrefixCache();
     }
-    const std::vector<KvCacheEvent> events = manager.TakeKvEvents();
+    const std::vector<KvCacheEvent> events = manager.TakeKvEvents().ToEvents();
     for (const KvCacheEvent& event : events) evictions += event.kind == Kind::kBlockRemoved;
     Apply(events, replayed);
     ASSERT_EQ(replayed, ServerSet(manager)) << "after operation " << op;
@@ -114,7 +115,7 @@ TEST(KvEventsTest, ReplayedEventsTrackTheCacheThroughEvictionAndReset) {
   EXPECT_GT(evictions, 10);
   // A full resync rebuilds the same set from nothing.
   absl::flat_hash_set<uint64_t> resynced = {12345};
-  Apply(manager.CachedBlocksAsEvents(), resynced);
+  Apply(manager.CachedBlocksAsEvents().ToEvents(), resynced);
   EXPECT_EQ(resynced, ServerSet(manager));
 }
 
@@ -126,7 +127,7 @@ TEST(KvEventsTest, ResetSendsAllBlocksCleared) {
   group->seqs()[0]->set_num_computed_tokens(5);
   manager.CommitComputedBlocks(*group->seqs()[0]);
   manager.ResetPrefixCache();
-  const std::vector<KvCacheEvent> events = manager.TakeKvEvents();
+  const std::vector<KvCacheEvent> events = manager.TakeKvEvents().ToEvents();
   ASSERT_EQ(events.size(), 2u);
   EXPECT_EQ(events[1].kind, Kind::kAllBlocksCleared);
   EXPECT_TRUE(manager.CachedBlockHashes().empty());
@@ -156,16 +157,12 @@ TEST(MsgpackWriterTest, SmallestForms) {
 }
 
 TEST(KvEventPublisherTest, EncodesVllmArrayLayout) {
-  KvCacheEvent stored;
-  stored.block_hashes = {7};
-  stored.token_ids = {1, 2};
-  stored.block_size = 2;
-  KvCacheEvent removed;
-  removed.kind = Kind::kBlockRemoved;
-  removed.block_hashes = {7};
-  KvCacheEvent cleared;
-  cleared.kind = Kind::kAllBlocksCleared;
-  const std::string bytes = KvEventPublisher::EncodeBatch(0.0, {stored, removed, cleared}, 0);
+  KvEventBatch batch;
+  batch.AddStored(std::nullopt, 2);
+  batch.AppendStoredBlock(7, {1, 2});
+  batch.AddRemoved(7);
+  batch.AddCleared();
+  const std::string bytes = KvEventPublisher::EncodeBatch(0.0, batch, 0);
   const std::string expected =
       std::string("\x93\xcb\0\0\0\0\0\0\0\0\x93", 11) +
       "\x98\xab" "BlockStored" "\x91\x07\xc0\x92\x01\x02\x02\xc0\xa3GPU\xc0" +
@@ -215,13 +212,18 @@ TEST(KvEventPublisherTest, PublishesNumberedBatchesAndReplays) {
     ASSERT_TRUE(publisher.ok()) << publisher.status();
     // A PUB socket drops what it sends before the connection is up: probe
     // until one arrives, then drain what is still on the way.
-    KvCacheEvent cleared;
-    cleared.kind = Kind::kAllBlocksCleared;
+    auto cleared = [] {
+      KvEventBatch batch;
+      batch.AddCleared();
+      return batch;
+    };
     const int short_ms = 200;
     zmq_setsockopt(sub, ZMQ_RCVTIMEO, &short_ms, sizeof(short_ms));
     int64_t last = -1;
     for (int probe = 0; probe < 50 && last < 0; ++probe) {
-      ASSERT_TRUE((*publisher)->TryPublish({cleared}));
+      KvEventBatch batch = cleared();
+      ASSERT_TRUE((*publisher)->TryPublish(batch));
+      EXPECT_TRUE(batch.empty());
       for (std::vector<std::string> frames = RecvMultipart(sub); !frames.empty();
            frames = RecvMultipart(sub)) {
         last = 0;
@@ -230,7 +232,10 @@ TEST(KvEventPublisherTest, PublishesNumberedBatchesAndReplays) {
     }
     ASSERT_GE(last, 0) << "the subscriber never connected";
     zmq_setsockopt(sub, ZMQ_RCVTIMEO, &timeout_ms, sizeof(timeout_ms));
-    for (int i = 0; i < 3; ++i) ASSERT_TRUE((*publisher)->TryPublish({cleared}));
+    for (int i = 0; i < 3; ++i) {
+      KvEventBatch batch = cleared();
+      ASSERT_TRUE((*publisher)->TryPublish(batch));
+    }
     for (int i = 1; i <= 3; ++i) {
       const std::vector<std::string> frames = RecvMultipart(sub);
       ASSERT_EQ(frames.size(), 3u);

@@ -80,12 +80,16 @@ class Sim {
     Clock::duration untimed{};  // Keeping a sample batch: not the engine's work.
     if (publisher_ != nullptr) {
       const Clock::time_point t0 = Clock::now();
-      std::vector<KvCacheEvent> events = scheduler_.block_manager().TakeKvEvents();
+      // What Engine::PublishKvEvents does.
+      scheduler_.block_manager().SwapKvEvents(events_buffer_);
       const Clock::time_point t1 = Clock::now();
-      events_ += static_cast<int64_t>(events.size());
-      if (sample_.size() < 200 && steps_ % 10 == 0 && !events.empty()) sample_.push_back(events);
+      events_ += static_cast<int64_t>(events_buffer_.size());
+      if (sample_.size() < 200 && steps_ % 10 == 0 && !events_buffer_.empty()) {
+        sample_.push_back(events_buffer_);
+      }
       const Clock::time_point t2 = Clock::now();
-      if (!events.empty() && publish_) publisher_->TryPublish(std::move(events));
+      if (!events_buffer_.empty() && publish_) publisher_->TryPublish(events_buffer_);
+      events_buffer_.Clear();
       const Clock::time_point t3 = Clock::now();
       handoff_us_.push_back(Micros((t1 - t0) + (t3 - t2)));
       untimed = t2 - t1;
@@ -96,7 +100,7 @@ class Sim {
 
   const std::vector<double>& handoff_us() const { return handoff_us_; }
   int64_t events() const { return events_; }
-  const std::vector<std::vector<KvCacheEvent>>& sample() const { return sample_; }
+  const std::vector<KvEventBatch>& sample() const { return sample_; }
 
  private:
   static SchedulerConfig MakeConfig(int num_seqs) {
@@ -121,7 +125,8 @@ class Sim {
   int64_t steps_ = 0;
   int64_t events_ = 0;
   std::vector<double> handoff_us_;
-  std::vector<std::vector<KvCacheEvent>> sample_;
+  std::vector<KvEventBatch> sample_;
+  KvEventBatch events_buffer_;
 };
 
 double Median(std::vector<double> values) {
@@ -136,44 +141,54 @@ int Flag(int argc, char** argv, const char* name, int fallback) {
   return fallback;
 }
 
-int Main(int argc, char** argv) {
-  const int num_seqs = Flag(argc, argv, "--seqs", 256);
-  const int steps = Flag(argc, argv, "--steps", 5000);
-  // --record-only 1: events recorded and taken, never handed to the
-  // publisher (the block manager's share alone).
-  const bool publish = Flag(argc, argv, "--record-only", 0) == 0;
-  // A subscriber on its own thread, so the PUB socket really sends.
-  void* context = zmq_ctx_new();
-  void* sub = zmq_socket(context, ZMQ_SUB);
-  zmq_setsockopt(sub, ZMQ_SUBSCRIBE, "", 0);
-  const int timeout_ms = 100;
-  zmq_setsockopt(sub, ZMQ_RCVTIMEO, &timeout_ms, sizeof(timeout_ms));
-  zmq_bind(sub, "tcp://127.0.0.1:*");
-  char endpoint[256];
-  size_t size = sizeof(endpoint);
-  zmq_getsockopt(sub, ZMQ_LAST_ENDPOINT, endpoint, &size);
-  std::atomic<bool> running{true};
-  std::atomic<int64_t> received{0};
-  std::thread reader([&] {
-    char buffer[1 << 16];
-    while (running) {
-      if (zmq_recv(sub, buffer, sizeof(buffer), 0) >= 0) ++received;
-    }
-  });
-  KvEventPublisherOptions options;
-  options.endpoint = endpoint;
-  options.topic = "kv@bench@model";
-  std::unique_ptr<KvEventPublisher> publisher = *KvEventPublisher::Start(options);
+// A subscriber on a thread of its own, so that the PUB socket really sends.
+class Subscriber {
+ public:
+  Subscriber() : context_(zmq_ctx_new()), socket_(zmq_socket(context_, ZMQ_SUB)) {
+    zmq_setsockopt(socket_, ZMQ_SUBSCRIBE, "", 0);
+    const int timeout_ms = 100;
+    zmq_setsockopt(socket_, ZMQ_RCVTIMEO, &timeout_ms, sizeof(timeout_ms));
+    zmq_bind(socket_, "tcp://127.0.0.1:*");
+    char endpoint[256];
+    size_t size = sizeof(endpoint);
+    zmq_getsockopt(socket_, ZMQ_LAST_ENDPOINT, endpoint, &size);
+    endpoint_ = endpoint;
+    reader_ = std::thread([this] {
+      char buffer[1 << 16];
+      while (running_) {
+        if (zmq_recv(socket_, buffer, sizeof(buffer), 0) >= 0) ++frames_;
+      }
+    });
+  }
+  ~Subscriber() {
+    running_ = false;
+    reader_.join();
+    zmq_close(socket_);
+    zmq_ctx_term(context_);
+  }
+  const std::string& endpoint() const { return endpoint_; }
+  int64_t messages() const { return frames_ / 3; }
 
-  // Both schedulers step in lockstep over the same workload, so load from
-  // other processes falls on both alike; medians of the steady state (the
-  // first steps fill the batch).
-  Sim off(num_seqs, nullptr, false);
-  Sim on(num_seqs, std::getenv("OFFOFF") ? nullptr : publisher.get(), publish);
+ private:
+  void* context_;
+  void* socket_;
+  std::string endpoint_;
+  std::atomic<bool> running_{true};
+  std::atomic<int64_t> frames_{0};
+  std::thread reader_;
+};
+
+struct Measured {
+  double off_us, on_us, diff_us;
+};
+
+// Both schedulers step in lockstep over the same workload, so load from
+// other processes falls on both alike; medians of the steady state (the
+// first steps fill the batch). Which goes first alternates: the second of a
+// pair runs on caches the first warmed for its own data.
+Measured Measure(Sim& off, Sim& on, int steps) {
   std::vector<double> off_us, on_us, diff_us;
   for (int step = 0; step < steps; ++step) {
-    // Alternate which goes first: the second of a pair runs on caches the
-    // first warmed for its own data.
     double a, b;
     if (step % 2 == 0) {
       a = off.Step();
@@ -187,9 +202,10 @@ int Main(int argc, char** argv) {
     on_us.push_back(b);
     diff_us.push_back(b - a);
   }
-  const double off_median = Median(off_us);
-  const double on_median = Median(on_us);
-  const double diff_median = Median(diff_us);
+  return Measured{Median(off_us), Median(on_us), Median(diff_us)};
+}
+
+void Report(int num_seqs, int steps, bool publish, const Measured& m, const Sim& on) {
   const double handoff =
       std::accumulate(on.handoff_us().begin(), on.handoff_us().end(), 0.0) / steps;
   const Clock::time_point start = Clock::now();
@@ -199,21 +215,36 @@ int Main(int argc, char** argv) {
   const double encode_us = Micros(Clock::now() - start) / sampled;
   std::printf("bench_kv_events: %d running sequences, %d steps (medians after the first %d)%s\n",
               num_seqs, steps, steps / 5, publish ? "" : ", record only");
-  std::printf("  scheduler step, KV events off: %8.1f us\n", off_median);
-  std::printf("  scheduler step, KV events on:  %8.1f us\n", on_median);
-  std::printf("  paired difference (on - off):  %8.2f us  (%.2f%% of the step)\n", diff_median,
-              100.0 * diff_median / off_median);
-  std::printf("  of which TakeKvEvents + TryPublish: %.2f us/step (mean, %.2f%%)\n", handoff,
-              100.0 * handoff / off_median);
+  std::printf("  scheduler step, KV events off: %8.1f us\n", m.off_us);
+  std::printf("  scheduler step, KV events on:  %8.1f us\n", m.on_us);
+  std::printf("  paired difference (on - off):  %8.2f us  (%.2f%% of the step)\n", m.diff_us,
+              100.0 * m.diff_us / m.off_us);
+  std::printf("  of which SwapKvEvents + TryPublish: %.2f us/step (mean, %.2f%%)\n", handoff,
+              100.0 * handoff / m.off_us);
   std::printf("  %.1f events per step; the publisher thread encodes a batch in %.1f us "
               "(%zu bytes)\n",
               static_cast<double>(on.events()) / steps, encode_us, bytes / sampled);
-  publisher.reset();  // Flushes.
-  running = false;
-  reader.join();
-  std::printf("  subscriber received %lld batches\n", static_cast<long long>(received.load()));
-  zmq_close(sub);
-  zmq_ctx_term(context);
+}
+
+int Main(int argc, char** argv) {
+  const int num_seqs = Flag(argc, argv, "--seqs", 256);
+  const int steps = Flag(argc, argv, "--steps", 5000);
+  // --record-only 1: events recorded and taken, never handed to the
+  // publisher (the block manager's share alone).
+  const bool publish = Flag(argc, argv, "--record-only", 0) == 0;
+  Subscriber subscriber;
+  KvEventPublisherOptions options;
+  options.endpoint = subscriber.endpoint();
+  options.topic = "kv@bench@model";
+  std::unique_ptr<KvEventPublisher> publisher = *KvEventPublisher::Start(options);
+  Sim off(num_seqs, nullptr, false);
+  Sim on(num_seqs, publisher.get(), publish);
+  const Measured measured = Measure(off, on, steps);
+  Report(num_seqs, steps, publish, measured, on);
+  publisher.reset();  // Sends what is queued.
+  absl::SleepFor(absl::Milliseconds(200));
+  std::printf("  the subscriber received %lld batches\n",
+              static_cast<long long>(subscriber.messages()));
   return 0;
 }
 
