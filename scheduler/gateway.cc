@@ -34,6 +34,9 @@ ABSL_FLAG(std::string, kv_events_topic, "",
 ABSL_FLAG(int, kv_events_queue_batches, 1024,
           "KV event batches (one per engine step) waiting for the publisher thread beyond which "
           "new ones are dropped and a full resync is sent once there is room again.");
+ABSL_FLAG(bool, vllm_grpc_api, true,
+          "Also serve vLLM's engine gRPC API (vllm.grpc.engine.VllmEngine) on the gRPC port; "
+          "--no-vllm-grpc-api: pagoda.v1 only.");
 ABSL_FLAG(int, kv_events_replay_buffer, 10000, "Published KV event batches kept for replay.");
 
 namespace pagoda::scheduler {
@@ -101,6 +104,9 @@ void AcceptGatewayFlagSpellings(int argc, char** argv) {
     if (std::strcmp(argv[i], "--no-vllm-metric-names") == 0) {
       argv[i] = const_cast<char*>("--novllm_metric_names");
     }
+    if (std::strcmp(argv[i], "--no-vllm-grpc-api") == 0) {
+      argv[i] = const_cast<char*>("--novllm_grpc_api");
+    }
   }
 }
 
@@ -148,6 +154,15 @@ std::unique_ptr<KvEventsAttachment> AttachKvEvents(Engine& engine, KvEventPublis
   auto page = std::make_shared<BlockHashPage>(&engine);
   metrics->RegisterPage(page, "/kv_cache/block_hashes");
   return std::make_unique<PageHolder>(std::move(page));
+}
+
+std::unique_ptr<VllmEngineService> MakeVllmEngineService(const ServedModelInfo& info,
+                                                         Engine* engine,
+                                                         RequestValidator* validator,
+                                                         const Tokenizer* tokenizer,
+                                                         const GenerationOptions& options) {
+  if (!absl::GetFlag(FLAGS_vllm_grpc_api)) return nullptr;
+  return std::make_unique<VllmEngineService>(info, engine, validator, tokenizer, options);
 }
 
 }  // namespace pagoda::scheduler

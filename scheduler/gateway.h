@@ -5,6 +5,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "scheduler/api/frontend.h"
+#include "scheduler/api/vllm_engine_service.h"
 #include "scheduler/engine/engine.h"
 #include "scheduler/kv_events/publisher.h"
 #include "scheduler/metrics.h"
@@ -40,6 +42,14 @@ class KvEventsAttachment {
  public:
   virtual ~KvEventsAttachment() = default;
 };
+
+// vllm.grpc.engine.VllmEngine for the gRPC port, or null with
+// --no-vllm-grpc-api. Arguments as GenerationService's.
+std::unique_ptr<VllmEngineService> MakeVllmEngineService(const ServedModelInfo& info,
+                                                         Engine* engine,
+                                                         RequestValidator* validator,
+                                                         const Tokenizer* tokenizer,
+                                                         const GenerationOptions& options);
 
 }  // namespace pagoda::scheduler
 

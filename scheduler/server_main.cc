@@ -590,9 +590,9 @@ GenerationOptions ReadGenerationOptions() {
   return options;
 }
 
-absl::StatusOr<std::unique_ptr<FrontendServer>> StartGrpcFrontend(const ModelLimits& limits,
-                                                                  GenerationService* service,
-                                                                  Engine* engine) {
+absl::StatusOr<std::unique_ptr<FrontendServer>> StartGrpcFrontend(
+    const ModelLimits& limits, GenerationService* service, VllmEngineService* vllm_service,
+    Engine* engine) {
   FrontendOptions options;
   options.host = absl::GetFlag(FLAGS_host);
   options.port = absl::GetFlag(FLAGS_port);
@@ -600,6 +600,7 @@ absl::StatusOr<std::unique_ptr<FrontendServer>> StartGrpcFrontend(const ModelLim
   options.ssl_certfile = absl::GetFlag(FLAGS_ssl_certfile);
   options.ssl_keyfile = absl::GetFlag(FLAGS_ssl_keyfile);
   options.ssl_ca_certs = absl::GetFlag(FLAGS_ssl_ca_certs);
+  if (vllm_service != nullptr) options.extra_services.push_back(vllm_service);
   return FrontendServer::Start(options, service, engine);
 }
 
@@ -678,10 +679,13 @@ absl::Status ServeUntilStopSignal(const ServerSettings& settings, const ModelFil
     stop_backend();
     return absl::InvalidArgumentError("--max-stream-queued-messages must be at least 1");
   }
-  GenerationService service(MakeServedModelInfo(settings, model.config, engine_config), &engine,
-                            &validator, model.tokenizer.get(), generation_options);
+  const ServedModelInfo served = MakeServedModelInfo(settings, model.config, engine_config);
+  GenerationService service(served, &engine, &validator, model.tokenizer.get(),
+                            generation_options);
+  std::unique_ptr<VllmEngineService> vllm_service = MakeVllmEngineService(
+      served, &engine, &validator, model.tokenizer.get(), generation_options);
   absl::StatusOr<std::unique_ptr<FrontendServer>> server =
-      StartGrpcFrontend(limits, &service, &engine);
+      StartGrpcFrontend(limits, &service, vllm_service.get(), &engine);
   if (!server.ok()) {
     stop_backend();
     return server.status();
@@ -699,6 +703,8 @@ absl::Status ServeUntilStopSignal(const ServerSettings& settings, const ModelFil
 
   const int signal_number = WaitForStopSignal();
   DrainAndStop(signal_number, engine, service, **server, http->get(), workers);
+  // Its calls ended with the server's shutdown.
+  if (vllm_service != nullptr) vllm_service->WaitForCallsToFinish(absl::Seconds(1));
   return absl::OkStatus();
 }
 
