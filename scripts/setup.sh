@@ -14,6 +14,7 @@ PACKAGES=(
   openssl  # tests make their own TLS certificates
   prometheus procps python3-yaml  # tests only: a real Prometheus, pgrep, YAML checks
   python3-zmq python3-msgpack  # tests only: a KV event subscriber
+  python3-jsonschema  # tests only: the InferencePool's schema check
   universal-ctags  # tests only: function lengths for scripts/check_layout.py
 )
 
