@@ -50,12 +50,20 @@ struct ServerMetrics::Instruments {
   Counter* worker_restarts;
   Counter* requests_resumed;
   Histogram* worker_recovery_time;
+  // vLLM's names for the same state (null when --no-vllm-metric-names).
+  Gauge* vllm_requests_running = nullptr;
+  Gauge* vllm_requests_waiting = nullptr;
+  Gauge* vllm_kv_cache_usage = nullptr;
+  Gauge* vllm_gpu_cache_usage = nullptr;  // The older name of the same gauge.
+  Counter* vllm_prefix_cache_hits = nullptr;
+  Counter* vllm_prefix_cache_queries = nullptr;
+  prometheus::Family<Gauge>* vllm_cache_config = nullptr;
 
   // Every instrument, labelled with `model_name`, registered in `registry`.
   // Within each kind (gauge, counter, histogram) the registration order is
   // the order of the /metrics page.
   static std::unique_ptr<Instruments> Register(prometheus::Registry& registry,
-                                               const std::string& model_name);
+                                               const std::string& model_name, bool vllm_names);
 
  private:
   // The engine's state as of the last step or scrape.
@@ -66,6 +74,9 @@ struct ServerMetrics::Instruments {
   void AddLatencyHistograms(prometheus::Registry& r);
   // Worker restarts and what they cost.
   void AddRecoveryMetrics(prometheus::Registry& r);
+  // The gauges and counters vLLM's consumers read, under vLLM's names, types
+  // and units (fractions 0..1, prefix cache in tokens).
+  void AddVllmNames(prometheus::Registry& r);
 };
 
 namespace {
@@ -109,14 +120,37 @@ class ServerMetrics::ScrapeRefresher : public prometheus::Collectable {
 };
 
 std::unique_ptr<ServerMetrics::Instruments> ServerMetrics::Instruments::Register(
-    prometheus::Registry& registry, const std::string& model_name) {
+    prometheus::Registry& registry, const std::string& model_name, bool vllm_names) {
   auto instruments = std::make_unique<Instruments>();
   instruments->labels = {{"model_name", model_name}};
   instruments->AddStateGauges(registry);
   instruments->AddCounters(registry);
   instruments->AddLatencyHistograms(registry);
   instruments->AddRecoveryMetrics(registry);
+  if (vllm_names) instruments->AddVllmNames(registry);
   return instruments;
+}
+
+void ServerMetrics::Instruments::AddVllmNames(prometheus::Registry& r) {
+  vllm_requests_running = AddGauge(r, "vllm:num_requests_running",
+                                   "Requests in the running batch (vLLM's name).", labels);
+  vllm_requests_waiting = AddGauge(r, "vllm:num_requests_waiting",
+                                   "Requests waiting to be scheduled (vLLM's name).", labels);
+  vllm_kv_cache_usage = AddGauge(r, "vllm:kv_cache_usage_perc",
+                                 "KV cache usage, 0..1 (1 = every block in use).", labels);
+  vllm_gpu_cache_usage =
+      AddGauge(r, "vllm:gpu_cache_usage_perc",
+               "KV cache usage, 0..1 (vLLM's older name of vllm:kv_cache_usage_perc).", labels);
+  vllm_prefix_cache_queries =
+      AddCounter(r, "vllm:gpu_prefix_cache_queries_total",
+                 "Prefix cache queries, in prompt tokens looked up (vLLM's name).", labels);
+  vllm_prefix_cache_hits =
+      AddCounter(r, "vllm:gpu_prefix_cache_hits_total",
+                 "Prefix cache hits, in prompt tokens found (vLLM's name).", labels);
+  vllm_cache_config = &prometheus::BuildGauge()
+                           .Name("vllm:cache_config_info")
+                           .Help("The KV cache's configuration, in labels (value 1).")
+                           .Register(r);
 }
 
 void ServerMetrics::Instruments::AddStateGauges(prometheus::Registry& r) {
@@ -197,8 +231,11 @@ void ServerMetrics::Instruments::AddRecoveryMetrics(prometheus::Registry& r) {
 
 absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Start(const std::string& host,
                                                                     int port,
-                                                                    const std::string& model_name) {
+                                                                    const std::string& model_name,
+                                                                    bool vllm_names) {
   std::unique_ptr<ServerMetrics> metrics(new ServerMetrics());
+  metrics->model_name_ = model_name;
+  metrics->vllm_names_ = vllm_names;
   try {
     metrics->exposer_ = std::make_unique<prometheus::Exposer>(absl::StrCat(host, ":", port));
   } catch (const std::exception& e) {
@@ -208,7 +245,7 @@ absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Start(const std::s
   std::vector<int> ports = metrics->exposer_->GetListeningPorts();
   metrics->port_ = ports.empty() ? port : ports.front();
   metrics->registry_ = std::make_shared<prometheus::Registry>();
-  metrics->instruments_ = Instruments::Register(*metrics->registry_, model_name);
+  metrics->instruments_ = Instruments::Register(*metrics->registry_, model_name, vllm_names);
   // Healthy until the engine reports a failure: a server still loading its
   // model is not a worker outage.
   metrics->instruments_->healthy->Set(1);
@@ -220,6 +257,24 @@ absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Start(const std::s
 
 // The HTTP server goes first, so no scrape runs while the rest is destroyed.
 ServerMetrics::~ServerMetrics() { exposer_.reset(); }
+
+void ServerMetrics::SetCacheConfig(int block_size, int num_gpu_blocks, int num_cpu_blocks,
+                                   bool enable_prefix_caching) {
+  if (instruments_->vllm_cache_config == nullptr) return;
+  // vLLM puts its CacheConfig's fields in the labels, as strings.
+  instruments_->vllm_cache_config
+      ->Add({{"model_name", model_name_},
+             {"block_size", absl::StrCat(block_size)},
+             {"num_gpu_blocks", absl::StrCat(num_gpu_blocks)},
+             {"num_cpu_blocks", absl::StrCat(num_cpu_blocks)},
+             {"enable_prefix_caching", enable_prefix_caching ? "True" : "False"}})
+      .Set(1);
+}
+
+void ServerMetrics::RegisterPage(const std::shared_ptr<prometheus::Collectable>& collectable,
+                                 const std::string& uri) {
+  exposer_->RegisterCollectable(collectable, uri);
+}
 
 void ServerMetrics::SetSnapshotSource(std::function<EngineSnapshot()> source) {
   absl::MutexLock lock(&source_mutex_);
@@ -251,6 +306,12 @@ void ServerMetrics::SetGauges(const EngineSnapshot& snapshot, int batch_size) {
                                           snapshot.num_gpu_blocks);
   // The slot counts are refreshed only on some steps; with nothing running
   // no slot is allocated.
+  if (in.vllm_requests_running != nullptr) {
+    in.vllm_requests_running->Set(snapshot.num_running);
+    in.vllm_requests_waiting->Set(snapshot.num_waiting);
+    in.vllm_kv_cache_usage->Set(in.gpu_cache_usage->Value());
+    in.vllm_gpu_cache_usage->Set(in.gpu_cache_usage->Value());
+  }
   in.kv_token_utilization->Set(snapshot.num_running == 0 || snapshot.kv_allocated_slots == 0
                                    ? 0.0
                                    : static_cast<double>(snapshot.kv_filled_slots) /
@@ -268,6 +329,11 @@ void ServerMetrics::OnStep(const StepRecord& step, const EngineSnapshot& snapsho
   catch_up(in.prompt_tokens, static_cast<double>(snapshot.prompt_tokens_total));
   catch_up(in.prefix_cache_queries, static_cast<double>(snapshot.prefix_cache_queries_total));
   catch_up(in.prefix_cache_hits, static_cast<double>(snapshot.prefix_cache_hits_total));
+  if (in.vllm_prefix_cache_hits != nullptr) {
+    catch_up(in.vllm_prefix_cache_queries,
+             static_cast<double>(snapshot.prefix_cache_queries_total));
+    catch_up(in.vllm_prefix_cache_hits, static_cast<double>(snapshot.prefix_cache_hits_total));
+  }
   catch_up(in.generation_tokens, static_cast<double>(snapshot.generation_tokens_total));
   catch_up(in.forward_seconds, snapshot.seconds_total.forward);
   catch_up(in.all_reduce_seconds, snapshot.seconds_total.all_reduce);

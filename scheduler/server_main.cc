@@ -44,6 +44,7 @@
 #include "scheduler/api/http_server.h"
 #include "scheduler/api/request_validation.h"
 #include "scheduler/engine/engine.h"
+#include "scheduler/gateway.h"
 #include "scheduler/metrics.h"
 #include "scheduler/workers/grpc_worker_group.h"
 #include "text/chat_template.h"
@@ -407,7 +408,7 @@ absl::StatusOr<std::unique_ptr<ServerMetrics>> StartMetrics(const std::string& m
   std::string metrics_host = absl::GetFlag(FLAGS_metrics_host);
   if (metrics_host.empty()) metrics_host = absl::GetFlag(FLAGS_host);
   absl::StatusOr<std::unique_ptr<ServerMetrics>> metrics =
-      ServerMetrics::Start(metrics_host, port, model_name);
+      ServerMetrics::Start(metrics_host, port, model_name, VllmMetricNamesEnabled());
   if (!metrics.ok()) return metrics.status();
   std::cout << "PAGODA_METRICS_LISTENING " << (*metrics)->port() << std::endl;
   return metrics;
@@ -589,9 +590,9 @@ GenerationOptions ReadGenerationOptions() {
   return options;
 }
 
-absl::StatusOr<std::unique_ptr<FrontendServer>> StartGrpcFrontend(const ModelLimits& limits,
-                                                                  GenerationService* service,
-                                                                  Engine* engine) {
+absl::StatusOr<std::unique_ptr<FrontendServer>> StartGrpcFrontend(
+    const ModelLimits& limits, GenerationService* service, VllmEngineService* vllm_service,
+    Engine* engine) {
   FrontendOptions options;
   options.host = absl::GetFlag(FLAGS_host);
   options.port = absl::GetFlag(FLAGS_port);
@@ -599,6 +600,7 @@ absl::StatusOr<std::unique_ptr<FrontendServer>> StartGrpcFrontend(const ModelLim
   options.ssl_certfile = absl::GetFlag(FLAGS_ssl_certfile);
   options.ssl_keyfile = absl::GetFlag(FLAGS_ssl_keyfile);
   options.ssl_ca_certs = absl::GetFlag(FLAGS_ssl_ca_certs);
+  if (vllm_service != nullptr) options.extra_services.push_back(vllm_service);
   return FrontendServer::Start(options, service, engine);
 }
 
@@ -653,9 +655,11 @@ void DrainAndStop(int signal_number, Engine& engine, GenerationService& service,
 // Runs the engine and the frontends until a stop signal, then drains.
 absl::Status ServeUntilStopSignal(const ServerSettings& settings, const ModelFiles& model,
                                   const WorkerCache& cache, ServerMetrics* metrics,
-                                  GrpcWorkerGroup& workers) {
+                                  KvEventPublisher* kv_events, GrpcWorkerGroup& workers) {
   const EngineConfig engine_config = MakeEngineConfig(settings, model.config, cache);
   Engine engine(engine_config, &workers, metrics);
+  // Destroyed before `engine`.
+  std::unique_ptr<KvEventsAttachment> kv_events_page = AttachKvEvents(engine, kv_events, metrics);
   // Scrapes read the engine's live state, so gauges fall back when idle.
   if (metrics != nullptr) metrics->SetSnapshotSource([&engine] { return engine.snapshot(); });
   absl::Cleanup detach_metrics = [metrics] {  // Runs before `engine` is destroyed.
@@ -675,10 +679,13 @@ absl::Status ServeUntilStopSignal(const ServerSettings& settings, const ModelFil
     stop_backend();
     return absl::InvalidArgumentError("--max-stream-queued-messages must be at least 1");
   }
-  GenerationService service(MakeServedModelInfo(settings, model.config, engine_config), &engine,
-                            &validator, model.tokenizer.get(), generation_options);
+  const ServedModelInfo served = MakeServedModelInfo(settings, model.config, engine_config);
+  GenerationService service(served, &engine, &validator, model.tokenizer.get(),
+                            generation_options);
+  std::unique_ptr<VllmEngineService> vllm_service = MakeVllmEngineService(
+      served, &engine, &validator, model.tokenizer.get(), generation_options);
   absl::StatusOr<std::unique_ptr<FrontendServer>> server =
-      StartGrpcFrontend(limits, &service, &engine);
+      StartGrpcFrontend(limits, &service, vllm_service.get(), &engine);
   if (!server.ok()) {
     stop_backend();
     return server.status();
@@ -696,6 +703,8 @@ absl::Status ServeUntilStopSignal(const ServerSettings& settings, const ModelFil
 
   const int signal_number = WaitForStopSignal();
   DrainAndStop(signal_number, engine, service, **server, http->get(), workers);
+  // Its calls ended with the server's shutdown.
+  if (vllm_service != nullptr) vllm_service->WaitForCallsToFinish(absl::Seconds(1));
   return absl::OkStatus();
 }
 
@@ -712,17 +721,26 @@ absl::Status Serve() {
   if (!settings.ok()) return settings.status();
   absl::StatusOr<std::unique_ptr<ServerMetrics>> metrics = StartMetrics(settings->model_name);
   if (!metrics.ok()) return metrics.status();
+  absl::StatusOr<std::unique_ptr<KvEventPublisher>> kv_events = StartKvEventPublisher(
+      settings->model_name, absl::GetFlag(FLAGS_enable_prefix_caching));
+  if (!kv_events.ok()) return kv_events.status();
   absl::StatusOr<std::unique_ptr<GrpcWorkerGroup>> workers = StartWorkers(*settings);
   if (!workers.ok()) return workers.status();
   absl::StatusOr<WorkerCache> cache = LoadModelOnWorkers(*settings, **workers);
   if (!cache.ok()) return cache.status();
-  return ServeUntilStopSignal(*settings, *model, *cache, metrics->get(), **workers);
+  if (*metrics != nullptr) {
+    (*metrics)->SetCacheConfig(settings->block_size, cache->num_gpu_blocks, cache->num_cpu_blocks,
+                               absl::GetFlag(FLAGS_enable_prefix_caching));
+  }
+  return ServeUntilStopSignal(*settings, *model, *cache, metrics->get(), kv_events->get(),
+                              **workers);
 }
 
 }  // namespace
 }  // namespace pagoda::scheduler
 
 int main(int argc, char** argv) {
+  pagoda::scheduler::AcceptGatewayFlagSpellings(argc, argv);
   // vLLM's spelling of the negated flag; Abseil negates with a bare "no".
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--no-enable-prefix-caching") == 0) {
