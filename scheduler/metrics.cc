@@ -25,9 +25,11 @@ struct ServerMetrics::Instruments {
   Gauge* requests_swapped;
   Gauge* batch_size;
   Gauge* gpu_blocks_free;
-  Gauge* gpu_blocks_total;
+  Gauge* gpu_blocks;
+  Gauge* gpu_blocks_total;  // Deprecated name of gpu_blocks.
   Gauge* cpu_blocks_free;
-  Gauge* cpu_blocks_total;
+  Gauge* cpu_blocks;
+  Gauge* cpu_blocks_total;  // Deprecated name of cpu_blocks.
   Gauge* gpu_cache_usage;
   Gauge* kv_token_utilization;
   Gauge* healthy;
@@ -47,6 +49,7 @@ struct ServerMetrics::Instruments {
   Histogram* queue_time;
   Histogram* step_time;
   Histogram* tokens_per_step;
+  Histogram* tokens_per_step_deprecated;
   Counter* worker_restarts;
   Counter* requests_resumed;
   Histogram* worker_recovery_time;
@@ -162,9 +165,15 @@ void ServerMetrics::Instruments::AddStateGauges(prometheus::Registry& r) {
       AddGauge(r, "pagoda_num_requests_swapped", "Requests swapped out to CPU memory.", labels);
   batch_size = AddGauge(r, "pagoda_batch_size", "Sequences in the last step.", labels);
   gpu_blocks_free = AddGauge(r, "pagoda_gpu_blocks_free", "Free KV blocks.", labels);
-  gpu_blocks_total = AddGauge(r, "pagoda_gpu_blocks_total", "All KV blocks.", labels);
+  gpu_blocks = AddGauge(r, "pagoda_gpu_blocks", "All KV blocks.", labels);
+  gpu_blocks_total = AddGauge(
+      r, "pagoda_gpu_blocks_total", "Deprecated (a gauge with a counter's name): pagoda_gpu_blocks.",
+      labels);
   cpu_blocks_free = AddGauge(r, "pagoda_cpu_blocks_free", "Free swap blocks.", labels);
-  cpu_blocks_total = AddGauge(r, "pagoda_cpu_blocks_total", "All swap blocks.", labels);
+  cpu_blocks = AddGauge(r, "pagoda_cpu_blocks", "All swap blocks.", labels);
+  cpu_blocks_total = AddGauge(
+      r, "pagoda_cpu_blocks_total", "Deprecated (a gauge with a counter's name): pagoda_cpu_blocks.",
+      labels);
   gpu_cache_usage =
       AddGauge(r, "pagoda_gpu_cache_usage_perc", "Fraction of KV blocks in use (0..1).", labels);
   kv_token_utilization =
@@ -214,8 +223,14 @@ void ServerMetrics::Instruments::AddLatencyHistograms(prometheus::Registry& r) {
                             labels, kLatencyBuckets);
   step_time = AddHistogram(r, "pagoda_step_time_seconds", "Engine step wall time.", labels,
                            kLatencyBuckets);
-  tokens_per_step = AddHistogram(r, "pagoda_iteration_tokens_total", "Tokens computed per step.",
-                                 labels, {1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192});
+  const std::vector<double> token_buckets = {1,   8,   16,   32,   64,   128,
+                                             256, 512, 1024, 2048, 4096, 8192};
+  tokens_per_step = AddHistogram(r, "pagoda_iteration_tokens", "Tokens computed per step.",
+                                 labels, token_buckets);
+  tokens_per_step_deprecated = AddHistogram(
+      r, "pagoda_iteration_tokens_total",
+      "Deprecated (a histogram with a counter's suffix): pagoda_iteration_tokens.", labels,
+      token_buckets);
 }
 
 void ServerMetrics::Instruments::AddRecoveryMetrics(prometheus::Registry& r) {
@@ -297,8 +312,10 @@ void ServerMetrics::SetGauges(const EngineSnapshot& snapshot, int batch_size) {
   in.requests_swapped->Set(snapshot.num_swapped);
   in.batch_size->Set(batch_size);
   in.gpu_blocks_free->Set(snapshot.free_gpu_blocks);
+  in.gpu_blocks->Set(snapshot.num_gpu_blocks);
   in.gpu_blocks_total->Set(snapshot.num_gpu_blocks);
   in.cpu_blocks_free->Set(snapshot.free_cpu_blocks);
+  in.cpu_blocks->Set(snapshot.num_cpu_blocks);
   in.cpu_blocks_total->Set(snapshot.num_cpu_blocks);
   in.gpu_cache_usage->Set(snapshot.num_gpu_blocks == 0
                               ? 0.0
@@ -339,6 +356,7 @@ void ServerMetrics::OnStep(const StepRecord& step, const EngineSnapshot& snapsho
   catch_up(in.all_reduce_seconds, snapshot.seconds_total.all_reduce);
   in.step_time->Observe(step.total_seconds);
   in.tokens_per_step->Observe(step.num_batched_tokens);
+  in.tokens_per_step_deprecated->Observe(step.num_batched_tokens);
 }
 
 void ServerMetrics::OnWorkersRecovered(int requests_resumed, double seconds) {

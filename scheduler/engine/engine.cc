@@ -93,9 +93,10 @@ int Engine::NumQueuedLocked() const {
                          snapshot_.num_swapped);
 }
 
-void Engine::AbortRequest(const std::string& request_id, const RequestSink* sink) {
+void Engine::AbortRequest(const std::string& request_id, const RequestSink* sink,
+                          AbortCause why) {
   absl::MutexLock lock(&mu_);
-  if (in_flight_ids_.contains(request_id)) abort_inbox_.push_back(Abort{request_id, sink});
+  if (in_flight_ids_.contains(request_id)) abort_inbox_.push_back(Abort{request_id, sink, why});
 }
 
 void Engine::StopAccepting() {
@@ -219,7 +220,8 @@ void Engine::ApplyAborts(const std::vector<Abort>& aborts) {
     if (abort.sink != nullptr && it->second->sink.get() != abort.sink) continue;
     // The group is dropped here: its blocks were freed by AbortRequest.
     std::unique_ptr<SequenceGroup> group = scheduler_->AbortRequest(id);
-    FinishRequest(id, absl::CancelledError("request cancelled"), "abort");
+    FinishRequest(id, absl::CancelledError("request cancelled"),
+                  abort.why == AbortCause::kStopString ? "stop" : "abort");
   }
 }
 

@@ -80,7 +80,12 @@ class Engine {
   // non-null `sink`, only the request that was added with that sink is
   // aborted: a late abort from a call whose request already ended (or was
   // refused) must not hit a newer request that reuses its client-chosen id.
-  void AbortRequest(const std::string& request_id, const RequestSink* sink = nullptr);
+  // `why` is only what the request's finish is counted as
+  // (pagoda_request_success_total's finished_reason): a request the API
+  // layer ended at a stop string finished with "stop", not "abort".
+  enum class AbortCause { kCancelled, kStopString };
+  void AbortRequest(const std::string& request_id, const RequestSink* sink = nullptr,
+                    AbortCause why = AbortCause::kCancelled);
 
   // Refuses new requests from now on (drain); in-flight ones continue.
   void StopAccepting();
@@ -152,6 +157,7 @@ class Engine {
   struct Abort {
     std::string request_id;
     const RequestSink* sink;  // Null: whichever request has the id.
+    AbortCause why;
   };
   void ApplyAborts(const std::vector<Abort>& aborts);
   // Reports a request's end to its sink and observer and forgets it.
