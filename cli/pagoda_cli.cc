@@ -43,6 +43,9 @@ ABSL_FLAG(double, top_p, 0, "0 = 1 (off).");
 ABSL_FLAG(uint64_t, seed, 0, "0 = the server picks one.");
 ABSL_FLAG(int, logprobs, 0, "Top logprobs per token, 0..20.");
 ABSL_FLAG(bool, ignore_eos, false, "Keep generating past EOS.");
+ABSL_FLAG(std::vector<std::string>, stop, {},
+          "Stop strings, comma-separated: the text ends before the first one generated "
+          "(the model needs a tokenizer).");
 ABSL_FLAG(bool, stream, false, "Use GenerateStream and print tokens as they come.");
 ABSL_FLAG(double, timeout, 600, "Seconds before the call is abandoned.");
 ABSL_FLAG(
@@ -116,6 +119,7 @@ bool BuildRequest(pagoda::v1::GenerateRequest& request) {
   stopping->set_max_tokens(absl::GetFlag(FLAGS_max_tokens));
   stopping->set_min_tokens(absl::GetFlag(FLAGS_min_tokens));
   stopping->set_ignore_eos(absl::GetFlag(FLAGS_ignore_eos));
+  for (const std::string& stop : absl::GetFlag(FLAGS_stop)) stopping->add_stop(stop);
   request.set_logprobs(absl::GetFlag(FLAGS_logprobs));
   return true;
 }

@@ -25,9 +25,11 @@ struct ServerMetrics::Instruments {
   Gauge* requests_swapped;
   Gauge* batch_size;
   Gauge* gpu_blocks_free;
-  Gauge* gpu_blocks_total;
+  Gauge* gpu_blocks;
+  Gauge* gpu_blocks_total;  // Deprecated name of gpu_blocks.
   Gauge* cpu_blocks_free;
-  Gauge* cpu_blocks_total;
+  Gauge* cpu_blocks;
+  Gauge* cpu_blocks_total;  // Deprecated name of cpu_blocks.
   Gauge* gpu_cache_usage;
   Gauge* kv_token_utilization;
   Gauge* healthy;
@@ -47,15 +49,24 @@ struct ServerMetrics::Instruments {
   Histogram* queue_time;
   Histogram* step_time;
   Histogram* tokens_per_step;
+  Histogram* tokens_per_step_deprecated;
   Counter* worker_restarts;
   Counter* requests_resumed;
   Histogram* worker_recovery_time;
+  // vLLM's names for the same state (null when --no-vllm-metric-names).
+  Gauge* vllm_requests_running = nullptr;
+  Gauge* vllm_requests_waiting = nullptr;
+  Gauge* vllm_kv_cache_usage = nullptr;
+  Gauge* vllm_gpu_cache_usage = nullptr;  // The older name of the same gauge.
+  Counter* vllm_prefix_cache_hits = nullptr;
+  Counter* vllm_prefix_cache_queries = nullptr;
+  prometheus::Family<Gauge>* vllm_cache_config = nullptr;
 
   // Every instrument, labelled with `model_name`, registered in `registry`.
   // Within each kind (gauge, counter, histogram) the registration order is
   // the order of the /metrics page.
   static std::unique_ptr<Instruments> Register(prometheus::Registry& registry,
-                                               const std::string& model_name);
+                                               const std::string& model_name, bool vllm_names);
 
  private:
   // The engine's state as of the last step or scrape.
@@ -66,6 +77,9 @@ struct ServerMetrics::Instruments {
   void AddLatencyHistograms(prometheus::Registry& r);
   // Worker restarts and what they cost.
   void AddRecoveryMetrics(prometheus::Registry& r);
+  // The gauges and counters vLLM's consumers read, under vLLM's names, types
+  // and units (fractions 0..1, prefix cache in tokens).
+  void AddVllmNames(prometheus::Registry& r);
 };
 
 namespace {
@@ -109,14 +123,37 @@ class ServerMetrics::ScrapeRefresher : public prometheus::Collectable {
 };
 
 std::unique_ptr<ServerMetrics::Instruments> ServerMetrics::Instruments::Register(
-    prometheus::Registry& registry, const std::string& model_name) {
+    prometheus::Registry& registry, const std::string& model_name, bool vllm_names) {
   auto instruments = std::make_unique<Instruments>();
   instruments->labels = {{"model_name", model_name}};
   instruments->AddStateGauges(registry);
   instruments->AddCounters(registry);
   instruments->AddLatencyHistograms(registry);
   instruments->AddRecoveryMetrics(registry);
+  if (vllm_names) instruments->AddVllmNames(registry);
   return instruments;
+}
+
+void ServerMetrics::Instruments::AddVllmNames(prometheus::Registry& r) {
+  vllm_requests_running = AddGauge(r, "vllm:num_requests_running",
+                                   "Requests in the running batch (vLLM's name).", labels);
+  vllm_requests_waiting = AddGauge(r, "vllm:num_requests_waiting",
+                                   "Requests waiting to be scheduled (vLLM's name).", labels);
+  vllm_kv_cache_usage = AddGauge(r, "vllm:kv_cache_usage_perc",
+                                 "KV cache usage, 0..1 (1 = every block in use).", labels);
+  vllm_gpu_cache_usage =
+      AddGauge(r, "vllm:gpu_cache_usage_perc",
+               "KV cache usage, 0..1 (vLLM's older name of vllm:kv_cache_usage_perc).", labels);
+  vllm_prefix_cache_queries =
+      AddCounter(r, "vllm:gpu_prefix_cache_queries_total",
+                 "Prefix cache queries, in prompt tokens looked up (vLLM's name).", labels);
+  vllm_prefix_cache_hits =
+      AddCounter(r, "vllm:gpu_prefix_cache_hits_total",
+                 "Prefix cache hits, in prompt tokens found (vLLM's name).", labels);
+  vllm_cache_config = &prometheus::BuildGauge()
+                           .Name("vllm:cache_config_info")
+                           .Help("The KV cache's configuration, in labels (value 1).")
+                           .Register(r);
 }
 
 void ServerMetrics::Instruments::AddStateGauges(prometheus::Registry& r) {
@@ -128,9 +165,15 @@ void ServerMetrics::Instruments::AddStateGauges(prometheus::Registry& r) {
       AddGauge(r, "pagoda_num_requests_swapped", "Requests swapped out to CPU memory.", labels);
   batch_size = AddGauge(r, "pagoda_batch_size", "Sequences in the last step.", labels);
   gpu_blocks_free = AddGauge(r, "pagoda_gpu_blocks_free", "Free KV blocks.", labels);
-  gpu_blocks_total = AddGauge(r, "pagoda_gpu_blocks_total", "All KV blocks.", labels);
+  gpu_blocks = AddGauge(r, "pagoda_gpu_blocks", "All KV blocks.", labels);
+  gpu_blocks_total = AddGauge(
+      r, "pagoda_gpu_blocks_total", "Deprecated (a gauge with a counter's name): pagoda_gpu_blocks.",
+      labels);
   cpu_blocks_free = AddGauge(r, "pagoda_cpu_blocks_free", "Free swap blocks.", labels);
-  cpu_blocks_total = AddGauge(r, "pagoda_cpu_blocks_total", "All swap blocks.", labels);
+  cpu_blocks = AddGauge(r, "pagoda_cpu_blocks", "All swap blocks.", labels);
+  cpu_blocks_total = AddGauge(
+      r, "pagoda_cpu_blocks_total", "Deprecated (a gauge with a counter's name): pagoda_cpu_blocks.",
+      labels);
   gpu_cache_usage =
       AddGauge(r, "pagoda_gpu_cache_usage_perc", "Fraction of KV blocks in use (0..1).", labels);
   kv_token_utilization =
@@ -180,8 +223,14 @@ void ServerMetrics::Instruments::AddLatencyHistograms(prometheus::Registry& r) {
                             labels, kLatencyBuckets);
   step_time = AddHistogram(r, "pagoda_step_time_seconds", "Engine step wall time.", labels,
                            kLatencyBuckets);
-  tokens_per_step = AddHistogram(r, "pagoda_iteration_tokens_total", "Tokens computed per step.",
-                                 labels, {1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192});
+  const std::vector<double> token_buckets = {1,   8,   16,   32,   64,   128,
+                                             256, 512, 1024, 2048, 4096, 8192};
+  tokens_per_step = AddHistogram(r, "pagoda_iteration_tokens", "Tokens computed per step.",
+                                 labels, token_buckets);
+  tokens_per_step_deprecated = AddHistogram(
+      r, "pagoda_iteration_tokens_total",
+      "Deprecated (a histogram with a counter's suffix): pagoda_iteration_tokens.", labels,
+      token_buckets);
 }
 
 void ServerMetrics::Instruments::AddRecoveryMetrics(prometheus::Registry& r) {
@@ -197,8 +246,11 @@ void ServerMetrics::Instruments::AddRecoveryMetrics(prometheus::Registry& r) {
 
 absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Start(const std::string& host,
                                                                     int port,
-                                                                    const std::string& model_name) {
+                                                                    const std::string& model_name,
+                                                                    bool vllm_names) {
   std::unique_ptr<ServerMetrics> metrics(new ServerMetrics());
+  metrics->model_name_ = model_name;
+  metrics->vllm_names_ = vllm_names;
   try {
     metrics->exposer_ = std::make_unique<prometheus::Exposer>(absl::StrCat(host, ":", port));
   } catch (const std::exception& e) {
@@ -208,7 +260,7 @@ absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Start(const std::s
   std::vector<int> ports = metrics->exposer_->GetListeningPorts();
   metrics->port_ = ports.empty() ? port : ports.front();
   metrics->registry_ = std::make_shared<prometheus::Registry>();
-  metrics->instruments_ = Instruments::Register(*metrics->registry_, model_name);
+  metrics->instruments_ = Instruments::Register(*metrics->registry_, model_name, vllm_names);
   // Healthy until the engine reports a failure: a server still loading its
   // model is not a worker outage.
   metrics->instruments_->healthy->Set(1);
@@ -220,6 +272,24 @@ absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Start(const std::s
 
 // The HTTP server goes first, so no scrape runs while the rest is destroyed.
 ServerMetrics::~ServerMetrics() { exposer_.reset(); }
+
+void ServerMetrics::SetCacheConfig(int block_size, int num_gpu_blocks, int num_cpu_blocks,
+                                   bool enable_prefix_caching) {
+  if (instruments_->vllm_cache_config == nullptr) return;
+  // vLLM puts its CacheConfig's fields in the labels, as strings.
+  instruments_->vllm_cache_config
+      ->Add({{"model_name", model_name_},
+             {"block_size", absl::StrCat(block_size)},
+             {"num_gpu_blocks", absl::StrCat(num_gpu_blocks)},
+             {"num_cpu_blocks", absl::StrCat(num_cpu_blocks)},
+             {"enable_prefix_caching", enable_prefix_caching ? "True" : "False"}})
+      .Set(1);
+}
+
+void ServerMetrics::RegisterPage(const std::shared_ptr<prometheus::Collectable>& collectable,
+                                 const std::string& uri) {
+  exposer_->RegisterCollectable(collectable, uri);
+}
 
 void ServerMetrics::SetSnapshotSource(std::function<EngineSnapshot()> source) {
   absl::MutexLock lock(&source_mutex_);
@@ -242,8 +312,10 @@ void ServerMetrics::SetGauges(const EngineSnapshot& snapshot, int batch_size) {
   in.requests_swapped->Set(snapshot.num_swapped);
   in.batch_size->Set(batch_size);
   in.gpu_blocks_free->Set(snapshot.free_gpu_blocks);
+  in.gpu_blocks->Set(snapshot.num_gpu_blocks);
   in.gpu_blocks_total->Set(snapshot.num_gpu_blocks);
   in.cpu_blocks_free->Set(snapshot.free_cpu_blocks);
+  in.cpu_blocks->Set(snapshot.num_cpu_blocks);
   in.cpu_blocks_total->Set(snapshot.num_cpu_blocks);
   in.gpu_cache_usage->Set(snapshot.num_gpu_blocks == 0
                               ? 0.0
@@ -251,6 +323,12 @@ void ServerMetrics::SetGauges(const EngineSnapshot& snapshot, int batch_size) {
                                           snapshot.num_gpu_blocks);
   // The slot counts are refreshed only on some steps; with nothing running
   // no slot is allocated.
+  if (in.vllm_requests_running != nullptr) {
+    in.vllm_requests_running->Set(snapshot.num_running);
+    in.vllm_requests_waiting->Set(snapshot.num_waiting);
+    in.vllm_kv_cache_usage->Set(in.gpu_cache_usage->Value());
+    in.vllm_gpu_cache_usage->Set(in.gpu_cache_usage->Value());
+  }
   in.kv_token_utilization->Set(snapshot.num_running == 0 || snapshot.kv_allocated_slots == 0
                                    ? 0.0
                                    : static_cast<double>(snapshot.kv_filled_slots) /
@@ -268,11 +346,17 @@ void ServerMetrics::OnStep(const StepRecord& step, const EngineSnapshot& snapsho
   catch_up(in.prompt_tokens, static_cast<double>(snapshot.prompt_tokens_total));
   catch_up(in.prefix_cache_queries, static_cast<double>(snapshot.prefix_cache_queries_total));
   catch_up(in.prefix_cache_hits, static_cast<double>(snapshot.prefix_cache_hits_total));
+  if (in.vllm_prefix_cache_hits != nullptr) {
+    catch_up(in.vllm_prefix_cache_queries,
+             static_cast<double>(snapshot.prefix_cache_queries_total));
+    catch_up(in.vllm_prefix_cache_hits, static_cast<double>(snapshot.prefix_cache_hits_total));
+  }
   catch_up(in.generation_tokens, static_cast<double>(snapshot.generation_tokens_total));
   catch_up(in.forward_seconds, snapshot.seconds_total.forward);
   catch_up(in.all_reduce_seconds, snapshot.seconds_total.all_reduce);
   in.step_time->Observe(step.total_seconds);
   in.tokens_per_step->Observe(step.num_batched_tokens);
+  in.tokens_per_step_deprecated->Observe(step.num_batched_tokens);
 }
 
 void ServerMetrics::OnWorkersRecovered(int requests_resumed, double seconds) {

@@ -11,6 +11,7 @@
 #include "scheduler/engine/engine_stats.h"
 
 namespace prometheus {
+class Collectable;
 class Exposer;
 class Registry;
 }  // namespace prometheus
@@ -25,8 +26,17 @@ class ServerMetrics : public EngineObserver {
  public:
   // Listens on host:port (port 0 = the OS picks). Errors: UNAVAILABLE when
   // the port cannot be bound.
+  //
+  // With `vllm_names`, the state vLLM's consumers read (the Gateway API
+  // Inference Extension's endpoint picker, production-stack's router) is
+  // also exported under vLLM's own names: vllm:num_requests_running,
+  // vllm:num_requests_waiting, vllm:kv_cache_usage_perc,
+  // vllm:gpu_cache_usage_perc, vllm:gpu_prefix_cache_hits_total,
+  // vllm:gpu_prefix_cache_queries_total and (after SetCacheConfig)
+  // vllm:cache_config_info, each labelled model_name.
   static absl::StatusOr<std::unique_ptr<ServerMetrics>> Start(const std::string& host, int port,
-                                                              const std::string& model_name);
+                                                              const std::string& model_name,
+                                                              bool vllm_names = false);
   ~ServerMetrics() override;
   ServerMetrics(const ServerMetrics&) = delete;
   ServerMetrics& operator=(const ServerMetrics&) = delete;
@@ -40,6 +50,17 @@ class ServerMetrics : public EngineObserver {
   // idle engine shows zero running requests, batch size 0 and every block
   // free. nullptr stops it; the source must stay valid until then.
   void SetSnapshotSource(std::function<EngineSnapshot()> source);
+
+  // The KV cache's shape, known once the workers are up: published as
+  // vllm:cache_config_info{block_size, num_gpu_blocks, ...} = 1 when vLLM
+  // names are on (else ignored). Call once.
+  void SetCacheConfig(int block_size, int num_gpu_blocks, int num_cpu_blocks,
+                      bool enable_prefix_caching);
+
+  // Serves `collectable` at `uri` on the metrics port besides /metrics
+  // (the KV-cache debug page). It must stay valid until the metrics stop.
+  void RegisterPage(const std::shared_ptr<prometheus::Collectable>& collectable,
+                    const std::string& uri);
 
   void OnStep(const StepRecord& step, const EngineSnapshot& snapshot) override;
   void OnRequestFinished(const RequestRecord& record) override;
@@ -59,6 +80,8 @@ class ServerMetrics : public EngineObserver {
   std::unique_ptr<prometheus::Exposer> exposer_;
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<Instruments> instruments_;
+  std::string model_name_;
+  bool vllm_names_ = false;
   int port_ = 0;
 };
 

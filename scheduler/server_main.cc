@@ -45,6 +45,7 @@
 #include "scheduler/api/http_server.h"
 #include "scheduler/api/request_validation.h"
 #include "scheduler/engine/engine.h"
+#include "scheduler/gateway.h"
 #include "scheduler/metrics.h"
 #include "scheduler/workers/grpc_worker_group.h"
 #include "text/chat_template.h"
@@ -81,6 +82,10 @@ ABSL_FLAG(int, worker_restart_limit, 5,
           "Restart attempts of the workers within --worker-restart-window after which "
           "the server gives up and fails requests with UNAVAILABLE.");
 ABSL_FLAG(double, worker_restart_window, 60, "Seconds; see --worker-restart-limit.");
+ABSL_FLAG(double, worker_stall_timeout, 10,
+          "Seconds a worker may leave the server's keepalive pings unanswered (stopped, "
+          "swapped out, its host gone silent) before it is declared lost and restarted; a "
+          "worker process that exits is seen at once.");
 ABSL_FLAG(std::string, rendezvous_host, "127.0.0.1",
           "IPv4 address of this host where tensor-parallel workers meet to form their group "
           "(a small key-value store the server runs); --worker-addresses workers on other "
@@ -92,7 +97,9 @@ ABSL_FLAG(double, collective_timeout, 30,
 ABSL_FLAG(std::string, worker_binary, "",
           "pagoda-worker to spawn; default: the one next to this binary.");
 ABSL_FLAG(int, block_size, 16, "Tokens per KV block.");
-ABSL_FLAG(double, gpu_memory_utilization, 0.9, "Fraction of GPU memory for weights and KV.");
+ABSL_FLAG(double, gpu_memory_utilization, 0.9,
+          "Fraction of the GPU's memory the workers may fill (weights, activations, KV); "
+          "memory other processes hold counts against it.");
 ABSL_FLAG(bool, enforce_eager, false,
           "CUDA: run every step eagerly, without capturing decode steps as CUDA graphs.");
 ABSL_FLAG(int, num_gpu_blocks_override, 0,
@@ -258,6 +265,7 @@ struct ServerSettings {
   int block_size = 0;
   int world_size = 0;
   double collective_timeout = 0;
+  double worker_stall_timeout = 0;
   int rendezvous_port = 0;
 };
 
@@ -375,6 +383,10 @@ absl::StatusOr<ServerSettings> ParseServerSettings(const std::string& model_dir,
   if (!(settings.collective_timeout > 0 && settings.collective_timeout <= 600)) {
     return absl::InvalidArgumentError("--collective-timeout must be in (0, 600] seconds");
   }
+  settings.worker_stall_timeout = absl::GetFlag(FLAGS_worker_stall_timeout);
+  if (!(settings.worker_stall_timeout >= 0.5 && settings.worker_stall_timeout <= 3600)) {
+    return absl::InvalidArgumentError("--worker-stall-timeout must be in [0.5, 3600] seconds");
+  }
   settings.rendezvous_port = absl::GetFlag(FLAGS_rendezvous_port);
   if (settings.rendezvous_port < 0 || settings.rendezvous_port > 65535) {
     return absl::InvalidArgumentError("--rendezvous-port must be in [0, 65535]");
@@ -397,7 +409,7 @@ absl::StatusOr<std::unique_ptr<ServerMetrics>> StartMetrics(const std::string& m
   std::string metrics_host = absl::GetFlag(FLAGS_metrics_host);
   if (metrics_host.empty()) metrics_host = absl::GetFlag(FLAGS_host);
   absl::StatusOr<std::unique_ptr<ServerMetrics>> metrics =
-      ServerMetrics::Start(metrics_host, port, model_name);
+      ServerMetrics::Start(metrics_host, port, model_name, VllmMetricNamesEnabled());
   if (!metrics.ok()) return metrics.status();
   std::cout << "PAGODA_METRICS_LISTENING " << (*metrics)->port() << std::endl;
   return metrics;
@@ -411,6 +423,7 @@ GrpcWorkerGroupOptions MakeWorkerGroupOptions(const ServerSettings& settings) {
   options.rendezvous_host = absl::GetFlag(FLAGS_rendezvous_host);
   options.rendezvous_port = settings.rendezvous_port;
   options.collective_timeout = absl::Seconds(settings.collective_timeout);
+  options.stall_timeout = absl::Seconds(settings.worker_stall_timeout);
   return options;
 }
 
@@ -504,8 +517,8 @@ absl::StatusOr<WorkerCache> LoadModelOnWorkers(const ServerSettings& settings,
   if (cache.num_gpu_blocks <= 0) cache.num_gpu_blocks = loaded->num_gpu_blocks();
   if (cache.num_gpu_blocks <= 0) {
     return absl::ResourceExhaustedError(
-        "no KV blocks fit the memory budget; raise "
-        "--cpu-kv-cache-space / --gpu-memory-utilization");
+        "no KV blocks fit the memory budget; raise --cpu-kv-cache-space / "
+        "--gpu-memory-utilization (on a GPU, memory other processes hold counts against it)");
   }
   cache.num_cpu_blocks =
       loaded->bytes_per_block() > 0
@@ -578,9 +591,9 @@ GenerationOptions ReadGenerationOptions() {
   return options;
 }
 
-absl::StatusOr<std::unique_ptr<FrontendServer>> StartGrpcFrontend(const ModelLimits& limits,
-                                                                  GenerationService* service,
-                                                                  Engine* engine) {
+absl::StatusOr<std::unique_ptr<FrontendServer>> StartGrpcFrontend(
+    const ModelLimits& limits, GenerationService* service, VllmEngineService* vllm_service,
+    Engine* engine) {
   FrontendOptions options;
   options.host = absl::GetFlag(FLAGS_host);
   options.port = absl::GetFlag(FLAGS_port);
@@ -588,6 +601,7 @@ absl::StatusOr<std::unique_ptr<FrontendServer>> StartGrpcFrontend(const ModelLim
   options.ssl_certfile = absl::GetFlag(FLAGS_ssl_certfile);
   options.ssl_keyfile = absl::GetFlag(FLAGS_ssl_keyfile);
   options.ssl_ca_certs = absl::GetFlag(FLAGS_ssl_ca_certs);
+  if (vllm_service != nullptr) options.extra_services.push_back(vllm_service);
   return FrontendServer::Start(options, service, engine);
 }
 
@@ -642,9 +656,11 @@ void DrainAndStop(int signal_number, Engine& engine, GenerationService& service,
 // Runs the engine and the frontends until a stop signal, then drains.
 absl::Status ServeUntilStopSignal(const ServerSettings& settings, const ModelFiles& model,
                                   const WorkerCache& cache, ServerMetrics* metrics,
-                                  GrpcWorkerGroup& workers) {
+                                  KvEventPublisher* kv_events, GrpcWorkerGroup& workers) {
   const EngineConfig engine_config = MakeEngineConfig(settings, model.config, cache);
   Engine engine(engine_config, &workers, metrics);
+  // Destroyed before `engine`.
+  std::unique_ptr<KvEventsAttachment> kv_events_page = AttachKvEvents(engine, kv_events, metrics);
   // Scrapes read the engine's live state, so gauges fall back when idle.
   if (metrics != nullptr) metrics->SetSnapshotSource([&engine] { return engine.snapshot(); });
   absl::Cleanup detach_metrics = [metrics] {  // Runs before `engine` is destroyed.
@@ -664,10 +680,13 @@ absl::Status ServeUntilStopSignal(const ServerSettings& settings, const ModelFil
     stop_backend();
     return absl::InvalidArgumentError("--max-stream-queued-messages must be at least 1");
   }
-  GenerationService service(MakeServedModelInfo(settings, model.config, engine_config), &engine,
-                            &validator, model.tokenizer.get(), generation_options);
+  const ServedModelInfo served = MakeServedModelInfo(settings, model.config, engine_config);
+  GenerationService service(served, &engine, &validator, model.tokenizer.get(),
+                            generation_options);
+  std::unique_ptr<VllmEngineService> vllm_service = MakeVllmEngineService(
+      served, &engine, &validator, model.tokenizer.get(), generation_options);
   absl::StatusOr<std::unique_ptr<FrontendServer>> server =
-      StartGrpcFrontend(limits, &service, &engine);
+      StartGrpcFrontend(limits, &service, vllm_service.get(), &engine);
   if (!server.ok()) {
     stop_backend();
     return server.status();
@@ -685,6 +704,8 @@ absl::Status ServeUntilStopSignal(const ServerSettings& settings, const ModelFil
 
   const int signal_number = WaitForStopSignal();
   DrainAndStop(signal_number, engine, service, **server, http->get(), workers);
+  // Its calls ended with the server's shutdown.
+  if (vllm_service != nullptr) vllm_service->WaitForCallsToFinish(absl::Seconds(1));
   return absl::OkStatus();
 }
 
@@ -701,17 +722,26 @@ absl::Status Serve() {
   if (!settings.ok()) return settings.status();
   absl::StatusOr<std::unique_ptr<ServerMetrics>> metrics = StartMetrics(settings->model_name);
   if (!metrics.ok()) return metrics.status();
+  absl::StatusOr<std::unique_ptr<KvEventPublisher>> kv_events = StartKvEventPublisher(
+      settings->model_name, absl::GetFlag(FLAGS_enable_prefix_caching));
+  if (!kv_events.ok()) return kv_events.status();
   absl::StatusOr<std::unique_ptr<GrpcWorkerGroup>> workers = StartWorkers(*settings);
   if (!workers.ok()) return workers.status();
   absl::StatusOr<WorkerCache> cache = LoadModelOnWorkers(*settings, **workers);
   if (!cache.ok()) return cache.status();
-  return ServeUntilStopSignal(*settings, *model, *cache, metrics->get(), **workers);
+  if (*metrics != nullptr) {
+    (*metrics)->SetCacheConfig(settings->block_size, cache->num_gpu_blocks, cache->num_cpu_blocks,
+                               absl::GetFlag(FLAGS_enable_prefix_caching));
+  }
+  return ServeUntilStopSignal(*settings, *model, *cache, metrics->get(), kv_events->get(),
+                              **workers);
 }
 
 }  // namespace
 }  // namespace pagoda::scheduler
 
 int main(int argc, char** argv) {
+  pagoda::scheduler::AcceptGatewayFlagSpellings(argc, argv);
   // vLLM's spelling of the negated flag; Abseil negates with a bare "no".
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--no-enable-prefix-caching") == 0) {

@@ -25,7 +25,7 @@ PRODUCT_ROOTS = ("common", "text", "wire", "scheduler", "worker", "kernels", "cl
 # whose room is a prefix of a file's path applies to it. TEST_EXEMPT rooms'
 # rules do not bind their own tests (the block manager's test drives it with
 # the engine's real sequences).
-TEST_EXEMPT = ("scheduler/kv/",)
+TEST_EXEMPT = ("scheduler/kv/", "scheduler/kv_events/")
 FORBIDDEN = [
     ("common/", ["text/", "wire/", "scheduler/", "worker/", "kernels/", "cli/"]),
     ("text/", ["wire/", "scheduler/", "worker/", "kernels/", "cli/"]),
@@ -35,7 +35,9 @@ FORBIDDEN = [
     ("scheduler/", ["worker/", "kernels/", "cli/"]),
     ("scheduler/kv/", ["scheduler/engine/", "scheduler/api/", "scheduler/workers/",
                        "scheduler/metrics"]),
-    ("scheduler/engine/", ["scheduler/api/", "scheduler/metrics"]),
+    ("scheduler/kv_events/", ["scheduler/engine/", "scheduler/api/", "scheduler/workers/",
+                              "scheduler/metrics"]),
+    ("scheduler/engine/", ["scheduler/api/", "scheduler/metrics", "scheduler/kv_events/"]),
     ("scheduler/workers/", ["scheduler/engine/", "scheduler/api/", "scheduler/kv/"]),
     ("cli/", ["text/", "wire/", "scheduler/", "worker/", "kernels/"]),
 ]

@@ -55,6 +55,12 @@
 #   TOTAL_BUDGET  seconds for the whole run (570)
 #   JOBS          build parallelism in kernels mode (all cores)
 #   SKIP_SERVICE_BENCH=1, SKIP_DECODE_BENCH=1  leave those steps out
+#   SERVICE_REQUESTS (300), SERVICE_CONCURRENCY (256), SERVICE_MAX_SEQS (256)
+#                 the offline throughput run's trace size, in-flight cap, server batch cap
+#   PROFILE=1     also time every kernel of the batch-64 decode step with ncu
+#   ONLY          comma-separated step groups to run (a rerun of what failed):
+#                 ctest,nccl,attention,decode,service (default: all)
+#   ONLY_TESTS    a ctest -R regex: in the ctest group, only those CUDA tests
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
@@ -68,6 +74,9 @@ BUNDLE_ROOT=/tmp/pagoda-gpu-bundle
 LOG_DIR=$(mktemp -d /tmp/pagoda-gpu-check.XXXXXX)
 SUMMARY=()
 INFO=()
+
+# wanted GROUP: whether ONLY (default: every group) names it.
+wanted() { [ -z "${ONLY:-}" ] || [[ ",$ONLY," == *",$1,"* ]]; }
 
 # record NAME STATUS SECONDS [NOTE]
 record() { SUMMARY+=("$(printf '%-24s %-9s %5ss  %s' "$1" "$2" "$3" "${4:-}")"); }
@@ -114,8 +123,9 @@ finish() {
   printf '%s\n' "${text[@]}" >"$LOG_DIR/summary.txt"
   if [ -n "${OUT:-}" ]; then
     mkdir -p "$OUT"
-    for f in summary.txt ctest.log nccl_size1.log cuda_worker_nccl.log bench_paged_attention.log bench_decode_step.log \
-        service_throughput.log build.log; do
+    # At most 8 files come back: the NCCL logs travel in logs.tar.gz only.
+    for f in summary.txt ctest.log bench_paged_attention.log bench_decode_step.log \
+        ncu_decode.log service_throughput.log build.log; do
       [ -f "$LOG_DIR/$f" ] && cp "$LOG_DIR/$f" "$OUT/"
     done
     tar -C "$LOG_DIR" -czf "$OUT/logs.tar.gz" .
@@ -221,9 +231,11 @@ echo "=== build dir: $BUILD_DIR"
 NCCL_TESTS=(comm_nccl_communicator_test worker_cuda_tensor_parallel_test)
 # -j: the kernel tests share the GPU; tests that size memory to the whole GPU
 # are RUN_SERIAL in their CMakeLists.
-step ctest-cuda ctest.log 330 ctest --test-dir "$BUILD_DIR" -L cuda --output-on-failure -j 8 \
-  --timeout 300 -E "^($(IFS='|'; echo "${NCCL_TESTS[*]}"))\$"
-note "$(grep -E 'tests passed|tests failed' "$LOG_DIR/ctest.log" | tail -1)"
+if wanted ctest; then
+  step ctest-cuda ctest.log 330 ctest --test-dir "$BUILD_DIR" -L cuda --output-on-failure -j 8 \
+    --timeout 300 ${ONLY_TESTS:+-R "$ONLY_TESTS"} -E "^($(IFS='|'; echo "${NCCL_TESTS[*]}"))\$"
+  note "$(grep -E 'tests passed|tests failed' "$LOG_DIR/ctest.log" | tail -1)"
+fi
 
 # 1b. The NCCL checks, verbose so the summary can count gtest's cases.
 nccl_step() {  # ROW TEST
@@ -235,10 +247,12 @@ nccl_step() {  # ROW TEST
   step "$1" "$1.log" 240 ctest --test-dir "$BUILD_DIR" -R "^$2\$" -V --timeout 240
   note "$2: $(grep -cE '\[ +OK \]' "$LOG_DIR/$1.log") ok," \
     "$(grep -oE 'SKIPPED \] [A-Za-z][^ ]*' "$LOG_DIR/$1.log" | sort -u | wc -l) skipped" \
-    "$(grep -q 'Skipped' "$LOG_DIR/$1.log" && echo '(whole test skipped: no GPU)')"
+    "$(grep -qE 'Test +#[0-9]+: .*\*+Skipped' "$LOG_DIR/$1.log" && echo '(whole test skipped: no GPU)')"
 }
-nccl_step nccl_size1 "${NCCL_TESTS[0]}"
-nccl_step cuda_worker_nccl "${NCCL_TESTS[1]}"
+if wanted nccl; then
+  nccl_step nccl_size1 "${NCCL_TESTS[0]}"
+  nccl_step cuda_worker_nccl "${NCCL_TESTS[1]}"
+fi
 
 run_bench() {  # NAME TIMEOUT ARGS...: a benchmark binary of the build, GPU only.
   local name=$1 limit=$2
@@ -253,27 +267,38 @@ run_bench() {  # NAME TIMEOUT ARGS...: a benchmark binary of the build, GPU only
 }
 
 # 2. Kernel benchmarks.
-run_bench bench_paged_attention 90 --iters 20
-note "$(grep -E 'ctx +32768' "$LOG_DIR/bench_paged_attention.log" 2>/dev/null | head -1 |
-  sed 's/  */ /g')"
-run_bench bench_cache_ops 45
+if wanted attention; then
+  run_bench bench_paged_attention 90 --iters 20
+  note "$(grep -E 'ctx +32768' "$LOG_DIR/bench_paged_attention.log" 2>/dev/null | head -1 |
+    sed 's/  */ /g')"
+  run_bench bench_cache_ops 45
+fi
 
 # 3. Llama-3-8B-shaped decode step (bundle mode: needs the worker).
 MODEL=/tmp/pagoda-llama3-8b-random
-if [ "$mode" = bundle ] && [ "$have_gpu" = 1 ] && [ "${SKIP_DECODE_BENCH:-0}" != 1 ]; then
+if [ "$mode" = bundle ] && [ "$have_gpu" = 1 ] && { wanted decode || wanted service; } &&
+    [ "${SKIP_DECODE_BENCH:-0}" != 1 ]; then
   if [ ! -f "$MODEL/config.json" ]; then
     PYTHONUNBUFFERED=1 LD_LIBRARY_PATH="" step make_bench_model make_bench_model.log 150 \
       "$PY" scripts/make_bench_model.py --out "$MODEL"
   fi
-  [ -f "$MODEL/config.json" ] &&
+  wanted decode && [ -f "$MODEL/config.json" ] &&
     run_bench bench_decode_step 150 --model "$MODEL" --batches 1,64,256 --context 1024 --iters 10
+  # PROFILE=1: every kernel's time in the batch-64 decode step (Nsight
+  # Compute, clocks left as they are), to see where the step's time over
+  # its floor goes.
+  if wanted decode && [ "${PROFILE:-0}" = 1 ] && command -v ncu >/dev/null && [ -f "$MODEL/config.json" ]; then
+    step ncu_decode ncu_decode.log 150 ncu --clock-control none --metrics gpu__time_duration.sum \
+      --print-summary per-kernel "$BUILD_DIR/bin/bench_decode_step" --model "$MODEL" \
+      --batches 64 --context 1024 --iters 4
+  fi
 fi
 
 # 4. Offline throughput through the service on a ShareGPT-like trace.
 service_throughput() {
   local out=$LOG_DIR/server.out
   "$BUILD_DIR/bin/pagoda-server" --model "$MODEL" --device cuda --port 0 --max-model-len 2048 \
-    --max-num-seqs 256 --metrics-port 0 >"$out" 2>"$LOG_DIR/server.log" &
+    --max-num-seqs "${SERVICE_MAX_SEQS:-256}" --metrics-port 0 >"$out" 2>"$LOG_DIR/server.log" &
   local pid=$! port=""
   for _ in $(seq 1 900); do
     port=$(awk '/PAGODA_SERVER_LISTENING/ {print $2}' "$out")
@@ -289,18 +314,19 @@ service_throughput() {
   fi
   grep -E "KV cache|workers run on|captured" "$LOG_DIR/server.log" | tail -3
   "$BUILD_DIR/bin/pagoda-bench" --server "127.0.0.1:$port" --trace sharegpt \
-    --trace_requests 300 --concurrency 256
+    --trace_requests "${SERVICE_REQUESTS:-300}" --concurrency "${SERVICE_CONCURRENCY:-256}"
   local rc=$?
   kill -TERM "$pid" 2>/dev/null
   wait "$pid" 2>/dev/null
   return $rc
 }
 if [ "$mode" = bundle ] && [ "$have_gpu" = 1 ] && [ -f "$MODEL/config.json" ] &&
-    [ "${SKIP_SERVICE_BENCH:-0}" != 1 ]; then
-  export MODEL BUILD_DIR LOG_DIR
+    wanted service && [ "${SKIP_SERVICE_BENCH:-0}" != 1 ]; then
+  export MODEL BUILD_DIR LOG_DIR SERVICE_MAX_SEQS SERVICE_REQUESTS SERVICE_CONCURRENCY
   export -f service_throughput
   step service_throughput service_throughput.log 180 bash -c service_throughput
-  note "$(awk '$1 == 256 {print $6 " output tok/s"}' "$LOG_DIR/service_throughput.log")"
+  note "$(awk -v c="${SERVICE_CONCURRENCY:-256}" '$1 == c {print $6 " output tok/s"}' \
+    "$LOG_DIR/service_throughput.log")"
 fi
 
 failed=0

@@ -9,9 +9,12 @@ PACKAGES=(
   libabsl-dev libgoogle-glog-dev libgflags-dev prometheus-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev
   libsentencepiece-dev sentencepiece libgloo-dev libicu-dev libboost1.81-dev
+  libzmq3-dev  # KV events (--kv-events-endpoint)
   python3 python3-numpy python3-grpcio python3-protobuf python3-jinja2
   openssl  # tests make their own TLS certificates
   prometheus procps python3-yaml  # tests only: a real Prometheus, pgrep, YAML checks
+  python3-zmq python3-msgpack  # tests only: a KV event subscriber
+  python3-jsonschema  # tests only: the InferencePool's schema check
   universal-ctags  # tests only: function lengths for scripts/check_layout.py
   # tests only: the sanitizer and fuzzer builds (scripts/sanitizer_tests.sh):
   # clang, its sanitizer and libFuzzer runtimes, llvm-symbolizer for reports

@@ -27,7 +27,7 @@ grpc::Status SecretAuthProcessor::Process(const InputMetadata& auth_metadata,
       found != auth_metadata.end()) {
     presented = View(found->second);
   }
-  if (!service_->Admit(presented, "a caller refused before its message was read")) {
+  if (!service_->HasSecret(presented, "a caller refused before its message was read")) {
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, WorkerService::kRefusalMessage);
   }
   return grpc::Status::OK;

@@ -6,7 +6,7 @@
 
 namespace pagoda::worker {
 
-// Checks the server's secret (WorkerService::Admit) from a call's metadata
+// Checks the server's secret (WorkerService::HasSecret) from a call's metadata
 // in gRPC's transport, before the call's message is read: a caller without
 // it is refused UNAUTHENTICATED for the cost of its headers, however large a
 // message it sends after them. Health checks (grpc.health.v1.Health) pass

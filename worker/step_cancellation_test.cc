@@ -15,6 +15,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "pagoda/worker/v1/worker.grpc.pb.h"
+#include "wire/worker_owner.h"
 #include "wire/worker_secret.h"
 #include "worker/worker_service.h"
 
@@ -24,6 +25,7 @@ namespace {
 namespace v1 = ::pagoda::worker::v1;
 
 constexpr char kSecret[] = "0123456789abcdef0123456789abcdef";
+constexpr char kOwner[] = "0123456789abcdef0123456789abcdef";  // Any well-formed id.
 
 // Stands in for a rank whose step waits in a collective on a silent peer: a
 // step with a sequence blocks until Abort, as a collective would; an empty
@@ -69,10 +71,12 @@ class StepCancellationTest : public ::testing::Test {
         grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
     grpc::ClientContext load;
     load.AddMetadata(kWorkerSecretMetadataKey, kSecret);
+    load.AddMetadata(wire::kWorkerOwnerMetadataKey, kOwner);
     v1::LoadModelResponse loaded;
     ASSERT_TRUE(stub_->LoadModel(&load, v1::LoadModelRequest(), &loaded).ok());
     grpc::ClientContext init;
     init.AddMetadata(kWorkerSecretMetadataKey, kSecret);
+    init.AddMetadata(wire::kWorkerOwnerMetadataKey, kOwner);
     v1::InitCacheResponse ready;
     ASSERT_TRUE(stub_->InitCache(&init, v1::InitCacheRequest(), &ready).ok());
   }
@@ -81,6 +85,7 @@ class StepCancellationTest : public ::testing::Test {
   grpc::Status Step(bool with_sequence, std::chrono::milliseconds deadline) {
     grpc::ClientContext context;
     context.AddMetadata(kWorkerSecretMetadataKey, kSecret);
+    context.AddMetadata(wire::kWorkerOwnerMetadataKey, kOwner);
     context.set_deadline(std::chrono::system_clock::now() + deadline);
     v1::StepPlan plan;
     if (with_sequence) plan.add_sequences()->set_seq_id(1);

@@ -75,6 +75,9 @@ ABSL_FLAG(int, step_fd, -1,
           "Inherited socket the spawning server sends step plans on (its step channel); "
           "ExecuteStep over gRPC keeps working beside it.");
 ABSL_FLAG(std::string, secret_file, "", "File holding the server's secret (if no --secret-fd).");
+ABSL_FLAG(double, owner_timeout, 30,
+          "Seconds the server that owns this worker (the first to load a model on it) may stay "
+          "silent, heartbeats included, before another server may take it over.");
 ABSL_FLAG(std::string, ssl_certfile, "", "PEM certificate: serve over TLS (connected workers).");
 ABSL_FLAG(std::string, ssl_keyfile, "", "PEM private key of --ssl-certfile.");
 ABSL_FLAG(std::string, collective_host, "",
@@ -195,14 +198,25 @@ void WatchSignalsAndParent(pid_t parent_pid, StopRequest& stop) {
   }
 }
 
-// CollectiveHost of --listen, which must be an IPv4 address (Gloo's).
-absl::StatusOr<std::string> CheckedCollectiveHost() {
-  const std::string collective_host = CollectiveHost(absl::GetFlag(FLAGS_listen));
-  if (in_addr address; inet_pton(AF_INET, collective_host.c_str(), &address) != 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--collective-host must be an IPv4 address, got '", collective_host, "'"));
+// The flags checked before serving.
+struct StartupSettings {
+  std::string collective_host;  // CollectiveHost of --listen: an IPv4 address (Gloo's).
+  absl::Duration owner_timeout;
+};
+
+absl::StatusOr<StartupSettings> CheckedStartupSettings() {
+  StartupSettings settings;
+  settings.collective_host = CollectiveHost(absl::GetFlag(FLAGS_listen));
+  if (in_addr address; inet_pton(AF_INET, settings.collective_host.c_str(), &address) != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--collective-host must be an IPv4 address, got '", settings.collective_host, "'"));
   }
-  return collective_host;
+  const double owner_timeout = absl::GetFlag(FLAGS_owner_timeout);
+  if (!(owner_timeout >= 1 && owner_timeout <= 86400)) {
+    return absl::InvalidArgumentError("--owner-timeout must be in [1, 86400] seconds");
+  }
+  settings.owner_timeout = absl::Seconds(owner_timeout);
+  return settings;
 }
 
 // The step channel on --step-fd; null when the flag is not given.
@@ -352,20 +366,20 @@ int main(int argc, char** argv) {
     return 1;
   }
   signal(SIGPIPE, SIG_IGN);
-  absl::StatusOr<std::string> collective_host = CheckedCollectiveHost();
-  if (!collective_host.ok()) {
-    LOG(ERROR) << collective_host.status().message();
+  absl::StatusOr<StartupSettings> settings = CheckedStartupSettings();
+  if (!settings.ok()) {
+    LOG(ERROR) << settings.status().message();
     return 1;
   }
 
   StopRequest stop;
   pagoda::worker::CpuModelRunnerOptions runner_options;
-  runner_options.collective_host = *collective_host;
+  runner_options.collective_host = settings->collective_host;
   pagoda::worker::ApplyRunnerTestHooks(rank, &runner_options);
   pagoda::worker::WorkerService service(
       rank, *std::move(secret),
       [&runner_options](const std::string& device) { return MakeRunner(device, runner_options); },
-      [&stop] { stop.Request("Shutdown RPC"); });
+      [&stop] { stop.Request("Shutdown RPC"); }, settings->owner_timeout);
   auto step_channel = OpenStepChannel(&service);
   if (!step_channel.ok()) {
     LOG(ERROR) << step_channel.status().message();

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "glog/logging.h"
+#include "wire/worker_owner.h"
 #include "wire/worker_secret.h"
 #include "worker/step_execution.h"
 
@@ -33,14 +34,15 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
 }
 
 WorkerService::WorkerService(int rank, std::string secret, ModelRunnerFactory runner_factory,
-                             std::function<void()> on_shutdown)
+                             std::function<void()> on_shutdown, absl::Duration owner_timeout)
     : rank_(rank),
       secret_(std::move(secret)),
       runner_factory_(std::move(runner_factory)),
-      on_shutdown_(std::move(on_shutdown)) {}
+      on_shutdown_(std::move(on_shutdown)),
+      ownership_(owner_timeout) {}
 
-bool WorkerService::Admit(std::optional<absl::string_view> presented,
-                          absl::string_view peer) const {
+bool WorkerService::HasSecret(std::optional<absl::string_view> presented,
+                              absl::string_view peer) const {
   if (!secret_.empty() && presented.has_value() && ConstantTimeEquals(secret_, *presented)) {
     return true;
   }
@@ -63,16 +65,32 @@ grpc::Status WorkerService::Authenticate(const grpc::ServerContext& context) con
   if (found != metadata.end()) {
     presented = absl::string_view(found->second.data(), found->second.size());
   }
-  if (!Admit(presented, context.peer())) {
+  if (!HasSecret(presented, context.peer())) {
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, kRefusalMessage);
   }
   return grpc::Status::OK;
 }
 
+grpc::Status WorkerService::Admit(const grpc::ServerContext& context, bool claim) {
+  if (grpc::Status auth = Authenticate(context); !auth.ok()) return auth;
+  const auto& metadata = context.client_metadata();
+  const auto found = metadata.find(wire::kWorkerOwnerMetadataKey);
+  const absl::string_view owner =
+      found == metadata.end() ? absl::string_view()
+                              : absl::string_view(found->second.data(), found->second.size());
+  const absl::Status owned =
+      claim ? ownership_.Claim(owner, absl::Now()) : ownership_.Check(owner, absl::Now());
+  if (!owned.ok()) {
+    LOG(WARNING) << "rank " << rank_ << ": refused a call from " << context.peer() << ": "
+                 << owned;
+  }
+  return ToGrpcStatus(owned);
+}
+
 grpc::Status WorkerService::LoadModel(grpc::ServerContext* context,
                                       const v1::LoadModelRequest* request,
                                       v1::LoadModelResponse* response) {
-  if (grpc::Status auth = Authenticate(*context); !auth.ok()) return auth;
+  if (grpc::Status admitted = Admit(*context, /*claim=*/true); !admitted.ok()) return admitted;
   absl::MutexLock lock(&mutex_);
   LOG(INFO) << "rank " << rank_ << ": LoadModel " << request->model_dir() << " (device '"
             << request->device() << "', world size " << request->world_size() << ")";
@@ -99,7 +117,7 @@ grpc::Status WorkerService::LoadModel(grpc::ServerContext* context,
 grpc::Status WorkerService::InitCache(grpc::ServerContext* context,
                                       const v1::InitCacheRequest* request,
                                       v1::InitCacheResponse* /*response*/) {
-  if (grpc::Status auth = Authenticate(*context); !auth.ok()) return auth;
+  if (grpc::Status admitted = Admit(*context, /*claim=*/false); !admitted.ok()) return admitted;
   absl::MutexLock lock(&mutex_);
   if (runner_ == nullptr) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "InitCache before LoadModel");
@@ -119,7 +137,7 @@ grpc::Status WorkerService::InitCache(grpc::ServerContext* context,
 
 grpc::Status WorkerService::ExecuteStep(grpc::ServerContext* context, const v1::StepPlan* plan,
                                         v1::StepResult* result) {
-  if (grpc::Status auth = Authenticate(*context); !auth.ok()) return auth;
+  if (grpc::Status admitted = Admit(*context, /*claim=*/false); !admitted.ok()) return admitted;
   absl::MutexLock lock(&mutex_);
   if (runner_ == nullptr || !cache_ready_) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
@@ -195,11 +213,21 @@ void WorkerService::AbortCollectives() {
 grpc::Status WorkerService::Shutdown(grpc::ServerContext* context,
                                      const v1::ShutdownRequest* /*request*/,
                                      v1::ShutdownResponse* /*response*/) {
-  if (grpc::Status auth = Authenticate(*context); !auth.ok()) return auth;
+  if (grpc::Status admitted = Admit(*context, /*claim=*/false); !admitted.ok()) return admitted;
   LOG(INFO) << "rank " << rank_ << ": Shutdown requested";
+  const auto& metadata = context->client_metadata();
+  if (const auto found = metadata.find(wire::kWorkerOwnerMetadataKey); found != metadata.end()) {
+    ownership_.Release(absl::string_view(found->second.data(), found->second.size()));
+  }
   // Only signals: the owner stops the server, which waits for this reply.
   if (on_shutdown_) on_shutdown_();
   return grpc::Status::OK;
+}
+
+grpc::Status WorkerService::Heartbeat(grpc::ServerContext* context,
+                                      const v1::HeartbeatRequest* /*request*/,
+                                      v1::HeartbeatResponse* /*response*/) {
+  return Admit(*context, /*claim=*/false);
 }
 
 }  // namespace pagoda::worker

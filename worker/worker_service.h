@@ -13,10 +13,12 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "pagoda/worker/v1/worker.grpc.pb.h"
 #include "worker/model_runner.h"
 #include "worker/step_cancellation.h"
+#include "worker/worker_ownership.h"
 
 namespace pagoda::worker {
 
@@ -48,6 +50,9 @@ using ModelRunnerFactory =
 // Authentication: every call must carry `secret` in the metadata entry
 // kWorkerSecretMetadataKey (common/worker_secret.h); any other call gets
 // UNAUTHENTICATED before it touches the runner, so it changes nothing.
+// Ownership: every call also carries its server's owner id
+// (wire/worker_owner.h); the first LoadModel binds the worker to it, and
+// another server's calls get FAILED_PRECONDITION and change nothing.
 //
 // Thread-safe: gRPC calls the handlers from many threads; they are serialised
 // on one mutex, so at most one runner call is in progress at a time.
@@ -56,8 +61,11 @@ class WorkerService final : public pagoda::worker::v1::Worker::Service {
   // `on_shutdown` is called from a handler thread, at most once per Shutdown
   // RPC; it must not block on the server (it should only signal).
   // `secret` must be non-empty.
+  // `owner_timeout`: how long the owning server may stay silent before
+  // another may take this worker over (worker/worker_ownership.h).
   WorkerService(int rank, std::string secret, ModelRunnerFactory runner_factory,
-                std::function<void()> on_shutdown);
+                std::function<void()> on_shutdown,
+                absl::Duration owner_timeout = absl::Seconds(30));
 
   WorkerService(const WorkerService&) = delete;
   WorkerService& operator=(const WorkerService&) = delete;
@@ -73,6 +81,9 @@ class WorkerService final : public pagoda::worker::v1::Worker::Service {
   grpc::Status Shutdown(grpc::ServerContext* context,
                         const pagoda::worker::v1::ShutdownRequest* request,
                         pagoda::worker::v1::ShutdownResponse* response) override;
+  grpc::Status Heartbeat(grpc::ServerContext* context,
+                         const pagoda::worker::v1::HeartbeatRequest* request,
+                         pagoda::worker::v1::HeartbeatResponse* response) override;
 
   // ExecuteStep for the step channel of a spawned one-rank worker
   // (worker/step_channel_server.h): the same checks and runner call without
@@ -90,7 +101,7 @@ class WorkerService final : public pagoda::worker::v1::Worker::Service {
   // secret. A refusal is counted (refused_calls) and logged at most once a
   // second, naming `peer`. Thread-safe: the handlers call it, and so does
   // SecretAuthProcessor before a call's message is read.
-  bool Admit(std::optional<absl::string_view> presented, absl::string_view peer) const;
+  bool HasSecret(std::optional<absl::string_view> presented, absl::string_view peer) const;
 
   // Calls refused for a missing or wrong secret since start. They are logged
   // at most once a second, with this count.
@@ -107,6 +118,9 @@ class WorkerService final : public pagoda::worker::v1::Worker::Service {
   absl::Status CheckHealthy() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // OK if `context` carries the secret, else UNAUTHENTICATED.
   grpc::Status Authenticate(const grpc::ServerContext& context) const;
+  // Authenticate, then the owner check (Claim for LoadModel, else Check):
+  // FAILED_PRECONDITION for another server's call.
+  grpc::Status Admit(const grpc::ServerContext& context, bool claim);
   void SetAbortable(ModelRunner* runner) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // The runner's step with the result's timing filled in; the caller holds
   // mutex_ and has checked that a cache is ready.
@@ -118,6 +132,7 @@ class WorkerService final : public pagoda::worker::v1::Worker::Service {
   const ModelRunnerFactory runner_factory_;
   const std::function<void()> on_shutdown_;
 
+  WorkerOwnership ownership_;
   mutable std::atomic<int64_t> refused_calls_{0};
   mutable std::atomic<int64_t> last_refusal_log_ns_{0};
 

@@ -78,6 +78,25 @@ KernelStatus CheckPrefillSupported(const PrefillAttentionParams& p) {
   return OkKernelStatus();
 }
 
+namespace {
+
+// On the H200, prefetching won 2-5 points of copy bandwidth once the grid
+// held >= 4 blocks per SM (batch 256 x 8 kv heads) and lost 2-7 below that
+// (batch 64 x 8 kv heads, and split long contexts).
+bool ChoosePrefetch(PrefetchMode mode, bool split, long long unsplit_blocks, int num_sms) {
+  switch (mode) {
+    case PrefetchMode::kNever:
+      return false;
+    case PrefetchMode::kAlways:
+      return true;
+    case PrefetchMode::kAuto:
+      break;
+  }
+  return !split && unsplit_blocks >= 4LL * std::max(num_sms, 1);
+}
+
+}  // namespace
+
 DecodePlan PlanDecodeAttention(int num_seqs, int num_q_heads, int num_kv_heads, int head_dim,
                                int max_context_len, int num_sms, const DecodePlanOptions& options) {
   // Partitions are whole multiples of the kernel's per-iteration token step.
@@ -103,6 +122,8 @@ DecodePlan PlanDecodeAttention(int num_seqs, int num_q_heads, int num_kv_heads, 
     }
   }
   DecodePlan plan;
+  plan.prefetch = ChoosePrefetch(options.prefetch, split,
+                                 static_cast<long long>(num_seqs) * num_kv_heads, num_sms);
   if (!split) return plan;
   plan.partition_size = partition_size;
   plan.max_num_partitions = partitions;

@@ -69,6 +69,20 @@ DecodeAttentionParams ValidDecodeParams() {
   return p;
 }
 
+// Prefetching pays only with a grid several waves deep (4+ blocks per SM),
+// never on a split plan; forced modes are obeyed.
+TEST(PlanDecodeAttentionTest, PrefetchOnlyForDeepGrids) {
+  EXPECT_TRUE(PlanDecodeAttention(256, 32, 8, 128, 1024, 132).prefetch);
+  EXPECT_FALSE(PlanDecodeAttention(64, 32, 8, 128, 1024, 132).prefetch);
+  EXPECT_FALSE(PlanDecodeAttention(1, 32, 8, 128, 32768, 132).prefetch);
+  DecodePlanOptions always;
+  always.prefetch = PrefetchMode::kAlways;
+  EXPECT_TRUE(PlanDecodeAttention(1, 32, 8, 128, 32768, 132, always).prefetch);
+  DecodePlanOptions never;
+  never.prefetch = PrefetchMode::kNever;
+  EXPECT_FALSE(PlanDecodeAttention(256, 32, 8, 128, 1024, 132, never).prefetch);
+}
+
 TEST(CheckDecodeSupportedTest, AcceptsServedShapes) {
   EXPECT_TRUE(CheckDecodeSupported(ValidDecodeParams()).ok());
   DecodeAttentionParams p = ValidDecodeParams();

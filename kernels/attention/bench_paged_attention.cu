@@ -93,13 +93,14 @@ struct Cache {
 };
 
 // Block tables for `batch` sequences of `context` tokens: consecutive slices
-// of one random permutation of the physical blocks.
+// of one random permutation of the physical blocks, or of the blocks in order
+// (each sequence's KV contiguous: the baseline paging must not fall behind).
 int32_t* MakeBlockTables(int batch, int context, int num_blocks, std::mt19937& rng,
-                         int* max_blocks_per_seq) {
+                         int* max_blocks_per_seq, bool shuffled = true) {
   const int blocks = (context + kBlockSize - 1) / kBlockSize;
   std::vector<int32_t> pool(num_blocks);
   std::iota(pool.begin(), pool.end(), 0);
-  std::shuffle(pool.begin(), pool.end(), rng);
+  if (shuffled) std::shuffle(pool.begin(), pool.end(), rng);
   std::vector<int32_t> tables(static_cast<size_t>(batch) * blocks);
   for (size_t i = 0; i < tables.size(); ++i) tables[i] = pool[i % pool.size()];
   int32_t* device = static_cast<int32_t*>(Malloc(tables.size() * 4));
@@ -115,9 +116,10 @@ int32_t* DeviceInts(const std::vector<int32_t>& values) {
 }
 
 void BenchDecode(const Cache& cache, int batch, int context, SplitKMode split, int num_sms,
-                 int iters, float copy_gbps, std::mt19937& rng) {
+                 int iters, float copy_gbps, std::mt19937& rng, bool shuffled = true,
+                 PrefetchMode prefetch = PrefetchMode::kAuto) {
   int max_blocks = 0;
-  int32_t* tables = MakeBlockTables(batch, context, cache.num_blocks, rng, &max_blocks);
+  int32_t* tables = MakeBlockTables(batch, context, cache.num_blocks, rng, &max_blocks, shuffled);
   int32_t* lens = DeviceInts(std::vector<int32_t>(batch, context));
   const size_t q_bytes = static_cast<size_t>(batch) * kQHeads * kHeadDim * 2;
   void* q = Malloc(q_bytes);
@@ -141,6 +143,7 @@ void BenchDecode(const Cache& cache, int batch, int context, SplitKMode split, i
   p.out = out;
   DecodePlanOptions options;
   options.split_k = split;
+  options.prefetch = prefetch;
   const DecodePlan plan =
       PlanDecodeAttention(batch, kQHeads, kKvHeads, kHeadDim, context, num_sms, options);
   void* workspace = Malloc(plan.workspace_bytes);
@@ -149,8 +152,10 @@ void BenchDecode(const Cache& cache, int batch, int context, SplitKMode split, i
   const double kv_bytes = 2.0 * batch * context * kKvHeads * kHeadDim * 2;
   const double gbps = kv_bytes / (ms * 1e-3) / 1e9;
   std::printf(
-      "decode  batch %4d ctx %6d  split %-4s parts %3d  %9.1f us  %7.1f GB/s  %5.1f%% of copy\n",
-      batch, context, plan.partition_size > 0 ? "yes" : "no", plan.max_num_partitions, ms * 1e3,
+      "decode  batch %4d ctx %6d  split %-4s parts %3d  %-8s %-10s %9.1f us  %7.1f GB/s  "
+      "%5.1f%% of copy\n",
+      batch, context, plan.partition_size > 0 ? "yes" : "no", plan.max_num_partitions,
+      plan.prefetch ? "prefetch" : "no-pref", shuffled ? "paged" : "contiguous", ms * 1e3,
       gbps, 100.0 * gbps / copy_gbps);
   CHECK_CUDA(cudaFree(workspace));
   CHECK_CUDA(cudaFree(q));
@@ -159,14 +164,17 @@ void BenchDecode(const Cache& cache, int batch, int context, SplitKMode split, i
   CHECK_CUDA(cudaFree(lens));
 }
 
-void BenchPrefill(const Cache& cache, int batch, int context, int iters, std::mt19937& rng) {
+// `queries` new tokens per sequence after a cached prefix of `prefix` tokens.
+void BenchPrefill(const Cache& cache, int batch, int queries, int prefix, int iters,
+                  std::mt19937& rng) {
+  const int context = prefix + queries;
   int max_blocks = 0;
   int32_t* tables = MakeBlockTables(batch, context, cache.num_blocks, rng, &max_blocks);
   int32_t* lens = DeviceInts(std::vector<int32_t>(batch, context));
   std::vector<int32_t> starts(batch + 1);
-  for (int s = 0; s <= batch; ++s) starts[s] = s * context;
+  for (int s = 0; s <= batch; ++s) starts[s] = s * queries;
   int32_t* query_start = DeviceInts(starts);
-  const size_t q_bytes = static_cast<size_t>(batch) * context * kQHeads * kHeadDim * 2;
+  const size_t q_bytes = static_cast<size_t>(batch) * queries * kQHeads * kHeadDim * 2;
   void* q = Malloc(q_bytes);
   void* out = Malloc(q_bytes);
   FillRandom(q, q_bytes / 2, 9);
@@ -179,7 +187,7 @@ void BenchPrefill(const Cache& cache, int batch, int context, int iters, std::mt
   p.head_dim = kHeadDim;
   p.block_size = kBlockSize;
   p.max_blocks_per_seq = max_blocks;
-  p.max_query_len = context;
+  p.max_query_len = queries;
   p.softmax_scale = 0.08838834764831845f;
   p.q = q;
   p.query_start = query_start;
@@ -189,11 +197,14 @@ void BenchPrefill(const Cache& cache, int batch, int context, int iters, std::mt
   p.context_lens = lens;
   p.out = out;
   const float ms = MedianMs(2, iters, [&] { CHECK_CUDA(LaunchPrefillAttention(p, nullptr)); });
-  // Causal: query i sees i + 1 keys; 2 FLOPs per multiply-add, QK^T and PV.
-  const double pairs = static_cast<double>(context) * (context + 1) / 2 * batch;
+  // Causal: query i sees prefix + i + 1 keys; 2 FLOPs per multiply-add,
+  // QK^T and PV.
+  const double pairs =
+      (static_cast<double>(queries) * prefix + static_cast<double>(queries) * (queries + 1) / 2) *
+      batch;
   const double flops = 4.0 * pairs * kQHeads * kHeadDim;
-  std::printf("prefill batch %4d ctx %6d  causal, no prefix         %9.1f us  %7.2f TFLOP/s\n",
-              batch, context, ms * 1e3, flops / (ms * 1e-3) / 1e12);
+  std::printf("prefill batch %4d tokens %5d  causal, prefix %5d      %9.1f us  %7.2f TFLOP/s\n",
+              batch, queries, prefix, ms * 1e3, flops / (ms * 1e-3) / 1e12);
   CHECK_CUDA(cudaFree(q));
   CHECK_CUDA(cudaFree(out));
   CHECK_CUDA(cudaFree(tables));
@@ -248,12 +259,22 @@ int main(int argc, char** argv) {
   for (int batch : {64, 256}) {
     for (int context : {1024, 4096}) {
       BenchDecode(cache, batch, context, SplitKMode::kAuto, num_sms, iters, copy_gbps, rng);
+      BenchDecode(cache, batch, context, SplitKMode::kAuto, num_sms, iters, copy_gbps, rng,
+                  /*shuffled=*/false);
+      BenchDecode(cache, batch, context, SplitKMode::kAuto, num_sms, iters, copy_gbps, rng,
+                  /*shuffled=*/true, PrefetchMode::kNever);
+      BenchDecode(cache, batch, context, SplitKMode::kAuto, num_sms, iters, copy_gbps, rng,
+                  /*shuffled=*/true, PrefetchMode::kAlways);
     }
   }
   BenchDecode(cache, 1, 32768, SplitKMode::kAuto, num_sms, iters, copy_gbps, rng);
+  BenchDecode(cache, 1, 32768, SplitKMode::kAuto, num_sms, iters, copy_gbps, rng, true,
+              PrefetchMode::kAlways);
   BenchDecode(cache, 1, 32768, SplitKMode::kNever, num_sms, iters, copy_gbps, rng);
-  BenchPrefill(cache, 1, 4096, std::max(3, iters / 5), rng);
-  BenchPrefill(cache, 4, 4096, std::max(3, iters / 5), rng);
+  for (int queries : {2048, 8192}) {
+    for (int prefix : {0, 4096}) BenchPrefill(cache, 1, queries, prefix, std::max(3, iters / 5), rng);
+  }
+  BenchPrefill(cache, 4, 4096, 0, std::max(3, iters / 5), rng);
   CHECK_CUDA(cudaFree(cache.k));
   CHECK_CUDA(cudaFree(cache.v));
   return 0;

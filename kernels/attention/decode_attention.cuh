@@ -29,7 +29,34 @@ namespace pagoda::kernels::attention_internal {
 constexpr int kDecodeWarps = 4;
 constexpr int kDecodeUnroll = 4;
 
-template <typename T, int kHeadDim, int kBlockSize, int kGroupMax>
+// Starts the 16-byte loads of this lane's slice of K and V for the
+// kDecodeUnroll token slots from `base`; tokens at or past `end` are zeros.
+template <typename T, int kHeadDim, int kBlockSize>
+__device__ __forceinline__ void LoadKvSlots(const T* k_head, const T* v_head,
+                                            const int32_t* block_table, size_t block_stride,
+                                            int base, int end, int token_slot,
+                                            uint4 (&k_raw)[kDecodeUnroll],
+                                            uint4 (&v_raw)[kDecodeUnroll],
+                                            bool (&valid)[kDecodeUnroll]) {
+  constexpr int kTokensPerLoad = 32 / (kHeadDim / 8);
+#pragma unroll
+  for (int u = 0; u < kDecodeUnroll; ++u) {
+    const int token = base + u * kTokensPerLoad + token_slot;
+    valid[u] = token < end;
+    k_raw[u] = make_uint4(0, 0, 0, 0);
+    v_raw[u] = make_uint4(0, 0, 0, 0);
+    if (valid[u]) {
+      const size_t offset = static_cast<size_t>(block_table[token / kBlockSize]) * block_stride +
+                            static_cast<size_t>(token % kBlockSize) * kHeadDim;
+      k_raw[u] = LoadReadOnly16(k_head + offset);
+      v_raw[u] = LoadReadOnly16(v_head + offset);
+    }
+  }
+}
+
+// kPrefetch: each warp issues the next iteration's loads before computing on
+// the current ones, so memory and arithmetic overlap within the warp.
+template <typename T, int kHeadDim, int kBlockSize, int kGroupMax, bool kPrefetch>
 __global__ void __launch_bounds__(kDecodeWarps * 32)
     DecodeAttentionKernel(DecodeAttentionParams params, int partition_size, int max_num_partitions,
                           float* __restrict__ partial_out, float* __restrict__ partial_lse) {
@@ -98,22 +125,33 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
 
   // The loop bound depends only on the warp, so whole warps iterate together
   // (the shuffles below need all 32 lanes).
-  for (int base = begin + warp * kTokensPerWarpIter; base < end; base += kTokensPerBlockIter) {
+  uint4 k_next[kDecodeUnroll];
+  uint4 v_next[kDecodeUnroll];
+  bool valid_next[kDecodeUnroll];
+  const int first_base = begin + warp * kTokensPerWarpIter;
+  if (kPrefetch && first_base < end) {
+    LoadKvSlots<T, kHeadDim, kBlockSize>(k_head, v_head, block_table, block_stride, first_base,
+                                         end, token_slot, k_next, v_next, valid_next);
+  }
+  for (int base = first_base; base < end; base += kTokensPerBlockIter) {
     uint4 k_raw[kDecodeUnroll];
     uint4 v_raw[kDecodeUnroll];
     bool valid[kDecodeUnroll];
+    if constexpr (kPrefetch) {
 #pragma unroll
-    for (int u = 0; u < kDecodeUnroll; ++u) {
-      const int token = base + u * kTokensPerLoad + token_slot;
-      valid[u] = token < end;
-      k_raw[u] = make_uint4(0, 0, 0, 0);
-      v_raw[u] = make_uint4(0, 0, 0, 0);
-      if (valid[u]) {
-        const size_t offset = static_cast<size_t>(block_table[token / kBlockSize]) * block_stride +
-                              static_cast<size_t>(token % kBlockSize) * kHeadDim;
-        k_raw[u] = LoadReadOnly16(k_head + offset);
-        v_raw[u] = LoadReadOnly16(v_head + offset);
+      for (int u = 0; u < kDecodeUnroll; ++u) {
+        k_raw[u] = k_next[u];
+        v_raw[u] = v_next[u];
+        valid[u] = valid_next[u];
       }
+      if (base + kTokensPerBlockIter < end) {
+        LoadKvSlots<T, kHeadDim, kBlockSize>(k_head, v_head, block_table, block_stride,
+                                             base + kTokensPerBlockIter, end, token_slot, k_next,
+                                             v_next, valid_next);
+      }
+    } else {
+      LoadKvSlots<T, kHeadDim, kBlockSize>(k_head, v_head, block_table, block_stride, base, end,
+                                           token_slot, k_raw, v_raw, valid);
     }
 
     float score[kDecodeUnroll][kGroupMax];
@@ -257,7 +295,7 @@ __global__ void __launch_bounds__(kHeadDim)
   *dst = FromFloat<T>(out / sum);
 }
 
-template <typename T, int kHeadDim, int kBlockSize, int kGroupMax>
+template <typename T, int kHeadDim, int kBlockSize, int kGroupMax, bool kPrefetch>
 cudaError_t LaunchDecodeTyped(const DecodeAttentionParams& params, const DecodePlan& plan,
                               void* workspace, cudaStream_t stream) {
   const bool split = plan.partition_size > 0;
@@ -278,7 +316,8 @@ cudaError_t LaunchDecodeTyped(const DecodeAttentionParams& params, const DecodeP
     partial_lse = partial_out + rows * kHeadDim;
   }
   const dim3 grid(params.num_kv_heads, params.num_seqs, split ? plan.max_num_partitions : 1);
-  DecodeAttentionKernel<T, kHeadDim, kBlockSize, kGroupMax><<<grid, kDecodeWarps * 32, 0, stream>>>(
+  DecodeAttentionKernel<T, kHeadDim, kBlockSize, kGroupMax, kPrefetch>
+      <<<grid, kDecodeWarps * 32, 0, stream>>>(
       params, plan.partition_size, plan.max_num_partitions, partial_out, partial_lse);
   cudaError_t error = cudaGetLastError();
   if (error != cudaSuccess || !split) return error;
@@ -292,14 +331,19 @@ template <typename T, int kHeadDim, int kBlockSize>
 cudaError_t DispatchDecodeGroup(const DecodeAttentionParams& params, const DecodePlan& plan,
                                 void* workspace, cudaStream_t stream) {
   const int group = params.num_q_heads / params.num_kv_heads;
+  const bool prefetch = plan.prefetch;
   if (group == 1) {
-    return LaunchDecodeTyped<T, kHeadDim, kBlockSize, 1>(params, plan, workspace, stream);
+    return prefetch
+               ? LaunchDecodeTyped<T, kHeadDim, kBlockSize, 1, true>(params, plan, workspace, stream)
+               : LaunchDecodeTyped<T, kHeadDim, kBlockSize, 1, false>(params, plan, workspace, stream);
   }
   if (group <= 4) {
-    return LaunchDecodeTyped<T, kHeadDim, kBlockSize, 4>(params, plan, workspace, stream);
+    return prefetch
+               ? LaunchDecodeTyped<T, kHeadDim, kBlockSize, 4, true>(params, plan, workspace, stream)
+               : LaunchDecodeTyped<T, kHeadDim, kBlockSize, 4, false>(params, plan, workspace, stream);
   }
-  if (group <= 8) {
-    return LaunchDecodeTyped<T, kHeadDim, kBlockSize, 8>(params, plan, workspace, stream);
+  if (group <= 8) {  // No registers to spare for a second set of loads.
+    return LaunchDecodeTyped<T, kHeadDim, kBlockSize, 8, false>(params, plan, workspace, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -25,6 +25,7 @@ struct DecodeCase {
   BlockTableKind table_kind = BlockTableKind::kShuffled;
   SplitKMode split_k = SplitKMode::kAuto;
   int partition_size = 512;
+  PrefetchMode prefetch = PrefetchMode::kAlways;
   int batch = 4;
   int max_context = 600;
   float query_magnitude = 3.0f;
@@ -38,7 +39,7 @@ struct DecodeCase {
            std::to_string(head_dim) + " bs" + std::to_string(block_size) +
            (table_kind == BlockTableKind::kShuffled ? " shuffled" : " repeated") + " split" +
            std::to_string(static_cast<int>(split_k)) + "/" + std::to_string(partition_size) +
-           " batch " + std::to_string(batch) + " max_ctx " + std::to_string(max_context);
+           (prefetch == PrefetchMode::kNever ? " no-prefetch" : "") + " batch " + std::to_string(batch) + " max_ctx " + std::to_string(max_context);
   }
 };
 
@@ -99,6 +100,7 @@ DecodePlan RunDecodeCase(const DecodeCase& c, uint32_t seed) {
   DecodePlanOptions options;
   options.split_k = c.split_k;
   options.partition_size = c.partition_size;
+  options.prefetch = c.prefetch;
   const DecodePlan plan = PlanDecodeAttention(c.batch, c.num_q_heads, c.num_kv_heads, c.head_dim,
                                               c.max_context, NumSms(), options);
   DeviceBuffer workspace(plan.workspace_bytes);
@@ -131,6 +133,8 @@ TEST(DecodeAttentionTest, SweepShapesDtypesBlockSizesAndSplit) {
         for (int block_size : {16, 32}) {
           for (SplitKMode split : {SplitKMode::kNever, SplitKMode::kAlways}) {
             DecodeCase c;
+            // Both kernel variants, every shape family.
+            c.prefetch = seed % 2 == 0 ? PrefetchMode::kAlways : PrefetchMode::kNever;
             c.dtype = dtype;
             c.num_q_heads = heads[0];
             c.num_kv_heads = heads[1];

@@ -88,9 +88,21 @@ enum class SplitKMode {
   kAlways,  // always split into partitions (tests; long-context benchmarks)
 };
 
+// Whether each warp issues its next K/V loads before computing on the
+// current ones (GQA groups up to 4; the 8-head variant has no registers to
+// spare). It costs registers (168 instead of 128 for a group of 4: 3 resident
+// blocks per SM instead of 4), which pays only when the grid is several waves
+// deep (kernels/attention/NOTES.md has the H200 figures).
+enum class PrefetchMode {
+  kAuto,    // the planner decides from the number of thread blocks and SMs
+  kNever,
+  kAlways,
+};
+
 struct DecodePlanOptions {
   SplitKMode split_k = SplitKMode::kAuto;
   int partition_size = 512;  // tokens per partition when split; multiple of 64
+  PrefetchMode prefetch = PrefetchMode::kAuto;
 };
 
 // The work partition of one decode launch. Depends only on host-known shapes
@@ -100,6 +112,7 @@ struct DecodePlan {
   int partition_size = 0;      // 0: no split (each block covers a whole context)
   int max_num_partitions = 1;  // grid depth; ceil(max_context_len / partition_size)
   size_t workspace_bytes = 0;  // device scratch the launch needs (0 when not split)
+  bool prefetch = false;       // see PrefetchMode
 };
 
 // Validates a decode configuration. Not ok: code cudaErrorInvalidValue and a

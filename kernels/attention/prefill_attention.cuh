@@ -2,12 +2,17 @@
 // optional cached prefix) over the paged KV cache, and its typed launcher.
 // Included only by prefill_attention_{bf16,f16}.cu and attention_launch.cu.
 //
-// Tiled SIMT version (no tensor cores yet). One thread block per
-// (query tile, kv head, sequence). A tile is kBlockM "rows", a row being one
-// (query token, query head of the kv group) pair, so GQA heads share each K/V
-// tile loaded into shared memory. Each warp owns kRowsPerWarp rows; for a row
-// the 32 lanes score the 32 keys of the current K tile (one key per lane), then
-// each lane accumulates head_dim / 32 output elements over those keys.
+// FlashAttention-2 on the tensor cores (mma.m16n8k16, f32 accumulation; see
+// mma_sm80.cuh for the fragment layouts). One thread block per (row tile, kv
+// head, sequence). A "row" is one (query token, query head of the kv group)
+// pair, so the GQA heads of a group share every K/V tile. Each of the 4 warps
+// owns 16 rows: their Q fragments stay in registers for the whole kernel, the
+// scores S = Q.K^T of a 64-key tile come out of the MMAs in registers, the
+// online softmax runs on them there (a row is spread over the 4 lanes of a
+// quad), and P is fed back as the A operand of O += P.V without touching
+// shared memory. K and V tiles are gathered through the block table with
+// cp.async (zero-filled past the keys the tile needs), V's copy overlapping
+// the S MMAs and the next K's copy overlapping the P.V MMAs.
 #ifndef PAGODA_KERNELS_ATTENTION_PREFILL_ATTENTION_CUH_
 #define PAGODA_KERNELS_ATTENTION_PREFILL_ATTENTION_CUH_
 
@@ -17,84 +22,218 @@
 #include <cstdint>
 
 #include "kernels/attention/attention_common.cuh"
+#include "kernels/attention/mma_sm80.cuh"
 #include "kernels/attention/paged_attention.h"
 
 namespace pagoda::kernels::attention_internal {
 
 constexpr int kPrefillWarps = 4;
-constexpr int kPrefillRowsPerWarp = 16;
-constexpr int kPrefillBlockM = kPrefillWarps * kPrefillRowsPerWarp;
-constexpr int kPrefillBlockN = 32;  // keys per tile: one per lane
+constexpr int kPrefillThreads = kPrefillWarps * 32;
+constexpr int kPrefillBlockM = kPrefillWarps * 16;  // rows per thread block
+constexpr int kPrefillBlockN = 64;                  // keys per K/V tile
+
+// Shared-memory row stride in elements: 16 bytes of padding make the 8 rows
+// an MMA fragment (or an ldmatrix) touches fall in 8 different bank groups.
+template <int kHeadDim>
+constexpr int kPrefillSmemStride = kHeadDim + 8;
+
+// Where one sequence's rows and keys are, for one thread block.
+struct PrefillTile {
+  int group = 0;         // query heads per kv head
+  int query_begin = 0;   // first query token of the sequence in q / out
+  int num_rows = 0;      // query tokens x group
+  int first_pos = 0;     // position of the sequence's first query token
+  int kv_end = 0;        // keys this thread block needs: [0, kv_end)
+};
+
+// Starts the asynchronous gather of keys [key0, key0 + kPrefillBlockN) of one
+// kv head (K or V) into `tile`; keys at or past kv_end are zero-filled.
+template <typename T, int kHeadDim, int kBlockSize>
+__device__ __forceinline__ void LoadKvTile(T* tile, const T* head_base, const int32_t* block_table,
+                                           size_t block_stride, int key0, int kv_end) {
+  constexpr int kChunksPerRow = kHeadDim / 8;
+  constexpr int kStride = kPrefillSmemStride<kHeadDim>;
+  constexpr int kCopiesPerThread = kPrefillBlockN * kChunksPerRow / kPrefillThreads;
+  static_assert(kCopiesPerThread * kPrefillThreads == kPrefillBlockN * kChunksPerRow);
+#pragma unroll
+  for (int i = 0; i < kCopiesPerThread; ++i) {
+    const int index = threadIdx.x + i * kPrefillThreads;
+    const int k = index / kChunksPerRow;
+    const int chunk = index % kChunksPerRow;
+    const int token = key0 + k;
+    const bool valid = token < kv_end;
+    const size_t offset =
+        valid ? static_cast<size_t>(block_table[token / kBlockSize]) * block_stride +
+                    static_cast<size_t>(token % kBlockSize) * kHeadDim + chunk * 8
+              : 0;
+    CpAsync16(tile + k * kStride + chunk * 8, head_base + offset, valid);
+  }
+  CpAsyncCommit();
+}
+
+// The A fragments of this lane's two rows (warp_row0 + g, + g + 8) of Q, for
+// every 16-wide slice of the head; zero for padding rows.
+template <typename T, int kHeadDim>
+__device__ __forceinline__ void LoadQueryFragments(uint32_t (&q_frag)[kHeadDim / 16][4],
+                                                   const PrefillAttentionParams& params,
+                                                   const PrefillTile& tile, int kv_head,
+                                                   int warp_row0, int g, int t) {
+  const T* q = static_cast<const T*>(params.q);
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int row = warp_row0 + g + 8 * half;
+    const bool valid = row < tile.num_rows;
+    const T* q_row =
+        q + (static_cast<size_t>(tile.query_begin + (valid ? row / tile.group : 0)) *
+                 params.num_q_heads +
+             kv_head * tile.group + (valid ? row % tile.group : 0)) *
+                kHeadDim;
+#pragma unroll
+    for (int step = 0; step < kHeadDim / 16; ++step) {
+      const int column = step * 16 + 2 * t;
+      q_frag[step][half] = valid ? __ldg(reinterpret_cast<const uint32_t*>(q_row + column)) : 0u;
+      q_frag[step][half + 2] =
+          valid ? __ldg(reinterpret_cast<const uint32_t*>(q_row + column + 8)) : 0u;
+    }
+  }
+}
+
+// S = Q.K^T for one 64-key tile: s[j] holds keys j*8 + 2t, +1 of rows g, g+8.
+template <typename T, int kHeadDim>
+__device__ __forceinline__ void ScoreTile(float (&s)[kPrefillBlockN / 8][4],
+                                          const uint32_t (&q_frag)[kHeadDim / 16][4],
+                                          const T* k_tile, int g, int t) {
+  constexpr int kStride = kPrefillSmemStride<kHeadDim>;
+#pragma unroll
+  for (int j = 0; j < kPrefillBlockN / 8; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[j][e] = 0.0f;
+  }
+#pragma unroll
+  for (int step = 0; step < kHeadDim / 16; ++step) {
+#pragma unroll
+    for (int j = 0; j < kPrefillBlockN / 8; ++j) {
+      const T* key_row = k_tile + (j * 8 + g) * kStride + step * 16 + 2 * t;
+      MmaM16N8K16<T>(s[j], q_frag[step], *reinterpret_cast<const uint32_t*>(key_row),
+                     *reinterpret_cast<const uint32_t*>(key_row + 8));
+    }
+  }
+}
+
+// Online softmax over one tile of scores, in the log2 domain: updates the
+// running maxima and (this lane's partial) sums, rescales o, and leaves P
+// packed as the A fragments of the P.V MMAs (16 keys per fragment). The sums
+// add the rounded probabilities, the ones that multiply V.
+template <typename T, int kHeadDim>
+__device__ __forceinline__ void SoftmaxTile(float (&s)[kPrefillBlockN / 8][4],
+                                            float (&o)[kHeadDim / 8][4], float (&row_max)[2],
+                                            float (&row_sum)[2],
+                                            uint32_t (&p_frag)[kPrefillBlockN / 16][4]) {
+  float correction[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    float m = row_max[half];
+#pragma unroll
+    for (int j = 0; j < kPrefillBlockN / 8; ++j) {
+      m = fmaxf(m, fmaxf(s[j][2 * half], s[j][2 * half + 1]));
+    }
+    m = fmaxf(m, __shfl_xor_sync(kFullMask, m, 1));
+    m = fmaxf(m, __shfl_xor_sync(kFullMask, m, 2));
+    correction[half] = exp2f(row_max[half] - m);
+    row_max[half] = m;
+    row_sum[half] *= correction[half];
+  }
+#pragma unroll
+  for (int d = 0; d < kHeadDim / 8; ++d) {
+    o[d][0] *= correction[0];
+    o[d][1] *= correction[0];
+    o[d][2] *= correction[1];
+    o[d][3] *= correction[1];
+  }
+#pragma unroll
+  for (int j = 0; j < kPrefillBlockN / 8; ++j) {
+    const uint32_t lo = PackFloat2<T>(exp2f(s[j][0] - row_max[0]), exp2f(s[j][1] - row_max[0]));
+    const uint32_t hi = PackFloat2<T>(exp2f(s[j][2] - row_max[1]), exp2f(s[j][3] - row_max[1]));
+    const float2 lo_f = WordToFloat2<T>(lo);
+    const float2 hi_f = WordToFloat2<T>(hi);
+    row_sum[0] += lo_f.x + lo_f.y;
+    row_sum[1] += hi_f.x + hi_f.y;
+    p_frag[j / 2][(j % 2) * 2] = lo;
+    p_frag[j / 2][(j % 2) * 2 + 1] = hi;
+  }
+}
+
+// o += P.V for one tile; V's B fragments come from shared memory through
+// ldmatrix.trans, two 8-column output tiles per load.
+template <typename T, int kHeadDim>
+__device__ __forceinline__ void AccumulatePv(float (&o)[kHeadDim / 8][4],
+                                             const uint32_t (&p_frag)[kPrefillBlockN / 16][4],
+                                             const T* v_tile, int lane) {
+  constexpr int kStride = kPrefillSmemStride<kHeadDim>;
+  const int matrix = lane / 8;
+  const int key_in_step = (matrix % 2) * 8 + lane % 8;
+  const int column_in_pair = (matrix / 2) * 8;
+#pragma unroll
+  for (int step = 0; step < kPrefillBlockN / 16; ++step) {
+#pragma unroll
+    for (int pair = 0; pair < kHeadDim / 16; ++pair) {
+      uint32_t b[4];
+      LdMatrixX4Trans(b, v_tile + (step * 16 + key_in_step) * kStride + pair * 16 + column_in_pair);
+      MmaM16N8K16<T>(o[2 * pair], p_frag[step], b[0], b[1]);
+      MmaM16N8K16<T>(o[2 * pair + 1], p_frag[step], b[2], b[3]);
+    }
+  }
+}
 
 template <typename T, int kHeadDim, int kBlockSize>
-__global__ void __launch_bounds__(kPrefillWarps * 32)
+__global__ void __launch_bounds__(kPrefillThreads)
     PrefillAttentionKernel(PrefillAttentionParams params) {
-  constexpr int kThreads = kPrefillWarps * 32;
-  constexpr int kVec = 8;
-  constexpr int kVecsPerRow = kHeadDim / kVec;
-  constexpr int kDimsPerLane = kHeadDim / 32;  // 4 (d=128) or 2 (d=64)
-  // K rows are padded by 16 bytes so that lanes reading different keys' rows
-  // hit different banks.
-  constexpr int kKeyStride = kHeadDim + kVec;
-  static_assert(kDimsPerLane == 2 || kDimsPerLane == 4);
+  constexpr int kStride = kPrefillSmemStride<kHeadDim>;
+  __shared__ __align__(16) T k_tile[kPrefillBlockN * kStride];
+  __shared__ __align__(16) T v_tile[kPrefillBlockN * kStride];
 
-  __shared__ __align__(16) T q_tile[kPrefillBlockM][kHeadDim];
-  __shared__ __align__(16) T k_tile[kPrefillBlockN][kKeyStride];
-  __shared__ __align__(16) T v_tile[kPrefillBlockN][kHeadDim];
-
-  const int tile = blockIdx.x;
+  // Row tiles in reverse: the last rows see the most keys, so they start first.
+  const int row_tile = gridDim.x - 1 - blockIdx.x;
   const int kv_head = blockIdx.y;
   const int seq = blockIdx.z;
-  const int group = params.num_q_heads / params.num_kv_heads;
-  const int query_begin = params.query_start[seq];
-  const int num_queries = params.query_start[seq + 1] - query_begin;
-  const int num_rows = num_queries * group;
-  const int row0 = tile * kPrefillBlockM;
-  if (row0 >= num_rows) return;  // whole block: the sequence has fewer queries
-  const int context_len = params.context_lens[seq];
-  const int first_pos = context_len - num_queries;  // position of query 0
-  const int last_row = min(row0 + kPrefillBlockM, num_rows) - 1;
-  const int kv_end = first_pos + last_row / group + 1;  // keys this tile needs
+  PrefillTile tile;
+  tile.group = params.num_q_heads / params.num_kv_heads;
+  tile.query_begin = params.query_start[seq];
+  const int num_queries = params.query_start[seq + 1] - tile.query_begin;
+  tile.num_rows = num_queries * tile.group;
+  const int row0 = row_tile * kPrefillBlockM;
+  if (row0 >= tile.num_rows) return;  // whole block: the sequence has fewer queries
+  tile.first_pos = params.context_lens[seq] - num_queries;
+  tile.kv_end = tile.first_pos + (min(row0 + kPrefillBlockM, tile.num_rows) - 1) / tile.group + 1;
 
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
+  const int g = lane / 4;
+  const int t = lane % 4;
+  const int warp_row0 = row0 + warp * 16;
+  // Positions of this lane's two rows (-1: padding, every key masked) and the
+  // warp's first and last; rows are in position order.
+  int position[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int row = warp_row0 + g + 8 * half;
+    position[half] = row < tile.num_rows ? tile.first_pos + row / tile.group : -1;
+  }
+  const bool warp_has_rows = warp_row0 < tile.num_rows;
+  const int warp_first_pos = warp_has_rows ? tile.first_pos + warp_row0 / tile.group : -1;
+  const int warp_last_pos =
+      warp_has_rows ? tile.first_pos + (min(warp_row0 + 15, tile.num_rows - 1)) / tile.group : -1;
 
-  // Stage the tile's queries.
-  const T* q = static_cast<const T*>(params.q);
-  for (int index = threadIdx.x; index < kPrefillBlockM * kVecsPerRow; index += kThreads) {
-    const int r = index / kVecsPerRow;
-    const int c = index % kVecsPerRow;
-    const int row = row0 + r;
-    uint4 value = make_uint4(0, 0, 0, 0);
-    if (row < num_rows) {
-      const int query = row / group;
-      const int q_head = kv_head * group + row % group;
-      value = LoadReadOnly16(
-          q + (static_cast<size_t>(query_begin + query) * params.num_q_heads + q_head) * kHeadDim +
-          c * kVec);
-    }
-    *reinterpret_cast<uint4*>(&q_tile[r][c * kVec]) = value;
-  }
-
-  // Position of each of this warp's rows; -1 masks every key (padding rows).
-  int position[kPrefillRowsPerWarp];
-  float running_max[kPrefillRowsPerWarp];
-  float running_sum[kPrefillRowsPerWarp];
-  float acc[kPrefillRowsPerWarp][kDimsPerLane];
+  uint32_t q_frag[kHeadDim / 16][4];
+  LoadQueryFragments<T, kHeadDim>(q_frag, params, tile, kv_head, warp_row0, g, t);
+  float o[kHeadDim / 8][4];
 #pragma unroll
-  for (int i = 0; i < kPrefillRowsPerWarp; ++i) {
-    const int row = row0 + warp * kPrefillRowsPerWarp + i;
-    position[i] = row < num_rows ? first_pos + row / group : -1;
-    running_max[i] = kNoMax;
-    running_sum[i] = 0.0f;
+  for (int d = 0; d < kHeadDim / 8; ++d) {
 #pragma unroll
-    for (int c = 0; c < kDimsPerLane; ++c) acc[i][c] = 0.0f;
+    for (int e = 0; e < 4; ++e) o[d][e] = 0.0f;
   }
-  int warp_last_position = -1;
-#pragma unroll
-  for (int i = 0; i < kPrefillRowsPerWarp; ++i) {
-    warp_last_position = max(warp_last_position, position[i]);
-  }
+  float row_max[2] = {kNoMax, kNoMax};
+  float row_sum[2] = {0.0f, 0.0f};
 
   const int32_t* block_table =
       params.block_tables + static_cast<size_t>(seq) * params.max_blocks_per_seq;
@@ -103,84 +242,64 @@ __global__ void __launch_bounds__(kPrefillWarps * 32)
   const T* k_head = static_cast<const T*>(params.k_cache) + kv_head * head_stride;
   const T* v_head = static_cast<const T*>(params.v_cache) + kv_head * head_stride;
   const float score_scale = params.softmax_scale * kLog2e;
+  const int num_key_tiles = (tile.kv_end + kPrefillBlockN - 1) / kPrefillBlockN;
 
-  for (int key0 = 0; key0 < kv_end; key0 += kPrefillBlockN) {
-    __syncthreads();  // the previous K/V tile (and, first time, q_tile) is done with
-    for (int index = threadIdx.x; index < kPrefillBlockN * kVecsPerRow; index += kThreads) {
-      const int k = index / kVecsPerRow;
-      const int c = index % kVecsPerRow;
-      const int token = key0 + k;
-      uint4 k_value = make_uint4(0, 0, 0, 0);
-      uint4 v_value = make_uint4(0, 0, 0, 0);
-      if (token < kv_end) {
-        const size_t offset = static_cast<size_t>(block_table[token / kBlockSize]) * block_stride +
-                              static_cast<size_t>(token % kBlockSize) * kHeadDim + c * kVec;
-        k_value = LoadReadOnly16(k_head + offset);
-        v_value = LoadReadOnly16(v_head + offset);
-      }
-      *reinterpret_cast<uint4*>(&k_tile[k][c * kVec]) = k_value;
-      *reinterpret_cast<uint4*>(&v_tile[k][c * kVec]) = v_value;
-    }
-    __syncthreads();
-    if (key0 > warp_last_position) continue;  // causal: every key is in this warp's future
-
-    const int key = key0 + lane;
+  LoadKvTile<T, kHeadDim, kBlockSize>(k_tile, k_head, block_table, block_stride, 0, tile.kv_end);
+  for (int n = 0; n < num_key_tiles; ++n) {
+    const int key0 = n * kPrefillBlockN;
+    CpAsyncWaitAll();  // K(n)
+    __syncthreads();   // ... for every thread; and every warp is done with V(n-1)
+    LoadKvTile<T, kHeadDim, kBlockSize>(v_tile, v_head, block_table, block_stride, key0,
+                                        tile.kv_end);
+    // Warp-uniform: some key of the tile is visible to some row of this warp.
+    const bool active = key0 <= warp_last_pos;
+    uint32_t p_frag[kPrefillBlockN / 16][4];
+    if (active) {
+      float s[kPrefillBlockN / 8][4];
+      ScoreTile<T, kHeadDim>(s, q_frag, k_tile, g, t);
+      // Keys past a row's position (the causal diagonal, and the zero-filled
+      // keys past kv_end) score -inf; tiles wholly below the diagonal skip it.
+      const bool needs_mask = key0 + kPrefillBlockN - 1 > warp_first_pos;
 #pragma unroll
-    for (int i = 0; i < kPrefillRowsPerWarp; ++i) {
-      const T* q_row = q_tile[warp * kPrefillRowsPerWarp + i];
-      float score = 0.0f;
+      for (int j = 0; j < kPrefillBlockN / 8; ++j) {
 #pragma unroll
-      for (int c = 0; c < kVecsPerRow; ++c) {
-        float qf[kVec];
-        float kf[kVec];
-        ToFloat8<T>(*reinterpret_cast<const uint4*>(q_row + c * kVec), qf);
-        ToFloat8<T>(*reinterpret_cast<const uint4*>(&k_tile[lane][c * kVec]), kf);
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) score = fmaf(qf[e], kf[e], score);
-      }
-      score = key <= position[i] ? score * score_scale : -INFINITY;
-      const float new_max = fmaxf(running_max[i], WarpMax(score));
-      const float correction = exp2f(running_max[i] - new_max);
-      const float prob = exp2f(score - new_max);
-      running_max[i] = new_max;
-      running_sum[i] = running_sum[i] * correction + WarpSum(prob);
-#pragma unroll
-      for (int c = 0; c < kDimsPerLane; ++c) acc[i][c] *= correction;
-#pragma unroll 8
-      for (int j = 0; j < kPrefillBlockN; ++j) {
-        const float p = __shfl_sync(kFullMask, prob, j);
-        const T* v_row = &v_tile[j][lane * kDimsPerLane];
-        if constexpr (kDimsPerLane == 4) {
-          const uint2 words = *reinterpret_cast<const uint2*>(v_row);
-          const float2 lo = WordToFloat2<T>(words.x);
-          const float2 hi = WordToFloat2<T>(words.y);
-          acc[i][0] = fmaf(p, lo.x, acc[i][0]);
-          acc[i][1] = fmaf(p, lo.y, acc[i][1]);
-          acc[i][2] = fmaf(p, hi.x, acc[i][2]);
-          acc[i][3] = fmaf(p, hi.y, acc[i][3]);
-        } else {
-          const float2 pair = WordToFloat2<T>(*reinterpret_cast<const uint32_t*>(v_row));
-          acc[i][0] = fmaf(p, pair.x, acc[i][0]);
-          acc[i][1] = fmaf(p, pair.y, acc[i][1]);
+        for (int e = 0; e < 4; ++e) {
+          const int key = key0 + j * 8 + 2 * t + (e % 2);
+          const float scaled = s[j][e] * score_scale;
+          s[j][e] = needs_mask && key > position[e / 2] ? -INFINITY : scaled;
         }
       }
+      SoftmaxTile<T, kHeadDim>(s, o, row_max, row_sum, p_frag);
     }
+    CpAsyncWaitAll();  // V(n)
+    __syncthreads();   // ... for every thread; and every warp is done with K(n)
+    if (n + 1 < num_key_tiles) {
+      LoadKvTile<T, kHeadDim, kBlockSize>(k_tile, k_head, block_table, block_stride,
+                                          key0 + kPrefillBlockN, tile.kv_end);
+    }
+    if (active) AccumulatePv<T, kHeadDim>(o, p_frag, v_tile, lane);
   }
 
   T* out = static_cast<T*>(params.out);
 #pragma unroll
-  for (int i = 0; i < kPrefillRowsPerWarp; ++i) {
-    const int row = row0 + warp * kPrefillRowsPerWarp + i;
-    if (row >= num_rows) continue;
-    // running_sum >= 1: key 0 is visible to every query (position >= 0).
-    const float inverse = 1.0f / running_sum[i];
-    const int query = row / group;
-    const int q_head = kv_head * group + row % group;
+  for (int half = 0; half < 2; ++half) {
+    float sum = row_sum[half];
+    sum += __shfl_xor_sync(kFullMask, sum, 1);
+    sum += __shfl_xor_sync(kFullMask, sum, 2);
+    const int row = warp_row0 + g + 8 * half;
+    if (row >= tile.num_rows) continue;
+    // sum >= 1: the row's largest score contributes exp2(0), rounded exactly.
+    const float inverse = 1.0f / sum;
     T* dst = out +
-             (static_cast<size_t>(query_begin + query) * params.num_q_heads + q_head) * kHeadDim +
-             lane * kDimsPerLane;
+             (static_cast<size_t>(tile.query_begin + row / tile.group) * params.num_q_heads +
+              kv_head * tile.group + row % tile.group) *
+                 kHeadDim +
+             2 * t;
 #pragma unroll
-    for (int c = 0; c < kDimsPerLane; ++c) dst[c] = FromFloat<T>(acc[i][c] * inverse);
+    for (int d = 0; d < kHeadDim / 8; ++d) {
+      *reinterpret_cast<uint32_t*>(dst + d * 8) =
+          PackFloat2<T>(o[d][2 * half] * inverse, o[d][2 * half + 1] * inverse);
+    }
   }
 }
 
@@ -191,7 +310,7 @@ cudaError_t LaunchPrefillTyped(const PrefillAttentionParams& params, cudaStream_
   const long long tiles = (rows + kPrefillBlockM - 1) / kPrefillBlockM;
   if (tiles > 0x7fffffffLL || params.num_kv_heads > 65535) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(tiles), params.num_kv_heads, params.num_seqs);
-  PrefillAttentionKernel<T, kHeadDim, kBlockSize><<<grid, kPrefillWarps * 32, 0, stream>>>(params);
+  PrefillAttentionKernel<T, kHeadDim, kBlockSize><<<grid, kPrefillThreads, 0, stream>>>(params);
   return cudaGetLastError();
 }
 

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 #include <string>
 #include <utility>
@@ -90,7 +91,14 @@ void RunPrefillCase(const PrefillCase& c, uint32_t seed) {
   const std::vector<double> ref =
       ReferencePagedAttention(problem.q, c.num_q_heads, problem.cache, problem.block_tables,
                               spec.context_lens, problem.query_start, problem.softmax_scale);
-  const Comparison comparison = CompareWithReference(out, ref, c.dtype);
+  // The tensor-core kernel rounds the softmax probabilities to the input
+  // dtype before P.V, as FlashAttention does: weights off by a relative u
+  // (and the normaliser summed from the same rounded weights) move an output
+  // by at most 2u times max |V| (V is drawn in [-1, 1]).
+  const double probability_rounding =
+      2.0 * (c.dtype == ScalarType::kF16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8));
+  const Comparison comparison =
+      CompareWithReference(out, ref, c.dtype, /*atol=*/1e-3 + probability_rounding);
   EXPECT_EQ(comparison.non_finite, 0u) << comparison.Describe();
   EXPECT_LE(comparison.max_allowed_violation, 0.0) << comparison.Describe();
   EXPECT_LT(comparison.relative_l2_error, 1e-2) << comparison.Describe();

@@ -1,3 +1,6 @@
+#include <algorithm>
+#include <cstdint>
+
 #include "kernels/ops/dispatch.cuh"
 #include "kernels/ops/rms_norm.h"
 
@@ -44,6 +47,75 @@ __global__ void FusedAddRmsNormKernel(T* __restrict__ input, T* __restrict__ res
   }
 }
 
+// The decode-time shape (a few rows of 4096): 16-byte accesses, and the row
+// kept in registers between the two passes, so each byte moves once. Up to
+// kMaxVecsPerThread 16-byte vectors per thread (hidden <= 16384 for 16-bit
+// types); larger or unaligned rows take FusedAddRmsNormKernel.
+constexpr int kMaxVecsPerThread = 4;
+
+template <typename T>
+struct alignas(16) Vec16 {
+  static constexpr int kSize = 16 / sizeof(T);
+  T v[kSize];
+};
+
+template <typename T>
+__global__ void FusedAddRmsNormVecKernel(T* __restrict__ input, T* __restrict__ residual,
+                                         const T* __restrict__ weight, int hidden,
+                                         float epsilon) {
+  using V = Vec16<T>;
+  const int num_vecs = hidden / V::kSize;
+  V* input_row = reinterpret_cast<V*>(input + static_cast<int64_t>(blockIdx.x) * hidden);
+  V* residual_row = reinterpret_cast<V*>(residual + static_cast<int64_t>(blockIdx.x) * hidden);
+  V sums[kMaxVecsPerThread];
+  float sum_squares = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kMaxVecsPerThread; ++j) {
+    const int index = threadIdx.x + j * blockDim.x;
+    if (index >= num_vecs) break;
+    const V x = input_row[index];
+    const V r = residual_row[index];
+#pragma unroll
+    for (int e = 0; e < V::kSize; ++e) {
+      // Norm the rounded sum, as the unfused "add then norm" would.
+      sums[j].v[e] = FromFloat<T>(ToFloat(x.v[e]) + ToFloat(r.v[e]));
+      const float value = ToFloat(sums[j].v[e]);
+      sum_squares += value * value;
+    }
+    residual_row[index] = sums[j];
+  }
+  const float scale = rsqrtf(BlockSum(sum_squares) / hidden + epsilon);
+  const V* weight_vecs = reinterpret_cast<const V*>(weight);
+#pragma unroll
+  for (int j = 0; j < kMaxVecsPerThread; ++j) {
+    const int index = threadIdx.x + j * blockDim.x;
+    if (index >= num_vecs) break;
+    const V w = weight_vecs[index];
+    V out;
+#pragma unroll
+    for (int e = 0; e < V::kSize; ++e) {
+      out.v[e] = FromFloat<T>(ToFloat(sums[j].v[e]) * scale * ToFloat(w.v[e]));
+    }
+    input_row[index] = out;
+  }
+}
+
+// Threads for the vector kernel, or 0 when the row does not suit it (not a
+// whole number of aligned vectors, or more than the registers hold).
+template <typename T>
+int VecThreadsFor(const FusedAddRmsNormParams& p) {
+  constexpr int kSize = Vec16<T>::kSize;
+  const auto aligned = [](const void* pointer) {
+    return reinterpret_cast<uintptr_t>(pointer) % 16 == 0;
+  };
+  if (p.hidden % kSize != 0 || !aligned(p.input) || !aligned(p.residual) || !aligned(p.weight)) {
+    return 0;
+  }
+  const int num_vecs = p.hidden / kSize;
+  const int threads = std::min(kThreads, ((num_vecs + 31) / 32) * 32);
+  return num_vecs <= threads * kMaxVecsPerThread ? threads : 0;
+}
+
 int ThreadsFor(int hidden) {
   const int rounded = ((hidden + 31) / 32) * 32;
   return rounded < kThreads ? rounded : kThreads;
@@ -75,6 +147,12 @@ cudaError_t LaunchFusedAddRmsNorm(const FusedAddRmsNormParams& p, cudaStream_t s
   if (p.num_tokens == 0) return cudaSuccess;
   return DispatchScalarType(p.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
+    if (const int threads = VecThreadsFor<T>(p); threads > 0) {
+      FusedAddRmsNormVecKernel<T><<<p.num_tokens, threads, 0, stream>>>(
+          static_cast<T*>(p.input), static_cast<T*>(p.residual), static_cast<const T*>(p.weight),
+          p.hidden, p.epsilon);
+      return cudaGetLastError();
+    }
     FusedAddRmsNormKernel<T><<<p.num_tokens, ThreadsFor(p.hidden), 0, stream>>>(
         static_cast<T*>(p.input), static_cast<T*>(p.residual), static_cast<const T*>(p.weight),
         p.hidden, p.epsilon);

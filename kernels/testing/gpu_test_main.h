@@ -7,15 +7,28 @@
 #ifndef PAGODA_KERNELS_TESTING_GPU_TEST_MAIN_H_
 #define PAGODA_KERNELS_TESTING_GPU_TEST_MAIN_H_
 
+#include <string>
+
 namespace pagoda::kernels::testing {
 
 // The Automake convention for "skipped"; cmake/PagodaTest.cmake sets the same
 // number as SKIP_RETURN_CODE for tests added with GPU.
 inline constexpr int kGpuTestSkipExitCode = 77;
 
-// True when cudaGetDeviceCount reports at least one device (false without a
-// driver or GPU). Clears the sticky error a missing driver leaves.
-bool HasCudaDevice();
+// What the machine has. Only "absent" skips: no GPU (cudaErrorNoDevice), or
+// no driver library at all. Any other CUDA error at start-up (a driver too
+// old for the runtime, a failed initialisation, a GPU that fell off the bus)
+// is "broken", and the test binary fails: a broken GPU is not "no GPU".
+enum class CudaPresence { kDevice, kAbsent, kBroken };
+
+struct CudaProbe {
+  CudaPresence presence = CudaPresence::kAbsent;
+  std::string error;  // the CUDA error's name and text, when there was one
+};
+
+// Asks cudaGetDeviceCount once and clears the sticky error it may leave.
+CudaProbe ProbeCuda();
+
 
 }  // namespace pagoda::kernels::testing
 

@@ -141,6 +141,7 @@ absl::StatusOr<std::unique_ptr<FrontendServer>> FrontendServer::Start(
   // busy port and take half its calls: fail instead.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.RegisterService(service);
+  for (grpc::Service* extra : options.extra_services) builder.RegisterService(extra);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || bound_port == 0) {
     return absl::UnavailableError(

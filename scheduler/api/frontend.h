@@ -98,6 +98,9 @@ struct FrontendOptions {
   std::string ssl_certfile;
   std::string ssl_keyfile;
   std::string ssl_ca_certs;
+  // More services on the same port (vllm.grpc.engine.VllmEngine); they must
+  // outlive the server.
+  std::vector<grpc::Service*> extra_services;
 };
 
 // A running gRPC server: the Generation service, grpc.health.v1 (overall

@@ -288,7 +288,9 @@ void CompletionCall::OnDelta(size_t index, const RequestDelta& delta) {
   const pagoda::v1::GenerateResponse message = part.output->AddDelta(delta);
   for (const auto& output : message.outputs()) part.completion_tokens += output.token_ids_size();
   // Stop strings ended every sequence: free the blocks now.
-  if (part.output->TakeStopAbort()) engine_->AbortRequest(part.request_id, part.sink.get());
+  if (part.output->TakeStopAbort()) {
+    engine_->AbortRequest(part.request_id, part.sink.get(), Engine::AbortCause::kStopString);
+  }
   if (!request_.stream) return;
   json chunk = MakeOpenAiChunk(request_, message, model_, created_, tokenizer_, &part.role_sent);
   if (chunk.is_null()) return;

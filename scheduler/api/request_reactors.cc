@@ -112,7 +112,9 @@ class UnarySink : public RequestSink {
   void OnDelta(const RequestDelta& delta) override {
     output_.AddDelta(delta);
     // Stop strings ended every sequence: free the blocks now.
-    if (output_.TakeStopAbort()) engine_->AbortRequest(output_.whole().request_id(), this);
+    if (output_.TakeStopAbort()) {
+      engine_->AbortRequest(output_.whole().request_id(), this, Engine::AbortCause::kStopString);
+    }
   }
   void OnFinish(const absl::Status& engine_status) override {
     const absl::Status status = output_.FinalStatus(engine_status);
@@ -241,7 +243,11 @@ void StreamState::OnDelta(const RequestDelta& delta) {
   // Stop strings ended every sequence, or the client stopped reading: free
   // the blocks at the engine's next step. Its OnFinish then ends the stream
   // (an overflow's status is already set; a stop reads as success).
-  if (overflow || stop_abort) engine_->AbortRequest(request_id_, this);
+  if (overflow || stop_abort) {
+    engine_->AbortRequest(request_id_, this,
+                          overflow ? Engine::AbortCause::kCancelled
+                                   : Engine::AbortCause::kStopString);
+  }
   Run(action);
 }
 

@@ -93,9 +93,10 @@ int Engine::NumQueuedLocked() const {
                          snapshot_.num_swapped);
 }
 
-void Engine::AbortRequest(const std::string& request_id, const RequestSink* sink) {
+void Engine::AbortRequest(const std::string& request_id, const RequestSink* sink,
+                          AbortCause why) {
   absl::MutexLock lock(&mu_);
-  if (in_flight_ids_.contains(request_id)) abort_inbox_.push_back(Abort{request_id, sink});
+  if (in_flight_ids_.contains(request_id)) abort_inbox_.push_back(Abort{request_id, sink, why});
 }
 
 void Engine::StopAccepting() {
@@ -146,6 +147,7 @@ void Engine::Loop() {
   while (true) {
     std::vector<EngineRequest> arrived;
     std::vector<Abort> aborts;
+    std::vector<std::shared_ptr<HashQuery>> queries;
     bool stop = false;
     {
       absl::MutexLock lock(&mu_);
@@ -153,14 +155,16 @@ void Engine::Loop() {
       // only touched by this thread, so reading them here is safe.
       auto has_work = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
         return stop_requested_ || !inbox_.empty() || !abort_inbox_.empty() ||
-               scheduler_->HasUnfinished();
+               !hash_queries_.empty() || scheduler_->HasUnfinished();
       };
       // Wakes now and then even when idle, to see a dead worker (recovery.cc).
       mu_.AwaitWithTimeout(absl::Condition(&has_work), kWorkerCheckPeriod);
       arrived.swap(inbox_);
       aborts.swap(abort_inbox_);
+      queries.swap(hash_queries_);
       stop = stop_requested_;
     }
+    AnswerHashQueries(std::move(queries));
     AdmitRequests(std::move(arrived));
     ApplyAborts(aborts);
     if (stop) break;
@@ -216,7 +220,8 @@ void Engine::ApplyAborts(const std::vector<Abort>& aborts) {
     if (abort.sink != nullptr && it->second->sink.get() != abort.sink) continue;
     // The group is dropped here: its blocks were freed by AbortRequest.
     std::unique_ptr<SequenceGroup> group = scheduler_->AbortRequest(id);
-    FinishRequest(id, absl::CancelledError("request cancelled"), "abort");
+    FinishRequest(id, absl::CancelledError("request cancelled"),
+                  abort.why == AbortCause::kStopString ? "stop" : "abort");
   }
 }
 
@@ -414,7 +419,45 @@ void Engine::FailAll(const absl::Status& status, bool include_queued) {
   for (EngineRequest& request : late) request.sink->OnFinish(status);
 }
 
+void Engine::SetKvEventSink(KvEventSink* sink) {
+  scheduler_->block_manager().EnableKvEvents();
+  if (scheduler_->block_manager().kv_events_enabled()) kv_event_sink_ = sink;
+}
+
+void Engine::PublishKvEvents() {
+  if (kv_event_sink_ == nullptr) return;
+  BlockManager& blocks = scheduler_->block_manager();
+  blocks.SwapKvEvents(kv_events_);
+  // After a refused batch the subscribers' view is wrong: the whole cache
+  // replaces whatever happened since.
+  if (kv_events_lost_) kv_events_ = blocks.CachedBlocksAsEvents();
+  if (kv_events_.empty()) return;
+  kv_events_lost_ = !kv_event_sink_->TryPublish(kv_events_);
+  kv_events_.Clear();  // Refused: dropped (else already the sink's empty one).
+}
+
+std::optional<std::vector<uint64_t>> Engine::CachedBlockHashes(absl::Duration timeout) {
+  auto query = std::make_shared<HashQuery>();
+  absl::MutexLock lock(&mu_);
+  if (stop_requested_ || !thread_.joinable()) return std::nullopt;
+  hash_queries_.push_back(query);
+  auto answered = [&query]() { return query->done; };
+  if (!mu_.AwaitWithTimeout(absl::Condition(&answered), timeout)) return std::nullopt;
+  return query->hashes;
+}
+
+void Engine::AnswerHashQueries(std::vector<std::shared_ptr<HashQuery>> queries) {
+  if (queries.empty()) return;
+  const std::vector<uint64_t> hashes = scheduler_->block_manager().CachedBlockHashes();
+  absl::MutexLock lock(&mu_);
+  for (const std::shared_ptr<HashQuery>& query : queries) {
+    query->hashes = hashes;
+    query->done = true;
+  }
+}
+
 void Engine::PublishSnapshot(const StepRecord* step) {
+  PublishKvEvents();
   const BlockManager& blocks = scheduler_->block_manager();
   totals_.num_running = scheduler_->num_running();
   totals_.num_waiting = scheduler_->num_waiting();

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -79,7 +80,12 @@ class Engine {
   // non-null `sink`, only the request that was added with that sink is
   // aborted: a late abort from a call whose request already ended (or was
   // refused) must not hit a newer request that reuses its client-chosen id.
-  void AbortRequest(const std::string& request_id, const RequestSink* sink = nullptr);
+  // `why` is only what the request's finish is counted as
+  // (pagoda_request_success_total's finished_reason): a request the API
+  // layer ended at a stop string finished with "stop", not "abort".
+  enum class AbortCause { kCancelled, kStopString };
+  void AbortRequest(const std::string& request_id, const RequestSink* sink = nullptr,
+                    AbortCause why = AbortCause::kCancelled);
 
   // Refuses new requests from now on (drain); in-flight ones continue.
   void StopAccepting();
@@ -90,6 +96,16 @@ class Engine {
   // Fails every remaining request with UNAVAILABLE and joins the thread.
   // Idempotent.
   void Stop();
+
+  // Publishes the prefix cache's KV events (kv_events.h) to `sink` after
+  // every step. Call before Start(); `sink` must outlive the engine. No-op
+  // without prefix caching.
+  void SetKvEventSink(KvEventSink* sink);
+
+  // The hashes of the blocks the prefix cache can serve hits from, read on
+  // the engine thread between steps; nullopt if it did not answer within
+  // `timeout` (or is not running). For checking KV event subscribers.
+  std::optional<std::vector<uint64_t>> CachedBlockHashes(absl::Duration timeout);
 
   bool healthy() const;
   // Why the engine is unhealthy ("" while healthy).
@@ -141,6 +157,7 @@ class Engine {
   struct Abort {
     std::string request_id;
     const RequestSink* sink;  // Null: whichever request has the id.
+    AbortCause why;
   };
   void ApplyAborts(const std::vector<Abort>& aborts);
   // Reports a request's end to its sink and observer and forgets it.
@@ -150,6 +167,14 @@ class Engine {
   // still in the inbox (stop, dead workers), else they stay queued.
   void FailAll(const absl::Status& status, bool include_queued = true);
   void PublishSnapshot(const StepRecord* step);
+  // Hands the events recorded since the last call to the KV event sink.
+  void PublishKvEvents();
+  struct HashQuery {
+    std::vector<uint64_t> hashes;
+    bool done = false;
+  };
+  // Answers the pending CachedBlockHashes calls.
+  void AnswerHashQueries(std::vector<std::shared_ptr<HashQuery>> queries);
   // Worker failure (recovery.cc): requeues every request for recomputation
   // and has the workers restarted; false if they cannot come back.
   bool RecoverWorkers();
@@ -172,10 +197,14 @@ class Engine {
   bool workers_failed_ = false;            // A step failed; every request now fails.
   std::vector<std::string> finished_ids_;  // Finished since the last snapshot.
   EngineSnapshot totals_;                  // Running counters, copied into snapshot_.
+  KvEventSink* kv_event_sink_ = nullptr;
+  KvEventBatch kv_events_;  // Swapped with the block manager's, then the sink's.
+  bool kv_events_lost_ = false;  // The sink refused a batch: resync when it has room.
 
   mutable absl::Mutex mu_;
   std::vector<EngineRequest> inbox_ ABSL_GUARDED_BY(mu_);
   std::vector<Abort> abort_inbox_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::shared_ptr<HashQuery>> hash_queries_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<std::string> in_flight_ids_ ABSL_GUARDED_BY(mu_);
   bool accepting_ ABSL_GUARDED_BY(mu_) = true;
   bool healthy_ ABSL_GUARDED_BY(mu_) = true;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/hash/hash.h"
@@ -143,10 +144,34 @@ void BlockManager::ResetPrefixCache() {
 }
 
 void BlockManager::RegisterHashes(const KvSequence& seq, const BlockTable& table, int from) {
+  bool in_run = false;  // Whether the last block started or joined a BlockStored.
   for (int b = from; b < static_cast<int>(table.hashes.size()); ++b) {
+    const std::vector<int32_t> tokens = BlockTokens(seq, b, block_size_);
+    const std::optional<uint64_t> parent =
+        b == 0 ? std::nullopt : std::optional<uint64_t>(table.hashes[b - 1]);
     // Fails harmlessly when another block already caches these tokens.
-    gpu_.SetHash(table.blocks[b], table.hashes[b], BlockTokens(seq, b, block_size_));
+    if (!gpu_.SetHash(table.blocks[b], table.hashes[b], tokens, parent)) {
+      in_run = false;
+      continue;
+    }
+    if (!kv_events_enabled_) continue;
+    if (!in_run) kv_events_.AddStored(parent, block_size_);
+    kv_events_.AppendStoredBlock(table.hashes[b], tokens);
+    in_run = true;
   }
+}
+
+void BlockManager::EnableKvEvents() {
+  if (!enable_prefix_caching_ || kv_events_enabled_) return;
+  kv_events_enabled_ = true;
+  gpu_.set_event_log(&kv_events_);
+}
+
+KvEventBatch BlockManager::CachedBlocksAsEvents() const {
+  KvEventBatch batch;
+  batch.AddCleared();
+  gpu_.AppendCachedBlocks(block_size_, batch);
+  return batch;
 }
 
 bool BlockManager::CanAppendSlots(const KvSequenceGroup& group) const {

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -10,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "scheduler/kv/block_pool.h"
+#include "scheduler/kv/kv_events.h"
 #include "scheduler/kv/kv_sequence.h"
 
 namespace pagoda::scheduler {
@@ -116,6 +118,27 @@ class BlockManager {
   // computed full blocks are hashed again by later commits.
   void ResetPrefixCache();
 
+  // KV events (kv_events.h): from now on every change to the set of
+  // prefix-cached GPU blocks is recorded, in order, until TakeKvEvents.
+  // Stored blocks of one commit share one BlockStored; consecutive
+  // evictions one BlockRemoved. No-op without prefix caching.
+  void EnableKvEvents();
+  bool kv_events_enabled() const { return kv_events_enabled_; }
+  // Swaps the events recorded since the last call (oldest first) with
+  // `batch`, which must be empty and whose capacity the next events reuse.
+  void SwapKvEvents(KvEventBatch& batch) { std::swap(kv_events_, batch); }
+  // The events recorded since the last call, oldest first.
+  KvEventBatch TakeKvEvents() {
+    KvEventBatch batch;
+    SwapKvEvents(batch);
+    return batch;
+  }
+  // What a subscriber that lost events needs to hold the current state:
+  // AllBlocksCleared, then one BlockStored per cached block.
+  KvEventBatch CachedBlocksAsEvents() const;
+  // The hashes the GPU pool can serve prefix hits from, in no order.
+  std::vector<uint64_t> CachedBlockHashes() const { return gpu_.CachedHashes(); }
+
   // Drops the sequence's references (tail block first, so that a cached
   // chain is evicted from its tail) and its table. No-op if it has none.
   void Free(int64_t seq_id);
@@ -175,6 +198,8 @@ class BlockManager {
   BlockPool gpu_;
   BlockPool cpu_;
   absl::flat_hash_map<int64_t, BlockTable> tables_;
+  bool kv_events_enabled_ = false;
+  KvEventBatch kv_events_;  // Since the last TakeKvEvents.
 };
 
 }  // namespace pagoda::scheduler

@@ -56,12 +56,14 @@ void BlockPool::Release(int block) {
   }
 }
 
-bool BlockPool::SetHash(int block, uint64_t hash, absl::Span<const int32_t> tokens) {
+bool BlockPool::SetHash(int block, uint64_t hash, absl::Span<const int32_t> tokens,
+                        std::optional<uint64_t> parent) {
   Block& entry = blocks_.at(block);
   CHECK_GT(entry.ref_count, 0) << "hashing free block " << block;
   if (entry.hash.has_value() || hash_to_block_.contains(hash)) return false;
   entry.hash = hash;
   entry.tokens.assign(tokens.begin(), tokens.end());
+  entry.parent_hash = parent;
   hash_to_block_[hash] = block;
   return true;
 }
@@ -72,8 +74,24 @@ void BlockPool::ForgetCachedContents() {
   for (Block& block : blocks_) {
     block.hash.reset();
     block.tokens.clear();
+    block.parent_hash.reset();
   }
   hash_to_block_.clear();
+  if (event_log_ != nullptr) event_log_->AddCleared();
+}
+
+void BlockPool::AppendCachedBlocks(int block_size, KvEventBatch& batch) const {
+  for (const auto& [hash, block] : hash_to_block_) {
+    batch.AddStored(blocks_[block].parent_hash, block_size);
+    batch.AppendStoredBlock(hash, blocks_[block].tokens);
+  }
+}
+
+std::vector<uint64_t> BlockPool::CachedHashes() const {
+  std::vector<uint64_t> hashes;
+  hashes.reserve(hash_to_block_.size());
+  for (const auto& [hash, block] : hash_to_block_) hashes.push_back(hash);
+  return hashes;
 }
 
 bool BlockPool::is_evictable(int block) const {
@@ -83,8 +101,10 @@ bool BlockPool::is_evictable(int block) const {
 void BlockPool::Unhash(int block) {
   Block& entry = blocks_[block];
   hash_to_block_.erase(*entry.hash);
+  if (event_log_ != nullptr) event_log_->AddRemoved(*entry.hash);
   entry.hash.reset();
   entry.tokens.clear();
+  entry.parent_hash.reset();
 }
 
 }  // namespace pagoda::scheduler

@@ -11,6 +11,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "scheduler/kv/kv_events.h"
 
 namespace pagoda::scheduler {
 
@@ -53,11 +54,24 @@ class BlockPool {
   // Registers a used, full, computed block under `hash` with its tokens.
   // Returns false (and changes nothing) if the block already has a hash or
   // another block holds this hash (the first copy stays the cached one).
-  bool SetHash(int block, uint64_t hash, absl::Span<const int32_t> tokens);
+  // `parent` is the hash of the block before it in its sequence (none for a
+  // first block), kept for CachedBlocksAsEvents.
+  bool SetHash(int block, uint64_t hash, absl::Span<const int32_t> tokens,
+               std::optional<uint64_t> parent = std::nullopt);
 
   // Forgets every hash (the K/V bytes are gone, e.g. a worker restarted):
   // evictable blocks become free, used ones stay used but unfindable.
   void ForgetCachedContents();
+
+  // Where evictions (BlockRemoved) and ForgetCachedContents
+  // (AllBlocksCleared) are recorded, in order with the owner's own events;
+  // null (the default) records nothing. `log` must outlive the pool.
+  void set_event_log(KvEventBatch* log) { event_log_ = log; }
+  // Appends every hashed block to `batch` as one BlockStored of its own, in
+  // no order (parents need not come first).
+  void AppendCachedBlocks(int block_size, KvEventBatch& batch) const;
+  // The hashes blocks are findable under, in no order.
+  std::vector<uint64_t> CachedHashes() const;
 
   int ref_count(int block) const { return blocks_[block].ref_count; }
   std::optional<uint64_t> hash(int block) const { return blocks_[block].hash; }
@@ -75,6 +89,7 @@ class BlockPool {
     int ref_count = 0;
     std::optional<uint64_t> hash;
     std::vector<int32_t> tokens;  // Kept only while hashed, for collision checks.
+    std::optional<uint64_t> parent_hash;  // While hashed: the previous block's.
     uint64_t last_use = 0;        // Tick of the last Release.
   };
   // Forgets the hash of an evictable or used block.
@@ -87,6 +102,7 @@ class BlockPool {
   std::set<std::pair<uint64_t, int>> evictor_;
   absl::flat_hash_map<uint64_t, int> hash_to_block_;
   uint64_t tick_ = 0;
+  KvEventBatch* event_log_ = nullptr;
 };
 
 }  // namespace pagoda::scheduler

@@ -9,6 +9,7 @@
 #include "absl/time/clock.h"
 #include "glog/logging.h"
 #include "wire/frame_channel.h"
+#include "wire/worker_owner.h"
 #include "wire/worker_secret.h"
 #include "wire/limits.h"
 
@@ -55,8 +56,17 @@ std::string DescribeGrpcError(const grpc::Status& status) {
 
 }  // namespace
 
-GrpcWorkerGroup::GrpcWorkerGroup(const GrpcWorkerGroupOptions& options, int world_size)
-    : options_(options), world_size_(world_size) {}
+GrpcWorkerGroup::GrpcWorkerGroup(const GrpcWorkerGroupOptions& options, int world_size,
+                                 std::string owner_id)
+    : options_(options), world_size_(world_size), owner_id_(std::move(owner_id)) {}
+
+absl::StatusOr<std::unique_ptr<GrpcWorkerGroup>> GrpcWorkerGroup::Create(
+    const GrpcWorkerGroupOptions& options, int world_size) {
+  absl::StatusOr<std::string> owner_id = wire::GenerateWorkerOwnerId();
+  if (!owner_id.ok()) return owner_id.status();
+  return std::unique_ptr<GrpcWorkerGroup>(
+      new GrpcWorkerGroup(options, world_size, *std::move(owner_id)));
+}
 
 GrpcWorkerGroup::~GrpcWorkerGroup() {
   Shutdown();
@@ -68,8 +78,10 @@ absl::StatusOr<std::unique_ptr<GrpcWorkerGroup>> GrpcWorkerGroup::Connect(
     absl::Duration connect_timeout, const GrpcWorkerGroupOptions& options) {
   if (addresses.empty()) return absl::InvalidArgumentError("no worker addresses");
   if (secret.empty()) return absl::InvalidArgumentError("connected workers need a secret");
-  std::unique_ptr<GrpcWorkerGroup> group(
-      new GrpcWorkerGroup(options, static_cast<int>(addresses.size())));
+  absl::StatusOr<std::unique_ptr<GrpcWorkerGroup>> created =
+      Create(options, static_cast<int>(addresses.size()));
+  if (!created.ok()) return created.status();
+  std::unique_ptr<GrpcWorkerGroup> group = *std::move(created);
   group->addresses_ = addresses;
   group->connect_secret_ = secret;
   absl::Status started = group->StartRanks(absl::Now() + connect_timeout);
@@ -82,7 +94,9 @@ absl::StatusOr<std::unique_ptr<GrpcWorkerGroup>> GrpcWorkerGroup::Launch(
     const std::string& worker_binary, int world_size, absl::Duration start_timeout,
     const GrpcWorkerGroupOptions& options) {
   if (world_size < 1) return absl::InvalidArgumentError("world size must be at least 1");
-  std::unique_ptr<GrpcWorkerGroup> group(new GrpcWorkerGroup(options, world_size));
+  absl::StatusOr<std::unique_ptr<GrpcWorkerGroup>> created = Create(options, world_size);
+  if (!created.ok()) return created.status();
+  std::unique_ptr<GrpcWorkerGroup> group = *std::move(created);
   group->worker_binary_ = worker_binary;
   absl::Status started = group->StartRanks(absl::Now() + start_timeout);
   if (!started.ok()) return started;
@@ -126,10 +140,11 @@ absl::Status GrpcWorkerGroup::AddRank(const std::string& address, const std::str
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   // Liveness while idle: pings on the open connection, and no idle timeout
   // (an idle channel leaving READY would read as a lost worker).
+  const absl::Duration ping_after = std::min(absl::Seconds(1), options_.stall_timeout / 2);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS,
-              static_cast<int>(absl::ToInt64Milliseconds(options_.keepalive_time)));
+              static_cast<int>(absl::ToInt64Milliseconds(ping_after)));
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
-              static_cast<int>(absl::ToInt64Milliseconds(options_.keepalive_timeout)));
+              static_cast<int>(absl::ToInt64Milliseconds(options_.stall_timeout - ping_after)));
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   args.SetInt(GRPC_ARG_CLIENT_IDLE_TIMEOUT_MS, std::numeric_limits<int>::max());
@@ -151,25 +166,51 @@ absl::Status GrpcWorkerGroup::AddRank(const std::string& address, const std::str
     return absl::UnavailableError(
         absl::StrCat("cannot reach worker rank ", rank, " at ", address, " in time"));
   }
-  watchers_.emplace_back(&GrpcWorkerGroup::WatchConnection, this, rank, address, channel);
+  watchers_.emplace_back(&GrpcWorkerGroup::WatchConnection, this, rank, address, secret,
+                         channel);
   return absl::OkStatus();
 }
 
-void GrpcWorkerGroup::WatchConnection(int rank, std::string address,
+void GrpcWorkerGroup::WatchConnection(int rank, std::string address, std::string secret,
                                       std::shared_ptr<grpc::Channel> channel) {
   auto stopped = [this] {
     absl::MutexLock lock(&mutex_);
     return stop_watching_;
   };
+  std::unique_ptr<v1::Worker::Stub> stub = v1::Worker::NewStub(channel);
+  absl::Time next_heartbeat = absl::Now();
   while (!stopped()) {
     const grpc_connectivity_state state = channel->GetState(/*try_to_connect=*/false);
     if (state != GRPC_CHANNEL_READY) {
       Fail(absl::StrCat("lost the connection to worker rank ", rank, " (", address, ")"));
       return;
     }
+    if (absl::Now() >= next_heartbeat) {
+      next_heartbeat = absl::Now() + wire::kOwnerHeartbeatPeriod;
+      if (absl::Status lost = SendHeartbeat(*stub, secret); !lost.ok()) {
+        Fail(absl::StrCat("worker rank ", rank, " (", address, "): ", lost.message()));
+        return;
+      }
+    }
     // Wakes on a change, or after the period to look at stop_watching_.
     channel->WaitForStateChange(state, absl::ToChronoTime(absl::Now() + kWatchPeriod));
   }
+}
+
+absl::Status GrpcWorkerGroup::SendHeartbeat(v1::Worker::Stub& stub,
+                                            const std::string& secret) const {
+  grpc::ClientContext context;
+  context.AddMetadata(kWorkerSecretMetadataKey, secret);
+  context.AddMetadata(wire::kWorkerOwnerMetadataKey, owner_id_);
+  context.set_deadline(absl::ToChronoTime(absl::Now() + wire::kOwnerHeartbeatPeriod));
+  v1::HeartbeatResponse response;
+  const grpc::Status status = stub.Heartbeat(&context, v1::HeartbeatRequest(), &response);
+  // Liveness is the connection watch's and the keepalive's to judge (a slow
+  // heartbeat is no lost worker); only a worker taken over is reported.
+  if (status.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
+    return absl::FailedPreconditionError(status.error_message());
+  }
+  return absl::OkStatus();
 }
 
 void GrpcWorkerGroup::DropRanks() {
@@ -192,6 +233,7 @@ void GrpcWorkerGroup::DropRanks() {
 
 void GrpcWorkerGroup::AddSecret(grpc::ClientContext& context, int rank) const {
   context.AddMetadata(kWorkerSecretMetadataKey, ranks_[rank].secret);
+  context.AddMetadata(wire::kWorkerOwnerMetadataKey, owner_id_);
 }
 
 template <typename Request, typename Response, typename AsyncMethod>

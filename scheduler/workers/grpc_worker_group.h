@@ -44,11 +44,13 @@ struct GrpcWorkerGroupOptions {
   // How long one restart attempt may take to start (spawned) or reach
   // (connected) every rank.
   absl::Duration restart_start_timeout = absl::Seconds(30);
-  // Connected workers: HTTP/2 keepalive pings, so a worker that vanished
-  // without closing its connection (host down) is seen within about
-  // keepalive_time + keepalive_timeout even when idle.
-  absl::Duration keepalive_time = absl::Milliseconds(500);
-  absl::Duration keepalive_timeout = absl::Milliseconds(500);
+  // How long a worker may leave the server's HTTP/2 keepalive pings
+  // unanswered (stopped, swapped out, a host gone silent) before it counts as
+  // lost, idle or not: the pings go out after a second without traffic
+  // (less for a stall timeout under two seconds) and wait the rest. Too short
+  // restarts healthy workers on a busy host; a worker process that exits is
+  // seen at once either way (closed connection, and pidfd when spawned).
+  absl::Duration stall_timeout = absl::Seconds(10);
   // Connected workers: how to reach them (null = plaintext). Mutual TLS in
   // production (see MakeChannelCredentials); spawned workers use their
   // private Unix sockets in plaintext.
@@ -133,7 +135,10 @@ class GrpcWorkerGroup final : public WorkerGroup {
     std::unique_ptr<WorkerProcess> process;  // Null for connected workers.
   };
 
-  GrpcWorkerGroup(const GrpcWorkerGroupOptions& options, int world_size);
+  GrpcWorkerGroup(const GrpcWorkerGroupOptions& options, int world_size, std::string owner_id);
+  // A group with a fresh owner id (wire/worker_owner.h).
+  static absl::StatusOr<std::unique_ptr<GrpcWorkerGroup>> Create(
+      const GrpcWorkerGroupOptions& options, int world_size);
   // Starts every rank: spawns (worker_binary_ set) or connects (addresses_).
   absl::Status StartRanks(absl::Time deadline);
   // Opens a channel to `address` for rank ranks_.size() and waits until
@@ -144,7 +149,16 @@ class GrpcWorkerGroup final : public WorkerGroup {
   void DropRanks();
   // Fails the group when rank `rank`'s channel leaves READY; runs until
   // stop_watching_.
-  void WatchConnection(int rank, std::string address, std::shared_ptr<grpc::Channel> channel);
+  // Until the watch stops: fails the group when the rank's connection
+  // leaves READY, and sends the rank a Heartbeat every
+  // wire::kOwnerHeartbeatPeriod, failing the group if the worker answers
+  // that it serves another server.
+  void WatchConnection(int rank, std::string address, std::string secret,
+                       std::shared_ptr<grpc::Channel> channel);
+  // FAILED_PRECONDITION if the worker now serves another server; OK for any
+  // other outcome (liveness is judged elsewhere).
+  absl::Status SendHeartbeat(pagoda::worker::v1::Worker::Stub& stub,
+                             const std::string& secret) const;
   // One restart: new ranks, LoadModel, InitCache.
   absl::Status RestartOnce();
   void AddSecret(grpc::ClientContext& context, int rank) const;
@@ -184,6 +198,8 @@ class GrpcWorkerGroup final : public WorkerGroup {
 
   const GrpcWorkerGroupOptions options_;
   const int world_size_;
+  // Sent with every call: the workers serve this server only.
+  const std::string owner_id_;
   std::string worker_binary_;           // Spawned groups.
   std::vector<std::string> addresses_;  // Connected groups.
   std::string connect_secret_;          // Connected groups.

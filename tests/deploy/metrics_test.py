@@ -39,14 +39,15 @@ class IdleGaugesTest(unittest.TestCase):
         while True:
             values, _ = h.scrape(self.server.metrics_port)
             idle = all(values[name] == 0 for name in IDLE_ZERO) and (
-                values["pagoda_gpu_blocks_free"] == values["pagoda_gpu_blocks_total"])
+                values["pagoda_gpu_blocks_free"] == values["pagoda_gpu_blocks"])
             if idle or time.time() > deadline:
                 break
             time.sleep(0.05)
         for name in IDLE_ZERO:
             self.assertEqual(values[name], 0, name)
         self.assertEqual(values["pagoda_gpu_blocks_free"], 64)
-        self.assertEqual(values["pagoda_gpu_blocks_total"], 64)
+        self.assertEqual(values["pagoda_gpu_blocks"], 64)
+        self.assertEqual(values["pagoda_gpu_blocks_total"], 64)  # Deprecated alias.
 
     def test_gauges_return_to_idle_after_requests_and_a_cancelled_stream(self):
         # Busy: several concurrent long requests.
@@ -95,6 +96,48 @@ class IdleGaugesTest(unittest.TestCase):
                          count(before, "pagoda_time_per_output_token_seconds"), 11)
         self.assertEqual(count(after, "pagoda_time_to_first_token_seconds") -
                          count(before, "pagoda_time_to_first_token_seconds"), 1)
+
+
+    def finished(self, reason):
+        _, text = h.scrape(self.server.metrics_port)
+        total = 0.0
+        for line in text.splitlines():
+            if line.startswith("pagoda_request_success_total{") and \
+                    f'finished_reason="{reason}"' in line:
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
+    def test_a_stop_string_finish_is_counted_as_stop(self):
+        self.assert_idle()
+        free = self.generate("--prompt", "hello", "--max-tokens", "24", "--ignore-eos")
+        self.assertEqual(free.returncode, 0, free.stderr)
+        text = free.stdout.split("\nfinish_reason:")[0]
+        stop = text[len(text) // 2:len(text) // 2 + 2]
+        self.assertTrue(stop.strip(), f"no stop string to take from {text!r}")
+        stops, aborts = self.finished("stop"), self.finished("abort")
+        cut = self.generate("--prompt", "hello", "--max-tokens", "24", "--ignore-eos",
+                            "--stop", stop)
+        self.assertEqual(cut.returncode, 0, cut.stderr)
+        self.assertIn("FINISH_REASON_STOP", cut.stdout)
+        deadline = time.time() + 5  # The engine records the end just after answering.
+        while self.finished("stop") == stops and time.time() < deadline:
+            time.sleep(0.05)
+        self.assertEqual(self.finished("stop"), stops + 1)
+        self.assertEqual(self.finished("abort"), aborts)
+
+    def test_promtool_finds_nothing_but_the_deprecated_and_vllm_names(self):
+        _, text = h.scrape(self.server.metrics_port)
+        result = subprocess.run(["promtool", "check", "metrics"], input=text,
+                                capture_output=True, text=True, timeout=30)
+        problems = [line for line in (result.stdout + result.stderr).splitlines() if line.strip()]
+        # The deprecated aliases' "_total", and the colon of vLLM's names
+        # (which promtool keeps for recording rules; the gateway reads them
+        # as vLLM spells them).
+        expected = ("pagoda_gpu_blocks_total", "pagoda_cpu_blocks_total",
+                    "pagoda_iteration_tokens_total", "vllm:")
+        unexpected = [p for p in problems if not p.lstrip("- ").startswith(expected) and
+                      "should not contain ':'" not in p]
+        self.assertEqual(unexpected, [], "\n".join(problems))
 
 
 if __name__ == "__main__":

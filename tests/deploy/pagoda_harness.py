@@ -42,6 +42,8 @@ class Server:
         self.process = None
         self.port = None
         self.metrics_port = None
+        self.worker_pids = []
+        self.kv_events_replay_endpoint = None
         self.stderr_file = tempfile.TemporaryFile()
 
     def start(self, timeout=60):
@@ -65,6 +67,10 @@ class Server:
                 text = line.decode(errors="replace")
                 if m := re.match(r"PAGODA_METRICS_LISTENING (\d+)", text):
                     self.metrics_port = int(m.group(1))
+                if m := re.match(r"PAGODA_WORKER_PIDS ([\d,]+)", text):
+                    self.worker_pids = [int(pid) for pid in m.group(1).split(",")]
+                if m := re.match(r"PAGODA_KV_EVENTS_REPLAY_ENDPOINT (\S+)", text):
+                    self.kv_events_replay_endpoint = m.group(1)
                 if m := re.match(r"PAGODA_SERVER_LISTENING (\d+)", text):
                     self.port = int(m.group(1))
                     return self

@@ -116,6 +116,13 @@ class BusyPortAndValidationTest(ServerTestBase):
         self.assert_refused_before_workers(["--kv-cache-dtype=half"], "--kv-cache-dtype")
         self.assert_refused_before_workers(["--dtype", "int4"], '--dtype: unknown dtype "int4"')
 
+    def test_bad_worker_stall_timeout_is_refused_before_any_worker_starts(self):
+        for value in ("0", "0.1", "-3", "nan", "7200"):
+            with self.subTest(value=value):
+                self.assert_refused_before_workers(
+                    ["--worker-stall-timeout", value],
+                    "--worker-stall-timeout must be in [0.5, 3600] seconds")
+
     def test_bad_metrics_port_is_refused_before_any_worker_starts(self):
         self.assert_refused_before_workers(["--metrics-port", "70000"], "--metrics-port")
         with socket.socket() as busy:

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -172,6 +173,76 @@ TEST_F(RecoveryTest, RequestsResumeWithTheTokensOfAnUninterruptedRun) {
   EXPECT_TRUE(engine_->healthy());
   ASSERT_TRUE(engine_->WaitUntilIdle(absl::Seconds(5)));
   EXPECT_EQ(engine_->snapshot().free_gpu_blocks, kBlocks);  // Nothing leaked.
+}
+
+// Takes every third batch refused, as a full queue would; keeps the rest.
+class RefusingKvEventSink : public KvEventSink {
+ public:
+  bool TryPublish(KvEventBatch& events) override {
+    absl::MutexLock lock(&mu_);
+    if (++calls_ % 3 == 0) return false;
+    batches_.push_back(events.ToEvents());
+    events.Clear();
+    return true;
+  }
+  std::vector<std::vector<KvCacheEvent>> batches() const {
+    absl::MutexLock lock(&mu_);
+    return batches_;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  int calls_ = 0;
+  std::vector<std::vector<KvCacheEvent>> batches_;
+};
+
+TEST_F(RecoveryTest, KvEventsTrackTheCacheThroughRestartsAndRefusedBatches) {
+  StartEngine(/*start=*/false);
+  RefusingKvEventSink sink;
+  engine_->SetKvEventSink(&sink);
+  engine_->Start();
+  std::vector<std::shared_ptr<CollectingSink>> sinks = SubmitAll([this](int count) {
+    if (count == 5 || count == 12) workers_->Crash();
+  });
+  for (auto& request : sinks) ASSERT_TRUE(request->WaitFinished());
+  ASSERT_TRUE(engine_->WaitUntilIdle(absl::Seconds(5)));
+  // One more request after the refusals: its batch carries the resync.
+  auto last = std::make_shared<CollectingSink>();
+  EngineRequest request;
+  request.request_id = "after";
+  request.prompt_token_ids = {5, 6, 7, 8, 9, 10, 11, 12, 13};
+  request.stopping.max_tokens = 2;
+  request.sink = last;
+  ASSERT_TRUE(engine_->AddRequest(std::move(request)).ok());
+  ASSERT_TRUE(last->WaitFinished());
+  // If the last batch was refused, the engine resends the resync on its
+  // next wake-up (each query wakes it): a few tries at most.
+  absl::flat_hash_set<uint64_t> held, expected;
+  int cleared = 0;
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    std::optional<std::vector<uint64_t>> cached = engine_->CachedBlockHashes(absl::Seconds(5));
+    ASSERT_TRUE(cached.has_value());
+    expected = absl::flat_hash_set<uint64_t>(cached->begin(), cached->end());
+    held.clear();
+    cleared = 0;
+    for (const std::vector<KvCacheEvent>& batch : sink.batches()) {
+      for (const KvCacheEvent& event : batch) {
+        if (event.kind == KvCacheEvent::Kind::kAllBlocksCleared) {
+          held.clear();
+          ++cleared;
+        }
+        for (uint64_t hash : event.block_hashes) {
+          if (event.kind == KvCacheEvent::Kind::kBlockStored) held.insert(hash);
+          if (event.kind == KvCacheEvent::Kind::kBlockRemoved) held.erase(hash);
+        }
+      }
+    }
+    if (held == expected) break;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_EQ(held, expected);
+  EXPECT_FALSE(held.empty());
+  EXPECT_GE(cleared, 2);  // The restarts' clears and the resyncs.
 }
 
 TEST_F(RecoveryTest, IdleEngineRecoversWithoutARequest) {

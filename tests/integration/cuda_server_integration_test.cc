@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -124,6 +125,20 @@ pagoda::v1::ModelInfo Info(Generation::Stub& stub) {
   return info;
 }
 
+// One server on the GPU at a time: each sizes its KV cache to the memory the
+// device has left, so a server is stopped with SIGTERM (it shuts its workers
+// down and waits for them to exit) before the next one loads, never killed:
+// a killed server's worker frees the GPU only once it notices its parent is
+// gone, racing the next server's memory profile.
+struct StopGracefully {
+  void operator()(ServerProcess* server) const {
+    server->Signal(SIGTERM);
+    EXPECT_TRUE(server->WaitForExit(absl::Seconds(60)).has_value());
+    delete server;
+  }
+};
+using GpuServer = std::unique_ptr<ServerProcess, StopGracefully>;
+
 class CudaServerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -143,7 +158,7 @@ class CudaServerTest : public ::testing::Test {
     delete model_dir_;
   }
 
-  static std::unique_ptr<ServerProcess> Start(std::vector<std::string> extra) {
+  static GpuServer Start(std::vector<std::string> extra) {
     std::vector<std::string> args = {absl::StrCat("--model=", *model_dir_),
                                      "--device=cuda",
                                      "--block-size=16",
@@ -154,7 +169,7 @@ class CudaServerTest : public ::testing::Test {
     args.insert(args.end(), extra.begin(), extra.end());
     auto server = ServerProcess::Start(ServerBinary(), args, absl::Seconds(180));
     EXPECT_TRUE(server.ok()) << server.status();
-    return server.ok() ? *std::move(server) : nullptr;
+    return server.ok() ? GpuServer(server->release()) : nullptr;
   }
 
   static std::unique_ptr<Generation::Stub> Connect(const ServerProcess& server) {
@@ -190,6 +205,8 @@ TEST_F(CudaServerTest, ConcurrentMixedRequestsGetTheirSoloTokensWithAndWithoutGr
   }
   ExpectSameTokens("32 concurrent vs alone", together, alone);
   ExpectAllBlocksFreeSoon(*stub);
+  stub.reset();
+  server.reset();
 
   auto eager = Start({"--enforce-eager"});
   ASSERT_NE(eager, nullptr);
@@ -224,12 +241,15 @@ TEST_F(CudaServerTest, PreemptionBySwapAndRecomputeGivesTheUnconstrainedTokens) 
     unconstrained = Alone(*stub, 16);
   }
   for (const char* mode : {"swap", "recompute"}) {
-    // 40 blocks of 16 tokens for 16 requests of up to 250 tokens: preempts.
-    auto server = Start({"--num-gpu-blocks-override=40", "--swap-space=1",
+    // 20 blocks of 16 tokens (320) for 16 requests of up to 250 tokens
+    // arriving together: the running ones outgrow the pool, however fast the
+    // GPU finishes the first (40 blocks let a fast GPU get by without a
+    // preemption in one run of three).
+    auto server = Start({"--num-gpu-blocks-override=20", "--swap-space=1",
                          absl::StrCat("--preemption-mode=", mode)});
     ASSERT_NE(server, nullptr);
     auto stub = Connect(*server);
-    EXPECT_EQ(Info(*stub).num_gpu_blocks(), 40);
+    EXPECT_EQ(Info(*stub).num_gpu_blocks(), 20);
     ExpectSameTokens(absl::StrCat("preemption by ", mode), Together(*stub, 16), unconstrained);
     EXPECT_GT(Info(*stub).engine_stats().num_preemptions_total(), 0) << mode;
     ExpectAllBlocksFreeSoon(*stub);

@@ -9,11 +9,13 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -123,10 +125,15 @@ TEST_F(SurvivalTest, KilledWorkersUnder64StreamsResumeWithTheSameTokens) {
   for (int threshold : {kStreams * 3, kStreams * 15, kStreams * 30}) {
     ASSERT_TRUE(WaitFor([&] { return received.load() >= threshold; }, absl::Seconds(60)));
     ASSERT_LT(received.load(), kStreams * kMaxTokens) << "streams ended before the kill";
+    const int at_kill = received.load();
     ASSERT_EQ(kill(worker, SIGKILL), 0);
     ++kills;
     worker = WaitForNewWorker((*server)->pid(), worker, absl::Seconds(10));
     ASSERT_GT(worker, 0) << "no worker was restarted";
+    // Tokens from the new worker before the next kill (more than the one
+    // step of 64 the old worker may still have had on the way): a kill before
+    // it serves would fail its restart attempt and count as another restart.
+    ASSERT_TRUE(WaitFor([&] { return received.load() > at_kill + kStreams; }, absl::Seconds(60)));
   }
   clients.join();
   ASSERT_EQ(kills, 3);
@@ -160,6 +167,34 @@ TEST_F(SurvivalTest, IdleServerSeesAKilledWorkerWithinASecondAndRecovers) {
   const StreamOutcome outcome = RunStream(*stub, TokenRequest(TestPrompt(5, 1), 4));
   EXPECT_TRUE(outcome.status.ok()) << outcome.status.error_message();
   EXPECT_EQ(outcome.tokens.size(), 4u);
+  EXPECT_EQ(MetricValue((*server)->metrics_port(), "pagoda_worker_restarts_total"), 1);
+}
+
+// --worker-stall-timeout: a worker stopped (SIGSTOP: alive, its connection
+// open, silent) for less than the timeout is kept, as on a busy host; one
+// stopped past it is declared lost and restarted.
+TEST_F(SurvivalTest, StalledWorkerIsKeptUnderTheStallTimeoutAndRestartedPastIt) {
+  auto server = StartServer(*model_dir_, {"--worker-stall-timeout=4"});
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = Generation::NewStub(
+      grpc::CreateChannel((*server)->address(), grpc::InsecureChannelCredentials()));
+  const pid_t worker = (*server)->worker_pids().at(0);
+  ASSERT_EQ(kill(worker, SIGSTOP), 0);
+  absl::Cleanup resume = [worker] { kill(worker, SIGCONT); };
+  absl::SleepFor(absl::Seconds(2));
+  ASSERT_EQ(kill(worker, SIGCONT), 0);
+  absl::SleepFor(absl::Seconds(1));
+  EXPECT_EQ(MetricValue((*server)->metrics_port(), "pagoda_worker_restarts_total"), 0);
+  EXPECT_TRUE(RunStream(*stub, TokenRequest(TestPrompt(5, 2), 4)).status.ok());
+
+  ASSERT_EQ(kill(worker, SIGSTOP), 0);
+  const absl::Time stopped = absl::Now();
+  const pid_t restarted = WaitForNewWorker((*server)->pid(), worker, absl::Seconds(15));
+  ASSERT_GT(restarted, 0);
+  EXPECT_GE(absl::Now() - stopped, absl::Seconds(3)) << "restarted before the stall timeout";
+  ASSERT_TRUE(WaitFor([&] { return HealthStatus((*server)->address()) == 1; }, absl::Seconds(10)));
+  const StreamOutcome outcome = RunStream(*stub, TokenRequest(TestPrompt(5, 1), 4));
+  EXPECT_TRUE(outcome.status.ok()) << outcome.status.error_message();
   EXPECT_EQ(MetricValue((*server)->metrics_port(), "pagoda_worker_restarts_total"), 1);
 }
 
@@ -199,16 +234,27 @@ TEST_F(SurvivalTest, WorkerThatCannotStartEndsRequestsUnavailableAfterBoundedRet
       << refused.status.error_message();
 }
 
-TEST_F(SurvivalTest, ConnectedWorkerIsReconnectedWhenItComesBack) {
-  const std::string secret_file = *model_dir_ + "/worker_secret";
+// A secret file for connected workers, readable by its owner only.
+std::string WriteWorkerSecretFile(const std::string& dir) {
+  const std::string secret_file = dir + "/worker_secret";
   std::ofstream(secret_file) << "connected-worker-secret-0123456789\n";
   std::filesystem::permissions(secret_file,
                                std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  return secret_file;
+}
+
+absl::StatusOr<std::unique_ptr<ServerProcess>> StartConnectedWorker(const std::string& listen,
+                                                                    const std::string& secret_file) {
+  return ServerProcess::Start(
+      PAGODA_WORKER_BINARY,
+      {absl::StrCat("--listen=", listen), absl::StrCat("--secret-file=", secret_file)},
+      absl::Seconds(30), "PAGODA_WORKER_LISTENING");
+}
+
+TEST_F(SurvivalTest, ConnectedWorkerIsReconnectedWhenItComesBack) {
+  const std::string secret_file = WriteWorkerSecretFile(*model_dir_);
   auto start_worker = [&](const std::string& listen) {
-    return ServerProcess::Start(
-        PAGODA_WORKER_BINARY,
-        {absl::StrCat("--listen=", listen), absl::StrCat("--secret-file=", secret_file)},
-        absl::Seconds(30), "PAGODA_WORKER_LISTENING");
+    return StartConnectedWorker(listen, secret_file);
   };
   auto worker = start_worker("127.0.0.1:0");
   ASSERT_TRUE(worker.ok()) << worker.status();
@@ -239,6 +285,42 @@ TEST_F(SurvivalTest, ConnectedWorkerIsReconnectedWhenItComesBack) {
   ASSERT_TRUE(outcome.status.ok()) << outcome.status.error_message();
   EXPECT_EQ(outcome.tokens, expected.tokens);
   EXPECT_EQ(MetricValue((*server)->metrics_port(), "pagoda_worker_restarts_total"), 1);
+}
+
+// One owner per worker: a second server pointed at a connected worker that
+// already serves one is refused at start-up (exit 1, saying why), and the
+// first server's outputs are unchanged.
+TEST_F(SurvivalTest, ASecondServerOnAnOwnedWorkerIsRefusedAndChangesNothing) {
+  const std::string secret_file = WriteWorkerSecretFile(*model_dir_);
+  auto worker = StartConnectedWorker("127.0.0.1:0", secret_file);
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  const std::vector<std::string> connect = {
+      absl::StrCat("--worker-addresses=", (*worker)->address()),
+      absl::StrCat("--worker-secret-file=", secret_file)};
+  auto server = StartServer(*model_dir_, connect);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = Generation::NewStub(
+      grpc::CreateChannel((*server)->address(), grpc::InsecureChannelCredentials()));
+  const GenerateRequest request = TokenRequest(TestPrompt(7, 5), kMaxTokens, 0);
+  const StreamOutcome before = RunStream(*stub, request);
+  ASSERT_TRUE(before.status.ok()) << before.status.error_message();
+
+  const std::string log = *model_dir_ + "/second_server.log";
+  const absl::StatusOr<std::string> second = RunCommand(absl::StrCat(
+      PAGODA_SERVER_BINARY, " --model=", *model_dir_, " --max-model-len=128 --block-size=4",
+      " --port=0 --metrics-port=-1 ", connect[0], " ", connect[1], " > ", log,
+      " 2>&1; echo exit=$?"));
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(*second, "exit=1\n");
+  std::ifstream log_file(log);
+  const std::string output((std::istreambuf_iterator<char>(log_file)),
+                           std::istreambuf_iterator<char>());
+  EXPECT_TRUE(absl::StrContains(output, "this worker serves another server")) << output;
+
+  const StreamOutcome after = RunStream(*stub, request);
+  ASSERT_TRUE(after.status.ok()) << after.status.error_message();
+  EXPECT_EQ(after.tokens, before.tokens);
+  EXPECT_EQ(MetricValue((*server)->metrics_port(), "pagoda_worker_restarts_total"), 0);
 }
 
 }  // namespace

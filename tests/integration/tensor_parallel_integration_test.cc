@@ -219,7 +219,7 @@ TEST_F(TensorParallelTest, KilledRankEndsRequestsUnavailableWithoutHanging) {
 // is found by the keepalive pings; its peer, stuck in a collective, does not
 // hold the requests either.
 TEST_F(TensorParallelTest, StoppedRankEndsRequestsUnavailableWithoutHanging) {
-  auto server = StartServer(2, {"--worker-restart-limit=0"});
+  auto server = StartServer(2, {"--worker-restart-limit=0", "--worker-stall-timeout=2"});
   ASSERT_TRUE(server.ok()) << server.status();
   auto stub = Stub(**server);
   std::atomic<int> received{0};

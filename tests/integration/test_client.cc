@@ -79,6 +79,9 @@ StreamOutcome RunStream(pagoda::v1::Generation::Stub& stub,
   while (reader->Read(&message)) {
     ++outcome.messages;
     for (const auto& output : message.outputs()) {
+      if (outcome.tokens.empty() && output.token_ids_size() > 0) {
+        outcome.first_token_at = absl::Now();
+      }
       outcome.tokens.insert(outcome.tokens.end(), output.token_ids().begin(),
                             output.token_ids().end());
       if (received != nullptr) *received += output.token_ids_size();

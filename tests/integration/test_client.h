@@ -57,6 +57,9 @@ struct StreamOutcome {
   grpc::Status status;
   std::vector<int32_t> tokens;  // Concatenated in arrival order.
   int messages = 0;
+  // When the first token arrived (read on the stream's own thread, so the
+  // order of two streams' first tokens does not depend on a poller's timing).
+  absl::Time first_token_at = absl::InfiniteFuture();
 };
 
 // Runs one GenerateStream to its end; adds every token received to

@@ -35,6 +35,7 @@
 #include "scheduler/workers/worker_group.h"
 #include "scheduler/workers/worker_launcher.h"
 #include "wire/frame_channel.h"
+#include "wire/worker_owner.h"
 #include "wire/worker_secret.h"
 #include "worker/cpu/cpu_model_runner.h"
 #include "worker/model_runner.h"
@@ -428,6 +429,7 @@ TEST_F(WorkerServiceTest, GrpcStepOfASpawnedWorkerMatchesItsStepChannel) {
   auto call = [&](auto method, const auto& request, auto* response) {
     grpc::ClientContext context;
     context.AddMetadata(kWorkerSecretMetadataKey, (*process)->secret());
+    context.AddMetadata(wire::kWorkerOwnerMetadataKey, std::string(32, '7'));
     context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
     return (stub.get()->*method)(&context, request, response);
   };

@@ -22,6 +22,7 @@
 #include "worker/cuda/cuda_backend.h"
 #include "worker/cuda/cuda_graph_runner.h"
 #include "worker/cuda/cuda_support.h"
+#include "worker/cuda/graph_batch.h"
 #include "worker/llama_model.h"
 #include "worker/model_runner_base.h"
 #include "worker/tensor_parallel_group.h"
@@ -162,6 +163,7 @@ class CudaModelRunner final : public ModelRunnerBase {
     // captured ncclAllReduce would replay unbounded, so a dead peer would
     // hang the step instead of failing it. Eager TP steps keep that bound.
     enforce_eager_ = request.enforce_eager() || membership->world_size > 1;
+    if (!enforce_eager_) ReserveGraphWorkspace();
 
     auto blocks = KvBlocksAfterProfile(request);
     if (!blocks.ok()) return blocks.status();
@@ -180,6 +182,17 @@ class CudaModelRunner final : public ModelRunnerBase {
   void ReleaseCache() override {
     graphs_.reset();  // Its graphs point into the cache.
     ModelRunnerBase::ReleaseCache();
+  }
+
+  // The graphs' split-K workspace (what CudaGraphRunner::Capture reserves),
+  // taken before the memory profile so the KV blocks are sized with it in
+  // use: the graphs are captured later, over the allocated cache, and must
+  // need no memory the cache took.
+  void ReserveGraphWorkspace() {
+    const ModelConfig& config = model_->config();
+    cuda_backend().ReserveDecodeWorkspace(GraphBatchBuckets(max_num_seqs_).back(),
+                                          config.num_attention_heads, config.num_key_value_heads,
+                                          config.head_dim, CudaMaxModelLen(config));
   }
 
   // Captures the decode graphs over the new cache, unless eager.

@@ -123,12 +123,20 @@ TEST(CudaModelRunnerTest, RefusesBadGroupsBeforeTouchingTheDevice) {
   std::filesystem::remove_all(dir);
 }
 
+int DeviceCount() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
+  cudaGetLastError();
+  return count;
+}
+
 // A valid group reaches the device, then NCCL's unique-id relay: without a
 // device the load says so; with one, the unreachable store fails the join
-// within the collective timeout instead of hanging.
+// within the collective timeout instead of hanging. Rank 0 runs on GPU 0,
+// which every machine with a device has.
 TEST(CudaModelRunnerTest, AValidGroupFailsAtTheDeviceOrTheStoreNotByHanging) {
   const std::string dir = WriteConfig("group_ok", 256, 4, 2);
-  const absl::Status status = Load(GroupRequest(dir, 1, 2));
+  const absl::Status status = Load(GroupRequest(dir, 0, 2));
   if (HasDevice()) {
     EXPECT_TRUE(status.code() == absl::StatusCode::kUnavailable ||
                 status.code() == absl::StatusCode::kDeadlineExceeded)
@@ -137,6 +145,18 @@ TEST(CudaModelRunnerTest, AValidGroupFailsAtTheDeviceOrTheStoreNotByHanging) {
     EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
     EXPECT_THAT(status.message(), HasSubstr("no usable CUDA device"));
   }
+  std::filesystem::remove_all(dir);
+}
+
+// A rank whose GPU the machine lacks is a configuration error, named.
+TEST(CudaModelRunnerTest, ARankPastTheVisibleGpusIsRefusedByName) {
+  const int count = DeviceCount();
+  if (count == 0) GTEST_SKIP() << "no device: AValidGroupFailsAtTheDeviceOrTheStore covers this";
+  if (count >= 8) GTEST_SKIP() << "every rank of a group of 8 has a GPU here";
+  const std::string dir = WriteConfig("group_past", 512, 8, 8);
+  const absl::Status status = Load(GroupRequest(dir, count, 8));
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_THAT(status.message(), HasSubstr(absl::StrCat("CUDA device ", count, " does not exist")));
   std::filesystem::remove_all(dir);
 }
 

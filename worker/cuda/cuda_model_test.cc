@@ -10,9 +10,11 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -104,6 +106,23 @@ int Argmax(const float* row, int vocab) {
   return best;
 }
 
+// Whether the CPU's best logit leads every other by more than bf16 can blur:
+// 5% of the row's RMS, five times the 1e-2 relative L2 error the logits are
+// held to. A random-weight model's logits are nearly flat, so some rows are
+// near-ties that any rounding may flip; greedy agreement is judged on the
+// other rows (and a flip there fails).
+bool IsDecisive(const float* row, int vocab) {
+  const int best = Argmax(row, vocab);
+  double squares = 0;
+  float runner_up = -std::numeric_limits<float>::infinity();
+  for (int i = 0; i < vocab; ++i) {
+    squares += static_cast<double>(row[i]) * row[i];
+    if (i != best) runner_up = std::max(runner_up, row[i]);
+  }
+  const double rms = std::sqrt(squares / vocab);
+  return row[best] - runner_up > 0.05 * rms;
+}
+
 class CudaModelTest : public ::testing::TestWithParam<ModelCase> {};
 
 TEST_P(CudaModelTest, Bf16LogitsFollowCpuF32) {
@@ -136,7 +155,7 @@ TEST_P(CudaModelTest, Bf16LogitsFollowCpuF32) {
                            .block_size = kBlockSize,
                            .num_gpu_blocks = kNumBlocks,
                            .num_cpu_blocks = 0};
-  int rows = 0, agree = 0;
+  int rows = 0, agree = 0, decisive_rows = 0, decisive_agree = 0;
   double worst = 0;
   uint64_t allocations = 0;
   for (int step = 0; step <= kDecodeSteps; ++step) {
@@ -156,8 +175,13 @@ TEST_P(CudaModelTest, Bf16LogitsFollowCpuF32) {
     v1::StepPlan next;
     for (size_t s = 0; s < prompt_lens.size(); ++s) {
       const int cpu_token = Argmax(want.data() + s * vocab, vocab);
-      agree += cpu_token == Argmax(got.data() + s * vocab, vocab);
+      const bool same = cpu_token == Argmax(got.data() + s * vocab, vocab);
+      agree += same;
       ++rows;
+      if (IsDecisive(want.data() + s * vocab, vocab)) {
+        decisive_agree += same;
+        ++decisive_rows;
+      }
       auto* seq = next.add_sequences();
       *seq = plan.sequences(s);
       seq->clear_token_ids();
@@ -167,9 +191,11 @@ TEST_P(CudaModelTest, Bf16LogitsFollowCpuF32) {
     }
     plan = next;
   }
-  EXPECT_GE(agree, 0.99 * rows) << agree << " of " << rows << " greedy tokens agree";
-  std::printf("%s: worst relative L2 %.2e, greedy agreement %d/%d\n", GetParam().name.c_str(),
-              worst, agree, rows);
+  EXPECT_GE(decisive_rows, rows / 2) << "too few decisive rows to judge greedy agreement";
+  EXPECT_GE(decisive_agree, 0.99 * decisive_rows)
+      << decisive_agree << " of " << decisive_rows << " decisive greedy tokens agree";
+  std::printf("%s: worst relative L2 %.2e, greedy agreement %d/%d (decisive rows %d/%d)\n",
+              GetParam().name.c_str(), worst, agree, rows, decisive_agree, decisive_rows);
   std::filesystem::remove_all(dir);
 }
 

@@ -1,0 +1,72 @@
+#ifndef PAGODA_SCHEDULER_API_VLLM_ENGINE_CONVERT_H_
+#define PAGODA_SCHEDULER_API_VLLM_ENGINE_CONVERT_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "pagoda/v1/generation.pb.h"
+#include "vllm/grpc/engine/vllm_engine.pb.h"
+
+// vLLM's engine gRPC API (proto/vllm/grpc/engine/vllm_engine.proto) mapped
+// onto pagoda.v1: requests are translated into a pagoda.v1 GenerateRequest
+// (then validated and run as any other), and pagoda.v1 stream messages back
+// into vLLM's chunks and completes.
+namespace pagoda::scheduler {
+
+namespace vllm_api = ::vllm::grpc::engine;
+
+// A vLLM request as Pagoda runs it.
+struct VllmRequestPlan {
+  pagoda::v1::GenerateRequest request;
+  bool stream = false;
+  // logprobs was set: the sampled tokens' logprobs come back, with the top
+  // `logprobs` alternatives (0 = none).
+  bool want_logprobs = false;
+  int top_logprobs = 0;
+};
+
+// INVALID_ARGUMENT, naming the field ("sampling_params.prompt_logprobs: ..."),
+// for what Pagoda cannot honour: structured-output constraints,
+// prompt_logprobs, logprobs outside 0..20 (-1, "all", too), truncate_prompt_tokens,
+// multimodal inputs, KV transfer parameters, a request without input.
+// Values Pagoda can hold are checked later by the pagoda.v1 validator, whose
+// messages name pagoda.v1's fields. `max_model_len` bounds an unset
+// max_tokens ("up to the context", as vLLM).
+absl::StatusOr<VllmRequestPlan> TranslateVllmRequest(const vllm_api::GenerateRequest& in,
+                                                     int max_model_len);
+
+// Turns one request's pagoda.v1 stream messages into vLLM responses. With
+// stream: a GenerateStreamChunk per sequence with new tokens, and a
+// GenerateComplete (that delta's tokens) when the sequence ends. Without:
+// one GenerateComplete per sequence when it ends, with all its tokens.
+// Not thread-safe.
+class VllmOutputConverter {
+ public:
+  VllmOutputConverter(const VllmRequestPlan& plan, int prompt_tokens, int num_sequences);
+
+  std::vector<vllm_api::GenerateResponse> Convert(const pagoda::v1::GenerateResponse& delta);
+  // A GenerateComplete with finish_reason "abort" for every sequence not yet
+  // ended (the request was aborted).
+  std::vector<vllm_api::GenerateResponse> AbortRemaining();
+
+ private:
+  struct Sequence {
+    std::vector<uint32_t> tokens;  // Not yet sent (without stream: all).
+    pagoda::v1::SequenceOutput logprobs;  // Likewise, for their logprobs.
+    uint32_t count = 0;                   // Tokens so far.
+    bool ended = false;
+  };
+  vllm_api::GenerateResponse Complete(int index, Sequence& seq, const char* finish_reason);
+  void FillLogprobs(const pagoda::v1::SequenceOutput& from, vllm_api::OutputLogProbs* to) const;
+
+  const bool stream_;
+  const bool want_logprobs_;
+  const int top_logprobs_;
+  const uint32_t prompt_tokens_;
+  std::vector<Sequence> sequences_;
+};
+
+}  // namespace pagoda::scheduler
+
+#endif  // PAGODA_SCHEDULER_API_VLLM_ENGINE_CONVERT_H_

@@ -1,0 +1,332 @@
+#include "scheduler/api/vllm_engine_service.h"
+
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "scheduler/api/request_output.h"
+#include "wire/worker_secret.h"
+
+namespace pagoda::scheduler {
+namespace {
+
+using vllm_api::GenerateResponse;
+
+class VllmStream;
+
+// The part of a Generate call the engine holds (as request_reactors.cc's
+// StreamState, with vLLM's messages): engine deltas become converter
+// messages, written one at a time; every gRPC action is decided under mu_
+// and made outside it.
+class VllmStreamState : public RequestSink {
+ public:
+  VllmStreamState(VllmStream* call, RequestOutput output, VllmOutputConverter converter,
+                  Engine* engine, std::string request_id, int max_queued_messages)
+      : call_(call),
+        output_(std::move(output)),
+        converter_(std::move(converter)),
+        engine_(engine),
+        request_id_(std::move(request_id)),
+        max_queued_messages_(max_queued_messages) {}
+
+  void OnDelta(const RequestDelta& delta) override;
+  void OnFinish(const absl::Status& status) override;
+  void WriteDone(bool ok);
+
+ private:
+  enum class Action { kNone, kWrite, kFinish };
+  Action NextAction() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Run(Action action);
+
+  absl::Mutex mu_;
+  VllmStream* const call_;
+  RequestOutput output_ ABSL_GUARDED_BY(mu_);
+  VllmOutputConverter converter_ ABSL_GUARDED_BY(mu_);
+  Engine* const engine_;
+  const std::string request_id_;
+  const int max_queued_messages_;
+  bool overflowed_ ABSL_GUARDED_BY(mu_) = false;
+  std::deque<GenerateResponse> pending_ ABSL_GUARDED_BY(mu_);
+  GenerateResponse in_flight_ ABSL_GUARDED_BY(mu_);
+  bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<grpc::Status> final_status_ ABSL_GUARDED_BY(mu_);
+  bool finish_started_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+class VllmStream : public grpc::ServerWriteReactor<GenerateResponse> {
+ public:
+  VllmStream(CallTracker* calls, Engine* engine) : calls_(calls), engine_(engine) {
+    calls_->Begin();
+  }
+  // Called just before the request goes to the engine: from then on a
+  // cancel aborts it (see request_reactors.cc's UnaryCall::Arm).
+  void Arm(std::string request_id, std::shared_ptr<VllmStreamState> state) {
+    absl::MutexLock lock(&mu_);
+    request_id_ = std::move(request_id);
+    state_ = std::move(state);
+  }
+  void OnWriteDone(bool ok) override {
+    if (!ok) AbortInEngine();
+    State()->WriteDone(ok);
+  }
+  void OnCancel() override { AbortInEngine(); }
+  void OnDone() override {
+    CallTracker* calls = calls_;
+    delete this;
+    calls->End();
+  }
+
+ private:
+  std::shared_ptr<VllmStreamState> State() {
+    absl::MutexLock lock(&mu_);
+    return state_;
+  }
+  void AbortInEngine() {
+    std::string request_id;
+    std::shared_ptr<VllmStreamState> state;
+    {
+      absl::MutexLock lock(&mu_);
+      request_id = request_id_;
+      state = state_;
+    }
+    if (state != nullptr) engine_->AbortRequest(request_id, state.get());
+  }
+
+  CallTracker* const calls_;
+  Engine* const engine_;
+  absl::Mutex mu_;
+  std::string request_id_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<VllmStreamState> state_ ABSL_GUARDED_BY(mu_);
+};
+
+void VllmStreamState::OnDelta(const RequestDelta& delta) {
+  Action action;
+  bool abort = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (overflowed_ || finish_started_) return;
+    for (GenerateResponse& message : converter_.Convert(output_.AddDelta(delta))) {
+      pending_.push_back(std::move(message));
+    }
+    if (static_cast<int>(pending_.size()) > max_queued_messages_) {
+      abort = overflowed_ = true;
+      pending_.clear();
+      final_status_ = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                   absl::StrCat("the client is not reading the stream: more than ",
+                                                max_queued_messages_, " messages were waiting"));
+    }
+    abort |= output_.TakeStopAbort();
+    action = NextAction();
+  }
+  if (abort) engine_->AbortRequest(request_id_, this);
+  Run(action);
+}
+
+void VllmStreamState::OnFinish(const absl::Status& status) {
+  Action action;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!final_status_.has_value()) {
+      const absl::Status final_status = output_.FinalStatus(status);
+      if (final_status.ok() || absl::IsCancelled(final_status)) {
+        // An abort (Abort, or the client leaving) ends the sequences still
+        // running with finish_reason "abort", as vLLM.
+        for (GenerateResponse& message : converter_.AbortRemaining()) {
+          pending_.push_back(std::move(message));
+        }
+        final_status_ = grpc::Status::OK;
+      } else {
+        final_status_ = ToGrpcStatus(final_status);
+      }
+    }
+    action = NextAction();
+  }
+  Run(action);
+}
+
+void VllmStreamState::WriteDone(bool ok) {
+  Action action;
+  {
+    absl::MutexLock lock(&mu_);
+    write_in_flight_ = false;
+    if (!ok) {
+      pending_.clear();
+      if (!final_status_.has_value()) {
+        final_status_ = grpc::Status(grpc::StatusCode::CANCELLED, "stream write failed");
+      }
+    }
+    action = NextAction();
+  }
+  Run(action);
+}
+
+VllmStreamState::Action VllmStreamState::NextAction() {
+  if (finish_started_) return Action::kNone;
+  if (overflowed_) {
+    finish_started_ = true;
+    return Action::kFinish;
+  }
+  if (write_in_flight_) return Action::kNone;
+  if (!pending_.empty()) {
+    in_flight_ = std::move(pending_.front());
+    pending_.pop_front();
+    write_in_flight_ = true;
+    return Action::kWrite;
+  }
+  if (final_status_.has_value()) {
+    finish_started_ = true;
+    return Action::kFinish;
+  }
+  return Action::kNone;
+}
+
+void VllmStreamState::Run(Action action) {
+  switch (action) {
+    case Action::kNone:
+      return;
+    case Action::kWrite:
+      call_->StartWrite(&in_flight_);
+      return;
+    case Action::kFinish: {
+      grpc::Status status;
+      {
+        absl::MutexLock lock(&mu_);
+        status = *final_status_;
+      }
+      call_->Finish(status);
+      return;
+    }
+  }
+}
+
+// Validates the translated request and hands it to the engine, or ends the
+// call with the error. After AddRequest the engine may end the call at any
+// moment: nothing touches it after that.
+void Submit(VllmStream* call, Engine* engine, RequestValidator* validator,
+            const Tokenizer* tokenizer, const VllmRequestPlan& plan, int max_queued_messages) {
+  absl::StatusOr<ValidatedRequest> validated = validator->Validate(plan.request);
+  if (!validated.ok()) {
+    call->Finish(ToGrpcStatus(validated.status()));
+    return;
+  }
+  VllmOutputConverter converter(plan, static_cast<int>(validated->prompt_token_ids.size()),
+                                validated->sampling.n);
+  auto state = std::make_shared<VllmStreamState>(call, MakeRequestOutput(*validated, tokenizer),
+                                                 std::move(converter), engine,
+                                                 validated->request_id, max_queued_messages);
+  call->Arm(validated->request_id, state);
+  absl::Status accepted = engine->AddRequest(MakeEngineRequest(*validated, state));
+  if (!accepted.ok()) state->OnFinish(accepted);
+}
+
+}  // namespace
+
+VllmEngineService::VllmEngineService(ServedModelInfo info, Engine* engine,
+                                     RequestValidator* validator, const Tokenizer* tokenizer,
+                                     GenerationOptions options)
+    : info_(std::move(info)),
+      options_(std::move(options)),
+      engine_(engine),
+      validator_(validator),
+      tokenizer_(tokenizer),
+      validation_pool_(options_.tokenizer_threads, options_.max_pending_tokenizations) {}
+
+grpc::Status VllmEngineService::Authorize(const grpc::CallbackServerContext& context) const {
+  if (options_.api_key.empty()) return grpc::Status::OK;
+  const auto& metadata = context.client_metadata();
+  const auto found = metadata.find("authorization");
+  const std::string expected = absl::StrCat("Bearer ", options_.api_key);
+  if (found == metadata.end() ||
+      !ConstantTimeEquals(expected,
+                          absl::string_view(found->second.data(), found->second.size()))) {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        "missing or wrong API key: send metadata 'authorization: Bearer <key>'");
+  }
+  return grpc::Status::OK;
+}
+
+grpc::ServerUnaryReactor* VllmEngineService::Answer(grpc::CallbackServerContext* context,
+                                                    const grpc::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(status);
+  return reactor;
+}
+
+grpc::ServerWriteReactor<GenerateResponse>* VllmEngineService::Generate(
+    grpc::CallbackServerContext* context, const vllm_api::GenerateRequest* request) {
+  last_receive_seconds_ = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
+  auto* call = new VllmStream(&calls_, engine_);
+  if (grpc::Status allowed = Authorize(*context); !allowed.ok()) {
+    call->Finish(allowed);
+    return call;
+  }
+  absl::StatusOr<VllmRequestPlan> plan = TranslateVllmRequest(*request, info_.max_model_len);
+  if (!plan.ok()) {
+    call->Finish(ToGrpcStatus(plan.status()));
+    return call;
+  }
+  const int max_queued = options_.max_stream_queued_messages;
+  // Token ids are checked inline; only text needs the tokenizer's time.
+  if (plan->request.prompt().empty()) {
+    Submit(call, engine_, validator_, tokenizer_, *plan, max_queued);
+  } else if (!validation_pool_.TrySubmit([this, call, max_queued, plan = *std::move(plan)] {
+               Submit(call, engine_, validator_, tokenizer_, plan, max_queued);
+             })) {
+    call->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                              "too many requests are waiting to be tokenized; retry later"));
+  }
+  return call;
+}
+
+grpc::ServerUnaryReactor* VllmEngineService::HealthCheck(grpc::CallbackServerContext* context,
+                                                         const vllm_api::HealthCheckRequest*,
+                                                         vllm_api::HealthCheckResponse* response) {
+  const EngineSnapshot snapshot = engine_->snapshot();
+  response->set_healthy(snapshot.healthy && snapshot.accepting);
+  if (!snapshot.healthy) {
+    response->set_message(engine_->failure_reason());
+  } else if (!snapshot.accepting) {
+    response->set_message("draining");
+  } else {
+    response->set_message("serving");
+  }
+  return Answer(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* VllmEngineService::Abort(grpc::CallbackServerContext* context,
+                                                   const vllm_api::AbortRequest* request,
+                                                   vllm_api::AbortResponse*) {
+  if (grpc::Status allowed = Authorize(*context); !allowed.ok()) return Answer(context, allowed);
+  for (const std::string& id : request->request_ids()) engine_->AbortRequest(id);
+  return Answer(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* VllmEngineService::GetModelInfo(
+    grpc::CallbackServerContext* context, const vllm_api::GetModelInfoRequest*,
+    vllm_api::GetModelInfoResponse* response) {
+  response->set_model_path(info_.model_name);
+  response->set_is_generation(true);
+  response->set_max_context_length(static_cast<uint32_t>(info_.max_model_len));
+  response->set_vocab_size(static_cast<uint32_t>(info_.vocab_size));
+  response->set_supports_vision(false);
+  return Answer(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* VllmEngineService::GetServerInfo(
+    grpc::CallbackServerContext* context, const vllm_api::GetServerInfoRequest*,
+    vllm_api::GetServerInfoResponse* response) {
+  const EngineSnapshot snapshot = engine_->snapshot();
+  response->set_active_requests(static_cast<uint32_t>(snapshot.num_in_flight));
+  response->set_is_paused(!snapshot.accepting);
+  response->set_last_receive_timestamp(last_receive_seconds_.load());
+  response->set_uptime_seconds(absl::ToDoubleSeconds(absl::Now() - start_time_));
+  response->set_server_type("vllm-grpc");
+  return Answer(context, grpc::Status::OK);
+}
+
+}  // namespace pagoda::scheduler

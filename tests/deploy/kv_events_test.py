@@ -1,0 +1,208 @@
+"""KV events for llm-d's precise prefix routing, over a real server: a ZeroMQ
+subscriber (python3-zmq, python3-msgpack) that applies the BlockStored /
+BlockRemoved / AllBlocksCleared batches ends with exactly the set of block
+hashes the server's prefix cache holds, after a random workload with prefix
+hits, eviction under a small pool, preemption and a worker restart; the
+sequence numbers have no gap, and the replay socket returns the same
+batches."""
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pagoda_harness as h  # noqa: E402
+
+import msgpack  # noqa: E402
+import zmq  # noqa: E402
+
+_stubs = tempfile.TemporaryDirectory()
+subprocess.run(["bash", os.path.join(h.REPO, "clients", "python", "generate_stubs.sh"),
+                _stubs.name], check=True)
+os.environ["PAGODA_CLIENT_STUBS"] = _stubs.name
+sys.path.insert(0, os.path.join(h.REPO, "clients", "python"))
+import pagoda_client  # noqa: E402
+
+BLOCK_SIZE = 4
+TOPIC = b"kv@test-pod@tiny"
+
+
+class Subscriber:
+    """Collects (topic, seq, payload) from a bound SUB socket on a thread."""
+
+    def __init__(self, context):
+        self.socket = context.socket(zmq.SUB)
+        self.socket.setsockopt(zmq.SUBSCRIBE, b"")
+        self.socket.setsockopt(zmq.RCVTIMEO, 100)
+        self.socket.bind("tcp://127.0.0.1:*")
+        self.endpoint = self.socket.getsockopt(zmq.LAST_ENDPOINT).decode()
+        self.messages = []
+        self.last_arrival = time.time()
+        self.running = True
+        self.thread = threading.Thread(target=self.run)
+        self.thread.start()
+
+    def run(self):
+        while self.running:
+            try:
+                frames = self.socket.recv_multipart()
+            except zmq.Again:
+                continue
+            self.messages.append(frames)
+            self.last_arrival = time.time()
+
+    def wait_quiet(self, seconds=1.0, timeout=30):
+        deadline = time.time() + timeout
+        while time.time() - self.last_arrival < seconds and time.time() < deadline:
+            time.sleep(0.1)
+
+    def stop(self):
+        self.running = False
+        self.thread.join()
+        self.socket.close(linger=0)
+
+
+def replay(context, endpoint, start):
+    """Every kept batch from `start` on, as (seq, payload), via a DEALER."""
+    dealer = context.socket(zmq.DEALER)
+    dealer.setsockopt(zmq.RCVTIMEO, 10000)
+    dealer.connect(endpoint)
+    dealer.send_multipart([b"", start.to_bytes(8, "big")])
+    batches = []
+    while True:
+        _, seq, payload = dealer.recv_multipart()
+        seq = int.from_bytes(seq, "big", signed=True)
+        if seq == -1:
+            break
+        batches.append((seq, payload))
+    dealer.close(linger=0)
+    return batches
+
+
+def apply(cached, payload, counts):
+    """Applies one batch in vLLM's array layout to the set `cached`."""
+    ts, events, dp_rank = msgpack.unpackb(payload)
+    assert isinstance(ts, float) and dp_rank == 0, (ts, dp_rank)
+    for event in events:
+        tag = event[0]
+        counts[tag] = counts.get(tag, 0) + 1
+        if tag == "BlockStored":
+            _, hashes, parent, tokens, block_size, lora_id, medium, lora_name = event
+            assert block_size == BLOCK_SIZE and medium == "GPU", event
+            assert lora_id is None and lora_name is None, event
+            assert len(tokens) == len(hashes) * BLOCK_SIZE, event
+            assert parent is None or isinstance(parent, int), event
+            for block_hash in hashes:
+                assert block_hash not in cached, f"stored twice: {block_hash}"
+                cached.add(block_hash)
+        elif tag == "BlockRemoved":
+            _, hashes, medium = event
+            assert medium == "GPU", event
+            for block_hash in hashes:
+                assert block_hash in cached, f"removed but never stored: {block_hash}"
+                cached.discard(block_hash)
+        elif tag == "AllBlocksCleared":
+            assert len(event) == 1, event
+            cached.clear()
+        else:
+            raise AssertionError(f"unknown event {event}")
+
+
+def server_hashes(metrics_port):
+    text = urllib.request.urlopen(
+        f"http://127.0.0.1:{metrics_port}/kv_cache/block_hashes", timeout=10).read().decode()
+    hashes = set()
+    for line in text.splitlines():
+        if line.startswith("pagoda_kv_cached_block{"):
+            hashes.add(int(line.split('block_hash="', 1)[1].split('"', 1)[0]))
+    return hashes
+
+
+class KvEventsTest(unittest.TestCase):
+
+    def test_subscriber_replays_to_the_server_cache(self):
+        tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(tmp.cleanup)
+        model = h.make_model(os.path.join(tmp.name, "model"))
+        context = zmq.Context()
+        subscriber = Subscriber(context)
+        self.addCleanup(context.term)
+        self.addCleanup(subscriber.stop)
+        # 40 blocks of 4 tokens for up to 6 sequences of up to ~60 tokens:
+        # prompts evict each other's cached prefixes and decodes preempt.
+        server = h.Server(model, "--metrics-port", "-1", "--served-model-name", "tiny",
+                          "--block-size", str(BLOCK_SIZE), "--num-gpu-blocks-override", "40",
+                          "--max-num-seqs", "6", "--kv-events-endpoint", subscriber.endpoint,
+                          "--kv-events-replay-endpoint", "tcp://127.0.0.1:*",
+                          "--kv-events-topic", TOPIC.decode()).start()
+        self.addCleanup(server.stop)
+        self.assertTrue(server.kv_events_replay_endpoint)
+        time.sleep(0.3)  # The PUB socket connects to us.
+
+        rng = random.Random(11)
+        prefixes = [[rng.randrange(1, 250) for _ in range(12)] for _ in range(4)]
+
+        def workload(count, seed):
+            local = random.Random(seed)
+            with pagoda_client.Client(server.address, timeout=120) as client:
+                for _ in range(count):
+                    prompt = local.choice(prefixes) + [local.randrange(1, 250)
+                                                       for _ in range(local.randrange(0, 14))]
+                    try:
+                        client.generate(token_ids=prompt, max_tokens=local.randrange(1, 40),
+                                        ignore_eos=True)
+                    except pagoda_client.errors.PagodaError:
+                        pass  # Refused while the worker restarts.
+
+        def run_phase(count):
+            threads = [threading.Thread(target=workload, args=(count, seed))
+                       for seed in range(8)]
+            for thread in threads:
+                thread.start()
+            return threads
+
+        threads = run_phase(25)
+        time.sleep(1.0)
+        os.kill(server.worker_pids[0], signal.SIGKILL)  # Mid-workload.
+        for thread in threads:
+            thread.join()
+        for thread in run_phase(15):
+            thread.join()
+        subscriber.wait_quiet()
+
+        values, _ = h.scrape(server.metrics_port)
+        self.assertEqual(values["pagoda_worker_restarts_total"], 1)
+        self.assertGreater(values["pagoda_num_preemptions_total"], 0)
+        self.assertGreater(values["pagoda_prefix_cache_hits_total"], 0)
+
+        messages = subscriber.messages
+        self.assertGreater(len(messages), 20)
+        seqs = [int.from_bytes(seq, "big") for _, seq, _ in messages]
+        self.assertEqual(seqs, list(range(len(seqs))), "sequence gap or reorder")
+        self.assertTrue(all(topic == TOPIC for topic, _, _ in messages))
+
+        cached, counts = set(), {}
+        for _, _, payload in messages:
+            apply(cached, payload, counts)
+        self.assertEqual(cached, server_hashes(server.metrics_port))
+        print(f"{len(messages)} batches, events {counts}, {len(cached)} blocks cached, "
+              f"{values['pagoda_num_preemptions_total']:.0f} preemptions, "
+              f"{values['pagoda_prefix_cache_hits_total']:.0f} prefix-hit tokens",
+              file=sys.stderr)
+        self.assertGreater(counts.get("BlockRemoved", 0), 0, counts)
+        self.assertGreater(counts.get("AllBlocksCleared", 0), 0, counts)
+
+        # A subscriber that missed everything after batch 5 catches up.
+        replayed = replay(context, server.kv_events_replay_endpoint, 5)
+        self.assertEqual(replayed, [(seq, payload) for (_, seq_bytes, payload), seq
+                                    in zip(messages[5:], seqs[5:])])
+
+
+if __name__ == "__main__":
+    unittest.main()
