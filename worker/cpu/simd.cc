@@ -154,22 +154,169 @@ PAGODA_AVX2 void Dot4Avx2(const void* a, const float* x, size_t ld_x, size_t n, 
   for (int r = 0; r < 4; ++r) out[r] = sums[r];
 }
 
-// AVX2 has too few registers for a 4 x 4 tile of accumulators: each weight
-// row is dotted with four token rows at a time instead.
+// A 4-output-feature by kRows-token tile: kRows * 4 accumulators, kRows
+// token vectors and one weight vector fill AVX2's 16 registers at kRows = 3.
+// Prefetch as in Tile4RowsAvx512 (its comment says why); on this project's
+// AVX2-only VM (Zen 3) the one-token tile without it left a third of the
+// read bandwidth unused.
+template <DType kType, int kRows>
+PAGODA_AVX2 void Tile4RowsAvx2(const void* w, size_t ld_w, const float* x, size_t ld_x, size_t n,
+                               float* y, size_t ld_y) {
+  const auto* base = static_cast<const char*>(w);
+  const size_t row_bytes = ld_w * DTypeSize(kType);
+  const char* rows_w[4] = {base, base + row_bytes, base + 2 * row_bytes, base + 3 * row_bytes};
+  constexpr bool kOneToken = kRows == 1;
+  const size_t prefetch = (kOneToken ? 4 : 8) * row_bytes;
+  __m256 acc[kRows][4];
+#pragma GCC unroll 4
+  for (int r = 0; r < kRows; ++r) {
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) acc[r][c] = _mm256_setzero_ps();
+  }
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 xv[kRows];
+#pragma GCC unroll 4
+    for (int r = 0; r < kRows; ++r) xv[r] = _mm256_loadu_ps(x + r * ld_x + i);
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) {
+      const __m256 wv = Load8<kType>(rows_w[c], i);
+      const char* ahead = rows_w[c] + i * DTypeSize(kType) + prefetch;
+      if constexpr (kOneToken) {
+        _mm_prefetch(ahead, _MM_HINT_NTA);
+      } else {
+        _mm_prefetch(ahead, _MM_HINT_T0);
+      }
+#pragma GCC unroll 4
+      for (int r = 0; r < kRows; ++r) acc[r][c] = _mm256_fmadd_ps(wv, xv[r], acc[r][c]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < kRows; ++r) {
+    float sums[4] = {Sum8(acc[r][0]), Sum8(acc[r][1]), Sum8(acc[r][2]), Sum8(acc[r][3])};
+    const float* xr = x + r * ld_x;
+    for (size_t k = i; k < n; ++k) {
+      for (int c = 0; c < 4; ++c) sums[c] += Load<kType>(rows_w[c], k) * xr[k];
+    }
+    for (int c = 0; c < 4; ++c) y[r * ld_y + c] = sums[c];
+  }
+}
+
 template <DType kType>
 PAGODA_AVX2 void Tile4Avx2(const void* w, size_t ld_w, const float* x, size_t ld_x, size_t n,
                            int rows, float* y, size_t ld_y) {
-  const auto* base = static_cast<const char*>(w);
+  switch (rows) {
+    case 1:
+      return Tile4RowsAvx2<kType, 1>(w, ld_w, x, ld_x, n, y, ld_y);
+    case 2:
+      return Tile4RowsAvx2<kType, 2>(w, ld_w, x, ld_x, n, y, ld_y);
+    case 3:
+      return Tile4RowsAvx2<kType, 3>(w, ld_w, x, ld_x, n, y, ld_y);
+    default:  // Four rows would need 21 registers: two tiles of two.
+      Tile4RowsAvx2<kType, 2>(w, ld_w, x, ld_x, n, y, ld_y);
+      return Tile4RowsAvx2<kType, 2>(w, ld_w, x + 2 * ld_x, ld_x, n, y + 2 * ld_y, ld_y);
+  }
+}
+
+// In-register transpose of eight rows of eight floats.
+PAGODA_AVX2 inline void Transpose8x8(__m256 r[8]) {
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee);
+  const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee);
+  const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee);
+  const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
+  r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
+  r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+  r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
+  r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+  r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+  r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+  r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+  r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+// Eight-by-eight blocks: eight weight rows' next eight elements, widened,
+// transposed into eight depth rows of the panel.
+template <DType kType>
+PAGODA_AVX2 void Pack16Avx2(const void* w, size_t ld_w, int cols, size_t depth, float* packed) {
   const size_t row_bytes = ld_w * DTypeSize(kType);
-  for (int c = 0; c < 4; ++c) {
-    const void* row = base + c * row_bytes;
-    if (rows == 4) {
-      float out[4];
-      Dot4Avx2<kType>(row, x, ld_x, n, out);
-      for (int r = 0; r < 4; ++r) y[r * ld_y + c] = out[r];
-    } else {
-      for (int r = 0; r < rows; ++r) y[r * ld_y + c] = DotAvx2<kType>(row, x + r * ld_x, n);
+  const char* base = static_cast<const char*>(w);
+  size_t k = 0;
+  for (; k + 8 <= depth; k += 8) {
+    for (int half = 0; half < 2; ++half) {
+      __m256 block[8];
+      for (int c = 0; c < 8; ++c) {
+        const int col = half * 8 + c;
+        block[c] = col < cols ? Load8<kType>(base + col * row_bytes, k) : _mm256_setzero_ps();
+      }
+      Transpose8x8(block);
+      for (int i = 0; i < 8; ++i) _mm256_storeu_ps(packed + (k + i) * 16 + half * 8, block[i]);
     }
+  }
+  for (; k < depth; ++k) {
+    for (int c = 0; c < 16; ++c) {
+      packed[k * 16 + c] = c < cols ? Load<kType>(base + c * row_bytes, k) : 0.0f;
+    }
+  }
+}
+
+// kRows x 16 accumulators (12 at six rows), two panel vectors and one
+// broadcast token element: 15 of AVX2's 16 registers. Each panel load serves
+// kRows broadcasts, each broadcast two FMAs.
+template <int kRows>
+PAGODA_AVX2 void Gemm16RowsAvx2(const float* panel, size_t ld_panel, size_t depth, const float* x,
+                                size_t ld_x, float* y, size_t ld_y, int cols, bool accumulate) {
+  __m256 acc[kRows][2];
+#pragma GCC unroll 6
+  for (int r = 0; r < kRows; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  for (size_t k = 0; k < depth; ++k) {
+    const __m256 w0 = _mm256_loadu_ps(panel + k * ld_panel);
+    const __m256 w1 = _mm256_loadu_ps(panel + k * ld_panel + 8);
+#pragma GCC unroll 6
+    for (int r = 0; r < kRows; ++r) {
+      const __m256 b = _mm256_broadcast_ss(x + r * ld_x + k);
+      acc[r][0] = _mm256_fmadd_ps(b, w0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(b, w1, acc[r][1]);
+    }
+  }
+#pragma GCC unroll 6
+  for (int r = 0; r < kRows; ++r) {
+    float* out = y + r * ld_y;
+    if (cols == 16) {
+      if (accumulate) {
+        acc[r][0] = _mm256_add_ps(acc[r][0], _mm256_loadu_ps(out));
+        acc[r][1] = _mm256_add_ps(acc[r][1], _mm256_loadu_ps(out + 8));
+      }
+      _mm256_storeu_ps(out, acc[r][0]);
+      _mm256_storeu_ps(out + 8, acc[r][1]);
+      continue;
+    }
+    alignas(32) float row[16];
+    _mm256_store_ps(row, acc[r][0]);
+    _mm256_store_ps(row + 8, acc[r][1]);
+    for (int c = 0; c < cols; ++c) out[c] = accumulate ? out[c] + row[c] : row[c];
+  }
+}
+
+PAGODA_AVX2 void Gemm6x16Avx2(const float* panel, size_t ld_panel, size_t depth, const float* x,
+                              size_t ld_x, int rows, float* y, size_t ld_y, int cols,
+                              bool accumulate) {
+  switch (rows) {
+    case 1:
+      return Gemm16RowsAvx2<1>(panel, ld_panel, depth, x, ld_x, y, ld_y, cols, accumulate);
+    case 2:
+      return Gemm16RowsAvx2<2>(panel, ld_panel, depth, x, ld_x, y, ld_y, cols, accumulate);
+    case 3:
+      return Gemm16RowsAvx2<3>(panel, ld_panel, depth, x, ld_x, y, ld_y, cols, accumulate);
+    case 4:
+      return Gemm16RowsAvx2<4>(panel, ld_panel, depth, x, ld_x, y, ld_y, cols, accumulate);
+    case 5:
+      return Gemm16RowsAvx2<5>(panel, ld_panel, depth, x, ld_x, y, ld_y, cols, accumulate);
+    default:
+      return Gemm16RowsAvx2<6>(panel, ld_panel, depth, x, ld_x, y, ld_y, cols, accumulate);
   }
 }
 
@@ -471,6 +618,10 @@ constexpr SimdKernels kPlainKernels = {DotPlain<DType::kF32>,
                                        AxpyPlain<DType::kF32>,
                                        AxpyPlain<DType::kBF16>,
                                        AxpyPlain<DType::kF16>,
+                                       nullptr,
+                                       nullptr,
+                                       nullptr,
+                                       nullptr,
                                        SiluMulPlain};
 constexpr SimdKernels kAvx2Kernels = {DotAvx2<DType::kF32>,
                                       DotAvx2<DType::kBF16>,
@@ -490,6 +641,10 @@ constexpr SimdKernels kAvx2Kernels = {DotAvx2<DType::kF32>,
                                       AxpyAvx2<DType::kF32>,
                                       AxpyAvx2<DType::kBF16>,
                                       AxpyAvx2<DType::kF16>,
+                                      Pack16Avx2<DType::kF32>,
+                                      Pack16Avx2<DType::kBF16>,
+                                      Pack16Avx2<DType::kF16>,
+                                      Gemm6x16Avx2,
                                       SiluMulPlain};
 constexpr SimdKernels kAvx512Kernels = {DotAvx512<DType::kF32>,
                                         DotAvx512<DType::kBF16>,
@@ -509,6 +664,10 @@ constexpr SimdKernels kAvx512Kernels = {DotAvx512<DType::kF32>,
                                         AxpyAvx512<DType::kF32>,
                                         AxpyAvx512<DType::kBF16>,
                                         AxpyAvx512<DType::kF16>,
+                                        nullptr,
+                                        nullptr,
+                                        nullptr,
+                                        nullptr,
                                         SiluMulAvx512};
 
 }  // namespace
@@ -607,6 +766,18 @@ SimdKernels::AxpyFn SimdKernels::axpy(DType dtype) const {
       break;
   }
   return axpy_f32;
+}
+
+SimdKernels::Pack16Fn SimdKernels::pack16(DType dtype) const {
+  switch (dtype) {
+    case DType::kBF16:
+      return pack16_bf16;
+    case DType::kF16:
+      return pack16_f16;
+    case DType::kF32:
+      break;
+  }
+  return pack16_f32;
 }
 
 const SimdKernels& SimdKernelsFor(SimdLevel level) {
