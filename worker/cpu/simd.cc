@@ -320,6 +320,48 @@ PAGODA_AVX2 void Gemm6x16Avx2(const float* panel, size_t ld_panel, size_t depth,
   }
 }
 
+// e^x for 8 lanes as ExpAvx512 below, with 2^n built in the exponent bits
+// (AVX2 has no scalef): x is clamped to [-87, 88.3], where n stays a normal
+// exponent, and lanes below -87 (e^x < 1.7e-38, -inf included) give 0.
+PAGODA_AVX2 inline __m256 ExpAvx2(__m256 x) {
+  const __m256 underflow = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_LT_OQ);
+  x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.3f)), _mm256_set1_ps(-87.0f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.0f / 720);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  const __m256i exponent = _mm256_slli_epi32(
+      _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_andnot_ps(underflow, _mm256_mul_ps(p, _mm256_castsi256_ps(exponent)));
+}
+
+PAGODA_AVX2 float ExpSumAvx2(const float* in, float shift, float* out, size_t n) {
+  const __m256 shift_v = _mm256_set1_ps(shift);
+  __m256 sum = _mm256_setzero_ps();
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 e = ExpAvx2(_mm256_sub_ps(_mm256_loadu_ps(in + i), shift_v));
+    _mm256_storeu_ps(out + i, e);
+    sum = _mm256_add_ps(sum, e);
+  }
+  if (i < n) {  // The tail through a masked load: -inf past the end gives 0.
+    alignas(32) float tail[8];
+    for (int k = 0; k < 8; ++k) tail[k] = i + k < n ? in[i + k] - shift : -INFINITY;
+    const __m256 e = ExpAvx2(_mm256_load_ps(tail));
+    _mm256_store_ps(tail, e);
+    for (size_t k = 0; i + k < n; ++k) out[i + k] = tail[k];
+    sum = _mm256_add_ps(sum, e);
+  }
+  return Sum8(sum);
+}
+
 template <DType kType>
 PAGODA_AVX2 void WidenAvx2(const void* a, float* out, size_t n) {
   size_t i = 0;
@@ -564,6 +606,15 @@ PAGODA_AVX512 void AxpyAvx512(float alpha, const void* x, float* y, size_t n) {
   for (; i < n; ++i) y[i] += alpha * Load<kType>(x, i);
 }
 
+float ExpSumPlain(const float* in, float shift, float* out, size_t n) {
+  float sum = 0.0f;
+  for (size_t i = 0; i < n; ++i) {
+    out[i] = std::exp(in[i] - shift);
+    sum += out[i];
+  }
+  return sum;
+}
+
 void SiluMulPlain(const float* gate, const float* up, float* out, size_t n) {
   for (size_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
@@ -622,6 +673,7 @@ constexpr SimdKernels kPlainKernels = {DotPlain<DType::kF32>,
                                        nullptr,
                                        nullptr,
                                        nullptr,
+                                       ExpSumPlain,
                                        SiluMulPlain};
 constexpr SimdKernels kAvx2Kernels = {DotAvx2<DType::kF32>,
                                       DotAvx2<DType::kBF16>,
@@ -645,6 +697,7 @@ constexpr SimdKernels kAvx2Kernels = {DotAvx2<DType::kF32>,
                                       Pack16Avx2<DType::kBF16>,
                                       Pack16Avx2<DType::kF16>,
                                       Gemm6x16Avx2,
+                                      ExpSumAvx2,
                                       SiluMulPlain};
 constexpr SimdKernels kAvx512Kernels = {DotAvx512<DType::kF32>,
                                         DotAvx512<DType::kBF16>,
@@ -668,6 +721,7 @@ constexpr SimdKernels kAvx512Kernels = {DotAvx512<DType::kF32>,
                                         nullptr,
                                         nullptr,
                                         nullptr,
+                                        ExpSumAvx2,  // AVX2 code, valid at this level.
                                         SiluMulAvx512};
 
 }  // namespace

@@ -74,6 +74,11 @@ struct SimdKernels {
   void (*gemm6x16)(const float* panel, size_t ld_panel, size_t depth, const float* x, size_t ld_x,
                    int rows, float* y, size_t ld_y, int cols, bool accumulate);
 
+  // out[i] = e^(in[i] - shift), returning their sum: a softmax row's
+  // weights (in[i] = -inf gives exactly 0). Vector levels as silu_mul's exp.
+  // out may alias in.
+  float (*exp_sum)(const float* in, float shift, float* out, size_t n);
+
   // out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + e^-g): the MLP's
   // gate. Vector levels use an exp accurate to a few ulp (not bit-identical
   // to std::exp); out may alias neither input.

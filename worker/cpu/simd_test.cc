@@ -281,6 +281,34 @@ TEST_P(SimdKernelTest, Gemm6x16MatchesFloat64ForEveryTileShape) {
   }
 }
 
+TEST_P(SimdKernelTest, ExpSumMatchesStdExpAndZeroesMinusInfinity) {
+  const SimdKernels& kernels = SimdKernelsFor(GetParam());
+  std::mt19937 rng(31);
+  for (size_t n : kSizes) {
+    std::vector<float> in = RandomFloats(n, rng);
+    for (size_t i = 0; i < n; ++i) {
+      if (i % 5 == 0) in[i] *= 40.0f;  // Far into both tails, past underflow.
+      if (i % 7 == 3) in[i] = -INFINITY;  // A masked score.
+    }
+    const float shift = 1.5f;
+    std::vector<float> out(n + 1, -7.0f);
+    const float sum = kernels.exp_sum(in.data(), shift, out.data(), n);
+    double want_sum = 0.0;
+    for (size_t i = 0; i < n; ++i) {
+      const float argument = in[i] - shift;  // Rounded as the kernels round it.
+      const double want = std::exp(static_cast<double>(argument));
+      want_sum += want;
+      if (std::isinf(in[i])) {
+        ASSERT_EQ(out[i], 0.0f) << "n=" << n << " i=" << i;
+      } else {
+        ASSERT_NEAR(out[i], want, 1e-6 * want + 1e-37) << "n=" << n << " x=" << in[i];
+      }
+    }
+    EXPECT_NEAR(sum, want_sum, 1e-5 * want_sum + 1e-30) << SimdLevelName(GetParam()) << " n=" << n;
+    EXPECT_EQ(out[n], -7.0f) << "wrote past the end, n=" << n;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Levels, SimdKernelTest, testing::ValuesIn(SupportedSimdLevels()),
                          [](const testing::TestParamInfo<SimdLevel>& info) {
                            return std::string(SimdLevelName(info.param));
