@@ -12,7 +12,6 @@ namespace {
 // (8 KiB) and scores.
 constexpr int kBlockRows = 48;
 constexpr int kKeyChunk = 16;  // The panel kernels' width.
-constexpr int kGemmRows = 6;
 
 // One (sequence, kv head) of PagedAttention: where its K/V rows are and how
 // to read them (16-bit caches are widened to f32 by the kernels).
@@ -162,10 +161,11 @@ void ScoreChunk(const AttentionItem& at, BlockScratch& b, int first, int keys) {
   const int head_dim = at.head_dim;
   at.simd->pack16(at.dtype)(at.key_cache + at.RowOf(first), head_dim, keys, head_dim,
                             b.panel.data());
-  for (int r = 0; r < b.rows; r += kGemmRows) {
+  for (int r = 0, n = 0; r < b.rows; r += n) {
+    n = GemmRowsFor(b.rows - r);
     at.simd->gemm6x16(b.panel.data(), kKeyChunk, head_dim, b.queries.data() + r * head_dim,
-                      head_dim, std::min(kGemmRows, b.rows - r), b.scores.data() + r * kKeyChunk,
-                      kKeyChunk, keys, /*accumulate=*/false);
+                      head_dim, n, b.scores.data() + r * kKeyChunk, kKeyChunk, keys,
+                      /*accumulate=*/false);
   }
   if (first + keys - 1 <= b.first_position) return;  // Every key visible to every row.
   for (int r = 0; r < b.rows; ++r) {
@@ -209,10 +209,11 @@ void AccumulateValues(const AttentionItem& at, BlockScratch& b, int first, int k
     values = b.values.data();
   }
   for (int c = 0; c < head_dim; c += kKeyChunk) {
-    for (int r = 0; r < b.rows; r += kGemmRows) {
-      at.simd->gemm6x16(values + c, head_dim, keys, b.scores.data() + r * kKeyChunk, kKeyChunk,
-                        std::min(kGemmRows, b.rows - r), b.outputs.data() + r * head_dim + c,
-                        head_dim, kKeyChunk, /*accumulate=*/true);
+    for (int r = 0, n = 0; r < b.rows; r += n) {
+      n = GemmRowsFor(b.rows - r);
+      at.simd->gemm6x16(values + c, head_dim, keys, b.scores.data() + r * kKeyChunk, kKeyChunk, n,
+                        b.outputs.data() + r * head_dim + c, head_dim, kKeyChunk,
+                        /*accumulate=*/true);
     }
   }
 }

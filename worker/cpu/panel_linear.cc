@@ -7,7 +7,6 @@ namespace pagoda::worker {
 namespace {
 
 constexpr int kPanelWidth = 16;
-constexpr int kPanelRows = 6;
 
 // Output features [16 * panel, 16 * panel + 16) of every token row.
 void RunPanel(const SimdKernels& simd, const float* x, int rows, const Tensor& weight,
@@ -22,10 +21,10 @@ void RunPanel(const SimdKernels& simd, const float* x, int rows, const Tensor& w
   for (int64_t k = 0; k < in_dim; k += kPanelDepth) {
     const int64_t depth = std::min(kPanelDepth, in_dim - k);
     pack(rows_base + k * width, in_dim, cols, depth, packed);
-    for (int r = 0; r < rows; r += kPanelRows) {
-      simd.gemm6x16(packed, kPanelWidth, depth, x + r * in_dim + k, in_dim,
-                    std::min(kPanelRows, rows - r), y + r * out_dim + first, out_dim, cols,
-                    /*accumulate=*/k > 0);
+    for (int r = 0, n = 0; r < rows; r += n) {
+      n = GemmRowsFor(rows - r);
+      simd.gemm6x16(packed, kPanelWidth, depth, x + r * in_dim + k, in_dim, n,
+                    y + r * out_dim + first, out_dim, cols, /*accumulate=*/k > 0);
     }
   }
   if (in_dim == 0) {

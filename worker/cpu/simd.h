@@ -100,6 +100,15 @@ struct SimdKernels {
   Pack16Fn pack16(DType dtype) const;  // Null where gemm6x16 is.
 };
 
+// Rows of the next gemm6x16 call when `remaining` (>= 1) token rows are
+// left: the fewest calls of at most six rows, evenly split, since a call of
+// one or two rows has too few accumulators to hide the FMA latency (eight
+// rows run as 4 + 4, not 6 + 2).
+inline int GemmRowsFor(int remaining) {
+  const int calls = (remaining + 5) / 6;
+  return (remaining + calls - 1) / calls;
+}
+
 // REQUIRES: level is in SupportedSimdLevels().
 const SimdKernels& SimdKernelsFor(SimdLevel level);
 // The kernels of BestSimdLevel(), chosen once.
