@@ -13,7 +13,7 @@
 // pagoda-bench through the service minus this is the service's cost.
 //
 //   bench_cpu_decode --model DIR [--threads 2] [--batches 1,8,32] [--prompt 64]
-//                    [--tokens 64] [--rounds 3]
+//                    [--tokens 64] [--rounds 3] [--kv-cache-dtype auto|float32|bfloat16|float16]
 
 #include <algorithm>
 #include <chrono>
@@ -21,10 +21,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "common/dtype.h"
 #include "common/flags.h"
 #include "common/model_config.h"
 #include "worker/cpu/cpu_model_runner.h"
@@ -57,6 +59,8 @@ struct Flags {
   int prompt = 64;
   int tokens = 64;
   int rounds = 3;
+  std::string kv_cache_dtype = "auto";
+  size_t kv_element_bytes = 4;  // Of kv_cache_dtype (auto is f32 on CPU).
 };
 
 Flags ParseFlags(int argc, char** argv) {
@@ -69,6 +73,11 @@ Flags ParseFlags(int argc, char** argv) {
     const bool numeric = absl::SimpleAtoi(value, &number) && number > 0;
     if (arg == "--model") {
       flags.model = value;
+    } else if (arg == "--kv-cache-dtype") {
+      absl::StatusOr<std::optional<DType>> dtype = ParseKvCacheDTypeFlag(value);
+      if (!dtype.ok()) Die(std::string(dtype.status().message()));
+      flags.kv_cache_dtype = value;
+      flags.kv_element_bytes = DTypeSize(dtype->value_or(DType::kF32));
     } else if (arg == "--batches") {
       auto batches = ParsePositiveIntList(value);
       if (!batches) Die("bad --batches " + value);
@@ -136,13 +145,13 @@ Timing RunRound(ModelRunner& runner, int batch, const Flags& flags, int vocab, i
 // are computed from.
 struct ModelWork {
   double weight_bytes = 0;      // Every matrix once (the embedding's B rows ignored).
-  double kv_bytes_per_token = 0;  // K and V of one context token, every layer (f32 cache).
+  double kv_bytes_per_token = 0;  // K and V of one context token, every layer.
   double flops_per_token = 0;   // Multiply-adds x 2 of the matrices a prompt token goes through.
   double attention_flops_per_pair = 0;  // Scores and weighted values of one (query, key) pair.
   double logits_flops = 0;      // The lm_head for one sampled row.
 };
 
-ModelWork WorkOf(const ModelConfig& c, const std::string& model_dir) {
+ModelWork WorkOf(const ModelConfig& c, const std::string& model_dir, size_t kv_element_bytes) {
   const double hidden = c.hidden_size, inter = c.intermediate_size, vocab = c.vocab_size;
   const double q_dim = static_cast<double>(c.num_attention_heads) * c.head_dim;
   const double kv_dim = static_cast<double>(c.num_key_value_heads) * c.head_dim;
@@ -155,7 +164,7 @@ ModelWork WorkOf(const ModelConfig& c, const std::string& model_dir) {
   }
   const double element = file_bytes / stored > 3 ? 4 : 2;
   return ModelWork{.weight_bytes = (layers * per_layer + vocab * hidden) * element,
-                   .kv_bytes_per_token = layers * 2 * kv_dim * sizeof(float),
+                   .kv_bytes_per_token = layers * 2 * kv_dim * kv_element_bytes,
                    .flops_per_token = 2 * layers * per_layer,
                    .attention_flops_per_pair = layers * 4 * q_dim,
                    .logits_flops = 2 * vocab * hidden};
@@ -172,6 +181,7 @@ std::unique_ptr<ModelRunner> LoadRunner(const Flags& flags, const ModelWork& wor
   load.set_block_size(kBlockSize);
   load.set_device("cpu");
   load.set_cpu_threads(flags.threads);
+  load.set_kv_cache_dtype(flags.kv_cache_dtype);
   load.set_max_num_seqs(max_batch);
   load.set_max_num_batched_tokens(std::max(2048, max_batch * flags.prompt));
   load.set_kv_cache_memory_bytes(
@@ -221,7 +231,7 @@ int Main(int argc, char** argv) {
   const Flags flags = ParseFlags(argc, argv);
   absl::StatusOr<ModelConfig> config = LoadModelConfig(flags.model);
   if (!config.ok()) Die(std::string(config.status().message()));
-  const ModelWork work = WorkOf(*config, flags.model);
+  const ModelWork work = WorkOf(*config, flags.model, flags.kv_element_bytes);
   int vocab = 0;
   std::unique_ptr<ModelRunner> runner = LoadRunner(flags, work, &vocab);
   const ReadBandwidth read = MeasureReadBandwidth(flags.threads);
