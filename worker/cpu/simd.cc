@@ -362,6 +362,20 @@ PAGODA_AVX2 float ExpSumAvx2(const float* in, float shift, float* out, size_t n)
   return Sum8(sum);
 }
 
+void SiluMulPlain(const float* gate, const float* up, float* out, size_t n);
+
+PAGODA_AVX2 void SiluMulAvx2(const float* gate, const float* up, float* out, size_t n) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i);
+    const __m256 e = ExpAvx2(_mm256_sub_ps(_mm256_setzero_ps(), g));
+    const __m256 silu = _mm256_div_ps(g, _mm256_add_ps(one, e));
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(silu, _mm256_loadu_ps(up + i)));
+  }
+  SiluMulPlain(gate + i, up + i, out + i, n - i);
+}
+
 template <DType kType>
 PAGODA_AVX2 void WidenAvx2(const void* a, float* out, size_t n) {
   size_t i = 0;
@@ -698,7 +712,7 @@ constexpr SimdKernels kAvx2Kernels = {DotAvx2<DType::kF32>,
                                       Pack16Avx2<DType::kF16>,
                                       Gemm6x16Avx2,
                                       ExpSumAvx2,
-                                      SiluMulPlain};
+                                      SiluMulAvx2};
 constexpr SimdKernels kAvx512Kernels = {DotAvx512<DType::kF32>,
                                         DotAvx512<DType::kBF16>,
                                         DotAvx512<DType::kF16>,
