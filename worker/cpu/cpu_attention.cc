@@ -8,10 +8,9 @@ namespace pagoda::worker {
 namespace {
 
 // A query block's rows (query tokens x the group's heads): with head_dim 128
-// its queries and outputs take 24 KiB each, beside a 16-key chunk's packed K
-// (8 KiB) and scores.
+// its queries and outputs take 24 KiB each, beside a key chunk's scores
+// (12 KiB) and a packed K piece (8 KiB).
 constexpr int kBlockRows = 48;
-constexpr int kKeyChunk = 16;  // The panel kernels' width.
 
 // One (sequence, kv head) of PagedAttention: where its K/V rows are and how
 // to read them (16-bit caches are widened to f32 by the kernels).
@@ -132,10 +131,17 @@ void AttendRowByRow(const AttentionItem& at, const float* query_base, float* out
 
 // ---- Blocked ----
 
+// A key chunk is up to kChunkKeys keys, in pieces of up to kPieceKeys that
+// each lie inside one cache block (so a piece's K and V rows are adjacent):
+// a piece is one packed panel of scores; the softmax bookkeeping (max,
+// rescaling the outputs) is paid once a chunk.
+constexpr int kChunkKeys = 64;
+constexpr int kPieceKeys = 16;  // The panel kernels' width.
+
 // A query block's state: its scaled queries, its running softmax (max and
 // sum per row) and unnormalised outputs, a key chunk's scores (then
-// weights), packed keys and widened values. Rows are query token t's head g
-// at t * group + g.
+// weights), a packed K piece and a widened V piece. Rows are query token t's
+// head g at t * group + g.
 struct BlockScratch {
   std::vector<float> queries, outputs, scores, max, sum, panel, values;
   int rows = 0;
@@ -147,31 +153,40 @@ struct BlockScratch {
     const size_t width = static_cast<size_t>(rows) * at.head_dim;
     queries.resize(width);
     outputs.assign(width, 0.0f);
-    scores.resize(static_cast<size_t>(rows) * kKeyChunk);
+    scores.resize(static_cast<size_t>(rows) * kChunkKeys);
     max.assign(rows, -INFINITY);
     sum.assign(rows, 0.0f);
-    panel.resize(static_cast<size_t>(at.head_dim) * kKeyChunk);
-    values.resize(static_cast<size_t>(kKeyChunk) * at.head_dim);
+    panel.resize(static_cast<size_t>(at.head_dim) * kPieceKeys);
+    values.resize(static_cast<size_t>(kPieceKeys) * at.head_dim);
   }
 };
 
-// Scores of keys [first, first + keys) (one cache block's rows) for every
-// row, masked where a key lies past its row's position.
+// Keys in the piece starting at key j, at most `left`: up to the end of j's
+// cache block and kPieceKeys.
+int PieceAt(const AttentionItem& at, int j, int left) {
+  return std::min({kPieceKeys, at.block_size - j % at.block_size, left});
+}
+
+// Scores of keys [first, first + keys) for every row into scores columns
+// [0, keys), masked where a key lies past its row's position.
 void ScoreChunk(const AttentionItem& at, BlockScratch& b, int first, int keys) {
   const int head_dim = at.head_dim;
-  at.simd->pack16(at.dtype)(at.key_cache + at.RowOf(first), head_dim, keys, head_dim,
-                            b.panel.data());
-  for (int r = 0, n = 0; r < b.rows; r += n) {
-    n = GemmRowsFor(b.rows - r);
-    at.simd->gemm6x16(b.panel.data(), kKeyChunk, head_dim, b.queries.data() + r * head_dim,
-                      head_dim, n, b.scores.data() + r * kKeyChunk, kKeyChunk, keys,
-                      /*accumulate=*/false);
+  for (int offset = 0, piece = 0; offset < keys; offset += piece) {
+    piece = PieceAt(at, first + offset, keys - offset);
+    at.simd->pack16(at.dtype)(at.key_cache + at.RowOf(first + offset), head_dim, piece, head_dim,
+                              b.panel.data());
+    for (int r = 0, n = 0; r < b.rows; r += n) {
+      n = GemmRowsFor(b.rows - r);
+      at.simd->gemm6x16(b.panel.data(), kPieceKeys, head_dim, b.queries.data() + r * head_dim,
+                        head_dim, n, b.scores.data() + r * kChunkKeys + offset, kChunkKeys, piece,
+                        /*accumulate=*/false);
+    }
   }
   if (first + keys - 1 <= b.first_position) return;  // Every key visible to every row.
   for (int r = 0; r < b.rows; ++r) {
     const int position = b.first_position + r / at.group;
     for (int c = std::max(0, position + 1 - first); c < keys; ++c) {
-      b.scores[r * kKeyChunk + c] = -INFINITY;
+      b.scores[r * kChunkKeys + c] = -INFINITY;
     }
   }
 }
@@ -180,9 +195,9 @@ void ScoreChunk(const AttentionItem& at, BlockScratch& b, int first, int keys) {
 // rescaling what the row has summed so far where the max grew.
 void SoftmaxChunk(const AttentionItem& at, BlockScratch& b, int keys) {
   for (int r = 0; r < b.rows; ++r) {
-    float* row = b.scores.data() + r * kKeyChunk;
+    float* row = b.scores.data() + r * kChunkKeys;
     float chunk_max = -INFINITY;
-    for (int c = 0; c < keys; ++c) chunk_max = std::max(chunk_max, row[c]);
+    for (int c = 0; c < keys; ++c) chunk_max = row[c] > chunk_max ? row[c] : chunk_max;
     if (chunk_max == -INFINITY) {  // Every key masked for this row.
       std::fill_n(row, keys, 0.0f);
       continue;
@@ -198,22 +213,25 @@ void SoftmaxChunk(const AttentionItem& at, BlockScratch& b, int keys) {
   }
 }
 
-// outputs += weights x V of keys [first, first + keys), read in place
-// (16-bit caches widened first), 16 output columns at a time.
+// outputs += weights x V of keys [first, first + keys), a piece at a time,
+// read in place (16-bit caches widened first), 16 output columns at a time.
 void AccumulateValues(const AttentionItem& at, BlockScratch& b, int first, int keys) {
   const int head_dim = at.head_dim;
-  const char* rows = at.value_cache + at.RowOf(first);
-  const float* values = reinterpret_cast<const float*>(rows);
-  if (at.dtype != DType::kF32) {
-    at.simd->widen(at.dtype)(rows, b.values.data(), static_cast<size_t>(keys) * head_dim);
-    values = b.values.data();
-  }
-  for (int c = 0; c < head_dim; c += kKeyChunk) {
-    for (int r = 0, n = 0; r < b.rows; r += n) {
-      n = GemmRowsFor(b.rows - r);
-      at.simd->gemm6x16(values + c, head_dim, keys, b.scores.data() + r * kKeyChunk, kKeyChunk, n,
-                        b.outputs.data() + r * head_dim + c, head_dim, kKeyChunk,
-                        /*accumulate=*/true);
+  for (int offset = 0, piece = 0; offset < keys; offset += piece) {
+    piece = PieceAt(at, first + offset, keys - offset);
+    const char* rows = at.value_cache + at.RowOf(first + offset);
+    const float* values = reinterpret_cast<const float*>(rows);
+    if (at.dtype != DType::kF32) {
+      at.simd->widen(at.dtype)(rows, b.values.data(), static_cast<size_t>(piece) * head_dim);
+      values = b.values.data();
+    }
+    for (int c = 0; c < head_dim; c += kPieceKeys) {
+      for (int r = 0, n = 0; r < b.rows; r += n) {
+        n = GemmRowsFor(b.rows - r);
+        at.simd->gemm6x16(values + c, head_dim, piece, b.scores.data() + r * kChunkKeys + offset,
+                          kChunkKeys, n, b.outputs.data() + r * head_dim + c, head_dim, kPieceKeys,
+                          /*accumulate=*/true);
+      }
     }
   }
 }
@@ -230,12 +248,11 @@ void AttendQueryBlock(const AttentionItem& at, const float* query_base, float* o
     for (size_t i = 0; i < group_width; ++i) dst[i] = src[i] * at.scale;
   }
   const int last_key = b.first_position + tokens - 1;
-  for (int j = 0; j <= last_key;) {
-    const int keys = std::min({kKeyChunk, at.block_size - j % at.block_size, last_key + 1 - j});
+  for (int j = 0; j <= last_key; j += kChunkKeys) {
+    const int keys = std::min(kChunkKeys, last_key + 1 - j);
     ScoreChunk(at, b, j, keys);
     SoftmaxChunk(at, b, keys);
     AccumulateValues(at, b, j, keys);
-    j += keys;
   }
   for (int t = 0; t < tokens; ++t) {
     float* dst = output_base + at.FirstRowOf(first + t);
@@ -263,7 +280,7 @@ void AttendItem(const SimdKernels& simd, const PagedAttentionParams& p, int64_t 
   const AttentionItem at = MakeItem(simd, p, item);
   const float* query_base = static_cast<const float*>(p.query);
   float* output_base = static_cast<float*>(p.output);
-  if (simd.gemm6x16 != nullptr && at.head_dim % kKeyChunk == 0) {
+  if (simd.gemm6x16 != nullptr && at.head_dim % kPieceKeys == 0) {
     AttendBlocked(at, query_base, output_base);
   } else {
     AttendRowByRow(at, query_base, output_base);

@@ -17,12 +17,13 @@ namespace pagoda::worker {
 // Two ways, the same result up to f32 rounding:
 // - blocked (head_dim a multiple of 16, a level with panel kernels): queries
 //   in blocks of up to 48 rows (query tokens x group heads), keys in chunks
-//   of up to 16 within a cache block. Scores of a chunk are one gemm6x16 over
-//   the chunk's K packed once (pack16), the values one gemm6x16 per 16
-//   output columns reading V in place (widened first for a 16-bit cache),
-//   and the softmax is online (running max and sum per row, FlashAttention's
-//   rescaling), so scratch is a block's, never the context's, and K/V are
-//   read once per query block instead of once per query token;
+//   of up to 64, taken in pieces of up to 16 inside one cache block. A
+//   piece's scores are one gemm6x16 over its K packed once (pack16), its
+//   values one gemm6x16 per 16 output columns reading V in place (widened
+//   first for a 16-bit cache); the softmax is online, once per chunk
+//   (running max and sum per row, FlashAttention's rescaling), so scratch is
+//   a block's, never the context's, and K/V are read once per query block
+//   instead of once per query token;
 // - row by row otherwise: each query token's scores over its whole context,
 //   then the values weighted by their softmax.
 // Both take exponentials with the level's exp_sum.
