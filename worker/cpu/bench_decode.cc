@@ -144,11 +144,11 @@ Timing RunRound(ModelRunner& runner, int batch, const Flags& flags, int vocab, i
 // The work of one round's steps, from the model's shape: what the floors
 // are computed from.
 struct ModelWork {
-  double weight_bytes = 0;      // Every matrix once (the embedding's B rows ignored).
+  double weight_bytes = 0;        // Every matrix once (the embedding's B rows ignored).
   double kv_bytes_per_token = 0;  // K and V of one context token, every layer.
-  double flops_per_token = 0;   // Multiply-adds x 2 of the matrices a prompt token goes through.
+  double flops_per_token = 0;     // Multiply-adds x 2 of the matrices a prompt token goes through.
   double attention_flops_per_pair = 0;  // Scores and weighted values of one (query, key) pair.
-  double logits_flops = 0;      // The lm_head for one sampled row.
+  double logits_flops = 0;              // The lm_head for one sampled row.
 };
 
 ModelWork WorkOf(const ModelConfig& c, const std::string& model_dir, size_t kv_element_bytes) {
@@ -216,10 +216,11 @@ Timing MedianRound(ModelRunner& runner, int batch, const Flags& flags, int vocab
 void PrintHeader(const Flags& flags, const ModelWork& work, const ReadBandwidth& read,
                  double peak_gflops) {
   const HugePageUsage pages = CurrentHugePageUsage();
-  std::printf("model %s: a decode step reads %.1f MB of weights; %d threads\n",
-              flags.model.c_str(), work.weight_bytes / 1e6, flags.threads);
-  std::printf("memory read %.1f GB/s on huge pages, %.1f GB/s on 4 KiB pages; FMA peak %.1f GFLOP/s\n",
-              read.huge_pages_gbs, read.small_pages_gbs, peak_gflops);
+  std::printf("model %s: a decode step reads %.1f MB of weights; %d threads\n", flags.model.c_str(),
+              work.weight_bytes / 1e6, flags.threads);
+  std::printf(
+      "memory read %.1f GB/s on huge pages, %.1f GB/s on 4 KiB pages; FMA peak %.1f GFLOP/s\n",
+      read.huge_pages_gbs, read.small_pages_gbs, peak_gflops);
   std::printf("weights and workspace: %.1f MB resident, %.1f MB (%.0f%%) on huge pages\n",
               pages.resident_bytes / 1e6, pages.huge_bytes / 1e6,
               100.0 * pages.huge_bytes / std::max<size_t>(1, pages.resident_bytes));

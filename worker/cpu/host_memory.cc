@@ -125,7 +125,8 @@ class SlabAllocator {
 };
 
 SlabAllocator& Slabs() {
-  static SlabAllocator* const slabs = new SlabAllocator();  // Never destroyed: buffers may outlive main.
+  static SlabAllocator* const slabs =
+      new SlabAllocator();  // Never destroyed: buffers may outlive main.
   return *slabs;
 }
 

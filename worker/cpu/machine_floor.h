@@ -15,7 +15,9 @@ namespace pagoda::worker {
 struct ReadBandwidth {
   double huge_pages_gbs = 0;
   double small_pages_gbs = 0;
-  double best() const { return huge_pages_gbs > small_pages_gbs ? huge_pages_gbs : small_pages_gbs; }
+  double best() const {
+    return huge_pages_gbs > small_pages_gbs ? huge_pages_gbs : small_pages_gbs;
+  }
 };
 ReadBandwidth MeasureReadBandwidth(int threads);
 

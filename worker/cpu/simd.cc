@@ -164,8 +164,7 @@ PAGODA_AVX2 void Dot4Avx2(const void* a, const float* x, size_t ld_x, size_t n, 
 // distance, 512 B for f32 and 1 KiB for 16-bit weights, was the best of
 // 256 B to 1.5 KiB tried.
 template <DType kType>
-PAGODA_AVX2 void Tile4OneTokenAvx2(const void* w, size_t ld_w, const float* x, size_t n,
-                                   float* y) {
+PAGODA_AVX2 void Tile4OneTokenAvx2(const void* w, size_t ld_w, const float* x, size_t n, float* y) {
   constexpr size_t kWidth = DTypeSize(kType);
   constexpr size_t kAhead = kType == DType::kF32 ? 512 : 1024;
   const auto* base = static_cast<const char*>(w);
@@ -369,8 +368,8 @@ PAGODA_AVX2 inline __m256 ExpAvx2(__m256 x) {
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  const __m256i exponent = _mm256_slli_epi32(
-      _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  const __m256i exponent =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_andnot_ps(underflow, _mm256_mul_ps(p, _mm256_castsi256_ps(exponent)));
 }
 

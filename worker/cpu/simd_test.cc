@@ -270,8 +270,8 @@ TEST_P(SimdKernelTest, Gemm6x16MatchesFloat64ForEveryTileShape) {
                 for (size_t k = 0; k < depth; ++k) {
                   want += static_cast<double>(x[r * ld_x + k]) * panel[k * ld_panel + c];
                 }
-                ASSERT_NEAR(y[at], want, 1e-5 * (depth + 1)) << "depth=" << depth << " rows=" << rows
-                                                             << " cols=" << cols << " r=" << r;
+                ASSERT_NEAR(y[at], want, 1e-5 * (depth + 1))
+                    << "depth=" << depth << " rows=" << rows << " cols=" << cols << " r=" << r;
               }
             }
           }
@@ -287,7 +287,7 @@ TEST_P(SimdKernelTest, ExpSumMatchesStdExpAndZeroesMinusInfinity) {
   for (size_t n : kSizes) {
     std::vector<float> in = RandomFloats(n, rng);
     for (size_t i = 0; i < n; ++i) {
-      if (i % 5 == 0) in[i] *= 40.0f;  // Far into both tails, past underflow.
+      if (i % 5 == 0) in[i] *= 40.0f;     // Far into both tails, past underflow.
       if (i % 7 == 3) in[i] = -INFINITY;  // A masked score.
     }
     const float shift = 1.5f;
