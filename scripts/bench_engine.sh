@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Engine throughput benchmark: makes the benchmark model (PRESET of
 # make_tiny_model.py; default b1: hidden 512, 8 layers, 8 q / 2 kv heads,
-# intermediate 1536, vocab 8192, f32; WEIGHT_DTYPE=bf16 or f16 stores it so),
+# intermediate 1536, vocab 8192, f32; WEIGHT_DTYPE=bf16 or f16 stores it so;
+# PRESET=llama1b is Llama-3.2-1B-shaped, 2.5 GB of bf16, a minute or more to
+# write: MODEL_DIR=DIR keeps the model there and reuses it on later runs),
 # starts a real pagoda-server (with its pagoda-worker) on loopback and runs
 # pagoda-bench at 1, 8 and 32 concurrent clients. Prints output tokens/s and
 # the mean step time split into schedule / worker RPC / forward / postprocess.
@@ -25,9 +27,18 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"$PYTHON3" scripts/make_tiny_model.py --preset "${PRESET:-b1}" --dtype "${WEIGHT_DTYPE:-f32}" \
-  --out "$WORK/model" > /dev/null
-"$BIN/pagoda-server" --model "$WORK/model" --port 0 --max-model-len 512 "$@" \
+MODEL=${MODEL_DIR:-$WORK/model}
+if [ ! -f "$MODEL/config.json" ]; then
+  PRESET=${PRESET:-b1}
+  DTYPE_FLAG=()
+  # llama1b's preset dtype (bf16) unless WEIGHT_DTYPE says otherwise.
+  if [ -n "${WEIGHT_DTYPE:-}" ] || [ "$PRESET" != llama1b ]; then
+    DTYPE_FLAG=(--dtype "${WEIGHT_DTYPE:-f32}")
+  fi
+  "$PYTHON3" scripts/make_tiny_model.py --preset "$PRESET" "${DTYPE_FLAG[@]}" \
+    --out "$MODEL" > /dev/null
+fi
+"$BIN/pagoda-server" --model "$MODEL" --port 0 --max-model-len 512 "$@" \
   > "$WORK/server.out" 2> "$WORK/server.log" &
 SERVER_PID=$!
 for _ in $(seq 1 300); do

@@ -62,6 +62,13 @@ PRESETS = {
                hidden_size=512, num_layers=8, num_heads=8, num_kv_heads=2,
                intermediate_size=1536, max_position_embeddings=2048,
                dtype="f32"),
+    # A Llama-3.2-1B-shaped model (1.24 B parameters, tied embeddings), the
+    # CPU worker's large benchmark: random bf16 weights, no tokenizer.
+    "llama1b": dict(arch="llama", vocab_size=128256, tokenizer=False,
+                    hidden_size=2048, num_layers=16, num_heads=32,
+                    num_kv_heads=8, intermediate_size=8192,
+                    max_position_embeddings=8192, rope_theta=500000.0,
+                    tie_word_embeddings=True, dtype="bf16"),
 }
 
 # A few KB of varied plain English, written for this project, on which the
@@ -154,7 +161,8 @@ def parse_args(argv):
   p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   p.add_argument("--preset", choices=sorted(PRESETS),
                  help="demo: the README model; bench: the benchmark model; "
-                      "b1: the llama.cpp comparison model. "
+                      "b1: the llama.cpp comparison model; llama1b: a "
+                      "Llama-3.2-1B-shaped one (2.5 GB in bf16). "
                       "Other flags override the preset's values.")
   p.add_argument("--out", required=True, help="model directory to write")
   p.add_argument("--arch", choices=sorted(ARCHITECTURES), default="llama")
@@ -219,8 +227,36 @@ def head_dim_of(args):
   return args.hidden_size // args.num_heads
 
 
-def make_weights(args):
-  """Returns {HF name: float32 array} in a fixed order, seeded by --seed.
+class Drawn:
+  """One tensor, drawn from the shared generator only when it is written.
+
+  Tensors are written in the order make_weights lists them, so each draws
+  the same numbers as if all were drawn up front; drawing rows in chunks
+  gives the same numbers too (numpy's Generator fills sequentially), and
+  keeps a 1B-parameter model's memory to one chunk at a time.
+  """
+
+  CHUNK_ELEMENTS = 1 << 24
+
+  def __init__(self, rng, shape, std=None, uniform=None):
+    self.rng, self.shape, self.std, self.uniform = rng, tuple(shape), std, uniform
+    self.size = math.prod(self.shape)
+
+  def chunks(self):
+    """Yields float32 arrays of whole rows, in order."""
+    if self.uniform is not None:
+      yield self.rng.uniform(*self.uniform, size=self.shape).astype(np.float32)
+      return
+    rows = self.shape[0]
+    per_row = self.size // rows if rows else 0
+    step = max(1, self.CHUNK_ELEMENTS // max(1, per_row))
+    for first in range(0, rows, step):
+      shape = (min(step, rows - first),) + self.shape[1:]
+      yield (self.rng.standard_normal(shape) * self.std).astype(np.float32)
+
+
+def weight_draws(args):
+  """Returns {HF name: Drawn} in a fixed order, seeded by --seed.
 
   Scales: projections reading a normalised vector use std 1/sqrt(fan_in) so q,
   k, v, gate and up elements are ~N(0, 1) and attention scores ~N(0, 1) after
@@ -235,11 +271,11 @@ def make_weights(args):
   q_out, kv_out = args.num_heads * hd, args.num_kv_heads * hd
 
   def normal(shape, std):
-    return (rng.standard_normal(shape) * std).astype(np.float32)
+    return Drawn(rng, shape, std=std)
 
   def norm_weight():
     # Random around 1 so a loader that forgets to apply it is caught.
-    return rng.uniform(0.8, 1.2, size=(h,)).astype(np.float32)
+    return Drawn(rng, (h,), uniform=(0.8, 1.2))
 
   w = {}
   # Tied: the embedding doubles as lm_head, so it takes lm_head's scale.
@@ -268,6 +304,12 @@ def make_weights(args):
   return w
 
 
+def make_weights(args):
+  """Returns {HF name: float32 array}: weight_draws' tensors, drawn now."""
+  return {name: np.concatenate(list(drawn.chunks()))
+          for name, drawn in weight_draws(args).items()}
+
+
 def float32_to_bf16_bits(x):
   """Rounds float32 to bfloat16 (nearest, ties to even); returns uint16 bits."""
   bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
@@ -286,29 +328,28 @@ def encode(array, dtype):
 
 
 def write_safetensors(path, tensors, dtype):
-  """Writes {name: float32 array} to `path` in the safetensors format.
+  """Writes {name: Drawn} to `path` in the safetensors format.
 
   Layout: 8-byte little-endian header length, a JSON header mapping each name
   to dtype/shape/data_offsets (relative to the data area), padded with spaces
   to a multiple of 8 bytes so the data area is 8-byte aligned, then the data.
   """
   tag = DTYPES[dtype][0]
+  elem = 4 if dtype == "f32" else 2
   header = {"__metadata__": {"format": "pt"}}
-  blobs = []
   offset = 0
-  for name, array in tensors.items():
-    data = encode(array, dtype)
-    header[name] = {"dtype": tag, "shape": list(array.shape),
-                    "data_offsets": [offset, offset + len(data)]}
-    blobs.append(data)
-    offset += len(data)
+  for name, tensor in tensors.items():
+    header[name] = {"dtype": tag, "shape": list(tensor.shape),
+                    "data_offsets": [offset, offset + tensor.size * elem]}
+    offset += tensor.size * elem
   header_bytes = json.dumps(header, separators=(",", ":")).encode("utf-8")
   header_bytes += b" " * (-len(header_bytes) % 8)
   with open(path, "wb") as f:
     f.write(len(header_bytes).to_bytes(8, "little"))
     f.write(header_bytes)
-    for data in blobs:
-      f.write(data)
+    for tensor in tensors.values():
+      for chunk in tensor.chunks():
+        f.write(encode(chunk, dtype))
   return offset
 
 
@@ -345,7 +386,7 @@ def write_weights(out, weights, dtype, num_shards):
     return
   names = list(weights)
   elem = 4 if dtype == "f32" else 2
-  sizes = [weights[n].size * elem for n in names]
+  sizes = [weights[n].size * elem for n in names]  # Drawn.size: elements.
   weight_map = {}
   total = 0
   for k, group in enumerate(split_into_shards(names, sizes, num_shards)):
@@ -445,7 +486,7 @@ def main(argv):
   write_json(os.path.join(args.out, "config.json"), model_config(args))
   write_json(os.path.join(args.out, "generation_config.json"),
              {"bos_token_id": args.bos_id, "eos_token_id": args.eos_id})
-  write_weights(args.out, make_weights(args), args.dtype, args.shards)
+  write_weights(args.out, weight_draws(args), args.dtype, args.shards)
   if args.tokenizer:
     train_tokenizer(args.out, args.vocab_size)
   print(f"wrote {args.out}")

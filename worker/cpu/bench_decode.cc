@@ -1,17 +1,19 @@
 // The CPU worker's model step in-process, without pagoda-server or any RPC:
 // for each batch size B, B sequences prefill a prompt together and then
 // decode greedily, one token each per step, through the same
-// ModelRunner::ExecuteStep the worker serves. Prints prefill and decode time,
-// output tokens/s (what llama.cpp's batched bench calls S_TG and S) of the
-// median of --rounds rounds after a warm-up, and the
-// decode step's weight bytes per second against the memory read bandwidth of
-// this machine measured in the same run (the same thread count streaming one
-// buffer larger than the caches): at batch 1 a decode step reads every weight
-// once, so that ratio says how near the memory limit it runs.
+// ModelRunner::ExecuteStep the worker serves. Prints the median of --rounds
+// rounds after a warm-up, each figure beside its floor, the least time the
+// work could take on this machine as measured in the same run
+// (machine_floor.h):
+// - prefill: GFLOP/s (weights and attention) against the FMA peak;
+// - decode: the step against the bytes it must read (every weight once, and
+//   each sequence's K/V at its mean context) at the best streaming read
+//   bandwidth, huge or 4 KiB pages; at batch 1 that is the weights alone.
+// It also prints how much of the weights the kernel keeps on huge pages.
 // pagoda-bench through the service minus this is the service's cost.
 //
 //   bench_cpu_decode --model DIR [--threads 2] [--batches 1,8,32] [--prompt 64]
-//                    [--tokens 64] [--rounds 3]
+//                    [--tokens 64] [--rounds 3] [--kv-cache-dtype auto|float32|bfloat16|float16]
 
 #include <algorithm>
 #include <chrono>
@@ -19,14 +21,17 @@
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "common/dtype.h"
 #include "common/flags.h"
 #include "common/model_config.h"
 #include "worker/cpu/cpu_model_runner.h"
+#include "worker/cpu/host_memory.h"
+#include "worker/cpu/machine_floor.h"
 #include "worker/cpu/simd.h"
 #include "worker/model_runner.h"
 
@@ -54,6 +59,8 @@ struct Flags {
   int prompt = 64;
   int tokens = 64;
   int rounds = 3;
+  std::string kv_cache_dtype = "auto";
+  size_t kv_element_bytes = 4;  // Of kv_cache_dtype (auto is f32 on CPU).
 };
 
 Flags ParseFlags(int argc, char** argv) {
@@ -66,6 +73,11 @@ Flags ParseFlags(int argc, char** argv) {
     const bool numeric = absl::SimpleAtoi(value, &number) && number > 0;
     if (arg == "--model") {
       flags.model = value;
+    } else if (arg == "--kv-cache-dtype") {
+      absl::StatusOr<std::optional<DType>> dtype = ParseKvCacheDTypeFlag(value);
+      if (!dtype.ok()) Die(std::string(dtype.status().message()));
+      flags.kv_cache_dtype = value;
+      flags.kv_element_bytes = DTypeSize(dtype->value_or(DType::kF32));
     } else if (arg == "--batches") {
       auto batches = ParsePositiveIntList(value);
       if (!batches) Die("bad --batches " + value);
@@ -86,34 +98,6 @@ Flags ParseFlags(int argc, char** argv) {
   }
   if (flags.model.empty()) Die("--model DIR is required");
   return flags;
-}
-
-// GB/s of `threads` threads each summing its part of a buffer far larger
-// than the caches, with the worker's own SIMD dot product (best of a few).
-double ReadBandwidth(int threads) {
-  const size_t n = size_t{256} << 20 >> 2;  // 256 MiB of floats.
-  // 64-byte aligned like the backend's buffers, so no load splits a line.
-  std::unique_ptr<float, decltype(&std::free)> buffer(
-      static_cast<float*>(std::aligned_alloc(64, n * sizeof(float))), &std::free);
-  std::fill_n(buffer.get(), n, 1.0f);
-  const SimdKernels& simd = BestSimdKernels();
-  double best = 0;
-  for (int rep = 0; rep < 5; ++rep) {
-    const auto start = Clock::now();
-    std::vector<std::thread> pool;
-    std::vector<float> sums(threads);
-    for (int t = 0; t < threads; ++t) {
-      pool.emplace_back([&, t] {
-        const size_t begin = n * t / threads, end = n * (t + 1) / threads;
-        // a . a reads the range once (the second operand hits L1).
-        sums[t] = simd.dot_f32(buffer.get() + begin, buffer.get() + begin, end - begin);
-      });
-    }
-    for (std::thread& thread : pool) thread.join();
-    best = std::max(best, n * sizeof(float) / Seconds(start) / 1e9);
-    if (sums[0] != static_cast<float>(n / threads) && sums[0] <= 0) Die("bad sum");
-  }
-  return best;
 }
 
 struct Timing {
@@ -157,73 +141,118 @@ Timing RunRound(ModelRunner& runner, int batch, const Flags& flags, int vocab, i
   return timing;
 }
 
-// Bytes a decode step reads from weights: every matrix once (the embedding
-// table only for its B rows, ignored), in the checkpoint's element size.
-double DecodeWeightBytes(const ModelConfig& c, const std::string& model_dir) {
+// The work of one round's steps, from the model's shape: what the floors
+// are computed from.
+struct ModelWork {
+  double weight_bytes = 0;        // Every matrix once (the embedding's B rows ignored).
+  double kv_bytes_per_token = 0;  // K and V of one context token, every layer.
+  double flops_per_token = 0;     // Multiply-adds x 2 of the matrices a prompt token goes through.
+  double attention_flops_per_pair = 0;  // Scores and weighted values of one (query, key) pair.
+  double logits_flops = 0;              // The lm_head for one sampled row.
+};
+
+ModelWork WorkOf(const ModelConfig& c, const std::string& model_dir, size_t kv_element_bytes) {
   const double hidden = c.hidden_size, inter = c.intermediate_size, vocab = c.vocab_size;
   const double q_dim = static_cast<double>(c.num_attention_heads) * c.head_dim;
   const double kv_dim = static_cast<double>(c.num_key_value_heads) * c.head_dim;
   const double per_layer = hidden * (q_dim + 2 * kv_dim) + q_dim * hidden + 3 * hidden * inter;
-  const double matrices = c.num_hidden_layers * per_layer + vocab * hidden;
-  const double stored =
-      c.num_hidden_layers * per_layer + vocab * hidden * (c.tie_word_embeddings ? 1 : 2);
+  const double layers = c.num_hidden_layers;
+  const double stored = layers * per_layer + vocab * hidden * (c.tie_word_embeddings ? 1 : 2);
   double file_bytes = 0;
   for (const auto& entry : std::filesystem::directory_iterator(model_dir)) {
     if (entry.path().extension() == ".safetensors") file_bytes += entry.file_size();
   }
   const double element = file_bytes / stored > 3 ? 4 : 2;
-  return matrices * element;
+  return ModelWork{.weight_bytes = (layers * per_layer + vocab * hidden) * element,
+                   .kv_bytes_per_token = layers * 2 * kv_dim * kv_element_bytes,
+                   .flops_per_token = 2 * layers * per_layer,
+                   .attention_flops_per_pair = layers * 4 * q_dim,
+                   .logits_flops = 2 * vocab * hidden};
 }
 
-int Main(int argc, char** argv) {
-  const Flags flags = ParseFlags(argc, argv);
-  absl::StatusOr<ModelConfig> config = LoadModelConfig(flags.model);
-  if (!config.ok()) Die(std::string(config.status().message()));
+// Loads the model with a KV cache for every sequence's prompt and output.
+std::unique_ptr<ModelRunner> LoadRunner(const Flags& flags, const ModelWork& work, int* vocab) {
   const int max_batch = *std::max_element(flags.batches.begin(), flags.batches.end());
   const int blocks_per_seq = (flags.prompt + flags.tokens + kBlockSize - 1) / kBlockSize;
-
+  const int64_t blocks = static_cast<int64_t>(max_batch) * blocks_per_seq;
   std::unique_ptr<ModelRunner> runner = CreateCpuModelRunner();
   v1::LoadModelRequest load;
   load.set_model_dir(flags.model);
   load.set_block_size(kBlockSize);
   load.set_device("cpu");
   load.set_cpu_threads(flags.threads);
+  load.set_kv_cache_dtype(flags.kv_cache_dtype);
   load.set_max_num_seqs(max_batch);
   load.set_max_num_batched_tokens(std::max(2048, max_batch * flags.prompt));
-  load.set_kv_cache_memory_bytes(int64_t{1} << 30);
+  load.set_kv_cache_memory_bytes(
+      static_cast<int64_t>(blocks * kBlockSize * work.kv_bytes_per_token * 1.1) + (64 << 20));
   absl::StatusOr<v1::LoadModelResponse> loaded = runner->LoadModel(load);
   if (!loaded.ok()) Die(std::string(loaded.status().message()));
-  if (loaded->num_gpu_blocks() < max_batch * blocks_per_seq) Die("KV cache too small");
+  if (loaded->num_gpu_blocks() < blocks) Die("KV cache too small");
   v1::InitCacheRequest cache;
-  cache.set_num_gpu_blocks(max_batch * blocks_per_seq);
+  cache.set_num_gpu_blocks(blocks);
   if (absl::Status status = runner->InitCache(cache); !status.ok()) {
     Die(std::string(status.message()));
   }
-  const double weight_bytes = DecodeWeightBytes(*config, flags.model);
-  const double read_gbs = ReadBandwidth(flags.threads);
+  *vocab = loaded->vocab_size();
+  return runner;
+}
+
+// The median of `rounds` rounds after a warm-up: this machine's memory
+// bandwidth swings between runs, and the best round would flatter.
+Timing MedianRound(ModelRunner& runner, int batch, const Flags& flags, int vocab,
+                   int64_t* step_id) {
+  RunRound(runner, batch, flags, vocab, step_id);  // Warm-up.
+  std::vector<Timing> rounds;
+  for (int r = 0; r < flags.rounds; ++r) {
+    rounds.push_back(RunRound(runner, batch, flags, vocab, step_id));
+  }
+  std::sort(rounds.begin(), rounds.end(), [](const Timing& a, const Timing& b) {
+    return a.prefill_s + a.decode_s < b.prefill_s + b.decode_s;
+  });
+  return rounds[rounds.size() / 2];
+}
+
+void PrintHeader(const Flags& flags, const ModelWork& work, const ReadBandwidth& read,
+                 double peak_gflops) {
+  const HugePageUsage pages = CurrentHugePageUsage();
+  std::printf("model %s: a decode step reads %.1f MB of weights; %d threads\n", flags.model.c_str(),
+              work.weight_bytes / 1e6, flags.threads);
   std::printf(
-      "model %s: a decode step reads %.1f MB of weights; %d threads; memory read %.1f GB/s\n",
-      flags.model.c_str(), weight_bytes / 1e6, flags.threads, read_gbs);
-  std::printf("%5s %10s %10s %12s %12s %10s %8s\n", "batch", "prefill_ms", "step_ms",
-              "decode_tok/s", "e2e_out_tok/s", "weight_GB/s", "of_read");
+      "memory read %.1f GB/s on huge pages, %.1f GB/s on 4 KiB pages; FMA peak %.1f GFLOP/s\n",
+      read.huge_pages_gbs, read.small_pages_gbs, peak_gflops);
+  std::printf("weights and workspace: %.1f MB resident, %.1f MB (%.0f%%) on huge pages\n",
+              pages.resident_bytes / 1e6, pages.huge_bytes / 1e6,
+              100.0 * pages.huge_bytes / std::max<size_t>(1, pages.resident_bytes));
+  std::printf("%5s %10s %9s %7s %10s %9s %7s %12s %13s\n", "batch", "prefill_ms", "GFLOP/s",
+              "of_peak", "step_ms", "floor_ms", "of_floor", "decode_tok/s", "e2e_out_tok/s");
+}
+
+int Main(int argc, char** argv) {
+  const Flags flags = ParseFlags(argc, argv);
+  absl::StatusOr<ModelConfig> config = LoadModelConfig(flags.model);
+  if (!config.ok()) Die(std::string(config.status().message()));
+  const ModelWork work = WorkOf(*config, flags.model, flags.kv_element_bytes);
+  int vocab = 0;
+  std::unique_ptr<ModelRunner> runner = LoadRunner(flags, work, &vocab);
+  const ReadBandwidth read = MeasureReadBandwidth(flags.threads);
+  const double peak_gflops = MeasureFmaPeakGflops(flags.threads);
+  PrintHeader(flags, work, read, peak_gflops);
   int64_t step_id = 0;
   for (int batch : flags.batches) {
-    RunRound(*runner, batch, flags, loaded->vocab_size(), &step_id);  // Warm-up.
-    std::vector<Timing> rounds;
-    for (int r = 0; r < flags.rounds; ++r) {
-      rounds.push_back(RunRound(*runner, batch, flags, loaded->vocab_size(), &step_id));
-    }
-    // The median round: this machine's memory bandwidth swings between runs,
-    // and the best round would flatter.
-    std::sort(rounds.begin(), rounds.end(), [](const Timing& a, const Timing& b) {
-      return a.prefill_s + a.decode_s < b.prefill_s + b.decode_s;
-    });
-    const Timing best = rounds[rounds.size() / 2];
-    const double step_s = best.decode_s / (flags.tokens - 1);  // Of the median round.
-    const double gbs = weight_bytes / step_s / 1e9;
-    std::printf("%5d %10.2f %10.3f %12.1f %12.1f %10.1f %7.0f%%\n", batch, best.prefill_s * 1e3,
-                step_s * 1e3, batch / step_s,
-                batch * flags.tokens / (best.prefill_s + best.decode_s), gbs, 100 * gbs / read_gbs);
+    const Timing median = MedianRound(*runner, batch, flags, vocab, &step_id);
+    const double p = flags.prompt;
+    const double prefill_flops = batch * (p * work.flops_per_token + work.logits_flops +
+                                          p * (p + 1) / 2 * work.attention_flops_per_pair);
+    const double prefill_gflops = prefill_flops / median.prefill_s / 1e9;
+    const double step_s = median.decode_s / (flags.tokens - 1);
+    const double mean_context = flags.prompt + flags.tokens / 2.0;
+    const double step_bytes = work.weight_bytes + batch * mean_context * work.kv_bytes_per_token;
+    const double floor_s = step_bytes / (read.best() * 1e9);
+    std::printf("%5d %10.2f %9.1f %6.0f%% %10.3f %9.3f %7.0f%% %12.1f %13.1f\n", batch,
+                median.prefill_s * 1e3, prefill_gflops, 100 * prefill_gflops / peak_gflops,
+                step_s * 1e3, floor_s * 1e3, 100 * floor_s / step_s, batch / step_s,
+                batch * flags.tokens / (median.prefill_s + median.decode_s));
   }
   return 0;
 }

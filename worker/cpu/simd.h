@@ -57,6 +57,28 @@ struct SimdKernels {
   void (*axpy_bf16)(float alpha, const void* x, float* y, size_t n);
   void (*axpy_f16)(float alpha, const void* x, float* y, size_t n);
 
+  // The panel kernels of a blocked matrix product (prefill, attention over
+  // many queries); null at a level that has none (plain, and AVX-512, where
+  // tile4 was the measured path), where callers keep to tile4.
+  //
+  // packed[k * 16 + c] = float(w[c * ld_w + k]) for k < depth, c < cols,
+  // and 0 for cols <= c < 16: `cols` (1..16) weight rows of the table's dtype
+  // transposed into a depth-major panel of 16 columns.
+  void (*pack16_f32)(const void* w, size_t ld_w, int cols, size_t depth, float* packed);
+  void (*pack16_bf16)(const void* w, size_t ld_w, int cols, size_t depth, float* packed);
+  void (*pack16_f16)(const void* w, size_t ld_w, int cols, size_t depth, float* packed);
+  // y[r * ld_y + c] (+)= sum_k x[r * ld_x + k] * panel[k * ld_panel + c] for
+  // r < rows (1..6), c < cols (1..16), k < depth; `accumulate` adds to y,
+  // else overwrites it. REQUIRES: the panel's 16 columns are readable for
+  // every k (columns past `cols` may hold anything).
+  void (*gemm6x16)(const float* panel, size_t ld_panel, size_t depth, const float* x, size_t ld_x,
+                   int rows, float* y, size_t ld_y, int cols, bool accumulate);
+
+  // out[i] = e^(in[i] - shift), returning their sum: a softmax row's
+  // weights (in[i] = -inf gives exactly 0). Vector levels as silu_mul's exp.
+  // out may alias in.
+  float (*exp_sum)(const float* in, float shift, float* out, size_t n);
+
   // out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + e^-g): the MLP's
   // gate. Vector levels use an exp accurate to a few ulp (not bit-identical
   // to std::exp); out may alias neither input.
@@ -68,13 +90,24 @@ struct SimdKernels {
   using AxpyFn = void (*)(float, const void*, float*, size_t);
   using WidenFn = void (*)(const void*, float*, size_t);
   using NarrowFn = void (*)(const float*, void*, size_t);
+  using Pack16Fn = void (*)(const void*, size_t, int, size_t, float*);
   DotFn dot(DType dtype) const;
   WidenFn widen(DType dtype) const;
   NarrowFn narrow(DType dtype) const;
   Dot4Fn dot4(DType dtype) const;
   Tile4Fn tile4(DType dtype) const;
   AxpyFn axpy(DType dtype) const;
+  Pack16Fn pack16(DType dtype) const;  // Null where gemm6x16 is.
 };
+
+// Rows of the next gemm6x16 call when `remaining` (>= 1) token rows are
+// left: the fewest calls of at most six rows, evenly split, since a call of
+// one or two rows has too few accumulators to hide the FMA latency (eight
+// rows run as 4 + 4, not 6 + 2).
+inline int GemmRowsFor(int remaining) {
+  const int calls = (remaining + 5) / 6;
+  return (remaining + calls - 1) / calls;
+}
 
 // REQUIRES: level is in SupportedSimdLevels().
 const SimdKernels& SimdKernelsFor(SimdLevel level);

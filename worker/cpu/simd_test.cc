@@ -3,6 +3,7 @@
 
 #include "worker/cpu/simd.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -215,6 +216,96 @@ TEST_P(SimdKernelTest, SiluMulMatchesPlainLoop) {
           << SimdLevelName(GetParam()) << " n=" << n << " i=" << i << " gate=" << g;
     }
     EXPECT_EQ(out[n], 7.0f) << "wrote past the end, n=" << n;
+  }
+}
+
+TEST_P(SimdKernelTest, Pack16TransposesAndZeroPads) {
+  const SimdKernels& kernels = SimdKernelsFor(GetParam());
+  if (kernels.gemm6x16 == nullptr) GTEST_SKIP() << "no panel kernels at this level";
+  std::mt19937 rng(23);
+  for (DType dtype : kDTypes) {
+    for (size_t depth : {size_t{1}, size_t{7}, size_t{8}, size_t{17}, size_t{256}, size_t{259}}) {
+      for (int cols : {1, 5, 8, 9, 16}) {
+        const size_t ld_w = depth + 3;
+        const Stored w = MakeStored(dtype, cols * ld_w, rng);
+        std::vector<float> packed(depth * 16 + 1, -7.0f);
+        kernels.pack16(dtype)(w.data(dtype), ld_w, cols, depth, packed.data());
+        for (size_t k = 0; k < depth; ++k) {
+          for (int c = 0; c < 16; ++c) {
+            const float want = c < cols ? w.values[c * ld_w + k] : 0.0f;
+            ASSERT_EQ(packed[k * 16 + c], want) << DTypeName(dtype) << " depth=" << depth
+                                                << " cols=" << cols << " k=" << k << " c=" << c;
+          }
+        }
+        ASSERT_EQ(packed[depth * 16], -7.0f) << "wrote past the panel";
+      }
+    }
+  }
+}
+
+TEST_P(SimdKernelTest, Gemm6x16MatchesFloat64ForEveryTileShape) {
+  const SimdKernels& kernels = SimdKernelsFor(GetParam());
+  if (kernels.gemm6x16 == nullptr) GTEST_SKIP() << "no panel kernels at this level";
+  std::mt19937 rng(29);
+  for (size_t depth : {size_t{0}, size_t{1}, size_t{9}, size_t{64}, size_t{257}}) {
+    for (size_t ld_panel : {size_t{16}, size_t{21}}) {
+      const std::vector<float> panel = RandomFloats(std::max<size_t>(1, depth) * ld_panel, rng);
+      const size_t ld_x = depth + 2, ld_y = 19;
+      const std::vector<float> x = RandomFloats(6 * ld_x, rng);
+      for (int rows = 1; rows <= 6; ++rows) {
+        for (int cols : {1, 7, 8, 15, 16}) {
+          for (bool accumulate : {false, true}) {
+            std::vector<float> y = RandomFloats(6 * ld_y, rng);
+            const std::vector<float> before = y;
+            kernels.gemm6x16(panel.data(), ld_panel, depth, x.data(), ld_x, rows, y.data(), ld_y,
+                             cols, accumulate);
+            for (int r = 0; r < 6; ++r) {
+              for (size_t c = 0; c < ld_y; ++c) {
+                const size_t at = r * ld_y + c;
+                if (r >= rows || static_cast<int>(c) >= cols) {
+                  ASSERT_EQ(y[at], before[at]) << "wrote outside the tile";
+                  continue;
+                }
+                double want = accumulate ? before[at] : 0.0;
+                for (size_t k = 0; k < depth; ++k) {
+                  want += static_cast<double>(x[r * ld_x + k]) * panel[k * ld_panel + c];
+                }
+                ASSERT_NEAR(y[at], want, 1e-5 * (depth + 1))
+                    << "depth=" << depth << " rows=" << rows << " cols=" << cols << " r=" << r;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(SimdKernelTest, ExpSumMatchesStdExpAndZeroesMinusInfinity) {
+  const SimdKernels& kernels = SimdKernelsFor(GetParam());
+  std::mt19937 rng(31);
+  for (size_t n : kSizes) {
+    std::vector<float> in = RandomFloats(n, rng);
+    for (size_t i = 0; i < n; ++i) {
+      if (i % 5 == 0) in[i] *= 40.0f;     // Far into both tails, past underflow.
+      if (i % 7 == 3) in[i] = -INFINITY;  // A masked score.
+    }
+    const float shift = 1.5f;
+    std::vector<float> out(n + 1, -7.0f);
+    const float sum = kernels.exp_sum(in.data(), shift, out.data(), n);
+    double want_sum = 0.0;
+    for (size_t i = 0; i < n; ++i) {
+      const float argument = in[i] - shift;  // Rounded as the kernels round it.
+      const double want = std::exp(static_cast<double>(argument));
+      want_sum += want;
+      if (std::isinf(in[i])) {
+        ASSERT_EQ(out[i], 0.0f) << "n=" << n << " i=" << i;
+      } else {
+        ASSERT_NEAR(out[i], want, 1e-6 * want + 1e-37) << "n=" << n << " x=" << in[i];
+      }
+    }
+    EXPECT_NEAR(sum, want_sum, 1e-5 * want_sum + 1e-30) << SimdLevelName(GetParam()) << " n=" << n;
+    EXPECT_EQ(out[n], -7.0f) << "wrote past the end, n=" << n;
   }
 }
 
