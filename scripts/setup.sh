@@ -13,6 +13,7 @@ PACKAGES=(
   openssl  # tests make their own TLS certificates
   prometheus procps python3-yaml  # tests only: a real Prometheus, pgrep, YAML checks
   universal-ctags  # tests only: function lengths for scripts/check_layout.py
+  python3-jsonschema  # tests only: structured outputs validated by an independent validator
 )
 
 missing=()
