@@ -42,6 +42,7 @@ class Server:
         self.process = None
         self.port = None
         self.metrics_port = None
+        self.http_port = None
         self.stderr_file = tempfile.TemporaryFile()
 
     def start(self, timeout=60):
@@ -65,6 +66,8 @@ class Server:
                 text = line.decode(errors="replace")
                 if m := re.match(r"PAGODA_METRICS_LISTENING (\d+)", text):
                     self.metrics_port = int(m.group(1))
+                if m := re.match(r"PAGODA_HTTP_LISTENING (\d+)", text):
+                    self.http_port = int(m.group(1))
                 if m := re.match(r"PAGODA_SERVER_LISTENING (\d+)", text):
                     self.port = int(m.group(1))
                     return self

@@ -72,6 +72,7 @@ FlatBatch PadDecodeBatch(const FlatBatch& batch, int bucket, int blocks_per_seq)
   PadTo(padded.min_p, bucket, 0.0f);
   PadTo(padded.penalties, bucket, LogitPenalties{});
   PadTo<int32_t>(padded.edit_offsets, bucket + 1, padded.edit_offsets.back());
+  PadTo<int32_t>(padded.mask_offsets, bucket, -1);
   padded.swap_in.clear();
   padded.swap_out.clear();
   padded.copy.clear();
