@@ -151,9 +151,9 @@ def main():
     preemptions = int(values.get("pagoda_num_preemptions_total", 0))
     if preemptions == 0:
       failures.append("[preempted] no sequence was preempted: the recompute path went untested")
-    # 3. The worker dies at its 800th step, with every request submitted;
+    # 3. The worker dies at its 400th step, with every request submitted;
     # the server restarts it and resumes them by recomputation.
-    env = dict(os.environ, PAGODA_TEST_FAULT_RANK="0", PAGODA_TEST_FAULT_STEP="800",
+    env = dict(os.environ, PAGODA_TEST_FAULT_RANK="0", PAGODA_TEST_FAULT_STEP="400",
                PAGODA_TEST_FAULT_MARKER=os.path.join(tmp, "fault-once"))
     recovered, found, _, metrics = run_phase(
         model, "recovered",
