@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "nlohmann/json.hpp"
+#include "scheduler/constraints/gbnf.h"
 #include "scheduler/constraints/json_schema.h"
 #include "scheduler/constraints/regex.h"
 
@@ -64,7 +65,7 @@ absl::Status BuildInto(const GenerateRequest& request, GrammarBuilder& g) {
       return absl::OkStatus();
     }
     case GenerateRequest::kGrammar:
-      return absl::InvalidArgumentError("EBNF / GBNF grammars are not supported yet");
+      return constraints::BuildGbnfGrammar(request.grammar(), g);
     default:
       return absl::InternalError("no constraint");
   }

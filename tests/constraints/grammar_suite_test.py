@@ -1,15 +1,18 @@
 #!/usr/bin/python3
 """The constraint grammars against independent validators.
 
-sample_tool (sample_tool.cc) compiles every JSON Schema of schema_suite.json
-and every regex of regex_suite.json and prints random texts each grammar
-allows. Each complete text must parse with Python's json and validate with
-python3-jsonschema (format checks on), or fully match with Python's re.
+sample_tool (sample_tool.cc) compiles every JSON Schema of schema_suite.json,
+every regex of regex_suite.json and every GBNF grammar of grammar_suite.json
+and prints random texts each grammar allows. Each complete text must parse
+with Python's json and validate with python3-jsonschema (format checks on),
+fully match with Python's re, or (grammars) be what the grammar's language
+is: JSON, a Python expression, or a full match of an equivalent regex.
 Every grammar must compile and give complete texts.
 
   grammar_suite_test.py path/to/constraints_sample_tool
 """
 
+import ast
 import collections
 import datetime
 import json
@@ -86,12 +89,31 @@ def validate_regex(entry, text):
   return None if re.fullmatch(entry["regex"], text) else "no full match"
 
 
+def validate_grammar(entry, text):
+  """A GBNF grammar's text, by what its language is: JSON (json.loads), a
+  Python expression (ast), or a regex of the same language."""
+  if entry["check"] == "json":
+    try:
+      json.loads(text)
+      return None
+    except ValueError as e:
+      return f"not JSON: {e}"
+  if entry["check"] == "python_expression":
+    try:
+      ast.parse(text, mode="eval")
+      return None
+    except SyntaxError as e:
+      return f"not an expression: {e}"
+  return validate_regex(entry, text)
+
+
 def main():
   tool = sys.argv[1]
   failures = []
   total = 0
   for suite, validate in (("schema_suite.json", validate_schema),
-                          ("regex_suite.json", validate_regex)):
+                          ("regex_suite.json", validate_regex),
+                          ("grammar_suite.json", validate_grammar)):
     with open(os.path.join(HERE, suite), encoding="utf-8") as f:
       entries = {e["name"]: e for e in json.load(f)}
     found, count = check(entries, run(tool, suite), validate)

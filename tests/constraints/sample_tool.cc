@@ -15,6 +15,7 @@
 
 #include "nlohmann/json.hpp"
 #include "scheduler/constraints/compiled_grammar.h"
+#include "scheduler/constraints/gbnf.h"
 #include "scheduler/constraints/json_schema.h"
 #include "scheduler/constraints/matcher.h"
 #include "scheduler/constraints/regex.h"
@@ -37,7 +38,10 @@ std::shared_ptr<const TokenVocabulary> SmallVocabulary() {
 absl::StatusOr<std::shared_ptr<const CompiledGrammar>> Compile(
     const nlohmann::ordered_json& entry, const std::shared_ptr<const TokenVocabulary>& vocabulary) {
   GrammarBuilder g;
-  if (entry.contains("regex")) {
+  if (entry.contains("grammar")) {
+    absl::Status status = BuildGbnfGrammar(entry["grammar"].get<std::string>(), g);
+    if (!status.ok()) return status;
+  } else if (entry.contains("regex")) {
     const RuleId root = g.NewRule("root");
     absl::StatusOr<ExprId> expr = CompileRegex(entry["regex"].get<std::string>(), g);
     if (!expr.ok()) return expr.status();

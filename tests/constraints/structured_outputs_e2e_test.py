@@ -39,7 +39,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "deploy"))
 sys.path.insert(0, HERE)
 import pagoda_harness  # noqa: E402
-from grammar_suite_test import validate_schema  # noqa: E402
+from grammar_suite_test import validate_grammar, validate_schema  # noqa: E402
 
 MAX_TOKENS = 4000
 CHOICES = [["yes", "no"], ["red", "green", "blue", "light blue"], ["\u00e9t\u00e9", "hiver"],
@@ -73,6 +73,10 @@ def cases():
   for entry in regexes:
     out.append(("regex " + entry["name"], {"structured_outputs": {"regex": entry["regex"]}},
                 lambda text, e=entry: None if re.fullmatch(e["regex"], text) else "no full match", 2))
+  with open(os.path.join(HERE, "grammar_suite.json"), encoding="utf-8") as f:
+    for entry in json.load(f):
+      out.append(("grammar " + entry["name"], {"structured_outputs": {"grammar": entry["grammar"]}},
+                  lambda text, e=entry: validate_grammar(e, text), 2))
   for choices in CHOICES:
     out.append((f"choice {choices}", {"structured_outputs": {"choice": choices}},
                 lambda text, c=choices: None if text in c else "not a choice", 2))
@@ -126,12 +130,21 @@ def run_case(port, index, case):
   return name, texts, failures
 
 
-def run_phase(model, label, server_args, parallel, env=None):
-  """Every case on a fresh server: {name: texts}, failures, metrics."""
+def fill(port):
+  """An unconstrained request that holds KV blocks for a while."""
+  post(port, {"prompt": [5, 6, 7], "temperature": 1.0, "max_tokens": 300, "ignore_eos": True})
+
+
+def run_phase(model, label, server_args, parallel, env=None, fillers=0):
+  """Every case on a fresh server: {name: texts}, failures, metrics.
+  `fillers` unconstrained requests start first and hold KV blocks."""
   args = ["--http-port", "-1", "--metrics-port", "-1", *server_args]
   with pagoda_harness.Server(model, *args, env=env) as server:
     outputs, failures = {}, []
-    with concurrent.futures.ThreadPoolExecutor(parallel) as pool:
+    with concurrent.futures.ThreadPoolExecutor(max(1, fillers)) as filler_pool, \
+         concurrent.futures.ThreadPoolExecutor(parallel) as pool:
+      for _ in range(fillers):
+        filler_pool.submit(fill, server.http_port)
       futures = [pool.submit(run_case, server.http_port, i, c) for i, c in enumerate(cases())]
       for future in futures:
         name, texts, problems = future.result()
@@ -152,12 +165,13 @@ def main():
                                       "--max-position-embeddings", str(MAX_TOKENS + 64), *shape)
     # 1. Room for everything: no preemption.
     plain, failures, _, _ = run_phase(model, "plain", ["--max-num-seqs", "16", *device], 8)
-    # 2. 170 blocks of 16 tokens for sixteen requests of two sequences: the
-    # scheduler preempts and recomputes; seeded draws and the matchers
-    # (which follow the tokens) must give the same texts.
+    # 2. 170 blocks of 16 tokens for eight unconstrained requests that
+    # arrive first and sixteen constrained ones of two sequences: the
+    # scheduler preempts the latest and recomputes them; seeded draws and
+    # the matchers (which follow the tokens) must give the same texts.
     preempted, found, values, _ = run_phase(
         model, "preempted",
-        ["--max-num-seqs", "32", "--num-gpu-blocks-override", "170", *device], 16)
+        ["--max-num-seqs", "32", "--num-gpu-blocks-override", "170", *device], 16, fillers=8)
     failures += found
     preemptions = int(values.get("pagoda_num_preemptions_total", 0))
     if preemptions == 0:
@@ -189,7 +203,8 @@ def report(all_cases, plain, others, failures, preemptions, cuda):
         if not cuda:
           failures.append(f"[{label}] {name}: texts differ from the run without it")
   finish = collections.Counter(reason for texts in plain.values() for reason, _ in texts)
-  schemas = sum(1 for c in all_cases if not c[0].startswith(("regex", "choice", "json_object", "compact")))
+  schemas = sum(1 for c in all_cases
+                if not c[0].startswith(("regex", "choice", "json_object", "compact", "grammar")))
   print(f"{'cuda' if cuda else 'cpu'}: {len(all_cases)} constraints ({schemas} JSON Schemas), "
         f"{sum(finish.values())} outputs per run: {finish['stop']} ended at EOS, "
         f"{finish['length']} at max_tokens ({MAX_TOKENS}); {preemptions} preemptions in the "

@@ -15,6 +15,7 @@
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "scheduler/constraints/gbnf.h"
 #include "scheduler/constraints/json_schema.h"
 #include "scheduler/constraints/matcher.h"
 #include "scheduler/constraints/regex.h"
@@ -95,11 +96,14 @@ TEST_P(VocabularyMaskTest, TokenBytesConcatenateToTheDecodedText) {
 TEST_P(VocabularyMaskTest, MasksEqualBruteForceOnEverySuiteGrammar) {
   std::mt19937_64 rng(5);
   int grammars = 0;
-  for (const char* suite : {"tests/constraints/schema_suite.json", "tests/constraints/regex_suite.json"}) {
+  for (const char* suite : {"tests/constraints/schema_suite.json", "tests/constraints/regex_suite.json",
+                            "tests/constraints/grammar_suite.json"}) {
     for (const json& entry : ReadJson(suite)) {
       SCOPED_TRACE(entry["name"].get<std::string>());
       GrammarBuilder g;
-      if (entry.contains("regex")) {
+      if (entry.contains("grammar")) {
+        ASSERT_TRUE(BuildGbnfGrammar(entry["grammar"].get<std::string>(), g).ok());
+      } else if (entry.contains("regex")) {
         const RuleId root = g.NewRule("root");
         auto expr = CompileRegex(entry["regex"].get<std::string>(), g);
         ASSERT_TRUE(expr.ok()) << expr.status();
@@ -115,7 +119,7 @@ TEST_P(VocabularyMaskTest, MasksEqualBruteForceOnEverySuiteGrammar) {
       if (HasFailure()) return;
     }
   }
-  EXPECT_GE(grammars, 80);
+  EXPECT_GE(grammars, 85);
 }
 
 INSTANTIATE_TEST_SUITE_P(Tokenizers, VocabularyMaskTest,
