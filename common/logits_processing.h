@@ -5,7 +5,8 @@
 // (worker/sampler.cc) and the CUDA one (kernels/ops/logits_processing.cu).
 // Dependency-free, like common/sampling_limits.h, so nvcc compiles it.
 //
-// vLLM v1's order, per token of a row: allowed_token_ids and bad words
+// vLLM v1's order, per token of a row (after the structured-output token
+// mask, TokenMaskAllows, which makes refused tokens -inf): allowed_token_ids and bad words
 // masked (-inf), logit_bias added, min_tokens' EOS mask (folded into the
 // banned flag: a mask commutes with the bias), then the repetition penalty
 // for tokens seen in the prompt or the output (a positive logit divided by
@@ -64,6 +65,14 @@ PAGODA_LOGITS_HOST_DEVICE float ProcessLogit(float raw, const LogitEdit& edit,
   x = fmaf(-penalties.frequency, static_cast<float>(edit.output_count), x);
   if (edit.output_count > 0) x -= penalties.presence;
   return x;
+}
+
+// Whether a row's token mask (structured outputs: ceil(vocab / 32) words,
+// bit id % 32 of word id / 32) lets token `id` be drawn; a null mask lets
+// every token. A token the mask refuses is -inf, like a banned one, before
+// anything else of the rule: the sampler draws among the allowed tokens.
+PAGODA_LOGITS_HOST_DEVICE bool TokenMaskAllows(const uint32_t* mask, int32_t id) {
+  return mask == nullptr || ((mask[id >> 5] >> (id & 31)) & 1u) != 0;
 }
 
 // The processed logit of a token no edit names: masked when allowed_only.

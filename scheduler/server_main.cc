@@ -553,12 +553,33 @@ EngineConfig MakeEngineConfig(const ServerSettings& settings, const ModelConfig&
   return config;
 }
 
+// The tokens' bytes for structured outputs, built once; null (constraints
+// refused) for a model without a tokenizer or one that cannot list them.
+// Tokens past the model's vocabulary can never be drawn and are left out.
+std::shared_ptr<const constraints::TokenVocabulary> MakeTokenVocabulary(const ModelFiles& model) {
+  if (model.tokenizer == nullptr) return nullptr;
+  absl::StatusOr<std::vector<std::optional<std::string>>> bytes = model.tokenizer->TokenBytes();
+  if (bytes.ok() && static_cast<int>(bytes->size()) > model.config.vocab_size) {
+    bytes->resize(model.config.vocab_size);
+  }
+  absl::StatusOr<std::shared_ptr<const constraints::TokenVocabulary>> vocabulary =
+      bytes.ok() ? constraints::TokenVocabulary::Create(*std::move(bytes), model.config.vocab_size)
+                 : absl::StatusOr<std::shared_ptr<const constraints::TokenVocabulary>>(bytes.status());
+  if (!vocabulary.ok()) {
+    LOG(WARNING) << "structured outputs off: " << vocabulary.status();
+    return nullptr;
+  }
+  LOG(INFO) << "structured outputs: " << (*vocabulary)->size() << " tokens with bytes";
+  return *std::move(vocabulary);
+}
+
 ModelLimits MakeModelLimits(const ModelFiles& model, int max_model_len) {
   ModelLimits limits;
   limits.vocab_size = model.config.vocab_size;
   limits.max_model_len = max_model_len;
   limits.bos_token_id = model.config.bos_token_id;
   limits.defaults = model.sampling_defaults;
+  limits.token_vocabulary = MakeTokenVocabulary(model);
   // A tokenizer.json knows whether its model starts prompts with BOS (Qwen's
   // config.json names one that its tokenizer never adds).
   if (model.tokenizer != nullptr && model.tokenizer->bos_token_to_add().has_value()) {

@@ -34,11 +34,17 @@ FORBIDDEN = [
     ("worker/", ["text/", "scheduler/", "cli/"]),
     ("scheduler/", ["worker/", "kernels/", "cli/"]),
     ("scheduler/kv/", ["scheduler/engine/", "scheduler/api/", "scheduler/workers/",
-                       "scheduler/metrics"]),
+                       "scheduler/metrics", "scheduler/constraints/"]),
     ("scheduler/kv_events/", ["scheduler/engine/", "scheduler/api/", "scheduler/workers/",
-                              "scheduler/metrics"]),
+                              "scheduler/metrics", "scheduler/constraints/"]),
     ("scheduler/engine/", ["scheduler/api/", "scheduler/metrics", "scheduler/kv_events/"]),
-    ("scheduler/workers/", ["scheduler/engine/", "scheduler/api/", "scheduler/kv/"]),
+    ("scheduler/workers/", ["scheduler/engine/", "scheduler/api/", "scheduler/kv/",
+                            "scheduler/constraints/"]),
+    # Grammars and token masks: the engine and the API use them; they know
+    # nothing of either, nor of the tokenizer (token bytes come in as data).
+    ("scheduler/constraints/", ["text/", "wire/", "scheduler/engine/", "scheduler/api/",
+                                "scheduler/workers/", "scheduler/kv/", "scheduler/sim/",
+                                "scheduler/metrics", "scheduler/kv_events/"]),
     ("cli/", ["text/", "wire/", "scheduler/", "worker/", "kernels/"]),
 ]
 

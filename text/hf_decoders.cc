@@ -27,6 +27,11 @@ class ByteLevelDecoder : public Decoder {
     }
     return {Utf8Lossy(bytes)};
   }
+  std::string TokenBytes(std::string token, bool* fused) const override {
+    *fused = true;
+    std::optional<std::string> decoded = ByteLevelToBytes(token);
+    return decoded.has_value() ? *decoded : token;
+  }
 };
 
 class ReplaceDecoder : public Decoder {
@@ -36,6 +41,9 @@ class ReplaceDecoder : public Decoder {
   std::vector<std::string> DecodeChain(std::vector<std::string> tokens) const override {
     for (std::string& token : tokens) token = absl::StrReplaceAll(token, {{pattern_, content_}});
     return tokens;
+  }
+  std::string TokenBytes(std::string token, bool*) const override {
+    return absl::StrReplaceAll(token, {{pattern_, content_}});
   }
 
  private:
@@ -71,6 +79,10 @@ class ByteFallbackDecoder : public Decoder {
     flush();
     return out;
   }
+  std::string TokenBytes(std::string token, bool*) const override {
+    const int byte = ByteTokenValue(token);
+    return byte >= 0 ? std::string(1, static_cast<char>(byte)) : token;
+  }
 
  private:
   static int HexDigit(char c) {
@@ -93,6 +105,10 @@ class FuseDecoder : public Decoder {
   std::vector<std::string> DecodeChain(std::vector<std::string> tokens) const override {
     return {absl::StrJoin(tokens, "")};
   }
+  std::string TokenBytes(std::string token, bool* fused) const override {
+    *fused = true;
+    return token;
+  }
 };
 
 // Removes up to `start` leading and `stop` trailing copies of `content`
@@ -113,6 +129,11 @@ class StripDecoder : public Decoder {
       }
     }
     return tokens;
+  }
+  // After Fuse, Strip trims the text's ends only, not a token inside it.
+  std::string TokenBytes(std::string token, bool* fused) const override {
+    if (*fused) return token;
+    return DecodeChain({std::move(token)})[0];
   }
 
  private:
@@ -136,6 +157,10 @@ class MetaspaceDecoder : public Decoder {
     }
     return tokens;
   }
+  // Inside a text no space is stripped.
+  std::string TokenBytes(std::string token, bool*) const override {
+    return absl::StrReplaceAll(token, {{replacement_, " "}});
+  }
 
  private:
   const std::string replacement_;
@@ -149,6 +174,10 @@ class SequenceDecoder : public Decoder {
   std::vector<std::string> DecodeChain(std::vector<std::string> tokens) const override {
     for (const auto& step : steps_) tokens = step->DecodeChain(std::move(tokens));
     return tokens;
+  }
+  std::string TokenBytes(std::string token, bool* fused) const override {
+    for (const auto& step : steps_) token = step->TokenBytes(std::move(token), fused);
+    return token;
   }
 
  private:

@@ -43,6 +43,11 @@ class Decoder {
  public:
   virtual ~Decoder() = default;
   virtual std::vector<std::string> DecodeChain(std::vector<std::string> tokens) const = 0;
+  // What this step does to one token in the middle of a text, bytes kept as
+  // they are (no lossy UTF-8): the token's own bytes. `fused` is set once a
+  // step has joined the tokens (Fuse, ByteLevel): steps after it see the
+  // whole text, so only what they do at its start (Strip) is skipped.
+  virtual std::string TokenBytes(std::string token, bool* fused) const = 0;
 };
 absl::StatusOr<std::unique_ptr<Decoder>> ParseDecoder(const nlohmann::json& spec);
 

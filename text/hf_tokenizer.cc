@@ -260,6 +260,21 @@ absl::StatusOr<std::string> HfTokenizer::Decode(const std::vector<int>& ids) con
 
 int HfTokenizer::vocab_size() const { return parts_->vocab_size; }
 
+absl::StatusOr<std::vector<std::optional<std::string>>> HfTokenizer::TokenBytes() const {
+  if (parts_->decoder == nullptr) {
+    return absl::UnimplementedError("tokenizer.json without a decoder: token bytes unknown");
+  }
+  std::vector<std::optional<std::string>> out(parts_->vocab_size);
+  for (int id = 0; id < parts_->vocab_size; ++id) {
+    bool fused = false;
+    out[id] = parts_->decoder->TokenBytes(parts_->id_to_token[id], &fused);
+  }
+  for (const AddedToken& token : parts_->added) {
+    out[token.id] = token.special ? std::nullopt : std::optional<std::string>(token.content);
+  }
+  return out;
+}
+
 std::optional<int> HfTokenizer::bos_token_to_add() const { return parts_->bos_to_add; }
 
 int HfTokenizer::TokenToId(const std::string& token) const {

@@ -38,6 +38,10 @@ class HfTokenizer : public Tokenizer {
   // <|begin_of_text|>), else -1 (byte-level files such as Qwen's add none).
   std::optional<int> bos_token_to_add() const override;
   std::string kind() const override { return "tokenizer.json (BPE)"; }
+  // Vocabulary tokens through the decoder chain's per-token steps, added
+  // tokens as their content; special added tokens nullopt. UNIMPLEMENTED for
+  // a file without a decoder (its tokens are joined by spaces).
+  absl::StatusOr<std::vector<std::optional<std::string>>> TokenBytes() const override;
   // The id of a vocabulary or added token spelled `token`, or -1.
   int TokenToId(const std::string& token) const;
 

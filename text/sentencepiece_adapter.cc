@@ -27,6 +27,7 @@ struct ShimApi {
   char* (*encode)(void*, const char*, size_t, int**, size_t*);
   char* (*decode)(void*, const int*, size_t, char**, size_t*);
   int (*piece_size)(void*);
+  char* (*piece)(void*, int, int*);
   std::string error;  // Why the shim could not be loaded; empty if it was.
 };
 
@@ -75,8 +76,9 @@ const ShimApi& Shim() {
     out->decode = reinterpret_cast<char* (*)(void*, const int*, size_t, char**, size_t*)>(
         dlsym(handle, "pagoda_spm_decode"));
     out->piece_size = reinterpret_cast<int (*)(void*)>(dlsym(handle, "pagoda_spm_piece_size"));
+    out->piece = reinterpret_cast<char* (*)(void*, int, int*)>(dlsym(handle, "pagoda_spm_piece"));
     if (!out->create || !out->destroy || !out->load || !out->encode || !out->decode ||
-        !out->piece_size) {
+        !out->piece_size || !out->piece) {
       out->error = std::string(kShimName) + " lacks a pagoda_spm_* function";
     }
     return out;
@@ -125,6 +127,13 @@ std::string SentencePieceAdapter::Decode(const std::vector<int>& ids, std::strin
   if (error.empty()) text->assign(out, size);
   std::free(out);
   return error;
+}
+
+std::string SentencePieceAdapter::Piece(int id, int* kind) const {
+  char* piece = Shim().piece(processor_, id, kind);
+  std::string out(piece);
+  std::free(piece);
+  return out;
 }
 
 int SentencePieceAdapter::piece_size() const {

@@ -29,6 +29,10 @@ class SentencePieceAdapter {
   // REQUIRES: every id in [0, piece_size()).
   std::string Decode(const std::vector<int>& ids, std::string* text) const;
   int piece_size() const;
+  // Piece `id` as the model spells it; `kind` 0 for a normal piece, 1 for a
+  // control, unknown or unused one, 2 for a byte piece. REQUIRES: id in
+  // [0, piece_size()).
+  std::string Piece(int id, int* kind) const;
 
  private:
   void* processor_ = nullptr;  // Owned; created by the shim.

@@ -77,4 +77,14 @@ __attribute__((visibility("default"))) int pagoda_spm_piece_size(void* handle) {
   return Processor(handle)->GetPieceSize();
 }
 
+// Piece `id` (malloc'd, NUL-terminated) and its kind: 0 normal, 1 control,
+// unknown or unused, 2 a byte piece (<0xXX>).
+__attribute__((visibility("default"))) char* pagoda_spm_piece(void* handle, int id, int* kind) {
+  sentencepiece::SentencePieceProcessor* processor = Processor(handle);
+  *kind = processor->IsByte(id) ? 2
+          : processor->IsControl(id) || processor->IsUnknown(id) || processor->IsUnused(id) ? 1
+                                                                                           : 0;
+  return CopyString(processor->IdToPiece(id));
+}
+
 }  // extern "C"

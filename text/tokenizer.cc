@@ -5,6 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "text/hf_tokenizer.h"
 #include "text/sentencepiece_adapter.h"
 
@@ -47,6 +48,23 @@ class SentencePieceTokenizer : public Tokenizer {
 
   int vocab_size() const override { return processor_->piece_size(); }
   std::string kind() const override { return "tokenizer.model (sentencepiece)"; }
+
+  // "\u2581" is a space; byte pieces <0xXX> their byte; control, unknown
+  // and unused pieces nullopt.
+  absl::StatusOr<std::vector<std::optional<std::string>>> TokenBytes() const override {
+    std::vector<std::optional<std::string>> out(processor_->piece_size());
+    for (int id = 0; id < processor_->piece_size(); ++id) {
+      int kind = 0;
+      const std::string piece = processor_->Piece(id, &kind);
+      if (kind == 1) continue;
+      if (kind == 2) {
+        out[id] = std::string(1, static_cast<char>(std::stoi(piece.substr(3, 2), nullptr, 16)));
+        continue;
+      }
+      out[id] = absl::StrReplaceAll(piece, {{"\xE2\x96\x81", " "}});
+    }
+    return out;
+  }
 
  private:
   const std::unique_ptr<SentencePieceAdapter> processor_;

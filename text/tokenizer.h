@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
 namespace pagoda {
@@ -30,6 +31,14 @@ class Tokenizer {
   virtual std::optional<int> bos_token_to_add() const { return std::nullopt; }
   // Which kind of file was loaded, for the start-up log.
   virtual std::string kind() const = 0;
+  // Each token's bytes as they appear inside a text (no first-token space
+  // stripping, no UTF-8 repair: a byte token is its byte), indexed by id;
+  // nullopt for special and control tokens, which no text contains. What
+  // constrained decoding matches grammars against. UNIMPLEMENTED when the
+  // tokenizer cannot say.
+  virtual absl::StatusOr<std::vector<std::optional<std::string>>> TokenBytes() const {
+    return absl::UnimplementedError("this tokenizer cannot list its tokens' bytes");
+  }
 };
 
 }  // namespace pagoda

@@ -108,8 +108,12 @@ struct SamplingBatch {
   const LogitPenalties* penalties = nullptr;
   const int32_t* edit_offsets = nullptr;  // [num_rows + 1]
   const LogitEdit* edits = nullptr;
-  // Host-known: some row has edits or allowed_only (else the rows' raw
-  // logits are sampled as they are, and edits may be null).
+  // Structured outputs, per row: the word offset of its token mask in
+  // `token_masks` (TokenMaskAllows), -1 for none. Null when no row has one.
+  const int32_t* mask_offsets = nullptr;  // [num_rows]
+  const uint32_t* token_masks = nullptr;
+  // Host-known: some row has edits, allowed_only or a token mask (else the
+  // rows' raw logits are sampled as they are, and edits may be null).
   bool has_edits = false;
   // Top logprobs computed for every row: the largest any row asked for, in
   // [0, kMaxTopLogprobs] (the runner keeps each row's own count).

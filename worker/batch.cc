@@ -1,7 +1,9 @@
 #include "worker/batch.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstring>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
@@ -19,6 +21,33 @@ using pagoda::worker::v1::StepPlan;
 
 absl::Status SequenceError(const SequenceStep& step, absl::string_view problem) {
   return absl::InvalidArgumentError(absl::StrCat("seq_id ", step.seq_id(), ": ", problem));
+}
+
+int MaskWords(int vocab_size) { return (vocab_size + 31) / 32; }
+
+// A token mask: the vocabulary's words exactly, nothing set past it, and
+// some token allowed (a row with none could only fall back to a token the
+// constraint refuses).
+absl::Status CheckTokenMask(const SequenceStep& step, int vocab_size) {
+  const std::string& mask = step.sampling().token_mask();
+  if (mask.empty()) return absl::OkStatus();
+  const size_t words = MaskWords(vocab_size);
+  if (mask.size() != words * sizeof(uint32_t)) {
+    return SequenceError(step, absl::StrCat("token_mask has ", mask.size(), " bytes, expected ",
+                                            words * sizeof(uint32_t)));
+  }
+  bool any = false;
+  for (size_t w = 0; w < words; ++w) {
+    uint32_t word;
+    std::memcpy(&word, mask.data() + w * sizeof(uint32_t), sizeof(word));
+    const int first_id = static_cast<int>(w * 32);
+    if (first_id + 32 > vocab_size && (word >> (vocab_size - first_id)) != 0) {
+      return SequenceError(step, "token_mask allows a token outside the vocabulary");
+    }
+    any = any || word != 0;
+  }
+  if (!any) return SequenceError(step, "token_mask allows no token");
+  return absl::OkStatus();
 }
 
 absl::Status CheckSampling(const SequenceStep& step, int vocab_size) {
@@ -40,7 +69,7 @@ absl::Status CheckSampling(const SequenceStep& step, int vocab_size) {
   const int64_t context = static_cast<int64_t>(step.start_position()) + step.token_ids_size();
   absl::Status processing = CheckLogitsProcessing(sampling, vocab_size, context);
   if (!processing.ok()) return SequenceError(step, processing.message());
-  return absl::OkStatus();
+  return CheckTokenMask(step, vocab_size);
 }
 
 // The logits processing of one sampled row, into the batch's row arrays.
@@ -50,6 +79,17 @@ void AppendRowProcessing(const pagoda::worker::v1::SamplingOptions& sampling, in
   batch.penalties.push_back(PenaltiesOf(sampling));
   AppendLogitEdits(sampling, vocab_size, &batch.edits);
   batch.edit_offsets.push_back(static_cast<int32_t>(batch.edits.size()));
+  const std::string& mask = sampling.token_mask();
+  if (mask.empty()) {
+    batch.mask_offsets.push_back(-1);
+    return;
+  }
+  // Checked by CheckTokenMask: MaskWords(vocab_size) little-endian words.
+  static_assert(std::endian::native == std::endian::little);
+  batch.mask_offsets.push_back(static_cast<int32_t>(batch.token_masks.size()));
+  const size_t first = batch.token_masks.size();
+  batch.token_masks.resize(first + MaskWords(vocab_size));
+  std::memcpy(batch.token_masks.data() + first, mask.data(), mask.size());
 }
 
 // Block moves of one kind, checked: in range, every destination written once

@@ -59,6 +59,11 @@ struct FlatBatch {
   std::vector<LogitPenalties> penalties;
   std::vector<int32_t> edit_offsets{0};
   std::vector<LogitEdit> edits;
+  // Per logits row, the word offset of its token mask in `token_masks`
+  // (TokenMaskAllows), or -1 for a row without one; masks are
+  // ceil(vocab_size / 32) words each.
+  std::vector<int32_t> mask_offsets;
+  std::vector<uint32_t> token_masks;
   // Block moves, in the plan's order.
   std::vector<BlockPair> swap_in, swap_out, copy;
 
@@ -74,7 +79,9 @@ struct FlatBatch {
 // (the rotary table), a block id outside
 // [0, num_gpu_blocks), sampling options out of range (negative or NaN
 // temperature, top_p outside [0, 1], negative top_k, num_logprobs outside
-// [0, 20], logits processing out of bounds: worker/logits_edits.h); and for
+// [0, 20], logits processing out of bounds: worker/logits_edits.h, a token
+// mask of the wrong size, with bits past the vocabulary or with none set);
+// and for
 // block moves with ids outside their cache.
 absl::StatusOr<FlatBatch> FlattenStepPlan(const pagoda::worker::v1::StepPlan& plan,
                                           const BatchLimits& limits);

@@ -124,5 +124,28 @@ TEST(FlattenStepPlanTest, RefusesPositionsPastTheRotaryTable) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST(FlattenStepPlanTest, ChecksAndCarriesTokenMasks) {
+  auto mask_of = [](std::vector<uint32_t> words) {
+    return std::string(reinterpret_cast<const char*>(words.data()), words.size() * 4);
+  };
+  const BatchLimits limits{.vocab_size = 40, .block_size = 4, .num_gpu_blocks = 10, .num_cpu_blocks = 2};
+  StepPlan plan;
+  AddStep(plan, 1, {1}, 0, {0}, true)->mutable_sampling()->set_token_mask(mask_of({0x5, 0x80}));
+  AddStep(plan, 2, {1}, 0, {1}, true);
+  auto batch = FlattenStepPlan(plan, limits);
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  EXPECT_THAT(batch->mask_offsets, ElementsAre(0, -1));
+  EXPECT_THAT(batch->token_masks, ElementsAre(0x5u, 0x80u));
+
+  for (const std::string& bad : {mask_of({0x5}), mask_of({0, 0}), mask_of({0x1, 0x100}),
+                                 mask_of({1, 0, 0})}) {
+    StepPlan refused;
+    AddStep(refused, 1, {1}, 0, {0}, true)->mutable_sampling()->set_token_mask(bad);
+    auto result = FlattenStepPlan(refused, limits);
+    ASSERT_FALSE(result.ok());
+    EXPECT_NE(result.status().message().find("token_mask"), std::string::npos) << result.status();
+  }
+}
+
 }  // namespace
 }  // namespace pagoda::worker

@@ -233,7 +233,26 @@ ArgMax ProcessInPlace(absl::Span<float> logits, const RowSamplingParams& params,
 }
 
 bool HasEdits(const RowSamplingParams& params) {
-  return !params.edits.empty() || params.penalties.allowed_only;
+  return !params.edits.empty() || params.penalties.allowed_only || !params.token_mask.empty();
+}
+
+// Structured outputs: every token the row's mask refuses becomes -inf (it
+// commutes with the edits, which only ever lower a refused token's chance
+// to nothing); returns the argmax of what is left.
+ArgMax ApplyTokenMask(absl::Span<float> logits, absl::Span<const uint32_t> mask) {
+  ArgMax best;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (!TokenMaskAllows(mask.data(), static_cast<int32_t>(i))) {
+      logits[i] = -INFINITY;
+      continue;
+    }
+    const float x = LoadLogit(logits[i]);
+    if (x > best.value) {
+      best.value = x;
+      best.id = static_cast<int32_t>(i);
+    }
+  }
+  return best;
 }
 
 }  // namespace
@@ -251,7 +270,8 @@ void SampleRowInPlace(absl::Span<float> logits, const RowSamplingParams& params,
   raw.clear();
   for (const LogitEdit& edit : params.edits) raw.push_back(logits[edit.token_id]);
   double log_normalizer = 0.0;
-  const ArgMax best = ProcessInPlace(logits, params, raw_best.value, raw, &log_normalizer);
+  ArgMax best = ProcessInPlace(logits, params, raw_best.value, raw, &log_normalizer);
+  if (!params.token_mask.empty()) best = ApplyTokenMask(logits, params.token_mask);
   int32_t chosen = raw_best.id;
   float chosen_raw = raw_best.value;
   if (best.value > -INFINITY) {

@@ -27,6 +27,9 @@ struct RowSamplingParams {
   float min_p = 0.0f;
   LogitPenalties penalties;
   absl::Span<const LogitEdit> edits;
+  // Structured outputs: ceil(vocab / 32) words (TokenMaskAllows), empty for
+  // none. Refused tokens are -inf before the rest of the processing.
+  absl::Span<const uint32_t> token_mask;
 };
 
 // Where one row's results go (host memory). top_ids and top_logprobs hold
@@ -40,7 +43,7 @@ struct RowSampleOutput {
 
 // Picks one token from `logits` (one row of raw model output) exactly as
 // kernels/ops/logits_processing.h then kernels/ops/sampling.h do:
-// - first the row's edits and penalties make the processed logits
+// - first the row's token mask, edits and penalties make the processed logits
 //   (common/logits_processing.h: masks, logit_bias, min_tokens' mask,
 //   repetition, frequency and presence penalties, in vLLM v1's order);
 //   everything below reads the processed logits, except the logprobs;

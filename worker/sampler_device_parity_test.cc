@@ -120,6 +120,8 @@ TEST(SamplerDeviceParityTest, ProcessedRowsDrawTheSameTokens) {
   std::vector<uint64_t> seeds, indices;
   std::vector<LogitPenalties> penalties;
   std::vector<LogitEdit> edits;
+  std::vector<int32_t> mask_offsets;
+  std::vector<uint32_t> masks;
   for (int r = 0; r < kRows; ++r) {
     temperatures.push_back(r % 4 == 0 ? 0.0f : 0.5f + 0.1f * (r % 7));
     top_k.push_back(r % 3 == 0 ? 40 : 0);
@@ -147,12 +149,24 @@ TEST(SamplerDeviceParityTest, ProcessedRowsDrawTheSameTokens) {
                                          (j % 2 == 0 ? kLogitAllowed : 0u)});
     }
     offsets.push_back(static_cast<int32_t>(edits.size()));
+    // Structured outputs: every third row draws from a token mask that
+    // allows about a quarter of the vocabulary, the row's best among them.
+    if (r % 3 == 2) {
+      mask_offsets.push_back(static_cast<int32_t>(masks.size()));
+      for (int w = 0; w < (kVocab + 31) / 32; ++w) {
+        masks.push_back(0x11111111u << (r % 4) | (w == order[1] / 32 ? 1u << (order[1] % 32) : 0u));
+      }
+    } else {
+      mask_offsets.push_back(-1);
+    }
   }
   DeviceBuffer d_logits(logits.size() * 4), d_processed(logits.size() * 4), d_t(kRows * 4),
       d_k(kRows * 4), d_p(kRows * 4), d_m(kRows * 4), d_s(kRows * 8), d_i(kRows * 8),
       d_pen(kRows * sizeof(LogitPenalties)), d_off(offsets.size() * 4),
       d_edits(edits.size() * sizeof(LogitEdit)), d_ids(kRows * 4), d_top(kRows * kLogprobs * 4),
-      d_top_lp(kRows * kLogprobs * 4);
+      d_top_lp(kRows * kLogprobs * 4), d_mask_offsets(kRows * 4), d_masks(masks.size() * 4);
+  d_mask_offsets.Upload(mask_offsets);
+  d_masks.Upload(masks);
   d_logits.Upload(logits);
   d_t.Upload(temperatures);
   d_k.Upload(top_k);
@@ -171,6 +185,8 @@ TEST(SamplerDeviceParityTest, ProcessedRowsDrawTheSameTokens) {
                                       .penalties = d_pen.as<LogitPenalties>(),
                                       .edit_offsets = d_off.as<int32_t>(),
                                       .edits = d_edits.as<LogitEdit>(),
+                                      .mask_offsets = d_mask_offsets.as<int32_t>(),
+                                      .token_masks = d_masks.as<uint32_t>(),
                                       .processed = d_processed.as<float>()},
       nullptr));
   kernels::TokenSamplingParams params;
@@ -208,6 +224,9 @@ TEST(SamplerDeviceParityTest, ProcessedRowsDrawTheSameTokens) {
                         .penalties = penalties[r],
                         .edits = absl::MakeConstSpan(edits.data() + offsets[r],
                                                      edits.data() + offsets[r + 1])};
+    if (mask_offsets[r] >= 0) {
+      p.token_mask = absl::MakeConstSpan(masks.data() + mask_offsets[r], (kVocab + 31) / 32);
+    }
     int32_t token = -1;
     float logprob = 0.0f;
     std::vector<int32_t> top_ids(kLogprobs);
@@ -222,6 +241,10 @@ TEST(SamplerDeviceParityTest, ProcessedRowsDrawTheSameTokens) {
                            device_processed.begin() + static_cast<size_t>(r) * kVocab))
         << "row " << r;
     mismatches += token != device_ids[r];
+    if (mask_offsets[r] >= 0) {
+      EXPECT_TRUE(TokenMaskAllows(masks.data() + mask_offsets[r], device_ids[r])) << "row " << r;
+      EXPECT_TRUE(TokenMaskAllows(masks.data() + mask_offsets[r], token)) << "row " << r;
+    }
     // Top logprobs are the raw logits' on both.
     EXPECT_EQ(top_ids, std::vector<int32_t>(device_top.begin() + r * kLogprobs,
                                             device_top.begin() + (r + 1) * kLogprobs))

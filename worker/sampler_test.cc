@@ -278,5 +278,28 @@ TEST(SamplerTest, LogprobsAreRawLogSoftmaxWithTopDescending) {
   EXPECT_EQ(all.top_ids, (std::vector<int32_t>{2, 3, 5, 0, 4, 1}));
 }
 
+TEST(SamplerTest, TokenMaskLimitsTheDrawButNotTheLogprobs) {
+  // Token 0 is the most likely; the mask allows 3 and 5 only.
+  const std::vector<float> logits = {5.0f, 1.0f, 0.5f, 0.2f, 2.0f, 0.1f, -1.0f};
+  const std::vector<uint32_t> mask = {(1u << 3) | (1u << 5)};
+  RowSamplingParams greedy = Params(0.0f, 0, 1.0f, 0, 2);
+  greedy.token_mask = mask;
+  const Sampled best = Sample(logits, greedy, 0);
+  EXPECT_EQ(best.token, 3);
+  EXPECT_EQ(best.top_ids[0], 0);  // Logprobs stay those of the raw logits.
+  double sum = 0;
+  for (float x : logits) sum += std::exp(static_cast<double>(x));
+  EXPECT_NEAR(best.logprob, 0.2 - std::log(sum), 1e-5);
+  RowSamplingParams sampled = Params(1.0f, 0, 1.0f, 42);
+  sampled.token_mask = mask;
+  std::set<int32_t> seen;
+  for (uint64_t index = 0; index < 200; ++index) seen.insert(Token(logits, sampled, index));
+  EXPECT_EQ(seen, (std::set<int32_t>{3, 5}));
+  // With a penalty edit on a masked token, the mask still wins.
+  const LogitEdit edit{.token_id = 0, .output_count = 0, .bias = 50.0f, .flags = 0};
+  sampled.edits = absl::MakeConstSpan(&edit, 1);
+  for (uint64_t index = 0; index < 50; ++index) EXPECT_NE(Token(logits, sampled, index), 0);
+}
+
 }  // namespace
 }  // namespace pagoda::worker

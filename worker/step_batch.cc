@@ -16,7 +16,7 @@ size_t AlignUp(size_t bytes) {
 struct Layout {
   size_t token_ids, positions, slot_mapping, query_start, context_lens, block_tables,
       logits_indices, temperatures, top_k, top_p, seeds, sample_indices, min_p, penalties,
-      edit_offsets, edits, total;
+      edit_offsets, edits, mask_offsets, token_masks, total;
 };
 
 Layout LayoutFor(const StepBatchCapacity& c) {
@@ -46,6 +46,8 @@ Layout LayoutFor(const StepBatchCapacity& c) {
   layout.penalties = place(rows * sizeof(LogitPenalties));
   layout.edit_offsets = place((rows + 1) * sizeof(int32_t));
   layout.edits = place(static_cast<size_t>(c.edits) * sizeof(LogitEdit));
+  layout.mask_offsets = place(rows * sizeof(int32_t));
+  layout.token_masks = place(static_cast<size_t>(c.mask_words) * sizeof(uint32_t));
   layout.total = offset;
   return layout;
 }
@@ -70,9 +72,13 @@ SamplingBatch DescribeSampling(const Layout& layout, char* device, const FlatBat
   out.penalties = reinterpret_cast<const LogitPenalties*>(at(layout.penalties));
   out.edit_offsets = reinterpret_cast<const int32_t*>(at(layout.edit_offsets));
   out.edits = reinterpret_cast<const LogitEdit*>(at(layout.edits));
-  out.has_edits = !batch.edits.empty();
+  out.has_edits = !batch.edits.empty() || !batch.token_masks.empty();
   for (const LogitPenalties& penalties : batch.penalties) {
     out.has_edits = out.has_edits || penalties.allowed_only;
+  }
+  if (!batch.token_masks.empty()) {
+    out.mask_offsets = reinterpret_cast<const int32_t*>(at(layout.mask_offsets));
+    out.token_masks = reinterpret_cast<const uint32_t*>(at(layout.token_masks));
   }
   for (int32_t n : batch.num_logprobs) out.num_logprobs = std::max(out.num_logprobs, n);
   return out;
@@ -89,7 +95,8 @@ StepBatchCapacity StepBatchUploader::CapacityOf(const FlatBatch& batch) {
                            .seqs = batch.num_seqs(),
                            .blocks_per_seq = batch.max_blocks_per_seq,
                            .logits_rows = batch.num_logits_rows(),
-                           .edits = static_cast<int>(batch.edits.size())};
+                           .edits = static_cast<int>(batch.edits.size()),
+                           .mask_words = static_cast<int>(batch.token_masks.size())};
 }
 
 void StepBatchUploader::Reserve(const StepBatchCapacity& capacity) {
@@ -120,6 +127,8 @@ StepBatch StepBatchUploader::Upload(const FlatBatch& batch, Workspace* workspace
   Pack<LogitPenalties>(staging, layout.penalties, batch.penalties);
   Pack<int32_t>(staging, layout.edit_offsets, batch.edit_offsets);
   Pack<LogitEdit>(staging, layout.edits, batch.edits);
+  Pack<int32_t>(staging, layout.mask_offsets, batch.mask_offsets);
+  Pack<uint32_t>(staging, layout.token_masks, batch.token_masks);
 
   char* device = static_cast<char*>(workspace->Take(layout.total));
   backend_->UploadBytes(staging, device, layout.total);

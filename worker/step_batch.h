@@ -17,6 +17,7 @@ struct StepBatchCapacity {
   int blocks_per_seq = 0;
   int logits_rows = 0;
   int edits = 0;  // Logit edits of all rows (common/logits_processing.h).
+  int mask_words = 0;  // Token mask words of all rows (structured outputs).
 };
 
 // Turns a FlatBatch into a StepBatch with ONE backend upload per step: every

@@ -10,13 +10,18 @@ __global__ void __launch_bounds__(kThreads) LogitsProcessingKernel(LogitsProcess
   const float* row = p.logits + r * p.logits_stride;
   float* out = p.processed + int64_t{r} * p.vocab_size;
   const LogitPenalties penalties = p.penalties[r];
+  const uint32_t* mask = p.mask_offsets != nullptr && p.mask_offsets[r] >= 0
+                             ? p.token_masks + p.mask_offsets[r]
+                             : nullptr;
   for (int i = threadIdx.x; i < p.vocab_size; i += blockDim.x) {
-    out[i] = UneditedLogit(row[i], penalties);
+    out[i] = TokenMaskAllows(mask, i) ? UneditedLogit(row[i], penalties) : -INFINITY;
   }
   __syncthreads();  // The edits overwrite the copy.
   for (int j = p.edit_offsets[r] + threadIdx.x; j < p.edit_offsets[r + 1]; j += blockDim.x) {
     const LogitEdit edit = p.edits[j];
-    out[edit.token_id] = ProcessLogit(row[edit.token_id], edit, penalties);
+    out[edit.token_id] = TokenMaskAllows(mask, edit.token_id)
+                             ? ProcessLogit(row[edit.token_id], edit, penalties)
+                             : -INFINITY;
   }
 }
 

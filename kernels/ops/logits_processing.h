@@ -6,7 +6,8 @@
 // penalties in vLLM v1's order) into `processed`, for the sampler to draw
 // from (TokenSamplingParams::sampling_logits) while its logprobs stay those
 // of the raw logits. One block per row: a copy of the row (every token
-// masked when allowed_only), then one thread per edit; a row's edits name
+// masked when allowed_only or refused by the row's token mask), then one
+// thread per edit (a refused token stays -inf); a row's edits name
 // distinct tokens, so no two threads write one token.
 //
 // Thread safety: stateless; enqueues one kernel on `stream`.
@@ -27,6 +28,11 @@ struct LogitsProcessingParams {
   const LogitPenalties* penalties = nullptr;  // [num_rows]
   const int32_t* edit_offsets = nullptr;      // [num_rows + 1]
   const LogitEdit* edits = nullptr;           // ids in [0, vocab_size), distinct per row
+  // Structured outputs: row r's token mask at token_masks + mask_offsets[r]
+  // (ceil(vocab_size / 32) words, TokenMaskAllows), none when the offset is
+  // -1 or mask_offsets is null.
+  const int32_t* mask_offsets = nullptr;      // [num_rows]
+  const uint32_t* token_masks = nullptr;
   float* processed = nullptr;                 // [num_rows, vocab_size], dense
 };
 cudaError_t LaunchLogitsProcessing(const LogitsProcessingParams& params, cudaStream_t stream);

@@ -49,9 +49,9 @@ struct OpenAiRequest {
 pagoda::v1::GenerateRequest PromptRequest(const OpenAiRequest& request, size_t index);
 
 // Parses and bounds a request body. INVALID_ARGUMENT names the field.
-// Fields this server does not implement (tools, suffix, response_format
-// other than {"type": "text"}...) are INVALID_ARGUMENT when set to anything
-// but their neutral value; fields without effect on the output (user,
+// Fields this server does not implement (tools, suffix, vLLM's old
+// guided_* names...) are INVALID_ARGUMENT when set to anything but their
+// neutral value; fields without effect on the output (user,
 // metadata, store, response_format {"type": "text"}) are accepted and
 // ignored. Sampling takes the gRPC names (presence_penalty,
 // frequency_penalty, repetition_penalty, min_p, logit_bias with token-id
@@ -60,9 +60,15 @@ pagoda::v1::GenerateRequest PromptRequest(const OpenAiRequest& request, size_t i
 // context is full"). Absent sampling fields stay unset so the model's
 // `defaults` apply (RequestValidator fills them), except temperature, which
 // is OpenAI's 1 when the model has no default.
+// Structured outputs: OpenAI's response_format (text, json_object,
+// json_schema) or vLLM's structured_outputs (json, regex, choice, grammar,
+// json_object, disable_any_whitespace) become the request's constraint;
+// `ordered_body`, the same body parsed keeping key order (may be null), is
+// where schemas are read from, so properties keep the client's order.
 absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(const nlohmann::json& body, bool chat,
                                                  int default_chat_max_tokens,
-                                                 const SamplingDefaults& defaults);
+                                                 const SamplingDefaults& defaults,
+                                                 const nlohmann::ordered_json* ordered_body = nullptr);
 // The same with no model defaults.
 absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(const nlohmann::json& body, bool chat,
                                                  int default_chat_max_tokens);

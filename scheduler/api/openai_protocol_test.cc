@@ -201,9 +201,27 @@ TEST(OpenAiProtocolTest, RefusesWhatItCannotDoNamingTheField) {
     return ParseOpenAiRequest(body, chat, 8).status();
   };
   EXPECT_EQ(refused({{"suffix", "end"}}).message().rfind("suffix", 0), 0u);
-  EXPECT_EQ(refused({{"response_format", {{"type", "json_object"}}}})
+  EXPECT_EQ(refused({{"response_format", {{"type", "xml"}}}})
                 .message()
-                .rfind("response_format", 0),
+                .rfind("response_format.type", 0),
+            0u);
+  EXPECT_EQ(refused({{"response_format", {{"type", "json_schema"}}}})
+                .message()
+                .rfind("response_format.json_schema", 0),
+            0u);
+  EXPECT_EQ(refused({{"guided_json", {{"type", "object"}}}}).message().rfind("guided_json", 0), 0u);
+  EXPECT_EQ(refused({{"structured_outputs", {{"regex", "a"}, {"choice", {"b"}}}}})
+                .message()
+                .rfind("structured_outputs", 0),
+            0u);
+  EXPECT_EQ(refused({{"structured_outputs", {{"whitespace_pattern", " "}}}})
+                .message()
+                .rfind("structured_outputs.whitespace_pattern", 0),
+            0u);
+  EXPECT_EQ(refused({{"response_format", {{"type", "json_object"}}},
+                     {"structured_outputs", {{"regex", "a"}}}})
+                .message()
+                .rfind("structured_outputs", 0),
             0u);
   EXPECT_EQ(refused({{"echo", true}, {"logprobs", 1}}).message().rfind("echo", 0), 0u);
   EXPECT_EQ(refused({{"echo", true}}, true).message().rfind("echo", 0), 0u);
@@ -262,6 +280,41 @@ TEST(OpenAiProtocolTest, PriorityIsAnIntegerPassedToTheGrpcRequest) {
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_NE(status.message().find("priority"), std::string::npos) << status;
   }
+}
+
+TEST(OpenAiProtocolTest, StructuredOutputsBecomeTheConstraint) {
+  const std::string raw =
+      R"({"prompt": "a", "response_format": {"type": "json_schema", "json_schema":
+          {"name": "n", "strict": true, "schema": {"type": "object",
+           "properties": {"zeta": {"type": "integer"}, "alpha": {"type": "string"}}}}}})";
+  const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(raw);
+  auto parsed = ParseOpenAiRequest(json::parse(raw), false, 8, SamplingDefaults{}, &ordered);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  // The client's property order survives (nlohmann::json alone sorts keys).
+  EXPECT_LT(parsed->generate.json_schema().find("zeta"), parsed->generate.json_schema().find("alpha"));
+
+  auto object = ParseOpenAiRequest(json{{"prompt", "a"}, {"response_format", {{"type", "json_object"}}}},
+                                   false, 8);
+  ASSERT_TRUE(object.ok());
+  EXPECT_TRUE(object->generate.json_object());
+
+  auto choice = ParseOpenAiRequest(
+      json{{"prompt", "a"},
+           {"structured_outputs", {{"choice", {"yes", "no"}}, {"disable_any_whitespace", true}}}},
+      false, 8);
+  ASSERT_TRUE(choice.ok()) << choice.status();
+  ASSERT_EQ(choice->generate.choice().choices_size(), 2);
+  EXPECT_TRUE(choice->generate.disable_any_whitespace());
+
+  auto regex = ParseOpenAiRequest(json{{"prompt", "a"}, {"structured_outputs", {{"regex", "\\d+"}}}},
+                                  false, 8);
+  ASSERT_TRUE(regex.ok());
+  EXPECT_EQ(regex->generate.regex(), "\\d+");
+
+  auto schema_text = ParseOpenAiRequest(
+      json{{"prompt", "a"}, {"structured_outputs", {{"json", "{\"type\": \"integer\"}"}}}}, false, 8);
+  ASSERT_TRUE(schema_text.ok());
+  EXPECT_EQ(schema_text->generate.json_schema(), "{\"type\": \"integer\"}");
 }
 
 }  // namespace

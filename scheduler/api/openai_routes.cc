@@ -442,7 +442,7 @@ void OpenAiRoutes::Handle(HttpRequest request, std::shared_ptr<HttpExchange> exc
   if (!chat && request.body.size() <= kInlineBodyBytes) {
     const json parsed = json::parse(request.body, nullptr, /*allow_exceptions=*/false);
     if (!NeedsTokenizer(parsed)) {
-      absl::StatusOr<Prepared> prepared = Prepare(parsed, chat);
+      absl::StatusOr<Prepared> prepared = Prepare(parsed, chat, request.body);
       if (!prepared.ok()) return RespondError(*exchange, prepared.status());
       return Launch(*std::move(prepared), std::move(exchange));
     }
@@ -450,7 +450,7 @@ void OpenAiRoutes::Handle(HttpRequest request, std::shared_ptr<HttpExchange> exc
   auto body = std::make_shared<std::string>(std::move(request.body));
   OffLoop(exchange, [this, exchange, body, chat, budget = std::move(request.budget)]() mutable {
     absl::StatusOr<Prepared> prepared =
-        Prepare(json::parse(*body, nullptr, /*allow_exceptions=*/false), chat);
+        Prepare(json::parse(*body, nullptr, /*allow_exceptions=*/false), chat, *body);
     *body = std::string();
     budget.reset();
     boost::asio::post(exchange->executor(),
@@ -468,11 +468,20 @@ void OpenAiRoutes::OffLoop(std::shared_ptr<HttpExchange> exchange, std::function
   }
 }
 
-absl::StatusOr<OpenAiRoutes::Prepared> OpenAiRoutes::Prepare(const json& body, bool chat) {
+absl::StatusOr<OpenAiRoutes::Prepared> OpenAiRoutes::Prepare(const json& body, bool chat,
+                                                             const std::string& raw) {
   // Invalid UTF-8 or JSON is a parse failure (discarded), not an exception.
   if (body.is_discarded()) return absl::InvalidArgumentError("body: not valid JSON (UTF-8)");
+  // Schemas keep the client's property order: read them from an
+  // order-keeping parse (only bodies that carry one pay for it).
+  nlohmann::ordered_json ordered;
+  if (body.is_object() && (body.contains("response_format") ||
+                           body.contains("structured_outputs") || body.contains("tools"))) {
+    ordered = nlohmann::ordered_json::parse(raw, nullptr, /*allow_exceptions=*/false);
+  }
   absl::StatusOr<OpenAiRequest> parsed =
-      ParseOpenAiRequest(body, chat, options_.max_model_len, validator_->limits().defaults);
+      ParseOpenAiRequest(body, chat, options_.max_model_len, validator_->limits().defaults,
+                         ordered.is_object() ? &ordered : nullptr);
   if (!parsed.ok()) return parsed.status();
   if (absl::Status status = CheckModel(parsed->model); !status.ok()) return status;
   if (chat) {

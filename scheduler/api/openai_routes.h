@@ -61,7 +61,9 @@ class OpenAiRoutes {
  private:
   // Checks, renders (chat), tokenizes and validates a parsed body (discarded
   // JSON: a parse failure). Thread-safe; slow for text prompts.
-  absl::StatusOr<Prepared> Prepare(const nlohmann::json& body, bool chat);
+  // `raw` is the body's text, parsed again keeping key order when it
+  // carries a schema (openai_protocol.h).
+  absl::StatusOr<Prepared> Prepare(const nlohmann::json& body, bool chat, const std::string& raw);
   void Launch(Prepared prepared, std::shared_ptr<HttpExchange> exchange);
   // On the pool: answer on `exchange` (posted to its executor).
   void Tokenize(const std::string& body, std::shared_ptr<HttpExchange> exchange);

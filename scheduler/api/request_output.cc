@@ -60,6 +60,13 @@ void RequestOutput::AddSequenceDelta(const RequestDelta::SeqDelta& seq,
     }
   }
   pagoda::v1::FinishReason reason = ToFinishReason(seq.status);
+  // The EOS or stop token that ended the sequence stays in token_ids but
+  // adds no text (as vLLM), unless include_stop_str_in_output: a structured
+  // output must end where its grammar does.
+  if (seq.status == SequenceStatus::kFinishedStopped && !options_.include_stop_str_in_output &&
+      !ids.empty()) {
+    ids.pop_back();
+  }
   std::string text = state.detokenizer.Append(ids);
   if (reason != pagoda::v1::FINISH_REASON_UNSPECIFIED) text += state.detokenizer.Flush();
   text = state.stop_matcher.Append(text);

@@ -27,7 +27,9 @@ struct OutputOptions {
 
 // Builds one request's client responses from engine deltas: the stream
 // message of each delta (new tokens and their text only) and the whole
-// response accumulated so far. A sequence whose text reaches a stop string
+// response accumulated so far. The EOS or stop token id that ends a
+// sequence is in its token ids but not its text (as vLLM), unless
+// include_stop_str_in_output. A sequence whose text reaches a stop string
 // ends there (finish reason STOP, text trimmed); the engine does not know
 // stop strings, so once every sequence has ended this way or its own, the
 // caller aborts the request in the engine (TakeStopAbort) to free its blocks,

@@ -94,6 +94,7 @@ absl::Status CheckInputBounds(const pagoda::v1::GenerateRequest& request,
     return Invalid(absl::StrCat("stopping.stop_token_ids: at most ", kMaxStopTokenIds, ", got ",
                                 request.stopping().stop_token_ids_size()));
   }
+  if (absl::Status sizes = ConstraintCompiler::CheckSizes(request); !sizes.ok()) return sizes;
   return CheckLogitsProcessingSizes(request.sampling(), limits);
 }
 
@@ -242,11 +243,35 @@ int64_t MaxRequestBytes(const ModelLimits& limits) {
                              static_cast<int64_t>(limits.vocab_size) * 5 +
                              int64_t{kMaxBadWords} * (kMaxBadWordBytes + 3);
   return std::max(MaxPromptBytes(limits), token_ids) + kOtherFieldsBytes + kMaxStopTokenIds * 5 +
-         processing;
+         processing + static_cast<int64_t>(kMaxConstraintRequestBytes);
 }
 
 RequestValidator::RequestValidator(ModelLimits limits, const Tokenizer* tokenizer, uint64_t seed)
-    : limits_(limits), tokenizer_(tokenizer), rng_(seed) {}
+    : limits_(limits),
+      tokenizer_(tokenizer),
+      constraints_(limits_.token_vocabulary),
+      rng_(seed) {}
+
+absl::Status RequestValidator::ValidateConstraint(const pagoda::v1::GenerateRequest& request,
+                                                  ValidatedRequest& out) {
+  absl::StatusOr<std::shared_ptr<const constraints::CompiledGrammar>> grammar =
+      constraints_.Compile(request);
+  if (!grammar.ok()) return grammar.status();
+  if (*grammar == nullptr) return absl::OkStatus();
+  // Each of these would fight the grammar over which tokens may come.
+  if (out.sampling.use_beam_search) {
+    return Invalid("sampling.use_beam_search: not supported with a constraint");
+  }
+  if (!out.sampling.allowed_token_ids.empty()) {
+    return Invalid("sampling.allowed_token_ids: not supported with a constraint");
+  }
+  if (out.stopping.ignore_eos) {
+    return Invalid("stopping.ignore_eos: not supported with a constraint (EOS ends the text "
+                   "where the grammar may end)");
+  }
+  out.sampling.grammar = *std::move(grammar);
+  return absl::OkStatus();
+}
 
 uint64_t RequestValidator::NextRandom() {
   absl::MutexLock lock(&mu_);
@@ -267,6 +292,9 @@ absl::StatusOr<ValidatedRequest> RequestValidator::Validate(
   absl::Status stopping = ValidateStopping(request.stopping(), limits_, tokenizer_ != nullptr, out);
   if (!stopping.ok()) return stopping;
   if (absl::Status priority = ValidatePriority(request, out); !priority.ok()) return priority;
+  if (absl::Status constraint = ValidateConstraint(request, out); !constraint.ok()) {
+    return constraint;
+  }
   out.request_id = request.request_id();
   if (out.request_id.empty()) out.request_id = NewRequestId();
   return out;

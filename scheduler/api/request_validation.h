@@ -2,6 +2,7 @@
 #define PAGODA_SCHEDULER_API_REQUEST_VALIDATION_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <random>
 #include <string>
@@ -11,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "pagoda/v1/generation.pb.h"
+#include "scheduler/api/constraint_compiler.h"
 #include "scheduler/engine/sequence.h"
 #include "text/tokenizer.h"
 
@@ -35,6 +37,9 @@ struct ModelLimits {
   int max_model_len = 0;
   int bos_token_id = -1;  // Prepended to text prompts when >= 0.
   SamplingDefaults defaults;
+  // The tokens' bytes, which constraints are matched against; null: the
+  // model takes no constraint.
+  std::shared_ptr<const constraints::TokenVocabulary> token_vocabulary;
 };
 
 // Longest request_id accepted: it is copied into every streamed message.
@@ -76,6 +81,9 @@ struct ValidatedRequest {
 // <= 10, since the worker returns at most 20 top logprobs, and temperature
 // 0 with top_k/top_p off); best_of > 1 without beam search needs
 // temperature > 0; length_penalty (0 = 1) in [-10, 10], beam search only.
+// A constraint (json_schema, regex, choice, grammar, json_object) is
+// compiled here (ConstraintCompiler) and refused with beam search,
+// allowed_token_ids or ignore_eos.
 // Every bound is checked before any work on the field: a text prompt's length
 // before it is tokenized, the number of token ids before they are read.
 // Thread-safe.
@@ -95,8 +103,14 @@ class RequestValidator {
   // "req-<number>-<random>" for a request that brings no id.
   std::string NewRequestId();
 
+  // Structured outputs: the request's constraint compiled (and cached);
+  // refused with beam search, allowed_token_ids or ignore_eos.
+  absl::Status ValidateConstraint(const pagoda::v1::GenerateRequest& request,
+                                  ValidatedRequest& out);
+
   const ModelLimits limits_;
   const Tokenizer* const tokenizer_;
+  ConstraintCompiler constraints_;
   absl::Mutex mu_;
   std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);
   uint64_t next_request_number_ ABSL_GUARDED_BY(mu_) = 0;

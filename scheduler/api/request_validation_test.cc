@@ -441,5 +441,58 @@ TEST_F(RequestValidationTest, PriorityIsBoundedAndKept) {
   }
 }
 
+TEST(RequestValidationConstraintTest, CompilesOrRefusesConstraintsNamingTheField) {
+  std::vector<std::optional<std::string>> bytes(kVocab);
+  for (int id = 3; id < kVocab; ++id) bytes[id] = std::string(1, static_cast<char>(' ' + id - 3));
+  ModelLimits limits{kVocab, kMaxModelLen, 1};
+  limits.token_vocabulary = *constraints::TokenVocabulary::Create(bytes, kVocab);
+  RequestValidator validator(limits, nullptr, 7);
+  auto expect_invalid = [&](const GenerateRequest& request, const std::string& field) {
+    absl::StatusOr<ValidatedRequest> result = validator.Validate(request);
+    ASSERT_FALSE(result.ok()) << field;
+    EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(result.status().message().substr(0, field.size()), field) << result.status();
+  };
+  GenerateRequest request = TokenRequest({5});
+  request.set_json_schema(R"({"type": "integer"})");
+  absl::StatusOr<ValidatedRequest> ok = validator.Validate(request);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_NE(ok->sampling.grammar, nullptr);
+  // The same text again is the cached grammar.
+  EXPECT_EQ(validator.Validate(request)->sampling.grammar, ok->sampling.grammar);
+
+  request.set_json_schema(R"({"type": "integer", "multipleOf": 2})");
+  expect_invalid(request, "json_schema: at /: keyword \"multipleOf\"");
+  request.set_json_schema("{not json");
+  expect_invalid(request, "json_schema: not valid JSON");
+  request.set_json_schema(std::string(kMaxConstraintTextBytes + 1, ' '));
+  expect_invalid(request, "json_schema: ");
+  request.set_regex("a(?=b)");
+  expect_invalid(request, "regex: ");
+  request.mutable_choice();
+  expect_invalid(request, "choice: needs 1 to");
+  request.mutable_choice()->add_choices("yes");
+  ASSERT_TRUE(validator.Validate(request).ok());
+  request.mutable_stopping()->set_ignore_eos(true);
+  expect_invalid(request, "stopping.ignore_eos");
+  request.mutable_stopping()->set_ignore_eos(false);
+  request.mutable_sampling()->add_allowed_token_ids(4);
+  expect_invalid(request, "sampling.allowed_token_ids");
+  request.mutable_sampling()->clear_allowed_token_ids();
+  request.mutable_sampling()->set_use_beam_search(true);
+  request.mutable_sampling()->set_best_of(2);
+  expect_invalid(request, "sampling.use_beam_search");
+  request.set_json_object(false);  // False: no constraint.
+  EXPECT_TRUE(validator.Validate(request).ok());
+
+  // A model whose tokenizer cannot list its tokens' bytes takes none.
+  RequestValidator without({kVocab, kMaxModelLen, 1}, nullptr, 7);
+  GenerateRequest regex = TokenRequest({5});
+  regex.set_regex("a+");
+  absl::StatusOr<ValidatedRequest> refused = without.Validate(regex);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().message().substr(0, 6), "regex:");
+}
+
 }  // namespace
 }  // namespace pagoda::scheduler

@@ -3,11 +3,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/time/time.h"
+#include "scheduler/constraints/compiled_grammar.h"
+#include "scheduler/constraints/matcher.h"
 #include "scheduler/kv/kv_sequence.h"
 
 namespace pagoda::scheduler {
@@ -46,6 +49,9 @@ struct SamplingOptions {
   std::vector<int32_t> allowed_token_ids;             // Empty = all.
   // Each bad word as token sequences (with and without a leading space).
   std::vector<std::vector<int32_t>> bad_words_token_ids;
+  // Structured outputs: the grammar every sequence's output must follow
+  // (null for none), compiled by the frontend and shared.
+  std::shared_ptr<const constraints::CompiledGrammar> grammar;
 
   bool has_penalties() const {
     return presence_penalty != 0 || frequency_penalty != 0 || repetition_penalty != 1;
@@ -112,10 +118,24 @@ class Sequence final : public KvSequence {
 
   void AppendToken(GeneratedToken token);
 
-  // A copy of this sequence (tokens, logprobs, computed count, status) under
-  // a new id, for parallel sampling and beam search. Blocks are not copied:
-  // the caller forks them with BlockManager::Fork.
+  // A copy of this sequence (tokens, logprobs, computed count, status,
+  // constraint matcher) under a new id, for parallel sampling and beam
+  // search. Blocks are not copied: the caller forks them with
+  // BlockManager::Fork.
   std::unique_ptr<Sequence> Fork(int64_t child_seq_id) const;
+
+  // Structured outputs: where the sequence's output stands in its request's
+  // grammar (constraint_mask.h keeps it). Derived from the tokens alone:
+  // the matcher reads the output tokens it has not yet read before each
+  // mask, so whatever happens to the sequence (preemption, a fork, worker
+  // recovery) its state follows its tokens; a sequence without a matcher
+  // replays its whole output through a new one.
+  struct ConstraintState {
+    std::optional<constraints::Matcher> matcher;
+    int tokens_read = 0;  // Output tokens the matcher has read.
+    bool refused = false;  // A token the grammar refused: only the end remains.
+  };
+  ConstraintState& constraint_state() { return constraint_state_; }
 
  private:
   friend class SequenceGroup;
@@ -127,6 +147,7 @@ class Sequence final : public KvSequence {
   double cumulative_logprob_ = 0.0;
   int num_computed_tokens_ = 0;
   SequenceStatus status_ = SequenceStatus::kWaiting;
+  ConstraintState constraint_state_;
 };
 
 // The sequences of one request (one, or n / best_of samples, or beams),

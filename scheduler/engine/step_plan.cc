@@ -4,6 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "scheduler/engine/constraint_mask.h"
 
 namespace pagoda::scheduler {
 namespace {
@@ -100,7 +101,10 @@ wv1::StepPlan BuildStepPlan(int64_t step_id, const SchedulerOutput& output,
       options->set_num_logprobs(std::max(sampling.num_logprobs, 2 * sampling.best_of));
     }
     step->set_sample_index(seq.num_output_tokens());
-    if (entry.do_sample) SetLogitsProcessing(*entry.group, seq, eos_token_ids, options);
+    if (entry.do_sample) {
+      SetLogitsProcessing(*entry.group, seq, eos_token_ids, options);
+      SetTokenMask(*entry.group, *entry.seq, eos_token_ids, options);
+    }
   }
   AddMoves(output.blocks_to_swap_in, plan.mutable_swap_in());
   AddMoves(output.blocks_to_swap_out, plan.mutable_swap_out());

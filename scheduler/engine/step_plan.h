@@ -21,7 +21,9 @@ namespace pagoda::scheduler {
 // sample carry their logits processing: penalties, logit_bias, allowed ids,
 // the tokens banned this step (bad words whose prefix ends the output; EOS,
 // unless ignore_eos, and the stop ids before min_tokens) and the sparse
-// counts, derived from the sequence's own tokens (SequenceLogitsProcessing).
+// counts, derived from the sequence's own tokens (SequenceLogitsProcessing),
+// and, for a constrained request, the token mask of its grammar
+// (constraint_mask.h; it advances the sequence's matcher).
 // REQUIRES: `output` is the latest Schedule() result of the scheduler that
 // owns `block_manager`, and every scheduled sequence has a GPU table.
 pagoda::worker::v1::StepPlan BuildStepPlan(int64_t step_id, const SchedulerOutput& output,

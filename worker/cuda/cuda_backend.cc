@@ -480,6 +480,8 @@ const float* CudaBackend::ProcessLogits(const Tensor& logits, const SamplingBatc
                                       .penalties = params.penalties,
                                       .edit_offsets = params.edit_offsets,
                                       .edits = params.edits,
+                                      .mask_offsets = params.mask_offsets,
+                                      .token_masks = params.token_masks,
                                       .processed = processed},
       stream_);
   return Check(launched, "logits processing") ? processed : nullptr;

@@ -24,9 +24,10 @@ bool IsGraphableDecode(const FlatBatch& batch, int max_context_len, int blocks_p
   const int n = batch.num_seqs();
   if (n == 0 || batch.num_tokens() != n || batch.num_logits_rows() != n) return false;
   if (batch.max_blocks_per_seq > blocks_per_seq) return false;
-  // Logit edits grow the step's upload region past the captured one, which
-  // would move the logits the graph writes: such steps run eagerly.
-  if (!batch.edits.empty()) return false;
+  // Logit edits and token masks (structured outputs) grow the step's
+  // upload region past the captured one, which would move the logits the
+  // graph writes: such steps run eagerly.
+  if (!batch.edits.empty() || !batch.token_masks.empty()) return false;
   for (int s = 0; s < n; ++s) {
     if (batch.query_start[s + 1] - batch.query_start[s] != 1) return false;
     if (batch.context_lens[s] > max_context_len) return false;
@@ -72,6 +73,7 @@ FlatBatch PadDecodeBatch(const FlatBatch& batch, int bucket, int blocks_per_seq)
   PadTo(padded.min_p, bucket, 0.0f);
   PadTo(padded.penalties, bucket, LogitPenalties{});
   PadTo<int32_t>(padded.edit_offsets, bucket + 1, padded.edit_offsets.back());
+  PadTo<int32_t>(padded.mask_offsets, bucket, -1);
   padded.swap_in.clear();
   padded.swap_out.clear();
   padded.copy.clear();

@@ -25,7 +25,7 @@ int GraphBucketFor(const std::vector<int>& buckets, int num_seqs);
 // True when `batch` can replay a graph: decode only (one query token per
 // sequence, each sampled), no block moves handled here, every context within
 // max_context_len tokens, every block table within blocks_per_seq, and no
-// logit edits (their upload would move the captured logits).
+// logit edits or token masks (their upload would move the captured logits).
 bool IsGraphableDecode(const FlatBatch& batch, int max_context_len, int blocks_per_seq);
 
 // `batch` padded to `bucket` sequences with block tables of exactly

@@ -58,6 +58,10 @@ TEST(GraphBatchTest, OnlyDecodeBatchesWithinTheCapturedShapeReplay) {
   unsampled.logits_indices = {1};
   EXPECT_FALSE(IsGraphableDecode(unsampled, 64, 4));
   EXPECT_FALSE(IsGraphableDecode(FlatBatch{}, 64, 4));
+  FlatBatch masked = TwoDecodes();  // Structured outputs: the mask moves the logits.
+  masked.mask_offsets = {0, -1};
+  masked.token_masks = {1};
+  EXPECT_FALSE(IsGraphableDecode(masked, 64, 4));
 }
 
 TEST(GraphBatchTest, PaddingKeepsRealRowsAndMakesInertOnes) {

@@ -1,0 +1,57 @@
+#ifndef PAGODA_SCHEDULER_CONSTRAINTS_BYTE_SET_H_
+#define PAGODA_SCHEDULER_CONSTRAINTS_BYTE_SET_H_
+
+// A set of byte values: the terminal of every grammar this room compiles
+// (grammars are over UTF-8 bytes, so a token's bytes are matched as they
+// are, whatever characters they split).
+
+#include <array>
+#include <cstdint>
+
+namespace pagoda::constraints {
+
+class ByteSet {
+ public:
+  constexpr ByteSet() = default;
+  static ByteSet Of(uint8_t b) {
+    ByteSet s;
+    s.Add(b);
+    return s;
+  }
+  static ByteSet Range(uint8_t lo, uint8_t hi) {
+    ByteSet s;
+    s.AddRange(lo, hi);
+    return s;
+  }
+  static ByteSet All() { return Range(0, 255); }
+
+  void Add(uint8_t b) { words_[b >> 6] |= uint64_t{1} << (b & 63); }
+  void AddRange(uint8_t lo, uint8_t hi) {
+    for (int b = lo; b <= hi; ++b) Add(static_cast<uint8_t>(b));
+  }
+  void Remove(uint8_t b) { words_[b >> 6] &= ~(uint64_t{1} << (b & 63)); }
+  bool Has(uint8_t b) const { return (words_[b >> 6] >> (b & 63)) & 1; }
+  bool Empty() const { return (words_[0] | words_[1] | words_[2] | words_[3]) == 0; }
+  ByteSet& operator|=(const ByteSet& other) {
+    for (int i = 0; i < 4; ++i) words_[i] |= other.words_[i];
+    return *this;
+  }
+  ByteSet operator&(const ByteSet& other) const {
+    ByteSet s;
+    for (int i = 0; i < 4; ++i) s.words_[i] = words_[i] & other.words_[i];
+    return s;
+  }
+  ByteSet operator~() const {
+    ByteSet s;
+    for (int i = 0; i < 4; ++i) s.words_[i] = ~words_[i];
+    return s;
+  }
+  bool operator==(const ByteSet& other) const { return words_ == other.words_; }
+
+ private:
+  std::array<uint64_t, 4> words_{};
+};
+
+}  // namespace pagoda::constraints
+
+#endif  // PAGODA_SCHEDULER_CONSTRAINTS_BYTE_SET_H_
