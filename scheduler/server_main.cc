@@ -146,6 +146,10 @@ ABSL_FLAG(std::string, ssl_certfile, "", "PEM certificate chain: serve the clien
 ABSL_FLAG(std::string, ssl_keyfile, "", "PEM private key of --ssl-certfile.");
 ABSL_FLAG(std::string, ssl_ca_certs, "",
           "PEM CA bundle: clients must present a certificate it signed (mutual TLS).");
+ABSL_FLAG(std::string, tool_call_parser, "",
+          "How /v1/chat/completions reads tool calls back under tool_choice auto (vLLM's "
+          "names): hermes (Qwen, Hermes: <tool_call> blocks) or llama3_json (Llama 3.1 JSON); "
+          "empty: auto is refused, required and named functions still work.");
 ABSL_FLAG(std::string, api_key, "",
           "If set, Generation calls must carry 'authorization: Bearer <key>' (health exempt). "
           "The PAGODA_API_KEY environment variable is read when this is empty.");
@@ -200,8 +204,9 @@ int WaitForStopSignal() {
 // Chat completions through `chat_template`, or none when it is null.
 ChatRenderer ChatRendererOf(const text::ChatTemplate* chat_template) {
   if (chat_template == nullptr) return ChatRenderer();
-  return [chat_template](const std::vector<ChatMessage>& messages, bool add_generation_prompt) {
-    return chat_template->Render(messages, add_generation_prompt);
+  return [chat_template](const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                         const nlohmann::ordered_json& tools) {
+    return chat_template->Render(messages, add_generation_prompt, tools);
   };
 }
 
@@ -228,6 +233,9 @@ absl::Status ValidateEarly(const std::string& model_dir) {
   }
   if (auto kv = ParseKvCacheDTypeFlag(absl::GetFlag(FLAGS_kv_cache_dtype)); !kv.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--kv-cache-dtype: ", kv.status().message()));
+  }
+  if (auto parser = ParseToolCallParserName(absl::GetFlag(FLAGS_tool_call_parser)); !parser.ok()) {
+    return parser.status();
   }
   return absl::OkStatus();
 }
@@ -639,6 +647,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> StartHttpFrontend(
   options.model_name = settings.model_name;
   options.max_model_len = max_model_len;
   options.api_key = api_key;
+  options.tool_call_parser = absl::GetFlag(FLAGS_tool_call_parser);
   options.max_connections = absl::GetFlag(FLAGS_http_max_connections);
   if (metrics != nullptr) options.metrics_registry = metrics->registry();
   absl::StatusOr<std::unique_ptr<HttpServer>> http = HttpServer::Start(

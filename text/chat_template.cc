@@ -99,18 +99,25 @@ absl::StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::FromSource(const std
 }
 
 absl::StatusOr<std::string> ChatTemplate::Render(const std::vector<ChatMessage>& messages,
-                                                 bool add_generation_prompt) const {
+                                                 bool add_generation_prompt,
+                                                 const nlohmann::ordered_json& tools) const {
   jinja::List list;
   for (const ChatMessage& message : messages) {
-    list.push_back(jinja::Value(jinja::Dict{{"role", jinja::Value(message.role)},
-                                            {"content", jinja::Value(message.content)}}));
+    // The client's fields in the client's order (tojson prints them so);
+    // role and content set from the message.
+    nlohmann::ordered_json fields =
+        message.fields.is_object() ? message.fields : nlohmann::ordered_json::object();
+    fields["role"] = message.role;
+    fields["content"] = message.content_null ? nlohmann::ordered_json()
+                                             : nlohmann::ordered_json(message.content);
+    list.push_back(jinja::FromJson(fields));
   }
-  const jinja::Value context(
-      jinja::Dict{{"messages", jinja::Value(std::move(list))},
-                  {"add_generation_prompt", jinja::Value(add_generation_prompt)},
-                  {"bos_token", jinja::Value(bos_token_)},
-                  {"eos_token", jinja::Value(eos_token_)}});
-  return template_.Render(context);
+  jinja::Dict context{{"messages", jinja::Value(std::move(list))},
+                      {"add_generation_prompt", jinja::Value(add_generation_prompt)},
+                      {"bos_token", jinja::Value(bos_token_)},
+                      {"eos_token", jinja::Value(eos_token_)}};
+  if (!tools.is_null()) context.emplace_back("tools", jinja::FromJson(tools));
+  return template_.Render(jinja::Value(std::move(context)));
 }
 
 }  // namespace pagoda::text

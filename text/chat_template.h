@@ -6,15 +6,22 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
 #include "text/jinja_template.h"
 
 namespace pagoda::text {
 
-// One message of a chat: its role ("system", "user", "assistant", ...) and
-// its text.
+// One message of a chat: its role ("system", "user", "assistant", "tool",
+// ...), its text, and the message's other fields the template may read
+// (OpenAI's tool_calls of an assistant message, tool_call_id and name of a
+// tool result) as the client wrote them, role and content included (their
+// values are replaced by `role` and `content`, their place kept).
 struct ChatMessage {
   std::string role;
   std::string content;
+  nlohmann::ordered_json fields = nlohmann::ordered_json::object();
+  // A null content (an assistant message that only calls tools).
+  bool content_null = false;
 };
 
 // A model's chat template: turns chat messages into the prompt text, as
@@ -37,8 +44,11 @@ class ChatTemplate {
 
   // INVALID_ARGUMENT when the template raises (e.g. roles that do not
   // alternate) or fails on the messages.
+  // `tools` (OpenAI's tools array, or null) is the template's `tools`
+  // variable, as transformers passes it.
   absl::StatusOr<std::string> Render(const std::vector<ChatMessage>& messages,
-                                     bool add_generation_prompt) const;
+                                     bool add_generation_prompt,
+                                     const nlohmann::ordered_json& tools = nullptr) const;
 
  private:
   ChatTemplate(jinja::Template compiled, std::string bos, std::string eos)

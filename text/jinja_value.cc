@@ -202,20 +202,31 @@ bool Equal(const Value& a, const Value& b) {
   return false;
 }
 
-Value FromJson(const nlohmann::json& json) {
+namespace {
+
+// Both JSON flavours: nlohmann::json sorts object keys, ordered_json keeps
+// them as written (what Python's dicts, and so jinja2's tojson, print).
+template <typename Json>
+Value FromAnyJson(const Json& json) {
   if (json.is_null()) return Value(None{});
-  if (json.is_boolean()) return Value(json.get<bool>());
-  if (json.is_number_integer()) return Value(json.get<int64_t>());
-  if (json.is_number()) return Value(json.get<double>());
-  if (json.is_string()) return Value(json.get<std::string>());
+  if (json.is_boolean()) return Value(json.template get<bool>());
+  if (json.is_number_integer()) return Value(json.template get<int64_t>());
+  if (json.is_number()) return Value(json.template get<double>());
+  if (json.is_string()) return Value(json.template get<std::string>());
   if (json.is_array()) {
     List list;
-    for (const auto& item : json) list.push_back(FromJson(item));
+    for (const auto& item : json) list.push_back(FromAnyJson(item));
     return Value(std::move(list));
   }
   Dict dict;
-  for (const auto& [key, item] : json.items()) dict.emplace_back(key, FromJson(item));
+  for (const auto& [key, item] : json.items()) dict.emplace_back(key, FromAnyJson(item));
   return Value(std::move(dict));
 }
+
+}  // namespace
+
+Value FromJson(const nlohmann::json& json) { return FromAnyJson(json); }
+
+Value FromJson(const nlohmann::ordered_json& json) { return FromAnyJson(json); }
 
 }  // namespace pagoda::text::jinja

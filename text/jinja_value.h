@@ -71,6 +71,7 @@ std::string ToJson(const Value& value, int indent = -1);
 // Jinja's == (numbers across int/float, containers deeply).
 bool Equal(const Value& a, const Value& b);
 Value FromJson(const nlohmann::json& json);
+Value FromJson(const nlohmann::ordered_json& json);
 
 }  // namespace pagoda::text::jinja
 

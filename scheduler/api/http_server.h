@@ -21,9 +21,11 @@ class Registry;
 
 namespace pagoda::scheduler {
 
-// Renders chat messages into a prompt (the model's chat template).
+// Renders chat messages into a prompt (the model's chat template), with the
+// request's tools (OpenAI's array, or null).
 using ChatRenderer = std::function<absl::StatusOr<std::string>(
-    const std::vector<ChatMessage>& messages, bool add_generation_prompt)>;
+    const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+    const nlohmann::ordered_json& tools)>;
 
 struct HttpServerOptions {
   std::string host = "127.0.0.1";
@@ -34,6 +36,9 @@ struct HttpServerOptions {
   // otherwise); /health, /ping, /version, /tokenize, /detokenize are exempt
   // (as in vLLM, whose key guards /v1 only).
   std::string api_key;
+  // How /v1/chat/completions reads tool calls back under tool_choice
+  // "auto": "hermes", "llama3_json" or "" (auto refused). Checked at start.
+  std::string tool_call_parser;
 
   // Connections open at once; one more is answered 503 and closed at once.
   int max_connections = 4096;

@@ -4,6 +4,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/sampling_limits.h"
 #include "scheduler/engine/finish_reason.h"
 
@@ -91,7 +92,36 @@ absl::Status ParsePrompts(const json& body, std::vector<pagoda::v1::GenerateRequ
   return ParseOnePrompt(prompt, &out->emplace_back());
 }
 
-absl::Status ParseMessages(const json& body, OpenAiRequest* out) {
+// OpenAI's tool fields of a message (an assistant's tool_calls, a tool
+// result's tool_call_id and name) kept for the chat template, in the
+// client's key order, a call's arguments given as a JSON string handed to
+// the template as the object it spells (as vLLM does).
+absl::Status KeepToolFields(const json& message, const nlohmann::ordered_json* ordered,
+                            const std::string& field, ChatMessage* parsed) {
+  if (!message.contains("tool_calls") && !message.contains("tool_call_id")) return absl::OkStatus();
+  nlohmann::ordered_json fields = ordered != nullptr ? *ordered : nlohmann::ordered_json(message);
+  if (fields.contains("tool_calls")) {
+    if (!fields["tool_calls"].is_array()) return Invalid(field, "tool_calls must be an array");
+    for (nlohmann::ordered_json& call : fields["tool_calls"]) {
+      if (!call.is_object() || !call.contains("function") || !call["function"].is_object()) {
+        return Invalid(field, "each tool call needs a function");
+      }
+      nlohmann::ordered_json& arguments = call["function"]["arguments"];
+      if (arguments.is_string()) {
+        nlohmann::ordered_json parsed_arguments =
+            nlohmann::ordered_json::parse(arguments.get<std::string>(), nullptr, false);
+        if (parsed_arguments.is_object()) arguments = std::move(parsed_arguments);
+      }
+    }
+  }
+  // A null content stays "" (as for every message): templates such as
+  // Qwen3's test `'</think>' in message.content`, which a null breaks.
+  parsed->fields = std::move(fields);
+  return absl::OkStatus();
+}
+
+absl::Status ParseMessages(const json& body, const nlohmann::ordered_json* ordered,
+                           OpenAiRequest* out) {
   if (!Present(body, "messages") || !body["messages"].is_array() || body["messages"].empty()) {
     return Invalid("messages", "required: a non-empty array");
   }
@@ -120,6 +150,11 @@ absl::Status ParseMessages(const json& body, OpenAiRequest* out) {
     } else if (!content.is_null()) {
       return Invalid(field, "content must be a string or text parts");
     }
+    const nlohmann::ordered_json* ordered_message =
+        ordered != nullptr && ordered->contains("messages") && (*ordered)["messages"].size() > i
+            ? &(*ordered)["messages"][i]
+            : nullptr;
+    if (absl::Status s = KeepToolFields(message, ordered_message, field, &parsed); !s.ok()) return s;
     out->messages.push_back(std::move(parsed));
   }
   return absl::OkStatus();
@@ -156,7 +191,7 @@ absl::Status ParseStop(const json& body, pagoda::v1::StoppingCriteria* stopping)
 
 // Refuses options that would change the output in ways this server ignores.
 absl::Status RefuseUnsupported(const json& body) {
-  for (const char* key : {"tools", "functions"}) {
+  for (const char* key : {"functions", "function_call"}) {
     if (Present(body, key) && !(body[key].is_object() && body[key].empty()) &&
         !(body[key].is_array() && body[key].empty())) {
       return Invalid(key, "is not supported");
@@ -277,6 +312,30 @@ absl::Status ParseConstraint(const json& body, const nlohmann::ordered_json* ord
     return Invalid("structured_outputs", "cannot be combined with a JSON response_format");
   }
   return ParseStructuredOutputs(body, ordered, out);
+}
+
+// tools, tool_choice, parallel_tool_calls (tool_calls.h); "required" and a
+// named function become the request's JSON Schema constraint.
+absl::Status ParseToolChoice(const json& body, const nlohmann::ordered_json* ordered,
+                             OpenAiRequest* out) {
+  if (!out->chat) {
+    if (Present(body, "tools") || Present(body, "tool_choice")) {
+      return Invalid("tools", "only /v1/chat/completions takes tools");
+    }
+    return absl::OkStatus();
+  }
+  if (absl::Status s = ParseTools(body, ordered, out->tool_parser, &out->tools); !s.ok()) return s;
+  if (out->tools.choice != ToolChoice::kRequired && out->tools.choice != ToolChoice::kNamed) {
+    return absl::OkStatus();
+  }
+  if (out->generate.constraint_case() != pagoda::v1::GenerateRequest::CONSTRAINT_NOT_SET) {
+    return Invalid("tool_choice", "\"required\" or a function cannot be combined with "
+                                  "response_format or structured_outputs");
+  }
+  absl::StatusOr<std::string> schema = ToolCallSchema(out->tools);
+  if (!schema.ok()) return schema.status();
+  out->generate.set_json_schema(*schema);
+  return absl::OkStatus();
 }
 
 // logit_bias ({"token id": bias}, OpenAI's string keys), allowed_token_ids
@@ -515,6 +574,37 @@ json LogprobsJson(const OpenAiRequest& request, const pagoda::v1::SequenceOutput
           {"text_offset", offsets}};
 }
 
+// Tool call ids: "call_" + this + "_<i>", from the request and choice.
+std::string ToolCallIdPrefix(const std::string& request_id, int index) {
+  return absl::StrFormat("%016x", std::hash<std::string>()(absl::StrCat(request_id, "/", index)));
+}
+
+// A chat choice's delta: its text, or with tools what ToolCallStream lets
+// out (tool calls when they are read); the finish reason becomes
+// "tool_calls" when calls were made (not for a named function, as OpenAI).
+json ChatDelta(const OpenAiRequest& request, const std::string& request_id,
+               const pagoda::v1::SequenceOutput& output, ChoiceStream* stream, json* choice) {
+  if (request.tools.choice == ToolChoice::kNone) return {{"content", output.text()}};
+  if (stream->tools == nullptr) {
+    stream->tools = std::make_unique<ToolCallStream>(
+        &request.tools, request.tool_parser, ToolCallIdPrefix(request_id, output.index()));
+  }
+  json delta = stream->tools->Feed(output.text());
+  if (delta.is_null()) delta = json::object();
+  if (output.finish_reason() == pagoda::v1::FINISH_REASON_UNSPECIFIED) return delta;
+  bool made_calls = false;
+  const json tail = stream->tools->Finish(&made_calls);
+  if (tail.contains("content")) {
+    delta["content"] = delta.value("content", "") + tail["content"].get<std::string>();
+  }
+  if (tail.contains("tool_calls")) delta["tool_calls"] = tail["tool_calls"];
+  if (made_calls && output.finish_reason() == pagoda::v1::FINISH_REASON_STOP &&
+      request.tools.choice != ToolChoice::kNamed) {
+    (*choice)["finish_reason"] = "tool_calls";
+  }
+  return delta;
+}
+
 std::string ResponseId(const OpenAiRequest& request, const std::string& request_id) {
   return absl::StrCat(request.chat ? "chatcmpl-" : "cmpl-", request_id);
 }
@@ -546,7 +636,7 @@ absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(const json& body) {
   }
   if (Present(body, "messages")) {
     OpenAiRequest chat;
-    if (absl::Status status = ParseMessages(body, &chat); !status.ok()) return status;
+    if (absl::Status status = ParseMessages(body, nullptr, &chat); !status.ok()) return status;
     out.chat = true;
     out.messages = std::move(chat.messages);
     out.add_special_tokens = false;  // The template writes its own (vLLM's default).
@@ -596,7 +686,8 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(const json& body, bool chat,
 absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(const json& body, bool chat,
                                                  int default_chat_max_tokens,
                                                  const SamplingDefaults& defaults,
-                                                 const nlohmann::ordered_json* ordered_body) {
+                                                 const nlohmann::ordered_json* ordered_body,
+                                                 ToolCallParser tool_parser) {
   if (!body.is_object()) return absl::InvalidArgumentError("body: must be a JSON object");
   OpenAiRequest out;
   out.chat = chat;
@@ -605,7 +696,9 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(const json& body, bool chat,
     if (!body["model"].is_string()) return Invalid("model", "must be a string");
     out.model = body["model"].get<std::string>();
   }
-  absl::Status status = chat ? ParseMessages(body, &out) : ParsePrompts(body, &out.prompts);
+  out.tool_parser = tool_parser;
+  absl::Status status =
+      chat ? ParseMessages(body, ordered_body, &out) : ParsePrompts(body, &out.prompts);
   if (status.ok() && !chat) out.generate.MergeFrom(out.prompts[0]);
   if (status.ok() && Present(body, "echo")) {
     if (!body["echo"].is_boolean()) {
@@ -624,6 +717,7 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(const json& body, bool chat,
   }
   if (status.ok()) status = RefuseUnsupported(body);
   if (status.ok()) status = ParseConstraint(body, ordered_body, &out.generate);
+  if (status.ok()) status = ParseToolChoice(body, ordered_body, &out);
   if (status.ok()) status = ParseSampling(body, defaults, &out);
   if (status.ok()) status = ParseLogprobs(body, &out);
   if (status.ok()) status = ParsePriority(body, &out);
@@ -642,7 +736,21 @@ json MakeOpenAiResponse(const OpenAiRequest& request, const pagoda::v1::Generate
     json choice = {{"index", output.index()},
                    {"finish_reason", FinishReasonJson(output.finish_reason())},
                    {"logprobs", LogprobsJson(request, output, tokenizer)}};
-    if (request.chat) {
+    if (request.chat && request.tools.choice != ToolChoice::kNone) {
+      const ToolCallsReply reply =
+          ExtractToolCalls(request.tools, request.tool_parser, output.text());
+      choice["message"] = {{"role", "assistant"},
+                           {"content", reply.content_null ? json() : json(reply.content)}};
+      if (!reply.calls.empty()) {
+        choice["message"]["tool_calls"] =
+            ToolCallsJson(reply.calls, ToolCallIdPrefix(response.request_id(), output.index()),
+                          /*indexed=*/false);
+        if (output.finish_reason() == pagoda::v1::FINISH_REASON_STOP &&
+            request.tools.choice != ToolChoice::kNamed) {
+          choice["finish_reason"] = "tool_calls";
+        }
+      }
+    } else if (request.chat) {
       choice["message"] = {{"role", "assistant"}, {"content", output.text()}};
     } else {
       choice["text"] = output.text();
@@ -659,7 +767,7 @@ json MakeOpenAiResponse(const OpenAiRequest& request, const pagoda::v1::Generate
 
 json MakeOpenAiChunk(const OpenAiRequest& request, const pagoda::v1::GenerateResponse& message,
                      const std::string& model, int64_t created, const Tokenizer* tokenizer,
-                     std::vector<bool>* role_sent) {
+                     std::vector<ChoiceStream>* streams) {
   json choices = json::array();
   for (const pagoda::v1::SequenceOutput& output : message.outputs()) {
     const bool finished = output.finish_reason() != pagoda::v1::FINISH_REASON_UNSPECIFIED;
@@ -668,13 +776,15 @@ json MakeOpenAiChunk(const OpenAiRequest& request, const pagoda::v1::GenerateRes
                    {"finish_reason", FinishReasonJson(output.finish_reason())},
                    {"logprobs", LogprobsJson(request, output, tokenizer)}};
     if (request.chat) {
-      json delta = {{"content", output.text()}};
-      if (role_sent->size() <= static_cast<size_t>(output.index())) {
-        role_sent->resize(output.index() + 1, false);
+      if (streams->size() <= static_cast<size_t>(output.index())) {
+        streams->resize(output.index() + 1);
       }
-      if (!(*role_sent)[output.index()]) {
+      ChoiceStream& stream = (*streams)[output.index()];
+      json delta = ChatDelta(request, message.request_id(), output, &stream, &choice);
+      if (delta.empty() && !finished && request.top_logprobs < 0) continue;
+      if (!stream.role_sent) {
         delta["role"] = "assistant";
-        (*role_sent)[output.index()] = true;
+        stream.role_sent = true;
       }
       choice["delta"] = std::move(delta);
     } else {

@@ -6,6 +6,7 @@
 // (RequestValidator, engine, RequestOutput). Pure functions; thread-safe.
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "nlohmann/json.hpp"
 #include "pagoda/v1/generation.pb.h"
 #include "scheduler/api/request_validation.h"
+#include "scheduler/api/tool_calls.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
 
@@ -42,6 +44,16 @@ struct OpenAiRequest {
   // engine then runs n = 1. 1 otherwise.
   int copies = 1;
   bool echo = false;  // Completions: the prompt's text before each choice's.
+  // Chat: tools, tool_choice and how the server reads calls back.
+  ToolsRequest tools;
+  ToolCallParser tool_parser = ToolCallParser::kNone;
+};
+
+// One streamed choice's state: whether its role went out, and (with tools)
+// what its text holds back for tool calls.
+struct ChoiceStream {
+  bool role_sent = false;
+  std::unique_ptr<ToolCallStream> tools;
 };
 
 // The request to submit for prompt `index` of `request` (generate's options
@@ -68,7 +80,8 @@ pagoda::v1::GenerateRequest PromptRequest(const OpenAiRequest& request, size_t i
 absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(const nlohmann::json& body, bool chat,
                                                  int default_chat_max_tokens,
                                                  const SamplingDefaults& defaults,
-                                                 const nlohmann::ordered_json* ordered_body = nullptr);
+                                                 const nlohmann::ordered_json* ordered_body = nullptr,
+                                                 ToolCallParser tool_parser = ToolCallParser::kNone);
 // The same with no model defaults.
 absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(const nlohmann::json& body, bool chat,
                                                  int default_chat_max_tokens);
@@ -80,12 +93,13 @@ nlohmann::json MakeOpenAiResponse(const OpenAiRequest& request,
                                   const Tokenizer* tokenizer);
 
 // The chunk of one stream message (choices with their deltas), or null JSON
-// when the message holds nothing to send. `first_for_index` is updated so
-// that chat streams send the assistant role once per choice.
+// when the message holds nothing to send. `streams` (one per choice index,
+// grown as needed) is updated so that chat streams send the assistant role
+// once per choice and tool calls as OpenAI streams them.
 nlohmann::json MakeOpenAiChunk(const OpenAiRequest& request,
                                const pagoda::v1::GenerateResponse& message,
                                const std::string& model, int64_t created,
-                               const Tokenizer* tokenizer, std::vector<bool>* role_sent);
+                               const Tokenizer* tokenizer, std::vector<ChoiceStream>* streams);
 
 // The last chunk of a stream with include_usage: no choices, the usage.
 nlohmann::json MakeOpenAiUsageChunk(const OpenAiRequest& request, const std::string& request_id,

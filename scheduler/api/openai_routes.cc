@@ -170,7 +170,7 @@ class CompletionCall : public HttpCall, public std::enable_shared_from_this<Comp
     std::unique_ptr<RequestOutput> output;
     int prompt_tokens = 0;
     int completion_tokens = 0;  // Engine tokens (copies not counted).
-    std::vector<bool> role_sent;
+    std::vector<ChoiceStream> streams;
     bool finished = false;
   };
 
@@ -292,7 +292,7 @@ void CompletionCall::OnDelta(size_t index, const RequestDelta& delta) {
     engine_->AbortRequest(part.request_id, part.sink.get(), Engine::AbortCause::kStopString);
   }
   if (!request_.stream) return;
-  json chunk = MakeOpenAiChunk(request_, message, model_, created_, tokenizer_, &part.role_sent);
+  json chunk = MakeOpenAiChunk(request_, message, model_, created_, tokenizer_, &part.streams);
   if (chunk.is_null()) return;
   chunk["id"] = absl::StrCat(request_.chat ? "chatcmpl-" : "cmpl-", parts_[0].request_id);
   chunk["choices"] = Renumber(index, chunk["choices"]);
@@ -360,6 +360,7 @@ OpenAiRoutes::OpenAiRoutes(const HttpServerOptions& options, Engine* engine,
       validator_(validator),
       tokenizer_(tokenizer),
       chat_(std::move(chat)),
+      tool_parser_(ParseToolCallParserName(options.tool_call_parser).value_or(ToolCallParser::kNone)),
       started_(absl::ToUnixSeconds(absl::Now())),
       pool_(std::make_unique<ValidationPool>(std::max(1, options.tokenizer_threads),
                                              std::max(1, options.max_pending_tokenizations))) {}
@@ -481,7 +482,7 @@ absl::StatusOr<OpenAiRoutes::Prepared> OpenAiRoutes::Prepare(const json& body, b
   }
   absl::StatusOr<OpenAiRequest> parsed =
       ParseOpenAiRequest(body, chat, options_.max_model_len, validator_->limits().defaults,
-                         ordered.is_object() ? &ordered : nullptr);
+                         ordered.is_object() ? &ordered : nullptr, tool_parser_);
   if (!parsed.ok()) return parsed.status();
   if (absl::Status status = CheckModel(parsed->model); !status.ok()) return status;
   if (chat) {
@@ -491,7 +492,8 @@ absl::StatusOr<OpenAiRoutes::Prepared> OpenAiRoutes::Prepare(const json& body, b
     }
     if (tokenizer_ == nullptr)
       return absl::InvalidArgumentError("messages: the model has no tokenizer");
-    absl::StatusOr<std::string> prompt = chat_(parsed->messages, parsed->add_generation_prompt);
+    absl::StatusOr<std::string> prompt =
+        chat_(parsed->messages, parsed->add_generation_prompt, parsed->tools.tools);
     if (!prompt.ok()) return prompt.status();
     // The template writes BOS and other special tokens itself, so the prompt
     // goes in as ids (the validator adds BOS only to text prompts).
@@ -553,7 +555,7 @@ void OpenAiRoutes::Tokenize(const std::string& body_text, std::shared_ptr<HttpEx
         return absl::InvalidArgumentError("messages: this model has no chat template");
       }
       absl::StatusOr<std::string> rendered =
-          chat_(request->messages, request->add_generation_prompt);
+          chat_(request->messages, request->add_generation_prompt, nullptr);
       if (!rendered.ok()) return rendered.status();
       text = *std::move(rendered);
     }

@@ -12,6 +12,7 @@
 #include "scheduler/api/http_exchange.h"
 #include "scheduler/api/http_server.h"
 #include "scheduler/api/request_reactors.h"
+#include "scheduler/api/tool_calls.h"
 #include "scheduler/api/request_validation.h"
 #include "scheduler/api/validation_pool.h"
 #include "scheduler/engine/engine.h"
@@ -78,6 +79,7 @@ class OpenAiRoutes {
   RequestValidator* const validator_;
   const Tokenizer* const tokenizer_;
   const ChatRenderer chat_;
+  const ToolCallParser tool_parser_;
   const int64_t started_;
   std::atomic<bool> draining_{false};
   CallTracker calls_;

@@ -36,11 +36,13 @@ def reference_render(source, case, bos, eos):
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     try:
+        extra = {"tools": case["tools"]} if "tools" in case else {}
         text = env.from_string(source).render(
             messages=case["messages"], add_generation_prompt=case["add_generation_prompt"],
-            bos_token=bos, eos_token=eos)
+            bos_token=bos, eos_token=eos, **extra)
         return {"text": text}
-    except jinja2.exceptions.TemplateError as error:
+    except (jinja2.exceptions.TemplateError, TypeError) as error:
+        # TypeError: a template that reads a null content as a string.
         return {"error": str(error)}
 
 
@@ -66,6 +68,22 @@ def conversations():
     for messages in shapes:
         for add_generation_prompt in (True, False):
             cases.append({"messages": messages, "add_generation_prompt": add_generation_prompt})
+    # Tools (OpenAI's shapes, as vLLM hands them to the template: a call's
+    # arguments as a dict), a call and its result.
+    tools = [{"type": "function", "function": {
+        "name": "get_weather", "description": "Weather of a city.",
+        "parameters": {"type": "object", "properties": {
+            "city": {"type": "string"}, "unit": {"enum": ["c", "f"]}}, "required": ["city"]}}},
+             {"type": "function", "function": {"name": "now", "parameters": {"type": "object",
+                                                                              "properties": {}}}}]
+    # Content "" as the server hands it (a null one breaks Qwen3's template).
+    call = {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "call_1", "type": "function",
+         "function": {"name": "get_weather", "arguments": {"city": "Paris", "unit": "c"}}}]}
+    result = {"role": "tool", "tool_call_id": "call_1", "content": "{\"temp\": 21}"}
+    for messages in ([user], [system, user], [user, call, result], [system, user, call, result, assistant]):
+        cases.append({"messages": messages, "add_generation_prompt": True, "tools": tools})
+    cases.append({"messages": [user, call, result], "add_generation_prompt": True})
     return cases
 
 

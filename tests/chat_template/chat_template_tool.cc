@@ -16,7 +16,7 @@
 #include "text/chat_template.h"
 
 int main(int argc, char** argv) {
-  using nlohmann::json;
+  using json = nlohmann::ordered_json;
   if (argc != 2) {
     std::cerr << "usage: chat_template_tool TEMPLATE_FILE < request.json\n";
     return 2;
@@ -37,10 +37,15 @@ int main(int argc, char** argv) {
   for (const json& item : request["cases"]) {
     std::vector<pagoda::text::ChatMessage> messages;
     for (const json& message : item["messages"]) {
-      messages.push_back(
-          {message["role"].get<std::string>(), message["content"].get<std::string>()});
+      pagoda::text::ChatMessage parsed;
+      parsed.role = message["role"].get<std::string>();
+      parsed.content_null = message["content"].is_null();
+      if (!parsed.content_null) parsed.content = message["content"].get<std::string>();
+      parsed.fields = message;
+      messages.push_back(std::move(parsed));
     }
-    auto text = (*chat)->Render(messages, item.value("add_generation_prompt", false));
+    auto text = (*chat)->Render(messages, item.value("add_generation_prompt", false),
+                                item.contains("tools") ? item["tools"] : json());
     results.push_back(text.ok() ? json{{"text", *text}}
                                 : json{{"error", std::string(text.status().message())}});
   }

@@ -393,7 +393,7 @@ const tokenizersModule = await import(require.resolve("@huggingface/tokenizers")
 const Tokenizer = tokenizersModule.Tokenizer ?? tokenizersModule.default.Tokenizer;
 const qwenDir = makeQwenModel();
 // This server also takes --api-key: every /v1/ call needs it, /health does not.
-const qwen = await startServer(qwenDir, ["--api-key", "qwen-key"]);
+const qwen = await startServer(qwenDir, ["--api-key", "qwen-key", "--tool-call-parser", "hermes"]);
 try {
   const client = new OpenAI({ baseURL: `http://127.0.0.1:${qwen.ports.http}/v1`, apiKey: "qwen-key", maxRetries: 0 });
   const keyless = new OpenAI({ baseURL: `http://127.0.0.1:${qwen.ports.http}/v1`, apiKey: "wrong", maxRetries: 0 });
@@ -419,6 +419,7 @@ try {
   const chatStream = await collect(await client.chat.completions.create({ model: "tiny", messages, max_tokens: 6, temperature: 0, ignore_eos: true, stream: true }));
   check(chatStream.text === chat.choices[0].message.content, "qwen: chat stream = whole");
   await checkStructuredOutputs(client);
+  await checkToolCalls(client);
 } finally {
   qwen.child.kill("SIGTERM");
   fs.rmSync(qwenDir, { recursive: true, force: true });
@@ -469,3 +470,83 @@ async function checkStructuredOutputs(client) {
   await expectError(client.chat.completions.create({ model: "tiny", messages, response_format: { type: "json_schema",
     json_schema: { name: "x", schema: { type: "array", uniqueItems: true } } } }), 400, "uniqueItems", "structured: unsupported keyword refused by name");
 }
+
+// Tools through the SDK (Qwen3's template renders them; --tool-call-parser
+// hermes): tool_choice required and a named function are constrained, so
+// even the random model's calls name a tool and carry arguments its schema
+// accepts, whole and streamed; auto answers content or calls; tool results
+// go back in.
+async function checkToolCalls(client) {
+  const tools = [
+    { type: "function", function: { name: "get_weather", description: "Weather of a city.", parameters: {
+      type: "object", properties: { city: { type: "string", enum: ["Paris", "Lima"] }, unit: { type: "string", enum: ["c", "f"] } },
+      required: ["city", "unit"], additionalProperties: false } } },
+    { type: "function", function: { name: "set_alarm", parameters: {
+      type: "object", properties: { hour: { type: "integer", minimum: 0, maximum: 23 }, minute: { type: "integer", minimum: 0, maximum: 59 } },
+      required: ["hour", "minute"], additionalProperties: false } } },
+  ];
+  const validArguments = (name, text) => {
+    try {
+      const a = JSON.parse(text);
+      if (name === "get_weather") return Object.keys(a).join() === "city,unit" && ["Paris", "Lima"].includes(a.city) && ["c", "f"].includes(a.unit);
+      if (name === "set_alarm") return Object.keys(a).join() === "hour,minute" && Number.isInteger(a.hour) && a.hour >= 0 && a.hour <= 23 && Number.isInteger(a.minute) && a.minute >= 0 && a.minute <= 59;
+    } catch { /* fall through */ }
+    return false;
+  };
+  const messages = [{ role: "user", content: "Wake me at 7 and tell me the weather." }];
+  // Streamed tool calls as the SDK's deltas carry them, joined by index.
+  const joinStream = async (stream) => {
+    const calls = [];
+    let finish = null;
+    for await (const chunk of stream) {
+      for (const c of chunk.choices) {
+        for (const d of c.delta.tool_calls ?? []) {
+          calls[d.index] ??= { id: "", name: "", arguments: "" };
+          if (d.id) calls[d.index].id = d.id;
+          if (d.function?.name) calls[d.index].name += d.function.name;
+          if (d.function?.arguments) calls[d.index].arguments += d.function.arguments;
+        }
+        if (c.finish_reason) finish = c.finish_reason;
+      }
+    }
+    return { calls, finish };
+  };
+  for (let seed = 1; seed <= 3; ++seed) {
+    const base = { model: "tiny", messages, tools, temperature: 1, seed, max_tokens: 300 };
+    // One call (parallel_tool_calls false): an array of calls has no end a
+    // random model is bound to reach.
+    const required = await client.chat.completions.create({ ...base, tool_choice: "required", parallel_tool_calls: false });
+    const rc = required.choices[0];
+    check(rc.finish_reason === "tool_calls" && rc.message.tool_calls?.length >= 1 &&
+      rc.message.tool_calls.every((t) => t.type === "function" && t.id.startsWith("call_") && validArguments(t.function.name, t.function.arguments)),
+      "tools: required gives valid calls", JSON.stringify(rc));
+    const requiredStream = await joinStream(await client.chat.completions.create({ ...base, tool_choice: "required",
+      parallel_tool_calls: false, stream: true }));
+    check(requiredStream.finish === "tool_calls" && JSON.stringify(requiredStream.calls.map((c) => [c.name, c.arguments])) ===
+      JSON.stringify((rc.message.tool_calls ?? []).map((t) => [t.function.name, t.function.arguments])), "tools: required streamed = whole",
+      JSON.stringify([requiredStream, rc.message.tool_calls]));
+    const tool_choice = { type: "function", function: { name: "set_alarm" } };
+    const named = await client.chat.completions.create({ ...base, tool_choice });
+    const nc = named.choices[0];
+    check(nc.finish_reason === "stop" && nc.message.content === null && nc.message.tool_calls?.length === 1 &&
+      nc.message.tool_calls[0].function.name === "set_alarm" && validArguments("set_alarm", nc.message.tool_calls[0].function.arguments),
+      "tools: a named function's arguments validate", JSON.stringify(nc));
+    const namedStream = await joinStream(await client.chat.completions.create({ ...base, tool_choice, stream: true }));
+    check(namedStream.calls.length === 1 && namedStream.calls[0].name === "set_alarm" &&
+      namedStream.calls[0].arguments === nc.message.tool_calls[0].function.arguments && namedStream.finish === "stop",
+      "tools: named streamed = whole", JSON.stringify([namedStream, nc.message.tool_calls]));
+    const auto = await client.chat.completions.create({ ...base, max_tokens: 20 });
+    const ac = auto.choices[0];
+    check((typeof ac.message.content === "string" || ac.message.tool_calls?.length > 0) &&
+      (ac.message.tool_calls ?? []).every((t) => ["get_weather", "set_alarm"].includes(t.function.name)),
+      "tools: auto answers content or calls", JSON.stringify(ac));
+  }
+  const call = { id: "call_1", type: "function", function: { name: "get_weather", arguments: "{\"city\": \"Lima\", \"unit\": \"c\"}" } };
+  const back = await client.chat.completions.create({ model: "tiny", tools, tool_choice: "none", max_tokens: 4, temperature: 0,
+    messages: [...messages, { role: "assistant", content: null, tool_calls: [call] }, { role: "tool", tool_call_id: "call_1", content: "{\"temp\": 19}" }] });
+  check(back.choices.length === 1 && back.usage.prompt_tokens > 0 && back.choices[0].message.tool_calls === undefined,
+    "tools: tool results are taken back", JSON.stringify(back.choices[0]));
+  await expectError(client.chat.completions.create({ model: "tiny", messages, tools, tool_choice: { type: "function", function: { name: "nope" } } }),
+    400, "tool_choice", "tools: an unknown function refused");
+}
+
