@@ -1,5 +1,6 @@
 #include "scheduler/api/constraint_compiler.h"
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "nlohmann/json.hpp"
@@ -16,6 +17,8 @@ using constraints::GrammarBuilder;
 using constraints::RuleId;
 
 absl::Status Invalid(const std::string& field, absl::string_view why) {
+  // The regex and grammar parsers name their field already.
+  if (absl::StartsWith(why, absl::StrCat(field, ": "))) return absl::InvalidArgumentError(why);
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
 }
 
