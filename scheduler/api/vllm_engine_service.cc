@@ -257,7 +257,7 @@ grpc::ServerUnaryReactor* VllmEngineService::Answer(grpc::CallbackServerContext*
   return reactor;
 }
 
-grpc::ServerWriteReactor<GenerateResponse>* VllmEngineService::Generate(
+grpc::ServerWriteReactor<vllm_api::GenerateResponse>* VllmEngineService::Generate(
     grpc::CallbackServerContext* context, const vllm_api::GenerateRequest* request) {
   last_receive_seconds_ = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
   auto* call = new VllmStream(&calls_, engine_);
