@@ -8,11 +8,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/tls_credentials.h"
+#include "scheduler/api/api_key.h"
 #include "glog/logging.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "scheduler/api/request_reactors.h"
-#include "wire/worker_secret.h"
 
 namespace pagoda::scheduler {
 
@@ -36,17 +36,7 @@ ValidationPool* GenerationService::PoolFor(const GenerateRequest& request) {
 }
 
 grpc::Status GenerationService::Authorize(const grpc::CallbackServerContext& context) const {
-  if (options_.api_key.empty()) return grpc::Status::OK;
-  const auto& metadata = context.client_metadata();
-  const auto found = metadata.find("authorization");
-  const std::string expected = absl::StrCat("Bearer ", options_.api_key);
-  if (found == metadata.end() ||
-      !ConstantTimeEquals(expected,
-                          absl::string_view(found->second.data(), found->second.size()))) {
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                        "missing or wrong API key: send metadata 'authorization: Bearer <key>'");
-  }
-  return grpc::Status::OK;
+  return CheckApiKey(context, options_.api_key);
 }
 
 grpc::ServerUnaryReactor* GenerationService::Generate(grpc::CallbackServerContext* context,

@@ -9,8 +9,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "scheduler/api/api_key.h"
 #include "scheduler/api/request_output.h"
-#include "wire/worker_secret.h"
 
 namespace pagoda::scheduler {
 namespace {
@@ -237,17 +237,7 @@ VllmEngineService::VllmEngineService(ServedModelInfo info, Engine* engine,
       validation_pool_(options_.tokenizer_threads, options_.max_pending_tokenizations) {}
 
 grpc::Status VllmEngineService::Authorize(const grpc::CallbackServerContext& context) const {
-  if (options_.api_key.empty()) return grpc::Status::OK;
-  const auto& metadata = context.client_metadata();
-  const auto found = metadata.find("authorization");
-  const std::string expected = absl::StrCat("Bearer ", options_.api_key);
-  if (found == metadata.end() ||
-      !ConstantTimeEquals(expected,
-                          absl::string_view(found->second.data(), found->second.size()))) {
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                        "missing or wrong API key: send metadata 'authorization: Bearer <key>'");
-  }
-  return grpc::Status::OK;
+  return CheckApiKey(context, options_.api_key);
 }
 
 grpc::ServerUnaryReactor* VllmEngineService::Answer(grpc::CallbackServerContext* context,
