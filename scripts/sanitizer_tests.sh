@@ -86,6 +86,7 @@ if [ "$fuzzers" = ON ]; then
   targets+=("${fuzz_targets[@]}")
 fi
 cmake --build "$build_dir" -j "$JOBS" --target "${targets[@]}"
+echo "== ${mode}: built in ${SECONDS} s"
 
 # Every report, from a test or from a server or worker process it started
 # (which a test that survives worker restarts would not notice), goes to a
@@ -131,4 +132,5 @@ if [ -n "$(ls -A "$reports")" ]; then
   echo "${mode}: $(ls "$reports" | wc -l) sanitizer report(s), above"
   failed=1
 fi
+echo "== ${mode}: done in ${SECONDS} s"
 exit "$failed"

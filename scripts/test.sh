@@ -9,16 +9,24 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Each stage prints its wall time, so a slow CI run shows where the time went.
+stage() { echo "== test.sh: $1 done at ${SECONDS} s"; }
+
 bash scripts/setup.sh
+stage setup
 BUILD_DIR=${BUILD_DIR:-build}
 JOBS=${JOBS:-$(nproc)}
 
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release
 cmake --build "$BUILD_DIR" -j "$JOBS"
+stage build
 # Tests run one at a time: several start real server and worker processes and
 # check failure detection within seconds, which a loaded 2-core machine blurs.
 ctest --test-dir "$BUILD_DIR" --output-on-failure --timeout 600 ${CTEST_ARGS:-}
+stage tests
 if [ -z "${PAGODA_SKIP_SANITIZERS:-}" ]; then
   bash scripts/sanitizer_tests.sh asan
+  stage asan
   bash scripts/sanitizer_tests.sh tsan
+  stage tsan
 fi

@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "nlohmann/json.hpp"
+#include "scheduler/api/field_error.h"
 #include "scheduler/constraints/gbnf.h"
 #include "scheduler/constraints/json_schema.h"
 #include "scheduler/constraints/regex.h"
@@ -15,12 +16,6 @@ using pagoda::v1::GenerateRequest;
 using constraints::ExprId;
 using constraints::GrammarBuilder;
 using constraints::RuleId;
-
-absl::Status Invalid(const std::string& field, absl::string_view why) {
-  // The regex and grammar parsers name their field already.
-  if (absl::StartsWith(why, absl::StrCat(field, ": "))) return absl::InvalidArgumentError(why);
-  return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
-}
 
 // The constraint's field name, for messages.
 const char* FieldOf(const GenerateRequest& request) {
@@ -89,27 +84,27 @@ absl::Status ConstraintCompiler::CheckSizes(const GenerateRequest& request) {
       const std::string& text =
           request.has_json_schema() ? request.json_schema() : request.grammar();
       if (text.size() > kMaxConstraintTextBytes) {
-        return Invalid(FieldOf(request), absl::StrCat(text.size(), " bytes, at most ",
-                                                      kMaxConstraintTextBytes));
+        return InvalidField(FieldOf(request),
+                            absl::StrCat(text.size(), " bytes, at most ", kMaxConstraintTextBytes));
       }
-      if (text.empty()) return Invalid(FieldOf(request), "empty");
+      if (text.empty()) return InvalidField(FieldOf(request), "empty");
       return absl::OkStatus();
     }
     case GenerateRequest::kRegex:
       if (request.regex().size() > kMaxRegexBytes) {
-        return Invalid("regex", absl::StrCat(request.regex().size(), " bytes, at most ",
-                                             kMaxRegexBytes));
+        return InvalidField(
+            "regex", absl::StrCat(request.regex().size(), " bytes, at most ", kMaxRegexBytes));
       }
       return absl::OkStatus();
     case GenerateRequest::kChoice:
       if (request.choice().choices_size() < 1 || request.choice().choices_size() > kMaxChoices) {
-        return Invalid("choice", absl::StrCat("needs 1 to ", kMaxChoices, " strings, got ",
-                                              request.choice().choices_size()));
+        return InvalidField("choice", absl::StrCat("needs 1 to ", kMaxChoices, " strings, got ",
+                                                   request.choice().choices_size()));
       }
       for (const std::string& choice : request.choice().choices()) {
         if (choice.empty() || choice.size() > kMaxChoiceBytes) {
-          return Invalid("choice", absl::StrCat("each string needs 1 to ", kMaxChoiceBytes,
-                                                " bytes, got ", choice.size()));
+          return InvalidField("choice", absl::StrCat("each string needs 1 to ", kMaxChoiceBytes,
+                                                     " bytes, got ", choice.size()));
         }
       }
       return absl::OkStatus();
@@ -122,11 +117,11 @@ absl::StatusOr<std::shared_ptr<const constraints::CompiledGrammar>> ConstraintCo
     const GenerateRequest& request) const {
   GrammarBuilder g;
   if (absl::Status status = BuildInto(request, g); !status.ok()) {
-    return Invalid(FieldOf(request), status.message());
+    return InvalidField(FieldOf(request), status.message());
   }
   absl::StatusOr<std::shared_ptr<const constraints::CompiledGrammar>> grammar =
       constraints::CompiledGrammar::Create(g, vocabulary_);
-  if (!grammar.ok()) return Invalid(FieldOf(request), grammar.status().message());
+  if (!grammar.ok()) return InvalidField(FieldOf(request), grammar.status().message());
   (*grammar)->Precompute(precompute_budget_);
   return grammar;
 }
@@ -135,8 +130,9 @@ absl::StatusOr<std::shared_ptr<const constraints::CompiledGrammar>> ConstraintCo
     const GenerateRequest& request) {
   if (!HasConstraint(request)) return nullptr;
   if (vocabulary_ == nullptr) {
-    return Invalid(FieldOf(request),
-                   "this model takes no constraint (its tokenizer cannot list its tokens' bytes)");
+    return InvalidField(
+        FieldOf(request),
+        "this model takes no constraint (its tokenizer cannot list its tokens' bytes)");
   }
   Key key = absl::StrCat(request.constraint_case(), request.disable_any_whitespace() ? "c" : "w",
                          ":");

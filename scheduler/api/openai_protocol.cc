@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/sampling_limits.h"
+#include "scheduler/api/field_error.h"
 #include "scheduler/engine/finish_reason.h"
 
 namespace pagoda::scheduler {
@@ -18,10 +19,6 @@ using nlohmann::json;
 constexpr size_t kMaxPromptTokenIds = 1 << 20;
 constexpr size_t kMaxMessages = 4096;
 
-absl::Status Invalid(const std::string& field, const std::string& why) {
-  return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
-}
-
 bool Present(const json& body, const char* key) {
   return body.contains(key) && !body[key].is_null();
 }
@@ -29,10 +26,10 @@ bool Present(const json& body, const char* key) {
 absl::StatusOr<double> Number(const json& body, const char* key, double fallback, double low,
                               double high) {
   if (!Present(body, key)) return fallback;
-  if (!body[key].is_number()) return Invalid(key, "must be a number");
+  if (!body[key].is_number()) return InvalidField(key, "must be a number");
   const double value = body[key].get<double>();
   if (!(value >= low && value <= high)) {
-    return Invalid(key, absl::StrCat("must be in [", low, ", ", high, "], got ", value));
+    return InvalidField(key, absl::StrCat("must be in [", low, ", ", high, "], got ", value));
   }
   return value;
 }
@@ -40,10 +37,10 @@ absl::StatusOr<double> Number(const json& body, const char* key, double fallback
 absl::StatusOr<int64_t> Integer(const json& body, const char* key, int64_t fallback, int64_t low,
                                 int64_t high) {
   if (!Present(body, key)) return fallback;
-  if (!body[key].is_number_integer()) return Invalid(key, "must be an integer");
+  if (!body[key].is_number_integer()) return InvalidField(key, "must be an integer");
   const int64_t value = body[key].get<int64_t>();
   if (value < low || value > high) {
-    return Invalid(key, absl::StrCat("must be in [", low, ", ", high, "], got ", value));
+    return InvalidField(key, absl::StrCat("must be in [", low, ", ", high, "], got ", value));
   }
   return value;
 }
@@ -60,28 +57,30 @@ absl::Status ParseOnePrompt(const json& prompt, pagoda::v1::GenerateRequest* out
   if (prompt.is_array() && !prompt.empty() && prompt.size() <= kMaxPromptTokenIds) {
     for (const json& id : prompt) {
       if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX) {
-        return Invalid("prompt", "must be a string or an array of token ids");
+        return InvalidField("prompt", "must be a string or an array of token ids");
       }
       out->add_prompt_token_ids(id.get<int32_t>());
     }
     return absl::OkStatus();
   }
-  return Invalid("prompt",
-                 "must be a string, an array of token ids, or a list of either (one choice per "
-                 "prompt)");
+  return InvalidField(
+      "prompt",
+      "must be a string, an array of token ids, or a list of either (one choice per "
+      "prompt)");
 }
 
 absl::Status ParsePrompts(const json& body, std::vector<pagoda::v1::GenerateRequest>* out) {
-  if (!Present(body, "prompt")) return Invalid("prompt", "required");
+  if (!Present(body, "prompt")) return InvalidField("prompt", "required");
   const json& prompt = body["prompt"];
   // A list of prompts: strings, or arrays of token ids.
   if (prompt.is_array() && !prompt.empty() && (prompt[0].is_string() || prompt[0].is_array())) {
     if (prompt.size() > kMaxPrompts) {
-      return Invalid("prompt", absl::StrCat("at most ", kMaxPrompts, " prompts in one request"));
+      return InvalidField("prompt",
+                          absl::StrCat("at most ", kMaxPrompts, " prompts in one request"));
     }
     for (const json& entry : prompt) {
       if (!entry.is_string() && !entry.is_array()) {
-        return Invalid("prompt", "a list of prompts must hold strings or arrays of token ids");
+        return InvalidField("prompt", "a list of prompts must hold strings or arrays of token ids");
       }
       if (absl::Status status = ParseOnePrompt(entry, &out->emplace_back()); !status.ok()) {
         return status;
@@ -101,10 +100,10 @@ absl::Status KeepToolFields(const json& message, const nlohmann::ordered_json* o
   if (!message.contains("tool_calls") && !message.contains("tool_call_id")) return absl::OkStatus();
   nlohmann::ordered_json fields = ordered != nullptr ? *ordered : nlohmann::ordered_json(message);
   if (fields.contains("tool_calls")) {
-    if (!fields["tool_calls"].is_array()) return Invalid(field, "tool_calls must be an array");
+    if (!fields["tool_calls"].is_array()) return InvalidField(field, "tool_calls must be an array");
     for (nlohmann::ordered_json& call : fields["tool_calls"]) {
       if (!call.is_object() || !call.contains("function") || !call["function"].is_object()) {
-        return Invalid(field, "each tool call needs a function");
+        return InvalidField(field, "each tool call needs a function");
       }
       nlohmann::ordered_json& arguments = call["function"]["arguments"];
       if (arguments.is_string()) {
@@ -123,16 +122,16 @@ absl::Status KeepToolFields(const json& message, const nlohmann::ordered_json* o
 absl::Status ParseMessages(const json& body, const nlohmann::ordered_json* ordered,
                            OpenAiRequest* out) {
   if (!Present(body, "messages") || !body["messages"].is_array() || body["messages"].empty()) {
-    return Invalid("messages", "required: a non-empty array");
+    return InvalidField("messages", "required: a non-empty array");
   }
   if (body["messages"].size() > kMaxMessages) {
-    return Invalid("messages", absl::StrCat("at most ", kMaxMessages));
+    return InvalidField("messages", absl::StrCat("at most ", kMaxMessages));
   }
   for (size_t i = 0; i < body["messages"].size(); ++i) {
     const json& message = body["messages"][i];
     const std::string field = absl::StrCat("messages[", i, "]");
     if (!message.is_object() || !message.contains("role") || !message["role"].is_string()) {
-      return Invalid(field, "needs a string role");
+      return InvalidField(field, "needs a string role");
     }
     ChatMessage parsed{message["role"].get<std::string>(), ""};
     const json content = message.value("content", json());
@@ -143,12 +142,12 @@ absl::Status ParseMessages(const json& body, const nlohmann::ordered_json* order
       for (const json& part : content) {
         if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
             !part["text"].is_string()) {
-          return Invalid(field, "content parts must be {\"type\": \"text\", \"text\": ...}");
+          return InvalidField(field, "content parts must be {\"type\": \"text\", \"text\": ...}");
         }
         parsed.content += part["text"].get<std::string>();
       }
     } else if (!content.is_null()) {
-      return Invalid(field, "content must be a string or text parts");
+      return InvalidField(field, "content must be a string or text parts");
     }
     const nlohmann::ordered_json* ordered_message =
         ordered != nullptr && ordered->contains("messages") && (*ordered)["messages"].size() > i
@@ -167,21 +166,22 @@ absl::Status ParseStop(const json& body, pagoda::v1::StoppingCriteria* stopping)
       stopping->add_stop(stop.get<std::string>());
     } else if (stop.is_array()) {
       for (const json& entry : stop) {
-        if (!entry.is_string()) return Invalid("stop", "must be a string or an array of strings");
+        if (!entry.is_string())
+          return InvalidField("stop", "must be a string or an array of strings");
         stopping->add_stop(entry.get<std::string>());
-        if (stopping->stop_size() > 64) return Invalid("stop", "too many stop strings");
+        if (stopping->stop_size() > 64) return InvalidField("stop", "too many stop strings");
       }
     } else {
-      return Invalid("stop", "must be a string or an array of strings");
+      return InvalidField("stop", "must be a string or an array of strings");
     }
   }
   if (Present(body, "stop_token_ids")) {
     if (!body["stop_token_ids"].is_array() || body["stop_token_ids"].size() > 1024) {
-      return Invalid("stop_token_ids", "must be an array of at most 1024 token ids");
+      return InvalidField("stop_token_ids", "must be an array of at most 1024 token ids");
     }
     for (const json& id : body["stop_token_ids"]) {
       if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX) {
-        return Invalid("stop_token_ids", "must hold token ids");
+        return InvalidField("stop_token_ids", "must hold token ids");
       }
       stopping->add_stop_token_ids(id.get<int32_t>());
     }
@@ -194,22 +194,22 @@ absl::Status RefuseUnsupported(const json& body) {
   for (const char* key : {"functions", "function_call"}) {
     if (Present(body, key) && !(body[key].is_object() && body[key].empty()) &&
         !(body[key].is_array() && body[key].empty())) {
-      return Invalid(key, "is not supported");
+      return InvalidField(key, "is not supported");
     }
   }
   // vLLM's older names: refused by name rather than silently unconstrained.
   for (const char* key : {"guided_json", "guided_regex", "guided_choice", "guided_grammar",
                           "guided_decoding_backend", "guided_whitespace_pattern"}) {
     if (Present(body, key)) {
-      return Invalid(key, "is not supported; use structured_outputs (vLLM's current name)");
+      return InvalidField(key, "is not supported; use structured_outputs (vLLM's current name)");
     }
   }
   // vLLM refuses it too: fill-in-the-middle needs the model's own format.
   if (Present(body, "suffix") && !(body["suffix"].is_string() && body["suffix"].empty())) {
-    return Invalid("suffix", "is not supported (no fill-in-the-middle); leave it out");
+    return InvalidField("suffix", "is not supported (no fill-in-the-middle); leave it out");
   }
   if (Present(body, "best_of") && body["best_of"] != 1)
-    return Invalid("best_of", "is not supported");
+    return InvalidField("best_of", "is not supported");
   return absl::OkStatus();
 }
 
@@ -233,7 +233,7 @@ absl::Status ParseResponseFormat(const json& body, const nlohmann::ordered_json*
                                  pagoda::v1::GenerateRequest* out) {
   const json& format = body["response_format"];
   if (!format.is_object() || !format.contains("type") || !format["type"].is_string()) {
-    return Invalid("response_format", "must be an object with a string type");
+    return InvalidField("response_format", "must be an object with a string type");
   }
   const std::string type = format["type"].get<std::string>();
   if (type == "text") return absl::OkStatus();
@@ -242,14 +242,14 @@ absl::Status ParseResponseFormat(const json& body, const nlohmann::ordered_json*
     return absl::OkStatus();
   }
   if (type != "json_schema") {
-    return Invalid("response_format.type", "must be text, json_object or json_schema");
+    return InvalidField("response_format.type", "must be text, json_object or json_schema");
   }
   if (!format.contains("json_schema") || !format["json_schema"].is_object()) {
-    return Invalid("response_format.json_schema", "required: an object with a schema");
+    return InvalidField("response_format.json_schema", "required: an object with a schema");
   }
   const json& spec = format["json_schema"];
   if (!spec.contains("schema") || !(spec["schema"].is_object() || spec["schema"].is_boolean())) {
-    return Invalid("response_format.json_schema.schema", "required: a JSON Schema object");
+    return InvalidField("response_format.json_schema.schema", "required: a JSON Schema object");
   }
   const nlohmann::ordered_json* ordered_schema =
       OrderedChild(OrderedChild(OrderedChild(ordered, "response_format"), "json_schema"), "schema");
@@ -263,41 +263,43 @@ absl::Status ParseResponseFormat(const json& body, const nlohmann::ordered_json*
 absl::Status ParseStructuredOutputs(const json& body, const nlohmann::ordered_json* ordered,
                                     pagoda::v1::GenerateRequest* out) {
   const json& spec = body["structured_outputs"];
-  if (!spec.is_object()) return Invalid("structured_outputs", "must be an object");
+  if (!spec.is_object()) return InvalidField("structured_outputs", "must be an object");
   int kinds = 0;
   for (const auto& [key, value] : spec.items()) {
     const std::string field = "structured_outputs." + key.substr(0, 64);
     if (value.is_null()) continue;
     if (key == "disable_any_whitespace") {
-      if (!value.is_boolean()) return Invalid(field, "must be a boolean");
+      if (!value.is_boolean()) return InvalidField(field, "must be a boolean");
       out->set_disable_any_whitespace(value.get<bool>());
     } else if (key == "json") {
       if (!value.is_object() && !value.is_boolean() && !value.is_string()) {
-        return Invalid(field, "must be a JSON Schema (an object, or its text)");
+        return InvalidField(field, "must be a JSON Schema (an object, or its text)");
       }
       out->set_json_schema(SchemaText(value, OrderedChild(OrderedChild(ordered, "structured_outputs"), "json")));
       ++kinds;
     } else if (key == "regex" || key == "grammar") {
-      if (!value.is_string()) return Invalid(field, "must be a string");
+      if (!value.is_string()) return InvalidField(field, "must be a string");
       key == "regex" ? out->set_regex(value.get<std::string>()) : out->set_grammar(value.get<std::string>());
       ++kinds;
     } else if (key == "choice") {
-      if (!value.is_array()) return Invalid(field, "must be an array of strings");
+      if (!value.is_array()) return InvalidField(field, "must be an array of strings");
       for (const json& choice : value) {
-        if (!choice.is_string()) return Invalid(field, "must be an array of strings");
+        if (!choice.is_string()) return InvalidField(field, "must be an array of strings");
         out->mutable_choice()->add_choices(choice.get<std::string>());
       }
       ++kinds;
     } else if (key == "json_object") {
-      if (!value.is_boolean()) return Invalid(field, "must be a boolean");
+      if (!value.is_boolean()) return InvalidField(field, "must be a boolean");
       if (value.get<bool>()) out->set_json_object(true), ++kinds;
     } else {
-      return Invalid(field, "is not supported (json, regex, choice, grammar, json_object, "
-                            "disable_any_whitespace)");
+      return InvalidField(field,
+                          "is not supported (json, regex, choice, grammar, json_object, "
+                          "disable_any_whitespace)");
     }
   }
   if (kinds > 1) {
-    return Invalid("structured_outputs", "set one of json, regex, choice, grammar, json_object");
+    return InvalidField("structured_outputs",
+                        "set one of json, regex, choice, grammar, json_object");
   }
   return absl::OkStatus();
 }
@@ -309,7 +311,7 @@ absl::Status ParseConstraint(const json& body, const nlohmann::ordered_json* ord
   }
   if (!Present(body, "structured_outputs")) return absl::OkStatus();
   if (out->constraint_case() != pagoda::v1::GenerateRequest::CONSTRAINT_NOT_SET) {
-    return Invalid("structured_outputs", "cannot be combined with a JSON response_format");
+    return InvalidField("structured_outputs", "cannot be combined with a JSON response_format");
   }
   return ParseStructuredOutputs(body, ordered, out);
 }
@@ -320,7 +322,7 @@ absl::Status ParseToolChoice(const json& body, const nlohmann::ordered_json* ord
                              OpenAiRequest* out) {
   if (!out->chat) {
     if (Present(body, "tools") || Present(body, "tool_choice")) {
-      return Invalid("tools", "only /v1/chat/completions takes tools");
+      return InvalidField("tools", "only /v1/chat/completions takes tools");
     }
     return absl::OkStatus();
   }
@@ -329,8 +331,9 @@ absl::Status ParseToolChoice(const json& body, const nlohmann::ordered_json* ord
     return absl::OkStatus();
   }
   if (out->generate.constraint_case() != pagoda::v1::GenerateRequest::CONSTRAINT_NOT_SET) {
-    return Invalid("tool_choice", "\"required\" or a function cannot be combined with "
-                                  "response_format or structured_outputs");
+    return InvalidField("tool_choice",
+                        "\"required\" or a function cannot be combined with "
+                        "response_format or structured_outputs");
   }
   absl::StatusOr<std::string> schema = ToolCallSchema(out->tools);
   if (!schema.ok()) return schema.status();
@@ -345,26 +348,28 @@ absl::Status ParseTokenLists(const json& body, pagoda::v1::SamplingParams* sampl
   if (Present(body, "logit_bias")) {
     const json& bias = body["logit_bias"];
     if (!bias.is_object() || bias.size() > static_cast<size_t>(kMaxLogitBiasEntries)) {
-      return Invalid("logit_bias", absl::StrCat("must be an object of at most ",
-                                                kMaxLogitBiasEntries, " token id: bias entries"));
+      return InvalidField("logit_bias",
+                          absl::StrCat("must be an object of at most ", kMaxLogitBiasEntries,
+                                       " token id: bias entries"));
     }
     for (const auto& [key, value] : bias.items()) {
       int32_t id = 0;
       if (!absl::SimpleAtoi(key, &id) || id < 0) {
-        return Invalid("logit_bias", absl::StrCat("key \"", key.substr(0, 32), "\" is not a token id"));
+        return InvalidField("logit_bias",
+                            absl::StrCat("key \"", key.substr(0, 32), "\" is not a token id"));
       }
-      if (!value.is_number()) return Invalid("logit_bias", "values must be numbers");
+      if (!value.is_number()) return InvalidField("logit_bias", "values must be numbers");
       (*sampling->mutable_logit_bias())[id] = value.get<float>();
     }
   }
   if (Present(body, "allowed_token_ids")) {
     const json& ids = body["allowed_token_ids"];
     if (!ids.is_array() || ids.size() > kMaxPromptTokenIds) {
-      return Invalid("allowed_token_ids", "must be an array of token ids");
+      return InvalidField("allowed_token_ids", "must be an array of token ids");
     }
     for (const json& id : ids) {
       if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX) {
-        return Invalid("allowed_token_ids", "must hold token ids");
+        return InvalidField("allowed_token_ids", "must hold token ids");
       }
       sampling->add_allowed_token_ids(id.get<int32_t>());
     }
@@ -372,11 +377,11 @@ absl::Status ParseTokenLists(const json& body, pagoda::v1::SamplingParams* sampl
   if (Present(body, "bad_words")) {
     const json& words = body["bad_words"];
     if (!words.is_array() || words.size() > static_cast<size_t>(kMaxBadWords)) {
-      return Invalid("bad_words", absl::StrCat("must be an array of at most ", kMaxBadWords,
-                                               " strings"));
+      return InvalidField("bad_words",
+                          absl::StrCat("must be an array of at most ", kMaxBadWords, " strings"));
     }
     for (const json& word : words) {
-      if (!word.is_string()) return Invalid("bad_words", "must hold strings");
+      if (!word.is_string()) return InvalidField("bad_words", "must hold strings");
       sampling->add_bad_words(word.get<std::string>());
     }
   }
@@ -458,7 +463,7 @@ absl::Status ParsePriority(const json& body, OpenAiRequest* out) {
 absl::Status ParseLogprobs(const json& body, OpenAiRequest* out) {
   if (out->chat) {
     if (Present(body, "logprobs") && !body["logprobs"].is_boolean()) {
-      return Invalid("logprobs", "must be a boolean");
+      return InvalidField("logprobs", "must be a boolean");
     }
     absl::StatusOr<int64_t> top = Integer(body, "top_logprobs", 0, 0, kMaxTopLogprobs);
     if (!top.ok()) return top.status();
@@ -485,7 +490,7 @@ absl::Status ParseStopping(const json& body, int default_max_tokens, OpenAiReque
   if (!min_tokens.ok()) return min_tokens.status();
   stopping->set_min_tokens(static_cast<int32_t>(*min_tokens));
   if (Present(body, "ignore_eos")) {
-    if (!body["ignore_eos"].is_boolean()) return Invalid("ignore_eos", "must be a boolean");
+    if (!body["ignore_eos"].is_boolean()) return InvalidField("ignore_eos", "must be a boolean");
     stopping->set_ignore_eos(body["ignore_eos"].get<bool>());
   }
   if (Present(body, "include_stop_str_in_output")) {
@@ -496,16 +501,16 @@ absl::Status ParseStopping(const json& body, int default_max_tokens, OpenAiReque
 
 absl::Status ParseStreaming(const json& body, OpenAiRequest* out) {
   if (Present(body, "stream")) {
-    if (!body["stream"].is_boolean()) return Invalid("stream", "must be a boolean");
+    if (!body["stream"].is_boolean()) return InvalidField("stream", "must be a boolean");
     out->stream = body["stream"].get<bool>();
   }
   if (Present(body, "stream_options")) {
     const json& options = body["stream_options"];
-    if (!options.is_object()) return Invalid("stream_options", "must be an object");
-    if (!out->stream) return Invalid("stream_options", "only allowed when stream is true");
+    if (!options.is_object()) return InvalidField("stream_options", "must be an object");
+    if (!out->stream) return InvalidField("stream_options", "only allowed when stream is true");
     for (const char* key : {"include_usage", "continuous_usage_stats"}) {
       if (options.contains(key) && !options[key].is_boolean() && !options[key].is_null()) {
-        return Invalid(absl::StrCat("stream_options.", key), "must be a boolean");
+        return InvalidField(absl::StrCat("stream_options.", key), "must be a boolean");
       }
     }
     out->include_usage = options.value("include_usage", false);
@@ -631,7 +636,7 @@ absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(const json& body) {
   if (!body.is_object()) return absl::InvalidArgumentError("body: must be a JSON object");
   TokenizeRequest out;
   if (Present(body, "model")) {
-    if (!body["model"].is_string()) return Invalid("model", "must be a string");
+    if (!body["model"].is_string()) return InvalidField("model", "must be a string");
     out.model = body["model"].get<std::string>();
   }
   if (Present(body, "messages")) {
@@ -643,13 +648,13 @@ absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(const json& body) {
   } else if (Present(body, "prompt") && body["prompt"].is_string()) {
     out.prompt = body["prompt"].get<std::string>();
   } else {
-    return Invalid("prompt", "required: a string (or messages)");
+    return InvalidField("prompt", "required: a string (or messages)");
   }
   for (auto [key, field] : {std::pair{"add_special_tokens", &out.add_special_tokens},
                             std::pair{"add_generation_prompt", &out.add_generation_prompt},
                             std::pair{"return_token_strs", &out.return_token_strs}}) {
     if (!Present(body, key)) continue;
-    if (!body[key].is_boolean()) return Invalid(key, "must be a boolean");
+    if (!body[key].is_boolean()) return InvalidField(key, "must be a boolean");
     *field = body[key].get<bool>();
   }
   return out;
@@ -659,19 +664,19 @@ absl::StatusOr<std::vector<int>> ParseDetokenizeRequest(const json& body, int vo
                                                         std::string* model) {
   if (!body.is_object()) return absl::InvalidArgumentError("body: must be a JSON object");
   if (Present(body, "model")) {
-    if (!body["model"].is_string()) return Invalid("model", "must be a string");
+    if (!body["model"].is_string()) return InvalidField("model", "must be a string");
     *model = body["model"].get<std::string>();
   }
   if (!Present(body, "tokens") || !body["tokens"].is_array() ||
       body["tokens"].size() > kMaxPromptTokenIds) {
-    return Invalid(
+    return InvalidField(
         "tokens", absl::StrCat("required: an array of at most ", kMaxPromptTokenIds, " token ids"));
   }
   std::vector<int> ids;
   ids.reserve(body["tokens"].size());
   for (const json& id : body["tokens"]) {
     if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= vocab_size) {
-      return Invalid("tokens", absl::StrCat("must hold token ids in [0, ", vocab_size, ")"));
+      return InvalidField("tokens", absl::StrCat("must hold token ids in [0, ", vocab_size, ")"));
     }
     ids.push_back(id.get<int>());
   }
@@ -693,7 +698,7 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(const json& body, bool chat,
   out.chat = chat;
   // Without a model the server's one model answers (as vLLM).
   if (Present(body, "model")) {
-    if (!body["model"].is_string()) return Invalid("model", "must be a string");
+    if (!body["model"].is_string()) return InvalidField("model", "must be a string");
     out.model = body["model"].get<std::string>();
   }
   out.tool_parser = tool_parser;
@@ -702,12 +707,12 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(const json& body, bool chat,
   if (status.ok() && !chat) out.generate.MergeFrom(out.prompts[0]);
   if (status.ok() && Present(body, "echo")) {
     if (!body["echo"].is_boolean()) {
-      status = Invalid("echo", "must be a boolean");
+      status = InvalidField("echo", "must be a boolean");
     } else if (body["echo"].get<bool>()) {
       // Echoed prompts would need their own logprobs (prompt logprobs).
-      if (chat) status = Invalid("echo", "is only supported by /v1/completions");
+      if (chat) status = InvalidField("echo", "is only supported by /v1/completions");
       if (Present(body, "logprobs")) {
-        status = Invalid("echo", "is not supported together with logprobs");
+        status = InvalidField("echo", "is not supported together with logprobs");
       }
       out.echo = true;
     }

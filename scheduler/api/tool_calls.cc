@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "scheduler/api/field_error.h"
 
 namespace pagoda::scheduler {
 namespace {
@@ -17,10 +18,6 @@ using ordered_json = nlohmann::ordered_json;
 constexpr char kHermesOpen[] = "<tool_call>";
 constexpr char kHermesClose[] = "</tool_call>";
 constexpr char kPythonTag[] = "<|python_tag|>";
-
-absl::Status Invalid(const std::string& field, const std::string& why) {
-  return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
-}
 
 bool ValidName(const std::string& name) {
   if (name.empty() || name.size() > 64) return false;
@@ -33,19 +30,19 @@ absl::Status CheckTool(const ordered_json& tool, size_t i, std::vector<std::stri
   const std::string field = absl::StrCat("tools[", i, "]");
   if (!tool.is_object() || tool.value("type", "") != "function" || !tool.contains("function") ||
       !tool["function"].is_object()) {
-    return Invalid(field, "must be {\"type\": \"function\", \"function\": {...}}");
+    return InvalidField(field, "must be {\"type\": \"function\", \"function\": {...}}");
   }
   const ordered_json& function = tool["function"];
   if (!function.contains("name") || !function["name"].is_string() ||
       !ValidName(function["name"].get<std::string>())) {
-    return Invalid(field + ".function.name", "must be 1 to 64 of [A-Za-z0-9_-]");
+    return InvalidField(field + ".function.name", "must be 1 to 64 of [A-Za-z0-9_-]");
   }
   if (function.contains("parameters") && !function["parameters"].is_object()) {
-    return Invalid(field + ".function.parameters", "must be a JSON Schema object");
+    return InvalidField(field + ".function.parameters", "must be a JSON Schema object");
   }
   const std::string name = function["name"].get<std::string>();
   if (std::find(names->begin(), names->end(), name) != names->end()) {
-    return Invalid(field + ".function.name", absl::StrCat("\"", name, "\" is given twice"));
+    return InvalidField(field + ".function.name", absl::StrCat("\"", name, "\" is given twice"));
   }
   names->push_back(name);
   return absl::OkStatus();
@@ -60,19 +57,21 @@ absl::Status ParseChoice(const json& body, const std::vector<std::string>& names
     const std::string mode = choice.get<std::string>();
     if (mode == "none") out->choice = ToolChoice::kNone;
     else if (mode == "required") out->choice = ToolChoice::kRequired;
-    else if (mode != "auto") return Invalid("tool_choice", "must be none, auto, required or a function");
+    else if (mode != "auto")
+      return InvalidField("tool_choice", "must be none, auto, required or a function");
     return absl::OkStatus();
   }
   if (!choice.is_object() || choice.value("type", "") != "function" ||
       !choice.contains("function") || !choice["function"].is_object() ||
       !choice["function"].contains("name") || !choice["function"]["name"].is_string()) {
-    return Invalid("tool_choice", "must be none, auto, required or {\"type\": \"function\", "
-                                  "\"function\": {\"name\": ...}}");
+    return InvalidField("tool_choice",
+                        "must be none, auto, required or {\"type\": \"function\", "
+                        "\"function\": {\"name\": ...}}");
   }
   out->named = choice["function"]["name"].get<std::string>();
   if (std::find(names.begin(), names.end(), out->named) == names.end()) {
-    return Invalid("tool_choice.function.name",
-                   absl::StrCat("\"", out->named.substr(0, 64), "\" is not among the tools"));
+    return InvalidField("tool_choice.function.name",
+                        absl::StrCat("\"", out->named.substr(0, 64), "\" is not among the tools"));
   }
   out->choice = ToolChoice::kNamed;
   return absl::OkStatus();
@@ -104,9 +103,9 @@ absl::Status Rehome(ordered_json& node, const std::string& prefix) {
         }
       }
       if (value.get<std::string>() == ref) {
-        return Invalid("tools", absl::StrCat("$ref \"", ref.substr(0, 64),
-                                             "\" cannot be used with tool_choice required "
-                                             "(only #/$defs/NAME)"));
+        return InvalidField("tools", absl::StrCat("$ref \"", ref.substr(0, 64),
+                                                  "\" cannot be used with tool_choice required "
+                                                  "(only #/$defs/NAME)"));
       }
     } else if (absl::Status s = Rehome(value, prefix); !s.ok()) {
       return s;
@@ -192,16 +191,16 @@ absl::Status ParseTools(const json& body, const ordered_json* ordered, ToolCallP
   const bool has_tools = body.contains("tools") && body["tools"].is_array() && !body["tools"].empty();
   if (!has_tools) {
     if (body.contains("tools") && !body["tools"].is_null() && !body["tools"].is_array()) {
-      return Invalid("tools", "must be an array of tools");
+      return InvalidField("tools", "must be an array of tools");
     }
     if (body.contains("tool_choice") && !body["tool_choice"].is_null() &&
         body["tool_choice"] != "none" && body["tool_choice"] != "auto") {
-      return Invalid("tool_choice", "needs tools");
+      return InvalidField("tool_choice", "needs tools");
     }
     return absl::OkStatus();
   }
   if (body["tools"].size() > static_cast<size_t>(kMaxTools)) {
-    return Invalid("tools", absl::StrCat("at most ", kMaxTools, " tools"));
+    return InvalidField("tools", absl::StrCat("at most ", kMaxTools, " tools"));
   }
   out->tools = ordered != nullptr && ordered->contains("tools") ? (*ordered)["tools"]
                                                                  : ordered_json(body["tools"]);
@@ -212,15 +211,15 @@ absl::Status ParseTools(const json& body, const ordered_json* ordered, ToolCallP
   if (absl::Status s = ParseChoice(body, names, out); !s.ok()) return s;
   if (body.contains("parallel_tool_calls") && !body["parallel_tool_calls"].is_null()) {
     if (!body["parallel_tool_calls"].is_boolean()) {
-      return Invalid("parallel_tool_calls", "must be a boolean");
+      return InvalidField("parallel_tool_calls", "must be a boolean");
     }
     out->parallel = body["parallel_tool_calls"].get<bool>();
   }
   if (out->choice == ToolChoice::kAuto && parser == ToolCallParser::kNone) {
-    return Invalid("tool_choice",
-                   "\"auto\" (the default with tools) needs the server started with "
-                   "--tool-call-parser hermes or llama3_json; or use \"required\", a named "
-                   "function or \"none\"");
+    return InvalidField("tool_choice",
+                        "\"auto\" (the default with tools) needs the server started with "
+                        "--tool-call-parser hermes or llama3_json; or use \"required\", a named "
+                        "function or \"none\"");
   }
   return absl::OkStatus();
 }
@@ -230,7 +229,7 @@ absl::StatusOr<std::string> ToolCallSchema(const ToolsRequest& tools) {
     for (const ordered_json& tool : tools.tools) {
       if (tool["function"]["name"] == tools.named) return ParametersOf(tool).dump();
     }
-    return Invalid("tool_choice.function.name", "is not among the tools");
+    return InvalidField("tool_choice.function.name", "is not among the tools");
   }
   ordered_json defs = ordered_json::object();
   ordered_json calls = ordered_json::array();

@@ -12,7 +12,7 @@
 namespace pagoda::constraints {
 namespace {
 
-constexpr int kMaxGroupDepth = 64;
+constexpr int kMaxGrammarGroupDepth = 64;
 
 bool IsNameByte(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
@@ -265,7 +265,7 @@ absl::StatusOr<ExprId> GbnfParser::Sequence(int depth) {
 }
 
 absl::StatusOr<ExprId> GbnfParser::Alternation(int depth) {
-  if (depth > kMaxGroupDepth) return Error("groups nest too deeply");
+  if (depth > kMaxGrammarGroupDepth) return Error("groups nest too deeply");
   std::vector<ExprId> alternatives;
   while (true) {
     absl::StatusOr<ExprId> sequence = Sequence(depth);

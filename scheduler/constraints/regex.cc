@@ -10,7 +10,7 @@
 namespace pagoda::constraints {
 namespace {
 
-constexpr int kMaxGroupDepth = 64;
+constexpr int kMaxRegexGroupDepth = 64;
 
 CodePointSet Ascii() { return CodePointSet::Range(0, 0x7F); }
 CodePointSet Digits() { return CodePointSet::Range('0', '9'); }
@@ -334,7 +334,7 @@ absl::StatusOr<ExprId> RegexParser::ParseConcatenation(int depth) {
 }
 
 absl::StatusOr<ExprId> RegexParser::ParseAlternation(int depth) {
-  if (depth > kMaxGroupDepth) return Error("groups nest too deeply");
+  if (depth > kMaxRegexGroupDepth) return Error("groups nest too deeply");
   std::vector<ExprId> branches;
   while (true) {
     absl::StatusOr<ExprId> branch = ParseConcatenation(depth);
