@@ -80,8 +80,9 @@ ABSL_FLAG(std::string, worker_ssl_keyfile, "", "PEM private key of --worker-ssl-
 ABSL_FLAG(std::string, worker_ssl_ca_certs, "",
           "PEM CA bundle that signed the --worker-addresses workers' certificates.");
 ABSL_FLAG(int, worker_restart_limit, 5,
-          "Restart attempts of the workers within --worker-restart-window after which "
-          "the server gives up and fails requests with UNAVAILABLE.");
+          "Restart attempts of the workers within --worker-restart-window, or failed ones "
+          "in a row, after which the server gives up: requests fail with UNAVAILABLE and "
+          "the server exits 1 after --worker-failure-exit-delay.");
 ABSL_FLAG(double, worker_restart_window, 60, "Seconds; see --worker-restart-limit.");
 ABSL_FLAG(double, worker_failure_exit_delay, 5,
           "Seconds the server stays up, unhealthy and refusing requests with the reason, "
