@@ -36,7 +36,7 @@ KEY = "image-test-api-key"
 # Inside the containers, where the chart mounts them.
 MODEL_PATH = "/models/model"
 SECRET_PATH = "/etc/pagoda/worker-secret/secret"
-# Some image sizes to hold the image to: the runtime libraries and the
+# A bound on the image size (224 MiB measured): the runtime libraries and the
 # binaries come to well under this; a compiler or headers would not.
 MAX_IMAGE_BYTES = 400 * 1024 * 1024
 
