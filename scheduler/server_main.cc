@@ -32,6 +32,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/protobuf_log.h"
 #include "common/dtype.h"
@@ -79,9 +80,14 @@ ABSL_FLAG(std::string, worker_ssl_keyfile, "", "PEM private key of --worker-ssl-
 ABSL_FLAG(std::string, worker_ssl_ca_certs, "",
           "PEM CA bundle that signed the --worker-addresses workers' certificates.");
 ABSL_FLAG(int, worker_restart_limit, 5,
-          "Restart attempts of the workers within --worker-restart-window after which "
-          "the server gives up and fails requests with UNAVAILABLE.");
+          "Restart attempts of the workers within --worker-restart-window, or failed ones "
+          "in a row, after which the server gives up: requests fail with UNAVAILABLE and "
+          "the server exits 1 after --worker-failure-exit-delay.");
 ABSL_FLAG(double, worker_restart_window, 60, "Seconds; see --worker-restart-limit.");
+ABSL_FLAG(double, worker_failure_exit_delay, 5,
+          "Seconds the server stays up, unhealthy and refusing requests with the reason, "
+          "after its workers cannot be recovered; then it exits with code 1 so that its "
+          "supervisor (Kubernetes) starts it afresh.");
 ABSL_FLAG(double, worker_stall_timeout, 10,
           "Seconds a worker may leave the server's keepalive pings unanswered (stopped, "
           "swapped out, its host gone silent) before it is declared lost and restarted; a "
@@ -190,15 +196,36 @@ absl::StatusOr<SchedulingPolicy> ParseSchedulingPolicy(const std::string& text) 
       absl::StrCat("--scheduling-policy: expected fcfs or priority, got '", text, "'"));
 }
 
-// Waits for SIGTERM or SIGINT, which main() blocked in every thread.
-int WaitForStopSignal() {
+// How often the main thread, waiting for a stop signal, looks whether the
+// workers were given up on.
+constexpr absl::Duration kGivenUpCheckPeriod = absl::Milliseconds(200);
+
+// Waits up to `timeout` for SIGTERM or SIGINT, which main() blocked in every
+// thread; returns the signal, or 0 at the timeout.
+int WaitForStopSignal(absl::Duration timeout) {
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
-  int signal_number = 0;
-  sigwait(&signals, &signal_number);
-  return signal_number;
+  const absl::Time deadline = absl::Now() + timeout;
+  for (absl::Duration left = timeout; left > absl::ZeroDuration();
+       left = deadline - absl::Now()) {
+    const timespec wait = absl::ToTimespec(left);
+    const int signal_number = sigtimedwait(&signals, nullptr, &wait);
+    if (signal_number > 0) return signal_number;  // Else a timeout or EINTR.
+  }
+  return 0;
+}
+
+// Waits for a stop signal (returned) or for `workers` to be given up on
+// (returns 0).
+int WaitForStopSignalOrGivenUpWorkers(const GrpcWorkerGroup& workers) {
+  while (!workers.given_up()) {
+    if (const int signal_number = WaitForStopSignal(kGivenUpCheckPeriod); signal_number != 0) {
+      return signal_number;
+    }
+  }
+  return 0;
 }
 
 // Chat completions through `chat_template`, or none when it is null.
@@ -274,6 +301,7 @@ struct ServerSettings {
   int world_size = 0;
   double collective_timeout = 0;
   double worker_stall_timeout = 0;
+  double worker_failure_exit_delay = 0;
   int rendezvous_port = 0;
 };
 
@@ -394,6 +422,10 @@ absl::StatusOr<ServerSettings> ParseServerSettings(const std::string& model_dir,
   settings.worker_stall_timeout = absl::GetFlag(FLAGS_worker_stall_timeout);
   if (!(settings.worker_stall_timeout >= 0.5 && settings.worker_stall_timeout <= 3600)) {
     return absl::InvalidArgumentError("--worker-stall-timeout must be in [0.5, 3600] seconds");
+  }
+  settings.worker_failure_exit_delay = absl::GetFlag(FLAGS_worker_failure_exit_delay);
+  if (!(settings.worker_failure_exit_delay >= 0 && settings.worker_failure_exit_delay <= 600)) {
+    return absl::InvalidArgumentError("--worker-failure-exit-delay must be in [0, 600] seconds");
   }
   settings.rendezvous_port = absl::GetFlag(FLAGS_rendezvous_port);
   if (settings.rendezvous_port < 0 || settings.rendezvous_port > 65535) {
@@ -660,10 +692,10 @@ absl::StatusOr<std::unique_ptr<HttpServer>> StartHttpFrontend(
 // After SIGTERM/SIGINT: refuse new requests, give those in flight up to
 // --drain-timeout, then stop the engine, the frontends and the workers, in
 // that order (each still serves the one before it).
-void DrainAndStop(int signal_number, Engine& engine, GenerationService& service,
+void DrainAndStop(const std::string& why, Engine& engine, GenerationService& service,
                   FrontendServer& server, HttpServer* http, GrpcWorkerGroup& workers) {
   const absl::Duration drain_timeout = absl::Seconds(absl::GetFlag(FLAGS_drain_timeout));
-  LOG(INFO) << "signal " << signal_number << ": draining (up to " << drain_timeout << ")";
+  LOG(INFO) << why << ": draining (up to " << drain_timeout << ")";
   engine.StopAccepting();
   server.SetDraining();
   if (http != nullptr) http->SetDraining();
@@ -683,7 +715,21 @@ void DrainAndStop(int signal_number, Engine& engine, GenerationService& service,
   LOG(INFO) << "stopped";
 }
 
-// Runs the engine and the frontends until a stop signal, then drains.
+// After the workers were given up on (every request already failed, health
+// NOT_SERVING): stays up `delay_seconds`, or until a stop signal, so that
+// clients and probes learn why rather than meet a closed port, then returns
+// the error that makes the server exit 1 and its supervisor start it afresh.
+absl::Status LingerAfterGivingUp(double delay_seconds, const GrpcWorkerGroup& workers) {
+  const absl::Status ended = absl::UnavailableError(
+      absl::StrCat("exiting because the workers cannot be recovered: ", workers.failure()));
+  const absl::Duration delay = absl::Seconds(delay_seconds);
+  LOG(ERROR) << ended.message() << " (exit in " << delay << ")";
+  WaitForStopSignal(delay);
+  return ended;
+}
+
+// Runs the engine and the frontends until a stop signal, then drains and
+// returns OK; or until the workers are given up on, then returns why.
 absl::Status ServeUntilStopSignal(const ServerSettings& settings, const ModelFiles& model,
                                   const WorkerCache& cache, ServerMetrics* metrics,
                                   KvEventPublisher* kv_events, GrpcWorkerGroup& workers) {
@@ -732,17 +778,21 @@ absl::Status ServeUntilStopSignal(const ServerSettings& settings, const ModelFil
   LOG(INFO) << "serving " << settings.model_name << " on " << absl::GetFlag(FLAGS_host) << ":"
             << (*server)->port();
 
-  const int signal_number = WaitForStopSignal();
-  DrainAndStop(signal_number, engine, service, **server, http->get(), workers);
+  const int signal_number = WaitForStopSignalOrGivenUpWorkers(workers);
+  const absl::Status ended = signal_number != 0
+                                 ? absl::OkStatus()
+                                 : LingerAfterGivingUp(settings.worker_failure_exit_delay, workers);
+  DrainAndStop(signal_number != 0 ? absl::StrCat("signal ", signal_number) : "workers given up",
+               engine, service, **server, http->get(), workers);
   // Its calls ended with the server's shutdown.
   if (vllm_service != nullptr) vllm_service->WaitForCallsToFinish(absl::Seconds(1));
-  return absl::OkStatus();
+  return ended;
 }
 
 // Start-up in the order that refuses bad input cheapest first: flags, the
 // model's files, the flags that depend on them, metrics (a busy port is
 // found before any worker starts), the workers and their KV cache, then
-// serving until a stop signal.
+// serving until a stop signal (or until the workers are given up on).
 absl::Status Serve() {
   const std::string model_dir = absl::GetFlag(FLAGS_model);
   if (absl::Status status = ValidateEarly(model_dir); !status.ok()) return status;

@@ -6,6 +6,9 @@
 # in its own build folder (build-asan, build-tsan).
 #   BUILD_DIR=build  JOBS=$(nproc)  CTEST_ARGS="-R numerics"  scripts/test.sh
 #   PAGODA_SKIP_SANITIZERS=1 scripts/test.sh   # the main suite alone
+#   PAGODA_IMAGE_TEST=1 scripts/test.sh        # also the `image` label: builds
+#     and runs the container image (scripts/build_images.sh; needs a Docker
+#     daemon, else it is skipped)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,7 +25,9 @@ cmake --build "$BUILD_DIR" -j "$JOBS"
 stage build
 # Tests run one at a time: several start real server and worker processes and
 # check failure detection within seconds, which a loaded 2-core machine blurs.
-ctest --test-dir "$BUILD_DIR" --output-on-failure --timeout 600 ${CTEST_ARGS:-}
+IMAGE_ARGS=(-LE image)
+[ "${PAGODA_IMAGE_TEST:-}" = 1 ] && IMAGE_ARGS=()
+ctest --test-dir "$BUILD_DIR" --output-on-failure --timeout 600 "${IMAGE_ARGS[@]}" ${CTEST_ARGS:-}
 stage tests
 if [ -z "${PAGODA_SKIP_SANITIZERS:-}" ]; then
   bash scripts/sanitizer_tests.sh asan

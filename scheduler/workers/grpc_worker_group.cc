@@ -518,7 +518,7 @@ std::string GrpcWorkerGroup::failure() const {
 }
 
 absl::Status GrpcWorkerGroup::Recover() {
-  if (!gave_up_.empty()) return absl::UnavailableError(gave_up_);
+  if (given_up_.load()) return absl::UnavailableError(gave_up_);
   {
     absl::MutexLock lock(&mutex_);
     if (shutting_down_) return absl::UnavailableError("worker group was shut down");
@@ -526,22 +526,20 @@ absl::Status GrpcWorkerGroup::Recover() {
   ready_.store(false);
   absl::Duration backoff = options_.first_restart_backoff;
   std::string last_error;
+  int failed_in_a_row = 0;
   while (true) {
     const absl::Time now = absl::Now();
     std::erase_if(restart_attempts_,
                   [&](absl::Time at) { return now - at > options_.restart_window; });
-    if (static_cast<int>(restart_attempts_.size()) >= options_.max_restarts) {
-      gave_up_ =
-          absl::StrCat("workers failed ", restart_attempts_.size(), " restart attempts within ",
-                       absl::FormatDuration(options_.restart_window),
-                       "; giving up. Last error: ", last_error.empty() ? failure() : last_error);
-      LOG(ERROR) << gave_up_;
-      {
-        absl::MutexLock lock(&mutex_);
-        failure_ = gave_up_;  // Health and model info say why from now on.
-      }
-      healthy_.store(false);
-      return absl::UnavailableError(gave_up_);
+    // Two ways to run out: restarts that keep coming back and dying (the
+    // window), and workers that never come back, each attempt of which may
+    // wait out restart_start_timeout, longer than the window forgets.
+    const bool storm = static_cast<int>(restart_attempts_.size()) >= options_.max_restarts;
+    if (storm || failed_in_a_row >= options_.max_restarts) {
+      return GiveUp(storm ? absl::StrCat(restart_attempts_.size(), " restart attempts within ",
+                                         absl::FormatDuration(options_.restart_window))
+                          : absl::StrCat(failed_in_a_row, " restart attempts in a row"),
+                    last_error.empty() ? failure() : last_error);
     }
     restart_attempts_.push_back(now);
     LOG(WARNING) << "restarting the worker group (attempt " << restart_attempts_.size()
@@ -553,14 +551,30 @@ absl::Status GrpcWorkerGroup::Recover() {
       LOG(INFO) << "worker group is back (" << world_size_ << " ranks)";
       return absl::OkStatus();
     }
+    ++failed_in_a_row;
     last_error = std::string(restarted.message());
     LOG(WARNING) << "worker restart failed: " << last_error;
     // No wait before giving up.
-    if (static_cast<int>(restart_attempts_.size()) < options_.max_restarts) absl::SleepFor(backoff);
+    if (static_cast<int>(restart_attempts_.size()) < options_.max_restarts &&
+        failed_in_a_row < options_.max_restarts) {
+      absl::SleepFor(backoff);
+    }
     backoff = std::min(backoff * 2, options_.max_restart_backoff);
     absl::MutexLock lock(&mutex_);
     if (shutting_down_) return absl::UnavailableError("worker group was shut down");
   }
+}
+
+absl::Status GrpcWorkerGroup::GiveUp(const std::string& how, const std::string& last_error) {
+  gave_up_ = absl::StrCat("workers failed ", how, "; giving up. Last error: ", last_error);
+  LOG(ERROR) << gave_up_;
+  {
+    absl::MutexLock lock(&mutex_);
+    failure_ = gave_up_;  // Health and model info say why from now on.
+  }
+  healthy_.store(false);
+  given_up_.store(true);  // After gave_up_ is written: readers of given_up() read it.
+  return absl::UnavailableError(gave_up_);
 }
 
 absl::Status GrpcWorkerGroup::RestartOnce() {

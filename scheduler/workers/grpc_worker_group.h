@@ -33,8 +33,9 @@ struct GrpcWorkerGroupOptions {
   // terminates spawned ones (SIGTERM, then SIGKILL after the same grace).
   absl::Duration shutdown_grace = absl::Seconds(3);
   // Recover gives up for good once this many restart attempts (successful or
-  // not) fell within restart_window: a worker that keeps dying is a fault to
-  // report, not to hide.
+  // not) fell within restart_window, or this many failed in a row however
+  // long they took (connected workers that never come back): a worker that
+  // keeps dying is a fault to report, not to hide.
   int max_restarts = 5;
   absl::Duration restart_window = absl::Seconds(60);
   // Wait before a restart attempt after a failed one: doubles from the first
@@ -114,8 +115,12 @@ class GrpcWorkerGroup final : public WorkerGroup {
   // unit) or reconnects to connected ones when they are back, with backoff,
   // then replays the last LoadModel and InitCache. Gives up (for good: later
   // calls fail at once) after options.max_restarts attempts within
-  // options.restart_window.
+  // options.restart_window or options.max_restarts failed ones in a row.
   absl::Status Recover() override;
+  // Whether Recover gave up for good; failure() then says why. Any thread:
+  // the server's main thread watches it to exit, so that whatever supervises
+  // the server (Kubernetes) starts it afresh.
+  bool given_up() const { return given_up_.load(); }
   // Idempotent. Afterwards every call returns UNAVAILABLE.
   void Shutdown() override;
 
@@ -159,6 +164,9 @@ class GrpcWorkerGroup final : public WorkerGroup {
   // other outcome (liveness is judged elsewhere).
   absl::Status SendHeartbeat(pagoda::worker::v1::Worker::Stub& stub,
                              const std::string& secret) const;
+  // Ends recovery for good: records why (`how` it ran out, the last error),
+  // fails the group for good and returns UNAVAILABLE with the reason.
+  absl::Status GiveUp(const std::string& how, const std::string& last_error);
   // One restart: new ranks, LoadModel, InitCache.
   absl::Status RestartOnce();
   void AddSecret(grpc::ClientContext& context, int rank) const;
@@ -207,13 +215,14 @@ class GrpcWorkerGroup final : public WorkerGroup {
   std::optional<pagoda::worker::v1::LoadModelRequest> last_load_;
   std::optional<pagoda::worker::v1::InitCacheRequest> last_init_;
   std::vector<absl::Time> restart_attempts_;  // Within the window.
-  std::string gave_up_;                       // Set when Recover gave up for good.
+  std::string gave_up_;                       // Why Recover gave up for good.
   // Set once a factory finished: only a complete group asks its workers to
   // exit (a failed Connect must not stop workers it merely reached).
   bool complete_ = false;
   std::atomic<bool> healthy_{true};  // No failure since the ranks started.
   std::atomic<bool> ready_{true};    // False while Recover replays the model.
   std::atomic<int> restarts_{0};
+  std::atomic<bool> given_up_{false};  // Set once gave_up_ is written.
   // Tensor-parallel groups: the store the current group met at, and how many
   // groups there have been (the key prefix of the next one).
   std::unique_ptr<pagoda::wire::RendezvousStoreServer> rendezvous_;

@@ -1,14 +1,17 @@
 """A real Prometheus (Debian's) scrapes a real pagoda-server under load; every
-Grafana dashboard query and every alert rule evaluates without error, and the
-batch-size, free-block and token-rate queries return data."""
+Grafana dashboard query and every alert rule evaluates without error, every
+metric a dashboard query names is one the server exports, and the batch-size,
+free-block, token-rate, prefix-cache and error queries return data."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
 import unittest
+import urllib.error
 import urllib.parse
 import urllib.request
 
@@ -17,12 +20,19 @@ import pagoda_harness as h  # noqa: E402
 
 DEPLOY = os.path.join(h.REPO, "deploy")
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
+# Long enough to fill whole KV blocks, which are what the prefix cache shares.
+SHARED_PROMPT = "the quick brown fox jumps over the lazy dog " * 8
+# A metric name in a PromQL expression.
+METRIC_NAME = re.compile(r"\b(?:pagoda_|vllm:)[A-Za-z0-9_:]*")
+
+
+def dashboard_panels():
+    with open(os.path.join(DEPLOY, "grafana", "pagoda-dashboard.json")) as f:
+        return json.load(f)["panels"]
 
 
 def dashboard_queries():
-    with open(os.path.join(DEPLOY, "grafana", "pagoda-dashboard.json")) as f:
-        dashboard = json.load(f)
-    for panel in dashboard["panels"]:
+    for panel in dashboard_panels():
         for target in panel["targets"]:
             # Grafana's variables, as Grafana would expand them.
             yield panel["title"], target["expr"].replace("$model", ".*").replace(
@@ -35,8 +45,8 @@ class PrometheusTest(unittest.TestCase):
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory()
         model = h.make_model(os.path.join(cls.tmp.name, "model"))
-        cls.server = h.Server(model, "--metrics-port", "-1", "--served-model-name",
-                              "tiny").start()
+        cls.server = h.Server(model, "--metrics-port", "-1", "--http-port", "-1",
+                              "--served-model-name", "tiny").start()
         cls.prometheus_port = h.free_port()
         config = os.path.join(cls.tmp.name, "prometheus.yml")
         shutil.copy(os.path.join(DEPLOY, "prometheus", "pagoda-alerts.yml"), cls.tmp.name)
@@ -64,10 +74,31 @@ scrape_configs:
                                        "generate", "--prompt", "hello world", "--max-tokens",
                                        "400", "--ignore-eos"], stdout=subprocess.DEVNULL)
                      for _ in range(4)]
+            cls.http_requests()
             for proc in procs:
                 proc.wait(timeout=120)
         cls.load_end = time.time()
         cls.wait_for_scrapes(3)
+
+    @classmethod
+    def http_requests(cls):
+        """What the error and prefix-cache panels show: completions that share
+        a prompt, ones refused with 400, and a stream abandoned by its client
+        (an abort)."""
+        url = f"http://127.0.0.1:{cls.server.http_port}/v1/completions"
+        for max_tokens in (4, 4, -1):
+            request = urllib.request.Request(
+                url, data=json.dumps({"prompt": SHARED_PROMPT, "max_tokens": max_tokens}).encode(),
+                headers={"Content-Type": "application/json"})
+            try:
+                urllib.request.urlopen(request, timeout=60).read()
+            except urllib.error.HTTPError as e:
+                assert e.code == 400, e.code
+        abandoned = subprocess.run(
+            [h.binary("pagoda-cli"), "--server", cls.server.address, "generate", "--prompt", "hi",
+             "--max-tokens", "4000", "--ignore-eos", "--timeout", "0.05"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        assert abandoned.returncode != 0
 
     @classmethod
     def tearDownClass(cls):
@@ -128,6 +159,33 @@ scrape_configs:
             self.assertGreater(self.max_value(expr), 0, expr)
         self.assertGreater(self.max_value(
             [e for t, e in dashboard_queries() if t == "Time per output token"][0]), 0)
+
+    def test_dashboard_queries_name_only_exported_metrics(self):
+        _, text = h.scrape(self.server.metrics_port)
+        exported = {line.split("{")[0].split(" ")[0] for line in text.splitlines()
+                    if line and not line.startswith("#")}
+        for title, expr in dashboard_queries():
+            names = METRIC_NAME.findall(expr)
+            with self.subTest(panel=title, expr=expr):
+                self.assertTrue(names)
+                self.assertLessEqual(set(names), exported)
+
+    def test_worker_restart_prefix_cache_and_error_panels_show_the_load(self):
+        queries = {}
+        for title, expr in dashboard_queries():
+            queries.setdefault(title, []).append(expr)
+        # No worker failed: the restart panel has data, all of it zero.
+        for expr in queries["Worker restarts"]:
+            self.assertEqual(self.max_value(expr), 0, expr)
+        self.assertGreater(self.max_value(queries["Prefix cache hit rate"][0]), 0)
+        http_errors, ended_requests = queries["Errors / s"]
+        self.assertIn("pagoda_http_requests_total", http_errors)
+        result = self.query_range(http_errors)["data"]["result"]
+        self.assertEqual({series["metric"]["status"] for series in result}, {"400"})
+        self.assertGreater(self.max_value(http_errors), 0)
+        result = self.query_range(ended_requests)["data"]["result"]
+        self.assertIn("abort", {series["metric"]["finished_reason"] for series in result})
+        self.assertGreater(self.max_value(ended_requests), 0)
 
     def test_every_alert_rule_evaluates_and_none_fires(self):
         deadline = time.time() + 30
