@@ -4,7 +4,6 @@ request field, and the generation_config defaults GetModelInfo reports."""
 import asyncio
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys

@@ -170,8 +170,22 @@ TEST_F(PenaltiesReferenceTest, InsideABatchOf32MixedRequestsTokensMatchReference
     requests.push_back(PenalizedRequest(prompt, p));
     reference_requests.push_back(ReferenceRequest(prompt, p));
   }
+  // The same prompts without logits processing, after the batch's.
+  for (int i = 0; i < kRequests; ++i) {
+    nlohmann::json plain = reference_requests[i];
+    plain.erase("logit_bias");
+    plain["repetition_penalty"] = 1.0;
+    plain["frequency_penalty"] = plain["presence_penalty"] = 0.0;
+    reference_requests.push_back(plain);
+  }
   const std::vector<std::vector<int32_t>> reference = Reference(reference_requests);
-  ASSERT_EQ(reference.size(), static_cast<size_t>(kRequests));
+  ASSERT_EQ(reference.size(), static_cast<size_t>(2 * kRequests));
+  // Most of the 24 processed requests (23 on this model) must differ from
+  // their plain tokens, or the batch would not show the processing is kept
+  // per sequence.
+  int changed = 0;
+  for (int i = 0; i < kRequests; ++i) changed += reference[i] != reference[kRequests + i];
+  EXPECT_GE(changed, 20);
   std::vector<UnaryOutcome> outcomes(kRequests);
   std::vector<std::thread> clients;
   for (int i = 0; i < kRequests; ++i) {
