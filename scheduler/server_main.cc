@@ -628,16 +628,17 @@ ModelLimits MakeModelLimits(const ModelFiles& model, int max_model_len) {
   return limits;
 }
 
-ServedModelInfo MakeServedModelInfo(const ServerSettings& settings, const ModelConfig& model,
+ServedModelInfo MakeServedModelInfo(const ServerSettings& settings, const ModelFiles& model,
                                     const EngineConfig& engine_config) {
   ServedModelInfo info;
   info.model_name = settings.model_name;
-  info.vocab_size = model.vocab_size;
+  info.vocab_size = model.config.vocab_size;
   info.max_model_len = engine_config.scheduler.max_model_len;
   info.block_size = settings.block_size;
   info.tensor_parallel_size = settings.world_size;
   info.device = absl::GetFlag(FLAGS_device);
   info.eos_token_ids = engine_config.eos_token_ids;
+  info.sampling_defaults = model.sampling_defaults;
   return info;
 }
 
@@ -756,7 +757,7 @@ absl::Status ServeUntilStopSignal(const ServerSettings& settings, const ModelFil
     stop_backend();
     return absl::InvalidArgumentError("--max-stream-queued-messages must be at least 1");
   }
-  const ServedModelInfo served = MakeServedModelInfo(settings, model.config, engine_config);
+  const ServedModelInfo served = MakeServedModelInfo(settings, model, engine_config);
   GenerationService service(served, &engine, &validator, model.tokenizer.get(),
                             generation_options);
   std::unique_ptr<VllmEngineService> vllm_service = MakeVllmEngineService(

@@ -60,28 +60,43 @@ const FINISH = {
   FINISH_REASON_ABORTED: 'abort',
 };
 
+// The request options by the message that holds them, in the proto's
+// snake_case (options are their camelCase: topK -> top_k). Left out,
+// temperature, topK, topP, minP and repetitionPenalty are unset, and the
+// server fills them from the model's generation_config.json.
+const SAMPLING_FIELDS = new Set(['temperature', 'top_k', 'top_p', 'min_p',
+  'repetition_penalty', 'seed', 'n', 'best_of', 'use_beam_search', 'length_penalty',
+  'early_stopping', 'presence_penalty', 'frequency_penalty', 'logit_bias',
+  'allowed_token_ids', 'bad_words']);
+const STOPPING_FIELDS = new Set(['max_tokens', 'min_tokens', 'stop_token_ids', 'ignore_eos',
+  'stop', 'include_stop_str_in_output']);
+const REQUEST_FIELDS = new Set(['request_id', 'logprobs', 'priority', 'regex', 'grammar',
+  'json_object', 'disable_any_whitespace']);
+
+const snakeCase = (name) => name.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
+
+// A GenerateRequest from the options: prompt or tokenIds (exactly one), the
+// fields above, jsonSchema (an object or JSON text), choice (strings).
 function buildRequest(options) {
-  const hasPrompt = options.prompt !== undefined;
-  const hasIds = options.tokenIds !== undefined;
-  if (hasPrompt === hasIds) throw new TypeError('give exactly one of prompt or tokenIds');
-  return {
-    request_id: options.requestId || '',
-    prompt: hasPrompt ? options.prompt : '',
-    prompt_token_ids: hasIds ? options.tokenIds : [],
-    logprobs: options.logprobs || 0,
-    sampling: {
-      temperature: options.temperature || 0,
-      top_k: options.topK || 0,
-      top_p: options.topP || 0,
-      seed: options.seed || 0,
-    },
-    stopping: {
-      max_tokens: options.maxTokens || 0,
-      min_tokens: options.minTokens || 0,
-      stop_token_ids: options.stopTokenIds || [],
-      ignore_eos: Boolean(options.ignoreEos),
-    },
-  };
+  const {prompt, tokenIds, jsonSchema, choice, ...rest} = options;
+  if ((prompt === undefined) === (tokenIds === undefined)) {
+    throw new TypeError('give exactly one of prompt or tokenIds');
+  }
+  const request = {sampling: {}, stopping: {}};
+  if (prompt !== undefined) request.prompt = prompt; else request.prompt_token_ids = tokenIds;
+  for (const [name, value] of Object.entries(rest)) {
+    if (value === undefined) continue;
+    const field = snakeCase(name);
+    if (SAMPLING_FIELDS.has(field)) request.sampling[field] = value;
+    else if (STOPPING_FIELDS.has(field)) request.stopping[field] = value;
+    else if (REQUEST_FIELDS.has(field)) request[field] = value;
+    else throw new TypeError(`unknown request option ${name}`);
+  }
+  if (jsonSchema !== undefined) {
+    request.json_schema = typeof jsonSchema === 'string' ? jsonSchema : JSON.stringify(jsonSchema);
+  }
+  if (choice !== undefined) request.choice = {choices: choice};
+  return request;
 }
 
 function toOutput(output) {

@@ -61,6 +61,19 @@ grpc::ServerWriteReactor<GenerateResponse>* GenerationService::GenerateStream(
       options_.max_stream_queued_messages);
 }
 
+namespace {
+
+// The defaults as SamplingParams' optional fields: set = in force.
+void SetSamplingDefaults(const SamplingDefaults& defaults, pagoda::v1::SamplingParams* out) {
+  if (defaults.temperature) out->set_temperature(*defaults.temperature);
+  if (defaults.top_k) out->set_top_k(*defaults.top_k);
+  if (defaults.top_p) out->set_top_p(*defaults.top_p);
+  if (defaults.min_p) out->set_min_p(*defaults.min_p);
+  if (defaults.repetition_penalty) out->set_repetition_penalty(*defaults.repetition_penalty);
+}
+
+}  // namespace
+
 pagoda::v1::ModelInfo GenerationService::ModelInfo() const {
   const EngineSnapshot snapshot = engine_->snapshot();
   pagoda::v1::ModelInfo out;
@@ -75,6 +88,7 @@ pagoda::v1::ModelInfo GenerationService::ModelInfo() const {
   out.set_tensor_parallel_size(info_.tensor_parallel_size);
   out.set_device(info_.device);
   for (int32_t id : info_.eos_token_ids) out.add_eos_token_ids(id);
+  SetSamplingDefaults(info_.sampling_defaults, out.mutable_sampling_defaults());
   out.set_workers_healthy(snapshot.healthy);
   if (!snapshot.healthy) out.set_workers_status(engine_->failure_reason());
   pagoda::v1::EngineStats* stats = out.mutable_engine_stats();

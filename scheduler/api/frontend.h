@@ -29,6 +29,7 @@ struct ServedModelInfo {
   int tensor_parallel_size = 1;
   std::string device;
   std::vector<int32_t> eos_token_ids;
+  SamplingDefaults sampling_defaults;  // --generation-config's, in force.
 };
 
 // How the Generation service treats its callers.

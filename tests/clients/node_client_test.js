@@ -1,6 +1,6 @@
 'use strict';
 // The Node client (clients/node) against a real pagoda-server: unary,
-// streaming, cancellation, typed errors, health. Run by ctest as
+// streaming, cancellation, typed errors, health, every request field. Run by ctest as
 // `node --test tests/clients/node_client_test.js` with PAGODA_BIN_DIR set.
 
 const {test, before, after} = require('node:test');
@@ -110,5 +110,51 @@ test('health and model info', async () => {
   const info = await client.modelInfo();
   assert.strictEqual(info.model_name, 'tiny');
   assert.strictEqual(info.vocab_size, 256);
+  client.close();
+});
+
+test('every request field reaches the server', async () => {
+  const client = new pagoda.Client(address, {timeoutMs: 60000});
+  const base = {tokenIds: [1, 5, 9, 5, 9], maxTokens: 8, ignoreEos: true};
+  const tokens = async (options) => (await client.generate({...base, ...options})).outputs[0]
+      .tokenIds;
+  const several = await client.generate({...base, n: 3, bestOf: 4, temperature: 1, seed: 3});
+  assert.deepStrictEqual(several.outputs.map((o) => o.index).sort(), [0, 1, 2]);
+  const beams = await client.generate({...base, n: 2, useBeamSearch: true, lengthPenalty: 1,
+    earlyStopping: true});
+  assert.strictEqual(beams.outputs.length, 2);
+  assert.deepStrictEqual(await tokens({logitBias: {77: 100}}), Array(8).fill(77));
+  for (const t of await tokens({allowedTokenIds: [7, 9]})) assert.ok(t === 7 || t === 9, `${t}`);
+  assert.notDeepStrictEqual(await tokens({logitBias: {77: 20}, frequencyPenalty: 2,
+    presencePenalty: 2, repetitionPenalty: 2}), Array(8).fill(77));
+  const plain = await tokens({});
+  assert.deepStrictEqual(await tokens({stopTokenIds: [plain[2]], minTokens: 1, minP: 0.1,
+    badWords: ['hello'], priority: 1}), plain.slice(0, plain.indexOf(plain[2]) + 1));
+  const text = (await client.generate({prompt: 'hello world', maxTokens: 12, ignoreEos: true}))
+      .outputs[0].text;
+  const stop = text.slice(3, 5);
+  const stopped = (await client.generate({prompt: 'hello world', maxTokens: 12, ignoreEos: true,
+    stop: [stop], includeStopStrInOutput: true})).outputs[0];
+  assert.strictEqual(stopped.finishReason, 'stop');
+  assert.strictEqual(stopped.text, text.slice(0, text.indexOf(stop) + stop.length));
+  const choice = await client.generate({prompt: 'pick', maxTokens: 8, choice: ['yes', 'no']});
+  assert.ok(['yes', 'no'].includes(choice.outputs[0].text), choice.outputs[0].text);
+  const regex = await client.generate({prompt: 'pick', maxTokens: 8, regex: '[ab]{3}'});
+  assert.match(regex.outputs[0].text, /^[ab]{3}$/);
+  for (const [options, field] of [
+    [{presencePenalty: 3}, 'presence_penalty'], [{frequencyPenalty: -3}, 'frequency_penalty'],
+    [{repetitionPenalty: 5}, 'repetition_penalty'], [{minP: 2}, 'min_p'],
+    [{logitBias: {3: 500}}, 'logit_bias'], [{allowedTokenIds: [1000000]}, 'allowed_token_ids'],
+    [{badWords: Array(1000).fill('x')}, 'bad_words'], [{priority: 1e8}, 'priority'],
+    [{jsonSchema: {type: 'no such type'}}, 'json_schema']]) {
+    await assert.rejects(client.generate({...base, ...options}),
+        (e) => e instanceof pagoda.InvalidArgumentError && e.details.includes(field), field);
+  }
+  assert.throws(() => client.stream({...base, topQ: 1}), TypeError);
+  const defaults = (await client.modelInfo()).sampling_defaults;
+  // The tiny model's generation_config.json sets no sampling default: none in force.
+  for (const field of ['temperature', 'top_k', 'top_p', 'min_p', 'repetition_penalty']) {
+    assert.ok(!(field in defaults), `${field} reported as a default`);
+  }
   client.close();
 });

@@ -10,7 +10,11 @@ API:
   load_model(dir) -> Model
   forward(model, token_ids) -> logits [len, vocab] float64 (full causal pass)
   greedy_generate(model, prompt_ids, max_tokens, eos_ids=None,
-                  ignore_eos=False) -> list of generated ids (EOS included)
+                  ignore_eos=False, penalties=None)
+      -> list of generated ids (EOS included)
+  apply_penalties(logits_row, prompt_ids, output_ids, penalties)
+      -> the row after logit_bias and the repetition, frequency and presence
+         penalties (vLLM v1's order)
 
 CLI (used by the C++ tests; keep it stable):
   llama_reference.py logits --model DIR --tokens 1,2,3 --out PATH
@@ -20,8 +24,11 @@ CLI (used by the C++ tests; keep it stable):
       [--ignore-eos]
       prints the generated ids comma-separated on one line.
   llama_reference.py generate-batch --model DIR --requests FILE.json
-      FILE.json: [{"tokens": [..], "max_tokens": N, "ignore_eos": bool}, ...]
-      prints a JSON list of lists of generated ids.
+      FILE.json: [{"tokens": [..], "max_tokens": N, "ignore_eos": bool,
+                   "repetition_penalty": R, "frequency_penalty": F,
+                   "presence_penalty": P, "logit_bias": {"id": bias}}, ...]
+      (the penalty keys optional) prints a JSON list of lists of generated
+      ids.
 
 Run with Debian's /usr/bin/python3 (numpy is all it needs).
 """
@@ -248,19 +255,55 @@ def forward(model, token_ids):
   return x @ w["lm_head.weight"].T
 
 
+PENALTY_KEYS = ("repetition_penalty", "frequency_penalty", "presence_penalty",
+                "logit_bias")
+
+
+def apply_penalties(row, prompt_ids, output_ids, penalties):
+  """vLLM v1's logits processing, written out from its definition.
+
+  penalties: dict with any of repetition_penalty (1 or absent = off),
+  frequency_penalty, presence_penalty (0 = off) and logit_bias ({id: bias},
+  keys int or decimal strings). In order: the bias added; then every token
+  seen in the prompt or the output has a positive logit divided by the
+  repetition penalty and a negative one multiplied; then each output token's
+  logit loses frequency_penalty x its count and presence_penalty once.
+  """
+  out = np.array(row, dtype=np.float64)
+  for token, bias in (penalties.get("logit_bias") or {}).items():
+    out[int(token)] += float(bias)
+  repetition = float(penalties.get("repetition_penalty") or 1.0)
+  if repetition != 1.0:
+    for token in set(prompt_ids) | set(output_ids):
+      out[token] = (out[token] / repetition if out[token] > 0
+                    else out[token] * repetition)
+  frequency = float(penalties.get("frequency_penalty") or 0.0)
+  presence = float(penalties.get("presence_penalty") or 0.0)
+  counts = {}
+  for token in output_ids:
+    counts[token] = counts.get(token, 0) + 1
+  for token, count in counts.items():
+    out[token] -= frequency * count + presence
+  return out
+
+
 def greedy_generate(model, prompt_ids, max_tokens, eos_ids=None,
-                    ignore_eos=False):
+                    ignore_eos=False, penalties=None):
   """Greedy decoding by full recomputation each step.
 
   Stops after emitting a token in eos_ids (default: the model's), which is
   included in the output as vLLM does, unless ignore_eos. Ties go to the
-  lowest id.
+  lowest id. With `penalties` (see apply_penalties), the argmax is taken
+  after them, as vLLM's greedy does.
   """
   eos = set(model.eos_ids if eos_ids is None else eos_ids)
   tokens = list(prompt_ids)
   generated = []
   for _ in range(max_tokens):
-    next_id = int(np.argmax(forward(model, tokens)[-1]))
+    row = forward(model, tokens)[-1]
+    if penalties:
+      row = apply_penalties(row, prompt_ids, generated, penalties)
+    next_id = int(np.argmax(row))
     generated.append(next_id)
     tokens.append(next_id)
     if not ignore_eos and next_id in eos:
@@ -305,8 +348,10 @@ def main(argv):
   else:
     with open(args.requests) as f:
       requests = json.load(f)
-    results = [greedy_generate(model, r["tokens"], r["max_tokens"],
-                               ignore_eos=bool(r.get("ignore_eos", False)))
+    results = [greedy_generate(
+        model, r["tokens"], r["max_tokens"],
+        ignore_eos=bool(r.get("ignore_eos", False)),
+        penalties={k: r[k] for k in PENALTY_KEYS if k in r})
                for r in requests]
     print(json.dumps(results))
 

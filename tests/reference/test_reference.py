@@ -523,6 +523,41 @@ class GenerateTest(TempDirTest):
     with self.assertRaises(ValueError):
       ref.forward(self.model, [1, 32])
 
+  def test_penalties_by_hand(self):
+    row = np.array([2.0, -1.0, 0.5, 3.0, -0.25])
+    # Prompt saw 0 and 1; the output has 2 twice and 1 once.
+    got = ref.apply_penalties(row, [0, 1], [2, 1, 2], {
+        "logit_bias": {"3": -4.0, 4: 1.0},
+        "repetition_penalty": 2.0,
+        "frequency_penalty": 0.5,
+        "presence_penalty": 0.25})
+    # 0: 2/2; 1: -1*2 - 0.5*1 - 0.25; 2: 0.5/2 - 0.5*2 - 0.25;
+    # 3: biased to -1, not seen; 4: biased to 0.75, not seen.
+    np.testing.assert_allclose(got, [1.0, -2.75, -1.0, -1.0, 0.75])
+    np.testing.assert_array_equal(
+        ref.apply_penalties(row, [0, 1], [2], {}), row)
+
+  def test_penalties_change_greedy_output_and_reach_the_cli(self):
+    prompt = [3, 3, 7, 3, 7, 3]
+    plain = ref.greedy_generate(self.model, prompt, 12, ignore_eos=True)
+    penalties = {"repetition_penalty": 1.8, "frequency_penalty": 1.5,
+                 "presence_penalty": 1.0, "logit_bias": {"5": 3.0}}
+    penalized = ref.greedy_generate(self.model, prompt, 12, ignore_eos=True,
+                                    penalties=penalties)
+    self.assertNotEqual(plain, penalized)
+    # Each step's token is the argmax of the penalized recomputed row.
+    for i, token in enumerate(penalized):
+      row = ref.forward(self.model, prompt + penalized[:i])[-1]
+      self.assertEqual(token, int(np.argmax(
+          ref.apply_penalties(row, prompt, penalized[:i], penalties))))
+    req_path = os.path.join(self.tmp, "requests.json")
+    with open(req_path, "w") as f:
+      json.dump([dict(tokens=prompt, max_tokens=12, ignore_eos=True,
+                      **penalties)], f)
+    out = json.loads(self.run_cli("generate-batch", "--model", self.dir,
+                                  "--requests", req_path))
+    self.assertEqual(out, [penalized])
+
 
 class TokenizerTest(TempDirTest):
 
