@@ -20,7 +20,11 @@ stage setup
 BUILD_DIR=${BUILD_DIR:-build}
 JOBS=${JOBS:-$(nproc)}
 
-cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release
+# Unity builds (16 sources a unit): each unit parses the heavy headers
+# (gRPC, protobuf, Abseil, JSON) once for all its sources, which roughly
+# halves a fresh build on 2 cores.
+cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_UNITY_BUILD=ON -DCMAKE_UNITY_BUILD_BATCH_SIZE=16
 cmake --build "$BUILD_DIR" -j "$JOBS"
 stage build
 # Tests run one at a time: several start real server and worker processes and
