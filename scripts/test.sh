@@ -12,8 +12,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Each stage prints its wall time, so a slow CI run shows where the time went.
-stage() { echo "== test.sh: $1 done at ${SECONDS} s"; }
+# Each stage prints the wall time so far and the CPU time (user, system) of
+# everything it ran so far, so a slow CI run shows where the time went.
+stage() {
+  local cpu_file
+  cpu_file=$(mktemp)
+  times > "$cpu_file"  # In this shell: a subshell's `times` would count nothing.
+  echo "== test.sh: $1 done at ${SECONDS} s wall, $(tail -1 "$cpu_file") CPU"
+  rm -f "$cpu_file"
+}
 
 bash scripts/setup.sh
 stage setup
