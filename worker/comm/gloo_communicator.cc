@@ -238,8 +238,10 @@ absl::StatusOr<std::unique_ptr<CollectiveCommunicator>> CreateGlooCommunicator(
     if (!store.ok()) return store.status();
     absl::StatusOr<std::unique_ptr<GlooCommunicator>> comm =
         ConnectAndProve(options, **store, address.prefix);
-    absl::StatusOr<bool> all_joined =
-        EveryRankJoined(**store, options, comm.ok(), Clock::now() + 2 * options.timeout);
+    // A try ends within (world + 2) x timeout on every rank: each pair's
+    // connect, the store's wait and the proof's two rounds are bounded by it.
+    absl::StatusOr<bool> all_joined = EveryRankJoined(
+        **store, options, comm.ok(), Clock::now() + (options.world_size + 2) * options.timeout);
     if (!all_joined.ok()) return comm.ok() ? all_joined.status() : comm.status();
     if (*all_joined) return std::unique_ptr<CollectiveCommunicator>(*std::move(comm));
     last_failure = comm.ok() ? absl::UnavailableError(absl::StrCat(

@@ -47,8 +47,8 @@ inline constexpr int kMaxGlooJoinTries = 8;
 // connections need the secret) and reads everyone's. All ranks see the same
 // verdicts, so either all return the group or all drop it and try again;
 // after kMaxGlooJoinTries the last try's error comes back (PERMISSION_DENIED
-// for a failed proof). A rank that posts no verdict within 2 x timeout ends
-// the join with DEADLINE_EXCEEDED. An intruder can make a try fail (as it
+// for a failed proof). A rank that posts no verdict within (world_size + 2) x
+// timeout (the longest a try can take) ends the join with DEADLINE_EXCEEDED. An intruder can make a try fail (as it
 // can refuse any service it can reach) but never join: a returned group has
 // only ranks that proved the secret on every connection.
 //
