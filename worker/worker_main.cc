@@ -87,10 +87,10 @@ ABSL_FLAG(std::string, collective_host, "",
 ABSL_FLAG(std::string, ssl_ca_certs, "",
           "PEM CA bundle: the server must present a client certificate it signed.");
 ABSL_FLAG(int, max_message_bytes, pagoda::wire::kMaxWorkerMessageBytes,
-          "Largest gRPC message this worker reads (1 MiB to 256 MiB). On plaintext TCP, where "
-          "a call's secret is checked only after its message is read, this bounds what each "
-          "call without the secret costs; set it just above the server's largest step plan "
-          "(docs/deployment.md).");
+          "Largest gRPC message this worker accepts (1 MiB to 256 MiB); larger calls are "
+          "RESOURCE_EXHAUSTED. Set it just above the server's largest step plan. Connected "
+          "workers should use TLS: on plaintext TCP a call's secret is checked only after "
+          "its bytes arrive.");
 ABSL_FLAG(int, metrics_port, 0,
           "Prometheus /metrics port (refused calls; docs/metrics.md), on the host of --listen "
           "(127.0.0.1 for unix:); 0 = off, -1 = the OS picks one.");
@@ -296,10 +296,12 @@ absl::StatusOr<ListeningServer> StartServer(pagoda::worker::WorkerService* servi
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 100);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   // Step plans and results grow with the batch; gRPC's 4 MiB default is too
-  // small, no bound at all too trusting. gRPC refuses a larger message from
-  // its length prefix (RESOURCE_EXHAUSTED) before buffering it, so on
-  // plaintext TCP (no auth processor) a call without the secret costs at
-  // most this much before the handler refuses it.
+  // small, no bound at all too trusting. gRPC refuses a larger message
+  // (RESOURCE_EXHAUSTED) before the handler sees it. It does NOT bound the
+  // transport's memory: on plaintext TCP (no auth processor) 16 concurrent
+  // 100 MB calls still grew a worker by 1.2 GB with a 4 MiB limit
+  // (integration_security_test); only the auth processor (unix socket, TLS)
+  // refuses such calls for the cost of their headers.
   builder.SetMaxReceiveMessageSize(max_message_bytes);
   builder.SetMaxSendMessageSize(pagoda::wire::kMaxWorkerMessageBytes);
   builder.RegisterService(service);
