@@ -202,6 +202,16 @@ absl::Status ProveOverNccl(CollectiveCommunicator& comm, const NcclOptions& opti
                           options.unique_id, gather);
 }
 
+absl::Status CheckNcclGroupSecret(const NcclOptions& options) {
+  if (options.world_size > 1 && (options.group_secret.size() < kMinWorkerSecretBytes ||
+                                 options.group_secret.size() > kMaxWorkerSecretBytes)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "NCCL communicator: a group of ", options.world_size, " needs a group secret of ",
+        kMinWorkerSecretBytes, " to ", kMaxWorkerSecretBytes, " bytes"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> CreateNcclUniqueId() {
@@ -226,12 +236,7 @@ absl::StatusOr<std::unique_ptr<CollectiveCommunicator>> CreateNcclCommunicator(
   if (options.timeout.count() <= 0) {
     return absl::InvalidArgumentError("NCCL communicator: timeout must be positive");
   }
-  if (options.world_size > 1 && (options.group_secret.size() < kMinWorkerSecretBytes ||
-                                 options.group_secret.size() > kMaxWorkerSecretBytes)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "NCCL communicator: a group of ", options.world_size, " needs a group secret of ",
-        kMinWorkerSecretBytes, " to ", kMaxWorkerSecretBytes, " bytes"));
-  }
+  if (absl::Status s = CheckNcclGroupSecret(options); !s.ok()) return s;
   if (cudaError_t e = cudaSetDevice(options.device); e != cudaSuccess) {
     return CudaError(e, "cudaSetDevice");
   }
