@@ -15,6 +15,10 @@ inline constexpr int kMaxWorldSize = 64;
 // step plan of a full batch, or a LoadModel with every option), and the
 // largest frame on a spawned worker's step channel.
 inline constexpr int kMaxWorkerMessageBytes = 256 << 20;
+// The range of `pagoda-worker --max-message-bytes`, the worker's own receive
+// limit: at most kMaxWorkerMessageBytes (what the server sends at most), at
+// least enough for a LoadModel and a small batch's step.
+inline constexpr int kMinWorkerReceiveLimitBytes = 1 << 20;
 
 }  // namespace pagoda::wire
 

@@ -73,7 +73,8 @@ GroupTransport GlooTransport(std::string listen_host) {
                                                           .world_size = membership.world_size,
                                                           .rendezvous = membership.rendezvous,
                                                           .listen_host = listen_host,
-                                                          .timeout = membership.timeout});
+                                                          .timeout = membership.timeout,
+                                                          .group_secret = membership.rendezvous.secret});
   };
 }
 

@@ -86,6 +86,11 @@ ABSL_FLAG(std::string, collective_host, "",
           "than 0.0.0.0, else 127.0.0.1.");
 ABSL_FLAG(std::string, ssl_ca_certs, "",
           "PEM CA bundle: the server must present a client certificate it signed.");
+ABSL_FLAG(int, max_message_bytes, pagoda::wire::kMaxWorkerMessageBytes,
+          "Largest gRPC message this worker accepts (1 MiB to 256 MiB); larger calls are "
+          "RESOURCE_EXHAUSTED. Set it just above the server's largest step plan. Connected "
+          "workers should use TLS: on plaintext TCP a call's secret is checked only after "
+          "its bytes arrive.");
 ABSL_FLAG(int, metrics_port, 0,
           "Prometheus /metrics port (refused calls; docs/metrics.md), on the host of --listen "
           "(127.0.0.1 for unix:); 0 = off, -1 = the OS picks one.");
@@ -202,6 +207,7 @@ void WatchSignalsAndParent(pid_t parent_pid, StopRequest& stop) {
 struct StartupSettings {
   std::string collective_host;  // CollectiveHost of --listen: an IPv4 address (Gloo's).
   absl::Duration owner_timeout;
+  int max_message_bytes = 0;  // --max-message-bytes: the gRPC receive limit.
 };
 
 absl::StatusOr<StartupSettings> CheckedStartupSettings() {
@@ -216,6 +222,13 @@ absl::StatusOr<StartupSettings> CheckedStartupSettings() {
     return absl::InvalidArgumentError("--owner-timeout must be in [1, 86400] seconds");
   }
   settings.owner_timeout = absl::Seconds(owner_timeout);
+  settings.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  if (settings.max_message_bytes < pagoda::wire::kMinWorkerReceiveLimitBytes ||
+      settings.max_message_bytes > pagoda::wire::kMaxWorkerMessageBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max-message-bytes must be in [", pagoda::wire::kMinWorkerReceiveLimitBytes, ", ",
+        pagoda::wire::kMaxWorkerMessageBytes, "], got ", settings.max_message_bytes));
+  }
   return settings;
 }
 
@@ -260,7 +273,8 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ListenCredentials(
 }
 
 // Serves `service` (and gRPC health) on --listen.
-absl::StatusOr<ListeningServer> StartServer(pagoda::worker::WorkerService* service) {
+absl::StatusOr<ListeningServer> StartServer(pagoda::worker::WorkerService* service,
+                                            int max_message_bytes) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int port = 0;
@@ -282,8 +296,13 @@ absl::StatusOr<ListeningServer> StartServer(pagoda::worker::WorkerService* servi
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 100);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   // Step plans and results grow with the batch; gRPC's 4 MiB default is too
-  // small, no bound at all too trusting.
-  builder.SetMaxReceiveMessageSize(pagoda::wire::kMaxWorkerMessageBytes);
+  // small, no bound at all too trusting. gRPC refuses a larger message
+  // (RESOURCE_EXHAUSTED) before the handler sees it. It does NOT bound the
+  // transport's memory: on plaintext TCP (no auth processor) 16 concurrent
+  // 100 MB calls still grew a worker by 1.2 GB with a 4 MiB limit
+  // (integration_security_test); only the auth processor (unix socket, TLS)
+  // refuses such calls for the cost of their headers.
+  builder.SetMaxReceiveMessageSize(max_message_bytes);
   builder.SetMaxSendMessageSize(pagoda::wire::kMaxWorkerMessageBytes);
   builder.RegisterService(service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
@@ -385,7 +404,7 @@ int main(int argc, char** argv) {
     LOG(ERROR) << step_channel.status().message();
     return 1;
   }
-  absl::StatusOr<ListeningServer> listening = StartServer(&service);
+  absl::StatusOr<ListeningServer> listening = StartServer(&service, settings->max_message_bytes);
   if (!listening.ok()) {
     LOG(ERROR) << listening.status().message();
     return 1;

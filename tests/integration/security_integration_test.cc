@@ -304,54 +304,77 @@ std::string HugeStepPlanBytes(size_t bytes) {
   return "\x12" + varint(sequence.size()) + sequence;
 }
 
-// 16 concurrent 100 MB calls without the secret are refused from their
-// headers (secret_auth_processor.h), before gRPC reads their messages: the
-// worker's memory stays within 64 MiB of what it held idle.
-TEST_F(WorkerChannelTest, LargeCallsWithoutTheSecretCostTheWorkerNoMemory) {
-  constexpr int kCalls = 16;
-  constexpr size_t kCallBytes = size_t{100} << 20;
-  constexpr int64_t kAllowedKib = 64 << 10;
-  const std::string payload = HugeStepPlanBytes(kCallBytes);
+// What `calls` concurrent ExecuteStep calls of `call_bytes` without the
+// secret did to the worker `pid` on `channel`.
+struct FloodOutcome {
+  std::vector<grpc::StatusCode> codes;
+  int64_t idle_kib = 0;
+  int64_t peak_kib = 0;
+  absl::Duration took;
+  int64_t grown_kib() const { return peak_kib - idle_kib; }
+};
+
+FloodOutcome FloodWithHugeCalls(pid_t pid, std::shared_ptr<grpc::Channel> channel, int calls,
+                                size_t call_bytes) {
+  const std::string payload = HugeStepPlanBytes(call_bytes);
   // Every call sends the same bytes, referenced, not copied.
   grpc::Slice slice(payload.data(), payload.size(), grpc::Slice::STATIC_SLICE);
   const grpc::ByteBuffer request(&slice, 1);
-  grpc::GenericStub stub(grpc::CreateChannel(WorkerEndpoint(worker()),
-                                             grpc::experimental::LocalCredentials(UDS)));
-  const int64_t idle_kib = ResidentKib(worker());
-  ASSERT_GT(idle_kib, 0);
+  grpc::GenericStub stub(std::move(channel));
+  FloodOutcome outcome;
+  outcome.idle_kib = ResidentKib(pid);
   std::atomic<bool> done{false};
-  std::atomic<int64_t> peak_kib{idle_kib};
+  std::atomic<int64_t> peak_kib{outcome.idle_kib};
   std::thread sampler([&] {
     while (!done.load()) {
-      const int64_t now = ResidentKib(worker());
+      const int64_t now = ResidentKib(pid);
       if (now > peak_kib.load()) peak_kib.store(now);
       absl::SleepFor(absl::Milliseconds(2));
     }
   });
-  std::vector<std::promise<grpc::StatusCode>> codes(kCalls);
+  std::vector<std::promise<grpc::StatusCode>> codes(calls);
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
-  std::vector<grpc::ByteBuffer> responses(kCalls);
+  std::vector<grpc::ByteBuffer> responses(calls);
   const absl::Time start = absl::Now();
-  for (int i = 0; i < kCalls; ++i) {
+  for (int i = 0; i < calls; ++i) {
     contexts.push_back(std::make_unique<grpc::ClientContext>());
     contexts[i]->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
     stub.UnaryCall(contexts[i].get(), "/pagoda.worker.v1.Worker/ExecuteStep", grpc::StubOptions(),
                    &request, &responses[i],
                    [&codes, i](grpc::Status status) { codes[i].set_value(status.error_code()); });
   }
-  for (int i = 0; i < kCalls; ++i) {
-    EXPECT_EQ(codes[i].get_future().get(), grpc::StatusCode::UNAUTHENTICATED) << "call " << i;
-  }
-  const absl::Duration took = absl::Now() - start;
+  for (int i = 0; i < calls; ++i) outcome.codes.push_back(codes[i].get_future().get());
+  outcome.took = absl::Now() - start;
   done = true;
   sampler.join();
-  const int64_t grown_kib = peak_kib.load() - idle_kib;
+  outcome.peak_kib = peak_kib.load();
   std::printf("worker RSS idle %lld KiB, peak %lld KiB under %d x %zu MiB calls (+%lld KiB), "
-              "all refused in %s\n",
-              static_cast<long long>(idle_kib), static_cast<long long>(peak_kib.load()), kCalls,
-              kCallBytes >> 20, static_cast<long long>(grown_kib),
-              absl::FormatDuration(took).c_str());
-  EXPECT_LT(grown_kib, kAllowedKib);
+              "all answered in %s\n",
+              static_cast<long long>(outcome.idle_kib), static_cast<long long>(outcome.peak_kib),
+              calls, call_bytes >> 20, static_cast<long long>(outcome.grown_kib()),
+              absl::FormatDuration(outcome.took).c_str());
+  return outcome;
+}
+
+// The bound: 16 concurrent 100 MB calls without the secret grow a
+// worker's memory by less than 64 MiB.
+constexpr int kFloodCalls = 16;
+constexpr size_t kFloodCallBytes = size_t{100} << 20;
+constexpr int64_t kFloodAllowedKib = 64 << 10;
+
+// 16 concurrent 100 MB calls without the secret are refused from their
+// headers (secret_auth_processor.h), before gRPC reads their messages: the
+// worker's memory stays within 64 MiB of what it held idle.
+TEST_F(WorkerChannelTest, LargeCallsWithoutTheSecretCostTheWorkerNoMemory) {
+  const FloodOutcome flood = FloodWithHugeCalls(
+      worker(),
+      grpc::CreateChannel(WorkerEndpoint(worker()), grpc::experimental::LocalCredentials(UDS)),
+      kFloodCalls, kFloodCallBytes);
+  ASSERT_GT(flood.idle_kib, 0);
+  for (int i = 0; i < kFloodCalls; ++i) {
+    EXPECT_EQ(flood.codes[i], grpc::StatusCode::UNAUTHENTICATED) << "call " << i;
+  }
+  EXPECT_LT(flood.grown_kib(), kFloodAllowedKib);
   // The worker still serves its server.
   const StreamOutcome served = RunStream(*ServerStub(), TokenRequest(TestPrompt(5, 2), 3));
   EXPECT_TRUE(served.status.ok()) << served.status.error_message();
@@ -484,6 +507,68 @@ TEST(ConnectedWorkerTest, MutualTlsAndTheSecretAreBothRequired) {
   server->reset();
   worker->reset();
   std::filesystem::remove_all(dir);
+}
+
+// A connected worker on plaintext TCP has no auth processor (gRPC runs none
+// without secure credentials). Its receive limit (--max-message-bytes)
+// refuses larger calls without reaching the handler. KNOWN GAP, printed and
+// not asserted: the limit does not bound the transport's memory (16 x 100 MB
+// calls grew a worker by about 1.2 GB with a 4 MiB limit); connected workers
+// need TLS, where the auth processor refuses such calls from their headers.
+TEST(ConnectedWorkerTest, ReceiveLimitRefusesLargerPlaintextCalls) {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / absl::StrCat("pagoda_limit_", getpid())).string();
+  std::filesystem::create_directories(dir);
+  const std::string secret = "connected-worker-secret-0123456789";
+  std::ofstream(dir + "/secret") << secret << "\n";
+  std::filesystem::permissions(dir + "/secret",
+                               std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  auto worker = ServerProcess::Start(
+      PAGODA_WORKER_BINARY,
+      {"--listen=127.0.0.1:0", absl::StrCat("--secret-file=", dir, "/secret"),
+       absl::StrCat("--max-message-bytes=", 4 << 20)},
+      absl::Seconds(30), "PAGODA_WORKER_LISTENING");
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  const std::string address = (*worker)->address();
+  const FloodOutcome flood = FloodWithHugeCalls(
+      (*worker)->pid(), grpc::CreateChannel(address, grpc::InsecureChannelCredentials()), 4,
+      size_t{8} << 20);
+  for (size_t i = 0; i < flood.codes.size(); ++i) {
+    EXPECT_EQ(flood.codes[i], grpc::StatusCode::RESOURCE_EXHAUSTED) << "call " << i;
+  }
+  // Still serving: a small call with the secret reaches the handler (no model
+  // loaded yet), one without it is refused.
+  auto stub = wv1::Worker::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  auto step = [&](const std::string& with_secret) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    if (!with_secret.empty()) context.AddMetadata(kWorkerSecretMetadataKey, with_secret);
+    wv1::StepResult result;
+    return stub->ExecuteStep(&context, wv1::StepPlan(), &result).error_code();
+  };
+  EXPECT_EQ(step(""), grpc::StatusCode::UNAUTHENTICATED);
+  const grpc::StatusCode with_secret = step(secret);
+  EXPECT_NE(with_secret, grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_NE(with_secret, grpc::StatusCode::RESOURCE_EXHAUSTED);
+  worker->reset();
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ConnectedWorkerTest, ReceiveLimitOutsideItsRangeIsRefusedAtStartUp) {
+  const std::string secret =
+      (std::filesystem::temp_directory_path() / absl::StrCat("pagoda_limit_secret_", getpid()))
+          .string();
+  std::ofstream(secret) << "connected-worker-secret-0123456789\n";
+  std::filesystem::permissions(secret, std::filesystem::perms::owner_read);
+  for (int64_t bytes : {int64_t{1000}, int64_t{512} << 20}) {
+    absl::StatusOr<std::string> worker = RunCommand(absl::StrCat(
+        PAGODA_WORKER_BINARY, " --listen=127.0.0.1:0 --secret-file=", secret,
+        " --max-message-bytes=", bytes, " 2>&1 </dev/null; echo EXIT=$?"));
+    ASSERT_TRUE(worker.ok()) << worker.status();
+    EXPECT_TRUE(absl::StrContains(*worker, "--max-message-bytes must be in")) << *worker;
+    EXPECT_TRUE(absl::StrContains(*worker, "EXIT=1")) << *worker;
+  }
+  std::filesystem::remove(secret);
 }
 
 }  // namespace

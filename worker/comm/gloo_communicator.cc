@@ -10,9 +10,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "gloo/rendezvous/context.h"
+#include "glog/logging.h"
 #include "gloo/transport/tcp/device.h"
 #include "gloo/transport/unbound_buffer.h"
 #include "wire/limits.h"
+#include "wire/worker_secret.h"
+#include "worker/comm/collective_proof.h"
 
 namespace pagoda::worker::comm {
 namespace {
@@ -151,10 +154,58 @@ class GlooCommunicator final : public CollectiveCommunicator {
   gloo::transport::UnboundBuffer* in_flight_ ABSL_GUARDED_BY(mu_) = nullptr;
 };
 
-}  // namespace
+// The proof's byte rounds through the group's own pairs (AllGather moves
+// bytes as they are, whatever the dtype says).
+absl::Status ProveOverPairs(GlooCommunicator& comm, const GlooOptions& options,
+                            const std::string& group) {
+  return ProveGroupSecret(options.rank, options.world_size, options.group_secret, group,
+                          [&comm](char* all, size_t part_bytes) {
+                            return comm.AllGather(all, part_bytes / sizeof(float), DType::kF32);
+                          });
+}
 
-absl::StatusOr<std::unique_ptr<CollectiveCommunicator>> CreateGlooCommunicator(
-    const GlooOptions& options) {
+// One try: the full mesh under the try's own keys, then the proof.
+absl::StatusOr<std::unique_ptr<GlooCommunicator>> ConnectAndProve(const GlooOptions& options,
+                                                                  RendezvousStoreClient& store,
+                                                                  const std::string& group) {
+  std::unique_ptr<GlooCommunicator> comm;
+  try {
+    gloo::transport::tcp::attr attr;
+    attr.hostname = options.listen_host;
+    std::shared_ptr<gloo::transport::Device> device = gloo::transport::tcp::CreateDevice(attr);
+    auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.world_size);
+    context->setTimeout(options.timeout);
+    context->connectFullMesh(store, device);
+    comm = std::make_unique<GlooCommunicator>(std::move(context), options.timeout);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("rank ", options.rank, " could not join the Gloo group: ", e.what()));
+  }
+  if (absl::Status proved = ProveOverPairs(*comm, options, group); !proved.ok()) {
+    comm->Abort();  // The peers' pending rounds end now, not at their timeout.
+    return proved;
+  }
+  return comm;
+}
+
+// Posts this rank's verdict on the try and reads every rank's: true when all
+// joined. Errors when a rank posts nothing before `deadline`.
+absl::StatusOr<bool> EveryRankJoined(RendezvousStoreClient& store, const GlooOptions& options,
+                                     bool joined, Clock::time_point deadline) {
+  if (absl::Status s = store.Set(absl::StrCat("verdict", options.rank), joined ? "1" : "0");
+      !s.ok()) {
+    return s;
+  }
+  bool all = true;
+  for (int rank = 0; rank < options.world_size; ++rank) {
+    absl::StatusOr<std::string> verdict = store.GetUntil(absl::StrCat("verdict", rank), deadline);
+    if (!verdict.ok()) return verdict.status();
+    all = all && *verdict == "1";
+  }
+  return all;
+}
+
+absl::Status ValidateGlooOptions(const GlooOptions& options) {
   if (options.world_size < 1 || options.world_size > wire::kMaxWorldSize || options.rank < 0 ||
       options.rank >= options.world_size) {
     return absl::InvalidArgumentError(absl::StrCat("Gloo communicator: rank ", options.rank,
@@ -164,22 +215,42 @@ absl::StatusOr<std::unique_ptr<CollectiveCommunicator>> CreateGlooCommunicator(
   if (options.timeout.count() <= 0) {
     return absl::InvalidArgumentError("Gloo communicator: timeout must be positive");
   }
-  absl::StatusOr<std::unique_ptr<RendezvousStoreClient>> store =
-      RendezvousStoreClient::Connect(options.rendezvous, options.timeout);
-  if (!store.ok()) return store.status();
-  try {
-    gloo::transport::tcp::attr attr;
-    attr.hostname = options.listen_host;
-    std::shared_ptr<gloo::transport::Device> device = gloo::transport::tcp::CreateDevice(attr);
-    auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.world_size);
-    context->setTimeout(options.timeout);
-    context->connectFullMesh(**store, device);
-    return std::unique_ptr<CollectiveCommunicator>(
-        new GlooCommunicator(std::move(context), options.timeout));
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(
-        absl::StrCat("rank ", options.rank, " could not join the Gloo group: ", e.what()));
+  if (options.world_size > 1 && (options.group_secret.size() < kMinWorkerSecretBytes ||
+                                 options.group_secret.size() > kMaxWorkerSecretBytes)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Gloo communicator: a group of ", options.world_size, " needs a group secret of ",
+        kMinWorkerSecretBytes, " to ", kMaxWorkerSecretBytes, " bytes"));
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CollectiveCommunicator>> CreateGlooCommunicator(
+    const GlooOptions& options) {
+  if (absl::Status valid = ValidateGlooOptions(options); !valid.ok()) return valid;
+  absl::Status last_failure;
+  for (int attempt = 1; attempt <= kMaxGlooJoinTries; ++attempt) {
+    RendezvousAddress address = options.rendezvous;
+    address.prefix = absl::StrCat(address.prefix, "/try", attempt);
+    absl::StatusOr<std::unique_ptr<RendezvousStoreClient>> store =
+        RendezvousStoreClient::Connect(address, options.timeout);
+    if (!store.ok()) return store.status();
+    absl::StatusOr<std::unique_ptr<GlooCommunicator>> comm =
+        ConnectAndProve(options, **store, address.prefix);
+    // A try ends within (world + 2) x timeout on every rank: each pair's
+    // connect, the store's wait and the proof's two rounds are bounded by it.
+    absl::StatusOr<bool> all_joined = EveryRankJoined(
+        **store, options, comm.ok(), Clock::now() + (options.world_size + 2) * options.timeout);
+    if (!all_joined.ok()) return comm.ok() ? all_joined.status() : comm.status();
+    if (*all_joined) return std::unique_ptr<CollectiveCommunicator>(*std::move(comm));
+    last_failure = comm.ok() ? absl::UnavailableError(absl::StrCat(
+                                   "a peer of rank ", options.rank, " failed to join the group"))
+                             : comm.status();
+    LOG(WARNING) << "rank " << options.rank << ": Gloo join try " << attempt << " of "
+                 << kMaxGlooJoinTries << " failed (" << last_failure << ")";
+  }
+  return last_failure;
 }
 
 }  // namespace pagoda::worker::comm

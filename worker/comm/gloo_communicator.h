@@ -24,11 +24,33 @@ struct GlooOptions {
   // address exchange through the store waits up to `timeout`, and Gloo then
   // allows each pair's TCP connect up to 5 x `timeout`.
   std::chrono::milliseconds timeout{30000};
+  // What every rank proves it knows to every peer, over the group's new
+  // connections, before any tensor moves (collective_proof.h): LoadModel's
+  // rendezvous secret. Required above one rank.
+  std::string group_secret;
 };
+
+// Join tries before CreateGlooCommunicator gives up: a try that fails (a
+// connection taken by something that is not a rank, a failed proof) is
+// dropped by every rank and the next try starts with fresh listeners.
+inline constexpr int kMaxGlooJoinTries = 8;
 
 // Joins the group: blocks until all world_size ranks have joined or the
 // timeout passes (DEADLINE_EXCEEDED / UNAVAILABLE). INVALID_ARGUMENT for a
 // rank outside [0, world_size) or world_size outside [1, wire::kMaxWorldSize].
+//
+// Authenticated: Gloo's TCP pairs each listen on a port the OS picks and
+// take the first connection that reaches it, from anyone. So each try
+// (store keys under "<prefix>/try<k>") connects the full mesh, then runs
+// ProveGroupSecret over the new pairs with this communicator's own
+// send/recv; then every rank posts its verdict to the store (whose
+// connections need the secret) and reads everyone's. All ranks see the same
+// verdicts, so either all return the group or all drop it and try again;
+// after kMaxGlooJoinTries the last try's error comes back (PERMISSION_DENIED
+// for a failed proof). A rank that posts no verdict within (world_size + 2) x
+// timeout (the longest a try can take) ends the join with DEADLINE_EXCEEDED. An intruder can make a try fail (as it
+// can refuse any service it can reach) but never join: a returned group has
+// only ranks that proved the secret on every connection.
 //
 // Algorithm (why not Gloo's ring): tensor-parallel groups are small and most
 // all-reduces are decode-sized, so one round in which every rank sends its

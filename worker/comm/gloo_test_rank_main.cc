@@ -273,5 +273,6 @@ int main(int argc, char** argv) {
   options.world_size = std::atoi(argv[3]);
   options.rendezvous = {"127.0.0.1", std::atoi(argv[4]), secret == nullptr ? "" : secret, "test"};
   options.timeout = std::chrono::milliseconds(std::atoi(argv[5]));
+  options.group_secret = options.rendezvous.secret;
   return pagoda::worker::comm::Run(argv[1], options);
 }

@@ -11,6 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "wire/limits.h"
+#include "wire/worker_secret.h"
+#include "worker/comm/collective_proof.h"
 
 namespace pagoda::worker::comm {
 namespace {
@@ -172,6 +174,44 @@ class NcclCommunicator final : public CollectiveCommunicator {
   absl::Status failure_;  // Owned by the collective thread.
 };
 
+// The proof's byte rounds through NCCL's own connections, staged through a
+// device buffer (NCCL moves device memory). AllGather moves bytes as they
+// are, whatever the dtype says.
+absl::Status ProveOverNccl(CollectiveCommunicator& comm, const NcclOptions& options) {
+  GatherBytes gather = [&comm, &options](char* all, size_t part_bytes) {
+    const size_t total = part_bytes * static_cast<size_t>(options.world_size);
+    void* staged = nullptr;
+    if (cudaError_t e = cudaMalloc(&staged, total); e != cudaSuccess) {
+      return CudaError(e, "cudaMalloc for the group proof");
+    }
+    // A pageable copy may return before its DMA lands: synchronize before
+    // the communicator's (non-blocking) stream reads it.
+    cudaError_t e = cudaMemcpy(staged, all, total, cudaMemcpyHostToDevice);
+    if (e == cudaSuccess) e = cudaDeviceSynchronize();
+    absl::Status status = e == cudaSuccess ? comm.AllGather(staged, part_bytes / sizeof(float),
+                                                            DType::kF32)
+                                           : CudaError(e, "group proof upload");
+    if (status.ok()) {
+      e = cudaMemcpy(all, staged, total, cudaMemcpyDeviceToHost);
+      if (e != cudaSuccess) status = CudaError(e, "group proof download");
+    }
+    cudaFree(staged);
+    return status;
+  };
+  return ProveGroupSecret(options.rank, options.world_size, options.group_secret,
+                          options.unique_id, gather);
+}
+
+absl::Status CheckNcclGroupSecret(const NcclOptions& options) {
+  if (options.world_size > 1 && (options.group_secret.size() < kMinWorkerSecretBytes ||
+                                 options.group_secret.size() > kMaxWorkerSecretBytes)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "NCCL communicator: a group of ", options.world_size, " needs a group secret of ",
+        kMinWorkerSecretBytes, " to ", kMaxWorkerSecretBytes, " bytes"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> CreateNcclUniqueId() {
@@ -196,6 +236,7 @@ absl::StatusOr<std::unique_ptr<CollectiveCommunicator>> CreateNcclCommunicator(
   if (options.timeout.count() <= 0) {
     return absl::InvalidArgumentError("NCCL communicator: timeout must be positive");
   }
+  if (absl::Status s = CheckNcclGroupSecret(options); !s.ok()) return s;
   if (cudaError_t e = cudaSetDevice(options.device); e != cudaSuccess) {
     return CudaError(e, "cudaSetDevice");
   }
@@ -229,9 +270,14 @@ absl::StatusOr<std::unique_ptr<CollectiveCommunicator>> CreateNcclCommunicator(
     return absl::UnavailableError(absl::StrCat(
         "rank ", options.rank, " could not join the NCCL group: ", ncclGetErrorString(result)));
   }
-  return std::unique_ptr<CollectiveCommunicator>(
+  auto communicator = std::unique_ptr<CollectiveCommunicator>(
       new NcclCommunicator(comm, options.rank, options.world_size, options.device, stream,
                            owns_stream, options.timeout));
+  if (absl::Status proved = ProveOverNccl(*communicator, options); !proved.ok()) {
+    communicator->Abort();  // The peers' pending rounds end now, not at their timeout.
+    return proved;
+  }
+  return communicator;
 }
 
 }  // namespace pagoda::worker::comm

@@ -32,13 +32,23 @@ struct NcclOptions {
   void* stream = nullptr;
   // Bounds joining the group and every collective.
   std::chrono::milliseconds timeout{30000};
+  // What every rank proves it knows to every peer over NCCL's new
+  // connections before any tensor moves (collective_proof.h; the group is
+  // named by `unique_id`): LoadModel's rendezvous secret. Required above one
+  // rank.
+  std::string group_secret;
 };
 
 // Joins the group (non-blocking NCCL init, polled against the timeout;
 // ncclCommAbort on timeout). Collectives are enqueued on the stream and then
 // polled until complete, the timeout passes (ncclCommAbort, then
 // DEADLINE_EXCEEDED), NCCL reports an asynchronous error (UNAVAILABLE) or
-// Abort() is called (ABORTED). Pointers are device memory.
+// Abort() is called (ABORTED). Pointers are device memory. Once NCCL's
+// init is done, the ranks run ProveGroupSecret through the communicator's own
+// AllGather (a few hundred bytes staged through device memory); a failed
+// proof aborts the communicator and returns PERMISSION_DENIED, and the
+// server's group restart is the retry (NCCL's bootstrap cannot be retried
+// with the same unique id).
 absl::StatusOr<std::unique_ptr<CollectiveCommunicator>> CreateNcclCommunicator(
     const NcclOptions& options);
 

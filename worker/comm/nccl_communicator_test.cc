@@ -82,6 +82,7 @@ TEST(NcclCommunicatorTest, AllReduceAndAllGatherAcrossDevices) {
       options.device = rank;
       options.unique_id = *id;
       options.timeout = std::chrono::milliseconds(60000);
+      options.group_secret = "0123456789abcdef0123456789abcdef";
       auto comm = CreateNcclCommunicator(options);
       if (!comm.ok()) return void(errors[rank] = comm.status().ToString());
       std::vector<float> host(kCount * world);

@@ -46,6 +46,9 @@ class RendezvousStoreClient final : public gloo::rendezvous::Store {
   absl::Status Set(const std::string& key, const std::string& value);
   // Waits until `key` exists (polling), up to the client's timeout.
   absl::StatusOr<std::string> Get(const std::string& key);
+  // Same, up to `deadline` instead (DEADLINE_EXCEEDED after it).
+  absl::StatusOr<std::string> GetUntil(const std::string& key,
+                                       std::chrono::steady_clock::time_point deadline);
 
   // gloo::rendezvous::Store.
   void set(const std::string& key, const std::vector<char>& data) override;
@@ -60,8 +63,6 @@ class RendezvousStoreClient final : public gloo::rendezvous::Store {
   // One request/response; NOT_FOUND for a missing key on kGet.
   absl::StatusOr<std::string> Call(int op, const std::string& key, const std::string& value,
                                    std::chrono::steady_clock::time_point deadline);
-  absl::StatusOr<std::string> GetUntil(const std::string& key,
-                                       std::chrono::steady_clock::time_point deadline);
 
   absl::Mutex mu_;
   const int fd_;

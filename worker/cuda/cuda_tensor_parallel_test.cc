@@ -93,7 +93,8 @@ absl::Status MakeRank(const std::string& dir, int rank, int world, const std::st
                           .device = rank,
                           .unique_id = unique_id,
                           .stream = out->backend->stream(),
-                          .timeout = std::chrono::milliseconds(60000)});
+                          .timeout = std::chrono::milliseconds(60000),
+                          .group_secret = "0123456789abcdef0123456789abcdef"});
     if (!communicator.ok()) return communicator.status();
     out->communicator = *std::move(communicator);
   }

@@ -16,7 +16,8 @@ GroupTransport NcclTransport(int device, void* stream) {
                                                           .device = device,
                                                           .unique_id = *std::move(id),
                                                           .stream = stream,
-                                                          .timeout = membership.timeout});
+                                                          .timeout = membership.timeout,
+                                                          .group_secret = membership.rendezvous.secret});
   };
 }
 
