@@ -127,6 +127,28 @@ absl::StatusOr<std::vector<BlockPair>> ConvertMoves(
   return pairs;
 }
 
+// Prompt logprobs: a target per row at most, each a token, a top count in
+// [0, kMaxTopLogprobs].
+absl::Status CheckPromptLogprobs(const SequenceStep& step, int vocab_size) {
+  if (step.num_prompt_top_logprobs() < 0 || step.num_prompt_top_logprobs() > kMaxTopLogprobs) {
+    return SequenceError(step, absl::StrCat("num_prompt_top_logprobs ",
+                                            step.num_prompt_top_logprobs(), " must be in [0, ",
+                                            kMaxTopLogprobs, "]"));
+  }
+  if (step.prompt_logprob_token_ids_size() > step.token_ids_size()) {
+    return SequenceError(step, absl::StrCat(step.prompt_logprob_token_ids_size(),
+                                            " prompt_logprob_token_ids for ",
+                                            step.token_ids_size(), " token rows"));
+  }
+  for (int32_t token : step.prompt_logprob_token_ids()) {
+    if (token < 0 || token >= vocab_size) {
+      return SequenceError(step, absl::StrCat("prompt logprob token id ", token,
+                                              " is outside [0, ", vocab_size, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Blocks of `block_size` tokens a context of `context` tokens spans.
 int64_t BlocksFor(int64_t context, int block_size) {
   return (context + block_size - 1) / block_size;
@@ -168,6 +190,9 @@ absl::StatusOr<int> CheckSequence(const SequenceStep& step, const BatchLimits& l
   if (step.do_sample()) {
     if (absl::Status status = CheckSampling(step, limits.vocab_size); !status.ok()) return status;
   }
+  if (absl::Status status = CheckPromptLogprobs(step, limits.vocab_size); !status.ok()) {
+    return status;
+  }
   return static_cast<int>(blocks_needed);
 }
 
@@ -200,6 +225,13 @@ void AppendSequence(const SequenceStep& step, int s, const BatchLimits& limits, 
   const int blocks_needed = static_cast<int>(BlocksFor(context, block_size));
   std::copy_n(step.block_table().begin(), blocks_needed,
               batch->block_tables.begin() + static_cast<size_t>(s) * batch->max_blocks_per_seq);
+  if (step.prompt_logprob_token_ids_size() > 0) {
+    batch->prompt_logprob_rows.push_back(
+        FlatBatch::PromptLogprobRows{.sequence = s,
+                                     .first_row = batch->query_start.back(),
+                                     .num_rows = step.prompt_logprob_token_ids_size(),
+                                     .num_top = step.num_prompt_top_logprobs()});
+  }
   for (int i = 0; i < step.token_ids_size(); ++i) {
     const int position = start + i;
     batch->input_ids.push_back(step.token_ids(i));

@@ -64,12 +64,22 @@ struct FlatBatch {
   // ceil(vocab_size / 32) words each.
   std::vector<int32_t> mask_offsets;
   std::vector<uint32_t> token_masks;
+  // Prompt logprobs: each plan sequence that asks for them, its first
+  // token row, and how many of its rows (from the first) report one.
+  struct PromptLogprobRows {
+    int sequence = 0;  // Index in the plan.
+    int first_row = 0;
+    int num_rows = 0;
+    int num_top = 0;
+  };
+  std::vector<PromptLogprobRows> prompt_logprob_rows;
   // Block moves, in the plan's order.
   std::vector<BlockPair> swap_in, swap_out, copy;
 
   int num_tokens() const { return static_cast<int>(input_ids.size()); }
   int num_seqs() const { return static_cast<int>(context_lens.size()); }
   int num_logits_rows() const { return static_cast<int>(logits_indices.size()); }
+  bool wants_prompt_logprobs() const { return !prompt_logprob_rows.empty(); }
 };
 
 // Validates `plan` and flattens it. INVALID_ARGUMENT, naming the seq_id and
@@ -81,7 +91,8 @@ struct FlatBatch {
 // temperature, top_p outside [0, 1], negative top_k, num_logprobs outside
 // [0, 20], logits processing out of bounds: worker/logits_edits.h, a token
 // mask of the wrong size, with bits past the vocabulary or with none set);
-// and for
+// prompt logprobs asked of more rows than the chunk has, of a token outside
+// the vocabulary, or with num_prompt_top_logprobs outside [0, 20]; and for
 // block moves with ids outside their cache.
 absl::StatusOr<FlatBatch> FlattenStepPlan(const pagoda::worker::v1::StepPlan& plan,
                                           const BatchLimits& limits);

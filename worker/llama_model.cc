@@ -235,6 +235,7 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::string& 
   const int64_t max_context =
       std::clamp(model->config().max_position_embeddings, 1, kMaxRopeTablePositions);
   const int64_t block_size = std::max(1, options.block_size);
+  model->row_logits_capacity_ = max_seqs;
   model->ReserveWorkspace(StepBatchCapacity{
       .tokens = std::max(1, options.max_num_batched_tokens),
       .seqs = max_seqs,
@@ -337,7 +338,9 @@ struct LlamaModel::Activations {
 };
 
 absl::StatusOr<ForwardOutput> LlamaModel::Forward(const FlatBatch& batch, CacheEngine* cache) {
-  const StepBatchCapacity capacity = StepBatchUploader::CapacityOf(batch);
+  StepBatchCapacity capacity = StepBatchUploader::CapacityOf(batch);
+  const int row_logits = batch.wants_prompt_logprobs() ? row_logits_capacity_ : 0;
+  capacity.logits_rows = std::max(capacity.logits_rows, row_logits);
   ReserveWorkspace(capacity);  // Allocates only past the load-time sizing.
   workspace_.Reset();
   const StepBatch step = uploader_.Upload(batch, &workspace_);
@@ -362,7 +365,7 @@ absl::StatusOr<ForwardOutput> LlamaModel::Forward(const FlatBatch& batch, CacheE
     }
     if (absl::Status s = MlpBlock(layer, step.num_tokens, activations); !s.ok()) return s;
   }
-  return Logits(step, activations);
+  return Logits(step, activations, row_logits);
 }
 
 // Taken in the order ReserveWorkspace sized them (after the step batch), so
@@ -450,7 +453,8 @@ absl::Status LlamaModel::AllReduceHidden(void* data, int tokens) {
                                      backend_->activation_dtype());
 }
 
-ForwardOutput LlamaModel::Logits(const StepBatch& step, const Activations& a) {
+ForwardOutput LlamaModel::Logits(const StepBatch& step, const Activations& a,
+                                 int row_logits_capacity) {
   const int rows = step.num_logits_rows;
   const int hidden = config_.hidden_size;
   const int vocab = config_.vocab_size;
@@ -463,7 +467,7 @@ ForwardOutput LlamaModel::Logits(const StepBatch& step, const Activations& a) {
     output.logits.shape[0] = 0;  // Only rank 0 computes logits and samples.
     return output;
   }
-  if (rows == 0) return output;
+  if (rows == 0 && row_logits_capacity == 0) return output;
   const float eps = static_cast<float>(config_.rms_norm_eps);
   if (config_.num_hidden_layers == 0) {
     backend_->RmsNorm(a.residual, Vector(final_norm_), step.num_tokens, eps, a.normed);
@@ -472,13 +476,30 @@ ForwardOutput LlamaModel::Logits(const StepBatch& step, const Activations& a) {
                          a.normed);
   }
   const DType act = backend_->activation_dtype();
-  void* last_hidden = workspace_.Take(act, static_cast<size_t>(rows) * hidden);
+  const int logits_rows = std::max(rows, row_logits_capacity);
+  void* last_hidden = workspace_.Take(act, static_cast<size_t>(logits_rows) * hidden);
+  auto* logits =
+      static_cast<float*>(workspace_.Take(DType::kF32, static_cast<size_t>(logits_rows) * vocab));
+  if (row_logits_capacity > 0) {
+    output.final_hidden = a.normed;
+    output.row_logits = logits;
+    output.row_logits_capacity = logits_rows;
+  }
+  if (rows == 0) return output;
   backend_->GatherRows(a.normed, step, hidden, last_hidden);
-  void* logits = workspace_.Take(DType::kF32, static_cast<size_t>(rows) * vocab);
-  const auto& head = lm_head_ ? lm_head_ : embed_tokens_;
-  backend_->Linear(last_hidden, rows, Matrix(head, vocab, hidden), nullptr, logits, DType::kF32);
+  RowLogits(last_hidden, rows, logits);
   output.logits.data = logits;
   return output;
+}
+
+void LlamaModel::RowLogits(const void* hidden, int rows, float* logits) {
+  const auto& head = lm_head_ ? lm_head_ : embed_tokens_;
+  backend_->Linear(hidden, rows, Matrix(head, config_.vocab_size, config_.hidden_size), nullptr,
+                   logits, DType::kF32);
+}
+
+size_t LlamaModel::hidden_row_bytes() const {
+  return static_cast<size_t>(config_.hidden_size) * DTypeSize(backend_->activation_dtype());
 }
 
 }  // namespace pagoda::worker

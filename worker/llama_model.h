@@ -39,6 +39,13 @@ struct LlamaLoadOptions {
 struct ForwardOutput {
   Tensor logits;           // [num_logits_rows, vocab_size] f32
   SamplingBatch sampling;  // One entry per logits row.
+  // Rank 0 of a batch that wants prompt logprobs (null otherwise): every
+  // token row's final-normed hidden state, [num_tokens, hidden_size]
+  // activations, and room for row_logits_capacity rows of f32 logits
+  // (where `logits` lies: use it once sampling is done), for RowLogits.
+  const void* final_hidden = nullptr;
+  float* row_logits = nullptr;
+  int row_logits_capacity = 0;
 };
 
 // A Llama-family decoder (LlamaForCausalLM, Qwen2ForCausalLM) written against
@@ -93,6 +100,14 @@ class LlamaModel {
   // cache->shape() == CacheShape(block size, its dtype).
   absl::StatusOr<ForwardOutput> Forward(const FlatBatch& batch, CacheEngine* cache);
 
+  // logits[r, :] = lm_head(hidden[r, :]) for `rows` rows: the logits of
+  // token rows a Forward left in ForwardOutput::final_hidden (prompt
+  // logprobs). REQUIRES: rank 0; hidden points at rows of final_hidden,
+  // logits is ForwardOutput::row_logits, rows <= row_logits_capacity.
+  void RowLogits(const void* hidden, int rows, float* logits);
+  // Bytes between one hidden row and the next in final_hidden.
+  size_t hidden_row_bytes() const;
+
  private:
   struct LayerWeights;
   LlamaModel(ModelConfig config, Backend* backend, Communicator* communicator);
@@ -114,7 +129,9 @@ class LlamaModel {
   absl::Status MlpBlock(const LayerWeights& layer, int tokens, const Activations& a);
   absl::Status AllReduceHidden(void* data, int tokens);
   // The final norm and the logits of the step's logits rows (rank 0 only).
-  ForwardOutput Logits(const StepBatch& step, const Activations& a);
+  // With `row_logits_capacity` > 0 every token row is normalised and the
+  // logits region holds at least that many rows (prompt logprobs).
+  ForwardOutput Logits(const StepBatch& step, const Activations& a, int row_logits_capacity);
 
   ModelConfig config_;
   Backend* backend_;
@@ -127,6 +144,9 @@ class LlamaModel {
   std::unique_ptr<Buffer> rope_cos_sin_;  // [rope_positions_, head_dim]
   int rope_positions_ = 0;
   std::vector<std::unique_ptr<LayerWeights>> layers_;
+  // Rows of logits a step that wants prompt logprobs has room for: the
+  // load-time logits rows, so such a step needs no bigger workspace.
+  int row_logits_capacity_ = 1;
   Workspace workspace_;
   StepBatchUploader uploader_;
 };

@@ -47,6 +47,7 @@ absl::StatusOr<StepResult> ModelRunnerBase::ExecuteStep(const StepPlan& plan) {
                                        .backend = backend_.get(),
                                        .timed = timed_.get(),
                                        .samples = &samples_,
+                                       .model = model_.get(),
                                        .vocab_size = model_->config().vocab_size,
                                        .max_positions = model_->max_positions()},
                          [this](const FlatBatch& batch) { return RunForward(batch); });

@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "worker/prompt_logprobs.h"
 
 namespace pagoda::worker {
 
@@ -47,6 +48,12 @@ absl::Status RunValidatedStep(const v1::StepPlan& plan, const FlatBatch& batch,
       step.backend->Sample(output->logits, output->sampling, step.samples);
       if (absl::Status status = step.backend->status(); !status.ok()) return status;
       AppendSampledTokens(plan, batch, *step.samples, result);
+    }
+    if (step.timed->rank() == 0 && batch.wants_prompt_logprobs()) {
+      if (output->final_hidden == nullptr) {
+        return absl::InternalError("the forward pass kept no hidden states for prompt logprobs");
+      }
+      AppendPromptLogprobs(plan, batch, *output, step.model, step.backend, result);
     }
   }
   return step.backend->status();

@@ -19,6 +19,7 @@ struct StepExecution {
   Backend* backend = nullptr;
   TimedCommunicator* timed = nullptr;
   SampleResults* samples = nullptr;  // Reused from step to step.
+  LlamaModel* model = nullptr;       // Scores prompt logprob rows (rank 0).
   int vocab_size = 0;
   int max_positions = 0;  // LlamaModel::max_positions().
 };
@@ -30,7 +31,9 @@ using ForwardPass = std::function<absl::StatusOr<ForwardOutput>(const FlatBatch&
 // ModelRunner::ExecuteStep around `forward`, the same on every device:
 // validates and flattens `plan` (a rejected plan touches nothing), applies its
 // block moves, runs `forward` over its tokens, samples on rank 0 (the others'
-// part ends with the layers), and fills in the step's times.
+// part ends with the layers), then scores the prompt logprob rows the plan
+// asks for (worker/prompt_logprobs.h; `forward` must then leave
+// ForwardOutput::final_hidden), and fills in the step's times.
 //
 // Errors: a refused plan is INVALID_ARGUMENT and changes nothing. Anything
 // that fails after validation (the forward pass, a collective, a backend's

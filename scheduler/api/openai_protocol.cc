@@ -460,6 +460,24 @@ absl::Status ParsePriority(const json& body, OpenAiRequest* out) {
   return absl::OkStatus();
 }
 
+// vLLM's prompt_logprobs field, and completions' echo with logprobs (the
+// prompt's logprobs, OpenAI's legacy shape); neither in a stream, whose
+// chunks carry only the choices' new text.
+absl::Status ParsePromptLogprobs(const json& body, OpenAiRequest* out) {
+  absl::StatusOr<int64_t> prompt = Integer(body, "prompt_logprobs", -1, 0, kMaxTopLogprobs);
+  if (!prompt.ok()) return prompt.status();
+  int top = static_cast<int>(*prompt);
+  out->vllm_prompt_logprobs = top >= 0;
+  if (out->echo && out->top_logprobs >= 0) top = std::max(top, out->top_logprobs);
+  if (top < 0) return absl::OkStatus();
+  if (Present(body, "stream") && body["stream"].is_boolean() && body["stream"].get<bool>()) {
+    return InvalidField(out->vllm_prompt_logprobs ? "prompt_logprobs" : "echo",
+                        "prompt logprobs are not supported in a stream");
+  }
+  out->generate.set_prompt_logprobs(top);
+  return absl::OkStatus();
+}
+
 absl::Status ParseLogprobs(const json& body, OpenAiRequest* out) {
   if (out->chat) {
     if (Present(body, "logprobs") && !body["logprobs"].is_boolean()) {
@@ -476,7 +494,7 @@ absl::Status ParseLogprobs(const json& body, OpenAiRequest* out) {
   // The engine returns the sampled token's logprob with its top list, so
   // ask for at least one entry.
   if (out->top_logprobs >= 0) out->generate.set_logprobs(std::max(1, out->top_logprobs));
-  return absl::OkStatus();
+  return ParsePromptLogprobs(body, out);
 }
 
 absl::Status ParseStopping(const json& body, int default_max_tokens, OpenAiRequest* out) {
@@ -577,6 +595,31 @@ json LogprobsJson(const OpenAiRequest& request, const pagoda::v1::SequenceOutput
           {"token_logprobs", token_logprobs},
           {"top_logprobs", top_logprobs},
           {"text_offset", offsets}};
+}
+
+// vLLM's prompt_logprobs: null for the first prompt token, then per
+// position {token id: {logprob, rank, decoded_token}} for the prompt's
+// token and the top ones (ranks of the top ones; the prompt's token has a
+// rank where it is among them).
+json VllmPromptLogprobsJson(const pagoda::v1::GenerateResponse& response,
+                            const Tokenizer* tokenizer) {
+  json out = json::array({nullptr});
+  for (const pagoda::v1::TokenLogprobs& entry : response.prompt_logprobs()) {
+    json position = json::object();
+    for (int i = 0; i < entry.top_size(); ++i) {
+      position[std::to_string(entry.top(i).token_id())] = {
+          {"logprob", entry.top(i).logprob()},
+          {"rank", i + 1},
+          {"decoded_token", TokenText(tokenizer, entry.top(i).token_id())}};
+    }
+    const std::string key = std::to_string(entry.token_id());
+    if (!position.contains(key)) {
+      position[key] = {{"logprob", entry.logprob()},
+                       {"decoded_token", TokenText(tokenizer, entry.token_id())}};
+    }
+    out.push_back(std::move(position));
+  }
+  return out;
 }
 
 // Tool call ids: "call_" + this + "_<i>", from the request and choice.
@@ -709,11 +752,7 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(const json& body, bool chat,
     if (!body["echo"].is_boolean()) {
       status = InvalidField("echo", "must be a boolean");
     } else if (body["echo"].get<bool>()) {
-      // Echoed prompts would need their own logprobs (prompt logprobs).
       if (chat) status = InvalidField("echo", "is only supported by /v1/completions");
-      if (Present(body, "logprobs")) {
-        status = InvalidField("echo", "is not supported together with logprobs");
-      }
       out.echo = true;
     }
   }
@@ -759,15 +798,55 @@ json MakeOpenAiResponse(const OpenAiRequest& request, const pagoda::v1::Generate
       choice["message"] = {{"role", "assistant"}, {"content", output.text()}};
     } else {
       choice["text"] = output.text();
+      if (request.vllm_prompt_logprobs) {
+        choice["prompt_logprobs"] = VllmPromptLogprobsJson(response, tokenizer);
+      }
     }
     choices.push_back(std::move(choice));
   }
-  return {{"id", ResponseId(request, response.request_id())},
-          {"object", request.chat ? "chat.completion" : "text_completion"},
-          {"created", created},
-          {"model", model},
-          {"choices", choices},
-          {"usage", Usage(response.prompt_token_count(), completion_tokens)}};
+  json whole = {{"id", ResponseId(request, response.request_id())},
+                {"object", request.chat ? "chat.completion" : "text_completion"},
+                {"created", created},
+                {"model", model},
+                {"choices", choices},
+                {"usage", Usage(response.prompt_token_count(), completion_tokens)}};
+  if (request.chat && request.vllm_prompt_logprobs) {
+    whole["prompt_logprobs"] = VllmPromptLogprobsJson(response, tokenizer);
+  }
+  return whole;
+}
+
+void PrependPromptLogprobs(const OpenAiRequest& request,
+                           const std::vector<int32_t>& prompt_token_ids,
+                           const pagoda::v1::GenerateResponse& response,
+                           const Tokenizer* tokenizer, json* logprobs) {
+  if (prompt_token_ids.empty() || !logprobs->is_object()) return;
+  json tokens = json::array({TokenText(tokenizer, prompt_token_ids[0])});
+  json token_logprobs = json::array({nullptr}), top_logprobs = json::array({nullptr});
+  json offsets = json::array({0});
+  size_t offset = tokens[0].get<std::string>().size();
+  for (const pagoda::v1::TokenLogprobs& entry : response.prompt_logprobs()) {
+    const std::string text = TokenText(tokenizer, entry.token_id());
+    tokens.push_back(text);
+    token_logprobs.push_back(entry.logprob());
+    json top = json::object();
+    for (int i = 0; i < entry.top_size() && i < request.top_logprobs; ++i) {
+      top[TokenText(tokenizer, entry.top(i).token_id())] = entry.top(i).logprob();
+    }
+    top_logprobs.push_back(std::move(top));
+    offsets.push_back(offset);
+    offset += text.size();
+  }
+  for (size_t i = 0; i < (*logprobs)["tokens"].size(); ++i) {
+    tokens.push_back((*logprobs)["tokens"][i]);
+    token_logprobs.push_back((*logprobs)["token_logprobs"][i]);
+    top_logprobs.push_back((*logprobs)["top_logprobs"][i]);
+    offsets.push_back(offset + (*logprobs)["text_offset"][i].get<size_t>());
+  }
+  *logprobs = {{"tokens", tokens},
+               {"token_logprobs", token_logprobs},
+               {"top_logprobs", top_logprobs},
+               {"text_offset", offsets}};
 }
 
 json MakeOpenAiChunk(const OpenAiRequest& request, const pagoda::v1::GenerateResponse& message,

@@ -44,6 +44,9 @@ struct OpenAiRequest {
   // engine then runs n = 1. 1 otherwise.
   int copies = 1;
   bool echo = false;  // Completions: the prompt's text before each choice's.
+  // vLLM's prompt_logprobs body field was set: the response carries them in
+  // vLLM's shape (completions: per choice; chat: beside the choices).
+  bool vllm_prompt_logprobs = false;
   // Chat: tools, tool_choice and how the server reads calls back.
   ToolsRequest tools;
   ToolCallParser tool_parser = ToolCallParser::kNone;
@@ -91,6 +94,16 @@ nlohmann::json MakeOpenAiResponse(const OpenAiRequest& request,
                                   const pagoda::v1::GenerateResponse& response,
                                   const std::string& model, int64_t created,
                                   const Tokenizer* tokenizer);
+
+// Completions with echo and logprobs (OpenAI's legacy shape): puts the
+// prompt's tokens before the choice's in `logprobs` (tokens, token_logprobs
+// with null for the first prompt token, top_logprobs, text_offset shifted
+// past the prompt). `prompt_token_ids` is the part's prompt; `response`
+// holds its prompt logprobs.
+void PrependPromptLogprobs(const OpenAiRequest& request,
+                           const std::vector<int32_t>& prompt_token_ids,
+                           const pagoda::v1::GenerateResponse& response,
+                           const Tokenizer* tokenizer, nlohmann::json* logprobs);
 
 // The chunk of one stream message (choices with their deltas), or null JSON
 // when the message holds nothing to send. `streams` (one per choice index,

@@ -223,7 +223,13 @@ TEST(OpenAiProtocolTest, RefusesWhatItCannotDoNamingTheField) {
                 .message()
                 .rfind("structured_outputs", 0),
             0u);
-  EXPECT_EQ(refused({{"echo", true}, {"logprobs", 1}}).message().rfind("echo", 0), 0u);
+  EXPECT_EQ(refused({{"echo", true}, {"logprobs", 1}, {"stream", true}}).message().rfind("echo", 0),
+            0u);
+  EXPECT_EQ(refused({{"prompt_logprobs", 2}, {"stream", true}}).message().rfind("prompt_logprobs", 0),
+            0u);
+  EXPECT_EQ(refused({{"prompt_logprobs", 21}}).message().rfind("prompt_logprobs", 0), 0u);
+  EXPECT_EQ(refused({{"prompt_logprobs", -1}}).message().rfind("prompt_logprobs", 0), 0u);
+  EXPECT_EQ(refused({{"prompt_logprobs", "2"}}).message().rfind("prompt_logprobs", 0), 0u);
   EXPECT_EQ(refused({{"echo", true}}, true).message().rfind("echo", 0), 0u);
   EXPECT_EQ(refused({{"prompt", json::array({"a", 3})}}).message().rfind("prompt", 0), 0u);
   EXPECT_EQ(refused({{"prompt", json::array({json::array()})}}).message().rfind("prompt", 0), 0u);
@@ -231,6 +237,73 @@ TEST(OpenAiProtocolTest, RefusesWhatItCannotDoNamingTheField) {
                 .message()
                 .rfind("stream_options.continuous_usage_stats", 0),
             0u);
+}
+
+TEST(OpenAiProtocolTest, EchoWithLogprobsAndPromptLogprobsAskForPromptLogprobs) {
+  auto echo = ParseOpenAiRequest(json{{"prompt", "a"}, {"echo", true}, {"logprobs", 3}}, false, 8);
+  ASSERT_TRUE(echo.ok()) << echo.status();
+  EXPECT_EQ(echo->generate.prompt_logprobs(), 3);
+  EXPECT_FALSE(echo->vllm_prompt_logprobs);
+  auto plain = ParseOpenAiRequest(json{{"prompt", "a"}, {"logprobs", 3}}, false, 8);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->generate.has_prompt_logprobs());
+  auto vllm = ParseOpenAiRequest(json{{"prompt", "a"}, {"prompt_logprobs", 0}}, false, 8);
+  ASSERT_TRUE(vllm.ok());
+  EXPECT_EQ(vllm->generate.prompt_logprobs(), 0);
+  EXPECT_TRUE(vllm->vllm_prompt_logprobs);
+  auto chat = ParseOpenAiRequest(
+      json{{"messages", json::array({{{"role", "user"}, {"content", "x"}}})},
+           {"prompt_logprobs", 4}},
+      true, 8);
+  ASSERT_TRUE(chat.ok());
+  EXPECT_EQ(chat->generate.prompt_logprobs(), 4);
+}
+
+TEST(OpenAiProtocolTest, EchoedPromptLogprobsComeBeforeTheChoicesInOpenAisShape) {
+  auto request = ParseOpenAiRequest(
+      json{{"prompt", json::array({7, 8, 9})}, {"echo", true}, {"logprobs", 1}}, false, 8);
+  ASSERT_TRUE(request.ok());
+  pagoda::v1::GenerateResponse response;
+  for (int id : {8, 9}) {
+    auto* entry = response.add_prompt_logprobs();
+    entry->set_token_id(id);
+    entry->set_logprob(-0.5f * id);
+    auto* top = entry->add_top();
+    top->set_token_id(4);
+    top->set_logprob(-0.25f);
+  }
+  json logprobs = {{"tokens", {"token_id:5"}},
+                   {"token_logprobs", {-1.5}},
+                   {"top_logprobs", {json{{"token_id:5", -1.5}}}},
+                   {"text_offset", {0}}};
+  PrependPromptLogprobs(*request, {7, 8, 9}, response, nullptr, &logprobs);
+  EXPECT_EQ(logprobs["tokens"],
+            json({"token_id:7", "token_id:8", "token_id:9", "token_id:5"}));
+  EXPECT_EQ(logprobs["token_logprobs"], json({nullptr, -4.0, -4.5, -1.5}));
+  EXPECT_TRUE(logprobs["top_logprobs"][0].is_null());
+  EXPECT_EQ(logprobs["top_logprobs"][1], json({{"token_id:4", -0.25}}));
+  EXPECT_EQ(logprobs["text_offset"], json({0, 10, 20, 30}));
+}
+
+TEST(OpenAiProtocolTest, VllmPromptLogprobsAreNullThenTokenIdKeyedEntries) {
+  auto request = ParseOpenAiRequest(json{{"prompt", "a"}, {"prompt_logprobs", 1}}, false, 8);
+  ASSERT_TRUE(request.ok());
+  pagoda::v1::GenerateResponse response;
+  response.add_outputs();
+  auto* entry = response.add_prompt_logprobs();
+  entry->set_token_id(9);
+  entry->set_logprob(-3.0f);
+  auto* top = entry->add_top();
+  top->set_token_id(4);
+  top->set_logprob(-0.5f);
+  const json whole = MakeOpenAiResponse(*request, response, "m", 0, nullptr);
+  const json& prompt = whole["choices"][0]["prompt_logprobs"];
+  ASSERT_EQ(prompt.size(), 2u);
+  EXPECT_TRUE(prompt[0].is_null());
+  EXPECT_EQ(prompt[1]["4"]["rank"], 1);
+  EXPECT_EQ(prompt[1]["4"]["logprob"], -0.5);
+  EXPECT_EQ(prompt[1]["9"]["logprob"], -3.0);
+  EXPECT_EQ(prompt[1]["9"]["decoded_token"], "token_id:9");
 }
 
 TEST(OpenAiProtocolTest, TokenizeAndDetokenizeBodies) {

@@ -169,6 +169,7 @@ class CompletionCall : public HttpCall, public std::enable_shared_from_this<Comp
     std::shared_ptr<Sink> sink;
     std::unique_ptr<RequestOutput> output;
     int prompt_tokens = 0;
+    std::vector<int32_t> prompt_token_ids;  // With echo and logprobs only.
     int completion_tokens = 0;  // Engine tokens (copies not counted).
     std::vector<ChoiceStream> streams;
     bool finished = false;
@@ -230,6 +231,9 @@ void CompletionCall::Start() {
     Part& part = parts_[i];
     part.request_id = validated_[i].request_id;
     part.prompt_tokens = static_cast<int>(validated_[i].prompt_token_ids.size());
+    if (request_.echo && request_.top_logprobs >= 0) {
+      part.prompt_token_ids = validated_[i].prompt_token_ids;
+    }
     part.output = std::make_unique<RequestOutput>(MakeRequestOutput(validated_[i], tokenizer_));
     part.sink = std::make_shared<Sink>(exchange_->executor(), weak_from_this(), i,
                                        request_.stream || !validated_[i].stop_strings.empty());
@@ -341,6 +345,8 @@ void CompletionCall::FinishWhole() {
     for (json& choice : Renumber(p, one["choices"])) {
       if (request_.echo && p < echo_.size()) {
         choice["text"] = echo_[p] + choice["text"].get<std::string>();
+        PrependPromptLogprobs(request_, parts_[p].prompt_token_ids, parts_[p].output->whole(),
+                              tokenizer_, &choice["logprobs"]);
       }
       choices.push_back(std::move(choice));
     }

@@ -4,6 +4,21 @@
 #include <utility>
 
 namespace pagoda::scheduler {
+namespace {
+
+pagoda::v1::TokenLogprobs ToTokenLogprobs(const GeneratedToken& token) {
+  pagoda::v1::TokenLogprobs logprobs;
+  logprobs.set_token_id(token.token_id);
+  logprobs.set_logprob(token.logprob);
+  for (const TopLogprob& top : token.top) {
+    pagoda::v1::TokenLogprob* entry = logprobs.add_top();
+    entry->set_token_id(top.token_id);
+    entry->set_logprob(top.logprob);
+  }
+  return logprobs;
+}
+
+}  // namespace
 
 RequestOutput::RequestOutput(std::string request_id, int prompt_token_count,
                              const Tokenizer* tokenizer, OutputOptions options)
@@ -26,6 +41,10 @@ pagoda::v1::GenerateResponse RequestOutput::AddDelta(const RequestDelta& delta) 
   pagoda::v1::GenerateResponse message;
   message.set_request_id(whole_.request_id());
   message.set_prompt_token_count(whole_.prompt_token_count());
+  for (const GeneratedToken& token : delta.prompt_logprobs) {
+    *message.add_prompt_logprobs() = ToTokenLogprobs(token);
+    *whole_.add_prompt_logprobs() = ToTokenLogprobs(token);
+  }
   for (const RequestDelta::SeqDelta& seq : delta.seqs) {
     WholeSequence(seq.index);
     // Tokens the engine made after a stop string ended the sequence.
@@ -46,15 +65,8 @@ void RequestOutput::AddSequenceDelta(const RequestDelta::SeqDelta& seq,
     out->add_token_ids(token.token_id);
     whole->add_token_ids(token.token_id);
     whole->set_cumulative_logprob(whole->cumulative_logprob() + token.logprob);
-    pagoda::v1::TokenLogprobs logprobs;
-    logprobs.set_token_id(token.token_id);
-    logprobs.set_logprob(token.logprob);
-    for (const TopLogprob& top : token.top) {
-      pagoda::v1::TokenLogprob* entry = logprobs.add_top();
-      entry->set_token_id(top.token_id);
-      entry->set_logprob(top.logprob);
-    }
     if (!token.top.empty()) {
+      pagoda::v1::TokenLogprobs logprobs = ToTokenLogprobs(token);
       *out->add_logprobs() = logprobs;
       *whole->add_logprobs() = std::move(logprobs);
     }

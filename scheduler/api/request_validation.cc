@@ -176,12 +176,18 @@ absl::Status ValidateSampling(const pagoda::v1::GenerateRequest& request,
     return Invalid(
         absl::StrCat("logprobs: must be in [0, ", kMaxTopLogprobs, "], got ", request.logprobs()));
   }
+  if (request.has_prompt_logprobs() &&
+      (request.prompt_logprobs() < 0 || request.prompt_logprobs() > kMaxTopLogprobs)) {
+    return Invalid(absl::StrCat("prompt_logprobs: must be in [0, ", kMaxTopLogprobs, "], got ",
+                                request.prompt_logprobs()));
+  }
   absl::Status several = ValidateSeveralSequences(sampling, effective, out);
   if (!several.ok()) return several;
   out.temperature = effective.temperature;
   out.top_k = effective.top_k;
   out.top_p = effective.top_p == 0 ? 1.0f : effective.top_p;
   out.num_logprobs = request.logprobs();
+  out.num_prompt_logprobs = request.has_prompt_logprobs() ? request.prompt_logprobs() : -1;
   out.seed = sampling.seed();
   return ValidateLogitsProcessing(sampling, limits, tokenizer, out);
 }

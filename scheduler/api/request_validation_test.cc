@@ -80,6 +80,21 @@ TEST_F(RequestValidationTest, KeepsClientValues) {
   EXPECT_TRUE(result->stopping.ignore_eos);
 }
 
+TEST_F(RequestValidationTest, PromptLogprobsUnsetIsNoneAndZeroIsTheTokensOwn) {
+  absl::StatusOr<ValidatedRequest> unset = validator_.Validate(TokenRequest({5, 6}));
+  ASSERT_TRUE(unset.ok()) << unset.status();
+  EXPECT_FALSE(unset->sampling.wants_prompt_logprobs());
+  GenerateRequest request = TokenRequest({5, 6});
+  request.set_prompt_logprobs(0);
+  absl::StatusOr<ValidatedRequest> zero = validator_.Validate(request);
+  ASSERT_TRUE(zero.ok()) << zero.status();
+  EXPECT_EQ(zero->sampling.num_prompt_logprobs, 0);
+  request.set_prompt_logprobs(20);
+  absl::StatusOr<ValidatedRequest> most = validator_.Validate(request);
+  ASSERT_TRUE(most.ok()) << most.status();
+  EXPECT_EQ(most->sampling.num_prompt_logprobs, 20);
+}
+
 TEST_F(RequestValidationTest, ServerPicksDistinctSeedsAndIds) {
   absl::StatusOr<ValidatedRequest> a = validator_.Validate(TokenRequest({1}));
   absl::StatusOr<ValidatedRequest> b = validator_.Validate(TokenRequest({1}));
@@ -134,6 +149,8 @@ TEST_F(RequestValidationTest, RejectsBadSamplingAndStopping) {
   ExpectInvalid(with([](auto& r) { r.mutable_sampling()->set_best_of(-2); }), "sampling.best_of");
   ExpectInvalid(with([](auto& r) { r.set_logprobs(21); }), "logprobs");
   ExpectInvalid(with([](auto& r) { r.set_logprobs(-1); }), "logprobs");
+  ExpectInvalid(with([](auto& r) { r.set_prompt_logprobs(21); }), "prompt_logprobs");
+  ExpectInvalid(with([](auto& r) { r.set_prompt_logprobs(-1); }), "prompt_logprobs");
   ExpectInvalid(with([](auto& r) { r.mutable_stopping()->set_max_tokens(-1); }),
                 "stopping.max_tokens");
   ExpectInvalid(with([](auto& r) { r.mutable_stopping()->set_min_tokens(-1); }),

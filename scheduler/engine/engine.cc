@@ -238,6 +238,7 @@ struct Engine::StepClock {
 struct Engine::ExecutedStep {
   pagoda::worker::v1::StepResult result;
   std::vector<GeneratedToken> sampled;
+  std::vector<StepPromptLogprobs> prompt_logprobs;
 };
 
 bool Engine::Step() {
@@ -254,6 +255,9 @@ bool Engine::Step() {
     HandleStepFailure(plan.step_id(), executed.status());
     PublishSnapshot(nullptr);
     return true;
+  }
+  for (StepPromptLogprobs& scored : executed->prompt_logprobs) {
+    scored.group->AddPromptLogprobs(scored.first_position, std::move(scored.entries));
   }
   const int generated = ProcessOutputs(output, executed->sampled);
   clock.end = absl::Now();
@@ -298,7 +302,10 @@ absl::StatusOr<Engine::ExecutedStep> Engine::ExecutePlan(const pagoda::worker::v
   if (!result.ok()) return result.status();
   absl::StatusOr<std::vector<GeneratedToken>> sampled = ExtractSampledTokens(*result, output);
   if (!sampled.ok()) return sampled.status();
-  return ExecutedStep{*std::move(result), *std::move(sampled)};
+  absl::StatusOr<std::vector<StepPromptLogprobs>> prompt_logprobs =
+      ExtractPromptLogprobs(*result, plan, output);
+  if (!prompt_logprobs.ok()) return prompt_logprobs.status();
+  return ExecutedStep{*std::move(result), *std::move(sampled), *std::move(prompt_logprobs)};
 }
 
 void Engine::HandleStepFailure(int64_t step_id, const absl::Status& status) {

@@ -34,7 +34,7 @@ RequestDelta FinalDelta(const SequenceGroup& group,
   std::stable_sort(candidates.begin(), candidates.end(), [&](const Sequence* a, const Sequence* b) {
     return score(group, *a) > score(group, *b);
   });
-  RequestDelta delta{group.request_id(), {}, true};
+  RequestDelta delta{group.request_id(), {}, {}, true};
   const int n = std::min<int>(group.sampling().n, static_cast<int>(candidates.size()));
   for (int i = 0; i < n; ++i) {
     delta.seqs.push_back(
@@ -71,7 +71,7 @@ std::vector<RequestDelta> OutputProcessor::Process(const SchedulerOutput& output
   for (SequenceGroup* group : groups) {
     group->MarkProgress();
     if (group->first_token_time == absl::InfinitePast()) group->first_token_time = absl::Now();
-    RequestDelta delta{group->request_id(), {}, false};
+    RequestDelta delta{group->request_id(), {}, {}, false};
     if (group->sampling().use_beam_search) {
       AdvanceBeams(*group, samples_of[group], eos_token_ids_, max_model_len_, *scheduler_);
     } else {
@@ -84,7 +84,26 @@ std::vector<RequestDelta> OutputProcessor::Process(const SchedulerOutput& output
     delta.finished = group->IsFinished();
     if (!delta.seqs.empty() || delta.finished) deltas.push_back(std::move(delta));
   }
+  AttachPromptLogprobs(output, deltas);
   return deltas;
+}
+
+void OutputProcessor::AttachPromptLogprobs(const SchedulerOutput& output,
+                                           std::vector<RequestDelta>& deltas) {
+  for (const ScheduledSequence& entry : output.scheduled) {
+    SequenceGroup& group = *entry.group;
+    if (!group.sampling().wants_prompt_logprobs()) continue;
+    std::vector<GeneratedToken> fresh = group.TakeNewPromptLogprobs();
+    if (fresh.empty()) continue;
+    auto it = std::find_if(deltas.begin(), deltas.end(), [&](const RequestDelta& delta) {
+      return delta.request_id == group.request_id();
+    });
+    if (it == deltas.end()) {
+      deltas.push_back(RequestDelta{group.request_id(), {}, {}, group.IsFinished()});
+      it = deltas.end() - 1;
+    }
+    it->prompt_logprobs = std::move(fresh);
+  }
 }
 
 void OutputProcessor::ProcessSamples(SequenceGroup& group, const Samples& samples,

@@ -20,6 +20,10 @@ struct RequestDelta {
     SequenceStatus status;                   // Finished statuses are final.
   };
   std::vector<SeqDelta> seqs;
+  // Prompt logprobs stored since the last delta (SequenceGroup::
+  // prompt_logprobs), continuing those sent before; a delta may carry only
+  // these.
+  std::vector<GeneratedToken> prompt_logprobs;
   bool finished = false;  // Every sequence of the request has finished.
 };
 
@@ -35,7 +39,9 @@ struct RequestDelta {
 // their own seed. With best_of == n each sequence streams under its own
 // index; otherwise nothing is sent until the group finishes, and then the
 // best n by cumulative logprob, in that order. Beam search (beam_search.h)
-// always answers at the end, in beam-score order.
+// always answers at the end, in beam-score order. Prompt logprobs a group
+// stored this step (the caller stores them first) go out at once, in that
+// group's delta.
 class OutputProcessor {
  public:
   // `scheduler` forks and frees sequences; it must outlive the processor.
@@ -49,6 +55,9 @@ class OutputProcessor {
   using Samples = std::vector<std::pair<Sequence*, GeneratedToken>>;
   // Parallel sampling (or a single sequence): appends, forks, stop checks.
   void ProcessSamples(SequenceGroup& group, const Samples& samples, RequestDelta& delta);
+  // Moves each scheduled group's new prompt logprobs into its delta (made
+  // when it has none).
+  void AttachPromptLogprobs(const SchedulerOutput& output, std::vector<RequestDelta>& deltas);
   // Whether `token` may end the sequence now (EOS or stop id, past min_tokens).
   bool IsStopToken(const SequenceGroup& group, const Sequence& seq, int32_t token) const;
   // The stop-check status of seq after its last token was appended.

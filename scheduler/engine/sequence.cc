@@ -114,6 +114,23 @@ int SequenceGroup::NumUnfinished() const {
   return count;
 }
 
+void SequenceGroup::AddPromptLogprobs(int first_position, std::vector<GeneratedToken> entries) {
+  const int prompt_len = seqs_.front()->num_prompt_tokens();
+  for (int i = 0; i < static_cast<int>(entries.size()); ++i) {
+    const int position = first_position + i;
+    const int next_missing = static_cast<int>(prompt_logprobs_.size()) + 1;
+    if (position >= prompt_len || position > next_missing) break;
+    if (position == next_missing) prompt_logprobs_.push_back(std::move(entries[i]));
+  }
+}
+
+std::vector<GeneratedToken> SequenceGroup::TakeNewPromptLogprobs() {
+  std::vector<GeneratedToken> fresh(prompt_logprobs_.begin() + prompt_logprobs_taken_,
+                                    prompt_logprobs_.end());
+  prompt_logprobs_taken_ = prompt_logprobs_.size();
+  return fresh;
+}
+
 Sequence* SequenceGroup::AddForkedSequence(const Sequence& parent, int64_t child_seq_id) {
   seqs_.push_back(parent.Fork(child_seq_id));
   seqs_.back()->index_in_group_ = static_cast<int>(seqs_.size()) - 1;

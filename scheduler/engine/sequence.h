@@ -52,7 +52,11 @@ struct SamplingOptions {
   // Structured outputs: the grammar every sequence's output must follow
   // (null for none), compiled by the frontend and shared.
   std::shared_ptr<const constraints::CompiledGrammar> grammar;
+  // Prompt logprobs (vLLM's prompt_logprobs): -1 = none, else each prompt
+  // token's logprob with this many top logprobs (0..kMaxTopLogprobs).
+  int num_prompt_logprobs = -1;
 
+  bool wants_prompt_logprobs() const { return num_prompt_logprobs >= 0; }
   bool has_penalties() const {
     return presence_penalty != 0 || frequency_penalty != 0 || repetition_penalty != 1;
   }
@@ -177,6 +181,20 @@ class SequenceGroup final : public KvSequenceGroup {
   std::vector<const KvSequence*> RunningSequences() const override;
   std::vector<const KvSequence*> SwappedSequences() const override;
   int NumUnfinished() const;
+  // Prompt logprobs need every prompt row's logits, which a cached block
+  // does not have: such a group computes its whole prompt.
+  bool SkipsPrefixCache() const override { return sampling_.wants_prompt_logprobs(); }
+
+  // Prompt logprobs (when asked): entry i is the prompt token at position
+  // i + 1's, with its top logprobs. Stored as the chunks that compute them
+  // return, so they survive preemption and worker recovery.
+  const std::vector<GeneratedToken>& prompt_logprobs() const { return prompt_logprobs_; }
+  // Stores `entries` as the prompt logprobs of positions first_position,
+  // first_position + 1, ...: those already stored (a recomputed chunk) and
+  // those past the prompt are ignored, and so is everything after a gap.
+  void AddPromptLogprobs(int first_position, std::vector<GeneratedToken> entries);
+  // The entries stored since the last call, in position order.
+  std::vector<GeneratedToken> TakeNewPromptLogprobs();
   // Adds parent->Fork(child_seq_id) to the group and returns it (owned by
   // the group). REQUIRES: parent belongs to this group.
   Sequence* AddForkedSequence(const Sequence& parent, int64_t child_seq_id);
@@ -205,6 +223,8 @@ class SequenceGroup final : public KvSequenceGroup {
   SamplingOptions sampling_;
   StoppingOptions stopping_;
   std::vector<int32_t> distinct_prompt_tokens_;
+  std::vector<GeneratedToken> prompt_logprobs_;
+  size_t prompt_logprobs_taken_ = 0;  // Entries TakeNewPromptLogprobs returned.
   absl::Time arrival_time_;
   int priority_ = 0;
   int num_preemptions_ = 0;

@@ -48,6 +48,30 @@ void SetBannedTokens(const SequenceGroup& group, const Sequence& seq,
   }
 }
 
+// The prompt logprobs the chunk of `entry` computes and its group lacks:
+// targets for the chunk's rows whose next token is a prompt token.
+void SetPromptLogprobTargets(const ScheduledSequence& entry, wv1::SequenceStep* step) {
+  const SequenceGroup& group = *entry.group;
+  if (!group.sampling().wants_prompt_logprobs()) return;
+  const Sequence& seq = *entry.seq;
+  // Row j predicts position start + j + 1; prompt positions end before P.
+  const int rows = std::min(entry.num_tokens, seq.num_prompt_tokens() - 1 - entry.start_position);
+  const int stored = static_cast<int>(group.prompt_logprobs().size());  // Positions 1..stored.
+  if (rows <= 0 || entry.start_position + rows <= stored) return;
+  for (int j = 0; j < rows; ++j) {
+    step->add_prompt_logprob_token_ids(seq.token_at(entry.start_position + j + 1));
+  }
+  step->set_num_prompt_top_logprobs(group.sampling().num_prompt_logprobs);
+}
+
+GeneratedToken ToGeneratedToken(const wv1::PromptTokenLogprob& scored) {
+  GeneratedToken token{scored.token_id(), scored.logprob(), {}};
+  for (const wv1::TokenLogprob& top : scored.top()) {
+    token.top.push_back(TopLogprob{top.token_id(), top.logprob()});
+  }
+  return token;
+}
+
 }  // namespace
 
 void SetLogitsProcessing(const SequenceGroup& group, const Sequence& seq,
@@ -101,6 +125,7 @@ wv1::StepPlan BuildStepPlan(int64_t step_id, const SchedulerOutput& output,
       options->set_num_logprobs(std::max(sampling.num_logprobs, 2 * sampling.best_of));
     }
     step->set_sample_index(seq.num_output_tokens());
+    SetPromptLogprobTargets(entry, step);
     if (entry.do_sample) {
       SetLogitsProcessing(*entry.group, seq, eos_token_ids, options);
       SetTokenMask(*entry.group, *entry.seq, eos_token_ids, options);
@@ -139,6 +164,34 @@ absl::StatusOr<std::vector<GeneratedToken>> ExtractSampledTokens(const wv1::Step
                                             result.tokens_size(), " tokens, expected ", next));
   }
   return tokens;
+}
+
+absl::StatusOr<std::vector<StepPromptLogprobs>> ExtractPromptLogprobs(
+    const wv1::StepResult& result, const wv1::StepPlan& plan, const SchedulerOutput& output) {
+  std::vector<StepPromptLogprobs> extracted;
+  int next = 0;
+  for (int i = 0; i < plan.sequences_size(); ++i) {
+    const wv1::SequenceStep& step = plan.sequences(i);
+    if (step.prompt_logprob_token_ids_size() == 0) continue;
+    if (next >= result.prompt_logprobs_size() ||
+        result.prompt_logprobs(next).seq_id() != step.seq_id() ||
+        result.prompt_logprobs(next).tokens_size() != step.prompt_logprob_token_ids_size()) {
+      return absl::InternalError(absl::StrCat("step ", result.step_id(),
+                                              ": prompt logprobs do not match the plan at sequence ",
+                                              step.seq_id()));
+    }
+    StepPromptLogprobs entry{output.scheduled[i].group, step.start_position() + 1, {}};
+    for (const wv1::PromptTokenLogprob& scored : result.prompt_logprobs(next++).tokens()) {
+      entry.entries.push_back(ToGeneratedToken(scored));
+    }
+    extracted.push_back(std::move(entry));
+  }
+  if (next != result.prompt_logprobs_size()) {
+    return absl::InternalError(absl::StrCat("step ", result.step_id(), " returned ",
+                                            result.prompt_logprobs_size(),
+                                            " prompt logprob entries, expected ", next));
+  }
+  return extracted;
 }
 
 }  // namespace pagoda::scheduler

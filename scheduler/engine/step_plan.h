@@ -23,7 +23,10 @@ namespace pagoda::scheduler {
 // unless ignore_eos, and the stop ids before min_tokens) and the sparse
 // counts, derived from the sequence's own tokens (SequenceLogitsProcessing),
 // and, for a constrained request, the token mask of its grammar
-// (constraint_mask.h; it advances the sequence's matcher).
+// (constraint_mask.h; it advances the sequence's matcher). A group that
+// wants prompt logprobs has them asked of the chunk's rows whose next token
+// is a prompt token, unless the group stored them all already (a
+// recomputed chunk).
 // REQUIRES: `output` is the latest Schedule() result of the scheduler that
 // owns `block_manager`, and every scheduled sequence has a GPU table.
 pagoda::worker::v1::StepPlan BuildStepPlan(int64_t step_id, const SchedulerOutput& output,
@@ -41,6 +44,21 @@ void SetLogitsProcessing(const SequenceGroup& group, const Sequence& seq,
 // does not match (the worker answered a different plan).
 absl::StatusOr<std::vector<GeneratedToken>> ExtractSampledTokens(
     const pagoda::worker::v1::StepResult& result, const SchedulerOutput& output);
+
+// Prompt logprobs a step returned, for one scheduled entry: entries[i] is
+// the prompt token at position first_position + i's.
+struct StepPromptLogprobs {
+  SequenceGroup* group;
+  int first_position;
+  std::vector<GeneratedToken> entries;
+};
+
+// Maps rank 0's prompt logprobs back onto the plan's sequences that asked
+// for them (prompt_logprob_token_ids): INTERNAL if the count, a seq_id or a
+// row count does not match. REQUIRES: `plan` is BuildStepPlan(output).
+absl::StatusOr<std::vector<StepPromptLogprobs>> ExtractPromptLogprobs(
+    const pagoda::worker::v1::StepResult& result, const pagoda::worker::v1::StepPlan& plan,
+    const SchedulerOutput& output);
 
 }  // namespace pagoda::scheduler
 

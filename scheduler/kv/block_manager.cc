@@ -92,16 +92,16 @@ absl::Status BlockManager::Allocate(const KvSequenceGroup& group) {
       table = tables_.at(seqs[twin]->seq_id());
       for (int block : table.blocks) gpu_.AddReference(block);
     } else {
-      table = AllocateTable(*seqs[i]);
+      table = AllocateTable(*seqs[i], /*reuse_cached=*/!group.SkipsPrefixCache());
     }
     tables_[seqs[i]->seq_id()] = std::move(table);
   }
   return absl::OkStatus();
 }
 
-BlockTable BlockManager::AllocateTable(const KvSequence& seq) {
+BlockTable BlockManager::AllocateTable(const KvSequence& seq, bool reuse_cached) {
   BlockTable table;
-  if (enable_prefix_caching_) {
+  if (enable_prefix_caching_ && reuse_cached) {
     // The last token is always computed, so only blocks before it can hit.
     const int max_hits = (seq.length() - 1) / block_size_;
     uint64_t parent = 0;

@@ -87,7 +87,8 @@ class BlockManager {
   // Gives every kWaiting sequence of the group a table covering its length.
   // Waiting sequences with the same tokens share blocks (the fresh prompt
   // of parallel samples); others get their own, starting with prefix-cache
-  // hits (table.num_cached_tokens says how many tokens need no computing).
+  // hits (table.num_cached_tokens says how many tokens need no computing),
+  // unless the group SkipsPrefixCache.
   // REQUIRES: none of them has a table. RESOURCE_EXHAUSTED (and nothing
   // allocated) if blocks run out.
   absl::Status Allocate(const KvSequenceGroup& group);
@@ -179,8 +180,9 @@ class BlockManager {
 
  private:
   AllocStatus CheckFits(int needed) const;
-  // Fills a fresh table for seq: cached leading blocks, then new ones.
-  BlockTable AllocateTable(const KvSequence& seq);
+  // Fills a fresh table for seq: cached leading blocks (unless not
+  // `reuse_cached`), then new ones.
+  BlockTable AllocateTable(const KvSequence& seq, bool reuse_cached);
   // Registers table.blocks[i] under table.hashes[i] for i in [from, size).
   void RegisterHashes(const KvSequence& seq, const BlockTable& table, int from);
   // Moves the tables of `seqs` from one pool to the other, one copy per

@@ -289,6 +289,33 @@ TEST(PrefixCacheTest, BlocksAreCachedOnlyOnceComputed) {
   EXPECT_EQ(manager.gpu_pool().num_cached(), 0);
 }
 
+std::unique_ptr<SequenceGroup> GroupSkippingCache(int64_t seq_id, std::vector<int32_t> prompt) {
+  SamplingOptions scored;
+  scored.num_prompt_logprobs = 0;  // Prompt logprobs: every row computed.
+  return std::make_unique<SequenceGroup>("req" + std::to_string(seq_id), std::move(prompt), seq_id,
+                                         scored, StoppingOptions{}, absl::Now());
+}
+
+TEST(PrefixCacheTest, GroupThatSkipsTheCacheGetsFreshBlocksAndStillPublishesThem) {
+  BlockManager manager(4, 16, 0, 0.0, true);
+  auto first = GroupWithPrompt(1, {1, 2, 3, 4, 5, 6, 7, 8, 9});
+  PrefillAndCommit(manager, *first);
+  auto skipper = GroupSkippingCache(2, {1, 2, 3, 4, 5, 6, 7, 8, 9});
+  ASSERT_TRUE(skipper->SkipsPrefixCache());
+  const int64_t queries = manager.prefix_cache_queries();
+  PrefillAndCommit(manager, *skipper);
+  EXPECT_EQ(manager.FindBlockTable(2)->num_cached_tokens, 0);
+  EXPECT_EQ(manager.GetBlockTable(2), std::vector<int>({3, 4, 5}));
+  EXPECT_EQ(manager.prefix_cache_queries(), queries);  // Nothing looked up.
+
+  auto new_prompt = GroupSkippingCache(3, {20, 21, 22, 23, 24, 25, 26, 27, 28});
+  PrefillAndCommit(manager, *new_prompt);
+  auto reader = GroupWithPrompt(4, {20, 21, 22, 23, 24, 25, 26, 27, 28});
+  AllocateRunning(manager, *reader);
+  EXPECT_EQ(manager.FindBlockTable(4)->num_cached_tokens, 8);
+  EXPECT_EQ(manager.GetBlockTable(4), std::vector<int>({6, 7, 9}));
+}
+
 uint64_t CollidingHash(uint64_t, absl::Span<const int32_t>) { return 42; }
 
 TEST(PrefixCacheTest, HashCollisionIsAMissAfterTokenComparison) {

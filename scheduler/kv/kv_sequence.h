@@ -33,6 +33,10 @@ class KvSequenceGroup {
   virtual std::vector<const KvSequence*> WaitingSequences() const = 0;
   virtual std::vector<const KvSequence*> RunningSequences() const = 0;
   virtual std::vector<const KvSequence*> SwappedSequences() const = 0;
+  // Whether Allocate must give the group fresh blocks only, reusing no
+  // prefix-cached block (it computes its whole prompt: prompt logprobs need
+  // every row). Its computed blocks are still published to the cache.
+  virtual bool SkipsPrefixCache() const { return false; }
 
  protected:
   ~KvSequenceGroup() = default;

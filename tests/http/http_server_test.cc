@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "tests/fakes/in_process_worker_group.h"
 #include "tests/support/tiny_model.h"
 #include "worker/cpu/cpu_model_runner.h"
@@ -271,6 +272,38 @@ TEST_F(HttpServerTest, PipelinedRequestsAreAnsweredInOrderAndExpectContinueIsHon
   EXPECT_TRUE(absl::StartsWith(expect.ReadUntil("\r\n\r\n"), "HTTP/1.1 100 Continue"));
   ASSERT_TRUE(expect.Send(body));
   EXPECT_TRUE(absl::StrContains(expect.ReadUntil("}}"), "text_completion"));
+}
+
+TEST_F(HttpServerTest, CompletionsAnswerVllmsPromptLogprobsAndRefuseThemOutOfRange) {
+  Start(HttpServerOptions());
+  Client client(port());
+  ASSERT_TRUE(client.Send(Post("/v1/completions",
+                               R"({"prompt": [5, 6, 7, 8], "max_tokens": 1, "temperature": 0,
+                                   "prompt_logprobs": 2})",
+                               "Connection: close\r\n")));
+  const std::string reply = client.ReadToEnd();
+  ASSERT_TRUE(absl::StartsWith(reply, "HTTP/1.1 200")) << reply;
+  const nlohmann::json body = nlohmann::json::parse(reply.substr(reply.find("\r\n\r\n") + 4));
+  const nlohmann::json& prompt = body["choices"][0]["prompt_logprobs"];
+  ASSERT_EQ(prompt.size(), 4u) << body;
+  EXPECT_TRUE(prompt[0].is_null());
+  const int tokens[] = {5, 6, 7, 8};
+  for (size_t p = 1; p < prompt.size(); ++p) {
+    const nlohmann::json& position = prompt[p];
+    ASSERT_TRUE(position.contains(std::to_string(tokens[p]))) << position;
+    int ranked = 0;
+    for (const auto& [id, entry] : position.items()) {
+      EXPECT_LE(entry["logprob"].get<double>(), 0.0);
+      ranked += entry.contains("rank");
+    }
+    EXPECT_EQ(ranked, 2) << position;
+  }
+  Client refused(port());
+  ASSERT_TRUE(refused.Send(Post("/v1/completions", R"({"prompt": [5, 6], "prompt_logprobs": 21})",
+                                "Connection: close\r\n")));
+  const std::string error = refused.ReadToEnd();
+  EXPECT_TRUE(absl::StartsWith(error, "HTTP/1.1 400")) << error;
+  EXPECT_TRUE(absl::StrContains(error, "prompt_logprobs")) << error;
 }
 
 TEST_F(HttpServerTest, AClientThatStopsReadingIsDroppedAndItsRequestAborted) {

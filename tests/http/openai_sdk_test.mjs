@@ -211,6 +211,15 @@ try {
     copies.usage.completion_tokens === 36, "n=3 with temperature 0: three equal choices", JSON.stringify(copies.choices));
   const echoed = await client.completions.create({ ...base, max_tokens: 12, echo: true });
   check(echoed.choices[0].text === "hello world" + choice.text, "echo prepends the prompt", JSON.stringify(echoed.choices[0]));
+  const echoedLogprobs = await client.completions.create({ ...base, max_tokens: 4, echo: true, logprobs: 2 });
+  const lp = echoedLogprobs.choices[0].logprobs;
+  const promptTokens = echoedLogprobs.usage.prompt_tokens;
+  check(lp.tokens.length === promptTokens + 4 && lp.token_logprobs[0] === null && lp.top_logprobs[0] === null &&
+    lp.token_logprobs.slice(1).every((x) => typeof x === "number" && x <= 0) &&
+    lp.top_logprobs.slice(1).every((t) => Object.keys(t).length >= 1 && Object.keys(t).length <= 2) &&
+    lp.text_offset.every((o, i) => i === 0 || o >= lp.text_offset[i - 1]),
+    "echo with logprobs: the prompt's tokens and logprobs first, null for the first",
+    JSON.stringify(lp));
   const echoedStream = await collect(await client.completions.create({ ...base, max_tokens: 12, echo: true, stream: true }));
   check(echoedStream.text === "hello world" + choice.text, "echo in a stream", JSON.stringify(echoedStream.text));
   await expectError(client.completions.create({ ...base, suffix: "the end" }), 400, "suffix", "suffix refused");

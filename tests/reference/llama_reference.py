@@ -311,6 +311,32 @@ def greedy_generate(model, prompt_ids, max_tokens, eos_ids=None,
   return generated
 
 
+def log_softmax(logits):
+  """Row-wise log_softmax in float64, stable."""
+  x = np.asarray(logits, dtype=np.float64)
+  shifted = x - x.max(axis=-1, keepdims=True)
+  return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+def prompt_logprobs(model, token_ids, top):
+  """vLLM's prompt logprobs: for each prompt position p >= 1, the
+  log-probability of token_ids[p] under the raw logits of row p - 1, and the
+  `top` most likely tokens there (descending, lowest id first on ties).
+
+  Returns a list of len(token_ids) - 1 dicts {token_id, logprob, top:
+  [[id, logprob], ...]}.
+  """
+  logprobs = log_softmax(forward(model, token_ids))
+  entries = []
+  for p in range(1, len(token_ids)):
+    row = logprobs[p - 1]
+    order = np.argsort(-row, kind="stable")[:top]
+    entries.append({"token_id": int(token_ids[p]),
+                    "logprob": float(row[token_ids[p]]),
+                    "top": [[int(i), float(row[i])] for i in order]})
+  return entries
+
+
 # ---------------------------------------------------------------------------
 # CLI
 
@@ -334,6 +360,10 @@ def main(argv):
   p_batch = sub.add_parser("generate-batch")
   p_batch.add_argument("--model", required=True)
   p_batch.add_argument("--requests", required=True)
+  p_prompt = sub.add_parser("prompt-logprobs")
+  p_prompt.add_argument("--model", required=True)
+  p_prompt.add_argument("--tokens", required=True)
+  p_prompt.add_argument("--top", type=int, default=0)
   args = parser.parse_args(argv)
 
   model = load_model(args.model)
@@ -341,6 +371,8 @@ def main(argv):
     logits = forward(model, _parse_tokens(args.tokens))
     logits.astype("<f8").tofile(args.out)
     print(f"shape {logits.shape[0]} {logits.shape[1]}")
+  elif args.command == "prompt-logprobs":
+    print(json.dumps(prompt_logprobs(model, _parse_tokens(args.tokens), args.top)))
   elif args.command == "generate":
     out = greedy_generate(model, _parse_tokens(args.tokens), args.max_tokens,
                           ignore_eos=args.ignore_eos)

@@ -465,6 +465,22 @@ class GenerateTest(TempDirTest):
     self.dir = self.make("m", *SMALL, "--seed", "5")
     self.model = ref.load_model(self.dir)
 
+  def test_prompt_logprobs_score_each_next_token_under_its_row(self):
+    prompt = [1, 4, 9, 4, 2]
+    entries = ref.prompt_logprobs(self.model, prompt, top=3)
+    self.assertEqual(len(entries), len(prompt) - 1)
+    logits = ref.forward(self.model, prompt)
+    for p, entry in enumerate(entries, start=1):
+      row = logits[p - 1]
+      expected = row[prompt[p]] - np.log(np.exp(row - row.max()).sum()) - row.max()
+      self.assertEqual(entry["token_id"], prompt[p])
+      self.assertAlmostEqual(entry["logprob"], expected, places=12)
+      self.assertEqual([i for i, _ in entry["top"]],
+                       list(np.argsort(-row, kind="stable")[:3]))
+      self.assertGreaterEqual(entry["top"][0][1], entry["top"][1][1])
+    self.assertEqual(ref.prompt_logprobs(self.model, prompt, top=0)[0]["top"],
+                     [])
+
   def test_greedy_is_argmax_of_recomputed_forward(self):
     prompt = [1, 4, 9]
     generated = ref.greedy_generate(self.model, prompt, 10, ignore_eos=True)

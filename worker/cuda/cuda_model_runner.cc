@@ -209,10 +209,12 @@ class CudaModelRunner final : public ModelRunnerBase {
     return absl::OkStatus();
   }
 
-  // A decode step that fits a captured bucket replays its graph.
+  // A decode step that fits a captured bucket replays its graph; one that
+  // wants prompt logprobs runs eagerly (the graphs keep no hidden states).
   absl::StatusOr<ForwardOutput> RunForward(const FlatBatch& batch) override {
-    return graphs_ != nullptr && graphs_->CanRun(batch) ? graphs_->Run(batch)
-                                                        : model_->Forward(batch, cache_.get());
+    const bool graphed =
+        graphs_ != nullptr && !batch.wants_prompt_logprobs() && graphs_->CanRun(batch);
+    return graphed ? graphs_->Run(batch) : model_->Forward(batch, cache_.get());
   }
 
   // Makes the backend on `device` and joins the group through the path the
