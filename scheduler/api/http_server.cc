@@ -34,6 +34,7 @@
 #include "prometheus/registry.h"
 #include "scheduler/api/http_exchange.h"
 #include "scheduler/api/openai_routes.h"
+#include "scheduler/api/request_duration_buckets.h"
 
 namespace pagoda::scheduler {
 namespace {
@@ -283,13 +284,11 @@ void HttpServer::Core::Record(absl::string_view path, int status, absl::Duration
     counter = found->second;
     auto duration = durations.find(std::string(path));
     if (duration == durations.end()) {
-      duration = durations
-                     .emplace(std::string(path),
-                              &duration_family->Add({{"path", std::string(path)}},
-                                                    prometheus::Histogram::BucketBoundaries{
-                                                        0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
-                                                        0.5, 1, 2.5, 5, 10, 30, 60, 120}))
-                     .first;
+      duration =
+          durations
+              .emplace(std::string(path), &duration_family->Add({{"path", std::string(path)}},
+                                                                RequestDurationBucketsSeconds()))
+              .first;
     }
     histogram = duration->second;
   }
