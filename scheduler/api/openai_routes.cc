@@ -360,7 +360,8 @@ OpenAiRoutes::OpenAiRoutes(const HttpServerOptions& options, Engine* engine,
       validator_(validator),
       tokenizer_(tokenizer),
       chat_(std::move(chat)),
-      tool_parser_(ParseToolCallParserName(options.tool_call_parser).value_or(ToolCallParser::kNone)),
+      tool_parser_(
+          ParseToolCallParserName(options.tool_call_parser).value_or(ToolCallParser::kNone)),
       started_(absl::ToUnixSeconds(absl::Now())),
       pool_(std::make_unique<ValidationPool>(std::max(1, options.tokenizer_threads),
                                              std::max(1, options.max_pending_tokenizations))) {}
@@ -379,6 +380,11 @@ absl::string_view OpenAiRoutes::RouteLabel(absl::string_view path) {
   }
   if (absl::StartsWith(path, kModelsPrefix)) return "/v1/models/{id}";
   return "other";
+}
+
+bool OpenAiRoutes::AnsweredAtOnce(absl::string_view route) {
+  return route == "/health" || route == "/ping" || route == "/version" || route == "/v1/models" ||
+         route == "/v1/models/{id}";
 }
 
 bool OpenAiRoutes::Routable(absl::string_view method, absl::string_view path, int* status) const {
