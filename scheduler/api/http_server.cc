@@ -230,6 +230,11 @@ class HttpSession : public HttpExchange, public std::enable_shared_from_this<Htt
   void StartEventStream() override;
   bool SendEvent(absl::string_view data) override;
   void EndEventStream() override;
+  void HoldWrites() override { hold_writes_ = true; }
+  void ReleaseWrites() override {
+    hold_writes_ = false;
+    Flush();
+  }
 
  private:
   enum class Phase { kIdle, kHeader, kBody, kHandling, kDone };
@@ -296,6 +301,7 @@ class HttpSession : public HttpExchange, public std::enable_shared_from_this<Htt
   bool closed_ = false;
   bool reading_ = false;        // A read (any kind) is pending.
   bool writing_ = false;        // A write is pending.
+  bool hold_writes_ = false;    // HoldWrites: queue, do not write yet.
   bool close_after_ = false;    // Close once the response is written.
   bool keep_alive_ = true;      // This request's client keeps the connection.
   bool streaming_ = false;      // An event stream is open.
@@ -730,7 +736,7 @@ bool HttpSession::SendEvent(absl::string_view data) {
     return false;
   }
   absl::StrAppend(&pending_, absl::Hex(data.size()), "\r\n", data, "\r\n");
-  Flush();
+  if (!hold_writes_) Flush();
   return true;
 }
 
@@ -742,7 +748,7 @@ void HttpSession::EndEventStream() {
 
 void HttpSession::Send(std::string bytes) {
   pending_ += bytes;
-  Flush();
+  if (!hold_writes_) Flush();
 }
 
 void HttpSession::Flush() {

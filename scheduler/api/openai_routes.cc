@@ -150,8 +150,10 @@ class CompletionCall : public HttpCall, public std::enable_shared_from_this<Comp
       }
       std::shared_ptr<CompletionCall> call = call_.lock();
       if (call == nullptr) return;
+      call->exchange_->HoldWrites();  // The burst leaves in one write.
       for (const RequestDelta& delta : deltas) call->OnDelta(part_, delta);
       if (final_status.has_value()) call->OnFinish(part_, *final_status);
+      call->exchange_->ReleaseWrites();
     }
 
     const boost::asio::any_io_executor executor_;
