@@ -4,7 +4,10 @@
 # doors open and runs bench_http_grpc against it (requests/s, output
 # tokens/s, TTFT p50/p99 and the server's CPU time per output token, four
 # ways, at each concurrency).
-#   BUILD_DIR=build CONCURRENCY=1,16,64,256 ROUNDS=4 MAX_TOKENS=64 PROMPT_LEN=32 \
+# Each row is the median of REPEAT runs, the four ways taking turns (this
+# host's other load then falls on each alike).
+#   BUILD_DIR=build CONCURRENCY=1,16,64,256 ROUNDS=4 MIN_REQUESTS=256 REPEAT=3 \
+#     MODES=grpc,grpc-stream,http,http-stream MAX_TOKENS=64 PROMPT_LEN=32 \
 #     tests/http/bench_http_grpc.sh [more pagoda-server flags]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -43,4 +46,6 @@ fi
 HTTP_PORT=$(awk '/PAGODA_HTTP_LISTENING/ {print $2}' "$WORK/server.out")
 "$BIN/bench_http_grpc" --grpc "127.0.0.1:$GRPC_PORT" --http-port "$HTTP_PORT" \
   --server-pid "$SERVER_PID" --concurrency "${CONCURRENCY:-1,16,64,256}" \
-  --rounds "${ROUNDS:-4}" --max-tokens "${MAX_TOKENS:-64}" --prompt-len "${PROMPT_LEN:-32}"
+  --rounds "${ROUNDS:-4}" --min-requests "${MIN_REQUESTS:-256}" --repeat "${REPEAT:-3}" \
+  --modes "${MODES:-grpc,grpc-stream,http,http-stream}" --max-tokens "${MAX_TOKENS:-64}" \
+  --prompt-len "${PROMPT_LEN:-32}"
