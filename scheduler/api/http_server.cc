@@ -619,14 +619,18 @@ void HttpSession::Dispatch() {
         nullptr, [core = core_, bytes = body_reserved_](void*) { core->ReleaseBody(bytes); });
     body_reserved_ = 0;
   }
-  if (on_control_ && !OpenAiRoutes::AnsweredAtOnce(route_)) return MoveToIo(std::move(request));
+  // (Only with nothing pending on the socket; there never is here, the
+  // request having just been read whole: were there, it is answered here.)
+  if (on_control_ && !reading_ && !writing_ && !OpenAiRoutes::AnsweredAtOnce(route_)) {
+    return MoveToIo(std::move(request));
+  }
   ReadAhead();
   core_->routes->Handle(std::move(request), shared_from_this());
 }
 
 void HttpSession::MoveToIo(HttpRequest request) {
-  // No operation is pending on the socket here (the request has just been
-  // read whole), so it can leave this loop's reactor.
+  // No operation is pending on the socket (Dispatch checked), so it can
+  // leave this loop's reactor.
   beast::error_code error;
   const tcp::endpoint local = socket_.local_endpoint(error);
   const tcp::socket::native_handle_type descriptor = error ? -1 : socket_.release(error);
