@@ -239,7 +239,9 @@ try {
   const idleRss = rssMiB(server.child.pid);
   // While they idle: vLLM's serving-benchmark shape, 256 clients each
   // streaming one completion after another on its keep-alive connection,
-  // 2,000 in all, while /health is polled every 100 ms from start to end.
+  // 2,000 in all (more if that takes under 3 s, so that /health is polled
+  // at least 20 times whatever the host's speed), while /health is polled
+  // every 100 ms from start to end.
   const clients = 256;
   const total = 2000;
   const loadAgent = new http.Agent({ keepAlive: true, maxSockets: clients });
@@ -249,7 +251,7 @@ try {
   let issued = 0;
   let streamErrors = 0;
   await Promise.all(Array.from({ length: clients }, async () => {
-    while (issued < total) {
+    while (issued < total || performance.now() - loadStart < 3000) {
       ++issued;
       if (!(await streamCompletion(port, loadAgent, 64))) ++streamErrors;
     }
@@ -260,11 +262,12 @@ try {
   const loadPolls = await poller.done;
   const largestBatch = await batch.done;
   loadAgent.destroy();
-  console.log(`${total} streams from ${clients} clients beside 1,000 idle connections in ${loadSeconds.toFixed(1)} s: ` +
+  console.log(`${issued} streams from ${clients} clients beside 1,000 idle connections in ${loadSeconds.toFixed(1)} s: ` +
     `${streamErrors} errors, largest batch ${largestBatch}; /health polled ${loadPolls.polls} times, ` +
     `slowest ${loadPolls.slowest.toFixed(1)} ms`);
-  check(streamErrors === 0, `${total} streams from ${clients} clients complete`, `${streamErrors} errors`);
-  check(loadPolls.polls >= 10 && loadPolls.bad === 0 && loadPolls.slowest < 100,
+  check(issued >= total && streamErrors === 0, `${issued} streams from ${clients} clients complete`,
+    `${streamErrors} errors`);
+  check(loadPolls.polls >= 20 && loadPolls.bad === 0 && loadPolls.slowest < 100,
     "/health within 100 ms at every poll under 256 streams beside 1,000 idle connections", JSON.stringify(loadPolls));
   check(largestBatch === maxNumSeqs, "the batch reaches --max-num-seqs through HTTP alone", largestBatch);
 
