@@ -655,7 +655,7 @@ GenerationOptions ReadGenerationOptions() {
 
 absl::StatusOr<std::unique_ptr<FrontendServer>> StartGrpcFrontend(
     const ModelLimits& limits, GenerationService* service, VllmEngineService* vllm_service,
-    Engine* engine) {
+    ServerMetrics* metrics, Engine* engine) {
   FrontendOptions options;
   options.host = absl::GetFlag(FLAGS_host);
   options.port = absl::GetFlag(FLAGS_port);
@@ -664,6 +664,7 @@ absl::StatusOr<std::unique_ptr<FrontendServer>> StartGrpcFrontend(
   options.ssl_keyfile = absl::GetFlag(FLAGS_ssl_keyfile);
   options.ssl_ca_certs = absl::GetFlag(FLAGS_ssl_ca_certs);
   if (vllm_service != nullptr) options.extra_services.push_back(vllm_service);
+  if (metrics != nullptr) options.metrics_registry = metrics->registry();
   return FrontendServer::Start(options, service, engine);
 }
 
@@ -763,7 +764,7 @@ absl::Status ServeUntilStopSignal(const ServerSettings& settings, const ModelFil
   std::unique_ptr<VllmEngineService> vllm_service = MakeVllmEngineService(
       served, &engine, &validator, model.tokenizer.get(), generation_options);
   absl::StatusOr<std::unique_ptr<FrontendServer>> server =
-      StartGrpcFrontend(limits, &service, vllm_service.get(), &engine);
+      StartGrpcFrontend(limits, &service, vllm_service.get(), metrics, &engine);
   if (!server.ok()) {
     stop_backend();
     return server.status();

@@ -8,10 +8,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/tls_credentials.h"
-#include "scheduler/api/api_key.h"
 #include "glog/logging.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "scheduler/api/api_key.h"
+#include "scheduler/api/grpc_request_metrics.h"
 #include "scheduler/api/request_reactors.h"
 
 namespace pagoda::scheduler {
@@ -146,6 +147,9 @@ absl::StatusOr<std::unique_ptr<FrontendServer>> FrontendServer::Start(
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.RegisterService(service);
   for (grpc::Service* extra : options.extra_services) builder.RegisterService(extra);
+  if (options.metrics_registry != nullptr) {
+    GrpcRequestMetrics(options.metrics_registry).Attach(builder);
+  }
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || bound_port == 0) {
     return absl::UnavailableError(

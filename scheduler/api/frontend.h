@@ -18,6 +18,10 @@
 #include "scheduler/engine/engine.h"
 #include "text/tokenizer.h"
 
+namespace prometheus {
+class Registry;
+}
+
 namespace pagoda::scheduler {
 
 // Static facts about the served model, for GetModelInfo.
@@ -102,6 +106,8 @@ struct FrontendOptions {
   // More services on the same port (vllm.grpc.engine.VllmEngine); they must
   // outlive the server.
   std::vector<grpc::Service*> extra_services;
+  // When set, every call is counted and timed here (GrpcRequestMetrics).
+  std::shared_ptr<prometheus::Registry> metrics_registry;
 };
 
 // A running gRPC server: the Generation service, grpc.health.v1 (overall

@@ -54,6 +54,11 @@ class HttpExchange {
   virtual bool SendEvent(absl::string_view data) = 0;
   // Ends the stream (the last chunk); ends the exchange once written.
   virtual void EndEventStream() = 0;
+  // While held, what Respond and SendEvent queue waits, to leave in one
+  // write at ReleaseWrites: a burst of events (the deltas the engine made
+  // while the loop was busy) costs one system call, not one each.
+  virtual void HoldWrites() = 0;
+  virtual void ReleaseWrites() = 0;
 };
 
 }  // namespace pagoda::scheduler

@@ -1,5 +1,7 @@
 #include "scheduler/api/http_server.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -16,6 +18,7 @@
 #include "absl/time/clock.h"
 #include "boost/asio/bind_executor.hpp"
 #include "boost/asio/dispatch.hpp"
+#include "boost/asio/executor_work_guard.hpp"
 #include "boost/asio/io_context.hpp"
 #include "boost/asio/ip/tcp.hpp"
 #include "boost/asio/post.hpp"
@@ -23,9 +26,9 @@
 #include "boost/asio/strand.hpp"
 #include "boost/asio/write.hpp"
 #include "boost/beast/core/flat_buffer.hpp"
+#include "boost/beast/core/read_size.hpp"
 #include "boost/beast/http/error.hpp"
 #include "boost/beast/http/parser.hpp"
-#include "boost/beast/http/read.hpp"
 #include "boost/beast/http/string_body.hpp"
 #include "glog/logging.h"
 #include "prometheus/counter.h"
@@ -34,6 +37,7 @@
 #include "prometheus/registry.h"
 #include "scheduler/api/http_exchange.h"
 #include "scheduler/api/openai_routes.h"
+#include "scheduler/api/request_duration_buckets.h"
 
 namespace pagoda::scheduler {
 namespace {
@@ -46,6 +50,10 @@ using tcp = asio::ip::tcp;
 // The kernel caps the backlog at net.core.somaxconn (4096 on current
 // kernels); bursts of new clients wait there instead of being reset.
 constexpr int kListenBacklog = 4096;
+// Most bytes one read takes from a socket: small while headers are read
+// (what an idle or drip-feeding connection holds), larger for a body.
+constexpr size_t kHeaderReadBytes = 4 << 10;
+constexpr size_t kBodyReadBytes = 64 << 10;
 // Bytes a connection reads ahead while its request is being answered (the
 // next pipelined request, or the end of the connection it watches for).
 constexpr size_t kReadAheadBytes = 64 << 10;
@@ -110,7 +118,8 @@ class HttpServer::Core {
       : options(std::move(options)),
         routes(std::make_unique<OpenAiRoutes>(this->options, engine, validator, tokenizer,
                                               std::move(chat))),
-        acceptor(asio::make_strand(io)) {
+        keep_io_running(asio::make_work_guard(io)),
+        acceptor(asio::make_strand(control_io)) {
     if (this->options.metrics_registry != nullptr) {
       requests_family = &prometheus::BuildCounter()
                              .Name("pagoda_http_requests_total")
@@ -161,9 +170,21 @@ class HttpServer::Core {
   absl::flat_hash_map<std::pair<std::string, int>, prometheus::Counter*> counters
       ABSL_GUARDED_BY(metrics_mu);
 
-  // Last, so destroyed first: sessions freed with the loop's handlers still
+  // Last, so destroyed first: sessions freed with the loops' handlers still
   // count themselves out of `connections` and `body_bytes` above.
+  // The loop of the requests that take their time (completions, tokenizing)
+  // and of their connections: io_threads threads.
   asio::io_context io;
+  // Runs while it has no connection yet.
+  asio::executor_work_guard<asio::io_context::executor_type> keep_io_running;
+  // The control loop, on a thread of its own: accepts, reads every new
+  // connection's requests and answers those answered at once (/health,
+  // /version, /v1/models, refusals); a connection whose request goes to the
+  // engine moves to `io` (HttpSession::MoveToIo). Under a load of streams
+  // `io`'s queue holds every stream's pending events, which a health check
+  // would otherwise wait behind; this loop stays nearly idle, so its thread
+  // is woken at once.
+  asio::io_context control_io;
   tcp::acceptor acceptor;  // On a strand: accepts and the close never overlap.
 };
 
@@ -172,20 +193,25 @@ class HttpServer::Core {
 // and writes their responses. Everything runs on the connection's strand.
 class HttpSession : public HttpExchange, public std::enable_shared_from_this<HttpSession> {
  public:
-  HttpSession(HttpServer::Core* core, tcp::socket socket, uint64_t id)
+  // `on_control`: the socket's executor is a strand of the control loop.
+  HttpSession(HttpServer::Core* core, tcp::socket socket, uint64_t id, bool on_control)
       : core_(core),
         socket_(std::move(socket)),
         timer_(socket_.get_executor()),
         buffer_(core->options.max_header_bytes + kReadAheadBytes),
-        id_(id) {}
+        id_(id),
+        on_control_(on_control) {}
   ~HttpSession() override {
     ReleaseBody();
-    core_->connections.fetch_sub(1);
+    if (!moved_) core_->connections.fetch_sub(1);  // Else its successor counts it.
   }
 
   void Begin() {
     beast::error_code ignored;
     socket_.set_option(tcp::no_delay(true), ignored);  // Nagle would hold each response's tail.
+    // Reads and writes are first tried at once (ReadNow, Flush); only what
+    // would block goes through the loop.
+    socket_.non_blocking(true, ignored);
     if (core_->options.socket_send_buffer_bytes > 0) {
       socket_.set_option(
           asio::socket_base::send_buffer_size(core_->options.socket_send_buffer_bytes), ignored);
@@ -204,18 +230,38 @@ class HttpSession : public HttpExchange, public std::enable_shared_from_this<Htt
   void StartEventStream() override;
   bool SendEvent(absl::string_view data) override;
   void EndEventStream() override;
+  void HoldWrites() override { hold_writes_ = true; }
+  void ReleaseWrites() override {
+    hold_writes_ = false;
+    Flush();
+  }
 
  private:
   enum class Phase { kIdle, kHeader, kBody, kHandling, kDone };
 
   void ReadRequest();
+  // Reads what the socket holds now, without waiting; false if nothing.
+  bool ReadNow();
   void ReadHeader();
+  // Parses the headers from the buffer, reading more while they are
+  // incomplete. A request that has arrived whole is parsed and answered
+  // without a trip through the loop (which, under a load of streams, is a
+  // wait behind every stream's pending events).
+  void ParseHeader();
   void OnHeader(beast::error_code error);
+  // Reads up to `most` more bytes into the buffer, then calls next(*this, error), unless
+  // the exchange was refused meanwhile (the bytes are then discarded).
+  template <typename Next>
+  void ReadMore(size_t most, Next next);
   // Answers "Expect: 100-continue", then reads the body.
   void ContinueThenReadBody();
   void ReadBody();
   void OnBody(beast::error_code error);
   void Dispatch();
+  // Hands the connection, with `request` read from it, to a new session on
+  // the io loop, which answers it (Resume). This one is then done.
+  void MoveToIo(HttpRequest request);
+  void Resume(HttpRequest request);
   // Keeps one read pending while a request is answered: the client leaving
   // (EOF, reset) is seen at once; bytes it sends (a pipelined request) wait
   // in the buffer, up to kReadAheadBytes.
@@ -248,11 +294,14 @@ class HttpSession : public HttpExchange, public std::enable_shared_from_this<Htt
   asio::steady_timer timer_;
   beast::flat_buffer buffer_;
   const uint64_t id_;
+  const bool on_control_;
+  bool moved_ = false;  // MoveToIo handed the connection on.
   std::optional<http::request_parser<http::string_body>> parser_;
   Phase phase_ = Phase::kIdle;
   bool closed_ = false;
   bool reading_ = false;        // A read (any kind) is pending.
   bool writing_ = false;        // A write is pending.
+  bool hold_writes_ = false;    // HoldWrites: queue, do not write yet.
   bool close_after_ = false;    // Close once the response is written.
   bool keep_alive_ = true;      // This request's client keeps the connection.
   bool streaming_ = false;      // An event stream is open.
@@ -283,13 +332,11 @@ void HttpServer::Core::Record(absl::string_view path, int status, absl::Duration
     counter = found->second;
     auto duration = durations.find(std::string(path));
     if (duration == durations.end()) {
-      duration = durations
-                     .emplace(std::string(path),
-                              &duration_family->Add({{"path", std::string(path)}},
-                                                    prometheus::Histogram::BucketBoundaries{
-                                                        0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
-                                                        0.5, 1, 2.5, 5, 10, 30, 60, 120}))
-                     .first;
+      duration =
+          durations
+              .emplace(std::string(path), &duration_family->Add({{"path", std::string(path)}},
+                                                                RequestDurationBucketsSeconds()))
+              .first;
     }
     histogram = duration->second;
   }
@@ -298,13 +345,14 @@ void HttpServer::Core::Record(absl::string_view path, int status, absl::Duration
 }
 
 void HttpServer::Core::Accept() {
-  acceptor.async_accept(asio::make_strand(io), [this](beast::error_code error, tcp::socket socket) {
+  acceptor.async_accept(asio::make_strand(control_io), [this](beast::error_code error,
+                                                              tcp::socket socket) {
     if (stopping.load()) return;
     if (error) {
       // Out of descriptors (EMFILE) and the like: retry shortly, without
       // spinning; the client waits in the backlog.
       LOG_EVERY_N(WARNING, 100) << "HTTP accept: " << error.message();
-      auto timer = std::make_shared<asio::steady_timer>(io, std::chrono::milliseconds(50));
+      auto timer = std::make_shared<asio::steady_timer>(control_io, std::chrono::milliseconds(50));
       timer->async_wait([this, timer](beast::error_code) {
         if (!stopping.load()) Accept();
       });
@@ -330,7 +378,7 @@ void HttpServer::Core::Accept() {
       {
         absl::MutexLock lock(&sessions_mu);
         const uint64_t id = next_session_id++;
-        session = std::make_shared<HttpSession>(this, std::move(socket), id);
+        session = std::make_shared<HttpSession>(this, std::move(socket), id, /*on_control=*/true);
         sessions.emplace(id, session);
       }
       asio::dispatch(session->executor(), [session] { session->Begin(); });
@@ -380,10 +428,40 @@ void HttpSession::ReadRequest() {
     SetDeadline(core_->options.idle_timeout);
     return;
   }
+  // A new connection's first request is usually here by now.
+  if (ReadNow()) return ReadHeader();
   // Wait for the first byte of the next request under the idle deadline,
   // then for the rest of the headers under the header deadline.
   SetDeadline(core_->options.idle_timeout);
   ReadAhead();
+}
+
+bool HttpSession::ReadNow() {
+  const size_t room = beast::read_size(buffer_, kHeaderReadBytes);
+  if (room == 0) return false;
+  beast::error_code error;  // would_block when nothing is there.
+  const size_t bytes = socket_.read_some(buffer_.prepare(room), error);
+  if (error || bytes == 0) return false;  // A failure shows again on the next (async) read.
+  buffer_.commit(bytes);
+  return true;
+}
+
+template <typename Next>
+void HttpSession::ReadMore(size_t most, Next next) {
+  // What the buffer has room for already (at least 512 bytes), as Beast's
+  // own reads: an idle or drip-feeding connection holds little.
+  const size_t room = beast::read_size(buffer_, most);
+  if (room == 0) return next(*this, beast::error_code(http::error::buffer_overflow));
+  reading_ = true;
+  socket_.async_read_some(buffer_.prepare(room),
+                          [self = shared_from_this(), next](beast::error_code error, size_t bytes) {
+                            self->reading_ = false;
+                            if (self->closed_) return;
+                            if (self->phase_ == Phase::kDone)
+                              return error ? self->Close() : self->Discard();
+                            self->buffer_.commit(bytes);
+                            next(*self, error);
+                          });
 }
 
 void HttpSession::ReadHeader() {
@@ -393,12 +471,21 @@ void HttpSession::ReadHeader() {
   parser_->header_limit(static_cast<std::uint32_t>(core_->options.max_header_bytes));
   parser_->body_limit(core_->options.max_body_bytes);
   SetDeadline(core_->options.header_timeout);
-  reading_ = true;
-  http::async_read_header(socket_, buffer_, *parser_,
-                          [self = shared_from_this()](beast::error_code error, size_t) {
-                            self->reading_ = false;
-                            self->OnHeader(error);
-                          });
+  ParseHeader();
+}
+
+void HttpSession::ParseHeader() {
+  beast::error_code error;
+  if (buffer_.size() > 0) {
+    // Stops at the end of the headers (the parser is not eager); consumes
+    // nothing until they are complete.
+    buffer_.consume(parser_->put(buffer_.data(), error));
+    if (error == http::error::need_more) error = {};
+  }
+  if (error || parser_->is_header_done()) return OnHeader(error);
+  ReadMore(kHeaderReadBytes, [](HttpSession& self, beast::error_code read_error) {
+    read_error ? self.OnHeader(read_error) : self.ParseHeader();
+  });
 }
 
 void HttpSession::OnHeader(beast::error_code error) {
@@ -448,6 +535,7 @@ void HttpSession::OnHeader(beast::error_code error) {
   }
   if (parser_->is_done()) return Dispatch();
   phase_ = Phase::kBody;
+  parser_->eager(true);  // The body: as much as the buffer holds at each put.
   SetDeadline(core_->options.body_timeout);
   const auto expect = header[http::field::expect];
   if (absl::EqualsIgnoreCase(absl::string_view(expect.data(), expect.size()), "100-continue")) {
@@ -470,14 +558,21 @@ void HttpSession::ContinueThenReadBody() {
 
 void HttpSession::ReadBody() {
   if (closed_) return;
-  reading_ = true;
   // Piece by piece, so that a chunked body (length unknown in advance) is
-  // counted against the budget as it grows.
-  http::async_read_some(socket_, buffer_, *parser_,
-                        [self = shared_from_this()](beast::error_code error, size_t) {
-                          self->reading_ = false;
-                          self->OnBody(error);
-                        });
+  // counted against the budget (OnBody) as it grows.
+  beast::error_code error;
+  bool progressed = false;
+  while (buffer_.size() > 0 && !parser_->is_done()) {
+    const size_t used = parser_->put(buffer_.data(), error);
+    buffer_.consume(used);
+    progressed |= used > 0;
+    if (error || used == 0) break;
+  }
+  if (error == http::error::need_more) error = {};
+  if (error || progressed || parser_->is_done()) return OnBody(error);
+  ReadMore(kBodyReadBytes, [](HttpSession& self, beast::error_code read_error) {
+    read_error ? self.OnBody(read_error) : self.ReadBody();
+  });
 }
 
 void HttpSession::OnBody(beast::error_code error) {
@@ -524,6 +619,47 @@ void HttpSession::Dispatch() {
         nullptr, [core = core_, bytes = body_reserved_](void*) { core->ReleaseBody(bytes); });
     body_reserved_ = 0;
   }
+  // (Only with nothing pending on the socket; there never is here, the
+  // request having just been read whole: were there, it is answered here.)
+  if (on_control_ && !reading_ && !writing_ && !OpenAiRoutes::AnsweredAtOnce(route_)) {
+    return MoveToIo(std::move(request));
+  }
+  ReadAhead();
+  core_->routes->Handle(std::move(request), shared_from_this());
+}
+
+void HttpSession::MoveToIo(HttpRequest request) {
+  // No operation is pending on the socket (Dispatch checked), so it can
+  // leave this loop's reactor.
+  beast::error_code error;
+  const tcp::endpoint local = socket_.local_endpoint(error);
+  const tcp::socket::native_handle_type descriptor = error ? -1 : socket_.release(error);
+  if (error) {
+    if (descriptor >= 0) ::close(descriptor);
+    return Close();
+  }
+  tcp::socket moved(asio::make_strand(core_->io), local.protocol(), descriptor);
+  auto next = std::make_shared<HttpSession>(core_, std::move(moved), id_, /*on_control=*/false);
+  next->buffer_ = std::move(buffer_);  // Bytes the client sent past the request.
+  next->route_ = route_;
+  next->started_ = started_;
+  next->keep_alive_ = keep_alive_;
+  moved_ = true;
+  closed_ = true;  // Late handlers (the cancelled deadline) find nothing to do.
+  {
+    absl::MutexLock lock(&core_->sessions_mu);
+    core_->sessions[id_] = next;
+  }
+  asio::dispatch(next->executor(), [next, request = std::move(request)]() mutable {
+    next->Resume(std::move(request));
+  });
+}
+
+void HttpSession::Resume(HttpRequest request) {
+  beast::error_code ignored;
+  socket_.non_blocking(true, ignored);  // TCP_NODELAY went with the descriptor.
+  phase_ = Phase::kHandling;
+  if (core_->stopping.load()) return Close();
   ReadAhead();
   core_->routes->Handle(std::move(request), shared_from_this());
 }
@@ -604,7 +740,7 @@ bool HttpSession::SendEvent(absl::string_view data) {
     return false;
   }
   absl::StrAppend(&pending_, absl::Hex(data.size()), "\r\n", data, "\r\n");
-  Flush();
+  if (!hold_writes_) Flush();
   return true;
 }
 
@@ -616,7 +752,7 @@ void HttpSession::EndEventStream() {
 
 void HttpSession::Send(std::string bytes) {
   pending_ += bytes;
-  Flush();
+  if (!hold_writes_) Flush();
 }
 
 void HttpSession::Flush() {
@@ -624,6 +760,29 @@ void HttpSession::Flush() {
     if (!closed_ && !writing_ && response_done_) EndExchange();
     return;
   }
+  // Written at once while the kernel takes it: a stream's event costs no
+  // trip through the loop (nor a deadline to set and cancel).
+  beast::error_code error;
+  const size_t sent = socket_.write_some(asio::buffer(pending_), error);
+  if (error && error != asio::error::would_block && error != asio::error::try_again) {
+    return Close();
+  }
+  pending_.erase(0, error ? 0 : sent);
+  if (pending_.empty()) {
+    // The end of an exchange goes on from the loop, not from this stack: a
+    // pipelined request already read would otherwise be answered in it, and
+    // so on without bound.
+    if (response_done_) {
+      writing_ = true;
+      asio::post(socket_.get_executor(), [self = shared_from_this()] {
+        self->writing_ = false;
+        self->OnWritten({});
+      });
+    }
+    return;
+  }
+  // The client is not reading fast enough: the rest waits for it, under the
+  // write deadline.
   writing_bytes_.swap(pending_);
   pending_.clear();
   writing_ = true;
@@ -736,6 +895,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(HttpServerOptions 
   for (int i = 0; i < core.options.io_threads; ++i) {
     core.threads.emplace_back([&core] { core.io.run(); });
   }
+  core.threads.emplace_back([&core] { core.control_io.run(); });
   return server;
 }
 
@@ -774,7 +934,9 @@ void HttpServer::Shutdown() {
   // loop stops.
   for (int i = 0; i < 200 && core_->connections.load() > 0; ++i)
     absl::SleepFor(absl::Milliseconds(5));
+  core_->keep_io_running.reset();
   core_->io.stop();
+  core_->control_io.stop();
   for (std::thread& thread : core_->threads) thread.join();
   core_->threads.clear();
   // Tokenizing work already accepted posts to the stopped loop, where it is

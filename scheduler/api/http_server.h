@@ -42,7 +42,8 @@ struct HttpServerOptions {
 
   // Connections open at once; one more is answered 503 and closed at once.
   int max_connections = 4096;
-  // Threads running the event loop (see HttpServer).
+  // Threads running the io loop (see HttpServer); the control loop has one
+  // more.
   int io_threads = 2;
   // Threads that tokenize text prompts and render chat templates, and how
   // many such requests may wait for them (more get 429).
@@ -94,13 +95,26 @@ struct HttpServerOptions {
 // a client drip-feeding headers costs a socket and a few KiB, not a thread,
 // and every phase (idle, headers, body, each write) has its deadline.
 //
+// Two loops. A control loop on a thread of its own accepts, reads each new
+// connection's requests and answers those that need neither the engine nor
+// the tokenizer (/health, /ping, /version, /v1/models, every refusal); a
+// connection whose request goes to the engine moves, socket and unread
+// bytes, to the io loop (`io_threads` threads), which answers it and the
+// connection's later requests. Under a load of streams the io loop's queue
+// holds every stream's pending events, and a health check queued behind
+// them waited hundreds of milliseconds on a busy host; the control loop is
+// nearly idle, so the kernel wakes its thread at once. Reads, header
+// parsing and writes are first tried at once, so a request that has arrived
+// whole is answered without a trip through its loop's queue, and a stream's
+// event costs one write call, not a queued completion.
+//
 // Why `io_threads` = 2 by default: the loop only parses, routes, turns
-// engine deltas into JSON and writes, all in microseconds, so one thread
-// would serve thousands of tokens a second; a second one keeps /health and
-// accepts answered while the other serializes a burst of chunks, and more
-// would only contend on the strands' locks on a host whose cores the engine,
-// gRPC and the tokenizer threads also need. Tokenizing and chat templates,
-// which grow with the prompt, run on `tokenizer_threads`, never on the loop.
+// engine deltas into JSON and writes, all in microseconds; a second thread
+// keeps connections served while the other serializes a burst of chunks,
+// and more would only contend on the strands' locks on a host whose cores
+// the engine, gRPC and the tokenizer threads also need. Tokenizing and chat
+// templates, which grow with the prompt, run on `tokenizer_threads`, never
+// on a loop.
 //
 // The engine's sinks never do HTTP work: they post each delta to the
 // connection's strand, where it is detokenized, serialized and written.

@@ -150,8 +150,10 @@ class CompletionCall : public HttpCall, public std::enable_shared_from_this<Comp
       }
       std::shared_ptr<CompletionCall> call = call_.lock();
       if (call == nullptr) return;
+      call->exchange_->HoldWrites();  // The burst leaves in one write.
       for (const RequestDelta& delta : deltas) call->OnDelta(part_, delta);
       if (final_status.has_value()) call->OnFinish(part_, *final_status);
+      call->exchange_->ReleaseWrites();
     }
 
     const boost::asio::any_io_executor executor_;
@@ -366,7 +368,8 @@ OpenAiRoutes::OpenAiRoutes(const HttpServerOptions& options, Engine* engine,
       validator_(validator),
       tokenizer_(tokenizer),
       chat_(std::move(chat)),
-      tool_parser_(ParseToolCallParserName(options.tool_call_parser).value_or(ToolCallParser::kNone)),
+      tool_parser_(
+          ParseToolCallParserName(options.tool_call_parser).value_or(ToolCallParser::kNone)),
       started_(absl::ToUnixSeconds(absl::Now())),
       pool_(std::make_unique<ValidationPool>(std::max(1, options.tokenizer_threads),
                                              std::max(1, options.max_pending_tokenizations))) {}
@@ -385,6 +388,11 @@ absl::string_view OpenAiRoutes::RouteLabel(absl::string_view path) {
   }
   if (absl::StartsWith(path, kModelsPrefix)) return "/v1/models/{id}";
   return "other";
+}
+
+bool OpenAiRoutes::AnsweredAtOnce(absl::string_view route) {
+  return route == "/health" || route == "/ping" || route == "/version" || route == "/v1/models" ||
+         route == "/v1/models/{id}";
 }
 
 bool OpenAiRoutes::Routable(absl::string_view method, absl::string_view path, int* status) const {

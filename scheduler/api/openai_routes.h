@@ -12,8 +12,8 @@
 #include "scheduler/api/http_exchange.h"
 #include "scheduler/api/http_server.h"
 #include "scheduler/api/request_reactors.h"
-#include "scheduler/api/tool_calls.h"
 #include "scheduler/api/request_validation.h"
+#include "scheduler/api/tool_calls.h"
 #include "scheduler/api/validation_pool.h"
 #include "scheduler/engine/engine.h"
 #include "text/tokenizer.h"
@@ -47,6 +47,10 @@ class OpenAiRoutes {
   // The metrics label of `path`: its route, "other" for unknown paths, so
   // that label values stay bounded whatever clients send.
   static absl::string_view RouteLabel(absl::string_view path);
+  // Whether Handle answers `route` (a RouteLabel) at once, from what the
+  // server knows (health, version, models), without the engine or the
+  // tokenizer pool: such requests may be answered on a loop kept for them.
+  static bool AnsweredAtOnce(absl::string_view route);
 
   // Runs the tokenizing work already accepted and joins the pool. Call once
   // no io thread runs (Handle must not be called after).
