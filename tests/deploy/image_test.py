@@ -9,7 +9,7 @@ kubelet restarts a sidecar, and requests resume. Prints the image size and
 the time from starting the containers to the first token.
 
 Skipped (exit 77) when no Docker daemon can be reached; any other error fails.
-Label `image`: scripts/test.sh runs it with PAGODA_IMAGE_TEST=1."""
+Label `image`: scripts/test.sh runs it (PAGODA_IMAGE_TEST=0 leaves it out)."""
 import json
 import os
 import re

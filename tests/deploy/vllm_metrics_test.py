@@ -82,8 +82,11 @@ class VllmMetricNamesTest(unittest.TestCase):
         self.assertEqual(one(text, "vllm:kv_cache_usage_perc")[1], 0)
 
     def test_gauges_track_the_engine_under_load(self):
-        # Six long requests on two sequence slots: two run, four wait.
-        procs = [self.generate("1,2,3,4,5,6,7,8,9", 200) for _ in range(6)]
+        # Six long requests on two sequence slots: two run, four wait. Two
+        # fit the 48 blocks of 8 together (9 + 150 tokens: 20 blocks each),
+        # so the pair runs to its end; at 200 tokens they preempted each
+        # other and a loaded host could miss the moments both ran.
+        procs = [self.generate("1,2,3,4,5,6,7,8,9", 150) for _ in range(6)]
         seen_waiting = seen_usage = False
         deadline = time.time() + 60
         while time.time() < deadline and any(p.poll() is None for p in procs):
