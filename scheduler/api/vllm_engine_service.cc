@@ -1,16 +1,14 @@
 #include "scheduler/api/vllm_engine_service.h"
 
-#include <deque>
 #include <memory>
-#include <optional>
 #include <string>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "scheduler/api/api_key.h"
 #include "scheduler/api/request_output.h"
+#include "scheduler/api/stream_write_queue.h"
 
 namespace pagoda::scheduler {
 namespace {
@@ -32,16 +30,14 @@ class VllmStreamState : public RequestSink {
         converter_(std::move(converter)),
         engine_(engine),
         request_id_(std::move(request_id)),
-        max_queued_messages_(max_queued_messages) {}
+        writes_(max_queued_messages) {}
 
   void OnDelta(const RequestDelta& delta) override;
   void OnFinish(const absl::Status& status) override;
   void WriteDone(bool ok);
 
  private:
-  enum class Action { kNone, kWrite, kFinish };
-  Action NextAction() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Run(Action action);
+  using Writes = StreamWriteQueue<GenerateResponse>;
 
   absl::Mutex mu_;
   VllmStream* const call_;
@@ -49,13 +45,7 @@ class VllmStreamState : public RequestSink {
   VllmOutputConverter converter_ ABSL_GUARDED_BY(mu_);
   Engine* const engine_;
   const std::string request_id_;
-  const int max_queued_messages_;
-  bool overflowed_ ABSL_GUARDED_BY(mu_) = false;
-  std::deque<GenerateResponse> pending_ ABSL_GUARDED_BY(mu_);
-  GenerateResponse in_flight_ ABSL_GUARDED_BY(mu_);
-  bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;
-  std::optional<grpc::Status> final_status_ ABSL_GUARDED_BY(mu_);
-  bool finish_started_ ABSL_GUARDED_BY(mu_) = false;
+  Writes writes_ ABSL_GUARDED_BY(mu_);  // Perform runs outside mu_.
 };
 
 class VllmStream : public grpc::ServerWriteReactor<GenerateResponse> {
@@ -105,103 +95,51 @@ class VllmStream : public grpc::ServerWriteReactor<GenerateResponse> {
 };
 
 void VllmStreamState::OnDelta(const RequestDelta& delta) {
-  Action action;
+  Writes::Step step;
   bool abort = false;
   {
     absl::MutexLock lock(&mu_);
-    if (overflowed_ || finish_started_) return;
+    if (writes_.ending()) return;
     for (GenerateResponse& message : converter_.Convert(output_.AddDelta(delta))) {
-      pending_.push_back(std::move(message));
-    }
-    if (static_cast<int>(pending_.size()) > max_queued_messages_) {
-      abort = overflowed_ = true;
-      pending_.clear();
-      final_status_ = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                                   absl::StrCat("the client is not reading the stream: more than ",
-                                                max_queued_messages_, " messages were waiting"));
+      abort |= !writes_.Push(std::move(message));
     }
     abort |= output_.TakeStopAbort();
-    action = NextAction();
+    step = writes_.Next();
   }
   if (abort) engine_->AbortRequest(request_id_, this);
-  Run(action);
+  writes_.Perform(step, call_, &mu_);
 }
 
 void VllmStreamState::OnFinish(const absl::Status& status) {
-  Action action;
+  Writes::Step step;
   {
     absl::MutexLock lock(&mu_);
-    if (!final_status_.has_value()) {
+    if (!writes_.has_final_status()) {
       const absl::Status final_status = output_.FinalStatus(status);
       if (final_status.ok() || absl::IsCancelled(final_status)) {
         // An abort (Abort, or the client leaving) ends the sequences still
         // running with finish_reason "abort", as vLLM.
         for (GenerateResponse& message : converter_.AbortRemaining()) {
-          pending_.push_back(std::move(message));
+          writes_.Push(std::move(message));
         }
-        final_status_ = grpc::Status::OK;
+        writes_.SetFinalStatus(grpc::Status::OK);
       } else {
-        final_status_ = ToGrpcStatus(final_status);
+        writes_.SetFinalStatus(ToGrpcStatus(final_status));
       }
     }
-    action = NextAction();
+    step = writes_.Next();
   }
-  Run(action);
+  writes_.Perform(step, call_, &mu_);
 }
 
 void VllmStreamState::WriteDone(bool ok) {
-  Action action;
+  Writes::Step step;
   {
     absl::MutexLock lock(&mu_);
-    write_in_flight_ = false;
-    if (!ok) {
-      pending_.clear();
-      if (!final_status_.has_value()) {
-        final_status_ = grpc::Status(grpc::StatusCode::CANCELLED, "stream write failed");
-      }
-    }
-    action = NextAction();
+    writes_.WriteDone(ok);
+    step = writes_.Next();
   }
-  Run(action);
-}
-
-VllmStreamState::Action VllmStreamState::NextAction() {
-  if (finish_started_) return Action::kNone;
-  if (overflowed_) {
-    finish_started_ = true;
-    return Action::kFinish;
-  }
-  if (write_in_flight_) return Action::kNone;
-  if (!pending_.empty()) {
-    in_flight_ = std::move(pending_.front());
-    pending_.pop_front();
-    write_in_flight_ = true;
-    return Action::kWrite;
-  }
-  if (final_status_.has_value()) {
-    finish_started_ = true;
-    return Action::kFinish;
-  }
-  return Action::kNone;
-}
-
-void VllmStreamState::Run(Action action) {
-  switch (action) {
-    case Action::kNone:
-      return;
-    case Action::kWrite:
-      call_->StartWrite(&in_flight_);
-      return;
-    case Action::kFinish: {
-      grpc::Status status;
-      {
-        absl::MutexLock lock(&mu_);
-        status = *final_status_;
-      }
-      call_->Finish(status);
-      return;
-    }
-  }
+  writes_.Perform(step, call_, &mu_);
 }
 
 // Validates the translated request and hands it to the engine, or ends the
