@@ -5,6 +5,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "scheduler/api/engine_stream_call.h"
 #include "scheduler/api/stream_write_queue.h"
 #include "scheduler/engine/output_processor.h"
 
@@ -129,15 +130,13 @@ class UnarySink : public RequestSink {
 
 // ---------------------------------------------------------------- stream
 
-class StreamCall;
-
 // The part of a stream that the engine holds; outlives the reactor when the
 // client leaves early. All gRPC calls are decided under mu_ (so exactly one
 // party starts each write and the Finish) and made outside it.
 class StreamState : public RequestSink {
  public:
-  StreamState(StreamCall* call, RequestOutput output, Engine* engine, std::string request_id,
-              int max_queued_messages)
+  StreamState(grpc::ServerWriteReactor<GenerateResponse>* call, RequestOutput output,
+              Engine* engine, std::string request_id, int max_queued_messages)
       : call_(call),
         output_(std::move(output)),
         engine_(engine),
@@ -153,62 +152,15 @@ class StreamState : public RequestSink {
   using Writes = StreamWriteQueue<GenerateResponse>;
 
   absl::Mutex mu_;
-  StreamCall* const call_;  // Valid until the queue starts the Finish.
+  grpc::ServerWriteReactor<GenerateResponse>* const
+      call_;  // Valid until the queue starts the Finish.
   RequestOutput output_ ABSL_GUARDED_BY(mu_);
   Engine* const engine_;
   const std::string request_id_;
   Writes writes_ ABSL_GUARDED_BY(mu_);  // Perform runs outside mu_.
 };
 
-class StreamCall : public grpc::ServerWriteReactor<GenerateResponse> {
- public:
-  StreamCall(CallTracker* calls, Engine* engine) : calls_(calls), engine_(engine) {
-    calls_->Begin();
-  }
-  // Called just before the request goes to the engine (see UnaryCall::Arm).
-  void Arm(std::string request_id, std::shared_ptr<StreamState> state) {
-    absl::MutexLock lock(&mu_);
-    request_id_ = std::move(request_id);
-    state_ = std::move(state);
-  }
-
-  void OnWriteDone(bool ok) override {
-    if (!ok) Abort();  // The client is gone.
-    // Writes start only once armed.
-    state()->WriteDone(ok);
-  }
-  void OnCancel() override { Abort(); }
-  void OnDone() override {
-    CallTracker* calls = calls_;
-    delete this;
-    calls->End();
-  }
-
- private:
-  std::shared_ptr<StreamState> state() {
-    absl::MutexLock lock(&mu_);
-    return state_;
-  }
-  // Aborts only this call's own request (see UnaryCall::OnCancel).
-  void Abort();
-
-  CallTracker* const calls_;
-  Engine* const engine_;
-  absl::Mutex mu_;
-  std::string request_id_ ABSL_GUARDED_BY(mu_);
-  std::shared_ptr<StreamState> state_ ABSL_GUARDED_BY(mu_);
-};
-
-void StreamCall::Abort() {
-  std::string request_id;
-  std::shared_ptr<StreamState> state;
-  {
-    absl::MutexLock lock(&mu_);
-    request_id = request_id_;
-    state = state_;
-  }
-  if (state != nullptr) engine_->AbortRequest(request_id, state.get());
-}
+using StreamCall = EngineStreamCall<GenerateResponse, StreamState>;
 
 void StreamState::OnDelta(const RequestDelta& delta) {
   Writes::Step step;

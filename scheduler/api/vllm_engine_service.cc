@@ -7,6 +7,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "scheduler/api/api_key.h"
+#include "scheduler/api/engine_stream_call.h"
 #include "scheduler/api/request_output.h"
 #include "scheduler/api/stream_write_queue.h"
 
@@ -15,16 +16,15 @@ namespace {
 
 using vllm_api::GenerateResponse;
 
-class VllmStream;
-
 // The part of a Generate call the engine holds (as request_reactors.cc's
 // StreamState, with vLLM's messages): engine deltas become converter
 // messages, written one at a time; every gRPC action is decided under mu_
 // and made outside it.
 class VllmStreamState : public RequestSink {
  public:
-  VllmStreamState(VllmStream* call, RequestOutput output, VllmOutputConverter converter,
-                  Engine* engine, std::string request_id, int max_queued_messages)
+  VllmStreamState(grpc::ServerWriteReactor<GenerateResponse>* call, RequestOutput output,
+                  VllmOutputConverter converter, Engine* engine, std::string request_id,
+                  int max_queued_messages)
       : call_(call),
         output_(std::move(output)),
         converter_(std::move(converter)),
@@ -40,7 +40,7 @@ class VllmStreamState : public RequestSink {
   using Writes = StreamWriteQueue<GenerateResponse>;
 
   absl::Mutex mu_;
-  VllmStream* const call_;
+  grpc::ServerWriteReactor<GenerateResponse>* const call_;
   RequestOutput output_ ABSL_GUARDED_BY(mu_);
   VllmOutputConverter converter_ ABSL_GUARDED_BY(mu_);
   Engine* const engine_;
@@ -48,51 +48,7 @@ class VllmStreamState : public RequestSink {
   Writes writes_ ABSL_GUARDED_BY(mu_);  // Perform runs outside mu_.
 };
 
-class VllmStream : public grpc::ServerWriteReactor<GenerateResponse> {
- public:
-  VllmStream(CallTracker* calls, Engine* engine) : calls_(calls), engine_(engine) {
-    calls_->Begin();
-  }
-  // Called just before the request goes to the engine: from then on a
-  // cancel aborts it (see request_reactors.cc's UnaryCall::Arm).
-  void Arm(std::string request_id, std::shared_ptr<VllmStreamState> state) {
-    absl::MutexLock lock(&mu_);
-    request_id_ = std::move(request_id);
-    state_ = std::move(state);
-  }
-  void OnWriteDone(bool ok) override {
-    if (!ok) AbortInEngine();
-    State()->WriteDone(ok);
-  }
-  void OnCancel() override { AbortInEngine(); }
-  void OnDone() override {
-    CallTracker* calls = calls_;
-    delete this;
-    calls->End();
-  }
-
- private:
-  std::shared_ptr<VllmStreamState> State() {
-    absl::MutexLock lock(&mu_);
-    return state_;
-  }
-  void AbortInEngine() {
-    std::string request_id;
-    std::shared_ptr<VllmStreamState> state;
-    {
-      absl::MutexLock lock(&mu_);
-      request_id = request_id_;
-      state = state_;
-    }
-    if (state != nullptr) engine_->AbortRequest(request_id, state.get());
-  }
-
-  CallTracker* const calls_;
-  Engine* const engine_;
-  absl::Mutex mu_;
-  std::string request_id_ ABSL_GUARDED_BY(mu_);
-  std::shared_ptr<VllmStreamState> state_ ABSL_GUARDED_BY(mu_);
-};
+using VllmStream = EngineStreamCall<GenerateResponse, VllmStreamState>;
 
 void VllmStreamState::OnDelta(const RequestDelta& delta) {
   Writes::Step step;
