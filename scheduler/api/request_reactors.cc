@@ -1,13 +1,12 @@
 #include "scheduler/api/request_reactors.h"
 
-#include <deque>
-#include <optional>
 #include <string>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "scheduler/api/engine_stream_call.h"
+#include "scheduler/api/stream_write_queue.h"
 #include "scheduler/engine/output_processor.h"
 
 namespace pagoda::scheduler {
@@ -131,20 +130,18 @@ class UnarySink : public RequestSink {
 
 // ---------------------------------------------------------------- stream
 
-class StreamCall;
-
 // The part of a stream that the engine holds; outlives the reactor when the
 // client leaves early. All gRPC calls are decided under mu_ (so exactly one
 // party starts each write and the Finish) and made outside it.
 class StreamState : public RequestSink {
  public:
-  StreamState(StreamCall* call, RequestOutput output, Engine* engine, std::string request_id,
-              int max_queued_messages)
+  StreamState(grpc::ServerWriteReactor<GenerateResponse>* call, RequestOutput output,
+              Engine* engine, std::string request_id, int max_queued_messages)
       : call_(call),
         output_(std::move(output)),
         engine_(engine),
         request_id_(std::move(request_id)),
-        max_queued_messages_(max_queued_messages) {}
+        writes_(max_queued_messages) {}
 
   void OnDelta(const RequestDelta& delta) override;
   void OnFinish(const absl::Status& status) override;
@@ -152,93 +149,29 @@ class StreamState : public RequestSink {
   void WriteDone(bool ok);
 
  private:
-  // Returns the next action for the caller to take outside the lock.
-  enum class Action { kNone, kWrite, kFinish };
-  Action NextAction() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Run(Action action);
+  using Writes = StreamWriteQueue<GenerateResponse>;
 
   absl::Mutex mu_;
-  StreamCall* const call_;  // Valid until finish_started_.
+  grpc::ServerWriteReactor<GenerateResponse>* const
+      call_;  // Valid until the queue starts the Finish.
   RequestOutput output_ ABSL_GUARDED_BY(mu_);
   Engine* const engine_;
   const std::string request_id_;
-  const int max_queued_messages_;
-  // The client stopped reading: the stream ends now, whatever is in flight.
-  bool overflowed_ ABSL_GUARDED_BY(mu_) = false;
-  std::deque<GenerateResponse> pending_ ABSL_GUARDED_BY(mu_);
-  GenerateResponse in_flight_ ABSL_GUARDED_BY(mu_);
-  bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;
-  std::optional<grpc::Status> final_status_ ABSL_GUARDED_BY(mu_);
-  bool finish_started_ ABSL_GUARDED_BY(mu_) = false;
+  Writes writes_ ABSL_GUARDED_BY(mu_);  // Perform runs outside mu_.
 };
 
-class StreamCall : public grpc::ServerWriteReactor<GenerateResponse> {
- public:
-  StreamCall(CallTracker* calls, Engine* engine) : calls_(calls), engine_(engine) {
-    calls_->Begin();
-  }
-  // Called just before the request goes to the engine (see UnaryCall::Arm).
-  void Arm(std::string request_id, std::shared_ptr<StreamState> state) {
-    absl::MutexLock lock(&mu_);
-    request_id_ = std::move(request_id);
-    state_ = std::move(state);
-  }
-
-  void OnWriteDone(bool ok) override {
-    if (!ok) Abort();  // The client is gone.
-    // Writes start only once armed.
-    state()->WriteDone(ok);
-  }
-  void OnCancel() override { Abort(); }
-  void OnDone() override {
-    CallTracker* calls = calls_;
-    delete this;
-    calls->End();
-  }
-
- private:
-  std::shared_ptr<StreamState> state() {
-    absl::MutexLock lock(&mu_);
-    return state_;
-  }
-  // Aborts only this call's own request (see UnaryCall::OnCancel).
-  void Abort();
-
-  CallTracker* const calls_;
-  Engine* const engine_;
-  absl::Mutex mu_;
-  std::string request_id_ ABSL_GUARDED_BY(mu_);
-  std::shared_ptr<StreamState> state_ ABSL_GUARDED_BY(mu_);
-};
-
-void StreamCall::Abort() {
-  std::string request_id;
-  std::shared_ptr<StreamState> state;
-  {
-    absl::MutexLock lock(&mu_);
-    request_id = request_id_;
-    state = state_;
-  }
-  if (state != nullptr) engine_->AbortRequest(request_id, state.get());
-}
+using StreamCall = EngineStreamCall<GenerateResponse, StreamState>;
 
 void StreamState::OnDelta(const RequestDelta& delta) {
-  Action action;
+  Writes::Step step;
   bool overflow = false;
   bool stop_abort = false;
   {
     absl::MutexLock lock(&mu_);
-    if (overflowed_ || finish_started_) return;  // Ending; the rest is dropped.
-    pending_.push_back(output_.AddDelta(delta));
-    if (static_cast<int>(pending_.size()) > max_queued_messages_) {
-      overflow = overflowed_ = true;
-      pending_.clear();
-      final_status_ = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                                   absl::StrCat("the client is not reading the stream: more than ",
-                                                max_queued_messages_, " messages were waiting"));
-    }
+    if (writes_.ending()) return;  // The rest is dropped.
+    overflow = !writes_.Push(output_.AddDelta(delta));
     stop_abort = output_.TakeStopAbort();
-    action = NextAction();
+    step = writes_.Next();
   }
   // Stop strings ended every sequence, or the client stopped reading: free
   // the blocks at the engine's next step. Its OnFinish then ends the stream
@@ -248,77 +181,31 @@ void StreamState::OnDelta(const RequestDelta& delta) {
                           overflow ? Engine::AbortCause::kCancelled
                                    : Engine::AbortCause::kStopString);
   }
-  Run(action);
+  writes_.Perform(step, call_, &mu_);
 }
 
 void StreamState::OnFinish(const absl::Status& status) {
-  Action action;
+  Writes::Step step;
   {
     absl::MutexLock lock(&mu_);
-    if (!final_status_.has_value()) final_status_ = ToGrpcStatus(output_.FinalStatus(status));
-    action = NextAction();
+    if (!writes_.has_final_status()) {
+      writes_.SetFinalStatus(ToGrpcStatus(output_.FinalStatus(status)));
+    }
+    step = writes_.Next();
   }
-  Run(action);
+  writes_.Perform(step, call_, &mu_);
 }
 
 void StreamState::WriteDone(bool ok) {
-  Action action;
+  Writes::Step step;
   {
     absl::MutexLock lock(&mu_);
-    write_in_flight_ = false;
-    if (!ok) {
-      // Nothing more can reach the client: end the call now. The engine may
-      // still deliver the abort's OnFinish; it will find the call finished.
-      pending_.clear();
-      if (!final_status_.has_value()) {
-        final_status_ = grpc::Status(grpc::StatusCode::CANCELLED, "stream write failed");
-      }
-    }
-    action = NextAction();
+    // After a failed write the call ends now. The engine may still deliver
+    // the abort's OnFinish; it will find the call finished.
+    writes_.WriteDone(ok);
+    step = writes_.Next();
   }
-  Run(action);
-}
-
-StreamState::Action StreamState::NextAction() {
-  if (finish_started_) return Action::kNone;
-  // A stalled client may never complete the write in flight: finish beside it.
-  if (overflowed_) {
-    finish_started_ = true;
-    return Action::kFinish;
-  }
-  if (write_in_flight_) return Action::kNone;
-  if (!pending_.empty()) {
-    in_flight_ = std::move(pending_.front());
-    pending_.pop_front();
-    write_in_flight_ = true;
-    return Action::kWrite;
-  }
-  if (final_status_.has_value()) {
-    finish_started_ = true;
-    return Action::kFinish;
-  }
-  return Action::kNone;
-}
-
-void StreamState::Run(Action action) {
-  // in_flight_ and final_status_ are not touched again until the write
-  // completes or at all after Finish, so reading them unlocked is safe.
-  switch (action) {
-    case Action::kNone:
-      return;
-    case Action::kWrite:
-      call_->StartWrite(&in_flight_);
-      return;
-    case Action::kFinish: {
-      grpc::Status status;
-      {
-        absl::MutexLock lock(&mu_);
-        status = *final_status_;
-      }
-      call_->Finish(status);
-      return;
-    }
-  }
+  writes_.Perform(step, call_, &mu_);
 }
 
 class FailedStreamCall : public grpc::ServerWriteReactor<GenerateResponse> {

@@ -1,23 +1,20 @@
 #include "scheduler/api/vllm_engine_service.h"
 
-#include <deque>
 #include <memory>
-#include <optional>
 #include <string>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "scheduler/api/api_key.h"
+#include "scheduler/api/engine_stream_call.h"
 #include "scheduler/api/request_output.h"
+#include "scheduler/api/stream_write_queue.h"
 
 namespace pagoda::scheduler {
 namespace {
 
 using vllm_api::GenerateResponse;
-
-class VllmStream;
 
 // The part of a Generate call the engine holds (as request_reactors.cc's
 // StreamState, with vLLM's messages): engine deltas become converter
@@ -25,183 +22,80 @@ class VllmStream;
 // and made outside it.
 class VllmStreamState : public RequestSink {
  public:
-  VllmStreamState(VllmStream* call, RequestOutput output, VllmOutputConverter converter,
-                  Engine* engine, std::string request_id, int max_queued_messages)
+  VllmStreamState(grpc::ServerWriteReactor<GenerateResponse>* call, RequestOutput output,
+                  VllmOutputConverter converter, Engine* engine, std::string request_id,
+                  int max_queued_messages)
       : call_(call),
         output_(std::move(output)),
         converter_(std::move(converter)),
         engine_(engine),
         request_id_(std::move(request_id)),
-        max_queued_messages_(max_queued_messages) {}
+        writes_(max_queued_messages) {}
 
   void OnDelta(const RequestDelta& delta) override;
   void OnFinish(const absl::Status& status) override;
   void WriteDone(bool ok);
 
  private:
-  enum class Action { kNone, kWrite, kFinish };
-  Action NextAction() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Run(Action action);
+  using Writes = StreamWriteQueue<GenerateResponse>;
 
   absl::Mutex mu_;
-  VllmStream* const call_;
+  grpc::ServerWriteReactor<GenerateResponse>* const call_;
   RequestOutput output_ ABSL_GUARDED_BY(mu_);
   VllmOutputConverter converter_ ABSL_GUARDED_BY(mu_);
   Engine* const engine_;
   const std::string request_id_;
-  const int max_queued_messages_;
-  bool overflowed_ ABSL_GUARDED_BY(mu_) = false;
-  std::deque<GenerateResponse> pending_ ABSL_GUARDED_BY(mu_);
-  GenerateResponse in_flight_ ABSL_GUARDED_BY(mu_);
-  bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;
-  std::optional<grpc::Status> final_status_ ABSL_GUARDED_BY(mu_);
-  bool finish_started_ ABSL_GUARDED_BY(mu_) = false;
+  Writes writes_ ABSL_GUARDED_BY(mu_);  // Perform runs outside mu_.
 };
 
-class VllmStream : public grpc::ServerWriteReactor<GenerateResponse> {
- public:
-  VllmStream(CallTracker* calls, Engine* engine) : calls_(calls), engine_(engine) {
-    calls_->Begin();
-  }
-  // Called just before the request goes to the engine: from then on a
-  // cancel aborts it (see request_reactors.cc's UnaryCall::Arm).
-  void Arm(std::string request_id, std::shared_ptr<VllmStreamState> state) {
-    absl::MutexLock lock(&mu_);
-    request_id_ = std::move(request_id);
-    state_ = std::move(state);
-  }
-  void OnWriteDone(bool ok) override {
-    if (!ok) AbortInEngine();
-    State()->WriteDone(ok);
-  }
-  void OnCancel() override { AbortInEngine(); }
-  void OnDone() override {
-    CallTracker* calls = calls_;
-    delete this;
-    calls->End();
-  }
-
- private:
-  std::shared_ptr<VllmStreamState> State() {
-    absl::MutexLock lock(&mu_);
-    return state_;
-  }
-  void AbortInEngine() {
-    std::string request_id;
-    std::shared_ptr<VllmStreamState> state;
-    {
-      absl::MutexLock lock(&mu_);
-      request_id = request_id_;
-      state = state_;
-    }
-    if (state != nullptr) engine_->AbortRequest(request_id, state.get());
-  }
-
-  CallTracker* const calls_;
-  Engine* const engine_;
-  absl::Mutex mu_;
-  std::string request_id_ ABSL_GUARDED_BY(mu_);
-  std::shared_ptr<VllmStreamState> state_ ABSL_GUARDED_BY(mu_);
-};
+using VllmStream = EngineStreamCall<GenerateResponse, VllmStreamState>;
 
 void VllmStreamState::OnDelta(const RequestDelta& delta) {
-  Action action;
+  Writes::Step step;
   bool abort = false;
   {
     absl::MutexLock lock(&mu_);
-    if (overflowed_ || finish_started_) return;
+    if (writes_.ending()) return;
     for (GenerateResponse& message : converter_.Convert(output_.AddDelta(delta))) {
-      pending_.push_back(std::move(message));
-    }
-    if (static_cast<int>(pending_.size()) > max_queued_messages_) {
-      abort = overflowed_ = true;
-      pending_.clear();
-      final_status_ = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                                   absl::StrCat("the client is not reading the stream: more than ",
-                                                max_queued_messages_, " messages were waiting"));
+      abort |= !writes_.Push(std::move(message));
     }
     abort |= output_.TakeStopAbort();
-    action = NextAction();
+    step = writes_.Next();
   }
   if (abort) engine_->AbortRequest(request_id_, this);
-  Run(action);
+  writes_.Perform(step, call_, &mu_);
 }
 
 void VllmStreamState::OnFinish(const absl::Status& status) {
-  Action action;
+  Writes::Step step;
   {
     absl::MutexLock lock(&mu_);
-    if (!final_status_.has_value()) {
+    if (!writes_.has_final_status()) {
       const absl::Status final_status = output_.FinalStatus(status);
       if (final_status.ok() || absl::IsCancelled(final_status)) {
         // An abort (Abort, or the client leaving) ends the sequences still
         // running with finish_reason "abort", as vLLM.
         for (GenerateResponse& message : converter_.AbortRemaining()) {
-          pending_.push_back(std::move(message));
+          writes_.Push(std::move(message));
         }
-        final_status_ = grpc::Status::OK;
+        writes_.SetFinalStatus(grpc::Status::OK);
       } else {
-        final_status_ = ToGrpcStatus(final_status);
+        writes_.SetFinalStatus(ToGrpcStatus(final_status));
       }
     }
-    action = NextAction();
+    step = writes_.Next();
   }
-  Run(action);
+  writes_.Perform(step, call_, &mu_);
 }
 
 void VllmStreamState::WriteDone(bool ok) {
-  Action action;
+  Writes::Step step;
   {
     absl::MutexLock lock(&mu_);
-    write_in_flight_ = false;
-    if (!ok) {
-      pending_.clear();
-      if (!final_status_.has_value()) {
-        final_status_ = grpc::Status(grpc::StatusCode::CANCELLED, "stream write failed");
-      }
-    }
-    action = NextAction();
+    writes_.WriteDone(ok);
+    step = writes_.Next();
   }
-  Run(action);
-}
-
-VllmStreamState::Action VllmStreamState::NextAction() {
-  if (finish_started_) return Action::kNone;
-  if (overflowed_) {
-    finish_started_ = true;
-    return Action::kFinish;
-  }
-  if (write_in_flight_) return Action::kNone;
-  if (!pending_.empty()) {
-    in_flight_ = std::move(pending_.front());
-    pending_.pop_front();
-    write_in_flight_ = true;
-    return Action::kWrite;
-  }
-  if (final_status_.has_value()) {
-    finish_started_ = true;
-    return Action::kFinish;
-  }
-  return Action::kNone;
-}
-
-void VllmStreamState::Run(Action action) {
-  switch (action) {
-    case Action::kNone:
-      return;
-    case Action::kWrite:
-      call_->StartWrite(&in_flight_);
-      return;
-    case Action::kFinish: {
-      grpc::Status status;
-      {
-        absl::MutexLock lock(&mu_);
-        status = *final_status_;
-      }
-      call_->Finish(status);
-      return;
-    }
-  }
+  writes_.Perform(step, call_, &mu_);
 }
 
 // Validates the translated request and hands it to the engine, or ends the
