@@ -9,10 +9,6 @@
 namespace pagoda::scheduler {
 namespace {
 
-bool HoldsToken(const std::vector<int32_t>& ids, int32_t id) {
-  return std::find(ids.begin(), ids.end(), id) != ids.end();
-}
-
 struct Candidate {
   Sequence* parent;
   int32_t token_id;
@@ -20,14 +16,6 @@ struct Candidate {
   double cumulative;
   const GeneratedToken* sampled;  // The parent's sample (its top list).
 };
-
-bool IsStopToken(const SequenceGroup& group, const std::vector<int32_t>& eos_token_ids,
-                 int num_output_tokens, int32_t token) {
-  const StoppingOptions& stopping = group.stopping();
-  if (num_output_tokens < stopping.min_tokens) return false;
-  if (!stopping.ignore_eos && HoldsToken(eos_token_ids, token)) return true;
-  return HoldsToken(stopping.stop_token_ids, token);
-}
 
 // The token a candidate appends: its logprob and the alternatives the
 // client asked for (the worker returned 2k).
@@ -106,7 +94,8 @@ ContinuingBeams FinishOrContinue(SequenceGroup& group, const std::vector<Candida
   int num_continuing = 0;
   for (const Candidate& candidate : candidates) {
     Sequence& parent = *candidate.parent;
-    if (IsStopToken(group, eos_token_ids, parent.num_output_tokens() + 1, candidate.token_id)) {
+    if (group.stopping().StopsAt(eos_token_ids, parent.num_output_tokens() + 1,
+                                 candidate.token_id)) {
       Sequence* done = group.AddForkedSequence(parent, scheduler.NewSeqId());
       done->AppendToken(TokenOf(group, candidate));
       done->set_status(SequenceStatus::kFinishedStopped);

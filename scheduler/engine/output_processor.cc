@@ -10,10 +10,6 @@
 namespace pagoda::scheduler {
 namespace {
 
-bool Contains(const std::vector<int32_t>& ids, int32_t id) {
-  return std::find(ids.begin(), ids.end(), id) != ids.end();
-}
-
 double CumulativeLogprob(const SequenceGroup&, const Sequence& seq) {
   return seq.cumulative_logprob();
 }
@@ -125,18 +121,12 @@ void OutputProcessor::ProcessSamples(SequenceGroup& group, const Samples& sample
   }
 }
 
-bool OutputProcessor::IsStopToken(const SequenceGroup& group, const Sequence& seq,
-                                  int32_t token) const {
-  const StoppingOptions& stopping = group.stopping();
-  // Before min_tokens EOS and stop ids are masked. seq holds the token.
-  if (seq.num_output_tokens() < stopping.min_tokens) return false;
-  if (!stopping.ignore_eos && Contains(eos_token_ids_, token)) return true;
-  return Contains(stopping.stop_token_ids, token);
-}
-
 SequenceStatus OutputProcessor::StopStatus(const SequenceGroup& group, const Sequence& seq) const {
   // Stop checks, in vLLM's order.
-  if (IsStopToken(group, seq, seq.last_token())) return SequenceStatus::kFinishedStopped;
+  // seq holds the token already.
+  if (group.stopping().StopsAt(eos_token_ids_, seq.num_output_tokens(), seq.last_token())) {
+    return SequenceStatus::kFinishedStopped;
+  }
   if (seq.length() >= max_model_len_) return SequenceStatus::kFinishedLength;
   if (seq.num_output_tokens() >= group.stopping().max_tokens) {
     return SequenceStatus::kFinishedLength;

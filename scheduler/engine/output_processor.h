@@ -58,8 +58,6 @@ class OutputProcessor {
   // Moves each scheduled group's new prompt logprobs into its delta (made
   // when it has none).
   void AttachPromptLogprobs(const SchedulerOutput& output, std::vector<RequestDelta>& deltas);
-  // Whether `token` may end the sequence now (EOS or stop id, past min_tokens).
-  bool IsStopToken(const SequenceGroup& group, const Sequence& seq, int32_t token) const;
   // The stop-check status of seq after its last token was appended.
   SequenceStatus StopStatus(const SequenceGroup& group, const Sequence& seq) const;
 

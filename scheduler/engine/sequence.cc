@@ -7,6 +7,15 @@
 
 namespace pagoda::scheduler {
 
+bool StoppingOptions::StopsAt(const std::vector<int32_t>& eos_token_ids, int num_output_tokens,
+                              int32_t token) const {
+  if (num_output_tokens < min_tokens) return false;
+  const auto holds = [token](const std::vector<int32_t>& ids) {
+    return std::find(ids.begin(), ids.end(), token) != ids.end();
+  };
+  return (!ignore_eos && holds(eos_token_ids)) || holds(stop_token_ids);
+}
+
 bool IsFinished(SequenceStatus status) {
   switch (status) {
     case SequenceStatus::kWaiting:

@@ -73,6 +73,12 @@ struct StoppingOptions {
   int min_tokens = 0;
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
+
+  // Whether `token`, a sequence's `num_output_tokens`-th output token, ends
+  // it: an EOS id (unless ignored) or a stop id, never before min_tokens.
+  // The one rule for sampling and beam search alike.
+  bool StopsAt(const std::vector<int32_t>& eos_token_ids, int num_output_tokens,
+               int32_t token) const;
 };
 
 struct TopLogprob {
