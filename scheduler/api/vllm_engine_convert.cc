@@ -6,15 +6,11 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/sampling_limits.h"
+#include "scheduler/api/field_error.h"
 
 namespace pagoda::scheduler {
 namespace {
-
-constexpr int kMaxTopLogprobs = 20;
-
-absl::Status Unsupported(const std::string& field, const std::string& why) {
-  return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
-}
 
 // The fields of SamplingParams that Pagoda refuses, if set.
 absl::Status CheckUnsupportedSampling(const vllm_api::SamplingParams& in) {
@@ -22,20 +18,21 @@ absl::Status CheckUnsupportedSampling(const vllm_api::SamplingParams& in) {
     const std::string name = vllm_api::SamplingParams::descriptor()
                                  ->FindFieldByNumber(static_cast<int>(in.constraint_case()))
                                  ->name();
-    return Unsupported(absl::StrCat("sampling_params.", name),
-                       "structured outputs are not supported by this server");
+    return InvalidField(absl::StrCat("sampling_params.", name),
+                        "structured outputs are not supported by this server");
   }
   if (in.has_prompt_logprobs()) {
-    return Unsupported("sampling_params.prompt_logprobs", "prompt logprobs are not supported");
+    return InvalidField("sampling_params.prompt_logprobs", "prompt logprobs are not supported");
   }
   if (in.has_truncate_prompt_tokens()) {
-    return Unsupported("sampling_params.truncate_prompt_tokens",
-                       "prompt truncation is not supported");
+    return InvalidField("sampling_params.truncate_prompt_tokens",
+                        "prompt truncation is not supported");
   }
   if (in.has_logprobs() && (in.logprobs() < 0 || in.logprobs() > kMaxTopLogprobs)) {
-    return Unsupported("sampling_params.logprobs",
-                       absl::StrCat("must be in [0, ", kMaxTopLogprobs, "] (-1, all, is not "
-                                    "supported), got ", in.logprobs()));
+    return InvalidField("sampling_params.logprobs", absl::StrCat("must be in [0, ", kMaxTopLogprobs,
+                                                                 "] (-1, all, is not "
+                                                                 "supported), got ",
+                                                                 in.logprobs()));
   }
   return absl::OkStatus();
 }
@@ -82,9 +79,9 @@ void TranslateSampling(const vllm_api::SamplingParams& in, int max_model_len,
 absl::StatusOr<VllmRequestPlan> TranslateVllmRequest(const vllm_api::GenerateRequest& in,
                                                      int max_model_len) {
   if (in.has_kv_transfer_params()) {
-    return Unsupported("kv_transfer_params", "disaggregated prefill is not supported");
+    return InvalidField("kv_transfer_params", "disaggregated prefill is not supported");
   }
-  if (in.has_mm_inputs()) return Unsupported("mm_inputs", "multimodal inputs are not supported");
+  if (in.has_mm_inputs()) return InvalidField("mm_inputs", "multimodal inputs are not supported");
   if (absl::Status status = CheckUnsupportedSampling(in.sampling_params()); !status.ok()) {
     return status;
   }
@@ -98,15 +95,15 @@ absl::StatusOr<VllmRequestPlan> TranslateVllmRequest(const vllm_api::GenerateReq
         plan.request.add_prompt_token_ids(id > INT32_MAX ? -1 : static_cast<int32_t>(id));
       }
       if (plan.request.prompt_token_ids().empty()) {
-        return Unsupported("tokenized.input_ids", "must not be empty");
+        return InvalidField("tokenized.input_ids", "must not be empty");
       }
       break;
     case vllm_api::GenerateRequest::kText:
-      if (in.text().empty()) return Unsupported("text", "must not be empty");
+      if (in.text().empty()) return InvalidField("text", "must not be empty");
       plan.request.set_prompt(in.text());
       break;
     case vllm_api::GenerateRequest::INPUT_NOT_SET:
-      return Unsupported("input", "set tokenized or text");
+      return InvalidField("input", "set tokenized or text");
   }
   TranslateSampling(in.sampling_params(), max_model_len, plan);
   return plan;
