@@ -14,7 +14,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 import unittest
 import urllib.error
 import urllib.request
@@ -38,15 +37,6 @@ def get(port, path, key=None):
             return response.status
     except urllib.error.HTTPError as e:
         return e.code
-
-
-def wait_for(predicate, timeout, what):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 class ChartWiringTest(unittest.TestCase):
@@ -110,13 +100,13 @@ class ChartWiringTest(unittest.TestCase):
 
             worker.send_signal(signal.SIGKILL)
             worker.wait()
-            wait_for(lambda: get(http, "/health") == 503, 60, "/health to say 503")
+            h.wait_for(lambda: get(http, "/health") == 503, 60, "/health to say 503")
             self.assertEqual(get(metrics, "/metrics"), 200)  # Alive: not restarted.
             self.assertNotEqual(self.generate().returncode, 0)
             self.assertIsNone(server.process.poll())
 
             worker = self.start_worker()
-            wait_for(lambda: get(http, "/health") == 200, 120, "/health to say 200 again")
+            h.wait_for(lambda: get(http, "/health") == 200, 120, "/health to say 200 again")
             self.assertEqual(self.generate().returncode, 0)
             self.assertEqual(get(metrics, "/metrics"), 200)
         finally:

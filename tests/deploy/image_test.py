@@ -71,15 +71,6 @@ def http(port, path, body=None):
         return None, str(e)
 
 
-def wait_for(predicate, timeout, what):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 class ImageTest(unittest.TestCase):
 
     @classmethod
@@ -162,7 +153,7 @@ class ImageTest(unittest.TestCase):
         self.run_container("worker", self.worker_container)
         self.run_container("server", self.server_container, env=[("PAGODA_API_KEY", KEY)])
         try:
-            wait_for(lambda: self.generate().returncode == 0, 120, "a first token over gRPC")
+            h.wait_for(lambda: self.generate().returncode == 0, 120, "a first token over gRPC")
         except AssertionError:
             self.fail(self.logs())
         first_token = time.time() - started
@@ -175,12 +166,12 @@ class ImageTest(unittest.TestCase):
         self.assertNotEqual(wrote.returncode, 0, "the root filesystem is writable")
 
         docker("kill", self.names["worker"])
-        wait_for(lambda: http(self.ports["8000"], "/health")[0] == 503, 30, "/health to say 503")
+        h.wait_for(lambda: http(self.ports["8000"], "/health")[0] == 503, 30, "/health to say 503")
         self.assertNotEqual(self.generate().returncode, 0)
         restarted = time.time()
         docker("start", self.names["worker"])
         try:
-            wait_for(lambda: http(self.ports["8000"], "/health")[0] == 200, 120,
+            h.wait_for(lambda: http(self.ports["8000"], "/health")[0] == 200, 120,
                      "/health to say 200 again")
         except AssertionError:
             self.fail(self.logs())

@@ -111,6 +111,16 @@ class Server:
         self.stop()
 
 
+def wait_for(predicate, timeout, what):
+    """Polls `predicate` every 50 ms; fails naming `what` after `timeout` s."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
 def scrape(port):
     """The /metrics text as {name{labels}: value} for samples without
     finished_reason, and the raw text."""

@@ -40,15 +40,6 @@ def complete(port):
     return http(port, "/v1/completions", {"prompt": "hello", "max_tokens": 4})
 
 
-def wait_for(predicate, timeout, what):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 class WorkerGiveUpTest(unittest.TestCase):
 
     @classmethod
@@ -81,7 +72,7 @@ exec {h.binary("pagoda-worker")} "$@"
             server.start()
             self.assertEqual(complete(server.http_port)[0], 200)
             os.kill(server.worker_pids[0], signal.SIGKILL)
-            wait_for(lambda: GIVE_UP_MESSAGE in server.stderr(), 30, "the server to give up")
+            h.wait_for(lambda: GIVE_UP_MESSAGE in server.stderr(), 30, "the server to give up")
             gave_up = time.time()
             # Lingering: unhealthy, refusing with the reason, still scraped.
             self.assertEqual(http(server.http_port, "/health")[0], 503)
@@ -123,7 +114,7 @@ exec {h.binary("pagoda-worker")} "$@"
             server.start()
             worker.kill()
             worker.wait()
-            wait_for(lambda: GIVE_UP_MESSAGE in server.stderr(), 60, "the server to give up")
+            h.wait_for(lambda: GIVE_UP_MESSAGE in server.stderr(), 60, "the server to give up")
             log = server.stderr()
             self.assertIn("workers failed 3 restart attempts in a row", log)
             self.assertIn(f"cannot reach worker rank 0 at {address}", log)
