@@ -15,6 +15,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -43,16 +46,49 @@ int StorePort() {
   return server->port();
 }
 
+void CheckErrno(bool condition, const char* what) {
+  if (!condition) {
+    std::fprintf(stderr, "%s: %s\n", what, std::strerror(errno));
+    Check(false, what);
+  }
+}
+
+// A loopback connection from a source address that cycles through
+// 127.0.0.0/8: each closed connection leaves a TIME_WAIT entry for 60 s on
+// its (source, port) pair, and one source address has only ~28k ephemeral
+// ports, which a fast run uses up in half a minute.
 int Connect(int port) {
+  static uint32_t next_source = 0;
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  Check(fd >= 0, "socket");
+  CheckErrno(fd >= 0, "socket");
+  int one = 1;
+  setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
+  sockaddr_in source{};
+  source.sin_family = AF_INET;
+  source.sin_addr.s_addr = htonl((127u << 24) | (1u + next_source++ % 0xFFFFFEu));
+  CheckErrno(bind(fd, reinterpret_cast<sockaddr*>(&source), sizeof(source)) == 0, "bind");
   sockaddr_in address{};
   address.sin_family = AF_INET;
   address.sin_port = htons(static_cast<uint16_t>(port));
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  Check(connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0, "connect");
-  // Closing with a reset leaves no TIME_WAIT behind, so millions of inputs
-  // do not run out of ports.
+  if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+    // libFuzzer's timers interrupt connect too (EINTR): the handshake goes on
+    // in the kernel, and the socket turns writable when it ends.
+    CheckErrno(errno == EINTR || errno == EINPROGRESS, "connect");
+    pollfd writable{fd, POLLOUT, 0};
+    int polled;
+    while ((polled = poll(&writable, 1, kReplyTimeoutMs)) < 0) {
+      CheckErrno(errno == EINTR, "poll connect");
+    }
+    Check(polled > 0, "the store accepts within the timeout");
+    int error = 0;
+    socklen_t length = sizeof(error);
+    getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length);
+    errno = error;
+    CheckErrno(error == 0, "connect (completed)");
+  }
+  // Closing with a reset leaves no TIME_WAIT behind when the store has not
+  // closed first.
   linger reset{1, 0};
   setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
   return fd;
