@@ -242,6 +242,10 @@ int main(int argc, char** argv) {
                                  {"pagoda-bench", "pagoda-bench [flags]: engine benchmark"});
   const std::optional<std::vector<int>> levels = ParseLoadFlags();
   if (!levels) return 1;
+  if (absl::GetFlag(FLAGS_mixed) && !pagoda::bench::MixedFlagsInRange()) {
+    std::fprintf(stderr, "pagoda-bench: a --mixed-* flag is out of range\n");
+    return 1;
+  }
   auto channel =
       grpc::CreateChannel(absl::GetFlag(FLAGS_server), grpc::InsecureChannelCredentials());
   auto stub = Generation::NewStub(channel);

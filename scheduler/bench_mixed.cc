@@ -27,6 +27,13 @@ ABSL_FLAG(int, mixed_long_tokens, 8, "Tokens each long prompt generates.");
 ABSL_FLAG(double, mixed_long_every, 2.0, "Seconds between long prompts; 0 = none (baseline).");
 ABSL_FLAG(double, mixed_duration, 60.0, "Seconds of load (1..3600).");
 ABSL_FLAG(std::string, mixed_plot, "mixed_itl.svg", "SVG plot of ITL over time; empty = none.");
+ABSL_FLAG(double, mixed_urgent_every, 0.0,
+          "Seconds between urgent requests (priority --mixed-urgent-priority, the streams and "
+          "long prompts 0); 0 = none. Their TTFT is also taken on the idle server first.");
+ABSL_FLAG(int, mixed_urgent_prompt, 64, "Tokens of each urgent request's prompt.");
+ABSL_FLAG(int, mixed_urgent_priority, -1,
+          "Priority of the urgent requests (lower runs first under --scheduling-policy "
+          "priority).");
 
 namespace pagoda::bench {
 namespace {
@@ -54,8 +61,10 @@ double Percentile(std::vector<double> values, double p) {
   return values[index];
 }
 
-pagoda::v1::GenerateRequest MakeRequest(int prompt_len, int max_tokens, int salt, int vocab) {
+pagoda::v1::GenerateRequest MakeRequest(int prompt_len, int max_tokens, int salt, int vocab,
+                                        int priority = 0) {
   pagoda::v1::GenerateRequest request;
+  request.set_priority(priority);
   for (int i = 0; i < prompt_len; ++i) {
     request.add_prompt_token_ids(
         3 + static_cast<int32_t>((int64_t{i} * 31 + int64_t{salt} * 7919) % (vocab - 3)));
@@ -105,7 +114,7 @@ void PrintClass(const char* name, ClassLog& log, double wall_s) {
   absl::MutexLock lock(&log.mu);
   std::vector<double> ttft, itl;
   for (const TokenEvent& event : log.events) (event.first ? ttft : itl).push_back(event.gap_ms);
-  std::printf("%-8s %7zu %6d %8.1f %8.1f %8.1f %8.2f %8.2f %8.2f %9.1f\n", name, ttft.size(),
+  std::printf("%-11s %7zu %6d %8.1f %8.1f %8.1f %8.2f %8.2f %8.2f %9.1f\n", name, ttft.size(),
               log.errors, Percentile(ttft, 0.5), Percentile(ttft, 0.9), Percentile(ttft, 0.99),
               Percentile(itl, 0.5), Percentile(itl, 0.9), Percentile(itl, 0.99),
               log.events.size() / wall_s);
@@ -148,21 +157,29 @@ void WritePlot(const std::string& path, ClassLog& streams, const std::vector<dou
   std::ofstream(path) << svg;
 }
 
-// Sends a long prompt every --mixed-long-every seconds until `end`, each on
-// a thread of its own (returned), noting its arrival time.
-std::vector<std::thread> SendLongPrompts(Generation::Stub& stub, int vocab, absl::Time start,
-                                         absl::Time end, ClassLog& log,
-                                         std::vector<double>& arrivals) {
-  const double every = absl::GetFlag(FLAGS_mixed_long_every);
+// Requests of one class arriving at a fixed rate.
+struct Arrivals {
+  double every_s;
+  int prompt_len;
+  int max_tokens;
+  int priority;
+  int salt_base;
+};
+
+// Sends a request of `kind` every kind.every_s seconds until `end`, each on a
+// thread of its own (returned), noting its arrival time.
+std::vector<std::thread> SendEvery(Generation::Stub& stub, const Arrivals& kind, int vocab,
+                                   absl::Time start, absl::Time end, ClassLog& log,
+                                   std::vector<double>& arrivals) {
   const double duration = absl::ToDoubleSeconds(end - start);
   std::vector<std::thread> threads;
-  for (int k = 0; every > 0 && start + absl::Seconds(every * (k + 1)) < end; ++k) {
-    absl::SleepFor(start + absl::Seconds(every * (k + 1)) - absl::Now());
+  for (int k = 0; kind.every_s > 0 && start + absl::Seconds(kind.every_s * (k + 1)) < end; ++k) {
+    absl::SleepFor(start + absl::Seconds(kind.every_s * (k + 1)) - absl::Now());
     arrivals.push_back(absl::ToDoubleSeconds(absl::Now() - start));
-    threads.emplace_back([&stub, &log, vocab, k, start] {
+    threads.emplace_back([&stub, &log, kind, vocab, k, start] {
       StreamOne(stub,
-                MakeRequest(absl::GetFlag(FLAGS_mixed_long_prompt),
-                            absl::GetFlag(FLAGS_mixed_long_tokens), 1'000'000 + k, vocab),
+                MakeRequest(kind.prompt_len, kind.max_tokens, kind.salt_base + k, vocab,
+                            kind.priority),
                 start, log);
     });
     DrawProgress(absl::ToDoubleSeconds(absl::Now() - start), duration);
@@ -170,24 +187,66 @@ std::vector<std::thread> SendLongPrompts(Generation::Stub& stub, int vocab, absl
   return threads;
 }
 
+Arrivals LongPrompts() {
+  return Arrivals{absl::GetFlag(FLAGS_mixed_long_every), absl::GetFlag(FLAGS_mixed_long_prompt),
+                  absl::GetFlag(FLAGS_mixed_long_tokens), 0, 1'000'000};
+}
+
+Arrivals UrgentRequests() {
+  return Arrivals{absl::GetFlag(FLAGS_mixed_urgent_every),
+                  absl::GetFlag(FLAGS_mixed_urgent_prompt), 8,
+                  absl::GetFlag(FLAGS_mixed_urgent_priority), 2'000'000};
+}
+
+// The urgent requests' TTFT on the idle server, before the load starts: the
+// baseline their TTFT under load is judged against.
+void MeasureIdle(Generation::Stub& stub, const Arrivals& urgent, int vocab, ClassLog& log) {
+  // One uncounted request first, so the first measured one is not a cold
+  // start's.
+  ClassLog warm_up;
+  StreamOne(stub, MakeRequest(urgent.prompt_len, urgent.max_tokens, 2'999'999, vocab), absl::Now(),
+            warm_up);
+  constexpr int kIdleRequests = 10;
+  for (int k = 0; k < kIdleRequests; ++k) {
+    StreamOne(stub,
+              MakeRequest(urgent.prompt_len, urgent.max_tokens, 3'000'000 + k, vocab,
+                          urgent.priority),
+              absl::Now(), log);
+  }
+}
+
 }  // namespace
+
+bool MixedFlagsInRange() {
+  const double every = absl::GetFlag(FLAGS_mixed_long_every);
+  const double urgent_every = absl::GetFlag(FLAGS_mixed_urgent_every);
+  const double duration = absl::GetFlag(FLAGS_mixed_duration);
+  const int streams = absl::GetFlag(FLAGS_mixed_streams);
+  const int urgent_priority = absl::GetFlag(FLAGS_mixed_urgent_priority);
+  return streams >= 1 && streams <= 1024 && duration >= 1 && duration <= 3600 && every >= 0 &&
+         urgent_every >= 0 && absl::GetFlag(FLAGS_mixed_context) >= 1 &&
+         absl::GetFlag(FLAGS_mixed_long_prompt) >= 1 &&
+         absl::GetFlag(FLAGS_mixed_urgent_prompt) >= 1 &&
+         absl::GetFlag(FLAGS_mixed_stream_tokens) >= 1 &&
+         absl::GetFlag(FLAGS_mixed_long_tokens) >= 1 && urgent_priority >= -1'000'000 &&
+         urgent_priority <= 1'000'000;
+}
 
 int RunMixedBench(Generation::Stub& stub, const pagoda::v1::ModelInfo& info) {
   const int streams = absl::GetFlag(FLAGS_mixed_streams);
   const double duration = absl::GetFlag(FLAGS_mixed_duration);
-  const double every = absl::GetFlag(FLAGS_mixed_long_every);
-  const int context = absl::GetFlag(FLAGS_mixed_context);
-  const int long_prompt = absl::GetFlag(FLAGS_mixed_long_prompt);
-  if (streams < 1 || streams > 1024 || !(duration >= 1 && duration <= 3600) || !(every >= 0) ||
-      context < 1 || long_prompt < 1 || absl::GetFlag(FLAGS_mixed_stream_tokens) < 1 ||
-      absl::GetFlag(FLAGS_mixed_long_tokens) < 1) {
-    std::fprintf(stderr, "pagoda-bench: a --mixed-* flag is out of range\n");
-    return 1;
-  }
+  const Arrivals long_prompts = LongPrompts();
+  const Arrivals urgent = UrgentRequests();
   std::printf("mixed: %d streams (%d-token prompts), a %d-token prompt every %.1f s, %.0f s\n",
-              streams, context, long_prompt, every, duration);
-  ClassLog stream_log, long_log;
-  std::vector<double> arrivals;
+              streams, absl::GetFlag(FLAGS_mixed_context), long_prompts.prompt_len,
+              long_prompts.every_s, duration);
+  ClassLog stream_log, long_log, urgent_log, idle_log;
+  if (urgent.every_s > 0) {
+    std::printf("urgent: a %d-token prompt of priority %d every %.1f s\n", urgent.prompt_len,
+                urgent.priority, urgent.every_s);
+    MeasureIdle(stub, urgent, info.vocab_size(), idle_log);
+  }
+  std::vector<double> arrivals, urgent_arrivals;
   const absl::Time start = absl::Now();
   const absl::Time end = start + absl::Seconds(duration);
   std::vector<std::thread> threads;
@@ -195,27 +254,39 @@ int RunMixedBench(Generation::Stub& stub, const pagoda::v1::ModelInfo& info) {
     threads.emplace_back([&, s] {
       for (int round = 0; absl::Now() < end; ++round) {
         StreamOne(stub,
-                  MakeRequest(context, absl::GetFlag(FLAGS_mixed_stream_tokens),
-                              s * 1000 + round, info.vocab_size()),
+                  MakeRequest(absl::GetFlag(FLAGS_mixed_context),
+                              absl::GetFlag(FLAGS_mixed_stream_tokens), s * 1000 + round,
+                              info.vocab_size()),
                   start, stream_log);
       }
     });
   }
+  std::thread urgent_sender([&] {
+    for (std::thread& t : SendEvery(stub, urgent, info.vocab_size(), start, end, urgent_log,
+                                    urgent_arrivals)) {
+      t.join();
+    }
+  });
   std::vector<std::thread> long_threads =
-      SendLongPrompts(stub, info.vocab_size(), start, end, long_log, arrivals);
+      SendEvery(stub, long_prompts, info.vocab_size(), start, end, long_log, arrivals);
   while (absl::Now() < end) {
     DrawProgress(absl::ToDoubleSeconds(absl::Now() - start), duration);
     absl::SleepFor(absl::Milliseconds(500));
   }
   for (std::thread& thread : threads) thread.join();
   for (std::thread& thread : long_threads) thread.join();
+  urgent_sender.join();
   const double wall = absl::ToDoubleSeconds(absl::Now() - start);
   DrawProgress(duration, duration);
   std::fprintf(stderr, "\n");
-  std::printf("%-8s %7s %6s %8s %8s %8s %8s %8s %8s %9s\n", "class", "requests", "errors",
+  std::printf("%-11s %7s %6s %8s %8s %8s %8s %8s %8s %9s\n", "class", "requests", "errors",
               "ttft_p50", "ttft_p90", "ttft_p99", "itl_p50", "itl_p90", "itl_p99", "out_tok/s");
   PrintClass("streams", stream_log, wall);
   PrintClass("long", long_log, wall);
+  if (urgent.every_s > 0) {
+    PrintClass("urgent", urgent_log, wall);
+    PrintClass("urgent-idle", idle_log, wall);
+  }
   const std::string plot = absl::GetFlag(FLAGS_mixed_plot);
   if (!plot.empty()) {
     WritePlot(plot, stream_log, arrivals, duration);

@@ -5,9 +5,13 @@
 # with a 2,048-token prompt every 2 s), then pagoda-bench --mixed: STREAMS
 # streams decoding CONTEXT-token prompts while a LONG-token prompt arrives
 # every EVERY seconds, for DURATION seconds. Prints TTFT and inter-token
-# latency p50/p90/p99 per class and writes PLOT (SVG).
+# latency p50/p90/p99 per class and writes PLOT (SVG). With URGENT_EVERY,
+# 64-token requests of priority -1 arrive that often as well (the rest are
+# priority 0), and their TTFT is taken on the idle server first.
 #   STREAMS=16 CONTEXT=256 LONG=2048 EVERY=2 DURATION=60 PLOT=itl.svg \
 #     scripts/bench_mixed.sh [server flags, e.g. --no-enable-chunked-prefill]
+#   STREAMS=48 EVERY=0 URGENT_EVERY=1 scripts/bench_mixed.sh \
+#     --scheduling-policy priority --max-num-seqs 16
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -44,4 +48,4 @@ done
 "$BIN/pagoda-bench" --server "127.0.0.1:$PORT" --mixed --mixed-streams "${STREAMS:-16}" \
   --mixed-context "${CONTEXT:-256}" --mixed-long-prompt "${LONG:-2048}" \
   --mixed-long-every "${EVERY:-2}" --mixed-duration "${DURATION:-60}" \
-  --mixed-plot "${PLOT:-mixed_itl.svg}"
+  --mixed-urgent-every "${URGENT_EVERY:-0}" --mixed-plot "${PLOT:-mixed_itl.svg}"
