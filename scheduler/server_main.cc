@@ -127,6 +127,10 @@ ABSL_FLAG(bool, enable_chunked_prefill, true,
           "(--no-enable-chunked-prefill: whole prompts, in steps of their own).");
 ABSL_FLAG(int, max_num_partial_prefills, 1,
           "With chunked prefill: most prompts part-way through their prefill at once.");
+ABSL_FLAG(int, max_long_partial_prefills, 1,
+          "With chunked prefill: most prompts over --long-prefill-token-threshold part-way at "
+          "once, in [1, --max-num-partial-prefills]; shorter prompts go ahead of a long one "
+          "that must wait (vLLM).");
 ABSL_FLAG(int, long_prefill_token_threshold, 0,
           "With chunked prefill: most prompt tokens one request gets in a step; 0 = no cap, or "
           "4% of max_model_len when --max-num-partial-prefills > 1 (vLLM).");
@@ -295,6 +299,7 @@ struct ServerSettings {
   int max_num_batched_tokens = 0;
   bool enable_chunked_prefill = true;
   int max_num_partial_prefills = 1;
+  int max_long_partial_prefills = 1;
   int long_prefill_token_threshold = 0;  // Resolved: 0 = no cap.
   SchedulingPolicy scheduling_policy = SchedulingPolicy::kFcfs;
   int block_size = 0;
@@ -361,6 +366,13 @@ absl::Status ParseChunkingSettings(ServerSettings& settings) {
   if (settings.max_num_partial_prefills < 1 || settings.max_num_partial_prefills > max_num_seqs) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--max-num-partial-prefills must be in [1, --max-num-seqs = ", max_num_seqs, "]"));
+  }
+  settings.max_long_partial_prefills = absl::GetFlag(FLAGS_max_long_partial_prefills);
+  if (settings.max_long_partial_prefills < 1 ||
+      settings.max_long_partial_prefills > settings.max_num_partial_prefills) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-long-partial-prefills must be in [1, --max-num-partial-prefills = ",
+                     settings.max_num_partial_prefills, "]"));
   }
   settings.long_prefill_token_threshold = absl::GetFlag(FLAGS_long_prefill_token_threshold);
   if (settings.long_prefill_token_threshold < 0 ||
@@ -586,6 +598,7 @@ EngineConfig MakeEngineConfig(const ServerSettings& settings, const ModelConfig&
   config.scheduler.enable_chunked_prefill = settings.enable_chunked_prefill;
   config.scheduler.max_num_partial_prefills = settings.max_num_partial_prefills;
   config.scheduler.long_prefill_token_threshold = settings.long_prefill_token_threshold;
+  config.scheduler.max_long_partial_prefills = settings.max_long_partial_prefills;
   config.scheduler.policy = settings.scheduling_policy;
   config.scheduler.enable_prefix_caching = absl::GetFlag(FLAGS_enable_prefix_caching);
   config.eos_token_ids.assign(model.eos_token_ids.begin(), model.eos_token_ids.end());

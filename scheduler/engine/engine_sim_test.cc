@@ -150,15 +150,19 @@ void CheckStepInvariants(const SchedulerConfig& config, const SchedulerOutput& o
   const int decode_tokens = tokens - output.num_prefill_tokens;
   EXPECT_LE(output.num_prefill_tokens, std::max(0, config.max_num_batched_tokens - decode_tokens));
   std::set<const SequenceGroup*> left_partial;
+  int long_left_partial = 0;  // Of those, prompts over long_prefill_token_threshold.
   for (const ScheduledSequence& entry : output.scheduled) {
     // A group of several sequences computes up to each last token in
     // chunks, then samples them together: reaching length - 1 ends its chunks.
     const bool together = entry.group->SeqsWithStatus(SequenceStatus::kRunning).size() > 1;
     const int end = entry.start_position + entry.num_tokens;
-    if (!entry.do_sample && !(together && end == entry.seq->length() - 1)) {
-      left_partial.insert(entry.group);
+    if (!entry.do_sample && !(together && end == entry.seq->length() - 1) &&
+        left_partial.insert(entry.group).second && config.long_prefill_token_threshold > 0 &&
+        entry.seq->length() - entry.start_position > config.long_prefill_token_threshold) {
+      ++long_left_partial;
     }
   }
+  EXPECT_LE(long_left_partial, config.max_long_partial_prefills);
   EXPECT_LE(static_cast<int>(left_partial.size()), config.max_num_partial_prefills) << [&] {
     std::string dump;
     for (const ScheduledSequence& e : output.scheduled) {
@@ -499,6 +503,7 @@ struct ChunkCase {
   bool shared_prefix;
   int max_num_partial_prefills = 1;
   int long_prefill_token_threshold = 0;
+  int max_long_partial_prefills = 1;
 };
 
 class ChunkedPrefillSimTest : public ::testing::TestWithParam<ChunkCase> {};
@@ -517,6 +522,7 @@ TEST_P(ChunkedPrefillSimTest, OutputsMatchWholePromptRunsAtEveryBudget) {
   chunked.max_num_batched_tokens = param.budget;
   chunked.max_num_partial_prefills = param.max_num_partial_prefills;
   chunked.long_prefill_token_threshold = param.long_prefill_token_threshold;
+  chunked.max_long_partial_prefills = param.max_long_partial_prefills;
   const SimResult crowded = RunEngine(chunked, requests, eos);
   EXPECT_TRUE(crowded.ignored.empty());
   EXPECT_EQ(crowded.free_gpu_at_end, 24);
@@ -544,6 +550,8 @@ INSTANTIATE_TEST_SUITE_P(
                       ChunkCase{16, PreemptionMode::kRecompute, false, true},
                       ChunkCase{61, PreemptionMode::kSwap, false, true},
                       ChunkCase{61, PreemptionMode::kAuto, true, true, 3, 5},
+                      ChunkCase{61, PreemptionMode::kAuto, false, true, 3, 5, 2},
+                      ChunkCase{16, PreemptionMode::kRecompute, true, false, 2, 4, 2},
                       ChunkCase{2048, PreemptionMode::kAuto, true, true},
                       ChunkCase{2048, PreemptionMode::kRecompute, true, false, 4, 0}));
 

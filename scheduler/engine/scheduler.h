@@ -43,6 +43,10 @@ struct SchedulerConfig {
   // tokens in one step (0 = no cap; the server resolves vLLM's default).
   int max_num_partial_prefills = 1;
   int long_prefill_token_threshold = 0;
+  // Of those, at most this many longer than long_prefill_token_threshold
+  // (vLLM): a long prompt waits for a slot while shorter ones behind it go
+  // ahead. Only matters with a threshold and max_num_partial_prefills > 1.
+  int max_long_partial_prefills = 1;
   SchedulingPolicy policy = SchedulingPolicy::kFcfs;
 };
 
@@ -158,12 +162,21 @@ class Scheduler {
   // what is left of the budget the chunks of the partial prefills and of
   // newly admitted prompts.
   void ScheduleChunked(SchedulerOutput& output);
+  // Prompts left part-way after this step, and how many of them are long.
+  struct PartialCounts {
+    int all = 0;
+    int long_ones = 0;
+  };
   // Admits waiting groups while seats, the cache and the budget allow,
   // giving each a first chunk from `token_budget` (decremented). A prompt
-  // that would be left part-way is admitted only while `still_partial`
-  // (prompts left part-way after this step, incremented) is below
-  // max_num_partial_prefills.
-  void AdmitPrefillChunks(SchedulerOutput& output, int& token_budget, int& still_partial);
+  // that would be left part-way is admitted only while `partial.all` is
+  // below max_num_partial_prefills and, if it is long, `partial.long_ones`
+  // below max_long_partial_prefills; a long prompt without a slot is passed
+  // over (it keeps its place) for the prompts behind it.
+  void AdmitPrefillChunks(SchedulerOutput& output, int& token_budget, PartialCounts& partial);
+  // Whether `group`'s prompt tokens still to compute (in `status`) make it
+  // a long prefill (above long_prefill_token_threshold, when there is one).
+  bool IsLongPrefill(const SequenceGroup& group, SequenceStatus status) const;
   struct ChunkResult {
     int tokens;  // Prompt tokens scheduled.
     bool done;   // Nothing of the prompt is left for later steps.

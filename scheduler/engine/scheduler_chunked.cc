@@ -42,18 +42,27 @@ void Scheduler::ScheduleChunked(SchedulerOutput& output) {
                    [this](const SequenceGroup* a, const SequenceGroup* b) { return Outranks(*a, *b); });
   // max_num_partial_prefills bounds the prompts left part-way after a step
   // (vLLM): those that go on now count, and so do those the budget skips.
-  int still_partial = 0;
+  PartialCounts still_partial;
   for (SequenceGroup* group : partial) {
+    const bool long_prefill = IsLongPrefill(*group, SequenceStatus::kRunning);
     const ChunkResult chunk = token_budget > 0
                                   ? ScheduleChunk(*group, ChunkCap(token_budget), output)
                                   : ChunkResult{0, false};
     token_budget -= chunk.tokens;
     output.num_prefill_tokens += chunk.tokens;
     if (chunk.tokens > 0) ++output.num_prefill_groups;
-    if (!chunk.done) ++still_partial;
+    if (!chunk.done) {
+      ++still_partial.all;
+      if (long_prefill) ++still_partial.long_ones;
+    }
   }
   // A swapped-out group has priority over new prompts (vLLM v0).
   if (swapped_.empty()) AdmitPrefillChunks(output, token_budget, still_partial);
+}
+
+bool Scheduler::IsLongPrefill(const SequenceGroup& group, SequenceStatus status) const {
+  return config_.long_prefill_token_threshold > 0 &&
+         NumNewTokens(group, status) > config_.long_prefill_token_threshold;
 }
 
 int Scheduler::ChunkCap(int token_budget) const {
@@ -62,8 +71,11 @@ int Scheduler::ChunkCap(int token_budget) const {
 }
 
 void Scheduler::AdmitPrefillChunks(SchedulerOutput& output, int& token_budget,
-                                   int& still_partial) {
+                                   PartialCounts& partial) {
   int num_seqs = NumRunningSeqs();
+  // Long prompts passed over for want of a long slot, in queue order; they
+  // go back to the front of the queue, where they were.
+  GroupList passed_over;
   while (!waiting_.empty() && token_budget > 0) {
     SequenceGroup& group = *waiting_.front();
     // Only what no cache could hold is refused: the token budget no longer
@@ -82,15 +94,28 @@ void Scheduler::AdmitPrefillChunks(SchedulerOutput& output, int& token_budget,
     // slot (judged without prefix hits, which are known only once allocated).
     const bool may_stay_partial =
         NumNewTokens(group, SequenceStatus::kWaiting) > ChunkCap(token_budget);
-    if (may_stay_partial && still_partial >= config_.max_num_partial_prefills) break;
+    if (may_stay_partial && partial.all >= config_.max_num_partial_prefills) break;
+    const bool long_prefill = IsLongPrefill(group, SequenceStatus::kWaiting);
+    if (may_stay_partial && long_prefill &&
+        partial.long_ones >= config_.max_long_partial_prefills) {
+      passed_over.push_back(std::move(waiting_.front()));
+      waiting_.pop_front();
+      continue;
+    }
     std::unique_ptr<SequenceGroup> admitted = AllocateWaitingFront();
     const ChunkResult chunk = ScheduleChunk(*admitted, ChunkCap(token_budget), output);
     token_budget -= chunk.tokens;
     output.num_prefill_tokens += chunk.tokens;
-    if (!chunk.done) ++still_partial;
+    if (!chunk.done) {
+      ++partial.all;
+      if (long_prefill) ++partial.long_ones;
+    }
     num_seqs += new_seqs;
     ++output.num_prefill_groups;
     running_.push_back(std::move(admitted));
+  }
+  for (auto it = passed_over.rbegin(); it != passed_over.rend(); ++it) {
+    waiting_.push_front(std::move(*it));
   }
 }
 

@@ -104,6 +104,7 @@ TEST_F(ChunkedSchedulerTest, PromptLongerThanTheBudgetSamplesOnlyAtItsLastChunk)
 TEST_F(ChunkedSchedulerTest, FinishedBlocksOfAHalfPrefilledPromptAreAlreadyShared) {
   SchedulerConfig config = ChunkedConfig(/*budget=*/8, /*gpu_blocks=*/64);
   config.max_num_partial_prefills = 2;
+  config.max_long_partial_prefills = 2;
   config.long_prefill_token_threshold = 4;
   Scheduler scheduler(config);
   Add(scheduler, 1, 30, 8, 0, /*first_token=*/500);
@@ -175,6 +176,7 @@ TEST_F(ChunkedSchedulerTest, SwappedPartialPrefillResumesWhereItStopped) {
 TEST_F(ChunkedSchedulerTest, LongPrefillThresholdCapsEachChunk) {
   SchedulerConfig config = ChunkedConfig(/*budget=*/64, /*gpu_blocks=*/64);
   config.max_num_partial_prefills = 2;
+  config.max_long_partial_prefills = 2;
   config.long_prefill_token_threshold = 5;
   Scheduler scheduler(config);
   Add(scheduler, 1, 30);
@@ -190,6 +192,43 @@ TEST_F(ChunkedSchedulerTest, LongPrefillThresholdCapsEachChunk) {
   Finish(scheduler, step);
   SchedulerOutput next = scheduler.Schedule();
   ASSERT_EQ(next.scheduled.size(), 2u);  // r3 still waits for a slot; r4 would too (FCFS).
+}
+
+TEST_F(ChunkedSchedulerTest, LongPromptsWaitForALongSlotWhileShorterOnesGoAhead) {
+  // Three partial-prefill slots, one of them for prompts over 5 tokens:
+  // r2 and r4 wait for r1's slot, keeping their order, while r3 (4 tokens)
+  // goes ahead of them.
+  SchedulerConfig config = ChunkedConfig(/*budget=*/64, /*gpu_blocks=*/64);
+  config.max_num_partial_prefills = 3;
+  config.max_long_partial_prefills = 1;
+  config.long_prefill_token_threshold = 5;
+  Scheduler scheduler(config);
+  SequenceGroup* first = Add(scheduler, 1, 12, /*max_tokens=*/2);
+  Add(scheduler, 2, 30);
+  Add(scheduler, 3, 4);
+  Add(scheduler, 4, 30);
+  auto scheduled_ids = [](const SchedulerOutput& step) {
+    std::vector<std::string> ids;
+    for (const ScheduledSequence& entry : step.scheduled) ids.push_back(entry.group->request_id());
+    return ids;
+  };
+  SchedulerOutput step = scheduler.Schedule();
+  EXPECT_EQ(scheduled_ids(step), std::vector<std::string>({"r1", "r3"}));
+  EXPECT_EQ(scheduler.num_waiting(), 2);
+  // r1 is still part-way (5 of 12 tokens): its slot stays taken.
+  Finish(scheduler, step);
+  step = scheduler.Schedule();
+  EXPECT_EQ(scheduled_ids(step), std::vector<std::string>({"r3", "r1"}));
+  Finish(scheduler, step);
+  // r1's last chunk (2 tokens) completes its prompt: the slot is free again,
+  // and r2, first in line, takes it before r4.
+  step = scheduler.Schedule();
+  ASSERT_EQ(step.scheduled.size(), 3u);
+  EXPECT_EQ(step.scheduled[1].group, first);
+  EXPECT_EQ(step.scheduled[1].start_position, 10);
+  EXPECT_EQ(step.scheduled[1].num_tokens, 2);
+  EXPECT_EQ(step.scheduled[2].group->request_id(), "r2");
+  EXPECT_EQ(scheduler.num_waiting(), 1);
 }
 
 TEST_F(ChunkedSchedulerTest, ShortPromptsNeedNoPartialPrefillSlot) {

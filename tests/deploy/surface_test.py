@@ -123,6 +123,16 @@ class BusyPortAndValidationTest(ServerTestBase):
                     ["--worker-stall-timeout", value],
                     "--worker-stall-timeout must be in [0.5, 3600] seconds")
 
+    def test_bad_chunking_flags_are_refused_before_any_worker_starts(self):
+        self.assert_refused_before_workers(
+            ["--max-num-partial-prefills", "2", "--max-long-partial-prefills", "3"],
+            "--max-long-partial-prefills must be in [1, --max-num-partial-prefills = 2]")
+        self.assert_refused_before_workers(
+            ["--max-long-partial-prefills", "0"],
+            "--max-long-partial-prefills must be in [1, --max-num-partial-prefills = 1]")
+        self.assert_refused_before_workers(
+            ["--max-num-partial-prefills", "0"], "--max-num-partial-prefills must be in [1,")
+
     def test_bad_metrics_port_is_refused_before_any_worker_starts(self):
         self.assert_refused_before_workers(["--metrics-port", "70000"], "--metrics-port")
         with socket.socket() as busy:

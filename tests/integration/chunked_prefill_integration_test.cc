@@ -149,6 +149,11 @@ TEST_F(ChunkedPrefillTest, SameTokensAtBudgets1_7_16_61AndTheDefault) {
   ExpectSameOutputs({"--enable-chunked-prefill"});
 }
 
+TEST_F(ChunkedPrefillTest, SameTokensWithSeveralPartialPrefillsAndOneLongSlot) {
+  ExpectSameOutputs({"--max-num-batched-tokens=16", "--max-num-partial-prefills=3",
+                     "--long-prefill-token-threshold=8", "--max-long-partial-prefills=1"});
+}
+
 TEST_F(ChunkedPrefillTest, PromptLongerThanTheBudgetIsServedNotRefused) {
   auto server = StartServer({"--max-num-batched-tokens=16", "--metrics-port=-1"});
   ASSERT_TRUE(server.ok()) << server.status();
