@@ -3,7 +3,8 @@
 // attending to everything before it, so every request must end with exactly
 // the tokens of a run with whole prompts, at every budget, with a cached
 // prefix, n = 4, beam search, swap and recompute preemption, tensor
-// parallelism and a worker restart.
+// parallelism and a worker restart (one that lands while a prompt is
+// part-way too), and stop strings.
 #include <signal.h>
 #include <unistd.h>
 
@@ -154,6 +155,39 @@ TEST_F(ChunkedPrefillTest, SameTokensWithSeveralPartialPrefillsAndOneLongSlot) {
                      "--long-prefill-token-threshold=8", "--max-long-partial-prefills=1"});
 }
 
+// A text prompt longer than the budget, with a stop string taken from the
+// middle of the free run's text: chunks end the text where whole prompts do.
+TEST_F(ChunkedPrefillTest, StopStringsEndTheTextWhereWholePromptsDo) {
+  GenerateRequest request;
+  std::string prompt;
+  for (int i = 0; i < 12; ++i) absl::StrAppend(&prompt, "hello world number ", i, ". ");
+  request.set_prompt(prompt);
+  request.mutable_stopping()->set_max_tokens(40);
+  request.mutable_stopping()->set_ignore_eos(true);
+  auto whole = StartServer({"--no-enable-chunked-prefill"});
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  const UnaryOutcome free_run = Generate(*Stub(**whole), request);
+  ASSERT_TRUE(free_run.status.ok()) << free_run.status.error_message();
+  ASSERT_GT(free_run.response.prompt_token_count(), 7);
+  const std::string text = free_run.response.outputs(0).text();
+  size_t middle = text.size() / 2;
+  auto ascii = [&](size_t at) { return static_cast<unsigned char>(text[at]) < 0x80; };
+  while (middle + 3 < text.size() && !(ascii(middle) && ascii(middle + 1) && ascii(middle + 2))) {
+    ++middle;
+  }
+  ASSERT_LT(middle + 3, text.size()) << text;
+  request.mutable_stopping()->add_stop(text.substr(middle, 3));
+  const UnaryOutcome expected = Generate(*Stub(**whole), request);
+  ASSERT_TRUE(expected.status.ok()) << expected.status.error_message();
+  EXPECT_EQ(expected.response.outputs(0).finish_reason(), pagoda::v1::FINISH_REASON_STOP);
+  auto chunked = StartServer({"--max-num-batched-tokens=7"});
+  ASSERT_TRUE(chunked.ok()) << chunked.status();
+  const UnaryOutcome stopped = Generate(*Stub(**chunked), request);
+  ASSERT_TRUE(stopped.status.ok()) << stopped.status.error_message();
+  EXPECT_EQ(stopped.response.outputs(0).text(), expected.response.outputs(0).text());
+  EXPECT_EQ(stopped.response.outputs(0).finish_reason(), pagoda::v1::FINISH_REASON_STOP);
+}
+
 TEST_F(ChunkedPrefillTest, PromptLongerThanTheBudgetIsServedNotRefused) {
   auto server = StartServer({"--max-num-batched-tokens=16", "--metrics-port=-1"});
   ASSERT_TRUE(server.ok()) << server.status();
@@ -229,6 +263,40 @@ TEST_F(ChunkedPrefillTest, SameTokensAcrossAWorkerRestart) {
     EXPECT_EQ(outcomes[i].tokens, expected[i].tokens) << "stream " << i;
   }
   EXPECT_EQ(MetricValue((*server)->metrics_port(), "pagoda_worker_restarts_total"), 1);
+}
+
+// One token a step, so a 240-token prompt is part-way for 240 steps: the
+// metrics count it as running, not waiting (as vLLM), and a worker killed
+// while it is part-way (before its first token, with chunks computed) costs
+// it no token: it resumes by recomputation and ends as an undisturbed run.
+TEST_F(ChunkedPrefillTest, APartWayPromptIsRunningAndSurvivesAWorkerKill) {
+  // No prefix cache: the second run must compute the prompt again.
+  auto server = StartServer({"--max-num-batched-tokens=1", "--no-enable-prefix-caching"});
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = Stub(**server);
+  const GenerateRequest request = TokenRequest(TestPrompt(240, 17), 6, 77);
+  const StreamOutcome expected = RunStream(*stub, request);
+  ASSERT_TRUE(expected.status.ok()) << expected.status.error_message();
+  const int port = (*server)->metrics_port();
+  const double prompt_tokens_before = MetricValue(port, "pagoda_prompt_tokens_total");
+  std::atomic<int> received{0};
+  StreamOutcome outcome;
+  std::thread client([&] { outcome = RunStream(*stub, request, &received); });
+  // Part-way: running, nothing waiting, some chunks computed, no token yet.
+  const bool seen_part_way = WaitFor(
+      [&] {
+        return MetricValue(port, "pagoda_num_requests_running") == 1 &&
+               MetricValue(port, "pagoda_num_requests_waiting") == 0 &&
+               MetricValue(port, "pagoda_prompt_tokens_total") >= prompt_tokens_before + 20 &&
+               received.load() == 0;
+      },
+      absl::Seconds(60));
+  if (seen_part_way) ASSERT_EQ(kill((*server)->worker_pids().at(0), SIGKILL), 0);
+  client.join();
+  ASSERT_TRUE(seen_part_way);
+  ASSERT_TRUE(outcome.status.ok()) << outcome.status.error_message();
+  EXPECT_EQ(outcome.tokens, expected.tokens);
+  EXPECT_EQ(MetricValue(port, "pagoda_worker_restarts_total"), 1);
 }
 
 // Two seats, both held by long low-priority streams; then four low-priority
