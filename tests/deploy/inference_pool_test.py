@@ -16,7 +16,6 @@ import jsonschema
 import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import pagoda_harness as h  # noqa: E402
 from helm_chart_test import CHART, HELM, NAMESPACE, flags_of, render, selects  # noqa: E402
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
