@@ -236,8 +236,9 @@ int WaitForStopSignalOrGivenUpWorkers(const GrpcWorkerGroup& workers) {
 ChatRenderer ChatRendererOf(const text::ChatTemplate* chat_template) {
   if (chat_template == nullptr) return ChatRenderer();
   return [chat_template](const std::vector<ChatMessage>& messages, bool add_generation_prompt,
-                         const nlohmann::ordered_json& tools) {
-    return chat_template->Render(messages, add_generation_prompt, tools);
+                         const nlohmann::ordered_json& tools,
+                         const nlohmann::ordered_json& variables) {
+    return chat_template->Render(messages, add_generation_prompt, tools, variables);
   };
 }
 

@@ -1,5 +1,6 @@
 #include "text/chat_template.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -100,7 +101,8 @@ absl::StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::FromSource(const std
 
 absl::StatusOr<std::string> ChatTemplate::Render(const std::vector<ChatMessage>& messages,
                                                  bool add_generation_prompt,
-                                                 const nlohmann::ordered_json& tools) const {
+                                                 const nlohmann::ordered_json& tools,
+                                                 const nlohmann::ordered_json& variables) const {
   jinja::List list;
   for (const ChatMessage& message : messages) {
     // The client's fields in the client's order (tojson prints them so);
@@ -117,6 +119,21 @@ absl::StatusOr<std::string> ChatTemplate::Render(const std::vector<ChatMessage>&
                       {"bos_token", jinja::Value(bos_token_)},
                       {"eos_token", jinja::Value(eos_token_)}};
   if (!tools.is_null()) context.emplace_back("tools", jinja::FromJson(tools));
+  if (variables.is_object()) {
+    for (const auto& [name, value] : variables.items()) {
+      if (name == "messages" || name == "tools" || name == "add_generation_prompt") {
+        return absl::InvalidArgumentError(
+            absl::StrCat("chat template variable ", name, " is set by the request itself"));
+      }
+      auto named = [&name = name](const auto& entry) { return entry.first == name; };
+      auto at = std::find_if(context.begin(), context.end(), named);
+      if (at == context.end()) {
+        context.emplace_back(name, jinja::FromJson(value));
+      } else {
+        at->second = jinja::FromJson(value);  // bos_token or eos_token.
+      }
+    }
+  }
   return template_.Render(jinja::Value(std::move(context)));
 }
 

@@ -45,10 +45,15 @@ class ChatTemplate {
   // INVALID_ARGUMENT when the template raises (e.g. roles that do not
   // alternate) or fails on the messages.
   // `tools` (OpenAI's tools array, or null) is the template's `tools`
-  // variable, as transformers passes it.
+  // variable, as transformers passes it. `variables` (an object, or null)
+  // adds template variables, as transformers' apply_chat_template keyword
+  // arguments (Llama 3.1's date_string, tools_in_user_message): they may
+  // replace bos_token and eos_token; naming messages, tools or
+  // add_generation_prompt is INVALID_ARGUMENT, as in Python.
   absl::StatusOr<std::string> Render(const std::vector<ChatMessage>& messages,
                                      bool add_generation_prompt,
-                                     const nlohmann::ordered_json& tools = nullptr) const;
+                                     const nlohmann::ordered_json& tools = nullptr,
+                                     const nlohmann::ordered_json& variables = nullptr) const;
 
  private:
   ChatTemplate(jinja::Template compiled, std::string bos, std::string eos)

@@ -13,7 +13,8 @@ TEST(ChatTemplateTest, RefusesConstructsOutsideTheSubsetAtLoad) {
   for (const char* source :
        {"{% macro m() %}x{% endmacro %}", "{{ x | wordwrap }}",
         "{% if x is divisibleby(3) %}{% endif %}", "{% if x %}unclosed", "{{ 'unterminated }}",
-        "{% for x in y recursive %}{% endfor %}", "{% set x %}block{% endset %}", "{{ a ? b }}"}) {
+        "{% for x in y recursive %}{% endfor %}", "{% set x %}block{% endset %}", "{{ a ? b }}",
+        "{{ x | reject('divisibleby', 3) }}", "{{ x | select(test_name) }}", "{{ x | select }}"}) {
     auto loaded = ChatTemplate::FromSource(source, "<s>", "</s>");
     ASSERT_FALSE(loaded.ok()) << source;
     EXPECT_NE(loaded.status().message().find("chat template line"), std::string::npos)
@@ -30,6 +31,40 @@ TEST(ChatTemplateTest, RendersMessagesAndSpecialTokens) {
   auto text = (*loaded)->Render({{"system", " be brief "}, {"user", "hi"}}, true);
   ASSERT_TRUE(text.ok()) << text.status();
   EXPECT_EQ(*text, "<s><system>be brief<user>hi<assistant>");
+}
+
+// Llama 3.1 lists its builtin tools with reject('equalto', ...).
+TEST(ChatTemplateTest, SelectAndRejectApplyTheNamedTest) {
+  auto loaded = ChatTemplate::FromSource(
+      "{{ tools | reject('equalto', 'code_interpreter') | join(', ') }};"
+      "{{ tools | select('eq', 'brave_search') | list | length }};"
+      "{{ [1, none, 2] | reject('none') | list }}",
+      "", "");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  auto text = (*loaded)->Render(
+      {}, false, nlohmann::ordered_json{"brave_search", "code_interpreter", "wolfram_alpha"});
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(*text, "brave_search, wolfram_alpha;1;[1, 2]");
+}
+
+// Variables beside the messages, as transformers' apply_chat_template
+// keyword arguments: new ones, bos_token replaced; the request's own refused.
+TEST(ChatTemplateTest, VariablesAddToTheContext) {
+  auto loaded = ChatTemplate::FromSource(
+      "{{ bos_token }}{{ date_string | default('26 Jul 2024') }}{{ messages | length }}", "<s>",
+      "</s>");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  auto plain = (*loaded)->Render({{"user", "hi"}}, false);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(*plain, "<s>26 Jul 20241");
+  auto dated = (*loaded)->Render({{"user", "hi"}}, false, nullptr,
+                                 {{"date_string", "01 Sep 2026"}, {"bos_token", ""}});
+  ASSERT_TRUE(dated.ok()) << dated.status();
+  EXPECT_EQ(*dated, "01 Sep 20261");
+  for (const char* reserved : {"messages", "tools", "add_generation_prompt"}) {
+    auto refused = (*loaded)->Render({{"user", "hi"}}, false, nullptr, {{reserved, 1}});
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << reserved;
+  }
 }
 
 TEST(ChatTemplateTest, RaiseExceptionIsInvalidArgumentWithItsMessage) {

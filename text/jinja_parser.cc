@@ -257,10 +257,12 @@ absl::StatusOr<std::vector<Token>> Tokenize(const std::string& text, int line) {
 // What jinja_render.cc implements; anything else is refused at parse time.
 constexpr const char* kFilterNames[] = {"trim",   "string",  "upper", "lower", "capitalize", "tojson",
                                     "length", "count",   "first", "last",  "list",       "reverse",
-                                    "join",   "default", "d",     "int",   "items",      "replace"};
+                                    "join",   "default", "d",     "int",   "items",      "replace",
+                                    "select", "reject"};
 constexpr const char* kTests[] = {"defined", "undefined", "none",    "string",   "number",
                                   "integer", "boolean",   "mapping", "sequence", "iterable",
-                                  "true",    "false",     "even",    "odd"};
+                                  "true",    "false",     "even",    "odd",      "equalto",
+                                  "eq"};
 template <size_t N>
 bool IsSupported(const char* const (&names)[N], const std::string& name) {
   for (const char* candidate : names) {
@@ -422,6 +424,7 @@ class ExprParser {
         ExprPtr filter = Make(Expr::Kind::kFilter, *name);
         filter->args.push_back(std::move(value));
         if (Accept("(")) Arguments(filter.get());
+        if (*name == "select" || *name == "reject") CheckNamedTest(*filter);
         value = std::move(filter);
       } else if (PeekName("is")) {
         ++pos_;
@@ -442,6 +445,16 @@ class ExprParser {
       }
     }
     return value;
+  }
+  // select/reject name their test in a string literal: refused here, like a
+  // test written with `is`, when the renderer lacks it.
+  void CheckNamedTest(const Expr& filter) {
+    if (filter.args.size() < 2 || filter.args[1]->kind != Expr::Kind::kLiteral ||
+        !filter.args[1]->value.is_string()) {
+      Fail(absl::StrCat(filter.name, " needs a test name in quotes"));
+    } else if (!IsSupported(kTests, filter.args[1]->value.str())) {
+      Fail(absl::StrCat("unsupported test ", filter.args[1]->value.str()));
+    }
   }
   // After "(": arguments up to ")", keywords recorded per argument.
   void Arguments(Expr* call) {

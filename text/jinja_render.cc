@@ -643,6 +643,34 @@ absl::StatusOr<Value> Renderer::Call(const Expr& expr) {
   return Fail(expr, absl::StrCat("unknown function ", callee.name));
 }
 
+// ------------------------------------------------------------------ tests
+// Jinja's tests that chat templates use (text/jinja_parser.cc refuses any
+// other name): `value is name(args)`, and the test a select/reject filter
+// names.
+absl::StatusOr<bool> ApplyTest(const Expr& expr, const std::string& name, const Value& v,
+                               const std::vector<Value>& args) {
+  if (name == "defined") return !v.is_undefined();
+  if (name == "undefined") return v.is_undefined();
+  if (name == "none") return v.is_none();
+  if (name == "string") return v.is_string();
+  if (name == "number") return v.is_number() && !v.is_bool();
+  if (name == "integer") return v.is_int();
+  if (name == "boolean") return v.is_bool();
+  if (name == "mapping") return v.is_dict();
+  if (name == "sequence" || name == "iterable") return v.is_list() || v.is_string() || v.is_dict();
+  if (name == "true") return v.is_bool() && v.truthy();
+  if (name == "false") return v.is_bool() && !v.truthy();
+  if (name == "even" || name == "odd") {
+    if (!v.is_int()) return Fail(expr, "even/odd of a non-integer");
+    return (v.integer() % 2 == 0) == (name == "even");
+  }
+  if (name == "equalto" || name == "eq") {
+    if (args.size() != 1) return Fail(expr, absl::StrCat("test ", name, " takes one value"));
+    return Equal(v, args[0]);
+  }
+  return Fail(expr, absl::StrCat("unsupported test ", name));
+}
+
 // ------------------------------------------------------------------ filters
 // Jinja's filters that chat templates use, looked up by name in kFilters
 // (text/jinja_parser.cc refuses any other name); each gets the filtered
@@ -749,6 +777,25 @@ absl::StatusOr<Value> ReplaceFilter(const FilterCall& call) {
       absl::StrReplaceAll(ToText(call.input), {{ToText(call.args[0]), ToText(call.args[1])}}));
 }
 
+// select(test, args...) and reject(test, args...): the items that pass
+// (or fail) the named test, as a list.
+absl::StatusOr<Value> SelectFilter(const FilterCall& call) {
+  absl::StatusOr<List> items = Iterate(call.input);
+  if (!items.ok()) return Fail(call.expr, absl::StrCat(call.expr.name, " of a non-iterable"));
+  if (call.args.empty() || !call.args[0].is_string()) {
+    return Fail(call.expr, absl::StrCat(call.expr.name, " needs a test name"));
+  }
+  const std::vector<Value> test_args(call.args.begin() + 1, call.args.end());
+  const bool keep_passing = call.expr.name == "select";
+  List out;
+  for (const Value& item : *items) {
+    absl::StatusOr<bool> passes = ApplyTest(call.expr, call.args[0].str(), item, test_args);
+    if (!passes.ok()) return passes.status();
+    if (*passes == keep_passing) out.push_back(item);
+  }
+  return Value(std::move(out));
+}
+
 struct FilterEntry {
   const char* name;
   absl::StatusOr<Value> (*call)(const FilterCall&);
@@ -761,6 +808,7 @@ constexpr FilterEntry kFilters[] = {
     {"last", FirstOrLastFilter}, {"list", ListFilter},       {"reverse", ReverseFilter},
     {"join", JoinFilter},        {"default", DefaultFilter}, {"d", DefaultFilter},
     {"int", IntFilter},          {"items", ItemsFilter},     {"replace", ReplaceFilter},
+    {"select", SelectFilter},    {"reject", SelectFilter},
 };
 
 absl::StatusOr<Value> Renderer::Filter(const Expr& expr) {
@@ -780,24 +828,11 @@ absl::StatusOr<Value> Renderer::Filter(const Expr& expr) {
 absl::StatusOr<bool> Renderer::Test(const Expr& expr) {
   absl::StatusOr<Value> input = Eval(*expr.args[0]);
   if (!input.ok()) return input.status();
-  const Value& v = *input;
-  const std::string& name = expr.name;
-  if (name == "defined") return !v.is_undefined();
-  if (name == "undefined") return v.is_undefined();
-  if (name == "none") return v.is_none();
-  if (name == "string") return v.is_string();
-  if (name == "number") return v.is_number() && !v.is_bool();
-  if (name == "integer") return v.is_int();
-  if (name == "boolean") return v.is_bool();
-  if (name == "mapping") return v.is_dict();
-  if (name == "sequence" || name == "iterable") return v.is_list() || v.is_string() || v.is_dict();
-  if (name == "true") return v.is_bool() && v.truthy();
-  if (name == "false") return v.is_bool() && !v.truthy();
-  if (name == "even" || name == "odd") {
-    if (!v.is_int()) return Fail(expr, "even/odd of a non-integer");
-    return (v.integer() % 2 == 0) == (name == "even");
-  }
-  return Fail(expr, absl::StrCat("unsupported test ", name));
+  std::vector<Value> args;
+  Dict keywords;
+  absl::Status status = EvalArguments(expr, 0, &args, &keywords);
+  if (!status.ok()) return status;
+  return ApplyTest(expr, expr.name, *input, args);
 }
 
 }  // namespace

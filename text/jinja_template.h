@@ -2,16 +2,17 @@
 #define PAGODA_TEXT_JINJA_TEMPLATE_H_
 
 // An interpreter for the subset of Jinja that model chat templates use
-// (Llama 3, Qwen2/3, Mistral): {{ }}, {% if/elif/else %}, {% for %} (with
+// (Llama 3 and 3.1, Qwen2/3, Mistral): {{ }}, {% if/elif/else %}, {% for %} (with
 // `loop`, tuple targets, an `if` filter and `else`), {% set %} (including
 // namespace attributes), comments, whitespace control (`-`) and the
 // trim_blocks/lstrip_blocks settings that transformers renders with;
 // expressions with literals, lists, dicts, attributes, subscripts and
 // slices, + - * / // % ~, comparisons, in, and/or/not, conditional
 // expressions, filters (trim, tojson, length, upper, lower, first, last,
-// join, default, list, string, int, reverse, items, capitalize, replace),
-// tests (defined, undefined, none, string, number, mapping, sequence,
-// iterable, true, false, boolean, integer, even, odd), string methods
+// join, default, list, string, int, reverse, items, capitalize, replace,
+// select and reject naming a test in quotes), tests (defined, undefined,
+// none, string, number, mapping, sequence, iterable, true, false, boolean,
+// integer, even, odd, equalto/eq), string methods
 // (strip, lstrip, rstrip, split, startswith, endswith, upper, lower,
 // replace, title, format-free), dict methods (items, keys, values, get),
 // and the globals namespace(), raise_exception() and range().

@@ -22,10 +22,11 @@ class Registry;
 namespace pagoda::scheduler {
 
 // Renders chat messages into a prompt (the model's chat template), with the
-// request's tools (OpenAI's array, or null).
+// request's tools (OpenAI's array, or null) and chat_template_kwargs (an
+// object, or null).
 using ChatRenderer = std::function<absl::StatusOr<std::string>(
     const std::vector<ChatMessage>& messages, bool add_generation_prompt,
-    const nlohmann::ordered_json& tools)>;
+    const nlohmann::ordered_json& tools, const nlohmann::ordered_json& variables)>;
 
 struct HttpServerOptions {
   std::string host = "127.0.0.1";

@@ -1,7 +1,9 @@
 #include "scheduler/api/openai_protocol.h"
 
+#include <algorithm>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -18,6 +20,7 @@ using nlohmann::json;
 // work: the validator bounds the prompt again by max_model_len.
 constexpr size_t kMaxPromptTokenIds = 1 << 20;
 constexpr size_t kMaxMessages = 4096;
+constexpr size_t kMaxChatTemplateKwargs = 32;
 
 bool Present(const json& body, const char* key) {
   return body.contains(key) && !body[key].is_null();
@@ -116,6 +119,36 @@ absl::Status KeepToolFields(const json& message, const nlohmann::ordered_json* o
   // A null content stays "" (as for every message): templates such as
   // Qwen3's test `'</think>' in message.content`, which a null breaks.
   parsed->fields = std::move(fields);
+  return absl::OkStatus();
+}
+
+// vLLM's chat_template_kwargs: an object of at most kMaxChatTemplateKwargs
+// variables named as Jinja names (the template refuses the request's own:
+// messages, tools, add_generation_prompt).
+absl::Status ParseChatTemplateKwargs(const json& body, const nlohmann::ordered_json* ordered,
+                                     nlohmann::ordered_json* out) {
+  if (!Present(body, "chat_template_kwargs")) return absl::OkStatus();
+  const json& kwargs = body["chat_template_kwargs"];
+  if (!kwargs.is_object() || kwargs.size() > kMaxChatTemplateKwargs) {
+    return InvalidField("chat_template_kwargs",
+                        absl::StrCat("must be an object of at most ", kMaxChatTemplateKwargs,
+                                     " variables"));
+  }
+  for (const auto& [name, value] : kwargs.items()) {
+    const bool valid = !name.empty() && name.size() <= 64 &&
+                       !absl::ascii_isdigit(static_cast<unsigned char>(name[0])) &&
+                       std::all_of(name.begin(), name.end(), [](char c) {
+                         return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_';
+                       });
+    if (!valid) {
+      return InvalidField("chat_template_kwargs",
+                          absl::StrCat("\"", name.substr(0, 64),
+                                       "\" is not a variable name ([A-Za-z_][A-Za-z0-9_]{0,63})"));
+    }
+  }
+  *out = ordered != nullptr && ordered->contains("chat_template_kwargs")
+             ? (*ordered)["chat_template_kwargs"]
+             : nlohmann::ordered_json(kwargs);
   return absl::OkStatus();
 }
 
@@ -675,7 +708,14 @@ pagoda::v1::GenerateRequest PromptRequest(const OpenAiRequest& request, size_t i
   return out;
 }
 
-absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(const json& body) {
+bool NeedsOrderedBody(const json& body) {
+  return body.is_object() && (body.contains("response_format") ||
+                              body.contains("structured_outputs") || body.contains("tools") ||
+                              body.contains("chat_template_kwargs"));
+}
+
+absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(const json& body,
+                                                     const nlohmann::ordered_json* ordered) {
   if (!body.is_object()) return absl::InvalidArgumentError("body: must be a JSON object");
   TokenizeRequest out;
   if (Present(body, "model")) {
@@ -684,7 +724,13 @@ absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(const json& body) {
   }
   if (Present(body, "messages")) {
     OpenAiRequest chat;
-    if (absl::Status status = ParseMessages(body, nullptr, &chat); !status.ok()) return status;
+    if (absl::Status status = ParseMessages(body, ordered, &chat); !status.ok()) return status;
+    std::vector<std::string> names;
+    if (absl::Status s = ParseToolList(body, ordered, &out.tools, &names); !s.ok()) return s;
+    if (absl::Status s = ParseChatTemplateKwargs(body, ordered, &out.chat_template_kwargs);
+        !s.ok()) {
+      return s;
+    }
     out.chat = true;
     out.messages = std::move(chat.messages);
     out.add_special_tokens = false;  // The template writes its own (vLLM's default).
@@ -758,6 +804,12 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(const json& body, bool chat,
   }
   if (status.ok() && chat && Present(body, "add_generation_prompt")) {
     out.add_generation_prompt = body.value("add_generation_prompt", true);
+  }
+  if (status.ok() && !chat && Present(body, "chat_template_kwargs")) {
+    status = InvalidField("chat_template_kwargs", "only /v1/chat/completions takes them");
+  }
+  if (status.ok() && chat) {
+    status = ParseChatTemplateKwargs(body, ordered_body, &out.chat_template_kwargs);
   }
   if (status.ok()) status = RefuseUnsupported(body);
   if (status.ok()) status = ParseConstraint(body, ordered_body, &out.generate);

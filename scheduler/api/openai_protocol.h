@@ -49,6 +49,9 @@ struct OpenAiRequest {
   bool vllm_prompt_logprobs = false;
   // Chat: tools, tool_choice and how the server reads calls back.
   ToolsRequest tools;
+  // Chat: vLLM's chat_template_kwargs, more variables for the template
+  // (Llama 3.1's tools_in_user_message, date_string); null when none.
+  nlohmann::ordered_json chat_template_kwargs;
   ToolCallParser tool_parser = ToolCallParser::kNone;
 };
 
@@ -128,8 +131,18 @@ struct TokenizeRequest {
   bool add_special_tokens = true;     // BOS for a prompt (vLLM: true for prompts).
   bool add_generation_prompt = true;  // Chat only.
   bool return_token_strs = false;
+  nlohmann::ordered_json tools;                 // Chat only: rendered, never called.
+  nlohmann::ordered_json chat_template_kwargs;  // Chat only.
 };
-absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(const nlohmann::json& body);
+// `ordered`: the same body parsed keeping key order (what the template
+// prints of tools and messages), or null.
+absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(const nlohmann::json& body,
+                                                     const nlohmann::ordered_json* ordered);
+
+// Whether a body carries fields a template prints in the client's key order
+// (tools, schemas, template variables): such a body is also parsed into an
+// ordered_json.
+bool NeedsOrderedBody(const nlohmann::json& body);
 
 // vLLM's POST /detokenize body: token ids, each in [0, vocab_size).
 absl::StatusOr<std::vector<int>> ParseDetokenizeRequest(const nlohmann::json& body, int vocab_size,

@@ -306,18 +306,57 @@ TEST(OpenAiProtocolTest, VllmPromptLogprobsAreNullThenTokenIdKeyedEntries) {
   EXPECT_EQ(prompt[1]["9"]["decoded_token"], "token_id:9");
 }
 
+// vLLM's chat_template_kwargs (chat and /tokenize) and /tokenize's tools:
+// kept in the client's key order, bounded and named as template variables.
+TEST(OpenAiProtocolTest, ChatTemplateKwargsAndTokenizeTools) {
+  const std::string body_text = R"({"messages": [{"role": "user", "content": "x"}],
+      "tools": [{"type": "function", "function": {"name": "now", "parameters":
+                 {"type": "object", "properties": {"z": {}, "a": {}}}}}],
+      "chat_template_kwargs": {"tools_in_user_message": false, "date_string": "01 Sep 2026"}})";
+  const json body = json::parse(body_text);
+  const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(body_text);
+  ASSERT_TRUE(NeedsOrderedBody(body));
+  auto tokenize = ParseTokenizeRequest(body, &ordered);
+  ASSERT_TRUE(tokenize.ok()) << tokenize.status();
+  EXPECT_EQ(tokenize->tools[0]["function"]["parameters"]["properties"].begin().key(), "z");
+  EXPECT_EQ(tokenize->chat_template_kwargs.begin().key(), "tools_in_user_message");
+  auto chat = ParseOpenAiRequest(body, true, 512, {}, &ordered, ToolCallParser::kLlama3Json);
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  EXPECT_EQ(chat->chat_template_kwargs["date_string"], "01 Sep 2026");
+  const json user = json::array({{{"role", "user"}, {"content", "x"}}});
+  json too_many = json::object();
+  for (int i = 0; i < 33; ++i) too_many["v" + std::to_string(i)] = i;
+  for (const json& kwargs : {json("x"), json::array(), too_many, json{{"1st", 1}},
+                             json{{"a-b", 1}}, json{{"", 1}}, json{{std::string(65, 'a'), 1}}}) {
+    const json bad = {{"messages", user}, {"chat_template_kwargs", kwargs}};
+    EXPECT_NE(ParseError(bad, true).message().find("chat_template_kwargs"), std::string::npos)
+        << kwargs;
+    EXPECT_FALSE(ParseTokenizeRequest(bad, nullptr).ok()) << kwargs;
+  }
+  EXPECT_NE(ParseError({{"prompt", "x"}, {"chat_template_kwargs", json::object()}})
+                .message()
+                .find("chat_template_kwargs"),
+            std::string::npos);
+  EXPECT_NE(ParseTokenizeRequest({{"messages", user}, {"tools", "x"}}, nullptr)
+                .status()
+                .message()
+                .find("tools"),
+            std::string::npos);
+}
+
 TEST(OpenAiProtocolTest, TokenizeAndDetokenizeBodies) {
-  auto prompt = ParseTokenizeRequest(json{{"prompt", "hi"}});
+  auto prompt = ParseTokenizeRequest(json{{"prompt", "hi"}}, nullptr);
   ASSERT_TRUE(prompt.ok());
   EXPECT_TRUE(prompt->add_special_tokens);
   EXPECT_FALSE(prompt->chat);
-  auto chat =
-      ParseTokenizeRequest(json{{"messages", json::array({{{"role", "user"}, {"content", "x"}}})}});
+  auto chat = ParseTokenizeRequest(
+      json{{"messages", json::array({{{"role", "user"}, {"content", "x"}}})}}, nullptr);
   ASSERT_TRUE(chat.ok());
   EXPECT_TRUE(chat->chat);
   EXPECT_FALSE(chat->add_special_tokens);
-  EXPECT_FALSE(ParseTokenizeRequest(json{{"prompt", 3}}).ok());
-  EXPECT_FALSE(ParseTokenizeRequest(json{{"prompt", "x"}, {"add_special_tokens", "no"}}).ok());
+  EXPECT_FALSE(ParseTokenizeRequest(json{{"prompt", 3}}, nullptr).ok());
+  EXPECT_FALSE(
+      ParseTokenizeRequest(json{{"prompt", "x"}, {"add_special_tokens", "no"}}, nullptr).ok());
   std::string model;
   auto ids = ParseDetokenizeRequest(json{{"tokens", {1, 2}}, {"model", "m"}}, 10, &model);
   ASSERT_TRUE(ids.ok());

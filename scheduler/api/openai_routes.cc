@@ -487,11 +487,10 @@ absl::StatusOr<OpenAiRoutes::Prepared> OpenAiRoutes::Prepare(const json& body, b
                                                              const std::string& raw) {
   // Invalid UTF-8 or JSON is a parse failure (discarded), not an exception.
   if (body.is_discarded()) return absl::InvalidArgumentError("body: not valid JSON (UTF-8)");
-  // Schemas keep the client's property order: read them from an
-  // order-keeping parse (only bodies that carry one pay for it).
+  // Schemas, tools and template variables keep the client's key order: read
+  // them from an order-keeping parse (only bodies that carry one pay for it).
   nlohmann::ordered_json ordered;
-  if (body.is_object() && (body.contains("response_format") ||
-                           body.contains("structured_outputs") || body.contains("tools"))) {
+  if (NeedsOrderedBody(body)) {
     ordered = nlohmann::ordered_json::parse(raw, nullptr, /*allow_exceptions=*/false);
   }
   absl::StatusOr<OpenAiRequest> parsed =
@@ -507,7 +506,8 @@ absl::StatusOr<OpenAiRoutes::Prepared> OpenAiRoutes::Prepare(const json& body, b
     if (tokenizer_ == nullptr)
       return absl::InvalidArgumentError("messages: the model has no tokenizer");
     absl::StatusOr<std::string> prompt =
-        chat_(parsed->messages, parsed->add_generation_prompt, parsed->tools.tools);
+        chat_(parsed->messages, parsed->add_generation_prompt, parsed->tools.tools,
+              parsed->chat_template_kwargs);
     if (!prompt.ok()) return prompt.status();
     // The template writes BOS and other special tokens itself, so the prompt
     // goes in as ids (the validator adds BOS only to text prompts).
@@ -556,7 +556,12 @@ void OpenAiRoutes::Tokenize(const std::string& body_text, std::shared_ptr<HttpEx
     if (parsed_body.is_discarded()) {
       return absl::InvalidArgumentError("body: not valid JSON (UTF-8)");
     }
-    absl::StatusOr<TokenizeRequest> request = ParseTokenizeRequest(parsed_body);
+    nlohmann::ordered_json ordered;
+    if (NeedsOrderedBody(parsed_body)) {
+      ordered = nlohmann::ordered_json::parse(body_text, nullptr, /*allow_exceptions=*/false);
+    }
+    absl::StatusOr<TokenizeRequest> request =
+        ParseTokenizeRequest(parsed_body, ordered.is_object() ? &ordered : nullptr);
     if (!request.ok()) return request.status();
     if (absl::Status status = CheckModel(request->model); !status.ok()) return status;
     if (tokenizer_ == nullptr) return absl::InvalidArgumentError("the model has no tokenizer");
@@ -569,7 +574,8 @@ void OpenAiRoutes::Tokenize(const std::string& body_text, std::shared_ptr<HttpEx
         return absl::InvalidArgumentError("messages: this model has no chat template");
       }
       absl::StatusOr<std::string> rendered =
-          chat_(request->messages, request->add_generation_prompt, nullptr);
+          chat_(request->messages, request->add_generation_prompt, request->tools,
+                request->chat_template_kwargs);
       if (!rendered.ok()) return rendered.status();
       text = *std::move(rendered);
     }

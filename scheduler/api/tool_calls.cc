@@ -5,7 +5,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/strings/string_view.h"
 #include "scheduler/api/field_error.h"
 
@@ -153,27 +153,54 @@ ToolCallsReply ParseHermes(const std::string& text) {
   return reply;
 }
 
+// The length of the JSON object that opens text (text[0] == '{'), braces
+// inside strings skipped; npos when it does not close.
+size_t JsonObjectLength(absl::string_view text) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{') {
+      ++depth;
+    } else if (c == '}' && --depth == 0) {
+      return i + 1;
+    }
+  }
+  return absl::string_view::npos;
+}
+
+// Llama 3.1's calls: after an optional <|python_tag|>, one JSON object
+// {"name", "parameters"} or several separated by ';' (as vLLM's llama3_json
+// reads them; a ';' inside a string is the string's, a last ';' ends the
+// calls). Anything else, or text after the calls, is content.
 ToolCallsReply ParseLlama3Json(const std::string& text) {
   ToolCallsReply plain{text, false, {}};
   absl::string_view rest = absl::StripAsciiWhitespace(text);
-  if (rest.substr(0, absl::string_view(kPythonTag).size()) == kPythonTag) {
-    rest = absl::StripAsciiWhitespace(rest.substr(absl::string_view(kPythonTag).size()));
-  }
-  if (rest.empty() || rest[0] != '{') return plain;
-  ToolCallsReply reply;
-  const ordered_json whole = ordered_json::parse(rest, nullptr, false);
-  ToolCall call;
-  if (ParseCall(whole, "parameters", &call)) {
-    reply.calls.push_back(std::move(call));
-  } else {
-    for (absl::string_view piece : absl::StrSplit(rest, ';')) {
-      const ordered_json value = ordered_json::parse(absl::StripAsciiWhitespace(piece), nullptr, false);
-      if (!ParseCall(value, "parameters", &call)) return plain;
-      reply.calls.push_back(call);
+  if (absl::ConsumePrefix(&rest, kPythonTag)) rest = absl::StripLeadingAsciiWhitespace(rest);
+  ToolCallsReply reply{"", true, {}};
+  while (true) {
+    if (rest.empty() || rest[0] != '{') return plain;
+    const size_t length = JsonObjectLength(rest);
+    if (length == absl::string_view::npos) return plain;
+    ToolCall call;
+    if (!ParseCall(ordered_json::parse(rest.substr(0, length), nullptr, false), "parameters",
+                   &call)) {
+      return plain;
     }
+    reply.calls.push_back(std::move(call));
+    rest = absl::StripLeadingAsciiWhitespace(rest.substr(length));
+    if (absl::ConsumePrefix(&rest, ";")) {
+      rest = absl::StripLeadingAsciiWhitespace(rest);
+    } else if (!rest.empty()) {
+      return plain;
+    }
+    if (rest.empty()) return reply;
   }
-  reply.content_null = true;
-  return reply;
 }
 
 }  // namespace
@@ -186,27 +213,33 @@ absl::StatusOr<ToolCallParser> ParseToolCallParserName(const std::string& name) 
       absl::StrCat("--tool-call-parser ", name, ": must be hermes or llama3_json"));
 }
 
+absl::Status ParseToolList(const json& body, const ordered_json* ordered, ordered_json* tools,
+                           std::vector<std::string>* names) {
+  *tools = nullptr;
+  if (!body.contains("tools") || body["tools"].is_null()) return absl::OkStatus();
+  if (!body["tools"].is_array()) return InvalidField("tools", "must be an array of tools");
+  if (body["tools"].size() > static_cast<size_t>(kMaxTools)) {
+    return InvalidField("tools", absl::StrCat("at most ", kMaxTools, " tools"));
+  }
+  if (body["tools"].empty()) return absl::OkStatus();
+  *tools = ordered != nullptr && ordered->contains("tools") ? (*ordered)["tools"]
+                                                            : ordered_json(body["tools"]);
+  for (size_t i = 0; i < tools->size(); ++i) {
+    if (absl::Status s = CheckTool((*tools)[i], i, names); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseTools(const json& body, const ordered_json* ordered, ToolCallParser parser,
                         ToolsRequest* out) {
-  const bool has_tools = body.contains("tools") && body["tools"].is_array() && !body["tools"].empty();
-  if (!has_tools) {
-    if (body.contains("tools") && !body["tools"].is_null() && !body["tools"].is_array()) {
-      return InvalidField("tools", "must be an array of tools");
-    }
+  std::vector<std::string> names;
+  if (absl::Status s = ParseToolList(body, ordered, &out->tools, &names); !s.ok()) return s;
+  if (out->tools.is_null()) {
     if (body.contains("tool_choice") && !body["tool_choice"].is_null() &&
         body["tool_choice"] != "none" && body["tool_choice"] != "auto") {
       return InvalidField("tool_choice", "needs tools");
     }
     return absl::OkStatus();
-  }
-  if (body["tools"].size() > static_cast<size_t>(kMaxTools)) {
-    return InvalidField("tools", absl::StrCat("at most ", kMaxTools, " tools"));
-  }
-  out->tools = ordered != nullptr && ordered->contains("tools") ? (*ordered)["tools"]
-                                                                 : ordered_json(body["tools"]);
-  std::vector<std::string> names;
-  for (size_t i = 0; i < out->tools.size(); ++i) {
-    if (absl::Status s = CheckTool(out->tools[i], i, &names); !s.ok()) return s;
   }
   if (absl::Status s = ParseChoice(body, names, out); !s.ok()) return s;
   if (body.contains("parallel_tool_calls") && !body["parallel_tool_calls"].is_null()) {

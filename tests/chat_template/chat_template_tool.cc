@@ -3,7 +3,8 @@
 //
 //   chat_template_tool TEMPLATE_FILE < request.json > response.json
 // request:  {"bos_token": "...", "eos_token": "...",
-//            "cases": [{"messages": [{"role", "content"}], "add_generation_prompt": b}]}
+//            "cases": [{"messages": [{"role", "content"}], "add_generation_prompt": b,
+//                       "tools"?: [...], "variables"?: {name: value}}]}
 // response: {"parse_error": msg} or {"results": [{"text": ...} or {"error": msg}]}
 #include <fstream>
 #include <iostream>
@@ -45,7 +46,8 @@ int main(int argc, char** argv) {
       messages.push_back(std::move(parsed));
     }
     auto text = (*chat)->Render(messages, item.value("add_generation_prompt", false),
-                                item.contains("tools") ? item["tools"] : json());
+                                item.contains("tools") ? item["tools"] : json(),
+                                item.contains("variables") ? item["variables"] : json());
     results.push_back(text.ok() ? json{{"text", *text}}
                                 : json{{"error", std::string(text.status().message())}});
   }

@@ -97,7 +97,7 @@ void Completion(const json& body, bool chat) {
 // OpenAiRoutes::Tokenize's steps.
 void Tokenize(const json& body) {
   const Fixture& fixture = GetFixture();
-  absl::StatusOr<api::TokenizeRequest> request = api::ParseTokenizeRequest(body);
+  absl::StatusOr<api::TokenizeRequest> request = api::ParseTokenizeRequest(body, /*ordered=*/nullptr);
   if (!request.ok()) return;
   if (static_cast<int64_t>(request->prompt.size()) >
       api::MaxPromptBytes(fixture.validator->limits())) {

