@@ -254,7 +254,8 @@ struct ListeningServer {
 
 // The local credentials of an address that has them (wire/worker_transport.h);
 // null for a network address.
-std::shared_ptr<grpc::ServerCredentials> LocalCredentialsOf(pagoda::wire::WorkerTransport transport) {
+std::shared_ptr<grpc::ServerCredentials> LocalCredentialsOf(
+    pagoda::wire::WorkerTransport transport) {
   switch (transport) {
     case pagoda::wire::WorkerTransport::kUnixSocket:
       return grpc::experimental::LocalServerCredentials(UDS);
@@ -275,14 +276,14 @@ std::shared_ptr<grpc::ServerCredentials> LocalCredentialsOf(pagoda::wire::Worker
 // secret after the whole message has arrived, so the warning.
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ListenCredentials(
     pagoda::worker::WorkerService* service, const std::string& listen) {
+  const pagoda::TlsFiles tls{absl::GetFlag(FLAGS_ssl_certfile), absl::GetFlag(FLAGS_ssl_keyfile),
+                             absl::GetFlag(FLAGS_ssl_ca_certs)};
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
-      pagoda::MakeServerCredentials(pagoda::TlsFiles{absl::GetFlag(FLAGS_ssl_certfile),
-                                                     absl::GetFlag(FLAGS_ssl_keyfile),
-                                                     absl::GetFlag(FLAGS_ssl_ca_certs)});
+      pagoda::MakeServerCredentials(tls);
   if (!credentials.ok()) return credentials.status();
-  const bool tls = !absl::GetFlag(FLAGS_ssl_certfile).empty();
   std::shared_ptr<grpc::ServerCredentials> chosen =
-      tls ? *std::move(credentials) : LocalCredentialsOf(pagoda::wire::WorkerTransportOf(listen));
+      tls.given() ? *std::move(credentials)
+                  : LocalCredentialsOf(pagoda::wire::WorkerTransportOf(listen));
   if (chosen == nullptr) {
     LOG(WARNING) << "--listen " << listen << " is plaintext TCP beyond loopback: a call's secret "
                  << "is checked only after its whole message is read, so calls without it can "

@@ -362,8 +362,8 @@ FloodOutcome FloodWithHugeCalls(pid_t pid, std::shared_ptr<grpc::Channel> channe
   done = true;
   sampler.join();
   outcome.peak_kib = std::max(peak_kib.load(), StatusKib(pid, "VmHWM"));
-  std::printf("worker RSS idle %lld KiB, peak (VmHWM) %lld KiB under %d x %zu MiB calls (+%lld KiB), "
-              "all answered in %s\n",
+  std::printf("worker RSS idle %lld KiB, peak (VmHWM) %lld KiB under %d x %zu MiB calls "
+              "(+%lld KiB), all answered in %s\n",
               static_cast<long long>(outcome.idle_kib), static_cast<long long>(outcome.peak_kib),
               calls, call_bytes >> 20, static_cast<long long>(outcome.grown_kib()),
               absl::FormatDuration(outcome.took).c_str());
@@ -652,7 +652,8 @@ TEST(ConnectedWorkerTest, PlaintextBeyondLoopbackWarnsAtStartUp) {
   EXPECT_TRUE(absl::StrContains(network, "is plaintext TCP beyond loopback")) << network;
   EXPECT_TRUE(absl::StrContains(network, "unbounded memory")) << network;
   EXPECT_TRUE(absl::StrContains(network, "PAGODA_WORKER_LISTENING")) << network;  // Still serves.
-  for (const std::string& local : {std::string("127.0.0.1:0"), absl::StrCat("unix:", dir, "/w.sock")}) {
+  for (const std::string& local :
+       {std::string("127.0.0.1:0"), absl::StrCat("unix:", dir, "/w.sock")}) {
     const std::string log = StartUpLog(dir, local);
     EXPECT_TRUE(absl::StrContains(log, "PAGODA_WORKER_LISTENING")) << log;
     EXPECT_FALSE(absl::StrContains(log, "beyond loopback")) << log;
