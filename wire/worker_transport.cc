@@ -22,13 +22,13 @@ absl::string_view HostOfTcpAddress(absl::string_view address) {
   return host;
 }
 
-// gRPC's local credentials accept exactly these on TCP: an IPv4 address in
-// 127.0.0.0/8 or the IPv6 loopback ::1 (localhost resolves to either).
+// gRPC's local credentials accept exactly these on TCP: 127.0.0.1 and ::1
+// (localhost resolves to them), not the rest of 127.0.0.0/8.
 bool IsLoopbackHost(absl::string_view host) {
   if (absl::EqualsIgnoreCase(host, "localhost")) return true;
   const std::string text(host);
   if (in_addr v4; inet_pton(AF_INET, text.c_str(), &v4) == 1) {
-    return (ntohl(v4.s_addr) >> 24) == 127;
+    return ntohl(v4.s_addr) == INADDR_LOOPBACK;
   }
   in6_addr v6;
   return inet_pton(AF_INET6, text.c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);

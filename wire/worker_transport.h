@@ -15,13 +15,16 @@ namespace pagoda::wire {
 //     checked after the whole message has arrived.
 enum class WorkerTransport {
   kUnixSocket,    // "unix:PATH".
-  kLoopbackTcp,   // Host 127.0.0.0/8, ::1 ("[::1]:PORT") or localhost.
+  kLoopbackTcp,   // Host 127.0.0.1, ::1 ("[::1]:PORT") or localhost.
   kNetworkTcp,    // Any other host: 0.0.0.0, [::], an interface, a DNS name.
 };
 
-// The transport of `address` ("unix:PATH" or "HOST:PORT"). An address this
-// cannot read as loopback (IPv4-mapped ::ffff:127.0.0.1, a scheme such as
-// "ipv4:", no port) is kNetworkTcp: the choice that still connects.
+// The transport of `address` ("unix:PATH" or "HOST:PORT"). Loopback is what
+// gRPC's local credentials take on TCP, which is narrower than the kernel's
+// loopback: gRPC 1.51 closes a connection to 127.0.0.2. An address this
+// cannot read as loopback (other 127.x.y.z, IPv4-mapped ::ffff:127.0.0.1, a
+// scheme such as "ipv4:", no port) is kNetworkTcp: the choice that still
+// connects.
 WorkerTransport WorkerTransportOf(absl::string_view address);
 
 }  // namespace pagoda::wire

@@ -268,12 +268,13 @@ std::shared_ptr<grpc::ServerCredentials> LocalCredentialsOf(
 }
 
 // The credentials of --listen: TLS when the flags give it; else, on a unix
-// socket (the server's own spawned worker) or a loopback TCP address (a
-// sidecar, a worker on the server's host), local credentials. On all of them
-// gRPC runs an auth processor, which checks the secret before a call's
-// message is read, so a caller without it costs its headers only. Plaintext
-// TCP on any other address has no such hook: there the handlers check the
-// secret after the whole message has arrived, so the warning.
+// socket (the server's own spawned worker) or a loopback TCP address
+// (127.0.0.1, [::1], localhost: a worker on its server's host), local
+// credentials. On all of them gRPC runs an auth processor, which checks the
+// secret before a call's message is read, so a caller without it costs its
+// headers only. Plaintext TCP on any other address has no such hook: there
+// the handlers check the secret after the whole message has arrived, so the
+// warning.
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ListenCredentials(
     pagoda::worker::WorkerService* service, const std::string& listen) {
   const pagoda::TlsFiles tls{absl::GetFlag(FLAGS_ssl_certfile), absl::GetFlag(FLAGS_ssl_keyfile),
@@ -285,11 +286,12 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ListenCredentials(
       tls.given() ? *std::move(credentials)
                   : LocalCredentialsOf(pagoda::wire::WorkerTransportOf(listen));
   if (chosen == nullptr) {
-    LOG(WARNING) << "--listen " << listen << " is plaintext TCP beyond loopback: a call's secret "
-                 << "is checked only after its whole message is read, so calls without it can "
-                 << "hold unbounded memory (--max-message-bytes bounds one message, not the "
-                 << "transport). Serve remote workers over TLS (--ssl-certfile, --ssl-keyfile, "
-                 << "--ssl-ca-certs), or listen on loopback or a unix: socket.";
+    LOG(WARNING) << "--listen " << listen << ": plaintext TCP on an address other than "
+                 << "127.0.0.1, [::1] or localhost, so a call's secret is checked only after "
+                 << "its whole message is read and calls without it can hold unbounded memory "
+                 << "(--max-message-bytes bounds one message, not the transport). Serve such "
+                 << "workers over TLS (--ssl-certfile, --ssl-keyfile, --ssl-ca-certs), or listen "
+                 << "on 127.0.0.1 or a unix: socket.";
     return *std::move(credentials);
   }
   chosen->SetAuthMetadataProcessor(std::make_shared<pagoda::worker::SecretAuthProcessor>(service));
