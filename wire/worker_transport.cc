@@ -39,7 +39,7 @@ bool IsLoopbackHost(absl::string_view host) {
 WorkerTransport WorkerTransportOf(absl::string_view address) {
   if (absl::StartsWith(address, "unix:")) return WorkerTransport::kUnixSocket;
   return IsLoopbackHost(HostOfTcpAddress(address)) ? WorkerTransport::kLoopbackTcp
-                                                    : WorkerTransport::kNetworkTcp;
+                                                   : WorkerTransport::kNetworkTcp;
 }
 
 }  // namespace pagoda::wire

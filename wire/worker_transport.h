@@ -14,9 +14,9 @@ namespace pagoda::wire {
 //   kNetworkTcp: plaintext unless TLS is configured, where the secret is only
 //     checked after the whole message has arrived.
 enum class WorkerTransport {
-  kUnixSocket,    // "unix:PATH".
-  kLoopbackTcp,   // Host 127.0.0.1, ::1 ("[::1]:PORT") or localhost.
-  kNetworkTcp,    // Any other host: 0.0.0.0, [::], an interface, a DNS name.
+  kUnixSocket,   // "unix:PATH".
+  kLoopbackTcp,  // Host 127.0.0.1, ::1 ("[::1]:PORT") or localhost.
+  kNetworkTcp,   // Any other: 0.0.0.0, [::], 127.0.0.2, an interface, a DNS name.
 };
 
 // The transport of `address` ("unix:PATH" or "HOST:PORT"). Loopback is what
