@@ -19,10 +19,6 @@ absl::StatusOr<std::string> ReadPem(const std::string& path, const std::string& 
   return contents.str();
 }
 
-bool Given(const TlsFiles& files) {
-  return !files.certfile.empty() || !files.keyfile.empty() || !files.ca_certs.empty();
-}
-
 absl::Status CheckPair(const TlsFiles& files, const std::string& prefix) {
   if (files.certfile.empty() != files.keyfile.empty()) {
     return absl::InvalidArgumentError(
@@ -35,7 +31,7 @@ absl::Status CheckPair(const TlsFiles& files, const std::string& prefix) {
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     const TlsFiles& files, const std::string& prefix) {
-  if (!Given(files)) return grpc::InsecureServerCredentials();
+  if (!files.given()) return grpc::InsecureServerCredentials();
   if (absl::Status pair = CheckPair(files, prefix); !pair.ok()) return pair;
   if (files.certfile.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(prefix, "ssl-ca-certs needs ", prefix,
@@ -58,7 +54,7 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
 
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
     const TlsFiles& files, const std::string& prefix) {
-  if (!Given(files)) return grpc::InsecureChannelCredentials();
+  if (!files.given()) return grpc::InsecureChannelCredentials();
   if (absl::Status pair = CheckPair(files, prefix); !pair.ok()) return pair;
   grpc::SslCredentialsOptions ssl;
   if (!files.ca_certs.empty()) {

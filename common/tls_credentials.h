@@ -15,6 +15,10 @@ struct TlsFiles {
   std::string certfile;  // Own certificate chain.
   std::string keyfile;   // Its private key.
   std::string ca_certs;  // Peers must present a certificate this CA signed.
+
+  // Whether any file is given: TLS is asked for (the factories below check
+  // the rest); plaintext otherwise.
+  bool given() const { return !certfile.empty() || !keyfile.empty() || !ca_certs.empty(); }
 };
 
 // Server side: plaintext when no file is given; TLS with certfile + keyfile;

@@ -497,12 +497,17 @@ absl::StatusOr<std::unique_ptr<GrpcWorkerGroup>> ConnectWorkers(const std::strin
   }
   absl::StatusOr<std::string> secret = ReadWorkerSecretFile(secret_file);
   if (!secret.ok()) return secret.status();
-  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials = MakeChannelCredentials(
-      TlsFiles{absl::GetFlag(FLAGS_worker_ssl_certfile), absl::GetFlag(FLAGS_worker_ssl_keyfile),
-               absl::GetFlag(FLAGS_worker_ssl_ca_certs)},
-      "--worker-");
-  if (!credentials.ok()) return credentials.status();
-  options.connect_credentials = *credentials;
+  const TlsFiles tls{absl::GetFlag(FLAGS_worker_ssl_certfile),
+                     absl::GetFlag(FLAGS_worker_ssl_keyfile),
+                     absl::GetFlag(FLAGS_worker_ssl_ca_certs)};
+  // Without TLS the group reaches each worker as it serves (null: local
+  // credentials on loopback, plaintext beyond).
+  if (tls.given()) {
+    absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+        MakeChannelCredentials(tls, "--worker-");
+    if (!credentials.ok()) return credentials.status();
+    options.connect_credentials = *credentials;
+  }
   return GrpcWorkerGroup::Connect(
       list, *secret, absl::Seconds(absl::GetFlag(FLAGS_worker_start_timeout)), options);
 }

@@ -63,6 +63,7 @@
 #include "worker/worker_metrics.h"
 #include "worker/worker_service.h"
 #include "wire/limits.h"
+#include "wire/worker_transport.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "Address to serve on; port 0 = the OS picks one.");
 ABSL_FLAG(int, rank, 0, "Tensor-parallel rank of this worker.");
@@ -88,9 +89,9 @@ ABSL_FLAG(std::string, ssl_ca_certs, "",
           "PEM CA bundle: the server must present a client certificate it signed.");
 ABSL_FLAG(int, max_message_bytes, pagoda::wire::kMaxWorkerMessageBytes,
           "Largest gRPC message this worker accepts (1 MiB to 256 MiB); larger calls are "
-          "RESOURCE_EXHAUSTED. Set it just above the server's largest step plan. Connected "
-          "workers should use TLS: on plaintext TCP a call's secret is checked only after "
-          "its bytes arrive.");
+          "RESOURCE_EXHAUSTED. Set it just above the server's largest step plan. Workers "
+          "beyond loopback should use TLS: on plaintext TCP to a non-loopback address a "
+          "call's secret is checked only after its bytes arrive.");
 ABSL_FLAG(int, metrics_port, 0,
           "Prometheus /metrics port (refused calls; docs/metrics.md), on the host of --listen "
           "(127.0.0.1 for unix:); 0 = off, -1 = the OS picks one.");
@@ -251,23 +252,48 @@ struct ListeningServer {
   std::string endpoint;
 };
 
+// The local credentials of an address that has them (wire/worker_transport.h);
+// null for a network address.
+std::shared_ptr<grpc::ServerCredentials> LocalCredentialsOf(
+    pagoda::wire::WorkerTransport transport) {
+  switch (transport) {
+    case pagoda::wire::WorkerTransport::kUnixSocket:
+      return grpc::experimental::LocalServerCredentials(UDS);
+    case pagoda::wire::WorkerTransport::kLoopbackTcp:
+      return grpc::experimental::LocalServerCredentials(LOCAL_TCP);
+    case pagoda::wire::WorkerTransport::kNetworkTcp:
+      return nullptr;
+  }
+  return nullptr;
+}
+
 // The credentials of --listen: TLS when the flags give it; else, on a unix
-// socket (the server's own spawned worker), local credentials. On both gRPC
-// runs an auth processor, which checks the secret before a call's message is
-// read, so a caller without it costs its headers only. Plaintext TCP has no
-// such hook: there the handlers check the secret after the message (give
-// connected workers TLS).
+// socket (the server's own spawned worker) or a loopback TCP address
+// (127.0.0.1, [::1], localhost: a worker on its server's host), local
+// credentials. On all of them gRPC runs an auth processor, which checks the
+// secret before a call's message is read, so a caller without it costs its
+// headers only. Plaintext TCP on any other address has no such hook: there
+// the handlers check the secret after the whole message has arrived, so the
+// warning.
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ListenCredentials(
-    pagoda::worker::WorkerService* service, bool unix_socket) {
+    pagoda::worker::WorkerService* service, const std::string& listen) {
+  const pagoda::TlsFiles tls{absl::GetFlag(FLAGS_ssl_certfile), absl::GetFlag(FLAGS_ssl_keyfile),
+                             absl::GetFlag(FLAGS_ssl_ca_certs)};
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
-      pagoda::MakeServerCredentials(pagoda::TlsFiles{absl::GetFlag(FLAGS_ssl_certfile),
-                                                     absl::GetFlag(FLAGS_ssl_keyfile),
-                                                     absl::GetFlag(FLAGS_ssl_ca_certs)});
+      pagoda::MakeServerCredentials(tls);
   if (!credentials.ok()) return credentials.status();
-  const bool tls = !absl::GetFlag(FLAGS_ssl_certfile).empty();
-  if (!tls && !unix_socket) return credentials;
   std::shared_ptr<grpc::ServerCredentials> chosen =
-      tls ? *std::move(credentials) : grpc::experimental::LocalServerCredentials(UDS);
+      tls.given() ? *std::move(credentials)
+                  : LocalCredentialsOf(pagoda::wire::WorkerTransportOf(listen));
+  if (chosen == nullptr) {
+    LOG(WARNING) << "--listen " << listen << ": plaintext TCP on an address other than "
+                 << "127.0.0.1, [::1] or localhost, so a call's secret is checked only after "
+                 << "its whole message is read and calls without it can hold unbounded memory "
+                 << "(--max-message-bytes bounds one message, not the transport). Serve such "
+                 << "workers over TLS (--ssl-certfile, --ssl-keyfile, --ssl-ca-certs), or listen "
+                 << "on 127.0.0.1 or a unix: socket.";
+    return *std::move(credentials);
+  }
   chosen->SetAuthMetadataProcessor(std::make_shared<pagoda::worker::SecretAuthProcessor>(service));
   return chosen;
 }
@@ -279,11 +305,12 @@ absl::StatusOr<ListeningServer> StartServer(pagoda::worker::WorkerService* servi
   grpc::ServerBuilder builder;
   int port = 0;
   const std::string listen = absl::GetFlag(FLAGS_listen);
-  const bool unix_socket = listen.rfind("unix:", 0) == 0;
+  const bool unix_socket =
+      pagoda::wire::WorkerTransportOf(listen) == pagoda::wire::WorkerTransport::kUnixSocket;
   // Connected workers: mutual TLS, so only a server holding a certificate
   // from the CA gets as far as presenting the secret.
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
-      ListenCredentials(service, unix_socket);
+      ListenCredentials(service, listen);
   if (!credentials.ok()) return credentials.status();
   builder.AddListeningPort(listen, *credentials, &port);
   // gRPC sets SO_REUSEPORT by default, which lets a second process share a
@@ -298,10 +325,10 @@ absl::StatusOr<ListeningServer> StartServer(pagoda::worker::WorkerService* servi
   // Step plans and results grow with the batch; gRPC's 4 MiB default is too
   // small, no bound at all too trusting. gRPC refuses a larger message
   // (RESOURCE_EXHAUSTED) before the handler sees it. It does NOT bound the
-  // transport's memory: on plaintext TCP (no auth processor) 16 concurrent
-  // 100 MB calls still grew a worker by 1.2 GB with a 4 MiB limit
-  // (integration_security_test); only the auth processor (unix socket, TLS)
-  // refuses such calls for the cost of their headers.
+  // transport's memory: on plaintext network TCP (no auth processor) 16
+  // concurrent 100 MB calls still grew a worker by 1.2 GB with a 4 MiB limit
+  // (integration_security_test); only the auth processor (unix socket,
+  // loopback TCP, TLS) refuses such calls for the cost of their headers.
   builder.SetMaxReceiveMessageSize(max_message_bytes);
   builder.SetMaxSendMessageSize(pagoda::wire::kMaxWorkerMessageBytes);
   builder.RegisterService(service);

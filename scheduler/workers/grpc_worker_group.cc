@@ -4,7 +4,6 @@
 #include <limits>
 #include <utility>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "glog/logging.h"
@@ -12,6 +11,7 @@
 #include "wire/worker_owner.h"
 #include "wire/worker_secret.h"
 #include "wire/limits.h"
+#include "wire/worker_transport.h"
 
 namespace pagoda::scheduler {
 namespace {
@@ -52,6 +52,22 @@ absl::Status ToAbslStatus(const grpc::Status& status, absl::string_view context)
 std::string DescribeGrpcError(const grpc::Status& status) {
   return absl::StrCat(absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code())),
                       ": ", status.error_message());
+}
+
+// How to reach a worker that serves no TLS, as it serves (worker_main.cc):
+// local credentials on a unix socket or loopback TCP, where its auth
+// processor checks the secret before a call's message is read; plaintext on
+// any other address.
+std::shared_ptr<grpc::ChannelCredentials> PlaintextWorkerCredentials(absl::string_view address) {
+  switch (wire::WorkerTransportOf(address)) {
+    case wire::WorkerTransport::kUnixSocket:
+      return grpc::experimental::LocalCredentials(UDS);
+    case wire::WorkerTransport::kLoopbackTcp:
+      return grpc::experimental::LocalCredentials(LOCAL_TCP);
+    case wire::WorkerTransport::kNetworkTcp:
+      return grpc::InsecureChannelCredentials();
+  }
+  return grpc::InsecureChannelCredentials();
 }
 
 }  // namespace
@@ -148,16 +164,11 @@ absl::Status GrpcWorkerGroup::AddRank(const std::string& address, const std::str
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   args.SetInt(GRPC_ARG_CLIENT_IDLE_TIMEOUT_MS, std::numeric_limits<int>::max());
-  const bool spawned = process != nullptr;
+  // TLS for connected workers when configured, wherever they are; else as
+  // the worker serves (worker_main.cc).
+  const bool tls = process == nullptr && options_.connect_credentials != nullptr;
   std::shared_ptr<grpc::ChannelCredentials> credentials =
-      !spawned && options_.connect_credentials != nullptr ? options_.connect_credentials
-                                                          : grpc::InsecureChannelCredentials();
-  // A worker on a unix socket serves local credentials (worker_main.cc: its
-  // auth processor checks the secret before a call's message is read).
-  if (absl::StartsWith(address, "unix:") &&
-      (spawned || options_.connect_credentials == nullptr)) {
-    credentials = grpc::experimental::LocalCredentials(UDS);
-  }
+      tls ? options_.connect_credentials : PlaintextWorkerCredentials(address);
   std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(address, credentials, args);
   const bool connected = channel->WaitForConnected(absl::ToChronoTime(deadline));
   ranks_.push_back(

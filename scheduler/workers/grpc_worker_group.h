@@ -52,9 +52,11 @@ struct GrpcWorkerGroupOptions {
   // restarts healthy workers on a busy host; a worker process that exits is
   // seen at once either way (closed connection, and pidfd when spawned).
   absl::Duration stall_timeout = absl::Seconds(10);
-  // Connected workers: how to reach them (null = plaintext). Mutual TLS in
-  // production (see MakeChannelCredentials); spawned workers use their
-  // private Unix sockets in plaintext.
+  // Connected workers: TLS credentials to reach them with (mutual TLS in
+  // production, see MakeChannelCredentials), or null: each worker is then
+  // reached as it serves without TLS (wire/worker_transport.h): local
+  // credentials on a unix socket or loopback TCP, plaintext beyond. Spawned
+  // workers serve their private unix sockets with local credentials.
   std::shared_ptr<grpc::ChannelCredentials> connect_credentials;
   // Tensor parallelism (more than one rank): the group runs a rendezvous
   // store (worker/comm/rendezvous_store_server.h) on this IPv4 address and

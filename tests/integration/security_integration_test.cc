@@ -1,8 +1,11 @@
 // The server's edges under attack, end to end with real processes: the
 // worker channel (one Unix-socket endpoint in a private directory, a secret on
-// every call, no inherited descriptors, no reflection).
+// every call, no inherited descriptors, no reflection), and connected
+// workers on loopback TCP, plaintext beyond it, and TLS.
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -275,19 +278,30 @@ TEST_F(WorkerChannelTest, EveryRpcWithoutTheSecretIsUnauthenticatedAndChangesNot
   EXPECT_EQ(kill(worker(), 0), 0);  // The refused Shutdown left it running.
 }
 
-// The resident memory of `pid` in KiB (VmRSS), or -1.
-int64_t ResidentKib(pid_t pid) {
+// A memory figure of `pid` in KiB from /proc/PID/status (`field`: "VmRSS",
+// "VmHWM"), or -1.
+int64_t StatusKib(pid_t pid, absl::string_view field) {
   std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
   std::string text;
   while (std::getline(status, text)) {
     absl::string_view line = text;
     int64_t kib = 0;
-    if (absl::ConsumePrefix(&line, "VmRSS:") &&
+    if (absl::ConsumePrefix(&line, field) && absl::ConsumePrefix(&line, ":") &&
         absl::SimpleAtoi(absl::StripSuffix(absl::StripAsciiWhitespace(line), " kB"), &kib)) {
       return kib;
     }
   }
   return -1;
+}
+
+int64_t ResidentKib(pid_t pid) { return StatusKib(pid, "VmRSS"); }
+
+// Sets `pid`'s VmHWM back to its VmRSS (clear_refs 5), so that a later VmHWM
+// is the peak since now, short-lived peaks between samples included. When
+// that is refused, VmHWM keeps any earlier peak: a figure too high, never
+// too low.
+void ResetPeakResident(pid_t pid) {
+  std::ofstream(absl::StrCat("/proc/", pid, "/clear_refs")) << "5";
 }
 
 // The bytes of a StepPlan of about `bytes`: one sequence of that many token
@@ -304,8 +318,9 @@ std::string HugeStepPlanBytes(size_t bytes) {
   return "\x12" + varint(sequence.size()) + sequence;
 }
 
-// What `calls` concurrent ExecuteStep calls of `call_bytes` without the
-// secret did to the worker `pid` on `channel`.
+// What `calls` concurrent ExecuteStep calls of `call_bytes`, with `secret`
+// (none if empty), did to the worker `pid` on `channel`. The peak is the
+// larger of VmRSS sampled every 2 ms and VmHWM after the calls.
 struct FloodOutcome {
   std::vector<grpc::StatusCode> codes;
   int64_t idle_kib = 0;
@@ -315,13 +330,14 @@ struct FloodOutcome {
 };
 
 FloodOutcome FloodWithHugeCalls(pid_t pid, std::shared_ptr<grpc::Channel> channel, int calls,
-                                size_t call_bytes) {
+                                size_t call_bytes, const std::string& secret = "") {
   const std::string payload = HugeStepPlanBytes(call_bytes);
   // Every call sends the same bytes, referenced, not copied.
   grpc::Slice slice(payload.data(), payload.size(), grpc::Slice::STATIC_SLICE);
   const grpc::ByteBuffer request(&slice, 1);
   grpc::GenericStub stub(std::move(channel));
   FloodOutcome outcome;
+  ResetPeakResident(pid);
   outcome.idle_kib = ResidentKib(pid);
   std::atomic<bool> done{false};
   std::atomic<int64_t> peak_kib{outcome.idle_kib};
@@ -339,6 +355,7 @@ FloodOutcome FloodWithHugeCalls(pid_t pid, std::shared_ptr<grpc::Channel> channe
   for (int i = 0; i < calls; ++i) {
     contexts.push_back(std::make_unique<grpc::ClientContext>());
     contexts[i]->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    if (!secret.empty()) contexts[i]->AddMetadata(kWorkerSecretMetadataKey, secret);
     stub.UnaryCall(contexts[i].get(), "/pagoda.worker.v1.Worker/ExecuteStep", grpc::StubOptions(),
                    &request, &responses[i],
                    [&codes, i](grpc::Status status) { codes[i].set_value(status.error_code()); });
@@ -347,9 +364,9 @@ FloodOutcome FloodWithHugeCalls(pid_t pid, std::shared_ptr<grpc::Channel> channe
   outcome.took = absl::Now() - start;
   done = true;
   sampler.join();
-  outcome.peak_kib = peak_kib.load();
-  std::printf("worker RSS idle %lld KiB, peak %lld KiB under %d x %zu MiB calls (+%lld KiB), "
-              "all answered in %s\n",
+  outcome.peak_kib = std::max(peak_kib.load(), StatusKib(pid, "VmHWM"));
+  std::printf("worker RSS idle %lld KiB, peak (VmHWM) %lld KiB under %d x %zu MiB calls "
+              "(+%lld KiB), all answered in %s\n",
               static_cast<long long>(outcome.idle_kib), static_cast<long long>(outcome.peak_kib),
               calls, call_bytes >> 20, static_cast<long long>(outcome.grown_kib()),
               absl::FormatDuration(outcome.took).c_str());
@@ -509,25 +526,140 @@ TEST(ConnectedWorkerTest, MutualTlsAndTheSecretAreBothRequired) {
   std::filesystem::remove_all(dir);
 }
 
-// A connected worker on plaintext TCP has no auth processor (gRPC runs none
-// without secure credentials). Its receive limit (--max-message-bytes)
-// refuses larger calls without reaching the handler. KNOWN GAP, printed and
-// not asserted: the limit does not bound the transport's memory (16 x 100 MB
-// calls grew a worker by about 1.2 GB with a 4 MiB limit); connected workers
-// need TLS, where the auth processor refuses such calls from their headers.
-TEST(ConnectedWorkerTest, ReceiveLimitRefusesLargerPlaintextCalls) {
+constexpr char kConnectedWorkerSecret[] = "connected-worker-secret-0123456789";
+
+// A fresh directory named `name` + this process's id holding "secret"
+// (kConnectedWorkerSecret, mode 600); the caller removes it.
+std::string MakeSecretDir(absl::string_view name) {
   const std::string dir =
-      (std::filesystem::temp_directory_path() / absl::StrCat("pagoda_limit_", getpid())).string();
+      (std::filesystem::temp_directory_path() / absl::StrCat(name, getpid())).string();
   std::filesystem::create_directories(dir);
-  const std::string secret = "connected-worker-secret-0123456789";
-  std::ofstream(dir + "/secret") << secret << "\n";
-  std::filesystem::permissions(dir + "/secret",
-                               std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
-  auto worker = ServerProcess::Start(
-      PAGODA_WORKER_BINARY,
-      {"--listen=127.0.0.1:0", absl::StrCat("--secret-file=", dir, "/secret"),
-       absl::StrCat("--max-message-bytes=", 4 << 20)},
-      absl::Seconds(30), "PAGODA_WORKER_LISTENING");
+  std::ofstream(dir + "/secret") << kConnectedWorkerSecret << "\n";
+  std::filesystem::permissions(dir + "/secret", std::filesystem::perms::owner_read |
+                                                    std::filesystem::perms::owner_write);
+  return dir;
+}
+
+// A pagoda-worker on `listen` with the secret of `dir` (MakeSecretDir) and
+// `more` flags; no model loaded.
+absl::StatusOr<std::unique_ptr<ServerProcess>> StartConnectedWorker(
+    const std::string& dir, const std::string& listen, std::vector<std::string> more = {}) {
+  more.push_back(absl::StrCat("--listen=", listen));
+  more.push_back(absl::StrCat("--secret-file=", dir, "/secret"));
+  return ServerProcess::Start(PAGODA_WORKER_BINARY, std::move(more), absl::Seconds(30),
+                              "PAGODA_WORKER_LISTENING");
+}
+
+// The code of an empty ExecuteStep on `channel` with `secret` (none if
+// empty): UNAUTHENTICATED without the right one; with it the handler
+// answers (no model is loaded: never UNAUTHENTICATED or RESOURCE_EXHAUSTED).
+grpc::StatusCode EmptyStepCode(std::shared_ptr<grpc::Channel> channel, const std::string& secret) {
+  auto stub = wv1::Worker::NewStub(std::move(channel));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  if (!secret.empty()) context.AddMetadata(kWorkerSecretMetadataKey, secret);
+  wv1::StepResult result;
+  return stub->ExecuteStep(&context, wv1::StepPlan(), &result).error_code();
+}
+
+void ExpectHandlerReached(grpc::StatusCode code) {
+  EXPECT_NE(code, grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_NE(code, grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(code, grpc::StatusCode::UNAVAILABLE);
+}
+
+// A worker on loopback TCP serves local credentials (wire/worker_transport.h),
+// so, as on a unix socket, its auth processor refuses calls without the
+// secret from their headers: 16 concurrent 100 MB calls, without the secret
+// (plaintext, as any local process could send) or with a wrong one (the
+// server's own local credentials), cost it less than 64 MiB at the default
+// receive limit (256 MiB).
+TEST(LoopbackWorkerTest, LargeCallsWithoutTheSecretCostTheWorkerNoMemory) {
+  const std::string dir = MakeSecretDir("pagoda_loopback_");
+  auto worker = StartConnectedWorker(dir, "127.0.0.1:0");
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  const std::string address = (*worker)->address();
+  const struct {
+    std::shared_ptr<grpc::ChannelCredentials> credentials;
+    std::string secret;
+  } callers[] = {
+      {grpc::InsecureChannelCredentials(), ""},
+      {grpc::experimental::LocalCredentials(LOCAL_TCP), "a-wrong-secret-0123456789abcdef"},
+  };
+  for (const auto& caller : callers) {
+    const FloodOutcome flood =
+        FloodWithHugeCalls((*worker)->pid(), grpc::CreateChannel(address, caller.credentials),
+                           kFloodCalls, kFloodCallBytes, caller.secret);
+    ASSERT_GT(flood.idle_kib, 0);
+    for (int i = 0; i < kFloodCalls; ++i) {
+      EXPECT_EQ(flood.codes[i], grpc::StatusCode::UNAUTHENTICATED) << "call " << i;
+    }
+    EXPECT_LT(flood.grown_kib(), kFloodAllowedKib);
+  }
+  // Still serving, with the secret, over local credentials (what the server
+  // uses for a loopback worker) and plaintext (wire-compatible).
+  ExpectHandlerReached(EmptyStepCode(
+      grpc::CreateChannel(address, grpc::experimental::LocalCredentials(LOCAL_TCP)),
+      kConnectedWorkerSecret));
+  ExpectHandlerReached(EmptyStepCode(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()), kConnectedWorkerSecret));
+  worker->reset();
+  std::filesystem::remove_all(dir);
+}
+
+// Whether this host can bind ::1 (containers may run without IPv6).
+bool HasIpv6Loopback() {
+  const int fd = socket(AF_INET6, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  sockaddr_in6 address{};
+  address.sin6_family = AF_INET6;
+  address.sin6_addr = in6addr_loopback;
+  const bool bound = bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
+  close(fd);
+  return bound;
+}
+
+// wire/worker_transport.h's rule against gRPC's: a worker on each address
+// serves calls with the secret over the credentials the server picks for it
+// (local ones on loopback, plaintext beyond) and refuses them without. A rule
+// wider than gRPC's local credentials leaves a worker no one can reach:
+// gRPC 1.51 closes connections to 127.0.0.2.
+TEST(LoopbackWorkerTest, EveryLoopbackFormServesTheServer) {
+  const std::string dir = MakeSecretDir("pagoda_loopback_forms_");
+  const bool ipv6 = HasIpv6Loopback();
+  if (!ipv6) std::printf("no IPv6 loopback on this host: [::1] not tried\n");
+  const struct {
+    std::string host;
+    std::shared_ptr<grpc::ChannelCredentials> credentials;
+  } forms[] = {
+      {"localhost", grpc::experimental::LocalCredentials(LOCAL_TCP)},
+      {"[::1]", grpc::experimental::LocalCredentials(LOCAL_TCP)},
+      {"127.0.0.2", grpc::InsecureChannelCredentials()},  // Loopback to the kernel only.
+  };
+  for (const auto& form : forms) {
+    SCOPED_TRACE(form.host);
+    if (form.host == "[::1]" && !ipv6) continue;
+    auto worker = StartConnectedWorker(dir, form.host + ":0");
+    ASSERT_TRUE(worker.ok()) << worker.status();
+    auto channel =
+        grpc::CreateChannel(absl::StrCat(form.host, ":", (*worker)->port()), form.credentials);
+    ExpectHandlerReached(EmptyStepCode(channel, kConnectedWorkerSecret));
+    EXPECT_EQ(EmptyStepCode(channel, ""), grpc::StatusCode::UNAUTHENTICATED);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// A worker on plaintext TCP beyond loopback (here 0.0.0.0, reached through
+// loopback) has no auth processor (gRPC runs none without secure
+// credentials). Its receive limit (--max-message-bytes) refuses larger calls
+// without reaching the handler. KNOWN GAP, printed and not asserted: the
+// limit does not bound the transport's memory (16 x 100 MB calls grew a
+// worker by about 1.2 GB with a 4 MiB limit); such workers need TLS, where
+// the auth processor refuses such calls from their headers.
+TEST(ConnectedWorkerTest, ReceiveLimitRefusesLargerPlaintextCalls) {
+  const std::string dir = MakeSecretDir("pagoda_limit_");
+  auto worker =
+      StartConnectedWorker(dir, "0.0.0.0:0", {absl::StrCat("--max-message-bytes=", 4 << 20)});
   ASSERT_TRUE(worker.ok()) << worker.status();
   const std::string address = (*worker)->address();
   const FloodOutcome flood = FloodWithHugeCalls(
@@ -536,21 +668,41 @@ TEST(ConnectedWorkerTest, ReceiveLimitRefusesLargerPlaintextCalls) {
   for (size_t i = 0; i < flood.codes.size(); ++i) {
     EXPECT_EQ(flood.codes[i], grpc::StatusCode::RESOURCE_EXHAUSTED) << "call " << i;
   }
-  // Still serving: a small call with the secret reaches the handler (no model
-  // loaded yet), one without it is refused.
-  auto stub = wv1::Worker::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
-  auto step = [&](const std::string& with_secret) {
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    if (!with_secret.empty()) context.AddMetadata(kWorkerSecretMetadataKey, with_secret);
-    wv1::StepResult result;
-    return stub->ExecuteStep(&context, wv1::StepPlan(), &result).error_code();
-  };
-  EXPECT_EQ(step(""), grpc::StatusCode::UNAUTHENTICATED);
-  const grpc::StatusCode with_secret = step(secret);
-  EXPECT_NE(with_secret, grpc::StatusCode::UNAUTHENTICATED);
-  EXPECT_NE(with_secret, grpc::StatusCode::RESOURCE_EXHAUSTED);
+  // Still serving: a small call without the secret is refused, one with it
+  // reaches the handler (no model loaded yet), also over the local
+  // credentials a server uses when it dials this worker at 127.0.0.1.
+  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  EXPECT_EQ(EmptyStepCode(channel, ""), grpc::StatusCode::UNAUTHENTICATED);
+  ExpectHandlerReached(EmptyStepCode(channel, kConnectedWorkerSecret));
+  ExpectHandlerReached(EmptyStepCode(
+      grpc::CreateChannel(address, grpc::experimental::LocalCredentials(LOCAL_TCP)),
+      kConnectedWorkerSecret));
   worker->reset();
+  std::filesystem::remove_all(dir);
+}
+
+// What a worker on `listen` logs in its first two seconds.
+std::string StartUpLog(const std::string& dir, const std::string& listen) {
+  absl::StatusOr<std::string> log =
+      RunCommand(absl::StrCat("timeout 2 ", PAGODA_WORKER_BINARY, " --listen=", listen,
+                              " --secret-file=", dir, "/secret 2>&1 </dev/null; true"));
+  return log.ok() ? *log : log.status().ToString();
+}
+
+// Only plaintext TCP beyond loopback, where a call's secret is checked after
+// its message, warns at start-up; loopback and unix sockets check it first.
+TEST(ConnectedWorkerTest, PlaintextBeyondLoopbackWarnsAtStartUp) {
+  const std::string dir = MakeSecretDir("pagoda_warn_");
+  const std::string network = StartUpLog(dir, "0.0.0.0:0");
+  EXPECT_TRUE(absl::StrContains(network, "plaintext TCP on an address other than")) << network;
+  EXPECT_TRUE(absl::StrContains(network, "unbounded memory")) << network;
+  EXPECT_TRUE(absl::StrContains(network, "PAGODA_WORKER_LISTENING")) << network;  // Still serves.
+  for (const std::string& local :
+       {std::string("127.0.0.1:0"), absl::StrCat("unix:", dir, "/w.sock")}) {
+    const std::string log = StartUpLog(dir, local);
+    EXPECT_TRUE(absl::StrContains(log, "PAGODA_WORKER_LISTENING")) << log;
+    EXPECT_FALSE(absl::StrContains(log, "plaintext TCP")) << log;
+  }
   std::filesystem::remove_all(dir);
 }
 
