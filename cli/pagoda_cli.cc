@@ -4,6 +4,7 @@
 //              [--max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S]
 //              [--n N] [--presence-penalty P] [--logit-bias 5:2.5,9:-100] ... [--stream]
 //   pagoda-cli [--server ...] info
+//   pagoda-cli [--server ...] [--timeout 2] health
 //
 // Every field of GenerateRequest has a flag (--help lists them); the
 // sampling fields that the model's generation_config.json may default
@@ -12,11 +13,13 @@
 // --token-ids), the same with or without --stream, then "finish_reason: ...",
 // "token_ids: ..." and, with --logprobs N, one "logprob: ..." line per token;
 // with several sequences (--n), each is printed whole after a "sequence: I"
-// line. On an error it prints the gRPC status name and message ("error
+// line. health asks grpc.health.v1 of a server or a worker, prints its
+// status and exits 0 only when it is SERVING. On an error it prints the gRPC status name and message ("error
 // UNAVAILABLE: ...") and exits 1.
 
 #include <cstdio>
 #include <cstdlib>
+#include <future>
 #include <iostream>
 #include <iterator>
 #include <map>
@@ -34,6 +37,7 @@
 #include "absl/strings/str_split.h"
 #include "common/flags.h"
 #include "common/tls_credentials.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "pagoda/v1/generation.grpc.pb.h"
 
@@ -341,6 +345,36 @@ int Info(Generation::Stub& stub) {
   return 0;
 }
 
+// grpc.health.v1.Health/Check for the whole server (service ""), sent as
+// raw bytes: no health stubs ship with Debian's gRPC. Prints the status;
+// exits 0 only when SERVING, so that a container probe can run it against
+// a worker that listens on loopback alone.
+int Health(const std::shared_ptr<grpc::Channel>& channel) {
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext context;
+  SetDeadline(context);
+  grpc::Slice empty("");
+  grpc::ByteBuffer request(&empty, 1);  // HealthCheckRequest{service: ""}.
+  grpc::ByteBuffer response;
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request,
+                 &response, [&done](grpc::Status status) { done.set_value(std::move(status)); });
+  const grpc::Status status = done.get_future().get();
+  if (!status.ok()) return Fail(status);
+  std::vector<grpc::Slice> slices;
+  std::string bytes;
+  if (response.Dump(&slices).ok()) {
+    for (const grpc::Slice& slice : slices) bytes.append(slice.begin(), slice.end());
+  }
+  // HealthCheckResponse{status = 1}: field 1 as a varint (0x08), then the
+  // value; an empty message is status 0 (UNKNOWN).
+  const int value = bytes.empty() ? 0 : bytes.size() == 2 && bytes[0] == 0x08 ? bytes[1] : -1;
+  static constexpr const char* kNames[] = {"UNKNOWN", "SERVING", "NOT_SERVING",
+                                           "SERVICE_UNKNOWN"};
+  std::cout << (value >= 0 && value < 4 ? kNames[value] : "MALFORMED") << std::endl;
+  return value == 1 ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -348,7 +382,7 @@ int main(int argc, char** argv) {
       argc, argv,
       {"pagoda-cli",
        "pagoda-cli [--server HOST:PORT] generate (--prompt TEXT | --token-ids 1,2,3) [options] "
-       "| info"});
+       "| info | health"});
   if (positional.size() != 2) {
     std::cerr << "usage: " << absl::ProgramUsageMessage() << std::endl;
     return 2;
@@ -366,6 +400,8 @@ int main(int argc, char** argv) {
   const std::string command = positional[1];
   if (command == "generate") return Generate(*stub);
   if (command == "info") return Info(*stub);
-  std::cerr << "pagoda-cli: unknown command '" << command << "'; use generate or info" << std::endl;
+  if (command == "health") return Health(channel);
+  std::cerr << "pagoda-cli: unknown command '" << command << "'; use generate, info or health"
+            << std::endl;
   return 2;
 }

@@ -36,6 +36,13 @@ def cli(*args, server=None):
     return result.returncode, result.stdout, result.stderr
 
 
+class Address:
+    """Anything with an `address`, for cli(server=...)."""
+
+    def __init__(self, address):
+        self.address = address
+
+
 def token_lines(out):
     """The "token_ids:" line of each sequence printed, as lists."""
     return [[int(t) for t in line.split(": ", 1)[1].split(",") if t]
@@ -52,6 +59,29 @@ class CliTest(unittest.TestCase):
         self.assertEqual(code, 0, err)
         (tokens,) = token_lines(out)
         return tokens
+
+    def test_health_of_a_server_and_of_a_loopback_worker(self):
+        self.assertEqual(cli("health"), (0, "SERVING\n", ""))
+        # A worker on loopback (gRPC's local credentials, as the chart's
+        # sidecar): its probe runs this command.
+        secret = os.path.join(_tmp.name, "worker-secret")
+        with open(secret, "w") as out:
+            out.write(os.urandom(32).hex())
+        os.chmod(secret, 0o600)
+        worker = subprocess.Popen([h.binary("pagoda-worker"), "--secret-file", secret,
+                                   "--listen", "127.0.0.1:0"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        try:
+            port = int(worker.stdout.readline().split()[1])
+            self.assertEqual(cli("--timeout", "5", "health", server=Address(f"127.0.0.1:{port}")),
+                             (0, "SERVING\n", ""))
+        finally:
+            worker.terminate()
+            worker.wait(timeout=30)
+            worker.stdout.close()
+        code, out, err = cli("--timeout", "2", "health", server=Address(f"127.0.0.1:{port}"))
+        self.assertEqual(code, 1)
+        self.assertIn("error UNAVAILABLE", err)
 
     def test_several_sequences_print_apart_streamed_or_not(self):
         flags = ["--n", "3", "--best-of", "4", "--temperature", "1", "--seed", "5"]

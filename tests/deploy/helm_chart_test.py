@@ -118,8 +118,11 @@ class HelmChartTest(unittest.TestCase):
             self.assertEqual(headless["spec"]["clusterIP"], "None")
             self.assertTrue(selects(headless["spec"]["selector"], candidates[0].labels))
         pod = candidates[0]
+        # A sidecar (127.0.0.1) listens on loopback alone, where the secret
+        # is checked before a message is read; other workers on the pod IP.
+        listen_host = "127.0.0.1" if host == "127.0.0.1" else "0.0.0.0"
         listening = [c for c in pod.containers.values()
-                     if f"--listen=0.0.0.0:{port}" in c["args"]]
+                     if f"--listen={listen_host}:{port}" in c["args"]]
         self.assertEqual(len(listening), 1, address)
         return pod, listening[0]
 
@@ -223,8 +226,18 @@ class HelmChartTest(unittest.TestCase):
             for container in pod.containers.values():
                 if container["name"] != "worker":
                     continue
+                sidecar = "--listen=127.0.0.1:50061" in container["args"]
                 for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
-                    self.assertEqual(container[probe]["grpc"]["port"], 50061)
+                    if sidecar:
+                        # The kubelet cannot reach loopback: pagoda-cli asks
+                        # from inside the pod, within the probe's timeout.
+                        self.assertEqual(container[probe]["exec"]["command"],
+                                         ["pagoda-cli", "--server=127.0.0.1:50061", "--timeout=2",
+                                          "health"])
+                        self.assertGreater(container[probe]["timeoutSeconds"], 2)
+                    else:
+                        self.assertEqual(container[probe]["grpc"]["port"], 50061)
+                self.assertEqual(sidecar, "ports" not in container)
         for pod in server_pods:
             server = pod.containers["server"]
             args = flags_of(server["args"])

@@ -76,13 +76,17 @@ valueFrom: {fieldRef: {fieldPath: "metadata.labels['apps.kubernetes.io/pod-index
   {{- end }}
   command: ["pagoda-worker"]
   args:
-    # Listens on the pod IP too, for the kubelet's gRPC probes; only the
-    # server (loopback, or its own replica's server) may call it
-    # (NetworkPolicy, and the secret on every call).
-    - --listen=0.0.0.0:{{ $.Values.worker.port }}
     {{- if .sidecar }}
+    # Loopback alone: there the worker checks the secret from a call's
+    # headers before reading its message (gRPC's local credentials), and
+    # the kubelet probes it from inside the pod (pagoda-cli health).
+    - --listen=127.0.0.1:{{ $.Values.worker.port }}
     - --rank=0
     {{- else }}
+    # On the pod IP, for its replica's server in another pod and for the
+    # kubelet's gRPC probes; only that server may call it (NetworkPolicy,
+    # and the secret on every call).
+    - --listen=0.0.0.0:{{ $.Values.worker.port }}
     - --rank=$(PAGODA_RANK)
     # Tensor-parallel peers reach this worker's collectives at its pod IP.
     - --collective-host=$(POD_IP)
@@ -95,6 +99,12 @@ valueFrom: {fieldRef: {fieldPath: "metadata.labels['apps.kubernetes.io/pod-index
     - name: PAGODA_RANK
       {{- include "pagoda.podIndexEnv" . | nindent 6 }}
     {{- end }}
+  {{- if .sidecar }}
+  {{- $probe := printf "exec: {command: [pagoda-cli, --server=127.0.0.1:%d, --timeout=2, health]}, timeoutSeconds: 3" (int $.Values.worker.port) }}
+  startupProbe: { {{- $probe }}, periodSeconds: 1, failureThreshold: 120}
+  livenessProbe: { {{- $probe }}, periodSeconds: 10, failureThreshold: 3}
+  readinessProbe: { {{- $probe }}, periodSeconds: 5}
+  {{- else }}
   ports:
     - {name: worker, containerPort: {{ $.Values.worker.port }}}
   startupProbe:
@@ -108,6 +118,7 @@ valueFrom: {fieldRef: {fieldPath: "metadata.labels['apps.kubernetes.io/pod-index
   readinessProbe:
     grpc: {port: {{ $.Values.worker.port }}}
     periodSeconds: 5
+  {{- end }}
   volumeMounts:
     {{- include "pagoda.modelMount" $ | nindent 4 }}
     {{- include "pagoda.workerSecretMount" $ | nindent 4 }}
