@@ -160,6 +160,12 @@ class ImageTest(unittest.TestCase):
         self.assertEqual(self.complete()[0], 200)
         self.assertEqual(http(self.ports["8000"], "/health")[0], 200)
         self.assertEqual(http(self.ports["9400"], "/metrics")[0], 200)
+        # The worker's readiness probe as the kubelet runs it: inside the
+        # container, against its loopback listener.
+        probe = [re.sub(r"\b50061\b", str(self.ports["50061"]), arg)
+                 for arg in self.worker_container["readinessProbe"]["exec"]["command"]]
+        probed = docker("exec", self.names["worker"], *probe, check=False)
+        self.assertEqual((probed.returncode, probed.stdout), (0, "SERVING\n"), probed.stderr)
         user = docker("exec", self.names["server"], "id", "-u").stdout.strip()
         self.assertNotEqual(user, "0")
         wrote = docker("exec", self.names["server"], "touch", "/opt/pagoda/x", check=False)
