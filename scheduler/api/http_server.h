@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "scheduler/api/openai_protocol.h"
@@ -27,6 +28,12 @@ using ChatRenderer = std::function<absl::StatusOr<std::string>(
     const std::vector<ChatMessage>& messages, bool add_generation_prompt,
     const nlohmann::ordered_json& tools)>;
 
+// Most io threads (--http-io-threads): each does at most a core's work, so
+// more than this only adds threads a typo could start by the thousand.
+constexpr int kMaxHttpIoThreads = 64;
+// OK for io_threads in [1, kMaxHttpIoThreads]; else INVALID_ARGUMENT saying so.
+absl::Status CheckHttpIoThreads(int io_threads);
+
 struct HttpServerOptions {
   std::string host = "127.0.0.1";
   int port = 0;  // 0 = the OS picks one.
@@ -42,8 +49,8 @@ struct HttpServerOptions {
 
   // Connections open at once; one more is answered 503 and closed at once.
   int max_connections = 4096;
-  // Threads running the io loop (see HttpServer); the control loop has one
-  // more.
+  // Threads running the io loop (see HttpServer), 1..kMaxHttpIoThreads; the
+  // control loop has one more.
   int io_threads = 2;
   // Threads that tokenize text prompts and render chat templates, and how
   // many such requests may wait for them (more get 429).
