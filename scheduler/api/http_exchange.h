@@ -35,9 +35,9 @@ class HttpCall {
 
 // The answering side of one request on one connection. Every method but
 // background() must be called on executor() (the connection's strand), so a
-// connection's bytes are only ever touched by one thread at a time. An exchange ends with
-// exactly one Respond or one StartEventStream ... EndEventStream; calls after
-// the client left are ignored.
+// connection's bytes are only ever touched by one thread at a time. An
+// exchange ends with exactly one Respond or one StartEventStream ...
+// EndEventStream; calls after the client left are ignored.
 class HttpExchange {
  public:
   virtual ~HttpExchange() = default;

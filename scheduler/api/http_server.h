@@ -127,6 +127,12 @@ struct HttpServerOptions {
 // connection's strand, where it is detokenized, serialized and written.
 // A stream writes as tokens arrive; while a write waits for the client, new
 // events gather (bounded by max_stream_buffer_bytes) into the next write.
+// Only a request's first delivery (its first token) goes straight to the io
+// loop's queue; later ones go through the loop's BackgroundLane, which
+// yields to that queue every 200 us. The queue is first in, first out: with
+// every stream's deliveries in it, a new request's read and then its first
+// token each waited a round of all of them, and streamed TTFT over HTTP was
+// twice gRPC's at 256 clients.
 //
 // Thread-safe. The engine, validator, tokenizer must outlive the server.
 class HttpServer {

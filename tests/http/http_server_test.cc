@@ -369,13 +369,12 @@ TEST_F(HttpServerTest, StreamsSideBySideOnOneIoThreadArriveWholeAndInOrder) {
   constexpr int kTokens = 30;
   std::vector<std::unique_ptr<Client>> clients;
   for (int c = 0; c < kClients; ++c) {
+    const std::string body = absl::StrCat(
+        R"({"prompt": [5, 6, )", 7 + c, R"(], "max_tokens": )", kTokens,
+        R"(, "ignore_eos": true, "stream": true,)",
+        R"("stream_options": {"include_usage": true, "continuous_usage_stats": true}})");
     clients.push_back(std::make_unique<Client>(port()));
-    ASSERT_TRUE(clients.back()->Send(Post(
-        "/v1/completions",
-        absl::StrCat(R"({"prompt": [5, 6, )", 7 + c, R"(], "max_tokens": )", kTokens,
-                     R"(, "ignore_eos": true, "stream": true, "stream_options":
-                        {"include_usage": true, "continuous_usage_stats": true}})"),
-        "Connection: close\r\n")));
+    ASSERT_TRUE(clients.back()->Send(Post("/v1/completions", body, "Connection: close\r\n")));
   }
   for (int c = 0; c < kClients; ++c) {
     const std::string reply = clients[c]->ReadToEnd();
