@@ -64,6 +64,9 @@ ABSL_FLAG(int, http_port, 0,
           "/health); 0 = off, -1 = the OS picks one.");
 ABSL_FLAG(int, http_max_connections, 4096,
           "HTTP connections open at once; one more is answered 503 and closed at once.");
+ABSL_FLAG(int, http_io_threads, pagoda::scheduler::HttpServerOptions().io_threads,
+          "Threads answering HTTP requests and writing their streams, 1 to 64; the default "
+          "suits a few cores shared with the engine.");
 ABSL_FLAG(std::string, chat_template, "",
           "Jinja chat template file for /v1/chat/completions; default: the model's "
           "chat_template.jinja or tokenizer_config.json chat_template.");
@@ -268,6 +271,10 @@ absl::Status ValidateEarly(const std::string& model_dir) {
   }
   if (auto parser = ParseToolCallParserName(absl::GetFlag(FLAGS_tool_call_parser)); !parser.ok()) {
     return parser.status();
+  }
+  if (absl::Status threads = CheckHttpIoThreads(absl::GetFlag(FLAGS_http_io_threads));
+      !threads.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--http-io-threads: ", threads.message()));
   }
   return absl::OkStatus();
 }
@@ -702,6 +709,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> StartHttpFrontend(
   options.api_key = api_key;
   options.tool_call_parser = absl::GetFlag(FLAGS_tool_call_parser);
   options.max_connections = absl::GetFlag(FLAGS_http_max_connections);
+  options.io_threads = absl::GetFlag(FLAGS_http_io_threads);
   if (metrics != nullptr) options.metrics_registry = metrics->registry();
   absl::StatusOr<std::unique_ptr<HttpServer>> http = HttpServer::Start(
       options, engine, validator, model.tokenizer.get(), ChatRendererOf(model.chat_template.get()));

@@ -8,6 +8,7 @@
 
 #include "absl/strings/string_view.h"
 #include "boost/asio/any_io_executor.hpp"
+#include "scheduler/api/background_lane.h"
 
 namespace pagoda::scheduler {
 
@@ -32,11 +33,11 @@ class HttpCall {
   virtual void OnClientGone() = 0;
 };
 
-// The answering side of one request on one connection. Every method must be
-// called on executor() (the connection's strand), so a connection's bytes
-// are only ever touched by one thread at a time. An exchange ends with
-// exactly one Respond or one StartEventStream ... EndEventStream; calls after
-// the client left are ignored.
+// The answering side of one request on one connection. Every method but
+// background() must be called on executor() (the connection's strand), so a
+// connection's bytes are only ever touched by one thread at a time. An
+// exchange ends with exactly one Respond or one StartEventStream ...
+// EndEventStream; calls after the client left are ignored.
 class HttpExchange {
  public:
   virtual ~HttpExchange() = default;
@@ -59,6 +60,11 @@ class HttpExchange {
   // while the loop was busy) costs one system call, not one each.
   virtual void HoldWrites() = 0;
   virtual void ReleaseWrites() = 0;
+  // Thread-safe, and lives as long as the loop of executor(): the io loop's
+  // lane for work that may wait (a stream's events after its first), which
+  // then never delays another request's read or first token. Its work runs
+  // on no strand: it dispatches itself to executor().
+  virtual BackgroundLane& background() = 0;
 };
 
 }  // namespace pagoda::scheduler

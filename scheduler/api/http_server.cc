@@ -35,6 +35,7 @@
 #include "prometheus/family.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
+#include "scheduler/api/background_lane.h"
 #include "scheduler/api/http_exchange.h"
 #include "scheduler/api/openai_routes.h"
 #include "scheduler/api/request_duration_buckets.h"
@@ -61,6 +62,10 @@ constexpr size_t kReadAheadBytes = 64 << 10;
 constexpr size_t kKeptBufferBytes = 64 << 10;
 // How long a refused request's remaining bytes are read and dropped.
 constexpr absl::Duration kLingerTime = absl::Seconds(2);
+// How long deferred work (streams' later events) holds an io thread before
+// what waits in the loop's queue runs: a few events' worth (each tens of
+// microseconds), small beside a step's TTFT.
+constexpr std::chrono::microseconds kBackgroundSlice(200);
 
 std::chrono::steady_clock::duration ToChrono(absl::Duration duration) {
   return absl::ToChronoNanoseconds(duration);
@@ -109,6 +114,12 @@ std::string ErrorBody(int status, const std::string& message) {
 
 }  // namespace
 
+absl::Status CheckHttpIoThreads(int io_threads) {
+  if (io_threads >= 1 && io_threads <= kMaxHttpIoThreads) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("HTTP io threads must be in [1, ", kMaxHttpIoThreads, "], got ", io_threads));
+}
+
 // What every connection shares: options, routes, the connection count and
 // registry (for Shutdown), the body-bytes budget, metrics.
 class HttpServer::Core {
@@ -119,6 +130,7 @@ class HttpServer::Core {
         routes(std::make_unique<OpenAiRoutes>(this->options, engine, validator, tokenizer,
                                               std::move(chat))),
         keep_io_running(asio::make_work_guard(io)),
+        background(io, this->options.io_threads, kBackgroundSlice),
         acceptor(asio::make_strand(control_io)) {
     if (this->options.metrics_registry != nullptr) {
       requests_family = &prometheus::BuildCounter()
@@ -177,6 +189,9 @@ class HttpServer::Core {
   asio::io_context io;
   // Runs while it has no connection yet.
   asio::executor_work_guard<asio::io_context::executor_type> keep_io_running;
+  // Streams' later events (HttpExchange::background); after `io`, so
+  // destroyed before it, with the work it still holds.
+  BackgroundLane background;
   // The control loop, on a thread of its own: accepts, reads every new
   // connection's requests and answers those answered at once (/health,
   // /version, /v1/models, refusals); a connection whose request goes to the
@@ -235,6 +250,7 @@ class HttpSession : public HttpExchange, public std::enable_shared_from_this<Htt
     hold_writes_ = false;
     Flush();
   }
+  BackgroundLane& background() override { return core_->background; }
 
  private:
   enum class Phase { kIdle, kHeader, kBody, kHandling, kDone };
@@ -865,8 +881,11 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(HttpServerOptions 
                                                               RequestValidator* validator,
                                                               const Tokenizer* tokenizer,
                                                               ChatRenderer chat) {
-  if (options.max_connections < 1 || options.io_threads < 1) {
-    return absl::InvalidArgumentError("HTTP: max_connections and io_threads must be >= 1");
+  if (options.max_connections < 1) {
+    return absl::InvalidArgumentError("HTTP: max_connections must be >= 1");
+  }
+  if (absl::Status threads = CheckHttpIoThreads(options.io_threads); !threads.ok()) {
+    return threads;
   }
   std::unique_ptr<HttpServer> server(new HttpServer());
   server->core_ =

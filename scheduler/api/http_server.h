@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "scheduler/api/openai_protocol.h"
@@ -28,6 +29,12 @@ using ChatRenderer = std::function<absl::StatusOr<std::string>(
     const std::vector<ChatMessage>& messages, bool add_generation_prompt,
     const nlohmann::ordered_json& tools, const nlohmann::ordered_json& variables)>;
 
+// Most io threads (--http-io-threads): each does at most a core's work, so
+// more than this only adds threads a typo could start by the thousand.
+constexpr int kMaxHttpIoThreads = 64;
+// OK for io_threads in [1, kMaxHttpIoThreads]; else INVALID_ARGUMENT saying so.
+absl::Status CheckHttpIoThreads(int io_threads);
+
 struct HttpServerOptions {
   std::string host = "127.0.0.1";
   int port = 0;  // 0 = the OS picks one.
@@ -43,8 +50,8 @@ struct HttpServerOptions {
 
   // Connections open at once; one more is answered 503 and closed at once.
   int max_connections = 4096;
-  // Threads running the io loop (see HttpServer); the control loop has one
-  // more.
+  // Threads running the io loop (see HttpServer), 1..kMaxHttpIoThreads; the
+  // control loop has one more.
   int io_threads = 2;
   // Threads that tokenize text prompts and render chat templates, and how
   // many such requests may wait for them (more get 429).
@@ -121,6 +128,12 @@ struct HttpServerOptions {
 // connection's strand, where it is detokenized, serialized and written.
 // A stream writes as tokens arrive; while a write waits for the client, new
 // events gather (bounded by max_stream_buffer_bytes) into the next write.
+// Only a request's first delivery (its first token) goes straight to the io
+// loop's queue; later ones go through the loop's BackgroundLane, which
+// yields to that queue every 200 us. The queue is first in, first out: with
+// every stream's deliveries in it, a new request's read and then its first
+// token each waited a round of all of them, and streamed TTFT over HTTP was
+// twice gRPC's at 256 clients.
 //
 // Thread-safe. The engine, validator, tokenizer must outlive the server.
 class HttpServer {

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "boost/asio/dispatch.hpp"
 #include "boost/asio/post.hpp"
 #include "nlohmann/json.hpp"
 #include "scheduler/api/request_output.h"
@@ -112,15 +113,21 @@ class CompletionCall : public HttpCall, public std::enable_shared_from_this<Comp
   // What the engine sends goes to the strand; nothing else on its thread.
   // Deltas queue here and one post carries all that arrived before the
   // strand took them: under load (the loop behind the engine) a request
-  // costs one wake-up per burst rather than one per token.
+  // costs one wake-up per burst rather than one per token. The first
+  // delivery (the first token, or a whole answer) goes straight to the
+  // loop's queue; later ones go through the loop's background lane, so
+  // that running streams never hold back another request's first token.
   class Sink : public RequestSink, public std::enable_shared_from_this<Sink> {
    public:
     // `eager`: deliver each delta as it comes (a stream, or stop strings
     // that must end the request early); otherwise the deltas wait for the
     // end, and a whole response costs the loop one wake-up.
-    Sink(boost::asio::any_io_executor executor, std::weak_ptr<CompletionCall> call, size_t part,
-         bool eager)
-        : executor_(std::move(executor)), call_(std::move(call)), part_(part), eager_(eager) {}
+    Sink(HttpExchange& exchange, std::weak_ptr<CompletionCall> call, size_t part, bool eager)
+        : executor_(exchange.executor()),
+          background_(&exchange.background()),
+          call_(std::move(call)),
+          part_(part),
+          eager_(eager) {}
     void OnDelta(const RequestDelta& delta) override {
       absl::MutexLock lock(&mu_);
       deltas_.push_back(delta);
@@ -136,7 +143,14 @@ class CompletionCall : public HttpCall, public std::enable_shared_from_this<Comp
     void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       if (scheduled_) return;
       scheduled_ = true;
-      boost::asio::post(executor_, [self = shared_from_this()] { self->Deliver(); });
+      if (!delivered_) {
+        delivered_ = true;
+        boost::asio::post(executor_, [self = shared_from_this()] { self->Deliver(); });
+        return;
+      }
+      background_->Post([self = shared_from_this()] {
+        boost::asio::dispatch(self->executor_, [self] { self->Deliver(); });
+      });
     }
     // On the strand: hands the queued deltas (then the end) to the call.
     void Deliver() {
@@ -157,6 +171,7 @@ class CompletionCall : public HttpCall, public std::enable_shared_from_this<Comp
     }
 
     const boost::asio::any_io_executor executor_;
+    BackgroundLane* const background_;  // Lives as long as executor_'s loop.
     const std::weak_ptr<CompletionCall> call_;
     const size_t part_;
     const bool eager_;
@@ -164,6 +179,7 @@ class CompletionCall : public HttpCall, public std::enable_shared_from_this<Comp
     std::vector<RequestDelta> deltas_ ABSL_GUARDED_BY(mu_);
     std::optional<absl::Status> final_status_ ABSL_GUARDED_BY(mu_);
     bool scheduled_ ABSL_GUARDED_BY(mu_) = false;
+    bool delivered_ ABSL_GUARDED_BY(mu_) = false;  // The first delivery was scheduled.
   };
 
   struct Part {
@@ -237,7 +253,7 @@ void CompletionCall::Start() {
       part.prompt_token_ids = validated_[i].prompt_token_ids;
     }
     part.output = std::make_unique<RequestOutput>(MakeRequestOutput(validated_[i], tokenizer_));
-    part.sink = std::make_shared<Sink>(exchange_->executor(), weak_from_this(), i,
+    part.sink = std::make_shared<Sink>(*exchange_, weak_from_this(), i,
                                        request_.stream || !validated_[i].stop_strings.empty());
   }
   for (size_t i = 0; i < validated_.size(); ++i) {

@@ -108,6 +108,13 @@ class BusyPortAndValidationTest(ServerTestBase):
         self.assert_refused_before_workers(["--device", "gpu"],
                                            "--device: expected cpu or cuda, got 'gpu'")
 
+    def test_bad_http_io_threads_are_refused_before_any_worker_starts(self):
+        for value in ("0", "-2", "65"):
+            with self.subTest(value=value):
+                self.assert_refused_before_workers(
+                    ["--http-port", "-1", "--http-io-threads", value],
+                    f"--http-io-threads: HTTP io threads must be in [1, 64], got {value}")
+
     def test_bad_dtypes_are_refused_before_any_worker_starts(self):
         self.assert_refused_before_workers(
             ["--kv-cache-dtype", "fp8"],

@@ -5,10 +5,11 @@
 # tokens/s, TTFT p50/p99 and the server's CPU time per output token, four
 # ways, at each concurrency).
 # Each row is the median of REPEAT runs, the four ways taking turns (this
-# host's other load then falls on each alike).
+# host's other load then falls on each alike). SERVER_BIN runs another
+# pagoda-server (an older build, to compare before and after a change).
 #   BUILD_DIR=build CONCURRENCY=1,16,64,256 ROUNDS=4 MIN_REQUESTS=256 REPEAT=3 \
 #     MODES=grpc,grpc-stream,http,http-stream MAX_TOKENS=64 PROMPT_LEN=32 \
-#     tests/http/bench_http_grpc.sh [more pagoda-server flags]
+#     SERVER_BIN=build/bin/pagoda-server tests/http/bench_http_grpc.sh [more pagoda-server flags]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BIN="${BUILD_DIR:-build}/bin"
@@ -26,7 +27,7 @@ trap cleanup EXIT
 /usr/bin/python3 scripts/make_tiny_model.py --out "$WORK/model" --vocab-size 300 \
   --hidden-size 32 --intermediate-size 64 --num-layers 1 --num-heads 2 --tokenizer > /dev/null
 # Blocks for 256 requests of 32 + 64 tokens at once (block size 16).
-"$BIN/pagoda-server" --model "$WORK/model" --served-model-name tiny --port 0 --http-port -1 \
+"${SERVER_BIN:-$BIN/pagoda-server}" --model "$WORK/model" --served-model-name tiny --port 0 --http-port -1 \
   --max-num-seqs 256 --num-gpu-blocks-override 2048 --worker-binary "$BIN/pagoda-worker" "$@" \
   > "$WORK/server.out" 2> "$WORK/server.log" &
 SERVER_PID=$!

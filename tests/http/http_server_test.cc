@@ -15,9 +15,11 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -338,6 +340,56 @@ TEST_F(HttpServerTest, AClientThatLeavesAWholeRequestHasItAborted) {
   ASSERT_EQ(engine_->snapshot().num_in_flight, 1);
   client.Close();
   EXPECT_TRUE(EngineIdleWithin(absl::Milliseconds(500)));
+}
+
+// --http-io-threads' bound, refused before anything starts.
+TEST(HttpServerOptionsTest, IoThreadsOutsideTheirBoundAreRefused) {
+  EXPECT_TRUE(CheckHttpIoThreads(1).ok());
+  EXPECT_TRUE(CheckHttpIoThreads(kMaxHttpIoThreads).ok());
+  for (int threads : {0, -1, kMaxHttpIoThreads + 1}) {
+    HttpServerOptions options;
+    options.io_threads = threads;
+    auto server = HttpServer::Start(options, nullptr, nullptr, nullptr, nullptr);
+    ASSERT_FALSE(server.ok()) << threads;
+    EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(absl::StrContains(server.status().message(),
+                                  absl::StrCat("[1, ", kMaxHttpIoThreads, "], got ", threads)))
+        << server.status();
+  }
+}
+
+// A stream's events after its first go through the io loop's background
+// lane: on one io thread, with streams side by side, each still arrives
+// whole and in order (the usage in every chunk only grows, to max_tokens).
+TEST_F(HttpServerTest, StreamsSideBySideOnOneIoThreadArriveWholeAndInOrder) {
+  HttpServerOptions options;
+  options.io_threads = 1;
+  Start(options);
+  constexpr int kClients = 8;
+  constexpr int kTokens = 30;
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int c = 0; c < kClients; ++c) {
+    const std::string body = absl::StrCat(
+        R"({"prompt": [5, 6, )", 7 + c, R"(], "max_tokens": )", kTokens,
+        R"(, "ignore_eos": true, "stream": true,)",
+        R"("stream_options": {"include_usage": true, "continuous_usage_stats": true}})");
+    clients.push_back(std::make_unique<Client>(port()));
+    ASSERT_TRUE(clients.back()->Send(Post("/v1/completions", body, "Connection: close\r\n")));
+  }
+  for (int c = 0; c < kClients; ++c) {
+    const std::string reply = clients[c]->ReadToEnd();
+    ASSERT_TRUE(absl::StartsWith(reply, "HTTP/1.1 200")) << reply.substr(0, 200);
+    ASSERT_TRUE(absl::StrContains(reply, "data: [DONE]")) << c;
+    int last = 0;
+    for (absl::string_view line : absl::StrSplit(reply, '\n')) {
+      if (!absl::StartsWith(line, "data: {")) continue;
+      const nlohmann::json chunk = nlohmann::json::parse(line.substr(6));
+      const int tokens = chunk["usage"]["completion_tokens"].get<int>();
+      if (!chunk["choices"].empty()) EXPECT_GT(tokens, last) << "client " << c << ": " << line;
+      last = tokens;
+    }
+    EXPECT_EQ(last, kTokens) << "client " << c;
+  }
 }
 
 TEST_F(HttpServerTest, DrainingRefusesNewCompletionsAndClosesConnections) {
