@@ -253,9 +253,22 @@ TEST_F(ChunkedPrefillTest, SameTokensAcrossAWorkerRestart) {
     for (std::thread& thread : threads) thread.join();
   };
   run_all(expected, nullptr);
+  // Every stream accepted first: one sent while the worker restarts would
+  // be refused (UNAVAILABLE), which is not what this test is about.
+  const int port = (*server)->metrics_port();
+  const double finished_before = MetricValue(port, "pagoda_request_success_total");
+  auto accepted = [&] {
+    return MetricValue(port, "pagoda_num_requests_running") +
+           MetricValue(port, "pagoda_num_requests_waiting") +
+           MetricValue(port, "pagoda_request_success_total") - finished_before;
+  };
   std::atomic<int> received{0};
   std::thread clients([&] { run_all(outcomes, &received); });
-  ASSERT_TRUE(WaitFor([&] { return received.load() >= 3; }, absl::Seconds(60)));
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return received.load() >= 3 && accepted() >= static_cast<double>(requests.size());
+      },
+      absl::Seconds(60)));
   ASSERT_EQ(kill((*server)->worker_pids().at(0), SIGKILL), 0);
   clients.join();
   for (size_t i = 0; i < requests.size(); ++i) {
