@@ -112,6 +112,10 @@ struct SamplingBatch {
   // `token_masks` (TokenMaskAllows), -1 for none. Null when no row has one.
   const int32_t* mask_offsets = nullptr;  // [num_rows]
   const uint32_t* token_masks = nullptr;
+  // Per row, non-zero when its logprobs are log_softmax of the processed
+  // logits rather than the raw ones (beam search; without edits the two are
+  // the same). Null when no row asks for them.
+  const uint8_t* processed_logprobs = nullptr;  // [num_rows]
   // Host-known: some row has edits, allowed_only or a token mask (else the
   // rows' raw logits are sampled as they are, and edits may be null).
   bool has_edits = false;

@@ -79,6 +79,7 @@ void AppendRowProcessing(const pagoda::worker::v1::SamplingOptions& sampling, in
   batch.penalties.push_back(PenaltiesOf(sampling));
   AppendLogitEdits(sampling, vocab_size, &batch.edits);
   batch.edit_offsets.push_back(static_cast<int32_t>(batch.edits.size()));
+  batch.processed_logprobs.push_back(sampling.processed_logprobs() ? 1 : 0);
   const std::string& mask = sampling.token_mask();
   if (mask.empty()) {
     batch.mask_offsets.push_back(-1);

@@ -64,6 +64,9 @@ struct FlatBatch {
   // ceil(vocab_size / 32) words each.
   std::vector<int32_t> mask_offsets;
   std::vector<uint32_t> token_masks;
+  // Per logits row, 1 when its logprobs are those of the processed logits
+  // (SamplingOptions.processed_logprobs: beam search), else 0.
+  std::vector<uint8_t> processed_logprobs;
   // Prompt logprobs: each plan sequence that asks for them, its first
   // token row, and how many of its rows (from the first) report one.
   struct PromptLogprobRows {

@@ -132,10 +132,12 @@ TEST(FlattenStepPlanTest, ChecksAndCarriesTokenMasks) {
   StepPlan plan;
   AddStep(plan, 1, {1}, 0, {0}, true)->mutable_sampling()->set_token_mask(mask_of({0x5, 0x80}));
   AddStep(plan, 2, {1}, 0, {1}, true);
+  AddStep(plan, 3, {1}, 0, {2}, true)->mutable_sampling()->set_processed_logprobs(true);
   auto batch = FlattenStepPlan(plan, limits);
   ASSERT_TRUE(batch.ok()) << batch.status();
-  EXPECT_THAT(batch->mask_offsets, ElementsAre(0, -1));
+  EXPECT_THAT(batch->mask_offsets, ElementsAre(0, -1, -1));
   EXPECT_THAT(batch->token_masks, ElementsAre(0x5u, 0x80u));
+  EXPECT_THAT(batch->processed_logprobs, ElementsAre(0, 0, 1));  // Beam search's rows.
 
   for (const std::string& bad : {mask_of({0x5}), mask_of({0, 0}), mask_of({0x1, 0x100}),
                                  mask_of({1, 0, 0})}) {

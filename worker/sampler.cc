@@ -187,11 +187,13 @@ void TopLogits(absl::Span<const float> logits, int count, std::vector<int32_t>& 
   for (int i = 0; i < count; ++i) values[i] = LoadLogit(logits[ids[i]]);
 }
 
-void WriteOutput(int32_t chosen, float chosen_raw, double log_normalizer,
+// `chosen_logit` and `top_values` are logits of the row the logprobs are
+// taken from (raw, or processed), `log_normalizer` its log-sum-exp.
+void WriteOutput(int32_t chosen, float chosen_logit, double log_normalizer,
                  const std::vector<int32_t>& top_ids, const std::vector<float>& top_values,
                  const RowSampleOutput& out) {
   *out.token_id = chosen;
-  *out.logprob = static_cast<float>(chosen_raw - log_normalizer);
+  *out.logprob = static_cast<float>(chosen_logit - log_normalizer);
   for (size_t i = 0; i < top_ids.size(); ++i) {
     out.top_ids[i] = top_ids[i];
     out.top_logprobs[i] = static_cast<float>(top_values[i] - log_normalizer);
@@ -281,6 +283,12 @@ void SampleRowInPlace(absl::Span<float> logits, const RowSamplingParams& params,
         [](const LogitEdit& e, int32_t id) { return e.token_id < id; });
     const bool edited = edit != params.edits.end() && edit->token_id == chosen;
     chosen_raw = edited ? LoadLogit(raw[edit - params.edits.begin()]) : logits[chosen];
+    if (params.processed_logprobs) {
+      // Beam search: the logprobs of what the choice reads.
+      if (count > 0) TopLogits(logits, count, top_ids, top_values);
+      log_normalizer = LogSumExp(logits, best.value);
+      chosen_raw = logits[chosen];
+    }
   }
   WriteOutput(chosen, chosen_raw, log_normalizer, top_ids, top_values, out);
 }

@@ -30,6 +30,9 @@ struct RowSamplingParams {
   // Structured outputs: ceil(vocab / 32) words (TokenMaskAllows), empty for
   // none. Refused tokens are -inf before the rest of the processing.
   absl::Span<const uint32_t> token_mask;
+  // Logprobs of the processed logits rather than the raw ones (beam
+  // search's candidates; see SampleRow).
+  bool processed_logprobs = false;
 };
 
 // Where one row's results go (host memory). top_ids and top_logprobs hold
@@ -63,7 +66,9 @@ struct RowSampleOutput {
 // differing from the host's in the last ulp, which can only flip a near-tie.
 // Logprobs are log_softmax of the raw logits (computed in double): the
 // chosen token's and the num_logprobs largest, descending, lowest id first
-// on ties. NaN logits count as -inf. REQUIRES: logits non-empty and at most
+// on ties; with processed_logprobs, of the processed logits instead (masked
+// tokens -inf, so a masked row renormalises over the tokens it allows),
+// unless every processed logit is -inf. NaN logits count as -inf. REQUIRES: logits non-empty and at most
 // kMaxSamplingVocab (common/sampling_limits.h: the 64-bit top-p mass sum;
 // model configs past it are refused at load); edits' ids inside the row.
 // Thread-safe. This overload copies a row that has edits.

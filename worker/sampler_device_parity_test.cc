@@ -122,7 +122,10 @@ TEST(SamplerDeviceParityTest, ProcessedRowsDrawTheSameTokens) {
   std::vector<LogitEdit> edits;
   std::vector<int32_t> mask_offsets;
   std::vector<uint32_t> masks;
+  // Beam search's rows (every fourth, greedy): logprobs of the processed row.
+  std::vector<uint8_t> processed_logprobs;
   for (int r = 0; r < kRows; ++r) {
+    processed_logprobs.push_back(r % 4 == 0 ? 1 : 0);
     temperatures.push_back(r % 4 == 0 ? 0.0f : 0.5f + 0.1f * (r % 7));
     top_k.push_back(r % 3 == 0 ? 40 : 0);
     top_p.push_back(r % 5 == 1 ? 0.9f : 1.0f);
@@ -164,7 +167,9 @@ TEST(SamplerDeviceParityTest, ProcessedRowsDrawTheSameTokens) {
       d_k(kRows * 4), d_p(kRows * 4), d_m(kRows * 4), d_s(kRows * 8), d_i(kRows * 8),
       d_pen(kRows * sizeof(LogitPenalties)), d_off(offsets.size() * 4),
       d_edits(edits.size() * sizeof(LogitEdit)), d_ids(kRows * 4), d_top(kRows * kLogprobs * 4),
-      d_top_lp(kRows * kLogprobs * 4), d_mask_offsets(kRows * 4), d_masks(masks.size() * 4);
+      d_top_lp(kRows * kLogprobs * 4), d_mask_offsets(kRows * 4), d_masks(masks.size() * 4),
+      d_processed_logprobs(kRows);
+  d_processed_logprobs.Upload(processed_logprobs);
   d_mask_offsets.Upload(mask_offsets);
   d_masks.Upload(masks);
   d_logits.Upload(logits);
@@ -204,11 +209,13 @@ TEST(SamplerDeviceParityTest, ProcessedRowsDrawTheSameTokens) {
   params.top_ids = d_top.as<int32_t>();
   params.top_logprobs = d_top_lp.as<float>();
   params.sampling_logits = d_processed.as<float>();
+  params.processed_logprobs = d_processed_logprobs.as<uint8_t>();
   params.min_p = d_m.as<float>();
   PAGODA_ASSERT_CUDA_OK(kernels::LaunchTokenSampling(params, nullptr));
   PAGODA_ASSERT_CUDA_OK(cudaDeviceSynchronize());
   const std::vector<int32_t> device_ids = d_ids.Download<int32_t>(kRows);
   const std::vector<int32_t> device_top = d_top.Download<int32_t>(kRows * kLogprobs);
+  const std::vector<float> device_top_logprobs = d_top_lp.Download<float>(kRows * kLogprobs);
   const std::vector<float> device_processed = d_processed.Download<float>(logits.size());
   int mismatches = 0;
   for (int r = 0; r < kRows; ++r) {
@@ -223,7 +230,8 @@ TEST(SamplerDeviceParityTest, ProcessedRowsDrawTheSameTokens) {
                         .min_p = min_p[r],
                         .penalties = penalties[r],
                         .edits = absl::MakeConstSpan(edits.data() + offsets[r],
-                                                     edits.data() + offsets[r + 1])};
+                                                     edits.data() + offsets[r + 1]),
+                        .processed_logprobs = processed_logprobs[r] != 0};
     if (mask_offsets[r] >= 0) {
       p.token_mask = absl::MakeConstSpan(masks.data() + mask_offsets[r], (kVocab + 31) / 32);
     }
@@ -245,10 +253,15 @@ TEST(SamplerDeviceParityTest, ProcessedRowsDrawTheSameTokens) {
       EXPECT_TRUE(TokenMaskAllows(masks.data() + mask_offsets[r], device_ids[r])) << "row " << r;
       EXPECT_TRUE(TokenMaskAllows(masks.data() + mask_offsets[r], token)) << "row " << r;
     }
-    // Top logprobs are the raw logits' on both.
+    // Top logprobs are the raw logits' on both, or the processed ones' on
+    // both for beam search's rows.
     EXPECT_EQ(top_ids, std::vector<int32_t>(device_top.begin() + r * kLogprobs,
                                             device_top.begin() + (r + 1) * kLogprobs))
         << "row " << r;
+    for (int i = 0; i < kLogprobs; ++i) {
+      EXPECT_NEAR(top_logprobs[i], device_top_logprobs[r * kLogprobs + i], 1e-4)
+          << "row " << r << " top " << i;
+    }
   }
   EXPECT_LE(mismatches, 1) << "of " << kRows << " rows";
 }

@@ -301,5 +301,40 @@ TEST(SamplerTest, TokenMaskLimitsTheDrawButNotTheLogprobs) {
   for (uint64_t index = 0; index < 50; ++index) EXPECT_NE(Token(logits, sampled, index), 0);
 }
 
+TEST(SamplerTest, ProcessedLogprobsRenormaliseOverTheMaskAndTheEdits) {
+  // Beam search: the mask allows 1, 3, 4 and 5; token 4 is banned; 5 gets
+  // a bias of +1. The logprobs are log_softmax over {1, 3, 5 + 1}, the rest
+  // -inf, whatever the raw logits of the refused tokens.
+  const std::vector<float> logits = {5.0f, 1.0f, 0.5f, 0.2f, 2.0f, 0.1f, -1.0f};
+  const std::vector<uint32_t> mask = {(1u << 1) | (1u << 3) | (1u << 4) | (1u << 5)};
+  const LogitEdit edits[] = {{.token_id = 4, .flags = kLogitBanned}, {.token_id = 5, .bias = 1.0f}};
+  RowSamplingParams params = Params(0.0f, 0, 1.0f, 0, 5);
+  params.token_mask = mask;
+  params.edits = edits;
+  params.processed_logprobs = true;
+  const double normalizer = std::log(std::exp(1.0) + std::exp(0.2) + std::exp(1.1));
+  const Sampled best = Sample(logits, params, 0);
+  EXPECT_EQ(best.token, 5);
+  EXPECT_NEAR(best.logprob, 1.1 - normalizer, 1e-6);
+  EXPECT_EQ(best.top_ids, (std::vector<int32_t>{5, 1, 3, 0, 2}));  // -inf ties: lower id first.
+  EXPECT_NEAR(best.top_logprobs[0], 1.1 - normalizer, 1e-6);
+  EXPECT_NEAR(best.top_logprobs[1], 1.0 - normalizer, 1e-6);
+  EXPECT_NEAR(best.top_logprobs[2], 0.2 - normalizer, 1e-6);
+  EXPECT_EQ(best.top_logprobs[3], -INFINITY);
+  EXPECT_EQ(best.top_logprobs[4], -INFINITY);
+  // One allowed token: log 1.
+  const std::vector<uint32_t> one = {1u << 2};
+  params.token_mask = one;
+  const Sampled forced = Sample(logits, params, 0);
+  EXPECT_EQ(forced.token, 2);
+  EXPECT_EQ(forced.logprob, 0.0f);
+  EXPECT_EQ(forced.top_logprobs[0], 0.0f);
+  // Without edits or a mask the processed logits are the raw ones.
+  RowSamplingParams plain = Params(0.0f, 0, 1.0f, 0, 2);
+  plain.processed_logprobs = true;
+  const std::vector<double> expected = LogSoftmax(logits);
+  EXPECT_NEAR(Sample(logits, plain, 0).logprob, expected[0], 1e-6);
+}
+
 }  // namespace
 }  // namespace pagoda::worker

@@ -16,7 +16,7 @@ size_t AlignUp(size_t bytes) {
 struct Layout {
   size_t token_ids, positions, slot_mapping, query_start, context_lens, block_tables,
       logits_indices, temperatures, top_k, top_p, seeds, sample_indices, min_p, penalties,
-      edit_offsets, edits, mask_offsets, token_masks, total;
+      edit_offsets, edits, mask_offsets, token_masks, processed_logprobs, total;
 };
 
 Layout LayoutFor(const StepBatchCapacity& c) {
@@ -48,6 +48,7 @@ Layout LayoutFor(const StepBatchCapacity& c) {
   layout.edits = place(static_cast<size_t>(c.edits) * sizeof(LogitEdit));
   layout.mask_offsets = place(rows * sizeof(int32_t));
   layout.token_masks = place(static_cast<size_t>(c.mask_words) * sizeof(uint32_t));
+  layout.processed_logprobs = place(rows * sizeof(uint8_t));
   layout.total = offset;
   return layout;
 }
@@ -72,6 +73,10 @@ SamplingBatch DescribeSampling(const Layout& layout, char* device, const FlatBat
   out.penalties = reinterpret_cast<const LogitPenalties*>(at(layout.penalties));
   out.edit_offsets = reinterpret_cast<const int32_t*>(at(layout.edit_offsets));
   out.edits = reinterpret_cast<const LogitEdit*>(at(layout.edits));
+  if (std::find(batch.processed_logprobs.begin(), batch.processed_logprobs.end(), 1) !=
+      batch.processed_logprobs.end()) {
+    out.processed_logprobs = reinterpret_cast<const uint8_t*>(at(layout.processed_logprobs));
+  }
   out.has_edits = !batch.edits.empty() || !batch.token_masks.empty();
   for (const LogitPenalties& penalties : batch.penalties) {
     out.has_edits = out.has_edits || penalties.allowed_only;
@@ -129,6 +134,7 @@ StepBatch StepBatchUploader::Upload(const FlatBatch& batch, Workspace* workspace
   Pack<LogitEdit>(staging, layout.edits, batch.edits);
   Pack<int32_t>(staging, layout.mask_offsets, batch.mask_offsets);
   Pack<uint32_t>(staging, layout.token_masks, batch.token_masks);
+  Pack<uint8_t>(staging, layout.processed_logprobs, batch.processed_logprobs);
 
   char* device = static_cast<char*>(workspace->Take(layout.total));
   backend_->UploadBytes(staging, device, layout.total);

@@ -191,6 +191,34 @@ TEST(StepBatchTest, DecodeOnlyWhenEverySequenceHasOneQueryToken) {
   EXPECT_EQ(step.num_logits_rows, 0);
 }
 
+TEST(StepBatchTest, ProcessedLogprobsTravelOnlyWhenARowAsks) {
+  auto backend = CreateCpuBackend(1);
+  for (bool beam : {false, true}) {
+    StepPlan plan;
+    for (int s = 0; s < 3; ++s) {
+      SequenceStep* step = plan.add_sequences();
+      step->set_seq_id(s);
+      step->add_token_ids(s);
+      step->add_block_table(s);
+      step->set_do_sample(true);
+      step->mutable_sampling()->set_processed_logprobs(beam && s == 1);
+    }
+    auto batch = FlattenStepPlan(plan, BatchLimits{20, 4, 16, 0});
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    Workspace workspace(backend.get());
+    workspace.Reserve(StepBatchUploader::RegionBytes(StepBatchUploader::CapacityOf(*batch)), 1);
+    StepBatchUploader uploader(backend.get());
+    const StepBatch step = uploader.Upload(*batch, &workspace);
+    if (!beam) {
+      EXPECT_EQ(step.sampling.processed_logprobs, nullptr);
+      continue;
+    }
+    ASSERT_NE(step.sampling.processed_logprobs, nullptr);
+    EXPECT_EQ(Read(step.sampling.processed_logprobs, batch->processed_logprobs),
+              (std::vector<uint8_t>{0, 1, 0}));
+  }
+}
+
 // A device backend pays per call (a launch, a memcpy batch): the cache
 // engine moves every layer's K and V in one call per kind of move, and none
 // when there is nothing to move.

@@ -259,11 +259,13 @@ __global__ void __launch_bounds__(kThreads) TokenSamplingKernel(TokenSamplingPar
   const int vocab = p.vocab_size;
   const float* row = p.logits + r * p.logits_stride;
   // The processed row when there is one: every choice reads it, the
-  // logprobs read the raw row.
+  // logprobs read the raw row unless the row asks for the processed one.
   const bool processed = p.sampling_logits != nullptr;
   const float* srow = processed ? p.sampling_logits + int64_t{r} * vocab : row;
+  const bool processed_logprobs =
+      processed && p.processed_logprobs != nullptr && p.processed_logprobs[r] != 0;
 
-  // Pass 1: argmax (processed) and the raw softmax statistics.
+  // Pass 1: argmax (processed) and the softmax statistics of the logprobs' row.
   float best = -INFINITY, raw_best = -INFINITY;
   int best_id = 0, raw_best_id = 0;
   float m = -INFINITY, sum = 0.0f;
@@ -272,8 +274,8 @@ __global__ void __launch_bounds__(kThreads) TokenSamplingKernel(TokenSamplingPar
       raw_best = x;
       raw_best_id = i;
     }
-    MergeSoftmax(m, sum, x, 1.0f);
     const float y = processed ? LoadLogit(srow, i) : x;
+    MergeSoftmax(m, sum, processed_logprobs ? y : x, 1.0f);
     if (y > best) {
       best = y;
       best_id = i;
@@ -282,8 +284,16 @@ __global__ void __launch_bounds__(kThreads) TokenSamplingKernel(TokenSamplingPar
   BlockArgMax(best, best_id, s);
   if (processed) BlockArgMax(raw_best, raw_best_id, s);  // Uniform per block.
   BlockSoftmaxStats(m, sum, s);
+  // Nothing the request allows survives: the model's own argmax, and the
+  // raw row's logprobs (best is uniform per block, so is this branch).
+  const float* lrow = processed_logprobs && best > -INFINITY ? srow : row;
+  if (processed_logprobs && best == -INFINITY) {
+    m = -INFINITY;
+    sum = 0.0f;
+    ForEachLogit(row, vocab, [&](int, float x) { MergeSoftmax(m, sum, x, 1.0f); });
+    BlockSoftmaxStats(m, sum, s);
+  }
   const float log_sum_exp = m + logf(sum);
-  // Nothing the request allows survives: the model's own argmax.
   if (processed && best == -INFINITY) best_id = raw_best_id;
 
   int32_t chosen = best_id;
@@ -356,13 +366,13 @@ __global__ void __launch_bounds__(kThreads) TokenSamplingKernel(TokenSamplingPar
   if (threadIdx.x == 0) {
     p.sampled_ids[r] = chosen;
     if (p.sampled_logprobs != nullptr) {
-      p.sampled_logprobs[r] = LoadLogit(row, chosen) - log_sum_exp;
+      p.sampled_logprobs[r] = LoadLogit(lrow, chosen) - log_sum_exp;
     }
     if (p.num_candidates != nullptr) p.num_candidates[r] = candidates;
   }
   const int count = p.num_logprobs < vocab ? p.num_logprobs : vocab;
   if (count > 0) {
-    WriteTopLogprobs(row, vocab, count, log_sum_exp, p.top_ids + int64_t{r} * p.num_logprobs,
+    WriteTopLogprobs(lrow, vocab, count, log_sum_exp, p.top_ids + int64_t{r} * p.num_logprobs,
                      p.top_logprobs + int64_t{r} * p.num_logprobs, s);
   }
 }

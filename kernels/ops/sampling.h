@@ -17,7 +17,8 @@
 //   grid or the run.
 // - Log-probabilities are log_softmax of the RAW logits (no temperature, no
 //   filtering): the sampled token's, and the num_logprobs largest, sorted by
-//   logit descending, lowest id first on ties.
+//   logit descending, lowest id first on ties; of the processed logits for
+//   a row that asks (processed_logprobs below).
 // NaN logits count as -inf. One thread block per row; rows up to
 // kMaxSamplingVocab tokens (top-p sums masses of up to 2^40 each in 64 bits;
 // larger rows are rejected),
@@ -60,6 +61,12 @@ struct TokenSamplingParams {
   // read them, and the logprobs still the raw `logits`; a row whose
   // processed logits are all -inf takes its raw argmax.
   const float* sampling_logits = nullptr;
+  // Optional, [num_rows], read only with sampling_logits: a non-zero entry
+  // makes that row's logprobs (the sampled token's and the top ones)
+  // log_softmax of its processed row instead of the raw one (beam search:
+  // masked tokens -inf, the rest renormalised), unless the processed row is
+  // all -inf.
+  const uint8_t* processed_logprobs = nullptr;
   // Optional, [num_rows]: min_p in [0, 1] (0 = off), after temperature:
   // tokens with (x - max) / T < logf(min_p) are cut (PassesMinP), before
   // top-k and top-p.

@@ -241,9 +241,34 @@ absl::Status RefuseUnsupported(const json& body) {
   if (Present(body, "suffix") && !(body["suffix"].is_string() && body["suffix"].empty())) {
     return InvalidField("suffix", "is not supported (no fill-in-the-middle); leave it out");
   }
-  if (Present(body, "best_of") && body["best_of"] != 1)
-    return InvalidField("best_of", "is not supported");
   return absl::OkStatus();
+}
+
+// vLLM's beam search fields: use_beam_search, best_of (the width; without
+// beam search only 1), length_penalty, early_stopping. Passed through as
+// the gRPC fields; the validator bounds them and requires temperature 0.
+// Returns whether the body asks for beam search.
+absl::StatusOr<bool> ParseBeamSearch(const json& body, pagoda::v1::SamplingParams* sampling) {
+  if (Present(body, "use_beam_search") && !body["use_beam_search"].is_boolean()) {
+    return InvalidField("use_beam_search", "must be a boolean");
+  }
+  const bool beam = body.value("use_beam_search", false);
+  absl::StatusOr<int64_t> best_of = Integer(body, "best_of", 0, beam ? 0 : 1, beam ? 128 : 1);
+  if (!best_of.ok()) {
+    return beam ? best_of.status()
+                : InvalidField("best_of", "is only supported with use_beam_search");
+  }
+  if (Present(body, "early_stopping") && !body["early_stopping"].is_boolean()) {
+    return InvalidField("early_stopping", "must be a boolean");
+  }
+  absl::StatusOr<double> length_penalty = Number(body, "length_penalty", 1.0, -1e9, 1e9);
+  if (!length_penalty.ok()) return length_penalty.status();
+  if (!beam) return false;
+  sampling->set_use_beam_search(true);
+  sampling->set_best_of(static_cast<int32_t>(*best_of));
+  sampling->set_length_penalty(static_cast<float>(*length_penalty));
+  sampling->set_early_stopping(body.value("early_stopping", false));
+  return true;
 }
 
 // The value at `key` of `ordered` (the body parsed keeping key order), or
@@ -448,9 +473,11 @@ absl::Status ParsePenalties(const json& body, pagoda::v1::SamplingParams* sampli
 absl::Status ParseSampling(const json& body, const SamplingDefaults& defaults,
                            OpenAiRequest* out) {
   pagoda::v1::SamplingParams* sampling = out->generate.mutable_sampling();
+  absl::StatusOr<bool> beam = ParseBeamSearch(body, sampling);
+  if (!beam.ok()) return beam.status();
   // Absent: the model's default when it has one (the validator fills it),
-  // else OpenAI's 1.
-  if (Present(body, "temperature") || !defaults.temperature.has_value()) {
+  // else OpenAI's 1; with beam search, 0 (beams are not sampled).
+  if (Present(body, "temperature") || (!defaults.temperature.has_value() && !*beam)) {
     absl::StatusOr<double> temperature = Number(body, "temperature", 1.0, 0.0, 2.0);
     if (!temperature.ok()) return temperature.status();
     sampling->set_temperature(static_cast<float>(*temperature));
@@ -476,7 +503,7 @@ absl::Status ParseSampling(const json& body, const SamplingDefaults& defaults,
   // answers n equal choices; the engine refuses several greedy sequences).
   const double temperature = sampling->has_temperature() ? sampling->temperature()
                                                          : defaults.temperature.value_or(1.0);
-  if (*n > 1 && temperature < kGreedyTemperature) {
+  if (*n > 1 && temperature < kGreedyTemperature && !*beam) {
     out->copies = static_cast<int>(*n);
     sampling->set_n(1);
   } else {

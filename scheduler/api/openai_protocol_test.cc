@@ -124,7 +124,11 @@ TEST(OpenAiProtocolTest, BadFieldsAreInvalidArgumentNamingTheField) {
                {"bad_words", json::array({1})},
                {"bad_words", "word"},
                {"prompt", json::array()},
-               {"prompt", json::array({-1})}};
+               {"prompt", json::array({-1})},
+               {"best_of", 2},  // Only with use_beam_search.
+               {"use_beam_search", "yes"},
+               {"early_stopping", 1},
+               {"length_penalty", "1"}};
   for (const Case& c : cases) {
     json body = base;
     body[c.field] = c.value;
@@ -172,6 +176,22 @@ TEST(OpenAiProtocolTest, AcceptsWhatVllmAccepts) {
   auto sampled = ParseOpenAiRequest(json{{"prompt", "a"}, {"n", 3}}, false, 8);
   EXPECT_EQ(sampled->copies, 1);
   EXPECT_EQ(sampled->generate.sampling().n(), 3);
+  // vLLM's beam search: best_of is the width, n beams come back (not
+  // copies), temperature 0 unless given.
+  auto beams = ParseOpenAiRequest(json{{"prompt", "a"}, {"n", 2}, {"use_beam_search", true},
+                                       {"best_of", 4}, {"length_penalty", 0.5},
+                                       {"early_stopping", true}},
+                                  false, 8);
+  ASSERT_TRUE(beams.ok()) << beams.status();
+  EXPECT_EQ(beams->copies, 1);
+  const pagoda::v1::SamplingParams& beam = beams->generate.sampling();
+  EXPECT_TRUE(beam.use_beam_search());
+  EXPECT_EQ(beam.n(), 2);
+  EXPECT_EQ(beam.best_of(), 4);
+  EXPECT_EQ(beam.length_penalty(), 0.5f);
+  EXPECT_TRUE(beam.early_stopping());
+  EXPECT_FALSE(beam.has_temperature());  // The validator's beam default: 0.
+  EXPECT_TRUE(ParseOpenAiRequest(json{{"prompt", "a"}, {"best_of", 1}}, false, 8).ok());
   // No-ops.
   EXPECT_TRUE(ParseOpenAiRequest(json{{"prompt", "a"},
                                       {"response_format", {{"type", "text"}}},

@@ -264,10 +264,8 @@ absl::Status RequestValidator::ValidateConstraint(const pagoda::v1::GenerateRequ
       constraints_.Compile(request);
   if (!grammar.ok()) return grammar.status();
   if (*grammar == nullptr) return absl::OkStatus();
-  // Each of these would fight the grammar over which tokens may come.
-  if (out.sampling.use_beam_search) {
-    return Invalid("sampling.use_beam_search: not supported with a constraint");
-  }
+  // Each of these would fight the grammar over which tokens may come. (Beam
+  // search takes one: each beam's candidates come from its own mask.)
   if (!out.sampling.allowed_token_ids.empty()) {
     return Invalid("sampling.allowed_token_ids: not supported with a constraint");
   }

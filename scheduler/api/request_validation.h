@@ -82,8 +82,8 @@ struct ValidatedRequest {
 // 0 with top_k/top_p off); best_of > 1 without beam search needs
 // temperature > 0; length_penalty (0 = 1) in [-10, 10], beam search only.
 // A constraint (json_schema, regex, choice, grammar, json_object) is
-// compiled here (ConstraintCompiler) and refused with beam search,
-// allowed_token_ids or ignore_eos.
+// compiled here (ConstraintCompiler) and refused with allowed_token_ids or
+// ignore_eos; beam search takes one.
 // Every bound is checked before any work on the field: a text prompt's length
 // before it is tokenized, the number of token ids before they are read.
 // Thread-safe.
@@ -104,7 +104,7 @@ class RequestValidator {
   std::string NewRequestId();
 
   // Structured outputs: the request's constraint compiled (and cached);
-  // refused with beam search, allowed_token_ids or ignore_eos.
+  // refused with allowed_token_ids or ignore_eos.
   absl::Status ValidateConstraint(const pagoda::v1::GenerateRequest& request,
                                   ValidatedRequest& out);
 

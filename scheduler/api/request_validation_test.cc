@@ -496,9 +496,31 @@ TEST(RequestValidationConstraintTest, CompilesOrRefusesConstraintsNamingTheField
   request.mutable_sampling()->add_allowed_token_ids(4);
   expect_invalid(request, "sampling.allowed_token_ids");
   request.mutable_sampling()->clear_allowed_token_ids();
+  // Beam search takes a constraint; every other rule of both still holds.
   request.mutable_sampling()->set_use_beam_search(true);
   request.mutable_sampling()->set_best_of(2);
+  absl::StatusOr<ValidatedRequest> beams = validator.Validate(request);
+  ASSERT_TRUE(beams.ok()) << beams.status();
+  EXPECT_TRUE(beams->sampling.use_beam_search);
+  EXPECT_EQ(beams->sampling.best_of, 2);
+  EXPECT_NE(beams->sampling.grammar, nullptr);
+  request.mutable_stopping()->set_ignore_eos(true);
+  expect_invalid(request, "stopping.ignore_eos");
+  request.mutable_stopping()->set_ignore_eos(false);
+  request.mutable_sampling()->add_allowed_token_ids(4);  // Beam search refuses it first.
   expect_invalid(request, "sampling.use_beam_search");
+  request.mutable_sampling()->clear_allowed_token_ids();
+  request.mutable_sampling()->set_temperature(0.5f);
+  expect_invalid(request, "sampling.use_beam_search");
+  request.mutable_sampling()->clear_temperature();
+  request.mutable_sampling()->set_best_of(11);
+  expect_invalid(request, "sampling.best_of");
+  request.mutable_sampling()->set_best_of(2);
+  request.mutable_sampling()->set_presence_penalty(0.5f);
+  expect_invalid(request, "sampling.use_beam_search");
+  request.mutable_sampling()->clear_presence_penalty();
+  request.set_regex("a(?=b)");
+  expect_invalid(request, "regex: ");
   request.set_json_object(false);  // False: no constraint.
   EXPECT_TRUE(validator.Validate(request).ok());
 

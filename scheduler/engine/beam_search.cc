@@ -65,11 +65,14 @@ using ContinuingBeams = absl::flat_hash_map<Sequence*, std::vector<const Candida
 
 // Every beam's top tokens as extensions, the best 2 x `width` by cumulative
 // logprob first: even if up to `width` of them end the search as finished
-// hypotheses, `width` remain to continue.
+// hypotheses, `width` remain to continue. A token at -inf is no extension:
+// the beam's processing masked it (its grammar, or EOS before min_tokens),
+// and a top list holds such tokens only when fewer are allowed.
 std::vector<Candidate> BestCandidates(const BeamSamples& samples, int width) {
   std::vector<Candidate> candidates;
   for (const auto& [beam, sampled] : samples) {
     for (const TopLogprob& top : sampled.top) {
+      if (!std::isfinite(top.logprob)) continue;
       candidates.push_back(Candidate{beam, top.token_id, top.logprob,
                                      beam->cumulative_logprob() + top.logprob, &sampled});
     }

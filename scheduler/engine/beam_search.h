@@ -16,7 +16,10 @@ double BeamScore(const SequenceGroup& group, const Sequence& seq);
 
 // One beam-search step of width k = group.sampling().best_of, given each
 // running beam's sampled token whose `top` holds its 2k most likely next
-// tokens (raw logprobs). Takes the 2k best extensions over all beams by
+// tokens (logprobs of the processed logits, step_plan.h: under a constraint
+// they renormalise over the tokens the beam's grammar allows; a token at
+// -inf, masked, is never an extension, so a beam may offer fewer than 2k).
+// Takes the 2k best extensions over all beams by
 // cumulative logprob; those ending in EOS (or a stop id, past min_tokens)
 // join the finished hypotheses, of which the best k by BeamScore are kept;
 // the best k others continue. A beam extended more than once forks (its

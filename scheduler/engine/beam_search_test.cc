@@ -1,5 +1,6 @@
 #include "scheduler/engine/beam_search.h"
 
+#include <cmath>
 #include <memory>
 #include <numeric>
 #include <vector>
@@ -108,6 +109,23 @@ TEST_F(BeamSearchTest, EosEndsAHypothesisAndTheSearchStopsWhenNoBeamCanWin) {
   ASSERT_EQ(deltas_[0].seqs.size(), 2u);
   EXPECT_EQ(deltas_[0].seqs[0].new_tokens.size(), 1u);  // [EOS], score -0.1 / 6.
   EXPECT_EQ(deltas_[0].seqs[1].new_tokens.size(), 2u);  // [11, EOS], score -0.7 / 7.
+  EXPECT_EQ(scheduler_.block_manager().num_free_gpu_blocks(), 16);
+}
+
+TEST_F(BeamSearchTest, MaskedCandidatesAreNoExtensions) {
+  // A constrained beam's top list ends in -inf tokens when its grammar
+  // allows fewer than 2k: only the one allowed token extends it, so one
+  // beam runs on, not two.
+  Step({WithTop({{10, 0.0f}, {0, -INFINITY}, {1, -INFINITY}, {3, -INFINITY}})});
+  ASSERT_EQ(group_->seqs().size(), 1u);
+  EXPECT_EQ(group_->seqs()[0]->last_token(), 10);
+  EXPECT_EQ(group_->seqs()[0]->cumulative_logprob(), 0.0);
+  // Where only EOS is allowed (the grammar's end), the beam finishes.
+  Step({WithTop({{2, 0.0f}, {0, -INFINITY}, {1, -INFINITY}, {3, -INFINITY}})});
+  ASSERT_EQ(deltas_.size(), 1u);
+  EXPECT_TRUE(deltas_[0].finished);
+  ASSERT_EQ(deltas_[0].seqs.size(), 1u);  // Fewer texts than the width: fewer answers.
+  EXPECT_EQ(deltas_[0].seqs[0].status, SequenceStatus::kFinishedStopped);
   EXPECT_EQ(scheduler_.block_manager().num_free_gpu_blocks(), 16);
 }
 

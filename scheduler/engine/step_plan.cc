@@ -120,9 +120,13 @@ wv1::StepPlan BuildStepPlan(int64_t step_id, const SchedulerOutput& output,
     options->set_seed(SeedForSequence(sampling.seed, seq.index_in_group()));
     options->set_num_logprobs(sampling.num_logprobs);
     if (sampling.use_beam_search) {
-      // Beams extend by their 2k most likely tokens; nothing is drawn.
+      // Beams extend by their 2k most likely tokens; nothing is drawn. The
+      // logprobs are the processed logits' (as vLLM v0): a constrained
+      // beam's candidates are only tokens its grammar allows, and before
+      // min_tokens none is EOS.
       options->set_temperature(0.0f);
       options->set_num_logprobs(std::max(sampling.num_logprobs, 2 * sampling.best_of));
+      options->set_processed_logprobs(true);
     }
     step->set_sample_index(seq.num_output_tokens());
     SetPromptLogprobTargets(entry, step);

@@ -16,7 +16,8 @@ namespace pagoda::scheduler {
 // one SequenceStep per scheduled entry, in order (token ids
 // [start_position, start_position + num_tokens), the full block table,
 // sampling options (the sequence's own seed, SeedForSequence; greedy with
-// 2 x width top logprobs for beam search), sample_index = tokens generated
+// 2 x width top logprobs of the processed logits for beam search),
+// sample_index = tokens generated
 // so far), and the block moves to apply before the forward pass. Rows that
 // sample carry their logits processing: penalties, logit_bias, allowed ids,
 // the tokens banned this step (bad words whose prefix ends the output; EOS,

@@ -130,6 +130,16 @@ class CliTest(unittest.TestCase):
                              "--regex", "[ab]{3}")
         self.assertEqual(code, 0, err)
         self.assertRegex(out.split("\nfinish_reason:")[0], r"^[ab]{3}$")
+        # Beam search under the constraint: two distinct beams, both in it.
+        code, out, err = cli("generate", "--prompt", "pick", "--max-tokens", "8",
+                             "--regex", "[ab]{3}", "--use-beam-search", "--n", "2")
+        self.assertEqual(code, 0, err)
+        texts = [block.split("\nfinish_reason:")[0]
+                 for block in re.split(r"^sequence: \d\n", out, flags=re.M)[1:]]
+        self.assertEqual(len(texts), 2, out)
+        self.assertEqual(len(set(texts)), 2, out)
+        for text in texts:
+            self.assertRegex(text, r"^[ab]{3}$")
 
     def test_bad_values_are_refused(self):
         for flags, field in [
@@ -142,8 +152,9 @@ class CliTest(unittest.TestCase):
                 (["--priority", "100000000"], "priority"),
                 (["--json-schema", '{"type": "no such type"}'], "json_schema"),
                 (["--grammar", "root ::= ("], "grammar"),
+                # BASE ignores EOS: refused with a constraint, beams or not.
                 (["--json-object", "--disable-any-whitespace", "--use-beam-search"],
-                 "beam")]:
+                 "ignore_eos")]:
             code, _, err = cli(*BASE, *flags)
             self.assertEqual(code, 1, field)
             self.assertIn("error INVALID_ARGUMENT", err, field)

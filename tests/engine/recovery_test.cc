@@ -19,9 +19,8 @@
 #include "gtest/gtest.h"
 #include "scheduler/engine/engine.h"
 #include "tests/fakes/collecting_sink.h"
-#include "tests/fakes/in_process_worker_group.h"
+#include "tests/fakes/restartable_worker_group.h"
 #include "tests/support/tiny_model.h"
-#include "worker/cpu/cpu_model_runner.h"
 
 namespace pagoda::scheduler {
 namespace {
@@ -30,53 +29,6 @@ namespace wv1 = ::pagoda::worker::v1;
 using testing::CollectingSink;
 
 constexpr int kBlocks = 128;
-
-// One in-process rank that can die and be brought back with an empty cache.
-class RestartableWorkers : public WorkerGroup {
- public:
-  absl::StatusOr<wv1::LoadModelResponse> LoadModel(const wv1::LoadModelRequest& request) override {
-    load_ = request;
-    return inner_->LoadModel(request);
-  }
-  absl::Status InitCache(const wv1::InitCacheRequest& request) override {
-    init_ = request;
-    return inner_->InitCache(request);
-  }
-  absl::StatusOr<wv1::StepResult> ExecuteStep(const wv1::StepPlan& plan) override {
-    if (crashed_.load()) return absl::UnavailableError("worker crashed");
-    return inner_->ExecuteStep(plan);
-  }
-  bool Healthy() const override { return !crashed_.load(); }
-  int world_size() const override { return 1; }
-  void Shutdown() override { inner_->Shutdown(); }
-  absl::Status Recover() override {
-    if (!can_recover_.load()) return absl::UnavailableError("the model is gone; giving up");
-    inner_ = Fresh();  // A new process: nothing of the old cache survives.
-    absl::StatusOr<wv1::LoadModelResponse> loaded = inner_->LoadModel(*load_);
-    if (!loaded.ok()) return loaded.status();
-    if (absl::Status init = inner_->InitCache(*init_); !init.ok()) return init;
-    crashed_.store(false);
-    ++restarts_;
-    return absl::OkStatus();
-  }
-
-  void Crash() { crashed_.store(true); }
-  void set_can_recover(bool can) { can_recover_ = can; }
-  int restarts() const { return restarts_.load(); }
-
- private:
-  static std::unique_ptr<InProcessWorkerGroup> Fresh() {
-    return std::make_unique<InProcessWorkerGroup>(pagoda::worker::CreateCpuModelRunner());
-  }
-
-  std::unique_ptr<InProcessWorkerGroup> inner_ = Fresh();
-  std::optional<wv1::LoadModelRequest> load_;
-  std::optional<wv1::InitCacheRequest> init_;
-  std::atomic<bool> crashed_{false};
-  // Set and read by the test while the engine thread recovers (TSan).
-  std::atomic<bool> can_recover_{true};
-  std::atomic<int> restarts_{0};
-};
 
 class RecoveryTest : public ::testing::Test {
  protected:
@@ -96,7 +48,7 @@ class RecoveryTest : public ::testing::Test {
   // `start` false: the engine thread is started by the test, once its
   // requests are queued.
   void StartEngine(bool start = true) {
-    workers_ = std::make_unique<RestartableWorkers>();
+    workers_ = std::make_unique<RestartableWorkerGroup>();
     wv1::LoadModelRequest load;
     load.set_model_dir(*model_dir_);
     load.set_world_size(1);
@@ -144,7 +96,7 @@ class RecoveryTest : public ::testing::Test {
   }
 
   static std::string* model_dir_;
-  std::unique_ptr<RestartableWorkers> workers_;
+  std::unique_ptr<RestartableWorkerGroup> workers_;
   std::unique_ptr<Engine> engine_;
 };
 

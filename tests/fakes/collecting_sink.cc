@@ -13,7 +13,12 @@ void CollectingSink::OnDelta(const RequestDelta& delta) {
   {
     absl::MutexLock lock(&mu_);
     for (const RequestDelta::SeqDelta& seq : delta.seqs) {
-      for (const GeneratedToken& token : seq.new_tokens) tokens_.push_back(token.token_id);
+      SequenceOutput& output = sequences_[seq.index];
+      for (const GeneratedToken& token : seq.new_tokens) {
+        tokens_.push_back(token.token_id);
+        output.tokens.push_back(token);
+      }
+      output.status = seq.status;
       last_status_ = seq.status;
     }
     ++num_deltas_;
@@ -44,6 +49,11 @@ bool CollectingSink::WaitFinished(absl::Duration timeout) {
 std::vector<int32_t> CollectingSink::tokens() {
   absl::MutexLock lock(&mu_);
   return tokens_;
+}
+
+std::map<int, CollectingSink::SequenceOutput> CollectingSink::sequences() {
+  absl::MutexLock lock(&mu_);
+  return sequences_;
 }
 
 absl::Status CollectingSink::status() {

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -32,6 +33,13 @@ class CollectingSink : public RequestSink {
   // True once OnFinish came, false after `timeout`.
   bool WaitFinished(absl::Duration timeout = absl::Seconds(60));
   std::vector<int32_t> tokens();
+  // Each sequence's tokens (with their logprobs) and last status, by index:
+  // beam search's and best_of's answers, all in the final delta.
+  struct SequenceOutput {
+    std::vector<GeneratedToken> tokens;
+    SequenceStatus status = SequenceStatus::kWaiting;
+  };
+  std::map<int, SequenceOutput> sequences();
   absl::Status status();  // UNKNOWN until OnFinish.
   SequenceStatus last_status();
   int num_deltas();
@@ -39,6 +47,7 @@ class CollectingSink : public RequestSink {
  private:
   absl::Mutex mu_;
   std::vector<int32_t> tokens_ ABSL_GUARDED_BY(mu_);
+  std::map<int, SequenceOutput> sequences_ ABSL_GUARDED_BY(mu_);
   absl::Status status_ ABSL_GUARDED_BY(mu_) = absl::UnknownError("not finished");
   SequenceStatus last_status_ ABSL_GUARDED_BY(mu_) = SequenceStatus::kWaiting;
   int num_deltas_ ABSL_GUARDED_BY(mu_) = 0;

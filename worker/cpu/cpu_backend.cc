@@ -258,6 +258,8 @@ class CpuBackend final : public Backend {
       row.penalties = params.penalties[r];
       row.edits = absl::MakeConstSpan(params.edits + params.edit_offsets[r],
                                       params.edits + params.edit_offsets[r + 1]);
+      row.processed_logprobs =
+          params.processed_logprobs != nullptr && params.processed_logprobs[r] != 0;
     }
     if (params.mask_offsets != nullptr && params.mask_offsets[r] >= 0) {
       row.token_mask = absl::MakeConstSpan(params.token_masks + params.mask_offsets[r],

@@ -497,8 +497,7 @@ void CudaBackend::Sample(const Tensor& logits, const SamplingBatch& params, Samp
   out->top_logprobs.resize(size_t{1} * rows * k);
   if (rows == 0) return;
   if (logits.dtype != DType::kF32) {
-    Fail(absl::InvalidArgumentError("Sample needs f32 logits"));
-    return;
+    return Fail(absl::InvalidArgumentError("Sample needs f32 logits"));
   }
   // One packed region on the device and its pinned mirror: ids, logprobs,
   // top ids, top logprobs (4-byte elements each), so one copy brings all back.
@@ -532,6 +531,7 @@ void CudaBackend::Sample(const Tensor& logits, const SamplingBatch& params, Samp
                                    .top_ids = k > 0 ? top_ids : nullptr,
                                    .top_logprobs = k > 0 ? top_logprobs : nullptr,
                                    .sampling_logits = processed,
+                                   .processed_logprobs = params.processed_logprobs,
                                    .min_p = params.min_p},
       stream_);
   if (!Check(launched, "token sampling") ||

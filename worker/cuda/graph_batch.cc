@@ -74,6 +74,7 @@ FlatBatch PadDecodeBatch(const FlatBatch& batch, int bucket, int blocks_per_seq)
   PadTo(padded.penalties, bucket, LogitPenalties{});
   PadTo<int32_t>(padded.edit_offsets, bucket + 1, padded.edit_offsets.back());
   PadTo<int32_t>(padded.mask_offsets, bucket, -1);
+  PadTo<uint8_t>(padded.processed_logprobs, bucket, 0);
   padded.swap_in.clear();
   padded.swap_out.clear();
   padded.copy.clear();

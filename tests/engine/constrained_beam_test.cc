@@ -1,0 +1,311 @@
+// Beam search under structured-output constraints, through the engine loop
+// and a real CPU ModelRunner in this process: every returned beam's text is
+// a sentence of its constraint (checked by std::regex and nlohmann::json, not
+// by the matcher), width 1 equals greedy decoding under the same constraint
+// where EOS never competes with text, and preemption (recompute and swap)
+// and a worker restart change no beam.
+
+#include <algorithm>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "scheduler/api/constraint_compiler.h"
+#include "scheduler/engine/engine.h"
+#include "tests/fakes/collecting_sink.h"
+#include "tests/fakes/restartable_worker_group.h"
+#include "tests/support/tiny_model.h"
+
+namespace pagoda::scheduler {
+namespace {
+
+namespace wv1 = ::pagoda::worker::v1;
+using testing::CollectingSink;
+
+constexpr int kVocab = 128;
+constexpr int32_t kEos = 2;
+constexpr int kBlockSize = 4;
+
+// The bytes of each token: ids 0..2 special (2 is EOS), then every single
+// character below, then two-character pieces over a smaller alphabet, until
+// the vocabulary is full. Written here, independently of the tokenizer, so
+// the texts are checked against this table, not the constraint code's.
+std::vector<std::optional<std::string>> TokenBytes() {
+  std::vector<std::optional<std::string>> bytes(3, std::nullopt);
+  const std::string singles = "0123456789abcdefghijklmnopqrstuvwxyz{}[]\":,- ";
+  for (char c : singles) bytes.push_back(std::string(1, c));
+  const std::string pairs = "aceyomb19\"{}:-";
+  for (char first : pairs) {
+    for (char second : pairs) {
+      if (static_cast<int>(bytes.size()) == kVocab) return bytes;
+      bytes.push_back(std::string{first, second});
+    }
+  }
+  return bytes;
+}
+
+// One constraint of the suite, with its own check of a whole text.
+struct Case {
+  std::string name;
+  std::function<void(pagoda::v1::GenerateRequest&)> set;
+  std::function<bool(const std::string&)> matches;
+};
+
+bool RegexMatches(const std::string& pattern, const std::string& text) {
+  return std::regex_match(text, std::regex(pattern));
+}
+
+// Regexes (EOS competes with text in the first, never in the second), a
+// choice (three texts, but more tokenizations than a width of 4) and a JSON
+// Schema without blanks.
+std::vector<Case> Cases() {
+  const std::string letters = "[a-c]{2,6}-[0-9]{1,3}";
+  const std::string fixed = "(yes|no|maybe)-[0-9]{2}";
+  const std::string schema =
+      R"({"type": "object", "properties": {"a": {"type": "integer", "minimum": 0,)"
+      R"( "maximum": 99}, "b": {"enum": ["x", "yz"]}}, "required": ["a", "b"],)"
+      R"( "additionalProperties": false})";
+  return {
+      {"letters", [=](auto& r) { r.set_regex(letters); },
+       [=](const std::string& t) { return RegexMatches(letters, t); }},
+      {"fixed", [=](auto& r) { r.set_regex(fixed); },
+       [=](const std::string& t) { return RegexMatches(fixed, t); }},
+      {"choice",
+       [](auto& r) {
+         for (const char* c : {"alpha", "beta", "gamma"}) r.mutable_choice()->add_choices(c);
+       },
+       [](const std::string& t) { return t == "alpha" || t == "beta" || t == "gamma"; }},
+      {"schema",
+       [=](auto& r) {
+         r.set_json_schema(schema);
+         r.set_disable_any_whitespace(true);
+       },
+       [](const std::string& t) {
+         const nlohmann::json value = nlohmann::json::parse(t, nullptr, false);
+         return t.find(' ') == std::string::npos && value.is_object() && value.size() == 2 &&
+                value["a"].is_number_integer() && value["a"] >= 0 && value["a"] <= 99 &&
+                (value["b"] == "x" || value["b"] == "yz");
+       }},
+  };
+}
+
+std::string Text(const std::vector<GeneratedToken>& tokens) {
+  static const std::vector<std::optional<std::string>> bytes = TokenBytes();
+  std::string text;
+  for (const GeneratedToken& token : tokens) {
+    if (token.token_id != kEos) text += bytes[token.token_id].value_or("<special>");
+  }
+  return text;
+}
+
+std::vector<int32_t> Ids(const std::vector<GeneratedToken>& tokens) {
+  std::vector<int32_t> ids;
+  for (const GeneratedToken& token : tokens) ids.push_back(token.token_id);
+  return ids;
+}
+
+// What one request returned: each sequence's token ids, by index.
+using Outputs = std::map<int, std::vector<int32_t>>;
+
+class ConstrainedBeamTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    model_dir_ = new std::string(pagoda::testing::TempPath("pagoda_constrained_beam"));
+    ASSERT_TRUE(pagoda::testing::WriteTinyModel(
+                    *model_dir_,
+                    "--vocab-size 128 --hidden-size 64 --intermediate-size 96 --num-layers 2"
+                    " --num-heads 4 --num-kv-heads 2 --dtype f32 --seed 5 --eos-id 2")
+                    .ok());
+    compiler_ = new ConstraintCompiler(*constraints::TokenVocabulary::Create(TokenBytes(), kVocab));
+  }
+  static void TearDownTestSuite() {
+    std::filesystem::remove_all(*model_dir_);
+    delete model_dir_;
+    delete compiler_;
+  }
+
+  void StartEngine(int gpu_blocks = 256, PreemptionMode mode = PreemptionMode::kAuto,
+                   int cpu_blocks = 0) {
+    workers_ = std::make_unique<RestartableWorkerGroup>();
+    wv1::LoadModelRequest load;
+    load.set_model_dir(*model_dir_);
+    load.set_world_size(1);
+    load.set_block_size(kBlockSize);
+    load.set_device("cpu");
+    load.set_kv_cache_memory_bytes(64 << 20);
+    load.set_max_num_batched_tokens(256);
+    load.set_max_num_seqs(64);
+    ASSERT_TRUE(workers_->LoadModel(load).ok());
+    wv1::InitCacheRequest init;
+    init.set_num_gpu_blocks(gpu_blocks);
+    init.set_num_cpu_blocks(cpu_blocks);
+    ASSERT_TRUE(workers_->InitCache(init).ok());
+    EngineConfig config;
+    config.scheduler.block_size = kBlockSize;
+    config.scheduler.num_gpu_blocks = gpu_blocks;
+    config.scheduler.num_cpu_blocks = cpu_blocks;
+    config.scheduler.preemption_mode = mode;
+    config.scheduler.max_num_seqs = 64;
+    config.scheduler.max_num_batched_tokens = 256;
+    config.scheduler.max_model_len = 256;
+    config.eos_token_ids = {kEos};
+    engine_ = std::make_unique<Engine>(config, workers_.get(), nullptr);
+    engine_->Start();
+  }
+
+  // A request under `c`: beam search of `width` returning every beam, or
+  // greedy decoding when width is 0.
+  std::shared_ptr<CollectingSink> Submit(const std::string& id, const Case& c, int width,
+                                         std::vector<int32_t> prompt = {5, 17, 40, 9, 33}) {
+    pagoda::v1::GenerateRequest request;
+    c.set(request);
+    absl::StatusOr<std::shared_ptr<const constraints::CompiledGrammar>> grammar =
+        compiler_->Compile(request);
+    EXPECT_TRUE(grammar.ok()) << grammar.status();
+    auto sink = std::make_shared<CollectingSink>();
+    EngineRequest engine_request;
+    engine_request.request_id = id;
+    engine_request.prompt_token_ids = std::move(prompt);
+    engine_request.sampling.seed = 1;
+    engine_request.sampling.grammar = grammar.ok() ? *grammar : nullptr;
+    engine_request.sampling.use_beam_search = width > 0;
+    engine_request.sampling.n = engine_request.sampling.best_of = std::max(width, 1);
+    engine_request.stopping.max_tokens = 48;
+    engine_request.sink = sink;
+    EXPECT_TRUE(engine_->AddRequest(std::move(engine_request)).ok());
+    return sink;
+  }
+
+  // Waits for `sink` and checks every sequence: ended at EOS, a sentence of
+  // `c`; returns the token ids by index.
+  static Outputs Finish(CollectingSink& sink, const Case& c, const std::string& label) {
+    EXPECT_TRUE(sink.WaitFinished(absl::Seconds(120))) << label;
+    EXPECT_TRUE(sink.status().ok()) << label << ": " << sink.status();
+    Outputs outputs;
+    for (const auto& [index, output] : sink.sequences()) {
+      const std::string text = Text(output.tokens);
+      EXPECT_EQ(output.status, SequenceStatus::kFinishedStopped) << label << " " << index;
+      EXPECT_TRUE(c.matches(text)) << label << " " << index << ": '" << text << "'";
+      EXPECT_TRUE(!output.tokens.empty() && output.tokens.back().token_id == kEos)
+          << label << " " << index;
+      outputs[index] = Ids(output.tokens);
+    }
+    return outputs;
+  }
+
+  // Every case at widths 2 and 4, all at once; the outputs by request id.
+  std::map<std::string, Outputs> RunSuite() {
+    std::vector<std::pair<std::string, std::shared_ptr<CollectingSink>>> sinks;
+    for (const Case& c : Cases()) {
+      for (int width : {2, 4}) {
+        const std::string id = absl::StrCat(c.name, "/", width);
+        sinks.emplace_back(id, Submit(id, c, width, {5, 17, 40, 9, 33, width}));
+      }
+    }
+    std::map<std::string, Outputs> outputs;
+    for (const auto& [id, sink] : sinks) {
+      const std::string name = id.substr(0, id.find('/'));
+      for (const Case& c : Cases()) {
+        if (c.name == name) outputs[id] = Finish(*sink, c, id);
+      }
+    }
+    return outputs;
+  }
+
+  static std::string* model_dir_;
+  static ConstraintCompiler* compiler_;
+  std::unique_ptr<RestartableWorkerGroup> workers_;
+  std::unique_ptr<Engine> engine_;
+};
+
+std::string* ConstrainedBeamTest::model_dir_ = nullptr;
+ConstraintCompiler* ConstrainedBeamTest::compiler_ = nullptr;
+
+TEST_F(ConstrainedBeamTest, EveryBeamOfWidthTwoAndFourIsASentenceOfItsConstraint) {
+  StartEngine();
+  for (const Case& c : Cases()) {
+    for (int width : {2, 4}) {
+      const std::string label = absl::StrCat(c.name, " width ", width);
+      std::shared_ptr<CollectingSink> sink = Submit(label, c, width);
+      const Outputs outputs = Finish(*sink, c, label);
+      // As many beams as asked (a text may come back under two
+      // tokenizations: beams are token sequences), all different.
+      EXPECT_EQ(static_cast<int>(outputs.size()), width) << label;
+      std::vector<std::vector<int32_t>> distinct;
+      for (const auto& [index, ids] : outputs) distinct.push_back(ids);
+      std::sort(distinct.begin(), distinct.end());
+      EXPECT_EQ(std::unique(distinct.begin(), distinct.end()), distinct.end()) << label;
+    }
+  }
+  ASSERT_TRUE(engine_->WaitUntilIdle(absl::Seconds(5)));
+  EXPECT_EQ(engine_->snapshot().free_gpu_blocks, 256);  // Pruned beams freed theirs.
+}
+
+TEST_F(ConstrainedBeamTest, LogprobsRenormaliseOverTheTokensTheGrammarAllows) {
+  StartEngine();
+  // After "yes-12" the regex allows only EOS: its logprob over the allowed
+  // tokens is log 1, where the raw one would be below 0.
+  const Case fixed = Cases()[1];
+  std::shared_ptr<CollectingSink> sink = Submit("fixed", fixed, 2);
+  Finish(*sink, fixed, "fixed");
+  for (const auto& [index, output] : sink->sequences()) {
+    EXPECT_EQ(output.tokens.back().logprob, 0.0f) << index;
+    for (const GeneratedToken& token : output.tokens) {
+      EXPECT_LE(token.logprob, 0.0f);
+      EXPECT_GT(token.logprob, -1e30f);  // Never a masked token.
+    }
+  }
+}
+
+TEST_F(ConstrainedBeamTest, WidthOneIsGreedyWhereEosNeverCompetesWithText) {
+  // In these grammars EOS is allowed only once the text is complete, and
+  // then alone: one beam takes the argmax of the allowed tokens each step
+  // and no other hypothesis ever finishes, exactly as greedy decoding.
+  StartEngine();
+  for (const Case& c : Cases()) {
+    if (c.name == "letters") continue;  // EOS competes with digits there.
+    std::shared_ptr<CollectingSink> greedy = Submit(c.name + " greedy", c, 0);
+    std::shared_ptr<CollectingSink> beam = Submit(c.name + " beam", c, 1);
+    const Outputs greedy_outputs = Finish(*greedy, c, c.name + " greedy");
+    const Outputs beam_outputs = Finish(*beam, c, c.name + " beam");
+    EXPECT_EQ(beam_outputs, greedy_outputs) << c.name;
+  }
+}
+
+TEST_F(ConstrainedBeamTest, PreemptionByRecomputeOrSwapChangesNoBeam) {
+  StartEngine();
+  const std::map<std::string, Outputs> expected = RunSuite();
+  ASSERT_EQ(expected.size(), 8u);
+  // 40 blocks of 4 tokens for 8 groups of up to 4 beams of about 20 tokens.
+  for (PreemptionMode mode : {PreemptionMode::kRecompute, PreemptionMode::kSwap}) {
+    const bool swap = mode == PreemptionMode::kSwap;
+    engine_.reset();
+    StartEngine(40, mode, swap ? 512 : 0);
+    EXPECT_EQ(RunSuite(), expected) << (swap ? "swap" : "recompute");
+    EXPECT_GT(engine_->snapshot().num_preemptions_total, 0) << (swap ? "swap" : "recompute");
+    EXPECT_EQ(workers_->swap_out_moves() > 0, swap);
+  }
+}
+
+TEST_F(ConstrainedBeamTest, AWorkerRestartChangesNoBeam) {
+  StartEngine();
+  const std::map<std::string, Outputs> expected = RunSuite();
+  engine_.reset();
+  StartEngine();
+  // Every request is in by then, its beams forked and some pruned: all
+  // resume by recomputation (the suite takes about 18 steps).
+  workers_->CrashBeforeStep(5);
+  EXPECT_EQ(RunSuite(), expected);
+  EXPECT_EQ(workers_->restarts(), 1);
+}
+
+}  // namespace
+}  // namespace pagoda::scheduler
