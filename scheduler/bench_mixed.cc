@@ -215,6 +215,23 @@ void MeasureIdle(Generation::Stub& stub, const Arrivals& urgent, int vocab, Clas
   }
 }
 
+// `count` streams, each re-sending its request as it finishes until `end`.
+std::vector<std::thread> StartStreams(Generation::Stub& stub, int count, int vocab,
+                                      absl::Time start, absl::Time end, ClassLog& log) {
+  std::vector<std::thread> threads;
+  for (int s = 0; s < count; ++s) {
+    threads.emplace_back([&stub, &log, s, vocab, start, end] {
+      for (int round = 0; absl::Now() < end; ++round) {
+        StreamOne(stub,
+                  MakeRequest(absl::GetFlag(FLAGS_mixed_context),
+                              absl::GetFlag(FLAGS_mixed_stream_tokens), s * 1000 + round, vocab),
+                  start, log);
+      }
+    });
+  }
+  return threads;
+}
+
 }  // namespace
 
 bool MixedFlagsInRange() {
@@ -249,18 +266,8 @@ int RunMixedBench(Generation::Stub& stub, const pagoda::v1::ModelInfo& info) {
   std::vector<double> arrivals, urgent_arrivals;
   const absl::Time start = absl::Now();
   const absl::Time end = start + absl::Seconds(duration);
-  std::vector<std::thread> threads;
-  for (int s = 0; s < streams; ++s) {
-    threads.emplace_back([&, s] {
-      for (int round = 0; absl::Now() < end; ++round) {
-        StreamOne(stub,
-                  MakeRequest(absl::GetFlag(FLAGS_mixed_context),
-                              absl::GetFlag(FLAGS_mixed_stream_tokens), s * 1000 + round,
-                              info.vocab_size()),
-                  start, stream_log);
-      }
-    });
-  }
+  std::vector<std::thread> threads =
+      StartStreams(stub, streams, info.vocab_size(), start, end, stream_log);
   std::thread urgent_sender([&] {
     for (std::thread& t : SendEvery(stub, urgent, info.vocab_size(), start, end, urgent_log,
                                     urgent_arrivals)) {
