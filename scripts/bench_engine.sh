@@ -17,15 +17,7 @@ BUILD_DIR=${BUILD_DIR:-build}
 BIN="$BUILD_DIR/bin"
 PYTHON3=/usr/bin/python3
 WORK=$(mktemp -d)
-SERVER_PID=""
-cleanup() {
-  if [ -n "$SERVER_PID" ] && kill -0 "$SERVER_PID" 2>/dev/null; then
-    kill -TERM "$SERVER_PID"
-    wait "$SERVER_PID" || true
-  fi
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
+source scripts/server_harness.sh
 
 MODEL=${MODEL_DIR:-$WORK/model}
 if [ ! -f "$MODEL/config.json" ]; then
@@ -38,27 +30,12 @@ if [ ! -f "$MODEL/config.json" ]; then
   "$PYTHON3" scripts/make_tiny_model.py --preset "$PRESET" "${DTYPE_FLAG[@]}" \
     --out "$MODEL" > /dev/null
 fi
-"$BIN/pagoda-server" --model "$MODEL" --port 0 --max-model-len 512 "$@" \
-  > "$WORK/server.out" 2> "$WORK/server.log" &
-SERVER_PID=$!
-for _ in $(seq 1 300); do
-  PORT=$(awk '/PAGODA_SERVER_LISTENING/ {print $2}' "$WORK/server.out")
-  [ -n "$PORT" ] && break
-  if ! kill -0 "$SERVER_PID" 2>/dev/null; then
-    cat "$WORK/server.log" >&2
-    exit 1
-  fi
-  sleep 0.1
-done
-if [ -z "${PORT:-}" ]; then
-  echo "bench_engine: server did not start" >&2
-  exit 1
-fi
+start_server "$BIN/pagoda-server" --model "$MODEL" --max-model-len 512 "$@"
 "$BIN/pagoda-bench" --server "127.0.0.1:$PORT" --concurrency "${CONCURRENCY:-1,8,32}" \
   --max-tokens "${MAX_TOKENS:-64}" --prompt-len "${PROMPT_LEN:-64}" --rounds "${ROUNDS:-2}"
 # The worker's resident memory after the run (weights, KV cache as touched,
 # workspace): VmRSS now and VmHWM, its peak.
-WORKER_PIDS=$(awk '/PAGODA_WORKER_PIDS/ {print $2}' "$WORK/server.out")
+WORKER_PIDS=$(server_line PAGODA_WORKER_PIDS)
 for pid in ${WORKER_PIDS//,/ }; do
   awk -v pid="$pid" '/^VmRSS|^VmHWM/ {printf "worker %s %s %s kB\n", pid, $1, $2}' \
     "/proc/$pid/status" 2>/dev/null || true

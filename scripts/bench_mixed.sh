@@ -18,33 +18,13 @@ cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 BIN="$BUILD_DIR/bin"
 WORK=$(mktemp -d)
-SERVER_PID=""
-cleanup() {
-  if [ -n "$SERVER_PID" ] && kill -0 "$SERVER_PID" 2>/dev/null; then
-    kill -TERM "$SERVER_PID"
-    wait "$SERVER_PID" || true
-  fi
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
+source scripts/server_harness.sh
 
 # shellcheck disable=SC2086
 /usr/bin/python3 scripts/make_tiny_model.py \
   ${MODEL_ARGS:---hidden-size 128 --intermediate-size 344 --num-layers 4 --num-heads 4 --vocab-size 512 --max-position-embeddings 4096} \
   --out "$WORK/model" > /dev/null
-"$BIN/pagoda-server" --model "$WORK/model" --port 0 "$@" \
-  > "$WORK/server.out" 2> "$WORK/server.log" &
-SERVER_PID=$!
-for _ in $(seq 1 300); do
-  PORT=$(awk '/PAGODA_SERVER_LISTENING/ {print $2}' "$WORK/server.out")
-  [ -n "$PORT" ] && break
-  if ! kill -0 "$SERVER_PID" 2>/dev/null; then
-    cat "$WORK/server.log" >&2
-    exit 1
-  fi
-  sleep 0.1
-done
-[ -n "${PORT:-}" ] || { echo "bench_mixed: server did not start" >&2; exit 1; }
+start_server "$BIN/pagoda-server" --model "$WORK/model" "$@"
 "$BIN/pagoda-bench" --server "127.0.0.1:$PORT" --mixed --mixed-streams "${STREAMS:-16}" \
   --mixed-context "${CONTEXT:-256}" --mixed-long-prompt "${LONG:-2048}" \
   --mixed-long-every "${EVERY:-2}" --mixed-duration "${DURATION:-60}" \

@@ -14,15 +14,7 @@ BIN="$BUILD_DIR/bin"
 PYTHON3=/usr/bin/python3
 ROUNDS=${ROUNDS:-5}
 WORK=$(mktemp -d)
-SERVER_PID=""
-stop_server() {
-  if [ -n "$SERVER_PID" ] && kill -0 "$SERVER_PID" 2>/dev/null; then
-    kill -TERM "$SERVER_PID"
-    wait "$SERVER_PID" || true
-  fi
-  SERVER_PID=""
-}
-trap 'stop_server; rm -rf "$WORK"' EXIT
+source scripts/server_harness.sh
 
 "$PYTHON3" scripts/make_tiny_model.py --preset bench --max-position-embeddings 2048 --out "$WORK/model" > /dev/null
 
@@ -39,18 +31,8 @@ ttft_sum() {
 run() {  # run LABEL [server flags...]
   local label=$1
   shift
-  rm -f "$WORK/server.out"
-  "$BIN/pagoda-server" --model "$WORK/model" --port 0 --metrics-port -1 --max-model-len 1100 "$@" \
-    > "$WORK/server.out" 2> "$WORK/server.log" &
-  SERVER_PID=$!
-  PORT=""
-  for _ in $(seq 1 300); do
-    PORT=$(awk '/PAGODA_SERVER_LISTENING/ {print $2}' "$WORK/server.out" 2>/dev/null || true)
-    METRICS=$(awk '/PAGODA_METRICS_LISTENING/ {print $2}' "$WORK/server.out" 2>/dev/null || true)
-    [ -n "$PORT" ] && break
-    sleep 0.1
-  done
-  [ -n "$PORT" ] || { cat "$WORK/server.log" >&2; exit 1; }
+  start_server "$BIN/pagoda-server" --model "$WORK/model" --metrics-port -1 --max-model-len 1100 "$@"
+  METRICS=$(server_line PAGODA_METRICS_LISTENING)
   local cli=("$BIN/pagoda-cli" --server "127.0.0.1:$PORT" generate --max-tokens 1)
   "${cli[@]}" --token-ids "$PREFIX,$(ids 5000 24)" > /dev/null  # Warm-up: fills the cache.
   local before after
