@@ -19,7 +19,6 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <future>
 #include <iostream>
 #include <iterator>
 #include <map>
@@ -36,8 +35,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/flags.h"
+#include "common/grpc_health.h"
 #include "common/tls_credentials.h"
-#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "pagoda/v1/generation.grpc.pb.h"
 
@@ -345,34 +344,17 @@ int Info(Generation::Stub& stub) {
   return 0;
 }
 
-// grpc.health.v1.Health/Check for the whole server (service ""), sent as
-// raw bytes: no health stubs ship with Debian's gRPC. Prints the status;
-// exits 0 only when SERVING, so that a container probe can run it against
-// a worker that listens on loopback alone.
+// grpc.health.v1 of a server or worker: prints the status and exits 0 only
+// when SERVING, so that a container probe can run it against a worker that
+// listens on loopback alone.
 int Health(const std::shared_ptr<grpc::Channel>& channel) {
-  grpc::GenericStub stub(channel);
   grpc::ClientContext context;
   SetDeadline(context);
-  grpc::Slice empty("");
-  grpc::ByteBuffer request(&empty, 1);  // HealthCheckRequest{service: ""}.
-  grpc::ByteBuffer response;
-  std::promise<grpc::Status> done;
-  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request,
-                 &response, [&done](grpc::Status status) { done.set_value(std::move(status)); });
-  const grpc::Status status = done.get_future().get();
+  int serving_status = 0;
+  const grpc::Status status = pagoda::CheckHealth(channel, context, &serving_status);
   if (!status.ok()) return Fail(status);
-  std::vector<grpc::Slice> slices;
-  std::string bytes;
-  if (response.Dump(&slices).ok()) {
-    for (const grpc::Slice& slice : slices) bytes.append(slice.begin(), slice.end());
-  }
-  // HealthCheckResponse{status = 1}: field 1 as a varint (0x08), then the
-  // value; an empty message is status 0 (UNKNOWN).
-  const int value = bytes.empty() ? 0 : bytes.size() == 2 && bytes[0] == 0x08 ? bytes[1] : -1;
-  static constexpr const char* kNames[] = {"UNKNOWN", "SERVING", "NOT_SERVING",
-                                           "SERVICE_UNKNOWN"};
-  std::cout << (value >= 0 && value < 4 ? kNames[value] : "MALFORMED") << std::endl;
-  return value == 1 ? 0 : 1;
+  std::cout << pagoda::HealthStatusName(serving_status) << std::endl;
+  return serving_status == 1 ? 0 : 1;
 }
 
 }  // namespace

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
-#include <future>
 #include <sstream>
 
 #include "absl/strings/match.h"
@@ -14,7 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "grpcpp/generic/generic_stub.h"
+#include "common/grpc_health.h"
 #include "gtest/gtest.h"
 #include "tests/integration/server_process.h"
 #include "tests/support/tiny_model.h"
@@ -92,23 +91,10 @@ StreamOutcome RunStream(pagoda::v1::Generation::Stub& stub,
 }
 
 int HealthStatus(const std::shared_ptr<grpc::Channel>& channel) {
-  grpc::GenericStub stub(channel);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  grpc::Slice empty_slice("");
-  grpc::ByteBuffer request(&empty_slice, 1);  // HealthCheckRequest{service: ""}.
-  grpc::ByteBuffer response;
-  std::promise<grpc::Status> done;
-  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
-                 [&done](grpc::Status status) { done.set_value(status); });
-  if (!done.get_future().get().ok()) return -1;
-  std::vector<grpc::Slice> slices;
-  if (!response.Dump(&slices).ok()) return -1;
-  std::string bytes;
-  for (const grpc::Slice& slice : slices) bytes.append(slice.begin(), slice.end());
-  // HealthCheckResponse{status}: tag 0x08, then the enum value.
-  if (bytes.size() == 2 && bytes[0] == 0x08) return bytes[1];
-  return bytes.empty() ? 0 : -1;
+  int serving_status = -1;
+  return pagoda::CheckHealth(channel, context, &serving_status).ok() ? serving_status : -1;
 }
 
 bool WaitFor(const std::function<bool()>& done, absl::Duration timeout) {

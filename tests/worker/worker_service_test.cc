@@ -23,12 +23,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "google/protobuf/empty.pb.h"
-#include "google/protobuf/wrappers.pb.h"
-#include "grpcpp/generic/generic_stub.h"
+#include "common/grpc_health.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "scheduler/workers/grpc_worker_group.h"
@@ -335,24 +332,12 @@ TEST_F(WorkerServiceTest, WorkerAnswersStandardHealthChecks) {
   auto process = WorkerProcess::Spawn(PAGODA_WORKER_BINARY, 0, kStartTimeout, nullptr);
   ASSERT_TRUE(process.ok()) << process.status();
   auto channel = grpc::CreateChannel((*process)->address(), grpc::InsecureChannelCredentials());
-  // grpc.health.v1 messages without their generated code: HealthCheckRequest
-  // {service: ""} is encoded like Empty, and HealthCheckResponse's enum field 1
-  // like Int32Value's field 1.
-  grpc::TemplatedGenericStub<google::protobuf::Empty, google::protobuf::Int32Value> stub(channel);
-  google::protobuf::Empty request;
-  google::protobuf::Int32Value response;
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
-  grpc::Status status;
-  absl::Notification done;
-  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
-                 [&](grpc::Status result) {
-                   status = std::move(result);
-                   done.Notify();
-                 });
-  done.WaitForNotification();
+  int serving_status = -1;
+  const grpc::Status status = pagoda::CheckHealth(channel, context, &serving_status);
   ASSERT_TRUE(status.ok()) << status.error_message();
-  EXPECT_EQ(response.value(), 1);  // SERVING.
+  EXPECT_EQ(serving_status, 1);  // SERVING.
 }
 
 TEST_F(WorkerServiceTest, ConnectWorkersToAClosedPortIsUnavailableWithinTheTimeout) {
