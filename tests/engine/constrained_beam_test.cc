@@ -132,8 +132,12 @@ class ConstrainedBeamTest : public ::testing::Test {
     delete compiler_;
   }
 
+  // With `run_now` false the engine's thread starts at the next RunSuite,
+  // once every request of the suite is queued: the first step then sees them
+  // all, so how many are preempted or running at a crash does not depend on
+  // how fast this thread submits (a loaded machine once saw no preemption).
   void StartEngine(int gpu_blocks = 256, PreemptionMode mode = PreemptionMode::kAuto,
-                   int cpu_blocks = 0) {
+                   int cpu_blocks = 0, bool run_now = true) {
     workers_ = std::make_unique<RestartableWorkerGroup>();
     wv1::LoadModelRequest load;
     load.set_model_dir(*model_dir_);
@@ -158,7 +162,8 @@ class ConstrainedBeamTest : public ::testing::Test {
     config.scheduler.max_model_len = 256;
     config.eos_token_ids = {kEos};
     engine_ = std::make_unique<Engine>(config, workers_.get(), nullptr);
-    engine_->Start();
+    engine_running_ = run_now;
+    if (run_now) engine_->Start();
   }
 
   // A request under `c`: beam search of `width` returning every beam, or
@@ -210,6 +215,10 @@ class ConstrainedBeamTest : public ::testing::Test {
         sinks.emplace_back(id, Submit(id, c, width, {5, 17, 40, 9, 33, width}));
       }
     }
+    if (!engine_running_) {
+      engine_->Start();
+      engine_running_ = true;
+    }
     std::map<std::string, Outputs> outputs;
     for (const auto& [id, sink] : sinks) {
       const std::string name = id.substr(0, id.find('/'));
@@ -224,6 +233,7 @@ class ConstrainedBeamTest : public ::testing::Test {
   static ConstraintCompiler* compiler_;
   std::unique_ptr<RestartableWorkerGroup> workers_;
   std::unique_ptr<Engine> engine_;
+  bool engine_running_ = false;
 };
 
 std::string* ConstrainedBeamTest::model_dir_ = nullptr;
@@ -288,7 +298,7 @@ TEST_F(ConstrainedBeamTest, PreemptionByRecomputeOrSwapChangesNoBeam) {
   for (PreemptionMode mode : {PreemptionMode::kRecompute, PreemptionMode::kSwap}) {
     const bool swap = mode == PreemptionMode::kSwap;
     engine_.reset();
-    StartEngine(40, mode, swap ? 512 : 0);
+    StartEngine(40, mode, swap ? 512 : 0, /*run_now=*/false);
     EXPECT_EQ(RunSuite(), expected) << (swap ? "swap" : "recompute");
     EXPECT_GT(engine_->snapshot().num_preemptions_total, 0) << (swap ? "swap" : "recompute");
     EXPECT_EQ(workers_->swap_out_moves() > 0, swap);
@@ -299,7 +309,7 @@ TEST_F(ConstrainedBeamTest, AWorkerRestartChangesNoBeam) {
   StartEngine();
   const std::map<std::string, Outputs> expected = RunSuite();
   engine_.reset();
-  StartEngine();
+  StartEngine(256, PreemptionMode::kAuto, 0, /*run_now=*/false);
   // Every request is in by then, its beams forked and some pruned: all
   // resume by recomputation (the suite takes about 18 steps).
   workers_->CrashBeforeStep(5);
