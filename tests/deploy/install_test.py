@@ -13,6 +13,29 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pagoda_harness as h  # noqa: E402
 
 
+def debian_owners(libraries):
+    """The Debian package of each library that one owns, from a single
+    `dpkg -S` over every spelling of every path (one call per library took
+    most of this test's 30 s). dpkg knows one spelling: /lib or /usr/lib
+    (merged /usr), or the target of an alternatives link."""
+    spellings = {library: (library, library.removeprefix("/usr"), "/usr" + library,
+                           os.path.realpath(library)) for library in libraries}
+    paths = sorted({path for candidates in spellings.values() for path in candidates})
+    listing = subprocess.run(["dpkg", "-S", *paths], capture_output=True, text=True).stdout
+    package_of = {}
+    for line in listing.splitlines():  # "libc6:amd64: /lib/x86_64-linux-gnu/libc.so.6"
+        if line.startswith("diversion "):
+            continue  # "diversion by X from: /path": not an owner.
+        packages, _, path = line.rpartition(": ")
+        package_of[path] = packages.split(",")[0].split(":")[0].strip()
+    owners = {}
+    for library, candidates in spellings.items():
+        found = [package_of[path] for path in candidates if path in package_of]
+        if found:
+            owners[library] = found[0]
+    return owners
+
+
 class InstallTest(unittest.TestCase):
 
     def test_installed_prefix_serves_alone(self):
@@ -70,18 +93,11 @@ class InstallTest(unittest.TestCase):
             for library in toolkit:
                 self.assertTrue(any(fnmatch.fnmatch(os.path.basename(library), p)
                                     for p in patterns), (library, patterns))
+        owners = debian_owners(libraries - toolkit)
         for library in libraries - toolkit:
-            # dpkg knows one spelling: /lib or /usr/lib (merged /usr), or the
-            # target of an alternatives link.
-            for candidate in (library, library.removeprefix("/usr"), "/usr" + library,
-                              os.path.realpath(library)):
-                owner = subprocess.run(["dpkg", "-S", candidate], capture_output=True,
-                                       text=True)
-                if owner.returncode == 0:
-                    needed.add(owner.stdout.splitlines()[0].split(":")[0].strip())
-                    break
-            else:
+            if library not in owners:
                 self.fail(f"no Debian package owns {library}")
+            needed.add(owners[library])
         closures = {}
         for dockerfile in ("Dockerfile.cpu", "Dockerfile.cuda"):
             with self.subTest(dockerfile=dockerfile):
