@@ -21,6 +21,19 @@ function(pagoda_add_test name)
     target_link_libraries(${name} PRIVATE ${ARG_LIBS} GTest::gtest GTest::gtest_main
                                           Threads::Threads)
   endif()
+  # The test's own sources at a lower level than the product's: they are
+  # gtest and gRPC template code, two thirds of the build's compile time, and
+  # the product code they test comes from the libraries, at the product's
+  # level. Release: -O1 (scheduler_openai_protocol_test: 21 s of CPU against
+  # 34 s at -O3; not -O0, as some tests compute plain references in their own
+  # sources). Sanitizer builds (-O1 for everything else): -O0, 24 s against
+  # 44 s under ASan+UBSan, which instruments the test code too.
+  if(PAGODA_SANITIZE)
+    target_compile_options(${name} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-O0>)
+  else()
+    target_compile_options(${name} PRIVATE
+      $<$<AND:$<CONFIG:Release>,$<COMPILE_LANGUAGE:CXX>>:-O1>)
+  endif()
   add_test(NAME ${name} COMMAND ${name} WORKING_DIRECTORY ${PAGODA_REPO_DIR})
   set_tests_properties(${name} PROPERTIES ENVIRONMENT
     "PAGODA_SOURCE_DIR=${PAGODA_REPO_DIR};PAGODA_BINARY_DIR=${CMAKE_BINARY_DIR};PAGODA_PYTHON3=${PAGODA_PYTHON3}")
