@@ -84,8 +84,8 @@ valueFrom: {fieldRef: {fieldPath: "metadata.labels['apps.kubernetes.io/pod-index
     - --rank=0
     {{- else }}
     # On the pod IP, for its replica's server in another pod and for the
-    # kubelet's gRPC probes; only that server may call it (NetworkPolicy,
-    # and the secret on every call).
+    # probes; only that server may call it (NetworkPolicy, mutual TLS
+    # unless workerTls.enabled is false, and the secret on every call).
     - --listen=0.0.0.0:{{ $.Values.worker.port }}
     - --rank=$(PAGODA_RANK)
     # Tensor-parallel peers reach this worker's collectives at its pod IP.
