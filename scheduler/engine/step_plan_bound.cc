@@ -66,8 +66,12 @@ int64_t MaxStepPlanBytes(const StepPlanLimits& limits) {
   const int64_t per_row = kFieldHeaderBytes + kRowScalarBytes + 2 * kFieldHeaderBytes +
                           block_table + MaxSamplingBytes(limits);
   // The step's token ids, and as many prompt logprob targets, spread over
-  // the rows (bounded by max_num_batched_tokens together).
-  const int64_t tokens = 2 * int64_t{limits.max_num_batched_tokens} * id_bytes;
+  // the rows: the budget's prompt tokens (a whole prompt of max_model_len
+  // without chunked prefill), plus one per decoding row, which the budget
+  // never holds back (scheduler_chunked.cc).
+  const int64_t step_tokens =
+      std::max<int64_t>(limits.max_num_batched_tokens, limits.max_model_len) + rows;
+  const int64_t tokens = 2 * step_tokens * id_bytes;
   // Swapped in, swapped out and copied blocks: at most every block the
   // step's rows hold, for each of the three.
   const int64_t moves = 3 * rows * blocks_per_row * kBlockMoveBytes;
