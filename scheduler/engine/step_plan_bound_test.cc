@@ -1,5 +1,6 @@
 #include "scheduler/engine/step_plan_bound.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 
@@ -53,7 +54,11 @@ wv1::StepPlan WorstStepPlan(const StepPlanLimits& limits) {
   wv1::StepPlan plan;
   plan.set_step_id(std::numeric_limits<int64_t>::max());
   const int blocks = (limits.max_model_len + limits.block_size - 1) / limits.block_size;
-  const int tokens_per_row = limits.max_num_batched_tokens / limits.max_num_seqs;
+  // The budget's prompt tokens (or a whole prompt without chunked prefill)
+  // and a decode token per row.
+  const int step_tokens =
+      std::max(limits.max_num_batched_tokens, limits.max_model_len) + limits.max_num_seqs;
+  const int tokens_per_row = step_tokens / limits.max_num_seqs;
   for (int row = 0; row < limits.max_num_seqs; ++row) {
     wv1::SequenceStep* step = plan.add_sequences();
     step->set_seq_id(std::numeric_limits<int64_t>::max());
@@ -101,7 +106,7 @@ TEST(StepPlanBoundTest, CoversTheLargestPlanTheLimitsAllow) {
 
 // Each limit counts: raising one raises the bound.
 TEST(StepPlanBoundTest, GrowsWithEveryLimit) {
-  const StepPlanLimits base{.max_num_seqs = 8, .max_num_batched_tokens = 256,
+  const StepPlanLimits base{.max_num_seqs = 8, .max_num_batched_tokens = 1024,
                             .max_model_len = 512, .block_size = 16, .vocab_size = 32000,
                             .num_eos_token_ids = 1};
   const int64_t bound = MaxStepPlanBytes(base);
@@ -109,7 +114,7 @@ TEST(StepPlanBoundTest, GrowsWithEveryLimit) {
   more.max_num_seqs = 9;
   EXPECT_GT(MaxStepPlanBytes(more), bound);
   more = base;
-  more.max_num_batched_tokens = 512;
+  more.max_num_batched_tokens = 2048;
   EXPECT_GT(MaxStepPlanBytes(more), bound);
   more = base;
   more.max_model_len = 1024;
