@@ -38,6 +38,9 @@ inline constexpr float kMaxAbsLogitBias = 100.0f;         // OpenAI's
 inline constexpr int kMaxLogitBiasEntries = 300;          // OpenAI's
 inline constexpr int kMaxBadWords = 128;
 inline constexpr int kMaxBadWordBytes = 256;
+// Most stop_token_ids per request: each is checked against every new token,
+// and before min_tokens each is banned in every step plan row.
+inline constexpr int kMaxStopTokenIds = 1024;
 
 }  // namespace pagoda
 

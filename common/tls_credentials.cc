@@ -5,6 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/private_file.h"
 
 namespace pagoda {
 namespace {
@@ -17,6 +18,18 @@ absl::StatusOr<std::string> ReadPem(const std::string& path, const std::string& 
     return absl::InvalidArgumentError(absl::StrCat(flag, ": cannot read '", path, "'"));
   }
   return contents.str();
+}
+
+// A private key: readable by its owner alone (common/private_file.h), as
+// the worker secret. PEM keys are a few KiB; the bound only keeps a wrong
+// path (a device, a huge file) from being read whole.
+absl::StatusOr<std::string> ReadKey(const std::string& path, const std::string& flag) {
+  constexpr size_t kMaxKeyFileBytes = 1 << 20;
+  absl::StatusOr<std::string> key = ReadPrivateFile(path, flag + " file", kMaxKeyFileBytes);
+  if (key.ok() && key->empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, ": '", path, "' is empty"));
+  }
+  return key;
 }
 
 absl::Status CheckPair(const TlsFiles& files, const std::string& prefix) {
@@ -39,7 +52,7 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
   }
   absl::StatusOr<std::string> cert = ReadPem(files.certfile, prefix + "ssl-certfile");
   if (!cert.ok()) return cert.status();
-  absl::StatusOr<std::string> key = ReadPem(files.keyfile, prefix + "ssl-keyfile");
+  absl::StatusOr<std::string> key = ReadKey(files.keyfile, prefix + "ssl-keyfile");
   if (!key.ok()) return key.status();
   grpc::SslServerCredentialsOptions ssl;
   ssl.pem_key_cert_pairs.push_back({*key, *cert});
@@ -65,7 +78,7 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials
   if (!files.certfile.empty()) {
     absl::StatusOr<std::string> cert = ReadPem(files.certfile, prefix + "ssl-certfile");
     if (!cert.ok()) return cert.status();
-    absl::StatusOr<std::string> key = ReadPem(files.keyfile, prefix + "ssl-keyfile");
+    absl::StatusOr<std::string> key = ReadKey(files.keyfile, prefix + "ssl-keyfile");
     if (!key.ok()) return key.status();
     ssl.pem_cert_chain = *cert;
     ssl.pem_private_key = *key;

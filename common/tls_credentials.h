@@ -24,13 +24,14 @@ struct TlsFiles {
 // Server side: plaintext when no file is given; TLS with certfile + keyfile;
 // mutual TLS (client certificates required and verified) with ca_certs too.
 // INVALID_ARGUMENT (naming `flag_prefix` + "ssl-...") for half-given or
-// unreadable files.
+// unreadable files, and for a keyfile group or others may access
+// (common/private_file.h: the rule of the worker secret file).
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     const TlsFiles& files, const std::string& flag_prefix = "--");
 
 // Client side: plaintext when no file is given; TLS trusting ca_certs (the
 // system roots if empty) with certfile + keyfile as the client certificate
-// when given (both or neither).
+// when given (both or neither), the keyfile private as above.
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
     const TlsFiles& files, const std::string& flag_prefix = "--");
 

@@ -46,6 +46,7 @@
 #include "scheduler/api/http_server.h"
 #include "scheduler/api/request_validation.h"
 #include "scheduler/engine/engine.h"
+#include "scheduler/engine/step_plan_bound.h"
 #include "scheduler/gateway.h"
 #include "scheduler/metrics.h"
 #include "scheduler/workers/grpc_worker_group.h"
@@ -79,9 +80,14 @@ ABSL_FLAG(std::string, worker_secret_file, "",
           "(their --secret-file); required with --worker-addresses.");
 ABSL_FLAG(std::string, worker_ssl_certfile, "",
           "PEM client certificate for mutual TLS with --worker-addresses workers.");
-ABSL_FLAG(std::string, worker_ssl_keyfile, "", "PEM private key of --worker-ssl-certfile.");
+ABSL_FLAG(std::string, worker_ssl_keyfile, "",
+          "PEM private key of --worker-ssl-certfile; readable by its owner only (chmod 600).");
 ABSL_FLAG(std::string, worker_ssl_ca_certs, "",
           "PEM CA bundle that signed the --worker-addresses workers' certificates.");
+ABSL_FLAG(std::string, worker_ssl_server_name, "",
+          "With --worker-ssl-ca-certs: the name the workers' certificates must carry, checked "
+          "instead of each --worker-addresses host (so one certificate serves workers on any "
+          "pod IP or DNS name); empty = the host dialled.");
 ABSL_FLAG(int, worker_restart_limit, 5,
           "Restart attempts of the workers within --worker-restart-window, or failed ones "
           "in a row, after which the server gives up: requests fail with UNAVAILABLE and "
@@ -156,7 +162,8 @@ ABSL_FLAG(double, drain_timeout, 30, "Seconds in-flight requests get to finish o
 ABSL_FLAG(double, worker_start_timeout, 60, "Seconds a spawned worker gets to start listening.");
 ABSL_FLAG(std::string, metrics_host, "", "Address to serve /metrics on; default: --host.");
 ABSL_FLAG(std::string, ssl_certfile, "", "PEM certificate chain: serve the client API over TLS.");
-ABSL_FLAG(std::string, ssl_keyfile, "", "PEM private key of --ssl-certfile.");
+ABSL_FLAG(std::string, ssl_keyfile, "",
+          "PEM private key of --ssl-certfile; readable by its owner only (chmod 600).");
 ABSL_FLAG(std::string, ssl_ca_certs, "",
           "PEM CA bundle: clients must present a certificate it signed (mutual TLS).");
 ABSL_FLAG(std::string, tool_call_parser, "",
@@ -316,6 +323,7 @@ struct ServerSettings {
   double worker_stall_timeout = 0;
   double worker_failure_exit_delay = 0;
   int rendezvous_port = 0;
+  int worker_receive_limit_bytes = 0;  // WorkerReceiveLimit.
 };
 
 // What the workers reported once the model was loaded, and the KV cache they
@@ -404,6 +412,27 @@ absl::Status ParseChunkingSettings(ServerSettings& settings) {
   return absl::OkStatus();
 }
 
+// The receive limit the workers need: the largest step plan this server can
+// send (MaxStepPlanBytes), within the range pagoda-worker takes. A bound
+// over the worker channel's ceiling is logged: a step that large would fail.
+int WorkerReceiveLimit(const ServerSettings& settings, const ModelConfig& model) {
+  const int64_t bound = MaxStepPlanBytes(
+      {.max_num_seqs = std::max(1, absl::GetFlag(FLAGS_max_num_seqs)),
+       .max_num_batched_tokens = settings.max_num_batched_tokens,
+       .max_model_len = settings.max_model_len,
+       .block_size = settings.block_size,
+       .vocab_size = model.vocab_size,
+       .num_eos_token_ids = static_cast<int>(model.eos_token_ids.size())});
+  if (bound > wire::kMaxWorkerMessageBytes) {
+    LOG(WARNING) << "a step plan at every limit (--max-num-seqs, --max-num-batched-tokens, "
+                 << "--max-model-len, the per-request bounds) could reach " << bound
+                 << " bytes, over the worker channel's " << wire::kMaxWorkerMessageBytes
+                 << "; a step that large would fail";
+  }
+  return static_cast<int>(std::clamp<int64_t>(bound, wire::kMinWorkerReceiveLimitBytes,
+                                               wire::kMaxWorkerMessageBytes));
+}
+
 // Checks the flags that need the model's config, and those of the worker
 // group; every refusal comes before any worker starts.
 absl::StatusOr<ServerSettings> ParseServerSettings(const std::string& model_dir,
@@ -458,6 +487,7 @@ absl::StatusOr<ServerSettings> ParseServerSettings(const std::string& model_dir,
         "'"));
   }
   settings.model_name = ServedModelName(model_dir);
+  settings.worker_receive_limit_bytes = WorkerReceiveLimit(settings, model);
   return settings;
 }
 
@@ -475,6 +505,12 @@ absl::StatusOr<std::unique_ptr<ServerMetrics>> StartMetrics(const std::string& m
   return metrics;
 }
 
+// The --worker-ssl-* files (TLS to --worker-addresses workers).
+TlsFiles WorkerTlsFiles() {
+  return TlsFiles{absl::GetFlag(FLAGS_worker_ssl_certfile), absl::GetFlag(FLAGS_worker_ssl_keyfile),
+                  absl::GetFlag(FLAGS_worker_ssl_ca_certs)};
+}
+
 GrpcWorkerGroupOptions MakeWorkerGroupOptions(const ServerSettings& settings) {
   GrpcWorkerGroupOptions options;
   options.max_restarts = absl::GetFlag(FLAGS_worker_restart_limit);
@@ -484,6 +520,9 @@ GrpcWorkerGroupOptions MakeWorkerGroupOptions(const ServerSettings& settings) {
   options.rendezvous_port = settings.rendezvous_port;
   options.collective_timeout = absl::Seconds(settings.collective_timeout);
   options.stall_timeout = absl::Seconds(settings.worker_stall_timeout);
+  options.worker_receive_limit_bytes = settings.worker_receive_limit_bytes;
+  LOG(INFO) << "largest step plan: " << settings.worker_receive_limit_bytes
+            << " bytes (the workers' --max-message-bytes)";
   return options;
 }
 
@@ -504,9 +543,10 @@ absl::StatusOr<std::unique_ptr<GrpcWorkerGroup>> ConnectWorkers(const std::strin
   }
   absl::StatusOr<std::string> secret = ReadWorkerSecretFile(secret_file);
   if (!secret.ok()) return secret.status();
-  const TlsFiles tls{absl::GetFlag(FLAGS_worker_ssl_certfile),
-                     absl::GetFlag(FLAGS_worker_ssl_keyfile),
-                     absl::GetFlag(FLAGS_worker_ssl_ca_certs)};
+  const TlsFiles tls = WorkerTlsFiles();
+  if (!tls.given() && !absl::GetFlag(FLAGS_worker_ssl_server_name).empty()) {
+    return absl::InvalidArgumentError("--worker-ssl-server-name needs --worker-ssl-ca-certs");
+  }
   // Without TLS the group reaches each worker as it serves (null: local
   // credentials on loopback, plaintext beyond).
   if (tls.given()) {
@@ -514,6 +554,7 @@ absl::StatusOr<std::unique_ptr<GrpcWorkerGroup>> ConnectWorkers(const std::strin
         MakeChannelCredentials(tls, "--worker-");
     if (!credentials.ok()) return credentials.status();
     options.connect_credentials = *credentials;
+    options.tls_server_name = absl::GetFlag(FLAGS_worker_ssl_server_name);
   }
   return GrpcWorkerGroup::Connect(
       list, *secret, absl::Seconds(absl::GetFlag(FLAGS_worker_start_timeout)), options);
@@ -535,6 +576,11 @@ absl::StatusOr<std::unique_ptr<GrpcWorkerGroup>> StartWorkers(const ServerSettin
   const GrpcWorkerGroupOptions options = MakeWorkerGroupOptions(settings);
   const std::string addresses = absl::GetFlag(FLAGS_worker_addresses);
   if (!addresses.empty()) return ConnectWorkers(addresses, settings.world_size, options);
+  if (WorkerTlsFiles().given() || !absl::GetFlag(FLAGS_worker_ssl_server_name).empty()) {
+    return absl::InvalidArgumentError(
+        "--worker-ssl-* are for --worker-addresses workers; spawned workers serve a private "
+        "unix socket");
+  }
   return LaunchWorkers(settings.world_size, options);
 }
 

@@ -1,8 +1,6 @@
 #include "wire/worker_secret.h"
 
-#include <fcntl.h>
 #include <sys/random.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -12,6 +10,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/private_file.h"
 
 namespace pagoda {
 namespace {
@@ -62,21 +61,9 @@ absl::StatusOr<std::string> ReadWorkerSecretFromFd(int fd) {
 }
 
 absl::StatusOr<std::string> ReadWorkerSecretFile(const std::string& path) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot open worker secret file '", path, "': ", strerror(errno)));
-  }
-  struct stat info;
-  if (fstat(fd, &info) != 0 || (info.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
-    const unsigned mode = static_cast<unsigned>(info.st_mode & 07777);
-    close(fd);
-    return absl::InvalidArgumentError(absl::StrCat(
-        "worker secret file '", path, "' is accessible to group or others (mode ",
-        (mode >> 9) & 7, (mode >> 6) & 7, (mode >> 3) & 7, mode & 7,
-        "); make it readable by its owner only: chmod 600 '", path, "'"));
-  }
-  absl::StatusOr<std::string> secret = ReadWorkerSecretFromFd(fd);
+  absl::StatusOr<int> fd = OpenPrivateFile(path, "worker secret file");
+  if (!fd.ok()) return fd.status();
+  absl::StatusOr<std::string> secret = ReadWorkerSecretFromFd(*fd);
   if (!secret.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": ", secret.status().message()));
   }

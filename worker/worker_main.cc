@@ -79,8 +79,11 @@ ABSL_FLAG(std::string, secret_file, "", "File holding the server's secret (if no
 ABSL_FLAG(double, owner_timeout, 30,
           "Seconds the server that owns this worker (the first to load a model on it) may stay "
           "silent, heartbeats included, before another server may take it over.");
-ABSL_FLAG(std::string, ssl_certfile, "", "PEM certificate: serve over TLS (connected workers).");
-ABSL_FLAG(std::string, ssl_keyfile, "", "PEM private key of --ssl-certfile.");
+ABSL_FLAG(std::string, ssl_certfile, "",
+          "PEM certificate: serve over TLS (connected workers beyond loopback), where a call's "
+          "secret is checked from its headers before its message is read.");
+ABSL_FLAG(std::string, ssl_keyfile, "",
+          "PEM private key of --ssl-certfile; readable by its owner only (chmod 600).");
 ABSL_FLAG(std::string, collective_host, "",
           "IPv4 address this worker's tensor-parallel (Gloo) connections listen on; its peers "
           "must reach it. Default: the host of --listen when that is an IPv4 address other "
@@ -89,9 +92,11 @@ ABSL_FLAG(std::string, ssl_ca_certs, "",
           "PEM CA bundle: the server must present a client certificate it signed.");
 ABSL_FLAG(int, max_message_bytes, pagoda::wire::kMaxWorkerMessageBytes,
           "Largest gRPC message this worker accepts (1 MiB to 256 MiB); larger calls are "
-          "RESOURCE_EXHAUSTED. Set it just above the server's largest step plan. Workers "
-          "beyond loopback should use TLS: on plaintext TCP to a non-loopback address a "
-          "call's secret is checked only after its bytes arrive.");
+          "RESOURCE_EXHAUSTED. The server logs its largest step plan at start-up ('largest "
+          "step plan: N bytes'), passes it to the workers it spawns, and refuses to start "
+          "with a worker whose limit is below it. Workers beyond loopback should use TLS: on "
+          "plaintext TCP to a non-loopback address a call's secret is checked only after its "
+          "bytes arrive.");
 ABSL_FLAG(int, metrics_port, 0,
           "Prometheus /metrics port (refused calls; docs/metrics.md), on the host of --listen "
           "(127.0.0.1 for unix:); 0 = off, -1 = the OS picks one.");
@@ -417,7 +422,6 @@ int main(int argc, char** argv) {
     LOG(ERROR) << settings.status().message();
     return 1;
   }
-
   StopRequest stop;
   pagoda::worker::CpuModelRunnerOptions runner_options;
   runner_options.collective_host = settings->collective_host;
@@ -425,7 +429,8 @@ int main(int argc, char** argv) {
   pagoda::worker::WorkerService service(
       rank, *std::move(secret),
       [&runner_options](const std::string& device) { return MakeRunner(device, runner_options); },
-      [&stop] { stop.Request("Shutdown RPC"); }, settings->owner_timeout);
+      [&stop] { stop.Request("Shutdown RPC"); }, settings->owner_timeout,
+      settings->max_message_bytes);
   auto step_channel = OpenStepChannel(&service);
   if (!step_channel.ok()) {
     LOG(ERROR) << step_channel.status().message();

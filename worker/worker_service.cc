@@ -34,11 +34,13 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
 }
 
 WorkerService::WorkerService(int rank, std::string secret, ModelRunnerFactory runner_factory,
-                             std::function<void()> on_shutdown, absl::Duration owner_timeout)
+                             std::function<void()> on_shutdown, absl::Duration owner_timeout,
+                             int max_receive_message_bytes)
     : rank_(rank),
       secret_(std::move(secret)),
       runner_factory_(std::move(runner_factory)),
       on_shutdown_(std::move(on_shutdown)),
+      max_receive_message_bytes_(max_receive_message_bytes),
       ownership_(owner_timeout) {}
 
 bool WorkerService::HasSecret(std::optional<absl::string_view> presented,
@@ -107,6 +109,7 @@ grpc::Status WorkerService::LoadModel(grpc::ServerContext* context,
     return ToGrpcStatus(loaded.status());
   }
   *response = *std::move(loaded);
+  response->set_max_receive_message_bytes(max_receive_message_bytes_);
   runner_ = *std::move(runner);
   SetAbortable(runner_.get());
   LOG(INFO) << "rank " << rank_ << ": model loaded, " << response->num_gpu_blocks()

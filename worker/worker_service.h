@@ -16,6 +16,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "pagoda/worker/v1/worker.grpc.pb.h"
+#include "wire/limits.h"
 #include "worker/model_runner.h"
 #include "worker/step_cancellation.h"
 #include "worker/worker_ownership.h"
@@ -63,9 +64,12 @@ class WorkerService final : public pagoda::worker::v1::Worker::Service {
   // `secret` must be non-empty.
   // `owner_timeout`: how long the owning server may stay silent before
   // another may take this worker over (worker/worker_ownership.h).
+  // `max_receive_message_bytes`: the gRPC receive limit this worker serves
+  // with, reported in every LoadModelResponse.
   WorkerService(int rank, std::string secret, ModelRunnerFactory runner_factory,
                 std::function<void()> on_shutdown,
-                absl::Duration owner_timeout = absl::Seconds(30));
+                absl::Duration owner_timeout = absl::Seconds(30),
+                int max_receive_message_bytes = wire::kMaxWorkerMessageBytes);
 
   WorkerService(const WorkerService&) = delete;
   WorkerService& operator=(const WorkerService&) = delete;
@@ -131,6 +135,7 @@ class WorkerService final : public pagoda::worker::v1::Worker::Service {
   const std::string secret_;
   const ModelRunnerFactory runner_factory_;
   const std::function<void()> on_shutdown_;
+  const int max_receive_message_bytes_;
 
   WorkerOwnership ownership_;
   mutable std::atomic<int64_t> refused_calls_{0};

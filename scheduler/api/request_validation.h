@@ -11,6 +11,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/sampling_limits.h"
 #include "pagoda/v1/generation.pb.h"
 #include "scheduler/api/constraint_compiler.h"
 #include "scheduler/engine/sequence.h"
@@ -44,8 +45,6 @@ struct ModelLimits {
 
 // Longest request_id accepted: it is copied into every streamed message.
 inline constexpr size_t kMaxRequestIdBytes = 256;
-// Most stop_token_ids per request: each is checked against every new token.
-inline constexpr int kMaxStopTokenIds = 1024;
 // |priority| bound: wide enough for any ranking scheme, narrow enough that
 // no arithmetic on it can overflow.
 inline constexpr int kMaxPriorityMagnitude = 1'000'000;

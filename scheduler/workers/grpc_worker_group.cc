@@ -133,7 +133,8 @@ absl::Status GrpcWorkerGroup::StartRanks(absl::Time deadline) {
     absl::StatusOr<std::unique_ptr<WorkerProcess>> process = WorkerProcess::Spawn(
         worker_binary_, rank, deadline - absl::Now(), [this, rank](const std::string& how) {
           Fail(absl::StrCat("worker rank ", rank, " process ", how));
-        });
+        },
+        options_.worker_receive_limit_bytes);
     if (!process.ok()) return process.status();
     const std::string address = (*process)->address();
     const std::string secret = (*process)->secret();
@@ -167,6 +168,9 @@ absl::Status GrpcWorkerGroup::AddRank(const std::string& address, const std::str
   // TLS for connected workers when configured, wherever they are; else as
   // the worker serves (worker_main.cc).
   const bool tls = process == nullptr && options_.connect_credentials != nullptr;
+  if (tls && !options_.tls_server_name.empty()) {
+    args.SetSslTargetNameOverride(options_.tls_server_name);
+  }
   std::shared_ptr<grpc::ChannelCredentials> credentials =
       tls ? options_.connect_credentials : PlaintextWorkerCredentials(address);
   std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(address, credentials, args);
@@ -174,8 +178,15 @@ absl::Status GrpcWorkerGroup::AddRank(const std::string& address, const std::str
   ranks_.push_back(
       Rank{address, secret, channel, v1::Worker::NewStub(channel), std::move(process)});
   if (!connected) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot reach worker rank ", rank, " at ", address, " in time"));
+    // A TLS handshake that fails looks the same as a worker not up yet.
+    return absl::UnavailableError(absl::StrCat(
+        "cannot reach worker rank ", rank, " at ", address, " in time",
+        tls ? absl::StrCat(" (TLS: is the worker serving TLS, its certificate signed by the "
+                           "--worker-ssl-ca-certs CA and naming ",
+                           options_.tls_server_name.empty() ? "the dialled host"
+                                                            : options_.tls_server_name,
+                           ", and does its --ssl-ca-certs accept this server's certificate?)")
+            : ""));
   }
   watchers_.emplace_back(&GrpcWorkerGroup::WatchConnection, this, rank, address, secret,
                          channel);
@@ -344,8 +355,17 @@ absl::StatusOr<v1::LoadModelResponse> GrpcWorkerGroup::LoadModel(
   if (!status.ok()) return status;
   last_load_ = request;
   v1::LoadModelResponse result = responses[0];
-  for (const v1::LoadModelResponse& response : responses) {
+  for (int rank = 0; rank < world_size(); ++rank) {
+    const v1::LoadModelResponse& response = responses[rank];
     result.set_num_gpu_blocks(std::min(result.num_gpu_blocks(), response.num_gpu_blocks()));
+    if (response.max_receive_message_bytes() < options_.worker_receive_limit_bytes) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "worker rank ", rank, " (", ranks_[rank].address, ") accepts messages of at most ",
+          response.max_receive_message_bytes(), " bytes (pagoda-worker --max-message-bytes), "
+          "below the ", options_.worker_receive_limit_bytes,
+          " bytes of this server's largest step plan; start it with --max-message-bytes=",
+          options_.worker_receive_limit_bytes, " or lower the server's limits"));
+    }
   }
   return result;
 }

@@ -20,6 +20,7 @@
 #include "pagoda/worker/v1/worker.grpc.pb.h"
 #include "scheduler/workers/worker_group.h"
 #include "scheduler/workers/worker_launcher.h"
+#include "wire/limits.h"
 #include "wire/rendezvous_store_server.h"
 
 namespace pagoda::scheduler {
@@ -58,6 +59,16 @@ struct GrpcWorkerGroupOptions {
   // credentials on a unix socket or loopback TCP, plaintext beyond. Spawned
   // workers serve their private unix sockets with local credentials.
   std::shared_ptr<grpc::ChannelCredentials> connect_credentials;
+  // With connect_credentials: the name every worker's certificate must
+  // carry, checked instead of the dialled host (a pod IP or DNS name), so
+  // one certificate serves every worker; empty: the dialled host.
+  std::string tls_server_name;
+  // The largest step plan this server can send (MaxStepPlanBytes): spawned
+  // workers get it as their receive limit (--max-message-bytes), and
+  // LoadModel refuses, naming both numbers, a worker whose reported limit is
+  // below it. In [wire::kMinWorkerReceiveLimitBytes,
+  // wire::kMaxWorkerMessageBytes].
+  int worker_receive_limit_bytes = wire::kMaxWorkerMessageBytes;
   // Tensor parallelism (more than one rank): the group runs a rendezvous
   // store (worker/comm/rendezvous_store_server.h) on this IPv4 address and
   // port (0: any free port), a fresh one with a fresh secret for each

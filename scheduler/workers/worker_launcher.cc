@@ -137,7 +137,8 @@ absl::StatusOr<ChildDescriptors> OpenChildDescriptors(const std::string& secret)
 }
 
 std::vector<std::string> WorkerArguments(const std::string& worker_binary,
-                                         const std::string& socket_dir, int rank) {
+                                         const std::string& socket_dir, int rank,
+                                         int max_message_bytes) {
   return {worker_binary,
           "--listen",
           absl::StrCat("unix:", socket_dir, "/worker.sock"),
@@ -148,7 +149,9 @@ std::vector<std::string> WorkerArguments(const std::string& worker_binary,
           "--secret-fd",
           absl::StrCat(kSecretFd),
           "--step-fd",
-          absl::StrCat(kStepFd)};
+          absl::StrCat(kStepFd),
+          "--max-message-bytes",
+          absl::StrCat(max_message_bytes)};
 }
 
 // Starts `args` with the child's ends of `fds` in place and nothing else of
@@ -191,7 +194,7 @@ int SpawnChild(const std::string& worker_binary, std::vector<std::string> args,
 
 absl::StatusOr<std::unique_ptr<WorkerProcess>> WorkerProcess::Spawn(
     const std::string& worker_binary, int rank, absl::Duration start_timeout,
-    ExitCallback on_exit) {
+    ExitCallback on_exit, int max_message_bytes) {
   absl::StatusOr<std::string> secret = GenerateWorkerSecret();
   if (!secret.ok()) return absl::UnavailableError(secret.status().message());
   absl::StatusOr<std::string> socket_dir = MakePrivateSocketDir();
@@ -204,7 +207,8 @@ absl::StatusOr<std::unique_ptr<WorkerProcess>> WorkerProcess::Spawn(
   }
   pid_t pid = 0;
   const int spawn_error =
-      SpawnChild(worker_binary, WorkerArguments(worker_binary, *socket_dir, rank), *fds, &pid);
+      SpawnChild(worker_binary, WorkerArguments(worker_binary, *socket_dir, rank, max_message_bytes),
+                 *fds, &pid);
   // The child holds its own copies now (or never will).
   close(fds->stdout_write);
   close(fds->secret_read);

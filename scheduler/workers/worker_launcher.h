@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "wire/limits.h"
 
 namespace pagoda::scheduler {
 
@@ -46,10 +47,11 @@ class WorkerProcess {
   // Starts the worker and waits up to `start_timeout` for its port. On failure
   // (cannot exec, exits early, no port line in time) the child is killed and
   // reaped and the error is UNAVAILABLE. `on_exit` may be empty.
-  static absl::StatusOr<std::unique_ptr<WorkerProcess>> Spawn(const std::string& worker_binary,
-                                                              int rank,
-                                                              absl::Duration start_timeout,
-                                                              ExitCallback on_exit);
+  // The worker takes messages up to `max_message_bytes`
+  // (--max-message-bytes, in the range of wire/limits.h).
+  static absl::StatusOr<std::unique_ptr<WorkerProcess>> Spawn(
+      const std::string& worker_binary, int rank, absl::Duration start_timeout,
+      ExitCallback on_exit, int max_message_bytes = wire::kMaxWorkerMessageBytes);
 
   WorkerProcess(const WorkerProcess&) = delete;
   WorkerProcess& operator=(const WorkerProcess&) = delete;

@@ -6,13 +6,16 @@ server pod's --worker-addresses is resolved to worker containers: each
 replica must get its own tensorParallelSize workers, rank for rank, and no
 worker may have two servers. Then the ports, probes, security contexts, the
 PodDisruptionBudget, topology spread, NetworkPolicies, ServiceMonitor and
-PrometheusRule."""
+PrometheusRule, and above tensor-parallel size 1 the worker channel's mutual
+TLS: its certificates (checked with openssl) and a pagoda-worker started
+with them answering the rendered probe."""
 import base64
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import unittest
 
 import yaml
@@ -24,6 +27,8 @@ CHART = os.path.join(h.REPO, "deploy", "helm", "pagoda")
 HELM = shutil.which("helm") or "/usr/local/bin/helm"
 NAMESPACE = "serving"
 SECRET_FILE = "/etc/pagoda/worker-secret/secret"
+TLS_DIR = "/etc/pagoda/worker-tls"
+TLS_KEYS = {"ca.crt", "worker.crt", "worker.key", "client.crt", "client.key"}
 
 
 def render(*sets, namespace=NAMESPACE):
@@ -187,6 +192,8 @@ class HelmChartTest(unittest.TestCase):
             self.assertEqual(volumes["worker-secret"]["secret"]["secretName"],
                              "rel-pagoda-worker-secret")
 
+        self.check_worker_tls(m, pods, server_pods, sidecar)
+
         # One PodDisruptionBudget over every pod of the release.
         pdb = m[("PodDisruptionBudget", "rel-pagoda")]
         self.assertEqual(pdb["spec"]["maxUnavailable"], 1)
@@ -236,7 +243,14 @@ class HelmChartTest(unittest.TestCase):
                                           "health"])
                         self.assertGreater(container[probe]["timeoutSeconds"], 2)
                     else:
-                        self.assertEqual(container[probe]["grpc"]["port"], 50061)
+                        # Plain gRPC probes speak no TLS: pagoda-cli with
+                        # the worker's own certificate, over loopback.
+                        self.assertEqual(container[probe]["exec"]["command"],
+                                         ["pagoda-cli", "--server=127.0.0.1:50061",
+                                          f"--ssl-ca-certs={TLS_DIR}/ca.crt",
+                                          f"--ssl-certfile={TLS_DIR}/worker.crt",
+                                          f"--ssl-keyfile={TLS_DIR}/worker.key", "--timeout=2",
+                                          "health"])
                 self.assertEqual(sidecar, "ports" not in container)
         for pod in server_pods:
             server = pod.containers["server"]
@@ -255,6 +269,103 @@ class HelmChartTest(unittest.TestCase):
             self.assertEqual(server["readinessProbe"]["grpc"]["port"], 50051)
             self.assertEqual(server["startupProbe"]["grpc"]["port"], 50051)
             self.assertNotIn("PAGODA_API_KEY", server["expanded_env"])
+
+    def check_worker_tls(self, m, pods, server_pods, sidecar):
+        """Above size 1: every worker serves mutual TLS from the chart's
+        Secret, every server dials with its client certificate and checks
+        the fixed name pagoda-worker; a sidecar (loopback) needs none."""
+        self.assertEqual(("Secret", "rel-pagoda-worker-tls") in m, not sidecar)
+        for pod in pods:
+            volumes = {v["name"]: v for v in pod.spec["volumes"]}
+            self.assertEqual("worker-tls" in volumes, not sidecar)
+            if sidecar:
+                for container in pod.containers.values():
+                    self.assertFalse([a for a in container["args"] if "ssl" in a])
+                continue
+            secret = volumes["worker-tls"]["secret"]
+            self.assertEqual(secret["secretName"], "rel-pagoda-worker-tls")
+            self.assertEqual(secret["defaultMode"], 0o400)
+            own = "client" if "server" in pod.containers else "worker"
+            self.assertEqual({i["key"] for i in secret["items"]},
+                             {"ca.crt", f"{own}.crt", f"{own}.key"})
+            container = pod.containers["server" if own == "client" else "worker"]
+            self.assertIn({"name": "worker-tls", "mountPath": TLS_DIR, "readOnly": True},
+                          container["volumeMounts"])
+            args = flags_of(container["args"])
+            prefix = "worker-ssl-" if own == "client" else "ssl-"
+            self.assertEqual(args[prefix + "certfile"], f"{TLS_DIR}/{own}.crt")
+            self.assertEqual(args[prefix + "keyfile"], f"{TLS_DIR}/{own}.key")
+            self.assertEqual(args[prefix + "ca-certs"], f"{TLS_DIR}/ca.crt")
+            if own == "client":
+                self.assertEqual(args["worker-ssl-server-name"], "pagoda-worker")
+
+    def test_worker_tls_certificates_serve_the_rendered_probe(self):
+        """The chart's generated certificates, as gRPC takes them: the CA
+        signed both, the worker's names pagoda-worker and 127.0.0.1, and a
+        pagoda-worker started with the rendered flags answers the rendered
+        probe (which presents the worker's own certificate), but not a
+        client without a certificate."""
+        m = render("tensorParallelSize=2")
+        data = m[("Secret", "rel-pagoda-worker-tls")]["data"]
+        self.assertEqual(set(data), TLS_KEYS)
+        worker_pod = [p for p in pods_of(m) if "worker" in p.containers][0]
+        worker = worker_pod.containers["worker"]
+        with tempfile.TemporaryDirectory() as tmp:
+            for key, value in data.items():
+                path = os.path.join(tmp, key)
+                with open(path, "wb") as f:
+                    f.write(base64.b64decode(value))
+                os.chmod(path, 0o600)
+            openssl = lambda *argv: subprocess.run(["openssl", *argv], capture_output=True,
+                                                   text=True, cwd=tmp)
+            self.assertEqual(openssl("verify", "-CAfile", "ca.crt", "worker.crt",
+                                     "client.crt").returncode, 0)
+            names = openssl("x509", "-in", "worker.crt", "-noout", "-ext",
+                            "subjectAltName").stdout
+            self.assertIn("DNS:pagoda-worker", names)
+            self.assertIn("IP Address:127.0.0.1", names)
+            with open(os.path.join(tmp, "secret"), "w") as f:
+                f.write("chart-worker-secret-0123456789abcdef")
+            os.chmod(os.path.join(tmp, "secret"), 0o600)
+            port = h.free_port()
+            local = lambda arg: arg.replace(TLS_DIR, tmp).replace(SECRET_FILE, tmp + "/secret") \
+                .replace("0.0.0.0:50061", f"127.0.0.1:{port}") \
+                .replace("127.0.0.1:50061", f"127.0.0.1:{port}")
+            args = [local(a) for a in worker["args"]
+                    if not a.startswith(("--rank", "--collective-host"))]
+            process = subprocess.Popen([h.binary("pagoda-worker"), *args],
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            try:
+                self.assertIn("PAGODA_WORKER_LISTENING", process.stdout.readline())
+                probe = [local(a) for a in worker["readinessProbe"]["exec"]["command"]]
+                probe[0] = h.binary("pagoda-cli")
+                answered = subprocess.run(probe, capture_output=True, text=True, timeout=10)
+                self.assertEqual(answered.returncode, 0, answered.stdout + answered.stderr)
+                # (A refused handshake waits out the call's deadline.)
+                anonymous = [a.replace("--timeout=2", "--timeout=0.5") for a in probe
+                             if not a.startswith(("--ssl-certfile", "--ssl-keyfile"))]
+                refused = subprocess.run(anonymous, capture_output=True, text=True, timeout=10)
+                self.assertNotEqual(refused.returncode, 0, refused.stdout)
+            finally:
+                process.terminate()
+                process.communicate(timeout=10)
+
+    def test_worker_tls_options(self):
+        # Off: plaintext on the pod IPs, probed by the kubelet's gRPC probes.
+        m = render("tensorParallelSize=2", "workerTls.enabled=false")
+        self.assertNotIn(("Secret", "rel-pagoda-worker-tls"), m)
+        for pod in pods_of(m):
+            for container in pod.containers.values():
+                self.assertFalse([a for a in container["args"] if "ssl" in a])
+            if "worker" in pod.containers:
+                self.assertEqual(pod.containers["worker"]["readinessProbe"]["grpc"]["port"],
+                                 50061)
+        # A Secret of one's own: the chart makes none and mounts it.
+        m = render("tensorParallelSize=2", "workerTls.existingSecret=mine")
+        self.assertNotIn(("Secret", "rel-pagoda-worker-tls"), m)
+        for pod in pods_of(m):
+            volumes = {v["name"]: v for v in pod.spec["volumes"]}
+            self.assertEqual(volumes["worker-tls"]["secret"]["secretName"], "mine")
 
     def check_network_policies(self, m, pods, server_pods, worker_pods, sidecar):
         policies = [d for (kind, _), d in m.items() if kind == "NetworkPolicy"]

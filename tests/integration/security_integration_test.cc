@@ -24,6 +24,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
@@ -379,6 +380,21 @@ constexpr int kFloodCalls = 16;
 constexpr size_t kFloodCallBytes = size_t{100} << 20;
 constexpr int64_t kFloodAllowedKib = 64 << 10;
 
+// 16 concurrent 100 MB ExecuteStep calls on `channel` with `secret` (none if
+// empty, else a wrong one): each UNAUTHENTICATED, and `worker` grows by less
+// than kFloodAllowedKib.
+void ExpectFloodRefusedFromHeaders(pid_t worker, std::shared_ptr<grpc::Channel> channel,
+                                   const std::string& secret) {
+  SCOPED_TRACE(secret.empty() ? "without the secret" : "with a wrong secret");
+  const FloodOutcome flood =
+      FloodWithHugeCalls(worker, std::move(channel), kFloodCalls, kFloodCallBytes, secret);
+  ASSERT_GT(flood.idle_kib, 0);
+  for (int i = 0; i < kFloodCalls; ++i) {
+    EXPECT_EQ(flood.codes[i], grpc::StatusCode::UNAUTHENTICATED) << "call " << i;
+  }
+  EXPECT_LT(flood.grown_kib(), kFloodAllowedKib);
+}
+
 // 16 concurrent 100 MB calls without the secret are refused from their
 // headers (secret_auth_processor.h), before gRPC reads their messages: the
 // worker's memory stays within 64 MiB of what it held idle.
@@ -456,7 +472,11 @@ TEST(SecretFileTest, ReadableByGroupOrOthersIsRefusedAtStartUp) {
   std::filesystem::remove_all(dir);
 }
 
-// A worker the server connects to over mutual TLS plus the secret.
+// A worker the server connects to over mutual TLS plus the secret, on a
+// network address (0.0.0.0: plaintext there would check the secret only
+// after a whole message). The server dials 127.0.0.2, a host its
+// certificate does not name, and checks the fixed name
+// --worker-ssl-server-name instead, as the Helm chart does for pod IPs.
 TEST(ConnectedWorkerTest, MutualTlsAndTheSecretAreBothRequired) {
   const std::string dir =
       (std::filesystem::temp_directory_path() / absl::StrCat("pagoda_mtls_", getpid())).string();
@@ -468,21 +488,32 @@ TEST(ConnectedWorkerTest, MutualTlsAndTheSecretAreBothRequired) {
                                std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
   auto worker =
       ServerProcess::Start(PAGODA_WORKER_BINARY,
-                           {"--listen=127.0.0.1:0", absl::StrCat("--secret-file=", dir, "/secret"),
+                           {"--listen=0.0.0.0:0", absl::StrCat("--secret-file=", dir, "/secret"),
                             absl::StrCat("--ssl-certfile=", dir, "/server.pem"),
                             absl::StrCat("--ssl-keyfile=", dir, "/server.key"),
                             absl::StrCat("--ssl-ca-certs=", dir, "/ca.pem")},
                            absl::Seconds(30), "PAGODA_WORKER_LISTENING");
   ASSERT_TRUE(worker.ok()) << worker.status();
-  auto server = ServerProcess::Start(PAGODA_SERVER_BINARY,
-                                     {absl::StrCat("--model=", dir), "--max-model-len=128",
-                                      "--block-size=4", "--num-gpu-blocks-override=64", "--port=0",
-                                      absl::StrCat("--worker-addresses=", (*worker)->address()),
-                                      absl::StrCat("--worker-secret-file=", dir, "/secret"),
-                                      absl::StrCat("--worker-ssl-certfile=", dir, "/client.pem"),
-                                      absl::StrCat("--worker-ssl-keyfile=", dir, "/client.key"),
-                                      absl::StrCat("--worker-ssl-ca-certs=", dir, "/ca.pem")},
-                                     absl::Seconds(60));
+  const std::string address = absl::StrCat("127.0.0.2:", (*worker)->port());
+  const std::vector<std::string> server_flags = {
+      absl::StrCat("--model=", dir), "--max-model-len=128", "--block-size=4",
+      "--num-gpu-blocks-override=64", "--port=0", absl::StrCat("--worker-addresses=", address),
+      absl::StrCat("--worker-secret-file=", dir, "/secret"),
+      absl::StrCat("--worker-ssl-certfile=", dir, "/client.pem"),
+      absl::StrCat("--worker-ssl-keyfile=", dir, "/client.key")};
+  // A CA that did not sign the worker's certificate: refused at start-up,
+  // saying what to check.
+  absl::StatusOr<std::string> wrong_ca = RunCommand(absl::StrCat(
+      PAGODA_SERVER_BINARY, " ", absl::StrJoin(server_flags, " "), " --worker-ssl-ca-certs=", dir,
+      "/rogue-ca.pem --worker-ssl-server-name=pagoda-worker --worker-start-timeout=1 2>&1 "
+      "</dev/null; echo EXIT=$?"));
+  ASSERT_TRUE(wrong_ca.ok()) << wrong_ca.status();
+  EXPECT_TRUE(absl::StrContains(*wrong_ca, "signed by the --worker-ssl-ca-certs CA")) << *wrong_ca;
+  EXPECT_FALSE(absl::StrContains(*wrong_ca, "EXIT=0")) << *wrong_ca;
+  std::vector<std::string> flags = server_flags;
+  flags.push_back(absl::StrCat("--worker-ssl-ca-certs=", dir, "/ca.pem"));
+  flags.push_back("--worker-ssl-server-name=pagoda-worker");
+  auto server = ServerProcess::Start(PAGODA_SERVER_BINARY, flags, absl::Seconds(60));
   ASSERT_TRUE(server.ok()) << server.status();
   auto generation = Generation::NewStub(
       grpc::CreateChannel((*server)->address(), grpc::InsecureChannelCredentials()));
@@ -493,7 +524,7 @@ TEST(ConnectedWorkerTest, MutualTlsAndTheSecretAreBothRequired) {
   // Calls a worker RPC (Shutdown: the most harmful) as some client.
   auto shutdown_as = [&](std::shared_ptr<grpc::ChannelCredentials> credentials,
                          const std::string& with_secret) {
-    auto stub = wv1::Worker::NewStub(grpc::CreateChannel((*worker)->address(), credentials));
+    auto stub = wv1::Worker::NewStub(grpc::CreateChannel(address, credentials));
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
     if (!with_secret.empty()) context.AddMetadata(kWorkerSecretMetadataKey, with_secret);
@@ -507,16 +538,20 @@ TEST(ConnectedWorkerTest, MutualTlsAndTheSecretAreBothRequired) {
     ssl.pem_private_key = ReadFile(absl::StrCat(dir, "/", name, ".key"));
     return grpc::SslCredentials(ssl);
   };
+  grpc::ChannelArguments named;
+  named.SetSslTargetNameOverride("pagoda-worker");
+  auto client_channel = [&] { return grpc::CreateCustomChannel(address, tls_as("client"), named); };
   // Plaintext, or a certificate from another CA: no connection at all.
   EXPECT_EQ(shutdown_as(grpc::InsecureChannelCredentials(), secret), grpc::StatusCode::UNAVAILABLE);
   EXPECT_EQ(shutdown_as(tls_as("rogue"), secret), grpc::StatusCode::UNAVAILABLE);
-  // The right certificate without the secret: UNAUTHENTICATED.
-  EXPECT_EQ(shutdown_as(tls_as("client"), ""), grpc::StatusCode::UNAUTHENTICATED);
-  EXPECT_EQ(shutdown_as(tls_as("client"), "wrong-secret-0123456789abcdef"),
-            grpc::StatusCode::UNAUTHENTICATED);
+  // The right certificate without the secret, or with a wrong one: refused
+  // from the call's headers, so 16 concurrent 100 MB calls cost the worker
+  // (model loaded) less than 64 MiB.
+  ExpectFloodRefusedFromHeaders((*worker)->pid(), client_channel(), "");
+  ExpectFloodRefusedFromHeaders((*worker)->pid(), client_channel(),
+                                "wrong-secret-0123456789abcdef");
   // The server's credentials reach the methods, and reflection is not one.
-  EXPECT_EQ(CallReflection(grpc::CreateChannel((*worker)->address(), tls_as("client")), secret),
-            grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_EQ(CallReflection(client_channel(), secret), grpc::StatusCode::UNIMPLEMENTED);
   // Nothing changed: the worker still serves the server.
   const StreamOutcome again = RunStream(*generation, TokenRequest(TestPrompt(5, 1), 4));
   ASSERT_TRUE(again.status.ok()) << again.status.error_message();
@@ -721,6 +756,83 @@ TEST(ConnectedWorkerTest, ReceiveLimitOutsideItsRangeIsRefusedAtStartUp) {
     EXPECT_TRUE(absl::StrContains(*worker, "EXIT=1")) << *worker;
   }
   std::filesystem::remove(secret);
+}
+
+// What `binary` with `flags` prints before it exits, and its exit code
+// ("EXIT=n").
+std::string RunToExit(const std::string& binary, const std::string& flags) {
+  absl::StatusOr<std::string> output =
+      RunCommand(absl::StrCat(binary, " ", flags, " 2>&1 </dev/null; echo EXIT=$?"));
+  return output.ok() ? *output : output.status().ToString();
+}
+
+// TLS flags are checked before anything serves or any worker starts: a
+// private key group or others may access (the worker secret file's rule,
+// common/private_file.h), a certificate without its key, a file that
+// cannot be read, and worker TLS flags a server cannot use.
+TEST(ConnectedWorkerTest, TlsFlagsAreCheckedAtStartUp) {
+  const std::string dir = MakeSecretDir("pagoda_tls_flags_");
+  ASSERT_TRUE(MakeTinyModel(dir, 11, TinyTokenizer::kNone).ok());
+  // Read, not parsed, before the key's checks.
+  std::ofstream(dir + "/cert.pem") << "-----BEGIN CERTIFICATE-----\n";
+  std::ofstream(dir + "/open.key") << "-----BEGIN PRIVATE KEY-----\n";
+  ASSERT_EQ(chmod((dir + "/open.key").c_str(), 0644), 0);
+  const std::string cert = absl::StrCat(dir, "/cert.pem");
+  const std::string open_key = absl::StrCat(dir, "/open.key");
+  const std::string worker = absl::StrCat("--listen=0.0.0.0:0 --secret-file=", dir, "/secret ");
+  const std::string server =
+      absl::StrCat("--model=", dir, " --max-model-len=128 --port=0 --worker-secret-file=", dir,
+                   "/secret ");
+  const std::string connected = server + "--worker-addresses=127.0.0.1:1 ";
+  const struct {
+    std::string binary, flags, expected;
+  } cases[] = {
+      {PAGODA_WORKER_BINARY, worker + "--ssl-certfile=" + cert + " --ssl-keyfile=" + open_key,
+       "--ssl-keyfile file '" + open_key + "' is accessible to group or others (mode 0644)"},
+      {PAGODA_WORKER_BINARY, worker + "--ssl-certfile=" + cert, "go together"},
+      {PAGODA_WORKER_BINARY, worker + "--ssl-certfile=" + dir + "/none.pem --ssl-keyfile=" + dir +
+           "/secret",
+       "--ssl-certfile: cannot read"},
+      {PAGODA_SERVER_BINARY,
+       connected + "--worker-ssl-ca-certs=" + cert + " --worker-ssl-certfile=" + cert +
+           " --worker-ssl-keyfile=" + open_key,
+       "chmod 600 '" + open_key + "'"},
+      {PAGODA_SERVER_BINARY, connected + "--worker-ssl-server-name=pagoda-worker",
+       "--worker-ssl-server-name needs --worker-ssl-ca-certs"},
+      {PAGODA_SERVER_BINARY, server + "--worker-ssl-ca-certs=" + cert,
+       "--worker-ssl-* are for --worker-addresses workers"},
+  };
+  for (const auto& refused : cases) {
+    const std::string output = RunToExit(refused.binary, refused.flags);
+    EXPECT_TRUE(absl::StrContains(output, refused.expected)) << refused.flags << "\n" << output;
+    EXPECT_TRUE(absl::StrContains(output, "EXIT=1")) << refused.flags << "\n" << output;
+    EXPECT_FALSE(absl::StrContains(output, "LISTENING")) << refused.flags << "\n" << output;
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// A worker whose receive limit (--max-message-bytes) is below the largest
+// step plan its server can send (scheduler/engine/step_plan_bound.h: here
+// 256 rows of a 128-token model, over 1 MiB) stops the server at start-up
+// in one line naming both numbers, not at the first step that large.
+TEST(ConnectedWorkerTest, WorkerReceiveLimitBelowTheServersPlansIsRefusedAtStartUp) {
+  const std::string dir = MakeSecretDir("pagoda_small_limit_");
+  ASSERT_TRUE(MakeTinyModel(dir, 11, TinyTokenizer::kNone).ok());
+  auto worker =
+      StartConnectedWorker(dir, "127.0.0.1:0", {absl::StrCat("--max-message-bytes=", 1 << 20)});
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  const std::string output = RunToExit(
+      PAGODA_SERVER_BINARY,
+      absl::StrCat("--model=", dir, " --max-model-len=128 --max-num-seqs=256 --port=0",
+                   " --worker-addresses=", (*worker)->address(), " --worker-secret-file=", dir,
+                   "/secret"));
+  EXPECT_TRUE(absl::StrContains(output, absl::StrCat("accepts messages of at most ", 1 << 20,
+                                                     " bytes (pagoda-worker --max-message-bytes)")))
+      << output;
+  EXPECT_TRUE(absl::StrContains(output, "of this server's largest step plan")) << output;
+  EXPECT_TRUE(absl::StrContains(output, "EXIT=1")) << output;
+  worker->reset();
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -152,7 +152,8 @@ absl::Status MakeCertificates(const std::string& dir) {
   std::vector<std::string> commands = {
       absl::StrCat("openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=pagoda-test-ca",
                    " -keyout ", dir, "/ca.key -out ", dir, "/ca.pem", quiet),
-      absl::StrCat("printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' > ", dir, "/san.ext"),
+      absl::StrCat("printf 'subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:pagoda-worker\\n' > ",
+                   dir, "/san.ext"),
   };
   commands.push_back(
       absl::StrCat("openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=rogue-ca -keyout ",

@@ -83,9 +83,10 @@ std::vector<pid_t> ChildPids(pid_t parent);
 // The sum of a metric's samples over every label set, -1 if absent.
 double MetricValue(int metrics_port, const std::string& name);
 
-// With openssl, in `dir`: ca.{pem,key}; server.{pem,key} for 127.0.0.1 and
-// localhost and client.{pem,key}, both signed by the CA; rogue.{pem,key}
-// signed by another CA (rogue-ca.pem).
+// With openssl, in `dir`: ca.{pem,key}; server.{pem,key} for 127.0.0.1,
+// localhost and pagoda-worker (a fixed name, as the Helm chart gives its
+// workers) and client.{pem,key}, both signed by the CA; rogue.{pem,key}
+// signed by another CA (rogue-ca.pem). Keys are mode 600 (openssl's).
 absl::Status MakeCertificates(const std::string& dir);
 
 }  // namespace pagoda::testing

@@ -84,12 +84,19 @@ valueFrom: {fieldRef: {fieldPath: "metadata.labels['apps.kubernetes.io/pod-index
     - --rank=0
     {{- else }}
     # On the pod IP, for its replica's server in another pod and for the
-    # kubelet's gRPC probes; only that server may call it (NetworkPolicy,
-    # and the secret on every call).
+    # probes; only that server may call it (NetworkPolicy, mutual TLS
+    # unless workerTls.enabled is false, and the secret on every call).
     - --listen=0.0.0.0:{{ $.Values.worker.port }}
     - --rank=$(PAGODA_RANK)
     # Tensor-parallel peers reach this worker's collectives at its pod IP.
     - --collective-host=$(POD_IP)
+    {{- if include "pagoda.workerTls" $ }}
+    # Mutual TLS: only a server with a certificate from the chart's CA
+    # connects, and the secret is checked before a call's message is read.
+    - --ssl-certfile={{ include "pagoda.workerTlsDir" $ }}/worker.crt
+    - --ssl-keyfile={{ include "pagoda.workerTlsDir" $ }}/worker.key
+    - --ssl-ca-certs={{ include "pagoda.workerTlsDir" $ }}/ca.crt
+    {{- end }}
     {{- end }}
     - --secret-file=/etc/pagoda/worker-secret/secret
   env:
@@ -101,6 +108,13 @@ valueFrom: {fieldRef: {fieldPath: "metadata.labels['apps.kubernetes.io/pod-index
     {{- end }}
   {{- if .sidecar }}
   {{- $probe := printf "exec: {command: [pagoda-cli, --server=127.0.0.1:%d, --timeout=2, health]}, timeoutSeconds: 3" (int $.Values.worker.port) }}
+  startupProbe: { {{- $probe }}, periodSeconds: 1, failureThreshold: 120}
+  livenessProbe: { {{- $probe }}, periodSeconds: 10, failureThreshold: 3}
+  readinessProbe: { {{- $probe }}, periodSeconds: 5}
+  {{- else if include "pagoda.workerTls" $ }}
+  ports:
+    - {name: worker, containerPort: {{ $.Values.worker.port }}}
+  {{- $probe := include "pagoda.workerTlsProbe" $ }}
   startupProbe: { {{- $probe }}, periodSeconds: 1, failureThreshold: 120}
   livenessProbe: { {{- $probe }}, periodSeconds: 10, failureThreshold: 3}
   readinessProbe: { {{- $probe }}, periodSeconds: 5}
@@ -122,6 +136,9 @@ valueFrom: {fieldRef: {fieldPath: "metadata.labels['apps.kubernetes.io/pod-index
   volumeMounts:
     {{- include "pagoda.modelMount" $ | nindent 4 }}
     {{- include "pagoda.workerSecretMount" $ | nindent 4 }}
+    {{- if include "pagoda.workerTls" $ }}
+    {{- include "pagoda.workerTlsMount" $ | nindent 4 }}
+    {{- end }}
     {{- include "pagoda.tmpMount" $ | nindent 4 }}
   resources:
     {{- $resources := deepCopy $.Values.worker.resources }}
@@ -202,4 +219,46 @@ capabilities:
 
 {{- define "pagoda.workerSecretMount" -}}
 - {name: worker-secret, mountPath: /etc/pagoda/worker-secret, readOnly: true}
+{{- end -}}
+
+{{/* Mutual TLS between a server and its workers: above tensor-parallel
+     size 1 (workers on pod IPs) unless workerTls.enabled is false. */}}
+{{- define "pagoda.workerTls" -}}
+{{- if and (not (include "pagoda.sidecar" .)) .Values.workerTls.enabled }}true{{ end -}}
+{{- end -}}
+
+{{- define "pagoda.workerTlsSecretName" -}}
+{{- default (printf "%s-worker-tls" (include "pagoda.fullname" .)) .Values.workerTls.existingSecret -}}
+{{- end -}}
+
+{{/* The name the workers' certificate carries and the server checks
+     (--worker-ssl-server-name), whatever pod IP it dials. */}}
+{{- define "pagoda.workerTlsServerName" -}}pagoda-worker{{- end -}}
+
+{{- define "pagoda.workerTlsDir" -}}/etc/pagoda/worker-tls{{- end -}}
+
+{{/* The TLS volume of a worker pod (its certificate and key, the CA) or of
+     a server pod (its client certificate and key, the CA). */}}
+{{- define "pagoda.workerTlsVolume" -}}
+{{- $own := ternary "worker" "client" (eq .role "worker") -}}
+- name: worker-tls
+  secret:
+    secretName: {{ include "pagoda.workerTlsSecretName" .root }}
+    defaultMode: 0400
+    items:
+      - {key: ca.crt, path: ca.crt}
+      - {key: {{ $own }}.crt, path: {{ $own }}.crt}
+      - {key: {{ $own }}.key, path: {{ $own }}.key}
+{{- end -}}
+
+{{- define "pagoda.workerTlsMount" -}}
+- {name: worker-tls, mountPath: {{ include "pagoda.workerTlsDir" . }}, readOnly: true}
+{{- end -}}
+
+{{/* A TLS worker's probe: plain gRPC probes speak no TLS, so pagoda-cli
+     asks grpc.health.v1 over the pod's loopback with the worker's own
+     certificate (which the CA signed, as the worker requires). */}}
+{{- define "pagoda.workerTlsProbe" -}}
+{{- $dir := include "pagoda.workerTlsDir" . -}}
+exec: {command: [pagoda-cli, "--server=127.0.0.1:{{ .Values.worker.port }}", "--ssl-ca-certs={{ $dir }}/ca.crt", "--ssl-certfile={{ $dir }}/worker.crt", "--ssl-keyfile={{ $dir }}/worker.key", --timeout=2, health]}, timeoutSeconds: 3
 {{- end -}}
