@@ -239,6 +239,7 @@ absl::Status EveryRankReady(RendezvousStoreClient& store, const GlooOptions& opt
 struct TryOutcome {
   absl::StatusOr<std::unique_ptr<GlooCommunicator>> comm;
   bool retry = false;
+  bool ran_out_of_time = false;  // It ended at its deadline, not on an error.
 };
 
 TryOutcome RunJoinTry(const GlooOptions& options, int attempt,
@@ -253,11 +254,13 @@ TryOutcome RunJoinTry(const GlooOptions& options, int attempt,
   }
   const Clock::time_point try_deadline = Clock::now() + try_timeout;
   TryOutcome outcome{ConnectAndProve(options, **store, address, try_deadline)};
+  outcome.ran_out_of_time = Clock::now() >= try_deadline;
   if (!outcome.comm.ok()) (*store)->Set(kTryAbortKey, "1").IgnoreError();
-  // Every live rank posts its verdict by try_deadline; the margin is for one
-  // that the scheduler kept waiting.
-  absl::StatusOr<bool> all_joined =
-      EveryRankJoined(**store, options, outcome.comm.ok(), try_deadline + try_timeout);
+  // A live rank posts its verdict within world_size x try_timeout (its
+  // connects wait one try_timeout each at most); one more for a rank that
+  // the scheduler kept waiting.
+  absl::StatusOr<bool> all_joined = EveryRankJoined(
+      **store, options, outcome.comm.ok(), try_deadline + options.world_size * try_timeout);
   if (!all_joined.ok()) {
     if (outcome.comm.ok()) outcome.comm = all_joined.status();
     return outcome;
@@ -298,7 +301,6 @@ absl::StatusOr<std::unique_ptr<CollectiveCommunicator>> CreateGlooCommunicator(
   const Clock::time_point join_deadline = Clock::now() + options.timeout;
   std::chrono::milliseconds try_timeout = std::min(kFirstGlooTryTimeout, options.timeout);
   for (int attempt = 1;; ++attempt) {
-    const Clock::time_point started = Clock::now();
     TryOutcome outcome = RunJoinTry(options, attempt, try_timeout, join_deadline);
     if (outcome.comm.ok()) return std::unique_ptr<CollectiveCommunicator>(*std::move(outcome.comm));
     if (!outcome.retry) return outcome.comm.status();
@@ -309,7 +311,7 @@ absl::StatusOr<std::unique_ptr<CollectiveCommunicator>> CreateGlooCommunicator(
     }
     // A try that ran into its deadline may have been too short for this
     // machine's load, not attacked: the next one gets twice the time.
-    if (Clock::now() - started >= try_timeout) {
+    if (outcome.ran_out_of_time) {
       try_timeout = std::min(2 * try_timeout, options.timeout);
     }
   }

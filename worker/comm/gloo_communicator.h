@@ -55,8 +55,9 @@ inline constexpr int kMaxGlooJoinTries = 64;
 // has passed, or kMaxGlooJoinTries; then the last try's error comes back
 // (PERMISSION_DENIED for a failed proof, ABORTED for a try a peer gave up).
 // A rank that never arrives ends the join with DEADLINE_EXCEEDED at
-// `timeout`; one that vanishes mid-try, within 2 x that try's time (at most
-// `timeout`): the whole join ends within 3 x `timeout`. An intruder can
+// `timeout`; one that vanishes mid-try, within (world_size + 1) x that try's
+// time (at most `timeout`): the whole join ends within (world_size + 2) x
+// `timeout`. An intruder can
 // make tries fail (as it can refuse any service it can reach) but never
 // join: a returned group has only ranks that proved the secret on every
 // connection.
