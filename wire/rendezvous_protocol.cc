@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -59,12 +60,26 @@ std::string EncodeResponse(Reply reply, const std::string& value) {
   return out;
 }
 
+std::string EncodeWaitMillis(uint32_t millis) {
+  std::string out;
+  PutU32(out, std::min(millis, kMaxWaitMillis));
+  return out;
+}
+
+absl::StatusOr<uint32_t> DecodeWaitMillis(const std::string& value) {
+  if (value.size() != kWaitValueBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rendezvous store: a wait of ", value.size(), " bytes, not ", kWaitValueBytes));
+  }
+  return std::min(GetU32(reinterpret_cast<const unsigned char*>(value.data())), kMaxWaitMillis);
+}
+
 absl::StatusOr<RequestHeader> DecodeRequestHeader(const unsigned char* header) {
   if (std::memcmp(header, kMagic, sizeof(kMagic)) != 0) {
     return absl::InvalidArgumentError("rendezvous store: bad magic");
   }
   uint8_t op = header[4];
-  if (op < static_cast<uint8_t>(Op::kHello) || op > static_cast<uint8_t>(Op::kGet)) {
+  if (op < static_cast<uint8_t>(Op::kHello) || op > static_cast<uint8_t>(Op::kWait)) {
     return absl::InvalidArgumentError(absl::StrCat("rendezvous store: unknown op ", op));
   }
   size_t key_bytes = (size_t{header[5]} << 8) | header[6];

@@ -18,6 +18,11 @@
 // The first request of a connection must be kHello carrying the shared secret
 // as its value; anything else, a wrong secret, a bad magic, an unknown op or
 // a length over the bounds closes the connection. Keys are printable ASCII.
+//
+// kGet answers at once (kNotFound for a missing key); kWait holds its answer
+// until the key is set or the wait its value names has passed (the value is
+// the wait in milliseconds, u32 BE, at most kMaxWaitMillis), so a waiting
+// rank learns of a key the moment it is set instead of at its next poll.
 namespace pagoda::wire::rendezvous {
 
 inline constexpr char kMagic[4] = {'P', 'G', 'R', '1'};
@@ -26,7 +31,14 @@ inline constexpr size_t kResponseHeaderBytes = 1 + 4;
 inline constexpr size_t kMaxKeyBytes = 256;
 inline constexpr size_t kMaxValueBytes = size_t{1} << 20;
 
-enum class Op : uint8_t { kHello = 1, kSet = 2, kGet = 3 };
+enum class Op : uint8_t { kHello = 1, kSet = 2, kGet = 3, kWait = 4 };
+inline constexpr size_t kWaitValueBytes = 4;
+inline constexpr uint32_t kMaxWaitMillis = 1000;
+
+// kWait's value for a wait of `millis` (capped at kMaxWaitMillis), and back:
+// INVALID_ARGUMENT for a value that is not kWaitValueBytes long.
+std::string EncodeWaitMillis(uint32_t millis);
+absl::StatusOr<uint32_t> DecodeWaitMillis(const std::string& value);
 enum class Reply : uint8_t {
   kOk = 0,
   kNotFound = 1,

@@ -87,6 +87,10 @@ RendezvousStoreServer::RendezvousStoreServer(const Options& options, int listen_
 
 RendezvousStoreServer::~RendezvousStoreServer() {
   stopping_ = true;
+  {
+    // Wakes every kWait in progress: their condition reads stopping_.
+    absl::MutexLock lock(&store_mu_);
+  }
   shutdown(listen_fd_, SHUT_RDWR);
   if (accept_thread_.joinable()) accept_thread_.join();
   close(listen_fd_);
@@ -177,7 +181,9 @@ void RendezvousStoreServer::Serve(Connection* connection) {
       authenticated = true;
       reply = rendezvous::EncodeResponse(Reply::kOk, "");
     } else if (decoded->op == rendezvous::Op::kHello || key.empty() ||
-               !rendezvous::ValidateKey(key).ok()) {
+               !rendezvous::ValidateKey(key).ok() ||
+               (decoded->op == rendezvous::Op::kWait &&
+                !rendezvous::DecodeWaitMillis(value).ok())) {
       break;
     } else {
       reply = Apply(static_cast<int>(decoded->op), key, std::move(value));
@@ -188,7 +194,21 @@ void RendezvousStoreServer::Serve(Connection* connection) {
   if (!stopping_) ++rejected_;
 }
 
+std::string RendezvousStoreServer::WaitFor(const std::string& key, uint32_t millis) {
+  absl::MutexLock lock(&store_mu_);
+  auto settled = [this, &key]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(store_mu_) {
+    return stopping_.load() || store_.count(key) > 0;
+  };
+  store_mu_.AwaitWithTimeout(absl::Condition(&settled), absl::Milliseconds(millis));
+  auto it = store_.find(key);
+  if (it == store_.end()) return rendezvous::EncodeResponse(Reply::kNotFound, "");
+  return rendezvous::EncodeResponse(Reply::kOk, it->second);
+}
+
 std::string RendezvousStoreServer::Apply(int op, const std::string& key, std::string value) {
+  if (op == static_cast<int>(rendezvous::Op::kWait)) {
+    return WaitFor(key, rendezvous::DecodeWaitMillis(value).value_or(0));
+  }
   absl::MutexLock lock(&store_mu_);
   if (op == static_cast<int>(rendezvous::Op::kGet)) {
     auto it = store_.find(key);

@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <list>
 #include <map>
 #include <memory>
@@ -26,7 +27,8 @@ namespace pagoda::wire {
 // the store as a whole is bounded (kMaxKeys, kMaxStoreBytes), at most
 // `max_connections` are served at once, a connection must authenticate
 // within 2 s, and an idle one is closed after `idle_timeout`. Any violation
-// closes that connection only.
+// closes that connection only. A kWait blocks its connection's own thread
+// for at most rendezvous::kMaxWaitMillis.
 //
 // Thread safety: all methods are thread-safe. The destructor stops the
 // server and joins its threads.
@@ -61,6 +63,9 @@ class RendezvousStoreServer {
   void Serve(Connection* connection);
   // Applies one authenticated request; returns the reply to send.
   std::string Apply(int op, const std::string& key, std::string value);
+  // kWait: the reply once `key` is set, or kNotFound after `millis` (or at
+  // once when the server stops). Blocks only this connection's thread.
+  std::string WaitFor(const std::string& key, uint32_t millis);
   void ReapFinished() ABSL_EXCLUSIVE_LOCKS_REQUIRED(connections_mu_);
 
   const Options options_;

@@ -13,6 +13,8 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -23,6 +25,7 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -31,6 +34,7 @@
 #include "pagoda/v1/generation.grpc.pb.h"
 #include "tests/integration/server_process.h"
 #include "tests/integration/test_client.h"
+#include "tests/support/listener_racer.h"
 
 namespace pagoda::testing {
 namespace {
@@ -256,27 +260,66 @@ int FreePort() {
   return port;
 }
 
-// With a fixed --rendezvous-port, as in a cluster: the restarted group's
-// store binds the same port again.
+// Restarts to run: PAGODA_TP_RESTARTS for a long run by hand (each costs
+// about 2.5 s on 2 busy cores), else 1, as cheap as the test was without
+// the racer.
+int RestartsToRun() {
+  const char* text = std::getenv("PAGODA_TP_RESTARTS");
+  int restarts = 0;
+  return text != nullptr && absl::SimpleAtoi(text, &restarts) && restarts > 0 ? restarts : 1;
+}
+
+// With a fixed --rendezvous-port, as in a cluster: each restarted group's
+// store binds the same port again. A racer connects to every new TCP
+// listener of the workers (their Gloo pairs above all) throughout: every
+// restart must still succeed at its first attempt (the joins absorb the
+// racer) and every stream end with the tokens of an uninterrupted run. One
+// restart reaches few listeners; PAGODA_TP_RESTARTS=50 is the long run
+// (docs/tensor-parallelism.md has its figures).
 TEST_F(TensorParallelTest, KilledRankRestartsTheGroupAndRequestsResumeWithTheSameTokens) {
   const int port = FreePort();
   ASSERT_GT(port, 0);
-  auto server = StartServer(2, {absl::StrCat("--rendezvous-port=", port)});
+  const int restarts = RestartsToRun();
+  auto server = StartServer(2, {absl::StrCat("--rendezvous-port=", port),
+                                // As many attempts as kills: one failed
+                                // attempt and the server gives up.
+                                absl::StrCat("--worker-restart-limit=", restarts)});
   ASSERT_TRUE(server.ok()) << server.status();
   auto stub = Stub(**server);
   const GenerateRequest request = TokenRequest(TestPrompt(6, 40), 200);
   const StreamOutcome expected = RunStream(*stub, request);
   ASSERT_TRUE(expected.status.ok()) << expected.status.error_message();
 
-  std::atomic<int> received{0};
-  StreamOutcome outcome;
-  std::thread client([&] { outcome = RunStream(*stub, request, &received); });
-  ASSERT_TRUE(WaitFor([&] { return received.load() >= 10; }, absl::Seconds(60)));
-  ASSERT_EQ(kill((*server)->worker_pids().at(1), SIGKILL), 0);
-  client.join();
-  ASSERT_TRUE(outcome.status.ok()) << outcome.status.error_message();
-  EXPECT_EQ(outcome.tokens, expected.tokens);
-  EXPECT_EQ(MetricValue((*server)->metrics_port(), "pagoda_worker_restarts_total"), 1);
+  // The server's children, the workers of every restart (ChildPids reads all
+  // of /proc: at most every 20 ms, so the racer's scans stay fast).
+  ListenerRacer racer(
+      [pid = (*server)->pid(), workers = std::vector<pid_t>(),
+       read_at = absl::InfinitePast()]() mutable {
+        if (absl::Now() - read_at > absl::Milliseconds(20)) {
+          workers = ChildPids(pid);
+          read_at = absl::Now();
+        }
+        return workers;
+      },
+      {port});
+  const absl::Time start = absl::Now();
+  for (int restart = 1; restart <= restarts; ++restart) {
+    std::atomic<int> received{0};
+    StreamOutcome outcome;
+    std::thread client([&] { outcome = RunStream(*stub, request, &received); });
+    ASSERT_TRUE(WaitFor([&] { return received.load() >= 10; }, absl::Seconds(60)));
+    const std::vector<pid_t> workers = ChildPids((*server)->pid());
+    ASSERT_FALSE(workers.empty());
+    ASSERT_EQ(kill(workers.front(), SIGKILL), 0);
+    client.join();
+    ASSERT_TRUE(outcome.status.ok()) << "restart " << restart << ": "
+                                     << outcome.status.error_message();
+    EXPECT_EQ(outcome.tokens, expected.tokens) << "restart " << restart;
+    EXPECT_EQ(MetricValue((*server)->metrics_port(), "pagoda_worker_restarts_total"), restart);
+  }
+  std::printf("%d restarts under the racer in %lld ms; the racer connected %d times\n", restarts,
+              static_cast<long long>(absl::ToInt64Milliseconds(absl::Now() - start)),
+              racer.connections());
 }
 
 }  // namespace

@@ -1,27 +1,23 @@
 // The authenticated Gloo bootstrap (CreateGlooCommunicator's proof of the
 // group secret) against peers that are not ranks. Ranks are threads of this
-// process, so the attacker can find exactly their listeners (the sockets in
-// /proc/self/fd) and no other process's: the machine is shared.
-#include <arpa/inet.h>
-#include <dirent.h>
-#include <netinet/in.h>
+// process, so the attacker (tests/support/listener_racer.h) can find exactly
+// their listeners (the sockets in /proc/self/fd) and no other process's: the
+// machine is shared.
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
-#include <set>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "glog/logging.h"
 #include "gtest/gtest.h"
+#include "tests/support/listener_racer.h"
 #include "wire/rendezvous_store_server.h"
 #include "wire/worker_secret.h"
 #include "worker/comm/gloo_communicator.h"
@@ -29,92 +25,24 @@
 namespace pagoda::worker::comm {
 namespace {
 
+using ::pagoda::testing::ListenerRacer;
 using ::pagoda::wire::RendezvousStoreServer;
 using Clock = std::chrono::steady_clock;
 
-// Inodes of the sockets this process holds.
-std::set<std::string> OwnSocketInodes() {
-  std::set<std::string> inodes;
-  DIR* dir = opendir("/proc/self/fd");
-  if (dir == nullptr) return inodes;
-  char target[256];
-  while (dirent* entry = readdir(dir)) {
-    std::string link = absl::StrCat("/proc/self/fd/", entry->d_name);
-    ssize_t n = readlink(link.c_str(), target, sizeof(target) - 1);
-    if (n <= 0) continue;
-    std::string text(target, static_cast<size_t>(n));
-    if (absl::StartsWith(text, "socket:[")) inodes.insert(text.substr(8, text.size() - 9));
-  }
-  closedir(dir);
-  return inodes;
-}
-
-struct Listener {
-  std::string inode;
-  int port = 0;
-};
-
-// This process's IPv4 sockets in LISTEN state (st 0A in /proc/net/tcp).
-std::vector<Listener> OwnListeners() {
-  const std::set<std::string> own = OwnSocketInodes();
-  std::vector<Listener> listeners;
-  std::ifstream table("/proc/self/net/tcp");
-  std::string line;
-  std::getline(table, line);  // Header.
-  while (std::getline(table, line)) {
-    std::istringstream fields(line);
-    std::string slot, local, remote, state, queues, timer, retransmits, uid, timeout, inode;
-    fields >> slot >> local >> remote >> state >> queues >> timer >> retransmits >> uid >>
-        timeout >> inode;
-    if (state != "0A" || own.count(inode) == 0) continue;
-    listeners.push_back({inode, std::stoi(local.substr(local.find(':') + 1), nullptr, 16)});
-  }
-  return listeners;
-}
-
-bool ConnectAndClose(int port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<uint16_t>(port));
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bool connected = connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
-  if (connected) {
-    // What a rank's first bytes look like is no secret: the preamble of a
-    // Gloo send, here all zeros.
-    const char bytes[64] = {};
-    (void)!write(fd, bytes, sizeof(bytes));
-  }
-  close(fd);
-  return connected;
-}
-
-// Connects to every listener of this process it has not seen yet, as fast as
-// it can read the socket tables, until stopped.
-class ListenerRacer {
+// Counts the join tries that failed (CreateGlooCommunicator logs each one),
+// over every rank.
+class FailedTryCounter : public google::LogSink {
  public:
-  explicit ListenerRacer(int spared_port)
-      : thread_([this, spared_port] { Run(spared_port); }) {}
-  ~ListenerRacer() {
-    stop_ = true;
-    thread_.join();
+  FailedTryCounter() { google::AddLogSink(this); }
+  ~FailedTryCounter() override { google::RemoveLogSink(this); }
+  void send(google::LogSeverity, const char*, const char*, int, const struct ::tm*,
+            const char* message, size_t length) override {
+    if (absl::StrContains(absl::string_view(message, length), "Gloo join try")) count_++;
   }
-  int connections() const { return connections_.load(); }
+  int count() const { return count_.load(); }
 
  private:
-  void Run(int spared_port) {
-    std::set<std::string> seen;
-    while (!stop_.load()) {
-      for (const Listener& listener : OwnListeners()) {
-        if (listener.port == spared_port || !seen.insert(listener.inode).second) continue;
-        if (ConnectAndClose(listener.port)) connections_.fetch_add(1);
-      }
-    }
-  }
-
-  std::atomic<bool> stop_{false};
-  std::atomic<int> connections_{0};
-  std::thread thread_;
+  std::atomic<int> count_{0};
 };
 
 class GlooBootstrapTest : public ::testing::Test {
@@ -131,12 +59,13 @@ class GlooBootstrapTest : public ::testing::Test {
     store_ = *std::move(server);
   }
 
-  GlooOptions RankOptions(int rank, int world, const std::string& group) const {
+  GlooOptions RankOptions(int rank, int world, const std::string& group,
+                          std::chrono::milliseconds timeout = std::chrono::milliseconds(500)) const {
     GlooOptions options;
     options.rank = rank;
     options.world_size = world;
     options.rendezvous = {"127.0.0.1", store_->port(), secret_, group};
-    options.timeout = std::chrono::milliseconds(500);
+    options.timeout = timeout;
     options.group_secret = secret_;
     return options;
   }
@@ -180,46 +109,71 @@ class GlooBootstrapTest : public ::testing::Test {
 
 // Gloo (Debian's 0.0~git20220518) gives each pair a listener that accepts
 // exactly one connection and then closes, and this racer sees a listener in
-// /proc/net/tcp microseconds after listen(), long before the peer has read
-// the port from the store: so it wins many races, and a try it wins fails for
-// every rank (the connecting rank is refused; the listening one meets the
-// racer and fails the proof) and is tried again with fresh listeners. What
-// must hold: no set-up ever returns a group with the racer inside or
-// different sums, no set-up is split (some ranks joined, others not), and
-// the retries absorb the racer in nearly every set-up (the count is printed).
-// 25 set-ups, not 50: an attacked set-up takes 100-500 ms (a try the racer
-// wins can cost a rank the 500 ms timeout), so 50 would exceed the few
-// seconds a test may take on 2 cores. The racer can miss every listener of
-// 25 quick set-ups (it did, once in five runs), so set-ups go on, up to
+// /proc/net/tcp microseconds after listen(). A try it wins fails (the
+// connecting rank is refused, or a rank meets the racer and fails the proof,
+// or a rank's pair is left unusable and the try runs to its deadline), every
+// rank drops it at once and the next try starts with fresh listeners. What
+// must hold: no set-up returns a group with the racer inside or different
+// sums, none is split, and none fails: the tries absorb the racer. The
+// racer can miss every listener of quick set-ups, so set-ups go on, up to
 // kMaxSetUps, until it has reached one.
 TEST_F(GlooBootstrapTest, RacerAtEveryListenerNeverJoinsNorChangesASum) {
-  constexpr int kMinSetUps = 25;
+  constexpr int kMinSetUps = 50;
   constexpr int kMaxSetUps = 200;
   constexpr int kWorld = 3;
-  ListenerRacer racer(store_->port());
+  FailedTryCounter failed_tries;
+  ListenerRacer racer([] { return std::vector<pid_t>{getpid()}; }, {store_->port()});
   int failed_set_ups = 0;
   int set_ups = 0;
+  std::chrono::milliseconds slowest{0};
   const auto start = Clock::now();
   for (int i = 0; i < kMaxSetUps && (i < kMinSetUps || racer.connections() == 0); ++i) {
     ++set_ups;
     std::vector<GlooOptions> ranks;
-    for (int r = 0; r < kWorld; ++r) ranks.push_back(RankOptions(r, kWorld, absl::StrCat("g", i)));
+    // A join timeout of 5 s (a server's default is 30 s): ample for the tries,
+    // while each try has kFirstGlooTryTimeout as in production.
+    for (int r = 0; r < kWorld; ++r) {
+      ranks.push_back(RankOptions(r, kWorld, absl::StrCat("g", i), std::chrono::seconds(5)));
+    }
+    const auto set_up_start = Clock::now();
     int joined = 0;
     for (const RankResult& result : SetUpGroup(ranks)) {
+      EXPECT_TRUE(result.status.ok()) << "set-up " << i << ": " << result.status;
       if (!result.status.ok()) continue;
       ++joined;
       EXPECT_EQ(result.sum, ExpectedSum(kWorld)) << "set-up " << i;
     }
-    EXPECT_TRUE(joined == 0 || joined == kWorld) << "set-up " << i << ": " << joined << " of "
-                                                 << kWorld << " ranks joined";
-    failed_set_ups += joined == 0;
+    slowest = std::max(slowest, std::chrono::duration_cast<std::chrono::milliseconds>(
+                                    Clock::now() - set_up_start));
+    failed_set_ups += joined < kWorld;
   }
   const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
-  std::printf("%d set-ups of %d ranks in %lld ms; the racer connected %d times; "
-              "%d set-ups failed after %d tries\n",
-              set_ups, kWorld, static_cast<long long>(took.count()), racer.connections(),
-              failed_set_ups, kMaxGlooJoinTries);
+  std::printf("%d set-ups of %d ranks in %lld ms (slowest %lld ms); the racer connected %d "
+              "times; %d rank tries failed; %d set-ups failed\n",
+              set_ups, kWorld, static_cast<long long>(took.count()),
+              static_cast<long long>(slowest.count()), racer.connections(),
+              failed_tries.count(), failed_set_ups);
+  EXPECT_EQ(failed_set_ups, 0);
   EXPECT_GT(racer.connections(), 0) << "the racer never reached a listener: the test tests nothing";
+}
+
+// A rank that never comes ends the join of the others with DEADLINE_EXCEEDED
+// at the timeout: they wait for it before the first try opens a listener, so
+// no try runs (the promise for any rank that is gone is (world + 2) x
+// timeout).
+TEST_F(GlooBootstrapTest, AMissingRankEndsTheJoinWithinItsBound) {
+  constexpr int kWorld = 3;
+  std::vector<GlooOptions> ranks;
+  for (int r = 0; r + 1 < kWorld; ++r) {
+    ranks.push_back(RankOptions(r, kWorld, "missing", std::chrono::milliseconds(800)));
+  }
+  const auto start = Clock::now();
+  for (const RankResult& result : SetUpGroup(ranks)) {
+    EXPECT_EQ(result.status.code(), absl::StatusCode::kDeadlineExceeded) << result.status;
+  }
+  const auto took = Clock::now() - start;
+  EXPECT_GE(took, std::chrono::milliseconds(800));
+  EXPECT_LT(took, 2 * std::chrono::milliseconds(800));
 }
 
 TEST_F(GlooBootstrapTest, PeerWithTheWrongSecretFailsTheProofAndThatSetUpAlone) {

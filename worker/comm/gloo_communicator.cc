@@ -1,5 +1,6 @@
 #include "worker/comm/gloo_communicator.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <exception>
@@ -9,13 +10,13 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "gloo/rendezvous/context.h"
+#include "gloo/context.h"
 #include "glog/logging.h"
-#include "gloo/transport/tcp/device.h"
 #include "gloo/transport/unbound_buffer.h"
 #include "wire/limits.h"
 #include "wire/worker_secret.h"
 #include "worker/comm/collective_proof.h"
+#include "worker/comm/gloo_mesh.h"
 
 namespace pagoda::worker::comm {
 namespace {
@@ -26,6 +27,9 @@ class GlooCommunicator final : public CollectiveCommunicator {
  public:
   GlooCommunicator(std::shared_ptr<gloo::Context> context, std::chrono::milliseconds timeout)
       : context_(std::move(context)), timeout_(timeout) {}
+  // The join's proof runs within the try's deadline, the group's
+  // collectives within the collective timeout. Collective thread only.
+  void set_timeout(std::chrono::milliseconds timeout) { timeout_ = timeout; }
   ~GlooCommunicator() override = default;
 
   absl::Status AllReduceSum(void* data, size_t count, DType dtype) override {
@@ -142,8 +146,8 @@ class GlooCommunicator final : public CollectiveCommunicator {
   }
 
   const std::shared_ptr<gloo::Context> context_;
-  const std::chrono::milliseconds timeout_;
   // Owned by the collective thread.
+  std::chrono::milliseconds timeout_;
   absl::Status failure_;
   std::vector<float> scratch_;
   std::vector<float> sum_;
@@ -164,27 +168,40 @@ absl::Status ProveOverPairs(GlooCommunicator& comm, const GlooOptions& options,
                           });
 }
 
-// One try: the full mesh under the try's own keys, then the proof.
-absl::StatusOr<std::unique_ptr<GlooCommunicator>> ConnectAndProve(const GlooOptions& options,
-                                                                  RendezvousStoreClient& store,
-                                                                  const std::string& group) {
-  std::unique_ptr<GlooCommunicator> comm;
-  try {
-    gloo::transport::tcp::attr attr;
-    attr.hostname = options.listen_host;
-    std::shared_ptr<gloo::transport::Device> device = gloo::transport::tcp::CreateDevice(attr);
-    auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.world_size);
-    context->setTimeout(options.timeout);
-    context->connectFullMesh(store, device);
-    comm = std::make_unique<GlooCommunicator>(std::move(context), options.timeout);
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(
-        absl::StrCat("rank ", options.rank, " could not join the Gloo group: ", e.what()));
+std::chrono::milliseconds Until(Clock::time_point deadline) {
+  return std::max(std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()),
+                  std::chrono::milliseconds(1));
+}
+
+// One try's pairs and proof, all within `deadline`. A peer that fails its
+// try sets kTryAbortKey; the watch then aborts this rank's pairs, so no rank
+// waits out the deadline on connections that will never carry a proof.
+absl::StatusOr<std::unique_ptr<GlooCommunicator>> ConnectAndProve(
+    const GlooOptions& options, RendezvousStoreClient& store, const RendezvousAddress& address,
+    Clock::time_point deadline) {
+  absl::StatusOr<std::shared_ptr<gloo::Context>> context =
+      OpenGlooPairs(options.rank, options.world_size, options.listen_host, Until(deadline));
+  if (!context.ok()) return context.status();
+  auto comm = std::make_unique<GlooCommunicator>(*context, Until(deadline));
+  absl::StatusOr<std::unique_ptr<TryAbortWatch>> watch = TryAbortWatch::Start(
+      address, options.timeout, deadline, [raw = comm.get()] { raw->Abort(); });
+  if (!watch.ok()) return watch.status();
+  absl::Status joined = ConnectGlooPairs(**context, store, deadline);
+  if (joined.ok()) {
+    comm->set_timeout(Until(deadline));
+    joined = ProveOverPairs(*comm, options, address.prefix);
   }
-  if (absl::Status proved = ProveOverPairs(*comm, options, group); !proved.ok()) {
-    comm->Abort();  // The peers' pending rounds end now, not at their timeout.
-    return proved;
+  (*watch)->Stop();
+  // A peer's abort is why this try failed, unless this rank saw a wrong tag.
+  if ((*watch)->fired() && !absl::IsPermissionDenied(joined)) {
+    return absl::AbortedError(absl::StrCat("a peer of rank ", options.rank,
+                                           " failed this join try (", joined.ToString(), ")"));
   }
+  if (!joined.ok()) {
+    comm->Abort();  // The peers' pending rounds end now, not at their deadline.
+    return joined;
+  }
+  comm->set_timeout(options.timeout);
   return comm;
 }
 
@@ -203,6 +220,58 @@ absl::StatusOr<bool> EveryRankJoined(RendezvousStoreClient& store, const GlooOpt
     all = all && *verdict == "1";
   }
   return all;
+}
+
+// Every rank sets "ready<rank>" and waits for all: no rank opens a listener
+// while a peer is still on its way (the racer's best window).
+absl::Status EveryRankReady(RendezvousStoreClient& store, const GlooOptions& options,
+                            Clock::time_point deadline) {
+  if (absl::Status s = store.Set(absl::StrCat("ready", options.rank), "1"); !s.ok()) return s;
+  for (int rank = 0; rank < options.world_size; ++rank) {
+    absl::StatusOr<std::string> ready = store.GetUntil(absl::StrCat("ready", rank), deadline);
+    if (!ready.ok()) return ready.status();
+  }
+  return absl::OkStatus();
+}
+
+// What one try ended with: a group, a failure that the next try may not
+// have (`retry`), or one that ends the join.
+struct TryOutcome {
+  absl::StatusOr<std::unique_ptr<GlooCommunicator>> comm;
+  bool retry = false;
+  bool ran_out_of_time = false;  // It ended at its deadline, not on an error.
+};
+
+TryOutcome RunJoinTry(const GlooOptions& options, int attempt,
+                      std::chrono::milliseconds try_timeout, Clock::time_point join_deadline) {
+  RendezvousAddress address = options.rendezvous;
+  address.prefix = absl::StrCat(address.prefix, "/try", attempt);
+  absl::StatusOr<std::unique_ptr<RendezvousStoreClient>> store =
+      RendezvousStoreClient::Connect(address, options.timeout);
+  if (!store.ok()) return {store.status()};
+  if (absl::Status ready = EveryRankReady(**store, options, join_deadline); !ready.ok()) {
+    return {ready};
+  }
+  const Clock::time_point try_deadline = Clock::now() + try_timeout;
+  TryOutcome outcome{ConnectAndProve(options, **store, address, try_deadline)};
+  outcome.ran_out_of_time = Clock::now() >= try_deadline;
+  if (!outcome.comm.ok()) (*store)->Set(kTryAbortKey, "1").IgnoreError();
+  // A live rank posts its verdict within world_size x try_timeout (its
+  // connects wait one try_timeout each at most); one more for a rank that
+  // the scheduler kept waiting.
+  absl::StatusOr<bool> all_joined = EveryRankJoined(
+      **store, options, outcome.comm.ok(), try_deadline + options.world_size * try_timeout);
+  if (!all_joined.ok()) {
+    if (outcome.comm.ok()) outcome.comm = all_joined.status();
+    return outcome;
+  }
+  if (*all_joined) return outcome;
+  if (outcome.comm.ok()) {
+    outcome.comm = absl::UnavailableError(
+        absl::StrCat("a peer of rank ", options.rank, " failed to join the group"));
+  }
+  outcome.retry = true;
+  return outcome;
 }
 
 absl::Status ValidateGlooOptions(const GlooOptions& options) {
@@ -229,28 +298,23 @@ absl::Status ValidateGlooOptions(const GlooOptions& options) {
 absl::StatusOr<std::unique_ptr<CollectiveCommunicator>> CreateGlooCommunicator(
     const GlooOptions& options) {
   if (absl::Status valid = ValidateGlooOptions(options); !valid.ok()) return valid;
-  absl::Status last_failure;
-  for (int attempt = 1; attempt <= kMaxGlooJoinTries; ++attempt) {
-    RendezvousAddress address = options.rendezvous;
-    address.prefix = absl::StrCat(address.prefix, "/try", attempt);
-    absl::StatusOr<std::unique_ptr<RendezvousStoreClient>> store =
-        RendezvousStoreClient::Connect(address, options.timeout);
-    if (!store.ok()) return store.status();
-    absl::StatusOr<std::unique_ptr<GlooCommunicator>> comm =
-        ConnectAndProve(options, **store, address.prefix);
-    // A try ends within (world + 2) x timeout on every rank: each pair's
-    // connect, the store's wait and the proof's two rounds are bounded by it.
-    absl::StatusOr<bool> all_joined = EveryRankJoined(
-        **store, options, comm.ok(), Clock::now() + (options.world_size + 2) * options.timeout);
-    if (!all_joined.ok()) return comm.ok() ? all_joined.status() : comm.status();
-    if (*all_joined) return std::unique_ptr<CollectiveCommunicator>(*std::move(comm));
-    last_failure = comm.ok() ? absl::UnavailableError(absl::StrCat(
-                                   "a peer of rank ", options.rank, " failed to join the group"))
-                             : comm.status();
-    LOG(WARNING) << "rank " << options.rank << ": Gloo join try " << attempt << " of "
-                 << kMaxGlooJoinTries << " failed (" << last_failure << ")";
+  const Clock::time_point join_deadline = Clock::now() + options.timeout;
+  std::chrono::milliseconds try_timeout = std::min(kFirstGlooTryTimeout, options.timeout);
+  for (int attempt = 1;; ++attempt) {
+    TryOutcome outcome = RunJoinTry(options, attempt, try_timeout, join_deadline);
+    if (outcome.comm.ok()) return std::unique_ptr<CollectiveCommunicator>(*std::move(outcome.comm));
+    if (!outcome.retry) return outcome.comm.status();
+    LOG(WARNING) << "rank " << options.rank << ": Gloo join try " << attempt << " failed ("
+                 << outcome.comm.status() << ")";
+    if (attempt == kMaxGlooJoinTries || Clock::now() >= join_deadline) {
+      return outcome.comm.status();
+    }
+    // A try that ran into its deadline may have been too short for this
+    // machine's load, not attacked: the next one gets twice the time.
+    if (outcome.ran_out_of_time) {
+      try_timeout = std::min(2 * try_timeout, options.timeout);
+    }
   }
-  return last_failure;
 }
 
 }  // namespace pagoda::worker::comm

@@ -8,10 +8,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "wire/rendezvous_protocol.h"
@@ -141,22 +141,29 @@ absl::StatusOr<std::string> RendezvousStoreClient::GetUntil(const std::string& k
   if (full_key.size() > rendezvous::kMaxKeyBytes || !rendezvous::ValidateKey(full_key).ok()) {
     return absl::InvalidArgumentError(absl::StrCat("bad rendezvous key ", key));
   }
-  auto pause = std::chrono::milliseconds(1);
   while (true) {
+    // At least one ask, even past the deadline: a key already set is found.
+    auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
+    const auto wait = std::chrono::milliseconds(
+        std::clamp<int64_t>(left.count(), 0, rendezvous::kMaxWaitMillis));
     absl::StatusOr<std::string> value;
     {
       absl::MutexLock lock(&mu_);
-      value = Call(static_cast<int>(rendezvous::Op::kGet), full_key, "", deadline);
+      // The store may hold its answer for the whole wait: the I/O deadline
+      // allows for it.
+      value = Call(static_cast<int>(rendezvous::Op::kWait), full_key,
+                   rendezvous::EncodeWaitMillis(static_cast<uint32_t>(wait.count())),
+                   Clock::now() + wait + std::chrono::milliseconds(rendezvous::kMaxWaitMillis));
     }
     if (!absl::IsNotFound(value.status())) return value;
-    if (Clock::now() + pause >= deadline) {
+    if (Clock::now() >= deadline) {
       return absl::DeadlineExceededError(
           absl::StrCat("rendezvous key ", key, " not set before the timeout"));
     }
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::milliseconds(50));
   }
 }
+
+void RendezvousStoreClient::Interrupt() { shutdown(fd_, SHUT_RDWR); }
 
 absl::StatusOr<std::string> RendezvousStoreClient::Get(const std::string& key) {
   return GetUntil(key, Clock::now() + timeout_);

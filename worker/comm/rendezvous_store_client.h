@@ -44,11 +44,16 @@ class RendezvousStoreClient final : public gloo::rendezvous::Store {
   RendezvousStoreClient& operator=(const RendezvousStoreClient&) = delete;
 
   absl::Status Set(const std::string& key, const std::string& value);
-  // Waits until `key` exists (polling), up to the client's timeout.
+  // Waits until `key` exists, up to the client's timeout. The store answers
+  // the moment the key is set (kWait), not at a next poll.
   absl::StatusOr<std::string> Get(const std::string& key);
   // Same, up to `deadline` instead (DEADLINE_EXCEEDED after it).
   absl::StatusOr<std::string> GetUntil(const std::string& key,
                                        std::chrono::steady_clock::time_point deadline);
+  // Ends a call that another thread has in progress (it fails with
+  // UNAVAILABLE), and every later call: for a thread that waits on the store
+  // on someone else's behalf and must be stopped. Callable from any thread.
+  void Interrupt();
 
   // gloo::rendezvous::Store.
   void set(const std::string& key, const std::vector<char>& data) override;

@@ -87,6 +87,50 @@ TEST_F(RendezvousStoreTest, SetThenGetAcrossClientsAndPrefixes) {
   EXPECT_EQ((*other_group)->Get("rank_0").status().code(), absl::StatusCode::kDeadlineExceeded);
 }
 
+// The store answers a waiting Get the moment the key is set (kWait), not at
+// a next poll; a wait past its bound ends with NOT_FOUND, which the client
+// turns into DEADLINE_EXCEEDED at its own deadline.
+TEST_F(RendezvousStoreTest, WaitingGetIsAnsweredWhenTheKeyIsSet) {
+  auto writer = RendezvousStoreClient::Connect(Address(), milliseconds(2000));
+  auto reader = RendezvousStoreClient::Connect(Address(), milliseconds(2000));
+  ASSERT_TRUE(writer.ok() && reader.ok());
+  std::chrono::steady_clock::time_point set_at;
+  std::thread late_set([&] {
+    std::this_thread::sleep_for(milliseconds(150));
+    set_at = std::chrono::steady_clock::now();
+    ASSERT_TRUE((*writer)->Set("late", "v").ok());
+  });
+  auto value = (*reader)->GetUntil("late", std::chrono::steady_clock::now() + milliseconds(5000));
+  const auto answered = std::chrono::steady_clock::now();
+  late_set.join();
+  ASSERT_TRUE(value.ok()) << value.status();
+  // A poll doubling up to 50 ms would answer up to 50 ms late; a waiting
+  // store answers within a scheduler tick (generous: the machine is shared).
+  EXPECT_LT(answered - set_at, milliseconds(40));
+
+  const auto start = std::chrono::steady_clock::now();
+  // Longer than one wait (kMaxWaitMillis): the client asks again.
+  EXPECT_EQ((*reader)->GetUntil("never", start + milliseconds(1100)).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_GE(std::chrono::steady_clock::now() - start, milliseconds(1100));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(3000));
+}
+
+TEST_F(RendezvousStoreTest, InterruptEndsAWaitAtOnce) {
+  auto waiter = RendezvousStoreClient::Connect(Address(), milliseconds(2000));
+  ASSERT_TRUE(waiter.ok());
+  const auto start = std::chrono::steady_clock::now();
+  std::thread interrupter([&] {
+    std::this_thread::sleep_for(milliseconds(100));
+    (*waiter)->Interrupt();
+  });
+  auto value = (*waiter)->GetUntil("never", start + milliseconds(10000));
+  interrupter.join();
+  EXPECT_EQ(value.status().code(), absl::StatusCode::kUnavailable) << value.status();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(2000));
+  EXPECT_FALSE((*waiter)->Set("k", "v").ok());
+}
+
 TEST_F(RendezvousStoreTest, WrongSecretIsRefused) {
   RendezvousAddress address = Address();
   address.secret = std::string(64, 'a');
@@ -125,11 +169,14 @@ TEST_F(RendezvousStoreTest, MalformedFramesCloseTheConnection) {
       RawConnect(), Hello() + rendezvous::EncodeRequest({rendezvous::Op::kSet, "", "v"})));
   // A second hello.
   EXPECT_TRUE(ServerClosesAfter(RawConnect(), Hello() + Hello()));
+  // A wait whose value is not a 4-byte duration.
+  EXPECT_TRUE(ServerClosesAfter(
+      RawConnect(), Hello() + rendezvous::EncodeRequest({rendezvous::Op::kWait, "g/k", "12"})));
   // Wait for the server threads to count them all.
-  for (int i = 0; i < 100 && server_->rejected_connections() < 8; ++i) {
+  for (int i = 0; i < 100 && server_->rejected_connections() < 9; ++i) {
     std::this_thread::sleep_for(milliseconds(10));
   }
-  EXPECT_EQ(server_->rejected_connections(), 8);
+  EXPECT_EQ(server_->rejected_connections(), 9);
   // The store still serves well-formed clients.
   auto client = RendezvousStoreClient::Connect(Address(), milliseconds(2000));
   ASSERT_TRUE(client.ok());
