@@ -19,12 +19,14 @@ absl::StatusOr<int> OpenPrivateFile(const std::string& path, const std::string& 
         absl::StrCat("cannot open ", what, " '", path, "': ", strerror(errno)));
   }
   struct stat info;
-  if (fstat(fd, &info) != 0 || (info.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
+  // Group read is allowed: Kubernetes mounts a Secret for a pod with an
+  // fsGroup as root:<fsGroup> mode 0440, the group being the pod's own.
+  if (fstat(fd, &info) != 0 || (info.st_mode & (S_IWGRP | S_IXGRP | S_IRWXO)) != 0) {
     const unsigned mode = static_cast<unsigned>(info.st_mode & 07777);
     close(fd);
     return absl::InvalidArgumentError(absl::StrCat(
-        what, " '", path, "' is accessible to group or others (mode ", (mode >> 9) & 7,
-        (mode >> 6) & 7, (mode >> 3) & 7, mode & 7,
+        what, " '", path, "' is accessible to others or writable by its group (mode ",
+        (mode >> 9) & 7, (mode >> 6) & 7, (mode >> 3) & 7, mode & 7,
         "); make it readable by its owner only: chmod 600 '", path, "'"));
   }
   return fd;

@@ -8,15 +8,18 @@
 namespace pagoda {
 
 // The rule for a file that holds a credential (the worker secret, a TLS
-// private key): its owner alone may access it. A file group or others may
-// read is a credential other local users hold too, so it is refused at
-// start-up rather than used.
+// private key): others may not access it, and its group may at most read it.
+// A file others may read is a credential every local user holds too, so it
+// is refused at start-up rather than used. Group read is the one exception
+// because Kubernetes needs it: a Secret mounted in a pod with an fsGroup
+// arrives as root:<fsGroup>, mode 0440 whatever its defaultMode, and the
+// process reads it through that group, which is the pod's own.
 
 // Opens `path` (after symlinks, as Kubernetes mounts Secrets) read-only and
 // close-on-exec; returns the descriptor, which the caller closes.
 // INVALID_ARGUMENT naming `what` (e.g. "worker secret file") if it cannot be
-// opened, or if its mode grants group or others any access, saying to
-// chmod 600 it.
+// opened, or if its mode grants others any access or its group more than
+// read, saying to chmod 600 it.
 absl::StatusOr<int> OpenPrivateFile(const std::string& path, const std::string& what);
 
 // The whole of such a file (OpenPrivateFile's checks), at most `max_bytes`

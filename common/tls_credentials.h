@@ -24,7 +24,7 @@ struct TlsFiles {
 // Server side: plaintext when no file is given; TLS with certfile + keyfile;
 // mutual TLS (client certificates required and verified) with ca_certs too.
 // INVALID_ARGUMENT (naming `flag_prefix` + "ssl-...") for half-given or
-// unreadable files, and for a keyfile group or others may access
+// unreadable files, and for a keyfile others may access or its group write
 // (common/private_file.h: the rule of the worker secret file).
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     const TlsFiles& files, const std::string& flag_prefix = "--");

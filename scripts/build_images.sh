@@ -58,9 +58,33 @@ make_base_image() {
   rm -rf "$root"
 }
 
+# The CPU image has no CUDA toolkit, so its binaries must not link it. A host
+# with nvcc builds the CUDA backend into $BUILD_DIR (the test command does),
+# and then the image's three binaries are built once more without CUDA, in
+# ${BUILD_DIR}-cpu-image (unity, the same compiler launcher).
+image_build_dir() {
+  cmake --build "$BUILD_DIR" --target pagoda-worker >/dev/null
+  if ! ldd "$BUILD_DIR/bin/pagoda-worker" | grep -q libcudart; then
+    echo "$BUILD_DIR"
+    return
+  fi
+  local cpu_dir="${BUILD_DIR}-cpu-image"
+  local launcher
+  launcher=$(sed -n 's/^CMAKE_CXX_COMPILER_LAUNCHER[^=]*=//p' "$BUILD_DIR/CMakeCache.txt")
+  echo "build_images: $BUILD_DIR links CUDA; the CPU image's binaries come from $cpu_dir" >&2
+  cmake -S . -B "$cpu_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPAGODA_ENABLE_CUDA=OFF \
+    -DCMAKE_UNITY_BUILD=ON -DCMAKE_UNITY_BUILD_BATCH_SIZE=16 \
+    ${launcher:+-DCMAKE_CXX_COMPILER_LAUNCHER=$launcher -DCMAKE_C_COMPILER_LAUNCHER=$launcher} \
+    >/dev/null
+  echo "$cpu_dir"
+}
+
 build_image() {
-  cmake --build "$BUILD_DIR" --target pagoda-server pagoda-worker pagoda-cli >/dev/null
-  cmake --install "$BUILD_DIR" --prefix "$work/context/opt/pagoda" >/dev/null
+  local build_dir
+  build_dir=$(image_build_dir)
+  cmake --build "$build_dir" --target pagoda-server pagoda-worker pagoda-cli \
+    pagoda_sentencepiece_shim >/dev/null
+  cmake --install "$build_dir" --prefix "$work/context/opt/pagoda" >/dev/null
   # Debug symbols are not for the image.
   strip --strip-unneeded "$work"/context/opt/pagoda/bin/* "$work"/context/opt/pagoda/lib/*.so
   docker build --network host -q -f deploy/docker/Dockerfile.cpu --target prebuilt \

@@ -28,8 +28,8 @@ absl::StatusOr<std::string> ReadWorkerSecretFromFd(int fd);
 
 // Same, from a file (a mounted Kubernetes Secret, for connected workers).
 // INVALID_ARGUMENT, saying to chmod 600 it, if the file (after symlinks, as
-// Kubernetes mounts them) grants group or others any access: a secret other
-// local users can read is none.
+// Kubernetes mounts them) grants others any access or its group more than
+// read (common/private_file.h): a secret other local users can read is none.
 absl::StatusOr<std::string> ReadWorkerSecretFile(const std::string& path);
 
 // Compares in time independent of where the first difference is, so a caller

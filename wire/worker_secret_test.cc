@@ -50,8 +50,12 @@ TEST(WorkerSecretTest, ReadsAFile) {
   absl::StatusOr<std::string> refused = ReadWorkerSecretFile(path);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(refused.status().message().find("chmod 600"), std::string::npos) << refused.status();
-  chmod(path.c_str(), 0640);
+  chmod(path.c_str(), 0660);
   EXPECT_FALSE(ReadWorkerSecretFile(path).ok());
+  chmod(path.c_str(), 0604);
+  EXPECT_FALSE(ReadWorkerSecretFile(path).ok());
+  chmod(path.c_str(), 0440);  // A Kubernetes Secret under an fsGroup.
+  EXPECT_TRUE(ReadWorkerSecretFile(path).ok());
   chmod(path.c_str(), 0600);
   absl::StatusOr<std::string> secret = ReadWorkerSecretFile(path);
   ASSERT_TRUE(secret.ok()) << secret.status();

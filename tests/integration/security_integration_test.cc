@@ -447,14 +447,14 @@ std::string ReadFile(const std::string& path) {
 
 // A secret file other local users can read is refused at start-up by both
 // ends, with a message that says how to fix it.
-TEST(SecretFileTest, ReadableByGroupOrOthersIsRefusedAtStartUp) {
+TEST(SecretFileTest, ReadableByOthersOrWritableByGroupIsRefusedAtStartUp) {
   const std::string dir =
       (std::filesystem::temp_directory_path() / absl::StrCat("pagoda_secret_mode_", getpid()))
           .string();
   ASSERT_TRUE(MakeTinyModel(dir).ok());
   const std::string secret = dir + "/secret";
   std::ofstream(secret) << "connected-worker-secret-0123456789\n";
-  for (const char* mode : {"644", "640", "604"}) {
+  for (const char* mode : {"644", "660", "604"}) {
     ASSERT_EQ(chmod(secret.c_str(), std::stoi(mode, nullptr, 8)), 0);
     absl::StatusOr<std::string> worker = RunCommand(absl::StrCat(
         PAGODA_WORKER_BINARY, " --listen=127.0.0.1:0 --secret-file=", secret, " 2>&1; echo EXIT=$?"));
@@ -767,7 +767,7 @@ std::string RunToExit(const std::string& binary, const std::string& flags) {
 }
 
 // TLS flags are checked before anything serves or any worker starts: a
-// private key group or others may access (the worker secret file's rule,
+// private key others may access (the worker secret file's rule,
 // common/private_file.h), a certificate without its key, a file that
 // cannot be read, and worker TLS flags a server cannot use.
 TEST(ConnectedWorkerTest, TlsFlagsAreCheckedAtStartUp) {
@@ -788,7 +788,7 @@ TEST(ConnectedWorkerTest, TlsFlagsAreCheckedAtStartUp) {
     std::string binary, flags, expected;
   } cases[] = {
       {PAGODA_WORKER_BINARY, worker + "--ssl-certfile=" + cert + " --ssl-keyfile=" + open_key,
-       "--ssl-keyfile file '" + open_key + "' is accessible to group or others (mode 0644)"},
+       "--ssl-keyfile file '" + open_key + "' is accessible to others or writable by its group (mode 0644)"},
       {PAGODA_WORKER_BINARY, worker + "--ssl-certfile=" + cert, "go together"},
       {PAGODA_WORKER_BINARY, worker + "--ssl-certfile=" + dir + "/none.pem --ssl-keyfile=" + dir +
            "/secret",
