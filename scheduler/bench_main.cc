@@ -5,9 +5,12 @@
 // (transport and waiting), forward (as the workers report it), postprocessing
 // and, within forward, rank 0's tensor-parallel all-reduce time, read from
 // ModelInfo.engine_stats before and after. --warmup requests go first,
-// uncounted.
+// uncounted. --regex or --json_schema constrain every request (structured
+// outputs); --fresh_constraints gives each request a schema of its own
+// text, so its grammar is compiled and its states computed anew (cold).
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -42,6 +45,12 @@ ABSL_FLAG(std::string, trace, "",
           "--concurrency clients draining the queue.");
 ABSL_FLAG(int, trace_requests, 200, "Requests drawn from --trace (1..100000).");
 ABSL_FLAG(uint64_t, trace_seed, 1, "Seeds --trace.");
+ABSL_FLAG(float, temperature, -1.0f, "Sampling temperature of every request; < 0 = unset.");
+ABSL_FLAG(std::string, regex, "", "Constrain every request's text to this regex.");
+ABSL_FLAG(std::string, json_schema, "", "Constrain every request's text to this JSON Schema.");
+ABSL_FLAG(bool, fresh_constraints, false,
+          "With --json_schema: each request's schema a text of its own (a distinct \"title\"), "
+          "so no request finds its grammar compiled or its states computed.");
 
 namespace {
 
@@ -98,6 +107,29 @@ std::vector<Job> Jobs(int concurrency, int max_model_len) {
   return jobs;
 }
 
+// The constraint and temperature flags on `request`, the `number`-th sent.
+void SetSamplingFlags(int64_t number, pagoda::v1::GenerateRequest& request) {
+  if (const float temperature = absl::GetFlag(FLAGS_temperature); temperature >= 0) {
+    request.mutable_sampling()->set_temperature(temperature);
+  }
+  if (const std::string regex = absl::GetFlag(FLAGS_regex); !regex.empty()) {
+    request.set_regex(regex);
+  }
+  std::string schema = absl::GetFlag(FLAGS_json_schema);
+  if (schema.empty()) return;
+  if (absl::GetFlag(FLAGS_fresh_constraints)) {
+    // {"title": "bench N", ...rest}: the same language, another text.
+    const size_t brace = schema.find('{');
+    if (brace != std::string::npos) {
+      schema.insert(brace + 1, absl::StrFormat("\"title\": \"bench %d\", ", number));
+    }
+  }
+  request.set_json_schema(schema);
+}
+
+// Requests sent so far by this process: numbers --fresh_constraints' schemas.
+std::atomic<int64_t> requests_sent{0};
+
 LevelResult RunLevel(Generation::Stub& stub, int concurrency, int vocab_size,
                      const std::vector<Job>& jobs) {
   LevelResult result;
@@ -121,7 +153,10 @@ LevelResult RunLevel(Generation::Stub& stub, int concurrency, int vocab_size,
           request.add_prompt_token_ids(3 + (i * 31 + c * 7 + round * 13) % (vocab_size - 3));
         }
         request.mutable_stopping()->set_max_tokens(job.max_tokens);
-        request.mutable_stopping()->set_ignore_eos(true);
+        SetSamplingFlags(requests_sent.fetch_add(1), request);
+        // A constrained text ends where its language does (EOS).
+        request.mutable_stopping()->set_ignore_eos(request.constraint_case() ==
+                                                   pagoda::v1::GenerateRequest::CONSTRAINT_NOT_SET);
         grpc::ClientContext context;
         pagoda::v1::GenerateResponse response;
         grpc::Status status = stub.Generate(&context, request, &response);

@@ -22,6 +22,14 @@ namespace pagoda {
 // workers (wire/limits.h).
 inline constexpr uint64_t kMaxFrameBytes = wire::kMaxWorkerMessageBytes;
 
+// The step channel's frames from the server: a kind byte, then the
+// serialized message: a StepPlan, then, when the plan promises token masks
+// (SequenceStep.token_mask_follows), its StepMasks, sent while the worker
+// runs the forward pass. The worker answers each plan with a StepReply
+// (no kind byte: it sends nothing else).
+inline constexpr char kStepPlanFrame = 'P';
+inline constexpr char kStepMasksFrame = 'M';
+
 // Called between waits (at least every `poll_period`); returning false gives
 // up the wait with CANCELLED.
 using KeepWaiting = std::function<bool()>;

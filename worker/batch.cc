@@ -25,28 +25,10 @@ absl::Status SequenceError(const SequenceStep& step, absl::string_view problem) 
 
 int MaskWords(int vocab_size) { return (vocab_size + 31) / 32; }
 
-// A token mask: the vocabulary's words exactly, nothing set past it, and
-// some token allowed (a row with none could only fall back to a token the
-// constraint refuses).
 absl::Status CheckTokenMask(const SequenceStep& step, int vocab_size) {
-  const std::string& mask = step.sampling().token_mask();
-  if (mask.empty()) return absl::OkStatus();
-  const size_t words = MaskWords(vocab_size);
-  if (mask.size() != words * sizeof(uint32_t)) {
-    return SequenceError(step, absl::StrCat("token_mask has ", mask.size(), " bytes, expected ",
-                                            words * sizeof(uint32_t)));
-  }
-  bool any = false;
-  for (size_t w = 0; w < words; ++w) {
-    uint32_t word;
-    std::memcpy(&word, mask.data() + w * sizeof(uint32_t), sizeof(word));
-    const int first_id = static_cast<int>(w * 32);
-    if (first_id + 32 > vocab_size && (word >> (vocab_size - first_id)) != 0) {
-      return SequenceError(step, "token_mask allows a token outside the vocabulary");
-    }
-    any = any || word != 0;
-  }
-  if (!any) return SequenceError(step, "token_mask allows no token");
+  if (step.sampling().token_mask().empty()) return absl::OkStatus();
+  absl::Status status = CheckTokenMaskBytes(step.sampling().token_mask(), vocab_size);
+  if (!status.ok()) return SequenceError(step, status.message());
   return absl::OkStatus();
 }
 
@@ -69,18 +51,29 @@ absl::Status CheckSampling(const SequenceStep& step, int vocab_size) {
   const int64_t context = static_cast<int64_t>(step.start_position()) + step.token_ids_size();
   absl::Status processing = CheckLogitsProcessing(sampling, vocab_size, context);
   if (!processing.ok()) return SequenceError(step, processing.message());
+  if (step.token_mask_follows() && !sampling.token_mask().empty()) {
+    return SequenceError(step, "token_mask_follows with a token_mask in the plan");
+  }
   return CheckTokenMask(step, vocab_size);
 }
 
 // The logits processing of one sampled row, into the batch's row arrays.
-void AppendRowProcessing(const pagoda::worker::v1::SamplingOptions& sampling, int vocab_size,
-                         FlatBatch& batch) {
+void AppendRowProcessing(const pagoda::worker::v1::SamplingOptions& sampling,
+                         bool mask_follows, int vocab_size, FlatBatch& batch) {
   batch.min_p.push_back(sampling.min_p());
   batch.penalties.push_back(PenaltiesOf(sampling));
   AppendLogitEdits(sampling, vocab_size, &batch.edits);
   batch.edit_offsets.push_back(static_cast<int32_t>(batch.edits.size()));
   batch.processed_logprobs.push_back(sampling.processed_logprobs() ? 1 : 0);
   const std::string& mask = sampling.token_mask();
+  if (mask_follows) {
+    // Room for the mask that follows (ApplyStepMasks), so the upload before
+    // the forward pass already has its final layout.
+    batch.pending_mask_rows.push_back(batch.num_logits_rows() - 1);
+    batch.mask_offsets.push_back(static_cast<int32_t>(batch.token_masks.size()));
+    batch.token_masks.resize(batch.token_masks.size() + MaskWords(vocab_size), 0);
+    return;
+  }
   if (mask.empty()) {
     batch.mask_offsets.push_back(-1);
     return;
@@ -190,6 +183,8 @@ absl::StatusOr<int> CheckSequence(const SequenceStep& step, const BatchLimits& l
   }
   if (step.do_sample()) {
     if (absl::Status status = CheckSampling(step, limits.vocab_size); !status.ok()) return status;
+  } else if (step.token_mask_follows()) {
+    return SequenceError(step, "token_mask_follows on a row that does not sample");
   }
   if (absl::Status status = CheckPromptLogprobs(step, limits.vocab_size); !status.ok()) {
     return status;
@@ -252,10 +247,69 @@ void AppendSequence(const SequenceStep& step, int s, const BatchLimits& limits, 
   batch->seeds.push_back(sampling.seed());
   batch->sample_indices.push_back(static_cast<uint64_t>(step.sample_index()));
   batch->num_logprobs.push_back(sampling.num_logprobs());
-  AppendRowProcessing(sampling, limits.vocab_size, *batch);
+  AppendRowProcessing(sampling, step.token_mask_follows(), limits.vocab_size, *batch);
 }
 
 }  // namespace
+
+absl::Status CheckTokenMaskBytes(absl::string_view mask, int vocab_size) {
+  const size_t words = MaskWords(vocab_size);
+  if (mask.size() != words * sizeof(uint32_t)) {
+    return absl::InvalidArgumentError(absl::StrCat("token_mask has ", mask.size(),
+                                                   " bytes, expected ", words * sizeof(uint32_t)));
+  }
+  bool any = false;
+  for (size_t w = 0; w < words; ++w) {
+    uint32_t word;
+    std::memcpy(&word, mask.data() + w * sizeof(uint32_t), sizeof(word));
+    const int first_id = static_cast<int>(w * 32);
+    if (first_id + 32 > vocab_size && (word >> (vocab_size - first_id)) != 0) {
+      return absl::InvalidArgumentError("token_mask allows a token outside the vocabulary");
+    }
+    any = any || word != 0;
+  }
+  // A row with none could only fall back to a token the constraint refuses.
+  if (!any) return absl::InvalidArgumentError("token_mask allows no token");
+  return absl::OkStatus();
+}
+
+absl::Status ApplyStepMasks(const StepPlan& plan, const pagoda::worker::v1::StepMasks& masks,
+                            int vocab_size, FlatBatch* batch) {
+  if (masks.step_id() != plan.step_id()) {
+    return absl::InvalidArgumentError(absl::StrCat("token masks for step ", masks.step_id(),
+                                                   " arrived for step ", plan.step_id()));
+  }
+  const std::vector<int32_t>& rows = batch->pending_mask_rows;
+  if (masks.rows_size() != static_cast<int>(rows.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("step ", plan.step_id(), " has ",
+                                                   masks.rows_size(), " token masks, its plan promised ",
+                                                   rows.size()));
+  }
+  // Everything is checked before anything is written.
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const SequenceStep& step = plan.sequences(batch->sample_sequences[rows[i]]);
+    const pagoda::worker::v1::RowTokenMask& row = masks.rows(static_cast<int>(i));
+    if (row.seq_id() != step.seq_id()) {
+      return absl::InvalidArgumentError(absl::StrCat("token mask ", i, " is for seq_id ",
+                                                     row.seq_id(), ", the plan's is ", step.seq_id()));
+    }
+    if (row.token_mask().empty()) continue;
+    absl::Status checked = CheckTokenMaskBytes(row.token_mask(), vocab_size);
+    if (!checked.ok()) return SequenceError(step, checked.message());
+  }
+  static_assert(std::endian::native == std::endian::little);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const std::string& mask = masks.rows(static_cast<int>(i)).token_mask();
+    int32_t& offset = batch->mask_offsets[rows[i]];
+    if (mask.empty()) {
+      offset = -1;  // Unconstrained: its reserved words stay unread.
+    } else {
+      std::memcpy(batch->token_masks.data() + offset, mask.data(), mask.size());
+    }
+  }
+  batch->pending_mask_rows.clear();
+  return absl::OkStatus();
+}
 
 absl::StatusOr<FlatBatch> FlattenStepPlan(const StepPlan& plan, const BatchLimits& limits) {
   // Everything is checked before anything is flattened: a rejected plan

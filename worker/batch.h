@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/logits_processing.h"
 #include "pagoda/worker/v1/worker.pb.h"
 #include "worker/backend.h"
@@ -64,6 +65,10 @@ struct FlatBatch {
   // ceil(vocab_size / 32) words each.
   std::vector<int32_t> mask_offsets;
   std::vector<uint32_t> token_masks;
+  // Logits rows whose mask follows the plan (SequenceStep.token_mask_follows),
+  // in plan order: their words in `token_masks` are reserved, zero, until
+  // ApplyStepMasks fills them.
+  std::vector<int32_t> pending_mask_rows;
   // Per logits row, 1 when its logprobs are those of the processed logits
   // (SamplingOptions.processed_logprobs: beam search), else 0.
   std::vector<uint8_t> processed_logprobs;
@@ -83,6 +88,7 @@ struct FlatBatch {
   int num_seqs() const { return static_cast<int>(context_lens.size()); }
   int num_logits_rows() const { return static_cast<int>(logits_indices.size()); }
   bool wants_prompt_logprobs() const { return !prompt_logprob_rows.empty(); }
+  bool awaits_masks() const { return !pending_mask_rows.empty(); }
 };
 
 // Validates `plan` and flattens it. INVALID_ARGUMENT, naming the seq_id and
@@ -93,12 +99,30 @@ struct FlatBatch {
 // [0, num_gpu_blocks), sampling options out of range (negative or NaN
 // temperature, top_p outside [0, 1], negative top_k, num_logprobs outside
 // [0, 20], logits processing out of bounds: worker/logits_edits.h, a token
-// mask of the wrong size, with bits past the vocabulary or with none set);
+// mask of the wrong size, with bits past the vocabulary or with none set,
+// token_mask_follows on a row that does not sample or that has a token_mask);
 // prompt logprobs asked of more rows than the chunk has, of a token outside
 // the vocabulary, or with num_prompt_top_logprobs outside [0, 20]; and for
 // block moves with ids outside their cache.
 absl::StatusOr<FlatBatch> FlattenStepPlan(const pagoda::worker::v1::StepPlan& plan,
                                           const BatchLimits& limits);
+
+// OK when `mask` is a token mask of a vocabulary of `vocab_size`
+// (SamplingOptions.token_mask): MaskWords words exactly, no bit past the
+// vocabulary, at least one set; INVALID_ARGUMENT naming the problem.
+absl::Status CheckTokenMaskBytes(absl::string_view mask, int vocab_size);
+
+// Fills the masks that followed `plan` into its flattened `batch`: the
+// second half of the trust boundary, for the rows FlattenStepPlan reserved
+// (pending_mask_rows). INVALID_ARGUMENT, with `batch` unchanged, when
+// `masks` is for another step, has another number of rows, names another
+// seq_id at some row, or carries a mask CheckTokenMaskBytes refuses. An
+// empty row mask leaves its row unconstrained (mask_offsets -1).
+// REQUIRES: `batch` is FlattenStepPlan(plan, limits) with
+// limits.vocab_size == vocab_size.
+absl::Status ApplyStepMasks(const pagoda::worker::v1::StepPlan& plan,
+                            const pagoda::worker::v1::StepMasks& masks, int vocab_size,
+                            FlatBatch* batch);
 
 // Appends one SampledToken per logits row of `batch` to `result`, in row
 // order: the row's sequence's seq_id, the sampled token and its logprob, and

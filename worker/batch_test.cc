@@ -11,6 +11,7 @@ namespace {
 
 using pagoda::worker::v1::SequenceStep;
 using pagoda::worker::v1::StepPlan;
+namespace v1 = ::pagoda::worker::v1;
 using ::testing::ElementsAre;
 
 SequenceStep* AddStep(StepPlan& plan, int64_t seq_id, std::vector<int> tokens, int start,
@@ -146,6 +147,70 @@ TEST(FlattenStepPlanTest, ChecksAndCarriesTokenMasks) {
     auto result = FlattenStepPlan(refused, limits);
     ASSERT_FALSE(result.ok());
     EXPECT_NE(result.status().message().find("token_mask"), std::string::npos) << result.status();
+  }
+}
+
+// Masks that follow the plan (SequenceStep.token_mask_follows): their words
+// are reserved at flattening, then filled by ApplyStepMasks, which refuses
+// whatever does not answer the plan and then leaves the batch as it was.
+TEST(ApplyStepMasksTest, FillsTheReservedRowsAndRefusesMasksThatDoNotFitThePlan) {
+  auto mask_of = [](std::vector<uint32_t> words) {
+    return std::string(reinterpret_cast<const char*>(words.data()), words.size() * 4);
+  };
+  const BatchLimits limits{.vocab_size = 40, .block_size = 4, .num_gpu_blocks = 10, .num_cpu_blocks = 2};
+  StepPlan plan;
+  plan.set_step_id(7);
+  AddStep(plan, 1, {1}, 0, {0}, true)->set_token_mask_follows(true);
+  AddStep(plan, 2, {1}, 0, {1}, true);
+  AddStep(plan, 3, {1}, 0, {2}, true)->set_token_mask_follows(true);
+  auto flat = FlattenStepPlan(plan, limits);
+  ASSERT_TRUE(flat.ok()) << flat.status();
+  EXPECT_THAT(flat->mask_offsets, ElementsAre(0, -1, 2));
+  EXPECT_THAT(flat->token_masks, ElementsAre(0u, 0u, 0u, 0u));
+  EXPECT_THAT(flat->pending_mask_rows, ElementsAre(0, 2));
+
+  auto masks_for = [&](int64_t step_id, std::vector<std::pair<int64_t, std::string>> rows) {
+    v1::StepMasks masks;
+    masks.set_step_id(step_id);
+    for (const auto& [seq_id, mask] : rows) {
+      v1::RowTokenMask* row = masks.add_rows();
+      row->set_seq_id(seq_id);
+      row->set_token_mask(mask);
+    }
+    return masks;
+  };
+  const std::string good = mask_of({0x6, 0x1});
+  const std::vector<v1::StepMasks> refused = {
+      masks_for(8, {{1, good}, {3, good}}),                  // Another step's.
+      masks_for(7, {{1, good}}),                             // A row short.
+      masks_for(7, {{1, good}, {3, good}, {2, good}}),       // A row too many.
+      masks_for(7, {{3, good}, {1, good}}),                  // Out of order.
+      masks_for(7, {{1, good}, {3, mask_of({0x6})}}),        // Too short.
+      masks_for(7, {{1, good}, {3, mask_of({1, 0x100})}}),   // Past the vocabulary.
+      masks_for(7, {{1, good}, {3, mask_of({0, 0})}}),       // Allows nothing.
+  };
+  for (const v1::StepMasks& masks : refused) {
+    FlatBatch batch = *flat;
+    absl::Status status = ApplyStepMasks(plan, masks, limits.vocab_size, &batch);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << masks.DebugString();
+    EXPECT_EQ(batch.token_masks, flat->token_masks) << status;
+    EXPECT_EQ(batch.mask_offsets, flat->mask_offsets) << status;
+  }
+
+  // An empty row mask: that draw is unconstrained.
+  FlatBatch batch = *flat;
+  ASSERT_TRUE(ApplyStepMasks(plan, masks_for(7, {{1, ""}, {3, good}}), 40, &batch).ok());
+  EXPECT_THAT(batch.mask_offsets, ElementsAre(-1, -1, 2));
+  EXPECT_THAT(batch.token_masks, ElementsAre(0u, 0u, 0x6u, 0x1u));
+  EXPECT_FALSE(batch.awaits_masks());
+
+  // The promise itself is checked with the plan.
+  for (bool sample : {false, true}) {
+    StepPlan bad;
+    SequenceStep* step = AddStep(bad, 1, {1}, 0, {0}, sample);
+    step->set_token_mask_follows(true);
+    if (sample) step->mutable_sampling()->set_token_mask(good);
+    EXPECT_EQ(FlattenStepPlan(bad, limits).status().code(), absl::StatusCode::kInvalidArgument);
   }
 }
 

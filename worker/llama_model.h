@@ -100,6 +100,13 @@ class LlamaModel {
   // cache->shape() == CacheShape(block size, its dtype).
   absl::StatusOr<ForwardOutput> Forward(const FlatBatch& batch, CacheEngine* cache);
 
+  // Puts the token masks that followed the plan (ApplyStepMasks on `batch`
+  // after Forward) where the sampler reads them: `output`'s sampling arrays.
+  // REQUIRES: `output` is the last Forward(batch, ...)'s.
+  void UploadTokenMasks(const FlatBatch& batch, const ForwardOutput& output) {
+    uploader_.UploadTokenMasks(batch, output.sampling);
+  }
+
   // logits[r, :] = lm_head(hidden[r, :]) for `rows` rows: the logits of
   // token rows a Forward left in ForwardOutput::final_hidden (prompt
   // logprobs). REQUIRES: rank 0; hidden points at rows of final_hidden,

@@ -1,6 +1,7 @@
 #ifndef PAGODA_WORKER_MODEL_RUNNER_H_
 #define PAGODA_WORKER_MODEL_RUNNER_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -8,6 +9,14 @@
 #include "pagoda/worker/v1/worker.pb.h"
 
 namespace pagoda::worker {
+
+// Waits for the token masks that follow a plan (SequenceStep.
+// token_mask_follows): called by the step, after its forward pass, on every
+// rank; returns the StepMasks that arrived. INVALID_ARGUMENT refuses the
+// step (what came cannot be its masks); any other error (deadline,
+// cancellation, a closed channel) is a fault. Null when no masks can
+// follow: a plan that promises some is then refused.
+using StepMaskWait = std::function<absl::StatusOr<pagoda::worker::v1::StepMasks>()>;
 
 // Everything a worker does with bytes: load a model shard, size and own the
 // KV cache, execute step plans. Knows nothing of gRPC: the worker service wraps
@@ -36,8 +45,17 @@ class ModelRunner {
   // INTERNAL for a backend's error, UNAVAILABLE, DEADLINE_EXCEEDED or ABORTED
   // for a failed tensor-parallel collective; every later step may fail too,
   // so the group must be loaded again.
+  // `wait_for_masks` brings the masks the plan promised, after the forward
+  // pass (StepMaskWait); masks that do not match the plan refuse the step
+  // with INVALID_ARGUMENT (ApplyStepMasks) after the forward pass ran: the
+  // cache then holds this step's writes, which only its own sequences read.
   virtual absl::StatusOr<pagoda::worker::v1::StepResult> ExecuteStep(
-      const pagoda::worker::v1::StepPlan& plan) = 0;
+      const pagoda::worker::v1::StepPlan& plan, const StepMaskWait& wait_for_masks) = 0;
+  // A plan with every mask inside it.
+  absl::StatusOr<pagoda::worker::v1::StepResult> ExecuteStep(
+      const pagoda::worker::v1::StepPlan& plan) {
+    return ExecuteStep(plan, nullptr);
+  }
 
   // Makes a collective in progress (and every later one) fail promptly, so a
   // step waiting on a peer that will never answer returns instead of holding

@@ -39,7 +39,8 @@ absl::Status ModelRunnerBase::InitCache(const InitCacheRequest& request) {
   return OnCacheAllocated();
 }
 
-absl::StatusOr<StepResult> ModelRunnerBase::ExecuteStep(const StepPlan& plan) {
+absl::StatusOr<StepResult> ModelRunnerBase::ExecuteStep(const StepPlan& plan,
+                                                        const StepMaskWait& wait_for_masks) {
   if (cache_ == nullptr) return absl::FailedPreconditionError("ExecuteStep before InitCache");
   UseDevice();
   return ExecuteStepPlan(plan,
@@ -49,7 +50,8 @@ absl::StatusOr<StepResult> ModelRunnerBase::ExecuteStep(const StepPlan& plan) {
                                        .samples = &samples_,
                                        .model = model_.get(),
                                        .vocab_size = model_->config().vocab_size,
-                                       .max_positions = model_->max_positions()},
+                                       .max_positions = model_->max_positions(),
+                                       .wait_for_masks = &wait_for_masks},
                          [this](const FlatBatch& batch) { return RunForward(batch); });
 }
 

@@ -44,7 +44,9 @@ class ModelRunnerBase : public ModelRunner {
 
   // ExecuteStepPlan over this runner's cache, backend and communicator, with
   // RunForward as the forward pass.
-  absl::StatusOr<v1::StepResult> ExecuteStep(const v1::StepPlan& plan) final;
+  absl::StatusOr<v1::StepResult> ExecuteStep(const v1::StepPlan& plan,
+                                             const StepMaskWait& wait_for_masks) final;
+  using ModelRunner::ExecuteStep;
 
   // Aborts the group's communicator, so a collective waiting on a dead rank
   // fails its step with ABORTED instead of waiting out the timeout.

@@ -164,4 +164,16 @@ StepBatch StepBatchUploader::Upload(const FlatBatch& batch, Workspace* workspace
   return out;
 }
 
+void StepBatchUploader::UploadTokenMasks(const FlatBatch& batch, const SamplingBatch& sampling) {
+  if (batch.token_masks.empty() || sampling.mask_offsets == nullptr) return;
+  const Layout layout = LayoutFor(CapacityOf(batch));
+  char* staging = static_cast<char*>(staging_->raw());
+  Pack<int32_t>(staging, layout.mask_offsets, batch.mask_offsets);
+  Pack<uint32_t>(staging, layout.token_masks, batch.token_masks);
+  backend_->UploadBytes(staging + layout.mask_offsets, const_cast<int32_t*>(sampling.mask_offsets),
+                        batch.mask_offsets.size() * sizeof(int32_t));
+  backend_->UploadBytes(staging + layout.token_masks, const_cast<uint32_t*>(sampling.token_masks),
+                        batch.token_masks.size() * sizeof(uint32_t));
+}
+
 }  // namespace pagoda::worker

@@ -46,6 +46,14 @@ class StepBatchUploader {
   // workspace is Reset.
   StepBatch Upload(const FlatBatch& batch, Workspace* workspace);
 
+  // Uploads `batch`'s token mask arrays (mask_offsets, token_masks) again,
+  // to where `sampling` points: the masks that followed the plan
+  // (ApplyStepMasks filled them after Upload), before sampling reads them.
+  // Reuses the staging buffer (uploads are synchronous), so allocates
+  // nothing. REQUIRES: `sampling` is Upload(batch, ...)'s, and only the
+  // masks of `batch` changed since.
+  void UploadTokenMasks(const FlatBatch& batch, const SamplingBatch& sampling);
+
  private:
   Backend* backend_;
   std::unique_ptr<Buffer> staging_;

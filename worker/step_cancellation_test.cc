@@ -37,7 +37,8 @@ class CollectiveWaitingRunner final : public ModelRunner {
     return v1::LoadModelResponse();
   }
   absl::Status InitCache(const v1::InitCacheRequest&) override { return absl::OkStatus(); }
-  absl::StatusOr<v1::StepResult> ExecuteStep(const v1::StepPlan& plan) override {
+  absl::StatusOr<v1::StepResult> ExecuteStep(const v1::StepPlan& plan,
+                                             const StepMaskWait&) override {
     if (plan.sequences_size() == 0) return v1::StepResult();
     aborted_.WaitForNotificationWithTimeout(absl::Seconds(30));
     return absl::AbortedError("communicator aborted");

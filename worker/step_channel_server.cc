@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "glog/logging.h"
 #include "wire/frame_channel.h"
@@ -17,6 +18,28 @@ namespace v1 = ::pagoda::worker::v1;
 // A reply the server stopped reading for this long is abandoned with the
 // channel (the server has given up on this worker by then).
 constexpr absl::Duration kReplyTimeout = absl::Seconds(60);
+// The masks a plan promised come within the server's step deadline (60 s);
+// a wait past it is for a server that gave up.
+constexpr absl::Duration kMasksTimeout = absl::Seconds(60);
+
+// The reply to one frame that should hold a plan.
+v1::StepReply ExecuteFrame(WorkerService& service, absl::string_view frame,
+                           const StepMaskWait& wait_for_masks) {
+  v1::StepReply reply;
+  v1::StepPlan plan;
+  if (frame.empty() || frame[0] != kStepPlanFrame ||
+      !plan.ParseFromArray(frame.data() + 1, static_cast<int>(frame.size() - 1))) {
+    reply.set_code(static_cast<int>(absl::StatusCode::kInvalidArgument));
+    reply.set_message("step channel: the frame is not a StepPlan");
+  } else if (absl::StatusOr<v1::StepResult> result = service.ExecuteLocalStep(plan, wait_for_masks);
+             result.ok()) {
+    *reply.mutable_result() = *std::move(result);
+  } else {
+    reply.set_code(static_cast<int>(result.status().code()));
+    reply.set_message(std::string(result.status().message()));
+  }
+  return reply;
+}
 
 }  // namespace
 
@@ -43,10 +66,32 @@ void StepChannelServer::Serve() {
   shutdown(fd_, SHUT_RDWR);
 }
 
-void StepChannelServer::ServeFrames() {
+absl::StatusOr<v1::StepMasks> StepChannelServer::ReadMasks() {
   const KeepWaiting keep_waiting = [this] { return !stopping_.load(); };
   std::string frame;
-  while (!stopping_.load()) {
+  absl::Status read =
+      ReadFrame(fd_, absl::Now() + kMasksTimeout, kMaxFrameBytes, &frame, keep_waiting);
+  if (read.ok() && (frame.empty() || frame[0] != kStepMasksFrame)) {
+    read = absl::DataLossError("the frame after a plan that promised masks is not its masks");
+  }
+  v1::StepMasks masks;
+  if (read.ok() && !masks.ParseFromArray(frame.data() + 1, static_cast<int>(frame.size() - 1))) {
+    read = absl::DataLossError("the masks frame is not a StepMasks");
+  }
+  if (!read.ok()) {
+    // The channel is out of step (or gone): this step fails as a fault
+    // (UNAVAILABLE, not the device's), and serving ends after its reply.
+    out_of_step_ = true;
+    return absl::UnavailableError(absl::StrCat("step channel: ", read.message()));
+  }
+  return masks;
+}
+
+void StepChannelServer::ServeFrames() {
+  const KeepWaiting keep_waiting = [this] { return !stopping_.load(); };
+  const StepMaskWait wait_for_masks = [this] { return ReadMasks(); };
+  std::string frame;
+  while (!stopping_.load() && !out_of_step_) {
     const absl::Status read =
         ReadFrame(fd_, absl::InfiniteFuture(), kMaxFrameBytes, &frame, keep_waiting);
     if (!read.ok()) {
@@ -56,18 +101,10 @@ void StepChannelServer::ServeFrames() {
       }
       return;
     }
-    v1::StepReply reply;
-    v1::StepPlan plan;
-    if (!plan.ParseFromString(frame)) {
-      reply.set_code(static_cast<int>(absl::StatusCode::kInvalidArgument));
-      reply.set_message("step channel: the frame is not a StepPlan");
-    } else if (absl::StatusOr<v1::StepResult> result = service_->ExecuteLocalStep(plan);
-               result.ok()) {
-      *reply.mutable_result() = *std::move(result);
-    } else {
-      reply.set_code(static_cast<int>(result.status().code()));
-      reply.set_message(std::string(result.status().message()));
-    }
+    // The masks of a plan refused (or failed) before it read them: the
+    // server sends them regardless, and nothing waits for them now.
+    if (!frame.empty() && frame[0] == kStepMasksFrame) continue;
+    const v1::StepReply reply = ExecuteFrame(*service_, frame, wait_for_masks);
     if (absl::Status written =
             WriteFrame(fd_, reply.SerializeAsString(), absl::Now() + kReplyTimeout);
         !written.ok()) {

@@ -10,8 +10,13 @@ namespace pagoda::worker {
 
 // The worker's end of the step channel a spawning server hands it (--step-fd;
 // scheduler/workers/worker_launcher.h): reads StepPlan frames
-// (common/frame_channel.h), runs each through WorkerService::ExecuteLocalStep
-// and writes back a StepReply, one at a time, on its own thread. That thread
+// (wire/frame_channel.h), runs each through WorkerService::ExecuteLocalStep
+// and writes back a StepReply, one at a time, on its own thread. A plan
+// that promises token masks reads them, the next frame, when its sampler
+// needs them (after the forward pass); a masks frame that arrives when a
+// plan is expected belongs to a plan refused before it read them and is
+// dropped. Anything else where masks are due puts the channel out of step:
+// that step fails UNAVAILABLE and serving ends. That thread
 // is then the one that drives every forward pass, so the compute threads
 // always meet the same caller.
 //
@@ -35,10 +40,13 @@ class StepChannelServer {
  private:
   void Serve();
   void ServeFrames();
+  // The masks frame that follows the plan in progress (StepMaskWait).
+  absl::StatusOr<pagoda::worker::v1::StepMasks> ReadMasks();
 
   const int fd_;
   WorkerService* const service_;
   std::atomic<bool> stopping_{false};
+  bool out_of_step_ = false;  // Serving thread only.
   std::thread thread_;
 };
 

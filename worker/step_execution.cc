@@ -36,14 +36,45 @@ absl::Status AsWorkerFault(const absl::Status& status) {
 
 namespace {
 
-// The part of a step after validation: every error is a fault.
-absl::Status RunValidatedStep(const v1::StepPlan& plan, const FlatBatch& batch,
+// Waits for the masks `plan` promised and fills them into `batch` and the
+// sampler's arrays. A wait that fails is a fault (its own code); masks
+// that do not fit the plan, or a wait that says so (INVALID_ARGUMENT), are
+// a refusal, returned in `refusal`.
+absl::Status AwaitStepMasks(const v1::StepPlan& plan, const StepExecution& step,
+                            const ForwardOutput& output, FlatBatch& batch, v1::StepResult* result,
+                            absl::Status* refusal) {
+  if (step.wait_for_masks == nullptr || !*step.wait_for_masks) {
+    *refusal = absl::InvalidArgumentError(
+        absl::StrCat("step ", plan.step_id(), " promises token masks, but none can follow"));
+    return absl::OkStatus();
+  }
+  const auto wait_start = std::chrono::steady_clock::now();
+  absl::StatusOr<v1::StepMasks> masks = (*step.wait_for_masks)();
+  result->set_mask_wait_seconds(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_start).count());
+  if (absl::IsInvalidArgument(masks.status())) {
+    *refusal = masks.status();
+    return absl::OkStatus();
+  }
+  if (!masks.ok()) return masks.status();
+  *refusal = ApplyStepMasks(plan, *masks, step.vocab_size, &batch);
+  if (refusal->ok() && step.timed->rank() == 0) step.model->UploadTokenMasks(batch, output);
+  return absl::OkStatus();
+}
+
+// The part of a step after validation: every error is a fault, but for
+// refused masks (`refusal`).
+absl::Status RunValidatedStep(const v1::StepPlan& plan, FlatBatch& batch,
                               const StepExecution& step, const ForwardPass& forward,
-                              v1::StepResult* result) {
+                              v1::StepResult* result, absl::Status* refusal) {
   step.cache->ApplyBlockMoves(batch);
   if (batch.num_tokens() > 0) {
     absl::StatusOr<ForwardOutput> output = forward(batch);
     if (!output.ok()) return output.status();
+    if (batch.awaits_masks()) {
+      absl::Status waited = AwaitStepMasks(plan, step, *output, batch, result, refusal);
+      if (!waited.ok() || !refusal->ok()) return waited;
+    }
     if (step.timed->rank() == 0 && batch.num_logits_rows() > 0) {
       step.backend->Sample(output->logits, output->sampling, step.samples);
       if (absl::Status status = step.backend->status(); !status.ok()) return status;
@@ -71,9 +102,12 @@ absl::StatusOr<v1::StepResult> ExecuteStepPlan(const v1::StepPlan& plan, const S
 
   v1::StepResult result;
   result.set_step_id(plan.step_id());
-  if (absl::Status status = RunValidatedStep(plan, *batch, step, forward, &result); !status.ok()) {
+  absl::Status refusal;
+  if (absl::Status status = RunValidatedStep(plan, *batch, step, forward, &result, &refusal);
+      !status.ok()) {
     return AsWorkerFault(status);
   }
+  if (!refusal.ok()) return refusal;
   result.set_forward_seconds(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   result.set_all_reduce_seconds(step.timed->TakeSeconds());

@@ -10,6 +10,7 @@
 #include "worker/cache_engine.h"
 #include "worker/communicator.h"
 #include "worker/llama_model.h"
+#include "worker/model_runner.h"
 
 namespace pagoda::worker {
 
@@ -22,6 +23,8 @@ struct StepExecution {
   LlamaModel* model = nullptr;       // Scores prompt logprob rows (rank 0).
   int vocab_size = 0;
   int max_positions = 0;  // LlamaModel::max_positions().
+  // Brings the masks a plan promised (null or empty: none can follow).
+  const StepMaskWait* wait_for_masks = nullptr;
 };
 
 // The runner's forward pass over a flattened step (eager, or a replayed
@@ -30,12 +33,16 @@ using ForwardPass = std::function<absl::StatusOr<ForwardOutput>(const FlatBatch&
 
 // ModelRunner::ExecuteStep around `forward`, the same on every device:
 // validates and flattens `plan` (a rejected plan touches nothing), applies its
-// block moves, runs `forward` over its tokens, samples on rank 0 (the others'
+// block moves, runs `forward` over its tokens, then, if the plan promised
+// token masks, waits for them (every rank: all check them alike) and fills
+// them in (ApplyStepMasks), samples on rank 0 (the others'
 // part ends with the layers), then scores the prompt logprob rows the plan
 // asks for (worker/prompt_logprobs.h; `forward` must then leave
 // ForwardOutput::final_hidden), and fills in the step's times.
 //
-// Errors: a refused plan is INVALID_ARGUMENT and changes nothing. Anything
+// Errors: a refused plan is INVALID_ARGUMENT and changes nothing; refused
+// masks are INVALID_ARGUMENT too, after the forward pass (its KV writes
+// belong to the step's own sequences, which the refusal fails). Anything
 // that fails after validation (the forward pass, a collective, a backend's
 // sticky error from Backend::status, whatever code it carries) is a fault of
 // this worker, not of the request: it comes back as AsWorkerFault makes it,

@@ -147,26 +147,43 @@ grpc::Status WorkerService::ExecuteStep(grpc::ServerContext* context, const v1::
                         "ExecuteStep before LoadModel and InitCache");
   }
   if (absl::Status healthy = CheckHealthy(); !healthy.ok()) return ToGrpcStatus(healthy);
-  cancellation_.Begin(context, [this] { AbortCollectives(); });
-  absl::StatusOr<v1::StepResult> executed = RunStep(*plan);
+  masks_.Begin(plan->step_id());
+  cancellation_.Begin(context, [this] {
+    AbortCollectives();
+    masks_.Cancel();
+  });
+  // The masks a plan promises come by SendStepMasks, before the call's
+  // deadline (the server's step deadline).
+  const absl::Time deadline = absl::FromChrono(context->deadline());
+  absl::StatusOr<v1::StepResult> executed =
+      RunStep(*plan, [this, deadline] { return masks_.Await(deadline); });
   cancellation_.End();
+  masks_.End();
   if (!executed.ok()) return ToGrpcStatus(executed.status());
   *result = *std::move(executed);
   return grpc::Status::OK;
 }
 
-absl::StatusOr<v1::StepResult> WorkerService::ExecuteLocalStep(const v1::StepPlan& plan) {
+grpc::Status WorkerService::SendStepMasks(grpc::ServerContext* context, const v1::StepMasks* masks,
+                                          v1::StepMasksResponse* /*response*/) {
+  if (grpc::Status admitted = Admit(*context, /*claim=*/false); !admitted.ok()) return admitted;
+  return ToGrpcStatus(masks_.Deliver(*masks));
+}
+
+absl::StatusOr<v1::StepResult> WorkerService::ExecuteLocalStep(
+    const v1::StepPlan& plan, const StepMaskWait& wait_for_masks) {
   absl::MutexLock lock(&mutex_);
   if (runner_ == nullptr || !cache_ready_) {
     return absl::FailedPreconditionError("ExecuteStep before LoadModel and InitCache");
   }
   if (absl::Status healthy = CheckHealthy(); !healthy.ok()) return healthy;
-  return RunStep(plan);
+  return RunStep(plan, wait_for_masks);
 }
 
-absl::StatusOr<v1::StepResult> WorkerService::RunStep(const v1::StepPlan& plan) {
+absl::StatusOr<v1::StepResult> WorkerService::RunStep(const v1::StepPlan& plan,
+                                                      const StepMaskWait& wait_for_masks) {
   const absl::Time start = absl::Now();
-  absl::StatusOr<v1::StepResult> executed = runner_->ExecuteStep(plan);
+  absl::StatusOr<v1::StepResult> executed = runner_->ExecuteStep(plan, wait_for_masks);
   if (!executed.ok()) {
     const absl::Status& status = executed.status();
     // A device fault (INTERNAL, as AsWorkerFault makes it) leaves the

@@ -19,6 +19,7 @@
 #include "wire/limits.h"
 #include "worker/model_runner.h"
 #include "worker/step_cancellation.h"
+#include "worker/step_mask_mailbox.h"
 #include "worker/worker_ownership.h"
 
 namespace pagoda::worker {
@@ -82,6 +83,11 @@ class WorkerService final : public pagoda::worker::v1::Worker::Service {
                          pagoda::worker::v1::InitCacheResponse* response) override;
   grpc::Status ExecuteStep(grpc::ServerContext* context, const pagoda::worker::v1::StepPlan* plan,
                            pagoda::worker::v1::StepResult* result) override;
+  // Hands the masks to the step waiting for them (StepMaskMailbox), without
+  // waiting for the step's lock: that step holds it.
+  grpc::Status SendStepMasks(grpc::ServerContext* context,
+                             const pagoda::worker::v1::StepMasks* masks,
+                             pagoda::worker::v1::StepMasksResponse* response) override;
   grpc::Status Shutdown(grpc::ServerContext* context,
                         const pagoda::worker::v1::ShutdownRequest* request,
                         pagoda::worker::v1::ShutdownResponse* response) override;
@@ -93,8 +99,9 @@ class WorkerService final : public pagoda::worker::v1::Worker::Service {
   // (worker/step_channel_server.h): the same checks and runner call without
   // gRPC. The channel is a socket only the spawning server holds, so it is
   // the credential; and with one rank there are no collectives to cancel.
+  // `wait_for_masks` reads the masks that follow the plan on that channel.
   absl::StatusOr<pagoda::worker::v1::StepResult> ExecuteLocalStep(
-      const pagoda::worker::v1::StepPlan& plan);
+      const pagoda::worker::v1::StepPlan& plan, const StepMaskWait& wait_for_masks);
 
   // Makes a step stuck in a tensor-parallel collective fail promptly (and
   // every later one), e.g. when the worker is stopping and its peers may be
@@ -128,7 +135,8 @@ class WorkerService final : public pagoda::worker::v1::Worker::Service {
   void SetAbortable(ModelRunner* runner) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // The runner's step with the result's timing filled in; the caller holds
   // mutex_ and has checked that a cache is ready.
-  absl::StatusOr<pagoda::worker::v1::StepResult> RunStep(const pagoda::worker::v1::StepPlan& plan)
+  absl::StatusOr<pagoda::worker::v1::StepResult> RunStep(const pagoda::worker::v1::StepPlan& plan,
+                                                         const StepMaskWait& wait_for_masks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
   const int rank_;
@@ -138,6 +146,8 @@ class WorkerService final : public pagoda::worker::v1::Worker::Service {
   const int max_receive_message_bytes_;
 
   WorkerOwnership ownership_;
+  // Where SendStepMasks meets the gRPC step waiting for its masks.
+  StepMaskMailbox masks_;
   mutable std::atomic<int64_t> refused_calls_{0};
   mutable std::atomic<int64_t> last_refusal_log_ns_{0};
 

@@ -18,6 +18,12 @@ void SetBit(std::vector<uint32_t>& mask, int32_t id) {
   if (id >= 0 && static_cast<size_t>(id) < mask.size() * 32) mask[id / 32] |= uint32_t{1} << (id % 32);
 }
 
+void ClearBit(std::vector<uint32_t>& mask, int32_t id) {
+  if (id >= 0 && static_cast<size_t>(id) < mask.size() * 32) {
+    mask[id / 32] &= ~(uint32_t{1} << (id % 32));
+  }
+}
+
 // Advances the sequence's matcher over the output tokens it has not read.
 void CatchUp(const SequenceGroup& group, Sequence& seq, absl::Span<const int32_t> eos_token_ids) {
   Sequence::ConstraintState& state = seq.constraint_state();
@@ -40,9 +46,11 @@ void CatchUp(const SequenceGroup& group, Sequence& seq, absl::Span<const int32_t
 
 }  // namespace
 
-void SetTokenMask(const SequenceGroup& group, Sequence& seq, absl::Span<const int32_t> eos_token_ids,
-                  pagoda::worker::v1::SamplingOptions* options) {
-  if (group.sampling().grammar == nullptr) return;
+bool IsConstrained(const SequenceGroup& group) { return group.sampling().grammar != nullptr; }
+
+std::string NextTokenMask(const SequenceGroup& group, Sequence& seq,
+                          absl::Span<const int32_t> eos_token_ids,
+                          absl::Span<const int32_t> banned) {
   CatchUp(group, seq, eos_token_ids);
   Sequence::ConstraintState& state = seq.constraint_state();
   std::vector<uint32_t> mask(group.sampling().grammar->vocabulary().mask_words(), 0);
@@ -54,25 +62,19 @@ void SetTokenMask(const SequenceGroup& group, Sequence& seq, absl::Span<const in
     }
     for (int32_t id : group.stopping().stop_token_ids) SetBit(mask, id);
   }
-  // Bans that would leave no token go: the grammar must be able to finish.
-  bool allowed_left = false;
-  for (size_t w = 0; w < mask.size() && !allowed_left; ++w) {
-    uint32_t word = mask[w];
-    for (int32_t id : options->banned_token_ids()) {
-      if (static_cast<size_t>(id / 32) == w) word &= ~(uint32_t{1} << (id % 32));
-    }
-    allowed_left = word != 0;
-  }
-  if (!allowed_left) options->clear_banned_token_ids();
   if (std::all_of(mask.begin(), mask.end(), [](uint32_t w) { return w == 0; })) {
-    // Nothing at all (a model without an EOS token at a dead end): draw
-    // unconstrained rather than refuse the step.
     LOG(WARNING) << "request " << group.request_id() << ": its constraint allows no token";
-    return;
+    return "";
+  }
+  // The bans go only if they would leave no token: the grammar must be
+  // able to finish.
+  std::vector<uint32_t> unbanned = mask;
+  for (int32_t id : banned) ClearBit(unbanned, id);
+  if (std::any_of(unbanned.begin(), unbanned.end(), [](uint32_t w) { return w != 0; })) {
+    mask.swap(unbanned);
   }
   static_assert(std::endian::native == std::endian::little);
-  options->set_token_mask(
-      std::string(reinterpret_cast<const char*>(mask.data()), mask.size() * sizeof(uint32_t)));
+  return std::string(reinterpret_cast<const char*>(mask.data()), mask.size() * sizeof(uint32_t));
 }
 
 }  // namespace pagoda::scheduler

@@ -132,13 +132,34 @@ wv1::StepPlan BuildStepPlan(int64_t step_id, const SchedulerOutput& output,
     SetPromptLogprobTargets(entry, step);
     if (entry.do_sample) {
       SetLogitsProcessing(*entry.group, seq, eos_token_ids, options);
-      SetTokenMask(*entry.group, *entry.seq, eos_token_ids, options);
+      if (IsConstrained(*entry.group)) {
+        // The bans fold into the mask that follows (BuildStepMasks).
+        options->clear_banned_token_ids();
+        step->set_token_mask_follows(true);
+      }
     }
   }
   AddMoves(output.blocks_to_swap_in, plan.mutable_swap_in());
   AddMoves(output.blocks_to_swap_out, plan.mutable_swap_out());
   AddMoves(output.blocks_to_copy, plan.mutable_copy());
   return plan;
+}
+
+wv1::StepMasks BuildStepMasks(const wv1::StepPlan& plan, const SchedulerOutput& output,
+                              absl::Span<const int32_t> eos_token_ids) {
+  wv1::StepMasks masks;
+  masks.set_step_id(plan.step_id());
+  for (int i = 0; i < plan.sequences_size(); ++i) {
+    if (!plan.sequences(i).token_mask_follows()) continue;
+    const ScheduledSequence& entry = output.scheduled[i];
+    wv1::SamplingOptions bans;
+    SetBannedTokens(*entry.group, *entry.seq, eos_token_ids, &bans);
+    wv1::RowTokenMask* row = masks.add_rows();
+    row->set_seq_id(entry.seq->seq_id());
+    row->set_token_mask(
+        NextTokenMask(*entry.group, *entry.seq, eos_token_ids, bans.banned_token_ids()));
+  }
+  return masks;
 }
 
 absl::StatusOr<std::vector<GeneratedToken>> ExtractSampledTokens(const wv1::StepResult& result,

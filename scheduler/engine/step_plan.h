@@ -23,8 +23,9 @@ namespace pagoda::scheduler {
 // the tokens banned this step (bad words whose prefix ends the output; EOS,
 // unless ignore_eos, and the stop ids before min_tokens) and the sparse
 // counts, derived from the sequence's own tokens (SequenceLogitsProcessing),
-// and, for a constrained request, the token mask of its grammar
-// (constraint_mask.h; it advances the sequence's matcher). A group that
+// and, for a constrained request, the promise of its grammar's token mask
+// (token_mask_follows; its bans then go into that mask, BuildStepMasks).
+// A group that
 // wants prompt logprobs has them asked of the chunk's rows whose next token
 // is a prompt token, unless the group stored them all already (a
 // recomputed chunk).
@@ -33,6 +34,16 @@ namespace pagoda::scheduler {
 pagoda::worker::v1::StepPlan BuildStepPlan(int64_t step_id, const SchedulerOutput& output,
                                            const BlockManager& block_manager,
                                            absl::Span<const int32_t> eos_token_ids = {});
+
+// The token masks `plan` promised (BuildStepPlan(plan.step_id(), output,
+// ...)): one row per SequenceStep with token_mask_follows, in plan order,
+// its grammar's mask with its bans folded in (constraint_mask.h: advances
+// the sequences' matchers). Called after the plan went out, while the
+// workers run the forward pass; the output tokens it reads are those the
+// plan was built from.
+pagoda::worker::v1::StepMasks BuildStepMasks(const pagoda::worker::v1::StepPlan& plan,
+                                             const SchedulerOutput& output,
+                                             absl::Span<const int32_t> eos_token_ids = {});
 
 // Fills the logits processing fields of `options` for the next token of
 // `seq` in `group`.

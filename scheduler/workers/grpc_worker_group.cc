@@ -262,7 +262,8 @@ template <typename Request, typename Response, typename AsyncMethod>
 absl::Status GrpcWorkerGroup::CallAllRanks(const char* name, AsyncMethod method,
                                            const std::vector<const Request*>& requests,
                                            absl::Duration timeout,
-                                           std::vector<Response>& responses) {
+                                           std::vector<Response>& responses,
+                                           const std::function<void()>& while_waiting) {
   const int num_ranks = world_size();
   responses.assign(num_ranks, Response());
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
@@ -296,6 +297,7 @@ absl::Status GrpcWorkerGroup::CallAllRanks(const char* name, AsyncMethod method,
              --remaining;
            });
   }
+  if (while_waiting) while_waiting();
   {
     absl::MutexLock lock(&done_mutex);
     done_mutex.Await(absl::Condition(
@@ -406,23 +408,45 @@ absl::Status GrpcWorkerGroup::InitCache(const v1::InitCacheRequest& request) {
   return status;
 }
 
-absl::StatusOr<v1::StepResult> GrpcWorkerGroup::ExecuteStep(const v1::StepPlan& plan) {
-  if (world_size() == 1) return ExecuteStepOnOneRank(plan);
+absl::StatusOr<v1::StepResult> GrpcWorkerGroup::ExecuteStep(const v1::StepPlan& plan,
+                                                            const StepMaskSource& masks) {
+  const bool masks_follow = PromisesTokenMasks(plan);
+  if (masks_follow && masks == nullptr) {
+    // Nothing is sent: the workers would wait for masks that never come.
+    return absl::InvalidArgumentError(
+        absl::StrCat("step ", plan.step_id(), " promises token masks but has no source"));
+  }
+  if (world_size() == 1 && ranks_[0].process != nullptr && ranks_[0].process->step_fd() >= 0) {
+    return ExecuteStepOverChannel(plan, masks_follow ? masks : nullptr,
+                                  ranks_[0].process->step_fd());
+  }
+  if (world_size() == 1 && !masks_follow) return ExecuteStepOnOneRank(plan);
   std::vector<v1::StepResult> results;
   absl::Status status = CallAllRanks(
       "ExecuteStep",
       [](auto* stub, auto* context, auto* request, auto* response, auto done) {
         stub->ExecuteStep(context, request, response, std::move(done));
       },
-      std::vector<const v1::StepPlan*>(world_size(), &plan), options_.step_timeout, results);
+      std::vector<const v1::StepPlan*>(world_size(), &plan), options_.step_timeout, results,
+      [&] {
+        if (masks_follow) SendStepMasks(masks());
+      });
   if (!status.ok()) return status;
   return std::move(results[0]);
 }
 
+void GrpcWorkerGroup::SendStepMasks(const v1::StepMasks& masks) {
+  std::vector<v1::StepMasksResponse> responses;
+  const absl::Status sent = CallAllRanks(
+      "SendStepMasks",
+      [](auto* stub, auto* context, auto* request, auto* response, auto done) {
+        stub->SendStepMasks(context, request, response, std::move(done));
+      },
+      std::vector<const v1::StepMasks*>(world_size(), &masks), options_.step_timeout, responses);
+  if (!sent.ok()) LOG(WARNING) << "step " << masks.step_id() << ": token masks: " << sent;
+}
+
 absl::StatusOr<v1::StepResult> GrpcWorkerGroup::ExecuteStepOnOneRank(const v1::StepPlan& plan) {
-  if (ranks_[0].process != nullptr && ranks_[0].process->step_fd() >= 0) {
-    return ExecuteStepOverChannel(plan, ranks_[0].process->step_fd());
-  }
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + options_.step_timeout));
   AddSecret(context, 0);
@@ -447,22 +471,36 @@ absl::StatusOr<v1::StepResult> GrpcWorkerGroup::ExecuteStepOnOneRank(const v1::S
   return result;
 }
 
+absl::Status GrpcWorkerGroup::ExchangeStepFrames(const v1::StepPlan& plan,
+                                                 const StepMaskSource& masks, int fd,
+                                                 std::string* reply_frame) {
+  // A failure elsewhere (the worker process exiting, Shutdown) ends the wait
+  // within kChannelPollPeriod; the process exiting also closes the channel.
+  const KeepWaiting keep_waiting = [this] { return healthy_.load(); };
+  const absl::Time deadline = absl::Now() + options_.step_timeout;
+  std::string payload(1, kStepPlanFrame);
+  plan.AppendToString(&payload);
+  absl::Status io = WriteFrame(fd, payload, deadline, keep_waiting, kChannelPollPeriod);
+  if (io.ok() && masks != nullptr) {
+    // While the worker runs the forward pass; it reads these when it samples.
+    payload.assign(1, kStepMasksFrame);
+    masks().AppendToString(&payload);
+    io = WriteFrame(fd, payload, deadline, keep_waiting, kChannelPollPeriod);
+  }
+  if (!io.ok()) return io;
+  return ReadFrame(fd, deadline, wire::kMaxWorkerMessageBytes, reply_frame, keep_waiting,
+                   kChannelPollPeriod);
+}
+
 absl::StatusOr<v1::StepResult> GrpcWorkerGroup::ExecuteStepOverChannel(const v1::StepPlan& plan,
+                                                                       const StepMaskSource& masks,
                                                                        int fd) {
   {
     absl::MutexLock lock(&mutex_);
     if (!healthy_.load()) return absl::UnavailableError(failure_);
   }
-  // A failure elsewhere (the worker process exiting, Shutdown) ends the wait
-  // within kChannelPollPeriod; the process exiting also closes the channel.
-  const KeepWaiting keep_waiting = [this] { return healthy_.load(); };
-  const absl::Time deadline = absl::Now() + options_.step_timeout;
   std::string frame;
-  absl::Status io =
-      WriteFrame(fd, plan.SerializeAsString(), deadline, keep_waiting, kChannelPollPeriod);
-  if (io.ok()) {
-    io = ReadFrame(fd, deadline, wire::kMaxWorkerMessageBytes, &frame, keep_waiting, kChannelPollPeriod);
-  }
+  absl::Status io = ExchangeStepFrames(plan, masks, fd, &frame);
   v1::StepReply reply;
   if (io.ok() && !reply.ParseFromString(frame)) io = absl::DataLossError("malformed StepReply");
   if (io.ok() &&

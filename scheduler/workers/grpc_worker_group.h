@@ -4,6 +4,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -120,8 +121,12 @@ class GrpcWorkerGroup final : public WorkerGroup {
   absl::StatusOr<pagoda::worker::v1::LoadModelResponse> LoadModel(
       const pagoda::worker::v1::LoadModelRequest& request) override;
   absl::Status InitCache(const pagoda::worker::v1::InitCacheRequest& request) override;
+  // The plan goes to every rank; then, if it promises token masks, `masks`
+  // runs here while the ranks compute, and its StepMasks goes to every rank
+  // (SendStepMasks, or a second frame on the step channel).
   absl::StatusOr<pagoda::worker::v1::StepResult> ExecuteStep(
-      const pagoda::worker::v1::StepPlan& plan) override;
+      const pagoda::worker::v1::StepPlan& plan, const StepMaskSource& masks) override;
+  using WorkerGroup::ExecuteStep;
   bool Healthy() const override { return healthy_.load() && ready_.load(); }
   int world_size() const override { return world_size_; }
   // Restarts spawned workers (every rank: the group is one tensor-parallel
@@ -191,10 +196,15 @@ class GrpcWorkerGroup final : public WorkerGroup {
   // callable (Stub::async_interface*, ClientContext*, const Request*,
   // Response*, std::function<void(grpc::Status)>) that starts the async call.
   // Fills one response per rank; returns the group's verdict (see above).
+  // `while_waiting`, if set, runs once every call has started.
   template <typename Request, typename Response, typename AsyncMethod>
   absl::Status CallAllRanks(const char* name, AsyncMethod method,
                             const std::vector<const Request*>& requests, absl::Duration timeout,
-                            std::vector<Response>& responses);
+                            std::vector<Response>& responses,
+                            const std::function<void()>& while_waiting = nullptr);
+  // Sends the step's masks to every rank; the steps' own calls carry the
+  // verdict (a rank that refuses the masks refuses its step too).
+  void SendStepMasks(const pagoda::worker::v1::StepMasks& masks);
   // The verdict on one call's per-rank `statuses` (all ranks answered, the
   // group still healthy): OK if every rank succeeded; the shared error if all
   // failed alike, since the ranks stay in step; otherwise the ranks diverged,
@@ -210,7 +220,11 @@ class GrpcWorkerGroup final : public WorkerGroup {
   // The same over a spawned rank's step channel `fd`
   // (scheduler/workers/worker_launcher.h): one frame each way, no gRPC.
   absl::StatusOr<pagoda::worker::v1::StepResult> ExecuteStepOverChannel(
-      const pagoda::worker::v1::StepPlan& plan, int fd);
+      const pagoda::worker::v1::StepPlan& plan, const StepMaskSource& masks, int fd);
+  // Writes the step's frames on the channel `fd` (the plan, then its masks
+  // if it promises some) and reads the reply frame into `reply_frame`.
+  absl::Status ExchangeStepFrames(const pagoda::worker::v1::StepPlan& plan,
+                                  const StepMaskSource& masks, int fd, std::string* reply_frame);
 
   // Marks the group unhealthy for `reason` (first reason wins) and cancels
   // every call in flight.

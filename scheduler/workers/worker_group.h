@@ -1,6 +1,7 @@
 #ifndef PAGODA_SCHEDULER_WORKERS_WORKER_GROUP_H_
 #define PAGODA_SCHEDULER_WORKERS_WORKER_GROUP_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -11,6 +12,21 @@
 #include "pagoda/worker/v1/worker.pb.h"
 
 namespace pagoda::scheduler {
+
+// Computes the token masks a step plan promised (SequenceStep.
+// token_mask_follows). ExecuteStep calls it once, on its own thread, after
+// the plan went out, so that it runs while the workers run the forward
+// pass; the masks then follow the plan to every rank.
+using StepMaskSource = std::function<pagoda::worker::v1::StepMasks()>;
+
+// Whether `plan` promises token masks (then ExecuteStep needs a source).
+// Inline: the engine and its test fakes use it without the gRPC group.
+inline bool PromisesTokenMasks(const pagoda::worker::v1::StepPlan& plan) {
+  for (const pagoda::worker::v1::SequenceStep& step : plan.sequences()) {
+    if (step.token_mask_follows()) return true;
+  }
+  return false;
+}
 
 // All the workers (tensor-parallel ranks) the engine drives as one. Every call
 // sends the same message to every rank and waits for all of them. Any rank
@@ -30,9 +46,18 @@ class WorkerGroup {
   virtual absl::StatusOr<pagoda::worker::v1::LoadModelResponse> LoadModel(
       const pagoda::worker::v1::LoadModelRequest& request) = 0;
   virtual absl::Status InitCache(const pagoda::worker::v1::InitCacheRequest& request) = 0;
-  // Returns rank 0's result (the only one with sampled tokens).
+  // Returns rank 0's result (the only one with sampled tokens). When the
+  // plan promises token masks, sends it, calls `masks` (unless the group
+  // failed first) and sends what it returns; a plan that promises masks
+  // without a source is refused (INVALID_ARGUMENT), and so are masks that
+  // do not fit the plan (by the workers, after the forward pass).
   virtual absl::StatusOr<pagoda::worker::v1::StepResult> ExecuteStep(
-      const pagoda::worker::v1::StepPlan& plan) = 0;
+      const pagoda::worker::v1::StepPlan& plan, const StepMaskSource& masks) = 0;
+  // A plan that promises no masks.
+  absl::StatusOr<pagoda::worker::v1::StepResult> ExecuteStep(
+      const pagoda::worker::v1::StepPlan& plan) {
+    return ExecuteStep(plan, nullptr);
+  }
   virtual bool Healthy() const = 0;
   virtual int world_size() const = 0;
   // After a failure: brings the whole group back (every rank restarted or

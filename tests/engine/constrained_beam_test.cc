@@ -3,7 +3,10 @@
 // a sentence of its constraint (checked by std::regex and nlohmann::json, not
 // by the matcher), width 1 equals greedy decoding under the same constraint
 // where EOS never competes with text, and preemption (recompute and swap)
-// and a worker restart change no beam.
+// and a worker restart change no beam. The token masks follow each plan
+// (computed while the forward pass runs): the tokens are those of the same
+// masks inside the plan, and a worker lost between a plan and its masks
+// changes none.
 
 #include <algorithm>
 #include <filesystem>
@@ -115,6 +118,39 @@ std::vector<int32_t> Ids(const std::vector<GeneratedToken>& tokens) {
 // What one request returned: each sequence's token ids, by index.
 using Outputs = std::map<int, std::vector<int32_t>>;
 
+// The masks inside the plan, as the worker took them before they followed
+// it: each promised mask merged into its row's sampling.token_mask before
+// the plan goes out to the same workers.
+class InlineMasksGroup : public WorkerGroup {
+ public:
+  explicit InlineMasksGroup(WorkerGroup* inner) : inner_(inner) {}
+  absl::StatusOr<wv1::LoadModelResponse> LoadModel(const wv1::LoadModelRequest& request) override {
+    return inner_->LoadModel(request);
+  }
+  absl::Status InitCache(const wv1::InitCacheRequest& request) override {
+    return inner_->InitCache(request);
+  }
+  absl::StatusOr<wv1::StepResult> ExecuteStep(const wv1::StepPlan& plan,
+                                              const StepMaskSource& masks) override {
+    if (!PromisesTokenMasks(plan)) return inner_->ExecuteStep(plan, masks);
+    wv1::StepPlan merged = plan;
+    const wv1::StepMasks computed = masks();
+    int next = 0;
+    for (wv1::SequenceStep& step : *merged.mutable_sequences()) {
+      if (!step.token_mask_follows()) continue;
+      step.set_token_mask_follows(false);
+      step.mutable_sampling()->set_token_mask(computed.rows(next++).token_mask());
+    }
+    return inner_->ExecuteStep(merged, nullptr);
+  }
+  bool Healthy() const override { return inner_->Healthy(); }
+  int world_size() const override { return 1; }
+  void Shutdown() override { inner_->Shutdown(); }
+
+ private:
+  WorkerGroup* inner_;
+};
+
 class ConstrainedBeamTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -137,8 +173,10 @@ class ConstrainedBeamTest : public ::testing::Test {
   // all, so how many are preempted or running at a crash does not depend on
   // how fast this thread submits (a loaded machine once saw no preemption).
   void StartEngine(int gpu_blocks = 256, PreemptionMode mode = PreemptionMode::kAuto,
-                   int cpu_blocks = 0, bool run_now = true) {
+                   int cpu_blocks = 0, bool run_now = true, bool inline_masks = false) {
+    engine_.reset();
     workers_ = std::make_unique<RestartableWorkerGroup>();
+    inline_masks_ = std::make_unique<InlineMasksGroup>(workers_.get());
     wv1::LoadModelRequest load;
     load.set_model_dir(*model_dir_);
     load.set_world_size(1);
@@ -161,15 +199,17 @@ class ConstrainedBeamTest : public ::testing::Test {
     config.scheduler.max_num_batched_tokens = 256;
     config.scheduler.max_model_len = 256;
     config.eos_token_ids = {kEos};
-    engine_ = std::make_unique<Engine>(config, workers_.get(), nullptr);
+    WorkerGroup* group = inline_masks ? static_cast<WorkerGroup*>(inline_masks_.get()) : workers_.get();
+    engine_ = std::make_unique<Engine>(config, group, nullptr);
     engine_running_ = run_now;
     if (run_now) engine_->Start();
   }
 
   // A request under `c`: beam search of `width` returning every beam, or
-  // greedy decoding when width is 0.
+  // greedy decoding when width is 0 (seeded sampling at `temperature` > 0).
   std::shared_ptr<CollectingSink> Submit(const std::string& id, const Case& c, int width,
-                                         std::vector<int32_t> prompt = {5, 17, 40, 9, 33}) {
+                                         std::vector<int32_t> prompt = {5, 17, 40, 9, 33},
+                                         float temperature = 0.0f, uint64_t seed = 1) {
     pagoda::v1::GenerateRequest request;
     c.set(request);
     absl::StatusOr<std::shared_ptr<const constraints::CompiledGrammar>> grammar =
@@ -179,7 +219,8 @@ class ConstrainedBeamTest : public ::testing::Test {
     EngineRequest engine_request;
     engine_request.request_id = id;
     engine_request.prompt_token_ids = std::move(prompt);
-    engine_request.sampling.seed = 1;
+    engine_request.sampling.seed = seed;
+    engine_request.sampling.temperature = temperature;
     engine_request.sampling.grammar = grammar.ok() ? *grammar : nullptr;
     engine_request.sampling.use_beam_search = width > 0;
     engine_request.sampling.n = engine_request.sampling.best_of = std::max(width, 1);
@@ -229,9 +270,31 @@ class ConstrainedBeamTest : public ::testing::Test {
     return outputs;
   }
 
+  // Every case greedy, sampled under three seeds and as a beam of 2, all
+  // in one batch; the outputs by request id.
+  std::map<std::string, Outputs> RunMixedBatch() {
+    std::vector<std::pair<std::string, std::shared_ptr<CollectingSink>>> sinks;
+    for (const Case& c : Cases()) {
+      sinks.emplace_back(c.name + "/greedy", Submit(c.name + "/greedy", c, 0));
+      for (uint64_t seed : {1, 2, 3}) {
+        const std::string id = absl::StrCat(c.name, "/seed", seed);
+        sinks.emplace_back(id, Submit(id, c, 0, {5, 17, 40, 9, 33}, 0.9f, seed));
+      }
+      sinks.emplace_back(c.name + "/beam", Submit(c.name + "/beam", c, 2));
+    }
+    std::map<std::string, Outputs> outputs;
+    for (const auto& [id, sink] : sinks) {
+      for (const Case& c : Cases()) {
+        if (id.substr(0, id.find('/')) == c.name) outputs[id] = Finish(*sink, c, id);
+      }
+    }
+    return outputs;
+  }
+
   static std::string* model_dir_;
   static ConstraintCompiler* compiler_;
   std::unique_ptr<RestartableWorkerGroup> workers_;
+  std::unique_ptr<InlineMasksGroup> inline_masks_;
   std::unique_ptr<Engine> engine_;
   bool engine_running_ = false;
 };
@@ -314,6 +377,24 @@ TEST_F(ConstrainedBeamTest, AWorkerRestartChangesNoBeam) {
   // resume by recomputation (the suite takes about 18 steps).
   workers_->CrashBeforeStep(5);
   EXPECT_EQ(RunSuite(), expected);
+  EXPECT_EQ(workers_->restarts(), 1);
+}
+
+TEST_F(ConstrainedBeamTest, MasksThatFollowThePlanGiveTheTokensOfMasksInsideIt) {
+  StartEngine(256, PreemptionMode::kAuto, 0, /*run_now=*/true, /*inline_masks=*/true);
+  const std::map<std::string, Outputs> expected = RunMixedBatch();
+  ASSERT_EQ(expected.size(), 20u);
+  StartEngine();
+  EXPECT_EQ(RunMixedBatch(), expected);
+}
+
+TEST_F(ConstrainedBeamTest, AWorkerLostBetweenPlanAndMasksChangesNoToken) {
+  StartEngine();
+  const std::map<std::string, Outputs> expected = RunMixedBatch();
+  StartEngine();
+  // The fifth step's forward pass ran; its masks never reach the worker.
+  workers_->CrashBeforeMasks(5);
+  EXPECT_EQ(RunMixedBatch(), expected);
   EXPECT_EQ(workers_->restarts(), 1);
 }
 

@@ -64,14 +64,14 @@ class HookedWorkers : public WorkerGroup {
     return inner_->InitCache(request);
   }
   absl::StatusOr<pagoda::worker::v1::StepResult> ExecuteStep(
-      const pagoda::worker::v1::StepPlan& plan) override {
+      const pagoda::worker::v1::StepPlan& plan, const StepMaskSource& masks) override {
     std::function<void()> hook;
     {
       absl::MutexLock lock(&mu_);
       hook = before_step_;
     }
     if (hook) hook();
-    return inner_->ExecuteStep(plan);
+    return inner_->ExecuteStep(plan, masks);
   }
   bool Healthy() const override { return inner_->Healthy(); }
   int world_size() const override { return inner_->world_size(); }

@@ -26,9 +26,19 @@ absl::Status InProcessWorkerGroup::InitCache(const pagoda::worker::v1::InitCache
 }
 
 absl::StatusOr<pagoda::worker::v1::StepResult> InProcessWorkerGroup::ExecuteStep(
-    const pagoda::worker::v1::StepPlan& plan) {
+    const pagoda::worker::v1::StepPlan& plan, const StepMaskSource& masks) {
+  pagoda::worker::StepMaskWait wait;
+  if (masks != nullptr) {
+    wait = [&masks]() -> absl::StatusOr<pagoda::worker::v1::StepMasks> { return masks(); };
+  }
+  return ExecuteStepWithWait(plan, wait);
+}
+
+absl::StatusOr<pagoda::worker::v1::StepResult> InProcessWorkerGroup::ExecuteStepWithWait(
+    const pagoda::worker::v1::StepPlan& plan, const pagoda::worker::StepMaskWait& wait_for_masks) {
   if (!Healthy() || runner_ == nullptr) return DeadWorker();
-  absl::StatusOr<pagoda::worker::v1::StepResult> result = runner_->ExecuteStep(plan);
+  absl::StatusOr<pagoda::worker::v1::StepResult> result =
+      runner_->ExecuteStep(plan, wait_for_masks);
   if (!result.ok() && !absl::IsInvalidArgument(result.status())) {
     healthy_.store(false);
     return absl::UnavailableError(absl::StrCat("rank 0: ", result.status().ToString()));

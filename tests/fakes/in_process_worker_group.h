@@ -21,9 +21,16 @@ class InProcessWorkerGroup : public WorkerGroup {
   absl::Status InitCache(const pagoda::worker::v1::InitCacheRequest& request) override;
   // INVALID_ARGUMENT (a malformed plan, the runner's state unchanged) comes
   // back as is; any other runner error marks the group unhealthy and comes
-  // back as UNAVAILABLE, as a remote worker's failure would.
+  // back as UNAVAILABLE, as a remote worker's failure would. The masks a
+  // plan promises are computed when the runner's sampler waits for them
+  // (after the forward pass, on this thread).
   absl::StatusOr<pagoda::worker::v1::StepResult> ExecuteStep(
-      const pagoda::worker::v1::StepPlan& plan) override;
+      const pagoda::worker::v1::StepPlan& plan, const StepMaskSource& masks) override;
+  using WorkerGroup::ExecuteStep;
+  // The same with `wait_for_masks` as the runner's wait itself (tests that
+  // stand for a worker whose masks come late, or never).
+  absl::StatusOr<pagoda::worker::v1::StepResult> ExecuteStepWithWait(
+      const pagoda::worker::v1::StepPlan& plan, const pagoda::worker::StepMaskWait& wait_for_masks);
   bool Healthy() const override { return healthy_.load(); }
   int world_size() const override { return 1; }
   void Shutdown() override { runner_.reset(); }

@@ -28,11 +28,22 @@ absl::Status RestartableWorkerGroup::InitCache(const wv1::InitCacheRequest& requ
   return inner_->InitCache(request);
 }
 
-absl::StatusOr<wv1::StepResult> RestartableWorkerGroup::ExecuteStep(const wv1::StepPlan& plan) {
+absl::StatusOr<wv1::StepResult> RestartableWorkerGroup::ExecuteStep(const wv1::StepPlan& plan,
+                                                                    const StepMaskSource& masks) {
   if (steps_.fetch_add(1) + 1 == crash_step_.load()) crashed_.store(true);
   if (crashed_.load()) return absl::UnavailableError("worker crashed");
   swap_out_moves_ += plan.swap_out_size();
-  return inner_->ExecuteStep(plan);
+  if (masks == nullptr || !PromisesTokenMasks(plan) ||
+      masked_steps_.fetch_add(1) + 1 != crash_masks_step_.load()) {
+    return inner_->ExecuteStep(plan, masks);
+  }
+  // Killed between the plan and its masks: the forward pass ran.
+  absl::StatusOr<wv1::StepResult> result =
+      inner_->ExecuteStepWithWait(plan, [this]() -> absl::StatusOr<wv1::StepMasks> {
+        crashed_.store(true);
+        return absl::UnavailableError("worker crashed before its token masks came");
+      });
+  return result.ok() ? absl::InternalError("a step without its masks succeeded") : result.status();
 }
 
 absl::Status RestartableWorkerGroup::Recover() {

@@ -23,7 +23,8 @@ class RestartableWorkerGroup : public WorkerGroup {
   absl::Status InitCache(const pagoda::worker::v1::InitCacheRequest& request) override;
   // UNAVAILABLE while crashed; otherwise the runner's answer.
   absl::StatusOr<pagoda::worker::v1::StepResult> ExecuteStep(
-      const pagoda::worker::v1::StepPlan& plan) override;
+      const pagoda::worker::v1::StepPlan& plan, const StepMaskSource& masks) override;
+  using WorkerGroup::ExecuteStep;
   bool Healthy() const override { return !crashed_.load(); }
   int world_size() const override { return 1; }
   void Shutdown() override { inner_->Shutdown(); }
@@ -36,6 +37,10 @@ class RestartableWorkerGroup : public WorkerGroup {
   // Dies instead of running the `step`-th ExecuteStep call (counted from 1,
   // over every runner), once.
   void CrashBeforeStep(int step) { crash_step_.store(step); }
+  // Dies in the `step`-th ExecuteStep call that promises token masks
+  // (counted from 1), once: after its plan and forward pass, while its
+  // sampler waits for the masks, which never reach it.
+  void CrashBeforeMasks(int step) { crash_masks_step_.store(step); }
   void set_can_recover(bool can) { can_recover_.store(can); }
   int restarts() const { return restarts_.load(); }
   // Swap-out moves in the plans run so far: whether preemption swapped.
@@ -49,6 +54,8 @@ class RestartableWorkerGroup : public WorkerGroup {
   // Set by the test while the engine thread steps or recovers (TSan).
   std::atomic<bool> can_recover_{true};
   std::atomic<int> crash_step_{0};
+  std::atomic<int> crash_masks_step_{0};
+  std::atomic<int> masked_steps_{0};
   std::atomic<int> steps_{0};
   std::atomic<int> restarts_{0};
   std::atomic<int> swap_out_moves_{0};

@@ -378,9 +378,14 @@ def safetensors_seeds():
       {"weight_map": {"y": "b.safetensors"}}).encode())
 
 
-# --- step_frame: length-prefixed StepPlan frames.
+# --- step_frame: length-prefixed frames, a kind byte (P: StepPlan, M:
+# StepMasks) and the message.
 def frame(payload):
   return struct.pack("<Q", len(payload)) + payload
+
+
+def plan_frame(plan):
+  return frame(b"P" + plan.SerializeToString())
 
 
 def step_frame_seeds(worker_pb2):
@@ -411,14 +416,23 @@ def step_frame_seeds(worker_pb2):
   plan.swap_in.add(src=1, dst=10)
   plan.swap_out.add(src=11, dst=2)
   plan.copy.add(src=12, dst=13)
-  write("step_frame", "plan", frame(plan.SerializeToString()))
+  write("step_frame", "plan", plan_frame(plan))
   small = worker_pb2.StepPlan(step_id=2)
   small.sequences.add(seq_id=1, token_ids=[1], start_position=0, block_table=[0],
                       do_sample=True)
-  write("step_frame", "two-frames", frame(small.SerializeToString()) +
-        frame(plan.SerializeToString()))
+  write("step_frame", "two-frames", plan_frame(small) + plan_frame(plan))
   write("step_frame", "empty-then-garbage", frame(b"") + frame(b"\xff\xff\xff"))
-  write("step_frame", "short", frame(small.SerializeToString())[:-2])
+  write("step_frame", "short", plan_frame(small)[:-2])
+  masked = worker_pb2.StepPlan(step_id=3)
+  masked.sequences.add(seq_id=4, token_ids=[1, 2], start_position=0, block_table=[0],
+                       do_sample=True, token_mask_follows=True)
+  masks = worker_pb2.StepMasks(step_id=3)
+  words = [0] * 32  # Limits(): vocab 1000.
+  words[0] = 0x12
+  masks.rows.add(seq_id=4, token_mask=struct.pack("<32I", *words))
+  stale = worker_pb2.StepMasks(step_id=2)
+  write("step_frame", "plan-then-masks", frame(b"M" + stale.SerializeToString()) +
+        plan_frame(masked) + frame(b"M" + masks.SerializeToString()) + plan_frame(small))
 
 
 # --- rendezvous: what one client sends on a connection.

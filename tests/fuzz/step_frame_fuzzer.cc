@@ -1,8 +1,11 @@
 // A spawned worker's step channel as the worker reads it
-// (StepChannelServer): length-prefixed frames (wire/frame_channel.h), each
-// parsed as a StepPlan and validated and flattened (FlattenStepPlan) before
-// any device work. Input: the bytes the server side writes on the socket;
-// frames are read until the bytes run out or one is refused.
+// (StepChannelServer): length-prefixed frames (wire/frame_channel.h), each a
+// kind byte and a message: a StepPlan, validated and flattened
+// (FlattenStepPlan) before any device work, then, if it promises token
+// masks, the next frame as its StepMasks, checked and filled in
+// (ApplyStepMasks); masks where a plan is due are skipped. Input: the bytes
+// the server side writes on the socket; frames are read until the bytes run
+// out or the channel is out of step.
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -101,12 +104,29 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   shutdown(fds[0], SHUT_WR);
   const BatchLimits limits = Limits();
   std::string frame;
-  while (pagoda::ReadFrame(fds[1], absl::Now() + absl::Seconds(5), pagoda::kMaxFrameBytes, &frame)
-             .ok()) {
+  auto next_frame = [&] {
+    return pagoda::ReadFrame(fds[1], absl::Now() + absl::Seconds(5), pagoda::kMaxFrameBytes,
+                             &frame)
+        .ok();
+  };
+  while (next_frame()) {
+    if (!frame.empty() && frame[0] == pagoda::kStepMasksFrame) continue;  // A refused plan's.
     pagoda::worker::v1::StepPlan plan;
-    if (!plan.ParseFromString(frame)) continue;  // Answered INVALID_ARGUMENT; the channel goes on.
+    if (frame.empty() || frame[0] != pagoda::kStepPlanFrame ||
+        !plan.ParseFromArray(frame.data() + 1, static_cast<int>(frame.size() - 1))) {
+      continue;  // Answered INVALID_ARGUMENT; the channel goes on.
+    }
     absl::StatusOr<FlatBatch> batch = pagoda::worker::FlattenStepPlan(plan, limits);
-    if (batch.ok()) CheckBatch(*batch, limits);
+    if (!batch.ok()) continue;
+    if (batch->awaits_masks()) {
+      pagoda::worker::v1::StepMasks masks;
+      if (!next_frame() || frame.empty() || frame[0] != pagoda::kStepMasksFrame ||
+          !masks.ParseFromArray(frame.data() + 1, static_cast<int>(frame.size() - 1))) {
+        break;  // Out of step: the worker ends the channel.
+      }
+      if (!pagoda::worker::ApplyStepMasks(plan, masks, limits.vocab_size, &*batch).ok()) continue;
+    }
+    CheckBatch(*batch, limits);
   }
   close(fds[0]);
   close(fds[1]);

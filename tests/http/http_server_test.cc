@@ -49,9 +49,9 @@ class SlowWorkers : public WorkerGroup {
     return inner_->InitCache(request);
   }
   absl::StatusOr<pagoda::worker::v1::StepResult> ExecuteStep(
-      const pagoda::worker::v1::StepPlan& plan) override {
+      const pagoda::worker::v1::StepPlan& plan, const StepMaskSource& masks) override {
     absl::SleepFor(step_time_);
-    return inner_->ExecuteStep(plan);
+    return inner_->ExecuteStep(plan, masks);
   }
   bool Healthy() const override { return inner_->Healthy(); }
   int world_size() const override { return inner_->world_size(); }

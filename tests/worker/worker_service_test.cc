@@ -389,7 +389,7 @@ TEST_F(WorkerServiceTest, StepChannelRefusesWhatIsNotAPlanAndSurvivesAnOversized
   EXPECT_EQ(garbage->code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
   EXPECT_FALSE(garbage->has_result());
 
-  auto early = exchange(Step(0, 1, {1}, 0, {0}).SerializeAsString());
+  auto early = exchange(kStepPlanFrame + Step(0, 1, {1}, 0, {0}).SerializeAsString());
   ASSERT_TRUE(early.ok()) << early.status();
   EXPECT_EQ(early->code(), static_cast<int>(absl::StatusCode::kFailedPrecondition));
 
@@ -427,7 +427,9 @@ TEST_F(WorkerServiceTest, GrpcStepOfASpawnedWorkerMatchesItsStepChannel) {
   v1::StepResult over_grpc;
   ASSERT_TRUE(call(&v1::Worker::Stub::ExecuteStep, prefill, &over_grpc).ok());
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  ASSERT_TRUE(WriteFrame((*process)->step_fd(), prefill.SerializeAsString(), deadline).ok());
+  ASSERT_TRUE(
+      WriteFrame((*process)->step_fd(), kStepPlanFrame + prefill.SerializeAsString(), deadline)
+          .ok());
   std::string frame;
   ASSERT_TRUE(ReadFrame((*process)->step_fd(), deadline, kMaxFrameBytes, &frame).ok());
   v1::StepReply over_channel;
