@@ -142,7 +142,7 @@ void RendezvousStoreServer::AcceptLoop() {
     Connection* raw = connection.get();
     connections_.push_back(std::move(connection));
     raw->thread = std::thread([this, raw] {
-      Serve(raw);
+      ServeConnection(raw->fd);
       // The peer sees the close now; the descriptor is freed when reaped.
       shutdown(raw->fd, SHUT_RDWR);
       raw->done = true;
@@ -150,8 +150,7 @@ void RendezvousStoreServer::AcceptLoop() {
   }
 }
 
-void RendezvousStoreServer::Serve(Connection* connection) {
-  const int fd = connection->fd;
+void RendezvousStoreServer::ServeConnection(int fd) {
   bool authenticated = false;
   while (!stopping_) {
     // An unauthenticated connection gets little time, so idle hostile

@@ -52,6 +52,12 @@ class RendezvousStoreServer {
   RendezvousStoreServer& operator=(const RendezvousStoreServer&) = delete;
 
   int port() const { return port_; }
+  // Serves one connected stream socket on the calling thread, exactly as an
+  // accepted connection is served, until the peer ends the stream, violates
+  // the protocol or the server stops. The caller owns `fd` and closes it.
+  // For tests and the fuzzer, which drive the store over a socketpair
+  // instead of a new TCP connection per input.
+  void ServeConnection(int fd);
   // Connections refused or closed for a protocol or authentication violation
   // since start (for tests and logs).
   int rejected_connections() const { return rejected_.load(); }
@@ -60,7 +66,6 @@ class RendezvousStoreServer {
   struct Connection;
   RendezvousStoreServer(const Options& options, int listen_fd, int port);
   void AcceptLoop();
-  void Serve(Connection* connection);
   // Applies one authenticated request; returns the reply to send.
   std::string Apply(int op, const std::string& key, std::string value);
   // kWait: the reply once `key` is set, or kNotFound after `millis` (or at

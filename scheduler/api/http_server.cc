@@ -37,6 +37,7 @@
 #include "prometheus/registry.h"
 #include "scheduler/api/background_lane.h"
 #include "scheduler/api/http_exchange.h"
+#include "scheduler/api/http_request_head.h"
 #include "scheduler/api/openai_routes.h"
 #include "scheduler/api/request_duration_buckets.h"
 
@@ -106,10 +107,6 @@ absl::string_view Reason(int status) {
     default:
       return "Unknown";
   }
-}
-
-std::string ErrorBody(int status, const std::string& message) {
-  return MakeOpenAiError(status, message).dump();
 }
 
 }  // namespace
@@ -378,7 +375,7 @@ void HttpServer::Core::Accept() {
       connections.fetch_sub(1);
       // Refused at once: one non-blocking try at a 503, then closed.
       static const std::string kRefusal = [] {
-        const std::string body = ErrorBody(503, "too many connections; retry later");
+        const std::string body = HttpErrorBody(503, "too many connections; retry later");
         return absl::StrCat(
             "HTTP/1.1 503 Service Unavailable\r\nContent-Type: "
             "application/json\r\nContent-Length: ",
@@ -484,8 +481,7 @@ void HttpSession::ReadHeader() {
   phase_ = Phase::kHeader;
   started_ = absl::Now();
   parser_.emplace();
-  parser_->header_limit(static_cast<std::uint32_t>(core_->options.max_header_bytes));
-  parser_->body_limit(core_->options.max_body_bytes);
+  LimitRequestParser(core_->options, *parser_);
   SetDeadline(core_->options.header_timeout);
   ParseHeader();
 }
@@ -507,42 +503,14 @@ void HttpSession::ParseHeader() {
 void HttpSession::OnHeader(beast::error_code error) {
   if (closed_) return;
   if (phase_ == Phase::kDone) return error ? Close() : Discard();
-  if (error == http::error::header_limit || error == http::error::buffer_overflow) {
-    return RefuseAndClose(
-        431, absl::StrCat("request headers over ", core_->options.max_header_bytes, " bytes"));
+  RequestDecision decision = DecideOnHead(core_->options, error, *parser_);
+  route_ = std::move(decision.route);
+  if (decision.action == RequestDecision::Action::kClose) return Close();
+  if (decision.action == RequestDecision::Action::kRefuse) {
+    return RefuseAndClose(decision.status, decision.message);
   }
-  if (error == http::error::body_limit) {
-    return RefuseAndClose(413, absl::StrCat("body over ", core_->options.max_body_bytes, " bytes"));
-  }
-  if (error == http::error::end_of_stream || error == asio::error::eof ||
-      error == asio::error::operation_aborted || error == asio::error::connection_reset) {
-    return Close();
-  }
-  if (error) return RefuseAndClose(400, absl::StrCat("malformed request: ", error.message()));
   const auto& header = parser_->get();
-  absl::string_view target(header.target().data(), header.target().size());
-  const absl::string_view path = target.substr(0, target.find('?'));
-  route_ = std::string(OpenAiRoutes::RouteLabel(path));
-  size_t fields = 0;
-  for (auto it = header.begin(); it != header.end(); ++it) ++fields;
-  if (fields > static_cast<size_t>(core_->options.max_header_count)) {
-    return RefuseAndClose(
-        431, absl::StrCat("more than ", core_->options.max_header_count, " header fields"));
-  }
   keep_alive_ = header.keep_alive();
-  const absl::string_view method(header.method_string().data(), header.method_string().size());
-  const auto authorization = header[http::field::authorization];
-  int status = 0;
-  if (!core_->routes->Routable(method, path, &status)) {
-    return RefuseAndClose(status,
-                          absl::StrCat(method, " ", path, ": ",
-                                       status == 404 ? "no such route" : "method not allowed"));
-  }
-  // Checked before the body is read: a refused call costs no body.
-  if (!core_->routes->Authorized(path,
-                                 absl::string_view(authorization.data(), authorization.size()))) {
-    return RefuseAndClose(401, "missing or wrong API key: send 'Authorization: Bearer <key>'");
-  }
   if (const auto length = parser_->content_length(); length.has_value()) {
     if (!core_->ReserveBody(*length)) {
       return RefuseAndClose(503, "the server holds too many request bodies; retry later");
@@ -594,17 +562,13 @@ void HttpSession::ReadBody() {
 void HttpSession::OnBody(beast::error_code error) {
   if (closed_) return;
   if (phase_ == Phase::kDone) return error ? Close() : Discard();
-  if (error == http::error::body_limit) {
-    return RefuseAndClose(413, absl::StrCat("body over ", core_->options.max_body_bytes, " bytes"));
-  }
   if (error == http::error::need_buffer) error = {};
   if (error) {
-    if (error == asio::error::operation_aborted || error == asio::error::eof ||
-        error == http::error::partial_message || error == asio::error::connection_reset ||
-        error == http::error::end_of_stream) {
-      return Close();
+    const RequestDecision decision = DecideOnBodyError(core_->options, error);
+    if (decision.action == RequestDecision::Action::kRefuse) {
+      return RefuseAndClose(decision.status, decision.message);
     }
-    return RefuseAndClose(400, absl::StrCat("malformed request body: ", error.message()));
+    return Close();
   }
   const size_t held = parser_->get().body().capacity();
   if (held > body_reserved_) {
@@ -620,14 +584,8 @@ void HttpSession::OnBody(beast::error_code error) {
 void HttpSession::Dispatch() {
   phase_ = Phase::kHandling;
   ClearDeadline();
-  http::request<http::string_body> message = parser_->release();
+  HttpRequest request = ToHttpRequest(parser_->release());
   parser_.reset();
-  HttpRequest request;
-  request.method = std::string(message.method_string());
-  absl::string_view target(message.target().data(), message.target().size());
-  request.path = std::string(target.substr(0, target.find('?')));
-  request.authorization = std::string(message[http::field::authorization]);
-  request.body = std::move(message.body());
   // The body's budget goes with it: a request waiting for the tokenizer
   // pool still holds its body.
   if (body_reserved_ > 0) {
@@ -724,7 +682,7 @@ void HttpSession::RefuseAndClose(int status, const std::string& message) {
   phase_ = Phase::kDone;
   close_after_ = true;
   if (route_.empty()) route_ = "other";
-  Respond(status, "application/json", ErrorBody(status, message));
+  Respond(status, "application/json", HttpErrorBody(status, message));
 }
 
 void HttpSession::Respond(int status, absl::string_view content_type, std::string body) {

@@ -392,9 +392,10 @@ OpenAiRoutes::OpenAiRoutes(const HttpServerOptions& options, Engine* engine,
 
 OpenAiRoutes::~OpenAiRoutes() = default;
 
-bool OpenAiRoutes::Authorized(absl::string_view path, absl::string_view authorization) const {
-  if (options_.api_key.empty() || !absl::StartsWith(path, "/v1/")) return true;
-  return ConstantTimeEquals(absl::StrCat("Bearer ", options_.api_key), std::string(authorization));
+bool OpenAiRoutes::Authorized(absl::string_view api_key, absl::string_view path,
+                              absl::string_view authorization) {
+  if (api_key.empty() || !absl::StartsWith(path, "/v1/")) return true;
+  return ConstantTimeEquals(absl::StrCat("Bearer ", api_key), authorization);
 }
 
 absl::string_view OpenAiRoutes::RouteLabel(absl::string_view path) {
@@ -411,7 +412,7 @@ bool OpenAiRoutes::AnsweredAtOnce(absl::string_view route) {
          route == "/v1/models/{id}";
 }
 
-bool OpenAiRoutes::Routable(absl::string_view method, absl::string_view path, int* status) const {
+bool OpenAiRoutes::Routable(absl::string_view method, absl::string_view path, int* status) {
   const absl::string_view route = RouteLabel(path);
   if (route == "other") {
     *status = 404;

@@ -37,10 +37,12 @@ class OpenAiRoutes {
   OpenAiRoutes(const OpenAiRoutes&) = delete;
   OpenAiRoutes& operator=(const OpenAiRoutes&) = delete;
 
-  // False when `path` needs the API key and `authorization` lacks it.
-  bool Authorized(absl::string_view path, absl::string_view authorization) const;
+  // False when `path` needs the API key (`api_key` set: every /v1/ path)
+  // and `authorization` is not "Bearer <api_key>" (compared in constant time).
+  static bool Authorized(absl::string_view api_key, absl::string_view path,
+                         absl::string_view authorization);
   // Whether `method` `path` names a route; 404 or 405 otherwise (`status`).
-  bool Routable(absl::string_view method, absl::string_view path, int* status) const;
+  static bool Routable(absl::string_view method, absl::string_view path, int* status);
   // Answers `request` on `exchange`, now or later. Call on exchange's executor.
   void Handle(HttpRequest request, std::shared_ptr<HttpExchange> exchange);
 

@@ -457,6 +457,76 @@ def rendezvous_seeds():
         rendezvous_request(2, b"a", b"22") + rendezvous_request(3, b"a"))
 
 
+# --- http_request: a settings byte (bit 0: API key "fuzz-key" configured,
+# bit 1: small limits), a byte for how much arrives in the first read
+# (0..255 of 255), then the connection's bytes.
+def http_request_seeds():
+  clear_seeds("http_request")
+  body = compact({"model": "m", "prompt": "Hi", "max_tokens": 4})
+
+  def post(path, payload, extra=""):
+    return ("POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n%s"
+            "Content-Length: %d\r\n\r\n%s" % (path, extra, len(payload.encode()), payload))
+
+  def seed(name, settings, first, text):
+    data = text.encode("utf-8") if isinstance(text, str) else text
+    write("http_request", name, bytes([settings, first]) + data)
+
+  seed("health", 0, 255, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+  seed("completions", 0, 255, post("/v1/completions", body))
+  seed("completions-split", 0, 60, post("/v1/completions?x=1", body))
+  seed("api-key", 1, 255,
+       post("/v1/chat/completions", body, "Authorization: Bearer fuzz-key\r\n"))
+  seed("api-key-wrong", 1, 255, post("/v1/completions", body, "Authorization: Bearer nope\r\n"))
+  chunked = ("POST /tokenize HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+             "5\r\n{\"pro\r\n9;ext=1\r\nmpt\":\"a\"}\r\n0\r\nTrailer: t\r\n\r\n")
+  seed("chunked", 0, 128, chunked)
+  seed("pipelined", 0, 255, "GET /ping HTTP/1.1\r\n\r\n" + post("/detokenize", "{\"tokens\":[1]}") +
+       "GET /v1/models/m HTTP/1.1\r\nConnection: close\r\n\r\nGET /version HTTP/1.1\r\n\r\n")
+  seed("http10", 0, 255, "GET /version HTTP/1.0\r\n\r\n")
+  seed("continue", 0, 255, post("/v1/completions", body, "Expect: 100-continue\r\n"))
+  seed("small-limits", 2, 255, post("/v1/completions", "x" * 80) +
+       "GET /health HTTP/1.1\r\nA: 1\r\nB: 2\r\nC: 3\r\nD: 4\r\nE: 5\r\n\r\n")
+  seed("not-found", 0, 255, b"GET /\xc3\xa9t\xe9 HTTP/1.1\r\n\r\n")
+  seed("bad-method", 0, 255, "DELETE /v1/completions HTTP/1.1\r\n\r\n")
+  seed("length-and-chunked", 0, 255, "POST /tokenize HTTP/1.1\r\nContent-Length: 3\r\n"
+       "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
+
+
+# --- constraint: a kind byte (mod 5: json_schema, regex, grammar, choice,
+# json_object; +8: disable_any_whitespace), the constraint, then optionally
+# a NUL and generated text.
+def constraint_seeds():
+  clear_seeds("constraint")
+
+  def seed(name, kind, text, generated=None):
+    data = bytes([kind]) + text.encode("utf-8")
+    if generated is not None:
+      data += b"\0" + generated.encode("utf-8")
+    write("constraint", name, data)
+
+  schema = {"type": "object", "properties": {
+      "name": {"type": "string", "maxLength": 8, "pattern": "^[a-z]+$"},
+      "age": {"type": "integer", "minimum": 0, "maximum": 150},
+      "tags": {"type": "array", "items": {"enum": ["a", "b", 3, None]}, "maxItems": 3},
+      "kind": {"anyOf": [{"const": "x"}, {"type": "number"}]},
+      "ref": {"$ref": "#/$defs/point"}},
+      "required": ["name"], "additionalProperties": False,
+      "$defs": {"point": {"type": "array", "prefixItems": [{"type": "number"}, {"type": "boolean"}]}}}
+  seed("schema", 0, compact(schema), '{"name": "ab", "age": 4')
+  seed("schema-compact", 8, compact(schema), '{"name":"ab"}')
+  seed("schema-format", 0, compact({"type": "string", "format": "date-time"}))
+  seed("regex", 1, r"(\d{1,3}\.){3}\d{1,3}|[A-Fa-f0-9]+(-[a-z]*)?\s?\w*$", "192.1")
+  seed("regex-classes", 1, r"[^\n\]a-c]{2,5}(?:x|y)+?é\u00e9\b", "")
+  seed("grammar", 2, 'root ::= expr\nexpr ::= term ("+" term)*\n'
+       'term ::= [0-9]+ | "(" expr ")" | "-" term', "(1+2")
+  seed("grammar-strings", 2, 'root ::= greeting ("," ws greeting){0,2} "!"?\n'
+       "greeting ::= 'hi' | \"h\\x65llo\" | [A-Z] [a-z]{1,3} | \"caf\\u00e9\"\n"
+       "ws ::= [ \\t]*  # comment", "hi, ")
+  seed("choice", 3, "yes\nno\nmaybe later", "ma")
+  seed("json-object", 4, "", "{\"a\": [1, 2.5e3, true, null, \"\\u00e9\"]")
+
+
 def main():
   generation_pb2, worker_pb2 = protos()
   api_request_seeds(generation_pb2)
@@ -466,6 +536,8 @@ def main():
   safetensors_seeds()
   step_frame_seeds(worker_pb2)
   rendezvous_seeds()
+  http_request_seeds()
+  constraint_seeds()
   for fuzzer in sorted(os.listdir(CORPUS)):
     print(fuzzer, len(os.listdir(os.path.join(CORPUS, fuzzer))), "inputs")
 

@@ -1,13 +1,15 @@
 // The rendezvous store the server hosts for a tensor-parallel group's ranks
-// (wire/rendezvous_store_server.h), over a real loopback connection: any
-// local process can reach its port, so every byte it reads is hostile until
-// the hello with the secret. Input: the bytes a client sends on one
-// connection; the harness then half-closes, reads until the server closes,
-// and checks that every reply is well-formed. The secret is kSecret (the
-// seeds carry it, so mutations reach the authenticated requests). One store
-// serves every input, so keys set by earlier inputs stay.
-#include <arpa/inet.h>
-#include <netinet/in.h>
+// (wire/rendezvous_store_server.h): any local process can reach its port, so
+// every byte it reads is hostile until the hello with the secret. Input:
+// the bytes a client sends on one connection; the harness then half-closes,
+// reads until the server closes, and checks that every reply is
+// well-formed. The connection is a socketpair served by the store's own
+// connection loop (ServeConnection, what each accepted TCP connection runs)
+// on this thread, while a helper thread sends the input and reads the
+// replies: a new TCP connection per input spent most of the time in the
+// kernel. The secret is kSecret (the seeds carry it, so mutations reach the
+// authenticated requests). One store serves every input, so keys set by
+// earlier inputs stay.
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -20,6 +22,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "tests/fuzz/fuzz_support.h"
 #include "wire/rendezvous_protocol.h"
@@ -34,7 +37,7 @@ constexpr char kSecret[] = "pagoda-fuzz-secret-0123456789";
 constexpr size_t kMaxInputBytes = 64 << 10;
 constexpr int kReplyTimeoutMs = 10000;
 
-int StorePort() {
+pagoda::wire::RendezvousStoreServer& Store() {
   static pagoda::wire::RendezvousStoreServer* server = [] {
     pagoda::wire::RendezvousStoreServer::Options options;
     options.secret = kSecret;
@@ -43,7 +46,7 @@ int StorePort() {
     Check(started.ok(), "the store starts");
     return started->release();
   }();
-  return server->port();
+  return *server;
 }
 
 void CheckErrno(bool condition, const char* what) {
@@ -51,47 +54,6 @@ void CheckErrno(bool condition, const char* what) {
     std::fprintf(stderr, "%s: %s\n", what, std::strerror(errno));
     Check(false, what);
   }
-}
-
-// A loopback connection from a source address that cycles through
-// 127.0.0.0/8: each closed connection leaves a TIME_WAIT entry for 60 s on
-// its (source, port) pair, and one source address has only ~28k ephemeral
-// ports, which a fast run uses up in half a minute.
-int Connect(int port) {
-  static uint32_t next_source = 0;
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  CheckErrno(fd >= 0, "socket");
-  int one = 1;
-  setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
-  sockaddr_in source{};
-  source.sin_family = AF_INET;
-  source.sin_addr.s_addr = htonl((127u << 24) | (1u + next_source++ % 0xFFFFFEu));
-  CheckErrno(bind(fd, reinterpret_cast<sockaddr*>(&source), sizeof(source)) == 0, "bind");
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<uint16_t>(port));
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
-    // libFuzzer's timers interrupt connect too (EINTR): the handshake goes on
-    // in the kernel, and the socket turns writable when it ends.
-    CheckErrno(errno == EINTR || errno == EINPROGRESS, "connect");
-    pollfd writable{fd, POLLOUT, 0};
-    int polled;
-    while ((polled = poll(&writable, 1, kReplyTimeoutMs)) < 0) {
-      CheckErrno(errno == EINTR, "poll connect");
-    }
-    Check(polled > 0, "the store accepts within the timeout");
-    int error = 0;
-    socklen_t length = sizeof(error);
-    getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length);
-    errno = error;
-    CheckErrno(error == 0, "connect (completed)");
-  }
-  // Closing with a reset leaves no TIME_WAIT behind when the store has not
-  // closed first.
-  linger reset{1, 0};
-  setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
-  return fd;
 }
 
 // Everything the server sends until it closes (or the timeout passes).
@@ -132,18 +94,33 @@ void CheckReplies(const std::string& replies) {
   }
 }
 
-}  // namespace
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  size = std::min(size, kMaxInputBytes);
-  const int fd = Connect(StorePort());
+// The client's side: the input, a half-close, then every reply.
+std::string Client(int fd, const uint8_t* data, size_t size) {
   for (size_t sent = 0; sent < size;) {
     const ssize_t n = send(fd, data + sent, size - sent, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;  // The store closed on a violation: what it read is what counts.
     sent += static_cast<size_t>(n);
   }
   shutdown(fd, SHUT_WR);
-  CheckReplies(ReadReplies(fd));
-  close(fd);
+  return ReadReplies(fd);
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  size = std::min(size, kMaxInputBytes);
+  pagoda::wire::RendezvousStoreServer& store = Store();
+  int fds[2];
+  CheckErrno(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) == 0, "socketpair");
+  std::string replies;
+  std::thread client([&] { replies = Client(fds[0], data, size); });
+  store.ServeConnection(fds[1]);
+  // As the store's accept loop does once a connection is served.
+  shutdown(fds[1], SHUT_RDWR);
+  client.join();
+  close(fds[0]);
+  close(fds[1]);
+  CheckReplies(replies);
   return 0;
 }

@@ -228,6 +228,26 @@ TEST_F(HttpServerTest, TooManyOrTooLargeHeadersAre431) {
   EXPECT_TRUE(absl::StartsWith(size_reply, "HTTP/1.1 431")) << size_reply;
 }
 
+// Beast takes any byte above 0x7F in a target, and the 404's message quotes
+// the path: its JSON must replace what is not UTF-8, not throw on the
+// control loop, which ended the server (found with the http_request fuzzer;
+// its input: tests/fuzz/corpus/http_request/regression-non-utf8-path).
+TEST_F(HttpServerTest, APathThatIsNotUtf8Gets404AndTheServerStaysUp) {
+  Start(HttpServerOptions{});
+  Client hostile(port());
+  ASSERT_TRUE(hostile.Send("GET /caf\xe9\xff HTTP/1.1\r\nHost: x\r\n\r\n"));
+  const std::string reply = hostile.ReadToEnd();
+  EXPECT_TRUE(absl::StartsWith(reply, "HTTP/1.1 404")) << reply;
+  const size_t body = reply.find("\r\n\r\n");
+  ASSERT_NE(body, std::string::npos) << reply;
+  const nlohmann::json error = nlohmann::json::parse(reply.substr(body + 4), nullptr, false);
+  ASSERT_FALSE(error.is_discarded()) << reply;
+  EXPECT_EQ(error["error"]["code"], 404);
+  Client next(port());
+  ASSERT_TRUE(next.Send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n"));
+  EXPECT_TRUE(absl::StartsWith(next.ReadUntil("\r\n\r\n"), "HTTP/1.1 200"));
+}
+
 TEST_F(HttpServerTest, BodiesOverTheBudgetOfAllConnectionsAre503) {
   HttpServerOptions options;
   options.max_body_bytes_in_flight = 64 << 10;
