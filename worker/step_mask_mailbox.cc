@@ -6,8 +6,6 @@
 
 namespace pagoda::worker {
 
-namespace v1 = ::pagoda::worker::v1;
-
 void StepMaskMailbox::Begin(int64_t step_id) {
   absl::MutexLock lock(&mutex_);
   in_step_ = true;
