@@ -48,6 +48,15 @@ absl::StatusOr<int64_t> Integer(const json& body, const char* key, int64_t fallb
   return value;
 }
 
+// A boolean field; absent or null gives `fallback`. (json::value with a
+// bool default throws on a field of another type, or null, and an exception
+// out of a route ends the server: every boolean is read through here.)
+absl::StatusOr<bool> Boolean(const json& body, const char* key, bool fallback) {
+  if (!Present(body, key)) return fallback;
+  if (!body[key].is_boolean()) return InvalidField(key, "must be a boolean");
+  return body[key].get<bool>();
+}
+
 // Most prompts in one completions body: each becomes an engine request.
 constexpr size_t kMaxPrompts = 1024;
 
@@ -173,7 +182,8 @@ absl::Status ParseMessages(const json& body, const nlohmann::ordered_json* order
     } else if (content.is_array()) {
       // Content parts: only text parts are understood.
       for (const json& part : content) {
-        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+        if (!part.is_object() || !part.contains("type") || part["type"] != "text" ||
+            !part.contains("text") ||
             !part["text"].is_string()) {
           return InvalidField(field, "content parts must be {\"type\": \"text\", \"text\": ...}");
         }
@@ -249,25 +259,23 @@ absl::Status RefuseUnsupported(const json& body) {
 // the gRPC fields; the validator bounds them and requires temperature 0.
 // Returns whether the body asks for beam search.
 absl::StatusOr<bool> ParseBeamSearch(const json& body, pagoda::v1::SamplingParams* sampling) {
-  if (Present(body, "use_beam_search") && !body["use_beam_search"].is_boolean()) {
-    return InvalidField("use_beam_search", "must be a boolean");
-  }
-  const bool beam = body.value("use_beam_search", false);
+  absl::StatusOr<bool> use_beam_search = Boolean(body, "use_beam_search", false);
+  if (!use_beam_search.ok()) return use_beam_search.status();
+  const bool beam = *use_beam_search;
   absl::StatusOr<int64_t> best_of = Integer(body, "best_of", 0, beam ? 0 : 1, beam ? 128 : 1);
   if (!best_of.ok()) {
     return beam ? best_of.status()
                 : InvalidField("best_of", "is only supported with use_beam_search");
   }
-  if (Present(body, "early_stopping") && !body["early_stopping"].is_boolean()) {
-    return InvalidField("early_stopping", "must be a boolean");
-  }
+  absl::StatusOr<bool> early_stopping = Boolean(body, "early_stopping", false);
+  if (!early_stopping.ok()) return early_stopping.status();
   absl::StatusOr<double> length_penalty = Number(body, "length_penalty", 1.0, -1e9, 1e9);
   if (!length_penalty.ok()) return length_penalty.status();
   if (!beam) return false;
   sampling->set_use_beam_search(true);
   sampling->set_best_of(static_cast<int32_t>(*best_of));
   sampling->set_length_penalty(static_cast<float>(*length_penalty));
-  sampling->set_early_stopping(body.value("early_stopping", false));
+  sampling->set_early_stopping(*early_stopping);
   return true;
 }
 
@@ -540,12 +548,11 @@ absl::Status ParsePromptLogprobs(const json& body, OpenAiRequest* out) {
 
 absl::Status ParseLogprobs(const json& body, OpenAiRequest* out) {
   if (out->chat) {
-    if (Present(body, "logprobs") && !body["logprobs"].is_boolean()) {
-      return InvalidField("logprobs", "must be a boolean");
-    }
+    absl::StatusOr<bool> logprobs = Boolean(body, "logprobs", false);
+    if (!logprobs.ok()) return logprobs.status();
     absl::StatusOr<int64_t> top = Integer(body, "top_logprobs", 0, 0, kMaxTopLogprobs);
     if (!top.ok()) return top.status();
-    if (body.value("logprobs", false)) out->top_logprobs = static_cast<int>(*top);
+    if (*logprobs) out->top_logprobs = static_cast<int>(*top);
   } else {
     absl::StatusOr<int64_t> top = Integer(body, "logprobs", -1, 0, kMaxTopLogprobs);
     if (!top.ok()) return top.status();
@@ -571,9 +578,9 @@ absl::Status ParseStopping(const json& body, int default_max_tokens, OpenAiReque
     if (!body["ignore_eos"].is_boolean()) return InvalidField("ignore_eos", "must be a boolean");
     stopping->set_ignore_eos(body["ignore_eos"].get<bool>());
   }
-  if (Present(body, "include_stop_str_in_output")) {
-    stopping->set_include_stop_str_in_output(body.value("include_stop_str_in_output", false));
-  }
+  absl::StatusOr<bool> include_stop = Boolean(body, "include_stop_str_in_output", false);
+  if (!include_stop.ok()) return include_stop.status();
+  stopping->set_include_stop_str_in_output(*include_stop);
   return ParseStop(body, stopping);
 }
 
@@ -587,12 +594,12 @@ absl::Status ParseStreaming(const json& body, OpenAiRequest* out) {
     if (!options.is_object()) return InvalidField("stream_options", "must be an object");
     if (!out->stream) return InvalidField("stream_options", "only allowed when stream is true");
     for (const char* key : {"include_usage", "continuous_usage_stats"}) {
-      if (options.contains(key) && !options[key].is_boolean() && !options[key].is_null()) {
+      if (Present(options, key) && !options[key].is_boolean()) {
         return InvalidField(absl::StrCat("stream_options.", key), "must be a boolean");
       }
     }
-    out->include_usage = options.value("include_usage", false);
-    out->continuous_usage_stats = options.value("continuous_usage_stats", false);
+    out->include_usage = Boolean(options, "include_usage", false).value_or(false);
+    out->continuous_usage_stats = Boolean(options, "continuous_usage_stats", false).value_or(false);
   }
   return absl::OkStatus();
 }
@@ -829,8 +836,10 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(const json& body, bool chat,
       out.echo = true;
     }
   }
-  if (status.ok() && chat && Present(body, "add_generation_prompt")) {
-    out.add_generation_prompt = body.value("add_generation_prompt", true);
+  if (status.ok() && chat) {
+    absl::StatusOr<bool> add_generation_prompt = Boolean(body, "add_generation_prompt", true);
+    status = add_generation_prompt.status();
+    out.add_generation_prompt = add_generation_prompt.value_or(true);
   }
   if (status.ok() && !chat && Present(body, "chat_template_kwargs")) {
     status = InvalidField("chat_template_kwargs", "only /v1/chat/completions takes them");

@@ -144,6 +144,44 @@ TEST(OpenAiProtocolTest, BadFieldsAreInvalidArgumentNamingTheField) {
       ParseError(json{{"model", "m"}, {"stream_options", json::object()}, {"prompt", "x"}}).ok());
 }
 
+// Every boolean field: another type is refused naming it; null counts as
+// absent. Reading them threw before (json::value with a bool default on a
+// string or null), and an exception out of a route ended the server; the
+// api_request fuzzer found the first such body.
+TEST(OpenAiProtocolTest, BooleansOfAnotherTypeOrNullNeverThrow) {
+  const json completion = {{"model", "m"}, {"prompt", "hi"}};
+  const json chat = {{"model", "m"},
+                     {"messages", json::array({{{"role", "user"}, {"content", "hi"}}})}};
+  struct Case {
+    const json& base;
+    const char* field;
+  } cases[] = {{completion, "include_stop_str_in_output"}, {completion, "use_beam_search"},
+               {completion, "early_stopping"},             {chat, "logprobs"},
+               {chat, "add_generation_prompt"},            {completion, "stream"}};
+  for (const Case& c : cases) {
+    const bool is_chat = &c.base == &chat;
+    json body = c.base;
+    body[c.field] = "yes";
+    const absl::Status refused = ParseError(body, is_chat);
+    EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << c.field;
+    EXPECT_EQ(refused.message().rfind(c.field, 0), 0u) << refused;
+    body[c.field] = nullptr;
+    EXPECT_TRUE(ParseError(body, is_chat).ok()) << c.field;
+  }
+  for (const char* key : {"include_usage", "continuous_usage_stats"}) {
+    json body = completion;
+    body["stream"] = true;
+    body["stream_options"] = {{key, nullptr}};
+    EXPECT_TRUE(ParseError(body).ok()) << key;
+    body["stream_options"][key] = 1;
+    EXPECT_EQ(ParseError(body).code(), absl::StatusCode::kInvalidArgument) << key;
+  }
+  json part_type = chat;
+  part_type["messages"][0]["content"] =
+      json::array({{{"type", json::array({"text"})}, {"text", "hi"}}});
+  EXPECT_EQ(ParseError(part_type, true).code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(OpenAiProtocolTest, ErrorsHaveOpenAisShapeAndStatus) {
   EXPECT_EQ(HttpStatusOf(absl::InvalidArgumentError("x")), 400);
   EXPECT_EQ(HttpStatusOf(absl::NotFoundError("x")), 404);

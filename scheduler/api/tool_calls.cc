@@ -28,7 +28,8 @@ bool ValidName(const std::string& name) {
 
 absl::Status CheckTool(const ordered_json& tool, size_t i, std::vector<std::string>* names) {
   const std::string field = absl::StrCat("tools[", i, "]");
-  if (!tool.is_object() || tool.value("type", "") != "function" || !tool.contains("function") ||
+  if (!tool.is_object() || !tool.contains("type") || tool["type"] != "function" ||
+      !tool.contains("function") ||
       !tool["function"].is_object()) {
     return InvalidField(field, "must be {\"type\": \"function\", \"function\": {...}}");
   }
@@ -61,7 +62,7 @@ absl::Status ParseChoice(const json& body, const std::vector<std::string>& names
       return InvalidField("tool_choice", "must be none, auto, required or a function");
     return absl::OkStatus();
   }
-  if (!choice.is_object() || choice.value("type", "") != "function" ||
+  if (!choice.is_object() || !choice.contains("type") || choice["type"] != "function" ||
       !choice.contains("function") || !choice["function"].is_object() ||
       !choice["function"].contains("name") || !choice["function"]["name"].is_string()) {
     return InvalidField("tool_choice",

@@ -48,6 +48,12 @@ TEST(ToolCallsTest, ParsesToolsAndChoices) {
   bad["tools"][1]["function"]["name"] = "get_weather";
   refused(bad, ToolCallParser::kHermes, "tools[1].function.name");
   refused(json{{"tool_choice", "required"}}, ToolCallParser::kHermes, "tool_choice");
+  // A "type" that is not a string is refused, not thrown (json::value threw).
+  bad = Body(R"("required")");
+  bad["tools"][0]["type"] = json::array({"function"});
+  refused(bad, ToolCallParser::kHermes, "tools[0]");
+  refused(Body(R"({"type": 5, "function": {"name": "now"}})"), ToolCallParser::kHermes,
+          "tool_choice");
 }
 
 TEST(ToolCallsTest, RequiredSchemaHoistsDefinitions) {
