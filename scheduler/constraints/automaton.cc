@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 
@@ -32,6 +33,9 @@ class AutomatonBuilder {
   absl::Status BuildNfa(ExprId expr, int32_t from, int32_t to, int depth);
   absl::Status BuildRepeat(const GrammarBuilder::Node& node, int32_t from, int32_t to, int depth);
   void Closure(std::vector<int32_t>& set);
+  // The byte classes `bytes` covers (a grammar node's set, so the pointer
+  // is stable for the whole build).
+  const std::vector<int>& ClassesOf(const ByteSet* bytes);
   absl::StatusOr<int32_t> DfaStateOf(std::vector<int32_t> set, RuleId rule);
   absl::Status Determinize(RuleId rule);
   absl::Status ExpandDfaState(int32_t state);
@@ -57,34 +61,40 @@ class AutomatonBuilder {
   std::vector<std::vector<int32_t>> set_of_dfa_;  // Of the rule's states, from rule_first_state_.
   int32_t rule_first_state_ = 0;
   std::vector<uint8_t> closure_mark_;
+  absl::flat_hash_map<const ByteSet*, std::vector<int>> classes_of_set_;
   // Per DFA state, before Flatten: its calls.
   std::vector<std::vector<CallEdge>> calls_;
 };
 
 void AutomatonBuilder::ComputeClasses() {
   // Partition refinement: bytes stay in one class while every set of the
-  // grammar contains both or neither.
-  std::vector<int> class_of(256, 0);
-  int num_classes = 1;
+  // grammar contains both or neither. Each distinct set splits the classes
+  // it cuts, as bit sets (a schema's grammar repeats the same few sets
+  // thousands of times, so most nodes are skipped).
+  std::vector<ByteSet> classes = {ByteSet::All()};
+  absl::flat_hash_set<ByteSet> seen;
   for (int id = 0; id < grammar_.num_nodes(); ++id) {
     const GrammarBuilder::Node& node = grammar_.node(id);
-    if (node.kind != Kind::kBytes) continue;
-    absl::flat_hash_map<std::pair<int, bool>, int> split;
-    int next = 0;
-    for (int b = 0; b < 256; ++b) {
-      auto [it, inserted] = split.try_emplace({class_of[b], node.bytes.Has(b)}, next);
-      if (inserted) ++next;
-      class_of[b] = it->second;
+    if (node.kind != Kind::kBytes || !seen.insert(node.bytes).second) continue;
+    const size_t before = classes.size();
+    for (size_t c = 0; c < before; ++c) {
+      const ByteSet inside = classes[c] & node.bytes;
+      if (inside.Empty() || inside == classes[c]) continue;
+      classes.push_back(classes[c] & ~node.bytes);
+      classes[c] = inside;
     }
-    num_classes = next;
   }
-  out_.num_classes_ = num_classes;
-  class_representative_.assign(num_classes, -1);
-  class_bytes_.assign(num_classes, ByteSet());
-  for (int b = 0; b < 256; ++b) {
-    out_.class_of_[b] = static_cast<uint8_t>(class_of[b]);
-    if (class_representative_[class_of[b]] < 0) class_representative_[class_of[b]] = b;
-    class_bytes_[class_of[b]].Add(static_cast<uint8_t>(b));
+  // Numbered by their smallest byte, so the automaton does not depend on
+  // the order the sets came in.
+  std::sort(classes.begin(), classes.end(), [](const ByteSet& a, const ByteSet& b) {
+    return a.Lowest() < b.Lowest();
+  });
+  out_.num_classes_ = static_cast<int>(classes.size());
+  class_representative_.clear();
+  class_bytes_ = classes;
+  for (int c = 0; c < out_.num_classes_; ++c) {
+    class_representative_.push_back(classes[c].Lowest());
+    classes[c].ForEach([&](uint8_t b) { out_.class_of_[b] = static_cast<uint8_t>(c); });
   }
 }
 
@@ -171,7 +181,9 @@ absl::Status AutomatonBuilder::BuildNfa(ExprId expr, int32_t from, int32_t to, i
 }
 
 void AutomatonBuilder::Closure(std::vector<int32_t>& set) {
-  closure_mark_.assign(nfa_.size(), 0);
+  // Marks are cleared again at the end, so a closure costs its own size,
+  // not the rule's whole NFA.
+  if (closure_mark_.size() < nfa_.size()) closure_mark_.resize(nfa_.size(), 0);
   std::vector<int32_t> stack = set;
   set.clear();
   while (!stack.empty()) {
@@ -182,7 +194,18 @@ void AutomatonBuilder::Closure(std::vector<int32_t>& set) {
     set.push_back(s);
     for (int32_t t : nfa_[s].epsilon) stack.push_back(t);
   }
+  for (int32_t s : set) closure_mark_[s] = 0;
   std::sort(set.begin(), set.end());
+}
+
+const std::vector<int>& AutomatonBuilder::ClassesOf(const ByteSet* bytes) {
+  auto [it, inserted] = classes_of_set_.try_emplace(bytes);
+  if (inserted) {
+    for (int c = 0; c < out_.num_classes_; ++c) {
+      if (bytes->Has(static_cast<uint8_t>(class_representative_[c]))) it->second.push_back(c);
+    }
+  }
+  return it->second;
 }
 
 absl::StatusOr<int32_t> AutomatonBuilder::DfaStateOf(std::vector<int32_t> set, RuleId rule) {
@@ -207,16 +230,16 @@ absl::Status AutomatonBuilder::ExpandDfaState(int32_t state) {
   // A copy: expanding adds sets to set_of_dfa_.
   const std::vector<int32_t> set = set_of_dfa_[state - rule_first_state_];
   const RuleId rule = out_.rule_of_[state];
-  for (int c = 0; c < out_.num_classes_; ++c) {
-    std::vector<int32_t> target;
-    for (int32_t s : set) {
-      for (const auto& [bytes, to] : nfa_[s].bytes) {
-        if (bytes->Has(class_representative_[c])) target.push_back(to);
-      }
+  std::vector<std::vector<int32_t>> targets(out_.num_classes_);
+  for (int32_t s : set) {
+    for (const auto& [bytes, to] : nfa_[s].bytes) {
+      for (int c : ClassesOf(bytes)) targets[c].push_back(to);
     }
-    if (target.empty()) continue;
-    Closure(target);
-    absl::StatusOr<int32_t> next = DfaStateOf(std::move(target), rule);
+  }
+  for (int c = 0; c < out_.num_classes_; ++c) {
+    if (targets[c].empty()) continue;
+    Closure(targets[c]);
+    absl::StatusOr<int32_t> next = DfaStateOf(std::move(targets[c]), rule);
     if (!next.ok()) return next.status();
     out_.next_[static_cast<size_t>(state) * out_.num_classes_ + c] = *next;
   }

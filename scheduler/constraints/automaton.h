@@ -54,6 +54,12 @@ class Automaton {
   int32_t Next(int32_t state, uint8_t byte) const {
     return next_[static_cast<size_t>(state) * num_classes_ + class_of_[byte]];
   }
+  // Where each byte class leads from `state` (-1 for none): every state a
+  // byte reaches, without visiting 256 bytes that share a few classes.
+  absl::Span<const int32_t> ByteSuccessors(int32_t state) const {
+    return absl::MakeConstSpan(next_.data() + static_cast<size_t>(state) * num_classes_,
+                               static_cast<size_t>(num_classes_));
+  }
   bool HasByteEdges(int32_t state) const { return has_byte_edges_[state]; }
   absl::Span<const CallEdge> Calls(int32_t state) const {
     return absl::MakeConstSpan(calls_.data() + call_offsets_[state],

@@ -16,7 +16,7 @@ std::vector<int32_t> ReachableByteStates(const Automaton& automaton) {
     auto visit = [&](int32_t t) {
       if (t >= 0 && !seen[t]) seen[t] = 1, order.push_back(t);
     };
-    for (int b = 0; b < 256; ++b) visit(automaton.Next(s, static_cast<uint8_t>(b)));
+    for (int32_t t : automaton.ByteSuccessors(s)) visit(t);
     for (const CallEdge& call : automaton.Calls(s)) {
       visit(automaton.Start(call.rule));
       visit(call.return_state);
