@@ -40,6 +40,7 @@ struct ServerMetrics::Instruments {
   Histogram* request_preemptions;
   Counter* generation_tokens;
   Counter* forward_seconds;
+  Counter* mask_wait_seconds;
   Counter* all_reduce_seconds;
   prometheus::Family<Counter>* finished_family;
   prometheus::Labels labels;
@@ -195,6 +196,11 @@ void ServerMetrics::Instruments::AddCounters(prometheus::Registry& r) {
   all_reduce_seconds =
       AddCounter(r, "pagoda_all_reduce_seconds_total",
                  "Of the forward seconds, rank 0's time in tensor-parallel all-reduces.", labels);
+  mask_wait_seconds = AddCounter(
+      r, "pagoda_mask_wait_seconds_total",
+      "Of the forward seconds, rank 0's wait after its forward pass for the step's token masks "
+      "(structured outputs): mask work the forward pass did not hide.",
+      labels);
   prefix_cache_queries = AddCounter(r, "pagoda_prefix_cache_queries_total",
                                     "Prompt tokens looked up in the prefix cache.", labels);
   prefix_cache_hits = AddCounter(r, "pagoda_prefix_cache_hits_total",
@@ -354,6 +360,7 @@ void ServerMetrics::OnStep(const StepRecord& step, const EngineSnapshot& snapsho
   catch_up(in.generation_tokens, static_cast<double>(snapshot.generation_tokens_total));
   catch_up(in.forward_seconds, snapshot.seconds_total.forward);
   catch_up(in.all_reduce_seconds, snapshot.seconds_total.all_reduce);
+  catch_up(in.mask_wait_seconds, snapshot.seconds_total.mask_wait);
   in.step_time->Observe(step.total_seconds);
   in.tokens_per_step->Observe(step.num_batched_tokens);
   in.tokens_per_step_deprecated->Observe(step.num_batched_tokens);

@@ -106,6 +106,7 @@ pagoda::v1::ModelInfo GenerationService::ModelInfo() const {
   stats->set_worker_rpc_seconds_total(snapshot.seconds_total.worker_rpc);
   stats->set_forward_seconds_total(snapshot.seconds_total.forward);
   stats->set_all_reduce_seconds_total(snapshot.seconds_total.all_reduce);
+  stats->set_mask_wait_seconds_total(snapshot.seconds_total.mask_wait);
   stats->set_postprocess_seconds_total(snapshot.seconds_total.postprocess);
   stats->set_accepting(snapshot.accepting);
   return out;

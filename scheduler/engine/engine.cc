@@ -386,6 +386,7 @@ void Engine::PublishStep(int64_t step_id, const SchedulerOutput& output,
   step.seconds.schedule = Seconds(clock.scheduled - clock.start);
   step.seconds.forward = result.forward_seconds();
   step.seconds.all_reduce = result.all_reduce_seconds();
+  step.seconds.mask_wait = result.mask_wait_seconds();
   step.seconds.worker_rpc =
       std::max(0.0, Seconds(clock.rpc_end - clock.rpc_start) - step.seconds.forward);
   step.seconds.postprocess = Seconds(clock.end - clock.rpc_end);

@@ -17,6 +17,10 @@ struct StepSeconds {
   double worker_rpc = 0;
   double forward = 0;
   double all_reduce = 0;  // Part of forward (rank 0's).
+  // Part of forward too: rank 0's wait, after its forward pass, for token
+  // masks that follow the plan (structured outputs); the time the server's
+  // mask computation did not hide behind the forward pass.
+  double mask_wait = 0;
   double postprocess = 0;
 
   StepSeconds& operator+=(const StepSeconds& other) {
@@ -24,6 +28,7 @@ struct StepSeconds {
     worker_rpc += other.worker_rpc;
     forward += other.forward;
     all_reduce += other.all_reduce;
+    mask_wait += other.mask_wait;
     postprocess += other.postprocess;
     return *this;
   }

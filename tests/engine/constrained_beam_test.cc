@@ -384,8 +384,15 @@ TEST_F(ConstrainedBeamTest, MasksThatFollowThePlanGiveTheTokensOfMasksInsideIt) 
   StartEngine(256, PreemptionMode::kAuto, 0, /*run_now=*/true, /*inline_masks=*/true);
   const std::map<std::string, Outputs> expected = RunMixedBatch();
   ASSERT_EQ(expected.size(), 20u);
+  // No mask followed a plan, so the worker never waited for one.
+  EXPECT_EQ(engine_->snapshot().seconds_total.mask_wait, 0);
   StartEngine();
   EXPECT_EQ(RunMixedBatch(), expected);
+  // Every constrained step waited, however briefly, and the wait is part of
+  // the forward time the worker reports.
+  const StepSeconds seconds = engine_->snapshot().seconds_total;
+  EXPECT_GT(seconds.mask_wait, 0);
+  EXPECT_LT(seconds.mask_wait, seconds.forward);
 }
 
 TEST_F(ConstrainedBeamTest, AWorkerLostBetweenPlanAndMasksChangesNoToken) {

@@ -441,7 +441,7 @@ TEST_F(ServerTest, MetricsAreScraped) {
         "pagoda_num_requests_running", "pagoda_time_to_first_token_seconds_count",
         "pagoda_e2e_request_latency_seconds_bucket", "pagoda_request_success_total",
         "pagoda_step_time_seconds_count", "pagoda_gpu_cache_usage_perc",
-        "pagoda_kv_token_utilization_perc"}) {
+        "pagoda_kv_token_utilization_perc", "pagoda_mask_wait_seconds_total"}) {
     EXPECT_TRUE(absl::StrContains(*page, name)) << name;
   }
   const pagoda::v1::ModelInfo info = Info();
