@@ -33,6 +33,7 @@ ASAN_TESTS=(
   scheduler_background_lane_test scheduler_stop_strings_test scheduler_openai_protocol_test
   scheduler_generation_config_test scheduler_request_validation_test scheduler_constrained_beam_test
   wire_frame_channel_test wire_worker_secret_test comm_rendezvous_store_test
+  comm_tcp_bootstrap_race_test
   text_hf_tokenizer_test text_chat_template_test text_utf8_test
   common_safetensors_test common_model_config_test common_protobuf_log_test
   worker_batch_test worker_step_batch_test worker_logits_processing_test worker_metrics_test
@@ -41,7 +42,8 @@ ASAN_TESTS=(
 TSAN_TESTS=(
   scheduler_engine_test scheduler_recovery_test scheduler_http_server_test
   scheduler_constrained_beam_test scheduler_validation_pool_test scheduler_background_lane_test
-  wire_frame_channel_test comm_rendezvous_store_test worker_step_cancellation_test
+  wire_frame_channel_test comm_rendezvous_store_test comm_tcp_bootstrap_race_test
+  worker_step_cancellation_test
   worker_cpu_thread_pool_test
   integration_fault_injection_test
 )

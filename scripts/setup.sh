@@ -8,7 +8,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libgoogle-glog-dev libgflags-dev prometheus-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev
-  libsentencepiece-dev sentencepiece libgloo-dev libicu-dev libboost1.81-dev
+  libsentencepiece-dev sentencepiece libicu-dev libboost1.81-dev
   libssl-dev  # HMAC-SHA256 for the tensor-parallel ranks' proof of the group secret
   libzmq3-dev  # KV events (--kv-events-endpoint)
   python3 python3-numpy python3-grpcio python3-protobuf python3-jinja2

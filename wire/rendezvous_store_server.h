@@ -17,7 +17,7 @@
 namespace pagoda::wire {
 
 // A small key-value store over TCP where the ranks of a tensor-parallel group
-// exchange their Gloo addresses. The server process (pagoda-server) starts
+// exchange their listening addresses. The server process (pagoda-server) starts
 // one per group and hands its address and secret to every worker in
 // LoadModel; nothing assumes a shared filesystem between hosts.
 //

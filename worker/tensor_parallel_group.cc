@@ -7,8 +7,8 @@
 #include "absl/strings/str_split.h"
 #include "common/model_config.h"
 #include "common/tensor_parallel_plan.h"
-#include "worker/comm/gloo_communicator.h"
 #include "wire/limits.h"
+#include "worker/comm/tcp_communicator.h"
 
 namespace pagoda::worker {
 
@@ -66,15 +66,16 @@ absl::StatusOr<std::unique_ptr<Communicator>> JoinGroup(const GroupMembership& m
   return transport(membership);
 }
 
-GroupTransport GlooTransport(std::string listen_host) {
+GroupTransport TcpTransport(std::string listen_host) {
   return [listen_host = std::move(listen_host)](
              const GroupMembership& membership) -> absl::StatusOr<std::unique_ptr<Communicator>> {
-    return comm::CreateGlooCommunicator(comm::GlooOptions{.rank = membership.rank,
-                                                          .world_size = membership.world_size,
-                                                          .rendezvous = membership.rendezvous,
-                                                          .listen_host = listen_host,
-                                                          .timeout = membership.timeout,
-                                                          .group_secret = membership.rendezvous.secret});
+    return comm::CreateTcpCommunicator(
+        comm::TcpCollectiveOptions{.rank = membership.rank,
+                                   .world_size = membership.world_size,
+                                   .rendezvous = membership.rendezvous,
+                                   .listen_host = listen_host,
+                                   .timeout = membership.timeout,
+                                   .group_secret = membership.rendezvous.secret});
   };
 }
 

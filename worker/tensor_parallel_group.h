@@ -8,9 +8,9 @@
 
 #include "absl/status/statusor.h"
 #include "pagoda/worker/v1/worker.pb.h"
+#include "wire/limits.h"
 #include "worker/comm/rendezvous_store_client.h"
 #include "worker/communicator.h"
-#include "wire/limits.h"
 
 namespace pagoda::worker {
 
@@ -32,7 +32,7 @@ absl::StatusOr<GroupMembership> ParseGroupMembership(
     const pagoda::worker::v1::LoadModelRequest& request);
 
 // How the ranks of a group reach each other once the request was checked:
-// Gloo over TCP for the CPU runner (GlooTransport), NCCL for the CUDA runner
+// TCP (comm/tcp_communicator.h) for the CPU runner (TcpTransport), NCCL for the CUDA runner
 // (worker/cuda/nccl_transport.h). Called only for world_size > 1; blocks until
 // every rank joined or the membership's timeout passed (DEADLINE_EXCEEDED /
 // UNAVAILABLE).
@@ -48,8 +48,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> JoinGroup(const GroupMembership& m
                                                         const std::string& model_dir,
                                                         const GroupTransport& transport);
 
-// Gloo, its connections listening on `listen_host`.
-GroupTransport GlooTransport(std::string listen_host);
+// The TCP communicator, listening on `listen_host` while the group joins.
+GroupTransport TcpTransport(std::string listen_host);
 
 }  // namespace pagoda::worker
 

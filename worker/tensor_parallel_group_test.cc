@@ -85,13 +85,13 @@ TEST(ParseGroupMembershipTest, RefusesHostileFieldsByName) {
   ExpectInvalid(request, "rendezvous_prefix");
 }
 
-TEST(GlooTransportTest, AnUnreachableStoreFailsInsteadOfWaiting) {
+TEST(TcpTransportTest, AnUnreachableStoreFailsInsteadOfWaiting) {
   LoadModelRequest request = GroupRequest(0, 2);
   request.set_rendezvous_address("127.0.0.1:1");  // Nothing listens on port 1.
   request.set_collective_timeout_ms(2000);
   auto membership = ParseGroupMembership(request);
   ASSERT_TRUE(membership.ok()) << membership.status();
-  auto communicator = GlooTransport("127.0.0.1")(*membership);
+  auto communicator = TcpTransport("127.0.0.1")(*membership);
   ASSERT_FALSE(communicator.ok());
   EXPECT_TRUE(communicator.status().code() == absl::StatusCode::kUnavailable ||
               communicator.status().code() == absl::StatusCode::kDeadlineExceeded)

@@ -85,7 +85,7 @@ ABSL_FLAG(std::string, ssl_certfile, "",
 ABSL_FLAG(std::string, ssl_keyfile, "",
           "PEM private key of --ssl-certfile; readable by its owner only (chmod 600).");
 ABSL_FLAG(std::string, collective_host, "",
-          "IPv4 address this worker's tensor-parallel (Gloo) connections listen on; its peers "
+          "IPv4 address this worker's tensor-parallel (CPU collective) connections listen on; its peers "
           "must reach it. Default: the host of --listen when that is an IPv4 address other "
           "than 0.0.0.0, else 127.0.0.1.");
 ABSL_FLAG(std::string, ssl_ca_certs, "",
@@ -146,7 +146,7 @@ absl::StatusOr<std::string> ReadSecret() {
       "a worker needs the server's secret: pass --secret-fd or --secret-file");
 }
 
-// Where the Gloo connections listen: the flag, else the host the worker
+// Where the collective connections listen: the flag, else the host the worker
 // serves on (peers on other hosts reach it there), else loopback.
 std::string CollectiveHost(const std::string& listen) {
   if (std::string host = absl::GetFlag(FLAGS_collective_host); !host.empty()) return host;
@@ -211,7 +211,7 @@ void WatchSignalsAndParent(pid_t parent_pid, StopRequest& stop) {
 
 // The flags checked before serving.
 struct StartupSettings {
-  std::string collective_host;  // CollectiveHost of --listen: an IPv4 address (Gloo's).
+  std::string collective_host;  // CollectiveHost of --listen: an IPv4 address.
   absl::Duration owner_timeout;
   int max_message_bytes = 0;  // --max-message-bytes: the gRPC receive limit.
 };

@@ -1,5 +1,5 @@
 // Tensor parallelism end to end: real pagoda-server processes that spawn 1, 2
-// or 4 pagoda-worker ranks (Gloo over loopback, rendezvous through the
+// or 4 pagoda-worker ranks (TCP collectives over loopback, rendezvous through the
 // server's store). The same greedy requests give the same tokens and
 // logprobs at every size; a model whose heads do not split is refused at
 // start-up in one line; a killed rank ends the requests in flight with
@@ -271,9 +271,9 @@ int RestartsToRun() {
 
 // With a fixed --rendezvous-port, as in a cluster: each restarted group's
 // store binds the same port again. A racer connects to every new TCP
-// listener of the workers (their Gloo pairs above all) throughout: every
-// restart must still succeed at its first attempt (the joins absorb the
-// racer) and every stream end with the tokens of an uninterrupted run. One
+// listener of the workers (their collective listeners above all) throughout:
+// every restart must still succeed at its first attempt (a listener drops
+// what fails its handshake) and every stream end with the tokens of an uninterrupted run. One
 // restart reaches few listeners; PAGODA_TP_RESTARTS=50 is the long run
 // (docs/tensor-parallelism.md has its figures).
 TEST_F(TensorParallelTest, KilledRankRestartsTheGroupAndRequestsResumeWithTheSameTokens) {

@@ -53,7 +53,7 @@ std::vector<Listener> ListenersAmong(const std::set<std::string>& inodes) {
   return listeners;
 }
 
-bool ConnectSendAndClose(int port) {
+bool ConnectSendAndClose(int port, const std::string& payload) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in address{};
   address.sin_family = AF_INET;
@@ -61,14 +61,22 @@ bool ConnectSendAndClose(int port) {
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   const bool connected = connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
   if (connected) {
-    const char bytes[64] = {};
-    (void)!send(fd, bytes, sizeof(bytes), MSG_NOSIGNAL);
+    (void)!send(fd, payload.data(), payload.size(), MSG_NOSIGNAL);
   }
   close(fd);
   return connected;
 }
 
 }  // namespace
+
+std::vector<std::string> ListenerRacer::HostilePayloads() {
+  const uint64_t gloo_header[6] = {48 + 8, /*SEND_UNBOUND_BUFFER*/ 1, /*slot*/ 12345, 0, 8, 0};
+  std::string hello = "PGDMESH1";
+  hello += std::string("\x01\0\0\0\0\0\0\0", 8);  // From rank 1 to rank 0.
+  hello += std::string(64, '\0');                 // Nonce and tag.
+  return {std::string(64, '\0'),
+          std::string(reinterpret_cast<const char*>(gloo_header), sizeof(gloo_header)), hello};
+}
 
 ListenerRacer::ListenerRacer(std::function<std::vector<pid_t>()> targets,
                              std::set<int> spared_ports)
@@ -82,13 +90,15 @@ ListenerRacer::~ListenerRacer() {
 }
 
 void ListenerRacer::Run() {
+  const std::vector<std::string> payloads = HostilePayloads();
   std::set<std::string> seen;
   while (!stop_.load()) {
     std::set<std::string> inodes;
     for (pid_t pid : targets_()) AddSocketInodes(pid, inodes);
     for (const Listener& listener : ListenersAmong(inodes)) {
       if (spared_ports_.count(listener.port) > 0 || !seen.insert(listener.inode).second) continue;
-      if (ConnectSendAndClose(listener.port)) connections_.fetch_add(1);
+      const std::string& payload = payloads[connections_.load() % payloads.size()];
+      if (ConnectSendAndClose(listener.port, payload)) connections_.fetch_add(1);
     }
   }
 }

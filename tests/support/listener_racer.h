@@ -14,14 +14,20 @@ namespace pagoda::testing {
 
 // The attacker of the collective bootstrap tests: a local process that
 // watches the socket tables and connects to every new TCP listener of the
-// processes it targets, as fast as it can read /proc, then sends 64 zero
-// bytes (the shape of a Gloo preamble: what a rank's first bytes look like
-// is no secret) and closes. Only the targets' listeners are touched (the
+// processes it targets, as fast as it can read /proc, then sends one of
+// HostilePayloads() (in turn) and closes. Only the targets' listeners are touched (the
 // machine is shared), and never `spared_ports` (the rendezvous store's:
 // reaching it is harmless, and not the race under test).
 // Thread safety: connections() from any thread; the rest is the racer's.
 class ListenerRacer {
  public:
+  // What it sends, one per connection in turn: 64 zero bytes; a Gloo
+  // message header naming a slot nobody posted (48 bytes that ended a rank
+  // when Pagoda's ranks spoke Gloo); and a TCP mesh hello (tcp_mesh.h) with
+  // the right layout, ranks 1 -> 0 and a zero tag, sent before the nonce
+  // arrives.
+  static std::vector<std::string> HostilePayloads();
+
   // `targets` is called on every scan: the pids whose listeners to race.
   ListenerRacer(std::function<std::vector<pid_t>()> targets, std::set<int> spared_ports);
   ~ListenerRacer();

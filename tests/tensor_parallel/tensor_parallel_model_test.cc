@@ -1,5 +1,5 @@
 // The Llama model split over 2 and 4 tensor-parallel ranks, each a real
-// pagoda_tp_test_rank process joined over Gloo on loopback, against the same
+// pagoda_tp_test_rank process joined over TCP on loopback, against the same
 // model on one rank: the logits of a batched prefill and of decode steps
 // agree within 1e-5 relative (so greedy tokens agree), on tiny models with
 // multi-head attention, GQA, fewer KV heads than ranks (KV heads copied),

@@ -1,5 +1,5 @@
 // One rank of the tensor-parallel model tests, run as its own process: joins
-// its Gloo group through the test's rendezvous store (world size 1 needs
+// its TCP group through the test's rendezvous store (world size 1 needs
 // none), loads its shard of the model, runs a fixed teacher-forced scenario
 // (a batched prefill of two prompts, then decode steps with fixed tokens, so
 // every rank is fed the same tokens without sampling) and writes
@@ -88,7 +88,7 @@ absl::Status Run() {
   const long rss_before = StatusKb("VmRSS");
   auto backend = CreateCpuBackend(1);  // The test runs several ranks on few CPUs.
   auto communicator =
-      JoinGroup(*membership, absl::GetFlag(FLAGS_model), GlooTransport("127.0.0.1"));
+      JoinGroup(*membership, absl::GetFlag(FLAGS_model), TcpTransport("127.0.0.1"));
   if (!communicator.ok()) return communicator.status();
   const long rss_joined = StatusKb("VmRSS");
   const long hwm_joined = StatusKb("VmHWM");

@@ -1,6 +1,6 @@
 // Token masks that follow their step plan (SequenceStep.token_mask_follows),
 // through real pagoda-worker processes and the server's worker group: one
-// rank over its step channel, two ranks (Gloo) over gRPC's SendStepMasks.
+// rank over its step channel, two ranks (TCP collectives) over gRPC's SendStepMasks.
 // The forward pass runs before the masks come and the sampler waits for
 // them; masks that do not answer the plan are refused without harm; a
 // worker killed between plan and masks is replaced and gives the same

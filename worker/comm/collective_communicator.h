@@ -13,7 +13,7 @@ namespace pagoda::worker::comm {
 //
 // Every rank must issue the same sequence of collectives with the same
 // counts and dtypes. Pointers are memory of the communicator's device: host
-// memory for Gloo, device memory for NCCL (where the call is enqueued on the
+// memory for the TCP communicator, device memory for NCCL (where the call is enqueued on the
 // communicator's stream and waited for before returning, so a returned OK
 // means the data is in place).
 //
@@ -29,7 +29,7 @@ class CollectiveCommunicator {
 
   // In place: data[i] = sum over ranks of data[i], for i < count. Every rank
   // ends with bitwise identical values. f16/bf16 are summed in f32 and rounded
-  // once where the backend allows (Gloo); NCCL sums in the element type.
+  // once where the backend allows (TCP); NCCL sums in the element type.
   // DEADLINE_EXCEEDED after the timeout, UNAVAILABLE when a peer is gone,
   // ABORTED after Abort().
   virtual absl::Status AllReduceSum(void* data, size_t count, DType dtype) = 0;

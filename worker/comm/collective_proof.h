@@ -10,8 +10,8 @@
 
 namespace pagoda::worker::comm {
 
-// Why: a collective transport's listeners (Gloo's per-pair TCP listeners,
-// NCCL's bootstrap sockets) take the first connection that arrives, from
+// Why: a collective transport's listeners (NCCL's bootstrap sockets; the
+// TCP mesh proves each connection itself, tcp_mesh.h) take the first connection that arrives, from
 // anyone who can reach the port. Knowing the rendezvous store's secret lets a
 // rank learn the addresses, but nothing proves that what connected to them is
 // a rank. So, once a group is connected and before any tensor moves, every

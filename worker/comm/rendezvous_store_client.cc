@@ -169,26 +169,4 @@ absl::StatusOr<std::string> RendezvousStoreClient::Get(const std::string& key) {
   return GetUntil(key, Clock::now() + timeout_);
 }
 
-void RendezvousStoreClient::set(const std::string& key, const std::vector<char>& data) {
-  absl::Status status = Set(key, std::string(data.begin(), data.end()));
-  if (!status.ok()) throw std::runtime_error(status.ToString());
-}
-
-std::vector<char> RendezvousStoreClient::get(const std::string& key) {
-  absl::StatusOr<std::string> value = Get(key);
-  if (!value.ok()) throw std::runtime_error(value.status().ToString());
-  return std::vector<char>(value->begin(), value->end());
-}
-
-void RendezvousStoreClient::wait(const std::vector<std::string>& keys) { wait(keys, timeout_); }
-
-void RendezvousStoreClient::wait(const std::vector<std::string>& keys,
-                                 const std::chrono::milliseconds& timeout) {
-  auto deadline = Clock::now() + std::min(timeout, timeout_);
-  for (const std::string& key : keys) {
-    absl::StatusOr<std::string> value = GetUntil(key, deadline);
-    if (!value.ok()) throw std::runtime_error(value.status().ToString());
-  }
-}
-
 }  // namespace pagoda::worker::comm

@@ -9,7 +9,6 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "gloo/rendezvous/store.h"
 #include "wire/rendezvous_protocol.h"
 
 namespace pagoda::worker::comm {
@@ -27,19 +26,17 @@ struct RendezvousAddress {
   std::string prefix;  // Namespaces the keys of one group (one launch).
 };
 
-// A connection to a RendezvousStoreServer, usable as Gloo's rendezvous store.
-// Every key is stored under "<prefix>/<key>". Gloo's Store interface reports
-// errors by throwing, so set/get/wait throw std::runtime_error; the absl
-// methods (Set, Get) return a status instead.
+// A connection to a RendezvousStoreServer. Every key is stored under
+// "<prefix>/<key>".
 // Thread safety: thread-safe (one request on the socket at a time).
-class RendezvousStoreClient final : public gloo::rendezvous::Store {
+class RendezvousStoreClient final {
  public:
   // Connects and authenticates. UNAVAILABLE when unreachable, PERMISSION_DENIED
   // when the server refuses the secret, RESOURCE_EXHAUSTED when it serves its
   // maximum of connections, DEADLINE_EXCEEDED after `timeout`.
   static absl::StatusOr<std::unique_ptr<RendezvousStoreClient>> Connect(
       const RendezvousAddress& address, std::chrono::milliseconds timeout);
-  ~RendezvousStoreClient() override;
+  ~RendezvousStoreClient();
   RendezvousStoreClient(const RendezvousStoreClient&) = delete;
   RendezvousStoreClient& operator=(const RendezvousStoreClient&) = delete;
 
@@ -54,13 +51,6 @@ class RendezvousStoreClient final : public gloo::rendezvous::Store {
   // UNAVAILABLE), and every later call: for a thread that waits on the store
   // on someone else's behalf and must be stopped. Callable from any thread.
   void Interrupt();
-
-  // gloo::rendezvous::Store.
-  void set(const std::string& key, const std::vector<char>& data) override;
-  std::vector<char> get(const std::string& key) override;
-  void wait(const std::vector<std::string>& keys) override;
-  void wait(const std::vector<std::string>& keys,
-            const std::chrono::milliseconds& timeout) override;
 
  private:
   RendezvousStoreClient(int fd, std::string prefix, std::chrono::milliseconds timeout)

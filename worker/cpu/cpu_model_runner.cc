@@ -76,7 +76,7 @@ class CpuModelRunner final : public ModelRunnerBase {
     auto kv_cache_dtype = ParseKvCacheDTypeFlag(request.kv_cache_dtype());
     if (!kv_cache_dtype.ok()) return kv_cache_dtype.status();
     auto communicator =
-        JoinGroup(*membership, request.model_dir(), GlooTransport(options_.collective_host));
+        JoinGroup(*membership, request.model_dir(), TcpTransport(options_.collective_host));
     if (!communicator.ok()) return communicator.status();
     AdoptCommunicator(*std::move(communicator));
     // The backend (and its thread pool) is made here, where the thread count

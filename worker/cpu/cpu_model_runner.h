@@ -11,7 +11,7 @@
 namespace pagoda::worker {
 
 struct CpuModelRunnerOptions {
-  // The address this worker's Gloo connections listen on when it is one
+  // The address this worker's collective connections listen on when it is one
   // rank of several: its peers must reach it.
   std::string collective_host = "127.0.0.1";
   // Wraps the backend a LoadModel makes (null: used as is). Set only by code
@@ -21,7 +21,7 @@ struct CpuModelRunnerOptions {
 };
 
 // The CPU backend (f32 activations, SIMD matrix products); tensor parallel
-// over Gloo when LoadModel's world_size exceeds 1.
+// over TCP (comm/tcp_communicator.h) when LoadModel's world_size exceeds 1.
 std::unique_ptr<ModelRunner> CreateCpuModelRunner(const CpuModelRunnerOptions& options = {});
 
 }  // namespace pagoda::worker

@@ -1,7 +1,7 @@
-// Real processes over loopback: each rank is a pagoda_gloo_test_rank process
-// that checks its own results (see gloo_test_rank_main.cc); this test starts
+// Real processes over loopback: each rank is a pagoda_tcp_test_rank process
+// that checks its own results (see tcp_test_rank_main.cc); this test starts
 // the rendezvous store, spawns the ranks and checks how and when they ended.
-#include "worker/comm/gloo_communicator.h"
+#include "worker/comm/tcp_communicator.h"
 
 #include <signal.h>
 
@@ -27,7 +27,7 @@ std::vector<RankOutcome> RunGroup(const std::string& scenario, int world, int ti
   auto run = RunRankGroup(
       world,
       [&](int rank, int port) {
-        return std::vector<std::string>{PAGODA_GLOO_TEST_RANK, scenario,
+        return std::vector<std::string>{PAGODA_TCP_TEST_RANK, scenario,
                                         std::to_string(rank),  std::to_string(world),
                                         std::to_string(port),  std::to_string(timeout_ms)};
       },
@@ -40,9 +40,9 @@ std::vector<RankOutcome> RunGroup(const std::string& scenario, int world, int ti
   return run->ranks;
 }
 
-class GlooGroupTest : public ::testing::TestWithParam<int> {};
+class TcpGroupTest : public ::testing::TestWithParam<int> {};
 
-TEST_P(GlooGroupTest, AllReduceAndAllGatherMatchPlainResults) {
+TEST_P(TcpGroupTest, AllReduceAndAllGatherMatchPlainResults) {
   const int world = GetParam();
   std::chrono::milliseconds took;
   auto outcomes = RunGroup("collectives", world, 20000, std::chrono::seconds(60), &took);
@@ -52,7 +52,7 @@ TEST_P(GlooGroupTest, AllReduceAndAllGatherMatchPlainResults) {
   }
 }
 
-TEST_P(GlooGroupTest, KilledRankMakesOthersFailFast) {
+TEST_P(TcpGroupTest, KilledRankMakesOthersFailFast) {
   const int world = GetParam();
   std::chrono::milliseconds took;
   // Timeout 20 s: the survivors must notice the death long before it.
@@ -65,7 +65,7 @@ TEST_P(GlooGroupTest, KilledRankMakesOthersFailFast) {
   EXPECT_LT(took, std::chrono::milliseconds(10000));
 }
 
-TEST_P(GlooGroupTest, SilentRankMakesOthersTimeOut) {
+TEST_P(TcpGroupTest, SilentRankMakesOthersTimeOut) {
   const int world = GetParam();
   std::chrono::milliseconds took;
   auto outcomes = RunGroup("hang", world, 1000, std::chrono::seconds(30), &took);
@@ -75,7 +75,7 @@ TEST_P(GlooGroupTest, SilentRankMakesOthersTimeOut) {
   }
 }
 
-TEST_P(GlooGroupTest, AbortEndsPendingCollectiveEverywhere) {
+TEST_P(TcpGroupTest, AbortEndsPendingCollectiveEverywhere) {
   const int world = GetParam();
   std::chrono::milliseconds took;
   // Timeout 30 s: every rank must be done far sooner, by the abort alone.
@@ -87,27 +87,27 @@ TEST_P(GlooGroupTest, AbortEndsPendingCollectiveEverywhere) {
   EXPECT_LT(took, std::chrono::milliseconds(10000));
 }
 
-INSTANTIATE_TEST_SUITE_P(WorldSizes, GlooGroupTest, ::testing::Values(2, 4));
+INSTANTIATE_TEST_SUITE_P(WorldSizes, TcpGroupTest, ::testing::Values(2, 4));
 
-TEST(GlooCommunicatorTest, RefusesBadRankAndWorld) {
-  GlooOptions options;
+TEST(TcpCommunicatorTest, RefusesBadRankAndWorld) {
+  TcpCollectiveOptions options;
   options.rank = 2;
   options.world_size = 2;
-  EXPECT_EQ(CreateGlooCommunicator(options).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CreateTcpCommunicator(options).status().code(), absl::StatusCode::kInvalidArgument);
   options.rank = 0;
   options.world_size = wire::kMaxWorldSize + 1;
-  EXPECT_EQ(CreateGlooCommunicator(options).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CreateTcpCommunicator(options).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST(GlooCommunicatorTest, WorldOfOneNeedsNoPeersAndValidatesArguments) {
+TEST(TcpCommunicatorTest, WorldOfOneNeedsNoPeersAndValidatesArguments) {
   RendezvousStoreServer::Options server_options;
   server_options.secret = GenerateWorkerSecret().value();
   auto server = RendezvousStoreServer::Start(server_options);
   ASSERT_TRUE(server.ok());
-  GlooOptions options;
+  TcpCollectiveOptions options;
   options.rendezvous = {"127.0.0.1", (*server)->port(), server_options.secret, "one"};
   options.timeout = std::chrono::milliseconds(5000);
-  auto comm = CreateGlooCommunicator(options);
+  auto comm = CreateTcpCommunicator(options);
   ASSERT_TRUE(comm.ok()) << comm.status();
   std::vector<float> data = {1.5f, -2.0f, 3.25f};
   ASSERT_TRUE((*comm)->AllReduceSum(data.data(), data.size(), DType::kF32).ok());
@@ -123,15 +123,17 @@ TEST(GlooCommunicatorTest, WorldOfOneNeedsNoPeersAndValidatesArguments) {
             absl::StatusCode::kAborted);
 }
 
-TEST(GlooCommunicatorTest, WrongSecretCannotJoin) {
+TEST(TcpCommunicatorTest, WrongSecretCannotJoin) {
   RendezvousStoreServer::Options server_options;
   server_options.secret = GenerateWorkerSecret().value();
   auto server = RendezvousStoreServer::Start(server_options);
   ASSERT_TRUE(server.ok());
-  GlooOptions options;
+  TcpCollectiveOptions options;
+  options.world_size = 2;  // One rank needs no store, and so no secret for it.
+  options.group_secret = std::string(32, 'x');
   options.rendezvous = {"127.0.0.1", (*server)->port(), std::string(32, 'x'), "one"};
   options.timeout = std::chrono::milliseconds(2000);
-  EXPECT_EQ(CreateGlooCommunicator(options).status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(CreateTcpCommunicator(options).status().code(), absl::StatusCode::kPermissionDenied);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
-// One rank of the multi-process Gloo tests (gloo_communicator_test.cc).
+// One rank of the multi-process TCP communicator tests (tcp_communicator_test.cc).
 //
-//   pagoda_gloo_test_rank SCENARIO RANK WORLD PORT TIMEOUT_MS
+//   pagoda_tcp_test_rank SCENARIO RANK WORLD PORT TIMEOUT_MS
 //
 // The rendezvous secret comes in PAGODA_TEST_RENDEZVOUS_SECRET (environment,
 // not argv, which other users can read). The rank checks its own results and
@@ -15,7 +15,7 @@
 //   bench        rank 0 prints the median all-reduce time for decode- and
 //                prefill-sized f32 buffers
 //
-//   pagoda_gloo_test_rank launch SCENARIO WORLD TIMEOUT_MS
+//   pagoda_tcp_test_rank launch SCENARIO WORLD TIMEOUT_MS
 //
 // starts a rendezvous store and WORLD ranks of this binary on loopback, and
 // exits 0 when every rank did, e.g. `launch bench 4 30000` for figures.
@@ -32,7 +32,7 @@
 #include <vector>
 
 #include "common/dtype.h"
-#include "worker/comm/gloo_communicator.h"
+#include "worker/comm/tcp_communicator.h"
 #include "worker/comm/rank_group_for_test.h"
 
 namespace pagoda::worker::comm {
@@ -186,8 +186,8 @@ int RunBench(CollectiveCommunicator& comm) {
   return 0;
 }
 
-int Run(const std::string& scenario, const GlooOptions& options) {
-  absl::StatusOr<std::unique_ptr<CollectiveCommunicator>> comm = CreateGlooCommunicator(options);
+int Run(const std::string& scenario, const TcpCollectiveOptions& options) {
+  absl::StatusOr<std::unique_ptr<CollectiveCommunicator>> comm = CreateTcpCommunicator(options);
   if (!comm.ok()) return Fail("join: " + comm.status().ToString());
   const bool last = options.rank == options.world_size - 1;
   const auto timeout = options.timeout;
@@ -268,7 +268,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const char* secret = std::getenv(pagoda::worker::comm::kTestRendezvousSecretEnv);
-  pagoda::worker::comm::GlooOptions options;
+  pagoda::worker::comm::TcpCollectiveOptions options;
   options.rank = std::atoi(argv[2]);
   options.world_size = std::atoi(argv[3]);
   options.rendezvous = {"127.0.0.1", std::atoi(argv[4]), secret == nullptr ? "" : secret, "test"};
