@@ -22,6 +22,7 @@ namespace pagoda::worker {
 //
 // REQUIRES: simd.gemm6x16 != nullptr, rows >= 1.
 inline constexpr int64_t kPanelDepth = 256;
+inline constexpr int kPanelRowBlock = 256;
 void PanelLinear(ThreadPool& pool, const SimdKernels& simd, const float* x, int rows,
                  const Tensor& weight, const float* bias, float* y);
 
