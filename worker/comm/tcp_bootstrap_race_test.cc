@@ -195,6 +195,31 @@ TEST_F(TcpBootstrapTest, SilentConnectionsHoldUpNoRank) {
   for (int fd : silent) close(fd);
 }
 
+// Every message names its collective and size, checked before its payload
+// is read: ranks that disagree on a collective's size fail it (DATA_LOSS)
+// instead of reading each other's bytes into the wrong places, and stay
+// failed.
+TEST_F(TcpBootstrapTest, RanksOutOfStepFailTheCollectiveWithDataLoss) {
+  std::vector<absl::Status> first(2), later(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      auto comm = CreateTcpCommunicator(RankOptions(r, 2, "out-of-step", std::chrono::seconds(5)));
+      first[r] = comm.status();
+      if (!comm.ok()) return;
+      std::vector<float> data(r == 0 ? 3 : 5, 1.0f);
+      first[r] = (*comm)->AllReduceSum(data.data(), data.size(), DType::kF32);
+      later[r] = (*comm)->AllReduceSum(data.data(), data.size(), DType::kF32);
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(first[r].code(), absl::StatusCode::kDataLoss) << "rank " << r << ": " << first[r];
+    EXPECT_TRUE(absl::StrContains(first[r].message(), "out of step")) << first[r];
+    EXPECT_EQ(later[r].code(), absl::StatusCode::kDataLoss) << "rank " << r << ": " << later[r];
+  }
+}
+
 // A rank that never comes ends the join of the others with DEADLINE_EXCEEDED
 // at the timeout.
 TEST_F(TcpBootstrapTest, AMissingRankEndsTheJoinWithinItsBound) {
