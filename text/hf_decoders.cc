@@ -1,4 +1,5 @@
 // Decoders of hf_text_steps.h, each as the tokenizers library's decode_chain.
+#include <cstdint>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -198,6 +199,28 @@ absl::StatusOr<std::unique_ptr<Decoder>> ParseSequence(const json& spec) {
   return std::make_unique<SequenceDecoder>(std::move(steps));
 }
 
+// Strip's `start` or `stop` (absent: 0): how many copies of its content to
+// trim. Checked as an integer before it is converted: json's get<int> of a
+// float outside int's range is undefined behaviour (found by the
+// tokenizer_json fuzzer, `regression-strip-start-out-of-range`).
+absl::StatusOr<int> StripCount(const json& spec, const char* key) {
+  if (!spec.contains(key)) return 0;
+  const json& count = spec[key];
+  if (!count.is_number_integer() || count.get<int64_t>() < 0 || count.get<int64_t>() > INT32_MAX) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tokenizer.json: decoder Strip's ", key, " must be an integer >= 0"));
+  }
+  return static_cast<int>(count.get<int64_t>());
+}
+
+absl::StatusOr<std::unique_ptr<Decoder>> ParseStrip(const json& spec) {
+  absl::StatusOr<int> start = StripCount(spec, "start");
+  if (!start.ok()) return start.status();
+  absl::StatusOr<int> stop = StripCount(spec, "stop");
+  if (!stop.ok()) return stop.status();
+  return std::make_unique<StripDecoder>(spec["content"].get<std::string>(), *start, *stop);
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Decoder>> ParseDecoder(const json& spec) {
@@ -211,10 +234,7 @@ absl::StatusOr<std::unique_ptr<Decoder>> ParseDecoder(const json& spec) {
     return std::make_unique<ReplaceDecoder>(spec["pattern"]["String"].get<std::string>(),
                                             spec["content"].get<std::string>());
   }
-  if (type == "Strip" && IsString(spec, "content")) {
-    return std::make_unique<StripDecoder>(spec["content"].get<std::string>(),
-                                          spec.value("start", 0), spec.value("stop", 0));
-  }
+  if (type == "Strip" && IsString(spec, "content")) return ParseStrip(spec);
   if (type == "Metaspace") {
     std::string scheme = spec.value("prepend_scheme", "");
     if (scheme.empty()) scheme = spec.value("add_prefix_space", true) ? "always" : "never";

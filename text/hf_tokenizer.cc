@@ -109,10 +109,11 @@ int LeadingSpecialToken(const json& processor) {
   const json special = processor.value("special_tokens", json::object());
   if (!special.contains(name) || !special[name].contains("ids") ||
       !special[name]["ids"].is_array() || special[name]["ids"].size() != 1 ||
-      !special[name]["ids"][0].is_number_integer()) {
+      !special[name]["ids"][0].is_number_integer() || special[name]["ids"][0].get<int64_t>() < 0 ||
+      special[name]["ids"][0].get<int64_t>() > INT32_MAX) {
     return -1;
   }
-  return special[name]["ids"][0].get<int>();
+  return static_cast<int>(special[name]["ids"][0].get<int64_t>());
 }
 
 }  // namespace

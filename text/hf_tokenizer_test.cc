@@ -78,6 +78,11 @@ TEST(HfTokenizerTest, ValuesOfTheWrongTypeAreRefusedNotThrown) {
            {"post_processor", R"({"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": 1}}]})"},
            {"normalizer", R"({"type": ["Prepend"]})"},
            {"decoder", R"({"type": 1})"},
+           // Counts that are not non-negative ints (a float out of int's
+           // range was undefined behaviour in the conversion).
+           {"decoder", R"({"type": "Strip", "content": " ", "start": 8.9e113, "stop": 0})"},
+           {"decoder", R"({"type": "Strip", "content": " ", "start": 1, "stop": -1})"},
+           {"decoder", R"({"type": "Strip", "content": " ", "start": "1"})"},
            {"pre_tokenizer", R"({"type": "ByteLevel", "add_prefix_space": "yes"})"}}) {
     std::string json = kByteLevelJson;
     json.insert(json.size() - 1, ", \"" + part + "\": " + value);
