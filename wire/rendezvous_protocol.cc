@@ -25,21 +25,6 @@ uint32_t GetU32(const unsigned char* p) {
   return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | p[3];
 }
 
-// Waits until `fd` is ready for `events` or the deadline passes.
-absl::Status WaitReady(int fd, short events, Deadline deadline) {
-  while (true) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return absl::DeadlineExceededError("rendezvous store: I/O timed out");
-    pollfd p{fd, events, 0};
-    int rc = poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 1000)));
-    if (rc > 0) return absl::OkStatus();
-    if (rc < 0 && errno != EINTR) {
-      return absl::UnavailableError(absl::StrCat("rendezvous store: poll: ", strerror(errno)));
-    }
-  }
-}
-
 }  // namespace
 
 std::string EncodeRequest(const Request& request) {
@@ -68,8 +53,8 @@ std::string EncodeWaitMillis(uint32_t millis) {
 
 absl::StatusOr<uint32_t> DecodeWaitMillis(const std::string& value) {
   if (value.size() != kWaitValueBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rendezvous store: a wait of ", value.size(), " bytes, not ", kWaitValueBytes));
+    return absl::InvalidArgumentError(absl::StrCat("rendezvous store: a wait of ", value.size(),
+                                                   " bytes, not ", kWaitValueBytes));
   }
   return std::min(GetU32(reinterpret_cast<const unsigned char*>(value.data())), kMaxWaitMillis);
 }
@@ -102,6 +87,21 @@ absl::Status ValidateKey(const std::string& key) {
     }
   }
   return absl::OkStatus();
+}
+
+// Waits until `fd` is ready for `events` or the deadline passes.
+absl::Status WaitReady(int fd, short events, Deadline deadline) {
+  while (true) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return absl::DeadlineExceededError("rendezvous store: I/O timed out");
+    pollfd p{fd, events, 0};
+    int rc = poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 1000)));
+    if (rc > 0) return absl::OkStatus();
+    if (rc < 0 && errno != EINTR) {
+      return absl::UnavailableError(absl::StrCat("rendezvous store: poll: ", strerror(errno)));
+    }
+  }
 }
 
 absl::Status WriteAll(int fd, const void* data, size_t size, Deadline deadline) {

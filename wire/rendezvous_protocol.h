@@ -70,7 +70,10 @@ absl::Status ValidateKey(const std::string& key);
 
 // Blocking socket I/O with a deadline (poll based). DEADLINE_EXCEEDED when
 // the deadline passes, UNAVAILABLE when the peer closes or errs.
+// The TCP mesh (worker/comm/tcp_mesh.h) uses them for its handshake too.
 using Deadline = std::chrono::steady_clock::time_point;
+// Waits until `fd` is ready for `events` (or failed: the next call says how).
+absl::Status WaitReady(int fd, short events, Deadline deadline);
 absl::Status WriteAll(int fd, const void* data, size_t size, Deadline deadline);
 absl::Status ReadAll(int fd, void* data, size_t size, Deadline deadline);
 

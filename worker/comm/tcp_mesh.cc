@@ -15,6 +15,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "wire/rendezvous_protocol.h"
 #include "worker/comm/collective_proof.h"
 
 namespace pagoda::worker::comm {
@@ -37,46 +38,9 @@ absl::Status Errno(const std::string& what) {
   return absl::UnavailableError(absl::StrCat(what, ": ", std::strerror(errno)));
 }
 
-// Waits until `fd` is ready for `events` (or failed: the next call says how).
-absl::Status WaitFor(int fd, short events, Clock::time_point deadline) {
-  for (;;) {
-    pollfd p{fd, events, 0};
-    const int rv = poll(&p, 1, MillisUntil(deadline));
-    if (rv > 0) return absl::OkStatus();
-    if (rv == 0) return absl::DeadlineExceededError("collective group join timed out");
-    if (errno != EINTR) return Errno("poll");
-  }
-}
-
-absl::Status ReadFull(int fd, char* out, size_t n, Clock::time_point deadline) {
-  for (size_t got = 0; got < n;) {
-    const ssize_t rv = recv(fd, out + got, n - got, 0);
-    if (rv > 0) {
-      got += static_cast<size_t>(rv);
-    } else if (rv == 0) {
-      return absl::UnavailableError("the connection closed during the handshake");
-    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      if (absl::Status s = WaitFor(fd, POLLIN, deadline); !s.ok()) return s;
-    } else if (errno != EINTR) {
-      return Errno("recv");
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::Status WriteFull(int fd, const char* data, size_t n, Clock::time_point deadline) {
-  for (size_t sent = 0; sent < n;) {
-    const ssize_t rv = send(fd, data + sent, n - sent, MSG_NOSIGNAL);
-    if (rv >= 0) {
-      sent += static_cast<size_t>(rv);
-    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      if (absl::Status s = WaitFor(fd, POLLOUT, deadline); !s.ok()) return s;
-    } else if (errno != EINTR) {
-      return Errno("send");
-    }
-  }
-  return absl::OkStatus();
-}
+using wire::rendezvous::ReadAll;
+using wire::rendezvous::WaitReady;
+using wire::rendezvous::WriteAll;
 
 absl::StatusOr<std::string> FreshNonce() {
   std::string nonce(kProofNonceBytes, '\0');
@@ -145,7 +109,7 @@ absl::StatusOr<int> ConnectTo(const std::string& host_port, Clock::time_point de
   if (fd < 0) return Errno("socket");
   absl::Status status;
   if (connect(fd, reinterpret_cast<sockaddr*>(&*address), sizeof(*address)) != 0) {
-    status = errno == EINPROGRESS ? WaitFor(fd, POLLOUT, deadline) : Errno("connect");
+    status = errno == EINPROGRESS ? WaitReady(fd, POLLOUT, deadline) : Errno("connect");
     int error = 0;
     socklen_t length = sizeof(error);
     if (status.ok() && (getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) != 0 || error)) {
@@ -165,7 +129,7 @@ absl::StatusOr<int> ConnectTo(const std::string& host_port, Clock::time_point de
 absl::Status ProveToListener(int fd, const TcpMeshOptions& options, int acceptor,
                              Clock::time_point deadline) {
   std::string nonces(kProofNonceBytes, '\0');
-  if (absl::Status s = ReadFull(fd, nonces.data(), kProofNonceBytes, deadline); !s.ok()) return s;
+  if (absl::Status s = ReadAll(fd, nonces.data(), kProofNonceBytes, deadline); !s.ok()) return s;
   absl::StatusOr<std::string> nonce = FreshNonce();
   if (!nonce.ok()) return nonce.status();
   nonces += *nonce;
@@ -175,11 +139,11 @@ absl::Status ProveToListener(int fd, const TcpMeshOptions& options, int acceptor
   AppendU32(hello, static_cast<uint32_t>(acceptor));
   hello += *nonce;
   hello += ProofTag(options.secret, group, options.world_size, options.rank, nonces);
-  if (absl::Status s = WriteFull(fd, hello.data(), hello.size(), deadline); !s.ok()) return s;
+  if (absl::Status s = WriteAll(fd, hello.data(), hello.size(), deadline); !s.ok()) return s;
   char tag[kProofTagBytes];
   // The listener closes a connection whose hello fails: here, that means
   // this rank's proof (its secret differs from the listener's).
-  if (absl::Status s = ReadFull(fd, tag, sizeof(tag), deadline); absl::IsUnavailable(s)) {
+  if (absl::Status s = ReadAll(fd, tag, sizeof(tag), deadline); absl::IsUnavailable(s)) {
     return absl::PermissionDeniedError(absl::StrCat(
         "rank ", acceptor, " refused this rank's proof of the group secret (", s.message(), ")"));
   } else if (!s.ok()) {
