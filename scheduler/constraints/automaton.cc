@@ -30,6 +30,8 @@ class AutomatonBuilder {
 
   void ComputeClasses();
   absl::StatusOr<int32_t> NewNfaState();
+  // Counts `steps` of subset construction against max_compile_steps.
+  absl::Status Spend(int64_t steps);
   absl::Status BuildNfa(ExprId expr, int32_t from, int32_t to, int depth);
   absl::Status BuildRepeat(const GrammarBuilder::Node& node, int32_t from, int32_t to, int depth);
   void Closure(std::vector<int32_t>& set);
@@ -57,6 +59,7 @@ class AutomatonBuilder {
   std::vector<NfaState> nfa_;
   int32_t nfa_accept_ = 0;
   int total_nfa_states_ = 0;
+  int64_t compile_steps_ = 0;
   absl::flat_hash_map<std::vector<int32_t>, int32_t> dfa_of_set_;
   std::vector<std::vector<int32_t>> set_of_dfa_;  // Of the rule's states, from rule_first_state_.
   int32_t rule_first_state_ = 0;
@@ -105,6 +108,13 @@ absl::StatusOr<int32_t> AutomatonBuilder::NewNfaState() {
   }
   nfa_.emplace_back();
   return static_cast<int32_t>(nfa_.size() - 1);
+}
+
+absl::Status AutomatonBuilder::Spend(int64_t steps) {
+  compile_steps_ += steps;
+  if (compile_steps_ <= limits_.max_compile_steps) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "grammar is too complex: over ", limits_.max_compile_steps, " compile steps"));
 }
 
 absl::Status AutomatonBuilder::BuildRepeat(const GrammarBuilder::Node& node, int32_t from,
@@ -231,14 +241,19 @@ absl::Status AutomatonBuilder::ExpandDfaState(int32_t state) {
   const std::vector<int32_t> set = set_of_dfa_[state - rule_first_state_];
   const RuleId rule = out_.rule_of_[state];
   std::vector<std::vector<int32_t>> targets(out_.num_classes_);
+  int64_t steps = static_cast<int64_t>(set.size());
   for (int32_t s : set) {
     for (const auto& [bytes, to] : nfa_[s].bytes) {
-      for (int c : ClassesOf(bytes)) targets[c].push_back(to);
+      const std::vector<int>& classes = ClassesOf(bytes);
+      steps += static_cast<int64_t>(classes.size());
+      for (int c : classes) targets[c].push_back(to);
     }
   }
+  if (absl::Status s = Spend(steps); !s.ok()) return s;
   for (int c = 0; c < out_.num_classes_; ++c) {
     if (targets[c].empty()) continue;
     Closure(targets[c]);
+    if (absl::Status s = Spend(static_cast<int64_t>(targets[c].size())); !s.ok()) return s;
     absl::StatusOr<int32_t> next = DfaStateOf(std::move(targets[c]), rule);
     if (!next.ok()) return next.status();
     out_.next_[static_cast<size_t>(state) * out_.num_classes_ + c] = *next;
@@ -257,6 +272,7 @@ absl::Status AutomatonBuilder::ExpandDfaState(int32_t state) {
       }
     }
     Closure(target);
+    if (absl::Status s = Spend(static_cast<int64_t>(target.size())); !s.ok()) return s;
     absl::StatusOr<int32_t> next = DfaStateOf(std::move(target), rule);
     if (!next.ok()) return next.status();
     calls_[state].push_back(CallEdge{callee, *next});

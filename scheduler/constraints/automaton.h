@@ -34,6 +34,10 @@ namespace pagoda::constraints {
 struct AutomatonLimits {
   int max_nfa_states = 1 << 20;
   int max_dfa_states = 1 << 16;
+  // Steps of the subset construction (NFA states visited by closures and
+  // byte edges followed, summed over every DFA state): a small regex can
+  // need many large NFA state sets long before it reaches max_dfa_states.
+  int64_t max_compile_steps = int64_t{1} << 24;
 };
 
 // A call edge: enter `rule`, then continue at `return_state`.

@@ -3,6 +3,7 @@
 #include <random>
 #include <regex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -81,6 +82,32 @@ TEST(RegexTest, RefusesWhatItCannotMatchExactly) {
                               "\\p{L}", "a{2000}"}) {
     SCOPED_TRACE(pattern);
     EXPECT_FALSE(CompilePattern(pattern).ok());
+  }
+}
+
+// A short pattern can cost far more to compile than its size suggests: the
+// subset construction of `.*a.*.{1000}` follows thousands of NFA states for
+// each of its thousands of DFA states (80 million steps, most of a second).
+// The step budget refuses it, and the DFA-state bound refuses `[ab]*a[ab]{20}`
+// (2^20 states, each small); their smaller siblings still compile.
+TEST(RegexTest, RefusesPatternsTooCostlyToCompile) {
+  const std::pair<const char*, const char*> refused[] = {
+      {".*a.*.{1000}", "compile steps"}, {"[ab]*a[ab]{20}", "automaton states"}};
+  for (const auto& [pattern, why] : refused) {
+    SCOPED_TRACE(pattern);
+    auto grammar = CompilePattern(pattern);
+    ASSERT_FALSE(grammar.ok());
+    EXPECT_EQ(grammar.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(grammar.status().message().find(why), std::string::npos) << grammar.status();
+  }
+  const std::pair<const char*, std::string> compiled[] = {
+      {".*a.*.{100}", "xa" + std::string(100, 'b')}, {"[ab]*a[ab]{8}", "ba" + std::string(8, 'b')}};
+  for (const auto& [pattern, text] : compiled) {
+    SCOPED_TRACE(pattern);
+    auto grammar = CompilePattern(pattern);
+    ASSERT_TRUE(grammar.ok()) << grammar.status();
+    EXPECT_TRUE(FullMatch(**grammar, text));
+    EXPECT_FALSE(FullMatch(**grammar, text.substr(0, 9)));  // Too short.
   }
 }
 
