@@ -13,7 +13,9 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "worker/cache_engine.h"
+#include "worker/cpu/cpu_attention.h"
 #include "worker/cpu/cpu_backend.h"
+#include "worker/cpu/simd.h"
 #include "worker/step_batch_test_util.h"
 
 namespace pagoda::worker {
@@ -113,9 +115,12 @@ std::vector<double> ReferenceAttention(const std::vector<float>& query, int quer
 // and a `cache_dtype` cache, and returns the largest |paged - reference|, the
 // reference attending over the K/V as the cache holds them (rounded). The
 // output goes to `output` when given.
+// With `kernels`, the items run through AttendItem at that SIMD level
+// instead of the backend's (its best level).
 double MaxAttentionError(const AttentionShape& shape, const std::vector<SequenceCase>& sequences,
                          uint32_t seed, DType cache_dtype = DType::kF32,
-                         std::vector<float>* output_copy = nullptr) {
+                         std::vector<float>* output_copy = nullptr,
+                         const SimdKernels* kernels = nullptr) {
   std::mt19937 rng(seed);
   auto backend = CreateCpuBackend();
   const int bs = shape.block_size;
@@ -173,13 +178,21 @@ double MaxAttentionError(const AttentionShape& shape, const std::vector<Sequence
   std::vector<int32_t> no_slots(query_start.back(), 0);
   const UploadedStepBatch step(
       backend.get(), AttentionBatch(no_slots, query_start, context_lens, tables, max_blocks));
-  backend->PagedAttention(PagedAttentionParams{
+  const PagedAttentionParams params{
       .query = query.data(),
       .output = output.data(),
       .cache = cache,
       .num_heads = shape.num_heads,
       .scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(shape.head_dim))),
-      .batch = &step.get()});
+      .batch = &step.get()};
+  if (kernels == nullptr) {
+    backend->PagedAttention(params);
+  } else {
+    for (int64_t item = 0; item < static_cast<int64_t>(sequences.size()) * shape.num_kv_heads;
+         ++item) {
+      AttendItem(*kernels, params, item);
+    }
+  }
   if (output_copy != nullptr) *output_copy = output;
 
   double max_error = 0.0;
@@ -218,6 +231,27 @@ TEST(CpuPagedAttentionTest, MatchesContiguousReferenceOverShapes) {
         const double error = MaxAttentionError(shape, sequences, seed++);
         EXPECT_LT(error, 2e-5) << "block_size " << bs << " head_dim " << d << " heads " << num_heads
                                << "/" << num_kv_heads;
+      }
+    }
+  }
+}
+
+// Every SIMD level this CPU runs through AttendItem (the backend uses the
+// best only): row by row where a level has no panel kernels or head_dim is
+// not a multiple of 16, blocked otherwise; GQA groups of 4, 8, 6 and 9.
+TEST(CpuPagedAttentionTest, EveryLevelMatchesReference) {
+  const std::vector<std::pair<int, int>> heads = {{8, 2}, {8, 1}, {6, 1}, {9, 1}};
+  for (SimdLevel level : SupportedSimdLevels()) {
+    for (DType dtype : {DType::kF32, DType::kF16}) {
+      for (int head_dim : {3, 24, 64}) {
+        for (auto [num_heads, num_kv_heads] : heads) {
+          const AttentionShape shape{16, head_dim, num_heads, num_kv_heads};
+          const std::vector<SequenceCase> sequences = {{1, 1}, {150, 1}, {70, 70}, {90, 13}};
+          EXPECT_LT(MaxAttentionError(shape, sequences, 17, dtype, nullptr, &SimdKernelsFor(level)),
+                    2e-5)
+              << SimdLevelName(level) << " " << DTypeName(dtype) << " head_dim " << head_dim
+              << " heads " << num_heads << "/" << num_kv_heads;
+        }
       }
     }
   }
