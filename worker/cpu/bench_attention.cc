@@ -14,7 +14,6 @@
 #include <memory>
 #include <numeric>
 #include <random>
-#include <string>
 #include <vector>
 
 #include "worker/cpu/cpu_backend.h"
@@ -89,7 +88,8 @@ int Main(int argc, char** argv) {
   const FlatBatch flat = DecodeBatch(batch, context, rng);
   const int num_blocks = static_cast<int>(flat.block_tables.size());
   std::vector<LayerCache> layers;
-  for (int l = 0; l < kLayers; ++l) layers.push_back(MakeLayerCache(*backend, dtype, num_blocks, rng));
+  for (int l = 0; l < kLayers; ++l)
+    layers.push_back(MakeLayerCache(*backend, dtype, num_blocks, rng));
   const UploadedStepBatch step(backend.get(), flat);
   std::vector<float> query(static_cast<size_t>(batch) * kHeads * kHeadDim, 0.1f);
   std::vector<float> output(query.size());
@@ -105,8 +105,9 @@ int Main(int argc, char** argv) {
                                                    .scale = 0.125f,
                                                    .batch = &step.get()});
     }
-    times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
-                                                              start).count());
+    times.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+            .count());
   }
   std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
   const double ms = times[times.size() / 2];
@@ -114,8 +115,9 @@ int Main(int argc, char** argv) {
   const double floor_gbs = MeasureReadBandwidth(threads).best();
   std::printf("%-6s %7s %5s %9s %8s %9s %8s\n", "cache", "context", "batch", "step_ms", "KV_GB/s",
               "floor_GB/s", "of_floor");
-  std::printf("%-6s %7d %5d %9.3f %8.1f %9.1f %7.0f%%\n", FindDTypeNames(dtype)->short_name, context, batch,
-              ms, bytes / ms / 1e6, floor_gbs, 100.0 * bytes / ms / 1e6 / floor_gbs);
+  std::printf("%-6s %7d %5d %9.3f %8.1f %9.1f %7.0f%%\n", FindDTypeNames(dtype)->short_name,
+              context, batch, ms, bytes / ms / 1e6, floor_gbs,
+              100.0 * bytes / ms / 1e6 / floor_gbs);
   return 0;
 }
 
