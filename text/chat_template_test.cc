@@ -2,7 +2,10 @@
 // compared with python3-jinja2 in tests/chat_template/chat_template_test.py.
 #include "text/chat_template.h"
 
+#include <cstdint>
+#include <limits>
 #include <string>
+#include <utility>
 
 #include "gtest/gtest.h"
 
@@ -80,6 +83,43 @@ TEST(ChatTemplateTest, RaiseExceptionIsInvalidArgumentWithItsMessage) {
   auto undefined = ChatTemplate::FromSource("{{ nothing.attribute }}", "", "");
   ASSERT_TRUE(undefined.ok());
   EXPECT_FALSE((*undefined)->Render({{"user", "x"}}, false).ok());
+}
+
+// Found by tests/fuzz/chat_template_fuzzer.cc (UBSan: a signed overflow in
+// `*`): integers are int64, and a result outside them, with values a request
+// can send as chat_template_kwargs, is an error instead of undefined
+// behaviour; a slice step or range past them too; and tojson's indent is
+// bounded (each level repeats it before the output limit can look).
+TEST(ChatTemplateTest, IntegersStayInsideInt64) {
+  const nlohmann::ordered_json variables = {{"big", std::numeric_limits<int64_t>::max()},
+                                            {"small", std::numeric_limits<int64_t>::min()}};
+  const std::pair<const char*, const char*> cases[] = {
+      {"{{ big * 2 }}", nullptr},
+      {"{{ big + 1 }}", nullptr},
+      {"{{ small - 1 }}", nullptr},
+      {"{{ -small }}", nullptr},
+      {"{{ small // -1 }}", nullptr},
+      {"{{ small % -1 }}", nullptr},
+      {"{{ range(small, big) | length }}", nullptr},
+      {"{{ [1, 2] | tojson(indent=big) }}", nullptr},
+      {"{{ big - 1 }}", "9223372036854775806"},
+      {"{{ 'abc'[1::big] }}", "b"},
+      {"{{ small // 3 }} {{ small % 3 }} {{ big // -10 }} {{ big % -10 }} {{ -7 % 2 }}",
+       "-3074457345618258603 1 -922337203685477581 -3 1"},
+      {"{{ 'abc'[big::small] }}", "c"},
+      {"{{ [1] | tojson(indent=-2) }}", "[\n1\n]"},
+  };
+  for (const auto& [source, expected] : cases) {
+    auto loaded = ChatTemplate::FromSource(source, "", "");
+    ASSERT_TRUE(loaded.ok()) << source << ": " << loaded.status();
+    auto text = (*loaded)->Render({{"user", "x"}}, false, nullptr, variables);
+    if (expected == nullptr) {
+      EXPECT_EQ(text.status().code(), absl::StatusCode::kInvalidArgument) << source;
+    } else {
+      ASSERT_TRUE(text.ok()) << source << ": " << text.status();
+      EXPECT_EQ(*text, expected) << source;
+    }
+  }
 }
 
 // Found by tests/fuzz/chat_template_fuzzer.cc: a namespace that holds itself

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <limits>
+#include <optional>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -20,6 +22,10 @@ namespace {
 
 // Renders can nest only as deep as the template; loops are bounded by data.
 constexpr size_t kMaxOutputBytes = 16 << 20;
+constexpr int64_t kMaxJsonIndent = 64;
+// Integers are int64 (Python's are unbounded): a result outside it is an
+// error rather than a wrapped value.
+constexpr char kOverflow[] = "integer overflow";
 
 absl::Status Fail(const Expr& expr, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat("chat template line ", expr.line, ": ", what));
@@ -442,7 +448,10 @@ absl::StatusOr<Value> Renderer::Unary(const Expr& expr) {
   absl::StatusOr<Value> value = Eval(*expr.args[0]);
   if (!value.ok()) return value;
   if (expr.name == "not") return Value(!value->truthy());
-  if (value->is_int()) return Value(-value->integer());
+  if (value->is_int()) {
+    if (value->integer() == std::numeric_limits<int64_t>::min()) return Fail(expr, kOverflow);
+    return Value(-value->integer());
+  }
   if (value->is_number()) return Value(-value->number());
   return Fail(expr, "unary minus of a non-number");
 }
@@ -522,17 +531,31 @@ absl::StatusOr<Value> Renderer::Arithmetic(const Expr& expr, const Value& a, con
   if (expr.name == "//" || expr.name == "%") {
     if (b.number() == 0) return Fail(expr, "division by zero");
     if (integers) {
+      if (a.integer() == std::numeric_limits<int64_t>::min() && b.integer() == -1) {
+        return Fail(expr, kOverflow);
+      }
+      // Python's floor division and modulo, from C++'s truncating ones
+      // (never a - quotient * b, which can leave int64 where the result
+      // does not).
       int64_t quotient = a.integer() / b.integer();
-      if ((a.integer() % b.integer() != 0) && ((a.integer() < 0) != (b.integer() < 0))) --quotient;
-      return expr.name == "//" ? Value(quotient) : Value(a.integer() - quotient * b.integer());
+      int64_t remainder = a.integer() % b.integer();
+      if (remainder != 0 && ((remainder < 0) != (b.integer() < 0))) {
+        --quotient;
+        remainder += b.integer();
+      }
+      return expr.name == "//" ? Value(quotient) : Value(remainder);
     }
     const double quotient = std::floor(a.number() / b.number());
     return expr.name == "//" ? Value(quotient) : Value(a.number() - quotient * b.number());
   }
-  if (integers) {
-    if (expr.name == "+") return Value(a.integer() + b.integer());
-    if (expr.name == "-") return Value(a.integer() - b.integer());
-    if (expr.name == "*") return Value(a.integer() * b.integer());
+  if (integers && (expr.name == "+" || expr.name == "-" || expr.name == "*")) {
+    int64_t result = 0;
+    const bool overflow =
+        expr.name == "+"   ? __builtin_add_overflow(a.integer(), b.integer(), &result)
+        : expr.name == "-" ? __builtin_sub_overflow(a.integer(), b.integer(), &result)
+                           : __builtin_mul_overflow(a.integer(), b.integer(), &result);
+    if (overflow) return Fail(expr, kOverflow);
+    return Value(result);
   }
   if (expr.name == "+") return Value(a.number() + b.number());
   if (expr.name == "-") return Value(a.number() - b.number());
@@ -587,7 +610,10 @@ absl::StatusOr<Value> Renderer::Slice(const Expr& expr) {
   int64_t stop = given[1] ? clamp(bounds[1], step > 0 ? 0 : -1, step > 0 ? size : size - 1)
                           : (step > 0 ? size : -1);
   List out;
-  for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.push_back((*items)[i]);
+  for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
+    out.push_back((*items)[i]);
+    if (__builtin_add_overflow(i, step, &i)) break;  // Past either end.
+  }
   if (base->is_string()) return Value(JoinCharacters(out));
   return Value(std::move(out));
 }
@@ -635,7 +661,10 @@ absl::StatusOr<Value> Renderer::Call(const Expr& expr) {
       std::all_of(args.begin(), args.end(), [](const Value& v) { return v.is_int(); })) {
     const int64_t start = args.size() == 2 ? args[0].integer() : 0;
     const int64_t stop = args.back().integer();
-    if (stop - start > 1'000'000) return Fail(expr, "range too large");
+    int64_t length = 0;
+    if (__builtin_sub_overflow(stop, start, &length) || length > 1'000'000) {
+      return Fail(expr, "range too large");
+    }
     List out;
     for (int64_t i = start; i < stop; ++i) out.push_back(Value(i));
     return Value(std::move(out));
@@ -699,14 +728,20 @@ absl::StatusOr<Value> CaseFilter(const FilterCall& call) {
 }
 
 // tojson(indent) or tojson(indent=n); the positional one wins.
+// As Python's json.dumps, a negative indent only inserts newlines (as 0).
 absl::StatusOr<Value> ToJsonFilter(const FilterCall& call) {
-  int indent = -1;
+  std::optional<int64_t> indent;
   for (const auto& [key, value] : call.keywords) {
-    if (key == "indent" && value.is_int()) indent = static_cast<int>(value.integer());
+    if (key == "indent" && value.is_int()) indent = value.integer();
   }
-  if (!call.args.empty() && call.args[0].is_int())
-    indent = static_cast<int>(call.args[0].integer());
-  return Value(ToJson(call.input, indent));
+  if (!call.args.empty() && call.args[0].is_int()) indent = call.args[0].integer();
+  if (!indent.has_value()) return Value(ToJson(call.input));
+  // Each nesting level repeats the indent: a large one is gigabytes of
+  // blanks before the output limit can see them.
+  if (*indent > kMaxJsonIndent) {
+    return Fail(call.expr, absl::StrCat("tojson indent above ", kMaxJsonIndent));
+  }
+  return Value(ToJson(call.input, static_cast<int>(std::max<int64_t>(*indent, 0))));
 }
 
 // length and count; a string's length counts code points, as Python's.
