@@ -6,6 +6,7 @@
 #include <limits>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -120,6 +121,41 @@ TEST(ChatTemplateTest, IntegersStayInsideInt64) {
       EXPECT_EQ(*text, expected) << source;
     }
   }
+}
+
+// Found by tests/fuzz/chat_template_fuzzer.cc (a 6 s render): loops nest as
+// deep as the template over the request's messages, and each `+` on a list
+// copies it, so a render has a work budget; strings and lists built by
+// operators are bounded too. An ordinary template over many messages stays
+// far inside it.
+TEST(ChatTemplateTest, RenderWorkIsBounded) {
+  const std::vector<ChatMessage> many(300, ChatMessage{"user", "hello"});
+  const std::pair<const char*, const char*> refused[] = {
+      {"{% set ns = namespace(all=[]) %}{% for a in messages %}{% for b in messages %}"
+       "{% for c in messages %}{% set ns.all = ns.all + [c.role] %}{% endfor %}{% endfor %}"
+       "{% endfor %}{{ ns.all | length }}",
+       "too much work"},
+      {"{% set ns = namespace(s='ab') %}{% for m in messages %}{% set ns.s = ns.s ~ ns.s %}"
+       "{% endfor %}{{ ns.s | length }}",
+       "string too long"},
+      {"{{ 'ab' * 100000000 }}", "string too long"},
+  };
+  for (const auto& [source, why] : refused) {
+    auto loaded = ChatTemplate::FromSource(source, "", "");
+    ASSERT_TRUE(loaded.ok()) << source << ": " << loaded.status();
+    auto text = (*loaded)->Render(many, false);
+    ASSERT_FALSE(text.ok()) << source;
+    EXPECT_EQ(text.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(text.status().message().find(why), std::string::npos) << text.status();
+  }
+  auto ordinary = ChatTemplate::FromSource(
+      "{% set ns = namespace(roles=[]) %}{% for m in messages %}<{{ m.role }}>{{ m.content }}"
+      "{% set ns.roles = ns.roles + [m.role] %}{% endfor %}{{ ns.roles | length }}",
+      "", "");
+  ASSERT_TRUE(ordinary.ok()) << ordinary.status();
+  auto text = (*ordinary)->Render(many, false);
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(text->size(), 300 * std::string("<user>hello").size() + 3);
 }
 
 // Found by tests/fuzz/chat_template_fuzzer.cc: a namespace that holds itself

@@ -30,7 +30,7 @@ namespace pagoda::constraints {
 
 // Bounds on what one grammar may compile to; past them Compile() answers
 // INVALID_ARGUMENT ("too complex"), so a request cannot make the server
-// build an automaton of unbounded size.
+// build an automaton of unbounded size, or spend unbounded time on one.
 struct AutomatonLimits {
   int max_nfa_states = 1 << 20;
   int max_dfa_states = 1 << 16;
