@@ -125,8 +125,8 @@ TEST(ChatTemplateTest, IntegersStayInsideInt64) {
 
 // Found by tests/fuzz/chat_template_fuzzer.cc (a 6 s render): loops nest as
 // deep as the template over the request's messages, and each `+` on a list
-// copies it, so a render has a work budget; strings and lists built by
-// operators are bounded too. An ordinary template over many messages stays
+// copies it, so a render has a work budget, charged for every value an
+// expression yields; strings and lists are bounded too. An ordinary template over many messages stays
 // far inside it.
 TEST(ChatTemplateTest, RenderWorkIsBounded) {
   const std::vector<ChatMessage> many(300, ChatMessage{"user", "hello"});
@@ -135,12 +135,17 @@ TEST(ChatTemplateTest, RenderWorkIsBounded) {
        "{% for c in messages %}{% set ns.all = ns.all + [c.role] %}{% endfor %}{% endfor %}"
        "{% endfor %}{{ ns.all | length }}",
        "too much work"},
+      // Every copy of a string is charged: the doubling runs out of budget
+      // before it reaches the 16 MiB bound.
       {"{% set ns = namespace(s='ab') %}{% for m in messages %}{% set ns.s = ns.s ~ ns.s %}"
        "{% endfor %}{{ ns.s | length }}",
-       "string too long"},
+       "too much work"},
+      // Values built by calls and filters are charged too, not only operators'.
+      {"{% for m in messages %}{% set r = range(1000000) %}{% endfor %}", "too much work"},
       {"{{ 'ab' * 100000000 }}", "string too long"},
   };
   for (const auto& [source, why] : refused) {
+    SCOPED_TRACE(source);
     auto loaded = ChatTemplate::FromSource(source, "", "");
     ASSERT_TRUE(loaded.ok()) << source << ": " << loaded.status();
     auto text = (*loaded)->Render(many, false);
