@@ -25,15 +25,14 @@ void StepMaskMailbox::End() {
   in_step_ = false;
 }
 
-absl::Status StepMaskMailbox::Deliver(v1::StepMasks masks) {
+void StepMaskMailbox::Deliver(v1::StepMasks masks) {
   absl::MutexLock lock(&mutex_);
   if (in_step_ && masks.step_id() != step_id_) {
     mismatch_ = absl::InvalidArgumentError(absl::StrCat(
         "token masks for step ", masks.step_id(), " arrived for step ", step_id_));
-    return mismatch_;
+    return;
   }
   held_ = std::move(masks);
-  return absl::OkStatus();
 }
 
 bool StepMaskMailbox::Arrived() const {

@@ -20,10 +20,13 @@ namespace pagoda::worker {
 //
 // A step Begins (its id), may Await its masks, and Ends. Masks of an
 // earlier step that nobody took (its plan was refused before it waited)
-// are dropped when a later step begins. While a step is in progress, masks
-// for any other step refuse it: Await and Deliver both return
-// INVALID_ARGUMENT (the server sends a step's masks only between its plan
-// and its result, so they can only be a server's mistake).
+// are dropped when a later step begins. Masks for any other step than the
+// one in progress (or the next to begin, when they came first) refuse that
+// step: Await returns INVALID_ARGUMENT (the server sends a step's masks only
+// between its plan and its result, so they can only be a server's
+// mistake). Deliver itself never fails: whether masks meet their step
+// running or before it begins is a matter of timing, which differs between
+// the ranks of a group, and their verdicts must agree.
 //
 // Thread-safe.
 class StepMaskMailbox {
@@ -37,9 +40,9 @@ class StepMaskMailbox {
   // The step ended; masks that came for it unused are dropped at the next
   // Begin.
   void End();
-  // SendStepMasks: keeps `masks` for (or hands them to) their step. OK, or
-  // INVALID_ARGUMENT when a step in progress is another one.
-  absl::Status Deliver(pagoda::worker::v1::StepMasks masks);
+  // SendStepMasks: keeps `masks` for (or hands them to) their step, or
+  // marks the step in progress refused when they are another step's.
+  void Deliver(pagoda::worker::v1::StepMasks masks);
   // The masks of the step in progress, once they are here. Errors:
   // INVALID_ARGUMENT (another step's masks came), DEADLINE_EXCEEDED at
   // `deadline`, CANCELLED after Cancel. REQUIRES: between Begin and End.

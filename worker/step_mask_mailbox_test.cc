@@ -25,7 +25,7 @@ TEST(StepMaskMailboxTest, AStepWaitsForMasksThatComeLateAndTakesMasksThatCameEar
   const absl::Time start = absl::Now();
   std::thread sender([&] {
     absl::SleepFor(absl::Milliseconds(100));
-    EXPECT_TRUE(mailbox.Deliver(MasksOf(4)).ok());
+    mailbox.Deliver(MasksOf(4));
   });
   absl::StatusOr<v1::StepMasks> late = mailbox.Await(Soon());
   sender.join();
@@ -35,7 +35,7 @@ TEST(StepMaskMailboxTest, AStepWaitsForMasksThatComeLateAndTakesMasksThatCameEar
   mailbox.End();
 
   // The masks' call may overtake the step's: they wait for it.
-  ASSERT_TRUE(mailbox.Deliver(MasksOf(5)).ok());
+  mailbox.Deliver(MasksOf(5));
   mailbox.Begin(5);
   absl::StatusOr<v1::StepMasks> early = mailbox.Await(Soon());
   ASSERT_TRUE(early.ok()) << early.status();
@@ -48,16 +48,17 @@ TEST(StepMaskMailboxTest, AnotherStepsMasksRefuseTheStepAndLeftoversAreDropped) 
   // Step 1's plan was refused before it waited: its masks stay unused.
   mailbox.Begin(1);
   mailbox.End();
-  ASSERT_TRUE(mailbox.Deliver(MasksOf(1)).ok());
+  mailbox.Deliver(MasksOf(1));
   mailbox.Begin(2);  // Drops them.
   EXPECT_EQ(mailbox.Await(absl::Now() + absl::Milliseconds(20)).status().code(),
             absl::StatusCode::kDeadlineExceeded);
-  EXPECT_EQ(mailbox.Deliver(MasksOf(7)).code(), absl::StatusCode::kInvalidArgument);
+  // Another step's masks, during the step: they refuse it.
+  mailbox.Deliver(MasksOf(7));
   EXPECT_EQ(mailbox.Await(Soon()).status().code(), absl::StatusCode::kInvalidArgument);
   mailbox.End();
 
   // Masks of a later step, come before the step: refused when it begins.
-  ASSERT_TRUE(mailbox.Deliver(MasksOf(9)).ok());
+  mailbox.Deliver(MasksOf(9));
   mailbox.Begin(3);
   EXPECT_EQ(mailbox.Await(Soon()).status().code(), absl::StatusCode::kInvalidArgument);
   mailbox.End();
@@ -74,7 +75,7 @@ TEST(StepMaskMailboxTest, CancelEndsTheWait) {
   canceller.join();
   mailbox.End();
   mailbox.Begin(2);  // A new step is not cancelled.
-  ASSERT_TRUE(mailbox.Deliver(MasksOf(2)).ok());
+  mailbox.Deliver(MasksOf(2));
   EXPECT_TRUE(mailbox.Await(Soon()).ok());
   mailbox.End();
 }
