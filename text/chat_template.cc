@@ -92,8 +92,9 @@ absl::StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::Load(const std::stri
 
 absl::StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::FromSource(const std::string& source,
                                                                        std::string bos_token,
-                                                                       std::string eos_token) {
-  absl::StatusOr<jinja::Template> compiled = jinja::Template::Parse(source);
+                                                                       std::string eos_token,
+                                                                       int64_t max_render_work) {
+  absl::StatusOr<jinja::Template> compiled = jinja::Template::Parse(source, max_render_work);
   if (!compiled.ok()) return compiled.status();
   return std::unique_ptr<ChatTemplate>(
       new ChatTemplate(*std::move(compiled), std::move(bos_token), std::move(eos_token)));

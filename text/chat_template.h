@@ -1,6 +1,7 @@
 #ifndef PAGODA_TEXT_CHAT_TEMPLATE_H_
 #define PAGODA_TEXT_CHAT_TEMPLATE_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,10 +38,11 @@ class ChatTemplate {
   // Jinja subset (jinja_template.h), so the server refuses to start.
   static absl::StatusOr<std::unique_ptr<ChatTemplate>> Load(const std::string& model_dir,
                                                             const std::string& override_file);
-  // From template text and the special tokens it may print.
-  static absl::StatusOr<std::unique_ptr<ChatTemplate>> FromSource(const std::string& source,
-                                                                  std::string bos_token,
-                                                                  std::string eos_token);
+  // From template text and the special tokens it may print; each render
+  // may do `max_render_work` units (jinja_template.h).
+  static absl::StatusOr<std::unique_ptr<ChatTemplate>> FromSource(
+      const std::string& source, std::string bos_token, std::string eos_token,
+      int64_t max_render_work = jinja::kDefaultMaxRenderWork);
 
   // INVALID_ARGUMENT when the template raises (e.g. roles that do not
   // alternate) or fails on the messages.

@@ -161,6 +161,14 @@ TEST(ChatTemplateTest, RenderWorkIsBounded) {
   auto text = (*ordinary)->Render(many, false);
   ASSERT_TRUE(text.ok()) << text.status();
   EXPECT_EQ(text->size(), 300 * std::string("<user>hello").size() + 3);
+
+  // A template given a smaller budget (the fuzzer's) refuses what the
+  // default renders.
+  auto tight = ChatTemplate::FromSource("{% for m in messages %}<{{ m.role }}>{% endfor %}", "", "",
+                                        /*max_render_work=*/500);
+  ASSERT_TRUE(tight.ok()) << tight.status();
+  EXPECT_TRUE((*tight)->Render(std::vector<ChatMessage>(10, many[0]), false).ok());
+  EXPECT_EQ((*tight)->Render(many, false).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 // Found by tests/fuzz/chat_template_fuzzer.cc: a namespace that holds itself
@@ -178,6 +186,54 @@ TEST(ChatTemplateTest, NamespaceHoldingItselfRendersAndIsFreed) {
     ASSERT_TRUE(text.ok()) << text.status();
     EXPECT_EQ(*text, "1 1 1");
   }
+}
+
+// Found by tests/fuzz/chat_template_fuzzer.cc: printing a namespace that
+// holds itself recursed until the stack overflowed. Values a template
+// nests without bound (a list wrapped once per iteration, a list that
+// holds another twice per iteration) are printed, compared, serialized and
+// freed without recursing past kMaxNesting, and without exponential work.
+TEST(ChatTemplateTest, ValuesNestedWithoutBoundNeitherOverflowTheStackNorRunForever) {
+  const std::string wrapped =  // 30,000 levels deep.
+      "{% set ns = namespace(x=1, y=1) %}{% for a in range(30000) %}"
+      "{% set ns.x = [ns.x] %}{% set ns.y = [ns.y] %}{% endfor %}";
+  const std::string doubled =  // 2^40 paths through 40 shared lists.
+      "{% set ns = namespace(x=1, y=1) %}{% for a in range(40) %}"
+      "{% set ns.x = [ns.x, ns.x] %}{% set ns.y = [ns.y, ns.y] %}{% endfor %}";
+  const std::pair<std::string, std::string> cases[] = {
+      {"{% set ns = namespace(n=1) %}{% set ns.me = ns %}{{ ns }}", "OK"},
+      {wrapped + "{{ ns.x | length }}{% set ns.x = 0 %}", "OK"},
+      {wrapped + "{{ ns.x }}", "OK"},
+      {wrapped + "{{ ns.x == ns.x }}", "OK"},
+      {wrapped + "{{ ns.x == ns.y }}", "nested deeper than 128"},
+      {wrapped + "{{ ns.x | tojson }}", "nested deeper than 128"},
+      {doubled + "{{ ns.x }}", "output too large"},
+      {doubled + "{{ ns.x | tojson }}", "string too long"},
+      {doubled + "{{ ns.x == ns.y }}", "too much work"},
+      {doubled + "{{ ns.x in [ns.y] }}", "too much work"},
+      {doubled + "{{ [ns.y] | select('equalto', ns.x) | list | length }}", "too much work"},
+      {doubled + "{{ {'a': 1}[ns.x] }}", "not a dict key"},
+      {"{% set d = {'a': 1} %}{% set d.me = d %}", "is not a namespace"},
+  };
+  for (const auto& [source, expected] : cases) {
+    SCOPED_TRACE(source);
+    auto loaded = ChatTemplate::FromSource(source, "", "");
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    absl::StatusOr<std::string> text = (*loaded)->Render({{"user", "x"}}, false);
+    if (expected == "OK") {
+      EXPECT_TRUE(text.ok()) << text.status();
+      continue;
+    }
+    ASSERT_FALSE(text.ok());
+    EXPECT_EQ(text.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(text.status().message().find(expected), std::string::npos) << text.status();
+  }
+  auto self =
+      ChatTemplate::FromSource("{% set ns = namespace(n=1) %}{% set ns.me = ns %}{{ ns }}", "", "");
+  ASSERT_TRUE(self.ok());
+  const std::string printed = *(*self)->Render({{"user", "x"}}, false);
+  EXPECT_EQ(printed.substr(0, 24), "{'n': 1, 'me': {'n': 1, ");
+  EXPECT_NE(printed.find("'me': ...}"), std::string::npos) << printed.substr(printed.size() - 40);
 }
 
 }  // namespace

@@ -13,7 +13,7 @@
 
 namespace pagoda::text::jinja {
 
-absl::StatusOr<std::string> RenderTree(const Node& root, const Value& context);
+absl::StatusOr<std::string> RenderTree(const Node& root, const Value& context, int64_t max_work);
 
 namespace {
 
@@ -770,18 +770,19 @@ class TreeBuilder {
 
 }  // namespace
 
-absl::StatusOr<Template> Template::Parse(const std::string& source) {
+absl::StatusOr<Template> Template::Parse(const std::string& source, int64_t max_render_work) {
   absl::StatusOr<std::vector<Segment>> segments = Cut(source);
   if (!segments.ok()) return segments.status();
   absl::StatusOr<std::unique_ptr<Node>> root = TreeBuilder(*std::move(segments)).Build();
   if (!root.ok()) return root.status();
   Template out;
   out.root_ = std::shared_ptr<const Node>(std::move(*root));
+  out.max_render_work_ = max_render_work;
   return out;
 }
 
 absl::StatusOr<std::string> Template::Render(const Value& context) const {
-  return RenderTree(*root_, context);
+  return RenderTree(*root_, context, max_render_work_);
 }
 
 }  // namespace pagoda::text::jinja

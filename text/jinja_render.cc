@@ -8,10 +8,10 @@
 #include <optional>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "text/jinja_ast.h"
@@ -21,31 +21,27 @@ namespace pagoda::text::jinja {
 namespace {
 
 // Renders can nest only as deep as the template; loops are bounded by data.
-constexpr size_t kMaxOutputBytes = 16 << 20;
+constexpr size_t kMaxOutputBytes = kMaxTextBytes;
 constexpr int64_t kMaxJsonIndent = 64;
 // Integers are int64 (Python's are unbounded): a result outside it is an
 // error rather than a wrapped value.
 constexpr char kOverflow[] = "integer overflow";
-// The work one render may do, charged by Eval for every value an
-// expression yields (1, plus 16 bytes of a string, which every copy
-// copies, plus the items of a list it built) and by every loop iteration.
-// Loops nest as deep as the template, over data a request sends, and
-// appending to a list copies it: the chat_template fuzzer found nested
-// loops appending to one list that rendered for 6 s (and strings that
-// double at each iteration grow without bound). About 0.1 s; the real
-// Llama 3, 3.1 and Qwen3 templates take at most 427 units on
-// tests/chat_template's conversations, and 0.52 to 0.64 million on 500
-// messages of 4 KB (a 2 MB prompt).
-constexpr int64_t kMaxRenderWork = int64_t{1} << 22;
 constexpr size_t kMaxListItems = size_t{1} << 20;
 
 absl::Status Fail(const Expr& expr, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat("chat template line ", expr.line, ": ", what));
 }
 
+// A dict key as this Value's dicts keep it (printed); a list or dict is no
+// key (unhashable, as in Python), and printing one is unbounded work.
+absl::StatusOr<std::string> KeyOf(const Expr& expr, const Value& key) {
+  if (key.is_list() || key.is_dict()) return Fail(expr, "a list or dict is not a dict key");
+  return ToText(key);
+}
+
 class Renderer {
  public:
-  explicit Renderer(const Value& context) {
+  Renderer(const Value& context, int64_t max_work) : max_work_(max_work) {
     scopes_.push_back(context.is_dict() ? context.dict() : Dict());
   }
   // A namespace is the one value a template can change, so the one through
@@ -95,15 +91,19 @@ class Renderer {
   absl::StatusOr<Value> Filter(const Expr& expr);
   absl::StatusOr<bool> Test(const Expr& expr);
   absl::Status For(const Node& node, std::string* out);
-  // Counts `units` of work against kMaxRenderWork.
+  // Counts `units` of work against max_work_ (kDefaultMaxRenderWork).
   absl::Status Charge(const Expr& expr, int64_t units);
+  // Jinja's == with its comparisons charged.
+  absl::StatusOr<bool> Equals(const Expr& expr, const Value& a, const Value& b);
   // Eval's work: the value of `expr`, uncharged.
   absl::StatusOr<Value> Compute(const Expr& expr);
 
   std::vector<Dict> scopes_;
+  const int64_t max_work_;
   int64_t work_ = 0;
   // Every namespace() this render made (see ~Renderer).
   std::vector<std::shared_ptr<Dict>> namespaces_;
+  absl::flat_hash_set<const Dict*> namespace_set_;  // The same, to look up.
 };
 
 // A string's characters (code points, as Python indexes strings).
@@ -249,7 +249,9 @@ absl::StatusOr<Value> KeysOrValuesMethod(const MethodCall& call) {
 // get(key[, default]): the default is None, as in Python.
 absl::StatusOr<Value> GetMethod(const MethodCall& call) {
   if (call.args.empty()) return UnsupportedMethod(call);
-  Value found = call.self.get(ToText(call.args[0]));
+  absl::StatusOr<std::string> key = KeyOf(call.expr, call.args[0]);
+  if (!key.ok()) return key.status();
+  Value found = call.self.get(*key);
   if (!found.is_undefined()) return found;
   return call.args.size() > 1 ? call.args[1] : Value(None{});
 }
@@ -299,6 +301,8 @@ absl::Status Renderer::Run(const Node& node, std::string* out) {
       absl::StatusOr<Value> value = Eval(*node.expr);
       if (!value.ok()) return value.status();
       out->append(ToText(*value));
+      if (out->size() > kMaxOutputBytes)
+        return absl::InvalidArgumentError("chat template output too large");
       return absl::OkStatus();
     }
     case Node::Kind::kBody:
@@ -328,7 +332,9 @@ absl::Status Renderer::Run(const Node& node, std::string* out) {
         return absl::OkStatus();
       }
       const Value target = Lookup(node.targets[0]);
-      if (!target.is_dict())
+      // Only a namespace changes (as in Jinja): other dicts stay immutable,
+      // so only a namespace can come to hold itself (see ~Renderer).
+      if (!target.is_dict() || !namespace_set_.contains(&target.dict()))
         return Fail(*node.expr, absl::StrCat(node.targets[0], " is not a namespace"));
       target.set(node.targets[1], *std::move(value));
       return absl::OkStatus();
@@ -339,11 +345,19 @@ absl::Status Renderer::Run(const Node& node, std::string* out) {
 
 absl::Status Renderer::Charge(const Expr& expr, int64_t units) {
   work_ += units;
-  if (work_ <= kMaxRenderWork) return absl::OkStatus();
+  if (work_ <= max_work_) return absl::OkStatus();
   return Fail(expr, "the template does too much work for these messages");
 }
 
-// Every value an expression yields is charged (kMaxRenderWork) and bounded:
+absl::StatusOr<bool> Renderer::Equals(const Expr& expr, const Value& a, const Value& b) {
+  int64_t work_left = std::max<int64_t>(max_work_ - work_, 0);
+  absl::StatusOr<bool> equal = Equal(a, b, &work_left);
+  work_ = max_work_ - work_left;
+  if (!equal.ok()) return Fail(expr, std::string(equal.status().message()));
+  return equal;
+}
+
+// Every value an expression yields is charged (max_work_) and bounded:
 // strings by the output bound, lists by kMaxListItems.
 absl::StatusOr<Value> Renderer::Eval(const Expr& expr) {
   absl::StatusOr<Value> value = Compute(expr);
@@ -473,7 +487,9 @@ absl::StatusOr<Value> Renderer::MakeDict(const Expr& expr) {
     if (!key.ok()) return key;
     absl::StatusOr<Value> value = Eval(*expr.args[i + 1]);
     if (!value.ok()) return value;
-    dict.set(ToText(*key), *std::move(value));
+    absl::StatusOr<std::string> name = KeyOf(expr, *key);
+    if (!name.ok()) return name.status();
+    dict.set(*name, *std::move(value));
   }
   return dict;
 }
@@ -518,15 +534,21 @@ absl::StatusOr<Value> Renderer::Binary(const Expr& expr) {
   if (!right.ok()) return right;
   const Value& a = *left;
   const Value& b = *right;
-  if (expr.name == "==") return Value(Equal(a, b));
-  if (expr.name == "!=") return Value(!Equal(a, b));
+  if (expr.name == "==" || expr.name == "!=") {
+    absl::StatusOr<bool> equal = Equals(expr, a, b);
+    if (!equal.ok()) return equal.status();
+    return Value(*equal == (expr.name == "=="));
+  }
   if (expr.name == "in" || expr.name == "not in") {
     bool found = false;
     if (b.is_string() && a.is_string()) {
       found = b.str().find(a.str()) != std::string::npos;
     } else if (b.is_list()) {
-      found = std::any_of(b.list().begin(), b.list().end(),
-                          [&](const Value& v) { return Equal(a, v); });
+      for (size_t i = 0; i < b.list().size() && !found; ++i) {
+        absl::StatusOr<bool> equal = Equals(expr, a, b.list()[i]);
+        if (!equal.ok()) return equal.status();
+        found = *equal;
+      }
     } else if (b.is_dict() && a.is_string()) {
       found = !b.get(a.str()).is_undefined();
     } else if (!b.is_undefined()) {
@@ -609,7 +631,11 @@ absl::StatusOr<Value> Renderer::Arithmetic(const Expr& expr, const Value& a, con
 }
 
 absl::StatusOr<Value> Renderer::Subscript(const Expr& expr, const Value& base, const Value& index) {
-  if (base.is_dict()) return base.get(ToText(index));
+  if (base.is_dict()) {
+    absl::StatusOr<std::string> key = KeyOf(expr, index);
+    if (!key.ok()) return key.status();
+    return base.get(*key);
+  }
   if ((base.is_list() || base.is_string()) && index.is_int()) {
     const List chars = base.is_string() ? Characters(base.str()) : List();
     const List& items = base.is_list() ? base.list() : chars;
@@ -700,6 +726,7 @@ absl::StatusOr<Value> Renderer::Call(const Expr& expr) {
     Value ns(Dict{});
     for (auto& [key, value] : keywords) ns.set(key, value);
     namespaces_.push_back(std::get<std::shared_ptr<Dict>>(ns.data));
+    namespace_set_.insert(&ns.dict());
     return ns;
   }
   if (callee.name == "range" && !args.empty() && args.size() <= 2 &&
@@ -722,7 +749,7 @@ absl::StatusOr<Value> Renderer::Call(const Expr& expr) {
 // other name): `value is name(args)`, and the test a select/reject filter
 // names.
 absl::StatusOr<bool> ApplyTest(const Expr& expr, const std::string& name, const Value& v,
-                               const std::vector<Value>& args) {
+                               const std::vector<Value>& args, int64_t* work_left) {
   if (name == "defined") return !v.is_undefined();
   if (name == "undefined") return v.is_undefined();
   if (name == "none") return v.is_none();
@@ -740,7 +767,9 @@ absl::StatusOr<bool> ApplyTest(const Expr& expr, const std::string& name, const 
   }
   if (name == "equalto" || name == "eq") {
     if (args.size() != 1) return Fail(expr, absl::StrCat("test ", name, " takes one value"));
-    return Equal(v, args[0]);
+    absl::StatusOr<bool> equal = Equal(v, args[0], work_left);
+    if (!equal.ok()) return Fail(expr, std::string(equal.status().message()));
+    return equal;
   }
   return Fail(expr, absl::StrCat("unsupported test ", name));
 }
@@ -755,6 +784,7 @@ struct FilterCall {
   const Value& input;
   const std::vector<Value>& args;
   const Dict& keywords;
+  int64_t* work_left;  // Of the render's budget, for what a filter compares.
 };
 
 absl::StatusOr<Value> UnsupportedFilter(const FilterCall& call) {
@@ -772,6 +802,12 @@ absl::StatusOr<Value> CaseFilter(const FilterCall& call) {
   return Value(Recased(ToText(call.input), call.expr.name));
 }
 
+absl::StatusOr<Value> JsonOf(const FilterCall& call, int indent) {
+  absl::StatusOr<std::string> json = ToJson(call.input, indent);
+  if (!json.ok()) return Fail(call.expr, std::string(json.status().message()));
+  return Value(*std::move(json));
+}
+
 // tojson(indent) or tojson(indent=n); the positional one wins.
 // As Python's json.dumps, a negative indent only inserts newlines (as 0).
 absl::StatusOr<Value> ToJsonFilter(const FilterCall& call) {
@@ -780,13 +816,13 @@ absl::StatusOr<Value> ToJsonFilter(const FilterCall& call) {
     if (key == "indent" && value.is_int()) indent = value.integer();
   }
   if (!call.args.empty() && call.args[0].is_int()) indent = call.args[0].integer();
-  if (!indent.has_value()) return Value(ToJson(call.input));
+  if (!indent.has_value()) return JsonOf(call, -1);
   // Each nesting level repeats the indent: a large one is gigabytes of
   // blanks before the output limit can see them.
   if (*indent > kMaxJsonIndent) {
     return Fail(call.expr, absl::StrCat("tojson indent above ", kMaxJsonIndent));
   }
-  return Value(ToJson(call.input, static_cast<int>(std::max<int64_t>(*indent, 0))));
+  return JsonOf(call, static_cast<int>(std::max<int64_t>(*indent, 0)));
 }
 
 // length and count; a string's length counts code points, as Python's.
@@ -823,9 +859,14 @@ absl::StatusOr<Value> ReverseFilter(const FilterCall& call) {
 absl::StatusOr<Value> JoinFilter(const FilterCall& call) {
   absl::StatusOr<List> items = Iterate(call.input);
   if (!items.ok()) return Fail(call.expr, "join of a non-iterable");
-  std::vector<std::string> texts;
-  for (const Value& item : *items) texts.push_back(ToText(item));
-  return Value(absl::StrJoin(texts, call.args.empty() ? "" : ToText(call.args[0])));
+  const std::string separator = call.args.empty() ? "" : ToText(call.args[0]);
+  std::string joined;
+  // Past kMaxTextBytes the result is refused as too long (Eval).
+  for (size_t i = 0; i < items->size() && joined.size() <= kMaxTextBytes; ++i) {
+    if (i > 0) joined += separator;
+    joined += ToText((*items)[i]);
+  }
+  return Value(std::move(joined));
 }
 
 // default(value, boolean) and its alias d: replaces an undefined input, or
@@ -869,7 +910,8 @@ absl::StatusOr<Value> SelectFilter(const FilterCall& call) {
   const bool keep_passing = call.expr.name == "select";
   List out;
   for (const Value& item : *items) {
-    absl::StatusOr<bool> passes = ApplyTest(call.expr, call.args[0].str(), item, test_args);
+    absl::StatusOr<bool> passes =
+        ApplyTest(call.expr, call.args[0].str(), item, test_args, call.work_left);
     if (!passes.ok()) return passes.status();
     if (*passes == keep_passing) out.push_back(item);
   }
@@ -898,11 +940,17 @@ absl::StatusOr<Value> Renderer::Filter(const Expr& expr) {
   Dict keywords;
   absl::Status status = EvalArguments(expr, 0, &args, &keywords);
   if (!status.ok()) return status;
-  const FilterCall call{expr, *input, args, keywords};
+  int64_t work_left = std::max<int64_t>(max_work_ - work_, 0);
+  const FilterCall call{expr, *input, args, keywords, &work_left};
+  absl::StatusOr<Value> result = UnsupportedFilter(call);
   for (const FilterEntry& filter : kFilters) {
-    if (expr.name == filter.name) return filter.call(call);
+    if (expr.name == filter.name) {
+      result = filter.call(call);
+      break;
+    }
   }
-  return UnsupportedFilter(call);
+  work_ = max_work_ - work_left;
+  return result;
 }
 
 absl::StatusOr<bool> Renderer::Test(const Expr& expr) {
@@ -912,13 +960,16 @@ absl::StatusOr<bool> Renderer::Test(const Expr& expr) {
   Dict keywords;
   absl::Status status = EvalArguments(expr, 0, &args, &keywords);
   if (!status.ok()) return status;
-  return ApplyTest(expr, expr.name, *input, args);
+  int64_t work_left = std::max<int64_t>(max_work_ - work_, 0);
+  absl::StatusOr<bool> passes = ApplyTest(expr, expr.name, *input, args, &work_left);
+  work_ = max_work_ - work_left;
+  return passes;
 }
 
 }  // namespace
 
-absl::StatusOr<std::string> RenderTree(const Node& root, const Value& context) {
-  Renderer renderer(context);
+absl::StatusOr<std::string> RenderTree(const Node& root, const Value& context, int64_t max_work) {
+  Renderer renderer(context, max_work);
   std::string out;
   absl::Status status = renderer.Run(root, &out);
   if (!status.ok()) return status;

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
 namespace pagoda::text::jinja {
@@ -50,22 +51,6 @@ std::string PythonFloat(double value) {
   return out;
 }
 
-std::string PythonRepr(const Value& value) {
-  if (value.is_string()) {
-    std::string out = "'";
-    for (char c : value.str()) {
-      if (c == '\'' || c == '\\') out += '\\';
-      if (c == '\n') {
-        out += "\\n";
-        continue;
-      }
-      out += c;
-    }
-    return out + "'";
-  }
-  return ToText(value);
-}
-
 void JsonString(const std::string& text, std::string* out) {
   *out += '"';
   for (unsigned char c : text) {
@@ -104,102 +89,190 @@ void JsonString(const std::string& text, std::string* out) {
   *out += '"';
 }
 
-void JsonValue(const Value& value, int indent, int depth, std::string* out) {
-  const std::string newline =
-      indent >= 0 ? "\n" + std::string(static_cast<size_t>(indent) * (depth + 1), ' ') : "";
-  const std::string closing =
-      indent >= 0 ? "\n" + std::string(static_cast<size_t>(indent) * depth, ' ') : "";
-  const std::string item_separator = indent >= 0 ? "," : ", ";
+void AppendQuoted(const std::string& text, std::string* out) {
+  *out += '\'';
+  for (char c : text) {
+    if (c == '\'' || c == '\\') *out += '\\';
+    if (c == '\n') {
+      *out += "\\n";
+      continue;
+    }
+    *out += c;
+  }
+  *out += '\'';
+}
+
+void AppendText(const Value& value, int depth, std::string* out);
+
+// Python's repr of a value inside a list or dict.
+void AppendRepr(const Value& value, int depth, std::string* out) {
+  if (value.is_string()) return AppendQuoted(value.str(), out);
+  AppendText(value, depth, out);
+}
+
+void AppendText(const Value& value, int depth, std::string* out) {
+  if (value.is_undefined()) return;
+  if (value.is_none()) *out += "None";
+  if (value.is_bool()) *out += std::get<bool>(value.data) ? "True" : "False";
+  if (value.is_int()) absl::StrAppend(out, value.integer());
+  if (value.is_number() && !value.is_int()) *out += PythonFloat(value.number());
+  if (value.is_string()) *out += value.str();
+  if (!value.is_list() && !value.is_dict()) return;
+  if (depth >= kMaxNesting) {
+    *out += "...";
+    return;
+  }
+  if (value.is_list()) {
+    *out += '[';
+    for (size_t i = 0; i < value.list().size() && out->size() <= kMaxTextBytes; ++i) {
+      if (i > 0) *out += ", ";
+      AppendRepr(value.list()[i], depth + 1, out);
+    }
+    *out += ']';
+    return;
+  }
+  *out += '{';
+  for (size_t i = 0; i < value.dict().size() && out->size() <= kMaxTextBytes; ++i) {
+    if (i > 0) *out += ", ";
+    AppendQuoted(value.dict()[i].first, out);
+    *out += ": ";
+    AppendRepr(value.dict()[i].second, depth + 1, out);
+  }
+  *out += '}';
+}
+
+// False past kMaxNesting; stops soon after kMaxTextBytes.
+bool AppendJson(const Value& value, int indent, int depth, std::string* out) {
   if (value.is_undefined() || value.is_none()) {
     *out += "null";
   } else if (value.is_bool()) {
     *out += std::get<bool>(value.data) ? "true" : "false";
   } else if (value.is_int()) {
-    *out += absl::StrCat(value.integer());
+    absl::StrAppend(out, value.integer());
   } else if (value.is_number()) {
     *out += PythonFloat(value.number());
   } else if (value.is_string()) {
     JsonString(value.str(), out);
-  } else if (value.is_list()) {
-    if (value.list().empty()) {
-      *out += "[]";
-      return;
-    }
-    *out += "[";
-    for (size_t i = 0; i < value.list().size(); ++i) {
-      if (i > 0) *out += item_separator;
-      *out += newline;
-      JsonValue(value.list()[i], indent, depth + 1, out);
-    }
-    *out += closing + "]";
-  } else {
-    if (value.dict().empty()) {
-      *out += "{}";
-      return;
-    }
-    *out += "{";
-    for (size_t i = 0; i < value.dict().size(); ++i) {
-      if (i > 0) *out += item_separator;
-      *out += newline;
+  }
+  if (!value.is_list() && !value.is_dict()) return true;
+  if (depth >= kMaxNesting) return false;
+  const bool is_list = value.is_list();
+  const size_t size = is_list ? value.list().size() : value.dict().size();
+  if (size == 0) {
+    *out += is_list ? "[]" : "{}";
+    return true;
+  }
+  const std::string newline =
+      indent >= 0 ? "\n" + std::string(static_cast<size_t>(indent) * (depth + 1), ' ') : "";
+  *out += is_list ? '[' : '{';
+  for (size_t i = 0; i < size && out->size() <= kMaxTextBytes; ++i) {
+    if (i > 0) *out += indent >= 0 ? "," : ", ";
+    *out += newline;
+    if (!is_list) {
       JsonString(value.dict()[i].first, out);
       *out += ": ";
-      JsonValue(value.dict()[i].second, indent, depth + 1, out);
     }
-    *out += closing + "}";
+    const Value& item = is_list ? value.list()[i] : value.dict()[i].second;
+    if (!AppendJson(item, indent, depth + 1, out)) return false;
   }
+  if (indent >= 0) *out += "\n" + std::string(static_cast<size_t>(indent) * depth, ' ');
+  *out += is_list ? ']' : '}';
+  return true;
+}
+
+absl::Status TooDeep(const char* what) {
+  return absl::InvalidArgumentError(absl::StrCat(what, " values nested deeper than ", kMaxNesting,
+                                                 " levels (or that hold themselves)"));
+}
+
+// Equal `depth` levels down.
+absl::StatusOr<bool> EqualAt(const Value& a, const Value& b, int depth, int64_t* work_left) {
+  if (--*work_left < 0) {
+    return absl::InvalidArgumentError("the template does too much work comparing values");
+  }
+  if (a.is_number() && b.is_number()) return a.number() == b.number();
+  if (a.is_bool() && b.is_bool()) return std::get<bool>(a.data) == std::get<bool>(b.data);
+  if (a.is_string() && b.is_string()) return a.str() == b.str();
+  if ((a.is_none() && b.is_none()) || (a.is_undefined() && b.is_undefined())) return true;
+  if (a.data.index() != b.data.index() || (!a.is_list() && !a.is_dict())) return false;
+  // The same list or dict: equal (Python's identity shortcut).
+  if (a.is_list() ? &a.list() == &b.list() : &a.dict() == &b.dict()) return true;
+  if (depth >= kMaxNesting) return TooDeep("comparing");
+  if (a.is_list()) {
+    if (a.list().size() != b.list().size()) return false;
+    for (size_t i = 0; i < a.list().size(); ++i) {
+      absl::StatusOr<bool> equal = EqualAt(a.list()[i], b.list()[i], depth + 1, work_left);
+      if (!equal.ok() || !*equal) return equal;
+    }
+    return true;
+  }
+  if (a.dict().size() != b.dict().size()) return false;
+  for (const auto& [key, value] : a.dict()) {
+    absl::StatusOr<bool> equal = EqualAt(value, b.get(key), depth + 1, work_left);
+    if (!equal.ok() || !*equal) return equal;
+  }
+  return true;
+}
+
+// Whether `value` holds the only reference to a list or dict.
+bool HoldsLastContainer(const Value& value) {
+  if (const auto* list = std::get_if<std::shared_ptr<List>>(&value.data)) {
+    return *list != nullptr && list->use_count() == 1;
+  }
+  if (const auto* dict = std::get_if<std::shared_ptr<Dict>>(&value.data)) {
+    return *dict != nullptr && dict->use_count() == 1;
+  }
+  return false;
 }
 
 }  // namespace
 
 std::string ToText(const Value& value) {
-  if (value.is_undefined()) return "";
-  if (value.is_none()) return "None";
-  if (value.is_bool()) return std::get<bool>(value.data) ? "True" : "False";
-  if (value.is_int()) return absl::StrCat(value.integer());
-  if (value.is_number()) return PythonFloat(value.number());
   if (value.is_string()) return value.str();
-  if (value.is_list()) {
-    std::string out = "[";
-    for (size_t i = 0; i < value.list().size(); ++i) {
-      if (i > 0) out += ", ";
-      out += PythonRepr(value.list()[i]);
-    }
-    return out + "]";
-  }
-  std::string out = "{";
-  for (size_t i = 0; i < value.dict().size(); ++i) {
-    if (i > 0) out += ", ";
-    out += PythonRepr(Value(value.dict()[i].first)) + ": " + PythonRepr(value.dict()[i].second);
-  }
-  return out + "}";
-}
-
-std::string ToJson(const Value& value, int indent) {
   std::string out;
-  JsonValue(value, indent, 0, &out);
+  AppendText(value, 0, &out);
   return out;
 }
 
-bool Equal(const Value& a, const Value& b) {
-  if (a.is_number() && b.is_number()) return a.number() == b.number();
-  if (a.is_bool() && b.is_bool()) return std::get<bool>(a.data) == std::get<bool>(b.data);
-  if (a.is_string() && b.is_string()) return a.str() == b.str();
-  if ((a.is_none() && b.is_none()) || (a.is_undefined() && b.is_undefined())) return true;
-  if (a.is_list() && b.is_list()) {
-    if (a.list().size() != b.list().size()) return false;
-    for (size_t i = 0; i < a.list().size(); ++i) {
-      if (!Equal(a.list()[i], b.list()[i])) return false;
-    }
-    return true;
+absl::StatusOr<std::string> ToJson(const Value& value, int indent) {
+  std::string out;
+  if (!AppendJson(value, indent, 0, &out)) return TooDeep("tojson of");
+  if (out.size() > kMaxTextBytes) return absl::InvalidArgumentError("tojson: string too long");
+  return out;
+}
+
+absl::StatusOr<bool> Equal(const Value& a, const Value& b, int64_t* work_left) {
+  return EqualAt(a, b, 0, work_left);
+}
+
+// Each list or dict this value held last is emptied here, its items moved
+// to a stack first: freeing them then never recurses more than one level.
+Value::~Value() {
+  if (!HoldsLastContainer(*this)) return;
+  // While one destructor unwinds, the others only hand it their containers.
+  thread_local std::vector<Value>* unwinding = nullptr;
+  if (unwinding != nullptr) {
+    unwinding->push_back(std::move(*this));
+    return;
   }
-  if (a.is_dict() && b.is_dict()) {
-    if (a.dict().size() != b.dict().size()) return false;
-    for (const auto& [key, value] : a.dict()) {
-      if (!Equal(value, b.get(key))) return false;
+  std::vector<Value> stack;
+  unwinding = &stack;
+  stack.push_back(std::move(*this));
+  while (!stack.empty()) {
+    Value last = std::move(stack.back());
+    stack.pop_back();
+    if (last.is_list()) {
+      for (Value& item : last.list()) {
+        if (HoldsLastContainer(item)) stack.push_back(std::move(item));
+      }
+    } else {
+      for (auto& [key, item] : last.dict()) {
+        if (HoldsLastContainer(item)) stack.push_back(std::move(item));
+      }
     }
-    return true;
+    last.data = None{};  // Frees the container: its items hold none now.
   }
-  return false;
+  unwinding = nullptr;
 }
 
 namespace {

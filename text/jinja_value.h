@@ -8,9 +8,19 @@
 #include <variant>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
 
 namespace pagoda::text::jinja {
+
+// The longest string a render builds or prints.
+inline constexpr size_t kMaxTextBytes = 16 << 20;
+// How deep ToText, ToJson and Equal follow lists and dicts: request JSON
+// nests at most 64 levels, and a template can nest values without bound
+// (a namespace that holds itself, or a list wrapped once per loop
+// iteration). Past it ToText prints "..." (as Python's repr does for a
+// value that holds itself) and ToJson and Equal fail.
+inline constexpr int kMaxNesting = 128;
 
 struct Value;
 using List = std::vector<Value>;
@@ -37,6 +47,14 @@ struct Value {
   Value(const char* s) : data(std::string(s)) {}
   Value(List list) : data(std::make_shared<List>(std::move(list))) {}
   Value(Dict dict) : data(std::make_shared<Dict>(std::move(dict))) {}
+  Value(const Value&) = default;
+  Value(Value&&) = default;
+  Value& operator=(const Value&) = default;
+  Value& operator=(Value&&) = default;
+  // Frees the lists and dicts only this value holds without recursing
+  // into them: a template can nest a list a million levels deep, and a
+  // recursive free would overflow the stack.
+  ~Value();
 
   bool is_undefined() const { return std::holds_alternative<Undefined>(data); }
   bool is_none() const { return std::holds_alternative<None>(data); }
@@ -62,14 +80,20 @@ struct Value {
   void set(const std::string& key, Value value) const;
 };
 
-// What {{ value }} prints (Python's str, with Jinja's "" for undefined).
+// What {{ value }} prints (Python's str, with Jinja's "" for undefined);
+// "..." for what nests deeper than kMaxNesting. Stops soon after
+// kMaxTextBytes (shared lists can hold exponentially many paths): a longer
+// result means "too long".
 std::string ToText(const Value& value);
 // Python's json.dumps(value, ensure_ascii=False) as transformers' tojson
 // filter: ", " and ": " separators, keys in insertion order; `indent` >= 0
-// pretty-prints.
-std::string ToJson(const Value& value, int indent = -1);
-// Jinja's == (numbers across int/float, containers deeply).
-bool Equal(const Value& a, const Value& b);
+// pretty-prints. INVALID_ARGUMENT past kMaxNesting or kMaxTextBytes.
+absl::StatusOr<std::string> ToJson(const Value& value, int indent = -1);
+// Jinja's == (numbers across int/float, containers deeply), counting each
+// value compared down from `*work_left` (shared lists can hold
+// exponentially many paths). INVALID_ARGUMENT when it runs out, or past
+// kMaxNesting.
+absl::StatusOr<bool> Equal(const Value& a, const Value& b, int64_t* work_left);
 Value FromJson(const nlohmann::json& json);
 Value FromJson(const nlohmann::ordered_json& json);
 

@@ -71,11 +71,13 @@ absl::Status BuildInto(const GenerateRequest& request, GrammarBuilder& g) {
 
 }  // namespace
 
-ConstraintCompiler::ConstraintCompiler(std::shared_ptr<const constraints::TokenVocabulary> vocabulary,
-                                       size_t cache_entries, absl::Duration precompute_budget)
+ConstraintCompiler::ConstraintCompiler(
+    std::shared_ptr<const constraints::TokenVocabulary> vocabulary, size_t cache_entries,
+    absl::Duration precompute_budget, const constraints::AutomatonLimits& limits)
     : vocabulary_(std::move(vocabulary)),
       cache_entries_(cache_entries),
-      precompute_budget_(precompute_budget) {}
+      precompute_budget_(precompute_budget),
+      limits_(limits) {}
 
 absl::Status ConstraintCompiler::CheckSizes(const GenerateRequest& request) {
   switch (request.constraint_case()) {
@@ -120,7 +122,7 @@ absl::StatusOr<std::shared_ptr<const constraints::CompiledGrammar>> ConstraintCo
     return InvalidField(FieldOf(request), status.message());
   }
   absl::StatusOr<std::shared_ptr<const constraints::CompiledGrammar>> grammar =
-      constraints::CompiledGrammar::Create(g, vocabulary_);
+      constraints::CompiledGrammar::Create(g, vocabulary_, limits_);
   if (!grammar.ok()) return InvalidField(FieldOf(request), grammar.status().message());
   (*grammar)->Precompute(precompute_budget_);
   return grammar;

@@ -39,10 +39,12 @@ class ConstraintCompiler {
   // that cannot list its tokens' bytes). `cache_entries` compiled grammars
   // are kept, least recently used dropped first; each new one precomputes
   // its states' token classes for up to `precompute_budget` (the rest are
-  // computed when first used).
+  // computed when first used). `limits` bound each grammar's automaton (the
+  // defaults are the service's; the fuzzer passes smaller ones to run faster).
   explicit ConstraintCompiler(std::shared_ptr<const constraints::TokenVocabulary> vocabulary,
                               size_t cache_entries = 128,
-                              absl::Duration precompute_budget = absl::Milliseconds(100));
+                              absl::Duration precompute_budget = absl::Milliseconds(100),
+                              const constraints::AutomatonLimits& limits = {});
 
   // Sizes only, before any work: INVALID_ARGUMENT naming the field.
   static absl::Status CheckSizes(const pagoda::v1::GenerateRequest& request);
@@ -66,6 +68,7 @@ class ConstraintCompiler {
   const std::shared_ptr<const constraints::TokenVocabulary> vocabulary_;
   const size_t cache_entries_;
   const absl::Duration precompute_budget_;
+  const constraints::AutomatonLimits limits_;
   absl::Mutex mu_;
   // Most recently used first.
   std::list<std::pair<Key, std::shared_ptr<const constraints::CompiledGrammar>>> lru_

@@ -3,12 +3,16 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/sampling_limits.h"
 #include "gtest/gtest.h"
+#include "scheduler/api/constraint_compiler.h"
 #include "tests/support/tiny_model.h"
 
 namespace pagoda::scheduler {
@@ -531,6 +535,27 @@ TEST(RequestValidationConstraintTest, CompilesOrRefusesConstraintsNamingTheField
   absl::StatusOr<ValidatedRequest> refused = without.Validate(regex);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().message().substr(0, 6), "regex:");
+}
+
+// The automaton bounds a compiler is given (the fuzzer's are smaller) hold
+// for every grammar it builds.
+TEST(RequestValidationConstraintTest, ACompilersAutomatonLimitsBoundItsGrammars) {
+  std::vector<std::optional<std::string>> bytes(kVocab);
+  for (int id = 3; id < kVocab; ++id) bytes[id] = std::string(1, static_cast<char>(' ' + id - 3));
+  auto vocabulary = *constraints::TokenVocabulary::Create(bytes, kVocab);
+  GenerateRequest request = TokenRequest({5});
+  request.set_regex("[ab]*a[ab]{6}");  // 2^7 DFA states.
+  ConstraintCompiler service_bounds(vocabulary);
+  EXPECT_TRUE(service_bounds.Compile(request).ok());
+  constraints::AutomatonLimits limits;
+  limits.max_dfa_states = 64;
+  ConstraintCompiler tight(vocabulary, 0, absl::Milliseconds(1), limits);
+  absl::StatusOr<std::shared_ptr<const constraints::CompiledGrammar>> refused =
+      tight.Compile(request);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("too complex"), std::string::npos) << refused.status();
+  request.set_regex("[ab]*a[ab]{3}");
+  EXPECT_TRUE(tight.Compile(request).ok());
 }
 
 }  // namespace

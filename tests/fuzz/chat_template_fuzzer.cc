@@ -33,8 +33,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       split = next;
     }
   }
-  absl::StatusOr<std::unique_ptr<ChatTemplate>> compiled =
-      ChatTemplate::FromSource(source, "<s>", "</s>");
+  // A 256th of the service's render budget (16,384 units, 38 times what the
+  // real templates take on tests/chat_template's conversations): inputs
+  // that loop up to the budget dominate the run's time, and this makes it
+  // about 7 times faster (1,871 against 252 executions a second); the
+  // refusal is reached the same way, and the unit tests check the
+  // service's own budget.
+  absl::StatusOr<std::unique_ptr<ChatTemplate>> compiled = ChatTemplate::FromSource(
+      source, "<s>", "</s>", pagoda::text::jinja::kDefaultMaxRenderWork / 256);
   if (!compiled.ok()) return 0;
   (*compiled)->Render(messages, /*add_generation_prompt=*/size % 2 == 0).IgnoreError();
   return 0;
