@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "common/sampling_limits.h"
 #include "scheduler/api/field_error.h"
+#include "scheduler/api/json_body.h"
 #include "scheduler/engine/finish_reason.h"
 
 namespace pagoda::scheduler {
@@ -120,7 +121,7 @@ absl::Status KeepToolFields(const json& message, const nlohmann::ordered_json* o
       nlohmann::ordered_json& arguments = call["function"]["arguments"];
       if (arguments.is_string()) {
         nlohmann::ordered_json parsed_arguments =
-            nlohmann::ordered_json::parse(arguments.get<std::string>(), nullptr, false);
+            ParseOrderedJsonOrDiscarded(arguments.get<std::string>());
         if (parsed_arguments.is_object()) arguments = std::move(parsed_arguments);
       }
     }

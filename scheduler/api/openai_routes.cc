@@ -12,6 +12,7 @@
 #include "boost/asio/dispatch.hpp"
 #include "boost/asio/post.hpp"
 #include "nlohmann/json.hpp"
+#include "scheduler/api/json_body.h"
 #include "scheduler/api/request_output.h"
 #include "wire/worker_secret.h"
 
@@ -472,17 +473,17 @@ void OpenAiRoutes::Handle(HttpRequest request, std::shared_ptr<HttpExchange> exc
   // parsed and validated right here, without two thread hops (as gRPC
   // validates token-id prompts inline).
   if (!chat && request.body.size() <= kInlineBodyBytes) {
-    const json parsed = json::parse(request.body, nullptr, /*allow_exceptions=*/false);
-    if (!NeedsTokenizer(parsed)) {
-      absl::StatusOr<Prepared> prepared = Prepare(parsed, chat, request.body);
+    const absl::StatusOr<json> parsed = ParseJsonBody(request.body);
+    if (!parsed.ok()) return RespondError(*exchange, parsed.status());
+    if (!NeedsTokenizer(*parsed)) {
+      absl::StatusOr<Prepared> prepared = Prepare(*parsed, chat, request.body);
       if (!prepared.ok()) return RespondError(*exchange, prepared.status());
       return Launch(*std::move(prepared), std::move(exchange));
     }
   }
   auto body = std::make_shared<std::string>(std::move(request.body));
   OffLoop(exchange, [this, exchange, body, chat, budget = std::move(request.budget)]() mutable {
-    absl::StatusOr<Prepared> prepared =
-        Prepare(json::parse(*body, nullptr, /*allow_exceptions=*/false), chat, *body);
+    absl::StatusOr<Prepared> prepared = ParseAndPrepare(*body, chat);
     *body = std::string();
     budget.reset();
     boost::asio::post(exchange->executor(),
@@ -500,16 +501,20 @@ void OpenAiRoutes::OffLoop(std::shared_ptr<HttpExchange> exchange, std::function
   }
 }
 
+absl::StatusOr<OpenAiRoutes::Prepared> OpenAiRoutes::ParseAndPrepare(const std::string& raw,
+                                                                     bool chat) {
+  const absl::StatusOr<json> parsed = ParseJsonBody(raw);
+  if (!parsed.ok()) return parsed.status();
+  return Prepare(*parsed, chat, raw);
+}
+
 absl::StatusOr<OpenAiRoutes::Prepared> OpenAiRoutes::Prepare(const json& body, bool chat,
                                                              const std::string& raw) {
-  // Invalid UTF-8 or JSON is a parse failure (discarded), not an exception.
-  if (body.is_discarded()) return absl::InvalidArgumentError("body: not valid JSON (UTF-8)");
   // Schemas, tools and template variables keep the client's key order: read
-  // them from an order-keeping parse (only bodies that carry one pay for it).
+  // them from an order-keeping parse (only bodies that carry one pay for it;
+  // `raw` parsed once already, so this one succeeds).
   nlohmann::ordered_json ordered;
-  if (NeedsOrderedBody(body)) {
-    ordered = nlohmann::ordered_json::parse(raw, nullptr, /*allow_exceptions=*/false);
-  }
+  if (NeedsOrderedBody(body)) ordered = ParseOrderedJsonBody(raw).value_or(nullptr);
   absl::StatusOr<OpenAiRequest> parsed =
       ParseOpenAiRequest(body, chat, options_.max_model_len, validator_->limits().defaults,
                          ordered.is_object() ? &ordered : nullptr, tool_parser_);
@@ -569,16 +574,12 @@ void OpenAiRoutes::Launch(Prepared prepared, std::shared_ptr<HttpExchange> excha
 
 void OpenAiRoutes::Tokenize(const std::string& body_text, std::shared_ptr<HttpExchange> exchange) {
   auto answer = [&]() -> absl::StatusOr<json> {
-    const json parsed_body = json::parse(body_text, nullptr, /*allow_exceptions=*/false);
-    if (parsed_body.is_discarded()) {
-      return absl::InvalidArgumentError("body: not valid JSON (UTF-8)");
-    }
+    const absl::StatusOr<json> parsed_body = ParseJsonBody(body_text);
+    if (!parsed_body.ok()) return parsed_body.status();
     nlohmann::ordered_json ordered;
-    if (NeedsOrderedBody(parsed_body)) {
-      ordered = nlohmann::ordered_json::parse(body_text, nullptr, /*allow_exceptions=*/false);
-    }
+    if (NeedsOrderedBody(*parsed_body)) ordered = ParseOrderedJsonBody(body_text).value_or(nullptr);
     absl::StatusOr<TokenizeRequest> request =
-        ParseTokenizeRequest(parsed_body, ordered.is_object() ? &ordered : nullptr);
+        ParseTokenizeRequest(*parsed_body, ordered.is_object() ? &ordered : nullptr);
     if (!request.ok()) return request.status();
     if (absl::Status status = CheckModel(request->model); !status.ok()) return status;
     if (tokenizer_ == nullptr) return absl::InvalidArgumentError("the model has no tokenizer");
@@ -626,14 +627,12 @@ void OpenAiRoutes::Tokenize(const std::string& body_text, std::shared_ptr<HttpEx
 void OpenAiRoutes::Detokenize(const std::string& body_text,
                               std::shared_ptr<HttpExchange> exchange) {
   auto answer = [&]() -> absl::StatusOr<json> {
-    const json parsed_body = json::parse(body_text, nullptr, /*allow_exceptions=*/false);
-    if (parsed_body.is_discarded()) {
-      return absl::InvalidArgumentError("body: not valid JSON (UTF-8)");
-    }
+    const absl::StatusOr<json> parsed_body = ParseJsonBody(body_text);
+    if (!parsed_body.ok()) return parsed_body.status();
     if (tokenizer_ == nullptr) return absl::InvalidArgumentError("the model has no tokenizer");
     std::string model;
     absl::StatusOr<std::vector<int>> ids =
-        ParseDetokenizeRequest(parsed_body, tokenizer_->vocab_size(), &model);
+        ParseDetokenizeRequest(*parsed_body, tokenizer_->vocab_size(), &model);
     if (!ids.ok()) return ids.status();
     if (absl::Status status = CheckModel(model); !status.ok()) return status;
     absl::StatusOr<std::string> text = tokenizer_->Decode(*ids);

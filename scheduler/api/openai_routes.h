@@ -66,10 +66,12 @@ class OpenAiRoutes {
   struct Prepared;  // A parsed and validated completion (openai_routes.cc).
 
  private:
-  // Checks, renders (chat), tokenizes and validates a parsed body (discarded
-  // JSON: a parse failure). Thread-safe; slow for text prompts.
+  // Checks, renders (chat), tokenizes and validates a parsed body.
+  // Thread-safe; slow for text prompts.
   // `raw` is the body's text, parsed again keeping key order when it
   // carries a schema (openai_protocol.h).
+  // `raw` parsed (json_body.h), then Prepare.
+  absl::StatusOr<Prepared> ParseAndPrepare(const std::string& raw, bool chat);
   absl::StatusOr<Prepared> Prepare(const nlohmann::json& body, bool chat, const std::string& raw);
   void Launch(Prepared prepared, std::shared_ptr<HttpExchange> exchange);
   // On the pool: answer on `exchange` (posted to its executor).

@@ -5,9 +5,10 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
 #include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 #include "scheduler/api/field_error.h"
+#include "scheduler/api/json_body.h"
 
 namespace pagoda::scheduler {
 namespace {
@@ -140,7 +141,7 @@ ToolCallsReply ParseHermes(const std::string& text) {
     size_t close = text.find(kHermesClose, body);
     const size_t end = close == std::string::npos ? text.size() : close + std::string(kHermesClose).size();
     if (close == std::string::npos) close = text.size();
-    const ordered_json value = ordered_json::parse(text.substr(body, close - body), nullptr, false);
+    const ordered_json value = ParseOrderedJsonOrDiscarded(text.substr(body, close - body));
     ToolCall call;
     if (ParseCall(value, "arguments", &call)) {
       reply.calls.push_back(std::move(call));
@@ -189,8 +190,7 @@ ToolCallsReply ParseLlama3Json(const std::string& text) {
     const size_t length = JsonObjectLength(rest);
     if (length == absl::string_view::npos) return plain;
     ToolCall call;
-    if (!ParseCall(ordered_json::parse(rest.substr(0, length), nullptr, false), "parameters",
-                   &call)) {
+    if (!ParseCall(ParseOrderedJsonOrDiscarded(rest.substr(0, length)), "parameters", &call)) {
       return plain;
     }
     reply.calls.push_back(std::move(call));
@@ -299,7 +299,7 @@ ToolCallsReply ExtractToolCalls(const ToolsRequest& tools, ToolCallParser parser
     case ToolChoice::kNamed:
       return ToolCallsReply{"", true, {ToolCall{tools.named, text}}};
     case ToolChoice::kRequired: {
-      const ordered_json value = ordered_json::parse(text, nullptr, false);
+      const ordered_json value = ParseOrderedJsonOrDiscarded(text);
       ToolCallsReply reply{"", true, {}};
       if (!value.is_array()) return ToolCallsReply{text, false, {}};
       for (const ordered_json& item : value) {

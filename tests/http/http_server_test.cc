@@ -248,6 +248,31 @@ TEST_F(HttpServerTest, APathThatIsNotUtf8Gets404AndTheServerStaysUp) {
   EXPECT_TRUE(absl::StartsWith(next.ReadUntil("\r\n\r\n"), "HTTP/1.1 200"));
 }
 
+// A 1.2 MB body of arrays nested 300,000 deep in `tools` overflowed the
+// server's stack (copying parsed JSON recurses once per level): every route
+// refuses bodies nested past 64 levels with a 400.
+TEST_F(HttpServerTest, BodiesNestedTooDeeplyAre400AndTheServerStaysUp) {
+  Start(HttpServerOptions{});
+  const std::string nested = std::string(300'000, '[') + std::string(300'000, ']');
+  const std::pair<const char*, std::string> bodies[] = {
+      {"/v1/chat/completions",
+       R"({"messages": [{"role": "user", "content": "hi"}], "tools": )" + nested + "}"},
+      {"/v1/completions", R"({"prompt": [5, 6], "max_tokens": 1, "x": )" + nested + "}"},
+      {"/tokenize", R"({"prompt": "hi", "x": )" + nested + "}"},
+  };
+  for (const auto& [path, body] : bodies) {
+    Client hostile(port());
+    ASSERT_TRUE(hostile.Send(Post(path, body, "Connection: close\r\n")));
+    const std::string reply = hostile.ReadToEnd();
+    EXPECT_TRUE(absl::StartsWith(reply, "HTTP/1.1 400")) << path << ": " << reply.substr(0, 200);
+    EXPECT_TRUE(absl::StrContains(reply, "nested deeper than 64")) << path;
+  }
+  Client next(port());
+  ASSERT_TRUE(next.Send(
+      Post("/v1/completions", R"({"prompt": [5, 6], "max_tokens": 1})", "Connection: close\r\n")));
+  EXPECT_TRUE(absl::StartsWith(next.ReadToEnd(), "HTTP/1.1 200"));
+}
+
 TEST_F(HttpServerTest, BodiesOverTheBudgetOfAllConnectionsAre503) {
   HttpServerOptions options;
   options.max_body_bytes_in_flight = 64 << 10;
