@@ -73,6 +73,10 @@ void StackStepper::CloseInto(int32_t state, int32_t parent, FrameArena& arena, S
     const StackTop top = work_.back();
     work_.pop_back();
     if (!Visit(top)) continue;
+    if (out->tops.size() >= kMaxOpenStacks || visited_large_.size() >= kMaxStackVisits) {
+      too_many_ = true;
+      return;
+    }
     if (automaton_.HasByteEdges(top.state)) out->tops.push_back(top);
     for (const CallEdge& call : automaton_.Calls(top.state)) {
       const int32_t frame = arena.Push(call.return_state, top.parent);
@@ -90,11 +94,19 @@ void StackStepper::CloseInto(int32_t state, int32_t parent, FrameArena& arena, S
   }
 }
 
+bool StackStepper::TooMany(StackSet* out) const {
+  if (!too_many_) return false;
+  out->Clear();
+  return true;
+}
+
 void StackStepper::Close(int32_t state, int32_t parent, FrameArena& arena, StackSet* out) {
   out->Clear();
   visited_.clear();
   visited_large_.clear();
+  too_many_ = false;
   CloseInto(state, parent, arena, out);
+  TooMany(out);
 }
 
 bool StackStepper::Advance(const StackSet& in, uint8_t byte, FrameArena& arena, StackSet* out) {
@@ -111,11 +123,12 @@ bool StackStepper::Advance(const StackSet& in, uint8_t byte, FrameArena& arena, 
   }
   visited_.clear();
   if (!visited_large_.empty()) visited_large_.clear();
-  for (const StackTop& top : in.tops) {
-    const int32_t next = automaton_.Next(top.state, byte);
-    if (next >= 0) CloseInto(next, top.parent, arena, out);
+  too_many_ = false;
+  for (size_t i = 0; i < in.tops.size() && !too_many_; ++i) {
+    const int32_t next = automaton_.Next(in.tops[i].state, byte);
+    if (next >= 0) CloseInto(next, in.tops[i].parent, arena, out);
   }
-  return !out->Dead();
+  return !TooMany(out) && !out->Dead();
 }
 
 }  // namespace pagoda::constraints

@@ -19,6 +19,15 @@
 
 namespace pagoda::constraints {
 
+// The most stacks a StackSet keeps open, and stack visits one closure or
+// step may make. An ambiguous grammar can keep exponentially many parses
+// open (the constraint fuzzer's `term ::= [0-9]+ | . expr` grew past 35,000
+// stacks and 19 GB within 800 bytes); the test suites' grammars keep at
+// most 4. A step that would open more leaves the set dead: the bytes are
+// refused, as bytes outside the grammar are.
+inline constexpr size_t kMaxOpenStacks = 1024;
+inline constexpr size_t kMaxStackVisits = 8 * kMaxOpenStacks;
+
 // Below every stack of a matcher: popping it completes the whole grammar.
 inline constexpr int32_t kRootFrame = -1;
 // Below the stack a state's token classes are precomputed from: popping it
@@ -76,9 +85,11 @@ class StackStepper {
   explicit StackStepper(const Automaton& automaton) : automaton_(automaton) {}
 
   // `out` = every stack reached from `state` over `parent` before reading a
-  // byte: calls entered, complete rules left (their frames popped).
+  // byte: calls entered, complete rules left (their frames popped); dead
+  // past kMaxOpenStacks.
   void Close(int32_t state, int32_t parent, FrameArena& arena, StackSet* out);
-  // `out` = the stacks after reading `byte` from `in`. Returns !out->Dead().
+  // `out` = the stacks after reading `byte` from `in`, dead past
+  // kMaxOpenStacks. Returns !out->Dead().
   bool Advance(const StackSet& in, uint8_t byte, FrameArena& arena, StackSet* out);
 
   const Automaton& automaton() const { return automaton_; }
@@ -86,11 +97,14 @@ class StackStepper {
  private:
   void CloseInto(int32_t state, int32_t parent, FrameArena& arena, StackSet* out);
   bool Visit(StackTop top);
+  // Past kMaxOpenStacks or kMaxStackVisits: `out` dead.
+  bool TooMany(StackSet* out) const;
 
   const Automaton& automaton_;
   std::vector<StackTop> work_;
   std::vector<StackTop> visited_;
   absl::flat_hash_set<uint64_t> visited_large_;
+  bool too_many_ = false;  // This closure or step went past the bounds.
 };
 
 }  // namespace pagoda::constraints
