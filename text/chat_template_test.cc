@@ -202,6 +202,7 @@ TEST(ChatTemplateTest, ValuesNestedWithoutBoundNeitherOverflowTheStackNorRunFore
       "{% set ns.x = [ns.x, ns.x] %}{% set ns.y = [ns.y, ns.y] %}{% endfor %}";
   const std::pair<std::string, std::string> cases[] = {
       {"{% set ns = namespace(n=1) %}{% set ns.me = ns %}{{ ns }}", "OK"},
+      {"{% set ns = namespace(n=1) %}{% set ns.me = ns %}{{ ns | tojson }}", "hold themselves"},
       {wrapped + "{{ ns.x | length }}{% set ns.x = 0 %}", "OK"},
       {wrapped + "{{ ns.x }}", "OK"},
       {wrapped + "{{ ns.x == ns.x }}", "OK"},
@@ -231,9 +232,7 @@ TEST(ChatTemplateTest, ValuesNestedWithoutBoundNeitherOverflowTheStackNorRunFore
   auto self =
       ChatTemplate::FromSource("{% set ns = namespace(n=1) %}{% set ns.me = ns %}{{ ns }}", "", "");
   ASSERT_TRUE(self.ok());
-  const std::string printed = *(*self)->Render({{"user", "x"}}, false);
-  EXPECT_EQ(printed.substr(0, 24), "{'n': 1, 'me': {'n': 1, ");
-  EXPECT_NE(printed.find("'me': ...}"), std::string::npos) << printed.substr(printed.size() - 40);
+  EXPECT_EQ(*(*self)->Render({{"user", "x"}}, false), "{'n': 1, 'me': ...}");
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "text/jinja_value.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -102,15 +103,27 @@ void AppendQuoted(const std::string& text, std::string* out) {
   *out += '\'';
 }
 
-void AppendText(const Value& value, int depth, std::string* out);
+// The lists and dicts a walk is inside, outermost first: one met again holds
+// itself (Python's repr prints it as "...", its json.dumps refuses it).
+using Path = std::vector<const void*>;
 
-// Python's repr of a value inside a list or dict.
-void AppendRepr(const Value& value, int depth, std::string* out) {
-  if (value.is_string()) return AppendQuoted(value.str(), out);
-  AppendText(value, depth, out);
+const void* ContainerOf(const Value& value) {
+  return value.is_list() ? static_cast<const void*>(&value.list()) : &value.dict();
 }
 
-void AppendText(const Value& value, int depth, std::string* out) {
+bool OnPath(const Path& path, const Value& value) {
+  return std::find(path.begin(), path.end(), ContainerOf(value)) != path.end();
+}
+
+void AppendText(const Value& value, Path& path, std::string* out);
+
+// Python's repr of a value inside a list or dict.
+void AppendRepr(const Value& value, Path& path, std::string* out) {
+  if (value.is_string()) return AppendQuoted(value.str(), out);
+  AppendText(value, path, out);
+}
+
+void AppendText(const Value& value, Path& path, std::string* out) {
   if (value.is_undefined()) return;
   if (value.is_none()) *out += "None";
   if (value.is_bool()) *out += std::get<bool>(value.data) ? "True" : "False";
@@ -118,31 +131,29 @@ void AppendText(const Value& value, int depth, std::string* out) {
   if (value.is_number() && !value.is_int()) *out += PythonFloat(value.number());
   if (value.is_string()) *out += value.str();
   if (!value.is_list() && !value.is_dict()) return;
-  if (depth >= kMaxNesting) {
+  if (path.size() >= static_cast<size_t>(kMaxNesting) || OnPath(path, value)) {
     *out += "...";
     return;
   }
-  if (value.is_list()) {
-    *out += '[';
-    for (size_t i = 0; i < value.list().size() && out->size() <= kMaxTextBytes; ++i) {
-      if (i > 0) *out += ", ";
-      AppendRepr(value.list()[i], depth + 1, out);
-    }
-    *out += ']';
-    return;
-  }
-  *out += '{';
-  for (size_t i = 0; i < value.dict().size() && out->size() <= kMaxTextBytes; ++i) {
+  path.push_back(ContainerOf(value));
+  const bool is_list = value.is_list();
+  const size_t size = is_list ? value.list().size() : value.dict().size();
+  *out += is_list ? '[' : '{';
+  for (size_t i = 0; i < size && out->size() <= kMaxTextBytes; ++i) {
     if (i > 0) *out += ", ";
-    AppendQuoted(value.dict()[i].first, out);
-    *out += ": ";
-    AppendRepr(value.dict()[i].second, depth + 1, out);
+    if (!is_list) {
+      AppendQuoted(value.dict()[i].first, out);
+      *out += ": ";
+    }
+    AppendRepr(is_list ? value.list()[i] : value.dict()[i].second, path, out);
   }
-  *out += '}';
+  *out += is_list ? ']' : '}';
+  path.pop_back();
 }
 
-// False past kMaxNesting; stops soon after kMaxTextBytes.
-bool AppendJson(const Value& value, int indent, int depth, std::string* out) {
+// False past kMaxNesting or for a value that holds itself; stops soon after
+// kMaxTextBytes.
+bool AppendJson(const Value& value, int indent, Path& path, std::string* out) {
   if (value.is_undefined() || value.is_none()) {
     *out += "null";
   } else if (value.is_bool()) {
@@ -155,7 +166,8 @@ bool AppendJson(const Value& value, int indent, int depth, std::string* out) {
     JsonString(value.str(), out);
   }
   if (!value.is_list() && !value.is_dict()) return true;
-  if (depth >= kMaxNesting) return false;
+  if (path.size() >= static_cast<size_t>(kMaxNesting) || OnPath(path, value)) return false;
+  const size_t depth = path.size();
   const bool is_list = value.is_list();
   const size_t size = is_list ? value.list().size() : value.dict().size();
   if (size == 0) {
@@ -172,8 +184,11 @@ bool AppendJson(const Value& value, int indent, int depth, std::string* out) {
       JsonString(value.dict()[i].first, out);
       *out += ": ";
     }
-    const Value& item = is_list ? value.list()[i] : value.dict()[i].second;
-    if (!AppendJson(item, indent, depth + 1, out)) return false;
+    path.push_back(ContainerOf(value));
+    const bool appended =
+        AppendJson(is_list ? value.list()[i] : value.dict()[i].second, indent, path, out);
+    path.pop_back();
+    if (!appended) return false;
   }
   if (indent >= 0) *out += "\n" + std::string(static_cast<size_t>(indent) * depth, ' ');
   *out += is_list ? ']' : '}';
@@ -230,13 +245,15 @@ bool HoldsLastContainer(const Value& value) {
 std::string ToText(const Value& value) {
   if (value.is_string()) return value.str();
   std::string out;
-  AppendText(value, 0, &out);
+  Path path;
+  AppendText(value, path, &out);
   return out;
 }
 
 absl::StatusOr<std::string> ToJson(const Value& value, int indent) {
   std::string out;
-  if (!AppendJson(value, indent, 0, &out)) return TooDeep("tojson of");
+  Path path;
+  if (!AppendJson(value, indent, path, &out)) return TooDeep("tojson of");
   if (out.size() > kMaxTextBytes) return absl::InvalidArgumentError("tojson: string too long");
   return out;
 }

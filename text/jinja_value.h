@@ -18,8 +18,9 @@ inline constexpr size_t kMaxTextBytes = 16 << 20;
 // How deep ToText, ToJson and Equal follow lists and dicts: request JSON
 // nests at most 64 levels, and a template can nest values without bound
 // (a namespace that holds itself, or a list wrapped once per loop
-// iteration). Past it ToText prints "..." (as Python's repr does for a
-// value that holds itself) and ToJson and Equal fail.
+// iteration). Past it, or for a value that holds itself, ToText prints
+// "..." (as Python's repr does for the latter) and ToJson fails; Equal
+// fails past it.
 inline constexpr int kMaxNesting = 128;
 
 struct Value;
