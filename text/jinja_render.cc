@@ -32,6 +32,15 @@ absl::Status Fail(const Expr& expr, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat("chat template line ", expr.line, ": ", what));
 }
 
+// The most bytes a value printed now may take: what the budget left could
+// pay for (Eval charges a string a unit per 16 bytes), at most
+// kMaxTextBytes. Printing shared lists can take exponential time short of
+// that.
+size_t TextLimit(int64_t work_left) {
+  return static_cast<size_t>(
+      std::min<int64_t>(kMaxTextBytes, (std::max<int64_t>(work_left, 0) + 1) * 16));
+}
+
 // A dict key as this Value's dicts keep it (printed); a list or dict is no
 // key (unhashable, as in Python), and printing one is unbounded work.
 absl::StatusOr<std::string> KeyOf(const Expr& expr, const Value& key) {
@@ -300,7 +309,11 @@ absl::Status Renderer::Run(const Node& node, std::string* out) {
     case Node::Kind::kOutput: {
       absl::StatusOr<Value> value = Eval(*node.expr);
       if (!value.ok()) return value.status();
-      out->append(ToText(*value));
+      const std::string text = ToText(*value, TextLimit(max_work_ - work_));
+      if (absl::Status s = Charge(*node.expr, static_cast<int64_t>(text.size() / 16)); !s.ok()) {
+        return s;
+      }
+      out->append(text);
       if (out->size() > kMaxOutputBytes)
         return absl::InvalidArgumentError("chat template output too large");
       return absl::OkStatus();
@@ -570,7 +583,10 @@ absl::StatusOr<Value> Renderer::Binary(const Expr& expr) {
     if (expr.name == "<=") return Value(order <= 0);
     return Value(order >= 0);
   }
-  if (expr.name == "~") return Value(ToText(a) + ToText(b));
+  if (expr.name == "~") {
+    const size_t limit = TextLimit(max_work_ - work_);
+    return Value(ToText(a, limit) + ToText(b, limit));
+  }
   return Arithmetic(expr, a, b);
 }
 
@@ -720,7 +736,8 @@ absl::StatusOr<Value> Renderer::Call(const Expr& expr) {
   }
   if (callee.kind != Expr::Kind::kName) return Fail(expr, "only named functions can be called");
   if (callee.name == "raise_exception") {
-    return Fail(expr, args.empty() ? "raise_exception" : ToText(args[0]));
+    return Fail(expr,
+                args.empty() ? "raise_exception" : ToText(args[0], TextLimit(max_work_ - work_)));
   }
   if (callee.name == "namespace") {
     Value ns(Dict{});
@@ -787,23 +804,28 @@ struct FilterCall {
   int64_t* work_left;  // Of the render's budget, for what a filter compares.
 };
 
+// `value` printed within what the render's budget has left.
+std::string Text(const FilterCall& call, const Value& value) {
+  return ToText(value, TextLimit(*call.work_left));
+}
+
 absl::StatusOr<Value> UnsupportedFilter(const FilterCall& call) {
   return Fail(call.expr, absl::StrCat("unsupported filter ", call.expr.name));
 }
 
 absl::StatusOr<Value> TrimFilter(const FilterCall& call) {
-  return Value(Strip(ToText(call.input), kWhitespace, true, true));
+  return Value(Strip(Text(call, call.input), kWhitespace, true, true));
 }
 
-absl::StatusOr<Value> StringFilter(const FilterCall& call) { return Value(ToText(call.input)); }
+absl::StatusOr<Value> StringFilter(const FilterCall& call) { return Value(Text(call, call.input)); }
 
 // upper, lower and capitalize.
 absl::StatusOr<Value> CaseFilter(const FilterCall& call) {
-  return Value(Recased(ToText(call.input), call.expr.name));
+  return Value(Recased(Text(call, call.input), call.expr.name));
 }
 
 absl::StatusOr<Value> JsonOf(const FilterCall& call, int indent) {
-  absl::StatusOr<std::string> json = ToJson(call.input, indent);
+  absl::StatusOr<std::string> json = ToJson(call.input, indent, TextLimit(*call.work_left));
   if (!json.ok()) return Fail(call.expr, std::string(json.status().message()));
   return Value(*std::move(json));
 }
@@ -859,12 +881,13 @@ absl::StatusOr<Value> ReverseFilter(const FilterCall& call) {
 absl::StatusOr<Value> JoinFilter(const FilterCall& call) {
   absl::StatusOr<List> items = Iterate(call.input);
   if (!items.ok()) return Fail(call.expr, "join of a non-iterable");
-  const std::string separator = call.args.empty() ? "" : ToText(call.args[0]);
+  const std::string separator = call.args.empty() ? "" : Text(call, call.args[0]);
   std::string joined;
-  // Past kMaxTextBytes the result is refused as too long (Eval).
-  for (size_t i = 0; i < items->size() && joined.size() <= kMaxTextBytes; ++i) {
+  // Past the limit the result is refused as too much work (Eval's charge).
+  const size_t limit = TextLimit(*call.work_left);
+  for (size_t i = 0; i < items->size() && joined.size() <= limit; ++i) {
     if (i > 0) joined += separator;
-    joined += ToText((*items)[i]);
+    joined += Text(call, (*items)[i]);
   }
   return Value(std::move(joined));
 }
@@ -893,9 +916,9 @@ absl::StatusOr<Value> ItemsFilter(const FilterCall& call) {
 
 // replace(old, new) with a non-empty old, as the method.
 absl::StatusOr<Value> ReplaceFilter(const FilterCall& call) {
-  if (call.args.size() != 2 || ToText(call.args[0]).empty()) return UnsupportedFilter(call);
-  return Value(
-      absl::StrReplaceAll(ToText(call.input), {{ToText(call.args[0]), ToText(call.args[1])}}));
+  if (call.args.size() != 2 || Text(call, call.args[0]).empty()) return UnsupportedFilter(call);
+  return Value(absl::StrReplaceAll(Text(call, call.input),
+                                   {{Text(call, call.args[0]), Text(call, call.args[1])}}));
 }
 
 // select(test, args...) and reject(test, args...): the items that pass

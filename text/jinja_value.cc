@@ -115,15 +115,15 @@ bool OnPath(const Path& path, const Value& value) {
   return std::find(path.begin(), path.end(), ContainerOf(value)) != path.end();
 }
 
-void AppendText(const Value& value, Path& path, std::string* out);
+void AppendText(const Value& value, Path& path, size_t max_bytes, std::string* out);
 
 // Python's repr of a value inside a list or dict.
-void AppendRepr(const Value& value, Path& path, std::string* out) {
+void AppendRepr(const Value& value, Path& path, size_t max_bytes, std::string* out) {
   if (value.is_string()) return AppendQuoted(value.str(), out);
-  AppendText(value, path, out);
+  AppendText(value, path, max_bytes, out);
 }
 
-void AppendText(const Value& value, Path& path, std::string* out) {
+void AppendText(const Value& value, Path& path, size_t max_bytes, std::string* out) {
   if (value.is_undefined()) return;
   if (value.is_none()) *out += "None";
   if (value.is_bool()) *out += std::get<bool>(value.data) ? "True" : "False";
@@ -139,21 +139,21 @@ void AppendText(const Value& value, Path& path, std::string* out) {
   const bool is_list = value.is_list();
   const size_t size = is_list ? value.list().size() : value.dict().size();
   *out += is_list ? '[' : '{';
-  for (size_t i = 0; i < size && out->size() <= kMaxTextBytes; ++i) {
+  for (size_t i = 0; i < size && out->size() <= max_bytes; ++i) {
     if (i > 0) *out += ", ";
     if (!is_list) {
       AppendQuoted(value.dict()[i].first, out);
       *out += ": ";
     }
-    AppendRepr(is_list ? value.list()[i] : value.dict()[i].second, path, out);
+    AppendRepr(is_list ? value.list()[i] : value.dict()[i].second, path, max_bytes, out);
   }
   *out += is_list ? ']' : '}';
   path.pop_back();
 }
 
 // False past kMaxNesting or for a value that holds itself; stops soon after
-// kMaxTextBytes.
-bool AppendJson(const Value& value, int indent, Path& path, std::string* out) {
+// `max_bytes`.
+bool AppendJson(const Value& value, int indent, Path& path, size_t max_bytes, std::string* out) {
   if (value.is_undefined() || value.is_none()) {
     *out += "null";
   } else if (value.is_bool()) {
@@ -177,7 +177,7 @@ bool AppendJson(const Value& value, int indent, Path& path, std::string* out) {
   const std::string newline =
       indent >= 0 ? "\n" + std::string(static_cast<size_t>(indent) * (depth + 1), ' ') : "";
   *out += is_list ? '[' : '{';
-  for (size_t i = 0; i < size && out->size() <= kMaxTextBytes; ++i) {
+  for (size_t i = 0; i < size && out->size() <= max_bytes; ++i) {
     if (i > 0) *out += indent >= 0 ? "," : ", ";
     *out += newline;
     if (!is_list) {
@@ -185,8 +185,8 @@ bool AppendJson(const Value& value, int indent, Path& path, std::string* out) {
       *out += ": ";
     }
     path.push_back(ContainerOf(value));
-    const bool appended =
-        AppendJson(is_list ? value.list()[i] : value.dict()[i].second, indent, path, out);
+    const bool appended = AppendJson(is_list ? value.list()[i] : value.dict()[i].second, indent,
+                                     path, max_bytes, out);
     path.pop_back();
     if (!appended) return false;
   }
@@ -242,19 +242,19 @@ bool HoldsLastContainer(const Value& value) {
 
 }  // namespace
 
-std::string ToText(const Value& value) {
+std::string ToText(const Value& value, size_t max_bytes) {
   if (value.is_string()) return value.str();
   std::string out;
   Path path;
-  AppendText(value, path, &out);
+  AppendText(value, path, max_bytes, &out);
   return out;
 }
 
-absl::StatusOr<std::string> ToJson(const Value& value, int indent) {
+absl::StatusOr<std::string> ToJson(const Value& value, int indent, size_t max_bytes) {
   std::string out;
   Path path;
-  if (!AppendJson(value, indent, path, &out)) return TooDeep("tojson of");
-  if (out.size() > kMaxTextBytes) return absl::InvalidArgumentError("tojson: string too long");
+  if (!AppendJson(value, indent, path, max_bytes, &out)) return TooDeep("tojson of");
+  if (out.size() > max_bytes) return absl::InvalidArgumentError("tojson: string too long");
   return out;
 }
 

@@ -83,13 +83,14 @@ struct Value {
 
 // What {{ value }} prints (Python's str, with Jinja's "" for undefined);
 // "..." for what nests deeper than kMaxNesting. Stops soon after
-// kMaxTextBytes (shared lists can hold exponentially many paths): a longer
+// `max_bytes` (shared lists can hold exponentially many paths): a longer
 // result means "too long".
-std::string ToText(const Value& value);
+std::string ToText(const Value& value, size_t max_bytes = kMaxTextBytes);
 // Python's json.dumps(value, ensure_ascii=False) as transformers' tojson
 // filter: ", " and ": " separators, keys in insertion order; `indent` >= 0
-// pretty-prints. INVALID_ARGUMENT past kMaxNesting or kMaxTextBytes.
-absl::StatusOr<std::string> ToJson(const Value& value, int indent = -1);
+// pretty-prints. INVALID_ARGUMENT past kMaxNesting or `max_bytes`.
+absl::StatusOr<std::string> ToJson(const Value& value, int indent = -1,
+                                   size_t max_bytes = kMaxTextBytes);
 // Jinja's == (numbers across int/float, containers deeply), counting each
 // value compared down from `*work_left` (shared lists can hold
 // exponentially many paths). INVALID_ARGUMENT when it runs out, or past
