@@ -39,7 +39,9 @@ struct Node;
 // rendered for 6 s (and strings that double at each iteration grow without
 // bound). The default is about 0.1 s; the real Llama 3, 3.1 and Qwen3
 // templates take at most 427 units on tests/chat_template's conversations,
-// and 0.52 to 0.64 million on 500 messages of 4 KB (a 2 MB prompt).
+// and 0.52 to 0.64 million on 500 messages of 4 KB (a 2 MB prompt); what a
+// render prints is charged too (a unit per 16 bytes), 0.13 million more for
+// that prompt.
 inline constexpr int64_t kDefaultMaxRenderWork = int64_t{1} << 22;
 
 // A parsed template. Immutable and thread-safe after Parse.
