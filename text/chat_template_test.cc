@@ -235,5 +235,37 @@ TEST(ChatTemplateTest, ValuesNestedWithoutBoundNeitherOverflowTheStackNorRunFore
   EXPECT_EQ(*(*self)->Render({{"user", "x"}}, false), "{'n': 1, 'me': ...}");
 }
 
+// Found by tests/fuzz/chat_template_fuzzer.cc: a few thousand `[` in one
+// expression overflowed the parser's stack. Expressions and blocks nested
+// past their bounds are refused when the template loads.
+TEST(ChatTemplateTest, NestingIsBoundedWhenTheTemplateLoads) {
+  auto repeat = [](const std::string& text, int times) {
+    std::string out;
+    for (int i = 0; i < times; ++i) out += text;
+    return out;
+  };
+  const std::pair<std::string, std::string> refused[] = {
+      {"{{ " + repeat("[", 3000) + "1" + repeat("]", 3000) + " }}", "expression nested deeper"},
+      {"{{ " + repeat("(", 3000) + "1" + repeat(")", 3000) + " }}", "expression nested deeper"},
+      {"{{ " + repeat("-", 3000) + "1 }}", "expression nested deeper"},
+      {"{{ " + repeat("not ", 3000) + "1 }}", "expression nested deeper"},
+      {"{{ " + repeat("1 if 1 else ", 3000) + "1 }}", "expression nested deeper"},
+      {repeat("{% if 1 %}", 1000) + repeat("{% endif %}", 1000), "blocks nested deeper than 64"},
+  };
+  for (const auto& [source, why] : refused) {
+    auto loaded = ChatTemplate::FromSource(source, "", "");
+    ASSERT_FALSE(loaded.ok()) << source.substr(0, 40);
+    EXPECT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(loaded.status().message().find(why), std::string::npos) << loaded.status();
+  }
+  auto nested =
+      ChatTemplate::FromSource("{{ " + repeat("[", 20) + "1" + repeat("]", 20) + " }}" +
+                                   repeat("{% if 1 %}", 30) + "x" + repeat("{% endif %}", 30),
+                               "", "");
+  ASSERT_TRUE(nested.ok()) << nested.status();
+  EXPECT_EQ(*(*nested)->Render({{"user", "x"}}, false),
+            repeat("[", 20) + "1" + repeat("]", 20) + "x");
+}
+
 }  // namespace
 }  // namespace pagoda::text

@@ -271,6 +271,14 @@ bool IsSupported(const char* const (&names)[N], const std::string& name) {
   return false;
 }
 
+// How deep a template may nest, in expressions (each bracket, parenthesis,
+// unary operator or conditional a level or two) and in blocks ({% if %} and
+// {% for %}). Parsing, rendering and freeing the tree recurse once per
+// level: the chat_template fuzzer overflowed the parser's stack with a few
+// thousand `[`. Real templates nest a handful of levels.
+constexpr int kMaxExpressionNesting = 256;
+constexpr int kMaxBlockNesting = 64;
+
 class ExprParser {
  public:
   ExprParser(std::vector<Token> tokens, int line) : tokens_(std::move(tokens)), line_(line) {}
@@ -320,7 +328,25 @@ class ExprParser {
     if (!Accept(text)) Fail(absl::StrCat("expected '", text, "', got '", tokens_[pos_].text, "'"));
   }
 
+  // Counts one level of nesting while it lives; Fail()s past
+  // kMaxExpressionNesting.
+  class Nesting {
+   public:
+    explicit Nesting(ExprParser* parser) : parser_(parser) {
+      if (++parser_->depth_ > kMaxExpressionNesting) {
+        parser_->Fail(absl::StrCat("expression nested deeper than ", kMaxExpressionNesting));
+      }
+    }
+    ~Nesting() { --parser_->depth_; }
+    bool too_deep() const { return parser_->depth_ > kMaxExpressionNesting; }
+
+   private:
+    ExprParser* const parser_;
+  };
+
   ExprPtr Expression() {
+    const Nesting nesting(this);
+    if (nesting.too_deep()) return Make(Expr::Kind::kLiteral);
     ExprPtr value = Or();
     if (status_.ok() && PeekName("if")) {
       ++pos_;
@@ -343,6 +369,8 @@ class ExprParser {
     return left;
   }
   ExprPtr Not() {
+    const Nesting nesting(this);
+    if (nesting.too_deep()) return Make(Expr::Kind::kLiteral);
     if (Accept("not")) {
       ExprPtr expr = Make(Expr::Kind::kUnary, "not");
       expr->args.push_back(Not());
@@ -403,6 +431,8 @@ class ExprParser {
     return left;
   }
   ExprPtr Unary() {
+    const Nesting nesting(this);
+    if (nesting.too_deep()) return Make(Expr::Kind::kLiteral);
     if (Accept("-")) {
       ExprPtr expr = Make(Expr::Kind::kUnary, "-");
       expr->args.push_back(Unary());
@@ -603,6 +633,7 @@ class ExprParser {
   size_t pos_ = 0;
   int line_;
   absl::Status status_;
+  int depth_ = 0;  // Nesting levels open (Nesting).
 };
 
 // ------------------------------------------------------------------ statements
@@ -631,6 +662,13 @@ class TreeBuilder {
   // Parses segments into `body` until a statement whose keyword is in
   // `stops`, which is returned in `stop` (empty at the end of the input).
   absl::Status Body(Node* body, const std::vector<std::string>& stops, std::string* stop) {
+    struct Leave {
+      int* depth;
+      ~Leave() { --*depth; }
+    } leave{&depth_};
+    if (++depth_ > kMaxBlockNesting) {
+      return Error(line_, absl::StrCat("blocks nested deeper than ", kMaxBlockNesting));
+    }
     while (next_ < segments_.size()) {
       Segment& segment = segments_[next_++];
       line_ = segment.line;
@@ -764,6 +802,7 @@ class TreeBuilder {
 
   std::vector<Segment> segments_;
   size_t next_ = 0;
+  int depth_ = 0;  // Bodies open.
   int line_ = 1;
   std::unique_ptr<ExprParser> pending_;  // The tag that ended the last Body.
 };
