@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -200,25 +201,30 @@ TEST(ChatTemplateTest, ValuesNestedWithoutBoundNeitherOverflowTheStackNorRunFore
   const std::string doubled =  // 2^40 paths through 40 shared lists.
       "{% set ns = namespace(x=1, y=1) %}{% for a in range(40) %}"
       "{% set ns.x = [ns.x, ns.x] %}{% set ns.y = [ns.y, ns.y] %}{% endfor %}";
-  const std::pair<std::string, std::string> cases[] = {
-      {"{% set ns = namespace(n=1) %}{% set ns.me = ns %}{{ ns }}", "OK"},
-      {"{% set ns = namespace(n=1) %}{% set ns.me = ns %}{{ ns | tojson }}", "hold themselves"},
-      {wrapped + "{{ ns.x | length }}{% set ns.x = 0 %}", "OK"},
-      {wrapped + "{{ ns.x }}", "OK"},
-      {wrapped + "{{ ns.x == ns.x }}", "OK"},
-      {wrapped + "{{ ns.x == ns.y }}", "nested deeper than 128"},
-      {wrapped + "{{ ns.x | tojson }}", "nested deeper than 128"},
-      {doubled + "{{ ns.x }}", "output too large"},
-      {doubled + "{{ ns.x | tojson }}", "string too long"},
-      {doubled + "{{ ns.x == ns.y }}", "too much work"},
-      {doubled + "{{ ns.x in [ns.y] }}", "too much work"},
-      {doubled + "{{ [ns.y] | select('equalto', ns.x) | list | length }}", "too much work"},
-      {doubled + "{{ {'a': 1}[ns.x] }}", "not a dict key"},
-      {"{% set d = {'a': 1} %}{% set d.me = d %}", "is not a namespace"},
+  // The shared lists' cases render with a budget of 2^16 units (their
+  // bounds scale with it; at the default they take seconds under ASan).
+  constexpr int64_t kSmall = int64_t{1} << 16;
+  constexpr int64_t kDefault = jinja::kDefaultMaxRenderWork;
+  const std::tuple<std::string, std::string, int64_t> cases[] = {
+      {"{% set ns = namespace(n=1) %}{% set ns.me = ns %}{{ ns }}", "OK", kDefault},
+      {"{% set ns = namespace(n=1) %}{% set ns.me = ns %}{{ ns | tojson }}", "hold themselves",
+       kDefault},
+      {wrapped + "{{ ns.x | length }}{% set ns.x = 0 %}", "OK", kDefault},
+      {wrapped + "{{ ns.x }}", "OK", kDefault},
+      {wrapped + "{{ ns.x == ns.x }}", "OK", kDefault},
+      {wrapped + "{{ ns.x == ns.y }}", "nested deeper than 128", kDefault},
+      {wrapped + "{{ ns.x | tojson }}", "nested deeper than 128", kDefault},
+      {doubled + "{{ ns.x }}", "too much work", kSmall},
+      {doubled + "{{ ns.x | tojson }}", "string too long", kSmall},
+      {doubled + "{{ ns.x == ns.y }}", "too much work", kSmall},
+      {doubled + "{{ ns.x in [ns.y] }}", "too much work", kSmall},
+      {doubled + "{{ [ns.y] | select('equalto', ns.x) | list | length }}", "too much work", kSmall},
+      {doubled + "{{ {'a': 1}[ns.x] }}", "not a dict key", kSmall},
+      {"{% set d = {'a': 1} %}{% set d.me = d %}", "is not a namespace", kDefault},
   };
-  for (const auto& [source, expected] : cases) {
+  for (const auto& [source, expected, budget] : cases) {
     SCOPED_TRACE(source);
-    auto loaded = ChatTemplate::FromSource(source, "", "");
+    auto loaded = ChatTemplate::FromSource(source, "", "", budget);
     ASSERT_TRUE(loaded.ok()) << loaded.status();
     absl::StatusOr<std::string> text = (*loaded)->Render({{"user", "x"}}, false);
     if (expected == "OK") {
