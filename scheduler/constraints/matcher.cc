@@ -51,6 +51,7 @@ bool Matcher::AcceptBytes(std::string_view bytes) {
   for (char c : bytes) {
     if (!stepper_->Advance(current, static_cast<uint8_t>(c), arena_, &next_)) {
       arena_.Truncate(arena_size);
+      refused_as_ambiguous_ = stepper_->too_many();
       return false;
     }
     std::swap(current, next_);

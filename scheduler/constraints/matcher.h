@@ -30,6 +30,11 @@ class Matcher {
   bool AcceptToken(int32_t token_id);
   // Reads `bytes`. False, and nothing changes, if the grammar refuses them.
   bool AcceptBytes(std::string_view bytes);
+  // Whether the last refusal came from the parses' bound (kMaxOpenStacks),
+  // not from the grammar: masks are computed stack by stack, so past the
+  // bound a token the mask allowed can be refused (the engine then lets
+  // only the end follow).
+  bool refused_as_ambiguous() const { return refused_as_ambiguous_; }
 
   // Whether the text so far is a complete sentence of the grammar (the end
   // of sequence may come now).
@@ -57,6 +62,7 @@ class Matcher {
   std::unique_ptr<TokenWalker> walker_;
   StackSet next_;
   std::vector<uint32_t> scratch_;
+  bool refused_as_ambiguous_ = false;
 };
 
 }  // namespace pagoda::constraints

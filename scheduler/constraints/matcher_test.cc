@@ -119,6 +119,13 @@ TEST(MatcherTest, AGrammarThatOpensTooManyParsesRefusesTheTextInsteadOfGrowing) 
   // Each byte doubles the parses: refused within a few dozen bytes.
   EXPECT_FALSE(accepted) << "a text that opens ever more parses is refused";
   EXPECT_LT(accepted_bytes, 64);
+  EXPECT_TRUE(long_text.refused_as_ambiguous());
+  // Bytes outside a grammar are refused, not for the bound.
+  auto lists = CompiledGrammar::Create(NestedLists(), AlphabetVocabulary("[],0a1", 2));
+  ASSERT_TRUE(lists.ok()) << lists.status();
+  Matcher outside(*lists);
+  EXPECT_FALSE(outside.AcceptBytes("]"));
+  EXPECT_FALSE(outside.refused_as_ambiguous());
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
   std::vector<uint32_t> mask((*grammar)->vocabulary().mask_words());
   long_text.FillNextTokenMask(absl::MakeSpan(mask));  // Bounded, and within the set it kept.

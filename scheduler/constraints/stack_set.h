@@ -93,6 +93,8 @@ class StackStepper {
   bool Advance(const StackSet& in, uint8_t byte, FrameArena& arena, StackSet* out);
 
   const Automaton& automaton() const { return automaton_; }
+  // Whether the last Close or Advance went past kMaxOpenStacks.
+  bool too_many() const { return too_many_; }
 
  private:
   void CloseInto(int32_t state, int32_t parent, FrameArena& arena, StackSet* out);

@@ -38,7 +38,10 @@ void CatchUp(const SequenceGroup& group, Sequence& seq, absl::Span<const int32_t
     if (state.refused || Contains(eos_token_ids, token) || Contains(stops, token)) continue;
     if (!state.matcher->AcceptToken(token)) {
       LOG(WARNING) << "request " << group.request_id() << ": output token " << token
-                   << " breaks its constraint; only the end may follow";
+                   << (state.matcher->refused_as_ambiguous()
+                           ? " opens too many parses of its grammar"
+                           : " breaks its constraint")
+                   << "; only the end may follow";
       state.refused = true;
     }
   }
