@@ -50,7 +50,7 @@ absl::StatusOr<std::string> KeyOf(const Expr& expr, const Value& key) {
 
 class Renderer {
  public:
-  Renderer(const Value& context, int64_t max_work) : max_work_(max_work) {
+  Renderer(const Value& context, int64_t max_work) : work_left_(max_work) {
     scopes_.push_back(context.is_dict() ? context.dict() : Dict());
   }
   // A namespace is the one value a template can change, so the one through
@@ -100,7 +100,7 @@ class Renderer {
   absl::StatusOr<Value> Filter(const Expr& expr);
   absl::StatusOr<bool> Test(const Expr& expr);
   absl::Status For(const Node& node, std::string* out);
-  // Counts `units` of work against max_work_ (kDefaultMaxRenderWork).
+  // Counts `units` of work against work_left_.
   absl::Status Charge(const Expr& expr, int64_t units);
   // Jinja's == with its comparisons charged.
   absl::StatusOr<bool> Equals(const Expr& expr, const Value& a, const Value& b);
@@ -108,8 +108,9 @@ class Renderer {
   absl::StatusOr<Value> Compute(const Expr& expr);
 
   std::vector<Dict> scopes_;
-  const int64_t max_work_;
-  int64_t work_ = 0;
+  // Of the render's budget (kDefaultMaxRenderWork); Charge and Equal count
+  // it down, filters and tests through FilterCall::work_left.
+  int64_t work_left_;
   // Every namespace() this render made (see ~Renderer).
   std::vector<std::shared_ptr<Dict>> namespaces_;
   absl::flat_hash_set<const Dict*> namespace_set_;  // The same, to look up.
@@ -309,7 +310,7 @@ absl::Status Renderer::Run(const Node& node, std::string* out) {
     case Node::Kind::kOutput: {
       absl::StatusOr<Value> value = Eval(*node.expr);
       if (!value.ok()) return value.status();
-      const std::string text = ToText(*value, TextLimit(max_work_ - work_));
+      const std::string text = ToText(*value, TextLimit(work_left_));
       if (absl::Status s = Charge(*node.expr, static_cast<int64_t>(text.size() / 16)); !s.ok()) {
         return s;
       }
@@ -357,20 +358,18 @@ absl::Status Renderer::Run(const Node& node, std::string* out) {
 }
 
 absl::Status Renderer::Charge(const Expr& expr, int64_t units) {
-  work_ += units;
-  if (work_ <= max_work_) return absl::OkStatus();
+  work_left_ -= units;
+  if (work_left_ >= 0) return absl::OkStatus();
   return Fail(expr, "the template does too much work for these messages");
 }
 
 absl::StatusOr<bool> Renderer::Equals(const Expr& expr, const Value& a, const Value& b) {
-  int64_t work_left = std::max<int64_t>(max_work_ - work_, 0);
-  absl::StatusOr<bool> equal = Equal(a, b, &work_left);
-  work_ = max_work_ - work_left;
+  absl::StatusOr<bool> equal = Equal(a, b, &work_left_);
   if (!equal.ok()) return Fail(expr, std::string(equal.status().message()));
   return equal;
 }
 
-// Every value an expression yields is charged (max_work_) and bounded:
+// Every value an expression yields is charged (work_left_) and bounded:
 // strings by the output bound, lists by kMaxListItems.
 absl::StatusOr<Value> Renderer::Eval(const Expr& expr) {
   absl::StatusOr<Value> value = Compute(expr);
@@ -584,7 +583,7 @@ absl::StatusOr<Value> Renderer::Binary(const Expr& expr) {
     return Value(order >= 0);
   }
   if (expr.name == "~") {
-    const size_t limit = TextLimit(max_work_ - work_);
+    const size_t limit = TextLimit(work_left_);
     return Value(ToText(a, limit) + ToText(b, limit));
   }
   return Arithmetic(expr, a, b);
@@ -736,8 +735,7 @@ absl::StatusOr<Value> Renderer::Call(const Expr& expr) {
   }
   if (callee.kind != Expr::Kind::kName) return Fail(expr, "only named functions can be called");
   if (callee.name == "raise_exception") {
-    return Fail(expr,
-                args.empty() ? "raise_exception" : ToText(args[0], TextLimit(max_work_ - work_)));
+    return Fail(expr, args.empty() ? "raise_exception" : ToText(args[0], TextLimit(work_left_)));
   }
   if (callee.name == "namespace") {
     Value ns(Dict{});
@@ -963,17 +961,11 @@ absl::StatusOr<Value> Renderer::Filter(const Expr& expr) {
   Dict keywords;
   absl::Status status = EvalArguments(expr, 0, &args, &keywords);
   if (!status.ok()) return status;
-  int64_t work_left = std::max<int64_t>(max_work_ - work_, 0);
-  const FilterCall call{expr, *input, args, keywords, &work_left};
-  absl::StatusOr<Value> result = UnsupportedFilter(call);
+  const FilterCall call{expr, *input, args, keywords, &work_left_};
   for (const FilterEntry& filter : kFilters) {
-    if (expr.name == filter.name) {
-      result = filter.call(call);
-      break;
-    }
+    if (expr.name == filter.name) return filter.call(call);
   }
-  work_ = max_work_ - work_left;
-  return result;
+  return UnsupportedFilter(call);
 }
 
 absl::StatusOr<bool> Renderer::Test(const Expr& expr) {
@@ -983,10 +975,7 @@ absl::StatusOr<bool> Renderer::Test(const Expr& expr) {
   Dict keywords;
   absl::Status status = EvalArguments(expr, 0, &args, &keywords);
   if (!status.ok()) return status;
-  int64_t work_left = std::max<int64_t>(max_work_ - work_, 0);
-  absl::StatusOr<bool> passes = ApplyTest(expr, expr.name, *input, args, &work_left);
-  work_ = max_work_ - work_left;
-  return passes;
+  return ApplyTest(expr, expr.name, *input, args, &work_left_);
 }
 
 }  // namespace
