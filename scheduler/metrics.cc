@@ -108,15 +108,17 @@ const std::vector<double> kLatencyBuckets = {0.001, 0.005, 0.01, 0.02, 0.04, 0.0
 
 }  // namespace
 
-// Registered with the exposer before the registry, so each scrape first
-// refreshes the gauges from the engine's current state. Contributes no
-// metric of its own.
-class ServerMetrics::ScrapeRefresher : public prometheus::Collectable {
+// What the exposer collects for /metrics: the gauges refreshed from the
+// engine's current state, then every family of the registry, under the lock
+// the engine's OnStep takes. A scrape therefore never sees half a step: a
+// vllm:* series always equals the pagoda_* series it mirrors.
+class ServerMetrics::ConsistentScrape : public prometheus::Collectable {
  public:
-  explicit ScrapeRefresher(ServerMetrics* owner) : owner_(owner) {}
+  explicit ConsistentScrape(ServerMetrics* owner) : owner_(owner) {}
   std::vector<prometheus::MetricFamily> Collect() const override {
-    owner_->RefreshFromSource();
-    return {};
+    absl::MutexLock lock(&owner_->mu_);
+    owner_->RefreshFromSourceLocked();
+    return owner_->registry_->Collect();
   }
 
  private:
@@ -270,9 +272,8 @@ absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Start(const std::s
   // Healthy until the engine reports a failure: a server still loading its
   // model is not a worker outage.
   metrics->instruments_->healthy->Set(1);
-  metrics->refresher_ = std::make_shared<ScrapeRefresher>(metrics.get());
-  metrics->exposer_->RegisterCollectable(metrics->refresher_);
-  metrics->exposer_->RegisterCollectable(metrics->registry_);
+  metrics->scrape_ = std::make_shared<ConsistentScrape>(metrics.get());
+  metrics->exposer_->RegisterCollectable(metrics->scrape_);
   return metrics;
 }
 
@@ -298,12 +299,13 @@ void ServerMetrics::RegisterPage(const std::shared_ptr<prometheus::Collectable>&
 }
 
 void ServerMetrics::SetSnapshotSource(std::function<EngineSnapshot()> source) {
-  absl::MutexLock lock(&source_mutex_);
+  absl::MutexLock lock(&mu_);
   source_ = std::move(source);
 }
 
-void ServerMetrics::RefreshFromSource() {
-  absl::MutexLock lock(&source_mutex_);
+// The engine calls OnStep holding none of its locks, so taking its lock
+// (in source_) under mu_ cannot deadlock.
+void ServerMetrics::RefreshFromSourceLocked() {
   if (!source_) return;
   const EngineSnapshot snapshot = source_();
   // Nothing running means the last batch is over: no step is in progress.
@@ -342,6 +344,7 @@ void ServerMetrics::SetGauges(const EngineSnapshot& snapshot, int batch_size) {
 }
 
 void ServerMetrics::OnStep(const StepRecord& step, const EngineSnapshot& snapshot) {
+  absl::MutexLock lock(&mu_);
   SetGauges(snapshot, step.batch_size);
   Instruments& in = *instruments_;
   // Counters follow the engine's totals (only ever growing).
@@ -367,6 +370,7 @@ void ServerMetrics::OnStep(const StepRecord& step, const EngineSnapshot& snapsho
 }
 
 void ServerMetrics::OnWorkersRecovered(int requests_resumed, double seconds) {
+  absl::MutexLock lock(&mu_);
   Instruments& in = *instruments_;
   in.worker_restarts->Increment();
   in.requests_resumed->Increment(requests_resumed);
@@ -374,6 +378,7 @@ void ServerMetrics::OnWorkersRecovered(int requests_resumed, double seconds) {
 }
 
 void ServerMetrics::OnRequestFinished(const RequestRecord& record) {
+  absl::MutexLock lock(&mu_);
   Instruments& in = *instruments_;
   prometheus::Labels labels = in.labels;
   labels["finished_reason"] = record.finish_reason;

@@ -21,7 +21,8 @@ namespace pagoda::scheduler {
 // Prometheus metrics of the engine, named pagoda_* after vLLM's set and
 // labelled model_name, served over HTTP at /metrics. An EngineObserver:
 // the engine feeds it every step and every finished request.
-// Thread-safe (prometheus-cpp metrics are).
+// Thread-safe: the engine's updates and each scrape take one lock, so a
+// scrape reads the state of one moment.
 class ServerMetrics : public EngineObserver {
  public:
   // Listens on host:port (port 0 = the OS picks). Errors: UNAVAILABLE when
@@ -68,14 +69,16 @@ class ServerMetrics : public EngineObserver {
 
  private:
   struct Instruments;
-  class ScrapeRefresher;
+  class ConsistentScrape;
   ServerMetrics() = default;
-  void SetGauges(const EngineSnapshot& snapshot, int batch_size);
-  void RefreshFromSource();
+  void SetGauges(const EngineSnapshot& snapshot, int batch_size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RefreshFromSourceLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  absl::Mutex source_mutex_;
-  std::function<EngineSnapshot()> source_ ABSL_GUARDED_BY(source_mutex_);
-  std::shared_ptr<ScrapeRefresher> refresher_;
+  // Held by a scrape and by each update of the engine's gauges and
+  // counters, so a scrape reads one state.
+  absl::Mutex mu_;
+  std::function<EngineSnapshot()> source_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<ConsistentScrape> scrape_;
 
   std::unique_ptr<prometheus::Exposer> exposer_;
   std::shared_ptr<prometheus::Registry> registry_;

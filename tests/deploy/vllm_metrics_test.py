@@ -50,7 +50,7 @@ class VllmMetricNamesTest(unittest.TestCase):
         cls.tmp = tempfile.TemporaryDirectory()
         cls.model = h.make_model(os.path.join(cls.tmp.name, "model"))
         cls.server = h.Server(cls.model, "--metrics-port", "-1", "--served-model-name", "tiny",
-                              "--num-gpu-blocks-override", "48", "--block-size", "8",
+                              "--num-gpu-blocks-override", "256", "--block-size", "8",
                               "--max-num-seqs", "2").start()
 
     @classmethod
@@ -77,16 +77,17 @@ class VllmMetricNamesTest(unittest.TestCase):
         labels, value = one(text, "vllm:cache_config_info")
         self.assertEqual(value, 1)
         self.assertEqual(labels["block_size"], "8")
-        self.assertEqual(labels["num_gpu_blocks"], "48")
+        self.assertEqual(labels["num_gpu_blocks"], "256")
         # Fractions, not percentages: idle is 0 of 1.
         self.assertEqual(one(text, "vllm:kv_cache_usage_perc")[1], 0)
 
     def test_gauges_track_the_engine_under_load(self):
         # Six long requests on two sequence slots: two run, four wait. Two
-        # fit the 48 blocks of 8 together (9 + 150 tokens: 20 blocks each),
-        # so the pair runs to its end; at 200 tokens they preempted each
-        # other and a loaded host could miss the moments both ran.
-        procs = [self.generate("1,2,3,4,5,6,7,8,9", 150) for _ in range(6)]
+        # fit the 256 blocks of 8 together (9 + 600 tokens: 77 blocks each),
+        # so the pair runs to its end without preempting each other; 600
+        # tokens keep the first pair running long after a loaded host has
+        # started the other four processes.
+        procs = [self.generate("1,2,3,4,5,6,7,8,9", 600) for _ in range(6)]
         seen_waiting = seen_usage = False
         deadline = time.time() + 60
         while time.time() < deadline and any(p.poll() is None for p in procs):
