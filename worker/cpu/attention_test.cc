@@ -258,7 +258,7 @@ TEST(CpuPagedAttentionTest, EveryLevelMatchesReference) {
 }
 
 // A 16-bit cache is read exactly as stored: widened to f32 inside the SIMD
-// dot products and axpys, so against a float64 reference over the rounded
+// dot products and weighted sums, so against a float64 reference over the rounded
 // K/V the error is the f32 arithmetic's alone, as for an f32 cache.
 TEST(CpuPagedAttentionTest, SixteenBitCachesMatchReferenceOverTheirRoundedValues) {
   for (DType dtype : {DType::kBF16, DType::kF16}) {

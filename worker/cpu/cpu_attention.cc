@@ -71,35 +71,48 @@ AttentionItem MakeItem(const SimdKernels& simd, const PagedAttentionParams& p, i
 
 // ---- Row by row ----
 
+// Blocks are scattered in the cache, and a kv head's rows of one block are
+// a short run (2 KiB for 16 f16 rows of 64) that the hardware prefetcher
+// finds late: so the run kPrefetchBlocks blocks past key j is fetched while
+// key j's run is computed. bench_cpu_attention (f16, 4k context, batch 8)
+// ran 5-15 % faster with it, 1 and 2 blocks ahead alike, 8 no better.
+constexpr int kPrefetchBlocks = 2;
+
+// Always inlined: GCC's IPA finds a function whose only effect is a prefetch
+// to have none, and drops its calls.
+[[gnu::always_inline]] inline void PrefetchRunAhead(const AttentionItem& at, const char* cache,
+                                                    int j, int ahead, int end) {
+  const int next = (j / at.block_size + ahead) * at.block_size;
+  if (next > end) return;
+  const char* rows = cache + at.RowOf(next);
+  const size_t bytes =
+      static_cast<size_t>(std::min(at.block_size, end + 1 - next)) * at.head_dim * at.width;
+  for (size_t offset = 0; offset < bytes; offset += 64) __builtin_prefetch(rows + offset);
+}
+
 // Unscaled scores of keys [0, position] for each query head of the group
 // (`queries`: group rows of head_dim floats), into score rows of
-// at.context floats. Each key row is read once for the whole group (four
-// heads a load).
+// at.context floats: four heads and a run of keys inside one cache block a
+// call, so each key row is read once for the group.
 void ScoreKeys(const AttentionItem& at, const float* queries, int position, float* scores) {
-  const int head_dim = at.head_dim;
-  const SimdKernels::Dot4Fn dot4 = at.simd->dot4(at.dtype);
-  const SimdKernels::DotFn dot = at.simd->dot(at.dtype);
-  for (int j = 0; j <= position; ++j) {
-    const char* key = at.key_cache + at.RowOf(j);
-    int g = 0;
-    for (; g + 4 <= at.group; g += 4) {
-      float out[4];
-      dot4(key, queries + static_cast<size_t>(g) * head_dim, head_dim, head_dim, out);
-      for (int k = 0; k < 4; ++k) scores[static_cast<size_t>(g + k) * at.context + j] = out[k];
-    }
-    for (; g < at.group; ++g) {
-      scores[static_cast<size_t>(g) * at.context + j] =
-          dot(key, queries + static_cast<size_t>(g) * head_dim, head_dim);
+  const SimdKernels::Score4Fn score4 = at.simd->score4(at.dtype);
+  for (int g = 0; g < at.group; g += 4) {
+    for (int j = 0, run = 0; j <= position; j += run) {
+      run = std::min(at.block_size - j % at.block_size, position + 1 - j);
+      PrefetchRunAhead(at, at.key_cache, j, kPrefetchBlocks, position);
+      score4(at.key_cache + at.RowOf(j), at.head_dim, run, at.head_dim,
+             queries + static_cast<size_t>(g) * at.head_dim, at.head_dim, std::min(4, at.group - g),
+             scores + static_cast<size_t>(g) * at.context + j, at.context);
     }
   }
 }
 
-// Softmax of each head's scaled scores over keys [0, position], and the
+// Softmax of each head's scaled scores over keys [0, position], then the
 // values weighted by it into that head's output row (`output`: group rows
-// of head_dim floats).
+// of head_dim floats), four heads at a time: each V row is read once for
+// them, a run of rows inside one cache block a call.
 void WeightValues(const AttentionItem& at, int position, float* scores, float* output) {
   const int head_dim = at.head_dim;
-  const SimdKernels::AxpyFn axpy = at.simd->axpy(at.dtype);
   for (int g = 0; g < at.group; ++g) {
     float* row_scores = scores + static_cast<size_t>(g) * at.context;
     float max_score = -INFINITY;
@@ -107,14 +120,19 @@ void WeightValues(const AttentionItem& at, int position, float* scores, float* o
       row_scores[j] *= at.scale;
       max_score = std::max(max_score, row_scores[j]);
     }
-    const float denom = at.simd->exp_sum(row_scores, max_score, row_scores, position + 1);
-    float* out = output + static_cast<size_t>(g) * head_dim;
-    std::fill_n(out, head_dim, 0.0f);
-    for (int j = 0; j <= position; ++j) {
-      axpy(row_scores[j], at.value_cache + at.RowOf(j), out, head_dim);
+    const float inv = 1.0f / at.simd->exp_sum(row_scores, max_score, row_scores, position + 1);
+    for (int j = 0; j <= position; ++j) row_scores[j] *= inv;
+  }
+  std::fill_n(output, static_cast<size_t>(at.group) * head_dim, 0.0f);
+  const SimdKernels::Weigh4Fn weigh4 = at.simd->weigh4(at.dtype);
+  for (int g = 0; g < at.group; g += 4) {
+    for (int j = 0, run = 0; j <= position; j += run) {
+      run = std::min(at.block_size - j % at.block_size, position + 1 - j);
+      PrefetchRunAhead(at, at.value_cache, j, kPrefetchBlocks, position);
+      weigh4(at.value_cache + at.RowOf(j), head_dim, run, head_dim,
+             scores + static_cast<size_t>(g) * at.context + j, at.context,
+             std::min(4, at.group - g), output + static_cast<size_t>(g) * head_dim, head_dim);
     }
-    const float inv = 1.0f / denom;
-    for (int d = 0; d < head_dim; ++d) out[d] *= inv;
   }
 }
 

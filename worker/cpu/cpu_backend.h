@@ -16,7 +16,7 @@ namespace pagoda::worker {
 // decode step reads each weight from memory once. Buffers are host
 // memory, so uploads and downloads are memcpy. Activations are f32; the KV
 // cache may be f32, bf16 or f16 (written rounded to nearest even by SIMD
-// narrowing, read by SIMD dot products and axpys that widen to f32). Sample
+// narrowing, read by SIMD dot products and weighted sums that widen to f32). Sample
 // runs worker/sampler.h's SampleRow, one row per task.
 std::unique_ptr<Backend> CreateCpuBackend(int num_threads = 0);
 

@@ -42,8 +42,13 @@ float DotPlain(const void* a, const float* b, size_t n) {
 }
 
 template <DType kType>
-void Dot4Plain(const void* a, const float* x, size_t ld_x, size_t n, float* out) {
-  for (int r = 0; r < 4; ++r) out[r] = DotPlain<kType>(a, x + r * ld_x, n);
+void Score4Plain(const void* x, size_t ld_x, size_t keys, size_t n, const float* q, size_t ld_q,
+                 int rows, float* s, size_t ld_s) {
+  const size_t row_bytes = ld_x * DTypeSize(kType);
+  for (size_t j = 0; j < keys; ++j) {
+    const void* key = static_cast<const char*>(x) + j * row_bytes;
+    for (int r = 0; r < rows; ++r) s[r * ld_s + j] = DotPlain<kType>(key, q + r * ld_q, n);
+  }
 }
 
 template <DType kType>
@@ -75,9 +80,24 @@ void NarrowPlain(const float* a, void* out, size_t n) {
   }
 }
 
+// Weigh4 over columns [begin, end): the reference, and the vector levels'
+// tail.
 template <DType kType>
-void AxpyPlain(float alpha, const void* x, float* y, size_t n) {
-  for (size_t i = 0; i < n; ++i) y[i] += alpha * Load<kType>(x, i);
+void WeighColumnsPlain(const void* x, size_t ld_x, size_t keys, size_t begin, size_t end,
+                       const float* w, size_t ld_w, int rows, float* y, size_t ld_y) {
+  for (int r = 0; r < rows; ++r) {
+    for (size_t i = begin; i < end; ++i) {
+      float sum = y[r * ld_y + i];
+      for (size_t j = 0; j < keys; ++j) sum += w[r * ld_w + j] * Load<kType>(x, j * ld_x + i);
+      y[r * ld_y + i] = sum;
+    }
+  }
+}
+
+template <DType kType>
+void Weigh4Plain(const void* x, size_t ld_x, size_t keys, size_t n, const float* w, size_t ld_w,
+                 int rows, float* y, size_t ld_y) {
+  WeighColumnsPlain<kType>(x, ld_x, keys, 0, n, w, ld_w, rows, y, ld_y);
 }
 
 // ---- AVX2 + FMA (+ F16C for half) ----
@@ -153,6 +173,24 @@ PAGODA_AVX2 void Dot4Avx2(const void* a, const float* x, size_t ld_x, size_t n, 
     sums[3] += w * x3[i];
   }
   for (int r = 0; r < 4; ++r) out[r] = sums[r];
+}
+
+// Odd head sizes only (others take the blocked attention at this level):
+// a key at a time, its four heads sharing each load.
+template <DType kType>
+PAGODA_AVX2 void Score4Avx2(const void* x, size_t ld_x, size_t keys, size_t n, const float* q,
+                            size_t ld_q, int rows, float* s, size_t ld_s) {
+  const size_t row_bytes = ld_x * DTypeSize(kType);
+  for (size_t j = 0; j < keys; ++j) {
+    const void* key = static_cast<const char*>(x) + j * row_bytes;
+    if (rows == 4) {
+      float out[4];
+      Dot4Avx2<kType>(key, q, ld_q, n, out);
+      for (int r = 0; r < 4; ++r) s[r * ld_s + j] = out[r];
+    } else {
+      for (int r = 0; r < rows; ++r) s[r * ld_s + j] = DotAvx2<kType>(key, q + r * ld_q, n);
+    }
+  }
 }
 
 // One token: the four weight rows one after another, each dotted as one
@@ -446,14 +484,57 @@ PAGODA_AVX2 void NarrowAvx2(const float* a, void* out, size_t n) {
   }
 }
 
-template <DType kType>
-PAGODA_AVX2 void AxpyAvx2(float alpha, const void* x, float* y, size_t n) {
-  const __m256 a = _mm256_set1_ps(alpha);
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(a, Load8<kType>(x, i), _mm256_loadu_ps(y + i)));
+// Columns [c, c + 8 * kVecs) of kRows rows over every key: kRows * kVecs
+// accumulators (8 at 4 x 2), kVecs widened x vectors, one broadcast weight.
+template <DType kType, int kRows, int kVecs>
+PAGODA_AVX2 void WeighStripAvx2(const void* x, size_t ld_x, size_t keys, size_t c, const float* w,
+                                size_t ld_w, float* y, size_t ld_y) {
+  __m256 acc[kRows][kVecs];
+#pragma GCC unroll 4
+  for (int r = 0; r < kRows; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < kVecs; ++v) acc[r][v] = _mm256_loadu_ps(y + r * ld_y + c + 8 * v);
   }
-  for (; i < n; ++i) y[i] += alpha * Load<kType>(x, i);
+  for (size_t j = 0; j < keys; ++j) {
+    __m256 xv[kVecs];
+#pragma GCC unroll 4
+    for (int v = 0; v < kVecs; ++v) xv[v] = Load8<kType>(x, j * ld_x + c + 8 * v);
+#pragma GCC unroll 4
+    for (int r = 0; r < kRows; ++r) {
+      const __m256 weight = _mm256_broadcast_ss(w + r * ld_w + j);
+#pragma GCC unroll 4
+      for (int v = 0; v < kVecs; ++v) acc[r][v] = _mm256_fmadd_ps(weight, xv[v], acc[r][v]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < kRows; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < kVecs; ++v) _mm256_storeu_ps(y + r * ld_y + c + 8 * v, acc[r][v]);
+  }
+}
+
+template <DType kType, int kRows>
+PAGODA_AVX2 void WeighRowsAvx2(const void* x, size_t ld_x, size_t keys, size_t n, const float* w,
+                               size_t ld_w, float* y, size_t ld_y) {
+  size_t c = 0;
+  for (; c + 16 <= n; c += 16) WeighStripAvx2<kType, kRows, 2>(x, ld_x, keys, c, w, ld_w, y, ld_y);
+  for (; c + 8 <= n; c += 8) WeighStripAvx2<kType, kRows, 1>(x, ld_x, keys, c, w, ld_w, y, ld_y);
+  WeighColumnsPlain<kType>(x, ld_x, keys, c, n, w, ld_w, kRows, y, ld_y);
+}
+
+template <DType kType>
+PAGODA_AVX2 void Weigh4Avx2(const void* x, size_t ld_x, size_t keys, size_t n, const float* w,
+                            size_t ld_w, int rows, float* y, size_t ld_y) {
+  switch (rows) {
+    case 1:
+      return WeighRowsAvx2<kType, 1>(x, ld_x, keys, n, w, ld_w, y, ld_y);
+    case 2:
+      return WeighRowsAvx2<kType, 2>(x, ld_x, keys, n, w, ld_w, y, ld_y);
+    case 3:
+      return WeighRowsAvx2<kType, 3>(x, ld_x, keys, n, w, ld_w, y, ld_y);
+    default:
+      return WeighRowsAvx2<kType, 4>(x, ld_x, keys, n, w, ld_w, y, ld_y);
+  }
 }
 
 // ---- AVX-512F ----
@@ -510,32 +591,62 @@ PAGODA_AVX512 float DotAvx512(const void* a, const float* b, size_t n) {
   return sum;
 }
 
-template <DType kType>
-PAGODA_AVX512 void Dot4Avx512(const void* a, const float* x, size_t ld_x, size_t n, float* out) {
-  const float* x0 = x;
-  const float* x1 = x + ld_x;
-  const float* x2 = x + 2 * ld_x;
-  const float* x3 = x + 3 * ld_x;
-  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-  __m512 acc2 = _mm512_setzero_ps(), acc3 = _mm512_setzero_ps();
+// Keys [j0, j0 + kKeys) for kRows heads: kKeys x 4 accumulators (16 at
+// four keys), the keys' vectors and one query vector; each query load
+// serves kKeys keys, each key load kRows heads. Heads past kRows sum zeros.
+template <DType kType, int kRows, int kKeys>
+PAGODA_AVX512 void ScoreKeysAvx512(const void* x, size_t ld_x, size_t j0, size_t n, const float* q,
+                                   size_t ld_q, float* s, size_t ld_s) {
+  __m512 acc[kKeys][4];
+#pragma GCC unroll 4
+  for (int k = 0; k < kKeys; ++k) {
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r) acc[k][r] = _mm512_setzero_ps();
+  }
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    const __m512 w = Load16<kType>(a, i);
-    acc0 = _mm512_fmadd_ps(w, _mm512_loadu_ps(x0 + i), acc0);
-    acc1 = _mm512_fmadd_ps(w, _mm512_loadu_ps(x1 + i), acc1);
-    acc2 = _mm512_fmadd_ps(w, _mm512_loadu_ps(x2 + i), acc2);
-    acc3 = _mm512_fmadd_ps(w, _mm512_loadu_ps(x3 + i), acc3);
+    __m512 key[kKeys];
+#pragma GCC unroll 4
+    for (int k = 0; k < kKeys; ++k) key[k] = Load16<kType>(x, (j0 + k) * ld_x + i);
+#pragma GCC unroll 4
+    for (int r = 0; r < kRows; ++r) {
+      const __m512 query = _mm512_loadu_ps(q + r * ld_q + i);
+#pragma GCC unroll 4
+      for (int k = 0; k < kKeys; ++k) acc[k][r] = _mm512_fmadd_ps(key[k], query, acc[k][r]);
+    }
   }
-  alignas(16) float sums[4];
-  _mm_store_ps(sums, Sum4x16(acc0, acc1, acc2, acc3));
-  for (; i < n; ++i) {
-    const float w = Load<kType>(a, i);
-    sums[0] += w * x0[i];
-    sums[1] += w * x1[i];
-    sums[2] += w * x2[i];
-    sums[3] += w * x3[i];
+  for (int k = 0; k < kKeys; ++k) {
+    alignas(16) float sums[4];
+    _mm_store_ps(sums, Sum4x16(acc[k][0], acc[k][1], acc[k][2], acc[k][3]));
+    for (size_t t = i; t < n; ++t) {
+      const float element = Load<kType>(x, (j0 + k) * ld_x + t);
+      for (int r = 0; r < kRows; ++r) sums[r] += element * q[r * ld_q + t];
+    }
+    for (int r = 0; r < kRows; ++r) s[r * ld_s + j0 + k] = sums[r];
   }
-  for (int r = 0; r < 4; ++r) out[r] = sums[r];
+}
+
+template <DType kType, int kRows>
+PAGODA_AVX512 void ScoreRowsAvx512(const void* x, size_t ld_x, size_t keys, size_t n,
+                                   const float* q, size_t ld_q, float* s, size_t ld_s) {
+  size_t j = 0;
+  for (; j + 4 <= keys; j += 4) ScoreKeysAvx512<kType, kRows, 4>(x, ld_x, j, n, q, ld_q, s, ld_s);
+  for (; j < keys; ++j) ScoreKeysAvx512<kType, kRows, 1>(x, ld_x, j, n, q, ld_q, s, ld_s);
+}
+
+template <DType kType>
+PAGODA_AVX512 void Score4Avx512(const void* x, size_t ld_x, size_t keys, size_t n, const float* q,
+                                size_t ld_q, int rows, float* s, size_t ld_s) {
+  switch (rows) {
+    case 1:
+      return ScoreRowsAvx512<kType, 1>(x, ld_x, keys, n, q, ld_q, s, ld_s);
+    case 2:
+      return ScoreRowsAvx512<kType, 2>(x, ld_x, keys, n, q, ld_q, s, ld_s);
+    case 3:
+      return ScoreRowsAvx512<kType, 3>(x, ld_x, keys, n, q, ld_q, s, ld_s);
+    default:
+      return ScoreRowsAvx512<kType, 4>(x, ld_x, keys, n, q, ld_q, s, ld_s);
+  }
 }
 
 template <DType kType, int kRows>
@@ -642,14 +753,61 @@ PAGODA_AVX512 void NarrowAvx512(const float* a, void* out, size_t n) {
   }
 }
 
-template <DType kType>
-PAGODA_AVX512 void AxpyAvx512(float alpha, const void* x, float* y, size_t n) {
-  const __m512 a = _mm512_set1_ps(alpha);
-  size_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    _mm512_storeu_ps(y + i, _mm512_fmadd_ps(a, Load16<kType>(x, i), _mm512_loadu_ps(y + i)));
+// As WeighStripAvx2, 16 columns a vector: 16 accumulators at 4 x 4 (a head
+// of 64 in one strip), four x vectors and a broadcast, of 32 registers.
+template <DType kType, int kRows, int kVecs>
+PAGODA_AVX512 void WeighStripAvx512(const void* x, size_t ld_x, size_t keys, size_t c,
+                                    const float* w, size_t ld_w, float* y, size_t ld_y) {
+  __m512 acc[kRows][kVecs];
+#pragma GCC unroll 4
+  for (int r = 0; r < kRows; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < kVecs; ++v) acc[r][v] = _mm512_loadu_ps(y + r * ld_y + c + 16 * v);
   }
-  for (; i < n; ++i) y[i] += alpha * Load<kType>(x, i);
+  for (size_t j = 0; j < keys; ++j) {
+    __m512 xv[kVecs];
+#pragma GCC unroll 4
+    for (int v = 0; v < kVecs; ++v) xv[v] = Load16<kType>(x, j * ld_x + c + 16 * v);
+#pragma GCC unroll 4
+    for (int r = 0; r < kRows; ++r) {
+      const __m512 weight = _mm512_set1_ps(w[r * ld_w + j]);
+#pragma GCC unroll 4
+      for (int v = 0; v < kVecs; ++v) acc[r][v] = _mm512_fmadd_ps(weight, xv[v], acc[r][v]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < kRows; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < kVecs; ++v) _mm512_storeu_ps(y + r * ld_y + c + 16 * v, acc[r][v]);
+  }
+}
+
+template <DType kType, int kRows>
+PAGODA_AVX512 void WeighRowsAvx512(const void* x, size_t ld_x, size_t keys, size_t n,
+                                   const float* w, size_t ld_w, float* y, size_t ld_y) {
+  size_t c = 0;
+  for (; c + 64 <= n; c += 64) {
+    WeighStripAvx512<kType, kRows, 4>(x, ld_x, keys, c, w, ld_w, y, ld_y);
+  }
+  for (; c + 16 <= n; c += 16) {
+    WeighStripAvx512<kType, kRows, 1>(x, ld_x, keys, c, w, ld_w, y, ld_y);
+  }
+  WeighColumnsPlain<kType>(x, ld_x, keys, c, n, w, ld_w, kRows, y, ld_y);
+}
+
+template <DType kType>
+PAGODA_AVX512 void Weigh4Avx512(const void* x, size_t ld_x, size_t keys, size_t n, const float* w,
+                                size_t ld_w, int rows, float* y, size_t ld_y) {
+  switch (rows) {
+    case 1:
+      return WeighRowsAvx512<kType, 1>(x, ld_x, keys, n, w, ld_w, y, ld_y);
+    case 2:
+      return WeighRowsAvx512<kType, 2>(x, ld_x, keys, n, w, ld_w, y, ld_y);
+    case 3:
+      return WeighRowsAvx512<kType, 3>(x, ld_x, keys, n, w, ld_w, y, ld_y);
+    default:
+      return WeighRowsAvx512<kType, 4>(x, ld_x, keys, n, w, ld_w, y, ld_y);
+  }
 }
 
 float ExpSumPlain(const float* in, float shift, float* out, size_t n) {
@@ -700,9 +858,9 @@ PAGODA_AVX512 void SiluMulAvx512(const float* gate, const float* up, float* out,
 constexpr SimdKernels kPlainKernels = {DotPlain<DType::kF32>,
                                        DotPlain<DType::kBF16>,
                                        DotPlain<DType::kF16>,
-                                       Dot4Plain<DType::kF32>,
-                                       Dot4Plain<DType::kBF16>,
-                                       Dot4Plain<DType::kF16>,
+                                       Score4Plain<DType::kF32>,
+                                       Score4Plain<DType::kBF16>,
+                                       Score4Plain<DType::kF16>,
                                        Tile4Plain<DType::kF32>,
                                        Tile4Plain<DType::kBF16>,
                                        Tile4Plain<DType::kF16>,
@@ -712,9 +870,9 @@ constexpr SimdKernels kPlainKernels = {DotPlain<DType::kF32>,
                                        NarrowPlain<DType::kF32>,
                                        NarrowPlain<DType::kBF16>,
                                        NarrowPlain<DType::kF16>,
-                                       AxpyPlain<DType::kF32>,
-                                       AxpyPlain<DType::kBF16>,
-                                       AxpyPlain<DType::kF16>,
+                                       Weigh4Plain<DType::kF32>,
+                                       Weigh4Plain<DType::kBF16>,
+                                       Weigh4Plain<DType::kF16>,
                                        nullptr,
                                        nullptr,
                                        nullptr,
@@ -724,9 +882,9 @@ constexpr SimdKernels kPlainKernels = {DotPlain<DType::kF32>,
 constexpr SimdKernels kAvx2Kernels = {DotAvx2<DType::kF32>,
                                       DotAvx2<DType::kBF16>,
                                       DotAvx2<DType::kF16>,
-                                      Dot4Avx2<DType::kF32>,
-                                      Dot4Avx2<DType::kBF16>,
-                                      Dot4Avx2<DType::kF16>,
+                                      Score4Avx2<DType::kF32>,
+                                      Score4Avx2<DType::kBF16>,
+                                      Score4Avx2<DType::kF16>,
                                       Tile4Avx2<DType::kF32>,
                                       Tile4Avx2<DType::kBF16>,
                                       Tile4Avx2<DType::kF16>,
@@ -736,9 +894,9 @@ constexpr SimdKernels kAvx2Kernels = {DotAvx2<DType::kF32>,
                                       NarrowAvx2<DType::kF32>,
                                       NarrowAvx2<DType::kBF16>,
                                       NarrowAvx2<DType::kF16>,
-                                      AxpyAvx2<DType::kF32>,
-                                      AxpyAvx2<DType::kBF16>,
-                                      AxpyAvx2<DType::kF16>,
+                                      Weigh4Avx2<DType::kF32>,
+                                      Weigh4Avx2<DType::kBF16>,
+                                      Weigh4Avx2<DType::kF16>,
                                       Pack16Avx2<DType::kF32>,
                                       Pack16Avx2<DType::kBF16>,
                                       Pack16Avx2<DType::kF16>,
@@ -748,9 +906,9 @@ constexpr SimdKernels kAvx2Kernels = {DotAvx2<DType::kF32>,
 constexpr SimdKernels kAvx512Kernels = {DotAvx512<DType::kF32>,
                                         DotAvx512<DType::kBF16>,
                                         DotAvx512<DType::kF16>,
-                                        Dot4Avx512<DType::kF32>,
-                                        Dot4Avx512<DType::kBF16>,
-                                        Dot4Avx512<DType::kF16>,
+                                        Score4Avx512<DType::kF32>,
+                                        Score4Avx512<DType::kBF16>,
+                                        Score4Avx512<DType::kF16>,
                                         Tile4Avx512<DType::kF32>,
                                         Tile4Avx512<DType::kBF16>,
                                         Tile4Avx512<DType::kF16>,
@@ -760,9 +918,9 @@ constexpr SimdKernels kAvx512Kernels = {DotAvx512<DType::kF32>,
                                         NarrowAvx512<DType::kF32>,
                                         NarrowAvx512<DType::kBF16>,
                                         NarrowAvx512<DType::kF16>,
-                                        AxpyAvx512<DType::kF32>,
-                                        AxpyAvx512<DType::kBF16>,
-                                        AxpyAvx512<DType::kF16>,
+                                        Weigh4Avx512<DType::kF32>,
+                                        Weigh4Avx512<DType::kBF16>,
+                                        Weigh4Avx512<DType::kF16>,
                                         nullptr,
                                         nullptr,
                                         nullptr,
@@ -818,16 +976,16 @@ SimdKernels::DotFn SimdKernels::dot(DType dtype) const {
   return dot_f32;
 }
 
-SimdKernels::Dot4Fn SimdKernels::dot4(DType dtype) const {
+SimdKernels::Score4Fn SimdKernels::score4(DType dtype) const {
   switch (dtype) {
     case DType::kBF16:
-      return dot4_bf16;
+      return score4_bf16;
     case DType::kF16:
-      return dot4_f16;
+      return score4_f16;
     case DType::kF32:
       break;
   }
-  return dot4_f32;
+  return score4_f32;
 }
 
 SimdKernels::Tile4Fn SimdKernels::tile4(DType dtype) const {
@@ -866,16 +1024,16 @@ SimdKernels::NarrowFn SimdKernels::narrow(DType dtype) const {
   return narrow_f32;
 }
 
-SimdKernels::AxpyFn SimdKernels::axpy(DType dtype) const {
+SimdKernels::Weigh4Fn SimdKernels::weigh4(DType dtype) const {
   switch (dtype) {
     case DType::kBF16:
-      return axpy_bf16;
+      return weigh4_bf16;
     case DType::kF16:
-      return axpy_f16;
+      return weigh4_f16;
     case DType::kF32:
       break;
   }
-  return axpy_f32;
+  return weigh4_f32;
 }
 
 SimdKernels::Pack16Fn SimdKernels::pack16(DType dtype) const {

@@ -28,11 +28,16 @@ struct SimdKernels {
   float (*dot_f32)(const void* a, const float* b, size_t n);
   float (*dot_bf16)(const void* a, const float* b, size_t n);
   float (*dot_f16)(const void* a, const float* b, size_t n);
-  // out[r] = sum_i a[i] * x[r * ld_x + i] for r < 4: four dot products that
-  // share each load (and widening) of `a`, the weight row of a small batch.
-  void (*dot4_f32)(const void* a, const float* x, size_t ld_x, size_t n, float* out);
-  void (*dot4_bf16)(const void* a, const float* x, size_t ld_x, size_t n, float* out);
-  void (*dot4_f16)(const void* a, const float* x, size_t ld_x, size_t n, float* out);
+  // s[r * ld_s + j] = sum_i x[j * ld_x + i] * q[r * ld_q + i] for r < rows
+  // (1..4), j < keys, i < n, x of the kernel's dtype: attention's scores of
+  // `keys` rows of K for up to four query heads. Each load (and widening)
+  // of x serves every head, each query load several keys.
+  void (*score4_f32)(const void* x, size_t ld_x, size_t keys, size_t n, const float* q, size_t ld_q,
+                     int rows, float* s, size_t ld_s);
+  void (*score4_bf16)(const void* x, size_t ld_x, size_t keys, size_t n, const float* q,
+                      size_t ld_q, int rows, float* s, size_t ld_s);
+  void (*score4_f16)(const void* x, size_t ld_x, size_t keys, size_t n, const float* q, size_t ld_q,
+                     int rows, float* s, size_t ld_s);
   // y[r * ld_y + c] = sum_i w[c * ld_w + i] * x[r * ld_x + i] for r < rows,
   // c < 4, rows in [1, 4]: a 4-output-feature by `rows`-token tile of a
   // Linear, `w` four weight rows `ld_w` elements apart. Each weight load is
@@ -52,10 +57,17 @@ struct SimdKernels {
   void (*narrow_f32)(const float* a, void* out, size_t n);
   void (*narrow_bf16)(const float* a, void* out, size_t n);
   void (*narrow_f16)(const float* a, void* out, size_t n);
-  // y[i] += alpha * x[i], x of the kernel's dtype.
-  void (*axpy_f32)(float alpha, const void* x, float* y, size_t n);
-  void (*axpy_bf16)(float alpha, const void* x, float* y, size_t n);
-  void (*axpy_f16)(float alpha, const void* x, float* y, size_t n);
+  // y[r * ld_y + i] += sum_j w[r * ld_w + j] * x[j * ld_x + i] for r < rows
+  // (1..4), i < n, j < keys, x of the kernel's dtype: attention's values
+  // (`keys` rows of V, `n` wide) weighted for up to four query heads. Each
+  // load (and widening) of x serves every head, and the sums stay in
+  // registers across the keys.
+  void (*weigh4_f32)(const void* x, size_t ld_x, size_t keys, size_t n, const float* w, size_t ld_w,
+                     int rows, float* y, size_t ld_y);
+  void (*weigh4_bf16)(const void* x, size_t ld_x, size_t keys, size_t n, const float* w,
+                      size_t ld_w, int rows, float* y, size_t ld_y);
+  void (*weigh4_f16)(const void* x, size_t ld_x, size_t keys, size_t n, const float* w, size_t ld_w,
+                     int rows, float* y, size_t ld_y);
 
   // The panel kernels of a blocked matrix product (prefill, attention over
   // many queries); null at a level that has none (plain, and AVX-512, where
@@ -85,18 +97,20 @@ struct SimdKernels {
   void (*silu_mul)(const float* gate, const float* up, float* out, size_t n);
 
   using DotFn = float (*)(const void*, const float*, size_t);
-  using Dot4Fn = void (*)(const void*, const float*, size_t, size_t, float*);
+  using Score4Fn = void (*)(const void*, size_t, size_t, size_t, const float*, size_t, int, float*,
+                            size_t);
   using Tile4Fn = void (*)(const void*, size_t, const float*, size_t, size_t, int, float*, size_t);
-  using AxpyFn = void (*)(float, const void*, float*, size_t);
+  using Weigh4Fn = void (*)(const void*, size_t, size_t, size_t, const float*, size_t, int, float*,
+                            size_t);
   using WidenFn = void (*)(const void*, float*, size_t);
   using NarrowFn = void (*)(const float*, void*, size_t);
   using Pack16Fn = void (*)(const void*, size_t, int, size_t, float*);
   DotFn dot(DType dtype) const;
   WidenFn widen(DType dtype) const;
   NarrowFn narrow(DType dtype) const;
-  Dot4Fn dot4(DType dtype) const;
+  Score4Fn score4(DType dtype) const;
   Tile4Fn tile4(DType dtype) const;
-  AxpyFn axpy(DType dtype) const;
+  Weigh4Fn weigh4(DType dtype) const;
   Pack16Fn pack16(DType dtype) const;  // Null where gemm6x16 is.
 };
 

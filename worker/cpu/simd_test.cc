@@ -74,24 +74,38 @@ TEST_P(SimdKernelTest, DotMatchesPlainLoop) {
   }
 }
 
-TEST_P(SimdKernelTest, Dot4MatchesFourPlainLoops) {
+// Every key count around the four-key step, widths of every tail, one to
+// four rows, strides honoured and guards between the score rows.
+TEST_P(SimdKernelTest, Score4MatchesFloat64Dots) {
   const SimdKernels& kernels = SimdKernelsFor(GetParam());
   std::mt19937 rng(9);
+  constexpr size_t kKeys[] = {0, 1, 3, 4, 5, 8, 16, 17};
   for (DType dtype : kDTypes) {
-    for (size_t n : kSizes) {
-      const Stored a = MakeStored(dtype, n, rng);
-      const size_t ld = n + 3;  // Rows not packed: the stride is honoured.
-      const std::vector<float> x = RandomFloats(4 * ld, rng);
-      float got[4];
-      kernels.dot4(dtype)(a.data(dtype), x.data(), ld, n, got);
-      for (int r = 0; r < 4; ++r) {
-        double want = 0.0, magnitude = 0.0;
-        for (size_t i = 0; i < n; ++i) {
-          want += static_cast<double>(a.values[i]) * x[r * ld + i];
-          magnitude += std::abs(static_cast<double>(a.values[i]) * x[r * ld + i]);
+    for (size_t keys : kKeys) {
+      for (size_t n : kSizes) {
+        for (int rows = 1; rows <= 4; ++rows) {
+          const size_t ld_x = n + 3, ld_q = n + 1, ld_s = keys + 2;
+          const Stored x = MakeStored(dtype, keys * ld_x, rng);
+          const std::vector<float> q = RandomFloats(rows * ld_q, rng);
+          std::vector<float> s(4 * ld_s, 7.0f);
+          kernels.score4(dtype)(x.data(dtype), ld_x, keys, n, q.data(), ld_q, rows, s.data(), ld_s);
+          for (int r = 0; r < 4; ++r) {
+            for (size_t j = 0; j < ld_s; ++j) {
+              double want = 7.0, magnitude = 0.0;
+              if (r < rows && j < keys) {
+                want = 0.0;
+                for (size_t i = 0; i < n; ++i) {
+                  const double term = static_cast<double>(x.values[j * ld_x + i]) * q[r * ld_q + i];
+                  want += term;
+                  magnitude += std::abs(term);
+                }
+              }
+              ASSERT_NEAR(s[r * ld_s + j], want, 1e-6 * (n + 1) * (magnitude + 1e-30) + 1e-7)
+                  << SimdLevelName(GetParam()) << " " << DTypeName(dtype) << " keys=" << keys
+                  << " n=" << n << " rows=" << rows << " at " << r << "," << j;
+            }
+          }
         }
-        EXPECT_NEAR(got[r], want, 1e-6 * (n + 1) * (magnitude + 1e-30) + 1e-7)
-            << SimdLevelName(GetParam()) << " " << DTypeName(dtype) << " n=" << n << " r=" << r;
       }
     }
   }
@@ -180,20 +194,38 @@ TEST_P(SimdKernelTest, NarrowRoundsAsConvertFromFloat) {
   }
 }
 
-TEST_P(SimdKernelTest, AxpyMatchesPlainLoop) {
+// Keys and widths of every tail; one to four rows, and guard columns and
+// rows around y.
+TEST_P(SimdKernelTest, Weigh4MatchesPlainLoop) {
   const SimdKernels& kernels = SimdKernelsFor(GetParam());
   std::mt19937 rng(11);
+  constexpr size_t kKeys[] = {0, 1, 5, 16, 17};
+  constexpr size_t kWidths[] = {0, 1, 7, 8, 9, 15, 16, 17, 33, 63, 64, 65, 128, 129};
   for (DType dtype : kDTypes) {
-    for (size_t n : kSizes) {
-      const Stored x = MakeStored(dtype, n, rng);
-      std::vector<float> y = RandomFloats(n + 1, rng);  // One guard element past n.
-      const std::vector<float> before = y;
-      kernels.axpy(dtype)(0.75f, x.data(dtype), y.data(), n);
-      for (size_t i = 0; i < n; ++i) {
-        EXPECT_NEAR(y[i], before[i] + 0.75 * x.values[i], 1e-6)
-            << SimdLevelName(GetParam()) << " " << DTypeName(dtype) << " n=" << n << " i=" << i;
+    for (size_t keys : kKeys) {
+      for (size_t n : kWidths) {
+        for (int rows = 1; rows <= 4; ++rows) {
+          const size_t ld_x = n + 3, ld_w = keys + 2, ld_y = n + 5;
+          const Stored x = MakeStored(dtype, keys * ld_x, rng);
+          const std::vector<float> w = RandomFloats(rows * ld_w, rng);
+          std::vector<float> y = RandomFloats(4 * ld_y, rng);
+          const std::vector<float> before = y;
+          kernels.weigh4(dtype)(x.data(dtype), ld_x, keys, n, w.data(), ld_w, rows, y.data(), ld_y);
+          for (int r = 0; r < 4; ++r) {
+            for (size_t i = 0; i < ld_y; ++i) {
+              double want = before[r * ld_y + i];
+              if (r < rows && i < n) {
+                for (size_t j = 0; j < keys; ++j) {
+                  want += static_cast<double>(w[r * ld_w + j]) * x.values[j * ld_x + i];
+                }
+              }
+              ASSERT_NEAR(y[r * ld_y + i], want, 1e-5 * (1 + keys))
+                  << SimdLevelName(GetParam()) << " " << DTypeName(dtype) << " keys=" << keys
+                  << " n=" << n << " rows=" << rows << " at " << r << "," << i;
+            }
+          }
+        }
       }
-      EXPECT_EQ(y[n], before[n]) << "wrote past the end, n=" << n;
     }
   }
 }
