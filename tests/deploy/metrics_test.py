@@ -19,7 +19,10 @@ class IdleGaugesTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory()
-        model = h.make_model(os.path.join(cls.tmp.name, "model"))
+        # 1,024 positions (the 64 blocks of 16 hold one such sequence): the
+        # stream cut off by its deadline below is then 1,000 tokens long.
+        model = h.make_model(os.path.join(cls.tmp.name, "model"), "--max-position-embeddings",
+                             "1024")
         cls.server = h.Server(model, "--metrics-port", "-1", "--num-gpu-blocks-override",
                               "64").start()
 
@@ -66,8 +69,9 @@ class IdleGaugesTest(unittest.TestCase):
 
         # A stream cut off by its deadline mid-generation (a cancelled call);
         # 20 ms, since the optimized CPU worker can finish the tiny model's whole
-        # context within 100 ms (a 100 ms deadline let the stream succeed).
-        result = self.generate("--token-ids", "1,5,9", "--max-tokens", "2000", "--ignore-eos",
+        # context quickly (512 positions took 40 ms; a 100 ms deadline let such
+        # a stream succeed).
+        result = self.generate("--token-ids", "1,5,9", "--max-tokens", "1000", "--ignore-eos",
                                "--stream", "--timeout", "0.02")
         self.assertEqual(result.returncode, 1)
         self.assertIn("DEADLINE_EXCEEDED", result.stderr)

@@ -44,7 +44,10 @@ class PrometheusTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory()
-        model = h.make_model(os.path.join(cls.tmp.name, "model"))
+        # 8,192 positions, so that the abandoned stream below is still
+        # generating when its client gives up (512 took 40 ms to the end).
+        model = h.make_model(os.path.join(cls.tmp.name, "model"), "--max-position-embeddings",
+                             "8192")
         cls.server = h.Server(model, "--metrics-port", "-1", "--http-port", "-1",
                               "--served-model-name", "tiny").start()
         cls.prometheus_port = h.free_port()
@@ -96,7 +99,7 @@ scrape_configs:
                 assert e.code == 400, e.code
         abandoned = subprocess.run(
             [h.binary("pagoda-cli"), "--server", cls.server.address, "generate", "--prompt", "hi",
-             "--max-tokens", "4000", "--ignore-eos", "--timeout", "0.05"],
+             "--max-tokens", "8000", "--ignore-eos", "--timeout", "0.05"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         assert abandoned.returncode != 0
 
