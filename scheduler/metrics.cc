@@ -108,10 +108,10 @@ const std::vector<double> kLatencyBuckets = {0.001, 0.005, 0.01, 0.02, 0.04, 0.0
 
 }  // namespace
 
-// What the exposer collects for /metrics: the gauges refreshed from the
-// engine's current state, then every family of the registry, under the lock
-// the engine's OnStep takes. A scrape therefore never sees half a step: a
-// vllm:* series always equals the pagoda_* series it mirrors.
+// What the exposer collects for /metrics: the gauges set from one snapshot
+// of the engine, then every family of the registry, under mu_. Nothing else
+// sets a gauge, so a scrape never sees half a step: a vllm:* series always
+// equals the pagoda_* series it mirrors.
 class ServerMetrics::ConsistentScrape : public prometheus::Collectable {
  public:
   explicit ConsistentScrape(ServerMetrics* owner) : owner_(owner) {}
@@ -303,8 +303,8 @@ void ServerMetrics::SetSnapshotSource(std::function<EngineSnapshot()> source) {
   source_ = std::move(source);
 }
 
-// The engine calls OnStep holding none of its locks, so taking its lock
-// (in source_) under mu_ cannot deadlock.
+// The engine never takes mu_, so taking its lock (in source_) under mu_
+// cannot deadlock.
 void ServerMetrics::RefreshFromSourceLocked() {
   if (!source_) return;
   const EngineSnapshot snapshot = source_();
@@ -344,8 +344,6 @@ void ServerMetrics::SetGauges(const EngineSnapshot& snapshot, int batch_size) {
 }
 
 void ServerMetrics::OnStep(const StepRecord& step, const EngineSnapshot& snapshot) {
-  absl::MutexLock lock(&mu_);
-  SetGauges(snapshot, step.batch_size);
   Instruments& in = *instruments_;
   // Counters follow the engine's totals (only ever growing).
   auto catch_up = [](Counter* counter, double total) {
@@ -370,7 +368,6 @@ void ServerMetrics::OnStep(const StepRecord& step, const EngineSnapshot& snapsho
 }
 
 void ServerMetrics::OnWorkersRecovered(int requests_resumed, double seconds) {
-  absl::MutexLock lock(&mu_);
   Instruments& in = *instruments_;
   in.worker_restarts->Increment();
   in.requests_resumed->Increment(requests_resumed);
@@ -378,7 +375,6 @@ void ServerMetrics::OnWorkersRecovered(int requests_resumed, double seconds) {
 }
 
 void ServerMetrics::OnRequestFinished(const RequestRecord& record) {
-  absl::MutexLock lock(&mu_);
   Instruments& in = *instruments_;
   prometheus::Labels labels = in.labels;
   labels["finished_reason"] = record.finish_reason;

@@ -21,8 +21,10 @@ namespace pagoda::scheduler {
 // Prometheus metrics of the engine, named pagoda_* after vLLM's set and
 // labelled model_name, served over HTTP at /metrics. An EngineObserver:
 // the engine feeds it every step and every finished request.
-// Thread-safe: the engine's updates and each scrape take one lock, so a
-// scrape reads the state of one moment.
+// Thread-safe. The gauges are set by each scrape alone, from one snapshot
+// of the engine under one lock, so a scrape reads them as of one moment;
+// the engine's own calls only advance counters and histograms and never
+// wait for a scrape.
 class ServerMetrics : public EngineObserver {
  public:
   // Listens on host:port (port 0 = the OS picks). Errors: UNAVAILABLE when
@@ -46,10 +48,11 @@ class ServerMetrics : public EngineObserver {
   // Where other parts of the server (the HTTP API) register their metrics.
   std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
 
-  // Where every scrape reads the engine's current state, so the gauges are
-  // true while the engine is idle (it calls OnStep only when it steps): an
-  // idle engine shows zero running requests, batch size 0 and every block
-  // free. nullptr stops it; the source must stay valid until then.
+  // Where every scrape reads the engine's current state for the gauges, so
+  // they are true while the engine is idle too (it calls OnStep only when it
+  // steps): an idle engine shows zero running requests, batch size 0 and
+  // every block free. nullptr stops it (the gauges keep their last values);
+  // the source must stay valid until then.
   void SetSnapshotSource(std::function<EngineSnapshot()> source);
 
   // The KV cache's shape, known once the workers are up: published as
@@ -74,8 +77,8 @@ class ServerMetrics : public EngineObserver {
   void SetGauges(const EngineSnapshot& snapshot, int batch_size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RefreshFromSourceLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // Held by a scrape and by each update of the engine's gauges and
-  // counters, so a scrape reads one state.
+  // Held by a scrape while it sets the gauges and collects them, so that
+  // two scrapes never interleave.
   absl::Mutex mu_;
   std::function<EngineSnapshot()> source_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<ConsistentScrape> scrape_;

@@ -52,6 +52,23 @@ std::vector<float> RandomFloats(size_t n, std::mt19937& rng) {
   return out;
 }
 
+// sum_i a[i] * b[i] in float64, and how far an f32 accumulation of the
+// same terms may be from it: n * eps * sum |terms|.
+struct Float64Dot {
+  double value = 0.0;
+  double tolerance = 0.0;
+};
+
+Float64Dot DotInFloat64(const float* a, const float* b, size_t n) {
+  double value = 0.0, magnitude = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    const double term = static_cast<double>(a[i]) * b[i];
+    value += term;
+    magnitude += std::abs(term);
+  }
+  return {value, 1e-6 * (n + 1) * (magnitude + 1e-30) + 1e-7};
+}
+
 class SimdKernelTest : public testing::TestWithParam<SimdLevel> {};
 
 TEST_P(SimdKernelTest, DotMatchesPlainLoop) {
@@ -61,14 +78,9 @@ TEST_P(SimdKernelTest, DotMatchesPlainLoop) {
     for (size_t n : kSizes) {
       const Stored a = MakeStored(dtype, n, rng);
       const std::vector<float> b = RandomFloats(n, rng);
-      double want = 0.0, magnitude = 0.0;
-      for (size_t i = 0; i < n; ++i) {
-        want += static_cast<double>(a.values[i]) * b[i];
-        magnitude += std::abs(static_cast<double>(a.values[i]) * b[i]);
-      }
+      const Float64Dot want = DotInFloat64(a.values.data(), b.data(), n);
       const float got = kernels.dot(dtype)(a.data(dtype), b.data(), n);
-      // f32 accumulation: error bounded by n * eps * sum |terms|.
-      EXPECT_NEAR(got, want, 1e-6 * (n + 1) * (magnitude + 1e-30) + 1e-7)
+      EXPECT_NEAR(got, want.value, want.tolerance)
           << SimdLevelName(GetParam()) << " " << DTypeName(dtype) << " n=" << n;
     }
   }
@@ -91,16 +103,11 @@ TEST_P(SimdKernelTest, Score4MatchesFloat64Dots) {
           kernels.score4(dtype)(x.data(dtype), ld_x, keys, n, q.data(), ld_q, rows, s.data(), ld_s);
           for (int r = 0; r < 4; ++r) {
             for (size_t j = 0; j < ld_s; ++j) {
-              double want = 7.0, magnitude = 0.0;
-              if (r < rows && j < keys) {
-                want = 0.0;
-                for (size_t i = 0; i < n; ++i) {
-                  const double term = static_cast<double>(x.values[j * ld_x + i]) * q[r * ld_q + i];
-                  want += term;
-                  magnitude += std::abs(term);
-                }
-              }
-              ASSERT_NEAR(s[r * ld_s + j], want, 1e-6 * (n + 1) * (magnitude + 1e-30) + 1e-7)
+              // Past the rows and keys: the guard value, untouched.
+              const Float64Dot want = r < rows && j < keys
+                                          ? DotInFloat64(&x.values[j * ld_x], &q[r * ld_q], n)
+                                          : Float64Dot{7.0, 0.0};
+              ASSERT_NEAR(s[r * ld_s + j], want.value, want.tolerance)
                   << SimdLevelName(GetParam()) << " " << DTypeName(dtype) << " keys=" << keys
                   << " n=" << n << " rows=" << rows << " at " << r << "," << j;
             }
@@ -130,13 +137,8 @@ TEST_P(SimdKernelTest, Tile4MatchesPlainLoopsForEveryRowCount) {
               ASSERT_EQ(y[r * ld_y + c], -7.0f) << "wrote outside the tile, rows=" << rows;
               continue;
             }
-            double want = 0.0, magnitude = 0.0;
-            for (size_t i = 0; i < n; ++i) {
-              const double term = static_cast<double>(w.values[c * ld_w + i]) * x[r * ld_x + i];
-              want += term;
-              magnitude += std::abs(term);
-            }
-            EXPECT_NEAR(y[r * ld_y + c], want, 1e-6 * (n + 1) * (magnitude + 1e-30) + 1e-7)
+            const Float64Dot want = DotInFloat64(&w.values[c * ld_w], &x[r * ld_x], n);
+            EXPECT_NEAR(y[r * ld_y + c], want.value, want.tolerance)
                 << SimdLevelName(GetParam()) << " " << DTypeName(dtype) << " n=" << n
                 << " rows=" << rows << " r=" << r << " c=" << c;
           }
