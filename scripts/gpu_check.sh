@@ -53,10 +53,15 @@
 #                 bundle | kernels
 #   BUILD_ONLY=1  unpack (or build) and check that every binary loads; no tests
 #   TOTAL_BUDGET  seconds for the whole run (570)
+#   CTEST_LIMIT   seconds for the ctest step (330): a hung test costs no more
 #   JOBS          build parallelism in kernels mode (all cores)
 #   SKIP_SERVICE_BENCH=1, SKIP_DECODE_BENCH=1  leave those steps out
-#   SERVICE_REQUESTS (300), SERVICE_CONCURRENCY (256), SERVICE_MAX_SEQS (256)
-#                 the offline throughput run's trace size, in-flight cap, server batch cap
+#   SERVICE_REQUESTS (1000), SERVICE_CONCURRENCY (1000: every request at once,
+#                 as an offline run; under the server's 1024-request queue)
+#   SERVICE_CONFIGS  the server configurations, one run each, as
+#                 MAX_NUM_SEQS:MAX_NUM_BATCHED_TOKENS (0: the server's default)
+#                 separated by spaces ("256:0 1024:16384": the server's defaults,
+#                 then vLLM's own offline defaults on an 80 GB GPU)
 #   PROFILE=1     also time every kernel of the batch-64 decode step with ncu
 #   ONLY          comma-separated step groups to run (a rerun of what failed):
 #                 ctest,nccl,attention,decode,service (default: all)
@@ -109,7 +114,7 @@ step() {
 finish() {
   local rc=$1
   echo
-  for t in bench_paged_attention bench_cache_ops bench_decode_step service_throughput; do
+  for t in bench_paged_attention bench_cache_ops bench_decode_step; do
     [ -f "$LOG_DIR/$t.log" ] && { echo "--- $t (tail)"; tail -n 12 "$LOG_DIR/$t.log"; }
   done
   local text=("=== gpu_check summary (mode: $mode, $(($SECONDS - START)) s, logs: $LOG_DIR)"
@@ -232,7 +237,7 @@ NCCL_TESTS=(comm_nccl_communicator_test worker_cuda_tensor_parallel_test)
 # -j: the kernel tests share the GPU; tests that size memory to the whole GPU
 # are RUN_SERIAL in their CMakeLists.
 if wanted ctest; then
-  step ctest-cuda ctest.log 330 ctest --test-dir "$BUILD_DIR" -L cuda --output-on-failure -j 8 \
+  step ctest-cuda ctest.log "${CTEST_LIMIT:-330}" ctest --test-dir "$BUILD_DIR" -L cuda --output-on-failure -j 8 \
     --timeout 300 ${ONLY_TESTS:+-R "$ONLY_TESTS"} -E "^($(IFS='|'; echo "${NCCL_TESTS[*]}"))\$"
   note "$(grep -E 'tests passed|tests failed' "$LOG_DIR/ctest.log" | tail -1)"
 fi
@@ -288,17 +293,18 @@ if [ "$mode" = bundle ] && [ "$have_gpu" = 1 ] && { wanted decode || wanted serv
   # Compute, clocks left as they are), to see where the step's time over
   # its floor goes.
   if wanted decode && [ "${PROFILE:-0}" = 1 ] && command -v ncu >/dev/null && [ -f "$MODEL/config.json" ]; then
-    step ncu_decode ncu_decode.log 150 ncu --clock-control none --metrics gpu__time_duration.sum \
+    step ncu_decode ncu_decode.log 120 ncu --clock-control none --metrics gpu__time_duration.sum --launch-count 1500 \
       --print-summary per-kernel "$BUILD_DIR/bin/bench_decode_step" --model "$MODEL" \
       --batches 64 --context 1024 --iters 4
   fi
 fi
 
 # 4. Offline throughput through the service on a ShareGPT-like trace.
-service_throughput() {
+service_throughput() {  # MAX_NUM_SEQS MAX_NUM_BATCHED_TOKENS
   local out=$LOG_DIR/server.out
   "$BUILD_DIR/bin/pagoda-server" --model "$MODEL" --device cuda --port 0 --max-model-len 2048 \
-    --max-num-seqs "${SERVICE_MAX_SEQS:-256}" --metrics-port 0 >"$out" 2>"$LOG_DIR/server.log" &
+    --max-num-seqs "$1" --max-num-batched-tokens "$2" --metrics-port 0 >"$out" \
+    2>"$LOG_DIR/server-$1-$2.log" &
   local pid=$! port=""
   for _ in $(seq 1 900); do
     port=$(awk '/PAGODA_SERVER_LISTENING/ {print $2}' "$out")
@@ -308,13 +314,13 @@ service_throughput() {
   done
   if [ -z "$port" ]; then
     echo "pagoda-server did not start:"
-    tail -n 20 "$LOG_DIR/server.log"
+    tail -n 20 "$LOG_DIR/server-$1-$2.log"
     kill "$pid" 2>/dev/null
     return 1
   fi
-  grep -E "KV cache|workers run on|captured" "$LOG_DIR/server.log" | tail -3
+  grep -E "KV cache|workers run on|captured" "$LOG_DIR/server-$1-$2.log" | tail -3
   "$BUILD_DIR/bin/pagoda-bench" --server "127.0.0.1:$port" --trace sharegpt \
-    --trace_requests "${SERVICE_REQUESTS:-300}" --concurrency "${SERVICE_CONCURRENCY:-256}"
+    --trace_requests "${SERVICE_REQUESTS:-1000}" --concurrency "${SERVICE_CONCURRENCY:-1000}"
   local rc=$?
   kill -TERM "$pid" 2>/dev/null
   wait "$pid" 2>/dev/null
@@ -322,11 +328,16 @@ service_throughput() {
 }
 if [ "$mode" = bundle ] && [ "$have_gpu" = 1 ] && [ -f "$MODEL/config.json" ] &&
     wanted service && [ "${SKIP_SERVICE_BENCH:-0}" != 1 ]; then
-  export MODEL BUILD_DIR LOG_DIR SERVICE_MAX_SEQS SERVICE_REQUESTS SERVICE_CONCURRENCY
+  export MODEL BUILD_DIR LOG_DIR SERVICE_REQUESTS SERVICE_CONCURRENCY
   export -f service_throughput
-  step service_throughput service_throughput.log 180 bash -c service_throughput
-  note "$(awk -v c="${SERVICE_CONCURRENCY:-256}" '$1 == c {print $6 " output tok/s"}' \
-    "$LOG_DIR/service_throughput.log")"
+  for config in ${SERVICE_CONFIGS:-256:0 1024:16384}; do
+    seqs=${config%%:*} tokens=${config##*:}
+    step "service_${seqs}_${tokens}" "service_${seqs}_${tokens}.log" 150 \
+      bash -c 'service_throughput "$@"' _ "$seqs" "$tokens"
+    note "$(awk -v c="${SERVICE_CONCURRENCY:-1000}" '$1 == c {print $6 " output tok/s, errors " $3 ", batch " $8 ", step " $9 " ms"}' \
+      "$LOG_DIR/service_${seqs}_${tokens}.log")"
+    cat "$LOG_DIR/service_${seqs}_${tokens}.log" >>"$LOG_DIR/service_throughput.log"
+  done
 fi
 
 failed=0

@@ -80,10 +80,15 @@ KernelStatus CheckPrefillSupported(const PrefillAttentionParams& p) {
 
 namespace {
 
-// On the H200, prefetching won 2-5 points of copy bandwidth once the grid
-// held >= 4 blocks per SM (batch 256 x 8 kv heads) and lost 2-7 below that
-// (batch 64 x 8 kv heads, and split long contexts).
-bool ChoosePrefetch(PrefetchMode mode, bool split, long long unsplit_blocks, int num_sms) {
+// On the H200 (4.9 TB/s peak), prefetching won 2-5 points of copy bandwidth
+// once the grid held >= 4 blocks per SM (batch 256 x 8 kv heads) and lost 2-7
+// below that (batch 64 x 8 kv heads, and split long contexts). On the H100
+// (3.35 TB/s) it lost everywhere: 3-5 points at 4+ blocks per SM, 15-21
+// below; four blocks per SM without it already keep its memory busy.
+constexpr double kPrefetchMinPeakGbps = 4000;
+
+bool ChoosePrefetch(PrefetchMode mode, bool split, long long unsplit_blocks, int num_sms,
+                    double peak_memory_gbps) {
   switch (mode) {
     case PrefetchMode::kNever:
       return false;
@@ -92,10 +97,16 @@ bool ChoosePrefetch(PrefetchMode mode, bool split, long long unsplit_blocks, int
     case PrefetchMode::kAuto:
       break;
   }
-  return !split && unsplit_blocks >= 4LL * std::max(num_sms, 1);
+  const bool fast_memory = peak_memory_gbps == 0 || peak_memory_gbps >= kPrefetchMinPeakGbps;
+  return !split && fast_memory && unsplit_blocks >= 4LL * std::max(num_sms, 1);
 }
 
 }  // namespace
+
+double PeakMemoryGbps(int memory_clock_khz, int bus_width_bits) {
+  if (memory_clock_khz <= 0 || bus_width_bits <= 0) return 0;
+  return 2.0 * memory_clock_khz * 1e3 * (bus_width_bits / 8.0) / 1e9;
+}
 
 DecodePlan PlanDecodeAttention(int num_seqs, int num_q_heads, int num_kv_heads, int head_dim,
                                int max_context_len, int num_sms, const DecodePlanOptions& options) {
@@ -122,8 +133,9 @@ DecodePlan PlanDecodeAttention(int num_seqs, int num_q_heads, int num_kv_heads, 
     }
   }
   DecodePlan plan;
-  plan.prefetch = ChoosePrefetch(options.prefetch, split,
-                                 static_cast<long long>(num_seqs) * num_kv_heads, num_sms);
+  plan.prefetch =
+      ChoosePrefetch(options.prefetch, split, static_cast<long long>(num_seqs) * num_kv_heads,
+                     num_sms, options.peak_memory_gbps);
   if (!split) return plan;
   plan.partition_size = partition_size;
   plan.max_num_partitions = partitions;

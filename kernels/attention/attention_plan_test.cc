@@ -83,6 +83,26 @@ TEST(PlanDecodeAttentionTest, PrefetchOnlyForDeepGrids) {
   EXPECT_FALSE(PlanDecodeAttention(256, 32, 8, 128, 1024, 132, never).prefetch);
 }
 
+// ... and only on memory fast enough to want the extra loads in flight: an
+// H200's, not an H100's (unknown bandwidth plans as the H200 measured).
+TEST(PlanDecodeAttentionTest, PrefetchOnlyOnFastMemory) {
+  const double h100 = PeakMemoryGbps(2619000, 5120);
+  const double h200 = PeakMemoryGbps(3201000, 6144);
+  EXPECT_NEAR(h100, 3352.3, 0.1);
+  EXPECT_NEAR(h200, 4916.7, 0.1);
+  EXPECT_EQ(PeakMemoryGbps(0, 5120), 0);
+  EXPECT_EQ(PeakMemoryGbps(2619000, -1), 0);
+  DecodePlanOptions options;
+  options.peak_memory_gbps = h200;
+  EXPECT_TRUE(PlanDecodeAttention(256, 32, 8, 128, 1024, 132, options).prefetch);
+  EXPECT_FALSE(PlanDecodeAttention(64, 32, 8, 128, 1024, 132, options).prefetch);
+  options.peak_memory_gbps = h100;
+  EXPECT_FALSE(PlanDecodeAttention(256, 32, 8, 128, 1024, 132, options).prefetch);
+  EXPECT_FALSE(PlanDecodeAttention(256, 32, 8, 128, 4096, 132, options).prefetch);
+  options.prefetch = PrefetchMode::kAlways;
+  EXPECT_TRUE(PlanDecodeAttention(256, 32, 8, 128, 1024, 132, options).prefetch);
+}
+
 TEST(CheckDecodeSupportedTest, AcceptsServedShapes) {
   EXPECT_TRUE(CheckDecodeSupported(ValidDecodeParams()).ok());
   DecodeAttentionParams p = ValidDecodeParams();

@@ -115,9 +115,12 @@ int32_t* DeviceInts(const std::vector<int32_t>& values) {
   return device;
 }
 
+// The device's peak memory bandwidth, for the planner (set in main).
+double peak_memory_gbps = 0;
+
 void BenchDecode(const Cache& cache, int batch, int context, SplitKMode split, int num_sms,
                  int iters, float copy_gbps, std::mt19937& rng, bool shuffled = true,
-                 PrefetchMode prefetch = PrefetchMode::kAuto) {
+                 PrefetchMode prefetch = PrefetchMode::kAuto, int partition_size = 512) {
   int max_blocks = 0;
   int32_t* tables = MakeBlockTables(batch, context, cache.num_blocks, rng, &max_blocks, shuffled);
   int32_t* lens = DeviceInts(std::vector<int32_t>(batch, context));
@@ -144,6 +147,8 @@ void BenchDecode(const Cache& cache, int batch, int context, SplitKMode split, i
   DecodePlanOptions options;
   options.split_k = split;
   options.prefetch = prefetch;
+  options.partition_size = partition_size;
+  options.peak_memory_gbps = peak_memory_gbps;
   const DecodePlan plan =
       PlanDecodeAttention(batch, kQHeads, kKvHeads, kHeadDim, context, num_sms, options);
   void* workspace = Malloc(plan.workspace_bytes);
@@ -227,7 +232,13 @@ int main(int argc, char** argv) {
   cudaDeviceProp prop;
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
   const int num_sms = prop.multiProcessorCount;
-  std::printf("device %s, %d SMs, L2 %d MB\n", prop.name, num_sms, prop.l2CacheSize >> 20);
+  int memory_clock_khz = 0;
+  int bus_width_bits = 0;
+  CHECK_CUDA(cudaDeviceGetAttribute(&memory_clock_khz, cudaDevAttrMemoryClockRate, 0));
+  CHECK_CUDA(cudaDeviceGetAttribute(&bus_width_bits, cudaDevAttrGlobalMemoryBusWidth, 0));
+  peak_memory_gbps = PeakMemoryGbps(memory_clock_khz, bus_width_bits);
+  std::printf("device %s, %d SMs, L2 %d MB, peak memory %.0f GB/s\n", prop.name, num_sms,
+              prop.l2CacheSize >> 20, peak_memory_gbps);
 
   // Device-to-device copy ceiling: bytes read + bytes written.
   const size_t copy_bytes = size_t{1} << 30;
@@ -271,10 +282,16 @@ int main(int argc, char** argv) {
   BenchDecode(cache, 1, 32768, SplitKMode::kAuto, num_sms, iters, copy_gbps, rng, true,
               PrefetchMode::kAlways);
   BenchDecode(cache, 1, 32768, SplitKMode::kNever, num_sms, iters, copy_gbps, rng);
-  for (int queries : {2048, 8192}) {
-    for (int prefix : {0, 4096}) BenchPrefill(cache, 1, queries, prefix, std::max(3, iters / 5), rng);
+  // Longer and shorter partitions than the planner's 512 for one long context.
+  for (int partition_size : {1024, 256}) {
+    BenchDecode(cache, 1, 32768, SplitKMode::kAuto, num_sms, iters, copy_gbps, rng, true,
+                PrefetchMode::kNever, partition_size);
   }
-  BenchPrefill(cache, 4, 4096, 0, std::max(3, iters / 5), rng);
+  const int prefill_iters = std::max(3, iters / 5);
+  for (int queries : {2048, 8192}) {
+    for (int prefix : {0, 4096}) BenchPrefill(cache, 1, queries, prefix, prefill_iters, rng);
+  }
+  BenchPrefill(cache, 4, 4096, 0, prefill_iters, rng);
   CHECK_CUDA(cudaFree(cache.k));
   CHECK_CUDA(cudaFree(cache.v));
   return 0;

@@ -54,6 +54,18 @@ __device__ __forceinline__ uint32_t PackFloat2(float lo, float hi) {
   }
 }
 
+// Four 8x8 b16 matrices from shared memory: lane l gives the address of row
+// l % 8 of matrix l / 8 (16-byte aligned); r[j] then holds, in lane (g, t),
+// elements [g][2t] and [g][2t+1] of stored matrix j: a B fragment half when
+// the stored rows run along n (K's keys, with the head dim contiguous).
+__device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], const void* row_address) {
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(row_address));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address)
+               : "memory");
+}
+
 // Four 8x8 b16 matrices from shared memory, transposed: lane l gives the
 // address of row l % 8 of matrix l / 8 (16-byte aligned); r[j] then holds, in
 // lane (g, t), elements [2t][g] and [2t+1][g] of stored matrix j — a B

@@ -92,9 +92,11 @@ enum class SplitKMode {
 // current ones (GQA groups up to 4; the 8-head variant has no registers to
 // spare). It costs registers (168 instead of 128 for a group of 4: 3 resident
 // blocks per SM instead of 4), which pays only when the grid is several waves
-// deep (kernels/attention/NOTES.md has the H200 figures).
+// deep and the memory fast enough to want the extra loads in flight: it won
+// 2-5 points of copy bandwidth on an H200 and lost 3-5 on an H100
+// (kernels/attention/NOTES.md has the figures).
 enum class PrefetchMode {
-  kAuto,    // the planner decides from the number of thread blocks and SMs
+  kAuto,  // the planner decides from the thread blocks, SMs and memory bandwidth
   kNever,
   kAlways,
 };
@@ -103,7 +105,15 @@ struct DecodePlanOptions {
   SplitKMode split_k = SplitKMode::kAuto;
   int partition_size = 512;  // tokens per partition when split; multiple of 64
   PrefetchMode prefetch = PrefetchMode::kAuto;
+  // The device's peak memory bandwidth (PeakMemoryGbps), 0 when unknown.
+  double peak_memory_gbps = 0;
 };
+
+// Peak memory bandwidth in GB/s from the device's memory clock (kHz,
+// cudaDevAttrMemoryClockRate) and bus width (bits,
+// cudaDevAttrGlobalMemoryBusWidth): two transfers per clock. 3352 for an H100
+// SXM (2619 MHz x 5120 bits), about 4900 for an H200.
+double PeakMemoryGbps(int memory_clock_khz, int bus_width_bits);
 
 // The work partition of one decode launch. Depends only on host-known shapes
 // and bounds, never on device data, so a plan made for max_context_len can be

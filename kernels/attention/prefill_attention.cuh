@@ -99,11 +99,15 @@ __device__ __forceinline__ void LoadQueryFragments(uint32_t (&q_frag)[kHeadDim /
 }
 
 // S = Q.K^T for one 64-key tile: s[j] holds keys j*8 + 2t, +1 of rows g, g+8.
+// K's B fragments come through ldmatrix, two 8-key tiles per load.
 template <typename T, int kHeadDim>
 __device__ __forceinline__ void ScoreTile(float (&s)[kPrefillBlockN / 8][4],
                                           const uint32_t (&q_frag)[kHeadDim / 16][4],
-                                          const T* k_tile, int g, int t) {
+                                          const T* k_tile, int lane) {
   constexpr int kStride = kPrefillSmemStride<kHeadDim>;
+  const int matrix = lane / 8;
+  const int key_in_pair = (matrix / 2) * 8 + lane % 8;
+  const int column_in_step = (matrix % 2) * 8;
 #pragma unroll
   for (int j = 0; j < kPrefillBlockN / 8; ++j) {
 #pragma unroll
@@ -112,10 +116,11 @@ __device__ __forceinline__ void ScoreTile(float (&s)[kPrefillBlockN / 8][4],
 #pragma unroll
   for (int step = 0; step < kHeadDim / 16; ++step) {
 #pragma unroll
-    for (int j = 0; j < kPrefillBlockN / 8; ++j) {
-      const T* key_row = k_tile + (j * 8 + g) * kStride + step * 16 + 2 * t;
-      MmaM16N8K16<T>(s[j], q_frag[step], *reinterpret_cast<const uint32_t*>(key_row),
-                     *reinterpret_cast<const uint32_t*>(key_row + 8));
+    for (int pair = 0; pair < kPrefillBlockN / 16; ++pair) {
+      uint32_t b[4];
+      LdMatrixX4(b, k_tile + (pair * 16 + key_in_pair) * kStride + step * 16 + column_in_step);
+      MmaM16N8K16<T>(s[2 * pair], q_frag[step], b[0], b[1]);
+      MmaM16N8K16<T>(s[2 * pair + 1], q_frag[step], b[2], b[3]);
     }
   }
 }
@@ -256,7 +261,7 @@ __global__ void __launch_bounds__(kPrefillThreads)
     uint32_t p_frag[kPrefillBlockN / 16][4];
     if (active) {
       float s[kPrefillBlockN / 8][4];
-      ScoreTile<T, kHeadDim>(s, q_frag, k_tile, g, t);
+      ScoreTile<T, kHeadDim>(s, q_frag, k_tile, lane);
       // Keys past a row's position (the causal diagonal, and the zero-filled
       // keys past kv_end) score -inf; tiles wholly below the diagonal skip it.
       const bool needs_mask = key0 + kPrefillBlockN - 1 > warp_first_pos;

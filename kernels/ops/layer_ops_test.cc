@@ -132,8 +132,11 @@ TEST_P(LayerOpsTest, RotaryEmbeddingRotatesHalvesInPlace) {
   RopeFrequencyScaling linear;
   linear.type = RopeFrequencyScaling::Type::kLinear;
   linear.factor = 2.5;
-  for (const Case& c : {Case{64, 64, 5, 1, {}}, Case{128, 128, 4, 2, llama3},
-                        Case{80, 80, 3, 3, linear}, Case{96, 64, 2, 1, {}}}) {
+  // Halves of whole 16-byte vectors take the vector kernel (partial rotary
+  // too); 36 (halves of 18) takes the element-wise one.
+  for (const Case& c :
+       {Case{64, 64, 5, 1, {}}, Case{128, 128, 4, 2, llama3}, Case{80, 80, 3, 3, linear},
+        Case{96, 64, 2, 1, {}}, Case{36, 36, 3, 1, {}}}) {
     const int tokens = 13, max_position = 300;
     const std::vector<double> inv_freq = ComputeRopeInvFreq(c.rotary_dim, 500000.0, c.scaling);
     const std::vector<float> cache = BuildRopeCosSinCache(max_position, inv_freq);
@@ -184,7 +187,8 @@ TEST_P(LayerOpsTest, RotaryEmbeddingRotatesHalvesInPlace) {
 
 TEST_P(LayerOpsTest, SiluAndMulUsesGateThenUp) {
   const ScalarType type = GetParam();
-  for (const auto& [tokens, inter] : {std::pair{1, 11}, {6, 1377}, {3, 14336}}) {
+  // 11 and 1377: the element-wise kernel; 14336 and 136: 16-byte vectors.
+  for (const auto& [tokens, inter] : {std::pair{1, 11}, {6, 1377}, {3, 14336}, {5, 136}}) {
     const std::vector<float> x = RoundTrip(type, RandomFloats(tokens * 2 * inter, -6, 6, inter));
     auto dx = ToDevice(type, x);
     DeviceBuffer out(tokens * inter * ScalarTypeSize(type));

@@ -1,8 +1,10 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/alignment.h"
 #include "kernels/ops/dispatch.cuh"
 #include "kernels/ops/rms_norm.h"
+#include "kernels/ops/vec16.cuh"
 
 namespace pagoda::kernels {
 namespace {
@@ -54,12 +56,6 @@ __global__ void FusedAddRmsNormKernel(T* __restrict__ input, T* __restrict__ res
 constexpr int kMaxVecsPerThread = 4;
 
 template <typename T>
-struct alignas(16) Vec16 {
-  static constexpr int kSize = 16 / sizeof(T);
-  T v[kSize];
-};
-
-template <typename T>
 __global__ void FusedAddRmsNormVecKernel(T* __restrict__ input, T* __restrict__ residual,
                                          const T* __restrict__ weight, int hidden,
                                          float epsilon) {
@@ -105,10 +101,8 @@ __global__ void FusedAddRmsNormVecKernel(T* __restrict__ input, T* __restrict__ 
 template <typename T>
 int VecThreadsFor(const FusedAddRmsNormParams& p) {
   constexpr int kSize = Vec16<T>::kSize;
-  const auto aligned = [](const void* pointer) {
-    return reinterpret_cast<uintptr_t>(pointer) % 16 == 0;
-  };
-  if (p.hidden % kSize != 0 || !aligned(p.input) || !aligned(p.residual) || !aligned(p.weight)) {
+  if (p.hidden % kSize != 0 || !Aligned16(p.input) || !Aligned16(p.residual) ||
+      !Aligned16(p.weight)) {
     return 0;
   }
   const int num_vecs = p.hidden / kSize;

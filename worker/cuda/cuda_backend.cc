@@ -33,6 +33,20 @@ absl::Status CudaStatus(cudaError_t error, const char* what) {
                                               : absl::InternalError(message);
 }
 
+// The device's peak memory bandwidth for the decode planner, or 0 when the
+// device does not report its memory clock or bus width (a planning hint, not
+// a fault: the error is cleared and the planner plans without it).
+double PeakMemoryGbpsOf(int device) {
+  int clock_khz = 0;
+  int bus_bits = 0;
+  if (cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return kernels::PeakMemoryGbps(clock_khz, bus_bits);
+}
+
 // CUDA memory and the call that frees it: cudaFree for device memory from
 // cudaMalloc, cudaFreeHost for pinned host memory from cudaHostAlloc.
 class CudaBuffer final : public Buffer {
@@ -163,6 +177,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device,
       error != cudaSuccess) {
     return CudaStatus(error, "cudaDeviceGetAttribute");
   }
+  const double peak_memory_gbps = PeakMemoryGbpsOf(device);
   cudaStream_t stream = nullptr;
   if (cudaError_t error = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
       error != cudaSuccess) {
@@ -175,16 +190,17 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device,
     cudaStreamDestroy(stream);
     return absl::InternalError(absl::StrCat("cuBLASLt context: ", cublasLtGetStatusName(status)));
   }
-  return std::unique_ptr<CudaBackend>(
-      new CudaBackend(device, activation_dtype, stream, num_sms, std::move(impl)));
+  return std::unique_ptr<CudaBackend>(new CudaBackend(device, activation_dtype, stream, num_sms,
+                                                      peak_memory_gbps, std::move(impl)));
 }
 
 CudaBackend::CudaBackend(int device, DType activation_dtype, cudaStream_t stream, int num_sms,
-                         std::unique_ptr<Impl> impl)
+                         double peak_memory_gbps, std::unique_ptr<Impl> impl)
     : device_(device),
       activation_dtype_(activation_dtype),
       stream_(stream),
       num_sms_(num_sms),
+      peak_memory_gbps_(peak_memory_gbps),
       impl_(std::move(impl)) {}
 
 CudaBackend::~CudaBackend() {
@@ -412,7 +428,8 @@ void CudaBackend::DecodeAttention(const PagedAttentionParams& params) {
   const int max_context =
       mode_ == LaunchMode::kCapture ? graph_max_context_len_ : std::max(1, batch.max_context_len);
   const kernels::DecodePlan plan = kernels::PlanDecodeAttention(
-      batch.num_seqs, params.num_heads, cache.num_kv_heads, cache.head_dim, max_context, num_sms_);
+      batch.num_seqs, params.num_heads, cache.num_kv_heads, cache.head_dim, max_context, num_sms_,
+      kernels::DecodePlanOptions{.peak_memory_gbps = peak_memory_gbps_});
   void* workspace = nullptr;
   if (!DecodeWorkspace(plan.workspace_bytes, &workspace)) return;
   Check(

@@ -104,7 +104,7 @@ class CudaBackend final : public Backend {
  private:
   struct Impl;  // cuBLASLt context and the grow-only scratch buffers.
   CudaBackend(int device, DType activation_dtype, cudaStream_t stream, int num_sms,
-              std::unique_ptr<Impl> impl);
+              double peak_memory_gbps, std::unique_ptr<Impl> impl);
   // The processed rows of `logits` (kernels/ops/logits_processing.h) in
   // grow-only scratch, enqueued; null when no row has edits or on failure
   // (then recorded, see Fail).
@@ -132,6 +132,7 @@ class CudaBackend final : public Backend {
   DType activation_dtype_;
   cudaStream_t stream_;
   int num_sms_;
+  double peak_memory_gbps_;  // 0 when the device does not say (decode attention's planner)
   std::unique_ptr<Impl> impl_;
   absl::Status status_;
   uint64_t num_allocations_ = 0;
