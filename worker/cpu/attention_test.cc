@@ -237,8 +237,10 @@ TEST(CpuPagedAttentionTest, MatchesContiguousReferenceOverShapes) {
 }
 
 // Every SIMD level this CPU runs through AttendItem (the backend uses the
-// best only): row by row where a level has no panel kernels or head_dim is
-// not a multiple of 16, blocked otherwise; GQA groups of 4, 8, 6 and 9.
+// best only): row by row where a level has no panel kernels, head_dim is not
+// a multiple of 16 or the item has fewer query rows than the level's
+// blocked_attention_min_rows (the one-token sequences at AVX-512), blocked
+// otherwise; GQA groups of 4, 8, 6 and 9.
 TEST(CpuPagedAttentionTest, EveryLevelMatchesReference) {
   const std::vector<std::pair<int, int>> heads = {{8, 2}, {8, 1}, {6, 1}, {9, 1}};
   for (SimdLevel level : SupportedSimdLevels()) {

@@ -298,7 +298,8 @@ void AttendItem(const SimdKernels& simd, const PagedAttentionParams& p, int64_t 
   const AttentionItem at = MakeItem(simd, p, item);
   const float* query_base = static_cast<const float*>(p.query);
   float* output_base = static_cast<float*>(p.output);
-  if (simd.gemm6x16 != nullptr && at.head_dim % kPieceKeys == 0) {
+  if (simd.gemm6x16 != nullptr && at.head_dim % kPieceKeys == 0 &&
+      at.q_len * at.group >= simd.blocked_attention_min_rows) {
     AttendBlocked(at, query_base, output_base);
   } else {
     AttendRowByRow(at, query_base, output_base);

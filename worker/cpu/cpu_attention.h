@@ -15,7 +15,8 @@ namespace pagoda::worker {
 // PagedAttention hands items to its threads.
 //
 // Two ways, the same result up to f32 rounding:
-// - blocked (head_dim a multiple of 16, a level with panel kernels): queries
+// - blocked (head_dim a multiple of 16, a level with panel kernels, and at
+//   least the level's blocked_attention_min_rows query rows): queries
 //   in blocks of up to 48 rows (query tokens x group heads), keys in chunks
 //   of up to 64, taken in pieces of up to 16 inside one cache block. A
 //   piece's scores are one gemm6x16 over its K packed once (pack16), its

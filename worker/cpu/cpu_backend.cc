@@ -123,7 +123,7 @@ class CpuBackend final : public Backend {
     const float* x = static_cast<const float*>(x_raw);
     float* y = static_cast<float*>(y_raw);
     if (rows <= 0) return;
-    if (rows >= kPanelMinRows && simd_.gemm6x16 != nullptr) {
+    if (rows >= kPanelMinRows && simd_.gemm6x16 != nullptr && simd_.panel_linear) {
       PanelLinear(pool_, simd_, x, rows, weight, bias, y);
       return;
     }

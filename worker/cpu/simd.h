@@ -70,8 +70,9 @@ struct SimdKernels {
                      int rows, float* y, size_t ld_y);
 
   // The panel kernels of a blocked matrix product (prefill, attention over
-  // many queries); null at a level that has none (plain, and AVX-512, where
-  // tile4 was the measured path), where callers keep to tile4.
+  // many queries); null at a level that has none (plain), where callers keep
+  // to tile4 and attention goes row by row. Where they pay is per level
+  // (panel_linear, blocked_attention_min_rows below).
   //
   // packed[k * 16 + c] = float(w[c * ld_w + k]) for k < depth, c < cols,
   // and 0 for cols <= c < 16: `cols` (1..16) weight rows of the table's dtype
@@ -95,6 +96,18 @@ struct SimdKernels {
   // gate. Vector levels use an exp accurate to a few ulp (not bit-identical
   // to std::exp); out may alias neither input.
   void (*silu_mul)(const float* gate, const float* up, float* out, size_t n);
+
+  // Whether Linear takes the panel kernels for prefill-sized inputs: not at
+  // AVX-512, where tile4's 16-wide FMAs were faster for every prefill
+  // measured than the AVX2 panel kernels it borrows for attention.
+  bool panel_linear = true;
+  // Query rows (query tokens x heads of the kv group) of one attention item
+  // from which it takes the blocked path (each K/V piece read once for the
+  // whole block) instead of row by row. 1 at AVX2, where blocks were measured
+  // faster everywhere; at AVX-512 the row path's 16-wide score4/weigh4 won
+  // for decode (a group's 4-8 rows), and blocks win for prompts, whose rows
+  // would otherwise each stream the whole context again.
+  int blocked_attention_min_rows = 1;
 
   using DotFn = float (*)(const void*, const float*, size_t);
   using Score4Fn = void (*)(const void*, size_t, size_t, size_t, const float*, size_t, int, float*,
