@@ -237,8 +237,8 @@ NCCL_TESTS=(comm_nccl_communicator_test worker_cuda_tensor_parallel_test)
 # -j: the kernel tests share the GPU; tests that size memory to the whole GPU
 # are RUN_SERIAL in their CMakeLists.
 if wanted ctest; then
-  step ctest-cuda ctest.log "${CTEST_LIMIT:-330}" ctest --test-dir "$BUILD_DIR" -L cuda --output-on-failure -j 8 \
-    --timeout 300 ${ONLY_TESTS:+-R "$ONLY_TESTS"} -E "^($(IFS='|'; echo "${NCCL_TESTS[*]}"))\$"
+  step ctest-cuda ctest.log "${CTEST_LIMIT:-330}" ctest --test-dir "$BUILD_DIR" -L cuda \
+    --output-on-failure -j 8 --timeout 300 ${ONLY_TESTS:+-R "$ONLY_TESTS"} -E "^($(IFS='|'; echo "${NCCL_TESTS[*]}"))\$"
   note "$(grep -E 'tests passed|tests failed' "$LOG_DIR/ctest.log" | tail -1)"
 fi
 
@@ -293,8 +293,8 @@ if [ "$mode" = bundle ] && [ "$have_gpu" = 1 ] && { wanted decode || wanted serv
   # Compute, clocks left as they are), to see where the step's time over
   # its floor goes.
   if wanted decode && [ "${PROFILE:-0}" = 1 ] && command -v ncu >/dev/null && [ -f "$MODEL/config.json" ]; then
-    step ncu_decode ncu_decode.log 120 ncu --clock-control none --metrics gpu__time_duration.sum --launch-count 1500 \
-      --print-summary per-kernel "$BUILD_DIR/bin/bench_decode_step" --model "$MODEL" \
+    step ncu_decode ncu_decode.log 120 ncu --clock-control none --launch-count 1500 \
+      --metrics gpu__time_duration.sum --print-summary per-kernel "$BUILD_DIR/bin/bench_decode_step" --model "$MODEL" \
       --batches 64 --context 1024 --iters 4
   fi
 fi
@@ -334,7 +334,8 @@ if [ "$mode" = bundle ] && [ "$have_gpu" = 1 ] && [ -f "$MODEL/config.json" ] &&
     seqs=${config%%:*} tokens=${config##*:}
     step "service_${seqs}_${tokens}" "service_${seqs}_${tokens}.log" 150 \
       bash -c 'service_throughput "$@"' _ "$seqs" "$tokens"
-    note "$(awk -v c="${SERVICE_CONCURRENCY:-1000}" '$1 == c {print $6 " output tok/s, errors " $3 ", batch " $8 ", step " $9 " ms"}' \
+    note "$(awk -v c="${SERVICE_CONCURRENCY:-1000}" \
+      '$1 == c {print $6 " output tok/s, errors " $3 ", batch " $8 ", step " $9 " ms"}' \
       "$LOG_DIR/service_${seqs}_${tokens}.log")"
     cat "$LOG_DIR/service_${seqs}_${tokens}.log" >>"$LOG_DIR/service_throughput.log"
   done
