@@ -39,6 +39,9 @@ struct AttentionItem {
             (static_cast<size_t>(kv_head) * block_size + j % block_size) * head_dim) *
            width;
   }
+  // Keys [j, j + RunAt(j, end)) lie in one cache block (so their rows are
+  // contiguous) and at or before key `end`.
+  int RunAt(int j, int end) const { return std::min(block_size - j % block_size, end + 1 - j); }
   // The first of the group's query (and output) rows of query token i: the
   // group's heads are adjacent rows of head_dim floats.
   size_t FirstRowOf(int i) const {
@@ -85,8 +88,7 @@ constexpr int kPrefetchBlocks = 2;
   const int next = (j / at.block_size + ahead) * at.block_size;
   if (next > end) return;
   const char* rows = cache + at.RowOf(next);
-  const size_t bytes =
-      static_cast<size_t>(std::min(at.block_size, end + 1 - next)) * at.head_dim * at.width;
+  const size_t bytes = static_cast<size_t>(at.RunAt(next, end)) * at.head_dim * at.width;
   for (size_t offset = 0; offset < bytes; offset += 64) __builtin_prefetch(rows + offset);
 }
 
@@ -98,7 +100,7 @@ void ScoreKeys(const AttentionItem& at, const float* queries, int position, floa
   const SimdKernels::Score4Fn score4 = at.simd->score4(at.dtype);
   for (int g = 0; g < at.group; g += 4) {
     for (int j = 0, run = 0; j <= position; j += run) {
-      run = std::min(at.block_size - j % at.block_size, position + 1 - j);
+      run = at.RunAt(j, position);
       PrefetchRunAhead(at, at.key_cache, j, kPrefetchBlocks, position);
       score4(at.key_cache + at.RowOf(j), at.head_dim, run, at.head_dim,
              queries + static_cast<size_t>(g) * at.head_dim, at.head_dim, std::min(4, at.group - g),
@@ -127,7 +129,7 @@ void WeightValues(const AttentionItem& at, int position, float* scores, float* o
   const SimdKernels::Weigh4Fn weigh4 = at.simd->weigh4(at.dtype);
   for (int g = 0; g < at.group; g += 4) {
     for (int j = 0, run = 0; j <= position; j += run) {
-      run = std::min(at.block_size - j % at.block_size, position + 1 - j);
+      run = at.RunAt(j, position);
       PrefetchRunAhead(at, at.value_cache, j, kPrefetchBlocks, position);
       weigh4(at.value_cache + at.RowOf(j), head_dim, run, head_dim,
              scores + static_cast<size_t>(g) * at.context + j, at.context,
@@ -182,7 +184,7 @@ struct BlockScratch {
 // Keys in the piece starting at key j, at most `left`: up to the end of j's
 // cache block and kPieceKeys.
 int PieceAt(const AttentionItem& at, int j, int left) {
-  return std::min({kPieceKeys, at.block_size - j % at.block_size, left});
+  return std::min(kPieceKeys, at.RunAt(j, j + left - 1));
 }
 
 // Scores of keys [first, first + keys) for every row into scores columns
