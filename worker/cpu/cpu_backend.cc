@@ -123,7 +123,8 @@ class CpuBackend final : public Backend {
     const float* x = static_cast<const float*>(x_raw);
     float* y = static_cast<float*>(y_raw);
     if (rows <= 0) return;
-    if (rows >= kPanelMinRows && simd_.gemm6x16 != nullptr && simd_.panel_linear) {
+    if (rows >= kPanelMinRows && simd_.gemm6x16 != nullptr &&
+        weight.dim(1) < simd_.panel_linear_below_in_features) {
       PanelLinear(pool_, simd_, x, rows, weight, bias, y);
       return;
     }

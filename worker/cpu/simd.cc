@@ -901,6 +901,7 @@ constexpr SimdKernels kAvx2Kernels = {DotAvx2<DType::kF32>,
 // Decode's rows are a group's (4-8 query heads over one token); a prompt
 // chunk of 4+ tokens has at least 16 at the usual group of 4.
 constexpr int kAvx512BlockedAttentionMinRows = 16;
+constexpr int64_t kAvx512PanelLinearBelowInFeatures = 256;
 constexpr SimdKernels kAvx512Kernels = {
     DotAvx512<DType::kF32>, DotAvx512<DType::kBF16>, DotAvx512<DType::kF16>,
     Score4Avx512<DType::kF32>, Score4Avx512<DType::kBF16>, Score4Avx512<DType::kF16>,
@@ -908,11 +909,12 @@ constexpr SimdKernels kAvx512Kernels = {
     WidenAvx512<DType::kF32>, WidenAvx512<DType::kBF16>, WidenAvx512<DType::kF16>,
     NarrowAvx512<DType::kF32>, NarrowAvx512<DType::kBF16>, NarrowAvx512<DType::kF16>,
     Weigh4Avx512<DType::kF32>, Weigh4Avx512<DType::kBF16>, Weigh4Avx512<DType::kF16>,
-    // The panel kernels: AVX2 code, valid here, for attention only.
+    // The panel kernels: AVX2 code, valid here, for attention and the Linear
+    // of small inputs.
     Pack16Avx2<DType::kF32>, Pack16Avx2<DType::kBF16>, Pack16Avx2<DType::kF16>, Gemm6x16Avx2,
     ExpSumAvx2,  // AVX2 code, valid at this level.
     SiluMulAvx512,
-    /*panel_linear=*/false,
+    /*panel_linear_below_in_features=*/kAvx512PanelLinearBelowInFeatures,
     /*blocked_attention_min_rows=*/kAvx512BlockedAttentionMinRows};
 
 }  // namespace

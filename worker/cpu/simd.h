@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string_view>
 #include <vector>
 
@@ -72,7 +73,7 @@ struct SimdKernels {
   // The panel kernels of a blocked matrix product (prefill, attention over
   // many queries); null at a level that has none (plain), where callers keep
   // to tile4 and attention goes row by row. Where they pay is per level
-  // (panel_linear, blocked_attention_min_rows below).
+  // (panel_linear_below_in_features, blocked_attention_min_rows below).
   //
   // packed[k * 16 + c] = float(w[c * ld_w + k]) for k < depth, c < cols,
   // and 0 for cols <= c < 16: `cols` (1..16) weight rows of the table's dtype
@@ -97,10 +98,14 @@ struct SimdKernels {
   // to std::exp); out may alias neither input.
   void (*silu_mul)(const float* gate, const float* up, float* out, size_t n);
 
-  // Whether Linear takes the panel kernels for prefill-sized inputs: not at
-  // AVX-512, where tile4's 16-wide FMAs were faster for every prefill
-  // measured than the AVX2 panel kernels it borrows for attention.
-  bool panel_linear = true;
+  // Linear takes the panel kernels for prefill-sized inputs of fewer input
+  // features than this. At AVX-512 only below 256: from 256 on, tile4's
+  // 16-wide FMAs match or beat the AVX2 panel kernels it borrows for
+  // attention (prefill of 256-token prompts, hidden 384: 177 against 138
+  // GFLOP/s; hidden 512: 194 against 138), but under it each of tile4's dot
+  // products ends in a horizontal sum after a few FMAs (hidden 128: 78
+  // against 101 GFLOP/s).
+  int64_t panel_linear_below_in_features = std::numeric_limits<int64_t>::max();
   // Query rows (query tokens x heads of the kv group) of one attention item
   // from which it takes the blocked path (each K/V piece read once for the
   // whole block) instead of row by row. 1 at AVX2, where blocks were measured
