@@ -97,6 +97,21 @@ while IFS= read -r line; do
 done < <(for b in "${binaries[@]}"; do ldd "$b"; done)
 strip --strip-unneeded "$STAGE"/lib/*.so* 2>/dev/null || true
 
+# The structured-outputs suite in CUDA mode (gpu_check.sh's "structured"
+# group). That machine has no spm_train to make the suite's model and no
+# python3-jsonschema to validate its outputs, so both are made or taken here:
+# the model as the suite makes it for CUDA, and Debian's python3-jsonschema
+# with the pure-Python packages it imports (pyrsistent's optional C part
+# stays behind: it falls back to Python, as on any other interpreter).
+PAGODA_E2E_DEVICE=cuda /usr/bin/python3 tests/constraints/structured_outputs_e2e_test.py \
+  --make-model "$STAGE/models/structured-outputs"
+mkdir -p "$STAGE/python"
+/usr/bin/python3 -c 'import os, jsonschema, attr, attrs, pyrsistent
+print("\n".join(os.path.dirname(m.__file__) for m in (jsonschema, attr, attrs, pyrsistent)))' |
+  while IFS= read -r package; do cp -r "$package" "$STAGE/python/"; done
+find "$STAGE/python" -name __pycache__ -prune -exec rm -rf {} +
+rm -rf "$STAGE/python/jsonschema/tests" "$STAGE/python/jsonschema/benchmarks"
+
 git_rev=$(git rev-parse HEAD 2>/dev/null || echo unknown)
 cat >"$STAGE/bundle.env" <<ENV
 PAGODA_BUNDLE_SOURCE_DIR=$REPO

@@ -36,6 +36,11 @@
 #     one rank's; two ranks on two GPUs where there are two). NCCL is the
 #     machine's: its CUDA's or its PyTorch's nvidia-nccl-cu13 (libnccl.so.2 is
 #     ~210 MiB, over what the device tool carries); the summary names it.
+#  1c. Structured outputs end to end on the GPU (the structured group):
+#     tests/constraints/structured_outputs_e2e_test.py in CUDA mode, every
+#     constraint of its suites through the OpenAI API, with and without
+#     preemption, on the model and the python3-jsonschema the bundle carries
+#     (that machine has neither spm_train nor jsonschema). Bundle mode only.
 #  2. bench_paged_attention: decode bandwidth vs a device-to-device copy
 #     (bf16, 32 q / 8 kv heads, head 128, block 16; batch 64/256 at 1k/4k,
 #     batch 1 at 32k) and prefill TFLOP/s; bench_cache_ops.
@@ -64,7 +69,7 @@
 #                 then vLLM's own offline defaults on an 80 GB GPU)
 #   PROFILE=1     also time every kernel of the batch-64 decode step with ncu
 #   ONLY          comma-separated step groups to run (a rerun of what failed):
-#                 ctest,nccl,attention,decode,service (default: all)
+#                 ctest,nccl,structured,attention,decode,service (default: all)
 #   ONLY_TESTS    a ctest -R regex: in the ctest group, only those CUDA tests
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -257,6 +262,21 @@ nccl_step() {  # ROW TEST
 if wanted nccl; then
   nccl_step nccl_size1 "${NCCL_TESTS[0]}"
   nccl_step cuda_worker_nccl "${NCCL_TESTS[1]}"
+fi
+
+# 1c. Structured outputs on the GPU; the summary row carries the suite's
+#     own summary line and its count of failures.
+if wanted structured; then
+  if [ "$mode" != bundle ]; then
+    record structured_outputs skipped 0 "bundle mode only"
+  elif [ "$have_gpu" != 1 ]; then
+    record structured_outputs skipped 0 "no GPU"
+  else
+    step structured_outputs structured_outputs.log 300 env PAGODA_E2E_DEVICE=cuda \
+      PAGODA_E2E_MODEL="$BUNDLE_ROOT/models/structured-outputs" PAGODA_BIN_DIR="$BUILD_DIR/bin" \
+      PYTHONPATH="$BUNDLE_ROOT/python" "$PY" tests/constraints/structured_outputs_e2e_test.py
+    note "$(grep -E '^cuda:|failures$' "$LOG_DIR/structured_outputs.log" | tr '\n' ' ')"
+  fi
 fi
 
 run_bench() {  # NAME TIMEOUT ARGS...: a benchmark binary of the build, GPU only.

@@ -16,6 +16,14 @@ json_object by json.loads giving a dict. Prints how many outputs ended at
 EOS and at max_tokens.
 
   structured_outputs_e2e_test.py   (PAGODA_BIN_DIR: the binaries)
+  structured_outputs_e2e_test.py --make-model DIR
+                                   (writes the model a run would make, and exits)
+
+PAGODA_E2E_MODEL=DIR runs on a model made before with --make-model (and the
+same PAGODA_E2E_DEVICE), for a machine that cannot make one: the GPU machine
+has no spm_train (scripts/gpu_bundle.sh makes it, and carries
+python3-jsonschema, which that machine lacks too; scripts/gpu_check.sh runs
+this suite there).
 
 With PAGODA_E2E_DEVICE=cuda the server runs on the GPU (a model of head
 size 64, as the kernels take): every output must still validate, but the
@@ -154,15 +162,20 @@ def run_phase(model, label, server_args, parallel, env=None, fillers=0):
   return outputs, failures, values, text
 
 
+def make_model(directory, cuda):
+  """The suite's model; on CUDA of head size 64, as the kernels take."""
+  shape = ["--hidden-size", "256", "--intermediate-size", "512", "--num-heads", "4",
+           "--num-kv-heads", "2", "--head-dim", "64"] if cuda else []
+  return pagoda_harness.make_model(directory, "--vocab-size", "512",
+                                   "--max-position-embeddings", str(MAX_TOKENS + 64), *shape)
+
+
 def main():
   all_cases = cases()
   cuda = os.environ.get("PAGODA_E2E_DEVICE") == "cuda"
-  shape = ["--hidden-size", "256", "--intermediate-size", "512", "--num-heads", "4",
-           "--num-kv-heads", "2", "--head-dim", "64"] if cuda else []
   device = ["--device", "cuda"] if cuda else []
   with tempfile.TemporaryDirectory() as tmp:
-    model = pagoda_harness.make_model(os.path.join(tmp, "model"), "--vocab-size", "512",
-                                      "--max-position-embeddings", str(MAX_TOKENS + 64), *shape)
+    model = os.environ.get("PAGODA_E2E_MODEL") or make_model(os.path.join(tmp, "model"), cuda)
     # 1. Room for everything: no preemption.
     plain, failures, _, _ = run_phase(model, "plain", ["--max-num-seqs", "16", *device], 8)
     # 2. 170 blocks of 16 tokens for eight unconstrained requests that
@@ -217,4 +230,7 @@ def report(all_cases, plain, others, failures, preemptions, cuda):
 
 
 if __name__ == "__main__":
+  if len(sys.argv) == 3 and sys.argv[1] == "--make-model":
+    make_model(sys.argv[2], os.environ.get("PAGODA_E2E_DEVICE") == "cuda")
+    sys.exit(0)
   sys.exit(main())
