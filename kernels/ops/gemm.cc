@@ -123,6 +123,80 @@ cublasStatus_t PreferGemm(const GemmContext& context, const GemmParams& p, Descr
   return CUBLAS_STATUS_SUCCESS;
 }
 
+bool Capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  return cudaStreamIsCapturing(stream, &status) != cudaSuccess ||
+         status != cudaStreamCaptureStatusNone;
+}
+
+// Milliseconds of kTimedRuns runs of `algo` on `stream` after one warm-up,
+// or a negative value when it fails (the candidate is then passed over).
+float TimeAlgo(GemmContext& context, const GemmParams& p, const Descriptors& d,
+               const cublasLtMatmulAlgo_t& algo, cudaStream_t stream, cudaEvent_t start,
+               cudaEvent_t stop) {
+  const float alpha = 1.0f, beta = 0.0f;
+  auto run = [&] {
+    return cublasLtMatmul(context.handle(), d.op, &alpha, p.w, d.w, p.a, d.a, &beta, p.c, d.c, p.c,
+                          d.c, &algo, context.workspace(), context.workspace_bytes(), stream);
+  };
+  if (run() != CUBLAS_STATUS_SUCCESS || cudaEventRecord(start, stream) != cudaSuccess) return -1;
+  for (int i = 0; i < GemmContext::kTimedRuns; ++i) {
+    if (run() != CUBLAS_STATUS_SUCCESS) return -1;
+  }
+  float ms = -1;
+  if (cudaEventRecord(stop, stream) != cudaSuccess || cudaEventSynchronize(stop) != cudaSuccess ||
+      cudaEventElapsedTime(&ms, start, stop) != cudaSuccess) {
+    return -1;
+  }
+  return ms;
+}
+
+// Of `found` heuristic results, the index of the one to keep: the fastest
+// when it beats the first by kMinTimedGain, else 0 (also when timing fails).
+int FastestAlgo(GemmContext& context, const GemmParams& p, const Descriptors& d,
+                const cublasLtMatmulHeuristicResult_t* results, int found, cudaStream_t stream) {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  if (cudaEventCreate(&start) != cudaSuccess) return 0;
+  if (cudaEventCreate(&stop) != cudaSuccess) {
+    cudaEventDestroy(start);
+    return 0;
+  }
+  const float first = TimeAlgo(context, p, d, results[0].algo, stream, start, stop);
+  int best = 0;
+  float best_ms = first;
+  for (int i = 1; first > 0 && i < found; ++i) {
+    if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
+    const float ms = TimeAlgo(context, p, d, results[i].algo, stream, start, stop);
+    if (ms > 0 && ms < best_ms) {
+      best = i;
+      best_ms = ms;
+    }
+  }
+  cudaEventDestroy(stop);
+  cudaEventDestroy(start);
+  return best_ms < first * (1.0f - GemmContext::kMinTimedGain) ? best : 0;
+}
+
+// The algorithm for a problem not yet in the context's cache: the
+// heuristic's first, or with timing on the fastest of its candidates.
+cublasStatus_t ChooseAlgo(GemmContext& context, const GemmParams& p, const Descriptors& d,
+                          cudaStream_t stream, cublasLtMatmulAlgo_t* algo) {
+  const bool timed = context.timing() && !Capturing(stream);
+  cublasLtMatmulHeuristicResult_t results[GemmContext::kTimedCandidates] = {};
+  int found = 0;
+  PAGODA_RETURN_IF_CUBLAS_ERROR(
+      cublasLtMatmulAlgoGetHeuristic(context.handle(), d.op, d.w, d.a, d.c, d.c, d.preference,
+                                     timed ? GemmContext::kTimedCandidates : 1, results, &found));
+  if (found == 0) return CUBLAS_STATUS_NOT_SUPPORTED;
+  int pick = 0;
+  if (timed && found > 1) {
+    pick = FastestAlgo(context, p, d, results, found, stream);
+    context.CountTimedAlgo();
+  }
+  *algo = results[pick].algo;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
 }  // namespace
 
 cublasStatus_t Gemm(GemmContext& context, const GemmParams& p, cudaStream_t stream) {
@@ -136,7 +210,7 @@ cublasStatus_t Gemm(GemmContext& context, const GemmParams& p, cudaStream_t stre
   PAGODA_RETURN_IF_CUBLAS_ERROR(DescribeGemm(p, &d));
   uint32_t alignments[4];
   PAGODA_RETURN_IF_CUBLAS_ERROR(PreferGemm(context, p, &d, alignments));
-  // The heuristic's pick is remembered per shape, dtypes, bias and alignment.
+  // The pick is remembered per shape, dtypes, bias and alignment.
   const GemmContext::AlgoKey key{p.m,
                                  p.n,
                                  p.k,
@@ -148,12 +222,9 @@ cublasStatus_t Gemm(GemmContext& context, const GemmParams& p, cudaStream_t stre
                                  alignments[2]};
   const cublasLtMatmulAlgo_t* algo = context.FindAlgo(key);
   if (algo == nullptr) {
-    cublasLtMatmulHeuristicResult_t heuristic = {};
-    int found = 0;
-    PAGODA_RETURN_IF_CUBLAS_ERROR(cublasLtMatmulAlgoGetHeuristic(
-        context.handle(), d.op, d.w, d.a, d.c, d.c, d.preference, 1, &heuristic, &found));
-    if (found == 0) return CUBLAS_STATUS_NOT_SUPPORTED;
-    context.RememberAlgo(key, heuristic.algo);
+    cublasLtMatmulAlgo_t chosen;
+    PAGODA_RETURN_IF_CUBLAS_ERROR(ChooseAlgo(context, p, d, stream, &chosen));
+    context.RememberAlgo(key, chosen);
     algo = context.FindAlgo(key);
   }
 

@@ -50,6 +50,28 @@ class GemmContext {
   }
   void RememberAlgo(const AlgoKey& key, const cublasLtMatmulAlgo_t& algo) { algos_[key] = algo; }
   size_t num_cached_algos() const { return algos_.size(); }
+  void ForgetAlgos() {
+    algos_.clear();
+    num_timed_algos_ = 0;
+  }
+
+  // Timing (off by default). While on, the first call of each problem times
+  // up to kTimedCandidates of the heuristic's algorithms on the call's own
+  // buffers and stream and keeps the fastest, so a split-K algorithm is
+  // chosen only when it saves more than its reduction kernel costs. The
+  // heuristic's first pick stays unless another is kMinTimedGain faster.
+  // The CUDA graph runner turns it on for its warm-up forwards, so every
+  // captured decode GEMM runs a timed pick; other steps keep the heuristic's
+  // (a prompt's row count changes every step, and timing synchronizes the
+  // stream). Never times while the stream is capturing a graph.
+  static constexpr int kTimedCandidates = 8;
+  static constexpr int kTimedRuns = 5;
+  static constexpr float kMinTimedGain = 0.03f;
+  void set_timing(bool on) { timing_ = on; }
+  bool timing() const { return timing_; }
+  // Problems whose algorithm was picked by timing among several.
+  size_t num_timed_algos() const { return num_timed_algos_; }
+  void CountTimedAlgo() { ++num_timed_algos_; }
 
  private:
   GemmContext(cublasLtHandle_t handle, void* workspace, size_t workspace_bytes)
@@ -59,6 +81,8 @@ class GemmContext {
   void* workspace_;
   size_t workspace_bytes_;
   std::map<AlgoKey, cublasLtMatmulAlgo_t> algos_;
+  bool timing_ = false;
+  size_t num_timed_algos_ = 0;
 };
 
 struct GemmParams {

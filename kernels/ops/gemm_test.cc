@@ -157,5 +157,81 @@ TEST(GemmContextTest, RepeatedShapesReuseTheAlgorithmAndGiveTheSameBits) {
   EXPECT_EQ(context->num_cached_algos(), 2u);
 }
 
+// Relative RMS error of c [m, n] against the float64 product of a and w.
+double RelativeError(const std::vector<float>& a, const std::vector<float>& w,
+                     const std::vector<float>& c, int64_t m, int64_t n, int64_t k) {
+  double error = 0, norm = 0;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double want = 0;
+      for (int64_t l = 0; l < k; ++l) want += double{a[i * k + l]} * w[j * k + l];
+      error += (c[i * n + j] - want) * (c[i * n + j] - want);
+      norm += want * want;
+    }
+  }
+  return std::sqrt(error / norm);
+}
+
+TEST(GemmContextTest, TimedAlgorithmsAreCorrectAndKept) {
+  std::unique_ptr<GemmContext> context;
+  ASSERT_EQ(GemmContext::Create(GemmContext::kDefaultWorkspaceBytes, &context),
+            CUBLAS_STATUS_SUCCESS);
+  context->set_timing(true);
+  // A decode-shaped problem (few rows, a deep product: the heuristic offers
+  // split-K candidates) and an odd one.
+  for (const Shape& s : {Shape{64, 1024, 4096, false}, Shape{5, 136, 264, false}}) {
+    const ScalarType type = ScalarType::kBF16;
+    const std::vector<float> a = RoundTrip(type, RandomFloats(s.m * s.k, -1, 1, 21));
+    const std::vector<float> w = RoundTrip(type, RandomFloats(s.n * s.k, -1, 1, 22));
+    DeviceBuffer da(a.size() * 2), dw(w.size() * 2), dc(s.m * s.n * 4);
+    da.Upload(Encode(type, a));
+    dw.Upload(Encode(type, w));
+    dc.Fill(0xFF);
+    const GemmParams p{da.get(), dw.get(), nullptr, dc.get(),        s.m,
+                       s.n,      s.k,      type,    ScalarType::kF32};
+    const size_t cached = context->num_cached_algos();
+    ASSERT_EQ(Gemm(*context, p, nullptr), CUBLAS_STATUS_SUCCESS);
+    PAGODA_ASSERT_CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<uint8_t> first = dc.Download<uint8_t>(s.m * s.n * 4);
+    EXPECT_LT(RelativeError(a, w, Decode(ScalarType::kF32, first), s.m, s.n, s.k), 3e-5)
+        << s.m << "x" << s.n << "x" << s.k;
+    EXPECT_EQ(context->num_cached_algos(), cached + 1);
+    // The pick is kept: the next call neither times nor changes a bit.
+    const size_t timed = context->num_timed_algos();
+    dc.Fill(0xFF);
+    ASSERT_EQ(Gemm(*context, p, nullptr), CUBLAS_STATUS_SUCCESS);
+    PAGODA_ASSERT_CUDA_OK(cudaDeviceSynchronize());
+    EXPECT_EQ(dc.Download<uint8_t>(s.m * s.n * 4), first);
+    EXPECT_EQ(context->num_timed_algos(), timed);
+  }
+  // The decode-shaped problem had candidates to time.
+  EXPECT_GE(context->num_timed_algos(), 1u);
+}
+
+TEST(GemmContextTest, NeverTimesWhileCapturing) {
+  std::unique_ptr<GemmContext> context;
+  ASSERT_EQ(GemmContext::Create(GemmContext::kDefaultWorkspaceBytes, &context),
+            CUBLAS_STATUS_SUCCESS);
+  context->set_timing(true);
+  const int64_t m = 64, n = 1024, k = 4096;
+  DeviceBuffer da(m * k * 2), dw(n * k * 2), dc(m * n * 2);
+  da.Fill(0x3c);
+  dw.Fill(0x3b);
+  cudaStream_t stream = nullptr;
+  PAGODA_ASSERT_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  PAGODA_ASSERT_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+  const GemmParams p{da.get(), dw.get(), nullptr,           dc.get(),         m,
+                     n,        k,        ScalarType::kBF16, ScalarType::kBF16};
+  const cublasStatus_t status = Gemm(*context, p, stream);
+  cudaGraph_t graph = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+  EXPECT_EQ(status, CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(ended, cudaSuccess);
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  EXPECT_EQ(context->num_timed_algos(), 0u);
+  EXPECT_EQ(context->num_cached_algos(), 1u);
+  PAGODA_ASSERT_CUDA_OK(cudaStreamDestroy(stream));
+}
+
 }  // namespace
 }  // namespace pagoda::kernels

@@ -240,6 +240,10 @@ void CudaBackend::MakeCurrent() { Check(cudaSetDevice(device_), "cudaSetDevice")
 
 void CudaBackend::Synchronize() { Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
 
+void CudaBackend::set_gemm_timing(bool on) { impl_->gemm->set_timing(on); }
+size_t CudaBackend::num_timed_gemm_algos() const { return impl_->gemm->num_timed_algos(); }
+void CudaBackend::ForgetGemmAlgos() { impl_->gemm->ForgetAlgos(); }
+
 void CudaBackend::ReserveDecodeWorkspace(int num_seqs, int num_heads, int num_kv_heads,
                                          int head_dim, int max_context_len) {
   // Split-K is the plan that needs scratch; size for the always-split plan,

@@ -72,6 +72,13 @@ class CudaBackend final : public Backend {
   // capturing; capture never allocates, and a plan that does not fit fails.
   void ReserveDecodeWorkspace(int num_seqs, int num_heads, int num_kv_heads, int head_dim,
                               int max_context_len);
+  // While on, each GEMM problem met for the first time gets the fastest of
+  // cuBLASLt's candidate algorithms by timing (kernels::GemmContext): the
+  // graph runner's warm-up forwards. ForgetGemmAlgos drops every pick, so
+  // the next call of each problem chooses again (benchmarks compare).
+  void set_gemm_timing(bool on);
+  size_t num_timed_gemm_algos() const;
+  void ForgetGemmAlgos();
 
   DType activation_dtype() const override { return activation_dtype_; }
   DType default_kv_cache_dtype() const override { return activation_dtype_; }

@@ -39,22 +39,16 @@ CudaGraphRunner::~CudaGraphRunner() {
   for (auto& [bucket, graph] : graphs_) cudaGraphExecDestroy(graph.exec);
 }
 
-absl::Status CudaGraphRunner::Capture(int max_num_seqs) {
+absl::Status CudaGraphRunner::Capture(int max_num_seqs, bool time_gemms) {
   buckets_ = GraphBatchBuckets(max_num_seqs);
   const ModelConfig& config = model_->config();
   backend_->ReserveDecodeWorkspace(buckets_.back(), config.num_attention_heads,
                                    config.num_key_value_heads, config.head_dim, max_context_len_);
   backend_->set_graph_max_context_len(max_context_len_);
-  // Warm every bucket first, largest first, so no capture allocates and no
-  // later warm-up moves the workspace under an earlier graph.
-  for (auto it = buckets_.rbegin(); it != buckets_.rend(); ++it) {
-    auto output = model_->Forward(DummyDecode(*it, blocks_per_seq_), cache_);
-    if (!output.ok()) return output.status();
-    // Device errors are sticky: once one is recorded (an allocation or a
-    // launch of the largest bucket failed) every further warm-up is wasted
-    // work, possibly thousands of full forwards; stop at the first.
-    if (!backend_->status().ok()) return backend_->status();
-  }
+  backend_->set_gemm_timing(time_gemms);
+  absl::Status warmed = WarmUp();
+  backend_->set_gemm_timing(false);
+  if (!warmed.ok()) return warmed;
   backend_->Synchronize();
   if (!backend_->status().ok()) return backend_->status();
   allocations_at_capture_ = backend_->num_allocations();
@@ -65,6 +59,20 @@ absl::Status CudaGraphRunner::Capture(int max_num_seqs) {
     return absl::InternalError("the workspace grew while capturing CUDA graphs");
   }
   return backend_->status();
+}
+
+// Warms every bucket, largest first, so no capture allocates and no later
+// warm-up moves the workspace under an earlier graph.
+absl::Status CudaGraphRunner::WarmUp() {
+  for (auto it = buckets_.rbegin(); it != buckets_.rend(); ++it) {
+    auto output = model_->Forward(DummyDecode(*it, blocks_per_seq_), cache_);
+    if (!output.ok()) return output.status();
+    // Device errors are sticky: once one is recorded (an allocation or a
+    // launch of the largest bucket failed) every further warm-up is wasted
+    // work, possibly thousands of full forwards; stop at the first.
+    if (!backend_->status().ok()) return backend_->status();
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CudaGraphRunner::CaptureOne(int bucket) {

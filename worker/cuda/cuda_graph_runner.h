@@ -46,8 +46,10 @@ class CudaGraphRunner {
 
   // Captures one graph per bucket up to max_num_seqs, largest first (so the
   // first warm-up sizes every workspace). Each capture is preceded by an
-  // eager run of the same padded batch.
-  absl::Status Capture(int max_num_seqs);
+  // eager run of the same padded batch; with time_gemms those warm-ups pick
+  // each GEMM's algorithm by timing (CudaBackend::set_gemm_timing), and the
+  // graphs capture the picks.
+  absl::Status Capture(int max_num_seqs, bool time_gemms = true);
   int num_graphs() const { return static_cast<int>(graphs_.size()); }
 
   // True when `batch` can replay a captured graph.
@@ -63,6 +65,7 @@ class CudaGraphRunner {
     cudaGraphExec_t exec = nullptr;
     const void* logits = nullptr;  // Where the captured forward wrote them.
   };
+  absl::Status WarmUp();
   absl::Status CaptureOne(int bucket);
 
   LlamaModel* model_;
