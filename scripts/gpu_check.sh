@@ -50,6 +50,8 @@
 #     (weights + KV) / copy-bandwidth floor.
 #  4. Offline throughput through the service: pagoda-server --device cuda on
 #     that model and pagoda-bench --trace sharegpt.
+#  5. Only with ONLY=mixed: latency under load through the service
+#     (pagoda-bench --mixed, as scripts/bench_mixed.sh), chunked and not.
 # Under $OUT (what comes back): summary.txt, ctest.log, the bench logs and
 # logs.tar.gz (every log, server logs too).
 #
@@ -69,7 +71,9 @@
 #                 then vLLM's own offline defaults on an 80 GB GPU)
 #   PROFILE=1     also time every kernel of the batch-64 decode step with ncu
 #   ONLY          comma-separated step groups to run (a rerun of what failed):
-#                 ctest,nccl,structured,attention,decode,service (default: all)
+#                 ctest,nccl,structured,attention,decode,service (default: all),
+#                 and mixed (never by default)
+#   MIXED_DURATION   seconds of each mixed run (20)
 #   ONLY_TESTS    a ctest -R regex: in the ctest group, only those CUDA tests
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -87,6 +91,8 @@ INFO=()
 
 # wanted GROUP: whether ONLY (default: every group) names it.
 wanted() { [ -z "${ONLY:-}" ] || [[ ",$ONLY," == *",$1,"* ]]; }
+# named GROUP: whether ONLY names it (groups left out of the default run).
+named() { [[ ",${ONLY:-}," == *",$1,"* ]]; }
 
 # record NAME STATUS SECONDS [NOTE]
 record() { SUMMARY+=("$(printf '%-24s %-9s %5ss  %s' "$1" "$2" "$3" "${4:-}")"); }
@@ -301,7 +307,7 @@ fi
 
 # 3. Llama-3-8B-shaped decode step (bundle mode: needs the worker).
 MODEL=/tmp/pagoda-llama3-8b-random
-if [ "$mode" = bundle ] && [ "$have_gpu" = 1 ] && { wanted decode || wanted service; } &&
+if [ "$mode" = bundle ] && [ "$have_gpu" = 1 ] && { wanted decode || wanted service || named mixed; } &&
     [ "${SKIP_DECODE_BENCH:-0}" != 1 ]; then
   if [ ! -f "$MODEL/config.json" ]; then
     PYTHONUNBUFFERED=1 LD_LIBRARY_PATH="" step make_bench_model make_bench_model.log 150 \
@@ -319,12 +325,20 @@ if [ "$mode" = bundle ] && [ "$have_gpu" = 1 ] && { wanted decode || wanted serv
   fi
 fi
 
-# 4. Offline throughput through the service on a ShareGPT-like trace.
-service_throughput() {  # MAX_NUM_SEQS MAX_NUM_BATCHED_TOKENS
+# Starts pagoda-server --device cuda on MODEL with SERVER_FLAGS, runs
+# pagoda-bench against it with BENCH_FLAGS, stops the server; the server's
+# log is server-NAME.log.
+serve_and_bench() {  # NAME SERVER_FLAGS... -- BENCH_FLAGS...
+  local name=$1 server_flags=()
+  shift
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do
+    server_flags+=("$1")
+    shift
+  done
+  shift
   local out=$LOG_DIR/server.out
-  "$BUILD_DIR/bin/pagoda-server" --model "$MODEL" --device cuda --port 0 --max-model-len 2048 \
-    --max-num-seqs "$1" --max-num-batched-tokens "$2" --metrics-port 0 >"$out" \
-    2>"$LOG_DIR/server-$1-$2.log" &
+  "$BUILD_DIR/bin/pagoda-server" --model "$MODEL" --device cuda --port 0 --metrics-port 0 \
+    "${server_flags[@]}" >"$out" 2>"$LOG_DIR/server-$name.log" &
   local pid=$! port=""
   for _ in $(seq 1 900); do
     port=$(awk '/PAGODA_SERVER_LISTENING/ {print $2}' "$out")
@@ -334,22 +348,28 @@ service_throughput() {  # MAX_NUM_SEQS MAX_NUM_BATCHED_TOKENS
   done
   if [ -z "$port" ]; then
     echo "pagoda-server did not start:"
-    tail -n 20 "$LOG_DIR/server-$1-$2.log"
+    tail -n 20 "$LOG_DIR/server-$name.log"
     kill "$pid" 2>/dev/null
     return 1
   fi
-  grep -E "KV cache|workers run on|captured" "$LOG_DIR/server-$1-$2.log" | tail -3
-  "$BUILD_DIR/bin/pagoda-bench" --server "127.0.0.1:$port" --trace sharegpt \
-    --trace_requests "${SERVICE_REQUESTS:-1000}" --concurrency "${SERVICE_CONCURRENCY:-1000}"
+  grep -E "KV cache|workers run on|captured" "$LOG_DIR/server-$name.log" | tail -3
+  "$BUILD_DIR/bin/pagoda-bench" --server "127.0.0.1:$port" "$@"
   local rc=$?
   kill -TERM "$pid" 2>/dev/null
   wait "$pid" 2>/dev/null
   return $rc
 }
+
+# 4. Offline throughput through the service on a ShareGPT-like trace.
+service_throughput() {  # MAX_NUM_SEQS MAX_NUM_BATCHED_TOKENS
+  serve_and_bench "$1-$2" --max-model-len 2048 --max-num-seqs "$1" \
+    --max-num-batched-tokens "$2" -- --trace sharegpt \
+    --trace_requests "${SERVICE_REQUESTS:-1000}" --concurrency "${SERVICE_CONCURRENCY:-1000}"
+}
 if [ "$mode" = bundle ] && [ "$have_gpu" = 1 ] && [ -f "$MODEL/config.json" ] &&
     wanted service && [ "${SKIP_SERVICE_BENCH:-0}" != 1 ]; then
   export MODEL BUILD_DIR LOG_DIR SERVICE_REQUESTS SERVICE_CONCURRENCY
-  export -f service_throughput
+  export -f serve_and_bench service_throughput
   for config in ${SERVICE_CONFIGS:-256:0 1024:16384}; do
     seqs=${config%%:*} tokens=${config##*:}
     step "service_${seqs}_${tokens}" "service_${seqs}_${tokens}.log" 150 \
@@ -358,6 +378,30 @@ if [ "$mode" = bundle ] && [ "$have_gpu" = 1 ] && [ -f "$MODEL/config.json" ] &&
       '$1 == c {print $6 " output tok/s, errors " $3 ", batch " $8 ", step " $9 " ms"}' \
       "$LOG_DIR/service_${seqs}_${tokens}.log")"
     cat "$LOG_DIR/service_${seqs}_${tokens}.log" >>"$LOG_DIR/service_throughput.log"
+  done
+fi
+
+# 5. Latency under load on the GPU (ONLY=mixed: not in the default run):
+#    scripts/bench_mixed.sh's workload against the service on that model,
+#    16 streams of 256-token prompts with no long prompts, then a 2,048-token
+#    prompt every 2 s chunked (the default budget) and unchunked;
+#    MIXED_DURATION seconds each. The summary rows carry the streams' line:
+#    TTFT and inter-token latency p50/p90/p99 (ms), output tok/s.
+mixed_latency() {  # EVERY [SERVER_FLAGS...]
+  local every=$1
+  shift
+  serve_and_bench "mixed-$every$*" --max-model-len 4096 "$@" -- --mixed \
+    --mixed-long-every "$every" --mixed-duration "${MIXED_DURATION:-20}" --mixed-plot ""
+}
+if [ "$mode" = bundle ] && [ "$have_gpu" = 1 ] && [ -f "$MODEL/config.json" ] && named mixed; then
+  export MODEL BUILD_DIR LOG_DIR MIXED_DURATION
+  export -f serve_and_bench mixed_latency
+  for run in "no_long 0" "chunked 2" "unchunked 2 --no-enable-chunked-prefill"; do
+    read -r label every flags <<<"$run"
+    # shellcheck disable=SC2086
+    step "mixed_$label" "mixed_$label.log" 120 bash -c 'mixed_latency "$@"' _ "$every" $flags
+    note "$(awk '$1 == "streams" {print "ttft " $4 "/" $5 "/" $6 ", itl " $7 "/" $8 "/" $9 \
+      ", " $10 " tok/s"}' "$LOG_DIR/mixed_$label.log")"
   done
 fi
 
