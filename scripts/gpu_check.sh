@@ -76,7 +76,7 @@
 #   MIXED_DURATION   seconds of each mixed run (20)
 #   ONLY_TESTS    a ctest -R regex: in the ctest group, only those CUDA tests
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 REPO=$(pwd)
 START=$SECONDS
 MODE=${MODE:-auto}
