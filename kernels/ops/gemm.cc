@@ -1,6 +1,25 @@
 #include "kernels/ops/gemm.h"
 
 namespace pagoda::kernels {
+
+// cuBLASLt's operation and matrix layouts of one problem family (n, k,
+// dtypes, bias): built once, then each call sets its row count (the columns
+// of the activation and output layouts) and its bias pointer on them.
+struct GemmDescriptors {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t w = nullptr, a = nullptr, c = nullptr;
+
+  GemmDescriptors() = default;
+  GemmDescriptors(const GemmDescriptors&) = delete;
+  GemmDescriptors& operator=(const GemmDescriptors&) = delete;
+  ~GemmDescriptors() {
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (w) cublasLtMatrixLayoutDestroy(w);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
 namespace {
 
 cudaDataType_t ToCudaType(ScalarType type) {
@@ -15,21 +34,15 @@ cudaDataType_t ToCudaType(ScalarType type) {
   return CUDA_R_32F;
 }
 
-// Destroys whatever descriptors were created, on every return path.
-struct Descriptors {
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t w = nullptr, a = nullptr, c = nullptr;
-  cublasLtMatmulPreference_t preference = nullptr;
+// Destroys the preference on every return path.
+struct Preference {
+  cublasLtMatmulPreference_t handle = nullptr;
 
-  Descriptors() = default;
-  Descriptors(const Descriptors&) = delete;
-  Descriptors& operator=(const Descriptors&) = delete;
-  ~Descriptors() {
-    if (preference) cublasLtMatmulPreferenceDestroy(preference);
-    if (c) cublasLtMatrixLayoutDestroy(c);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (w) cublasLtMatrixLayoutDestroy(w);
-    if (op) cublasLtMatmulDescDestroy(op);
+  Preference() = default;
+  Preference(const Preference&) = delete;
+  Preference& operator=(const Preference&) = delete;
+  ~Preference() {
+    if (handle) cublasLtMatmulPreferenceDestroy(handle);
   }
 };
 
@@ -62,18 +75,32 @@ cublasStatus_t GemmContext::Create(size_t workspace_bytes, std::unique_ptr<GemmC
   return CUBLAS_STATUS_SUCCESS;
 }
 
+GemmContext::GemmContext(cublasLtHandle_t handle, void* workspace, size_t workspace_bytes)
+    : handle_(handle), workspace_(workspace), workspace_bytes_(workspace_bytes) {}
+
 GemmContext::~GemmContext() {
+  descriptors_.clear();  // Before the handle they were made with.
   if (workspace_ != nullptr) cudaFree(workspace_);
   cublasLtDestroy(handle_);
 }
 
+GemmDescriptors* GemmContext::FindDescriptors(const FamilyKey& key) const {
+  const auto it = descriptors_.find(key);
+  return it == descriptors_.end() ? nullptr : it->second.get();
+}
+
+GemmDescriptors* GemmContext::RememberDescriptors(const FamilyKey& key,
+                                                  std::unique_ptr<GemmDescriptors> descriptors) {
+  return (descriptors_[key] = std::move(descriptors)).get();
+}
+
 namespace {
 
-// The operation and matrix layouts of `p` into `d`. cuBLASLt is column-major.
-// Row-major C[m, n] is column-major C^T [n, m], and C^T = W * A^T where
-// row-major W[n, k] read column-major is W^T (k x n, so transposed back with
-// OP_T) and row-major A[m, k] is A^T (k x m).
-cublasStatus_t DescribeGemm(const GemmParams& p, Descriptors* d) {
+// The operation and matrix layouts of `p`'s family into `d`. cuBLASLt is
+// column-major. Row-major C[m, n] is column-major C^T [n, m], and C^T =
+// W * A^T where row-major W[n, k] read column-major is W^T (k x n, so
+// transposed back with OP_T) and row-major A[m, k] is A^T (k x m).
+cublasStatus_t DescribeFamily(const GemmParams& p, GemmDescriptors* d) {
   const cudaDataType_t in_type = ToCudaType(p.dtype);
   const cudaDataType_t out_type = ToCudaType(p.out_dtype);
   PAGODA_RETURN_IF_CUBLAS_ERROR(cublasLtMatmulDescCreate(&d->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -86,8 +113,6 @@ cublasStatus_t DescribeGemm(const GemmParams& p, Descriptors* d) {
     const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;  // bias[row of C^T] = bias[n]
     PAGODA_RETURN_IF_CUBLAS_ERROR(cublasLtMatmulDescSetAttribute(
         d->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
-    PAGODA_RETURN_IF_CUBLAS_ERROR(cublasLtMatmulDescSetAttribute(
-        d->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias, sizeof(p.bias)));
     const int32_t bias_type = out_type;
     PAGODA_RETURN_IF_CUBLAS_ERROR(cublasLtMatmulDescSetAttribute(
         d->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
@@ -98,27 +123,59 @@ cublasStatus_t DescribeGemm(const GemmParams& p, Descriptors* d) {
   return CUBLAS_STATUS_SUCCESS;
 }
 
-// The algorithm preferences of `p` into `d`: the context's workspace and
-// the buffers' alignments, which alignments[0..3] (W, A, C, D) receive.
-cublasStatus_t PreferGemm(const GemmContext& context, const GemmParams& p, Descriptors* d,
-                          uint32_t (&alignments)[4]) {
-  PAGODA_RETURN_IF_CUBLAS_ERROR(cublasLtMatmulPreferenceCreate(&d->preference));
-  const uint64_t workspace_bytes = context.workspace_bytes();
+// What differs between calls of one family: the row count and the bias.
+cublasStatus_t SetCallAttributes(const GemmParams& p, GemmDescriptors* d) {
+  const uint64_t rows = static_cast<uint64_t>(p.m);
   PAGODA_RETURN_IF_CUBLAS_ERROR(
-      cublasLtMatmulPreferenceSetAttribute(d->preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                           &workspace_bytes, sizeof(workspace_bytes)));
-  // cuBLASLt assumes 256-byte-aligned buffers unless told otherwise; slices
-  // (row offsets) may be less aligned. Its A is our W, its B our activations.
+      cublasLtMatrixLayoutSetAttribute(d->a, CUBLASLT_MATRIX_LAYOUT_COLS, &rows, sizeof(rows)));
+  PAGODA_RETURN_IF_CUBLAS_ERROR(
+      cublasLtMatrixLayoutSetAttribute(d->c, CUBLASLT_MATRIX_LAYOUT_COLS, &rows, sizeof(rows)));
+  if (p.bias != nullptr) {
+    PAGODA_RETURN_IF_CUBLAS_ERROR(cublasLtMatmulDescSetAttribute(
+        d->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias, sizeof(p.bias)));
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// The family's cached descriptors, made on first use, set for this call.
+cublasStatus_t DescriptorsFor(GemmContext& context, const GemmParams& p, GemmDescriptors** out) {
+  const GemmContext::FamilyKey key{p.n, p.k, static_cast<int>(p.dtype),
+                                   static_cast<int>(p.out_dtype), p.bias != nullptr};
+  GemmDescriptors* d = context.FindDescriptors(key);
+  if (d == nullptr) {
+    auto made = std::make_unique<GemmDescriptors>();
+    PAGODA_RETURN_IF_CUBLAS_ERROR(DescribeFamily(p, made.get()));
+    d = context.RememberDescriptors(key, std::move(made));
+  }
+  *out = d;
+  return SetCallAttributes(p, d);
+}
+
+// The buffers' alignments (W, A, C, D): cuBLASLt assumes 256-byte-aligned
+// buffers unless told otherwise, and slices (row offsets) may be less
+// aligned. Its A is our W, its B our activations.
+void Alignments(const GemmParams& p, uint32_t (&alignments)[4]) {
   alignments[0] = PointerAlignment(p.w);
   alignments[1] = PointerAlignment(p.a);
   alignments[2] = PointerAlignment(p.c);
   alignments[3] = PointerAlignment(p.c);
+}
+
+// The algorithm preferences for a problem: the context's workspace and the
+// buffers' alignments.
+cublasStatus_t PreferGemm(const GemmContext& context, const uint32_t (&alignments)[4],
+                          Preference* preference) {
+  PAGODA_RETURN_IF_CUBLAS_ERROR(cublasLtMatmulPreferenceCreate(&preference->handle));
+  const uint64_t workspace_bytes = context.workspace_bytes();
+  PAGODA_RETURN_IF_CUBLAS_ERROR(cublasLtMatmulPreferenceSetAttribute(
+      preference->handle, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
+      sizeof(workspace_bytes)));
   const cublasLtMatmulPreferenceAttributes_t alignment_attributes[4] = {
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
   for (int i = 0; i < 4; ++i) {
     PAGODA_RETURN_IF_CUBLAS_ERROR(cublasLtMatmulPreferenceSetAttribute(
-        d->preference, alignment_attributes[i], &alignments[i], sizeof(alignments[i])));
+        preference->handle, alignment_attributes[i], &alignments[i], sizeof(alignments[i])));
   }
   return CUBLAS_STATUS_SUCCESS;
 }
@@ -131,7 +188,7 @@ bool Capturing(cudaStream_t stream) {
 
 // Milliseconds of kTimedRuns runs of `algo` on `stream` after one warm-up,
 // or a negative value when it fails (the candidate is then passed over).
-float TimeAlgo(GemmContext& context, const GemmParams& p, const Descriptors& d,
+float TimeAlgo(GemmContext& context, const GemmParams& p, const GemmDescriptors& d,
                const cublasLtMatmulAlgo_t& algo, cudaStream_t stream, cudaEvent_t start,
                cudaEvent_t stop) {
   const float alpha = 1.0f, beta = 0.0f;
@@ -153,7 +210,7 @@ float TimeAlgo(GemmContext& context, const GemmParams& p, const Descriptors& d,
 
 // Of `found` heuristic results, the index of the one to keep: the fastest
 // when it beats the first by kMinTimedGain, else 0 (also when timing fails).
-int FastestAlgo(GemmContext& context, const GemmParams& p, const Descriptors& d,
+int FastestAlgo(GemmContext& context, const GemmParams& p, const GemmDescriptors& d,
                 const cublasLtMatmulHeuristicResult_t* results, int found, cudaStream_t stream) {
   cudaEvent_t start = nullptr, stop = nullptr;
   if (cudaEventCreate(&start) != cudaSuccess) return 0;
@@ -179,13 +236,16 @@ int FastestAlgo(GemmContext& context, const GemmParams& p, const Descriptors& d,
 
 // The algorithm for a problem not yet in the context's cache: the
 // heuristic's first, or with timing on the fastest of its candidates.
-cublasStatus_t ChooseAlgo(GemmContext& context, const GemmParams& p, const Descriptors& d,
-                          cudaStream_t stream, cublasLtMatmulAlgo_t* algo) {
+cublasStatus_t ChooseAlgo(GemmContext& context, const GemmParams& p, const GemmDescriptors& d,
+                          const uint32_t (&alignments)[4], cudaStream_t stream,
+                          cublasLtMatmulAlgo_t* algo) {
   const bool timed = context.timing() && !Capturing(stream);
+  Preference preference;
+  PAGODA_RETURN_IF_CUBLAS_ERROR(PreferGemm(context, alignments, &preference));
   cublasLtMatmulHeuristicResult_t results[GemmContext::kTimedCandidates] = {};
   int found = 0;
   PAGODA_RETURN_IF_CUBLAS_ERROR(
-      cublasLtMatmulAlgoGetHeuristic(context.handle(), d.op, d.w, d.a, d.c, d.c, d.preference,
+      cublasLtMatmulAlgoGetHeuristic(context.handle(), d.op, d.w, d.a, d.c, d.c, preference.handle,
                                      timed ? GemmContext::kTimedCandidates : 1, results, &found));
   if (found == 0) return CUBLAS_STATUS_NOT_SUPPORTED;
   int pick = 0;
@@ -206,10 +266,10 @@ cublasStatus_t Gemm(GemmContext& context, const GemmParams& p, cudaStream_t stre
       p.w == nullptr || p.c == nullptr) {
     return CUBLAS_STATUS_INVALID_VALUE;
   }
-  Descriptors d;
-  PAGODA_RETURN_IF_CUBLAS_ERROR(DescribeGemm(p, &d));
+  GemmDescriptors* d = nullptr;
+  PAGODA_RETURN_IF_CUBLAS_ERROR(DescriptorsFor(context, p, &d));
   uint32_t alignments[4];
-  PAGODA_RETURN_IF_CUBLAS_ERROR(PreferGemm(context, p, &d, alignments));
+  Alignments(p, alignments);
   // The pick is remembered per shape, dtypes, bias and alignment.
   const GemmContext::AlgoKey key{p.m,
                                  p.n,
@@ -223,14 +283,14 @@ cublasStatus_t Gemm(GemmContext& context, const GemmParams& p, cudaStream_t stre
   const cublasLtMatmulAlgo_t* algo = context.FindAlgo(key);
   if (algo == nullptr) {
     cublasLtMatmulAlgo_t chosen;
-    PAGODA_RETURN_IF_CUBLAS_ERROR(ChooseAlgo(context, p, d, stream, &chosen));
+    PAGODA_RETURN_IF_CUBLAS_ERROR(ChooseAlgo(context, p, *d, alignments, stream, &chosen));
     context.RememberAlgo(key, chosen);
     algo = context.FindAlgo(key);
   }
 
   const float alpha = 1.0f, beta = 0.0f;
-  return cublasLtMatmul(context.handle(), d.op, &alpha, p.w, d.w, p.a, d.a, &beta, p.c, d.c, p.c,
-                        d.c, algo, context.workspace(), context.workspace_bytes(), stream);
+  return cublasLtMatmul(context.handle(), d->op, &alpha, p.w, d->w, p.a, d->a, &beta, p.c, d->c,
+                        p.c, d->c, algo, context.workspace(), context.workspace_bytes(), stream);
 }
 
 }  // namespace pagoda::kernels

@@ -17,8 +17,11 @@
 
 namespace pagoda::kernels {
 
+struct GemmDescriptors;  // gemm.cc
+
 // Owns one cuBLASLt handle and its device workspace. Not thread-safe: one
-// stream's worth of GEMMs at a time (the workspace is shared by every call).
+// stream's worth of GEMMs at a time (the workspace and the cached
+// descriptors are shared by every call).
 // Not copyable: it owns device memory.
 class GemmContext {
  public:
@@ -55,6 +58,16 @@ class GemmContext {
     num_timed_algos_ = 0;
   }
 
+  // The operation and layout descriptors of a problem family (n, k, input
+  // and output dtype, bias or not), built on its first GEMM and kept: a GEMM
+  // then only sets its row count and bias pointer on them, where building
+  // five descriptors cost a few microseconds of host time per call.
+  using FamilyKey = std::tuple<int64_t, int64_t, int, int, bool>;
+  GemmDescriptors* FindDescriptors(const FamilyKey& key) const;
+  GemmDescriptors* RememberDescriptors(const FamilyKey& key,
+                                       std::unique_ptr<GemmDescriptors> descriptors);
+  size_t num_cached_descriptors() const { return descriptors_.size(); }
+
   // Timing (off by default). While on, the first call of each problem times
   // up to kTimedCandidates of the heuristic's algorithms on the call's own
   // buffers and stream and keeps the fastest, so a split-K algorithm is
@@ -74,13 +87,13 @@ class GemmContext {
   void CountTimedAlgo() { ++num_timed_algos_; }
 
  private:
-  GemmContext(cublasLtHandle_t handle, void* workspace, size_t workspace_bytes)
-      : handle_(handle), workspace_(workspace), workspace_bytes_(workspace_bytes) {}
+  GemmContext(cublasLtHandle_t handle, void* workspace, size_t workspace_bytes);
 
   cublasLtHandle_t handle_;
   void* workspace_;
   size_t workspace_bytes_;
   std::map<AlgoKey, cublasLtMatmulAlgo_t> algos_;
+  std::map<FamilyKey, std::unique_ptr<GemmDescriptors>> descriptors_;
   bool timing_ = false;
   size_t num_timed_algos_ = 0;
 };

@@ -172,6 +172,48 @@ double RelativeError(const std::vector<float>& a, const std::vector<float>& w,
   return std::sqrt(error / norm);
 }
 
+// One family's descriptors serve every row count and bias pointer: each
+// call sets its own, and none leaks into the next.
+TEST(GemmContextTest, DescriptorsAreKeptPerFamilyAcrossRowCountsAndBiases) {
+  std::unique_ptr<GemmContext> context;
+  ASSERT_EQ(GemmContext::Create(GemmContext::kDefaultWorkspaceBytes, &context),
+            CUBLAS_STATUS_SUCCESS);
+  const int64_t n = 96, k = 160, max_m = 9;
+  const ScalarType type = ScalarType::kBF16;
+  const std::vector<float> a = RoundTrip(type, RandomFloats(max_m * k, -1, 1, 31));
+  const std::vector<float> w = RoundTrip(type, RandomFloats(n * k, -1, 1, 32));
+  const std::vector<float> bias_one = RandomFloats(n, -2, 2, 33),
+                           bias_two = RandomFloats(n, 5, 6, 34);
+  DeviceBuffer da(a.size() * 2), dw(w.size() * 2), dc((max_m + 1) * n * 4), db1(n * 4), db2(n * 4);
+  da.Upload(Encode(type, a));
+  dw.Upload(Encode(type, w));
+  db1.Upload(Encode(ScalarType::kF32, bias_one));
+  db2.Upload(Encode(ScalarType::kF32, bias_two));
+  struct Call {
+    int64_t m;
+    const std::vector<float>* bias;
+    const void* device_bias;
+  };
+  for (const Call& call :
+       {Call{7, nullptr, nullptr}, Call{3, nullptr, nullptr}, Call{9, &bias_one, db1.get()},
+        Call{2, &bias_two, db2.get()}, Call{7, nullptr, nullptr}}) {
+    dc.Fill(0xFF);
+    const GemmParams p{da.get(), dw.get(), call.device_bias, dc.get(), call.m, n,
+                       k,        type,     ScalarType::kF32};
+    ASSERT_EQ(Gemm(*context, p, nullptr), CUBLAS_STATUS_SUCCESS) << call.m;
+    PAGODA_ASSERT_CUDA_OK(cudaDeviceSynchronize());
+    std::vector<float> c = Decode(ScalarType::kF32, dc.Download<uint8_t>((max_m + 1) * n * 4));
+    for (int64_t i = 0; i < call.m * n; ++i) {
+      if (call.bias != nullptr) c[i] -= (*call.bias)[i % n];
+    }
+    EXPECT_LT(RelativeError(a, w, c, call.m, n, k), 3e-5) << "m " << call.m;
+    // The row after m untouched (still the 0xFF fill: NaN).
+    EXPECT_TRUE(std::isnan(c[call.m * n])) << "m " << call.m;
+  }
+  // Two families: without bias and with.
+  EXPECT_EQ(context->num_cached_descriptors(), 2u);
+}
+
 TEST(GemmContextTest, TimedAlgorithmsAreCorrectAndKept) {
   std::unique_ptr<GemmContext> context;
   ASSERT_EQ(GemmContext::Create(GemmContext::kDefaultWorkspaceBytes, &context),
