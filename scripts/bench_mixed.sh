@@ -5,9 +5,10 @@
 # with a 2,048-token prompt every 2 s), then pagoda-bench --mixed: STREAMS
 # streams decoding CONTEXT-token prompts while a LONG-token prompt arrives
 # every EVERY seconds, for DURATION seconds. Prints TTFT and inter-token
-# latency p50/p90/p99 per class and writes PLOT (SVG). With URGENT_EVERY,
-# 64-token requests of priority -1 arrive that often as well (the rest are
-# priority 0), and their TTFT is taken on the idle server first.
+# latency p50/p90/p99 per class and writes PLOT (SVG; default mixed_itl.svg,
+# PLOT= for none). With URGENT_EVERY, 64-token requests of priority -1
+# arrive that often as well (the rest are priority 0), and their TTFT is
+# taken on the idle server first.
 #   STREAMS=16 CONTEXT=256 LONG=2048 EVERY=2 DURATION=60 PLOT=itl.svg \
 #     scripts/bench_mixed.sh [server flags, e.g. --no-enable-chunked-prefill]
 #   STREAMS=48 EVERY=0 URGENT_EVERY=1 scripts/bench_mixed.sh \
@@ -28,4 +29,4 @@ start_server "$BIN/pagoda-server" --model "$WORK/model" "$@"
 "$BIN/pagoda-bench" --server "127.0.0.1:$PORT" --mixed --mixed-streams "${STREAMS:-16}" \
   --mixed-context "${CONTEXT:-256}" --mixed-long-prompt "${LONG:-2048}" \
   --mixed-long-every "${EVERY:-2}" --mixed-duration "${DURATION:-60}" \
-  --mixed-urgent-every "${URGENT_EVERY:-0}" --mixed-plot "${PLOT:-mixed_itl.svg}"
+  --mixed-urgent-every "${URGENT_EVERY:-0}" --mixed-plot "${PLOT-mixed_itl.svg}"
