@@ -1,5 +1,7 @@
 #include "kernels/ops/gemm.h"
 
+#include <algorithm>
+
 namespace pagoda::kernels {
 
 // cuBLASLt's operation and matrix layouts of one problem family (n, k,
@@ -209,14 +211,15 @@ float TimeAlgo(GemmContext& context, const GemmParams& p, const GemmDescriptors&
 }
 
 // Of `found` heuristic results, the index of the one to keep: the fastest
-// when it beats the first by kMinTimedGain, else 0 (also when timing fails).
+// when it beats the first by kMinTimedGain, else 0; -1 when the first could
+// not be timed (then nothing was).
 int FastestAlgo(GemmContext& context, const GemmParams& p, const GemmDescriptors& d,
                 const cublasLtMatmulHeuristicResult_t* results, int found, cudaStream_t stream) {
   cudaEvent_t start = nullptr, stop = nullptr;
-  if (cudaEventCreate(&start) != cudaSuccess) return 0;
+  if (cudaEventCreate(&start) != cudaSuccess) return -1;
   if (cudaEventCreate(&stop) != cudaSuccess) {
     cudaEventDestroy(start);
-    return 0;
+    return -1;
   }
   const float first = TimeAlgo(context, p, d, results[0].algo, stream, start, stop);
   int best = 0;
@@ -231,6 +234,7 @@ int FastestAlgo(GemmContext& context, const GemmParams& p, const GemmDescriptors
   }
   cudaEventDestroy(stop);
   cudaEventDestroy(start);
+  if (first <= 0) return -1;
   return best_ms < first * (1.0f - GemmContext::kMinTimedGain) ? best : 0;
 }
 
@@ -251,7 +255,8 @@ cublasStatus_t ChooseAlgo(GemmContext& context, const GemmParams& p, const GemmD
   int pick = 0;
   if (timed && found > 1) {
     pick = FastestAlgo(context, p, d, results, found, stream);
-    context.CountTimedAlgo();
+    if (pick >= 0) context.CountTimedAlgo();
+    pick = std::max(pick, 0);  // Untimed: the heuristic's first.
   }
   *algo = results[pick].algo;
   return CUBLAS_STATUS_SUCCESS;

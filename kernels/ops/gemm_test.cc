@@ -23,6 +23,38 @@ struct Shape {
   bool bias;
 };
 
+// Relative RMS error of c [m, n] against the float64 product of a [m, k]
+// and w [n, k]^T, plus bias [n] when given. NaN anywhere makes it NaN.
+double RelativeError(const std::vector<float>& a, const std::vector<float>& w,
+                     const std::vector<float>& c, int64_t m, int64_t n, int64_t k,
+                     const std::vector<float>* bias = nullptr) {
+  double error = 0, norm = 0;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double want = bias != nullptr ? (*bias)[j] : 0.0;
+      for (int64_t l = 0; l < k; ++l) want += double{a[i * k + l]} * w[j * k + l];
+      error += (c[i * n + j] - want) * (c[i * n + j] - want);
+      norm += want * want;
+    }
+  }
+  return std::sqrt(error / norm);
+}
+
+// Random bf16 operands a [m, k] and w [n, k] on the device, with their
+// exact (rounded) values on the host.
+struct Bf16Operands {
+  Bf16Operands(int64_t m, int64_t n, int64_t k, uint32_t seed)
+      : a(RoundTrip(ScalarType::kBF16, RandomFloats(m * k, -1, 1, seed))),
+        w(RoundTrip(ScalarType::kBF16, RandomFloats(n * k, -1, 1, seed + 1))),
+        da(a.size() * 2),
+        dw(w.size() * 2) {
+    da.Upload(Encode(ScalarType::kBF16, a));
+    dw.Upload(Encode(ScalarType::kBF16, w));
+  }
+  std::vector<float> a, w;
+  DeviceBuffer da, dw;
+};
+
 class GemmTest : public ::testing::TestWithParam<std::pair<ScalarType, ScalarType>> {};
 
 TEST_P(GemmTest, MatchesFloat64Reference) {
@@ -47,21 +79,11 @@ TEST_P(GemmTest, MatchesFloat64Reference) {
     PAGODA_ASSERT_CUDA_OK(cudaDeviceSynchronize());
     const std::vector<float> c =
         Decode(out_dtype, dc.Download<uint8_t>(s.m * s.n * ScalarTypeSize(out_dtype)));
-    double error = 0, norm = 0;
-    for (int64_t i = 0; i < s.m; ++i) {
-      for (int64_t j = 0; j < s.n; ++j) {
-        double want = s.bias ? bias[j] : 0.0;
-        for (int64_t l = 0; l < s.k; ++l) want += double{a[i * s.k + l]} * w[j * s.k + l];
-        const double got = c[i * s.n + j];
-        ASSERT_FALSE(std::isnan(got)) << i << "," << j;
-        error += (got - want) * (got - want);
-        norm += want * want;
-      }
-    }
     const double limit = out_dtype == ScalarType::kF32   ? 3e-5
                          : out_dtype == ScalarType::kF16 ? 2e-3
                                                          : 1e-2;
-    EXPECT_LT(std::sqrt(error / norm), limit) << s.m << "x" << s.n << "x" << s.k;
+    EXPECT_LT(RelativeError(a, w, c, s.m, s.n, s.k, s.bias ? &bias : nullptr), limit)
+        << s.m << "x" << s.n << "x" << s.k;
   }
 }
 
@@ -157,21 +179,6 @@ TEST(GemmContextTest, RepeatedShapesReuseTheAlgorithmAndGiveTheSameBits) {
   EXPECT_EQ(context->num_cached_algos(), 2u);
 }
 
-// Relative RMS error of c [m, n] against the float64 product of a and w.
-double RelativeError(const std::vector<float>& a, const std::vector<float>& w,
-                     const std::vector<float>& c, int64_t m, int64_t n, int64_t k) {
-  double error = 0, norm = 0;
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t j = 0; j < n; ++j) {
-      double want = 0;
-      for (int64_t l = 0; l < k; ++l) want += double{a[i * k + l]} * w[j * k + l];
-      error += (c[i * n + j] - want) * (c[i * n + j] - want);
-      norm += want * want;
-    }
-  }
-  return std::sqrt(error / norm);
-}
-
 // One family's descriptors serve every row count and bias pointer: each
 // call sets its own, and none leaks into the next.
 TEST(GemmContextTest, DescriptorsAreKeptPerFamilyAcrossRowCountsAndBiases) {
@@ -179,14 +186,10 @@ TEST(GemmContextTest, DescriptorsAreKeptPerFamilyAcrossRowCountsAndBiases) {
   ASSERT_EQ(GemmContext::Create(GemmContext::kDefaultWorkspaceBytes, &context),
             CUBLAS_STATUS_SUCCESS);
   const int64_t n = 96, k = 160, max_m = 9;
-  const ScalarType type = ScalarType::kBF16;
-  const std::vector<float> a = RoundTrip(type, RandomFloats(max_m * k, -1, 1, 31));
-  const std::vector<float> w = RoundTrip(type, RandomFloats(n * k, -1, 1, 32));
+  const Bf16Operands in(max_m, n, k, 31);
   const std::vector<float> bias_one = RandomFloats(n, -2, 2, 33),
                            bias_two = RandomFloats(n, 5, 6, 34);
-  DeviceBuffer da(a.size() * 2), dw(w.size() * 2), dc((max_m + 1) * n * 4), db1(n * 4), db2(n * 4);
-  da.Upload(Encode(type, a));
-  dw.Upload(Encode(type, w));
+  DeviceBuffer dc((max_m + 1) * n * 4), db1(n * 4), db2(n * 4);
   db1.Upload(Encode(ScalarType::kF32, bias_one));
   db2.Upload(Encode(ScalarType::kF32, bias_two));
   struct Call {
@@ -198,15 +201,13 @@ TEST(GemmContextTest, DescriptorsAreKeptPerFamilyAcrossRowCountsAndBiases) {
        {Call{7, nullptr, nullptr}, Call{3, nullptr, nullptr}, Call{9, &bias_one, db1.get()},
         Call{2, &bias_two, db2.get()}, Call{7, nullptr, nullptr}}) {
     dc.Fill(0xFF);
-    const GemmParams p{da.get(), dw.get(), call.device_bias, dc.get(), call.m, n,
-                       k,        type,     ScalarType::kF32};
+    const GemmParams p{in.da.get(), in.dw.get(), call.device_bias,  dc.get(),        call.m,
+                       n,           k,           ScalarType::kBF16, ScalarType::kF32};
     ASSERT_EQ(Gemm(*context, p, nullptr), CUBLAS_STATUS_SUCCESS) << call.m;
     PAGODA_ASSERT_CUDA_OK(cudaDeviceSynchronize());
-    std::vector<float> c = Decode(ScalarType::kF32, dc.Download<uint8_t>((max_m + 1) * n * 4));
-    for (int64_t i = 0; i < call.m * n; ++i) {
-      if (call.bias != nullptr) c[i] -= (*call.bias)[i % n];
-    }
-    EXPECT_LT(RelativeError(a, w, c, call.m, n, k), 3e-5) << "m " << call.m;
+    const std::vector<float> c =
+        Decode(ScalarType::kF32, dc.Download<uint8_t>((max_m + 1) * n * 4));
+    EXPECT_LT(RelativeError(in.a, in.w, c, call.m, n, k, call.bias), 3e-5) << "m " << call.m;
     // The row after m untouched (still the 0xFF fill: NaN).
     EXPECT_TRUE(std::isnan(c[call.m * n])) << "m " << call.m;
   }
@@ -222,20 +223,16 @@ TEST(GemmContextTest, TimedAlgorithmsAreCorrectAndKept) {
   // A decode-shaped problem (few rows, a deep product: the heuristic offers
   // split-K candidates) and an odd one.
   for (const Shape& s : {Shape{64, 1024, 4096, false}, Shape{5, 136, 264, false}}) {
-    const ScalarType type = ScalarType::kBF16;
-    const std::vector<float> a = RoundTrip(type, RandomFloats(s.m * s.k, -1, 1, 21));
-    const std::vector<float> w = RoundTrip(type, RandomFloats(s.n * s.k, -1, 1, 22));
-    DeviceBuffer da(a.size() * 2), dw(w.size() * 2), dc(s.m * s.n * 4);
-    da.Upload(Encode(type, a));
-    dw.Upload(Encode(type, w));
+    const Bf16Operands in(s.m, s.n, s.k, 21);
+    DeviceBuffer dc(s.m * s.n * 4);
     dc.Fill(0xFF);
-    const GemmParams p{da.get(), dw.get(), nullptr, dc.get(),        s.m,
-                       s.n,      s.k,      type,    ScalarType::kF32};
+    const GemmParams p{in.da.get(), in.dw.get(), nullptr,           dc.get(),        s.m,
+                       s.n,         s.k,         ScalarType::kBF16, ScalarType::kF32};
     const size_t cached = context->num_cached_algos();
     ASSERT_EQ(Gemm(*context, p, nullptr), CUBLAS_STATUS_SUCCESS);
     PAGODA_ASSERT_CUDA_OK(cudaDeviceSynchronize());
     const std::vector<uint8_t> first = dc.Download<uint8_t>(s.m * s.n * 4);
-    EXPECT_LT(RelativeError(a, w, Decode(ScalarType::kF32, first), s.m, s.n, s.k), 3e-5)
+    EXPECT_LT(RelativeError(in.a, in.w, Decode(ScalarType::kF32, first), s.m, s.n, s.k), 3e-5)
         << s.m << "x" << s.n << "x" << s.k;
     EXPECT_EQ(context->num_cached_algos(), cached + 1);
     // The pick is kept: the next call neither times nor changes a bit.
