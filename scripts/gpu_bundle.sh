@@ -78,6 +78,11 @@ while IFS= read -r so; do
   cp -L "$so" "$STAGE/build/$rel"
   binaries+=("$so")
 done < <(find "$BUILD_ABS" -name 'lib*.so*' -not -path '*/CMakeFiles/*' -type f)
+# The binaries look for the sentencepiece shim beside them, in ../lib, then at
+# the path they were built with (text/sentencepiece_adapter.cc). That path is
+# not there on the GPU machine, so the shim goes where an installed one would.
+mkdir -p "$STAGE/build/lib"
+cp "$STAGE/build/text/libpagoda_sentencepiece_shim.so" "$STAGE/build/lib/"
 
 # Every library the binaries load, by where ldd resolves it.
 declare -A seen=()
