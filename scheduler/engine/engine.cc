@@ -1,13 +1,14 @@
 #include "scheduler/engine/engine.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 #include "scheduler/engine/finish_reason.h"
-#include "scheduler/engine/step_plan.h"
 #include "scheduler/engine/output_processor.h"
+#include "scheduler/engine/step_plan.h"
 
 namespace pagoda::scheduler {
 
@@ -268,17 +269,7 @@ bool Engine::Step() {
 SchedulerOutput Engine::ScheduleBatch(StepClock* clock) {
   SchedulerOutput output = scheduler_->Schedule();
   clock->scheduled = absl::Now();
-  for (std::unique_ptr<SequenceGroup>& group : output.ignored) {
-    const int prompt_len = group->seqs().empty() ? 0 : group->seqs()[0]->num_prompt_tokens();
-    FinishRequest(
-        group->request_id(),
-        absl::InvalidArgumentError(absl::StrCat(
-            "prompt: ", prompt_len, " tokens can never be scheduled: too long for the KV cache (",
-            config_.scheduler.num_gpu_blocks, " blocks of ", config_.scheduler.block_size,
-            " tokens) or the token budget (max_num_batched_tokens ",
-            config_.scheduler.max_num_batched_tokens, ")")),
-        "error");
-  }
+  for (std::unique_ptr<SequenceGroup>& group : output.ignored) FinishIgnored(*group);
   for (const ScheduledSequence& scheduled : output.scheduled) {
     auto it = requests_.find(scheduled.group->request_id());
     if (it != requests_.end() && it->second->record.first_scheduled_time == absl::InfinitePast()) {
@@ -286,6 +277,25 @@ SchedulerOutput Engine::ScheduleBatch(StepClock* clock) {
     }
   }
   return output;
+}
+
+void Engine::FinishIgnored(SequenceGroup& group) {
+  if (std::optional<RequestDelta> last = CutShortDelta(group)) {
+    auto it = requests_.find(group.request_id());
+    if (it != requests_.end()) it->second->record.num_preemptions = group.num_preemptions();
+    StreamDeltas({std::move(*last)}, absl::Now());
+    FinishRequest(group.request_id(), absl::OkStatus(), "length");
+    return;
+  }
+  const int prompt_len = group.seqs().empty() ? 0 : group.seqs()[0]->num_prompt_tokens();
+  FinishRequest(
+      group.request_id(),
+      absl::InvalidArgumentError(absl::StrCat(
+          "prompt: ", prompt_len, " tokens can never be scheduled: too long for the KV cache (",
+          config_.scheduler.num_gpu_blocks, " blocks of ", config_.scheduler.block_size,
+          " tokens) or the token budget (max_num_batched_tokens ",
+          config_.scheduler.max_num_batched_tokens, ")")),
+      "error");
 }
 
 pagoda::worker::v1::StepPlan Engine::BuildPlan(const SchedulerOutput& output) {

@@ -123,10 +123,14 @@ class Engine {
   bool Step();
   struct StepClock;     // Clock readings of one step, for its StepRecord.
   struct ExecutedStep;  // The workers' result with its samples mapped.
-  // Asks the scheduler for the next batch. Groups it can never schedule fail
-  // here, since no later step would take them either; the batch's requests
-  // get their first-scheduled time (queue-time metric).
+  // Asks the scheduler for the next batch. Groups it can never schedule end
+  // here (FinishIgnored), since no later step would take them either; the
+  // batch's requests get their first-scheduled time (queue-time metric).
   SchedulerOutput ScheduleBatch(StepClock* clock);
+  // A group that can never be scheduled: one that generated tokens and then
+  // outgrew the KV cache or the step budget ends at "length" with them; a
+  // prompt that never fitted fails with INVALID_ARGUMENT.
+  void FinishIgnored(SequenceGroup& group);
   // The one message every worker receives, numbered so that server and
   // worker logs can be matched.
   pagoda::worker::v1::StepPlan BuildPlan(const SchedulerOutput& output);

@@ -39,6 +39,22 @@ RequestDelta FinalDelta(const SequenceGroup& group,
   return delta;
 }
 
+std::optional<RequestDelta> CutShortDelta(SequenceGroup& group) {
+  const bool generated = std::any_of(group.seqs().begin(), group.seqs().end(),
+                                     [](const auto& seq) { return seq->num_output_tokens() > 0; });
+  if (!generated) return std::nullopt;
+  RequestDelta delta{group.request_id(), {}, {}, true};
+  for (const auto& seq : group.seqs()) {
+    if (seq->status() != SequenceStatus::kFinishedIgnored) continue;
+    seq->set_status(SequenceStatus::kFinishedLength);
+    delta.seqs.push_back(RequestDelta::SeqDelta{seq->index_in_group(), {}, seq->status()});
+  }
+  if (!Streams(group.sampling())) {
+    delta = FinalDelta(group, group.sampling().use_beam_search ? &BeamScore : &CumulativeLogprob);
+  }
+  return delta;
+}
+
 OutputProcessor::OutputProcessor(std::vector<int32_t> eos_token_ids, int max_model_len,
                                  Scheduler* scheduler)
     : eos_token_ids_(std::move(eos_token_ids)),

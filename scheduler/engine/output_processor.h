@@ -2,6 +2,7 @@
 #define PAGODA_SCHEDULER_ENGINE_OUTPUT_PROCESSOR_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -65,6 +66,15 @@ class OutputProcessor {
   int max_model_len_;
   Scheduler* scheduler_;
 };
+
+// The last delta of a group the scheduler ignored after it had generated
+// tokens: one recomputed after preemption that grew past what the KV cache or
+// a step can hold. It ends as at max_tokens (vLLM ends its ignored sequences
+// at "length" too) and keeps what it generated: the sequences the scheduler
+// cut short (kFinishedIgnored) become kFinishedLength. nullopt when the group
+// has generated nothing: its prompt alone can never run, an error for the
+// caller to report.
+std::optional<RequestDelta> CutShortDelta(SequenceGroup& group);
 
 // The final delta of a group whose sequences are returned only at the end:
 // the best `n` by `score` (highest first), re-indexed 0..n-1, all tokens.

@@ -163,9 +163,15 @@ def run_phase(model, label, server_args, parallel, env=None, fillers=0):
 
 
 def make_model(directory, cuda):
-  """The suite's model; on CUDA of head size 64, as the kernels take."""
+  """The suite's model; on CUDA of head size 64, as the kernels take.
+
+  Random weights at temperature 1 can wander in a recursive grammar until
+  max_tokens, which no engine can help. Seed 2 is the CUDA shape's first seed
+  whose every output here reaches EOS, on the GPU (bf16) as on the CPU; seeds
+  0, 1 and 3 leave 2 to 6 of 194 at max_tokens on both (H100, 2026-11-27).
+  """
   shape = ["--hidden-size", "256", "--intermediate-size", "512", "--num-heads", "4",
-           "--num-kv-heads", "2", "--head-dim", "64"] if cuda else []
+           "--num-kv-heads", "2", "--head-dim", "64", "--seed", "2"] if cuda else []
   return pagoda_harness.make_model(directory, "--vocab-size", "512",
                                    "--max-position-embeddings", str(MAX_TOKENS + 64), *shape)
 
@@ -181,7 +187,8 @@ def main():
     # 2. 170 blocks of 16 tokens for eight unconstrained requests that
     # arrive first and sixteen constrained ones of two sequences: the
     # scheduler preempts the latest and recomputes them; seeded draws and
-    # the matchers (which follow the tokens) must give the same texts.
+    # the matchers (which follow the tokens) must give the same texts. A
+    # request that outgrew all 170 blocks would end at length there.
     preempted, found, values, _ = run_phase(
         model, "preempted",
         ["--max-num-seqs", "32", "--num-gpu-blocks-override", "170", *device], 16, fillers=8)

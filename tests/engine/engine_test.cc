@@ -406,6 +406,23 @@ TEST_F(EngineTest, PromptTooLongForTheCacheIsInvalidArgument) {
   EXPECT_TRUE(small->status().ok());
 }
 
+TEST_F(EngineTest, SequenceThatOutgrowsTheCacheEndsAtLengthWithItsTokens) {
+  StartEngine(8);  // 32 tokens of KV cache; the request alone outgrows it.
+  const std::vector<int32_t> prompt = Prompt(5, 2);
+  auto sink = Submit("long", prompt, 100);
+  ASSERT_TRUE(sink->WaitFinished());
+  // It preempts itself at 32 tokens, is recomputed, and at 33 can never run
+  // again: what it generated stays, as if max_tokens had ended it.
+  EXPECT_TRUE(sink->status().ok()) << sink->status();
+  EXPECT_EQ(sink->last_status(), SequenceStatus::kFinishedLength);
+  const std::vector<int32_t> tokens = sink->tokens();
+  EXPECT_GE(tokens.size(), 32u - prompt.size());
+  EXPECT_LT(tokens.size(), 100u);
+  EXPECT_EQ(tokens, Reference(prompt, static_cast<int>(tokens.size())));
+  ASSERT_TRUE(engine_->WaitUntilIdle(absl::Seconds(5)));
+  EXPECT_EQ(engine_->snapshot().free_gpu_blocks, 8);
+}
+
 TEST_F(EngineTest, AdmissionErrors) {
   StartEngine(64, /*max_queued_requests=*/2, /*start=*/false);
   absl::Status status;
