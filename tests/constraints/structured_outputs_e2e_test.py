@@ -29,10 +29,14 @@ python3-jsonschema, which that machine lacks too; scripts/gpu_check.sh runs
 this suite there).
 
 With PAGODA_E2E_DEVICE=cuda the server runs on the GPU (a model of head
-size 64, as the kernels take): every output must still validate, but the
-worker-restart run is left out (the fault-injecting worker is CPU-only) and
-equal texts across runs are reported, not required (16-bit compute may
-round a recomputed prefill differently from the decode steps).
+size 64, as the kernels take): every output that ends at EOS must still
+validate, but the worker-restart run is left out (the fault-injecting worker
+is CPU-only) and equal texts across runs are reported, not required (16-bit
+compute may round a recomputed prefill differently from the decode steps).
+As the texts change from run to run there (a step's batch changes its
+rounding), so does whether an output wanders in a recursive grammar until
+max_tokens: those are counted, and fail the run above 5% of its outputs (a
+mask that kept EOS out would send them all there).
 """
 
 import collections
@@ -114,11 +118,10 @@ def validate_object_or_array(text):
     return f"not JSON: {e}"
 
 
-def run_case(port, index, case, cut_short_ok):
-  """The texts of one request, and what is wrong with them. With
-  `cut_short_ok` an output may end at length: the phase's KV cache is too
-  small for a sequence to reach max_tokens, so one that outgrew it was cut
-  short (report() compares it with the uncut run's)."""
+def run_case(port, index, case, length_ok):
+  """The texts of one request, and what is wrong with them. With `length_ok`
+  an output may end at length: report() judges those (cut short by a small
+  KV cache, or wandering on the GPU)."""
   name, fields, validate, n = case
   body = {"prompt": "Answer:", "temperature": 1.0, "max_tokens": MAX_TOKENS, "n": n,
           "seed": 1000 + index, **fields}
@@ -135,7 +138,7 @@ def run_case(port, index, case, cut_short_ok):
   texts, failures = [], []
   for choice in response["choices"]:
     texts.append((choice["finish_reason"], choice["text"]))
-    if choice["finish_reason"] == "length" and cut_short_ok:
+    if choice["finish_reason"] == "length" and length_ok:
       continue
     if choice["finish_reason"] != "stop":
       failures.append(f"{name}: ended at {choice['finish_reason']} after {MAX_TOKENS} tokens")
@@ -151,7 +154,7 @@ def fill(port):
   post(port, {"prompt": [5, 6, 7], "temperature": 1.0, "max_tokens": 300, "ignore_eos": True})
 
 
-def run_phase(model, label, server_args, parallel, env=None, fillers=0, cut_short_ok=False):
+def run_phase(model, label, server_args, parallel, env=None, fillers=0, length_ok=False):
   """Every case on a fresh server: {name: texts}, failures, metrics.
   `fillers` unconstrained requests start first and hold KV blocks."""
   args = ["--http-port", "-1", "--metrics-port", "-1", *server_args]
@@ -161,7 +164,7 @@ def run_phase(model, label, server_args, parallel, env=None, fillers=0, cut_shor
          concurrent.futures.ThreadPoolExecutor(parallel) as pool:
       for _ in range(fillers):
         filler_pool.submit(fill, server.http_port)
-      futures = [pool.submit(run_case, server.http_port, i, c, cut_short_ok)
+      futures = [pool.submit(run_case, server.http_port, i, c, length_ok)
                  for i, c in enumerate(cases())]
       for future in futures:
         name, texts, problems = future.result()
@@ -175,9 +178,10 @@ def make_model(directory, cuda):
   """The suite's model; on CUDA of head size 64, as the kernels take.
 
   Random weights at temperature 1 can wander in a recursive grammar until
-  max_tokens, which no engine can help. Seed 2 is the CUDA shape's first seed
-  whose every output here reaches EOS, on the GPU (bf16) as on the CPU; seeds
-  0, 1 and 3 leave 2 to 6 of 194 at max_tokens on both (H100, 2026-11-27).
+  max_tokens, which no engine can help. Of the CUDA shape's seeds 0 to 3,
+  seed 2 wanders least: 0 of 194 outputs on the CPU, 0, 0 and 2 in three
+  H100 runs; seeds 0, 1 and 3 left 4, 4 and 2 on the CPU and 3 to 4, 6 and 2
+  on the GPU (2026-11-27).
   """
   shape = ["--hidden-size", "256", "--intermediate-size", "512", "--num-heads", "4",
            "--num-kv-heads", "2", "--head-dim", "64", "--seed", "2"] if cuda else []
@@ -192,7 +196,8 @@ def main():
   with tempfile.TemporaryDirectory() as tmp:
     model = os.environ.get("PAGODA_E2E_MODEL") or make_model(os.path.join(tmp, "model"), cuda)
     # 1. Room for everything: no preemption.
-    plain, failures, _, _ = run_phase(model, "plain", ["--max-num-seqs", "16", *device], 8)
+    plain, failures, _, _ = run_phase(model, "plain", ["--max-num-seqs", "16", *device], 8,
+                                      length_ok=cuda)
     # 2. 170 blocks of 16 tokens for eight unconstrained requests that
     # arrive first and sixteen constrained ones of two sequences: the
     # scheduler preempts the latest and recomputes them; seeded draws and
@@ -202,7 +207,7 @@ def main():
     preempted, found, values, _ = run_phase(
         model, "preempted",
         ["--max-num-seqs", "32", "--num-gpu-blocks-override", "170", *device], 16, fillers=8,
-        cut_short_ok=True)
+        length_ok=True)
     failures += found
     preemptions = int(values.get("pagoda_num_preemptions_total", 0))
     if preemptions == 0:
@@ -247,6 +252,9 @@ def report(all_cases, plain, others, failures, preemptions, cuda):
         if not cuda:
           failures.append(f"[{label}] {name}: texts differ from the run without it")
   finish = collections.Counter(reason for texts in plain.values() for reason, _ in texts)
+  if cuda and finish["length"] * 20 > sum(finish.values()):
+    failures.append(f"[plain] {finish['length']} of {sum(finish.values())} outputs ended at "
+                    f"max_tokens: over 5%")
   schemas = sum(1 for c in all_cases
                 if not c[0].startswith(("regex", "choice", "json_object", "compact", "grammar")))
   print(f"{'cuda' if cuda else 'cpu'}: {len(all_cases)} constraints ({schemas} JSON Schemas), "
