@@ -166,7 +166,9 @@ struct KvCacheLayer {
 };
 
 // Inputs of PagedAttention. Query and output are activations
-// [num_tokens, num_heads, head_dim]. Token rows of sequence s are
+// [num_tokens, num_heads, head_dim], the query's token rows
+// query_token_stride elements apart (the fused QKV product's rows), the
+// output's contiguous. Token rows of sequence s are
 // [query_start[s], query_start[s+1]); those queries are the last
 // (query_start[s+1] - query_start[s]) positions of a context of
 // context_lens[s] tokens, whose K/V are already in the cache (including this
@@ -174,6 +176,7 @@ struct KvCacheLayer {
 // softmax are f32 whatever the cache dtype.
 struct PagedAttentionParams {
   const void* query = nullptr;
+  int64_t query_token_stride = 0;  // 0: num_heads * head_dim (contiguous).
   void* output = nullptr;
   KvCacheLayer cache;
   int num_heads = 0;   // num_kv_heads divides it (GQA): query head h reads
@@ -258,14 +261,16 @@ class Backend {
                       DType y_dtype) = 0;
   // Rotary embedding at batch.positions, Hugging Face rotate-half convention,
   // in place on q [num_tokens, num_q_heads, head_dim] and
-  // k [num_tokens, num_kv_heads, head_dim].
-  virtual void Rope(void* q, void* k, const StepBatch& batch, int num_q_heads, int num_kv_heads,
-                    int head_dim, const RopeTable& table) = 0;
-  // Writes k, v [num_tokens, num_kv_heads, head_dim] (activations) into the
-  // cache at batch.slot_mapping[t] (block = slot / block_size, offset = slot
-  // % block_size), converted to the cache dtype (round to nearest even).
-  virtual void WriteKvCache(const void* k, const void* v, const StepBatch& batch,
-                            const KvCacheLayer& cache) = 0;
+  // k [num_tokens, num_kv_heads, head_dim], whose token rows are both
+  // token_stride elements apart (rows of the fused QKV product).
+  virtual void Rope(void* q, void* k, int64_t token_stride, const StepBatch& batch, int num_q_heads,
+                    int num_kv_heads, int head_dim, const RopeTable& table) = 0;
+  // Writes k, v [num_tokens, num_kv_heads, head_dim] (activations, token
+  // rows token_stride elements apart) into the cache at batch.slot_mapping[t]
+  // (block = slot / block_size, offset = slot % block_size), converted to the
+  // cache dtype (round to nearest even).
+  virtual void WriteKvCache(const void* k, const void* v, int64_t token_stride,
+                            const StepBatch& batch, const KvCacheLayer& cache) = 0;
   virtual void PagedAttention(const PagedAttentionParams& params) = 0;
   // out[r, :] = silu(gate_up[r, :dim]) * gate_up[r, dim:2*dim].
   virtual void SiluAndMul(const void* gate_up, int rows, int dim, void* out) = 0;

@@ -326,11 +326,12 @@ KvCacheShape LlamaModel::CacheShape(int block_size, DType dtype) const {
 struct LlamaModel::Activations {
   void* residual;
   void* normed;
-  // q, k and v back to back in one region: for a single token that is
-  // exactly the fused product's row.
+  // The fused QKV product, [tokens, q_dim + 2 * kv_dim]: token t's q, k and
+  // v heads at q, k and v + t * qkv_stride elements.
   void* q;
   void* k;
   void* v;
+  int64_t qkv_stride;
   void* attention;
   void* projected;
   void* gate_up;
@@ -381,8 +382,9 @@ LlamaModel::Activations LlamaModel::TakeActivations(size_t tokens) {
   a.residual = workspace_.Take(act, tokens * hidden);
   a.normed = workspace_.Take(act, tokens * hidden);
   a.q = workspace_.Take(act, tokens * (q_dim + 2 * kv_dim));
-  a.k = static_cast<char*>(a.q) + tokens * q_dim * width;
-  a.v = static_cast<char*>(a.k) + tokens * kv_dim * width;
+  a.k = static_cast<char*>(a.q) + q_dim * width;
+  a.v = static_cast<char*>(a.k) + kv_dim * width;
+  a.qkv_stride = static_cast<int64_t>(q_dim + 2 * kv_dim);
   a.attention = workspace_.Take(act, tokens * q_dim);
   a.projected = workspace_.Take(act, tokens * hidden);
   a.gate_up = workspace_.Take(act, tokens * 2 * inter);
@@ -399,26 +401,20 @@ absl::Status LlamaModel::AttentionBlock(const LayerWeights& layer, const KvCache
   const int q_dim = heads * head_dim;
   const int kv_dim = config_.num_key_value_heads * head_dim;
   const DType act = backend_->activation_dtype();
-  const Tensor qkv = Matrix(layer.qkv_proj, q_dim + 2 * kv_dim, hidden);
-  const float* qkv_bias = BiasOf(layer.qkv_bias);
-  if (tokens == 1) {
-    // One product for all three: a decode step at batch 1 only streams
-    // weights, and a third as many hand-offs between threads.
-    backend_->Linear(a.normed, 1, qkv, qkv_bias, a.q, act);
-  } else {
-    auto part_bias = [&](int offset) { return qkv_bias ? qkv_bias + offset : nullptr; };
-    backend_->Linear(a.normed, tokens, qkv.Rows(0, q_dim), part_bias(0), a.q, act);
-    backend_->Linear(a.normed, tokens, qkv.Rows(q_dim, kv_dim), part_bias(q_dim), a.k, act);
-    backend_->Linear(a.normed, tokens, qkv.Rows(q_dim + kv_dim, kv_dim), part_bias(q_dim + kv_dim),
-                     a.v, act);
-  }
+  // One product for q, k and v (vLLM's QKVParallelLinear): on a GPU, three
+  // would be two more GEMMs a layer, each with a split-K reduction at decode
+  // batch sizes (docs/gpu.md). Rotary, the cache write and attention read
+  // its rows through the stride.
+  backend_->Linear(a.normed, tokens, Matrix(layer.qkv_proj, q_dim + 2 * kv_dim, hidden),
+                   BiasOf(layer.qkv_bias), a.q, act);
   const RopeTable rope{.cos_sin = rope_cos_sin_->data(),
                        .inv_freq = inv_freq_->data(),
                        .max_positions = rope_positions_};
-  backend_->Rope(a.q, a.k, step, heads, config_.num_key_value_heads, head_dim, rope);
-  backend_->WriteKvCache(a.k, a.v, step, kv);
+  backend_->Rope(a.q, a.k, a.qkv_stride, step, heads, config_.num_key_value_heads, head_dim, rope);
+  backend_->WriteKvCache(a.k, a.v, a.qkv_stride, step, kv);
   backend_->PagedAttention(PagedAttentionParams{
       .query = a.q,
+      .query_token_stride = a.qkv_stride,
       .output = a.attention,
       .cache = kv,
       .num_heads = heads,

@@ -49,13 +49,13 @@ class CountingBackend final : public Backend {
   void Linear(const void* x, int r, const Tensor& w, const float* b, void* y, DType d) override {
     cpu_->Linear(x, r, w, b, y, d);
   }
-  void Rope(void* q, void* k, const StepBatch& b, int h, int kv, int d,
+  void Rope(void* q, void* k, int64_t s, const StepBatch& b, int h, int kv, int d,
             const RopeTable& t) override {
-    cpu_->Rope(q, k, b, h, kv, d, t);
+    cpu_->Rope(q, k, s, b, h, kv, d, t);
   }
-  void WriteKvCache(const void* k, const void* v, const StepBatch& b,
+  void WriteKvCache(const void* k, const void* v, int64_t s, const StepBatch& b,
                     const KvCacheLayer& c) override {
-    cpu_->WriteKvCache(k, v, b, c);
+    cpu_->WriteKvCache(k, v, s, b, c);
   }
   void PagedAttention(const PagedAttentionParams& p) override { cpu_->PagedAttention(p); }
   void SiluAndMul(const void* g, int r, int d, void* o) override { cpu_->SiluAndMul(g, r, d, o); }

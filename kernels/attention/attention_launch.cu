@@ -9,12 +9,14 @@ namespace pagoda::kernels {
 cudaError_t LaunchDecodeAttention(const DecodeAttentionParams& params, const DecodePlan& plan,
                                   void* workspace, cudaStream_t stream) {
   if (!CheckDecodeSupported(params).ok()) return cudaErrorInvalidValue;
+  DecodeAttentionParams resolved = params;  // The kernels read the stride as it is.
+  resolved.q_token_stride = QueryTokenStride(params);
   switch (params.dtype) {
     case ScalarType::kBF16:
-      return attention_internal::LaunchDecodeForType<__nv_bfloat16>(params, plan, workspace,
+      return attention_internal::LaunchDecodeForType<__nv_bfloat16>(resolved, plan, workspace,
                                                                     stream);
     case ScalarType::kF16:
-      return attention_internal::LaunchDecodeForType<__half>(params, plan, workspace, stream);
+      return attention_internal::LaunchDecodeForType<__half>(resolved, plan, workspace, stream);
     default:
       return cudaErrorInvalidValue;
   }
@@ -22,11 +24,13 @@ cudaError_t LaunchDecodeAttention(const DecodeAttentionParams& params, const Dec
 
 cudaError_t LaunchPrefillAttention(const PrefillAttentionParams& params, cudaStream_t stream) {
   if (!CheckPrefillSupported(params).ok()) return cudaErrorInvalidValue;
+  PrefillAttentionParams resolved = params;
+  resolved.q_token_stride = QueryTokenStride(params);
   switch (params.dtype) {
     case ScalarType::kBF16:
-      return attention_internal::LaunchPrefillForType<__nv_bfloat16>(params, stream);
+      return attention_internal::LaunchPrefillForType<__nv_bfloat16>(resolved, stream);
     case ScalarType::kF16:
-      return attention_internal::LaunchPrefillForType<__half>(params, stream);
+      return attention_internal::LaunchPrefillForType<__half>(resolved, stream);
     default:
       return cudaErrorInvalidValue;
   }

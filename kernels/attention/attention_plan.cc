@@ -47,6 +47,18 @@ KernelStatus CheckCommonShape(ScalarType dtype, int num_q_heads, int num_kv_head
 
 }  // namespace
 
+// QueryTokenStride's REQUIRES, for the decode or prefill params `p`.
+template <typename Params>
+KernelStatus CheckQueryStride(const Params& p, const char* kernel) {
+  const int64_t stride = QueryTokenStride(p);
+  if (stride < static_cast<int64_t>(p.num_q_heads) * p.head_dim || stride % 8 != 0) {
+    return InvalidKernelArgument(std::string(kernel) + ": q_token_stride " +
+                                 std::to_string(stride) +
+                                 " is below num_q_heads * head_dim or not a multiple of 8");
+  }
+  return OkKernelStatus();
+}
+
 KernelStatus CheckDecodeSupported(const DecodeAttentionParams& p) {
   KernelStatus status = CheckCommonShape(p.dtype, p.num_q_heads, p.num_kv_heads, p.head_dim,
                                          p.block_size, p.max_blocks_per_seq, p.num_seqs);
@@ -58,7 +70,7 @@ KernelStatus CheckDecodeSupported(const DecodeAttentionParams& p) {
   if (!Aligned16(p.q) || !Aligned16(p.k_cache) || !Aligned16(p.v_cache)) {
     return InvalidKernelArgument("decode attention: q, k_cache, v_cache must be 16-byte aligned");
   }
-  return OkKernelStatus();
+  return CheckQueryStride(p, "decode attention");
 }
 
 KernelStatus CheckPrefillSupported(const PrefillAttentionParams& p) {
@@ -75,7 +87,7 @@ KernelStatus CheckPrefillSupported(const PrefillAttentionParams& p) {
   if (!Aligned16(p.q) || !Aligned16(p.k_cache) || !Aligned16(p.v_cache)) {
     return InvalidKernelArgument("prefill attention: q, k_cache, v_cache must be 16-byte aligned");
   }
-  return OkKernelStatus();
+  return CheckQueryStride(p, "prefill attention");
 }
 
 namespace {

@@ -147,6 +147,17 @@ TEST(CheckDecodeSupportedTest, RejectsEachUnsupportedField) {
   p = ValidDecodeParams();
   p.q = reinterpret_cast<const char*>(p.q) + 2;  // one bf16 element off
   ExpectRejected(CheckDecodeSupported(p), "16-byte aligned");
+  // q rows through a stride: at least a row, and rows 16-byte aligned.
+  p = ValidDecodeParams();
+  p.q_token_stride = 28 * 128 - 8;
+  ExpectRejected(CheckDecodeSupported(p), "q_token_stride");
+  p.q_token_stride = (28 + 2 * 4) * 128 + 4;
+  ExpectRejected(CheckDecodeSupported(p), "q_token_stride");
+  p.q_token_stride = (28 + 2 * 4) * 128;  // A fused QKV product's rows.
+  EXPECT_TRUE(CheckDecodeSupported(p).ok());
+  EXPECT_EQ(QueryTokenStride(p), (28 + 2 * 4) * 128);
+  p.q_token_stride = 0;
+  EXPECT_EQ(QueryTokenStride(p), 28 * 128);
 }
 
 TEST(LaunchDecodeAttentionTest, UnsupportedReturnsInvalidValueBeforeTouchingTheDevice) {

@@ -203,6 +203,16 @@ Comparison CompareWithReference(const std::vector<float>& out, const std::vector
   return result;
 }
 
+cudaError_t StridedQueryCopy(const DeviceBuffer& q, size_t tokens, size_t row, size_t padding,
+                             DeviceBuffer& strided) {
+  const size_t pitch = (row + padding) * 2;
+  strided = DeviceBuffer(tokens * pitch);
+  cudaError_t error = cudaMemset(strided.get(), 0xff, strided.bytes());
+  if (error != cudaSuccess) return error;
+  return cudaMemcpy2D(strided.get(), pitch, q.get(), row * 2, row * 2, tokens,
+                      cudaMemcpyDeviceToDevice);
+}
+
 cudaError_t DownloadOutput(const DeviceBuffer& out, size_t count, ScalarType dtype,
                            std::vector<float>& values) {
   std::vector<uint16_t> bits(count);

@@ -102,6 +102,12 @@ Comparison CompareWithReference(const std::vector<float>& out, const std::vector
 cudaError_t DownloadOutput(const DeviceBuffer& out, size_t count, ScalarType dtype,
                            std::vector<float>& values);
 
+// Copies the 16-bit q [tokens, row] of `q` into `strided`, whose token rows
+// are row + padding elements apart with the padding poisoned (all-ones bits:
+// NaN): queries read through a stride, as from a fused QKV product's rows.
+cudaError_t StridedQueryCopy(const DeviceBuffer& q, size_t tokens, size_t row, size_t padding,
+                             DeviceBuffer& strided);
+
 }  // namespace pagoda::kernels
 
 #endif  // PAGODA_KERNELS_ATTENTION_ATTENTION_TEST_UTIL_H_

@@ -87,9 +87,10 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
 
   // Queries of the group, pre-scaled so that scores come out in log2 units.
   const float q_scale = params.softmax_scale * kLog2e;
+  // params.q_token_stride is resolved (never 0) by LaunchDecodeAttention.
   const T* q_base = static_cast<const T*>(params.q) +
-                    (static_cast<size_t>(seq) * params.num_q_heads + kv_head * group) * kHeadDim +
-                    dim_slice * kVec;
+                    static_cast<size_t>(seq) * params.q_token_stride +
+                    static_cast<size_t>(kv_head) * group * kHeadDim + dim_slice * kVec;
   float q[kGroupMax][kVec];
 #pragma unroll
   for (int g = 0; g < kGroupMax; ++g) {

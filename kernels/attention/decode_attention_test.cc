@@ -29,6 +29,7 @@ struct DecodeCase {
   int batch = 4;
   int max_context = 600;
   float query_magnitude = 3.0f;
+  int q_row_padding = 0;  // Elements after each token's q row (QueryTokenStride).
   // Explicit per-sequence lengths (batch entries, each <= max_context); empty:
   // RandomContextLens.
   std::vector<int32_t> context_lens;
@@ -90,6 +91,13 @@ DecodePlan RunDecodeCase(const DecodeCase& c, uint32_t seed) {
   params.max_blocks_per_seq = problem.max_blocks_per_seq;
   params.softmax_scale = static_cast<float>(problem.softmax_scale);
   params.q = device.q.get();
+  DeviceBuffer strided_q;
+  if (c.q_row_padding > 0) {
+    const size_t row = static_cast<size_t>(c.num_q_heads) * c.head_dim;
+    EXPECT_EQ(StridedQueryCopy(device.q, c.batch, row, c.q_row_padding, strided_q), cudaSuccess);
+    params.q = strided_q.get();
+    params.q_token_stride = static_cast<int64_t>(row) + c.q_row_padding;
+  }
   params.k_cache = device.k_cache.get();
   params.v_cache = device.v_cache.get();
   params.block_tables = static_cast<const int32_t*>(device.block_tables.get());
@@ -150,6 +158,23 @@ TEST(DecodeAttentionTest, SweepShapesDtypesBlockSizesAndSplit) {
           }
         }
       }
+    }
+  }
+}
+
+// q read from a fused QKV product's rows: each token's q heads, then its k
+// and v heads (poisoned here), split and unsplit, both kernel variants.
+TEST(DecodeAttentionTest, QueryRowsThroughAStride) {
+  uint32_t seed = 300;
+  for (SplitKMode split : {SplitKMode::kNever, SplitKMode::kAlways}) {
+    for (PrefetchMode prefetch : {PrefetchMode::kNever, PrefetchMode::kAlways}) {
+      DecodeCase c;
+      c.split_k = split;
+      c.prefetch = prefetch;
+      c.batch = 5;
+      c.max_context = 1100;
+      c.q_row_padding = 2 * c.num_kv_heads * c.head_dim;
+      RunDecodeCase(c, seed++);
     }
   }
 }

@@ -47,6 +47,7 @@ struct DecodeAttentionParams {
   float softmax_scale = 0.0f;  // usually 1 / sqrt(head_dim)
 
   const void* q = nullptr;                // [num_seqs, num_q_heads, head_dim]
+  int64_t q_token_stride = 0;             // see QueryTokenStride
   const void* k_cache = nullptr;          // [num_blocks, num_kv_heads, block_size, head_dim]
   const void* v_cache = nullptr;          // same shape as k_cache
   const int32_t* block_tables = nullptr;  // [num_seqs, max_blocks_per_seq]
@@ -72,6 +73,7 @@ struct PrefillAttentionParams {
   float softmax_scale = 0.0f;
 
   const void* q = nullptr;               // [total_queries, num_q_heads, head_dim]
+  int64_t q_token_stride = 0;            // see QueryTokenStride
   const int32_t* query_start = nullptr;  // [num_seqs + 1], nondecreasing, [0] = 0
   const void* k_cache = nullptr;
   const void* v_cache = nullptr;
@@ -80,6 +82,17 @@ struct PrefillAttentionParams {
                                           // <= max_blocks_per_seq * block_size
   void* out = nullptr;                    // [total_queries, num_q_heads, head_dim]
 };
+
+// Elements between two query tokens' q rows: q_token_stride, or when that is
+// 0 num_q_heads * head_dim (contiguous). A fused QKV product's rows hold each
+// token's q, k and v heads, so its q rows are (num_q_heads + 2 * num_kv_heads)
+// * head_dim apart. REQUIRES: >= num_q_heads * head_dim and a multiple of 8
+// (rows stay 16-byte aligned). The output is always contiguous.
+template <typename Params>
+int64_t QueryTokenStride(const Params& p) {
+  return p.q_token_stride != 0 ? p.q_token_stride
+                               : static_cast<int64_t>(p.num_q_heads) * p.head_dim;
+}
 
 // How decode splits each context across thread blocks.
 enum class SplitKMode {

@@ -83,11 +83,12 @@ __device__ __forceinline__ void LoadQueryFragments(uint32_t (&q_frag)[kHeadDim /
   for (int half = 0; half < 2; ++half) {
     const int row = warp_row0 + g + 8 * half;
     const bool valid = row < tile.num_rows;
+    // params.q_token_stride is resolved (never 0) by LaunchPrefillAttention.
     const T* q_row =
-        q + (static_cast<size_t>(tile.query_begin + (valid ? row / tile.group : 0)) *
-                 params.num_q_heads +
-             kv_head * tile.group + (valid ? row % tile.group : 0)) *
-                kHeadDim;
+        q +
+        static_cast<size_t>(tile.query_begin + (valid ? row / tile.group : 0)) *
+            params.q_token_stride +
+        static_cast<size_t>(kv_head * tile.group + (valid ? row % tile.group : 0)) * kHeadDim;
 #pragma unroll
     for (int step = 0; step < kHeadDim / 16; ++step) {
       const int column = step * 16 + 2 * t;

@@ -29,6 +29,7 @@ struct PrefillCase {
   // means a cached prefix of (context length - query count) tokens.
   std::vector<std::pair<int, int>> sequences;
   float query_magnitude = 3.0f;
+  int q_row_padding = 0;  // Elements after each token's q row (QueryTokenStride).
 
   std::string Name() const {
     std::string name = std::string(dtype == ScalarType::kBF16 ? "bf16" : "f16") + " heads " +
@@ -76,6 +77,14 @@ void RunPrefillCase(const PrefillCase& c, uint32_t seed) {
   params.max_query_len = max_query_len;
   params.softmax_scale = static_cast<float>(problem.softmax_scale);
   params.q = device.q.get();
+  DeviceBuffer strided_q;
+  if (c.q_row_padding > 0) {
+    const size_t row = static_cast<size_t>(c.num_q_heads) * c.head_dim;
+    EXPECT_EQ(StridedQueryCopy(device.q, problem.q.size() / row, row, c.q_row_padding, strided_q),
+              cudaSuccess);
+    params.q = strided_q.get();
+    params.q_token_stride = static_cast<int64_t>(row) + c.q_row_padding;
+  }
   params.query_start = static_cast<const int32_t*>(device.query_start.get());
   params.k_cache = device.k_cache.get();
   params.v_cache = device.v_cache.get();
@@ -125,6 +134,23 @@ TEST(PrefillAttentionTest, SweepShapesDtypesBlockSizes) {
           RunPrefillCase(c, seed++);
         }
       }
+    }
+  }
+}
+
+// q read from a fused QKV product's rows (k and v heads poisoned between
+// them), with and without a cached prefix, GQA 4 and 1.
+TEST(PrefillAttentionTest, QueryRowsThroughAStride) {
+  uint32_t seed = 400;
+  for (auto [q_heads, kv_heads] : {std::pair{32, 8}, std::pair{8, 8}}) {
+    for (int head_dim : {64, 128}) {
+      PrefillCase c;
+      c.num_q_heads = q_heads;
+      c.num_kv_heads = kv_heads;
+      c.head_dim = head_dim;
+      c.sequences = {{77, 77}, {300, 45}, {17, 1}};
+      c.q_row_padding = 2 * kv_heads * head_dim;
+      RunPrefillCase(c, seed++);
     }
   }
 }

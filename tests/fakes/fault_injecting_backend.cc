@@ -66,13 +66,13 @@ class FaultInjectingBackend final : public Backend {
               DType y_dtype) override {
     inner_->Linear(x, rows, w, bias, y, y_dtype);
   }
-  void Rope(void* q, void* k, const StepBatch& batch, int num_q_heads, int num_kv_heads,
-            int head_dim, const RopeTable& table) override {
-    inner_->Rope(q, k, batch, num_q_heads, num_kv_heads, head_dim, table);
+  void Rope(void* q, void* k, int64_t token_stride, const StepBatch& batch, int num_q_heads,
+            int num_kv_heads, int head_dim, const RopeTable& table) override {
+    inner_->Rope(q, k, token_stride, batch, num_q_heads, num_kv_heads, head_dim, table);
   }
-  void WriteKvCache(const void* k, const void* v, const StepBatch& batch,
+  void WriteKvCache(const void* k, const void* v, int64_t token_stride, const StepBatch& batch,
                     const pagoda::worker::KvCacheLayer& cache) override {
-    inner_->WriteKvCache(k, v, batch, cache);
+    inner_->WriteKvCache(k, v, token_stride, batch, cache);
   }
   void PagedAttention(const PagedAttentionParams& params) override {
     inner_->PagedAttention(params);

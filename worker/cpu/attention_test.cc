@@ -73,7 +73,8 @@ FlatBatch AttentionBatch(std::vector<int32_t> slots, std::vector<int32_t> query_
 void WriteRows(Backend& backend, const std::vector<float>& k, const std::vector<float>& v,
                std::vector<int32_t> slots, const KvCacheLayer& cache) {
   const UploadedStepBatch step(&backend, AttentionBatch(std::move(slots), {0}, {}, {}, 0));
-  backend.WriteKvCache(k.data(), v.data(), step.get(), cache);
+  backend.WriteKvCache(k.data(), v.data(), int64_t{cache.num_kv_heads} * cache.head_dim, step.get(),
+                       cache);
 }
 
 // Plain causal attention over contiguous K/V [context, kv_heads, head_dim] in
@@ -120,7 +121,7 @@ std::vector<double> ReferenceAttention(const std::vector<float>& query, int quer
 double MaxAttentionError(const AttentionShape& shape, const std::vector<SequenceCase>& sequences,
                          uint32_t seed, DType cache_dtype = DType::kF32,
                          std::vector<float>* output_copy = nullptr,
-                         const SimdKernels* kernels = nullptr) {
+                         const SimdKernels* kernels = nullptr, int query_row_padding = 0) {
   std::mt19937 rng(seed);
   auto backend = CreateCpuBackend();
   const int bs = shape.block_size;
@@ -167,19 +168,26 @@ double MaxAttentionError(const AttentionShape& shape, const std::vector<Sequence
     keys.back() = RoundTo(cache_dtype, keys.back());
     values.back() = RoundTo(cache_dtype, values.back());
     queries.push_back(RandomVector(seq.query_len * q_row, rng));
-    query.insert(query.end(), queries.back().begin(), queries.back().end());
+    // Each token's row, then `query_row_padding` floats attention must skip
+    // (the k and v of a fused QKV row).
+    for (int t = 0; t < seq.query_len; ++t) {
+      const auto row = queries.back().begin() + t * q_row;
+      query.insert(query.end(), row, row + q_row);
+      query.insert(query.end(), query_row_padding, kSentinel);
+    }
     query_start.push_back(query_start.back() + seq.query_len);
     context_lens.push_back(seq.context_len);
     table.resize(max_blocks, 0);
     tables.insert(tables.end(), table.begin(), table.end());
   }
 
-  std::vector<float> output(query.size(), kSentinel);
+  std::vector<float> output(query_start.back() * q_row, kSentinel);
   std::vector<int32_t> no_slots(query_start.back(), 0);
   const UploadedStepBatch step(
       backend.get(), AttentionBatch(no_slots, query_start, context_lens, tables, max_blocks));
   const PagedAttentionParams params{
       .query = query.data(),
+      .query_token_stride = static_cast<int64_t>(q_row + query_row_padding),
       .output = output.data(),
       .cache = cache,
       .num_heads = shape.num_heads,
@@ -241,6 +249,21 @@ TEST(CpuPagedAttentionTest, MatchesContiguousReferenceOverShapes) {
 // a multiple of 16 or the item has fewer query rows than the level's
 // blocked_attention_min_rows (the one-token sequences at AVX-512), blocked
 // otherwise; GQA groups of 4, 8, 6 and 9.
+// Queries read from a fused QKV product's rows: each token's q heads, then
+// its k and v heads, which attention must skip.
+TEST(CpuPagedAttentionTest, QueryRowsThroughTheFusedProductsStride) {
+  for (SimdLevel level : SupportedSimdLevels()) {
+    for (auto [num_heads, num_kv_heads] : std::vector<std::pair<int, int>>{{8, 2}, {6, 1}}) {
+      const AttentionShape shape{16, 64, num_heads, num_kv_heads};
+      const std::vector<SequenceCase> sequences = {{1, 1}, {150, 1}, {70, 70}, {90, 13}};
+      EXPECT_LT(MaxAttentionError(shape, sequences, 23, DType::kF32, nullptr,
+                                  &SimdKernelsFor(level), 2 * num_kv_heads * 64),
+                2e-5)
+          << SimdLevelName(level) << " heads " << num_heads << "/" << num_kv_heads;
+    }
+  }
+}
+
 TEST(CpuPagedAttentionTest, EveryLevelMatchesReference) {
   const std::vector<std::pair<int, int>> heads = {{8, 2}, {8, 1}, {6, 1}, {9, 1}};
   for (SimdLevel level : SupportedSimdLevels()) {

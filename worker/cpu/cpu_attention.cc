@@ -29,7 +29,8 @@ struct AttentionItem {
   int context;  // Keys of the sequence, this step's included.
   int q_begin;  // The sequence's first query row in the step.
   int q_len;
-  size_t token_stride;  // Floats between two query tokens' rows.
+  size_t query_stride;   // Floats between two query tokens' rows.
+  size_t output_stride;  // The same for the (contiguous) output.
   float scale;
 
   // Byte offset of context token j's row for this kv head. Rows of one
@@ -42,11 +43,11 @@ struct AttentionItem {
   // Keys [j, j + RunAt(j, end)) lie in one cache block (so their rows are
   // contiguous) and at or before key `end`.
   int RunAt(int j, int end) const { return std::min(block_size - j % block_size, end + 1 - j); }
-  // The first of the group's query (and output) rows of query token i: the
-  // group's heads are adjacent rows of head_dim floats.
-  size_t FirstRowOf(int i) const {
-    return (q_begin + i) * token_stride + static_cast<size_t>(kv_head) * group * head_dim;
-  }
+  // The first of the group's query rows of query token i, and of its output
+  // rows: the group's heads are adjacent rows of head_dim floats.
+  size_t FirstQueryRowOf(int i) const { return (q_begin + i) * query_stride + GroupOffset(); }
+  size_t FirstOutputRowOf(int i) const { return (q_begin + i) * output_stride + GroupOffset(); }
+  size_t GroupOffset() const { return static_cast<size_t>(kv_head) * group * head_dim; }
 };
 
 AttentionItem MakeItem(const SimdKernels& simd, const PagedAttentionParams& p, int64_t item) {
@@ -68,7 +69,9 @@ AttentionItem MakeItem(const SimdKernels& simd, const PagedAttentionParams& p, i
       .context = batch.context_lens[s],
       .q_begin = batch.query_start[s],
       .q_len = batch.query_start[s + 1] - batch.query_start[s],
-      .token_stride = static_cast<size_t>(p.num_heads) * cache.head_dim,
+      .query_stride = static_cast<size_t>(
+          p.query_token_stride != 0 ? p.query_token_stride : int64_t{p.num_heads} * cache.head_dim),
+      .output_stride = static_cast<size_t>(p.num_heads) * cache.head_dim,
       .scale = p.scale};
 }
 
@@ -144,8 +147,8 @@ void AttendRowByRow(const AttentionItem& at, const float* query_base, float* out
   scores.resize(static_cast<size_t>(at.group) * at.context);
   for (int i = 0; i < at.q_len; ++i) {
     const int position = at.context - at.q_len + i;  // Attends keys [0, position].
-    ScoreKeys(at, query_base + at.FirstRowOf(i), position, scores.data());
-    WeightValues(at, position, scores.data(), output_base + at.FirstRowOf(i));
+    ScoreKeys(at, query_base + at.FirstQueryRowOf(i), position, scores.data());
+    WeightValues(at, position, scores.data(), output_base + at.FirstOutputRowOf(i));
   }
 }
 
@@ -263,7 +266,7 @@ void AttendQueryBlock(const AttentionItem& at, const float* query_base, float* o
   const size_t group_width = static_cast<size_t>(at.group) * head_dim;
   b.Reset(at, tokens, at.context - at.q_len + first);
   for (int t = 0; t < tokens; ++t) {
-    const float* src = query_base + at.FirstRowOf(first + t);
+    const float* src = query_base + at.FirstQueryRowOf(first + t);
     float* dst = b.queries.data() + t * group_width;
     for (size_t i = 0; i < group_width; ++i) dst[i] = src[i] * at.scale;
   }
@@ -275,7 +278,7 @@ void AttendQueryBlock(const AttentionItem& at, const float* query_base, float* o
     AccumulateValues(at, b, j, keys);
   }
   for (int t = 0; t < tokens; ++t) {
-    float* dst = output_base + at.FirstRowOf(first + t);
+    float* dst = output_base + at.FirstOutputRowOf(first + t);
     for (int g = 0; g < at.group; ++g) {
       const int r = t * at.group + g;
       const float inv = 1.0f / b.sum[r];

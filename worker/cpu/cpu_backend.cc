@@ -131,8 +131,8 @@ class CpuBackend final : public Backend {
     TiledLinear(x, rows, weight, bias, y);
   }
 
-  void Rope(void* q_raw, void* k_raw, const StepBatch& batch, int num_q_heads, int num_kv_heads,
-            int head_dim, const RopeTable& table) override {
+  void Rope(void* q_raw, void* k_raw, int64_t token_stride, const StepBatch& batch, int num_q_heads,
+            int num_kv_heads, int head_dim, const RopeTable& table) override {
     float* q = static_cast<float*>(q_raw);
     float* k = static_cast<float*>(k_raw);
     const int64_t* positions = batch.positions;
@@ -154,17 +154,17 @@ class CpuBackend final : public Backend {
           cos_sin = computed.data();
         }
         for (int h = 0; h < num_q_heads; ++h) {
-          Rotate(q + (t * num_q_heads + h) * head_dim, cos_sin, half);
+          Rotate(q + t * token_stride + h * head_dim, cos_sin, half);
         }
         for (int h = 0; h < num_kv_heads; ++h) {
-          Rotate(k + (t * num_kv_heads + h) * head_dim, cos_sin, half);
+          Rotate(k + t * token_stride + h * head_dim, cos_sin, half);
         }
       }
     });
   }
 
-  void WriteKvCache(const void* k_raw, const void* v_raw, const StepBatch& batch,
-                    const KvCacheLayer& cache) override {
+  void WriteKvCache(const void* k_raw, const void* v_raw, int64_t token_stride,
+                    const StepBatch& batch, const KvCacheLayer& cache) override {
     const float* k = static_cast<const float*>(k_raw);
     const float* v = static_cast<const float*>(v_raw);
     const int heads = cache.num_kv_heads;
@@ -178,7 +178,8 @@ class CpuBackend final : public Backend {
       const int64_t block = batch.slot_mapping[t] / cache.block_size;
       const int64_t offset = batch.slot_mapping[t] % cache.block_size;
       for (int h = 0; h < heads; ++h) {
-        const size_t src = (static_cast<size_t>(t) * heads + h) * head_dim;
+        const size_t src =
+            static_cast<size_t>(t) * token_stride + static_cast<size_t>(h) * head_dim;
         const size_t dst = block * block_elements +
                            (static_cast<size_t>(h) * cache.block_size + offset) * head_dim;
         narrow(k + src, key_cache + dst * width, head_dim);

@@ -120,6 +120,7 @@ KernelParams AttentionKernelParams(const PagedAttentionParams& params) {
   out.max_blocks_per_seq = batch.max_blocks_per_seq;
   out.softmax_scale = params.scale;
   out.q = params.query;
+  out.q_token_stride = params.query_token_stride;
   out.k_cache = cache.key;
   out.v_cache = cache.value;
   out.block_tables = batch.block_tables;
@@ -368,8 +369,8 @@ void CudaBackend::Linear(const void* x, int rows, const Tensor& weight, const fl
   }
 }
 
-void CudaBackend::Rope(void* q, void* k, const StepBatch& batch, int num_q_heads, int num_kv_heads,
-                       int head_dim, const RopeTable& table) {
+void CudaBackend::Rope(void* q, void* k, int64_t token_stride, const StepBatch& batch,
+                       int num_q_heads, int num_kv_heads, int head_dim, const RopeTable& table) {
   if (SkipLaunch()) return;
   // The kernel reads cos/sin from the table only (no fallback past it), so a
   // longer context is refused here rather than read out of bounds.
@@ -382,9 +383,9 @@ void CudaBackend::Rope(void* q, void* k, const StepBatch& batch, int num_q_heads
   Check(kernels::LaunchRotaryEmbedding(
             kernels::RotaryEmbeddingParams{.positions = batch.positions,
                                            .query = q,
-                                           .query_token_stride = int64_t{num_q_heads} * head_dim,
+                                           .query_token_stride = token_stride,
                                            .key = k,
-                                           .key_token_stride = int64_t{num_kv_heads} * head_dim,
+                                           .key_token_stride = token_stride,
                                            .cos_sin_cache = table.cos_sin,
                                            .num_tokens = batch.num_tokens,
                                            .num_heads = num_q_heads,
@@ -396,15 +397,14 @@ void CudaBackend::Rope(void* q, void* k, const StepBatch& batch, int num_q_heads
         "rotary_embedding");
 }
 
-void CudaBackend::WriteKvCache(const void* k, const void* v, const StepBatch& batch,
-                               const KvCacheLayer& cache) {
+void CudaBackend::WriteKvCache(const void* k, const void* v, int64_t token_stride,
+                               const StepBatch& batch, const KvCacheLayer& cache) {
   if (SkipLaunch() || !ExpectActivationDType(cache.dtype, "the KV cache")) return;
-  const int64_t stride = int64_t{cache.num_kv_heads} * cache.head_dim;
   Check(kernels::LaunchReshapeAndCache(
             kernels::ReshapeAndCacheParams{.key = k,
                                            .value = v,
-                                           .key_token_stride = stride,
-                                           .value_token_stride = stride,
+                                           .key_token_stride = token_stride,
+                                           .value_token_stride = token_stride,
                                            .key_cache = cache.key,
                                            .value_cache = cache.value,
                                            .slot_mapping = batch.slot_mapping,

@@ -94,9 +94,9 @@ class CudaBackend final : public Backend {
                   void* out) override;
   void Linear(const void* x, int rows, const Tensor& weight, const float* bias, void* y,
               DType y_dtype) override;
-  void Rope(void* q, void* k, const StepBatch& batch, int num_q_heads, int num_kv_heads,
-            int head_dim, const RopeTable& table) override;
-  void WriteKvCache(const void* k, const void* v, const StepBatch& batch,
+  void Rope(void* q, void* k, int64_t token_stride, const StepBatch& batch, int num_q_heads,
+            int num_kv_heads, int head_dim, const RopeTable& table) override;
+  void WriteKvCache(const void* k, const void* v, int64_t token_stride, const StepBatch& batch,
                     const KvCacheLayer& cache) override;
   void PagedAttention(const PagedAttentionParams& params) override;
   void SiluAndMul(const void* gate_up, int rows, int dim, void* out) override;
