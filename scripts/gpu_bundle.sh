@@ -118,12 +118,18 @@ find "$STAGE/python" -name __pycache__ -prune -exec rm -rf {} +
 rm -rf "$STAGE/python/jsonschema/tests" "$STAGE/python/jsonschema/benchmarks"
 
 git_rev=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+# The tracked files and one hash of their contents as they are now, for
+# gpu_check.sh to tell whether the checkout it runs in is this tree (the
+# device copy's .git can lag its files, so its HEAD says nothing).
+git ls-files >"$STAGE/tracked_files.txt"
+tree_hash=$(tr '\n' '\0' <"$STAGE/tracked_files.txt" | (xargs -0 cat 2>/dev/null; true) | sha1sum | cut -c1-12)
 cat >"$STAGE/bundle.env" <<ENV
 PAGODA_BUNDLE_SOURCE_DIR=$REPO
 PAGODA_BUNDLE_BUILD_DIR=$BUILD_ABS
 PAGODA_BUNDLE_GIT_REV=$git_rev
 PAGODA_BUNDLE_DIRTY=$(git status --porcelain --untracked-files=no 2>/dev/null | grep -c . || true)
 PAGODA_BUNDLE_GLIBC=$(ldd --version | head -1 | awk '{print $NF}')
+PAGODA_BUNDLE_TREE_HASH=$tree_hash
 ENV
 
 mkdir -p "$BUNDLE_DIR"

@@ -14,8 +14,9 @@
 #                                # .gpu-bundle/pagoda-gpu.tar.xz (~34 MiB, git-ignored)
 #   run(command="scripts/gpu_check.sh", carry=[".gpu-bundle"], timeout_s=600)
 #
-# The bundle must come from the commit being checked (bundle.env records its
-# revision; the summary prints it). It unpacks to /tmp/pagoda-gpu-bundle and
+# The bundle must come from the tree being checked: bundle.env records its
+# revision and a hash of its tracked files, and the summary says whether this
+# checkout's files still hash the same. It unpacks to /tmp/pagoda-gpu-bundle and
 # its ctest files are rewritten to that build dir and this checkout (nothing
 # outside /tmp and $OUT is written). Without a bundle the script falls back to
 # building the kernels alone from source there (MODE=kernels, the old path:
@@ -173,7 +174,13 @@ unpack_bundle() {
     return 1
   # shellcheck disable=SC1091
   source "$BUNDLE_ROOT/bundle.env"
-  INFO+=("bundle: rev ${PAGODA_BUNDLE_GIT_REV:0:12} (uncommitted changes: $PAGODA_BUNDLE_DIRTY), built in $PAGODA_BUNDLE_SOURCE_DIR; checkout rev $(git rev-parse --short=12 HEAD 2>/dev/null)")
+  local tree_hash
+  tree_hash=$(tr '\n' '\0' <"$BUNDLE_ROOT/tracked_files.txt" | (xargs -0 cat 2>/dev/null; true) |
+    sha1sum | cut -c1-12)
+  local tree="the bundle's tree"
+  [ "$tree_hash" = "${PAGODA_BUNDLE_TREE_HASH:-}" ] ||
+    tree="NOT the bundle's tree (files changed since scripts/gpu_bundle.sh: rebuild it)"
+  INFO+=("bundle: rev ${PAGODA_BUNDLE_GIT_REV:0:12} (uncommitted changes: $PAGODA_BUNDLE_DIRTY), built in $PAGODA_BUNDLE_SOURCE_DIR; checkout: $tree")
   # The ctest files name the build and source paths of the machine that
   # built them: point them here (build first: it lies inside the source).
   # Tests find the binaries through PAGODA_BINARY_DIR, which this rewrites.
