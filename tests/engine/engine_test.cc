@@ -423,6 +423,33 @@ TEST_F(EngineTest, SequenceThatOutgrowsTheCacheEndsAtLengthWithItsTokens) {
   EXPECT_EQ(engine_->snapshot().free_gpu_blocks, 8);
 }
 
+TEST_F(EngineTest, BestOfGroupThatOutgrowsTheCacheReturnsItsBestAtLength) {
+  StartEngine(16);  // 64 tokens of KV cache for two samples of one request.
+  auto sink = std::make_shared<CollectingSink>();
+  EngineRequest request;
+  request.request_id = "best";
+  request.prompt_token_ids = Prompt(5, 3);
+  request.sampling.seed = 1;
+  request.sampling.temperature = 1.0f;
+  request.sampling.n = 1;
+  request.sampling.best_of = 2;  // Answered only at the end: FinalDelta.
+  request.stopping.max_tokens = 100;
+  request.stopping.ignore_eos = true;
+  request.sink = sink;
+  ASSERT_TRUE(engine_->AddRequest(std::move(request)).ok());
+  ASSERT_TRUE(sink->WaitFinished());
+  EXPECT_TRUE(sink->status().ok()) << sink->status();
+  const auto sequences = sink->sequences();
+  ASSERT_EQ(sequences.size(), 1u);
+  const auto& best = sequences.begin()->second;
+  EXPECT_EQ(sequences.begin()->first, 0);
+  EXPECT_EQ(best.status, SequenceStatus::kFinishedLength);
+  EXPECT_GE(best.tokens.size(), 20u);
+  EXPECT_LT(best.tokens.size(), 100u);
+  ASSERT_TRUE(engine_->WaitUntilIdle(absl::Seconds(5)));
+  EXPECT_EQ(engine_->snapshot().free_gpu_blocks, 16);
+}
+
 TEST_F(EngineTest, AdmissionErrors) {
   StartEngine(64, /*max_queued_requests=*/2, /*start=*/false);
   absl::Status status;
