@@ -5,9 +5,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_replace.h"
 #include "text/hf_tokenizer.h"
 #include "text/sentencepiece_adapter.h"
+#include "text/sentencepiece_decode_table.h"
 
 namespace pagoda {
 namespace {
@@ -18,7 +18,8 @@ constexpr char kHfTokenizerFile[] = "tokenizer.json";
 class SentencePieceTokenizer : public Tokenizer {
  public:
   explicit SentencePieceTokenizer(std::unique_ptr<SentencePieceAdapter> processor)
-      : processor_(std::move(processor)) {}
+      : processor_(std::move(processor)),
+        decode_table_(SentencePieceDecodeTable::Build(*processor_)) {}
 
   absl::StatusOr<std::vector<int>> Encode(const std::string& text) const override {
     std::vector<int> ids;
@@ -39,6 +40,7 @@ class SentencePieceTokenizer : public Tokenizer {
       }
     }
     std::string text;
+    if (decode_table_.has_value() && decode_table_->TryDecode(ids, &text)) return text;
     const std::string error = processor_->Decode(ids, &text);
     if (!error.empty()) {
       return absl::InvalidArgumentError(absl::StrCat("tokenizer decode: ", error));
@@ -61,13 +63,14 @@ class SentencePieceTokenizer : public Tokenizer {
         out[id] = std::string(1, static_cast<char>(std::stoi(piece.substr(3, 2), nullptr, 16)));
         continue;
       }
-      out[id] = absl::StrReplaceAll(piece, {{"\xE2\x96\x81", " "}});
+      out[id] = SpaceSymbolsToSpaces(piece);
     }
     return out;
   }
 
  private:
   const std::unique_ptr<SentencePieceAdapter> processor_;
+  const std::optional<SentencePieceDecodeTable> decode_table_;
 };
 
 }  // namespace

@@ -2,12 +2,16 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
 #include "pagoda/v1/generation.pb.h"
 #include "tests/support/safetensors_writer.h"
+#include "text/sentencepiece_adapter.h"
+#include "text/sentencepiece_decode_table.h"
 
 namespace pagoda {
 namespace {
@@ -23,8 +27,10 @@ class TokenizerTest : public ::testing::Test {
 };
 
 // Trains a small BPE model with the sentencepiece CLI on a corpus written
-// here, and installs it as `dir`/tokenizer.model.
-void TrainTinyModel(const std::string& dir) {
+// here (`spaces`: some words then follow two or three spaces, or a tab), with
+// `flags` for spm_train, and installs it as `dir`/tokenizer.model.
+void TrainTinyModel(const std::string& dir, const std::string& flags = "--vocab_size=100",
+                    bool spaces = false) {
   const std::vector<std::string> words = {"the",    "quick",    "brown",  "fox",    "jumps",
                                           "over",   "lazy",     "dog",    "paged",  "attention",
                                           "serves", "requests", "blocks", "values", "keys"};
@@ -34,12 +40,14 @@ void TrainTinyModel(const std::string& dir) {
     for (int word = 0; word < 12; ++word) {
       state = state * 1664525u + 1013904223u;
       corpus += words[(state >> 16) % words.size()];
-      corpus += word == 11 ? "\n" : " ";
+      const char* gaps[] = {"  ", "   ", "\t"};
+      corpus += word == 11 ? "\n" : spaces && state % 5 == 0 ? gaps[(state >> 8) % 3] : " ";
     }
   }
   ASSERT_TRUE(WriteFile(dir + "/corpus.txt", corpus).ok());
   const std::string command = "spm_train --input=" + dir + "/corpus.txt --model_prefix=" + dir +
-                              "/spm --vocab_size=100 --model_type=bpe --num_threads=1 "
+                              "/spm " + flags +
+                              " --model_type=bpe --num_threads=1 "
                               "--minloglevel=2 > " +
                               dir + "/spm_train.log 2>&1";
   ASSERT_EQ(std::system(command.c_str()), 0) << "spm_train failed; see " << dir << "/spm_train.log";
@@ -111,6 +119,55 @@ TEST_F(TokenizerTest, WorksBesideGrpcProtobuf) {
   auto decoded = (*tokenizer)->Decode(round_tripped);
   ASSERT_TRUE(decoded.ok()) << decoded.status();
   EXPECT_EQ(*decoded, text);
+}
+
+// Decode takes the piece table (SentencePieceDecodeTable) where it can and
+// the library elsewhere: over random windows of every kind of piece (byte,
+// control, unknown, whitespace) it must give the library's text, whatever
+// the normalizer does with spaces.
+TEST_F(TokenizerTest, DecodeMatchesTheLibraryOverRandomWindows) {
+  const std::vector<std::string> trainings = {
+      "--vocab_size=100",
+      "--vocab_size=400 --byte_fallback=true",
+      "--vocab_size=120 --remove_extra_whitespaces=false",
+      "--vocab_size=120 --add_dummy_prefix=false",
+      "--vocab_size=120 --add_dummy_prefix=false --remove_extra_whitespaces=false",
+      "--vocab_size=120 --treat_whitespace_as_suffix=true",
+      "--vocab_size=400 --byte_fallback=true --remove_extra_whitespaces=false",
+  };
+  int model = 0;
+  for (const std::string& flags : trainings) {
+    SCOPED_TRACE(flags);
+    const std::string dir = dir_ + "/m" + std::to_string(model++);
+    std::filesystem::create_directories(dir);
+    TrainTinyModel(dir, flags, /*spaces=*/true);
+    auto tokenizer = Tokenizer::Load(dir);
+    ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+    ASSERT_NE(*tokenizer, nullptr);
+    SentencePieceAdapter library;
+    ASSERT_EQ(library.Load(dir + "/tokenizer.model"), "");
+    const int size = library.piece_size();
+    std::mt19937 rng(model);
+    for (int window = 0; window < 3000; ++window) {
+      std::vector<int> ids(1 + rng() % 8);
+      for (int& id : ids) id = static_cast<int>(rng() % size);
+      std::string expected;
+      ASSERT_EQ(library.Decode(ids, &expected), "");
+      auto decoded = (*tokenizer)->Decode(ids);
+      ASSERT_TRUE(decoded.ok()) << decoded.status();
+      ASSERT_EQ(*decoded, expected) << "ids " << absl::StrJoin(ids, ",");
+    }
+    // And the table is there to be used: a sentence's ids decode from it.
+    const auto table = SentencePieceDecodeTable::Build(library);
+    ASSERT_TRUE(table.has_value());
+    auto ids = (*tokenizer)->Encode("the quick brown fox jumps");
+    ASSERT_TRUE(ids.ok());
+    std::string text;
+    EXPECT_TRUE(table->TryDecode(*ids, &text));
+    std::string expected;
+    ASSERT_EQ(library.Decode(*ids, &expected), "");
+    EXPECT_EQ(text, expected);
+  }
 }
 
 TEST_F(TokenizerTest, DecodeRejectsIdsOutsideTheVocabulary) {
