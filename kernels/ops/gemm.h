@@ -73,10 +73,11 @@ class GemmContext {
   // buffers and stream and keeps the fastest, so a split-K algorithm is
   // chosen only when it saves more than its reduction kernel costs. The
   // heuristic's first pick stays unless another is kMinTimedGain faster.
-  // The CUDA graph runner turns it on for its warm-up forwards, so every
-  // captured decode GEMM runs a timed pick; other steps keep the heuristic's
-  // (a prompt's row count changes every step, and timing synchronizes the
-  // stream). Never times while the stream is capturing a graph.
+  // CudaGraphRunner::Capture can turn it on for its warm-up forwards (the
+  // server does not: it gained nothing on the H100, kernels/ops/NOTES.md);
+  // eager steps never time (a prompt's row count changes every step, and
+  // timing synchronizes the stream). Never times while the stream is
+  // capturing a graph.
   static constexpr int kTimedCandidates = 8;
   static constexpr int kTimedRuns = 5;
   static constexpr float kMinTimedGain = 0.03f;

@@ -48,8 +48,10 @@ class CudaGraphRunner {
   // first warm-up sizes every workspace). Each capture is preceded by an
   // eager run of the same padded batch; with time_gemms those warm-ups pick
   // each GEMM's algorithm by timing (CudaBackend::set_gemm_timing), and the
-  // graphs capture the picks.
-  absl::Status Capture(int max_num_seqs, bool time_gemms = true);
+  // graphs capture the picks. The server does not: on the H100 the timed
+  // picks were within 1 % of cuBLASLt's heuristic (docs/gpu.md) and cost
+  // start-up time; bench_decode_step compares both on other GPUs.
+  absl::Status Capture(int max_num_seqs, bool time_gemms = false);
   int num_graphs() const { return static_cast<int>(graphs_.size()); }
 
   // True when `batch` can replay a captured graph.
