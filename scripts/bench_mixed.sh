@@ -3,7 +3,8 @@
 # make_tiny_model.py model (MODEL_ARGS; default: hidden 128, 4 layers,
 # vocab 512, 4096 positions, f32: small enough that a 2-core CPU keeps up
 # with a 2,048-token prompt every 2 s), then pagoda-bench --mixed: STREAMS
-# streams decoding CONTEXT-token prompts while a LONG-token prompt arrives
+# streams decoding CONTEXT-token prompts (STREAM_TOKENS tokens a request,
+# then the next request; default 128) while a LONG-token prompt arrives
 # every EVERY seconds, for DURATION seconds. Prints TTFT and inter-token
 # latency p50/p90/p99 per class and writes PLOT (SVG; default mixed_itl.svg,
 # PLOT= for none). With URGENT_EVERY, 64-token requests of priority -1
@@ -27,6 +28,6 @@ source scripts/server_harness.sh
   --out "$WORK/model" > /dev/null
 start_server "$BIN/pagoda-server" --model "$WORK/model" "$@"
 "$BIN/pagoda-bench" --server "127.0.0.1:$PORT" --mixed --mixed-streams "${STREAMS:-16}" \
-  --mixed-context "${CONTEXT:-256}" --mixed-long-prompt "${LONG:-2048}" \
+  --mixed-context "${CONTEXT:-256}" --mixed-stream-tokens "${STREAM_TOKENS:-128}" --mixed-long-prompt "${LONG:-2048}" \
   --mixed-long-every "${EVERY:-2}" --mixed-duration "${DURATION:-60}" \
   --mixed-urgent-every "${URGENT_EVERY:-0}" --mixed-plot "${PLOT-mixed_itl.svg}"

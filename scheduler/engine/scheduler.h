@@ -198,6 +198,12 @@ class Scheduler {
   // or seats) and the lowest-ranked running group ranks below it, preempts
   // that running group (recompute) back to waiting. Returns how many.
   int PreemptForPriority(SchedulerOutput& output);
+  // Under kPriority with chunking: while the best waiting prompts are of a
+  // more urgent priority than every running group and fit whole in the
+  // budget, the step is theirs alone, as a prefill step is without chunking
+  // (the running groups keep their blocks and go on next step). Returns
+  // whether it scheduled any.
+  bool ScheduleOutrankingPrompts(SchedulerOutput& output);
   // Brings swapped groups back while blocks and budgets allow. With
   // `partial`, as ScheduleDecodes.
   void ScheduleSwapIns(SchedulerOutput& output, std::vector<SequenceGroup*>* partial = nullptr);

@@ -28,6 +28,7 @@ using group_counts::NumSeqs;
 using group_counts::SeatsOnceRunning;
 
 void Scheduler::ScheduleChunked(SchedulerOutput& output) {
+  if (ScheduleOutrankingPrompts(output)) return;
   // Running groups part-way through their prompt keep their blocks; they get
   // chunks after every decode has its token.
   std::vector<SequenceGroup*> partial;

@@ -267,6 +267,63 @@ TEST_F(ChunkedSchedulerTest, PriorityWaitingRequestPreemptsTheLowestRankedRunnin
   }
 }
 
+TEST_F(ChunkedSchedulerTest, MoreUrgentPromptGetsAStepOfItsOwn) {
+  SchedulerConfig config = ChunkedConfig(/*budget=*/64, /*gpu_blocks=*/64);
+  config.policy = SchedulingPolicy::kPriority;
+  Scheduler scheduler(config);
+  SequenceGroup* r1 = Add(scheduler, 1, 4, 50);
+  SequenceGroup* r2 = Add(scheduler, 2, 4, 50);
+  Finish(scheduler, scheduler.Schedule());
+  SequenceGroup* urgent = Add(scheduler, 3, 6, 50, /*priority=*/-1);
+  SequenceGroup* after = Add(scheduler, 4, 6, 50, /*priority=*/0);
+  SchedulerOutput step = scheduler.Schedule();
+  ASSERT_EQ(step.scheduled.size(), 1u);  // No decode, and not r4's prompt.
+  EXPECT_EQ(step.scheduled[0].group, urgent);
+  EXPECT_EQ(step.scheduled[0].num_tokens, 6);
+  EXPECT_TRUE(step.scheduled[0].do_sample);
+  EXPECT_EQ(step.num_prefill_groups, 1);
+  EXPECT_EQ(step.num_preempted, 0);
+  Finish(scheduler, step);
+  // The paused decodes go on where they were, beside the urgent one's and
+  // r4's prompt.
+  step = scheduler.Schedule();
+  ASSERT_EQ(step.scheduled.size(), 4u);
+  EXPECT_EQ(step.scheduled[0].group, urgent);
+  EXPECT_EQ(step.scheduled[1].group, r1);
+  EXPECT_EQ(step.scheduled[1].start_position, 4);
+  EXPECT_EQ(step.scheduled[2].group, r2);
+  EXPECT_EQ(step.scheduled[3].group, after);
+  EXPECT_EQ(r1->seqs()[0]->num_output_tokens(), 1);
+}
+
+TEST_F(ChunkedSchedulerTest, PromptsOfTheSameOrALowerPriorityShareTheDecodesStep) {
+  for (int priority : {0, 1}) {
+    SchedulerConfig config = ChunkedConfig(/*budget=*/64, /*gpu_blocks=*/64);
+    config.policy = SchedulingPolicy::kPriority;
+    Scheduler scheduler(config);
+    Add(scheduler, 1, 4, 50);
+    Add(scheduler, 2, 4, 50, /*priority=*/2);
+    Finish(scheduler, scheduler.Schedule());
+    Add(scheduler, 3, 6, 50, priority);  // Outranks r2 only.
+    SchedulerOutput step = scheduler.Schedule();
+    EXPECT_EQ(step.scheduled.size(), 3u) << priority;
+    EXPECT_EQ(step.num_prefill_tokens, 6) << priority;
+  }
+}
+
+TEST_F(ChunkedSchedulerTest, MoreUrgentPromptLongerThanTheBudgetIsChunkedBesideTheDecodes) {
+  SchedulerConfig config = ChunkedConfig(/*budget=*/10, /*gpu_blocks=*/64);
+  config.policy = SchedulingPolicy::kPriority;
+  Scheduler scheduler(config);
+  Add(scheduler, 1, 4, 50);
+  Finish(scheduler, scheduler.Schedule());
+  SequenceGroup* urgent = Add(scheduler, 2, 30, 50, /*priority=*/-1);
+  SchedulerOutput step = scheduler.Schedule();
+  ASSERT_EQ(step.scheduled.size(), 2u);
+  EXPECT_EQ(step.scheduled[1].group, urgent);
+  EXPECT_EQ(step.scheduled[1].num_tokens, 9);
+}
+
 TEST_F(ChunkedSchedulerTest, FcfsIgnoresPriority) {
   SchedulerConfig config = ChunkedConfig(/*budget=*/64, /*gpu_blocks=*/64);
   config.max_num_seqs = 1;
