@@ -28,6 +28,7 @@ source scripts/server_harness.sh
   --out "$WORK/model" > /dev/null
 start_server "$BIN/pagoda-server" --model "$WORK/model" "$@"
 "$BIN/pagoda-bench" --server "127.0.0.1:$PORT" --mixed --mixed-streams "${STREAMS:-16}" \
-  --mixed-context "${CONTEXT:-256}" --mixed-stream-tokens "${STREAM_TOKENS:-128}" --mixed-long-prompt "${LONG:-2048}" \
+  --mixed-context "${CONTEXT:-256}" --mixed-stream-tokens "${STREAM_TOKENS:-128}" \
+  --mixed-long-prompt "${LONG:-2048}" \
   --mixed-long-every "${EVERY:-2}" --mixed-duration "${DURATION:-60}" \
   --mixed-urgent-every "${URGENT_EVERY:-0}" --mixed-plot "${PLOT-mixed_itl.svg}"

@@ -61,8 +61,8 @@ int Scheduler::PreemptForPriority(SchedulerOutput& output) {
 // of what saturation added to the urgent request's time to first token:
 // 5.4-5.8 ms with them, 3.4-3.8 ms alone, 1.6-1.7 ms on the idle server
 // (scripts/bench_mixed.sh URGENT_EVERY=1, 48 streams, --max-num-seqs 16).
-// The running groups lose one step per such prompt. Equal priorities never trigger it: an earlier
-// arrival of the same priority is served as vLLM does.
+// The running groups lose one step per such prompt. Equal priorities never
+// trigger it: an earlier arrival of the same priority is served as vLLM does.
 bool Scheduler::ScheduleOutrankingPrompts(SchedulerOutput& output) {
   if (config_.policy != SchedulingPolicy::kPriority || running_.empty() || !swapped_.empty()) {
     return false;
@@ -77,8 +77,10 @@ bool Scheduler::ScheduleOutrankingPrompts(SchedulerOutput& output) {
     const SequenceGroup& group = *waiting_.front();
     const int new_seqs = group_counts::SeatsOnceRunning(group);
     // Only a prompt this step finishes: a longer one is chunked beside the
-    // decodes as any other.
-    if (group_counts::NumNewTokens(group, SequenceStatus::kWaiting) > ChunkCap(token_budget) ||
+    // decodes as any other, and so is a group of several sequences
+    // (recomputed after forking), whose last tokens take a step of their own.
+    if (group_counts::NumSeqs(group, SequenceStatus::kWaiting) != 1 ||
+        group_counts::NumNewTokens(group, SequenceStatus::kWaiting) > ChunkCap(token_budget) ||
         num_seqs + new_seqs > config_.max_num_seqs ||
         group_counts::LongestWaiting(group) > config_.max_model_len ||
         CheckAdmissible(group) != AllocStatus::kOk) {
