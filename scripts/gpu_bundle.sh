@@ -122,7 +122,7 @@ git_rev=$(git rev-parse HEAD 2>/dev/null || echo unknown)
 # gpu_check.sh to tell whether the checkout it runs in is this tree (the
 # device copy's .git can lag its files, so its HEAD says nothing).
 git ls-files >"$STAGE/tracked_files.txt"
-tree_hash=$(tr '\n' '\0' <"$STAGE/tracked_files.txt" | (xargs -0 cat 2>/dev/null; true) | sha1sum | cut -c1-12)
+tree_hash=$(scripts/tracked_tree_hash.sh "$STAGE/tracked_files.txt")
 cat >"$STAGE/bundle.env" <<ENV
 PAGODA_BUNDLE_SOURCE_DIR=$REPO
 PAGODA_BUNDLE_BUILD_DIR=$BUILD_ABS

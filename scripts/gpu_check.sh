@@ -175,8 +175,7 @@ unpack_bundle() {
   # shellcheck disable=SC1091
   source "$BUNDLE_ROOT/bundle.env"
   local tree_hash
-  tree_hash=$(tr '\n' '\0' <"$BUNDLE_ROOT/tracked_files.txt" | (xargs -0 cat 2>/dev/null; true) |
-    sha1sum | cut -c1-12)
+  tree_hash=$(scripts/tracked_tree_hash.sh "$BUNDLE_ROOT/tracked_files.txt")
   local tree="the bundle's tree"
   [ "$tree_hash" = "${PAGODA_BUNDLE_TREE_HASH:-}" ] ||
     tree="NOT the bundle's tree (files changed since scripts/gpu_bundle.sh: rebuild it)"

@@ -187,6 +187,9 @@ class Scheduler {
   // samples them all in one step, as a decode, so that beams advance
   // together.
   ChunkResult ScheduleChunk(SequenceGroup& group, int token_cap, SchedulerOutput& output);
+  // Admits the front waiting group (CheckAdmissible said kOk) with its first
+  // chunk from `token_budget` (decremented), counting it in `output`.
+  ChunkResult AdmitFrontWithChunk(SchedulerOutput& output, int& token_budget);
   // The most prompt tokens one group may take in a step.
   int ChunkCap(int token_budget) const;
 

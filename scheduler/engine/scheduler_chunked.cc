@@ -103,21 +103,26 @@ void Scheduler::AdmitPrefillChunks(SchedulerOutput& output, int& token_budget,
       waiting_.pop_front();
       continue;
     }
-    std::unique_ptr<SequenceGroup> admitted = AllocateWaitingFront();
-    const ChunkResult chunk = ScheduleChunk(*admitted, ChunkCap(token_budget), output);
-    token_budget -= chunk.tokens;
-    output.num_prefill_tokens += chunk.tokens;
+    const ChunkResult chunk = AdmitFrontWithChunk(output, token_budget);
     if (!chunk.done) {
       ++partial.all;
       if (long_prefill) ++partial.long_ones;
     }
     num_seqs += new_seqs;
-    ++output.num_prefill_groups;
-    running_.push_back(std::move(admitted));
   }
   for (auto it = passed_over.rbegin(); it != passed_over.rend(); ++it) {
     waiting_.push_front(std::move(*it));
   }
+}
+
+Scheduler::ChunkResult Scheduler::AdmitFrontWithChunk(SchedulerOutput& output, int& token_budget) {
+  std::unique_ptr<SequenceGroup> admitted = AllocateWaitingFront();
+  const ChunkResult chunk = ScheduleChunk(*admitted, ChunkCap(token_budget), output);
+  token_budget -= chunk.tokens;
+  output.num_prefill_tokens += chunk.tokens;
+  ++output.num_prefill_groups;
+  running_.push_back(std::move(admitted));
+  return chunk;
 }
 
 Scheduler::ChunkResult Scheduler::ScheduleChunk(SequenceGroup& group, int token_cap,

@@ -64,7 +64,8 @@ int Scheduler::PreemptForPriority(SchedulerOutput& output) {
 // The running groups lose one step per such prompt. Equal priorities never
 // trigger it: an earlier arrival of the same priority is served as vLLM does.
 bool Scheduler::ScheduleOutrankingPrompts(SchedulerOutput& output) {
-  if (config_.policy != SchedulingPolicy::kPriority || running_.empty() || !swapped_.empty()) {
+  if (config_.policy != SchedulingPolicy::kPriority || waiting_.empty() || running_.empty() ||
+      !swapped_.empty()) {
     return false;
   }
   int most_urgent_running = INT_MAX;
@@ -86,13 +87,8 @@ bool Scheduler::ScheduleOutrankingPrompts(SchedulerOutput& output) {
         CheckAdmissible(group) != AllocStatus::kOk) {
       break;
     }
-    std::unique_ptr<SequenceGroup> admitted = AllocateWaitingFront();
-    const ChunkResult chunk = ScheduleChunk(*admitted, ChunkCap(token_budget), output);
-    token_budget -= chunk.tokens;
-    output.num_prefill_tokens += chunk.tokens;
-    ++output.num_prefill_groups;
+    AdmitFrontWithChunk(output, token_budget);
     num_seqs += new_seqs;
-    running_.push_back(std::move(admitted));
   }
   return output.num_prefill_groups > 0;
 }
