@@ -30,6 +30,9 @@ ABSL_FLAG(std::string, mixed_plot, "mixed_itl.svg", "SVG plot of ITL over time; 
 ABSL_FLAG(double, mixed_urgent_every, 0.0,
           "Seconds between urgent requests (priority --mixed-urgent-priority, the streams and "
           "long prompts 0); 0 = none. Their TTFT is also taken on the idle server first.");
+ABSL_FLAG(int, mixed_urgent_idle_requests, 40,
+          "Urgent requests timed one after another on the idle server, before the load "
+          "(1..1000): the baseline of the urgent row.");
 ABSL_FLAG(int, mixed_urgent_prompt, 64, "Tokens of each urgent request's prompt.");
 ABSL_FLAG(int, mixed_urgent_priority, -1,
           "Priority of the urgent requests (lower runs first under --scheduling-policy "
@@ -110,14 +113,35 @@ void DrawProgress(double elapsed, double duration) {
   std::fflush(stderr);
 }
 
-void PrintClass(const char* name, ClassLog& log, double wall_s) {
+// The class's first-token gaps (TTFTs) and later gaps (ITLs), in ms.
+void SplitGaps(ClassLog& log, std::vector<double>& ttft, std::vector<double>& itl) {
   absl::MutexLock lock(&log.mu);
-  std::vector<double> ttft, itl;
   for (const TokenEvent& event : log.events) (event.first ? ttft : itl).push_back(event.gap_ms);
-  std::printf("%-11s %7zu %6d %8.1f %8.1f %8.1f %8.2f %8.2f %8.2f %9.1f\n", name, ttft.size(),
-              log.errors, Percentile(ttft, 0.5), Percentile(ttft, 0.9), Percentile(ttft, 0.99),
-              Percentile(itl, 0.5), Percentile(itl, 0.9), Percentile(itl, 0.99),
-              log.events.size() / wall_s);
+}
+
+void PrintClass(const char* name, ClassLog& log, double wall_s) {
+  std::vector<double> ttft, itl;
+  SplitGaps(log, ttft, itl);
+  absl::MutexLock lock(&log.mu);
+  std::printf("%-11s %7zu %6d %8.1f %8.1f %8.1f %8.2f %8.2f %8.2f %9.1f %9.2f %8.2f\n", name,
+              ttft.size(), log.errors, Percentile(ttft, 0.5), Percentile(ttft, 0.9),
+              Percentile(ttft, 0.99), Percentile(itl, 0.5), Percentile(itl, 0.9),
+              Percentile(itl, 0.99), log.events.size() / wall_s, Percentile(itl, 0.999),
+              Percentile(itl, 1.0));
+}
+
+// Issue 20's priority figure: the urgent requests' median TTFT under load
+// over their median on the idle server. With the sample counts, since a
+// median of a few dozen arrivals moves by tens of percent from run to run.
+void PrintPriorityRatio(ClassLog& urgent, ClassLog& idle) {
+  std::vector<double> loaded_ttft, idle_ttft, unused;
+  SplitGaps(urgent, loaded_ttft, unused);
+  SplitGaps(idle, idle_ttft, unused);
+  std::printf(
+      "priority: urgent TTFT p50 %.2f ms under load (%zu requests) / %.2f ms idle (%zu) = "
+      "%.2fx\n",
+      Percentile(loaded_ttft, 0.5), loaded_ttft.size(), Percentile(idle_ttft, 0.5),
+      idle_ttft.size(), Percentile(loaded_ttft, 0.5) / Percentile(idle_ttft, 0.5));
 }
 
 // Inter-token gaps of the streams over time, long-prompt arrivals as lines.
@@ -206,8 +230,8 @@ void MeasureIdle(Generation::Stub& stub, const Arrivals& urgent, int vocab, Clas
   ClassLog warm_up;
   StreamOne(stub, MakeRequest(urgent.prompt_len, urgent.max_tokens, 2'999'999, vocab), absl::Now(),
             warm_up);
-  constexpr int kIdleRequests = 10;
-  for (int k = 0; k < kIdleRequests; ++k) {
+  const int idle_requests = absl::GetFlag(FLAGS_mixed_urgent_idle_requests);
+  for (int k = 0; k < idle_requests; ++k) {
     StreamOne(stub,
               MakeRequest(urgent.prompt_len, urgent.max_tokens, 3'000'000 + k, vocab,
                           urgent.priority),
@@ -244,6 +268,8 @@ bool MixedFlagsInRange() {
          urgent_every >= 0 && absl::GetFlag(FLAGS_mixed_context) >= 1 &&
          absl::GetFlag(FLAGS_mixed_long_prompt) >= 1 &&
          absl::GetFlag(FLAGS_mixed_urgent_prompt) >= 1 &&
+         absl::GetFlag(FLAGS_mixed_urgent_idle_requests) >= 1 &&
+         absl::GetFlag(FLAGS_mixed_urgent_idle_requests) <= 1000 &&
          absl::GetFlag(FLAGS_mixed_stream_tokens) >= 1 &&
          absl::GetFlag(FLAGS_mixed_long_tokens) >= 1 && urgent_priority >= -1'000'000 &&
          urgent_priority <= 1'000'000;
@@ -286,13 +312,15 @@ int RunMixedBench(Generation::Stub& stub, const pagoda::v1::ModelInfo& info) {
   const double wall = absl::ToDoubleSeconds(absl::Now() - start);
   DrawProgress(duration, duration);
   std::fprintf(stderr, "\n");
-  std::printf("%-11s %7s %6s %8s %8s %8s %8s %8s %8s %9s\n", "class", "requests", "errors",
-              "ttft_p50", "ttft_p90", "ttft_p99", "itl_p50", "itl_p90", "itl_p99", "out_tok/s");
+  std::printf("%-11s %7s %6s %8s %8s %8s %8s %8s %8s %9s %9s %8s\n", "class", "requests", "errors",
+              "ttft_p50", "ttft_p90", "ttft_p99", "itl_p50", "itl_p90", "itl_p99", "out_tok/s",
+              "itl_p99.9", "itl_max");
   PrintClass("streams", stream_log, wall);
   PrintClass("long", long_log, wall);
   if (urgent.every_s > 0) {
     PrintClass("urgent", urgent_log, wall);
     PrintClass("urgent-idle", idle_log, wall);
+    PrintPriorityRatio(urgent_log, idle_log);
   }
   const std::string plot = absl::GetFlag(FLAGS_mixed_plot);
   if (!plot.empty()) {

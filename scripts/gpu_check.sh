@@ -392,10 +392,11 @@ fi
 #    16 streams of 256-token prompts with no long prompts, then a 2,048-token
 #    prompt every 2 s chunked (the default budget) and unchunked;
 #    MIXED_DURATION seconds each. The summary rows carry the streams' line:
-#    TTFT and inter-token latency p50/p90/p99 (ms), output tok/s. Then the
-#    priority run (as bench_mixed.sh's STREAMS=48 EVERY=0 URGENT_EVERY=1 with
-#    --scheduling-policy priority --max-num-seqs 16): its row carries the
-#    urgent requests' TTFT at saturation and on the idle server.
+#    TTFT and inter-token latency p50/p90/p99 (p99.9, max) in ms, output
+#    tok/s. Then the priority run (as bench_mixed.sh's STREAMS=48 EVERY=0
+#    URGENT_EVERY=0.5 with --scheduling-policy priority --max-num-seqs 16):
+#    its row carries the urgent requests' TTFT at saturation and on the idle
+#    server, and the ratio of their medians.
 mixed_latency() {  # STREAMS EVERY URGENT_EVERY [SERVER_FLAGS...]
   local streams=$1 every=$2 urgent=$3
   shift 3
@@ -407,17 +408,17 @@ if [ "$mode" = bundle ] && [ "$have_gpu" = 1 ] && [ -f "$MODEL/config.json" ] &&
   export MODEL BUILD_DIR LOG_DIR MIXED_DURATION
   export -f serve_and_bench mixed_latency
   for run in "no_long 16 0 0" "chunked 16 2 0" "unchunked 16 2 0 --no-enable-chunked-prefill" \
-      "priority 48 0 1 --scheduling-policy priority --max-num-seqs 16"; do
+      "priority 48 0 0.5 --scheduling-policy priority --max-num-seqs 16"; do
     read -r label streams every urgent flags <<<"$run"
     # shellcheck disable=SC2086
     step "mixed_$label" "mixed_$label.log" 120 bash -c 'mixed_latency "$@"' _ "$streams" "$every" \
       "$urgent" $flags
     if [ "$label" = priority ]; then
-      note "$(awk '$1 == "urgent" || $1 == "urgent-idle" {printf "%s ttft %s/%s/%s; ", $1, $4, $5, $6}' \
-        "$LOG_DIR/mixed_$label.log")"
+      note "$(awk '$1 == "urgent" || $1 == "urgent-idle" {printf "%s ttft %s/%s/%s; ", $1, $4, $5, $6}
+        $1 == "priority:" {printf "%s", $NF}' "$LOG_DIR/mixed_$label.log")"
     else
       note "$(awk '$1 == "streams" {print "ttft " $4 "/" $5 "/" $6 ", itl " $7 "/" $8 "/" $9 \
-        ", " $10 " tok/s"}' "$LOG_DIR/mixed_$label.log")"
+        " (p99.9 " $11 ", max " $12 "), " $10 " tok/s"}' "$LOG_DIR/mixed_$label.log")"
     fi
   done
 fi

@@ -5,13 +5,16 @@ requests of a better priority) against a server whose 2 seats are always
 taken: each class is served without errors, the urgent requests reach their
 first token sooner than the streams (they preempt a stream under
 --scheduling-policy priority, where the streams wait for a seat), the table
-has every row and the SVG plot is drawn. Also: a --mixed-* flag out of range
-is refused before connecting.
+has every row (the streams' ITL p99.9 and max beside p99, 40 idle urgent
+requests), the priority line is the ratio of the urgent medians and the SVG
+plot is drawn. Also: a --mixed-* flag out of range is refused before
+connecting.
 
     PAGODA_BIN_DIR=build/bin python3 tests/integration/bench_mixed_test.py
 Prints "N passed, N failed"; exits non-zero on any failure.
 """
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -33,6 +36,13 @@ def table(stdout):
             continue
         rows[cells[0]] = {c: float(v) for c, v in zip(columns[1:], cells[1:])}
     return rows
+
+
+def priority_ratio(stdout):
+    """(urgent TTFT p50 under load, idle p50, their printed ratio) or None."""
+    match = re.search(r"^priority: urgent TTFT p50 ([0-9.]+) ms under load \(\d+ requests\) / "
+                      r"([0-9.]+) ms idle \(\d+\) = ([0-9.]+)x$", stdout, re.MULTILINE)
+    return tuple(float(g) for g in match.groups()) if match else None
 
 
 def run_mixed(plot):
@@ -71,6 +81,24 @@ def main():
             check(rows["urgent"]["ttft_p50"] < rows["streams"]["ttft_p50"],
                   f"urgent TTFT p50 {rows['urgent']['ttft_p50']} ms below the streams' "
                   f"{rows['streams']['ttft_p50']} ms")
+        if "streams" in rows:
+            streams = rows["streams"]
+            check(streams["itl_p99"] <= streams["itl_p99.9"] <= streams["itl_max"],
+                  f"the streams' ITL p99 <= p99.9 <= max: {streams}")
+        if "urgent-idle" in rows:
+            check(rows["urgent-idle"]["requests"] == 40,
+                  f"40 urgent requests timed on the idle server: {rows['urgent-idle']}")
+        ratio = priority_ratio(run.stdout)
+        if ratio is None:
+            check(False, "the priority line is printed")
+        else:
+            loaded, idle, value = ratio
+            # The table rounds to 0.1 ms, the line to 0.01 ms and its ratio
+            # is of the unrounded medians.
+            check(abs(loaded - rows.get("urgent", {}).get("ttft_p50", -1)) <= 0.051 and
+                  abs(idle - rows.get("urgent-idle", {}).get("ttft_p50", -1)) <= 0.051 and
+                  abs(value - loaded / idle) <= 0.01 + 0.03 * value,
+                  f"the priority ratio is the urgent TTFT p50 over the idle one: {ratio}")
         svg = open(plot).read() if os.path.exists(plot) else ""
         check(svg.startswith("<svg") and "<circle" in svg, "the plot is drawn")
 
@@ -79,6 +107,12 @@ def main():
                              capture_output=True, text=True, timeout=30)
     check(refused.returncode == 1 and "out of range" in refused.stderr,
           f"an out-of-range flag is refused before connecting: {refused.returncode} {refused.stderr}")
+
+    refused = subprocess.run([os.path.join(BIN_DIR, "pagoda-bench"), "--mixed",
+                              "--mixed-urgent-idle-requests", "0", "--server", "127.0.0.1:1"],
+                             capture_output=True, text=True, timeout=30)
+    check(refused.returncode == 1 and "out of range" in refused.stderr,
+          f"no idle requests is refused before connecting: {refused.returncode} {refused.stderr}")
 
     print(f"{passed} passed, {failed} failed")
     return 0 if failed == 0 else 1
