@@ -1,8 +1,10 @@
 #include "worker/cpu/thread_pool.h"
 
+#include <pthread.h>
 #include <sched.h>
 
 #include <algorithm>
+#include <string>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -45,7 +47,13 @@ int AvailableCpuCount() {
 
 ThreadPool::ThreadPool(int num_threads) {
   for (int i = 1; i < std::max(1, num_threads); ++i) {
-    workers_.emplace_back([this] { WorkerLoop(); });
+    workers_.emplace_back([this, i] {
+      // Named, or they inherit the name of whichever thread made the pool
+      // (a gRPC handler's), and profiles and top misname the compute.
+      pthread_setname_np(pthread_self(),
+                         (kWorkerNamePrefix + std::to_string(i)).substr(0, 15).c_str());
+      WorkerLoop();
+    });
   }
 }
 

@@ -15,6 +15,10 @@ namespace pagoda::worker {
 // Unlike hardware_concurrency it honours taskset and cgroup cpusets.
 int AvailableCpuCount();
 
+// The name of a pool's worker threads: the prefix and the thread's index
+// (1 to num_threads - 1; 0 is the caller's, which keeps its own name).
+inline constexpr char kWorkerNamePrefix[] = "pagoda-cpu-";
+
 // One persistent pool for the whole worker: GEMMs, attention and element-wise
 // ops all run on it, so no op spawns threads and no two pools fight for the
 // cores. The calling thread takes part in every ParallelFor, so a pool of N

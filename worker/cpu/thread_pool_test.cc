@@ -1,7 +1,11 @@
 #include "worker/cpu/thread_pool.h"
 
+#include <pthread.h>
+
 #include <atomic>
+#include <mutex>
 #include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -23,7 +27,9 @@ TEST(ThreadPoolTest, EveryIndexRunsExactlyOnce) {
           ASSERT_LE(0, begin);
           ASSERT_LT(begin, end);
           ASSERT_LE(end, n);
-          if (end != n) ASSERT_GE(end - begin, grain);  // Only the last may be short.
+          if (end != n) {
+            ASSERT_GE(end - begin, grain);  // Only the last may be short.
+          }
           for (int64_t i = begin; i < end; ++i) hits[i].fetch_add(1);
         });
         for (int64_t i = 0; i < n; ++i) {
@@ -47,6 +53,24 @@ TEST(ThreadPoolTest, UsesSeveralThreadsForLargeWork) {
     });
   }
   EXPECT_GE(ids.size(), 2u);
+}
+
+TEST(ThreadPoolTest, WorkersAreNamedByIndex) {
+  ThreadPool pool(3);
+  std::mutex mutex;
+  std::set<std::string> names;
+  const std::thread::id caller = std::this_thread::get_id();
+  for (int round = 0; round < 200 && names.size() < 2; ++round) {
+    pool.ParallelFor(64, 1, [&](int64_t, int64_t) {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      if (std::this_thread::get_id() == caller) return;
+      char name[16] = {};
+      ASSERT_EQ(pthread_getname_np(pthread_self(), name, sizeof(name)), 0);
+      std::lock_guard<std::mutex> lock(mutex);
+      names.insert(name);
+    });
+  }
+  EXPECT_EQ(names, (std::set<std::string>{"pagoda-cpu-1", "pagoda-cpu-2"}));
 }
 
 TEST(ThreadPoolTest, NestedParallelForRunsInline) {
