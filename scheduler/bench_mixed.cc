@@ -113,20 +113,21 @@ void DrawProgress(double elapsed, double duration) {
   std::fflush(stderr);
 }
 
-// The class's first-token gaps (TTFTs) and later gaps (ITLs), in ms.
-void SplitGaps(ClassLog& log, std::vector<double>& ttft, std::vector<double>& itl) {
+// The class's first-token gaps (TTFTs) and later gaps (ITLs), in ms; returns
+// its error count.
+int SplitGaps(ClassLog& log, std::vector<double>& ttft, std::vector<double>& itl) {
   absl::MutexLock lock(&log.mu);
   for (const TokenEvent& event : log.events) (event.first ? ttft : itl).push_back(event.gap_ms);
+  return log.errors;
 }
 
 void PrintClass(const char* name, ClassLog& log, double wall_s) {
   std::vector<double> ttft, itl;
-  SplitGaps(log, ttft, itl);
-  absl::MutexLock lock(&log.mu);
+  const int errors = SplitGaps(log, ttft, itl);
   std::printf("%-11s %7zu %6d %8.1f %8.1f %8.1f %8.2f %8.2f %8.2f %9.1f %9.2f %8.2f\n", name,
-              ttft.size(), log.errors, Percentile(ttft, 0.5), Percentile(ttft, 0.9),
+              ttft.size(), errors, Percentile(ttft, 0.5), Percentile(ttft, 0.9),
               Percentile(ttft, 0.99), Percentile(itl, 0.5), Percentile(itl, 0.9),
-              Percentile(itl, 0.99), log.events.size() / wall_s, Percentile(itl, 0.999),
+              Percentile(itl, 0.99), (ttft.size() + itl.size()) / wall_s, Percentile(itl, 0.999),
               Percentile(itl, 1.0));
 }
 

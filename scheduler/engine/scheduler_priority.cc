@@ -74,6 +74,7 @@ bool Scheduler::ScheduleOutrankingPrompts(SchedulerOutput& output) {
   }
   int token_budget = config_.max_num_batched_tokens;
   int num_seqs = NumRunningSeqs();
+  bool admitted = false;
   while (!waiting_.empty() && waiting_.front()->priority() < most_urgent_running) {
     const SequenceGroup& group = *waiting_.front();
     const int new_seqs = group_counts::SeatsOnceRunning(group);
@@ -89,8 +90,9 @@ bool Scheduler::ScheduleOutrankingPrompts(SchedulerOutput& output) {
     }
     AdmitFrontWithChunk(output, token_budget);
     num_seqs += new_seqs;
+    admitted = true;
   }
-  return output.num_prefill_groups > 0;
+  return admitted;
 }
 
 }  // namespace pagoda::scheduler
