@@ -54,20 +54,32 @@ pagoda::v1::GenerateResponse RequestOutput::AddDelta(const RequestDelta& delta) 
   return message;
 }
 
+void RequestOutput::AccumulateDelta(const RequestDelta& delta) {
+  for (const GeneratedToken& token : delta.prompt_logprobs) {
+    *whole_.add_prompt_logprobs() = ToTokenLogprobs(token);
+  }
+  for (const RequestDelta::SeqDelta& seq : delta.seqs) {
+    WholeSequence(seq.index);
+    if (sequences_[seq.index].finished) continue;
+    AddSequenceDelta(seq, nullptr);
+  }
+}
+
 void RequestOutput::AddSequenceDelta(const RequestDelta::SeqDelta& seq,
                                      pagoda::v1::SequenceOutput* out) {
   pagoda::v1::SequenceOutput* whole = WholeSequence(seq.index);
   SequenceState& state = sequences_[seq.index];
-  out->set_index(seq.index);
+  if (out != nullptr) out->set_index(seq.index);
   std::vector<int32_t> ids;
+  ids.reserve(seq.new_tokens.size());
   for (const GeneratedToken& token : seq.new_tokens) {
     ids.push_back(token.token_id);
-    out->add_token_ids(token.token_id);
+    if (out != nullptr) out->add_token_ids(token.token_id);
     whole->add_token_ids(token.token_id);
     whole->set_cumulative_logprob(whole->cumulative_logprob() + token.logprob);
     if (!token.top.empty()) {
       pagoda::v1::TokenLogprobs logprobs = ToTokenLogprobs(token);
-      *out->add_logprobs() = logprobs;
+      if (out != nullptr) *out->add_logprobs() = logprobs;
       *whole->add_logprobs() = std::move(logprobs);
     }
   }
@@ -92,10 +104,11 @@ void RequestOutput::AddSequenceDelta(const RequestDelta::SeqDelta& seq,
     state.finished = true;
     ++num_finished_;
   }
-  out->set_text(text);
   whole->mutable_text()->append(text);
-  out->set_finish_reason(reason);
   whole->set_finish_reason(reason);
+  if (out == nullptr) return;
+  out->set_text(std::move(text));
+  out->set_finish_reason(reason);
   out->set_cumulative_logprob(whole->cumulative_logprob());
 }
 

@@ -43,6 +43,10 @@ class RequestOutput {
 
   // Accumulates `delta` and returns its stream message.
   pagoda::v1::GenerateResponse AddDelta(const RequestDelta& delta);
+  // Accumulates `delta` only, for a caller that answers once with whole():
+  // it runs on the engine thread for every request every step, so it
+  // builds no message that would be thrown away.
+  void AccumulateDelta(const RequestDelta& delta);
   // Everything so far: all tokens and all text of every sequence.
   const pagoda::v1::GenerateResponse& whole() const { return whole_; }
 
@@ -60,7 +64,8 @@ class RequestOutput {
     bool finished = false;
   };
   pagoda::v1::SequenceOutput* WholeSequence(int index);
-  // Adds one sequence's delta to `out` and to the whole response.
+  // Adds one sequence's delta to the whole response and to `out` unless
+  // it is null.
   void AddSequenceDelta(const RequestDelta::SeqDelta& seq, pagoda::v1::SequenceOutput* out);
 
   const Tokenizer* tokenizer_;

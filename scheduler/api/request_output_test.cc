@@ -78,5 +78,37 @@ TEST_F(RequestOutputTest, NoTokenizerMeansTokensOnly) {
   EXPECT_EQ(output.whole().outputs(0).finish_reason(), pagoda::v1::FINISH_REASON_STOP);
 }
 
+// The unary path keeps only the whole response: it must be the one the
+// streaming path accumulates, stop strings, logprobs and all.
+TEST_F(RequestOutputTest, AccumulatingGivesTheWholeThatStreamingGives) {
+  absl::StatusOr<std::vector<int>> ids = tokenizer_->Encode("naïve café über the fox, STOP here");
+  ASSERT_TRUE(ids.ok());
+  ASSERT_GT(ids->size(), 4u);
+  const OutputOptions options{{"STOP"}, false, 2};
+  RequestOutput streamed("r", 3, tokenizer_, options);
+  RequestOutput accumulated("r", 3, tokenizer_, options);
+  for (size_t i = 0; i < ids->size(); ++i) {
+    const bool last = i + 1 == ids->size();
+    RequestDelta delta;
+    delta.request_id = "r";
+    if (i == 0) delta.prompt_logprobs.push_back(GeneratedToken{5, -1.0f, {{5, -1.0f}, {6, -2.0f}}});
+    for (int index = 0; index < 2; ++index) {
+      const SequenceStatus status =
+          last ? SequenceStatus::kFinishedLength : SequenceStatus::kRunning;
+      GeneratedToken token{(*ids)[(i + index) % ids->size()], -0.25f * (index + 1), {}};
+      if (i % 2 == 0) token.top = {{token.token_id, token.logprob}, {9, -3.0f}};
+      delta.seqs.push_back({index, {token}, status});
+    }
+    delta.finished = last;
+    streamed.AddDelta(delta);
+    accumulated.AccumulateDelta(delta);
+  }
+  EXPECT_EQ(accumulated.whole().DebugString(), streamed.whole().DebugString());
+  EXPECT_EQ(accumulated.whole().outputs(0).text().find("STOP"), std::string::npos);
+  EXPECT_EQ(accumulated.whole().outputs(0).finish_reason(), pagoda::v1::FINISH_REASON_STOP);
+  EXPECT_EQ(accumulated.whole().prompt_logprobs_size(), 1);
+  EXPECT_EQ(accumulated.TakeStopAbort(), streamed.TakeStopAbort());
+}
+
 }  // namespace
 }  // namespace pagoda::scheduler

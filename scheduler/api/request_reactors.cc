@@ -109,7 +109,7 @@ class UnarySink : public RequestSink {
       : call_(call), engine_(engine), response_(response), output_(std::move(output)) {}
 
   void OnDelta(const RequestDelta& delta) override {
-    output_.AddDelta(delta);
+    output_.AccumulateDelta(delta);
     // Stop strings ended every sequence: free the blocks now.
     if (output_.TakeStopAbort()) {
       engine_->AbortRequest(output_.whole().request_id(), this, Engine::AbortCause::kStopString);

@@ -22,6 +22,16 @@ namespace {
 
 // A gauge scraped every few seconds needs no per-step precision.
 constexpr absl::Duration kKvUsageRefresh = absl::Milliseconds(100);
+
+// A plan of a few hundred sequences is some 100 KB: blocks that size take
+// it in a handful of allocations rather than the default 8 KB steps.
+google::protobuf::ArenaOptions StepArenaOptions() {
+  google::protobuf::ArenaOptions options;
+  options.start_block_size = 16 << 10;
+  options.max_block_size = 1 << 20;
+  return options;
+}
+
 // How often an idle engine looks at its workers' health.
 constexpr absl::Duration kWorkerCheckPeriod = absl::Milliseconds(200);
 
@@ -250,7 +260,8 @@ bool Engine::Step() {
     PublishSnapshot(nullptr);
     return !output.ignored.empty();
   }
-  const pagoda::worker::v1::StepPlan plan = BuildPlan(output);
+  google::protobuf::Arena arena(StepArenaOptions());
+  const pagoda::worker::v1::StepPlan& plan = BuildPlan(output, &arena);
   absl::StatusOr<ExecutedStep> executed = ExecutePlan(plan, output, &clock);
   if (!executed.ok()) {
     HandleStepFailure(plan.step_id(), executed.status());
@@ -298,9 +309,12 @@ void Engine::FinishIgnored(SequenceGroup& group) {
       "error");
 }
 
-pagoda::worker::v1::StepPlan Engine::BuildPlan(const SchedulerOutput& output) {
-  return BuildStepPlan(next_step_id_++, output, scheduler_->block_manager(),
-                       config_.eos_token_ids);
+const pagoda::worker::v1::StepPlan& Engine::BuildPlan(const SchedulerOutput& output,
+                                                      google::protobuf::Arena* arena) {
+  auto* plan = google::protobuf::Arena::CreateMessage<pagoda::worker::v1::StepPlan>(arena);
+  BuildStepPlanInto(next_step_id_++, output, scheduler_->block_manager(), config_.eos_token_ids,
+                    plan);
+  return *plan;
 }
 
 absl::StatusOr<Engine::ExecutedStep> Engine::ExecutePlan(const pagoda::worker::v1::StepPlan& plan,

@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "google/protobuf/arena.h"
 #include "scheduler/engine/engine_stats.h"
 #include "scheduler/engine/output_processor.h"
 #include "scheduler/engine/request_sink.h"
@@ -132,8 +133,9 @@ class Engine {
   // prompt that never fitted fails with INVALID_ARGUMENT.
   void FinishIgnored(SequenceGroup& group);
   // The one message every worker receives, numbered so that server and
-  // worker logs can be matched.
-  pagoda::worker::v1::StepPlan BuildPlan(const SchedulerOutput& output);
+  // worker logs can be matched; it lives on `arena` (the step's).
+  const pagoda::worker::v1::StepPlan& BuildPlan(const SchedulerOutput& output,
+                                                google::protobuf::Arena* arena);
   // Runs the plan on the workers and maps rank 0's samples back onto the
   // batch. An error is a worker failure or a refused plan (HandleStepFailure
   // tells them apart).

@@ -67,7 +67,9 @@ std::vector<RequestDelta> OutputProcessor::Process(const SchedulerOutput& output
                                                    const std::vector<GeneratedToken>& sampled) {
   // Samples by group, groups in the order they first appear in the step.
   std::vector<SequenceGroup*> groups;
+  groups.reserve(output.scheduled.size());
   absl::flat_hash_map<SequenceGroup*, Samples> samples_of;
+  samples_of.reserve(output.scheduled.size());
   size_t next_sample = 0;
   for (const ScheduledSequence& entry : output.scheduled) {
     entry.seq->set_num_computed_tokens(entry.start_position + entry.num_tokens);
@@ -80,6 +82,7 @@ std::vector<RequestDelta> OutputProcessor::Process(const SchedulerOutput& output
   CHECK_EQ(next_sample, sampled.size()) << "more sampled tokens than sampling sequences";
 
   std::vector<RequestDelta> deltas;
+  deltas.reserve(groups.size());
   for (SequenceGroup* group : groups) {
     group->MarkProgress();
     if (group->first_token_time == absl::InfinitePast()) group->first_token_time = absl::Now();

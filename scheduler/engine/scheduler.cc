@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <utility>
 
-#include "absl/container/flat_hash_map.h"
 #include "glog/logging.h"
 #include "scheduler/engine/group_counts.h"
 
@@ -290,22 +289,27 @@ std::vector<std::unique_ptr<SequenceGroup>> Scheduler::FreeFinished() {
 
 Scheduler::KvSlotUsage Scheduler::ComputeKvSlotUsage() const {
   const int block_size = config_.block_size;
-  // Tokens in each physical block: the most any sequence sharing it has there.
-  absl::flat_hash_map<int, int> tokens_in_block;
+  // Tokens in each physical block (-1: no running sequence holds it): the
+  // most any sequence sharing it has there. Indexed by block id, not hashed:
+  // a full batch holds tens of thousands of blocks.
+  std::vector<int> tokens_in_block(block_manager_.num_total_gpu_blocks(), -1);
   for (const auto& group : running_) {
     for (const Sequence* seq : group->SeqsWithStatus(SequenceStatus::kRunning)) {
       const std::vector<int>& table = block_manager_.GetBlockTable(seq->seq_id());
       for (size_t i = 0; i < table.size(); ++i) {
         const int tokens = std::clamp(seq->num_computed_tokens() - static_cast<int>(i) * block_size,
                                       0, block_size);
-        int& filled = tokens_in_block[table[i]];
+        int& filled = tokens_in_block.at(table[i]);
         filled = std::max(filled, tokens);
       }
     }
   }
   KvSlotUsage usage;
-  usage.allocated_slots = static_cast<int64_t>(tokens_in_block.size()) * block_size;
-  for (const auto& [block, tokens] : tokens_in_block) usage.filled_slots += tokens;
+  for (int tokens : tokens_in_block) {
+    if (tokens < 0) continue;
+    usage.allocated_slots += block_size;
+    usage.filled_slots += tokens;
+  }
   return usage;
 }
 

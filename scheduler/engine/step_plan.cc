@@ -101,16 +101,27 @@ wv1::StepPlan BuildStepPlan(int64_t step_id, const SchedulerOutput& output,
                             const BlockManager& block_manager,
                             absl::Span<const int32_t> eos_token_ids) {
   wv1::StepPlan plan;
+  BuildStepPlanInto(step_id, output, block_manager, eos_token_ids, &plan);
+  return plan;
+}
+
+void BuildStepPlanInto(int64_t step_id, const SchedulerOutput& output,
+                       const BlockManager& block_manager, absl::Span<const int32_t> eos_token_ids,
+                       wv1::StepPlan* plan_out) {
+  wv1::StepPlan& plan = *plan_out;
   plan.set_step_id(step_id);
+  plan.mutable_sequences()->Reserve(static_cast<int>(output.scheduled.size()));
   for (const ScheduledSequence& entry : output.scheduled) {
     const Sequence& seq = *entry.seq;
     wv1::SequenceStep* step = plan.add_sequences();
     step->set_seq_id(seq.seq_id());
+    step->mutable_token_ids()->Reserve(entry.num_tokens);
     for (int i = entry.start_position; i < entry.start_position + entry.num_tokens; ++i) {
       step->add_token_ids(seq.token_at(i));
     }
     step->set_start_position(entry.start_position);
-    for (int block : block_manager.GetBlockTable(seq.seq_id())) step->add_block_table(block);
+    const std::vector<int>& table = block_manager.GetBlockTable(seq.seq_id());
+    step->mutable_block_table()->Add(table.begin(), table.end());
     step->set_do_sample(entry.do_sample);
     const SamplingOptions& sampling = entry.group->sampling();
     wv1::SamplingOptions* options = step->mutable_sampling();
@@ -142,7 +153,6 @@ wv1::StepPlan BuildStepPlan(int64_t step_id, const SchedulerOutput& output,
   AddMoves(output.blocks_to_swap_in, plan.mutable_swap_in());
   AddMoves(output.blocks_to_swap_out, plan.mutable_swap_out());
   AddMoves(output.blocks_to_copy, plan.mutable_copy());
-  return plan;
 }
 
 wv1::StepMasks BuildStepMasks(const wv1::StepPlan& plan, const SchedulerOutput& output,

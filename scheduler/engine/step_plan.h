@@ -34,6 +34,12 @@ namespace pagoda::scheduler {
 pagoda::worker::v1::StepPlan BuildStepPlan(int64_t step_id, const SchedulerOutput& output,
                                            const BlockManager& block_manager,
                                            absl::Span<const int32_t> eos_token_ids = {});
+// The same, into `plan` (empty): the engine builds each step's plan on an
+// arena, because a plan of hundreds of sequences is thousands of small
+// allocations (and frees) on the engine thread otherwise.
+void BuildStepPlanInto(int64_t step_id, const SchedulerOutput& output,
+                       const BlockManager& block_manager, absl::Span<const int32_t> eos_token_ids,
+                       pagoda::worker::v1::StepPlan* plan);
 
 // The token masks `plan` promised (BuildStepPlan(plan.step_id(), output,
 // ...)): one row per SequenceStep with token_mask_follows, in plan order,
