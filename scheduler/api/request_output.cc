@@ -41,27 +41,22 @@ pagoda::v1::GenerateResponse RequestOutput::AddDelta(const RequestDelta& delta) 
   pagoda::v1::GenerateResponse message;
   message.set_request_id(whole_.request_id());
   message.set_prompt_token_count(whole_.prompt_token_count());
+  Accumulate(delta, &message);
+  return message;
+}
+
+void RequestOutput::AccumulateDelta(const RequestDelta& delta) { Accumulate(delta, nullptr); }
+
+void RequestOutput::Accumulate(const RequestDelta& delta, pagoda::v1::GenerateResponse* message) {
   for (const GeneratedToken& token : delta.prompt_logprobs) {
-    *message.add_prompt_logprobs() = ToTokenLogprobs(token);
+    if (message != nullptr) *message->add_prompt_logprobs() = ToTokenLogprobs(token);
     *whole_.add_prompt_logprobs() = ToTokenLogprobs(token);
   }
   for (const RequestDelta::SeqDelta& seq : delta.seqs) {
     WholeSequence(seq.index);
     // Tokens the engine made after a stop string ended the sequence.
     if (sequences_[seq.index].finished) continue;
-    AddSequenceDelta(seq, message.add_outputs());
-  }
-  return message;
-}
-
-void RequestOutput::AccumulateDelta(const RequestDelta& delta) {
-  for (const GeneratedToken& token : delta.prompt_logprobs) {
-    *whole_.add_prompt_logprobs() = ToTokenLogprobs(token);
-  }
-  for (const RequestDelta::SeqDelta& seq : delta.seqs) {
-    WholeSequence(seq.index);
-    if (sequences_[seq.index].finished) continue;
-    AddSequenceDelta(seq, nullptr);
+    AddSequenceDelta(seq, message != nullptr ? message->add_outputs() : nullptr);
   }
 }
 

@@ -64,6 +64,8 @@ class RequestOutput {
     bool finished = false;
   };
   pagoda::v1::SequenceOutput* WholeSequence(int index);
+  // Adds `delta` to the whole response and to `message` unless it is null.
+  void Accumulate(const RequestDelta& delta, pagoda::v1::GenerateResponse* message);
   // Adds one sequence's delta to the whole response and to `out` unless
   // it is null.
   void AddSequenceDelta(const RequestDelta::SeqDelta& seq, pagoda::v1::SequenceOutput* out);
