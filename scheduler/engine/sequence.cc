@@ -60,8 +60,14 @@ int32_t Sequence::token_at(int i) const {
 
 void Sequence::AppendToken(GeneratedToken token) {
   cumulative_logprob_ += token.logprob;
-  ++output_token_counts_[token.token_id];
   output_.push_back(std::move(token));
+}
+
+const absl::flat_hash_map<int32_t, int32_t>& Sequence::output_token_counts() const {
+  for (; num_counted_output_tokens_ < output_.size(); ++num_counted_output_tokens_) {
+    ++output_token_counts_[output_[num_counted_output_tokens_].token_id];
+  }
+  return output_token_counts_;
 }
 
 std::unique_ptr<Sequence> Sequence::Fork(int64_t child_seq_id) const {

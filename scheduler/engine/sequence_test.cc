@@ -1,0 +1,43 @@
+#include "scheduler/engine/sequence.h"
+
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "gtest/gtest.h"
+
+namespace pagoda::scheduler {
+namespace {
+
+absl::flat_hash_map<int32_t, int32_t> CountOutput(const Sequence& seq) {
+  absl::flat_hash_map<int32_t, int32_t> counts;
+  for (const GeneratedToken& token : seq.output()) ++counts[token.token_id];
+  return counts;
+}
+
+// The counts are taken on demand: reads between appends, at random points,
+// and through forks must each see exactly the output so far.
+TEST(SequenceTest, OutputTokenCountsFollowAppendsReadsAndForks) {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int32_t> token(0, 9);
+  Sequence parent(1, {5, 6, 5});
+  std::vector<std::unique_ptr<Sequence>> forks;
+  for (int step = 0; step < 400; ++step) {
+    Sequence* seq = forks.empty() || rng() % 2 == 0 ? &parent : forks[rng() % forks.size()].get();
+    seq->AppendToken(GeneratedToken{token(rng), -0.5f, {}});
+    if (rng() % 3 == 0) {
+      ASSERT_EQ(seq->output_token_counts(), CountOutput(*seq)) << step;
+    }
+    if (rng() % 50 == 0) forks.push_back(seq->Fork(100 + step));
+  }
+  EXPECT_EQ(parent.output_token_counts(), CountOutput(parent));
+  for (const auto& fork : forks) EXPECT_EQ(fork->output_token_counts(), CountOutput(*fork));
+  EXPECT_FALSE(forks.empty());
+  // The prompt is not output.
+  Sequence fresh(2, {1, 1, 1});
+  EXPECT_TRUE(fresh.output_token_counts().empty());
+}
+
+}  // namespace
+}  // namespace pagoda::scheduler
