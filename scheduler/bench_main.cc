@@ -3,11 +3,12 @@
 // (token-id prompts, ignore_eos, fixed length) and the table shows output
 // tokens/s and the engine's mean step time split into schedule, worker RPC
 // (transport and waiting), forward (as the workers report it), postprocessing
-// and, within forward, rank 0's tensor-parallel all-reduce time, read from
-// ModelInfo.engine_stats before and after. --warmup requests go first,
-// uncounted. --regex or --json_schema constrain every request (structured
-// outputs); --fresh_constraints gives each request a schema of its own
-// text, so its grammar is compiled and its states computed anew (cold).
+// and, within forward, rank 0's tensor-parallel all-reduce time, then the
+// engine thread's CPU time per step (engcpu_ms: the server's host work, which
+// no forward overlaps), read from ModelInfo.engine_stats before and after. --warmup requests go
+// first, uncounted. --regex or --json_schema constrain every request (structured outputs);
+// --fresh_constraints gives each request a schema of its own text, so its grammar is compiled and
+// its states computed anew (cold).
 
 #include <algorithm>
 #include <atomic>
@@ -193,13 +194,16 @@ void PrintRow(const LevelResult& r) {
       per_step_ms(r.before.postprocess_seconds_total(), r.after.postprocess_seconds_total());
   const double all_reduce =
       per_step_ms(r.before.all_reduce_seconds_total(), r.after.all_reduce_seconds_total());
+  const double engine_cpu =
+      per_step_ms(r.before.engine_cpu_seconds_total(), r.after.engine_cpu_seconds_total());
   const double batch =
       steps > 0 ? (r.after.batched_sequences_total() - r.before.batched_sequences_total()) / steps
                 : 0.0;
-  std::printf("%11d %8d %6d %9lld %8.2f %10.1f %7.0f %7.1f %9.2f %9.3f %8.3f %9.2f %8.3f %9.3f\n",
-              r.concurrency, r.requests, r.errors, static_cast<long long>(r.output_tokens),
-              r.wall_seconds, r.output_tokens / r.wall_seconds, steps, batch,
-              schedule + rpc + forward + post, schedule, rpc, forward, post, all_reduce);
+  std::printf(
+      "%11d %8d %6d %9lld %8.2f %10.1f %7.0f %7.1f %9.2f %9.3f %8.3f %9.2f %8.3f %9.3f %10.3f\n",
+      r.concurrency, r.requests, r.errors, static_cast<long long>(r.output_tokens), r.wall_seconds,
+      r.output_tokens / r.wall_seconds, steps, batch, schedule + rpc + forward + post, schedule,
+      rpc, forward, post, all_reduce, engine_cpu);
 }
 
 // One client thread per concurrent request.
@@ -251,9 +255,9 @@ void PrintHeader(const pagoda::v1::ModelInfo& info) {
                 info.model_name().c_str(), info.vocab_size(), trace.c_str(),
                 absl::GetFlag(FLAGS_trace_requests), info.max_model_len());
   }
-  std::printf("%11s %8s %6s %9s %8s %10s %7s %7s %9s %9s %8s %9s %8s %9s\n", "concurrency",
+  std::printf("%11s %8s %6s %9s %8s %10s %7s %7s %9s %9s %8s %9s %8s %9s %10s\n", "concurrency",
               "requests", "errors", "out_tok", "wall_s", "out_tok/s", "steps", "batch", "step_ms",
-              "sched_ms", "rpc_ms", "fwd_ms", "post_ms", "allred_ms");
+              "sched_ms", "rpc_ms", "fwd_ms", "post_ms", "allred_ms", "engcpu_ms");
 }
 
 // --warmup requests, one at a time and uncounted; false if any failed.

@@ -41,6 +41,7 @@ struct ServerMetrics::Instruments {
   Counter* generation_tokens;
   Counter* forward_seconds;
   Counter* mask_wait_seconds;
+  Counter* engine_cpu_seconds;
   Counter* all_reduce_seconds;
   prometheus::Family<Counter>* finished_family;
   prometheus::Labels labels;
@@ -203,6 +204,11 @@ void ServerMetrics::Instruments::AddCounters(prometheus::Registry& r) {
       "Of the forward seconds, rank 0's wait after its forward pass for the step's token masks "
       "(structured outputs): mask work the forward pass did not hide.",
       labels);
+  engine_cpu_seconds = AddCounter(
+      r, "pagoda_engine_cpu_seconds_total",
+      "CPU seconds of the engine thread in steps: the server's host work (schedule, plan, "
+      "results, streaming), which no forward pass overlaps.",
+      labels);
   prefix_cache_queries = AddCounter(r, "pagoda_prefix_cache_queries_total",
                                     "Prompt tokens looked up in the prefix cache.", labels);
   prefix_cache_hits = AddCounter(r, "pagoda_prefix_cache_hits_total",
@@ -362,6 +368,7 @@ void ServerMetrics::OnStep(const StepRecord& step, const EngineSnapshot& snapsho
   catch_up(in.forward_seconds, snapshot.seconds_total.forward);
   catch_up(in.all_reduce_seconds, snapshot.seconds_total.all_reduce);
   catch_up(in.mask_wait_seconds, snapshot.seconds_total.mask_wait);
+  catch_up(in.engine_cpu_seconds, snapshot.seconds_total.engine_cpu);
   in.step_time->Observe(step.total_seconds);
   in.tokens_per_step->Observe(step.num_batched_tokens);
   in.tokens_per_step_deprecated->Observe(step.num_batched_tokens);

@@ -108,6 +108,7 @@ pagoda::v1::ModelInfo GenerationService::ModelInfo() const {
   stats->set_all_reduce_seconds_total(snapshot.seconds_total.all_reduce);
   stats->set_mask_wait_seconds_total(snapshot.seconds_total.mask_wait);
   stats->set_postprocess_seconds_total(snapshot.seconds_total.postprocess);
+  stats->set_engine_cpu_seconds_total(snapshot.seconds_total.engine_cpu);
   stats->set_accepting(snapshot.accepting);
   return out;
 }

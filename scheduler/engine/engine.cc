@@ -1,5 +1,7 @@
 #include "scheduler/engine/engine.h"
 
+#include <time.h>
+
 #include <algorithm>
 #include <optional>
 #include <utility>
@@ -30,6 +32,13 @@ google::protobuf::ArenaOptions StepArenaOptions() {
   options.start_block_size = 16 << 10;
   options.max_block_size = 1 << 20;
   return options;
+}
+
+// CPU seconds the calling thread has run.
+double ThreadCpuSeconds() {
+  timespec now{};
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now) != 0) return 0;
+  return static_cast<double>(now.tv_sec) + 1e-9 * static_cast<double>(now.tv_nsec);
 }
 
 // How often an idle engine looks at its workers' health.
@@ -238,6 +247,7 @@ void Engine::ApplyAborts(const std::vector<Abort>& aborts) {
 
 // Clock readings of one step, for its StepRecord.
 struct Engine::StepClock {
+  double start_cpu_seconds = ThreadCpuSeconds();  // The engine thread's clock.
   absl::Time start;
   absl::Time scheduled;  // Schedule() returned.
   absl::Time rpc_start;  // The plan went to the workers.
@@ -414,6 +424,7 @@ void Engine::PublishStep(int64_t step_id, const SchedulerOutput& output,
   step.seconds.worker_rpc =
       std::max(0.0, Seconds(clock.rpc_end - clock.rpc_start) - step.seconds.forward);
   step.seconds.postprocess = Seconds(clock.end - clock.rpc_end);
+  step.seconds.engine_cpu = std::max(0.0, ThreadCpuSeconds() - clock.start_cpu_seconds);
   step.total_seconds = Seconds(clock.end - clock.start);
   PublishSnapshot(&step);
 }

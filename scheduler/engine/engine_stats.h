@@ -22,6 +22,11 @@ struct StepSeconds {
   // mask computation did not hide behind the forward pass.
   double mask_wait = 0;
   double postprocess = 0;
+  // The engine thread's CPU time in the step (its thread clock): the
+  // server's host work, which no forward pass overlaps. A step's wall time
+  // less the forward is this plus waiting (on the workers' channel, or for
+  // cores a busy machine shares).
+  double engine_cpu = 0;
 
   StepSeconds& operator+=(const StepSeconds& other) {
     schedule += other.schedule;
@@ -30,6 +35,7 @@ struct StepSeconds {
     all_reduce += other.all_reduce;
     mask_wait += other.mask_wait;
     postprocess += other.postprocess;
+    engine_cpu += other.engine_cpu;
     return *this;
   }
 };

@@ -441,13 +441,20 @@ TEST_F(ServerTest, MetricsAreScraped) {
         "pagoda_num_requests_running", "pagoda_time_to_first_token_seconds_count",
         "pagoda_e2e_request_latency_seconds_bucket", "pagoda_request_success_total",
         "pagoda_step_time_seconds_count", "pagoda_gpu_cache_usage_perc",
-        "pagoda_kv_token_utilization_perc", "pagoda_mask_wait_seconds_total"}) {
+        "pagoda_kv_token_utilization_perc", "pagoda_mask_wait_seconds_total",
+        "pagoda_engine_cpu_seconds_total"}) {
     EXPECT_TRUE(absl::StrContains(*page, name)) << name;
   }
   const pagoda::v1::ModelInfo info = Info();
   EXPECT_GT(info.engine_stats().num_steps(), 0);
   EXPECT_GT(info.engine_stats().generation_tokens_total(), 0);
   EXPECT_GT(info.engine_stats().forward_seconds_total(), 0);
+  // The engine thread ran in every step, and only some of its wall time.
+  const pagoda::v1::EngineStats& stats = info.engine_stats();
+  EXPECT_GT(stats.engine_cpu_seconds_total(), 0);
+  EXPECT_LT(stats.engine_cpu_seconds_total(),
+            stats.schedule_seconds_total() + stats.worker_rpc_seconds_total() +
+                stats.forward_seconds_total() + stats.postprocess_seconds_total() + 0.05);
 }
 
 TEST_F(ServerTest, KilledWorkerFailsRequestsWithUnavailableWhenRestartsAreOff) {
