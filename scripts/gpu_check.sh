@@ -381,7 +381,7 @@ if [ "$mode" = bundle ] && [ "$have_gpu" = 1 ] && [ -f "$MODEL/config.json" ] &&
     step "service_${seqs}_${tokens}" "service_${seqs}_${tokens}.log" 150 \
       bash -c 'service_throughput "$@"' _ "$seqs" "$tokens"
     note "$(awk -v c="${SERVICE_CONCURRENCY:-1000}" \
-      '$1 == c {print $6 " output tok/s, errors " $3 ", batch " $8 ", step " $9 " ms"}' \
+      '$1 == c {print $6 " output tok/s, errors " $3 ", batch " $8 ", step " $9 " ms (engine CPU " $15 " ms)"}' \
       "$LOG_DIR/service_${seqs}_${tokens}.log")"
     cat "$LOG_DIR/service_${seqs}_${tokens}.log" >>"$LOG_DIR/service_throughput.log"
   done
