@@ -4,11 +4,12 @@
 // tokens/s and the engine's mean step time split into schedule, worker RPC
 // (transport and waiting), forward (as the workers report it), postprocessing
 // and, within forward, rank 0's tensor-parallel all-reduce time, then the
-// engine thread's CPU time per step (engcpu_ms: the server's host work, which
-// no forward overlaps), read from ModelInfo.engine_stats before and after. --warmup requests go
-// first, uncounted. --regex or --json_schema constrain every request (structured outputs);
-// --fresh_constraints gives each request a schema of its own text, so its grammar is compiled and
-// its states computed anew (cold).
+// engine thread's CPU time per step (engcpu_ms: the server's host work,
+// which no forward overlaps), read from ModelInfo.engine_stats before and
+// after. --warmup requests go first, uncounted. --regex or --json_schema
+// constrain every request (structured outputs); --fresh_constraints gives
+// each request a schema of its own text, so its grammar is compiled and its
+// states computed anew (cold).
 
 #include <algorithm>
 #include <atomic>
