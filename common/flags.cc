@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -26,6 +28,23 @@
 
 namespace pagoda {
 
+namespace {
+
+// "--no-name" (vLLM's negation) of a registered bool flag "name": rewrites
+// the argument to Abseil's "--noname" in place (it only gets shorter).
+bool RewriteDashedNegation(char* arg, size_t name_begin, absl::string_view name) {
+  if (name.rfind("no_", 0) != 0) return false;
+  const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name.substr(3));
+  if (flag == nullptr || !flag->IsOfType<bool>()) return false;
+  std::string rewritten = absl::StrCat("no", name.substr(3));
+  absl::string_view rest(arg + name_begin + name.size());
+  rewritten.append(rest.data(), rest.size());
+  std::memcpy(arg + name_begin, rewritten.c_str(), rewritten.size() + 1);
+  return true;
+}
+
+}  // namespace
+
 void AcceptDashedFlagNames(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string_view arg = argv[i];
@@ -38,12 +57,13 @@ void AcceptDashedFlagNames(int argc, char** argv) {
     for (char& c : name) {
       if (c == '-') c = '_';
     }
-    // "--no-flag" negates a bool flag "flag" for Abseil: keep "no" as it is.
-    const absl::string_view lookup =
-        absl::FindCommandLineFlag(name) == nullptr && name.rfind("no", 0) == 0
-            ? absl::string_view(name).substr(2)
-            : absl::string_view(name);
-    if (absl::FindCommandLineFlag(lookup) == nullptr) continue;
+    if (absl::FindCommandLineFlag(name) == nullptr) {
+      if (RewriteDashedNegation(argv[i], name_begin, name)) continue;
+      // Abseil's negation, "--noname", with a dashed name; else unknown.
+      if (name.rfind("no", 0) != 0 || absl::FindCommandLineFlag(name.substr(2)) == nullptr) {
+        continue;
+      }
+    }
     for (size_t j = name_begin; j < name_end; ++j) {
       if (argv[i][j] == '-') argv[i][j] = '_';
     }
@@ -54,20 +74,37 @@ std::string VersionLine(const char* program_name) {
   return absl::StrCat(program_name, " ", PAGODA_VERSION, " (", PAGODA_BUILD_TYPE, " build)");
 }
 
+namespace {
+
+void AppendFlagLine(const absl::CommandLineFlag& flag, std::string* text) {
+  absl::StrAppend(text, "  --", absl::StrReplaceAll(flag.Name(), {{"_", "-"}}), "  ", flag.Help(),
+                  " (default: ", flag.DefaultValue(), ")\n");
+}
+
+}  // namespace
+
 std::string HelpText(const ProgramInfo& program) {
-  std::vector<const absl::CommandLineFlag*> flags;
+  std::map<std::string, const absl::CommandLineFlag*> flags;  // By name.
   for (const auto& [name, flag] : absl::GetAllFlags()) {
     // Abseil registers its own (--flagfile, --helpfull, ...) from its sources.
     if (absl::StrContains(flag->Filename(), "absl/")) continue;
-    flags.push_back(flag);
+    flags.emplace(std::string(name), flag);
   }
-  std::sort(flags.begin(), flags.end(),
-            [](const auto* a, const auto* b) { return a->Name() < b->Name(); });
-  std::string text = absl::StrCat("usage: ", program.usage, "\n\nflags:\n");
-  for (const absl::CommandLineFlag* flag : flags) {
-    absl::StrAppend(&text, "  --", absl::StrReplaceAll(flag->Name(), {{"_", "-"}}), "  ",
-                    flag->Help(), " (default: ", flag->DefaultValue(), ")\n");
+  std::string text = absl::StrCat("usage: ", program.usage, "\n");
+  for (const FlagGroup& group : program.groups) {
+    absl::StrAppend(&text, "\n", group.title, ":\n");
+    for (const std::string& name : group.flags) {
+      auto it = flags.find(name);
+      if (it == flags.end()) continue;
+      AppendFlagLine(*it->second, &text);
+      flags.erase(it);
+    }
   }
+  if (program.groups.empty() || !flags.empty()) {
+    absl::StrAppend(&text, program.groups.empty() ? "\nflags:\n" : "\nOther flags:\n");
+  }
+  for (const auto& [name, flag] : flags) AppendFlagLine(*flag, &text);
+  if (!program.groups.empty()) absl::StrAppend(&text, "\nThis program:\n");
   absl::StrAppend(&text, "  -h, --help  Show this help and exit.\n",
                   "  --version  Show the version and exit.\n");
   return text;

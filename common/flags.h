@@ -11,15 +11,25 @@ namespace pagoda {
 // Lets command lines use vLLM's dashed flag names (--max-num-seqs) for
 // Abseil flags, whose names cannot hold '-' (max_num_seqs). Rewrites, in
 // place, the name part of each "-name[=value]" / "--name[=value]" argument
-// whose underscored spelling is a registered flag; anything else (values,
+// whose underscored spelling is a registered flag, and vLLM's negation of a
+// bool flag, "--no-name", to Abseil's "--noname"; anything else (values,
 // positional arguments, unknown names) is left as it is. Stops at "--".
 // Call before absl::ParseCommandLine.
 void AcceptDashedFlagNames(int argc, char** argv);
+
+// A heading of --help and the flags (underscored names) under it.
+struct FlagGroup {
+  std::string title;
+  std::vector<std::string> flags;
+};
 
 // What a binary says about itself for --help and --version.
 struct ProgramInfo {
   const char* name;   // "pagoda-server"
   const char* usage;  // One line: "pagoda-server --model DIR [flags]: ..."
+  // --help's groups, in order; flags in none are listed last, by name. Empty:
+  // one list by name.
+  std::vector<FlagGroup> groups = {};
 };
 
 // "NAME VERSION (BUILD_TYPE build)", from the values CMake compiled in.

@@ -1,5 +1,6 @@
 #include "common/flags.h"
 
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,8 @@ std::vector<std::string> Rewrite(std::vector<std::string> args) {
   std::vector<char*> argv;
   for (std::string& arg : args) argv.push_back(arg.data());
   AcceptDashedFlagNames(static_cast<int>(argv.size()), argv.data());
+  // As a C string: a rewrite may shorten an argument in place.
+  for (std::string& arg : args) arg.resize(std::strlen(arg.c_str()));
   return args;
 }
 
@@ -32,6 +35,27 @@ TEST(AcceptDashedFlagNamesTest, NegatedBoolAndDoubleDashTerminator) {
   EXPECT_EQ(
       Rewrite({"prog", "--noenable-prefix-caching", "--", "--max-num-seqs"}),
       (std::vector<std::string>{"prog", "--noenable_prefix_caching", "--", "--max-num-seqs"}));
+}
+
+TEST(AcceptDashedFlagNamesTest, VllmNegationOfBoolFlagsOnly) {
+  EXPECT_EQ(
+      Rewrite({"prog", "--no-enable-prefix-caching", "-no-enable-prefix-caching"}),
+      (std::vector<std::string>{"prog", "--noenable_prefix_caching", "-noenable_prefix_caching"}));
+  // Not a bool flag, or no flag at all: left for Abseil to refuse.
+  EXPECT_EQ(Rewrite({"prog", "--no-max-num-seqs", "--no-such-flag"}),
+            (std::vector<std::string>{"prog", "--no-max-num-seqs", "--no-such-flag"}));
+}
+
+TEST(HelpTextTest, PrintsGroupsInOrderThenTheRest) {
+  const std::string help =
+      HelpText({"prog", "prog [flags]", {{"Scheduling", {"max_num_seqs"}}, {"Empty", {}}}});
+  const size_t group = help.find("\nScheduling:\n  --max-num-seqs");
+  const size_t other = help.find("\nOther flags:\n  --enable-prefix-caching");
+  ASSERT_NE(group, std::string::npos) << help;
+  ASSERT_NE(other, std::string::npos) << help;
+  EXPECT_LT(group, other);
+  EXPECT_EQ(help.find("--max-num-seqs", help.find("--max-num-seqs") + 1), std::string::npos);
+  EXPECT_NE(help.find("\nThis program:\n  -h, --help"), std::string::npos);
 }
 
 TEST(HelpTextTest, ListsProgramFlagsByDashedNameOnly) {

@@ -11,6 +11,13 @@ namespace pagoda::wire {
 // communicator a larger group.
 inline constexpr int kMaxWorldSize = 64;
 
+// Most tokens and sequences one step may hold: a worker reserves its
+// workspace from max_num_batched_tokens and max_num_seqs at load, so this
+// bounds what a hostile LoadModel request can make a worker allocate; the
+// server refuses a larger --max-num-batched-tokens or --max-num-seqs before
+// it spawns a worker.
+inline constexpr int kMaxWorkspaceTokens = 1 << 20;
+
 // The largest gRPC message between the server and a worker, either way (a
 // step plan of a full batch, or a LoadModel with every option), and the
 // largest frame on a spawned worker's step channel.

@@ -17,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/dtype.h"
 #include "pagoda/worker/v1/worker.pb.h"
+#include "wire/limits.h"
 #include "worker/backend.h"
 #include "worker/batch.h"
 #include "worker/cache_engine.h"
@@ -26,10 +27,7 @@
 
 namespace pagoda::worker {
 
-// Most tokens and sequences one step may hold: LlamaModel reserves its
-// workspace from max_num_batched_tokens and max_num_seqs at load, so this
-// bounds what a hostile LoadModel request can make a worker allocate.
-inline constexpr int kMaxWorkspaceTokens = 1 << 20;
+using ::pagoda::wire::kMaxWorkspaceTokens;
 
 // OK when `min_value` <= max_num_batched_tokens, max_num_seqs <=
 // kMaxWorkspaceTokens; else INVALID_ARGUMENT naming the range. The CPU

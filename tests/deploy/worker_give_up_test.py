@@ -137,8 +137,8 @@ exec {h.binary("pagoda-worker")} "$@"
                  "--worker-failure-exit-delay", delay],
                 capture_output=True, text=True, timeout=60)
             self.assertEqual(result.returncode, 1, result.stderr)
-            self.assertIn("--worker-failure-exit-delay must be in [0, 600] seconds",
-                          result.stderr)
+            self.assertIn(f"--worker-failure-exit-delay {delay} is out of range: "
+                          "expected [0, 600]", result.stderr)
 
 
 if __name__ == "__main__":

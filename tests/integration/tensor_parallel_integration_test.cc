@@ -168,9 +168,11 @@ TEST_F(TensorParallelTest, IndivisibleHeadCountsAreRefusedAtStartInOneLine) {
   // Bad group flags are refused before any worker starts, naming the flag.
   for (const auto& [flag, message] : std::vector<std::pair<std::string, std::string>>{
            {"--rendezvous-host=foo", "--rendezvous-host must be an IPv4 address"},
-           {"--rendezvous-port=99999", "--rendezvous-port must be in [0, 65535]"},
-           {"--collective-timeout=0", "--collective-timeout must be in (0, 600]"},
-           {"--tensor-parallel-size=65", "--tensor-parallel-size 65 is over the limit"}}) {
+           {"--rendezvous-port=99999",
+            "--rendezvous-port 99999 is out of range: expected 0 to 65535"},
+           {"--collective-timeout=0", "--collective-timeout 0 is out of range: expected (0, 600]"},
+           {"--tensor-parallel-size=65",
+            "--tensor-parallel-size 65 is out of range: expected 1 to 64"}}) {
     auto refused = RunCommand(absl::StrCat(PAGODA_SERVER_BINARY, " --model=", *model_dir_,
                                            " --tensor-parallel-size=2 --port=0 ", flag, " 2>&1",
                                            "; echo exit=$?"));

@@ -1,0 +1,257 @@
+#include "scheduler/config/server_config.h"
+
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <charconv>
+#include <filesystem>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "common/dtype.h"
+#include "common/tensor_parallel_plan.h"
+#include "scheduler/api/http_server.h"
+#include "scheduler/api/tool_calls.h"
+#include "wire/limits.h"
+
+namespace pagoda::scheduler {
+namespace {
+
+// The upper bounds no flag of this kind needs to pass: each keeps a typo
+// from asking for a million threads or a terabyte.
+constexpr int kMaxThreads = 1024;
+constexpr int kMaxQueued = 1 << 20;
+constexpr double kMaxGiB = 4096;
+constexpr double kMaxSeconds = 86400;
+constexpr int kMaxBlocks = 1 << 24;
+
+// "--NAME VALUE is out of range: expected LO to HI[, or NOTE]".
+template <typename T>
+absl::Status Range(absl::string_view flag, T value, T low, T high, absl::string_view note = "") {
+  if (value >= low && value <= high) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("--", flag, " ", value,
+                                                 " is out of range: expected ", low, " to ", high,
+                                                 note.empty() ? "" : ", or ", note));
+}
+
+// A port: 1..65535, or one of the documented special values.
+absl::Status Port(absl::string_view flag, int value, int lowest_special, absl::string_view note) {
+  if (value >= lowest_special && value <= 0) return absl::OkStatus();
+  return Range(flag, value, 1, 65535, note);
+}
+
+// A double as the user would have typed it: the shortest text that reads
+// back as the same value (99999999, not StrCat's 1e+08).
+std::string Shortest(double value) {
+  char text[32];
+  const std::to_chars_result result = std::to_chars(text, text + sizeof(text), value);
+  return std::string(text, result.ptr);
+}
+
+// A real value in (low, high] or [low, high].
+absl::Status Seconds(absl::string_view flag, double value, double low, double high,
+                     bool low_inclusive) {
+  const bool above_low = low_inclusive ? value >= low : value > low;
+  if (above_low && value <= high) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("--", flag, " ", Shortest(value), " is out of range: expected ",
+                   low_inclusive ? "[" : "(", Shortest(low), ", ", Shortest(high), "]"));
+}
+
+// The first error of a list of checks, OK if none.
+absl::Status FirstError(std::initializer_list<absl::Status> checks) {
+  for (const absl::Status& status : checks) {
+    if (!status.ok()) return status;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckModel(const ModelOptions& model) {
+  if (model.model_dir.empty()) return absl::InvalidArgumentError("--model is required");
+  std::error_code error;
+  if (std::filesystem::exists(model.model_dir, error) &&
+      !std::filesystem::is_directory(model.model_dir, error)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--model ", model.model_dir, " is not a directory"));
+  }
+  if (auto dtype = ParseDTypeFlag(model.dtype); !dtype.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--dtype: ", dtype.status().message()));
+  }
+  if (auto kv = ParseKvCacheDTypeFlag(model.kv_cache_dtype); !kv.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--kv-cache-dtype: ", kv.status().message()));
+  }
+  if (auto parser = ParseToolCallParserName(model.tool_call_parser); !parser.ok()) {
+    return parser.status();
+  }
+  return Range("max-model-len", model.max_model_len, 0, wire::kMaxWorkspaceTokens);
+}
+
+absl::Status CheckFrontDoor(const FrontDoorOptions& door) {
+  return FirstError({
+      Port("port", door.port, 0, "0 (the OS picks)"),
+      Port("http-port", door.http_port, -1, "0 (off), -1 (the OS picks)"),
+      Port("metrics-port", door.metrics_port, -1, "0 (off), -1 (the OS picks)"),
+      Range("http-max-connections", door.http_max_connections, 1, kMaxQueued),
+      Range("http-io-threads", door.http_io_threads, 1, kMaxHttpIoThreads),
+      Range("max-stream-queued-messages", door.max_stream_queued_messages, 1, kMaxQueued),
+      Seconds("drain-timeout", door.drain_timeout, 0, kMaxSeconds, true),
+  });
+}
+
+absl::Status CheckScheduling(const SchedulingOptions& scheduling) {
+  return FirstError({
+      Range("max-num-seqs", scheduling.max_num_seqs, 1, wire::kMaxWorkspaceTokens),
+      Range("max-num-batched-tokens", scheduling.max_num_batched_tokens, 0,
+            wire::kMaxWorkspaceTokens),
+      Range("max-num-partial-prefills", scheduling.max_num_partial_prefills, 1,
+            scheduling.max_num_seqs),
+      Range("max-long-partial-prefills", scheduling.max_long_partial_prefills, 1,
+            scheduling.max_num_partial_prefills),
+      Range("long-prefill-token-threshold", scheduling.long_prefill_token_threshold, 0,
+            wire::kMaxWorkspaceTokens),
+      Range("max-queued-requests", scheduling.max_queued_requests, 1, kMaxQueued),
+  });
+}
+
+absl::Status CheckCache(const CacheOptions& cache) {
+  return FirstError({
+      Range("block-size", cache.block_size, 1, 1024),
+      Seconds("gpu-memory-utilization", cache.gpu_memory_utilization, 0, 1, false),
+      Range("num-gpu-blocks-override", cache.num_gpu_blocks_override, 0, kMaxBlocks),
+      Seconds("cpu-kv-cache-space", cache.cpu_kv_cache_space_gib, 0, kMaxGiB, false),
+      Seconds("swap-space", cache.swap_space_gib, 0, kMaxGiB, true),
+  });
+}
+
+absl::Status CheckWorkerTls(const WorkerOptions& workers) {
+  const bool tls = !workers.ssl_certfile.empty() || !workers.ssl_keyfile.empty() ||
+                   !workers.ssl_ca_certs.empty();
+  if (workers.addresses.empty()) {
+    if (tls || !workers.ssl_server_name.empty()) {
+      return absl::InvalidArgumentError(
+          "--worker-ssl-* are for --worker-addresses workers; spawned workers serve a private "
+          "unix socket");
+    }
+    return absl::OkStatus();
+  }
+  if (static_cast<int>(workers.addresses.size()) != workers.tensor_parallel_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--worker-addresses has ", workers.addresses.size(),
+                     " entries for --tensor-parallel-size ", workers.tensor_parallel_size));
+  }
+  if (workers.secret_file.empty()) {
+    return absl::InvalidArgumentError("--worker-addresses needs --worker-secret-file");
+  }
+  if (workers.ssl_ca_certs.empty() && !workers.ssl_server_name.empty()) {
+    return absl::InvalidArgumentError("--worker-ssl-server-name needs --worker-ssl-ca-certs");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckWorkers(const WorkerOptions& workers) {
+  if (workers.device != "cpu" && workers.device != "cuda") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device: expected cpu or cuda, got '", workers.device, "'"));
+  }
+  if (in_addr address; inet_pton(AF_INET, workers.rendezvous_host.c_str(), &address) != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--rendezvous-host must be an IPv4 address, got '", workers.rendezvous_host, "'"));
+  }
+  return FirstError({
+      Range("tensor-parallel-size", workers.tensor_parallel_size, 1, wire::kMaxWorldSize),
+      Range("cpu-threads", workers.cpu_threads, 0, kMaxThreads),
+      Range("worker-restart-limit", workers.restart_limit, 0, 1000),
+      Seconds("worker-restart-window", workers.restart_window, 0, kMaxSeconds, false),
+      Seconds("worker-failure-exit-delay", workers.failure_exit_delay, 0, 600, true),
+      Seconds("worker-stall-timeout", workers.stall_timeout, 0.5, 3600, true),
+      Seconds("worker-start-timeout", workers.start_timeout, 0, 3600, false),
+      Seconds("collective-timeout", workers.collective_timeout, 0, 600, false),
+      Range("rendezvous-port", workers.rendezvous_port, 0, 65535),
+      CheckWorkerTls(workers),
+  });
+}
+
+absl::Status CheckKvEvents(const KvEventOptions& events, bool prefix_caching) {
+  if (absl::Status ranges =
+          FirstError({Range("kv-events-queue-batches", events.queue_batches, 1, kMaxQueued),
+                      Range("kv-events-replay-buffer", events.replay_buffer, 0, kMaxQueued)});
+      !ranges.ok()) {
+    return ranges;
+  }
+  if (events.endpoint.empty()) {
+    return events.replay_endpoint.empty()
+               ? absl::OkStatus()
+               : absl::InvalidArgumentError(
+                     "--kv-events-replay-endpoint needs --kv-events-endpoint");
+  }
+  if (!prefix_caching) {
+    return absl::InvalidArgumentError(
+        "--kv-events-endpoint needs prefix caching (drop --no-enable-prefix-caching)");
+  }
+  return absl::OkStatus();
+}
+
+// The token budget and chunking defaults of vLLM, and the rules that need
+// the resolved max_model_len.
+absl::Status ResolveChunking(int max_model_len, SchedulingOptions& scheduling) {
+  if (scheduling.max_num_batched_tokens == 0) {
+    // Without chunks a step must hold the longest prompt; with them vLLM's
+    // online serving budget keeps steps short.
+    scheduling.max_num_batched_tokens =
+        scheduling.enable_chunked_prefill ? 2048 : std::max(max_model_len, 2048);
+  }
+  if (absl::Status status = Range("long-prefill-token-threshold",
+                                  scheduling.long_prefill_token_threshold, 0, max_model_len);
+      !status.ok()) {
+    return status;
+  }
+  if (!scheduling.enable_chunked_prefill &&
+      (scheduling.max_num_partial_prefills > 1 || scheduling.long_prefill_token_threshold > 0)) {
+    return absl::InvalidArgumentError(
+        "--max-num-partial-prefills > 1 and --long-prefill-token-threshold need chunked prefill");
+  }
+  if (scheduling.max_num_partial_prefills > 1 && scheduling.long_prefill_token_threshold == 0) {
+    scheduling.long_prefill_token_threshold = std::max(1, max_model_len * 4 / 100);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CheckServerConfig(const ServerConfig& config) {
+  return FirstError({
+      CheckModel(config.model),
+      CheckFrontDoor(config.front_door),
+      CheckScheduling(config.scheduling),
+      CheckCache(config.cache),
+      CheckWorkers(config.workers),
+      CheckKvEvents(config.kv_events, config.scheduling.enable_prefix_caching),
+  });
+}
+
+absl::Status ResolveForModel(const ModelConfig& model, ServerConfig* config) {
+  int& max_model_len = config->model.max_model_len;
+  config->model.max_model_len_given = max_model_len > 0;
+  if (max_model_len <= 0) max_model_len = model.max_position_embeddings;
+  if (max_model_len > model.max_position_embeddings) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-model-len ", max_model_len, " exceeds the model's ",
+                     "max_position_embeddings ", model.max_position_embeddings));
+  }
+  if (absl::Status status = ResolveChunking(max_model_len, config->scheduling); !status.ok()) {
+    return status;
+  }
+  // Refused before any worker starts, in one line naming the counts.
+  return CheckTensorParallelSplit(model, config->workers.tensor_parallel_size);
+}
+
+std::string ServedModelName(const ModelOptions& model) {
+  if (!model.served_model_name.empty()) return model.served_model_name;
+  const std::filesystem::path dir = std::filesystem::path(model.model_dir).lexically_normal();
+  std::string name = dir.filename().string();
+  if (name.empty()) name = dir.parent_path().filename().string();
+  return name;
+}
+
+}  // namespace pagoda::scheduler

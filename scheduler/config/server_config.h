@@ -1,0 +1,137 @@
+#ifndef PAGODA_SCHEDULER_CONFIG_SERVER_CONFIG_H_
+#define PAGODA_SCHEDULER_CONFIG_SERVER_CONFIG_H_
+
+// pagoda-server's configuration, as vLLM's VllmConfig: built once from the
+// command line (server_flags.h), every range and cross-flag rule checked
+// here before any worker starts, then read by the start-up sequence and
+// everything it builds. Nothing else reads a flag.
+//
+// Two checks, cheapest first: CheckServerConfig needs the flags alone;
+// ResolveForModel needs the model's config.json and fills in the values
+// whose defaults depend on it (max_model_len, the token budget). Both return
+// INVALID_ARGUMENT with one line naming the flag, the value and what is
+// allowed.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/model_config.h"
+#include "scheduler/engine/scheduler.h"
+
+namespace pagoda::scheduler {
+
+// What model is served and how it reads.
+struct ModelOptions {
+  std::string model_dir;
+  std::string served_model_name;  // "": the directory's name (ServedModelName).
+  std::string dtype = "auto";
+  std::string kv_cache_dtype = "auto";
+  std::string chat_template;  // File; "": the model's own.
+  std::string generation_config = "auto";
+  std::string tool_call_parser;
+  int max_model_len = 0;  // 0 until resolved: the model's max positions.
+  // Set by ResolveForModel: --max-model-len was given (a worker's shorter
+  // limit then refuses it, where it cuts a default).
+  bool max_model_len_given = false;
+};
+
+// The client-facing ports: gRPC, OpenAI HTTP, metrics.
+struct FrontDoorOptions {
+  std::string host = "127.0.0.1";
+  int port = 50051;          // 0: the OS picks.
+  int http_port = 0;         // 0: off; -1: the OS picks.
+  int metrics_port = 0;      // 0: off; -1: the OS picks.
+  std::string metrics_host;  // "": host.
+  int http_max_connections = 4096;
+  int http_io_threads = 2;
+  std::string api_key;  // --api-key, else PAGODA_API_KEY.
+  std::string ssl_certfile;
+  std::string ssl_keyfile;
+  std::string ssl_ca_certs;
+  int max_stream_queued_messages = 1024;
+  bool vllm_metric_names = true;
+  bool vllm_grpc_api = true;
+  double drain_timeout = 30;
+};
+
+// The scheduler's budgets and policies.
+struct SchedulingOptions {
+  int max_num_seqs = 256;
+  int max_num_batched_tokens = 0;  // 0 until resolved.
+  bool enable_chunked_prefill = true;
+  int max_num_partial_prefills = 1;
+  int max_long_partial_prefills = 1;
+  int long_prefill_token_threshold = 0;  // Resolved: 0 = no cap.
+  SchedulingPolicy policy = SchedulingPolicy::kFcfs;
+  PreemptionMode preemption_mode = PreemptionMode::kAuto;
+  bool enable_prefix_caching = true;
+  int max_queued_requests = 1024;
+  uint64_t seed = 0;
+};
+
+// The KV cache's geometry and memory.
+struct CacheOptions {
+  int block_size = 16;
+  double gpu_memory_utilization = 0.9;
+  int num_gpu_blocks_override = 0;
+  double cpu_kv_cache_space_gib = 0.5;
+  double swap_space_gib = 0;
+};
+
+// The workers: where they run, how they are started, watched and restarted.
+struct WorkerOptions {
+  std::string device = "cpu";
+  int tensor_parallel_size = 1;
+  std::vector<std::string> addresses;  // Empty: spawn them.
+  std::string secret_file;
+  std::string ssl_certfile;
+  std::string ssl_keyfile;
+  std::string ssl_ca_certs;
+  std::string ssl_server_name;
+  std::string binary;  // "": the one beside pagoda-server.
+  int cpu_threads = 0;
+  bool enforce_eager = false;
+  int restart_limit = 5;
+  double restart_window = 60;
+  double failure_exit_delay = 5;
+  double stall_timeout = 10;
+  double start_timeout = 60;
+  double collective_timeout = 30;
+  std::string rendezvous_host = "127.0.0.1";
+  int rendezvous_port = 0;
+};
+
+// KV cache events for prefix-aware routers.
+struct KvEventOptions {
+  std::string endpoint;  // "": off.
+  std::string replay_endpoint;
+  std::string topic;  // "": kv@<pod>@<served model name>.
+  int queue_batches = 1024;
+  int replay_buffer = 10000;
+};
+
+struct ServerConfig {
+  ModelOptions model;
+  FrontDoorOptions front_door;
+  SchedulingOptions scheduling;
+  CacheOptions cache;
+  WorkerOptions workers;
+  KvEventOptions kv_events;
+};
+
+// Every rule that needs the flags alone.
+absl::Status CheckServerConfig(const ServerConfig& config);
+
+// The rules that need the model (max_model_len against its positions, the
+// tensor-parallel split of its heads) and the defaults that depend on it.
+// REQUIRES: CheckServerConfig(*config) is OK.
+absl::Status ResolveForModel(const ModelConfig& model, ServerConfig* config);
+
+// --served-model-name, else the model directory's name.
+std::string ServedModelName(const ModelOptions& model);
+
+}  // namespace pagoda::scheduler
+
+#endif  // PAGODA_SCHEDULER_CONFIG_SERVER_CONFIG_H_

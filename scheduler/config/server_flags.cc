@@ -1,0 +1,338 @@
+// pagoda-server's command line: every flag it takes, defined here and read
+// here once, into a ServerConfig (server_config.h). The defaults are the
+// config structs' own where they have one, so a flag and its field cannot
+// disagree.
+
+#include "scheduler/config/server_flags.h"
+
+#include <cstdlib>
+#include <string>
+#include <utility>
+
+#include "absl/flags/flag.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+// Model.
+ABSL_FLAG(std::string, model, "", "Model directory (Hugging Face layout). Required.");
+ABSL_FLAG(std::string, served_model_name, "", "Name reported to clients; default: --model's name.");
+ABSL_FLAG(std::string, dtype, "auto",
+          "Weight dtype: auto (the checkpoint's), float32, float16 or bfloat16.");
+ABSL_FLAG(std::string, kv_cache_dtype, "auto",
+          "KV cache dtype: auto (float32 on cpu, the compute dtype on cuda), float32, "
+          "bfloat16 or float16. 2-byte dtypes hold twice the blocks in the same memory.");
+ABSL_FLAG(int, max_model_len, 0, "Longest prompt + output; 0 = the model's max positions.");
+ABSL_FLAG(std::string, chat_template, "",
+          "Jinja chat template file for /v1/chat/completions; default: the model's "
+          "chat_template.jinja or tokenizer_config.json chat_template.");
+ABSL_FLAG(std::string, generation_config, "auto",
+          "Sampling defaults for fields a request leaves unset, as vLLM's: auto = the model's "
+          "generation_config.json (temperature, top_p, top_k, min_p, repetition_penalty), "
+          "vllm = none, or a directory holding a generation_config.json.");
+ABSL_FLAG(std::string, tool_call_parser, "",
+          "How /v1/chat/completions reads tool calls back under tool_choice auto (vLLM's "
+          "names): hermes (Qwen, Hermes: <tool_call> blocks) or llama3_json (Llama 3.1 JSON); "
+          "empty: auto is refused, required and named functions still work.");
+
+// Front doors: gRPC, OpenAI HTTP, metrics.
+ABSL_FLAG(std::string, host, "127.0.0.1", "Address to serve gRPC on.");
+ABSL_FLAG(int, port, 50051, "gRPC port; 0 = the OS picks one.");
+ABSL_FLAG(int, http_port, 0,
+          "OpenAI-compatible HTTP port (/v1/completions, /v1/chat/completions, /v1/models, "
+          "/health); 0 = off, -1 = the OS picks one.");
+ABSL_FLAG(int, http_max_connections, 4096,
+          "HTTP connections open at once; one more is answered 503 and closed at once.");
+ABSL_FLAG(int, http_io_threads, pagoda::scheduler::FrontDoorOptions().http_io_threads,
+          "Threads answering HTTP requests and writing their streams, 1 to 64; the default "
+          "suits a few cores shared with the engine.");
+ABSL_FLAG(int, metrics_port, 0, "Prometheus /metrics port; 0 = off, -1 = the OS picks one.");
+ABSL_FLAG(std::string, metrics_host, "", "Address to serve /metrics on; default: --host.");
+ABSL_FLAG(std::string, api_key, "",
+          "If set, Generation calls must carry 'authorization: Bearer <key>' (health exempt). "
+          "The PAGODA_API_KEY environment variable is read when this is empty.");
+ABSL_FLAG(std::string, ssl_certfile, "", "PEM certificate chain: serve the client API over TLS.");
+ABSL_FLAG(std::string, ssl_keyfile, "",
+          "PEM private key of --ssl-certfile; readable by its owner only (chmod 600).");
+ABSL_FLAG(std::string, ssl_ca_certs, "",
+          "PEM CA bundle: clients must present a certificate it signed (mutual TLS).");
+ABSL_FLAG(int, max_stream_queued_messages, 1024,
+          "Messages a stream may hold for a client that does not read before it is ended "
+          "with RESOURCE_EXHAUSTED.");
+ABSL_FLAG(bool, vllm_metric_names, true,
+          "Also export the gauges and counters that vLLM's consumers read under vLLM's names "
+          "(vllm:num_requests_waiting, vllm:kv_cache_usage_perc, ...); "
+          "--no-vllm-metric-names: pagoda_* names only.");
+ABSL_FLAG(bool, vllm_grpc_api, true,
+          "Also serve vLLM's engine gRPC API (vllm.grpc.engine.VllmEngine) on the gRPC port; "
+          "--no-vllm-grpc-api: pagoda.v1 only.");
+ABSL_FLAG(double, drain_timeout, 30, "Seconds in-flight requests get to finish on SIGTERM.");
+
+// Scheduling.
+ABSL_FLAG(int, max_num_seqs, 256, "Most sequences in one step.");
+ABSL_FLAG(int, max_num_batched_tokens, 0,
+          "Most tokens in one step; 0 = 2048 with chunked prefill, max(max_model_len, 2048) "
+          "without.");
+ABSL_FLAG(bool, enable_chunked_prefill, true,
+          "Split prompts into chunks that fill the token budget left by the running decodes "
+          "(--no-enable-chunked-prefill: whole prompts, in steps of their own).");
+ABSL_FLAG(int, max_num_partial_prefills, 1,
+          "With chunked prefill: most prompts part-way through their prefill at once.");
+ABSL_FLAG(int, max_long_partial_prefills, 1,
+          "With chunked prefill: most prompts over --long-prefill-token-threshold part-way at "
+          "once, in [1, --max-num-partial-prefills]; shorter prompts go ahead of a long one "
+          "that must wait (vLLM).");
+ABSL_FLAG(int, long_prefill_token_threshold, 0,
+          "With chunked prefill: most prompt tokens one request gets in a step; 0 = no cap, or "
+          "4% of max_model_len when --max-num-partial-prefills > 1 (vLLM).");
+ABSL_FLAG(std::string, scheduling_policy, "fcfs",
+          "fcfs (arrival order) or priority (the request's priority, lower first, then arrival; "
+          "a waiting request preempts lower-ranked running ones when the cache is full).");
+ABSL_FLAG(std::string, preemption_mode, "auto",
+          "auto (recompute a group with one live sequence, swap one with several), swap or "
+          "recompute.");
+ABSL_FLAG(bool, enable_prefix_caching, true,
+          "Reuse the KV blocks of computed prompt prefixes (--no-enable-prefix-caching: off).");
+ABSL_FLAG(int, max_queued_requests, 1024, "Waiting requests beyond which new ones are refused.");
+ABSL_FLAG(uint64_t, seed, 0, "Seeds the seeds given to requests that bring none.");
+
+// KV cache.
+ABSL_FLAG(int, block_size, 16, "Tokens per KV block.");
+ABSL_FLAG(double, gpu_memory_utilization, 0.9,
+          "Fraction of the GPU's memory the workers may fill (weights, activations, KV); "
+          "memory other processes hold counts against it.");
+ABSL_FLAG(int, num_gpu_blocks_override, 0,
+          "Use this many KV blocks instead of profiling; 0 = off.");
+ABSL_FLAG(double, cpu_kv_cache_space, 0.5, "GiB of memory for KV blocks on the cpu device.");
+ABSL_FLAG(double, swap_space, 0, "GiB of CPU swap space per worker for preempted KV blocks.");
+
+// Workers.
+ABSL_FLAG(std::string, device, "cpu", "cpu or cuda.");
+ABSL_FLAG(int, tensor_parallel_size, 1, "Number of workers (tensor-parallel ranks).");
+ABSL_FLAG(std::string, worker_addresses, "",
+          "Comma-separated host:port of running workers, rank order; empty = spawn them.");
+ABSL_FLAG(std::string, worker_secret_file, "",
+          "File with the secret the --worker-addresses workers were started with "
+          "(their --secret-file); required with --worker-addresses.");
+ABSL_FLAG(std::string, worker_ssl_certfile, "",
+          "PEM client certificate for mutual TLS with --worker-addresses workers.");
+ABSL_FLAG(std::string, worker_ssl_keyfile, "",
+          "PEM private key of --worker-ssl-certfile; readable by its owner only (chmod 600).");
+ABSL_FLAG(std::string, worker_ssl_ca_certs, "",
+          "PEM CA bundle that signed the --worker-addresses workers' certificates.");
+ABSL_FLAG(std::string, worker_ssl_server_name, "",
+          "With --worker-ssl-ca-certs: the name the workers' certificates must carry, checked "
+          "instead of each --worker-addresses host (so one certificate serves workers on any "
+          "pod IP or DNS name); empty = the host dialled.");
+ABSL_FLAG(std::string, worker_binary, "",
+          "pagoda-worker to spawn; default: the one next to this binary.");
+ABSL_FLAG(int, cpu_threads, 0, "Threads of the CPU worker; 0 = every CPU it may use.");
+ABSL_FLAG(bool, enforce_eager, false,
+          "CUDA: run every step eagerly, without capturing decode steps as CUDA graphs.");
+ABSL_FLAG(int, worker_restart_limit, 5,
+          "Restart attempts of the workers within --worker-restart-window, or failed ones "
+          "in a row, after which the server gives up: requests fail with UNAVAILABLE and "
+          "the server exits 1 after --worker-failure-exit-delay.");
+ABSL_FLAG(double, worker_restart_window, 60, "Seconds; see --worker-restart-limit.");
+ABSL_FLAG(double, worker_failure_exit_delay, 5,
+          "Seconds the server stays up, unhealthy and refusing requests with the reason, "
+          "after its workers cannot be recovered; then it exits with code 1 so that its "
+          "supervisor (Kubernetes) starts it afresh.");
+ABSL_FLAG(double, worker_stall_timeout, 10,
+          "Seconds a worker may leave the server's keepalive pings unanswered (stopped, "
+          "swapped out, its host gone silent) before it is declared lost and restarted; a "
+          "worker process that exits is seen at once.");
+ABSL_FLAG(double, worker_start_timeout, 60, "Seconds a spawned worker gets to start listening.");
+ABSL_FLAG(double, collective_timeout, 30,
+          "Seconds a worker waits for its tensor-parallel peers to join or to finish one "
+          "all-reduce before the step fails.");
+ABSL_FLAG(std::string, rendezvous_host, "127.0.0.1",
+          "IPv4 address of this host where tensor-parallel workers meet to form their group "
+          "(a small key-value store the server runs); --worker-addresses workers on other "
+          "hosts must reach it.");
+ABSL_FLAG(int, rendezvous_port, 0, "Port of the rendezvous store; 0 = any free port.");
+
+// KV events.
+ABSL_FLAG(std::string, kv_events_endpoint, "",
+          "Publish the prefix cache's KV events (BlockStored, BlockRemoved, AllBlocksCleared) "
+          "on a ZeroMQ PUB socket in vLLM's msgpack layout: tcp://*:PORT binds, "
+          "tcp://HOST:PORT connects (vLLM's rule); empty = off. Needs prefix caching.");
+ABSL_FLAG(std::string, kv_events_replay_endpoint, "",
+          "ZeroMQ ROUTER endpoint (bound) answering replay requests for missed KV event "
+          "batches; empty = none.");
+ABSL_FLAG(std::string, kv_events_topic, "",
+          "Topic frame of every KV event message; default kv@<POD_IP or hostname>@<served "
+          "model name>, the form llm-d's indexer reads.");
+ABSL_FLAG(int, kv_events_queue_batches, 1024,
+          "KV event batches (one per engine step) waiting for the publisher thread beyond which "
+          "new ones are dropped and a full resync is sent once there is room again.");
+ABSL_FLAG(int, kv_events_replay_buffer, 10000, "Published KV event batches kept for replay.");
+
+namespace pagoda::scheduler {
+namespace {
+
+absl::StatusOr<PreemptionMode> ParsePreemptionMode(const std::string& text) {
+  if (text == "auto") return PreemptionMode::kAuto;
+  if (text == "swap") return PreemptionMode::kSwap;
+  if (text == "recompute") return PreemptionMode::kRecompute;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--preemption-mode: expected auto, swap or recompute, got '", text, "'"));
+}
+
+absl::StatusOr<SchedulingPolicy> ParseSchedulingPolicy(const std::string& text) {
+  if (text == "fcfs") return SchedulingPolicy::kFcfs;
+  if (text == "priority") return SchedulingPolicy::kPriority;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--scheduling-policy: expected fcfs or priority, got '", text, "'"));
+}
+
+ModelOptions ReadModelFlags() {
+  ModelOptions model;
+  model.model_dir = absl::GetFlag(FLAGS_model);
+  model.served_model_name = absl::GetFlag(FLAGS_served_model_name);
+  model.dtype = absl::GetFlag(FLAGS_dtype);
+  model.kv_cache_dtype = absl::GetFlag(FLAGS_kv_cache_dtype);
+  model.max_model_len = absl::GetFlag(FLAGS_max_model_len);
+  model.chat_template = absl::GetFlag(FLAGS_chat_template);
+  model.generation_config = absl::GetFlag(FLAGS_generation_config);
+  model.tool_call_parser = absl::GetFlag(FLAGS_tool_call_parser);
+  return model;
+}
+
+FrontDoorOptions ReadFrontDoorFlags() {
+  FrontDoorOptions door;
+  door.host = absl::GetFlag(FLAGS_host);
+  door.port = absl::GetFlag(FLAGS_port);
+  door.http_port = absl::GetFlag(FLAGS_http_port);
+  door.http_max_connections = absl::GetFlag(FLAGS_http_max_connections);
+  door.http_io_threads = absl::GetFlag(FLAGS_http_io_threads);
+  door.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  door.metrics_host = absl::GetFlag(FLAGS_metrics_host);
+  if (door.metrics_host.empty()) door.metrics_host = door.host;
+  door.api_key = absl::GetFlag(FLAGS_api_key);
+  if (const char* key = std::getenv("PAGODA_API_KEY"); door.api_key.empty() && key != nullptr) {
+    door.api_key = key;
+  }
+  door.ssl_certfile = absl::GetFlag(FLAGS_ssl_certfile);
+  door.ssl_keyfile = absl::GetFlag(FLAGS_ssl_keyfile);
+  door.ssl_ca_certs = absl::GetFlag(FLAGS_ssl_ca_certs);
+  door.max_stream_queued_messages = absl::GetFlag(FLAGS_max_stream_queued_messages);
+  door.vllm_metric_names = absl::GetFlag(FLAGS_vllm_metric_names);
+  door.vllm_grpc_api = absl::GetFlag(FLAGS_vllm_grpc_api);
+  door.drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
+  return door;
+}
+
+absl::StatusOr<SchedulingOptions> ReadSchedulingFlags() {
+  SchedulingOptions scheduling;
+  scheduling.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
+  scheduling.max_num_batched_tokens = absl::GetFlag(FLAGS_max_num_batched_tokens);
+  scheduling.enable_chunked_prefill = absl::GetFlag(FLAGS_enable_chunked_prefill);
+  scheduling.max_num_partial_prefills = absl::GetFlag(FLAGS_max_num_partial_prefills);
+  scheduling.max_long_partial_prefills = absl::GetFlag(FLAGS_max_long_partial_prefills);
+  scheduling.long_prefill_token_threshold = absl::GetFlag(FLAGS_long_prefill_token_threshold);
+  absl::StatusOr<SchedulingPolicy> policy =
+      ParseSchedulingPolicy(absl::GetFlag(FLAGS_scheduling_policy));
+  if (!policy.ok()) return policy.status();
+  scheduling.policy = *policy;
+  absl::StatusOr<PreemptionMode> preemption =
+      ParsePreemptionMode(absl::GetFlag(FLAGS_preemption_mode));
+  if (!preemption.ok()) return preemption.status();
+  scheduling.preemption_mode = *preemption;
+  scheduling.enable_prefix_caching = absl::GetFlag(FLAGS_enable_prefix_caching);
+  scheduling.max_queued_requests = absl::GetFlag(FLAGS_max_queued_requests);
+  scheduling.seed = absl::GetFlag(FLAGS_seed);
+  return scheduling;
+}
+
+CacheOptions ReadCacheFlags() {
+  CacheOptions cache;
+  cache.block_size = absl::GetFlag(FLAGS_block_size);
+  cache.gpu_memory_utilization = absl::GetFlag(FLAGS_gpu_memory_utilization);
+  cache.num_gpu_blocks_override = absl::GetFlag(FLAGS_num_gpu_blocks_override);
+  cache.cpu_kv_cache_space_gib = absl::GetFlag(FLAGS_cpu_kv_cache_space);
+  cache.swap_space_gib = absl::GetFlag(FLAGS_swap_space);
+  return cache;
+}
+
+WorkerOptions ReadWorkerFlags() {
+  WorkerOptions workers;
+  workers.device = absl::GetFlag(FLAGS_device);
+  workers.tensor_parallel_size = absl::GetFlag(FLAGS_tensor_parallel_size);
+  workers.addresses = absl::StrSplit(absl::GetFlag(FLAGS_worker_addresses), ',', absl::SkipEmpty());
+  workers.secret_file = absl::GetFlag(FLAGS_worker_secret_file);
+  workers.ssl_certfile = absl::GetFlag(FLAGS_worker_ssl_certfile);
+  workers.ssl_keyfile = absl::GetFlag(FLAGS_worker_ssl_keyfile);
+  workers.ssl_ca_certs = absl::GetFlag(FLAGS_worker_ssl_ca_certs);
+  workers.ssl_server_name = absl::GetFlag(FLAGS_worker_ssl_server_name);
+  workers.binary = absl::GetFlag(FLAGS_worker_binary);
+  workers.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
+  workers.enforce_eager = absl::GetFlag(FLAGS_enforce_eager);
+  workers.restart_limit = absl::GetFlag(FLAGS_worker_restart_limit);
+  workers.restart_window = absl::GetFlag(FLAGS_worker_restart_window);
+  workers.failure_exit_delay = absl::GetFlag(FLAGS_worker_failure_exit_delay);
+  workers.stall_timeout = absl::GetFlag(FLAGS_worker_stall_timeout);
+  workers.start_timeout = absl::GetFlag(FLAGS_worker_start_timeout);
+  workers.collective_timeout = absl::GetFlag(FLAGS_collective_timeout);
+  workers.rendezvous_host = absl::GetFlag(FLAGS_rendezvous_host);
+  workers.rendezvous_port = absl::GetFlag(FLAGS_rendezvous_port);
+  return workers;
+}
+
+KvEventOptions ReadKvEventFlags() {
+  KvEventOptions events;
+  events.endpoint = absl::GetFlag(FLAGS_kv_events_endpoint);
+  events.replay_endpoint = absl::GetFlag(FLAGS_kv_events_replay_endpoint);
+  events.topic = absl::GetFlag(FLAGS_kv_events_topic);
+  events.queue_batches = absl::GetFlag(FLAGS_kv_events_queue_batches);
+  events.replay_buffer = absl::GetFlag(FLAGS_kv_events_replay_buffer);
+  return events;
+}
+
+}  // namespace
+
+absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
+  ServerConfig config;
+  config.model = ReadModelFlags();
+  config.front_door = ReadFrontDoorFlags();
+  absl::StatusOr<SchedulingOptions> scheduling = ReadSchedulingFlags();
+  if (!scheduling.ok()) return scheduling.status();
+  config.scheduling = *std::move(scheduling);
+  config.cache = ReadCacheFlags();
+  config.workers = ReadWorkerFlags();
+  config.kv_events = ReadKvEventFlags();
+  if (absl::Status status = CheckServerConfig(config); !status.ok()) return status;
+  return config;
+}
+
+std::vector<FlagGroup> ServerFlagGroups() {
+  return {
+      {"Model",
+       {"model", "served_model_name", "dtype", "kv_cache_dtype", "max_model_len", "chat_template",
+        "generation_config", "tool_call_parser"}},
+      {"Front doors: gRPC, OpenAI HTTP, metrics",
+       {"host", "port", "http_port", "http_max_connections", "http_io_threads", "metrics_port",
+        "metrics_host", "api_key", "ssl_certfile", "ssl_keyfile", "ssl_ca_certs",
+        "max_stream_queued_messages", "vllm_metric_names", "vllm_grpc_api", "drain_timeout"}},
+      {"Scheduling",
+       {"max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill",
+        "max_num_partial_prefills", "max_long_partial_prefills", "long_prefill_token_threshold",
+        "scheduling_policy", "preemption_mode", "enable_prefix_caching", "max_queued_requests",
+        "seed"}},
+      {"KV cache",
+       {"block_size", "gpu_memory_utilization", "num_gpu_blocks_override", "cpu_kv_cache_space",
+        "swap_space"}},
+      {"Workers",
+       {"device", "tensor_parallel_size", "worker_addresses", "worker_secret_file",
+        "worker_ssl_certfile", "worker_ssl_keyfile", "worker_ssl_ca_certs",
+        "worker_ssl_server_name", "worker_binary", "cpu_threads", "enforce_eager",
+        "worker_restart_limit", "worker_restart_window", "worker_failure_exit_delay",
+        "worker_stall_timeout", "worker_start_timeout", "collective_timeout", "rendezvous_host",
+        "rendezvous_port"}},
+      {"KV events",
+       {"kv_events_endpoint", "kv_events_replay_endpoint", "kv_events_topic",
+        "kv_events_queue_batches", "kv_events_replay_buffer"}},
+  };
+}
+
+}  // namespace pagoda::scheduler

@@ -1,0 +1,27 @@
+#ifndef PAGODA_SCHEDULER_CONFIG_SERVER_FLAGS_H_
+#define PAGODA_SCHEDULER_CONFIG_SERVER_FLAGS_H_
+
+// pagoda-server's flags (vLLM's names where vLLM has one), read once into a
+// ServerConfig. The only place in the server that reads a flag.
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/flags.h"
+#include "scheduler/config/server_config.h"
+
+namespace pagoda::scheduler {
+
+// The parsed command line as a checked ServerConfig (CheckServerConfig's
+// rules; the model-dependent ones are ResolveForModel's). --api-key falls
+// back to the PAGODA_API_KEY environment variable.
+// REQUIRES: the command line was parsed (ParsePagodaCommandLine).
+absl::StatusOr<ServerConfig> ServerConfigFromFlags();
+
+// The flags by group, in the order --help prints them; every server flag is
+// in exactly one.
+std::vector<FlagGroup> ServerFlagGroups();
+
+}  // namespace pagoda::scheduler
+
+#endif  // PAGODA_SCHEDULER_CONFIG_SERVER_FLAGS_H_

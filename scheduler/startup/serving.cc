@@ -1,0 +1,179 @@
+#include "scheduler/startup/serving.h"
+
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "glog/logging.h"
+#include "scheduler/api/frontend.h"
+#include "scheduler/api/http_server.h"
+#include "scheduler/api/request_validation.h"
+#include "scheduler/api/vllm_engine_service.h"
+#include "scheduler/engine/engine.h"
+#include "scheduler/startup/front_doors.h"
+#include "scheduler/startup/kv_events_wiring.h"
+#include "scheduler/startup/stop_signals.h"
+
+namespace pagoda::scheduler {
+namespace {
+
+EngineConfig MakeEngineConfig(const ServerConfig& config, const ModelConfig& model,
+                              const WorkerCache& cache) {
+  const SchedulingOptions& scheduling = config.scheduling;
+  EngineConfig engine;
+  engine.scheduler.block_size = config.cache.block_size;
+  engine.scheduler.num_gpu_blocks = cache.num_gpu_blocks;
+  engine.scheduler.num_cpu_blocks = cache.num_cpu_blocks;
+  engine.scheduler.max_num_seqs = scheduling.max_num_seqs;
+  engine.scheduler.max_num_batched_tokens = scheduling.max_num_batched_tokens;
+  engine.scheduler.max_model_len = cache.max_model_len;
+  engine.scheduler.preemption_mode = scheduling.preemption_mode;
+  engine.scheduler.enable_chunked_prefill = scheduling.enable_chunked_prefill;
+  engine.scheduler.max_num_partial_prefills = scheduling.max_num_partial_prefills;
+  engine.scheduler.long_prefill_token_threshold = scheduling.long_prefill_token_threshold;
+  engine.scheduler.max_long_partial_prefills = scheduling.max_long_partial_prefills;
+  engine.scheduler.policy = scheduling.policy;
+  engine.scheduler.enable_prefix_caching = scheduling.enable_prefix_caching;
+  engine.eos_token_ids.assign(model.eos_token_ids.begin(), model.eos_token_ids.end());
+  engine.max_queued_requests = scheduling.max_queued_requests;
+  return engine;
+}
+
+ServedModelInfo MakeServedModelInfo(const ServerConfig& config, const ModelFiles& model,
+                                    const EngineConfig& engine_config) {
+  ServedModelInfo info;
+  info.model_name = ServedModelName(config.model);
+  info.vocab_size = model.config.vocab_size;
+  info.max_model_len = engine_config.scheduler.max_model_len;
+  info.block_size = config.cache.block_size;
+  info.tensor_parallel_size = config.workers.tensor_parallel_size;
+  info.device = config.workers.device;
+  info.eos_token_ids = engine_config.eos_token_ids;
+  info.sampling_defaults = model.sampling_defaults;
+  return info;
+}
+
+GenerationOptions MakeGenerationOptions(const FrontDoorOptions& door) {
+  GenerationOptions options;
+  options.api_key = door.api_key;
+  options.max_stream_queued_messages = door.max_stream_queued_messages;
+  return options;
+}
+
+// After SIGTERM/SIGINT: refuse new requests, give those in flight up to
+// --drain-timeout, then stop the engine, the frontends and the workers, in
+// that order (each still serves the one before it).
+void DrainAndStop(const std::string& why, double drain_seconds, Engine& engine,
+                  GenerationService& service, FrontendServer& server, HttpServer* http,
+                  GrpcWorkerGroup& workers) {
+  const absl::Duration drain_timeout = absl::Seconds(drain_seconds);
+  LOG(INFO) << why << ": draining (up to " << drain_timeout << ")";
+  engine.StopAccepting();
+  server.SetDraining();
+  if (http != nullptr) http->SetDraining();
+  const absl::Time drain_deadline = absl::Now() + drain_timeout;
+  if (!engine.WaitUntilIdle(drain_timeout) ||
+      !service.WaitForCallsToFinish(drain_deadline - absl::Now())) {
+    LOG(WARNING) << "drain timeout: failing the requests still in flight";
+  }
+  engine.Stop();  // Fails whatever is left with UNAVAILABLE.
+  LOG(INFO) << "engine stopped; closing the gRPC server";
+  // Every Generate call has ended by now; what remains are idle client
+  // connections, which gRPC would otherwise wait on until the deadline.
+  server.Shutdown(absl::Milliseconds(500));
+  if (http != nullptr) http->Shutdown();
+  LOG(INFO) << "gRPC server closed; stopping the workers";
+  workers.Shutdown();
+}
+
+// After the workers were given up on (every request already failed, health
+// NOT_SERVING): stays up `delay_seconds`, or until a stop signal, so that
+// clients and probes learn why rather than meet a closed port, then returns
+// the error that makes the server exit 1 and its supervisor start it afresh.
+absl::Status LingerAfterGivingUp(double delay_seconds, const GrpcWorkerGroup& workers) {
+  const absl::Status ended = absl::UnavailableError(
+      absl::StrCat("exiting because the workers cannot be recovered: ", workers.failure()));
+  const absl::Duration delay = absl::Seconds(delay_seconds);
+  LOG(ERROR) << ended.message() << " (exit in " << delay << ")";
+  WaitForStopSignal(delay);
+  return ended;
+}
+
+// The services behind the front doors, built over a running engine.
+struct Services {
+  Services(const ServerConfig& config, const ModelFiles& model, const WorkerCache& cache,
+           const EngineConfig& engine_config, Engine* engine)
+      : limits(MakeModelLimits(model, cache.max_model_len)),
+        validator(limits, model.tokenizer.get(), config.scheduling.seed),
+        served(MakeServedModelInfo(config, model, engine_config)),
+        options(MakeGenerationOptions(config.front_door)),
+        generation(served, engine, &validator, model.tokenizer.get(), options),
+        vllm(config.front_door.vllm_grpc_api
+                 ? std::make_unique<VllmEngineService>(served, engine, &validator,
+                                                       model.tokenizer.get(), options)
+                 : nullptr) {}
+  const ModelLimits limits;
+  RequestValidator validator;
+  const ServedModelInfo served;
+  const GenerationOptions options;
+  GenerationService generation;
+  std::unique_ptr<VllmEngineService> vllm;
+};
+
+// Serves until a stop signal or the workers are given up on, then drains.
+absl::Status ServeAndDrain(const ServerConfig& config, const ModelFiles& model,
+                           const WorkerCache& cache, ServerMetrics* metrics, Engine& engine,
+                           const EngineConfig& engine_config, GrpcWorkerGroup& workers) {
+  Services services(config, model, cache, engine_config, &engine);
+  absl::StatusOr<std::unique_ptr<FrontendServer>> server =
+      StartGrpcFrontend(config.front_door, services.limits, &services.generation,
+                        services.vllm.get(), metrics, &engine);
+  if (!server.ok()) return server.status();
+  absl::StatusOr<std::unique_ptr<HttpServer>> http =
+      StartHttpFrontend(config, services.served.model_name, model, cache.max_model_len, metrics,
+                        &engine, &services.validator);
+  if (!http.ok()) return http.status();
+  std::cout << "PAGODA_SERVER_LISTENING " << (*server)->port() << std::endl;
+  LOG(INFO) << "serving " << services.served.model_name << " on " << config.front_door.host << ":"
+            << (*server)->port();
+
+  const int signal_number = WaitForStopSignalOrGivenUpWorkers(workers);
+  const absl::Status ended = signal_number != 0
+                                 ? absl::OkStatus()
+                                 : LingerAfterGivingUp(config.workers.failure_exit_delay, workers);
+  DrainAndStop(signal_number != 0 ? absl::StrCat("signal ", signal_number) : "workers given up",
+               config.front_door.drain_timeout, engine, services.generation, **server, http->get(),
+               workers);
+  // Its calls ended with the server's shutdown.
+  if (services.vllm != nullptr) services.vllm->WaitForCallsToFinish(absl::Seconds(1));
+  return ended;
+}
+
+}  // namespace
+
+absl::Status ServeUntilStopSignal(const ServerConfig& config, const ModelFiles& model,
+                                  const WorkerCache& cache, ServerMetrics* metrics,
+                                  KvEventPublisher* kv_events, GrpcWorkerGroup& workers) {
+  const EngineConfig engine_config = MakeEngineConfig(config, model.config, cache);
+  Engine engine(engine_config, &workers, metrics);
+  // Destroyed before `engine`.
+  std::unique_ptr<KvEventsAttachment> kv_events_page = AttachKvEvents(engine, kv_events, metrics);
+  // Scrapes read the engine's live state, so gauges fall back when idle.
+  if (metrics != nullptr) metrics->SetSnapshotSource([&engine] { return engine.snapshot(); });
+  absl::Cleanup detach_metrics = [metrics] {  // Runs before `engine` is destroyed.
+    if (metrics != nullptr) metrics->SetSnapshotSource(nullptr);
+  };
+  engine.Start();
+  absl::Status served =
+      ServeAndDrain(config, model, cache, metrics, engine, engine_config, workers);
+  // A front door that could not start ends the server before it listened.
+  engine.Stop();
+  workers.Shutdown();
+  return served;
+}
+
+}  // namespace pagoda::scheduler

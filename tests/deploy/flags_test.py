@@ -1,0 +1,127 @@
+"""Every numeric flag of pagoda-server's --help, given a value out of its
+range, is refused in one line naming the flag, the value and the allowed
+range, with exit code 1, before any worker is spawned; --help prints the
+flags by group; docs/configuration.md lists every flag with --help's default,
+and the range it states for each is the one the server enforces."""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pagoda_harness as h  # noqa: E402
+
+DOC_ROW = re.compile(r"^\| `--([a-z0-9-]+)` \| `([^`]*)` \| ([^|]*) \|")
+DOC_RANGE = re.compile(r"^(-?[0-9.]+) to (-?[0-9.]+)$")
+FLAG_LINE = re.compile(r"^  --([a-z0-9-]+)  .*\(default: ([^)]*)\)$")
+NUMBER = re.compile(r"^-?[0-9]+(\.[0-9]+)?$")
+# Flags for which every value of their type is valid.
+UNBOUNDED = {"seed"}
+OUT_OF_RANGE = ("-5", "99999999")
+
+
+def server_help():
+    return subprocess.run([h.binary("pagoda-server"), "--help"], capture_output=True, text=True,
+                          timeout=30, check=True).stdout
+
+
+def numeric_flags(help_text):
+    flags = []
+    for line in help_text.splitlines():
+        match = FLAG_LINE.match(line)
+        if match and NUMBER.match(match.group(2)) and match.group(1) not in UNBOUNDED:
+            flags.append(match.group(1))
+    return flags
+
+
+def help_defaults(help_text):
+    return {m.group(1): m.group(2) for m in map(FLAG_LINE.match, help_text.splitlines()) if m}
+
+
+def documented_flags():
+    with open(os.path.join(h.REPO, "docs", "configuration.md")) as f:
+        rows = [DOC_ROW.match(line) for line in f]
+    return {m.group(1): (m.group(2), m.group(3).strip()) for m in rows if m}
+
+
+class FlagsTest(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.model = h.make_model(os.path.join(cls.tmp.name, "tiny"))
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def refuse(self, flag, value):
+        result = subprocess.run(
+            [h.binary("pagoda-server"), "--model", self.model, "--port", "0",
+             f"--{flag}={value}"], capture_output=True, text=True, timeout=60)
+        lines = result.stderr.strip().splitlines()
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertNotIn("PAGODA_WORKER_PIDS", result.stdout)
+        self.assertEqual(len(lines), 1, result.stderr)
+        self.assertTrue(lines[0].startswith(f"pagoda-server: --{flag} {value} "), lines[0])
+        self.assertIn("expected", lines[0])
+
+    def test_help_prints_the_flags_by_group(self):
+        text = server_help()
+        headings = [line for line in text.splitlines() if line and not line.startswith(" ")]
+        for group in ("Model:", "Scheduling:", "KV cache:", "Workers:", "KV events:"):
+            self.assertIn(group, headings)
+        self.assertNotIn("Other flags:", headings)  # Every flag has its group.
+
+    def test_every_numeric_flag_refuses_out_of_range_values_before_any_worker(self):
+        flags = numeric_flags(server_help())
+        self.assertGreaterEqual(len(flags), 28)
+        tried = 0
+        for flag in flags:
+            for value in OUT_OF_RANGE:
+                with self.subTest(flag=flag, value=value):
+                    self.refuse(flag, value)
+                tried += 1
+        print(f"flags_test: {len(flags)} numeric flags, {tried} out-of-range values refused",
+              file=sys.stderr)
+
+    def config_check_passes(self, flag, value):
+        """True when the flags pass the config's checks: the start-up then
+        stops at the model, which does not exist."""
+        result = subprocess.run(
+            [h.binary("pagoda-server"), "--model", os.path.join(self.tmp.name, "absent"),
+             "--port", "0", f"--{flag}={value}"], capture_output=True, text=True, timeout=60)
+        self.assertEqual(result.returncode, 1, result.stderr)
+        return f"--{flag} " not in result.stderr
+
+    def test_the_configuration_page_matches_help_and_the_enforced_ranges(self):
+        defaults = help_defaults(server_help())
+        documented = documented_flags()
+        self.assertEqual(sorted(documented), sorted(defaults))
+        checked = 0
+        for flag, (default, allowed) in documented.items():
+            with self.subTest(flag=flag):
+                self.assertEqual(default, defaults[flag] or '""')
+                match = DOC_RANGE.match(allowed.split(";")[0].strip())
+                if not match:
+                    continue
+                low, high = match.group(1), match.group(2)
+                if "." in low + high:
+                    continue  # Real-valued: the edges' neighbours are not one step away.
+                self.assertTrue(self.config_check_passes(flag, low))
+                self.assertTrue(self.config_check_passes(flag, high))
+                self.assertFalse(self.config_check_passes(flag, int(low) - 1))
+                self.assertFalse(self.config_check_passes(flag, int(high) + 1))
+                checked += 1
+        self.assertGreaterEqual(checked, 15)
+
+    def test_port_past_65535_is_refused_not_wrapped(self):
+        for flag in ("port", "http-port", "metrics-port"):
+            with self.subTest(flag=flag):
+                self.refuse(flag, "99999")
+
+
+if __name__ == "__main__":
+    unittest.main()
