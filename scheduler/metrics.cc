@@ -12,6 +12,7 @@
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
+#include "scheduler/vllm_request_metrics.h"
 
 namespace pagoda::scheduler {
 
@@ -275,6 +276,10 @@ absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Start(const std::s
   metrics->port_ = ports.empty() ? port : ports.front();
   metrics->registry_ = std::make_shared<prometheus::Registry>();
   metrics->instruments_ = Instruments::Register(*metrics->registry_, model_name, vllm_names);
+  if (vllm_names) {
+    metrics->vllm_requests_ =
+        std::make_unique<VllmRequestMetrics>(*metrics->registry_, model_name);
+  }
   // Healthy until the engine reports a failure: a server still loading its
   // model is not a worker outage.
   metrics->instruments_->healthy->Set(1);
@@ -372,6 +377,7 @@ void ServerMetrics::OnStep(const StepRecord& step, const EngineSnapshot& snapsho
   in.step_time->Observe(step.total_seconds);
   in.tokens_per_step->Observe(step.num_batched_tokens);
   in.tokens_per_step_deprecated->Observe(step.num_batched_tokens);
+  if (vllm_requests_ != nullptr) vllm_requests_->OnStep(step, snapshot);
 }
 
 void ServerMetrics::OnWorkersRecovered(int requests_resumed, double seconds) {
@@ -382,6 +388,7 @@ void ServerMetrics::OnWorkersRecovered(int requests_resumed, double seconds) {
 }
 
 void ServerMetrics::OnRequestFinished(const RequestRecord& record) {
+  if (vllm_requests_ != nullptr) vllm_requests_->OnRequestFinished(record);
   Instruments& in = *instruments_;
   prometheus::Labels labels = in.labels;
   labels["finished_reason"] = record.finish_reason;

@@ -25,6 +25,8 @@ namespace pagoda::scheduler {
 // of the engine under one lock, so a scrape reads them as of one moment;
 // the engine's own calls only advance counters and histograms and never
 // wait for a scrape.
+class VllmRequestMetrics;
+
 class ServerMetrics : public EngineObserver {
  public:
   // Listens on host:port (port 0 = the OS picks). Errors: UNAVAILABLE when
@@ -36,7 +38,8 @@ class ServerMetrics : public EngineObserver {
   // vllm:num_requests_waiting, vllm:kv_cache_usage_perc,
   // vllm:gpu_cache_usage_perc, vllm:gpu_prefix_cache_hits_total,
   // vllm:gpu_prefix_cache_queries_total and (after SetCacheConfig)
-  // vllm:cache_config_info, each labelled model_name.
+  // vllm:cache_config_info, each labelled model_name; and vLLM's request
+  // and token families (vllm_request_metrics.h).
   static absl::StatusOr<std::unique_ptr<ServerMetrics>> Start(const std::string& host, int port,
                                                               const std::string& model_name,
                                                               bool vllm_names = false);
@@ -86,6 +89,7 @@ class ServerMetrics : public EngineObserver {
   std::unique_ptr<prometheus::Exposer> exposer_;
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<Instruments> instruments_;
+  std::unique_ptr<VllmRequestMetrics> vllm_requests_;  // Null without vLLM names.
   std::string model_name_;
   bool vllm_names_ = false;
   int port_ = 0;

@@ -215,6 +215,7 @@ void Engine::AdmitRequests(std::vector<EngineRequest> requests) {
     state->sink = std::move(request.sink);
     state->record.arrival_time = request.arrival_time;
     state->record.num_prompt_tokens = static_cast<int>(request.prompt_token_ids.size());
+    state->record.max_tokens = request.stopping.max_tokens;
     auto group = std::make_unique<SequenceGroup>(
         request.request_id, std::move(request.prompt_token_ids), next_seq_id_, request.sampling,
         request.stopping, request.arrival_time);

@@ -56,6 +56,7 @@ struct RequestRecord {
   std::string finish_reason;  // "stop", "length", "abort" or "error".
   int num_prompt_tokens = 0;
   int num_generated_tokens = 0;
+  int max_tokens = 0;       // The most tokens the request asked for.
   int num_preemptions = 0;  // Times the request was preempted (thrashing shows here).
   absl::Time arrival_time;
   absl::Time first_scheduled_time = absl::InfinitePast();  // Past = never scheduled.
