@@ -2,7 +2,6 @@
 // (each for-loop iteration has its own, as in Jinja, so `set` inside a loop
 // does not leak out; namespace() objects carry values across).
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -12,41 +11,18 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_replace.h"
-#include "absl/strings/str_split.h"
 #include "text/jinja_ast.h"
-#include "text/utf8.h"
+#include "text/jinja_builtins.h"
 
 namespace pagoda::text::jinja {
 namespace {
 
 // Renders can nest only as deep as the template; loops are bounded by data.
 constexpr size_t kMaxOutputBytes = kMaxTextBytes;
-constexpr int64_t kMaxJsonIndent = 64;
 // Integers are int64 (Python's are unbounded): a result outside it is an
 // error rather than a wrapped value.
 constexpr char kOverflow[] = "integer overflow";
 constexpr size_t kMaxListItems = size_t{1} << 20;
-
-absl::Status Fail(const Expr& expr, const std::string& what) {
-  return absl::InvalidArgumentError(absl::StrCat("chat template line ", expr.line, ": ", what));
-}
-
-// The most bytes a value printed now may take: what the budget left could
-// pay for (Eval charges a string a unit per 16 bytes), at most
-// kMaxTextBytes. Printing shared lists can take exponential time short of
-// that.
-size_t TextLimit(int64_t work_left) {
-  return static_cast<size_t>(
-      std::min<int64_t>(kMaxTextBytes, (std::max<int64_t>(work_left, 0) + 1) * 16));
-}
-
-// A dict key as this Value's dicts keep it (printed); a list or dict is no
-// key (unhashable, as in Python), and printing one is unbounded work.
-absl::StatusOr<std::string> KeyOf(const Expr& expr, const Value& key) {
-  if (key.is_list() || key.is_dict()) return Fail(expr, "a list or dict is not a dict key");
-  return ToText(key);
-}
 
 class Renderer {
  public:
@@ -116,189 +92,6 @@ class Renderer {
   absl::flat_hash_set<const Dict*> namespace_set_;  // The same, to look up.
 };
 
-// A string's characters (code points, as Python indexes strings).
-List Characters(const std::string& text) {
-  List chars;
-  for (size_t pos = 0; pos < text.size();) {
-    size_t length = Utf8CharLength(text, pos);
-    if (length == 0) length = 1;
-    chars.push_back(Value(text.substr(pos, length)));
-    pos += length;
-  }
-  return chars;
-}
-
-// The inverse of Characters: a string from a list of one-character strings.
-std::string JoinCharacters(const List& chars) {
-  std::string text;
-  for (const Value& c : chars) text += c.str();
-  return text;
-}
-
-absl::StatusOr<List> Iterate(const Value& value) {
-  if (value.is_list()) return value.list();
-  if (value.is_dict()) {
-    List keys;
-    for (const auto& [key, item] : value.dict()) keys.push_back(Value(key));
-    return keys;
-  }
-  if (value.is_string()) return Characters(value.str());
-  if (value.is_undefined() || value.is_none()) return List();
-  return absl::InvalidArgumentError("value is not iterable");
-}
-
-std::string Strip(const std::string& text, const std::string& chars, bool left, bool right) {
-  const size_t begin = left ? text.find_first_not_of(chars) : 0;
-  if (begin == std::string::npos) return "";
-  const size_t end = right ? text.find_last_not_of(chars) : text.size() - 1;
-  return text.substr(begin, end - begin + 1);
-}
-
-constexpr char kWhitespace[] = " \t\n\r\f\v";
-
-// `how` is "upper", "lower" or "capitalize" (first byte up, the rest down);
-// byte by byte, as std::toupper in the C locale.
-std::string Recased(std::string text, const std::string& how) {
-  for (size_t i = 0; i < text.size(); ++i) {
-    const bool up = how == "upper" || (how == "capitalize" && i == 0);
-    text[i] = up ? std::toupper(static_cast<unsigned char>(text[i]))
-                 : std::tolower(static_cast<unsigned char>(text[i]));
-  }
-  return text;
-}
-
-// dict.items() and the items filter: [key, value] pairs in insertion order.
-List DictItems(const Dict& dict) {
-  List items;
-  for (const auto& [key, value] : dict) items.push_back(Value(List{Value(key), value}));
-  return items;
-}
-
-// ------------------------------------------------------------------ methods
-// Python's str and dict methods that chat templates call, looked up by name
-// and receiver in kMethods; each gets the receiver and positional arguments.
-
-struct MethodCall {
-  const Expr& expr;
-  const Value& self;
-  const std::string& name;
-  const std::vector<Value>& args;
-
-  // Argument i if it is a string, else `fallback` (the Python default).
-  std::string StringArg(size_t i, const std::string& fallback) const {
-    return i < args.size() && args[i].is_string() ? args[i].str() : fallback;
-  }
-};
-
-absl::StatusOr<Value> UnsupportedMethod(const MethodCall& call) {
-  return Fail(call.expr, absl::StrCat("unsupported method ", call.name));
-}
-
-// strip, lstrip and rstrip: whitespace unless the characters are given.
-absl::StatusOr<Value> StripMethod(const MethodCall& call) {
-  return Value(Strip(call.self.str(), call.StringArg(0, kWhitespace), call.name != "rstrip",
-                     call.name != "lstrip"));
-}
-
-absl::StatusOr<Value> StartsWithMethod(const MethodCall& call) {
-  return Value(call.self.str().rfind(call.StringArg(0, ""), 0) == 0);
-}
-
-absl::StatusOr<Value> EndsWithMethod(const MethodCall& call) {
-  const std::string& s = call.self.str();
-  const std::string suffix = call.StringArg(0, "");
-  return Value(s.size() >= suffix.size() &&
-               s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0);
-}
-
-// upper and lower.
-absl::StatusOr<Value> CaseMethod(const MethodCall& call) {
-  return Value(Recased(call.self.str(), call.name));
-}
-
-// Only replace(old, new) with a non-empty old: Python's count argument and
-// its rule for an empty old are not implemented.
-absl::StatusOr<Value> ReplaceMethod(const MethodCall& call) {
-  if (call.args.size() != 2 || call.StringArg(0, "").empty()) return UnsupportedMethod(call);
-  return Value(
-      absl::StrReplaceAll(call.self.str(), {{call.StringArg(0, ""), call.StringArg(1, "")}}));
-}
-
-// split() or split(None) splits on runs of whitespace, dropping empty parts;
-// split(sep) keeps them. Python refuses an empty separator.
-absl::StatusOr<Value> SplitMethod(const MethodCall& call) {
-  const std::string& s = call.self.str();
-  List parts;
-  if (call.args.empty() || call.args[0].is_none()) {
-    for (absl::string_view part :
-         absl::StrSplit(s, absl::ByAnyChar(kWhitespace), absl::SkipEmpty())) {
-      parts.push_back(Value(std::string(part)));
-    }
-  } else if (!call.StringArg(0, "").empty()) {
-    for (absl::string_view part : absl::StrSplit(s, call.StringArg(0, ""))) {
-      parts.push_back(Value(std::string(part)));
-    }
-  } else {
-    return Fail(call.expr, "split with an empty separator");
-  }
-  return Value(std::move(parts));
-}
-
-absl::StatusOr<Value> ItemsMethod(const MethodCall& call) {
-  return Value(DictItems(call.self.dict()));
-}
-
-// keys and values.
-absl::StatusOr<Value> KeysOrValuesMethod(const MethodCall& call) {
-  List out;
-  for (const auto& [key, value] : call.self.dict())
-    out.push_back(call.name == "keys" ? Value(key) : value);
-  return Value(std::move(out));
-}
-
-// get(key[, default]): the default is None, as in Python.
-absl::StatusOr<Value> GetMethod(const MethodCall& call) {
-  if (call.args.empty()) return UnsupportedMethod(call);
-  absl::StatusOr<std::string> key = KeyOf(call.expr, call.args[0]);
-  if (!key.ok()) return key.status();
-  Value found = call.self.get(*key);
-  if (!found.is_undefined()) return found;
-  return call.args.size() > 1 ? call.args[1] : Value(None{});
-}
-
-enum class Receiver { kString, kDict };
-
-struct MethodEntry {
-  const char* name;
-  Receiver receiver;
-  absl::StatusOr<Value> (*call)(const MethodCall&);
-};
-
-constexpr MethodEntry kMethods[] = {
-    {"strip", Receiver::kString, StripMethod},
-    {"lstrip", Receiver::kString, StripMethod},
-    {"rstrip", Receiver::kString, StripMethod},
-    {"startswith", Receiver::kString, StartsWithMethod},
-    {"endswith", Receiver::kString, EndsWithMethod},
-    {"upper", Receiver::kString, CaseMethod},
-    {"lower", Receiver::kString, CaseMethod},
-    {"replace", Receiver::kString, ReplaceMethod},
-    {"split", Receiver::kString, SplitMethod},
-    {"items", Receiver::kDict, ItemsMethod},
-    {"keys", Receiver::kDict, KeysOrValuesMethod},
-    {"values", Receiver::kDict, KeysOrValuesMethod},
-    {"get", Receiver::kDict, GetMethod},
-};
-
-absl::StatusOr<Value> CallMethod(const Expr& expr, const Value& self, const std::string& name,
-                                 const std::vector<Value>& args) {
-  const MethodCall call{expr, self, name, args};
-  for (const MethodEntry& method : kMethods) {
-    const bool receives = method.receiver == Receiver::kString ? self.is_string() : self.is_dict();
-    if (receives && name == method.name) return method.call(call);
-  }
-  return UnsupportedMethod(call);
-}
 
 absl::Status Renderer::Run(const Node& node, std::string* out) {
   if (out->size() > kMaxOutputBytes)
@@ -759,200 +552,6 @@ absl::StatusOr<Value> Renderer::Call(const Expr& expr) {
   return Fail(expr, absl::StrCat("unknown function ", callee.name));
 }
 
-// ------------------------------------------------------------------ tests
-// Jinja's tests that chat templates use (text/jinja_parser.cc refuses any
-// other name): `value is name(args)`, and the test a select/reject filter
-// names.
-absl::StatusOr<bool> ApplyTest(const Expr& expr, const std::string& name, const Value& v,
-                               const std::vector<Value>& args, int64_t* work_left) {
-  if (name == "defined") return !v.is_undefined();
-  if (name == "undefined") return v.is_undefined();
-  if (name == "none") return v.is_none();
-  if (name == "string") return v.is_string();
-  if (name == "number") return v.is_number() && !v.is_bool();
-  if (name == "integer") return v.is_int();
-  if (name == "boolean") return v.is_bool();
-  if (name == "mapping") return v.is_dict();
-  if (name == "sequence" || name == "iterable") return v.is_list() || v.is_string() || v.is_dict();
-  if (name == "true") return v.is_bool() && v.truthy();
-  if (name == "false") return v.is_bool() && !v.truthy();
-  if (name == "even" || name == "odd") {
-    if (!v.is_int()) return Fail(expr, "even/odd of a non-integer");
-    return (v.integer() % 2 == 0) == (name == "even");
-  }
-  if (name == "equalto" || name == "eq") {
-    if (args.size() != 1) return Fail(expr, absl::StrCat("test ", name, " takes one value"));
-    absl::StatusOr<bool> equal = Equal(v, args[0], work_left);
-    if (!equal.ok()) return Fail(expr, std::string(equal.status().message()));
-    return equal;
-  }
-  return Fail(expr, absl::StrCat("unsupported test ", name));
-}
-
-// ------------------------------------------------------------------ filters
-// Jinja's filters that chat templates use, looked up by name in kFilters
-// (text/jinja_parser.cc refuses any other name); each gets the filtered
-// value and the evaluated arguments.
-
-struct FilterCall {
-  const Expr& expr;  // expr.name is the filter's name.
-  const Value& input;
-  const std::vector<Value>& args;
-  const Dict& keywords;
-  int64_t* work_left;  // Of the render's budget, for what a filter compares.
-};
-
-// `value` printed within what the render's budget has left.
-std::string Text(const FilterCall& call, const Value& value) {
-  return ToText(value, TextLimit(*call.work_left));
-}
-
-absl::StatusOr<Value> UnsupportedFilter(const FilterCall& call) {
-  return Fail(call.expr, absl::StrCat("unsupported filter ", call.expr.name));
-}
-
-absl::StatusOr<Value> TrimFilter(const FilterCall& call) {
-  return Value(Strip(Text(call, call.input), kWhitespace, true, true));
-}
-
-absl::StatusOr<Value> StringFilter(const FilterCall& call) { return Value(Text(call, call.input)); }
-
-// upper, lower and capitalize.
-absl::StatusOr<Value> CaseFilter(const FilterCall& call) {
-  return Value(Recased(Text(call, call.input), call.expr.name));
-}
-
-absl::StatusOr<Value> JsonOf(const FilterCall& call, int indent) {
-  absl::StatusOr<std::string> json = ToJson(call.input, indent, TextLimit(*call.work_left));
-  if (!json.ok()) return Fail(call.expr, std::string(json.status().message()));
-  return Value(*std::move(json));
-}
-
-// tojson(indent) or tojson(indent=n); the positional one wins.
-// As Python's json.dumps, a negative indent only inserts newlines (as 0).
-absl::StatusOr<Value> ToJsonFilter(const FilterCall& call) {
-  std::optional<int64_t> indent;
-  for (const auto& [key, value] : call.keywords) {
-    if (key == "indent" && value.is_int()) indent = value.integer();
-  }
-  if (!call.args.empty() && call.args[0].is_int()) indent = call.args[0].integer();
-  if (!indent.has_value()) return JsonOf(call, -1);
-  // Each nesting level repeats the indent: a large one is gigabytes of
-  // blanks before the output limit can see them.
-  if (*indent > kMaxJsonIndent) {
-    return Fail(call.expr, absl::StrCat("tojson indent above ", kMaxJsonIndent));
-  }
-  return JsonOf(call, static_cast<int>(std::max<int64_t>(*indent, 0)));
-}
-
-// length and count; a string's length counts code points, as Python's.
-absl::StatusOr<Value> LengthFilter(const FilterCall& call) {
-  const Value& v = call.input;
-  if (v.is_string()) return Value(static_cast<int64_t>(Characters(v.str()).size()));
-  if (v.is_list()) return Value(static_cast<int64_t>(v.list().size()));
-  if (v.is_dict()) return Value(static_cast<int64_t>(v.dict().size()));
-  return Fail(call.expr, "length of a value without one");
-}
-
-// first and last: undefined for an empty or non-iterable value.
-absl::StatusOr<Value> FirstOrLastFilter(const FilterCall& call) {
-  absl::StatusOr<List> items = Iterate(call.input);
-  if (!items.ok() || items->empty()) return Value();
-  return call.expr.name == "first" ? items->front() : items->back();
-}
-
-absl::StatusOr<Value> ListFilter(const FilterCall& call) {
-  absl::StatusOr<List> items = Iterate(call.input);
-  if (!items.ok()) return Fail(call.expr, "list of a non-iterable");
-  return Value(*std::move(items));
-}
-
-// A reversed string stays a string; anything else iterable becomes a list.
-absl::StatusOr<Value> ReverseFilter(const FilterCall& call) {
-  absl::StatusOr<List> items = Iterate(call.input);
-  if (!items.ok()) return Fail(call.expr, "reverse of a non-iterable");
-  std::reverse(items->begin(), items->end());
-  if (call.input.is_string()) return Value(JoinCharacters(*items));
-  return Value(*std::move(items));
-}
-
-absl::StatusOr<Value> JoinFilter(const FilterCall& call) {
-  absl::StatusOr<List> items = Iterate(call.input);
-  if (!items.ok()) return Fail(call.expr, "join of a non-iterable");
-  const std::string separator = call.args.empty() ? "" : Text(call, call.args[0]);
-  std::string joined;
-  // Past the limit the result is refused as too much work (Eval's charge).
-  const size_t limit = TextLimit(*call.work_left);
-  for (size_t i = 0; i < items->size() && joined.size() <= limit; ++i) {
-    if (i > 0) joined += separator;
-    joined += Text(call, (*items)[i]);
-  }
-  return Value(std::move(joined));
-}
-
-// default(value, boolean) and its alias d: replaces an undefined input, or
-// with boolean true any falsy one.
-absl::StatusOr<Value> DefaultFilter(const FilterCall& call) {
-  const bool boolean = call.args.size() > 1 && call.args[1].truthy();
-  if (call.input.is_undefined() || (boolean && !call.input.truthy()))
-    return call.args.empty() ? Value("") : call.args[0];
-  return call.input;
-}
-
-// Numbers truncate; strings parse their leading digits; anything else is 0.
-absl::StatusOr<Value> IntFilter(const FilterCall& call) {
-  const Value& v = call.input;
-  if (v.is_number()) return Value(static_cast<int64_t>(v.number()));
-  if (v.is_string()) return Value(static_cast<int64_t>(std::strtoll(v.str().c_str(), nullptr, 10)));
-  return Value(0);
-}
-
-absl::StatusOr<Value> ItemsFilter(const FilterCall& call) {
-  if (!call.input.is_dict()) return UnsupportedFilter(call);
-  return Value(DictItems(call.input.dict()));
-}
-
-// replace(old, new) with a non-empty old, as the method.
-absl::StatusOr<Value> ReplaceFilter(const FilterCall& call) {
-  if (call.args.size() != 2 || Text(call, call.args[0]).empty()) return UnsupportedFilter(call);
-  return Value(absl::StrReplaceAll(Text(call, call.input),
-                                   {{Text(call, call.args[0]), Text(call, call.args[1])}}));
-}
-
-// select(test, args...) and reject(test, args...): the items that pass
-// (or fail) the named test, as a list.
-absl::StatusOr<Value> SelectFilter(const FilterCall& call) {
-  absl::StatusOr<List> items = Iterate(call.input);
-  if (!items.ok()) return Fail(call.expr, absl::StrCat(call.expr.name, " of a non-iterable"));
-  if (call.args.empty() || !call.args[0].is_string()) {
-    return Fail(call.expr, absl::StrCat(call.expr.name, " needs a test name"));
-  }
-  const std::vector<Value> test_args(call.args.begin() + 1, call.args.end());
-  const bool keep_passing = call.expr.name == "select";
-  List out;
-  for (const Value& item : *items) {
-    absl::StatusOr<bool> passes =
-        ApplyTest(call.expr, call.args[0].str(), item, test_args, call.work_left);
-    if (!passes.ok()) return passes.status();
-    if (*passes == keep_passing) out.push_back(item);
-  }
-  return Value(std::move(out));
-}
-
-struct FilterEntry {
-  const char* name;
-  absl::StatusOr<Value> (*call)(const FilterCall&);
-};
-
-constexpr FilterEntry kFilters[] = {
-    {"trim", TrimFilter},        {"string", StringFilter},   {"upper", CaseFilter},
-    {"lower", CaseFilter},       {"capitalize", CaseFilter}, {"tojson", ToJsonFilter},
-    {"length", LengthFilter},    {"count", LengthFilter},    {"first", FirstOrLastFilter},
-    {"last", FirstOrLastFilter}, {"list", ListFilter},       {"reverse", ReverseFilter},
-    {"join", JoinFilter},        {"default", DefaultFilter}, {"d", DefaultFilter},
-    {"int", IntFilter},          {"items", ItemsFilter},     {"replace", ReplaceFilter},
-    {"select", SelectFilter},    {"reject", SelectFilter},
-};
 
 absl::StatusOr<Value> Renderer::Filter(const Expr& expr) {
   absl::StatusOr<Value> input = Eval(*expr.args[0]);
@@ -961,11 +560,7 @@ absl::StatusOr<Value> Renderer::Filter(const Expr& expr) {
   Dict keywords;
   absl::Status status = EvalArguments(expr, 0, &args, &keywords);
   if (!status.ok()) return status;
-  const FilterCall call{expr, *input, args, keywords, &work_left_};
-  for (const FilterEntry& filter : kFilters) {
-    if (expr.name == filter.name) return filter.call(call);
-  }
-  return UnsupportedFilter(call);
+  return ApplyFilter(FilterCall{expr, *input, args, keywords, &work_left_});
 }
 
 absl::StatusOr<bool> Renderer::Test(const Expr& expr) {
