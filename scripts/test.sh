@@ -21,7 +21,7 @@ stage() {
   rm -f "$cpu_file"
 }
 
-bash scripts/setup.sh
+bash scripts/setup.sh --tests
 stage setup
 BUILD_DIR=${BUILD_DIR:-build}
 JOBS=${JOBS:-$(nproc)}

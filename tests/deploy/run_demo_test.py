@@ -1,4 +1,5 @@
-"""scripts/run_demo.sh serves until Ctrl-C and then exits 0."""
+"""scripts/run_demo.sh sends a gRPC stream, an HTTP completion and an HTTP chat
+completion on the demo model, serves until Ctrl-C and then exits 0."""
 import os
 import signal
 import subprocess
@@ -17,7 +18,7 @@ class RunDemoTest(unittest.TestCase):
         with tempfile.TemporaryDirectory() as tmp:
             env = dict(os.environ, BUILD_DIR=os.path.dirname(h.BIN_DIR),
                        MODEL_DIR=os.path.join(tmp, "demo"), PORT=str(h.free_port()),
-                       METRICS_PORT=str(h.free_port()))
+                       METRICS_PORT=str(h.free_port()), HTTP_PORT=str(h.free_port()))
             # Its own process group, as a terminal's foreground job is, so
             # "Ctrl-C" reaches the script and the server alike.
             demo = subprocess.Popen(["bash", os.path.join(h.REPO, "scripts", "run_demo.sh")],
@@ -29,7 +30,11 @@ class RunDemoTest(unittest.TestCase):
                 output.append(line)
                 if "Ctrl-C to stop" in line or time.time() > deadline:
                     break
-            self.assertIn("finish_reason:", "".join(output))
+            text = "".join(output)
+            self.assertIn("finish_reason:", text)
+            self.assertIn('"object":"text_completion"', text)
+            self.assertIn('"object":"chat.completion"', text)
+            self.assertIn("$ curl -s http://127.0.0.1:", text)
             os.killpg(demo.pid, signal.SIGINT)
             output.append(demo.stdout.read())
             demo.stdout.close()
