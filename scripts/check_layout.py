@@ -43,7 +43,7 @@ FORBIDDEN = [
     # Grammars and token masks: the engine and the API use them; they know
     # nothing of either, nor of the tokenizer (token bytes come in as data).
     ("scheduler/constraints/", ["text/", "wire/", "scheduler/engine/", "scheduler/api/",
-                                "scheduler/workers/", "scheduler/kv/", "scheduler/sim/",
+                                "scheduler/workers/", "scheduler/kv/", "bench/sim/",
                                 "scheduler/metrics", "scheduler/kv_events/"]),
     ("cli/", ["text/", "wire/", "scheduler/", "worker/", "kernels/"]),
 ]
