@@ -1,4 +1,6 @@
-// pagoda-worker: one rank's model shard and KV cache behind the
+// pagoda-worker's process, from its command line to its exit (its main() is
+// worker/worker_main.cc; a test build has its own, with other runner hooks):
+// one rank's model shard and KV cache behind the
 // pagoda.worker.v1.Worker gRPC service. Everything about the model it learns
 // from the server's LoadModel call; the command line only says where to listen.
 //
@@ -22,6 +24,8 @@
 // for port 0 learns the port. It exits 0 after
 // a Shutdown RPC, SIGTERM or SIGINT, and also when --parent-pid is given and
 // that process is gone (so an orphaned worker never lingers).
+
+#include "worker/worker_process.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -48,13 +52,15 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "common/protobuf_log.h"
 #include "common/flags.h"
+#include "common/protobuf_log.h"
 #include "common/tls_credentials.h"
 #include "glog/logging.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "wire/limits.h"
 #include "wire/worker_secret.h"
+#include "wire/worker_transport.h"
 #include "worker/cpu/cpu_model_runner.h"
 #include "worker/model_runner.h"
 #include "worker/runner_factory.h"
@@ -62,8 +68,6 @@
 #include "worker/step_channel_server.h"
 #include "worker/worker_metrics.h"
 #include "worker/worker_service.h"
-#include "wire/limits.h"
-#include "wire/worker_transport.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "Address to serve on; port 0 = the OS picks one.");
 ABSL_FLAG(int, rank, 0, "Tensor-parallel rank of this worker.");
@@ -158,8 +162,10 @@ std::string CollectiveHost(const std::string& listen) {
 }
 
 absl::StatusOr<std::unique_ptr<pagoda::worker::ModelRunner>> MakeRunner(
-    const std::string& device, const pagoda::worker::CpuModelRunnerOptions& options) {
-  return pagoda::worker::MakeModelRunner(device, absl::GetFlag(FLAGS_cuda_device), options);
+    const std::string& device, const pagoda::worker::CpuModelRunnerOptions& options,
+    const pagoda::worker::RunnerHooks& hooks, int rank) {
+  return pagoda::worker::MakeModelRunner(device, absl::GetFlag(FLAGS_cuda_device), options, hooks,
+                                         rank);
 }
 
 // SIGTERM/SIGINT may land on any thread (libraries such as gRPC start
@@ -398,7 +404,9 @@ void InitProcess(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace pagoda::worker {
+
+int RunWorkerProcess(int argc, char** argv, const RunnerHooks& hooks) {
   InitProcess(argc, argv);
 
   const int rank = absl::GetFlag(FLAGS_rank);
@@ -425,10 +433,9 @@ int main(int argc, char** argv) {
   StopRequest stop;
   pagoda::worker::CpuModelRunnerOptions runner_options;
   runner_options.collective_host = settings->collective_host;
-  pagoda::worker::ApplyRunnerTestHooks(rank, &runner_options);
   pagoda::worker::WorkerService service(
       rank, *std::move(secret),
-      [&runner_options](const std::string& device) { return MakeRunner(device, runner_options); },
+      [&](const std::string& device) { return MakeRunner(device, runner_options, hooks, rank); },
       [&stop] { stop.Request("Shutdown RPC"); }, settings->owner_timeout,
       settings->max_message_bytes);
   auto step_channel = OpenStepChannel(&service);
@@ -458,3 +465,5 @@ int main(int argc, char** argv) {
   LOG(INFO) << "rank " << rank << " stopped";
   return 0;
 }
+
+}  // namespace pagoda::worker
