@@ -5,8 +5,8 @@
 // model does: through a StepBatchUploader into a workspace.
 
 #include "worker/backend.h"
-#include "worker/batch.h"
-#include "worker/step_batch.h"
+#include "worker/flat_batch.h"
+#include "worker/step_batch_upload.h"
 
 namespace pagoda::worker {
 

@@ -1,4 +1,4 @@
-#include "worker/step_batch.h"
+#include "worker/step_batch_upload.h"
 
 #include <algorithm>
 #include <cstring>

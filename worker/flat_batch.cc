@@ -1,4 +1,4 @@
-#include "worker/batch.h"
+#include "worker/flat_batch.h"
 
 #include <algorithm>
 #include <bit>

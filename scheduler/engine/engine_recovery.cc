@@ -1,5 +1,7 @@
-// Worker recovery: what the engine does when its workers die. Kept apart from
-// engine.cc and scheduler.cc, whose step logic it only borrows.
+// The Engine's part of worker recovery: what the engine does when its workers
+// die (restart them, resume by recomputation, or fail for good). The
+// Scheduler's part, requeueing every request, is scheduler_recovery.cc. Kept
+// apart from engine.cc and scheduler.cc, whose step logic it only borrows.
 //
 // Why recomputation is exact: a worker keeps no per-request state beyond one
 // step, and its sampling draws are keyed on (seed, sample_index) with

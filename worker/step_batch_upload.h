@@ -1,11 +1,15 @@
-#ifndef PAGODA_WORKER_STEP_BATCH_H_
-#define PAGODA_WORKER_STEP_BATCH_H_
+#ifndef PAGODA_WORKER_STEP_BATCH_UPLOAD_H_
+#define PAGODA_WORKER_STEP_BATCH_UPLOAD_H_
+
+// A FlatBatch (worker/flat_batch.h) uploaded to the backend: StepBatchUploader
+// packs every array of one step into a staging buffer and copies it into the
+// workspace with one upload, giving the StepBatch the backend ops read.
 
 #include <cstddef>
 #include <memory>
 
 #include "worker/backend.h"
-#include "worker/batch.h"
+#include "worker/flat_batch.h"
 
 namespace pagoda::worker {
 
@@ -61,4 +65,4 @@ class StepBatchUploader {
 
 }  // namespace pagoda::worker
 
-#endif  // PAGODA_WORKER_STEP_BATCH_H_
+#endif  // PAGODA_WORKER_STEP_BATCH_UPLOAD_H_

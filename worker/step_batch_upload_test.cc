@@ -2,7 +2,7 @@
 // in the kernels' element types, with one UploadBytes, and the host-known
 // scalars describe the batch.
 
-#include "worker/step_batch.h"
+#include "worker/step_batch_upload.h"
 
 #include <cstdint>
 #include <vector>

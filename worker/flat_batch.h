@@ -1,5 +1,10 @@
-#ifndef PAGODA_WORKER_BATCH_H_
-#define PAGODA_WORKER_BATCH_H_
+#ifndef PAGODA_WORKER_FLAT_BATCH_H_
+#define PAGODA_WORKER_FLAT_BATCH_H_
+
+// A step plan flattened on the host: FlattenStepPlan checks a StepPlan against
+// the worker's BatchLimits and turns its per-sequence steps into the per-token
+// arrays of a FlatBatch. Host memory only; moving a FlatBatch to the device is
+// worker/step_batch_upload.h.
 
 #include <cstdint>
 #include <limits>
@@ -134,4 +139,4 @@ void AppendSampledTokens(const pagoda::worker::v1::StepPlan& plan, const FlatBat
 
 }  // namespace pagoda::worker
 
-#endif  // PAGODA_WORKER_BATCH_H_
+#endif  // PAGODA_WORKER_FLAT_BATCH_H_
