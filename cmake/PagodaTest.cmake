@@ -2,7 +2,7 @@
 # top-level project and the kernels-only project of scripts/gpu_check/.
 # Expects PAGODA_REPO_DIR (the repository root) and PAGODA_PYTHON3.
 # pagoda_add_test(NAME SOURCES a.cc b.cc LIBS x y [LABELS l] [GPU])
-# GPU: the binary needs a CUDA device. It links kernels/testing/gpu_test_main.cc
+# GPU: the binary needs a CUDA device. It links tests/kernels/gpu_test_main.cc
 # (target pagoda_gpu_test_main, defined only when nvcc was found) instead of
 # gtest_main, which exits with PAGODA_GPU_TEST_SKIP_CODE before any test runs
 # when no device is present; ctest reports that exit code, and only that one,

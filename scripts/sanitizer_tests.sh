@@ -36,7 +36,7 @@ ASAN_TESTS=(
   comm_tcp_bootstrap_race_test
   text_hf_tokenizer_test text_chat_template_test text_utf8_test
   common_safetensors_test common_model_config_test common_protobuf_log_test
-  worker_batch_test worker_step_batch_test worker_logits_processing_test worker_metrics_test
+  worker_flat_batch_test worker_step_batch_upload_test worker_logits_processing_test worker_metrics_test
   integration_fault_injection_test
 )
 TSAN_TESTS=(

@@ -17,7 +17,7 @@
 //   backend memory: Sample reads them there and returns only the tokens.
 //
 // Per-step metadata (token ids, positions, slots, block tables...) is uploaded
-// once per step into a StepBatch (worker/step_batch.h) and every op that needs
+// once per step into a StepBatch (worker/step_batch_upload.h) and every op that needs
 // it takes the StepBatch, so a device backend never copies metadata per op.
 //
 // Ordering: every operation is synchronous from the caller's view (a device
@@ -125,7 +125,7 @@ struct SamplingBatch {
 };
 
 // One step's batch metadata in backend memory, built from a FlatBatch by one
-// upload (worker/step_batch.h), carved from the model's workspace and valid
+// upload (worker/step_batch_upload.h), carved from the model's workspace and valid
 // until that workspace is next Reset. Array types are the ones the CUDA
 // kernels' params take, so a device backend fills them without copies:
 // int32 for token ids, query starts, context lengths, block tables and

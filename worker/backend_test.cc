@@ -10,10 +10,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "worker/batch.h"
 #include "worker/cache_engine.h"
 #include "worker/communicator.h"
 #include "worker/cpu/cpu_backend.h"
+#include "worker/flat_batch.h"
 #include "worker/llama_model.h"
 
 namespace pagoda::worker {

@@ -8,7 +8,7 @@
 #include "absl/types/span.h"
 #include "common/dtype.h"
 #include "worker/backend.h"
-#include "worker/batch.h"
+#include "worker/flat_batch.h"
 
 namespace pagoda::worker {
 

@@ -12,10 +12,10 @@
 #include "common/model_config.h"
 #include "common/tensor_parallel_plan.h"
 #include "worker/backend.h"
-#include "worker/batch.h"
 #include "worker/cache_engine.h"
 #include "worker/communicator.h"
-#include "worker/step_batch.h"
+#include "worker/flat_batch.h"
+#include "worker/step_batch_upload.h"
 
 namespace pagoda::worker {
 

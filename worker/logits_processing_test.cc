@@ -13,7 +13,7 @@
 #include "common/logits_processing.h"
 #include "common/sampling_limits.h"
 #include "gtest/gtest.h"
-#include "worker/batch.h"
+#include "worker/flat_batch.h"
 #include "worker/logits_edits.h"
 #include "worker/sampler.h"
 

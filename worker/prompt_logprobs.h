@@ -12,7 +12,7 @@
 #include "absl/types/span.h"
 #include "pagoda/worker/v1/worker.pb.h"
 #include "worker/backend.h"
-#include "worker/batch.h"
+#include "worker/flat_batch.h"
 #include "worker/llama_model.h"
 
 namespace pagoda::worker {

@@ -11,8 +11,13 @@ namespace pagoda::worker {
 bool BuiltWithCuda() { return PAGODA_WORKER_HAS_CUDA; }
 
 absl::StatusOr<std::unique_ptr<ModelRunner>> MakeModelRunner(
-    const std::string& device, int cuda_device, const CpuModelRunnerOptions& cpu_options) {
-  if (device.empty() || device == "cpu") return CreateCpuModelRunner(cpu_options);
+    const std::string& device, int cuda_device, const CpuModelRunnerOptions& cpu_options,
+    const RunnerHooks& hooks, int rank) {
+  if (device.empty() || device == "cpu") {
+    CpuModelRunnerOptions options = cpu_options;
+    if (hooks.adjust_cpu_options) hooks.adjust_cpu_options(rank, &options);
+    return CreateCpuModelRunner(options);
+  }
   if (device == "cuda") {
 #if PAGODA_WORKER_HAS_CUDA
     return CreateCudaModelRunner(CudaRunnerOptions{.device = cuda_device});

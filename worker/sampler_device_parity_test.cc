@@ -8,11 +8,11 @@
 #include <cstdint>
 #include <vector>
 
-#include "gtest/gtest.h"
 #include "common/logits_processing.h"
+#include "gtest/gtest.h"
 #include "kernels/ops/logits_processing.h"
 #include "kernels/ops/sampling.h"
-#include "kernels/ops/testing/cuda_test_util.h"
+#include "tests/kernels/cuda_test_util.h"
 #include "worker/sampler.h"
 
 namespace pagoda::worker {

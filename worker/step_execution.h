@@ -6,9 +6,9 @@
 #include "absl/status/statusor.h"
 #include "pagoda/worker/v1/worker.pb.h"
 #include "worker/backend.h"
-#include "worker/batch.h"
 #include "worker/cache_engine.h"
 #include "worker/communicator.h"
+#include "worker/flat_batch.h"
 #include "worker/llama_model.h"
 #include "worker/model_runner.h"
 

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "kernels/attention/attention_reference.h"
-#include "kernels/attention/attention_test_util.h"
 #include "kernels/attention/paged_attention.h"
+#include "tests/kernels/attention_test_util.h"
 
 namespace pagoda::kernels {
 namespace {

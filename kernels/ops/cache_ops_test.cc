@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "kernels/ops/swap_blocks.h"
-#include "kernels/ops/testing/cuda_test_util.h"
+#include "tests/kernels/cuda_test_util.h"
 
 namespace pagoda::kernels {
 namespace {

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <vector>
 
-#include "kernels/ops/testing/cuda_test_util.h"
+#include "tests/kernels/cuda_test_util.h"
 
 namespace pagoda::kernels {
 namespace {

@@ -13,7 +13,7 @@
 #include "kernels/ops/rms_norm.h"
 #include "kernels/ops/rope_cache.h"
 #include "kernels/ops/rotary_embedding.h"
-#include "kernels/ops/testing/cuda_test_util.h"
+#include "tests/kernels/cuda_test_util.h"
 
 namespace pagoda::kernels {
 namespace {

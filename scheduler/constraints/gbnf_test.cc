@@ -5,7 +5,7 @@
 
 #include "gtest/gtest.h"
 #include "scheduler/constraints/matcher.h"
-#include "scheduler/constraints/testing/mask_check.h"
+#include "tests/constraints/mask_check.h"
 
 namespace pagoda::constraints {
 namespace {

@@ -7,7 +7,7 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "scheduler/constraints/gbnf.h"
-#include "scheduler/constraints/testing/mask_check.h"
+#include "tests/constraints/mask_check.h"
 
 namespace pagoda::constraints {
 namespace {

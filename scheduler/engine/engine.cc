@@ -177,7 +177,7 @@ void Engine::Loop() {
         return stop_requested_ || !inbox_.empty() || !abort_inbox_.empty() ||
                !hash_queries_.empty() || scheduler_->HasUnfinished();
       };
-      // Wakes now and then even when idle, to see a dead worker (recovery.cc).
+      // Wakes now and then even when idle, to see a dead worker (engine_recovery.cc).
       mu_.AwaitWithTimeout(absl::Condition(&has_work), kWorkerCheckPeriod);
       arrived.swap(inbox_);
       aborts.swap(abort_inbox_);
@@ -349,7 +349,7 @@ absl::StatusOr<Engine::ExecutedStep> Engine::ExecutePlan(const pagoda::worker::v
 void Engine::HandleStepFailure(int64_t step_id, const absl::Status& status) {
   if (!workers_->Healthy() || absl::IsUnavailable(status)) {
     LOG(ERROR) << "step " << step_id << ": workers failed: " << status;
-    if (!RecoverWorkers()) FailForGood(status);  // recovery.cc
+    if (!RecoverWorkers()) FailForGood(status);  // engine_recovery.cc
     return;
   }
   // The workers rejected the plan and kept their state (a server bug, not

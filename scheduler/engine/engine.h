@@ -142,7 +142,7 @@ class Engine {
   absl::StatusOr<ExecutedStep> ExecutePlan(const pagoda::worker::v1::StepPlan& plan,
                                            const SchedulerOutput& output, StepClock* clock);
   // A step that produced no tokens: dead workers are restarted and every
-  // request resumes by recomputation (recovery.cc); a plan that healthy
+  // request resumes by recomputation (engine_recovery.cc); a plan that healthy
   // workers refused fails only the requests in flight.
   void HandleStepFailure(int64_t step_id, const absl::Status& status);
   // Appends the sampled tokens (stop checks, forks, beams), streams each
@@ -181,7 +181,7 @@ class Engine {
   };
   // Answers the pending CachedBlockHashes calls.
   void AnswerHashQueries(std::vector<std::shared_ptr<HashQuery>> queries);
-  // Worker failure (recovery.cc): requeues every request for recomputation
+  // Worker failure (engine_recovery.cc): requeues every request for recomputation
   // and has the workers restarted; false if they cannot come back.
   bool RecoverWorkers();
   // The workers are gone for good: fail everything, refuse new requests.

@@ -166,7 +166,7 @@ absl::Status GrpcWorkerGroup::AddRank(const std::string& address, const std::str
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   args.SetInt(GRPC_ARG_CLIENT_IDLE_TIMEOUT_MS, std::numeric_limits<int>::max());
   // TLS for connected workers when configured, wherever they are; else as
-  // the worker serves (worker_main.cc).
+  // the worker serves (worker/worker_process.cc).
   const bool tls = process == nullptr && options_.connect_credentials != nullptr;
   if (tls && !options_.tls_server_name.empty()) {
     args.SetSslTargetNameOverride(options_.tls_server_name);

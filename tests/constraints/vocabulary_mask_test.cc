@@ -19,7 +19,7 @@
 #include "scheduler/constraints/json_schema.h"
 #include "scheduler/constraints/matcher.h"
 #include "scheduler/constraints/regex.h"
-#include "scheduler/constraints/testing/mask_check.h"
+#include "tests/constraints/mask_check.h"
 #include "tests/support/tiny_model.h"
 #include "text/hf_tokenizer.h"
 #include "text/utf8.h"

@@ -15,7 +15,7 @@
 #include "absl/time/clock.h"
 #include "tests/fuzz/fuzz_support.h"
 #include "wire/frame_channel.h"
-#include "worker/batch.h"
+#include "worker/flat_batch.h"
 
 namespace {
 

@@ -19,11 +19,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
-#include "worker/batch.h"
 #include "worker/cache_engine.h"
 #include "worker/communicator.h"
 #include "worker/cpu/cpu_backend.h"
 #include "worker/cpu/cpu_model_runner.h"
+#include "worker/flat_batch.h"
 #include "worker/llama_model.h"
 #include "worker/model_runner.h"
 

@@ -24,10 +24,10 @@
 #include "absl/flags/parse.h"
 #include "absl/status/status.h"
 #include "common/dtype.h"
-#include "worker/batch.h"
 #include "worker/cache_engine.h"
 #include "worker/comm/rank_group_for_test.h"
 #include "worker/cpu/cpu_backend.h"
+#include "worker/flat_batch.h"
 #include "worker/llama_model.h"
 #include "worker/tensor_parallel_group.h"
 

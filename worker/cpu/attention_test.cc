@@ -12,11 +12,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "tests/support/step_batch_test_util.h"
 #include "worker/cache_engine.h"
 #include "worker/cpu/cpu_attention.h"
 #include "worker/cpu/cpu_backend.h"
 #include "worker/cpu/simd.h"
-#include "worker/step_batch_test_util.h"
 
 namespace pagoda::worker {
 namespace {

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/support/step_batch_test_util.h"
 #include "worker/cpu/cpu_backend.h"
-#include "worker/step_batch_test_util.h"
 
 namespace pagoda::worker {
 namespace {

@@ -28,9 +28,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "worker/batch.h"
 #include "worker/cache_engine.h"
 #include "worker/cuda/cuda_backend.h"
+#include "worker/flat_batch.h"
 #include "worker/llama_model.h"
 
 namespace pagoda::worker {

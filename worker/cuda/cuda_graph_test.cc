@@ -14,12 +14,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "worker/batch.h"
 #include "worker/cache_engine.h"
 #include "worker/communicator.h"
 #include "worker/cuda/cuda_backend.h"
 #include "worker/cuda/cuda_graph_runner.h"
 #include "worker/cuda/cuda_support.h"
+#include "worker/flat_batch.h"
 #include "worker/llama_model.h"
 
 namespace pagoda::worker {

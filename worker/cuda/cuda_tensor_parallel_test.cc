@@ -21,11 +21,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "worker/batch.h"
 #include "worker/cache_engine.h"
 #include "worker/comm/nccl_communicator.h"
 #include "worker/communicator.h"
 #include "worker/cuda/cuda_backend.h"
+#include "worker/flat_batch.h"
 #include "worker/llama_model.h"
 
 namespace pagoda::worker {

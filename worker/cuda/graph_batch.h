@@ -10,7 +10,7 @@
 
 #include <vector>
 
-#include "worker/batch.h"
+#include "worker/flat_batch.h"
 
 namespace pagoda::worker {
 

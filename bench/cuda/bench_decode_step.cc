@@ -1,0 +1,214 @@
+// Decode step time of a whole model on the local GPU, eager and replayed from
+// a CUDA graph, against its floor: (weight bytes + KV bytes read) / the
+// device-to-device copy bandwidth measured in the same run (bytes read +
+// written, METHOD.md). Each sequence has `--context` tokens of cache (filled
+// with a non-zero bf16 pattern: timings never on zeros) and decodes one token.
+// The graphs are captured twice: as the server captures them, with
+// cuBLASLt's heuristic algorithm for every GEMM ("graph ms", against the
+// floor; eager runs those too), then with algorithms picked by timing
+// during the warm-up ("timed ms", GemmContext::set_timing), to see whether
+// timing would pay on this GPU.
+//
+//   bench_decode_step --model DIR [--batches 1,64,256] [--context 1024] [--iters 20]
+//
+// The model is any checkpoint the worker loads; scripts/make_bench_model.py
+// writes a Llama-3-8B-shaped one with random weights. Prints one line per
+// batch size; exits non-zero on any failure.
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "common/flags.h"
+#include "worker/cache_engine.h"
+#include "worker/communicator.h"
+#include "worker/cuda/cuda_backend.h"
+#include "worker/cuda/cuda_graph_runner.h"
+#include "worker/flat_batch.h"
+#include "worker/llama_model.h"
+
+namespace pagoda::worker {
+namespace {
+
+constexpr int kBlockSize = 16;
+
+[[noreturn]] void Die(const std::string& message) {
+  std::fprintf(stderr, "bench_decode_step: %s\n", message.c_str());
+  std::exit(1);
+}
+
+struct Args {
+  std::string model;
+  std::vector<int> batches = {1, 64, 256};
+  int context = 1024;
+  int iters = 20;
+};
+
+Args ParseArgs(int argc, char** argv) {
+  Args args;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i], value = argv[i + 1];
+    if (flag == "--model") {
+      args.model = value;
+    } else if (flag == "--batches") {
+      auto batches = ParsePositiveIntList(value);
+      if (!batches) Die("bad --batches " + value);
+      args.batches = *std::move(batches);
+    } else if (flag == "--context" && absl::SimpleAtoi(value, &args.context)) {
+    } else if (flag == "--iters" && absl::SimpleAtoi(value, &args.iters)) {
+    } else {
+      Die("unknown or bad flag " + flag);
+    }
+  }
+  if (args.model.empty()) Die("--model is required");
+  return args;
+}
+
+// `batch` sequences of `context` tokens each, decoding their last token; each
+// sequence owns its own run of blocks.
+FlatBatch DecodeBatch(int batch, int context, int vocab) {
+  const int blocks = (context + kBlockSize - 1) / kBlockSize;
+  FlatBatch flat;
+  flat.max_blocks_per_seq = blocks;
+  flat.query_start.push_back(0);
+  for (int s = 0; s < batch; ++s) {
+    flat.input_ids.push_back((s * 7919) % vocab);
+    flat.positions.push_back(context - 1);
+    flat.slot_mapping.push_back((s * blocks) * kBlockSize + context - 1);
+    flat.query_start.push_back(s + 1);
+    flat.context_lens.push_back(context);
+    for (int b = 0; b < blocks; ++b) flat.block_tables.push_back(s * blocks + b);
+    flat.logits_indices.push_back(s);
+    flat.sample_sequences.push_back(s);
+    flat.temperatures.push_back(0.0f);
+    flat.top_k.push_back(0);
+    flat.top_p.push_back(1.0f);
+    flat.seeds.push_back(0);
+    flat.sample_indices.push_back(0);
+    flat.num_logprobs.push_back(0);
+  }
+  return flat;
+}
+
+double CopyGbps(CudaBackend& backend) {
+  const size_t bytes = size_t{1} << 30;
+  auto src = backend.Allocate(DType::kBF16, bytes / 2);
+  auto dst = backend.Allocate(DType::kBF16, bytes / 2);
+  cudaMemset(src->raw(), 0x3c, bytes);
+  std::vector<double> ms;
+  for (int i = 0; i < 8; ++i) {
+    backend.Synchronize();
+    const auto start = std::chrono::steady_clock::now();
+    cudaMemcpyAsync(dst->raw(), src->raw(), bytes, cudaMemcpyDeviceToDevice, backend.stream());
+    backend.Synchronize();
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                     .count());
+  }
+  std::sort(ms.begin(), ms.end());
+  return 2.0 * bytes / (ms[ms.size() / 2] * 1e-3) / 1e9;
+}
+
+template <typename F>
+double MedianMs(int iters, F&& step) {
+  std::vector<double> ms;
+  for (int i = 0; i < iters + 3; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    step();
+    const double took =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    if (i >= 3) ms.push_back(took);
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+// Median graph-replay milliseconds of each batch of `args`, on graphs
+// captured with (time_gemms) or without timed GEMM algorithms; with
+// eager_ms, the eager steps' too.
+std::vector<double> GraphMs(const Args& args, LlamaModel& model, CudaBackend& backend,
+                            CacheEngine& cache, bool time_gemms, std::vector<double>* eager_ms) {
+  const int max_batch = *std::max_element(args.batches.begin(), args.batches.end());
+  const int blocks_per_seq = (args.context + kBlockSize - 1) / kBlockSize;
+  backend.ForgetGemmAlgos();
+  CudaGraphRunner graphs(&model, &backend, &cache, blocks_per_seq * kBlockSize);
+  if (absl::Status status = graphs.Capture(max_batch, time_gemms); !status.ok()) {
+    Die(status.ToString());
+  }
+  if (!backend.status().ok()) Die(backend.status().ToString());
+  std::vector<double> graph_ms;
+  SampleResults samples;
+  for (int batch : args.batches) {
+    const FlatBatch flat = DecodeBatch(batch, args.context, model.config().vocab_size);
+    auto run = [&](bool use_graph) {
+      absl::StatusOr<ForwardOutput> out =
+          use_graph ? graphs.Run(flat) : model.Forward(flat, &cache);
+      if (!out.ok()) Die(out.status().ToString());
+      backend.Sample(out->logits, out->sampling, &samples);
+    };
+    if (!graphs.CanRun(flat)) Die("batch " + std::to_string(batch) + " cannot replay a graph");
+    if (eager_ms != nullptr) eager_ms->push_back(MedianMs(args.iters, [&] { run(false); }));
+    graph_ms.push_back(MedianMs(args.iters, [&] { run(true); }));
+    if (!backend.status().ok()) Die(backend.status().ToString());
+  }
+  return graph_ms;
+}
+
+int Main(int argc, char** argv) {
+  const Args args = ParseArgs(argc, argv);
+  auto created = CudaBackend::Create(0, DType::kBF16);
+  if (!created.ok()) Die(created.status().ToString());
+  std::unique_ptr<CudaBackend> backend = *std::move(created);
+  const int max_batch = *std::max_element(args.batches.begin(), args.batches.end());
+  auto communicator = CreateSingleRankCommunicator();
+  auto loaded = LlamaModel::Load(args.model, backend.get(), communicator.get(),
+                                 LlamaLoadOptions{.weight_dtype = DType::kBF16,
+                                                  .max_num_batched_tokens = max_batch,
+                                                  .max_num_seqs = max_batch,
+                                                  .block_size = kBlockSize});
+  if (!loaded.ok()) Die(loaded.status().ToString());
+  std::unique_ptr<LlamaModel> model = *std::move(loaded);
+  if (!backend->status().ok()) Die(backend->status().ToString());
+  const double copy_gbps = CopyGbps(*backend);
+  std::printf("%s: %.2f GB of bf16 weights; d2d copy %.0f GB/s (read + write)\n",
+              backend->DeviceDescription().c_str(), model->weight_bytes() / 1e9, copy_gbps);
+
+  const KvCacheShape shape = model->CacheShape(kBlockSize, DType::kBF16);
+  const int blocks_per_seq = (args.context + kBlockSize - 1) / kBlockSize;
+  CacheEngine cache(backend.get(), shape, max_batch * blocks_per_seq, 0);
+  for (int layer = 0; layer < shape.num_layers; ++layer) {
+    const size_t bytes = shape.bytes_per_layer_block() * max_batch * blocks_per_seq;
+    cudaMemsetAsync(cache.layer(layer).key, 0x3c, bytes, backend->stream());
+    cudaMemsetAsync(cache.layer(layer).value, 0x3b, bytes, backend->stream());
+  }
+  std::vector<double> eager_ms;
+  const std::vector<double> graph_ms =
+      GraphMs(args, *model, *backend, cache, /*time_gemms=*/false, &eager_ms);
+  const std::vector<double> timed_ms =
+      GraphMs(args, *model, *backend, cache, /*time_gemms=*/true, nullptr);
+  std::printf("GEMM problems with a timed algorithm: %zu\n", backend->num_timed_gemm_algos());
+  std::printf("%6s %8s %10s %10s %10s %10s %10s %10s\n", "batch", "context", "eager ms", "graph ms",
+              "timed ms", "floor ms", "graph/flr", "tok/s");
+  for (size_t i = 0; i < args.batches.size(); ++i) {
+    const int batch = args.batches[i];
+    const double kv_bytes =
+        static_cast<double>(batch) * args.context * shape.bytes_per_block() / kBlockSize;
+    const double floor_ms = (model->weight_bytes() + kv_bytes) / (copy_gbps * 1e9) * 1e3;
+    std::printf("%6d %8d %10.3f %10.3f %10.3f %10.3f %10.2f %10.0f\n", batch, args.context,
+                eager_ms[i], graph_ms[i], timed_ms[i], floor_ms, graph_ms[i] / floor_ms,
+                batch / (graph_ms[i] * 1e-3));
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace pagoda::worker
+
+int main(int argc, char** argv) { return pagoda::worker::Main(argc, argv); }

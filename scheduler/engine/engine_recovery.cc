@@ -1,0 +1,58 @@
+// The Engine's part of worker recovery: what the engine does when its workers
+// die (restart them, resume by recomputation, or fail for good). The
+// Scheduler's part, requeueing every request, is scheduler_recovery.cc. Kept
+// apart from engine.cc and scheduler.cc, whose step logic it only borrows.
+//
+// Why recomputation is exact: a worker keeps no per-request state beyond one
+// step, and its sampling draws are keyed on (seed, sample_index) with
+// sample_index = the number of tokens the sequence has already generated. A
+// requeued sequence is prefilled again over prompt + generated tokens and its
+// next draw has the same index as it would have had, so greedy and seeded
+// requests continue with exactly the tokens of an uninterrupted run, and the
+// stream neither repeats nor skips a token (the step that failed produced
+// none).
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+#include "scheduler/engine/engine.h"
+
+namespace pagoda::scheduler {
+
+bool Engine::RecoverWorkers() {
+  const absl::Time start = absl::Now();
+  const int resumed = scheduler_->RequeueAllForRecompute();
+  LOG(WARNING) << "workers failed; restarting them and resuming " << resumed
+               << " requests by recomputation";
+  const absl::Status recovered = workers_->Recover();
+  if (!recovered.ok()) {
+    LOG(ERROR) << "workers cannot be recovered: " << recovered;
+    absl::MutexLock lock(&mu_);
+    failure_reason_ = std::string(recovered.message());
+    return false;
+  }
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  LOG(INFO) << "workers recovered in " << seconds << " s; resuming " << resumed << " requests";
+  if (observer_ != nullptr) observer_->OnWorkersRecovered(resumed, seconds);
+  PublishSnapshot(nullptr);
+  return true;
+}
+
+void Engine::FailForGood(const absl::Status& cause) {
+  workers_failed_ = true;
+  {
+    absl::MutexLock lock(&mu_);
+    healthy_ = false;
+    if (failure_reason_.empty()) failure_reason_ = std::string(cause.message());
+  }
+  FailAll(absl::UnavailableError(absl::StrCat("workers failed: ", cause.message())));
+}
+
+std::string Engine::failure_reason() const {
+  absl::MutexLock lock(&mu_);
+  if (!failure_reason_.empty()) return failure_reason_;
+  return workers_->Healthy() ? "" : "workers are down or restarting";
+}
+
+}  // namespace pagoda::scheduler
