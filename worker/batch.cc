@@ -156,7 +156,9 @@ absl::Status CheckDrafts(const SequenceStep& step, int vocab_size) {
     return SequenceError(step, absl::StrCat(drafts, " draft_token_ids, at most ",
                                             kMaxSpeculativeTokens));
   }
-  if (!step.do_sample()) return SequenceError(step, "draft_token_ids on a row that does not sample");
+  if (!step.do_sample()) {
+    return SequenceError(step, "draft_token_ids on a row that does not sample");
+  }
   if (step.token_mask_follows() || !step.sampling().token_mask().empty()) {
     return SequenceError(step, "draft_token_ids with a token mask");
   }
