@@ -1,10 +1,10 @@
 // Speculative decoding's verify step on the CPU worker, in-process (no
 // server, no RPC, no proposer): for each batch size B, B sequences prefill a
-// prompt and decode greedily one token per step (plain), then decode again
+// prompt and decode greedily one token per step (plain), and decode again
 // with k drafts per sequence per step taken from the plain run's output, so
 // every draft is right (the ceiling: k + 1 tokens per step). Prints, per
-// (B, k), decode tokens/s of both and their ratio, measured in the same
-// run, and the verify step's time against the plain step's; from that
+// (B, k), decode tokens/s of both and their ratio, their rounds alternated
+// in the same run, and the verify step's time against the plain step's; from that
 // ratio, the speedup expected at a per-draft acceptance rate a (expected
 // tokens per step (1 - a^(k+1)) / (1 - a), over the step-time ratio), which
 // is where speculation stops paying at each batch size.
@@ -161,18 +161,29 @@ Round RunRound(ModelRunner& runner, int batch, int k, const Flags& flags, int vo
   return round;
 }
 
-// The median decode time of flags.rounds rounds after a warm-up.
-Round MedianRound(ModelRunner& runner, int batch, int k, const Flags& flags, int vocab,
-                  const std::vector<std::vector<int>>& oracle,
-                  std::vector<std::vector<int>>* outputs) {
-  RunRound(runner, batch, k, flags, vocab, oracle, outputs);
-  std::vector<Round> rounds;
+// Plain and speculative rounds alternated (after a warm-up of each), so a
+// shared machine's load drifts over both alike; the median of each.
+struct Pair {
+  Round plain, spec;
+};
+
+Pair MedianRounds(ModelRunner& runner, int batch, int k, const Flags& flags, int vocab,
+                  const std::vector<std::vector<int>>& oracle) {
+  std::vector<std::vector<int>> plain_out, spec_out;
+  RunRound(runner, batch, 0, flags, vocab, {}, &plain_out);
+  RunRound(runner, batch, k, flags, vocab, oracle, &spec_out);
+  std::vector<Round> plain, spec;
   for (int r = 0; r < flags.rounds; ++r) {
-    rounds.push_back(RunRound(runner, batch, k, flags, vocab, oracle, outputs));
+    plain.push_back(RunRound(runner, batch, 0, flags, vocab, {}, &plain_out));
+    spec.push_back(RunRound(runner, batch, k, flags, vocab, oracle, &spec_out));
+    if (spec_out != oracle) Die("speculative tokens differ from plain decoding's");
   }
-  std::sort(rounds.begin(), rounds.end(),
-            [](const Round& a, const Round& b) { return a.decode_s < b.decode_s; });
-  return rounds[rounds.size() / 2];
+  auto median = [](std::vector<Round>& rounds) {
+    std::sort(rounds.begin(), rounds.end(),
+              [](const Round& a, const Round& b) { return a.decode_s < b.decode_s; });
+    return rounds[rounds.size() / 2];
+  };
+  return Pair{median(plain), median(spec)};
 }
 
 double ExpectedTokensPerStep(double acceptance, int k) {
@@ -189,20 +200,21 @@ int Main(int argc, char** argv) {
   std::printf("%5s %3s %11s %11s %7s %12s %9s %9s %9s\n", "batch", "k", "plain_tok/s", "spec_tok/s",
               "ratio", "verify/plain", "x@a=0.8", "x@a=0.6", "x@a=0.4");
   for (int batch : flags.batches) {
-    std::vector<std::vector<int>> plain_out, spec_out;
-    const Round plain = MedianRound(*runner, batch, 0, flags, vocab, {}, &plain_out);
+    std::vector<std::vector<int>> oracle;
+    RunRound(*runner, batch, 0, flags, vocab, {}, &oracle);
     const double decoded = static_cast<double>(batch) * (flags.tokens - 1);
-    const double plain_rate = decoded / plain.decode_s;
-    const double plain_step = plain.decode_s / plain.steps;
     for (int k : flags.ks) {
-      const Round spec = MedianRound(*runner, batch, k, flags, vocab, plain_out, &spec_out);
-      if (spec_out != plain_out) Die("speculative tokens differ from plain decoding's");
-      const double step_ratio = (spec.decode_s / spec.steps) / plain_step;
-      std::printf("%5d %3d %11.1f %11.1f %6.2fx %12.2f", batch, k, plain_rate,
-                  decoded / spec.decode_s, plain.decode_s / spec.decode_s, step_ratio);
-      for (double a : {0.8, 0.6, 0.4})
+      const Pair pair = MedianRounds(*runner, batch, k, flags, vocab, oracle);
+      const double step_ratio =
+          (pair.spec.decode_s / pair.spec.steps) / (pair.plain.decode_s / pair.plain.steps);
+      std::printf("%5d %3d %11.1f %11.1f %6.2fx %12.2f", batch, k, decoded / pair.plain.decode_s,
+                  decoded / pair.spec.decode_s, pair.plain.decode_s / pair.spec.decode_s,
+                  step_ratio);
+      for (double a : {0.8, 0.6, 0.4}) {
         std::printf(" %8.2fx", ExpectedTokensPerStep(a, k) / step_ratio);
+      }
       std::printf("\n");
+      std::fflush(stdout);
     }
   }
   return 0;
