@@ -30,7 +30,9 @@ using pagoda::worker::v1::SequenceStep;
 using pagoda::worker::v1::StepPlan;
 
 constexpr int kBlockSize = 4;
-constexpr int kGpuBlocks = 12;
+constexpr int kBlocksPerSeq = 6;  // 24 tokens: the prompt, 13 new, 4 drafts past them.
+constexpr int kMaxSeqs = 3;
+constexpr int kGpuBlocks = kMaxSeqs * kBlocksPerSeq;
 constexpr int kVocab = 50;
 constexpr int kNewTokens = 13;
 constexpr int kDrafts = 4;
@@ -87,20 +89,20 @@ class SpeculativeRunnerTest : public ::testing::Test {
     return runner;
   }
 
-  // The step of a sequence whose output so far is `output` (its counts
-  // folded into the options, as the server does).
-  static SequenceStep StepFor(const SamplingOptions& base, const std::vector<int>& output,
+  // Sequence s's step when its output so far is `output` (its counts folded
+  // into the options, as the server does): its own prompt and blocks.
+  static SequenceStep StepFor(const SamplingOptions& base, int s, const std::vector<int>& output,
                               const std::vector<int>& drafts) {
     SequenceStep step;
-    step.set_seq_id(1);
+    step.set_seq_id(s + 1);
     if (output.empty()) {
-      for (int t : kPrompt) step.add_token_ids(t);
+      for (int t : kPrompt) step.add_token_ids((t + 3 * s) % kVocab);
     } else {
       step.add_token_ids(output.back());
       step.set_start_position(static_cast<int>(kPrompt.size() + output.size()) - 1);
     }
     for (int d : drafts) step.add_draft_token_ids(d);
-    for (int b = 0; b < kGpuBlocks; ++b) step.add_block_table(b);
+    for (int b = 0; b < kBlocksPerSeq; ++b) step.add_block_table(s * kBlocksPerSeq + b);
     step.set_do_sample(true);
     step.set_sample_index(static_cast<int>(output.size()));
     *step.mutable_sampling() = base;
@@ -113,44 +115,67 @@ class SpeculativeRunnerTest : public ::testing::Test {
     return step;
   }
 
-  // kNewTokens tokens of one request on a fresh runner, each step verifying
-  // what `propose` gives (at most kDrafts, never past kNewTokens).
-  static Decoded Decode(const SamplingOptions& base, const Proposer& propose) {
+  // Adds what one step returned for a sequence to its output.
+  static void Absorb(const SampledToken& token, const std::vector<int>& drafts, Decoded& out) {
+    const int accepted = token.accepted_draft_ids_size();
+    const int top = token.top_size();
+    EXPECT_EQ(token.accepted_draft_logprobs_size(), accepted);
+    EXPECT_EQ(token.accepted_draft_top_size(), accepted * top);
+    for (int j = 0; j < accepted; ++j) {
+      EXPECT_EQ(token.accepted_draft_ids(j), drafts[j]);
+      out.tokens.push_back(token.accepted_draft_ids(j));
+      out.logprobs.push_back(token.accepted_draft_logprobs(j));
+      std::vector<int> ids;
+      for (int i = 0; i < top; ++i) ids.push_back(token.accepted_draft_top(j * top + i).token_id());
+      out.top_ids.push_back(ids);
+    }
+    out.tokens.push_back(token.token_id());
+    out.logprobs.push_back(token.logprob());
+    std::vector<int> ids;
+    for (const auto& entry : token.top()) ids.push_back(entry.token_id());
+    out.top_ids.push_back(ids);
+    ++out.steps;
+    out.proposed += static_cast<int>(drafts.size());
+    out.accepted += accepted;
+  }
+
+  // kNewTokens tokens for each of proposers.size() sequences on a fresh
+  // runner, in one batch; sequence s joins at step s (so its prefill shares
+  // a plan with the others' drafts). Each step verifies what its proposer
+  // gives (at most kDrafts, never past kNewTokens).
+  static std::vector<Decoded> DecodeBatch(const SamplingOptions& base,
+                                          const std::vector<Proposer>& proposers) {
     auto runner = ReadyRunner();
-    Decoded out;
-    while (static_cast<int>(out.tokens.size()) < kNewTokens) {
-      std::vector<int> drafts = out.tokens.empty() ? std::vector<int>() : propose(out.tokens);
-      drafts.resize(std::min<size_t>(
-          {drafts.size(), static_cast<size_t>(kDrafts), kNewTokens - out.tokens.size() - 1}));
+    std::vector<Decoded> outs(proposers.size());
+    for (int step_index = 0;; ++step_index) {
       StepPlan plan;
-      *plan.add_sequences() = StepFor(base, out.tokens, drafts);
+      std::vector<int> members;
+      std::vector<std::vector<int>> drafts_of;
+      for (int s = 0; s < static_cast<int>(proposers.size()) && s <= step_index; ++s) {
+        const std::vector<int>& output = outs[s].tokens;
+        if (static_cast<int>(output.size()) >= kNewTokens) continue;
+        std::vector<int> drafts = output.empty() ? std::vector<int>() : proposers[s](output);
+        drafts.resize(std::min<size_t>(
+            {drafts.size(), static_cast<size_t>(kDrafts), kNewTokens - output.size() - 1}));
+        *plan.add_sequences() = StepFor(base, s, output, drafts);
+        members.push_back(s);
+        drafts_of.push_back(drafts);
+      }
+      if (plan.sequences().empty() && step_index >= static_cast<int>(proposers.size())) break;
       auto result = runner->ExecuteStep(plan);
       EXPECT_TRUE(result.ok()) << result.status();
-      if (!result.ok()) return out;
-      const SampledToken& token = result->tokens(0);
-      const int accepted = token.accepted_draft_ids_size();
-      const int top = token.top_size();
-      EXPECT_EQ(token.accepted_draft_logprobs_size(), accepted);
-      EXPECT_EQ(token.accepted_draft_top_size(), accepted * top);
-      for (int j = 0; j < accepted; ++j) {
-        EXPECT_EQ(token.accepted_draft_ids(j), drafts[j]);
-        out.tokens.push_back(token.accepted_draft_ids(j));
-        out.logprobs.push_back(token.accepted_draft_logprobs(j));
-        std::vector<int> ids;
-        for (int i = 0; i < top; ++i)
-          ids.push_back(token.accepted_draft_top(j * top + i).token_id());
-        out.top_ids.push_back(ids);
+      if (!result.ok()) return outs;
+      EXPECT_EQ(result->tokens_size(), static_cast<int>(members.size()));
+      for (int i = 0; i < result->tokens_size() && i < static_cast<int>(members.size()); ++i) {
+        EXPECT_EQ(result->tokens(i).seq_id(), members[i] + 1);
+        Absorb(result->tokens(i), drafts_of[i], outs[members[i]]);
       }
-      out.tokens.push_back(token.token_id());
-      out.logprobs.push_back(token.logprob());
-      std::vector<int> ids;
-      for (const auto& entry : token.top()) ids.push_back(entry.token_id());
-      out.top_ids.push_back(ids);
-      ++out.steps;
-      out.proposed += static_cast<int>(drafts.size());
-      out.accepted += accepted;
     }
-    return out;
+    return outs;
+  }
+
+  static Decoded Decode(const SamplingOptions& base, const Proposer& propose) {
+    return DecodeBatch(base, {propose})[0];
   }
 
   static void ExpectSameAsPlain(const Decoded& plain, const Decoded& speculative,
@@ -209,7 +234,7 @@ TEST_F(SpeculativeRunnerTest, GreedyTokensEqualPlainDecoding) {
   CheckIdentity(greedy);
 }
 
-TEST_F(SpeculativeRunnerTest, SeededSamplingWithProcessingEqualsPlainDecoding) {
+SamplingOptions SampledWithProcessing() {
   SamplingOptions sampled;
   sampled.set_temperature(0.9f);
   sampled.set_top_k(20);
@@ -223,7 +248,43 @@ TEST_F(SpeculativeRunnerTest, SeededSamplingWithProcessingEqualsPlainDecoding) {
   for (int t : kPrompt) sampled.add_prompt_token_ids(t);
   sampled.add_logit_bias_token_ids(7);
   sampled.add_logit_bias_values(2.0f);
-  CheckIdentity(sampled);
+  return sampled;
+}
+
+TEST_F(SpeculativeRunnerTest, SeededSamplingWithProcessingEqualsPlainDecoding) {
+  CheckIdentity(SampledWithProcessing());
+}
+
+// Sequences with different draft counts (4 right, none, 2 half wrong) in one
+// plan, joining at different steps (a prefill beside verify rows): each
+// gets the tokens it gets in a plain batch.
+TEST_F(SpeculativeRunnerTest, BatchedSequencesWithDifferentDraftCounts) {
+  const SamplingOptions base = SampledWithProcessing();
+  auto none = [](const std::vector<int>&) { return std::vector<int>(); };
+  const std::vector<Decoded> plain = DecodeBatch(base, {none, none, none});
+  ASSERT_EQ(plain.size(), kMaxSeqs);
+  auto oracle = [&](int s, size_t count, int corrupt_every) {
+    return [&plain, s, count, corrupt_every](const std::vector<int>& output) {
+      std::vector<int> drafts(plain[s].tokens.begin() + output.size(), plain[s].tokens.end());
+      drafts.resize(std::min(drafts.size(), count));
+      for (size_t j = 0; j < drafts.size(); ++j) {
+        if (corrupt_every > 0 && (output.size() + j) % corrupt_every == 1) drafts[j] ^= 1;
+      }
+      return drafts;
+    };
+  };
+  const std::vector<Decoded> speculative =
+      DecodeBatch(base, {oracle(0, 4, 0), none, oracle(2, 2, 2)});
+  for (int s = 0; s < kMaxSeqs; ++s) {
+    ExpectSameAsPlain(plain[s], speculative[s], absl::StrCat("sequence ", s));
+  }
+  EXPECT_EQ(speculative[0].accepted, speculative[0].proposed);
+  EXPECT_GT(speculative[0].proposed, 0);
+  EXPECT_EQ(speculative[1].proposed, 0);
+  EXPECT_GT(speculative[2].accepted, 0);
+  EXPECT_LT(speculative[2].accepted, speculative[2].proposed);
+  // Different prompts: the sequences are not one sequence three times.
+  EXPECT_NE(plain[0].tokens, plain[1].tokens);
 }
 
 }  // namespace
