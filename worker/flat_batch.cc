@@ -10,6 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "common/sampling_limits.h"
+#include "common/speculation_limits.h"
+#include "worker/draft_verification.h"
 #include "worker/logits_edits.h"
 
 namespace pagoda::worker {
@@ -143,6 +145,40 @@ absl::Status CheckPromptLogprobs(const SequenceStep& step, int vocab_size) {
   return absl::OkStatus();
 }
 
+// Speculative drafts: at most kMaxSpeculativeTokens, each in the
+// vocabulary, only on a row that samples without a token mask (a mask holds
+// for one position, and the plan has none for the others) and without beam
+// search's processed logprobs.
+absl::Status CheckDrafts(const SequenceStep& step, int vocab_size) {
+  const int drafts = step.draft_token_ids_size();
+  if (drafts == 0) return absl::OkStatus();
+  if (drafts > kMaxSpeculativeTokens) {
+    return SequenceError(step, absl::StrCat(drafts, " draft_token_ids, at most ",
+                                            kMaxSpeculativeTokens));
+  }
+  if (!step.do_sample()) {
+    return SequenceError(step, "draft_token_ids on a row that does not sample");
+  }
+  if (step.token_mask_follows() || !step.sampling().token_mask().empty()) {
+    return SequenceError(step, "draft_token_ids with a token mask");
+  }
+  if (step.sampling().processed_logprobs()) {
+    return SequenceError(step, "draft_token_ids with processed_logprobs (beam search)");
+  }
+  for (int32_t token : step.draft_token_ids()) {
+    if (token < 0 || token >= vocab_size) {
+      return SequenceError(
+          step, absl::StrCat("draft token id ", token, " is outside [0, ", vocab_size, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Tokens the step computes for the sequence: its inputs, then its drafts.
+int64_t StepTokens(const SequenceStep& step) {
+  return static_cast<int64_t>(step.token_ids_size()) + step.draft_token_ids_size();
+}
+
 // Blocks of `block_size` tokens a context of `context` tokens spans.
 int64_t BlocksFor(int64_t context, int block_size) {
   return (context + block_size - 1) / block_size;
@@ -156,7 +192,9 @@ absl::StatusOr<int> CheckSequence(const SequenceStep& step, const BatchLimits& l
   if (step.start_position() < 0) {
     return SequenceError(step, absl::StrCat("negative start_position ", step.start_position()));
   }
-  const int64_t context = static_cast<int64_t>(step.start_position()) + step.token_ids_size();
+  if (absl::Status drafts = CheckDrafts(step, limits.vocab_size); !drafts.ok()) return drafts;
+  // Drafts are tokens of the step: positions, KV slots and blocks.
+  const int64_t context = step.start_position() + StepTokens(step);
   if (context > limits.max_positions) {
     return SequenceError(step, absl::StrCat("positions up to ", context - 1,
                                             " are outside the rotary table [0, ",
@@ -217,7 +255,7 @@ absl::Status ConvertBlockMoves(const StepPlan& plan, const BatchLimits& limits, 
 void AppendSequence(const SequenceStep& step, int s, const BatchLimits& limits, FlatBatch* batch) {
   const int block_size = limits.block_size;
   const int start = step.start_position();
-  const int context = start + step.token_ids_size();
+  const int context = start + static_cast<int>(StepTokens(step));
   const int blocks_needed = static_cast<int>(BlocksFor(context, block_size));
   std::copy_n(step.block_table().begin(), blocks_needed,
               batch->block_tables.begin() + static_cast<size_t>(s) * batch->max_blocks_per_seq);
@@ -228,9 +266,10 @@ void AppendSequence(const SequenceStep& step, int s, const BatchLimits& limits, 
                                      .num_rows = step.prompt_logprob_token_ids_size(),
                                      .num_top = step.num_prompt_top_logprobs()});
   }
-  for (int i = 0; i < step.token_ids_size(); ++i) {
+  for (int i = 0; i < context - start; ++i) {
     const int position = start + i;
-    batch->input_ids.push_back(step.token_ids(i));
+    const int n = step.token_ids_size();
+    batch->input_ids.push_back(i < n ? step.token_ids(i) : step.draft_token_ids(i - n));
     batch->positions.push_back(position);
     batch->slot_mapping.push_back(step.block_table(position / block_size) * block_size +
                                   position % block_size);
@@ -238,16 +277,23 @@ void AppendSequence(const SequenceStep& step, int s, const BatchLimits& limits, 
   batch->query_start.push_back(static_cast<int32_t>(batch->input_ids.size()));
   batch->context_lens.push_back(context);
   if (!step.do_sample()) return;
-  batch->logits_indices.push_back(batch->query_start.back() - 1);
-  batch->sample_sequences.push_back(s);
-  const auto& sampling = step.sampling();
-  batch->temperatures.push_back(sampling.temperature());
-  batch->top_k.push_back(sampling.top_k());
-  batch->top_p.push_back(sampling.top_p());
-  batch->seeds.push_back(sampling.seed());
-  batch->sample_indices.push_back(static_cast<uint64_t>(step.sample_index()));
-  batch->num_logprobs.push_back(sampling.num_logprobs());
-  AppendRowProcessing(sampling, step.token_mask_follows(), limits.vocab_size, *batch);
+  // One logits row for the last input and one per draft
+  // (worker/draft_verification.h): row j draws output token sample_index + j.
+  const int drafts = step.draft_token_ids_size();
+  for (int j = 0; j <= drafts; ++j) {
+    batch->logits_indices.push_back(batch->query_start.back() - 1 - drafts + j);
+    batch->sample_sequences.push_back(s);
+    const auto& sampling = step.sampling();
+    batch->temperatures.push_back(sampling.temperature());
+    batch->top_k.push_back(sampling.top_k());
+    batch->top_p.push_back(sampling.top_p());
+    batch->seeds.push_back(sampling.seed());
+    batch->sample_indices.push_back(static_cast<uint64_t>(step.sample_index()) + j);
+    batch->num_logprobs.push_back(sampling.num_logprobs());
+    const auto earlier = absl::MakeConstSpan(step.draft_token_ids().data(), j);
+    AppendRowProcessing(j == 0 ? sampling : VerifyRowOptions(sampling, earlier),
+                        step.token_mask_follows(), limits.vocab_size, *batch);
+  }
 }
 
 }  // namespace
@@ -333,20 +379,43 @@ absl::StatusOr<FlatBatch> FlattenStepPlan(const StepPlan& plan, const BatchLimit
   return batch;
 }
 
+namespace {
+
+// Appends logits row `row`'s top logprobs (as many as its sequence asked
+// for) to `top`.
+void AppendTopLogprobs(const FlatBatch& batch, const SampleResults& samples, int row,
+                       google::protobuf::RepeatedPtrField<pagoda::worker::v1::TokenLogprob>* top) {
+  const size_t first = static_cast<size_t>(row) * samples.num_logprobs;
+  const int wanted = std::min(batch.num_logprobs[row], samples.num_logprobs);
+  for (int i = 0; i < wanted; ++i) {
+    auto* entry = top->Add();
+    entry->set_token_id(samples.top_ids[first + i]);
+    entry->set_logprob(samples.top_logprobs[first + i]);
+  }
+}
+
+}  // namespace
+
 void AppendSampledTokens(const StepPlan& plan, const FlatBatch& batch, const SampleResults& samples,
                          pagoda::worker::v1::StepResult* result) {
-  for (int row = 0; row < batch.num_logits_rows(); ++row) {
+  // A sequence's rows are consecutive: its last input's, then one per draft.
+  for (int row = 0; row < batch.num_logits_rows();) {
+    const SequenceStep& step = plan.sequences(batch.sample_sequences[row]);
+    const auto drafts = absl::MakeConstSpan(step.draft_token_ids());
+    const int accepted = CountAcceptedDrafts(
+        drafts, absl::MakeConstSpan(samples.token_ids).subspan(row, drafts.size() + 1));
     auto* token = result->add_tokens();
-    token->set_seq_id(plan.sequences(batch.sample_sequences[row]).seq_id());
-    token->set_token_id(samples.token_ids[row]);
-    token->set_logprob(samples.logprobs[row]);
-    const size_t first = static_cast<size_t>(row) * samples.num_logprobs;
-    const int wanted = std::min(batch.num_logprobs[row], samples.num_logprobs);
-    for (int i = 0; i < wanted; ++i) {
-      auto* top = token->add_top();
-      top->set_token_id(samples.top_ids[first + i]);
-      top->set_logprob(samples.top_logprobs[first + i]);
+    token->set_seq_id(step.seq_id());
+    for (int j = 0; j < accepted; ++j) {
+      token->add_accepted_draft_ids(drafts[j]);
+      token->add_accepted_draft_logprobs(samples.logprobs[row + j]);
+      AppendTopLogprobs(batch, samples, row + j, token->mutable_accepted_draft_top());
     }
+    const int last = row + accepted;
+    token->set_token_id(samples.token_ids[last]);
+    token->set_logprob(samples.logprobs[last]);
+    AppendTopLogprobs(batch, samples, last, token->mutable_top());
+    row += static_cast<int>(drafts.size()) + 1;
   }
 }
 

@@ -44,8 +44,10 @@ struct FlatBatch {
   std::vector<int32_t> context_lens;
   std::vector<int32_t> block_tables;
   int max_blocks_per_seq = 0;
-  // Rows whose logits are needed: the last token of each do_sample sequence,
-  // and which plan sequence each belongs to.
+  // Rows whose logits are needed: the last input token of each do_sample
+  // sequence, then each of its drafts (consecutive rows, draft j's sampling
+  // options as worker/draft_verification.h says), and which plan sequence
+  // each belongs to.
   std::vector<int32_t> logits_indices;
   std::vector<int32_t> sample_sequences;
   // Per logits row, the sequence's sampling options (the arrays of
@@ -107,7 +109,10 @@ struct FlatBatch {
 // mask of the wrong size, with bits past the vocabulary or with none set,
 // token_mask_follows on a row that does not sample or that has a token_mask);
 // prompt logprobs asked of more rows than the chunk has, of a token outside
-// the vocabulary, or with num_prompt_top_logprobs outside [0, 20]; and for
+// the vocabulary, or with num_prompt_top_logprobs outside [0, 20]; drafts
+// past kMaxSpeculativeTokens, outside the vocabulary, on a row that does not
+// sample or with a token mask or processed_logprobs (drafts are tokens of
+// the step: the positions and block table checks count them); and for
 // block moves with ids outside their cache.
 absl::StatusOr<FlatBatch> FlattenStepPlan(const pagoda::worker::v1::StepPlan& plan,
                                           const BatchLimits& limits);
@@ -129,9 +134,12 @@ absl::Status ApplyStepMasks(const pagoda::worker::v1::StepPlan& plan,
                             const pagoda::worker::v1::StepMasks& masks, int vocab_size,
                             FlatBatch* batch);
 
-// Appends one SampledToken per logits row of `batch` to `result`, in row
-// order: the row's sequence's seq_id, the sampled token and its logprob, and
+// Appends one SampledToken per sampled sequence of `batch` to `result`, in
+// plan order: the sequence's seq_id, the sampled token and its logprob, and
 // the top logprobs that sequence asked for (at most samples.num_logprobs).
+// A sequence with drafts gets the drafts CountAcceptedDrafts accepts (with
+// their logprobs and top logprobs) and the token sampled at the row after
+// them.
 // REQUIRES: `samples` came from Backend::Sample over `batch`'s logits, and
 // `batch` from FlattenStepPlan(plan, ...).
 void AppendSampledTokens(const pagoda::worker::v1::StepPlan& plan, const FlatBatch& batch,

@@ -1,0 +1,22 @@
+#include "scheduler/spec/draft_budget.h"
+
+#include <algorithm>
+
+namespace pagoda::scheduler {
+
+int DraftBudget(const DraftRequest& request) {
+  if (request.beam_search || request.constrained || request.bad_words) return 0;
+  if (request.disable_by_batch_size.has_value() &&
+      request.running_sequences > *request.disable_by_batch_size) {
+    return 0;
+  }
+  int budget = request.num_speculative_tokens;
+  budget = std::min(budget, request.max_tokens - request.output_tokens - 1);
+  budget = std::min(budget, request.max_model_len - request.context_tokens - 1);
+  if (request.output_tokens < request.min_tokens) {
+    budget = std::min(budget, request.min_tokens - request.output_tokens - 1);
+  }
+  return std::max(budget, 0);
+}
+
+}  // namespace pagoda::scheduler

@@ -1,0 +1,64 @@
+#ifndef PAGODA_SCHEDULER_SPEC_SPECULATIVE_CONFIG_H_
+#define PAGODA_SCHEDULER_SPEC_SPECULATIVE_CONFIG_H_
+
+// --speculative-config: vLLM's JSON object, parsed and checked once at
+// start, into the settings the scheduler and the draft proposers read.
+
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace pagoda::scheduler {
+
+enum class SpeculativeMethod { kNgram, kDraftModel, kEagle, kEagle3 };
+
+// The method's name as vLLM spells it ("ngram", "draft_model", "eagle",
+// "eagle3").
+absl::string_view SpeculativeMethodName(SpeculativeMethod method);
+
+// The longest n-gram prompt lookup may match: each step scans the
+// sequence's tokens comparing up to this many per position.
+inline constexpr int kMaxPromptLookup = 64;
+
+struct SpeculativeConfig {
+  SpeculativeMethod method = SpeculativeMethod::kNgram;
+  // The draft model or EAGLE head directory; empty for ngram.
+  std::string model;
+  // k: drafts per sequence per step, in [1, kMaxSpeculativeTokens].
+  int num_speculative_tokens = 0;
+  // ngram only: n-gram lengths tried, 1 <= min <= max <= kMaxPromptLookup
+  // (vLLM's defaults: both 5 when neither is given, else the one given).
+  int prompt_lookup_min = 0;
+  int prompt_lookup_max = 0;
+  // Above this many running sequences no drafts are proposed (decode turns
+  // compute bound); unset: always propose. At least 2, as vLLM.
+  std::optional<int> disable_by_batch_size;
+  // Draft model or EAGLE head: tensor-parallel size, 1 or the target's
+  // (CheckAgainstTarget); unset: the target's.
+  std::optional<int> draft_tensor_parallel_size;
+};
+
+// Parses `json`, vLLM's --speculative-config object. Keys: method
+// (ngram | draft_model | eagle | eagle3), model, num_speculative_tokens,
+// prompt_lookup_max, prompt_lookup_min, disable_by_batch_size,
+// draft_tensor_parallel_size. As vLLM: without method, a model of "ngram"
+// or "[ngram]" means ngram, a model whose name holds "eagle3-" or "eagle-"
+// means that EAGLE, any other a draft model. INVALID_ARGUMENT, one line
+// naming the problem, for: text that is not a JSON object, an unknown key
+// or method, a value of the wrong type (every count is a JSON integer), k
+// outside [1, kMaxSpeculativeTokens], prompt lookup bounds outside
+// [1, kMaxPromptLookup] or min > max, prompt lookup keys for a method that
+// does not look up, a model for ngram or none for the others,
+// disable_by_batch_size below 2, draft_tensor_parallel_size below 1 or
+// given for ngram.
+absl::StatusOr<SpeculativeConfig> ParseSpeculativeConfig(absl::string_view json);
+
+// The checks that need the target: draft_tensor_parallel_size must be 1 or
+// `tensor_parallel_size`. INVALID_ARGUMENT naming both.
+absl::Status CheckAgainstTarget(const SpeculativeConfig& config, int tensor_parallel_size);
+
+}  // namespace pagoda::scheduler
+
+#endif  // PAGODA_SCHEDULER_SPEC_SPECULATIVE_CONFIG_H_

@@ -1,0 +1,120 @@
+// --speculative-config: vLLM's keys and defaults accepted, every bad input
+// refused with one line that names it.
+
+#include "scheduler/spec/speculative_config.h"
+
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace pagoda::scheduler {
+namespace {
+
+TEST(SpeculativeConfigTest, NgramWithItsBounds) {
+  auto config = ParseSpeculativeConfig(
+      R"({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 5,
+          "prompt_lookup_min": 2, "disable_by_batch_size": 8})");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->method, SpeculativeMethod::kNgram);
+  EXPECT_EQ(config->num_speculative_tokens, 4);
+  EXPECT_EQ(config->prompt_lookup_min, 2);
+  EXPECT_EQ(config->prompt_lookup_max, 5);
+  EXPECT_EQ(config->disable_by_batch_size, 8);
+  EXPECT_TRUE(config->model.empty());
+}
+
+TEST(SpeculativeConfigTest, VllmsPromptLookupDefaults) {
+  auto both = ParseSpeculativeConfig(R"({"method": "ngram", "num_speculative_tokens": 3})");
+  ASSERT_TRUE(both.ok()) << both.status();
+  EXPECT_EQ(both->prompt_lookup_min, 5);
+  EXPECT_EQ(both->prompt_lookup_max, 5);
+  EXPECT_FALSE(both->disable_by_batch_size.has_value());
+  auto max_only = ParseSpeculativeConfig(
+      R"({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4})");
+  ASSERT_TRUE(max_only.ok()) << max_only.status();
+  EXPECT_EQ(max_only->prompt_lookup_min, 4);
+  auto min_only = ParseSpeculativeConfig(
+      R"({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 2})");
+  ASSERT_TRUE(min_only.ok()) << min_only.status();
+  EXPECT_EQ(min_only->prompt_lookup_max, 2);
+}
+
+TEST(SpeculativeConfigTest, MethodInferredFromTheModelAsVllm) {
+  auto method_of = [](const std::string& model) {
+    auto config =
+        ParseSpeculativeConfig(R"({"model": ")" + model + R"(", "num_speculative_tokens": 2})");
+    EXPECT_TRUE(config.ok()) << model << ": " << config.status();
+    return config.ok() ? config->method : SpeculativeMethod::kNgram;
+  };
+  EXPECT_EQ(method_of("/models/llama-68m"), SpeculativeMethod::kDraftModel);
+  EXPECT_EQ(method_of("/models/EAGLE-LLaMA3-Instruct-8B"), SpeculativeMethod::kEagle);
+  EXPECT_EQ(method_of("/models/EAGLE3-LLaMA3.1-Instruct-8B"), SpeculativeMethod::kEagle3);
+  EXPECT_EQ(method_of("[ngram]"), SpeculativeMethod::kNgram);
+  auto eagle = ParseSpeculativeConfig(
+      R"({"method": "eagle3", "model": "/m/head", "num_speculative_tokens": 3,
+          "draft_tensor_parallel_size": 1})");
+  ASSERT_TRUE(eagle.ok()) << eagle.status();
+  EXPECT_EQ(eagle->model, "/m/head");
+  EXPECT_EQ(eagle->draft_tensor_parallel_size, 1);
+  EXPECT_EQ(SpeculativeMethodName(eagle->method), "eagle3");
+}
+
+TEST(SpeculativeConfigTest, RefusesBadInputWithOneLineNamingIt) {
+  auto expect_refused = [](const std::string& json, const std::string& problem) {
+    auto config = ParseSpeculativeConfig(json);
+    ASSERT_FALSE(config.ok()) << json;
+    EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
+    const std::string message(config.status().message());
+    EXPECT_NE(message.find(problem), std::string::npos) << message;
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  };
+  expect_refused("{", "not valid JSON");
+  expect_refused("[1]", "JSON object");
+  expect_refused(R"({"method": "medusa", "num_speculative_tokens": 2})", "unknown method");
+  expect_refused(R"({"method": "ngram", "num_speculative_tokens": 2, "lookahead": 1})",
+                 "unknown key \"lookahead\"");
+  expect_refused(R"({"method": "ngram"})", "num_speculative_tokens is required");
+  expect_refused(R"({"method": "ngram", "num_speculative_tokens": 0})", "must be in [1, 16]");
+  expect_refused(R"({"method": "ngram", "num_speculative_tokens": 17})", "must be in [1, 16]");
+  expect_refused(R"({"method": "ngram", "num_speculative_tokens": 2.5})", "must be an integer");
+  expect_refused(R"({"method": "ngram", "num_speculative_tokens": "4"})", "must be an integer");
+  expect_refused(R"({"method": "ngram", "num_speculative_tokens": 99999999999})", "out of range");
+  expect_refused(R"({"method": 3, "num_speculative_tokens": 2})", "method must be a string");
+  expect_refused(R"({"num_speculative_tokens": 2})", "needs a method or a model");
+  expect_refused(
+      R"({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 4,
+          "prompt_lookup_max": 3})",
+      "exceeds prompt_lookup_max");
+  expect_refused(R"({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 0})",
+                 "prompt_lookup_min 0");
+  expect_refused(R"({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 65})",
+                 "prompt_lookup_max 65");
+  expect_refused(R"({"method": "ngram", "model": "/m", "num_speculative_tokens": 2})",
+                 "takes no model");
+  expect_refused(R"({"method": "eagle", "num_speculative_tokens": 2})", "needs a model");
+  expect_refused(
+      R"({"method": "draft_model", "model": "/m", "num_speculative_tokens": 2,
+          "prompt_lookup_max": 3})",
+      "apply to method ngram");
+  expect_refused(R"({"method": "ngram", "num_speculative_tokens": 2, "disable_by_batch_size": 1})",
+                 "disable_by_batch_size 1");
+  expect_refused(
+      R"({"method": "draft_model", "model": "/m", "num_speculative_tokens": 2,
+          "draft_tensor_parallel_size": 0})",
+      "draft_tensor_parallel_size 0");
+}
+
+TEST(SpeculativeConfigTest, DraftTensorParallelSizeIsOneOrTheTargets) {
+  auto config = ParseSpeculativeConfig(
+      R"({"model": "/m/draft", "num_speculative_tokens": 2, "draft_tensor_parallel_size": 2})");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_TRUE(CheckAgainstTarget(*config, 2).ok());
+  const absl::Status status = CheckAgainstTarget(*config, 4);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("must be 1 or the target's 4"), std::string::npos) << status;
+  config->draft_tensor_parallel_size = 1;
+  EXPECT_TRUE(CheckAgainstTarget(*config, 4).ok());
+}
+
+}  // namespace
+}  // namespace pagoda::scheduler
