@@ -16,6 +16,7 @@ PACKAGES=(
   prometheus procps python3-yaml  # tests only: a real Prometheus, pgrep, YAML checks
   python3-zmq python3-msgpack  # tests only: a KV event subscriber
   python3-jsonschema  # tests only: the InferencePool's schema check, structured outputs' validator
+  python3-venv python3-setuptools python3-wheel python3-pip  # tests only: the Python client's offline install
   universal-ctags  # tests only: function lengths for scripts/check_layout.py
   # tests only: the sanitizer and fuzzer builds (scripts/sanitizer_tests.sh):
   # clang, its sanitizer and libFuzzer runtimes, llvm-symbolizer for reports
