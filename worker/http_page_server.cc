@@ -27,6 +27,7 @@ namespace {
 // and take the answer, so a silent one holds the (single) server briefly.
 constexpr absl::Duration kClientDeadline = absl::Seconds(2);
 constexpr size_t kMaxRequestHeadBytes = 8 << 10;
+constexpr int kBackoffMs = 100;
 
 int RemainingMs(absl::Time deadline) {
   return static_cast<int>(std::max<int64_t>(0, absl::ToInt64Milliseconds(deadline - absl::Now())));
@@ -172,7 +173,12 @@ void HttpPageServer::Serve() {
     }
     if (ready[0].revents != 0) return;
     const int client = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (client < 0) continue;  // The peer left, or out of descriptors for now.
+    if (client < 0) {
+      // Out of descriptors: the connection stays queued, so wait a moment
+      // (or for the stop) rather than spin on it. Else the peer left.
+      if (errno == EMFILE || errno == ENFILE) poll(ready, 1, kBackoffMs);
+      continue;
+    }
     Answer(client);
     close(client);
   }
