@@ -119,9 +119,9 @@ absl::StatusOr<int> Listen(const std::string& host, int port) {
   freeaddrinfo(found);
   if (!bound) {
     close(fd);
-    return absl::UnavailableError(absl::StrCat(
-        "metrics: cannot listen on ", where, ": ",
-        bind_errno == EADDRINUSE ? "port in use" : strerror(bind_errno)));
+    return absl::UnavailableError(
+        absl::StrCat("metrics: cannot listen on ", where, ": ",
+                     bind_errno == EADDRINUSE ? "port in use" : strerror(bind_errno)));
   }
   return fd;
 }

@@ -106,16 +106,16 @@ TEST(WorkerMetricsTest, BusyPortIsUnavailableAndSaysInUse) {
   auto second =
       WorkerMetrics::Start("127.0.0.1", (*first)->port(), 0, [] { return WorkerCounts{}; });
   EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_EQ(second.status().message(),
-            absl::StrCat("metrics: cannot listen on 127.0.0.1:", (*first)->port(),
-                         ": port in use"));
+  EXPECT_EQ(
+      second.status().message(),
+      absl::StrCat("metrics: cannot listen on 127.0.0.1:", (*first)->port(), ": port in use"));
 }
 
 TEST(WorkerMetricsTest, NotAnAddressIsUnavailable) {
   auto metrics = WorkerMetrics::Start("256.0.0.1", 0, 0, [] { return WorkerCounts{}; });
   EXPECT_EQ(metrics.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_TRUE(absl::StartsWith(metrics.status().message(),
-                               "metrics: cannot listen on 256.0.0.1:0: "))
+  EXPECT_TRUE(
+      absl::StartsWith(metrics.status().message(), "metrics: cannot listen on 256.0.0.1:0: "))
       << metrics.status();
 }
 
@@ -126,8 +126,7 @@ TEST(WorkerMetricsTest, OddRequestsGetShortAnswersAndScrapesGoOn) {
   ASSERT_TRUE(metrics.ok()) << metrics.status();
   const int port = (*metrics)->port();
   EXPECT_TRUE(absl::StartsWith(Exchange(port, "GET / HTTP/1.1\r\n\r\n"), "HTTP/1.1 404"));
-  EXPECT_TRUE(absl::StartsWith(Exchange(port, "POST /metrics HTTP/1.1\r\n\r\n"),
-                               "HTTP/1.1 405"));
+  EXPECT_TRUE(absl::StartsWith(Exchange(port, "POST /metrics HTTP/1.1\r\n\r\n"), "HTTP/1.1 405"));
   const std::string head_only = Exchange(port, "HEAD /metrics HTTP/1.1\r\n\r\n");
   EXPECT_TRUE(absl::StartsWith(head_only, "HTTP/1.1 200")) << head_only;
   EXPECT_TRUE(absl::EndsWith(head_only, "\r\n\r\n")) << head_only;  // No body.
