@@ -339,10 +339,12 @@ class HelmChartTest(unittest.TestCase):
             with open(os.path.join(tmp, "secret"), "w") as f:
                 f.write("chart-worker-secret-0123456789abcdef")
             os.chmod(os.path.join(tmp, "secret"), 0o600)
-            port = h.free_port()
+            port, metrics_port = h.free_port(), h.free_port()
             local = lambda arg: arg.replace(TLS_DIR, tmp).replace(SECRET_FILE, tmp + "/secret") \
                 .replace("0.0.0.0:50061", f"127.0.0.1:{port}") \
-                .replace("127.0.0.1:50061", f"127.0.0.1:{port}")
+                .replace("127.0.0.1:50061", f"127.0.0.1:{port}") \
+                .replace("--metrics-port=9401", f"--metrics-port={metrics_port}") \
+                .replace("--metrics-host=0.0.0.0", "--metrics-host=127.0.0.1")
             args = [local(a) for a in worker["args"]
                     if not a.startswith(("--rank", "--collective-host"))]
             process = subprocess.Popen([h.binary("pagoda-worker"), *args],
