@@ -25,6 +25,7 @@ TEST_PACKAGES=(
   prometheus procps python3-yaml  # a real Prometheus, pgrep, YAML checks
   python3-zmq python3-msgpack  # a KV event subscriber
   python3-jsonschema  # the InferencePool's schema check, structured outputs' validator
+  python3-venv python3-setuptools python3-wheel python3-pip  # the Python client's offline install
   universal-ctags  # function lengths for scripts/check_layout.py
   # the sanitizer and fuzzer builds (scripts/sanitizer_tests.sh): clang, its
   # sanitizer and libFuzzer runtimes, llvm-symbolizer for reports

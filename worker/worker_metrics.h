@@ -1,3 +1,4 @@
+// WorkerMetrics: pagoda-worker's /metrics endpoint (--metrics-port).
 #ifndef PAGODA_WORKER_WORKER_METRICS_H_
 #define PAGODA_WORKER_WORKER_METRICS_H_
 
@@ -7,11 +8,9 @@
 
 #include "absl/status/statusor.h"
 
-namespace prometheus {
-class Exposer;
-}  // namespace prometheus
-
 namespace pagoda::worker {
+
+class HttpPageServer;
 
 // What a worker counts, read at each scrape.
 struct WorkerCounts {
@@ -21,12 +20,13 @@ struct WorkerCounts {
 
 // pagoda-worker's /metrics endpoint (--metrics-port), in Prometheus text
 // format (docs/metrics.md, "Worker"): pagoda_worker_refused_calls_total,
-// labelled with the worker's rank. Thread-safe; `counts` is called from the
-// HTTP server's threads and must stay callable until this object is gone.
+// labelled with the worker's rank, served by an HttpPageServer (not
+// civetweb: see http_page_server.h). Thread-safe; `counts` is called from
+// the HTTP server's thread and must stay callable until this object is gone.
 class WorkerMetrics {
  public:
   // Listens on host:port (port 0 = the OS picks, see port()). UNAVAILABLE
-  // when the address cannot be bound.
+  // when the address cannot be bound, saying "port in use" when it is.
   static absl::StatusOr<std::unique_ptr<WorkerMetrics>> Start(const std::string& host, int port,
                                                               int rank,
                                                               std::function<WorkerCounts()> counts);
@@ -34,17 +34,12 @@ class WorkerMetrics {
   WorkerMetrics(const WorkerMetrics&) = delete;
   WorkerMetrics& operator=(const WorkerMetrics&) = delete;
 
-  int port() const { return port_; }
+  int port() const;
 
  private:
-  class Collector;
   WorkerMetrics() = default;
 
-  // The exposer holds the collector weakly: both live here, the exposer
-  // (its HTTP threads) going first.
-  std::shared_ptr<Collector> collector_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
-  int port_ = 0;
+  std::unique_ptr<HttpPageServer> server_;
 };
 
 }  // namespace pagoda::worker

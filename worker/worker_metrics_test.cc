@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -24,8 +25,8 @@ namespace v1 = ::pagoda::worker::v1;
 
 constexpr char kSecret[] = "metrics-test-secret-0123456789";
 
-// The body of GET /metrics on 127.0.0.1:`port` (HTTP/1.0: the server closes).
-std::string Scrape(int port) {
+// Connects to 127.0.0.1:`port`; -1 when refused.
+int Connect(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in address{};
   address.sin_family = AF_INET;
@@ -33,15 +34,26 @@ std::string Scrape(int port) {
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
     close(fd);
-    return "";
+    return -1;
   }
-  const std::string request = "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n";
+  return fd;
+}
+
+// Sends `request` and reads the answer to the server's close.
+std::string Exchange(int port, const std::string& request) {
+  const int fd = Connect(port);
+  if (fd < 0) return "";
   send(fd, request.data(), request.size(), MSG_NOSIGNAL);
   std::string response;
   char buffer[4096];
   for (ssize_t got; (got = recv(fd, buffer, sizeof(buffer), 0)) > 0;) response.append(buffer, got);
   close(fd);
   return response;
+}
+
+// The answer to GET /metrics on 127.0.0.1:`port` (the server closes).
+std::string Scrape(int port) {
+  return Exchange(port, "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n");
 }
 
 TEST(WorkerMetricsTest, RefusedCallsAreCountedPerRank) {
@@ -88,12 +100,61 @@ TEST(WorkerMetricsTest, RefusedCallsAreCountedPerRank) {
   server->Shutdown();
 }
 
-TEST(WorkerMetricsTest, BusyPortIsUnavailable) {
+TEST(WorkerMetricsTest, BusyPortIsUnavailableAndSaysInUse) {
   auto first = WorkerMetrics::Start("127.0.0.1", 0, 0, [] { return WorkerCounts{}; });
   ASSERT_TRUE(first.ok()) << first.status();
   auto second =
       WorkerMetrics::Start("127.0.0.1", (*first)->port(), 0, [] { return WorkerCounts{}; });
   EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(
+      second.status().message(),
+      absl::StrCat("metrics: cannot listen on 127.0.0.1:", (*first)->port(), ": port in use"));
+}
+
+TEST(WorkerMetricsTest, NotAnAddressIsUnavailable) {
+  auto metrics = WorkerMetrics::Start("256.0.0.1", 0, 0, [] { return WorkerCounts{}; });
+  EXPECT_EQ(metrics.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(
+      absl::StartsWith(metrics.status().message(), "metrics: cannot listen on 256.0.0.1:0: "))
+      << metrics.status();
+}
+
+// The page server answers hostile and odd requests briefly and keeps
+// serving: a wrong path, a wrong method, an oversized head, a silent client.
+TEST(WorkerMetricsTest, OddRequestsGetShortAnswersAndScrapesGoOn) {
+  auto metrics = WorkerMetrics::Start("127.0.0.1", 0, 4, [] { return WorkerCounts{}; });
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  const int port = (*metrics)->port();
+  EXPECT_TRUE(absl::StartsWith(Exchange(port, "GET / HTTP/1.1\r\n\r\n"), "HTTP/1.1 404"));
+  EXPECT_TRUE(absl::StartsWith(Exchange(port, "POST /metrics HTTP/1.1\r\n\r\n"), "HTTP/1.1 405"));
+  const std::string head_only = Exchange(port, "HEAD /metrics HTTP/1.1\r\n\r\n");
+  EXPECT_TRUE(absl::StartsWith(head_only, "HTTP/1.1 200")) << head_only;
+  EXPECT_TRUE(absl::EndsWith(head_only, "\r\n\r\n")) << head_only;  // No body.
+  const std::string huge =
+      absl::StrCat("GET /metrics?", std::string(64 << 10, 'x'), " HTTP/1.1\r\n\r\n");
+  EXPECT_TRUE(absl::StartsWith(Exchange(port, huge), "HTTP/1.1 431"));
+  // A client that connects and says nothing is dropped at its deadline;
+  // the scrape behind it is answered.
+  const int silent = Connect(port);
+  ASSERT_GE(silent, 0);
+  const std::string scraped = Exchange(port, "GET /metrics?x=1 HTTP/1.1\r\n\r\n");
+  close(silent);
+  EXPECT_TRUE(absl::StartsWith(scraped, "HTTP/1.1 200")) << scraped;
+  EXPECT_NE(scraped.find("Content-Type: text/plain; version=0.0.4"), std::string::npos);
+  EXPECT_NE(scraped.find("pagoda_worker_refused_calls_total{rank=\"4\"} 0"), std::string::npos)
+      << scraped;
+}
+
+// Stopping frees the port at once: a restarted worker binds it again.
+TEST(WorkerMetricsTest, PortIsFreeOnceStopped) {
+  auto first = WorkerMetrics::Start("127.0.0.1", 0, 0, [] { return WorkerCounts{}; });
+  ASSERT_TRUE(first.ok()) << first.status();
+  const int port = (*first)->port();
+  ASSERT_FALSE(Scrape(port).empty());
+  first->reset();
+  auto again = WorkerMetrics::Start("127.0.0.1", port, 0, [] { return WorkerCounts{}; });
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_NE(Scrape(port).find("pagoda_worker_refused_calls_total"), std::string::npos);
 }
 
 }  // namespace

@@ -103,7 +103,12 @@ ABSL_FLAG(int, max_message_bytes, pagoda::wire::kMaxWorkerMessageBytes,
           "bytes arrive.");
 ABSL_FLAG(int, metrics_port, 0,
           "Prometheus /metrics port (refused calls; docs/metrics.md), on the host of --listen "
-          "(127.0.0.1 for unix:); 0 = off, -1 = the OS picks one.");
+          "(127.0.0.1 for unix:) unless --metrics-host says otherwise; 0 = off, -1 = the OS "
+          "picks one.");
+ABSL_FLAG(std::string, metrics_host, "",
+          "IPv4 address to serve --metrics-port on, e.g. 0.0.0.0 for a Prometheus on another "
+          "host while --listen stays on loopback; default: the host of --listen (127.0.0.1 "
+          "for unix:).");
 
 namespace {
 
@@ -362,8 +367,10 @@ absl::StatusOr<std::unique_ptr<pagoda::worker::WorkerMetrics>> StartMetrics(
         "--metrics-port: expected 0 (off), -1 (any) or 1..65535, got ", flag));
   }
   const std::string listen = absl::GetFlag(FLAGS_listen);
-  const std::string host =
-      listen.rfind("unix:", 0) == 0 ? "127.0.0.1" : listen.substr(0, listen.rfind(':'));
+  std::string host = absl::GetFlag(FLAGS_metrics_host);
+  if (host.empty()) {
+    host = listen.rfind("unix:", 0) == 0 ? "127.0.0.1" : listen.substr(0, listen.rfind(':'));
+  }
   absl::StatusOr<std::unique_ptr<pagoda::worker::WorkerMetrics>> metrics =
       pagoda::worker::WorkerMetrics::Start(host, flag < 0 ? 0 : flag, absl::GetFlag(FLAGS_rank),
                                            [&service] {

@@ -1,6 +1,7 @@
 #include "scheduler/api/openai_protocol.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -1023,8 +1024,12 @@ json MakeOpenAiError(int http_status, const std::string& message) {
   if (http_status == 401 || http_status == 403) type = "authentication_error";
   if (http_status == 429) type = "rate_limit_error";
   if (http_status == 503) type = "service_unavailable";
-  return {
-      {"error", {{"message", message}, {"type", type}, {"param", nullptr}, {"code", http_status}}}};
+  // "param": the field a refused request's message names, as OpenAI does.
+  json param = nullptr;
+  if (type == "invalid_request_error") {
+    if (std::optional<std::string> field = FieldNamedBy(message)) param = *field;
+  }
+  return {{"error", {{"message", message}, {"type", type}, {"param", param}, {"code", http_status}}}};
 }
 
 }  // namespace pagoda::scheduler

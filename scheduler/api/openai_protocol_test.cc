@@ -3,6 +3,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "scheduler/api/field_error.h"
 
 namespace pagoda::scheduler {
 namespace {
@@ -191,6 +192,30 @@ TEST(OpenAiProtocolTest, ErrorsHaveOpenAisShapeAndStatus) {
   EXPECT_EQ(error["error"]["message"], "prompt: empty");
   EXPECT_EQ(error["error"]["type"], "invalid_request_error");
   EXPECT_EQ(error["error"]["code"], 400);
+  EXPECT_EQ(error["error"]["param"], "prompt");
+}
+
+// "param" names the field the message names, as an OpenAI client knows it;
+// null when the message names none, or the error is not the request's.
+TEST(OpenAiProtocolTest, ErrorParamNamesTheRefusedField) {
+  auto param = [](const absl::Status& status) { return MakeOpenAiError(status)["error"]["param"]; };
+  EXPECT_EQ(param(InvalidField("temperature", "must be in [0, 2], got 5")), "temperature");
+  EXPECT_EQ(param(InvalidField("messages[0].content", "must be a string")),
+            "messages[0].content");
+  // The validator's gRPC paths lose the level the OpenAI body does not have.
+  EXPECT_EQ(param(absl::InvalidArgumentError("sampling.top_p: must be in (0, 1]")), "top_p");
+  EXPECT_EQ(param(absl::InvalidArgumentError("stopping.max_tokens: must be at least 1")),
+            "max_tokens");
+  EXPECT_EQ(param(absl::InvalidArgumentError("prompt_token_ids[3]: 100 is not in the vocabulary")),
+            "prompt_token_ids[3]");
+  // No field named: a sentence, a bad path, an empty index.
+  EXPECT_TRUE(param(absl::InvalidArgumentError("prompt is too long: 600 tokens")).is_null());
+  EXPECT_TRUE(param(absl::InvalidArgumentError("bad value: x")).is_null());
+  EXPECT_TRUE(param(absl::InvalidArgumentError("logit_bias[]: x")).is_null());
+  EXPECT_TRUE(param(absl::InvalidArgumentError("no colon here")).is_null());
+  // Not the request's fault: no param, whatever the message.
+  EXPECT_TRUE(param(absl::UnavailableError("worker: down")).is_null());
+  EXPECT_TRUE(MakeOpenAiError(401, "api_key: missing")["error"]["param"].is_null());
 }
 
 }  // namespace

@@ -252,11 +252,23 @@ int64_t MaxRequestBytes(const ModelLimits& limits) {
          processing + static_cast<int64_t>(kMaxConstraintRequestBytes);
 }
 
+namespace {
+
+// A seed no two processes share (std::random_device reads the kernel's
+// entropy), unlike --seed.
+uint64_t ProcessRandomSeed() {
+  std::random_device device;
+  return (uint64_t{device()} << 32) | device();
+}
+
+}  // namespace
+
 RequestValidator::RequestValidator(ModelLimits limits, const Tokenizer* tokenizer, uint64_t seed)
     : limits_(limits),
       tokenizer_(tokenizer),
       constraints_(limits_.token_vocabulary),
-      rng_(seed) {}
+      rng_(seed),
+      id_rng_(ProcessRandomSeed()) {}
 
 absl::Status RequestValidator::ValidateConstraint(const pagoda::v1::GenerateRequest& request,
                                                   ValidatedRequest& out) {
@@ -305,13 +317,12 @@ absl::StatusOr<ValidatedRequest> RequestValidator::Validate(
 }
 
 std::string RequestValidator::NewRequestId() {
-  uint64_t number;
-  {
-    absl::MutexLock lock(&mu_);
-    number = next_request_number_++;
-  }
-  // The random part keeps ids unique across server restarts.
-  return absl::StrFormat("req-%d-%016x", number, NextRandom());
+  absl::MutexLock lock(&mu_);
+  // The random part keeps ids unique across server restarts: it comes from
+  // id_rng_, seeded afresh by each process, not from --seed's rng_, which
+  // would give every start the same ids (req-0-<same>, then OpenAI's
+  // cmpl-req-0-<same>).
+  return absl::StrFormat("req-%d-%016x", next_request_number_++, id_rng_());
 }
 
 }  // namespace pagoda::scheduler

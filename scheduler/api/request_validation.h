@@ -90,7 +90,9 @@ class RequestValidator {
  public:
   // `tokenizer` may be null (token-id prompts only); if not, it must outlive
   // the validator. `seed` seeds the generator that picks seeds for requests
-  // that bring none, and the suffix of generated request ids.
+  // that bring none; generated request ids take their random suffix from a
+  // generator seeded afresh in each process, so they never repeat across
+  // restarts.
   RequestValidator(ModelLimits limits, const Tokenizer* tokenizer, uint64_t seed);
 
   absl::StatusOr<ValidatedRequest> Validate(const pagoda::v1::GenerateRequest& request);
@@ -112,6 +114,7 @@ class RequestValidator {
   ConstraintCompiler constraints_;
   absl::Mutex mu_;
   std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);
+  std::mt19937_64 id_rng_ ABSL_GUARDED_BY(mu_);
   uint64_t next_request_number_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

@@ -110,6 +110,10 @@ TEST_F(RequestValidationTest, ServerPicksDistinctSeedsAndIds) {
   absl::StatusOr<ValidatedRequest> c = again.Validate(TokenRequest({1}));
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(a->sampling.seed, c->sampling.seed);
+  // But not the same ids: a restarted server (same --seed) must not hand out
+  // its predecessor's ids (OpenAI's cmpl-<id>) again.
+  EXPECT_NE(a->request_id, c->request_id);
+  EXPECT_TRUE(absl::StartsWith(c->request_id, "req-0-")) << c->request_id;
 }
 
 TEST_F(RequestValidationTest, RejectsBadPrompts) {

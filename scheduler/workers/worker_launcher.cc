@@ -177,12 +177,19 @@ int SpawnChild(const std::string& worker_binary, std::vector<std::string> args,
   // blocks SIGTERM and SIGINT in every thread (it sigwait()s for them), so
   // without this the worker would ignore the SIGTERM that Terminate() sends
   // and only a SIGKILL after the grace would stop it.
+  //
+  // The worker also gets a session of its own. A terminal's Ctrl-C sends
+  // SIGINT to its whole foreground process group; a worker in that group
+  // would stop at once, mid-drain, and the server would see a crashed
+  // worker and start another. In its own session (and so its own process
+  // group, without the terminal) it hears only the server, which stops it
+  // after draining; --parent-pid still ends it if the server dies.
   posix_spawnattr_t attributes;
   posix_spawnattr_init(&attributes);
   sigset_t no_signals;
   sigemptyset(&no_signals);
   posix_spawnattr_setsigmask(&attributes, &no_signals);
-  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGMASK);
+  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSID);
   const int spawn_error =
       posix_spawn(pid, worker_binary.c_str(), &actions, &attributes, argv.data(), environ);
   posix_spawnattr_destroy(&attributes);

@@ -2,10 +2,11 @@
 server and worker containers' rendered args and env (ports moved to free
 loopback ones, the model and secret paths to temporary files) start a
 pagoda-worker and a pagoda-server that serve gRPC and HTTP with the API key
-from PAGODA_API_KEY. Then the worker is killed, as a crashed sidecar: the
-readiness signals (gRPC health, /health) go unhealthy while the liveness
-probe's target (/metrics) keeps answering, and when the worker is started
-again, as the kubelet restarts a sidecar, the server serves again."""
+from PAGODA_API_KEY, and the worker's own /metrics. Then the worker is
+killed, as a crashed sidecar: the readiness signals (gRPC health, /health)
+go unhealthy while the liveness probe's target (/metrics) keeps answering,
+and when the worker is started again, as the kubelet restarts a sidecar,
+the server serves again."""
 import os
 import re
 import secrets
@@ -55,7 +56,7 @@ class ChartWiringTest(unittest.TestCase):
         spec = yaml.safe_load(rendered)["spec"]["template"]["spec"]
         cls.worker_container = spec["initContainers"][0]
         cls.server_container = spec["containers"][0]
-        cls.ports = {p: h.free_port() for p in ("50051", "8000", "9400", "50061")}
+        cls.ports = {p: h.free_port() for p in ("50051", "8000", "9400", "50061", "9401")}
 
     @classmethod
     def tearDownClass(cls):
@@ -67,7 +68,8 @@ class ChartWiringTest(unittest.TestCase):
             arg = arg.replace("/models/model", self.model)
             arg = arg.replace("/etc/pagoda/worker-secret/secret", self.secret_file)
             arg = arg.replace("0.0.0.0", "127.0.0.1").replace("$(POD_IP)", "127.0.0.1")
-            arg = re.sub(r"\b(50051|8000|9400|50061)\b", lambda m: str(self.ports[m.group(1)]), arg)
+            arg = re.sub(r"\b(50051|8000|9400|50061|9401)\b", lambda m: str(self.ports[m.group(1)]),
+                         arg)
             if arg.startswith("--cpu-kv-cache-space="):
                 arg = "--cpu-kv-cache-space=0.05"
             argv.append(arg)
@@ -97,6 +99,8 @@ class ChartWiringTest(unittest.TestCase):
             self.assertEqual(get(http, "/v1/models"), 401)
             self.assertEqual(get(http, "/health"), 200)
             self.assertEqual(get(metrics, "/metrics"), 200)
+            # The worker's own /metrics, as the chart starts it.
+            self.assertEqual(get(self.ports["9401"], "/metrics"), 200)
 
             worker.send_signal(signal.SIGKILL)
             worker.wait()

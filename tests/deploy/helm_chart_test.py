@@ -210,7 +210,12 @@ class HelmChartTest(unittest.TestCase):
         annotations = server_pods[0].workload["spec"]["template"]["metadata"]["annotations"]
         self.assertEqual(annotations["prometheus.io/scrape"], "true")
         self.assertEqual(annotations["prometheus.io/port"], "9400")
+        for pod in worker_pods:
+            annotations = pod.workload["spec"]["template"]["metadata"]["annotations"]
+            self.assertEqual(annotations["prometheus.io/scrape"], "true")
+            self.assertEqual(annotations["prometheus.io/port"], "9401")
         self.assertNotIn(("ServiceMonitor", "rel-pagoda"), m)
+        self.assertNotIn(("PodMonitor", "rel-pagoda-worker"), m)
         self.assertNotIn(("PrometheusRule", "rel-pagoda"), m)
 
     def check_pods(self, m, pods, server_pods):
@@ -251,7 +256,14 @@ class HelmChartTest(unittest.TestCase):
                                           f"--ssl-certfile={TLS_DIR}/worker.crt",
                                           f"--ssl-keyfile={TLS_DIR}/worker.key", "--timeout=2",
                                           "health"])
-                self.assertEqual(sidecar, "ports" not in container)
+                # A sidecar's gRPC port is loopback's; every worker's
+                # /metrics is on the pod IP, for Prometheus.
+                ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+                self.assertEqual(ports, {"worker-metrics": 9401} if sidecar
+                                 else {"worker": 50061, "worker-metrics": 9401})
+                args = flags_of(container["args"])
+                self.assertEqual(args["metrics-port"], "9401")
+                self.assertEqual(args["metrics-host"], "0.0.0.0")
         for pod in server_pods:
             server = pod.containers["server"]
             args = flags_of(server["args"])
@@ -327,10 +339,12 @@ class HelmChartTest(unittest.TestCase):
             with open(os.path.join(tmp, "secret"), "w") as f:
                 f.write("chart-worker-secret-0123456789abcdef")
             os.chmod(os.path.join(tmp, "secret"), 0o600)
-            port = h.free_port()
+            port, metrics_port = h.free_port(), h.free_port()
             local = lambda arg: arg.replace(TLS_DIR, tmp).replace(SECRET_FILE, tmp + "/secret") \
                 .replace("0.0.0.0:50061", f"127.0.0.1:{port}") \
-                .replace("127.0.0.1:50061", f"127.0.0.1:{port}")
+                .replace("127.0.0.1:50061", f"127.0.0.1:{port}") \
+                .replace("--metrics-port=9401", f"--metrics-port={metrics_port}") \
+                .replace("--metrics-host=0.0.0.0", "--metrics-host=127.0.0.1")
             args = [local(a) for a in worker["args"]
                     if not a.startswith(("--rank", "--collective-host"))]
             process = subprocess.Popen([h.binary("pagoda-worker"), *args],
@@ -375,7 +389,9 @@ class HelmChartTest(unittest.TestCase):
                                     pod.labels))
         public, *rest = server_policy["spec"]["ingress"]
         self.assertNotIn("from", public)
-        self.assertEqual({p["port"] for p in public["ports"]}, {50051, 8000, 9400})
+        # A sidecar worker's /metrics is on its server's pod.
+        self.assertEqual({p["port"] for p in public["ports"]},
+                         {50051, 8000, 9400} | ({9401} if sidecar else set()))
         self.assertEqual(len(rest), 0 if sidecar else 1)
         self.assertEqual(len(policies), 1 if sidecar else 1 + len(server_pods))
         # Replica r's workers: from server-r (worker port) and replica r's
@@ -384,7 +400,9 @@ class HelmChartTest(unittest.TestCase):
             mine = [p for p in policies
                     if selects(p["spec"]["podSelector"]["matchLabels"], pod.labels)]
             self.assertEqual(len(mine), 1, pod.name)
-            callers, peers = mine[0]["spec"]["ingress"]
+            callers, peers, scrapers = mine[0]["spec"]["ingress"]
+            self.assertNotIn("from", scrapers)
+            self.assertEqual(scrapers["ports"], [{"protocol": "TCP", "port": 9401}])
             allowed = [p.name for p in pods
                        if selects(callers["from"][0]["podSelector"]["matchLabels"], p.labels)]
             self.assertEqual(allowed, [f"rel-pagoda-server-{pod.labels['pagoda/replica']}"])
@@ -428,6 +446,16 @@ class HelmChartTest(unittest.TestCase):
                                          d["metadata"]["labels"]))
         self.assertEqual(monitor["spec"]["endpoints"][0]["port"], "metrics")
         self.assertIn("metrics", [p["name"] for p in service["spec"]["ports"]])
+        # The workers' /metrics: a PodMonitor over every pod with a
+        # worker-metrics port, here the worker pods (the servers' have none).
+        pod_monitor = m[("PodMonitor", "rel-pagoda-worker")]
+        self.assertEqual(pod_monitor["spec"]["podMetricsEndpoints"][0]["port"], "worker-metrics")
+        scraped = [p.name for p in pods_of(m)
+                   if selects(pod_monitor["spec"]["selector"]["matchLabels"], p.labels)
+                   and any(port["name"] == "worker-metrics" for c in p.containers.values()
+                           for port in c.get("ports", []))]
+        self.assertEqual(len(scraped), 3 * 2)
+        self.assertTrue(all("-worker-" in name for name in scraped))
         # The Prometheus Operator labels targets job=<the Service's jobLabel
         # label>, namespace and service; every alert selects exactly those.
         job = service["metadata"]["labels"][monitor["spec"]["jobLabel"]]
@@ -453,6 +481,152 @@ class HelmChartTest(unittest.TestCase):
         for r in rules:
             self.assertEqual(static_rules[r["alert"]]["expr"].replace(
                 '{job="pagoda"}', expected).split(), r["expr"].split())
+
+    def test_schema_refuses_bad_values(self):
+        """values.schema.json: helm lint and helm template refuse each bad
+        value with a line naming it, before anything is rendered."""
+        bad = {
+            "tensorParallelSize=0": "tensorParallelSize",
+            "server.metricsPort=0": "server.metricsPort",
+            "server.port=70000": "server.port",
+            "server.httpPort=-1": "server.httpPort",
+            "worker.port=0": "worker.port",
+            "worker.metricsPort=65536": "worker.metricsPort",
+            "server.replicas=0": "server.replicas",
+            "server.maxNumSeqs=0": "server.maxNumSeqs",
+            "server.gpuMemoryUtilization=1.5": "server.gpuMemoryUtilization",
+            "server.cpuKvCacheSpace=0": "server.cpuKvCacheSpace",
+            "server.preemptionMode=sometimes": "server.preemptionMode",
+            "device=tpu": "device",
+            "image.pullPolicy=Sometimes": "image.pullPolicy",
+            "clusterDomain=-bad.": "clusterDomain",
+            "imagePullSecrets[0].name=Bad_Name": "imagePullSecrets.0.name",
+            "tensorParalelSize=2": "tensorParalelSize",  # A typo is no value at all.
+        }
+        for item, field in bad.items():
+            with self.subTest(value=item):
+                for command in (["template", "rel"], ["lint", "--strict"]):
+                    result = subprocess.run([HELM, *command, CHART, "--set", item],
+                                            capture_output=True, text=True, timeout=60)
+                    self.assertNotEqual(result.returncode, 0, result.stdout)
+                    output = result.stdout + result.stderr
+                    self.assertIn("schema", output)
+                    self.assertIn(field, output)
+
+    def test_pod_identity_and_registry_credentials(self):
+        """Every pod runs as the chart's ServiceAccount with no API token
+        mounted, and pulls with the given imagePullSecrets; the endpoint
+        picker (which does call the API) keeps its own account."""
+        for size in (1, 2):
+            m = render(f"tensorParallelSize={size}", "imagePullSecrets[0].name=registry",
+                       "inferencePool.enabled=true", "serviceAccount.annotations.team=ml")
+            account = m[("ServiceAccount", "rel-pagoda")]
+            self.assertIs(account["automountServiceAccountToken"], False)
+            self.assertEqual(account["metadata"]["annotations"], {"team": "ml"})
+            pods = pods_of(m)
+            self.assertEqual(len(pods), 2 if size == 1 else 4)  # The picker's among them.
+            for pod in pods:
+                with self.subTest(size=size, pod=pod.name):
+                    self.assertEqual(pod.spec["imagePullSecrets"], [{"name": "registry"}])
+                    if "epp" in pod.containers:
+                        self.assertEqual(pod.spec["serviceAccountName"], "rel-pagoda-epp")
+                        continue
+                    self.assertEqual(pod.spec["serviceAccountName"], "rel-pagoda")
+                    self.assertIs(pod.spec["automountServiceAccountToken"], False)
+        # An account of one's own, or the namespace's default: none is made.
+        for sets, name in ((["serviceAccount.create=false", "serviceAccount.name=mine"], "mine"),
+                           (["serviceAccount.create=false"], "default")):
+            m = render(*sets)
+            self.assertFalse([k for k in m if k[0] == "ServiceAccount"])
+            for pod in pods_of(m):
+                self.assertEqual(pod.spec["serviceAccountName"], name)
+                self.assertIs(pod.spec["automountServiceAccountToken"], False)
+                self.assertNotIn("imagePullSecrets", pod.spec)
+
+    def test_placement(self):
+        """worker.* places the pods that hold a worker (at size 1 the
+        server's, which holds it); server.* the server pods above size 1."""
+        sets = []
+        for role in ("server", "worker"):
+            sets += [f"{role}.nodeSelector.pool={role}s",
+                     f"{role}.tolerations[0].key={role}-only",
+                     f"{role}.tolerations[0].operator=Exists",
+                     f"{role}.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution"
+                     f"[0].weight=1",
+                     f"{role}.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution"
+                     f"[0].preference.matchExpressions[0].key={role}-zone",
+                     f"{role}.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution"
+                     f"[0].preference.matchExpressions[0].operator=Exists"]
+        for size in (1, 2):
+            for pod in pods_of(render(f"tensorParallelSize={size}", *sets)):
+                role = "server" if "server" in pod.containers and size > 1 else "worker"
+                with self.subTest(size=size, pod=pod.name):
+                    self.assertEqual(pod.spec["nodeSelector"], {"pool": f"{role}s"})
+                    self.assertEqual(pod.spec["tolerations"],
+                                     [{"key": f"{role}-only", "operator": "Exists"}])
+                    preferred = pod.spec["affinity"]["nodeAffinity"][
+                        "preferredDuringSchedulingIgnoredDuringExecution"]
+                    self.assertEqual(preferred[0]["preference"]["matchExpressions"][0]["key"],
+                                     f"{role}-zone")
+        for pod in pods_of(render("tensorParallelSize=2")):
+            for key in ("nodeSelector", "tolerations", "affinity"):
+                self.assertNotIn(key, pod.spec)
+
+    def test_cluster_domain(self):
+        m = render("tensorParallelSize=2", "clusterDomain=corp.example")
+        for pod in pods_of(m):
+            if "server" not in pod.containers:
+                continue
+            addresses = flags_of(pod.containers["server"]["args"])["worker-addresses"]
+            for address in addresses.split(","):
+                self.assertTrue(address.endswith(f".{NAMESPACE}.svc.corp.example:50061"), address)
+        with open(os.path.join(CHART, "templates", "_helpers.tpl")) as f:
+            self.assertNotIn("cluster.local", f.read())
+
+    def test_secrets_stay_the_same_from_render_to_render(self):
+        """A render without a cluster (helm template, GitOps) cannot look up
+        the Secrets it made before: with existingSecret it makes none, so
+        two renders are identical; without, each makes its own (helm
+        install/upgrade keep the first by lookup)."""
+        sets = ["tensorParallelSize=2", "workerSecret.existingSecret=pagoda-worker-secret",
+                "workerTls.existingSecret=pagoda-worker-tls"]
+        first, second = render(*sets), render(*sets)
+        self.assertEqual(first, second)
+        self.assertFalse([k for k in first if k[0] == "Secret"])
+        for pod in pods_of(first):
+            volumes = {v["name"]: v for v in pod.spec["volumes"]}
+            self.assertEqual(volumes["worker-secret"]["secret"]["secretName"],
+                             "pagoda-worker-secret")
+            self.assertEqual(volumes["worker-tls"]["secret"]["secretName"], "pagoda-worker-tls")
+        made = render("tensorParallelSize=2")
+        self.assertIn(("Secret", "rel-pagoda-worker-secret"), made)
+        for name in ("worker-secret.yaml", "worker-tls-secret.yaml"):
+            with open(os.path.join(CHART, "templates", name)) as f:
+                self.assertIn('lookup "v1" "Secret"', f.read())
+
+    def test_worker_metrics_options(self):
+        # Off: no flag, no port, no annotation, no PodMonitor, no policy rule.
+        for size in (1, 2):
+            m = render(f"tensorParallelSize={size}", "worker.metricsPort=0",
+                       "metrics.serviceMonitor.enabled=true")
+            self.assertNotIn(("PodMonitor", "rel-pagoda-worker"), m)
+            for pod in pods_of(m):
+                worker = pod.containers["worker"] if "worker" in pod.containers else None
+                if worker is None:
+                    continue
+                self.assertNotIn("metrics-port", flags_of(worker["args"]))
+                self.assertNotIn("worker-metrics",
+                                 [p["name"] for p in worker.get("ports", [])])
+        # At size 1 the PodMonitor finds the sidecar on the server pods.
+        m = render("metrics.serviceMonitor.enabled=true", "server.replicas=2")
+        monitor = m[("PodMonitor", "rel-pagoda-worker")]
+        scraped = [p for p in pods_of(m)
+                   if selects(monitor["spec"]["selector"]["matchLabels"], p.labels)
+                   and any(port["name"] == "worker-metrics"
+                           for port in p.containers["worker"].get("ports", []))]
+        self.assertEqual(len(scraped), 2)
+        # Its targets carry no service label: the server alerts never count them.
+        self.assertNotIn("jobLabel", monitor["spec"])
 
     def test_api_key_and_options(self):
         m = render("apiKey.existingSecret=keys", "apiKey.key=token", "server.httpPort=0",

@@ -52,10 +52,48 @@ app.kubernetes.io/component: worker
 {{- $name := include "pagoda.workersName" . -}}
 {{- $addresses := list -}}
 {{- range $rank := until (int .Values.tensorParallelSize) -}}
-{{- $addresses = append $addresses (printf "%s-$(PAGODA_REPLICA)-%d.%s.%s.svc.cluster.local:%d" $name $rank $name $.Release.Namespace (int $.Values.worker.port)) -}}
+{{- $addresses = append $addresses (printf "%s-$(PAGODA_REPLICA)-%d.%s.%s.svc.%s:%d" $name $rank $name $.Release.Namespace $.Values.clusterDomain (int $.Values.worker.port)) -}}
 {{- end -}}
 {{- join "," $addresses -}}
 {{- end -}}
+{{- end -}}
+
+{{/* The ServiceAccount of the server and worker pods. */}}
+{{- define "pagoda.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "pagoda.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* What every server and worker pod spec starts with: its account, no
+     API token (Pagoda calls no Kubernetes API, so a token would only be
+     something to steal), and the registry credentials. */}}
+{{- define "pagoda.podIdentity" -}}
+serviceAccountName: {{ include "pagoda.serviceAccountName" . }}
+automountServiceAccountToken: false
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* nodeSelector, tolerations and affinity of a pod, from .placement (the
+     server's or the worker's values). */}}
+{{- define "pagoda.placement" -}}
+{{- with .placement.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .placement.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .placement.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 {{- end -}}
 
 {{/* A StatefulSet ordinal (apps.kubernetes.io/pod-index, Kubernetes 1.28+). */}}
@@ -99,6 +137,12 @@ valueFrom: {fieldRef: {fieldPath: "metadata.labels['apps.kubernetes.io/pod-index
     {{- end }}
     {{- end }}
     - --secret-file=/etc/pagoda/worker-secret/secret
+    {{- if $.Values.worker.metricsPort }}
+    # /metrics on the pod IP (also at size 1, where --listen is loopback),
+    # for Prometheus; it shows counts only, never a secret.
+    - --metrics-port={{ $.Values.worker.metricsPort }}
+    - --metrics-host=0.0.0.0
+    {{- end }}
   env:
     - name: POD_IP
       valueFrom: {fieldRef: {fieldPath: status.podIP}}
@@ -106,21 +150,26 @@ valueFrom: {fieldRef: {fieldPath: "metadata.labels['apps.kubernetes.io/pod-index
     - name: PAGODA_RANK
       {{- include "pagoda.podIndexEnv" . | nindent 6 }}
     {{- end }}
+  {{- if or (not .sidecar) $.Values.worker.metricsPort }}
+  ports:
+    {{- if not .sidecar }}
+    - {name: worker, containerPort: {{ $.Values.worker.port }}}
+    {{- end }}
+    {{- if $.Values.worker.metricsPort }}
+    - {name: worker-metrics, containerPort: {{ $.Values.worker.metricsPort }}}
+    {{- end }}
+  {{- end }}
   {{- if .sidecar }}
   {{- $probe := printf "exec: {command: [pagoda-cli, --server=127.0.0.1:%d, --timeout=2, health]}, timeoutSeconds: 3" (int $.Values.worker.port) }}
   startupProbe: { {{- $probe }}, periodSeconds: 1, failureThreshold: 120}
   livenessProbe: { {{- $probe }}, periodSeconds: 10, failureThreshold: 3}
   readinessProbe: { {{- $probe }}, periodSeconds: 5}
   {{- else if include "pagoda.workerTls" $ }}
-  ports:
-    - {name: worker, containerPort: {{ $.Values.worker.port }}}
   {{- $probe := include "pagoda.workerTlsProbe" $ }}
   startupProbe: { {{- $probe }}, periodSeconds: 1, failureThreshold: 120}
   livenessProbe: { {{- $probe }}, periodSeconds: 10, failureThreshold: 3}
   readinessProbe: { {{- $probe }}, periodSeconds: 5}
   {{- else }}
-  ports:
-    - {name: worker, containerPort: {{ $.Values.worker.port }}}
   startupProbe:
     grpc: {port: {{ $.Values.worker.port }}}
     periodSeconds: 1
