@@ -13,6 +13,9 @@
    includes neither bench/ nor tests/.
 4. File length: no product file (tests, device kernels and generated code
    aside) is longer than MAX_FILE_LINES, except those in OVERSIZE_ALLOWED.
+5. Flags: in the server, only scheduler/config/server_flags.cc defines or
+   reads a command-line flag (ABSL_FLAG, absl::GetFlag); everything else
+   takes the checked ServerConfig.
 
 Usage: scripts/check_layout.py [REPO_DIR]. Prints each violation and exits 1
 if there is any; prints a one-line summary and exits 0 otherwise.
@@ -65,7 +68,13 @@ FORBIDDEN = [
                        "scheduler/metrics", "scheduler/constraints/"]),
     ("scheduler/kv_events/", ["scheduler/engine/", "scheduler/api/", "scheduler/workers/",
                               "scheduler/metrics", "scheduler/constraints/"]),
-    ("scheduler/engine/", ["scheduler/api/", "scheduler/metrics", "scheduler/kv_events/"]),
+    ("scheduler/engine/", ["scheduler/api/", "scheduler/metrics", "scheduler/kv_events/",
+                           "scheduler/config/", "scheduler/startup/"]),
+    # The config knows the rooms whose limits it checks; nothing but the
+    # start-up sequence knows the config's flags or the start-up stages.
+    ("scheduler/config/", ["scheduler/startup/", "scheduler/workers/", "scheduler/kv_events/",
+                           "scheduler/metrics", "text/"]),
+    ("scheduler/api/", ["scheduler/config/", "scheduler/startup/"]),
     ("scheduler/workers/", ["scheduler/engine/", "scheduler/api/", "scheduler/kv/",
                             "scheduler/constraints/"]),
     # Grammars and token masks: the engine and the API use them; they know
@@ -182,6 +191,22 @@ def check_file_lengths(repo, files):
     return problems
 
 
+FLAG_USE = re.compile(r"\bABSL_FLAG\s*\(|\babsl::GetFlag\s*\(")
+FLAGS_FILE = "scheduler/config/server_flags.cc"
+
+
+def check_flag_reads(repo, files):
+    problems = []
+    for path in files:
+        if not path.startswith("scheduler/") or path == FLAGS_FILE or is_test_file(path):
+            continue
+        with open(os.path.join(repo, path), encoding="utf-8") as source:
+            if FLAG_USE.search(source.read()):
+                problems.append(f"{path}: defines or reads a flag (only {FLAGS_FILE} does; "
+                                f"take the ServerConfig)")
+    return problems
+
+
 def main():
     repo = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.dirname(
         os.path.abspath(__file__)))
@@ -191,13 +216,14 @@ def main():
     problems += length_problems
     problems += check_placement(repo)
     problems += check_file_lengths(repo, files)
+    problems += check_flag_reads(repo, files)
     for problem in problems:
         print(problem)
     if problems:
         print(f"check_layout: {len(problems)} violation(s)")
         return 1
     print(f"check_layout: {len(files)} files, no forbidden arrow, no benchmark or test "
-          f"helper in a product folder; {measured} measured, no function over "
+          f"helper in a product folder, no flag read outside {FLAGS_FILE}; {measured} measured, no function over "
           f"{MAX_FUNCTION_LINES} lines, no file over {MAX_FILE_LINES} but the "
           f"{len(OVERSIZE_ALLOWED)} allowed (issue 43)")
     return 0

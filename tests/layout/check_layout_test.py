@@ -46,7 +46,9 @@ class CheckLayoutTest(unittest.TestCase):
                   ("scheduler/server_main.cc", "worker/comm/collective_communicator.h"),
                   ("worker/worker_service.cc", "scheduler/workers/worker_group.h"),
                   ("scheduler/engine/engine.cc", "tests/fakes/in_process_worker_group.h"),
-                  ("worker/worker_main.cc", "text/tokenizer.h")]
+                  ("worker/worker_main.cc", "text/tokenizer.h"),
+                  ("scheduler/api/frontend.cc", "scheduler/config/server_config.h"),
+                  ("scheduler/engine/engine.cc", "scheduler/startup/serving.h")]
         for source, target in arrows:
             with self.subTest(source=source, target=target), \
                     tempfile.TemporaryDirectory() as root:
@@ -54,6 +56,20 @@ class CheckLayoutTest(unittest.TestCase):
                 result = check(root)
                 self.assertEqual(result.returncode, 1, result.stdout)
                 self.assertIn(source, result.stdout)
+
+    def test_a_flag_read_outside_the_server_config_fails(self):
+        for path, text in [("scheduler/api/frontend.cc", "int p = absl::GetFlag(FLAGS_port);\n"),
+                           ("scheduler/startup/serving.cc", "ABSL_FLAG(int, port, 1, \"p\");\n")]:
+            with self.subTest(path=path), tempfile.TemporaryDirectory() as root:
+                write(root, path, text)
+                result = check(root)
+                self.assertEqual(result.returncode, 1, result.stdout)
+                self.assertIn(f"{path}: defines or reads a flag", result.stdout)
+        with tempfile.TemporaryDirectory() as root:
+            write(root, "scheduler/config/server_flags.cc",
+                  "ABSL_FLAG(int, port, 1, \"p\");\nint P() { return absl::GetFlag(FLAGS_port); }\n")
+            result = check(root)
+            self.assertEqual(result.returncode, 0, result.stdout)
 
     def test_long_function_fails_outside_tests_only(self):
         with tempfile.TemporaryDirectory() as root:
