@@ -37,7 +37,7 @@ def setUpModule():
     global _tmp, _server, _channel, _stub, _client
     _tmp = tempfile.TemporaryDirectory()
     model = h.make_model(os.path.join(_tmp.name, "model"))
-    _server = h.Server(model, "--served-model-name", "tiny").start()
+    _server = h.Server(model, "--served-model-name", "tiny", "--metrics-port", "-1").start()
     _channel = grpc.insecure_channel(_server.address)
     _stub = pb_grpc.VllmEngineStub(_channel)
     _client = pagoda_client.Client(_server.address, timeout=60)
@@ -77,6 +77,14 @@ def tokens_by_index(responses):
         else:
             tokens.setdefault(part.index, []).extend(part.output_ids)
     return tokens, finish
+
+
+def success_count(reason):
+    """pagoda_request_success_total for `reason`, summed over its series."""
+    values, _ = h.scrape(_server.metrics_port)
+    return sum(v for k, v in values.items()
+               if k.startswith("pagoda_request_success_total{")
+               and f'finished_reason="{reason}"' in k)
 
 
 class VllmGrpcTest(unittest.TestCase):
@@ -148,6 +156,23 @@ class VllmGrpcTest(unittest.TestCase):
                             and r.chunk.index == response.complete.index]
                 self.assertTrue(previous)
                 self.assertEqual(list(previous[-1].token_ids), list(response.complete.output_ids))
+
+    def test_stop_string_ends_with_stop_in_the_stream_and_the_metrics(self):
+        text = _client.generate(token_ids=PROMPT, max_tokens=24, temperature=0,
+                                ignore_eos=True).outputs[0].text
+        stop = text[4:8]
+        self.assertEqual(len(stop), 4, text)
+        before_stop, before_abort = success_count("stop"), success_count("abort")
+        responses = generate("stop-string", True, temperature=0, max_tokens=24,
+                             ignore_eos=True, stop=[stop])
+        # The engine counts the request by the reason the client sees.
+        h.wait_for(lambda: success_count("stop") + success_count("abort")
+                   > before_stop + before_abort, 10, "the request counted as finished")
+        self.assertEqual((success_count("stop"), success_count("abort")),
+                         (before_stop + 1, before_abort))
+        tokens, finish = tokens_by_index(responses)
+        self.assertEqual(finish, {0: "stop"})
+        self.assertLess(len(tokens[0]), 24)
 
     def test_unsupported_fields_are_invalid_argument_naming_them(self):
         cases = {
