@@ -1,5 +1,6 @@
 #include "scheduler/kv_events/publisher.h"
 
+#include <unistd.h>
 #include <zmq.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "scheduler/engine/sequence.h"
 #include "scheduler/kv/block_manager.h"
@@ -263,6 +265,60 @@ TEST(KvEventPublisherTest, PublishesNumberedBatchesAndReplays) {
     zmq_close(dealer);
     EXPECT_EQ((*publisher)->num_published(), last + 4);
   }
+  zmq_close(sub);
+  zmq_ctx_term(context);
+}
+
+// ZeroMQ's PUB drops what it sends while no subscription has arrived. Here
+// a bound publisher holds what it publishes before the first subscriber
+// connects, and while the only one is away: every batch arrives, in order
+// and without a gap, once a subscriber is there.
+TEST(KvEventPublisherTest, HoldsBatchesUntilASubscriberIsThere) {
+  const std::string endpoint = absl::StrCat("ipc:///tmp/pagoda-kv-hold-", getpid(), ".sock");
+  KvEventPublisherOptions options;
+  options.endpoint = endpoint;  // ipc://: bound, subscribers connect.
+  options.topic = "kv@hold@model";
+  absl::StatusOr<std::unique_ptr<KvEventPublisher>> publisher = KvEventPublisher::Start(options);
+  ASSERT_TRUE(publisher.ok()) << publisher.status();
+  void* context = zmq_ctx_new();
+  auto connected_sub = [&] {
+    void* sub = zmq_socket(context, ZMQ_SUB);
+    const int timeout_ms = 5000;
+    zmq_setsockopt(sub, ZMQ_RCVTIMEO, &timeout_ms, sizeof(timeout_ms));
+    const int no_linger = 0;
+    zmq_setsockopt(sub, ZMQ_LINGER, &no_linger, sizeof(no_linger));
+    zmq_setsockopt(sub, ZMQ_SUBSCRIBE, "kv@", 3);
+    EXPECT_EQ(zmq_connect(sub, endpoint.c_str()), 0);
+    return sub;
+  };
+  auto publish = [&publisher] {
+    KvEventBatch batch;
+    batch.AddCleared();
+    ASSERT_TRUE((*publisher)->TryPublish(batch));
+  };
+  auto expect_seqs = [](void* from, int64_t first, int64_t last) {
+    for (int64_t seq = first; seq <= last; ++seq) {
+      const std::vector<std::string> frames = RecvMultipart(from);
+      ASSERT_EQ(frames.size(), 3u) << "batch " << seq << " never arrived";
+      EXPECT_EQ(frames[1], Seq(seq));
+    }
+  };
+  for (int i = 0; i < 3; ++i) publish();  // Before any subscriber.
+  void* sub = connected_sub();
+  expect_seqs(sub, 0, 2);
+  EXPECT_TRUE((*publisher)->subscribed());
+  zmq_close(sub);
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while ((*publisher)->subscribed() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_FALSE((*publisher)->subscribed()) << "the subscriber's leaving went unnoticed";
+  for (int i = 0; i < 2; ++i) publish();  // While it is away.
+  sub = connected_sub();
+  publish();
+  expect_seqs(sub, 3, 5);
+  EXPECT_EQ((*publisher)->num_published(), 6);
+  publisher->reset();
   zmq_close(sub);
   zmq_ctx_term(context);
 }

@@ -36,11 +36,21 @@ TOPIC = b"kv@test-pod@tiny"
 class Subscriber:
     """Collects (topic, seq, payload) from a bound SUB socket on a thread."""
 
-    def __init__(self, context):
+    def __init__(self, context, endpoint="tcp://127.0.0.1:*"):
         self.socket = context.socket(zmq.SUB)
         self.socket.setsockopt(zmq.SUBSCRIBE, b"")
         self.socket.setsockopt(zmq.RCVTIMEO, 100)
-        self.socket.bind("tcp://127.0.0.1:*")
+        # A port just given up by an earlier socket is released by ZeroMQ's
+        # I/O thread: bound again once it is.
+        deadline = time.time() + 10
+        while True:
+            try:
+                self.socket.bind(endpoint)
+                break
+            except zmq.ZMQError as error:
+                if error.errno != zmq.EADDRINUSE or time.time() > deadline:
+                    raise
+                time.sleep(0.05)
         self.endpoint = self.socket.getsockopt(zmq.LAST_ENDPOINT).decode()
         self.messages = []
         self.last_arrival = time.time()
@@ -63,6 +73,8 @@ class Subscriber:
             time.sleep(0.1)
 
     def stop(self):
+        if not self.running:
+            return
         self.running = False
         self.thread.join()
         self.socket.close(linger=0)
@@ -124,7 +136,81 @@ def server_hashes(metrics_port):
     return hashes
 
 
+def connected_to(port):
+    """Whether a TCP connection to 127.0.0.1:`port` is open or closing."""
+    with open("/proc/net/tcp") as table:
+        rows = [line.split() for line in table.readlines()[1:]]
+    # ESTABLISHED (01) or CLOSE_WAIT (08), by the remote address's port.
+    return any(int(row[2].split(":")[1], 16) == port and row[3] in ("01", "08")
+               for row in rows)
+
+
+def prompt_of(seed, length=57):
+    rng = random.Random(seed)
+    return [rng.randrange(1, 250) for _ in range(length)]
+
+
 class KvEventsTest(unittest.TestCase):
+
+    def test_every_batch_arrives_after_an_idle_start_an_idle_period_and_a_rebind(self):
+        """A subscriber up long before traffic (an indexer's) gets every batch:
+        the first request 5 s after start, another after 30 s idle, and one
+        after the subscriber went away and bound its endpoint again. The
+        replay socket holds every batch published: the subscriber must end
+        with exactly those, numbered from 0 without a gap."""
+        tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(tmp.cleanup)
+        model = h.make_model(os.path.join(tmp.name, "model"))
+        context = zmq.Context()
+        self.addCleanup(context.term)
+        subscriber = Subscriber(context)
+        self.addCleanup(subscriber.stop)
+        endpoint = subscriber.endpoint
+        server = h.Server(model, "--block-size", str(BLOCK_SIZE), "--kv-events-endpoint",
+                          endpoint, "--kv-events-replay-endpoint", "tcp://127.0.0.1:*").start()
+        started = time.time()
+        self.addCleanup(server.stop)
+        client = pagoda_client.Client(server.address, timeout=60)
+        self.addCleanup(client.close)
+
+        def delivered(received, seed):
+            """Every batch published so far, once `received` holds all it should."""
+            client.generate(token_ids=prompt_of(seed), max_tokens=4, ignore_eos=True)
+            published = []
+
+            def caught_up():
+                published[:] = replay(context, server.kv_events_replay_endpoint, 0)
+                return published and int.from_bytes(
+                    (received.messages or [[b"", b"\xff" * 8]])[-1][1], "big") == len(
+                    published) - 1
+
+            h.wait_for(caught_up, 10, "the subscriber to receive the last batch published")
+            return list(published)
+
+        # The idle start and the idle period are the scenario: fixed waits.
+        time.sleep(max(0.0, started + 5 - time.time()))
+        published = delivered(subscriber, 1)
+        time.sleep(30)
+        published = delivered(subscriber, 2)
+        self.assertEqual([(int.from_bytes(seq, "big"), payload)
+                          for _, seq, payload in subscriber.messages], published)
+        # The indexer restarts on the same endpoint, and the server publishes
+        # while it is away: those batches are held, and arrive (with the
+        # later ones, in order) once the publisher has reconnected.
+        first_after = len(published)
+        subscriber.stop()
+        port = int(endpoint.rsplit(":", 1)[1])
+        h.wait_for(lambda: not connected_to(port), 10, "the server to see the subscriber go")
+        client.generate(token_ids=prompt_of(3), max_tokens=4, ignore_eos=True)
+        h.wait_for(lambda: len(replay(context, server.kv_events_replay_endpoint, 0))
+                   > first_after, 10, "batches published while no one listens")
+        subscriber = Subscriber(context, endpoint)
+        self.addCleanup(subscriber.stop)
+        published = delivered(subscriber, 4)
+        seqs = [int.from_bytes(seq, "big") for _, seq, _ in subscriber.messages]
+        self.assertEqual(seqs, list(range(first_after, len(published))), "sequence gap")
+        self.assertTrue(all(topic == subscriber.messages[0][0]
+                            for topic, _, _ in subscriber.messages))
 
     def test_subscriber_replays_to_the_server_cache(self):
         tmp = tempfile.TemporaryDirectory()
