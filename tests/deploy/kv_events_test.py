@@ -53,7 +53,6 @@ class Subscriber:
                 time.sleep(0.05)
         self.endpoint = self.socket.getsockopt(zmq.LAST_ENDPOINT).decode()
         self.messages = []
-        self.last_arrival = time.time()
         self.running = True
         self.thread = threading.Thread(target=self.run)
         self.thread.start()
@@ -65,12 +64,6 @@ class Subscriber:
             except zmq.Again:
                 continue
             self.messages.append(frames)
-            self.last_arrival = time.time()
-
-    def wait_quiet(self, seconds=1.0, timeout=30):
-        deadline = time.time() + timeout
-        while time.time() - self.last_arrival < seconds and time.time() < deadline:
-            time.sleep(0.1)
 
     def stop(self):
         if not self.running:
@@ -78,6 +71,25 @@ class Subscriber:
         self.running = False
         self.thread.join()
         self.socket.close(linger=0)
+
+
+class ErrorKeepingThread(threading.Thread):
+    """A thread whose exception join_and_raise() raises in the caller."""
+
+    def __init__(self, target, *args):
+        super().__init__()
+        self.work, self.args, self.error = target, args, None
+
+    def run(self):
+        try:
+            self.work(*self.args)
+        except BaseException as error:  # noqa: B902 - re-raised by the joiner.
+            self.error = error
+
+    def join_and_raise(self):
+        self.join()
+        if self.error is not None:
+            raise self.error
 
 
 def replay(context, endpoint, start):
@@ -229,10 +241,14 @@ class KvEventsTest(unittest.TestCase):
                           "--kv-events-topic", TOPIC.decode()).start()
         self.addCleanup(server.stop)
         self.assertTrue(server.kv_events_replay_endpoint)
-        time.sleep(0.3)  # The PUB socket connects to us.
 
         rng = random.Random(11)
         prefixes = [[rng.randrange(1, 250) for _ in range(12)] for _ in range(4)]
+        done, refusals, lock = [0], [], threading.Lock()
+        killed, restarted = threading.Event(), threading.Event()
+
+        def metric(name):
+            return h.scrape(server.metrics_port)[0].get(name, 0)
 
         def workload(count, seed):
             local = random.Random(seed)
@@ -240,27 +256,50 @@ class KvEventsTest(unittest.TestCase):
                 for _ in range(count):
                     prompt = local.choice(prefixes) + [local.randrange(1, 250)
                                                        for _ in range(local.randrange(0, 14))]
-                    try:
-                        client.generate(token_ids=prompt, max_tokens=local.randrange(1, 40),
-                                        ignore_eos=True)
-                    except pagoda_client.errors.PagodaError:
-                        pass  # Refused while the worker restarts.
+                    max_tokens = local.randrange(1, 40)
+                    while True:
+                        try:
+                            client.generate(token_ids=prompt, max_tokens=max_tokens,
+                                            ignore_eos=True)
+                            break
+                        except pagoda_client.errors.UnavailableError as error:
+                            # Only while the killed worker is being replaced:
+                            # counted, then the request is sent again.
+                            if not killed.is_set():
+                                raise
+                            with lock:
+                                refusals.append(error)
+                            if not restarted.wait(timeout=60):
+                                raise
+                    with lock:
+                        done[0] += 1
 
         def run_phase(count):
-            threads = [threading.Thread(target=workload, args=(count, seed))
-                       for seed in range(8)]
+            threads = [ErrorKeepingThread(workload, count, seed) for seed in range(8)]
             for thread in threads:
                 thread.start()
             return threads
 
         threads = run_phase(25)
-        time.sleep(1.0)
-        os.kill(server.worker_pids[0], signal.SIGKILL)  # Mid-workload.
+        # Kill the worker mid-workload: some requests done, many still to go.
+        h.wait_for(lambda: done[0] >= 20, 60, "the workload to be under way")
+        self.assertLess(done[0], 8 * 25 - 40, "the workload ended before the kill")
+        killed.set()
+        os.kill(server.worker_pids[0], signal.SIGKILL)
+        h.wait_for(lambda: metric("pagoda_worker_restarts_total") >= 1, 60,
+                   "the worker restart to be counted")
+        restarted.set()
         for thread in threads:
-            thread.join()
+            thread.join_and_raise()
+        refused_phase_one = len(refusals)
         for thread in run_phase(15):
-            thread.join()
-        subscriber.wait_quiet()
+            thread.join_and_raise()
+        self.assertEqual(len(refusals), refused_phase_one, "refusals after the recovery")
+        self.assertEqual(done[0], 8 * (25 + 15))
+        # Every batch the publisher sent (its replay buffer holds them all).
+        h.wait_for(lambda: len(subscriber.messages) == len(
+            replay(context, server.kv_events_replay_endpoint, 0)), 30,
+            "the subscriber to hold every published batch")
 
         values, _ = h.scrape(server.metrics_port)
         self.assertEqual(values["pagoda_worker_restarts_total"], 1)
