@@ -140,9 +140,9 @@ TEST(VllmEngineConvertTest, StreamSendsChunksThenACompleteWithTheLastDelta) {
   ASSERT_EQ(out.size(), 2u);
   ASSERT_TRUE(out[0].has_chunk());
   EXPECT_EQ(out[0].chunk().index(), 1u);
-  EXPECT_EQ(std::vector<uint32_t>(out[0].chunk().token_ids().begin(),
-                                  out[0].chunk().token_ids().end()),
-            std::vector<uint32_t>({12}));
+  EXPECT_EQ(
+      std::vector<uint32_t>(out[0].chunk().token_ids().begin(), out[0].chunk().token_ids().end()),
+      std::vector<uint32_t>({12}));
   EXPECT_EQ(out[0].chunk().output_logprobs().token_ids_size(), 1);
   ASSERT_TRUE(out[1].has_complete());
   EXPECT_EQ(out[1].complete().index(), 1u);

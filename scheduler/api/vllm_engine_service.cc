@@ -66,9 +66,9 @@ void VllmStreamState::OnDelta(const RequestDelta& delta) {
   // Stop strings ended every sequence (the engine records "stop", as the
   // client saw), or the client stopped reading (an abort).
   if (overflow || stop_abort) {
-    engine_->AbortRequest(request_id_, this,
-                          overflow ? Engine::AbortCause::kCancelled
-                                   : Engine::AbortCause::kStopString);
+    engine_->AbortRequest(
+        request_id_, this,
+        overflow ? Engine::AbortCause::kCancelled : Engine::AbortCause::kStopString);
   }
   writes_.Perform(step, call_, &mu_);
 }

@@ -117,8 +117,10 @@ class KvEventPublisher : public KvEventSink {
   std::deque<std::pair<uint64_t, std::string>> replay_buffer_;
   // Subscribed prefixes (a peer may hold several), by how many hold each.
   std::map<std::string, int> subscriptions_;
-  std::atomic<bool> subscribed_{false};  // Some subscription matches the topic.
-  std::deque<std::pair<uint64_t, std::string>> held_;  // Waiting for one.
+  // Some subscription matches the topic (read by subscribed() too).
+  std::atomic<bool> subscribed_{false};
+  // Batches published while none did, waiting for one.
+  std::deque<std::pair<uint64_t, std::string>> held_;
 
   mutable absl::Mutex mu_;
   std::deque<Batch> queue_ ABSL_GUARDED_BY(mu_);
