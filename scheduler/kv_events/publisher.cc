@@ -32,6 +32,10 @@ constexpr int kLingerMs = 1000;
 // vanished without closing its connection is noticed.
 constexpr int kHeartbeatIntervalMs = 1000;
 constexpr int kHeartbeatTimeoutMs = 5000;
+// Subscribers are peers on the network: what they send (subscriptions
+// only) is bounded in size, and so is the number of prefixes tracked.
+constexpr int64_t kMaxInboundMessageBytes = 4096;
+constexpr size_t kMaxTrackedPrefixes = 4096;
 
 std::string SeqBytes(int64_t seq) {
   std::string bytes(8, '\0');
@@ -139,6 +143,8 @@ absl::Status KvEventPublisher::OpenSockets() {
   // Every subscribe and unsubscribe, disconnections' included.
   const int verbose = 1;
   zmq_setsockopt(pub_, ZMQ_XPUB_VERBOSER, &verbose, sizeof(verbose));
+  const int64_t max_inbound = kMaxInboundMessageBytes;
+  zmq_setsockopt(pub_, ZMQ_MAXMSGSIZE, &max_inbound, sizeof(max_inbound));
   const int heartbeat = kHeartbeatIntervalMs;
   const int heartbeat_timeout = kHeartbeatTimeoutMs;
   zmq_setsockopt(pub_, ZMQ_HEARTBEAT_IVL, &heartbeat, sizeof(heartbeat));
@@ -280,13 +286,20 @@ bool KvEventPublisher::ReadSubscriptions() {
     const char* data = static_cast<const char*>(zmq_msg_data(&message));
     if (size >= 1 && (data[0] == 0 || data[0] == 1)) {
       std::string prefix(data + 1, static_cast<size_t>(size) - 1);
-      int& holders = subscriptions_[prefix];
-      holders += data[0] == 1 ? 1 : -1;
-      if (holders <= 0) subscriptions_.erase(prefix);
+      auto it = subscriptions_.find(prefix);
+      if (data[0] == 1 && it == subscriptions_.end() &&
+          subscriptions_.size() < kMaxTrackedPrefixes) {
+        it = subscriptions_.emplace(std::move(prefix), 0).first;
+      }
+      if (it != subscriptions_.end()) {
+        it->second += data[0] == 1 ? 1 : -1;
+        if (it->second <= 0) subscriptions_.erase(it);
+      }
     }
     zmq_msg_close(&message);
   }
-  bool matched = false;
+  // Past the bound, send as a plain PUB would rather than hold.
+  bool matched = subscriptions_.size() >= kMaxTrackedPrefixes;
   for (const auto& [prefix, holders] : subscriptions_) {
     matched |= absl::StartsWith(options_.topic, prefix);
   }

@@ -323,6 +323,48 @@ TEST(KvEventPublisherTest, HoldsBatchesUntilASubscriberIsThere) {
   zmq_ctx_term(context);
 }
 
+// Subscriptions come from the network: a peer flooding distinct prefixes
+// past the tracked bound makes the publisher send as a plain PUB would, so
+// the subscriber among them that matches still gets every batch.
+TEST(KvEventPublisherTest, AFloodOfSubscriptionsDoesNotHoldBatches) {
+  const std::string endpoint = absl::StrCat("ipc:///tmp/pagoda-kv-flood-", getpid(), ".sock");
+  KvEventPublisherOptions options;
+  options.endpoint = endpoint;
+  options.topic = "kv@flood@model";
+  absl::StatusOr<std::unique_ptr<KvEventPublisher>> publisher = KvEventPublisher::Start(options);
+  ASSERT_TRUE(publisher.ok()) << publisher.status();
+  void* context = zmq_ctx_new();
+  void* sub = zmq_socket(context, ZMQ_SUB);
+  const int timeout_ms = 5000;
+  zmq_setsockopt(sub, ZMQ_RCVTIMEO, &timeout_ms, sizeof(timeout_ms));
+  const int no_linger = 0;
+  zmq_setsockopt(sub, ZMQ_LINGER, &no_linger, sizeof(no_linger));
+  for (int i = 0; i < 5000; ++i) {
+    const std::string prefix = absl::StrCat("other-", i);
+    zmq_setsockopt(sub, ZMQ_SUBSCRIBE, prefix.data(), prefix.size());
+  }
+  zmq_setsockopt(sub, ZMQ_SUBSCRIBE, "kv@", 3);
+  ASSERT_EQ(zmq_connect(sub, endpoint.c_str()), 0);
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (!(*publisher)->subscribed() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_TRUE((*publisher)->subscribed());
+  for (int i = 0; i < 3; ++i) {
+    KvEventBatch batch;
+    batch.AddCleared();
+    ASSERT_TRUE((*publisher)->TryPublish(batch));
+  }
+  for (int64_t seq = 0; seq < 3; ++seq) {
+    const std::vector<std::string> frames = RecvMultipart(sub);
+    ASSERT_EQ(frames.size(), 3u) << "batch " << seq << " never arrived";
+    EXPECT_EQ(frames[1], Seq(seq));
+  }
+  publisher->reset();
+  zmq_close(sub);
+  zmq_ctx_term(context);
+}
+
 // 2,000 batches a second of 20 events each for two seconds, to a real
 // subscriber: every one arrives, numbered without a gap, none refused.
 TEST(KvEventPublisherTest, NoGapAtTwoThousandBatchesPerSecond) {

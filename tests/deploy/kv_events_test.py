@@ -148,13 +148,20 @@ def server_hashes(metrics_port):
     return hashes
 
 
-def connected_to(port):
-    """Whether a TCP connection to 127.0.0.1:`port` is open or closing."""
+def port_in_use(port):
+    """Whether 127.0.0.1:`port` still listens or holds a connection: a closed
+    ZeroMQ socket lets go of both on its I/O thread, a little later."""
     with open("/proc/net/tcp") as table:
         rows = [line.split() for line in table.readlines()[1:]]
-    # ESTABLISHED (01) or CLOSE_WAIT (08), by the remote address's port.
-    return any(int(row[2].split(":")[1], 16) == port and row[3] in ("01", "08")
-               for row in rows)
+    for row in rows:
+        local, remote, state = (int(row[1].split(":")[1], 16), int(row[2].split(":")[1], 16),
+                                row[3])
+        # LISTEN (0A) or ESTABLISHED (01) here; ESTABLISHED or CLOSE_WAIT (08)
+        # on the server's side.
+        if (local == port and state in ("0A", "01")) or (remote == port and
+                                                         state in ("01", "08")):
+            return True
+    return False
 
 
 def prompt_of(seed, length=57):
@@ -212,7 +219,9 @@ class KvEventsTest(unittest.TestCase):
         first_after = len(published)
         subscriber.stop()
         port = int(endpoint.rsplit(":", 1)[1])
-        h.wait_for(lambda: not connected_to(port), 10, "the server to see the subscriber go")
+        # Gone for good, so that the publisher's reconnection cannot reach the
+        # closing socket (which would take what it sends, and drop it).
+        h.wait_for(lambda: not port_in_use(port), 10, "the subscriber's port to be free")
         client.generate(token_ids=prompt_of(3), max_tokens=4, ignore_eos=True)
         h.wait_for(lambda: len(replay(context, server.kv_events_replay_endpoint, 0))
                    > first_after, 10, "batches published while no one listens")
