@@ -46,7 +46,8 @@ struct GenerationOptions {
   // with RESOURCE_EXHAUSTED (see StartStreamGenerate).
   int max_stream_queued_messages = 1024;
   // Threads that tokenize text prompts off gRPC's threads, and how many
-  // prompts may wait for them before new ones are RESOURCE_EXHAUSTED.
+  // prompts may wait for them before new ones are RESOURCE_EXHAUSTED
+  // (pagoda-server: --max-queued-requests).
   int tokenizer_threads = 2;
   int max_pending_tokenizations = 256;
 };

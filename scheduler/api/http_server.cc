@@ -378,7 +378,7 @@ void HttpServer::Core::Accept() {
         const std::string body = HttpErrorBody(503, "too many connections; retry later");
         return absl::StrCat(
             "HTTP/1.1 503 Service Unavailable\r\nContent-Type: "
-            "application/json\r\nContent-Length: ",
+            "application/json\r\nRetry-After: 1\r\nContent-Length: ",
             body.size(), "\r\nConnection: close\r\n\r\n", body);
       }();
       beast::error_code ignored;
@@ -666,6 +666,9 @@ std::string HttpSession::Head(int status, absl::string_view content_type, size_t
                               bool chunked) {
   std::string head = absl::StrCat("HTTP/1.1 ", status, " ", Reason(status), "\r\n");
   if (!content_type.empty()) absl::StrAppend(&head, "Content-Type: ", content_type, "\r\n");
+  // A full queue or a busy server: clients (OpenAI's SDK, vLLM's benchmark)
+  // back off by this many seconds.
+  if (status == 429 || status == 503) absl::StrAppend(&head, "Retry-After: 1\r\n");
   if (chunked) {
     absl::StrAppend(&head, "Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n");
   } else {

@@ -54,7 +54,8 @@ struct HttpServerOptions {
   // control loop has one more.
   int io_threads = 2;
   // Threads that tokenize text prompts and render chat templates, and how
-  // many such requests may wait for them (more get 429).
+  // many such requests may wait for them (more get 429; pagoda-server makes
+  // it --max-queued-requests, so the pool never refuses below the limit).
   int tokenizer_threads = 2;
   int max_pending_tokenizations = 256;
 

@@ -74,6 +74,20 @@ void TranslateSampling(const vllm_api::SamplingParams& in, int max_model_len,
   }
 }
 
+// vLLM's name for a sequence's finish reason; nullptr while it runs.
+const char* FinishReasonName(pagoda::v1::FinishReason reason) {
+  switch (reason) {
+    case pagoda::v1::FINISH_REASON_STOP:
+      return "stop";
+    case pagoda::v1::FINISH_REASON_LENGTH:
+      return "length";
+    case pagoda::v1::FINISH_REASON_ABORTED:
+      return "abort";
+    default:
+      return nullptr;
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<VllmRequestPlan> TranslateVllmRequest(const vllm_api::GenerateRequest& in,
@@ -130,6 +144,17 @@ void VllmOutputConverter::FillLogprobs(const pagoda::v1::SequenceOutput& from,
   }
 }
 
+vllm_api::GenerateResponse VllmOutputConverter::Chunk(int index, const Sequence& seq) const {
+  vllm_api::GenerateResponse out;
+  vllm_api::GenerateStreamChunk* chunk = out.mutable_chunk();
+  chunk->mutable_token_ids()->Add(seq.tokens.begin(), seq.tokens.end());
+  chunk->set_prompt_tokens(prompt_tokens_);
+  chunk->set_completion_tokens(seq.count);
+  chunk->set_index(static_cast<uint32_t>(index));
+  if (want_logprobs_) FillLogprobs(seq.logprobs, chunk->mutable_output_logprobs());
+  return out;
+}
+
 vllm_api::GenerateResponse VllmOutputConverter::Complete(int index, Sequence& seq,
                                                          const char* finish_reason) {
   vllm_api::GenerateResponse out;
@@ -158,30 +183,19 @@ std::vector<vllm_api::GenerateResponse> VllmOutputConverter::Convert(
     for (int32_t id : piece.token_ids()) seq.tokens.push_back(static_cast<uint32_t>(id));
     seq.count += static_cast<uint32_t>(piece.token_ids_size());
     for (const auto& token : piece.logprobs()) *seq.logprobs.add_logprobs() = token;
-    switch (piece.finish_reason()) {
-      case pagoda::v1::FINISH_REASON_STOP:
-        out.push_back(Complete(index, seq, "stop"));
-        continue;
-      case pagoda::v1::FINISH_REASON_LENGTH:
-        out.push_back(Complete(index, seq, "length"));
-        continue;
-      case pagoda::v1::FINISH_REASON_ABORTED:
-        out.push_back(Complete(index, seq, "abort"));
-        continue;
-      default:
-        break;
+    const char* finish_reason = FinishReasonName(piece.finish_reason());
+    // As vLLM's servicer: with stream, every delta is a chunk, a sequence's
+    // last one included (a router adds up the chunks' tokens), and the
+    // complete that follows repeats that last delta.
+    if (stream_ && (finish_reason != nullptr || !seq.tokens.empty())) {
+      out.push_back(Chunk(index, seq));
     }
-    if (!stream_ || seq.tokens.empty()) continue;
-    vllm_api::GenerateResponse chunk_message;
-    vllm_api::GenerateStreamChunk* chunk = chunk_message.mutable_chunk();
-    chunk->mutable_token_ids()->Add(seq.tokens.begin(), seq.tokens.end());
-    chunk->set_prompt_tokens(prompt_tokens_);
-    chunk->set_completion_tokens(seq.count);
-    chunk->set_index(static_cast<uint32_t>(index));
-    if (want_logprobs_) FillLogprobs(seq.logprobs, chunk->mutable_output_logprobs());
-    seq.tokens.clear();
-    seq.logprobs.Clear();
-    out.push_back(std::move(chunk_message));
+    if (finish_reason != nullptr) {
+      out.push_back(Complete(index, seq, finish_reason));
+    } else if (stream_) {
+      seq.tokens.clear();
+      seq.logprobs.Clear();
+    }
   }
   return out;
 }
@@ -189,7 +203,9 @@ std::vector<vllm_api::GenerateResponse> VllmOutputConverter::Convert(
 std::vector<vllm_api::GenerateResponse> VllmOutputConverter::AbortRemaining() {
   std::vector<vllm_api::GenerateResponse> out;
   for (int index = 0; index < static_cast<int>(sequences_.size()); ++index) {
-    if (!sequences_[index].ended) out.push_back(Complete(index, sequences_[index], "abort"));
+    if (sequences_[index].ended) continue;
+    if (stream_) out.push_back(Chunk(index, sequences_[index]));
+    out.push_back(Complete(index, sequences_[index], "abort"));
   }
   return out;
 }

@@ -36,18 +36,20 @@ struct VllmRequestPlan {
 absl::StatusOr<VllmRequestPlan> TranslateVllmRequest(const vllm_api::GenerateRequest& in,
                                                      int max_model_len);
 
-// Turns one request's pagoda.v1 stream messages into vLLM responses. With
-// stream: a GenerateStreamChunk per sequence with new tokens, and a
-// GenerateComplete (that delta's tokens) when the sequence ends. Without:
-// one GenerateComplete per sequence when it ends, with all its tokens.
-// Not thread-safe.
+// Turns one request's pagoda.v1 stream messages into vLLM responses, as
+// vLLM's servicer sends them. With stream: a GenerateStreamChunk for every
+// delta of a sequence with new tokens and for its last delta (possibly
+// empty), then a GenerateComplete repeating that last delta; a client that
+// adds up the chunks' token_ids has every token. Without: one
+// GenerateComplete per sequence when it ends, with all its tokens.
+// completion_tokens counts the sequence's tokens so far. Not thread-safe.
 class VllmOutputConverter {
  public:
   VllmOutputConverter(const VllmRequestPlan& plan, int prompt_tokens, int num_sequences);
 
   std::vector<vllm_api::GenerateResponse> Convert(const pagoda::v1::GenerateResponse& delta);
-  // A GenerateComplete with finish_reason "abort" for every sequence not yet
-  // ended (the request was aborted).
+  // For every sequence not yet ended (the request was aborted): with stream
+  // its last, empty chunk, then a GenerateComplete with finish_reason "abort".
   std::vector<vllm_api::GenerateResponse> AbortRemaining();
 
  private:
@@ -57,6 +59,9 @@ class VllmOutputConverter {
     uint32_t count = 0;                   // Tokens so far.
     bool ended = false;
   };
+  // The tokens not yet sent, as a chunk (they stay pending).
+  vllm_api::GenerateResponse Chunk(int index, const Sequence& seq) const;
+  // The tokens not yet sent, as the sequence's complete; ends it.
   vllm_api::GenerateResponse Complete(int index, Sequence& seq, const char* finish_reason);
   void FillLogprobs(const pagoda::v1::SequenceOutput& from, vllm_api::OutputLogProbs* to) const;
 

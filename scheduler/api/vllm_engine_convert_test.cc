@@ -134,19 +134,61 @@ TEST(VllmEngineConvertTest, StreamSendsChunksThenACompleteWithTheLastDelta) {
   EXPECT_EQ(out[0].chunk().prompt_tokens(), 3u);
   EXPECT_EQ(out[0].chunk().output_logprobs().token_logprobs_size(), 2);
   EXPECT_EQ(out[0].chunk().output_logprobs().top_logprobs(0).values_size(), 1);
+  // The last delta, as vLLM's servicer sends it: a chunk (a router adds up
+  // the chunks' tokens), then the complete repeating that delta.
   out = converter.Convert(Delta(1, {12}, pagoda::v1::FINISH_REASON_LENGTH));
-  ASSERT_EQ(out.size(), 1u);
-  ASSERT_TRUE(out[0].has_complete());
-  EXPECT_EQ(out[0].complete().finish_reason(), "length");
-  EXPECT_EQ(std::vector<uint32_t>(out[0].complete().output_ids().begin(),
-                                  out[0].complete().output_ids().end()),
+  ASSERT_EQ(out.size(), 2u);
+  ASSERT_TRUE(out[0].has_chunk());
+  EXPECT_EQ(out[0].chunk().index(), 1u);
+  EXPECT_EQ(
+      std::vector<uint32_t>(out[0].chunk().token_ids().begin(), out[0].chunk().token_ids().end()),
+      std::vector<uint32_t>({12}));
+  EXPECT_EQ(out[0].chunk().output_logprobs().token_ids_size(), 1);
+  ASSERT_TRUE(out[1].has_complete());
+  EXPECT_EQ(out[1].complete().index(), 1u);
+  EXPECT_EQ(out[1].complete().finish_reason(), "length");
+  EXPECT_EQ(std::vector<uint32_t>(out[1].complete().output_ids().begin(),
+                                  out[1].complete().output_ids().end()),
             std::vector<uint32_t>({12}));
-  EXPECT_EQ(out[0].complete().completion_tokens(), 3u);
-  // Sequence 0 never ended: an abort ends it.
+  EXPECT_EQ(out[1].complete().output_logprobs().token_ids_size(), 1);
+  EXPECT_EQ(out[1].complete().completion_tokens(), 3u);
+  // Sequence 0 never ended: an abort ends it with an empty last delta.
   out = converter.AbortRemaining();
-  ASSERT_EQ(out.size(), 1u);
-  EXPECT_EQ(out[0].complete().index(), 0u);
-  EXPECT_EQ(out[0].complete().finish_reason(), "abort");
+  ASSERT_EQ(out.size(), 2u);
+  ASSERT_TRUE(out[0].has_chunk());
+  EXPECT_EQ(out[0].chunk().index(), 0u);
+  EXPECT_EQ(out[0].chunk().token_ids_size(), 0);
+  ASSERT_TRUE(out[1].has_complete());
+  EXPECT_EQ(out[1].complete().index(), 0u);
+  EXPECT_EQ(out[1].complete().finish_reason(), "abort");
+}
+
+TEST(VllmEngineConvertTest, StreamedChunksAddUpToEveryTokenOfEachSequence) {
+  VllmRequestPlan plan;
+  plan.stream = true;
+  VllmOutputConverter converter(plan, 3, 2);
+  std::vector<pagoda::v1::GenerateResponse> deltas = {
+      Delta(0, {1}, pagoda::v1::FINISH_REASON_UNSPECIFIED),
+      Delta(1, {2}, pagoda::v1::FINISH_REASON_UNSPECIFIED),
+      Delta(0, {3, 4}, pagoda::v1::FINISH_REASON_STOP),
+      Delta(1, {5}, pagoda::v1::FINISH_REASON_UNSPECIFIED),
+      Delta(1, {6}, pagoda::v1::FINISH_REASON_LENGTH)};
+  std::vector<std::vector<uint32_t>> from_chunks(2);
+  std::vector<std::string> finish(2);
+  for (const pagoda::v1::GenerateResponse& delta : deltas) {
+    for (const vllm_api::GenerateResponse& message : converter.Convert(delta)) {
+      if (message.has_chunk()) {
+        std::vector<uint32_t>& seq = from_chunks.at(message.chunk().index());
+        seq.insert(seq.end(), message.chunk().token_ids().begin(),
+                   message.chunk().token_ids().end());
+      } else {
+        finish.at(message.complete().index()) = message.complete().finish_reason();
+      }
+    }
+  }
+  EXPECT_EQ(from_chunks[0], std::vector<uint32_t>({1, 3, 4}));
+  EXPECT_EQ(from_chunks[1], std::vector<uint32_t>({2, 5, 6}));
+  EXPECT_EQ(finish, std::vector<std::string>({"stop", "length"}));
 }
 
 TEST(VllmEngineConvertTest, WithoutStreamOneCompleteWithEveryToken) {

@@ -52,17 +52,24 @@ using VllmStream = EngineStreamCall<GenerateResponse, VllmStreamState>;
 
 void VllmStreamState::OnDelta(const RequestDelta& delta) {
   Writes::Step step;
-  bool abort = false;
+  bool overflow = false;
+  bool stop_abort = false;
   {
     absl::MutexLock lock(&mu_);
     if (writes_.ending()) return;
     for (GenerateResponse& message : converter_.Convert(output_.AddDelta(delta))) {
-      abort |= !writes_.Push(std::move(message));
+      overflow |= !writes_.Push(std::move(message));
     }
-    abort |= output_.TakeStopAbort();
+    stop_abort = output_.TakeStopAbort();
     step = writes_.Next();
   }
-  if (abort) engine_->AbortRequest(request_id_, this);
+  // Stop strings ended every sequence (the engine records "stop", as the
+  // client saw), or the client stopped reading (an abort).
+  if (overflow || stop_abort) {
+    engine_->AbortRequest(
+        request_id_, this,
+        overflow ? Engine::AbortCause::kCancelled : Engine::AbortCause::kStopString);
+  }
   writes_.Perform(step, call_, &mu_);
 }
 

@@ -2,6 +2,7 @@
 
 #include <zmq.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -26,6 +27,15 @@ constexpr size_t kRecycledBatches = 8;
 constexpr size_t kRecycledBatchBytes = 1 << 20;
 // How long closing sockets may take to send what they still hold.
 constexpr int kLingerMs = 1000;
+// ZMTP heartbeats: a connection whose peer answers none for the timeout is
+// closed (and, when this side connected, opened again), so a subscriber that
+// vanished without closing its connection is noticed.
+constexpr int kHeartbeatIntervalMs = 1000;
+constexpr int kHeartbeatTimeoutMs = 5000;
+// Subscribers are peers on the network: what they send (subscriptions
+// only) is bounded in size, and so is the number of prefixes tracked.
+constexpr int64_t kMaxInboundMessageBytes = 4096;
+constexpr size_t kMaxTrackedPrefixes = 4096;
 
 std::string SeqBytes(int64_t seq) {
   std::string bytes(8, '\0');
@@ -125,11 +135,21 @@ absl::StatusOr<std::unique_ptr<KvEventPublisher>> KvEventPublisher::Start(
 absl::Status KvEventPublisher::OpenSockets() {
   context_ = zmq_ctx_new();
   if (context_ == nullptr) return absl::InternalError("KV events: no ZeroMQ context");
-  pub_ = zmq_socket(context_, ZMQ_PUB);
+  pub_ = zmq_socket(context_, ZMQ_XPUB);
   const int hwm = options_.send_high_water_mark;
   zmq_setsockopt(pub_, ZMQ_SNDHWM, &hwm, sizeof(hwm));
   const int linger = kLingerMs;
   zmq_setsockopt(pub_, ZMQ_LINGER, &linger, sizeof(linger));
+  // Every subscribe and unsubscribe, disconnections' included.
+  const int verbose = 1;
+  zmq_setsockopt(pub_, ZMQ_XPUB_VERBOSER, &verbose, sizeof(verbose));
+  const int64_t max_inbound = kMaxInboundMessageBytes;
+  zmq_setsockopt(pub_, ZMQ_MAXMSGSIZE, &max_inbound, sizeof(max_inbound));
+  const int heartbeat = kHeartbeatIntervalMs;
+  const int heartbeat_timeout = kHeartbeatTimeoutMs;
+  zmq_setsockopt(pub_, ZMQ_HEARTBEAT_IVL, &heartbeat, sizeof(heartbeat));
+  zmq_setsockopt(pub_, ZMQ_HEARTBEAT_TIMEOUT, &heartbeat_timeout, sizeof(heartbeat_timeout));
+  zmq_setsockopt(pub_, ZMQ_HEARTBEAT_TTL, &heartbeat_timeout, sizeof(heartbeat_timeout));
   const std::string& endpoint = options_.endpoint;
   const bool bind = ShouldBind(endpoint);
   if ((bind ? zmq_bind(pub_, endpoint.c_str()) : zmq_connect(pub_, endpoint.c_str())) != 0) {
@@ -210,6 +230,7 @@ void KvEventPublisher::Run() {
     // Polled rather than woken: TryPublish then never pays for waking this
     // thread (a futex call and, on a busy machine, a context switch).
     if (batches.empty() && !stopping) absl::SleepFor(kPollPeriod);
+    if (ReadSubscriptions()) SendHeld();
     for (const Batch& batch : batches) Send(batch);
     if (!batches.empty()) {
       absl::MutexLock lock(&mu_);
@@ -235,13 +256,63 @@ void KvEventPublisher::Run() {
 void KvEventPublisher::Send(const Batch& batch) {
   const uint64_t seq = next_seq_++;
   std::string payload = EncodeBatch(batch.timestamp, batch.events, options_.data_parallel_rank);
-  const std::string seq_bytes = SeqBytes(static_cast<int64_t>(seq));
-  SendMultipart(pub_, {&options_.topic, &seq_bytes, &payload});
+  if (subscribed_.load(std::memory_order_relaxed)) {
+    const std::string seq_bytes = SeqBytes(static_cast<int64_t>(seq));
+    SendMultipart(pub_, {&options_.topic, &seq_bytes, &payload});
+  } else {
+    if (static_cast<int>(held_.size()) >= std::max(1, options_.max_held_batches)) {
+      held_.pop_front();  // The subscriber will see the gap and replay.
+    }
+    held_.emplace_back(seq, payload);
+  }
   if (options_.replay_buffer_batches == 0) return;
   if (static_cast<int>(replay_buffer_.size()) >= options_.replay_buffer_batches) {
     replay_buffer_.pop_front();
   }
   replay_buffer_.emplace_back(seq, std::move(payload));
+}
+
+bool KvEventPublisher::ReadSubscriptions() {
+  while (true) {
+    zmq_msg_t message;
+    zmq_msg_init(&message);
+    const int size = zmq_msg_recv(&message, pub_, ZMQ_DONTWAIT);
+    if (size < 0) {
+      zmq_msg_close(&message);
+      break;
+    }
+    // [1 | prefix] subscribes, [0 | prefix] unsubscribes; nothing else
+    // reaches an XPUB from SUB peers.
+    const char* data = static_cast<const char*>(zmq_msg_data(&message));
+    if (size >= 1 && (data[0] == 0 || data[0] == 1)) {
+      std::string prefix(data + 1, static_cast<size_t>(size) - 1);
+      auto it = subscriptions_.find(prefix);
+      if (data[0] == 1 && it == subscriptions_.end() &&
+          subscriptions_.size() < kMaxTrackedPrefixes) {
+        it = subscriptions_.emplace(std::move(prefix), 0).first;
+      }
+      if (it != subscriptions_.end()) {
+        it->second += data[0] == 1 ? 1 : -1;
+        if (it->second <= 0) subscriptions_.erase(it);
+      }
+    }
+    zmq_msg_close(&message);
+  }
+  // Past the bound, send as a plain PUB would rather than hold.
+  bool matched = subscriptions_.size() >= kMaxTrackedPrefixes;
+  for (const auto& [prefix, holders] : subscriptions_) {
+    matched |= absl::StartsWith(options_.topic, prefix);
+  }
+  subscribed_.store(matched, std::memory_order_relaxed);
+  return matched;
+}
+
+void KvEventPublisher::SendHeld() {
+  for (const auto& [seq, payload] : held_) {
+    const std::string seq_bytes = SeqBytes(static_cast<int64_t>(seq));
+    SendMultipart(pub_, {&options_.topic, &seq_bytes, &payload});
+  }
+  held_.clear();
 }
 
 void KvEventPublisher::ServeReplay() {

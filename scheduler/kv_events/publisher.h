@@ -1,8 +1,10 @@
 #ifndef PAGODA_SCHEDULER_KV_EVENTS_PUBLISHER_H_
 #define PAGODA_SCHEDULER_KV_EVENTS_PUBLISHER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -36,6 +38,9 @@ struct KvEventPublisherOptions {
   int send_high_water_mark = 100000;
   // The batch's data_parallel_rank field.
   int data_parallel_rank = 0;
+  // Batches held while no subscriber to the topic is connected, sent in
+  // order once one is (beyond this many, the oldest are dropped).
+  int max_held_batches = 10000;
 };
 
 // Publishes KV cache events as vLLM does (vllm/distributed/kv_events.py,
@@ -50,6 +55,15 @@ struct KvEventPublisherOptions {
 // A replay request on the ROUTER socket (the start sequence number as 8
 // big-endian bytes, from a REQ socket) is answered with every kept batch
 // from that number on, each as [seq, payload], then [-1 as 8 bytes, ""].
+//
+// ZeroMQ's PUB socket drops what it sends while no subscription to it has
+// arrived: at start, while a subscriber reconnects, or when the send races
+// the connection. So the socket is an XPUB, which reports every subscribe
+// and unsubscribe (a peer's unsubscribes come when it disconnects): while no
+// subscriber's prefix matches the topic, batches are held and then sent in
+// order, so a subscriber that was ever listening gets every batch, gap-free.
+// Heartbeats end a connection whose peer went silent, and the connecting
+// side reconnects.
 //
 // TryPublish only queues (the engine thread never waits on the network); a
 // thread of its own encodes, sends and serves replays. Thread-safe.
@@ -70,6 +84,8 @@ class KvEventPublisher : public KvEventSink {
   // Batches sent, and batches refused because the queue was full.
   int64_t num_published() const;
   int64_t num_refused() const;
+  // Whether a subscriber to the topic was connected at the last look.
+  bool subscribed() const { return subscribed_.load(std::memory_order_relaxed); }
 
   // One batch's payload in vLLM's layout.
   static std::string EncodeBatch(double timestamp, const KvEventBatch& events,
@@ -84,6 +100,10 @@ class KvEventPublisher : public KvEventSink {
   absl::Status OpenSockets();
   void Run();
   void Send(const Batch& batch);
+  // Reads the XPUB's subscription messages into subscriptions_; true when
+  // some subscription matches the topic.
+  bool ReadSubscriptions();
+  void SendHeld();
   void ServeReplay();
 
   const KvEventPublisherOptions options_;
@@ -95,6 +115,12 @@ class KvEventPublisher : public KvEventSink {
   // Publisher thread only.
   uint64_t next_seq_ = 0;
   std::deque<std::pair<uint64_t, std::string>> replay_buffer_;
+  // Subscribed prefixes (a peer may hold several), by how many hold each.
+  std::map<std::string, int> subscriptions_;
+  // Some subscription matches the topic (read by subscribed() too).
+  std::atomic<bool> subscribed_{false};
+  // Batches published while none did, waiting for one.
+  std::deque<std::pair<uint64_t, std::string>> held_;
 
   mutable absl::Mutex mu_;
   std::deque<Batch> queue_ ABSL_GUARDED_BY(mu_);

@@ -1,5 +1,6 @@
 #include "scheduler/kv_events/publisher.h"
 
+#include <unistd.h>
 #include <zmq.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "scheduler/engine/sequence.h"
 #include "scheduler/kv/block_manager.h"
@@ -263,6 +265,102 @@ TEST(KvEventPublisherTest, PublishesNumberedBatchesAndReplays) {
     zmq_close(dealer);
     EXPECT_EQ((*publisher)->num_published(), last + 4);
   }
+  zmq_close(sub);
+  zmq_ctx_term(context);
+}
+
+// ZeroMQ's PUB drops what it sends while no subscription has arrived. Here
+// a bound publisher holds what it publishes before the first subscriber
+// connects, and while the only one is away: every batch arrives, in order
+// and without a gap, once a subscriber is there.
+TEST(KvEventPublisherTest, HoldsBatchesUntilASubscriberIsThere) {
+  const std::string endpoint = absl::StrCat("ipc:///tmp/pagoda-kv-hold-", getpid(), ".sock");
+  KvEventPublisherOptions options;
+  options.endpoint = endpoint;  // ipc://: bound, subscribers connect.
+  options.topic = "kv@hold@model";
+  absl::StatusOr<std::unique_ptr<KvEventPublisher>> publisher = KvEventPublisher::Start(options);
+  ASSERT_TRUE(publisher.ok()) << publisher.status();
+  void* context = zmq_ctx_new();
+  auto connected_sub = [&] {
+    void* sub = zmq_socket(context, ZMQ_SUB);
+    const int timeout_ms = 5000;
+    zmq_setsockopt(sub, ZMQ_RCVTIMEO, &timeout_ms, sizeof(timeout_ms));
+    const int no_linger = 0;
+    zmq_setsockopt(sub, ZMQ_LINGER, &no_linger, sizeof(no_linger));
+    zmq_setsockopt(sub, ZMQ_SUBSCRIBE, "kv@", 3);
+    EXPECT_EQ(zmq_connect(sub, endpoint.c_str()), 0);
+    return sub;
+  };
+  auto publish = [&publisher] {
+    KvEventBatch batch;
+    batch.AddCleared();
+    ASSERT_TRUE((*publisher)->TryPublish(batch));
+  };
+  auto expect_seqs = [](void* from, int64_t first, int64_t last) {
+    for (int64_t seq = first; seq <= last; ++seq) {
+      const std::vector<std::string> frames = RecvMultipart(from);
+      ASSERT_EQ(frames.size(), 3u) << "batch " << seq << " never arrived";
+      EXPECT_EQ(frames[1], Seq(seq));
+    }
+  };
+  for (int i = 0; i < 3; ++i) publish();  // Before any subscriber.
+  void* sub = connected_sub();
+  expect_seqs(sub, 0, 2);
+  EXPECT_TRUE((*publisher)->subscribed());
+  zmq_close(sub);
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while ((*publisher)->subscribed() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_FALSE((*publisher)->subscribed()) << "the subscriber's leaving went unnoticed";
+  for (int i = 0; i < 2; ++i) publish();  // While it is away.
+  sub = connected_sub();
+  publish();
+  expect_seqs(sub, 3, 5);
+  EXPECT_EQ((*publisher)->num_published(), 6);
+  publisher->reset();
+  zmq_close(sub);
+  zmq_ctx_term(context);
+}
+
+// Subscriptions come from the network: a peer flooding distinct prefixes
+// past the tracked bound makes the publisher send as a plain PUB would, so
+// the subscriber among them that matches still gets every batch.
+TEST(KvEventPublisherTest, AFloodOfSubscriptionsDoesNotHoldBatches) {
+  const std::string endpoint = absl::StrCat("ipc:///tmp/pagoda-kv-flood-", getpid(), ".sock");
+  KvEventPublisherOptions options;
+  options.endpoint = endpoint;
+  options.topic = "kv@flood@model";
+  absl::StatusOr<std::unique_ptr<KvEventPublisher>> publisher = KvEventPublisher::Start(options);
+  ASSERT_TRUE(publisher.ok()) << publisher.status();
+  void* context = zmq_ctx_new();
+  void* sub = zmq_socket(context, ZMQ_SUB);
+  const int timeout_ms = 5000;
+  zmq_setsockopt(sub, ZMQ_RCVTIMEO, &timeout_ms, sizeof(timeout_ms));
+  const int no_linger = 0;
+  zmq_setsockopt(sub, ZMQ_LINGER, &no_linger, sizeof(no_linger));
+  for (int i = 0; i < 5000; ++i) {
+    const std::string prefix = absl::StrCat("other-", i);
+    zmq_setsockopt(sub, ZMQ_SUBSCRIBE, prefix.data(), prefix.size());
+  }
+  zmq_setsockopt(sub, ZMQ_SUBSCRIBE, "kv@", 3);
+  ASSERT_EQ(zmq_connect(sub, endpoint.c_str()), 0);
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (!(*publisher)->subscribed() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_TRUE((*publisher)->subscribed());
+  for (int i = 0; i < 3; ++i) {
+    KvEventBatch batch;
+    batch.AddCleared();
+    ASSERT_TRUE((*publisher)->TryPublish(batch));
+  }
+  for (int64_t seq = 0; seq < 3; ++seq) {
+    const std::vector<std::string> frames = RecvMultipart(sub);
+    ASSERT_EQ(frames.size(), 3u) << "batch " << seq << " never arrived";
+    EXPECT_EQ(frames[1], Seq(seq));
+  }
+  publisher->reset();
   zmq_close(sub);
   zmq_ctx_term(context);
 }

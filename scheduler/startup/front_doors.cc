@@ -111,6 +111,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> StartHttpFrontend(
   options.tool_call_parser = config.model.tool_call_parser;
   options.max_connections = door.http_max_connections;
   options.io_threads = door.http_io_threads;
+  options.max_pending_tokenizations = MaxPendingTokenizations(config);
   if (metrics != nullptr) options.metrics_registry = metrics->registry();
   absl::StatusOr<std::unique_ptr<HttpServer>> http = HttpServer::Start(
       options, engine, validator, model.tokenizer.get(), ChatRendererOf(model.chat_template.get()));

@@ -23,6 +23,15 @@
 
 namespace pagoda::scheduler {
 
+// Text requests that may wait for a tokenizer thread, in each front door's
+// pool: as many as may wait in the engine's queue, so that no pool refuses
+// (429) a request the queue would still take (a burst of text prompts from
+// vLLM's benchmark client at 700 concurrent found a fixed 256 full with the
+// queue far from its limit).
+inline int MaxPendingTokenizations(const ServerConfig& config) {
+  return config.scheduling.max_queued_requests;
+}
+
 // OK when `host`:`port` can be bound now (port <= 0: the OS picks, always
 // OK); else UNAVAILABLE in one line: "--FLAG PORT: HOST:PORT is in use".
 // Run before any worker starts, so a busy port costs no model load.

@@ -57,10 +57,11 @@ ServedModelInfo MakeServedModelInfo(const ServerConfig& config, const ModelFiles
   return info;
 }
 
-GenerationOptions MakeGenerationOptions(const FrontDoorOptions& door) {
+GenerationOptions MakeGenerationOptions(const ServerConfig& config) {
   GenerationOptions options;
-  options.api_key = door.api_key;
-  options.max_stream_queued_messages = door.max_stream_queued_messages;
+  options.api_key = config.front_door.api_key;
+  options.max_stream_queued_messages = config.front_door.max_stream_queued_messages;
+  options.max_pending_tokenizations = MaxPendingTokenizations(config);
   return options;
 }
 
@@ -110,7 +111,7 @@ struct Services {
       : limits(MakeModelLimits(model, cache.max_model_len)),
         validator(limits, model.tokenizer.get(), config.scheduling.seed),
         served(MakeServedModelInfo(config, model, engine_config)),
-        options(MakeGenerationOptions(config.front_door)),
+        options(MakeGenerationOptions(config)),
         generation(served, engine, &validator, model.tokenizer.get(), options),
         vllm(config.front_door.vllm_grpc_api
                  ? std::make_unique<VllmEngineService>(served, engine, &validator,

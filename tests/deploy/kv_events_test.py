@@ -36,14 +36,23 @@ TOPIC = b"kv@test-pod@tiny"
 class Subscriber:
     """Collects (topic, seq, payload) from a bound SUB socket on a thread."""
 
-    def __init__(self, context):
+    def __init__(self, context, endpoint="tcp://127.0.0.1:*"):
         self.socket = context.socket(zmq.SUB)
         self.socket.setsockopt(zmq.SUBSCRIBE, b"")
         self.socket.setsockopt(zmq.RCVTIMEO, 100)
-        self.socket.bind("tcp://127.0.0.1:*")
+        # A port just given up by an earlier socket is released by ZeroMQ's
+        # I/O thread: bound again once it is.
+        deadline = time.time() + 10
+        while True:
+            try:
+                self.socket.bind(endpoint)
+                break
+            except zmq.ZMQError as error:
+                if error.errno != zmq.EADDRINUSE or time.time() > deadline:
+                    raise
+                time.sleep(0.05)
         self.endpoint = self.socket.getsockopt(zmq.LAST_ENDPOINT).decode()
         self.messages = []
-        self.last_arrival = time.time()
         self.running = True
         self.thread = threading.Thread(target=self.run)
         self.thread.start()
@@ -55,17 +64,32 @@ class Subscriber:
             except zmq.Again:
                 continue
             self.messages.append(frames)
-            self.last_arrival = time.time()
-
-    def wait_quiet(self, seconds=1.0, timeout=30):
-        deadline = time.time() + timeout
-        while time.time() - self.last_arrival < seconds and time.time() < deadline:
-            time.sleep(0.1)
 
     def stop(self):
+        if not self.running:
+            return
         self.running = False
         self.thread.join()
         self.socket.close(linger=0)
+
+
+class ErrorKeepingThread(threading.Thread):
+    """A thread whose exception join_and_raise() raises in the caller."""
+
+    def __init__(self, target, *args):
+        super().__init__()
+        self.work, self.args, self.error = target, args, None
+
+    def run(self):
+        try:
+            self.work(*self.args)
+        except BaseException as error:  # noqa: B902 - re-raised by the joiner.
+            self.error = error
+
+    def join_and_raise(self):
+        self.join()
+        if self.error is not None:
+            raise self.error
 
 
 def replay(context, endpoint, start):
@@ -124,7 +148,90 @@ def server_hashes(metrics_port):
     return hashes
 
 
+def port_in_use(port):
+    """Whether 127.0.0.1:`port` still listens or holds a connection: a closed
+    ZeroMQ socket lets go of both on its I/O thread, a little later."""
+    with open("/proc/net/tcp") as table:
+        rows = [line.split() for line in table.readlines()[1:]]
+    for row in rows:
+        local, remote, state = (int(row[1].split(":")[1], 16), int(row[2].split(":")[1], 16),
+                                row[3])
+        # LISTEN (0A) or ESTABLISHED (01) here; ESTABLISHED or CLOSE_WAIT (08)
+        # on the server's side.
+        if (local == port and state in ("0A", "01")) or (remote == port and
+                                                         state in ("01", "08")):
+            return True
+    return False
+
+
+def prompt_of(seed, length=57):
+    rng = random.Random(seed)
+    return [rng.randrange(1, 250) for _ in range(length)]
+
+
 class KvEventsTest(unittest.TestCase):
+
+    def test_every_batch_arrives_after_an_idle_start_an_idle_period_and_a_rebind(self):
+        """A subscriber up long before traffic (an indexer's) gets every batch:
+        the first request 5 s after start, another after 30 s idle, and one
+        after the subscriber went away and bound its endpoint again. The
+        replay socket holds every batch published: the subscriber must end
+        with exactly those, numbered from 0 without a gap."""
+        tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(tmp.cleanup)
+        model = h.make_model(os.path.join(tmp.name, "model"))
+        context = zmq.Context()
+        self.addCleanup(context.term)
+        subscriber = Subscriber(context)
+        self.addCleanup(subscriber.stop)
+        endpoint = subscriber.endpoint
+        server = h.Server(model, "--block-size", str(BLOCK_SIZE), "--kv-events-endpoint",
+                          endpoint, "--kv-events-replay-endpoint", "tcp://127.0.0.1:*").start()
+        started = time.time()
+        self.addCleanup(server.stop)
+        client = pagoda_client.Client(server.address, timeout=60)
+        self.addCleanup(client.close)
+
+        def delivered(received, seed):
+            """Every batch published so far, once `received` holds all it should."""
+            client.generate(token_ids=prompt_of(seed), max_tokens=4, ignore_eos=True)
+            published = []
+
+            def caught_up():
+                published[:] = replay(context, server.kv_events_replay_endpoint, 0)
+                return published and int.from_bytes(
+                    (received.messages or [[b"", b"\xff" * 8]])[-1][1], "big") == len(
+                    published) - 1
+
+            h.wait_for(caught_up, 10, "the subscriber to receive the last batch published")
+            return list(published)
+
+        # The idle start and the idle period are the scenario: fixed waits.
+        time.sleep(max(0.0, started + 5 - time.time()))
+        published = delivered(subscriber, 1)
+        time.sleep(30)
+        published = delivered(subscriber, 2)
+        self.assertEqual([(int.from_bytes(seq, "big"), payload)
+                          for _, seq, payload in subscriber.messages], published)
+        # The indexer restarts on the same endpoint, and the server publishes
+        # while it is away: those batches are held, and arrive (with the
+        # later ones, in order) once the publisher has reconnected.
+        first_after = len(published)
+        subscriber.stop()
+        port = int(endpoint.rsplit(":", 1)[1])
+        # Gone for good, so that the publisher's reconnection cannot reach the
+        # closing socket (which would take what it sends, and drop it).
+        h.wait_for(lambda: not port_in_use(port), 10, "the subscriber's port to be free")
+        client.generate(token_ids=prompt_of(3), max_tokens=4, ignore_eos=True)
+        h.wait_for(lambda: len(replay(context, server.kv_events_replay_endpoint, 0))
+                   > first_after, 10, "batches published while no one listens")
+        subscriber = Subscriber(context, endpoint)
+        self.addCleanup(subscriber.stop)
+        published = delivered(subscriber, 4)
+        seqs = [int.from_bytes(seq, "big") for _, seq, _ in subscriber.messages]
+        self.assertEqual(seqs, list(range(first_after, len(published))), "sequence gap")
+        self.assertTrue(all(topic == subscriber.messages[0][0]
+                            for topic, _, _ in subscriber.messages))
 
     def test_subscriber_replays_to_the_server_cache(self):
         tmp = tempfile.TemporaryDirectory()
@@ -143,10 +250,14 @@ class KvEventsTest(unittest.TestCase):
                           "--kv-events-topic", TOPIC.decode()).start()
         self.addCleanup(server.stop)
         self.assertTrue(server.kv_events_replay_endpoint)
-        time.sleep(0.3)  # The PUB socket connects to us.
 
         rng = random.Random(11)
         prefixes = [[rng.randrange(1, 250) for _ in range(12)] for _ in range(4)]
+        done, refusals, lock = [0], [], threading.Lock()
+        killed, restarted = threading.Event(), threading.Event()
+
+        def metric(name):
+            return h.scrape(server.metrics_port)[0].get(name, 0)
 
         def workload(count, seed):
             local = random.Random(seed)
@@ -154,27 +265,50 @@ class KvEventsTest(unittest.TestCase):
                 for _ in range(count):
                     prompt = local.choice(prefixes) + [local.randrange(1, 250)
                                                        for _ in range(local.randrange(0, 14))]
-                    try:
-                        client.generate(token_ids=prompt, max_tokens=local.randrange(1, 40),
-                                        ignore_eos=True)
-                    except pagoda_client.errors.PagodaError:
-                        pass  # Refused while the worker restarts.
+                    max_tokens = local.randrange(1, 40)
+                    while True:
+                        try:
+                            client.generate(token_ids=prompt, max_tokens=max_tokens,
+                                            ignore_eos=True)
+                            break
+                        except pagoda_client.errors.UnavailableError as error:
+                            # Only while the killed worker is being replaced:
+                            # counted, then the request is sent again.
+                            if not killed.is_set():
+                                raise
+                            with lock:
+                                refusals.append(error)
+                            if not restarted.wait(timeout=60):
+                                raise
+                    with lock:
+                        done[0] += 1
 
         def run_phase(count):
-            threads = [threading.Thread(target=workload, args=(count, seed))
-                       for seed in range(8)]
+            threads = [ErrorKeepingThread(workload, count, seed) for seed in range(8)]
             for thread in threads:
                 thread.start()
             return threads
 
         threads = run_phase(25)
-        time.sleep(1.0)
-        os.kill(server.worker_pids[0], signal.SIGKILL)  # Mid-workload.
+        # Kill the worker mid-workload: some requests done, many still to go.
+        h.wait_for(lambda: done[0] >= 20, 60, "the workload to be under way")
+        self.assertLess(done[0], 8 * 25 - 40, "the workload ended before the kill")
+        killed.set()
+        os.kill(server.worker_pids[0], signal.SIGKILL)
+        h.wait_for(lambda: metric("pagoda_worker_restarts_total") >= 1, 60,
+                   "the worker restart to be counted")
+        restarted.set()
         for thread in threads:
-            thread.join()
+            thread.join_and_raise()
+        refused_phase_one = len(refusals)
         for thread in run_phase(15):
-            thread.join()
-        subscriber.wait_quiet()
+            thread.join_and_raise()
+        self.assertEqual(len(refusals), refused_phase_one, "refusals after the recovery")
+        self.assertEqual(done[0], 8 * (25 + 15))
+        # Every batch the publisher sent (its replay buffer holds them all).
+        h.wait_for(lambda: len(subscriber.messages) == len(
+            replay(context, server.kv_events_replay_endpoint, 0)), 30,
+            "the subscriber to hold every published batch")
 
         values, _ = h.scrape(server.metrics_port)
         self.assertEqual(values["pagoda_worker_restarts_total"], 1)

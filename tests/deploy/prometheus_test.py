@@ -196,8 +196,10 @@ scrape_configs:
             groups = self.api("rules")["data"]["groups"]
             rules = [r for g in groups for r in g["rules"]]
             if all("lastEvaluation" in r and not r["lastEvaluation"].startswith("0001")
-                   for r in rules) or time.time() > deadline:
+                   for r in rules):
                 break
+            if time.time() > deadline:
+                self.fail(f"rules not all evaluated within 30 s: {rules}")
             time.sleep(0.5)
         self.assertEqual({r["name"] for r in rules},
                          {"PagodaServerDown", "PagodaServerAbsent", "PagodaWorkerDown",

@@ -37,7 +37,7 @@ def setUpModule():
     global _tmp, _server, _channel, _stub, _client
     _tmp = tempfile.TemporaryDirectory()
     model = h.make_model(os.path.join(_tmp.name, "model"))
-    _server = h.Server(model, "--served-model-name", "tiny").start()
+    _server = h.Server(model, "--served-model-name", "tiny", "--metrics-port", "-1").start()
     _channel = grpc.insecure_channel(_server.address)
     _stub = pb_grpc.VllmEngineStub(_channel)
     _client = pagoda_client.Client(_server.address, timeout=60)
@@ -58,17 +58,33 @@ def generate(request_id, stream, **sampling):
 
 
 def tokens_by_index(responses):
-    """Every sequence's tokens: its chunks' then its complete's."""
-    tokens, finish = {}, {}
+    """Every sequence's tokens and finish reason as a router reads a stream:
+    with chunks, the tokens are the chunks' (a complete repeats the delta of
+    the chunk just before it, so it adds none); without, the complete's."""
+    tokens, finish, last_chunk = {}, {}, {}
     for response in responses:
         kind = response.WhichOneof("response")
         part = getattr(response, kind)
-        ids = part.token_ids if kind == "chunk" else part.output_ids
-        tokens.setdefault(part.index, []).extend(ids)
-        if kind == "complete":
-            assert part.index not in finish, "two completes for one sequence"
-            finish[part.index] = part.finish_reason
+        assert part.index not in finish, "a message after the sequence's complete"
+        if kind == "chunk":
+            tokens.setdefault(part.index, []).extend(part.token_ids)
+            last_chunk[part.index] = list(part.token_ids)
+            continue
+        finish[part.index] = part.finish_reason
+        if part.index in last_chunk:
+            assert list(part.output_ids) == last_chunk[part.index], (
+                "a streamed complete must repeat the last chunk's delta")
+        else:
+            tokens.setdefault(part.index, []).extend(part.output_ids)
     return tokens, finish
+
+
+def success_count(reason):
+    """pagoda_request_success_total for `reason`, summed over its series."""
+    values, _ = h.scrape(_server.metrics_port)
+    return sum(v for k, v in values.items()
+               if k.startswith("pagoda_request_success_total{")
+               and f'finished_reason="{reason}"' in k)
 
 
 class VllmGrpcTest(unittest.TestCase):
@@ -88,7 +104,10 @@ class VllmGrpcTest(unittest.TestCase):
                 kinds = [r.WhichOneof("response") for r in responses]
                 self.assertEqual(kinds[-1], "complete")
                 if stream:
-                    self.assertGreater(kinds.count("chunk"), 1)
+                    # vLLM's servicer: a chunk per delta, the last included,
+                    # then the complete.
+                    self.assertEqual(kinds, ["chunk"] * (len(kinds) - 1) + ["complete"])
+                    self.assertEqual(sum(len(r.chunk.token_ids) for r in responses[:-1]), 24)
                 else:
                     self.assertEqual(kinds, ["complete"])
                 complete = responses[-1].complete
@@ -108,9 +127,9 @@ class VllmGrpcTest(unittest.TestCase):
             self.assertEqual(len(tokens[index]), 6)
         logprob_tokens = []
         for response in responses:
-            part = getattr(response, response.WhichOneof("response"))
-            if part.index != 0:
+            if response.WhichOneof("response") != "chunk" or response.chunk.index != 0:
                 continue
+            part = response.chunk
             lp = part.output_logprobs
             self.assertEqual(len(lp.token_logprobs), len(lp.token_ids))
             for top in lp.top_logprobs:
@@ -120,6 +139,40 @@ class VllmGrpcTest(unittest.TestCase):
         # The same seed again: the same tokens (sampling is keyed on the seed).
         again, _ = tokens_by_index(list(_stub.Generate(request, timeout=60)))
         self.assertEqual(again, tokens)
+
+    def test_n_streams_carry_their_index_chunk_then_complete(self):
+        request = pb.GenerateRequest(
+            request_id="n3", stream=True, tokenized=pb.TokenizedInput(input_ids=PROMPT),
+            sampling_params=pb.SamplingParams(temperature=1.0, seed=9, n=3, max_tokens=5,
+                                              ignore_eos=True))
+        responses = list(_stub.Generate(request, timeout=60))
+        tokens, finish = tokens_by_index(responses)
+        self.assertEqual({i: len(t) for i, t in tokens.items()}, {0: 5, 1: 5, 2: 5})
+        self.assertEqual(finish, {0: "length", 1: "length", 2: "length"})
+        # Each sequence's complete comes right after that sequence's last chunk.
+        for position, response in enumerate(responses):
+            if response.WhichOneof("response") == "complete":
+                previous = [r.chunk for r in responses[:position] if r.HasField("chunk")
+                            and r.chunk.index == response.complete.index]
+                self.assertTrue(previous)
+                self.assertEqual(list(previous[-1].token_ids), list(response.complete.output_ids))
+
+    def test_stop_string_ends_with_stop_in_the_stream_and_the_metrics(self):
+        text = _client.generate(token_ids=PROMPT, max_tokens=24, temperature=0,
+                                ignore_eos=True).outputs[0].text
+        stop = text[4:8]
+        self.assertEqual(len(stop), 4, text)
+        before_stop, before_abort = success_count("stop"), success_count("abort")
+        responses = generate("stop-string", True, temperature=0, max_tokens=24,
+                             ignore_eos=True, stop=[stop])
+        # The engine counts the request by the reason the client sees.
+        h.wait_for(lambda: success_count("stop") + success_count("abort")
+                   > before_stop + before_abort, 10, "the request counted as finished")
+        self.assertEqual((success_count("stop"), success_count("abort")),
+                         (before_stop + 1, before_abort))
+        tokens, finish = tokens_by_index(responses)
+        self.assertEqual(finish, {0: "stop"})
+        self.assertLess(len(tokens[0]), 24)
 
     def test_unsupported_fields_are_invalid_argument_naming_them(self):
         cases = {

@@ -350,8 +350,13 @@ try {
   check(refusal === "" || refusal.startsWith("HTTP/1.1 503"), "connection past the limit refused", refusal.slice(0, 100));
   check(ms < 1000, "refused at once", `${ms} ms`);
   held[0].destroy();
-  await sleep(100);
-  const again = await timedGet(limited.ports.http, "/health");
+  // The slot is free once the server has seen the close: asked until then.
+  let again = await timedGet(limited.ports.http, "/health");
+  for (const deadline = performance.now() + 10000;
+    again.status !== 200 && performance.now() < deadline;) {
+    await sleep(20);
+    again = await timedGet(limited.ports.http, "/health");
+  }
   check(again.status === 200, "a freed slot serves again", again.status);
   for (const socket of held) socket.destroy();
 } finally {
