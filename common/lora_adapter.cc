@@ -90,8 +90,7 @@ absl::StatusOr<std::set<std::pair<int, LoraModule>>> CheckNames(const WeightStor
 }
 
 absl::StatusOr<std::vector<float>> ReadMatrix(const WeightStore& store, const std::string& path,
-                                              const std::string& name,
-                                              std::vector<int64_t> shape) {
+                                              const std::string& name, std::vector<int64_t> shape) {
   if (!store.Has(name)) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": missing tensor \"", name, "\""));
   }
@@ -108,9 +107,8 @@ absl::StatusOr<std::vector<float>> ReadMatrix(const WeightStore& store, const st
   return values;
 }
 
-absl::StatusOr<LoraMatrices> ReadPair(const WeightStore& store, const std::string& path,
-                                      int layer, LoraModule module, int rank,
-                                      const ModelConfig& base) {
+absl::StatusOr<LoraMatrices> ReadPair(const WeightStore& store, const std::string& path, int layer,
+                                      LoraModule module, int rank, const ModelConfig& base) {
   const LinearShape shape = LoraModuleShape(base, module);
   const std::string prefix = PeftLoraTensorPrefix(layer, module);
   LoraMatrices pair{rank, shape.in, shape.out, {}, {}};
@@ -136,8 +134,8 @@ size_t LoraAdapter::bytes() const {
 }
 
 std::string PeftLoraTensorPrefix(int layer, LoraModule module) {
-  return absl::StrCat(kPrefix, layer, ".", LoraModuleParent(module), ".",
-                      LoraModuleName(module), ".lora");
+  return absl::StrCat(kPrefix, layer, ".", LoraModuleParent(module), ".", LoraModuleName(module),
+                      ".lora");
 }
 
 absl::StatusOr<LoraAdapter> LoadLoraAdapter(const std::string& dir, const ModelConfig& base,

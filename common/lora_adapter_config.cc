@@ -69,8 +69,7 @@ absl::Status ParseRankAndAlpha(const Json& config, const std::string& source, in
   }
   out->rank = static_cast<int>(rank);
   auto alpha = config.find("lora_alpha");
-  if (alpha == config.end() || !alpha->is_number() ||
-      !std::isfinite(alpha->get<double>())) {
+  if (alpha == config.end() || !alpha->is_number() || !std::isfinite(alpha->get<double>())) {
     return ConfigError(source, "\"lora_alpha\" must be a finite number");
   }
   out->alpha = alpha->get<double>();
@@ -150,13 +149,18 @@ LinearShape LoraModuleShape(const ModelConfig& base, LoraModule module) {
   const int64_t kv = static_cast<int64_t>(base.num_key_value_heads) * base.head_dim;
   const int64_t inter = base.intermediate_size;
   switch (module) {
-    case LoraModule::kQ: return {q, hidden};
+    case LoraModule::kQ:
+      return {q, hidden};
     case LoraModule::kK:
-    case LoraModule::kV: return {kv, hidden};
-    case LoraModule::kO: return {hidden, q};
+    case LoraModule::kV:
+      return {kv, hidden};
+    case LoraModule::kO:
+      return {hidden, q};
     case LoraModule::kGate:
-    case LoraModule::kUp: return {inter, hidden};
-    case LoraModule::kDown: return {hidden, inter};
+    case LoraModule::kUp:
+      return {inter, hidden};
+    case LoraModule::kDown:
+      return {hidden, inter};
   }
   return {};
 }
@@ -166,7 +170,7 @@ double LoraAdapterConfig::Scale() const {
 }
 
 absl::StatusOr<LoraAdapterConfig> ParseLoraAdapterConfig(absl::string_view json_text,
-                                                        const std::string& source, int max_rank) {
+                                                         const std::string& source, int max_rank) {
   Json config = Json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   if (config.is_discarded() || !config.is_object()) {
     return ConfigError(source, "not a JSON object");

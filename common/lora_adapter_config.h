@@ -9,10 +9,10 @@
 #include <cstdint>
 #include <optional>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/model_config.h"
 
 namespace pagoda {
@@ -39,8 +39,8 @@ struct LinearShape {
 LinearShape LoraModuleShape(const ModelConfig& base, LoraModule module);
 
 struct LoraAdapterConfig {
-  int rank = 0;          // "r".
-  double alpha = 0;      // "lora_alpha".
+  int rank = 0;      // "r".
+  double alpha = 0;  // "lora_alpha".
   bool use_rslora = false;
   // The list of target_modules. Empty when target_modules was a string (a
   // regex in PEFT, or "all-linear"): then the tensors present name the
@@ -63,7 +63,7 @@ struct LoraAdapterConfig {
 // that change nothing at inference (lora_dropout, task_type,
 // base_model_name_or_path, init_lora_weights, ...) are ignored.
 absl::StatusOr<LoraAdapterConfig> ParseLoraAdapterConfig(absl::string_view json_text,
-                                                        const std::string& source, int max_rank);
+                                                         const std::string& source, int max_rank);
 
 }  // namespace pagoda
 

@@ -38,14 +38,22 @@ ModelConfig TinyBase() {
 Json PeftConfig(int rank, Json targets) {
   // What PEFT 0.1x writes (LoraConfig.to_dict), the keys that matter and a
   // few that must be ignored.
-  return Json{{"peft_type", "LORA"},       {"task_type", "CAUSAL_LM"},
-              {"r", rank},                 {"lora_alpha", 16},
-              {"lora_dropout", 0.05},      {"bias", "none"},
-              {"use_rslora", false},       {"use_dora", false},
-              {"fan_in_fan_out", false},   {"modules_to_save", nullptr},
-              {"rank_pattern", Json::object()}, {"alpha_pattern", Json::object()},
-              {"init_lora_weights", true}, {"base_model_name_or_path", "some/model"},
-              {"target_modules", targets}, {"layers_to_transform", nullptr}};
+  return Json{{"peft_type", "LORA"},
+              {"task_type", "CAUSAL_LM"},
+              {"r", rank},
+              {"lora_alpha", 16},
+              {"lora_dropout", 0.05},
+              {"bias", "none"},
+              {"use_rslora", false},
+              {"use_dora", false},
+              {"fan_in_fan_out", false},
+              {"modules_to_save", nullptr},
+              {"rank_pattern", Json::object()},
+              {"alpha_pattern", Json::object()},
+              {"init_lora_weights", true},
+              {"base_model_name_or_path", "some/model"},
+              {"target_modules", targets},
+              {"layers_to_transform", nullptr}};
 }
 
 std::vector<float> Values(size_t count, int seed) {
@@ -100,8 +108,8 @@ class LoraAdapterTest : public ::testing::Test {
 TEST_F(LoraAdapterTest, LoadsEveryModuleInEachDtype) {
   const std::vector<LoraModule> all(kAllLoraModules.begin(), kAllLoraModules.end());
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
-    Write(PeftConfig(4, {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
-                         "down_proj"}),
+    Write(PeftConfig(4,
+                     {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}),
           Tensors(4, all, dtype));
     auto adapter = LoadLoraAdapter(dir_, base_, 8);
     ASSERT_TRUE(adapter.ok()) << adapter.status();
@@ -158,9 +166,12 @@ TEST_F(LoraAdapterTest, RefusesUnknownTargetModule) {
 }
 
 TEST_F(LoraAdapterTest, RefusesWhatVllmRefuses) {
-  const std::vector<std::pair<std::string, Json>> cases = {
-      {"use_dora", true}, {"bias", "all"}, {"modules_to_save", {"lm_head"}},
-      {"fan_in_fan_out", true}, {"rank_pattern", {{"q_proj", 4}}}, {"peft_type", "IA3"}};
+  const std::vector<std::pair<std::string, Json>> cases = {{"use_dora", true},
+                                                           {"bias", "all"},
+                                                           {"modules_to_save", {"lm_head"}},
+                                                           {"fan_in_fan_out", true},
+                                                           {"rank_pattern", {{"q_proj", 4}}},
+                                                           {"peft_type", "IA3"}};
   for (const auto& [key, value] : cases) {
     Json config = PeftConfig(2, {"q_proj"});
     config[key] = value;

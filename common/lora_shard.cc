@@ -5,9 +5,7 @@
 namespace pagoda {
 namespace {
 
-IndexRange Scaled(IndexRange range, int64_t unit) {
-  return {range.begin * unit, range.end * unit};
-}
+IndexRange Scaled(IndexRange range, int64_t unit) { return {range.begin * unit, range.end * unit}; }
 
 }  // namespace
 
@@ -19,12 +17,15 @@ IndexRange LoraShardRange(const ModelConfig& base, const TensorParallelShard& sh
                           LoraModule module) {
   switch (module) {
     case LoraModule::kQ:
-    case LoraModule::kO: return Scaled(shard.q_heads, base.head_dim);
+    case LoraModule::kO:
+      return Scaled(shard.q_heads, base.head_dim);
     case LoraModule::kK:
-    case LoraModule::kV: return Scaled(shard.kv_heads, base.head_dim);
+    case LoraModule::kV:
+      return Scaled(shard.kv_heads, base.head_dim);
     case LoraModule::kGate:
     case LoraModule::kUp:
-    case LoraModule::kDown: return shard.intermediate;
+    case LoraModule::kDown:
+      return shard.intermediate;
   }
   return {};
 }
@@ -36,10 +37,9 @@ absl::StatusOr<LoraMatrices> ShardLoraMatrices(const LoraMatrices& full, const M
   if (full.in != shape.in || full.out != shape.out || full.rank < 1 ||
       full.a.size() != static_cast<size_t>(full.rank * full.in) ||
       full.b.size() != static_cast<size_t>(full.out * full.rank)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("LoRA ", LoraModuleName(module), " has A [", full.rank, ", ", full.in,
-                     "] and B [", full.out, ", ", full.rank, "], expected in ", shape.in,
-                     " and out ", shape.out));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "LoRA ", LoraModuleName(module), " has A [", full.rank, ", ", full.in, "] and B [",
+        full.out, ", ", full.rank, "], expected in ", shape.in, " and out ", shape.out));
   }
   const IndexRange range = LoraShardRange(base, shard, module);
   LoraMatrices part{full.rank, full.in, full.out, {}, {}};

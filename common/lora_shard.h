@@ -27,8 +27,7 @@ IndexRange LoraShardRange(const ModelConfig& base, const TensorParallelShard& sh
 // `full`'s part for `shard`. INVALID_ARGUMENT when `full`'s shape is not the
 // base model's for `module`.
 absl::StatusOr<LoraMatrices> ShardLoraMatrices(const LoraMatrices& full, const ModelConfig& base,
-                                               const TensorParallelShard& shard,
-                                               LoraModule module);
+                                               const TensorParallelShard& shard, LoraModule module);
 
 // Every present projection of `adapter` sliced for `shard`.
 absl::StatusOr<LoraAdapter> ShardLoraAdapter(const LoraAdapter& adapter, const ModelConfig& base,

@@ -73,7 +73,9 @@ TEST(LoraShardTest, ShardsReassembleTheFullUpdate) {
           next_row = std::max(next_row, range.end);
         }
       }
-      if (!IsRowParallel(module)) EXPECT_EQ(next_row, full.out);
+      if (!IsRowParallel(module)) {
+        EXPECT_EQ(next_row, full.out);
+      }
       for (int64_t o = 0; o < full.out; ++o) {
         EXPECT_NEAR(assembled[o], expected[o], 1e-9)
             << LoraModuleName(module) << " world " << world << " row " << o;

@@ -17,8 +17,8 @@ absl::StatusOr<std::vector<int>> LoraLru::Touch(int id, const absl::flat_hash_se
     if (!pinned.contains(*it)) evicted.push_back(*it);
   }
   if (static_cast<int>(evicted.size()) < excess) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "all ", capacity_, " host-cached LoRA adapters (--max-cpu-loras) are in use"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("all ", capacity_, " host-cached LoRA adapters (--max-cpu-loras) are in use"));
   }
   for (int victim : evicted) Erase(victim);
   order_.push_front(id);

@@ -57,8 +57,8 @@ absl::StatusOr<LoraModuleSpec> ParseLoraModule(absl::string_view value) {
   if (!value.empty() && value.front() == '{') return ParseJsonForm(value);
   const size_t equals = value.find('=');
   if (equals == absl::string_view::npos) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--lora-modules ", Quote(value), ": expected name=path or a JSON object"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--lora-modules ", Quote(value), ": expected name=path or a JSON object"));
   }
   LoraModuleSpec spec{std::string(value.substr(0, equals)), std::string(value.substr(equals + 1)),
                       ""};
@@ -98,9 +98,8 @@ absl::Status ValidateLoraOptions(LoraOptions& options) {
         absl::StrCat("--max-loras must be at least 1, got ", options.max_loras));
   }
   if (options.max_lora_rank < 1 || options.max_lora_rank > kMaxLoraRankLimit) {
-    return absl::InvalidArgumentError(absl::StrCat("--max-lora-rank must be in [1, ",
-                                                   kMaxLoraRankLimit, "], got ",
-                                                   options.max_lora_rank));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max-lora-rank must be in [1, ", kMaxLoraRankLimit, "], got ", options.max_lora_rank));
   }
   if (options.max_cpu_loras == 0) options.max_cpu_loras = options.max_loras;
   if (options.max_cpu_loras < options.max_loras) {

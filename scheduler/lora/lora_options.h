@@ -21,16 +21,16 @@ struct LoraModuleSpec {
   bool operator==(const LoraModuleSpec&) const = default;
 };
 
-inline constexpr int kMaxLoraRankLimit = 512;   // vLLM's largest --max-lora-rank.
+inline constexpr int kMaxLoraRankLimit = 512;  // vLLM's largest --max-lora-rank.
 inline constexpr int kMaxLoraNameBytes = 256;
 
 struct LoraOptions {
   bool enable_lora = false;
   std::vector<LoraModuleSpec> modules;
-  int max_loras = 1;       // Adapters resident in the worker's slots at once.
+  int max_loras = 1;  // Adapters resident in the worker's slots at once.
   int max_lora_rank = 16;
-  int max_cpu_loras = 0;   // Adapters cached in host memory; 0: max_loras.
-  std::string lora_dir;    // The only directory runtime loads may read; empty: none may.
+  int max_cpu_loras = 0;  // Adapters cached in host memory; 0: max_loras.
+  std::string lora_dir;   // The only directory runtime loads may read; empty: none may.
 };
 
 // An adapter name: 1..256 bytes of printable ASCII without spaces, and not

@@ -10,9 +10,9 @@ TEST(LoraOptionsTest, ParsesBothFormsOfLoraModules) {
       {"sql=/adapters/sql", R"({"name": "chat", "path": "/a/chat", "base_model_name": "base"})",
        R"({"name":"x=y","path":"/p"})", "eq=/a=b"});
   ASSERT_FALSE(specs.ok());  // "x=y" is not a valid name.
-  specs = ParseLoraModules(
-      {"sql=/adapters/sql", R"({"name": "chat", "path": "/a/chat", "base_model_name": "base"})",
-       "eq=/a=b"});
+  specs = ParseLoraModules({"sql=/adapters/sql",
+                            R"({"name": "chat", "path": "/a/chat", "base_model_name": "base"})",
+                            "eq=/a=b"});
   ASSERT_TRUE(specs.ok()) << specs.status();
   ASSERT_EQ(specs->size(), 3u);
   EXPECT_EQ((*specs)[0], (LoraModuleSpec{"sql", "/adapters/sql", ""}));
@@ -22,8 +22,8 @@ TEST(LoraOptionsTest, ParsesBothFormsOfLoraModules) {
 
 TEST(LoraOptionsTest, RefusesMalformedValuesNamingThem) {
   for (const char* bad : {"noequals", "=path", "name=", "bad name=/p", "{\"name\":\"a\"}",
-                          "{\"name\":\"a\",\"path\":3}", "{\"name\":\"a\",\"path\":\"/p\",\"x\":\"\"}",
-                          "{not json"}) {
+                          "{\"name\":\"a\",\"path\":3}",
+                          "{\"name\":\"a\",\"path\":\"/p\",\"x\":\"\"}", "{not json"}) {
     auto spec = ParseLoraModule(bad);
     ASSERT_FALSE(spec.ok()) << bad;
     EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);

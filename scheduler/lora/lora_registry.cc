@@ -36,9 +36,9 @@ absl::StatusOr<int> LoraRegistry::Remove(absl::string_view name) {
   auto it = by_name_.find(name);
   if (it == by_name_.end()) return Unknown(name);
   if (it->second.requests > 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("the LoRA adapter \"", name, "\" is in use by ", it->second.requests,
-                     " request(s); unload it once they finish"));
+    return absl::FailedPreconditionError(absl::StrCat("the LoRA adapter \"", name,
+                                                      "\" is in use by ", it->second.requests,
+                                                      " request(s); unload it once they finish"));
   }
   const int id = it->second.id;
   by_name_.erase(it);

@@ -43,15 +43,16 @@ struct AdapterSpec {
 
 const std::vector<AdapterSpec>& Adapters() {
   static const std::vector<AdapterSpec> specs = {
-      {"all_r8_bf16", 8, "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj", "bf16",
-       false},
+      {"all_r8_bf16", 8, "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj", "bf16", false},
       {"attn_r4_f32_rslora", 4, "q_proj,k_proj,v_proj,o_proj", "f32", true},
       {"mlp_r13_f16", 13, "gate_proj,up_proj,down_proj,q_proj", "f16", false},
   };
   return specs;
 }
 
-void RunCommand(const std::string& command) { ASSERT_EQ(std::system(command.c_str()), 0) << command; }
+void RunCommand(const std::string& command) {
+  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+}
 
 std::string Script() { return "tests/reference/lora_reference.py"; }
 
@@ -61,15 +62,16 @@ class LoraReferenceTest : public ::testing::Test {
     dir_ = new std::string(::pagoda::testing::TempPath("lora_reference"));
     fs::create_directories(*dir_);
     // Sizes unlike the kernels' widths: hidden 24, 4 heads of 6, intermediate 36, GQA 2:1.
-    ASSERT_TRUE(::pagoda::testing::WriteTinyModel(
-                    Base(), "--vocab-size 40 --hidden-size 24 --intermediate-size 36 "
-                            "--num-layers 2 --num-heads 4 --num-kv-heads 2")
-                    .ok());
+    ASSERT_TRUE(
+        ::pagoda::testing::WriteTinyModel(Base(),
+                                          "--vocab-size 40 --hidden-size 24 --intermediate-size 36 "
+                                          "--num-layers 2 --num-heads 4 --num-kv-heads 2")
+            .ok());
     for (const AdapterSpec& spec : Adapters()) {
       RunCommand(absl::StrCat(PythonBinary(), " ", Script(), " make --base ", Base(), " --out ",
-                       *dir_, "/", spec.name, " --rank ", spec.rank, " --alpha 6 --targets ",
-                       spec.targets, " --dtype ", spec.dtype, spec.rslora ? " --rslora" : "",
-                       " --seed ", spec.rank));
+                              *dir_, "/", spec.name, " --rank ", spec.rank, " --alpha 6 --targets ",
+                              spec.targets, " --dtype ", spec.dtype, spec.rslora ? " --rslora" : "",
+                              " --seed ", spec.rank));
     }
   }
   static void TearDownTestSuite() {
@@ -85,8 +87,8 @@ class LoraReferenceTest : public ::testing::Test {
     std::ofstream(in_path, std::ios::binary)
         .write(reinterpret_cast<const char*>(x.data()), x.size() * sizeof(double));
     RunCommand(absl::StrCat(PythonBinary(), " ", Script(), " merged-linear --base ", Base(),
-                     " --adapter ", *dir_, "/", adapter, " --layer ", kLayer, " --module ",
-                     LoraModuleName(module), " --inputs ", in_path, " --out ", out_path));
+                            " --adapter ", *dir_, "/", adapter, " --layer ", kLayer, " --module ",
+                            LoraModuleName(module), " --inputs ", in_path, " --out ", out_path));
     std::vector<double> y(x.size() / (x.size() / kRows) * out);
     std::ifstream(out_path, std::ios::binary)
         .read(reinterpret_cast<char*>(y.data()), y.size() * sizeof(double));
@@ -102,15 +104,16 @@ std::string* LoraReferenceTest::dir_ = nullptr;
 std::vector<float> BaseOutput(const WeightStore& weights, LoraModule module,
                               const ModelConfig& config, const std::vector<float>& x) {
   const LinearShape shape = LoraModuleShape(config, module);
-  const std::string name = absl::StrCat("model.layers.", kLayer, ".", LoraModuleParent(module),
-                                        ".", LoraModuleName(module), ".weight");
+  const std::string name = absl::StrCat("model.layers.", kLayer, ".", LoraModuleParent(module), ".",
+                                        LoraModuleName(module), ".weight");
   auto w = weights.GetF32(name, {shape.out, shape.in});
   EXPECT_TRUE(w.ok()) << w.status();
   std::vector<float> y(kRows * shape.out);
   for (int r = 0; r < kRows; ++r) {
     for (int64_t o = 0; o < shape.out; ++o) {
       double sum = 0;
-      for (int64_t i = 0; i < shape.in; ++i) sum += double{(*w)[o * shape.in + i]} * x[r * shape.in + i];
+      for (int64_t i = 0; i < shape.in; ++i)
+        sum += double{(*w)[o * shape.in + i]} * x[r * shape.in + i];
       y[r * shape.out + o] = static_cast<float>(sum);
     }
   }

@@ -85,8 +85,7 @@ int Main(int argc, char** argv) {
   std::vector<int32_t> row_slots(rows);
   for (int r = 0; r < rows; ++r) row_slots[r] = r % (kAdapters + 1);  // 4 adapters + base.
 
-  std::printf("threads %d, rank %d, rows %d, %d adapters + base\n", threads, rank, rows,
-              kAdapters);
+  std::printf("threads %d, rank %d, rows %d, %d adapters + base\n", threads, rank, rows, kAdapters);
   std::printf("%-10s %10s %10s %10s %8s\n", "projection", "base_us", "lora_us", "apply_us",
               "ratio");
   double base_total = 0, lora_total = 0;
@@ -105,8 +104,7 @@ int Main(int argc, char** argv) {
     std::vector<float> x(static_cast<size_t>(rows) * shape.in, 0.5f);
     std::vector<float> y(static_cast<size_t>(rows) * shape.out);
     auto base = [&](size_t i) {
-      backend->Linear(x.data(), rows, weights[i % weights.size()], nullptr, y.data(),
-                      DType::kF32);
+      backend->Linear(x.data(), rows, weights[i % weights.size()], nullptr, y.data(), DType::kF32);
     };
     auto with_lora = [&](size_t i) {
       base(i);
@@ -119,9 +117,8 @@ int Main(int argc, char** argv) {
     const double apply_us = MedianMicros(apply_only);
     base_total += base_us;
     lora_total += lora_us;
-    std::printf("%-10s %10.1f %10.1f %10.1f %8.3f\n",
-                std::string(LoraModuleName(module)).c_str(), base_us, lora_us, apply_us,
-                base_us / lora_us);
+    std::printf("%-10s %10.1f %10.1f %10.1f %8.3f\n", std::string(LoraModuleName(module)).c_str(),
+                base_us, lora_us, apply_us, base_us / lora_us);
   }
   std::printf("%-10s %10.1f %10.1f %10s %8.3f\n", "layer", base_total, lora_total, "",
               base_total / lora_total);

@@ -25,10 +25,10 @@ absl::Status LoraSlots::CheckAdapter(const LoraAdapter& adapter) const {
       const LinearShape expected = shapes_[static_cast<int>(module)];
       if (pair->rank < 1 || pair->rank > max_rank_ || pair->in != expected.in ||
           pair->out != expected.out) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "LoRA ", LoraModuleName(module), " of rank ", pair->rank, " maps ", pair->in, " to ",
-            pair->out, "; this worker's takes ", expected.in, " to ", expected.out,
-            " with rank at most ", max_rank_));
+        return absl::InvalidArgumentError(
+            absl::StrCat("LoRA ", LoraModuleName(module), " of rank ", pair->rank, " maps ",
+                         pair->in, " to ", pair->out, "; this worker's takes ", expected.in, " to ",
+                         expected.out, " with rank at most ", max_rank_));
       }
     }
   }
@@ -67,8 +67,8 @@ void LoraSlots::Unload(int slot) {
   slots_[slot] = Slot{};
 }
 
-absl::Status LoraSlots::Apply(const float* x, int rows, const int32_t* row_slots,
-                              LoraTarget target, float* y) const {
+absl::Status LoraSlots::Apply(const float* x, int rows, const int32_t* row_slots, LoraTarget target,
+                              float* y) const {
   if (target.layer < 0 || target.layer >= num_layers_) {
     return absl::InvalidArgumentError(
         absl::StrCat("LoRA layer ", target.layer, " is outside [0, ", num_layers_, ")"));
@@ -78,9 +78,8 @@ absl::Status LoraSlots::Apply(const float* x, int rows, const int32_t* row_slots
   std::vector<int> counts(slots_.size() + 1, 0);
   for (int r = 0; r < rows; ++r) {
     if (row_slots[r] < 0 || row_slots[r] > max_loras_) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("row ", r, " names LoRA slot ", row_slots[r], ", outside [0, ",
-                       max_loras_, "]"));
+      return absl::InvalidArgumentError(absl::StrCat("row ", r, " names LoRA slot ", row_slots[r],
+                                                     ", outside [0, ", max_loras_, "]"));
     }
     ++counts[row_slots[r] + 1];
   }
@@ -98,7 +97,7 @@ absl::Status LoraSlots::Apply(const float* x, int rows, const int32_t* row_slots
     const auto& update = slot.layers[target.layer][static_cast<int>(target.module)];
     if (!update) continue;
     const LoraKernelWeights weights{update->a.data(), update->b_t.data(), update->rank,
-                                    shape.in, shape.out, slot.scale};
+                                    shape.in,         shape.out,          slot.scale};
     AddLoraUpdate(weights, x, grouped.data() + begin, end - begin, scratch.data(), y);
   }
   return absl::OkStatus();

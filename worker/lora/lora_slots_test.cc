@@ -58,8 +58,8 @@ struct Case {
 // rows of every slot and of the base model interleaved in one batch.
 TEST(LoraSlotsTest, MixedSlotsMatchThePlainReferenceOverOddShapes) {
   std::mt19937 rng(7);
-  for (Case c : {Case{1, 1, 1}, Case{1, 7, 13}, Case{2, 65, 3}, Case{3, 129, 67},
-                 Case{7, 33, 95}, Case{16, 128, 129}, Case{33, 17, 257}, Case{64, 255, 31}}) {
+  for (Case c : {Case{1, 1, 1}, Case{1, 7, 13}, Case{2, 65, 3}, Case{3, 129, 67}, Case{7, 33, 95},
+                 Case{16, 128, 129}, Case{33, 17, 257}, Case{64, 255, 31}}) {
     const LinearShape shape{c.out, c.in};
     LoraSlots slots(4, 64, 2, Shapes(shape));
     std::vector<LoraAdapter> adapters;
