@@ -149,6 +149,13 @@ absl::StatusOr<LoraAdapter> LoadLoraAdapter(const std::string& dir, const ModelC
   const std::string weights_path = (std::filesystem::path(dir) / kWeightsFile).string();
   auto store = WeightStore::OpenFile(weights_path);
   if (!store.ok()) return store.status();
+  for (int layer : config->layers) {
+    if (layer < 0 || layer >= base.num_hidden_layers) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(config_path, ": layers_to_transform names layer ", layer,
+                       "; the base model has ", base.num_hidden_layers));
+    }
+  }
   auto present = CheckNames(**store, weights_path, *config, base);
   if (!present.ok()) return present.status();
 

@@ -45,7 +45,8 @@ std::string PeftLoraTensorPrefix(int layer, LoraModule module);
 // layer past the base model's, or of a projection target_modules does not
 // list ("unexpected tensor"); a target projection of a transformed layer
 // without its A or B ("missing tensor"); a shape other than A [r, in] and
-// B [out, r] for the base model; a dtype other than F32/F16/BF16; a
+// B [out, r] for the base model; a layers_to_transform entry past the
+// base model's layers; a dtype other than F32/F16/BF16; a
 // corrupt safetensors file; a non-finite value.
 absl::StatusOr<LoraAdapter> LoadLoraAdapter(const std::string& dir, const ModelConfig& base,
                                             int max_rank);

@@ -153,6 +153,9 @@ TEST_F(LoraAdapterTest, LayersToTransformLimitsTheLayers) {
   ASSERT_TRUE(adapter.ok()) << adapter.status();
   EXPECT_FALSE(adapter->layers[0][0].has_value());
   EXPECT_TRUE(adapter->layers[1][0].has_value());
+  config["layers_to_transform"] = {1, 2};
+  Write(config, tensors);
+  EXPECT_THAT(LoadError(), HasSubstr("layers_to_transform names layer 2; the base model has 2"));
 }
 
 TEST_F(LoraAdapterTest, RefusesRankAboveMax) {
