@@ -13,9 +13,13 @@ inline __attribute__((always_inline)) float Dot(const float* a, const float* b, 
   for (; i + kLanes <= n; i += kLanes) {
     for (int lane = 0; lane < kLanes; ++lane) partial[lane] += a[i + lane] * b[i + lane];
   }
-  float sum = 0;
+  // Halving the partial sums pairwise (vector adds) rather than one chain of
+  // 32 dependent scalar adds, which would cost more than the loop above.
+  for (int width = kLanes / 2; width >= 1; width /= 2) {
+    for (int lane = 0; lane < width; ++lane) partial[lane] += partial[lane + width];
+  }
+  float sum = partial[0];
   for (; i < n; ++i) sum += a[i] * b[i];
-  for (float p : partial) sum += p;
   return sum;
 }
 
