@@ -329,6 +329,17 @@ absl::StatusOr<std::unique_ptr<WeightStore>> WeightStore::Open(const std::string
   return store;
 }
 
+absl::StatusOr<std::unique_ptr<WeightStore>> WeightStore::OpenFile(const std::string& path) {
+  auto file = MappedFile::Map(path, /*listed_in_index=*/false);
+  if (!file.ok()) return file.status();
+  std::unique_ptr<WeightStore> store(new WeightStore());
+  if (absl::Status status = store->AddTensors(**file, {}, /*sharded=*/false); !status.ok()) {
+    return status;
+  }
+  store->files_.push_back(*std::move(file));
+  return store;
+}
+
 WeightStore::~WeightStore() = default;
 
 bool WeightStore::Has(const std::string& name) const { return tensors_.count(name) > 0; }

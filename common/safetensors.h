@@ -30,6 +30,9 @@ struct TensorView {
 class WeightStore {
  public:
   static absl::StatusOr<std::unique_ptr<WeightStore>> Open(const std::string& model_dir);
+  // One safetensors file by path (a PEFT adapter's adapter_model.safetensors),
+  // validated as Open validates each shard.
+  static absl::StatusOr<std::unique_ptr<WeightStore>> OpenFile(const std::string& path);
   ~WeightStore();
   WeightStore(const WeightStore&) = delete;
   WeightStore& operator=(const WeightStore&) = delete;

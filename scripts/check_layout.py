@@ -82,6 +82,11 @@ FORBIDDEN = [
     ("scheduler/constraints/", ["text/", "wire/", "scheduler/engine/", "scheduler/api/",
                                 "scheduler/workers/", "scheduler/kv/", "bench/sim/",
                                 "scheduler/metrics", "scheduler/kv_events/"]),
+    # LoRA's server side (flags, registry, slot policy): pure, used by the
+    # engine and the API, knowing neither.
+    ("scheduler/lora/", ["text/", "wire/", "scheduler/engine/", "scheduler/api/",
+                         "scheduler/workers/", "scheduler/kv/", "scheduler/kv_events/",
+                         "scheduler/constraints/", "scheduler/sim/", "scheduler/metrics"]),
     ("cli/", ["text/", "wire/", "scheduler/", "worker/", "kernels/"]),
 ]
 

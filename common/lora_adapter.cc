@@ -1,0 +1,181 @@
+#include "common/lora_adapter.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "common/safetensors.h"
+
+namespace pagoda {
+namespace {
+
+constexpr char kConfigFile[] = "adapter_config.json";
+constexpr char kWeightsFile[] = "adapter_model.safetensors";
+constexpr char kPrefix[] = "base_model.model.model.layers.";
+constexpr size_t kMaxConfigBytes = 1 << 20;
+
+// (layer, module, is_b) of a PEFT LoRA tensor name; nullopt when the name
+// is anything else.
+struct ParsedName {
+  int layer = 0;
+  LoraModule module = LoraModule::kQ;
+  bool is_b = false;
+};
+
+std::optional<ParsedName> ParsePeftName(absl::string_view name) {
+  if (!absl::ConsumePrefix(&name, kPrefix)) return std::nullopt;
+  std::vector<absl::string_view> parts = absl::StrSplit(name, '.');
+  // N . self_attn|mlp . x_proj . lora_A|lora_B . weight
+  if (parts.size() != 5 || parts[4] != "weight") return std::nullopt;
+  ParsedName parsed;
+  if (!absl::SimpleAtoi(parts[0], &parsed.layer) || parsed.layer < 0) return std::nullopt;
+  std::optional<LoraModule> module = FindLoraModule(parts[2]);
+  if (!module || LoraModuleParent(*module) != parts[1]) return std::nullopt;
+  parsed.module = *module;
+  if (parts[3] != "lora_A" && parts[3] != "lora_B") return std::nullopt;
+  parsed.is_b = parts[3] == "lora_B";
+  return parsed;
+}
+
+absl::StatusOr<std::string> ReadConfigText(const std::string& path) {
+  std::error_code error;
+  const auto size = std::filesystem::file_size(path, error);
+  if (error) return absl::NotFoundError(absl::StrCat(path, ": cannot read: ", error.message()));
+  if (size > kMaxConfigBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": larger than 1 MiB"));
+  }
+  std::ifstream file(path, std::ios::binary);
+  std::stringstream text;
+  text << file.rdbuf();
+  if (!file) return absl::NotFoundError(absl::StrCat(path, ": cannot read"));
+  return text.str();
+}
+
+bool Targets(const LoraAdapterConfig& config, int layer, LoraModule module) {
+  if (!config.layers.empty() &&
+      std::find(config.layers.begin(), config.layers.end(), layer) == config.layers.end()) {
+    return false;
+  }
+  if (config.targets_from_tensors) return true;
+  return std::find(config.targets.begin(), config.targets.end(), module) != config.targets.end();
+}
+
+// Checks every tensor name; returns the set of (layer, module) present.
+absl::StatusOr<std::set<std::pair<int, LoraModule>>> CheckNames(const WeightStore& store,
+                                                                const std::string& path,
+                                                                const LoraAdapterConfig& config,
+                                                                const ModelConfig& base) {
+  std::set<std::pair<int, LoraModule>> present;
+  for (const std::string& name : store.Names()) {
+    std::optional<ParsedName> parsed = ParsePeftName(name);
+    if (!parsed || parsed->layer >= base.num_hidden_layers ||
+        !Targets(config, parsed->layer, parsed->module)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": unexpected tensor \"", name.substr(0, 128),
+          "\" (expected only lora_A/lora_B of the target projections of the base model's ",
+          base.num_hidden_layers, " layers)"));
+    }
+    present.insert({parsed->layer, parsed->module});
+  }
+  if (present.empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": no LoRA tensors"));
+  return present;
+}
+
+absl::StatusOr<std::vector<float>> ReadMatrix(const WeightStore& store, const std::string& path,
+                                              const std::string& name, std::vector<int64_t> shape) {
+  if (!store.Has(name)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": missing tensor \"", name, "\""));
+  }
+  auto values = store.GetF32(name, shape);
+  if (!values.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", values.status().message()));
+  }
+  for (float v : *values) {
+    if (!std::isfinite(v)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": tensor \"", name, "\" holds a non-finite value"));
+    }
+  }
+  return values;
+}
+
+absl::StatusOr<LoraMatrices> ReadPair(const WeightStore& store, const std::string& path, int layer,
+                                      LoraModule module, int rank, const ModelConfig& base) {
+  const LinearShape shape = LoraModuleShape(base, module);
+  const std::string prefix = PeftLoraTensorPrefix(layer, module);
+  LoraMatrices pair{rank, shape.in, shape.out, {}, {}};
+  auto a = ReadMatrix(store, path, absl::StrCat(prefix, "_A.weight"), {rank, shape.in});
+  if (!a.ok()) return a.status();
+  auto b = ReadMatrix(store, path, absl::StrCat(prefix, "_B.weight"), {shape.out, rank});
+  if (!b.ok()) return b.status();
+  pair.a = *std::move(a);
+  pair.b = *std::move(b);
+  return pair;
+}
+
+}  // namespace
+
+size_t LoraAdapter::bytes() const {
+  size_t total = 0;
+  for (const auto& layer : layers) {
+    for (const auto& pair : layer) {
+      if (pair) total += (pair->a.size() + pair->b.size()) * sizeof(float);
+    }
+  }
+  return total;
+}
+
+std::string PeftLoraTensorPrefix(int layer, LoraModule module) {
+  return absl::StrCat(kPrefix, layer, ".", LoraModuleParent(module), ".", LoraModuleName(module),
+                      ".lora");
+}
+
+absl::StatusOr<LoraAdapter> LoadLoraAdapter(const std::string& dir, const ModelConfig& base,
+                                            int max_rank) {
+  const std::string config_path = (std::filesystem::path(dir) / kConfigFile).string();
+  auto text = ReadConfigText(config_path);
+  if (!text.ok()) return text.status();
+  auto config = ParseLoraAdapterConfig(*text, config_path, max_rank);
+  if (!config.ok()) return config.status();
+
+  const std::string weights_path = (std::filesystem::path(dir) / kWeightsFile).string();
+  auto store = WeightStore::OpenFile(weights_path);
+  if (!store.ok()) return store.status();
+  for (int layer : config->layers) {
+    if (layer < 0 || layer >= base.num_hidden_layers) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(config_path, ": layers_to_transform names layer ", layer,
+                       "; the base model has ", base.num_hidden_layers));
+    }
+  }
+  auto present = CheckNames(**store, weights_path, *config, base);
+  if (!present.ok()) return present.status();
+
+  LoraAdapter adapter;
+  adapter.config = *config;
+  adapter.scale = static_cast<float>(config->Scale());
+  adapter.layers.resize(base.num_hidden_layers);
+  for (int layer = 0; layer < base.num_hidden_layers; ++layer) {
+    for (LoraModule module : kAllLoraModules) {
+      // A listed target of a transformed layer must be there; a string
+      // target_modules lets the tensors present decide.
+      const bool wanted = config->targets_from_tensors ? present->count({layer, module}) > 0
+                                                       : Targets(*config, layer, module);
+      if (!wanted) continue;
+      auto pair = ReadPair(**store, weights_path, layer, module, config->rank, base);
+      if (!pair.ok()) return pair.status();
+      adapter.layers[layer][static_cast<int>(module)] = *std::move(pair);
+    }
+  }
+  return adapter;
+}
+
+}  // namespace pagoda

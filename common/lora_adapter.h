@@ -1,0 +1,56 @@
+// A PEFT LoRA adapter directory (adapter_config.json +
+// adapter_model.safetensors) loaded into f32 A and B matrices per layer and
+// projection, validated against the base model it will run on.
+#ifndef PAGODA_COMMON_LORA_ADAPTER_H_
+#define PAGODA_COMMON_LORA_ADAPTER_H_
+
+#include <array>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/lora_adapter_config.h"
+#include "common/model_config.h"
+
+namespace pagoda {
+
+// One projection's low-rank update, ΔW = scale · B · A, in f32 row-major:
+// A [rank, in], B [out, rank] (PEFT's lora_A.weight and lora_B.weight).
+struct LoraMatrices {
+  int rank = 0;
+  int64_t in = 0;
+  int64_t out = 0;
+  std::vector<float> a;
+  std::vector<float> b;
+};
+
+struct LoraAdapter {
+  LoraAdapterConfig config;
+  float scale = 0;  // config.Scale(), the same for every projection.
+  // layers[l][module]: absent where the adapter leaves the projection alone.
+  std::vector<std::array<std::optional<LoraMatrices>, kNumLoraModules>> layers;
+  // Bytes of A and B together (f32), for the host cache's accounting.
+  size_t bytes() const;
+};
+
+// PEFT's tensor name for a layer's projection, without the ".weight":
+// "base_model.model.model.layers.3.self_attn.q_proj.lora_A".
+std::string PeftLoraTensorPrefix(int layer, LoraModule module);
+
+// Loads `dir`/adapter_config.json and `dir`/adapter_model.safetensors.
+// Every refusal is one line naming the file and the thing: the config's
+// (ParseLoraAdapterConfig, rank above `max_rank` included); a tensor name that
+// is not a layer's lora_A/lora_B of one of the seven projections, or of a
+// layer past the base model's, or of a projection target_modules does not
+// list ("unexpected tensor"); a target projection of a transformed layer
+// without its A or B ("missing tensor"); a shape other than A [r, in] and
+// B [out, r] for the base model; a layers_to_transform entry past the
+// base model's layers; a dtype other than F32/F16/BF16; a
+// corrupt safetensors file; a non-finite value.
+absl::StatusOr<LoraAdapter> LoadLoraAdapter(const std::string& dir, const ModelConfig& base,
+                                            int max_rank);
+
+}  // namespace pagoda
+
+#endif  // PAGODA_COMMON_LORA_ADAPTER_H_

@@ -1,0 +1,233 @@
+#include "common/lora_adapter.h"
+
+#include <cmath>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/support/safetensors_writer.h"
+
+namespace pagoda {
+namespace {
+
+using Json = nlohmann::json;
+using ::pagoda::testing::BF16Bytes;
+using ::pagoda::testing::F16Bytes;
+using ::pagoda::testing::F32Bytes;
+using ::pagoda::testing::MakeTempDir;
+using ::pagoda::testing::NamedTensor;
+using ::pagoda::testing::WriteFile;
+using ::pagoda::testing::WriteSafetensors;
+using ::testing::HasSubstr;
+
+ModelConfig TinyBase() {
+  ModelConfig base;
+  base.hidden_size = 12;
+  base.intermediate_size = 20;
+  base.num_hidden_layers = 2;
+  base.num_attention_heads = 4;
+  base.num_key_value_heads = 2;
+  base.head_dim = 3;
+  return base;
+}
+
+Json PeftConfig(int rank, Json targets) {
+  // What PEFT 0.1x writes (LoraConfig.to_dict), the keys that matter and a
+  // few that must be ignored.
+  return Json{{"peft_type", "LORA"},
+              {"task_type", "CAUSAL_LM"},
+              {"r", rank},
+              {"lora_alpha", 16},
+              {"lora_dropout", 0.05},
+              {"bias", "none"},
+              {"use_rslora", false},
+              {"use_dora", false},
+              {"fan_in_fan_out", false},
+              {"modules_to_save", nullptr},
+              {"rank_pattern", Json::object()},
+              {"alpha_pattern", Json::object()},
+              {"init_lora_weights", true},
+              {"base_model_name_or_path", "some/model"},
+              {"target_modules", targets},
+              {"layers_to_transform", nullptr}};
+}
+
+std::vector<float> Values(size_t count, int seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  std::vector<float> values(count);
+  for (float& v : values) v = dist(rng);
+  return values;
+}
+
+class LoraAdapterTest : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = MakeTempDir("lora_adapter"); }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  // All targets of all layers, with A [rank, in] and B [out, rank].
+  std::vector<NamedTensor> Tensors(int rank, const std::vector<LoraModule>& modules,
+                                   DType dtype = DType::kF32) {
+    std::vector<NamedTensor> tensors;
+    int seed = 0;
+    for (int layer = 0; layer < base_.num_hidden_layers; ++layer) {
+      for (LoraModule module : modules) {
+        const LinearShape shape = LoraModuleShape(base_, module);
+        const std::string prefix = PeftLoraTensorPrefix(layer, module);
+        tensors.push_back(Tensor(prefix + "_A.weight", {rank, shape.in}, dtype, ++seed));
+        tensors.push_back(Tensor(prefix + "_B.weight", {shape.out, rank}, dtype, ++seed));
+      }
+    }
+    return tensors;
+  }
+  NamedTensor Tensor(const std::string& name, std::vector<int64_t> shape, DType dtype, int seed) {
+    const std::vector<float> values = Values(shape[0] * shape[1], seed);
+    std::string raw = dtype == DType::kF32   ? F32Bytes(values)
+                      : dtype == DType::kF16 ? F16Bytes(values)
+                                             : BF16Bytes(values);
+    return NamedTensor{name, dtype, shape, raw};
+  }
+  void Write(const Json& config, const std::vector<NamedTensor>& tensors) {
+    ASSERT_TRUE(WriteFile(dir_ + "/adapter_config.json", config.dump()).ok());
+    ASSERT_TRUE(WriteSafetensors(dir_ + "/adapter_model.safetensors", tensors).ok());
+  }
+  std::string LoadError(int max_rank = 16) {
+    auto adapter = LoadLoraAdapter(dir_, base_, max_rank);
+    EXPECT_FALSE(adapter.ok());
+    return std::string(adapter.status().message());
+  }
+
+  ModelConfig base_ = TinyBase();
+  std::string dir_;
+};
+
+TEST_F(LoraAdapterTest, LoadsEveryModuleInEachDtype) {
+  const std::vector<LoraModule> all(kAllLoraModules.begin(), kAllLoraModules.end());
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    Write(PeftConfig(4,
+                     {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}),
+          Tensors(4, all, dtype));
+    auto adapter = LoadLoraAdapter(dir_, base_, 8);
+    ASSERT_TRUE(adapter.ok()) << adapter.status();
+    EXPECT_FLOAT_EQ(adapter->scale, 16.0f / 4);
+    const auto& down = adapter->layers[1][static_cast<int>(LoraModule::kDown)];
+    ASSERT_TRUE(down.has_value());
+    EXPECT_EQ(down->in, 20);
+    EXPECT_EQ(down->out, 12);
+    EXPECT_EQ(down->a.size(), 4u * 20);
+    // The first A element of layer 1's down_proj (the 27th tensor drawn), as written.
+    const float written = Values(4 * 20, 27)[0];
+    EXPECT_NEAR(down->a[0], written, 1e-2);
+  }
+}
+
+TEST_F(LoraAdapterTest, RsLoraScalesBySquareRoot) {
+  Json config = PeftConfig(4, {"q_proj"});
+  config["use_rslora"] = true;
+  Write(config, Tensors(4, {LoraModule::kQ}));
+  auto adapter = LoadLoraAdapter(dir_, base_, 8);
+  ASSERT_TRUE(adapter.ok()) << adapter.status();
+  EXPECT_FLOAT_EQ(adapter->scale, 16.0f / 2);
+  EXPECT_FALSE(adapter->layers[0][static_cast<int>(LoraModule::kK)].has_value());
+}
+
+TEST_F(LoraAdapterTest, StringTargetsLetTheTensorsDecide) {
+  Write(PeftConfig(2, ".*\\.(q_proj|v_proj)"), Tensors(2, {LoraModule::kQ, LoraModule::kV}));
+  auto adapter = LoadLoraAdapter(dir_, base_, 8);
+  ASSERT_TRUE(adapter.ok()) << adapter.status();
+  EXPECT_TRUE(adapter->layers[1][static_cast<int>(LoraModule::kV)].has_value());
+  EXPECT_FALSE(adapter->layers[1][static_cast<int>(LoraModule::kK)].has_value());
+}
+
+TEST_F(LoraAdapterTest, LayersToTransformLimitsTheLayers) {
+  Json config = PeftConfig(2, {"q_proj"});
+  config["layers_to_transform"] = {1};
+  std::vector<NamedTensor> tensors = Tensors(2, {LoraModule::kQ});
+  tensors.erase(tensors.begin(), tensors.begin() + 2);  // Layer 0's pair.
+  Write(config, tensors);
+  auto adapter = LoadLoraAdapter(dir_, base_, 8);
+  ASSERT_TRUE(adapter.ok()) << adapter.status();
+  EXPECT_FALSE(adapter->layers[0][0].has_value());
+  EXPECT_TRUE(adapter->layers[1][0].has_value());
+  config["layers_to_transform"] = {1, 2};
+  Write(config, tensors);
+  EXPECT_THAT(LoadError(), HasSubstr("layers_to_transform names layer 2; the base model has 2"));
+}
+
+TEST_F(LoraAdapterTest, RefusesRankAboveMax) {
+  Write(PeftConfig(8, {"q_proj"}), Tensors(8, {LoraModule::kQ}));
+  EXPECT_THAT(LoadError(4), HasSubstr("LoRA rank 8 is outside [1, 4] (--max-lora-rank)"));
+}
+
+TEST_F(LoraAdapterTest, RefusesUnknownTargetModule) {
+  Write(PeftConfig(2, {"q_proj", "lm_head"}), Tensors(2, {LoraModule::kQ}));
+  EXPECT_THAT(LoadError(), HasSubstr("target module \"lm_head\" is not one of"));
+}
+
+TEST_F(LoraAdapterTest, RefusesWhatVllmRefuses) {
+  const std::vector<std::pair<std::string, Json>> cases = {{"use_dora", true},
+                                                           {"bias", "all"},
+                                                           {"modules_to_save", {"lm_head"}},
+                                                           {"fan_in_fan_out", true},
+                                                           {"rank_pattern", {{"q_proj", 4}}},
+                                                           {"peft_type", "IA3"}};
+  for (const auto& [key, value] : cases) {
+    Json config = PeftConfig(2, {"q_proj"});
+    config[key] = value;
+    Write(config, Tensors(2, {LoraModule::kQ}));
+    EXPECT_THAT(LoadError(), HasSubstr(key)) << key;
+  }
+}
+
+TEST_F(LoraAdapterTest, RefusesWrongShapes) {
+  std::vector<NamedTensor> tensors = Tensors(2, {LoraModule::kK});
+  tensors[1] = Tensor(tensors[1].name, {7, 2}, DType::kF32, 1);  // B out 7, expected 6.
+  Write(PeftConfig(2, {"k_proj"}), tensors);
+  const std::string error = LoadError();
+  EXPECT_THAT(error, HasSubstr("k_proj.lora_B.weight"));
+  EXPECT_THAT(error, HasSubstr("[7, 2], expected [6, 2]"));
+  // A rank in the tensors other than the config's r.
+  Write(PeftConfig(2, {"k_proj"}), Tensors(3, {LoraModule::kK}));
+  EXPECT_THAT(LoadError(), HasSubstr("expected [2, 12]"));
+}
+
+TEST_F(LoraAdapterTest, RefusesMissingAndExtraTensors) {
+  std::vector<NamedTensor> tensors = Tensors(2, {LoraModule::kQ, LoraModule::kV});
+  Write(PeftConfig(2, {"q_proj"}), tensors);
+  EXPECT_THAT(LoadError(), HasSubstr("unexpected tensor \"base_model.model.model.layers.0."
+                                     "self_attn.v_proj.lora_A.weight\""));
+  tensors.pop_back();  // Layer 1's v_proj B.
+  Write(PeftConfig(2, {"q_proj", "v_proj"}), tensors);
+  EXPECT_THAT(LoadError(), HasSubstr("missing tensor \"base_model.model.model.layers.1.self_attn."
+                                     "v_proj.lora_B.weight\""));
+  tensors = Tensors(2, {LoraModule::kQ});
+  tensors.push_back(Tensor("base_model.model.model.layers.2.self_attn.q_proj.lora_A.weight",
+                           {2, 12}, DType::kF32, 9));
+  Write(PeftConfig(2, {"q_proj"}), tensors);
+  EXPECT_THAT(LoadError(), HasSubstr("unexpected tensor"));
+  tensors = Tensors(2, {LoraModule::kQ});
+  tensors.push_back(Tensor("base_model.model.lm_head.weight", {2, 12}, DType::kF32, 9));
+  Write(PeftConfig(2, {"q_proj"}), tensors);
+  EXPECT_THAT(LoadError(), HasSubstr("unexpected tensor \"base_model.model.lm_head.weight\""));
+}
+
+TEST_F(LoraAdapterTest, RefusesCorruptFiles) {
+  Write(PeftConfig(2, {"q_proj"}), Tensors(2, {LoraModule::kQ}));
+  ASSERT_TRUE(WriteFile(dir_ + "/adapter_model.safetensors", "\x10\0\0\0\0\0\0\0{\"a\":").ok());
+  EXPECT_THAT(LoadError(), HasSubstr("adapter_model.safetensors"));
+  ASSERT_TRUE(WriteFile(dir_ + "/adapter_config.json", "{\"r\": 2,").ok());
+  EXPECT_THAT(LoadError(), HasSubstr("adapter_config.json: not a JSON object"));
+  std::filesystem::remove(dir_ + "/adapter_config.json");
+  EXPECT_THAT(LoadError(), HasSubstr("adapter_config.json: cannot read"));
+  std::vector<NamedTensor> tensors = Tensors(2, {LoraModule::kQ});
+  tensors[0].raw = F32Bytes(std::vector<float>(2 * 12, std::nanf("")));
+  Write(PeftConfig(2, {"q_proj"}), tensors);
+  EXPECT_THAT(LoadError(), HasSubstr("non-finite"));
+}
+
+}  // namespace
+}  // namespace pagoda

@@ -1,0 +1,236 @@
+// The LoRA loader (common/lora_adapter) and the CPU kernel (worker/lora)
+// against the float64 NumPy reference (tests/reference/lora_reference.py):
+// random PEFT adapters of several ranks, target sets and dtypes over a tiny
+// random model, three of them resident in slots at once with base-model rows
+// mixed in; every projection's base output plus LoraSlots::Apply equals the
+// reference's x · (W + scale·B·A)ᵀ to 1e-5 relative, on one rank and split
+// over two tensor-parallel ranks.
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/lora_adapter.h"
+#include "common/lora_shard.h"
+#include "common/model_config.h"
+#include "common/safetensors.h"
+#include "gtest/gtest.h"
+#include "tests/support/tiny_model.h"
+#include "worker/lora/lora_slots.h"
+
+namespace pagoda::worker {
+namespace {
+
+namespace fs = std::filesystem;
+using ::pagoda::testing::PythonBinary;
+
+constexpr int kLayer = 1;
+constexpr int kRows = 9;
+constexpr int kMaxRank = 16;
+
+struct AdapterSpec {
+  std::string name;
+  int rank;
+  std::string targets;
+  std::string dtype;
+  bool rslora;
+};
+
+const std::vector<AdapterSpec>& Adapters() {
+  static const std::vector<AdapterSpec> specs = {
+      {"all_r8_bf16", 8, "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj", "bf16", false},
+      {"attn_r4_f32_rslora", 4, "q_proj,k_proj,v_proj,o_proj", "f32", true},
+      {"mlp_r13_f16", 13, "gate_proj,up_proj,down_proj,q_proj", "f16", false},
+  };
+  return specs;
+}
+
+void RunCommand(const std::string& command) {
+  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+}
+
+std::string Script() { return "tests/reference/lora_reference.py"; }
+
+class LoraReferenceTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(::pagoda::testing::TempPath("lora_reference"));
+    fs::create_directories(*dir_);
+    // Sizes unlike the kernels' widths: hidden 24, 4 heads of 6, intermediate 36, GQA 2:1.
+    ASSERT_TRUE(
+        ::pagoda::testing::WriteTinyModel(Base(),
+                                          "--vocab-size 40 --hidden-size 24 --intermediate-size 36 "
+                                          "--num-layers 2 --num-heads 4 --num-kv-heads 2")
+            .ok());
+    for (const AdapterSpec& spec : Adapters()) {
+      RunCommand(absl::StrCat(PythonBinary(), " ", Script(), " make --base ", Base(), " --out ",
+                              *dir_, "/", spec.name, " --rank ", spec.rank, " --alpha 6 --targets ",
+                              spec.targets, " --dtype ", spec.dtype, spec.rslora ? " --rslora" : "",
+                              " --seed ", spec.rank));
+    }
+  }
+  static void TearDownTestSuite() {
+    fs::remove_all(*dir_);
+    delete dir_;
+  }
+  static std::string Base() { return *dir_ + "/base"; }
+
+  // x · (W + scale·B·A)ᵀ from the reference, [rows, out].
+  static std::vector<double> Merged(const std::string& adapter, LoraModule module,
+                                    const std::vector<double>& x, int64_t out) {
+    const std::string in_path = *dir_ + "/x.f64", out_path = *dir_ + "/y.f64";
+    std::ofstream(in_path, std::ios::binary)
+        .write(reinterpret_cast<const char*>(x.data()), x.size() * sizeof(double));
+    RunCommand(absl::StrCat(PythonBinary(), " ", Script(), " merged-linear --base ", Base(),
+                            " --adapter ", *dir_, "/", adapter, " --layer ", kLayer, " --module ",
+                            LoraModuleName(module), " --inputs ", in_path, " --out ", out_path));
+    std::vector<double> y(x.size() / (x.size() / kRows) * out);
+    std::ifstream(out_path, std::ios::binary)
+        .read(reinterpret_cast<char*>(y.data()), y.size() * sizeof(double));
+    return y;
+  }
+
+  static std::string* dir_;
+};
+std::string* LoraReferenceTest::dir_ = nullptr;
+
+// x · Wᵀ of the base model's f32 weights, in double, rounded to f32: what
+// the base Linear's Forward gives (to its own f32 rounding).
+std::vector<float> BaseOutput(const WeightStore& weights, LoraModule module,
+                              const ModelConfig& config, const std::vector<float>& x) {
+  const LinearShape shape = LoraModuleShape(config, module);
+  const std::string name = absl::StrCat("model.layers.", kLayer, ".", LoraModuleParent(module), ".",
+                                        LoraModuleName(module), ".weight");
+  auto w = weights.GetF32(name, {shape.out, shape.in});
+  EXPECT_TRUE(w.ok()) << w.status();
+  std::vector<float> y(kRows * shape.out);
+  for (int r = 0; r < kRows; ++r) {
+    for (int64_t o = 0; o < shape.out; ++o) {
+      double sum = 0;
+      for (int64_t i = 0; i < shape.in; ++i)
+        sum += double{(*w)[o * shape.in + i]} * x[r * shape.in + i];
+      y[r * shape.out + o] = static_cast<float>(sum);
+    }
+  }
+  return y;
+}
+
+std::array<LinearShape, kNumLoraModules> ShapesFor(const ModelConfig& config,
+                                                   const TensorParallelShard* shard) {
+  std::array<LinearShape, kNumLoraModules> shapes;
+  for (LoraModule module : kAllLoraModules) {
+    LinearShape shape = LoraModuleShape(config, module);
+    if (shard != nullptr) {
+      const int64_t part = LoraShardRange(config, *shard, module).size();
+      (IsRowParallel(module) ? shape.in : shape.out) = part;
+    }
+    shapes[static_cast<int>(module)] = shape;
+  }
+  return shapes;
+}
+
+// Rows 0..8 use slots 1, 0, 2, 3, 1, 0, 3, 2, 1: every adapter and the base.
+const int32_t kRowSlots[kRows] = {1, 0, 2, 3, 1, 0, 3, 2, 1};
+
+// Whether adapter `a` (slot a+1) targets `module`.
+bool Targets(const std::vector<LoraAdapter>& adapters, int a, LoraModule module) {
+  return adapters[a].layers[kLayer][static_cast<int>(module)].has_value();
+}
+
+void ExpectClose(const std::vector<float>& got, const std::vector<double>& expected,
+                 const std::string& what) {
+  double scale = 0;
+  for (double e : expected) scale = std::max(scale, std::abs(e));
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_NEAR(got[i], expected[i], 1e-5 * scale) << what << " element " << i;
+  }
+}
+
+TEST_F(LoraReferenceTest, SlotsReproduceTheMergedLinearOnOneAndTwoRanks) {
+  auto config = LoadModelConfig(Base());
+  ASSERT_TRUE(config.ok()) << config.status();
+  auto weights = WeightStore::Open(Base());
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  std::vector<LoraAdapter> adapters;
+  for (const AdapterSpec& spec : Adapters()) {
+    auto adapter = LoadLoraAdapter(*dir_ + "/" + spec.name, *config, kMaxRank);
+    ASSERT_TRUE(adapter.ok()) << adapter.status();
+    adapters.push_back(*std::move(adapter));
+  }
+  std::mt19937 rng(17);
+  std::normal_distribution<float> normal;
+  for (LoraModule module : kAllLoraModules) {
+    const LinearShape shape = LoraModuleShape(*config, module);
+    std::vector<float> x(kRows * shape.in);
+    for (float& v : x) v = normal(rng);
+    const std::vector<double> x64(x.begin(), x.end());
+    // The expected rows: each row from the merged weights of its slot's
+    // adapter, or the base weights where the row or adapter leaves it alone.
+    std::vector<double> expected(kRows * shape.out);
+    const std::vector<float> base = BaseOutput(**weights, module, *config, x);
+    for (int r = 0; r < kRows; ++r) {
+      for (int64_t o = 0; o < shape.out; ++o) expected[r * shape.out + o] = base[r * shape.out + o];
+    }
+    for (int a = 0; a < 3; ++a) {
+      if (!Targets(adapters, a, module)) continue;
+      const std::vector<double> merged = Merged(Adapters()[a].name, module, x64, shape.out);
+      for (int r = 0; r < kRows; ++r) {
+        if (kRowSlots[r] != a + 1) continue;
+        for (int64_t o = 0; o < shape.out; ++o) {
+          expected[r * shape.out + o] = merged[r * shape.out + o];
+        }
+      }
+    }
+    // One rank.
+    LoraSlots slots(3, kMaxRank, config->num_hidden_layers, ShapesFor(*config, nullptr));
+    for (int a = 0; a < 3; ++a) ASSERT_TRUE(slots.Load(a + 1, adapters[a]).ok());
+    std::vector<float> y = base;
+    ASSERT_TRUE(slots.Apply(x.data(), kRows, kRowSlots, {kLayer, module}, y.data()).ok());
+    ExpectClose(y, expected, std::string(LoraModuleName(module)));
+
+    // Two ranks: column-parallel outputs side by side, row-parallel partial
+    // sums added (the all-reduce), the base output added once.
+    std::vector<float> assembled = IsRowParallel(module) ? base : std::vector<float>(base.size());
+    for (int rank = 0; rank < 2; ++rank) {
+      auto shard = PlanTensorParallelShard(*config, rank, 2);
+      ASSERT_TRUE(shard.ok());
+      const IndexRange range = LoraShardRange(*config, *shard, module);
+      LoraSlots part(3, kMaxRank, config->num_hidden_layers, ShapesFor(*config, &*shard));
+      for (int a = 0; a < 3; ++a) {
+        auto sharded = ShardLoraAdapter(adapters[a], *config, *shard);
+        ASSERT_TRUE(sharded.ok()) << sharded.status();
+        ASSERT_TRUE(part.Load(a + 1, *sharded).ok());
+      }
+      const LinearShape local = ShapesFor(*config, &*shard)[static_cast<int>(module)];
+      std::vector<float> x_local(kRows * local.in), y_local(kRows * local.out, 0.0f);
+      for (int r = 0; r < kRows; ++r) {
+        for (int64_t i = 0; i < local.in; ++i) {
+          x_local[r * local.in + i] =
+              x[r * shape.in + (IsRowParallel(module) ? range.begin + i : i)];
+        }
+        if (!IsRowParallel(module)) {  // This rank's base rows.
+          for (int64_t o = 0; o < local.out; ++o) {
+            y_local[r * local.out + o] = base[r * shape.out + range.begin + o];
+          }
+        }
+      }
+      ASSERT_TRUE(
+          part.Apply(x_local.data(), kRows, kRowSlots, {kLayer, module}, y_local.data()).ok());
+      for (int r = 0; r < kRows; ++r) {
+        for (int64_t o = 0; o < local.out; ++o) {
+          const int64_t col = IsRowParallel(module) ? o : range.begin + o;
+          assembled[r * shape.out + col] += y_local[r * local.out + o];
+        }
+      }
+    }
+    ExpectClose(assembled, expected, absl::StrCat(LoraModuleName(module), " over 2 ranks"));
+  }
+}
+
+}  // namespace
+}  // namespace pagoda::worker

@@ -1,0 +1,188 @@
+#!/usr/bin/python3
+"""Random PEFT LoRA adapters for the tiny test models, and their float64
+reference: the base weights merged with each update, W + scale * B @ A.
+
+The adapter directory is written as PEFT's save_pretrained writes it:
+adapter_config.json (LoraConfig.to_dict's keys) and adapter_model.safetensors
+with one tensor per update matrix named
+  base_model.model.model.layers.{L}.self_attn.{q,k,v,o}_proj.lora_{A,B}.weight
+  base_model.model.model.layers.{L}.mlp.{gate,up,down}_proj.lora_{A,B}.weight
+A [r, in_features], B [out_features, r]. PEFT starts B at zero; here both are
+random so that every update changes the output.
+
+Run with Debian's /usr/bin/python3 from the repo root:
+  tests/reference/lora_reference.py make --base models/tiny --out /tmp/a \
+      --rank 4 --alpha 8 --targets q_proj,v_proj --dtype bf16
+  tests/reference/lora_reference.py merged-linear --base models/tiny \
+      --adapter /tmp/a --layer 1 --module v_proj --inputs x.f64 --out y.f64
+  tests/reference/lora_reference.py generate --base models/tiny \
+      --adapter /tmp/a --tokens 1,2,3 --max-tokens 8
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "scripts"))
+
+import llama_reference as ref  # noqa: E402
+import make_tiny_model as maker  # noqa: E402
+
+MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+           "down_proj")
+
+
+def parent_of(module):
+  return "self_attn" if module in ("q_proj", "k_proj", "v_proj", "o_proj") else "mlp"
+
+
+def base_name(layer, module):
+  """The base projection's HF name, without ".weight"."""
+  return f"model.layers.{layer}.{parent_of(module)}.{module}"
+
+
+def peft_name(layer, module, matrix):
+  """PEFT's saved name of lora_A or lora_B (adapter name dropped)."""
+  return f"base_model.model.{base_name(layer, module)}.lora_{matrix}.weight"
+
+
+def linear_shape(config, module):
+  """[out_features, in_features] of a projection."""
+  hidden = config["hidden_size"]
+  heads = config["num_attention_heads"]
+  head_dim = config.get("head_dim") or hidden // heads
+  q = heads * head_dim
+  kv = (config.get("num_key_value_heads") or heads) * head_dim
+  inter = config["intermediate_size"]
+  return {"q_proj": (q, hidden), "k_proj": (kv, hidden), "v_proj": (kv, hidden),
+          "o_proj": (hidden, q), "gate_proj": (inter, hidden),
+          "up_proj": (inter, hidden), "down_proj": (hidden, inter)}[module]
+
+
+def peft_config(rank, alpha, targets, use_rslora, base_model):
+  """LoraConfig.to_dict() as PEFT writes it, defaults included."""
+  return {
+      "alpha_pattern": {}, "auto_mapping": None,
+      "base_model_name_or_path": base_model, "bias": "none",
+      "fan_in_fan_out": False, "inference_mode": True,
+      "init_lora_weights": True, "layer_replication": None,
+      "layers_pattern": None, "layers_to_transform": None,
+      "loftq_config": {}, "lora_alpha": alpha, "lora_dropout": 0.0,
+      "megatron_config": None, "megatron_core": "megatron.core",
+      "modules_to_save": None, "peft_type": "LORA", "r": rank,
+      "rank_pattern": {}, "revision": None, "target_modules": list(targets),
+      "task_type": "CAUSAL_LM", "use_dora": False, "use_rslora": use_rslora,
+  }
+
+
+class Fixed:
+  """A drawn array in the shape make_tiny_model's writer takes."""
+
+  def __init__(self, array):
+    self.array, self.shape, self.size = array, array.shape, array.size
+
+  def chunks(self):
+    yield self.array
+
+
+def make_adapter(base_dir, out, rank, alpha, targets, dtype="f32",
+                 use_rslora=False, seed=0):
+  """Writes a random PEFT adapter for the model in `base_dir` to `out`."""
+  with open(os.path.join(base_dir, "config.json")) as f:
+    config = json.load(f)
+  rng = np.random.default_rng(seed)
+  tensors = {}
+  for layer in range(config["num_hidden_layers"]):
+    for module in targets:
+      out_features, in_features = linear_shape(config, module)
+      # Sized so that scale * B @ A moves the outputs by O(0.1) of the base's.
+      a = rng.standard_normal((rank, in_features)) / math.sqrt(in_features)
+      b = rng.standard_normal((out_features, rank)) * 0.2 / math.sqrt(rank)
+      tensors[peft_name(layer, module, "A")] = Fixed(a.astype(np.float32))
+      tensors[peft_name(layer, module, "B")] = Fixed(b.astype(np.float32))
+  os.makedirs(out, exist_ok=True)
+  maker.write_safetensors(os.path.join(out, "adapter_model.safetensors"),
+                          tensors, dtype)
+  with open(os.path.join(out, "adapter_config.json"), "w") as f:
+    json.dump(peft_config(rank, alpha, targets, use_rslora, base_dir), f,
+              indent=2, sort_keys=True)
+
+
+def read_adapter(adapter_dir):
+  """(scale, {base projection name: float64 B @ A}) of a PEFT adapter."""
+  with open(os.path.join(adapter_dir, "adapter_config.json")) as f:
+    config = json.load(f)
+  rank, alpha = config["r"], config["lora_alpha"]
+  scale = alpha / math.sqrt(rank) if config.get("use_rslora") else alpha / rank
+  tensors = ref.read_safetensors(
+      os.path.join(adapter_dir, "adapter_model.safetensors"))
+  prefix, suffix = "base_model.model.", ".lora_A.weight"
+  deltas = {}
+  for name, a in tensors.items():
+    if name.endswith(suffix):
+      module = name[len(prefix):-len(suffix)]
+      b = tensors[name[:-len(suffix)] + ".lora_B.weight"]
+      deltas[module] = b @ a
+  return scale, deltas
+
+
+def merged_weights(weights, adapter_dir):
+  """A copy of {HF name: float64} with W + scale * B @ A for each update."""
+  scale, deltas = read_adapter(adapter_dir)
+  merged = dict(weights)
+  for module, delta in deltas.items():
+    merged[module + ".weight"] = weights[module + ".weight"] + scale * delta
+  return merged
+
+
+def main(argv):
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  sub = parser.add_subparsers(dest="command", required=True)
+  p_make = sub.add_parser("make")
+  p_make.add_argument("--base", required=True)
+  p_make.add_argument("--out", required=True)
+  p_make.add_argument("--rank", type=int, required=True)
+  p_make.add_argument("--alpha", type=float, required=True)
+  p_make.add_argument("--targets", required=True)
+  p_make.add_argument("--dtype", choices=sorted(maker.DTYPES), default="f32")
+  p_make.add_argument("--rslora", action="store_true")
+  p_make.add_argument("--seed", type=int, default=0)
+  p_lin = sub.add_parser("merged-linear")
+  p_gen = sub.add_parser("generate")
+  for p in (p_lin, p_gen):
+    p.add_argument("--base", required=True)
+    p.add_argument("--adapter", required=True)
+  p_lin.add_argument("--layer", type=int, required=True)
+  p_lin.add_argument("--module", choices=MODULES, required=True)
+  p_lin.add_argument("--inputs", required=True)
+  p_lin.add_argument("--out", required=True)
+  p_gen.add_argument("--tokens", required=True)
+  p_gen.add_argument("--max-tokens", type=int, required=True)
+  args = parser.parse_args(argv)
+
+  if args.command == "make":
+    targets = [t for t in args.targets.split(",") if t]
+    make_adapter(args.base, args.out, args.rank, args.alpha, targets,
+                 args.dtype, args.rslora, args.seed)
+  elif args.command == "merged-linear":
+    # y = x @ (W + scale * B @ A).T, x read as float64 [rows, in].
+    merged = merged_weights(ref.read_model_weights(args.base), args.adapter)
+    w = merged[base_name(args.layer, args.module) + ".weight"]
+    x = np.fromfile(args.inputs, dtype="<f8").reshape(-1, w.shape[1])
+    (x @ w.T).astype("<f8").tofile(args.out)
+  else:
+    model = ref.load_model(args.base)
+    model.weights = merged_weights(model.weights, args.adapter)
+    tokens = [int(t) for t in args.tokens.split(",") if t.strip()]
+    out = ref.greedy_generate(model, tokens, args.max_tokens)
+    print(",".join(str(t) for t in out))
+
+
+if __name__ == "__main__":
+  main(sys.argv[1:])

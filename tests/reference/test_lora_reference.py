@@ -1,0 +1,93 @@
+"""Self-checks of the PEFT adapter maker and the merged-weight reference.
+
+Run from the repo root with Debian's python (ctest does this):
+  /usr/bin/python3 -m unittest discover -s tests/reference -p 'test_*.py' -v
+"""
+
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+
+import llama_reference as ref  # noqa: E402
+import lora_reference as lora  # noqa: E402
+
+SMALL = ["--vocab-size", "32", "--hidden-size", "16", "--intermediate-size",
+         "24", "--num-layers", "2", "--num-heads", "4", "--num-kv-heads", "2"]
+
+
+class LoraReferenceTest(unittest.TestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    cls._tmp = tempfile.TemporaryDirectory()
+    cls.base = os.path.join(cls._tmp.name, "base")
+    subprocess.run([sys.executable, os.path.join(REPO, "scripts", "make_tiny_model.py"),
+                    "--out", cls.base, *SMALL], check=True, capture_output=True)
+
+  @classmethod
+  def tearDownClass(cls):
+    cls._tmp.cleanup()
+
+  def make(self, name, rank, targets, dtype="f32", rslora=False):
+    out = os.path.join(self._tmp.name, name)
+    lora.make_adapter(self.base, out, rank, 8.0, targets, dtype, rslora, seed=rank)
+    return out
+
+  def test_writes_peft_names_shapes_and_config(self):
+    out = self.make("qv", 3, ["q_proj", "down_proj"], dtype="bf16")
+    with open(os.path.join(out, "adapter_config.json")) as f:
+      config = json.load(f)
+    self.assertEqual((config["r"], config["lora_alpha"], config["peft_type"]), (3, 8.0, "LORA"))
+    self.assertEqual(config["target_modules"], ["q_proj", "down_proj"])
+    tensors = ref.read_safetensors(os.path.join(out, "adapter_model.safetensors"))
+    self.assertEqual(len(tensors), 2 * 2 * 2)
+    self.assertEqual(tensors["base_model.model.model.layers.1.self_attn.q_proj.lora_A.weight"]
+                     .shape, (3, 16))
+    self.assertEqual(tensors["base_model.model.model.layers.0.mlp.down_proj.lora_B.weight"]
+                     .shape, (16, 3))
+
+  def test_merged_linear_equals_base_plus_low_rank_path(self):
+    for rslora in (False, True):
+      out = self.make(f"all{rslora}", 4, list(lora.MODULES), rslora=rslora)
+      scale = 8.0 / (math.sqrt(4) if rslora else 4)
+      weights = ref.read_model_weights(self.base)
+      adapter = ref.read_safetensors(os.path.join(out, "adapter_model.safetensors"))
+      merged = lora.merged_weights(weights, out)
+      x = np.random.default_rng(1).standard_normal((5, 24))
+      name = "model.layers.1.mlp.down_proj"
+      a = adapter[f"base_model.model.{name}.lora_A.weight"]
+      b = adapter[f"base_model.model.{name}.lora_B.weight"]
+      # Computed the other way round: through the rank-4 bottleneck.
+      expected = x @ weights[name + ".weight"].T + scale * ((x @ a.T) @ b.T)
+      np.testing.assert_allclose(x @ merged[name + ".weight"].T, expected, rtol=1e-12)
+      untouched = "model.embed_tokens.weight"
+      self.assertIs(merged[untouched], weights[untouched])
+
+  def test_the_adapter_moves_the_logits_and_generate_runs(self):
+    out = self.make("gen", 8, list(lora.MODULES))
+    model = ref.load_model(self.base)
+    base_logits = ref.forward(model, [1, 2, 3])
+    model.weights = lora.merged_weights(model.weights, out)
+    moved = np.abs(ref.forward(model, [1, 2, 3]) - base_logits).max()
+    self.assertGreater(moved, 1e-3)
+    self.assertLess(moved, 10.0)
+    script = os.path.join(HERE, "lora_reference.py")
+    result = subprocess.run([sys.executable, script, "generate", "--base", self.base,
+                             "--adapter", out, "--tokens", "1,2,3", "--max-tokens", "6"],
+                            check=True, capture_output=True, text=True)
+    tokens = [int(t) for t in result.stdout.strip().split(",")]
+    self.assertEqual(len(tokens), 6)
+
+
+if __name__ == "__main__":
+  unittest.main()

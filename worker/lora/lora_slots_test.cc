@@ -1,0 +1,133 @@
+#include "worker/lora/lora_slots.h"
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace pagoda::worker {
+namespace {
+
+std::vector<float> Random(size_t count, std::mt19937& rng) {
+  std::uniform_real_distribution<float> dist(-1, 1);
+  std::vector<float> values(count);
+  for (float& v : values) v = dist(rng);
+  return values;
+}
+
+// An adapter touching only `module` in every layer.
+LoraAdapter MakeAdapter(int layers, LoraModule module, LinearShape shape, int rank, float scale,
+                        std::mt19937& rng) {
+  LoraAdapter adapter;
+  adapter.scale = scale;
+  adapter.layers.resize(layers);
+  for (auto& layer : adapter.layers) {
+    layer[static_cast<int>(module)] = LoraMatrices{
+        rank, shape.in, shape.out, Random(rank * shape.in, rng), Random(shape.out * rank, rng)};
+  }
+  return adapter;
+}
+
+// The plain reference in double: scale · B (A x) for one row.
+std::vector<double> Reference(const LoraMatrices& m, float scale, const float* x) {
+  std::vector<double> t(m.rank, 0), y(m.out, 0);
+  for (int k = 0; k < m.rank; ++k) {
+    for (int64_t i = 0; i < m.in; ++i) t[k] += double{m.a[k * m.in + i]} * x[i];
+  }
+  for (int64_t o = 0; o < m.out; ++o) {
+    for (int k = 0; k < m.rank; ++k) y[o] += double{m.b[o * m.rank + k]} * t[k];
+    y[o] *= scale;
+  }
+  return y;
+}
+
+std::array<LinearShape, kNumLoraModules> Shapes(LinearShape all) {
+  std::array<LinearShape, kNumLoraModules> shapes;
+  shapes.fill(all);
+  return shapes;
+}
+
+struct Case {
+  int rank;
+  int64_t in;
+  int64_t out;
+};
+
+// Three adapters of one rank in three of four slots (slot 4 stays empty),
+// rows of every slot and of the base model interleaved in one batch.
+TEST(LoraSlotsTest, MixedSlotsMatchThePlainReferenceOverOddShapes) {
+  std::mt19937 rng(7);
+  for (Case c : {Case{1, 1, 1}, Case{1, 7, 13}, Case{2, 65, 3}, Case{3, 129, 67}, Case{7, 33, 95},
+                 Case{16, 128, 129}, Case{33, 17, 257}, Case{64, 255, 31}}) {
+    const LinearShape shape{c.out, c.in};
+    LoraSlots slots(4, 64, 2, Shapes(shape));
+    std::vector<LoraAdapter> adapters;
+    for (int s = 1; s <= 3; ++s) {
+      adapters.push_back(MakeAdapter(2, LoraModule::kUp, shape, c.rank, 0.5f * s, rng));
+      ASSERT_TRUE(slots.Load(s, adapters.back()).ok());
+    }
+    const int rows = 23;
+    std::vector<int32_t> row_slots(rows);
+    for (int r = 0; r < rows; ++r) row_slots[r] = (r * 7) % 5;  // 0..4, shuffled.
+    const std::vector<float> x = Random(rows * c.in, rng);
+    const std::vector<float> y0 = Random(rows * c.out, rng);
+    std::vector<float> y = y0;
+    ASSERT_TRUE(slots.Apply(x.data(), rows, row_slots.data(), {1, LoraModule::kUp}, y.data()).ok());
+    for (int r = 0; r < rows; ++r) {
+      const int s = row_slots[r];
+      if (s == 0 || s == 4) {  // The base model and an empty slot: untouched, bit for bit.
+        for (int64_t o = 0; o < c.out; ++o) ASSERT_EQ(y[r * c.out + o], y0[r * c.out + o]);
+        continue;
+      }
+      const LoraMatrices& m = *adapters[s - 1].layers[1][static_cast<int>(LoraModule::kUp)];
+      const std::vector<double> delta = Reference(m, adapters[s - 1].scale, &x[r * c.in]);
+      for (int64_t o = 0; o < c.out; ++o) {
+        const double expected = y0[r * c.out + o] + delta[o];
+        ASSERT_NEAR(y[r * c.out + o], expected, 1e-5 * (1 + std::abs(expected)) * c.rank)
+            << "rank " << c.rank << " in " << c.in << " out " << c.out << " row " << r;
+      }
+    }
+  }
+}
+
+TEST(LoraSlotsTest, ProjectionsTheAdapterLeavesAloneAreUntouched) {
+  std::mt19937 rng(3);
+  const LinearShape shape{5, 9};
+  LoraSlots slots(2, 8, 2, Shapes(shape));
+  ASSERT_TRUE(slots.Load(1, MakeAdapter(2, LoraModule::kQ, shape, 4, 1, rng)).ok());
+  const std::vector<float> x = Random(2 * 9, rng);
+  std::vector<float> y(2 * 5, 1.0f);
+  const int32_t row_slots[] = {1, 1};
+  ASSERT_TRUE(slots.Apply(x.data(), 2, row_slots, {0, LoraModule::kV}, y.data()).ok());
+  EXPECT_EQ(y, std::vector<float>(2 * 5, 1.0f));
+  ASSERT_TRUE(slots.Apply(x.data(), 2, row_slots, {0, LoraModule::kQ}, y.data()).ok());
+  EXPECT_NE(y, std::vector<float>(2 * 5, 1.0f));
+  // Unloaded, the slot's rows get nothing.
+  slots.Unload(1);
+  std::vector<float> z(2 * 5, 1.0f);
+  ASSERT_TRUE(slots.Apply(x.data(), 2, row_slots, {0, LoraModule::kQ}, z.data()).ok());
+  EXPECT_EQ(z, std::vector<float>(2 * 5, 1.0f));
+}
+
+TEST(LoraSlotsTest, RefusesBadSlotsShapesAndRanks) {
+  std::mt19937 rng(5);
+  const LinearShape shape{5, 9};
+  LoraSlots slots(2, 8, 2, Shapes(shape));
+  const LoraAdapter good = MakeAdapter(2, LoraModule::kQ, shape, 4, 1, rng);
+  EXPECT_FALSE(slots.Load(0, good).ok());
+  EXPECT_FALSE(slots.Load(3, good).ok());
+  EXPECT_FALSE(slots.Load(1, MakeAdapter(2, LoraModule::kQ, shape, 9, 1, rng)).ok());
+  EXPECT_FALSE(slots.Load(1, MakeAdapter(2, LoraModule::kQ, {5, 8}, 4, 1, rng)).ok());
+  EXPECT_FALSE(slots.Load(1, MakeAdapter(3, LoraModule::kQ, shape, 4, 1, rng)).ok());
+  const std::vector<float> x(9), y0(5, 1.0f);
+  std::vector<float> y = y0;
+  const int32_t bad_slot[] = {3};
+  EXPECT_FALSE(slots.Apply(x.data(), 1, bad_slot, {0, LoraModule::kQ}, y.data()).ok());
+  const int32_t ok_slot[] = {1};
+  EXPECT_FALSE(slots.Apply(x.data(), 1, ok_slot, {2, LoraModule::kQ}, y.data()).ok());
+  EXPECT_EQ(y, y0);
+}
+
+}  // namespace
+}  // namespace pagoda::worker
