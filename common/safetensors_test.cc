@@ -194,7 +194,9 @@ TEST_F(SafetensorsTest, CorruptFilesAreRejected) {
   ExpectCorrupt(std::string("\xff\xff\xff\xff\xff\xff\xff\xff", 8) + "{}", "header length");
   ExpectCorrupt(RawFile("{\"a\": ", data), "not valid JSON");
   ExpectCorrupt(RawFile("[1, 2]", data), "JSON object");
-  ExpectCorrupt(RawFile(header({{"w", entry("I64", {1}, 0, 8)}}), data), "I64");
+  ExpectCorrupt(RawFile(header({{"w", entry("C64", {1}, 0, 8)}}), data), "C64");
+  // Integer tensors (quantized checkpoints) are sized by their own width.
+  ExpectCorrupt(RawFile(header({{"w", entry("I32", {3}, 0, 8)}}), data), "needs 12");
   ExpectCorrupt(RawFile(header({{"w", entry("F32", {1}, 4, 0)}}), data), "before begin");
   ExpectCorrupt(RawFile(header({{"w", entry("F32", {4}, 0, 16)}}), data), "beyond");
   ExpectCorrupt(RawFile(header({{"w", entry("F32", {3}, 0, 8)}}), data), "needs 12");

@@ -3,6 +3,10 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "absl/strings/str_cat.h"
+#include "worker/linear.h"
+#include "worker/quant/quantized_weight.h"
+
 namespace pagoda::worker {
 namespace {
 
@@ -69,6 +73,13 @@ void* Workspace::Take(size_t bytes) {
   char* region = base + used_ + pad;
   used_ += pad + bytes;
   return region;
+}
+
+absl::StatusOr<std::unique_ptr<worker::Linear>> Backend::CreateQuantizedLinear(
+    QuantizedWeight weight) {
+  return absl::UnimplementedError(absl::StrCat(weight.name, ": this backend has no kernel for ",
+                                               weight.bits,
+                                               "-bit weight-only quantized weights"));
 }
 
 }  // namespace pagoda::worker

@@ -54,7 +54,8 @@ LlamaLoadOptions CpuLoadOptions(const LoadModelRequest& request, std::optional<D
                                     ? request.max_num_batched_tokens()
                                     : defaults.max_num_batched_tokens,
       .max_num_seqs = request.max_num_seqs() > 0 ? request.max_num_seqs() : defaults.max_num_seqs,
-      .block_size = request.block_size()};
+      .block_size = request.block_size(),
+      .quantization = request.quantization()};
 }
 
 class CpuModelRunner final : public ModelRunnerBase {

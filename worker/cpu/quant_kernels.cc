@@ -1,0 +1,205 @@
+#include "worker/cpu/quant_kernels.h"
+
+#include <immintrin.h>
+
+// As in simd.cc: GCC 12 warns inside its own AVX-512 headers.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace pagoda::worker {
+namespace {
+
+// Code i of a 4-bit chunked row (see quant_kernels.h).
+inline int Int4Code(const uint8_t* codes, int64_t i) {
+  const uint8_t byte = codes[(i / kQuantChunk) * (kQuantChunk / 2) + (i % (kQuantChunk / 2))];
+  return (i % kQuantChunk) < kQuantChunk / 2 ? (byte & 0xF) : (byte >> 4);
+}
+
+template <int kBits>
+void RowPlain(const uint8_t* codes, const float* params, const QuantSegment* segments,
+              int num_segments, const float* x, size_t ld_x, const float* xsum, size_t ld_s,
+              int rows, float* y, size_t ld_y) {
+  for (int r = 0; r < rows; ++r) {
+    const float* xr = x + r * ld_x;
+    float total = 0.0f;
+    for (int s = 0; s < num_segments; ++s) {
+      const QuantSegment& seg = segments[s];
+      float dot = 0.0f;
+      for (int64_t i = seg.start; i < seg.start + seg.length; ++i) {
+        const int code = kBits == 4 ? Int4Code(codes, i) : codes[i];
+        dot += static_cast<float>(code) * xr[i];
+      }
+      total += params[2 * seg.group] * dot + params[2 * seg.group + 1] * xsum[r * ld_s + s];
+    }
+    y[r * ld_y] = total;
+  }
+}
+
+#define PAGODA_AVX2 __attribute__((target("avx2,fma")))
+
+PAGODA_AVX2 inline float HorizontalSum(__m256 v) {
+  const __m128 sum4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 sum2 = _mm_add_ps(sum4, _mm_movehl_ps(sum4, sum4));
+  return _mm_cvtss_f32(_mm_add_ss(sum2, _mm_shuffle_ps(sum2, sum2, 1)));
+}
+
+PAGODA_AVX2 inline __m256 Widen8(__m128i bytes) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes));
+}
+
+// The 32 codes of one chunk as four vectors of 8, in input order.
+template <int kBits>
+PAGODA_AVX2 inline void ChunkAvx2(const uint8_t* codes, int64_t start, __m256 w[4]) {
+  if constexpr (kBits == 4) {
+    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + start / 2));
+    const __m128i mask = _mm_set1_epi8(0x0F);
+    const __m128i low = _mm_and_si128(bytes, mask);
+    const __m128i high = _mm_and_si128(_mm_srli_epi16(bytes, 4), mask);
+    w[0] = Widen8(low);
+    w[1] = Widen8(_mm_srli_si128(low, 8));
+    w[2] = Widen8(high);
+    w[3] = Widen8(_mm_srli_si128(high, 8));
+  } else {
+    for (int q = 0; q < 4; ++q) {
+      w[q] = Widen8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + start + 8 * q)));
+    }
+  }
+}
+
+template <int kBits, int kRows>
+PAGODA_AVX2 void RowsAvx2(const uint8_t* codes, const float* params, const QuantSegment* segments,
+                          int num_segments, const float* x, size_t ld_x, const float* xsum,
+                          size_t ld_s, float* y, size_t ld_y) {
+  __m256 total[kRows];
+  float offset[kRows];
+  for (int r = 0; r < kRows; ++r) {
+    total[r] = _mm256_setzero_ps();
+    offset[r] = 0.0f;
+  }
+  for (int s = 0; s < num_segments; ++s) {
+    const QuantSegment& seg = segments[s];
+    __m256 acc[kRows];
+    for (int r = 0; r < kRows; ++r) acc[r] = _mm256_setzero_ps();
+    for (int64_t i = seg.start; i < seg.start + seg.length; i += kQuantChunk) {
+      __m256 w[4];
+      ChunkAvx2<kBits>(codes, i, w);
+      for (int r = 0; r < kRows; ++r) {
+        const float* xr = x + r * ld_x + i;
+        for (int q = 0; q < 4; ++q) acc[r] = _mm256_fmadd_ps(w[q], _mm256_loadu_ps(xr + 8 * q), acc[r]);
+      }
+    }
+    const __m256 scale = _mm256_set1_ps(params[2 * seg.group]);
+    for (int r = 0; r < kRows; ++r) {
+      total[r] = _mm256_fmadd_ps(scale, acc[r], total[r]);
+      offset[r] += params[2 * seg.group + 1] * xsum[r * ld_s + s];
+    }
+  }
+  for (int r = 0; r < kRows; ++r) y[r * ld_y] = HorizontalSum(total[r]) + offset[r];
+}
+
+template <int kBits>
+PAGODA_AVX2 void RowAvx2(const uint8_t* codes, const float* params, const QuantSegment* segments,
+                         int num_segments, const float* x, size_t ld_x, const float* xsum,
+                         size_t ld_s, int rows, float* y, size_t ld_y) {
+  switch (rows) {
+    case 1:
+      return RowsAvx2<kBits, 1>(codes, params, segments, num_segments, x, ld_x, xsum, ld_s, y, ld_y);
+    case 2:
+      return RowsAvx2<kBits, 2>(codes, params, segments, num_segments, x, ld_x, xsum, ld_s, y, ld_y);
+    case 3:
+      return RowsAvx2<kBits, 3>(codes, params, segments, num_segments, x, ld_x, xsum, ld_s, y, ld_y);
+    default:
+      return RowsAvx2<kBits, 4>(codes, params, segments, num_segments, x, ld_x, xsum, ld_s, y, ld_y);
+  }
+}
+
+#define PAGODA_AVX512 __attribute__((target("avx512f,avx2,fma")))
+
+// The 32 codes of one chunk as two vectors of 16, in input order.
+template <int kBits>
+PAGODA_AVX512 inline void ChunkAvx512(const uint8_t* codes, int64_t start, __m512 w[2]) {
+  if constexpr (kBits == 4) {
+    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + start / 2));
+    const __m128i mask = _mm_set1_epi8(0x0F);
+    w[0] = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(bytes, mask)));
+    w[1] = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(bytes, 4), mask)));
+  } else {
+    for (int q = 0; q < 2; ++q) {
+      w[q] = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + start + 16 * q))));
+    }
+  }
+}
+
+template <int kBits, int kRows>
+PAGODA_AVX512 void RowsAvx512(const uint8_t* codes, const float* params,
+                              const QuantSegment* segments, int num_segments, const float* x,
+                              size_t ld_x, const float* xsum, size_t ld_s, float* y, size_t ld_y) {
+  __m512 total[kRows];
+  float offset[kRows];
+  for (int r = 0; r < kRows; ++r) {
+    total[r] = _mm512_setzero_ps();
+    offset[r] = 0.0f;
+  }
+  for (int s = 0; s < num_segments; ++s) {
+    const QuantSegment& seg = segments[s];
+    __m512 acc[kRows];
+    for (int r = 0; r < kRows; ++r) acc[r] = _mm512_setzero_ps();
+    for (int64_t i = seg.start; i < seg.start + seg.length; i += kQuantChunk) {
+      __m512 w[2];
+      ChunkAvx512<kBits>(codes, i, w);
+      for (int r = 0; r < kRows; ++r) {
+        const float* xr = x + r * ld_x + i;
+        acc[r] = _mm512_fmadd_ps(w[0], _mm512_loadu_ps(xr), acc[r]);
+        acc[r] = _mm512_fmadd_ps(w[1], _mm512_loadu_ps(xr + 16), acc[r]);
+      }
+    }
+    const __m512 scale = _mm512_set1_ps(params[2 * seg.group]);
+    for (int r = 0; r < kRows; ++r) {
+      total[r] = _mm512_fmadd_ps(scale, acc[r], total[r]);
+      offset[r] += params[2 * seg.group + 1] * xsum[r * ld_s + s];
+    }
+  }
+  for (int r = 0; r < kRows; ++r) y[r * ld_y] = _mm512_reduce_add_ps(total[r]) + offset[r];
+}
+
+template <int kBits>
+PAGODA_AVX512 void RowAvx512(const uint8_t* codes, const float* params,
+                             const QuantSegment* segments, int num_segments, const float* x,
+                             size_t ld_x, const float* xsum, size_t ld_s, int rows, float* y,
+                             size_t ld_y) {
+  switch (rows) {
+    case 1:
+      return RowsAvx512<kBits, 1>(codes, params, segments, num_segments, x, ld_x, xsum, ld_s, y,
+                                  ld_y);
+    case 2:
+      return RowsAvx512<kBits, 2>(codes, params, segments, num_segments, x, ld_x, xsum, ld_s, y,
+                                  ld_y);
+    case 3:
+      return RowsAvx512<kBits, 3>(codes, params, segments, num_segments, x, ld_x, xsum, ld_s, y,
+                                  ld_y);
+    default:
+      return RowsAvx512<kBits, 4>(codes, params, segments, num_segments, x, ld_x, xsum, ld_s, y,
+                                  ld_y);
+  }
+}
+
+constexpr QuantKernels kPlainQuantKernels = {RowPlain<4>, RowPlain<8>};
+constexpr QuantKernels kAvx2QuantKernels = {RowAvx2<4>, RowAvx2<8>};
+constexpr QuantKernels kAvx512QuantKernels = {RowAvx512<4>, RowAvx512<8>};
+
+}  // namespace
+
+const QuantKernels& QuantKernelsFor(SimdLevel level) {
+  switch (level) {
+    case SimdLevel::kAvx512:
+      return kAvx512QuantKernels;
+    case SimdLevel::kAvx2:
+      return kAvx2QuantKernels;
+    case SimdLevel::kPlain:
+      break;
+  }
+  return kPlainQuantKernels;
+}
+
+}  // namespace pagoda::worker
