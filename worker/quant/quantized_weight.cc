@@ -62,8 +62,10 @@ bool ContiguousGroups(const QuantizedWeight& weight, int64_t* group_size) {
 
 absl::StatusOr<QuantizedWeight> SliceInputs(const QuantizedWeight& weight, int64_t begin,
                                             int64_t end) {
+  // One group (per-channel scales) spans every input, and each rank keeps
+  // it whole: only a slice through a smaller group is refused, as vLLM does.
   int64_t group_size = 0;
-  if (ContiguousGroups(weight, &group_size) &&
+  if (weight.num_groups > 1 && ContiguousGroups(weight, &group_size) &&
       (begin % group_size != 0 || end % group_size != 0)) {
     return absl::InvalidArgumentError(absl::StrCat(
         weight.name, ": tensor parallelism would split a quantization group: input features [",

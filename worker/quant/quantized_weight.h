@@ -47,8 +47,8 @@ QuantizedWeight SizedWeight(const std::string& name, int bits, int64_t out, int6
 QuantizedWeight SliceOutputs(const QuantizedWeight& weight, int64_t begin, int64_t end);
 // Input features [begin, end) (row parallel: o, down). Groups keep their
 // numbering (groups with no input left are harmless). INVALID_ARGUMENT naming
-// the sizes when the slice would split a group of contiguous inputs (a
-// checkpoint without act-order).
+// the sizes when the slice would split one of several groups of contiguous
+// inputs (a checkpoint without act-order; per-channel scales never split).
 absl::StatusOr<QuantizedWeight> SliceInputs(const QuantizedWeight& weight, int64_t begin,
                                             int64_t end);
 // The parts' output rows one after another (q, k, v; gate, up): one product
