@@ -78,19 +78,22 @@ PAGODA_AVX2 void RowsAvx2(const uint8_t* codes, const float* params, const Quant
   }
   for (int s = 0; s < num_segments; ++s) {
     const QuantSegment& seg = segments[s];
-    __m256 acc[kRows];
-    for (int r = 0; r < kRows; ++r) acc[r] = _mm256_setzero_ps();
+    // Two independent sums a row: half the FMA latency chain.
+    __m256 acc[kRows][2];
+    for (int r = 0; r < kRows; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
     for (int64_t i = seg.start; i < seg.start + seg.length; i += kQuantChunk) {
       __m256 w[4];
       ChunkAvx2<kBits>(codes, i, w);
       for (int r = 0; r < kRows; ++r) {
         const float* xr = x + r * ld_x + i;
-        for (int q = 0; q < 4; ++q) acc[r] = _mm256_fmadd_ps(w[q], _mm256_loadu_ps(xr + 8 * q), acc[r]);
+        for (int q = 0; q < 4; ++q) {
+          acc[r][q & 1] = _mm256_fmadd_ps(w[q], _mm256_loadu_ps(xr + 8 * q), acc[r][q & 1]);
+        }
       }
     }
     const __m256 scale = _mm256_set1_ps(params[2 * seg.group]);
     for (int r = 0; r < kRows; ++r) {
-      total[r] = _mm256_fmadd_ps(scale, acc[r], total[r]);
+      total[r] = _mm256_fmadd_ps(scale, _mm256_add_ps(acc[r][0], acc[r][1]), total[r]);
       offset[r] += params[2 * seg.group + 1] * xsum[r * ld_s + s];
     }
   }
@@ -131,10 +134,16 @@ PAGODA_AVX512 inline void ChunkAvx512(const uint8_t* codes, int64_t start, __m51
   }
 }
 
+// kRows token rows (1..8) of one weight row. Each row keeps kAcc
+// independent accumulators (four for one or two rows, so the FMA latency is
+// hidden at decode; two from three rows on, where the rows themselves give
+// the independence and 32 registers must hold them all), scaled into `total`
+// once per segment.
 template <int kBits, int kRows>
 PAGODA_AVX512 void RowsAvx512(const uint8_t* codes, const float* params,
                               const QuantSegment* segments, int num_segments, const float* x,
                               size_t ld_x, const float* xsum, size_t ld_s, float* y, size_t ld_y) {
+  constexpr int kAcc = kRows <= 2 ? 4 : 2;
   __m512 total[kRows];
   float offset[kRows];
   for (int r = 0; r < kRows; ++r) {
@@ -143,20 +152,39 @@ PAGODA_AVX512 void RowsAvx512(const uint8_t* codes, const float* params,
   }
   for (int s = 0; s < num_segments; ++s) {
     const QuantSegment& seg = segments[s];
-    __m512 acc[kRows];
-    for (int r = 0; r < kRows; ++r) acc[r] = _mm512_setzero_ps();
-    for (int64_t i = seg.start; i < seg.start + seg.length; i += kQuantChunk) {
+    __m512 acc[kRows][kAcc];
+    for (int r = 0; r < kRows; ++r) {
+      for (int a = 0; a < kAcc; ++a) acc[r][a] = _mm512_setzero_ps();
+    }
+    const int64_t end = seg.start + seg.length;
+    int64_t i = seg.start;
+    if constexpr (kAcc == 4) {
+      for (; i + 2 * kQuantChunk <= end; i += 2 * kQuantChunk) {
+        __m512 w[4];
+        ChunkAvx512<kBits>(codes, i, w);
+        ChunkAvx512<kBits>(codes, i + kQuantChunk, w + 2);
+        for (int r = 0; r < kRows; ++r) {
+          const float* xr = x + r * ld_x + i;
+          for (int a = 0; a < 4; ++a) {
+            acc[r][a] = _mm512_fmadd_ps(w[a], _mm512_loadu_ps(xr + 16 * a), acc[r][a]);
+          }
+        }
+      }
+    }
+    for (; i < end; i += kQuantChunk) {
       __m512 w[2];
       ChunkAvx512<kBits>(codes, i, w);
       for (int r = 0; r < kRows; ++r) {
         const float* xr = x + r * ld_x + i;
-        acc[r] = _mm512_fmadd_ps(w[0], _mm512_loadu_ps(xr), acc[r]);
-        acc[r] = _mm512_fmadd_ps(w[1], _mm512_loadu_ps(xr + 16), acc[r]);
+        acc[r][0] = _mm512_fmadd_ps(w[0], _mm512_loadu_ps(xr), acc[r][0]);
+        acc[r][1] = _mm512_fmadd_ps(w[1], _mm512_loadu_ps(xr + 16), acc[r][1]);
       }
     }
     const __m512 scale = _mm512_set1_ps(params[2 * seg.group]);
     for (int r = 0; r < kRows; ++r) {
-      total[r] = _mm512_fmadd_ps(scale, acc[r], total[r]);
+      __m512 sum = _mm512_add_ps(acc[r][0], acc[r][1]);
+      if constexpr (kAcc == 4) sum = _mm512_add_ps(sum, _mm512_add_ps(acc[r][2], acc[r][3]));
+      total[r] = _mm512_fmadd_ps(scale, sum, total[r]);
       offset[r] += params[2 * seg.group + 1] * xsum[r * ld_s + s];
     }
   }
@@ -168,25 +196,28 @@ PAGODA_AVX512 void RowAvx512(const uint8_t* codes, const float* params,
                              const QuantSegment* segments, int num_segments, const float* x,
                              size_t ld_x, const float* xsum, size_t ld_s, int rows, float* y,
                              size_t ld_y) {
+#define PAGODA_ROWS_CASE(n)                                                                    \
+  case n:                                                                                      \
+    return RowsAvx512<kBits, n>(codes, params, segments, num_segments, x, ld_x, xsum, ld_s, y, \
+                                ld_y);
   switch (rows) {
-    case 1:
-      return RowsAvx512<kBits, 1>(codes, params, segments, num_segments, x, ld_x, xsum, ld_s, y,
-                                  ld_y);
-    case 2:
-      return RowsAvx512<kBits, 2>(codes, params, segments, num_segments, x, ld_x, xsum, ld_s, y,
-                                  ld_y);
-    case 3:
-      return RowsAvx512<kBits, 3>(codes, params, segments, num_segments, x, ld_x, xsum, ld_s, y,
-                                  ld_y);
+    PAGODA_ROWS_CASE(1)
+    PAGODA_ROWS_CASE(2)
+    PAGODA_ROWS_CASE(3)
+    PAGODA_ROWS_CASE(4)
+    PAGODA_ROWS_CASE(5)
+    PAGODA_ROWS_CASE(6)
+    PAGODA_ROWS_CASE(7)
     default:
-      return RowsAvx512<kBits, 4>(codes, params, segments, num_segments, x, ld_x, xsum, ld_s, y,
+      return RowsAvx512<kBits, 8>(codes, params, segments, num_segments, x, ld_x, xsum, ld_s, y,
                                   ld_y);
   }
+#undef PAGODA_ROWS_CASE
 }
 
-constexpr QuantKernels kPlainQuantKernels = {RowPlain<4>, RowPlain<8>};
-constexpr QuantKernels kAvx2QuantKernels = {RowAvx2<4>, RowAvx2<8>};
-constexpr QuantKernels kAvx512QuantKernels = {RowAvx512<4>, RowAvx512<8>};
+constexpr QuantKernels kPlainQuantKernels = {RowPlain<4>, RowPlain<8>, 4};
+constexpr QuantKernels kAvx2QuantKernels = {RowAvx2<4>, RowAvx2<8>, 4};
+constexpr QuantKernels kAvx512QuantKernels = {RowAvx512<4>, RowAvx512<8>, 8};
 
 }  // namespace
 

@@ -3,7 +3,7 @@
 
 // The inner loops of the CPU weight-only int4/int8 Linear (quant_linear.h),
 // at each SIMD level of simd.h: the codes of one weight row are widened to
-// f32 in registers and multiplied into up to four token rows, accumulating in
+// f32 in registers and multiplied into up to eight token rows, accumulating in
 // f32; nothing dequantized is ever written to memory.
 //
 // Layout (built by quant_linear.cc): a weight row holds `padded_in` codes in
@@ -29,7 +29,7 @@ struct QuantSegment {
   int32_t group;
 };
 
-// One weight row's contribution, for r < rows (1..4):
+// One weight row's contribution, for r < rows (1..QuantKernels::max_rows):
 //   y[r * ld_y] = sum over segments s of
 //     params[2 g] * sum_{i in s} code[i] * x[r * ld_x + i] + params[2 g + 1] * xsum[r * ld_s + s]
 // with g = segments[s].group, params[2 g] the group's scale and
@@ -42,6 +42,9 @@ using QuantRowFn = void (*)(const uint8_t* codes, const float* params,
 struct QuantKernels {
   QuantRowFn row_int4;
   QuantRowFn row_int8;
+  // Token rows one call takes at most: each widened chunk of codes serves
+  // them all (8 at AVX-512, whose 32 registers hold their sums; 4 below).
+  int max_rows;
 };
 
 // REQUIRES: level is in SupportedSimdLevels().

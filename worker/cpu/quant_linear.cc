@@ -4,10 +4,31 @@
 #include <numeric>
 #include <vector>
 
+#include "worker/cpu/host_memory.h"
 #include "worker/cpu/quant_kernels.h"
 
 namespace pagoda::worker {
 namespace {
+
+// Host memory from host_memory.h (huge pages where granted, as the dense
+// weights): the codes are what a decode step streams.
+class HostBytes {
+ public:
+  void Allocate(size_t bytes) {
+    bytes_ = std::max<size_t>(1, bytes);
+    data_ = static_cast<uint8_t*>(AllocateHost(bytes_));
+    std::fill(data_, data_ + bytes_, 0);
+  }
+  ~HostBytes() {
+    if (data_ != nullptr) FreeHost(data_, bytes_);
+  }
+  uint8_t* data() const { return data_; }
+  size_t size() const { return bytes_; }
+
+ private:
+  uint8_t* data_ = nullptr;
+  size_t bytes_ = 0;
+};
 
 // Output rows a task takes at least: about 32 KB of 4-bit codes at hidden 2048.
 constexpr int64_t kMinRowsPerTask = 16;
@@ -18,6 +39,7 @@ class CpuQuantLinear final : public Linear {
       : pool_(pool),
         kernel_(weight.bits == 4 ? QuantKernelsFor(level).row_int4
                                  : QuantKernelsFor(level).row_int8),
+        max_rows_(QuantKernelsFor(level).max_rows),
         bits_(weight.bits),
         out_(weight.out_features),
         in_(weight.in_features),
@@ -49,9 +71,9 @@ class CpuQuantLinear final : public Linear {
       for (int64_t o = begin; o < end; ++o) {
         const uint8_t* codes = codes_.data() + o * row_bytes;
         const float* params = params_.data() + o * num_groups_ * 2;
-        for (int r = 0; r < rows; r += 4) {
+        for (int r = 0; r < rows; r += max_rows_) {
           kernel_(codes, params, segments_.data(), num_segments, x + r * padded_in_, padded_in_,
-                  xsum_.data() + r * num_segments, num_segments, std::min(4, rows - r),
+                  xsum_.data() + r * num_segments, num_segments, std::min(max_rows_, rows - r),
                   y + r * out_ + o, out_);
         }
         if (!bias_.empty()) {
@@ -85,7 +107,7 @@ class CpuQuantLinear final : public Linear {
 
   void PackCodes(const QuantizedWeight& weight) {
     const size_t row_bytes = static_cast<size_t>(padded_in_) * bits_ / 8;
-    codes_.assign(row_bytes * out_, 0);
+    codes_.Allocate(row_bytes * out_);
     for (int64_t o = 0; o < out_; ++o) {
       uint8_t* row = codes_.data() + o * row_bytes;
       const uint8_t* src = weight.codes.data() + o * in_;
@@ -126,6 +148,7 @@ class CpuQuantLinear final : public Linear {
 
   ThreadPool* pool_;
   QuantRowFn kernel_;
+  int max_rows_;
   int bits_;
   int64_t out_;
   int64_t in_;
@@ -135,7 +158,7 @@ class CpuQuantLinear final : public Linear {
   bool identity_ = false;
   std::vector<int32_t> source_;  // Padded input p reads x[source_[p]], -1: zero.
   std::vector<QuantSegment> segments_;
-  std::vector<uint8_t> codes_;   // [out, padded_in_ * bits / 8], chunked.
+  HostBytes codes_;               // [out, padded_in_ * bits / 8], chunked.
   std::vector<float> params_;    // [out, num_groups, 2]: scale, -scale * zero.
   std::vector<float> gathered_;  // [rows, padded_in_]
   std::vector<float> xsum_;      // [rows, segments]

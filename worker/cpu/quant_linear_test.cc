@@ -2,7 +2,8 @@
 // exactly dequantized weight ((code - zero) * scale, QuantizedWeight's rule),
 // at every SIMD level this CPU runs: odd output counts, group sizes that are
 // and are not multiples of the kernels' 32-code chunk, act-order group
-// indices in random order, token counts that leave partial four-row tiles,
+// indices in random order, token counts that leave partial tiles of the
+// kernels' four (AVX2) or eight (AVX-512) rows,
 // with and without bias, on one and several threads. And the backend's
 // CreateQuantizedLinear gives the same Linear.
 
@@ -70,7 +71,7 @@ void ExpectMatches(Linear& linear, const QuantizedWeight& w, std::mt19937& rng,
                    const std::string& label) {
   ASSERT_EQ(linear.in_features(), w.in_features);
   ASSERT_EQ(linear.out_features(), w.out_features);
-  for (int rows : {1, 2, 3, 4, 5, 9}) {
+  for (int rows : {1, 2, 3, 4, 5, 8, 9, 17}) {
     std::vector<float> x(static_cast<size_t>(rows) * w.in_features);
     for (float& v : x) v = std::uniform_real_distribution<float>(-1, 1)(rng);
     std::vector<float> y(rows * w.out_features + 1, 1234.5f);  // Guard past the end.
