@@ -77,9 +77,10 @@ void* Workspace::Take(size_t bytes) {
 
 absl::StatusOr<std::unique_ptr<worker::Linear>> Backend::CreateQuantizedLinear(
     QuantizedWeight weight) {
-  return absl::UnimplementedError(absl::StrCat(weight.name, ": this backend has no kernel for ",
-                                               weight.bits,
-                                               "-bit weight-only quantized weights"));
+  return absl::UnimplementedError(
+      absl::StrCat(weight.name, ": ", weight.format.empty() ? "quantized" : weight.format, " int",
+                   weight.bits, " weights are not served on this device yet (the CPU worker ",
+                   "serves them)"));
 }
 
 }  // namespace pagoda::worker

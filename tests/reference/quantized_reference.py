@@ -14,6 +14,9 @@ CLI (used by the C++ tests):
       prints the greedy ids comma-separated (EOS ignored).
   quantized_reference.py logits --model DIR --tokens 1,2,3 --out PATH
       as llama_reference.py logits.
+  quantized_reference.py generate-batch --model DIR --requests FILE.json
+      FILE.json: [{"tokens": [..], "max_tokens": N}, ...]; prints a JSON list
+      of each request's greedy ids (EOS ignored).
 """
 
 import argparse
@@ -108,15 +111,21 @@ def load_model(model_dir):
 
 def main(argv):
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  parser.add_argument("command", choices=("generate", "logits"))
+  parser.add_argument("command", choices=("generate", "logits", "generate-batch"))
   parser.add_argument("--model", required=True)
-  parser.add_argument("--tokens", required=True)
+  parser.add_argument("--tokens", default="")
+  parser.add_argument("--requests")
   parser.add_argument("--max-tokens", type=int, default=1)
   parser.add_argument("--out")
   args = parser.parse_args(argv)
   model = load_model(args.model)
   tokens = [int(x) for x in args.tokens.split(",") if x.strip()]
-  if args.command == "generate":
+  if args.command == "generate-batch":
+    with open(args.requests) as f:
+      requests = json.load(f)
+    print(json.dumps([llama_reference.greedy_generate(model, r["tokens"], r["max_tokens"],
+                                                      ignore_eos=True) for r in requests]))
+  elif args.command == "generate":
     out = llama_reference.greedy_generate(model, tokens, args.max_tokens, ignore_eos=True)
     print(",".join(str(x) for x in out))
   else:

@@ -18,7 +18,7 @@ inline int Int4Code(const uint8_t* codes, int64_t i) {
 template <int kBits>
 void RowPlain(const uint8_t* codes, const float* params, const QuantSegment* segments,
               int num_segments, const float* x, size_t ld_x, const float* xsum, size_t ld_s,
-              int rows, float* y, size_t ld_y) {
+              int rows, float* y, size_t ld_y, bool accumulate) {
   for (int r = 0; r < rows; ++r) {
     const float* xr = x + r * ld_x;
     float total = 0.0f;
@@ -31,7 +31,7 @@ void RowPlain(const uint8_t* codes, const float* params, const QuantSegment* seg
       }
       total += params[2 * seg.group] * dot + params[2 * seg.group + 1] * xsum[r * ld_s + s];
     }
-    y[r * ld_y] = total;
+    y[r * ld_y] = (accumulate ? y[r * ld_y] : 0.0f) + total;
   }
 }
 
@@ -69,7 +69,7 @@ PAGODA_AVX2 inline void ChunkAvx2(const uint8_t* codes, int64_t start, __m256 w[
 template <int kBits, int kRows>
 PAGODA_AVX2 void RowsAvx2(const uint8_t* codes, const float* params, const QuantSegment* segments,
                           int num_segments, const float* x, size_t ld_x, const float* xsum,
-                          size_t ld_s, float* y, size_t ld_y) {
+                          size_t ld_s, float* y, size_t ld_y, bool accumulate) {
   __m256 total[kRows];
   float offset[kRows];
   for (int r = 0; r < kRows; ++r) {
@@ -97,22 +97,24 @@ PAGODA_AVX2 void RowsAvx2(const uint8_t* codes, const float* params, const Quant
       offset[r] += params[2 * seg.group + 1] * xsum[r * ld_s + s];
     }
   }
-  for (int r = 0; r < kRows; ++r) y[r * ld_y] = HorizontalSum(total[r]) + offset[r];
+  for (int r = 0; r < kRows; ++r) {
+    y[r * ld_y] = (accumulate ? y[r * ld_y] : 0.0f) + HorizontalSum(total[r]) + offset[r];
+  }
 }
 
 template <int kBits>
 PAGODA_AVX2 void RowAvx2(const uint8_t* codes, const float* params, const QuantSegment* segments,
                          int num_segments, const float* x, size_t ld_x, const float* xsum,
-                         size_t ld_s, int rows, float* y, size_t ld_y) {
+                         size_t ld_s, int rows, float* y, size_t ld_y, bool accumulate) {
   switch (rows) {
     case 1:
-      return RowsAvx2<kBits, 1>(codes, params, segments, num_segments, x, ld_x, xsum, ld_s, y, ld_y);
+      return RowsAvx2<kBits, 1>(codes, params, segments, num_segments, x, ld_x, xsum, ld_s, y, ld_y, accumulate);
     case 2:
-      return RowsAvx2<kBits, 2>(codes, params, segments, num_segments, x, ld_x, xsum, ld_s, y, ld_y);
+      return RowsAvx2<kBits, 2>(codes, params, segments, num_segments, x, ld_x, xsum, ld_s, y, ld_y, accumulate);
     case 3:
-      return RowsAvx2<kBits, 3>(codes, params, segments, num_segments, x, ld_x, xsum, ld_s, y, ld_y);
+      return RowsAvx2<kBits, 3>(codes, params, segments, num_segments, x, ld_x, xsum, ld_s, y, ld_y, accumulate);
     default:
-      return RowsAvx2<kBits, 4>(codes, params, segments, num_segments, x, ld_x, xsum, ld_s, y, ld_y);
+      return RowsAvx2<kBits, 4>(codes, params, segments, num_segments, x, ld_x, xsum, ld_s, y, ld_y, accumulate);
   }
 }
 
@@ -142,7 +144,8 @@ PAGODA_AVX512 inline void ChunkAvx512(const uint8_t* codes, int64_t start, __m51
 template <int kBits, int kRows>
 PAGODA_AVX512 void RowsAvx512(const uint8_t* codes, const float* params,
                               const QuantSegment* segments, int num_segments, const float* x,
-                              size_t ld_x, const float* xsum, size_t ld_s, float* y, size_t ld_y) {
+                              size_t ld_x, const float* xsum, size_t ld_s, float* y, size_t ld_y,
+                              bool accumulate) {
   constexpr int kAcc = kRows <= 2 ? 4 : 2;
   __m512 total[kRows];
   float offset[kRows];
@@ -188,18 +191,20 @@ PAGODA_AVX512 void RowsAvx512(const uint8_t* codes, const float* params,
       offset[r] += params[2 * seg.group + 1] * xsum[r * ld_s + s];
     }
   }
-  for (int r = 0; r < kRows; ++r) y[r * ld_y] = _mm512_reduce_add_ps(total[r]) + offset[r];
+  for (int r = 0; r < kRows; ++r) {
+    y[r * ld_y] = (accumulate ? y[r * ld_y] : 0.0f) + _mm512_reduce_add_ps(total[r]) + offset[r];
+  }
 }
 
 template <int kBits>
 PAGODA_AVX512 void RowAvx512(const uint8_t* codes, const float* params,
                              const QuantSegment* segments, int num_segments, const float* x,
                              size_t ld_x, const float* xsum, size_t ld_s, int rows, float* y,
-                             size_t ld_y) {
+                             size_t ld_y, bool accumulate) {
 #define PAGODA_ROWS_CASE(n)                                                                    \
   case n:                                                                                      \
     return RowsAvx512<kBits, n>(codes, params, segments, num_segments, x, ld_x, xsum, ld_s, y, \
-                                ld_y);
+                                ld_y, accumulate);
   switch (rows) {
     PAGODA_ROWS_CASE(1)
     PAGODA_ROWS_CASE(2)
@@ -210,7 +215,7 @@ PAGODA_AVX512 void RowAvx512(const uint8_t* codes, const float* params,
     PAGODA_ROWS_CASE(7)
     default:
       return RowsAvx512<kBits, 8>(codes, params, segments, num_segments, x, ld_x, xsum, ld_s, y,
-                                  ld_y);
+                                  ld_y, accumulate);
   }
 #undef PAGODA_ROWS_CASE
 }

@@ -34,10 +34,11 @@ struct QuantSegment {
 //     params[2 g] * sum_{i in s} code[i] * x[r * ld_x + i] + params[2 g + 1] * xsum[r * ld_s + s]
 // with g = segments[s].group, params[2 g] the group's scale and
 // params[2 g + 1] = -scale * zero, xsum[r, s] the sum of x over segment s.
+// With `accumulate` the sum is added to y (a later block of segments).
 using QuantRowFn = void (*)(const uint8_t* codes, const float* params,
                             const QuantSegment* segments, int num_segments, const float* x,
                             size_t ld_x, const float* xsum, size_t ld_s, int rows, float* y,
-                            size_t ld_y);
+                            size_t ld_y, bool accumulate);
 
 struct QuantKernels {
   QuantRowFn row_int4;

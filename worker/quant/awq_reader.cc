@@ -42,6 +42,7 @@ absl::StatusOr<QuantizedWeight> ReadAwqWeight(const WeightStore& store, const Qu
   if (!group_of_input.ok()) return group_of_input.status();
 
   QuantizedWeight weight = SizedWeight(module, 4, out, in, *groups);
+  weight.format = "awq";
   weight.group_of_input = *std::move(group_of_input);
   const auto* words = static_cast<const int32_t*>(*qweight);
   const auto* zero_words = static_cast<const int32_t*>(*qzeros);

@@ -55,6 +55,7 @@ absl::StatusOr<QuantizedWeight> ReadCompressedTensorsWeight(const WeightStore& s
   if (!group_of_input.ok()) return group_of_input.status();
 
   QuantizedWeight weight = SizedWeight(module, bits, out, in, *groups);
+  weight.format = "compressed-tensors";
   weight.group_of_input = *std::move(group_of_input);
   const auto* words = static_cast<const int32_t*>(*packed);
   for (int64_t o = 0; o < out; ++o) {

@@ -37,6 +37,7 @@ absl::StatusOr<QuantizedWeight> ReadGptqWeight(const WeightStore& store, const Q
   }
 
   QuantizedWeight weight = SizedWeight(module, bits, out, in, *groups);
+  weight.format = "gptq";
   weight.group_of_input = *std::move(group_of_input);
   const auto* words = static_cast<const int32_t*>(*qweight);
   for (int64_t packed_row = 0; packed_row < in / per_word; ++packed_row) {

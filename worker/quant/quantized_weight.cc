@@ -30,6 +30,7 @@ QuantizedWeight SizedWeight(const std::string& name, int bits, int64_t out, int6
 QuantizedWeight SliceOutputs(const QuantizedWeight& weight, int64_t begin, int64_t end) {
   QuantizedWeight slice;
   slice.name = weight.name;
+  slice.format = weight.format;
   slice.bits = weight.bits;
   slice.out_features = end - begin;
   slice.in_features = weight.in_features;
@@ -73,6 +74,7 @@ absl::StatusOr<QuantizedWeight> SliceInputs(const QuantizedWeight& weight, int64
   }
   QuantizedWeight slice;
   slice.name = weight.name;
+  slice.format = weight.format;
   slice.bits = weight.bits;
   slice.out_features = weight.out_features;
   slice.in_features = end - begin;
