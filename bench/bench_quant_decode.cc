@@ -37,8 +37,8 @@ struct Projection {
 };
 
 // q/k/v stacked, o, gate/up stacked, down.
-constexpr Projection kLayer[] = {{2048 + 2 * 512, 2048}, {2048, 2048}, {2 * 8192, 2048},
-                                 {2048, 8192}};
+constexpr Projection kLayer[] = {
+    {2048 + 2 * 512, 2048}, {2048, 2048}, {2 * 8192, 2048}, {2048, 8192}};
 constexpr int64_t kGroupSize = 128;
 
 uint64_t Next(uint64_t& state) {
@@ -103,7 +103,8 @@ int Main(int argc, char** argv) {
   size_t quantized_bytes = 0;
   for (int l = 0; l < layers; ++l) {
     for (const Projection& p : kLayer) {
-      quantized.push_back(CreateCpuQuantLinear(RandomWeight(p, bits, state), &pool, BestSimdLevel()));
+      quantized.push_back(
+          CreateCpuQuantLinear(RandomWeight(p, bits, state), &pool, BestSimdLevel()));
       quantized_bytes += quantized.back()->weight_bytes();
     }
   }
@@ -132,8 +133,8 @@ int Main(int argc, char** argv) {
     const Pass q = BestPass(quantized, rows, iterations);
     const Pass d = BestPass(dense, rows, iterations);
     std::printf("%-6d %10.2f %12.2f %10.2f %11.0f%% %10.2f %12.2f %9.2fx\n", rows, q.wall * 1e3,
-                q.cpu * 1e3, floor_ms, 100.0 * floor_ms / (q.wall * 1e3), d.wall * 1e3,
-                d.cpu * 1e3, d.wall / q.wall);
+                q.cpu * 1e3, floor_ms, 100.0 * floor_ms / (q.wall * 1e3), d.wall * 1e3, d.cpu * 1e3,
+                d.wall / q.wall);
   }
   return 0;
 }

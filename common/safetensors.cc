@@ -195,11 +195,11 @@ absl::StatusOr<HeaderEntry> ParseEntry(const std::string& path, const std::strin
   const uint64_t expected_bytes =
       *elements * (integer ? IntegerTypeSize(parsed.integer) : DTypeSize(parsed.dtype));
   if (parsed.end - parsed.begin != expected_bytes) {
-    return tensor_error(absl::StrCat(
-        "holds ", parsed.end - parsed.begin, " bytes but shape ", ShapeString(parsed.shape), " of ",
-        integer ? std::string(IntegerTypeName(parsed.integer))
-                : std::string(DTypeName(parsed.dtype)),
-        " needs ", expected_bytes));
+    return tensor_error(absl::StrCat("holds ", parsed.end - parsed.begin, " bytes but shape ",
+                                     ShapeString(parsed.shape), " of ",
+                                     integer ? std::string(IntegerTypeName(parsed.integer))
+                                             : std::string(DTypeName(parsed.dtype)),
+                                     " needs ", expected_bytes));
   }
   return parsed;
 }
@@ -396,9 +396,8 @@ absl::StatusOr<std::vector<float>> WeightStore::GetF32(
   auto view = Get(name);
   if (!view.ok()) return view.status();
   if (view->integer != IntegerType::kNone) {
-    return absl::InvalidArgumentError(absl::StrCat("weight \"", name, "\" is ",
-                                                   IntegerTypeName(view->integer),
-                                                   ", expected a float tensor"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "weight \"", name, "\" is ", IntegerTypeName(view->integer), ", expected a float tensor"));
   }
   if (view->shape != expected_shape) {
     return absl::InvalidArgumentError(absl::StrCat("weight \"", name, "\" has shape ",

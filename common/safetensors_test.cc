@@ -272,5 +272,27 @@ TEST_F(SafetensorsTest, MetadataIsIgnoredAndGapsAreAllowed) {
   EXPECT_EQ(*(*store)->GetF32("w", {1}), std::vector<float>({3.0f}));
 }
 
+// Quantized checkpoints' integer tensors (codes, zero points, group
+// indices) open with their own widths; the float readers refuse them.
+TEST_F(SafetensorsTest, IntegerTensorsOpenAndFloatReadersRefuseThem) {
+  const std::string data(8 + 4 + 2, '\x01');
+  Json header = {{"q", {{"dtype", "I32"}, {"shape", {2}}, {"data_offsets", {0, 8}}}},
+                 {"z", {{"dtype", "I8"}, {"shape", {2, 2}}, {"data_offsets", {8, 12}}}},
+                 {"u", {{"dtype", "U8"}, {"shape", {2}}, {"data_offsets", {12, 14}}}}};
+  ASSERT_TRUE(WriteFile(Path("model.safetensors"), RawFile(header.dump(), data)).ok());
+  auto store = WeightStore::Open(dir_);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto q = (*store)->Get("q");
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(q->integer, IntegerType::kI32);
+  EXPECT_EQ(q->nbytes, 8u);
+  EXPECT_EQ(static_cast<const int32_t*>(q->data)[1], 0x01010101);
+  EXPECT_EQ((*store)->Get("z")->integer, IntegerType::kI8);
+  EXPECT_EQ((*store)->Get("u")->integer, IntegerType::kU8);
+  auto as_float = (*store)->GetF32("q", {2});
+  ASSERT_FALSE(as_float.ok());
+  EXPECT_EQ(as_float.status().message(), "weight \"q\" is I32, expected a float tensor");
+}
+
 }  // namespace
 }  // namespace pagoda

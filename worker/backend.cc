@@ -77,10 +77,9 @@ void* Workspace::Take(size_t bytes) {
 
 absl::StatusOr<std::unique_ptr<worker::Linear>> Backend::CreateQuantizedLinear(
     QuantizedWeight weight) {
-  return absl::UnimplementedError(
-      absl::StrCat(weight.name, ": ", weight.format.empty() ? "quantized" : weight.format, " int",
-                   weight.bits, " weights are not served on this device yet (the CPU worker ",
-                   "serves them)"));
+  return absl::UnimplementedError(absl::StrCat(
+      weight.name, ": ", weight.format.empty() ? "quantized" : weight.format, " int", weight.bits,
+      " weights are not served on this device yet (the CPU worker serves them)"));
 }
 
 }  // namespace pagoda::worker

@@ -48,7 +48,6 @@ std::vector<double> RopeInvFreq(const ModelConfig& config) {
   return kernels::ComputeRopeInvFreq(config.head_dim, config.rope_theta, config.rope_scaling);
 }
 
-
 // Shapes of one layer's checkpoint tensors (the whole model's) and this
 // rank's slices of them.
 struct LayerGeometry {
@@ -91,11 +90,11 @@ absl::StatusOr<std::unique_ptr<LlamaModel::LayerWeights>> LlamaModel::LayerWeigh
                           loader.Load(prefix + "input_layernorm.weight", {hidden}));
   PAGODA_ASSIGN_OR_RETURN(layer->post_attention_norm,
                           loader.Load(prefix + "post_attention_layernorm.weight", {hidden}));
-  PAGODA_ASSIGN_OR_RETURN(layer->qkv_proj,
-                          loader.LoadLinear({{prefix + "self_attn.q_proj", q_dim, hidden, slices.q},
-                                             {prefix + "self_attn.k_proj", kv_dim, hidden, slices.kv},
-                                             {prefix + "self_attn.v_proj", kv_dim, hidden, slices.kv}},
-                                            geometry.attention_bias, act));
+  PAGODA_ASSIGN_OR_RETURN(
+      layer->qkv_proj, loader.LoadLinear({{prefix + "self_attn.q_proj", q_dim, hidden, slices.q},
+                                          {prefix + "self_attn.k_proj", kv_dim, hidden, slices.kv},
+                                          {prefix + "self_attn.v_proj", kv_dim, hidden, slices.kv}},
+                                         geometry.attention_bias, act));
   PAGODA_ASSIGN_OR_RETURN(
       layer->o_proj,
       loader.LoadLinear({{prefix + "self_attn.o_proj", hidden, q_dim, slices.o}}, false, act));
@@ -184,9 +183,9 @@ absl::Status LlamaModel::LoadWeights(const std::string& model_dir,
   PAGODA_ASSIGN_OR_RETURN(embed_tokens_, loader.Load("model.embed_tokens.weight", {vocab, hidden}));
   PAGODA_ASSIGN_OR_RETURN(final_norm_, loader.Load("model.norm.weight", {hidden}));
   if (samples && ((*store)->Has("lm_head.weight") || !config_.tie_word_embeddings)) {
-    PAGODA_ASSIGN_OR_RETURN(lm_head_, loader.LoadLinear({{"lm_head", vocab, hidden,
-                                                          WeightSlice::Whole()}},
-                                                        false, DType::kF32));
+    PAGODA_ASSIGN_OR_RETURN(
+        lm_head_,
+        loader.LoadLinear({{"lm_head", vocab, hidden, WeightSlice::Whole()}}, false, DType::kF32));
   } else if (samples) {
     lm_head_ = std::make_unique<DenseLinear>(backend_, *embed_tokens_, vocab, hidden, DType::kF32);
   }
@@ -226,7 +225,8 @@ void LlamaModel::ReserveWorkspace(const StepBatchCapacity& capacity) {
 
 size_t LlamaModel::weight_bytes() const {
   auto bytes = [](const std::unique_ptr<Buffer>& b) -> size_t { return b ? b->nbytes() : 0; };
-  size_t total = bytes(embed_tokens_) + bytes(final_norm_) + (lm_head_ ? lm_head_->weight_bytes() : 0);
+  size_t total =
+      bytes(embed_tokens_) + bytes(final_norm_) + (lm_head_ ? lm_head_->weight_bytes() : 0);
   for (const auto& layer : layers_) {
     total += bytes(layer->input_norm) + bytes(layer->post_attention_norm);
     for (const Linear* linear : {layer->qkv_proj.get(), layer->o_proj.get(),

@@ -16,8 +16,8 @@ std::unique_ptr<Buffer> WeightLoader::ToBackend(const std::vector<float>& host) 
   return buffer;
 }
 
-absl::StatusOr<std::unique_ptr<Linear>> WeightLoader::LoadLinear(
-    const std::vector<Module>& modules, bool with_bias, DType y_dtype) {
+absl::StatusOr<std::unique_ptr<Linear>> WeightLoader::LoadLinear(const std::vector<Module>& modules,
+                                                                 bool with_bias, DType y_dtype) {
   // A row slice of the weight is a slice of the bias; a column slice (row
   // parallel) leaves the bias whole.
   std::vector<Part> bias_parts;

@@ -186,8 +186,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 // A checkpoint made with `flags`, config.json edited by `edit`, loaded with
 // `quantization`: the load's error message.
-std::string LoadError(const std::string& flags,
-                      void (*edit)(nlohmann::json&) = nullptr,
+std::string LoadError(const std::string& flags, void (*edit)(nlohmann::json&) = nullptr,
                       const std::string& quantization = "") {
   TempDir dir;
   const std::string model_dir = dir.path() + "/model";
@@ -228,9 +227,9 @@ TEST(QuantizedCheckpointErrors, EachIsRefusedNamingTheTensorOrSetting) {
                       [](nlohmann::json& c) { c["quantization_config"]["quant_method"] = "hqq"; }),
             "config.json quantization_config: unknown quant_method \"hqq\" (awq, gptq and "
             "compressed-tensors are served)");
-  EXPECT_EQ(LoadError("--format gptq",
-                      [](nlohmann::json& c) { c["quantization_config"]["bits"] = 3; }),
-            "config.json quantization_config: bits 3 (4 and 8 are served)");
+  EXPECT_EQ(
+      LoadError("--format gptq", [](nlohmann::json& c) { c["quantization_config"]["bits"] = 3; }),
+      "config.json quantization_config: bits 3 (4 and 8 are served)");
   EXPECT_EQ(LoadError("--format awq", nullptr, "gptq"),
             "--quantization gptq does not match the checkpoint's awq quantization");
 }

@@ -71,8 +71,11 @@ class QuantizedServiceTest : public ::testing::TestWithParam<Format> {
   // Starts a server with `extra` flags, runs the twelve requests at once and
   // checks each against the reference; returns the server for its metrics.
   std::unique_ptr<ServerProcess> ServeAndCheck(const std::vector<std::string>& extra) {
-    std::vector<std::string> args = {absl::StrCat("--model=", model_dir_), "--block-size=4",
-                                     "--max-model-len=128", "--cpu-threads=1", "--port=0",
+    std::vector<std::string> args = {absl::StrCat("--model=", model_dir_),
+                                     "--block-size=4",
+                                     "--max-model-len=128",
+                                     "--cpu-threads=1",
+                                     "--port=0",
                                      "--metrics-port=-1"};
     args.insert(args.end(), extra.begin(), extra.end());
     auto server = ServerProcess::Start(PAGODA_SERVER_BINARY, args, absl::Seconds(60));
@@ -116,8 +119,8 @@ TEST_P(QuantizedServiceTest, TwelveConcurrentRequestsAtTensorParallelSize2MatchR
 INSTANTIATE_TEST_SUITE_P(
     Formats, QuantizedServiceTest,
     ::testing::Values(Format{"awq_g32", "--format awq --group-size 32"},
-                    Format{"gptq_int4_act_order", "--format gptq --desc-act"},
-                    Format{"ct_w8a16_channel", "--format ct --bits 8 --group-size -1"}),
+                      Format{"gptq_int4_act_order", "--format gptq --desc-act"},
+                      Format{"ct_w8a16_channel", "--format ct --bits 8 --group-size -1"}),
     [](const ::testing::TestParamInfo<Format>& info) { return info.param.name; });
 
 }  // namespace

@@ -91,8 +91,8 @@ class CpuModelRunner final : public ModelRunnerBase {
     model_ = *std::move(model);
     const QuantConfig& quant = model_->quant_config();
     LOG(INFO) << "weights " << model_->weight_bytes() / (1 << 20) << " MiB ("
-              << (quant.quantized() ? absl::StrCat(quant.method_name, " int", quant.bits,
-                                                   " group ", quant.group_size)
+              << (quant.quantized() ? absl::StrCat(quant.method_name, " int", quant.bits, " group ",
+                                                   quant.group_size)
                                     : std::string("dense"))
               << ")";
     block_size_ = request.block_size();

@@ -108,13 +108,17 @@ PAGODA_AVX2 void RowAvx2(const uint8_t* codes, const float* params, const QuantS
                          size_t ld_s, int rows, float* y, size_t ld_y, bool accumulate) {
   switch (rows) {
     case 1:
-      return RowsAvx2<kBits, 1>(codes, params, segments, num_segments, x, ld_x, xsum, ld_s, y, ld_y, accumulate);
+      return RowsAvx2<kBits, 1>(codes, params, segments, num_segments, x, ld_x, xsum, ld_s, y, ld_y,
+                                accumulate);
     case 2:
-      return RowsAvx2<kBits, 2>(codes, params, segments, num_segments, x, ld_x, xsum, ld_s, y, ld_y, accumulate);
+      return RowsAvx2<kBits, 2>(codes, params, segments, num_segments, x, ld_x, xsum, ld_s, y, ld_y,
+                                accumulate);
     case 3:
-      return RowsAvx2<kBits, 3>(codes, params, segments, num_segments, x, ld_x, xsum, ld_s, y, ld_y, accumulate);
+      return RowsAvx2<kBits, 3>(codes, params, segments, num_segments, x, ld_x, xsum, ld_s, y, ld_y,
+                                accumulate);
     default:
-      return RowsAvx2<kBits, 4>(codes, params, segments, num_segments, x, ld_x, xsum, ld_s, y, ld_y, accumulate);
+      return RowsAvx2<kBits, 4>(codes, params, segments, num_segments, x, ld_x, xsum, ld_s, y, ld_y,
+                                accumulate);
   }
 }
 

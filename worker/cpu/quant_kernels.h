@@ -35,10 +35,9 @@ struct QuantSegment {
 // with g = segments[s].group, params[2 g] the group's scale and
 // params[2 g + 1] = -scale * zero, xsum[r, s] the sum of x over segment s.
 // With `accumulate` the sum is added to y (a later block of segments).
-using QuantRowFn = void (*)(const uint8_t* codes, const float* params,
-                            const QuantSegment* segments, int num_segments, const float* x,
-                            size_t ld_x, const float* xsum, size_t ld_s, int rows, float* y,
-                            size_t ld_y, bool accumulate);
+using QuantRowFn = void (*)(const uint8_t* codes, const float* params, const QuantSegment* segments,
+                            int num_segments, const float* x, size_t ld_x, const float* xsum,
+                            size_t ld_s, int rows, float* y, size_t ld_y, bool accumulate);
 
 struct QuantKernels {
   QuantRowFn row_int4;

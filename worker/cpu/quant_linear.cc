@@ -193,7 +193,7 @@ class CpuQuantLinear final : public Linear {
   bool identity_ = false;
   std::vector<int32_t> source_;  // Padded input p reads x[source_[p]], -1: zero.
   std::vector<QuantSegment> segments_;
-  HostBytes codes_;               // [out, padded_in_ * bits / 8], chunked.
+  HostBytes codes_;              // [out, padded_in_ * bits / 8], chunked.
   std::vector<float> params_;    // [out, num_groups, 2]: scale, -scale * zero.
   std::vector<float> gathered_;  // [rows, padded_in_]
   std::vector<float> xsum_;      // [rows, segments]

@@ -7,6 +7,8 @@
 // with and without bias, on one and several threads. And the backend's
 // CreateQuantizedLinear gives the same Linear.
 
+#include "worker/cpu/quant_linear.h"
+
 #include <algorithm>
 #include <random>
 #include <string>
@@ -14,7 +16,6 @@
 
 #include "gtest/gtest.h"
 #include "worker/cpu/cpu_backend.h"
-#include "worker/cpu/quant_linear.h"
 #include "worker/cpu/thread_pool.h"
 #include "worker/quant/quantized_weight.h"
 
@@ -85,11 +86,10 @@ void ExpectMatches(Linear& linear, const QuantizedWeight& w, std::mt19937& rng,
   }
 }
 
-const Shape kShapes[] = {
-    {4, 1, 32, 32, false},  {4, 7, 64, 32, false},   {4, 33, 128, -1, false},
-    {4, 5, 96, 48, false},  {4, 9, 40, 8, true},     {4, 16, 256, 128, true},
-    {8, 3, 32, 32, false},  {8, 13, 100, 50, false}, {8, 6, 96, 24, true},
-    {8, 17, 160, -1, false}};
+const Shape kShapes[] = {{4, 1, 32, 32, false},  {4, 7, 64, 32, false},   {4, 33, 128, -1, false},
+                         {4, 5, 96, 48, false},  {4, 9, 40, 8, true},     {4, 16, 256, 128, true},
+                         {8, 3, 32, 32, false},  {8, 13, 100, 50, false}, {8, 6, 96, 24, true},
+                         {8, 17, 160, -1, false}};
 
 class CpuQuantLinearTest : public testing::TestWithParam<int> {};
 

@@ -33,8 +33,8 @@ absl::Status CheckWeightShape(const WeightStore& store, const std::string& name,
 
 absl::StatusOr<QuantizedWeight> ReadCompressedTensorsWeight(const WeightStore& store,
                                                             const QuantConfig& config,
-                                                            const std::string& module,
-                                                            int64_t out, int64_t in) {
+                                                            const std::string& module, int64_t out,
+                                                            int64_t in) {
   const int bits = config.bits;
   const int64_t per_word = 32 / bits;
   absl::StatusOr<int64_t> groups = GroupCount(config, module, in);
@@ -60,7 +60,8 @@ absl::StatusOr<QuantizedWeight> ReadCompressedTensorsWeight(const WeightStore& s
   const auto* words = static_cast<const int32_t*>(*packed);
   for (int64_t o = 0; o < out; ++o) {
     for (int64_t i = 0; i < in; ++i) {
-      weight.codes[o * in + i] = static_cast<uint8_t>(PackedField(words + o * words_per_row, i, bits));
+      weight.codes[o * in + i] =
+          static_cast<uint8_t>(PackedField(words + o * words_per_row, i, bits));
     }
   }
   // Signed values v were stored as v + 2^(bits-1): that offset is the zero.

@@ -7,8 +7,7 @@
 namespace pagoda::worker {
 
 absl::StatusOr<QuantizedWeight> ReadGptqWeight(const WeightStore& store, const QuantConfig& config,
-                                               const std::string& module, int64_t out,
-                                               int64_t in) {
+                                               const std::string& module, int64_t out, int64_t in) {
   const int bits = config.bits;
   const int64_t per_word = 32 / bits;
   if (in % per_word != 0 || out % per_word != 0) {

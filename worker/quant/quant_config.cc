@@ -90,7 +90,8 @@ absl::Status ParseGptq(const Json& q, QuantConfig* config) {
     format = StringAt(q.at("meta"), "checkpoint_format");
   }
   if (!format.empty() && format != "gptq" && format != "gptq_v2") {
-    return Bad(absl::StrCat("GPTQ checkpoint_format \"", format, "\" (gptq and gptq_v2 are served)"));
+    return Bad(
+        absl::StrCat("GPTQ checkpoint_format \"", format, "\" (gptq and gptq_v2 are served)"));
   }
   config->bits = static_cast<int>(*bits);
   config->group_size = *group;
@@ -118,8 +119,9 @@ absl::Status ParseCompressedTensors(const Json& q, QuantConfig* config) {
       return Bad(absl::StrCat(where, " format \"", format, "\" (pack-quantized is served)"));
     }
     if (group.contains("input_activations") && !group.at("input_activations").is_null()) {
-      return Bad(absl::StrCat(where, ".input_activations: activation quantization (W8A8) is not "
-                                     "served yet"));
+      return Bad(absl::StrCat(where,
+                              ".input_activations: activation quantization (W8A8) is not "
+                              "served yet"));
     }
     const Json& w = group.at("weights");
     if (StringAt(w, "type") != "int") return Bad(absl::StrCat(where, ".weights.type must be int"));

@@ -28,16 +28,15 @@ absl::StatusOr<QuantizedWeight> ReadAwqWeight(const WeightStore& store, const Qu
 // gptq_v2; unused when sym: the zero is 2^(bits-1)), scales [G, out], g_idx
 // [in] I32 with desc_act.
 absl::StatusOr<QuantizedWeight> ReadGptqWeight(const WeightStore& store, const QuantConfig& config,
-                                               const std::string& module, int64_t out,
-                                               int64_t in);
+                                               const std::string& module, int64_t out, int64_t in);
 // compressed-tensors pack-quantized (symmetric): weight_packed [out, in/p]
 // I32 packed along the input from the low bits, codes offset by 2^(bits-1);
 // weight_scale [out, G]; weight_shape [2] (I64 or I32) = [out, in];
 // weight_g_idx [in] I32 with actorder group.
 absl::StatusOr<QuantizedWeight> ReadCompressedTensorsWeight(const WeightStore& store,
                                                             const QuantConfig& config,
-                                                            const std::string& module,
-                                                            int64_t out, int64_t in);
+                                                            const std::string& module, int64_t out,
+                                                            int64_t in);
 // The reader of config.method. REQUIRES: config.quantized().
 absl::StatusOr<QuantizedWeight> ReadQuantizedWeight(const WeightStore& store,
                                                     const QuantConfig& config,

@@ -14,16 +14,15 @@ std::string ShapeText(const std::vector<int64_t>& shape) {
 }  // namespace
 
 absl::StatusOr<const void*> ReadIntegerTensor(const WeightStore& store, const std::string& name,
-                                              IntegerType type,
-                                              const std::vector<int64_t>& shape) {
+                                              IntegerType type, const std::vector<int64_t>& shape) {
   absl::StatusOr<TensorView> view = store.Get(name);
   if (!view.ok()) return view.status();
   if (view->integer != type) {
     const std::string actual = view->integer == IntegerType::kNone
                                    ? std::string(DTypeName(view->dtype))
                                    : IntegerTypeName(view->integer);
-    return absl::InvalidArgumentError(absl::StrCat("weight \"", name, "\" is ", actual,
-                                                   ", expected ", IntegerTypeName(type)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("weight \"", name, "\" is ", actual, ", expected ", IntegerTypeName(type)));
   }
   if (view->shape != shape) {
     return absl::InvalidArgumentError(absl::StrCat("weight \"", name, "\" has shape ",
@@ -44,8 +43,7 @@ absl::StatusOr<int64_t> GroupCount(const QuantConfig& config, const std::string&
   if (config.group_size == -1) return 1;
   if (in % config.group_size != 0) {
     return absl::InvalidArgumentError(absl::StrCat(module, ": group_size ", config.group_size,
-                                                   " does not divide its ", in,
-                                                   " input features"));
+                                                   " does not divide its ", in, " input features"));
   }
   return in / config.group_size;
 }

@@ -18,8 +18,7 @@ namespace pagoda::worker {
 
 // The data of integer tensor `name`, which must be of `type` and `shape`.
 absl::StatusOr<const void*> ReadIntegerTensor(const WeightStore& store, const std::string& name,
-                                              IntegerType type,
-                                              const std::vector<int64_t>& shape);
+                                              IntegerType type, const std::vector<int64_t>& shape);
 // Float tensor `name` (f32, f16 or bf16) of `shape`, widened to f32.
 absl::StatusOr<std::vector<float>> ReadScaleTensor(const WeightStore& store,
                                                    const std::string& name,

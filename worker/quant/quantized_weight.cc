@@ -42,7 +42,8 @@ QuantizedWeight SliceOutputs(const QuantizedWeight& weight, int64_t begin, int64
                       weight.scales.begin() + end * weight.num_groups);
   slice.zeros.assign(weight.zeros.begin() + begin * weight.num_groups,
                      weight.zeros.begin() + end * weight.num_groups);
-  if (!weight.bias.empty()) slice.bias.assign(weight.bias.begin() + begin, weight.bias.begin() + end);
+  if (!weight.bias.empty())
+    slice.bias.assign(weight.bias.begin() + begin, weight.bias.begin() + end);
   return slice;
 }
 
@@ -101,9 +102,9 @@ absl::StatusOr<QuantizedWeight> StackOutputs(std::vector<QuantizedWeight> parts,
     QuantizedWeight& part = parts[p];
     if (part.bits != stacked.bits || part.in_features != stacked.in_features ||
         part.num_groups != stacked.num_groups || part.group_of_input != stacked.group_of_input) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          part.name, ": its bits, input features, groups or g_idx differ from ", first,
-          "'s, and the two are run as one product"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(part.name, ": its bits, input features, groups or g_idx differ from ", first,
+                       "'s, and the two are run as one product"));
     }
     stacked.out_features += part.out_features;
     stacked.codes.insert(stacked.codes.end(), part.codes.begin(), part.codes.end());

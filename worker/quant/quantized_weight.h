@@ -18,9 +18,9 @@ namespace pagoda::worker {
 // exactly the weight the publisher's tool dequantizes (zero points in code
 // units, already corrected for GPTQ's stored-minus-one).
 struct QuantizedWeight {
-  std::string name;  // The checkpoint's module, e.g. "model.layers.0.mlp.down_proj".
+  std::string name;    // The checkpoint's module, e.g. "model.layers.0.mlp.down_proj".
   std::string format;  // Its quant_method ("awq", "gptq", "compressed-tensors"), for messages.
-  int bits = 4;      // 4 or 8: codes lie in [0, 2^bits).
+  int bits = 4;        // 4 or 8: codes lie in [0, 2^bits).
   int64_t out_features = 0;
   int64_t in_features = 0;
   int64_t num_groups = 0;
