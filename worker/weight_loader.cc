@@ -5,6 +5,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "common/tensor_slice.h"
 #include "worker/quant/quant_readers.h"
 #include "worker/quant/quantized_weight.h"
 
@@ -14,6 +15,56 @@ std::unique_ptr<Buffer> WeightLoader::ToBackend(const std::vector<float>& host) 
   auto buffer = backend_->Allocate(DType::kF32, host.size());
   backend_->UploadBytes(host.data(), buffer->raw(), host.size() * sizeof(float));
   return buffer;
+}
+
+absl::StatusOr<std::unique_ptr<Buffer>> WeightLoader::LoadF32(const std::string& name,
+                                                              const std::vector<int64_t>& shape,
+                                                              const WeightSlice& rows) {
+  auto host = SliceRowsF32(store_, name, shape, rows.begin, rows.end);
+  if (!host.ok()) return host.status();
+  return ToBackend(*host);
+}
+
+absl::StatusOr<std::unique_ptr<Buffer>> WeightLoader::LoadStacked(const std::vector<Part>& parts) {
+  std::vector<HostWeight> views;
+  size_t elements = 0;
+  for (const Part& part : parts) {
+    auto view = ReadWeightSlice(store_, part.name, part.shape, part.slice);
+    if (!view.ok()) return view.status();
+    elements += view->nbytes / DTypeSize(view->dtype);
+    views.push_back(*std::move(view));
+  }
+  const DType target = dtype_.value_or(views.front().dtype);
+  auto buffer = backend_->Allocate(target, elements);
+  char* dst = static_cast<char*>(buffer->raw());
+  std::vector<float> widened;
+  for (const HostWeight& view : views) {
+    const size_t n = view.nbytes / DTypeSize(view.dtype);
+    if (view.dtype == target) {
+      backend_->UploadBytes(view.data, dst, view.nbytes);
+    } else {
+      widened.resize(n);
+      ConvertToFloat(view.dtype, view.data, n, widened.data());
+      std::vector<char> converted(n * DTypeSize(target));
+      ConvertFromFloat(target, widened.data(), n, converted.data());
+      backend_->UploadBytes(converted.data(), dst, converted.size());
+    }
+    dst += n * DTypeSize(target);
+    // Copied: the mapped pages need not stay resident (see tensor_slice.h).
+    if (view.owned.empty()) ReleaseMappedPages(view.data, view.nbytes);
+  }
+  return buffer;
+}
+
+absl::StatusOr<std::unique_ptr<Buffer>> WeightLoader::LoadF32Stacked(
+    const std::vector<Part>& parts) {
+  std::vector<float> stacked;
+  for (const Part& part : parts) {
+    auto host = SliceRowsF32(store_, part.name, part.shape, part.slice.begin, part.slice.end);
+    if (!host.ok()) return host.status();
+    stacked.insert(stacked.end(), host->begin(), host->end());
+  }
+  return ToBackend(stacked);
 }
 
 absl::StatusOr<std::unique_ptr<Linear>> WeightLoader::LoadLinear(const std::vector<Module>& modules,

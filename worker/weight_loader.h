@@ -14,7 +14,6 @@
 #include "absl/status/statusor.h"
 #include "common/dtype.h"
 #include "common/safetensors.h"
-#include "common/tensor_slice.h"
 #include "worker/backend.h"
 #include "worker/linear.h"
 #include "worker/quant/quant_config.h"
@@ -64,55 +63,14 @@ class WeightLoader {
   // adds them in f32.
   absl::StatusOr<std::unique_ptr<Buffer>> LoadF32(const std::string& name,
                                                   const std::vector<int64_t>& shape,
-                                                  const WeightSlice& rows) {
-    auto host = SliceRowsF32(store_, name, shape, rows.begin, rows.end);
-    if (!host.ok()) return host.status();
-    return ToBackend(*host);
-  }
+                                                  const WeightSlice& rows);
 
   // Rows of several [rows_i, cols] slices stacked into one matrix, in the
   // first part's dtype when none is forced (parts of one layer share it).
-  absl::StatusOr<std::unique_ptr<Buffer>> LoadStacked(const std::vector<Part>& parts) {
-    std::vector<HostWeight> views;
-    size_t elements = 0;
-    for (const Part& part : parts) {
-      auto view = ReadWeightSlice(store_, part.name, part.shape, part.slice);
-      if (!view.ok()) return view.status();
-      elements += view->nbytes / DTypeSize(view->dtype);
-      views.push_back(*std::move(view));
-    }
-    const DType target = dtype_.value_or(views.front().dtype);
-    auto buffer = backend_->Allocate(target, elements);
-    char* dst = static_cast<char*>(buffer->raw());
-    std::vector<float> widened;
-    for (const HostWeight& view : views) {
-      const size_t n = view.nbytes / DTypeSize(view.dtype);
-      if (view.dtype == target) {
-        backend_->UploadBytes(view.data, dst, view.nbytes);
-      } else {
-        widened.resize(n);
-        ConvertToFloat(view.dtype, view.data, n, widened.data());
-        std::vector<char> converted(n * DTypeSize(target));
-        ConvertFromFloat(target, widened.data(), n, converted.data());
-        backend_->UploadBytes(converted.data(), dst, converted.size());
-      }
-      dst += n * DTypeSize(target);
-      // Copied: the mapped pages need not stay resident (see tensor_slice.h).
-      if (view.owned.empty()) ReleaseMappedPages(view.data, view.nbytes);
-    }
-    return buffer;
-  }
+  absl::StatusOr<std::unique_ptr<Buffer>> LoadStacked(const std::vector<Part>& parts);
 
   // Several biases (each this rank's elements) one after another, in f32.
-  absl::StatusOr<std::unique_ptr<Buffer>> LoadF32Stacked(const std::vector<Part>& parts) {
-    std::vector<float> stacked;
-    for (const Part& part : parts) {
-      auto host = SliceRowsF32(store_, part.name, part.shape, part.slice.begin, part.slice.end);
-      if (!host.ok()) return host.status();
-      stacked.insert(stacked.end(), host->begin(), host->end());
-    }
-    return ToBackend(stacked);
-  }
+  absl::StatusOr<std::unique_ptr<Buffer>> LoadF32Stacked(const std::vector<Part>& parts);
 
   std::unique_ptr<Buffer> ToBackend(const std::vector<float>& host);
 
