@@ -36,7 +36,7 @@ struct LlamaLoadOptions {
   int block_size = 16;
   // vLLM's --quantization: "" or "auto" serves the checkpoint's
   // quantization_config; a name must match it (worker/quant/quant_config.h).
-  std::string quantization;
+  std::string quantization = "";
 };
 
 // What one forward pass leaves for sampling, in backend memory (the model's

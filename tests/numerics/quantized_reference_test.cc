@@ -184,6 +184,12 @@ INSTANTIATE_TEST_SUITE_P(
                     Format{"ct_w8a16_channel", "--format ct --bits 8 --group-size -1"}),
     [](const testing::TestParamInfo<Format>& info) { return info.param.name; });
 
+LlamaLoadOptions QuantizationOptions(const std::string& quantization) {
+  LlamaLoadOptions options;
+  options.quantization = quantization;
+  return options;
+}
+
 // A checkpoint made with `flags`, config.json edited by `edit`, loaded with
 // `quantization`: the load's error message.
 std::string LoadError(const std::string& flags, void (*edit)(nlohmann::json&) = nullptr,
@@ -200,7 +206,7 @@ std::string LoadError(const std::string& flags, void (*edit)(nlohmann::json&) = 
   auto backend = CreateCpuBackend(1);
   auto communicator = CreateSingleRankCommunicator();
   auto model = LlamaModel::Load(model_dir, backend.get(), communicator.get(),
-                                LlamaLoadOptions{.quantization = quantization});
+                                QuantizationOptions(quantization));
   EXPECT_FALSE(model.ok());
   return model.ok() ? "" : std::string(model.status().message());
 }
@@ -242,7 +248,7 @@ TEST(QuantizedCheckpointErrors, MatchingQuantizationFlagAndAliasesLoad) {
   auto communicator = CreateSingleRankCommunicator();
   for (const char* name : {"gptq", "gptq_marlin", "auto", ""}) {
     auto model = LlamaModel::Load(model_dir, backend.get(), communicator.get(),
-                                  LlamaLoadOptions{.quantization = name});
+                                  QuantizationOptions(name));
     EXPECT_TRUE(model.ok()) << name << ": " << model.status();
   }
 }
