@@ -22,6 +22,37 @@
 
 namespace pagoda {
 
+size_t IntegerTypeSize(IntegerType type) {
+  switch (type) {
+    case IntegerType::kI8:
+    case IntegerType::kU8:
+      return 1;
+    case IntegerType::kI32:
+      return 4;
+    case IntegerType::kI64:
+      return 8;
+    case IntegerType::kNone:
+      break;
+  }
+  return 0;
+}
+
+const char* IntegerTypeName(IntegerType type) {
+  switch (type) {
+    case IntegerType::kI8:
+      return "I8";
+    case IntegerType::kU8:
+      return "U8";
+    case IntegerType::kI32:
+      return "I32";
+    case IntegerType::kI64:
+      return "I64";
+    case IntegerType::kNone:
+      break;
+  }
+  return "";
+}
+
 int64_t TensorView::num_elements() const {
   int64_t count = 1;
   for (int64_t dim : shape) count *= dim;
@@ -63,10 +94,21 @@ absl::Status FileError(const std::string& path, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(path, ": ", what));
 }
 
+// The integer type a header's "dtype" names; kNone for the float names (and
+// for names of neither kind, which ParseSafetensorsDType then refuses).
+IntegerType ParseIntegerType(const std::string& name) {
+  for (IntegerType type :
+       {IntegerType::kI8, IntegerType::kU8, IntegerType::kI32, IntegerType::kI64}) {
+    if (name == IntegerTypeName(type)) return type;
+  }
+  return IntegerType::kNone;
+}
+
 // A tensor entry of a header, before it is bound to a mapped file.
 struct HeaderEntry {
   std::string name;
   DType dtype;
+  IntegerType integer;
   std::vector<int64_t> shape;
   uint64_t begin;
   uint64_t end;
@@ -132,25 +174,32 @@ absl::StatusOr<HeaderEntry> ParseEntry(const std::string& path, const std::strin
     return FileError(path, absl::StrCat("tensor \"", name, "\": ", what));
   };
   if (!entry.is_object()) return tensor_error("header entry must be an object");
-  HeaderEntry parsed{name, DType::kF32, {}, 0, 0};
+  HeaderEntry parsed{name, DType::kF32, IntegerType::kNone, {}, 0, 0};
 
   auto dtype_it = entry.find("dtype");
   if (dtype_it == entry.end() || !dtype_it->is_string()) {
     return tensor_error("\"dtype\" must be a string");
   }
-  auto dtype = ParseSafetensorsDType(dtype_it->get<std::string>());
-  if (!dtype.ok()) return tensor_error(dtype.status().message());
-  parsed.dtype = *dtype;
+  parsed.integer = ParseIntegerType(dtype_it->get<std::string>());
+  if (parsed.integer == IntegerType::kNone) {
+    auto dtype = ParseSafetensorsDType(dtype_it->get<std::string>());
+    if (!dtype.ok()) return tensor_error(dtype.status().message());
+    parsed.dtype = *dtype;
+  }
   auto elements = ParseShape(entry, data_size, &parsed.shape);
   if (!elements.ok()) return tensor_error(elements.status().message());
   if (absl::Status status = ParseOffsets(entry, data_size, &parsed); !status.ok()) {
     return tensor_error(status.message());
   }
-  const uint64_t expected_bytes = *elements * DTypeSize(parsed.dtype);
+  const bool integer = parsed.integer != IntegerType::kNone;
+  const uint64_t expected_bytes =
+      *elements * (integer ? IntegerTypeSize(parsed.integer) : DTypeSize(parsed.dtype));
   if (parsed.end - parsed.begin != expected_bytes) {
-    return tensor_error(absl::StrCat(
-        "holds ", parsed.end - parsed.begin, " bytes but shape ", ShapeString(parsed.shape), " of ",
-        std::string(DTypeName(parsed.dtype)), " needs ", expected_bytes));
+    return tensor_error(absl::StrCat("holds ", parsed.end - parsed.begin, " bytes but shape ",
+                                     ShapeString(parsed.shape), " of ",
+                                     integer ? std::string(IntegerTypeName(parsed.integer))
+                                             : std::string(DTypeName(parsed.dtype)),
+                                     " needs ", expected_bytes));
   }
   return parsed;
 }
@@ -291,6 +340,7 @@ absl::Status WeightStore::AddTensors(const MappedFile& file,
     }
     TensorView view;
     view.dtype = entry.dtype;
+    view.integer = entry.integer;
     view.shape = std::move(entry.shape);
     view.data = file.data + data_start + entry.begin;
     view.nbytes = static_cast<size_t>(entry.end - entry.begin);
@@ -356,6 +406,10 @@ absl::StatusOr<std::vector<float>> WeightStore::GetF32(
     const std::string& name, const std::vector<int64_t>& expected_shape) const {
   auto view = Get(name);
   if (!view.ok()) return view.status();
+  if (view->integer != IntegerType::kNone) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "weight \"", name, "\" is ", IntegerTypeName(view->integer), ", expected a float tensor"));
+  }
   if (view->shape != expected_shape) {
     return absl::InvalidArgumentError(absl::StrCat("weight \"", name, "\" has shape ",
                                                    ShapeString(view->shape), ", expected ",

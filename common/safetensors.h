@@ -12,10 +12,21 @@
 
 namespace pagoda {
 
+// Integer element types of safetensors files: the packed codes, zero points
+// and group indices of quantized checkpoints (AWQ, GPTQ, compressed-tensors).
+// Kept apart from DType, which lists the types arithmetic runs in.
+enum class IntegerType { kNone, kI8, kU8, kI32, kI64 };
+size_t IntegerTypeSize(IntegerType type);
+const char* IntegerTypeName(IntegerType type);  // "I32"; "" for kNone.
+
 // A read-only view of one tensor inside a memory-mapped file. Valid while the
 // WeightStore that returned it lives.
 struct TensorView {
+  // For an integer tensor (`integer` != kNone) dtype means nothing: only the
+  // quantized formats' readers (worker/quant/) take those, and the float
+  // readers (GetF32, common/tensor_slice.h) refuse them.
   DType dtype = DType::kF32;
+  IntegerType integer = IntegerType::kNone;
   std::vector<int64_t> shape;
   const void* data = nullptr;
   size_t nbytes = 0;

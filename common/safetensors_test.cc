@@ -194,7 +194,9 @@ TEST_F(SafetensorsTest, CorruptFilesAreRejected) {
   ExpectCorrupt(std::string("\xff\xff\xff\xff\xff\xff\xff\xff", 8) + "{}", "header length");
   ExpectCorrupt(RawFile("{\"a\": ", data), "not valid JSON");
   ExpectCorrupt(RawFile("[1, 2]", data), "JSON object");
-  ExpectCorrupt(RawFile(header({{"w", entry("I64", {1}, 0, 8)}}), data), "I64");
+  ExpectCorrupt(RawFile(header({{"w", entry("C64", {1}, 0, 8)}}), data), "C64");
+  // Integer tensors (quantized checkpoints) are sized by their own width.
+  ExpectCorrupt(RawFile(header({{"w", entry("I32", {3}, 0, 8)}}), data), "needs 12");
   ExpectCorrupt(RawFile(header({{"w", entry("F32", {1}, 4, 0)}}), data), "before begin");
   ExpectCorrupt(RawFile(header({{"w", entry("F32", {4}, 0, 16)}}), data), "beyond");
   ExpectCorrupt(RawFile(header({{"w", entry("F32", {3}, 0, 8)}}), data), "needs 12");
@@ -268,6 +270,28 @@ TEST_F(SafetensorsTest, MetadataIsIgnoredAndGapsAreAllowed) {
   ASSERT_TRUE(store.ok()) << store.status();
   EXPECT_EQ((*store)->Names(), std::vector<std::string>({"w"}));
   EXPECT_EQ(*(*store)->GetF32("w", {1}), std::vector<float>({3.0f}));
+}
+
+// Quantized checkpoints' integer tensors (codes, zero points, group
+// indices) open with their own widths; the float readers refuse them.
+TEST_F(SafetensorsTest, IntegerTensorsOpenAndFloatReadersRefuseThem) {
+  const std::string data(8 + 4 + 2, '\x01');
+  Json header = {{"q", {{"dtype", "I32"}, {"shape", {2}}, {"data_offsets", {0, 8}}}},
+                 {"z", {{"dtype", "I8"}, {"shape", {2, 2}}, {"data_offsets", {8, 12}}}},
+                 {"u", {{"dtype", "U8"}, {"shape", {2}}, {"data_offsets", {12, 14}}}}};
+  ASSERT_TRUE(WriteFile(Path("model.safetensors"), RawFile(header.dump(), data)).ok());
+  auto store = WeightStore::Open(dir_);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto q = (*store)->Get("q");
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(q->integer, IntegerType::kI32);
+  EXPECT_EQ(q->nbytes, 8u);
+  EXPECT_EQ(static_cast<const int32_t*>(q->data)[1], 0x01010101);
+  EXPECT_EQ((*store)->Get("z")->integer, IntegerType::kI8);
+  EXPECT_EQ((*store)->Get("u")->integer, IntegerType::kU8);
+  auto as_float = (*store)->GetF32("q", {2});
+  ASSERT_FALSE(as_float.ok());
+  EXPECT_EQ(as_float.status().message(), "weight \"q\" is I32, expected a float tensor");
 }
 
 }  // namespace

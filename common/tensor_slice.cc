@@ -22,6 +22,10 @@ absl::StatusOr<TensorView> CheckedView(const WeightStore& store, const std::stri
                                        int64_t begin, int64_t end) {
   absl::StatusOr<TensorView> view = store.Get(name);
   if (!view.ok()) return view.status();
+  if (view->integer != IntegerType::kNone) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "weight \"", name, "\" is ", IntegerTypeName(view->integer), ", expected a float tensor"));
+  }
   if (view->shape != expected_shape) {
     return absl::InvalidArgumentError(absl::StrCat("weight \"", name, "\" has shape ",
                                                    ShapeText(view->shape), ", expected ",

@@ -3,6 +3,10 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "absl/strings/str_cat.h"
+#include "worker/linear.h"
+#include "worker/quant/quantized_weight.h"
+
 namespace pagoda::worker {
 namespace {
 
@@ -69,6 +73,13 @@ void* Workspace::Take(size_t bytes) {
   char* region = base + used_ + pad;
   used_ += pad + bytes;
   return region;
+}
+
+absl::StatusOr<std::unique_ptr<worker::Linear>> Backend::CreateQuantizedLinear(
+    QuantizedWeight weight) {
+  return absl::UnimplementedError(absl::StrCat(
+      weight.name, ": ", weight.format.empty() ? "quantized" : weight.format, " int", weight.bits,
+      " weights are not served on this device yet (the CPU worker serves them)"));
 }
 
 }  // namespace pagoda::worker

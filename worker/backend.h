@@ -34,12 +34,16 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "common/dtype.h"
 #include "common/logits_processing.h"
 #include "kernels/ops/block_copy_plan.h"
 
 namespace pagoda::worker {
+
+class Linear;            // worker/linear.h
+struct QuantizedWeight;  // worker/quant/quantized_weight.h
 
 // Typed memory owned by a backend (host memory on CPU, device memory on
 // CUDA; or host memory from AllocateHost): `size()` elements of `dtype()`.
@@ -259,6 +263,12 @@ class Backend {
   // accumulate in f32.
   virtual void Linear(const void* x, int rows, const Tensor& weight, const float* bias, void* y,
                       DType y_dtype) = 0;
+  // A Linear over a weight-only quantized weight (worker/linear.h), built
+  // once at load from the checkpoint's unpacked form. UNIMPLEMENTED naming
+  // the module and its bits on a backend with no kernel for it (the
+  // default).
+  virtual absl::StatusOr<std::unique_ptr<worker::Linear>> CreateQuantizedLinear(
+      QuantizedWeight weight);
   // Rotary embedding at batch.positions, Hugging Face rotate-half convention,
   // in place on q [num_tokens, num_q_heads, head_dim] and
   // k [num_tokens, num_kv_heads, head_dim], whose token rows are both

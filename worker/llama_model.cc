@@ -13,6 +13,7 @@
 #include "common/tensor_slice.h"
 #include "kernels/ops/rope_cache.h"
 #include "worker/sharded_weights.h"
+#include "worker/weight_loader.h"
 
 namespace pagoda::worker {
 
@@ -41,98 +42,11 @@ Tensor Matrix(const std::unique_ptr<Buffer>& buffer, int64_t rows, int64_t cols)
 Tensor Vector(const std::unique_ptr<Buffer>& buffer) {
   return Tensor::Of(*buffer, {static_cast<int64_t>(buffer->size())});
 }
-const float* BiasOf(const std::unique_ptr<Buffer>& buffer) {
-  return buffer ? buffer->data() : nullptr;
-}
 
 // The rotary inverse frequencies of `config`, every scaling folded in.
 std::vector<double> RopeInvFreq(const ModelConfig& config) {
   return kernels::ComputeRopeInvFreq(config.head_dim, config.rope_theta, config.rope_scaling);
 }
-
-// Loads weight tensors (this rank's slices of them, see sharded_weights.h)
-// into backend memory, one call per tensor, in the target dtype (or each
-// tensor's stored dtype when there is none). Shapes are the checkpoint's.
-class WeightLoader {
- public:
-  struct Part {
-    std::string name;
-    std::vector<int64_t> shape;
-    WeightSlice slice;
-  };
-
-  WeightLoader(const WeightStore& store, Backend* backend, std::optional<DType> dtype)
-      : store_(store), backend_(backend), dtype_(dtype) {}
-
-  absl::StatusOr<std::unique_ptr<Buffer>> Load(const std::string& name,
-                                               const std::vector<int64_t>& shape,
-                                               WeightSlice slice = WeightSlice::Whole()) {
-    return LoadStacked({{name, shape, slice}});
-  }
-
-  // Biases (elements [begin, end)): f32 whatever the checkpoint, as Linear
-  // adds them in f32.
-  absl::StatusOr<std::unique_ptr<Buffer>> LoadF32(const std::string& name,
-                                                  const std::vector<int64_t>& shape,
-                                                  const WeightSlice& rows) {
-    auto host = SliceRowsF32(store_, name, shape, rows.begin, rows.end);
-    if (!host.ok()) return host.status();
-    return ToBackend(*host);
-  }
-
-  // Rows of several [rows_i, cols] slices stacked into one matrix, in the
-  // first part's dtype when none is forced (parts of one layer share it).
-  absl::StatusOr<std::unique_ptr<Buffer>> LoadStacked(const std::vector<Part>& parts) {
-    std::vector<HostWeight> views;
-    size_t elements = 0;
-    for (const Part& part : parts) {
-      auto view = ReadWeightSlice(store_, part.name, part.shape, part.slice);
-      if (!view.ok()) return view.status();
-      elements += view->nbytes / DTypeSize(view->dtype);
-      views.push_back(*std::move(view));
-    }
-    const DType target = dtype_.value_or(views.front().dtype);
-    auto buffer = backend_->Allocate(target, elements);
-    char* dst = static_cast<char*>(buffer->raw());
-    std::vector<float> widened;
-    for (const HostWeight& view : views) {
-      const size_t n = view.nbytes / DTypeSize(view.dtype);
-      if (view.dtype == target) {
-        backend_->UploadBytes(view.data, dst, view.nbytes);
-      } else {
-        widened.resize(n);
-        ConvertToFloat(view.dtype, view.data, n, widened.data());
-        std::vector<char> converted(n * DTypeSize(target));
-        ConvertFromFloat(target, widened.data(), n, converted.data());
-        backend_->UploadBytes(converted.data(), dst, converted.size());
-      }
-      dst += n * DTypeSize(target);
-      // Copied: the mapped pages need not stay resident (see tensor_slice.h).
-      if (view.owned.empty()) ReleaseMappedPages(view.data, view.nbytes);
-    }
-    return buffer;
-  }
-
-  // Several biases (each this rank's elements) one after another, in f32.
-  absl::StatusOr<std::unique_ptr<Buffer>> LoadF32Stacked(const std::vector<Part>& parts) {
-    std::vector<float> stacked;
-    for (const Part& part : parts) {
-      auto host = SliceRowsF32(store_, part.name, part.shape, part.slice.begin, part.slice.end);
-      if (!host.ok()) return host.status();
-      stacked.insert(stacked.end(), host->begin(), host->end());
-    }
-    return ToBackend(stacked);
-  }
-
-  std::unique_ptr<Buffer> ToBackend(const std::vector<float>& host) {
-    return UploadF32(backend_, host);
-  }
-
- private:
-  const WeightStore& store_;
-  Backend* backend_;
-  std::optional<DType> dtype_;
-};
 
 // Shapes of one layer's checkpoint tensors (the whole model's) and this
 // rank's slices of them.
@@ -150,20 +64,21 @@ struct LayerGeometry {
 struct LlamaModel::LayerWeights {
   std::unique_ptr<Buffer> input_norm, post_attention_norm;
   // [q_dim + 2 * kv_dim, hidden]: query rows, then key rows, then value rows
-  // (vLLM's QKVParallelLinear), so one product serves all three.
-  std::unique_ptr<Buffer> qkv_proj;
-  std::unique_ptr<Buffer> qkv_bias;  // f32, the same order; null without attention_bias.
-  std::unique_ptr<Buffer> o_proj;
-  std::unique_ptr<Buffer> gate_up_proj;  // [2 * intermediate, hidden]: gate rows, then up rows.
-  std::unique_ptr<Buffer> down_proj;
+  // (vLLM's QKVParallelLinear), so one product serves all three; with the
+  // f32 bias in the same order when the config has attention_bias.
+  std::unique_ptr<Linear> qkv_proj;
+  std::unique_ptr<Linear> o_proj;
+  std::unique_ptr<Linear> gate_up_proj;  // [2 * intermediate, hidden]: gate rows, then up rows.
+  std::unique_ptr<Linear> down_proj;
 
   // Layer `index`'s tensors (this rank's slices) in backend memory.
   static absl::StatusOr<std::unique_ptr<LayerWeights>> Load(WeightLoader& loader, int index,
-                                                            const LayerGeometry& geometry);
+                                                            const LayerGeometry& geometry,
+                                                            DType act);
 };
 
 absl::StatusOr<std::unique_ptr<LlamaModel::LayerWeights>> LlamaModel::LayerWeights::Load(
-    WeightLoader& loader, int index, const LayerGeometry& geometry) {
+    WeightLoader& loader, int index, const LayerGeometry& geometry, DType act) {
   const std::string prefix = absl::StrCat("model.layers.", index, ".");
   const int64_t hidden = geometry.hidden;
   const int64_t inter = geometry.intermediate;
@@ -176,25 +91,21 @@ absl::StatusOr<std::unique_ptr<LlamaModel::LayerWeights>> LlamaModel::LayerWeigh
   PAGODA_ASSIGN_OR_RETURN(layer->post_attention_norm,
                           loader.Load(prefix + "post_attention_layernorm.weight", {hidden}));
   PAGODA_ASSIGN_OR_RETURN(
-      layer->qkv_proj,
-      loader.LoadStacked({{prefix + "self_attn.q_proj.weight", {q_dim, hidden}, slices.q},
-                          {prefix + "self_attn.k_proj.weight", {kv_dim, hidden}, slices.kv},
-                          {prefix + "self_attn.v_proj.weight", {kv_dim, hidden}, slices.kv}}));
+      layer->qkv_proj, loader.LoadLinear({{prefix + "self_attn.q_proj", q_dim, hidden, slices.q},
+                                          {prefix + "self_attn.k_proj", kv_dim, hidden, slices.kv},
+                                          {prefix + "self_attn.v_proj", kv_dim, hidden, slices.kv}},
+                                         geometry.attention_bias, act));
   PAGODA_ASSIGN_OR_RETURN(
-      layer->o_proj, loader.Load(prefix + "self_attn.o_proj.weight", {hidden, q_dim}, slices.o));
-  if (geometry.attention_bias) {
-    PAGODA_ASSIGN_OR_RETURN(
-        layer->qkv_bias,
-        loader.LoadF32Stacked({{prefix + "self_attn.q_proj.bias", {q_dim}, slices.q},
-                               {prefix + "self_attn.k_proj.bias", {kv_dim}, slices.kv},
-                               {prefix + "self_attn.v_proj.bias", {kv_dim}, slices.kv}}));
-  }
+      layer->o_proj,
+      loader.LoadLinear({{prefix + "self_attn.o_proj", hidden, q_dim, slices.o}}, false, act));
   PAGODA_ASSIGN_OR_RETURN(
       layer->gate_up_proj,
-      loader.LoadStacked({{prefix + "mlp.gate_proj.weight", {inter, hidden}, slices.gate_up},
-                          {prefix + "mlp.up_proj.weight", {inter, hidden}, slices.gate_up}}));
+      loader.LoadLinear({{prefix + "mlp.gate_proj", inter, hidden, slices.gate_up},
+                         {prefix + "mlp.up_proj", inter, hidden, slices.gate_up}},
+                        false, act));
   PAGODA_ASSIGN_OR_RETURN(
-      layer->down_proj, loader.Load(prefix + "mlp.down_proj.weight", {hidden, inter}, slices.down));
+      layer->down_proj,
+      loader.LoadLinear({{prefix + "mlp.down_proj", hidden, inter, slices.down}}, false, act));
   return layer;
 }
 
@@ -219,10 +130,16 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::string& 
     return absl::InvalidArgumentError(
         absl::StrCat(model_dir, ": head_dim ", config->head_dim, " must be even for rotary"));
   }
+  auto quant = LoadQuantConfig(model_dir);
+  if (!quant.ok()) return quant.status();
+  if (absl::Status s = CheckRequestedQuantization(*quant, options.quantization); !s.ok()) {
+    return s;
+  }
   auto shard = PlanTensorParallelShard(*config, communicator->rank(), communicator->world_size());
   if (!shard.ok()) return shard.status();
   std::unique_ptr<LlamaModel> model(
       new LlamaModel(RankLocalConfig(*config, *shard), backend, communicator));
+  model->quant_config_ = *std::move(quant);
   if (absl::Status status = model->LoadWeights(model_dir, options.weight_dtype, *config, *shard);
       !status.ok()) {
     return status;
@@ -250,7 +167,7 @@ absl::Status LlamaModel::LoadWeights(const std::string& model_dir,
                                      const TensorParallelShard& shard) {
   auto store = WeightStore::Open(model_dir);
   if (!store.ok()) return store.status();
-  WeightLoader loader(**store, backend_, weight_dtype);
+  WeightLoader loader(**store, backend_, weight_dtype, quant_config_);
   // Checkpoint shapes are the whole model's; `slices` cut this rank's part.
   const int64_t hidden = full_config.hidden_size;
   const int64_t vocab = full_config.vocab_size;
@@ -266,11 +183,16 @@ absl::Status LlamaModel::LoadWeights(const std::string& model_dir,
   PAGODA_ASSIGN_OR_RETURN(embed_tokens_, loader.Load("model.embed_tokens.weight", {vocab, hidden}));
   PAGODA_ASSIGN_OR_RETURN(final_norm_, loader.Load("model.norm.weight", {hidden}));
   if (samples && ((*store)->Has("lm_head.weight") || !config_.tie_word_embeddings)) {
-    PAGODA_ASSIGN_OR_RETURN(lm_head_, loader.Load("lm_head.weight", {vocab, hidden}));
+    PAGODA_ASSIGN_OR_RETURN(
+        lm_head_,
+        loader.LoadLinear({{"lm_head", vocab, hidden, WeightSlice::Whole()}}, false, DType::kF32));
+  } else if (samples) {
+    lm_head_ = std::make_unique<DenseLinear>(backend_, *embed_tokens_, vocab, hidden, DType::kF32);
   }
+  const DType act = backend_->activation_dtype();
   for (int i = 0; i < config_.num_hidden_layers; ++i) {
     std::unique_ptr<LayerWeights> layer;
-    PAGODA_ASSIGN_OR_RETURN(layer, LayerWeights::Load(loader, i, geometry));
+    PAGODA_ASSIGN_OR_RETURN(layer, LayerWeights::Load(loader, i, geometry, act));
     layers_.push_back(std::move(layer));
   }
   const std::vector<double> inv_freq = RopeInvFreq(config_);
@@ -303,12 +225,13 @@ void LlamaModel::ReserveWorkspace(const StepBatchCapacity& capacity) {
 
 size_t LlamaModel::weight_bytes() const {
   auto bytes = [](const std::unique_ptr<Buffer>& b) -> size_t { return b ? b->nbytes() : 0; };
-  size_t total = bytes(embed_tokens_) + bytes(final_norm_) + bytes(lm_head_);
+  size_t total =
+      bytes(embed_tokens_) + bytes(final_norm_) + (lm_head_ ? lm_head_->weight_bytes() : 0);
   for (const auto& layer : layers_) {
-    for (const auto* b :
-         {&layer->input_norm, &layer->post_attention_norm, &layer->qkv_proj, &layer->qkv_bias,
-          &layer->o_proj, &layer->gate_up_proj, &layer->down_proj}) {
-      total += bytes(*b);
+    total += bytes(layer->input_norm) + bytes(layer->post_attention_norm);
+    for (const Linear* linear : {layer->qkv_proj.get(), layer->o_proj.get(),
+                                 layer->gate_up_proj.get(), layer->down_proj.get()}) {
+      total += linear->weight_bytes();
     }
   }
   return total;
@@ -395,18 +318,13 @@ LlamaModel::Activations LlamaModel::TakeActivations(size_t tokens) {
 absl::Status LlamaModel::AttentionBlock(const LayerWeights& layer, const KvCacheLayer& kv,
                                         const StepBatch& step, const Activations& a) {
   const int tokens = step.num_tokens;
-  const int hidden = config_.hidden_size;
   const int heads = config_.num_attention_heads;
   const int head_dim = config_.head_dim;
-  const int q_dim = heads * head_dim;
-  const int kv_dim = config_.num_key_value_heads * head_dim;
-  const DType act = backend_->activation_dtype();
   // One product for q, k and v (vLLM's QKVParallelLinear): on a GPU, three
   // would be two more GEMMs a layer, each with a split-K reduction at decode
   // batch sizes (docs/gpu.md). Rotary, the cache write and attention read
   // its rows through the stride.
-  backend_->Linear(a.normed, tokens, Matrix(layer.qkv_proj, q_dim + 2 * kv_dim, hidden),
-                   BiasOf(layer.qkv_bias), a.q, act);
+  layer.qkv_proj->Forward(a.normed, tokens, a.q);
   const RopeTable rope{.cos_sin = rope_cos_sin_->data(),
                        .inv_freq = inv_freq_->data(),
                        .max_positions = rope_positions_};
@@ -420,24 +338,19 @@ absl::Status LlamaModel::AttentionBlock(const LayerWeights& layer, const KvCache
       .num_heads = heads,
       .scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim))),
       .batch = &step});
-  backend_->Linear(a.attention, tokens, Matrix(layer.o_proj, hidden, q_dim), nullptr, a.projected,
-                   act);
+  layer.o_proj->Forward(a.attention, tokens, a.projected);
   // Row-parallel o_proj: each rank holds a partial sum over its heads.
   return AllReduceHidden(a.projected, tokens);
 }
 
 absl::Status LlamaModel::MlpBlock(const LayerWeights& layer, int tokens, const Activations& a) {
-  const int hidden = config_.hidden_size;
   const int inter = config_.intermediate_size;
   const float eps = static_cast<float>(config_.rms_norm_eps);
-  const DType act = backend_->activation_dtype();
   backend_->AddRmsNorm(a.residual, a.projected, Vector(layer.post_attention_norm), tokens, eps,
                        a.normed);
-  backend_->Linear(a.normed, tokens, Matrix(layer.gate_up_proj, 2 * inter, hidden), nullptr,
-                   a.gate_up, act);
+  layer.gate_up_proj->Forward(a.normed, tokens, a.gate_up);
   backend_->SiluAndMul(a.gate_up, tokens, inter, a.activated);
-  backend_->Linear(a.activated, tokens, Matrix(layer.down_proj, hidden, inter), nullptr,
-                   a.projected, act);
+  layer.down_proj->Forward(a.activated, tokens, a.projected);
   // Row-parallel down_proj: partial sums over the intermediate slices.
   return AllReduceHidden(a.projected, tokens);
 }
@@ -489,9 +402,7 @@ ForwardOutput LlamaModel::Logits(const StepBatch& step, const Activations& a,
 }
 
 void LlamaModel::RowLogits(const void* hidden, int rows, float* logits) {
-  const auto& head = lm_head_ ? lm_head_ : embed_tokens_;
-  backend_->Linear(hidden, rows, Matrix(head, config_.vocab_size, config_.hidden_size), nullptr,
-                   logits, DType::kF32);
+  lm_head_->Forward(hidden, rows, logits);
 }
 
 size_t LlamaModel::hidden_row_bytes() const {

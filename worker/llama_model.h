@@ -15,6 +15,8 @@
 #include "worker/cache_engine.h"
 #include "worker/communicator.h"
 #include "worker/flat_batch.h"
+#include "worker/linear.h"
+#include "worker/quant/quant_config.h"
 #include "worker/step_batch_upload.h"
 
 namespace pagoda::worker {
@@ -32,6 +34,9 @@ struct LlamaLoadOptions {
   // Block size of the KV cache: with max_position_embeddings it bounds the
   // block tables the step-batch region is reserved for.
   int block_size = 16;
+  // vLLM's --quantization: "" or "auto" serves the checkpoint's
+  // quantization_config; a name must match it (worker/quant/quant_config.h).
+  std::string quantization = "";
 };
 
 // What one forward pass leaves for sampling, in backend memory (the model's
@@ -83,6 +88,8 @@ class LlamaModel {
   }
   // Bytes of backend memory the weights take (rope tables excluded).
   size_t weight_bytes() const;
+  // The checkpoint's quantization (QuantMethod::kNone for dense weights).
+  const QuantConfig& quant_config() const { return quant_config_; }
   // The KV cache geometry this model needs for `block_size`-token blocks of
   // `dtype` elements.
   KvCacheShape CacheShape(int block_size, DType dtype) const;
@@ -145,8 +152,10 @@ class LlamaModel {
   Communicator* communicator_;
   std::unique_ptr<Buffer> embed_tokens_;
   std::unique_ptr<Buffer> final_norm_;
-  // Null when tied (embed_tokens_ is used) and on ranks other than 0.
-  std::unique_ptr<Buffer> lm_head_;
+  // The logits' product (f32 out): over embed_tokens_ when tied. Null on
+  // ranks other than 0.
+  std::unique_ptr<Linear> lm_head_;
+  QuantConfig quant_config_;
   std::unique_ptr<Buffer> inv_freq_;
   std::unique_ptr<Buffer> rope_cos_sin_;  // [rope_positions_, head_dim]
   int rope_positions_ = 0;

@@ -9,6 +9,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
+#include "worker/linear.h"
+#include "worker/quant/quantized_weight.h"
 
 namespace pagoda::testing {
 namespace {
@@ -65,6 +67,10 @@ class FaultInjectingBackend final : public Backend {
   void Linear(const void* x, int rows, const Tensor& w, const float* bias, void* y,
               DType y_dtype) override {
     inner_->Linear(x, rows, w, bias, y, y_dtype);
+  }
+  absl::StatusOr<std::unique_ptr<worker::Linear>> CreateQuantizedLinear(
+      worker::QuantizedWeight weight) override {
+    return inner_->CreateQuantizedLinear(std::move(weight));
   }
   void Rope(void* q, void* k, int64_t token_stride, const StepBatch& batch, int num_q_heads,
             int num_kv_heads, int head_dim, const RopeTable& table) override {

@@ -58,6 +58,12 @@ def _decode(raw, dtype):
     return (halves << 16).view(np.float32).astype(np.float64)
   if dtype == "F64":
     return np.frombuffer(raw, dtype="<f8").astype(np.float64)
+  # Integer tensors (quantized checkpoints' codes, zero points, group
+  # indices) stay integers: quantized_reference.py unpacks them.
+  if dtype == "I32":
+    return np.frombuffer(raw, dtype="<i4").astype(np.int64)
+  if dtype == "I64":
+    return np.frombuffer(raw, dtype="<i8").astype(np.int64)
   raise ValueError(f"unsupported safetensors dtype {dtype}")
 
 

@@ -54,6 +54,16 @@ class TensorParallelModelTest : public ::testing::Test {
     return out;
   }
 
+  // A quantized checkpoint (tests/reference/make_quantized_model.py).
+  std::string MakeQuantizedModel(const std::string& name, const std::string& flags) {
+    const std::string out = dir_ + "/" + name;
+    const std::string command = absl::StrCat(
+        Env("PAGODA_PYTHON3", "/usr/bin/python3"), " ", Env("PAGODA_SOURCE_DIR", "."),
+        "/tests/reference/make_quantized_model.py --out ", out, " ", flags, " > /dev/null");
+    EXPECT_EQ(std::system(command.c_str()), 0) << command;
+    return out;
+  }
+
   // Runs the scenario on `world` ranks; fails the test (and returns what it
   // has) when a rank fails or the group runs past `limit`.
   std::vector<RankOutput> RunGroup(const std::string& model, int world,
@@ -168,6 +178,25 @@ TEST_F(TensorParallelModelTest, QwenBiasesBf16AndOneKvHeadMatchOneRank) {
              " --num-heads 4 --num-kv-heads 1 --head-dim 16 --tie-word-embeddings --dtype bf16"
              " --shards 2 --seed 13",
              80, 1);
+}
+
+// Quantized weights split by the same Megatron rules: rows of q/k/v and
+// gate/up (with their scales and zero points), inputs of o and down at
+// group boundaries (act-order g_idx travels with its inputs).
+TEST_F(TensorParallelModelTest, QuantizedCheckpointsOverTwoRanksMatchOneRank) {
+  const std::string shape =
+      "-- --vocab-size 64 --hidden-size 64 --intermediate-size 128 --num-layers 2 --num-heads 4"
+      " --num-kv-heads 2";
+  for (const std::string& flags :
+       {"--format awq --group-size 32", "--format gptq --desc-act --group-size 16",
+        "--format ct --bits 8 --group-size -1"}) {
+    const std::string model = MakeQuantizedModel(absl::StrCat("quant", runs_), flags + " " + shape);
+    const std::vector<RankOutput> single = RunGroup(model, 1);
+    const std::vector<RankOutput> group = RunGroup(model, 2);
+    ASSERT_EQ(single.size(), 1u) << flags;
+    ASSERT_EQ(group.size(), 2u) << flags;
+    ExpectSameLogits(group[0].logits, single[0].logits, 64, flags + " over 2 ranks");
+  }
 }
 
 // A model whose layers dominate its size (hidden 512, 4 layers, a tiny

@@ -9,6 +9,7 @@
 #include "worker/cpu/cpu_attention.h"
 #include "worker/cpu/host_memory.h"
 #include "worker/cpu/panel_linear.h"
+#include "worker/cpu/quant_linear.h"
 #include "worker/cpu/simd.h"
 #include "worker/cpu/thread_pool.h"
 #include "worker/sampler.h"
@@ -129,6 +130,11 @@ class CpuBackend final : public Backend {
       return;
     }
     TiledLinear(x, rows, weight, bias, y);
+  }
+
+  absl::StatusOr<std::unique_ptr<worker::Linear>> CreateQuantizedLinear(
+      QuantizedWeight weight) override {
+    return CreateCpuQuantLinear(weight, &pool_, BestSimdLevel());
   }
 
   void Rope(void* q_raw, void* k_raw, int64_t token_stride, const StepBatch& batch, int num_q_heads,

@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
+#include "glog/logging.h"
 #include "worker/cpu/cpu_backend.h"
 #include "worker/llama_model.h"
 #include "worker/model_runner_base.h"
@@ -54,7 +55,8 @@ LlamaLoadOptions CpuLoadOptions(const LoadModelRequest& request, std::optional<D
                                     ? request.max_num_batched_tokens()
                                     : defaults.max_num_batched_tokens,
       .max_num_seqs = request.max_num_seqs() > 0 ? request.max_num_seqs() : defaults.max_num_seqs,
-      .block_size = request.block_size()};
+      .block_size = request.block_size(),
+      .quantization = request.quantization()};
 }
 
 class CpuModelRunner final : public ModelRunnerBase {
@@ -87,6 +89,12 @@ class CpuModelRunner final : public ModelRunnerBase {
                                   CpuLoadOptions(request, *weight_dtype));
     if (!model.ok()) return model.status();
     model_ = *std::move(model);
+    const QuantConfig& quant = model_->quant_config();
+    LOG(INFO) << "weights " << model_->weight_bytes() / (1 << 20) << " MiB ("
+              << (quant.quantized() ? absl::StrCat(quant.method_name, " int", quant.bits, " group ",
+                                                   quant.group_size)
+                                    : std::string("dense"))
+              << ")";
     block_size_ = request.block_size();
     kv_cache_dtype_ = kv_cache_dtype->value_or(backend_->default_kv_cache_dtype());
     // As many blocks as the memory the server gave this worker holds.

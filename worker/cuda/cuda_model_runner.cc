@@ -257,7 +257,8 @@ class CudaModelRunner final : public ModelRunnerBase {
         LlamaLoadOptions{.weight_dtype = dtypes.serving,
                          .max_num_batched_tokens = request.max_num_batched_tokens(),
                          .max_num_seqs = request.max_num_seqs(),
-                         .block_size = request.block_size()});
+                         .block_size = request.block_size(),
+                         .quantization = request.quantization()});
     if (!model.ok()) return model.status();
     if (!backend_->status().ok()) return backend_->status();
     model_ = *std::move(model);

@@ -1,0 +1,145 @@
+// Decode through the CPU weight-only quantized Linear (worker/cpu/
+// quant_linear.h) on the projections of a Llama-3.2-1B-shaped model (16
+// layers: q/k/v, o, gate/up, down; hidden 2048, intermediate 8192, 32 query
+// and 8 KV heads of 64), random codes, group size 128: the time of one token
+// (and of a batch of 8) through every projection, against
+//   - its read floor: the packed codes plus the scales and offsets it reads,
+//     over the read bandwidth measured in the same run (machine_floor.h);
+//   - the same shapes as bf16 dense weights through Backend::Linear.
+// The weights (about 550 MB at int4) are far larger than the last-level
+// cache, so every step streams them from memory.
+//
+// Usage: bench_quant_decode [threads=2] [bits=4] [layers=16] [iterations=10]
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <memory>
+#include <vector>
+
+#include "worker/cpu/cpu_backend.h"
+#include "bench/cpu/machine_floor.h"
+#include "worker/cpu/quant_linear.h"
+#include "worker/cpu/simd.h"
+#include "worker/cpu/thread_pool.h"
+#include "worker/linear.h"
+#include "worker/quant/quantized_weight.h"
+
+namespace pagoda::worker {
+namespace {
+
+struct Projection {
+  int64_t out;
+  int64_t in;
+};
+
+// q/k/v stacked, o, gate/up stacked, down.
+constexpr Projection kLayer[] = {
+    {2048 + 2 * 512, 2048}, {2048, 2048}, {2 * 8192, 2048}, {2048, 8192}};
+constexpr int64_t kGroupSize = 128;
+
+uint64_t Next(uint64_t& state) {
+  state ^= state << 13;
+  state ^= state >> 7;
+  state ^= state << 17;
+  return state;
+}
+
+QuantizedWeight RandomWeight(const Projection& p, int bits, uint64_t& state) {
+  QuantizedWeight w = SizedWeight("bench", bits, p.out, p.in, p.in / kGroupSize);
+  for (uint8_t& code : w.codes) code = static_cast<uint8_t>(Next(state) & ((1u << bits) - 1));
+  for (size_t k = 0; k < w.scales.size(); ++k) {
+    w.scales[k] = 0.001f * static_cast<float>(1 + Next(state) % 16);
+    w.zeros[k] = static_cast<float>(1 << (bits - 1));
+  }
+  for (int64_t i = 0; i < p.in; ++i) w.group_of_input[i] = static_cast<int32_t>(i / kGroupSize);
+  return w;
+}
+
+double ThreadSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+// Seconds of the best of `iterations` passes of `rows` tokens through every
+// Linear: wall time, and the calling thread's CPU time (all of the work on
+// one thread, so a busy shared machine's lost time shows as their gap).
+struct Pass {
+  double wall;
+  double cpu;
+};
+Pass BestPass(std::vector<std::unique_ptr<Linear>>& linears, int rows, int iterations) {
+  std::vector<float> x(static_cast<size_t>(rows) * 16384, 0.01f);
+  std::vector<float> y(static_cast<size_t>(rows) * 16384);
+  Pass best{1e30, 1e30};
+  for (int it = 0; it < iterations; ++it) {
+    const auto start = std::chrono::steady_clock::now();
+    const double cpu_start = ThreadSeconds();
+    for (auto& linear : linears) linear->Forward(x.data(), rows, y.data());
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+    best.wall = std::min(best.wall, took.count());
+    best.cpu = std::min(best.cpu, ThreadSeconds() - cpu_start);
+  }
+  return best;
+}
+
+int Main(int argc, char** argv) {
+  const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
+  const int bits = argc > 2 ? std::atoi(argv[2]) : 4;
+  const int layers = argc > 3 ? std::atoi(argv[3]) : 16;
+  const int iterations = argc > 4 ? std::atoi(argv[4]) : 10;
+  if (bits != 4 && bits != 8) return std::fprintf(stderr, "bits must be 4 or 8\n"), 2;
+  std::printf("simd %s, %d threads, int%d, %d layers, group %lld\n",
+              std::string(SimdLevelName(BestSimdLevel())).c_str(), threads, bits, layers,
+              static_cast<long long>(kGroupSize));
+
+  ThreadPool pool(threads);
+  std::vector<std::unique_ptr<Linear>> quantized;
+  uint64_t state = 0x9E3779B97F4A7C15ull;
+  size_t quantized_bytes = 0;
+  for (int l = 0; l < layers; ++l) {
+    for (const Projection& p : kLayer) {
+      quantized.push_back(
+          CreateCpuQuantLinear(RandomWeight(p, bits, state), &pool, BestSimdLevel()));
+      quantized_bytes += quantized.back()->weight_bytes();
+    }
+  }
+  auto backend = CreateCpuBackend(threads);
+  std::vector<std::unique_ptr<Linear>> dense;
+  size_t dense_bytes = 0;
+  for (int l = 0; l < layers; ++l) {
+    for (const Projection& p : kLayer) {
+      auto buffer = backend->Allocate(DType::kBF16, static_cast<size_t>(p.out * p.in));
+      auto* halves = static_cast<uint16_t*>(buffer->raw());
+      for (int64_t k = 0; k < p.out * p.in; ++k) halves[k] = 0x3C00 | (Next(state) & 0x3F);
+      dense_bytes += buffer->nbytes();
+      dense.push_back(std::make_unique<DenseLinear>(backend.get(), std::move(buffer), p.out, p.in,
+                                                    nullptr, DType::kF32));
+    }
+  }
+  const ReadBandwidth bandwidth = MeasureReadBandwidth(threads);
+  const double floor_ms = quantized_bytes / (bandwidth.best() * 1e9) * 1e3;
+  std::printf("read bandwidth %.1f GB/s (huge pages %.1f, small %.1f)\n", bandwidth.best(),
+              bandwidth.huge_pages_gbs, bandwidth.small_pages_gbs);
+  std::printf("int%d weights %.1f MB (codes, scales, offsets); bf16 weights %.1f MB\n", bits,
+              quantized_bytes / 1e6, dense_bytes / 1e6);
+  std::printf("%-6s %10s %12s %10s %12s %10s %12s %10s\n", "batch", "int_ms", "int_cpu_ms",
+              "floor_ms", "floor/int", "bf16_ms", "bf16_cpu_ms", "bf16/int");
+  for (int rows : {1, 8}) {
+    const Pass q = BestPass(quantized, rows, iterations);
+    const Pass d = BestPass(dense, rows, iterations);
+    std::printf("%-6d %10.2f %12.2f %10.2f %11.0f%% %10.2f %12.2f %9.2fx\n", rows, q.wall * 1e3,
+                q.cpu * 1e3, floor_ms, 100.0 * floor_ms / (q.wall * 1e3), d.wall * 1e3, d.cpu * 1e3,
+                d.wall / q.wall);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace pagoda::worker
+
+int main(int argc, char** argv) { return pagoda::worker::Main(argc, argv); }

@@ -1,0 +1,127 @@
+// Quantized checkpoints through the whole service: a real pagoda-server with
+// its CPU pagoda-worker(s) serves twelve concurrent greedy requests on a
+// tiny AWQ, GPTQ act-order or compressed-tensors W8A16 model (made by
+// tests/reference/make_quantized_model.py as the tools pack them), with a KV
+// cache too small for all of them (so sequences are preempted and
+// recomputed), and at tensor-parallel size 2; every request's tokens must be
+// the float64 reference's over the exactly dequantized weights
+// (tests/reference/quantized_reference.py).
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "pagoda/v1/generation.grpc.pb.h"
+#include "tests/integration/server_process.h"
+#include "tests/integration/test_client.h"
+#include "tests/support/tiny_model.h"
+
+namespace pagoda::testing {
+namespace {
+
+using pagoda::v1::GenerateRequest;
+using pagoda::v1::Generation;
+
+constexpr int kRequests = 12;
+constexpr int kMaxTokens = 16;
+
+struct Format {
+  std::string name;
+  std::string flags;
+};
+void PrintTo(const Format& format, std::ostream* os) { *os << format.name; }
+
+std::vector<int32_t> Prompt(int i) {
+  std::vector<int32_t> prompt;
+  for (int k = 0; k < 6 + 2 * i; ++k) prompt.push_back(3 + (k * 31 + i * 17) % 250);
+  return prompt;
+}
+
+class QuantizedServiceTest : public ::testing::TestWithParam<Format> {
+ protected:
+  void SetUp() override {
+    model_dir_ = TempPath(absl::StrCat("pagoda_quantized_service_", GetParam().name));
+    absl::StatusOr<std::string> made = RunCommand(absl::StrCat(
+        PythonBinary(), " tests/reference/make_quantized_model.py --out ", model_dir_, " ",
+        GetParam().flags, " -- --intermediate-size 128 --num-kv-heads 2 --seed 3"));
+    ASSERT_TRUE(made.ok()) << made.status();
+    nlohmann::json requests = nlohmann::json::array();
+    for (int i = 0; i < kRequests; ++i) {
+      requests.push_back({{"tokens", Prompt(i)}, {"max_tokens", kMaxTokens}});
+    }
+    const std::string path = model_dir_ + "/requests.json";
+    std::ofstream(path) << requests.dump();
+    absl::StatusOr<std::string> out = RunCommand(
+        absl::StrCat(PythonBinary(), " tests/reference/quantized_reference.py generate-batch",
+                     " --model ", model_dir_, " --requests ", path));
+    ASSERT_TRUE(out.ok()) << out.status();
+    reference_ = nlohmann::json::parse(*out).get<std::vector<std::vector<int32_t>>>();
+    ASSERT_EQ(reference_.size(), static_cast<size_t>(kRequests));
+  }
+  void TearDown() override { std::filesystem::remove_all(model_dir_); }
+
+  // Starts a server with `extra` flags, runs the twelve requests at once and
+  // checks each against the reference; returns the server for its metrics.
+  std::unique_ptr<ServerProcess> ServeAndCheck(const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {absl::StrCat("--model=", model_dir_),
+                                     "--block-size=4",
+                                     "--max-model-len=128",
+                                     "--cpu-threads=1",
+                                     "--port=0",
+                                     "--metrics-port=-1"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto server = ServerProcess::Start(PAGODA_SERVER_BINARY, args, absl::Seconds(60));
+    EXPECT_TRUE(server.ok()) << server.status();
+    if (!server.ok()) return nullptr;
+    auto stub = Generation::NewStub(
+        grpc::CreateChannel((*server)->address(), grpc::InsecureChannelCredentials()));
+    std::vector<UnaryOutcome> outcomes(kRequests);
+    std::vector<std::thread> clients;
+    for (int i = 0; i < kRequests; ++i) {
+      clients.emplace_back(
+          [&, i] { outcomes[i] = Generate(*stub, TokenRequest(Prompt(i), kMaxTokens)); });
+    }
+    for (std::thread& client : clients) client.join();
+    for (int i = 0; i < kRequests; ++i) {
+      EXPECT_TRUE(outcomes[i].status.ok()) << i << ": " << outcomes[i].status.error_message();
+      if (!outcomes[i].status.ok() || outcomes[i].response.outputs_size() == 0) continue;
+      const auto& ids = outcomes[i].response.outputs(0).token_ids();
+      EXPECT_EQ(std::vector<int32_t>(ids.begin(), ids.end()), reference_[i])
+          << GetParam().name << " request " << i;
+    }
+    return *std::move(server);
+  }
+
+  std::string model_dir_;
+  std::vector<std::vector<int32_t>> reference_;
+};
+
+// 24 blocks of 4 tokens against twelve sequences of up to 44 tokens (11
+// blocks each): most must wait, and running ones are preempted to make room.
+TEST_P(QuantizedServiceTest, TwelveConcurrentRequestsUnderPreemptionMatchReference) {
+  auto server = ServeAndCheck({"--num-gpu-blocks-override=24", "--max-num-batched-tokens=32"});
+  ASSERT_NE(server, nullptr);
+  EXPECT_GT(MetricValue(server->metrics_port(), "pagoda_num_preemptions_total"), 0);
+}
+
+TEST_P(QuantizedServiceTest, TwelveConcurrentRequestsAtTensorParallelSize2MatchReference) {
+  ServeAndCheck({"--tensor-parallel-size=2"});
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Formats, QuantizedServiceTest,
+    ::testing::Values(Format{"awq_g32", "--format awq --group-size 32"},
+                      Format{"gptq_int4_act_order", "--format gptq --desc-act"},
+                      Format{"ct_w8a16_channel", "--format ct --bits 8 --group-size -1"}),
+    [](const ::testing::TestParamInfo<Format>& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace pagoda::testing

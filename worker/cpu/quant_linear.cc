@@ -1,0 +1,209 @@
+#include "worker/cpu/quant_linear.h"
+
+#include <algorithm>
+#include <numeric>
+#include <vector>
+
+#include "worker/cpu/host_memory.h"
+#include "worker/cpu/quant_kernels.h"
+
+namespace pagoda::worker {
+namespace {
+
+// Host memory from host_memory.h (huge pages where granted, as the dense
+// weights): the codes are what a decode step streams.
+class HostBytes {
+ public:
+  void Allocate(size_t bytes) {
+    bytes_ = std::max<size_t>(1, bytes);
+    data_ = static_cast<uint8_t*>(AllocateHost(bytes_));
+    std::fill(data_, data_ + bytes_, 0);
+  }
+  ~HostBytes() {
+    if (data_ != nullptr) FreeHost(data_, bytes_);
+  }
+  uint8_t* data() const { return data_; }
+  size_t size() const { return bytes_; }
+
+ private:
+  uint8_t* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// Output rows a task takes at least: about 32 KB of 4-bit codes at hidden 2048.
+constexpr int64_t kMinRowsPerTask = 16;
+// Output rows that one block of segments runs over before the next block.
+constexpr int64_t kBandRows = 64;
+// Bytes of x (all token rows of one kernel call) one block of segments
+// reads: half of a 32-48 KB L1, the codes streaming through the rest.
+constexpr size_t kBlockXBytes = 16 * 1024;
+
+class CpuQuantLinear final : public Linear {
+ public:
+  CpuQuantLinear(const QuantizedWeight& weight, ThreadPool* pool, SimdLevel level)
+      : pool_(pool),
+        kernel_(weight.bits == 4 ? QuantKernelsFor(level).row_int4
+                                 : QuantKernelsFor(level).row_int8),
+        max_rows_(QuantKernelsFor(level).max_rows),
+        bits_(weight.bits),
+        out_(weight.out_features),
+        in_(weight.in_features),
+        num_groups_(weight.num_groups),
+        bias_(weight.bias) {
+    PlanSegments(weight);
+    PackCodes(weight);
+    params_.resize(static_cast<size_t>(out_ * num_groups_) * 2);
+    for (int64_t k = 0; k < out_ * num_groups_; ++k) {
+      params_[2 * k] = weight.scales[k];
+      params_[2 * k + 1] = -weight.scales[k] * weight.zeros[k];
+    }
+  }
+
+  int64_t in_features() const override { return in_; }
+  int64_t out_features() const override { return out_; }
+  size_t weight_bytes() const override {
+    return codes_.size() + (params_.size() + bias_.size()) * sizeof(float);
+  }
+
+  // Output rows are split among the threads; within a task, the segments
+  // are taken in blocks whose slice of x (every token row of the call) fits
+  // L1, each block run over a band of output rows before the next: x is
+  // read from L1 for every output row rather than re-streamed from L2.
+  void Forward(const void* x_raw, int rows, void* y_raw) override {
+    if (rows <= 0) return;
+    const float* x = Gathered(static_cast<const float*>(x_raw), rows);
+    SumSegments(x, rows);
+    float* y = static_cast<float*>(y_raw);
+    const size_t row_bytes = static_cast<size_t>(padded_in_) * bits_ / 8;
+    const int num_segments = static_cast<int>(segments_.size());
+    const std::vector<int> blocks = SegmentBlocks(std::min(rows, max_rows_));
+    pool_->ParallelFor(out_, kMinRowsPerTask, [&](int64_t begin, int64_t end) {
+      for (int64_t band = begin; band < end; band += kBandRows) {
+        const int64_t band_end = std::min(end, band + kBandRows);
+        for (size_t b = 0; b + 1 < blocks.size(); ++b) {
+          const int first = blocks[b];
+          for (int64_t o = band; o < band_end; ++o) {
+            const uint8_t* codes = codes_.data() + o * row_bytes;
+            const float* params = params_.data() + o * num_groups_ * 2;
+            for (int r = 0; r < rows; r += max_rows_) {
+              kernel_(codes, params, segments_.data() + first, blocks[b + 1] - first,
+                      x + r * padded_in_, padded_in_, xsum_.data() + r * num_segments + first,
+                      num_segments, std::min(max_rows_, rows - r), y + r * out_ + o, out_, b > 0);
+            }
+          }
+        }
+        if (bias_.empty()) continue;
+        for (int64_t o = band; o < band_end; ++o) {
+          for (int r = 0; r < rows; ++r) y[r * out_ + o] += bias_[o];
+        }
+      }
+    });
+  }
+
+ private:
+  // Inputs sorted by group (stable), each group's run padded to whole chunks.
+  void PlanSegments(const QuantizedWeight& weight) {
+    std::vector<int32_t> order(static_cast<size_t>(in_));
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+      return weight.group_of_input[a] < weight.group_of_input[b];
+    });
+    for (size_t k = 0; k < order.size();) {
+      const int32_t group = weight.group_of_input[order[k]];
+      const int32_t start = static_cast<int32_t>(source_.size());
+      for (; k < order.size() && weight.group_of_input[order[k]] == group; ++k) {
+        source_.push_back(order[k]);
+      }
+      while (source_.size() % kQuantChunk != 0) source_.push_back(-1);
+      segments_.push_back({start, static_cast<int32_t>(source_.size()) - start, group});
+    }
+    padded_in_ = static_cast<int64_t>(source_.size());
+    identity_ = padded_in_ == in_;
+    for (int64_t i = 0; identity_ && i < in_; ++i) identity_ = source_[i] == i;
+  }
+
+  void PackCodes(const QuantizedWeight& weight) {
+    const size_t row_bytes = static_cast<size_t>(padded_in_) * bits_ / 8;
+    codes_.Allocate(row_bytes * out_);
+    for (int64_t o = 0; o < out_; ++o) {
+      uint8_t* row = codes_.data() + o * row_bytes;
+      const uint8_t* src = weight.codes.data() + o * in_;
+      for (int64_t p = 0; p < padded_in_; ++p) {
+        const uint8_t code = source_[p] < 0 ? 0 : src[source_[p]];
+        if (bits_ == 8) {
+          row[p] = code;
+          continue;
+        }
+        const int64_t in_chunk = p % kQuantChunk;
+        uint8_t& byte = row[(p / kQuantChunk) * (kQuantChunk / 2) + in_chunk % (kQuantChunk / 2)];
+        byte |= in_chunk < kQuantChunk / 2 ? code : static_cast<uint8_t>(code << 4);
+      }
+    }
+  }
+
+  // Segment indices where blocks start, and the segment count last: whole
+  // segments, at least one a block, x's slice of `call_rows` token rows in
+  // about kBlockXBytes.
+  std::vector<int> SegmentBlocks(int call_rows) const {
+    const int64_t budget = kBlockXBytes / (sizeof(float) * call_rows);
+    std::vector<int> blocks = {0};
+    int64_t length = 0;
+    for (size_t s = 0; s < segments_.size(); ++s) {
+      if (length > 0 && length + segments_[s].length > budget) {
+        blocks.push_back(static_cast<int>(s));
+        length = 0;
+      }
+      length += segments_[s].length;
+    }
+    blocks.push_back(static_cast<int>(segments_.size()));
+    return blocks;
+  }
+
+  // x in the padded, regrouped order (x itself when that is its own).
+  const float* Gathered(const float* x, int rows) {
+    if (identity_) return x;
+    gathered_.resize(static_cast<size_t>(rows) * padded_in_);
+    for (int r = 0; r < rows; ++r) {
+      for (int64_t p = 0; p < padded_in_; ++p) {
+        gathered_[r * padded_in_ + p] = source_[p] < 0 ? 0.0f : x[r * in_ + source_[p]];
+      }
+    }
+    return gathered_.data();
+  }
+
+  void SumSegments(const float* x, int rows) {
+    xsum_.resize(static_cast<size_t>(rows) * segments_.size());
+    for (int r = 0; r < rows; ++r) {
+      for (size_t s = 0; s < segments_.size(); ++s) {
+        const float* begin = x + r * padded_in_ + segments_[s].start;
+        xsum_[r * segments_.size() + s] = std::accumulate(begin, begin + segments_[s].length, 0.0f);
+      }
+    }
+  }
+
+  ThreadPool* pool_;
+  QuantRowFn kernel_;
+  int max_rows_;
+  int bits_;
+  int64_t out_;
+  int64_t in_;
+  int64_t num_groups_;
+  std::vector<float> bias_;  // [out] or empty.
+  int64_t padded_in_ = 0;
+  bool identity_ = false;
+  std::vector<int32_t> source_;  // Padded input p reads x[source_[p]], -1: zero.
+  std::vector<QuantSegment> segments_;
+  HostBytes codes_;              // [out, padded_in_ * bits / 8], chunked.
+  std::vector<float> params_;    // [out, num_groups, 2]: scale, -scale * zero.
+  std::vector<float> gathered_;  // [rows, padded_in_]
+  std::vector<float> xsum_;      // [rows, segments]
+};
+
+}  // namespace
+
+std::unique_ptr<Linear> CreateCpuQuantLinear(const QuantizedWeight& weight, ThreadPool* pool,
+                                             SimdLevel level) {
+  return std::make_unique<CpuQuantLinear>(weight, pool, level);
+}
+
+}  // namespace pagoda::worker

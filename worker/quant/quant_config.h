@@ -1,0 +1,56 @@
+#ifndef PAGODA_WORKER_QUANT_QUANT_CONFIG_H_
+#define PAGODA_WORKER_QUANT_QUANT_CONFIG_H_
+
+// QuantConfig: how a checkpoint's linear weights are quantized, read once
+// from config.json's `quantization_config` as vLLM does (quant_method picks
+// the format; each format's keys as its publisher's tool writes them), and
+// the check of a requested --quantization against it.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace pagoda::worker {
+
+enum class QuantMethod {
+  kNone,               // No quantization_config: dense weights.
+  kAwq,                // AutoAWQ GEMM: qweight [in, out/8], qzeros, scales.
+  kGptq,               // GPTQ / GPTQModel: qweight [in/pack, out], qzeros, scales, g_idx.
+  kCompressedTensors,  // pack-quantized: weight_packed [out, in/pack], weight_scale.
+};
+
+struct QuantConfig {
+  QuantMethod method = QuantMethod::kNone;
+  std::string method_name;  // quant_method as written ("awq", "gptq", "compressed-tensors").
+  int bits = 0;             // 4 or 8.
+  int64_t group_size = -1;  // -1: one group per output channel.
+  bool symmetric = true;    // GPTQ `sym`, compressed-tensors `symmetric`.
+  bool desc_act = false;    // GPTQ act-order: g_idx assigns inputs to groups.
+  bool gptq_v2 = false;     // checkpoint_format gptq_v2: zeros stored as they are.
+  // compressed-tensors: modules left dense ("lm_head", or "re:" patterns).
+  std::vector<std::string> ignore;
+
+  bool quantized() const { return method != QuantMethod::kNone; }
+  // Whether the module (e.g. "model.layers.0.mlp.down_proj") is quantized.
+  bool Quantizes(const std::string& module) const;
+};
+
+// Reads `model_dir`/config.json's quantization_config. INVALID_ARGUMENT, one
+// line naming the key, for an unknown quant_method or a setting no kernel
+// here runs (bits other than 4 and 8, AWQ's GEMV layout, activation
+// quantization, a bad group size).
+absl::StatusOr<QuantConfig> LoadQuantConfig(const std::string& model_dir);
+
+// vLLM's --quantization against the checkpoint: "" or "auto" takes the
+// checkpoint's; otherwise the name (or a kernel alias vLLM accepts for it,
+// e.g. awq_marlin, gptq_marlin) must be the checkpoint's method.
+// INVALID_ARGUMENT naming both otherwise.
+absl::Status CheckRequestedQuantization(const QuantConfig& config, std::string_view requested);
+
+}  // namespace pagoda::worker
+
+#endif  // PAGODA_WORKER_QUANT_QUANT_CONFIG_H_

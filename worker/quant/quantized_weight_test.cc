@@ -1,0 +1,70 @@
+// QuantizedWeight's tensor-parallel slicing and q/k/v stacking: the slices
+// dequantize to the slices of the whole, a slice that would split a group
+// of contiguous inputs is refused naming the sizes (act-order weights slice
+// anywhere), and parts that cannot run as one product are refused.
+
+#include "worker/quant/quantized_weight.h"
+
+#include <gtest/gtest.h>
+
+namespace pagoda::worker {
+namespace {
+
+QuantizedWeight Numbered(int64_t out, int64_t in, int64_t group_size) {
+  QuantizedWeight w = SizedWeight("m", 4, out, in, in / group_size);
+  for (int64_t k = 0; k < out * in; ++k) w.codes[k] = static_cast<uint8_t>(k % 16);
+  for (size_t k = 0; k < w.scales.size(); ++k) {
+    w.scales[k] = 0.5f + static_cast<float>(k);
+    w.zeros[k] = static_cast<float>(k % 3);
+  }
+  for (int64_t i = 0; i < in; ++i) w.group_of_input[i] = static_cast<int32_t>(i / group_size);
+  return w;
+}
+
+TEST(QuantizedWeightTest, SlicesDequantizeToTheSlicesOfTheWhole) {
+  const QuantizedWeight w = Numbered(6, 64, 16);
+  const QuantizedWeight rows = SliceOutputs(w, 2, 5);
+  ASSERT_EQ(rows.out_features, 3);
+  for (int64_t o = 0; o < 3; ++o) {
+    for (int64_t i = 0; i < 64; ++i) EXPECT_EQ(rows.Dequantized(o, i), w.Dequantized(o + 2, i));
+  }
+  auto inputs = SliceInputs(w, 16, 48);
+  ASSERT_TRUE(inputs.ok()) << inputs.status();
+  ASSERT_EQ(inputs->in_features, 32);
+  for (int64_t o = 0; o < 6; ++o) {
+    for (int64_t i = 0; i < 32; ++i) EXPECT_EQ(inputs->Dequantized(o, i), w.Dequantized(o, i + 16));
+  }
+}
+
+TEST(QuantizedWeightTest, SliceSplittingAGroupIsRefusedUnlessActOrder) {
+  QuantizedWeight w = Numbered(2, 64, 32);
+  auto split = SliceInputs(w, 0, 48);
+  ASSERT_FALSE(split.ok());
+  EXPECT_EQ(split.status().message(),
+            "m: tensor parallelism would split a quantization group: input features [0, 48) of 64 "
+            "in groups of 32");
+  std::swap(w.group_of_input[0], w.group_of_input[63]);  // Act-order: any slice.
+  EXPECT_TRUE(SliceInputs(w, 0, 48).ok());
+  EXPECT_TRUE(SliceInputs(Numbered(2, 64, 64), 0, 48).ok());  // Per-channel scales.
+}
+
+TEST(QuantizedWeightTest, StacksRowsAndRefusesPartsThatDiffer) {
+  QuantizedWeight q = Numbered(4, 32, 16), k = Numbered(2, 32, 16);
+  k.name = "k";
+  auto stacked = StackOutputs({q, k}, "qkv");
+  ASSERT_TRUE(stacked.ok()) << stacked.status();
+  ASSERT_EQ(stacked->out_features, 6);
+  for (int64_t i = 0; i < 32; ++i) {
+    EXPECT_EQ(stacked->Dequantized(1, i), q.Dequantized(1, i));
+    EXPECT_EQ(stacked->Dequantized(5, i), k.Dequantized(1, i));
+  }
+  std::swap(k.group_of_input[0], k.group_of_input[31]);
+  auto mismatch = StackOutputs({q, k}, "qkv");
+  ASSERT_FALSE(mismatch.ok());
+  EXPECT_EQ(mismatch.status().message(),
+            "k: its bits, input features, groups or g_idx differ from m's, and the two are run as "
+            "one product");
+}
+
+}  // namespace
+}  // namespace pagoda::worker
