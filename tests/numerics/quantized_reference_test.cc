@@ -21,7 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "worker/batch.h"
+#include "worker/flat_batch.h"
 #include "worker/cache_engine.h"
 #include "worker/communicator.h"
 #include "worker/cpu/cpu_backend.h"
