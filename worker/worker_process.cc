@@ -375,7 +375,9 @@ absl::StatusOr<std::unique_ptr<pagoda::worker::WorkerMetrics>> StartMetrics(
       pagoda::worker::WorkerMetrics::Start(host, flag < 0 ? 0 : flag, absl::GetFlag(FLAGS_rank),
                                            [&service] {
                                              return pagoda::worker::WorkerCounts{
-                                                 .refused_calls = service.refused_calls()};
+                                                 .refused_calls = service.refused_calls(),
+                                                 .idle_between_steps =
+                                                     service.idle_between_steps()};
                                            });
   if (metrics.ok()) LOG(INFO) << "metrics on " << host << ":" << (*metrics)->port();
   return metrics;

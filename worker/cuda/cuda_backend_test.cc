@@ -4,7 +4,8 @@
 // gathering is exact; a half-precision Linear with an f32 bias matches a
 // double reference to bf16 rounding; sampling through the backend gives the
 // host sampler's greedy tokens and logprobs; an op on a wrong dtype is a
-// sticky error.
+// sticky error; overlap's substitution of last sampled tokens writes exactly
+// the counted rows.
 
 #include "worker/cuda/cuda_backend.h"
 
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "worker/cache_engine.h"
+#include "worker/cuda/cuda_backend_kernels.h"
 #include "worker/sampler.h"
 
 namespace pagoda::worker {
@@ -217,6 +219,51 @@ TEST(CudaBackendTest, AWeightOfTheWrongDtypeIsAStickyError) {
   EXPECT_EQ(backend->status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(backend->status().message().find("F32"), std::string::npos)
       << backend->status().message();
+}
+
+// Overlap's substitution against the plain host rule over odd sizes: the
+// count comes from the device, slots past it and entries out of range
+// write nothing.
+TEST(CudaBackendTest, SubstituteLastSampledWritesExactlyTheCountedRows) {
+  constexpr int kTokens = 37, kLast = 13, kCapacity = 300;
+  std::mt19937 rng(3);
+  std::vector<int32_t> tokens(kTokens), last(kLast), rows(kCapacity), sources(kCapacity);
+  for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % 1000);
+  for (int32_t& t : last) t = 1000 + static_cast<int32_t>(rng() % 1000);
+  for (int i = 0; i < kCapacity; ++i) {
+    rows[i] = static_cast<int32_t>(rng() % (kTokens + 2)) - 1;  // Some out of range.
+    sources[i] = static_cast<int32_t>(rng() % (kLast + 2)) - 1;
+  }
+  const int32_t count = 257;  // Past one block of threads, below the capacity.
+  std::vector<int32_t> expected = tokens;
+  for (int i = 0; i < count; ++i) {
+    if (rows[i] >= 0 && rows[i] < kTokens && sources[i] >= 0 && sources[i] < kLast) {
+      expected[rows[i]] = last[sources[i]];
+    }
+  }
+  int32_t *d_tokens, *d_last, *d_rows, *d_sources, *d_count;
+  ASSERT_EQ(cudaMalloc(&d_tokens, kTokens * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&d_last, kLast * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&d_rows, kCapacity * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&d_sources, kCapacity * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&d_count, 4), cudaSuccess);
+  cudaMemcpy(d_tokens, tokens.data(), kTokens * 4, cudaMemcpyHostToDevice);
+  cudaMemcpy(d_last, last.data(), kLast * 4, cudaMemcpyHostToDevice);
+  cudaMemcpy(d_rows, rows.data(), kCapacity * 4, cudaMemcpyHostToDevice);
+  cudaMemcpy(d_sources, sources.data(), kCapacity * 4, cudaMemcpyHostToDevice);
+  cudaMemcpy(d_count, &count, 4, cudaMemcpyHostToDevice);
+  ASSERT_EQ(LaunchSubstituteLastSampled(d_tokens, kTokens, d_rows, d_sources, d_count, kCapacity,
+                                        d_last, kLast, nullptr),
+            cudaSuccess);
+  std::vector<int32_t> got(kTokens);
+  ASSERT_EQ(cudaMemcpy(got.data(), d_tokens, kTokens * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(got, expected);
+  EXPECT_NE(got, tokens);
+  for (void* p : {static_cast<void*>(d_tokens), static_cast<void*>(d_last),
+                  static_cast<void*>(d_rows), static_cast<void*>(d_sources),
+                  static_cast<void*>(d_count)}) {
+    cudaFree(p);
+  }
 }
 
 }  // namespace
