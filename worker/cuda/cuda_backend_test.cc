@@ -241,17 +241,21 @@ TEST(CudaBackendTest, SubstituteLastSampledWritesExactlyTheCountedRows) {
       expected[rows[i]] = last[sources[i]];
     }
   }
-  int32_t *d_tokens, *d_last, *d_rows, *d_sources, *d_count;
-  ASSERT_EQ(cudaMalloc(&d_tokens, kTokens * 4), cudaSuccess);
-  ASSERT_EQ(cudaMalloc(&d_last, kLast * 4), cudaSuccess);
-  ASSERT_EQ(cudaMalloc(&d_rows, kCapacity * 4), cudaSuccess);
-  ASSERT_EQ(cudaMalloc(&d_sources, kCapacity * 4), cudaSuccess);
-  ASSERT_EQ(cudaMalloc(&d_count, 4), cudaSuccess);
-  cudaMemcpy(d_tokens, tokens.data(), kTokens * 4, cudaMemcpyHostToDevice);
-  cudaMemcpy(d_last, last.data(), kLast * 4, cudaMemcpyHostToDevice);
-  cudaMemcpy(d_rows, rows.data(), kCapacity * 4, cudaMemcpyHostToDevice);
-  cudaMemcpy(d_sources, sources.data(), kCapacity * 4, cudaMemcpyHostToDevice);
-  cudaMemcpy(d_count, &count, 4, cudaMemcpyHostToDevice);
+  // Device copies of host arrays, freed at the end of the test.
+  std::vector<void*> allocations;
+  auto to_device = [&](const std::vector<int32_t>& host) {
+    void* device = nullptr;
+    EXPECT_EQ(cudaMalloc(&device, host.size() * 4), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(device, host.data(), host.size() * 4, cudaMemcpyHostToDevice),
+              cudaSuccess);
+    allocations.push_back(device);
+    return static_cast<int32_t*>(device);
+  };
+  int32_t* d_tokens = to_device(tokens);
+  int32_t* d_last = to_device(last);
+  int32_t* d_rows = to_device(rows);
+  int32_t* d_sources = to_device(sources);
+  int32_t* d_count = to_device({count});
   ASSERT_EQ(LaunchSubstituteLastSampled(d_tokens, kTokens, d_rows, d_sources, d_count, kCapacity,
                                         d_last, kLast, nullptr),
             cudaSuccess);
@@ -259,11 +263,7 @@ TEST(CudaBackendTest, SubstituteLastSampledWritesExactlyTheCountedRows) {
   ASSERT_EQ(cudaMemcpy(got.data(), d_tokens, kTokens * 4, cudaMemcpyDeviceToHost), cudaSuccess);
   EXPECT_EQ(got, expected);
   EXPECT_NE(got, tokens);
-  for (void* p : {static_cast<void*>(d_tokens), static_cast<void*>(d_last),
-                  static_cast<void*>(d_rows), static_cast<void*>(d_sources),
-                  static_cast<void*>(d_count)}) {
-    cudaFree(p);
-  }
+  for (void* device : allocations) cudaFree(device);
 }
 
 }  // namespace
