@@ -33,7 +33,7 @@ absl::Status ModelRunnerBase::InitCache(const InitCacheRequest& request) {
                      request.num_gpu_blocks(), " and ", request.num_cpu_blocks()));
   }
   UseDevice();
-  ReleaseCache();  // Free the old cache before allocating the new one.
+  ReleaseCache();         // Free the old cache before allocating the new one.
   last_sampled_.Clear();  // Its tokens' KV is gone with the old cache.
   cache_ = std::make_unique<CacheEngine>(backend_.get(), CacheShape(), request.num_gpu_blocks(),
                                          request.num_cpu_blocks());

@@ -23,12 +23,12 @@
 namespace pagoda::worker {
 namespace {
 
+using ::pagoda::wire::RendezvousStoreServer;
 using pagoda::worker::v1::LoadModelRequest;
 using pagoda::worker::v1::SamplingOptions;
 using pagoda::worker::v1::SequenceStep;
 using pagoda::worker::v1::StepPlan;
 using pagoda::worker::v1::StepResult;
-using ::pagoda::wire::RendezvousStoreServer;
 
 constexpr int kBlockSize = 4;
 constexpr int kBlocksPerSeq = 4;

@@ -106,9 +106,8 @@ absl::StatusOr<v1::StepResult> ExecuteCheckedStep(const v1::StepPlan& plan,
   auto batch = FlattenStepPlan(plan, limits);
   if (!batch.ok()) return batch.status();
   if (!batch->placeholder_rows.empty()) {
-    absl::Status shared = ShareLastSampledTokens(batch->placeholder_rows, step.timed,
-                                                 step.backend, step.share_staging,
-                                                 &batch->input_ids);
+    absl::Status shared = ShareLastSampledTokens(batch->placeholder_rows, step.timed, step.backend,
+                                                 step.share_staging, &batch->input_ids);
     if (!shared.ok()) return AsWorkerFault(shared);
   }
 

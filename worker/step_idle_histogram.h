@@ -22,9 +22,8 @@ class StepIdleHistogram {
  public:
   // Upper bounds in seconds, 50 µs to 1 s: the gap is host work, from a
   // handoff of microseconds to a busy server's milliseconds.
-  static constexpr std::array<double, 12> kBounds = {50e-6, 100e-6, 250e-6, 500e-6,
-                                                     1e-3,  2.5e-3, 5e-3,   10e-3,
-                                                     25e-3, 50e-3,  100e-3, 1.0};
+  static constexpr std::array<double, 12> kBounds = {50e-6, 100e-6, 250e-6, 500e-6, 1e-3,   2.5e-3,
+                                                     5e-3,  10e-3,  25e-3,  50e-3,  100e-3, 1.0};
 
   struct Snapshot {
     // Observations at or below kBounds[i] (cumulative, as Prometheus

@@ -34,10 +34,10 @@ __global__ void AddBiasKernel(T* y, const float* bias, int cols) {
 
 // One thread per placeholder slot of the capacity; slots past the count
 // (read on the device, for graph replays) do nothing.
-__global__ void SubstituteLastSampledKernel(int32_t* token_ids, int num_tokens,
-                                            const int32_t* rows, const int32_t* sources,
-                                            const int32_t* num_rows, int capacity,
-                                            const int32_t* last_sampled, int num_last) {
+__global__ void SubstituteLastSampledKernel(int32_t* token_ids, int num_tokens, const int32_t* rows,
+                                            const int32_t* sources, const int32_t* num_rows,
+                                            int capacity, const int32_t* last_sampled,
+                                            int num_last) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   const int count = *num_rows;
   if (i >= capacity || i >= count) return;
