@@ -176,9 +176,11 @@ absl::Status CheckDrafts(const SequenceStep& step, int vocab_size) {
 
 // Overlap's placeholder: only on a decode row of one token that samples
 // without drafts, masks or beam search's processed logprobs, and only for a
-// seq_id sampled in the worker's previous step (a restarted worker, or one
-// that ran another step between, has no such token).
-absl::Status CheckPlaceholder(const SequenceStep& step, const BatchLimits& limits) {
+// seq_id sampled in the worker's previous step, which must be step
+// `step_id` - 1 (a restarted worker, or one that ran another step between
+// or runs plans out of order, has no such token).
+absl::Status CheckPlaceholder(const SequenceStep& step, int64_t step_id,
+                              const BatchLimits& limits) {
   if (!step.input_from_last_sample()) return absl::OkStatus();
   if (step.token_ids_size() != 1 || step.start_position() == 0 || !step.do_sample()) {
     return SequenceError(step,
@@ -193,7 +195,15 @@ absl::Status CheckPlaceholder(const SequenceStep& step, const BatchLimits& limit
   if (step.sampling().processed_logprobs()) {
     return SequenceError(step, "input_from_last_sample with processed_logprobs (beam search)");
   }
-  if (limits.last_sampled == nullptr || !limits.last_sampled->Find(step.seq_id()).has_value()) {
+  const LastSampledTokens* last = limits.last_sampled;
+  if (last == nullptr || last->step_id() != step_id - 1) {
+    return SequenceError(step, absl::StrCat("input_from_last_sample refers to step ", step_id - 1,
+                                            ", but this worker's previous step is ",
+                                            last == nullptr || !last->step_id().has_value()
+                                                ? "none"
+                                                : absl::StrCat(*last->step_id())));
+  }
+  if (!last->Find(step.seq_id()).has_value()) {
     return SequenceError(step,
                          "input_from_last_sample, but this worker did not sample it in its "
                          "previous step");
@@ -214,13 +224,14 @@ int64_t BlocksFor(int64_t context, int block_size) {
 // Checks one sequence of a plan against `limits` (all but the duplicate
 // seq_id, which needs the whole plan) and returns the blocks its context
 // spans.
-absl::StatusOr<int> CheckSequence(const SequenceStep& step, const BatchLimits& limits) {
+absl::StatusOr<int> CheckSequence(const SequenceStep& step, int64_t step_id,
+                                  const BatchLimits& limits) {
   if (step.token_ids().empty()) return SequenceError(step, "empty token_ids");
   if (step.start_position() < 0) {
     return SequenceError(step, absl::StrCat("negative start_position ", step.start_position()));
   }
   if (absl::Status drafts = CheckDrafts(step, limits.vocab_size); !drafts.ok()) return drafts;
-  if (absl::Status placeholder = CheckPlaceholder(step, limits); !placeholder.ok()) {
+  if (absl::Status placeholder = CheckPlaceholder(step, step_id, limits); !placeholder.ok()) {
     return placeholder;
   }
   // Drafts are tokens of the step: positions, KV slots and blocks.
@@ -415,7 +426,7 @@ absl::StatusOr<FlatBatch> FlattenStepPlan(const StepPlan& plan, const BatchLimit
   absl::flat_hash_set<int64_t> seen;
   for (const SequenceStep& step : plan.sequences()) {
     if (!seen.insert(step.seq_id()).second) return SequenceError(step, "duplicate seq_id");
-    auto blocks_needed = CheckSequence(step, limits);
+    auto blocks_needed = CheckSequence(step, plan.step_id(), limits);
     if (!blocks_needed.ok()) return blocks_needed.status();
     batch.max_blocks_per_seq = std::max(batch.max_blocks_per_seq, *blocks_needed);
   }

@@ -219,6 +219,7 @@ TEST(ApplyStepMasksTest, FillsTheReservedRowsAndRefusesMasksThatDoNotFitThePlan)
 // and seq_id 2 (token 4) without drafts, seq_id 3 with drafts.
 LastSampledTokens SampledInStep7() {
   StepPlan plan;
+  plan.set_step_id(7);
   AddStep(plan, 1, {2}, 4, {0, 1}, true);
   AddStep(plan, 2, {3}, 4, {2, 3}, true);
   AddStep(plan, 3, {5}, 4, {4, 5}, true)->add_draft_token_ids(6);
@@ -242,6 +243,7 @@ TEST(FlattenStepPlanTest, SubstitutesPlaceholdersAndCountsTheirTokens) {
                            .num_cpu_blocks = 0,
                            .last_sampled = &last};
   StepPlan plan;
+  plan.set_step_id(8);
   SequenceStep* one = AddStep(plan, 1, {0}, 5, {0, 1}, true);
   one->set_input_from_last_sample(true);
   one->mutable_sampling()->set_frequency_penalty(0.5f);
@@ -273,6 +275,7 @@ TEST(FlattenStepPlanTest, SubstitutesPlaceholdersAndCountsTheirTokens) {
   LastSampledTokens other_rank;
   other_rank.Record(sampled, nullptr);
   StepPlan next;
+  next.set_step_id(1);
   AddStep(next, 1, {3}, 5, {0, 1}, true)->set_input_from_last_sample(true);
   BatchLimits other_limits = limits;
   other_limits.last_sampled = &other_rank;
@@ -305,6 +308,7 @@ TEST(FlattenStepPlanTest, RefusesPlaceholdersOutsideAPlainDecodeRowByItsSeqId) {
   };
   for (const auto& [edit, problem] : refused) {
     StepPlan plan;
+    plan.set_step_id(8);
     SequenceStep* step = AddStep(plan, 1, {0}, 5, {0, 1}, true);
     step->set_input_from_last_sample(true);
     edit(step);
@@ -314,13 +318,25 @@ TEST(FlattenStepPlanTest, RefusesPlaceholdersOutsideAPlainDecodeRowByItsSeqId) {
     EXPECT_THAT(std::string(batch.status().message()),
                 ::testing::StartsWith(absl::StrCat("seq_id ", step->seq_id(), ":")));
   }
-  // Without a record (a runner that keeps none) every placeholder is refused.
+  // A plan of another step than the next one (plans run out of order): the
+  // record is step 7's, so only step 8 may refer to it.
   StepPlan plan;
   AddStep(plan, 1, {0}, 5, {0, 1}, true)->set_input_from_last_sample(true);
+  for (int64_t step_id : {6, 7, 9}) {
+    plan.set_step_id(step_id);
+    auto batch = FlattenStepPlan(plan, limits);
+    EXPECT_EQ(batch.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(batch.status().message(),
+              absl::StrCat("seq_id 1: input_from_last_sample refers to step ", step_id - 1,
+                           ", but this worker's previous step is 7"));
+  }
+  // Without a record (a runner that keeps none) every placeholder is refused.
+  plan.set_step_id(8);
   BatchLimits no_record = limits;
   no_record.last_sampled = nullptr;
-  EXPECT_EQ(FlattenStepPlan(plan, no_record).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(FlattenStepPlan(plan, no_record).status().message(),
+            "seq_id 1: input_from_last_sample refers to step 7, but this worker's previous step "
+            "is none");
 }
 
 }  // namespace

@@ -6,6 +6,7 @@ namespace pagoda::worker {
 
 void LastSampledTokens::Record(const v1::StepPlan& plan, const v1::StepResult* result) {
   tokens_.clear();
+  step_id_ = plan.step_id();
   for (const v1::SequenceStep& step : plan.sequences()) {
     if (step.do_sample() && step.draft_token_ids().empty()) {
       tokens_[step.seq_id()] = kUnknownToken;

@@ -29,7 +29,10 @@ class LastSampledTokens {
 
   // Forgets every token: a step that was refused or failed, or a new cache,
   // breaks the chain from one step to the next.
-  void Clear() { tokens_.clear(); }
+  void Clear() {
+    tokens_.clear();
+    step_id_.reset();
+  }
 
   // Replaces the record with the rows `plan` sampled without drafts (a row
   // with drafts returns a run of tokens; placeholders never follow one in
@@ -42,10 +45,17 @@ class LastSampledTokens {
   // sample it.
   std::optional<int32_t> Find(int64_t seq_id) const;
 
+  // The step_id of the recorded step, nullopt when none is recorded. A
+  // placeholder of step S refers to step S - 1: a worker whose previous step
+  // is another (plans run out of order) must refuse it, not substitute an
+  // older token.
+  std::optional<int64_t> step_id() const { return step_id_; }
+
   int size() const { return static_cast<int>(tokens_.size()); }
 
  private:
   absl::flat_hash_map<int64_t, int32_t> tokens_;
+  std::optional<int64_t> step_id_;
 };
 
 // Tensor parallelism: gives every rank the placeholder tokens rank 0 wrote

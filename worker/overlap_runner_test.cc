@@ -5,8 +5,9 @@
 // and top logprobs of plain decoding, greedy and seeded with penalties, in
 // a batch where sequences join (a prefill beside placeholder rows) and some
 // steps send the real token. Plans that refer to a token the worker does not
-// hold (never sampled, sampled two steps ago, a refused step between, a new
-// cache or a new worker) are refused with INVALID_ARGUMENT naming the seq_id.
+// hold (never sampled, sampled two steps ago, a refused step between, a
+// plan that is not the next step, a new cache or a new worker) are refused
+// with INVALID_ARGUMENT naming the seq_id.
 
 #include <cstdlib>
 #include <filesystem>
@@ -252,39 +253,52 @@ void ExpectRefused(const absl::StatusOr<v1::StepResult>& result, int64_t seq_id)
 TEST_F(OverlapRunnerTest, RefusesAPlaceholderForATokenTheWorkerDoesNotHold) {
   const SamplingOptions greedy;
   auto runner = ReadyRunner();
+  int64_t next_step_id = 0;
+  // Runs `plan` as the next step (consecutive step ids, as the engine sends).
+  auto run = [&](StepPlan plan) {
+    plan.set_step_id(next_step_id++);
+    return runner->ExecuteStep(plan);
+  };
   StepPlan placeholder_for_1;
   *placeholder_for_1.add_sequences() = StepFor(greedy, 0, {}, 1);
   // A fresh worker (a restart) has sampled nothing.
-  ExpectRefused(runner->ExecuteStep(placeholder_for_1), 1);
+  ExpectRefused(run(placeholder_for_1), 1);
 
   StepPlan prefill_1;
   *prefill_1.add_sequences() = StepFor(greedy, 0, {}, 0);
-  ASSERT_TRUE(runner->ExecuteStep(prefill_1).ok());
-  ASSERT_TRUE(runner->ExecuteStep(placeholder_for_1).ok());
+  ASSERT_TRUE(run(prefill_1).ok());
+  ASSERT_TRUE(run(placeholder_for_1).ok());
   // Sequence 2 was never sampled; the plan is refused whole.
   StepPlan with_2 = placeholder_for_1;
   *with_2.add_sequences() = StepFor(greedy, 1, {}, 1);
-  ExpectRefused(runner->ExecuteStep(with_2), 2);
+  ExpectRefused(run(with_2), 2);
   // The refused step broke the chain: sequence 1's token is gone too.
-  ExpectRefused(runner->ExecuteStep(placeholder_for_1), 1);
+  ExpectRefused(run(placeholder_for_1), 1);
 
   // Sampled two steps ago, not in the previous one: stale.
-  ASSERT_TRUE(runner->ExecuteStep(prefill_1).ok());
+  ASSERT_TRUE(run(prefill_1).ok());
   StepPlan prefill_2;
   *prefill_2.add_sequences() = StepFor(greedy, 1, {}, 0);
-  ASSERT_TRUE(runner->ExecuteStep(prefill_2).ok());
-  ExpectRefused(runner->ExecuteStep(placeholder_for_1), 1);
+  ASSERT_TRUE(run(prefill_2).ok());
+  ExpectRefused(run(placeholder_for_1), 1);
+
+  // Out of order: the previous step sampled sequence 1, but the plan says
+  // it follows another step (its own id is not the next).
+  ASSERT_TRUE(run(prefill_1).ok());
+  ++next_step_id;
+  ExpectRefused(run(placeholder_for_1), 1);
 
   // A new cache forgets the tokens (their KV went with the old one).
-  ASSERT_TRUE(runner->ExecuteStep(prefill_1).ok());
+  ASSERT_TRUE(run(prefill_1).ok());
   InitCacheRequest init;
   init.set_num_gpu_blocks(kGpuBlocks);
   ASSERT_TRUE(runner->InitCache(init).ok());
-  ExpectRefused(runner->ExecuteStep(placeholder_for_1), 1);
+  ExpectRefused(run(placeholder_for_1), 1);
 
   // A new worker process: nothing carries over.
-  ASSERT_TRUE(runner->ExecuteStep(prefill_1).ok());
-  ExpectRefused(ReadyRunner()->ExecuteStep(placeholder_for_1), 1);
+  ASSERT_TRUE(run(prefill_1).ok());
+  runner = ReadyRunner();
+  ExpectRefused(run(placeholder_for_1), 1);
 }
 
 }  // namespace
