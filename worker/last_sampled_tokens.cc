@@ -1,5 +1,6 @@
 #include "worker/last_sampled_tokens.h"
 
+#include <algorithm>
 #include <vector>
 
 namespace pagoda::worker {
