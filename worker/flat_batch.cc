@@ -174,6 +174,43 @@ absl::Status CheckDrafts(const SequenceStep& step, int vocab_size) {
   return absl::OkStatus();
 }
 
+// Overlap's placeholder: only on a decode row of one token that samples
+// without drafts, masks or beam search's processed logprobs, and only for a
+// seq_id sampled in the worker's previous step, which must be step
+// `step_id` - 1 (a restarted worker, or one that ran another step between
+// or runs plans out of order, has no such token).
+absl::Status CheckPlaceholder(const SequenceStep& step, int64_t step_id,
+                              const BatchLimits& limits) {
+  if (!step.input_from_last_sample()) return absl::OkStatus();
+  if (step.token_ids_size() != 1 || step.start_position() == 0 || !step.do_sample()) {
+    return SequenceError(step,
+                         "input_from_last_sample only on a decode row of one token that samples");
+  }
+  if (!step.draft_token_ids().empty()) {
+    return SequenceError(step, "input_from_last_sample with draft_token_ids");
+  }
+  if (step.token_mask_follows() || !step.sampling().token_mask().empty()) {
+    return SequenceError(step, "input_from_last_sample with a token mask");
+  }
+  if (step.sampling().processed_logprobs()) {
+    return SequenceError(step, "input_from_last_sample with processed_logprobs (beam search)");
+  }
+  const LastSampledTokens* last = limits.last_sampled;
+  if (last == nullptr || last->step_id() != step_id - 1) {
+    return SequenceError(step, absl::StrCat("input_from_last_sample refers to step ", step_id - 1,
+                                            ", but this worker's previous step is ",
+                                            last == nullptr || !last->step_id().has_value()
+                                                ? "none"
+                                                : absl::StrCat(*last->step_id())));
+  }
+  if (!last->Find(step.seq_id()).has_value()) {
+    return SequenceError(step,
+                         "input_from_last_sample, but this worker did not sample it in its "
+                         "previous step");
+  }
+  return absl::OkStatus();
+}
+
 // Tokens the step computes for the sequence: its inputs, then its drafts.
 int64_t StepTokens(const SequenceStep& step) {
   return static_cast<int64_t>(step.token_ids_size()) + step.draft_token_ids_size();
@@ -187,12 +224,16 @@ int64_t BlocksFor(int64_t context, int block_size) {
 // Checks one sequence of a plan against `limits` (all but the duplicate
 // seq_id, which needs the whole plan) and returns the blocks its context
 // spans.
-absl::StatusOr<int> CheckSequence(const SequenceStep& step, const BatchLimits& limits) {
+absl::StatusOr<int> CheckSequence(const SequenceStep& step, int64_t step_id,
+                                  const BatchLimits& limits) {
   if (step.token_ids().empty()) return SequenceError(step, "empty token_ids");
   if (step.start_position() < 0) {
     return SequenceError(step, absl::StrCat("negative start_position ", step.start_position()));
   }
   if (absl::Status drafts = CheckDrafts(step, limits.vocab_size); !drafts.ok()) return drafts;
+  if (absl::Status placeholder = CheckPlaceholder(step, step_id, limits); !placeholder.ok()) {
+    return placeholder;
+  }
   // Drafts are tokens of the step: positions, KV slots and blocks.
   const int64_t context = step.start_position() + StepTokens(step);
   if (context > limits.max_positions) {
@@ -249,6 +290,20 @@ absl::Status ConvertBlockMoves(const StepPlan& plan, const BatchLimits& limits, 
   return absl::OkStatus();
 }
 
+// The sampling options of logits row j of `step`: a row's output counts
+// gain the tokens the server could not count, the drafts before it and the
+// placeholder's token (`placeholder_token`, when this rank knows it; the
+// ranks that do not know it do not sample).
+pagoda::worker::v1::SamplingOptions RowOptions(const SequenceStep& step, int j,
+                                               int32_t placeholder_token) {
+  if (j > 0) {
+    return VerifyRowOptions(step.sampling(), absl::MakeConstSpan(step.draft_token_ids().data(), j));
+  }
+  if (placeholder_token == LastSampledTokens::kUnknownToken) return step.sampling();
+  const int32_t placeholder[] = {placeholder_token};
+  return VerifyRowOptions(step.sampling(), placeholder);
+}
+
 // Appends sequence `s` of the plan (checked by CheckSequence) to `batch`:
 // its block table row, a row per token, and a logits row when it samples.
 // REQUIRES: batch->block_tables is sized for every sequence of the plan.
@@ -274,6 +329,14 @@ void AppendSequence(const SequenceStep& step, int s, const BatchLimits& limits, 
     batch->slot_mapping.push_back(step.block_table(position / block_size) * block_size +
                                   position % block_size);
   }
+  // The previous step's token, where this rank knows it (CheckPlaceholder
+  // made sure the record has the seq_id).
+  int32_t placeholder_token = LastSampledTokens::kUnknownToken;
+  if (step.input_from_last_sample()) {
+    placeholder_token = *limits.last_sampled->Find(step.seq_id());
+    batch->placeholder_rows.push_back(static_cast<int32_t>(batch->input_ids.size()) - 1);
+    batch->input_ids.back() = std::max(placeholder_token, 0);
+  }
   batch->query_start.push_back(static_cast<int32_t>(batch->input_ids.size()));
   batch->context_lens.push_back(context);
   if (!step.do_sample()) return;
@@ -290,9 +353,8 @@ void AppendSequence(const SequenceStep& step, int s, const BatchLimits& limits, 
     batch->seeds.push_back(sampling.seed());
     batch->sample_indices.push_back(static_cast<uint64_t>(step.sample_index()) + j);
     batch->num_logprobs.push_back(sampling.num_logprobs());
-    const auto earlier = absl::MakeConstSpan(step.draft_token_ids().data(), j);
-    AppendRowProcessing(j == 0 ? sampling : VerifyRowOptions(sampling, earlier),
-                        step.token_mask_follows(), limits.vocab_size, *batch);
+    AppendRowProcessing(RowOptions(step, j, placeholder_token), step.token_mask_follows(),
+                        limits.vocab_size, *batch);
   }
 }
 
@@ -364,7 +426,7 @@ absl::StatusOr<FlatBatch> FlattenStepPlan(const StepPlan& plan, const BatchLimit
   absl::flat_hash_set<int64_t> seen;
   for (const SequenceStep& step : plan.sequences()) {
     if (!seen.insert(step.seq_id()).second) return SequenceError(step, "duplicate seq_id");
-    auto blocks_needed = CheckSequence(step, limits);
+    auto blocks_needed = CheckSequence(step, plan.step_id(), limits);
     if (!blocks_needed.ok()) return blocks_needed.status();
     batch.max_blocks_per_seq = std::max(batch.max_blocks_per_seq, *blocks_needed);
   }

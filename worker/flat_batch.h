@@ -15,6 +15,7 @@
 #include "common/logits_processing.h"
 #include "pagoda/worker/v1/worker.pb.h"
 #include "worker/backend.h"
+#include "worker/last_sampled_tokens.h"
 
 namespace pagoda::worker {
 
@@ -28,6 +29,9 @@ struct BatchLimits {
   // read only the table (LlamaModel::max_positions()). ExecuteStepPlan always
   // sets it; the default only spares tests that do not care.
   int max_positions = std::numeric_limits<int32_t>::max();
+  // The tokens this worker sampled in its previous step, which
+  // input_from_last_sample rows refer to; null: such rows are refused.
+  const LastSampledTokens* last_sampled = nullptr;
 };
 
 // A StepPlan flattened into the arrays the model and attention consume: the
@@ -41,6 +45,12 @@ struct FlatBatch {
   // = start_position + number of tokens; block tables padded to
   // max_blocks_per_seq with 0 (never read past the context).
   std::vector<int32_t> query_start;
+  // Token rows whose input is a placeholder (SequenceStep.
+  // input_from_last_sample), in plan order. Their input_ids already hold the
+  // token sampled in the previous step where this rank knows it (rank 0),
+  // else 0 until ShareLastSampledTokens fills them in before the forward
+  // pass.
+  std::vector<int32_t> placeholder_rows;
   std::vector<int32_t> context_lens;
   std::vector<int32_t> block_tables;
   int max_blocks_per_seq = 0;
@@ -112,8 +122,13 @@ struct FlatBatch {
 // the vocabulary, or with num_prompt_top_logprobs outside [0, 20]; drafts
 // past kMaxSpeculativeTokens, outside the vocabulary, on a row that does not
 // sample or with a token mask or processed_logprobs (drafts are tokens of
-// the step: the positions and block table checks count them); and for
-// block moves with ids outside their cache.
+// the step: the positions and block table checks count them); a placeholder
+// (input_from_last_sample) anywhere but on a sampled decode row of one token
+// without drafts, token mask or processed_logprobs, or for a seq_id that
+// limits.last_sampled did not sample in the previous step; and for block
+// moves with ids outside their cache. A placeholder row's input is the
+// previous step's token, which its logits processing counts as one more
+// output token (the server's counts stop before it).
 absl::StatusOr<FlatBatch> FlattenStepPlan(const pagoda::worker::v1::StepPlan& plan,
                                           const BatchLimits& limits);
 

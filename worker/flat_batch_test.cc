@@ -3,6 +3,7 @@
 #include <limits>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -212,6 +213,130 @@ TEST(ApplyStepMasksTest, FillsTheReservedRowsAndRefusesMasksThatDoNotFitThePlan)
     if (sample) step->mutable_sampling()->set_token_mask(good);
     EXPECT_EQ(FlattenStepPlan(bad, limits).status().code(), absl::StatusCode::kInvalidArgument);
   }
+}
+
+// What a plan's placeholders refer to: step 7 sampled seq_id 1 (token 9)
+// and seq_id 2 (token 4) without drafts, seq_id 3 with drafts.
+LastSampledTokens SampledInStep7() {
+  StepPlan plan;
+  plan.set_step_id(7);
+  AddStep(plan, 1, {2}, 4, {0, 1}, true);
+  AddStep(plan, 2, {3}, 4, {2, 3}, true);
+  AddStep(plan, 3, {5}, 4, {4, 5}, true)->add_draft_token_ids(6);
+  v1::StepResult result;
+  for (auto [seq_id, token] : {std::pair{1, 9}, std::pair{2, 4}, std::pair{3, 8}}) {
+    auto* sampled = result.add_tokens();
+    sampled->set_seq_id(seq_id);
+    sampled->set_token_id(token);
+  }
+  LastSampledTokens last;
+  last.Record(plan, &result);
+  return last;
+}
+
+TEST(FlattenStepPlanTest, SubstitutesPlaceholdersAndCountsTheirTokens) {
+  const LastSampledTokens last = SampledInStep7();
+  EXPECT_EQ(last.size(), 2);  // Not seq_id 3: a row with drafts returns a run.
+  const BatchLimits limits{.vocab_size = 10,
+                           .block_size = 4,
+                           .num_gpu_blocks = 10,
+                           .num_cpu_blocks = 0,
+                           .last_sampled = &last};
+  StepPlan plan;
+  plan.set_step_id(8);
+  SequenceStep* one = AddStep(plan, 1, {0}, 5, {0, 1}, true);
+  one->set_input_from_last_sample(true);
+  one->mutable_sampling()->set_frequency_penalty(0.5f);
+  one->mutable_sampling()->add_output_token_ids(2);
+  one->mutable_sampling()->add_output_token_counts(1);
+  AddStep(plan, 5, {7, 7}, 0, {6}, true);
+  SequenceStep* two = AddStep(plan, 2, {0}, 5, {2, 3}, true);
+  two->set_input_from_last_sample(true);
+  two->mutable_sampling()->set_presence_penalty(1.0f);
+  two->mutable_sampling()->add_output_token_ids(4);
+  two->mutable_sampling()->add_output_token_counts(2);
+  auto batch = FlattenStepPlan(plan, limits);
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  EXPECT_THAT(batch->input_ids, ElementsAre(9, 7, 7, 4));
+  EXPECT_THAT(batch->placeholder_rows, ElementsAre(0, 3));
+  // Row 0 counts token 9 once more (the server's counts stop before it);
+  // row 2 already counted token 4 twice: now three times.
+  ASSERT_THAT(batch->edit_offsets, ElementsAre(0, 2, 2, 3));
+  EXPECT_EQ(batch->edits[0].token_id, 2);
+  EXPECT_EQ(batch->edits[0].output_count, 1);
+  EXPECT_EQ(batch->edits[1].token_id, 9);
+  EXPECT_EQ(batch->edits[1].output_count, 1);
+  EXPECT_EQ(batch->edits[2].token_id, 4);
+  EXPECT_EQ(batch->edits[2].output_count, 3);
+
+  // Another rank knows the seq_ids, not the tokens: 0 until they are shared.
+  StepPlan sampled;
+  AddStep(sampled, 1, {2}, 4, {0, 1}, true);
+  LastSampledTokens other_rank;
+  other_rank.Record(sampled, nullptr);
+  StepPlan next;
+  next.set_step_id(1);
+  AddStep(next, 1, {3}, 5, {0, 1}, true)->set_input_from_last_sample(true);
+  BatchLimits other_limits = limits;
+  other_limits.last_sampled = &other_rank;
+  auto other = FlattenStepPlan(next, other_limits);
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_THAT(other->input_ids, ElementsAre(0));
+  EXPECT_THAT(other->placeholder_rows, ElementsAre(0));
+}
+
+TEST(FlattenStepPlanTest, RefusesPlaceholdersOutsideAPlainDecodeRowByItsSeqId) {
+  const LastSampledTokens last = SampledInStep7();
+  const BatchLimits limits{.vocab_size = 10,
+                           .block_size = 4,
+                           .num_gpu_blocks = 10,
+                           .num_cpu_blocks = 0,
+                           .last_sampled = &last};
+  using Edit = void (*)(SequenceStep*);
+  const std::vector<std::pair<Edit, const char*>> refused = {
+      {[](SequenceStep* s) { s->add_token_ids(3); }, "decode row of one token"},
+      {[](SequenceStep* s) { s->set_start_position(0); }, "decode row of one token"},
+      {[](SequenceStep* s) { s->set_do_sample(false); }, "decode row of one token"},
+      {[](SequenceStep* s) { s->add_draft_token_ids(3); }, "draft_token_ids"},
+      {[](SequenceStep* s) { s->set_token_mask_follows(true); }, "token mask"},
+      {[](SequenceStep* s) { s->mutable_sampling()->set_token_mask(std::string(4, '\xff')); },
+       "token mask"},
+      {[](SequenceStep* s) { s->mutable_sampling()->set_processed_logprobs(true); },
+       "beam search"},
+      {[](SequenceStep* s) { s->set_seq_id(3); }, "previous step"},  // Had drafts.
+      {[](SequenceStep* s) { s->set_seq_id(4); }, "previous step"},  // Never sampled.
+  };
+  for (const auto& [edit, problem] : refused) {
+    StepPlan plan;
+    plan.set_step_id(8);
+    SequenceStep* step = AddStep(plan, 1, {0}, 5, {0, 1}, true);
+    step->set_input_from_last_sample(true);
+    edit(step);
+    auto batch = FlattenStepPlan(plan, limits);
+    EXPECT_EQ(batch.status().code(), absl::StatusCode::kInvalidArgument) << problem;
+    EXPECT_THAT(std::string(batch.status().message()), ::testing::HasSubstr(problem));
+    EXPECT_THAT(std::string(batch.status().message()),
+                ::testing::StartsWith(absl::StrCat("seq_id ", step->seq_id(), ":")));
+  }
+  // A plan of another step than the next one (plans run out of order): the
+  // record is step 7's, so only step 8 may refer to it.
+  StepPlan plan;
+  AddStep(plan, 1, {0}, 5, {0, 1}, true)->set_input_from_last_sample(true);
+  for (int64_t step_id : {6, 7, 9}) {
+    plan.set_step_id(step_id);
+    auto batch = FlattenStepPlan(plan, limits);
+    EXPECT_EQ(batch.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(batch.status().message(),
+              absl::StrCat("seq_id 1: input_from_last_sample refers to step ", step_id - 1,
+                           ", but this worker's previous step is 7"));
+  }
+  // Without a record (a runner that keeps none) every placeholder is refused.
+  plan.set_step_id(8);
+  BatchLimits no_record = limits;
+  no_record.last_sampled = nullptr;
+  EXPECT_EQ(FlattenStepPlan(plan, no_record).status().message(),
+            "seq_id 1: input_from_last_sample refers to step 7, but this worker's previous step "
+            "is none");
 }
 
 }  // namespace

@@ -33,7 +33,8 @@ absl::Status ModelRunnerBase::InitCache(const InitCacheRequest& request) {
                      request.num_gpu_blocks(), " and ", request.num_cpu_blocks()));
   }
   UseDevice();
-  ReleaseCache();  // Free the old cache before allocating the new one.
+  ReleaseCache();         // Free the old cache before allocating the new one.
+  last_sampled_.Clear();  // Its tokens' KV is gone with the old cache.
   cache_ = std::make_unique<CacheEngine>(backend_.get(), CacheShape(), request.num_gpu_blocks(),
                                          request.num_cpu_blocks());
   return OnCacheAllocated();
@@ -51,7 +52,9 @@ absl::StatusOr<StepResult> ModelRunnerBase::ExecuteStep(const StepPlan& plan,
                                        .model = model_.get(),
                                        .vocab_size = model_->config().vocab_size,
                                        .max_positions = model_->max_positions(),
-                                       .wait_for_masks = &wait_for_masks},
+                                       .wait_for_masks = &wait_for_masks,
+                                       .last_sampled = &last_sampled_,
+                                       .share_staging = &share_staging_},
                          [this](const FlatBatch& batch) { return RunForward(batch); });
 }
 

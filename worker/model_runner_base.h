@@ -22,6 +22,7 @@
 #include "worker/cache_engine.h"
 #include "worker/communicator.h"
 #include "worker/flat_batch.h"
+#include "worker/last_sampled_tokens.h"
 #include "worker/llama_model.h"
 #include "worker/model_runner.h"
 
@@ -93,6 +94,10 @@ class ModelRunnerBase : public ModelRunner {
   std::unique_ptr<LlamaModel> model_;
   std::unique_ptr<CacheEngine> cache_;
   SampleResults samples_;  // Reused: sampling allocates nothing once warm.
+  // Overlap: the previous step's sampled tokens (placeholders refer to
+  // them) and the staging buffer that shares them across ranks.
+  LastSampledTokens last_sampled_;
+  std::unique_ptr<Buffer> share_staging_;
   int block_size_ = 0;
   DType kv_cache_dtype_ = DType::kF32;
 };

@@ -92,13 +92,24 @@ absl::Status RunValidatedStep(const v1::StepPlan& plan, FlatBatch& batch,
 
 }  // namespace
 
-absl::StatusOr<v1::StepResult> ExecuteStepPlan(const v1::StepPlan& plan, const StepExecution& step,
-                                               const ForwardPass& forward) {
+namespace {
+
+// ExecuteStepPlan without the bookkeeping of the last sampled tokens.
+absl::StatusOr<v1::StepResult> ExecuteCheckedStep(const v1::StepPlan& plan,
+                                                  const StepExecution& step,
+                                                  const ForwardPass& forward) {
   const auto start = std::chrono::steady_clock::now();
   // A backend that failed before this step (its error is sticky) runs nothing.
   if (absl::Status status = step.backend->status(); !status.ok()) return AsWorkerFault(status);
-  auto batch = FlattenStepPlan(plan, step.cache->Limits(step.vocab_size, step.max_positions));
+  BatchLimits limits = step.cache->Limits(step.vocab_size, step.max_positions);
+  limits.last_sampled = step.last_sampled;
+  auto batch = FlattenStepPlan(plan, limits);
   if (!batch.ok()) return batch.status();
+  if (!batch->placeholder_rows.empty()) {
+    absl::Status shared = ShareLastSampledTokens(batch->placeholder_rows, step.timed, step.backend,
+                                                 step.share_staging, &batch->input_ids);
+    if (!shared.ok()) return AsWorkerFault(shared);
+  }
 
   v1::StepResult result;
   result.set_step_id(plan.step_id());
@@ -111,6 +122,23 @@ absl::StatusOr<v1::StepResult> ExecuteStepPlan(const v1::StepPlan& plan, const S
   result.set_forward_seconds(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   result.set_all_reduce_seconds(step.timed->TakeSeconds());
+  return result;
+}
+
+}  // namespace
+
+absl::StatusOr<v1::StepResult> ExecuteStepPlan(const v1::StepPlan& plan, const StepExecution& step,
+                                               const ForwardPass& forward) {
+  absl::StatusOr<v1::StepResult> result = ExecuteCheckedStep(plan, step, forward);
+  if (step.last_sampled != nullptr) {
+    // Placeholders refer to the immediately previous step only: a step that
+    // did not complete leaves nothing for the next one to refer to.
+    if (result.ok()) {
+      step.last_sampled->Record(plan, step.timed->rank() == 0 ? &*result : nullptr);
+    } else {
+      step.last_sampled->Clear();
+    }
+  }
   return result;
 }
 

@@ -9,6 +9,7 @@
 #include "worker/cache_engine.h"
 #include "worker/communicator.h"
 #include "worker/flat_batch.h"
+#include "worker/last_sampled_tokens.h"
 #include "worker/llama_model.h"
 #include "worker/model_runner.h"
 
@@ -25,6 +26,12 @@ struct StepExecution {
   int max_positions = 0;  // LlamaModel::max_positions().
   // Brings the masks a plan promised (null or empty: none can follow).
   const StepMaskWait* wait_for_masks = nullptr;
+  // Overlap: the previous step's tokens, which the plan's placeholders
+  // refer to; replaced by this step's after it succeeds, cleared when it
+  // fails or is refused (null: placeholders are refused). `share_staging`
+  // is the backend buffer ShareLastSampledTokens reuses (TP only).
+  LastSampledTokens* last_sampled = nullptr;
+  std::unique_ptr<Buffer>* share_staging = nullptr;
 };
 
 // The runner's forward pass over a flattened step (eager, or a replayed
@@ -32,13 +39,15 @@ struct StepExecution {
 using ForwardPass = std::function<absl::StatusOr<ForwardOutput>(const FlatBatch&)>;
 
 // ModelRunner::ExecuteStep around `forward`, the same on every device:
-// validates and flattens `plan` (a rejected plan touches nothing), applies its
+// validates and flattens `plan` (a rejected plan touches nothing), gives
+// every rank the placeholder tokens (ShareLastSampledTokens), applies its
 // block moves, runs `forward` over its tokens, then, if the plan promised
 // token masks, waits for them (every rank: all check them alike) and fills
 // them in (ApplyStepMasks), samples on rank 0 (the others'
 // part ends with the layers), then scores the prompt logprob rows the plan
 // asks for (worker/prompt_logprobs.h; `forward` must then leave
-// ForwardOutput::final_hidden), and fills in the step's times.
+// ForwardOutput::final_hidden), fills in the step's times and records its
+// sampled tokens for the next step's placeholders.
 //
 // Errors: a refused plan is INVALID_ARGUMENT and changes nothing; refused
 // masks are INVALID_ARGUMENT too, after the forward pass (its KV writes

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "worker/step_idle_histogram.h"
 
 namespace pagoda::worker {
 
@@ -16,11 +17,14 @@ class HttpPageServer;
 struct WorkerCounts {
   // Calls refused for a missing or wrong secret (WorkerService::refused_calls).
   int64_t refused_calls = 0;
+  // The gaps between steps (WorkerService::idle_between_steps).
+  StepIdleHistogram::Snapshot idle_between_steps;
 };
 
 // pagoda-worker's /metrics endpoint (--metrics-port), in Prometheus text
-// format (docs/metrics.md, "Worker"): pagoda_worker_refused_calls_total,
-// labelled with the worker's rank, served by an HttpPageServer (not
+// format (docs/metrics.md, "Worker"): pagoda_worker_refused_calls_total and
+// the histogram pagoda_worker_idle_between_steps_seconds, labelled with the
+// worker's rank, served by an HttpPageServer (not
 // civetweb: see http_page_server.h). Thread-safe; `counts` is called from
 // the HTTP server's thread and must stay callable until this object is gone.
 class WorkerMetrics {

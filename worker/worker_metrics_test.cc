@@ -1,6 +1,7 @@
 // pagoda_worker_refused_calls_total: calls without the right secret, made
 // over gRPC to a WorkerService, are what a scrape of the worker's /metrics
-// reports.
+// reports; pagoda_worker_idle_between_steps_seconds: the gaps between steps,
+// as a histogram.
 #include "worker/worker_metrics.h"
 
 #include <arpa/inet.h>
@@ -155,6 +156,50 @@ TEST(WorkerMetricsTest, PortIsFreeOnceStopped) {
   auto again = WorkerMetrics::Start("127.0.0.1", port, 0, [] { return WorkerCounts{}; });
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_NE(Scrape(port).find("pagoda_worker_refused_calls_total"), std::string::npos);
+}
+
+// The gap runs from a step's end to the next step's start; a start without
+// an end before it (the first step, or two starts) observes nothing.
+TEST(StepIdleHistogramTest, ObservesTheGapsBetweenSteps) {
+  StepIdleHistogram idle;
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  idle.StepStarted(t0);
+  idle.StepEnded(t0 + absl::Milliseconds(30));
+  idle.StepStarted(t0 + absl::Milliseconds(32));  // 2 ms idle.
+  idle.StepEnded(t0 + absl::Milliseconds(60));
+  idle.StepStarted(t0 + absl::Microseconds(60040));  // 40 µs idle.
+  idle.StepStarted(t0 + absl::Seconds(5));           // No end between: nothing.
+  idle.StepEnded(t0 + absl::Seconds(6));
+  idle.StepStarted(t0 + absl::Seconds(8));  // 2 s: past every bound.
+  const StepIdleHistogram::Snapshot read = idle.Read();
+  EXPECT_EQ(read.count, 3u);
+  EXPECT_NEAR(read.sum_seconds, 2.00204, 1e-9);
+  // Bounds 50 µs, 100 µs, 250 µs, 500 µs, 1 ms, 2.5 ms, ... 1 s.
+  EXPECT_EQ(read.cumulative[0], 1u);
+  EXPECT_EQ(read.cumulative[4], 1u);
+  EXPECT_EQ(read.cumulative[5], 2u);
+  EXPECT_EQ(read.cumulative.back(), 2u);
+}
+
+TEST(WorkerMetricsTest, IdleBetweenStepsIsAHistogramPerRank) {
+  StepIdleHistogram idle;
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  idle.StepEnded(t0);
+  idle.StepStarted(t0 + absl::Microseconds(2000));
+  auto metrics = WorkerMetrics::Start("127.0.0.1", 0, /*rank=*/1, [&idle] {
+    return WorkerCounts{.idle_between_steps = idle.Read()};
+  });
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  const std::string scraped = Scrape((*metrics)->port());
+  for (const char* line :
+       {"# TYPE pagoda_worker_idle_between_steps_seconds histogram",
+        "pagoda_worker_idle_between_steps_seconds_bucket{rank=\"1\",le=\"0.001\"} 0",
+        "pagoda_worker_idle_between_steps_seconds_bucket{rank=\"1\",le=\"0.0025\"} 1",
+        "pagoda_worker_idle_between_steps_seconds_bucket{rank=\"1\",le=\"+Inf\"} 1",
+        "pagoda_worker_idle_between_steps_seconds_count{rank=\"1\"} 1",
+        "pagoda_worker_idle_between_steps_seconds_sum{rank=\"1\"} 0.002"}) {
+    EXPECT_NE(scraped.find(line), std::string::npos) << line << "\n" << scraped;
+  }
 }
 
 }  // namespace

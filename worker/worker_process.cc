@@ -372,11 +372,11 @@ absl::StatusOr<std::unique_ptr<pagoda::worker::WorkerMetrics>> StartMetrics(
     host = listen.rfind("unix:", 0) == 0 ? "127.0.0.1" : listen.substr(0, listen.rfind(':'));
   }
   absl::StatusOr<std::unique_ptr<pagoda::worker::WorkerMetrics>> metrics =
-      pagoda::worker::WorkerMetrics::Start(host, flag < 0 ? 0 : flag, absl::GetFlag(FLAGS_rank),
-                                           [&service] {
-                                             return pagoda::worker::WorkerCounts{
-                                                 .refused_calls = service.refused_calls()};
-                                           });
+      pagoda::worker::WorkerMetrics::Start(
+          host, flag < 0 ? 0 : flag, absl::GetFlag(FLAGS_rank), [&service] {
+            return pagoda::worker::WorkerCounts{.refused_calls = service.refused_calls(),
+                                                .idle_between_steps = service.idle_between_steps()};
+          });
   if (metrics.ok()) LOG(INFO) << "metrics on " << host << ":" << (*metrics)->port();
   return metrics;
 }

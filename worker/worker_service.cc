@@ -184,7 +184,9 @@ absl::StatusOr<v1::StepResult> WorkerService::ExecuteLocalStep(
 absl::StatusOr<v1::StepResult> WorkerService::RunStep(const v1::StepPlan& plan,
                                                       const StepMaskWait& wait_for_masks) {
   const absl::Time start = absl::Now();
+  idle_between_steps_.StepStarted(start);
   absl::StatusOr<v1::StepResult> executed = runner_->ExecuteStep(plan, wait_for_masks);
+  idle_between_steps_.StepEnded(absl::Now());
   if (!executed.ok()) {
     const absl::Status& status = executed.status();
     // A device fault (INTERNAL, as AsWorkerFault makes it) leaves the

@@ -18,6 +18,7 @@
 #include "pagoda/worker/v1/worker.grpc.pb.h"
 #include "wire/limits.h"
 #include "worker/model_runner.h"
+#include "worker/step_idle_histogram.h"
 #include "worker/step_cancellation.h"
 #include "worker/step_mask_mailbox.h"
 #include "worker/worker_ownership.h"
@@ -117,6 +118,9 @@ class WorkerService final : public pagoda::worker::v1::Worker::Service {
   // Calls refused for a missing or wrong secret since start. They are logged
   // at most once a second, with this count.
   int64_t refused_calls() const { return refused_calls_.load(); }
+  // The gaps between this worker's steps, whichever runner ran them
+  // (pagoda_worker_idle_between_steps_seconds). Thread-safe.
+  StepIdleHistogram::Snapshot idle_between_steps() const { return idle_between_steps_.Read(); }
 
   // The message of every refusal (UNAUTHENTICATED).
   static constexpr char kRefusalMessage[] = "this worker serves only the server that launched it";
@@ -149,6 +153,7 @@ class WorkerService final : public pagoda::worker::v1::Worker::Service {
   // Where SendStepMasks meets the gRPC step waiting for its masks.
   StepMaskMailbox masks_;
   mutable std::atomic<int64_t> refused_calls_{0};
+  StepIdleHistogram idle_between_steps_;
   mutable std::atomic<int64_t> last_refusal_log_ns_{0};
 
   mutable absl::Mutex mutex_;

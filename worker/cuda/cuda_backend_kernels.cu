@@ -32,7 +32,37 @@ __global__ void AddBiasKernel(T* y, const float* bias, int cols) {
   }
 }
 
+// One thread per placeholder slot of the capacity; slots past the count
+// (read on the device, for graph replays) do nothing.
+__global__ void SubstituteLastSampledKernel(int32_t* token_ids, int num_tokens, const int32_t* rows,
+                                            const int32_t* sources, const int32_t* num_rows,
+                                            int capacity, const int32_t* last_sampled,
+                                            int num_last) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  const int count = *num_rows;
+  if (i >= capacity || i >= count) return;
+  const int32_t row = rows[i];
+  const int32_t source = sources[i];
+  if (row < 0 || row >= num_tokens || source < 0 || source >= num_last) return;
+  token_ids[row] = last_sampled[source];
+}
+
 }  // namespace
+
+cudaError_t LaunchSubstituteLastSampled(int32_t* token_ids, int num_tokens, const int32_t* rows,
+                                        const int32_t* sources, const int32_t* num_rows,
+                                        int capacity, const int32_t* last_sampled, int num_last,
+                                        cudaStream_t stream) {
+  if (capacity == 0) return cudaSuccess;
+  if (token_ids == nullptr || rows == nullptr || sources == nullptr || num_rows == nullptr ||
+      last_sampled == nullptr || capacity < 0 || num_tokens < 0 || num_last < 0) {
+    return cudaErrorInvalidValue;
+  }
+  const int blocks = (capacity + kThreads - 1) / kThreads;
+  SubstituteLastSampledKernel<<<blocks, kThreads, 0, stream>>>(
+      token_ids, num_tokens, rows, sources, num_rows, capacity, last_sampled, num_last);
+  return cudaGetLastError();
+}
 
 cudaError_t LaunchGatherRows(const void* src, const int32_t* rows, int num_rows, int dim,
                              kernels::ScalarType dtype, void* out, cudaStream_t stream) {

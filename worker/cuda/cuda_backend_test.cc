@@ -4,7 +4,8 @@
 // gathering is exact; a half-precision Linear with an f32 bias matches a
 // double reference to bf16 rounding; sampling through the backend gives the
 // host sampler's greedy tokens and logprobs; an op on a wrong dtype is a
-// sticky error.
+// sticky error; overlap's substitution of last sampled tokens writes exactly
+// the counted rows.
 
 #include "worker/cuda/cuda_backend.h"
 
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "worker/cache_engine.h"
+#include "worker/cuda/cuda_backend_kernels.h"
 #include "worker/sampler.h"
 
 namespace pagoda::worker {
@@ -217,6 +219,51 @@ TEST(CudaBackendTest, AWeightOfTheWrongDtypeIsAStickyError) {
   EXPECT_EQ(backend->status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(backend->status().message().find("F32"), std::string::npos)
       << backend->status().message();
+}
+
+// Overlap's substitution against the plain host rule over odd sizes: the
+// count comes from the device, slots past it and entries out of range
+// write nothing.
+TEST(CudaBackendTest, SubstituteLastSampledWritesExactlyTheCountedRows) {
+  constexpr int kTokens = 37, kLast = 13, kCapacity = 300;
+  std::mt19937 rng(3);
+  std::vector<int32_t> tokens(kTokens), last(kLast), rows(kCapacity), sources(kCapacity);
+  for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % 1000);
+  for (int32_t& t : last) t = 1000 + static_cast<int32_t>(rng() % 1000);
+  for (int i = 0; i < kCapacity; ++i) {
+    rows[i] = static_cast<int32_t>(rng() % (kTokens + 2)) - 1;  // Some out of range.
+    sources[i] = static_cast<int32_t>(rng() % (kLast + 2)) - 1;
+  }
+  const int32_t count = 257;  // Past one block of threads, below the capacity.
+  std::vector<int32_t> expected = tokens;
+  for (int i = 0; i < count; ++i) {
+    if (rows[i] >= 0 && rows[i] < kTokens && sources[i] >= 0 && sources[i] < kLast) {
+      expected[rows[i]] = last[sources[i]];
+    }
+  }
+  // Device copies of host arrays, freed at the end of the test.
+  std::vector<void*> allocations;
+  auto to_device = [&](const std::vector<int32_t>& host) {
+    void* device = nullptr;
+    EXPECT_EQ(cudaMalloc(&device, host.size() * 4), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(device, host.data(), host.size() * 4, cudaMemcpyHostToDevice),
+              cudaSuccess);
+    allocations.push_back(device);
+    return static_cast<int32_t*>(device);
+  };
+  int32_t* d_tokens = to_device(tokens);
+  int32_t* d_last = to_device(last);
+  int32_t* d_rows = to_device(rows);
+  int32_t* d_sources = to_device(sources);
+  int32_t* d_count = to_device({count});
+  ASSERT_EQ(LaunchSubstituteLastSampled(d_tokens, kTokens, d_rows, d_sources, d_count, kCapacity,
+                                        d_last, kLast, nullptr),
+            cudaSuccess);
+  std::vector<int32_t> got(kTokens);
+  ASSERT_EQ(cudaMemcpy(got.data(), d_tokens, kTokens * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(got, expected);
+  EXPECT_NE(got, tokens);
+  for (void* device : allocations) cudaFree(device);
 }
 
 }  // namespace
