@@ -1,6 +1,7 @@
 #include "scheduler/api/openai_protocol.h"
 
 #include <algorithm>
+#include <limits>
 #include <optional>
 #include <utility>
 
@@ -21,6 +22,10 @@ using nlohmann::json;
 // Above this many prompt token ids or messages a body is refused before any
 // work: the validator bounds the prompt again by max_model_len.
 constexpr size_t kMaxPromptTokenIds = 1 << 20;
+// The sampling fields' wire range here is what the proto's float holds: their
+// meaning's range is the request validator's, the same for every front door
+// (temperature 5 is accepted over HTTP as over gRPC, as vLLM does).
+constexpr double kFloatMax = std::numeric_limits<float>::max();
 constexpr size_t kMaxMessages = 4096;
 constexpr size_t kMaxChatTemplateKwargs = 32;
 
@@ -271,7 +276,8 @@ absl::StatusOr<bool> ParseBeamSearch(const json& body, pagoda::v1::SamplingParam
   }
   absl::StatusOr<bool> early_stopping = Boolean(body, "early_stopping", false);
   if (!early_stopping.ok()) return early_stopping.status();
-  absl::StatusOr<double> length_penalty = Number(body, "length_penalty", 1.0, -1e9, 1e9);
+  absl::StatusOr<double> length_penalty =
+      Number(body, "length_penalty", 1.0, -kFloatMax, kFloatMax);
   if (!length_penalty.ok()) return length_penalty.status();
   if (!beam) return false;
   sampling->set_use_beam_search(true);
@@ -488,13 +494,15 @@ absl::Status ParseSampling(const json& body, const SamplingDefaults& defaults,
   // Absent: the model's default when it has one (the validator fills it),
   // else OpenAI's 1; with beam search, 0 (beams are not sampled).
   if (Present(body, "temperature") || (!defaults.temperature.has_value() && !*beam)) {
-    absl::StatusOr<double> temperature = Number(body, "temperature", 1.0, 0.0, 2.0);
+    absl::StatusOr<double> temperature = Number(body, "temperature", 1.0, -kFloatMax, kFloatMax);
     if (!temperature.ok()) return temperature.status();
     sampling->set_temperature(static_cast<float>(*temperature));
   }
   if (Present(body, "top_p")) {
-    absl::StatusOr<double> top_p = Number(body, "top_p", 1.0, 1e-9, 1.0);
+    absl::StatusOr<double> top_p = Number(body, "top_p", 1.0, -kFloatMax, kFloatMax);
     if (!top_p.ok()) return top_p.status();
+    // 0 is the proto's "unset" (1): over HTTP it is refused, as vLLM does.
+    if (*top_p <= 0) return InvalidField("top_p", absl::StrCat("must be in (0, 1], got ", *top_p));
     sampling->set_top_p(static_cast<float>(*top_p));
   }
   if (Present(body, "top_k")) {
@@ -507,7 +515,7 @@ absl::Status ParseSampling(const json& body, const SamplingDefaults& defaults,
   if (!seed.ok()) return seed.status();
   sampling->set_seed(static_cast<uint64_t>(*seed));
   // Passed through: the validator decides what n the engine supports.
-  absl::StatusOr<int64_t> n = Integer(body, "n", 1, 1, 128);
+  absl::StatusOr<int64_t> n = Integer(body, "n", 1, 1, kMaxSequences);
   if (!n.ok()) return n.status();
   // Greedy samples are all the same sequence: run one and copy it (vLLM
   // answers n equal choices; the engine refuses several greedy sequences).

@@ -102,7 +102,7 @@ TEST(OpenAiProtocolTest, BadFieldsAreInvalidArgumentNamingTheField) {
     json value;
   } cases[] = {{"max_tokens", -1},
                {"max_tokens", "8"},
-               {"temperature", 3},
+               {"temperature", "3"},
                {"top_p", 0},
                {"n", 0},
                {"seed", -5},

@@ -15,7 +15,6 @@ namespace {
 
 constexpr int kDefaultMaxTokens = 16;
 // Sequences one request may generate: each holds blocks and a batch slot.
-constexpr int kMaxSequences = 32;
 // Beam search asks the worker for 2 x width top logprobs, at most kMaxTopLogprobs.
 constexpr int kMaxBeamWidth = kMaxTopLogprobs / 2;
 constexpr float kMaxLengthPenalty = 10.0f;

@@ -43,6 +43,10 @@ struct ModelLimits {
   std::shared_ptr<const constraints::TokenVocabulary> token_vocabulary;
 };
 
+// Most sequences one request may ask for (n, best_of): the same bound for
+// every front door (OpenAI's n copies of a greedy answer included).
+inline constexpr int kMaxSequences = 32;
+
 // Longest request_id accepted: it is copied into every streamed message.
 inline constexpr size_t kMaxRequestIdBytes = 256;
 // |priority| bound: wide enough for any ranking scheme, narrow enough that
