@@ -445,44 +445,6 @@ TEST(RequestValidationDefaultsTest, ModelDefaultsFillOnlyUnsetFields) {
   EXPECT_EQ(beams->sampling.repetition_penalty, 1.0f);
 }
 
-// One validation for every front door: a sampling field out of its range is
-// refused over OpenAI HTTP exactly when it is over gRPC, naming the same
-// field; where both reach the validator, with the same message.
-TEST(OneValidationTest, HttpAndGrpcRefuseTheSameValues) {
-  RequestValidator validator({kVocab, kMaxModelLen, 1}, nullptr, 7);
-  struct Case {
-    const char* field;
-    nlohmann::json value;
-    void (*set)(pagoda::v1::SamplingParams&);
-    bool same_message;
-  } cases[] = {
-      {"temperature", 5, [](auto& s) { s.set_temperature(5); }, true},
-      {"temperature", -1, [](auto& s) { s.set_temperature(-1); }, true},
-      {"top_p", 1.5, [](auto& s) { s.set_top_p(1.5f); }, true},
-      {"top_p", 0.5, [](auto& s) { s.set_top_p(0.5f); }, true},
-      {"n", 50, [](auto& s) { s.set_n(50); }, false},
-      {"n", kMaxSequences, [](auto& s) { s.set_n(kMaxSequences); }, true},
-      {"presence_penalty", 2.5, [](auto& s) { s.set_presence_penalty(2.5f); }, false},
-      {"min_p", 1.5, [](auto& s) { s.set_min_p(1.5f); }, false},
-  };
-  for (const Case& c : cases) {
-    nlohmann::json body = {{"prompt", {1, 2, 3}}, {"temperature", 1}, {c.field, c.value}};
-    absl::StatusOr<OpenAiRequest> parsed = ParseOpenAiRequest(body, false, 16);
-    const absl::Status http =
-        parsed.ok() ? validator.Validate(parsed->generate).status() : parsed.status();
-    GenerateRequest grpc = TokenRequest({1, 2, 3});
-    grpc.mutable_sampling()->set_temperature(1);
-    c.set(*grpc.mutable_sampling());
-    const absl::Status direct = validator.Validate(grpc).status();
-    SCOPED_TRACE(absl::StrCat(c.field, " = ", c.value.dump()));
-    EXPECT_EQ(http.ok(), direct.ok()) << http << " / " << direct;
-    if (http.ok()) continue;
-    EXPECT_TRUE(absl::StrContains(http.message(), c.field)) << http;
-    EXPECT_TRUE(absl::StrContains(direct.message(), c.field)) << direct;
-    if (c.same_message) EXPECT_EQ(http.message(), direct.message());
-  }
-}
-
 }  // namespace
 }  // namespace pagoda::scheduler
 
