@@ -584,7 +584,8 @@ TEST(OneValidationTest, HttpAndGrpcRefuseTheSameValues) {
       {"min_p", 1.5, [](auto& s) { s.set_min_p(1.5f); }, false},
   };
   for (const Case& c : cases) {
-    nlohmann::json body = {{"prompt", {1, 2, 3}}, {"temperature", 1}, {c.field, c.value}};
+    nlohmann::json body = {{"prompt", {1, 2, 3}}, {"temperature", 1}};
+    body[c.field] = c.value;
     absl::StatusOr<OpenAiRequest> parsed = ParseOpenAiRequest(body, false, 16);
     const absl::Status http =
         parsed.ok() ? validator.Validate(parsed->generate).status() : parsed.status();
