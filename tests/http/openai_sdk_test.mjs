@@ -295,7 +295,8 @@ try {
 
   // Errors: OpenAI's shape and status.
   await expectError(client.completions.create({ ...base, max_tokens: -1 }), 400, "max_tokens", "negative max_tokens");
-  await expectError(client.completions.create({ ...base, temperature: 5 }), 400, "temperature", "temperature 5");
+  // vLLM takes any temperature >= 0, over HTTP as over gRPC: a negative one is refused.
+  await expectError(client.completions.create({ ...base, temperature: -1 }), 400, "temperature", "temperature -1");
   await expectError(client.completions.create({ ...base, prompt: "" }), 400, "prompt", "empty prompt");
   await expectError(client.completions.create({ ...base, prompt: [999999] }), 400, "prompt", "token id outside vocab");
   await expectError(client.completions.create({ ...base, model: "other" }), 404, "other", "unknown model");
