@@ -7,13 +7,15 @@
 #include "scheduler/engine/group_counts.h"
 
 namespace pagoda::scheduler {
-using group_counts::LongestWaiting;
 using group_counts::NumNewTokens;
 using group_counts::NumSeqs;
-using group_counts::SeatsOnceRunning;
 
 Scheduler::Scheduler(const SchedulerConfig& config)
     : config_(config),
+      order_(config.policy),
+      prefill_(config.enable_chunked_prefill, config.max_model_len, config.max_num_batched_tokens,
+               config.max_num_partial_prefills, config.max_long_partial_prefills,
+               config.long_prefill_token_threshold),
       block_manager_(config.block_size, config.num_gpu_blocks, config.num_cpu_blocks,
                      config.watermark, config.enable_prefix_caching) {}
 
@@ -23,26 +25,28 @@ void Scheduler::AddSequenceGroup(std::unique_ptr<SequenceGroup> group) {
 
 SchedulerOutput Scheduler::Schedule() {
   SchedulerOutput output;
-  if (config_.policy == SchedulingPolicy::kPriority) {
-    SortByRank(waiting_);
-    PreemptForPriority(output);
+  RankQueues(output);
+  if (!ScheduleExclusivePrompts(output)) {
+    std::vector<SequenceGroup*> partial;
+    ScheduleRunning(output, partial);
+    SchedulePromptChunks(output, partial);
   }
-  if (config_.enable_chunked_prefill) {
-    ScheduleChunked(output);
-  } else {
-    // A swapped-out group has priority over new prompts (vLLM v0).
-    if (swapped_.empty()) SchedulePrefills(output);
-    if (output.num_prefill_groups == 0) {
-      ScheduleDecodes(output);
-      if (output.num_preempted == 0) ScheduleSwapIns(output);
-    }
-  }
-  SortByRank(running_);
-  SortByRank(swapped_);
+  FinishStep(output);
+  return output;
+}
+
+void Scheduler::ScheduleRunning(SchedulerOutput& output, std::vector<SequenceGroup*>& partial) {
+  ScheduleDecodes(output, partial);
+  // Swapped groups come back only in a step that preempted nobody (vLLM v0).
+  if (output.num_preempted == 0) ScheduleSwapIns(output, partial);
+}
+
+void Scheduler::FinishStep(SchedulerOutput& output) {
+  order_.Sort(running_);
+  order_.Sort(swapped_);
   for (const ScheduledSequence& entry : output.scheduled) {
     output.num_batched_tokens += entry.num_tokens;
   }
-  return output;
 }
 
 int Scheduler::NumRunningSeqs() const {
@@ -51,76 +55,16 @@ int Scheduler::NumRunningSeqs() const {
   return num_seqs;
 }
 
-void Scheduler::SchedulePrefills(SchedulerOutput& output) {
-  const int prompt_limit = std::min(config_.max_model_len, config_.max_num_batched_tokens);
-  int num_seqs = NumRunningSeqs();
-  int num_tokens = 0;
-  while (!waiting_.empty()) {
-    SequenceGroup& group = *waiting_.front();
-    const int new_tokens = NumNewTokens(group, SequenceStatus::kWaiting);
-    const int new_seqs = SeatsOnceRunning(group);
-    // What no step could ever hold is ignored rather than left to wedge the
-    // queue. This also catches a recomputed group that grew past the budget.
-    bool ignore = LongestWaiting(group) > prompt_limit ||
-                  new_tokens > config_.max_num_batched_tokens;
-    const AllocStatus fits = ignore ? AllocStatus::kNever : CheckAdmissible(group);
-    if (fits == AllocStatus::kLater) break;
-    if (fits == AllocStatus::kNever) {
-      IgnoreWaitingFront(output);
-      continue;
-    }
-    if (num_tokens + new_tokens > config_.max_num_batched_tokens ||
-        num_seqs + new_seqs > config_.max_num_seqs) {
-      break;
-    }
-    std::unique_ptr<SequenceGroup> admitted = AllocateWaitingFront();
-    for (Sequence* seq : admitted->SeqsWithStatus(SequenceStatus::kRunning)) {
-      output.scheduled.push_back(ScheduledSequence{admitted.get(), seq, seq->num_computed_tokens(),
-                                                   seq->length() - seq->num_computed_tokens(),
-                                                   /*do_sample=*/true});
-    }
-    num_tokens += new_tokens;
-    num_seqs += new_seqs;
-    ++output.num_prefill_groups;
-    running_.push_back(std::move(admitted));
+int Scheduler::BudgetUsed(const SchedulerOutput& output) {
+  int used = 0;
+  for (const ScheduledSequence& entry : output.scheduled) {
+    used += entry.num_tokens + entry.num_lookahead_slots;
   }
+  return used;
 }
 
-std::unique_ptr<SequenceGroup> Scheduler::AllocateWaitingFront() {
-  std::unique_ptr<SequenceGroup> admitted = std::move(waiting_.front());
-  waiting_.pop_front();
-  const absl::Status allocated = block_manager_.Allocate(*admitted);
-  CHECK(allocated.ok()) << allocated;  // CanAllocate said kOk.
-  for (Sequence* seq : admitted->SeqsWithStatus(SequenceStatus::kWaiting)) {
-    // Prefix-cache hits need no computing; the last token always does.
-    seq->set_num_computed_tokens(
-        std::max(seq->num_computed_tokens(),
-                 block_manager_.FindBlockTable(seq->seq_id())->num_cached_tokens));
-    seq->set_status(SequenceStatus::kRunning);
-  }
-  return admitted;
-}
-
-AllocStatus Scheduler::CheckAdmissible(const SequenceGroup& group) const {
-  if (SeatsOnceRunning(group) > config_.max_num_seqs ||
-      NumSeqs(group, SequenceStatus::kWaiting) == 0) {
-    return AllocStatus::kNever;
-  }
-  return block_manager_.CanAllocate(group);
-}
-
-void Scheduler::IgnoreWaitingFront(SchedulerOutput& output) {
-  SequenceGroup& group = *waiting_.front();
-  LOG(WARNING) << "request " << group.request_id() << " ignored: "
-               << NumNewTokens(group, SequenceStatus::kWaiting)
-               << " tokens do not fit the budget or the KV cache";
-  FinishGroup(group, SequenceStatus::kFinishedIgnored);
-  output.ignored.push_back(std::move(waiting_.front()));
-  waiting_.pop_front();
-}
-
-void Scheduler::ScheduleDecodes(SchedulerOutput& output, std::vector<SequenceGroup*>* partial) {
-  std::deque<std::unique_ptr<SequenceGroup>> queue = std::move(running_);
+void Scheduler::ScheduleDecodes(SchedulerOutput& output, std::vector<SequenceGroup*>& partial) {
+  Queue queue = std::move(running_);
   running_.clear();
   GroupList recomputed;
   GroupList swapped_out;
@@ -140,9 +84,8 @@ void Scheduler::ScheduleDecodes(SchedulerOutput& output, std::vector<SequenceGro
       Preempt(TakeVictim(queue), output, recomputed, swapped_out);
     }
     if (group == nullptr) continue;
-    if (partial != nullptr && NumNewTokens(*group, SequenceStatus::kRunning) >
-                                  NumSeqs(*group, SequenceStatus::kRunning)) {
-      partial->push_back(group.get());  // Its blocks cover its whole prompt.
+    if (NumNewTokens(*group, SequenceStatus::kRunning) > NumSeqs(*group, SequenceStatus::kRunning)) {
+      partial.push_back(group.get());  // Its blocks cover its whole prompt.
     } else {
       AppendSlotsAndSchedule(*group, output);
     }
@@ -154,18 +97,16 @@ void Scheduler::ScheduleDecodes(SchedulerOutput& output, std::vector<SequenceGro
 
 void Scheduler::RequeueRecomputed(GroupList& recomputed) {
   // Back to the front of the waiting queue, best-ranked first.
-  std::stable_sort(recomputed.begin(), recomputed.end(),
-                   [this](const auto& a, const auto& b) { return Outranks(*a, *b); });
+  order_.Sort(recomputed);
   for (auto it = recomputed.rbegin(); it != recomputed.rend(); ++it) {
     waiting_.push_front(std::move(*it));
   }
   recomputed.clear();
 }
 
-void Scheduler::ScheduleSwapIns(SchedulerOutput& output, std::vector<SequenceGroup*>* partial) {
+void Scheduler::ScheduleSwapIns(SchedulerOutput& output, std::vector<SequenceGroup*>& partial) {
   int num_seqs = NumRunningSeqs();
-  int num_tokens = 0;
-  for (const ScheduledSequence& entry : output.scheduled) num_tokens += entry.num_tokens;
+  int num_tokens = BudgetUsed(output);
   while (!swapped_.empty()) {
     SequenceGroup& group = *swapped_.front();
     const AllocStatus fits = block_manager_.CanSwapIn(group);
@@ -180,7 +121,7 @@ void Scheduler::ScheduleSwapIns(SchedulerOutput& output, std::vector<SequenceGro
     }
     // Each swapped sequence decodes one token once back. With chunking the
     // budget bounds prompt chunks only, as it does not hold decodes back.
-    if ((partial == nullptr && num_tokens + new_seqs > config_.max_num_batched_tokens) ||
+    if ((!prefill_.chunked() && num_tokens + new_seqs > config_.max_num_batched_tokens) ||
         num_seqs + new_seqs > config_.max_num_seqs) {
       break;
     }
@@ -192,8 +133,8 @@ void Scheduler::ScheduleSwapIns(SchedulerOutput& output, std::vector<SequenceGro
     for (Sequence* seq : back->SeqsWithStatus(SequenceStatus::kSwapped)) {
       seq->set_status(SequenceStatus::kRunning);
     }
-    if (partial != nullptr && NumNewTokens(*back, SequenceStatus::kRunning) > new_seqs) {
-      partial->push_back(back.get());  // Swapped out part-way through its prompt.
+    if (NumNewTokens(*back, SequenceStatus::kRunning) > new_seqs) {
+      partial.push_back(back.get());  // Swapped out part-way through its prompt.
     } else {
       AppendSlotsAndSchedule(*back, output);
     }
@@ -207,8 +148,7 @@ bool Scheduler::Spared(const SequenceGroup& group) const {
   return config_.avoid_thrashing && group.RecentlyPreempted(config_.block_size);
 }
 
-std::unique_ptr<SequenceGroup> Scheduler::TakeVictim(
-    std::deque<std::unique_ptr<SequenceGroup>>& queue) {
+std::unique_ptr<SequenceGroup> Scheduler::TakeVictim(Queue& queue) {
   // vLLM always takes the latest arrival, so the same group can be preempted
   // and resumed step after step without producing a token (thrashing).
   auto victim = queue.end() - 1;
@@ -259,7 +199,7 @@ void Scheduler::AppendSlotsAndSchedule(SequenceGroup& group, SchedulerOutput& ou
     if (copy->has_value()) output.blocks_to_copy.push_back(**copy);
     output.scheduled.push_back(ScheduledSequence{&group, seq, seq->num_computed_tokens(),
                                                  seq->length() - seq->num_computed_tokens(),
-                                                 /*do_sample=*/true});
+                                                 /*do_sample=*/true, seq->num_lookahead_slots()});
   }
 }
 
@@ -272,7 +212,7 @@ void Scheduler::FinishGroup(SequenceGroup& group, SequenceStatus status) {
 
 std::vector<std::unique_ptr<SequenceGroup>> Scheduler::FreeFinished() {
   GroupList finished;
-  std::deque<std::unique_ptr<SequenceGroup>> still_running;
+  Queue still_running;
   for (auto& group : running_) {
     for (auto& seq : group->seqs()) {
       if (IsFinished(seq->status())) block_manager_.Free(seq->seq_id());

@@ -180,9 +180,13 @@ bool BlockManager::CanAppendSlots(const KvSequenceGroup& group) const {
     auto it = tables_.find(seq->seq_id());
     if (it == tables_.end() || !it->second.on_gpu) continue;  // AppendSlots will refuse.
     const std::vector<int>& blocks = it->second.blocks;
-    // A new token needs a block when it starts one or lands in a shared one.
-    if (static_cast<int>(blocks.size()) < BlocksForTokens(seq->length()) || blocks.empty() ||
-        gpu_.ref_count(blocks.back()) > 1) {
+    const int new_token_block = (seq->length() - 1) / block_size_;
+    // New blocks for the token and its lookahead slots, and one more when
+    // the token lands in a shared block (copy on write).
+    may_need += std::max(0, BlocksForTokens(seq->length() + seq->num_lookahead_slots()) -
+                                static_cast<int>(blocks.size()));
+    if (new_token_block < static_cast<int>(blocks.size()) &&
+        gpu_.ref_count(blocks[new_token_block]) > 1) {
       ++may_need;
     }
   }
@@ -196,22 +200,22 @@ absl::StatusOr<std::optional<BlockMove>> BlockManager::AppendSlots(const KvSeque
         absl::StrCat("sequence ", seq.seq_id(), " has no GPU blocks"));
   }
   std::vector<int>& blocks = it->second.blocks;
-  const int needed = BlocksForTokens(seq.length());
-  const int missing = needed - static_cast<int>(blocks.size());
-  if (missing > 0) {
-    // The new token starts a fresh block: nothing shared is written.
-    if (missing > gpu_.num_free()) return absl::ResourceExhaustedError("no free KV block");
-    for (int b = 0; b < missing; ++b) blocks.push_back(*gpu_.Allocate());
-    return std::nullopt;
+  const int missing = BlocksForTokens(seq.length() + seq.num_lookahead_slots()) -
+                      static_cast<int>(blocks.size());
+  const int new_token_block = (seq.length() - 1) / block_size_;
+  const bool copy_on_write = new_token_block < static_cast<int>(blocks.size()) &&
+                             gpu_.ref_count(blocks[new_token_block]) > 1;
+  if (std::max(0, missing) + (copy_on_write ? 1 : 0) > gpu_.num_free()) {
+    return absl::ResourceExhaustedError("no free KV block");
   }
-  const int last = blocks.back();
-  if (gpu_.ref_count(last) == 1) return std::nullopt;
+  for (int b = 0; b < missing; ++b) blocks.push_back(*gpu_.Allocate());
+  if (!copy_on_write) return std::nullopt;
   // The token lands in a block other sequences still read: copy on write.
-  absl::StatusOr<int> copy = gpu_.Allocate();
-  if (!copy.ok()) return copy.status();
-  gpu_.Release(last);
-  blocks.back() = *copy;
-  return BlockMove{last, *copy};
+  const int shared = blocks[new_token_block];
+  const int copy = *gpu_.Allocate();
+  gpu_.Release(shared);
+  blocks[new_token_block] = copy;
+  return BlockMove{shared, copy};
 }
 
 absl::Status BlockManager::Fork(const KvSequence& parent, const KvSequence& child) {
