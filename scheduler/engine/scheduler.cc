@@ -4,7 +4,6 @@
 #include <utility>
 
 #include "glog/logging.h"
-#include "scheduler/engine/group_counts.h"
 
 namespace pagoda::scheduler {
 using group_counts::NumNewTokens;
@@ -84,12 +83,7 @@ void Scheduler::ScheduleDecodes(SchedulerOutput& output, std::vector<SequenceGro
       Preempt(TakeVictim(queue), output, recomputed, swapped_out);
     }
     if (group == nullptr) continue;
-    if (NumNewTokens(*group, SequenceStatus::kRunning) > NumSeqs(*group, SequenceStatus::kRunning)) {
-      partial.push_back(group.get());  // Its blocks cover its whole prompt.
-    } else {
-      AppendSlotsAndSchedule(*group, output);
-    }
-    running_.push_back(std::move(group));
+    ScheduleDecodeOrListPartial(std::move(group), output, partial);
   }
   RequeueRecomputed(recomputed);
   for (auto& group : swapped_out) swapped_.push_back(std::move(group));
@@ -133,15 +127,21 @@ void Scheduler::ScheduleSwapIns(SchedulerOutput& output, std::vector<SequenceGro
     for (Sequence* seq : back->SeqsWithStatus(SequenceStatus::kSwapped)) {
       seq->set_status(SequenceStatus::kRunning);
     }
-    if (NumNewTokens(*back, SequenceStatus::kRunning) > new_seqs) {
-      partial.push_back(back.get());  // Swapped out part-way through its prompt.
-    } else {
-      AppendSlotsAndSchedule(*back, output);
-    }
+    ScheduleDecodeOrListPartial(std::move(back), output, partial);
     num_tokens += new_seqs;
     num_seqs += new_seqs;
-    running_.push_back(std::move(back));
   }
+}
+
+void Scheduler::ScheduleDecodeOrListPartial(std::unique_ptr<SequenceGroup> group,
+                                            SchedulerOutput& output,
+                                            std::vector<SequenceGroup*>& partial) {
+  if (NumNewTokens(*group, SequenceStatus::kRunning) > NumSeqs(*group, SequenceStatus::kRunning)) {
+    partial.push_back(group.get());  // Part-way through its prompt; its blocks cover it all.
+  } else {
+    AppendSlotsAndSchedule(*group, output);
+  }
+  running_.push_back(std::move(group));
 }
 
 bool Scheduler::Spared(const SequenceGroup& group) const {
@@ -282,15 +282,43 @@ std::unique_ptr<SequenceGroup> Scheduler::AbortRequest(const std::string& reques
 }
 
 std::vector<std::unique_ptr<SequenceGroup>> Scheduler::AbortAll() {
-  GroupList aborted;
-  for (auto* queue : {&waiting_, &running_, &swapped_}) {
-    for (auto& group : *queue) {
-      FinishGroup(*group, SequenceStatus::kFinishedAborted);
-      aborted.push_back(std::move(group));
-    }
-    queue->clear();
-  }
+  GroupList aborted = DrainQueues();
+  for (auto& group : aborted) FinishGroup(*group, SequenceStatus::kFinishedAborted);
   return aborted;
 }
+
+Scheduler::GroupList Scheduler::DrainQueues() {
+  GroupList groups;
+  for (auto* queue : {&waiting_, &running_, &swapped_}) {
+    for (auto& group : *queue) groups.push_back(std::move(group));
+    queue->clear();
+  }
+  return groups;
+}
+
+int Scheduler::RequeueAllForRecompute() {
+  // The scheduler's part of worker recovery (see engine_recovery.cc for why
+  // recomputation reproduces the same tokens).
+  GroupList groups = DrainQueues();
+  for (const auto& group : groups) {
+    for (const auto& seq : group->seqs()) {
+      if (IsFinished(seq->status())) continue;
+      // The workers' blocks (device and swap) are gone with them.
+      block_manager_.Free(seq->seq_id());
+      seq->set_num_computed_tokens(0);
+      seq->set_status(SequenceStatus::kWaiting);
+    }
+  }
+  // Cached prefix blocks name K/V bytes the dead workers held: forget them,
+  // or a resumed request would "hit" blocks that hold nothing.
+  block_manager_.ResetPrefixCache();
+  // First come, first served still: the oldest request is prefilled first.
+  std::stable_sort(groups.begin(), groups.end(), [](const auto& a, const auto& b) {
+    return a->arrival_time() < b->arrival_time();
+  });
+  for (auto& group : groups) waiting_.push_back(std::move(group));
+  return static_cast<int>(waiting_.size());
+}
+
 
 }  // namespace pagoda::scheduler

@@ -95,7 +95,6 @@ class Scheduler {
   // After the workers were restarted with empty caches: frees every block and
   // moves every unfinished group to waiting (arrival order) to be prefilled
   // again over prompt + generated tokens. Returns the groups requeued.
-  // Defined in scheduler_recovery.cc.
   int RequeueAllForRecompute();
 
   SchedulerOutput Schedule();
@@ -203,6 +202,10 @@ class Scheduler {
   // Preemption and the block manager (scheduler.cc).
   void ScheduleDecodes(SchedulerOutput& output, std::vector<SequenceGroup*>& partial);
   void ScheduleSwapIns(SchedulerOutput& output, std::vector<SequenceGroup*>& partial);
+  // Puts a running (or swapped-in) group back in running: it decodes, or,
+  // part-way through its prompt, is listed in `partial` for its next chunk.
+  void ScheduleDecodeOrListPartial(std::unique_ptr<SequenceGroup> group, SchedulerOutput& output,
+                                   std::vector<SequenceGroup*>& partial);
   // Whether anti-thrashing spares `group` as a victim for now.
   bool Spared(const SequenceGroup& group) const;
   // The group to preempt from the back of `queue` (latest arrival first),
@@ -222,6 +225,8 @@ class Scheduler {
   int NumRunningSeqs() const;
   // Tokens and lookahead slots the step has scheduled so far.
   static int BudgetUsed(const SchedulerOutput& output);
+  // Empties the three queues into one list (waiting, running, swapped).
+  GroupList DrainQueues();
   // Puts recompute-preempted groups back at the front of waiting, in rank
   // order.
   void RequeueRecomputed(GroupList& recomputed);

@@ -1,7 +1,8 @@
 #ifndef PAGODA_SCHEDULER_ENGINE_SCHEDULER_POLICIES_H_
 #define PAGODA_SCHEDULER_ENGINE_SCHEDULER_POLICIES_H_
 
-// The scheduler core's named policies: QueueOrder (FCFS or priority: an
+// The scheduler core's named policies, and the group counts they share:
+// QueueOrder (FCFS or priority: an
 // ordering of the queues) and PrefillPolicy (how a prompt is cut into the
 // step's token budget: chunks, or whole as one chunk). Each is a value built
 // once from the SchedulerConfig; the core asks, it holds no state.
@@ -10,8 +11,41 @@
 #include <deque>
 #include <memory>
 
-#include "scheduler/engine/group_counts.h"
 #include "scheduler/engine/sequence.h"
+
+// Token and seat counts of a group, which the core and the policies share.
+namespace pagoda::scheduler::group_counts {
+
+// Tokens a group's sequences in `status` still have to compute.
+inline int NumNewTokens(const SequenceGroup& group, SequenceStatus status) {
+  int tokens = 0;
+  for (const Sequence* seq : group.SeqsWithStatus(status)) {
+    tokens += seq->length() - seq->num_computed_tokens();
+  }
+  return tokens;
+}
+
+inline int NumSeqs(const SequenceGroup& group, SequenceStatus status) {
+  return static_cast<int>(group.SeqsWithStatus(status).size());
+}
+
+// Batch seats the group's waiting sequences take once running: a group that
+// forks into best_of samples or beams after its prompt books them all.
+inline int SeatsOnceRunning(const SequenceGroup& group) {
+  return std::max(NumSeqs(group, SequenceStatus::kWaiting),
+                  group.seqs().size() == 1 ? group.sampling().best_of : 1);
+}
+
+// The longest of the group's waiting sequences.
+inline int LongestWaiting(const SequenceGroup& group) {
+  int longest = 0;
+  for (const Sequence* seq : group.SeqsWithStatus(SequenceStatus::kWaiting)) {
+    longest = std::max(longest, seq->length());
+  }
+  return longest;
+}
+
+}  // namespace pagoda::scheduler::group_counts
 
 namespace pagoda::scheduler {
 

@@ -20,7 +20,6 @@
 #include <vector>
 
 #include "glog/logging.h"
-#include "scheduler/engine/group_counts.h"
 #include "scheduler/engine/scheduler.h"
 
 namespace pagoda::scheduler {

@@ -10,7 +10,6 @@
 #include <memory>
 #include <utility>
 
-#include "scheduler/engine/group_counts.h"
 #include "scheduler/engine/scheduler.h"
 
 namespace pagoda::scheduler {
