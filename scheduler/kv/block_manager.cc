@@ -63,24 +63,26 @@ AllocStatus BlockManager::CheckFits(int needed) const {
 }
 
 AllocStatus BlockManager::CanAllocate(const KvSequenceGroup& group) const {
-  const std::vector<const KvSequence*> seqs = group.WaitingSequences();
+  return CheckFits(BlocksForPrompts(group.WaitingSequences()));
+}
+
+int BlockManager::BlocksForPrompts(const std::vector<const KvSequence*>& seqs) const {
   int needed = 0;
   for (int i = 0; i < static_cast<int>(seqs.size()); ++i) {
     if (FindTwin(seqs, i) < 0) needed += BlocksForTokens(seqs[i]->length());
   }
-  return CheckFits(needed);
+  return needed;
 }
 
 absl::Status BlockManager::Allocate(const KvSequenceGroup& group) {
   const std::vector<const KvSequence*> seqs = group.WaitingSequences();
-  int needed = 0;
-  for (int i = 0; i < static_cast<int>(seqs.size()); ++i) {
-    if (tables_.contains(seqs[i]->seq_id())) {
+  for (const KvSequence* seq : seqs) {
+    if (tables_.contains(seq->seq_id())) {
       return absl::FailedPreconditionError(
-          absl::StrCat("sequence ", seqs[i]->seq_id(), " already has blocks"));
+          absl::StrCat("sequence ", seq->seq_id(), " already has blocks"));
     }
-    if (FindTwin(seqs, i) < 0) needed += BlocksForTokens(seqs[i]->length());
   }
+  const int needed = BlocksForPrompts(seqs);
   if (needed > gpu_.num_free()) {
     return absl::ResourceExhaustedError(
         absl::StrCat("prompt needs ", needed, " blocks, ", gpu_.num_free(), " free"));
@@ -174,21 +176,21 @@ KvEventBatch BlockManager::CachedBlocksAsEvents() const {
   return batch;
 }
 
+BlockManager::Growth BlockManager::GrowthOf(const KvSequence& seq,
+                                            const std::vector<int>& blocks) const {
+  const int held = static_cast<int>(blocks.size());
+  const int new_token_block = (seq.length() - 1) / block_size_;
+  return Growth{std::max(0, BlocksForTokens(seq.length() + seq.num_lookahead_slots()) - held),
+                new_token_block < held && gpu_.ref_count(blocks[new_token_block]) > 1};
+}
+
 bool BlockManager::CanAppendSlots(const KvSequenceGroup& group) const {
   int may_need = 0;
   for (const KvSequence* seq : group.RunningSequences()) {
     auto it = tables_.find(seq->seq_id());
     if (it == tables_.end() || !it->second.on_gpu) continue;  // AppendSlots will refuse.
-    const std::vector<int>& blocks = it->second.blocks;
-    const int new_token_block = (seq->length() - 1) / block_size_;
-    // New blocks for the token and its lookahead slots, and one more when
-    // the token lands in a shared block (copy on write).
-    may_need += std::max(0, BlocksForTokens(seq->length() + seq->num_lookahead_slots()) -
-                                static_cast<int>(blocks.size()));
-    if (new_token_block < static_cast<int>(blocks.size()) &&
-        gpu_.ref_count(blocks[new_token_block]) > 1) {
-      ++may_need;
-    }
+    const Growth growth = GrowthOf(*seq, it->second.blocks);
+    may_need += growth.new_blocks + (growth.copy_on_write ? 1 : 0);
   }
   return may_need <= gpu_.num_free();
 }
@@ -200,21 +202,18 @@ absl::StatusOr<std::optional<BlockMove>> BlockManager::AppendSlots(const KvSeque
         absl::StrCat("sequence ", seq.seq_id(), " has no GPU blocks"));
   }
   std::vector<int>& blocks = it->second.blocks;
-  const int missing = BlocksForTokens(seq.length() + seq.num_lookahead_slots()) -
-                      static_cast<int>(blocks.size());
-  const int new_token_block = (seq.length() - 1) / block_size_;
-  const bool copy_on_write = new_token_block < static_cast<int>(blocks.size()) &&
-                             gpu_.ref_count(blocks[new_token_block]) > 1;
-  if (std::max(0, missing) + (copy_on_write ? 1 : 0) > gpu_.num_free()) {
+  const Growth growth = GrowthOf(seq, blocks);
+  if (growth.new_blocks + (growth.copy_on_write ? 1 : 0) > gpu_.num_free()) {
     return absl::ResourceExhaustedError("no free KV block");
   }
-  for (int b = 0; b < missing; ++b) blocks.push_back(*gpu_.Allocate());
-  if (!copy_on_write) return std::nullopt;
+  for (int b = 0; b < growth.new_blocks; ++b) blocks.push_back(*gpu_.Allocate());
+  if (!growth.copy_on_write) return std::nullopt;
   // The token lands in a block other sequences still read: copy on write.
-  const int shared = blocks[new_token_block];
+  const int block_index = (seq.length() - 1) / block_size_;
+  const int shared = blocks[block_index];
   const int copy = *gpu_.Allocate();
   gpu_.Release(shared);
-  blocks[new_token_block] = copy;
+  blocks[block_index] = copy;
   return BlockMove{shared, copy};
 }
 

@@ -180,6 +180,16 @@ class BlockManager {
 
  private:
   AllocStatus CheckFits(int needed) const;
+  // Blocks a prompt allocation takes: a sequence with the same tokens as an
+  // earlier one (a twin) shares that one's table.
+  int BlocksForPrompts(const std::vector<const KvSequence*>& seqs) const;
+  // What growing seq (holding `blocks`) to its length and lookahead slots
+  // takes: new blocks, and whether its new token's block is shared.
+  struct Growth {
+    int new_blocks;
+    bool copy_on_write;
+  };
+  Growth GrowthOf(const KvSequence& seq, const std::vector<int>& blocks) const;
   // Fills a fresh table for seq: cached leading blocks (unless not
   // `reuse_cached`), then new ones.
   BlockTable AllocateTable(const KvSequence& seq, bool reuse_cached);
