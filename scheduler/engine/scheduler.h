@@ -1,6 +1,10 @@
 #ifndef PAGODA_SCHEDULER_ENGINE_SCHEDULER_H_
 #define PAGODA_SCHEDULER_ENGINE_SCHEDULER_H_
 
+// The iteration-level scheduler: its config, the plan of one step
+// (SchedulerOutput) and the Scheduler, the engine thread's only way to the
+// queues and the block manager.
+
 #include <cstdint>
 #include <deque>
 #include <memory>

@@ -56,7 +56,8 @@ enum class SchedulingPolicy { kFcfs, kPriority };
 
 class QueueOrder {
  public:
-  explicit QueueOrder(SchedulingPolicy policy) : by_priority_(policy == SchedulingPolicy::kPriority) {}
+  explicit QueueOrder(SchedulingPolicy policy)
+      : by_priority_(policy == SchedulingPolicy::kPriority) {}
   bool by_priority() const { return by_priority_; }
   // Whether a goes before b.
   bool Outranks(const SequenceGroup& a, const SequenceGroup& b) const {

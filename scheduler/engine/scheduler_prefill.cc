@@ -117,8 +117,8 @@ AllocStatus Scheduler::CheckAdmissible(const SequenceGroup& group) const {
 
 void Scheduler::IgnoreWaitingFront(SchedulerOutput& output) {
   SequenceGroup& group = *waiting_.front();
-  LOG(WARNING) << "request " << group.request_id() << " ignored: "
-               << NumNewTokens(group, SequenceStatus::kWaiting)
+  LOG(WARNING) << "request " << group.request_id()
+               << " ignored: " << NumNewTokens(group, SequenceStatus::kWaiting)
                << " tokens do not fit the budget or the KV cache";
   FinishGroup(group, SequenceStatus::kFinishedIgnored);
   output.ignored.push_back(std::move(waiting_.front()));
