@@ -11,7 +11,6 @@
 #include "glog/logging.h"
 
 namespace pagoda::scheduler {
-using group_counts::NumNewTokens;
 using group_counts::NumSeqs;
 
 Scheduler::Scheduler(const SchedulerConfig& config)
@@ -141,7 +140,7 @@ void Scheduler::ScheduleSwapIns(SchedulerOutput& output, std::vector<SequenceGro
 void Scheduler::ScheduleDecodeOrListPartial(std::unique_ptr<SequenceGroup> group,
                                             SchedulerOutput& output,
                                             std::vector<SequenceGroup*>& partial) {
-  if (NumNewTokens(*group, SequenceStatus::kRunning) > NumSeqs(*group, SequenceStatus::kRunning)) {
+  if (group_counts::PartWayThroughPrompt(*group)) {
     partial.push_back(group.get());  // Part-way through its prompt; its blocks cover it all.
   } else {
     AppendSlotsAndSchedule(*group, output);

@@ -36,6 +36,20 @@ inline int SeatsOnceRunning(const SequenceGroup& group) {
                   group.seqs().size() == 1 ? group.sampling().best_of : 1);
 }
 
+// Whether a running group is still part-way through its prompt: its
+// running sequences have more tokens to compute than one each. Counted in
+// one pass without a copy: the scheduler asks it of every group every step.
+inline bool PartWayThroughPrompt(const SequenceGroup& group) {
+  int new_tokens = 0;
+  int running = 0;
+  for (const auto& seq : group.seqs()) {
+    if (seq->status() != SequenceStatus::kRunning) continue;
+    new_tokens += seq->length() - seq->num_computed_tokens();
+    ++running;
+  }
+  return new_tokens > running;
+}
+
 // The longest of the group's waiting sequences.
 inline int LongestWaiting(const SequenceGroup& group) {
   int longest = 0;
