@@ -179,9 +179,16 @@ KvEventBatch BlockManager::CachedBlocksAsEvents() const {
 BlockManager::Growth BlockManager::GrowthOf(const KvSequence& seq,
                                             const std::vector<int>& blocks) const {
   const int held = static_cast<int>(blocks.size());
-  const int new_token_block = (seq.length() - 1) / block_size_;
-  return Growth{std::max(0, BlocksForTokens(seq.length() + seq.num_lookahead_slots()) - held),
-                new_token_block < held && gpu_.ref_count(blocks[new_token_block]) > 1};
+  const int token_slot = seq.length() - 1;
+  Growth growth;
+  growth.new_blocks = std::max(0, BlocksForTokens(seq.length() + seq.num_lookahead_slots()) - held);
+  if (token_slot < held * block_size_) {
+    // Usually the last held block; a division only past lookahead slots.
+    growth.token_block =
+        token_slot >= (held - 1) * block_size_ ? held - 1 : token_slot / block_size_;
+    growth.copy_on_write = gpu_.ref_count(blocks[growth.token_block]) > 1;
+  }
+  return growth;
 }
 
 bool BlockManager::CanAppendSlots(const KvSequenceGroup& group) const {
@@ -209,11 +216,10 @@ absl::StatusOr<std::optional<BlockMove>> BlockManager::AppendSlots(const KvSeque
   for (int b = 0; b < growth.new_blocks; ++b) blocks.push_back(*gpu_.Allocate());
   if (!growth.copy_on_write) return std::nullopt;
   // The token lands in a block other sequences still read: copy on write.
-  const int block_index = (seq.length() - 1) / block_size_;
-  const int shared = blocks[block_index];
+  const int shared = blocks[growth.token_block];
   const int copy = *gpu_.Allocate();
   gpu_.Release(shared);
-  blocks[block_index] = copy;
+  blocks[growth.token_block] = copy;
   return BlockMove{shared, copy};
 }
 

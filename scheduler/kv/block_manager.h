@@ -186,8 +186,9 @@ class BlockManager {
   // What growing seq (holding `blocks`) to its length and lookahead slots
   // takes: new blocks, and whether its new token's block is shared.
   struct Growth {
-    int new_blocks;
-    bool copy_on_write;
+    int new_blocks = 0;
+    bool copy_on_write = false;
+    int token_block = -1;  // Index of the held block the new token lands in.
   };
   Growth GrowthOf(const KvSequence& seq, const std::vector<int>& blocks) const;
   // Fills a fresh table for seq: cached leading blocks (unless not
