@@ -1,7 +1,8 @@
 // The Engine's part of worker recovery: what the engine does when its workers
 // die (restart them, resume by recomputation, or fail for good). The
-// Scheduler's part, requeueing every request, is scheduler_recovery.cc. Kept
-// apart from engine.cc and scheduler.cc, whose step logic it only borrows.
+// Scheduler's part, requeueing every request, is
+// Scheduler::RequeueAllForRecompute (scheduler_between_steps.cc). Kept apart
+// from engine.cc and scheduler.cc, whose step logic it only borrows.
 //
 // Why recomputation is exact: a worker keeps no per-request state beyond one
 // step, and its sampling draws are keyed on (seed, sample_index) with

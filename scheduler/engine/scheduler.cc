@@ -1,19 +1,24 @@
+// The scheduler core: Schedule() as five named calls, the running queue's
+// decodes and the swapped queue's return, preemption (victim choice,
+// recompute or swap) and the block-manager calls they make. Admission and
+// chunks: scheduler_prefill.cc; priority: scheduler_priority.cc.
+
 #include "scheduler/engine/scheduler.h"
 
 #include <algorithm>
 #include <utility>
 
 #include "glog/logging.h"
-#include "scheduler/engine/group_counts.h"
 
 namespace pagoda::scheduler {
-using group_counts::LongestWaiting;
-using group_counts::NumNewTokens;
 using group_counts::NumSeqs;
-using group_counts::SeatsOnceRunning;
 
 Scheduler::Scheduler(const SchedulerConfig& config)
     : config_(config),
+      order_(config.policy),
+      prefill_(config.enable_chunked_prefill, config.max_model_len, config.max_num_batched_tokens,
+               config.max_num_partial_prefills, config.max_long_partial_prefills,
+               config.long_prefill_token_threshold),
       block_manager_(config.block_size, config.num_gpu_blocks, config.num_cpu_blocks,
                      config.watermark, config.enable_prefix_caching) {}
 
@@ -23,26 +28,28 @@ void Scheduler::AddSequenceGroup(std::unique_ptr<SequenceGroup> group) {
 
 SchedulerOutput Scheduler::Schedule() {
   SchedulerOutput output;
-  if (config_.policy == SchedulingPolicy::kPriority) {
-    SortByRank(waiting_);
-    PreemptForPriority(output);
+  RankQueues(output);
+  if (!ScheduleExclusivePrompts(output)) {
+    std::vector<SequenceGroup*> partial;
+    ScheduleRunning(output, partial);
+    SchedulePromptChunks(output, partial);
   }
-  if (config_.enable_chunked_prefill) {
-    ScheduleChunked(output);
-  } else {
-    // A swapped-out group has priority over new prompts (vLLM v0).
-    if (swapped_.empty()) SchedulePrefills(output);
-    if (output.num_prefill_groups == 0) {
-      ScheduleDecodes(output);
-      if (output.num_preempted == 0) ScheduleSwapIns(output);
-    }
-  }
-  SortByRank(running_);
-  SortByRank(swapped_);
+  FinishStep(output);
+  return output;
+}
+
+void Scheduler::ScheduleRunning(SchedulerOutput& output, std::vector<SequenceGroup*>& partial) {
+  ScheduleDecodes(output, partial);
+  // Swapped groups come back only in a step that preempted nobody (vLLM v0).
+  if (output.num_preempted == 0) ScheduleSwapIns(output, partial);
+}
+
+void Scheduler::FinishStep(SchedulerOutput& output) {
+  order_.Sort(running_);
+  order_.Sort(swapped_);
   for (const ScheduledSequence& entry : output.scheduled) {
     output.num_batched_tokens += entry.num_tokens;
   }
-  return output;
 }
 
 int Scheduler::NumRunningSeqs() const {
@@ -51,76 +58,16 @@ int Scheduler::NumRunningSeqs() const {
   return num_seqs;
 }
 
-void Scheduler::SchedulePrefills(SchedulerOutput& output) {
-  const int prompt_limit = std::min(config_.max_model_len, config_.max_num_batched_tokens);
-  int num_seqs = NumRunningSeqs();
-  int num_tokens = 0;
-  while (!waiting_.empty()) {
-    SequenceGroup& group = *waiting_.front();
-    const int new_tokens = NumNewTokens(group, SequenceStatus::kWaiting);
-    const int new_seqs = SeatsOnceRunning(group);
-    // What no step could ever hold is ignored rather than left to wedge the
-    // queue. This also catches a recomputed group that grew past the budget.
-    bool ignore = LongestWaiting(group) > prompt_limit ||
-                  new_tokens > config_.max_num_batched_tokens;
-    const AllocStatus fits = ignore ? AllocStatus::kNever : CheckAdmissible(group);
-    if (fits == AllocStatus::kLater) break;
-    if (fits == AllocStatus::kNever) {
-      IgnoreWaitingFront(output);
-      continue;
-    }
-    if (num_tokens + new_tokens > config_.max_num_batched_tokens ||
-        num_seqs + new_seqs > config_.max_num_seqs) {
-      break;
-    }
-    std::unique_ptr<SequenceGroup> admitted = AllocateWaitingFront();
-    for (Sequence* seq : admitted->SeqsWithStatus(SequenceStatus::kRunning)) {
-      output.scheduled.push_back(ScheduledSequence{admitted.get(), seq, seq->num_computed_tokens(),
-                                                   seq->length() - seq->num_computed_tokens(),
-                                                   /*do_sample=*/true});
-    }
-    num_tokens += new_tokens;
-    num_seqs += new_seqs;
-    ++output.num_prefill_groups;
-    running_.push_back(std::move(admitted));
+int Scheduler::BudgetUsed(const SchedulerOutput& output) {
+  int used = 0;
+  for (const ScheduledSequence& entry : output.scheduled) {
+    used += entry.num_tokens + entry.num_lookahead_slots;
   }
+  return used;
 }
 
-std::unique_ptr<SequenceGroup> Scheduler::AllocateWaitingFront() {
-  std::unique_ptr<SequenceGroup> admitted = std::move(waiting_.front());
-  waiting_.pop_front();
-  const absl::Status allocated = block_manager_.Allocate(*admitted);
-  CHECK(allocated.ok()) << allocated;  // CanAllocate said kOk.
-  for (Sequence* seq : admitted->SeqsWithStatus(SequenceStatus::kWaiting)) {
-    // Prefix-cache hits need no computing; the last token always does.
-    seq->set_num_computed_tokens(
-        std::max(seq->num_computed_tokens(),
-                 block_manager_.FindBlockTable(seq->seq_id())->num_cached_tokens));
-    seq->set_status(SequenceStatus::kRunning);
-  }
-  return admitted;
-}
-
-AllocStatus Scheduler::CheckAdmissible(const SequenceGroup& group) const {
-  if (SeatsOnceRunning(group) > config_.max_num_seqs ||
-      NumSeqs(group, SequenceStatus::kWaiting) == 0) {
-    return AllocStatus::kNever;
-  }
-  return block_manager_.CanAllocate(group);
-}
-
-void Scheduler::IgnoreWaitingFront(SchedulerOutput& output) {
-  SequenceGroup& group = *waiting_.front();
-  LOG(WARNING) << "request " << group.request_id() << " ignored: "
-               << NumNewTokens(group, SequenceStatus::kWaiting)
-               << " tokens do not fit the budget or the KV cache";
-  FinishGroup(group, SequenceStatus::kFinishedIgnored);
-  output.ignored.push_back(std::move(waiting_.front()));
-  waiting_.pop_front();
-}
-
-void Scheduler::ScheduleDecodes(SchedulerOutput& output, std::vector<SequenceGroup*>* partial) {
-  std::deque<std::unique_ptr<SequenceGroup>> queue = std::move(running_);
+void Scheduler::ScheduleDecodes(SchedulerOutput& output, std::vector<SequenceGroup*>& partial) {
+  Queue queue = std::move(running_);
   running_.clear();
   GroupList recomputed;
   GroupList swapped_out;
@@ -140,13 +87,7 @@ void Scheduler::ScheduleDecodes(SchedulerOutput& output, std::vector<SequenceGro
       Preempt(TakeVictim(queue), output, recomputed, swapped_out);
     }
     if (group == nullptr) continue;
-    if (partial != nullptr && NumNewTokens(*group, SequenceStatus::kRunning) >
-                                  NumSeqs(*group, SequenceStatus::kRunning)) {
-      partial->push_back(group.get());  // Its blocks cover its whole prompt.
-    } else {
-      AppendSlotsAndSchedule(*group, output);
-    }
-    running_.push_back(std::move(group));
+    ScheduleDecodeOrListPartial(std::move(group), output, partial);
   }
   RequeueRecomputed(recomputed);
   for (auto& group : swapped_out) swapped_.push_back(std::move(group));
@@ -154,18 +95,16 @@ void Scheduler::ScheduleDecodes(SchedulerOutput& output, std::vector<SequenceGro
 
 void Scheduler::RequeueRecomputed(GroupList& recomputed) {
   // Back to the front of the waiting queue, best-ranked first.
-  std::stable_sort(recomputed.begin(), recomputed.end(),
-                   [this](const auto& a, const auto& b) { return Outranks(*a, *b); });
+  order_.Sort(recomputed);
   for (auto it = recomputed.rbegin(); it != recomputed.rend(); ++it) {
     waiting_.push_front(std::move(*it));
   }
   recomputed.clear();
 }
 
-void Scheduler::ScheduleSwapIns(SchedulerOutput& output, std::vector<SequenceGroup*>* partial) {
+void Scheduler::ScheduleSwapIns(SchedulerOutput& output, std::vector<SequenceGroup*>& partial) {
   int num_seqs = NumRunningSeqs();
-  int num_tokens = 0;
-  for (const ScheduledSequence& entry : output.scheduled) num_tokens += entry.num_tokens;
+  int num_tokens = BudgetUsed(output);
   while (!swapped_.empty()) {
     SequenceGroup& group = *swapped_.front();
     const AllocStatus fits = block_manager_.CanSwapIn(group);
@@ -180,7 +119,7 @@ void Scheduler::ScheduleSwapIns(SchedulerOutput& output, std::vector<SequenceGro
     }
     // Each swapped sequence decodes one token once back. With chunking the
     // budget bounds prompt chunks only, as it does not hold decodes back.
-    if ((partial == nullptr && num_tokens + new_seqs > config_.max_num_batched_tokens) ||
+    if ((!prefill_.chunked() && num_tokens + new_seqs > config_.max_num_batched_tokens) ||
         num_seqs + new_seqs > config_.max_num_seqs) {
       break;
     }
@@ -192,23 +131,28 @@ void Scheduler::ScheduleSwapIns(SchedulerOutput& output, std::vector<SequenceGro
     for (Sequence* seq : back->SeqsWithStatus(SequenceStatus::kSwapped)) {
       seq->set_status(SequenceStatus::kRunning);
     }
-    if (partial != nullptr && NumNewTokens(*back, SequenceStatus::kRunning) > new_seqs) {
-      partial->push_back(back.get());  // Swapped out part-way through its prompt.
-    } else {
-      AppendSlotsAndSchedule(*back, output);
-    }
+    ScheduleDecodeOrListPartial(std::move(back), output, partial);
     num_tokens += new_seqs;
     num_seqs += new_seqs;
-    running_.push_back(std::move(back));
   }
+}
+
+void Scheduler::ScheduleDecodeOrListPartial(std::unique_ptr<SequenceGroup> group,
+                                            SchedulerOutput& output,
+                                            std::vector<SequenceGroup*>& partial) {
+  if (group_counts::PartWayThroughPrompt(*group)) {
+    partial.push_back(group.get());  // Part-way through its prompt; its blocks cover it all.
+  } else {
+    AppendSlotsAndSchedule(*group, output);
+  }
+  running_.push_back(std::move(group));
 }
 
 bool Scheduler::Spared(const SequenceGroup& group) const {
   return config_.avoid_thrashing && group.RecentlyPreempted(config_.block_size);
 }
 
-std::unique_ptr<SequenceGroup> Scheduler::TakeVictim(
-    std::deque<std::unique_ptr<SequenceGroup>>& queue) {
+std::unique_ptr<SequenceGroup> Scheduler::TakeVictim(Queue& queue) {
   // vLLM always takes the latest arrival, so the same group can be preempted
   // and resumed step after step without producing a token (thrashing).
   auto victim = queue.end() - 1;
@@ -259,7 +203,7 @@ void Scheduler::AppendSlotsAndSchedule(SequenceGroup& group, SchedulerOutput& ou
     if (copy->has_value()) output.blocks_to_copy.push_back(**copy);
     output.scheduled.push_back(ScheduledSequence{&group, seq, seq->num_computed_tokens(),
                                                  seq->length() - seq->num_computed_tokens(),
-                                                 /*do_sample=*/true});
+                                                 /*do_sample=*/true, seq->num_lookahead_slots()});
   }
 }
 
@@ -268,89 +212,6 @@ void Scheduler::FinishGroup(SequenceGroup& group, SequenceStatus status) {
     if (!IsFinished(seq->status())) seq->set_status(status);
     block_manager_.Free(seq->seq_id());
   }
-}
-
-std::vector<std::unique_ptr<SequenceGroup>> Scheduler::FreeFinished() {
-  GroupList finished;
-  std::deque<std::unique_ptr<SequenceGroup>> still_running;
-  for (auto& group : running_) {
-    for (auto& seq : group->seqs()) {
-      if (IsFinished(seq->status())) block_manager_.Free(seq->seq_id());
-    }
-    if (group->IsFinished()) {
-      finished.push_back(std::move(group));
-    } else {
-      still_running.push_back(std::move(group));
-    }
-  }
-  running_ = std::move(still_running);
-  return finished;
-}
-
-Scheduler::KvSlotUsage Scheduler::ComputeKvSlotUsage() const {
-  const int block_size = config_.block_size;
-  // Tokens in each physical block (-1: no running sequence holds it): the
-  // most any sequence sharing it has there. Indexed by block id, not hashed:
-  // a full batch holds tens of thousands of blocks.
-  std::vector<int> tokens_in_block(block_manager_.num_total_gpu_blocks(), -1);
-  for (const auto& group : running_) {
-    for (const Sequence* seq : group->SeqsWithStatus(SequenceStatus::kRunning)) {
-      const std::vector<int>& table = block_manager_.GetBlockTable(seq->seq_id());
-      for (size_t i = 0; i < table.size(); ++i) {
-        const int tokens = std::clamp(seq->num_computed_tokens() - static_cast<int>(i) * block_size,
-                                      0, block_size);
-        int& filled = tokens_in_block.at(table[i]);
-        filled = std::max(filled, tokens);
-      }
-    }
-  }
-  KvSlotUsage usage;
-  for (int tokens : tokens_in_block) {
-    if (tokens < 0) continue;
-    usage.allocated_slots += block_size;
-    usage.filled_slots += tokens;
-  }
-  return usage;
-}
-
-void Scheduler::FreeSequence(Sequence* seq) { block_manager_.Free(seq->seq_id()); }
-
-void Scheduler::CommitComputedBlocks(const SchedulerOutput& output) {
-  for (const ScheduledSequence& entry : output.scheduled) {
-    block_manager_.CommitComputedBlocks(*entry.seq);
-  }
-}
-
-Sequence* Scheduler::ForkSequence(SequenceGroup& group, const Sequence& parent) {
-  Sequence* child = group.AddForkedSequence(parent, NewSeqId());
-  const absl::Status forked = block_manager_.Fork(parent, *child);
-  CHECK(forked.ok()) << forked;  // The parent is running, so it has a table.
-  return child;
-}
-
-std::unique_ptr<SequenceGroup> Scheduler::AbortRequest(const std::string& request_id) {
-  for (auto* queue : {&waiting_, &running_, &swapped_}) {
-    for (auto it = queue->begin(); it != queue->end(); ++it) {
-      if ((*it)->request_id() != request_id) continue;
-      std::unique_ptr<SequenceGroup> group = std::move(*it);
-      queue->erase(it);
-      FinishGroup(*group, SequenceStatus::kFinishedAborted);
-      return group;
-    }
-  }
-  return nullptr;
-}
-
-std::vector<std::unique_ptr<SequenceGroup>> Scheduler::AbortAll() {
-  GroupList aborted;
-  for (auto* queue : {&waiting_, &running_, &swapped_}) {
-    for (auto& group : *queue) {
-      FinishGroup(*group, SequenceStatus::kFinishedAborted);
-      aborted.push_back(std::move(group));
-    }
-    queue->clear();
-  }
-  return aborted;
 }
 
 }  // namespace pagoda::scheduler

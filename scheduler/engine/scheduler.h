@@ -1,23 +1,23 @@
 #ifndef PAGODA_SCHEDULER_ENGINE_SCHEDULER_H_
 #define PAGODA_SCHEDULER_ENGINE_SCHEDULER_H_
 
+// The iteration-level scheduler: its config, the plan of one step
+// (SchedulerOutput) and the Scheduler, the engine thread's only way to the
+// queues and the block manager.
+
 #include <cstdint>
 #include <deque>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "scheduler/engine/scheduler_policies.h"
 #include "scheduler/engine/sequence.h"
 #include "scheduler/kv/block_manager.h"
 
 namespace pagoda::scheduler {
 
 enum class PreemptionMode { kAuto, kRecompute, kSwap };
-
-// Which waiting request goes first and which running one gives way: kFcfs by
-// arrival; kPriority by (priority, arrival), lower priority values first, as
-// vLLM's --scheduling-policy priority.
-enum class SchedulingPolicy { kFcfs, kPriority };
 
 struct SchedulerConfig {
   int block_size = 16;
@@ -35,8 +35,8 @@ struct SchedulerConfig {
   bool avoid_thrashing = true;
   // Chunked prefill (vLLM's --enable-chunked-prefill): running decodes are
   // scheduled first, then prompt chunks fill what is left of
-  // max_num_batched_tokens. Off here (the v0 whole-prompt policy, which the
-  // older unit tests pin down); the server turns it on by default.
+  // max_num_batched_tokens. Off here (whole prompts, vLLM v0's policy, which
+  // the older unit tests pin down); the server turns it on by default.
   bool enable_chunked_prefill = false;
   // With chunking: at most this many prompts are part-way through their
   // prefill at once, and no prompt gets more than long_prefill_token_threshold
@@ -57,6 +57,9 @@ struct ScheduledSequence {
   int start_position;  // == seq->num_computed_tokens() at scheduling time.
   int num_tokens;      // Tokens computed this step (a prompt or a chunk of it, 1 at decode).
   bool do_sample;      // True when the step reaches the end of the sequence.
+  // Draft slots reserved past the decode token (seq->num_lookahead_slots()
+  // at a decode, 0 for a prompt chunk); counted in the token budget.
+  int num_lookahead_slots = 0;
 };
 
 // The plan of one iteration. Pointers stay valid until the next Schedule().
@@ -72,15 +75,17 @@ struct SchedulerOutput {
   std::vector<std::unique_ptr<SequenceGroup>> ignored;
   int num_batched_tokens = 0;
   int num_prefill_groups = 0;  // Groups given a prompt (or a chunk of one).
-  int num_prefill_tokens = 0;  // Tokens of prompt chunks (chunked prefill only).
+  int num_prefill_tokens = 0;  // Tokens of prompts and prompt chunks.
   int num_preempted = 0;
   bool empty() const { return scheduled.empty(); }
 };
 
-// Iteration-level scheduler with the vLLM v0 policy (REFERENCE.md): FCFS or
-// by priority, whole prompts or chunked prefill (scheduler_chunked.cc).
-// Owns the groups it has been given until they finish. Not thread-safe: only
-// the engine thread calls it.
+// Iteration-level scheduler with one token budget (vLLM v1's arithmetic, v0's
+// behaviours of REFERENCE.md): the core (scheduler.cc) holds the queues, the
+// budget, preemption and the block-manager calls; QueueOrder (FCFS or
+// priority, scheduler_priority.cc) and PrefillPolicy (chunked or whole
+// prompts, scheduler_prefill.cc) plug in. Owns the groups it has been given
+// until they finish. Not thread-safe: only the engine thread calls it.
 class Scheduler {
  public:
   explicit Scheduler(const SchedulerConfig& config);
@@ -94,7 +99,6 @@ class Scheduler {
   // After the workers were restarted with empty caches: frees every block and
   // moves every unfinished group to waiting (arrival order) to be prefilled
   // again over prompt + generated tokens. Returns the groups requeued.
-  // Defined in scheduler_recovery.cc.
   int RequeueAllForRecompute();
 
   SchedulerOutput Schedule();
@@ -140,103 +144,105 @@ class Scheduler {
 
  private:
   using GroupList = std::vector<std::unique_ptr<SequenceGroup>>;
+  using Queue = std::deque<std::unique_ptr<SequenceGroup>>;
+  // Prompts left part-way after this step, and how many of them are long.
+  struct PartialCounts {
+    int all = 0;
+    int long_ones = 0;
+  };
+  struct ChunkResult {
+    int tokens;  // Prompt tokens scheduled.
+    bool done;   // Nothing of the prompt is left for later steps.
+  };
 
-  // Admits waiting groups FCFS while the budgets and the cache allow.
-  void SchedulePrefills(SchedulerOutput& output);
+  // The step, in order (Schedule reads as these calls).
+  // Under priority: ranks waiting and preempts for its best group.
+  void RankQueues(SchedulerOutput& output);
+  // Prompts that get a step of their own (every admitted prompt with whole
+  // prompts; urgent ones under priority with chunks). Returns whether any.
+  bool ScheduleExclusivePrompts(SchedulerOutput& output);
+  // Running groups decode (preempting when blocks run out), then swapped
+  // groups come back; groups still part-way through their prompt are listed
+  // in `partial` instead of scheduled.
+  void ScheduleRunning(SchedulerOutput& output, std::vector<SequenceGroup*>& partial);
+  // With chunks: what the running step left of the budget goes to the
+  // partial prompts' chunks, then to newly admitted prompts.
+  void SchedulePromptChunks(SchedulerOutput& output, std::vector<SequenceGroup*>& partial);
+  // Sums the step's tokens and keeps the queues in rank order.
+  void FinishStep(SchedulerOutput& output);
+
+  // Admission (scheduler_prefill.cc). Admits waiting groups while seats,
+  // the cache and `token_budget` (decremented) allow, each with its first
+  // chunk. A prompt that would be left part-way is admitted only while
+  // `partial.all` is below the policy's max_partial() and, if long,
+  // `partial.long_ones` below max_long_partial(); a long prompt without a
+  // slot is passed over (it keeps its place) for the prompts behind it.
+  void AdmitPrompts(SchedulerOutput& output, int& token_budget, PartialCounts& partial);
   // Whether `group` (waiting) can be admitted now, later or never, by its
   // seats and the KV cache; the token budget is the caller's.
   AllocStatus CheckAdmissible(const SequenceGroup& group) const;
   // Finishes the front waiting group as ignored (it can never run).
   void IgnoreWaitingFront(SchedulerOutput& output);
   // Pops the front waiting group, gives it blocks and marks its sequences
-  // running, each computed up to its prefix-cache hits.
-  // REQUIRES: CanAllocate said kOk for it.
-  std::unique_ptr<SequenceGroup> AllocateWaitingFront();
-  // Grows every running group by one token, preempting the latest-arrived
-  // running groups when blocks run out. With `partial` (chunked prefill),
-  // groups still part-way through their prompt are kept running but not
-  // scheduled: they are listed there for ScheduleChunked.
-  void ScheduleDecodes(SchedulerOutput& output, std::vector<SequenceGroup*>* partial = nullptr);
-
-  // Chunked prefill (scheduler_chunked.cc): decodes, swap-ins, then in
-  // what is left of the budget the chunks of the partial prefills and of
-  // newly admitted prompts.
-  void ScheduleChunked(SchedulerOutput& output);
-  // Prompts left part-way after this step, and how many of them are long.
-  struct PartialCounts {
-    int all = 0;
-    int long_ones = 0;
-  };
-  // Admits waiting groups while seats, the cache and the budget allow,
-  // giving each a first chunk from `token_budget` (decremented). A prompt
-  // that would be left part-way is admitted only while `partial.all` is
-  // below max_num_partial_prefills and, if it is long, `partial.long_ones`
-  // below max_long_partial_prefills; a long prompt without a slot is passed
-  // over (it keeps its place) for the prompts behind it.
-  void AdmitPrefillChunks(SchedulerOutput& output, int& token_budget, PartialCounts& partial);
-  // Whether `group`'s prompt tokens still to compute (in `status`) make it
-  // a long prefill (above long_prefill_token_threshold, when there is one).
-  bool IsLongPrefill(const SequenceGroup& group, SequenceStatus status) const;
-  struct ChunkResult {
-    int tokens;  // Prompt tokens scheduled.
-    bool done;   // Nothing of the prompt is left for later steps.
-  };
-  // Schedules the next prompt chunk of a running group within `token_cap`
-  // tokens. A group of several sequences (recomputed after forking)
-  // computes everything but each sequence's last token in chunks and then
-  // samples them all in one step, as a decode, so that beams advance
-  // together.
-  ChunkResult ScheduleChunk(SequenceGroup& group, int token_cap, SchedulerOutput& output);
-  // Admits the front waiting group (CheckAdmissible said kOk) with its first
-  // chunk from `token_budget` (decremented), counting it in `output`.
+  // running, each computed up to its prefix-cache hits; schedules its first
+  // chunk from `token_budget` (decremented). REQUIRES: CheckAdmissible kOk.
   ChunkResult AdmitFrontWithChunk(SchedulerOutput& output, int& token_budget);
-  // The most prompt tokens one group may take in a step.
-  int ChunkCap(int token_budget) const;
+  // Schedules the next prompt chunk of a running group within `token_cap`
+  // tokens. With chunks, a group of several sequences (recomputed after
+  // forking) computes everything but each sequence's last token in chunks
+  // and then samples them all in one step, as a decode, so that beams
+  // advance together.
+  ChunkResult ScheduleChunk(SequenceGroup& group, int token_cap, SchedulerOutput& output);
 
-  // Priority policy (scheduler_priority.cc): whether a goes before b.
-  bool Outranks(const SequenceGroup& a, const SequenceGroup& b) const;
-  // Sorts `queue` by rank (arrival under FCFS). Stable.
-  void SortByRank(std::deque<std::unique_ptr<SequenceGroup>>& queue) const;
-  // Under kPriority: while the best waiting group cannot be admitted (blocks
-  // or seats) and the lowest-ranked running group ranks below it, preempts
-  // that running group (recompute) back to waiting. Returns how many.
-  int PreemptForPriority(SchedulerOutput& output);
-  // Under kPriority with chunking: while the best waiting prompts are of a
-  // more urgent priority than every running group and fit whole in the
-  // budget, the step is theirs alone, as a prefill step is without chunking
-  // (the running groups keep their blocks and go on next step). Returns
-  // whether it scheduled any.
+  // Priority (scheduler_priority.cc). While the best waiting group cannot
+  // be admitted (blocks or seats) and the lowest-ranked running group ranks
+  // below it, preempts that running group (recompute) back to waiting.
+  void PreemptForPriority(SchedulerOutput& output);
+  // With chunks: while the best waiting prompts are of a more urgent
+  // priority than every running group and fit whole in the budget, the
+  // step is theirs alone. Returns whether it scheduled any.
   bool ScheduleOutrankingPrompts(SchedulerOutput& output);
-  // Brings swapped groups back while blocks and budgets allow. With
-  // `partial`, as ScheduleDecodes.
-  void ScheduleSwapIns(SchedulerOutput& output, std::vector<SequenceGroup*>* partial = nullptr);
+
+  // Preemption and the block manager (scheduler.cc).
+  void ScheduleDecodes(SchedulerOutput& output, std::vector<SequenceGroup*>& partial);
+  void ScheduleSwapIns(SchedulerOutput& output, std::vector<SequenceGroup*>& partial);
+  // Puts a running (or swapped-in) group back in running: it decodes, or,
+  // part-way through its prompt, is listed in `partial` for its next chunk.
+  void ScheduleDecodeOrListPartial(std::unique_ptr<SequenceGroup> group, SchedulerOutput& output,
+                                   std::vector<SequenceGroup*>& partial);
   // Whether anti-thrashing spares `group` as a victim for now.
   bool Spared(const SequenceGroup& group) const;
   // The group to preempt from the back of `queue` (latest arrival first),
   // passing over spared groups when an unspared one exists.
   // REQUIRES: queue non-empty.
-  std::unique_ptr<SequenceGroup> TakeVictim(std::deque<std::unique_ptr<SequenceGroup>>& queue);
+  std::unique_ptr<SequenceGroup> TakeVictim(Queue& queue);
   // Frees or swaps out `group`; it lands in `recomputed` or `swapped_out`.
   // `allow_swap` false always recomputes.
   void Preempt(std::unique_ptr<SequenceGroup> group, SchedulerOutput& output, GroupList& recomputed,
                GroupList& swapped_out, bool allow_swap = true);
-  // Appends a slot for each running sequence of `group` (collecting
-  // copy-on-write pairs) and schedules its decode.
+  // Appends a slot (and the lookahead slots) for each running sequence of
+  // `group`, collecting copy-on-write pairs, and schedules its decode.
   void AppendSlotsAndSchedule(SequenceGroup& group, SchedulerOutput& output);
   // Marks the group's unfinished sequences `status`, frees their blocks.
   void FinishGroup(SequenceGroup& group, SequenceStatus status);
   // Sequences of the running groups that count against max_num_seqs.
   int NumRunningSeqs() const;
+  // Tokens and lookahead slots the step has scheduled so far.
+  static int BudgetUsed(const SchedulerOutput& output);
+  // Empties the three queues into one list (waiting, running, swapped).
+  GroupList DrainQueues();
   // Puts recompute-preempted groups back at the front of waiting, in rank
   // order.
   void RequeueRecomputed(GroupList& recomputed);
 
   SchedulerConfig config_;
+  QueueOrder order_;
+  PrefillPolicy prefill_;
   BlockManager block_manager_;
   int64_t next_seq_id_ = int64_t{1} << 40;
-  std::deque<std::unique_ptr<SequenceGroup>> waiting_;
-  std::deque<std::unique_ptr<SequenceGroup>> running_;
-  std::deque<std::unique_ptr<SequenceGroup>> swapped_;
+  Queue waiting_;
+  Queue running_;
+  Queue swapped_;
 };
 
 }  // namespace pagoda::scheduler

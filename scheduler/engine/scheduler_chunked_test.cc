@@ -87,6 +87,32 @@ TEST_F(ChunkedSchedulerTest, DecodesFirstThenChunksFillTheRestOfTheBudget) {
   EXPECT_EQ(next.scheduled[2].num_tokens, 8);
 }
 
+// A decode with lookahead slots (speculative decoding's drafts) takes them
+// from the token budget and has blocks for them; zero (the default) changes
+// nothing.
+TEST_F(ChunkedSchedulerTest, LookaheadSlotsAreCountedInTheBudgetAndReservedInTheTable) {
+  for (int lookahead : {0, 4}) {
+    Scheduler scheduler(ChunkedConfig(/*budget=*/10, /*gpu_blocks=*/64));
+    SequenceGroup* decoding = Add(scheduler, 1, 4);
+    Finish(scheduler, scheduler.Schedule());  // Length 5.
+    Sequence& seq = *decoding->seqs()[0];
+    EXPECT_EQ(seq.num_lookahead_slots(), 0);
+    seq.set_num_lookahead_slots(lookahead);
+    SequenceGroup* prompt = Add(scheduler, 2, 30);
+    SchedulerOutput step = scheduler.Schedule();
+    ASSERT_EQ(step.scheduled.size(), 2u) << lookahead;
+    EXPECT_EQ(step.scheduled[0].seq, &seq);
+    EXPECT_EQ(step.scheduled[0].num_tokens, 1);
+    EXPECT_EQ(step.scheduled[0].num_lookahead_slots, lookahead);
+    EXPECT_EQ(scheduler.block_manager().GetBlockTable(seq.seq_id()).size(),
+              static_cast<size_t>((5 + lookahead + 3) / 4));
+    EXPECT_EQ(step.scheduled[1].group, prompt);
+    EXPECT_EQ(step.scheduled[1].num_tokens, 10 - 1 - lookahead);
+    EXPECT_EQ(step.scheduled[1].num_lookahead_slots, 0);
+    EXPECT_EQ(step.num_batched_tokens, 10 - lookahead);
+  }
+}
+
 TEST_F(ChunkedSchedulerTest, PromptLongerThanTheBudgetSamplesOnlyAtItsLastChunk) {
   Scheduler scheduler(ChunkedConfig(/*budget=*/7, /*gpu_blocks=*/64));
   SequenceGroup* group = Add(scheduler, 1, 20);

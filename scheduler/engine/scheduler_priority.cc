@@ -10,34 +10,24 @@
 #include <memory>
 #include <utility>
 
-#include "scheduler/engine/group_counts.h"
 #include "scheduler/engine/scheduler.h"
 
 namespace pagoda::scheduler {
 
-bool Scheduler::Outranks(const SequenceGroup& a, const SequenceGroup& b) const {
-  if (config_.policy == SchedulingPolicy::kPriority && a.priority() != b.priority()) {
-    return a.priority() < b.priority();
-  }
-  return a.arrival_time() < b.arrival_time();
+void Scheduler::RankQueues(SchedulerOutput& output) {
+  if (!order_.by_priority()) return;
+  order_.Sort(waiting_);
+  PreemptForPriority(output);
 }
 
-void Scheduler::SortByRank(std::deque<std::unique_ptr<SequenceGroup>>& queue) const {
-  // Stable, so groups that arrived at the same instant keep the order they
-  // were added in.
-  std::stable_sort(queue.begin(), queue.end(),
-                   [this](const auto& a, const auto& b) { return Outranks(*a, *b); });
-}
-
-int Scheduler::PreemptForPriority(SchedulerOutput& output) {
-  if (waiting_.empty() || running_.empty()) return 0;
-  SortByRank(running_);
+void Scheduler::PreemptForPriority(SchedulerOutput& output) {
+  if (waiting_.empty() || running_.empty()) return;
+  order_.Sort(running_);
   const SequenceGroup& best = *waiting_.front();
   const int new_seqs = group_counts::SeatsOnceRunning(best);
   GroupList recomputed;
   GroupList swapped_out;
-  int preempted = 0;
-  while (!running_.empty() && Outranks(best, *running_.back())) {
+  while (!running_.empty() && order_.Outranks(best, *running_.back())) {
     const AllocStatus fits = CheckAdmissible(best);
     // Nothing to gain for a group that never fits; nothing to do for one
     // that fits now.
@@ -48,11 +38,9 @@ int Scheduler::PreemptForPriority(SchedulerOutput& output) {
     // Recomputed rather than swapped: a swapped group would hold new
     // prompts back (vLLM v0) and so the very request it made way for.
     Preempt(std::move(victim), output, recomputed, swapped_out, /*allow_swap=*/false);
-    ++preempted;
   }
   for (auto& group : recomputed) waiting_.push_back(std::move(group));
-  SortByRank(waiting_);
-  return preempted;
+  order_.Sort(waiting_);
 }
 
 // Why a step of its own: with chunking, the step that computes an urgent
@@ -64,8 +52,7 @@ int Scheduler::PreemptForPriority(SchedulerOutput& output) {
 // The running groups lose one step per such prompt. Equal priorities never
 // trigger it: an earlier arrival of the same priority is served as vLLM does.
 bool Scheduler::ScheduleOutrankingPrompts(SchedulerOutput& output) {
-  if (config_.policy != SchedulingPolicy::kPriority || waiting_.empty() || running_.empty() ||
-      !swapped_.empty()) {
+  if (waiting_.empty() || running_.empty() || !swapped_.empty()) {
     return false;
   }
   int most_urgent_running = INT_MAX;
@@ -82,9 +69,9 @@ bool Scheduler::ScheduleOutrankingPrompts(SchedulerOutput& output) {
     // decodes as any other, and so is a group of several sequences
     // (recomputed after forking), whose last tokens take a step of their own.
     if (group_counts::NumSeqs(group, SequenceStatus::kWaiting) != 1 ||
-        group_counts::NumNewTokens(group, SequenceStatus::kWaiting) > ChunkCap(token_budget) ||
-        num_seqs + new_seqs > config_.max_num_seqs ||
-        group_counts::LongestWaiting(group) > config_.max_model_len ||
+        group_counts::NumNewTokens(group, SequenceStatus::kWaiting) >
+            prefill_.ChunkCap(token_budget) ||
+        num_seqs + new_seqs > config_.max_num_seqs || prefill_.NeverFits(group) ||
         CheckAdmissible(group) != AllocStatus::kOk) {
       break;
     }

@@ -122,6 +122,10 @@ class Sequence final : public KvSequence {
   // Tokens whose K/V are in the cache. Reset to 0 by recompute preemption.
   int num_computed_tokens() const override { return num_computed_tokens_; }
   void set_num_computed_tokens(int n) { num_computed_tokens_ = n; }
+  // Speculative decoding's draft slots per decode step (zero by default):
+  // counted in the token budget and reserved in the block table.
+  int num_lookahead_slots() const override { return num_lookahead_slots_; }
+  void set_num_lookahead_slots(int n) { num_lookahead_slots_ = n; }
 
   SequenceStatus status() const { return status_; }
   void set_status(SequenceStatus status) { status_ = status; }
@@ -157,6 +161,7 @@ class Sequence final : public KvSequence {
   mutable size_t num_counted_output_tokens_ = 0;  // output_[0, this) are in the counts.
   double cumulative_logprob_ = 0.0;
   int num_computed_tokens_ = 0;
+  int num_lookahead_slots_ = 0;
   SequenceStatus status_ = SequenceStatus::kWaiting;
   ConstraintState constraint_state_;
 };

@@ -68,7 +68,7 @@ int64_t MaxStepPlanBytes(const StepPlanLimits& limits) {
   // The step's token ids, and as many prompt logprob targets, spread over
   // the rows: the budget's prompt tokens (a whole prompt of max_model_len
   // without chunked prefill), plus one per decoding row, which the budget
-  // never holds back (scheduler_chunked.cc).
+  // never holds back (scheduler_prefill.cc).
   const int64_t step_tokens =
       std::max<int64_t>(limits.max_num_batched_tokens, limits.max_model_len) + rows;
   const int64_t tokens = 2 * step_tokens * id_bytes;

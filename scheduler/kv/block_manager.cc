@@ -63,24 +63,26 @@ AllocStatus BlockManager::CheckFits(int needed) const {
 }
 
 AllocStatus BlockManager::CanAllocate(const KvSequenceGroup& group) const {
-  const std::vector<const KvSequence*> seqs = group.WaitingSequences();
+  return CheckFits(BlocksForPrompts(group.WaitingSequences()));
+}
+
+int BlockManager::BlocksForPrompts(const std::vector<const KvSequence*>& seqs) const {
   int needed = 0;
   for (int i = 0; i < static_cast<int>(seqs.size()); ++i) {
     if (FindTwin(seqs, i) < 0) needed += BlocksForTokens(seqs[i]->length());
   }
-  return CheckFits(needed);
+  return needed;
 }
 
 absl::Status BlockManager::Allocate(const KvSequenceGroup& group) {
   const std::vector<const KvSequence*> seqs = group.WaitingSequences();
-  int needed = 0;
-  for (int i = 0; i < static_cast<int>(seqs.size()); ++i) {
-    if (tables_.contains(seqs[i]->seq_id())) {
+  for (const KvSequence* seq : seqs) {
+    if (tables_.contains(seq->seq_id())) {
       return absl::FailedPreconditionError(
-          absl::StrCat("sequence ", seqs[i]->seq_id(), " already has blocks"));
+          absl::StrCat("sequence ", seq->seq_id(), " already has blocks"));
     }
-    if (FindTwin(seqs, i) < 0) needed += BlocksForTokens(seqs[i]->length());
   }
+  const int needed = BlocksForPrompts(seqs);
   if (needed > gpu_.num_free()) {
     return absl::ResourceExhaustedError(
         absl::StrCat("prompt needs ", needed, " blocks, ", gpu_.num_free(), " free"));
@@ -174,17 +176,28 @@ KvEventBatch BlockManager::CachedBlocksAsEvents() const {
   return batch;
 }
 
+BlockManager::Growth BlockManager::GrowthOf(const KvSequence& seq,
+                                            const std::vector<int>& blocks) const {
+  const int held = static_cast<int>(blocks.size());
+  const int token_slot = seq.length() - 1;
+  Growth growth;
+  growth.new_blocks = std::max(0, BlocksForTokens(seq.length() + seq.num_lookahead_slots()) - held);
+  if (token_slot < held * block_size_) {
+    // Usually the last held block; a division only past lookahead slots.
+    growth.token_block =
+        token_slot >= (held - 1) * block_size_ ? held - 1 : token_slot / block_size_;
+    growth.copy_on_write = gpu_.ref_count(blocks[growth.token_block]) > 1;
+  }
+  return growth;
+}
+
 bool BlockManager::CanAppendSlots(const KvSequenceGroup& group) const {
   int may_need = 0;
   for (const KvSequence* seq : group.RunningSequences()) {
     auto it = tables_.find(seq->seq_id());
     if (it == tables_.end() || !it->second.on_gpu) continue;  // AppendSlots will refuse.
-    const std::vector<int>& blocks = it->second.blocks;
-    // A new token needs a block when it starts one or lands in a shared one.
-    if (static_cast<int>(blocks.size()) < BlocksForTokens(seq->length()) || blocks.empty() ||
-        gpu_.ref_count(blocks.back()) > 1) {
-      ++may_need;
-    }
+    const Growth growth = GrowthOf(*seq, it->second.blocks);
+    may_need += growth.new_blocks + (growth.copy_on_write ? 1 : 0);
   }
   return may_need <= gpu_.num_free();
 }
@@ -196,22 +209,18 @@ absl::StatusOr<std::optional<BlockMove>> BlockManager::AppendSlots(const KvSeque
         absl::StrCat("sequence ", seq.seq_id(), " has no GPU blocks"));
   }
   std::vector<int>& blocks = it->second.blocks;
-  const int needed = BlocksForTokens(seq.length());
-  const int missing = needed - static_cast<int>(blocks.size());
-  if (missing > 0) {
-    // The new token starts a fresh block: nothing shared is written.
-    if (missing > gpu_.num_free()) return absl::ResourceExhaustedError("no free KV block");
-    for (int b = 0; b < missing; ++b) blocks.push_back(*gpu_.Allocate());
-    return std::nullopt;
+  const Growth growth = GrowthOf(seq, blocks);
+  if (growth.new_blocks + (growth.copy_on_write ? 1 : 0) > gpu_.num_free()) {
+    return absl::ResourceExhaustedError("no free KV block");
   }
-  const int last = blocks.back();
-  if (gpu_.ref_count(last) == 1) return std::nullopt;
+  for (int b = 0; b < growth.new_blocks; ++b) blocks.push_back(*gpu_.Allocate());
+  if (!growth.copy_on_write) return std::nullopt;
   // The token lands in a block other sequences still read: copy on write.
-  absl::StatusOr<int> copy = gpu_.Allocate();
-  if (!copy.ok()) return copy.status();
-  gpu_.Release(last);
-  blocks.back() = *copy;
-  return BlockMove{last, *copy};
+  const int shared = blocks[growth.token_block];
+  const int copy = *gpu_.Allocate();
+  gpu_.Release(shared);
+  blocks[growth.token_block] = copy;
+  return BlockMove{shared, copy};
 }
 
 absl::Status BlockManager::Fork(const KvSequence& parent, const KvSequence& child) {

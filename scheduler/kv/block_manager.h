@@ -98,14 +98,14 @@ class BlockManager {
   // for each scheduled sequence. No-op without prefix caching or table.
   void CommitComputedBlocks(const KvSequence& seq);
 
-  // Whether every kRunning sequence of the group can grow to its length: one
-  // free block for each running sequence whose next token starts a block or
-  // lands in a shared block. (vLLM v0 asks one per running sequence, which
+  // Whether every kRunning sequence of the group can grow to its length plus
+  // its lookahead slots: the blocks that takes, and one more for each
+  // sequence whose new token lands in a shared block. (vLLM v0 asks one per running sequence, which
   // preempts needlessly when the cache is full but no block is needed.)
   // Call it after the step's sampled tokens were appended to the sequences.
   bool CanAppendSlots(const KvSequenceGroup& group) const;
-  // Extends seq's GPU table to cover seq.length() tokens. If the block that
-  // receives the new token is shared, copies it on write and returns the
+  // Extends seq's GPU table to cover seq.length() tokens plus its lookahead
+  // slots. If the block that receives the new token is shared, copies it on write and returns the
   // (src, dst) pair the workers must copy before the forward pass.
   // REQUIRES: seq has a GPU table. RESOURCE_EXHAUSTED if no block is free.
   absl::StatusOr<std::optional<BlockMove>> AppendSlots(const KvSequence& seq);
@@ -180,6 +180,17 @@ class BlockManager {
 
  private:
   AllocStatus CheckFits(int needed) const;
+  // Blocks a prompt allocation takes: a sequence with the same tokens as an
+  // earlier one (a twin) shares that one's table.
+  int BlocksForPrompts(const std::vector<const KvSequence*>& seqs) const;
+  // What growing seq (holding `blocks`) to its length and lookahead slots
+  // takes: new blocks, and whether its new token's block is shared.
+  struct Growth {
+    int new_blocks = 0;
+    bool copy_on_write = false;
+    int token_block = -1;  // Index of the held block the new token lands in.
+  };
+  Growth GrowthOf(const KvSequence& seq, const std::vector<int>& blocks) const;
   // Fills a fresh table for seq: cached leading blocks (unless not
   // `reuse_cached`), then new ones.
   BlockTable AllocateTable(const KvSequence& seq, bool reuse_cached);

@@ -51,6 +51,43 @@ TEST(BlockManagerTest, Scenario1WatermarkDecidesOkLaterNever) {
   EXPECT_EQ(manager.CanAllocate(*MakeGroup(5, 785)), AllocStatus::kLater);
 }
 
+// Speculative decoding's draft slots: the table covers length + lookahead,
+// copy-on-write still applies to the block the new token lands in, and a
+// sequence whose slots do not fit is refused before anything changes.
+TEST(BlockManagerTest, LookaheadSlotsAreReservedWithTheNewToken) {
+  BlockManager manager(/*block_size=*/4, /*num_gpu_blocks=*/4, /*num_cpu_blocks=*/0, 0.0);
+  auto group = MakeGroup(1, 3);
+  AllocateRunning(manager, *group);
+  Sequence& parent = *group->seqs()[0];
+  Sequence* child = group->AddForkedSequence(parent, 2);
+  ASSERT_TRUE(manager.Fork(parent, *child).ok());
+  child->AppendToken({7, 0.0f, {}});  // Length 4: the token lands in shared block 0.
+  child->set_num_lookahead_slots(2);  // Slots 4 and 5: one new block.
+  auto copy = manager.AppendSlots(*child);
+  ASSERT_TRUE(copy.ok());
+  ASSERT_TRUE(copy->has_value());
+  EXPECT_EQ((*copy)->src, 0);
+  const std::vector<int> table = manager.GetBlockTable(2);
+  ASSERT_EQ(table.size(), 2u);
+  EXPECT_EQ(table[0], (*copy)->dst);
+  EXPECT_EQ(manager.GetBlockTable(1), std::vector<int>({0}));
+  EXPECT_EQ(manager.num_free_gpu_blocks(), 1);
+
+  // The parent's next token needs no block, but 6 lookahead slots need two.
+  parent.AppendToken({8, 0.0f, {}});
+  parent.set_num_lookahead_slots(6);
+  child->set_status(SequenceStatus::kFinishedStopped);
+  EXPECT_FALSE(manager.CanAppendSlots(*group));
+  auto refused = manager.AppendSlots(parent);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(manager.GetBlockTable(1), std::vector<int>({0}));
+  parent.set_num_lookahead_slots(4);  // Slots 4..7: one block.
+  EXPECT_TRUE(manager.CanAppendSlots(*group));
+  ASSERT_TRUE(manager.AppendSlots(parent).ok());
+  EXPECT_EQ(manager.GetBlockTable(1).size(), 2u);
+  EXPECT_EQ(manager.num_free_gpu_blocks(), 0);
+}
+
 TEST(BlockManagerTest, Scenario2ForkThenCopyOnWriteOfSharedLastBlock) {
   BlockManager manager(/*block_size=*/4, /*num_gpu_blocks=*/4, /*num_cpu_blocks=*/0, 0.0);
   auto group = MakeGroup(1, 3);

@@ -18,6 +18,9 @@ class KvSequence {
   // Token at position i of prompt + output. REQUIRES: 0 <= i < length().
   virtual int32_t token_at(int i) const = 0;
   virtual int num_computed_tokens() const = 0;
+  // Slots past length() a decode step reserves for speculative tokens (0 =
+  // plain decoding): AppendSlots extends the table over them too.
+  virtual int num_lookahead_slots() const { return 0; }
 
  protected:
   ~KvSequence() = default;

@@ -1,8 +1,11 @@
-// Chunked prefill (vLLM's --enable-chunked-prefill): a step first takes the
-// running decodes, then spends what is left of max_num_batched_tokens on
-// chunks of prompts, so a long prompt no longer stalls every decoding stream
-// for the length of its prefill, and a prompt longer than the budget is
-// served in several steps instead of refused.
+// The prefill policy's half of the scheduler: admitting prompts and cutting
+// them into the step's token budget. With chunked prefill (vLLM's
+// --enable-chunked-prefill) a step first takes the running decodes, then
+// spends what is left of max_num_batched_tokens on chunks of prompts, so a
+// long prompt no longer stalls every decoding stream for the length of its
+// prefill, and a prompt longer than the budget is served in several steps
+// instead of refused. With whole prompts (vLLM v0) a prompt within the
+// budget is one chunk, and a step that admits prompts carries nothing else.
 //
 // A chunk writes its K/V into the blocks allocated for the whole prompt at
 // admission and attends to everything before it (the worker computes tokens
@@ -17,37 +20,38 @@
 #include <vector>
 
 #include "glog/logging.h"
-#include "scheduler/engine/group_counts.h"
 #include "scheduler/engine/scheduler.h"
 
 namespace pagoda::scheduler {
 
-using group_counts::LongestWaiting;
 using group_counts::NumNewTokens;
 using group_counts::NumSeqs;
 using group_counts::SeatsOnceRunning;
 
-void Scheduler::ScheduleChunked(SchedulerOutput& output) {
-  if (ScheduleOutrankingPrompts(output)) return;
-  // Running groups part-way through their prompt keep their blocks; they get
-  // chunks after every decode has its token.
-  std::vector<SequenceGroup*> partial;
-  ScheduleDecodes(output, &partial);
-  if (output.num_preempted == 0) ScheduleSwapIns(output, &partial);
-  int decode_tokens = 0;
-  for (const ScheduledSequence& entry : output.scheduled) decode_tokens += entry.num_tokens;
+bool Scheduler::ScheduleExclusivePrompts(SchedulerOutput& output) {
+  if (prefill_.chunked()) return order_.by_priority() && ScheduleOutrankingPrompts(output);
+  // A swapped-out group has priority over new prompts (vLLM v0).
+  if (!swapped_.empty()) return false;
+  int token_budget = config_.max_num_batched_tokens;
+  PartialCounts none_partial;
+  AdmitPrompts(output, token_budget, none_partial);
+  return output.num_prefill_groups > 0;
+}
+
+void Scheduler::SchedulePromptChunks(SchedulerOutput& output,
+                                     std::vector<SequenceGroup*>& partial) {
+  if (!prefill_.chunked()) return;
   // Decodes are never held back by the budget (max_num_seqs bounds them):
   // prompt chunks take what they leave.
-  int token_budget = std::max(0, config_.max_num_batched_tokens - decode_tokens);
-  std::stable_sort(partial.begin(), partial.end(),
-                   [this](const SequenceGroup* a, const SequenceGroup* b) { return Outranks(*a, *b); });
+  int token_budget = std::max(0, config_.max_num_batched_tokens - BudgetUsed(output));
+  order_.Sort(partial);
   // max_num_partial_prefills bounds the prompts left part-way after a step
   // (vLLM): those that go on now count, and so do those the budget skips.
   PartialCounts still_partial;
   for (SequenceGroup* group : partial) {
-    const bool long_prefill = IsLongPrefill(*group, SequenceStatus::kRunning);
+    const bool long_prefill = prefill_.IsLong(*group, SequenceStatus::kRunning);
     const ChunkResult chunk = token_budget > 0
-                                  ? ScheduleChunk(*group, ChunkCap(token_budget), output)
+                                  ? ScheduleChunk(*group, prefill_.ChunkCap(token_budget), output)
                                   : ChunkResult{0, false};
     token_budget -= chunk.tokens;
     output.num_prefill_tokens += chunk.tokens;
@@ -58,32 +62,20 @@ void Scheduler::ScheduleChunked(SchedulerOutput& output) {
     }
   }
   // A swapped-out group has priority over new prompts (vLLM v0).
-  if (swapped_.empty()) AdmitPrefillChunks(output, token_budget, still_partial);
+  if (swapped_.empty()) AdmitPrompts(output, token_budget, still_partial);
 }
 
-bool Scheduler::IsLongPrefill(const SequenceGroup& group, SequenceStatus status) const {
-  return config_.long_prefill_token_threshold > 0 &&
-         NumNewTokens(group, status) > config_.long_prefill_token_threshold;
-}
-
-int Scheduler::ChunkCap(int token_budget) const {
-  if (config_.long_prefill_token_threshold <= 0) return token_budget;
-  return std::min(token_budget, config_.long_prefill_token_threshold);
-}
-
-void Scheduler::AdmitPrefillChunks(SchedulerOutput& output, int& token_budget,
-                                   PartialCounts& partial) {
+void Scheduler::AdmitPrompts(SchedulerOutput& output, int& token_budget, PartialCounts& partial) {
   int num_seqs = NumRunningSeqs();
   // Long prompts passed over for want of a long slot, in queue order; they
   // go back to the front of the queue, where they were.
   GroupList passed_over;
   while (!waiting_.empty() && token_budget > 0) {
     SequenceGroup& group = *waiting_.front();
-    // Only what no cache could hold is refused: the token budget no longer
-    // bounds a prompt, chunks do.
-    const AllocStatus fits = LongestWaiting(group) > config_.max_model_len
-                                 ? AllocStatus::kNever
-                                 : CheckAdmissible(group);
+    // What no step could ever hold is ignored rather than left to wedge the
+    // queue.
+    const AllocStatus fits =
+        prefill_.NeverFits(group) ? AllocStatus::kNever : CheckAdmissible(group);
     if (fits == AllocStatus::kLater) break;
     if (fits == AllocStatus::kNever) {
       IgnoreWaitingFront(output);
@@ -92,13 +84,13 @@ void Scheduler::AdmitPrefillChunks(SchedulerOutput& output, int& token_budget,
     const int new_seqs = SeatsOnceRunning(group);
     if (num_seqs + new_seqs > config_.max_num_seqs) break;
     // A prompt that would be left part-way needs a free partial-prefill
-    // slot (judged without prefix hits, which are known only once allocated).
+    // slot (judged without prefix hits, which are known only once allocated);
+    // whole prompts have none, so one that does not fit waits.
     const bool may_stay_partial =
-        NumNewTokens(group, SequenceStatus::kWaiting) > ChunkCap(token_budget);
-    if (may_stay_partial && partial.all >= config_.max_num_partial_prefills) break;
-    const bool long_prefill = IsLongPrefill(group, SequenceStatus::kWaiting);
-    if (may_stay_partial && long_prefill &&
-        partial.long_ones >= config_.max_long_partial_prefills) {
+        NumNewTokens(group, SequenceStatus::kWaiting) > prefill_.ChunkCap(token_budget);
+    if (may_stay_partial && partial.all >= prefill_.max_partial()) break;
+    const bool long_prefill = prefill_.IsLong(group, SequenceStatus::kWaiting);
+    if (may_stay_partial && long_prefill && partial.long_ones >= prefill_.max_long_partial()) {
       passed_over.push_back(std::move(waiting_.front()));
       waiting_.pop_front();
       continue;
@@ -115,9 +107,37 @@ void Scheduler::AdmitPrefillChunks(SchedulerOutput& output, int& token_budget,
   }
 }
 
+AllocStatus Scheduler::CheckAdmissible(const SequenceGroup& group) const {
+  if (SeatsOnceRunning(group) > config_.max_num_seqs ||
+      NumSeqs(group, SequenceStatus::kWaiting) == 0) {
+    return AllocStatus::kNever;
+  }
+  return block_manager_.CanAllocate(group);
+}
+
+void Scheduler::IgnoreWaitingFront(SchedulerOutput& output) {
+  SequenceGroup& group = *waiting_.front();
+  LOG(WARNING) << "request " << group.request_id()
+               << " ignored: " << NumNewTokens(group, SequenceStatus::kWaiting)
+               << " tokens do not fit the budget or the KV cache";
+  FinishGroup(group, SequenceStatus::kFinishedIgnored);
+  output.ignored.push_back(std::move(waiting_.front()));
+  waiting_.pop_front();
+}
+
 Scheduler::ChunkResult Scheduler::AdmitFrontWithChunk(SchedulerOutput& output, int& token_budget) {
-  std::unique_ptr<SequenceGroup> admitted = AllocateWaitingFront();
-  const ChunkResult chunk = ScheduleChunk(*admitted, ChunkCap(token_budget), output);
+  std::unique_ptr<SequenceGroup> admitted = std::move(waiting_.front());
+  waiting_.pop_front();
+  const absl::Status allocated = block_manager_.Allocate(*admitted);
+  CHECK(allocated.ok()) << allocated;  // CanAllocate said kOk.
+  for (Sequence* seq : admitted->SeqsWithStatus(SequenceStatus::kWaiting)) {
+    // Prefix-cache hits need no computing; the last token always does.
+    seq->set_num_computed_tokens(
+        std::max(seq->num_computed_tokens(),
+                 block_manager_.FindBlockTable(seq->seq_id())->num_cached_tokens));
+    seq->set_status(SequenceStatus::kRunning);
+  }
+  const ChunkResult chunk = ScheduleChunk(*admitted, prefill_.ChunkCap(token_budget), output);
   token_budget -= chunk.tokens;
   output.num_prefill_tokens += chunk.tokens;
   ++output.num_prefill_groups;
@@ -128,7 +148,7 @@ Scheduler::ChunkResult Scheduler::AdmitFrontWithChunk(SchedulerOutput& output, i
 Scheduler::ChunkResult Scheduler::ScheduleChunk(SequenceGroup& group, int token_cap,
                                                 SchedulerOutput& output) {
   const std::vector<Sequence*> seqs = group.SeqsWithStatus(SequenceStatus::kRunning);
-  const bool together = seqs.size() > 1;
+  const bool together = prefill_.chunked() && seqs.size() > 1;
   if (together && NumNewTokens(group, SequenceStatus::kRunning) == static_cast<int>(seqs.size())) {
     // Only the last tokens are left: they are sampled together, as a decode.
     AppendSlotsAndSchedule(group, output);
