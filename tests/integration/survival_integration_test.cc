@@ -130,9 +130,15 @@ TEST_F(SurvivalTest, KilledWorkersUnder64StreamsResumeWithTheSameTokens) {
     ++kills;
     worker = WaitForNewWorker((*server)->pid(), worker, absl::Seconds(10));
     ASSERT_GT(worker, 0) << "no worker was restarted";
-    // Tokens from the new worker before the next kill (more than the one
-    // step of 64 the old worker may still have had on the way): a kill before
-    // it serves would fail its restart attempt and count as another restart.
+    // The restart counted, and tokens from the new worker, before the next
+    // kill: a kill during the restart attempt would fail that attempt rather
+    // than end a restarted worker (tokens alone are not enough on a loaded
+    // machine: the old worker's last step may still arrive after the kill).
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          return MetricValue((*server)->metrics_port(), "pagoda_worker_restarts_total") >= kills;
+        },
+        absl::Seconds(60)));
     ASSERT_TRUE(WaitFor([&] { return received.load() > at_kill + kStreams; }, absl::Seconds(60)));
   }
   clients.join();
