@@ -231,6 +231,16 @@ absl::StatusOr<std::vector<HeaderEntry>> ParseHeader(const std::string& path,
     if (name == "__metadata__") continue;
     auto parsed = ParseEntry(path, name, entry, data_size);
     if (!parsed.ok()) return parsed.status();
+    // Integer tensors are read in place through typed pointers (the mapping
+    // is page-aligned): a tensor that starts off its width's alignment is
+    // refused, as no safetensors writer lays one out.
+    const uint64_t width =
+        parsed->integer == IntegerType::kNone ? 1 : IntegerTypeSize(parsed->integer);
+    if ((*data_start + parsed->begin) % width != 0) {
+      return FileError(path, absl::StrCat("tensor \"", name, "\": starts at byte ",
+                                          *data_start + parsed->begin, ", not aligned to its ",
+                                          width, "-byte elements"));
+    }
     entries.push_back(*std::move(parsed));
   }
   // Tensors must not share bytes: sort by begin and compare neighbours.

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/support/safetensors_writer.h"
@@ -279,7 +280,11 @@ TEST_F(SafetensorsTest, IntegerTensorsOpenAndFloatReadersRefuseThem) {
   Json header = {{"q", {{"dtype", "I32"}, {"shape", {2}}, {"data_offsets", {0, 8}}}},
                  {"z", {{"dtype", "I8"}, {"shape", {2, 2}}, {"data_offsets", {8, 12}}}},
                  {"u", {{"dtype", "U8"}, {"shape", {2}}, {"data_offsets", {12, 14}}}}};
-  ASSERT_TRUE(WriteFile(Path("model.safetensors"), RawFile(header.dump(), data)).ok());
+  // Padded with spaces to 8 bytes, as safetensors writes it: the data starts
+  // aligned.
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  ASSERT_TRUE(WriteFile(Path("model.safetensors"), RawFile(text, data)).ok());
   auto store = WeightStore::Open(dir_);
   ASSERT_TRUE(store.ok()) << store.status();
   auto q = (*store)->Get("q");
@@ -292,6 +297,22 @@ TEST_F(SafetensorsTest, IntegerTensorsOpenAndFloatReadersRefuseThem) {
   auto as_float = (*store)->GetF32("q", {2});
   ASSERT_FALSE(as_float.ok());
   EXPECT_EQ(as_float.status().message(), "weight \"q\" is I32, expected a float tensor");
+}
+
+// An integer tensor off its width's alignment would be read through a
+// misaligned pointer: refused at open, naming it.
+TEST_F(SafetensorsTest, MisalignedIntegerTensorsAreRefused) {
+  const std::string data(1 + 8, '\x01');
+  Json header = {{"u", {{"dtype", "U8"}, {"shape", {1}}, {"data_offsets", {0, 1}}}},
+                 {"q", {{"dtype", "I32"}, {"shape", {2}}, {"data_offsets", {1, 9}}}}};
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  ASSERT_TRUE(WriteFile(Path("model.safetensors"), RawFile(text, data)).ok());
+  auto store = WeightStore::Open(dir_);
+  ASSERT_FALSE(store.ok());
+  EXPECT_TRUE(absl::StrContains(store.status().message(), "tensor \"q\": starts at byte "))
+      << store.status();
+  EXPECT_TRUE(absl::StrContains(store.status().message(), "not aligned to its 4-byte elements"));
 }
 
 }  // namespace
