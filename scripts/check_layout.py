@@ -86,7 +86,8 @@ FORBIDDEN = [
     # engine and the API, knowing neither.
     ("scheduler/lora/", ["text/", "wire/", "scheduler/engine/", "scheduler/api/",
                          "scheduler/workers/", "scheduler/kv/", "scheduler/kv_events/",
-                         "scheduler/constraints/", "scheduler/sim/", "scheduler/metrics"]),
+                         "scheduler/constraints/", "scheduler/config/", "scheduler/startup/",
+                         "scheduler/metrics", "bench/"]),
     ("cli/", ["text/", "wire/", "scheduler/", "worker/", "kernels/"]),
 ]
 
