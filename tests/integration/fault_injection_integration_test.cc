@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
@@ -87,7 +88,17 @@ class FaultInjectionTest : public ::testing::TestWithParam<int> {
       threads.emplace_back([&, i] {
         const GenerateRequest request = TokenRequest(
             TestPrompt(3 + i % 7, i), kMaxTokens, i % 2 == 0 ? 0 : 1000 + static_cast<uint64_t>(i));
+        // A request that arrives while the workers restart is refused
+        // before it is accepted (Engine::AddRequest); a client sends it
+        // again, as any would. Accepted streams must survive the fault.
+        const absl::Time deadline = absl::Now() + absl::Seconds(60);
         outcomes[i] = RunStream(*stub, request);
+        while (absl::StrContains(outcomes[i].status.error_message(),
+                                 "cannot serve requests now (restarting them)") &&
+               absl::Now() < deadline) {
+          absl::SleepFor(absl::Milliseconds(20));  // Polls for the restarted workers.
+          outcomes[i] = RunStream(*stub, request);
+        }
       });
     }
     for (std::thread& thread : threads) thread.join();
