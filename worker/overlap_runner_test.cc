@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/runner_test_model.h"
 #include "worker/cpu/cpu_model_runner.h"
 #include "worker/model_runner.h"
 
@@ -40,11 +41,6 @@ constexpr int kVocab = 50;
 constexpr int kNewTokens = 12;
 const std::vector<int> kPrompt = {5, 17, 3, 42, 8, 11};
 
-std::string Env(const char* name, const std::string& fallback) {
-  const char* value = std::getenv(name);
-  return value != nullptr ? value : fallback;
-}
-
 // One decoded sequence: per output position its token, logprob and top ids.
 struct Decoded {
   std::vector<int> tokens;
@@ -59,15 +55,7 @@ using OverlapRule = bool (*)(int s, int known);
 class OverlapRunnerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    char pattern[] = "/tmp/pagoda_overlap_runner_XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    dir_ = new std::string(pattern);
-    const std::string command = absl::StrCat(
-        Env("PAGODA_PYTHON3", "/usr/bin/python3"), " ", Env("PAGODA_SOURCE_DIR", "."),
-        "/scripts/make_tiny_model.py --out ", *dir_, "/model --arch llama --vocab-size ", kVocab,
-        " --hidden-size 32 --intermediate-size 48 --num-layers 2 --num-heads 4 --num-kv-heads 2"
-        " --max-position-embeddings 64 --dtype f32 --seed 13 > /dev/null");
-    ASSERT_EQ(std::system(command.c_str()), 0) << command;
+    dir_ = new std::string(MakeRunnerTestModel("pagoda_overlap_runner", kVocab, /*seed=*/13));
   }
   static void TearDownTestSuite() {
     std::filesystem::remove_all(*dir_);
@@ -75,18 +63,7 @@ class OverlapRunnerTest : public ::testing::Test {
   }
 
   static std::unique_ptr<ModelRunner> ReadyRunner() {
-    auto runner = CreateCpuModelRunner();
-    LoadModelRequest load;
-    load.set_model_dir(*dir_ + "/model");
-    load.set_block_size(kBlockSize);
-    load.set_device("cpu");
-    load.set_world_size(1);
-    load.set_kv_cache_memory_bytes(int64_t{1} << 20);
-    EXPECT_TRUE(runner->LoadModel(load).ok());
-    InitCacheRequest init;
-    init.set_num_gpu_blocks(kGpuBlocks);
-    EXPECT_TRUE(runner->InitCache(init).ok());
-    return runner;
+    return ReadyCpuRunner(*dir_, kBlockSize, kGpuBlocks);
   }
 
   // Sequence s's step as the server plans it: `known` output tokens it has
