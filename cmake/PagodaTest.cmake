@@ -44,3 +44,24 @@ function(pagoda_add_test name)
     set_tests_properties(${name} PROPERTIES LABELS "${labels}")
   endif()
 endfunction()
+
+# pagoda_lock_directory_tests([SERIAL name ...]): called last in every
+# tests/ folder. The test command runs ctest two at a time
+# (scripts/test.sh); the tests under tests/ start real processes, time
+# failure detection or load the CPU with whole models, so they share the
+# lock "tests/": one of them at a time, beside the product folders' unit
+# tests. The SERIAL ones time what a loaded machine blurs (a worker's death
+# seen within seconds) and run alone. (A function each folder calls: CMake
+# 3.25 sets a test's properties only from the folder that added it.)
+function(pagoda_lock_directory_tests)
+  cmake_parse_arguments(ARG "" "" "SERIAL" ${ARGN})
+  get_property(tests DIRECTORY PROPERTY TESTS)
+  if(tests)
+    set_property(TEST ${tests} APPEND PROPERTY RESOURCE_LOCK tests/)
+  endif()
+  foreach(name IN LISTS ARG_SERIAL)
+    if(name IN_LIST tests)
+      set_tests_properties(${name} PROPERTIES RUN_SERIAL TRUE)
+    endif()
+  endforeach()
+endfunction()

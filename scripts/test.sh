@@ -34,11 +34,13 @@ cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_UNITY_BUILD=ON -DCMAKE_UNITY_BUILD_BATCH_SIZE=16
 cmake --build "$BUILD_DIR" -j "$JOBS"
 stage build
-# Tests run one at a time: several start real server and worker processes and
-# check failure detection within seconds, which a loaded 2-core machine blurs.
+# Two tests at a time, but the tests under tests/ (real server and worker
+# processes, whole models) one at a time beside the unit tests, and those
+# that time failure detection alone: pagoda_lock_directory_tests in
+# cmake/PagodaTest.cmake.
 IMAGE_ARGS=()
 if [ "${PAGODA_IMAGE_TEST:-}" = 0 ]; then IMAGE_ARGS=(-LE image); fi
-ctest --test-dir "$BUILD_DIR" --output-on-failure --timeout 600 "${IMAGE_ARGS[@]}" ${CTEST_ARGS:-}
+ctest --test-dir "$BUILD_DIR" -j "$JOBS" --output-on-failure --timeout 600 "${IMAGE_ARGS[@]}" ${CTEST_ARGS:-}
 stage tests
 if [ -z "${PAGODA_SKIP_SANITIZERS:-}" ]; then
   bash scripts/sanitizer_tests.sh asan
