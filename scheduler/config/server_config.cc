@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "common/dtype.h"
+#include "common/quantization_methods.h"
 #include "common/tensor_parallel_plan.h"
 #include "scheduler/api/http_server.h"
 #include "scheduler/api/tool_calls.h"
@@ -80,6 +81,11 @@ absl::Status CheckModel(const ModelOptions& model) {
   }
   if (auto kv = ParseKvCacheDTypeFlag(model.kv_cache_dtype); !kv.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--kv-cache-dtype: ", kv.status().message()));
+  }
+  if (!IsServedQuantizationMethod(model.quantization)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--quantization ", model.quantization,
+        ": Pagoda serves auto, awq, awq_marlin, gptq, gptq_marlin and compressed-tensors"));
   }
   if (auto parser = ParseToolCallParserName(model.tool_call_parser); !parser.ok()) {
     return parser.status();

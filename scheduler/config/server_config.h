@@ -28,6 +28,9 @@ struct ModelOptions {
   std::string served_model_name;  // "": the directory's name (ServedModelName).
   std::string dtype = "auto";
   std::string kv_cache_dtype = "auto";
+  // vLLM's --quantization; "" or "auto": the checkpoint's own (the worker
+  // checks a named method against the checkpoint at load).
+  std::string quantization;
   std::string chat_template;  // File; "": the model's own.
   std::string generation_config = "auto";
   std::string tool_call_parser;

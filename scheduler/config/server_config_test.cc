@@ -134,6 +134,18 @@ TEST(ServerConfigTest, CrossFlagRules) {
   EXPECT_EQ(CheckServerConfig(config).message(), "--model is required");
 }
 
+TEST(ServerConfigTest, QuantizationNamesAMethodPagodaServes) {
+  ServerConfig config = ValidConfig();
+  for (const char* name : {"", "auto", "awq", "gptq_marlin", "compressed-tensors"}) {
+    config.model.quantization = name;
+    EXPECT_TRUE(CheckServerConfig(config).ok()) << name;
+  }
+  config.model.quantization = "fp8";
+  EXPECT_EQ(CheckServerConfig(config).message(),
+            "--quantization fp8: Pagoda serves auto, awq, awq_marlin, gptq, gptq_marlin and "
+            "compressed-tensors");
+}
+
 TEST(ServerConfigTest, ResolveForModelFillsDefaultsAndChecksTheModel) {
   ServerConfig config = ValidConfig();
   ASSERT_TRUE(ResolveForModel(SmallModel(), &config).ok());

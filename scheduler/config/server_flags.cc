@@ -22,6 +22,9 @@ ABSL_FLAG(std::string, dtype, "auto",
 ABSL_FLAG(std::string, kv_cache_dtype, "auto",
           "KV cache dtype: auto (float32 on cpu, the compute dtype on cuda), float32, "
           "bfloat16 or float16. 2-byte dtypes hold twice the blocks in the same memory.");
+ABSL_FLAG(std::string, quantization, "",
+          "vLLM's --quantization: empty or auto serves the checkpoint's quantization_config; "
+          "awq, awq_marlin, gptq, gptq_marlin or compressed-tensors must match it.");
 ABSL_FLAG(int, max_model_len, 0, "Longest prompt + output; 0 = the model's max positions.");
 ABSL_FLAG(std::string, chat_template, "",
           "Jinja chat template file for /v1/chat/completions; default: the model's "
@@ -192,6 +195,7 @@ ModelOptions ReadModelFlags() {
   model.served_model_name = absl::GetFlag(FLAGS_served_model_name);
   model.dtype = absl::GetFlag(FLAGS_dtype);
   model.kv_cache_dtype = absl::GetFlag(FLAGS_kv_cache_dtype);
+  model.quantization = absl::GetFlag(FLAGS_quantization);
   model.max_model_len = absl::GetFlag(FLAGS_max_model_len);
   model.chat_template = absl::GetFlag(FLAGS_chat_template);
   model.generation_config = absl::GetFlag(FLAGS_generation_config);
@@ -308,7 +312,7 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
 std::vector<FlagGroup> ServerFlagGroups() {
   return {
       {"Model",
-       {"model", "served_model_name", "dtype", "kv_cache_dtype", "max_model_len", "chat_template",
+       {"model", "served_model_name", "dtype", "kv_cache_dtype", "quantization", "max_model_len", "chat_template",
         "generation_config", "tool_call_parser"}},
       {"Front doors: gRPC, OpenAI HTTP, metrics",
        {"host", "port", "http_port", "http_max_connections", "http_io_threads", "metrics_port",

@@ -12,8 +12,10 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
@@ -36,6 +38,7 @@ constexpr int kMaxTokens = 16;
 struct Format {
   std::string name;
   std::string flags;
+  std::string method;  // quantization_config's quant_method.
 };
 void PrintTo(const Format& format, std::ostream* os) { *os << format.name; }
 
@@ -112,15 +115,36 @@ TEST_P(QuantizedServiceTest, TwelveConcurrentRequestsUnderPreemptionMatchReferen
   EXPECT_GT(MetricValue(server->metrics_port(), "pagoda_num_preemptions_total"), 0);
 }
 
+// With vLLM's --quantization naming the checkpoint's method (it serves as
+// without the flag).
 TEST_P(QuantizedServiceTest, TwelveConcurrentRequestsAtTensorParallelSize2MatchReference) {
-  ServeAndCheck({"--tensor-parallel-size=2"});
+  ServeAndCheck({"--tensor-parallel-size=2", absl::StrCat("--quantization=", GetParam().method)});
+}
+
+// --quantization naming another method is refused at start, in one line;
+// so is a method Pagoda does not serve, before any worker is spawned.
+TEST_P(QuantizedServiceTest, AnotherQuantizationMethodIsRefusedAtStart) {
+  const std::string other = GetParam().method == "gptq" ? "awq" : "gptq";
+  for (const auto& [method, says] :
+       std::vector<std::pair<std::string, std::string>>{
+           {other, absl::StrCat("--quantization ", other, " does not match the checkpoint's ",
+                                GetParam().method, " quantization")},
+           {"fp8", "--quantization fp8: Pagoda serves auto, awq"}}) {
+    absl::StatusOr<std::string> out = RunCommand(
+        absl::StrCat(PAGODA_SERVER_BINARY, " --model=", model_dir_,
+                     " --port=0 --cpu-threads=1 --quantization=", method, " 2>&1; echo exit $?"));
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_TRUE(absl::StrContains(*out, says)) << *out;
+    EXPECT_TRUE(absl::StrContains(*out, "exit 1")) << *out;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Formats, QuantizedServiceTest,
-    ::testing::Values(Format{"awq_g32", "--format awq --group-size 32"},
-                      Format{"gptq_int4_act_order", "--format gptq --desc-act"},
-                      Format{"ct_w8a16_channel", "--format ct --bits 8 --group-size -1"}),
+    ::testing::Values(Format{"awq_g32", "--format awq --group-size 32", "awq"},
+                      Format{"gptq_int4_act_order", "--format gptq --desc-act", "gptq"},
+                      Format{"ct_w8a16_channel", "--format ct --bits 8 --group-size -1",
+                             "compressed-tensors"}),
     [](const ::testing::TestParamInfo<Format>& info) { return info.param.name; });
 
 }  // namespace

@@ -208,7 +208,10 @@ absl::StatusOr<QuantConfig> LoadQuantConfig(const std::string& model_dir) {
 
 absl::Status CheckRequestedQuantization(const QuantConfig& config, std::string_view requested) {
   if (requested.empty() || requested == "auto") return absl::OkStatus();
-  const std::string_view checkpoint = config.quantized() ? config.method_name : "none";
+  // A string, not a view: the conditional's value is a temporary copy of
+  // method_name, which a view would outlive (a 16+ character name such as
+  // "compressed-tensors" then read freed memory and never matched).
+  const std::string checkpoint = config.quantized() ? config.method_name : "none";
   bool matches = requested == checkpoint;
   if (config.method == QuantMethod::kAwq) matches |= requested == "awq_marlin";
   if (config.method == QuantMethod::kGptq) matches |= requested == "gptq_marlin";

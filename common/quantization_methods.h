@@ -1,0 +1,29 @@
+#ifndef PAGODA_COMMON_QUANTIZATION_METHODS_H_
+#define PAGODA_COMMON_QUANTIZATION_METHODS_H_
+
+// vLLM's --quantization names that Pagoda serves, shared by the server
+// (which refuses any other name at start, before a worker is spawned) and
+// the worker (which checks the name against the checkpoint's
+// quantization_config at load: worker/quant/quant_config.h). vLLM's other
+// methods (fp8, bitsandbytes, gguf, ...) are refused by name.
+
+#include <array>
+#include <string_view>
+
+namespace pagoda {
+
+// "" and "auto" serve whatever the checkpoint declares; the *_marlin names
+// are vLLM's kernels for the same AWQ and GPTQ checkpoints.
+inline constexpr std::array<std::string_view, 7> kQuantizationMethods = {
+    "", "auto", "awq", "awq_marlin", "gptq", "gptq_marlin", "compressed-tensors"};
+
+inline bool IsServedQuantizationMethod(std::string_view name) {
+  for (std::string_view method : kQuantizationMethods) {
+    if (name == method) return true;
+  }
+  return false;
+}
+
+}  // namespace pagoda
+
+#endif  // PAGODA_COMMON_QUANTIZATION_METHODS_H_
