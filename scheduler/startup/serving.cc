@@ -166,6 +166,9 @@ absl::Status ServeUntilStopSignal(const ServerConfig& config, const ModelFiles& 
   std::unique_ptr<KvEventsAttachment> kv_events_page = AttachKvEvents(engine, kv_events, metrics);
   // Scrapes read the engine's live state, so gauges fall back when idle.
   if (metrics != nullptr) metrics->SetSnapshotSource([&engine] { return engine.snapshot(); });
+  if (metrics != nullptr && config.speculative.has_value()) {
+    metrics->SetSpeculation(config.speculative->num_speculative_tokens);
+  }
   absl::Cleanup detach_metrics = [metrics] {  // Runs before `engine` is destroyed.
     if (metrics != nullptr) metrics->SetSnapshotSource(nullptr);
   };
