@@ -48,13 +48,14 @@ class SpeculationTest : public ::testing::Test {
 
   // A request whose prompt repeats 10 11 12 13, so prompt lookup proposes
   // the continuation of the cycle.
-  SequenceGroup* Add(int max_tokens, int min_tokens = 0, std::vector<int32_t> stop_ids = {}) {
+  SequenceGroup* Add(int max_tokens, int min_tokens = 0, std::vector<int32_t> stop_ids = {},
+                     SamplingOptions sampling = {}) {
     StoppingOptions stopping;
     stopping.max_tokens = max_tokens;
     stopping.min_tokens = min_tokens;
     stopping.stop_token_ids = std::move(stop_ids);
     auto group = std::make_unique<SequenceGroup>(
-        "r", std::vector<int32_t>{10, 11, 12, 13, 10, 11, 12, 13, 10}, 1, SamplingOptions{},
+        "r", std::vector<int32_t>{10, 11, 12, 13, 10, 11, 12, 13, 10}, 1, std::move(sampling),
         stopping, absl::FromUnixSeconds(1));
     SequenceGroup* raw = group.get();
     scheduler_.AddSequenceGroup(std::move(group));
@@ -210,6 +211,33 @@ TEST_F(SpeculationTest, AnAnswerThatDoesNotFitTheDraftsIsRefused) {
   EXPECT_EQ(speculator_.ExtractAccepted(result, output).status().code(),
             absl::StatusCode::kInternal);
   EXPECT_EQ(speculator_.totals().num_drafts, 0) << "nothing counted from a refused answer";
+}
+
+TEST_F(SpeculationTest, ParallelSamplesSpeculateOnTheirOwnTokensAndLeakNoBlock) {
+  SamplingOptions sampling;
+  sampling.n = 2;
+  sampling.best_of = 2;
+  sampling.temperature = 0.8f;
+  SequenceGroup* group = Add(/*max_tokens=*/8, 0, {}, sampling);
+  Step(0, 11);  // The first token forks the second sample off the prompt.
+  ASSERT_EQ(group->seqs().size(), 2u);
+  // The parent decodes with drafts; the child draws its first token (from
+  // the shared prompt blocks, copied on write) without any.
+  Step(/*accepted=*/2, /*token=*/40);
+  ASSERT_EQ(plan_.sequences_size(), 2);
+  EXPECT_EQ(plan_.sequences(0).draft_token_ids_size(), 3);
+  EXPECT_EQ(plan_.sequences(1).draft_token_ids_size(), 0);
+  const Sequence& parent = *group->seqs()[0];
+  const Sequence& child = *group->seqs()[1];
+  EXPECT_EQ(Ids(parent.output()), std::vector<int32_t>({11, 12, 13, 40}));
+  EXPECT_EQ(Ids(child.output()), std::vector<int32_t>({40}));
+  EXPECT_NE(scheduler_.block_manager().GetBlockTable(parent.seq_id()).back(),
+            scheduler_.block_manager().GetBlockTable(child.seq_id()).back());
+  // To the end: every block comes back (cached ones as evictable).
+  for (int step = 0; step < 8 && !group->IsFinished(); ++step) Step(/*accepted=*/1, 40);
+  ASSERT_TRUE(group->IsFinished());
+  EXPECT_EQ(scheduler_.FreeFinished().size(), 1u);
+  EXPECT_EQ(scheduler_.block_manager().num_free_gpu_blocks(), SmallConfig().num_gpu_blocks);
 }
 
 }  // namespace
