@@ -2,8 +2,9 @@
 // pagoda-server and its pagoda-worker processes give the same tokens with
 // --speculative-config as without it, for 12 concurrent streams (half
 // greedy, half seeded) under preemption (a KV cache too small for all of
-// them) and across a SIGKILL of a worker, at one and two tensor-parallel
-// ranks; the spec_decode counters show accepted drafts, so the test cannot
+// them: recompute under the priority policy at one rank, swap at two),
+// with chunked prefill and prefix caching on (the server's defaults), and
+// across a SIGKILL of a worker; the spec_decode counters show accepted drafts, so the test cannot
 // pass with speculation silently off.
 #include <signal.h>
 #include <unistd.h>
@@ -50,7 +51,9 @@ class SpeculativeTest : public ::testing::TestWithParam<int> {
   }
 
   // 48 blocks of 4 tokens hold about a third of the streams' 12 x 60
-  // tokens: sequences are preempted (recompute, and swap for none: n = 1).
+  // tokens, so sequences are preempted: at one rank under the priority
+  // policy (recompute, and preemption for a more urgent waiting request),
+  // at two by swapping.
   static absl::StatusOr<std::unique_ptr<ServerProcess>> StartServer(int world_size,
                                                                     bool speculate) {
     std::vector<std::string> args = {absl::StrCat("--model=", *model_dir_),
@@ -62,6 +65,11 @@ class SpeculativeTest : public ::testing::TestWithParam<int> {
                                      "--seed=5",
                                      "--port=0",
                                      "--metrics-port=-1"};
+    if (world_size == 1) {
+      args.push_back("--scheduling-policy=priority");
+    } else {
+      args.insert(args.end(), {"--preemption-mode=swap", "--swap-space=0.01"});
+    }
     if (speculate) args.push_back(kSpeculativeConfig);
     return ServerProcess::Start(PAGODA_SERVER_BINARY, args, absl::Seconds(60));
   }
@@ -71,6 +79,7 @@ class SpeculativeTest : public ::testing::TestWithParam<int> {
     for (int i = 0; i < kStreams; ++i) {
       requests.push_back(TokenRequest(TestPrompt(3 + i % 9, i), kMaxTokens,
                                       i % 2 == 0 ? 0 : 1000 + static_cast<uint64_t>(i)));
+      requests.back().set_priority(i % 3);  // Only the priority policy reads it.
     }
     return requests;
   }
