@@ -240,5 +240,41 @@ TEST_F(SpeculationTest, ParallelSamplesSpeculateOnTheirOwnTokensAndLeakNoBlock) 
   EXPECT_EQ(scheduler_.block_manager().num_free_gpu_blocks(), SmallConfig().num_gpu_blocks);
 }
 
+TEST_F(SpeculationTest, AcceptedDraftsCarryTheirLogprobsAndTopLogprobsPerPosition) {
+  Add(/*max_tokens=*/32);
+  Step(0, 11);
+  speculator_.Propose(scheduler_);
+  SchedulerOutput output = scheduler_.Schedule();
+  speculator_.TakeScheduled(output);
+  wv1::StepResult result;
+  wv1::SampledToken* sampled = result.add_tokens();
+  sampled->set_seq_id(output.scheduled[0].seq->seq_id());
+  sampled->set_token_id(70);
+  for (int t = 0; t < 2; ++t) sampled->add_top();  // Two top logprobs per position.
+  for (int j = 0; j < 2; ++j) {                    // Drafts 12 and 13 accepted.
+    sampled->add_accepted_draft_ids(12 + j);
+    sampled->add_accepted_draft_logprobs(-0.5f * (j + 1));
+    for (int t = 0; t < 2; ++t) {
+      wv1::TokenLogprob* top = sampled->add_accepted_draft_top();
+      top->set_token_id(100 * j + t);
+      top->set_logprob(-1.0f * t);
+    }
+  }
+  absl::StatusOr<std::vector<std::vector<GeneratedToken>>> accepted =
+      speculator_.ExtractAccepted(result, output);
+  ASSERT_TRUE(accepted.ok()) << accepted.status();
+  ASSERT_EQ(accepted->size(), 1u);
+  const std::vector<GeneratedToken>& run = (*accepted)[0];
+  ASSERT_EQ(run.size(), 2u);
+  for (int j = 0; j < 2; ++j) {
+    EXPECT_EQ(run[j].token_id, 12 + j);
+    EXPECT_FLOAT_EQ(run[j].logprob, -0.5f * (j + 1));
+    ASSERT_EQ(run[j].top.size(), 2u);
+    EXPECT_EQ(run[j].top[1].token_id, 100 * j + 1);
+    EXPECT_FLOAT_EQ(run[j].top[1].logprob, -1.0f);
+  }
+  EXPECT_EQ(speculator_.totals().accepted_per_pos, std::vector<int64_t>({1, 1, 0}));
+}
+
 }  // namespace
 }  // namespace pagoda::scheduler
