@@ -8,8 +8,10 @@
 # ROUNDS requests of one client (pagoda-bench --concurrency 1), the servers
 # alternated ROUNDS times so a busy machine slows both alike; prints each
 # round's output tokens/s, the acceptance the server counted, and the ratio
-# of the medians (goal: >= 2.5x).
-#   BUILD_DIR=build ROUNDS=3 TOKENS=256 scripts/bench_spec_decode.sh
+# of the medians (goal: >= 2.5x). BATCH clients at once instead of one show
+# where speculation stops paying even at full acceptance (decode turns
+# compute bound), which disable_by_batch_size should sit below.
+#   BUILD_DIR=build ROUNDS=3 TOKENS=256 [BATCH=1 K=4] scripts/bench_spec_decode.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,6 +22,7 @@ ROUNDS=${ROUNDS:-3}
 TOKENS=${TOKENS:-256}
 K=${K:-4}
 THREADS=${THREADS:-2}
+BATCH=${BATCH:-1}
 WORK=$(mktemp -d)
 source scripts/server_harness.sh
 
@@ -40,10 +43,11 @@ EOF
 
 SPEC="{\"method\": \"ngram\", \"num_speculative_tokens\": $K, \"prompt_lookup_min\": 1, \"prompt_lookup_max\": 4}"
 
-# tokens/s of one pagoda-bench run (one client, one request of TOKENS).
+# tokens/s of one pagoda-bench run (BATCH clients, one request of TOKENS each).
 measure() {
-  "$BIN/pagoda-bench" --server "127.0.0.1:$PORT" --concurrency 1 --rounds 1 --prompt_len 16 \
-    --max_tokens "$TOKENS" --warmup 1 --temperature 0 | awk '$1 == "1" {print $6}'
+  "$BIN/pagoda-bench" --server "127.0.0.1:$PORT" --concurrency "$BATCH" --rounds 1 \
+    --prompt_len 16 --max_tokens "$TOKENS" --warmup 1 --temperature 0 |
+    awk -v batch="$BATCH" '$1 == batch {print $6}'
 }
 
 metric() {
@@ -69,6 +73,6 @@ done
 import statistics, sys
 off = [float(x) for x in sys.argv[1].split()]
 on = [float(x) for x in sys.argv[2].split()]
-print(f'batch 1, k = $K, $TOKENS tokens: off {statistics.median(off):.1f} tok/s, '
+print(f'batch $BATCH, k = $K, $TOKENS tokens: off {statistics.median(off):.1f} tok/s, '
       f'on {statistics.median(on):.1f} tok/s, ratio {statistics.median(on) / statistics.median(off):.2f}x (medians of $ROUNDS)')
 " "${OFF[*]}" "${ON[*]}"
