@@ -55,14 +55,13 @@ struct SpecDecodeMetrics::Family {
   }
 };
 
-SpecDecodeMetrics::SpecDecodeMetrics(prometheus::Registry& registry,
-                                     const std::string& model_name, int num_speculative_tokens,
-                                     bool vllm_names)
+SpecDecodeMetrics::SpecDecodeMetrics(prometheus::Registry& registry, const std::string& model_name,
+                                     int num_speculative_tokens, bool vllm_names)
     : pagoda_(std::make_unique<Family>(registry, "pagoda_spec_decode", model_name,
                                        num_speculative_tokens)) {
   if (vllm_names) {
-    vllm_ = std::make_unique<Family>(registry, "vllm:spec_decode", model_name,
-                                     num_speculative_tokens);
+    vllm_ =
+        std::make_unique<Family>(registry, "vllm:spec_decode", model_name, num_speculative_tokens);
   }
 }
 

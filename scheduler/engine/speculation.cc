@@ -29,8 +29,8 @@ std::vector<int32_t> AllTokens(const Sequence& seq) {
 }
 
 absl::Status Mismatch(const wv1::StepResult& result, int64_t seq_id, absl::string_view what) {
-  return absl::InternalError(absl::StrCat("step ", result.step_id(), " sequence ", seq_id,
-                                          ": accepted drafts ", what));
+  return absl::InternalError(
+      absl::StrCat("step ", result.step_id(), " sequence ", seq_id, ": accepted drafts ", what));
 }
 
 // The accepted drafts of one SampledToken, checked against those sent.
@@ -111,9 +111,9 @@ std::vector<int32_t> Speculator::DraftsFor(const SequenceGroup& group, const Seq
   request.beam_search = sampling.use_beam_search;
   const int budget = DraftBudget(request);
   if (budget == 0) return {};
-  return ProposeNgramDrafts(AllTokens(seq), NgramLookup{config_.prompt_lookup_min,
-                                                        config_.prompt_lookup_max, budget,
-                                                        max_model_len_});
+  return ProposeNgramDrafts(
+      AllTokens(seq),
+      NgramLookup{config_.prompt_lookup_min, config_.prompt_lookup_max, budget, max_model_len_});
 }
 
 void Speculator::TakeScheduled(const SchedulerOutput& output) {
@@ -122,8 +122,7 @@ void Speculator::TakeScheduled(const SchedulerOutput& output) {
     const ScheduledSequence& entry = output.scheduled[i];
     if (entry.num_lookahead_slots == 0) continue;
     auto it = proposed_.find(entry.seq->seq_id());
-    CHECK(it != proposed_.end() &&
-          static_cast<int>(it->second.size()) == entry.num_lookahead_slots)
+    CHECK(it != proposed_.end() && static_cast<int>(it->second.size()) == entry.num_lookahead_slots)
         << "sequence " << entry.seq->seq_id() << " scheduled with lookahead slots but no drafts";
     scheduled_drafts_[i] = std::move(it->second);
   }
@@ -139,8 +138,9 @@ void Speculator::AttachDrafts(const SchedulerOutput& output, wv1::StepPlan& plan
   for (size_t i = 0; i < scheduled_drafts_.size(); ++i) {
     const std::vector<int32_t>& drafts = scheduled_drafts_[i];
     if (drafts.empty()) continue;
-    plan.mutable_sequences(static_cast<int>(i))->mutable_draft_token_ids()->Add(drafts.begin(),
-                                                                               drafts.end());
+    plan.mutable_sequences(static_cast<int>(i))
+        ->mutable_draft_token_ids()
+        ->Add(drafts.begin(), drafts.end());
   }
 }
 

@@ -41,8 +41,7 @@ class SpeculativeTest : public ::testing::TestWithParam<int> {
  protected:
   static void SetUpTestSuite() {
     model_dir_ = new std::string(
-        (std::filesystem::temp_directory_path() / absl::StrCat("pagoda_spec_", getpid()))
-            .string());
+        (std::filesystem::temp_directory_path() / absl::StrCat("pagoda_spec_", getpid())).string());
     ASSERT_TRUE(MakeTinyModel(*model_dir_, /*seed=*/11, TinyTokenizer::kNone).ok());
   }
   static void TearDownTestSuite() {
@@ -124,8 +123,8 @@ TEST_P(SpeculativeTest, SameTokensUnderPreemptionAndAcrossAWorkerKill) {
   // Rank 0 dies once a third of the tokens are out; every request resumes
   // by recomputation over its verified tokens.
   const pid_t worker = (*server)->worker_pids().at(0);
-  ASSERT_TRUE(WaitFor([&] { return received.load() >= kStreams * kMaxTokens / 3; },
-                      absl::Seconds(60)));
+  ASSERT_TRUE(
+      WaitFor([&] { return received.load() >= kStreams * kMaxTokens / 3; }, absl::Seconds(60)));
   const bool killed = received.load() < kStreams * kMaxTokens && kill(worker, SIGKILL) == 0;
   clients.join();
   ASSERT_TRUE(killed) << "the streams ended before the kill";
@@ -157,12 +156,12 @@ INSTANTIATE_TEST_SUITE_P(WorldSizes, SpeculativeTest, ::testing::Values(1, 2),
 TEST(SpeculativeRefusalTest, BeamSearchIsRefusedWhileSpeculating) {
   const std::string model_dir = TempPath("pagoda_spec_beam");
   ASSERT_TRUE(MakeTinyModel(model_dir, /*seed=*/11, TinyTokenizer::kNone).ok());
-  auto server = ServerProcess::Start(
-      PAGODA_SERVER_BINARY,
-      {absl::StrCat("--model=", model_dir), "--max-model-len=128", "--block-size=4",
-       "--num-gpu-blocks-override=200", "--cpu-threads=1", "--port=0", "--metrics-port=-1",
-       kSpeculativeConfig},
-      absl::Seconds(60));
+  auto server =
+      ServerProcess::Start(PAGODA_SERVER_BINARY,
+                           {absl::StrCat("--model=", model_dir), "--max-model-len=128",
+                            "--block-size=4", "--num-gpu-blocks-override=200", "--cpu-threads=1",
+                            "--port=0", "--metrics-port=-1", kSpeculativeConfig},
+                           absl::Seconds(60));
   ASSERT_TRUE(server.ok()) << server.status();
   auto stub = Generation::NewStub(
       grpc::CreateChannel((*server)->address(), grpc::InsecureChannelCredentials()));
