@@ -12,6 +12,7 @@
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
+#include "scheduler/spec_decode_metrics.h"
 #include "scheduler/vllm_request_metrics.h"
 
 namespace pagoda::scheduler {
@@ -378,6 +379,12 @@ void ServerMetrics::OnStep(const StepRecord& step, const EngineSnapshot& snapsho
   in.tokens_per_step->Observe(step.num_batched_tokens);
   in.tokens_per_step_deprecated->Observe(step.num_batched_tokens);
   if (vllm_requests_ != nullptr) vllm_requests_->OnStep(step, snapshot);
+  if (spec_decode_ != nullptr) spec_decode_->OnStep(snapshot.spec_decode);
+}
+
+void ServerMetrics::SetSpeculation(int num_speculative_tokens) {
+  spec_decode_ = std::make_unique<SpecDecodeMetrics>(*registry_, model_name_,
+                                                     num_speculative_tokens, vllm_names_);
 }
 
 void ServerMetrics::OnWorkersRecovered(int requests_resumed, double seconds) {

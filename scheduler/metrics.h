@@ -25,6 +25,7 @@ namespace pagoda::scheduler {
 // of the engine under one lock, so a scrape reads them as of one moment;
 // the engine's own calls only advance counters and histograms and never
 // wait for a scrape.
+class SpecDecodeMetrics;
 class VllmRequestMetrics;
 
 class ServerMetrics : public EngineObserver {
@@ -64,6 +65,11 @@ class ServerMetrics : public EngineObserver {
   void SetCacheConfig(int block_size, int num_gpu_blocks, int num_cpu_blocks,
                       bool enable_prefix_caching);
 
+  // Speculative decoding is on with k = `num_speculative_tokens`: its
+  // counters (spec_decode_metrics.h) are registered and follow the engine.
+  // Call once, before the engine starts.
+  void SetSpeculation(int num_speculative_tokens);
+
   // Serves `collectable` at `uri` on the metrics port besides /metrics
   // (the KV-cache debug page). It must stay valid until the metrics stop.
   void RegisterPage(const std::shared_ptr<prometheus::Collectable>& collectable,
@@ -90,6 +96,7 @@ class ServerMetrics : public EngineObserver {
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<Instruments> instruments_;
   std::unique_ptr<VllmRequestMetrics> vllm_requests_;  // Null without vLLM names.
+  std::unique_ptr<SpecDecodeMetrics> spec_decode_;     // Null without speculation.
   std::string model_name_;
   bool vllm_names_ = false;
   int port_ = 0;

@@ -65,10 +65,13 @@ void RequestOutput::AddSequenceDelta(const RequestDelta::SeqDelta& seq,
   pagoda::v1::SequenceOutput* whole = WholeSequence(seq.index);
   SequenceState& state = sequences_[seq.index];
   if (out != nullptr) out->set_index(seq.index);
-  std::vector<int32_t> ids;
-  ids.reserve(seq.new_tokens.size());
-  for (const GeneratedToken& token : seq.new_tokens) {
-    ids.push_back(token.token_id);
+  pagoda::v1::FinishReason reason = ToFinishReason(seq.status);
+  // Token by token: a delta holds several after speculative decoding, and
+  // none past the one that completes a stop string is kept (plain decoding
+  // would never have made them).
+  std::string text;
+  for (size_t i = 0; i < seq.new_tokens.size() && !state.stop_matcher.stopped(); ++i) {
+    const GeneratedToken& token = seq.new_tokens[i];
     if (out != nullptr) out->add_token_ids(token.token_id);
     whole->add_token_ids(token.token_id);
     whole->set_cumulative_logprob(whole->cumulative_logprob() + token.logprob);
@@ -77,18 +80,17 @@ void RequestOutput::AddSequenceDelta(const RequestDelta::SeqDelta& seq,
       if (out != nullptr) *out->add_logprobs() = logprobs;
       *whole->add_logprobs() = std::move(logprobs);
     }
+    // The EOS or stop token that ended the sequence stays in token_ids but
+    // adds no text (as vLLM), unless include_stop_str_in_output: a
+    // structured output must end where its grammar does.
+    const bool ending_stop = i + 1 == seq.new_tokens.size() &&
+                             seq.status == SequenceStatus::kFinishedStopped &&
+                             !options_.include_stop_str_in_output;
+    if (!ending_stop) text += state.stop_matcher.Append(state.detokenizer.Append({token.token_id}));
   }
-  pagoda::v1::FinishReason reason = ToFinishReason(seq.status);
-  // The EOS or stop token that ended the sequence stays in token_ids but
-  // adds no text (as vLLM), unless include_stop_str_in_output: a structured
-  // output must end where its grammar does.
-  if (seq.status == SequenceStatus::kFinishedStopped && !options_.include_stop_str_in_output &&
-      !ids.empty()) {
-    ids.pop_back();
+  if (reason != pagoda::v1::FINISH_REASON_UNSPECIFIED && !state.stop_matcher.stopped()) {
+    text += state.stop_matcher.Append(state.detokenizer.Flush());
   }
-  std::string text = state.detokenizer.Append(ids);
-  if (reason != pagoda::v1::FINISH_REASON_UNSPECIFIED) text += state.detokenizer.Flush();
-  text = state.stop_matcher.Append(text);
   if (state.stop_matcher.stopped()) {
     reason = pagoda::v1::FINISH_REASON_STOP;
     stopped_by_string_ = true;

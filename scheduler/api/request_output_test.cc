@@ -110,5 +110,26 @@ TEST_F(RequestOutputTest, AccumulatingGivesTheWholeThatStreamingGives) {
   EXPECT_EQ(accumulated.TakeStopAbort(), streamed.TakeStopAbort());
 }
 
+// Speculative decoding hands several tokens in one delta: a stop string
+// inside the run ends it there, exactly as one token per delta would (no
+// token after the one that completes it is kept, nor its text).
+TEST_F(RequestOutputTest, AStopStringInsideAMultiTokenDeltaEndsTheRunThere) {
+  absl::StatusOr<std::vector<int>> ids = tokenizer_->Encode("the fox, STOP here and more");
+  ASSERT_TRUE(ids.ok());
+  const OutputOptions options{{"STOP"}, false, 1};
+  RequestOutput one_by_one("r", 3, tokenizer_, options);
+  for (int id : *ids) one_by_one.AddDelta(Delta(id, SequenceStatus::kRunning));
+  RequestOutput run("r", 3, tokenizer_, options);
+  RequestDelta delta;
+  delta.request_id = "r";
+  delta.seqs.push_back({0, {}, SequenceStatus::kRunning});
+  for (int id : *ids) delta.seqs[0].new_tokens.push_back(GeneratedToken{id, -0.5f, {}});
+  const pagoda::v1::GenerateResponse message = run.AddDelta(delta);
+  EXPECT_EQ(run.whole().DebugString(), one_by_one.whole().DebugString());
+  EXPECT_LT(message.outputs(0).token_ids_size(), static_cast<int>(ids->size()));
+  EXPECT_EQ(message.outputs(0).finish_reason(), pagoda::v1::FINISH_REASON_STOP);
+  EXPECT_EQ(message.outputs(0).text().find("STOP"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace pagoda::scheduler

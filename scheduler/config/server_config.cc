@@ -223,6 +223,19 @@ absl::Status ResolveChunking(int max_model_len, SchedulingOptions& scheduling) {
   return absl::OkStatus();
 }
 
+// What the engine runs of --speculative-config: prompt lookup only, for now
+// (the draft model and EAGLE methods parse, and are refused here).
+absl::Status CheckSpeculation(const std::optional<SpeculativeConfig>& speculative,
+                              int tensor_parallel_size) {
+  if (!speculative.has_value()) return absl::OkStatus();
+  if (speculative->method != SpeculativeMethod::kNgram) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--speculative-config: method ", SpeculativeMethodName(speculative->method),
+                     " is not supported yet (only ngram)"));
+  }
+  return CheckAgainstTarget(*speculative, tensor_parallel_size);
+}
+
 }  // namespace
 
 absl::Status CheckServerConfig(const ServerConfig& config) {
@@ -233,6 +246,7 @@ absl::Status CheckServerConfig(const ServerConfig& config) {
       CheckCache(config.cache),
       CheckWorkers(config.workers),
       CheckKvEvents(config.kv_events, config.scheduling.enable_prefix_caching),
+      CheckSpeculation(config.speculative, config.workers.tensor_parallel_size),
   });
 }
 

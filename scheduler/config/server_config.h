@@ -13,12 +13,14 @@
 // allowed.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "common/model_config.h"
 #include "scheduler/engine/scheduler.h"
+#include "scheduler/spec/speculative_config.h"
 
 namespace pagoda::scheduler {
 
@@ -122,6 +124,8 @@ struct ServerConfig {
   CacheOptions cache;
   WorkerOptions workers;
   KvEventOptions kv_events;
+  // --speculative-config, parsed (ParseSpeculativeConfig); unset: off.
+  std::optional<SpeculativeConfig> speculative;
 };
 
 // Every rule that needs the flags alone.

@@ -216,6 +216,30 @@ TEST(ServerFlagsTest, UnknownPolicyIsRefusedNamingTheFlag) {
                                "--scheduling-policy: expected fcfs or priority"));
 }
 
+TEST(ServerFlagsTest, SpeculativeConfigIsParsedAndCheckedAgainstTheTarget) {
+  absl::FlagSaver saver;
+  std::string error;
+  ASSERT_TRUE(absl::FindCommandLineFlag("model")->ParseFrom("/m", &error));
+  auto* flag = absl::FindCommandLineFlag("speculative_config");
+  ASSERT_NE(flag, nullptr);
+  ASSERT_TRUE(flag->ParseFrom(R"({"method": "ngram", "num_speculative_tokens": 4})", &error));
+  absl::StatusOr<ServerConfig> config = ServerConfigFromFlags();
+  ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_TRUE(config->speculative.has_value());
+  EXPECT_EQ(config->speculative->num_speculative_tokens, 4);
+  // One line naming the problem: a bad key, then a method not run yet.
+  ASSERT_TRUE(flag->ParseFrom(R"({"method": "ngram", "lookahead": 4})", &error));
+  EXPECT_EQ(ServerConfigFromFlags().status().message(),
+            "--speculative-config: unknown key \"lookahead\"");
+  ASSERT_TRUE(flag->ParseFrom(R"({"model": "/m", "num_speculative_tokens": 2})", &error));
+  EXPECT_EQ(ServerConfigFromFlags().status().message(),
+            "--speculative-config: method draft_model is not supported yet (only ngram)");
+  ASSERT_TRUE(flag->ParseFrom("", &error));
+  config = ServerConfigFromFlags();
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_FALSE(config->speculative.has_value());
+}
+
 TEST(ServerFlagsTest, EveryServerFlagIsInExactlyOneHelpGroup) {
   std::multiset<std::string> grouped;
   for (const FlagGroup& group : ServerFlagGroups()) {

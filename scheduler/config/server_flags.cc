@@ -171,6 +171,13 @@ ABSL_FLAG(int, kv_events_queue_batches, 1024,
           "new ones are dropped and a full resync is sent once there is room again.");
 ABSL_FLAG(int, kv_events_replay_buffer, 10000, "Published KV event batches kept for replay.");
 
+// Speculative decoding.
+ABSL_FLAG(std::string, speculative_config, "",
+          "Speculative decoding, vLLM's JSON object, e.g. {\"method\": \"ngram\", "
+          "\"num_speculative_tokens\": 4, \"prompt_lookup_max\": 4, \"prompt_lookup_min\": 2}; "
+          "keys: method, model, num_speculative_tokens, prompt_lookup_max, prompt_lookup_min, "
+          "disable_by_batch_size, draft_tensor_parallel_size. Only ngram runs for now. Empty = off.");
+
 namespace pagoda::scheduler {
 namespace {
 
@@ -293,6 +300,14 @@ KvEventOptions ReadKvEventFlags() {
   return events;
 }
 
+absl::StatusOr<std::optional<SpeculativeConfig>> ReadSpeculativeFlag() {
+  const std::string json = absl::GetFlag(FLAGS_speculative_config);
+  if (json.empty()) return std::nullopt;
+  absl::StatusOr<SpeculativeConfig> parsed = ParseSpeculativeConfig(json);
+  if (!parsed.ok()) return parsed.status();
+  return std::optional<SpeculativeConfig>(*std::move(parsed));
+}
+
 }  // namespace
 
 absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
@@ -305,6 +320,9 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   config.cache = ReadCacheFlags();
   config.workers = ReadWorkerFlags();
   config.kv_events = ReadKvEventFlags();
+  absl::StatusOr<std::optional<SpeculativeConfig>> speculative = ReadSpeculativeFlag();
+  if (!speculative.ok()) return speculative.status();
+  config.speculative = *std::move(speculative);
   if (absl::Status status = CheckServerConfig(config); !status.ok()) return status;
   return config;
 }
@@ -336,6 +354,7 @@ std::vector<FlagGroup> ServerFlagGroups() {
       {"KV events",
        {"kv_events_endpoint", "kv_events_replay_endpoint", "kv_events_topic",
         "kv_events_queue_batches", "kv_events_replay_buffer"}},
+      {"Speculative decoding", {"speculative_config"}},
   };
 }
 

@@ -63,6 +63,11 @@ Engine::Engine(EngineConfig config, WorkerGroup* workers, EngineObserver* observ
       scheduler_(std::make_unique<Scheduler>(config_.scheduler)),
       output_processor_(std::make_unique<OutputProcessor>(
           config_.eos_token_ids, config_.scheduler.max_model_len, scheduler_.get())) {
+  if (config_.speculative.has_value()) {
+    speculator_ = std::make_unique<Speculator>(*config_.speculative,
+                                               config_.scheduler.max_model_len,
+                                               config_.scheduler.max_num_batched_tokens);
+  }
   absl::MutexLock lock(&mu_);
   totals_.num_gpu_blocks = config_.scheduler.num_gpu_blocks;
   totals_.num_cpu_blocks = config_.scheduler.num_cpu_blocks;
@@ -89,6 +94,10 @@ absl::Status Engine::AddRequest(EngineRequest request) {
     return absl::UnavailableError(absl::StrCat(
         "workers are down; the server cannot serve requests",
         failure_reason_.empty() ? " now (restarting them)" : absl::StrCat(": ", failure_reason_)));
+  }
+  if (speculator_ != nullptr && request.sampling.use_beam_search) {
+    return absl::InvalidArgumentError(
+        "use_beam_search: beam search cannot run with speculative decoding (--speculative-config)");
   }
   if (in_flight_ids_.contains(request.request_id)) {
     return absl::AlreadyExistsError(
@@ -261,6 +270,7 @@ struct Engine::ExecutedStep {
   pagoda::worker::v1::StepResult result;
   std::vector<GeneratedToken> sampled;
   std::vector<StepPromptLogprobs> prompt_logprobs;
+  std::vector<std::vector<GeneratedToken>> accepted_drafts;  // Per sampled token.
 };
 
 bool Engine::Step() {
@@ -282,14 +292,16 @@ bool Engine::Step() {
   for (StepPromptLogprobs& scored : executed->prompt_logprobs) {
     scored.group->AddPromptLogprobs(scored.first_position, std::move(scored.entries));
   }
-  const int generated = ProcessOutputs(output, executed->sampled);
+  const int generated = ProcessOutputs(output, *executed);
   clock.end = absl::Now();
   PublishStep(plan.step_id(), output, executed->result, generated, clock);
   return true;
 }
 
 SchedulerOutput Engine::ScheduleBatch(StepClock* clock) {
+  if (speculator_ != nullptr) speculator_->Propose(*scheduler_);
   SchedulerOutput output = scheduler_->Schedule();
+  if (speculator_ != nullptr) speculator_->TakeScheduled(output);
   clock->scheduled = absl::Now();
   for (std::unique_ptr<SequenceGroup>& group : output.ignored) FinishIgnored(*group);
   for (const ScheduledSequence& scheduled : output.scheduled) {
@@ -325,6 +337,7 @@ const pagoda::worker::v1::StepPlan& Engine::BuildPlan(const SchedulerOutput& out
   auto* plan = google::protobuf::Arena::CreateMessage<pagoda::worker::v1::StepPlan>(arena);
   BuildStepPlanInto(next_step_id_++, output, scheduler_->block_manager(), config_.eos_token_ids,
                     plan);
+  if (speculator_ != nullptr) speculator_->AttachDrafts(output, *plan);
   return *plan;
 }
 
@@ -343,7 +356,14 @@ absl::StatusOr<Engine::ExecutedStep> Engine::ExecutePlan(const pagoda::worker::v
   absl::StatusOr<std::vector<StepPromptLogprobs>> prompt_logprobs =
       ExtractPromptLogprobs(*result, plan, output);
   if (!prompt_logprobs.ok()) return prompt_logprobs.status();
-  return ExecutedStep{*std::move(result), *std::move(sampled), *std::move(prompt_logprobs)};
+  ExecutedStep executed{*std::move(result), *std::move(sampled), *std::move(prompt_logprobs), {}};
+  if (speculator_ != nullptr) {
+    absl::StatusOr<std::vector<std::vector<GeneratedToken>>> accepted =
+        speculator_->ExtractAccepted(executed.result, output);
+    if (!accepted.ok()) return accepted.status();
+    executed.accepted_drafts = *std::move(accepted);
+  }
+  return executed;
 }
 
 void Engine::HandleStepFailure(int64_t step_id, const absl::Status& status) {
@@ -362,16 +382,17 @@ void Engine::HandleStepFailure(int64_t step_id, const absl::Status& status) {
           /*include_queued=*/false);
 }
 
-int Engine::ProcessOutputs(const SchedulerOutput& output,
-                           const std::vector<GeneratedToken>& sampled) {
+int Engine::ProcessOutputs(const SchedulerOutput& output, const ExecutedStep& executed) {
   // Prompt tokens computed this step (read before Process grows the sequences).
   for (const ScheduledSequence& scheduled : output.scheduled) {
     const int prompt_left = scheduled.seq->num_prompt_tokens() - scheduled.start_position;
     if (prompt_left > 0) totals_.prompt_tokens_total += std::min(prompt_left, scheduled.num_tokens);
   }
   const absl::Time now = absl::Now();
-  std::vector<RequestDelta> deltas = output_processor_->Process(output, sampled);
+  std::vector<RequestDelta> deltas = output_processor_->Process(
+      output, executed.sampled, speculator_ != nullptr ? &executed.accepted_drafts : nullptr);
   scheduler_->CommitComputedBlocks(output);
+  if (speculator_ != nullptr) speculator_->ReleaseRejectedSlots(output, scheduler_->block_manager());
   const int generated = StreamDeltas(deltas, now);
   FinishCompletedRequests();
   return generated;
@@ -513,6 +534,7 @@ void Engine::PublishSnapshot(const StepRecord* step) {
   totals_.free_cpu_blocks = blocks.num_free_cpu_blocks();
   totals_.prefix_cache_queries_total = blocks.prefix_cache_queries();
   totals_.prefix_cache_hits_total = blocks.prefix_cache_hits();
+  if (speculator_ != nullptr) totals_.spec_decode = speculator_->totals();
   if (step != nullptr) {
     const absl::Time now = absl::Now();
     if (now - kv_usage_time_ >= kKvUsageRefresh || totals_.num_running == 0) {

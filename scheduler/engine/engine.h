@@ -21,6 +21,8 @@
 #include "scheduler/engine/request_sink.h"
 #include "scheduler/engine/scheduler.h"
 #include "scheduler/engine/sequence.h"
+#include "scheduler/engine/speculation.h"
+#include "scheduler/spec/speculative_config.h"
 #include "scheduler/workers/worker_group.h"
 
 namespace pagoda::scheduler {
@@ -31,6 +33,9 @@ struct EngineConfig {
   // Accepted requests not yet running (inbox plus the scheduler's waiting
   // queue) beyond which AddRequest answers RESOURCE_EXHAUSTED.
   int max_queued_requests = 1024;
+  // --speculative-config (ngram): drafts for running decodes each step
+  // (speculation.h). Beam search requests are then refused, as vLLM does.
+  std::optional<SpeculativeConfig> speculative;
 };
 
 // A validated request, ready for the scheduler.
@@ -145,10 +150,10 @@ class Engine {
   // request resumes by recomputation (engine_recovery.cc); a plan that healthy
   // workers refused fails only the requests in flight.
   void HandleStepFailure(int64_t step_id, const absl::Status& status);
-  // Appends the sampled tokens (stop checks, forks, beams), streams each
-  // request's new tokens and ends the requests that finished. Returns the
-  // number of tokens generated.
-  int ProcessOutputs(const SchedulerOutput& output, const std::vector<GeneratedToken>& sampled);
+  // Appends the sampled tokens (and accepted drafts before them: stop
+  // checks, forks, beams), streams each request's new tokens and ends the
+  // requests that finished. Returns the number of tokens generated.
+  int ProcessOutputs(const SchedulerOutput& output, const ExecutedStep& executed);
   // Hands each request its new tokens and records when its first one came
   // (`now`). Returns the number of tokens in `deltas`.
   int StreamDeltas(const std::vector<RequestDelta>& deltas, absl::Time now);
@@ -194,6 +199,7 @@ class Engine {
   // Owned by the engine thread (and by Stop() after the thread has joined).
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<OutputProcessor> output_processor_;
+  std::unique_ptr<Speculator> speculator_;  // Null without --speculative-config.
   absl::flat_hash_map<std::string, std::unique_ptr<RequestState>> requests_;
   int64_t next_seq_id_ = 0;
   int64_t next_step_id_ = 0;

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/time/time.h"
 
@@ -64,6 +65,17 @@ struct RequestRecord {
   absl::Time finish_time;
 };
 
+// Speculative decoding's counters, as vLLM's SpecDecodingStats: a draft is
+// one sequence's proposal in one step (k' >= 1 tokens); accepted tokens are
+// the drafts the worker verified, before any stop check cut the run;
+// accepted_per_pos[j] counts the drafts whose position j was accepted.
+struct SpecDecodeTotals {
+  int64_t num_drafts = 0;
+  int64_t num_draft_tokens = 0;
+  int64_t num_accepted_tokens = 0;
+  std::vector<int64_t> accepted_per_pos;  // num_speculative_tokens entries.
+};
+
 // State the engine publishes after every step; readable from any thread
 // through Engine::snapshot(). The *_total fields only grow.
 struct EngineSnapshot {
@@ -91,6 +103,7 @@ struct EngineSnapshot {
   int64_t generation_tokens_total = 0;
   int64_t batched_sequences_total = 0;
   StepSeconds seconds_total;
+  SpecDecodeTotals spec_decode;  // All zero without --speculative-config.
 };
 
 // Receives engine events (metrics). Called on the engine thread; must be

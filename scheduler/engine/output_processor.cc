@@ -63,8 +63,11 @@ OutputProcessor::OutputProcessor(std::vector<int32_t> eos_token_ids, int max_mod
   CHECK(scheduler_ != nullptr);
 }
 
-std::vector<RequestDelta> OutputProcessor::Process(const SchedulerOutput& output,
-                                                   const std::vector<GeneratedToken>& sampled) {
+std::vector<RequestDelta> OutputProcessor::Process(
+    const SchedulerOutput& output, const std::vector<GeneratedToken>& sampled,
+    const std::vector<std::vector<GeneratedToken>>* accepted) {
+  CHECK(accepted == nullptr || accepted->size() == sampled.size());
+  DraftRuns runs;
   // Samples by group, groups in the order they first appear in the step.
   std::vector<SequenceGroup*> groups;
   groups.reserve(output.scheduled.size());
@@ -77,6 +80,9 @@ std::vector<RequestDelta> OutputProcessor::Process(const SchedulerOutput& output
     CHECK_LT(next_sample, sampled.size()) << "fewer sampled tokens than sampling sequences";
     auto [it, inserted] = samples_of.try_emplace(entry.group);
     if (inserted) groups.push_back(entry.group);
+    if (accepted != nullptr && !(*accepted)[next_sample].empty()) {
+      runs[entry.seq] = &(*accepted)[next_sample];
+    }
     it->second.emplace_back(entry.seq, sampled[next_sample++]);
   }
   CHECK_EQ(next_sample, sampled.size()) << "more sampled tokens than sampling sequences";
@@ -90,7 +96,7 @@ std::vector<RequestDelta> OutputProcessor::Process(const SchedulerOutput& output
     if (group->sampling().use_beam_search) {
       AdvanceBeams(*group, samples_of[group], eos_token_ids_, max_model_len_, *scheduler_);
     } else {
-      ProcessSamples(*group, samples_of[group], delta);
+      ProcessSamples(*group, samples_of[group], runs, delta);
     }
     if (group->IsFinished() && !Streams(group->sampling())) {
       delta =
@@ -122,7 +128,7 @@ void OutputProcessor::AttachPromptLogprobs(const SchedulerOutput& output,
 }
 
 void OutputProcessor::ProcessSamples(SequenceGroup& group, const Samples& samples,
-                                     RequestDelta& delta) {
+                                     const DraftRuns& runs, RequestDelta& delta) {
   for (const auto& [seq, token] : samples) {
     if (seq->index_in_group() == 0 && seq->num_output_tokens() == 0) {
       // First token of the request: the other samples branch off here and
@@ -132,12 +138,32 @@ void OutputProcessor::ProcessSamples(SequenceGroup& group, const Samples& sample
         child->set_num_computed_tokens(seq->length() - 1);
       }
     }
-    seq->AppendToken(token);
-    seq->set_status(StopStatus(group, *seq));
+    const auto run = runs.find(seq);
+    std::vector<GeneratedToken> appended =
+        AppendRun(group, *seq, run == runs.end() ? nullptr : run->second, token);
     if (Streams(group.sampling())) {
-      delta.seqs.push_back(RequestDelta::SeqDelta{seq->index_in_group(), {token}, seq->status()});
+      delta.seqs.push_back(
+          RequestDelta::SeqDelta{seq->index_in_group(), std::move(appended), seq->status()});
     }
   }
+}
+
+std::vector<GeneratedToken> OutputProcessor::AppendRun(const SequenceGroup& group, Sequence& seq,
+                                                       const std::vector<GeneratedToken>* drafts,
+                                                       const GeneratedToken& token) {
+  std::vector<GeneratedToken> appended;
+  // The drafts' K/V was written by this step at the positions they take.
+  const int num_drafts = drafts == nullptr ? 0 : static_cast<int>(drafts->size());
+  const int verified_end = seq.num_computed_tokens() + num_drafts;
+  const int run_length = num_drafts + 1;
+  for (int i = 0; i < run_length; ++i) {
+    appended.push_back(i + 1 < run_length ? (*drafts)[i] : token);
+    seq.AppendToken(appended.back());
+    seq.set_status(StopStatus(group, seq));
+    if (IsFinished(seq.status())) break;  // Nothing past a stop.
+  }
+  if (drafts != nullptr) seq.set_num_computed_tokens(std::min(verified_end, seq.length()));
+  return appended;
 }
 
 SequenceStatus OutputProcessor::StopStatus(const SequenceGroup& group, const Sequence& seq) const {

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "scheduler/engine/scheduler.h"
 #include "scheduler/engine/sequence.h"
 
@@ -49,13 +50,27 @@ class OutputProcessor {
   OutputProcessor(std::vector<int32_t> eos_token_ids, int max_model_len, Scheduler* scheduler);
   // sampled[i] belongs to the i-th entry of output.scheduled that has do_sample;
   // entries without do_sample only get their computed-token count advanced.
-  std::vector<RequestDelta> Process(const SchedulerOutput& output,
-                                    const std::vector<GeneratedToken>& sampled);
+  // Speculative decoding: `accepted`, when given, holds for each sampled[i]
+  // the drafts the workers accepted before it. They are appended one at a
+  // time before sampled[i], each through the stop checks, so a run ends at
+  // its first stop (nothing after it is appended or streamed); their K/V
+  // counts as computed. Beam search never has drafts.
+  std::vector<RequestDelta> Process(
+      const SchedulerOutput& output, const std::vector<GeneratedToken>& sampled,
+      const std::vector<std::vector<GeneratedToken>>* accepted = nullptr);
 
  private:
   using Samples = std::vector<std::pair<Sequence*, GeneratedToken>>;
+  // The accepted drafts of a sequence this step (none for most).
+  using DraftRuns = absl::flat_hash_map<const Sequence*, const std::vector<GeneratedToken>*>;
   // Parallel sampling (or a single sequence): appends, forks, stop checks.
-  void ProcessSamples(SequenceGroup& group, const Samples& samples, RequestDelta& delta);
+  void ProcessSamples(SequenceGroup& group, const Samples& samples, const DraftRuns& runs,
+                      RequestDelta& delta);
+  // Appends `drafts` then `token` to seq, one at a time, stopping at the
+  // first that finishes it; returns the tokens appended.
+  std::vector<GeneratedToken> AppendRun(const SequenceGroup& group, Sequence& seq,
+                                        const std::vector<GeneratedToken>* drafts,
+                                        const GeneratedToken& token);
   // Moves each scheduled group's new prompt logprobs into its delta (made
   // when it has none).
   void AttachPromptLogprobs(const SchedulerOutput& output, std::vector<RequestDelta>& deltas);

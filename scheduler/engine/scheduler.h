@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -123,6 +124,10 @@ class Scheduler {
   // A fresh id for a sequence the engine did not create (forks, finished
   // beam hypotheses). Ids start at 2^40, clear of the engine's.
   int64_t NewSeqId() { return next_seq_id_++; }
+
+  // Calls fn(group, seq) for each kRunning sequence of the running queue,
+  // in queue order, between steps (speculation sets lookahead slots so).
+  void ForEachRunningSequence(const std::function<void(SequenceGroup&, Sequence&)>& fn);
 
   // KV slots of the GPU blocks that running sequences hold, and how many of
   // them hold a computed token: filled / allocated is the vLLM paper's Fig. 2

@@ -58,6 +58,13 @@ Scheduler::KvSlotUsage Scheduler::ComputeKvSlotUsage() const {
   return usage;
 }
 
+void Scheduler::ForEachRunningSequence(
+    const std::function<void(SequenceGroup&, Sequence&)>& fn) {
+  for (auto& group : running_) {
+    for (Sequence* seq : group->SeqsWithStatus(SequenceStatus::kRunning)) fn(*group, *seq);
+  }
+}
+
 void Scheduler::FreeSequence(Sequence* seq) { block_manager_.Free(seq->seq_id()); }
 
 void Scheduler::CommitComputedBlocks(const SchedulerOutput& output) {

@@ -110,6 +110,13 @@ class BlockManager {
   // REQUIRES: seq has a GPU table. RESOURCE_EXHAUSTED if no block is free.
   absl::StatusOr<std::optional<BlockMove>> AppendSlots(const KvSequence& seq);
 
+  // Speculative decoding's rollback: drops the GPU blocks of seq's table
+  // past those its length spans (the slots of rejected drafts, reserved as
+  // lookahead slots), tail first. Returns how many references it dropped.
+  // Such blocks hold no verified token, so none of them is hashed. No-op
+  // without a GPU table.
+  int TrimToLength(const KvSequence& seq);
+
   // The child shares all of the parent's blocks (ref counts +1, no copy).
   // REQUIRES: parent has a table and child has none.
   absl::Status Fork(const KvSequence& parent, const KvSequence& child);

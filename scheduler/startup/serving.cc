@@ -40,6 +40,7 @@ EngineConfig MakeEngineConfig(const ServerConfig& config, const ModelConfig& mod
   engine.scheduler.enable_prefix_caching = scheduling.enable_prefix_caching;
   engine.eos_token_ids.assign(model.eos_token_ids.begin(), model.eos_token_ids.end());
   engine.max_queued_requests = scheduling.max_queued_requests;
+  engine.speculative = config.speculative;
   return engine;
 }
 
@@ -165,6 +166,9 @@ absl::Status ServeUntilStopSignal(const ServerConfig& config, const ModelFiles& 
   std::unique_ptr<KvEventsAttachment> kv_events_page = AttachKvEvents(engine, kv_events, metrics);
   // Scrapes read the engine's live state, so gauges fall back when idle.
   if (metrics != nullptr) metrics->SetSnapshotSource([&engine] { return engine.snapshot(); });
+  if (metrics != nullptr && config.speculative.has_value()) {
+    metrics->SetSpeculation(config.speculative->num_speculative_tokens);
+  }
   absl::Cleanup detach_metrics = [metrics] {  // Runs before `engine` is destroyed.
     if (metrics != nullptr) metrics->SetSnapshotSource(nullptr);
   };

@@ -48,8 +48,12 @@ class PrometheusTest(unittest.TestCase):
         # generating when its client gives up (512 took 40 ms to the end).
         model = h.make_model(os.path.join(cls.tmp.name, "model"), "--max-position-embeddings",
                              "8192")
+        # Speculation on, so that the acceptance panel's counters exist and
+        # fill (a random tiny model's greedy output soon repeats itself).
         cls.server = h.Server(model, "--metrics-port", "-1", "--http-port", "-1",
-                              "--served-model-name", "tiny").start()
+                              "--served-model-name", "tiny", "--speculative-config",
+                              '{"method": "ngram", "num_speculative_tokens": 4, '
+                              '"prompt_lookup_min": 1, "prompt_lookup_max": 4}').start()
         cls.prometheus_port = h.free_port()
         config = os.path.join(cls.tmp.name, "prometheus.yml")
         shutil.copy(os.path.join(DEPLOY, "prometheus", "pagoda-alerts.yml"), cls.tmp.name)
@@ -181,6 +185,8 @@ scrape_configs:
         for expr in queries["Worker restarts"]:
             self.assertEqual(self.max_value(expr), 0, expr)
         self.assertGreater(self.max_value(queries["Prefix cache hit rate"][0]), 0)
+        for expr in queries["Speculative decoding acceptance"]:
+            self.assertGreater(self.max_value(expr), 0, expr)
         http_errors, ended_requests = queries["Errors / s"]
         self.assertIn("pagoda_http_requests_total", http_errors)
         result = self.query_range(http_errors)["data"]["result"]

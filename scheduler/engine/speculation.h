@@ -1,0 +1,83 @@
+#ifndef PAGODA_SCHEDULER_ENGINE_SPECULATION_H_
+#define PAGODA_SCHEDULER_ENGINE_SPECULATION_H_
+
+// Speculative decoding's part of each engine step (method ngram): drafts
+// proposed for the running decodes before Schedule() and reserved as
+// lookahead slots, carried by the plan, the accepted ones read back from the
+// workers' answer, the rejected drafts' slots given back, and the
+// spec_decode counters. The rules that keep the output plain decoding's are
+// DraftBudget's (scheduler/spec/draft_budget.h); docs/speculative-decoding.md.
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "pagoda/worker/v1/worker.pb.h"
+#include "scheduler/engine/engine_stats.h"
+#include "scheduler/engine/scheduler.h"
+#include "scheduler/spec/speculative_config.h"
+
+namespace pagoda::scheduler {
+
+// One per engine, on the engine thread. Each step, in this order:
+// Propose, Schedule(), TakeScheduled, AttachDrafts, (the workers run),
+// ExtractAccepted, OutputProcessor::Process, ReleaseRejectedSlots.
+class Speculator {
+ public:
+  // `max_num_batched_tokens`: the decodes and their drafts together stay
+  // within it. REQUIRES: config.method is kNgram.
+  Speculator(const SpeculativeConfig& config, int max_model_len, int max_num_batched_tokens);
+
+  // Before Schedule(): proposes drafts for every running sequence that
+  // decodes next (DraftBudget, then prompt lookup over its tokens) and sets
+  // its lookahead slots to their count, so the scheduler reserves their KV
+  // slots and counts them in the token budget.
+  void Propose(Scheduler& scheduler);
+
+  // Right after Schedule(): the scheduled decodes keep their drafts (their
+  // entries' num_lookahead_slots); every sequence's lookahead slots go back
+  // to 0, so that nothing but a proposal made for this step reserves any.
+  void TakeScheduled(const SchedulerOutput& output);
+
+  // Puts each scheduled entry's drafts in its SequenceStep (draft_token_ids).
+  // REQUIRES: `plan` was built from `output` (one SequenceStep per entry).
+  void AttachDrafts(const SchedulerOutput& output, pagoda::worker::v1::StepPlan& plan) const;
+
+  // The drafts the workers accepted for each entry that samples, in the
+  // order of ExtractSampledTokens (each with its logprob and top logprobs),
+  // and counts them. INTERNAL when the answer does not fit the drafts sent:
+  // more accepted than sent, an accepted id that is not the draft, or
+  // logprobs that do not match.
+  absl::StatusOr<std::vector<std::vector<GeneratedToken>>> ExtractAccepted(
+      const pagoda::worker::v1::StepResult& result, const SchedulerOutput& output);
+
+  // After the step's tokens were appended: each scheduled sequence's block
+  // table shrinks to the blocks its length spans (the rejected drafts'
+  // slots go back; emptied blocks are freed).
+  void ReleaseRejectedSlots(const SchedulerOutput& output, BlockManager& blocks) const;
+
+  const SpecDecodeTotals& totals() const { return totals_; }
+
+ private:
+  // The drafts `seq` may carry this step, within `token_room` more tokens.
+  std::vector<int32_t> DraftsFor(const SequenceGroup& group, const Sequence& seq,
+                                 int running_sequences, int token_room) const;
+  // Counts one entry's verification, as vLLM's SpecDecodingStats.
+  void Count(int num_drafts, int num_accepted);
+
+  SpeculativeConfig config_;
+  int max_model_len_;
+  int max_num_batched_tokens_;
+  // Proposals of the step being scheduled, by seq id, and the sequences
+  // whose lookahead slots Propose set.
+  absl::flat_hash_map<int64_t, std::vector<int32_t>> proposed_;
+  std::vector<Sequence*> with_slots_;
+  // The drafts of each entry of the last TakeScheduled's output.
+  std::vector<std::vector<int32_t>> scheduled_drafts_;
+  SpecDecodeTotals totals_;
+};
+
+}  // namespace pagoda::scheduler
+
+#endif  // PAGODA_SCHEDULER_ENGINE_SPECULATION_H_

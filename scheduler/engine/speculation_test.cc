@@ -1,0 +1,280 @@
+// Speculative decoding's engine-side bookkeeping with the real scheduler,
+// block manager and output processor (the worker's answer written by hand):
+// drafts proposed and reserved, accepted ones appended with the stop checks
+// inside the run, the rejected drafts' slots given back, and the prefix
+// cache never holding a block with an unverified token.
+#include "scheduler/engine/speculation.h"
+
+#include <memory>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "scheduler/engine/output_processor.h"
+#include "scheduler/engine/step_plan.h"
+
+namespace pagoda::scheduler {
+namespace {
+
+namespace wv1 = ::pagoda::worker::v1;
+
+constexpr int32_t kEos = 2;
+constexpr int kBlockSize = 4;
+
+SpeculativeConfig NgramConfig(int k) {
+  SpeculativeConfig config;
+  config.method = SpeculativeMethod::kNgram;
+  config.num_speculative_tokens = k;
+  config.prompt_lookup_min = 1;
+  config.prompt_lookup_max = 3;
+  return config;
+}
+
+SchedulerConfig SmallConfig() {
+  SchedulerConfig config;
+  config.block_size = kBlockSize;
+  config.num_gpu_blocks = 16;
+  config.max_model_len = 64;
+  config.max_num_batched_tokens = 64;
+  config.enable_prefix_caching = true;
+  return config;
+}
+
+class SpeculationTest : public ::testing::Test {
+ protected:
+  SpeculationTest()
+      : scheduler_(SmallConfig()),
+        processor_({kEos}, 64, &scheduler_),
+        speculator_(NgramConfig(3), 64, 64) {}
+
+  // A request whose prompt repeats 10 11 12 13, so prompt lookup proposes
+  // the continuation of the cycle.
+  SequenceGroup* Add(int max_tokens, int min_tokens = 0, std::vector<int32_t> stop_ids = {},
+                     SamplingOptions sampling = {}) {
+    StoppingOptions stopping;
+    stopping.max_tokens = max_tokens;
+    stopping.min_tokens = min_tokens;
+    stopping.stop_token_ids = std::move(stop_ids);
+    auto group = std::make_unique<SequenceGroup>(
+        "r", std::vector<int32_t>{10, 11, 12, 13, 10, 11, 12, 13, 10}, 1, std::move(sampling),
+        stopping, absl::FromUnixSeconds(1));
+    SequenceGroup* raw = group.get();
+    scheduler_.AddSequenceGroup(std::move(group));
+    return raw;
+  }
+
+  // One step; the worker's answer gives `accepted` of the drafts sent (as
+  // accepted) and then `token`.
+  std::vector<RequestDelta> Step(int accepted, int32_t token, SchedulerOutput* out = nullptr) {
+    speculator_.Propose(scheduler_);
+    SchedulerOutput output = scheduler_.Schedule();
+    speculator_.TakeScheduled(output);
+    wv1::StepPlan plan = BuildStepPlan(step_id_++, output, scheduler_.block_manager(), {kEos});
+    speculator_.AttachDrafts(output, plan);
+    plan_ = plan;
+    wv1::StepResult result;
+    for (const wv1::SequenceStep& step : plan.sequences()) {
+      wv1::SampledToken* sampled = result.add_tokens();
+      sampled->set_seq_id(step.seq_id());
+      sampled->set_token_id(token);
+      for (int j = 0; j < accepted && j < step.draft_token_ids_size(); ++j) {
+        sampled->add_accepted_draft_ids(step.draft_token_ids(j));
+        sampled->add_accepted_draft_logprobs(-0.25f);
+      }
+    }
+    absl::StatusOr<std::vector<GeneratedToken>> sampled = ExtractSampledTokens(result, output);
+    EXPECT_TRUE(sampled.ok()) << sampled.status();
+    absl::StatusOr<std::vector<std::vector<GeneratedToken>>> drafts =
+        speculator_.ExtractAccepted(result, output);
+    EXPECT_TRUE(drafts.ok()) << drafts.status();
+    std::vector<RequestDelta> deltas = processor_.Process(output, *sampled, &*drafts);
+    scheduler_.CommitComputedBlocks(output);
+    speculator_.ReleaseRejectedSlots(output, scheduler_.block_manager());
+    if (out != nullptr) *out = std::move(output);
+    return deltas;
+  }
+
+  static std::vector<int32_t> Ids(const std::vector<GeneratedToken>& tokens) {
+    std::vector<int32_t> ids;
+    for (const GeneratedToken& token : tokens) ids.push_back(token.token_id);
+    return ids;
+  }
+
+  Scheduler scheduler_;
+  OutputProcessor processor_;
+  Speculator speculator_;
+  wv1::StepPlan plan_;
+  int64_t step_id_ = 0;
+};
+
+TEST_F(SpeculationTest, ReservesDraftSlotsAndGivesBackThoseOfRejectedDrafts) {
+  SequenceGroup* group = Add(/*max_tokens=*/32);
+  Step(0, 11);  // Prefill: no drafts; the output is now ... 10 11.
+  Sequence& seq = *group->seqs()[0];
+  ASSERT_EQ(seq.length(), 10);
+  const int free_before = scheduler_.block_manager().num_free_gpu_blocks();
+
+  SchedulerOutput output;
+  std::vector<RequestDelta> deltas = Step(/*accepted=*/1, /*token=*/40, &output);
+  // Lookup of "10 11" proposes 12 13 10; the plan carries them and the
+  // entry reserved 1 + 3 slots from position 9: positions up to 12.
+  ASSERT_EQ(plan_.sequences_size(), 1);
+  EXPECT_EQ(std::vector<int32_t>(plan_.sequences(0).draft_token_ids().begin(),
+                                 plan_.sequences(0).draft_token_ids().end()),
+            std::vector<int32_t>({12, 13, 10}));
+  EXPECT_EQ(output.scheduled[0].num_lookahead_slots, 3);
+  EXPECT_EQ(seq.num_lookahead_slots(), 0) << "reserved for one step only";
+  // One draft accepted, then the worker's own token.
+  ASSERT_EQ(deltas.size(), 1u);
+  EXPECT_EQ(Ids(deltas[0].seqs[0].new_tokens), std::vector<int32_t>({12, 40}));
+  EXPECT_EQ(seq.length(), 12);
+  EXPECT_EQ(seq.num_computed_tokens(), 11) << "the accepted draft's K/V counts";
+  // The table was grown to 13 slots (4 blocks) and shrinks back to the 12
+  // tokens' 3 blocks: one block back, none lost.
+  EXPECT_EQ(scheduler_.block_manager().GetBlockTable(seq.seq_id()).size(), 3u);
+  EXPECT_EQ(scheduler_.block_manager().num_free_gpu_blocks(), free_before);
+  // Counted as vLLM counts: one draft of 3 tokens, 1 accepted at position 0.
+  EXPECT_EQ(speculator_.totals().num_drafts, 1);
+  EXPECT_EQ(speculator_.totals().num_draft_tokens, 3);
+  EXPECT_EQ(speculator_.totals().num_accepted_tokens, 1);
+  EXPECT_EQ(speculator_.totals().accepted_per_pos, std::vector<int64_t>({1, 0, 0}));
+}
+
+TEST_F(SpeculationTest, PrefixCacheHoldsOnlyBlocksOfVerifiedTokens) {
+  SequenceGroup* group = Add(/*max_tokens=*/32);
+  Step(0, 11);
+  // Every draft rejected: positions 10..12 hold rejected drafts' K/V, in
+  // the block of positions 8..11 and the one after.
+  Step(/*accepted=*/0, /*token=*/50);
+  const Sequence& seq = *group->seqs()[0];
+  ASSERT_EQ(seq.length(), 11);
+  EXPECT_EQ(seq.num_computed_tokens(), 10);
+  const BlockTable* table = scheduler_.block_manager().FindBlockTable(seq.seq_id());
+  ASSERT_NE(table, nullptr);
+  // Two full blocks of verified tokens (0..7) are cached; the third holds
+  // verified 8, 9 and 10 (not computed yet) and a rejected draft's slot.
+  EXPECT_EQ(table->hashes.size(), 2u);
+  EXPECT_EQ(table->blocks.size(), 3u);
+  EXPECT_FALSE(scheduler_.block_manager().gpu_pool().hash(table->blocks[2]).has_value());
+  EXPECT_EQ(scheduler_.block_manager().CachedBlockHashes().size(), 2u);
+}
+
+TEST_F(SpeculationTest, StopTokenInsideAnAcceptedRunEndsItThere) {
+  SequenceGroup* group = Add(/*max_tokens=*/32, /*min_tokens=*/0, /*stop_ids=*/{13});
+  Step(0, 11);
+  Sequence& seq = *group->seqs()[0];
+  // Drafts 12 13 10, all accepted, then EOS: the run ends at the stop id 13
+  // inside it, and nothing after it is appended or streamed.
+  std::vector<RequestDelta> deltas = Step(/*accepted=*/3, /*token=*/kEos);
+  ASSERT_EQ(deltas.size(), 1u);
+  EXPECT_EQ(Ids(deltas[0].seqs[0].new_tokens), std::vector<int32_t>({12, 13}));
+  EXPECT_EQ(deltas[0].seqs[0].status, SequenceStatus::kFinishedStopped);
+  EXPECT_EQ(Ids(seq.output()), std::vector<int32_t>({11, 12, 13}));
+  EXPECT_EQ(scheduler_.FreeFinished().size(), 1u);
+}
+
+TEST_F(SpeculationTest, MaxTokensBoundsTheDraftsAndTheRun) {
+  SequenceGroup* group = Add(/*max_tokens=*/3);
+  Step(0, 11);
+  // One output token so far, two left: at most one draft, then one token.
+  std::vector<RequestDelta> deltas = Step(/*accepted=*/1, /*token=*/60);
+  EXPECT_EQ(plan_.sequences(0).draft_token_ids_size(), 1);
+  ASSERT_EQ(deltas.size(), 1u);
+  EXPECT_EQ(Ids(deltas[0].seqs[0].new_tokens), std::vector<int32_t>({12, 60}));
+  EXPECT_EQ(deltas[0].seqs[0].status, SequenceStatus::kFinishedLength);
+  EXPECT_EQ(group->seqs()[0]->num_output_tokens(), 3);
+}
+
+TEST_F(SpeculationTest, NoDraftsBeforeMinTokensWouldBeBannedPerRow) {
+  Add(/*max_tokens=*/32, /*min_tokens=*/3);
+  Step(0, 11);
+  // One output token, min_tokens 3: one draft at most (the row after it is
+  // the third token, where EOS is allowed again).
+  Step(/*accepted=*/0, /*token=*/70);
+  EXPECT_EQ(plan_.sequences(0).draft_token_ids_size(), 1);
+}
+
+TEST_F(SpeculationTest, AnAnswerThatDoesNotFitTheDraftsIsRefused) {
+  Add(/*max_tokens=*/32);
+  Step(0, 11);
+  speculator_.Propose(scheduler_);
+  SchedulerOutput output = scheduler_.Schedule();
+  speculator_.TakeScheduled(output);
+  wv1::StepResult result;
+  wv1::SampledToken* sampled = result.add_tokens();
+  sampled->set_seq_id(output.scheduled[0].seq->seq_id());
+  sampled->add_accepted_draft_ids(99);  // Not the draft sent (12).
+  sampled->add_accepted_draft_logprobs(-1);
+  EXPECT_EQ(speculator_.ExtractAccepted(result, output).status().code(),
+            absl::StatusCode::kInternal);
+  sampled->set_accepted_draft_ids(0, 12);
+  sampled->add_accepted_draft_logprobs(-1);  // Two logprobs for one draft.
+  EXPECT_EQ(speculator_.ExtractAccepted(result, output).status().code(),
+            absl::StatusCode::kInternal);
+  EXPECT_EQ(speculator_.totals().num_drafts, 0) << "nothing counted from a refused answer";
+}
+
+TEST_F(SpeculationTest, ParallelSamplesSpeculateOnTheirOwnTokensAndLeakNoBlock) {
+  SamplingOptions sampling;
+  sampling.n = 2;
+  sampling.best_of = 2;
+  sampling.temperature = 0.8f;
+  SequenceGroup* group = Add(/*max_tokens=*/8, 0, {}, sampling);
+  Step(0, 11);  // The first token forks the second sample off the prompt.
+  ASSERT_EQ(group->seqs().size(), 2u);
+  // The parent decodes with drafts; the child draws its first token (from
+  // the shared prompt blocks, copied on write) without any.
+  Step(/*accepted=*/2, /*token=*/40);
+  ASSERT_EQ(plan_.sequences_size(), 2);
+  EXPECT_EQ(plan_.sequences(0).draft_token_ids_size(), 3);
+  EXPECT_EQ(plan_.sequences(1).draft_token_ids_size(), 0);
+  const Sequence& parent = *group->seqs()[0];
+  const Sequence& child = *group->seqs()[1];
+  EXPECT_EQ(Ids(parent.output()), std::vector<int32_t>({11, 12, 13, 40}));
+  EXPECT_EQ(Ids(child.output()), std::vector<int32_t>({40}));
+  EXPECT_NE(scheduler_.block_manager().GetBlockTable(parent.seq_id()).back(),
+            scheduler_.block_manager().GetBlockTable(child.seq_id()).back());
+  // To the end: every block comes back (cached ones as evictable).
+  for (int step = 0; step < 8 && !group->IsFinished(); ++step) Step(/*accepted=*/1, 40);
+  ASSERT_TRUE(group->IsFinished());
+  EXPECT_EQ(scheduler_.FreeFinished().size(), 1u);
+  EXPECT_EQ(scheduler_.block_manager().num_free_gpu_blocks(), SmallConfig().num_gpu_blocks);
+}
+
+TEST_F(SpeculationTest, AcceptedDraftsCarryTheirLogprobsAndTopLogprobsPerPosition) {
+  Add(/*max_tokens=*/32);
+  Step(0, 11);
+  speculator_.Propose(scheduler_);
+  SchedulerOutput output = scheduler_.Schedule();
+  speculator_.TakeScheduled(output);
+  wv1::StepResult result;
+  wv1::SampledToken* sampled = result.add_tokens();
+  sampled->set_seq_id(output.scheduled[0].seq->seq_id());
+  sampled->set_token_id(70);
+  for (int t = 0; t < 2; ++t) sampled->add_top();  // Two top logprobs per position.
+  for (int j = 0; j < 2; ++j) {                    // Drafts 12 and 13 accepted.
+    sampled->add_accepted_draft_ids(12 + j);
+    sampled->add_accepted_draft_logprobs(-0.5f * (j + 1));
+    for (int t = 0; t < 2; ++t) {
+      wv1::TokenLogprob* top = sampled->add_accepted_draft_top();
+      top->set_token_id(100 * j + t);
+      top->set_logprob(-1.0f * t);
+    }
+  }
+  absl::StatusOr<std::vector<std::vector<GeneratedToken>>> accepted =
+      speculator_.ExtractAccepted(result, output);
+  ASSERT_TRUE(accepted.ok()) << accepted.status();
+  ASSERT_EQ(accepted->size(), 1u);
+  const std::vector<GeneratedToken>& run = (*accepted)[0];
+  ASSERT_EQ(run.size(), 2u);
+  for (int j = 0; j < 2; ++j) {
+    EXPECT_EQ(run[j].token_id, 12 + j);
+    EXPECT_FLOAT_EQ(run[j].logprob, -0.5f * (j + 1));
+    ASSERT_EQ(run[j].top.size(), 2u);
+    EXPECT_EQ(run[j].top[1].token_id, 100 * j + 1);
+    EXPECT_FLOAT_EQ(run[j].top[1].logprob, -1.0f);
+  }
+  EXPECT_EQ(speculator_.totals().accepted_per_pos, std::vector<int64_t>({1, 1, 0}));
+}
+
+}  // namespace
+}  // namespace pagoda::scheduler

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Speculative decoding's ceiling, end to end (issue 46): batch 1 on the CPU
+# worker, k = 4 n-gram drafts, every draft right. The model is the b1 preset
+# (32.5 M parameters, f32) with its lm_head zeroed: every logit ties, greedy
+# decoding repeats token 0, and prompt lookup's drafts are always accepted;
+# each step still reads every weight, as a real model's does. pagoda-server
+# runs twice, speculation off and on (--speculative-config), each serving
+# ROUNDS requests of one client (pagoda-bench --concurrency 1), the servers
+# alternated ROUNDS times so a busy machine slows both alike; prints each
+# round's output tokens/s, the acceptance the server counted, and the ratio
+# of the medians (goal: >= 2.5x). BATCH clients at once instead of one show
+# where speculation stops paying even at full acceptance (decode turns
+# compute bound), which disable_by_batch_size should sit below.
+#   BUILD_DIR=build ROUNDS=3 TOKENS=256 [BATCH=1 K=4] scripts/bench_spec_decode.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BUILD_DIR=${BUILD_DIR:-build}
+BIN="$BUILD_DIR/bin"
+PYTHON3=/usr/bin/python3
+ROUNDS=${ROUNDS:-3}
+TOKENS=${TOKENS:-256}
+K=${K:-4}
+THREADS=${THREADS:-2}
+BATCH=${BATCH:-1}
+WORK=$(mktemp -d)
+source scripts/server_harness.sh
+
+"$PYTHON3" scripts/make_tiny_model.py --preset b1 --out "$WORK/model" > /dev/null
+# Zero lm_head.weight in place (safetensors: an 8-byte header length, the
+# JSON header, then the raw tensors).
+"$PYTHON3" - "$WORK/model" <<'EOF'
+import glob, json, struct, sys
+for path in glob.glob(sys.argv[1] + "/*.safetensors"):
+    with open(path, "r+b") as f:
+        size = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(size))
+        if "lm_head.weight" in header:
+            begin, end = header["lm_head.weight"]["data_offsets"]
+            f.seek(8 + size + begin)
+            f.write(bytes(end - begin))
+EOF
+
+SPEC="{\"method\": \"ngram\", \"num_speculative_tokens\": $K, \"prompt_lookup_min\": 1, \"prompt_lookup_max\": 4}"
+
+# tokens/s of one pagoda-bench run (BATCH clients, one request of TOKENS each).
+measure() {
+  "$BIN/pagoda-bench" --server "127.0.0.1:$PORT" --concurrency "$BATCH" --rounds 1 \
+    --prompt_len 16 --max_tokens "$TOKENS" --warmup 1 --temperature 0 |
+    awk -v batch="$BATCH" '$1 == batch {print $6}'
+}
+
+metric() {
+  curl -s "http://127.0.0.1:$METRICS/metrics" | awk -v name="$1" '$1 ~ "^"name {s += $2} END {print s + 0}'
+}
+
+declare -a OFF ON
+for round in $(seq 1 "$ROUNDS"); do
+  start_server "$BIN/pagoda-server" --model "$WORK/model" --cpu-threads "$THREADS" \
+    --max-model-len 1024 --metrics-port -1
+  OFF+=("$(measure)")
+  stop_server
+  start_server "$BIN/pagoda-server" --model "$WORK/model" --cpu-threads "$THREADS" \
+    --max-model-len 1024 --metrics-port -1 --speculative-config "$SPEC"
+  METRICS=$(server_line PAGODA_METRICS_LISTENING)
+  ON+=("$(measure)")
+  DRAFTS=$(metric vllm:spec_decode_num_draft_tokens_total)
+  ACCEPTED=$(metric vllm:spec_decode_num_accepted_tokens_total)
+  stop_server
+  echo "round $round: off ${OFF[-1]} tok/s, on ${ON[-1]} tok/s (drafts accepted $ACCEPTED of $DRAFTS)"
+done
+"$PYTHON3" -c "
+import statistics, sys
+off = [float(x) for x in sys.argv[1].split()]
+on = [float(x) for x in sys.argv[2].split()]
+print(f'batch $BATCH, k = $K, $TOKENS tokens: off {statistics.median(off):.1f} tok/s, '
+      f'on {statistics.median(on):.1f} tok/s, ratio {statistics.median(on) / statistics.median(off):.2f}x (medians of $ROUNDS)')
+" "${OFF[*]}" "${ON[*]}"
