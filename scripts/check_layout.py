@@ -15,7 +15,8 @@
    aside) is longer than MAX_FILE_LINES, except those in OVERSIZE_ALLOWED.
 5. Flags: in the server, only scheduler/config/server_flags.cc defines or
    reads a command-line flag (ABSL_FLAG, absl::GetFlag); everything else
-   takes the checked ServerConfig.
+   takes the checked ServerConfig. In the worker, only worker/worker_flags.cc
+   does; everything else takes the checked WorkerConfig.
 
 Usage: scripts/check_layout.py [REPO_DIR]. Prints each violation and exits 1
 if there is any; prints a one-line summary and exits 0 otherwise.
@@ -198,18 +199,23 @@ def check_file_lengths(repo, files):
 
 
 FLAG_USE = re.compile(r"\bABSL_FLAG\s*\(|\babsl::GetFlag\s*\(")
-FLAGS_FILE = "scheduler/config/server_flags.cc"
+# (room, the one file in it that defines and reads flags, the config the rest takes).
+FLAGS_FILES = [("scheduler/", "scheduler/config/server_flags.cc", "ServerConfig"),
+               ("worker/", "worker/worker_flags.cc", "WorkerConfig")]
 
 
 def check_flag_reads(repo, files):
     problems = []
     for path in files:
-        if not path.startswith("scheduler/") or path == FLAGS_FILE or is_test_file(path):
+        if is_test_file(path):
             continue
-        with open(os.path.join(repo, path), encoding="utf-8") as source:
-            if FLAG_USE.search(source.read()):
-                problems.append(f"{path}: defines or reads a flag (only {FLAGS_FILE} does; "
-                                f"take the ServerConfig)")
+        for room, flags_file, config in FLAGS_FILES:
+            if not path.startswith(room) or path == flags_file:
+                continue
+            with open(os.path.join(repo, path), encoding="utf-8") as source:
+                if FLAG_USE.search(source.read()):
+                    problems.append(f"{path}: defines or reads a flag (only {flags_file} does; "
+                                    f"take the {config})")
     return problems
 
 
@@ -228,8 +234,10 @@ def main():
     if problems:
         print(f"check_layout: {len(problems)} violation(s)")
         return 1
+    flags_files = " and ".join(f for _, f, _ in FLAGS_FILES)
     print(f"check_layout: {len(files)} files, no forbidden arrow, no benchmark or test "
-          f"helper in a product folder, no flag read outside {FLAGS_FILE}; {measured} measured, no function over "
+          f"helper in a product folder, no flag read outside {flags_files}; "
+          f"{measured} measured, no function over "
           f"{MAX_FUNCTION_LINES} lines, no file over {MAX_FILE_LINES} but the "
           f"{len(OVERSIZE_ALLOWED)} allowed (issue 43)")
     return 0
