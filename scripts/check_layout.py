@@ -41,7 +41,6 @@ OVERSIZE_ALLOWED = frozenset([
     "scheduler/api/http_server.cc",        # issue 43: 924 lines
     "scheduler/workers/grpc_worker_group.cc",  # issue 43: 684 lines
     "scheduler/api/openai_routes.cc",      # issue 43: 648 lines
-    "worker/cuda/cuda_backend.cc",         # issue 43: 623 lines
 ])
 
 # Names that say a file is a benchmark or a test helper; such files belong in
