@@ -1,6 +1,10 @@
 #ifndef PAGODA_SCHEDULER_ENGINE_SEQUENCE_H_
 #define PAGODA_SCHEDULER_ENGINE_SEQUENCE_H_
 
+// A request's sequences as the scheduler sees them: Sequence (tokens,
+// status, generated output) and SequenceGroup (the n or beam-width sequences of
+// one request, with its sampling and stopping options).
+
 #include <cstdint>
 #include <memory>
 #include <optional>

@@ -1,6 +1,10 @@
 #ifndef PAGODA_SCHEDULER_KV_BLOCK_MANAGER_H_
 #define PAGODA_SCHEDULER_KV_BLOCK_MANAGER_H_
 
+// BlockManager: the paged KV cache's bookkeeping (vLLM's): each sequence's
+// block table, prefix caching by block hash, copy-on-write, swap in and out.
+// Metadata only; the workers move the bytes.
+
 #include <cstdint>
 #include <optional>
 #include <utility>

@@ -1,6 +1,9 @@
 #ifndef PAGODA_SCHEDULER_KV_BLOCK_POOL_H_
 #define PAGODA_SCHEDULER_KV_BLOCK_POOL_H_
 
+// BlockPool: one device's numbered KV blocks with their reference counts,
+// hashes and the LRU of evictable cached blocks.
+
 #include <cstdint>
 #include <deque>
 #include <optional>

@@ -1,6 +1,9 @@
 #ifndef PAGODA_SCHEDULER_KV_KV_EVENTS_H_
 #define PAGODA_SCHEDULER_KV_KV_EVENTS_H_
 
+// KV cache events (vLLM's BlockStored, BlockRemoved, AllBlocksCleared) and the
+// sink the block manager reports them to, for prefix-aware routers.
+
 #include <cstdint>
 #include <optional>
 #include <vector>

@@ -1,6 +1,10 @@
 #ifndef PAGODA_SCHEDULER_KV_KV_SEQUENCE_H_
 #define PAGODA_SCHEDULER_KV_KV_SEQUENCE_H_
 
+// KvSequence and KvSequenceGroup: the interfaces through which the block
+// manager reads the engine's sequences, so kv/ depends on nothing of the
+// engine.
+
 #include <cstdint>
 #include <vector>
 
