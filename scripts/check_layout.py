@@ -17,6 +17,8 @@
    reads a command-line flag (ABSL_FLAG, absl::GetFlag); everything else
    takes the checked ServerConfig. In the worker, only worker/worker_flags.cc
    does; everything else takes the checked WorkerConfig.
+6. Header comments: every header (generated code aside) starts, after its
+   include guard, with a comment saying what it holds.
 
 Usage: scripts/check_layout.py [REPO_DIR]. Prints each violation and exits 1
 if there is any; prints a one-line summary and exits 0 otherwise.
@@ -216,6 +218,31 @@ def check_flag_reads(repo, files):
     return problems
 
 
+HEADER_SUFFIXES = (".h", ".cuh")
+# What may come before a header's leading comment: its include guard.
+GUARD_LINE = re.compile(r"^\s*(#\s*ifndef\s|#\s*define\s|#\s*pragma\s+once\b|$)")
+
+
+def has_leading_comment(text):
+    for line in text.splitlines():
+        if GUARD_LINE.match(line):
+            continue
+        return line.lstrip().startswith(("//", "/*"))
+    return False
+
+
+def check_header_comments(repo, files):
+    problems = []
+    for path in files:
+        if not path.endswith(HEADER_SUFFIXES):
+            continue
+        with open(os.path.join(repo, path), encoding="utf-8") as source:
+            text = source.read()
+        if not is_generated(text) and not has_leading_comment(text):
+            problems.append(f"{path}: no leading comment (say what the header holds)")
+    return problems
+
+
 def main():
     repo = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.dirname(
         os.path.abspath(__file__)))
@@ -226,6 +253,7 @@ def main():
     problems += check_placement(repo)
     problems += check_file_lengths(repo, files)
     problems += check_flag_reads(repo, files)
+    problems += check_header_comments(repo, files)
     for problem in problems:
         print(problem)
     if problems:
@@ -233,8 +261,8 @@ def main():
         return 1
     flags_files = " and ".join(f for _, f, _ in FLAGS_FILES)
     print(f"check_layout: {len(files)} files, no forbidden arrow, no benchmark or test "
-          f"helper in a product folder, no flag read outside {flags_files}; "
-          f"{measured} measured, no function over "
+          f"helper in a product folder, no flag read outside {flags_files}, no header "
+          f"without a leading comment; {measured} measured, no function over "
           f"{MAX_FUNCTION_LINES} lines, no file over {MAX_FILE_LINES} but the "
           f"{len(OVERSIZE_ALLOWED)} allowed (issue 43)")
     return 0
