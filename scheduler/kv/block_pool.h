@@ -97,6 +97,8 @@ class BlockPool {
   };
   // Forgets the hash of an evictable or used block.
   void Unhash(int block);
+  // Clears what a hashed block remembers of its contents.
+  static void ForgetContents(Block& block);
 
   std::vector<Block> blocks_;
   std::deque<int> free_list_;
