@@ -1,6 +1,10 @@
 #ifndef PAGODA_COMMON_DTYPE_H_
 #define PAGODA_COMMON_DTYPE_H_
 
+// The element types of weights, activations and the KV cache: their names as
+// safetensors, --dtype and config.json spell them, and the f16/bf16 <-> f32
+// bit conversions every backend and reader shares.
+
 #include <cstddef>
 #include <cstdint>
 #include <cstring>

@@ -1,6 +1,10 @@
 #ifndef PAGODA_COMMON_FLAGS_H_
 #define PAGODA_COMMON_FLAGS_H_
 
+// The command line of every Pagoda binary: vLLM's dashed names and --no-NAME
+// negation over Abseil flags, --help by group, --version. Binaries read their
+// flags in one file each (server_flags.cc, worker_flags.cc), never here.
+
 #include <optional>
 #include <string>
 #include <string_view>

@@ -1,6 +1,9 @@
 #ifndef PAGODA_COMMON_GRPC_HEALTH_H_
 #define PAGODA_COMMON_GRPC_HEALTH_H_
 
+// A client of grpc.health.v1.Health for the CLI and the tests, written against the wire format because Debian's gRPC ships no
+// generated health stubs.
+
 #include <memory>
 
 #include "grpcpp/grpcpp.h"

@@ -1,6 +1,10 @@
 #ifndef PAGODA_COMMON_MODEL_CONFIG_H_
 #define PAGODA_COMMON_MODEL_CONFIG_H_
 
+// A model directory's config.json (and generation_config.json) read into one
+// ModelConfig: the architecture facts the server checks its flags against and
+// the worker builds its model from. Every field is bounded: the file is hostile.
+
 #include <string>
 #include <vector>
 

@@ -1,6 +1,9 @@
 #ifndef PAGODA_COMMON_PRIVATE_FILE_H_
 #define PAGODA_COMMON_PRIVATE_FILE_H_
 
+// Opening the files that hold credentials (the worker secret, TLS private
+// keys), refusing any whose mode lets other users read them.
+
 #include <string>
 
 #include "absl/status/statusor.h"

@@ -1,6 +1,9 @@
 #ifndef PAGODA_COMMON_PROTOBUF_LOG_H_
 #define PAGODA_COMMON_PROTOBUF_LOG_H_
 
+// Rate limiting of libprotobuf's log lines, so clients sending malformed
+// messages cannot flood the log.
+
 #include <cstdint>
 
 namespace pagoda {

@@ -1,6 +1,9 @@
 #ifndef PAGODA_COMMON_SAFETENSORS_H_
 #define PAGODA_COMMON_SAFETENSORS_H_
 
+// Memory-mapped safetensors checkpoints: the header parsed and bounded, each
+// tensor a view into the mapping (no copy), for the worker's weight loaders.
+
 #include <cstdint>
 #include <map>
 #include <memory>

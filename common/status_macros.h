@@ -1,6 +1,9 @@
 #ifndef PAGODA_COMMON_STATUS_MACROS_H_
 #define PAGODA_COMMON_STATUS_MACROS_H_
 
+// PAGODA_ASSIGN_OR_RETURN: the one macro for unwrapping an absl::StatusOr or
+// returning its error, shared by every room.
+
 #include <utility>
 
 // Assigns the value of a StatusOr expression to `lhs`, or returns its error

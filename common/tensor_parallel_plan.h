@@ -1,6 +1,10 @@
 #ifndef PAGODA_COMMON_TENSOR_PARALLEL_PLAN_H_
 #define PAGODA_COMMON_TENSOR_PARALLEL_PLAN_H_
 
+// How a model splits across tensor-parallel ranks (Megatron-style): which rows
+// or columns of each weight one rank owns, and the rules the server checks
+// before any worker starts (heads divisible by the world size, ...).
+
 #include <cstdint>
 
 #include "absl/status/status.h"

@@ -1,6 +1,9 @@
 #ifndef PAGODA_COMMON_TENSOR_SLICE_H_
 #define PAGODA_COMMON_TENSOR_SLICE_H_
 
+// Shape-checked slices of memory-mapped tensors, so a tensor-parallel rank
+// reads only its shard's bytes of the checkpoint.
+
 #include <cstdint>
 #include <string>
 #include <vector>

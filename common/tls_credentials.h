@@ -1,6 +1,9 @@
 #ifndef PAGODA_COMMON_TLS_CREDENTIALS_H_
 #define PAGODA_COMMON_TLS_CREDENTIALS_H_
 
+// gRPC server and client credentials from the --ssl-* (and --worker-ssl-*)
+// PEM files, with the files' presence and modes checked first.
+
 #include <memory>
 #include <string>
 

@@ -1,6 +1,10 @@
 #ifndef PAGODA_KERNELS_SCALAR_TYPE_H_
 #define PAGODA_KERNELS_SCALAR_TYPE_H_
 
+// The element type as the CUDA kernels name it: the project's one DType
+// (common/dtype_enum.h) under the kernels' ScalarType spelling, with nothing
+// but the CUDA toolkit needed to include it.
+
 #include <cstddef>
 
 #include "common/dtype_enum.h"

@@ -1,6 +1,9 @@
 #ifndef PAGODA_SCHEDULER_METRICS_H_
 #define PAGODA_SCHEDULER_METRICS_H_
 
+// ServerMetrics: the engine's Prometheus metrics (pagoda_* and vLLM's names)
+// and the /metrics endpoint that serves them.
+
 #include <functional>
 #include <memory>
 #include <string>

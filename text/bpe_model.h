@@ -1,6 +1,9 @@
 #ifndef PAGODA_TEXT_BPE_MODEL_H_
 #define PAGODA_TEXT_BPE_MODEL_H_
 
+// BpeModel: the byte-pair-encoding model of a Hugging Face tokenizer.json,
+// merges applied to one pre-tokenized word at a time.
+
 #include <cstdint>
 #include <string>
 #include <string_view>

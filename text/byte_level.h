@@ -1,6 +1,9 @@
 #ifndef PAGODA_TEXT_BYTE_LEVEL_H_
 #define PAGODA_TEXT_BYTE_LEVEL_H_
 
+// GPT-2's byte-level alphabet (Llama 3, Qwen): bytes to printable characters
+// and back.
+
 #include <optional>
 #include <string>
 #include <string_view>

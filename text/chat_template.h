@@ -1,6 +1,9 @@
 #ifndef PAGODA_TEXT_CHAT_TEMPLATE_H_
 #define PAGODA_TEXT_CHAT_TEMPLATE_H_
 
+// ChatTemplate: a model's Jinja chat template rendered over the request's
+// messages, tools and variables into a prompt.
+
 #include <cstdint>
 #include <memory>
 #include <string>

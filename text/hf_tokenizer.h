@@ -1,6 +1,9 @@
 #ifndef PAGODA_TEXT_HF_TOKENIZER_H_
 #define PAGODA_TEXT_HF_TOKENIZER_H_
 
+// HfTokenizer: a Hugging Face tokenizer.json tokenizer (added tokens,
+// normalizers, pre-tokenizers, BPE, decoders) as the tokenizers library runs it.
+
 #include <memory>
 #include <string>
 #include <vector>

@@ -1,6 +1,10 @@
 #ifndef PAGODA_TEXT_JINJA_VALUE_H_
 #define PAGODA_TEXT_JINJA_VALUE_H_
 
+// The values a Jinja template computes with (undefined, none, bool, numbers,
+// strings, lists, dicts, namespaces, callables) and the bounds on their size and
+// nesting.
+
 #include <cstdint>
 #include <memory>
 #include <string>

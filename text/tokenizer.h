@@ -1,6 +1,9 @@
 #ifndef PAGODA_TEXT_TOKENIZER_H_
 #define PAGODA_TEXT_TOKENIZER_H_
 
+// Tokenizer: the interface the server tokenizes and detokenizes through, and
+// the loader that picks tokenizer.json or tokenizer.model from a model directory.
+
 #include <memory>
 #include <optional>
 #include <string>

@@ -1,6 +1,9 @@
 #ifndef PAGODA_TEXT_UTF8_H_
 #define PAGODA_TEXT_UTF8_H_
 
+// UTF-8 validation and lossy decoding, as Hugging Face's tokenizers treat
+// ill-formed bytes.
+
 #include <cstddef>
 #include <string>
 #include <string_view>

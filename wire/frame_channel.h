@@ -1,6 +1,9 @@
 #ifndef PAGODA_WIRE_FRAME_CHANNEL_H_
 #define PAGODA_WIRE_FRAME_CHANNEL_H_
 
+// The step channel's framing: length-prefixed frames of step plans, masks and
+// replies over a socket between pagoda-server and a worker it spawned.
+
 #include <cstdint>
 #include <functional>
 #include <string>

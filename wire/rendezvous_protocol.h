@@ -1,6 +1,9 @@
 #ifndef PAGODA_WIRE_RENDEZVOUS_PROTOCOL_H_
 #define PAGODA_WIRE_RENDEZVOUS_PROTOCOL_H_
 
+// The rendezvous store's wire format, shared by its server (in pagoda-server)
+// and its client (in the workers), every length bounded.
+
 #include <chrono>
 #include <cstdint>
 #include <string>

@@ -1,6 +1,9 @@
 #ifndef PAGODA_WIRE_RENDEZVOUS_STORE_SERVER_H_
 #define PAGODA_WIRE_RENDEZVOUS_STORE_SERVER_H_
 
+// RendezvousStoreServer: the key-value store where a tensor-parallel group's
+// ranks exchange addresses, run by pagoda-server.
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>

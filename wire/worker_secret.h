@@ -1,6 +1,9 @@
 #ifndef PAGODA_WIRE_WORKER_SECRET_H_
 #define PAGODA_WIRE_WORKER_SECRET_H_
 
+// The shared secret between pagoda-server and its workers: its metadata key,
+// bounds, generation and reading from an inherited pipe or a private file.
+
 #include <string>
 
 #include "absl/status/statusor.h"

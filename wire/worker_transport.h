@@ -1,6 +1,9 @@
 #ifndef PAGODA_WIRE_WORKER_TRANSPORT_H_
 #define PAGODA_WIRE_WORKER_TRANSPORT_H_
 
+// WorkerTransport: how a worker address is reached (unix socket, loopback TCP,
+// network TCP), so the server and the worker pick matching credentials.
+
 #include "absl/strings/string_view.h"
 
 namespace pagoda::wire {

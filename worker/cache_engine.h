@@ -1,6 +1,10 @@
 #ifndef PAGODA_WORKER_CACHE_ENGINE_H_
 #define PAGODA_WORKER_CACHE_ENGINE_H_
 
+// CacheEngine: one worker's paged KV cache in backend memory (and its CPU swap
+// space), sized from the blocks the server grants, with the block moves a step
+// plan asks for.
+
 #include <cstdint>
 #include <memory>
 #include <vector>

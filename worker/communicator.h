@@ -1,6 +1,9 @@
 #ifndef PAGODA_WORKER_COMMUNICATOR_H_
 #define PAGODA_WORKER_COMMUNICATOR_H_
 
+// The model's tensor-parallel seam: the communicator its layers all-reduce
+// through, and TimedCommunicator, which measures the time spent there.
+
 #include <atomic>
 #include <cstddef>
 #include <memory>

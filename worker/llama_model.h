@@ -1,6 +1,9 @@
 #ifndef PAGODA_WORKER_LLAMA_MODEL_H_
 #define PAGODA_WORKER_LLAMA_MODEL_H_
 
+// LlamaModel: the Llama-family decoder (Llama, Qwen2) over the Backend
+// interface: weights loaded from the checkpoint, a forward pass over one step.
+
 #include <algorithm>
 #include <memory>
 #include <optional>

@@ -1,6 +1,9 @@
 #ifndef PAGODA_WORKER_MODEL_RUNNER_H_
 #define PAGODA_WORKER_MODEL_RUNNER_H_
 
+// ModelRunner: everything a worker does with bytes (load a model shard, size
+// and own the KV cache, execute step plans), one per device kind.
+
 #include <functional>
 #include <memory>
 #include <string>

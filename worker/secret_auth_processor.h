@@ -1,6 +1,9 @@
 #ifndef PAGODA_WORKER_SECRET_AUTH_PROCESSOR_H_
 #define PAGODA_WORKER_SECRET_AUTH_PROCESSOR_H_
 
+// SecretAuthProcessor: the server's secret checked in gRPC's transport, before
+// a call's message is read.
+
 #include "grpcpp/security/auth_metadata_processor.h"
 #include "worker/worker_service.h"
 

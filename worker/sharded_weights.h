@@ -1,6 +1,9 @@
 #ifndef PAGODA_WORKER_SHARDED_WEIGHTS_H_
 #define PAGODA_WORKER_SHARDED_WEIGHTS_H_
 
+// What one tensor-parallel rank reads of the checkpoint: its slices of each
+// weight, Megatron-style, read from the mapping without the others' bytes.
+
 #include <cstdint>
 #include <string>
 #include <vector>

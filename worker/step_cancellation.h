@@ -1,6 +1,9 @@
 #ifndef PAGODA_WORKER_STEP_CANCELLATION_H_
 #define PAGODA_WORKER_STEP_CANCELLATION_H_
 
+// StepCancellation: a step's gRPC call watched for the server's cancel, so a
+// rank stuck in a collective aborts at once.
+
 #include <functional>
 #include <thread>
 

@@ -1,6 +1,9 @@
 #ifndef PAGODA_WORKER_STEP_CHANNEL_SERVER_H_
 #define PAGODA_WORKER_STEP_CHANNEL_SERVER_H_
 
+// StepChannelServer: the worker's end of the step channel (--step-fd), step
+// plans in and replies out, one at a time.
+
 #include <atomic>
 #include <thread>
 

@@ -1,6 +1,9 @@
 #ifndef PAGODA_WORKER_STEP_EXECUTION_H_
 #define PAGODA_WORKER_STEP_EXECUTION_H_
 
+// ExecuteStepPlan: one step plan run on a runner's model, cache and backend:
+// the forward pass, sampling and the reply, shared by every device.
+
 #include <functional>
 
 #include "absl/status/statusor.h"

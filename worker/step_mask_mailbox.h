@@ -1,6 +1,9 @@
 #ifndef PAGODA_WORKER_STEP_MASK_MAILBOX_H_
 #define PAGODA_WORKER_STEP_MASK_MAILBOX_H_
 
+// StepMaskMailbox: where a worker's SendStepMasks calls meet the step that
+// waits for its token masks.
+
 #include <cstdint>
 #include <optional>
 

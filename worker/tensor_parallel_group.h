@@ -1,6 +1,9 @@
 #ifndef PAGODA_WORKER_TENSOR_PARALLEL_GROUP_H_
 #define PAGODA_WORKER_TENSOR_PARALLEL_GROUP_H_
 
+// A LoadModel request's tensor-parallel membership checked, and the group of
+// ranks joined through the server's rendezvous store.
+
 #include <chrono>
 #include <functional>
 #include <memory>

@@ -27,7 +27,6 @@
 
 #include "worker/worker_process.h"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
@@ -40,14 +39,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -66,49 +64,10 @@
 #include "worker/runner_factory.h"
 #include "worker/secret_auth_processor.h"
 #include "worker/step_channel_server.h"
+#include "worker/worker_config.h"
+#include "worker/worker_flags.h"
 #include "worker/worker_metrics.h"
 #include "worker/worker_service.h"
-
-ABSL_FLAG(std::string, listen, "127.0.0.1:0", "Address to serve on; port 0 = the OS picks one.");
-ABSL_FLAG(int, rank, 0, "Tensor-parallel rank of this worker.");
-ABSL_FLAG(int, cuda_device, -1,
-          "With --device cuda: the CUDA device index (among CUDA_VISIBLE_DEVICES) to run "
-          "on; -1 = the rank's (rank r uses the r-th visible GPU).");
-ABSL_FLAG(int, parent_pid, 0, "If set, exit when this process (the server) dies.");
-ABSL_FLAG(int, secret_fd, -1, "Inherited fd to read the server's secret from (then closed).");
-ABSL_FLAG(int, step_fd, -1,
-          "Inherited socket the spawning server sends step plans on (its step channel); "
-          "ExecuteStep over gRPC keeps working beside it.");
-ABSL_FLAG(std::string, secret_file, "", "File holding the server's secret (if no --secret-fd).");
-ABSL_FLAG(double, owner_timeout, 30,
-          "Seconds the server that owns this worker (the first to load a model on it) may stay "
-          "silent, heartbeats included, before another server may take it over.");
-ABSL_FLAG(std::string, ssl_certfile, "",
-          "PEM certificate: serve over TLS (connected workers beyond loopback), where a call's "
-          "secret is checked from its headers before its message is read.");
-ABSL_FLAG(std::string, ssl_keyfile, "",
-          "PEM private key of --ssl-certfile; readable by its owner only (chmod 600).");
-ABSL_FLAG(std::string, collective_host, "",
-          "IPv4 address this worker's tensor-parallel (CPU collective) connections listen on; its peers "
-          "must reach it. Default: the host of --listen when that is an IPv4 address other "
-          "than 0.0.0.0, else 127.0.0.1.");
-ABSL_FLAG(std::string, ssl_ca_certs, "",
-          "PEM CA bundle: the server must present a client certificate it signed.");
-ABSL_FLAG(int, max_message_bytes, pagoda::wire::kMaxWorkerMessageBytes,
-          "Largest gRPC message this worker accepts (1 MiB to 256 MiB); larger calls are "
-          "RESOURCE_EXHAUSTED. The server logs its largest step plan at start-up ('largest "
-          "step plan: N bytes'), passes it to the workers it spawns, and refuses to start "
-          "with a worker whose limit is below it. Workers beyond loopback should use TLS: on "
-          "plaintext TCP to a non-loopback address a call's secret is checked only after its "
-          "bytes arrive.");
-ABSL_FLAG(int, metrics_port, 0,
-          "Prometheus /metrics port (refused calls; docs/metrics.md), on the host of --listen "
-          "(127.0.0.1 for unix:) unless --metrics-host says otherwise; 0 = off, -1 = the OS "
-          "picks one.");
-ABSL_FLAG(std::string, metrics_host, "",
-          "IPv4 address to serve --metrics-port on, e.g. 0.0.0.0 for a Prometheus on another "
-          "host while --listen stays on loopback; default: the host of --listen (127.0.0.1 "
-          "for unix:).");
 
 namespace {
 
@@ -144,33 +103,11 @@ class StopRequest {
   std::string reason_ ABSL_GUARDED_BY(mutex_);
 };
 
-absl::StatusOr<std::string> ReadSecret() {
-  if (const int fd = absl::GetFlag(FLAGS_secret_fd); fd >= 0) {
-    return pagoda::ReadWorkerSecretFromFd(fd);
-  }
-  if (const std::string path = absl::GetFlag(FLAGS_secret_file); !path.empty()) {
-    return pagoda::ReadWorkerSecretFile(path);
-  }
-  return absl::InvalidArgumentError(
-      "a worker needs the server's secret: pass --secret-fd or --secret-file");
-}
-
-// Where the collective connections listen: the flag, else the host the worker
-// serves on (peers on other hosts reach it there), else loopback.
-std::string CollectiveHost(const std::string& listen) {
-  if (std::string host = absl::GetFlag(FLAGS_collective_host); !host.empty()) return host;
-  if (listen.rfind("unix:", 0) == 0) return "127.0.0.1";
-  const std::string host = listen.substr(0, listen.rfind(':'));
-  in_addr address;
-  if (host == "0.0.0.0" || inet_pton(AF_INET, host.c_str(), &address) != 1) return "127.0.0.1";
-  return host;
-}
-
-absl::StatusOr<std::unique_ptr<pagoda::worker::ModelRunner>> MakeRunner(
-    const std::string& device, const pagoda::worker::CpuModelRunnerOptions& options,
-    const pagoda::worker::RunnerHooks& hooks, int rank) {
-  return pagoda::worker::MakeModelRunner(device, absl::GetFlag(FLAGS_cuda_device), options, hooks,
-                                         rank);
+// The server's secret, from --secret-fd or else --secret-file (the config
+// requires one of them).
+absl::StatusOr<std::string> ReadSecret(const pagoda::worker::WorkerConfig& config) {
+  if (config.secret_fd >= 0) return pagoda::ReadWorkerSecretFromFd(config.secret_fd);
+  return pagoda::ReadWorkerSecretFile(config.secret_file);
 }
 
 // SIGTERM/SIGINT may land on any thread (libraries such as gRPC start
@@ -220,39 +157,9 @@ void WatchSignalsAndParent(pid_t parent_pid, StopRequest& stop) {
   }
 }
 
-// The flags checked before serving.
-struct StartupSettings {
-  std::string collective_host;  // CollectiveHost of --listen: an IPv4 address.
-  absl::Duration owner_timeout;
-  int max_message_bytes = 0;  // --max-message-bytes: the gRPC receive limit.
-};
-
-absl::StatusOr<StartupSettings> CheckedStartupSettings() {
-  StartupSettings settings;
-  settings.collective_host = CollectiveHost(absl::GetFlag(FLAGS_listen));
-  if (in_addr address; inet_pton(AF_INET, settings.collective_host.c_str(), &address) != 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--collective-host must be an IPv4 address, got '", settings.collective_host, "'"));
-  }
-  const double owner_timeout = absl::GetFlag(FLAGS_owner_timeout);
-  if (!(owner_timeout >= 1 && owner_timeout <= 86400)) {
-    return absl::InvalidArgumentError("--owner-timeout must be in [1, 86400] seconds");
-  }
-  settings.owner_timeout = absl::Seconds(owner_timeout);
-  settings.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
-  if (settings.max_message_bytes < pagoda::wire::kMinWorkerReceiveLimitBytes ||
-      settings.max_message_bytes > pagoda::wire::kMaxWorkerMessageBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--max-message-bytes must be in [", pagoda::wire::kMinWorkerReceiveLimitBytes, ", ",
-        pagoda::wire::kMaxWorkerMessageBytes, "], got ", settings.max_message_bytes));
-  }
-  return settings;
-}
-
 // The step channel on --step-fd; null when the flag is not given.
 absl::StatusOr<std::unique_ptr<pagoda::worker::StepChannelServer>> OpenStepChannel(
-    pagoda::worker::WorkerService* service) {
-  const int fd = absl::GetFlag(FLAGS_step_fd);
+    int fd, pagoda::worker::WorkerService* service) {
   if (fd < 0) return std::unique_ptr<pagoda::worker::StepChannelServer>();
   struct stat info;
   if (fstat(fd, &info) != 0 || !S_ISSOCK(info.st_mode)) {
@@ -283,7 +190,7 @@ std::shared_ptr<grpc::ServerCredentials> LocalCredentialsOf(
   return nullptr;
 }
 
-// The credentials of --listen: TLS when the flags give it; else, on a unix
+// The credentials of --listen: TLS when the config gives it; else, on a unix
 // socket (the server's own spawned worker) or a loopback TCP address
 // (127.0.0.1, [::1], localhost: a worker on its server's host), local
 // credentials. On all of them gRPC runs an auth processor, which checks the
@@ -292,9 +199,8 @@ std::shared_ptr<grpc::ServerCredentials> LocalCredentialsOf(
 // the handlers check the secret after the whole message has arrived, so the
 // warning.
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ListenCredentials(
-    pagoda::worker::WorkerService* service, const std::string& listen) {
-  const pagoda::TlsFiles tls{absl::GetFlag(FLAGS_ssl_certfile), absl::GetFlag(FLAGS_ssl_keyfile),
-                             absl::GetFlag(FLAGS_ssl_ca_certs)};
+    pagoda::worker::WorkerService* service, const pagoda::TlsFiles& tls,
+    const std::string& listen) {
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
       pagoda::MakeServerCredentials(tls);
   if (!credentials.ok()) return credentials.status();
@@ -316,17 +222,17 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ListenCredentials(
 
 // Serves `service` (and gRPC health) on --listen.
 absl::StatusOr<ListeningServer> StartServer(pagoda::worker::WorkerService* service,
-                                            int max_message_bytes) {
+                                            const pagoda::worker::WorkerConfig& config) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int port = 0;
-  const std::string listen = absl::GetFlag(FLAGS_listen);
+  const std::string& listen = config.listen;
   const bool unix_socket =
       pagoda::wire::WorkerTransportOf(listen) == pagoda::wire::WorkerTransport::kUnixSocket;
   // Connected workers: mutual TLS, so only a server holding a certificate
   // from the CA gets as far as presenting the secret.
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
-      ListenCredentials(service, listen);
+      ListenCredentials(service, config.tls, listen);
   if (!credentials.ok()) return credentials.status();
   builder.AddListeningPort(listen, *credentials, &port);
   // gRPC sets SO_REUSEPORT by default, which lets a second process share a
@@ -345,7 +251,7 @@ absl::StatusOr<ListeningServer> StartServer(pagoda::worker::WorkerService* servi
   // concurrent 100 MB calls still grew a worker by 1.2 GB with a 4 MiB limit
   // (integration_security_test); only the auth processor (unix socket,
   // loopback TCP, TLS) refuses such calls for the cost of their headers.
-  builder.SetMaxReceiveMessageSize(max_message_bytes);
+  builder.SetMaxReceiveMessageSize(config.max_message_bytes);
   builder.SetMaxSendMessageSize(pagoda::wire::kMaxWorkerMessageBytes);
   builder.RegisterService(service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
@@ -359,25 +265,15 @@ absl::StatusOr<ListeningServer> StartServer(pagoda::worker::WorkerService* servi
 
 // The /metrics endpoint, or null when --metrics-port is 0.
 absl::StatusOr<std::unique_ptr<pagoda::worker::WorkerMetrics>> StartMetrics(
-    const pagoda::worker::WorkerService& service) {
-  const int flag = absl::GetFlag(FLAGS_metrics_port);
-  if (flag == 0) return std::unique_ptr<pagoda::worker::WorkerMetrics>();
-  if (flag < -1 || flag > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--metrics-port: expected 0 (off), -1 (any) or 1..65535, got ", flag));
-  }
-  const std::string listen = absl::GetFlag(FLAGS_listen);
-  std::string host = absl::GetFlag(FLAGS_metrics_host);
-  if (host.empty()) {
-    host = listen.rfind("unix:", 0) == 0 ? "127.0.0.1" : listen.substr(0, listen.rfind(':'));
-  }
+    const pagoda::worker::WorkerService& service, const pagoda::worker::WorkerConfig& config) {
+  if (config.metrics_port == 0) return std::unique_ptr<pagoda::worker::WorkerMetrics>();
   absl::StatusOr<std::unique_ptr<pagoda::worker::WorkerMetrics>> metrics =
       pagoda::worker::WorkerMetrics::Start(
-          host, flag < 0 ? 0 : flag, absl::GetFlag(FLAGS_rank), [&service] {
+          config.metrics_host, std::max(config.metrics_port, 0), config.rank, [&service] {
             return pagoda::worker::WorkerCounts{.refused_calls = service.refused_calls(),
                                                 .idle_between_steps = service.idle_between_steps()};
           });
-  if (metrics.ok()) LOG(INFO) << "metrics on " << host << ":" << (*metrics)->port();
+  if (metrics.ok()) LOG(INFO) << "metrics on " << config.metrics_host << ":" << (*metrics)->port();
   return metrics;
 }
 
@@ -403,7 +299,8 @@ void StopServing(pagoda::worker::WorkerService& service,
 void InitProcess(int argc, char** argv) {
   pagoda::ParsePagodaCommandLine(
       argc, argv,
-      {"pagoda-worker", "pagoda-worker [--listen HOST:PORT] [--rank R]: one model shard"});
+      {"pagoda-worker", "pagoda-worker [--listen HOST:PORT] [--rank R]: one model shard",
+       pagoda::worker::WorkerFlagGroups()});
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
   pagoda::LimitProtobufLogging();
@@ -415,14 +312,18 @@ namespace pagoda::worker {
 
 int RunWorkerProcess(int argc, char** argv, const RunnerHooks& hooks) {
   InitProcess(argc, argv);
-
-  const int rank = absl::GetFlag(FLAGS_rank);
-  const pid_t parent_pid = absl::GetFlag(FLAGS_parent_pid);
+  absl::StatusOr<WorkerConfig> config = WorkerConfigFromFlags();
+  if (!config.ok()) {
+    std::cerr << "pagoda-worker: " << config.status().message() << std::endl;
+    return 1;
+  }
+  const int rank = config->rank;
+  const pid_t parent_pid = config->parent_pid;
   if (parent_pid > 0 && getppid() != parent_pid) {
     LOG(ERROR) << "parent process " << parent_pid << " is already gone";
     return 1;
   }
-  absl::StatusOr<std::string> secret = ReadSecret();
+  absl::StatusOr<std::string> secret = ReadSecret(*config);
   if (!secret.ok()) {
     LOG(ERROR) << secret.status().message();
     return 1;
@@ -432,30 +333,27 @@ int RunWorkerProcess(int argc, char** argv, const RunnerHooks& hooks) {
     return 1;
   }
   signal(SIGPIPE, SIG_IGN);
-  absl::StatusOr<StartupSettings> settings = CheckedStartupSettings();
-  if (!settings.ok()) {
-    LOG(ERROR) << settings.status().message();
-    return 1;
-  }
   StopRequest stop;
-  pagoda::worker::CpuModelRunnerOptions runner_options;
-  runner_options.collective_host = settings->collective_host;
-  pagoda::worker::WorkerService service(
+  CpuModelRunnerOptions runner_options;
+  runner_options.collective_host = config->collective_host;
+  WorkerService service(
       rank, *std::move(secret),
-      [&](const std::string& device) { return MakeRunner(device, runner_options, hooks, rank); },
-      [&stop] { stop.Request("Shutdown RPC"); }, settings->owner_timeout,
-      settings->max_message_bytes);
-  auto step_channel = OpenStepChannel(&service);
+      [&](const std::string& device) {
+        return MakeModelRunner(device, config->cuda_device, runner_options, hooks, rank);
+      },
+      [&stop] { stop.Request("Shutdown RPC"); }, absl::Seconds(config->owner_timeout),
+      config->max_message_bytes);
+  auto step_channel = OpenStepChannel(config->step_fd, &service);
   if (!step_channel.ok()) {
     LOG(ERROR) << step_channel.status().message();
     return 1;
   }
-  absl::StatusOr<ListeningServer> listening = StartServer(&service, settings->max_message_bytes);
+  absl::StatusOr<ListeningServer> listening = StartServer(&service, *config);
   if (!listening.ok()) {
     LOG(ERROR) << listening.status().message();
     return 1;
   }
-  absl::StatusOr<std::unique_ptr<pagoda::worker::WorkerMetrics>> metrics = StartMetrics(service);
+  absl::StatusOr<std::unique_ptr<WorkerMetrics>> metrics = StartMetrics(service, *config);
   if (!metrics.ok()) {
     LOG(ERROR) << metrics.status().message();
     return 1;

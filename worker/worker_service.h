@@ -1,6 +1,9 @@
 #ifndef PAGODA_WORKER_WORKER_SERVICE_H_
 #define PAGODA_WORKER_WORKER_SERVICE_H_
 
+// WorkerService: the pagoda.worker.v1.Worker gRPC service: the secret and
+// ownership checks, model loading, cache init and step execution.
+
 #include <atomic>
 #include <cstdint>
 #include <functional>

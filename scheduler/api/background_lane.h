@@ -1,6 +1,10 @@
 #ifndef PAGODA_SCHEDULER_API_BACKGROUND_LANE_H_
 #define PAGODA_SCHEDULER_API_BACKGROUND_LANE_H_
 
+// BackgroundLane: long work on the HTTP server's io threads, cut into slices
+// that yield to new requests, so a burst of streams does not delay the next
+// request's first token.
+
 #include <chrono>
 #include <deque>
 #include <functional>

@@ -1,6 +1,10 @@
 #ifndef PAGODA_SCHEDULER_API_ENGINE_STREAM_CALL_H_
 #define PAGODA_SCHEDULER_API_ENGINE_STREAM_CALL_H_
 
+// EngineStreamCall: the gRPC write reactor that both streaming services
+// (pagoda.v1 and vLLM's engine API) run an engine request through, aborting the
+// request when the client cancels.
+
 #include <memory>
 #include <string>
 #include <utility>

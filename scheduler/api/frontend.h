@@ -1,6 +1,10 @@
 #ifndef PAGODA_SCHEDULER_API_FRONTEND_H_
 #define PAGODA_SCHEDULER_API_FRONTEND_H_
 
+// The pagoda.v1 gRPC front door: the Generation service (validation,
+// submission to the engine, streaming) and FrontendServer, which serves it
+// beside the vLLM engine API and health on one port.
+
 #include <cstdint>
 #include <memory>
 #include <string>

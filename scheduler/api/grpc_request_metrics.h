@@ -1,6 +1,9 @@
 #ifndef PAGODA_SCHEDULER_API_GRPC_REQUEST_METRICS_H_
 #define PAGODA_SCHEDULER_API_GRPC_REQUEST_METRICS_H_
 
+// Per-method request counts and durations of every gRPC call, taken by one
+// server interceptor whatever service answers.
+
 #include <memory>
 #include <string>
 

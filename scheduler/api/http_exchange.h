@@ -1,6 +1,9 @@
 #ifndef PAGODA_SCHEDULER_API_HTTP_EXCHANGE_H_
 #define PAGODA_SCHEDULER_API_HTTP_EXCHANGE_H_
 
+// The interface between the HTTP connection code and the routes: one parsed
+// request, and the response object a route fills, streams and finishes.
+
 #include <memory>
 #include <string>
 #include <utility>

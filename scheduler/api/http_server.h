@@ -1,6 +1,9 @@
 #ifndef PAGODA_SCHEDULER_API_HTTP_SERVER_H_
 #define PAGODA_SCHEDULER_API_HTTP_SERVER_H_
 
+// The OpenAI-compatible HTTP front door (Boost.Beast): its options and limits,
+// the connections, and the server that owns the routes (openai_routes.h).
+
 #include <cstddef>
 #include <cstdint>
 #include <functional>

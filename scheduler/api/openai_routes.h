@@ -1,6 +1,9 @@
 #ifndef PAGODA_SCHEDULER_API_OPENAI_ROUTES_H_
 #define PAGODA_SCHEDULER_API_OPENAI_ROUTES_H_
 
+// OpenAiRoutes: what each HTTP path does (completions, chat completions,
+// models, tokenize, health), apart from the connections that carry requests.
+
 #include <atomic>
 #include <cstdint>
 #include <functional>

@@ -1,6 +1,10 @@
 #ifndef PAGODA_SCHEDULER_API_REQUEST_DETOKENIZER_H_
 #define PAGODA_SCHEDULER_API_REQUEST_DETOKENIZER_H_
 
+// RequestDetokenizer: incremental detokenizing of one sequence's output, so
+// streamed text pieces concatenate to the whole decode and never split a
+// UTF-8 character.
+
 #include <cstddef>
 #include <cstdint>
 #include <string>

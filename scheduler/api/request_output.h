@@ -1,6 +1,9 @@
 #ifndef PAGODA_SCHEDULER_API_REQUEST_OUTPUT_H_
 #define PAGODA_SCHEDULER_API_REQUEST_OUTPUT_H_
 
+// RequestOutput: engine deltas turned into one request's client
+// responses (text, stop strings, logprobs), shared by every front door.
+
 #include <string>
 #include <vector>
 

@@ -1,6 +1,10 @@
 #ifndef PAGODA_SCHEDULER_API_REQUEST_REACTORS_H_
 #define PAGODA_SCHEDULER_API_REQUEST_REACTORS_H_
 
+// The pagoda.v1 Generation calls as gRPC callback reactors: unary and
+// streaming Generate, the call tracker that drain waits on, and the
+// absl::Status to grpc::Status mapping at this edge.
+
 #include <functional>
 #include <memory>
 

@@ -1,6 +1,10 @@
 #ifndef PAGODA_SCHEDULER_API_REQUEST_VALIDATION_H_
 #define PAGODA_SCHEDULER_API_REQUEST_VALIDATION_H_
 
+// RequestValidator: a wire request (pagoda.v1 or translated from OpenAI or
+// vLLM) checked field by field against the model's limits and turned into the
+// engine's request. Every field is hostile: bounded before use.
+
 #include <cstdint>
 #include <memory>
 #include <optional>

@@ -1,6 +1,9 @@
 #ifndef PAGODA_SCHEDULER_API_STOP_STRINGS_H_
 #define PAGODA_SCHEDULER_API_STOP_STRINGS_H_
 
+// StopStringMatcher: stop strings found in a sequence's detokenized text, the
+// text that could still start one held back from the stream.
+
 #include <string>
 #include <vector>
 

@@ -1,6 +1,9 @@
 #ifndef PAGODA_SCHEDULER_API_STREAM_WRITE_QUEUE_H_
 #define PAGODA_SCHEDULER_API_STREAM_WRITE_QUEUE_H_
 
+// StreamWriteQueue: the bounded queue between the engine's thread and a gRPC
+// stream that allows one write in flight.
+
 #include <deque>
 #include <optional>
 #include <utility>

@@ -1,6 +1,9 @@
 #ifndef PAGODA_SCHEDULER_API_VALIDATION_POOL_H_
 #define PAGODA_SCHEDULER_API_VALIDATION_POOL_H_
 
+// ValidationPool: the bounded thread pool that tokenizes and validates
+// requests off the front doors' threads.
+
 #include <deque>
 #include <functional>
 #include <thread>

@@ -1,6 +1,9 @@
 #ifndef PAGODA_SCHEDULER_API_VLLM_ENGINE_CONVERT_H_
 #define PAGODA_SCHEDULER_API_VLLM_ENGINE_CONVERT_H_
 
+// The translation between vLLM's engine gRPC API and pagoda.v1: requests in,
+// stream chunks and finish reasons out. Pure functions, no I/O.
+
 #include <cstdint>
 #include <vector>
 

@@ -1,6 +1,9 @@
 #ifndef PAGODA_SCHEDULER_API_VLLM_ENGINE_SERVICE_H_
 #define PAGODA_SCHEDULER_API_VLLM_ENGINE_SERVICE_H_
 
+// VllmEngineService: vLLM's engine gRPC API (vllm.grpc.engine.VllmEngine)
+// served on the server's gRPC port through the same validator and engine.
+
 #include <atomic>
 
 #include "absl/time/time.h"

@@ -3,13 +3,13 @@
 #include <arpa/inet.h>
 
 #include <algorithm>
-#include <charconv>
 #include <filesystem>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "common/dtype.h"
+#include "common/flag_checks.h"
 #include "common/quantization_methods.h"
 #include "common/tensor_parallel_plan.h"
 #include "scheduler/api/http_server.h"
@@ -27,46 +27,10 @@ constexpr double kMaxGiB = 4096;
 constexpr double kMaxSeconds = 86400;
 constexpr int kMaxBlocks = 1 << 24;
 
-// "--NAME VALUE is out of range: expected LO to HI[, or NOTE]".
-template <typename T>
-absl::Status Range(absl::string_view flag, T value, T low, T high, absl::string_view note = "") {
-  if (value >= low && value <= high) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat("--", flag, " ", value,
-                                                 " is out of range: expected ", low, " to ", high,
-                                                 note.empty() ? "" : ", or ", note));
-}
-
-// A port: 1..65535, or one of the documented special values.
-absl::Status Port(absl::string_view flag, int value, int lowest_special, absl::string_view note) {
-  if (value >= lowest_special && value <= 0) return absl::OkStatus();
-  return Range(flag, value, 1, 65535, note);
-}
-
-// A double as the user would have typed it: the shortest text that reads
-// back as the same value (99999999, not StrCat's 1e+08).
-std::string Shortest(double value) {
-  char text[32];
-  const std::to_chars_result result = std::to_chars(text, text + sizeof(text), value);
-  return std::string(text, result.ptr);
-}
-
-// A real value in (low, high] or [low, high].
-absl::Status Seconds(absl::string_view flag, double value, double low, double high,
-                     bool low_inclusive) {
-  const bool above_low = low_inclusive ? value >= low : value > low;
-  if (above_low && value <= high) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat("--", flag, " ", Shortest(value), " is out of range: expected ",
-                   low_inclusive ? "[" : "(", Shortest(low), ", ", Shortest(high), "]"));
-}
-
-// The first error of a list of checks, OK if none.
-absl::Status FirstError(std::initializer_list<absl::Status> checks) {
-  for (const absl::Status& status : checks) {
-    if (!status.ok()) return status;
-  }
-  return absl::OkStatus();
-}
+using flag_check::FirstError;
+using flag_check::Port;
+using flag_check::Range;
+using flag_check::RealRange;
 
 absl::Status CheckModel(const ModelOptions& model) {
   if (model.model_dir.empty()) return absl::InvalidArgumentError("--model is required");
@@ -101,7 +65,7 @@ absl::Status CheckFrontDoor(const FrontDoorOptions& door) {
       Range("http-max-connections", door.http_max_connections, 1, kMaxQueued),
       Range("http-io-threads", door.http_io_threads, 1, kMaxHttpIoThreads),
       Range("max-stream-queued-messages", door.max_stream_queued_messages, 1, kMaxQueued),
-      Seconds("drain-timeout", door.drain_timeout, 0, kMaxSeconds, true),
+      RealRange("drain-timeout", door.drain_timeout, 0, kMaxSeconds, true),
   });
 }
 
@@ -123,10 +87,10 @@ absl::Status CheckScheduling(const SchedulingOptions& scheduling) {
 absl::Status CheckCache(const CacheOptions& cache) {
   return FirstError({
       Range("block-size", cache.block_size, 1, 1024),
-      Seconds("gpu-memory-utilization", cache.gpu_memory_utilization, 0, 1, false),
+      RealRange("gpu-memory-utilization", cache.gpu_memory_utilization, 0, 1, false),
       Range("num-gpu-blocks-override", cache.num_gpu_blocks_override, 0, kMaxBlocks),
-      Seconds("cpu-kv-cache-space", cache.cpu_kv_cache_space_gib, 0, kMaxGiB, false),
-      Seconds("swap-space", cache.swap_space_gib, 0, kMaxGiB, true),
+      RealRange("cpu-kv-cache-space", cache.cpu_kv_cache_space_gib, 0, kMaxGiB, false),
+      RealRange("swap-space", cache.swap_space_gib, 0, kMaxGiB, true),
   });
 }
 
@@ -168,11 +132,11 @@ absl::Status CheckWorkers(const WorkerOptions& workers) {
       Range("tensor-parallel-size", workers.tensor_parallel_size, 1, wire::kMaxWorldSize),
       Range("cpu-threads", workers.cpu_threads, 0, kMaxThreads),
       Range("worker-restart-limit", workers.restart_limit, 0, 1000),
-      Seconds("worker-restart-window", workers.restart_window, 0, kMaxSeconds, false),
-      Seconds("worker-failure-exit-delay", workers.failure_exit_delay, 0, 600, true),
-      Seconds("worker-stall-timeout", workers.stall_timeout, 0.5, 3600, true),
-      Seconds("worker-start-timeout", workers.start_timeout, 0, 3600, false),
-      Seconds("collective-timeout", workers.collective_timeout, 0, 600, false),
+      RealRange("worker-restart-window", workers.restart_window, 0, kMaxSeconds, false),
+      RealRange("worker-failure-exit-delay", workers.failure_exit_delay, 0, 600, true),
+      RealRange("worker-stall-timeout", workers.stall_timeout, 0.5, 3600, true),
+      RealRange("worker-start-timeout", workers.start_timeout, 0, 3600, false),
+      RealRange("collective-timeout", workers.collective_timeout, 0, 600, false),
       Range("rendezvous-port", workers.rendezvous_port, 0, 65535),
       CheckWorkerTls(workers),
   });

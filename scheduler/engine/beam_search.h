@@ -1,6 +1,9 @@
 #ifndef PAGODA_SCHEDULER_ENGINE_BEAM_SEARCH_H_
 #define PAGODA_SCHEDULER_ENGINE_BEAM_SEARCH_H_
 
+// Beam search as vLLM v0 does it: the beam score and the step that keeps the
+// best extensions of every beam of a group.
+
 #include <cstdint>
 #include <utility>
 #include <vector>

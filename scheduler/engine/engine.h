@@ -1,6 +1,10 @@
 #ifndef PAGODA_SCHEDULER_ENGINE_ENGINE_H_
 #define PAGODA_SCHEDULER_ENGINE_ENGINE_H_
 
+// The engine: the loop that takes validated requests, asks the scheduler for
+// each step, runs it on the worker group, applies the sampled tokens and
+// delivers each request's progress to its sink.
+
 #include <cstdint>
 #include <memory>
 #include <optional>

@@ -1,6 +1,10 @@
 #ifndef PAGODA_SCHEDULER_ENGINE_ENGINE_STATS_H_
 #define PAGODA_SCHEDULER_ENGINE_ENGINE_STATS_H_
 
+// The engine's step and request records and its running totals
+// (EngineSnapshot), and EngineObserver, through which /metrics and the
+// benchmarks receive them.
+
 #include <cstdint>
 #include <string>
 #include <vector>

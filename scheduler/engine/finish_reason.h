@@ -1,6 +1,9 @@
 #ifndef PAGODA_SCHEDULER_ENGINE_FINISH_REASON_H_
 #define PAGODA_SCHEDULER_ENGINE_FINISH_REASON_H_
 
+// The one mapping from a sequence's final status to the finish reason clients
+// see (pagoda.v1's enum and OpenAI's strings). Every front door uses it.
+
 #include <string_view>
 
 #include "pagoda/v1/generation.pb.h"

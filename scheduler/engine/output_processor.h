@@ -1,6 +1,9 @@
 #ifndef PAGODA_SCHEDULER_ENGINE_OUTPUT_PROCESSOR_H_
 #define PAGODA_SCHEDULER_ENGINE_OUTPUT_PROCESSOR_H_
 
+// OutputProcessor: a step's sampled tokens applied to its sequences (stop
+// conditions, logprobs, beam search) and gathered into per-request deltas.
+
 #include <cstdint>
 #include <optional>
 #include <string>

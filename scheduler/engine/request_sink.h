@@ -1,6 +1,9 @@
 #ifndef PAGODA_SCHEDULER_ENGINE_REQUEST_SINK_H_
 #define PAGODA_SCHEDULER_ENGINE_REQUEST_SINK_H_
 
+// RequestSink: the interface through which the engine delivers one request's
+// deltas and its end to the front door that submitted it.
+
 #include "absl/status/status.h"
 #include "scheduler/engine/output_processor.h"
 #include "scheduler/engine/scheduler.h"

@@ -7,15 +7,6 @@
 
 namespace pagoda::scheduler {
 
-bool StoppingOptions::StopsAt(const std::vector<int32_t>& eos_token_ids, int num_output_tokens,
-                              int32_t token) const {
-  if (num_output_tokens < min_tokens) return false;
-  const auto holds = [token](const std::vector<int32_t>& ids) {
-    return std::find(ids.begin(), ids.end(), token) != ids.end();
-  };
-  return (!ignore_eos && holds(eos_token_ids)) || holds(stop_token_ids);
-}
-
 bool IsFinished(SequenceStatus status) {
   switch (status) {
     case SequenceStatus::kWaiting:
@@ -30,22 +21,6 @@ bool IsFinished(SequenceStatus status) {
       return true;
   }
   return true;
-}
-
-namespace {
-
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-}  // namespace
-
-uint64_t SeedForSequence(uint64_t request_seed, int index) {
-  if (index == 0) return request_seed;
-  return SplitMix64(request_seed ^ SplitMix64(static_cast<uint64_t>(index)));
 }
 
 Sequence::Sequence(int64_t seq_id, std::vector<int32_t> prompt_token_ids)
@@ -101,24 +76,12 @@ std::vector<Sequence*> SequenceGroup::SeqsWithStatus(SequenceStatus status) cons
   return result;
 }
 
-namespace {
-
-std::vector<const KvSequence*> AsKvSequences(const std::vector<Sequence*>& seqs) {
-  return std::vector<const KvSequence*>(seqs.begin(), seqs.end());
-}
-
-}  // namespace
-
-std::vector<const KvSequence*> SequenceGroup::WaitingSequences() const {
-  return AsKvSequences(SeqsWithStatus(SequenceStatus::kWaiting));
-}
-
-std::vector<const KvSequence*> SequenceGroup::RunningSequences() const {
-  return AsKvSequences(SeqsWithStatus(SequenceStatus::kRunning));
-}
-
-std::vector<const KvSequence*> SequenceGroup::SwappedSequences() const {
-  return AsKvSequences(SeqsWithStatus(SequenceStatus::kSwapped));
+std::vector<const KvSequence*> SequenceGroup::SequencesIn(KvPhase phase) const {
+  const SequenceStatus status = phase == KvPhase::kWaiting   ? SequenceStatus::kWaiting
+                                : phase == KvPhase::kRunning ? SequenceStatus::kRunning
+                                                             : SequenceStatus::kSwapped;
+  const std::vector<Sequence*> seqs = SeqsWithStatus(status);
+  return {seqs.begin(), seqs.end()};
 }
 
 int SequenceGroup::NumUnfinished() const {

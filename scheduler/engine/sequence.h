@@ -1,6 +1,10 @@
 #ifndef PAGODA_SCHEDULER_ENGINE_SEQUENCE_H_
 #define PAGODA_SCHEDULER_ENGINE_SEQUENCE_H_
 
+// A request's sequences as the scheduler sees them: Sequence (tokens,
+// status, generated output) and SequenceGroup (the n or beam-width sequences of
+// one request, with its sampling and stopping options).
+
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -9,8 +13,8 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/time/time.h"
-#include "scheduler/constraints/compiled_grammar.h"
 #include "scheduler/constraints/matcher.h"
+#include "scheduler/engine/sampling_options.h"
 #include "scheduler/kv/kv_sequence.h"
 
 namespace pagoda::scheduler {
@@ -26,60 +30,6 @@ enum class SequenceStatus {
   kFinishedPruned,   // A beam or sample dropped by the search; never returned.
 };
 bool IsFinished(SequenceStatus status);
-
-// Per-request decoding options, already validated and with defaults filled in
-// (the frontend turns zero values into defaults).
-struct SamplingOptions {
-  float temperature = 0.0f;  // < 1e-5 = greedy.
-  int top_k = 0;             // 0 = off.
-  float top_p = 1.0f;
-  uint64_t seed = 0;  // Always set: the frontend picks one when the client did not.
-  int n = 1;          // Sequences returned.
-  int best_of = 1;    // Sequences generated (>= n); the beam width with beam search.
-  bool use_beam_search = false;
-  float length_penalty = 1.0f;  // Beam score = cumulative logprob / length^penalty.
-  bool early_stopping = false;  // Beam search stops once best_of beams finished.
-  int num_logprobs = 0;
-  // Logits processing (common/logits_processing.h has the order).
-  float presence_penalty = 0.0f;
-  float frequency_penalty = 0.0f;
-  float repetition_penalty = 1.0f;  // 1 = off.
-  float min_p = 0.0f;               // 0 = off.
-  std::vector<std::pair<int32_t, float>> logit_bias;  // Sorted by token id.
-  std::vector<int32_t> allowed_token_ids;             // Empty = all.
-  // Each bad word as token sequences (with and without a leading space).
-  std::vector<std::vector<int32_t>> bad_words_token_ids;
-  // Structured outputs: the grammar every sequence's output must follow
-  // (null for none), compiled by the frontend and shared.
-  std::shared_ptr<const constraints::CompiledGrammar> grammar;
-  // Prompt logprobs (vLLM's prompt_logprobs): -1 = none, else each prompt
-  // token's logprob with this many top logprobs (0..kMaxTopLogprobs).
-  int num_prompt_logprobs = -1;
-
-  bool wants_prompt_logprobs() const { return num_prompt_logprobs >= 0; }
-  bool has_penalties() const {
-    return presence_penalty != 0 || frequency_penalty != 0 || repetition_penalty != 1;
-  }
-};
-
-// Seed of the index-th sequence of a request whose seed is request_seed:
-// the request seed itself for index 0 (so n = 1 is unchanged), a SplitMix64
-// mix of both otherwise, so siblings draw differently and each sequence is
-// reproducible whatever else shares its batch.
-uint64_t SeedForSequence(uint64_t request_seed, int index);
-
-struct StoppingOptions {
-  int max_tokens = 16;
-  int min_tokens = 0;
-  std::vector<int32_t> stop_token_ids;
-  bool ignore_eos = false;
-
-  // Whether `token`, a sequence's `num_output_tokens`-th output token, ends
-  // it: an EOS id (unless ignored) or a stop id, never before min_tokens.
-  // The one rule for sampling and beam search alike.
-  bool StopsAt(const std::vector<int32_t>& eos_token_ids, int num_output_tokens,
-               int32_t token) const;
-};
 
 struct TopLogprob {
   int32_t token_id;
@@ -146,7 +96,7 @@ class Sequence final : public KvSequence {
   // replays its whole output through a new one.
   struct ConstraintState {
     std::optional<constraints::Matcher> matcher;
-    int tokens_read = 0;  // Output tokens the matcher has read.
+    int tokens_read = 0;   // Output tokens the matcher has read.
     bool refused = false;  // A token the grammar refused: only the end remains.
   };
   ConstraintState& constraint_state() { return constraint_state_; }
@@ -189,9 +139,7 @@ class SequenceGroup final : public KvSequenceGroup {
   const std::vector<std::unique_ptr<Sequence>>& seqs() const { return seqs_; }
   // Sequences with the given status.
   std::vector<Sequence*> SeqsWithStatus(SequenceStatus status) const;
-  std::vector<const KvSequence*> WaitingSequences() const override;
-  std::vector<const KvSequence*> RunningSequences() const override;
-  std::vector<const KvSequence*> SwappedSequences() const override;
+  std::vector<const KvSequence*> SequencesIn(KvPhase phase) const override;
   int NumUnfinished() const;
   // Prompt logprobs need every prompt row's logits, which a cached block
   // does not have: such a group computes its whole prompt.

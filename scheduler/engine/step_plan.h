@@ -1,6 +1,9 @@
 #ifndef PAGODA_SCHEDULER_ENGINE_STEP_PLAN_H_
 #define PAGODA_SCHEDULER_ENGINE_STEP_PLAN_H_
 
+// BuildStepPlan: the scheduler's decision written as the StepPlan message
+// every worker executes.
+
 #include <cstdint>
 #include <vector>
 

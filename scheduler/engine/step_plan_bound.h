@@ -1,6 +1,9 @@
 #ifndef PAGODA_SCHEDULER_ENGINE_STEP_PLAN_BOUND_H_
 #define PAGODA_SCHEDULER_ENGINE_STEP_PLAN_BOUND_H_
 
+// The largest StepPlan the server's limits allow, computed before any worker
+// starts, so a worker's receive limit can be checked against it.
+
 #include <cstdint>
 
 namespace pagoda::scheduler {

@@ -63,7 +63,7 @@ AllocStatus BlockManager::CheckFits(int needed) const {
 }
 
 AllocStatus BlockManager::CanAllocate(const KvSequenceGroup& group) const {
-  return CheckFits(BlocksForPrompts(group.WaitingSequences()));
+  return CheckFits(BlocksForPrompts(group.SequencesIn(KvPhase::kWaiting)));
 }
 
 int BlockManager::BlocksForPrompts(const std::vector<const KvSequence*>& seqs) const {
@@ -75,7 +75,7 @@ int BlockManager::BlocksForPrompts(const std::vector<const KvSequence*>& seqs) c
 }
 
 absl::Status BlockManager::Allocate(const KvSequenceGroup& group) {
-  const std::vector<const KvSequence*> seqs = group.WaitingSequences();
+  const std::vector<const KvSequence*> seqs = group.SequencesIn(KvPhase::kWaiting);
   for (const KvSequence* seq : seqs) {
     if (tables_.contains(seq->seq_id())) {
       return absl::FailedPreconditionError(
@@ -193,7 +193,7 @@ BlockManager::Growth BlockManager::GrowthOf(const KvSequence& seq,
 
 bool BlockManager::CanAppendSlots(const KvSequenceGroup& group) const {
   int may_need = 0;
-  for (const KvSequence* seq : group.RunningSequences()) {
+  for (const KvSequence* seq : group.SequencesIn(KvPhase::kRunning)) {
     auto it = tables_.find(seq->seq_id());
     if (it == tables_.end() || !it->second.on_gpu) continue;  // AppendSlots will refuse.
     const Growth growth = GrowthOf(*seq, it->second.blocks);
@@ -275,25 +275,25 @@ int BlockManager::CountDistinctBlocks(const std::vector<const KvSequence*>& seqs
 }
 
 AllocStatus BlockManager::CanSwapIn(const KvSequenceGroup& group) const {
-  const std::vector<const KvSequence*> seqs = group.SwappedSequences();
+  const std::vector<const KvSequence*> seqs = group.SequencesIn(KvPhase::kSwapped);
   // One spare block per sequence for the token it appends right after.
   return CheckFits(CountDistinctBlocks(seqs) + static_cast<int>(seqs.size()));
 }
 
 absl::StatusOr<std::vector<BlockMove>> BlockManager::SwapIn(const KvSequenceGroup& group) {
-  return Move(group.SwappedSequences(), /*to_gpu=*/true);
+  return Move(group.SequencesIn(KvPhase::kSwapped), /*to_gpu=*/true);
 }
 
 bool BlockManager::CanSwapOut(const KvSequenceGroup& group) const {
-  return CountDistinctBlocks(group.RunningSequences()) <= cpu_.num_free();
+  return CountDistinctBlocks(group.SequencesIn(KvPhase::kRunning)) <= cpu_.num_free();
 }
 
 absl::StatusOr<std::vector<BlockMove>> BlockManager::SwapOut(const KvSequenceGroup& group) {
-  return Move(group.RunningSequences(), /*to_gpu=*/false);
+  return Move(group.SequencesIn(KvPhase::kRunning), /*to_gpu=*/false);
 }
 
-absl::StatusOr<std::vector<BlockMove>> BlockManager::Move(const std::vector<const KvSequence*>& seqs,
-                                                          bool to_gpu) {
+absl::StatusOr<std::vector<BlockMove>> BlockManager::Move(
+    const std::vector<const KvSequence*>& seqs, bool to_gpu) {
   for (const KvSequence* seq : seqs) {
     auto it = tables_.find(seq->seq_id());
     if (it == tables_.end() || it->second.on_gpu == to_gpu) {

@@ -1,6 +1,10 @@
 #ifndef PAGODA_SCHEDULER_KV_BLOCK_MANAGER_H_
 #define PAGODA_SCHEDULER_KV_BLOCK_MANAGER_H_
 
+// BlockManager: the paged KV cache's bookkeeping (vLLM's): each sequence's
+// block table, prefix caching by block hash, copy-on-write, swap in and out.
+// Metadata only; the workers move the bytes.
+
 #include <cstdint>
 #include <optional>
 #include <utility>
@@ -127,7 +131,7 @@ class BlockManager {
   void ResetPrefixCache();
 
   // KV events (kv_events.h): from now on every change to the set of
-  // prefix-cached GPU blocks is recorded, in order, until TakeKvEvents.
+  // prefix-cached GPU blocks is recorded, in order, until SwapKvEvents.
   // Stored blocks of one commit share one BlockStored; consecutive
   // evictions one BlockRemoved. No-op without prefix caching.
   void EnableKvEvents();
@@ -135,12 +139,6 @@ class BlockManager {
   // Swaps the events recorded since the last call (oldest first) with
   // `batch`, which must be empty and whose capacity the next events reuse.
   void SwapKvEvents(KvEventBatch& batch) { std::swap(kv_events_, batch); }
-  // The events recorded since the last call, oldest first.
-  KvEventBatch TakeKvEvents() {
-    KvEventBatch batch;
-    SwapKvEvents(batch);
-    return batch;
-  }
   // What a subscriber that lost events needs to hold the current state:
   // AllBlocksCleared, then one BlockStored per cached block.
   KvEventBatch CachedBlocksAsEvents() const;
@@ -172,13 +170,11 @@ class BlockManager {
 
   int block_size() const { return block_size_; }
   int num_total_gpu_blocks() const { return gpu_.num_total(); }
-  int num_total_cpu_blocks() const { return cpu_.num_total(); }
   int num_free_gpu_blocks() const { return gpu_.num_free(); }
   int num_free_cpu_blocks() const { return cpu_.num_free(); }
   int watermark_blocks() const { return watermark_blocks_; }
   const BlockPool& gpu_pool() const { return gpu_; }
   const BlockPool& cpu_pool() const { return cpu_; }
-  bool prefix_caching_enabled() const { return enable_prefix_caching_; }
   BlockHasher hasher() const { return hasher_; }
   // Prompt tokens looked up in the prefix cache, and those found (vLLM
   // counts both in tokens).
@@ -219,7 +215,7 @@ class BlockManager {
   BlockPool cpu_;
   absl::flat_hash_map<int64_t, BlockTable> tables_;
   bool kv_events_enabled_ = false;
-  KvEventBatch kv_events_;  // Since the last TakeKvEvents.
+  KvEventBatch kv_events_;  // Since the last SwapKvEvents.
 };
 
 }  // namespace pagoda::scheduler

@@ -71,11 +71,7 @@ bool BlockPool::SetHash(int block, uint64_t hash, absl::Span<const int32_t> toke
 void BlockPool::ForgetCachedContents() {
   for (const auto& [last_use, block] : evictor_) free_list_.push_back(block);
   evictor_.clear();
-  for (Block& block : blocks_) {
-    block.hash.reset();
-    block.tokens.clear();
-    block.parent_hash.reset();
-  }
+  for (Block& block : blocks_) ForgetContents(block);
   hash_to_block_.clear();
   if (event_log_ != nullptr) event_log_->AddCleared();
 }
@@ -102,9 +98,13 @@ void BlockPool::Unhash(int block) {
   Block& entry = blocks_[block];
   hash_to_block_.erase(*entry.hash);
   if (event_log_ != nullptr) event_log_->AddRemoved(*entry.hash);
-  entry.hash.reset();
-  entry.tokens.clear();
-  entry.parent_hash.reset();
+  ForgetContents(entry);
+}
+
+void BlockPool::ForgetContents(Block& block) {
+  block.hash.reset();
+  block.tokens.clear();
+  block.parent_hash.reset();
 }
 
 }  // namespace pagoda::scheduler

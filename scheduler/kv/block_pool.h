@@ -1,6 +1,9 @@
 #ifndef PAGODA_SCHEDULER_KV_BLOCK_POOL_H_
 #define PAGODA_SCHEDULER_KV_BLOCK_POOL_H_
 
+// BlockPool: one device's numbered KV blocks with their reference counts,
+// hashes and the LRU of evictable cached blocks.
+
 #include <cstdint>
 #include <deque>
 #include <optional>
@@ -94,6 +97,8 @@ class BlockPool {
   };
   // Forgets the hash of an evictable or used block.
   void Unhash(int block);
+  // Clears what a hashed block remembers of its contents.
+  static void ForgetContents(Block& block);
 
   std::vector<Block> blocks_;
   std::deque<int> free_list_;

@@ -1,6 +1,9 @@
 #ifndef PAGODA_SCHEDULER_KV_KV_EVENTS_H_
 #define PAGODA_SCHEDULER_KV_KV_EVENTS_H_
 
+// KV cache events (vLLM's BlockStored, BlockRemoved, AllBlocksCleared) and the
+// sink the block manager reports them to, for prefix-aware routers.
+
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -17,19 +20,6 @@ enum class KvEventKind {
   kBlockStored,       // Hashes became findable; parent, tokens and block size set.
   kBlockRemoved,      // Hashes were evicted.
   kAllBlocksCleared,  // Every hash was forgotten (a worker restarted).
-};
-
-// One event with its own arrays: for tests and readers (KvEventBatch::ToEvents).
-struct KvCacheEvent {
-  using Kind = KvEventKind;
-  Kind kind = Kind::kBlockStored;
-  std::vector<uint64_t> block_hashes;
-  // The hash of the block before the first of block_hashes; none for a
-  // prompt's first block.
-  std::optional<uint64_t> parent_hash;
-  // Tokens of every stored block, block after block.
-  std::vector<int32_t> token_ids;
-  int block_size = 0;
 };
 
 // The events of one engine step, in order, kept flat: every event's hashes
@@ -95,22 +85,6 @@ class KvEventBatch {
   size_t capacity_bytes() const {
     return events_.capacity() * sizeof(Event) + hashes_.capacity() * sizeof(uint64_t) +
            tokens_.capacity() * sizeof(int32_t);
-  }
-
-  std::vector<KvCacheEvent> ToEvents() const {
-    std::vector<KvCacheEvent> out;
-    for (const Event& event : events_) {
-      KvCacheEvent copy;
-      copy.kind = event.kind;
-      const absl::Span<const uint64_t> h = hashes(event);
-      const absl::Span<const int32_t> t = tokens(event);
-      copy.block_hashes.assign(h.begin(), h.end());
-      copy.token_ids.assign(t.begin(), t.end());
-      copy.parent_hash = event.parent_hash;
-      copy.block_size = event.block_size;
-      out.push_back(std::move(copy));
-    }
-    return out;
   }
 
  private:

@@ -1,6 +1,10 @@
 #ifndef PAGODA_SCHEDULER_KV_KV_SEQUENCE_H_
 #define PAGODA_SCHEDULER_KV_KV_SEQUENCE_H_
 
+// KvSequence and KvSequenceGroup: the interfaces through which the block
+// manager reads the engine's sequences, so kv/ depends on nothing of the
+// engine.
+
 #include <cstdint>
 #include <vector>
 
@@ -31,11 +35,11 @@ class KvSequence {
 // Allocate), running on the GPU (CanAppendSlots, CanSwapOut, SwapOut) or
 // swapped out to the CPU (CanSwapIn, SwapIn). The engine's SequenceGroup
 // implements it; the pointers stay valid while the group is not changed.
+enum class KvPhase { kWaiting, kRunning, kSwapped };
+
 class KvSequenceGroup {
  public:
-  virtual std::vector<const KvSequence*> WaitingSequences() const = 0;
-  virtual std::vector<const KvSequence*> RunningSequences() const = 0;
-  virtual std::vector<const KvSequence*> SwappedSequences() const = 0;
+  virtual std::vector<const KvSequence*> SequencesIn(KvPhase phase) const = 0;
   // Whether Allocate must give the group fresh blocks only, reusing no
   // prefix-cached block (it computes its whole prompt: prompt logprobs need
   // every row). Its computed blocks are still published to the cache.

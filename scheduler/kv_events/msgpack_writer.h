@@ -1,6 +1,9 @@
 #ifndef PAGODA_SCHEDULER_KV_EVENTS_MSGPACK_WRITER_H_
 #define PAGODA_SCHEDULER_KV_EVENTS_MSGPACK_WRITER_H_
 
+// MsgpackWriter: the small MessagePack encoder KV event batches are written
+// with.
+
 #include <cstdint>
 #include <cstring>
 #include <string>

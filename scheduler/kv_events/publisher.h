@@ -1,6 +1,9 @@
 #ifndef PAGODA_SCHEDULER_KV_EVENTS_PUBLISHER_H_
 #define PAGODA_SCHEDULER_KV_EVENTS_PUBLISHER_H_
 
+// KvEventPublisher: KV cache events published over ZeroMQ as vLLM's
+// ZmqEventPublisher does (PUB socket, replay ROUTER, bounded queue).
+
 #include <atomic>
 #include <cstdint>
 #include <deque>

@@ -17,6 +17,7 @@
 #include "scheduler/engine/sequence.h"
 #include "scheduler/kv/block_manager.h"
 #include "scheduler/kv_events/msgpack_writer.h"
+#include "tests/support/kv_event_list.h"
 
 namespace pagoda::scheduler {
 namespace {
@@ -61,7 +62,7 @@ TEST(KvEventsTest, CommitStoresOneChainWithItsParentAndTokens) {
   Sequence& seq = *group->seqs()[0];
   seq.set_num_computed_tokens(10);
   manager.CommitComputedBlocks(seq);
-  std::vector<KvCacheEvent> events = manager.TakeKvEvents().ToEvents();
+  std::vector<KvCacheEvent> events = TakeKvEvents(manager);
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(events[0].kind, Kind::kBlockStored);
   EXPECT_FALSE(events[0].parent_hash.has_value());
@@ -71,8 +72,7 @@ TEST(KvEventsTest, CommitStoresOneChainWithItsParentAndTokens) {
             DefaultBlockHash(events[0].block_hashes[0], {104, 105, 106, 107}));
   EXPECT_EQ(events[0].token_ids, std::vector<int32_t>(prompt.begin(), prompt.begin() + 8));
   EXPECT_EQ(events[0].block_size, 4);
-  EXPECT_TRUE(manager.TakeKvEvents().empty());
-  EXPECT_TRUE(manager.TakeKvEvents().ToEvents().empty());
+  EXPECT_TRUE(TakeKvEvents(manager).empty());
 }
 
 // Random prompts over a few shared prefixes in a small pool: hits,
@@ -110,7 +110,7 @@ TEST(KvEventsTest, ReplayedEventsTrackTheCacheThroughEvictionAndReset) {
     } else if (op % 500 == 499) {
       manager.ResetPrefixCache();
     }
-    const std::vector<KvCacheEvent> events = manager.TakeKvEvents().ToEvents();
+    const std::vector<KvCacheEvent> events = TakeKvEvents(manager);
     for (const KvCacheEvent& event : events) evictions += event.kind == Kind::kBlockRemoved;
     Apply(events, replayed);
     ASSERT_EQ(replayed, ServerSet(manager)) << "after operation " << op;
@@ -118,7 +118,7 @@ TEST(KvEventsTest, ReplayedEventsTrackTheCacheThroughEvictionAndReset) {
   EXPECT_GT(evictions, 10);
   // A full resync rebuilds the same set from nothing.
   absl::flat_hash_set<uint64_t> resynced = {12345};
-  Apply(manager.CachedBlocksAsEvents().ToEvents(), resynced);
+  Apply(ToEvents(manager.CachedBlocksAsEvents()), resynced);
   EXPECT_EQ(resynced, ServerSet(manager));
 }
 
@@ -130,7 +130,7 @@ TEST(KvEventsTest, ResetSendsAllBlocksCleared) {
   group->seqs()[0]->set_num_computed_tokens(5);
   manager.CommitComputedBlocks(*group->seqs()[0]);
   manager.ResetPrefixCache();
-  const std::vector<KvCacheEvent> events = manager.TakeKvEvents().ToEvents();
+  const std::vector<KvCacheEvent> events = TakeKvEvents(manager);
   ASSERT_EQ(events.size(), 2u);
   EXPECT_EQ(events[1].kind, Kind::kAllBlocksCleared);
   EXPECT_TRUE(manager.CachedBlockHashes().empty());

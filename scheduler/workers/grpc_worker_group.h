@@ -1,6 +1,9 @@
 #ifndef PAGODA_SCHEDULER_WORKERS_GRPC_WORKER_GROUP_H_
 #define PAGODA_SCHEDULER_WORKERS_GRPC_WORKER_GROUP_H_
 
+// GrpcWorkerGroup: the WorkerGroup over pagoda-worker processes (spawned or
+// connected), with its deadlines, restarts and step channel.
+
 #include <sys/types.h>
 
 #include <atomic>

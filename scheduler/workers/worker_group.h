@@ -1,6 +1,9 @@
 #ifndef PAGODA_SCHEDULER_WORKERS_WORKER_GROUP_H_
 #define PAGODA_SCHEDULER_WORKERS_WORKER_GROUP_H_
 
+// WorkerGroup: the interface between the engine and the workers that execute
+// its steps (load, cache init, execute, recover, shut down).
+
 #include <functional>
 #include <memory>
 #include <string>

@@ -1,6 +1,9 @@
 #ifndef PAGODA_SCHEDULER_WORKERS_WORKER_LAUNCHER_H_
 #define PAGODA_SCHEDULER_WORKERS_WORKER_LAUNCHER_H_
 
+// WorkerProcess: spawning one pagoda-worker child with a private socket
+// directory, a fresh secret on an inherited pipe and its step channel.
+
 #include <sys/types.h>
 
 #include <functional>

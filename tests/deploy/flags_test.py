@@ -2,7 +2,9 @@
 range, is refused in one line naming the flag, the value and the allowed
 range, with exit code 1, before any worker is spawned; --help prints the
 flags by group; docs/configuration.md lists every flag with --help's default,
-and the range it states for each is the one the server enforces."""
+and the range it states for each is the one the server enforces. The same
+for pagoda-worker's flags: each refused in one line before the worker reads
+its secret or listens, and its --help by group."""
 import os
 import re
 import subprocess
@@ -121,6 +123,48 @@ class FlagsTest(unittest.TestCase):
         for flag in ("port", "http-port", "metrics-port"):
             with self.subTest(flag=flag):
                 self.refuse(flag, "99999")
+
+
+def worker_help():
+    return subprocess.run([h.binary("pagoda-worker"), "--help"], capture_output=True, text=True,
+                          timeout=30, check=True).stdout
+
+
+class WorkerFlagsTest(unittest.TestCase):
+    # 2147483647: past every worker bound (--max-message-bytes' 256 MiB
+    # included), and still an int.
+    OUT_OF_RANGE = ("-5", "2147483647")
+
+    def test_help_prints_the_flags_by_group(self):
+        headings = [line for line in worker_help().splitlines()
+                    if line and not line.startswith(" ")]
+        for group in ("Serving:", "TLS with the server:", "Metrics:"):
+            self.assertIn(group, headings)
+        self.assertNotIn("Other flags:", headings)  # Every flag has its group.
+
+    def test_every_numeric_flag_refuses_out_of_range_values_before_listening(self):
+        flags = numeric_flags(worker_help())
+        self.assertGreaterEqual(len(flags), 8)
+        for flag in flags:
+            for value in self.OUT_OF_RANGE:
+                with self.subTest(flag=flag, value=value):
+                    # No secret is given either: the range is refused first.
+                    result = subprocess.run([h.binary("pagoda-worker"), f"--{flag}={value}"],
+                                            capture_output=True, text=True, timeout=60)
+                    lines = result.stderr.strip().splitlines()
+                    self.assertEqual(result.returncode, 1, result.stderr)
+                    self.assertNotIn("PAGODA_WORKER_LISTENING", result.stdout)
+                    self.assertEqual(len(lines), 1, result.stderr)
+                    self.assertTrue(lines[0].startswith(f"pagoda-worker: --{flag} {value} "),
+                                    lines[0])
+                    self.assertIn("expected", lines[0])
+
+    def test_a_worker_without_a_secret_is_refused_in_one_line(self):
+        result = subprocess.run([h.binary("pagoda-worker")], capture_output=True, text=True,
+                                timeout=60)
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertEqual(result.stderr.strip(), "pagoda-worker: a worker needs the server's "
+                         "secret: pass --secret-fd or --secret-file")
 
 
 if __name__ == "__main__":

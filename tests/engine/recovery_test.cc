@@ -20,6 +20,7 @@
 #include "scheduler/engine/engine.h"
 #include "tests/fakes/collecting_sink.h"
 #include "tests/fakes/restartable_worker_group.h"
+#include "tests/support/kv_event_list.h"
 #include "tests/support/tiny_model.h"
 
 namespace pagoda::scheduler {
@@ -133,7 +134,7 @@ class RefusingKvEventSink : public KvEventSink {
   bool TryPublish(KvEventBatch& events) override {
     absl::MutexLock lock(&mu_);
     if (++calls_ % 3 == 0) return false;
-    batches_.push_back(events.ToEvents());
+    batches_.push_back(ToEvents(events));
     events.Clear();
     return true;
   }

@@ -1,6 +1,9 @@
 #ifndef PAGODA_WORKER_COMM_COLLECTIVE_COMMUNICATOR_H_
 #define PAGODA_WORKER_COMM_COLLECTIVE_COMMUNICATOR_H_
 
+// CollectiveCommunicator: the typed collectives (all-reduce sum,
+// all-gather) a tensor-parallel group runs, over TCP on the CPU or NCCL on CUDA.
+
 #include <chrono>
 #include <cstddef>
 

@@ -1,6 +1,9 @@
 #ifndef PAGODA_WORKER_COMM_COLLECTIVE_PROOF_H_
 #define PAGODA_WORKER_COMM_COLLECTIVE_PROOF_H_
 
+// The proof that every rank of a newly connected group holds the group's
+// secret, run over the group's own connections before any tensor moves.
+
 #include <cstddef>
 #include <functional>
 #include <string>

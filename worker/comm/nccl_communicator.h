@@ -1,6 +1,9 @@
 #ifndef PAGODA_WORKER_COMM_NCCL_COMMUNICATOR_H_
 #define PAGODA_WORKER_COMM_NCCL_COMMUNICATOR_H_
 
+// The NCCL CollectiveCommunicator of CUDA tensor-parallel groups, and rank 0's
+// NCCL unique id that the server relays.
+
 #include <chrono>
 #include <cstddef>
 #include <memory>

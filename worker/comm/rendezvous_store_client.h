@@ -1,6 +1,9 @@
 #ifndef PAGODA_WORKER_COMM_RENDEZVOUS_STORE_CLIENT_H_
 #define PAGODA_WORKER_COMM_RENDEZVOUS_STORE_CLIENT_H_
 
+// The ranks' client of the server's rendezvous store: where it is, and the
+// calls that publish and wait for a group's keys.
+
 #include <chrono>
 #include <memory>
 #include <string>

@@ -1,6 +1,9 @@
 #ifndef PAGODA_WORKER_COMM_TCP_COMMUNICATOR_H_
 #define PAGODA_WORKER_COMM_TCP_COMMUNICATOR_H_
 
+// The TCP CollectiveCommunicator of CPU tensor-parallel groups: one proved
+// connection per pair of ranks.
+
 #include <chrono>
 #include <memory>
 #include <string>

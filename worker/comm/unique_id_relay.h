@@ -1,6 +1,9 @@
 #ifndef PAGODA_WORKER_COMM_UNIQUE_ID_RELAY_H_
 #define PAGODA_WORKER_COMM_UNIQUE_ID_RELAY_H_
 
+// ShareUniqueId: rank 0's opaque group id (NCCL's unique id) relayed to every
+// rank through the server's rendezvous store.
+
 #include <chrono>
 #include <cstddef>
 #include <functional>

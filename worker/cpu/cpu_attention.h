@@ -1,6 +1,9 @@
 #ifndef PAGODA_WORKER_CPU_CPU_ATTENTION_H_
 #define PAGODA_WORKER_CPU_CPU_ATTENTION_H_
 
+// Paged attention of the CPU backend: one work item (a sequence and a KV
+// head) at a time, blocked or plain, over the paged KV cache.
+
 #include <cstdint>
 
 #include "worker/backend.h"

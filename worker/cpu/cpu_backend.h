@@ -1,6 +1,9 @@
 #ifndef PAGODA_WORKER_CPU_CPU_BACKEND_H_
 #define PAGODA_WORKER_CPU_CPU_BACKEND_H_
 
+// CpuBackend: the host implementation of the Backend interface (linears,
+// attention, element-wise ops) on one persistent thread pool.
+
 #include <memory>
 
 #include "worker/backend.h"

@@ -1,6 +1,9 @@
 #ifndef PAGODA_WORKER_CPU_CPU_MODEL_RUNNER_H_
 #define PAGODA_WORKER_CPU_CPU_MODEL_RUNNER_H_
 
+// CpuModelRunner: the ModelRunner of the CPU device, its options and the
+// tensor-parallel group it joins.
+
 #include <functional>
 #include <memory>
 #include <string>

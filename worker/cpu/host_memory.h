@@ -1,6 +1,9 @@
 #ifndef PAGODA_WORKER_CPU_HOST_MEMORY_H_
 #define PAGODA_WORKER_CPU_HOST_MEMORY_H_
 
+// Host buffers of the CPU backend, placed on transparent huge pages so a
+// decode step's weight stream does not miss the TLB.
+
 #include <cstddef>
 
 namespace pagoda::worker {

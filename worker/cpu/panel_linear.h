@@ -1,6 +1,9 @@
 #ifndef PAGODA_WORKER_CPU_PANEL_LINEAR_H_
 #define PAGODA_WORKER_CPU_PANEL_LINEAR_H_
 
+// PanelLinear: the CPU linear of many token rows (prefill) as a blocked matrix
+// product over packed weight panels.
+
 #include "worker/backend.h"
 #include "worker/cpu/simd.h"
 #include "worker/cpu/thread_pool.h"

@@ -1,6 +1,11 @@
 #ifndef PAGODA_WORKER_CPU_SIMD_H_
 #define PAGODA_WORKER_CPU_SIMD_H_
 
+// The CPU kernels' inner loops (dot products, attention scores and weighted
+// sums, linear tiles, dtype widening and narrowing, weight packing) at each
+// instruction-set level, chosen at run time: the plain loop is the reference
+// the SIMD ones are tested against.
+
 #include <cstddef>
 #include <cstdint>
 #include <limits>

@@ -1,6 +1,9 @@
 #ifndef PAGODA_WORKER_CPU_THREAD_POOL_H_
 #define PAGODA_WORKER_CPU_THREAD_POOL_H_
 
+// ThreadPool: the CPU worker's one persistent pool of threads that every
+// linear, attention and element-wise op runs on, and the CPUs it may use.
+
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>

@@ -1,3 +1,8 @@
+// CudaBackend (cuda_backend.h): device set-up, buffers and copies, and the
+// launches of the model's element-wise ops, linears and KV block moves; its
+// attention and sampling are in cuda_backend_attention.cc and
+// cuda_backend_sampling.cc.
+
 #include "worker/cuda/cuda_backend.h"
 
 #include <cuda_runtime.h>
@@ -20,10 +25,17 @@
 #include "kernels/ops/rotary_embedding.h"
 #include "kernels/ops/sampling.h"
 #include "kernels/ops/swap_blocks.h"
+#include "worker/cuda/cuda_backend_impl.h"
 #include "worker/cuda/cuda_backend_kernels.h"
 
 namespace pagoda::worker {
 namespace {
+
+using cuda_backend_internal::AlignUp;
+using cuda_backend_internal::AllocateDevice;
+using cuda_backend_internal::AllocatePinned;
+using cuda_backend_internal::FreeDevice;
+using cuda_backend_internal::FreePinned;
 
 absl::Status CudaStatus(cudaError_t error, const char* what) {
   const std::string message =
@@ -65,70 +77,6 @@ class CudaBuffer final : public Buffer {
   Free free_;
 };
 
-cudaError_t AllocateDevice(void** data, size_t bytes) { return cudaMalloc(data, bytes); }
-cudaError_t FreeDevice(void* data) { return cudaFree(data); }
-cudaError_t AllocatePinned(void** data, size_t bytes) {
-  return cudaHostAlloc(data, bytes, cudaHostAllocDefault);
-}
-cudaError_t FreePinned(void* data) { return cudaFreeHost(data); }
-
-// Grow-only memory from one allocator (never shrinks, so graph capture sees
-// stable addresses).
-template <cudaError_t (*kAllocate)(void**, size_t), cudaError_t (*kFree)(void*)>
-class GrowOnly {
- public:
-  GrowOnly() = default;
-  GrowOnly(const GrowOnly&) = delete;
-  GrowOnly& operator=(const GrowOnly&) = delete;
-  ~GrowOnly() {
-    if (data_ != nullptr) kFree(data_);
-  }
-  cudaError_t Reserve(size_t bytes) {
-    if (bytes <= bytes_) return cudaSuccess;
-    if (data_ != nullptr) kFree(data_);
-    data_ = nullptr;
-    bytes_ = 0;
-    const cudaError_t error = kAllocate(&data_, bytes);
-    if (error == cudaSuccess) bytes_ = bytes;
-    return error;
-  }
-  uint8_t* get() const { return static_cast<uint8_t*>(data_); }
-  size_t bytes() const { return bytes_; }
-
- private:
-  void* data_ = nullptr;
-  size_t bytes_ = 0;
-};
-using Scratch = GrowOnly<AllocateDevice, FreeDevice>;        // Device memory.
-using PinnedScratch = GrowOnly<AllocatePinned, FreePinned>;  // Pinned host staging.
-
-size_t AlignUp(size_t n) { return (n + 255) & ~size_t{255}; }
-
-// What the decode and prefill kernels' params (KernelParams) both take from
-// a PagedAttention call: shapes, cache, block tables, query and output.
-template <typename KernelParams>
-KernelParams AttentionKernelParams(const PagedAttentionParams& params) {
-  const StepBatch& batch = *params.batch;
-  const KvCacheLayer& cache = params.cache;
-  KernelParams out;
-  out.dtype = cache.dtype;
-  out.num_seqs = batch.num_seqs;
-  out.num_q_heads = params.num_heads;
-  out.num_kv_heads = cache.num_kv_heads;
-  out.head_dim = cache.head_dim;
-  out.block_size = cache.block_size;
-  out.max_blocks_per_seq = batch.max_blocks_per_seq;
-  out.softmax_scale = params.scale;
-  out.q = params.query;
-  out.q_token_stride = params.query_token_stride;
-  out.k_cache = cache.key;
-  out.v_cache = cache.value;
-  out.block_tables = batch.block_tables;
-  out.context_lens = batch.context_lens;
-  out.out = params.output;
-  return out;
-}
-
 // A buffer of `num_elements` of `dtype` from kAllocate (at least one byte, so
 // every buffer has an address), freed by kFree; its data is null when
 // kAllocate failed, and *error says why.
@@ -141,18 +89,6 @@ std::unique_ptr<Buffer> AllocateBuffer(DType dtype, size_t num_elements, cudaErr
 }
 
 }  // namespace
-
-struct CudaBackend::Impl {
-  std::unique_ptr<kernels::GemmContext> gemm;
-  Scratch decode_workspace;  // Eager split-K decode; may grow.
-  // Split-K decode inside graphs: sized once by ReserveDecodeWorkspace and
-  // never grown by an eager step, so a captured graph's pointer stays valid.
-  Scratch graph_decode_workspace;
-  Scratch sample_out;         // Sampling results, packed (SampleLayout).
-  Scratch processed_logits;   // Rows after logits processing; grows once.
-  PinnedScratch sample_host;  // Their host mirror.
-  Scratch block_args;         // CopyBlocks' pointer arrays and pairs.
-};
 
 absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device,
                                                                  DType activation_dtype) {
@@ -417,56 +353,6 @@ void CudaBackend::WriteKvCache(const void* k, const void* v, int64_t token_strid
         "reshape_and_cache");
 }
 
-void CudaBackend::PagedAttention(const PagedAttentionParams& params) {
-  if (SkipLaunch() || !ExpectActivationDType(params.cache.dtype, "the KV cache")) return;
-  if (params.batch->decode_only) {
-    DecodeAttention(params);
-  } else {
-    PrefillAttention(params);
-  }
-}
-
-void CudaBackend::DecodeAttention(const PagedAttentionParams& params) {
-  const StepBatch& batch = *params.batch;
-  const KvCacheLayer& cache = params.cache;
-  const int max_context =
-      mode_ == LaunchMode::kCapture ? graph_max_context_len_ : std::max(1, batch.max_context_len);
-  const kernels::DecodePlan plan = kernels::PlanDecodeAttention(
-      batch.num_seqs, params.num_heads, cache.num_kv_heads, cache.head_dim, max_context, num_sms_,
-      kernels::DecodePlanOptions{.peak_memory_gbps = peak_memory_gbps_});
-  void* workspace = nullptr;
-  if (!DecodeWorkspace(plan.workspace_bytes, &workspace)) return;
-  Check(
-      kernels::LaunchDecodeAttention(AttentionKernelParams<kernels::DecodeAttentionParams>(params),
-                                     plan, workspace, stream_),
-      "decode attention");
-}
-
-bool CudaBackend::DecodeWorkspace(size_t bytes, void** workspace) {
-  if (mode_ == LaunchMode::kCapture) {
-    // Growing it here would free memory an earlier graph uses.
-    if (bytes > impl_->graph_decode_workspace.bytes()) {
-      Fail(absl::InternalError(
-          "graph decode workspace too small: call ReserveDecodeWorkspace before capturing"));
-      return false;
-    }
-    *workspace = impl_->graph_decode_workspace.get();
-    return true;
-  }
-  if (bytes > 0 && !Check(impl_->decode_workspace.Reserve(bytes), "decode workspace")) {
-    return false;
-  }
-  *workspace = impl_->decode_workspace.get();
-  return true;
-}
-
-void CudaBackend::PrefillAttention(const PagedAttentionParams& params) {
-  auto prefill = AttentionKernelParams<kernels::PrefillAttentionParams>(params);
-  prefill.max_query_len = params.batch->max_query_len;
-  prefill.query_start = params.batch->query_start;
-  Check(kernels::LaunchPrefillAttention(prefill, stream_), "prefill attention");
-}
-
 void CudaBackend::SiluAndMul(const void* gate_up, int rows, int dim, void* out) {
   if (SkipLaunch()) return;
   Check(kernels::LaunchSiluAndMul(kernels::SiluAndMulParams{.input = gate_up,
@@ -483,90 +369,6 @@ void CudaBackend::GatherRows(const void* src, const StepBatch& batch, int dim, v
   Check(LaunchGatherRows(src, batch.logits_indices, batch.num_logits_rows, dim, activation_dtype_,
                          out, stream_),
         "gather_rows");
-}
-
-const float* CudaBackend::ProcessLogits(const Tensor& logits, const SamplingBatch& params) {
-  if (!params.has_edits) return nullptr;
-  const int rows = params.num_rows;
-  const int vocab = static_cast<int>(logits.dim(1));
-  if (!Check(impl_->processed_logits.Reserve(sizeof(float) * rows * vocab), "processed logits")) {
-    return nullptr;
-  }
-  auto* processed = reinterpret_cast<float*>(impl_->processed_logits.get());
-  const cudaError_t launched = kernels::LaunchLogitsProcessing(
-      kernels::LogitsProcessingParams{.logits = static_cast<const float*>(logits.data),
-                                      .logits_stride = logits.dim(1),
-                                      .num_rows = rows,
-                                      .vocab_size = vocab,
-                                      .penalties = params.penalties,
-                                      .edit_offsets = params.edit_offsets,
-                                      .edits = params.edits,
-                                      .mask_offsets = params.mask_offsets,
-                                      .token_masks = params.token_masks,
-                                      .processed = processed},
-      stream_);
-  return Check(launched, "logits processing") ? processed : nullptr;
-}
-
-void CudaBackend::Sample(const Tensor& logits, const SamplingBatch& params, SampleResults* out) {
-  const int rows = params.num_rows;
-  const int k = params.num_logprobs;
-  out->num_logprobs = k;
-  out->token_ids.resize(rows);
-  out->logprobs.resize(rows);
-  out->top_ids.resize(size_t{1} * rows * k);
-  out->top_logprobs.resize(size_t{1} * rows * k);
-  if (rows == 0) return;
-  if (logits.dtype != DType::kF32) {
-    return Fail(absl::InvalidArgumentError("Sample needs f32 logits"));
-  }
-  // One packed region on the device and its pinned mirror: ids, logprobs,
-  // top ids, top logprobs (4-byte elements each), so one copy brings all back.
-  const size_t ids_bytes = AlignUp(size_t{4} * rows);
-  const size_t top_bytes = AlignUp(size_t{4} * rows * std::max(k, 1));
-  const size_t total = 2 * ids_bytes + 2 * top_bytes;
-  if (!Check(impl_->sample_out.Reserve(total), "sampling scratch") ||
-      !Check(impl_->sample_host.Reserve(total), "sampling staging")) {
-    return;
-  }
-  auto* base = static_cast<uint8_t*>(impl_->sample_out.get());
-  auto* ids = reinterpret_cast<int32_t*>(base);
-  auto* logprobs = reinterpret_cast<float*>(base + ids_bytes);
-  auto* top_ids = reinterpret_cast<int32_t*>(base + 2 * ids_bytes);
-  auto* top_logprobs = reinterpret_cast<float*>(base + 2 * ids_bytes + top_bytes);
-  const float* processed = ProcessLogits(logits, params);
-  if (params.has_edits && processed == nullptr) return;
-  const cudaError_t launched = kernels::LaunchTokenSampling(
-      kernels::TokenSamplingParams{.logits = static_cast<const float*>(logits.data),
-                                   .logits_stride = logits.dim(1),
-                                   .num_rows = rows,
-                                   .vocab_size = static_cast<int>(logits.dim(1)),
-                                   .temperatures = params.temperatures,
-                                   .top_k = params.top_k,
-                                   .top_p = params.top_p,
-                                   .seeds = params.seeds,
-                                   .sample_indices = params.sample_indices,
-                                   .num_logprobs = k,
-                                   .sampled_ids = ids,
-                                   .sampled_logprobs = logprobs,
-                                   .top_ids = k > 0 ? top_ids : nullptr,
-                                   .top_logprobs = k > 0 ? top_logprobs : nullptr,
-                                   .sampling_logits = processed,
-                                   .processed_logprobs = params.processed_logprobs,
-                                   .min_p = params.min_p},
-      stream_);
-  if (!Check(launched, "token sampling") ||
-      !Check(
-          cudaMemcpyAsync(impl_->sample_host.get(), base, total, cudaMemcpyDeviceToHost, stream_),
-          "sampling download")) {
-    return;
-  }
-  Synchronize();
-  const uint8_t* host = impl_->sample_host.get();
-  std::memcpy(out->token_ids.data(), host, size_t{4} * rows);
-  std::memcpy(out->logprobs.data(), host + ids_bytes, size_t{4} * rows);
-  std::memcpy(out->top_ids.data(), host + 2 * ids_bytes, size_t{4} * rows * k);
-  std::memcpy(out->top_logprobs.data(), host + 2 * ids_bytes + top_bytes, size_t{4} * rows * k);
 }
 
 void CudaBackend::CopyBlocks(absl::Span<void* const> caches, size_t block_bytes,

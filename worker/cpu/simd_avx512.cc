@@ -1,0 +1,347 @@
+// The AVX-512F level of the CPU kernels, compiled for that target function by
+// function (the binary runs on plain x86-64). Its panel kernels and exp_sum
+// are the AVX2 level's (valid here).
+
+#include <immintrin.h>
+
+// GCC 12 warns inside its own AVX-512 headers (the _mm512_undefined_* values
+// the conversion intrinsics start from); the warning is about the header, not
+// this file.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include <cmath>
+#include <cstring>
+
+#include "worker/cpu/simd_levels.h"
+
+namespace pagoda::worker::simd_internal {
+namespace {
+
+#define PAGODA_AVX512 __attribute__((target("avx512f,avx2,fma,f16c")))
+
+template <DType kType>
+PAGODA_AVX512 inline __m512 Load16(const void* p, size_t i) {
+  if constexpr (kType == DType::kF32) {
+    return _mm512_loadu_ps(static_cast<const float*>(p) + i);
+  } else {
+    const __m256i raw =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(p) + i));
+    if constexpr (kType == DType::kBF16) {
+      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+    } else {
+      return _mm512_cvtph_ps(raw);
+    }
+  }
+}
+
+// [sum(a), sum(b), sum(c), sum(d)]: four horizontal sums sharing shuffles.
+PAGODA_AVX512 inline __m128 Sum4x16(__m512 a, __m512 b, __m512 c, __m512 d) {
+  // 128-bit lanes [a0+a2, a1+a3, b0+b2, b1+b3] and the same for c, d.
+  const __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
+                                  _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(1, 0, 1, 0)),
+                                  _mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(3, 2, 3, 2)));
+  // Lane k holds four partial sums of the k-th input.
+  const __m512 t = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m128 h01 = _mm_hadd_ps(_mm512_castps512_ps128(t), _mm512_extractf32x4_ps(t, 1));
+  const __m128 h23 = _mm_hadd_ps(_mm512_extractf32x4_ps(t, 2), _mm512_extractf32x4_ps(t, 3));
+  return _mm_hadd_ps(h01, h23);
+}
+
+template <DType kType>
+PAGODA_AVX512 float DotAvx512(const void* a, const float* b, size_t n) {
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+  __m512 acc2 = _mm512_setzero_ps(), acc3 = _mm512_setzero_ps();
+  size_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    acc0 = _mm512_fmadd_ps(Load16<kType>(a, i), _mm512_loadu_ps(b + i), acc0);
+    acc1 = _mm512_fmadd_ps(Load16<kType>(a, i + 16), _mm512_loadu_ps(b + i + 16), acc1);
+    acc2 = _mm512_fmadd_ps(Load16<kType>(a, i + 32), _mm512_loadu_ps(b + i + 32), acc2);
+    acc3 = _mm512_fmadd_ps(Load16<kType>(a, i + 48), _mm512_loadu_ps(b + i + 48), acc3);
+  }
+  for (; i + 16 <= n; i += 16) {
+    acc0 = _mm512_fmadd_ps(Load16<kType>(a, i), _mm512_loadu_ps(b + i), acc0);
+  }
+  float sum =
+      _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3)));
+  for (; i < n; ++i) sum += Load<kType>(a, i) * b[i];
+  return sum;
+}
+
+// Keys [j0, j0 + kKeys) for kRows heads: kKeys x 4 accumulators (16 at
+// four keys), the keys' vectors and one query vector; each query load
+// serves kKeys keys, each key load kRows heads. Heads past kRows sum zeros.
+template <DType kType, int kRows, int kKeys>
+PAGODA_AVX512 void ScoreKeysAvx512(const void* x, size_t ld_x, size_t j0, size_t n, const float* q,
+                                   size_t ld_q, float* s, size_t ld_s) {
+  __m512 acc[kKeys][4];
+#pragma GCC unroll 4
+  for (int k = 0; k < kKeys; ++k) {
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r) acc[k][r] = _mm512_setzero_ps();
+  }
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512 key[kKeys];
+#pragma GCC unroll 4
+    for (int k = 0; k < kKeys; ++k) key[k] = Load16<kType>(x, (j0 + k) * ld_x + i);
+#pragma GCC unroll 4
+    for (int r = 0; r < kRows; ++r) {
+      const __m512 query = _mm512_loadu_ps(q + r * ld_q + i);
+#pragma GCC unroll 4
+      for (int k = 0; k < kKeys; ++k) acc[k][r] = _mm512_fmadd_ps(key[k], query, acc[k][r]);
+    }
+  }
+  for (int k = 0; k < kKeys; ++k) {
+    alignas(16) float sums[4];
+    _mm_store_ps(sums, Sum4x16(acc[k][0], acc[k][1], acc[k][2], acc[k][3]));
+    for (size_t t = i; t < n; ++t) {
+      const float element = Load<kType>(x, (j0 + k) * ld_x + t);
+      for (int r = 0; r < kRows; ++r) sums[r] += element * q[r * ld_q + t];
+    }
+    for (int r = 0; r < kRows; ++r) s[r * ld_s + j0 + k] = sums[r];
+  }
+}
+
+template <DType kType, int kRows>
+PAGODA_AVX512 void ScoreRowsAvx512(const void* x, size_t ld_x, size_t keys, size_t n,
+                                   const float* q, size_t ld_q, float* s, size_t ld_s) {
+  size_t j = 0;
+  for (; j + 4 <= keys; j += 4) ScoreKeysAvx512<kType, kRows, 4>(x, ld_x, j, n, q, ld_q, s, ld_s);
+  for (; j < keys; ++j) ScoreKeysAvx512<kType, kRows, 1>(x, ld_x, j, n, q, ld_q, s, ld_s);
+}
+
+template <DType kType>
+PAGODA_AVX512 void Score4Avx512(const void* x, size_t ld_x, size_t keys, size_t n, const float* q,
+                                size_t ld_q, int rows, float* s, size_t ld_s) {
+  switch (rows) {
+    case 1:
+      return ScoreRowsAvx512<kType, 1>(x, ld_x, keys, n, q, ld_q, s, ld_s);
+    case 2:
+      return ScoreRowsAvx512<kType, 2>(x, ld_x, keys, n, q, ld_q, s, ld_s);
+    case 3:
+      return ScoreRowsAvx512<kType, 3>(x, ld_x, keys, n, q, ld_q, s, ld_s);
+    default:
+      return ScoreRowsAvx512<kType, 4>(x, ld_x, keys, n, q, ld_q, s, ld_s);
+  }
+}
+
+template <DType kType, int kRows>
+PAGODA_AVX512 void Tile4RowsAvx512(const void* w, size_t ld_w, const float* x, size_t ld_x,
+                                   size_t n, float* y, size_t ld_y) {
+  const auto* base = static_cast<const char*>(w);
+  const size_t row_bytes = ld_w * DTypeSize(kType);
+  const void* rows_w[4] = {base, base + row_bytes, base + 2 * row_bytes, base + 3 * row_bytes};
+  // Weight rows are streamed from memory, and the hardware prefetcher alone
+  // does not keep enough of them in flight (on this project's 2-core VM a
+  // batch-1 decode step ran about twice as slow without software prefetch:
+  // 3.9 against 1.9 ms, 4.4 against 2.4 ms while memory was contended). A tile of several tokens
+  // reuses each weight slice from L1 and L2, so its rows are fetched two groups ahead; a single
+  // token fetches the next group only. Into every level, never non-temporal: on a Xeon whose L3
+  // (260 MB) holds a small model's weights, a non-temporal fetch kept them out of it, and a
+  // batch-1 step of the b1 model took 7.8-9.5 ms against 2.2-2.3 ms.
+  const size_t prefetch = (kRows == 1 ? 4 : 8) * row_bytes;
+  __m512 acc[kRows][4];
+#pragma GCC unroll 4
+  for (int r = 0; r < kRows; ++r) {
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) acc[r][c] = _mm512_setzero_ps();
+  }
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512 wv[4];
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) {
+      wv[c] = Load16<kType>(rows_w[c], i);
+      _mm_prefetch(static_cast<const char*>(rows_w[c]) + i * DTypeSize(kType) + prefetch,
+                   _MM_HINT_T0);
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < kRows; ++r) {
+      const __m512 xv = _mm512_loadu_ps(x + r * ld_x + i);
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; ++c) acc[r][c] = _mm512_fmadd_ps(wv[c], xv, acc[r][c]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < kRows; ++r) {
+    alignas(16) float sums[4];
+    _mm_store_ps(sums, Sum4x16(acc[r][0], acc[r][1], acc[r][2], acc[r][3]));
+    const float* xr = x + r * ld_x;
+    for (size_t k = i; k < n; ++k) {
+      for (int c = 0; c < 4; ++c) sums[c] += Load<kType>(rows_w[c], k) * xr[k];
+    }
+    for (int c = 0; c < 4; ++c) y[r * ld_y + c] = sums[c];
+  }
+}
+
+template <DType kType>
+PAGODA_AVX512 void Tile4Avx512(const void* w, size_t ld_w, const float* x, size_t ld_x, size_t n,
+                               int rows, float* y, size_t ld_y) {
+  switch (rows) {
+    case 1:
+      return Tile4RowsAvx512<kType, 1>(w, ld_w, x, ld_x, n, y, ld_y);
+    case 2:
+      return Tile4RowsAvx512<kType, 2>(w, ld_w, x, ld_x, n, y, ld_y);
+    case 3:
+      return Tile4RowsAvx512<kType, 3>(w, ld_w, x, ld_x, n, y, ld_y);
+    default:
+      return Tile4RowsAvx512<kType, 4>(w, ld_w, x, ld_x, n, y, ld_y);
+  }
+}
+
+template <DType kType>
+PAGODA_AVX512 void WidenAvx512(const void* a, float* out, size_t n) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, Load16<kType>(a, i));
+  for (; i < n; ++i) out[i] = Load<kType>(a, i);
+}
+
+// Sixteen floats to bf16 bits, nearest even; NaN made quiet (FloatToBFloat16).
+PAGODA_AVX512 inline __m256i ToBFloat16x16(__m512 v) {
+  const __m512i bits = _mm512_castps_si512(v);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+  const __m512i rounded = _mm512_srli_epi32(
+      _mm512_add_epi32(bits, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
+  const __m512i quiet_nan = _mm512_or_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(0x40));
+  const __mmask16 is_nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(is_nan, rounded, quiet_nan));
+}
+
+template <DType kType>
+PAGODA_AVX512 void NarrowAvx512(const float* a, void* out, size_t n) {
+  if constexpr (kType == DType::kF32) {
+    std::memcpy(out, a, n * sizeof(float));
+  } else {
+    auto* bits = static_cast<uint16_t*>(out);
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+      const __m512 v = _mm512_loadu_ps(a + i);
+      const __m256i narrowed =
+          kType == DType::kBF16 ? ToBFloat16x16(v) : _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(bits + i), narrowed);
+    }
+    NarrowPlain<kType>(a + i, bits + i, n - i);
+  }
+}
+
+// As WeighStripAvx2, 16 columns a vector: 16 accumulators at 4 x 4 (a head
+// of 64 in one strip), four x vectors and a broadcast, of 32 registers.
+template <DType kType, int kRows, int kVecs>
+PAGODA_AVX512 void WeighStripAvx512(const void* x, size_t ld_x, size_t keys, size_t c,
+                                    const float* w, size_t ld_w, float* y, size_t ld_y) {
+  __m512 acc[kRows][kVecs];
+#pragma GCC unroll 4
+  for (int r = 0; r < kRows; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < kVecs; ++v) acc[r][v] = _mm512_loadu_ps(y + r * ld_y + c + 16 * v);
+  }
+  for (size_t j = 0; j < keys; ++j) {
+    __m512 xv[kVecs];
+#pragma GCC unroll 4
+    for (int v = 0; v < kVecs; ++v) xv[v] = Load16<kType>(x, j * ld_x + c + 16 * v);
+#pragma GCC unroll 4
+    for (int r = 0; r < kRows; ++r) {
+      const __m512 weight = _mm512_set1_ps(w[r * ld_w + j]);
+#pragma GCC unroll 4
+      for (int v = 0; v < kVecs; ++v) acc[r][v] = _mm512_fmadd_ps(weight, xv[v], acc[r][v]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < kRows; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < kVecs; ++v) _mm512_storeu_ps(y + r * ld_y + c + 16 * v, acc[r][v]);
+  }
+}
+
+template <DType kType, int kRows>
+PAGODA_AVX512 void WeighRowsAvx512(const void* x, size_t ld_x, size_t keys, size_t n,
+                                   const float* w, size_t ld_w, float* y, size_t ld_y) {
+  size_t c = 0;
+  for (; c + 64 <= n; c += 64) {
+    WeighStripAvx512<kType, kRows, 4>(x, ld_x, keys, c, w, ld_w, y, ld_y);
+  }
+  for (; c + 16 <= n; c += 16) {
+    WeighStripAvx512<kType, kRows, 1>(x, ld_x, keys, c, w, ld_w, y, ld_y);
+  }
+  WeighColumnsPlain<kType>(x, ld_x, keys, c, n, w, ld_w, kRows, y, ld_y);
+}
+
+template <DType kType>
+PAGODA_AVX512 void Weigh4Avx512(const void* x, size_t ld_x, size_t keys, size_t n, const float* w,
+                                size_t ld_w, int rows, float* y, size_t ld_y) {
+  switch (rows) {
+    case 1:
+      return WeighRowsAvx512<kType, 1>(x, ld_x, keys, n, w, ld_w, y, ld_y);
+    case 2:
+      return WeighRowsAvx512<kType, 2>(x, ld_x, keys, n, w, ld_w, y, ld_y);
+    case 3:
+      return WeighRowsAvx512<kType, 3>(x, ld_x, keys, n, w, ld_w, y, ld_y);
+    default:
+      return WeighRowsAvx512<kType, 4>(x, ld_x, keys, n, w, ld_w, y, ld_y);
+  }
+}
+
+// e^x for 16 lanes: x = n ln2 + r with |r| <= ln2 / 2 (ln2 split in two so
+// the reduction is exact enough), e^r by its degree-6 Taylor polynomial
+// (error below 2e-7 relative), times 2^n by scalef, which gives inf or 0
+// past the f32 range instead of wrapping the exponent.
+PAGODA_AVX512 inline __m512 ExpAvx512(__m512 x) {
+  x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(89.0f)), _mm512_set1_ps(-104.0f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.0f / 720);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, n);
+}
+
+PAGODA_AVX512 void SiluMulAvx512(const float* gate, const float* up, float* out, size_t n) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 g = _mm512_loadu_ps(gate + i);
+    const __m512 e = ExpAvx512(_mm512_sub_ps(_mm512_setzero_ps(), g));
+    const __m512 silu = _mm512_div_ps(g, _mm512_add_ps(one, e));
+    _mm512_storeu_ps(out + i, _mm512_mul_ps(silu, _mm512_loadu_ps(up + i)));
+  }
+  SiluMulPlain(gate + i, up + i, out + i, n - i);
+}
+
+// Decode's rows are a group's (4-8 query heads over one token); a prompt
+// chunk of 4+ tokens has at least 16 at the usual group of 4.
+constexpr int kAvx512BlockedAttentionMinRows = 16;
+constexpr int64_t kAvx512PanelLinearBelowInFeatures = 256;
+SimdKernels MakeAvx512Kernels(const SimdKernels& avx2) {
+  return {DotAvx512<DType::kF32>, DotAvx512<DType::kBF16>, DotAvx512<DType::kF16>,
+          Score4Avx512<DType::kF32>, Score4Avx512<DType::kBF16>, Score4Avx512<DType::kF16>,
+          Tile4Avx512<DType::kF32>, Tile4Avx512<DType::kBF16>, Tile4Avx512<DType::kF16>,
+          WidenAvx512<DType::kF32>, WidenAvx512<DType::kBF16>, WidenAvx512<DType::kF16>,
+          NarrowAvx512<DType::kF32>, NarrowAvx512<DType::kBF16>, NarrowAvx512<DType::kF16>,
+          Weigh4Avx512<DType::kF32>, Weigh4Avx512<DType::kBF16>, Weigh4Avx512<DType::kF16>,
+          // The panel kernels: AVX2 code, valid here, for attention and the Linear
+          // of small inputs.
+          avx2.pack16_f32, avx2.pack16_bf16, avx2.pack16_f16, avx2.gemm6x16,
+          avx2.exp_sum,  // AVX2 code, valid at this level.
+          SiluMulAvx512,
+          /*panel_linear_below_in_features=*/kAvx512PanelLinearBelowInFeatures,
+          /*blocked_attention_min_rows=*/kAvx512BlockedAttentionMinRows};
+}
+
+}  // namespace
+
+const SimdKernels& Avx512Kernels() {
+  // Built on first use, after Avx2Kernels' constant table exists.
+  static const SimdKernels kernels = MakeAvx512Kernels(Avx2Kernels());
+  return kernels;
+}
+
+}  // namespace pagoda::worker::simd_internal

@@ -1,0 +1,91 @@
+// CudaBackend's paged attention: decode steps through the split-K decode
+// kernel (its workspace fixed while graphs are captured), anything with a
+// prompt through the prefill kernel.
+
+#include <algorithm>
+
+#include "kernels/attention/paged_attention.h"
+#include "worker/cuda/cuda_backend.h"
+#include "worker/cuda/cuda_backend_impl.h"
+
+namespace pagoda::worker {
+namespace {
+
+// What the decode and prefill kernels' params (KernelParams) both take from
+// a PagedAttention call: shapes, cache, block tables, query and output.
+template <typename KernelParams>
+KernelParams AttentionKernelParams(const PagedAttentionParams& params) {
+  const StepBatch& batch = *params.batch;
+  const KvCacheLayer& cache = params.cache;
+  KernelParams out;
+  out.dtype = cache.dtype;
+  out.num_seqs = batch.num_seqs;
+  out.num_q_heads = params.num_heads;
+  out.num_kv_heads = cache.num_kv_heads;
+  out.head_dim = cache.head_dim;
+  out.block_size = cache.block_size;
+  out.max_blocks_per_seq = batch.max_blocks_per_seq;
+  out.softmax_scale = params.scale;
+  out.q = params.query;
+  out.q_token_stride = params.query_token_stride;
+  out.k_cache = cache.key;
+  out.v_cache = cache.value;
+  out.block_tables = batch.block_tables;
+  out.context_lens = batch.context_lens;
+  out.out = params.output;
+  return out;
+}
+
+}  // namespace
+
+void CudaBackend::PagedAttention(const PagedAttentionParams& params) {
+  if (SkipLaunch() || !ExpectActivationDType(params.cache.dtype, "the KV cache")) return;
+  if (params.batch->decode_only) {
+    DecodeAttention(params);
+  } else {
+    PrefillAttention(params);
+  }
+}
+
+void CudaBackend::DecodeAttention(const PagedAttentionParams& params) {
+  const StepBatch& batch = *params.batch;
+  const KvCacheLayer& cache = params.cache;
+  const int max_context =
+      mode_ == LaunchMode::kCapture ? graph_max_context_len_ : std::max(1, batch.max_context_len);
+  const kernels::DecodePlan plan = kernels::PlanDecodeAttention(
+      batch.num_seqs, params.num_heads, cache.num_kv_heads, cache.head_dim, max_context, num_sms_,
+      kernels::DecodePlanOptions{.peak_memory_gbps = peak_memory_gbps_});
+  void* workspace = nullptr;
+  if (!DecodeWorkspace(plan.workspace_bytes, &workspace)) return;
+  Check(
+      kernels::LaunchDecodeAttention(AttentionKernelParams<kernels::DecodeAttentionParams>(params),
+                                     plan, workspace, stream_),
+      "decode attention");
+}
+
+bool CudaBackend::DecodeWorkspace(size_t bytes, void** workspace) {
+  if (mode_ == LaunchMode::kCapture) {
+    // Growing it here would free memory an earlier graph uses.
+    if (bytes > impl_->graph_decode_workspace.bytes()) {
+      Fail(absl::InternalError(
+          "graph decode workspace too small: call ReserveDecodeWorkspace before capturing"));
+      return false;
+    }
+    *workspace = impl_->graph_decode_workspace.get();
+    return true;
+  }
+  if (bytes > 0 && !Check(impl_->decode_workspace.Reserve(bytes), "decode workspace")) {
+    return false;
+  }
+  *workspace = impl_->decode_workspace.get();
+  return true;
+}
+
+void CudaBackend::PrefillAttention(const PagedAttentionParams& params) {
+  auto prefill = AttentionKernelParams<kernels::PrefillAttentionParams>(params);
+  prefill.max_query_len = params.batch->max_query_len;
+  prefill.query_start = params.batch->query_start;
+  Check(kernels::LaunchPrefillAttention(prefill, stream_), "prefill attention");
+}
+
+}  // namespace pagoda::worker
