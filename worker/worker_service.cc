@@ -164,6 +164,47 @@ grpc::Status WorkerService::ExecuteStep(grpc::ServerContext* context, const v1::
   return grpc::Status::OK;
 }
 
+absl::StatusOr<std::shared_ptr<LoraAdapterLoader>> WorkerService::LoraLoader() {
+  absl::MutexLock lock(&mutex_);
+  if (runner_ == nullptr) return absl::FailedPreconditionError("LoRA call before LoadModel");
+  if (absl::Status healthy = CheckHealthy(); !healthy.ok()) return healthy;
+  std::shared_ptr<LoraAdapterLoader> loader = runner_->lora_loader();
+  if (loader == nullptr) {
+    return absl::FailedPreconditionError("this worker serves no LoRA adapters (max_loras 0)");
+  }
+  return loader;
+}
+
+grpc::Status WorkerService::LoadLoraAdapter(grpc::ServerContext* context,
+                                            const v1::LoadLoraAdapterRequest* request,
+                                            v1::LoadLoraAdapterResponse* response) {
+  if (grpc::Status admitted = Admit(*context, /*claim=*/false); !admitted.ok()) return admitted;
+  absl::StatusOr<std::shared_ptr<LoraAdapterLoader>> loader = LoraLoader();
+  if (!loader.ok()) return ToGrpcStatus(loader.status());
+  absl::StatusOr<LoraLoadResult> loaded = (*loader)->Load(request->slot(), request->path());
+  if (!loaded.ok()) {
+    LOG(WARNING) << "rank " << rank_ << ": LoRA load into slot " << request->slot()
+                 << " failed: " << loaded.status();
+    return ToGrpcStatus(loaded.status());
+  }
+  response->set_rank(loaded->rank);
+  response->set_bytes(loaded->bytes);
+  response->set_load_seconds(loaded->seconds);
+  LOG(INFO) << "rank " << rank_ << ": LoRA adapter of rank " << loaded->rank << " in slot "
+            << request->slot() << " (" << loaded->bytes / 1024 << " KiB, " << loaded->seconds
+            << " s)";
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerService::UnloadLoraAdapter(grpc::ServerContext* context,
+                                              const v1::UnloadLoraAdapterRequest* request,
+                                              v1::UnloadLoraAdapterResponse* /*response*/) {
+  if (grpc::Status admitted = Admit(*context, /*claim=*/false); !admitted.ok()) return admitted;
+  absl::StatusOr<std::shared_ptr<LoraAdapterLoader>> loader = LoraLoader();
+  if (!loader.ok()) return ToGrpcStatus(loader.status());
+  return ToGrpcStatus((*loader)->Unload(request->slot()));
+}
+
 grpc::Status WorkerService::SendStepMasks(grpc::ServerContext* context, const v1::StepMasks* masks,
                                           v1::StepMasksResponse* /*response*/) {
   if (grpc::Status admitted = Admit(*context, /*claim=*/false); !admitted.ok()) return admitted;

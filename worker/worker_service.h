@@ -95,6 +95,14 @@ class WorkerService final : public pagoda::worker::v1::Worker::Service {
   grpc::Status Heartbeat(grpc::ServerContext* context,
                          const pagoda::worker::v1::HeartbeatRequest* request,
                          pagoda::worker::v1::HeartbeatResponse* response) override;
+  // LoRA: the read, slicing and copy run outside the step's lock, so a
+  // load never stalls the steps (docs/lora.md).
+  grpc::Status LoadLoraAdapter(grpc::ServerContext* context,
+                               const pagoda::worker::v1::LoadLoraAdapterRequest* request,
+                               pagoda::worker::v1::LoadLoraAdapterResponse* response) override;
+  grpc::Status UnloadLoraAdapter(grpc::ServerContext* context,
+                                 const pagoda::worker::v1::UnloadLoraAdapterRequest* request,
+                                 pagoda::worker::v1::UnloadLoraAdapterResponse* response) override;
 
   // ExecuteStep for the step channel of a spawned one-rank worker
   // (worker/step_channel_server.h): the same checks and runner call without
@@ -137,6 +145,10 @@ class WorkerService final : public pagoda::worker::v1::Worker::Service {
   // FAILED_PRECONDITION for another server's call.
   grpc::Status Admit(const grpc::ServerContext& context, bool claim);
   void SetAbortable(ModelRunner* runner) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // The loaded runner's LoRA loader, taken under the lock and used after
+  // it; FAILED_PRECONDITION before LoadModel, when unhealthy or when the
+  // model has no slots.
+  absl::StatusOr<std::shared_ptr<LoraAdapterLoader>> LoraLoader() ABSL_LOCKS_EXCLUDED(mutex_);
   // The runner's step with the result's timing filled in; the caller holds
   // mutex_ and has checked that a cache is ready.
   absl::StatusOr<pagoda::worker::v1::StepResult> RunStep(const pagoda::worker::v1::StepPlan& plan,

@@ -56,7 +56,9 @@ LlamaLoadOptions CpuLoadOptions(const LoadModelRequest& request, std::optional<D
                                     : defaults.max_num_batched_tokens,
       .max_num_seqs = request.max_num_seqs() > 0 ? request.max_num_seqs() : defaults.max_num_seqs,
       .block_size = request.block_size(),
-      .quantization = request.quantization()};
+      .quantization = request.quantization(),
+      .max_loras = request.max_loras(),
+      .max_lora_rank = request.max_lora_rank()};
 }
 
 class CpuModelRunner final : public ModelRunnerBase {
