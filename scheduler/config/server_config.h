@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "common/model_config.h"
 #include "scheduler/engine/scheduler.h"
+#include "scheduler/lora/lora_options.h"
 
 namespace pagoda::scheduler {
 
@@ -119,6 +120,9 @@ struct ServerConfig {
   CacheOptions cache;
   WorkerOptions workers;
   KvEventOptions kv_events;
+  // LoRA adapters (docs/lora.md): the workers get max_loras slots of
+  // max_lora_rank with enable_lora, none without.
+  lora::LoraOptions lora;
 };
 
 // Every rule that needs the flags alone.

@@ -97,6 +97,10 @@ class CpuModelRunner final : public ModelRunnerBase {
                                                    quant.group_size)
                                     : std::string("dense"))
               << ")";
+    if (request.max_loras() > 0) {
+      LOG(INFO) << "LoRA: " << request.max_loras() << " adapter slots of rank up to "
+                << request.max_lora_rank();
+    }
     block_size_ = request.block_size();
     kv_cache_dtype_ = kv_cache_dtype->value_or(backend_->default_kv_cache_dtype());
     // As many blocks as the memory the server gave this worker holds.
