@@ -98,6 +98,7 @@ grpc::Status WorkerService::LoadModel(grpc::ServerContext* context,
             << request->device() << "', world size " << request->world_size() << ")";
   // Drop the old model first so its memory is free before the new one loads.
   SetAbortable(nullptr);
+  SetLoraLoader(nullptr);
   runner_.reset();
   cache_ready_ = false;
   fault_ = absl::OkStatus();  // A fresh runner is a fresh start.
@@ -112,6 +113,7 @@ grpc::Status WorkerService::LoadModel(grpc::ServerContext* context,
   response->set_max_receive_message_bytes(max_receive_message_bytes_);
   runner_ = *std::move(runner);
   SetAbortable(runner_.get());
+  SetLoraLoader(runner_.get());
   LOG(INFO) << "rank " << rank_ << ": model loaded, " << response->num_gpu_blocks()
             << " KV blocks of " << response->bytes_per_block() << " bytes fit";
   return grpc::Status::OK;
@@ -164,15 +166,19 @@ grpc::Status WorkerService::ExecuteStep(grpc::ServerContext* context, const v1::
   return grpc::Status::OK;
 }
 
+void WorkerService::SetLoraLoader(ModelRunner* runner) {
+  absl::MutexLock lock(&lora_mutex_);
+  model_loaded_ = runner != nullptr;
+  lora_loader_ = runner != nullptr ? runner->lora_loader() : nullptr;
+}
+
 absl::StatusOr<std::shared_ptr<LoraAdapterLoader>> WorkerService::LoraLoader() {
-  absl::MutexLock lock(&mutex_);
-  if (runner_ == nullptr) return absl::FailedPreconditionError("LoRA call before LoadModel");
-  if (absl::Status healthy = CheckHealthy(); !healthy.ok()) return healthy;
-  std::shared_ptr<LoraAdapterLoader> loader = runner_->lora_loader();
-  if (loader == nullptr) {
+  absl::MutexLock lock(&lora_mutex_);
+  if (!model_loaded_) return absl::FailedPreconditionError("LoRA call before LoadModel");
+  if (lora_loader_ == nullptr) {
     return absl::FailedPreconditionError("this worker serves no LoRA adapters (max_loras 0)");
   }
-  return loader;
+  return lora_loader_;
 }
 
 grpc::Status WorkerService::LoadLoraAdapter(grpc::ServerContext* context,

@@ -9,7 +9,7 @@
 // the adapters' prompts differs, so a worker that skipped the adapters fails.
 // Then the refusals: bad slots and paths, a rank above the maximum, a
 // corrupt file, a step naming an empty or unknown slot; the worker keeps
-// serving after each.
+// serving after each. And a load runs beside a step that holds the worker.
 
 #include <cmath>
 #include <cstdio>
@@ -272,6 +272,39 @@ TEST_F(LoraWorkerTest, MixedBatchOfBaseAndThreeAdaptersMatchesMergedWeightsOnOne
     EXPECT_TRUE(group->Healthy());
     group->Shutdown();
   }
+}
+
+// A load does not queue behind the steps: one sent while a step holds the
+// worker, waiting for the token mask that follows its plan, completes
+// before that mask is sent (queued behind the step, the two would wait on
+// each other until the step's deadline). The next step runs the new adapter.
+TEST_F(LoraWorkerTest, LoadRunsBesideAStepWaitingForItsMasks) {
+  std::unique_ptr<WorkerGroup> group = ReadyGroup(1);
+  ASSERT_NE(group, nullptr);
+  v1::StepPlan plan;
+  plan.set_step_id(1);
+  AddSequence(plan, 0, {1, 2, 3}, 0, 1);
+  plan.mutable_sequences(0)->set_token_mask_follows(true);
+  absl::Status loaded = absl::UnknownError("the mask source never ran");
+  auto result = group->ExecuteStep(plan, [&] {
+    // Slot 2, which the step does not use, gets slot 3's adapter.
+    loaded = group->LoadLoraAdapter(LoadAdapter(2, AdapterPath(3))).status();
+    v1::StepMasks masks;
+    masks.set_step_id(1);
+    v1::RowTokenMask* row = masks.add_rows();
+    row->set_seq_id(1);
+    row->set_token_mask(std::string("\xff\xff\xff\xff\xff\x00\x00\x00", 8));  // 40 tokens.
+    return masks;
+  });
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_TRUE(loaded.ok()) << loaded;
+  const Request& request = Requests()[3];  // Slot 3's adapter, now also in slot 2.
+  v1::StepPlan next;
+  next.set_step_id(2);
+  AddSequence(next, 1, request.prompt, 0, 2);
+  auto first = group->ExecuteStep(next);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->tokens(0).token_id(), (*reference_)[3].tokens[0]);
 }
 
 TEST_F(LoraWorkerTest, BadLoadsAndStepsAreRefusedAndTheWorkerKeepsServing) {
