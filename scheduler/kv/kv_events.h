@@ -30,6 +30,7 @@ struct KvCacheEvent {
   // Tokens of every stored block, block after block.
   std::vector<int32_t> token_ids;
   int block_size = 0;
+  std::optional<int> lora_id;  // BlockStored of an adapter's blocks; none for the base model.
 };
 
 // The events of one engine step, in order, kept flat: every event's hashes
@@ -49,12 +50,13 @@ class KvEventBatch {
     uint32_t num_tokens = 0;
     std::optional<uint64_t> parent_hash;  // BlockStored only.
     int block_size = 0;                   // BlockStored only.
+    int lora_id = 0;                      // BlockStored only; 0: the base model.
   };
 
   // Starts a BlockStored; AppendStoredBlock adds its blocks.
-  void AddStored(std::optional<uint64_t> parent_hash, int block_size) {
+  void AddStored(std::optional<uint64_t> parent_hash, int block_size, int lora_id = 0) {
     events_.push_back(Event{KvEventKind::kBlockStored, Hashes(), 0, Tokens(), 0, parent_hash,
-                            block_size});
+                            block_size, lora_id});
   }
   // REQUIRES: the last event is a BlockStored.
   void AppendStoredBlock(uint64_t hash, absl::Span<const int32_t> tokens) {
@@ -108,6 +110,7 @@ class KvEventBatch {
       copy.token_ids.assign(t.begin(), t.end());
       copy.parent_hash = event.parent_hash;
       copy.block_size = event.block_size;
+      if (event.lora_id != 0) copy.lora_id = event.lora_id;
       out.push_back(std::move(copy));
     }
     return out;
