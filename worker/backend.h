@@ -29,6 +29,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <vector>
@@ -282,6 +283,15 @@ class Backend {
   virtual void WriteKvCache(const void* k, const void* v, int64_t token_stride,
                             const StepBatch& batch, const KvCacheLayer& cache) = 0;
   virtual void PagedAttention(const PagedAttentionParams& params) = 0;
+  // Calls fn(begin, end) over disjoint ranges covering [0, n), each at
+  // least `grain` long but the last, on the backend's host threads (the CPU
+  // pool), returning when all are done: host-side work of a step (LoRA's
+  // Apply) shares the cores the ops use. Inline on one thread by default.
+  virtual void HostParallelFor(int64_t n, int64_t grain,
+                               const std::function<void(int64_t, int64_t)>& fn) {
+    (void)grain;
+    if (n > 0) fn(0, n);
+  }
   // out[r, :] = silu(gate_up[r, :dim]) * gate_up[r, dim:2*dim].
   virtual void SiluAndMul(const void* gate_up, int rows, int dim, void* out) = 0;
   // out[i, :] = src[batch.logits_indices[i], :] for i < num_logits_rows,

@@ -211,6 +211,22 @@ absl::Status CheckPlaceholder(const SequenceStep& step, int64_t step_id,
   return absl::OkStatus();
 }
 
+// LoRA: slot 0 (the base model), or a slot of limits.lora_slots that holds
+// an adapter.
+absl::Status CheckLoraSlot(const SequenceStep& step, const BatchLimits& limits) {
+  const int slot = step.lora_slot();
+  if (slot == 0) return absl::OkStatus();
+  const int max_loras = limits.lora_slots != nullptr ? limits.lora_slots->max_loras() : 0;
+  if (slot < 0 || slot > max_loras) {
+    return SequenceError(step, absl::StrCat("lora_slot ", slot, " is outside [0, ", max_loras,
+                                            "] (max_loras ", max_loras, ")"));
+  }
+  if (!limits.lora_slots->loaded(slot)) {
+    return SequenceError(step, absl::StrCat("lora_slot ", slot, " holds no adapter"));
+  }
+  return absl::OkStatus();
+}
+
 // Tokens the step computes for the sequence: its inputs, then its drafts.
 int64_t StepTokens(const SequenceStep& step) {
   return static_cast<int64_t>(step.token_ids_size()) + step.draft_token_ids_size();
@@ -231,6 +247,7 @@ absl::StatusOr<int> CheckSequence(const SequenceStep& step, int64_t step_id,
     return SequenceError(step, absl::StrCat("negative start_position ", step.start_position()));
   }
   if (absl::Status drafts = CheckDrafts(step, limits.vocab_size); !drafts.ok()) return drafts;
+  if (absl::Status lora = CheckLoraSlot(step, limits); !lora.ok()) return lora;
   if (absl::Status placeholder = CheckPlaceholder(step, step_id, limits); !placeholder.ok()) {
     return placeholder;
   }
@@ -326,9 +343,11 @@ void AppendSequence(const SequenceStep& step, int s, const BatchLimits& limits, 
     const int n = step.token_ids_size();
     batch->input_ids.push_back(i < n ? step.token_ids(i) : step.draft_token_ids(i - n));
     batch->positions.push_back(position);
+    batch->lora_slots.push_back(step.lora_slot());
     batch->slot_mapping.push_back(step.block_table(position / block_size) * block_size +
                                   position % block_size);
   }
+  batch->uses_lora = batch->uses_lora || step.lora_slot() != 0;
   // The previous step's token, where this rank knows it (CheckPlaceholder
   // made sure the record has the seq_id).
   int32_t placeholder_token = LastSampledTokens::kUnknownToken;

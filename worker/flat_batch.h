@@ -16,6 +16,7 @@
 #include "pagoda/worker/v1/worker.pb.h"
 #include "worker/backend.h"
 #include "worker/last_sampled_tokens.h"
+#include "worker/lora/lora_slots.h"
 
 namespace pagoda::worker {
 
@@ -32,6 +33,10 @@ struct BatchLimits {
   // The tokens this worker sampled in its previous step, which
   // input_from_last_sample rows refer to; null: such rows are refused.
   const LastSampledTokens* last_sampled = nullptr;
+  // LoRA: the adapter slots as this step sees them (LlamaModel::
+  // PinLoraSlots), which SequenceStep.lora_slot may name if loaded; null:
+  // only slot 0 (the base model).
+  const LoraSlots::View* lora_slots = nullptr;
 };
 
 // A StepPlan flattened into the arrays the model and attention consume: the
@@ -51,6 +56,10 @@ struct FlatBatch {
   // else 0 until ShareLastSampledTokens fills them in before the forward
   // pass.
   std::vector<int32_t> placeholder_rows;
+  // Per token row, its sequence's SequenceStep.lora_slot (0: the base
+  // model); uses_lora when any is not 0.
+  std::vector<int32_t> lora_slots;
+  bool uses_lora = false;
   std::vector<int32_t> context_lens;
   std::vector<int32_t> block_tables;
   int max_blocks_per_seq = 0;
@@ -126,7 +135,8 @@ struct FlatBatch {
 // (input_from_last_sample) anywhere but on a sampled decode row of one token
 // without drafts, token mask or processed_logprobs, or for a seq_id that
 // limits.last_sampled did not sample in the previous step; and for block
-// moves with ids outside their cache. A placeholder row's input is the
+// moves with ids outside their cache; a lora_slot outside [0, max_loras] or
+// naming an empty slot (limits.lora_slots). A placeholder row's input is the
 // previous step's token, which its logits processing counts as one more
 // output token (the server's counts stop before it).
 absl::StatusOr<FlatBatch> FlattenStepPlan(const pagoda::worker::v1::StepPlan& plan,

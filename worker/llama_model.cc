@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/lora_shard.h"
 #include "common/safetensors.h"
 #include "common/status_macros.h"
 #include "common/tensor_parallel_plan.h"
@@ -70,6 +71,7 @@ struct LlamaModel::LayerWeights {
   std::unique_ptr<Linear> o_proj;
   std::unique_ptr<Linear> gate_up_proj;  // [2 * intermediate, hidden]: gate rows, then up rows.
   std::unique_ptr<Linear> down_proj;
+  int index = 0;  // In the model: which of the adapters' layers apply.
 
   // Layer `index`'s tensors (this rank's slices) in backend memory.
   static absl::StatusOr<std::unique_ptr<LayerWeights>> Load(WeightLoader& loader, int index,
@@ -86,6 +88,7 @@ absl::StatusOr<std::unique_ptr<LlamaModel::LayerWeights>> LlamaModel::LayerWeigh
   const int64_t kv_dim = geometry.kv_dim;
   const LayerSlices& slices = geometry.slices;
   auto layer = std::make_unique<LayerWeights>();
+  layer->index = index;
   PAGODA_ASSIGN_OR_RETURN(layer->input_norm,
                           loader.Load(prefix + "input_layernorm.weight", {hidden}));
   PAGODA_ASSIGN_OR_RETURN(layer->post_attention_norm,
@@ -135,6 +138,9 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::string& 
   if (absl::Status s = CheckRequestedQuantization(*quant, options.quantization); !s.ok()) {
     return s;
   }
+  if (absl::Status s = CheckLoraLimits(options.max_loras, options.max_lora_rank); !s.ok()) {
+    return s;
+  }
   auto shard = PlanTensorParallelShard(*config, communicator->rank(), communicator->world_size());
   if (!shard.ok()) return shard.status();
   std::unique_ptr<LlamaModel> model(
@@ -145,6 +151,7 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::string& 
     return status;
   }
   model->BuildRopeTable();
+  if (options.max_loras > 0) model->EnableLora(options, *config, *shard);
   const int max_seqs = std::max(1, options.max_num_seqs);
   // Block tables are reserved for contexts up to the rope table's bound, so a
   // config claiming a huge context does not reserve memory no request uses
@@ -223,6 +230,37 @@ void LlamaModel::ReserveWorkspace(const StepBatchCapacity& capacity) {
   uploader_.Reserve(capacity);
 }
 
+void LlamaModel::EnableLora(const LlamaLoadOptions& options, const ModelConfig& full_config,
+                            const TensorParallelShard& shard) {
+  // This rank's part of each projection: the split dimension is the shard's.
+  std::array<LinearShape, kNumLoraModules> shapes;
+  for (LoraModule module : kAllLoraModules) {
+    LinearShape shape = LoraModuleShape(full_config, module);
+    const int64_t part = LoraShardRange(full_config, shard, module).size();
+    (IsRowParallel(module) ? shape.in : shape.out) = part;
+    shapes[static_cast<int>(module)] = shape;
+  }
+  auto slots = std::make_shared<LoraSlots>(options.max_loras, options.max_lora_rank,
+                                           full_config.num_hidden_layers, shapes);
+  lora_loader_ = std::make_shared<LoraAdapterLoader>(full_config, shard, std::move(slots));
+}
+
+const LoraSlots::View* LlamaModel::PinLoraSlots() {
+  if (lora_loader_ == nullptr) return nullptr;
+  lora_view_ = lora_loader_->slots()->Snapshot();
+  return &lora_view_;
+}
+
+absl::Status LlamaModel::ApplyLora(int layer, LoraModule module, const void* x, int tokens, void* y,
+                                   int64_t y_stride) const {
+  if (step_lora_slots_ == nullptr) return absl::OkStatus();
+  const LoraParallelFor on_pool = [this](int64_t n, int64_t grain, const auto& fn) {
+    backend_->HostParallelFor(n, grain, fn);
+  };
+  return lora_view_.Apply(static_cast<const float*>(x), tokens, step_lora_slots_, {layer, module},
+                          static_cast<float*>(y), y_stride, &on_pool);
+}
+
 size_t LlamaModel::weight_bytes() const {
   auto bytes = [](const std::unique_ptr<Buffer>& b) -> size_t { return b ? b->nbytes() : 0; };
   size_t total =
@@ -268,6 +306,12 @@ absl::StatusOr<ForwardOutput> LlamaModel::Forward(const FlatBatch& batch, CacheE
   ReserveWorkspace(capacity);  // Allocates only past the load-time sizing.
   workspace_.Reset();
   const StepBatch step = uploader_.Upload(batch, &workspace_);
+  // Adapters add to host f32 activations: the CPU backend's (the CUDA
+  // runner refuses max_loras > 0 at load).
+  if (batch.uses_lora && (lora_loader_ == nullptr || backend_->activation_dtype() != DType::kF32)) {
+    return absl::FailedPreconditionError("a step names LoRA slots this model does not serve");
+  }
+  step_lora_slots_ = batch.uses_lora ? batch.lora_slots.data() : nullptr;
   const Activations activations = TakeActivations(static_cast<size_t>(step.num_tokens));
   const float eps = static_cast<float>(config_.rms_norm_eps);
 
@@ -325,6 +369,14 @@ absl::Status LlamaModel::AttentionBlock(const LayerWeights& layer, const KvCache
   // batch sizes (docs/gpu.md). Rotary, the cache write and attention read
   // its rows through the stride.
   layer.qkv_proj->Forward(a.normed, tokens, a.q);
+  // The fused output's modules, each updated through the row stride.
+  for (auto [module, y] : {std::pair{LoraModule::kQ, a.q}, std::pair{LoraModule::kK, a.k},
+                           std::pair{LoraModule::kV, a.v}}) {
+    if (absl::Status s = ApplyLora(layer.index, module, a.normed, tokens, y, a.qkv_stride);
+        !s.ok()) {
+      return s;
+    }
+  }
   const RopeTable rope{.cos_sin = rope_cos_sin_->data(),
                        .inv_freq = inv_freq_->data(),
                        .max_positions = rope_positions_};
@@ -339,6 +391,12 @@ absl::Status LlamaModel::AttentionBlock(const LayerWeights& layer, const KvCache
       .scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim))),
       .batch = &step});
   layer.o_proj->Forward(a.attention, tokens, a.projected);
+  // Row-parallel: the adapter's partial output joins the all-reduce below.
+  if (absl::Status s = ApplyLora(layer.index, LoraModule::kO, a.attention, tokens, a.projected,
+                                 config_.hidden_size);
+      !s.ok()) {
+    return s;
+  }
   // Row-parallel o_proj: each rank holds a partial sum over its heads.
   return AllReduceHidden(a.projected, tokens);
 }
@@ -349,8 +407,21 @@ absl::Status LlamaModel::MlpBlock(const LayerWeights& layer, int tokens, const A
   backend_->AddRmsNorm(a.residual, a.projected, Vector(layer.post_attention_norm), tokens, eps,
                        a.normed);
   layer.gate_up_proj->Forward(a.normed, tokens, a.gate_up);
+  // Gate rows, then up rows, each updated through the row stride.
+  void* up = static_cast<char*>(a.gate_up) + inter * DTypeSize(backend_->activation_dtype());
+  for (auto [module, y] :
+       {std::pair{LoraModule::kGate, a.gate_up}, std::pair{LoraModule::kUp, up}}) {
+    if (absl::Status s = ApplyLora(layer.index, module, a.normed, tokens, y, 2 * inter); !s.ok()) {
+      return s;
+    }
+  }
   backend_->SiluAndMul(a.gate_up, tokens, inter, a.activated);
   layer.down_proj->Forward(a.activated, tokens, a.projected);
+  if (absl::Status s = ApplyLora(layer.index, LoraModule::kDown, a.activated, tokens, a.projected,
+                                 config_.hidden_size);
+      !s.ok()) {
+    return s;
+  }
   // Row-parallel down_proj: partial sums over the intermediate slices.
   return AllReduceHidden(a.projected, tokens);
 }

@@ -19,6 +19,8 @@
 #include "worker/communicator.h"
 #include "worker/flat_batch.h"
 #include "worker/linear.h"
+#include "worker/lora/lora_adapter_loader.h"
+#include "worker/lora/lora_slots.h"
 #include "worker/quant/quant_config.h"
 #include "worker/step_batch_upload.h"
 
@@ -40,6 +42,10 @@ struct LlamaLoadOptions {
   // vLLM's --quantization: "" or "auto" serves the checkpoint's
   // quantization_config; a name must match it (worker/quant/quant_config.h).
   std::string quantization = "";
+  // LoRA (docs/lora.md): adapter slots, each taking ranks up to
+  // max_lora_rank; 0 serves no adapters. CheckLoraLimits bounds both.
+  int max_loras = 0;
+  int max_lora_rank = 0;
 };
 
 // What one forward pass leaves for sampling, in backend memory (the model's
@@ -125,6 +131,13 @@ class LlamaModel {
   // Bytes between one hidden row and the next in final_hidden.
   size_t hidden_row_bytes() const;
 
+  // LoRA: what loads adapters into this rank's slots (null when loaded with
+  // max_loras 0); it outlives the model if held, and may run beside steps.
+  std::shared_ptr<LoraAdapterLoader> lora_loader() const { return lora_loader_; }
+  // Fixes the slots the next Forward applies to what they hold now, and
+  // returns them for the plan's check (FlattenStepPlan); null without LoRA.
+  const LoraSlots::View* PinLoraSlots();
+
  private:
   struct LayerWeights;
   LlamaModel(ModelConfig config, Backend* backend, Communicator* communicator);
@@ -145,6 +158,14 @@ class LlamaModel {
                               const StepBatch& step, const Activations& a);
   absl::Status MlpBlock(const LayerWeights& layer, int tokens, const Activations& a);
   absl::Status AllReduceHidden(void* data, int tokens);
+  // Builds the adapter slots for this rank's projection shapes.
+  void EnableLora(const LlamaLoadOptions& options, const ModelConfig& full_config,
+                  const TensorParallelShard& shard);
+  // After a target projection's Forward: adds the pinned adapters' updates
+  // to the rows of `y` (row stride `y_stride` elements: a fused output's
+  // module) whose sequence names one. Nothing when no row does.
+  absl::Status ApplyLora(int layer, LoraModule module, const void* x, int tokens, void* y,
+                         int64_t y_stride) const;
   // The final norm and the logits of the step's logits rows (rank 0 only).
   // With `row_logits_capacity` > 0 every token row is normalised and the
   // logits region holds at least that many rows (prompt logprobs).
@@ -168,6 +189,11 @@ class LlamaModel {
   int row_logits_capacity_ = 1;
   Workspace workspace_;
   StepBatchUploader uploader_;
+  std::shared_ptr<LoraAdapterLoader> lora_loader_;
+  LoraSlots::View lora_view_;  // Pinned for the step (PinLoraSlots).
+  // The running Forward's per-token slots (FlatBatch::lora_slots), or null
+  // when no row of it names an adapter.
+  const int32_t* step_lora_slots_ = nullptr;
 };
 
 }  // namespace pagoda::worker

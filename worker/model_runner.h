@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "pagoda/worker/v1/worker.pb.h"
+#include "worker/lora/lora_adapter_loader.h"
 
 namespace pagoda::worker {
 
@@ -65,6 +66,11 @@ class ModelRunner {
   // the worker until the collective timeout. Thread-safe: may be called from
   // any thread, during any other call, any number of times.
   virtual void Abort() {}
+
+  // LoRA: what loads adapters into the loaded model's slots, beside the
+  // steps (the worker service calls it without holding the step's lock);
+  // null before LoadModel or when it asked for no slots (max_loras 0).
+  virtual std::shared_ptr<LoraAdapterLoader> lora_loader() { return nullptr; }
 };
 
 }  // namespace pagoda::worker

@@ -51,6 +51,10 @@ class ModelRunnerBase : public ModelRunner {
   // fails its step with ABORTED instead of waiting out the timeout.
   void Abort() final;
 
+  std::shared_ptr<LoraAdapterLoader> lora_loader() final {
+    return model_ != nullptr ? model_->lora_loader() : nullptr;
+  }
+
  protected:
   ModelRunnerBase() = default;
 

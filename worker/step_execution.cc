@@ -103,6 +103,7 @@ absl::StatusOr<v1::StepResult> ExecuteCheckedStep(const v1::StepPlan& plan,
   if (absl::Status status = step.backend->status(); !status.ok()) return AsWorkerFault(status);
   BatchLimits limits = step.cache->Limits(step.vocab_size, step.max_positions);
   limits.last_sampled = step.last_sampled;
+  limits.lora_slots = step.model->PinLoraSlots();  // What this step's forward applies.
   auto batch = FlattenStepPlan(plan, limits);
   if (!batch.ok()) return batch.status();
   if (!batch->placeholder_rows.empty()) {

@@ -98,6 +98,7 @@ grpc::Status WorkerService::LoadModel(grpc::ServerContext* context,
             << request->device() << "', world size " << request->world_size() << ")";
   // Drop the old model first so its memory is free before the new one loads.
   SetAbortable(nullptr);
+  SetLoraLoader(nullptr);
   runner_.reset();
   cache_ready_ = false;
   fault_ = absl::OkStatus();  // A fresh runner is a fresh start.
@@ -112,6 +113,7 @@ grpc::Status WorkerService::LoadModel(grpc::ServerContext* context,
   response->set_max_receive_message_bytes(max_receive_message_bytes_);
   runner_ = *std::move(runner);
   SetAbortable(runner_.get());
+  SetLoraLoader(runner_.get());
   LOG(INFO) << "rank " << rank_ << ": model loaded, " << response->num_gpu_blocks()
             << " KV blocks of " << response->bytes_per_block() << " bytes fit";
   return grpc::Status::OK;
@@ -162,6 +164,51 @@ grpc::Status WorkerService::ExecuteStep(grpc::ServerContext* context, const v1::
   if (!executed.ok()) return ToGrpcStatus(executed.status());
   *result = *std::move(executed);
   return grpc::Status::OK;
+}
+
+void WorkerService::SetLoraLoader(ModelRunner* runner) {
+  absl::MutexLock lock(&lora_mutex_);
+  model_loaded_ = runner != nullptr;
+  lora_loader_ = runner != nullptr ? runner->lora_loader() : nullptr;
+}
+
+absl::StatusOr<std::shared_ptr<LoraAdapterLoader>> WorkerService::LoraLoader() {
+  absl::MutexLock lock(&lora_mutex_);
+  if (!model_loaded_) return absl::FailedPreconditionError("LoRA call before LoadModel");
+  if (lora_loader_ == nullptr) {
+    return absl::FailedPreconditionError("this worker serves no LoRA adapters (max_loras 0)");
+  }
+  return lora_loader_;
+}
+
+grpc::Status WorkerService::LoadLoraAdapter(grpc::ServerContext* context,
+                                            const v1::LoadLoraAdapterRequest* request,
+                                            v1::LoadLoraAdapterResponse* response) {
+  if (grpc::Status admitted = Admit(*context, /*claim=*/false); !admitted.ok()) return admitted;
+  absl::StatusOr<std::shared_ptr<LoraAdapterLoader>> loader = LoraLoader();
+  if (!loader.ok()) return ToGrpcStatus(loader.status());
+  absl::StatusOr<LoraLoadResult> loaded = (*loader)->Load(request->slot(), request->path());
+  if (!loaded.ok()) {
+    LOG(WARNING) << "rank " << rank_ << ": LoRA load into slot " << request->slot()
+                 << " failed: " << loaded.status();
+    return ToGrpcStatus(loaded.status());
+  }
+  response->set_rank(loaded->rank);
+  response->set_bytes(loaded->bytes);
+  response->set_load_seconds(loaded->seconds);
+  LOG(INFO) << "rank " << rank_ << ": LoRA adapter of rank " << loaded->rank << " in slot "
+            << request->slot() << " (" << loaded->bytes / 1024 << " KiB, " << loaded->seconds
+            << " s)";
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerService::UnloadLoraAdapter(grpc::ServerContext* context,
+                                              const v1::UnloadLoraAdapterRequest* request,
+                                              v1::UnloadLoraAdapterResponse* /*response*/) {
+  if (grpc::Status admitted = Admit(*context, /*claim=*/false); !admitted.ok()) return admitted;
+  absl::StatusOr<std::shared_ptr<LoraAdapterLoader>> loader = LoraLoader();
+  if (!loader.ok()) return ToGrpcStatus(loader.status());
+  return ToGrpcStatus((*loader)->Unload(request->slot()));
 }
 
 grpc::Status WorkerService::SendStepMasks(grpc::ServerContext* context, const v1::StepMasks* masks,

@@ -98,6 +98,14 @@ class WorkerService final : public pagoda::worker::v1::Worker::Service {
   grpc::Status Heartbeat(grpc::ServerContext* context,
                          const pagoda::worker::v1::HeartbeatRequest* request,
                          pagoda::worker::v1::HeartbeatResponse* response) override;
+  // LoRA: the read, slicing and copy run outside the step's lock, so a
+  // load never stalls the steps (docs/lora.md).
+  grpc::Status LoadLoraAdapter(grpc::ServerContext* context,
+                               const pagoda::worker::v1::LoadLoraAdapterRequest* request,
+                               pagoda::worker::v1::LoadLoraAdapterResponse* response) override;
+  grpc::Status UnloadLoraAdapter(grpc::ServerContext* context,
+                                 const pagoda::worker::v1::UnloadLoraAdapterRequest* request,
+                                 pagoda::worker::v1::UnloadLoraAdapterResponse* response) override;
 
   // ExecuteStep for the step channel of a spawned one-rank worker
   // (worker/step_channel_server.h): the same checks and runner call without
@@ -140,6 +148,12 @@ class WorkerService final : public pagoda::worker::v1::Worker::Service {
   // FAILED_PRECONDITION for another server's call.
   grpc::Status Admit(const grpc::ServerContext& context, bool claim);
   void SetAbortable(ModelRunner* runner) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // The loaded runner's LoRA loader, which LoRA calls use without mutex_
+  // (held by a running step, which may be waiting for its masks):
+  // FAILED_PRECONDITION before LoadModel or when the model has no slots.
+  absl::StatusOr<std::shared_ptr<LoraAdapterLoader>> LoraLoader() ABSL_LOCKS_EXCLUDED(mutex_);
+  // Publishes `runner`'s loader (null: none) for LoraLoader.
+  void SetLoraLoader(ModelRunner* runner) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // The runner's step with the result's timing filled in; the caller holds
   // mutex_ and has checked that a cache is ready.
   absl::StatusOr<pagoda::worker::v1::StepResult> RunStep(const pagoda::worker::v1::StepPlan& plan,
@@ -169,6 +183,11 @@ class WorkerService final : public pagoda::worker::v1::Worker::Service {
   // stuck step). Changed only while both mutexes are held.
   absl::Mutex abort_mutex_ ABSL_ACQUIRED_AFTER(mutex_);
   ModelRunner* abortable_runner_ ABSL_GUARDED_BY(abort_mutex_) = nullptr;
+  // runner_'s LoRA loader, likewise outside mutex_: a load runs beside the
+  // steps. Changed only while both mutexes are held.
+  absl::Mutex lora_mutex_ ABSL_ACQUIRED_AFTER(mutex_);
+  bool model_loaded_ ABSL_GUARDED_BY(lora_mutex_) = false;
+  std::shared_ptr<LoraAdapterLoader> lora_loader_ ABSL_GUARDED_BY(lora_mutex_);
   // A step the server cancelled (it gave up on the group) aborts its
   // collectives rather than wait on peers that may never answer.
   StepCancellationWatcher cancellation_;

@@ -200,6 +200,18 @@ absl::Status CheckSpeculation(const std::optional<SpeculativeConfig>& speculativ
   return CheckAgainstTarget(*speculative, tensor_parallel_size);
 }
 
+// ValidateLoraOptions on a copy (it fills defaults), and the device: only
+// the CPU worker applies adapters so far.
+absl::Status CheckLora(const lora::LoraOptions& options, const WorkerOptions& workers) {
+  lora::LoraOptions checked = options;
+  if (absl::Status status = lora::ValidateLoraOptions(checked); !status.ok()) return status;
+  if (options.enable_lora && workers.device != "cpu") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--enable-lora is served on --device cpu only so far, got --device ", workers.device));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status CheckServerConfig(const ServerConfig& config) {
@@ -211,6 +223,7 @@ absl::Status CheckServerConfig(const ServerConfig& config) {
       CheckWorkers(config.workers),
       CheckKvEvents(config.kv_events, config.scheduling.enable_prefix_caching),
       CheckSpeculation(config.speculative, config.workers.tensor_parallel_size),
+      CheckLora(config.lora, config.workers),
   });
 }
 

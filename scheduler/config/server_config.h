@@ -21,6 +21,7 @@
 #include "common/model_config.h"
 #include "scheduler/engine/scheduler.h"
 #include "scheduler/spec/speculative_config.h"
+#include "scheduler/lora/lora_options.h"
 
 namespace pagoda::scheduler {
 
@@ -126,6 +127,9 @@ struct ServerConfig {
   KvEventOptions kv_events;
   // --speculative-config, parsed (ParseSpeculativeConfig); unset: off.
   std::optional<SpeculativeConfig> speculative;
+  // LoRA adapters (docs/lora.md): the workers get max_loras slots of
+  // max_lora_rank with enable_lora, none without.
+  lora::LoraOptions lora;
 };
 
 // Every rule that needs the flags alone.

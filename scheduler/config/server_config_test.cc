@@ -208,6 +208,42 @@ TEST(ServerFlagsTest, FlagsArriveInTheConfig) {
   EXPECT_EQ(config->front_door.metrics_host, config->front_door.host);
 }
 
+// The LoRA flags (docs/lora.md) arrive parsed and checked, and reach the
+// workers' LoadModelRequest only with --enable-lora.
+TEST(ServerFlagsTest, LoraFlagsArriveParsedAndChecked) {
+  absl::FlagSaver saver;
+  auto set = [](const std::string& name, const std::string& value) {
+    std::string error;
+    ASSERT_TRUE(absl::FindCommandLineFlag(name)->ParseFrom(value, &error)) << name << error;
+  };
+  set("model", "/m");
+  set("enable_lora", "true");
+  set("lora_modules", R"(sql=/a/sql {"name": "chat", "path": "/a/chat", "base_model_name": "b"})");
+  set("max_loras", "3");
+  set("max_lora_rank", "64");
+  set("lora_dir", "/adapters");
+  absl::StatusOr<ServerConfig> config = ServerConfigFromFlags();
+  ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_EQ(config->lora.modules.size(), 2u);
+  EXPECT_EQ(config->lora.modules[1].base_model_name, "b");
+  EXPECT_EQ(config->lora.max_cpu_loras, 3);  // Defaults to --max-loras.
+  EXPECT_EQ(config->lora.lora_dir, "/adapters");
+
+  set("lora_modules", "sql=/a sql=/b");
+  EXPECT_TRUE(absl::StrContains(ServerConfigFromFlags().status().message(), "sql"));
+  set("lora_modules", "");
+  set("max_lora_rank", "1024");
+  EXPECT_TRUE(absl::StrContains(ServerConfigFromFlags().status().message(), "--max-lora-rank"));
+  set("max_lora_rank", "16");
+  set("enable_lora", "false");
+  EXPECT_FALSE(ServerConfigFromFlags().ok());  // --lora-dir without --enable-lora.
+
+  ServerConfig cuda = ValidConfig();
+  cuda.lora.enable_lora = true;
+  cuda.workers.device = "cuda";
+  EXPECT_TRUE(absl::StrContains(CheckServerConfig(cuda).message(), "--device cpu only"));
+}
+
 TEST(ServerFlagsTest, UnknownPolicyIsRefusedNamingTheFlag) {
   absl::FlagSaver saver;
   std::string error;

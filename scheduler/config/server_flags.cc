@@ -177,6 +177,22 @@ ABSL_FLAG(std::string, speculative_config, "",
           "\"num_speculative_tokens\": 4, \"prompt_lookup_max\": 4, \"prompt_lookup_min\": 2}; "
           "keys: method, model, num_speculative_tokens, prompt_lookup_max, prompt_lookup_min, "
           "disable_by_batch_size, draft_tensor_parallel_size. Only ngram runs for now. Empty = off.");
+// LoRA adapters (docs/lora.md; vLLM's names but --lora-dir). The workers
+// serve them; requests cannot name one yet.
+ABSL_FLAG(bool, enable_lora, false, "Serve LoRA adapters; the flags below need it.");
+ABSL_FLAG(std::string, lora_modules, "",
+          "Adapters served from the start: NAME=PATH, or vLLM's JSON object {\"name\", "
+          "\"path\", \"base_model_name\"}, several separated by spaces or commas.");
+ABSL_FLAG(int, max_loras, pagoda::lora::LoraOptions().max_loras,
+          "Adapters resident in the workers' slots at once: the most distinct adapters a step "
+          "runs.");
+ABSL_FLAG(int, max_lora_rank, pagoda::lora::LoraOptions().max_lora_rank,
+          "The largest adapter rank r accepted, 1 to 512.");
+ABSL_FLAG(int, max_cpu_loras, 0,
+          "Adapters kept in host memory (least recently used evicted); 0 = --max-loras.");
+ABSL_FLAG(std::string, lora_dir, "",
+          "The only directory runtime adapter loads may read (anything outside is refused, "
+          "403); empty: none may.");
 
 namespace pagoda::scheduler {
 namespace {
@@ -308,6 +324,21 @@ absl::StatusOr<std::optional<SpeculativeConfig>> ReadSpeculativeFlag() {
   return std::optional<SpeculativeConfig>(*std::move(parsed));
 }
 
+absl::StatusOr<lora::LoraOptions> ReadLoraFlags() {
+  lora::LoraOptions options;
+  options.enable_lora = absl::GetFlag(FLAGS_enable_lora);
+  absl::StatusOr<std::vector<lora::LoraModuleSpec>> modules =
+      lora::ParseLoraModules(lora::SplitLoraModulesFlag(absl::GetFlag(FLAGS_lora_modules)));
+  if (!modules.ok()) return modules.status();
+  options.modules = *std::move(modules);
+  options.max_loras = absl::GetFlag(FLAGS_max_loras);
+  options.max_lora_rank = absl::GetFlag(FLAGS_max_lora_rank);
+  options.max_cpu_loras = absl::GetFlag(FLAGS_max_cpu_loras);
+  options.lora_dir = absl::GetFlag(FLAGS_lora_dir);
+  if (absl::Status status = lora::ValidateLoraOptions(options); !status.ok()) return status;
+  return options;
+}
+
 }  // namespace
 
 absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
@@ -323,6 +354,9 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   absl::StatusOr<std::optional<SpeculativeConfig>> speculative = ReadSpeculativeFlag();
   if (!speculative.ok()) return speculative.status();
   config.speculative = *std::move(speculative);
+  absl::StatusOr<lora::LoraOptions> lora = ReadLoraFlags();
+  if (!lora.ok()) return lora.status();
+  config.lora = *std::move(lora);
   if (absl::Status status = CheckServerConfig(config); !status.ok()) return status;
   return config;
 }
@@ -355,6 +389,8 @@ std::vector<FlagGroup> ServerFlagGroups() {
        {"kv_events_endpoint", "kv_events_replay_endpoint", "kv_events_topic",
         "kv_events_queue_batches", "kv_events_replay_buffer"}},
       {"Speculative decoding", {"speculative_config"}},
+      {"LoRA adapters",
+       {"enable_lora", "lora_modules", "max_loras", "max_lora_rank", "max_cpu_loras", "lora_dir"}},
   };
 }
 

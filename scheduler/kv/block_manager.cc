@@ -37,6 +37,16 @@ std::vector<int32_t> BlockTokens(const KvSequence& seq, int index, int block_siz
   return tokens;
 }
 
+// The parent hash of a sequence's first block: 0 for the base model, a
+// value of the adapter's own for an adapter's sequence, so the chain of
+// every block differs and a prefix cached for one is never reused for
+// another (the same prompt under another adapter has other K/V).
+uint64_t RootHash(const KvSequence& seq) {
+  if (seq.lora_id() == 0) return 0;
+  const uint64_t root = absl::HashOf(uint64_t{0x4c6f5241}, seq.lora_id());  // "LoRA".
+  return root != 0 ? root : 1;
+}
+
 }  // namespace
 
 uint64_t DefaultBlockHash(uint64_t parent_hash, absl::Span<const int32_t> tokens) {
@@ -106,7 +116,7 @@ BlockTable BlockManager::AllocateTable(const KvSequence& seq, bool reuse_cached)
   if (enable_prefix_caching_ && reuse_cached) {
     // The last token is always computed, so only blocks before it can hit.
     const int max_hits = (seq.length() - 1) / block_size_;
-    uint64_t parent = 0;
+    uint64_t parent = RootHash(seq);
     for (int b = 0; b < max_hits; ++b) {
       const std::vector<int32_t> tokens = BlockTokens(seq, b, block_size_);
       const uint64_t hash = hasher_(parent, tokens);
@@ -134,7 +144,7 @@ void BlockManager::CommitComputedBlocks(const KvSequence& seq) {
   const int first_new = static_cast<int>(table.hashes.size());
   const int full_blocks = std::min(seq.num_computed_tokens(), seq.length()) / block_size_;
   for (int b = first_new; b < full_blocks && b < static_cast<int>(table.blocks.size()); ++b) {
-    const uint64_t parent = b == 0 ? 0 : table.hashes[b - 1];
+    const uint64_t parent = b == 0 ? RootHash(seq) : table.hashes[b - 1];
     table.hashes.push_back(hasher_(parent, BlockTokens(seq, b, block_size_)));
   }
   RegisterHashes(seq, table, first_new);
@@ -152,12 +162,12 @@ void BlockManager::RegisterHashes(const KvSequence& seq, const BlockTable& table
     const std::optional<uint64_t> parent =
         b == 0 ? std::nullopt : std::optional<uint64_t>(table.hashes[b - 1]);
     // Fails harmlessly when another block already caches these tokens.
-    if (!gpu_.SetHash(table.blocks[b], table.hashes[b], tokens, parent)) {
+    if (!gpu_.SetHash(table.blocks[b], table.hashes[b], tokens, parent, seq.lora_id())) {
       in_run = false;
       continue;
     }
     if (!kv_events_enabled_) continue;
-    if (!in_run) kv_events_.AddStored(parent, block_size_);
+    if (!in_run) kv_events_.AddStored(parent, block_size_, seq.lora_id());
     kv_events_.AppendStoredBlock(table.hashes[b], tokens);
     in_run = true;
   }

@@ -11,6 +11,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "gtest/gtest.h"
 #include "scheduler/engine/sequence.h"
+#include "tests/support/kv_event_list.h"
 
 namespace pagoda::scheduler {
 namespace {
@@ -303,6 +304,70 @@ TEST(PrefixCacheTest, HitReusesComputedFullBlocksAndCountsTokens) {
   EXPECT_EQ(manager.gpu_pool().ref_count(0), 2);
   EXPECT_EQ(manager.prefix_cache_queries(), 10 + 11);
   EXPECT_EQ(manager.prefix_cache_hits(), 8);
+}
+
+// A sequence of a LoRA adapter (KvSequence::lora_id), as the engine's
+// sequences will report it, in a one-sequence group.
+class AdapterSequence final : public KvSequence, public KvSequenceGroup {
+ public:
+  AdapterSequence(int64_t id, std::vector<int32_t> tokens, int lora_id)
+      : id_(id), tokens_(std::move(tokens)), lora_id_(lora_id) {}
+  int64_t seq_id() const override { return id_; }
+  int length() const override { return static_cast<int>(tokens_.size()); }
+  int32_t token_at(int i) const override { return tokens_[i]; }
+  int num_computed_tokens() const override { return computed_; }
+  int lora_id() const override { return lora_id_; }
+  std::vector<const KvSequence*> WaitingSequences() const override {
+    return computed_ == 0 ? std::vector<const KvSequence*>{this} : std::vector<const KvSequence*>{};
+  }
+  std::vector<const KvSequence*> RunningSequences() const override {
+    return computed_ > 0 ? std::vector<const KvSequence*>{this} : std::vector<const KvSequence*>{};
+  }
+  std::vector<const KvSequence*> SwappedSequences() const override { return {}; }
+  // Allocates it and computes the whole prompt, as a prefill step would.
+  void Prefill(BlockManager& manager) {
+    ASSERT_TRUE(manager.Allocate(*this).ok());
+    computed_ = length();
+    manager.CommitComputedBlocks(*this);
+  }
+
+ private:
+  int64_t id_;
+  std::vector<int32_t> tokens_;
+  int lora_id_;
+  int computed_ = 0;
+};
+
+// The same prompt under the base model and two adapters: each finds only
+// its own cached prefix (the K/V differ), and its events name its adapter.
+TEST(PrefixCacheTest, AdaptersAndTheBaseModelNeverShareCachedBlocks) {
+  BlockManager manager(4, 20, 0, 0.0, true);
+  manager.EnableKvEvents();
+  const std::vector<int32_t> prompt = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+  AdapterSequence base(1, prompt, 0), sql(2, prompt, 7);
+  base.Prefill(manager);
+  sql.Prefill(manager);
+  EXPECT_EQ(manager.FindBlockTable(2)->num_cached_tokens, 0);  // Not the base's blocks.
+  const std::vector<KvCacheEvent> events = TakeKvEvents(manager);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].lora_id, std::nullopt);
+  EXPECT_EQ(events[1].lora_id, 7);
+  EXPECT_EQ(events[1].parent_hash, std::nullopt);  // A first block, as the base's.
+
+  AdapterSequence sql_again(3, prompt, 7), chat(4, prompt, 9), base_again(5, prompt, 0);
+  ASSERT_TRUE(manager.Allocate(sql_again).ok());
+  EXPECT_EQ(manager.FindBlockTable(3)->num_cached_tokens, 8);
+  ASSERT_TRUE(manager.Allocate(chat).ok());
+  EXPECT_EQ(manager.FindBlockTable(4)->num_cached_tokens, 0);
+  ASSERT_TRUE(manager.Allocate(base_again).ok());
+  EXPECT_EQ(manager.FindBlockTable(5)->num_cached_tokens, 8);
+  EXPECT_NE(manager.GetBlockTable(3)[0], manager.GetBlockTable(5)[0]);
+  // A full resync names each block's adapter too.
+  int adapter_blocks = 0;
+  for (const KvCacheEvent& event : ToEvents(manager.CachedBlocksAsEvents())) {
+    if (event.lora_id == 7) adapter_blocks += static_cast<int>(event.block_hashes.size());
+  }
+  EXPECT_EQ(adapter_blocks, 2);
 }
 
 TEST(PrefixCacheTest, FullyCachedPromptStillComputesItsLastToken) {

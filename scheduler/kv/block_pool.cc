@@ -57,13 +57,14 @@ void BlockPool::Release(int block) {
 }
 
 bool BlockPool::SetHash(int block, uint64_t hash, absl::Span<const int32_t> tokens,
-                        std::optional<uint64_t> parent) {
+                        std::optional<uint64_t> parent, int lora_id) {
   Block& entry = blocks_.at(block);
   CHECK_GT(entry.ref_count, 0) << "hashing free block " << block;
   if (entry.hash.has_value() || hash_to_block_.contains(hash)) return false;
   entry.hash = hash;
   entry.tokens.assign(tokens.begin(), tokens.end());
   entry.parent_hash = parent;
+  entry.lora_id = lora_id;
   hash_to_block_[hash] = block;
   return true;
 }
@@ -78,7 +79,7 @@ void BlockPool::ForgetCachedContents() {
 
 void BlockPool::AppendCachedBlocks(int block_size, KvEventBatch& batch) const {
   for (const auto& [hash, block] : hash_to_block_) {
-    batch.AddStored(blocks_[block].parent_hash, block_size);
+    batch.AddStored(blocks_[block].parent_hash, block_size, blocks_[block].lora_id);
     batch.AppendStoredBlock(hash, blocks_[block].tokens);
   }
 }
@@ -105,6 +106,7 @@ void BlockPool::ForgetContents(Block& block) {
   block.hash.reset();
   block.tokens.clear();
   block.parent_hash.reset();
+  block.lora_id = 0;
 }
 
 }  // namespace pagoda::scheduler

@@ -58,9 +58,10 @@ class BlockPool {
   // Returns false (and changes nothing) if the block already has a hash or
   // another block holds this hash (the first copy stays the cached one).
   // `parent` is the hash of the block before it in its sequence (none for a
-  // first block), kept for CachedBlocksAsEvents.
+  // first block) and `lora_id` its sequence's adapter (0: the base model),
+  // kept for CachedBlocksAsEvents.
   bool SetHash(int block, uint64_t hash, absl::Span<const int32_t> tokens,
-               std::optional<uint64_t> parent = std::nullopt);
+               std::optional<uint64_t> parent = std::nullopt, int lora_id = 0);
 
   // Forgets every hash (the K/V bytes are gone, e.g. a worker restarted):
   // evictable blocks become free, used ones stay used but unfindable.
@@ -93,6 +94,7 @@ class BlockPool {
     std::optional<uint64_t> hash;
     std::vector<int32_t> tokens;  // Kept only while hashed, for collision checks.
     std::optional<uint64_t> parent_hash;  // While hashed: the previous block's.
+    int lora_id = 0;                      // While hashed: its sequence's adapter.
     uint64_t last_use = 0;        // Tick of the last Release.
   };
   // Forgets the hash of an evictable or used block.

@@ -39,12 +39,13 @@ class KvEventBatch {
     uint32_t num_tokens = 0;
     std::optional<uint64_t> parent_hash;  // BlockStored only.
     int block_size = 0;                   // BlockStored only.
+    int lora_id = 0;                      // BlockStored only; 0: the base model.
   };
 
   // Starts a BlockStored; AppendStoredBlock adds its blocks.
-  void AddStored(std::optional<uint64_t> parent_hash, int block_size) {
+  void AddStored(std::optional<uint64_t> parent_hash, int block_size, int lora_id = 0) {
     events_.push_back(Event{KvEventKind::kBlockStored, Hashes(), 0, Tokens(), 0, parent_hash,
-                            block_size});
+                            block_size, lora_id});
   }
   // REQUIRES: the last event is a BlockStored.
   void AppendStoredBlock(uint64_t hash, absl::Span<const int32_t> tokens) {

@@ -25,6 +25,10 @@ class KvSequence {
   // Slots past length() a decode step reserves for speculative tokens (0 =
   // plain decoding): AppendSlots extends the table over them too.
   virtual int num_lookahead_slots() const { return 0; }
+  // The LoRA adapter whose K/V the sequence computes (vLLM's lora_int_id,
+  // scheduler/lora/LoraRegistry's id); 0: the base model. Its blocks are
+  // hashed apart from every other adapter's and the base model's.
+  virtual int lora_id() const { return 0; }
 
  protected:
   ~KvSequence() = default;

@@ -75,7 +75,11 @@ void WriteEvent(const KvEventBatch& batch, const KvEventBatch::Event& event, Msg
       out.Array(tokens.size());
       for (int32_t token : tokens) out.Int(token);
       out.Int(event.block_size);
-      out.Nil();  // lora_id
+      if (event.lora_id != 0) {
+        out.Int(event.lora_id);
+      } else {
+        out.Nil();  // lora_id: the base model.
+      }
       out.Str(kMediumGpu);
       out.Nil();  // lora_name
       return;

@@ -174,6 +174,19 @@ TEST(KvEventPublisherTest, EncodesVllmArrayLayout) {
   EXPECT_EQ(bytes, expected);
 }
 
+// An adapter's blocks carry its id where vLLM's events put lora_id (the
+// sixth field), as a positive fixint; the base model's stay nil.
+TEST(KvEventPublisherTest, EncodesTheAdaptersLoraId) {
+  KvEventBatch batch;
+  batch.AddStored(std::nullopt, 2, /*lora_id=*/5);
+  batch.AppendStoredBlock(7, {1, 2});
+  const std::string bytes = KvEventPublisher::EncodeBatch(0.0, batch, 0);
+  EXPECT_EQ(bytes, std::string("\x93\xcb\0\0\0\0\0\0\0\0\x91", 11) +
+                       "\x98\xab" "BlockStored" "\x91\x07\xc0\x92\x01\x02\x02\x05\xa3GPU\xc0" +
+                       std::string("\0", 1));
+  EXPECT_EQ(ToEvents(batch)[0].lora_id, 5);
+}
+
 std::vector<std::string> RecvMultipart(void* socket) {
   std::vector<std::string> frames;
   int more = 1;

@@ -73,6 +73,38 @@ absl::StatusOr<LoraModuleSpec> ParseLoraModule(absl::string_view value) {
   return spec;
 }
 
+std::vector<std::string> SplitLoraModulesFlag(absl::string_view flag) {
+  std::vector<std::string> values;
+  std::string current;
+  int depth = 0;  // Of JSON braces, outside strings.
+  bool in_string = false, escaped = false;
+  for (char c : flag) {
+    if (depth == 0 && !in_string && (c == ' ' || c == '\t' || c == '\n' || c == ',')) {
+      if (!current.empty()) values.push_back(std::move(current));
+      current.clear();
+      continue;
+    }
+    current.push_back(c);
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (depth > 0 && c == '"') {
+      in_string = true;
+    } else if (c == '{') {
+      ++depth;
+    } else if (c == '}' && depth > 0) {
+      --depth;
+    }
+  }
+  if (!current.empty()) values.push_back(std::move(current));
+  return values;
+}
+
 absl::StatusOr<std::vector<LoraModuleSpec>> ParseLoraModules(
     const std::vector<std::string>& values) {
   std::vector<LoraModuleSpec> specs;

@@ -47,6 +47,13 @@ absl::StatusOr<LoraModuleSpec> ParseLoraModule(absl::string_view value);
 absl::StatusOr<std::vector<LoraModuleSpec>> ParseLoraModules(
     const std::vector<std::string>& values);
 
+// The values in one --lora-modules flag string (absl flags take one string
+// where vLLM's argparse takes several words): split at spaces and commas
+// outside JSON objects, so "a=/x b=/y", "a=/x,b=/y" and
+// '{"name": "a", "path": "/x"} b=/y' all give two. A path holding a space
+// or a comma needs the JSON form.
+std::vector<std::string> SplitLoraModulesFlag(absl::string_view flag);
+
 // The checks across flags, each INVALID_ARGUMENT naming the flag:
 // --lora-modules or --lora-dir without --enable-lora; --max-loras < 1;
 // --max-lora-rank outside [1, 512]; --max-cpu-loras below --max-loras.

@@ -31,6 +31,19 @@ TEST(LoraOptionsTest, RefusesMalformedValuesNamingThem) {
   }
 }
 
+TEST(LoraOptionsTest, SplitsOneFlagStringOutsideJsonObjects) {
+  EXPECT_EQ(SplitLoraModulesFlag("a=/x b=/y,c=/z  "),
+            (std::vector<std::string>{"a=/x", "b=/y", "c=/z"}));
+  const std::string json = R"({"name": "sql", "path": "/a, b/{c}", "base_model_name": "m\"}"})";
+  EXPECT_EQ(SplitLoraModulesFlag(json + ", d=/w"), (std::vector<std::string>{json, "d=/w"}));
+  auto specs = ParseLoraModules(SplitLoraModulesFlag(json + " d=/w"));
+  ASSERT_TRUE(specs.ok()) << specs.status();
+  EXPECT_EQ((*specs)[0].path, "/a, b/{c}");
+  EXPECT_TRUE(SplitLoraModulesFlag(" , ").empty());
+  // An unclosed object stays one value, which the parser refuses.
+  EXPECT_EQ(SplitLoraModulesFlag(R"({"name": "a" x=/y)").size(), 1u);
+}
+
 TEST(LoraOptionsTest, RefusesDuplicateNames) {
   auto specs = ParseLoraModules({"a=/x", R"({"name":"a","path":"/y"})"});
   ASSERT_FALSE(specs.ok());

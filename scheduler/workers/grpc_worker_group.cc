@@ -408,6 +408,31 @@ absl::Status GrpcWorkerGroup::InitCache(const v1::InitCacheRequest& request) {
   return status;
 }
 
+absl::StatusOr<v1::LoadLoraAdapterResponse> GrpcWorkerGroup::LoadLoraAdapter(
+    const v1::LoadLoraAdapterRequest& request) {
+  std::vector<v1::LoadLoraAdapterResponse> responses;
+  absl::Status status = CallAllRanks(
+      "LoadLoraAdapter",
+      [](auto* stub, auto* context, auto* request, auto* response, auto done) {
+        stub->LoadLoraAdapter(context, request, response, std::move(done));
+      },
+      std::vector<const v1::LoadLoraAdapterRequest*>(world_size(), &request),
+      options_.lora_load_timeout, responses);
+  if (!status.ok()) return status;
+  return responses[0];
+}
+
+absl::Status GrpcWorkerGroup::UnloadLoraAdapter(const v1::UnloadLoraAdapterRequest& request) {
+  std::vector<v1::UnloadLoraAdapterResponse> responses;
+  return CallAllRanks(
+      "UnloadLoraAdapter",
+      [](auto* stub, auto* context, auto* request, auto* response, auto done) {
+        stub->UnloadLoraAdapter(context, request, response, std::move(done));
+      },
+      std::vector<const v1::UnloadLoraAdapterRequest*>(world_size(), &request),
+      options_.init_cache_timeout, responses);
+}
+
 absl::StatusOr<v1::StepResult> GrpcWorkerGroup::ExecuteStep(const v1::StepPlan& plan,
                                                             const StepMaskSource& masks) {
   const bool masks_follow = PromisesTokenMasks(plan);

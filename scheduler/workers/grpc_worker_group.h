@@ -34,6 +34,7 @@ struct GrpcWorkerGroupOptions {
   absl::Duration load_model_timeout = absl::Minutes(10);  // Weights + profiling.
   absl::Duration init_cache_timeout = absl::Minutes(2);   // Allocating KV blocks.
   absl::Duration step_timeout = absl::Seconds(60);
+  absl::Duration lora_load_timeout = absl::Minutes(2);  // Reading an adapter.
   // How long Shutdown waits for workers to exit by themselves before it
   // terminates spawned ones (SIGTERM, then SIGKILL after the same grace).
   absl::Duration shutdown_grace = absl::Seconds(3);
@@ -130,6 +131,10 @@ class GrpcWorkerGroup final : public WorkerGroup {
   absl::StatusOr<pagoda::worker::v1::StepResult> ExecuteStep(
       const pagoda::worker::v1::StepPlan& plan, const StepMaskSource& masks) override;
   using WorkerGroup::ExecuteStep;
+  absl::StatusOr<pagoda::worker::v1::LoadLoraAdapterResponse> LoadLoraAdapter(
+      const pagoda::worker::v1::LoadLoraAdapterRequest& request) override;
+  absl::Status UnloadLoraAdapter(
+      const pagoda::worker::v1::UnloadLoraAdapterRequest& request) override;
   bool Healthy() const override { return healthy_.load() && ready_.load(); }
   int world_size() const override { return world_size_; }
   // Restarts spawned workers (every rank: the group is one tensor-parallel

@@ -61,6 +61,21 @@ class WorkerGroup {
       const pagoda::worker::v1::StepPlan& plan) {
     return ExecuteStep(plan, nullptr);
   }
+  // LoRA (docs/lora.md): loads an adapter directory into a slot on every
+  // rank (each reads its own slice), or empties a slot. Unlike the calls
+  // above, these may run on another thread while the engine thread runs a
+  // step (not during LoadModel, Recover or Shutdown): the workers load
+  // beside their steps. A step may name the slot once this returned OK.
+  // Recover does not replay them: the restarted workers' slots are empty.
+  // Returns rank 0's response. UNIMPLEMENTED for a group without LoRA.
+  virtual absl::StatusOr<pagoda::worker::v1::LoadLoraAdapterResponse> LoadLoraAdapter(
+      const pagoda::worker::v1::LoadLoraAdapterRequest& /*request*/) {
+    return absl::UnimplementedError("this worker group serves no LoRA adapters");
+  }
+  virtual absl::Status UnloadLoraAdapter(
+      const pagoda::worker::v1::UnloadLoraAdapterRequest& /*request*/) {
+    return absl::UnimplementedError("this worker group serves no LoRA adapters");
+  }
   virtual bool Healthy() const = 0;
   virtual int world_size() const = 0;
   // After a failure: brings the whole group back (every rank restarted or

@@ -17,6 +17,12 @@ Run with Debian's /usr/bin/python3 from the repo root:
       --adapter /tmp/a --layer 1 --module v_proj --inputs x.f64 --out y.f64
   tests/reference/lora_reference.py generate --base models/tiny \
       --adapter /tmp/a --tokens 1,2,3 --max-tokens 8
+  tests/reference/lora_reference.py greedy-batch --base models/tiny \
+      --requests '[{"adapter": "/tmp/a", "tokens": [1, 2, 3]}, {"tokens": [4]}]' \
+      --max-tokens 8
+The last prints, as JSON, each request's greedy tokens (EOS ignored) and
+each token's float64 log-probability, under the base model merged with its
+adapter (none: the base model), in one process.
 """
 
 import argparse
@@ -141,6 +147,28 @@ def merged_weights(weights, adapter_dir):
   return merged
 
 
+def greedy_batch(base_dir, requests, max_tokens):
+  """[{"tokens", "logprobs"}] for each {"tokens", "adapter"?} request."""
+  model = ref.load_model(base_dir)
+  base_weights = model.weights
+  results = []
+  for request in requests:
+    adapter = request.get("adapter")
+    model.weights = (merged_weights(base_weights, adapter) if adapter
+                     else base_weights)
+    tokens = list(request["tokens"])
+    generated, logprobs = [], []
+    for _ in range(max_tokens):
+      row = ref.log_softmax(ref.forward(model, tokens)[-1])
+      next_id = int(np.argmax(row))
+      generated.append(next_id)
+      logprobs.append(float(row[next_id]))
+      tokens.append(next_id)
+    results.append({"tokens": generated, "logprobs": logprobs})
+  model.weights = base_weights
+  return results
+
+
 def main(argv):
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   sub = parser.add_subparsers(dest="command", required=True)
@@ -164,12 +192,19 @@ def main(argv):
   p_lin.add_argument("--out", required=True)
   p_gen.add_argument("--tokens", required=True)
   p_gen.add_argument("--max-tokens", type=int, required=True)
+  p_batch = sub.add_parser("greedy-batch")
+  p_batch.add_argument("--base", required=True)
+  p_batch.add_argument("--requests", required=True)
+  p_batch.add_argument("--max-tokens", type=int, required=True)
   args = parser.parse_args(argv)
 
   if args.command == "make":
     targets = [t for t in args.targets.split(",") if t]
     make_adapter(args.base, args.out, args.rank, args.alpha, targets,
                  args.dtype, args.rslora, args.seed)
+  elif args.command == "greedy-batch":
+    print(json.dumps(greedy_batch(args.base, json.loads(args.requests),
+                                  args.max_tokens)))
   elif args.command == "merged-linear":
     # y = x @ (W + scale * B @ A).T, x read as float64 [rows, in].
     merged = merged_weights(ref.read_model_weights(args.base), args.adapter)

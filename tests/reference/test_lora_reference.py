@@ -88,6 +88,20 @@ class LoraReferenceTest(unittest.TestCase):
     tokens = [int(t) for t in result.stdout.strip().split(",")]
     self.assertEqual(len(tokens), 6)
 
+  def test_greedy_batch_is_greedy_decoding_of_each_merged_model(self):
+    out = self.make("batch", 5, ["v_proj", "up_proj"])
+    got = lora.greedy_batch(self.base, [{"adapter": out, "tokens": [1, 2]},
+                                        {"tokens": [3]}], 4)
+    model = ref.load_model(self.base)
+    base_tokens = ref.greedy_generate(model, [3], 4, ignore_eos=True)
+    model.weights = lora.merged_weights(model.weights, out)
+    merged_tokens = ref.greedy_generate(model, [1, 2], 4, ignore_eos=True)
+    self.assertEqual([r["tokens"] for r in got], [merged_tokens, base_tokens])
+    # Each logprob is the merged model's log_softmax at the chosen token.
+    row = ref.log_softmax(ref.forward(model, [1, 2])[-1])
+    self.assertAlmostEqual(got[0]["logprobs"][0], row[merged_tokens[0]], places=12)
+    self.assertTrue(all(lp <= 0 for r in got for lp in r["logprobs"]))
+
 
 if __name__ == "__main__":
   unittest.main()

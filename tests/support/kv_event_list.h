@@ -26,6 +26,7 @@ struct KvCacheEvent {
   // Tokens of every stored block, block after block.
   std::vector<int32_t> token_ids;
   int block_size = 0;
+  std::optional<int> lora_id;  // BlockStored of an adapter's blocks; none for the base model.
 };
 
 // `batch`'s events, in order.
@@ -35,7 +36,9 @@ inline std::vector<KvCacheEvent> ToEvents(const KvEventBatch& batch) {
     const absl::Span<const uint64_t> hashes = batch.hashes(event);
     const absl::Span<const int32_t> tokens = batch.tokens(event);
     out.push_back(KvCacheEvent{event.kind, {hashes.begin(), hashes.end()}, event.parent_hash,
-                               {tokens.begin(), tokens.end()}, event.block_size});
+                               {tokens.begin(), tokens.end()}, event.block_size,
+                               event.lora_id != 0 ? std::optional<int>(event.lora_id)
+                                                  : std::nullopt});
   }
   return out;
 }

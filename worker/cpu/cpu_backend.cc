@@ -60,6 +60,11 @@ class CpuBackend final : public Backend {
   explicit CpuBackend(int num_threads)
       : pool_(num_threads > 0 ? num_threads : AvailableCpuCount()), simd_(BestSimdKernels()) {}
 
+  void HostParallelFor(int64_t n, int64_t grain,
+                       const std::function<void(int64_t, int64_t)>& fn) override {
+    pool_.ParallelFor(n, grain, fn);
+  }
+
   DType activation_dtype() const override { return DType::kF32; }
   DType default_kv_cache_dtype() const override { return DType::kF32; }
   bool computes_rope_past_table() const override { return true; }

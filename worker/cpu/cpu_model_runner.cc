@@ -56,7 +56,9 @@ LlamaLoadOptions CpuLoadOptions(const LoadModelRequest& request, std::optional<D
                                     : defaults.max_num_batched_tokens,
       .max_num_seqs = request.max_num_seqs() > 0 ? request.max_num_seqs() : defaults.max_num_seqs,
       .block_size = request.block_size(),
-      .quantization = request.quantization()};
+      .quantization = request.quantization(),
+      .max_loras = request.max_loras(),
+      .max_lora_rank = request.max_lora_rank()};
 }
 
 class CpuModelRunner final : public ModelRunnerBase {
@@ -95,6 +97,10 @@ class CpuModelRunner final : public ModelRunnerBase {
                                                    quant.group_size)
                                     : std::string("dense"))
               << ")";
+    if (request.max_loras() > 0) {
+      LOG(INFO) << "LoRA: " << request.max_loras() << " adapter slots of rank up to "
+                << request.max_lora_rank();
+    }
     block_size_ = request.block_size();
     kv_cache_dtype_ = kv_cache_dtype->value_or(backend_->default_kv_cache_dtype());
     // As many blocks as the memory the server gave this worker holds.

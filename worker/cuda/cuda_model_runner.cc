@@ -59,6 +59,9 @@ absl::Status ValidateRequest(const LoadModelRequest& request) {
                                                    " is not supported on CUDA (at most ",
                                                    kCudaMaxNumSeqs, ")"));
   }
+  if (request.max_loras() > 0) {  // docs/lora.md: the SGMV/BGMV kernels remain.
+    return absl::UnimplementedError("LoRA adapters (max_loras > 0) are served on CPU only");
+  }
   return absl::OkStatus();
 }
 

@@ -36,14 +36,14 @@ inline __attribute__((always_inline)) void Axpy(float alpha, const float* x, int
 __attribute__((target_clones("arch=haswell", "default")))
 #endif
 void AddLoraUpdate(const LoraKernelWeights& weights, const float* x, const int32_t* row_ids,
-                   int num_rows, float* scratch, float* y) {
+                   int num_rows, float* scratch, float* y, int64_t y_stride) {
   for (int n = 0; n < num_rows; ++n) {
     const int64_t row = row_ids[n];
     const float* x_row = x + row * weights.in;
     for (int k = 0; k < weights.rank; ++k) {
       scratch[k] = weights.scale * Dot(weights.a + k * weights.in, x_row, weights.in);
     }
-    float* y_row = y + row * weights.out;
+    float* y_row = y + row * y_stride;
     for (int k = 0; k < weights.rank; ++k) {
       Axpy(scratch[k], weights.b_t + k * weights.out, weights.out, y_row);
     }

@@ -20,11 +20,13 @@ struct LoraKernelWeights {
   float scale = 0;
 };
 
-// For each r in row_ids[0, num_rows): y[r * out + o] += scale · Σ_k
-// b_t[k * out + o] · Σ_i a[k * in + i] · x[r * in + i]. `scratch` holds
-// `rank` floats. Rows not listed are not touched.
+// For each r in row_ids[0, num_rows): y[r * y_stride + o] += scale · Σ_k
+// b_t[k * out + o] · Σ_i a[k * in + i] · x[r * in + i], o < out. `scratch`
+// holds `rank` floats. Rows not listed are not touched. y_stride >= out: a
+// fused projection's output (q/k/v, gate/up) is updated in place, module by
+// module, through its row stride.
 void AddLoraUpdate(const LoraKernelWeights& weights, const float* x, const int32_t* row_ids,
-                   int num_rows, float* scratch, float* y);
+                   int num_rows, float* scratch, float* y, int64_t y_stride);
 
 }  // namespace pagoda::worker
 

@@ -1,9 +1,20 @@
 #include "worker/lora/lora_slots.h"
 
+#include <algorithm>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "worker/lora/lora_kernel.h"
 
 namespace pagoda::worker {
+namespace {
+
+// Grouped rows per task of a parallel Apply: a row costs rank · (in + out)
+// multiply-adds, a few microseconds at the bench's shapes, about what
+// handing out a task costs.
+constexpr int64_t kRowsPerTask = 2;
+
+}  // namespace
 
 LoraSlots::LoraSlots(int max_loras, int max_rank, int num_layers,
                      const std::array<LinearShape, kNumLoraModules>& shapes)
@@ -42,8 +53,8 @@ absl::Status LoraSlots::Load(int slot, const LoraAdapter& adapter) {
   }
   Unload(slot);
   if (absl::Status status = CheckAdapter(adapter); !status.ok()) return status;
-  Slot& target = slots_[slot];
-  target.layers.resize(num_layers_);
+  auto target = std::make_shared<Slot>();
+  target->layers.resize(num_layers_);
   for (int layer = 0; layer < num_layers_; ++layer) {
     for (int m = 0; m < kNumLoraModules; ++m) {
       const auto& pair = adapter.layers[layer][m];
@@ -54,51 +65,85 @@ absl::Status LoraSlots::Load(int slot, const LoraAdapter& adapter) {
           update.b_t[k * pair->out + o] = pair->b[o * pair->rank + k];
         }
       }
-      target.layers[layer][m] = std::move(update);
+      target->layers[layer][m] = std::move(update);
     }
   }
-  target.scale = adapter.scale;
-  target.loaded = true;
+  target->scale = adapter.scale;
+  absl::MutexLock lock(&mutex_);
+  slots_[slot] = std::move(target);
   return absl::OkStatus();
 }
 
 void LoraSlots::Unload(int slot) {
   if (slot < 1 || slot > max_loras_) return;
-  slots_[slot] = Slot{};
+  std::shared_ptr<const Slot> old;
+  absl::MutexLock lock(&mutex_);
+  old = std::move(slots_[slot]);
+  slots_[slot] = nullptr;
 }
 
-absl::Status LoraSlots::Apply(const float* x, int rows, const int32_t* row_slots, LoraTarget target,
-                              float* y) const {
-  if (target.layer < 0 || target.layer >= num_layers_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("LoRA layer ", target.layer, " is outside [0, ", num_layers_, ")"));
-  }
-  // Rows grouped by slot (a counting sort), so each adapter's A and B are
-  // read once per group while they stay in cache.
-  std::vector<int> counts(slots_.size() + 1, 0);
-  for (int r = 0; r < rows; ++r) {
-    if (row_slots[r] < 0 || row_slots[r] > max_loras_) {
-      return absl::InvalidArgumentError(absl::StrCat("row ", r, " names LoRA slot ", row_slots[r],
-                                                     ", outside [0, ", max_loras_, "]"));
-    }
-    ++counts[row_slots[r] + 1];
-  }
-  for (size_t s = 1; s < counts.size(); ++s) counts[s] += counts[s - 1];
-  std::vector<int32_t> grouped(rows);
-  std::vector<int> next(counts.begin(), counts.end() - 1);
-  for (int r = 0; r < rows; ++r) grouped[next[row_slots[r]]++] = r;
+LoraSlots::View LoraSlots::Snapshot() const {
+  View view;
+  view.owner_ = this;
+  absl::MutexLock lock(&mutex_);
+  view.slots_ = slots_;
+  return view;
+}
 
-  const LinearShape shape = shapes_[static_cast<int>(target.module)];
-  std::vector<float> scratch(max_rank_);
-  for (int s = 1; s <= max_loras_; ++s) {
-    const int begin = counts[s], end = counts[s + 1];
-    const Slot& slot = slots_[s];
-    if (begin == end || !slot.loaded) continue;
-    const auto& update = slot.layers[target.layer][static_cast<int>(target.module)];
-    if (!update) continue;
-    const LoraKernelWeights weights{update->a.data(), update->b_t.data(), update->rank,
-                                    shape.in,         shape.out,          slot.scale};
-    AddLoraUpdate(weights, x, grouped.data() + begin, end - begin, scratch.data(), y);
+absl::Status LoraSlots::View::Apply(const float* x, int rows, const int32_t* row_slots,
+                                    LoraTarget target, float* y, int64_t y_stride,
+                                    const LoraParallelFor* parallel_for) const {
+  if (owner_ == nullptr) return absl::FailedPreconditionError("LoRA view of no slots");
+  if (target.layer < 0 || target.layer >= owner_->num_layers_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("LoRA layer ", target.layer, " is outside [0, ", owner_->num_layers_, ")"));
+  }
+  const int num_slots = static_cast<int>(slots_.size());
+  const int module = static_cast<int>(target.module);
+  auto update_of = [&](int s) -> const Update* {
+    if (slots_[s] == nullptr) return nullptr;
+    const auto& update = slots_[s]->layers[target.layer][module];
+    return update ? &*update : nullptr;
+  };
+  // The rows to update, grouped by slot (a counting sort), so each
+  // adapter's A and B are read once per group while they stay in cache.
+  std::vector<int> counts(num_slots + 1, 0);
+  for (int r = 0; r < rows; ++r) {
+    if (row_slots[r] < 0 || row_slots[r] >= num_slots) {
+      return absl::InvalidArgumentError(absl::StrCat("row ", r, " names LoRA slot ", row_slots[r],
+                                                     ", outside [0, ", num_slots - 1, "]"));
+    }
+    if (update_of(row_slots[r]) != nullptr) ++counts[row_slots[r] + 1];
+  }
+  for (int s = 1; s <= num_slots; ++s) counts[s] += counts[s - 1];
+  const int64_t num_updated = counts[num_slots];
+  if (num_updated == 0) return absl::OkStatus();
+  std::vector<int32_t> grouped(num_updated);
+  std::vector<int> next(counts.begin(), counts.end() - 1);
+  for (int r = 0; r < rows; ++r) {
+    if (update_of(row_slots[r]) != nullptr) grouped[next[row_slots[r]]++] = r;
+  }
+
+  const LinearShape shape = owner_->shapes_[module];
+  const int64_t stride = y_stride > 0 ? y_stride : shape.out;
+  // Grouped rows [begin, end), run by run of one slot.
+  auto update_rows = [&](int64_t begin, int64_t end) {
+    std::vector<float> scratch(owner_->max_rank_);
+    while (begin < end) {
+      const int s = row_slots[grouped[begin]];
+      const int64_t run_end = std::min<int64_t>(end, counts[s + 1]);
+      const Update& update = *update_of(s);
+      const LoraKernelWeights weights{update.a.data(), update.b_t.data(), update.rank,
+                                      shape.in,        shape.out,         slots_[s]->scale};
+      AddLoraUpdate(weights, x, grouped.data() + begin, static_cast<int>(run_end - begin),
+                    scratch.data(), y, stride);
+      begin = run_end;
+    }
+  };
+  if (parallel_for != nullptr && *parallel_for && num_updated > kRowsPerTask) {
+    (*parallel_for)(num_updated, kRowsPerTask, update_rows);
+  } else {
+    update_rows(0, num_updated);
   }
   return absl::OkStatus();
 }

@@ -7,10 +7,14 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "common/lora_adapter.h"
 
 namespace pagoda::worker {
@@ -21,35 +25,12 @@ struct LoraTarget {
   LoraModule module = LoraModule::kQ;
 };
 
+// Runs fn(begin, end) over disjoint ranges covering [0, n), each at least
+// `grain` long but the last (the CPU backend's thread pool); null: inline.
+using LoraParallelFor =
+    std::function<void(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn)>;
+
 class LoraSlots {
- public:
-  // `shapes[module]`: this rank's [out, in] of each projection (the shard's,
-  // under tensor parallelism), against which loaded adapters are checked.
-  LoraSlots(int max_loras, int max_rank, int num_layers,
-            const std::array<LinearShape, kNumLoraModules>& shapes);
-
-  int max_loras() const { return max_loras_; }
-
-  // Copies `adapter` (already sharded for this rank) into `slot`
-  // (1..max_loras), replacing what was there. INVALID_ARGUMENT for a slot
-  // out of range, a rank above max_rank, another layer count, or a
-  // projection whose shape is not this rank's. A failed load leaves the
-  // slot empty. It may run while Apply serves steps that use other slots
-  // (the scheduler never loads into a slot the running step uses): each
-  // slot's storage is its own.
-  absl::Status Load(int slot, const LoraAdapter& adapter);
-  // Empties `slot`: its rows then get no update.
-  void Unload(int slot);
-
-  // y[r, :] += scale_s · B_s (A_s x[r, :]) for every row r < rows whose
-  // row_slots[r] = s is a loaded slot with an update for `target`; x is
-  // [rows, in] and y [rows, out] of the target's shapes, f32. Rows of slot 0,
-  // of an empty slot, or of an adapter that leaves `target` alone are not
-  // touched. INVALID_ARGUMENT for a row slot outside [0, max_loras] or a
-  // layer outside the model.
-  absl::Status Apply(const float* x, int rows, const int32_t* row_slots, LoraTarget target,
-                     float* y) const;
-
  private:
   struct Update {
     int rank = 0;
@@ -57,17 +38,75 @@ class LoraSlots {
     std::vector<float> b_t;  // [rank, out]
   };
   struct Slot {
-    bool loaded = false;
     float scale = 0;
     std::vector<std::array<std::optional<Update>, kNumLoraModules>> layers;
   };
+
+ public:
+  // `shapes[module]`: this rank's [out, in] of each projection (the shard's,
+  // under tensor parallelism), against which loaded adapters are checked.
+  LoraSlots(int max_loras, int max_rank, int num_layers,
+            const std::array<LinearShape, kNumLoraModules>& shapes);
+
+  int max_loras() const { return max_loras_; }
+  int max_rank() const { return max_rank_; }
+
+  // The slots as they are now, for one step: a load or unload after it does
+  // not change what the view applies, and the view keeps what it holds
+  // alive, so a load may replace a slot while a step runs without a race.
+  class View {
+   public:
+    View() = default;
+    // Whether `slot` (0..max_loras) holds an adapter; slot 0 never does.
+    bool loaded(int slot) const {
+      return slot > 0 && slot < static_cast<int>(slots_.size()) && slots_[slot] != nullptr;
+    }
+    int max_loras() const { return static_cast<int>(slots_.size()) - 1; }
+
+    // y[r * y_stride + o] += scale_s · (B_s (A_s x[r, :]))[o] for every
+    // row r < rows whose row_slots[r] = s is a loaded slot with an update
+    // for `target`; x is [rows, in] and y rows of at least `out` (the
+    // target's shapes; y_stride 0 means `out`), f32. Rows of slot 0, of an
+    // empty slot, or of an adapter that leaves `target` alone are not
+    // touched. Rows are spread over `parallel_for` when given.
+    // INVALID_ARGUMENT for a row slot outside [0, max_loras] or a layer
+    // outside the model.
+    absl::Status Apply(const float* x, int rows, const int32_t* row_slots, LoraTarget target,
+                       float* y, int64_t y_stride = 0,
+                       const LoraParallelFor* parallel_for = nullptr) const;
+
+   private:
+    friend class LoraSlots;
+    const LoraSlots* owner_ = nullptr;
+    std::vector<std::shared_ptr<const Slot>> slots_;  // Index 0 null (the base model).
+  };
+  View Snapshot() const;
+
+  // Copies `adapter` (already sharded for this rank) into `slot`
+  // (1..max_loras), replacing what was there. INVALID_ARGUMENT for a slot
+  // out of range, a rank above max_rank, another layer count, or a
+  // projection whose shape is not this rank's. A failed load leaves the
+  // slot empty. Thread-safe, and safe beside steps: the copy is made
+  // aside and swapped in (views taken before keep the old contents).
+  absl::Status Load(int slot, const LoraAdapter& adapter);
+  // Empties `slot`: its rows then get no update. Thread-safe.
+  void Unload(int slot);
+
+  // Snapshot().Apply(...), for callers that hold no view.
+  absl::Status Apply(const float* x, int rows, const int32_t* row_slots, LoraTarget target,
+                     float* y) const {
+    return Snapshot().Apply(x, rows, row_slots, target, y);
+  }
+
+ private:
   absl::Status CheckAdapter(const LoraAdapter& adapter) const;
 
-  int max_loras_;
-  int max_rank_;
-  int num_layers_;
-  std::array<LinearShape, kNumLoraModules> shapes_;
-  std::vector<Slot> slots_;  // Index 0 unused (the base model).
+  const int max_loras_;
+  const int max_rank_;
+  const int num_layers_;
+  const std::array<LinearShape, kNumLoraModules> shapes_;
+  mutable absl::Mutex mutex_;
+  std::vector<std::shared_ptr<const Slot>> slots_ ABSL_GUARDED_BY(mutex_);
 };
 
 }  // namespace pagoda::worker

@@ -1,5 +1,6 @@
 #include "worker/lora/lora_slots.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -89,6 +90,55 @@ TEST(LoraSlotsTest, MixedSlotsMatchThePlainReferenceOverOddShapes) {
       }
     }
   }
+}
+
+// A fused output's module (rows of `stride` elements, the module's `out`
+// at an offset) and rows spread over ranges (as the thread pool spreads
+// them, one to three grouped rows at a time, runs of a slot cut across
+// ranges): the same sums as one contiguous call, the rest of each row and
+// a pinned view's old adapter left as they were.
+TEST(LoraSlotsTest, StridedOutputsSplitRangesAndPinnedViews) {
+  std::mt19937 rng(11);
+  const LinearShape shape{19, 37};
+  LoraSlots slots(3, 8, 1, Shapes(shape));
+  for (int s = 1; s <= 3; ++s) {
+    ASSERT_TRUE(slots.Load(s, MakeAdapter(1, LoraModule::kK, shape, 2 + s, 0.7f, rng)).ok());
+  }
+  const int rows = 17;
+  const int64_t stride = 50, offset = 11;
+  std::vector<int32_t> row_slots(rows);
+  for (int r = 0; r < rows; ++r) row_slots[r] = (r * 5) % 4;
+  const std::vector<float> x = Random(rows * shape.in, rng);
+  std::vector<float> contiguous(rows * shape.out, 0.f);
+  const LoraSlots::View view = slots.Snapshot();
+  ASSERT_TRUE(
+      view.Apply(x.data(), rows, row_slots.data(), {0, LoraModule::kK}, contiguous.data()).ok());
+  const std::vector<float> fused0 = Random(rows * stride, rng);
+  std::vector<float> fused = fused0;
+  int calls = 0;
+  const LoraParallelFor uneven = [&](int64_t n, int64_t, const auto& fn) {
+    for (int64_t begin = 0, width = 1; begin < n; begin += width, width = width % 3 + 1) {
+      fn(begin, std::min(n, begin + width));
+      ++calls;
+    }
+  };
+  // Replacing a slot after the view was taken changes nothing it applies.
+  ASSERT_TRUE(slots.Load(2, MakeAdapter(1, LoraModule::kK, shape, 4, 9.f, rng)).ok());
+  slots.Unload(3);
+  ASSERT_TRUE(view.Apply(x.data(), rows, row_slots.data(), {0, LoraModule::kK},
+                         fused.data() + offset, stride, &uneven)
+                  .ok());
+  EXPECT_GT(calls, 3);
+  for (int r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < stride; ++j) {
+      const bool in_module = j >= offset && j < offset + shape.out;
+      const float expected =
+          fused0[r * stride + j] + (in_module ? contiguous[r * shape.out + (j - offset)] : 0.f);
+      ASSERT_NEAR(fused[r * stride + j], expected, 1e-5f) << "row " << r << " column " << j;
+    }
+  }
+  EXPECT_FALSE(slots.Snapshot().loaded(3));
+  EXPECT_TRUE(view.loaded(3));
 }
 
 TEST(LoraSlotsTest, ProjectionsTheAdapterLeavesAloneAreUntouched) {
