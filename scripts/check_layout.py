@@ -37,11 +37,8 @@ PRODUCT_ROOTS = ("common", "text", "wire", "scheduler", "worker", "kernels", "cl
 # must leave this list, so the list only ever shrinks.
 OVERSIZE_ALLOWED = frozenset([
     "worker/cpu/simd.cc",                  # issue 43: 1,057 lines
-    "scheduler/api/openai_protocol.cc",    # issue 43: 1,030 lines
-    "scheduler/api/http_server.cc",        # issue 43: 924 lines
     "text/jinja_parser.cc",                # issue 43: 827 lines
     "scheduler/workers/grpc_worker_group.cc",  # issue 43: 684 lines
-    "scheduler/api/openai_routes.cc",      # issue 43: 648 lines
     "worker/cuda/cuda_backend.cc",         # issue 43: 623 lines
 ])
 

@@ -20,24 +20,16 @@ namespace pagoda::scheduler {
 using pagoda::v1::GenerateRequest;
 using pagoda::v1::GenerateResponse;
 
-GenerationService::GenerationService(ServedModelInfo info, Engine* engine,
-                                     RequestValidator* validator, const Tokenizer* tokenizer,
+GenerationService::GenerationService(ServedModelInfo info, RequestPath* path,
                                      GenerationOptions options)
-    : info_(std::move(info)),
-      options_(std::move(options)),
-      engine_(engine),
-      validator_(validator),
-      tokenizer_(tokenizer),
-      validation_pool_(options_.tokenizer_threads, options_.max_pending_tokenizations) {}
+    : info_(std::move(info)), options_(options), path_(path), engine_(path->engine()) {}
 
-ValidationPool* GenerationService::PoolFor(const GenerateRequest& request) {
-  // Token ids are checked in time linear in their (bounded) number; only
-  // text needs the tokenizer's time.
-  return request.prompt().empty() ? nullptr : &validation_pool_;
+GenerationService::~GenerationService() {
+  pending_validations_.WaitUntilIdle(absl::InfiniteDuration());
 }
 
 grpc::Status GenerationService::Authorize(const grpc::CallbackServerContext& context) const {
-  return CheckApiKey(context, options_.api_key);
+  return CheckApiKey(context, path_->api_key());
 }
 
 grpc::ServerUnaryReactor* GenerationService::Generate(grpc::CallbackServerContext* context,
@@ -48,18 +40,14 @@ grpc::ServerUnaryReactor* GenerationService::Generate(grpc::CallbackServerContex
     reactor->Finish(allowed);
     return reactor;
   }
-  return StartUnaryGenerate(
-      &calls_, engine_, tokenizer_, PoolFor(*request),
-      [this, request] { return validator_->Validate(*request); }, response);
+  return StartUnaryGenerate(&calls_, &pending_validations_, path_, request, response);
 }
 
 grpc::ServerWriteReactor<GenerateResponse>* GenerationService::GenerateStream(
     grpc::CallbackServerContext* context, const GenerateRequest* request) {
   if (grpc::Status allowed = Authorize(*context); !allowed.ok()) return FailedStream(allowed);
-  return StartStreamGenerate(
-      &calls_, engine_, tokenizer_, PoolFor(*request),
-      [this, request] { return validator_->Validate(*request); },
-      options_.max_stream_queued_messages);
+  return StartStreamGenerate(&calls_, &pending_validations_, path_, request,
+                             options_.max_stream_queued_messages);
 }
 
 namespace {

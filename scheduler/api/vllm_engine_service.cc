@@ -8,6 +8,7 @@
 #include "absl/synchronization/mutex.h"
 #include "scheduler/api/api_key.h"
 #include "scheduler/api/engine_stream_call.h"
+#include "scheduler/api/grpc_status.h"
 #include "scheduler/api/request_output.h"
 #include "scheduler/api/stream_write_queue.h"
 
@@ -23,12 +24,12 @@ using vllm_api::GenerateResponse;
 class VllmStreamState : public RequestSink {
  public:
   VllmStreamState(grpc::ServerWriteReactor<GenerateResponse>* call, RequestOutput output,
-                  VllmOutputConverter converter, Engine* engine, std::string request_id,
+                  VllmOutputConverter converter, RequestPath* path, std::string request_id,
                   int max_queued_messages)
       : call_(call),
         output_(std::move(output)),
         converter_(std::move(converter)),
-        engine_(engine),
+        path_(path),
         request_id_(std::move(request_id)),
         writes_(max_queued_messages) {}
 
@@ -43,7 +44,7 @@ class VllmStreamState : public RequestSink {
   grpc::ServerWriteReactor<GenerateResponse>* const call_;
   RequestOutput output_ ABSL_GUARDED_BY(mu_);
   VllmOutputConverter converter_ ABSL_GUARDED_BY(mu_);
-  Engine* const engine_;
+  RequestPath* const path_;
   const std::string request_id_;
   Writes writes_ ABSL_GUARDED_BY(mu_);  // Perform runs outside mu_.
 };
@@ -66,9 +67,7 @@ void VllmStreamState::OnDelta(const RequestDelta& delta) {
   // Stop strings ended every sequence (the engine records "stop", as the
   // client saw), or the client stopped reading (an abort).
   if (overflow || stop_abort) {
-    engine_->AbortRequest(
-        request_id_, this,
-        overflow ? Engine::AbortCause::kCancelled : Engine::AbortCause::kStopString);
+    path_->EndEarly(request_id_, this, overflow ? EarlyEnd::kClientGone : EarlyEnd::kStopStrings);
   }
   writes_.Perform(step, call_, &mu_);
 }
@@ -106,39 +105,37 @@ void VllmStreamState::WriteDone(bool ok) {
 }
 
 // Validates the translated request and hands it to the engine, or ends the
-// call with the error. After AddRequest the engine may end the call at any
+// call with the error. After Submit the engine may end the call at any
 // moment: nothing touches it after that.
-void Submit(VllmStream* call, Engine* engine, RequestValidator* validator,
-            const Tokenizer* tokenizer, const VllmRequestPlan& plan, int max_queued_messages) {
-  absl::StatusOr<ValidatedRequest> validated = validator->Validate(plan.request);
+void Submit(VllmStream* call, RequestPath* path, const VllmRequestPlan& plan,
+            int max_queued_messages) {
+  absl::StatusOr<ValidatedRequest> validated = path->Validate(plan.request);
   if (!validated.ok()) {
     call->Finish(ToGrpcStatus(validated.status()));
     return;
   }
   VllmOutputConverter converter(plan, static_cast<int>(validated->prompt_token_ids.size()),
                                 validated->sampling.n);
-  auto state = std::make_shared<VllmStreamState>(call, MakeRequestOutput(*validated, tokenizer),
-                                                 std::move(converter), engine,
-                                                 validated->request_id, max_queued_messages);
+  auto state =
+      std::make_shared<VllmStreamState>(call, path->MakeOutput(*validated), std::move(converter),
+                                        path, validated->request_id, max_queued_messages);
   call->Arm(validated->request_id, state);
-  absl::Status accepted = engine->AddRequest(MakeEngineRequest(*validated, state));
+  absl::Status accepted = path->Submit(*validated, state);
   if (!accepted.ok()) state->OnFinish(accepted);
 }
 
 }  // namespace
 
-VllmEngineService::VllmEngineService(ServedModelInfo info, Engine* engine,
-                                     RequestValidator* validator, const Tokenizer* tokenizer,
+VllmEngineService::VllmEngineService(ServedModelInfo info, RequestPath* path,
                                      GenerationOptions options)
-    : info_(std::move(info)),
-      options_(std::move(options)),
-      engine_(engine),
-      validator_(validator),
-      tokenizer_(tokenizer),
-      validation_pool_(options_.tokenizer_threads, options_.max_pending_tokenizations) {}
+    : info_(std::move(info)), options_(options), path_(path), engine_(path->engine()) {}
+
+VllmEngineService::~VllmEngineService() {
+  pending_validations_.WaitUntilIdle(absl::InfiniteDuration());
+}
 
 grpc::Status VllmEngineService::Authorize(const grpc::CallbackServerContext& context) const {
-  return CheckApiKey(context, options_.api_key);
+  return CheckApiKey(context, path_->api_key());
 }
 
 grpc::ServerUnaryReactor* VllmEngineService::Answer(grpc::CallbackServerContext* context,
@@ -151,7 +148,7 @@ grpc::ServerUnaryReactor* VllmEngineService::Answer(grpc::CallbackServerContext*
 grpc::ServerWriteReactor<vllm_api::GenerateResponse>* VllmEngineService::Generate(
     grpc::CallbackServerContext* context, const vllm_api::GenerateRequest* request) {
   last_receive_seconds_ = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
-  auto* call = new VllmStream(&calls_, engine_);
+  auto* call = new VllmStream(&calls_, path_);
   if (grpc::Status allowed = Authorize(*context); !allowed.ok()) {
     call->Finish(allowed);
     return call;
@@ -163,14 +160,13 @@ grpc::ServerWriteReactor<vllm_api::GenerateResponse>* VllmEngineService::Generat
   }
   const int max_queued = options_.max_stream_queued_messages;
   // Token ids are checked inline; only text needs the tokenizer's time.
-  if (plan->request.prompt().empty()) {
-    Submit(call, engine_, validator_, tokenizer_, *plan, max_queued);
-  } else if (!validation_pool_.TrySubmit([this, call, max_queued, plan = *std::move(plan)] {
-               Submit(call, engine_, validator_, tokenizer_, plan, max_queued);
-             })) {
-    call->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                              "too many requests are waiting to be tokenized; retry later"));
-  }
+  const bool needs_tokenizer = !plan->request.prompt().empty();
+  absl::Status started =
+      path_->RunValidation(needs_tokenizer, &pending_validations_,
+                           [path = path_, call, max_queued, plan = *std::move(plan)] {
+                             Submit(call, path, plan, max_queued);
+                           });
+  if (!started.ok()) call->Finish(ToGrpcStatus(started));
   return call;
 }
 
