@@ -7,7 +7,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "scheduler/api/engine_stream_call.h"
-#include "scheduler/api/stream_write_queue.h"
+#include "scheduler/api/grpc_stream_sink.h"
 
 namespace pagoda::scheduler {
 
@@ -83,81 +83,20 @@ class UnarySink : public RequestSink {
 
 // ---------------------------------------------------------------- stream
 
-// The part of a stream that the engine holds; outlives the reactor when the
-// client leaves early. All gRPC calls are decided under mu_ (so exactly one
-// party starts each write and the Finish) and made outside it.
-class StreamState : public RequestSink {
- public:
-  StreamState(grpc::ServerWriteReactor<GenerateResponse>* call, RequestOutput output,
-              RequestPath* path, std::string request_id, int max_queued_messages)
-      : call_(call),
-        output_(std::move(output)),
-        path_(path),
-        request_id_(std::move(request_id)),
-        writes_(max_queued_messages) {}
-
-  void OnDelta(const RequestDelta& delta) override;
-  void OnFinish(const absl::Status& status) override;
-  // From the reactor.
-  void WriteDone(bool ok);
-
- private:
-  using Writes = StreamWriteQueue<GenerateResponse>;
-
-  absl::Mutex mu_;
-  grpc::ServerWriteReactor<GenerateResponse>* const
-      call_;  // Valid until the queue starts the Finish.
-  RequestOutput output_ ABSL_GUARDED_BY(mu_);
-  RequestPath* const path_;
-  const std::string request_id_;
-  Writes writes_ ABSL_GUARDED_BY(mu_);  // Perform runs outside mu_.
+// pagoda.v1's stream messages are the request's own.
+struct PagodaMessages {
+  template <typename Push>
+  void Convert(GenerateResponse message, Push push) {
+    push(std::move(message));
+  }
+  template <typename Push>
+  grpc::Status End(const absl::Status& final_status, Push) {
+    return ToGrpcStatus(final_status);
+  }
 };
 
+using StreamState = GrpcStreamSink<GenerateResponse, PagodaMessages>;
 using StreamCall = EngineStreamCall<GenerateResponse, StreamState>;
-
-void StreamState::OnDelta(const RequestDelta& delta) {
-  Writes::Step step;
-  bool overflow = false;
-  bool stop_abort = false;
-  {
-    absl::MutexLock lock(&mu_);
-    if (writes_.ending()) return;  // The rest is dropped.
-    overflow = !writes_.Push(output_.AddDelta(delta));
-    stop_abort = output_.TakeStopAbort();
-    step = writes_.Next();
-  }
-  // Stop strings ended every sequence, or the client stopped reading: free
-  // the blocks at the engine's next step. Its OnFinish then ends the stream
-  // (an overflow's status is already set; a stop reads as success).
-  if (overflow || stop_abort) {
-    path_->EndEarly(request_id_, this, overflow ? EarlyEnd::kClientGone : EarlyEnd::kStopStrings);
-  }
-  writes_.Perform(step, call_, &mu_);
-}
-
-void StreamState::OnFinish(const absl::Status& status) {
-  Writes::Step step;
-  {
-    absl::MutexLock lock(&mu_);
-    if (!writes_.has_final_status()) {
-      writes_.SetFinalStatus(ToGrpcStatus(output_.FinalStatus(status)));
-    }
-    step = writes_.Next();
-  }
-  writes_.Perform(step, call_, &mu_);
-}
-
-void StreamState::WriteDone(bool ok) {
-  Writes::Step step;
-  {
-    absl::MutexLock lock(&mu_);
-    // After a failed write the call ends now. The engine may still deliver
-    // the abort's OnFinish; it will find the call finished.
-    writes_.WriteDone(ok);
-    step = writes_.Next();
-  }
-  writes_.Perform(step, call_, &mu_);
-}
 
 class FailedStreamCall : public grpc::ServerWriteReactor<GenerateResponse> {
  public:
@@ -188,8 +127,8 @@ void SubmitStream(StreamCall* call, RequestPath* path, const GenerateRequest& re
     call->Finish(ToGrpcStatus(validated.status()));
     return;
   }
-  auto state = std::make_shared<StreamState>(call, path->MakeOutput(*validated), path,
-                                             validated->request_id, max_queued_messages);
+  auto state = std::make_shared<StreamState>(call, path->MakeOutput(*validated), PagodaMessages(),
+                                             path, validated->request_id, max_queued_messages);
   call->Arm(validated->request_id, state);
   absl::Status accepted = path->Submit(*validated, state);
   if (!accepted.ok()) state->OnFinish(accepted);

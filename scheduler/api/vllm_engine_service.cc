@@ -4,105 +4,43 @@
 #include <string>
 #include <utility>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
 #include "scheduler/api/api_key.h"
 #include "scheduler/api/engine_stream_call.h"
 #include "scheduler/api/grpc_status.h"
+#include "scheduler/api/grpc_stream_sink.h"
 #include "scheduler/api/request_output.h"
-#include "scheduler/api/stream_write_queue.h"
 
 namespace pagoda::scheduler {
 namespace {
 
 using vllm_api::GenerateResponse;
 
-// The part of a Generate call the engine holds (as request_reactors.cc's
-// StreamState, with vLLM's messages): engine deltas become converter
-// messages, written one at a time; every gRPC action is decided under mu_
-// and made outside it.
-class VllmStreamState : public RequestSink {
+// vLLM's messages of a pagoda.v1 stream (VllmOutputConverter). An abort
+// (Abort, or the client leaving) ends the sequences still running with
+// finish_reason "abort", as vLLM, and the stream with OK.
+class VllmMessages {
  public:
-  VllmStreamState(grpc::ServerWriteReactor<GenerateResponse>* call, RequestOutput output,
-                  VllmOutputConverter converter, RequestPath* path, std::string request_id,
-                  int max_queued_messages)
-      : call_(call),
-        output_(std::move(output)),
-        converter_(std::move(converter)),
-        path_(path),
-        request_id_(std::move(request_id)),
-        writes_(max_queued_messages) {}
+  explicit VllmMessages(VllmOutputConverter converter) : converter_(std::move(converter)) {}
 
-  void OnDelta(const RequestDelta& delta) override;
-  void OnFinish(const absl::Status& status) override;
-  void WriteDone(bool ok);
+  template <typename Push>
+  void Convert(const pagoda::v1::GenerateResponse& message, Push push) {
+    for (GenerateResponse& out : converter_.Convert(message)) push(std::move(out));
+  }
+  template <typename Push>
+  grpc::Status End(const absl::Status& final_status, Push push) {
+    if (!final_status.ok() && !absl::IsCancelled(final_status)) {
+      return ToGrpcStatus(final_status);
+    }
+    for (GenerateResponse& out : converter_.AbortRemaining()) push(std::move(out));
+    return grpc::Status::OK;
+  }
 
  private:
-  using Writes = StreamWriteQueue<GenerateResponse>;
-
-  absl::Mutex mu_;
-  grpc::ServerWriteReactor<GenerateResponse>* const call_;
-  RequestOutput output_ ABSL_GUARDED_BY(mu_);
-  VllmOutputConverter converter_ ABSL_GUARDED_BY(mu_);
-  RequestPath* const path_;
-  const std::string request_id_;
-  Writes writes_ ABSL_GUARDED_BY(mu_);  // Perform runs outside mu_.
+  VllmOutputConverter converter_;
 };
 
+using VllmStreamState = GrpcStreamSink<GenerateResponse, VllmMessages>;
 using VllmStream = EngineStreamCall<GenerateResponse, VllmStreamState>;
-
-void VllmStreamState::OnDelta(const RequestDelta& delta) {
-  Writes::Step step;
-  bool overflow = false;
-  bool stop_abort = false;
-  {
-    absl::MutexLock lock(&mu_);
-    if (writes_.ending()) return;
-    for (GenerateResponse& message : converter_.Convert(output_.AddDelta(delta))) {
-      overflow |= !writes_.Push(std::move(message));
-    }
-    stop_abort = output_.TakeStopAbort();
-    step = writes_.Next();
-  }
-  // Stop strings ended every sequence (the engine records "stop", as the
-  // client saw), or the client stopped reading (an abort).
-  if (overflow || stop_abort) {
-    path_->EndEarly(request_id_, this, overflow ? EarlyEnd::kClientGone : EarlyEnd::kStopStrings);
-  }
-  writes_.Perform(step, call_, &mu_);
-}
-
-void VllmStreamState::OnFinish(const absl::Status& status) {
-  Writes::Step step;
-  {
-    absl::MutexLock lock(&mu_);
-    if (!writes_.has_final_status()) {
-      const absl::Status final_status = output_.FinalStatus(status);
-      if (final_status.ok() || absl::IsCancelled(final_status)) {
-        // An abort (Abort, or the client leaving) ends the sequences still
-        // running with finish_reason "abort", as vLLM.
-        for (GenerateResponse& message : converter_.AbortRemaining()) {
-          writes_.Push(std::move(message));
-        }
-        writes_.SetFinalStatus(grpc::Status::OK);
-      } else {
-        writes_.SetFinalStatus(ToGrpcStatus(final_status));
-      }
-    }
-    step = writes_.Next();
-  }
-  writes_.Perform(step, call_, &mu_);
-}
-
-void VllmStreamState::WriteDone(bool ok) {
-  Writes::Step step;
-  {
-    absl::MutexLock lock(&mu_);
-    writes_.WriteDone(ok);
-    step = writes_.Next();
-  }
-  writes_.Perform(step, call_, &mu_);
-}
 
 // Validates the translated request and hands it to the engine, or ends the
 // call with the error. After Submit the engine may end the call at any
@@ -116,9 +54,9 @@ void Submit(VllmStream* call, RequestPath* path, const VllmRequestPlan& plan,
   }
   VllmOutputConverter converter(plan, static_cast<int>(validated->prompt_token_ids.size()),
                                 validated->sampling.n);
-  auto state =
-      std::make_shared<VllmStreamState>(call, path->MakeOutput(*validated), std::move(converter),
-                                        path, validated->request_id, max_queued_messages);
+  auto state = std::make_shared<VllmStreamState>(call, path->MakeOutput(*validated),
+                                                 VllmMessages(std::move(converter)), path,
+                                                 validated->request_id, max_queued_messages);
   call->Arm(validated->request_id, state);
   absl::Status accepted = path->Submit(*validated, state);
   if (!accepted.ok()) state->OnFinish(accepted);
