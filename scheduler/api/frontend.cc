@@ -11,7 +11,6 @@
 #include "glog/logging.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
-#include "scheduler/api/api_key.h"
 #include "scheduler/api/grpc_request_metrics.h"
 #include "scheduler/api/request_reactors.h"
 
@@ -22,32 +21,25 @@ using pagoda::v1::GenerateResponse;
 
 GenerationService::GenerationService(ServedModelInfo info, RequestPath* path,
                                      GenerationOptions options)
-    : info_(std::move(info)), options_(options), path_(path), engine_(path->engine()) {}
-
-GenerationService::~GenerationService() {
-  pending_validations_.WaitUntilIdle(absl::InfiniteDuration());
-}
-
-grpc::Status GenerationService::Authorize(const grpc::CallbackServerContext& context) const {
-  return CheckApiKey(context, path_->api_key());
-}
+    : door_(path, options), info_(std::move(info)), engine_(path->engine()) {}
 
 grpc::ServerUnaryReactor* GenerationService::Generate(grpc::CallbackServerContext* context,
                                                       const GenerateRequest* request,
                                                       GenerateResponse* response) {
-  if (grpc::Status allowed = Authorize(*context); !allowed.ok()) {
+  if (grpc::Status allowed = door_.Authorize(*context); !allowed.ok()) {
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
     reactor->Finish(allowed);
     return reactor;
   }
-  return StartUnaryGenerate(&calls_, &pending_validations_, path_, request, response);
+  return StartUnaryGenerate(door_.calls(), door_.pending_validations(), door_.path(), request,
+                            response);
 }
 
 grpc::ServerWriteReactor<GenerateResponse>* GenerationService::GenerateStream(
     grpc::CallbackServerContext* context, const GenerateRequest* request) {
-  if (grpc::Status allowed = Authorize(*context); !allowed.ok()) return FailedStream(allowed);
-  return StartStreamGenerate(&calls_, &pending_validations_, path_, request,
-                             options_.max_stream_queued_messages);
+  if (grpc::Status allowed = door_.Authorize(*context); !allowed.ok()) return FailedStream(allowed);
+  return StartStreamGenerate(door_.calls(), door_.pending_validations(), door_.path(), request,
+                             door_.options().max_stream_queued_messages);
 }
 
 namespace {
@@ -105,7 +97,7 @@ grpc::ServerUnaryReactor* GenerationService::GetModelInfo(
     grpc::CallbackServerContext* context, const pagoda::v1::GetModelInfoRequest* request,
     pagoda::v1::ModelInfo* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  grpc::Status allowed = Authorize(*context);
+  grpc::Status allowed = door_.Authorize(*context);
   if (allowed.ok()) *response = ModelInfo();
   reactor->Finish(allowed);
   return reactor;

@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "grpcpp/grpcpp.h"
 #include "pagoda/v1/generation.grpc.pb.h"
+#include "scheduler/api/grpc_door.h"
 #include "scheduler/api/request_path.h"
 #include "scheduler/api/request_reactors.h"
 #include "scheduler/api/request_validation.h"
@@ -39,14 +40,6 @@ struct ServedModelInfo {
   SamplingDefaults sampling_defaults;  // --generation-config's, in force.
 };
 
-// How the Generation service treats its callers (the API key and the
-// tokenizer pool are the request path's: RequestPathOptions).
-struct GenerationOptions {
-  // Messages a stream may have waiting for a slow client before it is ended
-  // with RESOURCE_EXHAUSTED (see StartStreamGenerate).
-  int max_stream_queued_messages = 1024;
-};
-
 // The pagoda.v1.Generation service (gRPC callback API): pagoda.v1's wire
 // side of the request path, which authorizes, validates (text prompts on
 // its tokenizer pool, not on gRPC's threads) and submits to the engine;
@@ -55,8 +48,6 @@ struct GenerationOptions {
 class GenerationService final : public pagoda::v1::Generation::CallbackService {
  public:
   GenerationService(ServedModelInfo info, RequestPath* path, GenerationOptions options = {});
-  // Waits for the validation work it handed to the path's pool.
-  ~GenerationService();
 
   grpc::ServerUnaryReactor* Generate(grpc::CallbackServerContext* context,
                                      const pagoda::v1::GenerateRequest* request,
@@ -71,17 +62,11 @@ class GenerationService final : public pagoda::v1::Generation::CallbackService {
 
   // Waits until gRPC is done with every Generate call (responses written), or
   // `timeout`; true if none is left. For drain, after the engine is idle.
-  bool WaitForCallsToFinish(absl::Duration timeout) { return calls_.WaitUntilIdle(timeout); }
+  bool WaitForCallsToFinish(absl::Duration timeout) { return door_.WaitForCallsToFinish(timeout); }
 
  private:
-  // OK if the call may proceed (no API key configured, or the right one).
-  grpc::Status Authorize(const grpc::CallbackServerContext& context) const;
-
-  CallTracker calls_;
-  CallTracker pending_validations_;
+  GrpcDoor door_;  // First: the last to go.
   const ServedModelInfo info_;
-  const GenerationOptions options_;
-  RequestPath* const path_;
   Engine* const engine_;
 };
 

@@ -4,7 +4,6 @@
 #include <string>
 #include <utility>
 
-#include "scheduler/api/api_key.h"
 #include "scheduler/api/engine_stream_call.h"
 #include "scheduler/api/grpc_status.h"
 #include "scheduler/api/grpc_stream_sink.h"
@@ -66,15 +65,7 @@ void Submit(VllmStream* call, RequestPath* path, const VllmRequestPlan& plan,
 
 VllmEngineService::VllmEngineService(ServedModelInfo info, RequestPath* path,
                                      GenerationOptions options)
-    : info_(std::move(info)), options_(options), path_(path), engine_(path->engine()) {}
-
-VllmEngineService::~VllmEngineService() {
-  pending_validations_.WaitUntilIdle(absl::InfiniteDuration());
-}
-
-grpc::Status VllmEngineService::Authorize(const grpc::CallbackServerContext& context) const {
-  return CheckApiKey(context, path_->api_key());
-}
+    : door_(path, options), info_(std::move(info)), engine_(path->engine()) {}
 
 grpc::ServerUnaryReactor* VllmEngineService::Answer(grpc::CallbackServerContext* context,
                                                     const grpc::Status& status) {
@@ -86,8 +77,8 @@ grpc::ServerUnaryReactor* VllmEngineService::Answer(grpc::CallbackServerContext*
 grpc::ServerWriteReactor<vllm_api::GenerateResponse>* VllmEngineService::Generate(
     grpc::CallbackServerContext* context, const vllm_api::GenerateRequest* request) {
   last_receive_seconds_ = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
-  auto* call = new VllmStream(&calls_, path_);
-  if (grpc::Status allowed = Authorize(*context); !allowed.ok()) {
+  auto* call = new VllmStream(door_.calls(), door_.path());
+  if (grpc::Status allowed = door_.Authorize(*context); !allowed.ok()) {
     call->Finish(allowed);
     return call;
   }
@@ -96,14 +87,14 @@ grpc::ServerWriteReactor<vllm_api::GenerateResponse>* VllmEngineService::Generat
     call->Finish(ToGrpcStatus(plan.status()));
     return call;
   }
-  const int max_queued = options_.max_stream_queued_messages;
+  const int max_queued = door_.options().max_stream_queued_messages;
   // Token ids are checked inline; only text needs the tokenizer's time.
   const bool needs_tokenizer = !plan->request.prompt().empty();
   absl::Status started =
-      path_->RunValidation(needs_tokenizer, &pending_validations_,
-                           [path = path_, call, max_queued, plan = *std::move(plan)] {
-                             Submit(call, path, plan, max_queued);
-                           });
+      door_.path()->RunValidation(needs_tokenizer, door_.pending_validations(),
+                                  [path = door_.path(), call, max_queued, plan = *std::move(plan)] {
+                                    Submit(call, path, plan, max_queued);
+                                  });
   if (!started.ok()) call->Finish(ToGrpcStatus(started));
   return call;
 }
@@ -126,7 +117,8 @@ grpc::ServerUnaryReactor* VllmEngineService::HealthCheck(grpc::CallbackServerCon
 grpc::ServerUnaryReactor* VllmEngineService::Abort(grpc::CallbackServerContext* context,
                                                    const vllm_api::AbortRequest* request,
                                                    vllm_api::AbortResponse*) {
-  if (grpc::Status allowed = Authorize(*context); !allowed.ok()) return Answer(context, allowed);
+  if (grpc::Status allowed = door_.Authorize(*context); !allowed.ok())
+    return Answer(context, allowed);
   for (const std::string& id : request->request_ids()) engine_->AbortRequest(id);
   return Answer(context, grpc::Status::OK);
 }

@@ -26,8 +26,6 @@ namespace pagoda::scheduler {
 class VllmEngineService final : public vllm_api::VllmEngine::CallbackService {
  public:
   VllmEngineService(ServedModelInfo info, RequestPath* path, GenerationOptions options);
-  // Waits for the validation work it handed to the path's pool.
-  ~VllmEngineService();
 
   grpc::ServerWriteReactor<vllm_api::GenerateResponse>* Generate(
       grpc::CallbackServerContext* context, const vllm_api::GenerateRequest* request) override;
@@ -45,17 +43,13 @@ class VllmEngineService final : public vllm_api::VllmEngine::CallbackService {
                                           vllm_api::GetServerInfoResponse* response) override;
 
   // As GenerationService::WaitForCallsToFinish.
-  bool WaitForCallsToFinish(absl::Duration timeout) { return calls_.WaitUntilIdle(timeout); }
+  bool WaitForCallsToFinish(absl::Duration timeout) { return door_.WaitForCallsToFinish(timeout); }
 
  private:
-  grpc::Status Authorize(const grpc::CallbackServerContext& context) const;
   grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context, const grpc::Status& status);
 
-  CallTracker calls_;
-  CallTracker pending_validations_;
+  GrpcDoor door_;  // First: the last to go.
   const ServedModelInfo info_;
-  const GenerationOptions options_;
-  RequestPath* const path_;
   Engine* const engine_;
   const absl::Time start_time_ = absl::Now();
   std::atomic<double> last_receive_seconds_{0};  // Unix time of the last Generate.
