@@ -1,3 +1,6 @@
+// The gRPC reactor both streaming services share (pagoda.v1's
+// GenerateStream, vLLM's Generate): call counting and the abort of its own
+// request when the client leaves.
 #ifndef PAGODA_SCHEDULER_API_ENGINE_STREAM_CALL_H_
 #define PAGODA_SCHEDULER_API_ENGINE_STREAM_CALL_H_
 
@@ -12,8 +15,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "grpcpp/grpcpp.h"
-#include "scheduler/api/request_reactors.h"
-#include "scheduler/engine/engine.h"
+#include "scheduler/api/call_tracker.h"
+#include "scheduler/api/request_path.h"
 
 namespace pagoda::scheduler {
 
@@ -26,7 +29,7 @@ namespace pagoda::scheduler {
 template <typename Response, typename State>
 class EngineStreamCall : public grpc::ServerWriteReactor<Response> {
  public:
-  EngineStreamCall(CallTracker* calls, Engine* engine) : calls_(calls), engine_(engine) {
+  EngineStreamCall(CallTracker* calls, RequestPath* path) : calls_(calls), path_(path) {
     calls_->Begin();
   }
 
@@ -65,11 +68,11 @@ class EngineStreamCall : public grpc::ServerWriteReactor<Response> {
       request_id = request_id_;
       state = state_;
     }
-    if (state != nullptr) engine_->AbortRequest(request_id, state.get());
+    if (state != nullptr) path_->EndEarly(request_id, state.get(), EarlyEnd::kClientGone);
   }
 
   CallTracker* const calls_;
-  Engine* const engine_;
+  RequestPath* const path_;
   absl::Mutex mu_;
   std::string request_id_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<State> state_ ABSL_GUARDED_BY(mu_);

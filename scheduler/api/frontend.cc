@@ -11,7 +11,6 @@
 #include "glog/logging.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
-#include "scheduler/api/api_key.h"
 #include "scheduler/api/grpc_request_metrics.h"
 #include "scheduler/api/request_reactors.h"
 
@@ -20,46 +19,27 @@ namespace pagoda::scheduler {
 using pagoda::v1::GenerateRequest;
 using pagoda::v1::GenerateResponse;
 
-GenerationService::GenerationService(ServedModelInfo info, Engine* engine,
-                                     RequestValidator* validator, const Tokenizer* tokenizer,
+GenerationService::GenerationService(ServedModelInfo info, RequestPath* path,
                                      GenerationOptions options)
-    : info_(std::move(info)),
-      options_(std::move(options)),
-      engine_(engine),
-      validator_(validator),
-      tokenizer_(tokenizer),
-      validation_pool_(options_.tokenizer_threads, options_.max_pending_tokenizations) {}
-
-ValidationPool* GenerationService::PoolFor(const GenerateRequest& request) {
-  // Token ids are checked in time linear in their (bounded) number; only
-  // text needs the tokenizer's time.
-  return request.prompt().empty() ? nullptr : &validation_pool_;
-}
-
-grpc::Status GenerationService::Authorize(const grpc::CallbackServerContext& context) const {
-  return CheckApiKey(context, options_.api_key);
-}
+    : door_(path, options), info_(std::move(info)), engine_(path->engine()) {}
 
 grpc::ServerUnaryReactor* GenerationService::Generate(grpc::CallbackServerContext* context,
                                                       const GenerateRequest* request,
                                                       GenerateResponse* response) {
-  if (grpc::Status allowed = Authorize(*context); !allowed.ok()) {
+  if (grpc::Status allowed = door_.Authorize(*context); !allowed.ok()) {
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
     reactor->Finish(allowed);
     return reactor;
   }
-  return StartUnaryGenerate(
-      &calls_, engine_, tokenizer_, PoolFor(*request),
-      [this, request] { return validator_->Validate(*request); }, response);
+  return StartUnaryGenerate(door_.calls(), door_.pending_validations(), door_.path(), request,
+                            response);
 }
 
 grpc::ServerWriteReactor<GenerateResponse>* GenerationService::GenerateStream(
     grpc::CallbackServerContext* context, const GenerateRequest* request) {
-  if (grpc::Status allowed = Authorize(*context); !allowed.ok()) return FailedStream(allowed);
-  return StartStreamGenerate(
-      &calls_, engine_, tokenizer_, PoolFor(*request),
-      [this, request] { return validator_->Validate(*request); },
-      options_.max_stream_queued_messages);
+  if (grpc::Status allowed = door_.Authorize(*context); !allowed.ok()) return FailedStream(allowed);
+  return StartStreamGenerate(door_.calls(), door_.pending_validations(), door_.path(), request,
+                             door_.options().max_stream_queued_messages);
 }
 
 namespace {
@@ -117,7 +97,7 @@ grpc::ServerUnaryReactor* GenerationService::GetModelInfo(
     grpc::CallbackServerContext* context, const pagoda::v1::GetModelInfoRequest* request,
     pagoda::v1::ModelInfo* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  grpc::Status allowed = Authorize(*context);
+  grpc::Status allowed = door_.Authorize(*context);
   if (allowed.ok()) *response = ModelInfo();
   reactor->Finish(allowed);
   return reactor;

@@ -1,3 +1,6 @@
+// The pagoda.v1 gRPC front door: the Generation service and the server
+// that carries it (with health, reflection and, beside it, vLLM's engine
+// API).
 #ifndef PAGODA_SCHEDULER_API_FRONTEND_H_
 #define PAGODA_SCHEDULER_API_FRONTEND_H_
 
@@ -16,9 +19,10 @@
 #include "absl/synchronization/mutex.h"
 #include "grpcpp/grpcpp.h"
 #include "pagoda/v1/generation.grpc.pb.h"
+#include "scheduler/api/grpc_door.h"
+#include "scheduler/api/request_path.h"
 #include "scheduler/api/request_reactors.h"
 #include "scheduler/api/request_validation.h"
-#include "scheduler/api/validation_pool.h"
 #include "scheduler/engine/engine.h"
 #include "text/tokenizer.h"
 
@@ -40,31 +44,14 @@ struct ServedModelInfo {
   SamplingDefaults sampling_defaults;  // --generation-config's, in force.
 };
 
-// How the Generation service treats its callers.
-struct GenerationOptions {
-  // When set, every Generation call must carry "authorization: Bearer
-  // <api_key>" metadata (as vLLM's --api-key); others get UNAUTHENTICATED.
-  // Health checks are exempt: they are a separate service.
-  std::string api_key;
-  // Messages a stream may have waiting for a slow client before it is ended
-  // with RESOURCE_EXHAUSTED (see StartStreamGenerate).
-  int max_stream_queued_messages = 1024;
-  // Threads that tokenize text prompts off gRPC's threads, and how many
-  // prompts may wait for them before new ones are RESOURCE_EXHAUSTED
-  // (pagoda-server: --max-queued-requests).
-  int tokenizer_threads = 2;
-  int max_pending_tokenizations = 256;
-};
-
-// The pagoda.v1.Generation service (gRPC callback API). Validates at the edge
-// (text prompts are tokenized on a small pool, not on gRPC's threads) and
-// hands requests to the engine; never blocks a gRPC thread.
+// The pagoda.v1.Generation service (gRPC callback API): pagoda.v1's wire
+// side of the request path, which authorizes, validates (text prompts on
+// its tokenizer pool, not on gRPC's threads) and submits to the engine;
+// never blocks a gRPC thread.
 // Thread-safe. Does not own its collaborators; they must outlive it.
 class GenerationService final : public pagoda::v1::Generation::CallbackService {
  public:
-  // `tokenizer` may be null (token-id prompts only).
-  GenerationService(ServedModelInfo info, Engine* engine, RequestValidator* validator,
-                    const Tokenizer* tokenizer, GenerationOptions options = {});
+  GenerationService(ServedModelInfo info, RequestPath* path, GenerationOptions options = {});
 
   grpc::ServerUnaryReactor* Generate(grpc::CallbackServerContext* context,
                                      const pagoda::v1::GenerateRequest* request,
@@ -79,22 +66,12 @@ class GenerationService final : public pagoda::v1::Generation::CallbackService {
 
   // Waits until gRPC is done with every Generate call (responses written), or
   // `timeout`; true if none is left. For drain, after the engine is idle.
-  bool WaitForCallsToFinish(absl::Duration timeout) { return calls_.WaitUntilIdle(timeout); }
+  bool WaitForCallsToFinish(absl::Duration timeout) { return door_.WaitForCallsToFinish(timeout); }
 
  private:
-  // OK if the call may proceed (no API key configured, or the right one).
-  grpc::Status Authorize(const grpc::CallbackServerContext& context) const;
-  // Where `request` is validated: the pool for text prompts, else inline.
-  ValidationPool* PoolFor(const pagoda::v1::GenerateRequest& request);
-
-  CallTracker calls_;
+  GrpcDoor door_;  // First: the last to go.
   const ServedModelInfo info_;
-  const GenerationOptions options_;
   Engine* const engine_;
-  RequestValidator* const validator_;
-  const Tokenizer* const tokenizer_;
-  // Last: joined (running what it accepted) before the rest goes.
-  ValidationPool validation_pool_;
 };
 
 // Where and how the client API listens.

@@ -16,7 +16,7 @@
 #include "boost/beast/http/parser.hpp"
 #include "boost/beast/http/string_body.hpp"
 #include "scheduler/api/http_exchange.h"
-#include "scheduler/api/http_server.h"
+#include "scheduler/api/http_server_options.h"
 
 namespace pagoda::scheduler {
 

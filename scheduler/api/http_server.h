@@ -1,3 +1,5 @@
+// The OpenAI HTTP front door's server: connections, loops and limits; the
+// routes (openai_routes.h) answer what it reads.
 #ifndef PAGODA_SCHEDULER_API_HTTP_SERVER_H_
 #define PAGODA_SCHEDULER_API_HTTP_SERVER_H_
 
@@ -14,90 +16,20 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "scheduler/api/openai_protocol.h"
-#include "scheduler/api/request_validation.h"
-#include "scheduler/engine/engine.h"
-#include "text/tokenizer.h"
-
-namespace prometheus {
-class Registry;
-}
+#include "scheduler/api/chat_renderer.h"
+#include "scheduler/api/http_server_options.h"
+#include "scheduler/api/request_path.h"
 
 namespace pagoda::scheduler {
 
-// Renders chat messages into a prompt (the model's chat template), with the
-// request's tools (OpenAI's array, or null) and chat_template_kwargs (an
-// object, or null).
-using ChatRenderer = std::function<absl::StatusOr<std::string>(
-    const std::vector<ChatMessage>& messages, bool add_generation_prompt,
-    const nlohmann::ordered_json& tools, const nlohmann::ordered_json& variables)>;
-
-// Most io threads (--http-io-threads): each does at most a core's work, so
-// more than this only adds threads a typo could start by the thousand.
-constexpr int kMaxHttpIoThreads = 64;
-// OK for io_threads in [1, kMaxHttpIoThreads]; else INVALID_ARGUMENT saying so.
-absl::Status CheckHttpIoThreads(int io_threads);
-
-struct HttpServerOptions {
-  std::string host = "127.0.0.1";
-  int port = 0;  // 0 = the OS picks one.
-  std::string model_name;
-  int max_model_len = 0;
-  // When set, every /v1/ call needs "Authorization: Bearer <api_key>" (401
-  // otherwise); /health, /ping, /version, /tokenize, /detokenize are exempt
-  // (as in vLLM, whose key guards /v1 only).
-  std::string api_key;
-  // How /v1/chat/completions reads tool calls back under tool_choice
-  // "auto": "hermes", "llama3_json" or "" (auto refused). Checked at start.
-  std::string tool_call_parser;
-
-  // Connections open at once; one more is answered 503 and closed at once.
-  int max_connections = 4096;
-  // Threads running the io loop (see HttpServer), 1..kMaxHttpIoThreads; the
-  // control loop has one more.
-  int io_threads = 2;
-  // Threads that tokenize text prompts and render chat templates, and how
-  // many such requests may wait for them (more get 429; pagoda-server makes
-  // it --max-queued-requests, so the pool never refuses below the limit).
-  int tokenizer_threads = 2;
-  int max_pending_tokenizations = 256;
-
-  size_t max_body_bytes = 4 << 20;     // Larger bodies get 413 as soon as they cross it.
-  size_t max_header_bytes = 16 << 10;  // Request line and headers together; 431 above.
-  int max_header_count = 100;          // Header fields; 431 above.
-  // Body bytes held by every connection together while being read: a body
-  // that would go past it gets 503, so that many slow large bodies cannot
-  // exhaust memory (4 MiB each would be 4 GiB at 1,000 connections).
-  size_t max_body_bytes_in_flight = 32 << 20;
-  // A stream whose client stops reading may hold this many bytes waiting
-  // (besides the kernel's socket buffer); past it the client is dropped and
-  // its request aborted.
-  size_t max_stream_buffer_bytes = 1 << 20;
-  // SO_SNDBUF of each connection; 0 leaves the kernel's autotuning (which
-  // may let a client that stops reading hold a few MiB of kernel memory
-  // before max_stream_buffer_bytes is reached).
-  int socket_send_buffer_bytes = 0;
-
-  absl::Duration header_timeout = absl::Seconds(10);  // First byte to the end of the headers.
-  absl::Duration body_timeout = absl::Seconds(30);    // End of the headers to the end of the body.
-  absl::Duration idle_timeout = absl::Seconds(60);    // Keep-alive connection between requests.
-  absl::Duration write_timeout = absl::Seconds(30);   // One write the client does not take.
-
-  // On Shutdown, how long responses still being written (after the engine
-  // drained) get before their connections are closed.
-  absl::Duration shutdown_grace = absl::Seconds(5);
-
-  // When set, pagoda_http_requests_total{path,status} and
-  // pagoda_http_request_duration_seconds{path} are registered here.
-  std::shared_ptr<prometheus::Registry> metrics_registry;
-};
+class HttpServerCore;
 
 // OpenAI-compatible HTTP/1.1 beside gRPC: POST /v1/completions and
 // /v1/chat/completions (JSON or SSE streams), GET /v1/models[/{id}], vLLM's
 // POST /tokenize and /detokenize, GET /health, /ping, /version. Requests take
-// the gRPC path: the same RequestValidator, engine submission
-// (MakeEngineRequest), stop strings, and abort when the client leaves (seen
-// on the connection itself, streamed or not). Errors are OpenAI's JSON error
+// the one request path (request_path.h) as gRPC's do: the same validation
+// and tokenizer pool, engine submission, stop strings, and abort when the
+// client leaves (seen on the connection itself, streamed or not). Errors are OpenAI's JSON error
 // shape with the HTTP status as `code`.
 //
 // Event-driven on Boost.Asio, with Boost.Beast parsing requests (Debian's
@@ -125,7 +57,7 @@ struct HttpServerOptions {
 // keeps connections served while the other serializes a burst of chunks,
 // and more would only contend on the strands' locks on a host whose cores
 // the engine, gRPC and the tokenizer threads also need. Tokenizing and chat
-// templates, which grow with the prompt, run on `tokenizer_threads`, never
+// templates, which grow with the prompt, run on the request path's pool, never
 // on a loop.
 //
 // The engine's sinks never do HTTP work: they post each delta to the
@@ -139,18 +71,14 @@ struct HttpServerOptions {
 // token each waited a round of all of them, and streamed TTFT over HTTP was
 // twice gRPC's at 256 clients.
 //
-// Thread-safe. The engine, validator, tokenizer must outlive the server.
+// Thread-safe. The request path must outlive the server.
 class HttpServer {
  public:
-  // `tokenizer` may be null (token-id prompts only); `chat` may be empty
-  // (chat completions are then refused with a clear 400). UNAVAILABLE,
-  // naming host and port, when the port cannot be bound (in use: no
-  // SO_REUSEPORT, so a second server on a busy port fails here).
+  // `chat` may be empty (chat completions are then refused with a clear
+  // 400). UNAVAILABLE, naming host and port, when the port cannot be bound
+  // (in use: no SO_REUSEPORT, so a second server on a busy port fails here).
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(HttpServerOptions options,
-                                                           Engine* engine,
-                                                           RequestValidator* validator,
-                                                           const Tokenizer* tokenizer,
-                                                           ChatRenderer chat);
+                                                           RequestPath* path, ChatRenderer chat);
   ~HttpServer();  // Shutdown()s.
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
@@ -166,11 +94,9 @@ class HttpServer {
   // so that every request has its outcome. Idempotent.
   void Shutdown();
 
-  class Core;  // Opaque outside http_server.cc.
-
  private:
   HttpServer() = default;
-  std::unique_ptr<Core> core_;
+  std::unique_ptr<HttpServerCore> core_;  // http_session.h
 };
 
 }  // namespace pagoda::scheduler

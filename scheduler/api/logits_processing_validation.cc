@@ -9,7 +9,6 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/sampling_limits.h"
-#include "scheduler/api/request_validation.h"
 
 namespace pagoda::scheduler {
 namespace {

@@ -8,12 +8,11 @@
 
 #include "absl/status/status.h"
 #include "pagoda/v1/generation.pb.h"
+#include "scheduler/api/model_limits.h"
 #include "scheduler/engine/sequence.h"
 #include "text/tokenizer.h"
 
 namespace pagoda::scheduler {
-
-struct ModelLimits;
 
 // Sizes only (entries of logit_bias, allowed_token_ids, bad_words and the
 // bytes of each word), before any work on them. INVALID_ARGUMENT naming the

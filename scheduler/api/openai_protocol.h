@@ -122,6 +122,9 @@ nlohmann::json MakeOpenAiUsageChunk(const OpenAiRequest& request, const std::str
                                     int prompt_tokens, int completion_tokens,
                                     const std::string& model, int64_t created);
 
+// The usage object: prompt, completion and total tokens.
+nlohmann::json OpenAiUsage(int prompt_tokens, int completion_tokens);
+
 // vLLM's POST /tokenize body: a prompt or chat messages.
 struct TokenizeRequest {
   std::string model;

@@ -1,3 +1,5 @@
+// The OpenAI HTTP front door's routes: OpenAI's and vLLM's JSON over the
+// one request path.
 #ifndef PAGODA_SCHEDULER_API_OPENAI_ROUTES_H_
 #define PAGODA_SCHEDULER_API_OPENAI_ROUTES_H_
 
@@ -12,14 +14,13 @@
 #include <string_view>
 
 #include "nlohmann/json.hpp"
+#include "scheduler/api/call_tracker.h"
+#include "scheduler/api/chat_renderer.h"
+#include "scheduler/api/completion_call.h"
 #include "scheduler/api/http_exchange.h"
-#include "scheduler/api/http_server.h"
-#include "scheduler/api/request_reactors.h"
-#include "scheduler/api/request_validation.h"
+#include "scheduler/api/http_server_options.h"
+#include "scheduler/api/request_path.h"
 #include "scheduler/api/tool_calls.h"
-#include "scheduler/api/validation_pool.h"
-#include "scheduler/engine/engine.h"
-#include "text/tokenizer.h"
 
 namespace pagoda::scheduler {
 
@@ -27,16 +28,15 @@ namespace pagoda::scheduler {
 // OpenAI's /v1/completions, /v1/chat/completions, /v1/models[/{id}], vLLM's
 // /tokenize, /detokenize, /version, /ping, and /health.
 //
-// Parsing, chat templates, tokenizing and validation of a request run on a
-// small pool (they grow with the prompt); submission, detokenizing and JSON
+// Parsing, chat templates, tokenizing and validation of a request run on the
+// request path's pool (they grow with the prompt); submission, detokenizing and JSON
 // of the engine's deltas run on the exchange's executor (the connection's
 // strand). The engine's sinks only post there.
 // Thread-safe. The collaborators must outlive the routes.
 class OpenAiRoutes {
  public:
-  OpenAiRoutes(const HttpServerOptions& options, Engine* engine, RequestValidator* validator,
-               const Tokenizer* tokenizer, ChatRenderer chat);
-  ~OpenAiRoutes();  // Runs the pool's accepted work, then joins it.
+  OpenAiRoutes(const HttpServerOptions& options, RequestPath* path, ChatRenderer chat);
+  ~OpenAiRoutes();  // Waits for the work it handed to the path's pool (StopPool).
   OpenAiRoutes(const OpenAiRoutes&) = delete;
   OpenAiRoutes& operator=(const OpenAiRoutes&) = delete;
 
@@ -57,16 +57,16 @@ class OpenAiRoutes {
   // tokenizer pool: such requests may be answered on a loop kept for them.
   static bool AnsweredAtOnce(absl::string_view route);
 
-  // Runs the tokenizing work already accepted and joins the pool. Call once
-  // no io thread runs (Handle must not be called after).
-  void StopPool() { pool_.reset(); }
+  // Waits until the tokenizing work these routes handed to the path's pool
+  // has run. Call once no io thread runs (Handle must not be called after).
+  void StopPool() { pending_validations_.WaitUntilIdle(absl::InfiniteDuration()); }
 
   void SetDraining() { draining_ = true; }
   bool draining() const { return draining_.load(); }
   // Completion calls from their start until their response is written.
   CallTracker& calls() { return calls_; }
 
-  struct Prepared;  // A parsed and validated completion (openai_routes.cc).
+  using Prepared = PreparedCompletion;
 
  private:
   // Checks, renders (chat), tokenizes and validates a parsed body.
@@ -80,21 +80,20 @@ class OpenAiRoutes {
   // On the pool: answer on `exchange` (posted to its executor).
   void Tokenize(const std::string& body, std::shared_ptr<HttpExchange> exchange);
   void Detokenize(const std::string& body, std::shared_ptr<HttpExchange> exchange);
-  // Runs `work` on the pool; 429 on `exchange` when the pool is full.
+  // Runs `work` on the path's pool; 429 on `exchange` when it is full.
   void OffLoop(std::shared_ptr<HttpExchange> exchange, std::function<void()> work);
   // NOT_FOUND unless `model` is "" or the served model.
   absl::Status CheckModel(const std::string& model) const;
 
   const HttpServerOptions options_;
-  Engine* const engine_;
-  RequestValidator* const validator_;
+  RequestPath* const path_;
   const Tokenizer* const tokenizer_;
   const ChatRenderer chat_;
   const ToolCallParser tool_parser_;
   const int64_t started_;
   std::atomic<bool> draining_{false};
   CallTracker calls_;
-  std::unique_ptr<ValidationPool> pool_;  // Last: joined before the rest goes.
+  CallTracker pending_validations_;
 };
 
 }  // namespace pagoda::scheduler

@@ -136,26 +136,13 @@ absl::Status ResolvePrompt(const pagoda::v1::GenerateRequest& request, const Mod
   return absl::OkStatus();
 }
 
-// Temperature, top_k and top_p: the request's when set, else the model's
-// default (generation_config.json), else the API's (greedy, off, 1).
-SamplingOptions EffectiveSampling(const pagoda::v1::SamplingParams& sampling,
-                                  const SamplingDefaults& defaults) {
-  SamplingOptions out;
-  out.temperature = sampling.has_temperature() ? sampling.temperature()
-                                               : defaults.temperature.value_or(0.0f);
-  out.top_k = sampling.has_top_k() ? sampling.top_k() : defaults.top_k.value_or(0);
-  out.top_p = sampling.has_top_p() ? sampling.top_p() : defaults.top_p.value_or(1.0f);
-  return out;
-}
-
 // Sampling values and logprobs. Fills `out` except a missing seed, which the
 // validator draws.
 absl::Status ValidateSampling(const pagoda::v1::GenerateRequest& request,
                               const ModelLimits& limits, const Tokenizer* tokenizer,
                               SamplingOptions& out) {
   const pagoda::v1::SamplingParams& sampling = request.sampling();
-  const SamplingOptions effective = EffectiveSampling(
-      sampling, sampling.use_beam_search() ? SamplingDefaults{} : limits.defaults);
+  const SamplingOptions effective = EffectiveSampling(sampling, limits.defaults);
   if (!std::isfinite(effective.temperature) || effective.temperature < 0) {
     return Invalid(absl::StrCat("sampling.temperature: must be finite and >= 0, got ",
                                 effective.temperature));
@@ -234,6 +221,19 @@ absl::Status ValidateStopping(const pagoda::v1::StoppingCriteria& stopping,
 }
 
 }  // namespace
+
+SamplingOptions EffectiveSampling(const pagoda::v1::SamplingParams& sampling,
+                                  const SamplingDefaults& model_defaults) {
+  // Beams are not sampled: the model's sampling defaults do not apply.
+  const SamplingDefaults& defaults =
+      sampling.use_beam_search() ? SamplingDefaults{} : model_defaults;
+  SamplingOptions out;
+  out.temperature =
+      sampling.has_temperature() ? sampling.temperature() : defaults.temperature.value_or(0.0f);
+  out.top_k = sampling.has_top_k() ? sampling.top_k() : defaults.top_k.value_or(0);
+  out.top_p = sampling.has_top_p() ? sampling.top_p() : defaults.top_p.value_or(1.0f);
+  return out;
+}
 
 int64_t MaxPromptBytes(const ModelLimits& limits) {
   return static_cast<int64_t>(limits.max_model_len) * kMaxPromptBytesPerToken;

@@ -1,3 +1,6 @@
+// Request validation, the one for every front door: a pagoda.v1
+// GenerateRequest checked against the model's limits and turned into the
+// engine's options.
 #ifndef PAGODA_SCHEDULER_API_REQUEST_VALIDATION_H_
 #define PAGODA_SCHEDULER_API_REQUEST_VALIDATION_H_
 
@@ -18,34 +21,11 @@
 #include "common/sampling_limits.h"
 #include "pagoda/v1/generation.pb.h"
 #include "scheduler/api/constraint_compiler.h"
+#include "scheduler/api/model_limits.h"
 #include "scheduler/engine/sequence.h"
 #include "text/tokenizer.h"
 
 namespace pagoda::scheduler {
-
-// Sampling defaults for the fields a request leaves unset: the model's
-// generation_config.json under --generation-config auto (vLLM's default
-// sampling params), nothing under vllm. Unset here: the API's own default
-// (temperature 0 = greedy over gRPC, top_k off, top_p 1, min_p 0,
-// repetition_penalty 1).
-struct SamplingDefaults {
-  std::optional<float> temperature;
-  std::optional<int> top_k;
-  std::optional<float> top_p;
-  std::optional<float> min_p;
-  std::optional<float> repetition_penalty;
-};
-
-// What the frontend checks a request against.
-struct ModelLimits {
-  int vocab_size = 0;
-  int max_model_len = 0;
-  int bos_token_id = -1;  // Prepended to text prompts when >= 0.
-  SamplingDefaults defaults;
-  // The tokens' bytes, which constraints are matched against; null: the
-  // model takes no constraint.
-  std::shared_ptr<const constraints::TokenVocabulary> token_vocabulary;
-};
 
 // Most sequences one request may ask for (n, best_of): the same bound for
 // every front door (OpenAI's n copies of a greedy answer included).
@@ -60,6 +40,13 @@ inline constexpr int kMaxPriorityMagnitude = 1'000'000;
 // token of a real vocabulary covers far fewer bytes, so a prompt over
 // MaxPromptBytes() could never fit max_model_len tokens.
 inline constexpr int64_t kMaxPromptBytesPerToken = 32;
+
+// Temperature, top_k and top_p in force for `sampling`: the request's when
+// set, else the model's default (generation_config.json), else the API's
+// (greedy, off, 1); under beam search the request's only. Every front door
+// reads the effective values here (OpenAI's greedy copies of n included).
+SamplingOptions EffectiveSampling(const pagoda::v1::SamplingParams& sampling,
+                                  const SamplingDefaults& model_defaults);
 
 // The longest text prompt (bytes) worth tokenizing under `limits`.
 int64_t MaxPromptBytes(const ModelLimits& limits);

@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <climits>
 #include <string>
+#include <string_view>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/sampling_limits.h"
 #include "scheduler/api/field_error.h"
+#include "scheduler/engine/finish_reason.h"
 
 namespace pagoda::scheduler {
 namespace {
@@ -71,20 +73,6 @@ void TranslateSampling(const vllm_api::SamplingParams& in, int max_model_len,
     plan.top_logprobs = in.logprobs();
     // Pagoda returns the sampled token's logprob with at least one top entry.
     plan.request.set_logprobs(std::max(1, in.logprobs()));
-  }
-}
-
-// vLLM's name for a sequence's finish reason; nullptr while it runs.
-const char* FinishReasonName(pagoda::v1::FinishReason reason) {
-  switch (reason) {
-    case pagoda::v1::FINISH_REASON_STOP:
-      return "stop";
-    case pagoda::v1::FINISH_REASON_LENGTH:
-      return "length";
-    case pagoda::v1::FINISH_REASON_ABORTED:
-      return "abort";
-    default:
-      return nullptr;
   }
 }
 
@@ -156,11 +144,11 @@ vllm_api::GenerateResponse VllmOutputConverter::Chunk(int index, const Sequence&
 }
 
 vllm_api::GenerateResponse VllmOutputConverter::Complete(int index, Sequence& seq,
-                                                         const char* finish_reason) {
+                                                         std::string_view finish_reason) {
   vllm_api::GenerateResponse out;
   vllm_api::GenerateComplete* complete = out.mutable_complete();
   complete->mutable_output_ids()->Add(seq.tokens.begin(), seq.tokens.end());
-  complete->set_finish_reason(finish_reason);
+  complete->set_finish_reason(std::string(finish_reason));
   complete->set_prompt_tokens(prompt_tokens_);
   complete->set_completion_tokens(seq.count);
   complete->set_index(static_cast<uint32_t>(index));
@@ -183,14 +171,16 @@ std::vector<vllm_api::GenerateResponse> VllmOutputConverter::Convert(
     for (int32_t id : piece.token_ids()) seq.tokens.push_back(static_cast<uint32_t>(id));
     seq.count += static_cast<uint32_t>(piece.token_ids_size());
     for (const auto& token : piece.logprobs()) *seq.logprobs.add_logprobs() = token;
-    const char* finish_reason = FinishReasonName(piece.finish_reason());
+    // vLLM's names are the engine's ("stop", "length", "abort"); empty while
+    // the sequence runs.
+    const std::string_view finish_reason = FinishReasonName(piece.finish_reason());
     // As vLLM's servicer: with stream, every delta is a chunk, a sequence's
     // last one included (a router adds up the chunks' tokens), and the
     // complete that follows repeats that last delta.
-    if (stream_ && (finish_reason != nullptr || !seq.tokens.empty())) {
+    if (stream_ && (!finish_reason.empty() || !seq.tokens.empty())) {
       out.push_back(Chunk(index, seq));
     }
-    if (finish_reason != nullptr) {
+    if (!finish_reason.empty()) {
       out.push_back(Complete(index, seq, finish_reason));
     } else if (stream_) {
       seq.tokens.clear();
@@ -205,7 +195,8 @@ std::vector<vllm_api::GenerateResponse> VllmOutputConverter::AbortRemaining() {
   for (int index = 0; index < static_cast<int>(sequences_.size()); ++index) {
     if (sequences_[index].ended) continue;
     if (stream_) out.push_back(Chunk(index, sequences_[index]));
-    out.push_back(Complete(index, sequences_[index], "abort"));
+    out.push_back(
+        Complete(index, sequences_[index], FinishReasonName(pagoda::v1::FINISH_REASON_ABORTED)));
   }
   return out;
 }

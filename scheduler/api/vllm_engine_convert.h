@@ -5,6 +5,7 @@
 // stream chunks and finish reasons out. Pure functions, no I/O.
 
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -65,7 +66,7 @@ class VllmOutputConverter {
   // The tokens not yet sent, as a chunk (they stay pending).
   vllm_api::GenerateResponse Chunk(int index, const Sequence& seq) const;
   // The tokens not yet sent, as the sequence's complete; ends it.
-  vllm_api::GenerateResponse Complete(int index, Sequence& seq, const char* finish_reason);
+  vllm_api::GenerateResponse Complete(int index, Sequence& seq, std::string_view finish_reason);
   void FillLogprobs(const pagoda::v1::SequenceOutput& from, vllm_api::OutputLogProbs* to) const;
 
   const bool stream_;

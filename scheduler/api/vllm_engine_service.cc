@@ -4,142 +4,68 @@
 #include <string>
 #include <utility>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
-#include "scheduler/api/api_key.h"
 #include "scheduler/api/engine_stream_call.h"
+#include "scheduler/api/grpc_status.h"
+#include "scheduler/api/grpc_stream_sink.h"
 #include "scheduler/api/request_output.h"
-#include "scheduler/api/stream_write_queue.h"
 
 namespace pagoda::scheduler {
 namespace {
 
 using vllm_api::GenerateResponse;
 
-// The part of a Generate call the engine holds (as request_reactors.cc's
-// StreamState, with vLLM's messages): engine deltas become converter
-// messages, written one at a time; every gRPC action is decided under mu_
-// and made outside it.
-class VllmStreamState : public RequestSink {
+// vLLM's messages of a pagoda.v1 stream (VllmOutputConverter). An abort
+// (Abort, or the client leaving) ends the sequences still running with
+// finish_reason "abort", as vLLM, and the stream with OK.
+class VllmMessages {
  public:
-  VllmStreamState(grpc::ServerWriteReactor<GenerateResponse>* call, RequestOutput output,
-                  VllmOutputConverter converter, Engine* engine, std::string request_id,
-                  int max_queued_messages)
-      : call_(call),
-        output_(std::move(output)),
-        converter_(std::move(converter)),
-        engine_(engine),
-        request_id_(std::move(request_id)),
-        writes_(max_queued_messages) {}
+  explicit VllmMessages(VllmOutputConverter converter) : converter_(std::move(converter)) {}
 
-  void OnDelta(const RequestDelta& delta) override;
-  void OnFinish(const absl::Status& status) override;
-  void WriteDone(bool ok);
+  template <typename Push>
+  void Convert(const pagoda::v1::GenerateResponse& message, Push push) {
+    for (GenerateResponse& out : converter_.Convert(message)) push(std::move(out));
+  }
+  template <typename Push>
+  grpc::Status End(const absl::Status& final_status, Push push) {
+    if (!final_status.ok() && !absl::IsCancelled(final_status)) {
+      return ToGrpcStatus(final_status);
+    }
+    for (GenerateResponse& out : converter_.AbortRemaining()) push(std::move(out));
+    return grpc::Status::OK;
+  }
 
  private:
-  using Writes = StreamWriteQueue<GenerateResponse>;
-
-  absl::Mutex mu_;
-  grpc::ServerWriteReactor<GenerateResponse>* const call_;
-  RequestOutput output_ ABSL_GUARDED_BY(mu_);
-  VllmOutputConverter converter_ ABSL_GUARDED_BY(mu_);
-  Engine* const engine_;
-  const std::string request_id_;
-  Writes writes_ ABSL_GUARDED_BY(mu_);  // Perform runs outside mu_.
+  VllmOutputConverter converter_;
 };
 
+using VllmStreamState = GrpcStreamSink<GenerateResponse, VllmMessages>;
 using VllmStream = EngineStreamCall<GenerateResponse, VllmStreamState>;
 
-void VllmStreamState::OnDelta(const RequestDelta& delta) {
-  Writes::Step step;
-  bool overflow = false;
-  bool stop_abort = false;
-  {
-    absl::MutexLock lock(&mu_);
-    if (writes_.ending()) return;
-    for (GenerateResponse& message : converter_.Convert(output_.AddDelta(delta))) {
-      overflow |= !writes_.Push(std::move(message));
-    }
-    stop_abort = output_.TakeStopAbort();
-    step = writes_.Next();
-  }
-  // Stop strings ended every sequence (the engine records "stop", as the
-  // client saw), or the client stopped reading (an abort).
-  if (overflow || stop_abort) {
-    engine_->AbortRequest(
-        request_id_, this,
-        overflow ? Engine::AbortCause::kCancelled : Engine::AbortCause::kStopString);
-  }
-  writes_.Perform(step, call_, &mu_);
-}
-
-void VllmStreamState::OnFinish(const absl::Status& status) {
-  Writes::Step step;
-  {
-    absl::MutexLock lock(&mu_);
-    if (!writes_.has_final_status()) {
-      const absl::Status final_status = output_.FinalStatus(status);
-      if (final_status.ok() || absl::IsCancelled(final_status)) {
-        // An abort (Abort, or the client leaving) ends the sequences still
-        // running with finish_reason "abort", as vLLM.
-        for (GenerateResponse& message : converter_.AbortRemaining()) {
-          writes_.Push(std::move(message));
-        }
-        writes_.SetFinalStatus(grpc::Status::OK);
-      } else {
-        writes_.SetFinalStatus(ToGrpcStatus(final_status));
-      }
-    }
-    step = writes_.Next();
-  }
-  writes_.Perform(step, call_, &mu_);
-}
-
-void VllmStreamState::WriteDone(bool ok) {
-  Writes::Step step;
-  {
-    absl::MutexLock lock(&mu_);
-    writes_.WriteDone(ok);
-    step = writes_.Next();
-  }
-  writes_.Perform(step, call_, &mu_);
-}
-
 // Validates the translated request and hands it to the engine, or ends the
-// call with the error. After AddRequest the engine may end the call at any
+// call with the error. After Submit the engine may end the call at any
 // moment: nothing touches it after that.
-void Submit(VllmStream* call, Engine* engine, RequestValidator* validator,
-            const Tokenizer* tokenizer, const VllmRequestPlan& plan, int max_queued_messages) {
-  absl::StatusOr<ValidatedRequest> validated = validator->Validate(plan.request);
+void Submit(VllmStream* call, RequestPath* path, const VllmRequestPlan& plan,
+            int max_queued_messages) {
+  absl::StatusOr<ValidatedRequest> validated = path->Validate(plan.request);
   if (!validated.ok()) {
     call->Finish(ToGrpcStatus(validated.status()));
     return;
   }
   VllmOutputConverter converter(plan, static_cast<int>(validated->prompt_token_ids.size()),
                                 validated->sampling.n);
-  auto state = std::make_shared<VllmStreamState>(call, MakeRequestOutput(*validated, tokenizer),
-                                                 std::move(converter), engine,
+  auto state = std::make_shared<VllmStreamState>(call, path->MakeOutput(*validated),
+                                                 VllmMessages(std::move(converter)), path,
                                                  validated->request_id, max_queued_messages);
   call->Arm(validated->request_id, state);
-  absl::Status accepted = engine->AddRequest(MakeEngineRequest(*validated, state));
+  absl::Status accepted = path->Submit(*validated, state);
   if (!accepted.ok()) state->OnFinish(accepted);
 }
 
 }  // namespace
 
-VllmEngineService::VllmEngineService(ServedModelInfo info, Engine* engine,
-                                     RequestValidator* validator, const Tokenizer* tokenizer,
+VllmEngineService::VllmEngineService(ServedModelInfo info, RequestPath* path,
                                      GenerationOptions options)
-    : info_(std::move(info)),
-      options_(std::move(options)),
-      engine_(engine),
-      validator_(validator),
-      tokenizer_(tokenizer),
-      validation_pool_(options_.tokenizer_threads, options_.max_pending_tokenizations) {}
-
-grpc::Status VllmEngineService::Authorize(const grpc::CallbackServerContext& context) const {
-  return CheckApiKey(context, options_.api_key);
-}
+    : door_(path, options), info_(std::move(info)), engine_(path->engine()) {}
 
 grpc::ServerUnaryReactor* VllmEngineService::Answer(grpc::CallbackServerContext* context,
                                                     const grpc::Status& status) {
@@ -151,8 +77,8 @@ grpc::ServerUnaryReactor* VllmEngineService::Answer(grpc::CallbackServerContext*
 grpc::ServerWriteReactor<vllm_api::GenerateResponse>* VllmEngineService::Generate(
     grpc::CallbackServerContext* context, const vllm_api::GenerateRequest* request) {
   last_receive_seconds_ = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
-  auto* call = new VllmStream(&calls_, engine_);
-  if (grpc::Status allowed = Authorize(*context); !allowed.ok()) {
+  auto* call = new VllmStream(door_.calls(), door_.path());
+  if (grpc::Status allowed = door_.Authorize(*context); !allowed.ok()) {
     call->Finish(allowed);
     return call;
   }
@@ -161,16 +87,15 @@ grpc::ServerWriteReactor<vllm_api::GenerateResponse>* VllmEngineService::Generat
     call->Finish(ToGrpcStatus(plan.status()));
     return call;
   }
-  const int max_queued = options_.max_stream_queued_messages;
+  const int max_queued = door_.options().max_stream_queued_messages;
   // Token ids are checked inline; only text needs the tokenizer's time.
-  if (plan->request.prompt().empty()) {
-    Submit(call, engine_, validator_, tokenizer_, *plan, max_queued);
-  } else if (!validation_pool_.TrySubmit([this, call, max_queued, plan = *std::move(plan)] {
-               Submit(call, engine_, validator_, tokenizer_, plan, max_queued);
-             })) {
-    call->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                              "too many requests are waiting to be tokenized; retry later"));
-  }
+  const bool needs_tokenizer = !plan->request.prompt().empty();
+  absl::Status started =
+      door_.path()->RunValidation(needs_tokenizer, door_.pending_validations(),
+                                  [path = door_.path(), call, max_queued, plan = *std::move(plan)] {
+                                    Submit(call, path, plan, max_queued);
+                                  });
+  if (!started.ok()) call->Finish(ToGrpcStatus(started));
   return call;
 }
 
@@ -192,7 +117,8 @@ grpc::ServerUnaryReactor* VllmEngineService::HealthCheck(grpc::CallbackServerCon
 grpc::ServerUnaryReactor* VllmEngineService::Abort(grpc::CallbackServerContext* context,
                                                    const vllm_api::AbortRequest* request,
                                                    vllm_api::AbortResponse*) {
-  if (grpc::Status allowed = Authorize(*context); !allowed.ok()) return Answer(context, allowed);
+  if (grpc::Status allowed = door_.Authorize(*context); !allowed.ok())
+    return Answer(context, allowed);
   for (const std::string& id : request->request_ids()) engine_->AbortRequest(id);
   return Answer(context, grpc::Status::OK);
 }

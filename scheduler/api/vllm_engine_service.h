@@ -1,3 +1,5 @@
+// vLLM's engine gRPC front door (vllm.grpc.engine.VllmEngine): its wire
+// side of the one request path.
 #ifndef PAGODA_SCHEDULER_API_VLLM_ENGINE_SERVICE_H_
 #define PAGODA_SCHEDULER_API_VLLM_ENGINE_SERVICE_H_
 
@@ -8,29 +10,25 @@
 
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
+#include "scheduler/api/call_tracker.h"
 #include "scheduler/api/frontend.h"
-#include "scheduler/api/request_reactors.h"
-#include "scheduler/api/request_validation.h"
-#include "scheduler/api/validation_pool.h"
+#include "scheduler/api/request_path.h"
 #include "scheduler/api/vllm_engine_convert.h"
-#include "scheduler/engine/engine.h"
-#include "text/tokenizer.h"
 #include "vllm/grpc/engine/vllm_engine.grpc.pb.h"
 
 namespace pagoda::scheduler {
 
 // vllm.grpc.engine.VllmEngine, served beside pagoda.v1 on the same port and
-// run by the same validator and engine (docs/api.md). Generate translates the
+// run by the same request path (docs/api.md). Generate translates the
 // request (TranslateVllmRequest), validates it as pagoda.v1 and streams
 // VllmOutputConverter's messages; a client cancel or a failed write aborts
 // the request in the engine, and an Abort call ends its sequences with
 // finish_reason "abort". The API key and the bound on queued stream messages
-// are pagoda.v1's (GenerationOptions). Thread-safe; its collaborators must
+// are pagoda.v1's (RequestPathOptions, GenerationOptions). Thread-safe; its collaborators must
 // outlive it.
 class VllmEngineService final : public vllm_api::VllmEngine::CallbackService {
  public:
-  VllmEngineService(ServedModelInfo info, Engine* engine, RequestValidator* validator,
-                    const Tokenizer* tokenizer, GenerationOptions options);
+  VllmEngineService(ServedModelInfo info, RequestPath* path, GenerationOptions options);
 
   grpc::ServerWriteReactor<vllm_api::GenerateResponse>* Generate(
       grpc::CallbackServerContext* context, const vllm_api::GenerateRequest* request) override;
@@ -48,22 +46,16 @@ class VllmEngineService final : public vllm_api::VllmEngine::CallbackService {
                                           vllm_api::GetServerInfoResponse* response) override;
 
   // As GenerationService::WaitForCallsToFinish.
-  bool WaitForCallsToFinish(absl::Duration timeout) { return calls_.WaitUntilIdle(timeout); }
+  bool WaitForCallsToFinish(absl::Duration timeout) { return door_.WaitForCallsToFinish(timeout); }
 
  private:
-  grpc::Status Authorize(const grpc::CallbackServerContext& context) const;
   grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context, const grpc::Status& status);
 
-  CallTracker calls_;
+  GrpcDoor door_;  // First: the last to go.
   const ServedModelInfo info_;
-  const GenerationOptions options_;
   Engine* const engine_;
-  RequestValidator* const validator_;
-  const Tokenizer* const tokenizer_;
   const absl::Time start_time_ = absl::Now();
   std::atomic<double> last_receive_seconds_{0};  // Unix time of the last Generate.
-  // Last: joined (running what it accepted) before the rest goes.
-  ValidationPool validation_pool_;
 };
 
 }  // namespace pagoda::scheduler

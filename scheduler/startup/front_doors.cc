@@ -17,7 +17,7 @@ namespace {
 // Chat completions through `chat_template`, or none when it is null.
 ChatRenderer ChatRendererOf(const text::ChatTemplate* chat_template) {
   if (chat_template == nullptr) return ChatRenderer();
-  return [chat_template](const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+  return [chat_template](const std::vector<text::ChatMessage>& messages, bool add_generation_prompt,
                          const nlohmann::ordered_json& tools,
                          const nlohmann::ordered_json& variables) {
     return chat_template->Render(messages, add_generation_prompt, tools, variables);
@@ -99,7 +99,7 @@ absl::StatusOr<std::unique_ptr<FrontendServer>> StartGrpcFrontend(
 
 absl::StatusOr<std::unique_ptr<HttpServer>> StartHttpFrontend(
     const ServerConfig& config, const std::string& model_name, const ModelFiles& model,
-    int max_model_len, ServerMetrics* metrics, Engine* engine, RequestValidator* validator) {
+    int max_model_len, ServerMetrics* metrics, RequestPath* path) {
   const FrontDoorOptions& door = config.front_door;
   if (door.http_port == 0) return nullptr;
   HttpServerOptions options;
@@ -107,14 +107,12 @@ absl::StatusOr<std::unique_ptr<HttpServer>> StartHttpFrontend(
   options.port = door.http_port < 0 ? 0 : door.http_port;  // -1: the OS picks (tests).
   options.model_name = model_name;
   options.max_model_len = max_model_len;
-  options.api_key = door.api_key;
   options.tool_call_parser = config.model.tool_call_parser;
   options.max_connections = door.http_max_connections;
   options.io_threads = door.http_io_threads;
-  options.max_pending_tokenizations = MaxPendingTokenizations(config);
   if (metrics != nullptr) options.metrics_registry = metrics->registry();
-  absl::StatusOr<std::unique_ptr<HttpServer>> http = HttpServer::Start(
-      options, engine, validator, model.tokenizer.get(), ChatRendererOf(model.chat_template.get()));
+  absl::StatusOr<std::unique_ptr<HttpServer>> http =
+      HttpServer::Start(options, path, ChatRendererOf(model.chat_template.get()));
   if (!http.ok()) return http.status();
   std::cout << "PAGODA_HTTP_LISTENING " << (*http)->port() << std::endl;
   return http;

@@ -14,6 +14,7 @@
 #include "absl/strings/string_view.h"
 #include "scheduler/api/frontend.h"
 #include "scheduler/api/http_server.h"
+#include "scheduler/api/request_path.h"
 #include "scheduler/api/request_validation.h"
 #include "scheduler/api/vllm_engine_service.h"
 #include "scheduler/config/server_config.h"
@@ -23,8 +24,8 @@
 
 namespace pagoda::scheduler {
 
-// Text requests that may wait for a tokenizer thread, in each front door's
-// pool: as many as may wait in the engine's queue, so that no pool refuses
+// Text requests that may wait for a tokenizer thread, in the front doors'
+// one pool (RequestPath): as many as may wait in the engine's queue, so that no pool refuses
 // (429) a request the queue would still take (a burst of text prompts from
 // vLLM's benchmark client at 700 concurrent found a fixed 256 full with the
 // queue far from its limit).
@@ -53,7 +54,7 @@ absl::StatusOr<std::unique_ptr<FrontendServer>> StartGrpcFrontend(
 // The OpenAI-compatible endpoint, or null when --http-port is 0.
 absl::StatusOr<std::unique_ptr<HttpServer>> StartHttpFrontend(
     const ServerConfig& config, const std::string& model_name, const ModelFiles& model,
-    int max_model_len, ServerMetrics* metrics, Engine* engine, RequestValidator* validator);
+    int max_model_len, ServerMetrics* metrics, RequestPath* path);
 
 }  // namespace pagoda::scheduler
 

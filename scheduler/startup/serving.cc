@@ -11,6 +11,7 @@
 #include "glog/logging.h"
 #include "scheduler/api/frontend.h"
 #include "scheduler/api/http_server.h"
+#include "scheduler/api/request_path.h"
 #include "scheduler/api/request_validation.h"
 #include "scheduler/api/vllm_engine_service.h"
 #include "scheduler/engine/engine.h"
@@ -60,8 +61,13 @@ ServedModelInfo MakeServedModelInfo(const ServerConfig& config, const ModelFiles
 
 GenerationOptions MakeGenerationOptions(const ServerConfig& config) {
   GenerationOptions options;
-  options.api_key = config.front_door.api_key;
   options.max_stream_queued_messages = config.front_door.max_stream_queued_messages;
+  return options;
+}
+
+RequestPathOptions MakeRequestPathOptions(const ServerConfig& config) {
+  RequestPathOptions options;
+  options.api_key = config.front_door.api_key;
   options.max_pending_tokenizations = MaxPendingTokenizations(config);
   return options;
 }
@@ -111,15 +117,17 @@ struct Services {
            const EngineConfig& engine_config, Engine* engine)
       : limits(MakeModelLimits(model, cache.max_model_len)),
         validator(limits, model.tokenizer.get(), config.scheduling.seed),
+        path(engine, &validator, model.tokenizer.get(), MakeRequestPathOptions(config)),
         served(MakeServedModelInfo(config, model, engine_config)),
         options(MakeGenerationOptions(config)),
-        generation(served, engine, &validator, model.tokenizer.get(), options),
+        generation(served, &path, options),
         vllm(config.front_door.vllm_grpc_api
-                 ? std::make_unique<VllmEngineService>(served, engine, &validator,
-                                                       model.tokenizer.get(), options)
+                 ? std::make_unique<VllmEngineService>(served, &path, options)
                  : nullptr) {}
   const ModelLimits limits;
   RequestValidator validator;
+  // Every front door's: outlives them all.
+  RequestPath path;
   const ServedModelInfo served;
   const GenerationOptions options;
   GenerationService generation;
@@ -135,9 +143,8 @@ absl::Status ServeAndDrain(const ServerConfig& config, const ModelFiles& model,
       StartGrpcFrontend(config.front_door, services.limits, &services.generation,
                         services.vllm.get(), metrics, &engine);
   if (!server.ok()) return server.status();
-  absl::StatusOr<std::unique_ptr<HttpServer>> http =
-      StartHttpFrontend(config, services.served.model_name, model, cache.max_model_len, metrics,
-                        &engine, &services.validator);
+  absl::StatusOr<std::unique_ptr<HttpServer>> http = StartHttpFrontend(
+      config, services.served.model_name, model, cache.max_model_len, metrics, &services.path);
   if (!http.ok()) return http.status();
   std::cout << "PAGODA_SERVER_LISTENING " << (*server)->port() << std::endl;
   LOG(INFO) << "serving " << services.served.model_name << " on " << config.front_door.host << ":"

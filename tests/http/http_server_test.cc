@@ -23,6 +23,7 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "scheduler/api/request_path.h"
 #include "tests/fakes/in_process_worker_group.h"
 #include "tests/support/tiny_model.h"
 #include "worker/cpu/cpu_model_runner.h"
@@ -163,7 +164,9 @@ class HttpServerTest : public ::testing::Test {
     validator_ = std::make_unique<RequestValidator>(ModelLimits{128, 256, -1}, nullptr, 1);
     options.model_name = "tiny";
     options.max_model_len = 256;
-    auto server = HttpServer::Start(options, engine_.get(), validator_.get(), nullptr, nullptr);
+    path_ = std::make_unique<RequestPath>(engine_.get(), validator_.get(), nullptr,
+                                          RequestPathOptions{});
+    auto server = HttpServer::Start(options, path_.get(), nullptr);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
   }
@@ -189,6 +192,7 @@ class HttpServerTest : public ::testing::Test {
   std::unique_ptr<SlowWorkers> slow_;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<RequestValidator> validator_;
+  std::unique_ptr<RequestPath> path_;
   std::unique_ptr<HttpServer> server_;
 };
 
@@ -400,7 +404,7 @@ TEST(HttpServerOptionsTest, IoThreadsOutsideTheirBoundAreRefused) {
   for (int threads : {0, -1, kMaxHttpIoThreads + 1}) {
     HttpServerOptions options;
     options.io_threads = threads;
-    auto server = HttpServer::Start(options, nullptr, nullptr, nullptr, nullptr);
+    auto server = HttpServer::Start(options, nullptr, nullptr);
     ASSERT_FALSE(server.ok()) << threads;
     EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_TRUE(absl::StrContains(server.status().message(),

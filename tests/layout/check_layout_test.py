@@ -1,8 +1,8 @@
 """scripts/check_layout.py fails on a forbidden arrow, a long function, a
 benchmark or test helper in a product folder, a long product file, a flag
-read outside the server's or the worker's flags file and a header without a
-leading comment, and passes a tree that has none of them (so the layout_check
-test can fail)."""
+read outside the server's or the worker's flags file, a header without a
+leading comment and an include cycle in a room, and passes a tree that has
+none of them (so the layout_check test can fail)."""
 import os
 import subprocess
 import sys
@@ -185,6 +185,63 @@ class CheckLayoutTest(unittest.TestCase):
             self.assertEqual(result.returncode, 1, result.stdout)
             self.assertIn("scheduler/workers/grpc_worker_group.cc: 400 lines now: remove it from "
                           "OVERSIZE_ALLOWED", result.stdout)
+
+
+    def test_include_cycle_in_a_room_fails(self):
+        # The .cc of each includes the other's header (issue 43's
+        # request_validation <-> logits_processing_validation).
+        with tempfile.TemporaryDirectory() as root:
+            write(root, "scheduler/api/request_validation.h", "// V.\n")
+            write(root, "scheduler/api/request_validation.cc",
+                  '#include "scheduler/api/logits_processing_validation.h"\n')
+            write(root, "scheduler/api/logits_processing_validation.h", "// L.\n")
+            write(root, "scheduler/api/logits_processing_validation.cc",
+                  '#include "scheduler/api/request_validation.h"\n')
+            result = check(root)
+            self.assertEqual(result.returncode, 1, result.stdout)
+            self.assertIn("include cycle in scheduler/api/: logits_processing_validation -> "
+                          "request_validation -> logits_processing_validation", result.stdout)
+        # A longer loop, through headers only.
+        with tempfile.TemporaryDirectory() as root:
+            write(root, "scheduler/api/a.h", '#include "scheduler/api/b.h"\n')
+            write(root, "scheduler/api/b.h", '#include "scheduler/api/c.h"\n')
+            write(root, "scheduler/api/c.h", '#include "scheduler/api/a.h"\n')
+            result = check(root)
+            self.assertEqual(result.returncode, 1, result.stdout)
+            self.assertIn("include cycle in scheduler/api/: a -> b -> c -> a", result.stdout)
+
+    def test_arrows_one_way_and_across_rooms_pass(self):
+        with tempfile.TemporaryDirectory() as root:
+            # One way inside a room; a file including its own header; a
+            # loop through two rooms (that is the forbidden-arrow rule's).
+            write(root, "scheduler/api/request_validation.h",
+                  '#include "scheduler/api/model_limits.h"\n')
+            write(root, "scheduler/api/request_validation.cc",
+                  '#include "scheduler/api/request_validation.h"\n'
+                  '#include "scheduler/api/logits_processing_validation.h"\n')
+            write(root, "scheduler/api/logits_processing_validation.h",
+                  '#include "scheduler/api/model_limits.h"\n')
+            write(root, "scheduler/api/logits_processing_validation.cc",
+                  '#include "scheduler/api/logits_processing_validation.h"\n')
+            write(root, "scheduler/api/model_limits.h", "// M.\n")
+            write(root, "text/x.h", '#include "common/y.h"\n')
+            write(root, "common/y.cc", '#include "text/x.h"\n')
+            write(root, "common/y.h", "// Y.\n")
+            result = check(root)
+            self.assertNotIn("include cycle", result.stdout)
+
+    def test_allowed_cycle_that_is_gone_must_leave_the_list(self):
+        with tempfile.TemporaryDirectory() as root:
+            write(root, "text/tokenizer.h", "// T.\n")
+            write(root, "text/tokenizer.cc", '#include "text/hf_tokenizer.h"\n')
+            write(root, "text/hf_tokenizer.h", "// H.\n")
+            result = check(root)
+            self.assertEqual(result.returncode, 1, result.stdout)
+            self.assertIn("hf_tokenizer -> tokenizer -> hf_tokenizer: gone now: remove it from "
+                          "CYCLES_ALLOWED", result.stdout)
+            write(root, "text/hf_tokenizer.cc", '#include "text/tokenizer.h"\n')
+            result = check(root)
+            self.assertEqual(result.returncode, 0, result.stdout)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,6 @@
 
 #include <cpuid.h>
 
-#include "worker/cpu/simd_levels.h"
 
 namespace pagoda::worker {
 

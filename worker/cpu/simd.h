@@ -151,6 +151,14 @@ const SimdKernels& SimdKernelsFor(SimdLevel level);
 // The kernels of BestSimdLevel(), chosen once.
 const SimdKernels& BestSimdKernels();
 
+namespace simd_internal {
+// The table of each level, each defined in its own file (simd_plain.cc,
+// simd_avx2.cc, simd_avx512.cc); SimdKernelsFor picks one.
+const SimdKernels& PlainKernels();
+const SimdKernels& Avx2Kernels();
+const SimdKernels& Avx512Kernels();
+}  // namespace simd_internal
+
 }  // namespace pagoda::worker
 
 #endif  // PAGODA_WORKER_CPU_SIMD_H_

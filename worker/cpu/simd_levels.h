@@ -5,7 +5,7 @@
 // level, each defined in its own file (simd_plain.cc, simd_avx2.cc,
 // simd_avx512.cc), and the plain loops, which are both the reference every
 // other level is tested against and the vector levels' tails. Only those
-// files and simd.cc include it.
+// files include it (simd.h declares their tables).
 
 #include <cmath>
 #include <cstddef>
@@ -15,11 +15,6 @@
 #include "worker/cpu/simd.h"
 
 namespace pagoda::worker::simd_internal {
-
-// The table of each level; SimdKernelsFor picks one.
-const SimdKernels& PlainKernels();
-const SimdKernels& Avx2Kernels();
-const SimdKernels& Avx512Kernels();
 
 // ---- plain x86-64: the reference every other level is tested against ----
 

@@ -1,0 +1,269 @@
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "scheduler/api/openai_protocol.h"
+#include "scheduler/engine/finish_reason.h"
+
+namespace pagoda::scheduler {
+namespace {
+
+using nlohmann::json;
+
+json FinishReasonJson(pagoda::v1::FinishReason reason) {
+  const std::string_view name = FinishReasonName(reason);
+  return name.empty() ? json() : json(std::string(name));
+}
+
+std::string TokenText(const Tokenizer* tokenizer, int32_t id) {
+  if (tokenizer == nullptr) return absl::StrCat("token_id:", id);
+  absl::StatusOr<std::string> text = tokenizer->Decode({id});
+  return text.ok() ? *text : absl::StrCat("token_id:", id);
+}
+
+json Bytes(const std::string& text) {
+  json out = json::array();
+  for (unsigned char byte : text) out.push_back(static_cast<int>(byte));
+  return out;
+}
+
+// OpenAI's logprobs of a choice: the legacy completions shape or chat's.
+json LogprobsJson(const OpenAiRequest& request, const pagoda::v1::SequenceOutput& output,
+                  const Tokenizer* tokenizer) {
+  if (request.top_logprobs < 0) return json();
+  if (request.chat) {
+    json content = json::array();
+    for (const pagoda::v1::TokenLogprobs& token : output.logprobs()) {
+      const std::string text = TokenText(tokenizer, token.token_id());
+      json top = json::array();
+      for (int i = 0; i < token.top_size() && i < request.top_logprobs; ++i) {
+        const std::string alternative = TokenText(tokenizer, token.top(i).token_id());
+        top.push_back({{"token", alternative},
+                       {"logprob", token.top(i).logprob()},
+                       {"bytes", Bytes(alternative)}});
+      }
+      content.push_back({{"token", text},
+                         {"logprob", token.logprob()},
+                         {"bytes", Bytes(text)},
+                         {"top_logprobs", top}});
+    }
+    return {{"content", content}};
+  }
+  json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(),
+       offsets = json::array();
+  size_t offset = 0;
+  for (const pagoda::v1::TokenLogprobs& token : output.logprobs()) {
+    const std::string text = TokenText(tokenizer, token.token_id());
+    tokens.push_back(text);
+    token_logprobs.push_back(token.logprob());
+    json top = json::object();
+    for (int i = 0; i < token.top_size() && i < request.top_logprobs; ++i) {
+      top[TokenText(tokenizer, token.top(i).token_id())] = token.top(i).logprob();
+    }
+    top_logprobs.push_back(top);
+    offsets.push_back(offset);
+    offset += text.size();
+  }
+  return {{"tokens", tokens},
+          {"token_logprobs", token_logprobs},
+          {"top_logprobs", top_logprobs},
+          {"text_offset", offsets}};
+}
+
+// vLLM's prompt_logprobs: null for the first prompt token, then per
+// position {token id: {logprob, rank, decoded_token}} for the prompt's
+// token and the top ones (ranks of the top ones; the prompt's token has a
+// rank where it is among them).
+json VllmPromptLogprobsJson(const pagoda::v1::GenerateResponse& response,
+                            const Tokenizer* tokenizer) {
+  json out = json::array({nullptr});
+  for (const pagoda::v1::TokenLogprobs& entry : response.prompt_logprobs()) {
+    json position = json::object();
+    for (int i = 0; i < entry.top_size(); ++i) {
+      position[std::to_string(entry.top(i).token_id())] = {
+          {"logprob", entry.top(i).logprob()},
+          {"rank", i + 1},
+          {"decoded_token", TokenText(tokenizer, entry.top(i).token_id())}};
+    }
+    const std::string key = std::to_string(entry.token_id());
+    if (!position.contains(key)) {
+      position[key] = {{"logprob", entry.logprob()},
+                       {"decoded_token", TokenText(tokenizer, entry.token_id())}};
+    }
+    out.push_back(std::move(position));
+  }
+  return out;
+}
+
+// Tool call ids: "call_" + this + "_<i>", from the request and choice.
+std::string ToolCallIdPrefix(const std::string& request_id, int index) {
+  return absl::StrFormat("%016x", std::hash<std::string>()(absl::StrCat(request_id, "/", index)));
+}
+
+// A chat choice's delta: its text, or with tools what ToolCallStream lets
+// out (tool calls when they are read); the finish reason becomes
+// "tool_calls" when calls were made (not for a named function, as OpenAI).
+json ChatDelta(const OpenAiRequest& request, const std::string& request_id,
+               const pagoda::v1::SequenceOutput& output, ChoiceStream* stream, json* choice) {
+  if (request.tools.choice == ToolChoice::kNone) return {{"content", output.text()}};
+  if (stream->tools == nullptr) {
+    stream->tools = std::make_unique<ToolCallStream>(&request.tools, request.tool_parser,
+                                                     ToolCallIdPrefix(request_id, output.index()));
+  }
+  json delta = stream->tools->Feed(output.text());
+  if (delta.is_null()) delta = json::object();
+  if (output.finish_reason() == pagoda::v1::FINISH_REASON_UNSPECIFIED) return delta;
+  bool made_calls = false;
+  const json tail = stream->tools->Finish(&made_calls);
+  if (tail.contains("content")) {
+    delta["content"] = delta.value("content", "") + tail["content"].get<std::string>();
+  }
+  if (tail.contains("tool_calls")) delta["tool_calls"] = tail["tool_calls"];
+  if (made_calls && output.finish_reason() == pagoda::v1::FINISH_REASON_STOP &&
+      request.tools.choice != ToolChoice::kNamed) {
+    (*choice)["finish_reason"] = "tool_calls";
+  }
+  return delta;
+}
+
+std::string ResponseId(const OpenAiRequest& request, const std::string& request_id) {
+  return absl::StrCat(request.chat ? "chatcmpl-" : "cmpl-", request_id);
+}
+
+}  // namespace
+
+json MakeOpenAiResponse(const OpenAiRequest& request, const pagoda::v1::GenerateResponse& response,
+                        const std::string& model, int64_t created, const Tokenizer* tokenizer) {
+  json choices = json::array();
+  int completion_tokens = 0;
+  for (const pagoda::v1::SequenceOutput& output : response.outputs()) {
+    completion_tokens += output.token_ids_size();
+    json choice = {{"index", output.index()},
+                   {"finish_reason", FinishReasonJson(output.finish_reason())},
+                   {"logprobs", LogprobsJson(request, output, tokenizer)}};
+    if (request.chat && request.tools.choice != ToolChoice::kNone) {
+      const ToolCallsReply reply =
+          ExtractToolCalls(request.tools, request.tool_parser, output.text());
+      choice["message"] = {{"role", "assistant"},
+                           {"content", reply.content_null ? json() : json(reply.content)}};
+      if (!reply.calls.empty()) {
+        choice["message"]["tool_calls"] =
+            ToolCallsJson(reply.calls, ToolCallIdPrefix(response.request_id(), output.index()),
+                          /*indexed=*/false);
+        if (output.finish_reason() == pagoda::v1::FINISH_REASON_STOP &&
+            request.tools.choice != ToolChoice::kNamed) {
+          choice["finish_reason"] = "tool_calls";
+        }
+      }
+    } else if (request.chat) {
+      choice["message"] = {{"role", "assistant"}, {"content", output.text()}};
+    } else {
+      choice["text"] = output.text();
+      if (request.vllm_prompt_logprobs) {
+        choice["prompt_logprobs"] = VllmPromptLogprobsJson(response, tokenizer);
+      }
+    }
+    choices.push_back(std::move(choice));
+  }
+  json whole = {{"id", ResponseId(request, response.request_id())},
+                {"object", request.chat ? "chat.completion" : "text_completion"},
+                {"created", created},
+                {"model", model},
+                {"choices", choices},
+                {"usage", OpenAiUsage(response.prompt_token_count(), completion_tokens)}};
+  if (request.chat && request.vllm_prompt_logprobs) {
+    whole["prompt_logprobs"] = VllmPromptLogprobsJson(response, tokenizer);
+  }
+  return whole;
+}
+
+void PrependPromptLogprobs(const OpenAiRequest& request,
+                           const std::vector<int32_t>& prompt_token_ids,
+                           const pagoda::v1::GenerateResponse& response, const Tokenizer* tokenizer,
+                           json* logprobs) {
+  if (prompt_token_ids.empty() || !logprobs->is_object()) return;
+  json tokens = json::array({TokenText(tokenizer, prompt_token_ids[0])});
+  json token_logprobs = json::array({nullptr}), top_logprobs = json::array({nullptr});
+  json offsets = json::array({0});
+  size_t offset = tokens[0].get<std::string>().size();
+  for (const pagoda::v1::TokenLogprobs& entry : response.prompt_logprobs()) {
+    const std::string text = TokenText(tokenizer, entry.token_id());
+    tokens.push_back(text);
+    token_logprobs.push_back(entry.logprob());
+    json top = json::object();
+    for (int i = 0; i < entry.top_size() && i < request.top_logprobs; ++i) {
+      top[TokenText(tokenizer, entry.top(i).token_id())] = entry.top(i).logprob();
+    }
+    top_logprobs.push_back(std::move(top));
+    offsets.push_back(offset);
+    offset += text.size();
+  }
+  for (size_t i = 0; i < (*logprobs)["tokens"].size(); ++i) {
+    tokens.push_back((*logprobs)["tokens"][i]);
+    token_logprobs.push_back((*logprobs)["token_logprobs"][i]);
+    top_logprobs.push_back((*logprobs)["top_logprobs"][i]);
+    offsets.push_back(offset + (*logprobs)["text_offset"][i].get<size_t>());
+  }
+  *logprobs = {{"tokens", tokens},
+               {"token_logprobs", token_logprobs},
+               {"top_logprobs", top_logprobs},
+               {"text_offset", offsets}};
+}
+
+json MakeOpenAiChunk(const OpenAiRequest& request, const pagoda::v1::GenerateResponse& message,
+                     const std::string& model, int64_t created, const Tokenizer* tokenizer,
+                     std::vector<ChoiceStream>* streams) {
+  json choices = json::array();
+  for (const pagoda::v1::SequenceOutput& output : message.outputs()) {
+    const bool finished = output.finish_reason() != pagoda::v1::FINISH_REASON_UNSPECIFIED;
+    if (output.text().empty() && !finished && request.top_logprobs < 0) continue;
+    json choice = {{"index", output.index()},
+                   {"finish_reason", FinishReasonJson(output.finish_reason())},
+                   {"logprobs", LogprobsJson(request, output, tokenizer)}};
+    if (request.chat) {
+      if (streams->size() <= static_cast<size_t>(output.index())) {
+        streams->resize(output.index() + 1);
+      }
+      ChoiceStream& stream = (*streams)[output.index()];
+      json delta = ChatDelta(request, message.request_id(), output, &stream, &choice);
+      if (delta.empty() && !finished && request.top_logprobs < 0) continue;
+      if (!stream.role_sent) {
+        delta["role"] = "assistant";
+        stream.role_sent = true;
+      }
+      choice["delta"] = std::move(delta);
+    } else {
+      choice["text"] = output.text();
+    }
+    choices.push_back(std::move(choice));
+  }
+  if (choices.empty()) return json();
+  return {{"id", ResponseId(request, message.request_id())},
+          {"object", request.chat ? "chat.completion.chunk" : "text_completion"},
+          {"created", created},
+          {"model", model},
+          {"choices", choices}};
+}
+
+json MakeOpenAiUsageChunk(const OpenAiRequest& request, const std::string& request_id,
+                          int prompt_tokens, int completion_tokens, const std::string& model,
+                          int64_t created) {
+  return {{"id", ResponseId(request, request_id)},
+          {"object", request.chat ? "chat.completion.chunk" : "text_completion"},
+          {"created", created},
+          {"model", model},
+          {"choices", json::array()},
+          {"usage", OpenAiUsage(prompt_tokens, completion_tokens)}};
+}
+
+json OpenAiUsage(int prompt_tokens, int completion_tokens) {
+  return {{"prompt_tokens", prompt_tokens},
+          {"completion_tokens", completion_tokens},
+          {"total_tokens", prompt_tokens + completion_tokens}};
+}
+
+}  // namespace pagoda::scheduler
