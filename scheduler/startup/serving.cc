@@ -40,6 +40,7 @@ EngineConfig MakeEngineConfig(const ServerConfig& config, const ModelConfig& mod
   engine.scheduler.enable_prefix_caching = scheduling.enable_prefix_caching;
   engine.eos_token_ids.assign(model.eos_token_ids.begin(), model.eos_token_ids.end());
   engine.max_queued_requests = scheduling.max_queued_requests;
+  engine.async_scheduling = scheduling.async_scheduling;
   return engine;
 }
 
