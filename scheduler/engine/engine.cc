@@ -69,6 +69,7 @@ void Engine::Start() {
   absl::MutexLock lock(&mu_);
   CHECK(!started_) << "Engine::Start called twice";
   started_ = true;
+  LOG(INFO) << "engine: async scheduling " << (pipeline_ != nullptr ? "on" : "off");
   thread_ = std::thread([this] { Loop(); });
 }
 
