@@ -75,6 +75,11 @@ struct SchedulingOptions {
   bool enable_prefix_caching = true;
   int max_queued_requests = 1024;
   uint64_t seed = 0;
+  // Overlapped scheduling (scheduler/engine/step_pipeline.h). The rule agreed
+  // with speculative decoding: off whenever drafts are proposed (a step with
+  // drafts returns a run of tokens of unknown length, so the next step has
+  // no single slot to fill).
+  bool async_scheduling = true;
 };
 
 // The KV cache's geometry and memory.

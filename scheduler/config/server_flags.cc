@@ -97,6 +97,11 @@ ABSL_FLAG(std::string, preemption_mode, "auto",
 ABSL_FLAG(bool, enable_prefix_caching, true,
           "Reuse the KV blocks of computed prompt prefixes (--no-enable-prefix-caching: off).");
 ABSL_FLAG(int, max_queued_requests, 1024, "Waiting requests beyond which new ones are refused.");
+ABSL_FLAG(bool, async_scheduling, true,
+          "Overlapped scheduling (vLLM's --async-scheduling, on by default here): the server "
+          "plans and sends step N + 1 while the workers run step N, and processes N's tokens "
+          "meanwhile (--no-async-scheduling: one step at a time, for debugging and comparison). "
+          "Off whenever speculative decoding is on.");
 ABSL_FLAG(uint64_t, seed, 0, "Seeds the seeds given to requests that bring none.");
 
 // KV cache.
@@ -255,6 +260,7 @@ absl::StatusOr<SchedulingOptions> ReadSchedulingFlags() {
   scheduling.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
   scheduling.max_num_batched_tokens = absl::GetFlag(FLAGS_max_num_batched_tokens);
   scheduling.enable_chunked_prefill = absl::GetFlag(FLAGS_enable_chunked_prefill);
+  scheduling.async_scheduling = absl::GetFlag(FLAGS_async_scheduling);
   scheduling.max_num_partial_prefills = absl::GetFlag(FLAGS_max_num_partial_prefills);
   scheduling.max_long_partial_prefills = absl::GetFlag(FLAGS_max_long_partial_prefills);
   scheduling.long_prefill_token_threshold = absl::GetFlag(FLAGS_long_prefill_token_threshold);
@@ -374,7 +380,7 @@ std::vector<FlagGroup> ServerFlagGroups() {
        {"max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill",
         "max_num_partial_prefills", "max_long_partial_prefills", "long_prefill_token_threshold",
         "scheduling_policy", "preemption_mode", "enable_prefix_caching", "max_queued_requests",
-        "seed"}},
+        "seed", "async_scheduling"}},
       {"KV cache",
        {"block_size", "gpu_memory_utilization", "num_gpu_blocks_override", "cpu_kv_cache_space",
         "swap_space"}},

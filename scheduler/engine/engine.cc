@@ -1,7 +1,5 @@
 #include "scheduler/engine/engine.h"
 
-#include <time.h>
-
 #include <algorithm>
 #include <optional>
 #include <utility>
@@ -34,13 +32,6 @@ google::protobuf::ArenaOptions StepArenaOptions() {
   return options;
 }
 
-// CPU seconds the calling thread has run.
-double ThreadCpuSeconds() {
-  timespec now{};
-  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now) != 0) return 0;
-  return static_cast<double>(now.tv_sec) + 1e-9 * static_cast<double>(now.tv_nsec);
-}
-
 // How often an idle engine looks at its workers' health.
 constexpr absl::Duration kWorkerCheckPeriod = absl::Milliseconds(200);
 
@@ -68,6 +59,7 @@ Engine::Engine(EngineConfig config, WorkerGroup* workers, EngineObserver* observ
                                                config_.scheduler.max_model_len,
                                                config_.scheduler.max_num_batched_tokens);
   }
+  if (config_.async_scheduling) pipeline_ = std::make_unique<StepPipeline>(workers_);
   absl::MutexLock lock(&mu_);
   totals_.num_gpu_blocks = config_.scheduler.num_gpu_blocks;
   totals_.num_cpu_blocks = config_.scheduler.num_cpu_blocks;
@@ -82,6 +74,7 @@ void Engine::Start() {
   absl::MutexLock lock(&mu_);
   CHECK(!started_) << "Engine::Start called twice";
   started_ = true;
+  LOG(INFO) << "engine: async scheduling " << (pipeline_ != nullptr ? "on" : "off");
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -184,7 +177,7 @@ void Engine::Loop() {
       // only touched by this thread, so reading them here is safe.
       auto has_work = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
         return stop_requested_ || !inbox_.empty() || !abort_inbox_.empty() ||
-               !hash_queries_.empty() || scheduler_->HasUnfinished();
+               !hash_queries_.empty() || scheduler_->HasUnfinished() || HasStepsInFlight();
       };
       // Wakes now and then even when idle, to see a dead worker (engine_recovery.cc).
       mu_.AwaitWithTimeout(absl::Condition(&has_work), kWorkerCheckPeriod);
@@ -197,10 +190,11 @@ void Engine::Loop() {
     AdmitRequests(std::move(arrived));
     ApplyAborts(aborts);
     if (stop) break;
-    if (!workers_failed_ && !workers_->Healthy() && !RecoverWorkers()) {
-      FailForGood(absl::UnavailableError(failure_reason()));
+    if (!workers_failed_ && !workers_->Healthy()) {
+      AbandonStepsInFlight();  // They fail too; recovery replans them.
+      if (!RecoverWorkers()) FailForGood(absl::UnavailableError(failure_reason()));
     }
-    if (!scheduler_->HasUnfinished()) {
+    if (!scheduler_->HasUnfinished() && !HasStepsInFlight()) {
       PublishSnapshot(nullptr);  // Aborts and refusals changed the counts.
       continue;
     }
@@ -214,6 +208,7 @@ void Engine::Loop() {
       mu_.AwaitWithTimeout(absl::Condition(&has_news), absl::Milliseconds(5));
     }
   }
+  AbandonStepsInFlight();
   FailAll(absl::UnavailableError("server is shutting down"));
   PublishSnapshot(nullptr);
 }
@@ -248,22 +243,14 @@ void Engine::ApplyAborts(const std::vector<Abort>& aborts) {
     if (it == requests_.end()) continue;  // Already finished.
     // Another request with the same id (the aborting call's own ended).
     if (abort.sink != nullptr && it->second->sink.get() != abort.sink) continue;
-    // The group is dropped here: its blocks were freed by AbortRequest.
+    // Its blocks were freed by AbortRequest; a step in flight may still
+    // hold its rows (their tokens are dropped when it answers).
     std::unique_ptr<SequenceGroup> group = scheduler_->AbortRequest(id);
     FinishRequest(id, absl::CancelledError("request cancelled"),
                   abort.why == AbortCause::kStopString ? "stop" : "abort");
+    if (group != nullptr) RetireGroup(std::move(group));
   }
 }
-
-// Clock readings of one step, for its StepRecord.
-struct Engine::StepClock {
-  double start_cpu_seconds = ThreadCpuSeconds();  // The engine thread's clock.
-  absl::Time start;
-  absl::Time scheduled;  // Schedule() returned.
-  absl::Time rpc_start;  // The plan went to the workers.
-  absl::Time rpc_end;    // Their answer came back.
-  absl::Time end;        // Outputs processed.
-};
 
 // What the workers returned for a plan, mapped onto the scheduled entries.
 struct Engine::ExecutedStep {
@@ -274,6 +261,7 @@ struct Engine::ExecutedStep {
 };
 
 bool Engine::Step() {
+  if (pipeline_ != nullptr) return StepOverlapped();  // engine_overlap.cc
   StepClock clock;
   clock.start = absl::Now();
   SchedulerOutput output = ScheduleBatch(&clock);
@@ -422,11 +410,13 @@ int Engine::StreamDeltas(const std::vector<RequestDelta>& deltas, absl::Time now
 void Engine::FinishCompletedRequests() {
   for (std::unique_ptr<SequenceGroup>& group : scheduler_->FreeFinished()) {
     auto it = requests_.find(group->request_id());
-    if (it == requests_.end()) continue;
-    it->second->record.num_preemptions = group->num_preemptions();
-    std::string reason = it->second->record.finish_reason;
-    if (reason.empty()) reason = FinishReasonOf(group->seqs().front()->status());
-    FinishRequest(group->request_id(), absl::OkStatus(), reason);
+    if (it != requests_.end()) {
+      it->second->record.num_preemptions = group->num_preemptions();
+      std::string reason = it->second->record.finish_reason;
+      if (reason.empty()) reason = FinishReasonOf(group->seqs().front()->status());
+      FinishRequest(group->request_id(), absl::OkStatus(), reason);
+    }
+    RetireGroup(std::move(group));
   }
 }
 
@@ -545,6 +535,7 @@ void Engine::PublishSnapshot(const StepRecord* step) {
     }
     totals_.last_batch_size = step->batch_size;
     totals_.num_steps += 1;
+    if (pipeline_ != nullptr) totals_.num_overlapped_steps = pipeline_->num_overlapped();
     totals_.num_preemptions_total += step->num_preempted;
     totals_.generation_tokens_total += step->num_generated_tokens;
     totals_.batched_sequences_total += step->batch_size;

@@ -27,6 +27,7 @@
 #include "scheduler/engine/sequence.h"
 #include "scheduler/engine/speculation.h"
 #include "scheduler/spec/speculative_config.h"
+#include "scheduler/engine/step_pipeline.h"
 #include "scheduler/workers/worker_group.h"
 
 namespace pagoda::scheduler {
@@ -40,6 +41,9 @@ struct EngineConfig {
   // --speculative-config (ngram): drafts for running decodes each step
   // (speculation.h). Beam search requests are then refused, as vLLM does.
   std::optional<SpeculativeConfig> speculative;
+  // Overlapped scheduling (step_pipeline.h): step N + 1 is planned and sent
+  // while the workers run step N. Off: one step at a time.
+  bool async_scheduling = true;
 };
 
 // A validated request, ready for the scheduler.
@@ -131,7 +135,19 @@ class Engine {
   // the plan made explicit: ScheduleBatch -> BuildPlan -> ExecutePlan ->
   // ProcessOutputs -> PublishStep. Returns false when there was nothing to run.
   bool Step();
-  struct StepClock;     // Clock readings of one step, for its StepRecord.
+  // Step() with overlapped scheduling (engine_overlap.cc): sends the next
+  // step, then processes the one before it while the new one runs.
+  bool StepOverlapped();
+  // Waits for the oldest step in flight and processes its tokens; on a
+  // failure abandons every step in flight and handles it (false).
+  bool FinishOldestStep();
+  // Waits for every step in flight and forgets them, undoing what was
+  // planned past them (a worker failure, shutdown).
+  void AbandonStepsInFlight();
+  bool HasStepsInFlight() const { return pipeline_ != nullptr && !pipeline_->empty(); }
+  // Drops a finished or aborted group, or keeps it until the steps in
+  // flight that may point at it have answered.
+  void RetireGroup(std::unique_ptr<SequenceGroup> group);
   struct ExecutedStep;  // The workers' result with its samples mapped.
   // Asks the scheduler for the next batch. Groups it can never schedule end
   // here (FinishIgnored), since no later step would take them either; the
@@ -204,6 +220,7 @@ class Engine {
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<OutputProcessor> output_processor_;
   std::unique_ptr<Speculator> speculator_;  // Null without --speculative-config.
+  std::unique_ptr<StepPipeline> pipeline_;  // Null without async scheduling.
   absl::flat_hash_map<std::string, std::unique_ptr<RequestState>> requests_;
   int64_t next_seq_id_ = 0;
   int64_t next_step_id_ = 0;

@@ -99,6 +99,8 @@ struct EngineSnapshot {
   int64_t kv_filled_slots = 0;
   int64_t kv_allocated_slots = 0;
   int64_t num_steps = 0;
+  // Steps sent while the previous one still ran (overlapped scheduling).
+  int64_t num_overlapped_steps = 0;
   int64_t num_preemptions_total = 0;
   int64_t prompt_tokens_total = 0;
   // Prompt tokens looked up in the prefix cache, and found there.

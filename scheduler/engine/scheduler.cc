@@ -74,6 +74,10 @@ void Scheduler::ScheduleDecodes(SchedulerOutput& output, std::vector<SequenceGro
   while (!queue.empty()) {
     std::unique_ptr<SequenceGroup> group = std::move(queue.front());
     queue.pop_front();
+    if (group->waits_for_tokens()) {  // Overlap: planned again once they are in.
+      running_.push_back(std::move(group));
+      continue;
+    }
     while (!block_manager_.CanAppendSlots(*group)) {
       // The group gives way itself when nobody else can, or when everyone
       // else is spared and it is not (vLLM would take the latest anyway).
@@ -91,6 +95,29 @@ void Scheduler::ScheduleDecodes(SchedulerOutput& output, std::vector<SequenceGro
   }
   RequeueRecomputed(recomputed);
   for (auto& group : swapped_out) swapped_.push_back(std::move(group));
+}
+
+bool Scheduler::MayPreempt() const {
+  int blocks_needed = 0;
+  for (const auto& group : running_) {
+    if (!group->waits_for_tokens()) blocks_needed += block_manager_.BlocksToAppendSlots(*group);
+  }
+  if (blocks_needed > block_manager_.num_free_gpu_blocks()) return true;
+  if (!order_.by_priority() || waiting_.empty() || running_.empty()) return false;
+  // PreemptForPriority's first test, without sorting the queues.
+  const SequenceGroup* best = waiting_.front().get();
+  for (const auto& group : waiting_) {
+    if (order_.Outranks(*group, *best)) best = group.get();
+  }
+  const SequenceGroup* worst = running_.front().get();
+  for (const auto& group : running_) {
+    if (order_.Outranks(*worst, *group)) worst = group.get();
+  }
+  if (!order_.Outranks(*best, *worst)) return false;
+  const AllocStatus fits = CheckAdmissible(*best);
+  if (fits == AllocStatus::kNever) return false;
+  return fits != AllocStatus::kOk ||
+         NumRunningSeqs() + group_counts::SeatsOnceRunning(*best) > config_.max_num_seqs;
 }
 
 void Scheduler::RequeueRecomputed(GroupList& recomputed) {

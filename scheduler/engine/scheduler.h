@@ -104,6 +104,13 @@ class Scheduler {
 
   SchedulerOutput Schedule();
 
+  // Overlapped scheduling: whether the next Schedule() may preempt a running
+  // group, because its decodes need more blocks than are free or, under
+  // priority, a waiting group it cannot admit outranks a running one. A step
+  // planned while another is in flight must preempt nobody (the tokens in
+  // flight are not known yet), so the engine waits for that step first.
+  bool MayPreempt() const;
+
   // After the step's tokens were appended and stop checks ran: frees the
   // blocks of finished sequences and removes finished groups from the running
   // queue, returning them to the caller.

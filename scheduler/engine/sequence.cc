@@ -34,12 +34,27 @@ int32_t Sequence::token_at(int i) const {
 }
 
 void Sequence::AppendToken(GeneratedToken token) {
+  DCHECK(!has_pending_token_) << "sequence " << seq_id_ << ": a token after a placeholder";
   cumulative_logprob_ += token.logprob;
   output_.push_back(std::move(token));
 }
 
+void Sequence::AppendPlaceholder() {
+  CHECK(!has_pending_token_) << "sequence " << seq_id_ << " has a token in flight already";
+  output_.push_back(GeneratedToken{kPlaceholderToken, 0.0f, {}});
+  has_pending_token_ = true;
+}
+
+void Sequence::RemovePlaceholder() {
+  CHECK(has_pending_token_) << "sequence " << seq_id_ << " has no token in flight";
+  output_.pop_back();
+  has_pending_token_ = false;
+}
+
 const absl::flat_hash_map<int32_t, int32_t>& Sequence::output_token_counts() const {
-  for (; num_counted_output_tokens_ < output_.size(); ++num_counted_output_tokens_) {
+  // The placeholder is never counted: the server does not know its token.
+  const size_t known = output_.size() - (has_pending_token_ ? 1 : 0);
+  for (; num_counted_output_tokens_ < known; ++num_counted_output_tokens_) {
     ++output_token_counts_[output_[num_counted_output_tokens_].token_id];
   }
   return output_token_counts_;

@@ -82,6 +82,18 @@ class Sequence final : public KvSequence {
 
   void AppendToken(GeneratedToken token);
 
+  // Overlapped scheduling (step_pipeline.h): the token a step in flight
+  // samples, not yet known here. Its slot counts in length() and
+  // num_output_tokens(), so the next step is planned as if it had arrived;
+  // token_at() reads kPlaceholderToken there, and output_token_counts()
+  // leaves it out (the worker counts it). At most one at a time.
+  static constexpr int32_t kPlaceholderToken = 0;
+  void AppendPlaceholder();
+  // Takes the placeholder out again, before its real token is appended
+  // (AppendToken) or when the step that samples it is abandoned.
+  void RemovePlaceholder();
+  bool has_pending_token() const { return has_pending_token_; }
+
   // A copy of this sequence (tokens, logprobs, computed count, status,
   // constraint matcher) under a new id, for parallel sampling and beam
   // search. Blocks are not copied: the caller forks them with
@@ -112,6 +124,7 @@ class Sequence final : public KvSequence {
   double cumulative_logprob_ = 0.0;
   int num_computed_tokens_ = 0;
   int num_lookahead_slots_ = 0;
+  bool has_pending_token_ = false;
   SequenceStatus status_ = SequenceStatus::kWaiting;
   ConstraintState constraint_state_;
 };
@@ -171,6 +184,13 @@ class SequenceGroup final : public KvSequenceGroup {
   }
   void MarkProgress() { ++steps_since_preemption_; }
   int num_preemptions() const { return num_preemptions_; }
+
+  // Overlapped scheduling: the group's last step is in flight and its next
+  // one needs that step's tokens on the server first (a fork, beam search,
+  // a grammar, its last token), so the scheduler leaves it out of the step
+  // planned meanwhile (step_pipeline.h).
+  bool waits_for_tokens() const { return waits_for_tokens_; }
+  void set_waits_for_tokens(bool waits) { waits_for_tokens_ = waits; }
   // Preempted, and has not run `min_steps` steps since: preempting it again
   // now would throw away the work just redone to resume it.
   bool RecentlyPreempted(int min_steps) const {
@@ -189,6 +209,7 @@ class SequenceGroup final : public KvSequenceGroup {
   int priority_ = 0;
   int num_preemptions_ = 0;
   int steps_since_preemption_ = 0;
+  bool waits_for_tokens_ = false;
 };
 
 }  // namespace pagoda::scheduler

@@ -202,6 +202,10 @@ BlockManager::Growth BlockManager::GrowthOf(const KvSequence& seq,
 }
 
 bool BlockManager::CanAppendSlots(const KvSequenceGroup& group) const {
+  return BlocksToAppendSlots(group) <= gpu_.num_free();
+}
+
+int BlockManager::BlocksToAppendSlots(const KvSequenceGroup& group) const {
   int may_need = 0;
   for (const KvSequence* seq : group.SequencesIn(KvPhase::kRunning)) {
     auto it = tables_.find(seq->seq_id());
@@ -209,7 +213,7 @@ bool BlockManager::CanAppendSlots(const KvSequenceGroup& group) const {
     const Growth growth = GrowthOf(*seq, it->second.blocks);
     may_need += growth.new_blocks + (growth.copy_on_write ? 1 : 0);
   }
-  return may_need <= gpu_.num_free();
+  return may_need;
 }
 
 absl::StatusOr<std::optional<BlockMove>> BlockManager::AppendSlots(const KvSequence& seq) {

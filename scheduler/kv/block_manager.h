@@ -108,6 +108,8 @@ class BlockManager {
   // preempts needlessly when the cache is full but no block is needed.)
   // Call it after the step's sampled tokens were appended to the sequences.
   bool CanAppendSlots(const KvSequenceGroup& group) const;
+  // The free blocks that growth would take (what CanAppendSlots weighs).
+  int BlocksToAppendSlots(const KvSequenceGroup& group) const;
   // Extends seq's GPU table to cover seq.length() tokens plus its lookahead
   // slots. If the block that receives the new token is shared, copies it on write and returns the
   // (src, dst) pair the workers must copy before the forward pass.

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -96,7 +97,7 @@ class EngineTest : public ::testing::Test {
 
   // Builds workers with `num_blocks` KV blocks and an engine over them.
   void StartEngine(int num_blocks, int max_queued_requests = 1024, bool start = true,
-                   int max_num_seqs = 64) {
+                   int max_num_seqs = 64, bool async_scheduling = true) {
     workers_ = std::make_unique<InProcessWorkerGroup>(pagoda::worker::CreateCpuModelRunner());
     hooked_ = std::make_unique<HookedWorkers>(workers_.get());
     pagoda::worker::v1::LoadModelRequest load;
@@ -119,6 +120,7 @@ class EngineTest : public ::testing::Test {
     config.scheduler.max_model_len = 256;
     config.eos_token_ids = {2};
     config.max_queued_requests = max_queued_requests;
+    config.async_scheduling = async_scheduling;
     engine_ = std::make_unique<Engine>(config, hooked_.get(), nullptr);
     if (start) engine_->Start();
   }
@@ -224,6 +226,93 @@ TEST_F(EngineTest, ConcurrentRequestsGiveTheirSoloTokens) {
   ASSERT_TRUE(engine_->WaitUntilIdle(absl::Seconds(5)));
   EXPECT_EQ(engine_->snapshot().free_gpu_blocks, 96);
   EXPECT_GT(engine_->snapshot().batched_sequences_total, engine_->snapshot().num_steps);
+}
+
+// Overlapped scheduling against one step at a time, on requests that touch
+// every path it changes: seeded sampling with penalties (the worker counts
+// the token in flight), min_tokens and stop ids (requests that end while
+// their next step is in flight), n = 2 (the fork waits for its token),
+// logprobs, and a cache small enough to preempt (steps that may preempt
+// wait for the step in flight). Same tokens either way, and the steps
+// really overlapped.
+TEST_F(EngineTest, OverlappedStepsGiveTheTokensOfStepsOneAtATime) {
+  constexpr int kRequests = 12;
+  constexpr int kBlocks = 40;
+  struct Run {
+    std::vector<std::map<int, CollectingSink::SequenceOutput>> outputs;
+    EngineSnapshot snapshot;
+  };
+  auto run = [&](bool async_scheduling, Run* result) {
+    StartEngine(kBlocks, 1024, true, 64, async_scheduling);
+    auto all_queued = std::make_shared<absl::Notification>();
+    hooked_->set_before_step(
+        [all_queued] { all_queued->WaitForNotificationWithTimeout(absl::Seconds(20)); });
+    std::vector<std::shared_ptr<CollectingSink>> sinks;
+    for (int i = 0; i < kRequests; ++i) {
+      auto sink = std::make_shared<CollectingSink>();
+      EngineRequest request;
+      request.request_id = absl::StrCat("r", i);
+      request.prompt_token_ids = Prompt(3 + 4 * i, i);
+      request.sampling.seed = 100 + i;
+      request.sampling.temperature = i % 3 == 0 ? 0.0f : 0.9f;
+      request.sampling.num_logprobs = i % 2;
+      request.stopping.max_tokens = 8 + (i * 5) % 13;
+      request.stopping.ignore_eos = true;
+      if (i % 4 == 1) {
+        request.sampling.presence_penalty = 0.5f;
+        request.sampling.frequency_penalty = 0.3f;
+        request.sampling.repetition_penalty = 1.3f;
+      } else if (i % 4 == 2) {
+        request.stopping.ignore_eos = false;
+        request.stopping.min_tokens = 3;
+        for (int32_t id = 3; id < kVocab; id += 9) request.stopping.stop_token_ids.push_back(id);
+      } else if (i % 4 == 3) {
+        request.sampling.n = 2;
+        request.sampling.best_of = 2;
+      }
+      request.sink = sink;
+      ASSERT_TRUE(engine_->AddRequest(std::move(request)).ok());
+      sinks.push_back(sink);
+    }
+    all_queued->Notify();
+    for (const auto& sink : sinks) {
+      ASSERT_TRUE(sink->WaitFinished());
+      EXPECT_TRUE(sink->status().ok()) << sink->status();
+      result->outputs.push_back(sink->sequences());
+    }
+    ASSERT_TRUE(engine_->WaitUntilIdle(absl::Seconds(5)));
+    result->snapshot = engine_->snapshot();
+    EXPECT_EQ(result->snapshot.free_gpu_blocks, kBlocks);
+    engine_.reset();
+  };
+  Run one_at_a_time;
+  ASSERT_NO_FATAL_FAILURE(run(false, &one_at_a_time));
+  Run overlapped;
+  ASSERT_NO_FATAL_FAILURE(run(true, &overlapped));
+  EXPECT_EQ(one_at_a_time.snapshot.num_overlapped_steps, 0);
+  EXPECT_GT(overlapped.snapshot.num_overlapped_steps, overlapped.snapshot.num_steps / 4);
+  EXPECT_GT(overlapped.snapshot.num_preemptions_total, 0);
+  EXPECT_EQ(overlapped.snapshot.generation_tokens_total,
+            one_at_a_time.snapshot.generation_tokens_total);
+  int stopped_early = 0;
+  for (int i = 0; i < kRequests; ++i) {
+    const auto& want = one_at_a_time.outputs[i];
+    const auto& got = overlapped.outputs[i];
+    ASSERT_EQ(got.size(), want.size()) << "request " << i;
+    for (const auto& [index, seq] : want) {
+      const auto& other = got.at(index);
+      EXPECT_EQ(other.status, seq.status) << "request " << i << " sequence " << index;
+      ASSERT_EQ(other.tokens.size(), seq.tokens.size()) << "request " << i << " seq " << index;
+      for (size_t t = 0; t < seq.tokens.size(); ++t) {
+        EXPECT_EQ(other.tokens[t].token_id, seq.tokens[t].token_id)
+            << "request " << i << " token " << t;
+        EXPECT_NEAR(other.tokens[t].logprob, seq.tokens[t].logprob, 1e-4) << "request " << i;
+        EXPECT_EQ(other.tokens[t].top.size(), seq.tokens[t].top.size()) << "request " << i;
+      }
+      if (seq.status == SequenceStatus::kFinishedStopped) ++stopped_early;
+    }
+  }
+  EXPECT_GT(stopped_early, 0);  // Some ended while their next step was in flight.
 }
 
 TEST_F(EngineTest, AbortFreesBlocksAndReportsCancelled) {

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Overlapped scheduling (issue 47), on against off in the same run: a
+# host-bound model (one layer, hidden 64, vocab 256, f32) on a CPU worker of
+# one thread, --max-num-seqs 1024 --max-num-batched-tokens 16384, and
+# pagoda-bench's offline ShareGPT-like trace. Each mode gets a fresh server;
+# prints pagoda-bench's table for each, the ratio of output tokens/s, and the
+# worker's pagoda_worker_idle_between_steps_seconds histogram for each (the
+# worker serves /metrics through a wrapper that adds --metrics-port).
+#   BUILD_DIR=build REQUESTS=3000 CONCURRENCY=1000 bench/server/bench_async_scheduling.sh
+# Extra arguments go to both servers.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+BUILD_DIR=${BUILD_DIR:-build}
+BIN="$(cd "$BUILD_DIR/bin" && pwd)"
+REQUESTS=${REQUESTS:-3000}
+CONCURRENCY=${CONCURRENCY:-1000}
+PYTHON3=/usr/bin/python3
+WORK=$(mktemp -d)
+source scripts/server_harness.sh
+
+"$PYTHON3" scripts/make_tiny_model.py --out "$WORK/model" --vocab-size 256 --hidden-size 64 \
+  --intermediate-size 128 --num-layers 1 --num-heads 4 --num-kv-heads 4 \
+  --max-position-embeddings 2048 --dtype f32 > /dev/null
+# The spawned worker with its own /metrics, which it names in its log.
+cat > "$WORK/worker.sh" <<WRAPPER
+#!/bin/sh
+exec "$BIN/pagoda-worker" --metrics-port=-1 "\$@"
+WRAPPER
+chmod +x "$WORK/worker.sh"
+
+# Prints the idle histogram of the worker that served the last run.
+idle_histogram() {
+  local address
+  address=$(grep -o 'metrics on [0-9.]*:[0-9]*' "$WORK/server.log" | tail -1 | awk '{print $3}')
+  if [ -z "$address" ]; then
+    echo "  (the worker did not report a /metrics address)"
+    return
+  fi
+  curl -s "http://$address/metrics" | "$PYTHON3" -c '
+import sys
+buckets, total, count = [], 0.0, 0
+for line in sys.stdin:
+    if not line.startswith("pagoda_worker_idle_between_steps_seconds"):
+        continue
+    name, value = line.rsplit(" ", 1)
+    if "_bucket" in name:
+        le = name.split("le=\"")[1].split("\"")[0]
+        buckets.append((le, int(float(value))))
+    elif name.endswith("_sum") or "_sum{" in name:
+        total = float(value)
+    elif name.endswith("_count") or "_count{" in name:
+        count = int(float(value))
+mean = total / count * 1e3 if count else 0.0
+print(f"  idle between steps: {count} gaps, mean {mean:.3f} ms, total {total:.2f} s")
+previous = 0
+for le, cumulative in buckets:
+    print(f"    le {le:>8}: {cumulative - previous:8d}")
+    previous = cumulative
+'
+}
+
+declare -A RATE
+for mode in off on; do
+  flag=--async-scheduling
+  [ "$mode" = off ] && flag=--no-async-scheduling
+  start_server "$BIN/pagoda-server" --model "$WORK/model" --max-model-len 2048 \
+    --worker-binary "$WORK/worker.sh" --cpu-threads 1 --max-num-seqs 1024 \
+    --max-num-batched-tokens 16384 --cpu-kv-cache-space 4 "$flag" "$@"
+  echo "== async scheduling $mode ($flag)"
+  "$BIN/pagoda-bench" --server "127.0.0.1:$PORT" --trace sharegpt \
+    --trace-requests "$REQUESTS" --concurrency "$CONCURRENCY" --warmup 1 | tee "$WORK/bench_$mode.txt"
+  RATE[$mode]=$(awk '$1 ~ /^[0-9]+$/ && NF >= 6 {rate = $6} END {print rate}' "$WORK/bench_$mode.txt")
+  idle_histogram
+  stop_server
+done
+"$PYTHON3" -c "
+on, off = float('${RATE[on]}'), float('${RATE[off]}')
+print(f'output tokens/s: on {on:.0f}, off {off:.0f}, ratio on/off {on / off:.2f}x')"

@@ -1,0 +1,99 @@
+// The Engine's part of overlapped scheduling (step_pipeline.h has the
+// cycle and the state changes): one step in flight while the next is
+// planned and sent, the previous step's tokens processed while the workers
+// run the new one. Kept apart from engine.cc, whose schedule, output and
+// publishing calls it reuses.
+//
+// Why the tokens are those of one step at a time: every row runs with the
+// inputs, positions, block table and sample_index it would have had one
+// step later (the placeholder becomes the token the worker sampled), the
+// worker counts the placeholder in its penalties, and no row whose plan
+// needs a token the server lacks is sent (groups that need it sit out a
+// step; steps that may preempt wait until nothing is in flight). Tokens of
+// sequences that finished meanwhile are dropped unread.
+
+#include <memory>
+#include <utility>
+
+#include "glog/logging.h"
+#include "scheduler/engine/engine.h"
+#include "scheduler/engine/step_plan.h"
+
+namespace pagoda::scheduler {
+
+bool Engine::StepOverlapped() {
+  StepClock clock;
+  clock.start = absl::Now();
+  // Preemption needs every token in: the step it may preempt in waits.
+  if (HasStepsInFlight() && scheduler_->MayPreempt() && !FinishOldestStep()) return true;
+  SchedulerOutput output = ScheduleBatch(&clock);
+  if (output.empty()) {
+    if (HasStepsInFlight()) {
+      FinishOldestStep();
+      return true;
+    }
+    PublishSnapshot(nullptr);
+    return !output.ignored.empty();
+  }
+  auto step = std::make_unique<InFlightStep>(std::move(output));
+  step->clock = clock;
+  step->plan = google::protobuf::Arena::CreateMessage<pagoda::worker::v1::StepPlan>(&step->arena);
+  BuildStepPlanInto(next_step_id_++, step->output, scheduler_->block_manager(),
+                    config_.eos_token_ids, step->plan);
+  MarkPlaceholders(step->output, step->plan);
+  StepMaskSource masks;
+  if (PromisesTokenMasks(*step->plan)) {
+    // Built here, on the engine thread that owns the sequences, while the
+    // workers still run the step before (the source only hands them over).
+    auto built = std::make_shared<pagoda::worker::v1::StepMasks>(
+        BuildStepMasks(*step->plan, step->output, config_.eos_token_ids));
+    masks = [built] { return *built; };
+  }
+  step->clock.rpc_start = absl::Now();
+  InFlightStep* sent = pipeline_->Send(std::move(step), std::move(masks));
+  if (pipeline_->size() > 1 && !FinishOldestStep()) return true;
+  AdvancePastStep(sent->output, config_.scheduler.max_model_len);
+  return true;
+}
+
+bool Engine::FinishOldestStep() {
+  auto [step, result] = pipeline_->WaitOldest();
+  step->clock.rpc_end = absl::Now();
+  absl::StatusOr<std::vector<GeneratedToken>> sampled;
+  absl::StatusOr<std::vector<StepPromptLogprobs>> prompt_logprobs;
+  absl::Status failed = result.status();
+  if (failed.ok()) {
+    sampled = ExtractSampledTokens(*result, step->output);
+    prompt_logprobs = ExtractPromptLogprobs(*result, *step->plan, step->output);
+    failed = !sampled.ok() ? sampled.status() : prompt_logprobs.status();
+  }
+  if (!failed.ok()) {
+    AbandonStep(step->output);
+    AbandonStepsInFlight();
+    HandleStepFailure(step->plan->step_id(), failed);
+    PublishSnapshot(nullptr);
+    return false;
+  }
+  for (StepPromptLogprobs& scored : *prompt_logprobs) {
+    if (scored.group->IsFinished()) continue;  // Cancelled meanwhile.
+    scored.group->AddPromptLogprobs(scored.first_position, std::move(scored.entries));
+  }
+  LiveStep live = TakeLiveEntries(step->output, *std::move(sampled));
+  const int generated = ProcessOutputs(live.output, live.sampled);
+  step->clock.end = absl::Now();
+  PublishStep(step->plan->step_id(), step->output, *result, generated, step->clock);
+  return true;
+}
+
+void Engine::AbandonStepsInFlight() {
+  while (HasStepsInFlight()) {
+    auto [step, result] = pipeline_->WaitOldest();
+    AbandonStep(step->output);
+  }
+}
+
+void Engine::RetireGroup(std::unique_ptr<SequenceGroup> group) {
+  if (pipeline_ != nullptr) pipeline_->Retire(std::move(group));
+}
+
+}  // namespace pagoda::scheduler
