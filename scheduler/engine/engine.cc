@@ -59,7 +59,11 @@ Engine::Engine(EngineConfig config, WorkerGroup* workers, EngineObserver* observ
                                                config_.scheduler.max_model_len,
                                                config_.scheduler.max_num_batched_tokens);
   }
-  if (config_.async_scheduling) pipeline_ = std::make_unique<StepPipeline>(workers_);
+  // Speculation and overlap do not run together (docs/extension-points.md):
+  // each step's drafts come from the tokens the previous step returned.
+  if (config_.async_scheduling && speculator_ == nullptr) {
+    pipeline_ = std::make_unique<StepPipeline>(workers_);
+  }
   absl::MutexLock lock(&mu_);
   totals_.num_gpu_blocks = config_.scheduler.num_gpu_blocks;
   totals_.num_cpu_blocks = config_.scheduler.num_cpu_blocks;
@@ -280,7 +284,8 @@ bool Engine::Step() {
   for (StepPromptLogprobs& scored : executed->prompt_logprobs) {
     scored.group->AddPromptLogprobs(scored.first_position, std::move(scored.entries));
   }
-  const int generated = ProcessOutputs(output, *executed);
+  const int generated = ProcessOutputs(
+      output, executed->sampled, speculator_ != nullptr ? &executed->accepted_drafts : nullptr);
   clock.end = absl::Now();
   PublishStep(plan.step_id(), output, executed->result, generated, clock);
   return true;
@@ -370,15 +375,16 @@ void Engine::HandleStepFailure(int64_t step_id, const absl::Status& status) {
           /*include_queued=*/false);
 }
 
-int Engine::ProcessOutputs(const SchedulerOutput& output, const ExecutedStep& executed) {
+int Engine::ProcessOutputs(const SchedulerOutput& output,
+                           const std::vector<GeneratedToken>& sampled,
+                           const std::vector<std::vector<GeneratedToken>>* accepted_drafts) {
   // Prompt tokens computed this step (read before Process grows the sequences).
   for (const ScheduledSequence& scheduled : output.scheduled) {
     const int prompt_left = scheduled.seq->num_prompt_tokens() - scheduled.start_position;
     if (prompt_left > 0) totals_.prompt_tokens_total += std::min(prompt_left, scheduled.num_tokens);
   }
   const absl::Time now = absl::Now();
-  std::vector<RequestDelta> deltas = output_processor_->Process(
-      output, executed.sampled, speculator_ != nullptr ? &executed.accepted_drafts : nullptr);
+  std::vector<RequestDelta> deltas = output_processor_->Process(output, sampled, accepted_drafts);
   scheduler_->CommitComputedBlocks(output);
   if (speculator_ != nullptr) speculator_->ReleaseRejectedSlots(output, scheduler_->block_manager());
   const int generated = StreamDeltas(deltas, now);

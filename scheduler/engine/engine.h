@@ -173,7 +173,10 @@ class Engine {
   // Appends the sampled tokens (and accepted drafts before them: stop
   // checks, forks, beams), streams each request's new tokens and ends the
   // requests that finished. Returns the number of tokens generated.
-  int ProcessOutputs(const SchedulerOutput& output, const ExecutedStep& executed);
+  // `accepted_drafts`: per sampled token, the drafts accepted before it
+  // (null without speculation, which never runs overlapped).
+  int ProcessOutputs(const SchedulerOutput& output, const std::vector<GeneratedToken>& sampled,
+                     const std::vector<std::vector<GeneratedToken>>* accepted_drafts);
   // Hands each request its new tokens and records when its first one came
   // (`now`). Returns the number of tokens in `deltas`.
   int StreamDeltas(const std::vector<RequestDelta>& deltas, absl::Time now);

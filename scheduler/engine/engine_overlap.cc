@@ -79,7 +79,7 @@ bool Engine::FinishOldestStep() {
     scored.group->AddPromptLogprobs(scored.first_position, std::move(scored.entries));
   }
   LiveStep live = TakeLiveEntries(step->output, *std::move(sampled));
-  const int generated = ProcessOutputs(live.output, live.sampled);
+  const int generated = ProcessOutputs(live.output, live.sampled, /*accepted_drafts=*/nullptr);
   step->clock.end = absl::Now();
   PublishStep(step->plan->step_id(), step->output, *result, generated, step->clock);
   return true;

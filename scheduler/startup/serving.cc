@@ -42,9 +42,7 @@ EngineConfig MakeEngineConfig(const ServerConfig& config, const ModelConfig& mod
   engine.eos_token_ids.assign(model.eos_token_ids.begin(), model.eos_token_ids.end());
   engine.max_queued_requests = scheduling.max_queued_requests;
   engine.speculative = config.speculative;
-  // Speculation and overlap do not run together (docs/extension-points.md):
-  // each step's drafts come from the tokens the previous step returned.
-  engine.async_scheduling = scheduling.async_scheduling && !config.speculative.has_value();
+  engine.async_scheduling = scheduling.async_scheduling;
   return engine;
 }
 
