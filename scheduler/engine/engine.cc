@@ -23,14 +23,6 @@ namespace {
 // A gauge scraped every few seconds needs no per-step precision.
 constexpr absl::Duration kKvUsageRefresh = absl::Milliseconds(100);
 
-// A plan of a few hundred sequences is some 100 KB: blocks that size take
-// it in a handful of allocations rather than the default 8 KB steps.
-google::protobuf::ArenaOptions StepArenaOptions() {
-  google::protobuf::ArenaOptions options;
-  options.start_block_size = 16 << 10;
-  options.max_block_size = 1 << 20;
-  return options;
-}
 
 // How often an idle engine looks at its workers' health.
 constexpr absl::Duration kWorkerCheckPeriod = absl::Milliseconds(200);

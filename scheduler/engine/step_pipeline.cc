@@ -7,18 +7,11 @@
 
 #include "glog/logging.h"
 #include "scheduler/engine/constraint_mask.h"
+#include "scheduler/engine/step_plan.h"
 
 namespace pagoda::scheduler {
 namespace {
 
-// The plan holds hundreds of rows: blocks that size take it in a handful
-// of allocations rather than the default 8 KB steps.
-google::protobuf::ArenaOptions StepArenaOptions() {
-  google::protobuf::ArenaOptions options;
-  options.start_block_size = 16 << 10;
-  options.max_block_size = 1 << 20;
-  return options;
-}
 
 bool HasMultiTokenBadWord(const SamplingOptions& sampling) {
   return std::any_of(sampling.bad_words_token_ids.begin(), sampling.bad_words_token_ids.end(),

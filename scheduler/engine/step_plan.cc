@@ -229,4 +229,11 @@ absl::StatusOr<std::vector<StepPromptLogprobs>> ExtractPromptLogprobs(
   return extracted;
 }
 
+google::protobuf::ArenaOptions StepArenaOptions() {
+  google::protobuf::ArenaOptions options;
+  options.start_block_size = 16 << 10;
+  options.max_block_size = 1 << 20;
+  return options;
+}
+
 }  // namespace pagoda::scheduler

@@ -81,6 +81,11 @@ absl::StatusOr<std::vector<StepPromptLogprobs>> ExtractPromptLogprobs(
     const pagoda::worker::v1::StepResult& result, const pagoda::worker::v1::StepPlan& plan,
     const SchedulerOutput& output);
 
+// The arena options of one step's plan: a plan of a few hundred rows is some
+// 100 KB, so blocks that size take it in a handful of allocations rather
+// than the default 8 KB steps.
+google::protobuf::ArenaOptions StepArenaOptions();
+
 }  // namespace pagoda::scheduler
 
 #endif  // PAGODA_SCHEDULER_ENGINE_STEP_PLAN_H_
