@@ -3,6 +3,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "common/flag_checks.h"
 #include "nlohmann/json.hpp"
 
 namespace pagoda::lora {
@@ -125,19 +126,21 @@ absl::Status ValidateLoraOptions(LoraOptions& options) {
   if (!options.enable_lora && (!options.modules.empty() || !options.lora_dir.empty())) {
     return absl::InvalidArgumentError("--lora-modules and --lora-dir need --enable-lora");
   }
-  if (options.max_loras < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--max-loras must be at least 1, got ", options.max_loras));
-  }
-  if (options.max_lora_rank < 1 || options.max_lora_rank > kMaxLoraRankLimit) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--max-lora-rank must be in [1, ", kMaxLoraRankLimit, "], got ", options.max_lora_rank));
+  if (absl::Status status = flag_check::FirstError({
+          flag_check::Range("max-loras", options.max_loras, 1, kMaxLoraSlots),
+          flag_check::Range("max-lora-rank", options.max_lora_rank, 1, kMaxLoraRank),
+          flag_check::Range("max-cpu-loras", options.max_cpu_loras, 0, kMaxCpuLoras,
+                            "0 (= --max-loras)"),
+      });
+      !status.ok()) {
+    return status;
   }
   if (options.max_cpu_loras == 0) options.max_cpu_loras = options.max_loras;
   if (options.max_cpu_loras < options.max_loras) {
-    return absl::InvalidArgumentError(absl::StrCat("--max-cpu-loras (", options.max_cpu_loras,
-                                                   ") must be at least --max-loras (",
-                                                   options.max_loras, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-cpu-loras ", options.max_cpu_loras,
+                     " is below --max-loras: expected 0 (= --max-loras) or at least ",
+                     options.max_loras));
   }
   return absl::OkStatus();
 }

@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/lora_limits.h"
 
 namespace pagoda::lora {
 
@@ -21,7 +22,6 @@ struct LoraModuleSpec {
   bool operator==(const LoraModuleSpec&) const = default;
 };
 
-inline constexpr int kMaxLoraRankLimit = 512;  // vLLM's largest --max-lora-rank.
 inline constexpr int kMaxLoraNameBytes = 256;
 
 struct LoraOptions {

@@ -59,13 +59,16 @@ TEST(LoraOptionsTest, ValidatesAcrossFlags) {
   ASSERT_TRUE(ValidateLoraOptions(options).ok());
   EXPECT_EQ(options.max_cpu_loras, 4);
   options.max_cpu_loras = 2;
-  EXPECT_NE(ValidateLoraOptions(options).message().find("--max-cpu-loras (2)"), std::string::npos);
+  EXPECT_EQ(ValidateLoraOptions(options).message(),
+            "--max-cpu-loras 2 is below --max-loras: expected 0 (= --max-loras) or at least 4");
   options.max_cpu_loras = 8;
   options.max_lora_rank = 513;
-  EXPECT_NE(ValidateLoraOptions(options).message().find("--max-lora-rank"), std::string::npos);
+  EXPECT_EQ(ValidateLoraOptions(options).message(),
+            "--max-lora-rank 513 is out of range: expected 1 to 512");
   options.max_lora_rank = 64;
   options.max_loras = 0;
-  EXPECT_NE(ValidateLoraOptions(options).message().find("--max-loras"), std::string::npos);
+  EXPECT_EQ(ValidateLoraOptions(options).message(),
+            "--max-loras 0 is out of range: expected 1 to 1024");
 }
 
 }  // namespace

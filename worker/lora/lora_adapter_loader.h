@@ -12,16 +12,13 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/lora_limits.h"
 #include "common/model_config.h"
 #include "common/tensor_parallel_plan.h"
 #include "worker/lora/lora_slots.h"
 
 namespace pagoda::worker {
 
-// Far above any deployment's --max-loras (vLLM's own tests use a few dozen);
-// bounds a hostile LoadModelRequest. Empty slots cost a pointer each.
-inline constexpr int kMaxLoraSlots = 1024;
-inline constexpr int kMaxLoraRank = 512;  // vLLM's largest --max-lora-rank.
 // Longest adapter path a request may carry (Linux's PATH_MAX).
 inline constexpr size_t kMaxLoraPathBytes = 4096;
 

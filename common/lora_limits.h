@@ -1,0 +1,22 @@
+#ifndef PAGODA_COMMON_LORA_LIMITS_H_
+#define PAGODA_COMMON_LORA_LIMITS_H_
+
+// The bounds of LoRA serving that the server checks at start (its flags)
+// and the worker checks again at load (LoadModelRequest, LoadLoraAdapter):
+// one definition for both sides.
+
+namespace pagoda {
+
+// Adapter slots a worker holds (--max-loras): far above any deployment's
+// (vLLM's own tests use a few dozen); bounds a hostile LoadModelRequest.
+// Empty slots cost a pointer each.
+inline constexpr int kMaxLoraSlots = 1024;
+// vLLM's largest --max-lora-rank.
+inline constexpr int kMaxLoraRank = 512;
+// Adapters the server keeps in host memory (--max-cpu-loras): a bound that
+// keeps a typo from asking for millions.
+inline constexpr int kMaxCpuLoras = 1 << 16;
+
+}  // namespace pagoda
+
+#endif  // PAGODA_COMMON_LORA_LIMITS_H_
