@@ -12,7 +12,7 @@
    folder (PRODUCT_ROOTS): they live in bench/ and tests/. Product code
    includes neither bench/ nor tests/.
 4. File length: no product file (tests, device kernels and generated code
-   aside) is longer than MAX_FILE_LINES, except those in OVERSIZE_ALLOWED.
+   aside) is longer than MAX_FILE_LINES.
 5. Flags: in the server, only scheduler/config/server_flags.cc defines or
    reads a command-line flag (ABSL_FLAG, absl::GetFlag); everything else
    takes the checked ServerConfig. In the worker, only worker/worker_flags.cc
@@ -35,14 +35,6 @@ MAX_FUNCTION_LINES = 60
 MAX_FILE_LINES = 600
 SOURCE_SUFFIXES = (".h", ".cc", ".cu", ".cuh")
 PRODUCT_ROOTS = ("common", "text", "wire", "scheduler", "worker", "kernels", "cli")
-
-# Product files over MAX_FILE_LINES when the rule came in (issue 43, part 4),
-# each to be split by responsibility (issue 43, part 5). The rule holds for
-# every other file, new ones included; a listed file that is split (or gone)
-# must leave this list, so the list only ever shrinks.
-OVERSIZE_ALLOWED = frozenset([
-    "scheduler/workers/grpc_worker_group.cc",  # issue 43: 684 lines
-])
 
 # Include cycles between units of one room when the rule came in (issue 43,
 # part 5), outside scheduler/api/, each to be broken by a header of its own.
@@ -200,11 +192,9 @@ def check_file_lengths(repo, files):
         if is_generated(text):
             continue
         lines = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
-        if lines > MAX_FILE_LINES and path not in OVERSIZE_ALLOWED:
+        if lines > MAX_FILE_LINES:
             problems.append(f"{path}: {lines} lines (at most {MAX_FILE_LINES}; split it by "
                             f"responsibility)")
-        if path in OVERSIZE_ALLOWED and lines <= MAX_FILE_LINES:
-            problems.append(f"{path}: {lines} lines now: remove it from OVERSIZE_ALLOWED")
     return problems
 
 
@@ -359,9 +349,8 @@ def main():
     flags_files = " and ".join(f for _, f, _ in FLAGS_FILES)
     print(f"check_layout: {len(files)} files, no forbidden arrow, no benchmark or test "
           f"helper in a product folder, no flag read outside {flags_files}, no header "
-          f"without a leading comment, no include cycle in a room; {measured} measured, no function over "
-          f"{MAX_FUNCTION_LINES} lines, no file over {MAX_FILE_LINES} but the "
-          f"{len(OVERSIZE_ALLOWED)} allowed (issue 43)")
+          f"without a leading comment, no include cycle in a room; {measured} measured, no "
+          f"function over {MAX_FUNCTION_LINES} lines, no product file over {MAX_FILE_LINES}")
     return 0
 
 
