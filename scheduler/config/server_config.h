@@ -20,8 +20,8 @@
 #include "absl/status/status.h"
 #include "common/model_config.h"
 #include "scheduler/engine/scheduler.h"
-#include "scheduler/spec/speculative_config.h"
 #include "scheduler/lora/lora_options.h"
+#include "scheduler/spec/speculative_config.h"
 
 namespace pagoda::scheduler {
 
@@ -75,10 +75,10 @@ struct SchedulingOptions {
   bool enable_prefix_caching = true;
   int max_queued_requests = 1024;
   uint64_t seed = 0;
-  // Overlapped scheduling (scheduler/engine/step_pipeline.h). The rule agreed
-  // with speculative decoding: off whenever drafts are proposed (a step with
-  // drafts returns a run of tokens of unknown length, so the next step has
-  // no single slot to fill).
+  // Overlapped scheduling (scheduler/engine/step_pipeline.h). The engine
+  // runs without it whenever drafts are proposed (a step with drafts returns
+  // a run of tokens of unknown length, so the next step has no single slot
+  // to fill).
   bool async_scheduling = true;
 };
 

@@ -23,7 +23,6 @@ namespace {
 // A gauge scraped every few seconds needs no per-step precision.
 constexpr absl::Duration kKvUsageRefresh = absl::Milliseconds(100);
 
-
 // How often an idle engine looks at its workers' health.
 constexpr absl::Duration kWorkerCheckPeriod = absl::Milliseconds(200);
 
