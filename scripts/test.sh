@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command: installs what the build needs, builds everything (the CUDA
 # kernels too when nvcc is present) and runs every test with ctest; then the
-# sanitizer part (scripts/sanitizer_tests.sh): every fuzzer for 30 s and a
+# sanitizer part (scripts/sanitizer_tests.sh): every fuzzer for 20 s and a
 # subset of the tests under ASan+UBSan, and the threaded ones under TSan, each
 # in its own build folder (build-asan, build-tsan).
 #   BUILD_DIR=build  JOBS=$(nproc)  CTEST_ARGS="-R numerics"  scripts/test.sh
