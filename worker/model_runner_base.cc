@@ -37,6 +37,10 @@ absl::Status ModelRunnerBase::InitCache(const InitCacheRequest& request) {
   last_sampled_.Clear();  // Its tokens' KV is gone with the old cache.
   cache_ = std::make_unique<CacheEngine>(backend_.get(), CacheShape(), request.num_gpu_blocks(),
                                          request.num_cpu_blocks());
+  if (draft_ != nullptr) {
+    draft_->InitCache(block_size_, kv_cache_dtype_, request.num_gpu_blocks(),
+                      request.num_cpu_blocks());
+  }
   return OnCacheAllocated();
 }
 
@@ -44,7 +48,15 @@ absl::StatusOr<StepResult> ModelRunnerBase::ExecuteStep(const StepPlan& plan,
                                                         const StepMaskWait& wait_for_masks) {
   if (cache_ == nullptr) return absl::FailedPreconditionError("ExecuteStep before InitCache");
   UseDevice();
-  return ExecuteStepPlan(plan,
+  BatchLimits limits;  // What the draft model checks the plan against.
+  if (draft_ != nullptr) {
+    limits = cache_->Limits(model_->config().vocab_size, model_->max_positions());
+    limits.lora_slots = model_->PinLoraSlots();
+  }
+  v1::StepPlan proposed;  // Holds the plan with drafts, when the draft model proposes.
+  absl::StatusOr<const StepPlan*> verify = PlanToVerify(draft_.get(), plan, limits, &proposed);
+  if (!verify.ok()) return verify.status();
+  return ExecuteStepPlan(**verify,
                          StepExecution{.cache = cache_.get(),
                                        .backend = backend_.get(),
                                        .timed = timed_.get(),
@@ -80,10 +92,16 @@ void ModelRunnerBase::ReleaseCommunicator() {
   communicator_.reset();
 }
 
+int64_t ModelRunnerBase::BytesPerBlock() const {
+  const int64_t target = CacheShape().bytes_per_block();
+  return draft_ == nullptr ? target
+                           : target + draft_->bytes_per_block(block_size_, kv_cache_dtype_);
+}
+
 LoadModelResponse ModelRunnerBase::LoadedModelResponse(int32_t num_gpu_blocks) const {
   LoadModelResponse response;
   response.set_num_gpu_blocks(num_gpu_blocks);
-  response.set_bytes_per_block(CacheShape().bytes_per_block());
+  response.set_bytes_per_block(BytesPerBlock());
   response.set_vocab_size(model_->config().vocab_size);
   return response;
 }

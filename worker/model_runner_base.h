@@ -21,6 +21,7 @@
 #include "worker/backend.h"
 #include "worker/cache_engine.h"
 #include "worker/communicator.h"
+#include "worker/draft_model.h"
 #include "worker/flat_batch.h"
 #include "worker/last_sampled_tokens.h"
 #include "worker/llama_model.h"
@@ -63,7 +64,10 @@ class ModelRunnerBase : public ModelRunner {
   virtual void UseDevice() {}
   // Frees the KV cache and whatever points into it, before a new one is
   // allocated.
-  virtual void ReleaseCache() { cache_.reset(); }
+  virtual void ReleaseCache() {
+    cache_.reset();
+    if (draft_ != nullptr) draft_->ReleaseCache();
+  }
   // After InitCache allocated the cache (CUDA captures its graphs here).
   virtual absl::Status OnCacheAllocated() { return absl::OkStatus(); }
   // One forward pass over a flattened step: eager by default.
@@ -82,6 +86,9 @@ class ModelRunnerBase : public ModelRunner {
   // The layout of one KV block of the loaded model.
   // REQUIRES: model_ is set.
   KvCacheShape CacheShape() const { return model_->CacheShape(block_size_, kv_cache_dtype_); }
+  // Bytes one block id takes: the target's cache, and the draft model's
+  // when one is loaded (both span the same block ids).
+  int64_t BytesPerBlock() const;
 
   // LoadModel's answer: `num_gpu_blocks` blocks of CacheShape() and the
   // model's vocabulary. REQUIRES: model_ is set.
@@ -97,6 +104,9 @@ class ModelRunnerBase : public ModelRunner {
   std::unique_ptr<TimedCommunicator> timed_;  // Wraps communicator_.
   std::unique_ptr<LlamaModel> model_;
   std::unique_ptr<CacheEngine> cache_;
+  // Speculative decoding's draft model (worker/draft_model.h), on rank 0
+  // when LoadModelRequest.draft_model_dir is set; null otherwise.
+  std::unique_ptr<DraftModel> draft_;
   SampleResults samples_;  // Reused: sampling allocates nothing once warm.
   // Overlap: the previous step's sampled tokens (placeholders refer to
   // them) and the staging buffer that shares them across ranks.

@@ -101,15 +101,35 @@ class CpuModelRunner final : public ModelRunnerBase {
       LOG(INFO) << "LoRA: " << request.max_loras() << " adapter slots of rank up to "
                 << request.max_lora_rank();
     }
+    if (absl::Status status = LoadDraftModel(request, *weight_dtype); !status.ok()) return status;
     block_size_ = request.block_size();
     kv_cache_dtype_ = kv_cache_dtype->value_or(backend_->default_kv_cache_dtype());
-    // As many blocks as the memory the server gave this worker holds.
-    const int64_t blocks = request.kv_cache_memory_bytes() / CacheShape().bytes_per_block();
+    // As many blocks as the memory the server gave this worker holds (the
+    // draft model's cache takes its share of every block id).
+    const int64_t blocks = request.kv_cache_memory_bytes() / BytesPerBlock();
     return LoadedModelResponse(
         static_cast<int32_t>(std::min<int64_t>(blocks, std::numeric_limits<int32_t>::max())));
   }
 
  private:
+  // Speculative decoding's draft model, when the request names one: loaded
+  // on this (only) rank, its vocabulary the target's.
+  absl::Status LoadDraftModel(const LoadModelRequest& request, std::optional<DType> weight_dtype) {
+    if (request.draft_model_dir().empty()) return absl::OkStatus();
+    if (request.world_size() > 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("draft_model_dir with world_size ", request.world_size(),
+                       ": the draft model runs with one rank only so far"));
+    }
+    auto draft = DraftModel::Load(request.draft_model_dir(), backend_.get(),
+                                  CpuLoadOptions(request, weight_dtype), model_->config());
+    if (!draft.ok()) return draft.status();
+    draft_ = *std::move(draft);
+    LOG(INFO) << "draft model: " << draft_->weight_bytes() / (1 << 20) << " MiB, "
+              << draft_->config().num_hidden_layers << " layers";
+    return absl::OkStatus();
+  }
+
   const CpuModelRunnerOptions options_;
 };
 

@@ -62,6 +62,9 @@ absl::Status ValidateRequest(const LoadModelRequest& request) {
   if (request.max_loras() > 0) {  // docs/lora.md: the SGMV/BGMV kernels remain.
     return absl::UnimplementedError("LoRA adapters (max_loras > 0) are served on CPU only");
   }
+  if (!request.draft_model_dir().empty()) {  // docs/speculative-decoding.md.
+    return absl::UnimplementedError("a draft model (draft_model_dir) is served on CPU only");
+  }
   return absl::OkStatus();
 }
 

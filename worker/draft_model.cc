@@ -1,0 +1,215 @@
+#include "worker/draft_model.h"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/speculation_limits.h"
+#include "worker/step_execution.h"
+
+namespace pagoda::worker {
+namespace {
+
+using v1::SequenceStep;
+using v1::StepPlan;
+
+absl::Status ProposalError(const SequenceStep& step, absl::string_view problem) {
+  return absl::InvalidArgumentError(absl::StrCat("seq_id ", step.seq_id(), ": ", problem));
+}
+
+// The bounds FlattenStepPlan cannot see, checked before any proposal takes
+// room: the count, and no drafts of the server's beside it.
+absl::Status CheckProposalCounts(const StepPlan& plan) {
+  for (const SequenceStep& step : plan.sequences()) {
+    const int k = step.num_draft_proposals();
+    if (k == 0) continue;
+    if (k < 0 || k > kMaxSpeculativeTokens) {
+      return ProposalError(step, absl::StrCat("num_draft_proposals ", k, " is outside [0, ",
+                                              kMaxSpeculativeTokens, "]"));
+    }
+    if (!step.draft_token_ids().empty()) {
+      return ProposalError(step, "num_draft_proposals with draft_token_ids");
+    }
+  }
+  return absl::OkStatus();
+}
+
+// `plan` with each row's proposals as that many draft tokens 0, which the
+// passes replace: the plan FlattenStepPlan checks and the target verifies.
+StepPlan WithDraftRoom(const StepPlan& plan) {
+  StepPlan verify = plan;
+  for (SequenceStep& step : *verify.mutable_sequences()) {
+    step.mutable_draft_token_ids()->Resize(step.num_draft_proposals(), 0);
+    step.clear_num_draft_proposals();
+  }
+  return verify;
+}
+
+// Builds a draft-only batch out of rows of the verify batch, greedy and
+// without logits processing, adapters or masks: the draft only writes K/V
+// and picks argmaxes.
+class DraftBatchBuilder {
+ public:
+  explicit DraftBatchBuilder(const FlatBatch& verify) : verify_(verify) {
+    batch_.max_blocks_per_seq = verify.max_blocks_per_seq;
+    batch_.query_start = {0};
+  }
+
+  // Adds sequence `seq` of the verify batch over its rows [first, end),
+  // with `input` as the first row's token when given (>= 0), and a logits
+  // row at its last row when `wants_logits`.
+  void AddSequence(int seq, int first, int end, int32_t input, bool wants_logits) {
+    for (int row = first; row < end; ++row) {
+      batch_.input_ids.push_back(row == first && input >= 0 ? input : verify_.input_ids[row]);
+      batch_.positions.push_back(verify_.positions[row]);
+      batch_.slot_mapping.push_back(verify_.slot_mapping[row]);
+      batch_.lora_slots.push_back(0);
+    }
+    batch_.query_start.push_back(batch_.num_tokens());
+    batch_.context_lens.push_back(verify_.positions[end - 1] + 1);
+    const auto table =
+        verify_.block_tables.begin() + static_cast<ptrdiff_t>(seq) * verify_.max_blocks_per_seq;
+    batch_.block_tables.insert(batch_.block_tables.end(), table,
+                               table + verify_.max_blocks_per_seq);
+    if (wants_logits) AddGreedyLogitsRow(batch_.num_tokens() - 1);
+  }
+
+  FlatBatch Take() { return std::move(batch_); }
+
+ private:
+  void AddGreedyLogitsRow(int row) {
+    batch_.logits_indices.push_back(row);
+    batch_.sample_sequences.push_back(batch_.num_seqs() - 1);
+    batch_.temperatures.push_back(0.0f);
+    batch_.top_k.push_back(0);
+    batch_.top_p.push_back(1.0f);
+    batch_.seeds.push_back(0);
+    batch_.sample_indices.push_back(0);
+    batch_.num_logprobs.push_back(0);
+    batch_.min_p.push_back(0.0f);
+    batch_.penalties.push_back(LogitPenalties{});
+    batch_.edit_offsets.push_back(0);
+    batch_.mask_offsets.push_back(-1);
+    batch_.processed_logprobs.push_back(0);
+  }
+
+  const FlatBatch& verify_;
+  FlatBatch batch_;
+};
+
+}  // namespace
+
+bool HasDraftProposals(const StepPlan& plan) {
+  return std::any_of(plan.sequences().begin(), plan.sequences().end(),
+                     [](const SequenceStep& step) { return step.num_draft_proposals() != 0; });
+}
+
+absl::StatusOr<std::unique_ptr<DraftModel>> DraftModel::Load(const std::string& model_dir,
+                                                             Backend* backend,
+                                                             const LlamaLoadOptions& options,
+                                                             const ModelConfig& target) {
+  auto draft = std::unique_ptr<DraftModel>(new DraftModel());
+  draft->backend_ = backend;
+  draft->single_rank_ = CreateSingleRankCommunicator();
+  LlamaLoadOptions draft_options = options;
+  draft_options.max_loras = 0;
+  draft_options.max_lora_rank = 0;
+  auto model = LlamaModel::Load(model_dir, backend, draft->single_rank_.get(), draft_options);
+  if (!model.ok()) {
+    return absl::Status(model.status().code(),
+                        absl::StrCat("draft model: ", model.status().message()));
+  }
+  draft->model_ = *std::move(model);
+  if (draft->config().vocab_size != target.vocab_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the draft model's vocab_size ", draft->config().vocab_size,
+                     " differs from the target's ", target.vocab_size));
+  }
+  return draft;
+}
+
+DraftModel::~DraftModel() = default;
+
+void DraftModel::InitCache(int block_size, DType dtype, int num_gpu_blocks, int num_cpu_blocks) {
+  cache_.reset();  // Free the old cache before allocating the new one.
+  cache_ = std::make_unique<CacheEngine>(backend_, model_->CacheShape(block_size, dtype),
+                                         num_gpu_blocks, num_cpu_blocks);
+}
+
+absl::StatusOr<const StepPlan*> DraftModel::Propose(const StepPlan& plan, BatchLimits limits,
+                                                    StepPlan* storage) {
+  if (absl::Status counts = CheckProposalCounts(plan); !counts.ok()) return counts;
+  const bool proposes = HasDraftProposals(plan);
+  if (proposes) *storage = WithDraftRoom(plan);
+  const StepPlan& verify = proposes ? *storage : plan;
+  // The draft's rotary table bounds the positions too.
+  limits.max_positions = std::min(limits.max_positions, model_->max_positions());
+  absl::StatusOr<FlatBatch> batch = FlattenStepPlan(verify, limits);
+  if (!batch.ok()) return batch.status();
+  cache_->ApplyBlockMoves(*batch);
+  if (absl::Status status = RunPasses(plan, *batch, storage); !status.ok()) {
+    return AsWorkerFault(status);
+  }
+  return &verify;
+}
+
+absl::Status DraftModel::ForwardAndPick(const FlatBatch& batch) {
+  absl::StatusOr<ForwardOutput> output = model_->Forward(batch, cache_.get());
+  if (!output.ok()) return output.status();
+  if (batch.num_logits_rows() > 0) backend_->Sample(output->logits, output->sampling, &samples_);
+  return backend_->status();
+}
+
+absl::Status DraftModel::RunPasses(const StepPlan& plan, const FlatBatch& batch, StepPlan* verify) {
+  if (batch.num_tokens() == 0) return absl::OkStatus();
+  // Per plan sequence (the batch's sequences, in order), the proposals asked.
+  const int num_seqs = batch.num_seqs();
+  std::vector<int> asked(num_seqs);
+  int most = 0;
+  for (int s = 0; s < num_seqs; ++s) {
+    asked[s] = plan.sequences(s).num_draft_proposals();
+    most = std::max(most, asked[s]);
+  }
+  std::vector<std::vector<int32_t>> drafts(num_seqs);
+  // Pass 0 follows every row of the plan but the proposals' room; a
+  // proposing sequence's last input row gives its first draft. Pass j feeds
+  // draft j - 1 at its own slot and (but for the last) gives draft j.
+  for (int pass = 0; pass <= most; ++pass) {
+    DraftBatchBuilder builder(batch);
+    std::vector<int> picking;  // Sequences with a logits row, in order.
+    for (int s = 0; s < num_seqs; ++s) {
+      const int room = batch.query_start[s + 1] - asked[s];  // First draft row.
+      const bool picks = pass < asked[s];
+      if (pass == 0) {
+        builder.AddSequence(s, batch.query_start[s], room, -1, picks);
+      } else if (pass <= asked[s]) {
+        const int row = room + pass - 1;
+        builder.AddSequence(s, row, row + 1, drafts[s][pass - 1], picks);
+      }
+      if (picks) picking.push_back(s);
+    }
+    if (absl::Status status = ForwardAndPick(builder.Take()); !status.ok()) return status;
+    for (size_t i = 0; i < picking.size(); ++i) {
+      drafts[picking[i]].push_back(samples_.token_ids[i]);
+    }
+  }
+  for (int s = 0; s < num_seqs; ++s) {
+    for (int i = 0; i < asked[s]; ++i)
+      verify->mutable_sequences(s)->set_draft_token_ids(i, drafts[s][i]);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<const StepPlan*> PlanToVerify(DraftModel* draft, const StepPlan& plan,
+                                             const BatchLimits& limits, StepPlan* storage) {
+  if (draft != nullptr) return draft->Propose(plan, limits, storage);
+  for (const SequenceStep& step : plan.sequences()) {
+    if (step.num_draft_proposals() != 0) {
+      return ProposalError(step, "num_draft_proposals, but this worker loaded no draft model");
+    }
+  }
+  return &plan;
+}
+
+}  // namespace pagoda::worker

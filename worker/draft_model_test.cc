@@ -1,0 +1,249 @@
+// The draft_model method through the CPU ModelRunner on tiny random Llamas:
+// rows that ask for proposals (SequenceStep.num_draft_proposals) get drafts
+// from the worker's draft model, verified in the same step, and every
+// sequence's tokens equal plain decoding's. With the target itself as the
+// draft, the acceptance is exactly what the target's own argmaxes predict,
+// which holds only if the draft's KV cache follows every verified position
+// (rejected drafts included). Refusals: proposals without a draft model,
+// out of range, beside the server's drafts; a draft of another vocabulary.
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "tests/support/runner_test_model.h"
+#include "worker/cpu/cpu_model_runner.h"
+#include "worker/model_runner.h"
+
+namespace pagoda::worker {
+namespace {
+
+using v1::LoadModelRequest;
+using v1::SamplingOptions;
+using v1::SequenceStep;
+using v1::StepPlan;
+
+constexpr int kBlockSize = 4;
+constexpr int kBlocksPerSeq = 7;  // 28 tokens: prompt 6, 17 new, 4 drafts past them.
+constexpr int kSeqs = 3;
+constexpr int kVocab = 50;
+constexpr int kNewTokens = 17;
+constexpr int kDrafts = 4;
+const std::vector<int> kPrompt = {5, 17, 3, 42, 8, 11};
+
+struct Decoded {
+  std::vector<int> tokens;
+  std::vector<int> top1;               // Per position, the most likely token (raw logits).
+  std::vector<int> accepted_per_step;  // Verify steps only.
+};
+
+class DraftModelRunnerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    target_ = new std::string(MakeRunnerTestModel("pagoda_draft_target", kVocab, /*seed=*/11));
+    other_ = new std::string(MakeRunnerTestModel("pagoda_draft_other", kVocab, /*seed=*/5));
+    small_vocab_ = new std::string(MakeRunnerTestModel("pagoda_draft_vocab", kVocab - 2, 5));
+  }
+  static void TearDownTestSuite() {
+    for (std::string* dir : {target_, other_, small_vocab_}) {
+      std::filesystem::remove_all(*dir);
+      delete dir;
+    }
+  }
+
+  static LoadModelRequest LoadRequest(const std::string& draft_dir) {
+    LoadModelRequest load;
+    load.set_model_dir(*target_ + "/model");
+    if (!draft_dir.empty()) load.set_draft_model_dir(draft_dir + "/model");
+    load.set_block_size(kBlockSize);
+    load.set_device("cpu");
+    load.set_world_size(1);
+    load.set_kv_cache_memory_bytes(int64_t{1} << 20);
+    return load;
+  }
+
+  static std::unique_ptr<ModelRunner> Runner(const std::string& draft_dir) {
+    auto runner = CreateCpuModelRunner();
+    auto loaded = runner->LoadModel(LoadRequest(draft_dir));
+    EXPECT_TRUE(loaded.ok()) << loaded.status();
+    v1::InitCacheRequest init;
+    init.set_num_gpu_blocks(kSeqs * kBlocksPerSeq);
+    init.set_num_cpu_blocks(2);
+    EXPECT_TRUE(runner->InitCache(init).ok());
+    return runner;
+  }
+
+  static SequenceStep StepFor(const SamplingOptions& base, int s, const std::vector<int>& output,
+                              int proposals) {
+    SequenceStep step;
+    step.set_seq_id(s + 1);
+    if (output.empty()) {
+      for (int t : kPrompt) step.add_token_ids((t + 3 * s) % kVocab);
+    } else {
+      step.add_token_ids(output.back());
+      step.set_start_position(static_cast<int>(kPrompt.size() + output.size()) - 1);
+    }
+    step.set_num_draft_proposals(proposals);
+    for (int b = 0; b < kBlocksPerSeq; ++b) step.add_block_table(s * kBlocksPerSeq + b);
+    step.set_do_sample(true);
+    step.set_sample_index(static_cast<int>(output.size()));
+    *step.mutable_sampling() = base;
+    std::map<int, int> counts;
+    for (int t : output) ++counts[t];
+    for (const auto& [id, count] : counts) {
+      step.mutable_sampling()->add_output_token_ids(id);
+      step.mutable_sampling()->add_output_token_counts(count);
+    }
+    return step;
+  }
+
+  // kSeqs sequences, sequence s joining at step s (its prefill beside the
+  // others' proposals), each asking for up to `k` proposals per decode.
+  static std::vector<Decoded> DecodeBatch(const std::string& draft_dir, const SamplingOptions& base,
+                                          int k) {
+    auto runner = Runner(draft_dir);
+    std::vector<Decoded> outs(kSeqs);
+    for (int step_index = 0; step_index < 100; ++step_index) {
+      StepPlan plan;
+      plan.set_step_id(step_index);
+      std::vector<int> members;
+      for (int s = 0; s < kSeqs && s <= step_index; ++s) {
+        const std::vector<int>& output = outs[s].tokens;
+        if (static_cast<int>(output.size()) >= kNewTokens) continue;
+        const int room = kNewTokens - static_cast<int>(output.size()) - 1;
+        *plan.add_sequences() = StepFor(base, s, output, output.empty() ? 0 : std::min(k, room));
+        members.push_back(s);
+      }
+      if (plan.sequences().empty()) break;
+      auto result = runner->ExecuteStep(plan);
+      EXPECT_TRUE(result.ok()) << result.status();
+      if (!result.ok()) return outs;
+      EXPECT_EQ(result->tokens_size(), static_cast<int>(members.size()));
+      for (int i = 0; i < result->tokens_size(); ++i) {
+        const v1::SampledToken& token = result->tokens(i);
+        Decoded& out = outs[members[i]];
+        const bool verify = plan.sequences(i).num_draft_proposals() > 0;
+        EXPECT_LE(token.accepted_draft_ids_size(), plan.sequences(i).num_draft_proposals());
+        for (int j = 0; j < token.accepted_draft_ids_size(); ++j) {
+          out.tokens.push_back(token.accepted_draft_ids(j));
+          out.top1.push_back(token.accepted_draft_top_size() > 0
+                                 ? token.accepted_draft_top(j * token.top_size()).token_id()
+                                 : -1);
+        }
+        out.tokens.push_back(token.token_id());
+        out.top1.push_back(token.top_size() > 0 ? token.top(0).token_id() : -1);
+        if (verify) out.accepted_per_step.push_back(token.accepted_draft_ids_size());
+      }
+    }
+    return outs;
+  }
+
+  // What a draft that is the target accepts, decoding `plain`'s tokens with
+  // k proposals per step: drafts are the target's argmaxes, kept while the
+  // drawn token equals the argmax.
+  static std::vector<int> PredictedAcceptance(const Decoded& plain, int k) {
+    std::vector<int> accepted;
+    for (int i = 1; i < kNewTokens;) {
+      const int proposals = std::min(k, kNewTokens - i - 1);
+      int a = 0;
+      while (a < proposals && plain.tokens[i + a] == plain.top1[i + a]) ++a;
+      if (proposals > 0) accepted.push_back(a);
+      i += a + 1;
+    }
+    return accepted;
+  }
+
+  static std::string* target_;
+  static std::string* other_;
+  static std::string* small_vocab_;
+};
+
+std::string* DraftModelRunnerTest::target_ = nullptr;
+std::string* DraftModelRunnerTest::other_ = nullptr;
+std::string* DraftModelRunnerTest::small_vocab_ = nullptr;
+
+SamplingOptions Seeded() {
+  SamplingOptions sampled;
+  sampled.set_temperature(1.0f);
+  sampled.set_seed(42);
+  sampled.set_num_logprobs(1);
+  return sampled;
+}
+
+TEST_F(DraftModelRunnerTest, TargetAsDraftAcceptsExactlyItsArgmaxes) {
+  SamplingOptions greedy;
+  greedy.set_num_logprobs(1);
+  for (const SamplingOptions& base : {greedy, Seeded()}) {
+    const std::vector<Decoded> plain = DecodeBatch("", base, 0);
+    const std::vector<Decoded> speculative = DecodeBatch(*target_, base, kDrafts);
+    for (int s = 0; s < kSeqs; ++s) {
+      const std::string what = absl::StrCat("temperature ", base.temperature(), " sequence ", s);
+      ASSERT_EQ(plain[s].tokens.size(), kNewTokens) << what;
+      EXPECT_EQ(speculative[s].tokens, plain[s].tokens) << what;
+      EXPECT_EQ(speculative[s].accepted_per_step, PredictedAcceptance(plain[s], kDrafts)) << what;
+    }
+  }
+  // Greedy: every draft right, 5 tokens a step; the last token is plain.
+  const std::vector<Decoded> greedy_run = DecodeBatch(*target_, greedy, kDrafts);
+  EXPECT_EQ(greedy_run[0].accepted_per_step, (std::vector<int>{4, 4, 4}));
+}
+
+TEST_F(DraftModelRunnerTest, OtherDraftKeepsPlainTokens) {
+  SamplingOptions greedy;
+  for (const SamplingOptions& base : {greedy, Seeded()}) {
+    const std::vector<Decoded> plain = DecodeBatch("", base, 0);
+    const std::vector<Decoded> speculative = DecodeBatch(*other_, base, 3);
+    for (int s = 0; s < kSeqs; ++s) {
+      EXPECT_EQ(speculative[s].tokens, plain[s].tokens) << "sequence " << s;
+      EXPECT_FALSE(speculative[s].accepted_per_step.empty());
+    }
+  }
+}
+
+TEST_F(DraftModelRunnerTest, BlocksCountBothCaches) {
+  auto plain = CreateCpuModelRunner()->LoadModel(LoadRequest(""));
+  auto with_draft = CreateCpuModelRunner()->LoadModel(LoadRequest(*other_));
+  ASSERT_TRUE(plain.ok() && with_draft.ok());
+  // Same shapes: the draft doubles the bytes of a block id.
+  EXPECT_EQ(with_draft->bytes_per_block(), 2 * plain->bytes_per_block());
+  EXPECT_EQ(with_draft->num_gpu_blocks(), plain->num_gpu_blocks() / 2);
+}
+
+TEST_F(DraftModelRunnerTest, RefusesBadProposalsAndDrafts) {
+  auto vocab = CreateCpuModelRunner()->LoadModel(LoadRequest(*small_vocab_));
+  EXPECT_EQ(vocab.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(vocab.status().message(), absl::StrCat("the draft model's vocab_size ", kVocab - 2,
+                                                   " differs from the target's ", kVocab));
+
+  auto check = [](ModelRunner& runner, SequenceStep step, const std::string& message) {
+    StepPlan plan;
+    *plan.add_sequences() = step;
+    auto result = runner.ExecuteStep(plan);
+    EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument) << message;
+    EXPECT_EQ(std::string(result.status().message()), message);
+  };
+  SequenceStep step = StepFor(SamplingOptions(), 0, {}, 2);
+  auto no_draft = Runner("");
+  check(*no_draft, step, "seq_id 1: num_draft_proposals, but this worker loaded no draft model");
+  auto runner = Runner(*other_);
+  step.set_num_draft_proposals(17);
+  check(*runner, step, "seq_id 1: num_draft_proposals 17 is outside [0, 16]");
+  step.set_num_draft_proposals(2);
+  step.add_draft_token_ids(3);
+  check(*runner, step, "seq_id 1: num_draft_proposals with draft_token_ids");
+  step.clear_draft_token_ids();
+  step.set_do_sample(false);
+  check(*runner, step, "seq_id 1: draft_token_ids on a row that does not sample");
+  step.set_do_sample(true);
+  step.mutable_block_table()->Truncate(2);  // 8 slots for 6 + 2 tokens: fits.
+  step.set_num_draft_proposals(3);
+  check(*runner, step, "seq_id 1: block_table has 2 blocks but 9 tokens need 3");
+}
+
+}  // namespace
+}  // namespace pagoda::worker
