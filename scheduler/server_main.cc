@@ -20,6 +20,7 @@
 #include "glog/logging.h"
 #include "scheduler/config/server_config.h"
 #include "scheduler/config/server_flags.h"
+#include "scheduler/startup/draft_model_files.h"
 #include "scheduler/startup/front_doors.h"
 #include "scheduler/startup/kv_events_wiring.h"
 #include "scheduler/startup/model_files.h"
@@ -35,6 +36,11 @@ absl::Status Serve(absl::StatusOr<ServerConfig> config) {
   absl::StatusOr<ModelFiles> model = LoadModelFiles(config->model);
   if (!model.ok()) return model.status();
   if (absl::Status status = ResolveForModel(model->config, &*config); !status.ok()) return status;
+  if (config->speculative.has_value()) {
+    absl::Status draft = CheckDraftModelFiles(*config->speculative, model->config,
+                                              config->model.max_model_len, model->tokenizer.get());
+    if (!draft.ok()) return draft;
+  }
   if (absl::Status status = CheckFrontDoorPortsFree(config->front_door); !status.ok()) {
     return status;
   }

@@ -14,6 +14,7 @@
 #include "common/tensor_parallel_plan.h"
 #include "scheduler/api/http_server.h"
 #include "scheduler/api/tool_calls.h"
+#include "scheduler/spec/draft_model_config.h"
 #include "wire/limits.h"
 
 namespace pagoda::scheduler {
@@ -187,17 +188,24 @@ absl::Status ResolveChunking(int max_model_len, SchedulingOptions& scheduling) {
   return absl::OkStatus();
 }
 
-// What the engine runs of --speculative-config: prompt lookup only, for now
-// (the draft model and EAGLE methods parse, and are refused here).
+// What the engine runs of --speculative-config: prompt lookup, and a draft
+// model on the CPU worker at one rank (EAGLE parses, and is refused here).
+// The draft's files are checked against the target's at start
+// (CheckDraftModelFiles).
 absl::Status CheckSpeculation(const std::optional<SpeculativeConfig>& speculative,
-                              int tensor_parallel_size) {
+                              const WorkerOptions& workers) {
   if (!speculative.has_value()) return absl::OkStatus();
-  if (speculative->method != SpeculativeMethod::kNgram) {
+  const SpeculativeMethod method = speculative->method;
+  if (method != SpeculativeMethod::kNgram && method != SpeculativeMethod::kDraftModel) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--speculative-config: method ", SpeculativeMethodName(speculative->method),
-                     " is not supported yet (only ngram)"));
+        absl::StrCat("--speculative-config: method ", SpeculativeMethodName(method),
+                     " is not supported yet (only ngram and draft_model)"));
   }
-  return CheckAgainstTarget(*speculative, tensor_parallel_size);
+  if (absl::Status status = CheckAgainstTarget(*speculative, workers.tensor_parallel_size);
+      !status.ok() || method == SpeculativeMethod::kNgram) {
+    return status;
+  }
+  return CheckDraftModelPlacement(workers.device, workers.tensor_parallel_size);
 }
 
 // ValidateLoraOptions on a copy (it fills defaults), and the device: only
@@ -222,7 +230,7 @@ absl::Status CheckServerConfig(const ServerConfig& config) {
       CheckCache(config.cache),
       CheckWorkers(config.workers),
       CheckKvEvents(config.kv_events, config.scheduling.enable_prefix_caching),
-      CheckSpeculation(config.speculative, config.workers.tensor_parallel_size),
+      CheckSpeculation(config.speculative, config.workers),
       CheckLora(config.lora, config.workers),
   });
 }

@@ -268,8 +268,23 @@ TEST(ServerFlagsTest, SpeculativeConfigIsParsedAndCheckedAgainstTheTarget) {
   EXPECT_EQ(ServerConfigFromFlags().status().message(),
             "--speculative-config: unknown key \"lookahead\"");
   ASSERT_TRUE(flag->ParseFrom(R"({"model": "/m", "num_speculative_tokens": 2})", &error));
+  config = ServerConfigFromFlags();
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->speculative->method, SpeculativeMethod::kDraftModel);
+  // A draft model runs at one rank on the CPU so far.
+  ASSERT_TRUE(absl::FindCommandLineFlag("tensor_parallel_size")->ParseFrom("2", &error));
   EXPECT_EQ(ServerConfigFromFlags().status().message(),
-            "--speculative-config: method draft_model is not supported yet (only ngram)");
+            "--speculative-config: a draft model runs with --tensor-parallel-size 1 only so far, "
+            "got 2");
+  ASSERT_TRUE(absl::FindCommandLineFlag("tensor_parallel_size")->ParseFrom("1", &error));
+  ASSERT_TRUE(absl::FindCommandLineFlag("device")->ParseFrom("cuda", &error));
+  EXPECT_EQ(ServerConfigFromFlags().status().message(),
+            "--speculative-config: a draft model runs on --device cpu only so far, got --device "
+            "cuda");
+  ASSERT_TRUE(absl::FindCommandLineFlag("device")->ParseFrom("cpu", &error));
+  ASSERT_TRUE(flag->ParseFrom(R"({"model": "/m/eagle-x", "num_speculative_tokens": 2})", &error));
+  EXPECT_EQ(ServerConfigFromFlags().status().message(),
+            "--speculative-config: method eagle is not supported yet (only ngram and draft_model)");
   ASSERT_TRUE(flag->ParseFrom("", &error));
   config = ServerConfigFromFlags();
   ASSERT_TRUE(config.ok()) << config.status();

@@ -14,6 +14,10 @@ namespace {
 
 namespace wv1 = ::pagoda::worker::v1;
 
+// A draft the workers' draft model proposes (method draft_model): the
+// server knows only how many it asked for.
+constexpr int32_t kWorkerDraft = -1;
+
 // A running sequence whose next step is a decode of its last token (not a
 // prompt chunk, nor the first token, which forks parallel samples).
 bool DecodesNext(const Sequence& seq) {
@@ -48,10 +52,11 @@ absl::StatusOr<std::vector<GeneratedToken>> AcceptedOf(const wv1::StepResult& re
   std::vector<GeneratedToken> tokens;
   tokens.reserve(accepted);
   for (int j = 0; j < accepted; ++j) {
-    if (sampled.accepted_draft_ids(j) != sent[j]) {
+    const int32_t id = sampled.accepted_draft_ids(j);
+    if (sent[j] == kWorkerDraft ? id < 0 : id != sent[j]) {
       return Mismatch(result, sampled.seq_id(), "differ from the drafts sent");
     }
-    GeneratedToken token{sent[j], sampled.accepted_draft_logprobs(j), {}};
+    GeneratedToken token{id, sampled.accepted_draft_logprobs(j), {}};
     for (int t = j * sampled.top_size(); t < (j + 1) * sampled.top_size(); ++t) {
       const wv1::TokenLogprob& top = sampled.accepted_draft_top(t);
       token.top.push_back(TopLogprob{top.token_id(), top.logprob()});
@@ -68,7 +73,9 @@ Speculator::Speculator(const SpeculativeConfig& config, int max_model_len,
     : config_(config),
       max_model_len_(max_model_len),
       max_num_batched_tokens_(max_num_batched_tokens) {
-  CHECK(config_.method == SpeculativeMethod::kNgram) << "only ngram proposes drafts";
+  CHECK(config_.method == SpeculativeMethod::kNgram ||
+        config_.method == SpeculativeMethod::kDraftModel)
+      << "only ngram and draft_model propose drafts";
   totals_.accepted_per_pos.assign(config_.num_speculative_tokens, 0);
 }
 
@@ -111,6 +118,10 @@ std::vector<int32_t> Speculator::DraftsFor(const SequenceGroup& group, const Seq
   request.beam_search = sampling.use_beam_search;
   const int budget = DraftBudget(request);
   if (budget == 0) return {};
+  // The workers' draft model proposes them in the step itself.
+  if (config_.method == SpeculativeMethod::kDraftModel) {
+    return std::vector<int32_t>(budget, kWorkerDraft);
+  }
   return ProposeNgramDrafts(
       AllTokens(seq),
       NgramLookup{config_.prompt_lookup_min, config_.prompt_lookup_max, budget, max_model_len_});
@@ -138,9 +149,12 @@ void Speculator::AttachDrafts(const SchedulerOutput& output, wv1::StepPlan& plan
   for (size_t i = 0; i < scheduled_drafts_.size(); ++i) {
     const std::vector<int32_t>& drafts = scheduled_drafts_[i];
     if (drafts.empty()) continue;
-    plan.mutable_sequences(static_cast<int>(i))
-        ->mutable_draft_token_ids()
-        ->Add(drafts.begin(), drafts.end());
+    wv1::SequenceStep* step = plan.mutable_sequences(static_cast<int>(i));
+    if (drafts.front() == kWorkerDraft) {
+      step->set_num_draft_proposals(static_cast<int>(drafts.size()));
+    } else {
+      step->mutable_draft_token_ids()->Add(drafts.begin(), drafts.end());
+    }
   }
 }
 

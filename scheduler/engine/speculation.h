@@ -1,10 +1,11 @@
 #ifndef PAGODA_SCHEDULER_ENGINE_SPECULATION_H_
 #define PAGODA_SCHEDULER_ENGINE_SPECULATION_H_
 
-// Speculative decoding's part of each engine step (method ngram): drafts
-// proposed for the running decodes before Schedule() and reserved as
-// lookahead slots, carried by the plan, the accepted ones read back from the
-// workers' answer, the rejected drafts' slots given back, and the
+// Speculative decoding's part of each engine step (methods ngram and
+// draft_model): drafts proposed for the running decodes before Schedule()
+// (draft_model: only their number, the workers' draft model proposes them)
+// and reserved as lookahead slots, carried by the plan, the accepted ones
+// read back from the workers' answer, the rejected drafts' slots given back, and the
 // spec_decode counters. The rules that keep the output plain decoding's are
 // DraftBudget's (scheduler/spec/draft_budget.h); docs/speculative-decoding.md.
 
@@ -26,7 +27,7 @@ namespace pagoda::scheduler {
 class Speculator {
  public:
   // `max_num_batched_tokens`: the decodes and their drafts together stay
-  // within it. REQUIRES: config.method is kNgram.
+  // within it. REQUIRES: config.method is kNgram or kDraftModel.
   Speculator(const SpeculativeConfig& config, int max_model_len, int max_num_batched_tokens);
 
   // Before Schedule(): proposes drafts for every running sequence that
@@ -40,15 +41,16 @@ class Speculator {
   // to 0, so that nothing but a proposal made for this step reserves any.
   void TakeScheduled(const SchedulerOutput& output);
 
-  // Puts each scheduled entry's drafts in its SequenceStep (draft_token_ids).
+  // Puts each scheduled entry's drafts in its SequenceStep (draft_token_ids),
+  // or for draft_model their number (num_draft_proposals).
   // REQUIRES: `plan` was built from `output` (one SequenceStep per entry).
   void AttachDrafts(const SchedulerOutput& output, pagoda::worker::v1::StepPlan& plan) const;
 
   // The drafts the workers accepted for each entry that samples, in the
   // order of ExtractSampledTokens (each with its logprob and top logprobs),
   // and counts them. INTERNAL when the answer does not fit the drafts sent:
-  // more accepted than sent, an accepted id that is not the draft, or
-  // logprobs that do not match.
+  // more accepted than sent (or asked for), an accepted id that is not the
+  // draft (or a negative one), or logprobs that do not match.
   absl::StatusOr<std::vector<std::vector<GeneratedToken>>> ExtractAccepted(
       const pagoda::worker::v1::StepResult& result, const SchedulerOutput& output);
 

@@ -120,6 +120,10 @@ pagoda::worker::v1::LoadModelRequest MakeLoadModelRequest(const ServerConfig& co
   load.set_quantization(config.model.quantization);
   load.set_cpu_threads(config.workers.cpu_threads);
   load.set_enforce_eager(config.workers.enforce_eager);
+  if (config.speculative.has_value() &&
+      config.speculative->method == SpeculativeMethod::kDraftModel) {
+    load.set_draft_model_dir(std::filesystem::absolute(config.speculative->model).string());
+  }
   if (config.lora.enable_lora) {  // Slots on every rank (docs/lora.md).
     load.set_max_loras(config.lora.max_loras);
     load.set_max_lora_rank(config.lora.max_lora_rank);

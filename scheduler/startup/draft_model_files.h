@@ -1,0 +1,25 @@
+#ifndef PAGODA_SCHEDULER_STARTUP_DRAFT_MODEL_FILES_H_
+#define PAGODA_SCHEDULER_STARTUP_DRAFT_MODEL_FILES_H_
+
+// Start-up: speculative decoding's draft model directory checked against the
+// target's files before any worker starts (the workers load its weights).
+
+#include "absl/status/status.h"
+#include "common/model_config.h"
+#include "scheduler/spec/speculative_config.h"
+#include "text/tokenizer.h"
+
+namespace pagoda::scheduler {
+
+// For method draft_model (OK for any other): the draft's config.json must
+// describe a Llama-family model (LoadModelConfig's architectures) whose
+// vocab_size is `target`'s and whose max_position_embeddings reaches
+// `max_model_len`; when both the target (`target_tokenizer`, null for none)
+// and the draft ship tokenizer files, their vocabulary sizes must match.
+// INVALID_ARGUMENT, one line naming both values, otherwise.
+absl::Status CheckDraftModelFiles(const SpeculativeConfig& speculative, const ModelConfig& target,
+                                  int max_model_len, const Tokenizer* target_tokenizer);
+
+}  // namespace pagoda::scheduler
+
+#endif  // PAGODA_SCHEDULER_STARTUP_DRAFT_MODEL_FILES_H_

@@ -1,0 +1,194 @@
+// Speculative decoding's draft_model method end to end (issue 46): a real
+// pagoda-server and its pagoda-worker give the same tokens with a draft
+// model as without, for 12 concurrent streams under preemption (a KV cache
+// too small for all of them, recompute under the priority policy), with
+// chunked prefill and prefix caching on (the server's defaults):
+// - the target as its own draft, greedy: every draft is accepted (the
+//   draft's KV cache follows the target's through preemption);
+// - a different, one-layer random model of the same vocabulary, half the
+//   streams greedy and half seeded at temperature 1, and a SIGKILL of the
+//   worker mid-run: the tokens are plain decoding's whatever the drafts.
+// And a draft of another vocabulary is refused at start, in one line.
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "pagoda/v1/generation.grpc.pb.h"
+#include "tests/integration/server_process.h"
+#include "tests/integration/test_client.h"
+#include "tests/support/tiny_model.h"
+
+namespace pagoda::testing {
+namespace {
+
+using pagoda::v1::GenerateRequest;
+using pagoda::v1::Generation;
+
+constexpr int kStreams = 12;
+constexpr int kMaxTokens = 40;
+constexpr int kDrafts = 3;
+
+class DraftModelTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(TempPath("pagoda_draft_model"));
+    ASSERT_TRUE(MakeTinyModel(*dir_ + "/target", /*seed=*/11, TinyTokenizer::kNone).ok());
+    // Another random model of the same vocabulary: one layer, narrower.
+    ASSERT_TRUE(WriteTinyModel(*dir_ + "/small",
+                               absl::StrCat("--vocab-size ", kTinyModelVocab,
+                                            " --hidden-size 32 --intermediate-size 64 "
+                                            "--num-layers 1 --num-heads 2 --num-kv-heads 1 "
+                                            "--dtype f32 --seed 5"))
+                    .ok());
+    ASSERT_TRUE(WriteTinyModel(*dir_ + "/other_vocab",
+                               absl::StrCat("--vocab-size ", kTinyModelVocab + 8,
+                                            " --hidden-size 32 --intermediate-size 64 "
+                                            "--num-layers 1 --num-heads 2 --num-kv-heads 1 "
+                                            "--dtype f32 --seed 5"))
+                    .ok());
+  }
+  static void TearDownTestSuite() {
+    std::filesystem::remove_all(*dir_);
+    delete dir_;
+  }
+
+  static std::vector<std::string> ServerArgs(const std::string& draft) {
+    std::vector<std::string> args = {absl::StrCat("--model=", *dir_, "/target"),
+                                     "--max-model-len=128",
+                                     "--block-size=4",
+                                     "--num-gpu-blocks-override=40",
+                                     "--cpu-threads=1",
+                                     "--seed=5",
+                                     "--port=0",
+                                     "--metrics-port=-1",
+                                     "--scheduling-policy=priority"};
+    if (!draft.empty()) {
+      args.push_back(absl::StrCat(R"(--speculative-config={"model": ")", draft,
+                                  R"(", "num_speculative_tokens": )", kDrafts, "}"));
+    }
+    return args;
+  }
+
+  static absl::StatusOr<std::unique_ptr<ServerProcess>> StartServer(const std::string& draft) {
+    return ServerProcess::Start(PAGODA_SERVER_BINARY, ServerArgs(draft), absl::Seconds(60));
+  }
+
+  // Stream i: greedy, or seeded at temperature 1 when `seeded` and i is odd.
+  static std::vector<GenerateRequest> Requests(bool seeded) {
+    std::vector<GenerateRequest> requests;
+    for (int i = 0; i < kStreams; ++i) {
+      const bool sampled = seeded && i % 2 == 1;
+      requests.push_back(TokenRequest(TestPrompt(3 + i % 9, i), kMaxTokens,
+                                      sampled ? 1000 + static_cast<uint64_t>(i) : 0));
+      requests.back().set_priority(i % 3);
+    }
+    return requests;
+  }
+
+  static std::vector<StreamOutcome> RunAll(const ServerProcess& server, bool seeded,
+                                           std::atomic<int>* received) {
+    auto stub = Generation::NewStub(
+        grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials()));
+    const std::vector<GenerateRequest> requests = Requests(seeded);
+    std::vector<StreamOutcome> outcomes(requests.size());
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      threads.emplace_back([&, i] { outcomes[i] = RunStream(*stub, requests[i], received); });
+    }
+    for (std::thread& thread : threads) thread.join();
+    return outcomes;
+  }
+
+  static void ExpectSameTokens(const std::vector<StreamOutcome>& outcomes,
+                               const std::vector<StreamOutcome>& expected) {
+    ASSERT_EQ(outcomes.size(), expected.size());
+    for (size_t i = 0; i < outcomes.size(); ++i) {
+      ASSERT_TRUE(outcomes[i].status.ok())
+          << "stream " << i << ": " << outcomes[i].status.error_message();
+      EXPECT_EQ(outcomes[i].tokens, expected[i].tokens) << "stream " << i;
+    }
+  }
+
+  static std::string* dir_;
+};
+
+std::string* DraftModelTest::dir_ = nullptr;
+
+TEST_F(DraftModelTest, SameTokensAsPlainDecodingUnderPreemption) {
+  std::vector<StreamOutcome> expected;
+  {
+    auto plain = StartServer("");
+    ASSERT_TRUE(plain.ok()) << plain.status();
+    expected = RunAll(**plain, /*seeded=*/true, nullptr);
+  }
+  for (const StreamOutcome& outcome : expected) {
+    ASSERT_TRUE(outcome.status.ok()) << outcome.status.error_message();
+    ASSERT_EQ(outcome.tokens.size(), static_cast<size_t>(kMaxTokens));
+  }
+
+  {  // The target as its own draft, greedy streams: every draft accepted.
+    auto server = StartServer(*dir_ + "/target");
+    ASSERT_TRUE(server.ok()) << server.status();
+    std::vector<StreamOutcome> outcomes = RunAll(**server, /*seeded=*/false, nullptr);
+    for (int i = 0; i < kStreams; i += 2) {  // The greedy ones have plain tokens to compare.
+      ASSERT_TRUE(outcomes[i].status.ok()) << outcomes[i].status.error_message();
+      EXPECT_EQ(outcomes[i].tokens, expected[i].tokens) << "stream " << i;
+    }
+    const int port = (*server)->metrics_port();
+    EXPECT_GT(MetricValue(port, "pagoda_num_preemptions_total"), 0) << "nothing was preempted";
+    const double proposed = MetricValue(port, "vllm:spec_decode_num_draft_tokens_total");
+    EXPECT_GT(proposed, kStreams * kDrafts);
+    EXPECT_EQ(MetricValue(port, "vllm:spec_decode_num_accepted_tokens_total"), proposed);
+    EXPECT_EQ(MetricValue(port, "vllm:spec_decode_num_accepted_tokens_per_pos_total"), proposed);
+  }
+
+  // A small draft of its own, greedy and seeded streams, a worker killed.
+  auto server = StartServer(*dir_ + "/small");
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::atomic<int> received{0};
+  std::vector<StreamOutcome> outcomes;
+  std::thread clients([&] { outcomes = RunAll(**server, /*seeded=*/true, &received); });
+  const pid_t worker = (*server)->worker_pids().at(0);
+  ASSERT_TRUE(
+      WaitFor([&] { return received.load() >= kStreams * kMaxTokens / 3; }, absl::Seconds(60)));
+  const bool killed = received.load() < kStreams * kMaxTokens && kill(worker, SIGKILL) == 0;
+  clients.join();
+  ASSERT_TRUE(killed) << "the streams ended before the kill";
+  ExpectSameTokens(outcomes, expected);
+  const int port = (*server)->metrics_port();
+  EXPECT_EQ(MetricValue(port, "pagoda_worker_restarts_total"), 1);
+  EXPECT_GT(MetricValue(port, "pagoda_num_preemptions_total"), 0) << "nothing was preempted";
+  EXPECT_GT(MetricValue(port, "vllm:spec_decode_num_drafts_total"), 0);
+  EXPECT_LE(MetricValue(port, "vllm:spec_decode_num_accepted_tokens_total"),
+            MetricValue(port, "vllm:spec_decode_num_draft_tokens_total"));
+}
+
+TEST_F(DraftModelTest, DraftOfAnotherVocabularyIsRefusedAtStart) {
+  std::string command = PAGODA_SERVER_BINARY;
+  for (const std::string& arg : ServerArgs(*dir_ + "/other_vocab")) {
+    absl::StrAppend(&command, " '", arg, "'");
+  }
+  absl::StatusOr<std::string> output = RunCommand(absl::StrCat(command, " 2>&1; echo EXIT=$?"));
+  ASSERT_TRUE(output.ok()) << output.status();
+  EXPECT_FALSE(absl::StrContains(*output, "EXIT=0")) << *output;
+  const std::string line =
+      absl::StrCat("--speculative-config: the draft model's vocab_size ", kTinyModelVocab + 8,
+                   " differs from the target's ", kTinyModelVocab);
+  EXPECT_TRUE(absl::StrContains(*output, line)) << *output;
+  EXPECT_FALSE(absl::StrContains(*output, "PAGODA_WORKER_PIDS")) << "workers started";
+}
+
+}  // namespace
+}  // namespace pagoda::testing
