@@ -76,8 +76,11 @@ class SpeculationTest : public ::testing::Test {
       wv1::SampledToken* sampled = result.add_tokens();
       sampled->set_seq_id(step.seq_id());
       sampled->set_token_id(token);
-      for (int j = 0; j < accepted && j < step.draft_token_ids_size(); ++j) {
-        sampled->add_accepted_draft_ids(step.draft_token_ids(j));
+      // draft_model: the worker's own proposals, 30, 31, ...
+      const int sent = step.draft_token_ids_size() + step.num_draft_proposals();
+      for (int j = 0; j < accepted && j < sent; ++j) {
+        sampled->add_accepted_draft_ids(j < step.draft_token_ids_size() ? step.draft_token_ids(j)
+                                                                        : 30 + j);
         sampled->add_accepted_draft_logprobs(-0.25f);
       }
     }
@@ -274,6 +277,58 @@ TEST_F(SpeculationTest, AcceptedDraftsCarryTheirLogprobsAndTopLogprobsPerPositio
     EXPECT_FLOAT_EQ(run[j].top[1].logprob, -1.0f);
   }
   EXPECT_EQ(speculator_.totals().accepted_per_pos, std::vector<int64_t>({1, 1, 0}));
+}
+
+// draft_model: the server asks the worker for k proposals (it sends no
+// drafts), reserves their slots, takes the accepted ids from the answer and
+// counts them as for ngram; an answer with more than it asked for, or a
+// negative id, is refused.
+TEST_F(SpeculationTest, DraftModelAsksTheWorkerToProposeAndCountsItsDrafts) {
+  SpeculativeConfig config;
+  config.method = SpeculativeMethod::kDraftModel;
+  config.model = "/draft";
+  config.num_speculative_tokens = 3;
+  speculator_ = Speculator(config, 64, 64);
+  SequenceGroup* group = Add(/*max_tokens=*/32);
+  Step(0, 11);
+  const int free_before = scheduler_.block_manager().num_free_gpu_blocks();
+  SchedulerOutput output;
+  std::vector<RequestDelta> deltas = Step(/*accepted=*/2, /*token=*/40, &output);
+  ASSERT_EQ(plan_.sequences_size(), 1);
+  EXPECT_EQ(plan_.sequences(0).num_draft_proposals(), 3);
+  EXPECT_TRUE(plan_.sequences(0).draft_token_ids().empty());
+  EXPECT_EQ(output.scheduled[0].num_lookahead_slots, 3);
+  ASSERT_EQ(deltas.size(), 1u);
+  EXPECT_EQ(Ids(deltas[0].seqs[0].new_tokens), std::vector<int32_t>({30, 31, 40}));
+  const Sequence& seq = *group->seqs()[0];
+  EXPECT_EQ(seq.length(), 13);
+  // 13 slots reserved, 13 tokens kept: one more block than before, no leak.
+  EXPECT_EQ(scheduler_.block_manager().GetBlockTable(seq.seq_id()).size(), 4u);
+  EXPECT_EQ(scheduler_.block_manager().num_free_gpu_blocks(), free_before - 1);
+  EXPECT_EQ(speculator_.totals().num_drafts, 1);
+  EXPECT_EQ(speculator_.totals().num_draft_tokens, 3);
+  EXPECT_EQ(speculator_.totals().num_accepted_tokens, 2);
+  EXPECT_EQ(speculator_.totals().accepted_per_pos, std::vector<int64_t>({1, 1, 0}));
+
+  speculator_.Propose(scheduler_);
+  output = scheduler_.Schedule();
+  speculator_.TakeScheduled(output);
+  wv1::StepResult result;
+  wv1::SampledToken* sampled = result.add_tokens();
+  sampled->set_seq_id(seq.seq_id());
+  for (int32_t id : {5, 6, 7, 8}) {  // Four for the three asked.
+    sampled->add_accepted_draft_ids(id);
+    sampled->add_accepted_draft_logprobs(-1);
+  }
+  EXPECT_EQ(speculator_.ExtractAccepted(result, output).status().code(),
+            absl::StatusCode::kInternal);
+  sampled->mutable_accepted_draft_ids()->Truncate(1);
+  sampled->mutable_accepted_draft_logprobs()->Truncate(1);
+  sampled->set_accepted_draft_ids(0, -3);
+  EXPECT_EQ(speculator_.ExtractAccepted(result, output).status().code(),
+            absl::StatusCode::kInternal);
+  sampled->set_accepted_draft_ids(0, 9);
+  EXPECT_TRUE(speculator_.ExtractAccepted(result, output).ok());
 }
 
 }  // namespace
