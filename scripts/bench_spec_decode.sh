@@ -11,7 +11,13 @@
 # of the medians (goal: >= 2.5x). BATCH clients at once instead of one show
 # where speculation stops paying even at full acceptance (decode turns
 # compute bound), which disable_by_batch_size should sit below.
-#   BUILD_DIR=build ROUNDS=3 TOKENS=256 [BATCH=1 K=4] scripts/bench_spec_decode.sh
+# METHOD=draft_model runs a draft model instead of prompt lookup, at full
+# acceptance too: DRAFT=small (default) a one-layer b1 of hidden 128 with
+# its lm_head zeroed (it proposes token 0, as the target decodes), DRAFT=self
+# the target as its own draft (k + 1 draft passes of the whole model a step:
+# the method's cost, not a speedup).
+#   BUILD_DIR=build ROUNDS=3 TOKENS=256 [BATCH=1 K=4 METHOD=ngram|draft_model
+#     DRAFT=small|self] scripts/bench_spec_decode.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,13 +29,15 @@ TOKENS=${TOKENS:-256}
 K=${K:-4}
 THREADS=${THREADS:-2}
 BATCH=${BATCH:-1}
+METHOD=${METHOD:-ngram}
+DRAFT=${DRAFT:-small}
 WORK=$(mktemp -d)
 source scripts/server_harness.sh
 
-"$PYTHON3" scripts/make_tiny_model.py --preset b1 --out "$WORK/model" > /dev/null
-# Zero lm_head.weight in place (safetensors: an 8-byte header length, the
-# JSON header, then the raw tensors).
-"$PYTHON3" - "$WORK/model" <<'EOF'
+# Zeroes lm_head.weight of model directory $1 in place (safetensors: an
+# 8-byte header length, the JSON header, then the raw tensors).
+zero_lm_head() {
+  "$PYTHON3" - "$1" <<'EOF'
 import glob, json, struct, sys
 for path in glob.glob(sys.argv[1] + "/*.safetensors"):
     with open(path, "r+b") as f:
@@ -40,8 +48,25 @@ for path in glob.glob(sys.argv[1] + "/*.safetensors"):
             f.seek(8 + size + begin)
             f.write(bytes(end - begin))
 EOF
+}
 
-SPEC="{\"method\": \"ngram\", \"num_speculative_tokens\": $K, \"prompt_lookup_min\": 1, \"prompt_lookup_max\": 4}"
+"$PYTHON3" scripts/make_tiny_model.py --preset b1 --out "$WORK/model" > /dev/null
+zero_lm_head "$WORK/model"
+
+LABEL=$METHOD
+if [ "$METHOD" = draft_model ]; then
+  LABEL="draft_model ($DRAFT)"
+  DRAFT_DIR="$WORK/model"
+  if [ "$DRAFT" = small ]; then
+    DRAFT_DIR="$WORK/draft"
+    "$PYTHON3" scripts/make_tiny_model.py --preset b1 --num-layers 1 --hidden-size 128 \
+      --intermediate-size 384 --num-heads 2 --num-kv-heads 1 --seed 3 --out "$DRAFT_DIR" > /dev/null
+    zero_lm_head "$DRAFT_DIR"
+  fi
+  SPEC="{\"model\": \"$DRAFT_DIR\", \"num_speculative_tokens\": $K}"
+else
+  SPEC="{\"method\": \"ngram\", \"num_speculative_tokens\": $K, \"prompt_lookup_min\": 1, \"prompt_lookup_max\": 4}"
+fi
 
 # tokens/s of one pagoda-bench run (BATCH clients, one request of TOKENS each).
 measure() {
@@ -73,6 +98,6 @@ done
 import statistics, sys
 off = [float(x) for x in sys.argv[1].split()]
 on = [float(x) for x in sys.argv[2].split()]
-print(f'batch $BATCH, k = $K, $TOKENS tokens: off {statistics.median(off):.1f} tok/s, '
+print(f'$LABEL, batch $BATCH, k = $K, $TOKENS tokens: off {statistics.median(off):.1f} tok/s, '
       f'on {statistics.median(on):.1f} tok/s, ratio {statistics.median(on) / statistics.median(off):.2f}x (medians of $ROUNDS)')
 " "${OFF[*]}" "${ON[*]}"
