@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/speculation_limits.h"
+#include "worker/last_sampled_tokens.h"
 #include "worker/step_execution.h"
 
 namespace pagoda::worker {
@@ -201,15 +202,52 @@ absl::Status DraftModel::RunPasses(const StepPlan& plan, const FlatBatch& batch,
   return absl::OkStatus();
 }
 
-absl::StatusOr<const StepPlan*> PlanToVerify(DraftModel* draft, const StepPlan& plan,
-                                             const BatchLimits& limits, StepPlan* storage) {
-  if (draft != nullptr) return draft->Propose(plan, limits, storage);
-  for (const SequenceStep& step : plan.sequences()) {
-    if (step.num_draft_proposals() != 0) {
-      return ProposalError(step, "num_draft_proposals, but this worker loaded no draft model");
-    }
+namespace {
+
+// Tensor parallelism: every rank gets rank 0's drafts in `verify` (the
+// others hold zeros there until now).
+absl::Status ShareDrafts(const DraftSource& source, StepPlan* verify) {
+  std::vector<int32_t> drafts;
+  for (const SequenceStep& step : verify->sequences()) {
+    drafts.insert(drafts.end(), step.draft_token_ids().begin(), step.draft_token_ids().end());
   }
-  return &plan;
+  std::vector<int32_t> rows(drafts.size());
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int32_t>(i);
+  absl::Status shared =
+      ShareLastSampledTokens(rows, source.communicator, source.backend, source.staging, &drafts);
+  if (!shared.ok()) return AsWorkerFault(shared);
+  size_t next = 0;
+  for (SequenceStep& step : *verify->mutable_sequences()) {
+    for (int32_t& draft : *step.mutable_draft_token_ids()) draft = drafts[next++];
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<const StepPlan*> PlanToVerify(const DraftSource& source, const StepPlan& plan,
+                                             const BatchLimits& limits, StepPlan* storage) {
+  if (!source.served) {
+    for (const SequenceStep& step : plan.sequences()) {
+      if (step.num_draft_proposals() != 0) {
+        return ProposalError(step, "num_draft_proposals, but this worker loaded no draft model");
+      }
+    }
+    return &plan;
+  }
+  absl::StatusOr<const StepPlan*> verify;
+  if (source.draft != nullptr) {
+    verify = source.draft->Propose(plan, limits, storage);
+  } else {  // Another rank: the same checks, room for the drafts to come.
+    if (absl::Status counts = CheckProposalCounts(plan); !counts.ok()) return counts;
+    if (!HasDraftProposals(plan)) return &plan;
+    *storage = WithDraftRoom(plan);
+    if (absl::Status valid = FlattenStepPlan(*storage, limits).status(); !valid.ok()) return valid;
+    verify = storage;
+  }
+  if (!verify.ok() || *verify != storage || source.communicator == nullptr) return verify;
+  if (absl::Status shared = ShareDrafts(source, storage); !shared.ok()) return shared;
+  return verify;
 }
 
 }  // namespace pagoda::worker

@@ -84,10 +84,29 @@ class DraftModel {
 // Whether any row of `plan` asks for proposals.
 bool HasDraftProposals(const v1::StepPlan& plan);
 
-// What a runner verifies for `plan`: `draft`->Propose's plan, or without a
-// draft model `plan` itself, refusing proposals (INVALID_ARGUMENT naming the
-// seq_id: no draft model is loaded).
-absl::StatusOr<const v1::StepPlan*> PlanToVerify(DraftModel* draft, const v1::StepPlan& plan,
+// Where a runner's drafts come from, and how they reach every rank.
+struct DraftSource {
+  // Rank 0's draft model; null on the other ranks and without one.
+  DraftModel* draft = nullptr;
+  // Whether the group serves a draft model (LoadModelRequest.
+  // draft_model_dir): rows may then ask for proposals on every rank.
+  bool served = false;
+  // The group (ShareLastSampledTokens' collective gives the other ranks
+  // rank 0's drafts), the backend and its staging buffer for it.
+  Communicator* communicator = nullptr;
+  Backend* backend = nullptr;
+  std::unique_ptr<Buffer>* staging = nullptr;
+};
+
+// What a runner verifies for `plan`: `plan` itself when it asks for no
+// proposals (rank 0's draft still follows its rows), else a copy in
+// `storage` with rank 0's proposals as draft_token_ids on every rank (the
+// other ranks validate the plan the same way, then receive them).
+// INVALID_ARGUMENT when a row asks for proposals and the group serves no
+// draft model (naming the seq_id), or as Propose; a failed collective is a
+// worker fault.
+absl::StatusOr<const v1::StepPlan*> PlanToVerify(const DraftSource& source,
+                                                 const v1::StepPlan& plan,
                                                  const BatchLimits& limits, v1::StepPlan* storage);
 
 }  // namespace pagoda::worker

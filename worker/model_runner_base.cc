@@ -49,12 +49,17 @@ absl::StatusOr<StepResult> ModelRunnerBase::ExecuteStep(const StepPlan& plan,
   if (cache_ == nullptr) return absl::FailedPreconditionError("ExecuteStep before InitCache");
   UseDevice();
   BatchLimits limits;  // What the draft model checks the plan against.
-  if (draft_ != nullptr) {
+  if (serves_draft_) {
     limits = cache_->Limits(model_->config().vocab_size, model_->max_positions());
     limits.lora_slots = model_->PinLoraSlots();
   }
   v1::StepPlan proposed;  // Holds the plan with drafts, when the draft model proposes.
-  absl::StatusOr<const StepPlan*> verify = PlanToVerify(draft_.get(), plan, limits, &proposed);
+  absl::StatusOr<const StepPlan*> verify = PlanToVerify(DraftSource{.draft = draft_.get(),
+                                                                    .served = serves_draft_,
+                                                                    .communicator = timed_.get(),
+                                                                    .backend = backend_.get(),
+                                                                    .staging = &share_staging_},
+                                                        plan, limits, &proposed);
   if (!verify.ok()) return verify.status();
   return ExecuteStepPlan(**verify,
                          StepExecution{.cache = cache_.get(),

@@ -105,9 +105,11 @@ class ModelRunnerBase : public ModelRunner {
   std::unique_ptr<LlamaModel> model_;
   std::unique_ptr<CacheEngine> cache_;
   // Speculative decoding's draft model (worker/draft_model.h), on rank 0
-  // when LoadModelRequest.draft_model_dir is set; null otherwise.
+  // when LoadModelRequest.draft_model_dir is set; null otherwise (the other
+  // ranks receive its drafts).
   std::unique_ptr<DraftModel> draft_;
-  SampleResults samples_;  // Reused: sampling allocates nothing once warm.
+  bool serves_draft_ = false;  // Every rank of a group with a draft model.
+  SampleResults samples_;      // Reused: sampling allocates nothing once warm.
   // Overlap: the previous step's sampled tokens (placeholders refer to
   // them) and the staging buffer that shares them across ranks.
   LastSampledTokens last_sampled_;

@@ -189,7 +189,8 @@ absl::Status ResolveChunking(int max_model_len, SchedulingOptions& scheduling) {
 }
 
 // What the engine runs of --speculative-config: prompt lookup, and a draft
-// model on the CPU worker at one rank (EAGLE parses, and is refused here).
+// model on the CPU worker at draft tensor-parallel size 1 (EAGLE parses,
+// and is refused here).
 // The draft's files are checked against the target's at start
 // (CheckDraftModelFiles).
 absl::Status CheckSpeculation(const std::optional<SpeculativeConfig>& speculative,
@@ -205,7 +206,7 @@ absl::Status CheckSpeculation(const std::optional<SpeculativeConfig>& speculativ
       !status.ok() || method == SpeculativeMethod::kNgram) {
     return status;
   }
-  return CheckDraftModelPlacement(workers.device, workers.tensor_parallel_size);
+  return CheckDraftModelPlacement(*speculative, workers.device, workers.tensor_parallel_size);
 }
 
 // ValidateLoraOptions on a copy (it fills defaults), and the device: only

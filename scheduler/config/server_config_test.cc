@@ -271,11 +271,15 @@ TEST(ServerFlagsTest, SpeculativeConfigIsParsedAndCheckedAgainstTheTarget) {
   config = ServerConfigFromFlags();
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->speculative->method, SpeculativeMethod::kDraftModel);
-  // A draft model runs at one rank on the CPU so far.
+  // A draft model runs on the CPU at draft size 1 so far: unset, the
+  // draft's size is the target's.
   ASSERT_TRUE(absl::FindCommandLineFlag("tensor_parallel_size")->ParseFrom("2", &error));
   EXPECT_EQ(ServerConfigFromFlags().status().message(),
-            "--speculative-config: a draft model runs with --tensor-parallel-size 1 only so far, "
-            "got 2");
+            "--speculative-config: a draft model runs at draft_tensor_parallel_size 1 only so "
+            "far, got 2 (set \"draft_tensor_parallel_size\": 1)");
+  ASSERT_TRUE(flag->ParseFrom(
+      R"({"model": "/m", "num_speculative_tokens": 2, "draft_tensor_parallel_size": 1})", &error));
+  EXPECT_TRUE(ServerConfigFromFlags().ok());
   ASSERT_TRUE(absl::FindCommandLineFlag("tensor_parallel_size")->ParseFrom("1", &error));
   ASSERT_TRUE(absl::FindCommandLineFlag("device")->ParseFrom("cuda", &error));
   EXPECT_EQ(ServerConfigFromFlags().status().message(),

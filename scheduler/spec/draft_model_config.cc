@@ -4,17 +4,19 @@
 
 namespace pagoda::scheduler {
 
-absl::Status CheckDraftModelPlacement(const std::string& device, int tensor_parallel_size) {
+absl::Status CheckDraftModelPlacement(const SpeculativeConfig& config, const std::string& device,
+                                      int tensor_parallel_size) {
   if (device != "cpu") {
     return absl::InvalidArgumentError(absl::StrCat(
         "--speculative-config: a draft model runs on --device cpu only so far, got --device ",
         device));
   }
-  if (tensor_parallel_size != 1) {
+  const int draft_size = config.draft_tensor_parallel_size.value_or(tensor_parallel_size);
+  if (draft_size != 1) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--speculative-config: a draft model runs with --tensor-parallel-size 1 "
+        absl::StrCat("--speculative-config: a draft model runs at draft_tensor_parallel_size 1 "
                      "only so far, got ",
-                     tensor_parallel_size));
+                     draft_size, " (set \"draft_tensor_parallel_size\": 1)"));
   }
   return absl::OkStatus();
 }

@@ -9,13 +9,18 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "scheduler/spec/speculative_config.h"
 
 namespace pagoda::scheduler {
 
-// OK when a draft model can run beside the target on these workers: the CPU
-// worker at one rank (the draft then runs on rank 0 at tensor-parallel size
-// 1). INVALID_ARGUMENT, one line naming the flag, otherwise.
-absl::Status CheckDraftModelPlacement(const std::string& device, int tensor_parallel_size);
+// OK when `config`'s draft model can run beside the target on these
+// workers: the CPU worker, the draft at tensor-parallel size 1 (on rank 0,
+// which sends its drafts to the other ranks). At a target size above 1 the
+// draft's size must then be given as 1 (unset, it is the target's, as
+// vLLM). INVALID_ARGUMENT, one line naming the flag and value, otherwise.
+// REQUIRES: CheckAgainstTarget(config, tensor_parallel_size) is OK.
+absl::Status CheckDraftModelPlacement(const SpeculativeConfig& config, const std::string& device,
+                                      int tensor_parallel_size);
 
 }  // namespace pagoda::scheduler
 

@@ -7,7 +7,10 @@
 //   draft's KV cache follows the target's through preemption);
 // - a different, one-layer random model of the same vocabulary, half the
 //   streams greedy and half seeded at temperature 1, and a SIGKILL of the
-//   worker mid-run: the tokens are plain decoding's whatever the drafts.
+//   worker mid-run: the tokens are plain decoding's whatever the drafts;
+// - at two tensor-parallel ranks, the target as its draft on rank 0 at size
+//   1, its drafts sent to rank 1, preempted by swapping (both caches move):
+//   plain decoding's tokens, greedy and seeded.
 // And a draft of another vocabulary is refused at start, in one line.
 #include <signal.h>
 #include <unistd.h>
@@ -64,25 +67,35 @@ class DraftModelTest : public ::testing::Test {
     delete dir_;
   }
 
-  static std::vector<std::string> ServerArgs(const std::string& draft) {
+  // 40 blocks of 4 tokens hold about a third of the streams' 12 x 52
+  // tokens: at one rank recompute under the priority policy, at two swap.
+  static std::vector<std::string> ServerArgs(const std::string& draft, int world_size = 1) {
     std::vector<std::string> args = {absl::StrCat("--model=", *dir_, "/target"),
+                                     absl::StrCat("--tensor-parallel-size=", world_size),
                                      "--max-model-len=128",
                                      "--block-size=4",
                                      "--num-gpu-blocks-override=40",
                                      "--cpu-threads=1",
                                      "--seed=5",
                                      "--port=0",
-                                     "--metrics-port=-1",
-                                     "--scheduling-policy=priority"};
+                                     "--metrics-port=-1"};
+    if (world_size == 1) {
+      args.push_back("--scheduling-policy=priority");
+    } else {
+      args.insert(args.end(), {"--preemption-mode=swap", "--swap-space=0.01"});
+    }
     if (!draft.empty()) {
       args.push_back(absl::StrCat(R"(--speculative-config={"model": ")", draft,
-                                  R"(", "num_speculative_tokens": )", kDrafts, "}"));
+                                  R"(", "num_speculative_tokens": )", kDrafts,
+                                  R"(, "draft_tensor_parallel_size": 1})"));
     }
     return args;
   }
 
-  static absl::StatusOr<std::unique_ptr<ServerProcess>> StartServer(const std::string& draft) {
-    return ServerProcess::Start(PAGODA_SERVER_BINARY, ServerArgs(draft), absl::Seconds(60));
+  static absl::StatusOr<std::unique_ptr<ServerProcess>> StartServer(const std::string& draft,
+                                                                    int world_size = 1) {
+    return ServerProcess::Start(PAGODA_SERVER_BINARY, ServerArgs(draft, world_size),
+                                absl::Seconds(60));
   }
 
   // Stream i: greedy, or seeded at temperature 1 when `seeded` and i is odd.
@@ -173,6 +186,25 @@ TEST_F(DraftModelTest, SameTokensAsPlainDecodingUnderPreemption) {
   EXPECT_GT(MetricValue(port, "vllm:spec_decode_num_drafts_total"), 0);
   EXPECT_LE(MetricValue(port, "vllm:spec_decode_num_accepted_tokens_total"),
             MetricValue(port, "vllm:spec_decode_num_draft_tokens_total"));
+}
+
+TEST_F(DraftModelTest, AtTwoRanksTheDraftOnRankZeroKeepsPlainTokens) {
+  std::vector<StreamOutcome> expected;
+  {
+    auto plain = StartServer("", /*world_size=*/2);
+    ASSERT_TRUE(plain.ok()) << plain.status();
+    expected = RunAll(**plain, /*seeded=*/true, nullptr);
+  }
+  auto server = StartServer(*dir_ + "/target", /*world_size=*/2);
+  ASSERT_TRUE(server.ok()) << server.status();
+  ExpectSameTokens(RunAll(**server, /*seeded=*/true, nullptr), expected);
+  const int port = (*server)->metrics_port();
+  EXPECT_GT(MetricValue(port, "pagoda_num_preemptions_total"), 0) << "nothing was preempted";
+  const double proposed = MetricValue(port, "vllm:spec_decode_num_draft_tokens_total");
+  const double accepted = MetricValue(port, "vllm:spec_decode_num_accepted_tokens_total");
+  // The greedy half accepts (nearly) every draft of the target as its own
+  // draft (unsharded on rank 0: its sums round unlike the two ranks').
+  EXPECT_GT(accepted, proposed / 4) << accepted << " of " << proposed;
 }
 
 TEST_F(DraftModelTest, DraftOfAnotherVocabularyIsRefusedAtStart) {

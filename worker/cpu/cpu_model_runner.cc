@@ -113,14 +113,12 @@ class CpuModelRunner final : public ModelRunnerBase {
 
  private:
   // Speculative decoding's draft model, when the request names one: loaded
-  // on this (only) rank, its vocabulary the target's.
+  // on rank 0 at tensor-parallel size 1, its vocabulary the target's; the
+  // other ranks receive its drafts.
   absl::Status LoadDraftModel(const LoadModelRequest& request, std::optional<DType> weight_dtype) {
     if (request.draft_model_dir().empty()) return absl::OkStatus();
-    if (request.world_size() > 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("draft_model_dir with world_size ", request.world_size(),
-                       ": the draft model runs with one rank only so far"));
-    }
+    serves_draft_ = true;
+    if (timed_->rank() != 0) return absl::OkStatus();
     auto draft = DraftModel::Load(request.draft_model_dir(), backend_.get(),
                                   CpuLoadOptions(request, weight_dtype), model_->config());
     if (!draft.ok()) return draft.status();
