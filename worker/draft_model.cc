@@ -113,9 +113,12 @@ absl::StatusOr<std::unique_ptr<DraftModel>> DraftModel::Load(const std::string& 
   auto draft = std::unique_ptr<DraftModel>(new DraftModel());
   draft->backend_ = backend;
   draft->single_rank_ = CreateSingleRankCommunicator();
+  // The draft serves no adapters, and its own checkpoint's quantization
+  // (the target's --quantization names the target's).
   LlamaLoadOptions draft_options = options;
   draft_options.max_loras = 0;
   draft_options.max_lora_rank = 0;
+  draft_options.quantization = "";
   auto model = LlamaModel::Load(model_dir, backend, draft->single_rank_.get(), draft_options);
   if (!model.ok()) {
     return absl::Status(model.status().code(),
@@ -196,8 +199,9 @@ absl::Status DraftModel::RunPasses(const StepPlan& plan, const FlatBatch& batch,
     }
   }
   for (int s = 0; s < num_seqs; ++s) {
-    for (int i = 0; i < asked[s]; ++i)
+    for (int i = 0; i < asked[s]; ++i) {
       verify->mutable_sequences(s)->set_draft_token_ids(i, drafts[s][i]);
+    }
   }
   return absl::OkStatus();
 }

@@ -29,8 +29,9 @@ class DraftModel {
  public:
   // Loads `model_dir` on `backend` as one rank of its own. INVALID_ARGUMENT
   // when its vocabulary size is not `target`'s (naming both); the loader's
-  // errors otherwise. `options.max_loras` is ignored: the draft serves no
-  // adapters. backend must outlive the draft.
+  // errors otherwise. `options.max_loras` and `options.quantization` are
+  // ignored: the draft serves no adapters, and its checkpoint's own
+  // quantization. backend must outlive the draft.
   static absl::StatusOr<std::unique_ptr<DraftModel>> Load(const std::string& model_dir,
                                                           Backend* backend,
                                                           const LlamaLoadOptions& options,

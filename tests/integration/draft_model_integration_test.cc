@@ -105,6 +105,7 @@ class DraftModelTest : public ::testing::Test {
       const bool sampled = seeded && i % 2 == 1;
       requests.push_back(TokenRequest(TestPrompt(3 + i % 9, i), kMaxTokens,
                                       sampled ? 1000 + static_cast<uint64_t>(i) : 0));
+      if (sampled) requests.back().mutable_sampling()->set_temperature(1.0f);
       requests.back().set_priority(i % 3);
     }
     return requests;
