@@ -1,0 +1,87 @@
+// The draft model's files against the target's at start: the same
+// vocabulary size in config.json and, when both ship one, in the tokenizer;
+// positions reaching --max-model-len; an unreadable draft named as such.
+// Each refusal is one line naming both values.
+#include "scheduler/startup/draft_model_files.h"
+
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "tests/support/tiny_model.h"
+
+namespace pagoda::scheduler {
+namespace {
+
+class DraftModelFilesTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    small_ = new std::string(pagoda::testing::TempPath("pagoda_draft_files_256"));
+    large_ = new std::string(pagoda::testing::TempPath("pagoda_draft_files_300"));
+    auto small = pagoda::testing::MakeTinyTokenizer(*small_, 256);
+    auto large = pagoda::testing::MakeTinyTokenizer(*large_, 300);
+    ASSERT_TRUE(small.ok() && large.ok());
+    small_tokenizer_ = small->release();
+  }
+  static void TearDownTestSuite() {
+    std::filesystem::remove_all(*small_);
+    std::filesystem::remove_all(*large_);
+    delete small_;
+    delete large_;
+    delete small_tokenizer_;
+  }
+
+  static SpeculativeConfig Draft(const std::string& dir) {
+    SpeculativeConfig config;
+    config.method = SpeculativeMethod::kDraftModel;
+    config.model = dir;
+    config.num_speculative_tokens = 4;
+    return config;
+  }
+
+  static std::string Refusal(const std::string& draft, const std::string& target, int max_len,
+                             const Tokenizer* tokenizer) {
+    absl::StatusOr<ModelConfig> config = LoadModelConfig(target);
+    EXPECT_TRUE(config.ok()) << config.status();
+    absl::Status status = CheckDraftModelFiles(Draft(draft), *config, max_len, tokenizer);
+    if (status.ok()) return "OK";
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    return std::string(status.message());
+  }
+
+  static std::string* small_;
+  static std::string* large_;
+  static Tokenizer* small_tokenizer_;
+};
+
+std::string* DraftModelFilesTest::small_ = nullptr;
+std::string* DraftModelFilesTest::large_ = nullptr;
+Tokenizer* DraftModelFilesTest::small_tokenizer_ = nullptr;
+
+TEST_F(DraftModelFilesTest, AcceptsADraftOfTheSameVocabulary) {
+  EXPECT_EQ(Refusal(*small_, *small_, 64, small_tokenizer_), "OK");
+  EXPECT_EQ(Refusal(*small_, *small_, 64, nullptr), "OK");  // No target tokenizer to compare.
+  SpeculativeConfig ngram;
+  ngram.model = "/nowhere";
+  EXPECT_TRUE(CheckDraftModelFiles(ngram, ModelConfig(), 64, nullptr).ok()) << "not a draft";
+}
+
+TEST_F(DraftModelFilesTest, RefusesInOneLineNamingBothValues) {
+  EXPECT_EQ(Refusal(*large_, *small_, 64, small_tokenizer_),
+            "--speculative-config: the draft model's vocab_size 300 differs from the target's 256");
+  // Same config vocabulary, other tokenizer: the target's is the small one.
+  EXPECT_EQ(Refusal(*large_, *large_, 64, small_tokenizer_),
+            "--speculative-config: the draft model's tokenizer has 300 tokens, the target's 256");
+  const int positions = LoadModelConfig(*small_)->max_position_embeddings;
+  EXPECT_EQ(Refusal(*small_, *small_, positions + 1, nullptr),
+            absl::StrCat("--speculative-config: the draft model's max_position_embeddings ",
+                         positions, " is below --max-model-len ", positions + 1));
+  const std::string missing = Refusal(*small_ + "/nothing", *small_, 64, nullptr);
+  EXPECT_EQ(missing.rfind("--speculative-config: draft model: ", 0), 0u) << missing;
+  EXPECT_EQ(missing.find('\n'), std::string::npos) << missing;
+}
+
+}  // namespace
+}  // namespace pagoda::scheduler
