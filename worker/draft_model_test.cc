@@ -73,13 +73,16 @@ class DraftModelRunnerTest : public ::testing::Test {
     EXPECT_TRUE(loaded.ok()) << loaded.status();
     v1::InitCacheRequest init;
     init.set_num_gpu_blocks(kSeqs * kBlocksPerSeq);
-    init.set_num_cpu_blocks(2);
+    init.set_num_cpu_blocks(kBlocksPerSeq);
     EXPECT_TRUE(runner->InitCache(init).ok());
     return runner;
   }
 
+  // Sequence s's step: its blocks are kBlocksPerSeq from `first_block`
+  // (-1: its own region, s * kBlocksPerSeq).
   static SequenceStep StepFor(const SamplingOptions& base, int s, const std::vector<int>& output,
-                              int proposals) {
+                              int proposals, int first_block = -1) {
+    if (first_block < 0) first_block = s * kBlocksPerSeq;
     SequenceStep step;
     step.set_seq_id(s + 1);
     if (output.empty()) {
@@ -89,7 +92,7 @@ class DraftModelRunnerTest : public ::testing::Test {
       step.set_start_position(static_cast<int>(kPrompt.size() + output.size()) - 1);
     }
     step.set_num_draft_proposals(proposals);
-    for (int b = 0; b < kBlocksPerSeq; ++b) step.add_block_table(s * kBlocksPerSeq + b);
+    for (int b = 0; b < kBlocksPerSeq; ++b) step.add_block_table(first_block + b);
     step.set_do_sample(true);
     step.set_sample_index(static_cast<int>(output.size()));
     *step.mutable_sampling() = base;
@@ -167,6 +170,13 @@ std::string* DraftModelRunnerTest::target_ = nullptr;
 std::string* DraftModelRunnerTest::other_ = nullptr;
 std::string* DraftModelRunnerTest::small_vocab_ = nullptr;
 
+v1::BlockMove MakeMove(int src, int dst) {
+  v1::BlockMove move;
+  move.set_src(src);
+  move.set_dst(dst);
+  return move;
+}
+
 SamplingOptions Seeded() {
   SamplingOptions sampled;
   sampled.set_temperature(1.0f);
@@ -191,6 +201,48 @@ TEST_F(DraftModelRunnerTest, TargetAsDraftAcceptsExactlyItsArgmaxes) {
   // Greedy: every draft right, 5 tokens a step; the last token is plain.
   const std::vector<Decoded> greedy_run = DecodeBatch(*target_, greedy, kDrafts);
   EXPECT_EQ(greedy_run[0].accepted_per_step, (std::vector<int>{4, 4, 4}));
+}
+
+// A sequence swapped out and in to other blocks, then copied to others
+// again (copy on write), in plans that also run it: the draft's cache moves
+// with the target's, so the target as its own draft still accepts all.
+TEST_F(DraftModelRunnerTest, BlockMovesMoveTheDraftCacheToo) {
+  SamplingOptions greedy;
+  const std::vector<int> plain = DecodeBatch("", greedy, 0)[0].tokens;
+  auto runner = Runner(*target_);
+  std::vector<int> output;
+  std::vector<int> accepted;
+  int first_block = 0;
+  for (int step_index = 0; static_cast<int>(output.size()) < kNewTokens; ++step_index) {
+    StepPlan plan;
+    plan.set_step_id(step_index);
+    int moved_to = first_block;
+    for (int b = 0; b < kBlocksPerSeq; ++b) {
+      if (step_index == 2) {  // Out to the CPU and in at the third region.
+        moved_to = 2 * kBlocksPerSeq;
+        *plan.add_swap_out() = MakeMove(first_block + b, b);
+        *plan.add_swap_in() = MakeMove(b, moved_to + b);
+      } else if (step_index == 3) {  // Copied to the second region.
+        moved_to = kBlocksPerSeq;
+        *plan.add_copy() = MakeMove(first_block + b, moved_to + b);
+      }
+    }
+    first_block = moved_to;
+    const int room = kNewTokens - static_cast<int>(output.size()) - 1;
+    *plan.add_sequences() =
+        StepFor(greedy, 0, output, output.empty() ? 0 : std::min(kDrafts, room), first_block);
+    auto result = runner->ExecuteStep(plan);
+    ASSERT_TRUE(result.ok()) << result.status();
+    const v1::SampledToken& token = result->tokens(0);
+    output.insert(output.end(), token.accepted_draft_ids().begin(),
+                  token.accepted_draft_ids().end());
+    output.push_back(token.token_id());
+    if (plan.sequences(0).num_draft_proposals() > 0) {
+      accepted.push_back(token.accepted_draft_ids_size());
+    }
+  }
+  EXPECT_EQ(output, plain);
+  EXPECT_EQ(accepted, (std::vector<int>{4, 4, 4}));
 }
 
 TEST_F(DraftModelRunnerTest, OtherDraftKeepsPlainTokens) {
