@@ -4,7 +4,8 @@
 // too small for all of them, recompute under the priority policy), with
 // chunked prefill and prefix caching on (the server's defaults):
 // - the target as its own draft, greedy: every draft is accepted (the
-//   draft's KV cache follows the target's through preemption);
+//   draft's KV cache follows the target's through preemption and prefix
+//   cache hits);
 // - a different, one-layer random model of the same vocabulary, half the
 //   streams greedy and half seeded at temperature 1, and a SIGKILL of the
 //   worker mid-run: the tokens are plain decoding's whatever the drafts;
@@ -162,6 +163,16 @@ TEST_F(DraftModelTest, SameTokensAsPlainDecodingUnderPreemption) {
     }
     const int port = (*server)->metrics_port();
     EXPECT_GT(MetricValue(port, "pagoda_num_preemptions_total"), 0) << "nothing was preempted";
+    // A prompt that starts with an earlier one's: its blocks come from the
+    // prefix cache, the draft's K/V in them included.
+    auto stub = Generation::NewStub(
+        grpc::CreateChannel((*server)->address(), grpc::InsecureChannelCredentials()));
+    std::vector<int32_t> prompt = TestPrompt(16, 99);
+    ASSERT_TRUE(Generate(*stub, TokenRequest(prompt, 8)).status.ok());
+    const double hits = MetricValue(port, "pagoda_prefix_cache_hits_total");
+    prompt.insert(prompt.end(), {7, 8, 9});
+    ASSERT_TRUE(Generate(*stub, TokenRequest(prompt, 8)).status.ok());
+    EXPECT_GE(MetricValue(port, "pagoda_prefix_cache_hits_total") - hits, 16);
     const double proposed = MetricValue(port, "vllm:spec_decode_num_draft_tokens_total");
     EXPECT_GT(proposed, kStreams * kDrafts);
     EXPECT_EQ(MetricValue(port, "vllm:spec_decode_num_accepted_tokens_total"), proposed);
