@@ -28,14 +28,6 @@ constexpr absl::Duration kWorkerCheckPeriod = absl::Milliseconds(200);
 
 double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
 
-// The finished-requests metric's reason: the client's name, except "error"
-// for a request that could never be scheduled.
-std::string FinishReasonOf(const SequenceStatus status) {
-  const std::string_view name = FinishReasonName(ToFinishReason(status));
-  if (status == SequenceStatus::kFinishedIgnored || name.empty()) return "error";
-  return std::string(name);
-}
-
 }  // namespace
 
 Engine::Engine(EngineConfig config, WorkerGroup* workers, EngineObserver* observer)
@@ -224,7 +216,7 @@ void Engine::AdmitRequests(std::vector<EngineRequest> requests) {
     if (workers_failed_) {
       FinishRequest(request.request_id,
                     absl::UnavailableError("workers are down; the server cannot serve requests"),
-                    "error");
+                    kFinishReasonError);
       continue;
     }
     scheduler_->AddSequenceGroup(std::move(group));
@@ -242,7 +234,9 @@ void Engine::ApplyAborts(const std::vector<Abort>& aborts) {
     // hold its rows (their tokens are dropped when it answers).
     std::unique_ptr<SequenceGroup> group = scheduler_->AbortRequest(id);
     FinishRequest(id, absl::CancelledError("request cancelled"),
-                  abort.why == AbortCause::kStopString ? "stop" : "abort");
+                  FinishReasonName(abort.why == AbortCause::kStopString
+                                       ? pagoda::v1::FINISH_REASON_STOP
+                                       : pagoda::v1::FINISH_REASON_ABORTED));
     if (group != nullptr) RetireGroup(std::move(group));
   }
 }
@@ -302,7 +296,8 @@ void Engine::FinishIgnored(SequenceGroup& group) {
     auto it = requests_.find(group.request_id());
     if (it != requests_.end()) it->second->record.num_preemptions = group.num_preemptions();
     StreamDeltas({std::move(*last)}, absl::Now());
-    FinishRequest(group.request_id(), absl::OkStatus(), "length");
+    FinishRequest(group.request_id(), absl::OkStatus(),
+                  FinishReasonName(pagoda::v1::FINISH_REASON_LENGTH));
     return;
   }
   const int prompt_len = group.seqs().empty() ? 0 : group.seqs()[0]->num_prompt_tokens();
@@ -313,7 +308,7 @@ void Engine::FinishIgnored(SequenceGroup& group) {
           config_.scheduler.num_gpu_blocks, " blocks of ", config_.scheduler.block_size,
           " tokens) or the token budget (max_num_batched_tokens ",
           config_.scheduler.max_num_batched_tokens, ")")),
-      "error");
+      kFinishReasonError);
 }
 
 const pagoda::worker::v1::StepPlan& Engine::BuildPlan(const SchedulerOutput& output,
@@ -392,7 +387,7 @@ int Engine::StreamDeltas(const std::vector<RequestDelta>& deltas, absl::Time now
     int new_tokens = 0;
     for (const RequestDelta::SeqDelta& seq : delta.seqs) {
       new_tokens += static_cast<int>(seq.new_tokens.size());
-      if (IsFinished(seq.status)) state.record.finish_reason = FinishReasonOf(seq.status);
+      if (IsFinished(seq.status)) state.record.finish_reason = MetricFinishReason(seq.status);
     }
     if (new_tokens > 0 && state.record.first_token_time == absl::InfinitePast()) {
       state.record.first_token_time = now;
@@ -410,7 +405,7 @@ void Engine::FinishCompletedRequests() {
     if (it != requests_.end()) {
       it->second->record.num_preemptions = group->num_preemptions();
       std::string reason = it->second->record.finish_reason;
-      if (reason.empty()) reason = FinishReasonOf(group->seqs().front()->status());
+      if (reason.empty()) reason = MetricFinishReason(group->seqs().front()->status());
       FinishRequest(group->request_id(), absl::OkStatus(), reason);
     }
     RetireGroup(std::move(group));
@@ -439,7 +434,7 @@ void Engine::PublishStep(int64_t step_id, const SchedulerOutput& output,
 }
 
 void Engine::FinishRequest(const std::string& request_id, const absl::Status& status,
-                           const std::string& finish_reason) {
+                           std::string_view finish_reason) {
   auto it = requests_.find(request_id);
   if (it == requests_.end()) return;
   std::unique_ptr<RequestState> state = std::move(it->second);
@@ -461,7 +456,7 @@ void Engine::FailAll(const absl::Status& status, bool include_queued) {
   std::vector<std::string> ids;
   ids.reserve(requests_.size());
   for (const auto& [id, state] : requests_) ids.push_back(id);
-  for (const std::string& id : ids) FinishRequest(id, status, "error");
+  for (const std::string& id : ids) FinishRequest(id, status, kFinishReasonError);
   if (!include_queued) return;
   // Requests that arrived after the last drain of the inbox.
   std::vector<EngineRequest> late;

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -196,7 +197,7 @@ class Engine {
   void ApplyAborts(const std::vector<Abort>& aborts);
   // Reports a request's end to its sink and observer and forgets it.
   void FinishRequest(const std::string& request_id, const absl::Status& status,
-                     const std::string& finish_reason);
+                     std::string_view finish_reason);
   // Fails every request the engine holds; with `include_queued`, also those
   // still in the inbox (stop, dead workers), else they stay queued.
   void FailAll(const absl::Status& status, bool include_queued = true);
