@@ -86,10 +86,6 @@ constexpr char kIndexFile[] = "model.safetensors.index.json";
 // Real headers are at most a few MB; refuse absurd ones before allocating.
 constexpr uint64_t kMaxHeaderBytes = uint64_t{100} << 20;
 
-std::string ShapeString(const std::vector<int64_t>& shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
-}
-
 absl::Status FileError(const std::string& path, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(path, ": ", what));
 }
@@ -412,9 +408,9 @@ absl::StatusOr<TensorView> WeightStore::Get(const std::string& name) const {
   return it->second;
 }
 
-absl::StatusOr<std::vector<float>> WeightStore::GetF32(
+absl::StatusOr<TensorView> WeightStore::GetFloat(
     const std::string& name, const std::vector<int64_t>& expected_shape) const {
-  auto view = Get(name);
+  absl::StatusOr<TensorView> view = Get(name);
   if (!view.ok()) return view.status();
   if (view->integer != IntegerType::kNone) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -425,6 +421,13 @@ absl::StatusOr<std::vector<float>> WeightStore::GetF32(
                                                    ShapeString(view->shape), ", expected ",
                                                    ShapeString(expected_shape)));
   }
+  return view;
+}
+
+absl::StatusOr<std::vector<float>> WeightStore::GetF32(
+    const std::string& name, const std::vector<int64_t>& expected_shape) const {
+  absl::StatusOr<TensorView> view = GetFloat(name, expected_shape);
+  if (!view.ok()) return view.status();
   std::vector<float> values(static_cast<size_t>(view->num_elements()));
   ConvertToFloat(view->dtype, view->data, values.size(), values.data());
   return values;
@@ -435,6 +438,10 @@ std::vector<std::string> WeightStore::Names() const {
   names.reserve(tensors_.size());
   for (const auto& [name, view] : tensors_) names.push_back(name);
   return names;
+}
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
 }  // namespace pagoda
