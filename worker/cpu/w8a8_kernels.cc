@@ -6,6 +6,9 @@
 
 #include "worker/quant/fp8.h"
 
+// The loops over token rows and unrolled chunks carry `#pragma GCC unroll`:
+// at -O2 GCC keeps an array of accumulators indexed by a loop it does not
+// unroll in memory, and each FMA then waits on a store and a load.
 // As in simd.cc: GCC 12 warns inside its own AVX-512 headers.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -67,41 +70,63 @@ template <int kRows>
 PAGODA_W8A8_AVX2 void Int8DotAvx2Rows(const uint8_t* codes, const int8_t* x, size_t ld_x, int64_t n,
                                       int32_t* dots) {
   __m256i acc[kRows];
+#pragma GCC unroll 4
   for (int r = 0; r < kRows; ++r) acc[r] = _mm256_setzero_si256();
   for (int64_t i = 0; i < n; i += 16) {
     const __m256i w =
         _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + i)));
+#pragma GCC unroll 4
     for (int r = 0; r < kRows; ++r) {
       const __m256i xr =
           _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + r * ld_x + i)));
       acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(w, xr));
     }
   }
+#pragma GCC unroll 4
   for (int r = 0; r < kRows; ++r) dots[r] = SumInt32Avx2(acc[r]);
 }
 
-// E4M3 to f16 moves the exponent and mantissa up one bit (f16 has one more
-// exponent bit, bias 15 against 7): exact, subnormals included, the value
-// scaled by 2^-8, which the caller multiplies back.
+// E4M3 to f16 moves the exponent and mantissa down one bit under the sign
+// (f16 has one more exponent bit, bias 15 against 7): with the code in the
+// high byte of a 16-bit lane, an arithmetic shift by one does it and copies
+// the sign into bit 14, which the mask clears. Exact, subnormals included;
+// the value comes out scaled by 2^-8, which the caller multiplies back.
+// Three 256-bit integer operations, which run on more ports than 512-bit
+// ones, then vcvtph2ps.
+PAGODA_W8A8_AVX2 inline __m256i E4M3ToHalfTimes2m8(__m256i words) {
+  return _mm256_and_si256(_mm256_srai_epi16(_mm256_slli_epi16(words, 8), 1),
+                          _mm256_set1_epi16(static_cast<int16_t>(0xBFFF)));
+}
+
 PAGODA_W8A8_AVX2 inline __m256 Fp8ToFloatTimes2m8Avx2(const uint8_t* codes) {
-  const __m128i b = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes)));
-  const __m128i half = _mm_or_si128(_mm_and_si128(_mm_slli_epi16(b, 7), _mm_set1_epi16(0x3F80)),
-                                    _mm_and_si128(_mm_slli_epi16(b, 8), _mm_set1_epi16(-0x8000)));
+  const __m128i words = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes)));
+  const __m128i half = _mm_and_si128(_mm_srai_epi16(_mm_slli_epi16(words, 8), 1),
+                                     _mm_set1_epi16(static_cast<int16_t>(0xBFFF)));
   return _mm256_cvtph_ps(half);
 }
 
+// Two chunks a step into separate sums: one token row's FMAs would
+// otherwise wait on each other's latency.
 template <int kRows>
 PAGODA_W8A8_AVX2 void Fp8DotAvx2Rows(const uint8_t* codes, const float* x, size_t ld_x, int64_t n,
                                      float* dots) {
-  __m256 acc[kRows];
-  for (int r = 0; r < kRows; ++r) acc[r] = _mm256_setzero_ps();
-  for (int64_t i = 0; i < n; i += 8) {
-    const __m256 w = Fp8ToFloatTimes2m8Avx2(codes + i);
-    for (int r = 0; r < kRows; ++r) {
-      acc[r] = _mm256_fmadd_ps(w, _mm256_loadu_ps(x + r * ld_x + i), acc[r]);
+  __m256 acc[2][kRows];
+#pragma GCC unroll 4
+  for (int r = 0; r < kRows; ++r) acc[0][r] = acc[1][r] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n; i += 16) {
+#pragma GCC unroll 4
+    for (int u = 0; u < 2; ++u) {
+      const __m256 w = Fp8ToFloatTimes2m8Avx2(codes + i + 8 * u);
+#pragma GCC unroll 4
+      for (int r = 0; r < kRows; ++r) {
+        acc[u][r] = _mm256_fmadd_ps(w, _mm256_loadu_ps(x + r * ld_x + i + 8 * u), acc[u][r]);
+      }
     }
   }
-  for (int r = 0; r < kRows; ++r) dots[r] = SumFloatAvx2(acc[r]) * 256.0f;
+#pragma GCC unroll 4
+  for (int r = 0; r < kRows; ++r) {
+    dots[r] = SumFloatAvx2(_mm256_add_ps(acc[0][r], acc[1][r])) * 256.0f;
+  }
 }
 
 // ---- AVX-512 (F + BW, VNNI for int8 where present) ----
@@ -115,13 +140,16 @@ template <int kRows>
 PAGODA_W8A8_VNNI void Int8DotVnniRows(const uint8_t* codes, const int8_t* x, size_t ld_x, int64_t n,
                                       int32_t* dots) {
   __m512i acc[kRows];
+#pragma GCC unroll 4
   for (int r = 0; r < kRows; ++r) acc[r] = _mm512_setzero_si512();
   for (int64_t i = 0; i < n; i += 64) {
     const __m512i w = _mm512_loadu_si512(codes + i);
+#pragma GCC unroll 4
     for (int r = 0; r < kRows; ++r) {
       acc[r] = _mm512_dpbusd_epi32(acc[r], w, _mm512_loadu_si512(x + r * ld_x + i));
     }
   }
+#pragma GCC unroll 4
   for (int r = 0; r < kRows; ++r) dots[r] = _mm512_reduce_add_epi32(acc[r]);
 }
 
@@ -129,39 +157,54 @@ template <int kRows>
 PAGODA_W8A8_AVX512 void Int8DotAvx512Rows(const uint8_t* codes, const int8_t* x, size_t ld_x,
                                           int64_t n, int32_t* dots) {
   __m512i acc[kRows];
+#pragma GCC unroll 4
   for (int r = 0; r < kRows; ++r) acc[r] = _mm512_setzero_si512();
   for (int64_t i = 0; i < n; i += 32) {
     const __m512i w =
         _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + i)));
+#pragma GCC unroll 4
     for (int r = 0; r < kRows; ++r) {
       const __m512i xr = _mm512_cvtepi8_epi16(
           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + r * ld_x + i)));
       acc[r] = _mm512_add_epi32(acc[r], _mm512_madd_epi16(w, xr));
     }
   }
+#pragma GCC unroll 4
   for (int r = 0; r < kRows; ++r) dots[r] = _mm512_reduce_add_epi32(acc[r]);
 }
 
 PAGODA_W8A8_AVX512 inline __m512 Fp8ToFloatTimes2m8Avx512(const uint8_t* codes) {
-  const __m256i b = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes)));
-  const __m256i half =
-      _mm256_or_si256(_mm256_and_si256(_mm256_slli_epi16(b, 7), _mm256_set1_epi16(0x3F80)),
-                      _mm256_and_si256(_mm256_slli_epi16(b, 8), _mm256_set1_epi16(-0x8000)));
-  return _mm512_cvtph_ps(half);
+  return _mm512_cvtph_ps(E4M3ToHalfTimes2m8(
+      _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes)))));
 }
 
+// Four chunks a step into separate sums (one row's FMAs would otherwise
+// wait on each other's latency): 16 accumulators at four rows.
 template <int kRows>
 PAGODA_W8A8_AVX512 void Fp8DotAvx512Rows(const uint8_t* codes, const float* x, size_t ld_x,
                                          int64_t n, float* dots) {
-  __m512 acc[kRows];
-  for (int r = 0; r < kRows; ++r) acc[r] = _mm512_setzero_ps();
-  for (int64_t i = 0; i < n; i += 16) {
-    const __m512 w = Fp8ToFloatTimes2m8Avx512(codes + i);
-    for (int r = 0; r < kRows; ++r) {
-      acc[r] = _mm512_fmadd_ps(w, _mm512_loadu_ps(x + r * ld_x + i), acc[r]);
+  __m512 acc[4][kRows];
+#pragma GCC unroll 4
+  for (int u = 0; u < 4; ++u) {
+#pragma GCC unroll 4
+    for (int r = 0; r < kRows; ++r) acc[u][r] = _mm512_setzero_ps();
+  }
+  for (int64_t i = 0; i < n; i += 64) {
+#pragma GCC unroll 4
+    for (int u = 0; u < 4; ++u) {
+      const __m512 w = Fp8ToFloatTimes2m8Avx512(codes + i + 16 * u);
+#pragma GCC unroll 4
+      for (int r = 0; r < kRows; ++r) {
+        acc[u][r] = _mm512_fmadd_ps(w, _mm512_loadu_ps(x + r * ld_x + i + 16 * u), acc[u][r]);
+      }
     }
   }
-  for (int r = 0; r < kRows; ++r) dots[r] = _mm512_reduce_add_ps(acc[r]) * 256.0f;
+#pragma GCC unroll 4
+  for (int r = 0; r < kRows; ++r) {
+    const __m512 sum =
+        _mm512_add_ps(_mm512_add_ps(acc[0][r], acc[1][r]), _mm512_add_ps(acc[2][r], acc[3][r]));
+    dots[r] = _mm512_reduce_add_ps(sum) * 256.0f;
+  }
 }
 
 // A row-count template dispatched at run time.

@@ -1,9 +1,12 @@
 // QuantizedWeight's tensor-parallel slicing and q/k/v stacking: the slices
 // dequantize to the slices of the whole, a slice that would split a group
 // of contiguous inputs is refused naming the sizes (act-order weights slice
-// anywhere), and parts that cannot run as one product are refused.
+// anywhere), and parts that cannot run as one product are refused; and the FP8
+// E4M3 conversions (every code, every rounding boundary, saturation).
 
 #include "worker/quant/quantized_weight.h"
+
+#include <cmath>
 
 #include <gtest/gtest.h>
 
@@ -80,6 +83,15 @@ TEST(Fp8E4M3, EveryCodeRoundTripsAndRoundingIsNearestEvenSaturated) {
   EXPECT_EQ(FloatToFp8E4M3(1e9f), 0x7E);
   EXPECT_EQ(FloatToFp8E4M3(-500.0f), 0xFE);
   EXPECT_EQ(FloatToFp8E4M3(0.9999f * 0x1p-6f), 0x08);  // Rounds up into the normals.
+  EXPECT_EQ(FloatToFp8E4M3(-0.0f), 0x80);
+  // Every f32 between two neighbours goes to the nearer (ties to even).
+  for (int code = 0; code < 0x7E; ++code) {
+    const float low = Fp8E4M3ToFloat(code), high = Fp8E4M3ToFloat(code + 1);
+    const float mid = (low + high) / 2;
+    EXPECT_EQ(FloatToFp8E4M3(std::nextafter(mid, low)), code);
+    EXPECT_EQ(FloatToFp8E4M3(std::nextafter(mid, high)), code + 1);
+    EXPECT_EQ(FloatToFp8E4M3(mid), code % 2 == 0 ? code : code + 1);
+  }
 }
 
 TEST(QuantizedWeightTest, Fp8StackTakesTheLargestStaticInputScale) {
