@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "worker/cpu/host_memory.h"
 #include "worker/cpu/w8a8_kernels.h"
 #include "worker/quant/fp8.h"
 
@@ -27,18 +28,24 @@ class CpuW8A8Linear final : public Linear {
         in_(weight.in_features),
         padded_in_((weight.in_features + kW8A8Chunk - 1) / kW8A8Chunk * kW8A8Chunk),
         weight_scales_(weight.scales),
-        bias_(weight.bias) {
-    codes_.assign(static_cast<size_t>(out_ * padded_in_), 0);
+        bias_(weight.bias),
+        code_bytes_(std::max<size_t>(1, static_cast<size_t>(out_ * padded_in_))),
+        codes_(static_cast<uint8_t*>(AllocateHost(code_bytes_))) {
+    std::fill(codes_, codes_ + code_bytes_, 0);
     for (int64_t o = 0; o < out_; ++o) {
       std::copy(weight.codes.begin() + o * in_, weight.codes.begin() + (o + 1) * in_,
-                codes_.begin() + o * padded_in_);
+                codes_ + o * padded_in_);
     }
   }
+  ~CpuW8A8Linear() override { FreeHost(codes_, code_bytes_); }
+  CpuW8A8Linear(const CpuW8A8Linear&) = delete;
+  CpuW8A8Linear& operator=(const CpuW8A8Linear&) = delete;
 
   int64_t in_features() const override { return in_; }
   int64_t out_features() const override { return out_; }
   size_t weight_bytes() const override {
-    return codes_.size() + (weight_scales_.size() + bias_.size()) * sizeof(float);
+    return static_cast<size_t>(out_ * padded_in_) +
+           (weight_scales_.size() + bias_.size()) * sizeof(float);
   }
 
   void Forward(const void* x_raw, int rows, void* y_raw) override {
@@ -61,7 +68,7 @@ class CpuW8A8Linear final : public Linear {
  private:
   // y[r .. r + count, o].
   void OutputRows(int64_t o, int r, int count, float* y) const {
-    const uint8_t* codes = codes_.data() + o * padded_in_;
+    const uint8_t* codes = codes_ + o * padded_in_;
     float values[kW8A8MaxRows];
     if (fp8_) {
       kernels_.fp8_dot(codes, x_f32_.data() + r * padded_in_, padded_in_, padded_in_, count,
@@ -138,13 +145,16 @@ class CpuW8A8Linear final : public Linear {
   int64_t out_;
   int64_t in_;
   int64_t padded_in_;
-  std::vector<uint8_t> codes_;        // [out, padded_in_]: int8 + 128, or E4M3.
   std::vector<float> weight_scales_;  // [out]
   std::vector<float> bias_;           // [out] or empty.
-  std::vector<int8_t> x_i8_;          // [rows, padded_in_]: int8 inputs.
-  std::vector<float> x_f32_;          // [rows, padded_in_]: E4M3-valued (or raw) inputs.
-  std::vector<float> x_scale_;        // [rows]
-  std::vector<int32_t> x_sum_;        // [rows]: sum of the int8 inputs.
+  // [out, padded_in_]: int8 + 128, or E4M3; host_memory.h's pages (huge
+  // where granted), as the other weights: a decode step streams them.
+  size_t code_bytes_;
+  uint8_t* codes_;
+  std::vector<int8_t> x_i8_;    // [rows, padded_in_]: int8 inputs.
+  std::vector<float> x_f32_;    // [rows, padded_in_]: E4M3-valued (or raw) inputs.
+  std::vector<float> x_scale_;  // [rows]
+  std::vector<int32_t> x_sum_;  // [rows]: sum of the int8 inputs.
 };
 
 }  // namespace
