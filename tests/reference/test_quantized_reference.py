@@ -65,30 +65,32 @@ class QuantizedReferenceTest(unittest.TestCase):
   def test_w8a8_and_fp8_weights_close_to_dense(self):
     # int8: within half a step (max|row| / 127) of the dense weight; E4M3:
     # within half a mantissa step (2^-4 relative) or half a subnormal step.
-    for flags in (["--format", "ct-w8a8"], ["--format", "ct-fp8"],
-                  ["--format", "ct-fp8", "--weight-strategy", "tensor"], ["--format", "fp8"]):
-      with self.subTest(flags=" ".join(flags)), tempfile.TemporaryDirectory() as tmp:
-        dense_dir, quant_dir = os.path.join(tmp, "dense"), os.path.join(tmp, "quant")
-        subprocess.run([sys.executable, os.path.join(REPO, "scripts", "make_tiny_model.py"),
-                        "--out", dense_dir, "--seed", "0", "--dtype", "f32"] + SHAPE,
-                       check=True, stdout=subprocess.DEVNULL)
-        subprocess.run([sys.executable, os.path.join(HERE, "make_quantized_model.py"),
-                        "--out", quant_dir, "--seed", "0"] + flags + ["--"] + SHAPE,
-                       check=True, stdout=subprocess.DEVNULL)
-        dense = ref.read_model_weights(dense_dir)
-        model = qref.load_model(quant_dir)
-        self.assertEqual(len(model.input_quant), 2 * 7)
-        for name, w in dense.items():
-          if not name.endswith("proj.weight"):
-            continue
-          deq = model.weights[name]
-          if "ct-w8a8" in flags:
-            bound = 0.51 * np.abs(w).max(axis=1, keepdims=True) / 127 + 1e-3
-          else:
-            scale = np.abs(w).max() / 448 if "channel" not in str(flags) else \
-                np.abs(w).max(axis=1, keepdims=True) / 448
-            bound = np.abs(w) * 2.0**-4 + scale * 2.0**-10 + 1e-7
-          self.assertTrue(np.all(np.abs(deq - w) <= bound), name)
+    with tempfile.TemporaryDirectory() as tmp:
+      dense_dir = os.path.join(tmp, "dense")
+      subprocess.run([sys.executable, os.path.join(REPO, "scripts", "make_tiny_model.py"),
+                      "--out", dense_dir, "--seed", "0", "--dtype", "f32"] + SHAPE,
+                     check=True, stdout=subprocess.DEVNULL)
+      dense = ref.read_model_weights(dense_dir)
+      for flags in (["--format", "ct-w8a8"], ["--format", "ct-fp8"],
+                    ["--format", "ct-fp8", "--weight-strategy", "tensor"], ["--format", "fp8"]):
+        with self.subTest(flags=" ".join(flags)):
+          quant_dir = os.path.join(tmp, "_".join(flags))
+          subprocess.run([sys.executable, os.path.join(HERE, "make_quantized_model.py"),
+                          "--out", quant_dir, "--seed", "0"] + flags + ["--"] + SHAPE,
+                         check=True, stdout=subprocess.DEVNULL)
+          model = qref.load_model(quant_dir)
+          self.assertEqual(len(model.input_quant), 2 * 7)
+          per_channel = flags[1:] in (["ct-w8a8"], ["ct-fp8"])
+          for name, w in dense.items():
+            if not name.endswith("proj.weight"):
+              continue
+            deq = model.weights[name]
+            amax = np.abs(w).max(axis=1, keepdims=True) if per_channel else np.abs(w).max()
+            if "ct-w8a8" in flags:
+              bound = 0.51 * amax / 127 + 1e-3
+            else:
+              bound = np.abs(w) * 2.0**-4 + amax / 448 * 2.0**-10 + 1e-7
+            self.assertTrue(np.all(np.abs(deq - w) <= bound), name)
 
   def test_e4m3_values_and_rounding_by_hand(self):
     np.testing.assert_array_equal(qref.e4m3_value([0x00, 0x01, 0x08, 0x38, 0x7E, 0xB8, 0xFE]),
