@@ -13,10 +13,12 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <numeric>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -217,11 +219,21 @@ LlamaLoadOptions QuantizationOptions(const std::string& quantization) {
 
 // A checkpoint made with `flags`, config.json edited by `edit`, loaded with
 // `quantization`: the load's error message.
+// The checkpoint made with `flags` copied to `dest`: each is made once per
+// process (the maker takes about half a second), each use edits its copy.
+void CopyOfModel(const std::string& flags, const std::string& dest) {
+  static TempDir made_dir;
+  static std::map<std::string, std::string> made;
+  auto [it, inserted] = made.try_emplace(flags, absl::StrCat(made_dir.path(), "/", made.size()));
+  if (inserted) MakeModel(it->second, flags);
+  fs::copy(it->second, dest, fs::copy_options::recursive);
+}
+
 std::string LoadError(const std::string& flags, void (*edit)(nlohmann::json&) = nullptr,
                       const std::string& quantization = "") {
   TempDir dir;
   const std::string model_dir = dir.path() + "/model";
-  MakeModel(model_dir, flags);
+  CopyOfModel(flags, model_dir);
   if (edit != nullptr) {
     nlohmann::json config;
     std::ifstream(model_dir + "/config.json") >> config;
@@ -304,6 +316,27 @@ TEST(QuantizedCheckpointErrors, W8A8AndFp8AreRefusedNamingTheTensorOrSetting) {
             "--quantization fp8 does not match the checkpoint's awq quantization");
   EXPECT_EQ(LoadError("--format ct-fp8", nullptr, "fp8"),
             "--quantization fp8 does not match the checkpoint's compressed-tensors quantization");
+}
+
+// Older compressed-tensors exports name the one-byte formats naive-quantized
+// (int or float by the weights' type), per group or for all, null in a group.
+TEST(QuantizedCheckpointErrors, NaiveQuantizedLoadsAsItsWeightsType) {
+  for (const char* flags : {"--format ct-w8a8", "--format ct-fp8"}) {
+    TempDir dir;
+    const std::string model_dir = dir.path() + "/model";
+    CopyOfModel(flags, model_dir);
+    nlohmann::json config;
+    std::ifstream(model_dir + "/config.json") >> config;
+    config["quantization_config"]["format"] = "naive-quantized";
+    config["quantization_config"]["config_groups"]["group_0"]["format"] = nullptr;
+    std::ofstream(model_dir + "/config.json") << config.dump();
+    auto backend = CreateCpuBackend(1);
+    auto communicator = CreateSingleRankCommunicator();
+    auto model = LlamaModel::Load(model_dir, backend.get(), communicator.get());
+    ASSERT_TRUE(model.ok()) << flags << ": " << model.status();
+    EXPECT_EQ((*model)->quant_config().code_type,
+              absl::StrContains(flags, "fp8") ? CodeType::kFloat8E4M3 : CodeType::kUnsignedInt);
+  }
 }
 
 TEST(QuantizedCheckpointErrors, MatchingQuantizationFlagAndAliasesLoad) {

@@ -217,8 +217,8 @@ def dequantize(model, tp=1):
   q = model.config["quantization_config"]
   method = q["quant_method"]
   t = model.weights
-  if method == "fp8" or (method == "compressed-tensors" and
-                         q.get("format") in ("int-quantized", "float-quantized")):
+  if method == "fp8" or (method == "compressed-tensors" and q.get("format") in
+                         ("int-quantized", "float-quantized", "naive-quantized")):
     return dequantize_byte_formats(model, q, tp)
   modules = sorted({name.rsplit(".", 1)[0] for name in t
                     if name.endswith((".qweight", ".weight_packed"))})

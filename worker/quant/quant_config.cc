@@ -193,11 +193,14 @@ absl::Status ParseCompressedGroup(const Json& group, const std::string& where,
     }
     return ParsePackedWeights(w, where, scheme);
   }
-  if (format != "int-quantized" && format != "float-quantized") {
+  // naive-quantized: one code a byte as well, int or float by the weights' type.
+  if (format != "int-quantized" && format != "float-quantized" && format != "naive-quantized") {
     return Bad(absl::StrCat(where, " format \"", format,
-                            "\" (pack-quantized, int-quantized and float-quantized are served)"));
+                            "\" (pack-quantized, int-quantized, float-quantized and "
+                            "naive-quantized are served)"));
   }
-  const bool fp8 = format == "float-quantized";
+  const bool fp8 = format == "float-quantized" ||
+                   (format == "naive-quantized" && StringAt(w, "type") == "float");
   scheme->packed = false;
   scheme->code_type = fp8 ? CodeType::kFloat8E4M3 : CodeType::kUnsignedInt;
   if (absl::Status s = ParseByteWeights(w, where, fp8 ? "float" : "int", scheme); !s.ok()) return s;
@@ -223,8 +226,9 @@ absl::Status ParseCompressedTensors(const Json& q, QuantConfig* config) {
   bool first = true;
   for (const auto& [group_name, group] : q.at("config_groups").items()) {
     const std::string where = absl::StrCat("config_groups.", group_name);
-    const std::string format =
-        group.is_object() && group.contains("format") ? StringAt(group, "format") : global_format;
+    // A group's own format (a string; null or absent: the global one).
+    std::string format = group.is_object() ? StringAt(group, "format") : "";
+    if (format.empty()) format = global_format;
     QuantConfig scheme;  // Fresh: every group states its whole scheme.
     scheme.method = config->method;
     scheme.method_name = config->method_name;
