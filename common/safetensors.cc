@@ -26,6 +26,7 @@ size_t IntegerTypeSize(IntegerType type) {
   switch (type) {
     case IntegerType::kI8:
     case IntegerType::kU8:
+    case IntegerType::kF8E4M3:
       return 1;
     case IntegerType::kI32:
       return 4;
@@ -47,6 +48,8 @@ const char* IntegerTypeName(IntegerType type) {
       return "I32";
     case IntegerType::kI64:
       return "I64";
+    case IntegerType::kF8E4M3:
+      return "F8_E4M3";
     case IntegerType::kNone:
       break;
   }
@@ -93,8 +96,8 @@ absl::Status FileError(const std::string& path, absl::string_view what) {
 // The integer type a header's "dtype" names; kNone for the float names (and
 // for names of neither kind, which ParseSafetensorsDType then refuses).
 IntegerType ParseIntegerType(const std::string& name) {
-  for (IntegerType type :
-       {IntegerType::kI8, IntegerType::kU8, IntegerType::kI32, IntegerType::kI64}) {
+  for (IntegerType type : {IntegerType::kI8, IntegerType::kU8, IntegerType::kI32, IntegerType::kI64,
+                           IntegerType::kF8E4M3}) {
     if (name == IntegerTypeName(type)) return type;
   }
   return IntegerType::kNone;
@@ -233,9 +236,9 @@ absl::StatusOr<std::vector<HeaderEntry>> ParseHeader(const std::string& path,
     const uint64_t width =
         parsed->integer == IntegerType::kNone ? 1 : IntegerTypeSize(parsed->integer);
     if ((*data_start + parsed->begin) % width != 0) {
-      return FileError(path, absl::StrCat("tensor \"", name, "\": starts at byte ",
-                                          *data_start + parsed->begin, ", not aligned to its ",
-                                          width, "-byte elements"));
+      return FileError(
+          path, absl::StrCat("tensor \"", name, "\": starts at byte ", *data_start + parsed->begin,
+                             ", not aligned to its ", width, "-byte elements"));
     }
     entries.push_back(*std::move(parsed));
   }

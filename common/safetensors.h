@@ -16,9 +16,10 @@
 namespace pagoda {
 
 // Integer element types of safetensors files: the packed codes, zero points
-// and group indices of quantized checkpoints (AWQ, GPTQ, compressed-tensors).
-// Kept apart from DType, which lists the types arithmetic runs in.
-enum class IntegerType { kNone, kI8, kU8, kI32, kI64 };
+// and group indices of quantized checkpoints (AWQ, GPTQ, compressed-tensors),
+// and F8_E4M3, FP8 codes that only the FP8 reader decodes (as bytes). Kept
+// apart from DType, which lists the types arithmetic runs in.
+enum class IntegerType { kNone, kI8, kU8, kI32, kI64, kF8E4M3 };
 size_t IntegerTypeSize(IntegerType type);
 const char* IntegerTypeName(IntegerType type);  // "I32"; "" for kNone.
 

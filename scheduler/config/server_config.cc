@@ -49,7 +49,7 @@ absl::Status CheckModel(const ModelOptions& model) {
   if (!IsServedQuantizationMethod(model.quantization)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--quantization ", model.quantization,
-        ": Pagoda serves auto, awq, awq_marlin, gptq, gptq_marlin and compressed-tensors"));
+        ": Pagoda serves auto, awq, awq_marlin, gptq, gptq_marlin, compressed-tensors and fp8"));
   }
   if (auto parser = ParseToolCallParserName(model.tool_call_parser); !parser.ok()) {
     return parser.status();
@@ -193,9 +193,9 @@ absl::Status CheckSpeculation(const std::optional<SpeculativeConfig>& speculativ
                               int tensor_parallel_size) {
   if (!speculative.has_value()) return absl::OkStatus();
   if (speculative->method != SpeculativeMethod::kNgram) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--speculative-config: method ", SpeculativeMethodName(speculative->method),
-                     " is not supported yet (only ngram)"));
+    return absl::InvalidArgumentError(absl::StrCat("--speculative-config: method ",
+                                                   SpeculativeMethodName(speculative->method),
+                                                   " is not supported yet (only ngram)"));
   }
   return CheckAgainstTarget(*speculative, tensor_parallel_size);
 }
