@@ -16,6 +16,7 @@ namespace pagoda::scheduler {
 struct Engine::RequestState {
   std::shared_ptr<RequestSink> sink;
   RequestRecord record;
+  int lora_id = 0;  // Released in the registry when the request ends.
 };
 
 namespace {
@@ -83,6 +84,11 @@ absl::Status Engine::AddRequest(EngineRequest request) {
         "workers are down; the server cannot serve requests",
         failure_reason_.empty() ? " now (restarting them)" : absl::StrCat(": ", failure_reason_)));
   }
+  if (request.lora_id != 0 && (config_.max_loras <= 0 || config_.lora_registry == nullptr ||
+                                request.lora_id < 0)) {
+    return absl::InvalidArgumentError(
+        "model: this server serves no LoRA adapters (start it with --enable-lora)");
+  }
   if (speculator_ != nullptr && request.sampling.use_beam_search) {
     return absl::InvalidArgumentError(
         "use_beam_search: beam search cannot run with speculative decoding (--speculative-config)");
@@ -114,6 +120,11 @@ void Engine::AbortRequest(const std::string& request_id, const RequestSink* sink
                           AbortCause why) {
   absl::MutexLock lock(&mu_);
   if (in_flight_ids_.contains(request_id)) abort_inbox_.push_back(Abort{request_id, sink, why});
+}
+
+void Engine::ForgetLoraAdapter(int lora_id) {
+  absl::MutexLock lock(&mu_);
+  if (lora_id > 0) lora_forget_inbox_.push_back(lora_id);
 }
 
 void Engine::StopAccepting() {
@@ -165,6 +176,7 @@ void Engine::Loop() {
     std::vector<EngineRequest> arrived;
     std::vector<Abort> aborts;
     std::vector<std::shared_ptr<HashQuery>> queries;
+    std::vector<int> forgotten_loras;
     bool stop = false;
     {
       absl::MutexLock lock(&mu_);
@@ -172,18 +184,21 @@ void Engine::Loop() {
       // only touched by this thread, so reading them here is safe.
       auto has_work = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
         return stop_requested_ || !inbox_.empty() || !abort_inbox_.empty() ||
-               !hash_queries_.empty() || scheduler_->HasUnfinished() || HasStepsInFlight();
+               !hash_queries_.empty() || !lora_forget_inbox_.empty() ||
+               scheduler_->HasUnfinished() || HasStepsInFlight();
       };
       // Wakes now and then even when idle, to see a dead worker (engine_recovery.cc).
       mu_.AwaitWithTimeout(absl::Condition(&has_work), kWorkerCheckPeriod);
       arrived.swap(inbox_);
       aborts.swap(abort_inbox_);
       queries.swap(hash_queries_);
+      forgotten_loras.swap(lora_forget_inbox_);
       stop = stop_requested_;
     }
     AnswerHashQueries(std::move(queries));
     AdmitRequests(std::move(arrived));
     ApplyAborts(aborts);
+    ForgetLoraAdapters(forgotten_loras);
     if (stop) break;
     if (!workers_failed_ && !workers_->Healthy()) {
       AbandonStepsInFlight();  // They fail too; recovery replans them.
@@ -215,10 +230,12 @@ void Engine::AdmitRequests(std::vector<EngineRequest> requests) {
     state->record.arrival_time = request.arrival_time;
     state->record.num_prompt_tokens = static_cast<int>(request.prompt_token_ids.size());
     state->record.max_tokens = request.stopping.max_tokens;
+    state->lora_id = request.lora_id;
     auto group = std::make_unique<SequenceGroup>(
         request.request_id, std::move(request.prompt_token_ids), next_seq_id_, request.sampling,
         request.stopping, request.arrival_time);
     group->set_priority(request.priority);
+    group->set_lora_id(request.lora_id);
     ++next_seq_id_;  // Forked sequences get their ids from the scheduler.
     requests_[request.request_id] = std::move(state);
     if (workers_failed_) {
@@ -446,6 +463,7 @@ void Engine::FinishRequest(const std::string& request_id, const absl::Status& st
   requests_.erase(it);
   state->record.finish_reason = finish_reason;
   state->record.finish_time = absl::Now();
+  ReleaseLora(state->lora_id);
   // Metrics first: a client that has its final response must find the
   // request counted (the response can reach it before the next line runs).
   if (observer_ != nullptr) observer_->OnRequestFinished(state->record);
@@ -471,7 +489,10 @@ void Engine::FailAll(const absl::Status& status, bool include_queued) {
     abort_inbox_.clear();
     for (const EngineRequest& request : late) in_flight_ids_.erase(request.request_id);
   }
-  for (EngineRequest& request : late) request.sink->OnFinish(status);
+  for (EngineRequest& request : late) {
+    ReleaseLora(request.lora_id);
+    request.sink->OnFinish(status);
+  }
 }
 
 void Engine::SetKvEventSink(KvEventSink* sink) {
