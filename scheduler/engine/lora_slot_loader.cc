@@ -54,9 +54,7 @@ void LoraSlotLoader::Run() {
     Task task;
     {
       absl::MutexLock lock(&mu_);
-      auto has_work = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-        return stop_ || !queue_.empty();
-      };
+      auto has_work = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stop_ || !queue_.empty(); };
       mu_.Await(absl::Condition(&has_work));
       if (stop_) return;
       task = std::move(queue_.front());

@@ -85,7 +85,7 @@ class LoraStepper {
   // Waiting groups the gate lets through this step.
   absl::flat_hash_set<const SequenceGroup*> admissible_;
   absl::flat_hash_map<int, std::string> names_;  // For the metric.
-  LoraSlotLoader loader_;  // Last: its thread stops before the rest goes.
+  LoraSlotLoader loader_;                        // Last: its thread stops before the rest goes.
 };
 
 }  // namespace pagoda::scheduler

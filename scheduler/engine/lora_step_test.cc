@@ -41,7 +41,8 @@ class SlotRecordingWorkers : public WorkerGroup {
   absl::StatusOr<wv1::LoadLoraAdapterResponse> LoadLoraAdapter(
       const wv1::LoadLoraAdapterRequest& request) override {
     absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(+[](bool* held) { return !*held; }, &held_));
+    mu_.Await(absl::Condition(
+        +[](bool* held) { return !*held; }, &held_));
     calls_.push_back(absl::StrCat("load ", request.slot(), " ", request.path()));
     if (request.path().find("bad") != std::string::npos) {
       return absl::InvalidArgumentError(request.path() + ": rank 64 is above --max-lora-rank 16");
@@ -136,7 +137,8 @@ class LoraStepTest : public ::testing::Test {
   // Every queued slot call answered (a deadline, never a fixed sleep).
   void WaitForLoader() {
     const absl::Time deadline = absl::Now() + absl::Seconds(10);
-    while (stepper_.loader().Busy() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(1));
+    while (stepper_.loader().Busy() && absl::Now() < deadline)
+      absl::SleepFor(absl::Milliseconds(1));
     ASSERT_FALSE(stepper_.loader().Busy());
   }
 
