@@ -3,8 +3,9 @@
 // (tests/reference/lora_reference.py: ranks 8, 4 with rsLoRA and 13; bf16,
 // f32, f16; different targets) with --max-loras 2, a KV cache small enough
 // to preempt, the prefix cache on (one prompt shared by the base model and
-// every adapter) and overlapped scheduling. Each request's greedy tokens
-// must equal the float64 reference of its merged weights (W + scale·B·A).
+// every adapter) and overlapped scheduling; and on two tensor-parallel
+// ranks. Each request's greedy tokens must equal the float64 reference of
+// its merged weights (W + scale·B·A).
 // The same after a worker is killed mid-run (the restarted worker's slots
 // are empty and are loaded again). An adapter the worker refuses fails its
 // requests with a line naming it while the others are served; LoRA off
@@ -125,8 +126,8 @@ class LoraEngineTest : public ::testing::Test {
 
   // Workers with `num_blocks` KV blocks and kMaxLoras slots; the adapters
   // registered (ids_[0..2], ids_[3] the one over the worker's rank).
-  void StartWorkers(int num_blocks) {
-    auto group = GrpcWorkerGroup::Launch(PAGODA_WORKER_BINARY, 1, absl::Seconds(20));
+  void StartWorkers(int num_blocks, int world_size = 1) {
+    auto group = GrpcWorkerGroup::Launch(PAGODA_WORKER_BINARY, world_size, absl::Seconds(20));
     ASSERT_TRUE(group.ok()) << group.status();
     workers_ = *std::move(group);
     wv1::LoadModelRequest load;
@@ -229,6 +230,20 @@ TEST_F(LoraEngineTest, MixedAdaptersMatchTheMergedWeightsUnderPreemption) {
   const EngineSnapshot snapshot = engine.snapshot();
   EXPECT_GT(snapshot.num_preemptions_total, 0);
   EXPECT_EQ(snapshot.lora.max_loras, kMaxLoras);
+  ExpectEveryAdapterReleased();
+  engine.Stop();
+}
+
+// Two ranks, each with its slice of every adapter (GQA 2:1 splits the KV
+// heads), without overlap this time.
+TEST_F(LoraEngineTest, MixedAdaptersMatchAtTensorParallel2) {
+  StartWorkers(64, /*world_size=*/2);
+  EngineConfig config = Config(kMaxLoras);
+  config.async_scheduling = false;
+  Engine engine(config, workers_.get(), nullptr);
+  engine.Start();
+  std::vector<std::shared_ptr<CollectingSink>> sinks;
+  RunMixedBatch(engine, &sinks);
   ExpectEveryAdapterReleased();
   engine.Stop();
 }
