@@ -12,13 +12,6 @@
 
 namespace pagoda::scheduler {
 
-// What the engine thread remembers about one accepted request.
-struct Engine::RequestState {
-  std::shared_ptr<RequestSink> sink;
-  RequestRecord record;
-  int lora_id = 0;  // Released in the registry when the request ends.
-};
-
 namespace {
 
 // A gauge scraped every few seconds needs no per-step precision.
@@ -55,6 +48,9 @@ Engine::Engine(EngineConfig config, WorkerGroup* workers, EngineObserver* observ
   // each step's drafts come from the tokens the previous step returned.
   if (config_.async_scheduling && speculator_ == nullptr) {
     pipeline_ = std::make_unique<StepPipeline>(workers_);
+  }
+  if (config_.max_loras > 0 && config_.lora_registry != nullptr) {
+    lora_ = std::make_unique<LoraStepper>(config_.max_loras, config_.lora_registry, workers_);
   }
   absl::MutexLock lock(&mu_);
   totals_.num_gpu_blocks = config_.scheduler.num_gpu_blocks;
@@ -219,6 +215,8 @@ void Engine::Loop() {
     }
   }
   AbandonStepsInFlight();
+  // No load may run beside the workers' shutdown, which follows.
+  if (lora_ != nullptr) lora_->loader().Quiesce();
   FailAll(absl::UnavailableError("server is shutting down"));
   PublishSnapshot(nullptr);
 }
@@ -301,7 +299,9 @@ bool Engine::Step() {
 
 SchedulerOutput Engine::ScheduleBatch(StepClock* clock) {
   if (speculator_ != nullptr) speculator_->Propose(*scheduler_);
+  if (lora_ != nullptr) PrepareLoraSlots();  // engine_lora.cc
   SchedulerOutput output = scheduler_->Schedule();
+  if (lora_ != nullptr) lora_->AfterSchedule(*scheduler_);
   if (speculator_ != nullptr) speculator_->TakeScheduled(output);
   clock->scheduled = absl::Now();
   for (std::unique_ptr<SequenceGroup>& group : output.ignored) FinishIgnored(*group);
@@ -339,6 +339,7 @@ const pagoda::worker::v1::StepPlan& Engine::BuildPlan(const SchedulerOutput& out
   BuildStepPlanInto(next_step_id_++, output, scheduler_->block_manager(), config_.eos_token_ids,
                     plan);
   if (speculator_ != nullptr) speculator_->AttachDrafts(output, *plan);
+  if (lora_ != nullptr) lora_->AttachSlots(output, *plan);
   return *plan;
 }
 
@@ -543,6 +544,7 @@ void Engine::PublishSnapshot(const StepRecord* step) {
   totals_.prefix_cache_queries_total = blocks.prefix_cache_queries();
   totals_.prefix_cache_hits_total = blocks.prefix_cache_hits();
   if (speculator_ != nullptr) totals_.spec_decode = speculator_->totals();
+  if (lora_ != nullptr) totals_.lora = lora_->Activity(*scheduler_);
   if (step != nullptr) {
     const absl::Time now = absl::Now();
     if (now - kv_usage_time_ >= kKvUsageRefresh || totals_.num_running == 0) {

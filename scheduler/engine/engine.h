@@ -21,6 +21,7 @@
 #include "absl/time/time.h"
 #include "google/protobuf/arena.h"
 #include "scheduler/engine/engine_stats.h"
+#include "scheduler/engine/lora_step.h"
 #include "scheduler/engine/output_processor.h"
 #include "scheduler/engine/request_sink.h"
 #include "scheduler/engine/scheduler.h"
@@ -144,7 +145,12 @@ class Engine {
   EngineSnapshot snapshot() const;
 
  private:
-  struct RequestState;
+  // What the engine thread remembers about one accepted request.
+  struct RequestState {
+    std::shared_ptr<RequestSink> sink;
+    RequestRecord record;
+    int lora_id = 0;  // Released in the registry when the request ends.
+  };
   // Accepted requests not yet running (see AddRequest).
   int NumQueuedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Loop();
@@ -215,6 +221,10 @@ class Engine {
   // when it ends; an unloaded adapter's slot is freed between steps.
   void ReleaseLora(int lora_id);
   void ForgetLoraAdapters(const std::vector<int>& lora_ids);
+  // Before Schedule(): ends the requests of adapters the workers could not
+  // load, then plans the slots and gates admission (lora_step.h).
+  void PrepareLoraSlots();
+  void FailLoraRequests(const std::vector<LoraStepper::FailedLoad>& failed);
   // Reports a request's end to its sink and observer and forgets it.
   void FinishRequest(const std::string& request_id, const absl::Status& status,
                      const std::string& finish_reason);
@@ -245,6 +255,7 @@ class Engine {
   std::unique_ptr<OutputProcessor> output_processor_;
   std::unique_ptr<Speculator> speculator_;  // Null without --speculative-config.
   std::unique_ptr<StepPipeline> pipeline_;  // Null without async scheduling.
+  std::unique_ptr<LoraStepper> lora_;       // Null without LoRA (max_loras 0).
   absl::flat_hash_map<std::string, std::unique_ptr<RequestState>> requests_;
   int64_t next_seq_id_ = 0;
   int64_t next_step_id_ = 0;

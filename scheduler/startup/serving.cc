@@ -23,7 +23,7 @@ namespace pagoda::scheduler {
 namespace {
 
 EngineConfig MakeEngineConfig(const ServerConfig& config, const ModelConfig& model,
-                              const WorkerCache& cache) {
+                              const WorkerCache& cache, lora::LoraRegistry* lora_registry) {
   const SchedulingOptions& scheduling = config.scheduling;
   EngineConfig engine;
   engine.scheduler.block_size = config.cache.block_size;
@@ -43,6 +43,8 @@ EngineConfig MakeEngineConfig(const ServerConfig& config, const ModelConfig& mod
   engine.max_queued_requests = scheduling.max_queued_requests;
   engine.speculative = config.speculative;
   engine.async_scheduling = scheduling.async_scheduling;
+  engine.lora_registry = lora_registry;
+  engine.max_loras = config.lora.enable_lora ? config.lora.max_loras : 0;
   return engine;
 }
 
@@ -124,7 +126,9 @@ struct Services {
         generation(served, &path, options),
         vllm(config.front_door.vllm_grpc_api
                  ? std::make_unique<VllmEngineService>(served, &path, options)
-                 : nullptr) {}
+                 : nullptr),
+        lora_registry(engine_config.lora_registry),
+        engine(engine) {}
   const ModelLimits limits;
   RequestValidator validator;
   // Every front door's: outlives them all.
@@ -133,6 +137,11 @@ struct Services {
   const GenerationOptions options;
   GenerationService generation;
   std::unique_ptr<VllmEngineService> vllm;
+  // LoRA (docs/lora.md): the served adapters (always there; empty without
+  // --enable-lora), which the doors Acquire and the load and unload routes
+  // change, and the engine, whose ForgetLoraAdapter the unload route calls.
+  lora::LoraRegistry* const lora_registry;
+  Engine* const engine;
 };
 
 // Serves until a stop signal or the workers are given up on, then drains.
@@ -167,8 +176,9 @@ absl::Status ServeAndDrain(const ServerConfig& config, const ModelFiles& model,
 
 absl::Status ServeUntilStopSignal(const ServerConfig& config, const ModelFiles& model,
                                   const WorkerCache& cache, ServerMetrics* metrics,
-                                  KvEventPublisher* kv_events, GrpcWorkerGroup& workers) {
-  const EngineConfig engine_config = MakeEngineConfig(config, model.config, cache);
+                                  KvEventPublisher* kv_events, GrpcWorkerGroup& workers,
+                                  lora::LoraRegistry* lora_registry) {
+  const EngineConfig engine_config = MakeEngineConfig(config, model.config, cache, lora_registry);
   Engine engine(engine_config, &workers, metrics);
   // Destroyed before `engine`.
   std::unique_ptr<KvEventsAttachment> kv_events_page = AttachKvEvents(engine, kv_events, metrics);
