@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "prometheus/collectable.h"
 #include "prometheus/counter.h"
 #include "prometheus/exposer.h"
@@ -12,6 +13,7 @@
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
+#include "scheduler/lora_metrics.h"
 #include "scheduler/spec_decode_metrics.h"
 #include "scheduler/vllm_request_metrics.h"
 
@@ -322,6 +324,10 @@ void ServerMetrics::RefreshFromSourceLocked() {
   const EngineSnapshot snapshot = source_();
   // Nothing running means the last batch is over: no step is in progress.
   SetGauges(snapshot, snapshot.num_running == 0 ? 0 : snapshot.last_batch_size);
+  if (vllm_names_ && snapshot.lora.max_loras > 0) {
+    if (lora_info_ == nullptr) lora_info_ = std::make_unique<LoraRequestsInfo>(*registry_);
+    lora_info_->Update(snapshot.lora, absl::Now());
+  }
 }
 
 void ServerMetrics::SetGauges(const EngineSnapshot& snapshot, int batch_size) {

@@ -201,6 +201,7 @@ void Engine::Loop() {
       if (!RecoverWorkers()) FailForGood(absl::UnavailableError(failure_reason()));
     }
     if (!scheduler_->HasUnfinished() && !HasStepsInFlight()) {
+      if (lora_ != nullptr) lora_->ApplyForgets(/*step_in_flight=*/false);
       PublishSnapshot(nullptr);  // Aborts and refusals changed the counts.
       continue;
     }

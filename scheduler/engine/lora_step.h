@@ -56,6 +56,9 @@ class LoraStepper {
   // An adapter removed from the registry: its slot is freed and unloaded
   // now, or at the first BeforeSchedule where no step in flight uses it.
   void Forget(int lora_id, bool step_in_flight);
+  // Unloads the forgotten adapters no step in flight uses (BeforeSchedule
+  // does it too; the engine calls it when idle).
+  void ApplyForgets(bool step_in_flight);
   // Before WorkerGroup::Recover: waits for the load in progress, drops the
   // rest and empties every slot (the restarted workers' are empty).
   void ResetForRestart();
@@ -70,7 +73,6 @@ class LoraStepper {
  private:
   // Sends the plan's loads.
   void SendLoads(const lora::LoraSlotPlan& plan);
-  void ApplyForgets(bool step_in_flight);
   void EmptySlot(int index);
   const std::string& NameOf(int lora_id);
 

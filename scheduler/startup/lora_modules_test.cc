@@ -21,15 +21,15 @@ TEST(LoraModulesTest, RegistersGoodAdaptersAndRefusesABadOneByName) {
   const std::string dir = ::pagoda::testing::TempPath("lora_modules_test");
   fs::create_directories(dir);
   const std::string base = dir + "/base";
-  ASSERT_TRUE(::pagoda::testing::WriteTinyModel(
-                  base, "--vocab-size 40 --hidden-size 24 --intermediate-size 36 "
-                        "--num-layers 2 --num-heads 4 --num-kv-heads 2 --dtype f32")
-                  .ok());
+  ASSERT_TRUE(
+      ::pagoda::testing::WriteTinyModel(base,
+                                        "--vocab-size 40 --hidden-size 24 --intermediate-size 36 "
+                                        "--num-layers 2 --num-heads 4 --num-kv-heads 2 --dtype f32")
+          .ok());
   for (const auto& [name, rank] : {std::pair<std::string, int>{"r8", 8}, {"r20", 20}}) {
-    const std::string command =
-        absl::StrCat(::pagoda::testing::PythonBinary(), " tests/reference/lora_reference.py make",
-                     " --base ", base, " --out ", dir, "/", name, " --rank ", rank,
-                     " --alpha 8 --targets q_proj,v_proj");
+    const std::string command = absl::StrCat(
+        ::pagoda::testing::PythonBinary(), " tests/reference/lora_reference.py make", " --base ",
+        base, " --out ", dir, "/", name, " --rank ", rank, " --alpha 8 --targets q_proj,v_proj");
     ASSERT_EQ(std::system(command.c_str()), 0) << command;
   }
   absl::StatusOr<ModelConfig> model = LoadModelConfig(base);
