@@ -11,6 +11,7 @@
 #include "glog/logging.h"
 #include "scheduler/api/frontend.h"
 #include "scheduler/api/http_server.h"
+#include "scheduler/api/lora_adapters.h"
 #include "scheduler/api/request_path.h"
 #include "scheduler/api/request_validation.h"
 #include "scheduler/api/vllm_engine_service.h"
@@ -68,8 +69,22 @@ GenerationOptions MakeGenerationOptions(const ServerConfig& config) {
   return options;
 }
 
-RequestPathOptions MakeRequestPathOptions(const ServerConfig& config) {
+std::unique_ptr<LoraAdapters> MakeLoraAdapters(const ServerConfig& config, const ModelFiles& model,
+                                               const EngineConfig& engine_config, Engine* engine) {
+  if (!config.lora.enable_lora || engine_config.lora_registry == nullptr) return nullptr;
+  LoraAdaptersOptions options;
+  options.registry = engine_config.lora_registry;
+  options.lora_dir = config.lora.lora_dir;
+  options.max_lora_rank = config.lora.max_lora_rank;
+  options.base = model.config;
+  options.base_model_name = ServedModelName(config.model);
+  options.forget = [engine](int lora_id) { engine->ForgetLoraAdapter(lora_id); };
+  return std::make_unique<LoraAdapters>(std::move(options));
+}
+
+RequestPathOptions MakeRequestPathOptions(const ServerConfig& config, LoraAdapters* lora) {
   RequestPathOptions options;
+  options.lora_adapters = lora;
   options.api_key = config.front_door.api_key;
   options.max_pending_tokenizations = MaxPendingTokenizations(config);
   return options;
@@ -120,28 +135,26 @@ struct Services {
            const EngineConfig& engine_config, Engine* engine)
       : limits(MakeModelLimits(model, cache.max_model_len)),
         validator(limits, model.tokenizer.get(), config.scheduling.seed),
-        path(engine, &validator, model.tokenizer.get(), MakeRequestPathOptions(config)),
+        lora(MakeLoraAdapters(config, model, engine_config, engine)),
+        path(engine, &validator, model.tokenizer.get(), MakeRequestPathOptions(config, lora.get())),
         served(MakeServedModelInfo(config, model, engine_config)),
         options(MakeGenerationOptions(config)),
         generation(served, &path, options),
         vllm(config.front_door.vllm_grpc_api
                  ? std::make_unique<VllmEngineService>(served, &path, options)
-                 : nullptr),
-        lora_registry(engine_config.lora_registry),
-        engine(engine) {}
+                 : nullptr) {}
   const ModelLimits limits;
   RequestValidator validator;
+  // LoRA (docs/lora.md), null without --enable-lora: the served adapters
+  // (the engine's registry), which the doors Acquire and the load and
+  // unload routes change; an unload reaches Engine::ForgetLoraAdapter.
+  std::unique_ptr<LoraAdapters> lora;
   // Every front door's: outlives them all.
   RequestPath path;
   const ServedModelInfo served;
   const GenerationOptions options;
   GenerationService generation;
   std::unique_ptr<VllmEngineService> vllm;
-  // LoRA (docs/lora.md): the served adapters (always there; empty without
-  // --enable-lora), which the doors Acquire and the load and unload routes
-  // change, and the engine, whose ForgetLoraAdapter the unload route calls.
-  lora::LoraRegistry* const lora_registry;
-  Engine* const engine;
 };
 
 // Serves until a stop signal or the workers are given up on, then drains.
