@@ -13,6 +13,8 @@ namespace {
 
 // Output rows a task takes at least.
 constexpr int64_t kW8A8MinRowsPerTask = 16;
+// Output rows whose codes are run over every token row before the next.
+constexpr int64_t kW8A8BandRows = 32;
 // vLLM's smallest per-token FP8 scale: an all-zero row still divides.
 constexpr float kMinFp8TokenScale = 1.0f / (kFp8E4M3Max * 512.0f);
 
@@ -57,10 +59,17 @@ class CpuW8A8Linear final : public Linear {
       QuantizeInt8(x, rows);
     }
     float* y = static_cast<float*>(y_raw);
+    // A band of output rows' codes (at most 32 x 8 KB, in L2) serves every
+    // chunk of token rows in turn, each chunk's inputs (in L1) the band:
+    // a long prompt's inputs are not streamed again for every output row.
     pool_->ParallelFor(out_, kW8A8MinRowsPerTask, [&](int64_t begin, int64_t end) {
-      for (int64_t o = begin; o < end; ++o) {
-        for (int r = 0; r < rows; r += kW8A8MaxRows)
-          OutputRows(o, r, std::min(kW8A8MaxRows, rows - r), y);
+      for (int64_t band = begin; band < end; band += kW8A8BandRows) {
+        const int64_t band_end = std::min(end, band + kW8A8BandRows);
+        for (int r = 0; r < rows; r += kW8A8MaxRows) {
+          for (int64_t o = band; o < band_end; ++o) {
+            OutputRows(o, r, std::min(kW8A8MaxRows, rows - r), y);
+          }
+        }
       }
     });
   }
