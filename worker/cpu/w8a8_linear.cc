@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "worker/cpu/host_memory.h"
@@ -95,10 +96,15 @@ class CpuW8A8Linear final : public Linear {
     }
   }
 
+  // max|row|, NaN if any element is NaN (std::max would skip it).
   static float AbsMax(const float* row, int64_t n) {
     float amax = 0.0f;
-    for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(row[i]));
-    return amax;
+    bool nan = false;
+    for (int64_t i = 0; i < n; ++i) {
+      amax = std::max(amax, std::fabs(row[i]));
+      nan |= std::isnan(row[i]);
+    }
+    return nan ? std::numeric_limits<float>::quiet_NaN() : amax;
   }
 
   void QuantizeInt8(const float* x, int rows) {
@@ -109,6 +115,12 @@ class CpuW8A8Linear final : public Linear {
       const float* row = x + r * in_;
       const float scale = AbsMax(row, in_) / 127.0f;
       if (scale == 0.0f) continue;  // q = 0.
+      if (!std::isfinite(scale)) {
+        // A NaN or infinite input: its outputs are NaN, as a float product's
+        // would be, rather than whatever int8 a NaN converts to.
+        x_scale_[r] = std::numeric_limits<float>::quiet_NaN();
+        continue;
+      }
       int32_t sum = 0;
       for (int64_t i = 0; i < in_; ++i) {
         // nearbyint rounds half to even (the default mode), as torch.round.
