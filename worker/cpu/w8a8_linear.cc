@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "worker/cpu/host_memory.h"
@@ -13,6 +14,8 @@ namespace {
 
 // Output rows a task takes at least.
 constexpr int64_t kW8A8MinRowsPerTask = 16;
+// Output rows whose codes are run over every token row before the next.
+constexpr int64_t kW8A8BandRows = 32;
 // vLLM's smallest per-token FP8 scale: an all-zero row still divides.
 constexpr float kMinFp8TokenScale = 1.0f / (kFp8E4M3Max * 512.0f);
 
@@ -57,10 +60,17 @@ class CpuW8A8Linear final : public Linear {
       QuantizeInt8(x, rows);
     }
     float* y = static_cast<float*>(y_raw);
+    // A band of output rows' codes (at most 32 x 8 KB, in L2) serves every
+    // chunk of token rows in turn, each chunk's inputs (in L1) the band:
+    // a long prompt's inputs are not streamed again for every output row.
     pool_->ParallelFor(out_, kW8A8MinRowsPerTask, [&](int64_t begin, int64_t end) {
-      for (int64_t o = begin; o < end; ++o) {
-        for (int r = 0; r < rows; r += kW8A8MaxRows)
-          OutputRows(o, r, std::min(kW8A8MaxRows, rows - r), y);
+      for (int64_t band = begin; band < end; band += kW8A8BandRows) {
+        const int64_t band_end = std::min(end, band + kW8A8BandRows);
+        for (int r = 0; r < rows; r += kW8A8MaxRows) {
+          for (int64_t o = band; o < band_end; ++o) {
+            OutputRows(o, r, std::min(kW8A8MaxRows, rows - r), y);
+          }
+        }
       }
     });
   }
@@ -86,10 +96,15 @@ class CpuW8A8Linear final : public Linear {
     }
   }
 
+  // max|row|, NaN if any element is NaN (std::max would skip it).
   static float AbsMax(const float* row, int64_t n) {
     float amax = 0.0f;
-    for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(row[i]));
-    return amax;
+    bool nan = false;
+    for (int64_t i = 0; i < n; ++i) {
+      amax = std::max(amax, std::fabs(row[i]));
+      nan |= std::isnan(row[i]);
+    }
+    return nan ? std::numeric_limits<float>::quiet_NaN() : amax;
   }
 
   void QuantizeInt8(const float* x, int rows) {
@@ -100,6 +115,12 @@ class CpuW8A8Linear final : public Linear {
       const float* row = x + r * in_;
       const float scale = AbsMax(row, in_) / 127.0f;
       if (scale == 0.0f) continue;  // q = 0.
+      if (!std::isfinite(scale)) {
+        // A NaN or infinite input: its outputs are NaN, as a float product's
+        // would be, rather than whatever int8 a NaN converts to.
+        x_scale_[r] = std::numeric_limits<float>::quiet_NaN();
+        continue;
+      }
       int32_t sum = 0;
       for (int64_t i = 0; i < in_; ++i) {
         // nearbyint rounds half to even (the default mode), as torch.round.

@@ -5,11 +5,13 @@
 // tiles; then the Linear over odd shapes (inputs not a multiple of the
 // 64-code chunk, odd output counts, 1 to 9 token rows, bias) against a
 // float64 loop that quantizes each token row as the formats define it. The
-// backend's CreateQuantizedLinear picks this Linear for those weights.
+// backend's CreateQuantizedLinear picks this Linear for those weights; a NaN
+// input row gives NaN outputs (int8 has no NaN to carry it).
 
 #include "worker/cpu/w8a8_linear.h"
 
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -161,6 +163,22 @@ TEST(W8A8Linear, MatchesFloat64LoopOverOddShapesAtEveryLevel) {
           }
         }
       }
+    }
+  }
+}
+
+TEST(W8A8Linear, ANanInputRowGivesNanOutputsAndLeavesTheOthers) {
+  std::mt19937 rng(7);
+  ThreadPool pool(1);
+  for (const Case& c : {Case{CodeType::kUnsignedInt, InputQuant::kInt8PerToken, 8, 64},
+                        Case{CodeType::kFloat8E4M3, InputQuant::kFp8PerToken, 8, 64}}) {
+    auto linear = CreateCpuW8A8Linear(RandomByteWeight(c, rng), &pool, BestSimdLevel());
+    std::vector<float> x(2 * 64, 0.5f), y(2 * 8);
+    x[3] = std::numeric_limits<float>::quiet_NaN();
+    linear->Forward(x.data(), 2, y.data());
+    for (int o = 0; o < 8; ++o) {
+      EXPECT_TRUE(std::isnan(y[o])) << o;
+      EXPECT_TRUE(std::isfinite(y[8 + o])) << o;
     }
   }
 }

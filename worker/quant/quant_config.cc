@@ -167,8 +167,9 @@ absl::StatusOr<InputQuant> ParseInputActivations(const Json& group, const std::s
   if (StringAt(a, "type") != (fp8 ? "float" : "int") || *bits != 8 || !*sym) {
     return Bad(absl::StrCat(at, ": symmetric 8-bit ", fp8 ? "float" : "int", " is served"));
   }
-  if (*dynamic && strategy == "token")
+  if (*dynamic && strategy == "token") {
     return fp8 ? InputQuant::kFp8PerToken : InputQuant::kInt8PerToken;
+  }
   if (fp8 && !*dynamic && strategy == "tensor") return InputQuant::kFp8Static;
   return Bad(absl::StrCat(
       at, ": strategy \"", strategy, "\" dynamic ", *dynamic ? "true" : "false",
