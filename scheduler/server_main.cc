@@ -50,7 +50,7 @@ absl::Status Serve(absl::StatusOr<ServerConfig> config) {
       StartMetrics(config->front_door, model_name);
   if (!metrics.ok()) return metrics.status();
   absl::StatusOr<std::unique_ptr<KvEventPublisher>> kv_events =
-      StartKvEventPublisher(config->kv_events, model_name);
+      StartKvEventPublisher(config->kv_events, model_name, &lora_registry);
   if (!kv_events.ok()) return kv_events.status();
   absl::StatusOr<std::unique_ptr<GrpcWorkerGroup>> workers = StartWorkers(*config, model->config);
   if (!workers.ok()) return workers.status();
