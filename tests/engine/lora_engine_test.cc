@@ -13,6 +13,7 @@
 
 #include <signal.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -261,7 +262,12 @@ TEST_F(LoraEngineTest, AKilledWorkerRestartsWithEmptySlotsThatLoadAgain) {
   for (int i = 0; i < kRequests; ++i) {
     const int lora_id = AdapterOf(i) == 0 ? 0 : ids_[AdapterOf(i) - 1];
     sinks.push_back(Submit(engine, i, lora_id, /*run=*/1));
-    if (i == 0) sinks[0]->set_on_delta([worker](int) { kill(worker, SIGKILL); });
+    // Once: a later delta must not signal a pid the system may reuse.
+    if (i == 0) {
+      sinks[0]->set_on_delta([worker, killed = std::make_shared<std::atomic<bool>>(false)](int) {
+        if (!killed->exchange(true)) kill(worker, SIGKILL);
+      });
+    }
   }
   for (int i = 0; i < kRequests; ++i) {
     ASSERT_TRUE(sinks[i]->WaitFinished(absl::Seconds(60))) << "request " << i;
