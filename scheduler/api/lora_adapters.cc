@@ -86,6 +86,10 @@ absl::StatusOr<std::string> LoraAdapters::Load(const json& body) {
     return absl::InvalidArgumentError(
         "load_inplace: is not supported; unload the adapter, then load it again");
   }
+  if (*name == options_.base_model_name) {  // `model` could never reach it.
+    return absl::InvalidArgumentError(
+        absl::StrCat("lora_name: '", *name, "' is the base model's name"));
+  }
   const std::string duplicate =
       absl::StrCat("The lora adapter '", *name, "' has already been loaded.");
   if (options_.registry->Find(*name).ok()) return absl::InvalidArgumentError(duplicate);

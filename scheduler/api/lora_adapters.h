@@ -50,7 +50,7 @@ class LoraAdapters {
 
   // POST /v1/load_lora_adapter {"lora_name", "lora_path"}: the answer's
   // text on success. INVALID_ARGUMENT (400) for a missing or malformed
-  // field, a name already served (vLLM's 400), `load_inplace`, or an
+  // field, a name already served (vLLM's 400) or the base model's, `load_inplace`, or an
   // adapter that does not fit the model (rank, target, shape, corrupt
   // file: the loader's line); PERMISSION_DENIED (403) for a path outside
   // --lora-dir (always without it); NOT_FOUND (404) for a missing directory

@@ -113,30 +113,8 @@ void OpenAiRoutes::Handle(HttpRequest request, std::shared_ptr<HttpExchange> exc
   if (route == "/version") {
     return exchange->Respond(200, kJsonContentType, DumpJson({{"version", PAGODA_VERSION}}));
   }
-  const json model = {{"id", options_.model_name},
-                      {"object", "model"},
-                      {"created", started_},
-                      {"owned_by", "pagoda"},
-                      {"root", options_.model_name},
-                      {"parent", nullptr},
-                      {"max_model_len", options_.max_model_len}};
-  LoraAdapters* const adapters = path_->lora_adapters();
-  if (route == "/v1/models") {
-    json data = json::array({model});
-    if (adapters != nullptr) {
-      for (json& card : adapters->ModelCards(started_)) data.push_back(std::move(card));
-    }
-    return exchange->Respond(200, kJsonContentType,
-                             DumpJson({{"object", "list"}, {"data", std::move(data)}}));
-  }
-  if (route == "/v1/models/{id}") {
-    const std::string id = request.path.substr(kModelsPrefix.size());
-    if (id == options_.model_name) return exchange->Respond(200, kJsonContentType, DumpJson(model));
-    if (adapters != nullptr) {
-      absl::StatusOr<json> card = adapters->ModelCard(id, started_);
-      if (card.ok()) return exchange->Respond(200, kJsonContentType, DumpJson(*card));
-    }
-    return RespondError(*exchange, CheckModel(id));
+  if (route == "/v1/models" || route == "/v1/models/{id}") {
+    return AnswerModels(route, request.path, *exchange);
   }
   if (IsLoraRoute(route)) return ChangeAdapters(route, std::move(request), std::move(exchange));
   if (route == "/tokenize" || route == "/detokenize") {
@@ -173,6 +151,33 @@ void OpenAiRoutes::Handle(HttpRequest request, std::shared_ptr<HttpExchange> exc
                         Launch(*std::move(prepared), exchange);
                       });
   });
+}
+
+void OpenAiRoutes::AnswerModels(absl::string_view route, const std::string& path,
+                                HttpExchange& exchange) const {
+  const json model = {{"id", options_.model_name},
+                      {"object", "model"},
+                      {"created", started_},
+                      {"owned_by", "pagoda"},
+                      {"root", options_.model_name},
+                      {"parent", nullptr},
+                      {"max_model_len", options_.max_model_len}};
+  LoraAdapters* const adapters = path_->lora_adapters();
+  if (route == "/v1/models") {
+    json data = json::array({model});
+    if (adapters != nullptr) {
+      for (json& card : adapters->ModelCards(started_)) data.push_back(std::move(card));
+    }
+    return exchange.Respond(200, kJsonContentType,
+                            DumpJson({{"object", "list"}, {"data", std::move(data)}}));
+  }
+  const std::string id = path.substr(kModelsPrefix.size());  // /v1/models/{id}
+  if (id == options_.model_name) return exchange.Respond(200, kJsonContentType, DumpJson(model));
+  if (adapters != nullptr) {
+    absl::StatusOr<json> card = adapters->ModelCard(id, started_);
+    if (card.ok()) return exchange.Respond(200, kJsonContentType, DumpJson(*card));
+  }
+  RespondError(exchange, CheckModel(id));
 }
 
 void OpenAiRoutes::OffLoop(std::shared_ptr<HttpExchange> exchange, std::function<void()> work) {

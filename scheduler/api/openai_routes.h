@@ -87,6 +87,9 @@ class OpenAiRoutes {
   // `model` is "", the served model or a served adapter.
   absl::StatusOr<std::string> AdapterFor(const std::string& model) const;
   absl::Status CheckModel(const std::string& model) const;
+  // GET /v1/models and /v1/models/{id}: the served model, then its LoRA
+  // adapters.
+  void AnswerModels(absl::string_view route, const std::string& path, HttpExchange& exchange) const;
   // vLLM's /v1/load_lora_adapter and /v1/unload_lora_adapter (LoraAdapters).
   void ChangeAdapters(absl::string_view route, HttpRequest request,
                       std::shared_ptr<HttpExchange> exchange);

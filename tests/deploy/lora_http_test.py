@@ -11,7 +11,8 @@ of several ranks, dtypes and target sets (tests/reference/lora_reference.py),
   adapter answers exactly, an unload of an adapter a stream is using is
   refused (409) until that stream ends, and the unloaded name is then 404.
 - The routes' refusals over HTTP (401 without the API key, 403 outside
-  --lora-dir, 400 rank / duplicate, 404 unknown), the server serving after."""
+  --lora-dir, 400 rank / duplicate, 404 unknown), the server serving after.
+- Chat with an adapter and return_token_ids, whole and streamed."""
 import json
 import os
 import subprocess
@@ -232,6 +233,27 @@ class LoraHttpTest(unittest.TestCase):
         self.assertEqual(post("/v1/unload_lora_adapter", {"lora_name": "a1"}, key=None)[0], 401)
         self.assertNotIn("x", [card["id"] for card in h_get("/v1/models")[1]["data"]])
         self.assertEqual(len(completion("tiny", [1, 2, 3])), MAX_TOKENS)
+
+    def test_4_chat_returns_the_prompt_and_output_ids(self):
+        """Chat with an adapter and return_token_ids, whole and streamed: the
+        rendered prompt's ids beside the choices (a stream's first chunk
+        only), and the output ids equal the reference run on those ids."""
+        body = {"model": "a3", "messages": [{"role": "user", "content": "hello there"}],
+                "max_tokens": MAX_TOKENS, "temperature": 0, "ignore_eos": True,
+                "return_token_ids": True}
+        status, whole = post("/v1/chat/completions", body)
+        self.assertEqual(status, 200, whole)
+        prompt = whole["prompt_token_ids"]
+        self.assertEqual(whole["usage"]["prompt_tokens"], len(prompt))
+        want = reference_tokens(_model, [(prompt, os.path.join(_dir, "a3"))])[0]
+        self.assertEqual(whole["choices"][0]["token_ids"], want)
+        status, chunks = post("/v1/chat/completions", dict(body, stream=True), stream=True)
+        self.assertEqual(status, 200, chunks)
+        self.assertEqual([c["prompt_token_ids"] for c in chunks if "prompt_token_ids" in c],
+                         [prompt])
+        self.assertIn("prompt_token_ids", chunks[0])
+        self.assertEqual([t for c in chunks if c["choices"] for t in c["choices"][0]["token_ids"]],
+                         want)
 
 
 def h_get(path):
