@@ -12,14 +12,12 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/lora_limits.h"
 #include "common/model_config.h"
 #include "nlohmann/json.hpp"
 #include "scheduler/lora/lora_registry.h"
 
 namespace pagoda::scheduler {
-
-// Longest lora_path a load request may send (the worker's own bound).
-inline constexpr size_t kMaxLoraPathBytes = 4096;
 
 struct LoraAdaptersOptions {
   lora::LoraRegistry* registry = nullptr;  // Non-null; outlives the adapters.
