@@ -5,7 +5,13 @@
 // and the worker checks again at load (LoadModelRequest, LoadLoraAdapter):
 // one definition for both sides.
 
+#include <cstddef>
+
 namespace pagoda {
+
+// Longest adapter path a load may carry (Linux's PATH_MAX): the HTTP load
+// route and the worker's LoadLoraAdapter both refuse longer ones.
+inline constexpr size_t kMaxLoraPathBytes = 4096;
 
 // Adapter slots a worker holds (--max-loras): far above any deployment's
 // (vLLM's own tests use a few dozen); bounds a hostile LoadModelRequest.

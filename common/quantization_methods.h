@@ -4,8 +4,9 @@
 // vLLM's --quantization names that Pagoda serves, shared by the server
 // (which refuses any other name at start, before a worker is spawned) and
 // the worker (which checks the name against the checkpoint's
-// quantization_config at load: worker/quant/quant_config.h). vLLM's other
-// methods (fp8, bitsandbytes, gguf, ...) are refused by name.
+// quantization_config at load: worker/quant/quant_config.h; "fp8" also
+// quantizes a dense checkpoint at load). vLLM's other methods
+// (bitsandbytes, gguf, ...) are refused by name.
 
 #include <array>
 #include <string_view>
@@ -14,8 +15,8 @@ namespace pagoda {
 
 // "" and "auto" serve whatever the checkpoint declares; the *_marlin names
 // are vLLM's kernels for the same AWQ and GPTQ checkpoints.
-inline constexpr std::array<std::string_view, 7> kQuantizationMethods = {
-    "", "auto", "awq", "awq_marlin", "gptq", "gptq_marlin", "compressed-tensors"};
+inline constexpr std::array<std::string_view, 8> kQuantizationMethods = {
+    "", "auto", "awq", "awq_marlin", "gptq", "gptq_marlin", "compressed-tensors", "fp8"};
 
 inline bool IsServedQuantizationMethod(std::string_view name) {
   for (std::string_view method : kQuantizationMethods) {

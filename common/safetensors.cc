@@ -26,6 +26,7 @@ size_t IntegerTypeSize(IntegerType type) {
   switch (type) {
     case IntegerType::kI8:
     case IntegerType::kU8:
+    case IntegerType::kF8E4M3:
       return 1;
     case IntegerType::kI32:
       return 4;
@@ -47,6 +48,8 @@ const char* IntegerTypeName(IntegerType type) {
       return "I32";
     case IntegerType::kI64:
       return "I64";
+    case IntegerType::kF8E4M3:
+      return "F8_E4M3";
     case IntegerType::kNone:
       break;
   }
@@ -86,10 +89,6 @@ constexpr char kIndexFile[] = "model.safetensors.index.json";
 // Real headers are at most a few MB; refuse absurd ones before allocating.
 constexpr uint64_t kMaxHeaderBytes = uint64_t{100} << 20;
 
-std::string ShapeString(const std::vector<int64_t>& shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
-}
-
 absl::Status FileError(const std::string& path, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(path, ": ", what));
 }
@@ -97,8 +96,8 @@ absl::Status FileError(const std::string& path, absl::string_view what) {
 // The integer type a header's "dtype" names; kNone for the float names (and
 // for names of neither kind, which ParseSafetensorsDType then refuses).
 IntegerType ParseIntegerType(const std::string& name) {
-  for (IntegerType type :
-       {IntegerType::kI8, IntegerType::kU8, IntegerType::kI32, IntegerType::kI64}) {
+  for (IntegerType type : {IntegerType::kI8, IntegerType::kU8, IntegerType::kI32, IntegerType::kI64,
+                           IntegerType::kF8E4M3}) {
     if (name == IntegerTypeName(type)) return type;
   }
   return IntegerType::kNone;
@@ -237,9 +236,9 @@ absl::StatusOr<std::vector<HeaderEntry>> ParseHeader(const std::string& path,
     const uint64_t width =
         parsed->integer == IntegerType::kNone ? 1 : IntegerTypeSize(parsed->integer);
     if ((*data_start + parsed->begin) % width != 0) {
-      return FileError(path, absl::StrCat("tensor \"", name, "\": starts at byte ",
-                                          *data_start + parsed->begin, ", not aligned to its ",
-                                          width, "-byte elements"));
+      return FileError(
+          path, absl::StrCat("tensor \"", name, "\": starts at byte ", *data_start + parsed->begin,
+                             ", not aligned to its ", width, "-byte elements"));
     }
     entries.push_back(*std::move(parsed));
   }
@@ -412,9 +411,9 @@ absl::StatusOr<TensorView> WeightStore::Get(const std::string& name) const {
   return it->second;
 }
 
-absl::StatusOr<std::vector<float>> WeightStore::GetF32(
+absl::StatusOr<TensorView> WeightStore::GetFloat(
     const std::string& name, const std::vector<int64_t>& expected_shape) const {
-  auto view = Get(name);
+  absl::StatusOr<TensorView> view = Get(name);
   if (!view.ok()) return view.status();
   if (view->integer != IntegerType::kNone) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -425,6 +424,13 @@ absl::StatusOr<std::vector<float>> WeightStore::GetF32(
                                                    ShapeString(view->shape), ", expected ",
                                                    ShapeString(expected_shape)));
   }
+  return view;
+}
+
+absl::StatusOr<std::vector<float>> WeightStore::GetF32(
+    const std::string& name, const std::vector<int64_t>& expected_shape) const {
+  absl::StatusOr<TensorView> view = GetFloat(name, expected_shape);
+  if (!view.ok()) return view.status();
   std::vector<float> values(static_cast<size_t>(view->num_elements()));
   ConvertToFloat(view->dtype, view->data, values.size(), values.data());
   return values;
@@ -435,6 +441,10 @@ std::vector<std::string> WeightStore::Names() const {
   names.reserve(tensors_.size());
   for (const auto& [name, view] : tensors_) names.push_back(name);
   return names;
+}
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
 }  // namespace pagoda

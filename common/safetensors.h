@@ -16,11 +16,15 @@
 namespace pagoda {
 
 // Integer element types of safetensors files: the packed codes, zero points
-// and group indices of quantized checkpoints (AWQ, GPTQ, compressed-tensors).
-// Kept apart from DType, which lists the types arithmetic runs in.
-enum class IntegerType { kNone, kI8, kU8, kI32, kI64 };
+// and group indices of quantized checkpoints (AWQ, GPTQ, compressed-tensors),
+// and F8_E4M3, FP8 codes that only the FP8 reader decodes (as bytes). Kept
+// apart from DType, which lists the types arithmetic runs in.
+enum class IntegerType { kNone, kI8, kU8, kI32, kI64, kF8E4M3 };
 size_t IntegerTypeSize(IntegerType type);
 const char* IntegerTypeName(IntegerType type);  // "I32"; "" for kNone.
+
+// "[2, 3]": how error lines print a shape.
+std::string ShapeString(const std::vector<int64_t>& shape);
 
 // A read-only view of one tensor inside a memory-mapped file. Valid while the
 // WeightStore that returned it lives.
@@ -54,6 +58,11 @@ class WeightStore {
   bool Has(const std::string& name) const;
   // NOT_FOUND naming the tensor when absent.
   absl::StatusOr<TensorView> Get(const std::string& name) const;
+  // The float tensor `name`, its shape checked equal to `expected_shape`
+  // (INVALID_ARGUMENT naming tensor, expected and actual shape otherwise,
+  // and for an integer tensor).
+  absl::StatusOr<TensorView> GetFloat(const std::string& name,
+                                      const std::vector<int64_t>& expected_shape) const;
   // Reads `name` converted to f32, checking its shape equals `expected_shape`
   // (INVALID_ARGUMENT naming tensor, expected and actual shape otherwise).
   absl::StatusOr<std::vector<float>> GetF32(const std::string& name,

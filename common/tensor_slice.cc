@@ -7,33 +7,19 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 
 namespace pagoda {
 namespace {
-
-std::string ShapeText(const std::vector<int64_t>& shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
-}
 
 // The tensor, after checking its full shape and the range along `axis`.
 absl::StatusOr<TensorView> CheckedView(const WeightStore& store, const std::string& name,
                                        const std::vector<int64_t>& expected_shape, size_t axis,
                                        int64_t begin, int64_t end) {
-  absl::StatusOr<TensorView> view = store.Get(name);
+  absl::StatusOr<TensorView> view = store.GetFloat(name, expected_shape);
   if (!view.ok()) return view.status();
-  if (view->integer != IntegerType::kNone) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "weight \"", name, "\" is ", IntegerTypeName(view->integer), ", expected a float tensor"));
-  }
-  if (view->shape != expected_shape) {
-    return absl::InvalidArgumentError(absl::StrCat("weight \"", name, "\" has shape ",
-                                                   ShapeText(view->shape), ", expected ",
-                                                   ShapeText(expected_shape)));
-  }
   if (axis >= view->shape.size()) {
     return absl::InvalidArgumentError(absl::StrCat("weight \"", name, "\" of shape ",
-                                                   ShapeText(view->shape), " has no axis ", axis));
+                                                   ShapeString(view->shape), " has no axis ", axis));
   }
   const int64_t extent = view->shape[axis];
   if (begin < 0 || begin >= end || end > extent) {

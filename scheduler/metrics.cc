@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "prometheus/collectable.h"
 #include "prometheus/counter.h"
 #include "prometheus/exposer.h"
@@ -12,6 +13,7 @@
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
+#include "scheduler/lora_metrics.h"
 #include "scheduler/spec_decode_metrics.h"
 #include "scheduler/vllm_request_metrics.h"
 
@@ -44,6 +46,8 @@ struct ServerMetrics::Instruments {
   Counter* forward_seconds;
   Counter* mask_wait_seconds;
   Counter* engine_cpu_seconds;
+  Counter* steps;
+  Counter* overlapped_steps;
   Counter* all_reduce_seconds;
   prometheus::Family<Counter>* finished_family;
   prometheus::Labels labels;
@@ -206,10 +210,16 @@ void ServerMetrics::Instruments::AddCounters(prometheus::Registry& r) {
       "Of the forward seconds, rank 0's wait after its forward pass for the step's token masks "
       "(structured outputs): mask work the forward pass did not hide.",
       labels);
+  steps = AddCounter(r, "pagoda_steps_total", "Steps the engine sent to the workers.", labels);
+  overlapped_steps = AddCounter(
+      r, "pagoda_overlapped_steps_total",
+      "Of those, steps sent while the previous one still ran (overlapped scheduling): their "
+      "host work was hidden behind a forward pass.",
+      labels);
   engine_cpu_seconds = AddCounter(
       r, "pagoda_engine_cpu_seconds_total",
       "CPU seconds of the engine thread in steps: the server's host work (schedule, plan, "
-      "results, streaming), which no forward pass overlaps.",
+      "results, streaming), which no forward pass overlaps unless the step was overlapped.",
       labels);
   prefix_cache_queries = AddCounter(r, "pagoda_prefix_cache_queries_total",
                                     "Prompt tokens looked up in the prefix cache.", labels);
@@ -322,6 +332,10 @@ void ServerMetrics::RefreshFromSourceLocked() {
   const EngineSnapshot snapshot = source_();
   // Nothing running means the last batch is over: no step is in progress.
   SetGauges(snapshot, snapshot.num_running == 0 ? 0 : snapshot.last_batch_size);
+  if (vllm_names_ && snapshot.lora.max_loras > 0) {
+    if (lora_info_ == nullptr) lora_info_ = std::make_unique<LoraRequestsInfo>(*registry_);
+    lora_info_->Update(snapshot.lora, absl::Now());
+  }
 }
 
 void ServerMetrics::SetGauges(const EngineSnapshot& snapshot, int batch_size) {
@@ -375,6 +389,8 @@ void ServerMetrics::OnStep(const StepRecord& step, const EngineSnapshot& snapsho
   catch_up(in.all_reduce_seconds, snapshot.seconds_total.all_reduce);
   catch_up(in.mask_wait_seconds, snapshot.seconds_total.mask_wait);
   catch_up(in.engine_cpu_seconds, snapshot.seconds_total.engine_cpu);
+  catch_up(in.steps, static_cast<double>(snapshot.num_steps));
+  catch_up(in.overlapped_steps, static_cast<double>(snapshot.num_overlapped_steps));
   in.step_time->Observe(step.total_seconds);
   in.tokens_per_step->Observe(step.num_batched_tokens);
   in.tokens_per_step_deprecated->Observe(step.num_batched_tokens);

@@ -28,6 +28,7 @@ namespace pagoda::scheduler {
 // of the engine under one lock, so a scrape reads them as of one moment;
 // the engine's own calls only advance counters and histograms and never
 // wait for a scrape.
+class LoraRequestsInfo;
 class SpecDecodeMetrics;
 class VllmRequestMetrics;
 
@@ -42,8 +43,10 @@ class ServerMetrics : public EngineObserver {
   // vllm:num_requests_waiting, vllm:kv_cache_usage_perc,
   // vllm:gpu_cache_usage_perc, vllm:gpu_prefix_cache_hits_total,
   // vllm:gpu_prefix_cache_queries_total and (after SetCacheConfig)
-  // vllm:cache_config_info, each labelled model_name; and vLLM's request
-  // and token families (vllm_request_metrics.h).
+  // vllm:cache_config_info, each labelled model_name; vLLM's request
+  // and token families (vllm_request_metrics.h); and, while the engine
+  // serves LoRA adapters, vllm:lora_requests_info (lora_metrics.h), set at
+  // each scrape.
   static absl::StatusOr<std::unique_ptr<ServerMetrics>> Start(const std::string& host, int port,
                                                               const std::string& model_name,
                                                               bool vllm_names = false);
@@ -100,6 +103,9 @@ class ServerMetrics : public EngineObserver {
   std::unique_ptr<Instruments> instruments_;
   std::unique_ptr<VllmRequestMetrics> vllm_requests_;  // Null without vLLM names.
   std::unique_ptr<SpecDecodeMetrics> spec_decode_;     // Null without speculation.
+  // vllm:lora_requests_info: made at the first scrape of an engine serving
+  // LoRA adapters, with vLLM names on.
+  std::unique_ptr<LoraRequestsInfo> lora_info_ ABSL_GUARDED_BY(mu_);
   std::string model_name_;
   bool vllm_names_ = false;
   int port_ = 0;

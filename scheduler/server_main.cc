@@ -1,8 +1,8 @@
 // pagoda-server: the scheduler process. The start-up sequence, in the order
 // that refuses bad input cheapest first: the flags (one ServerConfig, every
 // rule checked), the model's files and the rules that need them, the ports
-// (a busy one is found before any worker starts), metrics and KV events, the
-// workers and their KV cache, then serving until SIGTERM/SIGINT, when it
+// (a busy one is found before any worker starts), the --lora-modules
+// adapters, metrics and KV events, the workers and their KV cache, then serving until SIGTERM/SIGINT, when it
 // drains. Each stage lives in scheduler/startup/.
 //
 // After binding it prints "PAGODA_SERVER_LISTENING <port>" (and, with
@@ -23,6 +23,7 @@
 #include "scheduler/startup/draft_model_files.h"
 #include "scheduler/startup/front_doors.h"
 #include "scheduler/startup/kv_events_wiring.h"
+#include "scheduler/startup/lora_modules.h"
 #include "scheduler/startup/model_files.h"
 #include "scheduler/startup/serving.h"
 #include "scheduler/startup/stop_signals.h"
@@ -44,12 +45,18 @@ absl::Status Serve(absl::StatusOr<ServerConfig> config) {
   if (absl::Status status = CheckFrontDoorPortsFree(config->front_door); !status.ok()) {
     return status;
   }
+  // The served adapters: the front doors' and the engine's, for good.
+  lora::LoraRegistry lora_registry;
+  if (absl::Status status = RegisterLoraModules(config->lora, model->config, lora_registry);
+      !status.ok()) {
+    return status;
+  }
   const std::string model_name = ServedModelName(config->model);
   absl::StatusOr<std::unique_ptr<ServerMetrics>> metrics =
       StartMetrics(config->front_door, model_name);
   if (!metrics.ok()) return metrics.status();
   absl::StatusOr<std::unique_ptr<KvEventPublisher>> kv_events =
-      StartKvEventPublisher(config->kv_events, model_name);
+      StartKvEventPublisher(config->kv_events, model_name, &lora_registry);
   if (!kv_events.ok()) return kv_events.status();
   absl::StatusOr<std::unique_ptr<GrpcWorkerGroup>> workers = StartWorkers(*config, model->config);
   if (!workers.ok()) return workers.status();
@@ -60,7 +67,8 @@ absl::Status Serve(absl::StatusOr<ServerConfig> config) {
                                cache->num_cpu_blocks, config->scheduling.enable_prefix_caching);
   }
   absl::Status served =
-      ServeUntilStopSignal(*config, *model, *cache, metrics->get(), kv_events->get(), **workers);
+      ServeUntilStopSignal(*config, *model, *cache, metrics->get(), kv_events->get(), **workers,
+                           &lora_registry);
   // Every port is released before "stopped", so a restart right after it
   // binds them again.
   metrics->reset();

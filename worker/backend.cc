@@ -77,9 +77,12 @@ void* Workspace::Take(size_t bytes) {
 
 absl::StatusOr<std::unique_ptr<worker::Linear>> Backend::CreateQuantizedLinear(
     QuantizedWeight weight) {
-  return absl::UnimplementedError(absl::StrCat(
-      weight.name, ": ", weight.format.empty() ? "quantized" : weight.format, " int", weight.bits,
-      " weights are not served on this device yet (the CPU worker serves them)"));
+  const std::string kind = weight.code_type == CodeType::kFloat8E4M3
+                               ? std::string(" FP8")
+                               : absl::StrCat(" int", weight.bits);
+  return absl::UnimplementedError(
+      absl::StrCat(weight.name, ": ", weight.format.empty() ? "quantized" : weight.format, kind,
+                   " weights are not served on this device yet (the CPU worker serves them)"));
 }
 
 }  // namespace pagoda::worker

@@ -135,7 +135,7 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::string& 
   }
   auto quant = LoadQuantConfig(model_dir);
   if (!quant.ok()) return quant.status();
-  if (absl::Status s = CheckRequestedQuantization(*quant, options.quantization); !s.ok()) {
+  if (absl::Status s = CheckRequestedQuantization(&*quant, options.quantization); !s.ok()) {
     return s;
   }
   if (absl::Status s = CheckLoraLimits(options.max_loras, options.max_lora_rank); !s.ok()) {

@@ -1,15 +1,18 @@
-// Decode through the CPU weight-only quantized Linear (worker/cpu/
-// quant_linear.h) on the projections of a Llama-3.2-1B-shaped model (16
-// layers: q/k/v, o, gate/up, down; hidden 2048, intermediate 8192, 32 query
-// and 8 KV heads of 64), random codes, group size 128: the time of one token
-// (and of a batch of 8) through every projection, against
+// Decode through the CPU quantized Linears (worker/cpu/quant_linear.h:
+// weight-only int4/int8; worker/cpu/w8a8_linear.h: W8A8 int8 with per-token
+// int8 inputs, FP8 E4M3 weights with per-token FP8 inputs) on the projections of a
+// Llama-3.2-1B-shaped model (16 layers: q/k/v, o, gate/up, down; hidden 2048, intermediate 8192, 32
+// query and 8 KV heads of 64), random codes, group size 128: the time of one token (and of a batch
+// of 8) through every projection, against
 //   - its read floor: the packed codes plus the scales and offsets it reads,
 //     over the read bandwidth measured in the same run (machine_floor.h);
 //   - the same shapes as bf16 dense weights through Backend::Linear.
 // The weights (about 550 MB at int4) are far larger than the last-level
 // cache, so every step streams them from memory.
 //
-// Usage: bench_quant_decode [threads=2] [bits=4] [layers=16] [iterations=10]
+// Usage: bench_quant_decode [threads=2] [format=4] [layers=16] [iterations=10]
+//   format: 4 or 8 (weight-only int4 / int8, group 128), w8a8 or fp8
+//   (one byte a weight, one scale a channel).
 
 #include <algorithm>
 #include <chrono>
@@ -18,13 +21,15 @@
 #include <cstdlib>
 #include <ctime>
 #include <memory>
+#include <string>
 #include <vector>
 
-#include "worker/cpu/cpu_backend.h"
 #include "bench/cpu/machine_floor.h"
+#include "worker/cpu/cpu_backend.h"
 #include "worker/cpu/quant_linear.h"
 #include "worker/cpu/simd.h"
 #include "worker/cpu/thread_pool.h"
+#include "worker/cpu/w8a8_linear.h"
 #include "worker/linear.h"
 #include "worker/quant/quantized_weight.h"
 
@@ -59,6 +64,23 @@ QuantizedWeight RandomWeight(const Projection& p, int bits, uint64_t& state) {
   return w;
 }
 
+// One byte a weight, one scale a channel: W8A8 int8 (codes = value + 128)
+// or FP8 E4M3 codes (no NaN), inputs quantized per token.
+QuantizedWeight RandomByteWeight(const Projection& p, bool fp8, uint64_t& state) {
+  QuantizedWeight w = SizedWeight("bench", 8, p.out, p.in, 1);
+  w.code_type = fp8 ? CodeType::kFloat8E4M3 : CodeType::kUnsignedInt;
+  w.input_quant = fp8 ? InputQuant::kFp8PerToken : InputQuant::kInt8PerToken;
+  for (uint8_t& code : w.codes) {
+    code = static_cast<uint8_t>(Next(state));
+    if (fp8 && IsFp8E4M3Nan(code)) code = 0;
+  }
+  for (size_t k = 0; k < w.scales.size(); ++k) {
+    w.scales[k] = 0.001f * static_cast<float>(1 + Next(state) % 16);
+    w.zeros[k] = fp8 ? 0.0f : 128.0f;
+  }
+  return w;
+}
+
 double ThreadSeconds() {
   timespec ts;
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
@@ -89,13 +111,18 @@ Pass BestPass(std::vector<std::unique_ptr<Linear>>& linears, int rows, int itera
 
 int Main(int argc, char** argv) {
   const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
-  const int bits = argc > 2 ? std::atoi(argv[2]) : 4;
+  const std::string format = argc > 2 ? argv[2] : "4";
   const int layers = argc > 3 ? std::atoi(argv[3]) : 16;
   const int iterations = argc > 4 ? std::atoi(argv[4]) : 10;
-  if (bits != 4 && bits != 8) return std::fprintf(stderr, "bits must be 4 or 8\n"), 2;
-  std::printf("simd %s, %d threads, int%d, %d layers, group %lld\n",
-              std::string(SimdLevelName(BestSimdLevel())).c_str(), threads, bits, layers,
-              static_cast<long long>(kGroupSize));
+  if (format != "4" && format != "8" && format != "w8a8" && format != "fp8") {
+    return std::fprintf(stderr, "format must be 4, 8, w8a8 or fp8\n"), 2;
+  }
+  const bool byte_format = format == "w8a8" || format == "fp8";
+  const int bits = format == "4" ? 4 : 8;
+  const std::string name = byte_format ? format : "int" + format;
+  std::printf("simd %s, %d threads, %s, %d layers, %s\n",
+              std::string(SimdLevelName(BestSimdLevel())).c_str(), threads, name.c_str(), layers,
+              byte_format ? "scales per channel" : "group 128");
 
   ThreadPool pool(threads);
   std::vector<std::unique_ptr<Linear>> quantized;
@@ -104,7 +131,9 @@ int Main(int argc, char** argv) {
   for (int l = 0; l < layers; ++l) {
     for (const Projection& p : kLayer) {
       quantized.push_back(
-          CreateCpuQuantLinear(RandomWeight(p, bits, state), &pool, BestSimdLevel()));
+          byte_format ? CreateCpuW8A8Linear(RandomByteWeight(p, format == "fp8", state), &pool,
+                                            BestSimdLevel())
+                      : CreateCpuQuantLinear(RandomWeight(p, bits, state), &pool, BestSimdLevel()));
       quantized_bytes += quantized.back()->weight_bytes();
     }
   }
@@ -125,16 +154,16 @@ int Main(int argc, char** argv) {
   const double floor_ms = quantized_bytes / (bandwidth.best() * 1e9) * 1e3;
   std::printf("read bandwidth %.1f GB/s (huge pages %.1f, small %.1f)\n", bandwidth.best(),
               bandwidth.huge_pages_gbs, bandwidth.small_pages_gbs);
-  std::printf("int%d weights %.1f MB (codes, scales, offsets); bf16 weights %.1f MB\n", bits,
+  std::printf("%s weights %.1f MB (codes and scales); bf16 weights %.1f MB\n", name.c_str(),
               quantized_bytes / 1e6, dense_bytes / 1e6);
-  std::printf("%-6s %10s %12s %10s %12s %10s %12s %10s\n", "batch", "int_ms", "int_cpu_ms",
-              "floor_ms", "floor/int", "bf16_ms", "bf16_cpu_ms", "bf16/int");
+  std::printf("%-6s %10s %12s %10s %12s %10s %12s %10s %12s\n", "batch", "quant_ms", "quant_cpu_ms",
+              "floor_ms", "floor/quant", "bf16_ms", "bf16_cpu_ms", "bf16/quant", "tokens/s");
   for (int rows : {1, 8}) {
     const Pass q = BestPass(quantized, rows, iterations);
     const Pass d = BestPass(dense, rows, iterations);
-    std::printf("%-6d %10.2f %12.2f %10.2f %11.0f%% %10.2f %12.2f %9.2fx\n", rows, q.wall * 1e3,
-                q.cpu * 1e3, floor_ms, 100.0 * floor_ms / (q.wall * 1e3), d.wall * 1e3, d.cpu * 1e3,
-                d.wall / q.wall);
+    std::printf("%-6d %10.2f %12.2f %10.2f %11.0f%% %10.2f %12.2f %9.2fx %12.1f\n", rows,
+                q.wall * 1e3, q.cpu * 1e3, floor_ms, 100.0 * floor_ms / (q.wall * 1e3),
+                d.wall * 1e3, d.cpu * 1e3, d.wall / q.wall, rows / q.wall);
   }
   return 0;
 }

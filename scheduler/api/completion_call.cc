@@ -137,12 +137,18 @@ class CompletionCall : public HttpCall, public std::enable_shared_from_this<Comp
     std::shared_ptr<Sink> sink;
     std::unique_ptr<RequestOutput> output;
     int prompt_tokens = 0;
-    std::vector<int32_t> prompt_token_ids;  // With echo and logprobs only.
+    std::vector<int32_t> prompt_token_ids;  // With echo and logprobs, or return_token_ids.
+    // return_token_ids in a stream: which choices (by sample; chat: the
+    // response) have had their first chunk, which carries the prompt's ids.
+    std::vector<bool> prompt_ids_sent;
     int completion_tokens = 0;              // Engine tokens (copies not counted).
     std::vector<ChoiceStream> streams;
     bool finished = false;
   };
 
+  // return_token_ids: the prompt's ids on the first chunk of each choice of
+  // `part` (chat: of the response) in `chunk`, before it is renumbered.
+  void MarkFirstChunks(Part& part, json* chunk) const;
   int SamplesPerPrompt() const { return std::max(1, request_.generate.sampling().n()); }
   // `choices` of part `part` renumbered, each repeated `copies` times.
   json Renumber(size_t part, const json& choices) const;
@@ -181,6 +187,23 @@ json CompletionCall::Renumber(size_t part, const json& choices) const {
   return out;
 }
 
+void CompletionCall::MarkFirstChunks(Part& part, json* chunk) const {
+  part.prompt_ids_sent.resize(std::max(1, SamplesPerPrompt()), false);
+  std::vector<bool> first;
+  if (request_.chat) {
+    first.push_back(!part.prompt_ids_sent[0]);
+    part.prompt_ids_sent[0] = true;
+  } else {
+    for (const json& choice : (*chunk)["choices"]) {
+      const size_t sample =
+          std::min<size_t>(choice.value("index", 0), part.prompt_ids_sent.size() - 1);
+      first.push_back(!part.prompt_ids_sent[sample]);
+      part.prompt_ids_sent[sample] = true;
+    }
+  }
+  AddPromptTokenIds(request_, part.prompt_token_ids, first, chunk);
+}
+
 int CompletionCall::PromptTokens() const {
   int total = 0;
   for (const Part& part : parts_) total += part.prompt_tokens;
@@ -199,7 +222,7 @@ void CompletionCall::Start() {
     Part& part = parts_[i];
     part.request_id = validated_[i].request_id;
     part.prompt_tokens = static_cast<int>(validated_[i].prompt_token_ids.size());
-    if (request_.echo && request_.top_logprobs >= 0) {
+    if ((request_.echo && request_.top_logprobs >= 0) || request_.return_token_ids) {
       part.prompt_token_ids = validated_[i].prompt_token_ids;
     }
     part.output = std::make_unique<RequestOutput>(path_->MakeOutput(validated_[i]));
@@ -264,6 +287,7 @@ void CompletionCall::OnDelta(size_t index, const RequestDelta& delta) {
   if (!request_.stream) return;
   json chunk = MakeOpenAiChunk(request_, message, model_, created_, tokenizer_, &part.streams);
   if (chunk.is_null()) return;
+  if (request_.return_token_ids) MarkFirstChunks(part, &chunk);
   chunk["id"] = absl::StrCat(request_.chat ? "chatcmpl-" : "cmpl-", parts_[0].request_id);
   chunk["choices"] = Renumber(index, chunk["choices"]);
   if (request_.include_usage && request_.continuous_usage_stats) {
@@ -307,6 +331,8 @@ void CompletionCall::FinishWhole() {
   for (size_t p = 0; p < parts_.size(); ++p) {
     json one =
         MakeOpenAiResponse(request_, parts_[p].output->whole(), model_, created_, tokenizer_);
+    AddPromptTokenIds(request_, parts_[p].prompt_token_ids,
+                      std::vector<bool>(one["choices"].size() + 1, true), &one);
     if (p == 0) response = one;
     for (json& choice : Renumber(p, one["choices"])) {
       if (request_.echo && p < echo_.size()) {

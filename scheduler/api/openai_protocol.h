@@ -47,6 +47,11 @@ struct OpenAiRequest {
   // vLLM's prompt_logprobs body field was set: the response carries them in
   // vLLM's shape (completions: per choice; chat: beside the choices).
   bool vllm_prompt_logprobs = false;
+  // vLLM's return_token_ids: each choice carries its "token_ids" (in a
+  // stream, each chunk's new ones) and the prompt's "prompt_token_ids"
+  // (completions: in each choice, chat: beside the choices; in a stream,
+  // the first chunk of each choice, or of the response for chat).
+  bool return_token_ids = false;
   // Chat: tools, tool_choice and how the server reads calls back.
   ToolsRequest tools;
   // Chat: vLLM's chat_template_kwargs, more variables for the template
@@ -121,6 +126,13 @@ nlohmann::json MakeOpenAiChunk(const OpenAiRequest& request,
 nlohmann::json MakeOpenAiUsageChunk(const OpenAiRequest& request, const std::string& request_id,
                                     int prompt_tokens, int completion_tokens,
                                     const std::string& model, int64_t created);
+
+// return_token_ids: puts `prompt_token_ids` where vLLM does on a whole
+// response (each completions choice; chat: the response) or on a stream
+// chunk (`first_of_choice[i]`: choice i of the chunk is that choice's
+// first; chat: `first_of_choice` holds one entry, the response's first).
+void AddPromptTokenIds(const OpenAiRequest& request, const std::vector<int32_t>& prompt_token_ids,
+                       const std::vector<bool>& first_of_choice, nlohmann::json* response);
 
 // The usage object: prompt, completion and total tokens.
 nlohmann::json OpenAiUsage(int prompt_tokens, int completion_tokens);

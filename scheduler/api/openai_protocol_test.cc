@@ -512,5 +512,65 @@ TEST(OpenAiProtocolTest, StructuredOutputsBecomeTheConstraint) {
   EXPECT_EQ(schema_text->generate.json_schema(), "{\"type\": \"integer\"}");
 }
 
+// vLLM's return_token_ids: each choice's token_ids, and the prompt's ids
+// where vLLM puts them (completions: per choice; chat: beside the choices),
+// whole and streamed; a chunk whose text is held back still carries its ids.
+TEST(OpenAiProtocolTest, ReturnTokenIdsPutsTheIdsWhereVllmDoes) {
+  EXPECT_EQ(ParseError({{"prompt", "x"}, {"return_token_ids", "yes"}}).message(),
+            "return_token_ids: must be a boolean");
+  pagoda::v1::GenerateResponse response;
+  response.set_request_id("r");
+  response.set_prompt_token_count(2);
+  pagoda::v1::SequenceOutput* output = response.add_outputs();
+  output->add_token_ids(7);
+  output->add_token_ids(8);
+  output->set_text("hi");
+  for (bool chat : {false, true}) {
+    SCOPED_TRACE(chat ? "chat" : "completions");
+    json body = {{"return_token_ids", true}};
+    if (chat) {
+      body["messages"] = json::array({{{"role", "user"}, {"content", "x"}}});
+    } else {
+      body["prompt"] = "x";
+    }
+    absl::StatusOr<OpenAiRequest> request = ParseOpenAiRequest(body, chat, 512);
+    ASSERT_TRUE(request.ok()) << request.status();
+    EXPECT_TRUE(request->return_token_ids);
+    json whole = MakeOpenAiResponse(*request, response, "m", 1, nullptr);
+    AddPromptTokenIds(*request, {4, 5}, {true, true}, &whole);
+    EXPECT_EQ(whole["choices"][0]["token_ids"], json({7, 8}));
+    if (chat) {
+      EXPECT_EQ(whole["prompt_token_ids"], json({4, 5}));
+      EXPECT_FALSE(whole["choices"][0].contains("prompt_token_ids"));
+    } else {
+      EXPECT_EQ(whole["choices"][0]["prompt_token_ids"], json({4, 5}));
+      EXPECT_FALSE(whole.contains("prompt_token_ids"));
+    }
+    // A streamed chunk: the first carries the prompt's ids, a later one not.
+    std::vector<ChoiceStream> streams;
+    pagoda::v1::GenerateResponse delta = response;
+    delta.mutable_outputs(0)->set_text("");  // Held back: ids only.
+    json first = MakeOpenAiChunk(*request, delta, "m", 1, nullptr, &streams);
+    ASSERT_FALSE(first.is_null());
+    AddPromptTokenIds(*request, {4, 5}, {true}, &first);
+    EXPECT_EQ(first["choices"][0]["token_ids"], json({7, 8}));
+    json later = MakeOpenAiChunk(*request, delta, "m", 1, nullptr, &streams);
+    AddPromptTokenIds(*request, {4, 5}, {false}, &later);
+    if (chat) {
+      EXPECT_EQ(first["prompt_token_ids"], json({4, 5}));
+      EXPECT_FALSE(later.contains("prompt_token_ids"));
+    } else {
+      EXPECT_EQ(first["choices"][0]["prompt_token_ids"], json({4, 5}));
+      EXPECT_TRUE(later["choices"][0]["prompt_token_ids"].is_null());
+    }
+    // Without the field nothing changes: the held-back chunk is skipped.
+    request->return_token_ids = false;
+    std::vector<ChoiceStream> plain;
+    EXPECT_TRUE(MakeOpenAiChunk(*request, delta, "m", 1, nullptr, &plain).is_null());
+    EXPECT_FALSE(MakeOpenAiResponse(*request, response, "m", 1, nullptr)["choices"][0].contains(
+        "token_ids"));
+  }
+}
+
 }  // namespace
 }  // namespace pagoda::scheduler

@@ -217,6 +217,11 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(const json& body, bool chat,
   if (status.ok()) status = ParsePriority(body, &out);
   if (status.ok()) status = ParseStopping(body, chat ? default_chat_max_tokens : 16, &out);
   if (status.ok()) status = ParseStreaming(body, &out);
+  if (status.ok()) {  // vLLM's: the prompt's and each choice's token ids.
+    absl::StatusOr<bool> return_token_ids = Boolean(body, "return_token_ids", false);
+    status = return_token_ids.status();
+    out.return_token_ids = return_token_ids.value_or(false);
+  }
   if (!status.ok()) return status;
   return out;
 }

@@ -130,6 +130,10 @@ json ChatDelta(const OpenAiRequest& request, const std::string& request_id,
   return delta;
 }
 
+std::vector<int32_t> TokenIds(const pagoda::v1::SequenceOutput& output) {
+  return {output.token_ids().begin(), output.token_ids().end()};
+}
+
 std::string ResponseId(const OpenAiRequest& request, const std::string& request_id) {
   return absl::StrCat(request.chat ? "chatcmpl-" : "cmpl-", request_id);
 }
@@ -145,6 +149,7 @@ json MakeOpenAiResponse(const OpenAiRequest& request, const pagoda::v1::Generate
     json choice = {{"index", output.index()},
                    {"finish_reason", FinishReasonJson(output.finish_reason())},
                    {"logprobs", LogprobsJson(request, output, tokenizer)}};
+    if (request.return_token_ids) choice["token_ids"] = TokenIds(output);
     if (request.chat && request.tools.choice != ToolChoice::kNone) {
       const ToolCallsReply reply =
           ExtractToolCalls(request.tools, request.tool_parser, output.text());
@@ -220,17 +225,21 @@ json MakeOpenAiChunk(const OpenAiRequest& request, const pagoda::v1::GenerateRes
   json choices = json::array();
   for (const pagoda::v1::SequenceOutput& output : message.outputs()) {
     const bool finished = output.finish_reason() != pagoda::v1::FINISH_REASON_UNSPECIFIED;
-    if (output.text().empty() && !finished && request.top_logprobs < 0) continue;
+    // Tokens whose text is held back (a partial character, a stop string's
+    // start) still go out when the client asked for the ids.
+    const bool new_ids = request.return_token_ids && output.token_ids_size() > 0;
+    if (output.text().empty() && !finished && request.top_logprobs < 0 && !new_ids) continue;
     json choice = {{"index", output.index()},
                    {"finish_reason", FinishReasonJson(output.finish_reason())},
                    {"logprobs", LogprobsJson(request, output, tokenizer)}};
+    if (request.return_token_ids) choice["token_ids"] = TokenIds(output);
     if (request.chat) {
       if (streams->size() <= static_cast<size_t>(output.index())) {
         streams->resize(output.index() + 1);
       }
       ChoiceStream& stream = (*streams)[output.index()];
       json delta = ChatDelta(request, message.request_id(), output, &stream, &choice);
-      if (delta.empty() && !finished && request.top_logprobs < 0) continue;
+      if (delta.empty() && !finished && request.top_logprobs < 0 && !new_ids) continue;
       if (!stream.role_sent) {
         delta["role"] = "assistant";
         stream.role_sent = true;
@@ -258,6 +267,21 @@ json MakeOpenAiUsageChunk(const OpenAiRequest& request, const std::string& reque
           {"model", model},
           {"choices", json::array()},
           {"usage", OpenAiUsage(prompt_tokens, completion_tokens)}};
+}
+
+void AddPromptTokenIds(const OpenAiRequest& request, const std::vector<int32_t>& prompt_token_ids,
+                       const std::vector<bool>& first_of_choice, json* response) {
+  if (!request.return_token_ids) return;
+  if (request.chat) {
+    if (!first_of_choice.empty() && first_of_choice[0]) {
+      (*response)["prompt_token_ids"] = prompt_token_ids;
+    }
+    return;
+  }
+  json& choices = (*response)["choices"];
+  for (size_t i = 0; i < choices.size() && i < first_of_choice.size(); ++i) {
+    choices[i]["prompt_token_ids"] = first_of_choice[i] ? json(prompt_token_ids) : json();
+  }
 }
 
 json OpenAiUsage(int prompt_tokens, int completion_tokens) {

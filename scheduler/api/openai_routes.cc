@@ -30,6 +30,10 @@ constexpr size_t kInlineBodyBytes = 16 << 10;
 
 // Whether a parsed completions body has text to tokenize (a text prompt or
 // a list holding one); malformed bodies do not (their error is cheap).
+bool IsLoraRoute(absl::string_view route) {
+  return route == "/v1/load_lora_adapter" || route == "/v1/unload_lora_adapter";
+}
+
 bool NeedsTokenizer(const json& body) {
   if (!body.is_object() || !body.contains("prompt")) return false;
   const json& prompt = body["prompt"];
@@ -61,8 +65,9 @@ bool OpenAiRoutes::Authorized(absl::string_view api_key, absl::string_view path,
 }
 
 absl::string_view OpenAiRoutes::RouteLabel(absl::string_view path) {
-  for (absl::string_view route : {"/v1/completions", "/v1/chat/completions", "/v1/models",
-                                  "/health", "/ping", "/version", "/tokenize", "/detokenize"}) {
+  for (absl::string_view route :
+       {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/ping", "/version",
+        "/tokenize", "/detokenize", "/v1/load_lora_adapter", "/v1/unload_lora_adapter"}) {
     if (path == route) return route;
   }
   if (absl::StartsWith(path, kModelsPrefix)) return "/v1/models/{id}";
@@ -81,17 +86,22 @@ bool OpenAiRoutes::Routable(absl::string_view method, absl::string_view path, in
     return false;
   }
   const bool post = route == "/v1/completions" || route == "/v1/chat/completions" ||
-                    route == "/tokenize" || route == "/detokenize";
+                    route == "/tokenize" || route == "/detokenize" || IsLoraRoute(route);
   const bool allowed =
       post ? method == "POST" : (method == "GET" || (route == "/ping" && method == "POST"));
   if (!allowed) *status = 405;
   return allowed;
 }
 
-absl::Status OpenAiRoutes::CheckModel(const std::string& model) const {
-  if (model.empty() || model == options_.model_name) return absl::OkStatus();
+absl::StatusOr<std::string> OpenAiRoutes::AdapterFor(const std::string& model) const {
+  if (path_->lora_adapters() != nullptr) return path_->lora_adapters()->AdapterFor(model);
+  if (model.empty() || model == options_.model_name) return std::string();
   return absl::NotFoundError(absl::StrCat(
       "model: `", model, "` does not exist; this server serves `", options_.model_name, "`"));
+}
+
+absl::Status OpenAiRoutes::CheckModel(const std::string& model) const {
+  return AdapterFor(model).status();
 }
 
 void OpenAiRoutes::Handle(HttpRequest request, std::shared_ptr<HttpExchange> exchange) {
@@ -103,22 +113,10 @@ void OpenAiRoutes::Handle(HttpRequest request, std::shared_ptr<HttpExchange> exc
   if (route == "/version") {
     return exchange->Respond(200, kJsonContentType, DumpJson({{"version", PAGODA_VERSION}}));
   }
-  const json model = {{"id", options_.model_name},   {"object", "model"},
-                      {"created", started_},         {"owned_by", "pagoda"},
-                      {"root", options_.model_name}, {"max_model_len", options_.max_model_len}};
-  if (route == "/v1/models") {
-    return exchange->Respond(200, kJsonContentType,
-                             DumpJson({{"object", "list"}, {"data", json::array({model})}}));
+  if (route == "/v1/models" || route == "/v1/models/{id}") {
+    return AnswerModels(route, request.path, *exchange);
   }
-  if (route == "/v1/models/{id}") {
-    const std::string id = request.path.substr(kModelsPrefix.size());
-    if (id != options_.model_name) {
-      return RespondError(*exchange, absl::NotFoundError(absl::StrCat(
-                                         "model: `", id, "` does not exist; this server serves `",
-                                         options_.model_name, "`")));
-    }
-    return exchange->Respond(200, kJsonContentType, DumpJson(model));
-  }
+  if (IsLoraRoute(route)) return ChangeAdapters(route, std::move(request), std::move(exchange));
   if (route == "/tokenize" || route == "/detokenize") {
     auto body = std::make_shared<std::string>(std::move(request.body));
     auto work = route == "/tokenize" ? &OpenAiRoutes::Tokenize : &OpenAiRoutes::Detokenize;
@@ -155,6 +153,33 @@ void OpenAiRoutes::Handle(HttpRequest request, std::shared_ptr<HttpExchange> exc
   });
 }
 
+void OpenAiRoutes::AnswerModels(absl::string_view route, const std::string& path,
+                                HttpExchange& exchange) const {
+  const json model = {{"id", options_.model_name},
+                      {"object", "model"},
+                      {"created", started_},
+                      {"owned_by", "pagoda"},
+                      {"root", options_.model_name},
+                      {"parent", nullptr},
+                      {"max_model_len", options_.max_model_len}};
+  LoraAdapters* const adapters = path_->lora_adapters();
+  if (route == "/v1/models") {
+    json data = json::array({model});
+    if (adapters != nullptr) {
+      for (json& card : adapters->ModelCards(started_)) data.push_back(std::move(card));
+    }
+    return exchange.Respond(200, kJsonContentType,
+                            DumpJson({{"object", "list"}, {"data", std::move(data)}}));
+  }
+  const std::string id = path.substr(kModelsPrefix.size());  // /v1/models/{id}
+  if (id == options_.model_name) return exchange.Respond(200, kJsonContentType, DumpJson(model));
+  if (adapters != nullptr) {
+    absl::StatusOr<json> card = adapters->ModelCard(id, started_);
+    if (card.ok()) return exchange.Respond(200, kJsonContentType, DumpJson(*card));
+  }
+  RespondError(exchange, CheckModel(id));
+}
+
 void OpenAiRoutes::OffLoop(std::shared_ptr<HttpExchange> exchange, std::function<void()> work) {
   absl::Status started = path_->RunValidation(true, &pending_validations_, std::move(work));
   if (!started.ok()) RespondError(*exchange, started);
@@ -178,7 +203,9 @@ absl::StatusOr<OpenAiRoutes::Prepared> OpenAiRoutes::Prepare(const json& body, b
       ParseOpenAiRequest(body, chat, options_.max_model_len, path_->limits().defaults,
                          ordered.is_object() ? &ordered : nullptr, tool_parser_);
   if (!parsed.ok()) return parsed.status();
-  if (absl::Status status = CheckModel(parsed->model); !status.ok()) return status;
+  absl::StatusOr<std::string> adapter = AdapterFor(parsed->model);
+  if (!adapter.ok()) return adapter.status();
+  parsed->generate.set_lora_name(*adapter);
   if (chat) {
     if (!chat_) {
       return absl::InvalidArgumentError(
@@ -225,8 +252,38 @@ absl::StatusOr<OpenAiRoutes::Prepared> OpenAiRoutes::Prepare(const json& body, b
 }
 
 void OpenAiRoutes::Launch(Prepared prepared, std::shared_ptr<HttpExchange> exchange) {
-  StartCompletionCall(path_, options_.model_name, std::move(prepared), std::move(exchange),
-                      &calls_);
+  // Responses name the adapter that answered, as vLLM's do.
+  const std::string& adapter = prepared.request.generate.lora_name();
+  StartCompletionCall(path_, adapter.empty() ? options_.model_name : adapter, std::move(prepared),
+                      std::move(exchange), &calls_);
+}
+
+void OpenAiRoutes::ChangeAdapters(absl::string_view route, HttpRequest request,
+                                  std::shared_ptr<HttpExchange> exchange) {
+  LoraAdapters* const adapters = path_->lora_adapters();
+  if (adapters == nullptr) {
+    return RespondError(*exchange, absl::NotFoundError(absl::StrCat(
+                                       route,
+                                       " needs LoRA serving: start pagoda-server with "
+                                       "--enable-lora (and --lora-dir for runtime loads)")));
+  }
+  // A load reads and checks the adapter's files: off the loop.
+  const bool load = route == "/v1/load_lora_adapter";
+  auto body = std::make_shared<std::string>(std::move(request.body));
+  OffLoop(exchange, [adapters, load, exchange, body, budget = std::move(request.budget)]() mutable {
+    absl::StatusOr<std::string> answer = [&]() -> absl::StatusOr<std::string> {
+      const absl::StatusOr<json> parsed = ParseJsonBody(*body);
+      if (!parsed.ok()) return parsed.status();
+      return load ? adapters->Load(*parsed) : adapters->Unload(*parsed);
+    }();
+    budget.reset();
+    boost::asio::post(exchange->executor(), [exchange, answer = std::move(answer)] {
+      if (answer.ok()) return exchange->Respond(200, "text/plain; charset=utf-8", *answer);
+      const int status = LoraRouteHttpStatus(answer.status());
+      exchange->Respond(status, kJsonContentType,
+                        DumpJson(MakeOpenAiError(status, std::string(answer.status().message()))));
+    });
+  });
 }
 
 void OpenAiRoutes::Tokenize(const std::string& body_text, std::shared_ptr<HttpExchange> exchange) {

@@ -26,7 +26,8 @@ namespace pagoda::scheduler {
 
 // The HTTP server's routes, apart from the connections that carry them:
 // OpenAI's /v1/completions, /v1/chat/completions, /v1/models[/{id}], vLLM's
-// /tokenize, /detokenize, /version, /ping, and /health.
+// /tokenize, /detokenize, /version, /ping, /v1/load_lora_adapter,
+// /v1/unload_lora_adapter, and /health.
 //
 // Parsing, chat templates, tokenizing and validation of a request run on the
 // request path's pool (they grow with the prompt); submission, detokenizing and JSON
@@ -82,8 +83,16 @@ class OpenAiRoutes {
   void Detokenize(const std::string& body, std::shared_ptr<HttpExchange> exchange);
   // Runs `work` on the path's pool; 429 on `exchange` when it is full.
   void OffLoop(std::shared_ptr<HttpExchange> exchange, std::function<void()> work);
-  // NOT_FOUND unless `model` is "" or the served model.
+  // The LoRA adapter `model` names ("" = the base model); NOT_FOUND unless
+  // `model` is "", the served model or a served adapter.
+  absl::StatusOr<std::string> AdapterFor(const std::string& model) const;
   absl::Status CheckModel(const std::string& model) const;
+  // GET /v1/models and /v1/models/{id}: the served model, then its LoRA
+  // adapters.
+  void AnswerModels(absl::string_view route, const std::string& path, HttpExchange& exchange) const;
+  // vLLM's /v1/load_lora_adapter and /v1/unload_lora_adapter (LoraAdapters).
+  void ChangeAdapters(absl::string_view route, HttpRequest request,
+                      std::shared_ptr<HttpExchange> exchange);
 
   const HttpServerOptions options_;
   RequestPath* const path_;

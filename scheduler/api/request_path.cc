@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "scheduler/api/api_key.h"
 
@@ -50,8 +51,23 @@ RequestOutput RequestPath::MakeOutput(const ValidatedRequest& request) const {
                        tokenizer_, std::move(options));
 }
 
+absl::StatusOr<int> RequestPath::AcquireAdapter(const std::string& lora_name) {
+  if (lora_name.empty()) return 0;
+  if (options_.lora_adapters == nullptr) {
+    return absl::NotFoundError(absl::StrCat("lora_name: the LoRA adapter \"", lora_name,
+                                            "\" is not loaded; this server serves no adapters "
+                                            "(pagoda-server --enable-lora)"));
+  }
+  absl::StatusOr<int> id = options_.lora_adapters->registry()->Acquire(lora_name);
+  if (!id.ok()) return absl::NotFoundError(absl::StrCat("lora_name: ", id.status().message()));
+  return id;
+}
+
 absl::Status RequestPath::Submit(ValidatedRequest& request, std::shared_ptr<RequestSink> sink) {
+  absl::StatusOr<int> lora_id = AcquireAdapter(request.lora_name);
+  if (!lora_id.ok()) return lora_id.status();
   EngineRequest out;
+  out.lora_id = *lora_id;
   out.request_id = request.request_id;
   out.prompt_token_ids = std::move(request.prompt_token_ids);
   out.sampling = request.sampling;
@@ -59,7 +75,9 @@ absl::Status RequestPath::Submit(ValidatedRequest& request, std::shared_ptr<Requ
   out.arrival_time = absl::Now();
   out.priority = request.priority;
   out.sink = std::move(sink);
-  return engine_->AddRequest(std::move(out));
+  absl::Status accepted = engine_->AddRequest(std::move(out));
+  if (!accepted.ok() && *lora_id != 0) options_.lora_adapters->registry()->Release(*lora_id);
+  return accepted;
 }
 
 void RequestPath::EndEarly(const std::string& request_id, const RequestSink* sink, EarlyEnd why) {

@@ -16,6 +16,7 @@
 #include "absl/strings/string_view.h"
 #include "pagoda/v1/generation.pb.h"
 #include "scheduler/api/call_tracker.h"
+#include "scheduler/api/lora_adapters.h"
 #include "scheduler/api/request_output.h"
 #include "scheduler/api/request_validation.h"
 #include "scheduler/api/validation_pool.h"
@@ -34,6 +35,9 @@ struct RequestPathOptions {
   // so the pool never refuses a request the engine's queue would take).
   int tokenizer_threads = 2;
   int max_pending_tokenizations = 256;
+  // The served LoRA adapters (--enable-lora; docs/lora.md), null without:
+  // a request naming an adapter is then NOT_FOUND. Must outlive the path.
+  LoraAdapters* lora_adapters = nullptr;
 };
 
 // Why a front door ends its own request before the engine does.
@@ -73,7 +77,10 @@ class RequestPath {
   // the detokenizer.
   RequestOutput MakeOutput(const ValidatedRequest& request) const;
   // Hands `request` (its prompt moved out) to the engine, which reports to
-  // `sink`; the engine's refusal otherwise.
+  // `sink`; the engine's refusal otherwise. The one place an adapter name
+  // is resolved: acquired in the registry (NOT_FOUND when not served) and
+  // handed to the engine by id, which releases it when the request ends;
+  // released here when the engine refuses the request.
   absl::Status Submit(ValidatedRequest& request, std::shared_ptr<RequestSink> sink);
   // Ends the request `request_id` that `sink` was submitted with; ignored
   // when the engine never took that sink.
@@ -85,8 +92,13 @@ class RequestPath {
   Engine* engine() const { return engine_; }
   const Tokenizer* tokenizer() const { return tokenizer_; }
   const ModelLimits& limits() const { return validator_->limits(); }
+  // Null without --enable-lora.
+  LoraAdapters* lora_adapters() const { return options_.lora_adapters; }
 
  private:
+  // 0 for "" (the base model), else the adapter's id, acquired.
+  absl::StatusOr<int> AcquireAdapter(const std::string& lora_name);
+
   const RequestPathOptions options_;
   Engine* const engine_;
   RequestValidator* const validator_;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -184,6 +185,51 @@ TEST(RequestPathTest, OneApiKeyRuleForGrpcAndHttp) {
   RequestPath open(nullptr, &validator, nullptr, RequestPathOptions{});
   EXPECT_TRUE(open.Authorized(""));
   EXPECT_TRUE(OpenAiRoutes::Authorized(open.api_key(), "/v1/completions", ""));
+}
+
+// The adapter a request names is resolved once, in Submit, for every door:
+// an unknown one is NOT_FOUND (gRPC NOT_FOUND, HTTP 404), a malformed one
+// INVALID_ARGUMENT in validation, and a request the engine refuses gives
+// its adapter back (else the adapter could never be unloaded).
+TEST(RequestPathTest, SubmitAcquiresTheAdapterAndReleasesItWhenTheEngineRefuses) {
+  RequestValidator validator({kVocab, kMaxModelLen, 1}, nullptr, 7);
+  pagoda::v1::GenerateRequest bad = BaseRequest().grpc;
+  bad.set_lora_name("a b");
+  EXPECT_EQ(validator.Validate(bad).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StartsWith(validator.Validate(bad).status().message(), "lora_name: "));
+
+  lora::LoraRegistry registry;
+  ASSERT_TRUE(registry.Add({"sql", "/adapters/sql", ""}).ok());
+  LoraAdaptersOptions adapter_options;
+  adapter_options.registry = &registry;
+  LoraAdapters adapters(adapter_options);
+  EngineConfig config;
+  config.async_scheduling = false;
+  config.lora_registry = &registry;
+  config.max_loras = 1;
+  Engine engine(config, /*workers=*/nullptr, /*observer=*/nullptr);
+  engine.StopAccepting();  // Every request is refused from here.
+  RequestPathOptions options;
+  options.lora_adapters = &adapters;
+  RequestPath path(&engine, &validator, nullptr, options);
+  RequestPath no_lora(&engine, &validator, nullptr, RequestPathOptions{});
+  auto submit = [&](RequestPath& on, const std::string& adapter) {
+    pagoda::v1::GenerateRequest request = BaseRequest().grpc;
+    request.set_lora_name(adapter);
+    absl::StatusOr<ValidatedRequest> validated = validator.Validate(request);
+    EXPECT_TRUE(validated.ok()) << validated.status();
+    return on.Submit(*validated, nullptr);
+  };
+  for (RequestPath* on : {&path, &no_lora}) {
+    const absl::Status unknown = submit(*on, on == &path ? "chat" : "sql");
+    EXPECT_EQ(unknown.code(), absl::StatusCode::kNotFound) << unknown;
+    EXPECT_TRUE(absl::StartsWith(unknown.message(), "lora_name: ")) << unknown;
+    EXPECT_EQ(ToGrpcStatus(unknown).error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_EQ(HttpStatusOf(unknown), 404);
+  }
+  EXPECT_EQ(submit(path, "sql").code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(registry.Find("sql")->requests, 0);
+  EXPECT_TRUE(registry.Remove("sql").ok());
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "common/sampling_limits.h"
 #include "scheduler/api/logits_processing_validation.h"
 #include "scheduler/api/stop_strings.h"
+#include "scheduler/lora/lora_options.h"
 
 namespace pagoda::scheduler {
 namespace {
@@ -297,6 +298,12 @@ absl::StatusOr<ValidatedRequest> RequestValidator::Validate(
     const pagoda::v1::GenerateRequest& request) {
   if (absl::Status bounds = CheckInputBounds(request, limits_); !bounds.ok()) return bounds;
   ValidatedRequest out;
+  if (!request.lora_name().empty()) {
+    if (absl::Status name = lora::CheckLoraName(request.lora_name()); !name.ok()) {
+      return Invalid(absl::StrCat("lora_name: ", name.message()));
+    }
+    out.lora_name = request.lora_name();
+  }
   absl::Status prompt = ResolvePrompt(request, limits_, tokenizer_, out.prompt_token_ids);
   if (!prompt.ok()) return prompt;
   if (absl::Status sampling = ValidateSampling(request, limits_, tokenizer_, out.sampling);

@@ -67,6 +67,9 @@ struct ValidatedRequest {
   std::vector<std::string> stop_strings;
   bool include_stop_str_in_output = false;
   int priority = 0;
+  // The LoRA adapter the request names ("" = the base model): a valid name,
+  // not yet looked up (RequestPath::Submit resolves it, once).
+  std::string lora_name;
 };
 
 // Turns a client GenerateRequest into scheduler options, or explains why not.

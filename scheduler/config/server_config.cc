@@ -50,7 +50,7 @@ absl::Status CheckModel(const ModelOptions& model) {
   if (!IsServedQuantizationMethod(model.quantization)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--quantization ", model.quantization,
-        ": Pagoda serves auto, awq, awq_marlin, gptq, gptq_marlin and compressed-tensors"));
+        ": Pagoda serves auto, awq, awq_marlin, gptq, gptq_marlin, compressed-tensors and fp8"));
   }
   if (auto parser = ParseToolCallParserName(model.tool_call_parser); !parser.ok()) {
     return parser.status();
@@ -190,9 +190,8 @@ absl::Status ResolveChunking(int max_model_len, SchedulingOptions& scheduling) {
 
 // What the engine runs of --speculative-config: prompt lookup, and a draft
 // model on the CPU worker at draft tensor-parallel size 1 (EAGLE parses,
-// and is refused here).
-// The draft's files are checked against the target's at start
-// (CheckDraftModelFiles).
+// and is refused here). The draft's files are checked against the target's
+// at start (scheduler/startup/draft_model_files.h).
 absl::Status CheckSpeculation(const std::optional<SpeculativeConfig>& speculative,
                               const WorkerOptions& workers) {
   if (!speculative.has_value()) return absl::OkStatus();

@@ -136,14 +136,14 @@ TEST(ServerConfigTest, CrossFlagRules) {
 
 TEST(ServerConfigTest, QuantizationNamesAMethodPagodaServes) {
   ServerConfig config = ValidConfig();
-  for (const char* name : {"", "auto", "awq", "gptq_marlin", "compressed-tensors"}) {
+  for (const char* name : {"", "auto", "awq", "gptq_marlin", "compressed-tensors", "fp8"}) {
     config.model.quantization = name;
     EXPECT_TRUE(CheckServerConfig(config).ok()) << name;
   }
-  config.model.quantization = "fp8";
+  config.model.quantization = "bitsandbytes";
   EXPECT_EQ(CheckServerConfig(config).message(),
-            "--quantization fp8: Pagoda serves auto, awq, awq_marlin, gptq, gptq_marlin and "
-            "compressed-tensors");
+            "--quantization bitsandbytes: Pagoda serves auto, awq, awq_marlin, gptq, gptq_marlin, "
+            "compressed-tensors and fp8");
 }
 
 TEST(ServerConfigTest, ResolveForModelFillsDefaultsAndChecksTheModel) {

@@ -12,12 +12,6 @@
 
 namespace pagoda::scheduler {
 
-// What the engine thread remembers about one accepted request.
-struct Engine::RequestState {
-  std::shared_ptr<RequestSink> sink;
-  RequestRecord record;
-};
-
 namespace {
 
 // A gauge scraped every few seconds needs no per-step precision.
@@ -27,14 +21,6 @@ constexpr absl::Duration kKvUsageRefresh = absl::Milliseconds(100);
 constexpr absl::Duration kWorkerCheckPeriod = absl::Milliseconds(200);
 
 double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
-
-// The finished-requests metric's reason: the client's name, except "error"
-// for a request that could never be scheduled.
-std::string FinishReasonOf(const SequenceStatus status) {
-  const std::string_view name = FinishReasonName(ToFinishReason(status));
-  if (status == SequenceStatus::kFinishedIgnored || name.empty()) return "error";
-  return std::string(name);
-}
 
 }  // namespace
 
@@ -54,6 +40,9 @@ Engine::Engine(EngineConfig config, WorkerGroup* workers, EngineObserver* observ
   // each step's drafts come from the tokens the previous step returned.
   if (config_.async_scheduling && speculator_ == nullptr) {
     pipeline_ = std::make_unique<StepPipeline>(workers_);
+  }
+  if (config_.max_loras > 0 && config_.lora_registry != nullptr) {
+    lora_ = std::make_unique<LoraStepper>(config_.max_loras, config_.lora_registry, workers_);
   }
   absl::MutexLock lock(&mu_);
   totals_.num_gpu_blocks = config_.scheduler.num_gpu_blocks;
@@ -82,6 +71,11 @@ absl::Status Engine::AddRequest(EngineRequest request) {
     return absl::UnavailableError(absl::StrCat(
         "workers are down; the server cannot serve requests",
         failure_reason_.empty() ? " now (restarting them)" : absl::StrCat(": ", failure_reason_)));
+  }
+  if (request.lora_id != 0 && (config_.max_loras <= 0 || config_.lora_registry == nullptr ||
+                                request.lora_id < 0)) {
+    return absl::InvalidArgumentError(
+        "model: this server serves no LoRA adapters (start it with --enable-lora)");
   }
   if (speculator_ != nullptr && request.sampling.use_beam_search) {
     return absl::InvalidArgumentError(
@@ -114,6 +108,11 @@ void Engine::AbortRequest(const std::string& request_id, const RequestSink* sink
                           AbortCause why) {
   absl::MutexLock lock(&mu_);
   if (in_flight_ids_.contains(request_id)) abort_inbox_.push_back(Abort{request_id, sink, why});
+}
+
+void Engine::ForgetLoraAdapter(int lora_id) {
+  absl::MutexLock lock(&mu_);
+  if (lora_id > 0) lora_forget_inbox_.push_back(lora_id);
 }
 
 void Engine::StopAccepting() {
@@ -165,6 +164,7 @@ void Engine::Loop() {
     std::vector<EngineRequest> arrived;
     std::vector<Abort> aborts;
     std::vector<std::shared_ptr<HashQuery>> queries;
+    std::vector<int> forgotten_loras;
     bool stop = false;
     {
       absl::MutexLock lock(&mu_);
@@ -172,24 +172,28 @@ void Engine::Loop() {
       // only touched by this thread, so reading them here is safe.
       auto has_work = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
         return stop_requested_ || !inbox_.empty() || !abort_inbox_.empty() ||
-               !hash_queries_.empty() || scheduler_->HasUnfinished() || HasStepsInFlight();
+               !hash_queries_.empty() || !lora_forget_inbox_.empty() ||
+               scheduler_->HasUnfinished() || HasStepsInFlight();
       };
       // Wakes now and then even when idle, to see a dead worker (engine_recovery.cc).
       mu_.AwaitWithTimeout(absl::Condition(&has_work), kWorkerCheckPeriod);
       arrived.swap(inbox_);
       aborts.swap(abort_inbox_);
       queries.swap(hash_queries_);
+      forgotten_loras.swap(lora_forget_inbox_);
       stop = stop_requested_;
     }
     AnswerHashQueries(std::move(queries));
     AdmitRequests(std::move(arrived));
     ApplyAborts(aborts);
+    ForgetLoraAdapters(forgotten_loras);
     if (stop) break;
     if (!workers_failed_ && !workers_->Healthy()) {
       AbandonStepsInFlight();  // They fail too; recovery replans them.
       if (!RecoverWorkers()) FailForGood(absl::UnavailableError(failure_reason()));
     }
     if (!scheduler_->HasUnfinished() && !HasStepsInFlight()) {
+      if (lora_ != nullptr) lora_->ApplyForgets(/*step_in_flight=*/false);
       PublishSnapshot(nullptr);  // Aborts and refusals changed the counts.
       continue;
     }
@@ -204,6 +208,8 @@ void Engine::Loop() {
     }
   }
   AbandonStepsInFlight();
+  // No load may run beside the workers' shutdown, which follows.
+  if (lora_ != nullptr) lora_->loader().Quiesce();
   FailAll(absl::UnavailableError("server is shutting down"));
   PublishSnapshot(nullptr);
 }
@@ -215,16 +221,18 @@ void Engine::AdmitRequests(std::vector<EngineRequest> requests) {
     state->record.arrival_time = request.arrival_time;
     state->record.num_prompt_tokens = static_cast<int>(request.prompt_token_ids.size());
     state->record.max_tokens = request.stopping.max_tokens;
+    state->lora_id = request.lora_id;
     auto group = std::make_unique<SequenceGroup>(
         request.request_id, std::move(request.prompt_token_ids), next_seq_id_, request.sampling,
         request.stopping, request.arrival_time);
     group->set_priority(request.priority);
+    group->set_lora_id(request.lora_id);
     ++next_seq_id_;  // Forked sequences get their ids from the scheduler.
     requests_[request.request_id] = std::move(state);
     if (workers_failed_) {
       FinishRequest(request.request_id,
                     absl::UnavailableError("workers are down; the server cannot serve requests"),
-                    "error");
+                    kFinishReasonError);
       continue;
     }
     scheduler_->AddSequenceGroup(std::move(group));
@@ -242,7 +250,9 @@ void Engine::ApplyAborts(const std::vector<Abort>& aborts) {
     // hold its rows (their tokens are dropped when it answers).
     std::unique_ptr<SequenceGroup> group = scheduler_->AbortRequest(id);
     FinishRequest(id, absl::CancelledError("request cancelled"),
-                  abort.why == AbortCause::kStopString ? "stop" : "abort");
+                  FinishReasonName(abort.why == AbortCause::kStopString
+                                       ? pagoda::v1::FINISH_REASON_STOP
+                                       : pagoda::v1::FINISH_REASON_ABORTED));
     if (group != nullptr) RetireGroup(std::move(group));
   }
 }
@@ -284,7 +294,9 @@ bool Engine::Step() {
 
 SchedulerOutput Engine::ScheduleBatch(StepClock* clock) {
   if (speculator_ != nullptr) speculator_->Propose(*scheduler_);
+  if (lora_ != nullptr) PrepareLoraSlots();  // engine_lora.cc
   SchedulerOutput output = scheduler_->Schedule();
+  if (lora_ != nullptr) lora_->AfterSchedule(*scheduler_);
   if (speculator_ != nullptr) speculator_->TakeScheduled(output);
   clock->scheduled = absl::Now();
   for (std::unique_ptr<SequenceGroup>& group : output.ignored) FinishIgnored(*group);
@@ -302,7 +314,8 @@ void Engine::FinishIgnored(SequenceGroup& group) {
     auto it = requests_.find(group.request_id());
     if (it != requests_.end()) it->second->record.num_preemptions = group.num_preemptions();
     StreamDeltas({std::move(*last)}, absl::Now());
-    FinishRequest(group.request_id(), absl::OkStatus(), "length");
+    FinishRequest(group.request_id(), absl::OkStatus(),
+                  FinishReasonName(pagoda::v1::FINISH_REASON_LENGTH));
     return;
   }
   const int prompt_len = group.seqs().empty() ? 0 : group.seqs()[0]->num_prompt_tokens();
@@ -313,7 +326,7 @@ void Engine::FinishIgnored(SequenceGroup& group) {
           config_.scheduler.num_gpu_blocks, " blocks of ", config_.scheduler.block_size,
           " tokens) or the token budget (max_num_batched_tokens ",
           config_.scheduler.max_num_batched_tokens, ")")),
-      "error");
+      kFinishReasonError);
 }
 
 const pagoda::worker::v1::StepPlan& Engine::BuildPlan(const SchedulerOutput& output,
@@ -322,6 +335,7 @@ const pagoda::worker::v1::StepPlan& Engine::BuildPlan(const SchedulerOutput& out
   BuildStepPlanInto(next_step_id_++, output, scheduler_->block_manager(), config_.eos_token_ids,
                     plan);
   if (speculator_ != nullptr) speculator_->AttachDrafts(output, *plan);
+  if (lora_ != nullptr) lora_->AttachSlots(output, *plan);
   return *plan;
 }
 
@@ -392,7 +406,7 @@ int Engine::StreamDeltas(const std::vector<RequestDelta>& deltas, absl::Time now
     int new_tokens = 0;
     for (const RequestDelta::SeqDelta& seq : delta.seqs) {
       new_tokens += static_cast<int>(seq.new_tokens.size());
-      if (IsFinished(seq.status)) state.record.finish_reason = FinishReasonOf(seq.status);
+      if (IsFinished(seq.status)) state.record.finish_reason = MetricFinishReason(seq.status);
     }
     if (new_tokens > 0 && state.record.first_token_time == absl::InfinitePast()) {
       state.record.first_token_time = now;
@@ -410,7 +424,7 @@ void Engine::FinishCompletedRequests() {
     if (it != requests_.end()) {
       it->second->record.num_preemptions = group->num_preemptions();
       std::string reason = it->second->record.finish_reason;
-      if (reason.empty()) reason = FinishReasonOf(group->seqs().front()->status());
+      if (reason.empty()) reason = MetricFinishReason(group->seqs().front()->status());
       FinishRequest(group->request_id(), absl::OkStatus(), reason);
     }
     RetireGroup(std::move(group));
@@ -439,13 +453,14 @@ void Engine::PublishStep(int64_t step_id, const SchedulerOutput& output,
 }
 
 void Engine::FinishRequest(const std::string& request_id, const absl::Status& status,
-                           const std::string& finish_reason) {
+                           std::string_view finish_reason) {
   auto it = requests_.find(request_id);
   if (it == requests_.end()) return;
   std::unique_ptr<RequestState> state = std::move(it->second);
   requests_.erase(it);
   state->record.finish_reason = finish_reason;
   state->record.finish_time = absl::Now();
+  ReleaseLora(state->lora_id);
   // Metrics first: a client that has its final response must find the
   // request counted (the response can reach it before the next line runs).
   if (observer_ != nullptr) observer_->OnRequestFinished(state->record);
@@ -461,7 +476,7 @@ void Engine::FailAll(const absl::Status& status, bool include_queued) {
   std::vector<std::string> ids;
   ids.reserve(requests_.size());
   for (const auto& [id, state] : requests_) ids.push_back(id);
-  for (const std::string& id : ids) FinishRequest(id, status, "error");
+  for (const std::string& id : ids) FinishRequest(id, status, kFinishReasonError);
   if (!include_queued) return;
   // Requests that arrived after the last drain of the inbox.
   std::vector<EngineRequest> late;
@@ -471,7 +486,10 @@ void Engine::FailAll(const absl::Status& status, bool include_queued) {
     abort_inbox_.clear();
     for (const EngineRequest& request : late) in_flight_ids_.erase(request.request_id);
   }
-  for (EngineRequest& request : late) request.sink->OnFinish(status);
+  for (EngineRequest& request : late) {
+    ReleaseLora(request.lora_id);
+    request.sink->OnFinish(status);
+  }
 }
 
 void Engine::SetKvEventSink(KvEventSink* sink) {
@@ -522,6 +540,7 @@ void Engine::PublishSnapshot(const StepRecord* step) {
   totals_.prefix_cache_queries_total = blocks.prefix_cache_queries();
   totals_.prefix_cache_hits_total = blocks.prefix_cache_hits();
   if (speculator_ != nullptr) totals_.spec_decode = speculator_->totals();
+  if (lora_ != nullptr) totals_.lora = lora_->Activity(*scheduler_);
   if (step != nullptr) {
     const absl::Time now = absl::Now();
     if (now - kv_usage_time_ >= kKvUsageRefresh || totals_.num_running == 0) {

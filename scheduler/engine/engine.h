@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "absl/time/time.h"
 #include "google/protobuf/arena.h"
 #include "scheduler/engine/engine_stats.h"
+#include "scheduler/engine/lora_step.h"
 #include "scheduler/engine/output_processor.h"
 #include "scheduler/engine/request_sink.h"
 #include "scheduler/engine/scheduler.h"
@@ -28,6 +30,7 @@
 #include "scheduler/engine/speculation.h"
 #include "scheduler/spec/speculative_config.h"
 #include "scheduler/engine/step_pipeline.h"
+#include "scheduler/lora/lora_registry.h"
 #include "scheduler/workers/worker_group.h"
 
 namespace pagoda::scheduler {
@@ -44,6 +47,12 @@ struct EngineConfig {
   // Overlapped scheduling (step_pipeline.h): step N + 1 is planned and sent
   // while the workers run step N. Off: one step at a time.
   bool async_scheduling = true;
+  // LoRA (docs/lora.md): the served adapters (the front door Acquires a
+  // request's adapter before AddRequest; the engine Releases it once when
+  // the request ends, however it ends) and --max-loras, the worker slots.
+  // max_loras 0: LoRA off, and a request with a lora_id is refused.
+  lora::LoraRegistry* lora_registry = nullptr;
+  int max_loras = 0;
 };
 
 // A validated request, ready for the scheduler.
@@ -54,6 +63,10 @@ struct EngineRequest {
   StoppingOptions stopping;
   absl::Time arrival_time = absl::Now();
   int priority = 0;  // Lower runs first under --scheduling-policy priority.
+  // The LoraRegistry id of the request's adapter (0: the base model),
+  // acquired by the caller. Accepted: the engine releases it when the
+  // request ends; refused by AddRequest: the caller releases it.
+  int lora_id = 0;
   std::shared_ptr<RequestSink> sink;  // Non-null.
 };
 
@@ -101,6 +114,12 @@ class Engine {
   void AbortRequest(const std::string& request_id, const RequestSink* sink = nullptr,
                     AbortCause why = AbortCause::kCancelled);
 
+  // After LoraRegistry::Remove(name) returned `lora_id`: the engine frees
+  // the adapter's worker slot and unloads it from every rank, between
+  // steps and never under a step in flight that uses it. Unknown or
+  // never-loaded ids are ignored.
+  void ForgetLoraAdapter(int lora_id);
+
   // Refuses new requests from now on (drain); in-flight ones continue.
   void StopAccepting();
 
@@ -127,7 +146,12 @@ class Engine {
   EngineSnapshot snapshot() const;
 
  private:
-  struct RequestState;
+  // What the engine thread remembers about one accepted request.
+  struct RequestState {
+    std::shared_ptr<RequestSink> sink;
+    RequestRecord record;
+    int lora_id = 0;  // Released in the registry when the request ends.
+  };
   // Accepted requests not yet running (see AddRequest).
   int NumQueuedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Loop();
@@ -194,9 +218,17 @@ class Engine {
     AbortCause why;
   };
   void ApplyAborts(const std::vector<Abort>& aborts);
+  // LoRA (engine_lora.cc): an accepted request's adapter is released once,
+  // when it ends; an unloaded adapter's slot is freed between steps.
+  void ReleaseLora(int lora_id);
+  void ForgetLoraAdapters(const std::vector<int>& lora_ids);
+  // Before Schedule(): ends the requests of adapters the workers could not
+  // load, then plans the slots and gates admission (lora_step.h).
+  void PrepareLoraSlots();
+  void FailLoraRequests(const std::vector<LoraStepper::FailedLoad>& failed);
   // Reports a request's end to its sink and observer and forgets it.
   void FinishRequest(const std::string& request_id, const absl::Status& status,
-                     const std::string& finish_reason);
+                     std::string_view finish_reason);
   // Fails every request the engine holds; with `include_queued`, also those
   // still in the inbox (stop, dead workers), else they stay queued.
   void FailAll(const absl::Status& status, bool include_queued = true);
@@ -224,6 +256,7 @@ class Engine {
   std::unique_ptr<OutputProcessor> output_processor_;
   std::unique_ptr<Speculator> speculator_;  // Null without --speculative-config.
   std::unique_ptr<StepPipeline> pipeline_;  // Null without async scheduling.
+  std::unique_ptr<LoraStepper> lora_;       // Null without LoRA (max_loras 0).
   absl::flat_hash_map<std::string, std::unique_ptr<RequestState>> requests_;
   int64_t next_seq_id_ = 0;
   int64_t next_step_id_ = 0;
@@ -240,6 +273,7 @@ class Engine {
   mutable absl::Mutex mu_;
   std::vector<EngineRequest> inbox_ ABSL_GUARDED_BY(mu_);
   std::vector<Abort> abort_inbox_ ABSL_GUARDED_BY(mu_);
+  std::vector<int> lora_forget_inbox_ ABSL_GUARDED_BY(mu_);
   std::vector<std::shared_ptr<HashQuery>> hash_queries_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<std::string> in_flight_ids_ ABSL_GUARDED_BY(mu_);
   bool accepting_ ABSL_GUARDED_BY(mu_) = true;

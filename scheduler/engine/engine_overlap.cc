@@ -41,6 +41,7 @@ bool Engine::StepOverlapped() {
   BuildStepPlanInto(next_step_id_++, step->output, scheduler_->block_manager(),
                     config_.eos_token_ids, step->plan);
   MarkPlaceholders(step->output, step->plan);
+  if (lora_ != nullptr) lora_->AttachSlots(step->output, *step->plan);
   StepMaskSource masks;
   if (PromisesTokenMasks(*step->plan)) {
     // Built here, on the engine thread that owns the sequences, while the

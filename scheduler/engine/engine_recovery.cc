@@ -26,6 +26,8 @@ bool Engine::RecoverWorkers() {
   const int resumed = scheduler_->RequeueAllForRecompute();
   LOG(WARNING) << "workers failed; restarting them and resuming " << resumed
                << " requests by recomputation";
+  // The new workers' LoRA slots are empty; no load may run beside Recover.
+  if (lora_ != nullptr) lora_->ResetForRestart();
   const absl::Status recovered = workers_->Recover();
   if (!recovered.ok()) {
     LOG(ERROR) << "workers cannot be recovered: " << recovered;

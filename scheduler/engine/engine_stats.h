@@ -80,6 +80,15 @@ struct SpecDecodeTotals {
   std::vector<int64_t> accepted_per_pos;  // num_speculative_tokens entries.
 };
 
+// vllm:lora_requests_info's labels: the adapters (names, each once, in
+// queue order) of the running and of the waiting requests, and --max-loras
+// (0: LoRA off, and the metric is not exported).
+struct LoraActivity {
+  int max_loras = 0;
+  std::vector<std::string> running;
+  std::vector<std::string> waiting;
+};
+
 // State the engine publishes after every step; readable from any thread
 // through Engine::snapshot(). The *_total fields only grow.
 struct EngineSnapshot {
@@ -110,6 +119,7 @@ struct EngineSnapshot {
   int64_t batched_sequences_total = 0;
   StepSeconds seconds_total;
   SpecDecodeTotals spec_decode;  // All zero without --speculative-config.
+  LoraActivity lora;
 };
 
 // Receives engine events (metrics). Called on the engine thread; must be

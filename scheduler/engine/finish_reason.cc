@@ -29,4 +29,10 @@ std::string_view FinishReasonName(pagoda::v1::FinishReason reason) {
   }
 }
 
+std::string_view MetricFinishReason(SequenceStatus status) {
+  const std::string_view name = FinishReasonName(ToFinishReason(status));
+  if (status == SequenceStatus::kFinishedIgnored || name.empty()) return kFinishReasonError;
+  return name;
+}
+
 }  // namespace pagoda::scheduler

@@ -21,6 +21,12 @@ pagoda::v1::FinishReason ToFinishReason(SequenceStatus status);
 // "length" or "abort"; empty for UNSPECIFIED.
 std::string_view FinishReasonName(pagoda::v1::FinishReason reason);
 
+// The finished-requests metric's reason (vllm:request_success_total's
+// finished_reason and the request records): the client's name, or "error"
+// for a request that failed or could never be scheduled.
+inline constexpr std::string_view kFinishReasonError = "error";
+std::string_view MetricFinishReason(SequenceStatus status);
+
 }  // namespace pagoda::scheduler
 
 #endif  // PAGODA_SCHEDULER_ENGINE_FINISH_REASON_H_

@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "scheduler/engine/scheduler_policies.h"
@@ -135,6 +136,15 @@ class Scheduler {
   // Calls fn(group, seq) for each kRunning sequence of the running queue,
   // in queue order, between steps (speculation sets lookahead slots so).
   void ForEachRunningSequence(const std::function<void(SequenceGroup&, Sequence&)>& fn);
+  // Calls fn(group, queue) for every group: running, swapped, then waiting
+  // (kRunning, kSwapped, kWaiting), each queue in order.
+  void ForEachGroup(const std::function<void(const SequenceGroup&, SequenceStatus)>& fn) const;
+  // LoRA (lora_step.h): while set, a waiting group it refuses is passed over
+  // (keeping its place); the engine sets it just before Schedule() and
+  // clears it (nullptr) right after.
+  void set_admission_gate(std::function<bool(const SequenceGroup&)> gate) {
+    admission_gate_ = std::move(gate);
+  }
 
   // KV slots of the GPU blocks that running sequences hold, and how many of
   // them hold a computed token: filled / allocated is the vLLM paper's Fig. 2
@@ -255,6 +265,10 @@ class Scheduler {
   Queue waiting_;
   Queue running_;
   Queue swapped_;
+  std::function<bool(const SequenceGroup&)> admission_gate_;
+  bool Gated(const SequenceGroup& group) const {
+    return admission_gate_ && !admission_gate_(group);
+  }
 };
 
 }  // namespace pagoda::scheduler

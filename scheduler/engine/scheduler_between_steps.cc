@@ -65,6 +65,13 @@ void Scheduler::ForEachRunningSequence(
   }
 }
 
+void Scheduler::ForEachGroup(
+    const std::function<void(const SequenceGroup&, SequenceStatus)>& fn) const {
+  for (const auto& group : running_) fn(*group, SequenceStatus::kRunning);
+  for (const auto& group : swapped_) fn(*group, SequenceStatus::kSwapped);
+  for (const auto& group : waiting_) fn(*group, SequenceStatus::kWaiting);
+}
+
 void Scheduler::FreeSequence(Sequence* seq) { block_manager_.Free(seq->seq_id()); }
 
 void Scheduler::CommitComputedBlocks(const SchedulerOutput& output) {

@@ -72,6 +72,11 @@ void Scheduler::AdmitPrompts(SchedulerOutput& output, int& token_budget, Partial
   GroupList passed_over;
   while (!waiting_.empty() && token_budget > 0) {
     SequenceGroup& group = *waiting_.front();
+    if (Gated(group)) {  // Its LoRA adapter's slot is not ready.
+      passed_over.push_back(std::move(waiting_.front()));
+      waiting_.pop_front();
+      continue;
+    }
     // What no step could ever hold is ignored rather than left to wedge the
     // queue.
     const AllocStatus fits =

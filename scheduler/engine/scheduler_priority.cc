@@ -24,6 +24,7 @@ void Scheduler::PreemptForPriority(SchedulerOutput& output) {
   if (waiting_.empty() || running_.empty()) return;
   order_.Sort(running_);
   const SequenceGroup& best = *waiting_.front();
+  if (Gated(best)) return;  // Its LoRA adapter waits for a slot: no room to make.
   const int new_seqs = group_counts::SeatsOnceRunning(best);
   GroupList recomputed;
   GroupList swapped_out;
@@ -71,7 +72,7 @@ bool Scheduler::ScheduleOutrankingPrompts(SchedulerOutput& output) {
     if (group_counts::NumSeqs(group, SequenceStatus::kWaiting) != 1 ||
         group_counts::NumNewTokens(group, SequenceStatus::kWaiting) >
             prefill_.ChunkCap(token_budget) ||
-        num_seqs + new_seqs > config_.max_num_seqs || prefill_.NeverFits(group) ||
+        num_seqs + new_seqs > config_.max_num_seqs || prefill_.NeverFits(group) || Gated(group) ||
         CheckAdmissible(group) != AllocStatus::kOk) {
       break;
     }

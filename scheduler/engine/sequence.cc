@@ -124,6 +124,11 @@ std::vector<GeneratedToken> SequenceGroup::TakeNewPromptLogprobs() {
   return fresh;
 }
 
+void SequenceGroup::set_lora_id(int lora_id) {
+  lora_id_ = lora_id;
+  for (const std::unique_ptr<Sequence>& seq : seqs_) seq->lora_id_ = lora_id;
+}
+
 Sequence* SequenceGroup::AddForkedSequence(const Sequence& parent, int64_t child_seq_id) {
   seqs_.push_back(parent.Fork(child_seq_id));
   seqs_.back()->index_in_group_ = static_cast<int>(seqs_.size()) - 1;

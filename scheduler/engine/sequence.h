@@ -76,6 +76,9 @@ class Sequence final : public KvSequence {
   // counted in the token budget and reserved in the block table.
   int num_lookahead_slots() const override { return num_lookahead_slots_; }
   void set_num_lookahead_slots(int n) { num_lookahead_slots_ = n; }
+  // Its request's LoRA adapter (LoraRegistry id; 0: the base model): keys
+  // its prefix-cache blocks and KV events. Forks and preemption keep it.
+  int lora_id() const override { return lora_id_; }
 
   SequenceStatus status() const { return status_; }
   void set_status(SequenceStatus status) { status_ = status; }
@@ -124,6 +127,7 @@ class Sequence final : public KvSequence {
   double cumulative_logprob_ = 0.0;
   int num_computed_tokens_ = 0;
   int num_lookahead_slots_ = 0;
+  int lora_id_ = 0;
   bool has_pending_token_ = false;
   SequenceStatus status_ = SequenceStatus::kWaiting;
   ConstraintState constraint_state_;
@@ -148,6 +152,10 @@ class SequenceGroup final : public KvSequenceGroup {
   // first (vLLM). Validated by the frontend; 0 by default.
   int priority() const { return priority_; }
   void set_priority(int priority) { priority_ = priority; }
+  // The request's LoRA adapter (0: the base model), set on every sequence
+  // (forks inherit it). Set before the group is scheduled.
+  int lora_id() const { return lora_id_; }
+  void set_lora_id(int lora_id);
   std::vector<std::unique_ptr<Sequence>>& seqs() { return seqs_; }
   const std::vector<std::unique_ptr<Sequence>>& seqs() const { return seqs_; }
   // Sequences with the given status.
@@ -207,6 +215,7 @@ class SequenceGroup final : public KvSequenceGroup {
   size_t prompt_logprobs_taken_ = 0;  // Entries TakeNewPromptLogprobs returned.
   absl::Time arrival_time_;
   int priority_ = 0;
+  int lora_id_ = 0;
   int num_preemptions_ = 0;
   int steps_since_preemption_ = 0;
   bool waits_for_tokens_ = false;

@@ -39,5 +39,18 @@ TEST(SequenceTest, OutputTokenCountsFollowAppendsReadsAndForks) {
   EXPECT_TRUE(fresh.output_token_counts().empty());
 }
 
+// The adapter keys the prefix cache (KvSequence::lora_id): every sequence
+// of the group carries it, forks included.
+TEST(SequenceTest, EverySequenceOfAGroupCarriesItsAdapter) {
+  SequenceGroup group("r", {1, 2, 3}, /*first_seq_id=*/7, SamplingOptions{}, StoppingOptions{},
+                      absl::Now());
+  EXPECT_EQ(group.seqs()[0]->lora_id(), 0);
+  group.set_lora_id(5);
+  EXPECT_EQ(group.lora_id(), 5);
+  const KvSequence& as_kv = *group.seqs()[0];
+  EXPECT_EQ(as_kv.lora_id(), 5);
+  EXPECT_EQ(group.AddForkedSequence(*group.seqs()[0], 8)->lora_id(), 5);
+}
+
 }  // namespace
 }  // namespace pagoda::scheduler

@@ -188,14 +188,18 @@ KvEventBatch BlockManager::CachedBlocksAsEvents() const {
 
 BlockManager::Growth BlockManager::GrowthOf(const KvSequence& seq,
                                             const std::vector<int>& blocks) const {
+  // Called for every running sequence at every step: each virtual call once,
+  // and no division on the usual path.
   const int held = static_cast<int>(blocks.size());
-  const int token_slot = seq.length() - 1;
+  const int capacity = held * block_size_;
+  const int length = seq.length();
+  const int slots = length + seq.num_lookahead_slots();
   Growth growth;
-  growth.new_blocks = std::max(0, BlocksForTokens(seq.length() + seq.num_lookahead_slots()) - held);
-  if (token_slot < held * block_size_) {
+  if (slots > capacity) growth.new_blocks = BlocksForTokens(slots) - held;
+  const int token_slot = length - 1;
+  if (token_slot < capacity) {
     // Usually the last held block; a division only past lookahead slots.
-    growth.token_block =
-        token_slot >= (held - 1) * block_size_ ? held - 1 : token_slot / block_size_;
+    growth.token_block = token_slot >= capacity - block_size_ ? held - 1 : token_slot / block_size_;
     growth.copy_on_write = gpu_.ref_count(blocks[growth.token_block]) > 1;
   }
   return growth;
@@ -224,9 +228,9 @@ absl::StatusOr<std::optional<BlockMove>> BlockManager::AppendSlots(const KvSeque
   }
   std::vector<int>& blocks = it->second.blocks;
   const Growth growth = GrowthOf(seq, blocks);
-  if (growth.new_blocks + (growth.copy_on_write ? 1 : 0) > gpu_.num_free()) {
-    return absl::ResourceExhaustedError("no free KV block");
-  }
+  const int needed = growth.new_blocks + (growth.copy_on_write ? 1 : 0);
+  if (needed == 0) return std::nullopt;  // Most decodes: the token fits its own block.
+  if (needed > gpu_.num_free()) return absl::ResourceExhaustedError("no free KV block");
   for (int b = 0; b < growth.new_blocks; ++b) blocks.push_back(*gpu_.Allocate());
   if (!growth.copy_on_write) return std::nullopt;
   // The token lands in a block other sequences still read: copy on write.

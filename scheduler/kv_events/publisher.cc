@@ -60,7 +60,8 @@ void WriteHashes(absl::Span<const uint64_t> hashes, MsgpackWriter& out) {
   for (uint64_t hash : hashes) out.Uint(hash);
 }
 
-void WriteEvent(const KvEventBatch& batch, const KvEventBatch::Event& event, MsgpackWriter& out) {
+void WriteEvent(const KvEventBatch& batch, const KvEventBatch::Event& event,
+                const std::function<std::string(int)>& lora_name_of, MsgpackWriter& out) {
   switch (event.kind) {
     case KvEventKind::kBlockStored: {
       out.Array(8);
@@ -81,7 +82,13 @@ void WriteEvent(const KvEventBatch& batch, const KvEventBatch::Event& event, Msg
         out.Nil();  // lora_id: the base model.
       }
       out.Str(kMediumGpu);
-      out.Nil();  // lora_name
+      const std::string name =
+          event.lora_id != 0 && lora_name_of ? lora_name_of(event.lora_id) : std::string();
+      if (name.empty()) {
+        out.Nil();  // lora_name: the base model, or an adapter unloaded since.
+      } else {
+        out.Str(name);
+      }
       return;
     }
     case KvEventKind::kBlockRemoved:
@@ -112,12 +119,13 @@ bool SendMultipart(void* socket, const std::vector<const std::string*>& frames) 
 }  // namespace
 
 std::string KvEventPublisher::EncodeBatch(double timestamp, const KvEventBatch& events,
-                                          int data_parallel_rank) {
+                                          int data_parallel_rank,
+                                          const std::function<std::string(int)>& lora_name_of) {
   MsgpackWriter out;
   out.Array(3);
   out.Float64(timestamp);
   out.Array(events.size());
-  for (const KvEventBatch::Event& event : events.events()) WriteEvent(events, event, out);
+  for (const KvEventBatch::Event& event : events.events()) WriteEvent(events, event, lora_name_of, out);
   out.Int(data_parallel_rank);
   return out.Take();
 }
@@ -259,7 +267,8 @@ void KvEventPublisher::Run() {
 
 void KvEventPublisher::Send(const Batch& batch) {
   const uint64_t seq = next_seq_++;
-  std::string payload = EncodeBatch(batch.timestamp, batch.events, options_.data_parallel_rank);
+  std::string payload = EncodeBatch(batch.timestamp, batch.events, options_.data_parallel_rank,
+                                    options_.lora_name_of);
   if (subscribed_.load(std::memory_order_relaxed)) {
     const std::string seq_bytes = SeqBytes(static_cast<int64_t>(seq));
     SendMultipart(pub_, {&options_.topic, &seq_bytes, &payload});

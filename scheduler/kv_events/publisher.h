@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -44,6 +45,10 @@ struct KvEventPublisherOptions {
   // Batches held while no subscriber to the topic is connected, sent in
   // order once one is (beyond this many, the oldest are dropped).
   int max_held_batches = 10000;
+  // A LoRA adapter's name by its id, for BlockStored's lora_name (vLLM keys
+  // adapters by name); "" when unknown. Null: lora_name stays nil. Called on
+  // the publisher's thread, so it must be thread-safe.
+  std::function<std::string(int lora_id)> lora_name_of;
 };
 
 // Publishes KV cache events as vLLM does (vllm/distributed/kv_events.py,
@@ -52,7 +57,7 @@ struct KvEventPublisherOptions {
 // with the payload in vLLM's array layout (docs/kv-events.md):
 //   [ts, [event, ...], data_parallel_rank]
 //   ["BlockStored", [hash, ...], parent_hash|nil, [token_id, ...],
-//    block_size, lora_id=nil, medium="GPU", lora_name=nil]
+//    block_size, lora_id|nil, medium="GPU", lora_name|nil]
 //   ["BlockRemoved", [hash, ...], medium="GPU"]
 //   ["AllBlocksCleared"]
 // A replay request on the ROUTER socket (the start sequence number as 8
@@ -90,9 +95,10 @@ class KvEventPublisher : public KvEventSink {
   // Whether a subscriber to the topic was connected at the last look.
   bool subscribed() const { return subscribed_.load(std::memory_order_relaxed); }
 
-  // One batch's payload in vLLM's layout.
+  // One batch's payload in vLLM's layout; `lora_name_of` may be null.
   static std::string EncodeBatch(double timestamp, const KvEventBatch& events,
-                                 int data_parallel_rank);
+                                 int data_parallel_rank,
+                                 const std::function<std::string(int)>& lora_name_of = nullptr);
 
  private:
   struct Batch {

@@ -187,6 +187,22 @@ TEST(KvEventPublisherTest, EncodesTheAdaptersLoraId) {
   EXPECT_EQ(ToEvents(batch)[0].lora_id, 5);
 }
 
+// With a name for it, the adapter's blocks carry it as lora_name (the
+// eighth field; vLLM keys adapters by name); an id without one stays nil.
+TEST(KvEventPublisherTest, EncodesTheAdaptersLoraName) {
+  KvEventBatch batch;
+  batch.AddStored(std::nullopt, 2, /*lora_id=*/5);
+  batch.AppendStoredBlock(7, {1, 2});
+  batch.AddStored(7, 2, /*lora_id=*/6);
+  batch.AppendStoredBlock(8, {3, 4});
+  const auto name_of = [](int lora_id) { return lora_id == 5 ? std::string("sql") : ""; };
+  const std::string bytes = KvEventPublisher::EncodeBatch(0.0, batch, 0, name_of);
+  EXPECT_EQ(bytes, std::string("\x93\xcb\0\0\0\0\0\0\0\0\x92", 11) +
+                       "\x98\xab" "BlockStored" "\x91\x07\xc0\x92\x01\x02\x02\x05\xa3GPU\xa3sql" +
+                       "\x98\xab" "BlockStored" "\x91\x08\x07\x92\x03\x04\x02\x06\xa3GPU\xc0" +
+                       std::string("\0", 1));
+}
+
 std::vector<std::string> RecvMultipart(void* socket) {
   std::vector<std::string> frames;
   int more = 1;

@@ -70,6 +70,14 @@ absl::StatusOr<LoraEntry> LoraRegistry::Find(absl::string_view name) const {
   return it->second;
 }
 
+absl::StatusOr<LoraEntry> LoraRegistry::FindById(int id) const {
+  absl::MutexLock lock(&mutex_);
+  for (const auto& [name, entry] : by_name_) {
+    if (entry.id == id) return entry;
+  }
+  return absl::NotFoundError(absl::StrCat("no LoRA adapter has id ", id));
+}
+
 std::vector<LoraEntry> LoraRegistry::List() const {
   absl::MutexLock lock(&mutex_);
   std::vector<LoraEntry> entries;

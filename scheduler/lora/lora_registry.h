@@ -45,6 +45,9 @@ class LoraRegistry {
   // That request ended (finished, aborted or failed).
   void Release(int id);
   absl::StatusOr<LoraEntry> Find(absl::string_view name) const;
+  // The adapter with `id` (the engine loads its path into a worker slot);
+  // NOT_FOUND once removed.
+  absl::StatusOr<LoraEntry> FindById(int id) const;
   // Every adapter, in the order they were added (/v1/models).
   std::vector<LoraEntry> List() const;
 

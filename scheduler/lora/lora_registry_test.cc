@@ -37,5 +37,18 @@ TEST(LoraRegistryTest, UnloadIsRefusedWhileRequestsUseIt) {
   EXPECT_EQ(*registry.Add({"a", "/a", ""}), id + 1);
 }
 
+TEST(LoraRegistryTest, FindsAnAdapterByItsIdUntilRemoved) {
+  LoraRegistry registry;
+  ASSERT_TRUE(registry.Add({"a", "/adapters/a", ""}).ok());
+  const int b = *registry.Add({"b", "/adapters/b", ""});
+  absl::StatusOr<LoraEntry> found = registry.FindById(b);
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_EQ(found->spec.name, "b");
+  EXPECT_EQ(found->spec.path, "/adapters/b");
+  EXPECT_EQ(registry.FindById(0).status().code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(registry.Remove("b").ok());
+  EXPECT_EQ(registry.FindById(b).status().code(), absl::StatusCode::kNotFound);
+}
+
 }  // namespace
 }  // namespace pagoda::lora

@@ -75,7 +75,8 @@ class PageHolder : public KvEventsAttachment {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<KvEventPublisher>> StartKvEventPublisher(
-    const KvEventOptions& events, const std::string& model_name) {
+    const KvEventOptions& events, const std::string& model_name,
+    const lora::LoraRegistry* lora_registry) {
   if (events.endpoint.empty()) return nullptr;
   KvEventPublisherOptions options;
   options.endpoint = events.endpoint;
@@ -83,6 +84,12 @@ absl::StatusOr<std::unique_ptr<KvEventPublisher>> StartKvEventPublisher(
   options.topic = events.topic.empty() ? DefaultTopic(model_name) : events.topic;
   options.max_queued_batches = events.queue_batches;
   options.replay_buffer_batches = events.replay_buffer;
+  if (lora_registry != nullptr) {
+    options.lora_name_of = [lora_registry](int lora_id) {
+      absl::StatusOr<lora::LoraEntry> entry = lora_registry->FindById(lora_id);
+      return entry.ok() ? entry->spec.name : std::string();
+    };
+  }
   absl::StatusOr<std::unique_ptr<KvEventPublisher>> publisher =
       KvEventPublisher::Start(std::move(options));
   if (!publisher.ok()) return publisher.status();

@@ -13,15 +13,19 @@
 #include "scheduler/config/server_config.h"
 #include "scheduler/engine/engine.h"
 #include "scheduler/kv_events/publisher.h"
+#include "scheduler/lora/lora_registry.h"
 #include "scheduler/metrics.h"
 
 namespace pagoda::scheduler {
 
 // The publisher, or null when the endpoint is empty. Prints
-// "PAGODA_KV_EVENTS_REPLAY_ENDPOINT <endpoint>" with a replay socket.
+// "PAGODA_KV_EVENTS_REPLAY_ENDPOINT <endpoint>" with a replay socket. An
+// adapter's blocks carry its name from `lora_registry` (may be null; must
+// outlive the publisher).
 // REQUIRES: CheckServerConfig passed (it owns the options' rules).
 absl::StatusOr<std::unique_ptr<KvEventPublisher>> StartKvEventPublisher(
-    const KvEventOptions& options, const std::string& model_name);
+    const KvEventOptions& options, const std::string& model_name,
+    const lora::LoraRegistry* lora_registry);
 
 // Wires the publisher to the engine (before Engine::Start) and, with
 // metrics on, serves the engine's cached block hashes at

@@ -11,6 +11,7 @@
 #include "glog/logging.h"
 #include "scheduler/api/frontend.h"
 #include "scheduler/api/http_server.h"
+#include "scheduler/api/lora_adapters.h"
 #include "scheduler/api/request_path.h"
 #include "scheduler/api/request_validation.h"
 #include "scheduler/api/vllm_engine_service.h"
@@ -23,7 +24,7 @@ namespace pagoda::scheduler {
 namespace {
 
 EngineConfig MakeEngineConfig(const ServerConfig& config, const ModelConfig& model,
-                              const WorkerCache& cache) {
+                              const WorkerCache& cache, lora::LoraRegistry* lora_registry) {
   const SchedulingOptions& scheduling = config.scheduling;
   EngineConfig engine;
   engine.scheduler.block_size = config.cache.block_size;
@@ -43,6 +44,8 @@ EngineConfig MakeEngineConfig(const ServerConfig& config, const ModelConfig& mod
   engine.max_queued_requests = scheduling.max_queued_requests;
   engine.speculative = config.speculative;
   engine.async_scheduling = scheduling.async_scheduling;
+  engine.lora_registry = lora_registry;
+  engine.max_loras = config.lora.enable_lora ? config.lora.max_loras : 0;
   return engine;
 }
 
@@ -66,8 +69,22 @@ GenerationOptions MakeGenerationOptions(const ServerConfig& config) {
   return options;
 }
 
-RequestPathOptions MakeRequestPathOptions(const ServerConfig& config) {
+std::unique_ptr<LoraAdapters> MakeLoraAdapters(const ServerConfig& config, const ModelFiles& model,
+                                               const EngineConfig& engine_config, Engine* engine) {
+  if (!config.lora.enable_lora || engine_config.lora_registry == nullptr) return nullptr;
+  LoraAdaptersOptions options;
+  options.registry = engine_config.lora_registry;
+  options.lora_dir = config.lora.lora_dir;
+  options.max_lora_rank = config.lora.max_lora_rank;
+  options.base = model.config;
+  options.base_model_name = ServedModelName(config.model);
+  options.forget = [engine](int lora_id) { engine->ForgetLoraAdapter(lora_id); };
+  return std::make_unique<LoraAdapters>(std::move(options));
+}
+
+RequestPathOptions MakeRequestPathOptions(const ServerConfig& config, LoraAdapters* lora) {
   RequestPathOptions options;
+  options.lora_adapters = lora;
   options.api_key = config.front_door.api_key;
   options.max_pending_tokenizations = MaxPendingTokenizations(config);
   return options;
@@ -118,7 +135,8 @@ struct Services {
            const EngineConfig& engine_config, Engine* engine)
       : limits(MakeModelLimits(model, cache.max_model_len)),
         validator(limits, model.tokenizer.get(), config.scheduling.seed),
-        path(engine, &validator, model.tokenizer.get(), MakeRequestPathOptions(config)),
+        lora(MakeLoraAdapters(config, model, engine_config, engine)),
+        path(engine, &validator, model.tokenizer.get(), MakeRequestPathOptions(config, lora.get())),
         served(MakeServedModelInfo(config, model, engine_config)),
         options(MakeGenerationOptions(config)),
         generation(served, &path, options),
@@ -127,6 +145,10 @@ struct Services {
                  : nullptr) {}
   const ModelLimits limits;
   RequestValidator validator;
+  // LoRA (docs/lora.md), null without --enable-lora: the served adapters
+  // (the engine's registry), which the doors Acquire and the load and
+  // unload routes change; an unload reaches Engine::ForgetLoraAdapter.
+  std::unique_ptr<LoraAdapters> lora;
   // Every front door's: outlives them all.
   RequestPath path;
   const ServedModelInfo served;
@@ -167,8 +189,9 @@ absl::Status ServeAndDrain(const ServerConfig& config, const ModelFiles& model,
 
 absl::Status ServeUntilStopSignal(const ServerConfig& config, const ModelFiles& model,
                                   const WorkerCache& cache, ServerMetrics* metrics,
-                                  KvEventPublisher* kv_events, GrpcWorkerGroup& workers) {
-  const EngineConfig engine_config = MakeEngineConfig(config, model.config, cache);
+                                  KvEventPublisher* kv_events, GrpcWorkerGroup& workers,
+                                  lora::LoraRegistry* lora_registry) {
+  const EngineConfig engine_config = MakeEngineConfig(config, model.config, cache, lora_registry);
   Engine engine(engine_config, &workers, metrics);
   // Destroyed before `engine`.
   std::unique_ptr<KvEventsAttachment> kv_events_page = AttachKvEvents(engine, kv_events, metrics);

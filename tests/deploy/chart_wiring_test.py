@@ -6,7 +6,8 @@ from PAGODA_API_KEY, and the worker's own /metrics. Then the worker is
 killed, as a crashed sidecar: the readiness signals (gRPC health, /health)
 go unhealthy while the liveness probe's target (/metrics) keeps answering,
 and when the worker is started again, as the kubelet restarts a sidecar,
-the server serves again."""
+the server serves again. And the pod with lora.* on serves its adapters."""
+import json
 import os
 import re
 import secrets
@@ -40,6 +41,17 @@ def get(port, path, key=None):
         return e.code
 
 
+def render_pod(*sets):
+    """The TP-1 pod's worker and server containers as the chart renders them."""
+    argv = [HELM, "template", "rel", CHART, "--set", "apiKey.existingSecret=k",
+            "--show-only", "templates/server.yaml"]
+    for item in sets:
+        argv += ["--set", item]
+    rendered = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True).stdout
+    spec = yaml.safe_load(rendered)["spec"]["template"]["spec"]
+    return spec["initContainers"][0], spec["containers"][0]
+
+
 class ChartWiringTest(unittest.TestCase):
 
     @classmethod
@@ -50,12 +62,7 @@ class ChartWiringTest(unittest.TestCase):
         with open(cls.secret_file, "w") as f:
             f.write(secrets.token_hex(32))
         os.chmod(cls.secret_file, 0o600)
-        rendered = subprocess.run([HELM, "template", "rel", CHART, "--set", "apiKey.existingSecret=k",
-                                   "--show-only", "templates/server.yaml"],
-                                  capture_output=True, text=True, timeout=60, check=True).stdout
-        spec = yaml.safe_load(rendered)["spec"]["template"]["spec"]
-        cls.worker_container = spec["initContainers"][0]
-        cls.server_container = spec["containers"][0]
+        cls.worker_container, cls.server_container = render_pod()
         cls.ports = {p: h.free_port() for p in ("50051", "8000", "9400", "50061", "9401")}
 
     @classmethod
@@ -66,6 +73,7 @@ class ChartWiringTest(unittest.TestCase):
         argv = list(container["command"])
         for arg in container["args"]:
             arg = arg.replace("/models/model", self.model)
+            arg = arg.replace("/models/lora", os.path.join(self.tmp.name, "lora"))
             arg = arg.replace("/etc/pagoda/worker-secret/secret", self.secret_file)
             arg = arg.replace("0.0.0.0", "127.0.0.1").replace("$(POD_IP)", "127.0.0.1")
             arg = re.sub(r"\b(50051|8000|9400|50061|9401)\b", lambda m: str(self.ports[m.group(1)]),
@@ -113,6 +121,49 @@ class ChartWiringTest(unittest.TestCase):
             h.wait_for(lambda: get(http, "/health") == 200, 120, "/health to say 200 again")
             self.assertEqual(self.generate().returncode, 0)
             self.assertEqual(get(metrics, "/metrics"), 200)
+        finally:
+            self.assertEqual(server.stop(), 0, server.stderr()[-3000:])
+            worker.terminate()
+            worker.wait(timeout=30)
+
+    def test_lora_pod_serves_its_adapters(self):
+        """lora.* rendered and run: the worker and server share the adapters'
+        mount, the module is served by name, and a runtime load reads only
+        inside the mount (docs/lora.md)."""
+        lora = os.path.join(self.tmp.name, "lora")
+        for name in ("sql", "chat"):
+            subprocess.run([h.PYTHON, os.path.join(h.REPO, "tests", "reference", "lora_reference.py"),
+                            "make", "--base", self.model, "--out", os.path.join(lora, name),
+                            "--rank", "4", "--alpha", "8", "--targets", "q_proj,v_proj"],
+                           check=True)
+        worker_container, server_container = render_pod(
+            "lora.enabled=true", "lora.maxLoras=2", "lora.modules[0].name=sql",
+            "lora.modules[0].path=sql")
+        worker = subprocess.Popen(self.argv(worker_container), stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+        server = h.Server(self.model, env=dict(os.environ, PAGODA_API_KEY=KEY))
+        server.argv = self.argv(server_container)
+        http = self.ports["8000"]
+        try:
+            server.start(timeout=120)
+
+            def post(path, body):
+                request = urllib.request.Request(
+                    f"http://127.0.0.1:{http}{path}", data=json.dumps(body).encode(),
+                    headers={"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"})
+                try:
+                    with urllib.request.urlopen(request, timeout=60) as response:
+                        return response.status
+                except urllib.error.HTTPError as e:
+                    return e.code
+            completion = {"prompt": [1, 5, 9], "max_tokens": 3}
+            self.assertEqual(post("/v1/completions", dict(completion, model="sql")), 200)
+            self.assertEqual(post("/v1/completions", dict(completion, model="chat")), 404)
+            self.assertEqual(post("/v1/load_lora_adapter", {"lora_name": "chat",
+                                                            "lora_path": "chat"}), 200)
+            self.assertEqual(post("/v1/completions", dict(completion, model="chat")), 200)
+            self.assertEqual(post("/v1/load_lora_adapter", {"lora_name": "other",
+                                                            "lora_path": self.model}), 403)
         finally:
             self.assertEqual(server.stop(), 0, server.stderr()[-3000:])
             worker.terminate()

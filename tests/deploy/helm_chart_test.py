@@ -95,7 +95,8 @@ class HelmChartTest(unittest.TestCase):
     def test_lint(self):
         for sets in (["device=cpu"], ["device=cuda", "tensorParallelSize=2", "server.replicas=3"],
                      ["metrics.serviceMonitor.enabled=true", "metrics.prometheusRule.enabled=true",
-                      "apiKey.existingSecret=keys"]):
+                      "apiKey.existingSecret=keys"],
+                     ["lora.enabled=true", "lora.modules[0].name=sql", "lora.modules[0].path=sql"]):
             argv = [HELM, "lint", "--strict", CHART]
             for item in sets:
                 argv += ["--set", item]
@@ -652,6 +653,58 @@ class HelmChartTest(unittest.TestCase):
         with self.assertRaises(AssertionError):
             render("model.source=s3")
 
+
+    def test_lora_mounts_the_adapters_and_sets_the_flags(self):
+        """lora.*: off by default; on, the adapters' volume is mounted
+        read-only at /models/lora in the server and every worker (the
+        workers read adapter files when they fill a slot), and the server
+        gets --enable-lora, the limits, --lora-modules under the mount and
+        --lora-dir (runtime loads confined to the mount), each a real flag."""
+        for pod in pods_of(render("tensorParallelSize=2")):
+            for container in pod.containers.values():
+                self.assertNotIn("--enable-lora", container["args"])
+                self.assertNotIn("lora", [m["name"] for m in container["volumeMounts"]])
+        server_help = subprocess.run([h.binary("pagoda-server"), "--help"], capture_output=True,
+                                     text=True).stdout
+        lora = ["lora.enabled=true", "lora.maxLoras=2", "lora.maxLoraRank=32",
+                "lora.maxCpuLoras=8", "lora.modules[0].name=sql",
+                "lora.modules[0].path=sql-lora", "lora.modules[1].name=chat",
+                "lora.modules[1].path=/chat"]
+        for size in (1, 2):
+            pods = pods_of(render(f"tensorParallelSize={size}", *lora))
+            containers = [c for p in pods for c in p.containers.values()]
+            self.assertEqual(sorted({c["name"] for c in containers}), ["server", "worker"])
+            for pod in pods:
+                volumes = {v["name"]: v for v in pod.spec["volumes"]}
+                self.assertEqual(volumes["lora"]["persistentVolumeClaim"],
+                                 {"claimName": "pagoda-lora", "readOnly": True})
+                for container in pod.containers.values():
+                    mounts = {m["name"]: m for m in container["volumeMounts"]}
+                    self.assertEqual(mounts["lora"], {"name": "lora", "mountPath": "/models/lora",
+                                                      "readOnly": True})
+            server = [c for c in containers if c["name"] == "server"][0]
+            self.assertIn("--enable-lora", server["args"])
+            flags = flags_of(server["args"])
+            self.assertEqual(flags["max-loras"], "2")
+            self.assertEqual(flags["max-lora-rank"], "32")
+            self.assertEqual(flags["max-cpu-loras"], "8")
+            self.assertEqual(flags["lora-modules"], "sql=/models/lora/sql-lora chat=/models/lora/chat")
+            self.assertEqual(flags["lora-dir"], "/models/lora")
+            for flag in ("enable-lora", *[f for f in flags if "lora" in f]):
+                self.assertIn(f"--{flag} ", server_help)
+        closed = pods_of(render("lora.enabled=true", "lora.runtimeLoading=false",
+                                "lora.source=hostPath", "lora.hostPath.path=/srv/adapters"))
+        self.assertNotIn("lora-dir", flags_of(closed[0].containers["server"]["args"]))
+        self.assertEqual({v["name"]: v for v in closed[0].spec["volumes"]}["lora"]["hostPath"],
+                         {"path": "/srv/adapters", "type": "Directory"})
+        with self.assertRaises(AssertionError) as refused:
+            render("lora.enabled=true", "device=cuda")
+        self.assertIn("device: cpu", str(refused.exception))
+        for item in ("lora.maxLoras=0", "lora.maxLoraRank=600", "lora.modules[0].name=a b",
+                     "lora.source=s3"):
+            with self.subTest(value=item), self.assertRaises(AssertionError) as bad:
+                render("lora.enabled=true", item, "lora.modules[0].path=x")
+            self.assertIn("schema", str(bad.exception))
 
 if __name__ == "__main__":
     unittest.main()

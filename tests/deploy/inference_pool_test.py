@@ -222,6 +222,21 @@ class InferencePoolChartTest(unittest.TestCase):
         allowed = {p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]}
         self.assertEqual(allowed, {9002, 9090})
 
+    def test_lora_adds_the_adapter_affinity_scorer(self):
+        """lora.enabled: the picker reads vllm:lora_requests_info (the
+        servers export it with LoRA on) and scores adapter affinity; off, it
+        is told there is no such metric."""
+        for lora in (False, True):
+            m = render("inferencePool.enabled=true", f"lora.enabled={str(lora).lower()}",
+                       "inferencePool.endpointPicker.weights.loraAffinity=5")
+            self.check(m)
+            picker = m[("Deployment", "rel-pagoda-epp")]["spec"]["template"]["spec"]
+            flags = flags_of(picker["containers"][0]["args"])
+            self.assertEqual(flags["lora-info-metric"], "vllm:lora_requests_info" if lora else "")
+            config = yaml.safe_load(m[("ConfigMap", "rel-pagoda-epp")]["data"]["pagoda-plugins.yaml"])
+            weights = {p["pluginRef"]: p["weight"] for p in config["schedulingProfiles"][0]["plugins"]}
+            self.assertEqual(weights.get("lora-affinity-scorer"), 5 if lora else None)
+
     def test_kv_events_endpoint_reaches_the_server(self):
         self.assertIn("--kv-events-endpoint=tcp://indexer:5557",
                       server_args(render("kvEvents.endpoint=tcp://indexer:5557")))

@@ -442,9 +442,18 @@ TEST_F(ServerTest, MetricsAreScraped) {
         "pagoda_e2e_request_latency_seconds_bucket", "pagoda_request_success_total",
         "pagoda_step_time_seconds_count", "pagoda_gpu_cache_usage_perc",
         "pagoda_kv_token_utilization_perc", "pagoda_mask_wait_seconds_total",
-        "pagoda_engine_cpu_seconds_total"}) {
+        "pagoda_engine_cpu_seconds_total", "pagoda_steps_total",
+        "pagoda_overlapped_steps_total"}) {
     EXPECT_TRUE(absl::StrContains(*page, name)) << name;
   }
+  // Overlapped scheduling is on by default: a request of several decode
+  // steps has some of them sent while the one before still ran.
+  ASSERT_TRUE(Generate(*stub_, TokenRequest({5, 6, 8}, 8)).status.ok());
+  const int port = server_->metrics_port();
+  EXPECT_TRUE(WaitFor(
+      [port] { return MetricValue(port, "pagoda_overlapped_steps_total") > 0; }, absl::Seconds(30)));
+  EXPECT_LE(MetricValue(port, "pagoda_overlapped_steps_total"),
+            MetricValue(port, "pagoda_steps_total"));
   const pagoda::v1::ModelInfo info = Info();
   EXPECT_GT(info.engine_stats().num_steps(), 0);
   EXPECT_GT(info.engine_stats().generation_tokens_total(), 0);

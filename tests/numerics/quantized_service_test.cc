@@ -1,11 +1,13 @@
 // Quantized checkpoints through the whole service: a real pagoda-server with
 // its CPU pagoda-worker(s) serves twelve concurrent greedy requests on a
-// tiny AWQ, GPTQ act-order or compressed-tensors W8A16 model (made by
-// tests/reference/make_quantized_model.py as the tools pack them), with a KV
+// tiny AWQ, GPTQ act-order, compressed-tensors W8A16 or W8A8 int8, or FP8
+// model (made by tests/reference/make_quantized_model.py as the tools pack
+// them; online FP8: a dense model served with --quantization fp8), with a KV
 // cache too small for all of them (so sequences are preempted and
 // recomputed), and at tensor-parallel size 2; every request's tokens must be
 // the float64 reference's over the exactly dequantized weights
-// (tests/reference/quantized_reference.py).
+// (tests/reference/quantized_reference.py; for W8A8 with the input
+// quantization emulated).
 
 #include <filesystem>
 #include <fstream>
@@ -38,7 +40,15 @@ constexpr int kMaxTokens = 16;
 struct Format {
   std::string name;
   std::string flags;
-  std::string method;  // quantization_config's quant_method.
+  std::string method;  // --quantization that serves it.
+  // quantization_config's quant_method as errors name it ("none": dense,
+  // quantized at load by --quantization `method`, which every test passes).
+  std::string checkpoint;
+  // Inputs quantized per token (W8A8 dynamic): at tensor-parallel size 2
+  // each rank quantizes its slice of o_proj's and down_proj's input rows on
+  // its own, as vLLM does, and the reference does so too.
+  bool per_token_inputs = false;
+  bool online() const { return checkpoint == "none"; }
 };
 void PrintTo(const Format& format, std::ostream* os) { *os << format.name; }
 
@@ -60,11 +70,16 @@ class QuantizedServiceTest : public ::testing::TestWithParam<Format> {
     for (int i = 0; i < kRequests; ++i) {
       requests.push_back({{"tokens", Prompt(i)}, {"max_tokens", kMaxTokens}});
     }
-    const std::string path = model_dir_ + "/requests.json";
-    std::ofstream(path) << requests.dump();
-    absl::StatusOr<std::string> out = RunCommand(
-        absl::StrCat(PythonBinary(), " tests/reference/quantized_reference.py generate-batch",
-                     " --model ", model_dir_, " --requests ", path));
+    std::ofstream(model_dir_ + "/requests.json") << requests.dump();
+    ComputeReference(1);
+  }
+
+  // The reference's tokens of every request at tensor-parallel size `tp`.
+  void ComputeReference(int tp) {
+    absl::StatusOr<std::string> out = RunCommand(absl::StrCat(
+        PythonBinary(), " tests/reference/quantized_reference.py generate-batch", " --model ",
+        model_dir_, " --requests ", model_dir_, "/requests.json --tensor-parallel-size ", tp,
+        GetParam().online() ? absl::StrCat(" --quantization ", GetParam().method) : ""));
     ASSERT_TRUE(out.ok()) << out.status();
     reference_ = nlohmann::json::parse(*out).get<std::vector<std::vector<int32_t>>>();
     ASSERT_EQ(reference_.size(), static_cast<size_t>(kRequests));
@@ -81,6 +96,7 @@ class QuantizedServiceTest : public ::testing::TestWithParam<Format> {
                                      "--port=0",
                                      "--metrics-port=-1"};
     args.insert(args.end(), extra.begin(), extra.end());
+    if (GetParam().online()) args.push_back(absl::StrCat("--quantization=", GetParam().method));
     auto server = ServerProcess::Start(PAGODA_SERVER_BINARY, args, absl::Seconds(60));
     EXPECT_TRUE(server.ok()) << server.status();
     if (!server.ok()) return nullptr;
@@ -118,18 +134,20 @@ TEST_P(QuantizedServiceTest, TwelveConcurrentRequestsUnderPreemptionMatchReferen
 // With vLLM's --quantization naming the checkpoint's method (it serves as
 // without the flag).
 TEST_P(QuantizedServiceTest, TwelveConcurrentRequestsAtTensorParallelSize2MatchReference) {
+  if (GetParam().per_token_inputs) ASSERT_NO_FATAL_FAILURE(ComputeReference(2));
   ServeAndCheck({"--tensor-parallel-size=2", absl::StrCat("--quantization=", GetParam().method)});
 }
 
 // --quantization naming another method is refused at start, in one line;
 // so is a method Pagoda does not serve, before any worker is spawned.
-TEST_P(QuantizedServiceTest, AnotherQuantizationMethodIsRefusedAtStart) {
+class QuantizedServiceRefusalTest : public QuantizedServiceTest {};
+
+TEST_P(QuantizedServiceRefusalTest, AnotherQuantizationMethodIsRefusedAtStart) {
   const std::string other = GetParam().method == "gptq" ? "awq" : "gptq";
-  for (const auto& [method, says] :
-       std::vector<std::pair<std::string, std::string>>{
+  for (const auto& [method, says] : std::vector<std::pair<std::string, std::string>>{
            {other, absl::StrCat("--quantization ", other, " does not match the checkpoint's ",
-                                GetParam().method, " quantization")},
-           {"fp8", "--quantization fp8: Pagoda serves auto, awq"}}) {
+                                GetParam().checkpoint, " quantization")},
+           {"bitsandbytes", "--quantization bitsandbytes: Pagoda serves auto, awq"}}) {
     absl::StatusOr<std::string> out = RunCommand(
         absl::StrCat(PAGODA_SERVER_BINARY, " --model=", model_dir_,
                      " --port=0 --cpu-threads=1 --quantization=", method, " 2>&1; echo exit $?"));
@@ -139,13 +157,26 @@ TEST_P(QuantizedServiceTest, AnotherQuantizationMethodIsRefusedAtStart) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Formats, QuantizedServiceTest,
-    ::testing::Values(Format{"awq_g32", "--format awq --group-size 32", "awq"},
-                      Format{"gptq_int4_act_order", "--format gptq --desc-act", "gptq"},
-                      Format{"ct_w8a16_channel", "--format ct --bits 8 --group-size -1",
-                             "compressed-tensors"}),
-    [](const ::testing::TestParamInfo<Format>& info) { return info.param.name; });
+const Format kAwq{"awq_g32", "--format awq --group-size 32", "awq", "awq"};
+const Format kGptq{"gptq_int4_act_order", "--format gptq --desc-act", "gptq", "gptq"};
+const Format kW8A16{"ct_w8a16_channel", "--format ct --bits 8 --group-size -1",
+                    "compressed-tensors", "compressed-tensors"};
+const Format kW8A8{"ct_w8a8_int8", "--format ct-w8a8", "compressed-tensors", "compressed-tensors",
+                   true};
+const Format kOnlineFp8{"online_fp8", "--format dense", "fp8", "none", true};
+
+INSTANTIATE_TEST_SUITE_P(Formats, QuantizedServiceTest,
+                         ::testing::Values(kAwq, kGptq, kW8A16, kW8A8, kOnlineFp8),
+                         [](const ::testing::TestParamInfo<Format>& info) {
+                           return info.param.name;
+                         });
+
+// The refusals do not depend on the kernels: the first formats only.
+INSTANTIATE_TEST_SUITE_P(Formats, QuantizedServiceRefusalTest,
+                         ::testing::Values(kAwq, kGptq, kW8A16, kOnlineFp8),
+                         [](const ::testing::TestParamInfo<Format>& info) {
+                           return info.param.name;
+                         });
 
 }  // namespace
 }  // namespace pagoda::testing

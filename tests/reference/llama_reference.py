@@ -64,6 +64,11 @@ def _decode(raw, dtype):
     return np.frombuffer(raw, dtype="<i4").astype(np.int64)
   if dtype == "I64":
     return np.frombuffer(raw, dtype="<i8").astype(np.int64)
+  if dtype == "I8":
+    return np.frombuffer(raw, dtype="i1").astype(np.int64)
+  if dtype == "F8_E4M3":
+    # FP8 codes stay bytes: quantized_reference.py decodes them.
+    return np.frombuffer(raw, dtype="u1").astype(np.int64)
   raise ValueError(f"unsupported safetensors dtype {dtype}")
 
 
@@ -127,6 +132,9 @@ class Model:
   vocab_size: int
   eps: float
   inv_freq: np.ndarray  # [head_dim / 2], after rope scaling
+  # Projection prefix -> what a W8A8 format does to its input (x -> the
+  # quantized-dequantized x), set by quantized_reference.py.
+  input_quant: dict = dataclasses.field(default_factory=dict)
 
 
 def _as_list(value):
@@ -205,6 +213,8 @@ def apply_rope(x, positions, inv_freq):
 
 
 def _linear(model, x, prefix):
+  if prefix in model.input_quant:
+    x = model.input_quant[prefix](x)
   y = x @ model.weights[prefix + ".weight"].T
   bias = model.weights.get(prefix + ".bias")
   return y if bias is None else y + bias

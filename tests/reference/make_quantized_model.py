@@ -19,9 +19,22 @@ names, dtypes, layouts and bit packing exactly as the tools save them:
             [out, in/p] int32 (values + 2^(bits-1), packed along the input
             from the low bits), weight_scale [out, G] f16, weight_shape [2]
             int64, weight_g_idx [in] int32 with actorder group.
+  ct-w8a8   compressed-tensors int-quantized W8A8 (llm-compressor's
+            W8A8 scheme): weight [out, in] int8, weight_scale [out, 1] f16
+            (max|row| / 127), inputs dynamic per token.
+  ct-fp8    compressed-tensors float-quantized: weight [out, in] F8_E4M3,
+            weight_scale [out, 1] (--weight-strategy channel) or [1]
+            (tensor) f32 (max|W| / 448); inputs dynamic per token, static
+            (input_scale [1] f32) or none (--activations).
+  dense     no quantization (for online --quantization fp8).
+  fp8       vLLM's fp8 (AutoFP8 / llm-compressor "fp8" export): weight
+            F8_E4M3, weight_scale [] f32 per tensor, input_scale [] f32 with
+            --activations static (activation_scheme static, else dynamic).
 
-Usage: make_quantized_model.py --out DIR --format awq|gptq|ct [--bits 4|8]
-  [--group-size G|-1] [--sym] [--desc-act] [--v2] [--seed S]
+Usage: make_quantized_model.py --out DIR --format awq|gptq|ct|ct-w8a8|ct-fp8|fp8
+  [--bits 4|8] [--group-size G|-1] [--sym] [--desc-act] [--v2] [--seed S]
+  [--weight-strategy channel|tensor] [--activations dynamic|static|none]
+  [--ignore MODULE]  (compressed-tensors: left dense, in the ignore list)
   [--drop NAME] [--as-f32 NAME]  (broken checkpoints for error tests)
   [any make_tiny_model.py flag after --]
 
@@ -41,6 +54,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import llama_reference  # noqa: E402
+import quantized_reference as qref  # noqa: E402  (E4M3 rounding and values)
 
 PROJECTIONS = {"self_attn": ("q_proj", "k_proj", "v_proj", "o_proj"),
                "mlp": ("gate_proj", "up_proj", "down_proj")}
@@ -161,7 +175,61 @@ def ct_tensors(w, args, perm):
   return tensors
 
 
+def e4m3_codes(values):
+  """E4M3-representable float64 values -> their codes (the positive codes
+  0x00..0x7E increase with their value; the sign is bit 7)."""
+  positive = qref.e4m3_value(np.arange(0x7F))
+  magnitude = np.abs(values)
+  codes = np.searchsorted(positive, magnitude)
+  assert np.array_equal(positive[codes], magnitude), "not E4M3 values"
+  return (codes | (np.signbit(values) << 7)).astype(np.uint8)
+
+
+def w8a8_tensors(w):
+  scales = f16(np.maximum(np.abs(w).max(axis=1, keepdims=True), 1e-5) / 127).astype(np.float64)
+  return {"weight": np.clip(np.round(w / scales), -128, 127).astype(np.int8),
+          "weight_scale": f16(scales)}
+
+
+def fp8_tensors(w, args, rng):
+  per_tensor = args.format == "fp8" or args.weight_strategy == "tensor"
+  amax = np.abs(w).max() if per_tensor else np.abs(w).max(axis=1, keepdims=True)
+  scales = np.asarray(np.maximum(amax, 1e-5) / qref.FP8_MAX, dtype=np.float32)
+  codes = e4m3_codes(qref.e4m3_round(w / scales.astype(np.float64)))
+  scalar_shape = () if args.format == "fp8" else (1,)
+  tensors = {"weight": codes,
+             "weight_scale": scales.reshape(scalar_shape) if per_tensor else scales}
+  if args.activations == "static":
+    # A calibrated scale stands in: inputs up to 2..6 in magnitude.
+    tensors["input_scale"] = np.full(scalar_shape, rng.uniform(2, 6) / qref.FP8_MAX,
+                                     dtype=np.float32)
+  return tensors
+
+
+def input_activations(args):
+  if args.activations == "none":
+    return None
+  dynamic = args.activations == "dynamic"
+  return {"num_bits": 8, "type": "float" if args.format == "ct-fp8" else "int",
+          "symmetric": True, "dynamic": dynamic, "strategy": "token" if dynamic else "tensor",
+          "observer": None if dynamic else "minmax"}
+
+
 def quantization_config(args):
+  if args.format == "fp8":
+    return {"quant_method": "fp8", "activation_scheme":
+            "static" if args.activations == "static" else "dynamic", "ignored_layers": ["lm_head"]}
+  if args.format in ("ct-w8a8", "ct-fp8"):
+    fp8 = args.format == "ct-fp8"
+    weights = {"num_bits": 8, "type": "float" if fp8 else "int", "symmetric": True,
+               "strategy": args.weight_strategy if fp8 else "channel", "dynamic": False,
+               "observer": "minmax"}
+    return {"quant_method": "compressed-tensors",
+            "format": "float-quantized" if fp8 else "int-quantized",
+            "quantization_status": "compressed", "ignore": ["lm_head"] + args.ignore,
+            "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights,
+                                          "input_activations": input_activations(args),
+                                          "output_activations": None}}}
   if args.format == "awq":
     return {"quant_method": "awq", "bits": 4, "group_size": args.group_size,
             "zero_point": True, "version": "gemm", "modules_to_not_convert": None}
@@ -182,8 +250,10 @@ def quantization_config(args):
 
 
 def write_safetensors(path, tensors):
+  # uint8 arrays here are only ever FP8 codes.
   tags = {np.dtype(np.float32): "F32", np.dtype(np.float16): "F16",
-          np.dtype(np.int32): "I32", np.dtype(np.int64): "I64"}
+          np.dtype(np.int32): "I32", np.dtype(np.int64): "I64", np.dtype(np.int8): "I8",
+          np.dtype(np.uint8): "F8_E4M3"}
   header, blobs, offset = {"__metadata__": {"format": "pt"}}, [], 0
   for name, array in tensors.items():
     raw = np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<")).tobytes()
@@ -200,7 +270,11 @@ def write_safetensors(path, tensors):
 def main(argv):
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--out", required=True)
-  parser.add_argument("--format", choices=("awq", "gptq", "ct"), required=True)
+  parser.add_argument("--format", choices=("awq", "gptq", "ct", "ct-w8a8", "ct-fp8", "fp8", "dense"),
+                      required=True)
+  parser.add_argument("--weight-strategy", choices=("channel", "tensor"), default="channel")
+  parser.add_argument("--activations", choices=("dynamic", "static", "none"), default="dynamic")
+  parser.add_argument("--ignore", action="append", default=[])
   parser.add_argument("--bits", type=int, choices=(4, 8), default=4)
   parser.add_argument("--group-size", type=int, default=32)
   parser.add_argument("--sym", action="store_true")
@@ -222,13 +296,16 @@ def main(argv):
   tensors, perms = {}, {}
   for name in sorted(dense):
     parts = name.split(".")
-    if len(parts) == 6 and parts[4] in PROJECTIONS.get(parts[3], ()) and parts[5] == "weight":
+    module = name[:-len(".weight")]
+    if (args.format != "dense" and len(parts) == 6 and parts[4] in PROJECTIONS.get(parts[3], ()) and parts[5] == "weight"
+        and module not in args.ignore):
       w = dense[name]
-      module = name[:-len(".weight")]
       key = (parts[2], SHARED_INPUT.get(parts[4], parts[4]))
       perm = perms.setdefault(key, rng.permutation(w.shape[1]))
       made = (awq_tensors(w, args) if args.format == "awq" else
               gptq_tensors(w, args, perm) if args.format == "gptq" else
+              w8a8_tensors(w) if args.format == "ct-w8a8" else
+              fp8_tensors(w, args, rng) if args.format in ("ct-fp8", "fp8") else
               ct_tensors(w, args, perm))
       for suffix, array in made.items():
         tensors[f"{module}.{suffix}"] = array
@@ -242,7 +319,8 @@ def main(argv):
   config_path = os.path.join(args.out, "config.json")
   with open(config_path) as f:
     config = json.load(f)
-  config["quantization_config"] = quantization_config(args)
+  if args.format != "dense":
+    config["quantization_config"] = quantization_config(args)
   with open(config_path, "w") as f:
     json.dump(config, f, indent=2)
 

@@ -9,7 +9,25 @@ llama_reference.py's forward on those. Written from the formats'
 definitions, independent of the C++ readers and of make_quantized_model.py's
 packing helpers.
 
+The W8A8 formats (compressed-tensors int-quantized: int8 weights [out, in]
+times weight_scale, dynamic per-token int8 inputs; float-quantized and
+vLLM's fp8: E4M3 weights times weight_scale, dynamic per-token or static
+input_scale E4M3 inputs) also have their input quantization emulated: each
+quantized projection's input x is replaced by q(x / s) * s before the
+product, q rounding half to even (int8, saturated to [-128, 127]) or to the
+nearest E4M3 value (saturated to +-448), s = max|x| / 127 or
+max(max|x| / 448, 1 / (448 * 512)) per token row, or the static
+input_scale (q/k/v and gate/up share their largest, as vLLM fuses them).
+--quantization fp8 over a dense checkpoint quantizes every decoder
+projection per tensor at load (s = max|W| / 448 in float32, W / s in
+float32 rounded to E4M3) with dynamic per-token FP8 inputs.
+With --tensor-parallel-size N the row-parallel projections (o_proj,
+down_proj) quantize each of the N equal slices of a token row on its own,
+as each rank does with its slice in vLLM (and in Pagoda).
+
 CLI (used by the C++ tests):
+  Each command takes --quantization fp8 for online FP8 over a dense model
+  and --tensor-parallel-size N (see above).
   quantized_reference.py generate --model DIR --tokens 1,2,3 --max-tokens N
       prints the greedy ids comma-separated (EOS ignored).
   quantized_reference.py logits --model DIR --tokens 1,2,3 --out PATH
@@ -82,11 +100,126 @@ def dequantize_ct(t, prefix, weights):
   return signed * scale[:, group]
 
 
-def dequantize(model):
+FP8_MAX = 448.0
+FP8_MIN_TOKEN_SCALE = 1.0 / (FP8_MAX * 512.0)
+# Projections vLLM runs as one product share a static input scale.
+FUSED_WITH = {"k_proj": "q_proj", "v_proj": "q_proj", "up_proj": "gate_proj"}
+
+
+def e4m3_value(codes):
+  """FP8 E4M3 codes (bias 7, 3 mantissa bits) -> their float64 values."""
+  b = np.asarray(codes, dtype=np.int64)
+  exponent, mantissa = (b >> 3) & 15, b & 7
+  magnitude = np.where(exponent == 0, mantissa * 2.0**-9,
+                       (8 + mantissa) * np.exp2(exponent - 10.0))
+  return np.where(b & 0x80, -magnitude, magnitude)
+
+
+def e4m3_round(v):
+  """The nearest E4M3 value to v, ties to even, saturated to +-448."""
+  v = np.clip(np.asarray(v, dtype=np.float64), -FP8_MAX, FP8_MAX)
+  _, e = np.frexp(np.abs(v))  # |v| = f * 2^e, f in [0.5, 1)
+  step = np.exp2(np.maximum(e - 1, -6) - 3)  # Subnormals share 2^-9.
+  return np.round(v / step) * step  # np.round: half to even.
+
+
+def quantize_int8_rows(x):
+  amax = np.abs(x).max(axis=-1, keepdims=True)
+  scale = amax / 127.0
+  safe = np.where(scale == 0, 1.0, scale)
+  return np.clip(np.round(x / safe), -128, 127) * scale
+
+
+def quantize_fp8_rows(x):
+  scale = np.maximum(np.abs(x).max(axis=-1, keepdims=True) / FP8_MAX, FP8_MIN_TOKEN_SCALE)
+  return e4m3_round(x / scale) * scale
+
+
+def quantize_fp8_static(scale):
+  return lambda x: e4m3_round(x / scale) * scale
+
+
+def dequantize_bytes(t, prefix, fp8):
+  """int-quantized (I8) or FP8 (E4M3) weight [out, in] times its scale."""
+  w = t[prefix + "weight"]
+  values = e4m3_value(w) if fp8 else w.astype(np.float64)
+  return values * np.reshape(t[prefix + "weight_scale"], (-1, 1))
+
+
+def byte_scheme(q):
+  """(fp8 weights?, input quantization: None, "token" or "static") of a config."""
+  if q["quant_method"] == "fp8":
+    return True, "static" if q.get("activation_scheme") == "static" else "token"
+  group = next(iter(q["config_groups"].values()))
+  fp8 = group["weights"]["type"] == "float"
+  acts = group.get("input_activations")
+  if not acts:
+    return fp8, None
+  return fp8, "token" if acts.get("dynamic") else "static"
+
+
+ROW_PARALLEL = ("o_proj", "down_proj")
+
+
+def per_rank(quantize, ranks):
+  """quantize applied to each rank's slice of the input features."""
+  return lambda x: np.concatenate([quantize(part) for part in np.split(x, ranks, axis=-1)],
+                                  axis=-1)
+
+
+def set_input_quant(model, modules, fp8, scheme, input_scales, tp=1):
+  for module in modules:
+    if scheme == "token":
+      quantize = quantize_fp8_rows if fp8 else quantize_int8_rows
+      if module.endswith(ROW_PARALLEL) and tp > 1:
+        quantize = per_rank(quantize, tp)
+      model.input_quant[module] = quantize
+    elif scheme == "static":
+      layer, name = module.rsplit(".", 1)
+      lead = FUSED_WITH.get(name, name)
+      fused = [m for m in modules if m.rsplit(".", 1)[0] == layer and
+               FUSED_WITH.get(m.rsplit(".", 1)[1], m.rsplit(".", 1)[1]) == lead]
+      model.input_quant[module] = quantize_fp8_static(max(input_scales[m] for m in fused))
+
+
+def quantize_online_fp8(model, tp=1):
+  """--quantization fp8: each decoder projection per tensor, f32 arithmetic."""
+  t = model.weights
+  modules = sorted(n[:-len(".weight")] for n in t
+                   if n.startswith("model.layers.") and n.endswith("_proj.weight"))
+  for module in modules:
+    w = t[module + ".weight"].astype(np.float32)
+    scale = np.float32(np.abs(w).max()) / np.float32(FP8_MAX)
+    if scale == 0:
+      scale = np.float32(1.0)
+    t[module + ".weight"] = e4m3_round(w / scale) * np.float64(scale)
+  set_input_quant(model, modules, True, "token", {}, tp)
+  return model
+
+
+def dequantize_byte_formats(model, q, tp):
+  t = model.weights
+  modules = sorted({name.rsplit(".", 1)[0] for name in t if name.endswith(".weight_scale")})
+  fp8, scheme = byte_scheme(q)
+  input_scales = {m: float(np.reshape(t[m + ".input_scale"], -1)[0])
+                  for m in modules if m + ".input_scale" in t}
+  for module in modules:
+    w = dequantize_bytes(t, module + ".", fp8)
+    for name in [n for n in t if n.startswith(module + ".")]:
+      del t[name]
+    t[module + ".weight"] = w
+  set_input_quant(model, modules, fp8, scheme, input_scales, tp)
+  return model
+
+
+def dequantize(model, tp=1):
   """Replaces model.weights' quantized projections by dense float64 ones."""
   q = model.config["quantization_config"]
   method = q["quant_method"]
   t = model.weights
+  if method == "fp8" or (method == "compressed-tensors" and q.get("format") in
+                         ("int-quantized", "float-quantized", "naive-quantized")):
+    return dequantize_byte_formats(model, q, tp)
   modules = sorted({name.rsplit(".", 1)[0] for name in t
                     if name.endswith((".qweight", ".weight_packed"))})
   for module in modules:
@@ -105,8 +238,11 @@ def dequantize(model):
   return model
 
 
-def load_model(model_dir):
-  return dequantize(llama_reference.load_model(model_dir))
+def load_model(model_dir, quantization="", tp=1):
+  model = llama_reference.load_model(model_dir)
+  if quantization == "fp8" and "quantization_config" not in model.config:
+    return quantize_online_fp8(model, tp)
+  return dequantize(model, tp)
 
 
 def main(argv):
@@ -117,8 +253,10 @@ def main(argv):
   parser.add_argument("--requests")
   parser.add_argument("--max-tokens", type=int, default=1)
   parser.add_argument("--out")
+  parser.add_argument("--quantization", default="")
+  parser.add_argument("--tensor-parallel-size", type=int, default=1)
   args = parser.parse_args(argv)
-  model = load_model(args.model)
+  model = load_model(args.model, args.quantization, args.tensor_parallel_size)
   tokens = [int(x) for x in args.tokens.split(",") if x.strip()]
   if args.command == "generate-batch":
     with open(args.requests) as f:

@@ -62,6 +62,47 @@ class QuantizedReferenceTest(unittest.TestCase):
           checked += 1
         self.assertEqual(checked, 2 * 7)
 
+  def test_w8a8_and_fp8_weights_close_to_dense(self):
+    # int8: within half a step (max|row| / 127) of the dense weight; E4M3:
+    # within half a mantissa step (2^-4 relative) or half a subnormal step.
+    with tempfile.TemporaryDirectory() as tmp:
+      dense_dir = os.path.join(tmp, "dense")
+      subprocess.run([sys.executable, os.path.join(REPO, "scripts", "make_tiny_model.py"),
+                      "--out", dense_dir, "--seed", "0", "--dtype", "f32"] + SHAPE,
+                     check=True, stdout=subprocess.DEVNULL)
+      dense = ref.read_model_weights(dense_dir)
+      for flags in (["--format", "ct-w8a8"], ["--format", "ct-fp8"],
+                    ["--format", "ct-fp8", "--weight-strategy", "tensor"], ["--format", "fp8"]):
+        with self.subTest(flags=" ".join(flags)):
+          quant_dir = os.path.join(tmp, "_".join(flags))
+          subprocess.run([sys.executable, os.path.join(HERE, "make_quantized_model.py"),
+                          "--out", quant_dir, "--seed", "0"] + flags + ["--"] + SHAPE,
+                         check=True, stdout=subprocess.DEVNULL)
+          model = qref.load_model(quant_dir)
+          self.assertEqual(len(model.input_quant), 2 * 7)
+          per_channel = flags[1:] in (["ct-w8a8"], ["ct-fp8"])
+          for name, w in dense.items():
+            if not name.endswith("proj.weight"):
+              continue
+            deq = model.weights[name]
+            amax = np.abs(w).max(axis=1, keepdims=True) if per_channel else np.abs(w).max()
+            if "ct-w8a8" in flags:
+              bound = 0.51 * amax / 127 + 1e-3
+            else:
+              bound = np.abs(w) * 2.0**-4 + amax / 448 * 2.0**-10 + 1e-7
+            self.assertTrue(np.all(np.abs(deq - w) <= bound), name)
+
+  def test_e4m3_values_and_rounding_by_hand(self):
+    np.testing.assert_array_equal(qref.e4m3_value([0x00, 0x01, 0x08, 0x38, 0x7E, 0xB8, 0xFE]),
+                                  [0, 2.0**-9, 2.0**-6, 1.0, 448.0, -1.0, -448.0])
+    # Halfway cases go to the even mantissa; beyond 448 saturates.
+    np.testing.assert_array_equal(
+        qref.e4m3_round([1.0625, 1.1875, 3 * 2.0**-10, 500.0, -1e9, 0.0]),
+        [1.0, 1.25, 2.0**-8, 448.0, -448.0, 0.0])
+    x = np.array([[0.5, -1.0, 0.25], [0.0, 0.0, 0.0]])
+    np.testing.assert_array_equal(qref.quantize_int8_rows(x)[1], [0, 0, 0])
+    np.testing.assert_allclose(qref.quantize_int8_rows(x)[0], [64 / 127, -1.0, 32 / 127])
+
   def test_awq_field_order_by_hand(self):
     # Output column c = 0..7 of one input row holds code c + 1; AutoAWQ
     # puts column order[f] in field f, order = 0, 2, 4, 6, 1, 3, 5, 7.

@@ -12,6 +12,7 @@
 #include "worker/cpu/quant_linear.h"
 #include "worker/cpu/simd.h"
 #include "worker/cpu/thread_pool.h"
+#include "worker/cpu/w8a8_linear.h"
 #include "worker/sampler.h"
 
 namespace pagoda::worker {
@@ -139,6 +140,9 @@ class CpuBackend final : public Backend {
 
   absl::StatusOr<std::unique_ptr<worker::Linear>> CreateQuantizedLinear(
       QuantizedWeight weight) override {
+    if (weight.code_type == CodeType::kFloat8E4M3 || weight.input_quant != InputQuant::kNone) {
+      return CreateCpuW8A8Linear(weight, &pool_, BestSimdLevel());
+    }
     return CreateCpuQuantLinear(weight, &pool_, BestSimdLevel());
   }
 
@@ -246,13 +250,13 @@ class CpuBackend final : public Backend {
     pool_.ParallelFor(rows, 1, [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
         const size_t top = static_cast<size_t>(r) * columns;
-        SampleRowInPlace(absl::MakeSpan(data + r * vocab, vocab),
-                         RowParams(params, r, columns, vocab),
-                         RowSampleOutput{
-                             .token_id = &out->token_ids[r],
-                             .logprob = &out->logprobs[r],
-                             .top_ids = absl::MakeSpan(out->top_ids.data() + top, columns),
-                             .top_logprobs = absl::MakeSpan(out->top_logprobs.data() + top, columns)});
+        SampleRowInPlace(
+            absl::MakeSpan(data + r * vocab, vocab), RowParams(params, r, columns, vocab),
+            RowSampleOutput{
+                .token_id = &out->token_ids[r],
+                .logprob = &out->logprobs[r],
+                .top_ids = absl::MakeSpan(out->top_ids.data() + top, columns),
+                .top_logprobs = absl::MakeSpan(out->top_logprobs.data() + top, columns)});
       }
     });
   }

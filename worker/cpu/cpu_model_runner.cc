@@ -92,11 +92,8 @@ class CpuModelRunner final : public ModelRunnerBase {
     if (!model.ok()) return model.status();
     model_ = *std::move(model);
     const QuantConfig& quant = model_->quant_config();
-    LOG(INFO) << "weights " << model_->weight_bytes() / (1 << 20) << " MiB ("
-              << (quant.quantized() ? absl::StrCat(quant.method_name, " int", quant.bits, " group ",
-                                                   quant.group_size)
-                                    : std::string("dense"))
-              << ")";
+    LOG(INFO) << "weights " << model_->weight_bytes() << " bytes, "
+              << model_->weight_bytes() / (1 << 20) << " MiB (" << quant.Describe() << ")";
     if (request.max_loras() > 0) {
       LOG(INFO) << "LoRA: " << request.max_loras() << " adapter slots of rank up to "
                 << request.max_lora_rank();

@@ -19,9 +19,6 @@
 
 namespace pagoda::worker {
 
-// Longest adapter path a request may carry (Linux's PATH_MAX).
-inline constexpr size_t kMaxLoraPathBytes = 4096;
-
 // INVALID_ARGUMENT unless max_loras is in [0, kMaxLoraSlots] and, with
 // max_loras > 0, max_lora_rank in [1, kMaxLoraRank].
 absl::Status CheckLoraLimits(int max_loras, int max_lora_rank);

@@ -80,7 +80,12 @@ absl::StatusOr<QuantizedWeight> ReadQuantizedWeight(const WeightStore& store,
     case QuantMethod::kGptq:
       return ReadGptqWeight(store, config, module, out, in);
     case QuantMethod::kCompressedTensors:
+      if (!config.packed) return ReadByteQuantizedWeight(store, config, module, out, in);
       return ReadCompressedTensorsWeight(store, config, module, out, in);
+    case QuantMethod::kFp8:
+      return ReadByteQuantizedWeight(store, config, module, out, in);
+    case QuantMethod::kOnlineFp8:
+      return QuantizeOnlineFp8(store, config, module, out, in);
     case QuantMethod::kNone:
       break;
   }

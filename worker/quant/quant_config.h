@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "worker/quant/quantized_weight.h"
 
 namespace pagoda::worker {
 
@@ -20,7 +21,9 @@ enum class QuantMethod {
   kNone,               // No quantization_config: dense weights.
   kAwq,                // AutoAWQ GEMM: qweight [in, out/8], qzeros, scales.
   kGptq,               // GPTQ / GPTQModel: qweight [in/pack, out], qzeros, scales, g_idx.
-  kCompressedTensors,  // pack-quantized: weight_packed [out, in/pack], weight_scale.
+  kCompressedTensors,  // pack-quantized (weight_packed), int- and float-quantized (weight).
+  kFp8,                // vLLM's fp8: weight F8_E4M3 [out, in], weight_scale, input_scale.
+  kOnlineFp8,          // --quantization fp8 over a dense checkpoint: quantized at load.
 };
 
 struct QuantConfig {
@@ -33,23 +36,34 @@ struct QuantConfig {
   bool gptq_v2 = false;     // checkpoint_format gptq_v2: zeros stored as they are.
   // compressed-tensors: modules left dense ("lm_head", or "re:" patterns).
   std::vector<std::string> ignore;
+  // compressed-tensors pack-quantized (codes packed in I32 words); the int-
+  // and float-quantized formats store one code a byte in `weight`.
+  bool packed = true;
+  CodeType code_type = CodeType::kUnsignedInt;  // kFloat8E4M3: FP8 weights.
+  InputQuant input_quant = InputQuant::kNone;   // W8A8: the input's quantization.
+  bool per_tensor_scale = false;                // One weight_scale a tensor, not a channel.
 
   bool quantized() const { return method != QuantMethod::kNone; }
+  // For the worker's log: e.g. "awq int4 group 32", "compressed-tensors
+  // int8 weights per channel, int8 inputs per token", "dense".
+  std::string Describe() const;
   // Whether the module (e.g. "model.layers.0.mlp.down_proj") is quantized.
   bool Quantizes(const std::string& module) const;
 };
 
 // Reads `model_dir`/config.json's quantization_config. INVALID_ARGUMENT, one
 // line naming the key, for an unknown quant_method or a setting no kernel
-// here runs (bits other than 4 and 8, AWQ's GEMV layout, activation
-// quantization, a bad group size).
+// here runs (bits other than 4 and 8, AWQ's GEMV layout, static int8 or
+// asymmetric activations, block-quantized FP8, a bad group size).
 absl::StatusOr<QuantConfig> LoadQuantConfig(const std::string& model_dir);
 
 // vLLM's --quantization against the checkpoint: "" or "auto" takes the
 // checkpoint's; otherwise the name (or a kernel alias vLLM accepts for it,
-// e.g. awq_marlin, gptq_marlin) must be the checkpoint's method.
-// INVALID_ARGUMENT naming both otherwise.
-absl::Status CheckRequestedQuantization(const QuantConfig& config, std::string_view requested);
+// e.g. awq_marlin, gptq_marlin) must be the checkpoint's method, except
+// "fp8" over a dense checkpoint, which turns `config` into online FP8
+// (every linear but lm_head quantized at load per tensor, dynamic
+// per-token FP8 inputs). INVALID_ARGUMENT naming both otherwise.
+absl::Status CheckRequestedQuantization(QuantConfig* config, std::string_view requested);
 
 }  // namespace pagoda::worker
 

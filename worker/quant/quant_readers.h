@@ -37,6 +37,22 @@ absl::StatusOr<QuantizedWeight> ReadCompressedTensorsWeight(const WeightStore& s
                                                             const QuantConfig& config,
                                                             const std::string& module, int64_t out,
                                                             int64_t in);
+// One code a byte (compressed-tensors int- and float-quantized, vLLM's fp8):
+// weight [out, in] I8 (int: stored as value + 128, zero 128) or F8_E4M3 (no
+// NaN codes); weight_scale [out, 1] or [out] a channel, [] or [1] a tensor
+// (config.per_tensor_scale); input_scale [] or [1] with static FP8 inputs.
+absl::StatusOr<QuantizedWeight> ReadByteQuantizedWeight(const WeightStore& store,
+                                                        const QuantConfig& config,
+                                                        const std::string& module, int64_t out,
+                                                        int64_t in);
+// Online FP8 (--quantization fp8): the dense `weight` [out, in] (f32, f16 or
+// bf16) quantized as one tensor, as vLLM's Fp8LinearMethod does: scale
+// max|W| / 448 (1 for an all-zero weight), codes E4M3 of W / scale, rounded
+// to nearest even and saturated.
+absl::StatusOr<QuantizedWeight> QuantizeOnlineFp8(const WeightStore& store,
+                                                  const QuantConfig& config,
+                                                  const std::string& module, int64_t out,
+                                                  int64_t in);
 // The reader of config.method. REQUIRES: config.quantized().
 absl::StatusOr<QuantizedWeight> ReadQuantizedWeight(const WeightStore& store,
                                                     const QuantConfig& config,

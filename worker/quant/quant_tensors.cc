@@ -2,17 +2,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 
 namespace pagoda::worker {
-namespace {
-
-std::string ShapeText(const std::vector<int64_t>& shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
-}
-
-}  // namespace
-
 absl::StatusOr<const void*> ReadIntegerTensor(const WeightStore& store, const std::string& name,
                                               IntegerType type, const std::vector<int64_t>& shape) {
   absl::StatusOr<TensorView> view = store.Get(name);
@@ -26,8 +17,8 @@ absl::StatusOr<const void*> ReadIntegerTensor(const WeightStore& store, const st
   }
   if (view->shape != shape) {
     return absl::InvalidArgumentError(absl::StrCat("weight \"", name, "\" has shape ",
-                                                   ShapeText(view->shape), ", expected ",
-                                                   ShapeText(shape)));
+                                                   ShapeString(view->shape), ", expected ",
+                                                   ShapeString(shape)));
   }
   return view->data;
 }

@@ -1,5 +1,6 @@
 #include "worker/quant/quantized_weight.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -9,8 +10,25 @@ namespace pagoda::worker {
 
 size_t QuantizedWeight::packed_bytes() const {
   const size_t code_bytes = static_cast<size_t>(out_features * in_features) * bits / 8;
+  if (code_type == CodeType::kFloat8E4M3 || input_quant != InputQuant::kNone) {
+    return code_bytes + static_cast<size_t>(out_features * num_groups) * 4;  // f32 scales.
+  }
   return code_bytes + static_cast<size_t>(out_features * num_groups) * 2 * 2;
 }
+
+namespace {
+
+// The fields a slice keeps as they are.
+void CopyScheme(const QuantizedWeight& from, QuantizedWeight* to) {
+  to->name = from.name;
+  to->format = from.format;
+  to->bits = from.bits;
+  to->code_type = from.code_type;
+  to->input_quant = from.input_quant;
+  to->input_scale = from.input_scale;
+}
+
+}  // namespace
 
 QuantizedWeight SizedWeight(const std::string& name, int bits, int64_t out, int64_t in,
                             int64_t groups) {
@@ -29,9 +47,7 @@ QuantizedWeight SizedWeight(const std::string& name, int bits, int64_t out, int6
 
 QuantizedWeight SliceOutputs(const QuantizedWeight& weight, int64_t begin, int64_t end) {
   QuantizedWeight slice;
-  slice.name = weight.name;
-  slice.format = weight.format;
-  slice.bits = weight.bits;
+  CopyScheme(weight, &slice);
   slice.out_features = end - begin;
   slice.in_features = weight.in_features;
   slice.num_groups = weight.num_groups;
@@ -74,9 +90,7 @@ absl::StatusOr<QuantizedWeight> SliceInputs(const QuantizedWeight& weight, int64
         begin, ", ", end, ") of ", weight.in_features, " in groups of ", group_size));
   }
   QuantizedWeight slice;
-  slice.name = weight.name;
-  slice.format = weight.format;
-  slice.bits = weight.bits;
+  CopyScheme(weight, &slice);
   slice.out_features = weight.out_features;
   slice.in_features = end - begin;
   slice.num_groups = weight.num_groups;
@@ -100,12 +114,14 @@ absl::StatusOr<QuantizedWeight> StackOutputs(std::vector<QuantizedWeight> parts,
   stacked.name = name;
   for (size_t p = 1; p < parts.size(); ++p) {
     QuantizedWeight& part = parts[p];
-    if (part.bits != stacked.bits || part.in_features != stacked.in_features ||
+    if (part.bits != stacked.bits || part.code_type != stacked.code_type ||
+        part.input_quant != stacked.input_quant || part.in_features != stacked.in_features ||
         part.num_groups != stacked.num_groups || part.group_of_input != stacked.group_of_input) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(part.name, ": its bits, input features, groups or g_idx differ from ", first,
-                       "'s, and the two are run as one product"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          part.name, ": its bits, code type, input quantization, input features, groups or g_idx ",
+          "differ from ", first, "'s, and the two are run as one product"));
     }
+    stacked.input_scale = std::max(stacked.input_scale, part.input_scale);
     stacked.out_features += part.out_features;
     stacked.codes.insert(stacked.codes.end(), part.codes.begin(), part.codes.end());
     stacked.scales.insert(stacked.scales.end(), part.scales.begin(), part.scales.end());

@@ -43,6 +43,10 @@ class UnauthenticatedError(PagodaError):
     """The API key was missing or wrong."""
 
 
+class NotFoundError(PagodaError):
+    """The request named a LoRA adapter (lora_name) the server does not serve."""
+
+
 _BY_CODE = {
     grpc.StatusCode.INVALID_ARGUMENT: InvalidArgumentError,
     grpc.StatusCode.ALREADY_EXISTS: AlreadyExistsError,
@@ -52,6 +56,7 @@ _BY_CODE = {
     grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceededError,
     grpc.StatusCode.UNIMPLEMENTED: UnimplementedError,
     grpc.StatusCode.UNAUTHENTICATED: UnauthenticatedError,
+    grpc.StatusCode.NOT_FOUND: NotFoundError,
 }
 
 

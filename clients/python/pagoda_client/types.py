@@ -53,7 +53,7 @@ _STOPPING_FIELDS = {
 }
 _REQUEST_FIELDS = {
     "request_id": "", "logprobs": 0, "priority": 0, "regex": None, "grammar": None,
-    "json_object": None, "disable_any_whitespace": False,
+    "json_object": None, "disable_any_whitespace": False, "lora_name": "",
 }
 
 
@@ -78,7 +78,8 @@ def build_request(prompt=None, token_ids: Optional[Sequence[int]] = None, *, log
     allowed_token_ids, bad_words), of StoppingCriteria (max_tokens,
     min_tokens, stop, stop_token_ids, ignore_eos, include_stop_str_in_output)
     and of GenerateRequest (request_id, logprobs, priority, regex, grammar,
-    json_object, disable_any_whitespace), by their proto names. logit_bias:
+    json_object, disable_any_whitespace, lora_name: a served LoRA adapter),
+    by their proto names. logit_bias:
     {token_id: bias}. json_schema: a dict or JSON text. choice: a list of
     strings. Zero / empty values are the server's defaults.
     """

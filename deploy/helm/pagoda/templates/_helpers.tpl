@@ -184,6 +184,7 @@ valueFrom: {fieldRef: {fieldPath: "metadata.labels['apps.kubernetes.io/pod-index
   {{- end }}
   volumeMounts:
     {{- include "pagoda.modelMount" $ | nindent 4 }}
+    {{- include "pagoda.loraMount" $ | nindent 4 }}
     {{- include "pagoda.workerSecretMount" $ | nindent 4 }}
     {{- if include "pagoda.workerTls" $ }}
     {{- include "pagoda.workerTlsMount" $ | nindent 4 }}
@@ -310,4 +311,61 @@ capabilities:
 {{- define "pagoda.workerTlsProbe" -}}
 {{- $dir := include "pagoda.workerTlsDir" . -}}
 exec: {command: [pagoda-cli, "--server=127.0.0.1:{{ .Values.worker.port }}", "--ssl-ca-certs={{ $dir }}/ca.crt", "--ssl-certfile={{ $dir }}/worker.crt", "--ssl-keyfile={{ $dir }}/worker.key", --timeout=2, health]}, timeoutSeconds: 3
+{{- end -}}
+
+{{- /* LoRA (values lora.*): the adapters' volume, its read-only mount at
+/models/lora (server and workers alike: both read adapter files), and the
+server's flags. */ -}}
+{{- define "pagoda.loraDir" -}}/models/lora{{- end -}}
+
+{{- define "pagoda.loraVolume" -}}
+{{- if .Values.lora.enabled }}
+- name: lora
+{{- if eq .Values.lora.source "pvc" }}
+  persistentVolumeClaim:
+    claimName: {{ required "lora.pvc.claimName is required" .Values.lora.pvc.claimName }}
+    readOnly: true
+{{- else if eq .Values.lora.source "hostPath" }}
+  hostPath:
+    path: {{ required "lora.hostPath.path is required" .Values.lora.hostPath.path }}
+    type: Directory
+{{- else }}
+{{- fail "lora.source must be pvc or hostPath" }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{- define "pagoda.loraMount" -}}
+{{- if .Values.lora.enabled }}
+- name: lora
+  mountPath: {{ include "pagoda.loraDir" . }}
+  readOnly: true
+{{- if and (eq .Values.lora.source "pvc") .Values.lora.pvc.subPath }}
+  subPath: {{ .Values.lora.pvc.subPath }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{- define "pagoda.loraArgs" -}}
+{{- if .Values.lora.enabled }}
+{{- if ne .Values.device "cpu" }}
+{{- fail "lora.enabled needs device: cpu (the CUDA worker has no LoRA kernels yet)" }}
+{{- end }}
+- --enable-lora
+- --max-loras={{ .Values.lora.maxLoras }}
+- --max-lora-rank={{ .Values.lora.maxLoraRank }}
+{{- if .Values.lora.maxCpuLoras }}
+- --max-cpu-loras={{ .Values.lora.maxCpuLoras }}
+{{- end }}
+{{- with .Values.lora.modules }}
+{{- $modules := list }}
+{{- range . }}
+{{- $modules = append $modules (printf "%s=%s/%s" .name (include "pagoda.loraDir" $) (trimPrefix "/" .path)) }}
+{{- end }}
+- {{ printf "--lora-modules=%s" (join " " $modules) | quote }}
+{{- end }}
+{{- if .Values.lora.runtimeLoading }}
+- --lora-dir={{ include "pagoda.loraDir" . }}
+{{- end }}
+{{- end }}
 {{- end -}}

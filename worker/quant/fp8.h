@@ -1,0 +1,25 @@
+#ifndef PAGODA_WORKER_QUANT_FP8_H_
+#define PAGODA_WORKER_QUANT_FP8_H_
+
+// FP8 E4M3 (the "fn" variant of torch.float8_e4m3fn and safetensors'
+// F8_E4M3: bias 7, no infinities, 0x7F/0xFF NaN, largest finite 448) to and
+// from f32, and the per-token and per-tensor quantizations vLLM applies
+// with it.
+
+#include <cstdint>
+
+namespace pagoda::worker {
+
+inline constexpr float kFp8E4M3Max = 448.0f;
+
+// The exact value of an E4M3 code (NaN for 0x7F and 0xFF).
+float Fp8E4M3ToFloat(uint8_t code);
+// `value` rounded to the nearest E4M3 value, ties to even, saturated to
+// +-448 as vLLM's conversions clamp before they cast (NaN stays NaN).
+uint8_t FloatToFp8E4M3(float value);
+// Whether the code is one of the two NaNs.
+inline bool IsFp8E4M3Nan(uint8_t code) { return (code & 0x7F) == 0x7F; }
+
+}  // namespace pagoda::worker
+
+#endif  // PAGODA_WORKER_QUANT_FP8_H_
