@@ -181,7 +181,9 @@ ABSL_FLAG(std::string, speculative_config, "",
           "Speculative decoding, vLLM's JSON object, e.g. {\"method\": \"ngram\", "
           "\"num_speculative_tokens\": 4, \"prompt_lookup_max\": 4, \"prompt_lookup_min\": 2}; "
           "keys: method, model, num_speculative_tokens, prompt_lookup_max, prompt_lookup_min, "
-          "disable_by_batch_size, draft_tensor_parallel_size. Only ngram runs for now. Empty = off.");
+          "disable_by_batch_size, draft_tensor_parallel_size. ngram and draft_model ({\"model\": "
+          "DIR, \"num_speculative_tokens\": 4}: CPU, draft at tensor-parallel size 1) run so "
+          "far. Empty = off.");
 // LoRA adapters (docs/lora.md; vLLM's names but --lora-dir). The workers
 // serve them; requests cannot name one yet.
 ABSL_FLAG(bool, enable_lora, false, "Serve LoRA adapters; the flags below need it.");
