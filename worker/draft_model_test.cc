@@ -1,7 +1,8 @@
 // The draft_model method through the CPU ModelRunner on tiny random Llamas:
 // rows that ask for proposals (SequenceStep.num_draft_proposals) get drafts
 // from the worker's draft model, verified in the same step, and every
-// sequence's tokens equal plain decoding's. With the target itself as the
+// sequence's tokens equal plain decoding's (greedy, seeded, and seeded with
+// penalties, logit bias, top-k/p and min-p). With the target itself as the
 // draft, the acceptance is exactly what the target's own argmaxes predict,
 // which holds only if the draft's KV cache follows every verified position
 // (rejected drafts included). Refusals: proposals without a draft model,
@@ -185,10 +186,26 @@ SamplingOptions Seeded() {
   return sampled;
 }
 
+// Seeded with every logits processing option: the penalties count each
+// verified row's drafts before it, whoever proposed them.
+SamplingOptions SeededWithProcessing() {
+  SamplingOptions sampled = Seeded();
+  sampled.set_top_k(20);
+  sampled.set_top_p(0.95f);
+  sampled.set_min_p(0.02f);
+  sampled.set_frequency_penalty(0.4f);
+  sampled.set_presence_penalty(0.2f);
+  sampled.set_repetition_penalty(1.2f);
+  for (int t : kPrompt) sampled.add_prompt_token_ids(t);
+  sampled.add_logit_bias_token_ids(7);
+  sampled.add_logit_bias_values(2.0f);
+  return sampled;
+}
+
 TEST_F(DraftModelRunnerTest, TargetAsDraftAcceptsExactlyItsArgmaxes) {
   SamplingOptions greedy;
   greedy.set_num_logprobs(1);
-  for (const SamplingOptions& base : {greedy, Seeded()}) {
+  for (const SamplingOptions& base : {greedy, Seeded(), SeededWithProcessing()}) {
     const std::vector<Decoded> plain = DecodeBatch("", base, 0);
     const std::vector<Decoded> speculative = DecodeBatch(*target_, base, kDrafts);
     for (int s = 0; s < kSeqs; ++s) {
@@ -247,7 +264,7 @@ TEST_F(DraftModelRunnerTest, BlockMovesMoveTheDraftCacheToo) {
 
 TEST_F(DraftModelRunnerTest, OtherDraftKeepsPlainTokens) {
   SamplingOptions greedy;
-  for (const SamplingOptions& base : {greedy, Seeded()}) {
+  for (const SamplingOptions& base : {greedy, Seeded(), SeededWithProcessing()}) {
     const std::vector<Decoded> plain = DecodeBatch("", base, 0);
     const std::vector<Decoded> speculative = DecodeBatch(*other_, base, 3);
     for (int s = 0; s < kSeqs; ++s) {

@@ -90,7 +90,7 @@ class ModelRunnerBase : public ModelRunner {
   // when one is loaded (both span the same block ids).
   int64_t BytesPerBlock() const;
 
-  // LoadModel's answer: `num_gpu_blocks` blocks of CacheShape() and the
+  // LoadModel's answer: `num_gpu_blocks` blocks of BytesPerBlock() and the
   // model's vocabulary. REQUIRES: model_ is set.
   v1::LoadModelResponse LoadedModelResponse(int32_t num_gpu_blocks) const;
 
