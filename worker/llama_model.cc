@@ -138,7 +138,7 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::string& 
   if (absl::Status s = CheckRequestedQuantization(&*quant, options.quantization); !s.ok()) {
     return s;
   }
-  if (absl::Status s = CheckLoraLimits(options.max_loras, options.max_lora_rank); !s.ok()) {
+  if (absl::Status s = CheckLoraLimits(options.max_loras, options.max_lora_rank, options.max_cpu_loras); !s.ok()) {
     return s;
   }
   auto shard = PlanTensorParallelShard(*config, communicator->rank(), communicator->world_size());
@@ -242,7 +242,8 @@ void LlamaModel::EnableLora(const LlamaLoadOptions& options, const ModelConfig& 
   }
   auto slots = std::make_shared<LoraSlots>(options.max_loras, options.max_lora_rank,
                                            full_config.num_hidden_layers, shapes);
-  lora_loader_ = std::make_shared<LoraAdapterLoader>(full_config, shard, std::move(slots));
+  lora_loader_ = std::make_shared<LoraAdapterLoader>(full_config, shard, std::move(slots),
+                                                     options.max_cpu_loras);
 }
 
 const LoraSlots::View* LlamaModel::PinLoraSlots() {

@@ -46,6 +46,7 @@ struct LlamaLoadOptions {
   // max_lora_rank; 0 serves no adapters. CheckLoraLimits bounds both.
   int max_loras = 0;
   int max_lora_rank = 0;
+  int max_cpu_loras = 0;  // Adapters cached parsed on the host; 0: max_loras.
 };
 
 // What one forward pass leaves for sampling, in backend memory (the model's

@@ -24,6 +24,12 @@ LoraSlots::LoraSlots(int max_loras, int max_rank, int num_layers,
       shapes_(shapes),
       slots_(static_cast<size_t>(max_loras) + 1) {}
 
+size_t LoraSlots::MaxAdapterBytes() const {
+  size_t per_layer = 0;
+  for (const LinearShape& shape : shapes_) per_layer += static_cast<size_t>(shape.in + shape.out);
+  return per_layer * max_rank_ * num_layers_ * sizeof(float);
+}
+
 absl::Status LoraSlots::CheckAdapter(const LoraAdapter& adapter) const {
   if (static_cast<int>(adapter.layers.size()) != num_layers_) {
     return absl::InvalidArgumentError(absl::StrCat("LoRA adapter has ", adapter.layers.size(),

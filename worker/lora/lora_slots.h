@@ -50,6 +50,12 @@ class LoraSlots {
 
   int max_loras() const { return max_loras_; }
   int max_rank() const { return max_rank_; }
+  int num_layers() const { return num_layers_; }
+  // This rank's [out, in] of `module`.
+  LinearShape shape(LoraModule module) const { return shapes_[static_cast<int>(module)]; }
+  // f32 bytes of A and B of the largest adapter a slot takes (max_rank on
+  // every projection of every layer): what bounds one host cache entry.
+  size_t MaxAdapterBytes() const;
 
   // The slots as they are now, for one step: a load or unload after it does
   // not change what the view applies, and the view keeps what it holds
