@@ -45,7 +45,7 @@ struct LoraCase {
   std::vector<int> ranks;  // One adapter (group) each.
 };
 
-// y0 + scale · Bᵀᵀ (A x) for every row whose group the launch covers.
+// y0 + scale · B (A x) for every row whose group the launch covers.
 std::vector<double> Reference(const LoraCase& c, const std::vector<float>& x,
                               const std::vector<float>& y0,
                               const std::vector<HostAdapter>& adapters,
