@@ -4,25 +4,25 @@
 namespace pagoda::kernels {
 namespace {
 
-constexpr int kShrinkWarps = 8;  // Ranks per shrink block: one warp each.
-constexpr int kExpandThreads = 256;
+constexpr int kLoraShrinkWarps = 8;  // Ranks per shrink block: one warp each.
+constexpr int kLoraExpandThreads = 256;
 
 // The launch's weights of token `t`'s group, or null when the launch leaves
 // the token alone.
-__device__ __forceinline__ const LoraGroupWeights* GroupOf(const LoraParams& p, int t) {
+__device__ __forceinline__ const LoraGroupWeights* LoraGroupOf(const LoraParams& p, int t) {
   const int g = p.row_group[t] - p.first_group;
   if (g < 0 || g >= p.num_groups || p.groups[g].rank == 0) return nullptr;
   return &p.groups[g];
 }
 
-// Grid (tokens, rank tiles of kShrinkWarps): warp w of tile y computes rank
-// k = y * kShrinkWarps + w of its token, lanes striding over `in`.
+// Grid (tokens, rank tiles of kLoraShrinkWarps): warp w of tile y computes rank
+// k = y * kLoraShrinkWarps + w of its token, lanes striding over `in`.
 template <typename T>
 __global__ void LoraShrinkKernel(const LoraParams p) {
   const int t = blockIdx.x;
-  const LoraGroupWeights* w = GroupOf(p, t);
+  const LoraGroupWeights* w = LoraGroupOf(p, t);
   if (w == nullptr) return;
-  const int k = blockIdx.y * kShrinkWarps + threadIdx.x / 32;
+  const int k = blockIdx.y * kLoraShrinkWarps + threadIdx.x / 32;
   if (k >= w->rank) return;
   const int lane = threadIdx.x % 32;
   const T* x = static_cast<const T*>(p.x) + static_cast<int64_t>(t) * p.in;
@@ -40,7 +40,7 @@ template <typename T>
 __global__ void LoraExpandKernel(const LoraParams p) {
   __shared__ float v[kLoraMaxRank];
   const int t = blockIdx.x;
-  const LoraGroupWeights* w = GroupOf(p, t);
+  const LoraGroupWeights* w = LoraGroupOf(p, t);
   if (w == nullptr) return;  // The whole block leaves: no barrier is skipped.
   const float* scratch = p.scratch + static_cast<int64_t>(t) * p.scratch_stride;
   for (int k = threadIdx.x; k < w->rank; k += blockDim.x) v[k] = scratch[k];
@@ -81,12 +81,12 @@ cudaError_t LaunchLora(const LoraParams& p, cudaStream_t stream) {
   if (p.num_tokens == 0 || max_rank == 0) return cudaSuccess;
   return DispatchScalarType(p.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const dim3 shrink_grid(p.num_tokens, (max_rank + kShrinkWarps - 1) / kShrinkWarps);
-    LoraShrinkKernel<T><<<shrink_grid, kShrinkWarps * 32, 0, stream>>>(p);
+    const dim3 shrink_grid(p.num_tokens, (max_rank + kLoraShrinkWarps - 1) / kLoraShrinkWarps);
+    LoraShrinkKernel<T><<<shrink_grid, kLoraShrinkWarps * 32, 0, stream>>>(p);
     if (cudaError_t error = cudaGetLastError(); error != cudaSuccess) return error;
-    const dim3 expand_grid(p.num_tokens,
-                           static_cast<unsigned>((p.out + kExpandThreads - 1) / kExpandThreads));
-    LoraExpandKernel<T><<<expand_grid, kExpandThreads, 0, stream>>>(p);
+    const dim3 expand_grid(
+        p.num_tokens, static_cast<unsigned>((p.out + kLoraExpandThreads - 1) / kLoraExpandThreads));
+    LoraExpandKernel<T><<<expand_grid, kLoraExpandThreads, 0, stream>>>(p);
     return cudaGetLastError();
   });
 }

@@ -19,7 +19,8 @@ absl::Status CudaLoraError(cudaError_t error, const char* what) {
 
 // `values` in `dtype` (bf16 or f16: the activation dtypes; f32 as is),
 // appended to `out` as raw bytes.
-void AppendConverted(const float* values, size_t count, DType dtype, std::vector<uint8_t>* out) {
+void AppendLoraConverted(const float* values, size_t count, DType dtype,
+                         std::vector<uint8_t>* out) {
   const size_t at = out->size();
   out->resize(at + count * DTypeSize(dtype));
   uint8_t* dst = out->data() + at;
@@ -125,13 +126,13 @@ absl::Status CudaLoraSlots::Upload(int slot, const LoraAdapter& adapter) {
       const auto& pair = adapter.layers[layer][m];
       if (!pair) continue;
       staging.clear();
-      AppendConverted(pair->a.data(), pair->a.size(), dtype_, &staging);
+      AppendLoraConverted(pair->a.data(), pair->a.size(), dtype_, &staging);
       b_t.assign(static_cast<size_t>(pair->rank) * pair->out, 0.0f);
       for (int64_t o = 0; o < pair->out; ++o) {
         for (int k = 0; k < pair->rank; ++k) b_t[k * pair->out + o] = pair->b[o * pair->rank + k];
       }
       const size_t a_bytes = staging.size();
-      AppendConverted(b_t.data(), b_t.size(), dtype_, &staging);
+      AppendLoraConverted(b_t.data(), b_t.size(), dtype_, &staging);
       uint8_t* base = static_cast<uint8_t*>(SlotBase(slot));
       cudaError_t e = cudaMemcpyAsync(base + AOffset(layer, m), staging.data(), a_bytes,
                                       cudaMemcpyHostToDevice, upload_stream_);

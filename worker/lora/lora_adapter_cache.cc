@@ -8,7 +8,7 @@
 namespace pagoda::worker {
 namespace {
 
-std::optional<LoraFilesIdentity::File> StatAdapterFile(const std::string& path) {
+std::optional<LoraFilesIdentity::File> StatLoraAdapterFile(const std::string& path) {
   struct stat info {};
   if (::stat(path.c_str(), &info) != 0) return std::nullopt;
   return LoraFilesIdentity::File{
@@ -21,8 +21,8 @@ std::optional<LoraFilesIdentity::File> StatAdapterFile(const std::string& path) 
 }  // namespace
 
 std::optional<LoraFilesIdentity> StatLoraFiles(const std::string& dir) {
-  auto config = StatAdapterFile(dir + "/adapter_config.json");
-  auto weights = StatAdapterFile(dir + "/adapter_model.safetensors");
+  auto config = StatLoraAdapterFile(dir + "/adapter_config.json");
+  auto weights = StatLoraAdapterFile(dir + "/adapter_model.safetensors");
   if (!config || !weights) return std::nullopt;
   return LoraFilesIdentity{.config = *config, .weights = *weights};
 }

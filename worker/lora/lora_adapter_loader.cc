@@ -36,8 +36,8 @@ absl::Status CheckAdapterPath(const std::string& path) {
 }
 
 // LoadLoraAdapter, then this rank's slice under tensor parallelism.
-LoraAdapterReader DefaultReader(const ModelConfig& base, const TensorParallelShard& shard,
-                                int max_rank) {
+LoraAdapterReader DefaultLoraReader(const ModelConfig& base, const TensorParallelShard& shard,
+                                    int max_rank) {
   return [&base, &shard, max_rank](const std::string& path) -> absl::StatusOr<LoraAdapter> {
     absl::StatusOr<LoraAdapter> adapter = LoadLoraAdapter(path, base, max_rank);
     if (!adapter.ok() || shard.world_size <= 1) return adapter;
@@ -70,7 +70,7 @@ LoraAdapterLoader::LoraAdapterLoader(ModelConfig base, TensorParallelShard shard
       shard_(std::move(shard)),
       slots_(std::move(slots)),
       cache_capacity_(max_cpu_loras > 0 ? max_cpu_loras : slots_->max_loras()),
-      reader_(reader ? std::move(reader) : DefaultReader(base_, shard_, slots_->max_rank())),
+      reader_(reader ? std::move(reader) : DefaultLoraReader(base_, shard_, slots_->max_rank())),
       cache_(cache_capacity_) {}
 
 int LoraAdapterLoader::cached_adapters() {
