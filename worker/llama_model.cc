@@ -138,7 +138,9 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::string& 
   if (absl::Status s = CheckRequestedQuantization(&*quant, options.quantization); !s.ok()) {
     return s;
   }
-  if (absl::Status s = CheckLoraLimits(options.max_loras, options.max_lora_rank); !s.ok()) {
+  if (absl::Status s =
+          CheckLoraLimits(options.max_loras, options.max_lora_rank, options.max_cpu_loras);
+      !s.ok()) {
     return s;
   }
   auto shard = PlanTensorParallelShard(*config, communicator->rank(), communicator->world_size());
@@ -151,7 +153,9 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::string& 
     return status;
   }
   model->BuildRopeTable();
-  if (options.max_loras > 0) model->EnableLora(options, *config, *shard);
+  if (options.max_loras > 0) {
+    if (absl::Status s = model->EnableLora(options, *config, *shard); !s.ok()) return s;
+  }
   const int max_seqs = std::max(1, options.max_num_seqs);
   // Block tables are reserved for contexts up to the rope table's bound, so a
   // config claiming a huge context does not reserve memory no request uses
@@ -230,8 +234,8 @@ void LlamaModel::ReserveWorkspace(const StepBatchCapacity& capacity) {
   uploader_.Reserve(capacity);
 }
 
-void LlamaModel::EnableLora(const LlamaLoadOptions& options, const ModelConfig& full_config,
-                            const TensorParallelShard& shard) {
+absl::Status LlamaModel::EnableLora(const LlamaLoadOptions& options, const ModelConfig& full_config,
+                                    const TensorParallelShard& shard) {
   // This rank's part of each projection: the split dimension is the shard's.
   std::array<LinearShape, kNumLoraModules> shapes;
   for (LoraModule module : kAllLoraModules) {
@@ -242,7 +246,15 @@ void LlamaModel::EnableLora(const LlamaLoadOptions& options, const ModelConfig& 
   }
   auto slots = std::make_shared<LoraSlots>(options.max_loras, options.max_lora_rank,
                                            full_config.num_hidden_layers, shapes);
-  lora_loader_ = std::make_shared<LoraAdapterLoader>(full_config, shard, std::move(slots));
+  if (options.lora_device) {
+    auto device = options.lora_device(*slots, std::max(1, options.max_num_batched_tokens));
+    if (!device.ok()) return device.status();
+    lora_device_ = device->get();
+    slots->AttachDevice(*std::move(device));
+  }
+  lora_loader_ = std::make_shared<LoraAdapterLoader>(full_config, shard, std::move(slots),
+                                                     options.max_cpu_loras);
+  return absl::OkStatus();
 }
 
 const LoraSlots::View* LlamaModel::PinLoraSlots() {
@@ -254,6 +266,7 @@ const LoraSlots::View* LlamaModel::PinLoraSlots() {
 absl::Status LlamaModel::ApplyLora(int layer, LoraModule module, const void* x, int tokens, void* y,
                                    int64_t y_stride) const {
   if (step_lora_slots_ == nullptr) return absl::OkStatus();
+  if (lora_device_ != nullptr) return lora_device_->Apply({layer, module}, x, y, y_stride);
   const LoraParallelFor on_pool = [this](int64_t n, int64_t grain, const auto& fn) {
     backend_->HostParallelFor(n, grain, fn);
   };
@@ -306,12 +319,20 @@ absl::StatusOr<ForwardOutput> LlamaModel::Forward(const FlatBatch& batch, CacheE
   ReserveWorkspace(capacity);  // Allocates only past the load-time sizing.
   workspace_.Reset();
   const StepBatch step = uploader_.Upload(batch, &workspace_);
-  // Adapters add to host f32 activations: the CPU backend's (the CUDA
-  // runner refuses max_loras > 0 at load).
-  if (batch.uses_lora && (lora_loader_ == nullptr || backend_->activation_dtype() != DType::kF32)) {
+  // Adapters add to host f32 activations (the CPU backend's) or through
+  // the slots' device store.
+  if (batch.uses_lora &&
+      (lora_loader_ == nullptr ||
+       (lora_device_ == nullptr && backend_->activation_dtype() != DType::kF32))) {
     return absl::FailedPreconditionError("a step names LoRA slots this model does not serve");
   }
   step_lora_slots_ = batch.uses_lora ? batch.lora_slots.data() : nullptr;
+  if (step_lora_slots_ != nullptr && lora_device_ != nullptr) {
+    if (absl::Status s = lora_device_->BeginStep(lora_view_, step_lora_slots_, step.num_tokens);
+        !s.ok()) {
+      return s;
+    }
+  }
   const Activations activations = TakeActivations(static_cast<size_t>(step.num_tokens));
   const float eps = static_cast<float>(config_.rms_norm_eps);
 

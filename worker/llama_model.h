@@ -5,6 +5,7 @@
 // interface: weights loaded from the checkpoint, a forward pass over one step.
 
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -46,6 +47,13 @@ struct LlamaLoadOptions {
   // max_lora_rank; 0 serves no adapters. CheckLoraLimits bounds both.
   int max_loras = 0;
   int max_lora_rank = 0;
+  int max_cpu_loras = 0;  // Adapters cached parsed on the host; 0: max_loras.
+  // A backend whose activations are not host f32 (CUDA) keeps the slots'
+  // matrices on its device: this makes that store for the slots (shapes,
+  // ranks) and steps of up to `max_tokens` tokens. Null: host slots.
+  using LoraDeviceFactory = std::function<absl::StatusOr<std::shared_ptr<LoraDeviceSlots>>(
+      const LoraSlots& slots, int max_tokens)>;
+  LoraDeviceFactory lora_device = nullptr;
 };
 
 // What one forward pass leaves for sampling, in backend memory (the model's
@@ -159,8 +167,8 @@ class LlamaModel {
   absl::Status MlpBlock(const LayerWeights& layer, int tokens, const Activations& a);
   absl::Status AllReduceHidden(void* data, int tokens);
   // Builds the adapter slots for this rank's projection shapes.
-  void EnableLora(const LlamaLoadOptions& options, const ModelConfig& full_config,
-                  const TensorParallelShard& shard);
+  absl::Status EnableLora(const LlamaLoadOptions& options, const ModelConfig& full_config,
+                          const TensorParallelShard& shard);
   // After a target projection's Forward: adds the pinned adapters' updates
   // to the rows of `y` (row stride `y_stride` elements: a fused output's
   // module) whose sequence names one. Nothing when no row does.
@@ -194,6 +202,7 @@ class LlamaModel {
   // The running Forward's per-token slots (FlatBatch::lora_slots), or null
   // when no row of it names an adapter.
   const int32_t* step_lora_slots_ = nullptr;
+  LoraDeviceSlots* lora_device_ = nullptr;  // The slots' device store, if any.
 };
 
 }  // namespace pagoda::worker

@@ -127,6 +127,7 @@ pagoda::worker::v1::LoadModelRequest MakeLoadModelRequest(const ServerConfig& co
   if (config.lora.enable_lora) {  // Slots on every rank (docs/lora.md).
     load.set_max_loras(config.lora.max_loras);
     load.set_max_lora_rank(config.lora.max_lora_rank);
+    load.set_max_cpu_loras(config.lora.max_cpu_loras);
   }
   return load;
 }

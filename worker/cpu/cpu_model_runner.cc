@@ -58,7 +58,8 @@ LlamaLoadOptions CpuLoadOptions(const LoadModelRequest& request, std::optional<D
       .block_size = request.block_size(),
       .quantization = request.quantization(),
       .max_loras = request.max_loras(),
-      .max_lora_rank = request.max_lora_rank()};
+      .max_lora_rank = request.max_lora_rank(),
+      .max_cpu_loras = request.max_cpu_loras()};
 }
 
 class CpuModelRunner final : public ModelRunnerBase {
@@ -95,8 +96,11 @@ class CpuModelRunner final : public ModelRunnerBase {
     LOG(INFO) << "weights " << model_->weight_bytes() << " bytes, "
               << model_->weight_bytes() / (1 << 20) << " MiB (" << quant.Describe() << ")";
     if (request.max_loras() > 0) {
+      const LoraAdapterLoader& lora = *model_->lora_loader();
       LOG(INFO) << "LoRA: " << request.max_loras() << " adapter slots of rank up to "
-                << request.max_lora_rank();
+                << request.max_lora_rank() << "; up to " << lora.cache_capacity()
+                << " adapters cached on the host, at most "
+                << lora.cache_capacity() * lora.slots()->MaxAdapterBytes() / (1 << 20) << " MiB";
     }
     if (absl::Status status = LoadDraftModel(request, *weight_dtype); !status.ok()) return status;
     block_size_ = request.block_size();

@@ -20,6 +20,7 @@
 #include "worker/communicator.h"
 #include "worker/cuda/cuda_backend.h"
 #include "worker/cuda/cuda_graph_runner.h"
+#include "worker/cuda/cuda_lora_slots.h"
 #include "worker/cuda/cuda_support.h"
 #include "worker/cuda/graph_batch.h"
 #include "worker/flat_batch.h"
@@ -58,9 +59,6 @@ absl::Status ValidateRequest(const LoadModelRequest& request) {
     return absl::InvalidArgumentError(absl::StrCat("max_num_seqs ", request.max_num_seqs(),
                                                    " is not supported on CUDA (at most ",
                                                    kCudaMaxNumSeqs, ")"));
-  }
-  if (request.max_loras() > 0) {  // docs/lora.md: the SGMV/BGMV kernels remain.
-    return absl::UnimplementedError("LoRA adapters (max_loras > 0) are served on CPU only");
   }
   if (!request.draft_model_dir().empty()) {  // docs/speculative-decoding.md.
     return absl::UnimplementedError("a draft model (draft_model_dir) is served on CPU only");
@@ -216,10 +214,12 @@ class CudaModelRunner final : public ModelRunnerBase {
   }
 
   // A decode step that fits a captured bucket replays its graph; one that
-  // wants prompt logprobs runs eagerly (the graphs keep no hidden states).
+  // wants prompt logprobs runs eagerly (the graphs keep no hidden states),
+  // and so does one with LoRA rows (its adapters are kernel arguments chosen
+  // per step; the graphs were captured without adapters).
   absl::StatusOr<ForwardOutput> RunForward(const FlatBatch& batch) override {
-    const bool graphed =
-        graphs_ != nullptr && !batch.wants_prompt_logprobs() && graphs_->CanRun(batch);
+    const bool graphed = graphs_ != nullptr && !batch.wants_prompt_logprobs() && !batch.uses_lora &&
+                         graphs_->CanRun(batch);
     return graphed ? graphs_->Run(batch) : model_->Forward(batch, cache_.get());
   }
 
@@ -264,14 +264,38 @@ class CudaModelRunner final : public ModelRunnerBase {
                          .max_num_batched_tokens = request.max_num_batched_tokens(),
                          .max_num_seqs = request.max_num_seqs(),
                          .block_size = request.block_size(),
-                         .quantization = request.quantization()});
+                         .quantization = request.quantization(),
+                         .max_loras = request.max_loras(),
+                         .max_lora_rank = request.max_lora_rank(),
+                         .max_cpu_loras = request.max_cpu_loras(),
+                         .lora_device = CudaLoraFactory()});
     if (!model.ok()) return model.status();
+    if (request.max_loras() > 0) {
+      LOG(INFO) << "LoRA: " << request.max_loras() << " adapter slots of rank up to "
+                << request.max_lora_rank() << " on the device; up to " << LoraCacheCapacity(**model)
+                << " adapters cached on the host";
+    }
     if (!backend_->status().ok()) return backend_->status();
     model_ = *std::move(model);
     block_size_ = request.block_size();
     kv_cache_dtype_ = dtypes.kv_cache;
     max_num_seqs_ = request.max_num_seqs();
     return absl::OkStatus();
+  }
+
+  // The slots' device store (worker/cuda/cuda_lora_slots.h), made by
+  // LlamaModel::Load before the memory profile, so the KV cache is sized
+  // with the slots' memory in use.
+  LlamaLoadOptions::LoraDeviceFactory CudaLoraFactory() {
+    return [this](const LoraSlots& slots,
+                  int max_tokens) -> absl::StatusOr<std::shared_ptr<LoraDeviceSlots>> {
+      auto device = CudaLoraSlots::Create(&cuda_backend(), slots, max_tokens);
+      if (!device.ok()) return device.status();
+      return std::shared_ptr<LoraDeviceSlots>(*std::move(device));
+    };
+  }
+  static int LoraCacheCapacity(const LlamaModel& model) {
+    return model.lora_loader() != nullptr ? model.lora_loader()->cache_capacity() : 0;
   }
 
   // The KV blocks that gpu_memory_utilization of device memory holds once
@@ -298,7 +322,8 @@ class CudaModelRunner final : public ModelRunnerBase {
     const StepPlan plan = ProfilePlan(request.max_num_batched_tokens(), request.max_num_seqs(),
                                       CudaMaxModelLen(model_->config()), block_size_, &num_blocks);
     auto scratch = std::make_unique<CacheEngine>(backend_.get(), CacheShape(), num_blocks, 0);
-    auto batch = FlattenStepPlan(plan, scratch->Limits(model_->config().vocab_size, model_->max_positions()));
+    auto batch = FlattenStepPlan(
+        plan, scratch->Limits(model_->config().vocab_size, model_->max_positions()));
     if (!batch.ok()) return batch.status();
     auto output = model_->Forward(*batch, scratch.get());
     if (!output.ok()) return output.status();

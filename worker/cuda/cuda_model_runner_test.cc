@@ -179,6 +179,11 @@ TEST(CudaModelRunnerTest, WithoutADeviceLoadSaysSo) {
   const absl::Status status = Load(Request(dir));
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(status.message(), HasSubstr("no usable CUDA device"));
+  // LoRA slots are served on CUDA now: such a load gets as far as the device.
+  v1::LoadModelRequest lora = Request(dir);
+  lora.set_max_loras(4);
+  lora.set_max_lora_rank(16);
+  EXPECT_EQ(Load(lora).code(), absl::StatusCode::kFailedPrecondition) << Load(lora);
   std::filesystem::remove_all(dir);
 }
 

@@ -24,6 +24,12 @@ LoraSlots::LoraSlots(int max_loras, int max_rank, int num_layers,
       shapes_(shapes),
       slots_(static_cast<size_t>(max_loras) + 1) {}
 
+size_t LoraSlots::MaxAdapterBytes() const {
+  size_t per_layer = 0;
+  for (const LinearShape& shape : shapes_) per_layer += static_cast<size_t>(shape.in + shape.out);
+  return per_layer * max_rank_ * num_layers_ * sizeof(float);
+}
+
 absl::Status LoraSlots::CheckAdapter(const LoraAdapter& adapter) const {
   if (static_cast<int>(adapter.layers.size()) != num_layers_) {
     return absl::InvalidArgumentError(absl::StrCat("LoRA adapter has ", adapter.layers.size(),
@@ -59,6 +65,10 @@ absl::Status LoraSlots::Load(int slot, const LoraAdapter& adapter) {
     for (int m = 0; m < kNumLoraModules; ++m) {
       const auto& pair = adapter.layers[layer][m];
       if (!pair) continue;
+      if (device_ != nullptr) {  // The device holds the matrices.
+        target->layers[layer][m] = Update{pair->rank, {}, {}};
+        continue;
+      }
       Update update{pair->rank, pair->a, std::vector<float>(pair->rank * pair->out)};
       for (int64_t o = 0; o < pair->out; ++o) {
         for (int k = 0; k < pair->rank; ++k) {
@@ -69,6 +79,9 @@ absl::Status LoraSlots::Load(int slot, const LoraAdapter& adapter) {
     }
   }
   target->scale = adapter.scale;
+  if (device_ != nullptr) {
+    if (absl::Status status = device_->Upload(slot, adapter); !status.ok()) return status;
+  }
   absl::MutexLock lock(&mutex_);
   slots_[slot] = std::move(target);
   return absl::OkStatus();
@@ -90,10 +103,22 @@ LoraSlots::View LoraSlots::Snapshot() const {
   return view;
 }
 
+int LoraSlots::View::rank(int slot, LoraTarget target) const {
+  if (!loaded(slot) || target.layer < 0 ||
+      target.layer >= static_cast<int>(slots_[slot]->layers.size())) {
+    return 0;
+  }
+  const auto& update = slots_[slot]->layers[target.layer][static_cast<int>(target.module)];
+  return update ? update->rank : 0;
+}
+
 absl::Status LoraSlots::View::Apply(const float* x, int rows, const int32_t* row_slots,
                                     LoraTarget target, float* y, int64_t y_stride,
                                     const LoraParallelFor* parallel_for) const {
   if (owner_ == nullptr) return absl::FailedPreconditionError("LoRA view of no slots");
+  if (owner_->device_ != nullptr) {
+    return absl::FailedPreconditionError("LoRA slots on a device apply through it");
+  }
   if (target.layer < 0 || target.layer >= owner_->num_layers_) {
     return absl::InvalidArgumentError(
         absl::StrCat("LoRA layer ", target.layer, " is outside [0, ", owner_->num_layers_, ")"));

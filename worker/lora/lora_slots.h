@@ -1,7 +1,9 @@
 // The worker's adapter slots (--max-loras of them) and LoraSlots::Apply,
 // which adds each row's adapter update to a projection's output after the
 // base Linear's Forward (docs/extension-points.md). Slot 0 is the base
-// model: its rows are left alone.
+// model: its rows are left alone. And LoraDeviceSlots, where a backend
+// whose activations live on a device (CUDA) keeps and applies the slots'
+// matrices instead (docs/lora.md, "On CUDA").
 #ifndef PAGODA_WORKER_LORA_LORA_SLOTS_H_
 #define PAGODA_WORKER_LORA_LORA_SLOTS_H_
 
@@ -19,6 +21,8 @@
 
 namespace pagoda::worker {
 
+class LoraDeviceSlots;
+
 // Which projection of which layer an Apply is for.
 struct LoraTarget {
   int layer = 0;
@@ -34,8 +38,8 @@ class LoraSlots {
  private:
   struct Update {
     int rank = 0;
-    std::vector<float> a;    // [rank, in]
-    std::vector<float> b_t;  // [rank, out]
+    std::vector<float> a;    // [rank, in]; empty when the slots live on a device
+    std::vector<float> b_t;  // [rank, out]; likewise
   };
   struct Slot {
     float scale = 0;
@@ -48,8 +52,20 @@ class LoraSlots {
   LoraSlots(int max_loras, int max_rank, int num_layers,
             const std::array<LinearShape, kNumLoraModules>& shapes);
 
+  // Keeps the slots' matrices in `device` from now on (call before any
+  // Load): Load hands them to it and keeps only ranks and scales here, and
+  // View::Apply refuses (the model applies through the device instead).
+  void AttachDevice(std::shared_ptr<LoraDeviceSlots> device) { device_ = std::move(device); }
+  const std::shared_ptr<LoraDeviceSlots>& device() const { return device_; }
+
   int max_loras() const { return max_loras_; }
   int max_rank() const { return max_rank_; }
+  int num_layers() const { return num_layers_; }
+  // This rank's [out, in] of `module`.
+  LinearShape shape(LoraModule module) const { return shapes_[static_cast<int>(module)]; }
+  // f32 bytes of A and B of the largest adapter a slot takes (max_rank on
+  // every projection of every layer): what bounds one host cache entry.
+  size_t MaxAdapterBytes() const;
 
   // The slots as they are now, for one step: a load or unload after it does
   // not change what the view applies, and the view keeps what it holds
@@ -62,6 +78,10 @@ class LoraSlots {
       return slot > 0 && slot < static_cast<int>(slots_.size()) && slots_[slot] != nullptr;
     }
     int max_loras() const { return static_cast<int>(slots_.size()) - 1; }
+    // The rank of `slot`'s update of `target` (0: none, or no adapter), and
+    // its scale (0 when empty).
+    int rank(int slot, LoraTarget target) const;
+    float scale(int slot) const { return loaded(slot) ? slots_[slot]->scale : 0.0f; }
 
     // y[r * y_stride + o] += scale_s · (B_s (A_s x[r, :]))[o] for every
     // row r < rows whose row_slots[r] = s is a loaded slot with an update
@@ -105,8 +125,37 @@ class LoraSlots {
   const int max_rank_;
   const int num_layers_;
   const std::array<LinearShape, kNumLoraModules> shapes_;
+  std::shared_ptr<LoraDeviceSlots> device_;
   mutable absl::Mutex mutex_;
   std::vector<std::shared_ptr<const Slot>> slots_ ABSL_GUARDED_BY(mutex_);
+};
+
+// Where a backend whose activations live on a device keeps the slots' A and
+// B and applies them: LoraSlots keeps the slots' host-side record (ranks,
+// scales; what a step pins) and hands each load's matrices to it, and the
+// model calls BeginStep and Apply instead of LoraSlots::View::Apply.
+class LoraDeviceSlots {
+ public:
+  virtual ~LoraDeviceSlots() = default;
+
+  // Copies `adapter` (checked by LoraSlots: this rank's shapes, rank at
+  // most max_rank) into `slot`'s device memory and waits for the copy.
+  // Called with the slot already marked empty; the server never loads into
+  // a slot the step in flight uses (docs/lora.md), so the copy may overwrite
+  // it in place. Thread-safe against steps (its own stream).
+  virtual absl::Status Upload(int slot, const LoraAdapter& adapter) = 0;
+
+  // Before a step's first Apply: each token's slot (host, num_tokens of
+  // them) and the slots the step pinned, whose ranks and scales Apply
+  // uses; `view` must outlive the step's Applies (the model keeps it).
+  // INVALID_ARGUMENT for a row slot outside [0, max_loras].
+  virtual absl::Status BeginStep(const LoraSlots::View& view, const int32_t* row_slots,
+                                 int num_tokens) = 0;
+
+  // y[t] += scale · B_s (A_s x[t]) for the step's tokens whose slot holds an
+  // update of `target`, on the backend's stream; x [tokens, in] and y rows
+  // y_stride elements apart (0: out), in the activation dtype.
+  virtual absl::Status Apply(LoraTarget target, const void* x, void* y, int64_t y_stride) = 0;
 };
 
 }  // namespace pagoda::worker
