@@ -134,7 +134,9 @@ TEST_P(QuantizedServiceTest, TwelveConcurrentRequestsUnderPreemptionMatchReferen
 // With vLLM's --quantization naming the checkpoint's method (it serves as
 // without the flag).
 TEST_P(QuantizedServiceTest, TwelveConcurrentRequestsAtTensorParallelSize2MatchReference) {
-  if (GetParam().per_token_inputs) ASSERT_NO_FATAL_FAILURE(ComputeReference(2));
+  if (GetParam().per_token_inputs) {
+    ASSERT_NO_FATAL_FAILURE(ComputeReference(2));
+  }
   ServeAndCheck({"--tensor-parallel-size=2", absl::StrCat("--quantization=", GetParam().method)});
 }
 
