@@ -5,6 +5,8 @@
 #include <limits>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "common/fp8.h"
 #include "gtest/gtest.h"
 
 namespace pagoda {
@@ -179,10 +181,20 @@ TEST(DTypeFlagTest, ParsesVllmSpellings) {
   EXPECT_EQ(*ParseDTypeFlag("float16"), DType::kF16);
   EXPECT_EQ(*ParseDTypeFlag("half"), DType::kF16);
   EXPECT_EQ(*ParseDTypeFlag("bfloat16"), DType::kBF16);
-  const auto bad = ParseDTypeFlag("fp8");
-  ASSERT_FALSE(bad.ok());
-  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(bad.status().message().find("bfloat16"), std::string_view::npos);
+  // FP8 is a KV cache type only: --dtype, torch_dtype and safetensors
+  // headers refuse it, and --dtype's error does not offer it.
+  for (const char* fp8 : {"fp8", "fp8_e4m3"}) {
+    const auto bad = ParseDTypeFlag(fp8);
+    ASSERT_FALSE(bad.ok()) << fp8;
+    EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(bad.status().message(),
+              absl::StrCat("unknown dtype \"", fp8,
+                           "\" (accepted: auto, float32, float, float16, half, bfloat16)"));
+    EXPECT_EQ(FindFlagDType(fp8), std::nullopt);
+  }
+  EXPECT_FALSE(ParseSafetensorsDType("F8_E4M3").ok());
+  EXPECT_EQ(ParseSafetensorsDType("F8").status().message(),
+            "unsupported dtype \"F8\" (supported: F32, F16, BF16)");
 }
 
 TEST(DTypeFlagTest, KvCacheFlagTakesExactlyVllmsNames) {
@@ -191,27 +203,33 @@ TEST(DTypeFlagTest, KvCacheFlagTakesExactlyVllmsNames) {
   EXPECT_EQ(*ParseKvCacheDTypeFlag("float32"), DType::kF32);
   EXPECT_EQ(*ParseKvCacheDTypeFlag("float16"), DType::kF16);
   EXPECT_EQ(*ParseKvCacheDTypeFlag("bfloat16"), DType::kBF16);
-  for (const char* bad_value : {"fp8", "half", "float", "Auto", "bfloat16 "}) {
+  EXPECT_EQ(*ParseKvCacheDTypeFlag("fp8"), DType::kFp8E4M3);
+  EXPECT_EQ(*ParseKvCacheDTypeFlag("fp8_e4m3"), DType::kFp8E4M3);
+  EXPECT_EQ(DTypeSize(DType::kFp8E4M3), 1u);
+  for (const char* bad_value : {"half", "float", "Auto", "bfloat16 ", "fp8e4m3", "F8_E4M3"}) {
     const auto bad = ParseKvCacheDTypeFlag(bad_value);
     ASSERT_FALSE(bad.ok()) << bad_value;
     EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_NE(bad.status().message().find("accepted: auto, float32, bfloat16, float16"),
-              std::string_view::npos)
-        << bad.status();
+    EXPECT_EQ(bad.status().message(),
+              absl::StrCat("unknown kv cache dtype \"", bad_value,
+                           "\" (accepted: auto, float32, bfloat16, float16, fp8, fp8_e4m3)"));
   }
+  EXPECT_EQ(ParseKvCacheDTypeFlag("fp8_e5m2").status().message(),
+            "kv cache dtype \"fp8_e5m2\" is not supported: use fp8 (fp8_e4m3)");
 }
 
 TEST(DTypeFlagTest, ConvertFromFloatRoundsLikeTheScalarConversions) {
   const float values[] = {0.0f, -1.5f, 3.14159265f, 65504.0f, 1e-8f, -2.71828f};
-  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16, DType::kFp8E4M3}) {
     std::vector<unsigned char> stored(sizeof(values));
     ConvertFromFloat(dtype, values, 6, stored.data());
     float back[6];
     ConvertToFloat(dtype, stored.data(), 6, back);
     for (int i = 0; i < 6; ++i) {
-      const float want = dtype == DType::kF32   ? values[i]
-                         : dtype == DType::kF16 ? HalfToFloat(FloatToHalf(values[i]))
-                                                : BFloat16ToFloat(FloatToBFloat16(values[i]));
+      const float want = dtype == DType::kF32    ? values[i]
+                         : dtype == DType::kF16  ? HalfToFloat(FloatToHalf(values[i]))
+                         : dtype == DType::kBF16 ? BFloat16ToFloat(FloatToBFloat16(values[i]))
+                                                 : Fp8E4M3ToFloat(FloatToFp8E4M3(values[i]));
       EXPECT_EQ(back[i], want) << DTypeName(dtype) << " " << values[i];
     }
   }

@@ -1,11 +1,11 @@
-#include "worker/quant/fp8.h"
+#include "common/fp8.h"
 
 #include <array>
 #include <bit>
 #include <cmath>
 #include <limits>
 
-namespace pagoda::worker {
+namespace pagoda {
 namespace {
 
 float DecodeE4M3(uint8_t code) {
@@ -49,4 +49,4 @@ uint8_t FloatToFp8E4M3(float value) {
   return static_cast<uint8_t>(sign | (exponent << 3) | mantissa);
 }
 
-}  // namespace pagoda::worker
+}  // namespace pagoda

@@ -1,14 +1,14 @@
-#ifndef PAGODA_WORKER_QUANT_FP8_H_
-#define PAGODA_WORKER_QUANT_FP8_H_
+#ifndef PAGODA_COMMON_FP8_H_
+#define PAGODA_COMMON_FP8_H_
 
 // FP8 E4M3 (the "fn" variant of torch.float8_e4m3fn and safetensors'
 // F8_E4M3: bias 7, no infinities, 0x7F/0xFF NaN, largest finite 448) to and
-// from f32, and the per-token and per-tensor quantizations vLLM applies
-// with it.
+// from f32: shared by the FP8 weight readers and kernels (worker/quant,
+// worker/cpu/w8a8_*) and the FP8 KV cache (DType::kFp8E4M3).
 
 #include <cstdint>
 
-namespace pagoda::worker {
+namespace pagoda {
 
 inline constexpr float kFp8E4M3Max = 448.0f;
 
@@ -20,6 +20,6 @@ uint8_t FloatToFp8E4M3(float value);
 // Whether the code is one of the two NaNs.
 inline bool IsFp8E4M3Nan(uint8_t code) { return (code & 0x7F) == 0x7F; }
 
-}  // namespace pagoda::worker
+}  // namespace pagoda
 
-#endif  // PAGODA_WORKER_QUANT_FP8_H_
+#endif  // PAGODA_COMMON_FP8_H_
