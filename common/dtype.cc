@@ -157,6 +157,11 @@ void ConvertToFloat(DType dtype, const void* src, size_t count, float* dst) {
       for (size_t i = 0; i < count; ++i) dst[i] = Fp8E4M3ToFloat(codes[i]);
       return;
     }
+    case DType::kFp8E5M2: {
+      const auto* codes = static_cast<const uint8_t*>(src);
+      for (size_t i = 0; i < count; ++i) dst[i] = Fp8E5M2ToFloat(codes[i]);
+      return;
+    }
   }
 }
 
@@ -178,6 +183,11 @@ void ConvertFromFloat(DType dtype, const float* src, size_t count, void* dst) {
       for (size_t i = 0; i < count; ++i) codes[i] = FloatToFp8E4M3(src[i]);
       return;
     }
+    case DType::kFp8E5M2: {
+      auto* codes = static_cast<uint8_t*>(dst);
+      for (size_t i = 0; i < count; ++i) codes[i] = FloatToFp8E5M2(src[i]);
+      return;
+    }
   }
 }
 
@@ -196,16 +206,13 @@ absl::StatusOr<std::optional<DType>> ParseKvCacheDTypeFlag(std::string_view valu
   // --dtype's only, as in vLLM).
   if (names == nullptr && value == "fp8") names = FindDTypeNames(DType::kFp8E4M3);
   if (names != nullptr) return std::optional<DType>(names->dtype);
-  if (value == "fp8_e5m2") {
-    return absl::InvalidArgumentError(
-        "kv cache dtype \"fp8_e5m2\" is not supported: use fp8 (fp8_e4m3)");
-  }
   // vLLM's --kv-cache-dtype help lists bfloat16 before float16 and fp8
   // after them; so does ours.
   constexpr DType kVllmOrder[] = {DType::kF32, DType::kBF16, DType::kF16};
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown kv cache dtype \"", std::string(value), "\" (accepted: auto, ",
-      JoinDTypeNames(&DTypeNames::flag, /*with_aliases=*/false, kVllmOrder), ", fp8, fp8_e4m3)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown kv cache dtype \"", std::string(value), "\" (accepted: auto, ",
+                   JoinDTypeNames(&DTypeNames::flag, /*with_aliases=*/false, kVllmOrder),
+                   ", fp8, fp8_e4m3, fp8_e5m2)"));
 }
 
 }  // namespace pagoda

@@ -168,9 +168,9 @@ struct KvCacheLayer {
   int num_kv_heads = 0;
   int block_size = 0;
   int head_dim = 0;
-  // An FP8 cache holds E4M3(k / k_scale) and E4M3(v / v_scale) (the
-  // checkpoint's per-layer scales, worker/kv_cache_scales.h); 1 for every
-  // other dtype.
+  // An FP8 cache holds FP8(k / k_scale) and FP8(v / v_scale) (E4M3 or
+  // E5M2; the checkpoint's per-layer scales, worker/kv_cache_scales.h); 1
+  // for every other dtype.
   float k_scale = 1.0f;
   float v_scale = 1.0f;
 };

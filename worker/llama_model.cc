@@ -385,7 +385,8 @@ absl::Status LlamaModel::AttentionBlock(const LayerWeights& layer, const KvCache
                        .max_positions = rope_positions_};
   backend_->Rope(a.q, a.k, a.qkv_stride, step, heads, config_.num_key_value_heads, head_dim, rope);
   KvCacheLayer cache = kv;
-  if (kv.dtype == DType::kFp8E4M3) {  // Other caches hold K and V as they are.
+  // Other caches hold K and V as they are.
+  if (kv.dtype == DType::kFp8E4M3 || kv.dtype == DType::kFp8E5M2) {
     cache.k_scale = layer.kv_scales.k;
     cache.v_scale = layer.kv_scales.v;
   }

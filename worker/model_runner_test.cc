@@ -179,7 +179,7 @@ TEST_F(ModelRunnerTest, LoadModelBoundsDTypeThreadsAndWorkspace) {
   bad = LoadRequest();
   bad.set_max_num_seqs(-3);
   EXPECT_EQ(runner->LoadModel(bad).status().code(), absl::StatusCode::kInvalidArgument);
-  for (const char* kv : {"fp8_e5m2", "half", "float", "BF16"}) {
+  for (const char* kv : {"fp8_e4m2", "half", "float", "BF16"}) {
     bad = LoadRequest();
     bad.set_kv_cache_dtype(kv);
     status = runner->LoadModel(bad).status();
@@ -208,6 +208,7 @@ TEST_F(ModelRunnerTest, KvCacheDTypeSetsBytesPerBlock) {
   EXPECT_EQ(blocks("float16"), std::pair(kBytesPerBlock / 2, 40));
   EXPECT_EQ(blocks("fp8"), std::pair(kBytesPerBlock / 4, 80));
   EXPECT_EQ(blocks("fp8_e4m3"), std::pair(kBytesPerBlock / 4, 80));
+  EXPECT_EQ(blocks("fp8_e5m2"), std::pair(kBytesPerBlock / 4, 80));
 }
 
 // Weights forced to bf16 on three threads decode the same greedy tokens as

@@ -1,7 +1,7 @@
 #ifndef PAGODA_WORKER_CPU_FP8_SIMD_H_
 #define PAGODA_WORKER_CPU_FP8_SIMD_H_
 
-// FP8 E4M3 codes widened to f32 in registers through F16C, shared by the
+// FP8 E4M3 and E5M2 codes widened to f32 in registers through F16C, shared by the
 // FP8 Linear's kernels (w8a8_kernels.cc) and the FP8 KV cache's attention
 // kernels (simd_avx2.cc, simd_avx512.cc). Only those files include it.
 
@@ -42,6 +42,19 @@ PAGODA_FP8_SIMD_AVX2 inline __m256 E4M3x8ToFloatTimes2m8(const uint8_t* codes) {
 PAGODA_FP8_SIMD_AVX512 inline __m512 E4M3x16ToFloatTimes2m8(const uint8_t* codes) {
   return _mm512_cvtph_ps(E4M3ToHalfTimes2m8(
       _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes)))));
+}
+
+// E5M2 is the top byte of a half: eight codes (8 bytes read) moved up a
+// byte and converted, exactly (infinities and NaNs included).
+PAGODA_FP8_SIMD_AVX2 inline __m256 E5M2x8ToFloat(const uint8_t* codes) {
+  const __m128i words = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes)));
+  return _mm256_cvtph_ps(_mm_slli_epi16(words, 8));
+}
+
+// Sixteen E5M2 codes (16 bytes read).
+PAGODA_FP8_SIMD_AVX512 inline __m512 E5M2x16ToFloat(const uint8_t* codes) {
+  return _mm512_cvtph_ps(_mm256_slli_epi16(
+      _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes))), 8));
 }
 
 }  // namespace pagoda::worker::fp8_simd

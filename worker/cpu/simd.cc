@@ -49,6 +49,8 @@ SimdKernels::DotFn SimdKernels::dot(DType dtype) const {
       return dot_f16;
     case DType::kFp8E4M3:
       return dot_fp8e4m3;
+    case DType::kFp8E5M2:
+      return dot_fp8e5m2;
     case DType::kF32:
       break;
   }
@@ -63,6 +65,8 @@ SimdKernels::Score4Fn SimdKernels::score4(DType dtype) const {
       return score4_f16;
     case DType::kFp8E4M3:
       return score4_fp8e4m3;
+    case DType::kFp8E5M2:
+      return score4_fp8e5m2;
     case DType::kF32:
       break;
   }
@@ -77,6 +81,8 @@ SimdKernels::Tile4Fn SimdKernels::tile4(DType dtype) const {
       return tile4_f16;
     case DType::kFp8E4M3:
       return tile4_fp8e4m3;
+    case DType::kFp8E5M2:
+      return tile4_fp8e5m2;
     case DType::kF32:
       break;
   }
@@ -91,6 +97,8 @@ SimdKernels::WidenFn SimdKernels::widen(DType dtype) const {
       return widen_f16;
     case DType::kFp8E4M3:
       return widen_fp8e4m3;
+    case DType::kFp8E5M2:
+      return widen_fp8e5m2;
     case DType::kF32:
       break;
   }
@@ -105,6 +113,8 @@ SimdKernels::NarrowFn SimdKernels::narrow(DType dtype) const {
       return narrow_f16;
     case DType::kFp8E4M3:
       return narrow_fp8e4m3;
+    case DType::kFp8E5M2:
+      return narrow_fp8e5m2;
     case DType::kF32:
       break;
   }
@@ -119,6 +129,8 @@ SimdKernels::Weigh4Fn SimdKernels::weigh4(DType dtype) const {
       return weigh4_f16;
     case DType::kFp8E4M3:
       return weigh4_fp8e4m3;
+    case DType::kFp8E5M2:
+      return weigh4_fp8e5m2;
     case DType::kF32:
       break;
   }
@@ -133,6 +145,8 @@ SimdKernels::Pack16Fn SimdKernels::pack16(DType dtype) const {
       return pack16_f16;
     case DType::kFp8E4M3:
       return pack16_fp8e4m3;
+    case DType::kFp8E5M2:
+      return pack16_fp8e5m2;
     case DType::kF32:
       break;
   }

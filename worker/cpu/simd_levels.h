@@ -28,9 +28,11 @@ inline float Load(const void* p, size_t i) {
     return BFloat16ToFloat(bits[i]);
   } else if constexpr (kType == DType::kF16) {
     return HalfToFloat(bits[i]);
-  } else {
-    static_assert(kType == DType::kFp8E4M3);
+  } else if constexpr (kType == DType::kFp8E4M3) {
     return Fp8E4M3ToFloat(static_cast<const uint8_t*>(p)[i]);  // A table of 256.
+  } else {
+    static_assert(kType == DType::kFp8E5M2);
+    return Fp8E5M2ToFloat(static_cast<const uint8_t*>(p)[i]);
   }
 }
 
@@ -80,6 +82,9 @@ void NarrowPlain(const float* a, void* out, size_t n) {
   } else if constexpr (kType == DType::kFp8E4M3) {
     auto* codes = static_cast<uint8_t*>(out);
     for (size_t i = 0; i < n; ++i) codes[i] = FloatToFp8E4M3(a[i]);
+  } else if constexpr (kType == DType::kFp8E5M2) {
+    auto* codes = static_cast<uint8_t*>(out);
+    for (size_t i = 0; i < n; ++i) codes[i] = FloatToFp8E5M2(a[i]);
   } else {
     auto* bits = static_cast<uint16_t*>(out);
     for (size_t i = 0; i < n; ++i) {

@@ -16,7 +16,8 @@ namespace {
 
 constexpr size_t kSizes[] = {0, 1, 3, 7, 8, 9, 15, 16, 17, 31, 33, 63, 65, 127, 129, 511, 1537};
 // FP8 E4M3 is the KV cache's only, but every kernel has it (simd.h).
-constexpr DType kDTypes[] = {DType::kF32, DType::kBF16, DType::kF16, DType::kFp8E4M3};
+constexpr DType kDTypes[] = {DType::kF32, DType::kBF16, DType::kF16, DType::kFp8E4M3,
+                             DType::kFp8E5M2};
 
 // `n` values of `dtype` and their exact float values.
 struct Stored {
@@ -25,8 +26,8 @@ struct Stored {
   const void* data(DType) const { return bytes.data(); }
 };
 
-// Uniform in [-2, 2) rounded to `dtype`; for FP8 every code but the NaNs
-// instead (subnormals and +-448 included), each equally likely.
+// Uniform in [-2, 2) rounded to `dtype`; for FP8 every finite code instead
+// (subnormals and the largest included), each equally likely.
 Stored MakeStored(DType dtype, size_t n, std::mt19937& rng) {
   std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
   std::uniform_int_distribution<int> code(0, 253);
@@ -36,6 +37,9 @@ Stored MakeStored(DType dtype, size_t n, std::mt19937& rng) {
     if (dtype == DType::kFp8E4M3) {
       const int c = code(rng);
       v = Fp8E4M3ToFloat(static_cast<uint8_t>(c < 127 ? c : c + 1));  // Skips 0x7F, 0xFF.
+    } else if (dtype == DType::kFp8E5M2) {
+      const int c = code(rng) % 248;  // 0..0x7B and 0x80..0xFB: no infinity or NaN.
+      v = Fp8E5M2ToFloat(static_cast<uint8_t>(c < 124 ? c : c + 4));
     } else {
       v = dist(rng);
     }
@@ -169,7 +173,7 @@ TEST_P(SimdKernelTest, WidenIsExact) {
 // Narrowing must round exactly as ConvertFromFloat (nearest even), so a KV
 // cache written by any level holds the same bits. The values include ties,
 // subnormals of either format, overflow to infinity (FP8: saturation to
-// +-448), infinities and NaN.
+// +-448 or +-57344), infinities and NaN.
 TEST_P(SimdKernelTest, NarrowRoundsAsConvertFromFloat) {
   const SimdKernels& kernels = SimdKernelsFor(GetParam());
   std::mt19937 rng(17);

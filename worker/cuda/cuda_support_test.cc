@@ -58,6 +58,9 @@ TEST(CudaSupportTest, KvCacheDTypeMustBeTheServingDType) {
     EXPECT_EQ(CudaKvCacheDType(DType::kFp8E4M3, serving).status().message(),
               "--kv-cache-dtype fp8_e4m3 is not supported on CUDA: its attention kernels cannot "
               "read an FP8 KV cache yet (use auto, or serve it on the CPU worker)");
+    EXPECT_EQ(CudaKvCacheDType(DType::kFp8E5M2, serving).status().message(),
+              "--kv-cache-dtype fp8_e5m2 is not supported on CUDA: its attention kernels cannot "
+              "read an FP8 KV cache yet (use auto, or serve it on the CPU worker)");
   }
 }
 
