@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/fp8.h"
 
 namespace pagoda {
 
@@ -13,11 +14,12 @@ namespace {
 
 // "<first>, <second>, ..." over `column` of kDTypeNames, each alias after
 // its dtype when `with_aliases`: what an error lists as accepted. In table
-// order, or in `order` when given.
+// order without the KV-cache-only types, or in `order` when given.
 std::string JoinDTypeNames(const char* DTypeNames::*column, bool with_aliases,
                            std::span<const DType> order = {}) {
   std::string joined;
   auto append = [&](const DTypeNames& names) {
+    if (order.empty() && names.kv_cache_only) return;
     absl::StrAppend(&joined, joined.empty() ? "" : ", ", names.*column);
     if (with_aliases && names.flag_alias != nullptr) {
       absl::StrAppend(&joined, ", ", names.flag_alias);
@@ -39,9 +41,8 @@ std::string_view DTypeName(DType dtype) {
 }
 
 absl::StatusOr<DType> ParseSafetensorsDType(std::string_view name) {
-  if (const DTypeNames* names = FindDTypeNamed(name, &DTypeNames::safetensors)) {
-    return names->dtype;
-  }
+  const DTypeNames* names = FindDTypeNamed(name, &DTypeNames::safetensors);
+  if (names != nullptr && !names->kv_cache_only) return names->dtype;
   return absl::InvalidArgumentError(absl::StrCat(
       "unsupported dtype \"", std::string(name),
       "\" (supported: ", JoinDTypeNames(&DTypeNames::safetensors, /*with_aliases=*/false), ")"));
@@ -55,7 +56,8 @@ const char* DTypeFlagName(DType dtype) {
 std::optional<DType> FindFlagDType(std::string_view name) {
   const DTypeNames* names = FindDTypeNamed(name, &DTypeNames::flag);
   if (names == nullptr) names = FindDTypeNamed(name, &DTypeNames::flag_alias);
-  if (names == nullptr) return std::nullopt;
+  // A KV-cache-only type is no weight or activation dtype.
+  if (names == nullptr || names->kv_cache_only) return std::nullopt;
   return names->dtype;
 }
 
@@ -150,6 +152,16 @@ void ConvertToFloat(DType dtype, const void* src, size_t count, float* dst) {
       }
       return;
     }
+    case DType::kFp8E4M3: {
+      const auto* codes = static_cast<const uint8_t*>(src);
+      for (size_t i = 0; i < count; ++i) dst[i] = Fp8E4M3ToFloat(codes[i]);
+      return;
+    }
+    case DType::kFp8E5M2: {
+      const auto* codes = static_cast<const uint8_t*>(src);
+      for (size_t i = 0; i < count; ++i) dst[i] = Fp8E5M2ToFloat(codes[i]);
+      return;
+    }
   }
 }
 
@@ -166,6 +178,16 @@ void ConvertFromFloat(DType dtype, const float* src, size_t count, void* dst) {
     case DType::kBF16:
       for (size_t i = 0; i < count; ++i) bits[i] = FloatToBFloat16(src[i]);
       return;
+    case DType::kFp8E4M3: {
+      auto* codes = static_cast<uint8_t*>(dst);
+      for (size_t i = 0; i < count; ++i) codes[i] = FloatToFp8E4M3(src[i]);
+      return;
+    }
+    case DType::kFp8E5M2: {
+      auto* codes = static_cast<uint8_t*>(dst);
+      for (size_t i = 0; i < count; ++i) codes[i] = FloatToFp8E5M2(src[i]);
+      return;
+    }
   }
 }
 
@@ -179,14 +201,18 @@ absl::StatusOr<std::optional<DType>> ParseDTypeFlag(std::string_view value) {
 
 absl::StatusOr<std::optional<DType>> ParseKvCacheDTypeFlag(std::string_view value) {
   if (value == "auto" || value.empty()) return std::optional<DType>();
-  if (const DTypeNames* names = FindDTypeNamed(value, &DTypeNames::flag)) {
-    return std::optional<DType>(names->dtype);
-  }
-  // vLLM's --kv-cache-dtype help lists bfloat16 before float16; so does ours.
+  const DTypeNames* names = FindDTypeNamed(value, &DTypeNames::flag);
+  // "fp8" is the one alias --kv-cache-dtype takes ("half" and "float" are
+  // --dtype's only, as in vLLM).
+  if (names == nullptr && value == "fp8") names = FindDTypeNames(DType::kFp8E4M3);
+  if (names != nullptr) return std::optional<DType>(names->dtype);
+  // vLLM's --kv-cache-dtype help lists bfloat16 before float16 and fp8
+  // after them; so does ours.
   constexpr DType kVllmOrder[] = {DType::kF32, DType::kBF16, DType::kF16};
   return absl::InvalidArgumentError(
       absl::StrCat("unknown kv cache dtype \"", std::string(value), "\" (accepted: auto, ",
-                   JoinDTypeNames(&DTypeNames::flag, /*with_aliases=*/false, kVllmOrder), ")"));
+                   JoinDTypeNames(&DTypeNames::flag, /*with_aliases=*/false, kVllmOrder),
+                   ", fp8, fp8_e4m3, fp8_e5m2)"));
 }
 
 }  // namespace pagoda

@@ -16,13 +16,16 @@
 
 namespace pagoda {
 
-// "F32", "F16", "BF16" (safetensors spelling, from kDTypeNames).
+// "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2" (safetensors spelling, from
+// kDTypeNames).
 std::string_view DTypeName(DType dtype);
-// Parses the safetensors spelling; anything else is INVALID_ARGUMENT.
+// Parses the safetensors spelling of a weight dtype; anything else, the
+// KV-cache-only F8_E4M3 and F8_E5M2 included, is INVALID_ARGUMENT.
 absl::StatusOr<DType> ParseSafetensorsDType(std::string_view name);
 // The dtype a --dtype value or config.json torch_dtype names ("float32",
 // "float", "float16", "half", "bfloat16"; case-sensitive); nullopt for
-// anything else, "auto" included.
+// anything else, "auto" and the KV-cache-only "fp8_e4m3" and "fp8_e5m2"
+// included.
 std::optional<DType> FindFlagDType(std::string_view name);
 // "float32", "float16", "bfloat16": how --dtype and --kv-cache-dtype name
 // `dtype`, for messages about those flags.
@@ -51,8 +54,9 @@ absl::StatusOr<std::optional<DType>> ParseDTypeFlag(std::string_view value);
 
 // The KV-cache dtype flag (vLLM's --kv-cache-dtype): "auto" or "" (nullopt:
 // the backend's default, f32 on CPU and the activation dtype on CUDA),
-// "float32", "bfloat16" or "float16". Anything else is INVALID_ARGUMENT
-// naming the accepted values.
+// "float32", "bfloat16", "float16", "fp8" / "fp8_e4m3" (kFp8E4M3) or
+// "fp8_e5m2" (kFp8E5M2). Anything else is INVALID_ARGUMENT naming the
+// accepted values.
 absl::StatusOr<std::optional<DType>> ParseKvCacheDTypeFlag(std::string_view value);
 
 }  // namespace pagoda

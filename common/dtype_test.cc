@@ -5,6 +5,8 @@
 #include <limits>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "common/fp8.h"
 #include "gtest/gtest.h"
 
 namespace pagoda {
@@ -179,10 +181,21 @@ TEST(DTypeFlagTest, ParsesVllmSpellings) {
   EXPECT_EQ(*ParseDTypeFlag("float16"), DType::kF16);
   EXPECT_EQ(*ParseDTypeFlag("half"), DType::kF16);
   EXPECT_EQ(*ParseDTypeFlag("bfloat16"), DType::kBF16);
-  const auto bad = ParseDTypeFlag("fp8");
-  ASSERT_FALSE(bad.ok());
-  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(bad.status().message().find("bfloat16"), std::string_view::npos);
+  // FP8 is a KV cache type only: --dtype, torch_dtype and safetensors
+  // headers refuse it, and --dtype's error does not offer it.
+  for (const char* fp8 : {"fp8", "fp8_e4m3", "fp8_e5m2"}) {
+    const auto bad = ParseDTypeFlag(fp8);
+    ASSERT_FALSE(bad.ok()) << fp8;
+    EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(bad.status().message(),
+              absl::StrCat("unknown dtype \"", fp8,
+                           "\" (accepted: auto, float32, float, float16, half, bfloat16)"));
+    EXPECT_EQ(FindFlagDType(fp8), std::nullopt);
+  }
+  EXPECT_FALSE(ParseSafetensorsDType("F8_E4M3").ok());
+  EXPECT_FALSE(ParseSafetensorsDType("F8_E5M2").ok());
+  EXPECT_EQ(ParseSafetensorsDType("F8").status().message(),
+            "unsupported dtype \"F8\" (supported: F32, F16, BF16)");
 }
 
 TEST(DTypeFlagTest, KvCacheFlagTakesExactlyVllmsNames) {
@@ -191,31 +204,92 @@ TEST(DTypeFlagTest, KvCacheFlagTakesExactlyVllmsNames) {
   EXPECT_EQ(*ParseKvCacheDTypeFlag("float32"), DType::kF32);
   EXPECT_EQ(*ParseKvCacheDTypeFlag("float16"), DType::kF16);
   EXPECT_EQ(*ParseKvCacheDTypeFlag("bfloat16"), DType::kBF16);
-  for (const char* bad_value : {"fp8", "half", "float", "Auto", "bfloat16 "}) {
+  EXPECT_EQ(*ParseKvCacheDTypeFlag("fp8"), DType::kFp8E4M3);
+  EXPECT_EQ(*ParseKvCacheDTypeFlag("fp8_e4m3"), DType::kFp8E4M3);
+  EXPECT_EQ(DTypeSize(DType::kFp8E4M3), 1u);
+  for (const char* bad_value : {"half", "float", "Auto", "bfloat16 ", "fp8e4m3", "F8_E4M3"}) {
     const auto bad = ParseKvCacheDTypeFlag(bad_value);
     ASSERT_FALSE(bad.ok()) << bad_value;
     EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_NE(bad.status().message().find("accepted: auto, float32, bfloat16, float16"),
-              std::string_view::npos)
-        << bad.status();
+    EXPECT_EQ(
+        bad.status().message(),
+        absl::StrCat("unknown kv cache dtype \"", bad_value,
+                     "\" (accepted: auto, float32, bfloat16, float16, fp8, fp8_e4m3, fp8_e5m2)"));
   }
+  EXPECT_EQ(*ParseKvCacheDTypeFlag("fp8_e5m2"), DType::kFp8E5M2);
+  EXPECT_EQ(DTypeSize(DType::kFp8E5M2), 1u);
 }
 
 TEST(DTypeFlagTest, ConvertFromFloatRoundsLikeTheScalarConversions) {
   const float values[] = {0.0f, -1.5f, 3.14159265f, 65504.0f, 1e-8f, -2.71828f};
-  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16, DType::kFp8E4M3, DType::kFp8E5M2}) {
     std::vector<unsigned char> stored(sizeof(values));
     ConvertFromFloat(dtype, values, 6, stored.data());
     float back[6];
     ConvertToFloat(dtype, stored.data(), 6, back);
     for (int i = 0; i < 6; ++i) {
-      const float want = dtype == DType::kF32   ? values[i]
-                         : dtype == DType::kF16 ? HalfToFloat(FloatToHalf(values[i]))
-                                                : BFloat16ToFloat(FloatToBFloat16(values[i]));
+      const float want = dtype == DType::kF32       ? values[i]
+                         : dtype == DType::kF16     ? HalfToFloat(FloatToHalf(values[i]))
+                         : dtype == DType::kBF16    ? BFloat16ToFloat(FloatToBFloat16(values[i]))
+                         : dtype == DType::kFp8E4M3 ? Fp8E4M3ToFloat(FloatToFp8E4M3(values[i]))
+                                                    : Fp8E5M2ToFloat(FloatToFp8E5M2(values[i]));
       EXPECT_EQ(back[i], want) << DTypeName(dtype) << " " << values[i];
     }
   }
   ConvertFromFloat(DType::kBF16, nullptr, 0, nullptr);  // Empty is a no-op.
+}
+
+}  // namespace
+}  // namespace pagoda
+
+namespace pagoda {
+namespace {
+
+// The nearest finite E5M2 code to `value` (|value| <= 57344) by search over
+// every code, ties to the even code: independent of FloatToFp8E5M2's bits.
+uint8_t NearestE5M2BySearch(float value) {
+  int best = 0;
+  double best_distance = INFINITY;
+  for (int code = 0; code <= 0x7B; ++code) {
+    const double distance = std::abs(std::abs(static_cast<double>(value)) - Fp8E5M2ToFloat(code));
+    if (distance < best_distance || (distance == best_distance && code % 2 == 0)) {
+      best = code;
+      best_distance = distance;
+    }
+  }
+  return static_cast<uint8_t>(best | (std::signbit(value) ? 0x80 : 0));
+}
+
+TEST(Fp8E5M2Test, EveryCodeIsAHalfsTopByteAndRoundingIsNearestEvenSaturated) {
+  std::vector<float> values;
+  for (int code = 0; code < 256; ++code) {
+    const float v = Fp8E5M2ToFloat(static_cast<uint8_t>(code));
+    const float half = HalfToFloat(static_cast<uint16_t>(code << 8));
+    if (std::isnan(half)) {
+      ASSERT_TRUE(std::isnan(v)) << code;
+    } else {
+      ASSERT_EQ(std::bit_cast<uint32_t>(v), std::bit_cast<uint32_t>(half)) << code;  // Signs too.
+    }
+    if ((code & 0x7C) == 0x7C) continue;  // Infinities and NaNs.
+    EXPECT_EQ(FloatToFp8E5M2(v), code) << code;
+    values.push_back(v);
+    // Midway to the next code up, and a little either side of it.
+    if ((code & 0x7F) < 0x7B) {
+      const float next = Fp8E5M2ToFloat(static_cast<uint8_t>(code + 1));
+      const float mid = (v + next) / 2;  // Exact: both are short binary fractions.
+      values.insert(values.end(), {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e9f),
+                                   std::nextafter(mid, -1e9f)});
+    }
+  }
+  for (float v : values) {
+    EXPECT_EQ(FloatToFp8E5M2(v), NearestE5M2BySearch(v)) << v;
+  }
+  EXPECT_EQ(FloatToFp8E5M2(1e9f), 0x7B);  // Saturated to 57344, infinities too.
+  EXPECT_EQ(FloatToFp8E5M2(-INFINITY), 0xFB);
+  EXPECT_EQ(FloatToFp8E5M2(61439.0f), 0x7B);
+  EXPECT_TRUE(std::isnan(Fp8E5M2ToFloat(FloatToFp8E5M2(NAN))));
+  EXPECT_EQ(FloatToFp8E5M2(1e-30f), 0x00);
+  EXPECT_EQ(FloatToFp8E5M2(-1e-30f), 0x80);
 }
 
 }  // namespace

@@ -37,6 +37,8 @@ std::string Bytes(DType dtype, const std::vector<float>& values) {
       return F16Bytes(values);
     case DType::kBF16:
       return BF16Bytes(values);
+    case DType::kFp8E4M3:  // KV-cache-only: never a checkpoint tensor's dtype.
+    case DType::kFp8E5M2:
     case DType::kF32:
       break;
   }

@@ -168,6 +168,11 @@ struct KvCacheLayer {
   int num_kv_heads = 0;
   int block_size = 0;
   int head_dim = 0;
+  // An FP8 cache holds FP8(k / k_scale) and FP8(v / v_scale) (E4M3 or
+  // E5M2; the checkpoint's per-layer scales, worker/kv_cache_scales.h); 1
+  // for every other dtype.
+  float k_scale = 1.0f;
+  float v_scale = 1.0f;
 };
 
 // Inputs of PagedAttention. Query and output are activations
@@ -279,7 +284,8 @@ class Backend {
   // Writes k, v [num_tokens, num_kv_heads, head_dim] (activations, token
   // rows token_stride elements apart) into the cache at batch.slot_mapping[t]
   // (block = slot / block_size, offset = slot % block_size), converted to the
-  // cache dtype (round to nearest even).
+  // cache dtype (round to nearest even; FP8: k / k_scale and v / v_scale,
+  // saturated to +-448).
   virtual void WriteKvCache(const void* k, const void* v, int64_t token_stride,
                             const StepBatch& batch, const KvCacheLayer& cache) = 0;
   virtual void PagedAttention(const PagedAttentionParams& params) = 0;

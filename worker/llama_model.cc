@@ -13,6 +13,7 @@
 #include "common/tensor_parallel_plan.h"
 #include "common/tensor_slice.h"
 #include "kernels/ops/rope_cache.h"
+#include "worker/kv_cache_scales.h"
 #include "worker/sharded_weights.h"
 #include "worker/weight_loader.h"
 
@@ -71,7 +72,8 @@ struct LlamaModel::LayerWeights {
   std::unique_ptr<Linear> o_proj;
   std::unique_ptr<Linear> gate_up_proj;  // [2 * intermediate, hidden]: gate rows, then up rows.
   std::unique_ptr<Linear> down_proj;
-  int index = 0;  // In the model: which of the adapters' layers apply.
+  KvCacheScales kv_scales;  // Used by an FP8 KV cache only.
+  int index = 0;            // In the model: which of the adapters' layers apply.
 
   // Layer `index`'s tensors (this rank's slices) in backend memory.
   static absl::StatusOr<std::unique_ptr<LayerWeights>> Load(WeightLoader& loader, int index,
@@ -204,6 +206,7 @@ absl::Status LlamaModel::LoadWeights(const std::string& model_dir,
   for (int i = 0; i < config_.num_hidden_layers; ++i) {
     std::unique_ptr<LayerWeights> layer;
     PAGODA_ASSIGN_OR_RETURN(layer, LayerWeights::Load(loader, i, geometry, act));
+    PAGODA_ASSIGN_OR_RETURN(layer->kv_scales, ReadKvCacheScales(**store, i));
     layers_.push_back(std::move(layer));
   }
   const std::vector<double> inv_freq = RopeInvFreq(config_);
@@ -402,12 +405,18 @@ absl::Status LlamaModel::AttentionBlock(const LayerWeights& layer, const KvCache
                        .inv_freq = inv_freq_->data(),
                        .max_positions = rope_positions_};
   backend_->Rope(a.q, a.k, a.qkv_stride, step, heads, config_.num_key_value_heads, head_dim, rope);
-  backend_->WriteKvCache(a.k, a.v, a.qkv_stride, step, kv);
+  KvCacheLayer cache = kv;
+  // Other caches hold K and V as they are.
+  if (kv.dtype == DType::kFp8E4M3 || kv.dtype == DType::kFp8E5M2) {
+    cache.k_scale = layer.kv_scales.k;
+    cache.v_scale = layer.kv_scales.v;
+  }
+  backend_->WriteKvCache(a.k, a.v, a.qkv_stride, step, cache);
   backend_->PagedAttention(PagedAttentionParams{
       .query = a.q,
       .query_token_stride = a.qkv_stride,
       .output = a.attention,
-      .cache = kv,
+      .cache = cache,
       .num_heads = heads,
       .scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim))),
       .batch = &step});

@@ -3,7 +3,6 @@
 // moves (swap out/in, copy-on-write) preserving what attention reads, and
 // sampling independent of the rest of the batch.
 
-#include "worker/cpu/cpu_model_runner.h"
 #include "worker/model_runner.h"
 
 #include <cstdlib>
@@ -14,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/fakes/fault_injecting_backend.h"
+#include "worker/cpu/cpu_model_runner.h"
 #include "worker/step_execution.h"
 
 namespace pagoda::worker {
@@ -179,7 +179,7 @@ TEST_F(ModelRunnerTest, LoadModelBoundsDTypeThreadsAndWorkspace) {
   bad = LoadRequest();
   bad.set_max_num_seqs(-3);
   EXPECT_EQ(runner->LoadModel(bad).status().code(), absl::StatusCode::kInvalidArgument);
-  for (const char* kv : {"fp8", "half", "float", "BF16"}) {
+  for (const char* kv : {"fp8_e4m2", "half", "float", "BF16"}) {
     bad = LoadRequest();
     bad.set_kv_cache_dtype(kv);
     status = runner->LoadModel(bad).status();
@@ -189,7 +189,8 @@ TEST_F(ModelRunnerTest, LoadModelBoundsDTypeThreadsAndWorkspace) {
 }
 
 // A 2-byte KV cache halves bytes_per_block, so the same memory holds twice
-// the blocks; "auto" on CPU is f32.
+// the blocks, and an FP8 one (1 byte) twice those of bf16 again; "auto" on
+// CPU is f32.
 TEST_F(ModelRunnerTest, KvCacheDTypeSetsBytesPerBlock) {
   auto blocks = [&](const std::string& kv) -> std::pair<int64_t, int> {
     auto runner = CreateCpuModelRunner();
@@ -205,6 +206,9 @@ TEST_F(ModelRunnerTest, KvCacheDTypeSetsBytesPerBlock) {
   EXPECT_EQ(blocks("float32"), std::pair(kBytesPerBlock, 20));
   EXPECT_EQ(blocks("bfloat16"), std::pair(kBytesPerBlock / 2, 40));
   EXPECT_EQ(blocks("float16"), std::pair(kBytesPerBlock / 2, 40));
+  EXPECT_EQ(blocks("fp8"), std::pair(kBytesPerBlock / 4, 80));
+  EXPECT_EQ(blocks("fp8_e4m3"), std::pair(kBytesPerBlock / 4, 80));
+  EXPECT_EQ(blocks("fp8_e5m2"), std::pair(kBytesPerBlock / 4, 80));
 }
 
 // Weights forced to bf16 on three threads decode the same greedy tokens as
@@ -240,6 +244,7 @@ TEST_F(ModelRunnerTest, DTypeAndThreadCountKeepGreedyTokens) {
   // So does a 16-bit KV cache (the prompt's second block is read from it).
   EXPECT_EQ(greedy("float32", 2, "bfloat16"), f32);
   EXPECT_EQ(greedy("bfloat16", 1, "float16"), f32);
+  EXPECT_EQ(greedy("float32", 2, "fp8"), f32);
 }
 
 TEST_F(ModelRunnerTest, MissingOrMisshapedWeightsNameTheTensor) {
@@ -442,8 +447,8 @@ TEST_F(ModelRunnerTest, EachTokenGetsTheTopLogprobsItAskedFor) {
 // step fails too, so only a new runner (the server's restart) clears it. A
 // malformed plan stays INVALID_ARGUMENT.
 TEST_F(ModelRunnerTest, BackendFaultIsInternalAndStickyWhileBadPlansStayInvalidArgument) {
-  auto runner = CreateCpuModelRunner(CpuModelRunnerOptions{
-      .wrap_backend = [](std::unique_ptr<Backend> backend) {
+  auto runner = CreateCpuModelRunner(
+      CpuModelRunnerOptions{.wrap_backend = [](std::unique_ptr<Backend> backend) {
         return pagoda::testing::WrapWithFaults(std::move(backend), {.fail_at_step = 2});
       }});
   ASSERT_TRUE(runner->LoadModel(LoadRequest()).ok());

@@ -4,8 +4,11 @@
 // layers, blocks of 16 tokens laid out in shuffled order). Prints the
 // median step time, the K/V bytes it read per second, and that as a
 // fraction of the machine's read bandwidth measured in the same run (the
-// floor: the K/V cannot be read faster).
-//   bench_cpu_attention [threads=2] [cache dtype=f16|bf16|f32] [context=4096] [batch=8]
+// floor: the K/V cannot be read faster). Several cache dtypes, comma
+// separated, run in turn in the same process, each step's time also as a
+// speedup over the first's.
+//   bench_cpu_attention [threads=2] [cache dtypes=f16, or e.g. bf16,f32,fp8e4m3]
+//                       [context=4096] [batch=8]
 
 #include <algorithm>
 #include <chrono>
@@ -14,8 +17,10 @@
 #include <memory>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "absl/strings/str_split.h"
 #include "bench/cpu/machine_floor.h"
 #include "tests/support/step_batch_test_util.h"
 #include "worker/cpu/cpu_backend.h"
@@ -77,47 +82,65 @@ FlatBatch DecodeBatch(int batch, int context, std::mt19937& rng) {
   return flat;
 }
 
-int Main(int argc, char** argv) {
-  const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
-  const DTypeNames* named = FindDTypeNamed(argc > 2 ? argv[2] : "f16", &DTypeNames::short_name);
-  const DType dtype = named == nullptr ? DType::kF16 : named->dtype;
-  const int context = std::max(1, argc > 3 ? std::atoi(argv[3]) : 4096);
-  const int batch = std::max(1, argc > 4 ? std::atoi(argv[4]) : 8);
-  auto backend = CreateCpuBackend(threads);
-  std::mt19937 rng(1);
-  const FlatBatch flat = DecodeBatch(batch, context, rng);
+// Median time of a decode step (every layer's PagedAttention) over a
+// `dtype` cache, in ms.
+double MedianStepMs(Backend& backend, DType dtype, const FlatBatch& flat, int batch,
+                    std::mt19937& rng) {
   const int num_blocks = static_cast<int>(flat.block_tables.size());
   std::vector<LayerCache> layers;
   for (int l = 0; l < kLayers; ++l)
-    layers.push_back(MakeLayerCache(*backend, dtype, num_blocks, rng));
-  const UploadedStepBatch step(backend.get(), flat);
+    layers.push_back(MakeLayerCache(backend, dtype, num_blocks, rng));
+  const UploadedStepBatch step(&backend, flat);
   std::vector<float> query(static_cast<size_t>(batch) * kHeads * kHeadDim, 0.1f);
   std::vector<float> output(query.size());
-
   std::vector<double> times;
   for (int round = 0; round < 30; ++round) {
     const auto start = std::chrono::steady_clock::now();
     for (const LayerCache& cache : layers) {
-      backend->PagedAttention(PagedAttentionParams{.query = query.data(),
-                                                   .output = output.data(),
-                                                   .cache = cache.layer,
-                                                   .num_heads = kHeads,
-                                                   .scale = 0.125f,
-                                                   .batch = &step.get()});
+      backend.PagedAttention(PagedAttentionParams{.query = query.data(),
+                                                  .output = output.data(),
+                                                  .cache = cache.layer,
+                                                  .num_heads = kHeads,
+                                                  .scale = 0.125f,
+                                                  .batch = &step.get()});
     }
     times.push_back(
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
             .count());
   }
   std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
-  const double ms = times[times.size() / 2];
-  const double bytes = 2.0 * kLayers * batch * context * kKvHeads * kHeadDim * DTypeSize(dtype);
+  return times[times.size() / 2];
+}
+
+int Main(int argc, char** argv) {
+  const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
+  std::vector<DType> dtypes;
+  const std::vector<std::string> names = absl::StrSplit(argc > 2 ? argv[2] : "f16", ',');
+  for (const std::string& name : names) {
+    const DTypeNames* named = FindDTypeNamed(name, &DTypeNames::short_name);
+    if (named == nullptr) {
+      std::fprintf(stderr, "unknown cache dtype %s (f32, f16, bf16, fp8e4m3)\n", name.c_str());
+      return 2;
+    }
+    dtypes.push_back(named->dtype);
+  }
+  const int context = std::max(1, argc > 3 ? std::atoi(argv[3]) : 4096);
+  const int batch = std::max(1, argc > 4 ? std::atoi(argv[4]) : 8);
+  auto backend = CreateCpuBackend(threads);
+  std::mt19937 rng(1);
+  const FlatBatch flat = DecodeBatch(batch, context, rng);
   const double floor_gbs = MeasureReadBandwidth(threads).best();
-  std::printf("%-6s %7s %5s %9s %8s %9s %8s\n", "cache", "context", "batch", "step_ms", "KV_GB/s",
-              "floor_GB/s", "of_floor");
-  std::printf("%-6s %7d %5d %9.3f %8.1f %9.1f %7.0f%%\n", FindDTypeNames(dtype)->short_name,
-              context, batch, ms, bytes / ms / 1e6, floor_gbs,
-              100.0 * bytes / ms / 1e6 / floor_gbs);
+  std::printf("%-8s %7s %5s %9s %8s %9s %8s %8s\n", "cache", "context", "batch", "step_ms",
+              "KV_GB/s", "floor_GB/s", "of_floor", "speedup");
+  double first_ms = 0.0;
+  for (DType dtype : dtypes) {
+    const double ms = MedianStepMs(*backend, dtype, flat, batch, rng);
+    if (first_ms == 0.0) first_ms = ms;
+    const double bytes = 2.0 * kLayers * batch * context * kKvHeads * kHeadDim * DTypeSize(dtype);
+    std::printf("%-8s %7d %5d %9.3f %8.1f %9.1f %7.0f%% %7.2fx\n",
+                FindDTypeNames(dtype)->short_name, context, batch, ms, bytes / ms / 1e6, floor_gbs,
+                100.0 * bytes / ms / 1e6 / floor_gbs, first_ms / ms);
+  }
   return 0;
 }
 

@@ -29,6 +29,9 @@ cudaError_t DispatchScalarType(ScalarType type, Body&& body) {
       return body(TypeTag<__half>{});
     case ScalarType::kBF16:
       return body(TypeTag<__nv_bfloat16>{});
+    case ScalarType::kFp8E4M3:  // KV-cache-only: no CUDA kernel reads them yet.
+    case ScalarType::kFp8E5M2:
+      return cudaErrorInvalidValue;
   }
   return cudaErrorInvalidValue;
 }

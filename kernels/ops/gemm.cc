@@ -32,6 +32,12 @@ cudaDataType_t ToCudaType(ScalarType type) {
       return CUDA_R_16F;
     case ScalarType::kBF16:
       return CUDA_R_16BF;
+    // KV-cache-only types: no GEMM takes them (the CUDA worker refuses an
+    // FP8 cache at load), named here for completeness.
+    case ScalarType::kFp8E4M3:
+      return CUDA_R_8F_E4M3;
+    case ScalarType::kFp8E5M2:
+      return CUDA_R_8F_E5M2;
   }
   return CUDA_R_32F;
 }

@@ -21,7 +21,8 @@ ABSL_FLAG(std::string, dtype, "auto",
           "Weight dtype: auto (the checkpoint's), float32, float16 or bfloat16.");
 ABSL_FLAG(std::string, kv_cache_dtype, "auto",
           "KV cache dtype: auto (float32 on cpu, the compute dtype on cuda), float32, "
-          "bfloat16 or float16. 2-byte dtypes hold twice the blocks in the same memory.");
+          "bfloat16, float16, fp8 / fp8_e4m3 or fp8_e5m2 (fp8: cpu only). 2-byte dtypes hold "
+          "twice the blocks of float32 in the same memory, fp8 four times.");
 ABSL_FLAG(std::string, quantization, "",
           "vLLM's --quantization: empty or auto serves the checkpoint's quantization_config; "
           "awq, awq_marlin, gptq, gptq_marlin or compressed-tensors must match it.");

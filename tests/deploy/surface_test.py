@@ -119,9 +119,10 @@ class BusyPortAndValidationTest(ServerTestBase):
 
     def test_bad_dtypes_are_refused_before_any_worker_starts(self):
         self.assert_refused_before_workers(
-            ["--kv-cache-dtype", "fp8"],
-            '--kv-cache-dtype: unknown kv cache dtype "fp8" (accepted: auto, float32, '
-            'bfloat16, float16)')
+            ["--kv-cache-dtype", "int8"],
+            '--kv-cache-dtype: unknown kv cache dtype "int8" (accepted: auto, float32, '
+            'bfloat16, float16, fp8, fp8_e4m3, fp8_e5m2)')
+        self.assert_refused_before_workers(["--dtype", "fp8"], '--dtype: unknown dtype "fp8"')
         self.assert_refused_before_workers(["--kv-cache-dtype=half"], "--kv-cache-dtype")
         self.assert_refused_before_workers(["--dtype", "int4"], '--dtype: unknown dtype "int4"')
 
@@ -203,10 +204,11 @@ class KvCacheDTypeTest(ServerTestBase):
     def test_bfloat16_cache_holds_twice_the_blocks_and_decodes_alike(self):
         # Same --cpu-kv-cache-space: a 2-byte cache halves bytes_per_block,
         # so the server reports twice the KV blocks (floor of twice, up to
-        # one more). Greedy tokens of this model (top logits far apart) do
-        # not move with the cache's rounding.
+        # one more), and an FP8 one twice bf16's again. Greedy tokens of
+        # this model (top logits far apart) do not move with the cache's
+        # rounding.
         seen = {}
-        for kv in ("auto", "bfloat16"):
+        for kv in ("auto", "bfloat16", "fp8"):
             with h.Server(self.model, "--kv-cache-dtype", kv, "--metrics-port", "-1") as server:
                 values, _ = h.scrape(server.metrics_port)
                 result = run([h.binary("pagoda-cli"), "--server", server.address, "generate",
@@ -221,6 +223,9 @@ class KvCacheDTypeTest(ServerTestBase):
         self.assertIn(bf16_blocks, (2 * f32_blocks, 2 * f32_blocks + 1))
         self.assertRegex(f32_tokens, r"^\d+( \d+){11}$")
         self.assertEqual(bf16_tokens, f32_tokens)
+        fp8_blocks, fp8_tokens = seen["fp8"]
+        self.assertIn(fp8_blocks, (2 * bf16_blocks, 2 * bf16_blocks + 1))
+        self.assertEqual(fp8_tokens, f32_tokens)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 // its CPU pagoda-worker(s) serves twelve concurrent greedy requests on a
 // tiny AWQ, GPTQ act-order, compressed-tensors W8A16 or W8A8 int8, or FP8
 // model (made by tests/reference/make_quantized_model.py as the tools pack
-// them; online FP8: a dense model served with --quantization fp8), with a KV
+// them; online FP8: a dense model served with --quantization fp8; FP8 with
+// an FP8 KV cache and its scales), with a KV
 // cache too small for all of them (so sequences are preempted and
 // recomputed), and at tensor-parallel size 2; every request's tokens must be
 // the float64 reference's over the exactly dequantized weights
@@ -48,6 +49,8 @@ struct Format {
   // each rank quantizes its slice of o_proj's and down_proj's input rows on
   // its own, as vLLM does, and the reference does so too.
   bool per_token_inputs = false;
+  // --kv-cache-dtype ("" for auto); the reference emulates an fp8 cache.
+  std::string kv_cache_dtype;
   bool online() const { return checkpoint == "none"; }
 };
 void PrintTo(const Format& format, std::ostream* os) { *os << format.name; }
@@ -79,7 +82,10 @@ class QuantizedServiceTest : public ::testing::TestWithParam<Format> {
     absl::StatusOr<std::string> out = RunCommand(absl::StrCat(
         PythonBinary(), " tests/reference/quantized_reference.py generate-batch", " --model ",
         model_dir_, " --requests ", model_dir_, "/requests.json --tensor-parallel-size ", tp,
-        GetParam().online() ? absl::StrCat(" --quantization ", GetParam().method) : ""));
+        GetParam().online() ? absl::StrCat(" --quantization ", GetParam().method) : "",
+        GetParam().kv_cache_dtype.empty()
+            ? ""
+            : absl::StrCat(" --kv-cache-dtype ", GetParam().kv_cache_dtype)));
     ASSERT_TRUE(out.ok()) << out.status();
     reference_ = nlohmann::json::parse(*out).get<std::vector<std::vector<int32_t>>>();
     ASSERT_EQ(reference_.size(), static_cast<size_t>(kRequests));
@@ -97,6 +103,9 @@ class QuantizedServiceTest : public ::testing::TestWithParam<Format> {
                                      "--metrics-port=-1"};
     args.insert(args.end(), extra.begin(), extra.end());
     if (GetParam().online()) args.push_back(absl::StrCat("--quantization=", GetParam().method));
+    if (!GetParam().kv_cache_dtype.empty()) {
+      args.push_back(absl::StrCat("--kv-cache-dtype=", GetParam().kv_cache_dtype));
+    }
     auto server = ServerProcess::Start(PAGODA_SERVER_BINARY, args, absl::Seconds(60));
     EXPECT_TRUE(server.ok()) << server.status();
     if (!server.ok()) return nullptr;
@@ -166,9 +175,19 @@ const Format kW8A16{"ct_w8a16_channel", "--format ct --bits 8 --group-size -1",
 const Format kW8A8{"ct_w8a8_int8", "--format ct-w8a8", "compressed-tensors", "compressed-tensors",
                    true};
 const Format kOnlineFp8{"online_fp8", "--format dense", "fp8", "none", true};
+// FP8 weights and inputs with an FP8 KV cache (issue 45's KV cache): the
+// checkpoint's per-layer k_scale / v_scale (compressed-tensors'
+// kv_cache_scheme) divide K and V before E4M3 rounding, as the reference
+// emulates; a kernel that dropped or misplaced a scale changes the tokens.
+const Format kFp8KvCache{"ct_fp8_kv_cache_fp8",
+                         "--format ct-fp8 --kv-scales",
+                         "compressed-tensors",
+                         "compressed-tensors",
+                         true,
+                         "fp8"};
 
 INSTANTIATE_TEST_SUITE_P(Formats, QuantizedServiceTest,
-                         ::testing::Values(kAwq, kGptq, kW8A16, kW8A8, kOnlineFp8),
+                         ::testing::Values(kAwq, kGptq, kW8A16, kW8A8, kOnlineFp8, kFp8KvCache),
                          [](const ::testing::TestParamInfo<Format>& info) {
                            return info.param.name;
                          });

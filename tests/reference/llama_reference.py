@@ -135,6 +135,10 @@ class Model:
   # Projection prefix -> what a W8A8 format does to its input (x -> the
   # quantized-dequantized x), set by quantized_reference.py.
   input_quant: dict = dataclasses.field(default_factory=dict)
+  # (k, v, layer) -> (k, v) as the KV cache holds them (after rotary), or
+  # None for a cache that holds them exactly; set by quantized_reference.py
+  # for --kv-cache-dtype fp8.
+  kv_cache: object = None
 
 
 def _as_list(value):
@@ -230,6 +234,8 @@ def attention(model, x, layer):
   v = _linear(model, x, pre + "v_proj").reshape(t, nkv, hd)
   q = apply_rope(q, positions, model.inv_freq)
   k = apply_rope(k, positions, model.inv_freq)
+  if model.kv_cache is not None:
+    k, v = model.kv_cache(k, v, layer)
   # GQA: query head h reads kv head h // (nh / nkv).
   group = nh // nkv
   k = np.repeat(k, group, axis=1)

@@ -35,6 +35,9 @@ Usage: make_quantized_model.py --out DIR --format awq|gptq|ct|ct-w8a8|ct-fp8|fp8
   [--bits 4|8] [--group-size G|-1] [--sym] [--desc-act] [--v2] [--seed S]
   [--weight-strategy channel|tensor] [--activations dynamic|static|none]
   [--ignore MODULE]  (compressed-tensors: left dense, in the ignore list)
+  [--kv-scales]  (an FP8 KV cache's per-layer self_attn.k_scale and v_scale,
+                 [] f32, as llm-compressor's kv_cache_scheme writes them;
+                 compressed-tensors configs gain the kv_cache_scheme)
   [--drop NAME] [--as-f32 NAME]  (broken checkpoints for error tests)
   [any make_tiny_model.py flag after --]
 
@@ -281,6 +284,7 @@ def main(argv):
   parser.add_argument("--desc-act", action="store_true")
   parser.add_argument("--v2", action="store_true")
   parser.add_argument("--seed", type=int, default=0)
+  parser.add_argument("--kv-scales", action="store_true")
   parser.add_argument("--drop", action="append", default=[])
   parser.add_argument("--as-f32", action="append", default=[])
   parser.add_argument("maker_flags", nargs="*")
@@ -311,6 +315,12 @@ def main(argv):
         tensors[f"{module}.{suffix}"] = array
     else:
       tensors[name] = dense[name].astype(np.float32)
+  if args.kv_scales:
+    layers = sorted({int(n.split(".")[2]) for n in tensors if n.startswith("model.layers.")})
+    for layer in layers:
+      for which in ("k", "v"):
+        tensors[f"model.layers.{layer}.self_attn.{which}_scale"] = np.array(
+            rng.uniform(0.005, 0.05), dtype=np.float32)
   for name in args.drop:
     del tensors[name]
   for name in args.as_f32:
@@ -321,6 +331,10 @@ def main(argv):
     config = json.load(f)
   if args.format != "dense":
     config["quantization_config"] = quantization_config(args)
+    if args.kv_scales and config["quantization_config"]["quant_method"] == "compressed-tensors":
+      config["quantization_config"]["kv_cache_scheme"] = {
+          "num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": False,
+          "symmetric": True}
   with open(config_path, "w") as f:
     json.dump(config, f, indent=2)
 

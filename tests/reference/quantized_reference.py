@@ -21,6 +21,12 @@ input_scale (q/k/v and gate/up share their largest, as vLLM fuses them).
 --quantization fp8 over a dense checkpoint quantizes every decoder
 projection per tensor at load (s = max|W| / 448 in float32, W / s in
 float32 rounded to E4M3) with dynamic per-token FP8 inputs.
+--kv-cache-dtype fp8 emulates an FP8 E4M3 KV cache: every cached key and
+value (keys after rotary) becomes e4m3_round(k / k_scale) * k_scale (the
+same with v_scale), the layer's scales read from the checkpoint under the
+names vLLM loads (self_attn.k_scale / v_scale, else k_proj / v_proj
+.output_scale, else self_attn.kv_scale for both; one of a pair serves
+both), 1.0 where there are none.
 With --tensor-parallel-size N the row-parallel projections (o_proj,
 down_proj) quantize each of the N equal slices of a token row on its own,
 as each rank does with its slice in vLLM (and in Pagoda).
@@ -238,10 +244,39 @@ def dequantize(model, tp=1):
   return model
 
 
-def load_model(model_dir, quantization="", tp=1):
+KV_SCALE_NAMES = (("k_scale", "v_scale"), ("k_proj.output_scale", "v_proj.output_scale"),
+                  ("kv_scale", "kv_scale"))
+
+
+def kv_cache_scales(weights, layer):
+  """(k_scale, v_scale) of a layer, by the names vLLM reads; 1.0 without."""
+  prefix = f"model.layers.{layer}.self_attn."
+  for k_name, v_name in KV_SCALE_NAMES:
+    k, v = weights.get(prefix + k_name), weights.get(prefix + v_name)
+    if k is not None or v is not None:
+      k = float(np.reshape(k if k is not None else v, -1)[0])
+      v = float(np.reshape(v if v is not None else k, -1)[0])
+      return k, v
+  return 1.0, 1.0
+
+
+def emulate_fp8_kv_cache(model):
+  scales = [kv_cache_scales(model.weights, layer) for layer in range(model.num_layers)]
+
+  def cached(k, v, layer):
+    k_scale, v_scale = scales[layer]
+    return e4m3_round(k / k_scale) * k_scale, e4m3_round(v / v_scale) * v_scale
+
+  model.kv_cache = cached
+  return model
+
+
+def load_model(model_dir, quantization="", tp=1, kv_cache_dtype="auto"):
   model = llama_reference.load_model(model_dir)
-  if quantization == "fp8" and "quantization_config" not in model.config:
-    return quantize_online_fp8(model, tp)
+  if kv_cache_dtype == "fp8":
+    emulate_fp8_kv_cache(model)
+  if "quantization_config" not in model.config:
+    return quantize_online_fp8(model, tp) if quantization == "fp8" else model
   return dequantize(model, tp)
 
 
@@ -255,8 +290,10 @@ def main(argv):
   parser.add_argument("--out")
   parser.add_argument("--quantization", default="")
   parser.add_argument("--tensor-parallel-size", type=int, default=1)
+  parser.add_argument("--kv-cache-dtype", choices=("auto", "fp8"), default="auto")
   args = parser.parse_args(argv)
-  model = load_model(args.model, args.quantization, args.tensor_parallel_size)
+  model = load_model(args.model, args.quantization, args.tensor_parallel_size,
+                     args.kv_cache_dtype)
   tokens = [int(x) for x in args.tokens.split(",") if x.strip()]
   if args.command == "generate-batch":
     with open(args.requests) as f:

@@ -9,6 +9,11 @@ namespace pagoda::worker::comm {
 absl::Status ValidateCollectiveArgs(const void* data, size_t count, DType dtype, int world_size,
                                     const char* what) {
   if (count == 0) return absl::OkStatus();
+  if (FindDTypeNames(dtype) == nullptr || FindDTypeNames(dtype)->kv_cache_only) {
+    // Collectives sum and gather activations; a KV cache type is no operand.
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": ", std::string(DTypeName(dtype)), " is a KV cache type only"));
+  }
   if (data == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": null data with count ", count));
   }

@@ -56,8 +56,9 @@ class CollectiveCommunicator {
 // fails as INVALID_ARGUMENT instead of an allocation of terabytes.
 inline constexpr size_t kMaxCollectiveBytes = size_t{1} << 32;  // 4 GiB per rank
 
-// Shared argument checks: null data with a nonzero count, count * size of
-// dtype * world over kMaxCollectiveBytes. `what` names the collective.
+// Shared argument checks: a KV-cache-only dtype (FP8), null data with a
+// nonzero count, count * size of dtype * world over kMaxCollectiveBytes.
+// `what` names the collective.
 absl::Status ValidateCollectiveArgs(const void* data, size_t count, DType dtype, int world_size,
                                     const char* what);
 

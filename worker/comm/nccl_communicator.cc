@@ -26,6 +26,8 @@ ncclDataType_t NcclType(DType dtype) {
       return ncclFloat16;
     case DType::kBF16:
       return ncclBfloat16;
+    case DType::kFp8E4M3:  // Refused by ValidateCollectiveArgs first.
+    case DType::kFp8E5M2:
     case DType::kF32:
       break;
   }

@@ -1,6 +1,6 @@
 // The CPU backend's paged attention against a plain contiguous float64
-// attention, over f32, bf16 and f16 KV caches, and its cache operations
-// (write, copy, swap) for exactness.
+// attention, over f32, bf16, f16 and FP8 E4M3 (with k/v scales) KV caches,
+// and its cache operations (write, copy, swap) for exactness.
 
 #include <algorithm>
 #include <cmath>
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/fp8.h"
 #include "gtest/gtest.h"
 #include "tests/support/step_batch_test_util.h"
 #include "worker/cache_engine.h"
@@ -45,14 +46,24 @@ std::vector<float> RandomVector(size_t n, std::mt19937& rng) {
   return out;
 }
 
-// `values` as a cache of `dtype` holds them: rounded to nearest even.
-std::vector<float> RoundTo(DType dtype, const std::vector<float>& values) {
+// `values` as a cache of `dtype` holds them: rounded to nearest even; for
+// FP8 with `scale`, E4M3(x / scale) (saturated) read back times scale.
+std::vector<float> RoundTo(DType dtype, const std::vector<float>& values, float scale = 1.0f) {
+  std::vector<float> scaled = values;
+  for (float& x : scaled) x /= scale;
   std::vector<char> narrow(values.size() * DTypeSize(dtype));
-  ConvertFromFloat(dtype, values.data(), values.size(), narrow.data());
+  ConvertFromFloat(dtype, scaled.data(), values.size(), narrow.data());
   std::vector<float> out(values.size());
   ConvertToFloat(dtype, narrow.data(), values.size(), out.data());
+  for (float& x : out) x *= scale;
   return out;
 }
+
+// An FP8 cache's scales (1 for the others).
+struct CacheScales {
+  float k = 1.0f;
+  float v = 1.0f;
+};
 
 // A FlatBatch carrying just what the cache ops and attention read.
 FlatBatch AttentionBatch(std::vector<int32_t> slots, std::vector<int32_t> query_start,
@@ -121,7 +132,8 @@ std::vector<double> ReferenceAttention(const std::vector<float>& query, int quer
 double MaxAttentionError(const AttentionShape& shape, const std::vector<SequenceCase>& sequences,
                          uint32_t seed, DType cache_dtype = DType::kF32,
                          std::vector<float>* output_copy = nullptr,
-                         const SimdKernels* kernels = nullptr, int query_row_padding = 0) {
+                         const SimdKernels* kernels = nullptr, int query_row_padding = 0,
+                         CacheScales scales = {}) {
   std::mt19937 rng(seed);
   auto backend = CreateCpuBackend();
   const int bs = shape.block_size;
@@ -144,7 +156,9 @@ double MaxAttentionError(const AttentionShape& shape, const std::vector<Sequence
                            .dtype = cache_dtype,
                            .num_kv_heads = shape.num_kv_heads,
                            .block_size = bs,
-                           .head_dim = shape.head_dim};
+                           .head_dim = shape.head_dim,
+                           .k_scale = scales.k,
+                           .v_scale = scales.v};
 
   const size_t kv_row = static_cast<size_t>(shape.num_kv_heads) * shape.head_dim;
   const size_t q_row = static_cast<size_t>(shape.num_heads) * shape.head_dim;
@@ -165,8 +179,8 @@ double MaxAttentionError(const AttentionShape& shape, const std::vector<Sequence
     std::vector<int32_t> slots(seq.context_len);
     for (int t = 0; t < seq.context_len; ++t) slots[t] = table[t / bs] * bs + t % bs;
     WriteRows(*backend, keys.back(), values.back(), slots, cache);
-    keys.back() = RoundTo(cache_dtype, keys.back());
-    values.back() = RoundTo(cache_dtype, values.back());
+    keys.back() = RoundTo(cache_dtype, keys.back(), scales.k);
+    values.back() = RoundTo(cache_dtype, values.back(), scales.v);
     queries.push_back(RandomVector(seq.query_len * q_row, rng));
     // Each token's row, then `query_row_padding` floats attention must skip
     // (the k and v of a fused QKV row).
@@ -267,7 +281,7 @@ TEST(CpuPagedAttentionTest, QueryRowsThroughTheFusedProductsStride) {
 TEST(CpuPagedAttentionTest, EveryLevelMatchesReference) {
   const std::vector<std::pair<int, int>> heads = {{8, 2}, {8, 1}, {6, 1}, {9, 1}};
   for (SimdLevel level : SupportedSimdLevels()) {
-    for (DType dtype : {DType::kF32, DType::kF16}) {
+    for (DType dtype : {DType::kF32, DType::kF16, DType::kFp8E4M3}) {
       for (int head_dim : {3, 24, 64}) {
         for (auto [num_heads, num_kv_heads] : heads) {
           const AttentionShape shape{16, head_dim, num_heads, num_kv_heads};
@@ -316,6 +330,90 @@ TEST(CpuPagedAttentionTest, SixteenBitCachesStayNearTheF32Cache) {
     EXPECT_LT(max_diff, tolerance) << DTypeName(dtype);
     EXPECT_GT(max_diff, 0.0) << DTypeName(dtype) << ": the cache was not narrowed";
   }
+}
+
+// An FP8 cache read at every level, both paths (row by row: the plain
+// level, which has no panel kernels, and decodes below AVX-512's
+// blocked_attention_min_rows; blocked otherwise), against the float64
+// reference over E4M3(k / k_scale) * k_scale and the same for v: the scales
+// folded into the query scale and the softmax weights must give what
+// scaling every element would, up to f32 rounding. Scales of 1, small ones
+// (codes up to 64 and 256) and one that saturates K at +-448 (inputs are in
+// [-1, 1], 1 / 512 makes every |k| > 0.875 saturate in E4M3). E5M2 with
+// the small scales.
+TEST(CpuPagedAttentionTest, Fp8CacheWithScalesMatchesReferenceAtEveryLevel) {
+  const CacheScales scale_cases[] = {{1.0f, 1.0f}, {1.0f / 64, 1.0f / 256}, {1.0f / 512, 0.3f}};
+  for (SimdLevel level : SupportedSimdLevels()) {
+    for (DType dtype : {DType::kFp8E4M3, DType::kFp8E5M2}) {
+      for (auto [head_dim, block] : {std::pair{64, 8}, std::pair{80, 16}, std::pair{128, 32}}) {
+        for (const CacheScales& scales : scale_cases) {
+          // E5M2 shares every path with E4M3 but the widening: one case.
+          if (dtype == DType::kFp8E5M2 && scales.k != scale_cases[1].k) continue;
+          const AttentionShape shape{block, head_dim, 8, 2};
+          // Contexts crossing blocks; decodes and prompts, one after a prefix.
+          const std::vector<SequenceCase> sequences = {{1, 1}, {75, 1}, {40, 40}, {70, 13}};
+          EXPECT_LT(MaxAttentionError(shape, sequences, 31, dtype, nullptr, &SimdKernelsFor(level),
+                                      0, scales),
+                    2e-5)
+              << SimdLevelName(level) << " " << DTypeName(dtype) << " head_dim " << head_dim
+              << " block " << block << " scales " << scales.k << " " << scales.v;
+        }
+      }
+    }
+  }
+}
+
+// Against the f32 cache, an FP8 cache moves the outputs by its rounding
+// (E4M3: 3 mantissa bits, half a step is 1/16 of a value; E5M2: 2 bits),
+// averaged by attention: within 0.05 (E4M3) and 0.1 (E5M2) for inputs in
+// [-1, 1], but not zero.
+TEST(CpuPagedAttentionTest, Fp8CacheStaysNearTheF32Cache) {
+  const AttentionShape shape{16, 128, 8, 2};
+  const std::vector<SequenceCase> sequences = {{1, 1}, {200, 1}, {64, 64}, {90, 7}};
+  std::vector<float> f32_out, out;
+  ASSERT_LT(MaxAttentionError(shape, sequences, 11, DType::kF32, &f32_out), 2e-5);
+  for (const auto& [dtype, tolerance] :
+       {std::pair{DType::kFp8E4M3, 0.05}, std::pair{DType::kFp8E5M2, 0.1}}) {
+    ASSERT_LT(MaxAttentionError(shape, sequences, 11, dtype, &out), 2e-5);
+    double max_diff = 0.0;
+    for (size_t i = 0; i < out.size(); ++i) {
+      max_diff = std::max(max_diff, std::abs(static_cast<double>(out[i]) - f32_out[i]));
+    }
+    EXPECT_LT(max_diff, tolerance) << DTypeName(dtype);
+    EXPECT_GT(max_diff, 1e-3) << DTypeName(dtype) << ": the cache was not narrowed";
+  }
+}
+
+// WriteKvCache divides by the layer's scales before rounding (as vLLM's
+// cache ops): the codes are E4M3(k / k_scale), E4M3(v / v_scale), saturated.
+TEST(CpuPagedAttentionTest, Fp8WriteDividesByTheScales) {
+  auto backend = CreateCpuBackend();
+  const int head_dim = 80, bs = 16;
+  auto keys = backend->Allocate(DType::kFp8E4M3, static_cast<size_t>(bs) * head_dim);
+  auto values = backend->Allocate(DType::kFp8E4M3, static_cast<size_t>(bs) * head_dim);
+  std::mt19937 rng(3);
+  std::vector<float> k = RandomVector(2 * head_dim, rng), v = RandomVector(2 * head_dim, rng);
+  k[5] = 300.0f;  // 300 / 0.5 = 600: saturates to 448.
+  WriteRows(*backend, k, v, {3, 9},
+            KvCacheLayer{.key = keys->raw(),
+                         .value = values->raw(),
+                         .dtype = DType::kFp8E4M3,
+                         .num_kv_heads = 1,
+                         .block_size = bs,
+                         .head_dim = head_dim,
+                         .k_scale = 0.5f,
+                         .v_scale = 1.0f / 128});
+  for (int t = 0; t < 2; ++t) {
+    const int slot = t == 0 ? 3 : 9;
+    for (int i = 0; i < head_dim; ++i) {
+      const auto* key_codes = static_cast<const uint8_t*>(keys->raw());
+      const auto* value_codes = static_cast<const uint8_t*>(values->raw());
+      ASSERT_EQ(key_codes[slot * head_dim + i], FloatToFp8E4M3(k[t * head_dim + i] / 0.5f)) << i;
+      ASSERT_EQ(value_codes[slot * head_dim + i], FloatToFp8E4M3(v[t * head_dim + i] * 128.0f))
+          << i;
+    }
+  }
+  EXPECT_EQ(Fp8E4M3ToFloat(static_cast<const uint8_t*>(keys->raw())[3 * head_dim + 5]), 448.0f);
 }
 
 TEST(CpuPagedAttentionTest, SingleTokenContextReturnsItsValue) {
@@ -489,7 +587,8 @@ TEST_P(CpuCacheOpsTest, SwapOutAndInRoundTripsExactly) {
 }
 
 INSTANTIATE_TEST_SUITE_P(CacheDTypes, CpuCacheOpsTest,
-                         testing::Values(DType::kF32, DType::kBF16, DType::kF16),
+                         testing::Values(DType::kF32, DType::kBF16, DType::kF16, DType::kFp8E4M3,
+                                         DType::kFp8E5M2),
                          [](const testing::TestParamInfo<DType>& info) {
                            return std::string(DTypeName(info.param));
                          });

@@ -13,7 +13,7 @@ namespace {
 constexpr int kBlockRows = 48;
 
 // One (sequence, kv head) of PagedAttention: where its K/V rows are and how
-// to read them (16-bit caches are widened to f32 by the kernels).
+// to read them (16-bit and FP8 caches are widened to f32 by the kernels).
 struct AttentionItem {
   const SimdKernels* simd;
   const char* key_cache;
@@ -31,7 +31,10 @@ struct AttentionItem {
   int q_len;
   size_t query_stride;   // Floats between two query tokens' rows.
   size_t output_stride;  // The same for the (contiguous) output.
+  // The score scale with an FP8 cache's k_scale folded in, and v_scale,
+  // which scales the softmax weights (the kernels read the codes' values).
   float scale;
+  float value_scale;
 
   // Byte offset of context token j's row for this kv head. Rows of one
   // cache block follow each other, head_dim elements apart.
@@ -72,7 +75,8 @@ AttentionItem MakeItem(const SimdKernels& simd, const PagedAttentionParams& p, i
       .query_stride = static_cast<size_t>(
           p.query_token_stride != 0 ? p.query_token_stride : int64_t{p.num_heads} * cache.head_dim),
       .output_stride = static_cast<size_t>(p.num_heads) * cache.head_dim,
-      .scale = p.scale};
+      .scale = p.scale * cache.k_scale,
+      .value_scale = cache.v_scale};
 }
 
 // ---- Row by row ----
@@ -125,7 +129,8 @@ void WeightValues(const AttentionItem& at, int position, float* scores, float* o
       row_scores[j] *= at.scale;
       max_score = std::max(max_score, row_scores[j]);
     }
-    const float inv = 1.0f / at.simd->exp_sum(row_scores, max_score, row_scores, position + 1);
+    const float inv =
+        at.value_scale / at.simd->exp_sum(row_scores, max_score, row_scores, position + 1);
     for (int j = 0; j <= position; ++j) row_scores[j] *= inv;
   }
   std::fill_n(output, static_cast<size_t>(at.group) * head_dim, 0.0f);
@@ -237,7 +242,8 @@ void SoftmaxChunk(const AttentionItem& at, BlockScratch& b, int keys) {
 }
 
 // outputs += weights x V of keys [first, first + keys), a piece at a time,
-// read in place (16-bit caches widened first), 16 output columns at a time.
+// read in place (16-bit and FP8 caches widened first), 16 output columns at
+// a time.
 void AccumulateValues(const AttentionItem& at, BlockScratch& b, int first, int keys) {
   const int head_dim = at.head_dim;
   for (int offset = 0, piece = 0; offset < keys; offset += piece) {
@@ -281,7 +287,7 @@ void AttendQueryBlock(const AttentionItem& at, const float* query_base, float* o
     float* dst = output_base + at.FirstOutputRowOf(first + t);
     for (int g = 0; g < at.group; ++g) {
       const int r = t * at.group + g;
-      const float inv = 1.0f / b.sum[r];
+      const float inv = at.value_scale / b.sum[r];
       const float* out = b.outputs.data() + static_cast<size_t>(r) * head_dim;
       for (int d = 0; d < head_dim; ++d) dst[g * head_dim + d] = out[d] * inv;
     }

@@ -24,13 +24,15 @@ namespace pagoda::worker {
 //   of up to 64, taken in pieces of up to 16 inside one cache block. A
 //   piece's scores are one gemm6x16 over its K packed once (pack16), its
 //   values one gemm6x16 per 16 output columns reading V in place (widened
-//   first for a 16-bit cache); the softmax is online, once per chunk
+//   first for a 16-bit or FP8 cache); the softmax is online, once per chunk
 //   (running max and sum per row, FlashAttention's rescaling), so scratch is
 //   a block's, never the context's, and K/V are read once per query block
 //   instead of once per query token;
 // - row by row otherwise: each query token's scores over its whole context,
 //   then the values weighted by their softmax.
-// Both take exponentials with the level's exp_sum.
+// Both take exponentials with the level's exp_sum. An FP8 cache's k_scale
+// multiplies the score scale and its v_scale the softmax weights, so the
+// kernels read the codes' values and never the scales.
 //
 // REQUIRES: p's batch and cache are valid for the step (FlattenStepPlan
 // checked them); item < num_seqs * num_kv_heads. Thread safety: items may

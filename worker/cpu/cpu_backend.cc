@@ -189,6 +189,13 @@ class CpuBackend final : public Backend {
     const SimdKernels::NarrowFn narrow = simd_.narrow(cache.dtype);
     char* key_cache = static_cast<char*>(cache.key);
     char* value_cache = static_cast<char*>(cache.value);
+    // An FP8 cache's rows are x / scale (divided, as vLLM's cache ops do).
+    std::vector<float> scaled(cache.k_scale == 1.0f && cache.v_scale == 1.0f ? 0 : head_dim);
+    auto write_row = [&](const float* row, float scale, char* out) {
+      if (scale == 1.0f) return narrow(row, out, head_dim);
+      for (int i = 0; i < head_dim; ++i) scaled[i] = row[i] / scale;
+      narrow(scaled.data(), out, head_dim);
+    };
     for (int t = 0; t < batch.num_tokens; ++t) {
       const int64_t block = batch.slot_mapping[t] / cache.block_size;
       const int64_t offset = batch.slot_mapping[t] % cache.block_size;
@@ -197,8 +204,8 @@ class CpuBackend final : public Backend {
             static_cast<size_t>(t) * token_stride + static_cast<size_t>(h) * head_dim;
         const size_t dst = block * block_elements +
                            (static_cast<size_t>(h) * cache.block_size + offset) * head_dim;
-        narrow(k + src, key_cache + dst * width, head_dim);
-        narrow(v + src, value_cache + dst * width, head_dim);
+        write_row(k + src, cache.k_scale, key_cache + dst * width);
+        write_row(v + src, cache.v_scale, value_cache + dst * width);
       }
     }
   }

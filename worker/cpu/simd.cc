@@ -6,7 +6,6 @@
 
 #include <cpuid.h>
 
-
 namespace pagoda::worker {
 
 std::string_view SimdLevelName(SimdLevel level) {
@@ -48,6 +47,10 @@ SimdKernels::DotFn SimdKernels::dot(DType dtype) const {
       return dot_bf16;
     case DType::kF16:
       return dot_f16;
+    case DType::kFp8E4M3:
+      return dot_fp8e4m3;
+    case DType::kFp8E5M2:
+      return dot_fp8e5m2;
     case DType::kF32:
       break;
   }
@@ -60,6 +63,10 @@ SimdKernels::Score4Fn SimdKernels::score4(DType dtype) const {
       return score4_bf16;
     case DType::kF16:
       return score4_f16;
+    case DType::kFp8E4M3:
+      return score4_fp8e4m3;
+    case DType::kFp8E5M2:
+      return score4_fp8e5m2;
     case DType::kF32:
       break;
   }
@@ -72,6 +79,10 @@ SimdKernels::Tile4Fn SimdKernels::tile4(DType dtype) const {
       return tile4_bf16;
     case DType::kF16:
       return tile4_f16;
+    case DType::kFp8E4M3:
+      return tile4_fp8e4m3;
+    case DType::kFp8E5M2:
+      return tile4_fp8e5m2;
     case DType::kF32:
       break;
   }
@@ -84,6 +95,10 @@ SimdKernels::WidenFn SimdKernels::widen(DType dtype) const {
       return widen_bf16;
     case DType::kF16:
       return widen_f16;
+    case DType::kFp8E4M3:
+      return widen_fp8e4m3;
+    case DType::kFp8E5M2:
+      return widen_fp8e5m2;
     case DType::kF32:
       break;
   }
@@ -96,6 +111,10 @@ SimdKernels::NarrowFn SimdKernels::narrow(DType dtype) const {
       return narrow_bf16;
     case DType::kF16:
       return narrow_f16;
+    case DType::kFp8E4M3:
+      return narrow_fp8e4m3;
+    case DType::kFp8E5M2:
+      return narrow_fp8e5m2;
     case DType::kF32:
       break;
   }
@@ -108,6 +127,10 @@ SimdKernels::Weigh4Fn SimdKernels::weigh4(DType dtype) const {
       return weigh4_bf16;
     case DType::kF16:
       return weigh4_f16;
+    case DType::kFp8E4M3:
+      return weigh4_fp8e4m3;
+    case DType::kFp8E5M2:
+      return weigh4_fp8e5m2;
     case DType::kF32:
       break;
   }
@@ -120,6 +143,10 @@ SimdKernels::Pack16Fn SimdKernels::pack16(DType dtype) const {
       return pack16_bf16;
     case DType::kF16:
       return pack16_f16;
+    case DType::kFp8E4M3:
+      return pack16_fp8e4m3;
+    case DType::kFp8E5M2:
+      return pack16_fp8e5m2;
     case DType::kF32:
       break;
   }

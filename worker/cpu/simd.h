@@ -28,12 +28,18 @@ SimdLevel BestSimdLevel();
 // The inner loops of the CPU backend at one level. Every function accumulates
 // in f32 whatever the stored type, and accepts any n >= 0 (no alignment or
 // multiple-of-width requirement). `w` pointers point at `n` elements of the
-// table's weight dtype (f32, or the uint16 bit patterns of f16 / bf16).
+// table's weight dtype (f32, or the uint16 bit patterns of f16 / bf16, or
+// the bytes of FP8 E4M3 or E5M2: the KV cache's only, but every kernel has
+// them so that the attention paths and the tests treat every cache dtype
+// alike; codes widen to their exact values, but an E4M3 NaN code at the
+// vector levels, which gives +-480).
 struct SimdKernels {
   // sum_i a[i] * b[i], a of the kernel's weight dtype, b f32.
   float (*dot_f32)(const void* a, const float* b, size_t n);
   float (*dot_bf16)(const void* a, const float* b, size_t n);
   float (*dot_f16)(const void* a, const float* b, size_t n);
+  float (*dot_fp8e4m3)(const void* a, const float* b, size_t n);
+  float (*dot_fp8e5m2)(const void* a, const float* b, size_t n);
   // s[r * ld_s + j] = sum_i x[j * ld_x + i] * q[r * ld_q + i] for r < rows
   // (1..4), j < keys, i < n, x of the kernel's dtype: attention's scores of
   // `keys` rows of K for up to four query heads. Each load (and widening)
@@ -44,6 +50,10 @@ struct SimdKernels {
                       size_t ld_q, int rows, float* s, size_t ld_s);
   void (*score4_f16)(const void* x, size_t ld_x, size_t keys, size_t n, const float* q, size_t ld_q,
                      int rows, float* s, size_t ld_s);
+  void (*score4_fp8e4m3)(const void* x, size_t ld_x, size_t keys, size_t n, const float* q,
+                         size_t ld_q, int rows, float* s, size_t ld_s);
+  void (*score4_fp8e5m2)(const void* x, size_t ld_x, size_t keys, size_t n, const float* q,
+                         size_t ld_q, int rows, float* s, size_t ld_s);
   // y[r * ld_y + c] = sum_i w[c * ld_w + i] * x[r * ld_x + i] for r < rows,
   // c < 4, rows in [1, 4]: a 4-output-feature by `rows`-token tile of a
   // Linear, `w` four weight rows `ld_w` elements apart. Each weight load is
@@ -54,15 +64,25 @@ struct SimdKernels {
                      float* y, size_t ld_y);
   void (*tile4_f16)(const void* w, size_t ld_w, const float* x, size_t ld_x, size_t n, int rows,
                     float* y, size_t ld_y);
+  void (*tile4_fp8e4m3)(const void* w, size_t ld_w, const float* x, size_t ld_x, size_t n, int rows,
+                        float* y, size_t ld_y);
+  void (*tile4_fp8e5m2)(const void* w, size_t ld_w, const float* x, size_t ld_x, size_t n, int rows,
+                        float* y, size_t ld_y);
   // out[i] = float(a[i]): a weight tile widened for an f32 GEMM.
   void (*widen_f32)(const void* a, float* out, size_t n);
   void (*widen_bf16)(const void* a, float* out, size_t n);
   void (*widen_f16)(const void* a, float* out, size_t n);
+  void (*widen_fp8e4m3)(const void* a, float* out, size_t n);
+  void (*widen_fp8e5m2)(const void* a, float* out, size_t n);
   // out[i] = a[i] rounded to the kernel's dtype (nearest even, as
-  // ConvertFromFloat): K/V rows written into a 16-bit KV cache.
+  // ConvertFromFloat): K/V rows written into a 16-bit or FP8 KV cache
+  // (FP8: E4M3 saturated to +-448, E5M2 to +-57344, a scalar loop at every
+  // level: one row a token and layer is no hot path).
   void (*narrow_f32)(const float* a, void* out, size_t n);
   void (*narrow_bf16)(const float* a, void* out, size_t n);
   void (*narrow_f16)(const float* a, void* out, size_t n);
+  void (*narrow_fp8e4m3)(const float* a, void* out, size_t n);
+  void (*narrow_fp8e5m2)(const float* a, void* out, size_t n);
   // y[r * ld_y + i] += sum_j w[r * ld_w + j] * x[j * ld_x + i] for r < rows
   // (1..4), i < n, j < keys, x of the kernel's dtype: attention's values
   // (`keys` rows of V, `n` wide) weighted for up to four query heads. Each
@@ -74,6 +94,10 @@ struct SimdKernels {
                       size_t ld_w, int rows, float* y, size_t ld_y);
   void (*weigh4_f16)(const void* x, size_t ld_x, size_t keys, size_t n, const float* w, size_t ld_w,
                      int rows, float* y, size_t ld_y);
+  void (*weigh4_fp8e4m3)(const void* x, size_t ld_x, size_t keys, size_t n, const float* w,
+                         size_t ld_w, int rows, float* y, size_t ld_y);
+  void (*weigh4_fp8e5m2)(const void* x, size_t ld_x, size_t keys, size_t n, const float* w,
+                         size_t ld_w, int rows, float* y, size_t ld_y);
 
   // The panel kernels of a blocked matrix product (prefill, attention over
   // many queries); null at a level that has none (plain), where callers keep
@@ -86,6 +110,8 @@ struct SimdKernels {
   void (*pack16_f32)(const void* w, size_t ld_w, int cols, size_t depth, float* packed);
   void (*pack16_bf16)(const void* w, size_t ld_w, int cols, size_t depth, float* packed);
   void (*pack16_f16)(const void* w, size_t ld_w, int cols, size_t depth, float* packed);
+  void (*pack16_fp8e4m3)(const void* w, size_t ld_w, int cols, size_t depth, float* packed);
+  void (*pack16_fp8e5m2)(const void* w, size_t ld_w, int cols, size_t depth, float* packed);
   // y[r * ld_y + c] (+)= sum_k x[r * ld_x + k] * panel[k * ld_panel + c] for
   // r < rows (1..6), c < cols (1..16), k < depth; `accumulate` adds to y,
   // else overwrites it. REQUIRES: the panel's 16 columns are readable for

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "worker/cpu/fp8_simd.h"
 #include "worker/cpu/simd_levels.h"
 
 namespace pagoda::worker::simd_internal {
@@ -24,6 +25,13 @@ template <DType kType>
 PAGODA_AVX2 inline __m256 Load8(const void* p, size_t i) {
   if constexpr (kType == DType::kF32) {
     return _mm256_loadu_ps(static_cast<const float*>(p) + i);
+  } else if constexpr (kType == DType::kFp8E4M3) {
+    // Times 2^8 (exact) back to the code's value, so every kernel sees the
+    // values the plain level's table gives.
+    return _mm256_mul_ps(fp8_simd::E4M3x8ToFloatTimes2m8(static_cast<const uint8_t*>(p) + i),
+                         _mm256_set1_ps(256.0f));
+  } else if constexpr (kType == DType::kFp8E5M2) {
+    return fp8_simd::E5M2x8ToFloat(static_cast<const uint8_t*>(p) + i);
   } else {
     const __m128i raw =
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(p) + i));
@@ -385,6 +393,8 @@ template <DType kType>
 PAGODA_AVX2 void NarrowAvx2(const float* a, void* out, size_t n) {
   if constexpr (kType == DType::kF32) {
     std::memcpy(out, a, n * sizeof(float));
+  } else if constexpr (kType == DType::kFp8E4M3 || kType == DType::kFp8E5M2) {
+    NarrowPlain<kType>(a, out, n);
   } else {
     auto* bits = static_cast<uint16_t*>(out);
     size_t i = 0;
@@ -454,24 +464,38 @@ PAGODA_AVX2 void Weigh4Avx2(const void* x, size_t ld_x, size_t keys, size_t n, c
 constexpr SimdKernels kAvx2Kernels = {DotAvx2<DType::kF32>,
                                       DotAvx2<DType::kBF16>,
                                       DotAvx2<DType::kF16>,
+                                      DotAvx2<DType::kFp8E4M3>,
+                                      DotAvx2<DType::kFp8E5M2>,
                                       Score4Avx2<DType::kF32>,
                                       Score4Avx2<DType::kBF16>,
                                       Score4Avx2<DType::kF16>,
+                                      Score4Avx2<DType::kFp8E4M3>,
+                                      Score4Avx2<DType::kFp8E5M2>,
                                       Tile4Avx2<DType::kF32>,
                                       Tile4Avx2<DType::kBF16>,
                                       Tile4Avx2<DType::kF16>,
+                                      Tile4Avx2<DType::kFp8E4M3>,
+                                      Tile4Avx2<DType::kFp8E5M2>,
                                       WidenAvx2<DType::kF32>,
                                       WidenAvx2<DType::kBF16>,
                                       WidenAvx2<DType::kF16>,
+                                      WidenAvx2<DType::kFp8E4M3>,
+                                      WidenAvx2<DType::kFp8E5M2>,
                                       NarrowAvx2<DType::kF32>,
                                       NarrowAvx2<DType::kBF16>,
                                       NarrowAvx2<DType::kF16>,
+                                      NarrowAvx2<DType::kFp8E4M3>,
+                                      NarrowAvx2<DType::kFp8E5M2>,
                                       Weigh4Avx2<DType::kF32>,
                                       Weigh4Avx2<DType::kBF16>,
                                       Weigh4Avx2<DType::kF16>,
+                                      Weigh4Avx2<DType::kFp8E4M3>,
+                                      Weigh4Avx2<DType::kFp8E5M2>,
                                       Pack16Avx2<DType::kF32>,
                                       Pack16Avx2<DType::kBF16>,
                                       Pack16Avx2<DType::kF16>,
+                                      Pack16Avx2<DType::kFp8E4M3>,
+                                      Pack16Avx2<DType::kFp8E5M2>,
                                       Gemm6x16Avx2,
                                       ExpSumAvx2,
                                       SiluMulAvx2};

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "worker/cpu/fp8_simd.h"
 #include "worker/cpu/simd_levels.h"
 
 namespace pagoda::worker::simd_internal {
@@ -24,6 +25,12 @@ template <DType kType>
 PAGODA_AVX512 inline __m512 Load16(const void* p, size_t i) {
   if constexpr (kType == DType::kF32) {
     return _mm512_loadu_ps(static_cast<const float*>(p) + i);
+  } else if constexpr (kType == DType::kFp8E4M3) {
+    // Times 2^8 (exact) back to the code's value, as at AVX2.
+    return _mm512_mul_ps(fp8_simd::E4M3x16ToFloatTimes2m8(static_cast<const uint8_t*>(p) + i),
+                         _mm512_set1_ps(256.0f));
+  } else if constexpr (kType == DType::kFp8E5M2) {
+    return fp8_simd::E5M2x16ToFloat(static_cast<const uint8_t*>(p) + i);
   } else {
     const __m256i raw =
         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(p) + i));
@@ -214,6 +221,8 @@ template <DType kType>
 PAGODA_AVX512 void NarrowAvx512(const float* a, void* out, size_t n) {
   if constexpr (kType == DType::kF32) {
     std::memcpy(out, a, n * sizeof(float));
+  } else if constexpr (kType == DType::kFp8E4M3 || kType == DType::kFp8E5M2) {
+    NarrowPlain<kType>(a, out, n);
   } else {
     auto* bits = static_cast<uint16_t*>(out);
     size_t i = 0;
@@ -322,14 +331,19 @@ constexpr int kAvx512BlockedAttentionMinRows = 16;
 constexpr int64_t kAvx512PanelLinearBelowInFeatures = 256;
 SimdKernels MakeAvx512Kernels(const SimdKernels& avx2) {
   return {DotAvx512<DType::kF32>, DotAvx512<DType::kBF16>, DotAvx512<DType::kF16>,
-          Score4Avx512<DType::kF32>, Score4Avx512<DType::kBF16>, Score4Avx512<DType::kF16>,
-          Tile4Avx512<DType::kF32>, Tile4Avx512<DType::kBF16>, Tile4Avx512<DType::kF16>,
+          DotAvx512<DType::kFp8E4M3>, DotAvx512<DType::kFp8E5M2>, Score4Avx512<DType::kF32>,
+          Score4Avx512<DType::kBF16>, Score4Avx512<DType::kF16>, Score4Avx512<DType::kFp8E4M3>,
+          Score4Avx512<DType::kFp8E5M2>, Tile4Avx512<DType::kF32>, Tile4Avx512<DType::kBF16>,
+          Tile4Avx512<DType::kF16>, Tile4Avx512<DType::kFp8E4M3>, Tile4Avx512<DType::kFp8E5M2>,
           WidenAvx512<DType::kF32>, WidenAvx512<DType::kBF16>, WidenAvx512<DType::kF16>,
-          NarrowAvx512<DType::kF32>, NarrowAvx512<DType::kBF16>, NarrowAvx512<DType::kF16>,
-          Weigh4Avx512<DType::kF32>, Weigh4Avx512<DType::kBF16>, Weigh4Avx512<DType::kF16>,
+          WidenAvx512<DType::kFp8E4M3>, WidenAvx512<DType::kFp8E5M2>, NarrowAvx512<DType::kF32>,
+          NarrowAvx512<DType::kBF16>, NarrowAvx512<DType::kF16>, NarrowAvx512<DType::kFp8E4M3>,
+          NarrowAvx512<DType::kFp8E5M2>, Weigh4Avx512<DType::kF32>, Weigh4Avx512<DType::kBF16>,
+          Weigh4Avx512<DType::kF16>, Weigh4Avx512<DType::kFp8E4M3>, Weigh4Avx512<DType::kFp8E5M2>,
           // The panel kernels: AVX2 code, valid here, for attention and the Linear
           // of small inputs.
-          avx2.pack16_f32, avx2.pack16_bf16, avx2.pack16_f16, avx2.gemm6x16,
+          avx2.pack16_f32, avx2.pack16_bf16, avx2.pack16_f16, avx2.pack16_fp8e4m3,
+          avx2.pack16_fp8e5m2, avx2.gemm6x16,
           avx2.exp_sum,  // AVX2 code, valid at this level.
           SiluMulAvx512,
           /*panel_linear_below_in_features=*/kAvx512PanelLinearBelowInFeatures,

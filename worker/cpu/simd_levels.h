@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "common/dtype.h"
+#include "common/fp8.h"
 #include "worker/cpu/simd.h"
 
 namespace pagoda::worker::simd_internal {
@@ -25,8 +26,13 @@ inline float Load(const void* p, size_t i) {
     return static_cast<const float*>(p)[i];
   } else if constexpr (kType == DType::kBF16) {
     return BFloat16ToFloat(bits[i]);
-  } else {
+  } else if constexpr (kType == DType::kF16) {
     return HalfToFloat(bits[i]);
+  } else if constexpr (kType == DType::kFp8E4M3) {
+    return Fp8E4M3ToFloat(static_cast<const uint8_t*>(p)[i]);  // A table of 256.
+  } else {
+    static_assert(kType == DType::kFp8E5M2);
+    return Fp8E5M2ToFloat(static_cast<const uint8_t*>(p)[i]);
   }
 }
 
@@ -73,6 +79,12 @@ template <DType kType>
 void NarrowPlain(const float* a, void* out, size_t n) {
   if constexpr (kType == DType::kF32) {
     std::memcpy(out, a, n * sizeof(float));
+  } else if constexpr (kType == DType::kFp8E4M3) {
+    auto* codes = static_cast<uint8_t*>(out);
+    for (size_t i = 0; i < n; ++i) codes[i] = FloatToFp8E4M3(a[i]);
+  } else if constexpr (kType == DType::kFp8E5M2) {
+    auto* codes = static_cast<uint8_t*>(out);
+    for (size_t i = 0; i < n; ++i) codes[i] = FloatToFp8E5M2(a[i]);
   } else {
     auto* bits = static_cast<uint16_t*>(out);
     for (size_t i = 0; i < n; ++i) {

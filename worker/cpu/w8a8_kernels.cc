@@ -4,7 +4,8 @@
 
 #include <array>
 
-#include "worker/quant/fp8.h"
+#include "common/fp8.h"
+#include "worker/cpu/fp8_simd.h"
 
 // The loops over token rows and unrolled chunks carry `#pragma GCC unroll`:
 // at -O2 GCC keeps an array of accumulators indexed by a loop it does not
@@ -86,25 +87,6 @@ PAGODA_W8A8_AVX2 void Int8DotAvx2Rows(const uint8_t* codes, const int8_t* x, siz
   for (int r = 0; r < kRows; ++r) dots[r] = SumInt32Avx2(acc[r]);
 }
 
-// E4M3 to f16 moves the exponent and mantissa down one bit under the sign
-// (f16 has one more exponent bit, bias 15 against 7): with the code in the
-// high byte of a 16-bit lane, an arithmetic shift by one does it and copies
-// the sign into bit 14, which the mask clears. Exact, subnormals included;
-// the value comes out scaled by 2^-8, which the caller multiplies back.
-// Three 256-bit integer operations, which run on more ports than 512-bit
-// ones, then vcvtph2ps.
-PAGODA_W8A8_AVX2 inline __m256i E4M3ToHalfTimes2m8(__m256i words) {
-  return _mm256_and_si256(_mm256_srai_epi16(_mm256_slli_epi16(words, 8), 1),
-                          _mm256_set1_epi16(static_cast<int16_t>(0xBFFF)));
-}
-
-PAGODA_W8A8_AVX2 inline __m256 Fp8ToFloatTimes2m8Avx2(const uint8_t* codes) {
-  const __m128i words = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes)));
-  const __m128i half = _mm_and_si128(_mm_srai_epi16(_mm_slli_epi16(words, 8), 1),
-                                     _mm_set1_epi16(static_cast<int16_t>(0xBFFF)));
-  return _mm256_cvtph_ps(half);
-}
-
 // Two chunks a step into separate sums: one token row's FMAs would
 // otherwise wait on each other's latency.
 template <int kRows>
@@ -116,7 +98,7 @@ PAGODA_W8A8_AVX2 void Fp8DotAvx2Rows(const uint8_t* codes, const float* x, size_
   for (int64_t i = 0; i < n; i += 16) {
 #pragma GCC unroll 4
     for (int u = 0; u < 2; ++u) {
-      const __m256 w = Fp8ToFloatTimes2m8Avx2(codes + i + 8 * u);
+      const __m256 w = fp8_simd::E4M3x8ToFloatTimes2m8(codes + i + 8 * u);
 #pragma GCC unroll 4
       for (int r = 0; r < kRows; ++r) {
         acc[u][r] = _mm256_fmadd_ps(w, _mm256_loadu_ps(x + r * ld_x + i + 8 * u), acc[u][r]);
@@ -173,11 +155,6 @@ PAGODA_W8A8_AVX512 void Int8DotAvx512Rows(const uint8_t* codes, const int8_t* x,
   for (int r = 0; r < kRows; ++r) dots[r] = _mm512_reduce_add_epi32(acc[r]);
 }
 
-PAGODA_W8A8_AVX512 inline __m512 Fp8ToFloatTimes2m8Avx512(const uint8_t* codes) {
-  return _mm512_cvtph_ps(E4M3ToHalfTimes2m8(
-      _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes)))));
-}
-
 // Four chunks a step into separate sums (one row's FMAs would otherwise
 // wait on each other's latency): 16 accumulators at four rows.
 template <int kRows>
@@ -192,7 +169,7 @@ PAGODA_W8A8_AVX512 void Fp8DotAvx512Rows(const uint8_t* codes, const float* x, s
   for (int64_t i = 0; i < n; i += 64) {
 #pragma GCC unroll 4
     for (int u = 0; u < 4; ++u) {
-      const __m512 w = Fp8ToFloatTimes2m8Avx512(codes + i + 16 * u);
+      const __m512 w = fp8_simd::E4M3x16ToFloatTimes2m8(codes + i + 16 * u);
 #pragma GCC unroll 4
       for (int r = 0; r < kRows; ++r) {
         acc[u][r] = _mm512_fmadd_ps(w, _mm512_loadu_ps(x + r * ld_x + i + 16 * u), acc[u][r]);

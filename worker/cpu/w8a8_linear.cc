@@ -5,9 +5,9 @@
 #include <limits>
 #include <vector>
 
+#include "common/fp8.h"
 #include "worker/cpu/host_memory.h"
 #include "worker/cpu/w8a8_kernels.h"
-#include "worker/quant/fp8.h"
 
 namespace pagoda::worker {
 namespace {

@@ -15,10 +15,10 @@
 #include <random>
 #include <vector>
 
+#include "common/fp8.h"
 #include "gtest/gtest.h"
 #include "worker/cpu/cpu_backend.h"
 #include "worker/cpu/w8a8_kernels.h"
-#include "worker/quant/fp8.h"
 
 namespace pagoda::worker {
 namespace {

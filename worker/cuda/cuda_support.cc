@@ -47,6 +47,12 @@ absl::StatusOr<DType> CudaServingDType(std::optional<DType> requested, DType che
 
 absl::StatusOr<DType> CudaKvCacheDType(std::optional<DType> requested, DType serving) {
   if (!requested.has_value() || *requested == serving) return serving;
+  if (*requested == DType::kFp8E4M3 || *requested == DType::kFp8E5M2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--kv-cache-dtype ", DTypeFlagName(*requested),
+        " is not supported on CUDA: its attention kernels cannot read an FP8 KV cache yet (use "
+        "auto, or serve it on the CPU worker)"));
+  }
   return absl::InvalidArgumentError(absl::StrCat("--kv-cache-dtype ", DTypeFlagName(*requested),
                                                  " is not supported on CUDA with --dtype ",
                                                  DTypeFlagName(serving), " (use auto)"));

@@ -53,7 +53,8 @@ DType CheckpointDType(std::string_view torch_dtype);
 
 // KV cache dtype on CUDA: --kv-cache-dtype (nullopt = auto = the serving
 // dtype). The attention kernels read the cache in the activation dtype, so
-// any other choice is INVALID_ARGUMENT.
+// any other choice is INVALID_ARGUMENT; FP8 (--kv-cache-dtype fp8) in its
+// own words: the kernels cannot read it yet.
 absl::StatusOr<DType> CudaKvCacheDType(std::optional<DType> requested, DType serving);
 
 // vLLM's profiling rule: of `total_bytes` of device memory,

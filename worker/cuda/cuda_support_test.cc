@@ -52,6 +52,16 @@ TEST(CudaSupportTest, KvCacheDTypeMustBeTheServingDType) {
   EXPECT_EQ(*CudaKvCacheDType(std::nullopt, DType::kBF16), DType::kBF16);
   EXPECT_EQ(*CudaKvCacheDType(DType::kF16, DType::kF16), DType::kF16);
   EXPECT_FALSE(CudaKvCacheDType(DType::kF32, DType::kBF16).ok());
+  // An FP8 cache the attention kernels cannot read: refused at load, whatever
+  // the serving dtype, naming the flag and the device.
+  for (DType serving : {DType::kBF16, DType::kF16}) {
+    EXPECT_EQ(CudaKvCacheDType(DType::kFp8E4M3, serving).status().message(),
+              "--kv-cache-dtype fp8_e4m3 is not supported on CUDA: its attention kernels cannot "
+              "read an FP8 KV cache yet (use auto, or serve it on the CPU worker)");
+    EXPECT_EQ(CudaKvCacheDType(DType::kFp8E5M2, serving).status().message(),
+              "--kv-cache-dtype fp8_e5m2 is not supported on CUDA: its attention kernels cannot "
+              "read an FP8 KV cache yet (use auto, or serve it on the CPU worker)");
+  }
 }
 
 TEST(CudaSupportTest, GraphsArePlannedForTheModelsContextUpToTheRopeTable) {

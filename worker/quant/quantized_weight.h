@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "worker/quant/fp8.h"
+#include "common/fp8.h"
 
 namespace pagoda::worker {
 

@@ -7,7 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "worker/quant/fp8.h"
+#include "common/fp8.h"
 #include "worker/quant/quant_readers.h"
 #include "worker/quant/quant_tensors.h"
 
