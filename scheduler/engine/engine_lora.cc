@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "scheduler/engine/engine.h"
+#include "scheduler/engine/finish_reason.h"
 
 namespace pagoda::scheduler {
 
@@ -34,7 +35,7 @@ void Engine::FailLoraRequests(const std::vector<LoraStepper::FailedLoad>& failed
     }
     for (const std::string& id : ids) {
       std::unique_ptr<SequenceGroup> group = scheduler_->AbortRequest(id);
-      FinishRequest(id, load.status, "error");
+      FinishRequest(id, load.status, kFinishReasonError);
       if (group != nullptr) RetireGroup(std::move(group));
     }
   }
