@@ -125,7 +125,9 @@ std::string KvEventPublisher::EncodeBatch(double timestamp, const KvEventBatch& 
   out.Array(3);
   out.Float64(timestamp);
   out.Array(events.size());
-  for (const KvEventBatch::Event& event : events.events()) WriteEvent(events, event, lora_name_of, out);
+  for (const KvEventBatch::Event& event : events.events()) {
+    WriteEvent(events, event, lora_name_of, out);
+  }
   out.Int(data_parallel_rank);
   return out.Take();
 }
