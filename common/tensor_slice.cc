@@ -18,8 +18,8 @@ absl::StatusOr<TensorView> CheckedView(const WeightStore& store, const std::stri
   absl::StatusOr<TensorView> view = store.GetFloat(name, expected_shape);
   if (!view.ok()) return view.status();
   if (axis >= view->shape.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("weight \"", name, "\" of shape ",
-                                                   ShapeString(view->shape), " has no axis ", axis));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "weight \"", name, "\" of shape ", ShapeString(view->shape), " has no axis ", axis));
   }
   const int64_t extent = view->shape[axis];
   if (begin < 0 || begin >= end || end > extent) {

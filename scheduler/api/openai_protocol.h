@@ -88,11 +88,10 @@ pagoda::v1::GenerateRequest PromptRequest(const OpenAiRequest& request, size_t i
 // json_object, disable_any_whitespace) become the request's constraint;
 // `ordered_body`, the same body parsed keeping key order (may be null), is
 // where schemas are read from, so properties keep the client's order.
-absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(const nlohmann::json& body, bool chat,
-                                                 int default_chat_max_tokens,
-                                                 const SamplingDefaults& defaults,
-                                                 const nlohmann::ordered_json* ordered_body = nullptr,
-                                                 ToolCallParser tool_parser = ToolCallParser::kNone);
+absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(
+    const nlohmann::json& body, bool chat, int default_chat_max_tokens,
+    const SamplingDefaults& defaults, const nlohmann::ordered_json* ordered_body = nullptr,
+    ToolCallParser tool_parser = ToolCallParser::kNone);
 // The same with no model defaults.
 absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(const nlohmann::json& body, bool chat,
                                                  int default_chat_max_tokens);

@@ -373,8 +373,8 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
 std::vector<FlagGroup> ServerFlagGroups() {
   return {
       {"Model",
-       {"model", "served_model_name", "dtype", "kv_cache_dtype", "quantization", "max_model_len", "chat_template",
-        "generation_config", "tool_call_parser"}},
+       {"model", "served_model_name", "dtype", "kv_cache_dtype", "quantization", "max_model_len",
+        "chat_template", "generation_config", "tool_call_parser"}},
       {"Front doors: gRPC, OpenAI HTTP, metrics",
        {"host", "port", "http_port", "http_max_connections", "http_io_threads", "metrics_port",
         "metrics_host", "api_key", "ssl_certfile", "ssl_keyfile", "ssl_ca_certs",
