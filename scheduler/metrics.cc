@@ -176,14 +176,14 @@ void ServerMetrics::Instruments::AddStateGauges(prometheus::Registry& r) {
   batch_size = AddGauge(r, "pagoda_batch_size", "Sequences in the last step.", labels);
   gpu_blocks_free = AddGauge(r, "pagoda_gpu_blocks_free", "Free KV blocks.", labels);
   gpu_blocks = AddGauge(r, "pagoda_gpu_blocks", "All KV blocks.", labels);
-  gpu_blocks_total = AddGauge(
-      r, "pagoda_gpu_blocks_total", "Deprecated (a gauge with a counter's name): pagoda_gpu_blocks.",
-      labels);
+  gpu_blocks_total =
+      AddGauge(r, "pagoda_gpu_blocks_total",
+               "Deprecated (a gauge with a counter's name): pagoda_gpu_blocks.", labels);
   cpu_blocks_free = AddGauge(r, "pagoda_cpu_blocks_free", "Free swap blocks.", labels);
   cpu_blocks = AddGauge(r, "pagoda_cpu_blocks", "All swap blocks.", labels);
-  cpu_blocks_total = AddGauge(
-      r, "pagoda_cpu_blocks_total", "Deprecated (a gauge with a counter's name): pagoda_cpu_blocks.",
-      labels);
+  cpu_blocks_total =
+      AddGauge(r, "pagoda_cpu_blocks_total",
+               "Deprecated (a gauge with a counter's name): pagoda_cpu_blocks.", labels);
   gpu_cache_usage =
       AddGauge(r, "pagoda_gpu_cache_usage_perc", "Fraction of KV blocks in use (0..1).", labels);
   kv_token_utilization =

@@ -2,8 +2,9 @@
 // that refuses bad input cheapest first: the flags (one ServerConfig, every
 // rule checked), the model's files and the rules that need them, the ports
 // (a busy one is found before any worker starts), the --lora-modules
-// adapters, metrics and KV events, the workers and their KV cache, then serving until SIGTERM/SIGINT, when it
-// drains. Each stage lives in scheduler/startup/.
+// adapters, metrics and KV events, the workers and their KV cache, then
+// serving until SIGTERM/SIGINT, when it drains. Each stage lives in
+// scheduler/startup/.
 //
 // After binding it prints "PAGODA_SERVER_LISTENING <port>" (and, with
 // metrics on, "PAGODA_METRICS_LISTENING <port>"; with spawned workers,

@@ -391,7 +391,9 @@ int Engine::ProcessOutputs(const SchedulerOutput& output,
   const absl::Time now = absl::Now();
   std::vector<RequestDelta> deltas = output_processor_->Process(output, sampled, accepted_drafts);
   scheduler_->CommitComputedBlocks(output);
-  if (speculator_ != nullptr) speculator_->ReleaseRejectedSlots(output, scheduler_->block_manager());
+  if (speculator_ != nullptr) {
+    speculator_->ReleaseRejectedSlots(output, scheduler_->block_manager());
+  }
   const int generated = StreamDeltas(deltas, now);
   FinishCompletedRequests();
   return generated;
