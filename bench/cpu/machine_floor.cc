@@ -145,32 +145,6 @@ __attribute__((target("avx512f"))) int64_t FmaAvx512Loop(int64_t iterations, flo
 
 }  // namespace
 
-double MeasurePiecewiseReadGbs(int threads) {
-  constexpr size_t kBytes = size_t{1} << 30, kPieceBytes = size_t{16} << 20;
-  constexpr int kPasses = 4;
-  auto* data = static_cast<float*>(AllocateHost(kBytes));
-  if (data == nullptr) return 0;
-  std::fill_n(data, kBytes / sizeof(float), 1.0f);
-  CollapseToHugePages(data, kBytes);
-  const SimdKernels& simd = BestSimdKernels();
-  const size_t piece = kPieceBytes / sizeof(float);
-  std::vector<double> best(kBytes / kPieceBytes, 1e30);
-  std::vector<float> sums(threads);
-  for (int pass = 0; pass < kPasses; ++pass) {
-    for (size_t k = 0; k < best.size(); ++k) {
-      const float* begin = data + k * piece;
-      best[k] = std::min(best[k], TimeThreads(threads, [&](int t) {
-                           const size_t from = piece * t / threads, to = piece * (t + 1) / threads;
-                           sums[t] = simd.dot_f32(begin + from, begin + from, to - from);
-                         }));
-    }
-  }
-  FreeHost(data, kBytes);
-  double seconds = 0;
-  for (double s : best) seconds += s;
-  return kBytes / seconds / 1e9;
-}
-
 ReadBandwidth MeasureReadBandwidth(int threads) {
   ReadBandwidth bandwidth;
   bandwidth.small_pages_gbs = SmallPagesGbs(threads);

@@ -21,14 +21,6 @@ struct ReadBandwidth {
 };
 ReadBandwidth MeasureReadBandwidth(int threads);
 
-// The same read bandwidth (host_memory.h's pages) measured for a loaded,
-// shared machine: a 1 GiB buffer (beyond any last-level cache) read in
-// 16 MiB pieces, each piece's best time over a few passes, summed. A whole
-// pass is rarely left alone by the other processes; one piece (a few ms)
-// often is, so the sum is the read time when not preempted. For figures
-// timed the same way (a sum of per-piece bests).
-double MeasurePiecewiseReadGbs(int threads);
-
 // GFLOP/s (a multiply-add counts two) of `threads` threads running
 // independent vector FMAs on registers at the best SIMD level: the compute
 // ceiling of a matrix product.
