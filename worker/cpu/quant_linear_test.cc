@@ -72,7 +72,8 @@ void ExpectMatches(Linear& linear, const QuantizedWeight& w, std::mt19937& rng,
                    const std::string& label) {
   ASSERT_EQ(linear.in_features(), w.in_features);
   ASSERT_EQ(linear.out_features(), w.out_features);
-  for (int rows : {1, 2, 3, 4, 5, 8, 9, 17}) {
+  // 40 rows: the dequantized-panel path of prompts (quant_linear.cc).
+  for (int rows : {1, 2, 3, 4, 5, 8, 9, 17, 40}) {
     std::vector<float> x(static_cast<size_t>(rows) * w.in_features);
     for (float& v : x) v = std::uniform_real_distribution<float>(-1, 1)(rng);
     std::vector<float> y(rows * w.out_features + 1, 1234.5f);  // Guard past the end.
