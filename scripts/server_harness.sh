@@ -2,7 +2,8 @@
 # loopback, wait for its port and stop it, so that each script says only
 # what it measures.
 #   source scripts/server_harness.sh   # needs WORK (a scratch directory)
-#   start_server BINARY [flags...]     # sets SERVER_PID and PORT
+#   start_server BINARY [flags...]     # sets SERVER_PID and PORT; waits
+#                                      # SERVER_START_SECONDS (default 30)
 #   stop_server                        # SIGTERM (the server drains), then waits
 # Lines the server printed are in "$WORK/server.out" (PAGODA_HTTP_LISTENING,
 # PAGODA_METRICS_LISTENING, PAGODA_WORKER_PIDS...), its log in
@@ -31,7 +32,7 @@ start_server() {
   "$binary" --port 0 "$@" > "$WORK/server.out" 2> "$WORK/server.log" &
   SERVER_PID=$!
   PORT=""
-  for _ in $(seq 1 300); do
+  for _ in $(seq 1 $((${SERVER_START_SECONDS:-30} * 10))); do
     PORT=$(server_line PAGODA_SERVER_LISTENING)
     [ -n "$PORT" ] && return 0
     if ! kill -0 "$SERVER_PID" 2>/dev/null; then
@@ -40,7 +41,7 @@ start_server() {
     fi
     sleep 0.1
   done
-  echo "$(basename "$0"): the server did not start within 30 s" >&2
+  echo "$(basename "$0"): the server did not start within ${SERVER_START_SECONDS:-30} s" >&2
   exit 1
 }
 

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "worker/cpu/host_memory.h"
+#include "worker/cpu/panel_linear.h"
 #include "worker/cpu/quant_kernels.h"
 
 namespace pagoda::worker {
@@ -35,13 +36,25 @@ constexpr int64_t kMinRowsPerTask = 16;
 // Output rows that one block of segments runs over before the next block.
 constexpr int64_t kBandRows = 64;
 // Bytes of x (all token rows of one kernel call) one block of segments
-// reads: half of a 32-48 KB L1, the codes streaming through the rest.
-constexpr size_t kBlockXBytes = 16 * 1024;
+// reads: most of a 48 KB L1 (the codes stream through the rest, a few
+// hundred bytes a row). 16 KB made batch 8 take 15-30 % longer: each block
+// costs every token row a reduction and a read-modify-write of y.
+constexpr size_t kBlockXBytes = 32 * 1024;
+
+// Token rows from which Forward dequantizes panels of 16 output rows to f32
+// once per depth block and runs the dense panel product over them (a
+// prompt): the row kernel reads x once per output row, so a long prompt's
+// product was bound by those loads (a 64-token prompt through a 1B model
+// took minutes on two cores); the panel kernel reuses each x load for 16
+// outputs. Below it the row kernel's cost per weight, not per load, wins.
+constexpr int kQuantPanelMinRows = 32;
+constexpr int kQuantPanelWidth = 16;
 
 class CpuQuantLinear final : public Linear {
  public:
   CpuQuantLinear(const QuantizedWeight& weight, ThreadPool* pool, SimdLevel level)
       : pool_(pool),
+        simd_(SimdKernelsFor(level)),
         kernel_(weight.bits == 4 ? QuantKernelsFor(level).row_int4
                                  : QuantKernelsFor(level).row_int8),
         max_rows_(QuantKernelsFor(level).max_rows),
@@ -72,8 +85,9 @@ class CpuQuantLinear final : public Linear {
   void Forward(const void* x_raw, int rows, void* y_raw) override {
     if (rows <= 0) return;
     const float* x = Gathered(static_cast<const float*>(x_raw), rows);
-    SumSegments(x, rows);
     float* y = static_cast<float*>(y_raw);
+    if (rows >= kQuantPanelMinRows && simd_.gemm6x16 != nullptr) return ForwardPanels(x, rows, y);
+    SumSegments(x, rows);
     const size_t row_bytes = static_cast<size_t>(padded_in_) * bits_ / 8;
     const int num_segments = static_cast<int>(segments_.size());
     const std::vector<int> blocks = SegmentBlocks(std::min(rows, max_rows_));
@@ -116,6 +130,7 @@ class CpuQuantLinear final : public Linear {
       }
       while (source_.size() % kQuantChunk != 0) source_.push_back(-1);
       segments_.push_back({start, static_cast<int32_t>(source_.size()) - start, group});
+      group_of_padded_.resize(source_.size(), group);
     }
     padded_in_ = static_cast<int64_t>(source_.size());
     identity_ = padded_in_ == in_;
@@ -137,6 +152,58 @@ class CpuQuantLinear final : public Linear {
         const int64_t in_chunk = p % kQuantChunk;
         uint8_t& byte = row[(p / kQuantChunk) * (kQuantChunk / 2) + in_chunk % (kQuantChunk / 2)];
         byte |= in_chunk < kQuantChunk / 2 ? code : static_cast<uint8_t>(code << 4);
+      }
+    }
+  }
+
+  // Every token row through panels of 16 dequantized output rows, depth
+  // block by depth block (panel_linear.h's layout and kernel); rows in
+  // blocks of kPanelRowBlock so that a block's slice of x stays in L2.
+  void ForwardPanels(const float* x, int rows, float* y) {
+    const int64_t panels = (out_ + kQuantPanelWidth - 1) / kQuantPanelWidth;
+    for (int first = 0; first < rows; first += kPanelRowBlock) {
+      const int block = std::min(kPanelRowBlock, rows - first);
+      pool_->ParallelFor(panels, 1, [&](int64_t begin, int64_t end) {
+        thread_local std::vector<float> packed;
+        packed.assign(kPanelDepth * kQuantPanelWidth, 0.0f);
+        for (int64_t panel = begin; panel < end; ++panel) {
+          const int64_t o = panel * kQuantPanelWidth;
+          const int cols = static_cast<int>(std::min<int64_t>(kQuantPanelWidth, out_ - o));
+          for (int64_t k = 0; k < padded_in_; k += kPanelDepth) {
+            const int64_t depth = std::min<int64_t>(kPanelDepth, padded_in_ - k);
+            DequantizePanel(o, cols, k, depth, packed.data());
+            for (int r = 0, n = 0; r < block; r += n) {
+              n = GemmRowsFor(block - r);
+              simd_.gemm6x16(packed.data(), kQuantPanelWidth, depth,
+                             x + (first + r) * padded_in_ + k, padded_in_, n,
+                             y + (first + r) * out_ + o, out_, cols, k > 0);
+            }
+          }
+          if (bias_.empty()) continue;
+          for (int r = first; r < first + block; ++r) {
+            for (int c = 0; c < cols; ++c) y[r * out_ + o + c] += bias_[o + c];
+          }
+        }
+      });
+    }
+  }
+
+  // packed[i * 16 + c] = the weight of output o + c at padded input k + i,
+  // code * scale - scale * zero (0 at padding: its code is 0 and its x is 0).
+  void DequantizePanel(int64_t o, int cols, int64_t k, int64_t depth, float* packed) const {
+    const size_t row_bytes = static_cast<size_t>(padded_in_) * bits_ / 8;
+    for (int c = 0; c < cols; ++c) {
+      const uint8_t* codes = codes_.data() + (o + c) * row_bytes;
+      const float* params = params_.data() + (o + c) * num_groups_ * 2;
+      for (int64_t i = 0; i < depth; ++i) {
+        const int64_t p = k + i;
+        const int code = bits_ == 8 ? codes[p]
+                                    : (codes[(p / kQuantChunk) * (kQuantChunk / 2) +
+                                             (p % (kQuantChunk / 2))] >>
+                                       ((p % kQuantChunk) < kQuantChunk / 2 ? 0 : 4)) &
+                                          0xF;
+        const int32_t g = group_of_padded_[p];
+        packed[i * kQuantPanelWidth + c] = static_cast<float>(code) * params[2 * g] + params[2 * g + 1];
       }
     }
   }
@@ -182,6 +249,7 @@ class CpuQuantLinear final : public Linear {
   }
 
   ThreadPool* pool_;
+  const SimdKernels& simd_;
   QuantRowFn kernel_;
   int max_rows_;
   int bits_;
@@ -192,6 +260,7 @@ class CpuQuantLinear final : public Linear {
   int64_t padded_in_ = 0;
   bool identity_ = false;
   std::vector<int32_t> source_;  // Padded input p reads x[source_[p]], -1: zero.
+  std::vector<int32_t> group_of_padded_;  // [padded_in_]: the group of each padded input.
   std::vector<QuantSegment> segments_;
   HostBytes codes_;              // [out, padded_in_ * bits / 8], chunked.
   std::vector<float> params_;    // [out, num_groups, 2]: scale, -scale * zero.

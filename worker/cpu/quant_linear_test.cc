@@ -72,7 +72,8 @@ void ExpectMatches(Linear& linear, const QuantizedWeight& w, std::mt19937& rng,
                    const std::string& label) {
   ASSERT_EQ(linear.in_features(), w.in_features);
   ASSERT_EQ(linear.out_features(), w.out_features);
-  for (int rows : {1, 2, 3, 4, 5, 8, 9, 17}) {
+  // 40 rows: the dequantized-panel path of prompts (quant_linear.cc).
+  for (int rows : {1, 2, 3, 4, 5, 8, 9, 17, 40}) {
     std::vector<float> x(static_cast<size_t>(rows) * w.in_features);
     for (float& v : x) v = std::uniform_real_distribution<float>(-1, 1)(rng);
     std::vector<float> y(rows * w.out_features + 1, 1234.5f);  // Guard past the end.
@@ -89,7 +90,10 @@ void ExpectMatches(Linear& linear, const QuantizedWeight& w, std::mt19937& rng,
 const Shape kShapes[] = {{4, 1, 32, 32, false},  {4, 7, 64, 32, false},   {4, 33, 128, -1, false},
                          {4, 5, 96, 48, false},  {4, 9, 40, 8, true},     {4, 16, 256, 128, true},
                          {8, 3, 32, 32, false},  {8, 13, 100, 50, false}, {8, 6, 96, 24, true},
-                         {8, 17, 160, -1, false}};
+                         {8, 17, 160, -1, false},
+                         // Wider than one L1 block of x (quant_linear.cc's kBlockXBytes
+                         // over the token rows of a kernel call): several blocks a row.
+                         {4, 3, 2336, 32, false},  {8, 2, 2200, 200, true}};
 
 class CpuQuantLinearTest : public testing::TestWithParam<int> {};
 
