@@ -28,6 +28,7 @@
 #include "scheduler/engine/engine.h"
 #include "scheduler/workers/grpc_worker_group.h"
 #include "tests/fakes/collecting_sink.h"
+#include "tests/support/lora_test_adapters.h"
 #include "tests/support/tiny_model.h"
 
 namespace pagoda::scheduler {
@@ -44,22 +45,8 @@ constexpr int kMaxLoraRank = 16;
 constexpr int kNewTokens = 6;
 constexpr int kRequests = 12;
 
-struct AdapterSpec {
-  std::string name;
-  int rank;
-  std::string targets;
-  std::string dtype;
-  bool rslora;
-};
-
-const std::vector<AdapterSpec>& Adapters() {
-  static const std::vector<AdapterSpec> specs = {
-      {"all_r8_bf16", 8, "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj", "bf16", false},
-      {"attn_r4_f32_rslora", 4, "q_proj,k_proj,v_proj,o_proj", "f32", true},
-      {"mlp_r13_f16", 13, "gate_proj,up_proj,down_proj,q_proj", "f16", false},
-  };
-  return specs;
-}
+using AdapterSpec = ::pagoda::testing::TestAdapterSpec;
+const std::vector<AdapterSpec>& Adapters() { return ::pagoda::testing::TestAdapters(); }
 
 // Request i: adapter i % 4 (0: the base model). Requests 0..3 share one
 // prompt of three full blocks, so the prefix cache would serve one
@@ -96,11 +83,9 @@ class LoraEngineTest : public ::testing::Test {
   static std::string AdapterPath(const std::string& name) { return *dir_ + "/" + name; }
 
   static void MakeAdapter(const AdapterSpec& spec) {
-    const std::string command = absl::StrCat(
-        PythonBinary(), " tests/reference/lora_reference.py make --base ", Base(), " --out ",
-        AdapterPath(spec.name), " --rank ", spec.rank, " --alpha 6 --targets ", spec.targets,
-        " --dtype ", spec.dtype, spec.rslora ? " --rslora" : "", " --seed ", spec.rank);
-    ASSERT_EQ(std::system(command.c_str()), 0) << command;
+    const absl::Status written =
+        ::pagoda::testing::WriteTestAdapter(Base(), AdapterPath(spec.name), spec);
+    ASSERT_TRUE(written.ok()) << written;
   }
 
   static std::vector<std::vector<int>> RunReference() {

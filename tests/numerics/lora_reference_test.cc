@@ -20,6 +20,7 @@
 #include "common/model_config.h"
 #include "common/safetensors.h"
 #include "gtest/gtest.h"
+#include "tests/support/lora_test_adapters.h"
 #include "tests/support/tiny_model.h"
 #include "worker/lora/lora_slots.h"
 
@@ -33,22 +34,8 @@ constexpr int kLayer = 1;
 constexpr int kRows = 9;
 constexpr int kMaxRank = 16;
 
-struct AdapterSpec {
-  std::string name;
-  int rank;
-  std::string targets;
-  std::string dtype;
-  bool rslora;
-};
-
-const std::vector<AdapterSpec>& Adapters() {
-  static const std::vector<AdapterSpec> specs = {
-      {"all_r8_bf16", 8, "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj", "bf16", false},
-      {"attn_r4_f32_rslora", 4, "q_proj,k_proj,v_proj,o_proj", "f32", true},
-      {"mlp_r13_f16", 13, "gate_proj,up_proj,down_proj,q_proj", "f16", false},
-  };
-  return specs;
-}
+using AdapterSpec = ::pagoda::testing::TestAdapterSpec;
+const std::vector<AdapterSpec>& Adapters() { return ::pagoda::testing::TestAdapters(); }
 
 void RunCommand(const std::string& command) {
   ASSERT_EQ(std::system(command.c_str()), 0) << command;
@@ -68,10 +55,9 @@ class LoraReferenceTest : public ::testing::Test {
                                           "--num-layers 2 --num-heads 4 --num-kv-heads 2")
             .ok());
     for (const AdapterSpec& spec : Adapters()) {
-      RunCommand(absl::StrCat(PythonBinary(), " ", Script(), " make --base ", Base(), " --out ",
-                              *dir_, "/", spec.name, " --rank ", spec.rank, " --alpha 6 --targets ",
-                              spec.targets, " --dtype ", spec.dtype, spec.rslora ? " --rslora" : "",
-                              " --seed ", spec.rank));
+      const absl::Status written =
+          ::pagoda::testing::WriteTestAdapter(Base(), *dir_ + "/" + spec.name, spec);
+      ASSERT_TRUE(written.ok()) << written;
     }
   }
   static void TearDownTestSuite() {

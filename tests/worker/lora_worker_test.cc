@@ -25,6 +25,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "scheduler/workers/worker_group.h"
+#include "tests/support/lora_test_adapters.h"
 #include "tests/support/tiny_model.h"
 
 namespace pagoda::worker {
@@ -42,22 +43,8 @@ constexpr int kMaxLoraRank = 16;
 constexpr int kNewTokens = 6;
 constexpr double kLogprobTolerance = 2e-4;
 
-struct AdapterSpec {
-  std::string name;
-  int rank;
-  std::string targets;
-  std::string dtype;
-  bool rslora;
-};
-
-const std::vector<AdapterSpec>& Adapters() {
-  static const std::vector<AdapterSpec> specs = {
-      {"all_r8_bf16", 8, "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj", "bf16", false},
-      {"attn_r4_f32_rslora", 4, "q_proj,k_proj,v_proj,o_proj", "f32", true},
-      {"mlp_r13_f16", 13, "gate_proj,up_proj,down_proj,q_proj", "f16", false},
-  };
-  return specs;
-}
+using AdapterSpec = ::pagoda::testing::TestAdapterSpec;
+const std::vector<AdapterSpec>& Adapters() { return ::pagoda::testing::TestAdapters(); }
 
 // One sequence of the mixed batch: its prompt and slot (0: the base model).
 struct Request {
@@ -110,11 +97,9 @@ class LoraWorkerTest : public ::testing::Test {
   static std::string AdapterPath(int slot) { return *dir_ + "/" + Adapters()[slot - 1].name; }
 
   static void MakeAdapter(const AdapterSpec& spec) {
-    const std::string command = absl::StrCat(
-        PythonBinary(), " tests/reference/lora_reference.py make --base ", Base(), " --out ", *dir_,
-        "/", spec.name, " --rank ", spec.rank, " --alpha 6 --targets ", spec.targets, " --dtype ",
-        spec.dtype, spec.rslora ? " --rslora" : "", " --seed ", spec.rank);
-    ASSERT_EQ(std::system(command.c_str()), 0) << command;
+    const absl::Status written =
+        ::pagoda::testing::WriteTestAdapter(Base(), *dir_ + "/" + spec.name, spec);
+    ASSERT_TRUE(written.ok()) << written;
   }
 
   // The reference's greedy tokens for every request, then for the adapter

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "tests/support/lora_test_adapters.h"
 #include "tests/support/tiny_model.h"
 #include "worker/cache_engine.h"
 #include "worker/communicator.h"
@@ -46,22 +47,8 @@ constexpr int kDecodeSteps = 6;
 constexpr int kMaxLoraRank = 16;
 constexpr double kTolerance = 1e-2;
 
-struct AdapterSpec {
-  std::string name;
-  int rank;
-  std::string targets;
-  std::string dtype;
-  bool rslora;
-};
-
-const std::vector<AdapterSpec>& Adapters() {
-  static const std::vector<AdapterSpec> specs = {
-      {"all_r8_bf16", 8, "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj", "bf16", false},
-      {"attn_r4_f32_rslora", 4, "q_proj,k_proj,v_proj,o_proj", "f32", true},
-      {"mlp_r13_f16", 13, "gate_proj,up_proj,down_proj,q_proj", "f16", false},
-  };
-  return specs;
-}
+using AdapterSpec = ::pagoda::testing::TestAdapterSpec;
+const std::vector<AdapterSpec>& Adapters() { return ::pagoda::testing::TestAdapters(); }
 
 struct Request {
   std::vector<int> prompt;
@@ -185,12 +172,9 @@ TEST(CudaLoraTest, MixedAdapterBatchFollowsTheCpuModelWithTheSameAdapters) {
                   "--num-heads 4 --num-kv-heads 2 --head-dim 64 --dtype f32 --seed 7")
                   .ok());
   for (const AdapterSpec& spec : Adapters()) {
-    const std::string command = absl::StrCat(
-        ::pagoda::testing::PythonBinary(), " tests/reference/lora_reference.py make --base ", base,
-        " --out ", dir, "/", spec.name, " --rank ", spec.rank, " --alpha 6 --targets ",
-        spec.targets, " --dtype ", spec.dtype, spec.rslora ? " --rslora" : "", " --seed ",
-        spec.rank);
-    ASSERT_EQ(std::system(command.c_str()), 0) << command;
+    const absl::Status written =
+        ::pagoda::testing::WriteTestAdapter(base, dir + "/" + spec.name, spec);
+    ASSERT_TRUE(written.ok()) << written;
   }
   Side cpu = Load(base, CreateCpuBackend(1), DType::kF32, 3, nullptr);
   Side cpu_base = Load(base, CreateCpuBackend(1), DType::kF32, 0, nullptr);

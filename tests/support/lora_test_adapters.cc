@@ -1,0 +1,31 @@
+#include "tests/support/lora_test_adapters.h"
+
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "tests/support/tiny_model.h"
+
+namespace pagoda::testing {
+
+const std::vector<TestAdapterSpec>& TestAdapters() {
+  static const std::vector<TestAdapterSpec>* const specs = new std::vector<TestAdapterSpec>{
+      {"all_r8_bf16", 8, "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj", "bf16", false},
+      {"attn_r4_f32_rslora", 4, "q_proj,k_proj,v_proj,o_proj", "f32", true},
+      {"mlp_r13_f16", 13, "gate_proj,up_proj,down_proj,q_proj", "f16", false},
+  };
+  return *specs;
+}
+
+absl::Status WriteTestAdapter(const std::string& base, const std::string& out,
+                              const TestAdapterSpec& spec) {
+  const std::string command = absl::StrCat(
+      PythonBinary(), " tests/reference/lora_reference.py make --base ", base, " --out ", out,
+      " --rank ", spec.rank, " --alpha 6 --targets ", spec.targets, " --dtype ", spec.dtype,
+      spec.rslora ? " --rslora" : "", " --seed ", spec.rank);
+  if (std::system(command.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat("failed: ", command));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace pagoda::testing
