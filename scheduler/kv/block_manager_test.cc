@@ -575,7 +575,9 @@ void CheckInvariants(const BlockManager& manager, const World& world) {
       // Exactly one place: used, free list or evictor.
       const bool in_evictor = pool.is_evictable(block);
       ASSERT_EQ(free_blocks.contains(block), expected[block] == 0 && !in_evictor) << block;
-      if (free_blocks.contains(block)) ASSERT_FALSE(pool.hash(block).has_value());
+      if (free_blocks.contains(block)) {
+        ASSERT_FALSE(pool.hash(block).has_value());
+      }
       if (expected[block] > 0) ++used;
       if (in_evictor) ++evictable;
       // A cached block (used or evictable) still holds the tokens it is cached for.

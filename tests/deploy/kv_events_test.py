@@ -173,10 +173,12 @@ class KvEventsTest(unittest.TestCase):
 
     def test_every_batch_arrives_after_an_idle_start_an_idle_period_and_a_rebind(self):
         """A subscriber up long before traffic (an indexer's) gets every batch:
-        the first request 5 s after start, another after 30 s idle, and one
-        after the subscriber went away and bound its endpoint again. The
-        replay socket holds every batch published: the subscriber must end
-        with exactly those, numbered from 0 without a gap."""
+        the first request 5 s after start, another after 12 s idle (over twice
+        the publisher's 5 s heartbeat timeout, so a link the heartbeats let
+        drop would show), and one after the subscriber went away and bound
+        its endpoint again. The replay socket holds every batch published:
+        the subscriber must end with exactly those, numbered from 0 without a
+        gap."""
         tmp = tempfile.TemporaryDirectory()
         self.addCleanup(tmp.cleanup)
         model = h.make_model(os.path.join(tmp.name, "model"))
@@ -209,7 +211,7 @@ class KvEventsTest(unittest.TestCase):
         # The idle start and the idle period are the scenario: fixed waits.
         time.sleep(max(0.0, started + 5 - time.time()))
         published = delivered(subscriber, 1)
-        time.sleep(30)
+        time.sleep(12)
         published = delivered(subscriber, 2)
         self.assertEqual([(int.from_bytes(seq, "big"), payload)
                           for _, seq, payload in subscriber.messages], published)

@@ -716,11 +716,14 @@ TEST(ConnectedWorkerTest, ReceiveLimitRefusesLargerPlaintextCalls) {
   std::filesystem::remove_all(dir);
 }
 
-// What a worker on `listen` logs in its first two seconds.
+// What a worker on `listen` logs up to its PAGODA_WORKER_LISTENING line
+// (its start-up warnings come before it), or in 30 s if that never comes.
 std::string StartUpLog(const std::string& dir, const std::string& listen) {
-  absl::StatusOr<std::string> log =
-      RunCommand(absl::StrCat("timeout 2 ", PAGODA_WORKER_BINARY, " --listen=", listen,
-                              " --secret-file=", dir, "/secret 2>&1 </dev/null; true"));
+  const std::string log_file = absl::StrCat(dir, "/start-up-", getpid(), ".log");
+  absl::StatusOr<std::string> log = RunCommand(absl::StrCat(
+      PAGODA_WORKER_BINARY, " --listen=", listen, " --secret-file=", dir, "/secret >", log_file,
+      " 2>&1 </dev/null & pid=$!; for i in $(seq 600); do grep -q PAGODA_WORKER_LISTENING ",
+      log_file, " && break; sleep 0.05; done; kill $pid; wait $pid; cat ", log_file));
   return log.ok() ? *log : log.status().ToString();
 }
 

@@ -134,6 +134,10 @@ TEST_P(SpeculativeTest, SameTokensUnderPreemptionAndAcrossAWorkerKill) {
     EXPECT_EQ(outcomes[i].tokens, expected[i].tokens) << "stream " << i;
   }
   const int port = (*server)->metrics_port();
+  // The server sees the death through its waiter thread, which can come
+  // after the last stream ended (the streams can outrun their readers).
+  EXPECT_TRUE(WaitFor([&] { return MetricValue(port, "pagoda_worker_restarts_total") >= 1; },
+                      absl::Seconds(60)));
   EXPECT_EQ(MetricValue(port, "pagoda_worker_restarts_total"), 1);
   EXPECT_GT(MetricValue(port, "pagoda_num_preemptions_total"), 0) << "nothing was preempted";
   // Speculation ran, and its drafts were accepted.
