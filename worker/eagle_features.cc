@@ -17,6 +17,11 @@ void EagleFeatures::Keep(const v1::StepPlan& verify, const v1::StepResult& resul
   if (!captured_) return;
   captured_ = false;
   ++steps_;
+  // The captured batch is `verify` flattened: one batch sequence a plan row.
+  if (static_cast<size_t>(verify.sequences_size()) + 1 != query_start_.size()) {
+    rows_.clear();
+    return;
+  }
   absl::flat_hash_map<int64_t, int> accepted;
   for (const v1::SampledToken& token : result.tokens()) {
     accepted[token.seq_id()] = token.accepted_draft_ids_size();
