@@ -368,10 +368,10 @@ TEST_F(DraftModelRunnerTest, RefusesBadProposalsAndDrafts) {
   check(*runner, step, "seq_id 1: block_table has 2 blocks but 9 tokens need 3");
 }
 
-// The head's drafts over the target's own hidden states, in three steps of
-// one sequence: a prefill, a step whose first two drafts the result calls
-// accepted, and the step after it (whose head rows read the target's rows
-// of that step's input and two drafts). Each step's drafts equal the
+// The head's drafts over the target's own hidden states, in six steps of
+// one sequence: a prefill, then steps whose first two drafts the result
+// calls accepted (so each step's head rows read the target's rows of the
+// last step's input and two drafts). Each step's drafts equal the
 // float64 reference's for the same tokens, which holds only with the fc's
 // two halves in order, layer 0 without its input norm, no final norm, the
 // target's embeddings and lm_head, its final-normed hidden states, and the
@@ -392,7 +392,7 @@ TEST_F(DraftModelRunnerTest, EagleDraftsEqualTheFloat64Reference) {
   constexpr int kProposals = 3;
   std::vector<int> output;  // The tokens the steps "sampled": any do.
   std::string drafts, histories;
-  for (int step_index = 0; step_index < 3; ++step_index) {
+  for (int step_index = 0; step_index < 6; ++step_index) {
     StepPlan plan;
     *plan.add_sequences() = StepFor(SamplingOptions(), 0, output, step_index == 0 ? 0 : kProposals);
     StepPlan storage;

@@ -67,6 +67,9 @@ def make_head(source, out, seed, fc_bias=False, fc_shape=None, drop=()):
   rng = np.random.default_rng(seed)
   tensors = {name[len("model."):]: w for name, w in weights.items()
              if name.startswith("model.layers.")}
+  # Layer 0's input norm stays in the file, far from ones, so a loader that
+  # applies it (vLLM replaces it by an identity) gives other drafts.
+  tensors["layers.0.input_layernorm.weight"] = rng.uniform(0.2, 3.0, hidden)
   fc_shape = fc_shape or [hidden, 2 * hidden]
   # Embedding rows are ~N(0, 1) and features normalised: both halves feed
   # the fc at a comparable scale.
