@@ -48,7 +48,20 @@ StepPlan WithDraftRoom(const StepPlan& plan) {
   return verify;
 }
 
+// The draft or head serves no adapters, and its own checkpoint's
+// quantization (the target's --quantization names the target's).
+LlamaLoadOptions DraftLoadOptions(const LlamaLoadOptions& target_options) {
+  LlamaLoadOptions options = target_options;
+  options.max_loras = 0;
+  options.max_lora_rank = 0;
+  options.quantization = "";
+  return options;
+}
+
 }  // namespace
+
+DraftModel::DraftModel(Backend* backend)
+    : single_rank_(CreateSingleRankCommunicator()), backend_(backend) {}
 
 bool HasDraftProposals(const StepPlan& plan) {
   return std::any_of(plan.sequences().begin(), plan.sequences().end(),
@@ -59,16 +72,9 @@ absl::StatusOr<std::unique_ptr<DraftModel>> DraftModel::Load(const std::string& 
                                                              Backend* backend,
                                                              const LlamaLoadOptions& options,
                                                              const ModelConfig& target) {
-  auto draft = std::unique_ptr<DraftModel>(new DraftModel());
-  draft->backend_ = backend;
-  draft->single_rank_ = CreateSingleRankCommunicator();
-  // The draft serves no adapters, and its own checkpoint's quantization
-  // (the target's --quantization names the target's).
-  LlamaLoadOptions draft_options = options;
-  draft_options.max_loras = 0;
-  draft_options.max_lora_rank = 0;
-  draft_options.quantization = "";
-  auto model = LlamaModel::Load(model_dir, backend, draft->single_rank_.get(), draft_options);
+  auto draft = std::unique_ptr<DraftModel>(new DraftModel(backend));
+  auto model =
+      LlamaModel::Load(model_dir, backend, draft->single_rank_.get(), DraftLoadOptions(options));
   if (!model.ok()) {
     return absl::Status(model.status().code(),
                         absl::StrCat("draft model: ", model.status().message()));
@@ -86,15 +92,9 @@ absl::StatusOr<std::unique_ptr<DraftModel>> DraftModel::LoadEagle(const std::str
                                                                   Backend* backend,
                                                                   const LlamaLoadOptions& options,
                                                                   LlamaModel* target) {
-  auto draft = std::unique_ptr<DraftModel>(new DraftModel());
-  draft->backend_ = backend;
-  draft->single_rank_ = CreateSingleRankCommunicator();
-  LlamaLoadOptions head_options = options;
-  head_options.max_loras = 0;
-  head_options.max_lora_rank = 0;
-  head_options.quantization = "";
-  auto head = LlamaModel::LoadEagleHead(head_dir, backend, draft->single_rank_.get(), head_options,
-                                        *target);
+  auto draft = std::unique_ptr<DraftModel>(new DraftModel(backend));
+  auto head = LlamaModel::LoadEagleHead(head_dir, backend, draft->single_rank_.get(),
+                                        DraftLoadOptions(options), *target);
   if (!head.ok()) return head.status();
   draft->model_ = *std::move(head);
   draft->eagle_ = std::make_unique<EagleFeatures>(target->hidden_row_bytes());

@@ -87,7 +87,7 @@ class DraftModel {
                                               v1::StepPlan* storage);
 
  private:
-  DraftModel() = default;
+  explicit DraftModel(Backend* backend);
   // The passes of Propose over `batch`, the verify plan flattened; fills
   // `verify`'s drafts (the proposals `plan` asks for).
   absl::Status RunPasses(const v1::StepPlan& plan, const FlatBatch& batch, v1::StepPlan* verify);
