@@ -16,8 +16,15 @@
 # its lm_head zeroed (it proposes token 0, as the target decodes), DRAFT=self
 # the target as its own draft (k + 1 draft passes of the whole model a step:
 # the method's cost, not a speedup).
-#   BUILD_DIR=build ROUNDS=3 TOKENS=256 [BATCH=1 K=4 METHOD=ngram|draft_model
-#     DRAFT=small|self] scripts/bench_spec_decode.sh
+# METHOD=eagle runs a random EAGLE head (tests/reference/eagle_reference.py
+# make over a one-layer b1): it shares the target's zeroed lm_head, so it
+# too proposes token 0 and every draft is right (the ceiling: the figure
+# is the head's cost, k passes of one layer, fc and lm_head a step).
+# ZERO_LM_HEAD=0 keeps the target's random lm_head: a random head is then
+# almost never right (the floor: what proposing costs when nothing is
+# accepted).
+#   BUILD_DIR=build ROUNDS=3 TOKENS=256 [BATCH=1 K=4 METHOD=ngram|draft_model|eagle
+#     DRAFT=small|self ZERO_LM_HEAD=1|0] scripts/bench_spec_decode.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,6 +38,7 @@ THREADS=${THREADS:-2}
 BATCH=${BATCH:-1}
 METHOD=${METHOD:-ngram}
 DRAFT=${DRAFT:-small}
+ZERO_LM_HEAD=${ZERO_LM_HEAD:-1}
 WORK=$(mktemp -d)
 source scripts/server_harness.sh
 
@@ -51,7 +59,7 @@ EOF
 }
 
 "$PYTHON3" scripts/make_tiny_model.py --preset b1 --out "$WORK/model" > /dev/null
-zero_lm_head "$WORK/model"
+if [ "$ZERO_LM_HEAD" = 1 ]; then zero_lm_head "$WORK/model"; fi
 
 LABEL=$METHOD
 if [ "$METHOD" = draft_model ]; then
@@ -64,6 +72,13 @@ if [ "$METHOD" = draft_model ]; then
     zero_lm_head "$DRAFT_DIR"
   fi
   SPEC="{\"model\": \"$DRAFT_DIR\", \"num_speculative_tokens\": $K}"
+elif [ "$METHOD" = eagle ]; then
+  LABEL="eagle (random head, lm_head zeroed: $ZERO_LM_HEAD)"
+  "$PYTHON3" scripts/make_tiny_model.py --preset b1 --num-layers 1 --seed 3 \
+    --out "$WORK/head_source" > /dev/null
+  "$PYTHON3" tests/reference/eagle_reference.py make --source "$WORK/head_source" \
+    --out "$WORK/head"
+  SPEC="{\"method\": \"eagle\", \"model\": \"$WORK/head\", \"num_speculative_tokens\": $K}"
 else
   SPEC="{\"method\": \"ngram\", \"num_speculative_tokens\": $K, \"prompt_lookup_min\": 1, \"prompt_lookup_max\": 4}"
 fi

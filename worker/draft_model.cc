@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/speculation_limits.h"
+#include "worker/draft_batch_builder.h"
 #include "worker/last_sampled_tokens.h"
 #include "worker/step_execution.h"
 
@@ -47,59 +48,20 @@ StepPlan WithDraftRoom(const StepPlan& plan) {
   return verify;
 }
 
-// Builds a draft-only batch out of rows of the verify batch, greedy and
-// without logits processing, adapters or masks: the draft only writes K/V
-// and picks argmaxes.
-class DraftBatchBuilder {
- public:
-  explicit DraftBatchBuilder(const FlatBatch& verify) : verify_(verify) {
-    batch_.max_blocks_per_seq = verify.max_blocks_per_seq;
-    batch_.query_start = {0};
-  }
-
-  // Adds sequence `seq` of the verify batch over its rows [first, end),
-  // with `input` as the first row's token when given (>= 0), and a logits
-  // row at its last row when `wants_logits`.
-  void AddSequence(int seq, int first, int end, int32_t input, bool wants_logits) {
-    for (int row = first; row < end; ++row) {
-      batch_.input_ids.push_back(row == first && input >= 0 ? input : verify_.input_ids[row]);
-      batch_.positions.push_back(verify_.positions[row]);
-      batch_.slot_mapping.push_back(verify_.slot_mapping[row]);
-      batch_.lora_slots.push_back(0);
-    }
-    batch_.query_start.push_back(batch_.num_tokens());
-    batch_.context_lens.push_back(verify_.positions[end - 1] + 1);
-    const auto table =
-        verify_.block_tables.begin() + static_cast<ptrdiff_t>(seq) * verify_.max_blocks_per_seq;
-    batch_.block_tables.insert(batch_.block_tables.end(), table,
-                               table + verify_.max_blocks_per_seq);
-    if (wants_logits) AddGreedyLogitsRow(batch_.num_tokens() - 1);
-  }
-
-  FlatBatch Take() { return std::move(batch_); }
-
- private:
-  void AddGreedyLogitsRow(int row) {
-    batch_.logits_indices.push_back(row);
-    batch_.sample_sequences.push_back(batch_.num_seqs() - 1);
-    batch_.temperatures.push_back(0.0f);
-    batch_.top_k.push_back(0);
-    batch_.top_p.push_back(1.0f);
-    batch_.seeds.push_back(0);
-    batch_.sample_indices.push_back(0);
-    batch_.num_logprobs.push_back(0);
-    batch_.min_p.push_back(0.0f);
-    batch_.penalties.push_back(LogitPenalties{});
-    batch_.edit_offsets.push_back(0);
-    batch_.mask_offsets.push_back(-1);
-    batch_.processed_logprobs.push_back(0);
-  }
-
-  const FlatBatch& verify_;
-  FlatBatch batch_;
-};
+// The draft or head serves no adapters, and its own checkpoint's
+// quantization (the target's --quantization names the target's).
+LlamaLoadOptions DraftLoadOptions(const LlamaLoadOptions& target_options) {
+  LlamaLoadOptions options = target_options;
+  options.max_loras = 0;
+  options.max_lora_rank = 0;
+  options.quantization = "";
+  return options;
+}
 
 }  // namespace
+
+DraftModel::DraftModel(Backend* backend)
+    : single_rank_(CreateSingleRankCommunicator()), backend_(backend) {}
 
 bool HasDraftProposals(const StepPlan& plan) {
   return std::any_of(plan.sequences().begin(), plan.sequences().end(),
@@ -110,16 +72,9 @@ absl::StatusOr<std::unique_ptr<DraftModel>> DraftModel::Load(const std::string& 
                                                              Backend* backend,
                                                              const LlamaLoadOptions& options,
                                                              const ModelConfig& target) {
-  auto draft = std::unique_ptr<DraftModel>(new DraftModel());
-  draft->backend_ = backend;
-  draft->single_rank_ = CreateSingleRankCommunicator();
-  // The draft serves no adapters, and its own checkpoint's quantization
-  // (the target's --quantization names the target's).
-  LlamaLoadOptions draft_options = options;
-  draft_options.max_loras = 0;
-  draft_options.max_lora_rank = 0;
-  draft_options.quantization = "";
-  auto model = LlamaModel::Load(model_dir, backend, draft->single_rank_.get(), draft_options);
+  auto draft = std::unique_ptr<DraftModel>(new DraftModel(backend));
+  auto model =
+      LlamaModel::Load(model_dir, backend, draft->single_rank_.get(), DraftLoadOptions(options));
   if (!model.ok()) {
     return absl::Status(model.status().code(),
                         absl::StrCat("draft model: ", model.status().message()));
@@ -133,7 +88,37 @@ absl::StatusOr<std::unique_ptr<DraftModel>> DraftModel::Load(const std::string& 
   return draft;
 }
 
+absl::StatusOr<std::unique_ptr<DraftModel>> DraftModel::LoadEagle(const std::string& head_dir,
+                                                                  Backend* backend,
+                                                                  const LlamaLoadOptions& options,
+                                                                  LlamaModel* target) {
+  auto draft = std::unique_ptr<DraftModel>(new DraftModel(backend));
+  auto head = LlamaModel::LoadEagleHead(head_dir, backend, draft->single_rank_.get(),
+                                        DraftLoadOptions(options), *target);
+  if (!head.ok()) return head.status();
+  draft->model_ = *std::move(head);
+  draft->eagle_ = std::make_unique<EagleFeatures>(target->hidden_row_bytes());
+  target->KeepFinalHidden();
+  return draft;
+}
+
 DraftModel::~DraftModel() = default;
+
+void DraftModel::FollowTargetForward(const FlatBatch& batch, const ForwardOutput& output) {
+  if (eagle_ != nullptr && output.final_hidden != nullptr) {
+    eagle_->Capture(batch, output.final_hidden, backend_);
+  }
+}
+
+void DraftModel::FollowStepResult(const StepPlan& verify,
+                                  const absl::StatusOr<v1::StepResult>& result) {
+  if (eagle_ == nullptr) return;
+  if (result.ok()) {
+    eagle_->Keep(verify, *result);
+  } else {
+    eagle_->Forget();
+  }
+}
 
 void DraftModel::InitCache(int block_size, DType dtype, int num_gpu_blocks, int num_cpu_blocks) {
   cache_.reset();  // Free the old cache before allocating the new one.
@@ -167,6 +152,7 @@ absl::Status DraftModel::ForwardAndPick(const FlatBatch& batch) {
 
 absl::Status DraftModel::RunPasses(const StepPlan& plan, const FlatBatch& batch, StepPlan* verify) {
   if (batch.num_tokens() == 0) return absl::OkStatus();
+  if (eagle_ != nullptr) return RunEaglePasses(plan, batch, verify);
   // Per plan sequence (the batch's sequences, in order), the proposals asked.
   const int num_seqs = batch.num_seqs();
   std::vector<int> asked(num_seqs);

@@ -1,8 +1,9 @@
 #ifndef PAGODA_WORKER_DRAFT_MODEL_H_
 #define PAGODA_WORKER_DRAFT_MODEL_H_
 
-// DraftModel: speculative decoding's draft_model method on the worker. A
-// second, smaller LlamaModel with its own KV cache over the target's block
+// DraftModel: speculative decoding's draft_model and eagle methods on the
+// worker. A second, smaller LlamaModel (a draft model, or an EAGLE head over
+// the target's hidden states) with its own KV cache over the target's block
 // ids, which follows every row the target computes and proposes the drafts a
 // plan asks for (SequenceStep.num_draft_proposals) by greedy single-token
 // passes, before the target verifies them. docs/speculative-decoding.md.
@@ -17,6 +18,7 @@
 #include "worker/backend.h"
 #include "worker/cache_engine.h"
 #include "worker/communicator.h"
+#include "worker/eagle_features.h"
 #include "worker/flat_batch.h"
 #include "worker/llama_model.h"
 
@@ -36,6 +38,14 @@ class DraftModel {
                                                           Backend* backend,
                                                           const LlamaLoadOptions& options,
                                                           const ModelConfig& target);
+  // The eagle method: the EAGLE head in `head_dir` (LlamaModel::
+  // LoadEagleHead) over `target`, which from now on keeps its final hidden
+  // states (LlamaModel::KeepFinalHidden) for the head. Errors as
+  // LoadEagleHead's. target must outlive the head.
+  static absl::StatusOr<std::unique_ptr<DraftModel>> LoadEagle(const std::string& head_dir,
+                                                               Backend* backend,
+                                                               const LlamaLoadOptions& options,
+                                                               LlamaModel* target);
   DraftModel(const DraftModel&) = delete;
   DraftModel& operator=(const DraftModel&) = delete;
   ~DraftModel();
@@ -47,6 +57,16 @@ class DraftModel {
   int64_t bytes_per_block(int block_size, DType dtype) const {
     return model_->CacheShape(block_size, dtype).bytes_per_block();
   }
+
+  bool is_eagle() const { return eagle_ != nullptr; }
+
+  // The eagle method's bookkeeping around each target step (nothing for a
+  // draft model): after the target's forward over `batch`, its hidden
+  // states; after the step, the rows it verified (on success) or nothing
+  // (on failure: the head then lacks features and proposes worse drafts
+  // until its sequences' next steps).
+  void FollowTargetForward(const FlatBatch& batch, const ForwardOutput& output);
+  void FollowStepResult(const v1::StepPlan& verify, const absl::StatusOr<v1::StepResult>& result);
 
   // Frees the old cache, then allocates one of the target's block counts.
   void InitCache(int block_size, DType dtype, int num_gpu_blocks, int num_cpu_blocks);
@@ -67,19 +87,32 @@ class DraftModel {
                                               v1::StepPlan* storage);
 
  private:
-  DraftModel() = default;
+  explicit DraftModel(Backend* backend);
   // The passes of Propose over `batch`, the verify plan flattened; fills
   // `verify`'s drafts (the proposals `plan` asks for).
   absl::Status RunPasses(const v1::StepPlan& plan, const FlatBatch& batch, v1::StepPlan* verify);
   // One forward of the draft over `batch`, and the greedy token of each of
   // its logits rows in samples_.
   absl::Status ForwardAndPick(const FlatBatch& batch);
+  // The eagle method's passes (draft_eagle_passes.cc): pass 0 reads, per
+  // sequence, the target's kept rows before its first position (the head's
+  // rows that lag the target by one token) and gives the first draft; pass
+  // j feeds draft j at its position with the head's own output of pass
+  // j - 1 as the feature, giving draft j + 1. k passes in all.
+  absl::Status RunEaglePasses(const v1::StepPlan& plan, const FlatBatch& batch,
+                              v1::StepPlan* verify);
+  // One forward of the head over `batch` with `features` (host, one row per
+  // token), the greedy tokens in samples_ and each logits row's output
+  // hidden state in `head_hidden` (host).
+  absl::Status EagleForwardAndPick(const FlatBatch& batch, const std::vector<char>& features,
+                                   std::vector<char>* head_hidden);
 
   std::unique_ptr<Communicator> single_rank_;
   std::unique_ptr<LlamaModel> model_;
   std::unique_ptr<CacheEngine> cache_;
   Backend* backend_ = nullptr;
   SampleResults samples_;
+  std::unique_ptr<EagleFeatures> eagle_;  // The eagle method's; null for a draft model.
 };
 
 // Whether any row of `plan` asks for proposals.

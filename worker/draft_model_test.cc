@@ -7,17 +7,30 @@
 // which holds only if the draft's KV cache follows every verified position
 // (rejected drafts included). Refusals: proposals without a draft model,
 // out of range, beside the server's drafts; a draft of another vocabulary.
+// The eagle method: an EAGLE head's drafts against the float64 reference
+// (tests/reference/eagle_reference.py) over the target's own hidden states,
+// tokens equal to plain decoding's, and malformed heads refused at load.
+
+#include "worker/draft_model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "tests/support/runner_test_model.h"
+#include "worker/cpu/cpu_backend.h"
 #include "worker/cpu/cpu_model_runner.h"
 #include "worker/model_runner.h"
 
@@ -49,18 +62,57 @@ class DraftModelRunnerTest : public ::testing::Test {
     target_ = new std::string(MakeRunnerTestModel("pagoda_draft_target", kVocab, /*seed=*/11));
     other_ = new std::string(MakeRunnerTestModel("pagoda_draft_other", kVocab, /*seed=*/5));
     small_vocab_ = new std::string(MakeRunnerTestModel("pagoda_draft_vocab", kVocab - 2, 5));
+    eagle_ = new std::string(MakeEagleHeads("pagoda_eagle_heads"));
   }
   static void TearDownTestSuite() {
-    for (std::string* dir : {target_, other_, small_vocab_}) {
+    for (std::string* dir : {target_, other_, small_vocab_, eagle_}) {
       std::filesystem::remove_all(*dir);
       delete dir;
     }
   }
 
-  static LoadModelRequest LoadRequest(const std::string& draft_dir) {
+  // EAGLE heads for the target (eagle_reference.py variants over
+  // <dir>/source, a one-layer tiny Llama of the target's hidden size with
+  // heads and MLP of its own): <dir>/good/model, and malformed ones.
+  static std::string MakeEagleHeads(const std::string& tag) {
+    std::string pattern = absl::StrCat("/tmp/", tag, "_XXXXXX");
+    if (mkdtemp(pattern.data()) == nullptr) return "";
+    const std::string command = absl::StrCat(
+        Python(), " ", SourceDir(), "/scripts/make_tiny_model.py --out ", pattern,
+        "/source --arch llama --vocab-size ", kVocab,
+        " --hidden-size 32 --intermediate-size 40 --num-layers 1 --num-heads 2 --num-kv-heads 1"
+        " --max-position-embeddings 64 --dtype f32 --seed 3 > /dev/null && ",
+        Python(), " ", SourceDir(), "/tests/reference/eagle_reference.py variants --source ",
+        pattern, "/source --vocab-source ", *small_vocab_, "/model --out ", pattern);
+    EXPECT_EQ(std::system(command.c_str()), 0) << command;
+    return pattern;
+  }
+  static std::string Python() {
+    const char* python = std::getenv("PAGODA_PYTHON3");
+    return python != nullptr ? python : "/usr/bin/python3";
+  }
+  static std::string SourceDir() {
+    const char* dir = std::getenv("PAGODA_SOURCE_DIR");
+    return dir != nullptr ? dir : ".";
+  }
+  // What eagle_reference.py prints for `args`.
+  static std::string Reference(const std::string& args) {
+    const std::string command =
+        absl::StrCat(Python(), " ", SourceDir(), "/tests/reference/eagle_reference.py ", args,
+                     " --target ", *target_, "/model --head ", *eagle_, "/good/model");
+    FILE* pipe = popen(command.c_str(), "r");
+    std::string out;
+    char chunk[256];
+    while (pipe != nullptr && fgets(chunk, sizeof(chunk), pipe) != nullptr) out += chunk;
+    EXPECT_TRUE(pipe != nullptr && pclose(pipe) == 0) << command;
+    return std::string(absl::StripTrailingAsciiWhitespace(out));
+  }
+
+  static LoadModelRequest LoadRequest(const std::string& draft_dir, bool eagle = false) {
     LoadModelRequest load;
     load.set_model_dir(*target_ + "/model");
     if (!draft_dir.empty()) load.set_draft_model_dir(draft_dir + "/model");
+    load.set_draft_is_eagle_head(eagle);
     load.set_block_size(kBlockSize);
     load.set_device("cpu");
     load.set_world_size(1);
@@ -68,9 +120,9 @@ class DraftModelRunnerTest : public ::testing::Test {
     return load;
   }
 
-  static std::unique_ptr<ModelRunner> Runner(const std::string& draft_dir) {
+  static std::unique_ptr<ModelRunner> Runner(const std::string& draft_dir, bool eagle = false) {
     auto runner = CreateCpuModelRunner();
-    auto loaded = runner->LoadModel(LoadRequest(draft_dir));
+    auto loaded = runner->LoadModel(LoadRequest(draft_dir, eagle));
     EXPECT_TRUE(loaded.ok()) << loaded.status();
     v1::InitCacheRequest init;
     init.set_num_gpu_blocks(kSeqs * kBlocksPerSeq);
@@ -109,8 +161,8 @@ class DraftModelRunnerTest : public ::testing::Test {
   // kSeqs sequences, sequence s joining at step s (its prefill beside the
   // others' proposals), each asking for up to `k` proposals per decode.
   static std::vector<Decoded> DecodeBatch(const std::string& draft_dir, const SamplingOptions& base,
-                                          int k) {
-    auto runner = Runner(draft_dir);
+                                          int k, bool eagle = false) {
+    auto runner = Runner(draft_dir, eagle);
     std::vector<Decoded> outs(kSeqs);
     for (int step_index = 0; step_index < 100; ++step_index) {
       StepPlan plan;
@@ -165,11 +217,13 @@ class DraftModelRunnerTest : public ::testing::Test {
   static std::string* target_;
   static std::string* other_;
   static std::string* small_vocab_;
+  static std::string* eagle_;
 };
 
 std::string* DraftModelRunnerTest::target_ = nullptr;
 std::string* DraftModelRunnerTest::other_ = nullptr;
 std::string* DraftModelRunnerTest::small_vocab_ = nullptr;
+std::string* DraftModelRunnerTest::eagle_ = nullptr;
 
 v1::BlockMove MakeMove(int src, int dst) {
   v1::BlockMove move;
@@ -312,6 +366,105 @@ TEST_F(DraftModelRunnerTest, RefusesBadProposalsAndDrafts) {
   step.mutable_block_table()->Truncate(2);  // 8 slots for 6 + 2 tokens: fits.
   step.set_num_draft_proposals(3);
   check(*runner, step, "seq_id 1: block_table has 2 blocks but 9 tokens need 3");
+}
+
+// The head's drafts over the target's own hidden states, in six steps of
+// one sequence: a prefill, then steps whose first two drafts the result
+// calls accepted (so each step's head rows read the target's rows of the
+// last step's input and two drafts). Each step's drafts equal the
+// float64 reference's for the same tokens, which holds only with the fc's
+// two halves in order, layer 0 without its input norm, no final norm, the
+// target's embeddings and lm_head, its final-normed hidden states, and the
+// rows kept per step.
+TEST_F(DraftModelRunnerTest, EagleDraftsEqualTheFloat64Reference) {
+  auto backend = CreateCpuBackend(1);
+  auto group = CreateSingleRankCommunicator();
+  LlamaLoadOptions options;
+  options.block_size = kBlockSize;
+  auto target = LlamaModel::Load(*target_ + "/model", backend.get(), group.get(), options);
+  ASSERT_TRUE(target.ok()) << target.status();
+  auto head = DraftModel::LoadEagle(*eagle_ + "/good/model", backend.get(), options, target->get());
+  ASSERT_TRUE(head.ok()) << head.status();
+  CacheEngine cache(backend.get(), (*target)->CacheShape(kBlockSize, DType::kF32), kBlocksPerSeq,
+                    0);
+  (*head)->InitCache(kBlockSize, DType::kF32, kBlocksPerSeq, 0);
+  const BatchLimits limits = cache.Limits(kVocab, (*target)->max_positions());
+  constexpr int kProposals = 3;
+  std::vector<int> output;  // The tokens the steps "sampled": any do.
+  std::string drafts, histories;
+  for (int step_index = 0; step_index < 6; ++step_index) {
+    StepPlan plan;
+    *plan.add_sequences() = StepFor(SamplingOptions(), 0, output, step_index == 0 ? 0 : kProposals);
+    StepPlan storage;
+    absl::StatusOr<const StepPlan*> verify = (*head)->Propose(plan, limits, &storage);
+    ASSERT_TRUE(verify.ok()) << verify.status();
+    const SequenceStep& row = (*verify)->sequences(0);
+    if (step_index > 0) {
+      std::vector<int> history = kPrompt;
+      history.insert(history.end(), output.begin(), output.end());
+      absl::StrAppend(&histories, " --tokens ", absl::StrJoin(history, ","));
+      absl::StrAppend(&drafts, drafts.empty() ? "" : "\n",
+                      absl::StrJoin(row.draft_token_ids(), ","));
+    }
+    absl::StatusOr<FlatBatch> batch = FlattenStepPlan(**verify, limits);
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    absl::StatusOr<ForwardOutput> forward = (*target)->Forward(*batch, &cache);
+    ASSERT_TRUE(forward.ok()) << forward.status();
+    (*head)->FollowTargetForward(*batch, *forward);
+    v1::StepResult result;
+    v1::SampledToken* token = result.add_tokens();
+    token->set_seq_id(row.seq_id());
+    for (int j = 0; j < std::min(2, row.draft_token_ids_size()); ++j) {
+      token->add_accepted_draft_ids(row.draft_token_ids(j));
+      output.push_back(row.draft_token_ids(j));
+    }
+    token->set_token_id(9 + step_index);
+    output.push_back(token->token_id());
+    (*head)->FollowStepResult(**verify, result);
+  }
+  EXPECT_EQ(drafts, Reference(absl::StrCat("propose --k ", kProposals, histories)));
+}
+
+// Through the CPU runner: three sequences (joining at steps 0, 1, 2) with
+// an EAGLE head, greedy, seeded and seeded with every processing option:
+// plain decoding's tokens; and greedy sequence 0's tokens and acceptance
+// per step are the reference's speculative decoding.
+TEST_F(DraftModelRunnerTest, EagleKeepsPlainTokensAndTheReferenceAcceptance) {
+  SamplingOptions greedy;
+  for (const SamplingOptions& base : {greedy, SeededWithProcessing()}) {
+    const std::vector<Decoded> plain = DecodeBatch("", base, 0);
+    const std::vector<Decoded> speculative =
+        DecodeBatch(*eagle_ + "/good", base, kDrafts, /*eagle=*/true);
+    for (int s = 0; s < kSeqs; ++s) {
+      ASSERT_EQ(plain[s].tokens.size(), kNewTokens);
+      EXPECT_EQ(speculative[s].tokens, plain[s].tokens) << "sequence " << s;
+      EXPECT_FALSE(speculative[s].accepted_per_step.empty());
+    }
+    if (base.temperature() != 0) continue;
+    EXPECT_EQ(absl::StrCat("{\"tokens\": [", absl::StrJoin(speculative[0].tokens, ", "),
+                           "], \"accepted\": [",
+                           absl::StrJoin(speculative[0].accepted_per_step, ", "), "]}"),
+              Reference(absl::StrCat("simulate --k ", kDrafts, " --max-tokens ", kNewTokens,
+                                     " --tokens ", absl::StrJoin(kPrompt, ","))));
+  }
+}
+
+// One line naming the tensor and shape, or both sizes (the server checks
+// the config and fc first, scheduler/startup/draft_model_files.h).
+TEST_F(DraftModelRunnerTest, RefusesMalformedEagleHeadsAtLoad) {
+  const std::pair<std::string, std::string> heads[] = {
+      {"no_fc", "EAGLE head: weight \"fc.weight\" not found in the model"},
+      {"fc_shape", "EAGLE head: weight \"fc.weight\" has shape [32, 32], expected [32, 64]"},
+      {"no_down_proj",
+       "EAGLE head: weight \"layers.0.mlp.down_proj.weight\" not found in the model"},
+      {"other_vocab", absl::StrCat("the EAGLE head's vocab_size ", kVocab - 2,
+                                   " differs from the target's ", kVocab)},
+  };
+  for (const auto& [name, message] : heads) {
+    auto loaded =
+        CreateCpuModelRunner()->LoadModel(LoadRequest(*eagle_ + "/" + name, /*eagle=*/true));
+    EXPECT_EQ(std::string(loaded.status().message()), message);
+  }
 }
 
 }  // namespace

@@ -75,15 +75,20 @@ struct LlamaModel::LayerWeights {
   KvCacheScales kv_scales;  // Used by an FP8 KV cache only.
   int index = 0;            // In the model: which of the adapters' layers apply.
 
-  // Layer `index`'s tensors (this rank's slices) in backend memory.
-  static absl::StatusOr<std::unique_ptr<LayerWeights>> Load(WeightLoader& loader, int index,
+  // Layer `index`'s tensors (this rank's slices) in backend memory, named
+  // `layers_prefix` + index + "."; without input_layernorm (left null) when
+  // `identity_input_norm` (an EAGLE head's first layer).
+  static absl::StatusOr<std::unique_ptr<LayerWeights>> Load(WeightLoader& loader,
+                                                            const std::string& layers_prefix,
+                                                            int index,
                                                             const LayerGeometry& geometry,
-                                                            DType act);
+                                                            DType act, bool identity_input_norm);
 };
 
 absl::StatusOr<std::unique_ptr<LlamaModel::LayerWeights>> LlamaModel::LayerWeights::Load(
-    WeightLoader& loader, int index, const LayerGeometry& geometry, DType act) {
-  const std::string prefix = absl::StrCat("model.layers.", index, ".");
+    WeightLoader& loader, const std::string& layers_prefix, int index,
+    const LayerGeometry& geometry, DType act, bool identity_input_norm) {
+  const std::string prefix = absl::StrCat(layers_prefix, index, ".");
   const int64_t hidden = geometry.hidden;
   const int64_t inter = geometry.intermediate;
   const int64_t q_dim = geometry.q_dim;
@@ -91,8 +96,10 @@ absl::StatusOr<std::unique_ptr<LlamaModel::LayerWeights>> LlamaModel::LayerWeigh
   const LayerSlices& slices = geometry.slices;
   auto layer = std::make_unique<LayerWeights>();
   layer->index = index;
-  PAGODA_ASSIGN_OR_RETURN(layer->input_norm,
-                          loader.Load(prefix + "input_layernorm.weight", {hidden}));
+  if (!identity_input_norm) {
+    PAGODA_ASSIGN_OR_RETURN(layer->input_norm,
+                            loader.Load(prefix + "input_layernorm.weight", {hidden}));
+  }
   PAGODA_ASSIGN_OR_RETURN(layer->post_attention_norm,
                           loader.Load(prefix + "post_attention_layernorm.weight", {hidden}));
   PAGODA_ASSIGN_OR_RETURN(
@@ -129,12 +136,7 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::string& 
                                                              const LlamaLoadOptions& options) {
   auto config = LoadModelConfig(model_dir);
   if (!config.ok()) return config.status();
-  if (config->head_dim <= 0) config->head_dim = HeadDim(*config);
-  if (config->num_key_value_heads <= 0) config->num_key_value_heads = KvHeads(*config);
-  if (config->head_dim % 2 != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(model_dir, ": head_dim ", config->head_dim, " must be even for rotary"));
-  }
+  if (absl::Status s = CompleteConfig(model_dir, &*config); !s.ok()) return s;
   auto quant = LoadQuantConfig(model_dir);
   if (!quant.ok()) return quant.status();
   if (absl::Status s = CheckRequestedQuantization(&*quant, options.quantization); !s.ok()) {
@@ -158,20 +160,34 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::string& 
   if (options.max_loras > 0) {
     if (absl::Status s = model->EnableLora(options, *config, *shard); !s.ok()) return s;
   }
+  model->ReserveLoadTimeWorkspace(options);
+  return model;
+}
+
+absl::Status LlamaModel::CompleteConfig(const std::string& model_dir, ModelConfig* config) {
+  if (config->head_dim <= 0) config->head_dim = HeadDim(*config);
+  if (config->num_key_value_heads <= 0) config->num_key_value_heads = KvHeads(*config);
+  if (config->head_dim % 2 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(model_dir, ": head_dim ", config->head_dim, " must be even for rotary"));
+  }
+  return absl::OkStatus();
+}
+
+void LlamaModel::ReserveLoadTimeWorkspace(const LlamaLoadOptions& options) {
   const int max_seqs = std::max(1, options.max_num_seqs);
   // Block tables are reserved for contexts up to the rope table's bound, so a
   // config claiming a huge context does not reserve memory no request uses
   // (a longer step grows the workspace once).
   const int64_t max_context =
-      std::clamp(model->config().max_position_embeddings, 1, kMaxRopeTablePositions);
+      std::clamp(config_.max_position_embeddings, 1, kMaxRopeTablePositions);
   const int64_t block_size = std::max(1, options.block_size);
-  model->row_logits_capacity_ = max_seqs;
-  model->ReserveWorkspace(StepBatchCapacity{
+  row_logits_capacity_ = max_seqs;
+  ReserveWorkspace(StepBatchCapacity{
       .tokens = std::max(1, options.max_num_batched_tokens),
       .seqs = max_seqs,
       .blocks_per_seq = static_cast<int>((max_context + block_size - 1) / block_size),
       .logits_rows = max_seqs});
-  return model;
 }
 
 absl::Status LlamaModel::LoadWeights(const std::string& model_dir,
@@ -181,16 +197,8 @@ absl::Status LlamaModel::LoadWeights(const std::string& model_dir,
   auto store = WeightStore::Open(model_dir);
   if (!store.ok()) return store.status();
   WeightLoader loader(**store, backend_, weight_dtype, quant_config_);
-  // Checkpoint shapes are the whole model's; `slices` cut this rank's part.
   const int64_t hidden = full_config.hidden_size;
   const int64_t vocab = full_config.vocab_size;
-  const LayerGeometry geometry{
-      .hidden = hidden,
-      .intermediate = full_config.intermediate_size,
-      .q_dim = static_cast<int64_t>(full_config.num_attention_heads) * full_config.head_dim,
-      .kv_dim = static_cast<int64_t>(full_config.num_key_value_heads) * full_config.head_dim,
-      .slices = PlanLayerSlices(full_config, shard),
-      .attention_bias = config_.attention_bias};
   const bool samples = shard.rank == 0;  // Only rank 0 computes logits.
 
   PAGODA_ASSIGN_OR_RETURN(embed_tokens_, loader.Load("model.embed_tokens.weight", {vocab, hidden}));
@@ -202,11 +210,28 @@ absl::Status LlamaModel::LoadWeights(const std::string& model_dir,
   } else if (samples) {
     lm_head_ = std::make_unique<DenseLinear>(backend_, *embed_tokens_, vocab, hidden, DType::kF32);
   }
+  return LoadLayers(loader, **store, "model.layers.", full_config, shard);
+}
+
+absl::Status LlamaModel::LoadLayers(WeightLoader& loader, const WeightStore& store,
+                                    const std::string& layers_prefix,
+                                    const ModelConfig& full_config,
+                                    const TensorParallelShard& shard) {
+  // Checkpoint shapes are the whole model's; `slices` cut this rank's part.
+  const LayerGeometry geometry{
+      .hidden = full_config.hidden_size,
+      .intermediate = full_config.intermediate_size,
+      .q_dim = static_cast<int64_t>(full_config.num_attention_heads) * full_config.head_dim,
+      .kv_dim = static_cast<int64_t>(full_config.num_key_value_heads) * full_config.head_dim,
+      .slices = PlanLayerSlices(full_config, shard),
+      .attention_bias = config_.attention_bias};
   const DType act = backend_->activation_dtype();
   for (int i = 0; i < config_.num_hidden_layers; ++i) {
     std::unique_ptr<LayerWeights> layer;
-    PAGODA_ASSIGN_OR_RETURN(layer, LayerWeights::Load(loader, i, geometry, act));
-    PAGODA_ASSIGN_OR_RETURN(layer->kv_scales, ReadKvCacheScales(**store, i));
+    PAGODA_ASSIGN_OR_RETURN(layer,
+                            LayerWeights::Load(loader, layers_prefix, i, geometry, act,
+                                               /*identity_input_norm=*/i == 0 && is_eagle_head()));
+    PAGODA_ASSIGN_OR_RETURN(layer->kv_scales, ReadKvCacheScales(store, i));
     layers_.push_back(std::move(layer));
   }
   const std::vector<double> inv_freq = RopeInvFreq(config_);
@@ -229,11 +254,14 @@ void LlamaModel::ReserveWorkspace(const StepBatchCapacity& capacity) {
   const size_t q_dim = static_cast<size_t>(config_.num_attention_heads) * config_.head_dim;
   const size_t kv_dim = static_cast<size_t>(config_.num_key_value_heads) * config_.head_dim;
   const size_t inter = config_.intermediate_size;
-  const size_t activations = t * (3 * hidden + 2 * q_dim + 2 * kv_dim + 3 * inter) + rows * hidden;
+  // An EAGLE head also takes its fc's input, [tokens, 2 * hidden].
+  const size_t fc_input = is_eagle_head() ? 2 * hidden : 0;
+  const size_t activations =
+      t * (3 * hidden + 2 * q_dim + 2 * kv_dim + 3 * inter + fc_input) + rows * hidden;
   const size_t bytes = activations * DTypeSize(backend_->activation_dtype()) +
                        rows * config_.vocab_size * sizeof(float) +
                        StepBatchUploader::RegionBytes(capacity);
-  workspace_.Reserve(bytes, /*regions=*/12);
+  workspace_.Reserve(bytes, /*regions=*/13);
   uploader_.Reserve(capacity);
 }
 
@@ -279,8 +307,8 @@ absl::Status LlamaModel::ApplyLora(int layer, LoraModule module, const void* x, 
 
 size_t LlamaModel::weight_bytes() const {
   auto bytes = [](const std::unique_ptr<Buffer>& b) -> size_t { return b ? b->nbytes() : 0; };
-  size_t total =
-      bytes(embed_tokens_) + bytes(final_norm_) + (lm_head_ ? lm_head_->weight_bytes() : 0);
+  size_t total = bytes(embed_tokens_) + bytes(final_norm_) +
+                 (lm_head_ ? lm_head_->weight_bytes() : 0) + (fc_ ? fc_->weight_bytes() : 0);
   for (const auto& layer : layers_) {
     total += bytes(layer->input_norm) + bytes(layer->post_attention_norm);
     for (const Linear* linear : {layer->qkv_proj.get(), layer->o_proj.get(),
@@ -299,29 +327,17 @@ KvCacheShape LlamaModel::CacheShape(int block_size, DType dtype) const {
                       .dtype = dtype};
 }
 
-// One step's activations, each [tokens, width] in the activation dtype.
-struct LlamaModel::Activations {
-  void* residual;
-  void* normed;
-  // The fused QKV product, [tokens, q_dim + 2 * kv_dim]: token t's q, k and
-  // v heads at q, k and v + t * qkv_stride elements.
-  void* q;
-  void* k;
-  void* v;
-  int64_t qkv_stride;
-  void* attention;
-  void* projected;
-  void* gate_up;
-  void* activated;
-};
-
-absl::StatusOr<ForwardOutput> LlamaModel::Forward(const FlatBatch& batch, CacheEngine* cache) {
+StepBatch LlamaModel::UploadStep(const FlatBatch& batch, int row_logits) {
   StepBatchCapacity capacity = StepBatchUploader::CapacityOf(batch);
-  const int row_logits = batch.wants_prompt_logprobs() ? row_logits_capacity_ : 0;
   capacity.logits_rows = std::max(capacity.logits_rows, row_logits);
   ReserveWorkspace(capacity);  // Allocates only past the load-time sizing.
   workspace_.Reset();
-  const StepBatch step = uploader_.Upload(batch, &workspace_);
+  return uploader_.Upload(batch, &workspace_);
+}
+
+absl::StatusOr<ForwardOutput> LlamaModel::Forward(const FlatBatch& batch, CacheEngine* cache) {
+  const int row_logits = batch.wants_prompt_logprobs() ? row_logits_capacity_ : 0;
+  const StepBatch step = UploadStep(batch, row_logits);
   // Adapters add to host f32 activations (the CPU backend's) or through
   // the slots' device store.
   if (batch.uses_lora &&
@@ -337,27 +353,37 @@ absl::StatusOr<ForwardOutput> LlamaModel::Forward(const FlatBatch& batch, CacheE
     }
   }
   const Activations activations = TakeActivations(static_cast<size_t>(step.num_tokens));
-  const float eps = static_cast<float>(config_.rms_norm_eps);
-
   backend_->Embedding(step, Matrix(embed_tokens_, config_.vocab_size, config_.hidden_size),
                       activations.residual);
+  if (absl::Status s = RunLayers(step, cache, activations); !s.ok()) return s;
+  return Logits(step, activations, row_logits);
+}
+
+absl::Status LlamaModel::RunLayers(const StepBatch& step, CacheEngine* cache,
+                                   const Activations& activations) {
+  const float eps = static_cast<float>(config_.rms_norm_eps);
   for (int i = 0; i < config_.num_hidden_layers; ++i) {
     const LayerWeights& layer = *layers_[i];
+    Activations attention_input = activations;
     // Pre-norm residual stream: the previous layer's MLP output is added to
-    // the residual in the same pass that normalises it.
-    if (i == 0) {
+    // the residual in the same pass that normalises it. An EAGLE head's
+    // first layer has no input norm (vLLM's identity): its attention reads
+    // the fc output, which is also the residual.
+    if (layer.input_norm == nullptr) {
+      attention_input.normed = activations.residual;
+    } else if (i == 0) {
       backend_->RmsNorm(activations.residual, Vector(layer.input_norm), step.num_tokens, eps,
                         activations.normed);
     } else {
       backend_->AddRmsNorm(activations.residual, activations.projected, Vector(layer.input_norm),
                            step.num_tokens, eps, activations.normed);
     }
-    if (absl::Status s = AttentionBlock(layer, cache->layer(i), step, activations); !s.ok()) {
+    if (absl::Status s = AttentionBlock(layer, cache->layer(i), step, attention_input); !s.ok()) {
       return s;
     }
     if (absl::Status s = MlpBlock(layer, step.num_tokens, activations); !s.ok()) return s;
   }
-  return Logits(step, activations, row_logits);
+  return absl::OkStatus();
 }
 
 // Taken in the order ReserveWorkspace sized them (after the step batch), so
@@ -477,7 +503,7 @@ ForwardOutput LlamaModel::Logits(const StepBatch& step, const Activations& a,
     output.logits.shape[0] = 0;  // Only rank 0 computes logits and samples.
     return output;
   }
-  if (rows == 0 && row_logits_capacity == 0) return output;
+  if (rows == 0 && row_logits_capacity == 0 && !keeps_final_hidden_) return output;
   const float eps = static_cast<float>(config_.rms_norm_eps);
   if (config_.num_hidden_layers == 0) {
     backend_->RmsNorm(a.residual, Vector(final_norm_), step.num_tokens, eps, a.normed);
@@ -490,8 +516,8 @@ ForwardOutput LlamaModel::Logits(const StepBatch& step, const Activations& a,
   void* last_hidden = workspace_.Take(act, static_cast<size_t>(logits_rows) * hidden);
   auto* logits =
       static_cast<float*>(workspace_.Take(DType::kF32, static_cast<size_t>(logits_rows) * vocab));
+  if (row_logits_capacity > 0 || keeps_final_hidden_) output.final_hidden = a.normed;
   if (row_logits_capacity > 0) {
-    output.final_hidden = a.normed;
     output.row_logits = logits;
     output.row_logits_capacity = logits_rows;
   }

@@ -24,6 +24,7 @@
 #include "worker/lora/lora_slots.h"
 #include "worker/quant/quant_config.h"
 #include "worker/step_batch_upload.h"
+#include "worker/weight_loader.h"
 
 namespace pagoda::worker {
 
@@ -65,9 +66,15 @@ struct ForwardOutput {
   // token row's final-normed hidden state, [num_tokens, hidden_size]
   // activations, and room for row_logits_capacity rows of f32 logits
   // (where `logits` lies: use it once sampling is done), for RowLogits.
+  // Also set, on rank 0, for every batch of a model told KeepFinalHidden
+  // (the target of an EAGLE head: its features).
   const void* final_hidden = nullptr;
   float* row_logits = nullptr;
   int row_logits_capacity = 0;
+  // An EAGLE head's ForwardEagle: each logits row's output hidden state (the
+  // feature of the head's next pass), [num_logits_rows, hidden_size]
+  // activations. Null otherwise.
+  const void* head_hidden = nullptr;
 };
 
 // A Llama-family decoder (LlamaForCausalLM, Qwen2ForCausalLM) written against
@@ -88,9 +95,33 @@ class LlamaModel {
                                                           Backend* backend,
                                                           Communicator* communicator,
                                                           const LlamaLoadOptions& options = {});
+  // An EAGLE(-1/2) head in `head_dir`, laid out as vLLM's
+  // EagleLlamaForCausalLM loads it: config.json a Llama config whose
+  // hidden_size and vocab_size are `target`'s, with num_hidden_layers >= 1;
+  // tensors "fc.weight" [hidden, 2 * hidden] (and "fc.bias" when the
+  // checkpoint has one) and "layers.<i>.*" of Llama decoder layers, layer 0
+  // without input_layernorm (an identity: a checkpoint's own is ignored, as
+  // vLLM does); no final norm. The head embeds tokens and computes logits
+  // with `target`'s embed_tokens and lm_head (the head's own, if any, are
+  // ignored, as vLLM does at pipeline size 1). Dense weights only. Runs as
+  // the one rank of `communicator`. INVALID_ARGUMENT naming both values for a
+  // mismatch with the target; the loader's errors (naming the tensor and its
+  // shape) otherwise. `target` must be rank 0 of its group and outlive the
+  // head.
+  static absl::StatusOr<std::unique_ptr<LlamaModel>> LoadEagleHead(const std::string& head_dir,
+                                                                   Backend* backend,
+                                                                   Communicator* communicator,
+                                                                   const LlamaLoadOptions& options,
+                                                                   const LlamaModel& target);
   LlamaModel(const LlamaModel&) = delete;
   LlamaModel& operator=(const LlamaModel&) = delete;
   ~LlamaModel();
+
+  bool is_eagle_head() const { return eagle_target_ != nullptr; }
+  // Makes every later Forward leave ForwardOutput::final_hidden on rank 0:
+  // the final-normed hidden state of every token row (what vLLM's EAGLE
+  // proposer takes from its target).
+  void KeepFinalHidden() { keeps_final_hidden_ = true; }
 
   // The model as this rank runs it: attention heads, KV heads and
   // intermediate size are the rank's shares (the model's with one rank).
@@ -124,6 +155,16 @@ class LlamaModel {
   // cache->shape() == CacheShape(block size, its dtype).
   absl::StatusOr<ForwardOutput> Forward(const FlatBatch& batch, CacheEngine* cache);
 
+  // An EAGLE head's forward over `batch`: token row t enters the layers as
+  // fc(concat(embed(token t), features row t)), the layers write their K/V
+  // into `cache` at the batch's slots, and each logits row's output (the
+  // last layer's residual stream, no final norm) gives the logits through
+  // the target's lm_head and ForwardOutput::head_hidden. `features` is host
+  // memory: [batch.num_tokens(), hidden_size] activations.
+  // REQUIRES: is_eagle_head(); as Forward.
+  absl::StatusOr<ForwardOutput> ForwardEagle(const FlatBatch& batch, CacheEngine* cache,
+                                             const void* features);
+
   // Puts the token masks that followed the plan (ApplyStepMasks on `batch`
   // after Forward) where the sampler reads them: `output`'s sampling arrays.
   // REQUIRES: `output` is the last Forward(batch, ...)'s.
@@ -149,16 +190,48 @@ class LlamaModel {
  private:
   struct LayerWeights;
   LlamaModel(ModelConfig config, Backend* backend, Communicator* communicator);
+  // Fills the head dimension and KV heads a config leaves out; refuses an
+  // odd head dimension.
+  static absl::Status CompleteConfig(const std::string& model_dir, ModelConfig* config);
   absl::Status LoadWeights(const std::string& model_dir, std::optional<DType> weight_dtype,
                            const ModelConfig& full_config, const TensorParallelShard& shard);
+  // The decoder layers "<layers_prefix><i>.*" and the rotary frequencies.
+  absl::Status LoadLayers(WeightLoader& loader, const WeightStore& store,
+                          const std::string& layers_prefix, const ModelConfig& full_config,
+                          const TensorParallelShard& shard);
+  absl::Status LoadEagleWeights(const std::string& head_dir, std::optional<DType> weight_dtype,
+                                const ModelConfig& full_config, const TensorParallelShard& shard);
+  void ReserveLoadTimeWorkspace(const LlamaLoadOptions& options);
   void BuildRopeTable();
   // Reserves the workspace (activations and the step-batch region) and the
   // upload staging for a step of this capacity.
   void ReserveWorkspace(const StepBatchCapacity& capacity);
 
   // The steps of Forward.
-  struct Activations;
+  // One step's activations, each [tokens, width] in the activation dtype.
+  struct Activations {
+    void* residual;
+    void* normed;
+    // The fused QKV product, [tokens, q_dim + 2 * kv_dim]: token t's q, k and
+    // v heads at q, k and v + t * qkv_stride elements.
+    void* q;
+    void* k;
+    void* v;
+    int64_t qkv_stride;
+    void* attention;
+    void* projected;
+    void* gate_up;
+    void* activated;
+  };
+  // Sizes the workspace for `batch` (and `row_logits` logits rows), resets
+  // it and uploads the batch into it.
+  StepBatch UploadStep(const FlatBatch& batch, int row_logits);
   Activations TakeActivations(size_t tokens);
+  // Every decoder layer over the step, from the residual stream in
+  // a.residual to the last MLP's output in a.projected.
+  absl::Status RunLayers(const StepBatch& step, CacheEngine* cache, const Activations& a);
+  // An EAGLE head's output rows, their logits and head_hidden.
+  ForwardOutput EagleLogits(const StepBatch& step, const Activations& a);
   // From the normalised input to o_proj's output in a.projected, summed over
   // the group; then from there through the MLP (with its residual add) back
   // to a.projected, summed. A failed collective's status ends the step.
@@ -203,6 +276,14 @@ class LlamaModel {
   // when no row of it names an adapter.
   const int32_t* step_lora_slots_ = nullptr;
   LoraDeviceSlots* lora_device_ = nullptr;  // The slots' device store, if any.
+  bool keeps_final_hidden_ = false;         // KeepFinalHidden.
+  // An EAGLE head: the target whose embed_tokens and lm_head it uses, its
+  // fc, an all-ones norm weight (EagleLogits), and host staging for the
+  // fc's input.
+  const LlamaModel* eagle_target_ = nullptr;
+  std::unique_ptr<Linear> fc_;
+  std::unique_ptr<Buffer> ones_;
+  std::vector<char> fc_input_staging_;
 };
 
 }  // namespace pagoda::worker

@@ -61,18 +61,27 @@ absl::StatusOr<StepResult> ModelRunnerBase::ExecuteStep(const StepPlan& plan,
                                                                     .staging = &share_staging_},
                                                         plan, limits, &proposed);
   if (!verify.ok()) return verify.status();
-  return ExecuteStepPlan(**verify,
-                         StepExecution{.cache = cache_.get(),
-                                       .backend = backend_.get(),
-                                       .timed = timed_.get(),
-                                       .samples = &samples_,
-                                       .model = model_.get(),
-                                       .vocab_size = model_->config().vocab_size,
-                                       .max_positions = model_->max_positions(),
-                                       .wait_for_masks = &wait_for_masks,
-                                       .last_sampled = &last_sampled_,
-                                       .share_staging = &share_staging_},
-                         [this](const FlatBatch& batch) { return RunForward(batch); });
+  // An EAGLE head follows the target's hidden states (DraftModel::Follow*).
+  const ForwardPass forward = [this](const FlatBatch& batch) {
+    absl::StatusOr<ForwardOutput> output = RunForward(batch);
+    if (output.ok() && draft_ != nullptr) draft_->FollowTargetForward(batch, *output);
+    return output;
+  };
+  absl::StatusOr<StepResult> result =
+      ExecuteStepPlan(**verify,
+                      StepExecution{.cache = cache_.get(),
+                                    .backend = backend_.get(),
+                                    .timed = timed_.get(),
+                                    .samples = &samples_,
+                                    .model = model_.get(),
+                                    .vocab_size = model_->config().vocab_size,
+                                    .max_positions = model_->max_positions(),
+                                    .wait_for_masks = &wait_for_masks,
+                                    .last_sampled = &last_sampled_,
+                                    .share_staging = &share_staging_},
+                      forward);
+  if (draft_ != nullptr) draft_->FollowStepResult(**verify, result);
+  return result;
 }
 
 void ModelRunnerBase::Abort() {

@@ -287,8 +287,13 @@ TEST(ServerFlagsTest, SpeculativeConfigIsParsedAndCheckedAgainstTheTarget) {
             "cuda");
   ASSERT_TRUE(absl::FindCommandLineFlag("device")->ParseFrom("cpu", &error));
   ASSERT_TRUE(flag->ParseFrom(R"({"model": "/m/eagle-x", "num_speculative_tokens": 2})", &error));
+  config = ServerConfigFromFlags();
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->speculative->method, SpeculativeMethod::kEagle);
+  ASSERT_TRUE(flag->ParseFrom(R"({"model": "/m/eagle3-x", "num_speculative_tokens": 2})", &error));
   EXPECT_EQ(ServerConfigFromFlags().status().message(),
-            "--speculative-config: method eagle is not supported yet (only ngram and draft_model)");
+            "--speculative-config: method eagle3 is not supported yet (only ngram, draft_model and "
+            "eagle)");
   ASSERT_TRUE(flag->ParseFrom("", &error));
   config = ServerConfigFromFlags();
   ASSERT_TRUE(config.ok()) << config.status();

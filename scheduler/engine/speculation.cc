@@ -74,8 +74,9 @@ Speculator::Speculator(const SpeculativeConfig& config, int max_model_len,
       max_model_len_(max_model_len),
       max_num_batched_tokens_(max_num_batched_tokens) {
   CHECK(config_.method == SpeculativeMethod::kNgram ||
-        config_.method == SpeculativeMethod::kDraftModel)
-      << "only ngram and draft_model propose drafts";
+        config_.method == SpeculativeMethod::kDraftModel ||
+        config_.method == SpeculativeMethod::kEagle)
+      << "only ngram, draft_model and eagle propose drafts";
   totals_.accepted_per_pos.assign(config_.num_speculative_tokens, 0);
 }
 
@@ -118,8 +119,8 @@ std::vector<int32_t> Speculator::DraftsFor(const SequenceGroup& group, const Seq
   request.beam_search = sampling.use_beam_search;
   const int budget = DraftBudget(request);
   if (budget == 0) return {};
-  // The workers' draft model proposes them in the step itself.
-  if (config_.method == SpeculativeMethod::kDraftModel) {
+  // The workers' draft model or EAGLE head proposes them in the step itself.
+  if (config_.method != SpeculativeMethod::kNgram) {
     return std::vector<int32_t>(budget, kWorkerDraft);
   }
   return ProposeNgramDrafts(

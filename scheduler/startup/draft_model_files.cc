@@ -1,8 +1,12 @@
 #include "scheduler/startup/draft_model_files.h"
 
 #include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/safetensors.h"
 
 namespace pagoda::scheduler {
 namespace {
@@ -11,10 +15,47 @@ absl::Status DraftError(absl::string_view problem) {
   return absl::InvalidArgumentError(absl::StrCat("--speculative-config: ", problem));
 }
 
+// An EAGLE head (vLLM's EAGLE-1/2 layout): a Llama config of the target's
+// hidden and vocabulary sizes, and an fc over concat(embedding, hidden).
+// The worker checks every other tensor as it loads them.
+absl::Status CheckEagleHeadFiles(const std::string& dir, const ModelConfig& target,
+                                 int max_model_len) {
+  absl::StatusOr<ModelConfig> head = LoadModelConfig(dir);
+  if (!head.ok()) return DraftError(absl::StrCat("EAGLE head: ", head.status().message()));
+  for (const auto& [name, value, expected] :
+       {std::tuple{"hidden_size", head->hidden_size, target.hidden_size},
+        std::tuple{"vocab_size", head->vocab_size, target.vocab_size}}) {
+    if (value != expected) {
+      return DraftError(absl::StrCat("the EAGLE head's ", name, " ", value,
+                                     " differs from the target's ", expected));
+    }
+  }
+  if (head->max_position_embeddings < max_model_len) {
+    return DraftError(absl::StrCat("the EAGLE head's max_position_embeddings ",
+                                   head->max_position_embeddings, " is below --max-model-len ",
+                                   max_model_len));
+  }
+  absl::StatusOr<std::unique_ptr<WeightStore>> store = WeightStore::Open(dir);
+  if (!store.ok()) return DraftError(absl::StrCat("EAGLE head: ", store.status().message()));
+  absl::StatusOr<TensorView> fc = (*store)->Get("fc.weight");
+  if (!fc.ok()) {
+    return DraftError("the EAGLE head has no fc.weight (an EAGLE-1/2 head: fc.weight, layers.0.*)");
+  }
+  const std::vector<int64_t> expected = {target.hidden_size, 2 * int64_t{target.hidden_size}};
+  if (fc->shape != expected) {
+    return DraftError(absl::StrCat("the EAGLE head's fc.weight is ", ShapeString(fc->shape),
+                                   ", expected ", ShapeString(expected)));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status CheckDraftModelFiles(const SpeculativeConfig& speculative, const ModelConfig& target,
                                   int max_model_len, const Tokenizer* target_tokenizer) {
+  if (speculative.method == SpeculativeMethod::kEagle) {
+    return CheckEagleHeadFiles(speculative.model, target, max_model_len);
+  }
   if (speculative.method != SpeculativeMethod::kDraftModel) return absl::OkStatus();
   absl::StatusOr<ModelConfig> draft = LoadModelConfig(speculative.model);
   if (!draft.ok()) return DraftError(absl::StrCat("draft model: ", draft.status().message()));

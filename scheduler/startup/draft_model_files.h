@@ -16,6 +16,10 @@ namespace pagoda::scheduler {
 // vocab_size is `target`'s and whose max_position_embeddings reaches
 // `max_model_len`; when both the target (`target_tokenizer`, null for none)
 // and the draft ship tokenizer files, their vocabulary sizes must match.
+// For method eagle: the head's config.json must give the target's
+// hidden_size and vocab_size and positions reaching `max_model_len`, and its
+// safetensors an fc.weight of [hidden, 2 * hidden] (the worker checks the
+// other tensors as it loads them).
 // INVALID_ARGUMENT, one line naming both values, otherwise.
 absl::Status CheckDraftModelFiles(const SpeculativeConfig& speculative, const ModelConfig& target,
                                   int max_model_len, const Tokenizer* target_tokenizer);

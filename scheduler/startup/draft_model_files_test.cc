@@ -1,9 +1,11 @@
 // The draft model's files against the target's at start: the same
 // vocabulary size in config.json and, when both ship one, in the tokenizer;
 // positions reaching --max-model-len; an unreadable draft named as such.
-// Each refusal is one line naming both values.
+// Each refusal is one line naming both values. An EAGLE head: the target's
+// hidden and vocabulary sizes, and an fc of [hidden, 2 * hidden].
 #include "scheduler/startup/draft_model_files.h"
 
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -81,6 +83,36 @@ TEST_F(DraftModelFilesTest, RefusesInOneLineNamingBothValues) {
   const std::string missing = Refusal(*small_ + "/nothing", *small_, 64, nullptr);
   EXPECT_EQ(missing.rfind("--speculative-config: draft model: ", 0), 0u) << missing;
   EXPECT_EQ(missing.find('\n'), std::string::npos) << missing;
+}
+
+TEST_F(DraftModelFilesTest, ChecksAnEagleHeadsSizesAndFc) {
+  const std::string heads = pagoda::testing::TempPath("pagoda_draft_files_eagle");
+  const std::string command =
+      absl::StrCat(pagoda::testing::PythonBinary(), " tests/reference/eagle_reference.py variants",
+                   " --source ", *small_, " --vocab-source ", *large_, " --out ", heads);
+  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  const ModelConfig target = *LoadModelConfig(*small_);
+  auto refusal = [&](const std::string& name, int max_len) -> std::string {
+    SpeculativeConfig eagle = Draft(heads + "/" + name + "/model");
+    eagle.method = SpeculativeMethod::kEagle;
+    absl::Status status = CheckDraftModelFiles(eagle, target, max_len, small_tokenizer_);
+    return status.ok() ? "OK" : std::string(status.message());
+  };
+  const int hidden = target.hidden_size;
+  EXPECT_EQ(refusal("good", 64), "OK");
+  EXPECT_EQ(refusal("no_fc", 64),
+            "--speculative-config: the EAGLE head has no fc.weight (an EAGLE-1/2 head: "
+            "fc.weight, layers.0.*)");
+  EXPECT_EQ(refusal("fc_shape", 64),
+            absl::StrCat("--speculative-config: the EAGLE head's fc.weight is [", hidden, ", ",
+                         hidden, "], expected [", hidden, ", ", 2 * hidden, "]"));
+  EXPECT_EQ(refusal("other_vocab", 64),
+            "--speculative-config: the EAGLE head's vocab_size 300 differs from the target's 256");
+  const int positions = target.max_position_embeddings;
+  EXPECT_EQ(refusal("good", positions + 1),
+            absl::StrCat("--speculative-config: the EAGLE head's max_position_embeddings ",
+                         positions, " is below --max-model-len ", positions + 1));
+  std::filesystem::remove_all(heads);
 }
 
 }  // namespace

@@ -120,9 +120,9 @@ pagoda::worker::v1::LoadModelRequest MakeLoadModelRequest(const ServerConfig& co
   load.set_quantization(config.model.quantization);
   load.set_cpu_threads(config.workers.cpu_threads);
   load.set_enforce_eager(config.workers.enforce_eager);
-  if (config.speculative.has_value() &&
-      config.speculative->method == SpeculativeMethod::kDraftModel) {
+  if (config.speculative.has_value() && config.speculative->method != SpeculativeMethod::kNgram) {
     load.set_draft_model_dir(std::filesystem::absolute(config.speculative->model).string());
+    load.set_draft_is_eagle_head(config.speculative->method == SpeculativeMethod::kEagle);
   }
   if (config.lora.enable_lora) {  // Slots on every rank (docs/lora.md).
     load.set_max_loras(config.lora.max_loras);

@@ -11,12 +11,15 @@
 //   worker mid-run: the tokens are plain decoding's whatever the drafts;
 // - at two tensor-parallel ranks, the target as its draft on rank 0 at size
 //   1, its drafts sent to rank 1, preempted by swapping (both caches move):
-//   plain decoding's tokens, greedy and seeded.
+//   plain decoding's tokens, greedy and seeded; and the same with a random
+//   EAGLE head (method eagle, inferred from the name as vLLM does) over
+//   rank 0's hidden states.
 // And a draft of another vocabulary is refused at start, in one line.
 #include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -56,6 +59,18 @@ class DraftModelTest : public ::testing::Test {
                                             "--num-layers 1 --num-heads 2 --num-kv-heads 1 "
                                             "--dtype f32 --seed 5"))
                     .ok());
+    // An EAGLE head for the target (hidden 64): eagle_reference.py over a
+    // one-layer Llama of its width.
+    ASSERT_TRUE(WriteTinyModel(*dir_ + "/head_source",
+                               absl::StrCat("--vocab-size ", kTinyModelVocab,
+                                            " --hidden-size 64 --intermediate-size 96 "
+                                            "--num-layers 1 --num-heads 2 --num-kv-heads 1 "
+                                            "--dtype f32 --seed 3"))
+                    .ok());
+    const std::string make_head =
+        absl::StrCat(PythonBinary(), " tests/reference/eagle_reference.py make --source ", *dir_,
+                     "/head_source --out ", *dir_, "/eagle-head");
+    ASSERT_EQ(std::system(make_head.c_str()), 0) << make_head;
     ASSERT_TRUE(WriteTinyModel(*dir_ + "/other_vocab",
                                absl::StrCat("--vocab-size ", kTinyModelVocab + 8,
                                             " --hidden-size 32 --intermediate-size 64 "
@@ -207,16 +222,24 @@ TEST_F(DraftModelTest, AtTwoRanksTheDraftOnRankZeroKeepsPlainTokens) {
     ASSERT_TRUE(plain.ok()) << plain.status();
     expected = RunAll(**plain, /*seeded=*/true, nullptr);
   }
-  auto server = StartServer(*dir_ + "/target", /*world_size=*/2);
-  ASSERT_TRUE(server.ok()) << server.status();
-  ExpectSameTokens(RunAll(**server, /*seeded=*/true, nullptr), expected);
-  const int port = (*server)->metrics_port();
+  {
+    auto server = StartServer(*dir_ + "/target", /*world_size=*/2);
+    ASSERT_TRUE(server.ok()) << server.status();
+    ExpectSameTokens(RunAll(**server, /*seeded=*/true, nullptr), expected);
+    const int port = (*server)->metrics_port();
+    EXPECT_GT(MetricValue(port, "pagoda_num_preemptions_total"), 0) << "nothing was preempted";
+    const double proposed = MetricValue(port, "vllm:spec_decode_num_draft_tokens_total");
+    const double accepted = MetricValue(port, "vllm:spec_decode_num_accepted_tokens_total");
+    // The greedy half accepts (nearly) every draft of the target as its own
+    // draft (unsharded on rank 0: its sums round unlike the two ranks').
+    EXPECT_GT(accepted, proposed / 4) << accepted << " of " << proposed;
+  }
+  auto eagle = StartServer(*dir_ + "/eagle-head", /*world_size=*/2);
+  ASSERT_TRUE(eagle.ok()) << eagle.status();
+  ExpectSameTokens(RunAll(**eagle, /*seeded=*/true, nullptr), expected);
+  const int port = (*eagle)->metrics_port();
   EXPECT_GT(MetricValue(port, "pagoda_num_preemptions_total"), 0) << "nothing was preempted";
-  const double proposed = MetricValue(port, "vllm:spec_decode_num_draft_tokens_total");
-  const double accepted = MetricValue(port, "vllm:spec_decode_num_accepted_tokens_total");
-  // The greedy half accepts (nearly) every draft of the target as its own
-  // draft (unsharded on rank 0: its sums round unlike the two ranks').
-  EXPECT_GT(accepted, proposed / 4) << accepted << " of " << proposed;
+  EXPECT_GT(MetricValue(port, "vllm:spec_decode_num_draft_tokens_total"), kStreams * kDrafts);
 }
 
 TEST_F(DraftModelTest, DraftOfAnotherVocabularyIsRefusedAtStart) {

@@ -113,18 +113,22 @@ class CpuModelRunner final : public ModelRunnerBase {
   }
 
  private:
-  // Speculative decoding's draft model, when the request names one: loaded
-  // on rank 0 at tensor-parallel size 1, its vocabulary the target's; the
-  // other ranks receive its drafts.
+  // Speculative decoding's draft model or EAGLE head, when the request
+  // names one: loaded on rank 0 at tensor-parallel size 1, its vocabulary
+  // the target's; the other ranks receive its drafts.
   absl::Status LoadDraftModel(const LoadModelRequest& request, std::optional<DType> weight_dtype) {
     if (request.draft_model_dir().empty()) return absl::OkStatus();
     serves_draft_ = true;
     if (timed_->rank() != 0) return absl::OkStatus();
-    auto draft = DraftModel::Load(request.draft_model_dir(), backend_.get(),
-                                  CpuLoadOptions(request, weight_dtype), model_->config());
+    auto draft = request.draft_is_eagle_head()
+                     ? DraftModel::LoadEagle(request.draft_model_dir(), backend_.get(),
+                                             CpuLoadOptions(request, weight_dtype), model_.get())
+                     : DraftModel::Load(request.draft_model_dir(), backend_.get(),
+                                        CpuLoadOptions(request, weight_dtype), model_->config());
     if (!draft.ok()) return draft.status();
     draft_ = *std::move(draft);
-    LOG(INFO) << "draft model: " << draft_->weight_bytes() / (1 << 20) << " MiB, "
+    LOG(INFO) << (draft_->is_eagle() ? "EAGLE head: " : "draft model: ")
+              << draft_->weight_bytes() / (1 << 20) << " MiB, "
               << draft_->config().num_hidden_layers << " layers";
     return absl::OkStatus();
   }

@@ -1,0 +1,61 @@
+#include "worker/eagle_features.h"
+
+#include <cstring>
+
+namespace pagoda::worker {
+
+void EagleFeatures::Capture(const FlatBatch& batch, const void* final_hidden, Backend* backend) {
+  hidden_.resize(static_cast<size_t>(batch.num_tokens()) * row_bytes_);
+  backend->DownloadBytes(final_hidden, hidden_.data(), hidden_.size());
+  input_ids_ = batch.input_ids;
+  positions_ = batch.positions;
+  query_start_ = batch.query_start;
+  captured_ = true;
+}
+
+void EagleFeatures::Keep(const v1::StepPlan& verify, const v1::StepResult& result) {
+  if (!captured_) return;
+  captured_ = false;
+  ++steps_;
+  // The captured batch is `verify` flattened: one batch sequence a plan row.
+  if (static_cast<size_t>(verify.sequences_size()) + 1 != query_start_.size()) {
+    rows_.clear();
+    return;
+  }
+  absl::flat_hash_map<int64_t, int> accepted;
+  for (const v1::SampledToken& token : result.tokens()) {
+    accepted[token.seq_id()] = token.accepted_draft_ids_size();
+  }
+  for (int s = 0; s + 1 < static_cast<int>(query_start_.size()); ++s) {
+    const v1::SequenceStep& step = verify.sequences(s);
+    const int first = query_start_[s];
+    // Rows past the input and the accepted drafts were rejected.
+    auto it = accepted.find(step.seq_id());
+    const int rejected = step.draft_token_ids_size() - (it == accepted.end() ? 0 : it->second);
+    const int kept = query_start_[s + 1] - first - rejected;
+    EagleFeatureRows& rows = rows_[step.seq_id()];
+    rows.first_position = positions_[first];
+    rows.next_tokens.assign(input_ids_.begin() + first + 1, input_ids_.begin() + first + kept);
+    rows.hidden.resize(static_cast<size_t>(kept) * row_bytes_);
+    std::memcpy(rows.hidden.data(), hidden_.data() + static_cast<size_t>(first) * row_bytes_,
+                rows.hidden.size());
+    rows.kept_at_step = steps_;
+  }
+  absl::erase_if(rows_, [this](const auto& entry) {
+    return steps_ - entry.second.kept_at_step > kMaxIdleSteps;
+  });
+}
+
+const EagleFeatureRows* EagleFeatures::Find(int64_t seq_id, int position) const {
+  auto it = rows_.find(seq_id);
+  if (it == rows_.end()) return nullptr;
+  const EagleFeatureRows& rows = it->second;
+  return rows.first_position + rows.num_rows() == position ? &rows : nullptr;
+}
+
+void EagleFeatures::Forget() {
+  captured_ = false;
+  rows_.clear();
+}
+
+}  // namespace pagoda::worker

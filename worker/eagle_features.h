@@ -1,0 +1,77 @@
+#ifndef PAGODA_WORKER_EAGLE_FEATURES_H_
+#define PAGODA_WORKER_EAGLE_FEATURES_H_
+
+// EagleFeatures: what an EAGLE head (speculative decoding's eagle method)
+// needs from its target between steps: per sequence, the target's
+// final-normed hidden states of the positions the last step verified and
+// the tokens that followed each. The head's row at position p reads
+// (token p + 1, the target's hidden state at p), so it can run only once the
+// token after p is known: at the start of the sequence's next step, whose
+// first input token is the last one. docs/speculative-decoding.md.
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "pagoda/worker/v1/worker.pb.h"
+#include "worker/backend.h"
+#include "worker/flat_batch.h"
+
+namespace pagoda::worker {
+
+// One sequence's verified positions [first_position, first_position + n)
+// that the head has not read yet.
+struct EagleFeatureRows {
+  int first_position = 0;
+  // The tokens at positions first_position + 1 .. first_position + n - 1
+  // (the token after the last one is the next step's first input).
+  std::vector<int32_t> next_tokens;
+  std::vector<char> hidden;  // n rows of the target's activations.
+  int64_t kept_at_step = 0;  // The Keep call that stored them.
+  int num_rows() const { return static_cast<int>(next_tokens.size()) + 1; }
+};
+
+// Thread safety: one caller at a time, as the runner that owns it.
+class EagleFeatures {
+ public:
+  // `row_bytes`: one hidden state of the target's activations.
+  explicit EagleFeatures(size_t row_bytes) : row_bytes_(row_bytes) {}
+
+  size_t row_bytes() const { return row_bytes_; }
+
+  // After the target's forward over `batch` (rank 0): copies every token
+  // row's hidden state (`final_hidden`, backend memory) and the rows'
+  // tokens and positions to the host, until Keep or Forget.
+  void Capture(const FlatBatch& batch, const void* final_hidden, Backend* backend);
+
+  // After the step that verified `verify` succeeded with `result`: keeps,
+  // for each sequence of the captured batch, its rows up to the last
+  // verified one (prompt rows, the input row, the accepted drafts), in
+  // place of what it held before; then forgets sequences not seen for
+  // kMaxIdleSteps Keep calls (a sequence swapped out longer loses its
+  // rows: its drafts are then worse, never wrong).
+  void Keep(const v1::StepPlan& verify, const v1::StepResult& result);
+
+  // The rows of `seq_id` that end just before `position`, or null (none
+  // kept, or kept for other positions: the sequence was recomputed).
+  const EagleFeatureRows* Find(int64_t seq_id, int position) const;
+
+  // Drops the capture and every kept row (a failed step).
+  void Forget();
+
+  static constexpr int64_t kMaxIdleSteps = 64;
+
+ private:
+  size_t row_bytes_;
+  // The captured batch.
+  std::vector<char> hidden_;
+  std::vector<int32_t> input_ids_, query_start_;
+  std::vector<int32_t> positions_;
+  bool captured_ = false;
+  int64_t steps_ = 0;
+  absl::flat_hash_map<int64_t, EagleFeatureRows> rows_;
+};
+
+}  // namespace pagoda::worker
+
+#endif  // PAGODA_WORKER_EAGLE_FEATURES_H_

@@ -1,0 +1,141 @@
+// LlamaModel as an EAGLE(-1/2) head (speculative decoding's eagle method):
+// loading the head's checkpoint and its forward over the target's features.
+// The decoder layers are LlamaModel's own (llama_model.cc); what differs is
+// the input (an fc over the token's embedding and the target's hidden
+// state), the first layer's missing input norm, and the output (no final
+// norm, the target's lm_head). docs/speculative-decoding.md.
+
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/safetensors.h"
+#include "common/status_macros.h"
+#include "common/tensor_parallel_plan.h"
+#include "worker/llama_model.h"
+#include "worker/weight_loader.h"
+
+namespace pagoda::worker {
+namespace {
+
+absl::Status EagleHeadError(const absl::Status& status) {
+  return absl::Status(status.code(), absl::StrCat("EAGLE head: ", status.message()));
+}
+
+absl::Status CheckHeadAgainstTarget(const ModelConfig& head, const ModelConfig& target) {
+  if (head.hidden_size != target.hidden_size) {
+    return absl::InvalidArgumentError(absl::StrCat("the EAGLE head's hidden_size ",
+                                                   head.hidden_size, " differs from the target's ",
+                                                   target.hidden_size));
+  }
+  if (head.vocab_size != target.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat("the EAGLE head's vocab_size ", head.vocab_size,
+                                                   " differs from the target's ",
+                                                   target.vocab_size));
+  }
+  if (head.num_hidden_layers < 1) {
+    return absl::InvalidArgumentError("the EAGLE head has no decoder layer (num_hidden_layers 0)");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::LoadEagleHead(
+    const std::string& head_dir, Backend* backend, Communicator* communicator,
+    const LlamaLoadOptions& options, const LlamaModel& target) {
+  auto config = LoadModelConfig(head_dir);
+  if (!config.ok()) return EagleHeadError(config.status());
+  if (absl::Status s = CompleteConfig(head_dir, &*config); !s.ok()) return EagleHeadError(s);
+  if (absl::Status s = CheckHeadAgainstTarget(*config, target.config()); !s.ok()) return s;
+  auto shard = PlanTensorParallelShard(*config, /*rank=*/0, /*world_size=*/1);
+  if (!shard.ok()) return EagleHeadError(shard.status());
+  std::unique_ptr<LlamaModel> head(
+      new LlamaModel(RankLocalConfig(*config, *shard), backend, communicator));
+  head->eagle_target_ = &target;
+  if (absl::Status s = head->LoadEagleWeights(head_dir, options.weight_dtype, *config, *shard);
+      !s.ok()) {
+    return EagleHeadError(s);
+  }
+  head->BuildRopeTable();
+  head->ReserveLoadTimeWorkspace(options);
+  return head;
+}
+
+absl::Status LlamaModel::LoadEagleWeights(const std::string& head_dir,
+                                          std::optional<DType> weight_dtype,
+                                          const ModelConfig& full_config,
+                                          const TensorParallelShard& shard) {
+  auto store = WeightStore::Open(head_dir);
+  if (!store.ok()) return store.status();
+  WeightLoader loader(**store, backend_, weight_dtype, quant_config_);
+  const int64_t hidden = full_config.hidden_size;
+  // vLLM builds the fc without a bias; EAGLE's own training code has one:
+  // the checkpoint says which.
+  PAGODA_ASSIGN_OR_RETURN(
+      fc_, loader.LoadLinear({{"fc", hidden, 2 * hidden, WeightSlice::Whole()}},
+                             (*store)->Has("fc.bias"), backend_->activation_dtype()));
+  const std::vector<float> ones(static_cast<size_t>(hidden), 1.0f);
+  ones_ = backend_->Allocate(DType::kF32, ones.size());
+  backend_->UploadBytes(ones.data(), ones_->raw(), ones.size() * sizeof(float));
+  return LoadLayers(loader, **store, "layers.", full_config, shard);
+}
+
+absl::StatusOr<ForwardOutput> LlamaModel::ForwardEagle(const FlatBatch& batch, CacheEngine* cache,
+                                                       const void* features) {
+  const StepBatch step = UploadStep(batch, /*row_logits=*/0);
+  step_lora_slots_ = nullptr;  // A head serves no adapters.
+  const size_t tokens = static_cast<size_t>(step.num_tokens);
+  const Activations a = TakeActivations(tokens);
+  const DType act = backend_->activation_dtype();
+  const size_t row_bytes = static_cast<size_t>(config_.hidden_size) * DTypeSize(act);
+  void* fc_input = workspace_.Take(act, tokens * 2 * config_.hidden_size);
+  const LlamaModel& target = *eagle_target_;
+  backend_->Embedding(
+      step,
+      Tensor::Of(*target.embed_tokens_, {target.config_.vocab_size, target.config_.hidden_size}),
+      a.normed);
+  // concat(embedding, feature) per row, built on the host: the Backend has
+  // no strided copy, and the features come from the host anyway.
+  fc_input_staging_.resize(tokens * 2 * row_bytes);
+  std::vector<char> embedded(tokens * row_bytes);
+  backend_->DownloadBytes(a.normed, embedded.data(), embedded.size());
+  for (size_t t = 0; t < tokens; ++t) {
+    char* row = fc_input_staging_.data() + t * 2 * row_bytes;
+    std::memcpy(row, embedded.data() + t * row_bytes, row_bytes);
+    std::memcpy(row + row_bytes, static_cast<const char*>(features) + t * row_bytes, row_bytes);
+  }
+  backend_->UploadBytes(fc_input_staging_.data(), fc_input, fc_input_staging_.size());
+  fc_->Forward(fc_input, step.num_tokens, a.residual);
+  if (absl::Status s = RunLayers(step, cache, a); !s.ok()) return s;
+  return EagleLogits(step, a);
+}
+
+ForwardOutput LlamaModel::EagleLogits(const StepBatch& step, const Activations& a) {
+  const int rows = step.num_logits_rows;
+  const int hidden = config_.hidden_size;
+  const int vocab = config_.vocab_size;
+  ForwardOutput output;
+  output.sampling = step.sampling;
+  output.logits.dtype = DType::kF32;
+  output.logits.rank = 2;
+  output.logits.shape = {rows, vocab, 0, 0};
+  if (rows == 0) return output;
+  // The head's output is the residual stream plus the last MLP's output,
+  // with no final norm (vLLM's EAGLE model returns hidden_states +
+  // residual). AddRmsNorm leaves that sum in a.residual; its normalised copy
+  // (all-ones weight) is not used.
+  backend_->AddRmsNorm(a.residual, a.projected, Tensor::Of(*ones_, {hidden}), step.num_tokens,
+                       static_cast<float>(config_.rms_norm_eps), a.normed);
+  const DType act = backend_->activation_dtype();
+  void* head_hidden = workspace_.Take(act, static_cast<size_t>(rows) * hidden);
+  auto* logits =
+      static_cast<float*>(workspace_.Take(DType::kF32, static_cast<size_t>(rows) * vocab));
+  backend_->GatherRows(a.residual, step, hidden, head_hidden);
+  eagle_target_->lm_head_->Forward(head_hidden, rows, logits);
+  output.logits.data = logits;
+  output.head_hidden = head_hidden;
+  return output;
+}
+
+}  // namespace pagoda::worker
