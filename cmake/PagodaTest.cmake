@@ -11,7 +11,9 @@ set(PAGODA_GPU_TEST_SKIP_CODE 77)  # = kGpuTestSkipExitCode (gpu_test_main.h)
 
 # The test binaries' optimization level (see pagoda_add_test below), shared
 # with pagoda_test_pch, whose precompiled header GCC and clang use only when
-# the flags match.
+# the flags match. -pthread too: most tests get it from gRPC's and Abseil's
+# usage requirements (the same option once, de-duplicated), the few that
+# link neither would otherwise not match the header (_REENTRANT).
 function(pagoda_test_compile_options target)
   if(PAGODA_SANITIZE)
     target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-O0>)
@@ -19,6 +21,7 @@ function(pagoda_test_compile_options target)
     target_compile_options(${target} PRIVATE
       $<$<AND:$<CONFIG:Release>,$<COMPILE_LANGUAGE:CXX>>:-O1>)
   endif()
+  target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-pthread>)
 endfunction()
 
 # pagoda_test_pch: one precompiled header of the third-party headers most
