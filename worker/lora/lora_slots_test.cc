@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "worker/lora/lora_kernel.h"
 
 namespace pagoda::worker {
 namespace {
@@ -93,10 +94,10 @@ TEST(LoraSlotsTest, MixedSlotsMatchThePlainReferenceOverOddShapes) {
 }
 
 // A fused output's module (rows of `stride` elements, the module's `out`
-// at an offset) and rows spread over ranges (as the thread pool spreads
-// them, one to three grouped rows at a time, runs of a slot cut across
-// ranges): the same sums as one contiguous call, the rest of each row and
-// a pinned view's old adapter left as they were.
+// at an offset) and tasks spread over ranges (as the thread pool spreads
+// them, one to three tasks at a time; each slot's 75 rows make four tasks
+// of at most kLoraRowsPerCall): the same sums as one contiguous call, the
+// rest of each row and a pinned view's old adapter left as they were.
 TEST(LoraSlotsTest, StridedOutputsSplitRangesAndPinnedViews) {
   std::mt19937 rng(11);
   const LinearShape shape{19, 37};
@@ -104,7 +105,7 @@ TEST(LoraSlotsTest, StridedOutputsSplitRangesAndPinnedViews) {
   for (int s = 1; s <= 3; ++s) {
     ASSERT_TRUE(slots.Load(s, MakeAdapter(1, LoraModule::kK, shape, 2 + s, 0.7f, rng)).ok());
   }
-  const int rows = 17;
+  const int rows = 300;
   const int64_t stride = 50, offset = 11;
   std::vector<int32_t> row_slots(rows);
   for (int r = 0; r < rows; ++r) row_slots[r] = (r * 5) % 4;
@@ -128,6 +129,7 @@ TEST(LoraSlotsTest, StridedOutputsSplitRangesAndPinnedViews) {
   ASSERT_TRUE(view.Apply(x.data(), rows, row_slots.data(), {0, LoraModule::kK},
                          fused.data() + offset, stride, &uneven)
                   .ok());
+  static_assert(kLoraRowsPerCall < 75);
   EXPECT_GT(calls, 3);
   for (int r = 0; r < rows; ++r) {
     for (int64_t j = 0; j < stride; ++j) {
