@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "worker/cpu/simd.h"
 #include "worker/lora/lora_kernel.h"
 
 namespace pagoda::worker {
@@ -26,6 +27,10 @@ std::vector<std::pair<int64_t, int64_t>> SplitLoraGroups(const std::vector<int>&
 }
 
 }  // namespace
+
+LoraSlots::LoraSlots(int max_loras, int max_rank, int num_layers,
+                     const std::array<LinearShape, kNumLoraModules>& shapes)
+    : LoraSlots(max_loras, max_rank, num_layers, shapes, BestSimdKernels()) {}
 
 LoraSlots::LoraSlots(int max_loras, int max_rank, int num_layers,
                      const std::array<LinearShape, kNumLoraModules>& shapes,

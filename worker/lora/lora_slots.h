@@ -18,11 +18,11 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "common/lora_adapter.h"
-#include "worker/cpu/simd.h"
 
 namespace pagoda::worker {
 
 class LoraDeviceSlots;
+struct SimdKernels;
 
 // Which projection of which layer an Apply is for.
 struct LoraTarget {
@@ -52,10 +52,12 @@ class LoraSlots {
  public:
   // `shapes[module]`: this rank's [out, in] of each projection (the shard's,
   // under tensor parallelism), against which loaded adapters are checked.
-  // `simd`: the CPU kernels View::Apply runs on (tests pick each level).
+  // View::Apply runs on the CPU kernels of the best SIMD level this CPU
+  // runs, or on `simd` (tests pick each level).
   LoraSlots(int max_loras, int max_rank, int num_layers,
-            const std::array<LinearShape, kNumLoraModules>& shapes,
-            const SimdKernels& simd = BestSimdKernels());
+            const std::array<LinearShape, kNumLoraModules>& shapes);
+  LoraSlots(int max_loras, int max_rank, int num_layers,
+            const std::array<LinearShape, kNumLoraModules>& shapes, const SimdKernels& simd);
 
   // Keeps the slots' matrices in `device` from now on (call before any
   // Load): Load hands them to it and keeps only ranks and scales here, and

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "worker/cpu/simd.h"
 #include "worker/lora/lora_kernel.h"
 
 namespace pagoda::worker {
@@ -57,37 +58,42 @@ struct Case {
 };
 
 // Three adapters of one rank in three of four slots (slot 4 stays empty),
-// rows of every slot and of the base model interleaved in one batch.
+// rows of every slot and of the base model interleaved in one batch, at
+// every SIMD level.
 TEST(LoraSlotsTest, MixedSlotsMatchThePlainReferenceOverOddShapes) {
   std::mt19937 rng(7);
-  for (Case c : {Case{1, 1, 1}, Case{1, 7, 13}, Case{2, 65, 3}, Case{3, 129, 67}, Case{7, 33, 95},
-                 Case{16, 128, 129}, Case{33, 17, 257}, Case{64, 255, 31}}) {
-    const LinearShape shape{c.out, c.in};
-    LoraSlots slots(4, 64, 2, Shapes(shape));
-    std::vector<LoraAdapter> adapters;
-    for (int s = 1; s <= 3; ++s) {
-      adapters.push_back(MakeAdapter(2, LoraModule::kUp, shape, c.rank, 0.5f * s, rng));
-      ASSERT_TRUE(slots.Load(s, adapters.back()).ok());
-    }
-    const int rows = 23;
-    std::vector<int32_t> row_slots(rows);
-    for (int r = 0; r < rows; ++r) row_slots[r] = (r * 7) % 5;  // 0..4, shuffled.
-    const std::vector<float> x = Random(rows * c.in, rng);
-    const std::vector<float> y0 = Random(rows * c.out, rng);
-    std::vector<float> y = y0;
-    ASSERT_TRUE(slots.Apply(x.data(), rows, row_slots.data(), {1, LoraModule::kUp}, y.data()).ok());
-    for (int r = 0; r < rows; ++r) {
-      const int s = row_slots[r];
-      if (s == 0 || s == 4) {  // The base model and an empty slot: untouched, bit for bit.
-        for (int64_t o = 0; o < c.out; ++o) ASSERT_EQ(y[r * c.out + o], y0[r * c.out + o]);
-        continue;
+  for (SimdLevel level : SupportedSimdLevels()) {
+    for (Case c : {Case{1, 1, 1}, Case{1, 7, 13}, Case{2, 65, 3}, Case{3, 129, 67}, Case{7, 33, 95},
+                   Case{16, 128, 129}, Case{33, 17, 257}, Case{64, 255, 31}}) {
+      const LinearShape shape{c.out, c.in};
+      LoraSlots slots(4, 64, 2, Shapes(shape), SimdKernelsFor(level));
+      std::vector<LoraAdapter> adapters;
+      for (int s = 1; s <= 3; ++s) {
+        adapters.push_back(MakeAdapter(2, LoraModule::kUp, shape, c.rank, 0.5f * s, rng));
+        ASSERT_TRUE(slots.Load(s, adapters.back()).ok());
       }
-      const LoraMatrices& m = *adapters[s - 1].layers[1][static_cast<int>(LoraModule::kUp)];
-      const std::vector<double> delta = Reference(m, adapters[s - 1].scale, &x[r * c.in]);
-      for (int64_t o = 0; o < c.out; ++o) {
-        const double expected = y0[r * c.out + o] + delta[o];
-        ASSERT_NEAR(y[r * c.out + o], expected, 1e-5 * (1 + std::abs(expected)) * c.rank)
-            << "rank " << c.rank << " in " << c.in << " out " << c.out << " row " << r;
+      const int rows = 23;
+      std::vector<int32_t> row_slots(rows);
+      for (int r = 0; r < rows; ++r) row_slots[r] = (r * 7) % 5;  // 0..4, shuffled.
+      const std::vector<float> x = Random(rows * c.in, rng);
+      const std::vector<float> y0 = Random(rows * c.out, rng);
+      std::vector<float> y = y0;
+      ASSERT_TRUE(
+          slots.Apply(x.data(), rows, row_slots.data(), {1, LoraModule::kUp}, y.data()).ok());
+      for (int r = 0; r < rows; ++r) {
+        const int s = row_slots[r];
+        if (s == 0 || s == 4) {  // The base model and an empty slot: untouched, bit for bit.
+          for (int64_t o = 0; o < c.out; ++o) ASSERT_EQ(y[r * c.out + o], y0[r * c.out + o]);
+          continue;
+        }
+        const LoraMatrices& m = *adapters[s - 1].layers[1][static_cast<int>(LoraModule::kUp)];
+        const std::vector<double> delta = Reference(m, adapters[s - 1].scale, &x[r * c.in]);
+        for (int64_t o = 0; o < c.out; ++o) {
+          const double expected = y0[r * c.out + o] + delta[o];
+          ASSERT_NEAR(y[r * c.out + o], expected, 1e-5 * (1 + std::abs(expected)) * c.rank)
+              << SimdLevelName(level) << " rank " << c.rank << " in " << c.in << " out " << c.out
+              << " row " << r;
+        }
       }
     }
   }
