@@ -4,21 +4,39 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "worker/cpu/simd.h"
 #include "worker/lora/lora_kernel.h"
 
 namespace pagoda::worker {
 namespace {
 
-// Grouped rows per task of a parallel Apply: a row costs rank · (in + out)
-// multiply-adds, a few microseconds at the bench's shapes, about what
-// handing out a task costs.
-constexpr int64_t kRowsPerTask = 2;
+// The tasks of an Apply: ranges of the grouped rows (group s is
+// [group_starts[s], group_starts[s + 1])), each inside one slot's group and
+// at most kLoraRowsPerCall long, a group split evenly: every task's rows
+// share one pass over their adapter's A and B.
+std::vector<std::pair<int64_t, int64_t>> SplitLoraGroups(const std::vector<int>& group_starts) {
+  std::vector<std::pair<int64_t, int64_t>> tasks;
+  for (size_t s = 0; s + 1 < group_starts.size(); ++s) {
+    const int64_t begin = group_starts[s], rows = group_starts[s + 1] - begin;
+    const int64_t pieces = (rows + kLoraRowsPerCall - 1) / kLoraRowsPerCall;
+    for (int64_t p = 0; p < pieces; ++p) {
+      tasks.emplace_back(begin + rows * p / pieces, begin + rows * (p + 1) / pieces);
+    }
+  }
+  return tasks;
+}
 
 }  // namespace
 
 LoraSlots::LoraSlots(int max_loras, int max_rank, int num_layers,
                      const std::array<LinearShape, kNumLoraModules>& shapes)
-    : max_loras_(max_loras),
+    : LoraSlots(max_loras, max_rank, num_layers, shapes, BestSimdKernels()) {}
+
+LoraSlots::LoraSlots(int max_loras, int max_rank, int num_layers,
+                     const std::array<LinearShape, kNumLoraModules>& shapes,
+                     const SimdKernels& simd)
+    : simd_(&simd),
+      max_loras_(max_loras),
       max_rank_(max_rank),
       num_layers_(num_layers),
       shapes_(shapes),
@@ -69,13 +87,8 @@ absl::Status LoraSlots::Load(int slot, const LoraAdapter& adapter) {
         target->layers[layer][m] = Update{pair->rank, {}, {}};
         continue;
       }
-      Update update{pair->rank, pair->a, std::vector<float>(pair->rank * pair->out)};
-      for (int64_t o = 0; o < pair->out; ++o) {
-        for (int k = 0; k < pair->rank; ++k) {
-          update.b_t[k * pair->out + o] = pair->b[o * pair->rank + k];
-        }
-      }
-      target->layers[layer][m] = std::move(update);
+      target->layers[layer][m] = Update{pair->rank, PackLoraA(pair->a.data(), pair->rank, pair->in),
+                                        TransposeLoraB(pair->b.data(), pair->rank, pair->out)};
     }
   }
   target->scale = adapter.scale;
@@ -151,24 +164,24 @@ absl::Status LoraSlots::View::Apply(const float* x, int rows, const int32_t* row
 
   const LinearShape shape = owner_->shapes_[module];
   const int64_t stride = y_stride > 0 ? y_stride : shape.out;
-  // Grouped rows [begin, end), run by run of one slot.
-  auto update_rows = [&](int64_t begin, int64_t end) {
-    std::vector<float> scratch(owner_->max_rank_);
-    while (begin < end) {
+  const std::vector<std::pair<int64_t, int64_t>> tasks = SplitLoraGroups(counts);
+  auto run_tasks = [&](int64_t first, int64_t last) {
+    thread_local LoraScratch scratch;
+    for (int64_t t = first; t < last; ++t) {
+      const auto [begin, end] = tasks[t];
       const int s = row_slots[grouped[begin]];
-      const int64_t run_end = std::min<int64_t>(end, counts[s + 1]);
       const Update& update = *update_of(s);
-      const LoraKernelWeights weights{update.a.data(), update.b_t.data(), update.rank,
-                                      shape.in,        shape.out,         slots_[s]->scale};
-      AddLoraUpdate(weights, x, grouped.data() + begin, static_cast<int>(run_end - begin),
-                    scratch.data(), y, stride);
-      begin = run_end;
+      const LoraKernelWeights weights{
+          update.a_panels.data(), update.b_t.data(), update.rank, shape.in, shape.out,
+          slots_[s]->scale};
+      AddLoraUpdate(*owner_->simd_, weights, x, grouped.data() + begin,
+                    static_cast<int>(end - begin), scratch, y, stride);
     }
   };
-  if (parallel_for != nullptr && *parallel_for && num_updated > kRowsPerTask) {
-    (*parallel_for)(num_updated, kRowsPerTask, update_rows);
+  if (parallel_for != nullptr && *parallel_for && tasks.size() > 1) {
+    (*parallel_for)(static_cast<int64_t>(tasks.size()), 1, run_tasks);
   } else {
-    update_rows(0, num_updated);
+    run_tasks(0, static_cast<int64_t>(tasks.size()));
   }
   return absl::OkStatus();
 }

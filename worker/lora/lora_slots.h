@@ -22,6 +22,7 @@
 namespace pagoda::worker {
 
 class LoraDeviceSlots;
+struct SimdKernels;
 
 // Which projection of which layer an Apply is for.
 struct LoraTarget {
@@ -38,8 +39,10 @@ class LoraSlots {
  private:
   struct Update {
     int rank = 0;
-    std::vector<float> a;    // [rank, in]; empty when the slots live on a device
-    std::vector<float> b_t;  // [rank, out]; likewise
+    // A and Bᵀ in the CPU kernel's layouts (LoraKernelWeights); empty when
+    // the slots live on a device.
+    std::vector<float> a_panels;
+    std::vector<float> b_t;
   };
   struct Slot {
     float scale = 0;
@@ -49,8 +52,12 @@ class LoraSlots {
  public:
   // `shapes[module]`: this rank's [out, in] of each projection (the shard's,
   // under tensor parallelism), against which loaded adapters are checked.
+  // View::Apply runs on the CPU kernels of the best SIMD level this CPU
+  // runs, or on `simd` (tests pick each level).
   LoraSlots(int max_loras, int max_rank, int num_layers,
             const std::array<LinearShape, kNumLoraModules>& shapes);
+  LoraSlots(int max_loras, int max_rank, int num_layers,
+            const std::array<LinearShape, kNumLoraModules>& shapes, const SimdKernels& simd);
 
   // Keeps the slots' matrices in `device` from now on (call before any
   // Load): Load hands them to it and keeps only ranks and scales here, and
@@ -88,7 +95,9 @@ class LoraSlots {
     // for `target`; x is [rows, in] and y rows of at least `out` (the
     // target's shapes; y_stride 0 means `out`), f32. Rows of slot 0, of an
     // empty slot, or of an adapter that leaves `target` alone are not
-    // touched. Rows are spread over `parallel_for` when given.
+    // touched. Each slot's rows run together through the CPU kernel
+    // (lora_kernel.h) in tasks of at most kLoraRowsPerCall rows, spread over
+    // `parallel_for` when given.
     // INVALID_ARGUMENT for a row slot outside [0, max_loras] or a layer
     // outside the model.
     absl::Status Apply(const float* x, int rows, const int32_t* row_slots, LoraTarget target,
@@ -121,6 +130,7 @@ class LoraSlots {
  private:
   absl::Status CheckAdapter(const LoraAdapter& adapter) const;
 
+  const SimdKernels* const simd_;
   const int max_loras_;
   const int max_rank_;
   const int num_layers_;

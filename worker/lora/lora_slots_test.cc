@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "worker/cpu/simd.h"
+#include "worker/lora/lora_kernel.h"
 
 namespace pagoda::worker {
 namespace {
@@ -56,47 +58,52 @@ struct Case {
 };
 
 // Three adapters of one rank in three of four slots (slot 4 stays empty),
-// rows of every slot and of the base model interleaved in one batch.
+// rows of every slot and of the base model interleaved in one batch, at
+// every SIMD level.
 TEST(LoraSlotsTest, MixedSlotsMatchThePlainReferenceOverOddShapes) {
   std::mt19937 rng(7);
-  for (Case c : {Case{1, 1, 1}, Case{1, 7, 13}, Case{2, 65, 3}, Case{3, 129, 67}, Case{7, 33, 95},
-                 Case{16, 128, 129}, Case{33, 17, 257}, Case{64, 255, 31}}) {
-    const LinearShape shape{c.out, c.in};
-    LoraSlots slots(4, 64, 2, Shapes(shape));
-    std::vector<LoraAdapter> adapters;
-    for (int s = 1; s <= 3; ++s) {
-      adapters.push_back(MakeAdapter(2, LoraModule::kUp, shape, c.rank, 0.5f * s, rng));
-      ASSERT_TRUE(slots.Load(s, adapters.back()).ok());
-    }
-    const int rows = 23;
-    std::vector<int32_t> row_slots(rows);
-    for (int r = 0; r < rows; ++r) row_slots[r] = (r * 7) % 5;  // 0..4, shuffled.
-    const std::vector<float> x = Random(rows * c.in, rng);
-    const std::vector<float> y0 = Random(rows * c.out, rng);
-    std::vector<float> y = y0;
-    ASSERT_TRUE(slots.Apply(x.data(), rows, row_slots.data(), {1, LoraModule::kUp}, y.data()).ok());
-    for (int r = 0; r < rows; ++r) {
-      const int s = row_slots[r];
-      if (s == 0 || s == 4) {  // The base model and an empty slot: untouched, bit for bit.
-        for (int64_t o = 0; o < c.out; ++o) ASSERT_EQ(y[r * c.out + o], y0[r * c.out + o]);
-        continue;
+  for (SimdLevel level : SupportedSimdLevels()) {
+    for (Case c : {Case{1, 1, 1}, Case{1, 7, 13}, Case{2, 65, 3}, Case{3, 129, 67}, Case{7, 33, 95},
+                   Case{16, 128, 129}, Case{33, 17, 257}, Case{64, 255, 31}}) {
+      const LinearShape shape{c.out, c.in};
+      LoraSlots slots(4, 64, 2, Shapes(shape), SimdKernelsFor(level));
+      std::vector<LoraAdapter> adapters;
+      for (int s = 1; s <= 3; ++s) {
+        adapters.push_back(MakeAdapter(2, LoraModule::kUp, shape, c.rank, 0.5f * s, rng));
+        ASSERT_TRUE(slots.Load(s, adapters.back()).ok());
       }
-      const LoraMatrices& m = *adapters[s - 1].layers[1][static_cast<int>(LoraModule::kUp)];
-      const std::vector<double> delta = Reference(m, adapters[s - 1].scale, &x[r * c.in]);
-      for (int64_t o = 0; o < c.out; ++o) {
-        const double expected = y0[r * c.out + o] + delta[o];
-        ASSERT_NEAR(y[r * c.out + o], expected, 1e-5 * (1 + std::abs(expected)) * c.rank)
-            << "rank " << c.rank << " in " << c.in << " out " << c.out << " row " << r;
+      const int rows = 23;
+      std::vector<int32_t> row_slots(rows);
+      for (int r = 0; r < rows; ++r) row_slots[r] = (r * 7) % 5;  // 0..4, shuffled.
+      const std::vector<float> x = Random(rows * c.in, rng);
+      const std::vector<float> y0 = Random(rows * c.out, rng);
+      std::vector<float> y = y0;
+      ASSERT_TRUE(
+          slots.Apply(x.data(), rows, row_slots.data(), {1, LoraModule::kUp}, y.data()).ok());
+      for (int r = 0; r < rows; ++r) {
+        const int s = row_slots[r];
+        if (s == 0 || s == 4) {  // The base model and an empty slot: untouched, bit for bit.
+          for (int64_t o = 0; o < c.out; ++o) ASSERT_EQ(y[r * c.out + o], y0[r * c.out + o]);
+          continue;
+        }
+        const LoraMatrices& m = *adapters[s - 1].layers[1][static_cast<int>(LoraModule::kUp)];
+        const std::vector<double> delta = Reference(m, adapters[s - 1].scale, &x[r * c.in]);
+        for (int64_t o = 0; o < c.out; ++o) {
+          const double expected = y0[r * c.out + o] + delta[o];
+          ASSERT_NEAR(y[r * c.out + o], expected, 1e-5 * (1 + std::abs(expected)) * c.rank)
+              << SimdLevelName(level) << " rank " << c.rank << " in " << c.in << " out " << c.out
+              << " row " << r;
+        }
       }
     }
   }
 }
 
 // A fused output's module (rows of `stride` elements, the module's `out`
-// at an offset) and rows spread over ranges (as the thread pool spreads
-// them, one to three grouped rows at a time, runs of a slot cut across
-// ranges): the same sums as one contiguous call, the rest of each row and
-// a pinned view's old adapter left as they were.
+// at an offset) and tasks spread over ranges (as the thread pool spreads
+// them, one to three tasks at a time; each slot's 75 rows make four tasks
+// of at most kLoraRowsPerCall): the same sums as one contiguous call, the
+// rest of each row and a pinned view's old adapter left as they were.
 TEST(LoraSlotsTest, StridedOutputsSplitRangesAndPinnedViews) {
   std::mt19937 rng(11);
   const LinearShape shape{19, 37};
@@ -104,7 +111,7 @@ TEST(LoraSlotsTest, StridedOutputsSplitRangesAndPinnedViews) {
   for (int s = 1; s <= 3; ++s) {
     ASSERT_TRUE(slots.Load(s, MakeAdapter(1, LoraModule::kK, shape, 2 + s, 0.7f, rng)).ok());
   }
-  const int rows = 17;
+  const int rows = 300;
   const int64_t stride = 50, offset = 11;
   std::vector<int32_t> row_slots(rows);
   for (int r = 0; r < rows; ++r) row_slots[r] = (r * 5) % 4;
@@ -128,6 +135,7 @@ TEST(LoraSlotsTest, StridedOutputsSplitRangesAndPinnedViews) {
   ASSERT_TRUE(view.Apply(x.data(), rows, row_slots.data(), {0, LoraModule::kK},
                          fused.data() + offset, stride, &uneven)
                   .ok());
+  static_assert(kLoraRowsPerCall < 75);
   EXPECT_GT(calls, 3);
   for (int r = 0; r < rows; ++r) {
     for (int64_t j = 0; j < stride; ++j) {
