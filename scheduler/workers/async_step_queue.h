@@ -43,10 +43,12 @@ class AsyncStepQueue {
   AsyncStepQueue(const AsyncStepQueue&) = delete;
   AsyncStepQueue& operator=(const AsyncStepQueue&) = delete;
 
-  // Queues `plan` for ExecuteStep(plan, masks). `plan` must stay alive and
-  // unchanged until its WaitOldest returned.
+  // Queues `plan` for ExecuteStep(plan, masks), or SendStep and
+  // ReceiveStep when pipelined. `plan` must stay alive and unchanged until
+  // its WaitOldest returned.
   void Submit(const pagoda::worker::v1::StepPlan& plan, StepMaskSource masks);
-  // ExecuteStep's answer for the oldest step not yet waited for.
+  // The answer (ExecuteStep's, or SendStep's error or ReceiveStep's) for
+  // the oldest step not yet waited for.
   // REQUIRES: num_pending() > 0.
   absl::StatusOr<pagoda::worker::v1::StepResult> WaitOldest();
   // Steps submitted and not yet waited for.
