@@ -8,7 +8,9 @@
 // separated, run in turn in the same process, each step's time also as a
 // speedup over the first's.
 //   bench_cpu_attention [threads=2] [cache dtypes=f16, or e.g. bf16,f32,fp8e4m3]
-//                       [context=4096] [batch=8]
+//                       [context=4096] [batch=8] [heads,kv_heads,head_dim,layers=8,2,64,8]
+// The last argument gives other shapes, e.g. 4,4,16,1 for the host-bound
+// model of bench/server/bench_async_scheduling.sh.
 
 #include <algorithm>
 #include <chrono>
@@ -28,10 +30,14 @@
 namespace pagoda::worker {
 namespace {
 
-constexpr int kLayers = 8;
-constexpr int kHeads = 8;
-constexpr int kKvHeads = 2;
-constexpr int kHeadDim = 64;
+// The attention's shape: the b1 model's unless the command line gives another.
+struct AttentionShape {
+  int layers = 8;
+  int heads = 8;
+  int kv_heads = 2;
+  int head_dim = 64;
+};
+AttentionShape shape;
 constexpr int kBlockSize = 16;
 
 struct LayerCache {
@@ -42,7 +48,7 @@ struct LayerCache {
 // One layer's K/V for every block, filled with small values (their bytes
 // are what matters; the softmax stays finite whatever they are).
 LayerCache MakeLayerCache(Backend& backend, DType dtype, int num_blocks, std::mt19937& rng) {
-  const size_t n = static_cast<size_t>(num_blocks) * kKvHeads * kBlockSize * kHeadDim;
+  const size_t n = static_cast<size_t>(num_blocks) * shape.kv_heads * kBlockSize * shape.head_dim;
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   std::vector<float> values(n);
   LayerCache cache{backend.Allocate(dtype, n), backend.Allocate(dtype, n), {}};
@@ -53,9 +59,9 @@ LayerCache MakeLayerCache(Backend& backend, DType dtype, int num_blocks, std::mt
   cache.layer = KvCacheLayer{.key = cache.key->raw(),
                              .value = cache.value->raw(),
                              .dtype = dtype,
-                             .num_kv_heads = kKvHeads,
+                             .num_kv_heads = shape.kv_heads,
                              .block_size = kBlockSize,
-                             .head_dim = kHeadDim};
+                             .head_dim = shape.head_dim};
   return cache;
 }
 
@@ -88,10 +94,10 @@ double MedianStepMs(Backend& backend, DType dtype, const FlatBatch& flat, int ba
                     std::mt19937& rng) {
   const int num_blocks = static_cast<int>(flat.block_tables.size());
   std::vector<LayerCache> layers;
-  for (int l = 0; l < kLayers; ++l)
+  for (int l = 0; l < shape.layers; ++l)
     layers.push_back(MakeLayerCache(backend, dtype, num_blocks, rng));
   const UploadedStepBatch step(&backend, flat);
-  std::vector<float> query(static_cast<size_t>(batch) * kHeads * kHeadDim, 0.1f);
+  std::vector<float> query(static_cast<size_t>(batch) * shape.heads * shape.head_dim, 0.1f);
   std::vector<float> output(query.size());
   std::vector<double> times;
   for (int round = 0; round < 30; ++round) {
@@ -100,7 +106,7 @@ double MedianStepMs(Backend& backend, DType dtype, const FlatBatch& flat, int ba
       backend.PagedAttention(PagedAttentionParams{.query = query.data(),
                                                   .output = output.data(),
                                                   .cache = cache.layer,
-                                                  .num_heads = kHeads,
+                                                  .num_heads = shape.heads,
                                                   .scale = 0.125f,
                                                   .batch = &step.get()});
     }
@@ -126,6 +132,21 @@ int Main(int argc, char** argv) {
   }
   const int context = std::max(1, argc > 3 ? std::atoi(argv[3]) : 4096);
   const int batch = std::max(1, argc > 4 ? std::atoi(argv[4]) : 8);
+  if (argc > 5) {
+    const std::vector<std::string> fields = absl::StrSplit(argv[5], ',');
+    if (fields.size() != 4) {
+      std::fprintf(stderr, "shape is heads,kv_heads,head_dim,layers\n");
+      return 2;
+    }
+    shape.heads = std::max(1, std::atoi(fields[0].c_str()));
+    shape.kv_heads = std::max(1, std::atoi(fields[1].c_str()));
+    shape.head_dim = std::max(1, std::atoi(fields[2].c_str()));
+    shape.layers = std::max(1, std::atoi(fields[3].c_str()));
+    if (shape.heads % shape.kv_heads != 0) {
+      std::fprintf(stderr, "heads must be a multiple of kv_heads\n");
+      return 2;
+    }
+  }
   auto backend = CreateCpuBackend(threads);
   std::mt19937 rng(1);
   const FlatBatch flat = DecodeBatch(batch, context, rng);
@@ -136,7 +157,8 @@ int Main(int argc, char** argv) {
   for (DType dtype : dtypes) {
     const double ms = MedianStepMs(*backend, dtype, flat, batch, rng);
     if (first_ms == 0.0) first_ms = ms;
-    const double bytes = 2.0 * kLayers * batch * context * kKvHeads * kHeadDim * DTypeSize(dtype);
+    const double bytes =
+        2.0 * shape.layers * batch * context * shape.kv_heads * shape.head_dim * DTypeSize(dtype);
     std::printf("%-8s %7d %5d %9.3f %8.1f %9.1f %7.0f%% %7.2fx\n",
                 FindDTypeNames(dtype)->short_name, context, batch, ms, bytes / ms / 1e6, floor_gbs,
                 100.0 * bytes / ms / 1e6 / floor_gbs, first_ms / ms);

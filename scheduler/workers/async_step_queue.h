@@ -26,6 +26,12 @@ namespace pagoda::scheduler {
 // worker's idle time between two steps is then the hand-off from the
 // previous answer to the next send, not the server's processing.
 //
+// A group that pipelines its steps (WorkerGroup::SupportsPipelinedSteps: one
+// rank on its ordered step channel) gets two threads instead: one sends each
+// step as soon as it is submitted, while the step before still runs, and one
+// receives the answers in order. The worker then finds step N + 1 waiting
+// when it answers N, and its idle time is only reading the frame.
+//
 // Thread-compatible: one caller (the engine thread) submits and waits. The
 // WorkerGroup must not be called otherwise (Recover, LoadModel) while a step
 // is pending.
@@ -37,10 +43,12 @@ class AsyncStepQueue {
   AsyncStepQueue(const AsyncStepQueue&) = delete;
   AsyncStepQueue& operator=(const AsyncStepQueue&) = delete;
 
-  // Queues `plan` for ExecuteStep(plan, masks). `plan` must stay alive and
-  // unchanged until its WaitOldest returned.
+  // Queues `plan` for ExecuteStep(plan, masks), or SendStep and
+  // ReceiveStep when pipelined. `plan` must stay alive and unchanged until
+  // its WaitOldest returned.
   void Submit(const pagoda::worker::v1::StepPlan& plan, StepMaskSource masks);
-  // ExecuteStep's answer for the oldest step not yet waited for.
+  // The answer (ExecuteStep's, or SendStep's error or ReceiveStep's) for
+  // the oldest step not yet waited for.
   // REQUIRES: num_pending() > 0.
   absl::StatusOr<pagoda::worker::v1::StepResult> WaitOldest();
   // Steps submitted and not yet waited for.
@@ -50,17 +58,26 @@ class AsyncStepQueue {
   struct Job {
     const pagoda::worker::v1::StepPlan* plan;
     StepMaskSource masks;
+    bool sent = false;         // SendStep (or, not pipelined, ExecuteStep) returned.
+    absl::Status send_status;  // Pipelined: SendStep's; not OK, no answer comes.
     std::optional<absl::StatusOr<pagoda::worker::v1::StepResult>> result;
   };
   void Run();
+  // The pipelined mode's two threads.
+  void SendSteps();
+  void ReceiveAnswers();
 
   WorkerGroup* const workers_;
   mutable absl::Mutex mu_;
-  // Oldest first; jobs_[0, num_started_) went out.
+  // Oldest first; jobs_[0, num_started_) went out (were sent, when
+  // pipelined), and when pipelined, jobs_[0, num_received_) have answers.
   std::deque<std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
   size_t num_started_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t num_received_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread thread_;  // Started by the first Submit.
+  // Started by the first Submit: Run's, or the sender and the receiver.
+  std::thread thread_;
+  std::thread receiver_;
 };
 
 }  // namespace pagoda::scheduler

@@ -1,8 +1,10 @@
 // AsyncStepQueue: Submit returns while the step runs, steps go out one at a
 // time in submission order (each only after the previous answered), and
-// WaitOldest hands back each step's own answer, errors included.
+// WaitOldest hands back each step's own answer, errors included; a group
+// that pipelines its steps gets the next step sent while one still runs.
 #include "scheduler/workers/async_step_queue.h"
 
+#include <deque>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -93,6 +95,68 @@ TEST(AsyncStepQueueTest, DestructorWaitsForStepsNobodyWaitedFor) {
     for (const wv1::StepPlan& plan : plans) queue.Submit(plan, nullptr);
   }
   EXPECT_EQ(workers.order(), (std::vector<int64_t>{0, 1}));
+}
+
+// Pipelines: SendStep records the plan (step 2's send fails), ReceiveStep
+// answers the oldest recorded plan with its step_id, step 0 only after
+// `gate`.
+class PipelinedWorkers : public RecordingWorkers {
+ public:
+  bool SupportsPipelinedSteps() const override { return true; }
+  absl::Status SendStep(const wv1::StepPlan& plan, const StepMaskSource&) override {
+    absl::MutexLock lock(&mu_);
+    if (plan.step_id() == 2) return absl::UnavailableError("the channel broke");
+    sent_.push_back(plan.step_id());
+    unanswered_.push_back(plan.step_id());
+    return absl::OkStatus();
+  }
+  absl::StatusOr<wv1::StepResult> ReceiveStep() override {
+    int64_t step_id;
+    {
+      absl::MutexLock lock(&mu_);
+      if (unanswered_.empty()) return absl::InternalError("a receive with nothing sent");
+      step_id = unanswered_.front();
+      unanswered_.pop_front();
+    }
+    if (step_id == 0) gate.WaitForNotificationWithTimeout(absl::Seconds(20));
+    wv1::StepResult result;
+    result.set_step_id(step_id);
+    return result;
+  }
+  // Waits (up to 20 s) until `n` plans were sent; returns them.
+  std::vector<int64_t> WaitForSent(size_t n) {
+    absl::MutexLock lock(&mu_);
+    auto enough = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return sent_.size() >= n; };
+    mu_.AwaitWithTimeout(absl::Condition(&enough), absl::Seconds(20));
+    return sent_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<int64_t> sent_ ABSL_GUARDED_BY(mu_);
+  std::deque<int64_t> unanswered_ ABSL_GUARDED_BY(mu_);
+};
+
+TEST(AsyncStepQueueTest, PipelinedGroupGetsTheNextStepWhileOneRuns) {
+  PipelinedWorkers workers;
+  std::vector<wv1::StepPlan> plans(4);
+  for (int i = 0; i < 4; ++i) plans[i].set_step_id(i);
+  AsyncStepQueue queue(&workers);
+  for (const wv1::StepPlan& plan : plans) queue.Submit(plan, nullptr);
+  // Step 0's answer is held, yet steps 1 and 3 went out behind it, in order.
+  EXPECT_EQ(workers.WaitForSent(3), (std::vector<int64_t>{0, 1, 3}));
+  workers.gate.Notify();
+  for (int i = 0; i < 4; ++i) {
+    absl::StatusOr<wv1::StepResult> result = queue.WaitOldest();
+    if (i == 2) {  // Its send failed: that error, and no answer read for it.
+      EXPECT_EQ(result.status().code(), absl::StatusCode::kUnavailable);
+      continue;
+    }
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(result->step_id(), i);
+  }
+  EXPECT_EQ(queue.num_pending(), 0);
+  EXPECT_TRUE(workers.order().empty());  // ExecuteStep never called.
 }
 
 }  // namespace

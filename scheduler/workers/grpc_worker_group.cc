@@ -7,7 +7,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "glog/logging.h"
-#include "wire/frame_channel.h"
 #include "wire/worker_owner.h"
 #include "wire/worker_secret.h"
 #include "wire/limits.h"
@@ -23,8 +22,6 @@ namespace v1 = ::pagoda::worker::v1;
 // How often a connection watcher looks whether it should stop.
 constexpr absl::Duration kWatchPeriod = absl::Milliseconds(200);
 constexpr absl::Duration kDropGrace = absl::Milliseconds(100);
-// How often a step waiting on the step channel looks whether the group failed.
-constexpr absl::Duration kChannelPollPeriod = absl::Milliseconds(50);
 
 // Codes a worker returns on purpose when it rejects a request it understood;
 // when every rank answers with the same one, nothing changed on any worker.
@@ -441,9 +438,8 @@ absl::StatusOr<v1::StepResult> GrpcWorkerGroup::ExecuteStep(const v1::StepPlan& 
     return absl::InvalidArgumentError(
         absl::StrCat("step ", plan.step_id(), " promises token masks but has no source"));
   }
-  if (world_size() == 1 && ranks_[0].process != nullptr && ranks_[0].process->step_fd() >= 0) {
-    return ExecuteStepOverChannel(plan, masks_follow ? masks : nullptr,
-                                  ranks_[0].process->step_fd());
+  if (StepChannelFd() >= 0) {
+    return ExecuteStepOverChannel(plan, masks_follow ? masks : nullptr, StepChannelFd());
   }
   if (world_size() == 1 && !masks_follow) return ExecuteStepOnOneRank(plan);
   std::vector<v1::StepResult> results;
@@ -496,36 +492,8 @@ absl::StatusOr<v1::StepResult> GrpcWorkerGroup::ExecuteStepOnOneRank(const v1::S
   return result;
 }
 
-absl::Status GrpcWorkerGroup::ExchangeStepFrames(const v1::StepPlan& plan,
-                                                 const StepMaskSource& masks, int fd,
-                                                 std::string* reply_frame) {
-  // A failure elsewhere (the worker process exiting, Shutdown) ends the wait
-  // within kChannelPollPeriod; the process exiting also closes the channel.
-  const KeepWaiting keep_waiting = [this] { return healthy_.load(); };
-  const absl::Time deadline = absl::Now() + options_.step_timeout;
-  std::string payload(1, kStepPlanFrame);
-  plan.AppendToString(&payload);
-  absl::Status io = WriteFrame(fd, payload, deadline, keep_waiting, kChannelPollPeriod);
-  if (io.ok() && masks != nullptr) {
-    // While the worker runs the forward pass; it reads these when it samples.
-    payload.assign(1, kStepMasksFrame);
-    masks().AppendToString(&payload);
-    io = WriteFrame(fd, payload, deadline, keep_waiting, kChannelPollPeriod);
-  }
-  if (!io.ok()) return io;
-  return ReadFrame(fd, deadline, wire::kMaxWorkerMessageBytes, reply_frame, keep_waiting,
-                   kChannelPollPeriod);
-}
-
-absl::StatusOr<v1::StepResult> GrpcWorkerGroup::ExecuteStepOverChannel(const v1::StepPlan& plan,
-                                                                       const StepMaskSource& masks,
-                                                                       int fd) {
-  {
-    absl::MutexLock lock(&mutex_);
-    if (!healthy_.load()) return absl::UnavailableError(failure_);
-  }
-  std::string frame;
-  absl::Status io = ExchangeStepFrames(plan, masks, fd, &frame);
+absl::StatusOr<v1::StepResult> GrpcWorkerGroup::StepResultOfReply(absl::Status io,
+                                                                  const std::string& frame) {
   v1::StepReply reply;
   if (io.ok() && !reply.ParseFromString(frame)) io = absl::DataLossError("malformed StepReply");
   if (io.ok() &&

@@ -131,6 +131,11 @@ class GrpcWorkerGroup final : public WorkerGroup {
   absl::StatusOr<pagoda::worker::v1::StepResult> ExecuteStep(
       const pagoda::worker::v1::StepPlan& plan, const StepMaskSource& masks) override;
   using WorkerGroup::ExecuteStep;
+  // A one-rank spawned group pipelines its steps on its step channel.
+  bool SupportsPipelinedSteps() const override { return StepChannelFd() >= 0; }
+  absl::Status SendStep(const pagoda::worker::v1::StepPlan& plan,
+                        const StepMaskSource& masks) override;
+  absl::StatusOr<pagoda::worker::v1::StepResult> ReceiveStep() override;
   absl::StatusOr<pagoda::worker::v1::LoadLoraAdapterResponse> LoadLoraAdapter(
       const pagoda::worker::v1::LoadLoraAdapterRequest& request) override;
   absl::Status UnloadLoraAdapter(
@@ -227,12 +232,21 @@ class GrpcWorkerGroup final : public WorkerGroup {
       const pagoda::worker::v1::StepPlan& plan);
   // The same over a spawned rank's step channel `fd`
   // (scheduler/workers/worker_launcher.h): one frame each way, no gRPC.
+  // These and the pipelined steps are in grpc_worker_group_channel.cc.
   absl::StatusOr<pagoda::worker::v1::StepResult> ExecuteStepOverChannel(
       const pagoda::worker::v1::StepPlan& plan, const StepMaskSource& masks, int fd);
-  // Writes the step's frames on the channel `fd` (the plan, then its masks
-  // if it promises some) and reads the reply frame into `reply_frame`.
-  absl::Status ExchangeStepFrames(const pagoda::worker::v1::StepPlan& plan,
-                                  const StepMaskSource& masks, int fd, std::string* reply_frame);
+  // The step channel of a one-rank spawned group, or -1.
+  int StepChannelFd() const;
+  // Writes the step's frames on the channel `fd`: the plan, then its masks
+  // if `masks` is set.
+  absl::Status WriteStepFrames(const pagoda::worker::v1::StepPlan& plan,
+                               const StepMaskSource& masks, int fd);
+  // Reads one reply frame from the channel `fd`.
+  absl::Status ReadReplyFrame(int fd, std::string* frame);
+  // The verdict on a reply frame read with status `io`, as a gRPC call's:
+  // the group fails on a broken channel or a worker-side failure.
+  absl::StatusOr<pagoda::worker::v1::StepResult> StepResultOfReply(absl::Status io,
+                                                                   const std::string& frame);
 
   // Marks the group unhealthy for `reason` (first reason wins) and cancels
   // every call in flight.

@@ -61,6 +61,22 @@ class WorkerGroup {
       const pagoda::worker::v1::StepPlan& plan) {
     return ExecuteStep(plan, nullptr);
   }
+  // Pipelined steps, for overlapped scheduling (AsyncStepQueue): SendStep
+  // sends a plan (and its masks) as ExecuteStep does but returns once they
+  // went out; ReceiveStep returns the answer of the oldest step sent and not
+  // yet received. So step N + 1 can travel while step N still runs, and the
+  // worker reads it the moment it answers N. Only a group whose steps travel
+  // one ordered channel offers them (SupportsPipelinedSteps); a caller uses
+  // either these or ExecuteStep, and one thread may send while another
+  // receives. A step whose SendStep failed has no answer to receive.
+  virtual bool SupportsPipelinedSteps() const { return false; }
+  virtual absl::Status SendStep(const pagoda::worker::v1::StepPlan& /*plan*/,
+                                const StepMaskSource& /*masks*/) {
+    return absl::UnimplementedError("this worker group does not pipeline steps");
+  }
+  virtual absl::StatusOr<pagoda::worker::v1::StepResult> ReceiveStep() {
+    return absl::UnimplementedError("this worker group does not pipeline steps");
+  }
   // LoRA (docs/lora.md): loads an adapter directory into a slot on every
   // rank (each reads its own slice), or empties a slot. Unlike the calls
   // above, these may run on another thread while the engine thread runs a

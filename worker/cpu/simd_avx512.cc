@@ -112,10 +112,39 @@ PAGODA_AVX512 void ScoreKeysAvx512(const void* x, size_t ld_x, size_t j0, size_t
   }
 }
 
+// One head (decode without grouped queries): keys [j0, j0 + 4), their four
+// sums out of one Sum4x16 instead of one each (at head_dim 16 the shuffles
+// of the sums were most of a key's work). Each key's sum is the one
+// ScoreKeysAvx512 gives, to the bit: the same lanes added in the same order.
+template <DType kType>
+PAGODA_AVX512 void ScoreFourKeysOneRowAvx512(const void* x, size_t ld_x, size_t j0, size_t n,
+                                             const float* q, float* s) {
+  __m512 acc[4];
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) acc[k] = _mm512_setzero_ps();
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 query = _mm512_loadu_ps(q + i);
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      acc[k] = _mm512_fmadd_ps(Load16<kType>(x, (j0 + k) * ld_x + i), query, acc[k]);
+    }
+  }
+  alignas(16) float sums[4];
+  _mm_store_ps(sums, Sum4x16(acc[0], acc[1], acc[2], acc[3]));
+  for (int k = 0; k < 4; ++k) {
+    for (size_t t = i; t < n; ++t) sums[k] += Load<kType>(x, (j0 + k) * ld_x + t) * q[t];
+    s[j0 + k] = sums[k];
+  }
+}
+
 template <DType kType, int kRows>
 PAGODA_AVX512 void ScoreRowsAvx512(const void* x, size_t ld_x, size_t keys, size_t n,
                                    const float* q, size_t ld_q, float* s, size_t ld_s) {
   size_t j = 0;
+  if constexpr (kRows == 1) {
+    for (; j + 4 <= keys; j += 4) ScoreFourKeysOneRowAvx512<kType>(x, ld_x, j, n, q, s);
+  }
   for (; j + 4 <= keys; j += 4) ScoreKeysAvx512<kType, kRows, 4>(x, ld_x, j, n, q, ld_q, s, ld_s);
   for (; j < keys; ++j) ScoreKeysAvx512<kType, kRows, 1>(x, ld_x, j, n, q, ld_q, s, ld_s);
 }
@@ -265,10 +294,39 @@ PAGODA_AVX512 void WeighStripAvx512(const void* x, size_t ld_x, size_t keys, siz
   }
 }
 
+// One row's 16 columns: one accumulator would chain every key's FMA on the
+// one before it (four cycles each, most of decode's weighing at head_dim
+// 16), so four keys in turn go to four accumulators, added to y at the end.
+template <DType kType>
+PAGODA_AVX512 void WeighStripOneRowAvx512(const void* x, size_t ld_x, size_t keys, size_t c,
+                                          const float* w, float* y) {
+  __m512 acc[4];
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) acc[k] = _mm512_setzero_ps();
+  size_t j = 0;
+  for (; j + 4 <= keys; j += 4) {
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      acc[k] =
+          _mm512_fmadd_ps(_mm512_set1_ps(w[j + k]), Load16<kType>(x, (j + k) * ld_x + c), acc[k]);
+    }
+  }
+  for (; j < keys; ++j) {
+    acc[0] = _mm512_fmadd_ps(_mm512_set1_ps(w[j]), Load16<kType>(x, j * ld_x + c), acc[0]);
+  }
+  const __m512 sum = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
+  _mm512_storeu_ps(y + c, _mm512_add_ps(_mm512_loadu_ps(y + c), sum));
+}
+
 template <DType kType, int kRows>
 PAGODA_AVX512 void WeighRowsAvx512(const void* x, size_t ld_x, size_t keys, size_t n,
                                    const float* w, size_t ld_w, float* y, size_t ld_y) {
   size_t c = 0;
+  if constexpr (kRows == 1) {
+    if (n < 64) {
+      for (; c + 16 <= n; c += 16) WeighStripOneRowAvx512<kType>(x, ld_x, keys, c, w, y);
+    }
+  }
   for (; c + 64 <= n; c += 64) {
     WeighStripAvx512<kType, kRows, 4>(x, ld_x, keys, c, w, ld_w, y, ld_y);
   }
