@@ -414,8 +414,8 @@ absl::StatusOr<TensorView> WeightStore::Get(const std::string& name) const {
   return it->second;
 }
 
-absl::StatusOr<TensorView> WeightStore::GetFloat(
-    const std::string& name, const std::vector<int64_t>& expected_shape) const {
+absl::StatusOr<TensorView> WeightStore::GetFloat(const std::string& name,
+                                                 const std::vector<int64_t>& expected_shape) const {
   absl::StatusOr<TensorView> view = Get(name);
   if (!view.ok()) return view.status();
   if (view->integer != IntegerType::kNone) {

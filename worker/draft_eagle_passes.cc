@@ -36,8 +36,8 @@ void SetEagleDrafts(const FlatBatch& batch, const std::vector<int>& asked,
 }  // namespace
 
 absl::Status DraftModel::EagleForwardAndPick(const FlatBatch& batch,
-                                             const std::vector<char>& features,
-                                             bool from_target, std::vector<char>* head_hidden) {
+                                             const std::vector<char>& features, bool from_target,
+                                             std::vector<char>* head_hidden) {
   absl::StatusOr<ForwardOutput> output =
       model_->ForwardEagle(batch, cache_.get(), features.data(), from_target);
   if (!output.ok()) return output.status();

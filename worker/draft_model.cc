@@ -91,8 +91,7 @@ absl::StatusOr<std::unique_ptr<DraftModel>> DraftModel::Load(const std::string& 
 absl::StatusOr<std::unique_ptr<DraftModel>> DraftModel::LoadEagle(const std::string& head_dir,
                                                                   Backend* backend,
                                                                   const LlamaLoadOptions& options,
-                                                                  LlamaModel* target,
-                                                                  bool eagle3) {
+                                                                  LlamaModel* target, bool eagle3) {
   auto draft = std::unique_ptr<DraftModel>(new DraftModel(backend));
   auto head = eagle3 ? LlamaModel::LoadEagle3Head(head_dir, backend, draft->single_rank_.get(),
                                                   DraftLoadOptions(options), *target)

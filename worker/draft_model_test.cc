@@ -120,9 +120,8 @@ class DraftModelRunnerTest : public ::testing::Test {
   static std::string Reference(const std::string& args, const std::string& eagle3_head = "") {
     const std::string command =
         eagle3_head.empty()
-            ? absl::StrCat(Python(), " ", SourceDir(), "/tests/reference/eagle_reference.py ",
-                           args, " --target ", *target_, "/model --head ", *eagle_,
-                           "/good/model")
+            ? absl::StrCat(Python(), " ", SourceDir(), "/tests/reference/eagle_reference.py ", args,
+                           " --target ", *target_, "/model --head ", *eagle_, "/good/model")
             : absl::StrCat(Python(), " ", SourceDir(), "/tests/reference/eagle3_reference.py ",
                            args, " --target ", *target_, "/model --head ", *eagle3_, "/",
                            eagle3_head, "/model");
@@ -268,7 +267,8 @@ class DraftModelRunnerTest : public ::testing::Test {
     std::string drafts, histories;
     for (int step_index = 0; step_index < 6; ++step_index) {
       StepPlan plan;
-      *plan.add_sequences() = StepFor(SamplingOptions(), 0, output, step_index == 0 ? 0 : kProposals);
+      *plan.add_sequences() =
+          StepFor(SamplingOptions(), 0, output, step_index == 0 ? 0 : kProposals);
       StepPlan storage;
       absl::StatusOr<const StepPlan*> verify = (*head)->Propose(plan, limits, &storage);
       ASSERT_TRUE(verify.ok()) << verify.status();
@@ -560,6 +560,13 @@ TEST_F(DraftModelRunnerTest, RefusesMalformedEagle3HeadsAtLoad) {
       LoadRequest(*eagle3_ + "/d2t_range", /*eagle=*/false, /*eagle3=*/true));
   EXPECT_TRUE(absl::StartsWith(loaded.status().message(), "EAGLE-3 head: d2t maps draft id 39 to "))
       << loaded.status();
+  // A head is never a target.
+  LoadModelRequest as_target = LoadRequest("");
+  as_target.set_model_dir(*eagle3_ + "/good/model");
+  EXPECT_EQ(CreateCpuModelRunner()->LoadModel(as_target).status().message(),
+            absl::StrCat(*eagle3_,
+                         "/good/model is an EAGLE-3 head (LlamaForCausalLMEagle3): serve it as "
+                         "--speculative-config's model with method eagle3"));
 }
 
 }  // namespace

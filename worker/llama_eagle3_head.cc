@@ -54,7 +54,8 @@ absl::StatusOr<Eagle3Keys> ReadEagle3Keys(const std::string& head_dir) {
   Eagle3Keys keys;
   auto integer = [&](const char* key, int64_t* out) -> absl::Status {
     if (!json.contains(key) || json[key].is_null()) return absl::OkStatus();
-    if (!json[key].is_number_integer()) return Eagle3Refusal(absl::StrCat(key, " is not an integer"));
+    if (!json[key].is_number_integer())
+      return Eagle3Refusal(absl::StrCat(key, " is not an integer"));
     const int64_t value = json[key].get<int64_t>();
     if (value < 1 || value > std::numeric_limits<int32_t>::max()) {
       return Eagle3Refusal(absl::StrCat(key, " ", value, " is out of range"));
@@ -97,12 +98,12 @@ absl::Status CheckEagle3Config(const ModelConfig& head, const Eagle3Keys& keys,
                                       target.hidden_size));
   }
   if (head.vocab_size != target.vocab_size) {
-    return Eagle3Refusal(absl::StrCat("vocab_size ", head.vocab_size,
-                                      " differs from the target's ", target.vocab_size));
+    return Eagle3Refusal(absl::StrCat("vocab_size ", head.vocab_size, " differs from the target's ",
+                                      target.vocab_size));
   }
   if (keys.draft_vocab > head.vocab_size) {
-    return Eagle3Refusal(absl::StrCat("draft_vocab_size ", keys.draft_vocab,
-                                      " exceeds vocab_size ", head.vocab_size));
+    return Eagle3Refusal(absl::StrCat("draft_vocab_size ", keys.draft_vocab, " exceeds vocab_size ",
+                                      head.vocab_size));
   }
   if (head.num_hidden_layers != 1) {
     return Eagle3Refusal(absl::StrCat("num_hidden_layers ", head.num_hidden_layers,
@@ -113,10 +114,9 @@ absl::Status CheckEagle3Config(const ModelConfig& head, const Eagle3Keys& keys,
   }
   for (int layer : keys.aux_layers) {
     if (layer < 0 || layer >= target.num_hidden_layers) {
-      return Eagle3Refusal(absl::StrCat("eagle_aux_hidden_state_layer_ids [",
-                                        absl::StrJoin(keys.aux_layers, ", "),
-                                        "] are not all layers of the target's ",
-                                        target.num_hidden_layers));
+      return Eagle3Refusal(
+          absl::StrCat("eagle_aux_hidden_state_layer_ids [", absl::StrJoin(keys.aux_layers, ", "),
+                       "] are not all layers of the target's ", target.num_hidden_layers));
     }
   }
   return absl::OkStatus();
@@ -176,7 +176,7 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::LoadEagle3Head(
   std::unique_ptr<LlamaModel> head(
       new LlamaModel(RankLocalConfig(*config, *shard), backend, communicator));
   head->eagle_target_ = &target;
-  head->eagle3_ = std::make_unique<Eagle3Parts>();
+  head->eagle3_ = std::make_unique<Eagle3HeadParts>();
   head->eagle3_->aux_layers = keys.aux_layers;
   head->eagle3_->draft_vocab =
       keys.draft_vocab > 0 ? static_cast<int>(keys.draft_vocab) : config->vocab_size;
@@ -200,12 +200,13 @@ absl::Status LlamaModel::LoadEagle3Weights(const std::string& head_dir,
   const int64_t hidden = full_config.hidden_size;
   const int64_t vocab = full_config.vocab_size;
   const DType act = backend_->activation_dtype();
-  PAGODA_ASSIGN_OR_RETURN(fc_, loader.LoadLinear({{"fc", hidden, 3 * hidden, WeightSlice::Whole()}},
-                                                 false, act));
+  PAGODA_ASSIGN_OR_RETURN(
+      fc_, loader.LoadLinear({{"fc", hidden, 3 * hidden, WeightSlice::Whole()}}, false, act));
   // vLLM renames "midlayer." to its layer 0; a checkpoint may use either.
   const std::string prefix =
       (*store)->Has("layers.0.hidden_norm.weight") ? "layers.0." : "midlayer.";
-  PAGODA_ASSIGN_OR_RETURN(eagle3_->hidden_norm, loader.Load(prefix + "hidden_norm.weight", {hidden}));
+  PAGODA_ASSIGN_OR_RETURN(eagle3_->hidden_norm,
+                          loader.Load(prefix + "hidden_norm.weight", {hidden}));
   PAGODA_ASSIGN_OR_RETURN(final_norm_, loader.Load("norm.weight", {hidden}));
   PAGODA_ASSIGN_OR_RETURN(
       eagle3_->lm_head,
@@ -219,8 +220,8 @@ absl::Status LlamaModel::LoadEagle3Weights(const std::string& head_dir,
   return LoadEagle3Layer(loader, prefix, full_config, shard);
 }
 
-absl::StatusOr<ForwardOutput> LlamaModel::ForwardEagle3(const FlatBatch& batch,
-                                                        CacheEngine* cache, const void* features,
+absl::StatusOr<ForwardOutput> LlamaModel::ForwardEagle3(const FlatBatch& batch, CacheEngine* cache,
+                                                        const void* features,
                                                         bool features_from_target) {
   const StepBatch step = UploadStep(batch, /*row_logits=*/0);
   step_lora_slots_ = nullptr;  // A head serves no adapters.
@@ -285,8 +286,8 @@ ForwardOutput LlamaModel::Eagle3Logits(const StepBatch& step, const Activations&
   output.logits.shape = {rows, vocab, 0, 0};
   // a.residual becomes the pre-norm output (the next pass's hidden state),
   // a.normed its final-normed copy (the logits').
-  backend_->AddRmsNorm(a.residual, a.projected, Tensor::Of(*final_norm_, {hidden}),
-                       step.num_tokens, static_cast<float>(config_.rms_norm_eps), a.normed);
+  backend_->AddRmsNorm(a.residual, a.projected, Tensor::Of(*final_norm_, {hidden}), step.num_tokens,
+                       static_cast<float>(config_.rms_norm_eps), a.normed);
   if (rows == 0) return output;
   const DType act = backend_->activation_dtype();
   void* head_hidden = workspace_.Take(act, static_cast<size_t>(rows) * hidden);

@@ -1,10 +1,10 @@
 #ifndef PAGODA_WORKER_LLAMA_EAGLE3_PARTS_H_
 #define PAGODA_WORKER_LLAMA_EAGLE3_PARTS_H_
 
-// LlamaModel::Eagle3Parts: what an EAGLE-3 head (speculative decoding's
-// eagle3 method) holds beside a Llama decoder layer: its hidden norm, its
-// lm_head over the draft vocabulary and the draft-to-target id map, read by
-// llama_eagle3_head.cc and freed with the model. docs/speculative-decoding.md.
+// Eagle3HeadParts: what a LlamaModel that is an EAGLE-3 head (speculative
+// decoding's eagle3 method) holds beside its Llama decoder layer: its hidden
+// norm, its lm_head over the draft vocabulary and the draft-to-target id
+// map, read by llama_eagle3_head.cc. docs/speculative-decoding.md.
 
 #include <cstdint>
 #include <memory>
@@ -12,11 +12,10 @@
 
 #include "worker/backend.h"
 #include "worker/linear.h"
-#include "worker/llama_model.h"
 
 namespace pagoda::worker {
 
-struct LlamaModel::Eagle3Parts {
+struct Eagle3HeadParts {
   std::vector<int> aux_layers;  // The target layers whose inputs feed the fc.
   int draft_vocab = 0;
   std::vector<int32_t> draft_to_target;  // d + d2t[d] for each draft id d.

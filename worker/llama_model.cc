@@ -80,11 +80,10 @@ struct LlamaModel::LayerWeights {
   int index = 0;            // In the model: which of the adapters' layers apply.
 
   // Layer `index`'s tensors (this rank's slices) in backend memory, named
-  // `prefix` + "<tensor>" (prefix "model.layers.<index>."); without input_layernorm (left null) when
-  // `identity_input_norm` (an EAGLE head's first layer).
+  // `prefix` + "<tensor>" (prefix "model.layers.<index>."); without input_layernorm (left null)
+  // when `identity_input_norm` (an EAGLE head's first layer).
   static absl::StatusOr<std::unique_ptr<LayerWeights>> Load(WeightLoader& loader,
-                                                            const std::string& prefix,
-                                                            int index,
+                                                            const std::string& prefix, int index,
                                                             const LayerGeometry& geometry,
                                                             DType act, bool identity_input_norm);
 };
@@ -143,9 +142,9 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::string& 
   if (absl::Status s = CompleteConfig(model_dir, &*config); !s.ok()) return s;
   // LlamaForCausalLMEagle3, Eagle3LlamaForCausalLM (common/model_config.cc).
   if (absl::StrContains(config->architecture, "Eagle3")) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        model_dir, " is an EAGLE-3 head (", config->architecture,
-        "): serve it as --speculative-config's model with method eagle3"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(model_dir, " is an EAGLE-3 head (", config->architecture,
+                     "): serve it as --speculative-config's model with method eagle3"));
   }
   auto quant = LoadQuantConfig(model_dir);
   if (!quant.ok()) return quant.status();
@@ -238,10 +237,9 @@ absl::Status LlamaModel::LoadLayers(WeightLoader& loader, const WeightStore& sto
   const DType act = backend_->activation_dtype();
   for (int i = 0; i < config_.num_hidden_layers; ++i) {
     std::unique_ptr<LayerWeights> layer;
-    PAGODA_ASSIGN_OR_RETURN(layer,
-                            LayerWeights::Load(loader, absl::StrCat(layers_prefix, i, "."), i,
-                                               geometry, act,
-                                               /*identity_input_norm=*/i == 0 && is_eagle_head()));
+    PAGODA_ASSIGN_OR_RETURN(
+        layer, LayerWeights::Load(loader, absl::StrCat(layers_prefix, i, "."), i, geometry, act,
+                                  /*identity_input_norm=*/i == 0 && is_eagle_head()));
     PAGODA_ASSIGN_OR_RETURN(layer->kv_scales, ReadKvCacheScales(store, i));
     layers_.push_back(std::move(layer));
   }
@@ -262,8 +260,8 @@ absl::Status LlamaModel::LoadEagle3Layer(WeightLoader& loader, const std::string
       .attention_bias = config_.attention_bias,
       .qkv_in = 2 * int64_t{full_config.hidden_size}};
   std::unique_ptr<LayerWeights> layer;
-  PAGODA_ASSIGN_OR_RETURN(layer, LayerWeights::Load(loader, prefix, 0, geometry,
-                                                    backend_->activation_dtype(), false));
+  PAGODA_ASSIGN_OR_RETURN(
+      layer, LayerWeights::Load(loader, prefix, 0, geometry, backend_->activation_dtype(), false));
   eagle3_->input_norm = layer->input_norm.get();
   layers_.push_back(std::move(layer));
   const std::vector<double> inv_freq = RopeInvFreq(config_);

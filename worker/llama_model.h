@@ -28,6 +28,8 @@
 
 namespace pagoda::worker {
 
+struct Eagle3HeadParts;  // worker/llama_eagle3_parts.h
+
 // How a model is loaded.
 struct LlamaLoadOptions {
   // The dtype weights are kept in, in backend memory. nullopt ("auto", as
@@ -129,9 +131,11 @@ class LlamaModel {
   // target id offset; required unless draft_vocab_size == vocab_size), and
   // "embed_tokens.weight" if the head has its own (else `target`'s). "t2d" is
   // ignored. One line naming the problem otherwise. As LoadEagleHead.
-  static absl::StatusOr<std::unique_ptr<LlamaModel>> LoadEagle3Head(
-      const std::string& head_dir, Backend* backend, Communicator* communicator,
-      const LlamaLoadOptions& options, const LlamaModel& target);
+  static absl::StatusOr<std::unique_ptr<LlamaModel>> LoadEagle3Head(const std::string& head_dir,
+                                                                    Backend* backend,
+                                                                    Communicator* communicator,
+                                                                    const LlamaLoadOptions& options,
+                                                                    const LlamaModel& target);
   LlamaModel(const LlamaModel&) = delete;
   LlamaModel& operator=(const LlamaModel&) = delete;
   ~LlamaModel();
@@ -334,8 +338,7 @@ class LlamaModel {
   std::vector<int> aux_layers_;
   std::vector<char> aux_hidden_;
   // An EAGLE-3 head's own parts (llama_eagle3_head.cc); null otherwise.
-  struct Eagle3Parts;
-  std::unique_ptr<Eagle3Parts> eagle3_;
+  std::unique_ptr<Eagle3HeadParts> eagle3_;
 };
 
 }  // namespace pagoda::worker

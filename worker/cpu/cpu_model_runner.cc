@@ -121,12 +121,12 @@ class CpuModelRunner final : public ModelRunnerBase {
     serves_draft_ = true;
     if (timed_->rank() != 0) return absl::OkStatus();
     const bool eagle3 = request.draft_is_eagle3_head();
-    auto draft = request.draft_is_eagle_head() || eagle3
-                     ? DraftModel::LoadEagle(request.draft_model_dir(), backend_.get(),
-                                             CpuLoadOptions(request, weight_dtype), model_.get(),
-                                             eagle3)
-                     : DraftModel::Load(request.draft_model_dir(), backend_.get(),
-                                        CpuLoadOptions(request, weight_dtype), model_->config());
+    auto draft =
+        request.draft_is_eagle_head() || eagle3
+            ? DraftModel::LoadEagle(request.draft_model_dir(), backend_.get(),
+                                    CpuLoadOptions(request, weight_dtype), model_.get(), eagle3)
+            : DraftModel::Load(request.draft_model_dir(), backend_.get(),
+                               CpuLoadOptions(request, weight_dtype), model_->config());
     if (!draft.ok()) return draft.status();
     draft_ = *std::move(draft);
     LOG(INFO) << (draft_->is_eagle() ? "EAGLE head: " : "draft model: ")
