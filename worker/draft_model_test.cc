@@ -92,18 +92,14 @@ class DraftModelRunnerTest : public ::testing::Test {
     EXPECT_EQ(std::system(command.c_str()), 0) << command;
     return pattern;
   }
-  // EAGLE-3 heads (eagle3_reference.py variants over <dir>/source, as
-  // above): <dir>/good/model, <dir>/own_embed/model and malformed ones.
+  // EAGLE-3 heads (eagle3_reference.py variants over the EAGLE heads'
+  // source): <dir>/good/model, <dir>/own_embed/model and malformed ones.
   static std::string MakeEagle3Heads(const std::string& tag) {
     std::string pattern = absl::StrCat("/tmp/", tag, "_XXXXXX");
     if (mkdtemp(pattern.data()) == nullptr) return "";
-    const std::string command = absl::StrCat(
-        Python(), " ", SourceDir(), "/scripts/make_tiny_model.py --out ", pattern,
-        "/source --arch llama --vocab-size ", kVocab,
-        " --hidden-size 32 --intermediate-size 40 --num-layers 1 --num-heads 2 --num-kv-heads 1"
-        " --max-position-embeddings 64 --dtype f32 --seed 4 > /dev/null && ",
-        Python(), " ", SourceDir(), "/tests/reference/eagle3_reference.py variants --source ",
-        pattern, "/source --target-vocab ", kVocab, " --out ", pattern);
+    const std::string command =
+        absl::StrCat(Python(), " ", SourceDir(), "/tests/reference/eagle3_reference.py variants",
+                     " --source ", *eagle_, "/source --target-vocab ", kVocab, " --out ", pattern);
     EXPECT_EQ(std::system(command.c_str()), 0) << command;
     return pattern;
   }
