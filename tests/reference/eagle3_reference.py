@@ -15,6 +15,7 @@ being target id d + d2t[d]. Embeddings are the head's "embed_tokens" when it
 has them, the target's otherwise. t2d is present and unused.
 
 Subcommands:
+  make      one EAGLE-3 head (as variants' "good") from --source into --out.
   variants  turns a tiny one-layer Llama (--source) into EAGLE-3 heads under
             --out, each in <name>/model: "good", "own_embed" (with its own
             embed_tokens), and heads a loader must refuse: no_fc, fc_shape
@@ -215,6 +216,11 @@ def simulate(head, target, prompt, k, max_tokens):
 def main(argv):
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   sub = parser.add_subparsers(dest="command", required=True)
+  p_make = sub.add_parser("make")
+  p_make.add_argument("--source", required=True)
+  p_make.add_argument("--target-vocab", type=int, required=True)
+  p_make.add_argument("--out", required=True)
+  p_make.add_argument("--seed", type=int, default=7)
   p_variants = sub.add_parser("variants")
   p_variants.add_argument("--source", required=True)
   p_variants.add_argument("--target-vocab", type=int, required=True)
@@ -229,6 +235,9 @@ def main(argv):
     if name == "simulate":
       p.add_argument("--max-tokens", type=int, required=True)
   args = parser.parse_args(argv)
+  if args.command == "make":
+    make_head(args.source, args.out, args.target_vocab, args.seed)
+    return
   if args.command == "variants":
     make_variants(args)
     return

@@ -129,7 +129,9 @@ class CpuModelRunner final : public ModelRunnerBase {
                                CpuLoadOptions(request, weight_dtype), model_->config());
     if (!draft.ok()) return draft.status();
     draft_ = *std::move(draft);
-    LOG(INFO) << (draft_->is_eagle() ? "EAGLE head: " : "draft model: ")
+    LOG(INFO) << (eagle3               ? "EAGLE-3 head: "
+                  : draft_->is_eagle() ? "EAGLE head: "
+                                       : "draft model: ")
               << draft_->weight_bytes() / (1 << 20) << " MiB, "
               << draft_->config().num_hidden_layers << " layers";
     return absl::OkStatus();
