@@ -190,6 +190,12 @@ absl::Status CheckArchitecture(const FieldReader& config, ModelConfig& model) {
   if (model.architecture == "LlamaForCausalLM" || model.architecture == "Qwen2ForCausalLM") {
     return absl::OkStatus();
   }
+  // EAGLE-3 heads' names (EAGLE's own and vLLM's): Llama configs that only
+  // LlamaModel::LoadEagle3Head loads (LlamaModel::Load refuses them).
+  if (model.architecture == "LlamaForCausalLMEagle3" ||
+      model.architecture == "Eagle3LlamaForCausalLM") {
+    return absl::OkStatus();
+  }
   if (model.architecture == "MistralForCausalLM") {
     // Mistral is Llama unless a sliding window actually limits attention.
     if (config.Present("sliding_window")) {

@@ -27,6 +27,7 @@ size_t IntegerTypeSize(IntegerType type) {
     case IntegerType::kI8:
     case IntegerType::kU8:
     case IntegerType::kF8E4M3:
+    case IntegerType::kBool:
       return 1;
     case IntegerType::kI32:
       return 4;
@@ -50,6 +51,8 @@ const char* IntegerTypeName(IntegerType type) {
       return "I64";
     case IntegerType::kF8E4M3:
       return "F8_E4M3";
+    case IntegerType::kBool:
+      return "BOOL";
     case IntegerType::kNone:
       break;
   }
@@ -97,7 +100,7 @@ absl::Status FileError(const std::string& path, absl::string_view what) {
 // for names of neither kind, which ParseSafetensorsDType then refuses).
 IntegerType ParseIntegerType(const std::string& name) {
   for (IntegerType type : {IntegerType::kI8, IntegerType::kU8, IntegerType::kI32, IntegerType::kI64,
-                           IntegerType::kF8E4M3}) {
+                           IntegerType::kF8E4M3, IntegerType::kBool}) {
     if (name == IntegerTypeName(type)) return type;
   }
   return IntegerType::kNone;
@@ -411,8 +414,8 @@ absl::StatusOr<TensorView> WeightStore::Get(const std::string& name) const {
   return it->second;
 }
 
-absl::StatusOr<TensorView> WeightStore::GetFloat(
-    const std::string& name, const std::vector<int64_t>& expected_shape) const {
+absl::StatusOr<TensorView> WeightStore::GetFloat(const std::string& name,
+                                                 const std::vector<int64_t>& expected_shape) const {
   absl::StatusOr<TensorView> view = Get(name);
   if (!view.ok()) return view.status();
   if (view->integer != IntegerType::kNone) {

@@ -17,9 +17,10 @@ namespace pagoda {
 
 // Integer element types of safetensors files: the packed codes, zero points
 // and group indices of quantized checkpoints (AWQ, GPTQ, compressed-tensors),
-// and F8_E4M3, FP8 codes that only the FP8 reader decodes (as bytes). Kept
+// F8_E4M3, FP8 codes that only the FP8 reader decodes (as bytes), and BOOL
+// (an EAGLE-3 head's t2d, one byte each, read by no one). Kept
 // apart from DType, which lists the types arithmetic runs in.
-enum class IntegerType { kNone, kI8, kU8, kI32, kI64, kF8E4M3 };
+enum class IntegerType { kNone, kI8, kU8, kI32, kI64, kF8E4M3, kBool };
 size_t IntegerTypeSize(IntegerType type);
 const char* IntegerTypeName(IntegerType type);  // "I32"; "" for kNone.
 

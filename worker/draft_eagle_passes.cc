@@ -36,14 +36,15 @@ void SetEagleDrafts(const FlatBatch& batch, const std::vector<int>& asked,
 }  // namespace
 
 absl::Status DraftModel::EagleForwardAndPick(const FlatBatch& batch,
-                                             const std::vector<char>& features,
+                                             const std::vector<char>& features, bool from_target,
                                              std::vector<char>* head_hidden) {
-  absl::StatusOr<ForwardOutput> output = model_->ForwardEagle(batch, cache_.get(), features.data());
+  absl::StatusOr<ForwardOutput> output =
+      model_->ForwardEagle(batch, cache_.get(), features.data(), from_target);
   if (!output.ok()) return output.status();
   const int rows = batch.num_logits_rows();
   if (rows > 0) {
     backend_->Sample(output->logits, output->sampling, &samples_);
-    head_hidden->resize(static_cast<size_t>(rows) * eagle_->row_bytes());
+    head_hidden->resize(static_cast<size_t>(rows) * model_->hidden_row_bytes());
     backend_->DownloadBytes(output->head_hidden, head_hidden->data(), head_hidden->size());
   }
   return backend_->status();
@@ -53,7 +54,7 @@ absl::Status DraftModel::RunEaglePasses(const StepPlan& plan, const FlatBatch& b
                                         StepPlan* verify) {
   const int num_seqs = batch.num_seqs();
   const int block_size = cache_->shape().block_size;
-  const size_t row_bytes = eagle_->row_bytes();
+  const size_t row_bytes = model_->hidden_row_bytes();  // The head's output.
   std::vector<int> asked(num_seqs);
   std::vector<std::vector<int32_t>> drafts(num_seqs);
   // Pass 0: per sequence, the rows its last step verified, the last one
@@ -78,7 +79,8 @@ absl::Status DraftModel::RunEaglePasses(const StepPlan& plan, const FlatBatch& b
   FlatBatch pass = first_pass.Take();
   std::vector<char> head_hidden;
   for (int j = 0; pass.num_tokens() > 0; ++j) {
-    if (absl::Status status = EagleForwardAndPick(pass, features, &head_hidden); !status.ok()) {
+    if (absl::Status status = EagleForwardAndPick(pass, features, j == 0, &head_hidden);
+        !status.ok()) {
       return status;
     }
     // Pass j + 1: draft j + 1 of each sequence that asks for more, at

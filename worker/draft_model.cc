@@ -91,21 +91,33 @@ absl::StatusOr<std::unique_ptr<DraftModel>> DraftModel::Load(const std::string& 
 absl::StatusOr<std::unique_ptr<DraftModel>> DraftModel::LoadEagle(const std::string& head_dir,
                                                                   Backend* backend,
                                                                   const LlamaLoadOptions& options,
-                                                                  LlamaModel* target) {
+                                                                  LlamaModel* target, bool eagle3) {
   auto draft = std::unique_ptr<DraftModel>(new DraftModel(backend));
-  auto head = LlamaModel::LoadEagleHead(head_dir, backend, draft->single_rank_.get(),
-                                        DraftLoadOptions(options), *target);
+  auto head = eagle3 ? LlamaModel::LoadEagle3Head(head_dir, backend, draft->single_rank_.get(),
+                                                  DraftLoadOptions(options), *target)
+                     : LlamaModel::LoadEagleHead(head_dir, backend, draft->single_rank_.get(),
+                                                 DraftLoadOptions(options), *target);
   if (!head.ok()) return head.status();
   draft->model_ = *std::move(head);
-  draft->eagle_ = std::make_unique<EagleFeatures>(target->hidden_row_bytes());
-  target->KeepFinalHidden();
+  if (eagle3) {
+    // The fc reads three of the target's layers' hidden states a row.
+    const std::vector<int>& layers = draft->model_->eagle3_aux_layers();
+    draft->eagle_ = std::make_unique<EagleFeatures>(layers.size() * target->hidden_row_bytes());
+    target->KeepAuxHidden(layers);
+  } else {
+    draft->eagle_ = std::make_unique<EagleFeatures>(target->hidden_row_bytes());
+    target->KeepFinalHidden();
+  }
   return draft;
 }
 
 DraftModel::~DraftModel() = default;
 
 void DraftModel::FollowTargetForward(const FlatBatch& batch, const ForwardOutput& output) {
-  if (eagle_ != nullptr && output.final_hidden != nullptr) {
+  if (eagle_ == nullptr) return;
+  if (model_->is_eagle3_head()) {
+    if (output.aux_hidden != nullptr) eagle_->CaptureHost(batch, output.aux_hidden);
+  } else if (output.final_hidden != nullptr) {
     eagle_->Capture(batch, output.final_hidden, backend_);
   }
 }

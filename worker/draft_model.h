@@ -41,11 +41,14 @@ class DraftModel {
   // The eagle method: the EAGLE head in `head_dir` (LlamaModel::
   // LoadEagleHead) over `target`, which from now on keeps its final hidden
   // states (LlamaModel::KeepFinalHidden) for the head. Errors as
-  // LoadEagleHead's. target must outlive the head.
+  // LoadEagleHead's. target must outlive the head. With `eagle3`, the
+  // eagle3 method: an EAGLE-3 head (LlamaModel::LoadEagle3Head), and the
+  // target keeps its aux layers' hidden states (LlamaModel::KeepAuxHidden).
   static absl::StatusOr<std::unique_ptr<DraftModel>> LoadEagle(const std::string& head_dir,
                                                                Backend* backend,
                                                                const LlamaLoadOptions& options,
-                                                               LlamaModel* target);
+                                                               LlamaModel* target,
+                                                               bool eagle3 = false);
   DraftModel(const DraftModel&) = delete;
   DraftModel& operator=(const DraftModel&) = delete;
   ~DraftModel();
@@ -102,10 +105,11 @@ class DraftModel {
   absl::Status RunEaglePasses(const v1::StepPlan& plan, const FlatBatch& batch,
                               v1::StepPlan* verify);
   // One forward of the head over `batch` with `features` (host, one row per
-  // token), the greedy tokens in samples_ and each logits row's output
-  // hidden state in `head_hidden` (host).
+  // token: the target's when `from_target`, else the head's own), the greedy
+  // tokens in samples_ and each logits row's output hidden state in
+  // `head_hidden` (host).
   absl::Status EagleForwardAndPick(const FlatBatch& batch, const std::vector<char>& features,
-                                   std::vector<char>* head_hidden);
+                                   bool from_target, std::vector<char>* head_hidden);
 
   std::unique_ptr<Communicator> single_rank_;
   std::unique_ptr<LlamaModel> model_;

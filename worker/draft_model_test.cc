@@ -10,6 +10,9 @@
 // The eagle method: an EAGLE head's drafts against the float64 reference
 // (tests/reference/eagle_reference.py) over the target's own hidden states,
 // tokens equal to plain decoding's, and malformed heads refused at load.
+// The eagle3 method: the same over an EAGLE-3 head
+// (tests/reference/eagle3_reference.py), whose features are three target
+// layers' inputs and whose drafts come from a draft vocabulary via d2t.
 
 #include "worker/draft_model.h"
 
@@ -25,6 +28,7 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -63,9 +67,10 @@ class DraftModelRunnerTest : public ::testing::Test {
     other_ = new std::string(MakeRunnerTestModel("pagoda_draft_other", kVocab, /*seed=*/5));
     small_vocab_ = new std::string(MakeRunnerTestModel("pagoda_draft_vocab", kVocab - 2, 5));
     eagle_ = new std::string(MakeEagleHeads("pagoda_eagle_heads"));
+    eagle3_ = new std::string(MakeEagle3Heads("pagoda_eagle3_heads"));
   }
   static void TearDownTestSuite() {
-    for (std::string* dir : {target_, other_, small_vocab_, eagle_}) {
+    for (std::string* dir : {target_, other_, small_vocab_, eagle_, eagle3_}) {
       std::filesystem::remove_all(*dir);
       delete dir;
     }
@@ -87,6 +92,17 @@ class DraftModelRunnerTest : public ::testing::Test {
     EXPECT_EQ(std::system(command.c_str()), 0) << command;
     return pattern;
   }
+  // EAGLE-3 heads (eagle3_reference.py variants over the EAGLE heads'
+  // source): <dir>/good/model, <dir>/own_embed/model and malformed ones.
+  static std::string MakeEagle3Heads(const std::string& tag) {
+    std::string pattern = absl::StrCat("/tmp/", tag, "_XXXXXX");
+    if (mkdtemp(pattern.data()) == nullptr) return "";
+    const std::string command =
+        absl::StrCat(Python(), " ", SourceDir(), "/tests/reference/eagle3_reference.py variants",
+                     " --source ", *eagle_, "/source --target-vocab ", kVocab, " --out ", pattern);
+    EXPECT_EQ(std::system(command.c_str()), 0) << command;
+    return pattern;
+  }
   static std::string Python() {
     const char* python = std::getenv("PAGODA_PYTHON3");
     return python != nullptr ? python : "/usr/bin/python3";
@@ -96,10 +112,15 @@ class DraftModelRunnerTest : public ::testing::Test {
     return dir != nullptr ? dir : ".";
   }
   // What eagle_reference.py prints for `args`.
-  static std::string Reference(const std::string& args) {
+  // With `eagle3_head` set, what eagle3_reference.py prints for that head.
+  static std::string Reference(const std::string& args, const std::string& eagle3_head = "") {
     const std::string command =
-        absl::StrCat(Python(), " ", SourceDir(), "/tests/reference/eagle_reference.py ", args,
-                     " --target ", *target_, "/model --head ", *eagle_, "/good/model");
+        eagle3_head.empty()
+            ? absl::StrCat(Python(), " ", SourceDir(), "/tests/reference/eagle_reference.py ", args,
+                           " --target ", *target_, "/model --head ", *eagle_, "/good/model")
+            : absl::StrCat(Python(), " ", SourceDir(), "/tests/reference/eagle3_reference.py ",
+                           args, " --target ", *target_, "/model --head ", *eagle3_, "/",
+                           eagle3_head, "/model");
     FILE* pipe = popen(command.c_str(), "r");
     std::string out;
     char chunk[256];
@@ -108,11 +129,13 @@ class DraftModelRunnerTest : public ::testing::Test {
     return std::string(absl::StripTrailingAsciiWhitespace(out));
   }
 
-  static LoadModelRequest LoadRequest(const std::string& draft_dir, bool eagle = false) {
+  static LoadModelRequest LoadRequest(const std::string& draft_dir, bool eagle = false,
+                                      bool eagle3 = false) {
     LoadModelRequest load;
     load.set_model_dir(*target_ + "/model");
     if (!draft_dir.empty()) load.set_draft_model_dir(draft_dir + "/model");
     load.set_draft_is_eagle_head(eagle);
+    load.set_draft_is_eagle3_head(eagle3);
     load.set_block_size(kBlockSize);
     load.set_device("cpu");
     load.set_world_size(1);
@@ -120,9 +143,10 @@ class DraftModelRunnerTest : public ::testing::Test {
     return load;
   }
 
-  static std::unique_ptr<ModelRunner> Runner(const std::string& draft_dir, bool eagle = false) {
+  static std::unique_ptr<ModelRunner> Runner(const std::string& draft_dir, bool eagle = false,
+                                             bool eagle3 = false) {
     auto runner = CreateCpuModelRunner();
-    auto loaded = runner->LoadModel(LoadRequest(draft_dir, eagle));
+    auto loaded = runner->LoadModel(LoadRequest(draft_dir, eagle, eagle3));
     EXPECT_TRUE(loaded.ok()) << loaded.status();
     v1::InitCacheRequest init;
     init.set_num_gpu_blocks(kSeqs * kBlocksPerSeq);
@@ -161,8 +185,8 @@ class DraftModelRunnerTest : public ::testing::Test {
   // kSeqs sequences, sequence s joining at step s (its prefill beside the
   // others' proposals), each asking for up to `k` proposals per decode.
   static std::vector<Decoded> DecodeBatch(const std::string& draft_dir, const SamplingOptions& base,
-                                          int k, bool eagle = false) {
-    auto runner = Runner(draft_dir, eagle);
+                                          int k, bool eagle = false, bool eagle3 = false) {
+    auto runner = Runner(draft_dir, eagle, eagle3);
     std::vector<Decoded> outs(kSeqs);
     for (int step_index = 0; step_index < 100; ++step_index) {
       StepPlan plan;
@@ -214,16 +238,75 @@ class DraftModelRunnerTest : public ::testing::Test {
     return accepted;
   }
 
+  // Six steps of one sequence through DraftModel::Propose and the target's
+  // Forward, accepting up to two drafts a step: the head's drafts against
+  // the reference's over the same tokens. `eagle3_head`: that EAGLE-3 head
+  // (a variant's name) instead of the EAGLE head.
+  void ExpectReferenceDrafts(const std::string& eagle3_head) {
+    auto backend = CreateCpuBackend(1);
+    auto group = CreateSingleRankCommunicator();
+    LlamaLoadOptions options;
+    options.block_size = kBlockSize;
+    auto target = LlamaModel::Load(*target_ + "/model", backend.get(), group.get(), options);
+    ASSERT_TRUE(target.ok()) << target.status();
+    const bool eagle3 = !eagle3_head.empty();
+    auto head = DraftModel::LoadEagle(
+        eagle3 ? absl::StrCat(*eagle3_, "/", eagle3_head, "/model") : *eagle_ + "/good/model",
+        backend.get(), options, target->get(), eagle3);
+    ASSERT_TRUE(head.ok()) << head.status();
+    CacheEngine cache(backend.get(), (*target)->CacheShape(kBlockSize, DType::kF32), kBlocksPerSeq,
+                      0);
+    (*head)->InitCache(kBlockSize, DType::kF32, kBlocksPerSeq, 0);
+    const BatchLimits limits = cache.Limits(kVocab, (*target)->max_positions());
+    constexpr int kProposals = 3;
+    std::vector<int> output;  // The tokens the steps "sampled": any do.
+    std::string drafts, histories;
+    for (int step_index = 0; step_index < 6; ++step_index) {
+      StepPlan plan;
+      *plan.add_sequences() =
+          StepFor(SamplingOptions(), 0, output, step_index == 0 ? 0 : kProposals);
+      StepPlan storage;
+      absl::StatusOr<const StepPlan*> verify = (*head)->Propose(plan, limits, &storage);
+      ASSERT_TRUE(verify.ok()) << verify.status();
+      const SequenceStep& row = (*verify)->sequences(0);
+      if (step_index > 0) {
+        std::vector<int> history = kPrompt;
+        history.insert(history.end(), output.begin(), output.end());
+        absl::StrAppend(&histories, " --tokens ", absl::StrJoin(history, ","));
+        absl::StrAppend(&drafts, drafts.empty() ? "" : "\n",
+                        absl::StrJoin(row.draft_token_ids(), ","));
+      }
+      absl::StatusOr<FlatBatch> batch = FlattenStepPlan(**verify, limits);
+      ASSERT_TRUE(batch.ok()) << batch.status();
+      absl::StatusOr<ForwardOutput> forward = (*target)->Forward(*batch, &cache);
+      ASSERT_TRUE(forward.ok()) << forward.status();
+      (*head)->FollowTargetForward(*batch, *forward);
+      v1::StepResult result;
+      v1::SampledToken* token = result.add_tokens();
+      token->set_seq_id(row.seq_id());
+      for (int j = 0; j < std::min(2, row.draft_token_ids_size()); ++j) {
+        token->add_accepted_draft_ids(row.draft_token_ids(j));
+        output.push_back(row.draft_token_ids(j));
+      }
+      token->set_token_id(9 + step_index);
+      output.push_back(token->token_id());
+      (*head)->FollowStepResult(**verify, result);
+    }
+    EXPECT_EQ(drafts, Reference(absl::StrCat("propose --k ", kProposals, histories), eagle3_head));
+  }
+
   static std::string* target_;
   static std::string* other_;
   static std::string* small_vocab_;
   static std::string* eagle_;
+  static std::string* eagle3_;
 };
 
 std::string* DraftModelRunnerTest::target_ = nullptr;
 std::string* DraftModelRunnerTest::other_ = nullptr;
 std::string* DraftModelRunnerTest::small_vocab_ = nullptr;
 std::string* DraftModelRunnerTest::eagle_ = nullptr;
+std::string* DraftModelRunnerTest::eagle3_ = nullptr;
 
 v1::BlockMove MakeMove(int src, int dst) {
   v1::BlockMove move;
@@ -376,53 +459,14 @@ TEST_F(DraftModelRunnerTest, RefusesBadProposalsAndDrafts) {
 // two halves in order, layer 0 without its input norm, no final norm, the
 // target's embeddings and lm_head, its final-normed hidden states, and the
 // rows kept per step.
-TEST_F(DraftModelRunnerTest, EagleDraftsEqualTheFloat64Reference) {
-  auto backend = CreateCpuBackend(1);
-  auto group = CreateSingleRankCommunicator();
-  LlamaLoadOptions options;
-  options.block_size = kBlockSize;
-  auto target = LlamaModel::Load(*target_ + "/model", backend.get(), group.get(), options);
-  ASSERT_TRUE(target.ok()) << target.status();
-  auto head = DraftModel::LoadEagle(*eagle_ + "/good/model", backend.get(), options, target->get());
-  ASSERT_TRUE(head.ok()) << head.status();
-  CacheEngine cache(backend.get(), (*target)->CacheShape(kBlockSize, DType::kF32), kBlocksPerSeq,
-                    0);
-  (*head)->InitCache(kBlockSize, DType::kF32, kBlocksPerSeq, 0);
-  const BatchLimits limits = cache.Limits(kVocab, (*target)->max_positions());
-  constexpr int kProposals = 3;
-  std::vector<int> output;  // The tokens the steps "sampled": any do.
-  std::string drafts, histories;
-  for (int step_index = 0; step_index < 6; ++step_index) {
-    StepPlan plan;
-    *plan.add_sequences() = StepFor(SamplingOptions(), 0, output, step_index == 0 ? 0 : kProposals);
-    StepPlan storage;
-    absl::StatusOr<const StepPlan*> verify = (*head)->Propose(plan, limits, &storage);
-    ASSERT_TRUE(verify.ok()) << verify.status();
-    const SequenceStep& row = (*verify)->sequences(0);
-    if (step_index > 0) {
-      std::vector<int> history = kPrompt;
-      history.insert(history.end(), output.begin(), output.end());
-      absl::StrAppend(&histories, " --tokens ", absl::StrJoin(history, ","));
-      absl::StrAppend(&drafts, drafts.empty() ? "" : "\n",
-                      absl::StrJoin(row.draft_token_ids(), ","));
-    }
-    absl::StatusOr<FlatBatch> batch = FlattenStepPlan(**verify, limits);
-    ASSERT_TRUE(batch.ok()) << batch.status();
-    absl::StatusOr<ForwardOutput> forward = (*target)->Forward(*batch, &cache);
-    ASSERT_TRUE(forward.ok()) << forward.status();
-    (*head)->FollowTargetForward(*batch, *forward);
-    v1::StepResult result;
-    v1::SampledToken* token = result.add_tokens();
-    token->set_seq_id(row.seq_id());
-    for (int j = 0; j < std::min(2, row.draft_token_ids_size()); ++j) {
-      token->add_accepted_draft_ids(row.draft_token_ids(j));
-      output.push_back(row.draft_token_ids(j));
-    }
-    token->set_token_id(9 + step_index);
-    output.push_back(token->token_id());
-    (*head)->FollowStepResult(**verify, result);
+TEST_F(DraftModelRunnerTest, EagleDraftsEqualTheFloat64Reference) { ExpectReferenceDrafts(""); }
+
+// The same for EAGLE-3 heads: the target's embeddings, and the head's own.
+TEST_F(DraftModelRunnerTest, Eagle3DraftsEqualTheFloat64Reference) {
+  for (const char* head : {"good", "own_embed"}) {
+    SCOPED_TRACE(head);
+    ExpectReferenceDrafts(head);
   }
-  EXPECT_EQ(drafts, Reference(absl::StrCat("propose --k ", kProposals, histories)));
 }
 
 // Through the CPU runner: three sequences (joining at steps 0, 1, 2) with
@@ -465,6 +509,60 @@ TEST_F(DraftModelRunnerTest, RefusesMalformedEagleHeadsAtLoad) {
         CreateCpuModelRunner()->LoadModel(LoadRequest(*eagle_ + "/" + name, /*eagle=*/true));
     EXPECT_EQ(std::string(loaded.status().message()), message);
   }
+}
+
+// An EAGLE-3 head, greedy and seeded with every processing option: plain
+// decoding's tokens; greedy sequence 0's tokens and acceptance per step are
+// the reference's speculative decoding.
+TEST_F(DraftModelRunnerTest, Eagle3KeepsPlainTokensAndTheReferenceAcceptance) {
+  SamplingOptions greedy;
+  for (const SamplingOptions& base : {greedy, SeededWithProcessing()}) {
+    const std::vector<Decoded> plain = DecodeBatch("", base, 0);
+    const std::vector<Decoded> speculative =
+        DecodeBatch(*eagle3_ + "/good", base, kDrafts, /*eagle=*/false, /*eagle3=*/true);
+    for (int s = 0; s < kSeqs; ++s) {
+      ASSERT_EQ(plain[s].tokens.size(), kNewTokens);
+      EXPECT_EQ(speculative[s].tokens, plain[s].tokens) << "sequence " << s;
+      EXPECT_FALSE(speculative[s].accepted_per_step.empty());
+    }
+    if (base.temperature() != 0) continue;
+    EXPECT_EQ(absl::StrCat("{\"tokens\": [", absl::StrJoin(speculative[0].tokens, ", "),
+                           "], \"accepted\": [",
+                           absl::StrJoin(speculative[0].accepted_per_step, ", "), "]}"),
+              Reference(absl::StrCat("simulate --k ", kDrafts, " --max-tokens ", kNewTokens,
+                                     " --tokens ", absl::StrJoin(kPrompt, ",")),
+                        "good"));
+  }
+}
+
+// One line naming the tensor, the key or the values.
+TEST_F(DraftModelRunnerTest, RefusesMalformedEagle3HeadsAtLoad) {
+  const std::pair<std::string, std::string> heads[] = {
+      {"no_fc", "EAGLE-3 head: weight \"fc.weight\" not found in the model"},
+      {"fc_shape", "EAGLE-3 head: weight \"fc.weight\" has shape [32, 64], expected [32, 96]"},
+      {"no_hidden_norm",
+       "EAGLE-3 head: weight \"midlayer.hidden_norm.weight\" not found in the model"},
+      {"no_d2t", "EAGLE-3 head: weight \"d2t\" not found in the model"},
+      {"default_layers",
+       "EAGLE-3 head: eagle_aux_hidden_state_layer_ids [2, 1, -1] are not all layers of the "
+       "target's 2"},
+  };
+  for (const auto& [name, message] : heads) {
+    auto loaded = CreateCpuModelRunner()->LoadModel(
+        LoadRequest(*eagle3_ + "/" + name, /*eagle=*/false, /*eagle3=*/true));
+    EXPECT_EQ(std::string(loaded.status().message()), message);
+  }
+  auto loaded = CreateCpuModelRunner()->LoadModel(
+      LoadRequest(*eagle3_ + "/d2t_range", /*eagle=*/false, /*eagle3=*/true));
+  EXPECT_TRUE(absl::StartsWith(loaded.status().message(), "EAGLE-3 head: d2t maps draft id 39 to "))
+      << loaded.status();
+  // A head is never a target.
+  LoadModelRequest as_target = LoadRequest("");
+  as_target.set_model_dir(*eagle3_ + "/good/model");
+  EXPECT_EQ(CreateCpuModelRunner()->LoadModel(as_target).status().message(),
+            absl::StrCat(*eagle3_,
+                         "/good/model is an EAGLE-3 head (LlamaForCausalLMEagle3): serve it as "
+                         "--speculative-config's model with method eagle3"));
 }
 
 }  // namespace

@@ -7,6 +7,16 @@ namespace pagoda::worker {
 void EagleFeatures::Capture(const FlatBatch& batch, const void* final_hidden, Backend* backend) {
   hidden_.resize(static_cast<size_t>(batch.num_tokens()) * row_bytes_);
   backend->DownloadBytes(final_hidden, hidden_.data(), hidden_.size());
+  KeepBatch(batch);
+}
+
+void EagleFeatures::CaptureHost(const FlatBatch& batch, const void* rows) {
+  hidden_.resize(static_cast<size_t>(batch.num_tokens()) * row_bytes_);
+  std::memcpy(hidden_.data(), rows, hidden_.size());
+  KeepBatch(batch);
+}
+
+void EagleFeatures::KeepBatch(const FlatBatch& batch) {
   input_ids_ = batch.input_ids;
   positions_ = batch.positions;
   query_start_ = batch.query_start;

@@ -1,9 +1,10 @@
 #ifndef PAGODA_WORKER_EAGLE_FEATURES_H_
 #define PAGODA_WORKER_EAGLE_FEATURES_H_
 
-// EagleFeatures: what an EAGLE head (speculative decoding's eagle method)
-// needs from its target between steps: per sequence, the target's
-// final-normed hidden states of the positions the last step verified and
+// EagleFeatures: what an EAGLE head (speculative decoding's eagle and eagle3
+// methods) needs from its target between steps: per sequence, the target's
+// final-normed hidden states (eagle; eagle3: its three aux layers' inputs,
+// concatenated) of the positions the last step verified and
 // the tokens that followed each. The head's row at position p reads
 // (token p + 1, the target's hidden state at p), so it can run only once the
 // token after p is known: at the start of the sequence's next step, whose
@@ -43,6 +44,9 @@ class EagleFeatures {
   // row's hidden state (`final_hidden`, backend memory) and the rows'
   // tokens and positions to the host, until Keep or Forget.
   void Capture(const FlatBatch& batch, const void* final_hidden, Backend* backend);
+  // As Capture, the rows already in host memory (an EAGLE-3 target's
+  // ForwardOutput::aux_hidden).
+  void CaptureHost(const FlatBatch& batch, const void* rows);
 
   // After the step that verified `verify` succeeded with `result`: keeps,
   // for each sequence of the captured batch, its rows up to the last
@@ -62,6 +66,8 @@ class EagleFeatures {
   static constexpr int64_t kMaxIdleSteps = 64;
 
  private:
+  void KeepBatch(const FlatBatch& batch);  // The captured batch's tokens.
+
   size_t row_bytes_;
   // The captured batch.
   std::vector<char> hidden_;

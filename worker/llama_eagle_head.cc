@@ -82,7 +82,9 @@ absl::Status LlamaModel::LoadEagleWeights(const std::string& head_dir,
 }
 
 absl::StatusOr<ForwardOutput> LlamaModel::ForwardEagle(const FlatBatch& batch, CacheEngine* cache,
-                                                       const void* features) {
+                                                       const void* features,
+                                                       bool features_from_target) {
+  if (is_eagle3_head()) return ForwardEagle3(batch, cache, features, features_from_target);
   const StepBatch step = UploadStep(batch, /*row_logits=*/0);
   step_lora_slots_ = nullptr;  // A head serves no adapters.
   const size_t tokens = static_cast<size_t>(step.num_tokens);

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numbers>
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/lora_shard.h"
 #include "common/safetensors.h"
@@ -14,6 +16,7 @@
 #include "common/tensor_slice.h"
 #include "kernels/ops/rope_cache.h"
 #include "worker/kv_cache_scales.h"
+#include "worker/llama_eagle3_parts.h"
 #include "worker/sharded_weights.h"
 #include "worker/weight_loader.h"
 
@@ -59,6 +62,7 @@ struct LayerGeometry {
   int64_t kv_dim;
   LayerSlices slices;
   bool attention_bias;
+  int64_t qkv_in = 0;  // q/k/v's input width; 0: hidden (2 * hidden in EAGLE-3).
 };
 
 }  // namespace
@@ -76,20 +80,19 @@ struct LlamaModel::LayerWeights {
   int index = 0;            // In the model: which of the adapters' layers apply.
 
   // Layer `index`'s tensors (this rank's slices) in backend memory, named
-  // `layers_prefix` + index + "."; without input_layernorm (left null) when
-  // `identity_input_norm` (an EAGLE head's first layer).
+  // `prefix` + "<tensor>" (prefix "model.layers.<index>."); without input_layernorm (left null)
+  // when `identity_input_norm` (an EAGLE head's first layer).
   static absl::StatusOr<std::unique_ptr<LayerWeights>> Load(WeightLoader& loader,
-                                                            const std::string& layers_prefix,
-                                                            int index,
+                                                            const std::string& prefix, int index,
                                                             const LayerGeometry& geometry,
                                                             DType act, bool identity_input_norm);
 };
 
 absl::StatusOr<std::unique_ptr<LlamaModel::LayerWeights>> LlamaModel::LayerWeights::Load(
-    WeightLoader& loader, const std::string& layers_prefix, int index,
-    const LayerGeometry& geometry, DType act, bool identity_input_norm) {
-  const std::string prefix = absl::StrCat(layers_prefix, index, ".");
+    WeightLoader& loader, const std::string& prefix, int index, const LayerGeometry& geometry,
+    DType act, bool identity_input_norm) {
   const int64_t hidden = geometry.hidden;
+  const int64_t qkv_in = geometry.qkv_in > 0 ? geometry.qkv_in : hidden;
   const int64_t inter = geometry.intermediate;
   const int64_t q_dim = geometry.q_dim;
   const int64_t kv_dim = geometry.kv_dim;
@@ -103,9 +106,9 @@ absl::StatusOr<std::unique_ptr<LlamaModel::LayerWeights>> LlamaModel::LayerWeigh
   PAGODA_ASSIGN_OR_RETURN(layer->post_attention_norm,
                           loader.Load(prefix + "post_attention_layernorm.weight", {hidden}));
   PAGODA_ASSIGN_OR_RETURN(
-      layer->qkv_proj, loader.LoadLinear({{prefix + "self_attn.q_proj", q_dim, hidden, slices.q},
-                                          {prefix + "self_attn.k_proj", kv_dim, hidden, slices.kv},
-                                          {prefix + "self_attn.v_proj", kv_dim, hidden, slices.kv}},
+      layer->qkv_proj, loader.LoadLinear({{prefix + "self_attn.q_proj", q_dim, qkv_in, slices.q},
+                                          {prefix + "self_attn.k_proj", kv_dim, qkv_in, slices.kv},
+                                          {prefix + "self_attn.v_proj", kv_dim, qkv_in, slices.kv}},
                                          geometry.attention_bias, act));
   PAGODA_ASSIGN_OR_RETURN(
       layer->o_proj,
@@ -137,6 +140,12 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::string& 
   auto config = LoadModelConfig(model_dir);
   if (!config.ok()) return config.status();
   if (absl::Status s = CompleteConfig(model_dir, &*config); !s.ok()) return s;
+  // LlamaForCausalLMEagle3, Eagle3LlamaForCausalLM (common/model_config.cc).
+  if (absl::StrContains(config->architecture, "Eagle3")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(model_dir, " is an EAGLE-3 head (", config->architecture,
+                     "): serve it as --speculative-config's model with method eagle3"));
+  }
   auto quant = LoadQuantConfig(model_dir);
   if (!quant.ok()) return quant.status();
   if (absl::Status s = CheckRequestedQuantization(&*quant, options.quantization); !s.ok()) {
@@ -228,12 +237,33 @@ absl::Status LlamaModel::LoadLayers(WeightLoader& loader, const WeightStore& sto
   const DType act = backend_->activation_dtype();
   for (int i = 0; i < config_.num_hidden_layers; ++i) {
     std::unique_ptr<LayerWeights> layer;
-    PAGODA_ASSIGN_OR_RETURN(layer,
-                            LayerWeights::Load(loader, layers_prefix, i, geometry, act,
-                                               /*identity_input_norm=*/i == 0 && is_eagle_head()));
+    PAGODA_ASSIGN_OR_RETURN(
+        layer, LayerWeights::Load(loader, absl::StrCat(layers_prefix, i, "."), i, geometry, act,
+                                  /*identity_input_norm=*/i == 0 && is_eagle_head()));
     PAGODA_ASSIGN_OR_RETURN(layer->kv_scales, ReadKvCacheScales(store, i));
     layers_.push_back(std::move(layer));
   }
+  const std::vector<double> inv_freq = RopeInvFreq(config_);
+  inv_freq_ = loader.ToBackend(std::vector<float>(inv_freq.begin(), inv_freq.end()));
+  return absl::OkStatus();
+}
+
+absl::Status LlamaModel::LoadEagle3Layer(WeightLoader& loader, const std::string& prefix,
+                                         const ModelConfig& full_config,
+                                         const TensorParallelShard& shard) {
+  const LayerGeometry geometry{
+      .hidden = full_config.hidden_size,
+      .intermediate = full_config.intermediate_size,
+      .q_dim = static_cast<int64_t>(full_config.num_attention_heads) * full_config.head_dim,
+      .kv_dim = static_cast<int64_t>(full_config.num_key_value_heads) * full_config.head_dim,
+      .slices = PlanLayerSlices(full_config, shard),
+      .attention_bias = config_.attention_bias,
+      .qkv_in = 2 * int64_t{full_config.hidden_size}};
+  std::unique_ptr<LayerWeights> layer;
+  PAGODA_ASSIGN_OR_RETURN(
+      layer, LayerWeights::Load(loader, prefix, 0, geometry, backend_->activation_dtype(), false));
+  eagle3_->input_norm = layer->input_norm.get();
+  layers_.push_back(std::move(layer));
   const std::vector<double> inv_freq = RopeInvFreq(config_);
   inv_freq_ = loader.ToBackend(std::vector<float>(inv_freq.begin(), inv_freq.end()));
   return absl::OkStatus();
@@ -254,14 +284,17 @@ void LlamaModel::ReserveWorkspace(const StepBatchCapacity& capacity) {
   const size_t q_dim = static_cast<size_t>(config_.num_attention_heads) * config_.head_dim;
   const size_t kv_dim = static_cast<size_t>(config_.num_key_value_heads) * config_.head_dim;
   const size_t inter = config_.intermediate_size;
-  // An EAGLE head also takes its fc's input, [tokens, 2 * hidden].
-  const size_t fc_input = is_eagle_head() ? 2 * hidden : 0;
-  const size_t activations =
-      t * (3 * hidden + 2 * q_dim + 2 * kv_dim + 3 * inter + fc_input) + rows * hidden;
+  // An EAGLE head also takes its fc's input, [tokens, 2 * hidden]; an
+  // EAGLE-3 head its fc's input (3 * hidden), two normed halves and the
+  // midlayer's input (2 * hidden), and a second set of output rows.
+  const size_t fc_input = is_eagle3_head() ? 7 * hidden : is_eagle_head() ? 2 * hidden : 0;
+  const size_t activations = t * (3 * hidden + 2 * q_dim + 2 * kv_dim + 3 * inter + fc_input) +
+                             rows * hidden * (is_eagle3_head() ? 2 : 1);
+  // An EAGLE-3 head's logits rows over its draft vocabulary (smaller).
+  const size_t logits_floats = rows * config_.vocab_size * (is_eagle3_head() ? 2 : 1);
   const size_t bytes = activations * DTypeSize(backend_->activation_dtype()) +
-                       rows * config_.vocab_size * sizeof(float) +
-                       StepBatchUploader::RegionBytes(capacity);
-  workspace_.Reserve(bytes, /*regions=*/13);
+                       logits_floats * sizeof(float) + StepBatchUploader::RegionBytes(capacity);
+  workspace_.Reserve(bytes, /*regions=*/is_eagle3_head() ? 20 : 13);
   uploader_.Reserve(capacity);
 }
 
@@ -308,7 +341,8 @@ absl::Status LlamaModel::ApplyLora(int layer, LoraModule module, const void* x, 
 size_t LlamaModel::weight_bytes() const {
   auto bytes = [](const std::unique_ptr<Buffer>& b) -> size_t { return b ? b->nbytes() : 0; };
   size_t total = bytes(embed_tokens_) + bytes(final_norm_) +
-                 (lm_head_ ? lm_head_->weight_bytes() : 0) + (fc_ ? fc_->weight_bytes() : 0);
+                 (lm_head_ ? lm_head_->weight_bytes() : 0) + (fc_ ? fc_->weight_bytes() : 0) +
+                 (eagle3_ ? bytes(eagle3_->hidden_norm) + eagle3_->lm_head->weight_bytes() : 0);
   for (const auto& layer : layers_) {
     total += bytes(layer->input_norm) + bytes(layer->post_attention_norm);
     for (const Linear* linear : {layer->qkv_proj.get(), layer->o_proj.get(),
@@ -356,7 +390,28 @@ absl::StatusOr<ForwardOutput> LlamaModel::Forward(const FlatBatch& batch, CacheE
   backend_->Embedding(step, Matrix(embed_tokens_, config_.vocab_size, config_.hidden_size),
                       activations.residual);
   if (absl::Status s = RunLayers(step, cache, activations); !s.ok()) return s;
-  return Logits(step, activations, row_logits);
+  ForwardOutput output = Logits(step, activations, row_logits);
+  if (!aux_layers_.empty() && communicator_->rank() == 0) output.aux_hidden = aux_hidden_.data();
+  return output;
+}
+
+void LlamaModel::CaptureAuxHidden(int layer, int tokens, const void* residual) {
+  if (aux_layers_.empty() || communicator_->rank() != 0) return;
+  const size_t row_bytes = hidden_row_bytes();
+  const size_t width = aux_layers_.size() * row_bytes;
+  aux_hidden_.resize(static_cast<size_t>(tokens) * width);
+  std::vector<char> rows;
+  for (size_t slot = 0; slot < aux_layers_.size(); ++slot) {
+    if (aux_layers_[slot] != layer) continue;
+    if (rows.empty()) {
+      rows.resize(static_cast<size_t>(tokens) * row_bytes);
+      backend_->DownloadBytes(residual, rows.data(), rows.size());
+    }
+    for (int t = 0; t < tokens; ++t) {
+      std::memcpy(aux_hidden_.data() + t * width + slot * row_bytes, rows.data() + t * row_bytes,
+                  row_bytes);
+    }
+  }
 }
 
 absl::Status LlamaModel::RunLayers(const StepBatch& step, CacheEngine* cache,
@@ -378,6 +433,7 @@ absl::Status LlamaModel::RunLayers(const StepBatch& step, CacheEngine* cache,
       backend_->AddRmsNorm(activations.residual, activations.projected, Vector(layer.input_norm),
                            step.num_tokens, eps, activations.normed);
     }
+    CaptureAuxHidden(i, step.num_tokens, activations.residual);
     if (absl::Status s = AttentionBlock(layer, cache->layer(i), step, attention_input); !s.ok()) {
       return s;
     }

@@ -28,6 +28,8 @@
 
 namespace pagoda::worker {
 
+struct Eagle3HeadParts;  // worker/llama_eagle3_parts.h
+
 // How a model is loaded.
 struct LlamaLoadOptions {
   // The dtype weights are kept in, in backend memory. nullopt ("auto", as
@@ -75,6 +77,11 @@ struct ForwardOutput {
   // feature of the head's next pass), [num_logits_rows, hidden_size]
   // activations. Null otherwise.
   const void* head_hidden = nullptr;
+  // Rank 0 of a model told KeepAuxHidden (the target of an EAGLE-3 head):
+  // every token row's residual stream entering each kept layer, in the
+  // layers' order, [num_tokens, layers * hidden_size] activations in HOST
+  // memory. Null otherwise.
+  const void* aux_hidden = nullptr;
 };
 
 // A Llama-family decoder (LlamaForCausalLM, Qwen2ForCausalLM) written against
@@ -113,6 +120,22 @@ class LlamaModel {
                                                                    Communicator* communicator,
                                                                    const LlamaLoadOptions& options,
                                                                    const LlamaModel& target);
+  // An EAGLE-3 head in `head_dir`, laid out as vLLM's Eagle3LlamaForCausalLM
+  // loads it (llama_eagle3_head.cc): config.json a one-layer Llama config
+  // with `target`'s hidden_size and vocab_size, draft_vocab_size (default
+  // vocab_size) and eagle_aux_hidden_state_layer_ids (default (2, L / 2,
+  // L - 3) of the target's L layers, each in [0, L)); tensors "fc.weight"
+  // [hidden, 3 * hidden], "midlayer.*" (or "layers.0.*") a Llama decoder
+  // layer whose q/k/v read 2 * hidden plus "hidden_norm.weight", "norm.weight",
+  // "lm_head.weight" [draft_vocab_size, hidden], "d2t" (I64, draft id to
+  // target id offset; required unless draft_vocab_size == vocab_size), and
+  // "embed_tokens.weight" if the head has its own (else `target`'s). "t2d" is
+  // ignored. One line naming the problem otherwise. As LoadEagleHead.
+  static absl::StatusOr<std::unique_ptr<LlamaModel>> LoadEagle3Head(const std::string& head_dir,
+                                                                    Backend* backend,
+                                                                    Communicator* communicator,
+                                                                    const LlamaLoadOptions& options,
+                                                                    const LlamaModel& target);
   LlamaModel(const LlamaModel&) = delete;
   LlamaModel& operator=(const LlamaModel&) = delete;
   ~LlamaModel();
@@ -122,6 +145,13 @@ class LlamaModel {
   // the final-normed hidden state of every token row (what vLLM's EAGLE
   // proposer takes from its target).
   void KeepFinalHidden() { keeps_final_hidden_ = true; }
+  // Makes every later Forward leave ForwardOutput::aux_hidden on rank 0: the
+  // residual stream entering each of `layers` (an EAGLE-3 head's features;
+  // layer 0's is the embedding). REQUIRES: each in [0, num_hidden_layers).
+  void KeepAuxHidden(std::vector<int> layers) { aux_layers_ = std::move(layers); }
+  bool is_eagle3_head() const { return eagle3_ != nullptr; }
+  // An EAGLE-3 head's target layers (empty for other models).
+  const std::vector<int>& eagle3_aux_layers() const;
 
   // The model as this rank runs it: attention heads, KV heads and
   // intermediate size are the rank's shares (the model's with one rank).
@@ -161,9 +191,17 @@ class LlamaModel {
   // last layer's residual stream, no final norm) gives the logits through
   // the target's lm_head and ForwardOutput::head_hidden. `features` is host
   // memory: [batch.num_tokens(), hidden_size] activations.
+  // An EAGLE-3 head (is_eagle3_head()) instead: row t's hidden is
+  // fc(features row t) when `features_from_target` (rows [3 * hidden], the
+  // target's aux_hidden), else features row t ([hidden], the head's own
+  // output); the midlayer reads concat(input_layernorm(embed(token)),
+  // hidden_norm(hidden)); the logits rows go through the head's norm and
+  // lm_head, scattered to target ids by d2t (-inf elsewhere); head_hidden is
+  // the pre-norm output.
   // REQUIRES: is_eagle_head(); as Forward.
   absl::StatusOr<ForwardOutput> ForwardEagle(const FlatBatch& batch, CacheEngine* cache,
-                                             const void* features);
+                                             const void* features,
+                                             bool features_from_target = true);
 
   // Puts the token masks that followed the plan (ApplyStepMasks on `batch`
   // after Forward) where the sampler reads them: `output`'s sampling arrays.
@@ -199,6 +237,17 @@ class LlamaModel {
   absl::Status LoadLayers(WeightLoader& loader, const WeightStore& store,
                           const std::string& layers_prefix, const ModelConfig& full_config,
                           const TensorParallelShard& shard);
+  // An EAGLE-3 head's weights (llama_eagle3_head.cc) and its midlayer,
+  // whose q/k/v read 2 * hidden (llama_model.cc).
+  absl::Status LoadEagle3Weights(const std::string& head_dir, std::optional<DType> weight_dtype,
+                                 const ModelConfig& full_config, const TensorParallelShard& shard);
+  absl::Status LoadEagle3Layer(WeightLoader& loader, const std::string& prefix,
+                               const ModelConfig& full_config, const TensorParallelShard& shard);
+  absl::StatusOr<ForwardOutput> ForwardEagle3(const FlatBatch& batch, CacheEngine* cache,
+                                              const void* features, bool features_from_target);
+  // Copies the residual stream (a.residual) entering layer `layer` into
+  // aux_hidden_ when it is one of aux_layers_ (rank 0).
+  void CaptureAuxHidden(int layer, int tokens, const void* residual);
   absl::Status LoadEagleWeights(const std::string& head_dir, std::optional<DType> weight_dtype,
                                 const ModelConfig& full_config, const TensorParallelShard& shard);
   void ReserveLoadTimeWorkspace(const LlamaLoadOptions& options);
@@ -232,6 +281,7 @@ class LlamaModel {
   absl::Status RunLayers(const StepBatch& step, CacheEngine* cache, const Activations& a);
   // An EAGLE head's output rows, their logits and head_hidden.
   ForwardOutput EagleLogits(const StepBatch& step, const Activations& a);
+  ForwardOutput Eagle3Logits(const StepBatch& step, const Activations& a);
   // From the normalised input to o_proj's output in a.projected, summed over
   // the group; then from there through the MLP (with its residual add) back
   // to a.projected, summed. A failed collective's status ends the step.
@@ -284,6 +334,11 @@ class LlamaModel {
   std::unique_ptr<Linear> fc_;
   std::unique_ptr<Buffer> ones_;
   std::vector<char> fc_input_staging_;
+  // KeepAuxHidden: the layers and the last Forward's rows (host).
+  std::vector<int> aux_layers_;
+  std::vector<char> aux_hidden_;
+  // An EAGLE-3 head's own parts (llama_eagle3_head.cc); null otherwise.
+  std::unique_ptr<Eagle3HeadParts> eagle3_;
 };
 
 }  // namespace pagoda::worker

@@ -189,18 +189,13 @@ absl::Status ResolveChunking(int max_model_len, SchedulingOptions& scheduling) {
 }
 
 // What the engine runs of --speculative-config: prompt lookup, and a draft
-// model or an EAGLE head on the CPU worker at draft tensor-parallel size 1
-// (eagle3 parses, and is refused here). The draft's files are checked
-// against the target's at start (scheduler/startup/draft_model_files.h).
+// model, an EAGLE or an EAGLE-3 head on the CPU worker at draft
+// tensor-parallel size 1. The draft's files are checked against the
+// target's at start (scheduler/startup/draft_model_files.h).
 absl::Status CheckSpeculation(const std::optional<SpeculativeConfig>& speculative,
                               const WorkerOptions& workers) {
   if (!speculative.has_value()) return absl::OkStatus();
   const SpeculativeMethod method = speculative->method;
-  if (method == SpeculativeMethod::kEagle3) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--speculative-config: method ", SpeculativeMethodName(method),
-                     " is not supported yet (only ngram, draft_model and eagle)"));
-  }
   if (absl::Status status = CheckAgainstTarget(*speculative, workers.tensor_parallel_size);
       !status.ok() || method == SpeculativeMethod::kNgram) {
     return status;

@@ -75,8 +75,8 @@ Speculator::Speculator(const SpeculativeConfig& config, int max_model_len,
       max_num_batched_tokens_(max_num_batched_tokens) {
   CHECK(config_.method == SpeculativeMethod::kNgram ||
         config_.method == SpeculativeMethod::kDraftModel ||
-        config_.method == SpeculativeMethod::kEagle)
-      << "only ngram, draft_model and eagle propose drafts";
+        config_.method == SpeculativeMethod::kEagle || config_.method == SpeculativeMethod::kEagle3)
+      << "unknown speculative method";
   totals_.accepted_per_pos.assign(config_.num_speculative_tokens, 0);
 }
 

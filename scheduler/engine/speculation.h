@@ -27,7 +27,7 @@ namespace pagoda::scheduler {
 class Speculator {
  public:
   // `max_num_batched_tokens`: the decodes and their drafts together stay
-  // within it. REQUIRES: config.method is kNgram, kDraftModel or kEagle.
+  // within it.
   Speculator(const SpeculativeConfig& config, int max_model_len, int max_num_batched_tokens);
 
   // Before Schedule(): proposes drafts for every running sequence that

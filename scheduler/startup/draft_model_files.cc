@@ -16,10 +16,12 @@ absl::Status DraftError(absl::string_view problem) {
 }
 
 // An EAGLE head (vLLM's EAGLE-1/2 layout): a Llama config of the target's
-// hidden and vocabulary sizes, and an fc over concat(embedding, hidden).
-// The worker checks every other tensor as it loads them.
+// hidden and vocabulary sizes, and an fc over concat(embedding, hidden);
+// with `eagle3`, an EAGLE-3 head: the same config sizes and an fc over three
+// target layers' hidden states. The worker checks every other tensor (and
+// an EAGLE-3 head's layer ids and d2t) as it loads them.
 absl::Status CheckEagleHeadFiles(const std::string& dir, const ModelConfig& target,
-                                 int max_model_len) {
+                                 int max_model_len, bool eagle3) {
   absl::StatusOr<ModelConfig> head = LoadModelConfig(dir);
   if (!head.ok()) return DraftError(absl::StrCat("EAGLE head: ", head.status().message()));
   for (const auto& [name, value, expected] :
@@ -39,9 +41,13 @@ absl::Status CheckEagleHeadFiles(const std::string& dir, const ModelConfig& targ
   if (!store.ok()) return DraftError(absl::StrCat("EAGLE head: ", store.status().message()));
   absl::StatusOr<TensorView> fc = (*store)->Get("fc.weight");
   if (!fc.ok()) {
-    return DraftError("the EAGLE head has no fc.weight (an EAGLE-1/2 head: fc.weight, layers.0.*)");
+    return DraftError(eagle3 ? "the EAGLE head has no fc.weight (an EAGLE-3 head: fc.weight, "
+                               "midlayer.*, norm.weight, lm_head.weight, d2t)"
+                             : "the EAGLE head has no fc.weight (an EAGLE-1/2 head: fc.weight, "
+                               "layers.0.*)");
   }
-  const std::vector<int64_t> expected = {target.hidden_size, 2 * int64_t{target.hidden_size}};
+  const std::vector<int64_t> expected = {target.hidden_size,
+                                         (eagle3 ? 3 : 2) * int64_t{target.hidden_size}};
   if (fc->shape != expected) {
     return DraftError(absl::StrCat("the EAGLE head's fc.weight is ", ShapeString(fc->shape),
                                    ", expected ", ShapeString(expected)));
@@ -53,8 +59,10 @@ absl::Status CheckEagleHeadFiles(const std::string& dir, const ModelConfig& targ
 
 absl::Status CheckDraftModelFiles(const SpeculativeConfig& speculative, const ModelConfig& target,
                                   int max_model_len, const Tokenizer* target_tokenizer) {
-  if (speculative.method == SpeculativeMethod::kEagle) {
-    return CheckEagleHeadFiles(speculative.model, target, max_model_len);
+  if (speculative.method == SpeculativeMethod::kEagle ||
+      speculative.method == SpeculativeMethod::kEagle3) {
+    return CheckEagleHeadFiles(speculative.model, target, max_model_len,
+                               speculative.method == SpeculativeMethod::kEagle3);
   }
   if (speculative.method != SpeculativeMethod::kDraftModel) return absl::OkStatus();
   absl::StatusOr<ModelConfig> draft = LoadModelConfig(speculative.model);

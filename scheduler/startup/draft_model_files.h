@@ -18,8 +18,9 @@ namespace pagoda::scheduler {
 // and the draft ship tokenizer files, their vocabulary sizes must match.
 // For method eagle: the head's config.json must give the target's
 // hidden_size and vocab_size and positions reaching `max_model_len`, and its
-// safetensors an fc.weight of [hidden, 2 * hidden] (the worker checks the
-// other tensors as it loads them).
+// safetensors an fc.weight of [hidden, 2 * hidden] (an EAGLE-3 head, method
+// eagle3: [hidden, 3 * hidden]; the worker checks the other tensors as it
+// loads them).
 // INVALID_ARGUMENT, one line naming both values, otherwise.
 absl::Status CheckDraftModelFiles(const SpeculativeConfig& speculative, const ModelConfig& target,
                                   int max_model_len, const Tokenizer* target_tokenizer);

@@ -115,5 +115,29 @@ TEST_F(DraftModelFilesTest, ChecksAnEagleHeadsSizesAndFc) {
   std::filesystem::remove_all(heads);
 }
 
+TEST_F(DraftModelFilesTest, ChecksAnEagle3HeadsFc) {
+  const std::string heads = pagoda::testing::TempPath("pagoda_draft_files_eagle3");
+  const std::string command =
+      absl::StrCat(pagoda::testing::PythonBinary(), " tests/reference/eagle3_reference.py variants",
+                   " --source ", *small_, " --target-vocab 256 --out ", heads);
+  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  const ModelConfig target = *LoadModelConfig(*small_);
+  auto refusal = [&](const std::string& name) -> std::string {
+    SpeculativeConfig eagle3 = Draft(heads + "/" + name + "/model");
+    eagle3.method = SpeculativeMethod::kEagle3;
+    absl::Status status = CheckDraftModelFiles(eagle3, target, 64, small_tokenizer_);
+    return status.ok() ? "OK" : std::string(status.message());
+  };
+  const int hidden = target.hidden_size;
+  EXPECT_EQ(refusal("good"), "OK");
+  EXPECT_EQ(refusal("fc_shape"),
+            absl::StrCat("--speculative-config: the EAGLE head's fc.weight is [", hidden, ", ",
+                         2 * hidden, "], expected [", hidden, ", ", 3 * hidden, "]"));
+  EXPECT_EQ(refusal("no_fc"),
+            "--speculative-config: the EAGLE head has no fc.weight (an EAGLE-3 head: fc.weight, "
+            "midlayer.*, norm.weight, lm_head.weight, d2t)");
+  std::filesystem::remove_all(heads);
+}
+
 }  // namespace
 }  // namespace pagoda::scheduler

@@ -123,6 +123,7 @@ pagoda::worker::v1::LoadModelRequest MakeLoadModelRequest(const ServerConfig& co
   if (config.speculative.has_value() && config.speculative->method != SpeculativeMethod::kNgram) {
     load.set_draft_model_dir(std::filesystem::absolute(config.speculative->model).string());
     load.set_draft_is_eagle_head(config.speculative->method == SpeculativeMethod::kEagle);
+    load.set_draft_is_eagle3_head(config.speculative->method == SpeculativeMethod::kEagle3);
   }
   if (config.lora.enable_lora) {  // Slots on every rank (docs/lora.md).
     load.set_max_loras(config.lora.max_loras);

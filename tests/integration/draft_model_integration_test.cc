@@ -13,7 +13,8 @@
 //   1, its drafts sent to rank 1, preempted by swapping (both caches move):
 //   plain decoding's tokens, greedy and seeded; and the same with a random
 //   EAGLE head (method eagle, inferred from the name as vLLM does) over
-//   rank 0's hidden states.
+//   rank 0's hidden states, and with a random EAGLE-3 head (method eagle3)
+//   over rank 0's aux layers' hidden states.
 // And a draft of another vocabulary is refused at start, in one line.
 #include <signal.h>
 #include <unistd.h>
@@ -71,6 +72,12 @@ class DraftModelTest : public ::testing::Test {
         absl::StrCat(PythonBinary(), " tests/reference/eagle_reference.py make --source ", *dir_,
                      "/head_source --out ", *dir_, "/eagle-head");
     ASSERT_EQ(std::system(make_head.c_str()), 0) << make_head;
+    // An EAGLE-3 head for it (layer ids [1, 0, 1] of its 2, a 40-id draft
+    // vocabulary): eagle3_reference.py over the same source.
+    const std::string make_eagle3 = absl::StrCat(
+        PythonBinary(), " tests/reference/eagle3_reference.py make --source ", *dir_,
+        "/head_source --target-vocab ", kTinyModelVocab, " --out ", *dir_, "/eagle3-head");
+    ASSERT_EQ(std::system(make_eagle3.c_str()), 0) << make_eagle3;
     ASSERT_TRUE(WriteTinyModel(*dir_ + "/other_vocab",
                                absl::StrCat("--vocab-size ", kTinyModelVocab + 8,
                                             " --hidden-size 32 --intermediate-size 64 "
@@ -234,12 +241,16 @@ TEST_F(DraftModelTest, AtTwoRanksTheDraftOnRankZeroKeepsPlainTokens) {
     // draft (unsharded on rank 0: its sums round unlike the two ranks').
     EXPECT_GT(accepted, proposed / 4) << accepted << " of " << proposed;
   }
-  auto eagle = StartServer(*dir_ + "/eagle-head", /*world_size=*/2);
-  ASSERT_TRUE(eagle.ok()) << eagle.status();
-  ExpectSameTokens(RunAll(**eagle, /*seeded=*/true, nullptr), expected);
-  const int port = (*eagle)->metrics_port();
-  EXPECT_GT(MetricValue(port, "pagoda_num_preemptions_total"), 0) << "nothing was preempted";
-  EXPECT_GT(MetricValue(port, "vllm:spec_decode_num_draft_tokens_total"), kStreams * kDrafts);
+  // An EAGLE head, then an EAGLE-3 head (methods inferred from the names).
+  for (const char* head : {"/eagle-head", "/eagle3-head"}) {
+    SCOPED_TRACE(head);
+    auto eagle = StartServer(*dir_ + head, /*world_size=*/2);
+    ASSERT_TRUE(eagle.ok()) << eagle.status();
+    ExpectSameTokens(RunAll(**eagle, /*seeded=*/true, nullptr), expected);
+    const int port = (*eagle)->metrics_port();
+    EXPECT_GT(MetricValue(port, "pagoda_num_preemptions_total"), 0) << "nothing was preempted";
+    EXPECT_GT(MetricValue(port, "vllm:spec_decode_num_draft_tokens_total"), kStreams * kDrafts);
+  }
 }
 
 TEST_F(DraftModelTest, DraftOfAnotherVocabularyIsRefusedAtStart) {

@@ -66,6 +66,8 @@ def _decode(raw, dtype):
     return np.frombuffer(raw, dtype="<i8").astype(np.int64)
   if dtype == "I8":
     return np.frombuffer(raw, dtype="i1").astype(np.int64)
+  if dtype == "BOOL":  # An EAGLE-3 head's t2d.
+    return np.frombuffer(raw, dtype="u1").astype(np.int64)
   if dtype == "F8_E4M3":
     # FP8 codes stay bytes: quantized_reference.py decodes them.
     return np.frombuffer(raw, dtype="u1").astype(np.int64)

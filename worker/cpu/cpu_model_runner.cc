@@ -120,14 +120,18 @@ class CpuModelRunner final : public ModelRunnerBase {
     if (request.draft_model_dir().empty()) return absl::OkStatus();
     serves_draft_ = true;
     if (timed_->rank() != 0) return absl::OkStatus();
-    auto draft = request.draft_is_eagle_head()
-                     ? DraftModel::LoadEagle(request.draft_model_dir(), backend_.get(),
-                                             CpuLoadOptions(request, weight_dtype), model_.get())
-                     : DraftModel::Load(request.draft_model_dir(), backend_.get(),
-                                        CpuLoadOptions(request, weight_dtype), model_->config());
+    const bool eagle3 = request.draft_is_eagle3_head();
+    auto draft =
+        request.draft_is_eagle_head() || eagle3
+            ? DraftModel::LoadEagle(request.draft_model_dir(), backend_.get(),
+                                    CpuLoadOptions(request, weight_dtype), model_.get(), eagle3)
+            : DraftModel::Load(request.draft_model_dir(), backend_.get(),
+                               CpuLoadOptions(request, weight_dtype), model_->config());
     if (!draft.ok()) return draft.status();
     draft_ = *std::move(draft);
-    LOG(INFO) << (draft_->is_eagle() ? "EAGLE head: " : "draft model: ")
+    LOG(INFO) << (eagle3               ? "EAGLE-3 head: "
+                  : draft_->is_eagle() ? "EAGLE head: "
+                                       : "draft model: ")
               << draft_->weight_bytes() / (1 << 20) << " MiB, "
               << draft_->config().num_hidden_layers << " layers";
     return absl::OkStatus();

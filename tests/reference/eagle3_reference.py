@@ -1,0 +1,255 @@
+#!/usr/bin/env python3
+"""Float64 NumPy reference of an EAGLE-3 speculative-decoding head.
+
+The head as vLLM's Eagle3LlamaForCausalLM loads it and its EagleProposer
+runs it. The target keeps the residual stream entering three of its layers
+(config "eagle_aux_hidden_state_layer_ids", default (2, L // 2, L - 3); id j
+is the input of layer j, 0 the embedding), concatenated [3H]. The head's row
+at position p reads (token p + 1, hidden p), where hidden p is fc(aux p) once
+the target verified p, and the head's own pre-norm output of the row before
+while it drafts. Its one layer ("midlayer.*") feeds
+concat(input_layernorm(embed(token)), hidden_norm(hidden)) [2H] to q/k/v,
+with the hidden (not normalised) as the residual; its output goes through
+its own final "norm" and "lm_head" over draft_vocab_size ids, draft id d
+being target id d + d2t[d]. Embeddings are the head's "embed_tokens" when it
+has them, the target's otherwise. t2d is present and unused.
+
+Subcommands:
+  make      one EAGLE-3 head (as variants' "good") from --source into --out.
+  variants  turns a tiny one-layer Llama (--source) into EAGLE-3 heads under
+            --out, each in <name>/model: "good", "own_embed" (with its own
+            embed_tokens), and heads a loader must refuse: no_fc, fc_shape
+            (fc.weight [H, 2H]), no_hidden_norm, no_d2t, d2t_range (a draft
+            id mapped past the target's vocabulary), default_layers (no
+            layer ids: the default is out of a 2-layer target's range).
+  propose   per --tokens (repeatable), the k greedy drafts after those tokens
+            (the last is the step's input), every earlier one verified.
+  simulate  greedy speculative decoding of --tokens, k drafts a step,
+            --max-tokens new tokens: JSON {"tokens", "accepted"}.
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import llama_reference as ref  # noqa: E402
+
+DRAFT_VOCAB = 40
+AUX_LAYERS = [1, 0, 1]
+
+
+def write_safetensors(path, tensors):
+  """tensors: {name: (safetensors dtype, numpy array)}."""
+  numpy_types = {"F32": "<f4", "I64": "<i8", "BOOL": "u1"}
+  header, blobs, offset = {}, [], 0
+  for name, (dtype, array) in tensors.items():
+    blob = np.ascontiguousarray(array, dtype=numpy_types[dtype]).tobytes()
+    header[name] = {"dtype": dtype, "shape": list(array.shape),
+                    "data_offsets": [offset, offset + len(blob)]}
+    offset += len(blob)
+    blobs.append(blob)
+  raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
+  raw += b" " * (-len(raw) % 8)
+  with open(path, "wb") as f:
+    f.write(len(raw).to_bytes(8, "little"))
+    f.write(raw)
+    for blob in blobs:
+      f.write(blob)
+
+
+def make_head(source, out, target_vocab, seed, own_embed=False, fc_cols=3,
+              drop=(), d2t_shift=0, layer_ids=AUX_LAYERS):
+  weights = ref.read_model_weights(source)
+  with open(os.path.join(source, "config.json")) as f:
+    config = json.load(f)
+  hidden = config["hidden_size"]
+  rng = np.random.default_rng(seed)
+  f32 = {}
+  for name, w in weights.items():
+    if name.startswith("model.layers.0."):
+      f32["midlayer." + name[len("model.layers.0."):]] = w
+  # q/k/v read [2H]; every norm far from ones so a loader that skips one
+  # gives other drafts.
+  for proj in ("q_proj", "k_proj", "v_proj"):
+    rows = f32[f"midlayer.self_attn.{proj}.weight"].shape[0]
+    f32[f"midlayer.self_attn.{proj}.weight"] = (
+        rng.standard_normal((rows, 2 * hidden)) / math.sqrt(2 * hidden))
+  for norm in ("input_layernorm", "hidden_norm", "post_attention_layernorm"):
+    f32[f"midlayer.{norm}.weight"] = rng.uniform(0.2, 3.0, hidden)
+  f32["norm.weight"] = rng.uniform(0.2, 3.0, hidden)
+  f32["fc.weight"] = (rng.standard_normal((hidden, fc_cols * hidden))
+                      / math.sqrt(fc_cols * hidden))
+  f32["lm_head.weight"] = rng.standard_normal((DRAFT_VOCAB, hidden))
+  if own_embed:
+    f32["embed_tokens.weight"] = rng.standard_normal((target_vocab, hidden))
+  kept = np.sort(rng.choice(target_vocab, DRAFT_VOCAB, replace=False))
+  d2t = kept - np.arange(DRAFT_VOCAB)
+  d2t[-1] += d2t_shift
+  t2d = np.zeros(target_vocab, dtype=bool)
+  t2d[kept] = True
+  tensors = {n: ("F32", w) for n, w in f32.items()}
+  tensors["d2t"] = ("I64", d2t)
+  tensors["t2d"] = ("BOOL", t2d)
+  for name in drop:
+    tensors.pop(name, None)
+  config.update(architectures=["LlamaForCausalLMEagle3"], vocab_size=target_vocab,
+                draft_vocab_size=DRAFT_VOCAB)
+  config.pop("eagle_aux_hidden_state_layer_ids", None)
+  if layer_ids is not None:
+    config["eagle_aux_hidden_state_layer_ids"] = layer_ids
+  os.makedirs(out, exist_ok=True)
+  with open(os.path.join(out, "config.json"), "w") as f:
+    json.dump(config, f)
+  write_safetensors(os.path.join(out, "model.safetensors"), tensors)
+
+
+def make_variants(args):
+  def out(name):
+    return os.path.join(args.out, name, "model")
+  vocab = args.target_vocab
+  make_head(args.source, out("good"), vocab, args.seed)
+  make_head(args.source, out("own_embed"), vocab, args.seed + 1, own_embed=True)
+  make_head(args.source, out("no_fc"), vocab, 0, drop=["fc.weight"])
+  make_head(args.source, out("fc_shape"), vocab, 0, fc_cols=2)
+  make_head(args.source, out("no_hidden_norm"), vocab, 0,
+            drop=["midlayer.hidden_norm.weight"])
+  make_head(args.source, out("no_d2t"), vocab, 0, drop=["d2t"])
+  make_head(args.source, out("d2t_range"), vocab, 0, d2t_shift=vocab)
+  make_head(args.source, out("default_layers"), vocab, 0, layer_ids=None)
+
+
+def load_head(head_dir):
+  """The head as a reference Model, "midlayer.*" named model.layers.0.*."""
+  with open(os.path.join(head_dir, "config.json")) as f:
+    config = json.load(f)
+  weights = ref.read_safetensors(os.path.join(head_dir, "model.safetensors"))
+  renamed = {("model.layers.0." + n[len("midlayer."):]
+              if n.startswith("midlayer.") else n): w for n, w in weights.items()}
+  num_heads = config["num_attention_heads"]
+  head_dim = config.get("head_dim") or config["hidden_size"] // num_heads
+  return ref.Model(
+      config=config, weights=renamed, eos_ids=[], num_layers=1,
+      num_heads=num_heads,
+      num_kv_heads=config.get("num_key_value_heads") or num_heads,
+      head_dim=head_dim, vocab_size=config["vocab_size"],
+      eps=config.get("rms_norm_eps", 1e-6),
+      inv_freq=ref.rope_inv_freq(head_dim, config.get("rope_theta", 10000.0),
+                                 config.get("rope_scaling")))
+
+
+def layer_ids(head, target):
+  ids = head.config.get("eagle_aux_hidden_state_layer_ids")
+  n = target.num_layers
+  return ids if ids else [2, n // 2, n - 3]
+
+
+def target_aux(target, ids, aux_layers):
+  """[len(ids), 3H]: the residual stream entering each aux layer."""
+  w = target.weights
+  x = w["model.embed_tokens.weight"][np.asarray(ids, dtype=np.int64)]
+  entering = []
+  for layer in range(target.num_layers):
+    entering.append(x)
+    pre = f"model.layers.{layer}."
+    x = x + ref.attention(target, ref.rms_norm(
+        x, w[pre + "input_layernorm.weight"], target.eps), layer)
+    x = x + ref.mlp(target, ref.rms_norm(
+        x, w[pre + "post_attention_layernorm.weight"], target.eps), layer)
+  return np.concatenate([entering[i] for i in aux_layers], axis=-1)
+
+
+def head_outputs(head, target, tokens, hiddens):
+  """Pre-norm outputs of rows 0..m-1 (positions 0..m-1), causal."""
+  w = head.weights
+  embed = w.get("embed_tokens.weight", target.weights["model.embed_tokens.weight"])
+  e = embed[np.asarray(tokens, dtype=np.int64)]
+  h = np.asarray(hiddens)
+  pre = "model.layers.0."
+  x = np.concatenate([ref.rms_norm(e, w[pre + "input_layernorm.weight"], head.eps),
+                      ref.rms_norm(h, w[pre + "hidden_norm.weight"], head.eps)], axis=-1)
+  residual = h + ref.attention(head, x, 0)
+  return residual + ref.mlp(head, ref.rms_norm(
+      residual, w[pre + "post_attention_layernorm.weight"], head.eps), 0)
+
+
+def draft_token(head, out):
+  logits = ref.rms_norm(out, head.weights["norm.weight"], head.eps) @ head.weights["lm_head.weight"].T
+  d = int(np.argmax(logits))
+  return d + int(head.weights["d2t"][d])
+
+
+def propose(head, target, ids, k):
+  """k greedy drafts after ids (ids[-1] is the step's input token)."""
+  aux = target_aux(target, ids, layer_ids(head, target))
+  tokens = list(ids[1:])
+  hiddens = list(aux[:-1] @ head.weights["fc.weight"].T)
+  drafts = []
+  for _ in range(k):
+    out = head_outputs(head, target, tokens, hiddens)[-1]
+    drafts.append(draft_token(head, out))
+    tokens.append(drafts[-1])
+    hiddens.append(out)
+  return drafts
+
+
+def simulate(head, target, prompt, k, max_tokens):
+  greedy = ref.greedy_generate(target, prompt, max_tokens, ignore_eos=True)
+  output = [greedy[0]]
+  accepted = []
+  while len(output) < max_tokens:
+    room = max_tokens - len(output) - 1
+    drafts = propose(head, target, prompt + output, min(k, room))
+    a = 0
+    while a < len(drafts) and drafts[a] == greedy[len(output) + a]:
+      a += 1
+    if drafts:
+      accepted.append(a)
+    output = greedy[:len(output) + a + 1]
+  return {"tokens": output, "accepted": accepted}
+
+
+def main(argv):
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  sub = parser.add_subparsers(dest="command", required=True)
+  p_make = sub.add_parser("make")
+  p_make.add_argument("--source", required=True)
+  p_make.add_argument("--target-vocab", type=int, required=True)
+  p_make.add_argument("--out", required=True)
+  p_make.add_argument("--seed", type=int, default=7)
+  p_variants = sub.add_parser("variants")
+  p_variants.add_argument("--source", required=True)
+  p_variants.add_argument("--target-vocab", type=int, required=True)
+  p_variants.add_argument("--out", required=True)
+  p_variants.add_argument("--seed", type=int, default=7)
+  for name in ("propose", "simulate"):
+    p = sub.add_parser(name)
+    p.add_argument("--target", required=True)
+    p.add_argument("--head", required=True)
+    p.add_argument("--tokens", required=True, action="append")
+    p.add_argument("--k", type=int, required=True)
+    if name == "simulate":
+      p.add_argument("--max-tokens", type=int, required=True)
+  args = parser.parse_args(argv)
+  if args.command == "make":
+    make_head(args.source, args.out, args.target_vocab, args.seed)
+    return
+  if args.command == "variants":
+    make_variants(args)
+    return
+  target = ref.load_model(args.target)
+  head = load_head(args.head)
+  for tokens in args.tokens:
+    ids = [int(t) for t in tokens.split(",")]
+    if args.command == "propose":
+      print(",".join(str(d) for d in propose(head, target, ids, args.k)))
+    else:
+      print(json.dumps(simulate(head, target, ids, args.k, args.max_tokens)))
+
+
+if __name__ == "__main__":
+  main(sys.argv[1:])

@@ -1,0 +1,321 @@
+// LlamaModel as an EAGLE-3 head (speculative decoding's eagle3 method), as
+// vLLM's Eagle3LlamaForCausalLM loads and runs it: an fc from three target
+// layers' hidden states to one, a midlayer whose q/k/v read the normalised
+// token embedding beside the normalised hidden state, and the head's own
+// final norm and lm_head over a draft vocabulary mapped to target ids by
+// d2t. docs/speculative-decoding.md.
+
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/safetensors.h"
+#include "common/status_macros.h"
+#include "common/tensor_parallel_plan.h"
+#include "nlohmann/json.hpp"
+#include "worker/llama_eagle3_parts.h"
+#include "worker/llama_model.h"
+#include "worker/weight_loader.h"
+
+namespace pagoda::worker {
+namespace {
+
+absl::Status Eagle3Error(const absl::Status& status) {
+  return absl::Status(status.code(), absl::StrCat("EAGLE-3 head: ", status.message()));
+}
+
+absl::Status Eagle3Refusal(const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat("EAGLE-3 head: ", what));
+}
+
+// The keys of config.json that ModelConfig does not read.
+struct Eagle3Keys {
+  int64_t draft_vocab = 0;  // 0: vocab_size.
+  std::vector<int> aux_layers;
+  int64_t target_hidden = 0;
+  bool norm_before_residual = false;
+  bool use_aux_hidden_state = true;
+};
+
+absl::StatusOr<Eagle3Keys> ReadEagle3Keys(const std::string& head_dir) {
+  std::ifstream in(std::filesystem::path(head_dir) / "config.json");
+  std::stringstream text;
+  text << in.rdbuf();
+  const nlohmann::json json = nlohmann::json::parse(text.str(), nullptr, false);
+  if (!json.is_object()) return Eagle3Refusal("config.json is not a JSON object");
+  Eagle3Keys keys;
+  auto integer = [&](const char* key, int64_t* out) -> absl::Status {
+    if (!json.contains(key) || json[key].is_null()) return absl::OkStatus();
+    if (!json[key].is_number_integer())
+      return Eagle3Refusal(absl::StrCat(key, " is not an integer"));
+    const int64_t value = json[key].get<int64_t>();
+    if (value < 1 || value > std::numeric_limits<int32_t>::max()) {
+      return Eagle3Refusal(absl::StrCat(key, " ", value, " is out of range"));
+    }
+    *out = value;
+    return absl::OkStatus();
+  };
+  for (auto [key, out] : {std::pair<const char*, int64_t*>{"draft_vocab_size", &keys.draft_vocab},
+                          {"target_hidden_size", &keys.target_hidden}}) {
+    if (absl::Status s = integer(key, out); !s.ok()) return s;
+  }
+  if (json.contains("eagle_aux_hidden_state_layer_ids")) {
+    const nlohmann::json& ids = json["eagle_aux_hidden_state_layer_ids"];
+    if (!ids.is_array() || ids.size() != 3) {
+      return Eagle3Refusal("eagle_aux_hidden_state_layer_ids is not a list of 3 layer ids");
+    }
+    for (const nlohmann::json& id : ids) {
+      if (!id.is_number_integer() || id.get<int64_t>() < -1 || id.get<int64_t>() > 1 << 20) {
+        return Eagle3Refusal("eagle_aux_hidden_state_layer_ids is not a list of 3 layer ids");
+      }
+      keys.aux_layers.push_back(id.get<int>());
+    }
+  }
+  keys.norm_before_residual = json.value("norm_before_residual", false) == true;
+  if (json.contains("eagle_config") && json["eagle_config"].is_object()) {
+    keys.use_aux_hidden_state = json["eagle_config"].value("use_aux_hidden_state", true) == true;
+  }
+  return keys;
+}
+
+absl::Status CheckEagle3Config(const ModelConfig& head, const Eagle3Keys& keys,
+                               const ModelConfig& target) {
+  if (head.hidden_size != target.hidden_size) {
+    return Eagle3Refusal(absl::StrCat("hidden_size ", head.hidden_size,
+                                      " differs from the target's ", target.hidden_size));
+  }
+  if (keys.target_hidden != 0 && keys.target_hidden != target.hidden_size) {
+    return Eagle3Refusal(absl::StrCat("target_hidden_size ", keys.target_hidden,
+                                      " differs from the target's hidden_size ",
+                                      target.hidden_size));
+  }
+  if (head.vocab_size != target.vocab_size) {
+    return Eagle3Refusal(absl::StrCat("vocab_size ", head.vocab_size, " differs from the target's ",
+                                      target.vocab_size));
+  }
+  if (keys.draft_vocab > head.vocab_size) {
+    return Eagle3Refusal(absl::StrCat("draft_vocab_size ", keys.draft_vocab, " exceeds vocab_size ",
+                                      head.vocab_size));
+  }
+  if (head.num_hidden_layers != 1) {
+    return Eagle3Refusal(absl::StrCat("num_hidden_layers ", head.num_hidden_layers,
+                                      " (only one-layer heads are supported)"));
+  }
+  if (!keys.use_aux_hidden_state) {
+    return Eagle3Refusal("eagle_config.use_aux_hidden_state false is not supported");
+  }
+  for (int layer : keys.aux_layers) {
+    if (layer < 0 || layer >= target.num_hidden_layers) {
+      return Eagle3Refusal(
+          absl::StrCat("eagle_aux_hidden_state_layer_ids [", absl::StrJoin(keys.aux_layers, ", "),
+                       "] are not all layers of the target's ", target.num_hidden_layers));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Draft id d's target id, d + d2t[d], each checked inside the vocabulary.
+absl::StatusOr<std::vector<int32_t>> ReadDraftToTarget(const WeightStore& store, int draft_vocab,
+                                                       int vocab) {
+  std::vector<int32_t> targets(draft_vocab);
+  if (!store.Has("d2t")) {
+    if (draft_vocab != vocab) return Eagle3Refusal("weight \"d2t\" not found in the model");
+    for (int d = 0; d < draft_vocab; ++d) targets[d] = d;
+    return targets;
+  }
+  absl::StatusOr<TensorView> view = store.Get("d2t");
+  if (!view.ok()) return view.status();
+  const TensorView& d2t = *view;
+  if (d2t.integer != IntegerType::kI64 || d2t.shape != std::vector<int64_t>{draft_vocab}) {
+    return Eagle3Refusal(absl::StrCat("weight \"d2t\" is ", IntegerTypeName(d2t.integer), " ",
+                                      ShapeString(d2t.shape), ", expected I64 [", draft_vocab,
+                                      "]"));
+  }
+  for (int d = 0; d < draft_vocab; ++d) {
+    int64_t offset;
+    std::memcpy(&offset, static_cast<const char*>(d2t.data) + d * sizeof(offset), sizeof(offset));
+    const int64_t target = d + offset;
+    if (target < 0 || target >= vocab) {
+      return Eagle3Refusal(absl::StrCat("d2t maps draft id ", d, " to ", target,
+                                        ", outside the target's vocabulary of ", vocab));
+    }
+    targets[d] = static_cast<int32_t>(target);
+  }
+  return targets;
+}
+
+}  // namespace
+
+const std::vector<int>& LlamaModel::eagle3_aux_layers() const {
+  static const std::vector<int> kNone;
+  return eagle3_ != nullptr ? eagle3_->aux_layers : kNone;
+}
+
+absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::LoadEagle3Head(
+    const std::string& head_dir, Backend* backend, Communicator* communicator,
+    const LlamaLoadOptions& options, const LlamaModel& target) {
+  auto config = LoadModelConfig(head_dir);
+  if (!config.ok()) return Eagle3Error(config.status());
+  if (absl::Status s = CompleteConfig(head_dir, &*config); !s.ok()) return Eagle3Error(s);
+  absl::StatusOr<Eagle3Keys> read = ReadEagle3Keys(head_dir);
+  if (!read.ok()) return read.status();
+  Eagle3Keys& keys = *read;
+  const int target_layers = target.config().num_hidden_layers;
+  if (keys.aux_layers.empty()) keys.aux_layers = {2, target_layers / 2, target_layers - 3};
+  if (absl::Status s = CheckEagle3Config(*config, keys, target.config()); !s.ok()) return s;
+  auto shard = PlanTensorParallelShard(*config, /*rank=*/0, /*world_size=*/1);
+  if (!shard.ok()) return Eagle3Error(shard.status());
+  std::unique_ptr<LlamaModel> head(
+      new LlamaModel(RankLocalConfig(*config, *shard), backend, communicator));
+  head->eagle_target_ = &target;
+  head->eagle3_ = std::make_unique<Eagle3HeadParts>();
+  head->eagle3_->aux_layers = keys.aux_layers;
+  head->eagle3_->draft_vocab =
+      keys.draft_vocab > 0 ? static_cast<int>(keys.draft_vocab) : config->vocab_size;
+  head->eagle3_->norm_before_residual = keys.norm_before_residual;
+  if (absl::Status s = head->LoadEagle3Weights(head_dir, options.weight_dtype, *config, *shard);
+      !s.ok()) {
+    return absl::StartsWith(s.message(), "EAGLE-3 head: ") ? s : Eagle3Error(s);
+  }
+  head->BuildRopeTable();
+  head->ReserveLoadTimeWorkspace(options);
+  return head;
+}
+
+absl::Status LlamaModel::LoadEagle3Weights(const std::string& head_dir,
+                                           std::optional<DType> weight_dtype,
+                                           const ModelConfig& full_config,
+                                           const TensorParallelShard& shard) {
+  auto store = WeightStore::Open(head_dir);
+  if (!store.ok()) return store.status();
+  WeightLoader loader(**store, backend_, weight_dtype, quant_config_);
+  const int64_t hidden = full_config.hidden_size;
+  const int64_t vocab = full_config.vocab_size;
+  const DType act = backend_->activation_dtype();
+  PAGODA_ASSIGN_OR_RETURN(
+      fc_, loader.LoadLinear({{"fc", hidden, 3 * hidden, WeightSlice::Whole()}}, false, act));
+  // vLLM renames "midlayer." to its layer 0; a checkpoint may use either.
+  const std::string prefix =
+      (*store)->Has("layers.0.hidden_norm.weight") ? "layers.0." : "midlayer.";
+  PAGODA_ASSIGN_OR_RETURN(eagle3_->hidden_norm,
+                          loader.Load(prefix + "hidden_norm.weight", {hidden}));
+  PAGODA_ASSIGN_OR_RETURN(final_norm_, loader.Load("norm.weight", {hidden}));
+  PAGODA_ASSIGN_OR_RETURN(
+      eagle3_->lm_head,
+      loader.LoadLinear({{"lm_head", eagle3_->draft_vocab, hidden, WeightSlice::Whole()}}, false,
+                        DType::kF32));
+  if ((*store)->Has("embed_tokens.weight")) {
+    PAGODA_ASSIGN_OR_RETURN(embed_tokens_, loader.Load("embed_tokens.weight", {vocab, hidden}));
+  }
+  PAGODA_ASSIGN_OR_RETURN(eagle3_->draft_to_target,
+                          ReadDraftToTarget(**store, eagle3_->draft_vocab, vocab));
+  return LoadEagle3Layer(loader, prefix, full_config, shard);
+}
+
+absl::StatusOr<ForwardOutput> LlamaModel::ForwardEagle3(const FlatBatch& batch, CacheEngine* cache,
+                                                        const void* features,
+                                                        bool features_from_target) {
+  const StepBatch step = UploadStep(batch, /*row_logits=*/0);
+  step_lora_slots_ = nullptr;  // A head serves no adapters.
+  const size_t tokens = static_cast<size_t>(step.num_tokens);
+  const Activations a = TakeActivations(tokens);
+  const DType act = backend_->activation_dtype();
+  const int64_t hidden = config_.hidden_size;
+  const size_t row_bytes = hidden_row_bytes();
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  void* fc_input = workspace_.Take(act, tokens * 3 * hidden);
+  void* embeds_normed = workspace_.Take(act, tokens * hidden);
+  void* hidden_normed = workspace_.Take(act, tokens * hidden);
+  void* layer_input = workspace_.Take(act, tokens * 2 * hidden);
+  const Buffer& embed = embed_tokens_ != nullptr ? *embed_tokens_ : *eagle_target_->embed_tokens_;
+  backend_->Embedding(step, Tensor::Of(embed, {config_.vocab_size, hidden}), a.normed);
+  // The hidden state enters as the residual (vLLM's norm after residual).
+  if (features_from_target) {
+    backend_->UploadBytes(features, fc_input, tokens * 3 * row_bytes);
+    fc_->Forward(fc_input, step.num_tokens, a.residual);
+  } else {
+    backend_->UploadBytes(features, a.residual, tokens * row_bytes);
+  }
+  const LayerWeights& layer = *layers_[0];
+  backend_->RmsNorm(a.normed, Tensor::Of(*eagle3_->input_norm, {hidden}), step.num_tokens, eps,
+                    embeds_normed);
+  backend_->RmsNorm(a.residual, Tensor::Of(*eagle3_->hidden_norm, {hidden}), step.num_tokens, eps,
+                    hidden_normed);
+  // concat(embeds, hidden) per row, on the host: the Backend has no strided
+  // copy.
+  std::vector<char>& staging = eagle3_->staging;
+  staging.resize(tokens * 4 * row_bytes);
+  char* halves = staging.data() + tokens * 2 * row_bytes;
+  backend_->DownloadBytes(embeds_normed, halves, tokens * row_bytes);
+  backend_->DownloadBytes(hidden_normed, halves + tokens * row_bytes, tokens * row_bytes);
+  for (size_t t = 0; t < tokens; ++t) {
+    std::memcpy(staging.data() + 2 * t * row_bytes, halves + t * row_bytes, row_bytes);
+    std::memcpy(staging.data() + (2 * t + 1) * row_bytes, halves + (tokens + t) * row_bytes,
+                row_bytes);
+  }
+  backend_->UploadBytes(staging.data(), layer_input, tokens * 2 * row_bytes);
+  if (eagle3_->norm_before_residual) {
+    backend_->UploadBytes(halves + tokens * row_bytes, a.residual, tokens * row_bytes);
+  }
+  Activations attention_input = a;
+  attention_input.normed = layer_input;
+  if (absl::Status s = AttentionBlock(layer, cache->layer(0), step, attention_input); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = MlpBlock(layer, step.num_tokens, a); !s.ok()) return s;
+  return Eagle3Logits(step, a);
+}
+
+ForwardOutput LlamaModel::Eagle3Logits(const StepBatch& step, const Activations& a) {
+  const int rows = step.num_logits_rows;
+  const int64_t hidden = config_.hidden_size;
+  const int vocab = config_.vocab_size;
+  const int draft_vocab = eagle3_->draft_vocab;
+  ForwardOutput output;
+  output.sampling = step.sampling;
+  output.logits.dtype = DType::kF32;
+  output.logits.rank = 2;
+  output.logits.shape = {rows, vocab, 0, 0};
+  // a.residual becomes the pre-norm output (the next pass's hidden state),
+  // a.normed its final-normed copy (the logits').
+  backend_->AddRmsNorm(a.residual, a.projected, Tensor::Of(*final_norm_, {hidden}), step.num_tokens,
+                       static_cast<float>(config_.rms_norm_eps), a.normed);
+  if (rows == 0) return output;
+  const DType act = backend_->activation_dtype();
+  void* head_hidden = workspace_.Take(act, static_cast<size_t>(rows) * hidden);
+  void* normed_rows = workspace_.Take(act, static_cast<size_t>(rows) * hidden);
+  auto* draft_logits =
+      static_cast<float*>(workspace_.Take(DType::kF32, static_cast<size_t>(rows) * draft_vocab));
+  auto* logits =
+      static_cast<float*>(workspace_.Take(DType::kF32, static_cast<size_t>(rows) * vocab));
+  backend_->GatherRows(a.residual, step, hidden, head_hidden);
+  backend_->GatherRows(a.normed, step, hidden, normed_rows);
+  eagle3_->lm_head->Forward(normed_rows, rows, draft_logits);
+  // vLLM's compute_logits: draft id d's logit at target id d + d2t[d],
+  // -inf at every target id the draft vocabulary lacks.
+  std::vector<float>& host_draft = eagle3_->draft_logits;
+  std::vector<float>& host = eagle3_->logits;
+  host_draft.resize(static_cast<size_t>(rows) * draft_vocab);
+  host.assign(static_cast<size_t>(rows) * vocab, -std::numeric_limits<float>::infinity());
+  backend_->DownloadBytes(draft_logits, host_draft.data(), host_draft.size() * sizeof(float));
+  for (int r = 0; r < rows; ++r) {
+    for (int d = 0; d < draft_vocab; ++d) {
+      host[static_cast<size_t>(r) * vocab + eagle3_->draft_to_target[d]] =
+          host_draft[static_cast<size_t>(r) * draft_vocab + d];
+    }
+  }
+  backend_->UploadBytes(host.data(), logits, host.size() * sizeof(float));
+  output.logits.data = logits;
+  output.head_hidden = head_hidden;
+  return output;
+}
+
+}  // namespace pagoda::worker
