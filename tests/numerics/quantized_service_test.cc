@@ -7,8 +7,9 @@
 // cache too small for all of them (so sequences are preempted and
 // recomputed), and at tensor-parallel size 2; every request's tokens must be
 // the float64 reference's over the exactly dequantized weights
-// (tests/reference/quantized_reference.py; for W8A8 with the input
-// quantization emulated).
+// (tests/reference/quantized_reference.py; for W8A8, and for the
+// weight-only formats' default int8 inputs (--cpu-weight-only-activations),
+// with the input quantization emulated).
 
 #include <filesystem>
 #include <fstream>
