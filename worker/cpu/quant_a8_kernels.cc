@@ -34,8 +34,8 @@ void RowA8Plain(const uint8_t* codes, const float* params, const QuantSegment* s
       for (int64_t i = seg.start; i < seg.start + seg.length; ++i) {
         dot += (kBits == 4 ? A8Int4Code(codes, i) : codes[i]) * int32_t{xr[i]};
       }
-      total += params[2 * seg.group] * x_scale[r * ld_s + s] * static_cast<float>(dot) +
-               params[2 * seg.group + 1] * x_sum[r * ld_s + s];
+      total += params[2 * seg.group] * x_scale[s * ld_s + r] * static_cast<float>(dot) +
+               params[2 * seg.group + 1] * x_sum[s * ld_s + r];
     }
     y[r * ld_y] = (accumulate ? y[r * ld_y] : 0.0f) + total;
   }
@@ -121,9 +121,9 @@ PAGODA_A8_AVX2 void RowsA8Avx2(const uint8_t* codes, const float* params,
     const float scale = params[2 * seg.group];
 #pragma GCC unroll 4
     for (int r = 0; r < kRows; ++r) {
-      total[r] = _mm256_fmadd_ps(_mm256_set1_ps(scale * x_scale[r * ld_s + s]),
+      total[r] = _mm256_fmadd_ps(_mm256_set1_ps(scale * x_scale[s * ld_s + r]),
                                  _mm256_cvtepi32_ps(acc[r]), total[r]);
-      offset[r] += params[2 * seg.group + 1] * x_sum[r * ld_s + s];
+      offset[r] += params[2 * seg.group + 1] * x_sum[s * ld_s + r];
     }
   }
 #pragma GCC unroll 4
@@ -134,7 +134,7 @@ PAGODA_A8_AVX2 void RowsA8Avx2(const uint8_t* codes, const float* params,
 
 // ---- AVX-512 VNNI ----
 
-#define PAGODA_A8_VNNI __attribute__((target("avx512f,avx512bw,avx512vnni,avx2,fma")))
+#define PAGODA_A8_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")))
 
 // Two 4-bit chunks (64 codes) as 64 bytes in input order: 128-bit lanes
 // [chunk 0, chunk 0, chunk 1, chunk 1], the odd lanes shifted down a nibble.
@@ -156,20 +156,22 @@ PAGODA_A8_VNNI inline __m512i Int4ChunkVnni(const uint8_t* codes, int64_t start)
 
 // vpdpbusd multiplies unsigned bytes (the codes) by signed ones (x) and adds
 // each four products to an int32 lane, exactly; 64 codes a step, a last
-// lone chunk of 32 against inputs loaded under a mask (zero above).
+// lone chunk of 32 against inputs loaded under a mask (zero above). Each
+// segment's scales and zero-point offsets are taken for all rows at once
+// (one lane a row): a group of 128 codes is only two vpdpbusd a row, so a
+// scalar epilogue per row would cost as much as the products.
 template <int kBits, int kRows>
 PAGODA_A8_VNNI void RowsA8Vnni(const uint8_t* codes, const float* params,
                                const QuantSegment* segments, int num_segments, const int8_t* x,
                                size_t ld_x, const float* x_scale, const float* x_sum, size_t ld_s,
                                float* y, size_t ld_y, bool accumulate) {
   constexpr __mmask64 kLow32 = 0xFFFFFFFFull;
+  constexpr __mmask8 kRowLanes = static_cast<__mmask8>((1u << kRows) - 1);
   __m512 total[kRows];
-  float offset[kRows];
+  __m256 offsets = _mm256_setzero_ps();
+  alignas(32) float scales[8];
 #pragma GCC unroll 8
-  for (int r = 0; r < kRows; ++r) {
-    total[r] = _mm512_setzero_ps();
-    offset[r] = 0.0f;
-  }
+  for (int r = 0; r < kRows; ++r) total[r] = _mm512_setzero_ps();
   for (int s = 0; s < num_segments; ++s) {
     const QuantSegment& seg = segments[s];
     const int64_t end = seg.start + seg.length;
@@ -192,14 +194,17 @@ PAGODA_A8_VNNI void RowsA8Vnni(const uint8_t* codes, const float* params,
         acc[r] = _mm512_dpbusd_epi32(acc[r], w, _mm512_maskz_loadu_epi8(kLow32, x + r * ld_x + i));
       }
     }
-    const float scale = params[2 * seg.group];
+    _mm256_store_ps(scales, _mm256_mul_ps(_mm256_set1_ps(params[2 * seg.group]),
+                                          _mm256_maskz_loadu_ps(kRowLanes, x_scale + s * ld_s)));
+    offsets = _mm256_fmadd_ps(_mm256_set1_ps(params[2 * seg.group + 1]),
+                              _mm256_maskz_loadu_ps(kRowLanes, x_sum + s * ld_s), offsets);
 #pragma GCC unroll 8
     for (int r = 0; r < kRows; ++r) {
-      total[r] = _mm512_fmadd_ps(_mm512_set1_ps(scale * x_scale[r * ld_s + s]),
-                                 _mm512_cvtepi32_ps(acc[r]), total[r]);
-      offset[r] += params[2 * seg.group + 1] * x_sum[r * ld_s + s];
+      total[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r]), _mm512_set1_ps(scales[r]), total[r]);
     }
   }
+  alignas(32) float offset[8];
+  _mm256_store_ps(offset, offsets);
 #pragma GCC unroll 8
   for (int r = 0; r < kRows; ++r) {
     y[r * ld_y] = (accumulate ? y[r * ld_y] : 0.0f) + _mm512_reduce_add_ps(total[r]) + offset[r];

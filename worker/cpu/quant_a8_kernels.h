@@ -23,11 +23,13 @@ namespace pagoda::worker {
 
 // One weight row's contribution, for r < rows (1..QuantA8Kernels::max_rows):
 //   y[r * ld_y] = sum over segments s of
-//     params[2 g] * x_scale[r * ld_s + s] * dot(r, s) + params[2 g + 1] * x_sum[r * ld_s + s]
+//     params[2 g] * x_scale[s * ld_s + r] * dot(r, s) + params[2 g + 1] * x_sum[s * ld_s + r]
 // with dot(r, s) = sum_{i in s} code[i] * x[r * ld_x + i] exactly in int32,
 // g = segments[s].group, params as quant_kernels.h's (scale, -scale * zero),
 // x_scale the segment's input scale and x_sum = x_scale * (sum of its int8
-// inputs). With `accumulate` the sum is added to y.
+// inputs), both segment-major (the token rows of a segment side by side, so
+// the kernel scales them all with one vector op). With `accumulate` the
+// sum is added to y.
 // REQUIRES: every segment at most kQuantA8MaxSegment long (the int32 sums
 // cannot overflow: 255 * 128 * 65536 < 2^31).
 using QuantA8RowFn = void (*)(const uint8_t* codes, const float* params,

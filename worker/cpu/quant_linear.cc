@@ -110,9 +110,9 @@ class CpuQuantLinear final : public Linear {
                   [&](int64_t o, int r, int count, int first, int n, bool accumulate) {
                     a8_kernel_(CodesOf(o), ParamsOf(o), segments_.data() + first, n,
                                x_q_.data() + r * padded_in_, padded_in_,
-                               x_scale_.data() + r * num_segments + first,
-                               xsum_.data() + r * num_segments + first, num_segments, count,
-                               y + r * out_ + o, out_, accumulate);
+                               x_scale_.data() + first * rows + r,
+                               x_qsum_.data() + first * rows + r, rows, count, y + r * out_ + o,
+                               out_, accumulate);
                   });
       return;
     }
@@ -280,14 +280,15 @@ class CpuQuantLinear final : public Linear {
 
   // Each token row's inputs of each segment (one quantization group) to
   // int8: s = max|x| / 127, q = round_half_even(x / s), clamped to
-  // [-128, 127] (W8A8's rule, per group rather than per token). x_sum_ gets
-  // s * sum(q), for the zero points. A NaN or infinite input makes its
-  // segment's scale NaN: its outputs are NaN, as a float product's would be.
+  // [-128, 127] (W8A8's rule, per group rather than per token). x_qsum_
+  // gets s * sum(q), for the zero points; both segment-major
+  // (quant_a8_kernels.h). A NaN or infinite input makes its segment's scale
+  // NaN: its outputs are NaN, as a float product's would be.
   void QuantizeInputs(const float* x, int rows) {
     const size_t num_segments = segments_.size();
     x_q_.assign(static_cast<size_t>(rows) * padded_in_, 0);
     x_scale_.assign(rows * num_segments, 0.0f);
-    xsum_.assign(rows * num_segments, 0.0f);
+    x_qsum_.assign(rows * num_segments, 0.0f);
     for (int r = 0; r < rows; ++r) {
       for (size_t s = 0; s < num_segments; ++s) {
         const int64_t begin = r * padded_in_ + segments_[s].start;
@@ -300,8 +301,8 @@ class CpuQuantLinear final : public Linear {
         }
         const float scale = amax / 127.0f;
         if (!finite || !std::isfinite(scale)) {
-          x_scale_[r * num_segments + s] = std::numeric_limits<float>::quiet_NaN();
-          xsum_[r * num_segments + s] = std::numeric_limits<float>::quiet_NaN();
+          x_scale_[s * rows + r] = std::numeric_limits<float>::quiet_NaN();
+          x_qsum_[s * rows + r] = std::numeric_limits<float>::quiet_NaN();
           continue;
         }
         if (scale == 0.0f) continue;  // q = 0.
@@ -312,8 +313,8 @@ class CpuQuantLinear final : public Linear {
           x_q_[i] = static_cast<int8_t>(q);
           sum += static_cast<int32_t>(q);
         }
-        x_scale_[r * num_segments + s] = scale;
-        xsum_[r * num_segments + s] = scale * static_cast<float>(sum);
+        x_scale_[s * rows + r] = scale;
+        x_qsum_[s * rows + r] = scale * static_cast<float>(sum);
       }
     }
   }
@@ -324,7 +325,7 @@ class CpuQuantLinear final : public Linear {
     dequantized_.resize(static_cast<size_t>(rows) * padded_in_);
     for (int r = 0; r < rows; ++r) {
       for (size_t s = 0; s < num_segments; ++s) {
-        const float scale = x_scale_[r * num_segments + s];
+        const float scale = x_scale_[s * rows + r];
         const int64_t begin = r * padded_in_ + segments_[s].start;
         for (int64_t i = begin; i < begin + segments_[s].length; ++i) {
           dequantized_[i] = static_cast<float>(x_q_[i]) * scale;
@@ -364,9 +365,10 @@ class CpuQuantLinear final : public Linear {
   HostBytes codes_;              // [out, padded_in_ * bits / 8], chunked.
   std::vector<float> params_;    // [out, num_groups, 2]: scale, -scale * zero.
   std::vector<float> gathered_;  // [rows, padded_in_]
-  std::vector<float> xsum_;      // [rows, segments]: sum of x (int8: s * sum(q)).
+  std::vector<float> xsum_;      // [rows, segments]: sum of x.
   std::vector<int8_t> x_q_;      // [rows, padded_in_]: int8 inputs.
-  std::vector<float> x_scale_;   // [rows, segments]: their scales.
+  std::vector<float> x_scale_;   // [segments, rows]: their scales.
+  std::vector<float> x_qsum_;    // [segments, rows]: s * sum(q).
   std::vector<float> dequantized_;  // [rows, padded_in_]: q * s, for the panels.
 };
 

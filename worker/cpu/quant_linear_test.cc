@@ -212,7 +212,7 @@ TEST(QuantA8Kernels, IntegerSumsEqualPlainLoopAtEveryLevel) {
         std::vector<float> y(rows, -1.0f);
         (bits == 4 ? kernels.row_int4 : kernels.row_int8)(
             packed.data(), params.data(), segments.data(), 4, x.data(), padded, ones.data(),
-            zeros.data(), segments.size(), rows, y.data(), 1, false);
+            zeros.data(), rows, rows, y.data(), 1, false);
         for (int r = 0; r < rows; ++r) {
           int64_t want = 0;
           for (int64_t p = 0; p < padded; ++p) want += codes[p] * int64_t{x[r * padded + p]};
