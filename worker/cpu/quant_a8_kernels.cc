@@ -100,32 +100,37 @@ PAGODA_A8_AVX2 void SegmentDotsAvx2(const uint8_t* codes, const int8_t* x, size_
   }
 }
 
+// Each segment's scales and offsets for all rows at once, as the VNNI
+// kernel's (below).
 template <int kBits, int kRows>
 PAGODA_A8_AVX2 void RowsA8Avx2(const uint8_t* codes, const float* params,
                                const QuantSegment* segments, int num_segments, const int8_t* x,
                                size_t ld_x, const float* x_scale, const float* x_sum, size_t ld_s,
                                float* y, size_t ld_y, bool accumulate) {
+  const __m128i row_lanes = _mm_setr_epi32(-1, kRows > 1 ? -1 : 0, kRows > 2 ? -1 : 0,
+                                           kRows > 3 ? -1 : 0);
   __m256 total[kRows];
-  float offset[kRows];
+  __m128 offsets = _mm_setzero_ps();
+  alignas(16) float scales[4];
 #pragma GCC unroll 4
-  for (int r = 0; r < kRows; ++r) {
-    total[r] = _mm256_setzero_ps();
-    offset[r] = 0.0f;
-  }
+  for (int r = 0; r < kRows; ++r) total[r] = _mm256_setzero_ps();
   for (int s = 0; s < num_segments; ++s) {
     const QuantSegment& seg = segments[s];
     __m256i acc[kRows];
 #pragma GCC unroll 4
     for (int r = 0; r < kRows; ++r) acc[r] = _mm256_setzero_si256();
     SegmentDotsAvx2<kBits, kRows>(codes, x, ld_x, seg.start, seg.start + seg.length, acc);
-    const float scale = params[2 * seg.group];
+    _mm_store_ps(scales, _mm_mul_ps(_mm_set1_ps(params[2 * seg.group]),
+                                    _mm_maskload_ps(x_scale + s * ld_s, row_lanes)));
+    offsets = _mm_fmadd_ps(_mm_set1_ps(params[2 * seg.group + 1]),
+                           _mm_maskload_ps(x_sum + s * ld_s, row_lanes), offsets);
 #pragma GCC unroll 4
     for (int r = 0; r < kRows; ++r) {
-      total[r] = _mm256_fmadd_ps(_mm256_set1_ps(scale * x_scale[s * ld_s + r]),
-                                 _mm256_cvtepi32_ps(acc[r]), total[r]);
-      offset[r] += params[2 * seg.group + 1] * x_sum[s * ld_s + r];
+      total[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[r]), _mm256_set1_ps(scales[r]), total[r]);
     }
   }
+  alignas(16) float offset[4];
+  _mm_store_ps(offset, offsets);
 #pragma GCC unroll 4
   for (int r = 0; r < kRows; ++r) {
     y[r * ld_y] = (accumulate ? y[r * ld_y] : 0.0f) + A8SumAvx2(total[r]) + offset[r];
@@ -253,7 +258,7 @@ void RowA8Vnni(const uint8_t* codes, const float* params, const QuantSegment* se
 bool CpuHasA8Vnni() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vnni");
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
 }
 
 }  // namespace

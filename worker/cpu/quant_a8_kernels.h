@@ -46,7 +46,7 @@ struct QuantA8Kernels {
   const char* name;  // The instructions used, for logs and benchmarks.
 };
 
-// The AVX-512 level uses VNNI where the CPU has it (avx512vnni and bw), the
+// The AVX-512 level uses VNNI where the CPU has it (avx512vnni, bw and vl), the
 // AVX2 loops otherwise. REQUIRES: level is in SupportedSimdLevels().
 const QuantA8Kernels& QuantA8KernelsFor(SimdLevel level);
 
