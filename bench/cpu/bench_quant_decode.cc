@@ -92,13 +92,12 @@ double ThreadSeconds() {
   return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-// Seconds of the best of the passes of `rows` tokens through every Linear: wall time, the calling thread's CPU time (all of the work on
-// one thread, so a busy shared machine's lost time shows as their gap), and
-// the sum over the Linears of each one's best wall time: on a loaded
-// machine a whole pass (dozens of projections) is rarely left alone, one
-// projection (a few ms) often is, so that sum is the pass's time when not
-// preempted. The weights still stream from memory in every pass: they are
-// larger than the last-level cache and read in the same order each time.
+// Seconds of the best of the passes of `rows` tokens through every Linear: wall time, the calling
+// thread's CPU time (all of the work on one thread, so a busy shared machine's lost time shows as
+// their gap), and the sum over the Linears of each one's best wall time: on a loaded machine a
+// whole pass (dozens of projections) is rarely left alone, one projection (a few ms) often is, so
+// that sum is the pass's time when not preempted. The weights still stream from memory in every
+// pass: they are larger than the last-level cache and read in the same order each time.
 struct Variant {
   std::string name;
   std::vector<std::unique_ptr<Linear>> linears;
@@ -185,8 +184,8 @@ int Main(int argc, char** argv) {
       auto* halves = static_cast<uint16_t*>(buffer->raw());
       for (int64_t k = 0; k < p.out * p.in; ++k) halves[k] = 0x3C00 | (Next(state) & 0x3F);
       dense_bytes += buffer->nbytes();
-      dense.linears.push_back(std::make_unique<DenseLinear>(
-          backend.get(), std::move(buffer), p.out, p.in, nullptr, DType::kF32));
+      dense.linears.push_back(std::make_unique<DenseLinear>(backend.get(), std::move(buffer), p.out,
+                                                            p.in, nullptr, DType::kF32));
     }
   }
   variants.push_back(std::move(dense));
@@ -201,8 +200,7 @@ int Main(int argc, char** argv) {
   // last-level cache; the whole-pass columns are the figures. Ratios are to
   // the first variant (the default).
   std::printf("%-6s %-22s %9s %9s %9s %9s %11s %10s %11s %9s\n", "batch", "variant", "wall_ms",
-              "cpu_ms", "sum_ms", "floor_ms", "floor/wall", "floor/sum", "wall/first",
-              "tokens/s");
+              "cpu_ms", "sum_ms", "floor_ms", "floor/wall", "floor/sum", "wall/first", "tokens/s");
   for (int rows : {1, 8}) {
     for (Variant& v : variants) {
       v.wall = v.cpu = 1e30;

@@ -198,29 +198,27 @@ TEST_P(QuantizedReferenceTest, LogitsAndGreedyTokensMatchDequantizedReference) {
 
 INSTANTIATE_TEST_SUITE_P(
     Formats, QuantizedReferenceTest,
-    testing::Values(Format{"awq_g32", "--format awq --group-size 32"},
-                    Format{"awq_per_channel", "--format awq --group-size -1"},
-                    Format{"gptq_int4_sym", "--format gptq --sym"},
-                    Format{"gptq_int4_asym_act_order", "--format gptq --desc-act"},
-                    Format{"gptq_int4_asym_v2", "--format gptq --v2 --group-size 16"},
-                    Format{"gptq_int8_asym", "--format gptq --bits 8"},
-                    Format{"gptq_int8_sym_v2_act_order",
-                           "--format gptq --bits 8 --sym --v2 --desc-act"},
-                    Format{"ct_w4a16_group", "--format ct"},
-                    Format{"ct_w4a16_act_order", "--format ct --desc-act"},
-                    Format{"ct_w8a16_channel", "--format ct --bits 8 --group-size -1"},
-                    // The exact weight-only numerics (f32 inputs).
-                    Format{"awq_g32_float32_inputs", "--format awq --group-size 32", "", 1e-4,
-                           "float32"},
-                    Format{"ct_w8a8_int8", "--format ct-w8a8"},
-                    Format{"ct_fp8_channel_dynamic", "--format ct-fp8"},
-                    Format{"ct_fp8_tensor_static_ignore",
-                           "--format ct-fp8 --weight-strategy tensor --activations static "
-                           "--ignore model.layers.1.mlp.down_proj"},
-                    Format{"ct_fp8_weight_only", "--format ct-fp8 --activations none", "", 1e-4},
-                    Format{"fp8_static", "--format fp8 --activations static"},
-                    Format{"fp8_dynamic", "--format fp8"},
-                    Format{"online_fp8", "--format dense", "fp8"}),
+    testing::Values(
+        Format{"awq_g32", "--format awq --group-size 32"},
+        Format{"awq_per_channel", "--format awq --group-size -1"},
+        Format{"gptq_int4_sym", "--format gptq --sym"},
+        Format{"gptq_int4_asym_act_order", "--format gptq --desc-act"},
+        Format{"gptq_int4_asym_v2", "--format gptq --v2 --group-size 16"},
+        Format{"gptq_int8_asym", "--format gptq --bits 8"},
+        Format{"gptq_int8_sym_v2_act_order", "--format gptq --bits 8 --sym --v2 --desc-act"},
+        Format{"ct_w4a16_group", "--format ct"},
+        Format{"ct_w4a16_act_order", "--format ct --desc-act"},
+        Format{"ct_w8a16_channel", "--format ct --bits 8 --group-size -1"},
+        // The exact weight-only numerics (f32 inputs).
+        Format{"awq_g32_float32_inputs", "--format awq --group-size 32", "", 1e-4, "float32"},
+        Format{"ct_w8a8_int8", "--format ct-w8a8"},
+        Format{"ct_fp8_channel_dynamic", "--format ct-fp8"},
+        Format{"ct_fp8_tensor_static_ignore",
+               "--format ct-fp8 --weight-strategy tensor --activations static "
+               "--ignore model.layers.1.mlp.down_proj"},
+        Format{"ct_fp8_weight_only", "--format ct-fp8 --activations none", "", 1e-4},
+        Format{"fp8_static", "--format fp8 --activations static"},
+        Format{"fp8_dynamic", "--format fp8"}, Format{"online_fp8", "--format dense", "fp8"}),
     [](const testing::TestParamInfo<Format>& info) { return info.param.name; });
 
 LlamaLoadOptions QuantizationOptions(const std::string& quantization) {

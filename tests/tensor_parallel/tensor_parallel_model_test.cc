@@ -74,16 +74,16 @@ class TensorParallelModelTest : public ::testing::Test {
     auto run = worker::comm::RunRankGroup(
         world,
         [&](int rank, int port) {
-          return std::vector<std::string>{PAGODA_TP_TEST_RANK,
-                                          "--model=" + model,
-                                          absl::StrCat("--rank=", rank),
-                                          absl::StrCat("--world=", world),
-                                          absl::StrCat("--rendezvous=127.0.0.1:", port),
-                                          "--prefix=" + prefix,
-                                          "--dtype=" + dtype,
-                                          "--cpu_weight_only_activations=" +
-                                              weight_only_activations_,
-                                          absl::StrCat("--out=", dir_, "/", prefix, "_", rank)};
+          return std::vector<std::string>{
+              PAGODA_TP_TEST_RANK,
+              "--model=" + model,
+              absl::StrCat("--rank=", rank),
+              absl::StrCat("--world=", world),
+              absl::StrCat("--rendezvous=127.0.0.1:", port),
+              "--prefix=" + prefix,
+              "--dtype=" + dtype,
+              "--cpu_weight_only_activations=" + weight_only_activations_,
+              absl::StrCat("--out=", dir_, "/", prefix, "_", rank)};
         },
         limit);
     EXPECT_TRUE(run.ok()) << run.status();

@@ -92,10 +92,10 @@ class CpuModelRunner final : public ModelRunnerBase {
     AdoptCommunicator(*std::move(communicator));
     // The backend (and its thread pool) is made here, where the thread count
     // is known; the model and cache keep pointers into it.
-    backend_ = CreateCpuBackend(request.cpu_threads(),
-                                request.cpu_weight_only_activations() == "float32"
-                                    ? WeightOnlyActivations::kFloat32
-                                    : WeightOnlyActivations::kInt8);
+    backend_ =
+        CreateCpuBackend(request.cpu_threads(), request.cpu_weight_only_activations() == "float32"
+                                                    ? WeightOnlyActivations::kFloat32
+                                                    : WeightOnlyActivations::kInt8);
     if (options_.wrap_backend) backend_ = options_.wrap_backend(std::move(backend_));
     auto model = LlamaModel::Load(request.model_dir(), backend_.get(), timed_.get(),
                                   CpuLoadOptions(request, *weight_dtype));

@@ -23,8 +23,7 @@ inline int A8Int4Code(const uint8_t* codes, int64_t i) {
 template <int kBits>
 void RowA8Plain(const uint8_t* codes, const float* params, const QuantSegment* segments,
                 int num_segments, const int8_t* x, size_t ld_x, const float* x_scale,
-                const float* x_sum, size_t ld_s, int rows, float* y, size_t ld_y,
-                bool accumulate) {
+                const float* x_sum, size_t ld_s, int rows, float* y, size_t ld_y, bool accumulate) {
   for (int r = 0; r < rows; ++r) {
     const int8_t* xr = x + r * ld_x;
     float total = 0.0f;
@@ -84,7 +83,8 @@ PAGODA_A8_AVX2 void SegmentDotsAvx2(const uint8_t* codes, const int8_t* x, size_
         }
       }
 #pragma GCC unroll 4
-      for (int r = 0; r < kRows; ++r) acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(pairs[r], ones));
+      for (int r = 0; r < kRows; ++r)
+        acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(pairs[r], ones));
     }
   } else {
     for (int64_t i = start; i < end; i += 16) {
@@ -107,8 +107,8 @@ PAGODA_A8_AVX2 void RowsA8Avx2(const uint8_t* codes, const float* params,
                                const QuantSegment* segments, int num_segments, const int8_t* x,
                                size_t ld_x, const float* x_scale, const float* x_sum, size_t ld_s,
                                float* y, size_t ld_y, bool accumulate) {
-  const __m128i row_lanes = _mm_setr_epi32(-1, kRows > 1 ? -1 : 0, kRows > 2 ? -1 : 0,
-                                           kRows > 3 ? -1 : 0);
+  const __m128i row_lanes =
+      _mm_setr_epi32(-1, kRows > 1 ? -1 : 0, kRows > 2 ? -1 : 0, kRows > 3 ? -1 : 0);
   __m256 total[kRows];
   __m128 offsets = _mm_setzero_ps();
   alignas(16) float scales[4];
@@ -153,8 +153,8 @@ PAGODA_A8_VNNI inline __m512i Int4PairVnni(const uint8_t* codes, int64_t start) 
 
 // One 4-bit chunk in the low 32 bytes (the high ones meet zero inputs).
 PAGODA_A8_VNNI inline __m512i Int4ChunkVnni(const uint8_t* codes, int64_t start) {
-  const __m512i lanes = _mm512_broadcast_i32x4(
-      _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + start / 2)));
+  const __m512i lanes =
+      _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + start / 2)));
   const __m512i shifted = _mm512_srlv_epi64(lanes, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4));
   return _mm512_and_si512(shifted, _mm512_set1_epi8(0x0F));
 }
@@ -217,16 +217,15 @@ PAGODA_A8_VNNI void RowsA8Vnni(const uint8_t* codes, const float* params,
 }
 
 // A row-count template dispatched at run time (rows in 1..kMax).
-#define PAGODA_A8_CASE(kernel, n)                                                          \
-  case n:                                                                                  \
-    return kernel<kBits, n>(codes, params, segments, num_segments, x, ld_x, x_scale, x_sum, \
-                            ld_s, y, ld_y, accumulate);
+#define PAGODA_A8_CASE(kernel, n)                                                                 \
+  case n:                                                                                         \
+    return kernel<kBits, n>(codes, params, segments, num_segments, x, ld_x, x_scale, x_sum, ld_s, \
+                            y, ld_y, accumulate);
 
 template <int kBits>
 void RowA8Avx2(const uint8_t* codes, const float* params, const QuantSegment* segments,
                int num_segments, const int8_t* x, size_t ld_x, const float* x_scale,
-               const float* x_sum, size_t ld_s, int rows, float* y, size_t ld_y,
-               bool accumulate) {
+               const float* x_sum, size_t ld_s, int rows, float* y, size_t ld_y, bool accumulate) {
   switch (rows) {
     PAGODA_A8_CASE(RowsA8Avx2, 1)
     PAGODA_A8_CASE(RowsA8Avx2, 2)
@@ -239,8 +238,7 @@ void RowA8Avx2(const uint8_t* codes, const float* params, const QuantSegment* se
 template <int kBits>
 void RowA8Vnni(const uint8_t* codes, const float* params, const QuantSegment* segments,
                int num_segments, const int8_t* x, size_t ld_x, const float* x_scale,
-               const float* x_sum, size_t ld_s, int rows, float* y, size_t ld_y,
-               bool accumulate) {
+               const float* x_sum, size_t ld_s, int rows, float* y, size_t ld_y, bool accumulate) {
   switch (rows) {
     PAGODA_A8_CASE(RowsA8Vnni, 1)
     PAGODA_A8_CASE(RowsA8Vnni, 2)

@@ -119,16 +119,14 @@ class CpuQuantLinear final : public Linear {
     SumSegments(x, rows);
     ForEachBand(rows, max_rows_, sizeof(float), y,
                 [&](int64_t o, int r, int count, int first, int n, bool accumulate) {
-                  kernel_(CodesOf(o), ParamsOf(o), segments_.data() + first, n,
-                          x + r * padded_in_, padded_in_, xsum_.data() + r * num_segments + first,
-                          num_segments, count, y + r * out_ + o, out_, accumulate);
+                  kernel_(CodesOf(o), ParamsOf(o), segments_.data() + first, n, x + r * padded_in_,
+                          padded_in_, xsum_.data() + r * num_segments + first, num_segments, count,
+                          y + r * out_ + o, out_, accumulate);
                 });
   }
 
  private:
-  const uint8_t* CodesOf(int64_t o) const {
-    return codes_.data() + o * (padded_in_ * bits_ / 8);
-  }
+  const uint8_t* CodesOf(int64_t o) const { return codes_.data() + o * (padded_in_ * bits_ / 8); }
   const float* ParamsOf(int64_t o) const { return params_.data() + o * num_groups_ * 2; }
 
   // call(o, r, count, first, n, accumulate) for every output row o, token

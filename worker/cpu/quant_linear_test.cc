@@ -73,7 +73,8 @@ std::vector<float> QuantizedPerGroup(const QuantizedWeight& w, const std::vector
       const float scale = amax / 127.0f;
       for (int64_t i = 0; i < w.in_features; ++i) {
         if (w.group_of_input[i] != g) continue;
-        const float q = scale == 0.0f ? 0.0f : std::clamp(std::nearbyint(row[i] / scale), -128.0f, 127.0f);
+        const float q =
+            scale == 0.0f ? 0.0f : std::clamp(std::nearbyint(row[i] / scale), -128.0f, 127.0f);
         out[r * w.in_features + i] = q * scale;
       }
     }
@@ -109,9 +110,8 @@ void ExpectMatches(Linear& linear, const QuantizedWeight& w, std::mt19937& rng,
     for (float& v : x) v = std::uniform_real_distribution<float>(-1, 1)(rng);
     std::vector<float> y(rows * w.out_features + 1, 1234.5f);  // Guard past the end.
     linear.Forward(x.data(), rows, y.data());
-    const std::vector<double> want =
-        Reference(w, activations == WeightOnlyActivations::kInt8 ? QuantizedPerGroup(w, x, rows) : x,
-                  rows);
+    const std::vector<double> want = Reference(
+        w, activations == WeightOnlyActivations::kInt8 ? QuantizedPerGroup(w, x, rows) : x, rows);
     for (size_t k = 0; k < want.size(); ++k) {
       ASSERT_NEAR(y[k], want[k], 2e-4 * (1.0 + std::abs(want[k])))
           << label << " rows=" << rows << " element " << k;
@@ -148,8 +148,8 @@ TEST_P(CpuQuantLinearTest, MatchesFloat64DequantizedAtEveryLevel) {
                             (activations == WeightOnlyActivations::kInt8 ? " int8 inputs" : "") +
                             " int" + std::to_string(shape.bits) + " [" + std::to_string(shape.out) +
                             ", " + std::to_string(shape.in) + "] group " +
-                            std::to_string(shape.group_size) + (shape.act_order ? " act-order" : "") +
-                            (with_bias ? " bias" : ""),
+                            std::to_string(shape.group_size) +
+                            (shape.act_order ? " act-order" : "") + (with_bias ? " bias" : ""),
                         activations);
         }
       }
