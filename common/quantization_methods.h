@@ -1,7 +1,8 @@
 #ifndef PAGODA_COMMON_QUANTIZATION_METHODS_H_
 #define PAGODA_COMMON_QUANTIZATION_METHODS_H_
 
-// vLLM's --quantization names that Pagoda serves, shared by the server
+// vLLM's --quantization names that Pagoda serves (and the CPU's
+// --cpu-weight-only-activations names), shared by the server
 // (which refuses any other name at start, before a worker is spawned) and
 // the worker (which checks the name against the checkpoint's
 // quantization_config at load: worker/quant/quant_config.h; "fp8" also
@@ -23,6 +24,14 @@ inline bool IsServedQuantizationMethod(std::string_view name) {
     if (name == method) return true;
   }
   return false;
+}
+
+// --cpu-weight-only-activations: how the CPU worker's weight-only int4/int8
+// Linears (AWQ, GPTQ, W4A16/W8A16) take their inputs: int8 (quantized per
+// group, integer dot products; the default) or float32 (the checkpoint's
+// exact weight-only numerics). "" (an older server) means int8.
+inline bool IsCpuWeightOnlyActivations(std::string_view name) {
+  return name.empty() || name == "int8" || name == "float32";
 }
 
 }  // namespace pagoda

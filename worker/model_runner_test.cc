@@ -179,6 +179,11 @@ TEST_F(ModelRunnerTest, LoadModelBoundsDTypeThreadsAndWorkspace) {
   bad = LoadRequest();
   bad.set_max_num_seqs(-3);
   EXPECT_EQ(runner->LoadModel(bad).status().code(), absl::StatusCode::kInvalidArgument);
+  bad = LoadRequest();
+  bad.set_cpu_weight_only_activations("int4");
+  status = runner->LoadModel(bad).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("cpu_weight_only_activations"), std::string::npos) << status;
   for (const char* kv : {"fp8_e4m2", "half", "float", "BF16"}) {
     bad = LoadRequest();
     bad.set_kv_cache_dtype(kv);

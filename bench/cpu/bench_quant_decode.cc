@@ -6,7 +6,12 @@
 // of 8) through every projection, against
 //   - its read floor: the packed codes plus the scales and offsets it reads,
 //     over the read bandwidth measured in the same run (machine_floor.h);
-//   - the same shapes as bf16 dense weights through Backend::Linear.
+//   - the same shapes as bf16 dense weights through Backend::Linear;
+//   - for the weight-only formats, both ways of taking the inputs
+//     (quant_linear.h's WeightOnlyActivations: int8 per group, the default,
+//     and f32), over the same codes.
+// The variants' passes alternate (one pass of each in turn, `iterations`
+// times) so that a shared machine's load falls on all of them alike.
 // The weights (about 550 MB at int4) are far larger than the last-level
 // cache, so every step streams them from memory.
 //
@@ -87,40 +92,47 @@ double ThreadSeconds() {
   return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-// Seconds of the best of `iterations` passes of `rows` tokens through every
-// Linear: wall time, the calling thread's CPU time (all of the work on
-// one thread, so a busy shared machine's lost time shows as their gap), and
-// the sum over the Linears of each one's best wall time: on a loaded
-// machine a whole pass (dozens of projections) is rarely left alone, one
-// projection (a few ms) often is, so that sum is the pass's time when not
-// preempted. The weights still stream from memory in every pass: they are
-// larger than the last-level cache and read in the same order each time.
-struct Pass {
-  double wall;
-  double cpu;
-  double sum_of_best;
-};
-Pass BestPass(std::vector<std::unique_ptr<Linear>>& linears, int rows, int iterations) {
-  std::vector<float> x(static_cast<size_t>(rows) * 16384, 0.01f);
-  std::vector<float> y(static_cast<size_t>(rows) * 16384);
-  std::vector<double> each(linears.size(), 1e30);
-  Pass best{1e30, 1e30, 0};
-  using Clock = std::chrono::steady_clock;
-  for (int it = 0; it < iterations; ++it) {
-    const auto start = Clock::now();
-    const double cpu_start = ThreadSeconds();
-    auto last = start;
-    for (size_t k = 0; k < linears.size(); ++k) {
-      linears[k]->Forward(x.data(), rows, y.data());
-      const auto now = Clock::now();
-      each[k] = std::min(each[k], std::chrono::duration<double>(now - last).count());
-      last = now;
-    }
-    best.wall = std::min(best.wall, std::chrono::duration<double>(last - start).count());
-    best.cpu = std::min(best.cpu, ThreadSeconds() - cpu_start);
+// Seconds of the best of the passes of `rows` tokens through every Linear: wall time, the calling
+// thread's CPU time (all of the work on one thread, so a busy shared machine's lost time shows as
+// their gap), and the sum over the Linears of each one's best wall time: on a loaded machine a
+// whole pass (dozens of projections) is rarely left alone, one projection (a few ms) often is, so
+// that sum is the pass's time when not preempted. The weights still stream from memory in every
+// pass: they are larger than the last-level cache and read in the same order each time.
+struct Variant {
+  std::string name;
+  std::vector<std::unique_ptr<Linear>> linears;
+  double wall = 1e30;
+  double cpu = 1e30;
+  std::vector<double> each;  // Each Linear's best.
+  double SumOfBest() const {
+    double sum = 0;
+    for (double seconds : each) sum += seconds;
+    return sum;
   }
-  for (double seconds : each) best.sum_of_best += seconds;
-  return best;
+};
+
+// One pass of `rows` token rows through every Linear of `v`, kept if best.
+// The inputs vary (a smooth ramp), so int8 quantization sees real ranges.
+void Pass(Variant& v, int rows) {
+  static std::vector<float> x = [] {
+    std::vector<float> values(8 * 16384);
+    for (size_t i = 0; i < values.size(); ++i) values[i] = 0.01f * ((i * 37) % 101) - 0.5f;
+    return values;
+  }();
+  std::vector<float> y(static_cast<size_t>(rows) * 16384);
+  v.each.resize(v.linears.size(), 1e30);
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  const double cpu_start = ThreadSeconds();
+  auto last = start;
+  for (size_t k = 0; k < v.linears.size(); ++k) {
+    v.linears[k]->Forward(x.data(), rows, y.data());
+    const auto now = Clock::now();
+    v.each[k] = std::min(v.each[k], std::chrono::duration<double>(now - last).count());
+    last = now;
+  }
+  v.wall = std::min(v.wall, std::chrono::duration<double>(last - start).count());
+  v.cpu = std::min(v.cpu, ThreadSeconds() - cpu_start);
 }
 
 int Main(int argc, char** argv) {
@@ -139,20 +151,32 @@ int Main(int argc, char** argv) {
               byte_format ? "scales per channel" : "group 128");
 
   ThreadPool pool(threads);
-  std::vector<std::unique_ptr<Linear>> quantized;
+  std::vector<Variant> variants;
+  if (byte_format) {
+    variants.push_back({name});
+  } else {
+    variants.push_back({name + " int8 inputs"});
+    variants.push_back({name + " f32 inputs"});
+  }
   uint64_t state = 0x9E3779B97F4A7C15ull;
   size_t quantized_bytes = 0;
   for (int l = 0; l < layers; ++l) {
     for (const Projection& p : kLayer) {
-      quantized.push_back(
-          byte_format ? CreateCpuW8A8Linear(RandomByteWeight(p, format == "fp8", state), &pool,
-                                            BestSimdLevel())
-                      : CreateCpuQuantLinear(RandomWeight(p, bits, state), &pool, BestSimdLevel()));
-      quantized_bytes += quantized.back()->weight_bytes();
+      if (byte_format) {
+        variants[0].linears.push_back(CreateCpuW8A8Linear(
+            RandomByteWeight(p, format == "fp8", state), &pool, BestSimdLevel()));
+      } else {
+        const QuantizedWeight w = RandomWeight(p, bits, state);
+        variants[0].linears.push_back(
+            CreateCpuQuantLinear(w, &pool, BestSimdLevel(), WeightOnlyActivations::kInt8));
+        variants[1].linears.push_back(
+            CreateCpuQuantLinear(w, &pool, BestSimdLevel(), WeightOnlyActivations::kFloat32));
+      }
+      quantized_bytes += variants[0].linears.back()->weight_bytes();
     }
   }
   auto backend = CreateCpuBackend(threads);
-  std::vector<std::unique_ptr<Linear>> dense;
+  Variant dense{"bf16"};
   size_t dense_bytes = 0;
   for (int l = 0; l < layers; ++l) {
     for (const Projection& p : kLayer) {
@@ -160,31 +184,37 @@ int Main(int argc, char** argv) {
       auto* halves = static_cast<uint16_t*>(buffer->raw());
       for (int64_t k = 0; k < p.out * p.in; ++k) halves[k] = 0x3C00 | (Next(state) & 0x3F);
       dense_bytes += buffer->nbytes();
-      dense.push_back(std::make_unique<DenseLinear>(backend.get(), std::move(buffer), p.out, p.in,
-                                                    nullptr, DType::kF32));
+      dense.linears.push_back(std::make_unique<DenseLinear>(backend.get(), std::move(buffer), p.out,
+                                                            p.in, nullptr, DType::kF32));
     }
   }
+  variants.push_back(std::move(dense));
   const ReadBandwidth bandwidth = MeasureReadBandwidth(threads);
   const double floor_ms = quantized_bytes / (bandwidth.best() * 1e9) * 1e3;
   std::printf("read bandwidth %.1f GB/s (huge pages %.1f, small %.1f)\n", bandwidth.best(),
               bandwidth.huge_pages_gbs, bandwidth.small_pages_gbs);
   std::printf("%s weights %.1f MB (codes and scales); bf16 weights %.1f MB\n", name.c_str(),
               quantized_bytes / 1e6, dense_bytes / 1e6);
-  // *_sum: each projection's best, summed (see BestPass). Optimistic: a
+  // *_sum: each projection's best, summed (see Pass). Optimistic: a
   // projection's best pass may find some of its weights still in a large
-  // last-level cache; the whole-pass columns are the figures.
-  std::printf("%-6s %9s %10s %9s %9s %11s %10s %9s %9s %10s %9s %9s\n", "batch", "quant_ms",
-              "quant_cpu", "quant_sum", "floor_ms", "floor/quant", "floor/sum", "bf16_ms",
-              "bf16_sum", "bf16/quant", "bf16/sum", "tokens/s");
+  // last-level cache; the whole-pass columns are the figures. Ratios are to
+  // the first variant (the default).
+  std::printf("%-6s %-22s %9s %9s %9s %9s %11s %10s %11s %9s\n", "batch", "variant", "wall_ms",
+              "cpu_ms", "sum_ms", "floor_ms", "floor/wall", "floor/sum", "wall/first", "tokens/s");
   for (int rows : {1, 8}) {
-    const Pass q = BestPass(quantized, rows, iterations);
-    const Pass d = BestPass(dense, rows, iterations);
-    std::printf(
-        "%-6d %9.2f %10.2f %9.2f %9.2f %10.0f%% %9.0f%% %9.2f %9.2f %9.2fx %8.2fx %9.1f\n", rows,
-        q.wall * 1e3, q.cpu * 1e3, q.sum_of_best * 1e3, floor_ms, 100.0 * floor_ms / (q.wall * 1e3),
-        100.0 * floor_ms / (q.sum_of_best * 1e3),
-        d.wall * 1e3, d.sum_of_best * 1e3, d.wall / q.wall, d.sum_of_best / q.sum_of_best,
-        rows / q.wall);
+    for (Variant& v : variants) {
+      v.wall = v.cpu = 1e30;
+      v.each.clear();
+    }
+    for (int it = 0; it < iterations; ++it) {
+      for (Variant& v : variants) Pass(v, rows);
+    }
+    for (const Variant& v : variants) {
+      std::printf("%-6d %-22s %9.2f %9.2f %9.2f %9.2f %10.0f%% %9.0f%% %10.2fx %9.1f\n", rows,
+                  v.name.c_str(), v.wall * 1e3, v.cpu * 1e3, v.SumOfBest() * 1e3, floor_ms,
+                  100.0 * floor_ms / (v.wall * 1e3), 100.0 * floor_ms / (v.SumOfBest() * 1e3),
+                  v.wall / variants[0].wall, rows / v.wall);
+    }
   }
   return 0;
 }

@@ -52,6 +52,12 @@ absl::Status CheckModel(const ModelOptions& model) {
         "--quantization ", model.quantization,
         ": Pagoda serves auto, awq, awq_marlin, gptq, gptq_marlin, compressed-tensors and fp8"));
   }
+  if (!IsCpuWeightOnlyActivations(model.cpu_weight_only_activations) ||
+      model.cpu_weight_only_activations.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("--cpu-weight-only-activations ",
+                                                   model.cpu_weight_only_activations,
+                                                   ": expected int8 or float32"));
+  }
   if (auto parser = ParseToolCallParserName(model.tool_call_parser); !parser.ok()) {
     return parser.status();
   }

@@ -34,6 +34,9 @@ struct ModelOptions {
   // vLLM's --quantization; "" or "auto": the checkpoint's own (the worker
   // checks a named method against the checkpoint at load).
   std::string quantization;
+  // CPU workers' weight-only Linears: "int8" inputs or "float32"
+  // (common/quantization_methods.h).
+  std::string cpu_weight_only_activations = "int8";
   std::string chat_template;  // File; "": the model's own.
   std::string generation_config = "auto";
   std::string tool_call_parser;

@@ -8,6 +8,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/reflection.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "scheduler/config/server_flags.h"
 
@@ -144,6 +145,16 @@ TEST(ServerConfigTest, QuantizationNamesAMethodPagodaServes) {
   EXPECT_EQ(CheckServerConfig(config).message(),
             "--quantization bitsandbytes: Pagoda serves auto, awq, awq_marlin, gptq, gptq_marlin, "
             "compressed-tensors and fp8");
+  config = ValidConfig();
+  for (const char* name : {"int8", "float32"}) {
+    config.model.cpu_weight_only_activations = name;
+    EXPECT_TRUE(CheckServerConfig(config).ok()) << name;
+  }
+  for (const char* name : {"", "fp32", "int4"}) {
+    config.model.cpu_weight_only_activations = name;
+    EXPECT_EQ(CheckServerConfig(config).message(),
+              absl::StrCat("--cpu-weight-only-activations ", name, ": expected int8 or float32"));
+  }
 }
 
 TEST(ServerConfigTest, ResolveForModelFillsDefaultsAndChecksTheModel) {

@@ -26,6 +26,11 @@ ABSL_FLAG(std::string, kv_cache_dtype, "auto",
 ABSL_FLAG(std::string, quantization, "",
           "vLLM's --quantization: empty or auto serves the checkpoint's quantization_config; "
           "awq, awq_marlin, gptq, gptq_marlin or compressed-tensors must match it.");
+ABSL_FLAG(std::string, cpu_weight_only_activations, "int8",
+          "CPU: how the weight-only int4/int8 linears (AWQ, GPTQ, compressed-tensors W4A16/W8A16) "
+          "take their inputs: int8 quantizes each token's inputs per weight group and sums "
+          "integer products (faster decode: about 1.2x at batch 1, 2x at batch 8; W4A8 "
+          "numerics); float32 keeps float inputs (the checkpoint's exact weight-only numerics).");
 ABSL_FLAG(int, max_model_len, 0, "Longest prompt + output; 0 = the model's max positions.");
 ABSL_FLAG(std::string, chat_template, "",
           "Jinja chat template file for /v1/chat/completions; default: the model's "
@@ -227,6 +232,7 @@ ModelOptions ReadModelFlags() {
   model.dtype = absl::GetFlag(FLAGS_dtype);
   model.kv_cache_dtype = absl::GetFlag(FLAGS_kv_cache_dtype);
   model.quantization = absl::GetFlag(FLAGS_quantization);
+  model.cpu_weight_only_activations = absl::GetFlag(FLAGS_cpu_weight_only_activations);
   model.max_model_len = absl::GetFlag(FLAGS_max_model_len);
   model.chat_template = absl::GetFlag(FLAGS_chat_template);
   model.generation_config = absl::GetFlag(FLAGS_generation_config);
@@ -373,8 +379,9 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
 std::vector<FlagGroup> ServerFlagGroups() {
   return {
       {"Model",
-       {"model", "served_model_name", "dtype", "kv_cache_dtype", "quantization", "max_model_len",
-        "chat_template", "generation_config", "tool_call_parser"}},
+       {"model", "served_model_name", "dtype", "kv_cache_dtype", "quantization",
+        "cpu_weight_only_activations", "max_model_len", "chat_template", "generation_config",
+        "tool_call_parser"}},
       {"Front doors: gRPC, OpenAI HTTP, metrics",
        {"host", "port", "http_port", "http_max_connections", "http_io_threads", "metrics_port",
         "metrics_host", "api_key", "ssl_certfile", "ssl_keyfile", "ssl_ca_certs",

@@ -118,6 +118,7 @@ pagoda::worker::v1::LoadModelRequest MakeLoadModelRequest(const ServerConfig& co
   load.set_dtype(config.model.dtype);
   load.set_kv_cache_dtype(config.model.kv_cache_dtype);
   load.set_quantization(config.model.quantization);
+  load.set_cpu_weight_only_activations(config.model.cpu_weight_only_activations);
   load.set_cpu_threads(config.workers.cpu_threads);
   load.set_enforce_eager(config.workers.enforce_eager);
   if (config.speculative.has_value() && config.speculative->method != SpeculativeMethod::kNgram) {

@@ -3,8 +3,10 @@
 // publishers' tools write them by tests/reference/make_quantized_model.py,
 // run by the CPU worker's LlamaModel through a paged KV cache: its logits
 // against the float64 reference of the exactly dequantized weights
-// (tests/reference/quantized_reference.py) and its greedy tokens equal to the
-// reference's. Then each way a checkpoint can be wrong is refused at load
+// (tests/reference/quantized_reference.py, emulating the input quantization
+// of W8A8, FP8 and the CPU's default int8 inputs of the weight-only formats;
+// one weight-only case with f32 inputs, the exact numerics) and its greedy
+// tokens equal to the reference's. Then each way a checkpoint can be wrong is refused at load
 // with one line naming the tensor or setting.
 
 #include <algorithm>
@@ -64,12 +66,17 @@ struct Format {
   std::string name;
   std::string flags;
   std::string quantization = "";  // --quantization (online FP8).
-  // Largest max|logit diff| / max|logit|: 1e-4 for the weight-only formats;
-  // the W8A8 ones quantize inputs that differ from the float64 reference's
-  // in their last bits, so a value near a rounding boundary may take the
-  // other code (one step: 1/254 of the row's range for int8); 1e-3 leaves
-  // room for a few such (measured: 1.1e-7 to 1.9e-7, none took place).
-  double tolerance = 1e-4;
+  // Largest max|logit diff| / max|logit|. Formats that quantize inputs
+  // (W8A8, FP8, and the weight-only ones with the CPU's default int8
+  // inputs) see inputs that differ from the float64 reference's in their
+  // last bits, so a value near a rounding boundary may take the other code
+  // (one step: 1/254 of the group's range for int8); 1e-3 leaves room for a
+  // few such (measured: 1e-7 to 2e-7, none took place). With f32 inputs
+  // (the exact weight-only numerics, or FP8 weights alone) 1e-4.
+  double tolerance = 1e-3;
+  // The weight-only formats' inputs: int8 (the default) or float32
+  // (--cpu-weight-only-activations, docs/quantization.md).
+  std::string weight_only_activations = "int8";
 };
 void PrintTo(const Format& format, std::ostream* os) { *os << format.name; }
 
@@ -139,7 +146,9 @@ TEST_P(QuantizedReferenceTest, LogitsAndGreedyTokensMatchDequantizedReference) {
   TempDir dir;
   const std::string model_dir = dir.path() + "/model";
   MakeModel(model_dir, GetParam().flags);
-  auto backend = CreateCpuBackend(2);
+  const bool float32_inputs = GetParam().weight_only_activations == "float32";
+  auto backend = CreateCpuBackend(
+      2, float32_inputs ? WeightOnlyActivations::kFloat32 : WeightOnlyActivations::kInt8);
   auto communicator = CreateSingleRankCommunicator();
   LlamaLoadOptions options;
   options.quantization = GetParam().quantization;
@@ -147,7 +156,8 @@ TEST_P(QuantizedReferenceTest, LogitsAndGreedyTokensMatchDequantizedReference) {
   ASSERT_TRUE(model.ok()) << model.status();
   ASSERT_TRUE((*model)->quant_config().quantized());
   const std::string reference_flags =
-      GetParam().quantization.empty() ? "" : " --quantization " + GetParam().quantization;
+      (GetParam().quantization.empty() ? "" : " --quantization " + GetParam().quantization) +
+      " --cpu-weight-only-activations " + GetParam().weight_only_activations;
   const int vocab = (*model)->config().vocab_size;
   const std::vector<int> prompt = {5, 17, 200, 3, 99, 42, 7};
   constexpr int kNewTokens = 8;
@@ -188,27 +198,27 @@ TEST_P(QuantizedReferenceTest, LogitsAndGreedyTokensMatchDequantizedReference) {
 
 INSTANTIATE_TEST_SUITE_P(
     Formats, QuantizedReferenceTest,
-    testing::Values(Format{"awq_g32", "--format awq --group-size 32"},
-                    Format{"awq_per_channel", "--format awq --group-size -1"},
-                    Format{"gptq_int4_sym", "--format gptq --sym"},
-                    Format{"gptq_int4_asym_act_order", "--format gptq --desc-act"},
-                    Format{"gptq_int4_asym_v2", "--format gptq --v2 --group-size 16"},
-                    Format{"gptq_int8_asym", "--format gptq --bits 8"},
-                    Format{"gptq_int8_sym_v2_act_order",
-                           "--format gptq --bits 8 --sym --v2 --desc-act"},
-                    Format{"ct_w4a16_group", "--format ct"},
-                    Format{"ct_w4a16_act_order", "--format ct --desc-act"},
-                    Format{"ct_w8a16_channel", "--format ct --bits 8 --group-size -1"},
-                    Format{"ct_w8a8_int8", "--format ct-w8a8", "", 1e-3},
-                    Format{"ct_fp8_channel_dynamic", "--format ct-fp8", "", 1e-3},
-                    Format{"ct_fp8_tensor_static_ignore",
-                           "--format ct-fp8 --weight-strategy tensor --activations static "
-                           "--ignore model.layers.1.mlp.down_proj",
-                           "", 1e-3},
-                    Format{"ct_fp8_weight_only", "--format ct-fp8 --activations none"},
-                    Format{"fp8_static", "--format fp8 --activations static", "", 1e-3},
-                    Format{"fp8_dynamic", "--format fp8", "", 1e-3},
-                    Format{"online_fp8", "--format dense", "fp8", 1e-3}),
+    testing::Values(
+        Format{"awq_g32", "--format awq --group-size 32"},
+        Format{"awq_per_channel", "--format awq --group-size -1"},
+        Format{"gptq_int4_sym", "--format gptq --sym"},
+        Format{"gptq_int4_asym_act_order", "--format gptq --desc-act"},
+        Format{"gptq_int4_asym_v2", "--format gptq --v2 --group-size 16"},
+        Format{"gptq_int8_asym", "--format gptq --bits 8"},
+        Format{"gptq_int8_sym_v2_act_order", "--format gptq --bits 8 --sym --v2 --desc-act"},
+        Format{"ct_w4a16_group", "--format ct"},
+        Format{"ct_w4a16_act_order", "--format ct --desc-act"},
+        Format{"ct_w8a16_channel", "--format ct --bits 8 --group-size -1"},
+        // The exact weight-only numerics (f32 inputs).
+        Format{"awq_g32_float32_inputs", "--format awq --group-size 32", "", 1e-4, "float32"},
+        Format{"ct_w8a8_int8", "--format ct-w8a8"},
+        Format{"ct_fp8_channel_dynamic", "--format ct-fp8"},
+        Format{"ct_fp8_tensor_static_ignore",
+               "--format ct-fp8 --weight-strategy tensor --activations static "
+               "--ignore model.layers.1.mlp.down_proj"},
+        Format{"ct_fp8_weight_only", "--format ct-fp8 --activations none", "", 1e-4},
+        Format{"fp8_static", "--format fp8 --activations static"},
+        Format{"fp8_dynamic", "--format fp8"}, Format{"online_fp8", "--format dense", "fp8"}),
     [](const testing::TestParamInfo<Format>& info) { return info.param.name; });
 
 LlamaLoadOptions QuantizationOptions(const std::string& quantization) {

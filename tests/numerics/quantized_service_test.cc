@@ -7,8 +7,9 @@
 // cache too small for all of them (so sequences are preempted and
 // recomputed), and at tensor-parallel size 2; every request's tokens must be
 // the float64 reference's over the exactly dequantized weights
-// (tests/reference/quantized_reference.py; for W8A8 with the input
-// quantization emulated).
+// (tests/reference/quantized_reference.py; for W8A8, and for the
+// weight-only formats' default int8 inputs (--cpu-weight-only-activations),
+// with the input quantization emulated).
 
 #include <filesystem>
 #include <fstream>
@@ -45,10 +46,12 @@ struct Format {
   // quantization_config's quant_method as errors name it ("none": dense,
   // quantized at load by --quantization `method`, which every test passes).
   std::string checkpoint;
-  // Inputs quantized per token (W8A8 dynamic): at tensor-parallel size 2
-  // each rank quantizes its slice of o_proj's and down_proj's input rows on
-  // its own, as vLLM does, and the reference does so too.
-  bool per_token_inputs = false;
+  // Inputs quantized per token (W8A8 dynamic), or per weight group where a
+  // group spans the ranks (the weight-only formats' int8 inputs with
+  // act-order or per-channel groups): at tensor-parallel size 2 each rank
+  // quantizes its slice of o_proj's and down_proj's input rows on its own,
+  // as vLLM does, and the reference does so too.
+  bool inputs_quantized_per_rank = false;
   // --kv-cache-dtype ("" for auto); the reference emulates an fp8 cache.
   std::string kv_cache_dtype;
   bool online() const { return checkpoint == "none"; }
@@ -143,7 +146,7 @@ TEST_P(QuantizedServiceTest, TwelveConcurrentRequestsUnderPreemptionMatchReferen
 // With vLLM's --quantization naming the checkpoint's method (it serves as
 // without the flag).
 TEST_P(QuantizedServiceTest, TwelveConcurrentRequestsAtTensorParallelSize2MatchReference) {
-  if (GetParam().per_token_inputs) {
+  if (GetParam().inputs_quantized_per_rank) {
     ASSERT_NO_FATAL_FAILURE(ComputeReference(2));
   }
   ServeAndCheck({"--tensor-parallel-size=2", absl::StrCat("--quantization=", GetParam().method)});
@@ -169,9 +172,9 @@ TEST_P(QuantizedServiceRefusalTest, AnotherQuantizationMethodIsRefusedAtStart) {
 }
 
 const Format kAwq{"awq_g32", "--format awq --group-size 32", "awq", "awq"};
-const Format kGptq{"gptq_int4_act_order", "--format gptq --desc-act", "gptq", "gptq"};
+const Format kGptq{"gptq_int4_act_order", "--format gptq --desc-act", "gptq", "gptq", true};
 const Format kW8A16{"ct_w8a16_channel", "--format ct --bits 8 --group-size -1",
-                    "compressed-tensors", "compressed-tensors"};
+                    "compressed-tensors", "compressed-tensors", true};
 const Format kW8A8{"ct_w8a8_int8", "--format ct-w8a8", "compressed-tensors", "compressed-tensors",
                    true};
 const Format kOnlineFp8{"online_fp8", "--format dense", "fp8", "none", true};

@@ -18,6 +18,13 @@ product, q rounding half to even (int8, saturated to [-128, 127]) or to the
 nearest E4M3 value (saturated to +-448), s = max|x| / 127 or
 max(max|x| / 448, 1 / (448 * 512)) per token row, or the static
 input_scale (q/k/v and gate/up share their largest, as vLLM fuses them).
+The weight-only formats (AWQ, GPTQ, pack-quantized) emulate the CPU
+worker's default int8 inputs (its --cpu-weight-only-activations int8): each
+quantized projection's input x becomes q(x / s) * s with one s for each
+token row's inputs of each weight group (s = max|x| / 127 over them, q
+rounding half to even, saturated to [-128, 127]; act-order groups gather
+their inputs by g_idx). --cpu-weight-only-activations float32 leaves x as
+it is: the checkpoint's own weight-only numerics.
 --quantization fp8 over a dense checkpoint quantizes every decoder
 projection per tensor at load (s = max|W| / 448 in float32, W / s in
 float32 rounded to E4M3) with dynamic per-token FP8 inputs.
@@ -29,7 +36,8 @@ names vLLM loads (self_attn.k_scale / v_scale, else k_proj / v_proj
 both), 1.0 where there are none.
 With --tensor-parallel-size N the row-parallel projections (o_proj,
 down_proj) quantize each of the N equal slices of a token row on its own,
-as each rank does with its slice in vLLM (and in Pagoda).
+as each rank does with its slice in vLLM (and in Pagoda); the weight-only
+ones each group's inputs within each slice.
 
 CLI (used by the C++ tests):
   Each command takes --quantization fp8 for online FP8 over a dense model
@@ -136,6 +144,46 @@ def quantize_int8_rows(x):
   return np.clip(np.round(x / safe), -128, 127) * scale
 
 
+def quantize_int8_groups(group):
+  """x -> each row's inputs of each group (group[i] of input i) quantized as quantize_int8_rows."""
+  group = np.asarray(group)
+  masks = [group == g for g in np.unique(group)]
+
+  def quantize(x):
+    out = np.empty_like(x)
+    for mask in masks:
+      out[..., mask] = quantize_int8_rows(x[..., mask])
+    return out
+
+  return quantize
+
+
+def weight_groups(t, prefix, method, q):
+  """The group of each input feature of a weight-only module, as its format assigns them."""
+  if method == "awq":
+    inp, group_size = t[prefix + "qweight"].shape[0], q["group_size"]
+  elif method == "gptq":
+    inp, group_size = t[prefix + "qweight"].shape[0] * 32 // q["bits"], q["group_size"]
+    if q.get("desc_act"):
+      return np.asarray(t[prefix + "g_idx"])
+  else:
+    weights = next(iter(q["config_groups"].values()))["weights"]
+    inp = int(t[prefix + "weight_shape"][1])
+    if weights.get("actorder") == "group":
+      return np.asarray(t[prefix + "weight_g_idx"])
+    group_size = -1 if weights["strategy"] == "channel" else weights["group_size"]
+  return np.arange(inp) // (inp if group_size == -1 else group_size)
+
+
+def set_weight_only_input_quant(model, module, group, tp):
+  if module.endswith(ROW_PARALLEL) and tp > 1:
+    parts = [quantize_int8_groups(g) for g in np.split(group, tp)]
+    model.input_quant[module] = lambda x: np.concatenate(
+        [quantize(part) for quantize, part in zip(parts, np.split(x, tp, axis=-1))], axis=-1)
+  else:
+    model.input_quant[module] = quantize_int8_groups(group)
+
+
 def quantize_fp8_rows(x):
   scale = np.maximum(np.abs(x).max(axis=-1, keepdims=True) / FP8_MAX, FP8_MIN_TOKEN_SCALE)
   return e4m3_round(x / scale) * scale
@@ -218,7 +266,7 @@ def dequantize_byte_formats(model, q, tp):
   return model
 
 
-def dequantize(model, tp=1):
+def dequantize(model, tp=1, weight_only_activations="int8"):
   """Replaces model.weights' quantized projections by dense float64 ones."""
   q = model.config["quantization_config"]
   method = q["quant_method"]
@@ -238,6 +286,8 @@ def dequantize(model, tp=1):
       w = dequantize_ct(t, prefix, next(iter(q["config_groups"].values()))["weights"])
     else:
       raise ValueError(f"unknown quant_method {method}")
+    if weight_only_activations == "int8":
+      set_weight_only_input_quant(model, module, weight_groups(t, prefix, method, q), tp)
     for name in [n for n in t if n.startswith(prefix)]:
       del t[name]
     t[prefix + "weight"] = np.asarray(w, dtype=np.float64)
@@ -271,13 +321,14 @@ def emulate_fp8_kv_cache(model):
   return model
 
 
-def load_model(model_dir, quantization="", tp=1, kv_cache_dtype="auto"):
+def load_model(model_dir, quantization="", tp=1, kv_cache_dtype="auto",
+               weight_only_activations="int8"):
   model = llama_reference.load_model(model_dir)
   if kv_cache_dtype == "fp8":
     emulate_fp8_kv_cache(model)
   if "quantization_config" not in model.config:
     return quantize_online_fp8(model, tp) if quantization == "fp8" else model
-  return dequantize(model, tp)
+  return dequantize(model, tp, weight_only_activations)
 
 
 def main(argv):
@@ -291,9 +342,11 @@ def main(argv):
   parser.add_argument("--quantization", default="")
   parser.add_argument("--tensor-parallel-size", type=int, default=1)
   parser.add_argument("--kv-cache-dtype", choices=("auto", "fp8"), default="auto")
+  parser.add_argument("--cpu-weight-only-activations", choices=("int8", "float32"),
+                      default="int8")
   args = parser.parse_args(argv)
   model = load_model(args.model, args.quantization, args.tensor_parallel_size,
-                     args.kv_cache_dtype)
+                     args.kv_cache_dtype, args.cpu_weight_only_activations)
   tokens = [int(x) for x in args.tokens.split(",") if x.strip()]
   if args.command == "generate-batch":
     with open(args.requests) as f:

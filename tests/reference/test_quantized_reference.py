@@ -102,6 +102,11 @@ class QuantizedReferenceTest(unittest.TestCase):
     x = np.array([[0.5, -1.0, 0.25], [0.0, 0.0, 0.0]])
     np.testing.assert_array_equal(qref.quantize_int8_rows(x)[1], [0, 0, 0])
     np.testing.assert_allclose(qref.quantize_int8_rows(x)[0], [64 / 127, -1.0, 32 / 127])
+    # Per group (the weight-only formats' int8 inputs): each group of a row
+    # its own scale; 2.5 with scale 1 rounds half to even.
+    by_group = qref.quantize_int8_groups([0, 1, 0, 1])
+    np.testing.assert_allclose(by_group(np.array([[0.5, 127.0, -1.0, 2.5]])),
+                               [[64 / 127, 127.0, -1.0, 2.0]])
 
   def test_awq_field_order_by_hand(self):
     # Output column c = 0..7 of one input row holds code c + 1; AutoAWQ

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -73,14 +74,16 @@ class TensorParallelModelTest : public ::testing::Test {
     auto run = worker::comm::RunRankGroup(
         world,
         [&](int rank, int port) {
-          return std::vector<std::string>{PAGODA_TP_TEST_RANK,
-                                          "--model=" + model,
-                                          absl::StrCat("--rank=", rank),
-                                          absl::StrCat("--world=", world),
-                                          absl::StrCat("--rendezvous=127.0.0.1:", port),
-                                          "--prefix=" + prefix,
-                                          "--dtype=" + dtype,
-                                          absl::StrCat("--out=", dir_, "/", prefix, "_", rank)};
+          return std::vector<std::string>{
+              PAGODA_TP_TEST_RANK,
+              "--model=" + model,
+              absl::StrCat("--rank=", rank),
+              absl::StrCat("--world=", world),
+              absl::StrCat("--rendezvous=127.0.0.1:", port),
+              "--prefix=" + prefix,
+              "--dtype=" + dtype,
+              "--cpu_weight_only_activations=" + weight_only_activations_,
+              absl::StrCat("--out=", dir_, "/", prefix, "_", rank)};
         },
         limit);
     EXPECT_TRUE(run.ok()) << run.status();
@@ -153,6 +156,7 @@ class TensorParallelModelTest : public ::testing::Test {
 
   std::string dir_;
   int runs_ = 0;
+  std::string weight_only_activations_ = "int8";  // The ranks' CpuBackend option.
 };
 
 TEST_F(TensorParallelModelTest, MultiHeadAttentionMatchesOneRank) {
@@ -182,14 +186,20 @@ TEST_F(TensorParallelModelTest, QwenBiasesBf16AndOneKvHeadMatchOneRank) {
 
 // Quantized weights split by the same Megatron rules: rows of q/k/v and
 // gate/up (with their scales and zero points), inputs of o and down at
-// group boundaries (act-order g_idx travels with its inputs).
+// group boundaries (act-order g_idx travels with its inputs). AWQ with the
+// default int8 inputs (quantized per group: its groups never span ranks);
+// act-order and per-channel groups do span them, and each rank quantizes
+// its part of a group on its own (quantized_service_test checks those
+// against the reference's per-rank emulation), so they run with f32 inputs.
 TEST_F(TensorParallelModelTest, QuantizedCheckpointsOverTwoRanksMatchOneRank) {
   const std::string shape =
       "-- --vocab-size 64 --hidden-size 64 --intermediate-size 128 --num-layers 2 --num-heads 4"
       " --num-kv-heads 2";
-  for (const std::string& flags :
-       {"--format awq --group-size 32", "--format gptq --desc-act --group-size 16",
-        "--format ct --bits 8 --group-size -1"}) {
+  for (const auto& [flags, activations] : std::vector<std::pair<std::string, std::string>>{
+           {"--format awq --group-size 32", "int8"},
+           {"--format gptq --desc-act --group-size 16", "float32"},
+           {"--format ct --bits 8 --group-size -1", "float32"}}) {
+    weight_only_activations_ = activations;
     const std::string model = MakeQuantizedModel(absl::StrCat("quant", runs_), flags + " " + shape);
     const std::vector<RankOutput> single = RunGroup(model, 1);
     const std::vector<RankOutput> group = RunGroup(model, 2);

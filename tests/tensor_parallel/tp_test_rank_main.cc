@@ -10,6 +10,7 @@
 //                  it and after the load), weight_bytes, bytes_per_block.
 // Usage: tp_test_rank --model DIR --rank R --world N [--rendezvous IP:PORT
 //        --prefix P, secret in $PAGODA_TEST_RENDEZVOUS_SECRET] [--dtype auto]
+//        [--cpu_weight_only_activations int8|float32]
 //        --out PATH
 // Exits 0 on success, 1 with the reason on stderr.
 
@@ -37,6 +38,8 @@ ABSL_FLAG(int, world, 1, "Ranks in the group.");
 ABSL_FLAG(std::string, rendezvous, "", "IPv4:port of the rendezvous store.");
 ABSL_FLAG(std::string, prefix, "", "Key prefix of this group.");
 ABSL_FLAG(std::string, dtype, "auto", "Weight dtype.");
+ABSL_FLAG(std::string, cpu_weight_only_activations, "int8",
+          "Weight-only quantized Linears' inputs: int8 or float32.");
 ABSL_FLAG(std::string, out, "", "Output path prefix.");
 
 namespace pagoda::worker {
@@ -86,7 +89,10 @@ absl::Status Run() {
   if (!weight_dtype.ok()) return weight_dtype.status();
 
   const long rss_before = StatusKb("VmRSS");
-  auto backend = CreateCpuBackend(1);  // The test runs several ranks on few CPUs.
+  // One thread: the test runs several ranks on few CPUs.
+  auto backend = CreateCpuBackend(1, absl::GetFlag(FLAGS_cpu_weight_only_activations) == "float32"
+                                         ? WeightOnlyActivations::kFloat32
+                                         : WeightOnlyActivations::kInt8);
   auto communicator =
       JoinGroup(*membership, absl::GetFlag(FLAGS_model), TcpTransport("127.0.0.1"));
   if (!communicator.ok()) return communicator.status();

@@ -58,8 +58,10 @@ const char* RowAt(const Tensor& t, int64_t row) {
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(int num_threads)
-      : pool_(num_threads > 0 ? num_threads : AvailableCpuCount()), simd_(BestSimdKernels()) {}
+  CpuBackend(int num_threads, WeightOnlyActivations weight_only)
+      : pool_(num_threads > 0 ? num_threads : AvailableCpuCount()),
+        simd_(BestSimdKernels()),
+        weight_only_(weight_only) {}
 
   void HostParallelFor(int64_t n, int64_t grain,
                        const std::function<void(int64_t, int64_t)>& fn) override {
@@ -143,7 +145,7 @@ class CpuBackend final : public Backend {
     if (weight.code_type == CodeType::kFloat8E4M3 || weight.input_quant != InputQuant::kNone) {
       return CreateCpuW8A8Linear(weight, &pool_, BestSimdLevel());
     }
-    return CreateCpuQuantLinear(weight, &pool_, BestSimdLevel());
+    return CreateCpuQuantLinear(weight, &pool_, BestSimdLevel(), weight_only_);
   }
 
   void Rope(void* q_raw, void* k_raw, int64_t token_stride, const StepBatch& batch, int num_q_heads,
@@ -411,13 +413,14 @@ class CpuBackend final : public Backend {
 
   ThreadPool pool_;
   const SimdKernels& simd_;
+  WeightOnlyActivations weight_only_;
   std::atomic<uint64_t> allocations_{0};
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> CreateCpuBackend(int num_threads) {
-  return std::make_unique<CpuBackend>(num_threads);
+std::unique_ptr<Backend> CreateCpuBackend(int num_threads, WeightOnlyActivations weight_only) {
+  return std::make_unique<CpuBackend>(num_threads, weight_only);
 }
 
 }  // namespace pagoda::worker

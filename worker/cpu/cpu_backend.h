@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "worker/backend.h"
+#include "worker/cpu/quant_linear.h"
 
 namespace pagoda::worker {
 
@@ -20,8 +21,10 @@ namespace pagoda::worker {
 // memory, so uploads and downloads are memcpy. Activations are f32; the KV
 // cache may be f32, bf16 or f16 (written rounded to nearest even by SIMD
 // narrowing, read by SIMD dot products and weighted sums that widen to f32). Sample
-// runs worker/sampler.h's SampleRow, one row per task.
-std::unique_ptr<Backend> CreateCpuBackend(int num_threads = 0);
+// runs worker/sampler.h's SampleRow, one row per task. `weight_only`: how the
+// weight-only int4/int8 Linears (AWQ, GPTQ, W4A16/W8A16) take their inputs.
+std::unique_ptr<Backend> CreateCpuBackend(
+    int num_threads = 0, WeightOnlyActivations weight_only = WeightOnlyActivations::kInt8);
 
 }  // namespace pagoda::worker
 

@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
+#include "common/quantization_methods.h"
 #include "glog/logging.h"
 #include "worker/cpu/cpu_backend.h"
 #include "worker/llama_model.h"
@@ -80,13 +81,21 @@ class CpuModelRunner final : public ModelRunnerBase {
     if (!weight_dtype.ok()) return weight_dtype.status();
     auto kv_cache_dtype = ParseKvCacheDTypeFlag(request.kv_cache_dtype());
     if (!kv_cache_dtype.ok()) return kv_cache_dtype.status();
+    if (!IsCpuWeightOnlyActivations(request.cpu_weight_only_activations())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cpu_weight_only_activations must be int8 or float32, got ",
+                       request.cpu_weight_only_activations()));
+    }
     auto communicator =
         JoinGroup(*membership, request.model_dir(), TcpTransport(options_.collective_host));
     if (!communicator.ok()) return communicator.status();
     AdoptCommunicator(*std::move(communicator));
     // The backend (and its thread pool) is made here, where the thread count
     // is known; the model and cache keep pointers into it.
-    backend_ = CreateCpuBackend(request.cpu_threads());
+    backend_ =
+        CreateCpuBackend(request.cpu_threads(), request.cpu_weight_only_activations() == "float32"
+                                                    ? WeightOnlyActivations::kFloat32
+                                                    : WeightOnlyActivations::kInt8);
     if (options_.wrap_backend) backend_ = options_.wrap_backend(std::move(backend_));
     auto model = LlamaModel::Load(request.model_dir(), backend_.get(), timed_.get(),
                                   CpuLoadOptions(request, *weight_dtype));

@@ -1,11 +1,14 @@
 #include "worker/cpu/quant_linear.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <numeric>
 #include <vector>
 
 #include "worker/cpu/host_memory.h"
 #include "worker/cpu/panel_linear.h"
+#include "worker/cpu/quant_a8_kernels.h"
 #include "worker/cpu/quant_kernels.h"
 
 namespace pagoda::worker {
@@ -52,18 +55,27 @@ constexpr int kQuantPanelWidth = 16;
 
 class CpuQuantLinear final : public Linear {
  public:
-  CpuQuantLinear(const QuantizedWeight& weight, ThreadPool* pool, SimdLevel level)
+  CpuQuantLinear(const QuantizedWeight& weight, ThreadPool* pool, SimdLevel level,
+                 WeightOnlyActivations activations)
       : pool_(pool),
         simd_(SimdKernelsFor(level)),
         kernel_(weight.bits == 4 ? QuantKernelsFor(level).row_int4
                                  : QuantKernelsFor(level).row_int8),
         max_rows_(QuantKernelsFor(level).max_rows),
+        a8_kernel_(weight.bits == 4 ? QuantA8KernelsFor(level).row_int4
+                                    : QuantA8KernelsFor(level).row_int8),
+        a8_max_rows_(QuantA8KernelsFor(level).max_rows),
         bits_(weight.bits),
         out_(weight.out_features),
         in_(weight.in_features),
         num_groups_(weight.num_groups),
         bias_(weight.bias) {
     PlanSegments(weight);
+    // A group longer than the int32 sums allow keeps f32 inputs.
+    int8_inputs_ = activations == WeightOnlyActivations::kInt8 &&
+                   std::all_of(segments_.begin(), segments_.end(), [](const QuantSegment& seg) {
+                     return seg.length <= kQuantA8MaxSegment;
+                   });
     PackCodes(weight);
     params_.resize(static_cast<size_t>(out_ * num_groups_) * 2);
     for (int64_t k = 0; k < out_ * num_groups_; ++k) {
@@ -82,27 +94,54 @@ class CpuQuantLinear final : public Linear {
   // are taken in blocks whose slice of x (every token row of the call) fits
   // L1, each block run over a band of output rows before the next: x is
   // read from L1 for every output row rather than re-streamed from L2.
+  // With int8 inputs every path (rows, panels) multiplies the same
+  // quantized values, so a token's numerics do not depend on its batch.
   void Forward(const void* x_raw, int rows, void* y_raw) override {
     if (rows <= 0) return;
     const float* x = Gathered(static_cast<const float*>(x_raw), rows);
     float* y = static_cast<float*>(y_raw);
-    if (rows >= kQuantPanelMinRows && simd_.gemm6x16 != nullptr) return ForwardPanels(x, rows, y);
+    if (int8_inputs_) QuantizeInputs(x, rows);
+    if (rows >= kQuantPanelMinRows && simd_.gemm6x16 != nullptr) {
+      return ForwardPanels(int8_inputs_ ? DequantizedInputs(rows) : x, rows, y);
+    }
+    const size_t num_segments = segments_.size();
+    if (int8_inputs_) {
+      ForEachBand(rows, a8_max_rows_, sizeof(int8_t), y,
+                  [&](int64_t o, int r, int count, int first, int n, bool accumulate) {
+                    a8_kernel_(CodesOf(o), ParamsOf(o), segments_.data() + first, n,
+                               x_q_.data() + r * padded_in_, padded_in_,
+                               x_scale_.data() + first * rows + r,
+                               x_qsum_.data() + first * rows + r, rows, count, y + r * out_ + o,
+                               out_, accumulate);
+                  });
+      return;
+    }
     SumSegments(x, rows);
-    const size_t row_bytes = static_cast<size_t>(padded_in_) * bits_ / 8;
-    const int num_segments = static_cast<int>(segments_.size());
-    const std::vector<int> blocks = SegmentBlocks(std::min(rows, max_rows_));
+    ForEachBand(rows, max_rows_, sizeof(float), y,
+                [&](int64_t o, int r, int count, int first, int n, bool accumulate) {
+                  kernel_(CodesOf(o), ParamsOf(o), segments_.data() + first, n, x + r * padded_in_,
+                          padded_in_, xsum_.data() + r * num_segments + first, num_segments, count,
+                          y + r * out_ + o, out_, accumulate);
+                });
+  }
+
+ private:
+  const uint8_t* CodesOf(int64_t o) const { return codes_.data() + o * (padded_in_ * bits_ / 8); }
+  const float* ParamsOf(int64_t o) const { return params_.data() + o * num_groups_ * 2; }
+
+  // call(o, r, count, first, n, accumulate) for every output row o, token
+  // rows [r, r + count) (count <= max_rows) and block of segments
+  // [first, first + n); then the bias. x_bytes: the bytes of one input.
+  template <typename Call>
+  void ForEachBand(int rows, int max_rows, size_t x_bytes, float* y, const Call& call) {
+    const std::vector<int> blocks = SegmentBlocks(std::min(rows, max_rows) * x_bytes);
     pool_->ParallelFor(out_, kMinRowsPerTask, [&](int64_t begin, int64_t end) {
       for (int64_t band = begin; band < end; band += kBandRows) {
         const int64_t band_end = std::min(end, band + kBandRows);
         for (size_t b = 0; b + 1 < blocks.size(); ++b) {
-          const int first = blocks[b];
           for (int64_t o = band; o < band_end; ++o) {
-            const uint8_t* codes = codes_.data() + o * row_bytes;
-            const float* params = params_.data() + o * num_groups_ * 2;
-            for (int r = 0; r < rows; r += max_rows_) {
-              kernel_(codes, params, segments_.data() + first, blocks[b + 1] - first,
-                      x + r * padded_in_, padded_in_, xsum_.data() + r * num_segments + first,
-                      num_segments, std::min(max_rows_, rows - r), y + r * out_ + o, out_, b > 0);
+            for (int r = 0; r < rows; r += max_rows) {
+              call(o, r, std::min(max_rows, rows - r), blocks[b], blocks[b + 1] - blocks[b], b > 0);
             }
           }
         }
@@ -114,7 +153,6 @@ class CpuQuantLinear final : public Linear {
     });
   }
 
- private:
   // Inputs sorted by group (stable), each group's run padded to whole chunks.
   void PlanSegments(const QuantizedWeight& weight) {
     std::vector<int32_t> order(static_cast<size_t>(in_));
@@ -209,10 +247,10 @@ class CpuQuantLinear final : public Linear {
   }
 
   // Segment indices where blocks start, and the segment count last: whole
-  // segments, at least one a block, x's slice of `call_rows` token rows in
-  // about kBlockXBytes.
-  std::vector<int> SegmentBlocks(int call_rows) const {
-    const int64_t budget = kBlockXBytes / (sizeof(float) * call_rows);
+  // segments, at least one a block, x's slice (`input_bytes` an input, all
+  // token rows of a call) in about kBlockXBytes.
+  std::vector<int> SegmentBlocks(size_t input_bytes) const {
+    const int64_t budget = static_cast<int64_t>(kBlockXBytes / input_bytes);
     std::vector<int> blocks = {0};
     int64_t length = 0;
     for (size_t s = 0; s < segments_.size(); ++s) {
@@ -238,6 +276,63 @@ class CpuQuantLinear final : public Linear {
     return gathered_.data();
   }
 
+  // Each token row's inputs of each segment (one quantization group) to
+  // int8: s = max|x| / 127, q = round_half_even(x / s), clamped to
+  // [-128, 127] (W8A8's rule, per group rather than per token). x_qsum_
+  // gets s * sum(q), for the zero points; both segment-major
+  // (quant_a8_kernels.h). A NaN or infinite input makes its segment's scale
+  // NaN: its outputs are NaN, as a float product's would be.
+  void QuantizeInputs(const float* x, int rows) {
+    const size_t num_segments = segments_.size();
+    x_q_.assign(static_cast<size_t>(rows) * padded_in_, 0);
+    x_scale_.assign(rows * num_segments, 0.0f);
+    x_qsum_.assign(rows * num_segments, 0.0f);
+    for (int r = 0; r < rows; ++r) {
+      for (size_t s = 0; s < num_segments; ++s) {
+        const int64_t begin = r * padded_in_ + segments_[s].start;
+        const int64_t end = begin + segments_[s].length;
+        float amax = 0.0f;
+        bool finite = true;
+        for (int64_t i = begin; i < end; ++i) {
+          amax = std::max(amax, std::fabs(x[i]));
+          finite &= std::isfinite(x[i]);
+        }
+        const float scale = amax / 127.0f;
+        if (!finite || !std::isfinite(scale)) {
+          x_scale_[s * rows + r] = std::numeric_limits<float>::quiet_NaN();
+          x_qsum_[s * rows + r] = std::numeric_limits<float>::quiet_NaN();
+          continue;
+        }
+        if (scale == 0.0f) continue;  // q = 0.
+        int32_t sum = 0;
+        for (int64_t i = begin; i < end; ++i) {
+          // nearbyint rounds half to even (the default mode), as torch.round.
+          const float q = std::clamp(std::nearbyint(x[i] / scale), -128.0f, 127.0f);
+          x_q_[i] = static_cast<int8_t>(q);
+          sum += static_cast<int32_t>(q);
+        }
+        x_scale_[s * rows + r] = scale;
+        x_qsum_[s * rows + r] = scale * static_cast<float>(sum);
+      }
+    }
+  }
+
+  // The quantized inputs as f32 (q * s), for the panel path.
+  const float* DequantizedInputs(int rows) {
+    const size_t num_segments = segments_.size();
+    dequantized_.resize(static_cast<size_t>(rows) * padded_in_);
+    for (int r = 0; r < rows; ++r) {
+      for (size_t s = 0; s < num_segments; ++s) {
+        const float scale = x_scale_[s * rows + r];
+        const int64_t begin = r * padded_in_ + segments_[s].start;
+        for (int64_t i = begin; i < begin + segments_[s].length; ++i) {
+          dequantized_[i] = static_cast<float>(x_q_[i]) * scale;
+        }
+      }
+    }
+    return dequantized_.data();
+  }
+
   void SumSegments(const float* x, int rows) {
     xsum_.resize(static_cast<size_t>(rows) * segments_.size());
     for (int r = 0; r < rows; ++r) {
@@ -252,6 +347,9 @@ class CpuQuantLinear final : public Linear {
   const SimdKernels& simd_;
   QuantRowFn kernel_;
   int max_rows_;
+  QuantA8RowFn a8_kernel_;
+  int a8_max_rows_;
+  bool int8_inputs_ = false;
   int bits_;
   int64_t out_;
   int64_t in_;
@@ -265,14 +363,18 @@ class CpuQuantLinear final : public Linear {
   HostBytes codes_;              // [out, padded_in_ * bits / 8], chunked.
   std::vector<float> params_;    // [out, num_groups, 2]: scale, -scale * zero.
   std::vector<float> gathered_;  // [rows, padded_in_]
-  std::vector<float> xsum_;      // [rows, segments]
+  std::vector<float> xsum_;      // [rows, segments]: sum of x.
+  std::vector<int8_t> x_q_;      // [rows, padded_in_]: int8 inputs.
+  std::vector<float> x_scale_;   // [segments, rows]: their scales.
+  std::vector<float> x_qsum_;    // [segments, rows]: s * sum(q).
+  std::vector<float> dequantized_;  // [rows, padded_in_]: q * s, for the panels.
 };
 
 }  // namespace
 
 std::unique_ptr<Linear> CreateCpuQuantLinear(const QuantizedWeight& weight, ThreadPool* pool,
-                                             SimdLevel level) {
-  return std::make_unique<CpuQuantLinear>(weight, pool, level);
+                                             SimdLevel level, WeightOnlyActivations activations) {
+  return std::make_unique<CpuQuantLinear>(weight, pool, level, activations);
 }
 
 }  // namespace pagoda::worker

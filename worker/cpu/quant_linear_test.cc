@@ -4,18 +4,25 @@
 // and are not multiples of the kernels' 32-code chunk, act-order group
 // indices in random order, token counts that leave partial tiles of the
 // kernels' four (AVX2) or eight (AVX-512) rows,
-// with and without bias, on one and several threads. And the backend's
-// CreateQuantizedLinear gives the same Linear.
+// with and without bias, on one and several threads; with f32 inputs
+// (kFloat32) and with inputs quantized to int8 per group (kInt8, against a
+// loop that quantizes them as the rule says). The int8-input kernels
+// (quant_a8_kernels.h) against an integer loop at every level, with the
+// extreme codes and inputs. And the backend's CreateQuantizedLinear gives
+// the same Linear.
 
 #include "worker/cpu/quant_linear.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "worker/cpu/cpu_backend.h"
+#include "worker/cpu/quant_a8_kernels.h"
 #include "worker/cpu/thread_pool.h"
 #include "worker/quant/quantized_weight.h"
 
@@ -51,6 +58,30 @@ QuantizedWeight RandomWeight(const Shape& shape, std::mt19937& rng) {
   return w;
 }
 
+// x with each row's inputs of each group quantized to int8 and back (q * s),
+// the rule of WeightOnlyActivations::kInt8, computed in f32 as it says.
+std::vector<float> QuantizedPerGroup(const QuantizedWeight& w, const std::vector<float>& x,
+                                     int rows) {
+  std::vector<float> out(x.size());
+  for (int r = 0; r < rows; ++r) {
+    const float* row = x.data() + r * w.in_features;
+    for (int64_t g = 0; g < w.num_groups; ++g) {
+      float amax = 0.0f;
+      for (int64_t i = 0; i < w.in_features; ++i) {
+        if (w.group_of_input[i] == g) amax = std::max(amax, std::fabs(row[i]));
+      }
+      const float scale = amax / 127.0f;
+      for (int64_t i = 0; i < w.in_features; ++i) {
+        if (w.group_of_input[i] != g) continue;
+        const float q =
+            scale == 0.0f ? 0.0f : std::clamp(std::nearbyint(row[i] / scale), -128.0f, 127.0f);
+        out[r * w.in_features + i] = q * scale;
+      }
+    }
+  }
+  return out;
+}
+
 // y = x · Wᵀ (+ bias) in float64 over the dequantized weight.
 std::vector<double> Reference(const QuantizedWeight& w, const std::vector<float>& x, int rows) {
   std::vector<double> y(static_cast<size_t>(rows) * w.out_features);
@@ -69,7 +100,8 @@ std::vector<double> Reference(const QuantizedWeight& w, const std::vector<float>
 }
 
 void ExpectMatches(Linear& linear, const QuantizedWeight& w, std::mt19937& rng,
-                   const std::string& label) {
+                   const std::string& label,
+                   WeightOnlyActivations activations = WeightOnlyActivations::kFloat32) {
   ASSERT_EQ(linear.in_features(), w.in_features);
   ASSERT_EQ(linear.out_features(), w.out_features);
   // 40 rows: the dequantized-panel path of prompts (quant_linear.cc).
@@ -78,7 +110,8 @@ void ExpectMatches(Linear& linear, const QuantizedWeight& w, std::mt19937& rng,
     for (float& v : x) v = std::uniform_real_distribution<float>(-1, 1)(rng);
     std::vector<float> y(rows * w.out_features + 1, 1234.5f);  // Guard past the end.
     linear.Forward(x.data(), rows, y.data());
-    const std::vector<double> want = Reference(w, x, rows);
+    const std::vector<double> want = Reference(
+        w, activations == WeightOnlyActivations::kInt8 ? QuantizedPerGroup(w, x, rows) : x, rows);
     for (size_t k = 0; k < want.size(); ++k) {
       ASSERT_NEAR(y[k], want[k], 2e-4 * (1.0 + std::abs(want[k])))
           << label << " rows=" << rows << " element " << k;
@@ -100,19 +133,92 @@ class CpuQuantLinearTest : public testing::TestWithParam<int> {};
 TEST_P(CpuQuantLinearTest, MatchesFloat64DequantizedAtEveryLevel) {
   ThreadPool pool(GetParam());
   std::mt19937 rng(11);
-  for (SimdLevel level : SupportedSimdLevels()) {
-    for (const Shape& shape : kShapes) {
-      for (bool with_bias : {false, true}) {
-        QuantizedWeight w = RandomWeight(shape, rng);
-        if (with_bias) {
-          for (int64_t o = 0; o < shape.out; ++o) w.bias.push_back(0.25f * static_cast<float>(o));
+  for (WeightOnlyActivations activations :
+       {WeightOnlyActivations::kFloat32, WeightOnlyActivations::kInt8}) {
+    for (SimdLevel level : SupportedSimdLevels()) {
+      for (const Shape& shape : kShapes) {
+        for (bool with_bias : {false, true}) {
+          QuantizedWeight w = RandomWeight(shape, rng);
+          if (with_bias) {
+            for (int64_t o = 0; o < shape.out; ++o) w.bias.push_back(0.25f * static_cast<float>(o));
+          }
+          auto linear = CreateCpuQuantLinear(w, &pool, level, activations);
+          ExpectMatches(*linear, w, rng,
+                        std::string(SimdLevelName(level)) +
+                            (activations == WeightOnlyActivations::kInt8 ? " int8 inputs" : "") +
+                            " int" + std::to_string(shape.bits) + " [" + std::to_string(shape.out) +
+                            ", " + std::to_string(shape.in) + "] group " +
+                            std::to_string(shape.group_size) +
+                            (shape.act_order ? " act-order" : "") + (with_bias ? " bias" : ""),
+                        activations);
         }
-        auto linear = CreateCpuQuantLinear(w, &pool, level);
-        ExpectMatches(*linear, w, rng,
-                      std::string(SimdLevelName(level)) + " int" + std::to_string(shape.bits) +
-                          " [" + std::to_string(shape.out) + ", " + std::to_string(shape.in) +
-                          "] group " + std::to_string(shape.group_size) +
-                          (shape.act_order ? " act-order" : "") + (with_bias ? " bias" : ""));
+      }
+    }
+  }
+}
+
+// A row of int8 inputs with a NaN in one group: that group's products are
+// NaN, so every output is, as with f32 inputs (int8 has no NaN to carry).
+TEST_P(CpuQuantLinearTest, NanInputGivesNanOutputsWithInt8Inputs) {
+  ThreadPool pool(GetParam());
+  std::mt19937 rng(13);
+  const QuantizedWeight w = RandomWeight({4, 5, 64, 32, false}, rng);
+  for (SimdLevel level : SupportedSimdLevels()) {
+    auto linear = CreateCpuQuantLinear(w, &pool, level, WeightOnlyActivations::kInt8);
+    for (int rows : {2, 40}) {
+      std::vector<float> x(rows * 64, 0.5f);
+      x[64 + 40] = std::numeric_limits<float>::quiet_NaN();  // Row 1, group 1.
+      std::vector<float> y(rows * 5);
+      linear->Forward(x.data(), rows, y.data());
+      for (int o = 0; o < 5; ++o) {
+        EXPECT_FALSE(std::isnan(y[o])) << SimdLevelName(level) << " rows " << rows;
+        EXPECT_TRUE(std::isnan(y[5 + o])) << SimdLevelName(level) << " rows " << rows;
+      }
+    }
+  }
+}
+
+// The int8-input kernels' integer sums against a plain loop, exactly: unit
+// scales, zero offsets, segments of one to five chunks (the VNNI kernel's
+// lone last chunk included), 1 to max_rows token rows, the largest code
+// against -128 (a pair 2 * 255 * -128 that vpmaddubsw would saturate).
+TEST(QuantA8Kernels, IntegerSumsEqualPlainLoopAtEveryLevel) {
+  std::mt19937 rng(14);
+  const std::vector<QuantSegment> segments = {{0, 32, 0}, {32, 96, 1}, {128, 64, 2}, {192, 160, 3}};
+  const int64_t padded = 352;
+  const std::vector<float> params = {1, 0, 1, 0, 1, 0, 1, 0};
+  for (int bits : {4, 8}) {
+    std::vector<int> codes(padded);
+    for (int& c : codes) c = static_cast<int>(rng() % (1u << bits));
+    codes[33] = codes[200] = (1 << bits) - 1;
+    std::vector<uint8_t> packed(padded * bits / 8, 0);
+    for (int64_t p = 0; p < padded; ++p) {
+      if (bits == 8) {
+        packed[p] = static_cast<uint8_t>(codes[p]);
+        continue;
+      }
+      const int64_t in_chunk = p % kQuantChunk;
+      packed[(p / kQuantChunk) * 16 + in_chunk % 16] |=
+          static_cast<uint8_t>(in_chunk < 16 ? codes[p] : codes[p] << 4);
+    }
+    for (SimdLevel level : SupportedSimdLevels()) {
+      const QuantA8Kernels& kernels = QuantA8KernelsFor(level);
+      for (int rows = 1; rows <= kernels.max_rows; ++rows) {
+        std::vector<int8_t> x(rows * padded);
+        for (auto& v : x) v = static_cast<int8_t>(rng());
+        for (int r = 0; r < rows; ++r) x[r * padded + 33] = x[r * padded + 200] = -128;
+        const std::vector<float> ones(rows * segments.size(), 1.0f);
+        const std::vector<float> zeros(rows * segments.size(), 0.0f);
+        std::vector<float> y(rows, -1.0f);
+        (bits == 4 ? kernels.row_int4 : kernels.row_int8)(
+            packed.data(), params.data(), segments.data(), 4, x.data(), padded, ones.data(),
+            zeros.data(), rows, rows, y.data(), 1, false);
+        for (int r = 0; r < rows; ++r) {
+          int64_t want = 0;
+          for (int64_t p = 0; p < padded; ++p) want += codes[p] * int64_t{x[r * padded + p]};
+          EXPECT_EQ(y[r], static_cast<float>(want))
+              << kernels.name << " int" << bits << " rows " << rows << " row " << r;
+        }
       }
     }
   }
@@ -124,7 +230,11 @@ TEST_P(CpuQuantLinearTest, BackendBuildsTheSameLinear) {
   const QuantizedWeight w = RandomWeight({4, 19, 96, 32, true}, rng);
   auto linear = backend->CreateQuantizedLinear(w);
   ASSERT_TRUE(linear.ok()) << linear.status();
-  ExpectMatches(**linear, w, rng, "backend");
+  ExpectMatches(**linear, w, rng, "backend", WeightOnlyActivations::kInt8);
+  auto exact_backend = CreateCpuBackend(GetParam(), WeightOnlyActivations::kFloat32);
+  auto exact = exact_backend->CreateQuantizedLinear(w);
+  ASSERT_TRUE(exact.ok()) << exact.status();
+  ExpectMatches(**exact, w, rng, "backend float32 inputs");
   // Packed codes (half a byte each at 4 bits) and two f32 per group.
   EXPECT_EQ((*linear)->weight_bytes(), 19u * 96 / 2 + 19u * 3 * 2 * sizeof(float));
 }
