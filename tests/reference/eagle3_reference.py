@@ -37,6 +37,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import eagle_reference  # noqa: E402
 import llama_reference as ref  # noqa: E402
 
 DRAFT_VOCAB = 40
@@ -198,19 +199,7 @@ def propose(head, target, ids, k):
 
 
 def simulate(head, target, prompt, k, max_tokens):
-  greedy = ref.greedy_generate(target, prompt, max_tokens, ignore_eos=True)
-  output = [greedy[0]]
-  accepted = []
-  while len(output) < max_tokens:
-    room = max_tokens - len(output) - 1
-    drafts = propose(head, target, prompt + output, min(k, room))
-    a = 0
-    while a < len(drafts) and drafts[a] == greedy[len(output) + a]:
-      a += 1
-    if drafts:
-      accepted.append(a)
-    output = greedy[:len(output) + a + 1]
-  return {"tokens": output, "accepted": accepted}
+  return eagle_reference.simulate(head, target, prompt, k, max_tokens, propose_drafts=propose)
 
 
 def main(argv):

@@ -163,13 +163,16 @@ def propose(head, target, ids, k):
   return drafts
 
 
-def simulate(head, target, prompt, k, max_tokens):
+def simulate(head, target, prompt, k, max_tokens, propose_drafts=None):
+  """Greedy speculative decoding with `propose_drafts` (this head's
+  `propose` by default; eagle3_reference passes its own)."""
+  propose_drafts = propose_drafts or propose
   greedy = ref.greedy_generate(target, prompt, max_tokens, ignore_eos=True)
   output = [greedy[0]]
   accepted = []
   while len(output) < max_tokens:
     room = max_tokens - len(output) - 1
-    drafts = propose(head, target, prompt + output, min(k, room))
+    drafts = propose_drafts(head, target, prompt + output, min(k, room))
     a = 0
     while a < len(drafts) and drafts[a] == greedy[len(output) + a]:
       a += 1
