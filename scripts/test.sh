@@ -34,9 +34,8 @@ cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_UNITY_BUILD=ON -DCMAKE_UNITY_BUILD_BATCH_SIZE=16
 cmake --build "$BUILD_DIR" -j "$JOBS"
 stage build
-# Two tests at a time, but the tests under tests/ (real server and worker
-# processes, whole models) one at a time beside the unit tests, and those
-# that time failure detection alone: pagoda_lock_directory_tests in
+# Two tests at a time, the real-process tests under tests/ too, but those
+# that time failure detection alone: pagoda_serial_tests in
 # cmake/PagodaTest.cmake.
 IMAGE_ARGS=()
 if [ "${PAGODA_IMAGE_TEST:-}" = 0 ]; then IMAGE_ARGS=(-LE image); fi
