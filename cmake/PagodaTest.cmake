@@ -27,9 +27,10 @@ endfunction()
 # pagoda_test_pch: one precompiled header of the third-party headers most
 # test sources include (the standard library, gtest, Abseil, JSON, gRPC),
 # which every pagoda_add_test binary reuses. Parsing them was about a third
-# of a test source's compile time, paid again by each of ~130 test binaries
-# (scheduler_openai_protocol_test 17.3 s of CPU without it, 15.1 s with;
-# common_safetensors_test 7.6 s, 5.3 s). Only where every package is found
+# of a test source's compile time, paid again by each of ~140 test binaries;
+# the shared header saves about half of that (six test sources, by the
+# build's own commands: 52.0 s of CPU without it, 43.6 s with). Only where
+# every package is found
 # (not in scripts/gpu_check's kernels-only project); PAGODA_TEST_PCH=OFF
 # turns it off.
 option(PAGODA_TEST_PCH "Test binaries share one precompiled header" ON)
@@ -88,10 +89,11 @@ endfunction()
 # runs alone. The test command runs ctest two at a time (scripts/test.sh),
 # and every other test may run beside another, the tests under tests/
 # (real server and worker processes, whole models) included: they wait for
-# conditions with deadlines. Until 2026-12-06 those shared one lock; three
-# trial runs without it found two tests that raced whatever ran beside them
-# (deploy_queue_limit_test, integration_speculative_test, both fixed), and
-# without it the suite took 248 s against 386 s on an idle 2-core machine.
+# conditions with deadlines. Until 2026-12-06 those shared one lock; of four
+# trial runs without it, the first two each found a test with a race of its
+# own (deploy_queue_limit_test, integration_speculative_test, both fixed),
+# and the last two took 248 s and 250 s against 386 s with the lock, on an
+# idle 2-core machine.
 # (A function each folder calls: CMake 3.25 sets a test's properties only
 # from the folder that added it.)
 function(pagoda_serial_tests)
