@@ -198,10 +198,6 @@ def propose(head, target, ids, k):
   return drafts
 
 
-def simulate(head, target, prompt, k, max_tokens):
-  return eagle_reference.simulate(head, target, prompt, k, max_tokens, propose_drafts=propose)
-
-
 def main(argv):
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   sub = parser.add_subparsers(dest="command", required=True)
@@ -215,14 +211,7 @@ def main(argv):
   p_variants.add_argument("--target-vocab", type=int, required=True)
   p_variants.add_argument("--out", required=True)
   p_variants.add_argument("--seed", type=int, default=7)
-  for name in ("propose", "simulate"):
-    p = sub.add_parser(name)
-    p.add_argument("--target", required=True)
-    p.add_argument("--head", required=True)
-    p.add_argument("--tokens", required=True, action="append")
-    p.add_argument("--k", type=int, required=True)
-    if name == "simulate":
-      p.add_argument("--max-tokens", type=int, required=True)
+  eagle_reference.add_draft_commands(sub)
   args = parser.parse_args(argv)
   if args.command == "make":
     make_head(args.source, args.out, args.target_vocab, args.seed)
@@ -230,14 +219,7 @@ def main(argv):
   if args.command == "variants":
     make_variants(args)
     return
-  target = ref.load_model(args.target)
-  head = load_head(args.head)
-  for tokens in args.tokens:
-    ids = [int(t) for t in tokens.split(",")]
-    if args.command == "propose":
-      print(",".join(str(d) for d in propose(head, target, ids, args.k)))
-    else:
-      print(json.dumps(simulate(head, target, ids, args.k, args.max_tokens)))
+  eagle_reference.run_draft_command(args, load_head, propose)
 
 
 if __name__ == "__main__":

@@ -182,6 +182,31 @@ def simulate(head, target, prompt, k, max_tokens, propose_drafts=None):
   return {"tokens": output, "accepted": accepted}
 
 
+def add_draft_commands(sub):
+  """The `propose` and `simulate` subcommands, shared with eagle3_reference."""
+  for name in ("propose", "simulate"):
+    p = sub.add_parser(name)
+    p.add_argument("--target", required=True)
+    p.add_argument("--head", required=True)
+    p.add_argument("--tokens", required=True, action="append")
+    p.add_argument("--k", type=int, required=True)
+    if name == "simulate":
+      p.add_argument("--max-tokens", type=int, required=True)
+
+
+def run_draft_command(args, load_head_dir, propose_drafts):
+  """Prints `propose` or `simulate` for each --tokens, with the head that
+  `load_head_dir` loads and its `propose_drafts`."""
+  target = ref.load_model(args.target)
+  head = load_head_dir(args.head)
+  for tokens in args.tokens:
+    ids = [int(t) for t in tokens.split(",")]
+    if args.command == "propose":
+      print(",".join(str(d) for d in propose_drafts(head, target, ids, args.k)))
+    else:
+      print(json.dumps(simulate(head, target, ids, args.k, args.max_tokens, propose_drafts)))
+
+
 def main(argv):
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   sub = parser.add_subparsers(dest="command", required=True)
@@ -194,14 +219,7 @@ def main(argv):
   p_variants.add_argument("--vocab-source", required=True)
   p_variants.add_argument("--out", required=True)
   p_variants.add_argument("--seed", type=int, default=7)
-  for name in ("propose", "simulate"):
-    p = sub.add_parser(name)
-    p.add_argument("--target", required=True)
-    p.add_argument("--head", required=True)
-    p.add_argument("--tokens", required=True, action="append")
-    p.add_argument("--k", type=int, required=True)
-    if name == "simulate":
-      p.add_argument("--max-tokens", type=int, required=True)
+  add_draft_commands(sub)
   args = parser.parse_args(argv)
   if args.command == "make":
     make_head(args.source, args.out, args.seed, fc_bias=True)
@@ -209,14 +227,7 @@ def main(argv):
   if args.command == "variants":
     make_variants(args)
     return
-  target = ref.load_model(args.target)
-  head = load_head(args.head)
-  for tokens in args.tokens:
-    ids = [int(t) for t in tokens.split(",")]
-    if args.command == "propose":
-      print(",".join(str(d) for d in propose(head, target, ids, args.k)))
-    else:
-      print(json.dumps(simulate(head, target, ids, args.k, args.max_tokens)))
+  run_draft_command(args, load_head, propose)
 
 
 if __name__ == "__main__":
