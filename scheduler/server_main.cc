@@ -39,8 +39,9 @@ absl::Status Serve(absl::StatusOr<ServerConfig> config) {
   if (!model.ok()) return model.status();
   if (absl::Status status = ResolveForModel(model->config, &*config); !status.ok()) return status;
   if (config->speculative.has_value()) {
-    absl::Status draft = CheckDraftModelFiles(*config->speculative, model->config,
-                                              config->model.max_model_len, model->tokenizer.get());
+    absl::Status draft = CheckDraftModelFiles(
+        *config->speculative, model->config, config->model.max_model_len, model->tokenizer.get(),
+        DraftTensorParallelSize(*config->speculative, config->workers.tensor_parallel_size));
     if (!draft.ok()) return draft;
   }
   if (absl::Status status = CheckFrontDoorPortsFree(config->front_door); !status.ok()) {

@@ -60,8 +60,31 @@ LlamaLoadOptions DraftLoadOptions(const LlamaLoadOptions& target_options) {
 
 }  // namespace
 
-DraftModel::DraftModel(Backend* backend)
-    : single_rank_(CreateSingleRankCommunicator()), backend_(backend) {}
+DraftModel::DraftModel(Backend* backend, Communicator* group)
+    : single_rank_(group == nullptr ? CreateSingleRankCommunicator() : nullptr),
+      group_(group == nullptr ? single_rank_.get() : group),
+      backend_(backend) {}
+
+absl::StatusOr<bool> ShardsDraftModel(const v1::LoadModelRequest& request) {
+  const int size = request.draft_tensor_parallel_size();
+  if (size <= 1) {
+    if (size < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("draft_tensor_parallel_size must be at least 0, got ", size));
+    }
+    return false;
+  }
+  if (size != request.world_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("draft_tensor_parallel_size ", size,
+                                                   " must be 1 or the world size ",
+                                                   request.world_size()));
+  }
+  if (request.draft_is_eagle_head() || request.draft_is_eagle3_head()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "draft_tensor_parallel_size ", size, ": an EAGLE head runs on rank 0 only (size 1)"));
+  }
+  return true;
+}
 
 bool HasDraftProposals(const StepPlan& plan) {
   return std::any_of(plan.sequences().begin(), plan.sequences().end(),
@@ -71,10 +94,10 @@ bool HasDraftProposals(const StepPlan& plan) {
 absl::StatusOr<std::unique_ptr<DraftModel>> DraftModel::Load(const std::string& model_dir,
                                                              Backend* backend,
                                                              const LlamaLoadOptions& options,
-                                                             const ModelConfig& target) {
-  auto draft = std::unique_ptr<DraftModel>(new DraftModel(backend));
-  auto model =
-      LlamaModel::Load(model_dir, backend, draft->single_rank_.get(), DraftLoadOptions(options));
+                                                             const ModelConfig& target,
+                                                             Communicator* group) {
+  auto draft = std::unique_ptr<DraftModel>(new DraftModel(backend, group));
+  auto model = LlamaModel::Load(model_dir, backend, draft->group_, DraftLoadOptions(options));
   if (!model.ok()) {
     return absl::Status(model.status().code(),
                         absl::StrCat("draft model: ", model.status().message()));
@@ -92,10 +115,10 @@ absl::StatusOr<std::unique_ptr<DraftModel>> DraftModel::LoadEagle(const std::str
                                                                   Backend* backend,
                                                                   const LlamaLoadOptions& options,
                                                                   LlamaModel* target, bool eagle3) {
-  auto draft = std::unique_ptr<DraftModel>(new DraftModel(backend));
-  auto head = eagle3 ? LlamaModel::LoadEagle3Head(head_dir, backend, draft->single_rank_.get(),
+  auto draft = std::unique_ptr<DraftModel>(new DraftModel(backend, nullptr));
+  auto head = eagle3 ? LlamaModel::LoadEagle3Head(head_dir, backend, draft->group_,
                                                   DraftLoadOptions(options), *target)
-                     : LlamaModel::LoadEagleHead(head_dir, backend, draft->single_rank_.get(),
+                     : LlamaModel::LoadEagleHead(head_dir, backend, draft->group_,
                                                  DraftLoadOptions(options), *target);
   if (!head.ok()) return head.status();
   draft->model_ = *std::move(head);
@@ -158,7 +181,10 @@ absl::StatusOr<const StepPlan*> DraftModel::Propose(const StepPlan& plan, BatchL
 absl::Status DraftModel::ForwardAndPick(const FlatBatch& batch) {
   absl::StatusOr<ForwardOutput> output = model_->Forward(batch, cache_.get());
   if (!output.ok()) return output.status();
-  if (batch.num_logits_rows() > 0) backend_->Sample(output->logits, output->sampling, &samples_);
+  // Only rank 0 computes logits (SharePicks tells the others).
+  if (group_->rank() == 0 && batch.num_logits_rows() > 0) {
+    backend_->Sample(output->logits, output->sampling, &samples_);
+  }
   return backend_->status();
 }
 
@@ -192,6 +218,9 @@ absl::Status DraftModel::RunPasses(const StepPlan& plan, const FlatBatch& batch,
       if (picks) picking.push_back(s);
     }
     if (absl::Status status = ForwardAndPick(builder.Take()); !status.ok()) return status;
+    if (absl::Status status = SharePicks(static_cast<int>(picking.size())); !status.ok()) {
+      return status;
+    }
     for (size_t i = 0; i < picking.size(); ++i) {
       drafts[picking[i]].push_back(samples_.token_ids[i]);
     }
@@ -202,6 +231,17 @@ absl::Status DraftModel::RunPasses(const StepPlan& plan, const FlatBatch& batch,
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status DraftModel::SharePicks(int num_picks) {
+  if (!sharded()) return absl::OkStatus();
+  // Only rank 0 computes logits: the others learn each pass's picks here,
+  // before the next pass feeds them.
+  std::vector<int32_t>& picks = samples_.token_ids;
+  if (group_->rank() != 0) picks.assign(num_picks, 0);
+  std::vector<int32_t> rows(num_picks);
+  for (int i = 0; i < num_picks; ++i) rows[i] = i;
+  return ShareLastSampledTokens(rows, group_, backend_, &share_staging_, &picks);
 }
 
 namespace {
@@ -247,7 +287,10 @@ absl::StatusOr<const StepPlan*> PlanToVerify(const DraftSource& source, const St
     if (absl::Status valid = FlattenStepPlan(*storage, limits).status(); !valid.ok()) return valid;
     verify = storage;
   }
-  if (!verify.ok() || *verify != storage || source.communicator == nullptr) return verify;
+  const bool drafts_known = source.draft != nullptr && source.draft->sharded();
+  if (!verify.ok() || *verify != storage || source.communicator == nullptr || drafts_known) {
+    return verify;
+  }
   if (absl::Status shared = ShareDrafts(source, storage); !shared.ok()) return shared;
   return verify;
 }

@@ -24,20 +24,26 @@
 
 namespace pagoda::worker {
 
-// The draft model of one worker (rank 0 of its group: the draft runs at
-// tensor-parallel size 1). Thread safety: one caller at a time, as the
-// runner that owns it.
+// The draft model of one worker: on rank 0 of its group at tensor-parallel
+// size 1, or one shard of it on every rank of the group (at the target's
+// size). Thread safety: one caller at a time, as the runner that owns it.
 class DraftModel {
  public:
-  // Loads `model_dir` on `backend` as one rank of its own. INVALID_ARGUMENT
-  // when its vocabulary size is not `target`'s (naming both); the loader's
-  // errors otherwise. `options.max_loras` and `options.quantization` are
-  // ignored: the draft serves no adapters, and its checkpoint's own
-  // quantization. backend must outlive the draft.
+  // Loads `model_dir` on `backend`: whole, as one rank of its own, when
+  // `group` is null; else this rank's shard of it over `group` (the
+  // target's), whose every rank must then load it and call Propose with the
+  // same plans: each pass's all-reduces run over the group, and rank 0's
+  // picks reach the others after each pass. INVALID_ARGUMENT when its
+  // vocabulary size is not `target`'s (naming both); the loader's errors
+  // otherwise (a model the group cannot split among them). `options.
+  // max_loras` and `options.quantization` are ignored: the draft serves no
+  // adapters, and its checkpoint's own quantization. backend and group must
+  // outlive the draft.
   static absl::StatusOr<std::unique_ptr<DraftModel>> Load(const std::string& model_dir,
                                                           Backend* backend,
                                                           const LlamaLoadOptions& options,
-                                                          const ModelConfig& target);
+                                                          const ModelConfig& target,
+                                                          Communicator* group = nullptr);
   // The eagle method: the EAGLE head in `head_dir` (LlamaModel::
   // LoadEagleHead) over `target`, which from now on keeps its final hidden
   // states (LlamaModel::KeepFinalHidden) for the head. Errors as
@@ -62,6 +68,9 @@ class DraftModel {
   }
 
   bool is_eagle() const { return eagle_ != nullptr; }
+  // Whether every rank of a group holds a shard (Load with a group of more
+  // than one rank): every rank then knows the drafts once Propose returns.
+  bool sharded() const { return group_->world_size() > 1; }
 
   // The eagle method's bookkeeping around each target step (nothing for a
   // draft model): after the target's forward over `batch`, its hidden
@@ -90,7 +99,7 @@ class DraftModel {
                                               v1::StepPlan* storage);
 
  private:
-  explicit DraftModel(Backend* backend);
+  DraftModel(Backend* backend, Communicator* group);
   // The passes of Propose over `batch`, the verify plan flattened; fills
   // `verify`'s drafts (the proposals `plan` asks for).
   absl::Status RunPasses(const v1::StepPlan& plan, const FlatBatch& batch, v1::StepPlan* verify);
@@ -111,7 +120,12 @@ class DraftModel {
   absl::Status EagleForwardAndPick(const FlatBatch& batch, const std::vector<char>& features,
                                    bool from_target, std::vector<char>* head_hidden);
 
+  // Sharded: gives every rank rank 0's picks of the last pass in samples_.
+  absl::Status SharePicks(int num_picks);
+
   std::unique_ptr<Communicator> single_rank_;
+  Communicator* group_;  // single_rank_, or the group the draft is sharded over.
+  std::unique_ptr<Buffer> share_staging_;  // SharePicks' device buffer.
   std::unique_ptr<LlamaModel> model_;
   std::unique_ptr<CacheEngine> cache_;
   Backend* backend_ = nullptr;
@@ -119,12 +133,19 @@ class DraftModel {
   std::unique_ptr<EagleFeatures> eagle_;  // The eagle method's; null for a draft model.
 };
 
+// Whether `request`'s draft model is sharded over the group (its
+// draft_tensor_parallel_size is the world size, above 1) rather than whole
+// on rank 0 (0 or 1). INVALID_ARGUMENT, naming the value, for any other
+// size, and for a size above 1 with an EAGLE head (those run on rank 0).
+absl::StatusOr<bool> ShardsDraftModel(const v1::LoadModelRequest& request);
+
 // Whether any row of `plan` asks for proposals.
 bool HasDraftProposals(const v1::StepPlan& plan);
 
 // Where a runner's drafts come from, and how they reach every rank.
 struct DraftSource {
-  // Rank 0's draft model; null on the other ranks and without one.
+  // This rank's draft model: rank 0's, or every rank's when it is sharded;
+  // null on the other ranks and without one.
   DraftModel* draft = nullptr;
   // Whether the group serves a draft model (LoadModelRequest.
   // draft_model_dir): rows may then ask for proposals on every rank.
@@ -137,9 +158,10 @@ struct DraftSource {
 };
 
 // What a runner verifies for `plan`: `plan` itself when it asks for no
-// proposals (rank 0's draft still follows its rows), else a copy in
-// `storage` with rank 0's proposals as draft_token_ids on every rank (the
-// other ranks validate the plan the same way, then receive them).
+// proposals (the draft still follows its rows), else a copy in `storage`
+// with rank 0's proposals as draft_token_ids on every rank (with a draft on
+// rank 0 only, the other ranks validate the plan the same way, then receive
+// them; a sharded draft proposes on every rank).
 // INVALID_ARGUMENT when a row asks for proposals and the group serves no
 // draft model (naming the seq_id), or as Propose; a failed collective is a
 // worker fault.

@@ -195,8 +195,8 @@ absl::Status ResolveChunking(int max_model_len, SchedulingOptions& scheduling) {
 }
 
 // What the engine runs of --speculative-config: prompt lookup, and a draft
-// model, an EAGLE or an EAGLE-3 head on the CPU worker at draft
-// tensor-parallel size 1. The draft's files are checked against the
+// model (at draft tensor-parallel size 1 or the target's), an EAGLE or an
+// EAGLE-3 head (at size 1) on the CPU worker. The draft's files are checked against the
 // target's at start (scheduler/startup/draft_model_files.h).
 absl::Status CheckSpeculation(const std::optional<SpeculativeConfig>& speculative,
                               const WorkerOptions& workers) {

@@ -282,15 +282,26 @@ TEST(ServerFlagsTest, SpeculativeConfigIsParsedAndCheckedAgainstTheTarget) {
   config = ServerConfigFromFlags();
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->speculative->method, SpeculativeMethod::kDraftModel);
-  // A draft model runs on the CPU at draft size 1 so far: unset, the
-  // draft's size is the target's.
+  // A draft model runs on the CPU at draft size 1 or the target's; unset,
+  // the draft's size is the target's (as vLLM).
   ASSERT_TRUE(absl::FindCommandLineFlag("tensor_parallel_size")->ParseFrom("2", &error));
-  EXPECT_EQ(ServerConfigFromFlags().status().message(),
-            "--speculative-config: a draft model runs at draft_tensor_parallel_size 1 only so "
-            "far, got 2 (set \"draft_tensor_parallel_size\": 1)");
+  config = ServerConfigFromFlags();
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(DraftTensorParallelSize(*config->speculative, 2), 2);
   ASSERT_TRUE(flag->ParseFrom(
       R"({"model": "/m", "num_speculative_tokens": 2, "draft_tensor_parallel_size": 1})", &error));
   EXPECT_TRUE(ServerConfigFromFlags().ok());
+  // An EAGLE head runs at size 1 only so far: at a target size of 2 it must
+  // say so.
+  ASSERT_TRUE(flag->ParseFrom(R"({"model": "/m/eagle-x", "num_speculative_tokens": 2})", &error));
+  EXPECT_EQ(ServerConfigFromFlags().status().message(),
+            "--speculative-config: an EAGLE head runs at draft_tensor_parallel_size 1 only so "
+            "far, got 2 (set \"draft_tensor_parallel_size\": 1)");
+  ASSERT_TRUE(flag->ParseFrom(
+      R"({"model": "/m/eagle-x", "num_speculative_tokens": 2, "draft_tensor_parallel_size": 1})",
+      &error));
+  EXPECT_TRUE(ServerConfigFromFlags().ok());
+  ASSERT_TRUE(flag->ParseFrom(R"({"model": "/m", "num_speculative_tokens": 2})", &error));
   ASSERT_TRUE(absl::FindCommandLineFlag("tensor_parallel_size")->ParseFrom("1", &error));
   ASSERT_TRUE(absl::FindCommandLineFlag("device")->ParseFrom("cuda", &error));
   EXPECT_EQ(ServerConfigFromFlags().status().message(),

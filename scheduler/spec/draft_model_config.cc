@@ -11,10 +11,10 @@ absl::Status CheckDraftModelPlacement(const SpeculativeConfig& config, const std
         "--speculative-config: a draft model runs on --device cpu only so far, got --device ",
         device));
   }
-  const int draft_size = config.draft_tensor_parallel_size.value_or(tensor_parallel_size);
-  if (draft_size != 1) {
+  const int draft_size = DraftTensorParallelSize(config, tensor_parallel_size);
+  if (draft_size != 1 && config.method != SpeculativeMethod::kDraftModel) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--speculative-config: a draft model runs at draft_tensor_parallel_size 1 "
+        absl::StrCat("--speculative-config: an EAGLE head runs at draft_tensor_parallel_size 1 "
                      "only so far, got ",
                      draft_size, " (set \"draft_tensor_parallel_size\": 1)"));
   }

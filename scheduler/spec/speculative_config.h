@@ -59,6 +59,12 @@ absl::StatusOr<SpeculativeConfig> ParseSpeculativeConfig(absl::string_view json)
 // `tensor_parallel_size`. INVALID_ARGUMENT naming both.
 absl::Status CheckAgainstTarget(const SpeculativeConfig& config, int tensor_parallel_size);
 
+// The draft's tensor-parallel size: the one given, else the target's
+// `tensor_parallel_size` (vLLM's default).
+inline int DraftTensorParallelSize(const SpeculativeConfig& config, int tensor_parallel_size) {
+  return config.draft_tensor_parallel_size.value_or(tensor_parallel_size);
+}
+
 }  // namespace pagoda::scheduler
 
 #endif  // PAGODA_SCHEDULER_SPEC_SPECULATIVE_CONFIG_H_

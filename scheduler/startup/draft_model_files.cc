@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/safetensors.h"
+#include "common/tensor_parallel_plan.h"
 
 namespace pagoda::scheduler {
 namespace {
@@ -58,7 +59,8 @@ absl::Status CheckEagleHeadFiles(const std::string& dir, const ModelConfig& targ
 }  // namespace
 
 absl::Status CheckDraftModelFiles(const SpeculativeConfig& speculative, const ModelConfig& target,
-                                  int max_model_len, const Tokenizer* target_tokenizer) {
+                                  int max_model_len, const Tokenizer* target_tokenizer,
+                                  int draft_tensor_parallel_size) {
   if (speculative.method == SpeculativeMethod::kEagle ||
       speculative.method == SpeculativeMethod::kEagle3) {
     return CheckEagleHeadFiles(speculative.model, target, max_model_len,
@@ -75,6 +77,10 @@ absl::Status CheckDraftModelFiles(const SpeculativeConfig& speculative, const Mo
     return DraftError(absl::StrCat("the draft model's max_position_embeddings ",
                                    draft->max_position_embeddings, " is below --max-model-len ",
                                    max_model_len));
+  }
+  if (draft_tensor_parallel_size > 1) {
+    absl::Status split = CheckTensorParallelSplit(*draft, draft_tensor_parallel_size);
+    if (!split.ok()) return DraftError(absl::StrCat("draft model: ", split.message()));
   }
   if (target_tokenizer == nullptr) return absl::OkStatus();
   absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::Load(speculative.model);

@@ -15,7 +15,9 @@ namespace pagoda::scheduler {
 // describe a Llama-family model (LoadModelConfig's architectures) whose
 // vocab_size is `target`'s and whose max_position_embeddings reaches
 // `max_model_len`; when both the target (`target_tokenizer`, null for none)
-// and the draft ship tokenizer files, their vocabulary sizes must match.
+// and the draft ship tokenizer files, their vocabulary sizes must match;
+// at a `draft_tensor_parallel_size` above 1 its heads and intermediate size
+// must split over that many ranks (CheckTensorParallelSplit).
 // For method eagle: the head's config.json must give the target's
 // hidden_size and vocab_size and positions reaching `max_model_len`, and its
 // safetensors an fc.weight of [hidden, 2 * hidden] (an EAGLE-3 head, method
@@ -23,7 +25,8 @@ namespace pagoda::scheduler {
 // loads them).
 // INVALID_ARGUMENT, one line naming both values, otherwise.
 absl::Status CheckDraftModelFiles(const SpeculativeConfig& speculative, const ModelConfig& target,
-                                  int max_model_len, const Tokenizer* target_tokenizer);
+                                  int max_model_len, const Tokenizer* target_tokenizer,
+                                  int draft_tensor_parallel_size = 1);
 
 }  // namespace pagoda::scheduler
 

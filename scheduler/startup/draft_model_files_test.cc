@@ -1,6 +1,7 @@
 // The draft model's files against the target's at start: the same
 // vocabulary size in config.json and, when both ship one, in the tokenizer;
-// positions reaching --max-model-len; an unreadable draft named as such.
+// positions reaching --max-model-len; a split over the draft's
+// tensor-parallel size; an unreadable draft named as such.
 // Each refusal is one line naming both values. An EAGLE head: the target's
 // hidden and vocabulary sizes, and an fc of [hidden, 2 * hidden].
 #include "scheduler/startup/draft_model_files.h"
@@ -80,6 +81,13 @@ TEST_F(DraftModelFilesTest, RefusesInOneLineNamingBothValues) {
   EXPECT_EQ(Refusal(*small_, *small_, positions + 1, nullptr),
             absl::StrCat("--speculative-config: the draft model's max_position_embeddings ",
                          positions, " is below --max-model-len ", positions + 1));
+  // Sharded at the target's tensor-parallel size, it must split as a target
+  // would (two heads: over two ranks, not four).
+  const ModelConfig target = *LoadModelConfig(*small_);
+  EXPECT_TRUE(CheckDraftModelFiles(Draft(*small_), target, 64, nullptr, 2).ok());
+  EXPECT_EQ(CheckDraftModelFiles(Draft(*small_), target, 64, nullptr, 4).message(),
+            "--speculative-config: draft model: cannot split the model over 4 tensor-parallel "
+            "ranks: num_attention_heads (2) is not divisible by 4");
   const std::string missing = Refusal(*small_ + "/nothing", *small_, 64, nullptr);
   EXPECT_EQ(missing.rfind("--speculative-config: draft model: ", 0), 0u) << missing;
   EXPECT_EQ(missing.find('\n'), std::string::npos) << missing;

@@ -125,6 +125,8 @@ pagoda::worker::v1::LoadModelRequest MakeLoadModelRequest(const ServerConfig& co
     load.set_draft_model_dir(std::filesystem::absolute(config.speculative->model).string());
     load.set_draft_is_eagle_head(config.speculative->method == SpeculativeMethod::kEagle);
     load.set_draft_is_eagle3_head(config.speculative->method == SpeculativeMethod::kEagle3);
+    load.set_draft_tensor_parallel_size(
+        DraftTensorParallelSize(*config.speculative, config.workers.tensor_parallel_size));
   }
   if (config.lora.enable_lora) {  // Slots on every rank (docs/lora.md).
     load.set_max_loras(config.lora.max_loras);

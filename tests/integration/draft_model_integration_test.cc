@@ -9,12 +9,13 @@
 // - a different, one-layer random model of the same vocabulary, half the
 //   streams greedy and half seeded at temperature 1, and a SIGKILL of the
 //   worker mid-run: the tokens are plain decoding's whatever the drafts;
-// - at two tensor-parallel ranks, the target as its draft on rank 0 at size
-//   1, its drafts sent to rank 1, preempted by swapping (both caches move):
-//   plain decoding's tokens, greedy and seeded; and the same with a random
-//   EAGLE head (method eagle, inferred from the name as vLLM does) over
-//   rank 0's hidden states, and with a random EAGLE-3 head (method eagle3)
-//   over rank 0's aux layers' hidden states.
+// - at two tensor-parallel ranks, the target as its draft sharded over both
+//   (draft_tensor_parallel_size unset: the target's, as vLLM), preempted by
+//   swapping (both caches move): plain decoding's tokens, greedy and
+//   seeded; and the same with a random EAGLE head (method eagle, inferred
+//   from the name as vLLM does) on rank 0 at size 1 over rank 0's hidden
+//   states, its drafts sent to rank 1, and with a random EAGLE-3 head
+//   (method eagle3) over rank 0's aux layers' hidden states.
 // And a draft of another vocabulary is refused at start, in one line.
 #include <signal.h>
 #include <unistd.h>
@@ -92,7 +93,10 @@ class DraftModelTest : public ::testing::Test {
 
   // 40 blocks of 4 tokens hold about a third of the streams' 12 x 52
   // tokens: at one rank recompute under the priority policy, at two swap.
-  static std::vector<std::string> ServerArgs(const std::string& draft, int world_size = 1) {
+  // The draft at tensor-parallel size 1 unless `sharded` (then unset: the
+  // target's).
+  static std::vector<std::string> ServerArgs(const std::string& draft, int world_size = 1,
+                                             bool sharded = false) {
     std::vector<std::string> args = {absl::StrCat("--model=", *dir_, "/target"),
                                      absl::StrCat("--tensor-parallel-size=", world_size),
                                      "--max-model-len=128",
@@ -110,14 +114,15 @@ class DraftModelTest : public ::testing::Test {
     if (!draft.empty()) {
       args.push_back(absl::StrCat(R"(--speculative-config={"model": ")", draft,
                                   R"(", "num_speculative_tokens": )", kDrafts,
-                                  R"(, "draft_tensor_parallel_size": 1})"));
+                                  sharded ? "}" : R"(, "draft_tensor_parallel_size": 1})"));
     }
     return args;
   }
 
   static absl::StatusOr<std::unique_ptr<ServerProcess>> StartServer(const std::string& draft,
-                                                                    int world_size = 1) {
-    return ServerProcess::Start(PAGODA_SERVER_BINARY, ServerArgs(draft, world_size),
+                                                                    int world_size = 1,
+                                                                    bool sharded = false) {
+    return ServerProcess::Start(PAGODA_SERVER_BINARY, ServerArgs(draft, world_size, sharded),
                                 absl::Seconds(60));
   }
 
@@ -222,7 +227,7 @@ TEST_F(DraftModelTest, SameTokensAsPlainDecodingUnderPreemption) {
             MetricValue(port, "vllm:spec_decode_num_draft_tokens_total"));
 }
 
-TEST_F(DraftModelTest, AtTwoRanksTheDraftOnRankZeroKeepsPlainTokens) {
+TEST_F(DraftModelTest, AtTwoRanksAShardedDraftOrAHeadOnRankZeroKeepsPlainTokens) {
   std::vector<StreamOutcome> expected;
   {
     auto plain = StartServer("", /*world_size=*/2);
@@ -230,15 +235,15 @@ TEST_F(DraftModelTest, AtTwoRanksTheDraftOnRankZeroKeepsPlainTokens) {
     expected = RunAll(**plain, /*seeded=*/true, nullptr);
   }
   {
-    auto server = StartServer(*dir_ + "/target", /*world_size=*/2);
+    auto server = StartServer(*dir_ + "/target", /*world_size=*/2, /*sharded=*/true);
     ASSERT_TRUE(server.ok()) << server.status();
     ExpectSameTokens(RunAll(**server, /*seeded=*/true, nullptr), expected);
     const int port = (*server)->metrics_port();
     EXPECT_GT(MetricValue(port, "pagoda_num_preemptions_total"), 0) << "nothing was preempted";
     const double proposed = MetricValue(port, "vllm:spec_decode_num_draft_tokens_total");
     const double accepted = MetricValue(port, "vllm:spec_decode_num_accepted_tokens_total");
-    // The greedy half accepts (nearly) every draft of the target as its own
-    // draft (unsharded on rank 0: its sums round unlike the two ranks').
+    // The greedy half accepts every draft of the target as its own draft,
+    // sharded as the target is (the seeded half some).
     EXPECT_GT(accepted, proposed / 4) << accepted << " of " << proposed;
   }
   // An EAGLE head, then an EAGLE-3 head (methods inferred from the names).

@@ -17,6 +17,7 @@
 #include "common/quantization_methods.h"
 #include "glog/logging.h"
 #include "worker/cpu/cpu_backend.h"
+#include "worker/draft_model.h"
 #include "worker/llama_model.h"
 #include "worker/model_runner_base.h"
 #include "worker/tensor_parallel_group.h"
@@ -70,6 +71,7 @@ class CpuModelRunner final : public ModelRunnerBase {
   absl::StatusOr<LoadModelResponse> LoadModel(const LoadModelRequest& request) override {
     if (absl::Status status = CheckNotLoaded(); !status.ok()) return status;
     if (absl::Status status = ValidateCpuRequest(request); !status.ok()) return status;
+    if (absl::Status status = ShardsDraftModel(request).status(); !status.ok()) return status;
     auto membership = ParseGroupMembership(request);
     if (!membership.ok()) return membership.status();
     if (request.cpu_threads() < 0 || request.cpu_threads() > kMaxCpuThreads) {
@@ -123,26 +125,31 @@ class CpuModelRunner final : public ModelRunnerBase {
 
  private:
   // Speculative decoding's draft model or EAGLE head, when the request
-  // names one: loaded on rank 0 at tensor-parallel size 1, its vocabulary
-  // the target's; the other ranks receive its drafts.
+  // names one, its vocabulary the target's: loaded on rank 0 at
+  // tensor-parallel size 1 (the other ranks receive its drafts), or a draft
+  // model sharded over the group as the target is (ShardsDraftModel).
   absl::Status LoadDraftModel(const LoadModelRequest& request, std::optional<DType> weight_dtype) {
     if (request.draft_model_dir().empty()) return absl::OkStatus();
+    absl::StatusOr<bool> sharded = ShardsDraftModel(request);
+    if (!sharded.ok()) return sharded.status();
     serves_draft_ = true;
-    if (timed_->rank() != 0) return absl::OkStatus();
+    if (!*sharded && timed_->rank() != 0) return absl::OkStatus();
     const bool eagle3 = request.draft_is_eagle3_head();
     auto draft =
         request.draft_is_eagle_head() || eagle3
             ? DraftModel::LoadEagle(request.draft_model_dir(), backend_.get(),
                                     CpuLoadOptions(request, weight_dtype), model_.get(), eagle3)
             : DraftModel::Load(request.draft_model_dir(), backend_.get(),
-                               CpuLoadOptions(request, weight_dtype), model_->config());
+                               CpuLoadOptions(request, weight_dtype), model_->config(),
+                               *sharded ? timed_.get() : nullptr);
     if (!draft.ok()) return draft.status();
     draft_ = *std::move(draft);
     LOG(INFO) << (eagle3               ? "EAGLE-3 head: "
                   : draft_->is_eagle() ? "EAGLE head: "
                                        : "draft model: ")
               << draft_->weight_bytes() / (1 << 20) << " MiB, "
-              << draft_->config().num_hidden_layers << " layers";
+              << draft_->config().num_hidden_layers << " layers"
+              << (*sharded ? absl::StrCat(", this rank's shard of ", request.world_size()) : "");
     return absl::OkStatus();
   }
 
