@@ -291,16 +291,18 @@ TEST(ServerFlagsTest, SpeculativeConfigIsParsedAndCheckedAgainstTheTarget) {
   ASSERT_TRUE(flag->ParseFrom(
       R"({"model": "/m", "num_speculative_tokens": 2, "draft_tensor_parallel_size": 1})", &error));
   EXPECT_TRUE(ServerConfigFromFlags().ok());
-  // An EAGLE head runs at size 1 only so far: at a target size of 2 it must
-  // say so.
+  // An EAGLE head runs at size 1 only so far: unset, that is its size; the
+  // target's, given, is refused.
   ASSERT_TRUE(flag->ParseFrom(R"({"model": "/m/eagle-x", "num_speculative_tokens": 2})", &error));
+  config = ServerConfigFromFlags();
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(DraftTensorParallelSize(*config->speculative, 2), 1);
+  ASSERT_TRUE(flag->ParseFrom(
+      R"({"model": "/m/eagle-x", "num_speculative_tokens": 2, "draft_tensor_parallel_size": 2})",
+      &error));
   EXPECT_EQ(ServerConfigFromFlags().status().message(),
             "--speculative-config: an EAGLE head runs at draft_tensor_parallel_size 1 only so "
             "far, got 2 (set \"draft_tensor_parallel_size\": 1)");
-  ASSERT_TRUE(flag->ParseFrom(
-      R"({"model": "/m/eagle-x", "num_speculative_tokens": 2, "draft_tensor_parallel_size": 1})",
-      &error));
-  EXPECT_TRUE(ServerConfigFromFlags().ok());
   ASSERT_TRUE(flag->ParseFrom(R"({"model": "/m", "num_speculative_tokens": 2})", &error));
   ASSERT_TRUE(absl::FindCommandLineFlag("tensor_parallel_size")->ParseFrom("1", &error));
   ASSERT_TRUE(absl::FindCommandLineFlag("device")->ParseFrom("cuda", &error));

@@ -175,6 +175,11 @@ absl::StatusOr<SpeculativeConfig> ParseSpeculativeConfig(absl::string_view json)
   return config;
 }
 
+int DraftTensorParallelSize(const SpeculativeConfig& config, int tensor_parallel_size) {
+  if (config.draft_tensor_parallel_size.has_value()) return *config.draft_tensor_parallel_size;
+  return config.method == SpeculativeMethod::kDraftModel ? tensor_parallel_size : 1;
+}
+
 absl::Status CheckAgainstTarget(const SpeculativeConfig& config, int tensor_parallel_size) {
   const std::optional<int>& tp = config.draft_tensor_parallel_size;
   if (!tp.has_value() || *tp == 1 || *tp == tensor_parallel_size) return absl::OkStatus();

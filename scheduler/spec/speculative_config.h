@@ -59,11 +59,12 @@ absl::StatusOr<SpeculativeConfig> ParseSpeculativeConfig(absl::string_view json)
 // `tensor_parallel_size`. INVALID_ARGUMENT naming both.
 absl::Status CheckAgainstTarget(const SpeculativeConfig& config, int tensor_parallel_size);
 
-// The draft's tensor-parallel size: the one given, else the target's
-// `tensor_parallel_size` (vLLM's default).
-inline int DraftTensorParallelSize(const SpeculativeConfig& config, int tensor_parallel_size) {
-  return config.draft_tensor_parallel_size.value_or(tensor_parallel_size);
-}
+// The draft's tensor-parallel size: the one given; else, for a draft model,
+// the target's `tensor_parallel_size` (vLLM's default), and for an EAGLE
+// head 1 (vLLM's default is the target's size too, but a head runs whole
+// on rank 0 only so far, with the same tokens: a vLLM configuration that
+// leaves the size out still serves).
+int DraftTensorParallelSize(const SpeculativeConfig& config, int tensor_parallel_size);
 
 }  // namespace pagoda::scheduler
 

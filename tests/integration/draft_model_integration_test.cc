@@ -9,11 +9,12 @@
 // - a different, one-layer random model of the same vocabulary, half the
 //   streams greedy and half seeded at temperature 1, and a SIGKILL of the
 //   worker mid-run: the tokens are plain decoding's whatever the drafts;
-// - at two tensor-parallel ranks, the target as its draft sharded over both
-//   (draft_tensor_parallel_size unset: the target's, as vLLM), preempted by
-//   swapping (both caches move): plain decoding's tokens, greedy and
-//   seeded; and the same with a random EAGLE head (method eagle, inferred
-//   from the name as vLLM does) on rank 0 at size 1 over rank 0's hidden
+// - at two tensor-parallel ranks (draft_tensor_parallel_size left out, as
+//   a vLLM configuration would), the target as its draft sharded over both
+//   (a draft model's default size is the target's), preempted by swapping
+//   (both caches move): plain decoding's tokens, greedy and seeded; and the
+//   same with a random EAGLE head (method eagle, inferred from the name as
+//   vLLM does) on rank 0 (a head's default size is 1) over rank 0's hidden
 //   states, its drafts sent to rank 1, and with a random EAGLE-3 head
 //   (method eagle3) over rank 0's aux layers' hidden states.
 // And a draft of another vocabulary is refused at start, in one line.
@@ -93,10 +94,7 @@ class DraftModelTest : public ::testing::Test {
 
   // 40 blocks of 4 tokens hold about a third of the streams' 12 x 52
   // tokens: at one rank recompute under the priority policy, at two swap.
-  // The draft at tensor-parallel size 1 unless `sharded` (then unset: the
-  // target's).
-  static std::vector<std::string> ServerArgs(const std::string& draft, int world_size = 1,
-                                             bool sharded = false) {
+  static std::vector<std::string> ServerArgs(const std::string& draft, int world_size = 1) {
     std::vector<std::string> args = {absl::StrCat("--model=", *dir_, "/target"),
                                      absl::StrCat("--tensor-parallel-size=", world_size),
                                      "--max-model-len=128",
@@ -113,16 +111,14 @@ class DraftModelTest : public ::testing::Test {
     }
     if (!draft.empty()) {
       args.push_back(absl::StrCat(R"(--speculative-config={"model": ")", draft,
-                                  R"(", "num_speculative_tokens": )", kDrafts,
-                                  sharded ? "}" : R"(, "draft_tensor_parallel_size": 1})"));
+                                  R"(", "num_speculative_tokens": )", kDrafts, "}"));
     }
     return args;
   }
 
   static absl::StatusOr<std::unique_ptr<ServerProcess>> StartServer(const std::string& draft,
-                                                                    int world_size = 1,
-                                                                    bool sharded = false) {
-    return ServerProcess::Start(PAGODA_SERVER_BINARY, ServerArgs(draft, world_size, sharded),
+                                                                    int world_size = 1) {
+    return ServerProcess::Start(PAGODA_SERVER_BINARY, ServerArgs(draft, world_size),
                                 absl::Seconds(60));
   }
 
@@ -235,7 +231,7 @@ TEST_F(DraftModelTest, AtTwoRanksAShardedDraftOrAHeadOnRankZeroKeepsPlainTokens)
     expected = RunAll(**plain, /*seeded=*/true, nullptr);
   }
   {
-    auto server = StartServer(*dir_ + "/target", /*world_size=*/2, /*sharded=*/true);
+    auto server = StartServer(*dir_ + "/target", /*world_size=*/2);
     ASSERT_TRUE(server.ok()) << server.status();
     ExpectSameTokens(RunAll(**server, /*seeded=*/true, nullptr), expected);
     const int port = (*server)->metrics_port();
