@@ -3,9 +3,10 @@
 
 // DraftBatchBuilder: the batches a worker-side proposer (a draft model or an
 // EAGLE head, worker/draft_model.h) runs, built out of the rows and block
-// tables of the batch the target verifies: greedy, without logits
-// processing, adapters or masks, since a proposer only writes its own K/V
-// and picks argmaxes.
+// tables of the batch the target verifies, without logits processing,
+// adapters or masks, since a proposer only writes its own K/V and picks one
+// token a row: the argmax, or a draw coupled to the target's (AddSequence's
+// `sampling_row`).
 
 #include <cstdint>
 
@@ -20,8 +21,14 @@ class DraftBatchBuilder {
 
   // Adds sequence `seq` of the verify batch over its rows [first, end),
   // with `input` as the first row's token when given (>= 0), and a logits
-  // row at its last row when `wants_logits`.
-  void AddSequence(int seq, int first, int end, int32_t input, bool wants_logits);
+  // row at its last row when `wants_logits`: greedy, or, when
+  // `sampling_row` >= 0, drawn as the verify batch's logits row
+  // `sampling_row` is (its temperature, top-k, top-p, min-p, seed and
+  // sample index; not its penalties, edits or mask). The draft's draw and
+  // the target's then share their Gumbel noise (sampler.h), so they agree
+  // wherever the two models' distributions do.
+  void AddSequence(int seq, int first, int end, int32_t input, bool wants_logits,
+                   int sampling_row = -1);
 
   // Adds sequence `seq` of the verify batch with rows of its own: tokens[i]
   // at position first_position + i, its slot where the sequence's block
@@ -34,8 +41,10 @@ class DraftBatchBuilder {
   FlatBatch Take();
 
  private:
-  void EndSequence(int seq, int last_position, bool wants_logits);
-  void AddGreedyLogitsRow(int row);
+  void EndSequence(int seq, int last_position, bool wants_logits, int sampling_row = -1);
+  // A logits row at `row`, greedy, or sampled as the verify batch's
+  // `sampling_row`.
+  void AddLogitsRow(int row, int sampling_row);
 
   const FlatBatch& verify_;
   FlatBatch batch_;

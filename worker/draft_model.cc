@@ -200,6 +200,15 @@ absl::Status DraftModel::RunPasses(const StepPlan& plan, const FlatBatch& batch,
     most = std::max(most, asked[s]);
   }
   std::vector<std::vector<int32_t>> drafts(num_seqs);
+  // Draft j of sequence s is drawn as the target draws the token it is
+  // checked against, at the sequence's logits row j of `batch`: equal
+  // under greedy, coupled through the shared Gumbel noise above it (an
+  // argmax instead would be accepted only when the target's draw happens to
+  // be the draft model's argmax).
+  std::vector<int> first_logits_row(num_seqs, -1);
+  for (int r = batch.num_logits_rows() - 1; r >= 0; --r) {
+    first_logits_row[batch.sample_sequences[r]] = r;
+  }
   // Pass 0 follows every row of the plan but the proposals' room; a
   // proposing sequence's last input row gives its first draft. Pass j feeds
   // draft j - 1 at its own slot and (but for the last) gives draft j.
@@ -209,11 +218,12 @@ absl::Status DraftModel::RunPasses(const StepPlan& plan, const FlatBatch& batch,
     for (int s = 0; s < num_seqs; ++s) {
       const int room = batch.query_start[s + 1] - asked[s];  // First draft row.
       const bool picks = pass < asked[s];
+      const int sampling_row = picks ? first_logits_row[s] + pass : -1;
       if (pass == 0) {
-        builder.AddSequence(s, batch.query_start[s], room, -1, picks);
+        builder.AddSequence(s, batch.query_start[s], room, -1, picks, sampling_row);
       } else if (pass <= asked[s]) {
         const int row = room + pass - 1;
-        builder.AddSequence(s, row, row + 1, drafts[s][pass - 1], picks);
+        builder.AddSequence(s, row, row + 1, drafts[s][pass - 1], picks, sampling_row);
       }
       if (picks) picking.push_back(s);
     }

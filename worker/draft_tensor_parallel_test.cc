@@ -4,8 +4,9 @@
 // its shard of the draft beside its shard of the target, and both run every
 // draft pass; rank 0 picks each draft and the other rank receives it before
 // the next pass feeds it. With the target as its own draft, split the same
-// way, the draft's sums are the target's: every greedy draft is accepted,
-// and the tokens equal plain decoding's, greedy and seeded. A draft whole on
+// way, the draft's sums are the target's: every draft is accepted, greedy
+// or drawn (a draft is drawn with its target row's noise), and the tokens
+// equal plain decoding's, greedy and seeded, with penalties too. A draft whole on
 // rank 0 (size 1) leaves rank 1 without a draft cache; the worker refuses
 // sizes that are neither.
 
@@ -203,16 +204,16 @@ TEST_F(DraftTensorParallelTest, ShardedDraftProposesOnEveryRankAndKeepsPlainToke
   SamplingOptions seeded;
   seeded.set_temperature(0.9f);
   seeded.set_seed(11);
-  seeded.set_frequency_penalty(0.5f);
+  SamplingOptions penalized = seeded;  // Which the draft does not apply.
+  penalized.set_frequency_penalty(0.5f);
+  const std::vector<SamplingOptions> kinds = {greedy, seeded, penalized};
   std::vector<LoadModelResponse> responses;
   std::vector<absl::Status> loaded;
   std::vector<std::vector<Generated>> plain;
   {
     auto ranks = LoadGroup("plain", /*draft_size=*/-1, &responses, &loaded);
     ASSERT_FALSE(ranks.empty()) << loaded[0] << " / " << loaded[1];
-    for (const SamplingOptions& base : {greedy, seeded}) {
-      plain.push_back(Generate(ranks, base, /*propose=*/false));
-    }
+    for (const SamplingOptions& base : kinds) plain.push_back(Generate(ranks, base, false));
   }
   const int64_t target_bytes = responses[1].bytes_per_block();
   auto ranks = LoadGroup("sharded", /*draft_size=*/2, &responses, &loaded);
@@ -220,16 +221,15 @@ TEST_F(DraftTensorParallelTest, ShardedDraftProposesOnEveryRankAndKeepsPlainToke
   // Each rank holds its shard of the draft's cache beside the target's.
   EXPECT_EQ(responses[0].bytes_per_block(), 2 * target_bytes);
   EXPECT_EQ(responses[1].bytes_per_block(), 2 * target_bytes);
-  for (int b = 0; b < 2; ++b) {
-    const std::vector<Generated> speculative =
-        Generate(ranks, b == 0 ? greedy : seeded, /*propose=*/true);
+  for (size_t b = 0; b < kinds.size(); ++b) {
+    const std::vector<Generated> speculative = Generate(ranks, kinds[b], /*propose=*/true);
     for (int s = 0; s < kSeqs; ++s) {
-      SCOPED_TRACE(absl::StrCat(b == 0 ? "greedy" : "seeded", ", sequence ", s));
+      SCOPED_TRACE(absl::StrCat(kinds[b].DebugString(), " sequence ", s));
       ASSERT_EQ(plain[b][s].tokens.size(), kNewTokens);
       EXPECT_EQ(speculative[s].tokens, plain[b][s].tokens);
       EXPECT_GT(speculative[s].proposed, 0);
-      // The draft's greedy picks are the target's own: all right.
-      if (b == 0) EXPECT_EQ(speculative[s].accepted, speculative[s].proposed);
+      // The draft's draws are the target's own: all right.
+      if (&kinds[b] != &kinds.back()) EXPECT_EQ(speculative[s].accepted, speculative[s].proposed);
     }
   }
 }
