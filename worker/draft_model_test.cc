@@ -443,6 +443,10 @@ TEST_F(DraftModelRunnerTest, RefusesBadProposalsAndDrafts) {
   step.add_draft_token_ids(3);
   check(*runner, step, "seq_id 1: num_draft_proposals with draft_token_ids");
   step.clear_draft_token_ids();
+  // The server builds per-position masks only for drafts it knows.
+  step.set_token_mask_follows(true);
+  check(*runner, step, "seq_id 1: num_draft_proposals with a token mask");
+  step.set_token_mask_follows(false);
   step.set_do_sample(false);
   check(*runner, step, "seq_id 1: draft_token_ids on a row that does not sample");
   step.set_do_sample(true);

@@ -34,7 +34,8 @@ Engine::Engine(EngineConfig config, WorkerGroup* workers, EngineObserver* observ
   if (config_.speculative.has_value()) {
     speculator_ = std::make_unique<Speculator>(*config_.speculative,
                                                config_.scheduler.max_model_len,
-                                               config_.scheduler.max_num_batched_tokens);
+                                               config_.scheduler.max_num_batched_tokens,
+                                               config_.eos_token_ids);
   }
   // Speculation and overlap do not run together (docs/extension-points.md):
   // each step's drafts come from the tokens the previous step returned.
