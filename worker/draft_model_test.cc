@@ -465,9 +465,10 @@ TEST_F(DraftModelRunnerTest, RefusesBadProposalsAndDrafts) {
 // rows kept per step.
 TEST_F(DraftModelRunnerTest, EagleDraftsEqualTheFloat64Reference) { ExpectReferenceDrafts(""); }
 
-// The same for EAGLE-3 heads: the target's embeddings, and the head's own.
+// The same for EAGLE-3 heads: the target's embeddings, the head's own, and
+// norm_before_residual (good's weights, the normed hidden as the residual).
 TEST_F(DraftModelRunnerTest, Eagle3DraftsEqualTheFloat64Reference) {
-  for (const char* head : {"good", "own_embed"}) {
+  for (const char* head : {"good", "own_embed", "norm_before_residual"}) {
     SCOPED_TRACE(head);
     ExpectReferenceDrafts(head);
   }
