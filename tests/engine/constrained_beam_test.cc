@@ -198,6 +198,9 @@ class ConstrainedBeamTest : public ::testing::Test {
     load.set_kv_cache_memory_bytes(64 << 20);
     load.set_max_num_batched_tokens(256);
     load.set_max_num_seqs(64);
+    if (speculative.has_value() && speculative->method == SpeculativeMethod::kDraftModel) {
+      load.set_draft_model_dir(speculative->model);
+    }
     ASSERT_TRUE(workers_->LoadModel(load).ok());
     wv1::InitCacheRequest init;
     init.set_num_gpu_blocks(gpu_blocks);
@@ -445,7 +448,7 @@ TEST_F(ConstrainedBeamTest, AWorkerLostBetweenPlanAndMasksChangesNoToken) {
 // Speculative decoding with structured outputs: the masks follow the drafts
 // position by position (constraint_mask.h), so every accepted draft was
 // drawn under the mask plain decoding would have used there.
-TEST_F(ConstrainedBeamTest, PromptLookupKeepsPlainTokensUnderEveryConstraint) {
+TEST_F(ConstrainedBeamTest, SpeculationKeepsPlainTokensUnderEveryConstraint) {
   StartEngine();
   const std::map<std::string, Outputs> expected = RunSpeculableBatch();
   ASSERT_EQ(expected.size(), 16u);
@@ -461,6 +464,17 @@ TEST_F(ConstrainedBeamTest, PromptLookupKeepsPlainTokensUnderEveryConstraint) {
   const SpecDecodeTotals totals = engine_->snapshot().spec_decode;
   EXPECT_GT(totals.num_draft_tokens, 0);
   EXPECT_GT(totals.num_accepted_tokens, 0) << totals.num_draft_tokens << " drafts";
+
+  // A draft model proposes inside the worker's step, where no mask could
+  // follow its drafts: constrained rows run plain (a proposal asked with a
+  // mask would have the worker refuse the step).
+  SpeculativeConfig draft;
+  draft.method = SpeculativeMethod::kDraftModel;
+  draft.model = *model_dir_;
+  draft.num_speculative_tokens = 4;
+  StartEngine(256, PreemptionMode::kAuto, 0, /*run_now=*/true, /*inline_masks=*/false, draft);
+  EXPECT_EQ(RunSpeculableBatch(), expected);
+  EXPECT_EQ(engine_->snapshot().spec_decode.num_draft_tokens, 0);
 }
 
 }  // namespace
