@@ -7,7 +7,8 @@
 // (computed while the forward pass runs): the tokens are those of the same
 // masks inside the plan, and a worker lost between a plan and its masks
 // changes none. Under prompt lookup, whose drafts the masks follow position
-// by position, greedy and seeded requests keep plain decoding's tokens.
+// by position, greedy and seeded requests keep plain decoding's tokens; a
+// draft model proposes nothing for constrained rows.
 
 #include <algorithm>
 #include <filesystem>
