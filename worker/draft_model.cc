@@ -21,7 +21,7 @@ absl::Status ProposalError(const SequenceStep& step, absl::string_view problem) 
 }
 
 // The bounds FlattenStepPlan cannot see, checked before any proposal takes
-// room: the count, and no drafts of the server's beside it.
+// room: the count, no drafts of the server's beside it, and no token mask.
 absl::Status CheckProposalCounts(const StepPlan& plan) {
   for (const SequenceStep& step : plan.sequences()) {
     const int k = step.num_draft_proposals();
@@ -32,6 +32,11 @@ absl::Status CheckProposalCounts(const StepPlan& plan) {
     }
     if (!step.draft_token_ids().empty()) {
       return ProposalError(step, "num_draft_proposals with draft_token_ids");
+    }
+    // Per-position masks follow drafts the server knows; it cannot follow
+    // a grammar through the ones proposed here.
+    if (step.token_mask_follows() || !step.sampling().token_mask().empty()) {
+      return ProposalError(step, "num_draft_proposals with a token mask");
     }
   }
   return absl::OkStatus();

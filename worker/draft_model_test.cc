@@ -468,6 +468,10 @@ TEST_F(DraftModelRunnerTest, RefusesBadProposalsAndDrafts) {
   step.add_draft_token_ids(3);
   check(*runner, step, "seq_id 1: num_draft_proposals with draft_token_ids");
   step.clear_draft_token_ids();
+  // The server builds per-position masks only for drafts it knows.
+  step.set_token_mask_follows(true);
+  check(*runner, step, "seq_id 1: num_draft_proposals with a token mask");
+  step.set_token_mask_follows(false);
   step.set_do_sample(false);
   check(*runner, step, "seq_id 1: draft_token_ids on a row that does not sample");
   step.set_do_sample(true);
@@ -486,9 +490,10 @@ TEST_F(DraftModelRunnerTest, RefusesBadProposalsAndDrafts) {
 // rows kept per step.
 TEST_F(DraftModelRunnerTest, EagleDraftsEqualTheFloat64Reference) { ExpectReferenceDrafts(""); }
 
-// The same for EAGLE-3 heads: the target's embeddings, and the head's own.
+// The same for EAGLE-3 heads: the target's embeddings, the head's own, and
+// norm_before_residual (good's weights, the normed hidden as the residual).
 TEST_F(DraftModelRunnerTest, Eagle3DraftsEqualTheFloat64Reference) {
-  for (const char* head : {"good", "own_embed"}) {
+  for (const char* head : {"good", "own_embed", "norm_before_residual"}) {
     SCOPED_TRACE(head);
     ExpectReferenceDrafts(head);
   }

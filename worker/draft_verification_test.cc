@@ -112,10 +112,13 @@ TEST(FlattenDraftsTest, RefusesBadDrafts) {
   expect_refused(no_sample, "does not sample");
   SequenceStep masked = DraftStep({5}, 0, {1});
   masked.mutable_sampling()->set_token_mask(std::string(4, '\xff').substr(0, 4));
-  expect_refused(masked, "token mask");
+  expect_refused(masked, "draft_token_ids with a token_mask in the plan");
+  // Masks that follow the plan come one per verified position.
   SequenceStep follows = DraftStep({5}, 0, {1});
   follows.set_token_mask_follows(true);
-  expect_refused(follows, "token mask");
+  auto reserved = FlattenStepPlan(PlanOf(follows), limits);
+  ASSERT_TRUE(reserved.ok()) << reserved.status();
+  EXPECT_EQ(reserved->pending_mask_rows, (std::vector<int32_t>{0, 1}));
   SequenceStep beams = DraftStep({5}, 0, {1});
   beams.mutable_sampling()->set_processed_logprobs(true);
   expect_refused(beams, "processed_logprobs");

@@ -146,9 +146,9 @@ absl::Status CheckPromptLogprobs(const SequenceStep& step, int vocab_size) {
 }
 
 // Speculative drafts: at most kMaxSpeculativeTokens, each in the
-// vocabulary, only on a row that samples without a token mask (a mask holds
-// for one position, and the plan has none for the others) and without beam
-// search's processed logprobs.
+// vocabulary, only on a row that samples without an inline token mask (it
+// holds for one position; masks that follow the plan come one per verified
+// position, StepMasks) and without beam search's processed logprobs.
 absl::Status CheckDrafts(const SequenceStep& step, int vocab_size) {
   const int drafts = step.draft_token_ids_size();
   if (drafts == 0) return absl::OkStatus();
@@ -159,8 +159,8 @@ absl::Status CheckDrafts(const SequenceStep& step, int vocab_size) {
   if (!step.do_sample()) {
     return SequenceError(step, "draft_token_ids on a row that does not sample");
   }
-  if (step.token_mask_follows() || !step.sampling().token_mask().empty()) {
-    return SequenceError(step, "draft_token_ids with a token mask");
+  if (!step.sampling().token_mask().empty()) {
+    return SequenceError(step, "draft_token_ids with a token_mask in the plan");
   }
   if (step.sampling().processed_logprobs()) {
     return SequenceError(step, "draft_token_ids with processed_logprobs (beam search)");

@@ -130,8 +130,9 @@ struct FlatBatch {
 // prompt logprobs asked of more rows than the chunk has, of a token outside
 // the vocabulary, or with num_prompt_top_logprobs outside [0, 20]; drafts
 // past kMaxSpeculativeTokens, outside the vocabulary, on a row that does not
-// sample or with a token mask or processed_logprobs (drafts are tokens of
-// the step: the positions and block table checks count them); a placeholder
+// sample or with a token_mask in the plan or processed_logprobs (drafts are
+// tokens of the step: the positions and block table checks count them; a
+// row whose masks follow gets one per verified position); a placeholder
 // (input_from_last_sample) anywhere but on a sampled decode row of one token
 // without drafts, token mask or processed_logprobs, or for a seq_id that
 // limits.last_sampled did not sample in the previous step; and for block
@@ -149,7 +150,8 @@ absl::Status CheckTokenMaskBytes(absl::string_view mask, int vocab_size);
 
 // Fills the masks that followed `plan` into its flattened `batch`: the
 // second half of the trust boundary, for the rows FlattenStepPlan reserved
-// (pending_mask_rows). INVALID_ARGUMENT, with `batch` unchanged, when
+// (pending_mask_rows: a row with k drafts reserved k + 1, one per verified
+// position, which take the StepMasks' rows in order). INVALID_ARGUMENT, with `batch` unchanged, when
 // `masks` is for another step, has another number of rows, names another
 // seq_id at some row, or carries a mask CheckTokenMaskBytes refuses. An
 // empty row mask leaves its row unconstrained (mask_offsets -1).

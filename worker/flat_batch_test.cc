@@ -1,6 +1,8 @@
 #include "worker/flat_batch.h"
 
 #include <limits>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -213,6 +215,50 @@ TEST(ApplyStepMasksTest, FillsTheReservedRowsAndRefusesMasksThatDoNotFitThePlan)
     if (sample) step->mutable_sampling()->set_token_mask(good);
     EXPECT_EQ(FlattenStepPlan(bad, limits).status().code(), absl::StatusCode::kInvalidArgument);
   }
+}
+
+// A row with drafts whose masks follow: one mask per verified position, in
+// order, each landing on its own logits row (row j samples after draft j).
+TEST(ApplyStepMasksTest, GivesEachVerifiedPositionOfARowWithDraftsItsOwnMask) {
+  auto mask_of = [](std::vector<uint32_t> words) {
+    return std::string(reinterpret_cast<const char*>(words.data()), words.size() * 4);
+  };
+  const BatchLimits limits{
+      .vocab_size = 40, .block_size = 4, .num_gpu_blocks = 10, .num_cpu_blocks = 2};
+  StepPlan plan;
+  plan.set_step_id(3);
+  SequenceStep* drafted = AddStep(plan, 1, {1}, 0, {0}, true);
+  drafted->set_token_mask_follows(true);
+  drafted->add_draft_token_ids(5);
+  drafted->add_draft_token_ids(6);
+  AddStep(plan, 2, {1}, 0, {1}, true)->set_token_mask_follows(true);
+  auto flat = FlattenStepPlan(plan, limits);
+  ASSERT_TRUE(flat.ok()) << flat.status();
+  EXPECT_THAT(flat->pending_mask_rows, ElementsAre(0, 1, 2, 3));
+
+  v1::StepMasks masks;
+  masks.set_step_id(3);
+  for (auto [seq_id, word] :
+       {std::pair{1, 0x20u}, std::pair{1, 0x40u}, std::pair{1, 0x80u}, std::pair{2, 0x100u}}) {
+    v1::RowTokenMask* row = masks.add_rows();
+    row->set_seq_id(seq_id);
+    row->set_token_mask(mask_of({word, 0}));
+  }
+  FlatBatch batch = *flat;
+  ASSERT_TRUE(ApplyStepMasks(plan, masks, limits.vocab_size, &batch).ok());
+  for (auto [row, word] :
+       {std::pair{0, 0x20u}, std::pair{1, 0x40u}, std::pair{2, 0x80u}, std::pair{3, 0x100u}}) {
+    EXPECT_EQ(batch.token_masks[batch.mask_offsets[row]], word) << "logits row " << row;
+  }
+  // One mask for the row with drafts is a row short; an inline mask cannot
+  // cover the drafts' positions.
+  masks.mutable_rows()->DeleteSubrange(1, 2);
+  batch = *flat;
+  EXPECT_EQ(ApplyStepMasks(plan, masks, limits.vocab_size, &batch).code(),
+            absl::StatusCode::kInvalidArgument);
+  drafted->set_token_mask_follows(false);
+  drafted->mutable_sampling()->set_token_mask(mask_of({0x20, 0}));
+  EXPECT_EQ(FlattenStepPlan(plan, limits).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 // What a plan's placeholders refer to: step 7 sampled seq_id 1 (token 9)

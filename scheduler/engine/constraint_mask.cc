@@ -47,19 +47,14 @@ void CatchUp(const SequenceGroup& group, Sequence& seq, absl::Span<const int32_t
   }
 }
 
-}  // namespace
-
-bool IsConstrained(const SequenceGroup& group) { return group.sampling().grammar != nullptr; }
-
-std::string NextTokenMask(const SequenceGroup& group, Sequence& seq,
-                          absl::Span<const int32_t> eos_token_ids,
-                          absl::Span<const int32_t> banned) {
-  CatchUp(group, seq, eos_token_ids);
-  Sequence::ConstraintState& state = seq.constraint_state();
+// The packed mask that follows `matcher` (NextTokenMask's rules; `refused`:
+// the output broke the grammar, only the end may follow).
+std::string MaskAfter(const SequenceGroup& group, constraints::Matcher& matcher, bool refused,
+                      absl::Span<const int32_t> eos_token_ids, absl::Span<const int32_t> banned) {
   std::vector<uint32_t> mask(group.sampling().grammar->vocabulary().mask_words(), 0);
-  if (!state.refused) state.matcher->FillNextTokenMask(absl::MakeSpan(mask));
+  if (!refused) matcher.FillNextTokenMask(absl::MakeSpan(mask));
   const bool any_text = std::any_of(mask.begin(), mask.end(), [](uint32_t w) { return w != 0; });
-  if (state.refused || state.matcher->CanEnd() || !any_text) {
+  if (refused || matcher.CanEnd() || !any_text) {
     if (!group.stopping().ignore_eos) {
       for (int32_t id : eos_token_ids) SetBit(mask, id);
     }
@@ -78,6 +73,52 @@ std::string NextTokenMask(const SequenceGroup& group, Sequence& seq,
   }
   static_assert(std::endian::native == std::endian::little);
   return std::string(reinterpret_cast<const char*>(mask.data()), mask.size() * sizeof(uint32_t));
+}
+
+}  // namespace
+
+bool IsConstrained(const SequenceGroup& group) { return group.sampling().grammar != nullptr; }
+
+std::string NextTokenMask(const SequenceGroup& group, Sequence& seq,
+                          absl::Span<const int32_t> eos_token_ids,
+                          absl::Span<const int32_t> banned) {
+  CatchUp(group, seq, eos_token_ids);
+  Sequence::ConstraintState& state = seq.constraint_state();
+  return MaskAfter(group, *state.matcher, state.refused, eos_token_ids, banned);
+}
+
+int GrammarValidDrafts(const SequenceGroup& group, Sequence& seq,
+                       absl::Span<const int32_t> eos_token_ids, absl::Span<const int32_t> drafts) {
+  CatchUp(group, seq, eos_token_ids);
+  const Sequence::ConstraintState& state = seq.constraint_state();
+  if (state.refused) return 0;
+  const std::vector<int32_t>& stops = group.stopping().stop_token_ids;
+  constraints::Matcher matcher = *state.matcher;
+  int valid = 0;
+  for (int32_t draft : drafts) {
+    if (Contains(eos_token_ids, draft) || Contains(stops, draft)) break;
+    if (!matcher.AcceptToken(draft)) break;
+    ++valid;
+  }
+  return valid;
+}
+
+std::vector<std::string> NextTokenMasks(const SequenceGroup& group, Sequence& seq,
+                                        absl::Span<const int32_t> drafts,
+                                        absl::Span<const int32_t> eos_token_ids,
+                                        absl::Span<const int32_t> banned) {
+  std::vector<std::string> masks;
+  masks.reserve(drafts.size() + 1);
+  masks.push_back(NextTokenMask(group, seq, eos_token_ids, banned));
+  const Sequence::ConstraintState& state = seq.constraint_state();
+  constraints::Matcher matcher = *state.matcher;
+  bool refused = state.refused;
+  for (int32_t draft : drafts) {
+    refused = refused || !matcher.AcceptToken(draft);
+    masks.push_back(refused ? masks.back()
+                            : MaskAfter(group, matcher, false, eos_token_ids, banned));
+  }
+  return masks;
 }
 
 }  // namespace pagoda::scheduler

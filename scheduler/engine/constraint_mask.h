@@ -8,9 +8,16 @@
 // (SequenceStep.token_mask_follows); the engine computes it while the
 // workers run the forward pass and sends it after the plan (StepMasks),
 // since only the sampler needs it.
+//
+// Speculative decoding (prompt lookup, whose drafts the server knows): a
+// constrained sequence proposes only the drafts its grammar accepts
+// (GrammarValidDrafts), and each verified position gets the mask that
+// follows the drafts before it (NextTokenMasks), from a copy of the matcher:
+// the sequence's own matcher reads only the tokens that were accepted.
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/types/span.h"
 #include "scheduler/engine/sequence.h"
@@ -35,6 +42,29 @@ bool IsConstrained(const SequenceGroup& group);
 std::string NextTokenMask(const SequenceGroup& group, Sequence& seq,
                           absl::Span<const int32_t> eos_token_ids,
                           absl::Span<const int32_t> banned);
+
+// How many of `drafts`, from the first, the grammar of `seq` accepts in
+// turn after its output so far: the drafts a constrained sequence may
+// propose (vLLM's validate_tokens). Stops before an EOS or stop token (the
+// output ends there: nothing after it needs a mask) and at every draft once
+// the output broke the grammar. Advances the sequence's matcher over its
+// output only. REQUIRES: IsConstrained(group).
+int GrammarValidDrafts(const SequenceGroup& group, Sequence& seq,
+                       absl::Span<const int32_t> eos_token_ids, absl::Span<const int32_t> drafts);
+
+// The masks of the drafts.size() + 1 verified positions of `seq`: position
+// 0's is NextTokenMask's, position i's is the one NextTokenMask would give
+// once drafts[0, i) were output tokens (a copy of the matcher reads them;
+// `banned` applies at every position: DraftBudget keeps a sequence before
+// min_tokens from carrying drafts past it). Should a draft be refused after
+// all (GrammarValidDrafts was not asked), the positions after it repeat the
+// mask that refused it: it cannot be accepted there, so they are never
+// sampled. Advances the sequence's matcher over its output only.
+// REQUIRES: IsConstrained(group).
+std::vector<std::string> NextTokenMasks(const SequenceGroup& group, Sequence& seq,
+                                        absl::Span<const int32_t> drafts,
+                                        absl::Span<const int32_t> eos_token_ids,
+                                        absl::Span<const int32_t> banned);
 
 }  // namespace pagoda::scheduler
 

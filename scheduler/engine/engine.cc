@@ -34,7 +34,11 @@ Engine::Engine(EngineConfig config, WorkerGroup* workers, EngineObserver* observ
   if (config_.speculative.has_value()) {
     speculator_ = std::make_unique<Speculator>(*config_.speculative,
                                                config_.scheduler.max_model_len,
-                                               config_.scheduler.max_num_batched_tokens);
+                                               config_.scheduler.max_num_batched_tokens,
+                                               config_.eos_token_ids);
+    const SpeculativeMethod method = config_.speculative->method;
+    scheduler_->block_manager().set_recompute_last_cached_block(
+        method == SpeculativeMethod::kEagle || method == SpeculativeMethod::kEagle3);
   }
   // Speculation and overlap do not run together (docs/extension-points.md):
   // each step's drafts come from the tokens the previous step returned.

@@ -69,10 +69,11 @@ absl::StatusOr<std::vector<GeneratedToken>> AcceptedOf(const wv1::StepResult& re
 }  // namespace
 
 Speculator::Speculator(const SpeculativeConfig& config, int max_model_len,
-                       int max_num_batched_tokens)
+                       int max_num_batched_tokens, std::vector<int32_t> eos_token_ids)
     : config_(config),
       max_model_len_(max_model_len),
-      max_num_batched_tokens_(max_num_batched_tokens) {
+      max_num_batched_tokens_(max_num_batched_tokens),
+      eos_token_ids_(std::move(eos_token_ids)) {
   CHECK(config_.method == SpeculativeMethod::kNgram ||
         config_.method == SpeculativeMethod::kDraftModel ||
         config_.method == SpeculativeMethod::kEagle || config_.method == SpeculativeMethod::kEagle3)
@@ -94,6 +95,9 @@ void Speculator::Propose(Scheduler& scheduler) {
   scheduler.ForEachRunningSequence([&](SequenceGroup& group, Sequence& seq) {
     if (!DecodesNext(seq) || token_room <= 0) return;
     std::vector<int32_t> drafts = DraftsFor(group, seq, running, token_room);
+    if (!drafts.empty() && IsConstrained(group)) {
+      drafts.resize(GrammarValidDrafts(group, seq, eos_token_ids_, drafts));
+    }
     if (drafts.empty()) return;
     token_room -= static_cast<int>(drafts.size());
     seq.set_num_lookahead_slots(static_cast<int>(drafts.size()));
@@ -114,7 +118,9 @@ std::vector<int32_t> Speculator::DraftsFor(const SequenceGroup& group, const Seq
   request.max_tokens = group.stopping().max_tokens;
   request.min_tokens = group.stopping().min_tokens;
   request.max_model_len = max_model_len_;
-  request.constrained = IsConstrained(group);
+  // The server follows a grammar through the drafts it proposes, not
+  // through those the workers' draft model or EAGLE head proposes.
+  request.constrained = IsConstrained(group) && config_.method != SpeculativeMethod::kNgram;
   request.bad_words = !sampling.bad_words_token_ids.empty();
   request.beam_search = sampling.use_beam_search;
   const int budget = DraftBudget(request);

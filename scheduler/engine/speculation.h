@@ -27,13 +27,17 @@ namespace pagoda::scheduler {
 class Speculator {
  public:
   // `max_num_batched_tokens`: the decodes and their drafts together stay
-  // within it.
-  Speculator(const SpeculativeConfig& config, int max_model_len, int max_num_batched_tokens);
+  // within it. `eos_token_ids`: the model's, which a constrained sequence's
+  // grammar skips in its output (constraint_mask.h).
+  Speculator(const SpeculativeConfig& config, int max_model_len, int max_num_batched_tokens,
+             std::vector<int32_t> eos_token_ids = {});
 
   // Before Schedule(): proposes drafts for every running sequence that
   // decodes next (DraftBudget, then prompt lookup over its tokens) and sets
   // its lookahead slots to their count, so the scheduler reserves their KV
-  // slots and counts them in the token budget.
+  // slots and counts them in the token budget. A constrained sequence keeps
+  // the drafts its grammar accepts (GrammarValidDrafts); the plan's masks
+  // then cover every verified position (BuildStepMasks).
   void Propose(Scheduler& scheduler);
 
   // Right after Schedule(): the scheduled decodes keep their drafts (their
@@ -71,6 +75,7 @@ class Speculator {
   SpeculativeConfig config_;
   int max_model_len_;
   int max_num_batched_tokens_;
+  std::vector<int32_t> eos_token_ids_;
   // Proposals of the step being scheduled, by seq id, and the sequences
   // whose lookahead slots Propose set.
   absl::flat_hash_map<int64_t, std::vector<int32_t>> proposed_;

@@ -1,14 +1,20 @@
 // Speculative decoding's engine-side bookkeeping with the real scheduler,
 // block manager and output processor (the worker's answer written by hand):
 // drafts proposed and reserved, accepted ones appended with the stop checks
-// inside the run, the rejected drafts' slots given back, and the prefix
-// cache never holding a block with an unverified token.
+// inside the run, the rejected drafts' slots given back, the prefix cache
+// never holding a block with an unverified token, and a constrained
+// sequence's drafts cut to its grammar with a mask per verified position.
 #include "scheduler/engine/speculation.h"
 
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "scheduler/constraints/compiled_grammar.h"
+#include "scheduler/constraints/regex.h"
+#include "scheduler/engine/constraint_mask.h"
 #include "scheduler/engine/output_processor.h"
 #include "scheduler/engine/step_plan.h"
 
@@ -108,6 +114,86 @@ class SpeculationTest : public ::testing::Test {
   wv1::StepPlan plan_;
   int64_t step_id_ = 0;
 };
+
+// The grammar `pattern` over ids 10 "a", 11 "b", 12 "c", 13 "-", 14 "1" and
+// 15 "c-" (ids below 10 are special: EOS among them).
+std::shared_ptr<const constraints::CompiledGrammar> GrammarOverCycleTokens(
+    const std::string& pattern) {
+  std::vector<std::optional<std::string>> bytes(10, std::nullopt);
+  for (const char* piece : {"a", "b", "c", "-", "1", "c-"}) bytes.push_back(piece);
+  constraints::GrammarBuilder g;
+  const constraints::RuleId root = g.NewRule("root");
+  g.SetBody(root, *constraints::CompileRegex(pattern, g));
+  return *constraints::CompiledGrammar::Create(
+      g, *constraints::TokenVocabulary::Create(std::move(bytes), 16));
+}
+
+// A constrained sequence proposes only the drafts its grammar accepts, and
+// the plan's masks follow them: the mask of verified position i equals the
+// one plain decoding computes once the first i drafts were output, token by
+// token, through the sequence's own matcher. The sequence's matcher itself
+// reads no draft.
+TEST_F(SpeculationTest, ConstrainedDraftsStopAtTheGrammarAndEachPositionGetsItsMask) {
+  SamplingOptions sampling;
+  sampling.grammar = GrammarOverCycleTokens("abc1*");
+  SequenceGroup* group = Add(/*max_tokens=*/32, 0, {}, sampling);
+  Step(0, 10);  // Prefill: the output is "a".
+  speculator_.Propose(scheduler_);
+  SchedulerOutput output = scheduler_.Schedule();
+  speculator_.TakeScheduled(output);
+  wv1::StepPlan plan = BuildStepPlan(step_id_++, output, scheduler_.block_manager(), {kEos});
+  speculator_.AttachDrafts(output, plan);
+  // Lookup proposes 11 12 13 ("b", "c", "-"); the grammar refuses "-".
+  ASSERT_EQ(plan.sequences_size(), 1);
+  const wv1::SequenceStep& step = plan.sequences(0);
+  ASSERT_EQ(std::vector<int32_t>(step.draft_token_ids().begin(), step.draft_token_ids().end()),
+            std::vector<int32_t>({11, 12}));
+  EXPECT_EQ(output.scheduled[0].num_lookahead_slots, 2);
+  EXPECT_TRUE(step.token_mask_follows());
+
+  const wv1::StepMasks masks = BuildStepMasks(plan, output, {kEos});
+  ASSERT_EQ(masks.rows_size(), 3);
+  EXPECT_EQ(group->seqs()[0]->constraint_state().tokens_read, 1);
+  // Plain decoding's masks: a twin sequence given the drafts one by one.
+  SequenceGroup twin("twin", {10}, 99, sampling, group->stopping(), absl::FromUnixSeconds(1));
+  Sequence& twin_seq = *twin.seqs()[0];
+  twin_seq.AppendToken(GeneratedToken{10, 0.0f, {}});
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(masks.rows(i).seq_id(), step.seq_id());
+    EXPECT_EQ(masks.rows(i).token_mask(), NextTokenMask(twin, twin_seq, {kEos}, {}))
+        << "position " << i;
+    if (i < 2) twin_seq.AppendToken(GeneratedToken{step.draft_token_ids(i), 0.0f, {}});
+  }
+  // Each position's mask differs ("b", then "c" or "c-", then "1" or EOS),
+  // so one applied at another position would be caught.
+  EXPECT_NE(masks.rows(0).token_mask(), masks.rows(1).token_mask());
+  EXPECT_NE(masks.rows(1).token_mask(), masks.rows(2).token_mask());
+
+  // A draft the grammar refuses after all repeats the mask that refused it.
+  std::vector<std::string> after_refusal =
+      NextTokenMasks(*group, *group->seqs()[0], std::vector<int32_t>{13, 11}, {kEos}, {});
+  ASSERT_EQ(after_refusal.size(), 3u);
+  EXPECT_EQ(after_refusal[1], after_refusal[0]);
+  EXPECT_EQ(after_refusal[2], after_refusal[0]);
+}
+
+// A draft model's drafts are proposed inside the worker's step, where no
+// mask could follow them: a constrained row runs plain.
+TEST_F(SpeculationTest, ConstrainedRowsDoNotAskADraftModelForProposals) {
+  SpeculativeConfig config;
+  config.method = SpeculativeMethod::kDraftModel;
+  config.model = "/draft";
+  config.num_speculative_tokens = 3;
+  speculator_ = Speculator(config, 64, 64);
+  SamplingOptions sampling;
+  sampling.grammar = GrammarOverCycleTokens("abc1*");
+  Add(/*max_tokens=*/32, 0, {}, sampling);
+  Step(0, 10);
+  Step(0, 11);
+  ASSERT_EQ(plan_.sequences_size(), 1);
+  EXPECT_EQ(plan_.sequences(0).num_draft_proposals(), 0);
+  EXPECT_TRUE(plan_.sequences(0).token_mask_follows());
+}
 
 TEST_F(SpeculationTest, ReservesDraftSlotsAndGivesBackThoseOfRejectedDrafts) {
   SequenceGroup* group = Add(/*max_tokens=*/32);

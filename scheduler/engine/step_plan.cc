@@ -1,6 +1,8 @@
 #include "scheduler/engine/step_plan.h"
 
 #include <algorithm>
+#include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -164,10 +166,14 @@ wv1::StepMasks BuildStepMasks(const wv1::StepPlan& plan, const SchedulerOutput& 
     const ScheduledSequence& entry = output.scheduled[i];
     wv1::SamplingOptions bans;
     SetBannedTokens(*entry.group, *entry.seq, eos_token_ids, &bans);
-    wv1::RowTokenMask* row = masks.add_rows();
-    row->set_seq_id(entry.seq->seq_id());
-    row->set_token_mask(
-        NextTokenMask(*entry.group, *entry.seq, eos_token_ids, bans.banned_token_ids()));
+    // One row per verified position: the drafts' masks follow the first.
+    const auto& drafts = plan.sequences(i).draft_token_ids();
+    for (std::string& mask :
+         NextTokenMasks(*entry.group, *entry.seq, drafts, eos_token_ids, bans.banned_token_ids())) {
+      wv1::RowTokenMask* row = masks.add_rows();
+      row->set_seq_id(entry.seq->seq_id());
+      row->set_token_mask(std::move(mask));
+    }
   }
   return masks;
 }

@@ -126,6 +126,11 @@ BlockTable BlockManager::AllocateTable(const KvSequence& seq, bool reuse_cached)
       table.hashes.push_back(hash);
       parent = hash;
     }
+    if (recompute_last_cached_block_ && !table.blocks.empty()) {
+      gpu_.Release(table.blocks.back());  // Stays cached; a fresh block replaces it.
+      table.blocks.pop_back();
+      table.hashes.pop_back();
+    }
     table.num_cached_tokens = static_cast<int>(table.blocks.size()) * block_size_;
     prefix_cache_queries_ += seq.length();
     prefix_cache_hits_ += table.num_cached_tokens;

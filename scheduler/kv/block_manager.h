@@ -80,6 +80,14 @@ class BlockManager {
   BlockManager(const BlockManager&) = delete;
   BlockManager& operator=(const BlockManager&) = delete;
 
+  // EAGLE heads (speculative methods eagle, eagle3), as vLLM's use_eagle:
+  // a prefix-cache hit leaves its last matched block to be recomputed. The
+  // head's K/V at a position is computed from the token after it, so that
+  // of a hit's last position came from whatever token followed it in the
+  // sequence that cached it; one block back, the token after the hit is in
+  // a matched block, hence the same.
+  void set_recompute_last_cached_block(bool on) { recompute_last_cached_block_ = on; }
+
   // Blocks needed to hold `num_tokens` tokens.
   int BlocksForTokens(int num_tokens) const { return (num_tokens + block_size_ - 1) / block_size_; }
 
@@ -211,6 +219,7 @@ class BlockManager {
   int watermark_blocks_;
   bool enable_prefix_caching_;
   BlockHasher hasher_;
+  bool recompute_last_cached_block_ = false;
   int64_t prefix_cache_queries_ = 0;
   int64_t prefix_cache_hits_ = 0;
   BlockPool gpu_;

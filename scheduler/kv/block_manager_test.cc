@@ -378,6 +378,31 @@ TEST(PrefixCacheTest, FullyCachedPromptStillComputesItsLastToken) {
   EXPECT_EQ(manager.FindBlockTable(2)->num_cached_tokens, 4);
 }
 
+// EAGLE: the last matched block is computed again, in a block of the
+// sequence's own, and the cached one stays cached for others.
+TEST(PrefixCacheTest, EagleRecomputesTheLastMatchedBlock) {
+  BlockManager manager(4, 10, 0, 0.0, true);
+  manager.set_recompute_last_cached_block(true);
+  auto first = GroupWithPrompt(1, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13});
+  PrefillAndCommit(manager, *first);
+  const int free_before = manager.gpu_pool().num_free();
+  auto second = GroupWithPrompt(2, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 20});
+  AllocateRunning(manager, *second);
+  const std::vector<int>& cached = manager.GetBlockTable(1);
+  const std::vector<int>& table = manager.GetBlockTable(2);
+  ASSERT_EQ(table.size(), 4u);
+  EXPECT_EQ(table[0], cached[0]);
+  EXPECT_EQ(table[1], cached[1]);
+  EXPECT_NE(table[2], cached[2]);
+  EXPECT_EQ(manager.FindBlockTable(2)->num_cached_tokens, 8);
+  EXPECT_EQ(manager.gpu_pool().num_free(), free_before - 2);  // Blocks 2 and 3 are new.
+  // A prompt that matches one block only recomputes it.
+  auto third = GroupWithPrompt(3, {1, 2, 3, 4, 30});
+  AllocateRunning(manager, *third);
+  EXPECT_EQ(manager.FindBlockTable(3)->num_cached_tokens, 0);
+  EXPECT_NE(manager.GetBlockTable(3)[0], manager.GetBlockTable(1)[0]);
+}
+
 TEST(PrefixCacheTest, BlocksAreCachedOnlyOnceComputed) {
   BlockManager manager(4, 10, 0, 0.0, true);
   auto first = GroupWithPrompt(1, {1, 2, 3, 4, 5, 6});

@@ -23,7 +23,9 @@ struct DraftRequest {
   int min_tokens = 0;
   int max_model_len = 0;
   // What the plan carries once per sequence, not per verified row: a
-  // structured-output mask, bad words' banned ids (both follow the tokens
+  // structured-output mask over drafts the server does not know (a draft
+  // model's; prompt lookup's get a mask per position, so the caller leaves
+  // this false for them), bad words' banned ids (both follow the tokens
   // before the row), and beam search (which vLLM also refuses).
   bool constrained = false;
   bool bad_words = false;

@@ -6,7 +6,9 @@
 // and a worker restart change no beam. The token masks follow each plan
 // (computed while the forward pass runs): the tokens are those of the same
 // masks inside the plan, and a worker lost between a plan and its masks
-// changes none.
+// changes none. Under prompt lookup, whose drafts the masks follow position
+// by position, greedy and seeded requests keep plain decoding's tokens; a
+// draft model proposes nothing for constrained rows.
 
 #include <algorithm>
 #include <filesystem>
@@ -109,6 +111,17 @@ std::string Text(const std::vector<GeneratedToken>& tokens) {
   return text;
 }
 
+// `text` one character a token (the single-character ids of TokenBytes).
+std::vector<int32_t> SingleCharacterTokens(const std::string& text) {
+  static const std::vector<std::optional<std::string>> bytes = TokenBytes();
+  std::vector<int32_t> ids;
+  for (char c : text) {
+    const auto it = std::find(bytes.begin(), bytes.end(), std::string(1, c));
+    ids.push_back(static_cast<int32_t>(it - bytes.begin()));
+  }
+  return ids;
+}
+
 std::vector<int32_t> Ids(const std::vector<GeneratedToken>& tokens) {
   std::vector<int32_t> ids;
   for (const GeneratedToken& token : tokens) ids.push_back(token.token_id);
@@ -173,7 +186,8 @@ class ConstrainedBeamTest : public ::testing::Test {
   // all, so how many are preempted or running at a crash does not depend on
   // how fast this thread submits (a loaded machine once saw no preemption).
   void StartEngine(int gpu_blocks = 256, PreemptionMode mode = PreemptionMode::kAuto,
-                   int cpu_blocks = 0, bool run_now = true, bool inline_masks = false) {
+                   int cpu_blocks = 0, bool run_now = true, bool inline_masks = false,
+                   std::optional<SpeculativeConfig> speculative = std::nullopt) {
     engine_.reset();
     workers_ = std::make_unique<RestartableWorkerGroup>();
     inline_masks_ = std::make_unique<InlineMasksGroup>(workers_.get());
@@ -185,6 +199,9 @@ class ConstrainedBeamTest : public ::testing::Test {
     load.set_kv_cache_memory_bytes(64 << 20);
     load.set_max_num_batched_tokens(256);
     load.set_max_num_seqs(64);
+    if (speculative.has_value() && speculative->method == SpeculativeMethod::kDraftModel) {
+      load.set_draft_model_dir(speculative->model);
+    }
     ASSERT_TRUE(workers_->LoadModel(load).ok());
     wv1::InitCacheRequest init;
     init.set_num_gpu_blocks(gpu_blocks);
@@ -199,6 +216,7 @@ class ConstrainedBeamTest : public ::testing::Test {
     config.scheduler.max_num_batched_tokens = 256;
     config.scheduler.max_model_len = 256;
     config.eos_token_ids = {kEos};
+    config.speculative = speculative;
     WorkerGroup* group = inline_masks ? static_cast<WorkerGroup*>(inline_masks_.get()) : workers_.get();
     engine_ = std::make_unique<Engine>(config, group, nullptr);
     engine_running_ = run_now;
@@ -281,6 +299,32 @@ class ConstrainedBeamTest : public ::testing::Test {
         sinks.emplace_back(id, Submit(id, c, 0, {5, 17, 40, 9, 33}, 0.9f, seed));
       }
       sinks.emplace_back(c.name + "/beam", Submit(c.name + "/beam", c, 2));
+    }
+    std::map<std::string, Outputs> outputs;
+    for (const auto& [id, sink] : sinks) {
+      for (const Case& c : Cases()) {
+        if (id.substr(0, id.find('/')) == c.name) outputs[id] = Finish(*sink, c, id);
+      }
+    }
+    return outputs;
+  }
+
+  // Every case greedy and sampled at temperature 1 under three seeds (no
+  // beam: speculation refuses it), all in one batch, from a prompt that
+  // holds text the grammars allow, so prompt lookup proposes drafts; the
+  // outputs by request id. A seeded row draws each position as plain
+  // decoding does (worker/draft_verification.h), so equal tokens is the
+  // distribution's check, draw by draw.
+  std::map<std::string, Outputs> RunSpeculableBatch() {
+    const std::vector<int32_t> prompt =
+        SingleCharacterTokens(R"(alpha beta yes-12 {"a":1,"b":"x"} abc-12)");
+    std::vector<std::pair<std::string, std::shared_ptr<CollectingSink>>> sinks;
+    for (const Case& c : Cases()) {
+      sinks.emplace_back(c.name + "/greedy", Submit(c.name + "/greedy", c, 0, prompt));
+      for (uint64_t seed : {1, 2, 3}) {
+        const std::string id = absl::StrCat(c.name, "/seed", seed);
+        sinks.emplace_back(id, Submit(id, c, 0, prompt, 1.0f, seed));
+      }
     }
     std::map<std::string, Outputs> outputs;
     for (const auto& [id, sink] : sinks) {
@@ -403,6 +447,38 @@ TEST_F(ConstrainedBeamTest, AWorkerLostBetweenPlanAndMasksChangesNoToken) {
   workers_->CrashBeforeMasks(5);
   EXPECT_EQ(RunMixedBatch(), expected);
   EXPECT_EQ(workers_->restarts(), 1);
+}
+
+// Speculative decoding with structured outputs: the masks follow the drafts
+// position by position (constraint_mask.h), so every accepted draft was
+// drawn under the mask plain decoding would have used there.
+TEST_F(ConstrainedBeamTest, SpeculationKeepsPlainTokensUnderEveryConstraint) {
+  StartEngine();
+  const std::map<std::string, Outputs> expected = RunSpeculableBatch();
+  ASSERT_EQ(expected.size(), 16u);
+  SpeculativeConfig ngram;
+  ngram.method = SpeculativeMethod::kNgram;
+  ngram.num_speculative_tokens = 4;
+  ngram.prompt_lookup_min = 1;
+  ngram.prompt_lookup_max = 3;
+  StartEngine(256, PreemptionMode::kAuto, 0, /*run_now=*/true, /*inline_masks=*/false, ngram);
+  EXPECT_EQ(RunSpeculableBatch(), expected);
+  // Drafts were proposed and accepted (57 of 77 when written): the masks
+  // of accepted positions did decide tokens.
+  const SpecDecodeTotals totals = engine_->snapshot().spec_decode;
+  EXPECT_GT(totals.num_draft_tokens, 0);
+  EXPECT_GT(totals.num_accepted_tokens, 0) << totals.num_draft_tokens << " drafts";
+
+  // A draft model proposes inside the worker's step, where no mask could
+  // follow its drafts: constrained rows run plain (a proposal asked with a
+  // mask would have the worker refuse the step).
+  SpeculativeConfig draft;
+  draft.method = SpeculativeMethod::kDraftModel;
+  draft.model = *model_dir_;
+  draft.num_speculative_tokens = 4;
+  StartEngine(256, PreemptionMode::kAuto, 0, /*run_now=*/true, /*inline_masks=*/false, draft);
+  EXPECT_EQ(RunSpeculableBatch(), expected);
+  EXPECT_EQ(engine_->snapshot().spec_decode.num_draft_tokens, 0);
 }
 
 }  // namespace

@@ -9,7 +9,8 @@ at position p reads (token p + 1, hidden p), where hidden p is fc(aux p) once
 the target verified p, and the head's own pre-norm output of the row before
 while it drafts. Its one layer ("midlayer.*") feeds
 concat(input_layernorm(embed(token)), hidden_norm(hidden)) [2H] to q/k/v,
-with the hidden (not normalised) as the residual; its output goes through
+with the hidden as the residual (hidden_norm(hidden) when the config says
+"norm_before_residual": true, as vLLM's layer does); its output goes through
 its own final "norm" and "lm_head" over draft_vocab_size ids, draft id d
 being target id d + d2t[d]. Embeddings are the head's "embed_tokens" when it
 has them, the target's otherwise. t2d is present and unused.
@@ -18,7 +19,8 @@ Subcommands:
   make      one EAGLE-3 head (as variants' "good") from --source into --out.
   variants  turns a tiny one-layer Llama (--source) into EAGLE-3 heads under
             --out, each in <name>/model: "good", "own_embed" (with its own
-            embed_tokens), and heads a loader must refuse: no_fc, fc_shape
+            embed_tokens), "norm_before_residual" (good's weights with that
+            flag), and heads a loader must refuse: no_fc, fc_shape
             (fc.weight [H, 2H]), no_hidden_norm, no_d2t, d2t_range (a draft
             id mapped past the target's vocabulary), default_layers (no
             layer ids: the default is out of a 2-layer target's range).
@@ -64,7 +66,7 @@ def write_safetensors(path, tensors):
 
 
 def make_head(source, out, target_vocab, seed, own_embed=False, fc_cols=3,
-              drop=(), d2t_shift=0, layer_ids=AUX_LAYERS):
+              drop=(), d2t_shift=0, layer_ids=AUX_LAYERS, norm_before_residual=False):
   weights = ref.read_model_weights(source)
   with open(os.path.join(source, "config.json")) as f:
     config = json.load(f)
@@ -103,6 +105,8 @@ def make_head(source, out, target_vocab, seed, own_embed=False, fc_cols=3,
   config.pop("eagle_aux_hidden_state_layer_ids", None)
   if layer_ids is not None:
     config["eagle_aux_hidden_state_layer_ids"] = layer_ids
+  if norm_before_residual:
+    config["norm_before_residual"] = True
   os.makedirs(out, exist_ok=True)
   with open(os.path.join(out, "config.json"), "w") as f:
     json.dump(config, f)
@@ -115,6 +119,9 @@ def make_variants(args):
   vocab = args.target_vocab
   make_head(args.source, out("good"), vocab, args.seed)
   make_head(args.source, out("own_embed"), vocab, args.seed + 1, own_embed=True)
+  # good's weights: only the residual differs.
+  make_head(args.source, out("norm_before_residual"), vocab, args.seed,
+            norm_before_residual=True)
   make_head(args.source, out("no_fc"), vocab, 0, drop=["fc.weight"])
   make_head(args.source, out("fc_shape"), vocab, 0, fc_cols=2)
   make_head(args.source, out("no_hidden_norm"), vocab, 0,
@@ -171,9 +178,12 @@ def head_outputs(head, target, tokens, hiddens):
   e = embed[np.asarray(tokens, dtype=np.int64)]
   h = np.asarray(hiddens)
   pre = "model.layers.0."
-  x = np.concatenate([ref.rms_norm(e, w[pre + "input_layernorm.weight"], head.eps),
-                      ref.rms_norm(h, w[pre + "hidden_norm.weight"], head.eps)], axis=-1)
-  residual = h + ref.attention(head, x, 0)
+  h_normed = ref.rms_norm(h, w[pre + "hidden_norm.weight"], head.eps)
+  x = np.concatenate([ref.rms_norm(e, w[pre + "input_layernorm.weight"], head.eps), h_normed],
+                     axis=-1)
+  # vLLM's norm_before_residual: the residual is the normed hidden.
+  skip = h_normed if head.config.get("norm_before_residual", False) else h
+  residual = skip + ref.attention(head, x, 0)
   return residual + ref.mlp(head, ref.rms_norm(
       residual, w[pre + "post_attention_layernorm.weight"], head.eps), 0)
 
