@@ -116,47 +116,53 @@ PAGODA_TILE_VNNI inline __m512i TileInputs(const int8_t* x) {
   return _mm512_set1_epi32(four);
 }
 
-// Token rows of up to 4 keep two sums a row (the low and high nibbles', or
-// alternate steps at 8 bits): one chain would wait on vpdpbusd's latency.
-// The integer sums are exact, so the split changes no result.
+// The two vpdpbusd operands of 64 bytes of codes: the bytes as they are
+// (8-bit: inputs p..p+3), or the low nibbles (inputs p..p+3) and the high
+// ones (p+4..p+7) of one 64-byte step (4-bit); codes advances to the next.
+template <int kBits>
+PAGODA_TILE_VNNI inline void TileOperands(const uint8_t* codes, int64_t p, __m512i& first,
+                                          __m512i& second) {
+  if constexpr (kBits == 4) {
+    const __m512i low_nibbles = _mm512_set1_epi8(0x0F);
+    const __m512i bytes = _mm512_loadu_si512(codes + p * 8);
+    first = _mm512_and_si512(bytes, low_nibbles);
+    second = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), low_nibbles);
+  } else {
+    first = _mm512_loadu_si512(codes + p * 16);
+    second = _mm512_loadu_si512(codes + p * 16 + 64);
+  }
+}
+
+// Token rows of up to 4 keep two sums a row (the two operands'): one chain
+// would wait on vpdpbusd's latency. The integer sums are exact, so the
+// split changes no result. Separate arrays, not one indexed by a chain, so
+// that GCC keeps each sum in its register without copies.
 template <int kBits, int kRows>
 PAGODA_TILE_VNNI void SegmentDotsTile(const uint8_t* codes, const int8_t* x, size_t ld_x,
                                       int64_t length, __m512i dots[kRows]) {
-  constexpr int kChains = kRows <= 4 ? 2 : 1;
-  __m512i acc[kChains][kRows];
+  __m512i first_sums[kRows];
+  __m512i second_sums[kRows];
 #pragma GCC unroll 8
-  for (int r = 0; r < kRows; ++r) {
-    acc[0][r] = _mm512_setzero_si512();
-    acc[kChains - 1][r] = _mm512_setzero_si512();
-  }
-  const __m512i low_nibbles = _mm512_set1_epi8(0x0F);
-  if constexpr (kBits == 4) {
-    for (int64_t p = 0; p < length; p += 8) {
-      const __m512i bytes = _mm512_loadu_si512(codes + p * 8);
-      const __m512i low = _mm512_and_si512(bytes, low_nibbles);
-      const __m512i high = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), low_nibbles);
+  for (int r = 0; r < kRows; ++r) first_sums[r] = second_sums[r] = _mm512_setzero_si512();
+  for (int64_t p = 0; p < length; p += 8) {
+    __m512i first, second;
+    TileOperands<kBits>(codes, p, first, second);
 #pragma GCC unroll 8
-      for (int r = 0; r < kRows; ++r) {
-        acc[0][r] = _mm512_dpbusd_epi32(acc[0][r], low, TileInputs(x + r * ld_x + p));
-        acc[kChains - 1][r] =
-            _mm512_dpbusd_epi32(acc[kChains - 1][r], high, TileInputs(x + r * ld_x + p + 4));
-      }
-    }
-  } else {
-    for (int64_t p = 0; p < length; p += 8) {
-      const __m512i first = _mm512_loadu_si512(codes + p * 16);
-      const __m512i second = _mm512_loadu_si512(codes + p * 16 + 64);
-#pragma GCC unroll 8
-      for (int r = 0; r < kRows; ++r) {
-        acc[0][r] = _mm512_dpbusd_epi32(acc[0][r], first, TileInputs(x + r * ld_x + p));
-        acc[kChains - 1][r] =
-            _mm512_dpbusd_epi32(acc[kChains - 1][r], second, TileInputs(x + r * ld_x + p + 4));
+    for (int r = 0; r < kRows; ++r) {
+      if constexpr (kRows <= 4) {
+        first_sums[r] = _mm512_dpbusd_epi32(first_sums[r], first, TileInputs(x + r * ld_x + p));
+        second_sums[r] =
+            _mm512_dpbusd_epi32(second_sums[r], second, TileInputs(x + r * ld_x + p + 4));
+      } else {
+        first_sums[r] = _mm512_dpbusd_epi32(first_sums[r], first, TileInputs(x + r * ld_x + p));
+        first_sums[r] =
+            _mm512_dpbusd_epi32(first_sums[r], second, TileInputs(x + r * ld_x + p + 4));
       }
     }
   }
 #pragma GCC unroll 8
   for (int r = 0; r < kRows; ++r) {
-    dots[r] = kChains == 1 ? acc[0][r] : _mm512_add_epi32(acc[0][r], acc[kChains - 1][r]);
+    dots[r] = kRows <= 4 ? _mm512_add_epi32(first_sums[r], second_sums[r]) : first_sums[r];
   }
 }
 
