@@ -116,7 +116,7 @@ PAGODA_TILE_VNNI void QuantizeGroupVnni(const float* x, int64_t n, int8_t* q, fl
 PAGODA_TILE_VNNI inline __m512i DotBroadcast(__m512i sums, __m512i codes, const int8_t* x) {
   asm("vpdpbusd %2%{1to16%}, %1, %0"
       : "+v"(sums)
-      : "v"(codes), "m"(*reinterpret_cast<const int32_t*>(x)));
+      : "v"(codes), "m"(*reinterpret_cast<const int8_t(*)[4]>(x)));
   return sums;
 }
 
