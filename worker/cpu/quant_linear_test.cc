@@ -107,8 +107,9 @@ void ExpectMatches(Linear& linear, const QuantizedWeight& w, std::mt19937& rng,
   ASSERT_EQ(linear.in_features(), w.in_features);
   ASSERT_EQ(linear.out_features(), w.out_features);
   // 40 and 70 rows: the prompt paths (quant_linear.cc): dequantized panels,
-  // or with the tile layout two blocks of token rows.
+  // or with the tile layout (int8 inputs) two blocks of token rows.
   for (int rows : {1, 2, 3, 4, 5, 8, 9, 17, 40, 70}) {
+    if (rows == 70 && activations == WeightOnlyActivations::kFloat32) continue;
     std::vector<float> x(static_cast<size_t>(rows) * w.in_features);
     for (float& v : x) v = std::uniform_real_distribution<float>(-1, 1)(rng);
     std::vector<float> y(rows * w.out_features + 1, 1234.5f);  // Guard past the end.
