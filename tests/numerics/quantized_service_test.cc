@@ -9,7 +9,8 @@
 // the float64 reference's over the exactly dequantized weights
 // (tests/reference/quantized_reference.py; for W8A8, and for the
 // weight-only formats' default int8 inputs (--cpu-weight-only-activations),
-// with the input quantization emulated).
+// with the input quantization emulated; AWQ at tensor-parallel size 2 with
+// --cpu-weight-only-activations float32, against the reference without it).
 
 #include <filesystem>
 #include <fstream>
@@ -54,6 +55,10 @@ struct Format {
   bool inputs_quantized_per_rank = false;
   // --kv-cache-dtype ("" for auto); the reference emulates an fp8 cache.
   std::string kv_cache_dtype;
+  // The tensor-parallel run serves with --cpu-weight-only-activations
+  // float32 against the reference without input quantization (the exact
+  // weight-only numerics), instead of the default int8 inputs.
+  bool tp2_float32_inputs = false;
   bool online() const { return checkpoint == "none"; }
 };
 void PrintTo(const Format& format, std::ostream* os) { *os << format.name; }
@@ -80,15 +85,17 @@ class QuantizedServiceTest : public ::testing::TestWithParam<Format> {
     ComputeReference(1);
   }
 
-  // The reference's tokens of every request at tensor-parallel size `tp`.
-  void ComputeReference(int tp) {
+  // The reference's tokens of every request at tensor-parallel size `tp`,
+  // the weight-only formats' inputs as `activations` says.
+  void ComputeReference(int tp, const std::string& activations = "int8") {
     absl::StatusOr<std::string> out = RunCommand(absl::StrCat(
         PythonBinary(), " tests/reference/quantized_reference.py generate-batch", " --model ",
         model_dir_, " --requests ", model_dir_, "/requests.json --tensor-parallel-size ", tp,
         GetParam().online() ? absl::StrCat(" --quantization ", GetParam().method) : "",
         GetParam().kv_cache_dtype.empty()
             ? ""
-            : absl::StrCat(" --kv-cache-dtype ", GetParam().kv_cache_dtype)));
+            : absl::StrCat(" --kv-cache-dtype ", GetParam().kv_cache_dtype),
+        " --cpu-weight-only-activations ", activations));
     ASSERT_TRUE(out.ok()) << out.status();
     reference_ = nlohmann::json::parse(*out).get<std::vector<std::vector<int32_t>>>();
     ASSERT_EQ(reference_.size(), static_cast<size_t>(kRequests));
@@ -144,12 +151,17 @@ TEST_P(QuantizedServiceTest, TwelveConcurrentRequestsUnderPreemptionMatchReferen
 }
 
 // With vLLM's --quantization naming the checkpoint's method (it serves as
-// without the flag).
+// without the flag); for one format with f32 inputs (no new server start).
 TEST_P(QuantizedServiceTest, TwelveConcurrentRequestsAtTensorParallelSize2MatchReference) {
-  if (GetParam().inputs_quantized_per_rank) {
+  std::vector<std::string> extra = {"--tensor-parallel-size=2",
+                                    absl::StrCat("--quantization=", GetParam().method)};
+  if (GetParam().tp2_float32_inputs) {
+    ASSERT_NO_FATAL_FAILURE(ComputeReference(2, "float32"));
+    extra.push_back("--cpu-weight-only-activations=float32");
+  } else if (GetParam().inputs_quantized_per_rank) {
     ASSERT_NO_FATAL_FAILURE(ComputeReference(2));
   }
-  ServeAndCheck({"--tensor-parallel-size=2", absl::StrCat("--quantization=", GetParam().method)});
+  ServeAndCheck(extra);
 }
 
 // --quantization naming another method is refused at start, in one line;
@@ -171,7 +183,7 @@ TEST_P(QuantizedServiceRefusalTest, AnotherQuantizationMethodIsRefusedAtStart) {
   }
 }
 
-const Format kAwq{"awq_g32", "--format awq --group-size 32", "awq", "awq"};
+const Format kAwq{"awq_g32", "--format awq --group-size 32", "awq", "awq", false, "", true};
 const Format kGptq{"gptq_int4_act_order", "--format gptq --desc-act", "gptq", "gptq", true};
 const Format kW8A16{"ct_w8a16_channel", "--format ct --bits 8 --group-size -1",
                     "compressed-tensors", "compressed-tensors", true};

@@ -10,6 +10,7 @@
 #include "worker/cpu/panel_linear.h"
 #include "worker/cpu/quant_a8_kernels.h"
 #include "worker/cpu/quant_kernels.h"
+#include "worker/cpu/quant_tile_kernels.h"
 
 namespace pagoda::worker {
 namespace {
@@ -52,6 +53,10 @@ constexpr size_t kBlockXBytes = 32 * 1024;
 // outputs. Below it the row kernel's cost per weight, not per load, wins.
 constexpr int kQuantPanelMinRows = 32;
 constexpr int kQuantPanelWidth = 16;
+// Token rows of a prompt that the tile kernels (VNNI) take through every
+// tile before the next rows: their int8 inputs (512 KB at 8192 inputs a row)
+// stay in L2 (2 MB a core) while the codes stream once a block.
+constexpr int kTileRowBlock = 64;
 
 class CpuQuantLinear final : public Linear {
  public:
@@ -71,11 +76,21 @@ class CpuQuantLinear final : public Linear {
         num_groups_(weight.num_groups),
         bias_(weight.bias) {
     PlanSegments(weight);
+    const QuantTileKernels* vnni = level == SimdLevel::kAvx512 ? VnniQuantTileKernels() : nullptr;
+    quantize_group_ = (vnni != nullptr ? *vnni : PlainQuantTileKernels()).quantize_group;
     // A group longer than the int32 sums allow keeps f32 inputs.
     int8_inputs_ = activations == WeightOnlyActivations::kInt8 &&
                    std::all_of(segments_.begin(), segments_.end(), [](const QuantSegment& seg) {
                      return seg.length <= kQuantA8MaxSegment;
                    });
+    // With int8 inputs and VNNI, the tile layout (quant_tile_kernels.h)
+    // instead of the row layout: decode is bound by the per-row steps of
+    // the row kernels, not by reading the codes.
+    if (int8_inputs_ && vnni != nullptr) {
+      tile_kernel_ = bits_ == 4 ? vnni->tile_int4 : vnni->tile_int8;
+      PackTiles(weight);
+      return;
+    }
     PackCodes(weight);
     params_.resize(static_cast<size_t>(out_ * num_groups_) * 2);
     for (int64_t k = 0; k < out_ * num_groups_; ++k) {
@@ -86,8 +101,10 @@ class CpuQuantLinear final : public Linear {
 
   int64_t in_features() const override { return in_; }
   int64_t out_features() const override { return out_; }
+  // The tile layout's padding rows (out_ rounded up to 16) are not counted.
   size_t weight_bytes() const override {
-    return codes_.size() + (params_.size() + bias_.size()) * sizeof(float);
+    return static_cast<size_t>(out_) * padded_in_ * bits_ / 8 +
+           (static_cast<size_t>(out_) * num_groups_ * 2 + bias_.size()) * sizeof(float);
   }
 
   // Output rows are split among the threads; within a task, the segments
@@ -101,6 +118,7 @@ class CpuQuantLinear final : public Linear {
     const float* x = Gathered(static_cast<const float*>(x_raw), rows);
     float* y = static_cast<float*>(y_raw);
     if (int8_inputs_) QuantizeInputs(x, rows);
+    if (tile_kernel_ != nullptr) return ForwardTiles(rows, y);
     if (rows >= kQuantPanelMinRows && simd_.gemm6x16 != nullptr) {
       return ForwardPanels(int8_inputs_ ? DequantizedInputs(rows) : x, rows, y);
     }
@@ -151,6 +169,86 @@ class CpuQuantLinear final : public Linear {
         }
       }
     });
+  }
+
+  // Each tile of 16 output rows over all of its segments, up to
+  // kQuantTileMaxTokens token rows a call, tiles split among the threads;
+  // a prompt in blocks of kTileRowBlock token rows, each block's inputs
+  // read from L2 for every tile and each tile's codes from L1/L2 for every
+  // call of the block. Every token row, in a prompt or a decode batch,
+  // takes the same steps, so its outputs do not depend on the others.
+  void ForwardTiles(int rows, float* y) {
+    for (int first = 0; first < rows; first += kTileRowBlock) {
+      ForwardTileBlock(first, std::min(kTileRowBlock, rows - first), rows, y);
+    }
+  }
+
+  void ForwardTileBlock(int first, int block, int rows, float* y) {
+    const int64_t num_tiles = (out_ + kQuantTileRows - 1) / kQuantTileRows;
+    const size_t tile_bytes = QuantTileBytes(padded_in_, bits_);
+    const int num_segments = static_cast<int>(segments_.size());
+    pool_->ParallelFor(
+        num_tiles, kMinRowsPerTask / kQuantTileRows, [&](int64_t begin, int64_t end) {
+          for (int64_t t = begin; t < end; ++t) {
+            const int64_t o = t * kQuantTileRows;
+            const int cols = static_cast<int>(std::min<int64_t>(kQuantTileRows, out_ - o));
+            for (int r = first; r < first + block; r += kQuantTileMaxTokens) {
+              tile_kernel_(tile_codes_.data() + t * tile_bytes,
+                           tile_params_.data() + t * num_groups_ * 2 * kQuantTileRows,
+                           segments_.data(), num_segments, x_q_.data() + r * padded_in_, padded_in_,
+                           x_scale_.data() + r, x_qsum_.data() + r, rows,
+                           std::min(kQuantTileMaxTokens, first + block - r), y + r * out_ + o, out_,
+                           cols);
+            }
+            if (bias_.empty()) continue;
+            for (int r = first; r < first + block; ++r) {
+              for (int c = 0; c < cols; ++c) y[r * out_ + o + c] += bias_[o + c];
+            }
+          }
+        });
+  }
+
+  void PackTiles(const QuantizedWeight& weight) {
+    const int64_t num_tiles = (out_ + kQuantTileRows - 1) / kQuantTileRows;
+    const size_t tile_bytes = QuantTileBytes(padded_in_, bits_);
+    tile_codes_.Allocate(tile_bytes * num_tiles);
+    tile_params_.assign(static_cast<size_t>(num_tiles * num_groups_) * 2 * kQuantTileRows, 0.0f);
+    for (int64_t t = 0; t < num_tiles; ++t) {
+      const int64_t o = t * kQuantTileRows;
+      PackQuantTile(
+          bits_, padded_in_,
+          [&](int j, int64_t p) -> int {
+            return o + j >= out_ || source_[p] < 0 ? 0 : weight.codes[(o + j) * in_ + source_[p]];
+          },
+          tile_codes_.data() + t * tile_bytes);
+      float* params = tile_params_.data() + t * num_groups_ * 2 * kQuantTileRows;
+      for (int j = 0; j < kQuantTileRows && o + j < out_; ++j) {
+        for (int64_t g = 0; g < num_groups_; ++g) {
+          const size_t k = (o + j) * num_groups_ + g;
+          params[g * 2 * kQuantTileRows + j] = weight.scales[k];
+          params[g * 2 * kQuantTileRows + kQuantTileRows + j] = -weight.scales[k] * weight.zeros[k];
+        }
+      }
+    }
+  }
+
+  // Output o's code at padded input p, scale and offset of group g, in
+  // whichever layout the Linear packed.
+  int CodeAt(int64_t o, int64_t p) const {
+    if (tile_kernel_ != nullptr) {
+      const int64_t t = o / kQuantTileRows;
+      return QuantTileCode(tile_codes_.data() + t * QuantTileBytes(padded_in_, bits_), bits_,
+                           static_cast<int>(o % kQuantTileRows), p);
+    }
+    const uint8_t* codes = codes_.data() + o * (static_cast<size_t>(padded_in_) * bits_ / 8);
+    if (bits_ == 8) return codes[p];
+    const uint8_t byte = codes[(p / kQuantChunk) * (kQuantChunk / 2) + p % (kQuantChunk / 2)];
+    return (p % kQuantChunk) < kQuantChunk / 2 ? byte & 0xF : byte >> 4;
+  }
+  const float* ParamAt(int64_t o, int64_t g, int which) const {
+    if (tile_kernel_ == nullptr) return &params_[(o * num_groups_ + g) * 2 + which];
+    const int64_t t = o / kQuantTileRows;
+    return &tile_params_[((t * num_groups_ + g) * 2 + which) * kQuantTileRows + o % kQuantTileRows];
   }
 
   // Inputs sorted by group (stable), each group's run padded to whole chunks.
@@ -229,19 +327,12 @@ class CpuQuantLinear final : public Linear {
   // packed[i * 16 + c] = the weight of output o + c at padded input k + i,
   // code * scale - scale * zero (0 at padding: its code is 0 and its x is 0).
   void DequantizePanel(int64_t o, int cols, int64_t k, int64_t depth, float* packed) const {
-    const size_t row_bytes = static_cast<size_t>(padded_in_) * bits_ / 8;
     for (int c = 0; c < cols; ++c) {
-      const uint8_t* codes = codes_.data() + (o + c) * row_bytes;
-      const float* params = params_.data() + (o + c) * num_groups_ * 2;
       for (int64_t i = 0; i < depth; ++i) {
         const int64_t p = k + i;
-        const int code = bits_ == 8 ? codes[p]
-                                    : (codes[(p / kQuantChunk) * (kQuantChunk / 2) +
-                                             (p % (kQuantChunk / 2))] >>
-                                       ((p % kQuantChunk) < kQuantChunk / 2 ? 0 : 4)) &
-                                          0xF;
         const int32_t g = group_of_padded_[p];
-        packed[i * kQuantPanelWidth + c] = static_cast<float>(code) * params[2 * g] + params[2 * g + 1];
+        packed[i * kQuantPanelWidth + c] =
+            static_cast<float>(CodeAt(o + c, p)) * *ParamAt(o + c, g, 0) + *ParamAt(o + c, g, 1);
       }
     }
   }
@@ -284,35 +375,14 @@ class CpuQuantLinear final : public Linear {
   // NaN: its outputs are NaN, as a float product's would be.
   void QuantizeInputs(const float* x, int rows) {
     const size_t num_segments = segments_.size();
-    x_q_.assign(static_cast<size_t>(rows) * padded_in_, 0);
-    x_scale_.assign(rows * num_segments, 0.0f);
-    x_qsum_.assign(rows * num_segments, 0.0f);
+    x_q_.resize(static_cast<size_t>(rows) * padded_in_);
+    x_scale_.resize(rows * num_segments);
+    x_qsum_.resize(rows * num_segments);
     for (int r = 0; r < rows; ++r) {
       for (size_t s = 0; s < num_segments; ++s) {
         const int64_t begin = r * padded_in_ + segments_[s].start;
-        const int64_t end = begin + segments_[s].length;
-        float amax = 0.0f;
-        bool finite = true;
-        for (int64_t i = begin; i < end; ++i) {
-          amax = std::max(amax, std::fabs(x[i]));
-          finite &= std::isfinite(x[i]);
-        }
-        const float scale = amax / 127.0f;
-        if (!finite || !std::isfinite(scale)) {
-          x_scale_[s * rows + r] = std::numeric_limits<float>::quiet_NaN();
-          x_qsum_[s * rows + r] = std::numeric_limits<float>::quiet_NaN();
-          continue;
-        }
-        if (scale == 0.0f) continue;  // q = 0.
-        int32_t sum = 0;
-        for (int64_t i = begin; i < end; ++i) {
-          // nearbyint rounds half to even (the default mode), as torch.round.
-          const float q = std::clamp(std::nearbyint(x[i] / scale), -128.0f, 127.0f);
-          x_q_[i] = static_cast<int8_t>(q);
-          sum += static_cast<int32_t>(q);
-        }
-        x_scale_[s * rows + r] = scale;
-        x_qsum_[s * rows + r] = scale * static_cast<float>(sum);
+        quantize_group_(x + begin, segments_[s].length, x_q_.data() + begin,
+                        &x_scale_[s * rows + r], &x_qsum_[s * rows + r]);
       }
     }
   }
@@ -357,17 +427,21 @@ class CpuQuantLinear final : public Linear {
   std::vector<float> bias_;  // [out] or empty.
   int64_t padded_in_ = 0;
   bool identity_ = false;
-  std::vector<int32_t> source_;  // Padded input p reads x[source_[p]], -1: zero.
+  std::vector<int32_t> source_;           // Padded input p reads x[source_[p]], -1: zero.
   std::vector<int32_t> group_of_padded_;  // [padded_in_]: the group of each padded input.
   std::vector<QuantSegment> segments_;
-  HostBytes codes_;              // [out, padded_in_ * bits / 8], chunked.
-  std::vector<float> params_;    // [out, num_groups, 2]: scale, -scale * zero.
-  std::vector<float> gathered_;  // [rows, padded_in_]
-  std::vector<float> xsum_;      // [rows, segments]: sum of x.
-  std::vector<int8_t> x_q_;      // [rows, padded_in_]: int8 inputs.
-  std::vector<float> x_scale_;   // [segments, rows]: their scales.
-  std::vector<float> x_qsum_;    // [segments, rows]: s * sum(q).
-  std::vector<float> dequantized_;  // [rows, padded_in_]: q * s, for the panels.
+  HostBytes codes_;                    // [out, padded_in_ * bits / 8], chunked.
+  QuantizeGroupFn quantize_group_;     // QuantizeInputs' rule, per segment and row.
+  QuantTileFn tile_kernel_ = nullptr;  // Set where the tile layout is used.
+  HostBytes tile_codes_;               // [tiles, QuantTileBytes], instead of codes_.
+  std::vector<float> tile_params_;     // [tiles, groups, 2, 16], instead of params_.
+  std::vector<float> params_;          // [out, num_groups, 2]: scale, -scale * zero.
+  std::vector<float> gathered_;        // [rows, padded_in_]
+  std::vector<float> xsum_;            // [rows, segments]: sum of x.
+  std::vector<int8_t> x_q_;            // [rows, padded_in_]: int8 inputs.
+  std::vector<float> x_scale_;         // [segments, rows]: their scales.
+  std::vector<float> x_qsum_;          // [segments, rows]: s * sum(q).
+  std::vector<float> dequantized_;     // [rows, padded_in_]: q * s, for the panels.
 };
 
 }  // namespace

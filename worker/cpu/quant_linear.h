@@ -7,6 +7,9 @@
 // and a forward pass that either quantizes the inputs to int8 per group and
 // sums integer products (quant_a8_kernels.h, the default) or widens codes to
 // f32 in registers and accumulates in f32 (the exact weight-only numerics).
+// With int8 inputs on an AVX-512 VNNI CPU the codes are repacked instead
+// into quant_tile_kernels.h's tiles of 16 output rows, which every token
+// row (decode or prompt) runs through.
 
 #include <memory>
 
@@ -24,8 +27,9 @@ enum class WeightOnlyActivations {
   // s = max|x| / 127 over the group's inputs, q = round_half_even(x / s)
   // (W8A8's rule, per group as vLLM's CPU IPEX path's PER_BATCH_IC_BLOCK);
   // y = sum_g w_scale * s * (sum code * q - zero * sum q), the dot exact in
-  // int32. Faster decode (bench_quant_decode: 1.1-1.3x at batch 1, 1.6-2.6x
-  // at batch 8); numerics of W4A8, not of the checkpoint.
+  // int32. Faster decode (bench_quant_decode with VNNI's tile layout, loaded
+  // machine: 1.6-1.8x at batch 1, 2.8-3.9x at batch 8); numerics of W4A8,
+  // not of the checkpoint.
   kInt8,
   // x as it is, times the exactly dequantized weight, in f32.
   kFloat32,

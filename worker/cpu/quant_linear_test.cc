@@ -9,7 +9,8 @@
 // loop that quantizes them as the rule says). The int8-input kernels
 // (quant_a8_kernels.h) against an integer loop at every level, with the
 // extreme codes and inputs. And the backend's CreateQuantizedLinear gives
-// the same Linear.
+// the same Linear. The tile kernels of the VNNI level's layout
+// (quant_tile_kernels.h) against an integer loop and against each other.
 
 #include "worker/cpu/quant_linear.h"
 
@@ -23,6 +24,7 @@
 #include "gtest/gtest.h"
 #include "worker/cpu/cpu_backend.h"
 #include "worker/cpu/quant_a8_kernels.h"
+#include "worker/cpu/quant_tile_kernels.h"
 #include "worker/cpu/thread_pool.h"
 #include "worker/quant/quantized_weight.h"
 
@@ -104,8 +106,10 @@ void ExpectMatches(Linear& linear, const QuantizedWeight& w, std::mt19937& rng,
                    WeightOnlyActivations activations = WeightOnlyActivations::kFloat32) {
   ASSERT_EQ(linear.in_features(), w.in_features);
   ASSERT_EQ(linear.out_features(), w.out_features);
-  // 40 rows: the dequantized-panel path of prompts (quant_linear.cc).
-  for (int rows : {1, 2, 3, 4, 5, 8, 9, 17, 40}) {
+  // 40 and 70 rows: the prompt paths (quant_linear.cc): dequantized panels,
+  // or with the tile layout (int8 inputs) two blocks of token rows.
+  for (int rows : {1, 2, 3, 4, 5, 8, 9, 17, 40, 70}) {
+    if (rows == 70 && activations == WeightOnlyActivations::kFloat32) continue;
     std::vector<float> x(static_cast<size_t>(rows) * w.in_features);
     for (float& v : x) v = std::uniform_real_distribution<float>(-1, 1)(rng);
     std::vector<float> y(rows * w.out_features + 1, 1234.5f);  // Guard past the end.
@@ -120,13 +124,20 @@ void ExpectMatches(Linear& linear, const QuantizedWeight& w, std::mt19937& rng,
   }
 }
 
-const Shape kShapes[] = {{4, 1, 32, 32, false},  {4, 7, 64, 32, false},   {4, 33, 128, -1, false},
-                         {4, 5, 96, 48, false},  {4, 9, 40, 8, true},     {4, 16, 256, 128, true},
-                         {8, 3, 32, 32, false},  {8, 13, 100, 50, false}, {8, 6, 96, 24, true},
+const Shape kShapes[] = {{4, 1, 32, 32, false},
+                         {4, 7, 64, 32, false},
+                         {4, 33, 128, -1, false},
+                         {4, 5, 96, 48, false},
+                         {4, 9, 40, 8, true},
+                         {4, 16, 256, 128, true},
+                         {8, 3, 32, 32, false},
+                         {8, 13, 100, 50, false},
+                         {8, 6, 96, 24, true},
                          {8, 17, 160, -1, false},
                          // Wider than one L1 block of x (quant_linear.cc's kBlockXBytes
                          // over the token rows of a kernel call): several blocks a row.
-                         {4, 3, 2336, 32, false},  {8, 2, 2200, 200, true}};
+                         {4, 3, 2336, 32, false},
+                         {8, 2, 2200, 200, true}};
 
 class CpuQuantLinearTest : public testing::TestWithParam<int> {};
 
@@ -220,6 +231,125 @@ TEST(QuantA8Kernels, IntegerSumsEqualPlainLoopAtEveryLevel) {
               << kernels.name << " int" << bits << " rows " << rows << " row " << r;
         }
       }
+    }
+  }
+}
+
+// The tile kernels (quant_tile_kernels.h): the plain loop's integer sums
+// against an integer loop over the unpacked codes, exactly (unit scales, zero
+// offsets), and the VNNI kernel against the plain loop bit for bit with
+// random scales and offsets: 1 to 8 token rows, 1 to 16 tile rows, segments
+// of one to five chunks in an order that is not the groups', the largest
+// code against -128.
+TEST(QuantTileKernels, VnniEqualsPlainLoopAtEveryShape) {
+  std::mt19937 rng(15);
+  const std::vector<QuantSegment> segments = {{0, 32, 2}, {32, 96, 0}, {128, 64, 3}, {192, 160, 1}};
+  const int64_t padded = 352;
+  const int num_groups = 4;
+  for (int bits : {4, 8}) {
+    std::vector<int> codes(kQuantTileRows * padded);
+    for (int& c : codes) c = static_cast<int>(rng() % (1u << bits));
+    codes[33] = codes[5 * padded + 200] = codes[15 * padded + 351] = (1 << bits) - 1;
+    std::vector<uint8_t> tile(QuantTileBytes(padded, bits));
+    PackQuantTile(
+        bits, padded, [&](int j, int64_t p) { return codes[j * padded + p]; }, tile.data());
+    std::vector<float> unit(num_groups * 2 * kQuantTileRows, 0.0f);
+    std::vector<float> params(unit.size());
+    for (int g = 0; g < num_groups; ++g) {
+      for (int j = 0; j < kQuantTileRows; ++j) {
+        unit[g * 2 * kQuantTileRows + j] = 1.0f;
+        params[g * 2 * kQuantTileRows + j] =
+            std::uniform_real_distribution<float>(0.001f, 0.05f)(rng);
+        params[g * 2 * kQuantTileRows + kQuantTileRows + j] =
+            std::uniform_real_distribution<float>(-0.5f, 0.5f)(rng);
+      }
+    }
+    const QuantTileKernels& plain = PlainQuantTileKernels();
+    const QuantTileKernels* vnni = VnniQuantTileKernels();
+    for (int rows = 1; rows <= kQuantTileMaxTokens; ++rows) {
+      std::vector<int8_t> x(rows * padded);
+      for (auto& v : x) v = static_cast<int8_t>(rng());
+      for (int r = 0; r < rows; ++r) x[r * padded + 33] = x[r * padded + 200] = -128;
+      std::vector<float> x_scale(rows * segments.size()), x_sum(x_scale.size());
+      for (float& v : x_scale) v = std::uniform_real_distribution<float>(0.001f, 0.01f)(rng);
+      for (float& v : x_sum) v = std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng);
+      const std::vector<float> ones(x_scale.size(), 1.0f), zeros(x_scale.size(), 0.0f);
+      for (int cols : {1, 5, 16}) {
+        const auto run = [&](const QuantTileKernels& k, const std::vector<float>& p,
+                             const std::vector<float>& scale, const std::vector<float>& sum) {
+          std::vector<float> y(rows * 17, -1.0f);  // ld 17: lanes past cols stay -1.
+          (bits == 4 ? k.tile_int4 : k.tile_int8)(tile.data(), p.data(), segments.data(), 4,
+                                                  x.data(), padded, scale.data(), sum.data(), rows,
+                                                  rows, y.data(), 17, cols);
+          return y;
+        };
+        const std::vector<float> sums = run(plain, unit, ones, zeros);
+        for (int r = 0; r < rows; ++r) {
+          for (int j = 0; j < 17; ++j) {
+            int64_t want = -1;
+            if (j < cols) {
+              want = 0;
+              for (int64_t p = 0; p < padded; ++p) {
+                want += codes[j * padded + p] * int64_t{x[r * padded + p]};
+              }
+            }
+            ASSERT_EQ(sums[r * 17 + j], static_cast<float>(want))
+                << "plain int" << bits << " rows " << rows << " row " << r << " col " << j;
+          }
+        }
+        if (vnni == nullptr) continue;
+        EXPECT_EQ(run(*vnni, unit, ones, zeros), sums) << "vnni int" << bits << " rows " << rows;
+        EXPECT_EQ(run(*vnni, params, x_scale, x_sum), run(plain, params, x_scale, x_sum))
+            << "vnni int" << bits << " rows " << rows << " cols " << cols;
+      }
+    }
+  }
+}
+
+// The vector group quantization against the plain loop, bit for bit, and
+// the plain loop against the rule computed here: values halfway between
+// steps (round half to even), all zeros, a NaN, an infinity.
+TEST(QuantTileKernels, QuantizeGroupEqualsRuleAtEveryLevel) {
+  std::mt19937 rng(16);
+  std::vector<std::vector<float>> groups(4, std::vector<float>(48));
+  for (float& v : groups[0]) v = std::uniform_real_distribution<float>(-3.0f, 3.0f)(rng);
+  for (size_t i = 0; i < groups[1].size(); ++i) {
+    groups[1][i] = 0.25f * static_cast<float>(2 * i + 1) - 12.0f;
+  }
+  groups[1][47] = 63.5f;  // s = 0.5: x / s lands on halves.
+  groups[3] = groups[0];
+  groups[3][20] = std::numeric_limits<float>::quiet_NaN();
+  std::vector<std::vector<float>> cases = groups;
+  cases.push_back(groups[0]);
+  cases.back()[7] = std::numeric_limits<float>::infinity();
+  std::vector<const QuantTileKernels*> levels = {&PlainQuantTileKernels()};
+  if (VnniQuantTileKernels() != nullptr) levels.push_back(VnniQuantTileKernels());
+  for (const std::vector<float>& x : cases) {
+    float amax = 0.0f;
+    bool finite = true;
+    for (float v : x) {
+      amax = std::max(amax, std::fabs(v));
+      finite &= std::isfinite(v);
+    }
+    const float want_scale = amax / 127.0f;
+    for (const QuantTileKernels* kernels : levels) {
+      std::vector<int8_t> q(x.size(), 99);
+      float scale = -1.0f, qsum = -1.0f;
+      kernels->quantize_group(x.data(), static_cast<int64_t>(x.size()), q.data(), &scale, &qsum);
+      if (!finite) {
+        EXPECT_TRUE(std::isnan(scale) && std::isnan(qsum));
+        continue;
+      }
+      int32_t sum = 0;
+      for (size_t i = 0; i < x.size(); ++i) {
+        const float want = want_scale == 0.0f
+                               ? 0.0f
+                               : std::clamp(std::nearbyint(x[i] / want_scale), -128.0f, 127.0f);
+        ASSERT_EQ(q[i], static_cast<int8_t>(want)) << "input " << i;
+        sum += q[i];
+      }
+      EXPECT_EQ(scale, want_scale);
+      EXPECT_EQ(qsum, want_scale * static_cast<float>(sum));
     }
   }
 }

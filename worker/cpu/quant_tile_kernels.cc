@@ -1,0 +1,241 @@
+#include "worker/cpu/quant_tile_kernels.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+// As in simd.cc: GCC 12 warns inside its own AVX-512 headers.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace pagoda::worker {
+namespace {
+
+#define PAGODA_TILE_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")))
+
+// ---- plain: the reference the VNNI kernels are tested against ----
+
+// The same f32 steps as the VNNI kernel (a fused multiply-add each), so the
+// two agree bit for bit.
+template <int kBits>
+void TilePlain(const uint8_t* tile, const float* params, const QuantSegment* segments,
+               int num_segments, const int8_t* x, size_t ld_x, const float* x_scale,
+               const float* x_sum, size_t ld_s, int rows, float* y, size_t ld_y, int cols) {
+  for (int r = 0; r < rows; ++r) {
+    for (int j = 0; j < cols; ++j) {
+      float total = 0.0f;
+      for (int s = 0; s < num_segments; ++s) {
+        const QuantSegment& seg = segments[s];
+        int32_t dot = 0;
+        for (int64_t p = seg.start; p < seg.start + seg.length; ++p) {
+          dot += QuantTileCode(tile, kBits, j, p) * int32_t{x[r * ld_x + p]};
+        }
+        const float* group = params + seg.group * 2 * kQuantTileRows;
+        total = std::fma(static_cast<float>(dot), group[j] * x_scale[s * ld_s + r], total);
+        total = std::fma(group[kQuantTileRows + j], x_sum[s * ld_s + r], total);
+      }
+      y[r * ld_y + j] = total;
+    }
+  }
+}
+
+void QuantizeGroupPlain(const float* x, int64_t n, int8_t* q, float* scale, float* qsum) {
+  *scale = *qsum = 0.0f;
+  if (n <= 0) return;
+  float amax = 0.0f;
+  bool finite = true;
+  for (int64_t i = 0; i < n; ++i) {
+    amax = std::max(amax, std::fabs(x[i]));
+    finite &= std::isfinite(x[i]);
+  }
+  const float s = amax / 127.0f;
+  std::memset(q, 0, static_cast<size_t>(n));
+  if (!finite || !std::isfinite(s)) {
+    *scale = *qsum = std::numeric_limits<float>::quiet_NaN();
+    return;
+  }
+  if (s == 0.0f) return;
+  int32_t sum = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    // nearbyint rounds half to even (the default mode), as torch.round.
+    const float v = std::clamp(std::nearbyint(x[i] / s), -128.0f, 127.0f);
+    q[i] = static_cast<int8_t>(v);
+    sum += static_cast<int32_t>(v);
+  }
+  *scale = s;
+  *qsum = s * static_cast<float>(sum);
+}
+
+// ---- AVX-512 VNNI ----
+
+// QuantizeGroupPlain 16 lanes at a time: the same division and rounding
+// (vrndscaleps to nearest even), so the same bits. A lane is finite where
+// x - x is 0 (NaN for NaN and infinities).
+PAGODA_TILE_VNNI void QuantizeGroupVnni(const float* x, int64_t n, int8_t* q, float* scale,
+                                        float* qsum) {
+  __m512 amax = _mm512_setzero_ps();
+  __mmask16 finite = 0xFFFF;
+  for (int64_t i = 0; i < n; i += 16) {
+    const __m512 v = _mm512_loadu_ps(x + i);
+    amax = _mm512_max_ps(amax, _mm512_abs_ps(v));
+    finite &= _mm512_cmp_ps_mask(_mm512_sub_ps(v, v), _mm512_setzero_ps(), _CMP_EQ_OQ);
+  }
+  const float s = _mm512_reduce_max_ps(amax) / 127.0f;
+  *scale = *qsum = 0.0f;
+  if (finite != 0xFFFF || !std::isfinite(s)) {
+    std::memset(q, 0, static_cast<size_t>(n));
+    *scale = *qsum = std::numeric_limits<float>::quiet_NaN();
+    return;
+  }
+  if (s == 0.0f) {
+    std::memset(q, 0, static_cast<size_t>(n));
+    return;
+  }
+  const __m512 divisor = _mm512_set1_ps(s);
+  __m512i sum = _mm512_setzero_si512();
+  for (int64_t i = 0; i < n; i += 16) {
+    __m512 v = _mm512_roundscale_ps(_mm512_div_ps(_mm512_loadu_ps(x + i), divisor),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    v = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(-128.0f)), _mm512_set1_ps(127.0f));
+    const __m512i integers = _mm512_cvtps_epi32(v);
+    sum = _mm512_add_epi32(sum, integers);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i), _mm512_cvtepi32_epi8(integers));
+  }
+  *scale = s;
+  *qsum = s * static_cast<float>(_mm512_reduce_add_epi32(sum));
+}
+
+// sums + codes · (four int8 inputs at x, broadcast to every lane): one
+// vpdpbusd with a {1to16} memory operand. Written in assembly because GCC
+// loads the broadcast into a register and copies the sums around the
+// intrinsic (11 copies and 16 broadcasts beside 16 vpdpbusd in the 8-token
+// loop).
+PAGODA_TILE_VNNI inline __m512i DotBroadcast(__m512i sums, __m512i codes, const int8_t* x) {
+  asm("vpdpbusd %2%{1to16%}, %1, %0"
+      : "+v"(sums)
+      : "v"(codes), "m"(*reinterpret_cast<const int8_t(*)[4]>(x)));
+  return sums;
+}
+
+// The two vpdpbusd operands of 64 bytes of codes: the bytes as they are
+// (8-bit: inputs p..p+3), or the low nibbles (inputs p..p+3) and the high
+// ones (p+4..p+7) of one 64-byte step (4-bit); codes advances to the next.
+template <int kBits>
+PAGODA_TILE_VNNI inline void TileOperands(const uint8_t* codes, int64_t p, __m512i& first,
+                                          __m512i& second) {
+  if constexpr (kBits == 4) {
+    const __m512i low_nibbles = _mm512_set1_epi8(0x0F);
+    const __m512i bytes = _mm512_loadu_si512(codes + p * 8);
+    first = _mm512_and_si512(bytes, low_nibbles);
+    second = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), low_nibbles);
+  } else {
+    first = _mm512_loadu_si512(codes + p * 16);
+    second = _mm512_loadu_si512(codes + p * 16 + 64);
+  }
+}
+
+// Token rows of up to 4 keep two sums a row (the two operands'): one chain
+// would wait on vpdpbusd's latency. The integer sums are exact, so the
+// split changes no result. Separate arrays, not one indexed by a chain, so
+// that GCC keeps each sum in its register without copies.
+template <int kBits, int kRows>
+PAGODA_TILE_VNNI void SegmentDotsTile(const uint8_t* codes, const int8_t* x, size_t ld_x,
+                                      int64_t length, __m512i dots[kRows]) {
+  __m512i first_sums[kRows];
+  __m512i second_sums[kRows];
+#pragma GCC unroll 8
+  for (int r = 0; r < kRows; ++r) first_sums[r] = second_sums[r] = _mm512_setzero_si512();
+  for (int64_t p = 0; p < length; p += 8) {
+    __m512i first, second;
+    TileOperands<kBits>(codes, p, first, second);
+#pragma GCC unroll 8
+    for (int r = 0; r < kRows; ++r) {
+      if constexpr (kRows <= 4) {
+        first_sums[r] = DotBroadcast(first_sums[r], first, x + r * ld_x + p);
+        second_sums[r] = DotBroadcast(second_sums[r], second, x + r * ld_x + p + 4);
+      } else {
+        first_sums[r] = DotBroadcast(first_sums[r], first, x + r * ld_x + p);
+        first_sums[r] = DotBroadcast(first_sums[r], second, x + r * ld_x + p + 4);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < kRows; ++r) {
+    dots[r] = kRows <= 4 ? _mm512_add_epi32(first_sums[r], second_sums[r]) : first_sums[r];
+  }
+}
+
+template <int kBits, int kRows>
+PAGODA_TILE_VNNI void TileRowsVnni(const uint8_t* tile, const float* params,
+                                   const QuantSegment* segments, int num_segments, const int8_t* x,
+                                   size_t ld_x, const float* x_scale, const float* x_sum,
+                                   size_t ld_s, float* y, size_t ld_y, int cols) {
+  __m512 total[kRows];
+#pragma GCC unroll 8
+  for (int r = 0; r < kRows; ++r) total[r] = _mm512_setzero_ps();
+  for (int s = 0; s < num_segments; ++s) {
+    const QuantSegment& seg = segments[s];
+    __m512i dots[kRows];
+    SegmentDotsTile<kBits, kRows>(tile + seg.start * 2 * kBits, x + seg.start, ld_x, seg.length,
+                                  dots);
+    const float* group = params + seg.group * 2 * kQuantTileRows;
+    const __m512 scales = _mm512_loadu_ps(group);
+    const __m512 offsets = _mm512_loadu_ps(group + kQuantTileRows);
+#pragma GCC unroll 8
+    for (int r = 0; r < kRows; ++r) {
+      const __m512 scale = _mm512_mul_ps(scales, _mm512_set1_ps(x_scale[s * ld_s + r]));
+      total[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dots[r]), scale, total[r]);
+      total[r] = _mm512_fmadd_ps(offsets, _mm512_set1_ps(x_sum[s * ld_s + r]), total[r]);
+    }
+  }
+  const __mmask16 lanes = static_cast<__mmask16>((1u << cols) - 1);
+#pragma GCC unroll 8
+  for (int r = 0; r < kRows; ++r) _mm512_mask_storeu_ps(y + r * ld_y, lanes, total[r]);
+}
+
+#define PAGODA_TILE_CASE(n)                                                                      \
+  case n:                                                                                        \
+    return TileRowsVnni<kBits, n>(tile, params, segments, num_segments, x, ld_x, x_scale, x_sum, \
+                                  ld_s, y, ld_y, cols);
+
+template <int kBits>
+void TileVnni(const uint8_t* tile, const float* params, const QuantSegment* segments,
+              int num_segments, const int8_t* x, size_t ld_x, const float* x_scale,
+              const float* x_sum, size_t ld_s, int rows, float* y, size_t ld_y, int cols) {
+  switch (rows) {
+    PAGODA_TILE_CASE(1)
+    PAGODA_TILE_CASE(2)
+    PAGODA_TILE_CASE(3)
+    PAGODA_TILE_CASE(4)
+    PAGODA_TILE_CASE(5)
+    PAGODA_TILE_CASE(6)
+    PAGODA_TILE_CASE(7)
+    default:
+      PAGODA_TILE_CASE(8)
+  }
+}
+#undef PAGODA_TILE_CASE
+
+bool CpuHasTileVnni() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+}
+
+}  // namespace
+
+const QuantTileKernels& PlainQuantTileKernels() {
+  static const QuantTileKernels plain = {TilePlain<4>, TilePlain<8>, QuantizeGroupPlain};
+  return plain;
+}
+
+const QuantTileKernels* VnniQuantTileKernels() {
+  static const QuantTileKernels vnni = {TileVnni<4>, TileVnni<8>, QuantizeGroupVnni};
+  static const bool supported = CpuHasTileVnni();
+  return supported ? &vnni : nullptr;
+}
+
+}  // namespace pagoda::worker

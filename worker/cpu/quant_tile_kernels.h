@@ -1,0 +1,94 @@
+#ifndef PAGODA_WORKER_CPU_QUANT_TILE_KERNELS_H_
+#define PAGODA_WORKER_CPU_QUANT_TILE_KERNELS_H_
+
+// The int8-input kernels of the CPU weight-only int4/int8 Linear
+// (quant_linear.h) over an interleaved layout of 16 output rows (a tile),
+// chosen at load where the CPU has AVX-512 VNNI: one vpdpbusd multiplies 4
+// inputs (broadcast) into 16 output rows at once, so there is no horizontal
+// sum per output row, and each group's scales and zero-point offsets are one
+// vector op for the whole tile. The row layout (quant_a8_kernels.h) spent
+// about three quarters of its instructions on those per-row steps.
+//
+// Tile layout (built by PackQuantTile): the padded inputs of quant_kernels.h
+// (segments of whole kQuantChunk chunks) in steps of 64 bytes.
+//   8 bits: step k holds inputs 4k..4k+3; byte 4j + b = code[row j][4k + b].
+//   4 bits: step k holds inputs 8k..8k+7; byte 4j + b holds code[row j][8k + b]
+//           in its low nibble and code[row j][8k + 4 + b] in its high one,
+//           so a mask and a shift give two vpdpbusd operands.
+// Tile params: [group][scale x 16 rows, -scale * zero x 16 rows] (f32).
+// Rows past the weight's last output row are zero codes and zero params.
+
+#include <cstddef>
+#include <cstdint>
+
+#include "worker/cpu/quant_kernels.h"
+
+namespace pagoda::worker {
+
+inline constexpr int kQuantTileRows = 16;
+
+// Bytes of one tile's codes for `padded_in` inputs.
+inline size_t QuantTileBytes(int64_t padded_in, int bits) {
+  return static_cast<size_t>(padded_in) * kQuantTileRows * bits / 8;
+}
+
+// code(j, p): the code of tile row j (< 16) at padded input p, for
+// p < padded_in; writes the tile's bytes (zeroed first).
+template <typename CodeOf>
+void PackQuantTile(int bits, int64_t padded_in, const CodeOf& code, uint8_t* tile) {
+  for (size_t k = 0; k < QuantTileBytes(padded_in, bits); ++k) tile[k] = 0;
+  for (int64_t p = 0; p < padded_in; ++p) {
+    for (int j = 0; j < kQuantTileRows; ++j) {
+      const uint8_t c = static_cast<uint8_t>(code(j, p));
+      if (bits == 8) {
+        tile[(p / 4) * 64 + 4 * j + p % 4] = c;
+      } else {
+        const bool high = p % 8 >= 4;
+        tile[(p / 8) * 64 + 4 * j + p % 4] |= high ? static_cast<uint8_t>(c << 4) : c;
+      }
+    }
+  }
+}
+
+// The code of tile row j at padded input p (PackQuantTile's inverse).
+inline int QuantTileCode(const uint8_t* tile, int bits, int j, int64_t p) {
+  if (bits == 8) return tile[(p / 4) * 64 + 4 * j + p % 4];
+  const uint8_t byte = tile[(p / 8) * 64 + 4 * j + p % 4];
+  return p % 8 >= 4 ? byte >> 4 : byte & 0xF;
+}
+
+// One tile's contribution, for token rows r < rows (1..8) and tile rows
+// j < cols (1..16):
+//   y[r * ld_y + j] = sum over segments s of
+//     scale[g][j] * x_scale[s * ld_s + r] * dot(r, s, j) + offset[g][j] * x_sum[s * ld_s + r]
+// with dot exact in int32 (quant_a8_kernels.h's rule: the same values,
+// REQUIRES the same kQuantA8MaxSegment bound) and g = segments[s].group.
+// The sums of a token row never depend on the other rows of the call.
+using QuantTileFn = void (*)(const uint8_t* tile, const float* params, const QuantSegment* segments,
+                             int num_segments, const int8_t* x, size_t ld_x, const float* x_scale,
+                             const float* x_sum, size_t ld_s, int rows, float* y, size_t ld_y,
+                             int cols);
+
+inline constexpr int kQuantTileMaxTokens = 8;
+
+// One token row's inputs of one segment (n, a multiple of 16) to int8, the
+// rule of quant_linear.h's WeightOnlyActivations::kInt8: s = max|x| / 127,
+// q = round_half_even(x / s) clamped to [-128, 127]; *scale = s and
+// *qsum = s * sum(q). All q are 0 when s is 0; a NaN or infinite input
+// makes s and qsum NaN (and the q 0). Every level gives the same bits.
+using QuantizeGroupFn = void (*)(const float* x, int64_t n, int8_t* q, float* scale, float* qsum);
+
+struct QuantTileKernels {
+  QuantTileFn tile_int4;
+  QuantTileFn tile_int8;
+  QuantizeGroupFn quantize_group;
+};
+
+// The plain loop (the reference of the tests).
+const QuantTileKernels& PlainQuantTileKernels();
+// The AVX-512 VNNI kernels, or nullptr where the CPU lacks avx512f/bw/vl/vnni.
+const QuantTileKernels* VnniQuantTileKernels();
+
+}  // namespace pagoda::worker
+
+#endif  // PAGODA_WORKER_CPU_QUANT_TILE_KERNELS_H_
