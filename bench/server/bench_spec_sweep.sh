@@ -8,8 +8,8 @@
 # ceiling), LIVE=all keeps it (next to no draft right). For each batch B in
 # BATCHES (B pagoda-bench clients at once, one request of TOKENS tokens
 # each), a server without speculation and one per k in KS (ngram,
-# prompt_lookup_min 1, max 4), each fresh, ROUNDS times alternated, so a
-# busy machine slows both alike. Prints one row per (B, k): the medians of
+# prompt_lookup_min 1, max 4, disable_by_batch_size out of the way), each
+# fresh, ROUNDS times alternated, so a busy machine slows both alike. Prints one row per (B, k): the medians of
 # output tokens/s off and on, their ratio, the acceptance the server counted
 # (accepted / proposed drafts) and the output tokens per sequence-step, with
 # the load average at the start of each batch.
@@ -66,7 +66,9 @@ serve() {
   local flags=(--model "$WORK/model" --cpu-threads "$THREADS" --max-model-len 1024
     --metrics-port -1 --max-num-seqs 64)
   if [ "$1" != 0 ]; then
-    flags+=(--speculative-config "{\"method\": \"ngram\", \"num_speculative_tokens\": $1, \"prompt_lookup_min\": 1, \"prompt_lookup_max\": 4}")
+    # disable_by_batch_size above every batch: the sweep measures where its
+    # default should sit, so it must not apply it.
+    flags+=(--speculative-config "{\"method\": \"ngram\", \"num_speculative_tokens\": $1, \"prompt_lookup_min\": 1, \"prompt_lookup_max\": 4, \"disable_by_batch_size\": 4096}")
   fi
   start_server "$BIN/pagoda-server" "${flags[@]}"
   METRICS=$(server_line PAGODA_METRICS_LISTENING)
