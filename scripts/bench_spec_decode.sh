@@ -10,7 +10,8 @@
 # round's output tokens/s, the acceptance the server counted, and the ratio
 # of the medians (goal: >= 2.5x). BATCH clients at once instead of one show
 # where speculation stops paying even at full acceptance (decode turns
-# compute bound), which disable_by_batch_size should sit below.
+# compute bound), which disable_by_batch_size should sit below (set above
+# every batch here, so its default does not stop the drafts).
 # METHOD=draft_model runs a draft model instead of prompt lookup, at full
 # acceptance too: DRAFT=small (default) a one-layer b1 of hidden 128 with
 # its lm_head zeroed (it proposes token 0, as the target decodes), DRAFT=self
@@ -71,16 +72,16 @@ if [ "$METHOD" = draft_model ]; then
       --intermediate-size 384 --num-heads 2 --num-kv-heads 1 --seed 3 --out "$DRAFT_DIR" > /dev/null
     zero_lm_head "$DRAFT_DIR"
   fi
-  SPEC="{\"model\": \"$DRAFT_DIR\", \"num_speculative_tokens\": $K}"
+  SPEC="{\"model\": \"$DRAFT_DIR\", \"num_speculative_tokens\": $K, \"disable_by_batch_size\": 4096}"
 elif [ "$METHOD" = eagle ]; then
   LABEL="eagle (random head, lm_head zeroed: $ZERO_LM_HEAD)"
   "$PYTHON3" scripts/make_tiny_model.py --preset b1 --num-layers 1 --seed 3 \
     --out "$WORK/head_source" > /dev/null
   "$PYTHON3" tests/reference/eagle_reference.py make --source "$WORK/head_source" \
     --out "$WORK/head"
-  SPEC="{\"method\": \"eagle\", \"model\": \"$WORK/head\", \"num_speculative_tokens\": $K}"
+  SPEC="{\"method\": \"eagle\", \"model\": \"$WORK/head\", \"num_speculative_tokens\": $K, \"disable_by_batch_size\": 4096}"
 else
-  SPEC="{\"method\": \"ngram\", \"num_speculative_tokens\": $K, \"prompt_lookup_min\": 1, \"prompt_lookup_max\": 4}"
+  SPEC="{\"method\": \"ngram\", \"num_speculative_tokens\": $K, \"disable_by_batch_size\": 4096, \"prompt_lookup_min\": 1, \"prompt_lookup_max\": 4}"
 fi
 
 # tokens/s of one pagoda-bench run (BATCH clients, one request of TOKENS each).

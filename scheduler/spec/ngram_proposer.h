@@ -31,8 +31,9 @@ struct NgramLookup {
 //   num_speculative_tokens, at most max_model_len - tokens.size() (no
 //   draft past the model's length), and at most as many as follow it.
 // Empty when no n qualifies, when tokens.size() < min_n, or when the
-// sequence is already at max_model_len. O(tokens.size() * max_n) at worst,
-// one comparison per token in the common case.
+// sequence is already at max_model_len. O(tokens.size() * max_n) at worst;
+// in the common case one vectorised comparison per token, the positions that
+// hold the last token then compared further.
 // REQUIRES: 1 <= min_n <= max_n, num_speculative_tokens >= 0
 // (SpeculativeConfig's checks).
 std::vector<int32_t> ProposeNgramDrafts(absl::Span<const int32_t> tokens,

@@ -78,8 +78,10 @@ TEST(NgramProposerTest, AgreesWithTheLiteralDefinition) {
   std::mt19937 rng(17);
   int proposed = 0;
   for (int trial = 0; trial < 5000; ++trial) {
-    const int vocab = 2 + static_cast<int>(rng() % 4);
-    const int length = static_cast<int>(rng() % 40);
+    // Mostly small vocabularies (many matches); a large one now and then,
+    // and lengths over several of the scan's 16-token blocks.
+    const int vocab = trial % 8 == 0 ? 40 : 2 + static_cast<int>(rng() % 4);
+    const int length = static_cast<int>(rng() % 90);
     Tokens tokens(length);
     for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % vocab);
     const int min_n = 1 + static_cast<int>(rng() % 3);

@@ -171,7 +171,7 @@ absl::StatusOr<SpeculativeConfig> ParseSpeculativeConfig(absl::string_view json)
   if (batch->has_value() && **batch < 2) {
     return Invalid(absl::StrCat("disable_by_batch_size ", **batch, " must be at least 2"));
   }
-  config.disable_by_batch_size = *batch;
+  config.disable_by_batch_size = batch->value_or(kDefaultDisableByBatchSize);
   return config;
 }
 

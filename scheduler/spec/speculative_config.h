@@ -22,6 +22,16 @@ absl::string_view SpeculativeMethodName(SpeculativeMethod method);
 // sequence's tokens comparing up to this many per position.
 inline constexpr int kMaxPromptLookup = 64;
 
+// disable_by_batch_size when the config leaves it out (vLLM has none: it
+// always proposes). Measured end to end on the CPU worker
+// (bench/server/bench_spec_sweep.sh, docs/speculative-decoding.md): with
+// about half the drafts right, prompt lookup at k = 4 gave 1.7x plain
+// decoding's tokens/s at batch 1 and DEFAULT_RESULT, and lost at batch 8
+// (0.9x); at batch 32 no k paid. Above the default a step is compute bound
+// and its k extra rows a sequence cost more than the drafts save. A config
+// that gives the key keeps its value (at least --max-num-seqs: never off).
+inline constexpr int kDefaultDisableByBatchSize = 4;
+
 struct SpeculativeConfig {
   SpeculativeMethod method = SpeculativeMethod::kNgram;
   // The draft model or EAGLE head directory; empty for ngram.
@@ -34,6 +44,8 @@ struct SpeculativeConfig {
   int prompt_lookup_max = 0;
   // Above this many running sequences no drafts are proposed (decode turns
   // compute bound); unset: always propose. At least 2, as vLLM.
+  // ParseSpeculativeConfig sets kDefaultDisableByBatchSize when the key is
+  // left out.
   std::optional<int> disable_by_batch_size;
   // Draft model or EAGLE head: tensor-parallel size, 1 or the target's
   // (CheckAgainstTarget); unset: the target's.
@@ -52,7 +64,8 @@ struct SpeculativeConfig {
 // [1, kMaxPromptLookup] or min > max, prompt lookup keys for a method that
 // does not look up, a model for ngram or none for the others,
 // disable_by_batch_size below 2, draft_tensor_parallel_size below 1 or
-// given for ngram.
+// given for ngram. disable_by_batch_size left out is
+// kDefaultDisableByBatchSize.
 absl::StatusOr<SpeculativeConfig> ParseSpeculativeConfig(absl::string_view json);
 
 // The checks that need the target: draft_tensor_parallel_size must be 1 or

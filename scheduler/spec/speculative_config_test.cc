@@ -28,7 +28,8 @@ TEST(SpeculativeConfigTest, VllmsPromptLookupDefaults) {
   ASSERT_TRUE(both.ok()) << both.status();
   EXPECT_EQ(both->prompt_lookup_min, 5);
   EXPECT_EQ(both->prompt_lookup_max, 5);
-  EXPECT_FALSE(both->disable_by_batch_size.has_value());
+  // Left out, disable_by_batch_size is the measured default (vLLM: none).
+  EXPECT_EQ(both->disable_by_batch_size, kDefaultDisableByBatchSize);
   auto max_only = ParseSpeculativeConfig(
       R"({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4})");
   ASSERT_TRUE(max_only.ok()) << max_only.status();

@@ -110,8 +110,10 @@ class DraftModelTest : public ::testing::Test {
       args.insert(args.end(), {"--preemption-mode=swap", "--swap-space=0.01"});
     }
     if (!draft.empty()) {
+      // disable_by_batch_size above the streams, so all of them speculate.
       args.push_back(absl::StrCat(R"(--speculative-config={"model": ")", draft,
-                                  R"(", "num_speculative_tokens": )", kDrafts, "}"));
+                                  R"(", "num_speculative_tokens": )", kDrafts,
+                                  R"(, "disable_by_batch_size": 64})"));
     }
     return args;
   }

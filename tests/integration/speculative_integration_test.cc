@@ -33,9 +33,11 @@ using pagoda::v1::Generation;
 
 constexpr int kStreams = 12;
 constexpr int kMaxTokens = 48;
+// disable_by_batch_size above the streams: every one of them speculates
+// (the default would stop proposing while more than a few run).
 constexpr char kSpeculativeConfig[] =
     R"(--speculative-config={"method": "ngram", "num_speculative_tokens": 4, )"
-    R"("prompt_lookup_max": 4, "prompt_lookup_min": 1})";
+    R"("prompt_lookup_max": 4, "prompt_lookup_min": 1, "disable_by_batch_size": 64})";
 
 class SpeculativeTest : public ::testing::TestWithParam<int> {
  protected:

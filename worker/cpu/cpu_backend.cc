@@ -376,15 +376,18 @@ class CpuBackend final : public Backend {
       const int64_t j = 4 * q;
       if (j + 4 <= out_dim) {
         // Wide rows in slices, so that a slice of the four weight rows and
-        // of four token rows fit L1 together (one tile of tokens reads the
-        // weight rows once: no slicing).
+        // of a tile's token rows fit L1 together (one tile of tokens reads
+        // the weight rows once: no slicing, and each row's sums are added in
+        // the order of a one-row step's).
         const size_t width = DTypeSize(weight.dtype);
-        const int64_t slice = rows > 4 ? kSliceElements : in_dim;
+        // More rows than one tile takes (prefill) go four at a time.
+        const bool one_tile = rows <= simd_.tile4_max_rows;
+        const int64_t slice = one_tile ? in_dim : kSliceElements;
         for (int64_t k = 0; k < in_dim; k += slice) {
           const int64_t n = std::min(slice, in_dim - k);
           const char* w = RowAt(weight, j) + k * width;
-          for (int r = 0; r < rows; r += 4) {
-            const int tile_rows = std::min(4, rows - r);
+          for (int r = 0, tile_rows = 0; r < rows; r += tile_rows) {
+            tile_rows = one_tile ? rows : std::min(4, rows - r);
             float* out = y + r * out_dim + j;
             if (k == 0) {
               tile4(w, in_dim, x + r * in_dim + k, in_dim, n, tile_rows, out, out_dim);

@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "tests/support/step_batch_test_util.h"
 #include "worker/cpu/cpu_backend.h"
+#include "worker/cpu/simd.h"
 
 namespace pagoda::worker {
 namespace {
@@ -48,7 +49,8 @@ TEST_P(CpuLinearTest, MatchesFloat64LoopForEveryDTypeAndBatchSize) {
     std::vector<float> bias(kOut);
     for (float& b : bias) b = std::uniform_real_distribution<float>(-1, 1)(rng);
     // 600: a prompt over two of the panel product's row blocks and a part.
-    for (int rows : {1, 2, 3, 7, 8, 9, 33, 70, 131, 600}) {
+    // 5 and 6: one tile at AVX-512 (a speculative verify step's rows).
+    for (int rows : {1, 2, 3, 5, 6, 7, 8, 9, 33, 70, 131, 600}) {
       for (bool with_bias : {false, true}) {
         std::vector<float> x(rows * kIn);
         for (float& v : x) v = std::uniform_real_distribution<float>(-1, 1)(rng);
@@ -66,6 +68,30 @@ TEST_P(CpuLinearTest, MatchesFloat64LoopForEveryDTypeAndBatchSize) {
           }
         }
         EXPECT_EQ(y[rows * kOut], 1234.5f) << "wrote past the output";
+      }
+    }
+  }
+}
+
+// Speculative decoding verifies k drafts as k + 1 rows of one step; with as
+// few rows as one tile takes, each row's output is the very float a one-row
+// (plain decode) step gives, so greedy decoding cannot tell them apart.
+TEST_P(CpuLinearTest, RowsOfOneTileEqualOneRowStepsBitForBit) {
+  auto backend = CreateCpuBackend(GetParam());
+  std::mt19937 rng(5);
+  constexpr int kOut = 36, kIn = 1100;  // Wider than a slice.
+  Weight weight = MakeWeight(*backend, DType::kF32, kOut * kIn, rng);
+  const Tensor tensor = Tensor::Of(*weight.buffer, {kOut, kIn});
+  const int max_rows = SimdKernelsFor(BestSimdLevel()).tile4_max_rows;
+  std::vector<float> x(max_rows * kIn);
+  for (float& v : x) v = std::uniform_real_distribution<float>(-1, 1)(rng);
+  std::vector<float> together(max_rows * kOut), alone(kOut);
+  for (int rows = 2; rows <= max_rows; ++rows) {
+    backend->Linear(x.data(), rows, tensor, nullptr, together.data(), DType::kF32);
+    for (int r = 0; r < rows; ++r) {
+      backend->Linear(x.data() + r * kIn, 1, tensor, nullptr, alone.data(), DType::kF32);
+      for (int j = 0; j < kOut; ++j) {
+        ASSERT_EQ(together[r * kOut + j], alone[j]) << "rows=" << rows << " r=" << r << " j=" << j;
       }
     }
   }

@@ -55,7 +55,7 @@ struct SimdKernels {
   void (*score4_fp8e5m2)(const void* x, size_t ld_x, size_t keys, size_t n, const float* q,
                          size_t ld_q, int rows, float* s, size_t ld_s);
   // y[r * ld_y + c] = sum_i w[c * ld_w + i] * x[r * ld_x + i] for r < rows,
-  // c < 4, rows in [1, 4]: a 4-output-feature by `rows`-token tile of a
+  // c < 4, rows in [1, tile4_max_rows]: a 4-output-feature by `rows`-token tile of a
   // Linear, `w` four weight rows `ld_w` elements apart. Each weight load is
   // shared by every token row and each token load by the four weight rows.
   void (*tile4_f32)(const void* w, size_t ld_w, const float* x, size_t ld_x, size_t n, int rows,
@@ -144,6 +144,14 @@ struct SimdKernels {
   // for decode (a group's 4-8 rows), and blocks win for prompts, whose rows
   // would otherwise each stream the whole context again.
   int blocked_attention_min_rows = 1;
+  // Most token rows one tile4 call takes: 4, or 6 at AVX-512, whose 32
+  // registers hold 6 x 4 accumulators, so a speculative verify step's k + 1
+  // rows (5 at k = 4) share one pass over the weights instead of a tile of
+  // four and a second pass for the last row (which cost 3x the three rows
+  // it joined: b1's gate_up at 5 rows, 1 thread, weights in L3, took 340 us
+  // against 267 us at 4 and 243 us at 1; 318 us in one tile). Linear uses
+  // it only where all of a step's rows fit one tile; more go four at a time.
+  int tile4_max_rows = 4;
 
   using DotFn = float (*)(const void*, const float*, size_t);
   using Score4Fn = void (*)(const void*, size_t, size_t, size_t, const float*, size_t, int, float*,

@@ -131,12 +131,13 @@ TEST_P(SimdKernelTest, Tile4MatchesPlainLoopsForEveryRowCount) {
       // Four weight rows ld_w apart and token rows ld_x apart (strides
       // honoured); the outputs ld_y apart, with guards between them.
       const size_t ld_w = n + 5, ld_x = n + 3, ld_y = 7;
+      const int max_rows = kernels.tile4_max_rows;
       const Stored w = MakeStored(dtype, 4 * ld_w, rng);
-      const std::vector<float> x = RandomFloats(4 * ld_x, rng);
-      for (int rows = 1; rows <= 4; ++rows) {
-        std::vector<float> y(4 * ld_y, -7.0f);
+      const std::vector<float> x = RandomFloats(max_rows * ld_x, rng);
+      for (int rows = 1; rows <= max_rows; ++rows) {
+        std::vector<float> y(max_rows * ld_y, -7.0f);
         kernels.tile4(dtype)(w.data(dtype), ld_w, x.data(), ld_x, n, rows, y.data(), ld_y);
-        for (int r = 0; r < 4; ++r) {
+        for (int r = 0; r < max_rows; ++r) {
           for (size_t c = 0; c < ld_y; ++c) {
             if (r >= rows || c >= 4) {
               ASSERT_EQ(y[r * ld_y + c], -7.0f) << "wrote outside the tile, rows=" << rows;
