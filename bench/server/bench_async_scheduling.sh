@@ -9,7 +9,10 @@
 #   BUILD_DIR=build REQUESTS=3000 CONCURRENCY=1000 bench/server/bench_async_scheduling.sh
 # BENCH_ARGS (split at spaces, no quoting) go to pagoda-bench in both modes, e.g.
 # BENCH_ARGS=--regex=[a-z0-9]+ for structured outputs, whose rows run without
-# overlap (docs/architecture.md, "Overlapped scheduling").
+# overlap (docs/architecture.md, "Overlapped scheduling"). CONSTRAINED=N
+# runs N more requests beside them, constrained to that regex
+# (CONSTRAINED_CONCURRENCY clients, default 100), and prints their figures
+# too: what the constrained rows cost in mixed traffic.
 # Extra arguments go to both servers (a later flag wins, e.g.
 # --kv-cache-dtype float32 for the figures before 2026-12-06 16:30 UTC).
 #
@@ -32,9 +35,14 @@ PYTHON3=/usr/bin/python3
 WORK=$(mktemp -d)
 source scripts/server_harness.sh
 
+# A constraint needs a tokenizer that lists its tokens' bytes; without
+# BENCH_ARGS the model has none (token ids only, no detokenizing), as before.
+CONSTRAINED=${CONSTRAINED:-0}
+TOKENIZER=()
+[ -n "${BENCH_ARGS:-}" ] || [ "$CONSTRAINED" -gt 0 ] && TOKENIZER=(--tokenizer)
 "$PYTHON3" scripts/make_tiny_model.py --out "$WORK/model" --vocab-size 256 --hidden-size 64 \
   --intermediate-size 128 --num-layers 1 --num-heads 4 --num-kv-heads 4 \
-  --max-position-embeddings 2048 --dtype f32 > /dev/null
+  --max-position-embeddings 2048 --dtype f32 "${TOKENIZER[@]}" > /dev/null
 # The spawned worker with its own /metrics, which it names in its log.
 cat > "$WORK/worker.sh" <<WRAPPER
 #!/bin/sh
@@ -73,7 +81,14 @@ for le, cumulative in buckets:
 '
 }
 
-declare -A RATE
+# The constrained requests beside the main ones (CONSTRAINED > 0).
+constrained_bench() {
+  "$BIN/pagoda-bench" --server "127.0.0.1:$PORT" --trace sharegpt --trace-seed 2 \
+    --trace-requests "$CONSTRAINED" --concurrency "${CONSTRAINED_CONCURRENCY:-100}" --warmup 1 \
+    '--regex=[a-z0-9]+' > "$WORK/constrained_$mode.txt" 2>&1
+}
+
+declare -A RATE CONSTRAINED_RATE
 for mode in off on; do
   flag=--async-scheduling
   [ "$mode" = off ] && flag=--no-async-scheduling
@@ -82,12 +97,29 @@ for mode in off on; do
     --max-num-batched-tokens 16384 --cpu-kv-cache-space 4 --kv-cache-dtype bfloat16 \
     "$flag" "$@"
   echo "== async scheduling $mode ($flag)"
+  constrained_pid=""
+  if [ "$CONSTRAINED" -gt 0 ]; then
+    constrained_bench &
+    constrained_pid=$!
+  fi
   "$BIN/pagoda-bench" --server "127.0.0.1:$PORT" --trace sharegpt \
     --trace-requests "$REQUESTS" --concurrency "$CONCURRENCY" --warmup 1 ${BENCH_ARGS:-} | tee "$WORK/bench_$mode.txt"
   RATE[$mode]=$(awk '$1 ~ /^[0-9]+$/ && NF >= 6 {rate = $6} END {print rate}' "$WORK/bench_$mode.txt")
+  if [ -n "$constrained_pid" ]; then
+    wait "$constrained_pid"
+    echo "  beside them, $CONSTRAINED requests constrained to a regex:"
+    grep -E '^ +[0-9]+ +[0-9]+ ' "$WORK/constrained_$mode.txt"
+    CONSTRAINED_RATE[$mode]=$(awk '$1 ~ /^[0-9]+$/ && NF >= 6 {rate = $6} END {print rate}' \
+      "$WORK/constrained_$mode.txt")
+  fi
   idle_histogram
   stop_server
 done
 "$PYTHON3" -c "
 on, off = float('${RATE[on]}'), float('${RATE[off]}')
 print(f'output tokens/s: on {on:.0f}, off {off:.0f}, ratio on/off {on / off:.2f}x')"
+if [ "$CONSTRAINED" -gt 0 ]; then
+  "$PYTHON3" -c "
+on, off = float('${CONSTRAINED_RATE[on]}'), float('${CONSTRAINED_RATE[off]}')
+print(f'constrained output tokens/s: on {on:.0f}, off {off:.0f}, ratio on/off {on / off:.2f}x')"
+fi
