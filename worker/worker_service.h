@@ -107,10 +107,11 @@ class WorkerService final : public pagoda::worker::v1::Worker::Service {
                                  const pagoda::worker::v1::UnloadLoraAdapterRequest* request,
                                  pagoda::worker::v1::UnloadLoraAdapterResponse* response) override;
 
-  // ExecuteStep for the step channel of a spawned one-rank worker
+  // ExecuteStep for the step channel of a spawned worker
   // (worker/step_channel_server.h): the same checks and runner call without
   // gRPC. The channel is a socket only the spawning server holds, so it is
-  // the credential; and with one rank there are no collectives to cancel.
+  // the credential. Nothing cancels its collectives: a group that failed is
+  // restarted whole, and stopping aborts them (AbortCollectives).
   // `wait_for_masks` reads the masks that follow the plan on that channel.
   absl::StatusOr<pagoda::worker::v1::StepResult> ExecuteLocalStep(
       const pagoda::worker::v1::StepPlan& plan, const StepMaskWait& wait_for_masks);

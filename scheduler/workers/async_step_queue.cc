@@ -25,6 +25,8 @@ void AsyncStepQueue::Submit(const pagoda::worker::v1::StepPlan& plan, StepMaskSo
       std::make_shared<Job>(Job{&plan, std::move(masks), false, absl::OkStatus(), std::nullopt}));
   if (thread_.joinable()) return;
   if (workers_->SupportsPipelinedSteps()) {
+    LOG(INFO) << "steps pipelined: each of the " << workers_->world_size()
+              << " ranks gets step N + 1 while step N runs";
     thread_ = std::thread([this] { SendSteps(); });
     receiver_ = std::thread([this] { ReceiveAnswers(); });
   } else {

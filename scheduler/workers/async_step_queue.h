@@ -26,10 +26,11 @@ namespace pagoda::scheduler {
 // worker's idle time between two steps is then the hand-off from the
 // previous answer to the next send, not the server's processing.
 //
-// A group that pipelines its steps (WorkerGroup::SupportsPipelinedSteps: one
-// rank on its ordered step channel) gets two threads instead: one sends each
+// A group that pipelines its steps (WorkerGroup::SupportsPipelinedSteps: a
+// spawned group, tensor-parallel or not, each rank on its ordered step
+// channel) gets two threads instead: one sends each
 // step as soon as it is submitted, while the step before still runs, and one
-// receives the answers in order. The worker then finds step N + 1 waiting
+// receives the answers in order. Every worker then finds step N + 1 waiting
 // when it answers N, and its idle time is only reading the frame.
 //
 // Thread-compatible: one caller (the engine thread) submits and waits. The

@@ -492,30 +492,45 @@ absl::StatusOr<v1::StepResult> GrpcWorkerGroup::ExecuteStepOnOneRank(const v1::S
   return result;
 }
 
-absl::StatusOr<v1::StepResult> GrpcWorkerGroup::StepResultOfReply(absl::Status io,
-                                                                  const std::string& frame) {
-  v1::StepReply reply;
-  if (io.ok() && !reply.ParseFromString(frame)) io = absl::DataLossError("malformed StepReply");
-  if (io.ok() &&
-      (reply.code() < 0 || reply.code() > static_cast<int>(absl::StatusCode::kUnauthenticated))) {
-    io = absl::DataLossError(absl::StrCat("StepReply with unknown status code ", reply.code()));
-  }
-  const auto code = static_cast<grpc::StatusCode>(reply.code());
-  // The same verdicts as a gRPC call: a channel that failed (its frames may be
-  // out of step now) or a worker-side failure makes the group unhealthy.
-  if (!io.ok() && healthy_.load()) {
-    Fail(absl::StrCat("worker rank 0 step channel failed: ", io.ToString()));
-  } else if (io.ok() && code != grpc::StatusCode::OK && !IsRequestLevelError(code)) {
-    Fail(absl::StrCat("worker rank 0 (", ranks_[0].address, ") ExecuteStep failed: ",
-                      absl::StatusCodeToString(static_cast<absl::StatusCode>(code)), ": ",
-                      reply.message()));
+absl::StatusOr<v1::StepResult> GrpcWorkerGroup::StepResultOfReplies(
+    const std::vector<absl::Status>& io, const std::vector<std::string>& frames) {
+  const int num_ranks = static_cast<int>(io.size());
+  std::vector<v1::StepReply> replies(num_ranks);
+  for (int rank = 0; rank < num_ranks; ++rank) {
+    absl::Status read = io[rank];
+    v1::StepReply& reply = replies[rank];
+    if (read.ok() && !reply.ParseFromString(frames[rank])) {
+      read = absl::DataLossError("malformed StepReply");
+    }
+    if (read.ok() &&
+        (reply.code() < 0 || reply.code() > static_cast<int>(absl::StatusCode::kUnauthenticated))) {
+      read = absl::DataLossError(absl::StrCat("StepReply with unknown status code ", reply.code()));
+    }
+    const auto code = static_cast<grpc::StatusCode>(reply.code());
+    // The same verdicts as a gRPC call: a channel that failed (its frames
+    // may be out of step now) or a worker-side failure makes the group
+    // unhealthy, and so do ranks that disagree.
+    if (!read.ok() && healthy_.load()) {
+      Fail(absl::StrCat("worker rank ", rank, " step channel failed: ", read.ToString()));
+    } else if (read.ok() && code != grpc::StatusCode::OK && !IsRequestLevelError(code)) {
+      Fail(absl::StrCat("worker rank ", rank, " (", ranks_[rank].address, ") ExecuteStep failed: ",
+                        absl::StatusCodeToString(static_cast<absl::StatusCode>(code)), ": ",
+                        reply.message()));
+    } else if (read.ok() && reply.code() != replies[0].code()) {
+      Fail(
+          absl::StrCat("worker ranks disagree on ExecuteStep: rank ", rank, " answered ",
+                       absl::StatusCodeToString(static_cast<absl::StatusCode>(code)), ", rank 0 ",
+                       absl::StatusCodeToString(static_cast<absl::StatusCode>(replies[0].code()))));
+    }
   }
   {
     absl::MutexLock lock(&mutex_);
     if (!healthy_.load()) return absl::UnavailableError(failure_);
   }
-  if (code != grpc::StatusCode::OK) {
-    return absl::Status(static_cast<absl::StatusCode>(code),
+  // Every rank answered alike: rank 0 speaks for them.
+  v1::StepReply& reply = replies[0];
+  if (reply.code() != static_cast<int>(grpc::StatusCode::OK)) {
+    return absl::Status(static_cast<absl::StatusCode>(reply.code()),
                         absl::StrCat("worker rank 0 ExecuteStep: ", reply.message()));
   }
   return std::move(*reply.mutable_result());

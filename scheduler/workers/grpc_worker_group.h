@@ -131,8 +131,10 @@ class GrpcWorkerGroup final : public WorkerGroup {
   absl::StatusOr<pagoda::worker::v1::StepResult> ExecuteStep(
       const pagoda::worker::v1::StepPlan& plan, const StepMaskSource& masks) override;
   using WorkerGroup::ExecuteStep;
-  // A one-rank spawned group pipelines its steps on its step channel.
-  bool SupportsPipelinedSteps() const override { return StepChannelFd() >= 0; }
+  // A spawned group (any number of ranks) pipelines its steps on its
+  // ranks' step channels: each rank gets step N + 1 while N runs, and every
+  // rank answers each step (rank 0 with the tokens).
+  bool SupportsPipelinedSteps() const override { return !StepChannelFds().empty(); }
   absl::Status SendStep(const pagoda::worker::v1::StepPlan& plan,
                         const StepMaskSource& masks) override;
   absl::StatusOr<pagoda::worker::v1::StepResult> ReceiveStep() override;
@@ -237,16 +239,21 @@ class GrpcWorkerGroup final : public WorkerGroup {
       const pagoda::worker::v1::StepPlan& plan, const StepMaskSource& masks, int fd);
   // The step channel of a one-rank spawned group, or -1.
   int StepChannelFd() const;
-  // Writes the step's frames on the channel `fd`: the plan, then its masks
-  // if `masks` is set.
+  // Every rank's step channel, in rank order, for a spawned group; empty
+  // when a rank has none (a connected group).
+  std::vector<int> StepChannelFds() const;
+  // Writes the step's frames on the channels `fds`: the plan to each, then,
+  // if `masks` is set, its masks (computed once) to each.
   absl::Status WriteStepFrames(const pagoda::worker::v1::StepPlan& plan,
-                               const StepMaskSource& masks, int fd);
+                               const StepMaskSource& masks, const std::vector<int>& fds);
   // Reads one reply frame from the channel `fd`.
   absl::Status ReadReplyFrame(int fd, std::string* frame);
-  // The verdict on a reply frame read with status `io`, as a gRPC call's:
-  // the group fails on a broken channel or a worker-side failure.
-  absl::StatusOr<pagoda::worker::v1::StepResult> StepResultOfReply(absl::Status io,
-                                                                   const std::string& frame);
+  // The verdict on one step's reply frames, one per rank, read with
+  // statuses `io`, as a gRPC call's: the group fails on a broken channel, a
+  // worker-side failure or ranks that answered differently; otherwise rank
+  // 0's answer (its result, or the request-level error every rank gave).
+  absl::StatusOr<pagoda::worker::v1::StepResult> StepResultOfReplies(
+      const std::vector<absl::Status>& io, const std::vector<std::string>& frames);
 
   // Marks the group unhealthy for `reason` (first reason wins) and cancels
   // every call in flight.

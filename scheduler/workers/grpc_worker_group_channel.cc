@@ -1,9 +1,13 @@
-// GrpcWorkerGroup's steps over a spawned rank's step channel
-// (wire/frame_channel.h): one step at a time (ExecuteStep) or pipelined
-// (SendStep, ReceiveStep: overlapped scheduling writes step N + 1's plan
-// while the worker still runs step N, so the worker reads it the moment it
-// answers N, with no wake-up of the server between the two).
+// GrpcWorkerGroup's steps over spawned ranks' step channels
+// (wire/frame_channel.h): one step at a time on a one-rank group
+// (ExecuteStep), or pipelined on every rank of a spawned group, tensor-
+// parallel ones included (SendStep, ReceiveStep: overlapped scheduling
+// writes step N + 1's plan while the workers still run step N, so each rank
+// reads it the moment it answers N, with no wake-up of the server between
+// the two).
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -19,24 +23,44 @@ namespace v1 = ::pagoda::worker::v1;
 constexpr absl::Duration kStepChannelPollPeriod = absl::Milliseconds(50);
 
 int GrpcWorkerGroup::StepChannelFd() const {
-  if (world_size() != 1 || ranks_.empty() || ranks_[0].process == nullptr) return -1;
-  return ranks_[0].process->step_fd();
+  if (world_size() != 1) return -1;
+  const std::vector<int> fds = StepChannelFds();
+  return fds.empty() ? -1 : fds[0];
+}
+
+std::vector<int> GrpcWorkerGroup::StepChannelFds() const {
+  std::vector<int> fds;
+  if (static_cast<int>(ranks_.size()) != world_size()) return fds;
+  for (const Rank& rank : ranks_) {
+    if (rank.process == nullptr || rank.process->step_fd() < 0) return {};
+    fds.push_back(rank.process->step_fd());
+  }
+  return fds;
 }
 
 absl::Status GrpcWorkerGroup::WriteStepFrames(const v1::StepPlan& plan, const StepMaskSource& masks,
-                                              int fd) {
-  // A failure elsewhere (the worker process exiting, Shutdown) ends the wait
+                                              const std::vector<int>& fds) {
+  // A failure elsewhere (a worker process exiting, Shutdown) ends the wait
   // within kStepChannelPollPeriod; the process exiting also closes the channel.
   const KeepWaiting keep_waiting = [this] { return healthy_.load(); };
   const absl::Time deadline = absl::Now() + options_.step_timeout;
+  const auto write_to_every_rank = [&](const std::string& payload) {
+    for (size_t rank = 0; rank < fds.size(); ++rank) {
+      absl::Status io =
+          WriteFrame(fds[rank], payload, deadline, keep_waiting, kStepChannelPollPeriod);
+      if (!io.ok()) return absl::Status(io.code(), absl::StrCat("rank ", rank, ": ", io.message()));
+    }
+    return absl::OkStatus();
+  };
   std::string payload(1, kStepPlanFrame);
   plan.AppendToString(&payload);
-  absl::Status io = WriteFrame(fd, payload, deadline, keep_waiting, kStepChannelPollPeriod);
+  absl::Status io = write_to_every_rank(payload);
   if (io.ok() && masks != nullptr) {
-    // While the worker runs the forward pass; it reads these when it samples.
+    // Computed once, while the workers run the forward pass; they read
+    // these when they sample.
     payload.assign(1, kStepMasksFrame);
     masks().AppendToString(&payload);
-    io = WriteFrame(fd, payload, deadline, keep_waiting, kStepChannelPollPeriod);
+    io = write_to_every_rank(payload);
   }
   return io;
 }
@@ -55,9 +79,9 @@ absl::StatusOr<v1::StepResult> GrpcWorkerGroup::ExecuteStepOverChannel(const v1:
     if (!healthy_.load()) return absl::UnavailableError(failure_);
   }
   std::string frame;
-  absl::Status io = WriteStepFrames(plan, masks, fd);
+  absl::Status io = WriteStepFrames(plan, masks, {fd});
   if (io.ok()) io = ReadReplyFrame(fd, &frame);
-  return StepResultOfReply(io, frame);
+  return StepResultOfReplies({io}, {frame});
 }
 
 absl::Status GrpcWorkerGroup::SendStep(const v1::StepPlan& plan, const StepMaskSource& masks) {
@@ -70,10 +94,10 @@ absl::Status GrpcWorkerGroup::SendStep(const v1::StepPlan& plan, const StepMaskS
     absl::MutexLock lock(&mutex_);
     if (!healthy_.load()) return absl::UnavailableError(failure_);
   }
-  const absl::Status io = WriteStepFrames(plan, masks_follow ? masks : nullptr, StepChannelFd());
+  const absl::Status io = WriteStepFrames(plan, masks_follow ? masks : nullptr, StepChannelFds());
   if (io.ok()) return io;
-  // Part of a frame may be on the channel: it cannot be used again.
-  if (healthy_.load()) Fail(absl::StrCat("worker rank 0 step channel failed: ", io.ToString()));
+  // Part of a frame may be on a channel: it cannot be used again.
+  if (healthy_.load()) Fail(absl::StrCat("worker step channel failed: ", io.ToString()));
   absl::MutexLock lock(&mutex_);
   return absl::UnavailableError(failure_);
 }
@@ -83,9 +107,19 @@ absl::StatusOr<v1::StepResult> GrpcWorkerGroup::ReceiveStep() {
     absl::MutexLock lock(&mutex_);
     if (!healthy_.load()) return absl::UnavailableError(failure_);
   }
-  std::string frame;
-  const absl::Status io = ReadReplyFrame(StepChannelFd(), &frame);
-  return StepResultOfReply(io, frame);
+  // Every rank answers every step (rank 0's answer has the tokens), so
+  // each rank's channel holds that step's reply next.
+  const std::vector<int> fds = StepChannelFds();
+  std::vector<absl::Status> io(fds.size());
+  std::vector<std::string> frames(fds.size());
+  for (size_t rank = 0; rank < fds.size(); ++rank) {
+    io[rank] = ReadReplyFrame(fds[rank], &frames[rank]);
+    if (io[rank].ok()) continue;
+    // The group fails: the other ranks' answers no longer matter.
+    for (size_t later = rank + 1; later < fds.size(); ++later) io[later] = io[rank];
+    break;
+  }
+  return StepResultOfReplies(io, frames);
 }
 
 }  // namespace pagoda::scheduler

@@ -1,6 +1,8 @@
 // Token masks that follow their step plan (SequenceStep.token_mask_follows),
 // through real pagoda-worker processes and the server's worker group: one
 // rank over its step channel, two ranks (TCP collectives) over gRPC's SendStepMasks.
+// Also two ranks pipelining their steps on their step channels (overlapped
+// scheduling), each step's input the token the step before sampled.
 // The forward pass runs before the masks come and the sampler waits for
 // them; masks that do not answer the plan are refused without harm; a
 // worker killed between plan and masks is replaced and gives the same
@@ -245,6 +247,48 @@ TEST_F(StepMasksTest, AWorkerKilledBetweenPlanAndMasksIsReplacedAndDrawsTheSameT
   absl::StatusOr<Decoded> resumed = Decode(*group, absl::ZeroDuration());
   ASSERT_TRUE(resumed.ok()) << resumed.status();
   EXPECT_EQ(resumed->tokens, expected->tokens);
+}
+
+// A spawned group of two ranks pipelines its steps (overlapped scheduling,
+// scheduler/workers/async_step_queue.h): all of a sequence's steps go out on
+// the ranks' step channels before the first answer is read, each but the
+// first taking its input from the token the step before sampled (rank 0
+// samples, rank 1 receives it), and they draw what the group draws one step
+// at a time with the tokens sent.
+TEST_F(StepMasksTest, TwoRanksPipelineTheirStepsAndDrawWhatTheyDrawOneAtATime) {
+  std::unique_ptr<GrpcWorkerGroup> group = ReadyGroup(2);
+  ASSERT_NE(group, nullptr);
+  ASSERT_TRUE(group->SupportsPipelinedSteps());
+  const auto unmasked_plan = [](int64_t step_id, int draw, int last_token) {
+    v1::StepPlan plan = DrawPlan(step_id, draw, last_token);
+    plan.mutable_sequences(0)->set_token_mask_follows(false);
+    return plan;
+  };
+  int64_t step_id = 500;
+  std::vector<int> one_at_a_time;
+  for (int draw = 0; draw < kDraws; ++draw) {
+    absl::StatusOr<v1::StepResult> result =
+        group->ExecuteStep(unmasked_plan(step_id++, draw, draw == 0 ? 0 : one_at_a_time.back()));
+    ASSERT_TRUE(result.ok()) << result.status();
+    one_at_a_time.push_back(result->tokens(0).token_id());
+  }
+  std::vector<v1::StepPlan> plans;
+  for (int draw = 0; draw < kDraws; ++draw) {
+    // The input sent is a stand-in: the ranks substitute their last sample.
+    plans.push_back(unmasked_plan(step_id++, draw, /*last_token=*/0));
+    plans.back().mutable_sequences(0)->set_input_from_last_sample(draw > 0);
+    ASSERT_TRUE(group->SendStep(plans.back(), nullptr).ok()) << draw;
+  }
+  std::vector<int> pipelined;
+  for (int draw = 0; draw < kDraws; ++draw) {
+    absl::StatusOr<v1::StepResult> result = group->ReceiveStep();
+    ASSERT_TRUE(result.ok()) << draw << ": " << result.status();
+    EXPECT_EQ(result->step_id(), plans[draw].step_id());
+    ASSERT_EQ(result->tokens_size(), 1);
+    pipelined.push_back(result->tokens(0).token_id());
+  }
+  EXPECT_EQ(pipelined, one_at_a_time);
+  EXPECT_TRUE(group->Healthy());
 }
 
 }  // namespace
