@@ -6,25 +6,19 @@
 // placeholders give exactly the tokens and logprobs of the same group
 // decoding plainly.
 
-#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "wire/rendezvous_store_server.h"
-#include "wire/worker_secret.h"
-#include "worker/cpu/cpu_model_runner.h"
+#include "tests/support/runner_test_group.h"
+#include "tests/support/runner_test_model.h"
 #include "worker/model_runner.h"
 
 namespace pagoda::worker {
 namespace {
 
-using ::pagoda::wire::RendezvousStoreServer;
-using pagoda::worker::v1::LoadModelRequest;
 using pagoda::worker::v1::SamplingOptions;
 using pagoda::worker::v1::SequenceStep;
 using pagoda::worker::v1::StepPlan;
@@ -37,11 +31,6 @@ constexpr int kVocab = 40;
 constexpr int kNewTokens = 9;
 const std::vector<int> kPrompt = {3, 9, 4, 17, 22};
 
-std::string Env(const char* name, const std::string& fallback) {
-  const char* value = std::getenv(name);
-  return value != nullptr ? value : fallback;
-}
-
 struct Decoded {
   std::vector<int> tokens;
   std::vector<float> logprobs;
@@ -50,68 +39,10 @@ struct Decoded {
 class OverlapTensorParallelTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char pattern[] = "/tmp/pagoda_overlap_tp_XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    dir_ = pattern;
-    const std::string command = absl::StrCat(
-        Env("PAGODA_PYTHON3", "/usr/bin/python3"), " ", Env("PAGODA_SOURCE_DIR", "."),
-        "/scripts/make_tiny_model.py --out ", dir_, " --vocab-size ", kVocab,
-        " --hidden-size 32 --intermediate-size 48 --num-layers 2 --num-heads 4 --num-kv-heads 2"
-        " --max-position-embeddings 64 --seed 21 > /dev/null");
-    ASSERT_EQ(std::system(command.c_str()), 0) << command;
-    RendezvousStoreServer::Options options;
-    options.secret = GenerateWorkerSecret().value();
-    secret_ = options.secret;
-    auto store = RendezvousStoreServer::Start(options);
-    ASSERT_TRUE(store.ok()) << store.status();
-    store_ = *std::move(store);
+    dir_ = MakeRunnerTestModel("pagoda_overlap_tp", kVocab, /*seed=*/21);
+    ASSERT_FALSE(dir_.empty());
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
-
-  // Both ranks of a fresh group, loaded (the join needs both at once) and
-  // with their caches.
-  std::vector<std::unique_ptr<ModelRunner>> LoadGroup(const std::string& prefix) {
-    std::vector<std::unique_ptr<ModelRunner>> ranks(2);
-    std::vector<absl::Status> loaded(2);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < 2; ++r) {
-      ranks[r] = CreateCpuModelRunner();
-      threads.emplace_back([&, r] {
-        LoadModelRequest load;
-        load.set_model_dir(dir_);
-        load.set_block_size(kBlockSize);
-        load.set_device("cpu");
-        load.set_cpu_threads(1);
-        load.set_kv_cache_memory_bytes(int64_t{1} << 20);
-        load.set_rank(r);
-        load.set_world_size(2);
-        load.set_rendezvous_address(absl::StrCat("127.0.0.1:", store_->port()));
-        load.set_rendezvous_secret(secret_);
-        load.set_rendezvous_prefix(prefix);
-        load.set_collective_timeout_ms(20000);
-        loaded[r] = ranks[r]->LoadModel(load).status();
-        if (!loaded[r].ok()) return;
-        v1::InitCacheRequest init;
-        init.set_num_gpu_blocks(kSeqs * kBlocksPerSeq);
-        loaded[r] = ranks[r]->InitCache(init);
-      });
-    }
-    for (std::thread& thread : threads) thread.join();
-    for (const absl::Status& status : loaded) EXPECT_TRUE(status.ok()) << status;
-    return ranks;
-  }
-
-  // `plan` on both ranks at once; rank 0's result.
-  static absl::StatusOr<StepResult> RunOnBoth(std::vector<std::unique_ptr<ModelRunner>>& ranks,
-                                              const StepPlan& plan) {
-    absl::StatusOr<StepResult> rank1 = absl::UnknownError("not run");
-    std::thread other([&] { rank1 = ranks[1]->ExecuteStep(plan); });
-    absl::StatusOr<StepResult> rank0 = ranks[0]->ExecuteStep(plan);
-    other.join();
-    EXPECT_TRUE(rank1.ok()) << rank1.status();
-    if (rank1.ok()) EXPECT_EQ(rank1->tokens_size(), 0);  // Only rank 0 samples.
-    return rank0;
-  }
 
   static SequenceStep StepFor(const SamplingOptions& base, int s, const std::vector<int>& known,
                               bool placeholder) {
@@ -143,8 +74,12 @@ class OverlapTensorParallelTest : public ::testing::Test {
   // `overlap`.
   std::vector<Decoded> Decode(const SamplingOptions& base, bool overlap,
                               const std::string& prefix) {
-    auto ranks = LoadGroup(prefix);
+    TwoRankCpuGroup::Loaded loaded =
+        group_.Load(dir_ + "/model", prefix, kBlockSize, kSeqs * kBlocksPerSeq);
     std::vector<Decoded> outs(kSeqs);
+    EXPECT_FALSE(loaded.ranks.empty()) << loaded.status[0] << " / " << loaded.status[1];
+    if (loaded.ranks.empty()) return outs;
+    std::vector<std::unique_ptr<ModelRunner>>& ranks = loaded.ranks;
     StepResult last;  // Sampled, not yet read.
     for (int step_index = 0; step_index < kNewTokens; ++step_index) {
       const bool in_flight = step_index > 0;
@@ -165,7 +100,7 @@ class OverlapTensorParallelTest : public ::testing::Test {
           outs[s].logprobs.push_back(last.tokens(s).logprob());
         }
       }
-      absl::StatusOr<StepResult> result = RunOnBoth(ranks, plan);
+      absl::StatusOr<StepResult> result = TwoRankCpuGroup::RunOnBoth(ranks, plan);
       EXPECT_TRUE(result.ok()) << result.status();
       if (!result.ok()) return outs;
       EXPECT_EQ(result->tokens_size(), kSeqs);
@@ -180,8 +115,7 @@ class OverlapTensorParallelTest : public ::testing::Test {
   }
 
   std::string dir_;
-  std::string secret_;
-  std::unique_ptr<RendezvousStoreServer> store_;
+  TwoRankCpuGroup group_;
 };
 
 TEST_F(OverlapTensorParallelTest, PlaceholdersReachEveryRank) {
