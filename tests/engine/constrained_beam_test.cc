@@ -6,11 +6,13 @@
 // and a worker restart change no beam. The token masks follow each plan
 // (computed while the forward pass runs): the tokens are those of the same
 // masks inside the plan, and a worker lost between a plan and its masks
-// changes none. Under prompt lookup, whose drafts the masks follow position
-// by position, greedy and seeded requests keep plain decoding's tokens; a
-// draft model proposes nothing for constrained rows.
+// changes none. Under speculation, whose drafts the masks follow position
+// by position (prompt lookup's, and a draft model's or EAGLE head's
+// proposed a step ahead), greedy and seeded requests keep plain decoding's
+// tokens.
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -102,6 +104,17 @@ std::vector<Case> Cases() {
   };
 }
 
+// Cases() and a loose regex that most tokens satisfy, so that a draft
+// proposed without the grammar's mask (a draft model's or an EAGLE head's:
+// they draw over the whole vocabulary) is often one the grammar accepts.
+std::vector<Case> SpeculableCases() {
+  std::vector<Case> cases = Cases();
+  const std::string loose = "[a-z0-9 ]{8,40}";
+  cases.push_back({"loose", [=](auto& r) { r.set_regex(loose); },
+                   [=](const std::string& t) { return RegexMatches(loose, t); }});
+  return cases;
+}
+
 std::string Text(const std::vector<GeneratedToken>& tokens) {
   static const std::vector<std::optional<std::string>> bytes = TokenBytes();
   std::string text;
@@ -174,10 +187,19 @@ class ConstrainedBeamTest : public ::testing::Test {
                     " --num-heads 4 --num-kv-heads 2 --dtype f32 --seed 5 --eos-id 2")
                     .ok());
     compiler_ = new ConstraintCompiler(*constraints::TokenVocabulary::Create(TokenBytes(), kVocab));
+    // An EAGLE head that is nearly the target itself, so that its drafts
+    // are often right (eagle_reference.py make --clone).
+    eagle_dir_ = new std::string(*model_dir_ + "_eagle");
+    const std::string make_head =
+        absl::StrCat(pagoda::testing::PythonBinary(), " tests/reference/eagle_reference.py make",
+                     " --clone --source ", *model_dir_, " --out ", *eagle_dir_);
+    ASSERT_EQ(std::system(make_head.c_str()), 0) << make_head;
   }
   static void TearDownTestSuite() {
     std::filesystem::remove_all(*model_dir_);
+    std::filesystem::remove_all(*eagle_dir_);
     delete model_dir_;
+    delete eagle_dir_;
     delete compiler_;
   }
 
@@ -199,8 +221,9 @@ class ConstrainedBeamTest : public ::testing::Test {
     load.set_kv_cache_memory_bytes(64 << 20);
     load.set_max_num_batched_tokens(256);
     load.set_max_num_seqs(64);
-    if (speculative.has_value() && speculative->method == SpeculativeMethod::kDraftModel) {
+    if (speculative.has_value() && speculative->method != SpeculativeMethod::kNgram) {
       load.set_draft_model_dir(speculative->model);
+      load.set_draft_is_eagle_head(speculative->method == SpeculativeMethod::kEagle);
     }
     ASSERT_TRUE(workers_->LoadModel(load).ok());
     wv1::InitCacheRequest init;
@@ -217,7 +240,8 @@ class ConstrainedBeamTest : public ::testing::Test {
     config.scheduler.max_model_len = 256;
     config.eos_token_ids = {kEos};
     config.speculative = speculative;
-    WorkerGroup* group = inline_masks ? static_cast<WorkerGroup*>(inline_masks_.get()) : workers_.get();
+    WorkerGroup* group =
+        inline_masks ? static_cast<WorkerGroup*>(inline_masks_.get()) : workers_.get();
     engine_ = std::make_unique<Engine>(config, group, nullptr);
     engine_running_ = run_now;
     if (run_now) engine_->Start();
@@ -319,7 +343,7 @@ class ConstrainedBeamTest : public ::testing::Test {
     const std::vector<int32_t> prompt =
         SingleCharacterTokens(R"(alpha beta yes-12 {"a":1,"b":"x"} abc-12)");
     std::vector<std::pair<std::string, std::shared_ptr<CollectingSink>>> sinks;
-    for (const Case& c : Cases()) {
+    for (const Case& c : SpeculableCases()) {
       sinks.emplace_back(c.name + "/greedy", Submit(c.name + "/greedy", c, 0, prompt));
       for (uint64_t seed : {1, 2, 3}) {
         const std::string id = absl::StrCat(c.name, "/seed", seed);
@@ -328,7 +352,7 @@ class ConstrainedBeamTest : public ::testing::Test {
     }
     std::map<std::string, Outputs> outputs;
     for (const auto& [id, sink] : sinks) {
-      for (const Case& c : Cases()) {
+      for (const Case& c : SpeculableCases()) {
         if (id.substr(0, id.find('/')) == c.name) outputs[id] = Finish(*sink, c, id);
       }
     }
@@ -336,6 +360,7 @@ class ConstrainedBeamTest : public ::testing::Test {
   }
 
   static std::string* model_dir_;
+  static std::string* eagle_dir_;
   static ConstraintCompiler* compiler_;
   std::unique_ptr<RestartableWorkerGroup> workers_;
   std::unique_ptr<InlineMasksGroup> inline_masks_;
@@ -344,6 +369,7 @@ class ConstrainedBeamTest : public ::testing::Test {
 };
 
 std::string* ConstrainedBeamTest::model_dir_ = nullptr;
+std::string* ConstrainedBeamTest::eagle_dir_ = nullptr;
 ConstraintCompiler* ConstrainedBeamTest::compiler_ = nullptr;
 
 TEST_F(ConstrainedBeamTest, EveryBeamOfWidthTwoAndFourIsASentenceOfItsConstraint) {
@@ -455,7 +481,7 @@ TEST_F(ConstrainedBeamTest, AWorkerLostBetweenPlanAndMasksChangesNoToken) {
 TEST_F(ConstrainedBeamTest, SpeculationKeepsPlainTokensUnderEveryConstraint) {
   StartEngine();
   const std::map<std::string, Outputs> expected = RunSpeculableBatch();
-  ASSERT_EQ(expected.size(), 16u);
+  ASSERT_EQ(expected.size(), 20u);
   SpeculativeConfig ngram;
   ngram.method = SpeculativeMethod::kNgram;
   ngram.num_speculative_tokens = 4;
@@ -463,22 +489,39 @@ TEST_F(ConstrainedBeamTest, SpeculationKeepsPlainTokensUnderEveryConstraint) {
   ngram.prompt_lookup_max = 3;
   StartEngine(256, PreemptionMode::kAuto, 0, /*run_now=*/true, /*inline_masks=*/false, ngram);
   EXPECT_EQ(RunSpeculableBatch(), expected);
-  // Drafts were proposed and accepted (57 of 77 when written): the masks
+  // Drafts were proposed and accepted (85 of 176 when written): the masks
   // of accepted positions did decide tokens.
   const SpecDecodeTotals totals = engine_->snapshot().spec_decode;
   EXPECT_GT(totals.num_draft_tokens, 0);
   EXPECT_GT(totals.num_accepted_tokens, 0) << totals.num_draft_tokens << " drafts";
 
-  // A draft model proposes inside the worker's step, where no mask could
-  // follow its drafts: constrained rows run plain (a proposal asked with a
-  // mask would have the worker refuse the step).
+  // A draft model (the target itself) and an EAGLE head propose a step
+  // ahead: the server cuts their proposals at the grammar and sends them as
+  // drafts with a mask per position. The target as its own draft draws as
+  // the target does but without the mask, so its drafts are accepted
+  // wherever the grammar allows the token the unmasked draw picks.
   SpeculativeConfig draft;
   draft.method = SpeculativeMethod::kDraftModel;
   draft.model = *model_dir_;
   draft.num_speculative_tokens = 4;
   StartEngine(256, PreemptionMode::kAuto, 0, /*run_now=*/true, /*inline_masks=*/false, draft);
   EXPECT_EQ(RunSpeculableBatch(), expected);
-  EXPECT_EQ(engine_->snapshot().spec_decode.num_draft_tokens, 0);
+  // Every draft the grammar let through was accepted (35 of 35 when
+  // written): the proposals after a step follow its accepted tokens at the
+  // right positions, K/V and noise.
+  const SpecDecodeTotals drafted = engine_->snapshot().spec_decode;
+  EXPECT_GT(drafted.num_draft_tokens, 0);
+  EXPECT_EQ(drafted.num_accepted_tokens, drafted.num_draft_tokens);
+
+  SpeculativeConfig eagle = draft;
+  eagle.method = SpeculativeMethod::kEagle;
+  eagle.model = *eagle_dir_;
+  StartEngine(256, PreemptionMode::kAuto, 0, /*run_now=*/true, /*inline_masks=*/false, eagle);
+  EXPECT_EQ(RunSpeculableBatch(), expected);
+  // A head that is nearly the target: 17 of 79 accepted when written.
+  const SpecDecodeTotals headed = engine_->snapshot().spec_decode;
+  EXPECT_GT(headed.num_draft_tokens, 0);
+  EXPECT_GT(headed.num_accepted_tokens, 0) << headed.num_draft_tokens << " drafts";
 }
 
 }  // namespace
