@@ -350,6 +350,10 @@ class ConstrainedBeamTest : public ::testing::Test {
         sinks.emplace_back(id, Submit(id, c, 0, prompt, 1.0f, seed));
       }
     }
+    if (!engine_running_) {
+      engine_->Start();
+      engine_running_ = true;
+    }
     std::map<std::string, Outputs> outputs;
     for (const auto& [id, sink] : sinks) {
       for (const Case& c : SpeculableCases()) {
@@ -522,6 +526,30 @@ TEST_F(ConstrainedBeamTest, SpeculationKeepsPlainTokensUnderEveryConstraint) {
   const SpecDecodeTotals headed = engine_->snapshot().spec_decode;
   EXPECT_GT(headed.num_draft_tokens, 0);
   EXPECT_GT(headed.num_accepted_tokens, 0) << headed.num_draft_tokens << " drafts";
+}
+
+// A draft model's proposals made a step ahead under preemption (recompute,
+// then swap, in a cache of 60 blocks for 20 requests of up to 90 tokens)
+// and a worker restart mid-run (the proposals in flight are lost): plain
+// decoding's tokens.
+TEST_F(ConstrainedBeamTest, SpeculationAheadSurvivesPreemptionAndARestart) {
+  StartEngine();
+  const std::map<std::string, Outputs> expected = RunSpeculableBatch();
+  SpeculativeConfig draft;
+  draft.method = SpeculativeMethod::kDraftModel;
+  draft.model = *model_dir_;
+  draft.num_speculative_tokens = 4;
+  for (PreemptionMode mode : {PreemptionMode::kRecompute, PreemptionMode::kSwap}) {
+    const bool swap = mode == PreemptionMode::kSwap;
+    engine_.reset();
+    StartEngine(60, mode, swap ? 512 : 0, /*run_now=*/false, /*inline_masks=*/false, draft);
+    workers_->CrashBeforeMasks(8);
+    EXPECT_EQ(RunSpeculableBatch(), expected) << (swap ? "swap" : "recompute");
+    EXPECT_GT(engine_->snapshot().num_preemptions_total, 0) << (swap ? "swap" : "recompute");
+    EXPECT_EQ(workers_->swap_out_moves() > 0, swap);
+    EXPECT_EQ(workers_->restarts(), 1);
+    EXPECT_GT(engine_->snapshot().spec_decode.num_accepted_tokens, 0);
+  }
 }
 
 }  // namespace
