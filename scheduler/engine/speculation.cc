@@ -235,7 +235,7 @@ absl::StatusOr<std::vector<std::vector<GeneratedToken>>> Speculator::ExtractAcce
       // The sequence's length once this step's tokens are appended.
       const int length =
           output.scheduled[i].seq->length() + static_cast<int>(accepted[sample].size()) + 1;
-      next_drafts_[sampled.seq_id()] =
+      next_drafts_[output.scheduled[i].seq->seq_id()] =
           NextDrafts{length, {sampled.next_draft_ids().begin(), sampled.next_draft_ids().end()}};
     }
     const int sent = static_cast<int>(scheduled_[i].drafts.size());
