@@ -8,9 +8,12 @@
 // masks inside the plan, and a worker lost between a plan and its masks
 // changes none. Under prompt lookup, whose drafts the masks follow position
 // by position, greedy and seeded requests keep plain decoding's tokens; a
-// draft model proposes nothing for constrained rows.
+// draft model proposes nothing for constrained rows. Under overlapped
+// scheduling constrained rows are planned with placeholders and their masks
+// follow once the token before is in: the tokens of steps one at a time.
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -164,6 +167,39 @@ class InlineMasksGroup : public WorkerGroup {
   WorkerGroup* inner_;
 };
 
+// Passes every step on, counting the constrained rows (a mask follows the
+// plan) and those of them planned with a placeholder (overlapped).
+class ConstrainedRowCounter : public WorkerGroup {
+ public:
+  explicit ConstrainedRowCounter(WorkerGroup* inner) : inner_(inner) {}
+  absl::StatusOr<wv1::LoadModelResponse> LoadModel(const wv1::LoadModelRequest& request) override {
+    return inner_->LoadModel(request);
+  }
+  absl::Status InitCache(const wv1::InitCacheRequest& request) override {
+    return inner_->InitCache(request);
+  }
+  absl::StatusOr<wv1::StepResult> ExecuteStep(const wv1::StepPlan& plan,
+                                              const StepMaskSource& masks) override {
+    for (const wv1::SequenceStep& step : plan.sequences()) {
+      if (!step.token_mask_follows()) continue;
+      ++rows_;
+      if (step.input_from_last_sample()) ++placeholder_rows_;
+    }
+    return inner_->ExecuteStep(plan, masks);
+  }
+  bool Healthy() const override { return inner_->Healthy(); }
+  int world_size() const override { return 1; }
+  absl::Status Recover() override { return inner_->Recover(); }
+  void Shutdown() override { inner_->Shutdown(); }
+  int rows() const { return rows_.load(); }
+  int placeholder_rows() const { return placeholder_rows_.load(); }
+
+ private:
+  WorkerGroup* inner_;
+  std::atomic<int> rows_{0};
+  std::atomic<int> placeholder_rows_{0};
+};
+
 class ConstrainedBeamTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -187,7 +223,8 @@ class ConstrainedBeamTest : public ::testing::Test {
   // how fast this thread submits (a loaded machine once saw no preemption).
   void StartEngine(int gpu_blocks = 256, PreemptionMode mode = PreemptionMode::kAuto,
                    int cpu_blocks = 0, bool run_now = true, bool inline_masks = false,
-                   std::optional<SpeculativeConfig> speculative = std::nullopt) {
+                   std::optional<SpeculativeConfig> speculative = std::nullopt,
+                   bool async_scheduling = true) {
     engine_.reset();
     workers_ = std::make_unique<RestartableWorkerGroup>();
     inline_masks_ = std::make_unique<InlineMasksGroup>(workers_.get());
@@ -217,8 +254,12 @@ class ConstrainedBeamTest : public ::testing::Test {
     config.scheduler.max_model_len = 256;
     config.eos_token_ids = {kEos};
     config.speculative = speculative;
+    // Masks inside the plan are built before the plan's placeholders are
+    // known (the worker refuses the two together): one step at a time.
+    config.async_scheduling = async_scheduling && !inline_masks;
     WorkerGroup* group = inline_masks ? static_cast<WorkerGroup*>(inline_masks_.get()) : workers_.get();
-    engine_ = std::make_unique<Engine>(config, group, nullptr);
+    counter_ = std::make_unique<ConstrainedRowCounter>(group);
+    engine_ = std::make_unique<Engine>(config, counter_.get(), nullptr);
     engine_running_ = run_now;
     if (run_now) engine_->Start();
   }
@@ -300,6 +341,10 @@ class ConstrainedBeamTest : public ::testing::Test {
       }
       sinks.emplace_back(c.name + "/beam", Submit(c.name + "/beam", c, 2));
     }
+    if (!engine_running_) {
+      engine_->Start();
+      engine_running_ = true;
+    }
     std::map<std::string, Outputs> outputs;
     for (const auto& [id, sink] : sinks) {
       for (const Case& c : Cases()) {
@@ -339,6 +384,7 @@ class ConstrainedBeamTest : public ::testing::Test {
   static ConstraintCompiler* compiler_;
   std::unique_ptr<RestartableWorkerGroup> workers_;
   std::unique_ptr<InlineMasksGroup> inline_masks_;
+  std::unique_ptr<ConstrainedRowCounter> counter_;
   std::unique_ptr<Engine> engine_;
   bool engine_running_ = false;
 };
@@ -447,6 +493,68 @@ TEST_F(ConstrainedBeamTest, AWorkerLostBetweenPlanAndMasksChangesNoToken) {
   workers_->CrashBeforeMasks(5);
   EXPECT_EQ(RunMixedBatch(), expected);
   EXPECT_EQ(workers_->restarts(), 1);
+}
+
+// Structured outputs under overlapped scheduling (docs/architecture.md,
+// "Overlapped scheduling", 7.): a constrained row is planned every step with
+// a placeholder, and its mask, built once the token before it is in,
+// follows the plan. Every case greedy, seeded and as a beam, beside
+// unconstrained requests that keep every step busy, gets the tokens of
+// steps one at a time, and the constrained rows did overlap (before, they
+// sat out every step planned while their token was in flight).
+TEST_F(ConstrainedBeamTest, ConstrainedRowsOverlapAndKeepTheTokensOfStepsOneAtATime) {
+  struct Run {
+    std::map<std::string, Outputs> constrained;
+    std::vector<std::vector<GeneratedToken>> plain;
+    EngineSnapshot snapshot;
+    int rows = 0;
+    int placeholder_rows = 0;
+  };
+  auto run = [&](bool async_scheduling, Run* result) {
+    StartEngine(256, PreemptionMode::kAuto, 0, /*run_now=*/false, /*inline_masks=*/false,
+                std::nullopt, async_scheduling);
+    std::vector<std::shared_ptr<CollectingSink>> plain;
+    for (int i = 0; i < 4; ++i) {
+      auto sink = std::make_shared<CollectingSink>();
+      EngineRequest request;
+      request.request_id = absl::StrCat("plain", i);
+      request.prompt_token_ids = {7, 11, 13, static_cast<int32_t>(20 + i)};
+      request.sampling.seed = 50 + i;
+      request.sampling.temperature = i % 2 == 0 ? 0.0f : 0.8f;
+      request.stopping.max_tokens = 60;
+      request.stopping.ignore_eos = true;
+      request.sink = sink;
+      ASSERT_TRUE(engine_->AddRequest(std::move(request)).ok());
+      plain.push_back(sink);
+    }
+    result->constrained = RunMixedBatch();
+    for (const auto& sink : plain) {
+      ASSERT_TRUE(sink->WaitFinished(absl::Seconds(120)));
+      result->plain.push_back(sink->sequences().at(0).tokens);
+    }
+    ASSERT_TRUE(engine_->WaitUntilIdle(absl::Seconds(5)));
+    result->snapshot = engine_->snapshot();
+    result->rows = counter_->rows();
+    result->placeholder_rows = counter_->placeholder_rows();
+    EXPECT_EQ(result->snapshot.free_gpu_blocks, 256);
+  };
+  Run one_at_a_time;
+  ASSERT_NO_FATAL_FAILURE(run(false, &one_at_a_time));
+  Run overlapped;
+  ASSERT_NO_FATAL_FAILURE(run(true, &overlapped));
+  EXPECT_EQ(overlapped.constrained, one_at_a_time.constrained);
+  ASSERT_EQ(overlapped.plain.size(), one_at_a_time.plain.size());
+  for (size_t i = 0; i < one_at_a_time.plain.size(); ++i) {
+    EXPECT_EQ(Ids(overlapped.plain[i]), Ids(one_at_a_time.plain[i])) << "plain " << i;
+  }
+  EXPECT_EQ(one_at_a_time.snapshot.num_overlapped_steps, 0);
+  EXPECT_EQ(one_at_a_time.placeholder_rows, 0);
+  // Every constrained row but a sequence's first (and the beams', which
+  // sit out a step) refers to the token in flight: the greedy and seeded
+  // rows are most of them. Before, none did: such a row sat out the step.
+  EXPECT_GT(overlapped.placeholder_rows, overlapped.rows / 2)
+      << overlapped.placeholder_rows << " of " << overlapped.rows;
+  EXPECT_GT(overlapped.snapshot.num_overlapped_steps, overlapped.snapshot.num_steps / 2);
 }
 
 // Speculative decoding with structured outputs: the masks follow the drafts
