@@ -9,7 +9,9 @@
 // step later (the placeholder becomes the token the worker sampled), the
 // worker counts the placeholder in its penalties, and no row whose plan
 // needs a token the server lacks is sent (groups that need it sit out a
-// step; steps that may preempt wait until nothing is in flight). Tokens of
+// step; steps that may preempt wait until nothing is in flight). A
+// grammar's mask, which needs the token in flight, is not in the plan: it
+// follows it, built once that token is in (FulfilPromisedMasks). Tokens of
 // sequences that finished meanwhile are dropped unread.
 
 #include <memory>
