@@ -134,12 +134,16 @@ std::vector<int32_t> Ids(const std::vector<GeneratedToken>& tokens) {
 // What one request returned: each sequence's token ids, by index.
 using Outputs = std::map<int, std::vector<int32_t>>;
 
-// The masks inside the plan, as the worker took them before they followed
-// it: each promised mask merged into its row's sampling.token_mask before
-// the plan goes out to the same workers.
-class InlineMasksGroup : public WorkerGroup {
+// Passes every step on to `inner`, counting the constrained rows (a mask
+// follows the plan), those of them planned with a placeholder (overlapped)
+// and the masks that came empty (a sequence that ended after the plan).
+// With `inline_masks`, the masks inside the plan, as the worker took them
+// before they followed it: each promised mask merged into its row's
+// sampling.token_mask before the plan goes out to the same workers.
+class MaskCountingGroup : public WorkerGroup {
  public:
-  explicit InlineMasksGroup(WorkerGroup* inner) : inner_(inner) {}
+  MaskCountingGroup(WorkerGroup* inner, bool inline_masks)
+      : inner_(inner), inline_masks_(inline_masks) {}
   absl::StatusOr<wv1::LoadModelResponse> LoadModel(const wv1::LoadModelRequest& request) override {
     return inner_->LoadModel(request);
   }
@@ -149,8 +153,18 @@ class InlineMasksGroup : public WorkerGroup {
   absl::StatusOr<wv1::StepResult> ExecuteStep(const wv1::StepPlan& plan,
                                               const StepMaskSource& masks) override {
     if (!PromisesTokenMasks(plan)) return inner_->ExecuteStep(plan, masks);
+    for (const wv1::SequenceStep& step : plan.sequences()) {
+      rows_ += step.token_mask_follows();
+      placeholder_rows_ += step.token_mask_follows() && step.input_from_last_sample();
+    }
+    const auto counted = [&] {
+      wv1::StepMasks built = masks();
+      for (const wv1::RowTokenMask& row : built.rows()) empty_masks_ += row.token_mask().empty();
+      return built;
+    };
+    if (!inline_masks_) return inner_->ExecuteStep(plan, counted);
     wv1::StepPlan merged = plan;
-    const wv1::StepMasks computed = masks();
+    const wv1::StepMasks computed = counted();
     int next = 0;
     for (wv1::SequenceStep& step : *merged.mutable_sequences()) {
       if (!step.token_mask_follows()) continue;
@@ -161,43 +175,18 @@ class InlineMasksGroup : public WorkerGroup {
   }
   bool Healthy() const override { return inner_->Healthy(); }
   int world_size() const override { return 1; }
-  void Shutdown() override { inner_->Shutdown(); }
-
- private:
-  WorkerGroup* inner_;
-};
-
-// Passes every step on, counting the constrained rows (a mask follows the
-// plan) and those of them planned with a placeholder (overlapped).
-class ConstrainedRowCounter : public WorkerGroup {
- public:
-  explicit ConstrainedRowCounter(WorkerGroup* inner) : inner_(inner) {}
-  absl::StatusOr<wv1::LoadModelResponse> LoadModel(const wv1::LoadModelRequest& request) override {
-    return inner_->LoadModel(request);
-  }
-  absl::Status InitCache(const wv1::InitCacheRequest& request) override {
-    return inner_->InitCache(request);
-  }
-  absl::StatusOr<wv1::StepResult> ExecuteStep(const wv1::StepPlan& plan,
-                                              const StepMaskSource& masks) override {
-    for (const wv1::SequenceStep& step : plan.sequences()) {
-      if (!step.token_mask_follows()) continue;
-      ++rows_;
-      if (step.input_from_last_sample()) ++placeholder_rows_;
-    }
-    return inner_->ExecuteStep(plan, masks);
-  }
-  bool Healthy() const override { return inner_->Healthy(); }
-  int world_size() const override { return 1; }
   absl::Status Recover() override { return inner_->Recover(); }
   void Shutdown() override { inner_->Shutdown(); }
   int rows() const { return rows_.load(); }
   int placeholder_rows() const { return placeholder_rows_.load(); }
+  int empty_masks() const { return empty_masks_.load(); }
 
  private:
   WorkerGroup* inner_;
+  const bool inline_masks_;
   std::atomic<int> rows_{0};
   std::atomic<int> placeholder_rows_{0};
+  std::atomic<int> empty_masks_{0};
 };
 
 class ConstrainedBeamTest : public ::testing::Test {
@@ -227,7 +216,6 @@ class ConstrainedBeamTest : public ::testing::Test {
                    bool async_scheduling = true) {
     engine_.reset();
     workers_ = std::make_unique<RestartableWorkerGroup>();
-    inline_masks_ = std::make_unique<InlineMasksGroup>(workers_.get());
     wv1::LoadModelRequest load;
     load.set_model_dir(*model_dir_);
     load.set_world_size(1);
@@ -257,8 +245,7 @@ class ConstrainedBeamTest : public ::testing::Test {
     // Masks inside the plan are built before the plan's placeholders are
     // known (the worker refuses the two together): one step at a time.
     config.async_scheduling = async_scheduling && !inline_masks;
-    WorkerGroup* group = inline_masks ? static_cast<WorkerGroup*>(inline_masks_.get()) : workers_.get();
-    counter_ = std::make_unique<ConstrainedRowCounter>(group);
+    counter_ = std::make_unique<MaskCountingGroup>(workers_.get(), inline_masks);
     engine_ = std::make_unique<Engine>(config, counter_.get(), nullptr);
     engine_running_ = run_now;
     if (run_now) engine_->Start();
@@ -383,8 +370,7 @@ class ConstrainedBeamTest : public ::testing::Test {
   static std::string* model_dir_;
   static ConstraintCompiler* compiler_;
   std::unique_ptr<RestartableWorkerGroup> workers_;
-  std::unique_ptr<InlineMasksGroup> inline_masks_;
-  std::unique_ptr<ConstrainedRowCounter> counter_;
+  std::unique_ptr<MaskCountingGroup> counter_;
   std::unique_ptr<Engine> engine_;
   bool engine_running_ = false;
 };
@@ -509,6 +495,7 @@ TEST_F(ConstrainedBeamTest, ConstrainedRowsOverlapAndKeepTheTokensOfStepsOneAtAT
     EngineSnapshot snapshot;
     int rows = 0;
     int placeholder_rows = 0;
+    int empty_masks = 0;
   };
   auto run = [&](bool async_scheduling, Run* result) {
     StartEngine(256, PreemptionMode::kAuto, 0, /*run_now=*/false, /*inline_masks=*/false,
@@ -536,6 +523,7 @@ TEST_F(ConstrainedBeamTest, ConstrainedRowsOverlapAndKeepTheTokensOfStepsOneAtAT
     result->snapshot = engine_->snapshot();
     result->rows = counter_->rows();
     result->placeholder_rows = counter_->placeholder_rows();
+    result->empty_masks = counter_->empty_masks();
     EXPECT_EQ(result->snapshot.free_gpu_blocks, 256);
   };
   Run one_at_a_time;
@@ -555,6 +543,10 @@ TEST_F(ConstrainedBeamTest, ConstrainedRowsOverlapAndKeepTheTokensOfStepsOneAtAT
   EXPECT_GT(overlapped.placeholder_rows, overlapped.rows / 2)
       << overlapped.placeholder_rows << " of " << overlapped.rows;
   EXPECT_GT(overlapped.snapshot.num_overlapped_steps, overlapped.snapshot.num_steps / 2);
+  // Late stops: a request that drew EOS was already in the next plan, and
+  // the worker still got a (free) mask for its row, whose token was dropped.
+  EXPECT_EQ(one_at_a_time.empty_masks, 0);
+  EXPECT_GT(overlapped.empty_masks, 0);
 }
 
 // Speculative decoding with structured outputs: the masks follow the drafts
