@@ -166,8 +166,9 @@ wv1::StepMasks BuildStepMasks(const wv1::StepPlan& plan, const SchedulerOutput& 
     const ScheduledSequence& entry = output.scheduled[i];
     const auto& drafts = plan.sequences(i).draft_token_ids();
     if (IsFinished(entry.seq->status())) {
-      // Under overlap, a late stop or a cancel: the row's token is dropped
-      // unread, but the worker waits for its masks; empty ones draw freely.
+      // Under overlap, a late stop (EOS, a stop token or string in the step
+      // before): the row's token is dropped unread, but the worker waits
+      // for its masks; empty ones draw freely.
       for (int row = 0; row <= drafts.size(); ++row) {
         masks.add_rows()->set_seq_id(entry.seq->seq_id());
       }

@@ -51,8 +51,8 @@ void BuildStepPlanInto(int64_t step_id, const SchedulerOutput& output,
 // workers run the forward pass; the output tokens it reads are those the
 // plan was built from, but under overlap without the placeholder: the step
 // before has been processed, its real tokens appended. A row whose sequence
-// finished since the plan (a late stop, a cancel) gets empty masks (its
-// token is dropped unread; the worker still gets every row it waits for).
+// that step finished (a late stop) gets empty masks (its token is dropped
+// unread; the worker still gets every row it waits for).
 pagoda::worker::v1::StepMasks BuildStepMasks(const pagoda::worker::v1::StepPlan& plan,
                                              const SchedulerOutput& output,
                                              absl::Span<const int32_t> eos_token_ids = {});
