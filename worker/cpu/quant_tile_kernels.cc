@@ -69,6 +69,52 @@ void QuantizeGroupPlain(const float* x, int64_t n, int8_t* q, float* scale, floa
   *qsum = s * static_cast<float>(sum);
 }
 
+// W8A8's tile, one token row and tile row at a time. The sum is taken in
+// uint32 so that it wraps past 2^31 as vpdpbusd's int32 lanes do.
+void W8A8TilePlain(const uint8_t* tile, int64_t padded_in, const int8_t* x, size_t ld_x,
+                   const float* x_scale, const int32_t* x_sum, const float* w_scale,
+                   const float* bias, int rows, float* y, size_t ld_y, int cols) {
+  for (int r = 0; r < rows; ++r) {
+    for (int j = 0; j < cols; ++j) {
+      uint32_t dot = 0;
+      for (int64_t p = 0; p < padded_in; ++p) {
+        dot += static_cast<uint32_t>(QuantTileCode(tile, 8, j, p) * int32_t{x[r * ld_x + p]});
+      }
+      const auto corrected = static_cast<int32_t>(dot - 128u * static_cast<uint32_t>(x_sum[r]));
+      float value = static_cast<float>(corrected) * (x_scale[r] * w_scale[j]);
+      if (bias != nullptr) value += bias[j];
+      y[r * ld_y + j] = value;
+    }
+  }
+}
+
+void QuantizeTokenPlain(const float* x, int64_t n, int8_t* q, float* scale, int32_t* sum) {
+  *scale = 0.0f;
+  *sum = 0;
+  if (n <= 0) return;
+  float amax = 0.0f;
+  bool finite = true;
+  for (int64_t i = 0; i < n; ++i) {
+    amax = std::max(amax, std::fabs(x[i]));
+    finite &= std::isfinite(x[i]);
+  }
+  const float s = amax / 127.0f;
+  std::memset(q, 0, static_cast<size_t>(n));
+  if (!finite || !std::isfinite(s)) {
+    *scale = std::numeric_limits<float>::quiet_NaN();
+    return;
+  }
+  if (s == 0.0f) return;
+  int32_t total = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = std::clamp(std::nearbyint(x[i] / s), -128.0f, 127.0f);
+    q[i] = static_cast<int8_t>(v);
+    total += static_cast<int32_t>(v);
+  }
+  *scale = s;
+  *sum = total;
+}
+
 // ---- AVX-512 VNNI ----
 
 // QuantizeGroupPlain 16 lanes at a time: the same division and rounding
@@ -219,6 +265,100 @@ void TileVnni(const uint8_t* tile, const float* params, const QuantSegment* segm
 }
 #undef PAGODA_TILE_CASE
 
+// ---- W8A8 at AVX-512 VNNI ----
+
+// Lanes [0, remaining) of 16.
+inline __mmask16 TokenTailMask(int64_t remaining) {
+  return remaining >= 16 ? __mmask16{0xFFFF} : static_cast<__mmask16>((1u << remaining) - 1);
+}
+
+// QuantizeTokenPlain 16 lanes at a time, the tail under a mask (its lanes
+// read as 0: finite, below any |x|, and quantized to 0).
+PAGODA_TILE_VNNI void QuantizeTokenVnni(const float* x, int64_t n, int8_t* q, float* scale,
+                                        int32_t* sum) {
+  __m512 amax = _mm512_setzero_ps();
+  __mmask16 finite = 0xFFFF;
+  for (int64_t i = 0; i < n; i += 16) {
+    const __m512 v = _mm512_maskz_loadu_ps(TokenTailMask(n - i), x + i);
+    amax = _mm512_max_ps(amax, _mm512_abs_ps(v));
+    finite &= _mm512_cmp_ps_mask(_mm512_sub_ps(v, v), _mm512_setzero_ps(), _CMP_EQ_OQ);
+  }
+  const float s = _mm512_reduce_max_ps(amax) / 127.0f;
+  *scale = 0.0f;
+  *sum = 0;
+  if (finite != 0xFFFF || !std::isfinite(s)) {
+    std::memset(q, 0, static_cast<size_t>(n));
+    *scale = std::numeric_limits<float>::quiet_NaN();
+    return;
+  }
+  if (s == 0.0f) {
+    std::memset(q, 0, static_cast<size_t>(n));
+    return;
+  }
+  const __m512 divisor = _mm512_set1_ps(s);
+  __m512i total = _mm512_setzero_si512();
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 lanes = TokenTailMask(n - i);
+    __m512 v = _mm512_roundscale_ps(_mm512_div_ps(_mm512_maskz_loadu_ps(lanes, x + i), divisor),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    v = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(-128.0f)), _mm512_set1_ps(127.0f));
+    const __m512i integers = _mm512_cvtps_epi32(v);
+    total = _mm512_add_epi32(total, integers);
+    _mm512_mask_cvtepi32_storeu_epi8(q + i, lanes, integers);
+  }
+  *scale = s;
+  *sum = _mm512_reduce_add_epi32(total);
+}
+
+// The W8A8 epilogue on 16 lanes. The _round_ forms with the current mode
+// are the plain multiply and add, but GCC cannot fuse them into an FMA
+// (which would round once and part from the row path's bits).
+template <int kRows>
+PAGODA_TILE_VNNI void W8A8TileRowsVnni(const uint8_t* tile, int64_t padded_in, const int8_t* x,
+                                       size_t ld_x, const float* x_scale, const int32_t* x_sum,
+                                       const float* w_scale, const float* bias, float* y,
+                                       size_t ld_y, int cols) {
+  __m512i dots[kRows];
+  SegmentDotsTile<8, kRows>(tile, x, ld_x, padded_in, dots);
+  const __m512 scales = _mm512_loadu_ps(w_scale);
+  const __mmask16 lanes = static_cast<__mmask16>((1u << cols) - 1);
+#pragma GCC unroll 8
+  for (int r = 0; r < kRows; ++r) {
+    const auto offset = static_cast<int32_t>(128u * static_cast<uint32_t>(x_sum[r]));
+    const __m512i corrected = _mm512_sub_epi32(dots[r], _mm512_set1_epi32(offset));
+    const __m512 scale =
+        _mm512_mul_round_ps(_mm512_set1_ps(x_scale[r]), scales, _MM_FROUND_CUR_DIRECTION);
+    __m512 value =
+        _mm512_mul_round_ps(_mm512_cvtepi32_ps(corrected), scale, _MM_FROUND_CUR_DIRECTION);
+    if (bias != nullptr) {
+      value = _mm512_add_round_ps(value, _mm512_loadu_ps(bias), _MM_FROUND_CUR_DIRECTION);
+    }
+    _mm512_mask_storeu_ps(y + r * ld_y, lanes, value);
+  }
+}
+
+#define PAGODA_W8A8_TILE_CASE(n)                                                                 \
+  case n:                                                                                        \
+    return W8A8TileRowsVnni<n>(tile, padded_in, x, ld_x, x_scale, x_sum, w_scale, bias, y, ld_y, \
+                               cols);
+
+void W8A8TileVnni(const uint8_t* tile, int64_t padded_in, const int8_t* x, size_t ld_x,
+                  const float* x_scale, const int32_t* x_sum, const float* w_scale,
+                  const float* bias, int rows, float* y, size_t ld_y, int cols) {
+  switch (rows) {
+    PAGODA_W8A8_TILE_CASE(1)
+    PAGODA_W8A8_TILE_CASE(2)
+    PAGODA_W8A8_TILE_CASE(3)
+    PAGODA_W8A8_TILE_CASE(4)
+    PAGODA_W8A8_TILE_CASE(5)
+    PAGODA_W8A8_TILE_CASE(6)
+    PAGODA_W8A8_TILE_CASE(7)
+    default:
+      PAGODA_W8A8_TILE_CASE(8)
+  }
+}
+#undef PAGODA_W8A8_TILE_CASE
+
 bool CpuHasTileVnni() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -234,6 +374,17 @@ const QuantTileKernels& PlainQuantTileKernels() {
 
 const QuantTileKernels* VnniQuantTileKernels() {
   static const QuantTileKernels vnni = {TileVnni<4>, TileVnni<8>, QuantizeGroupVnni};
+  static const bool supported = CpuHasTileVnni();
+  return supported ? &vnni : nullptr;
+}
+
+const W8A8TileKernels& PlainW8A8TileKernels() {
+  static const W8A8TileKernels plain = {W8A8TilePlain, QuantizeTokenPlain};
+  return plain;
+}
+
+const W8A8TileKernels* VnniW8A8TileKernels() {
+  static const W8A8TileKernels vnni = {W8A8TileVnni, QuantizeTokenVnni};
   static const bool supported = CpuHasTileVnni();
   return supported ? &vnni : nullptr;
 }
