@@ -102,9 +102,13 @@ const QuantTileKernels* VnniQuantTileKernels();
 // dot exact in int32 (it wraps as vpdpbusd does past 2^31), each f32 step
 // rounded on its own (no fused multiply-add): the steps of w8a8_linear.h's
 // row path, so the same bits. w_scale and bias hold the tile's 16 rows.
+// next: null, or the next tile's codes, pulled into L2 meanwhile (a prompt's
+// first call on a tile: its codes would otherwise come from memory at the
+// start of the next tile's first call, the other calls finding them in L2).
 using W8A8TileFn = void (*)(const uint8_t* tile, int64_t padded_in, const int8_t* x, size_t ld_x,
                             const float* x_scale, const int32_t* x_sum, const float* w_scale,
-                            const float* bias, int rows, float* y, size_t ld_y, int cols);
+                            const float* bias, int rows, float* y, size_t ld_y, int cols,
+                            const uint8_t* next);
 
 // One token row of n inputs (any n >= 1) to int8, W8A8's rule:
 // s = max|x| / 127, q = round_half_even(x / s) clamped to [-128, 127],

@@ -137,7 +137,7 @@ TEST(W8A8TileKernels, EqualIntegerLoopBitForBitOverOddShapes) {
             std::vector<float> y(rows * 17, -1.0f);  // ld 17: lanes past cols stay -1.
             kernels->tile(tile.data(), padded, x.data(), padded, x_scale.data(), x_sum.data(),
                           scales.data(), with_bias ? biases.data() : nullptr, rows, y.data(), 17,
-                          cols);
+                          cols, with_bias ? tile.data() : nullptr);
             for (int r = 0; r < rows; ++r) {
               for (int j = 0; j < cols; ++j) {
                 int64_t dot = 0;
