@@ -257,6 +257,7 @@ std::vector<double> QuantizedRow(const Case& c, const float* x, double* s) {
 TEST(W8A8Linear, MatchesFloat64LoopOverOddShapesAtEveryLevel) {
   const std::vector<Case> cases = {{CodeType::kUnsignedInt, InputQuant::kInt8PerToken, 37, 77},
                                    {CodeType::kUnsignedInt, InputQuant::kInt8PerToken, 5, 130},
+                                   {CodeType::kUnsignedInt, InputQuant::kInt8PerToken, 19, 128},
                                    {CodeType::kFloat8E4M3, InputQuant::kFp8PerToken, 37, 77},
                                    {CodeType::kFloat8E4M3, InputQuant::kFp8Static, 19, 130},
                                    {CodeType::kFloat8E4M3, InputQuant::kNone, 21, 64}};
