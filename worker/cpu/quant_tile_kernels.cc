@@ -23,7 +23,8 @@ namespace {
 template <int kBits>
 void TilePlain(const uint8_t* tile, const float* params, const QuantSegment* segments,
                int num_segments, const int8_t* x, size_t ld_x, const float* x_scale,
-               const float* x_sum, size_t ld_s, int rows, float* y, size_t ld_y, int cols) {
+               const float* x_sum, size_t ld_s, int rows, float* y, size_t ld_y, int cols,
+               const uint8_t* /*next*/) {
   for (int r = 0; r < rows; ++r) {
     for (int j = 0; j < cols; ++j) {
       float total = 0.0f;
@@ -232,15 +233,21 @@ template <int kBits, int kRows>
 PAGODA_TILE_VNNI void TileRowsVnni(const uint8_t* tile, const float* params,
                                    const QuantSegment* segments, int num_segments, const int8_t* x,
                                    size_t ld_x, const float* x_scale, const float* x_sum,
-                                   size_t ld_s, float* y, size_t ld_y, int cols) {
+                                   size_t ld_s, float* y, size_t ld_y, int cols,
+                                   const uint8_t* next) {
   __m512 total[kRows];
 #pragma GCC unroll 8
   for (int r = 0; r < kRows; ++r) total[r] = _mm512_setzero_ps();
   for (int s = 0; s < num_segments; ++s) {
     const QuantSegment& seg = segments[s];
     __m512i dots[kRows];
-    SegmentDotsTile<kBits, kRows>(tile + seg.start * 2 * kBits, x + seg.start, ld_x, seg.length,
-                                  dots);
+    const size_t offset = static_cast<size_t>(seg.start) * 2 * kBits;
+    if (next != nullptr) {
+      SegmentDotsTile<kBits, kRows, true>(tile + offset, x + seg.start, ld_x, seg.length, dots,
+                                          next + offset);
+    } else {
+      SegmentDotsTile<kBits, kRows>(tile + offset, x + seg.start, ld_x, seg.length, dots);
+    }
     const float* group = params + seg.group * 2 * kQuantTileRows;
     const __m512 scales = _mm512_loadu_ps(group);
     const __m512 offsets = _mm512_loadu_ps(group + kQuantTileRows);
@@ -259,12 +266,13 @@ PAGODA_TILE_VNNI void TileRowsVnni(const uint8_t* tile, const float* params,
 #define PAGODA_TILE_CASE(n)                                                                      \
   case n:                                                                                        \
     return TileRowsVnni<kBits, n>(tile, params, segments, num_segments, x, ld_x, x_scale, x_sum, \
-                                  ld_s, y, ld_y, cols);
+                                  ld_s, y, ld_y, cols, next);
 
 template <int kBits>
 void TileVnni(const uint8_t* tile, const float* params, const QuantSegment* segments,
               int num_segments, const int8_t* x, size_t ld_x, const float* x_scale,
-              const float* x_sum, size_t ld_s, int rows, float* y, size_t ld_y, int cols) {
+              const float* x_sum, size_t ld_s, int rows, float* y, size_t ld_y, int cols,
+              const uint8_t* next) {
   switch (rows) {
     PAGODA_TILE_CASE(1)
     PAGODA_TILE_CASE(2)

@@ -67,10 +67,14 @@ inline int QuantTileCode(const uint8_t* tile, int bits, int j, int64_t p) {
 // with dot exact in int32 (quant_a8_kernels.h's rule: the same values,
 // REQUIRES the same kQuantA8MaxSegment bound) and g = segments[s].group.
 // The sums of a token row never depend on the other rows of the call.
+// next: null, or the next tile's codes (as many bytes), pulled into L2 at
+// the pace this tile's are read. The hardware prefetcher alone kept too few
+// lines in flight: with it, batch-1 int4 decode took 0.71-0.78x the time
+// and batch 8 0.59-0.67x (bench_quant_decode, docs/quantization.md).
 using QuantTileFn = void (*)(const uint8_t* tile, const float* params, const QuantSegment* segments,
                              int num_segments, const int8_t* x, size_t ld_x, const float* x_scale,
                              const float* x_sum, size_t ld_s, int rows, float* y, size_t ld_y,
-                             int cols);
+                             int cols, const uint8_t* next);
 
 inline constexpr int kQuantTileMaxTokens = 8;
 
@@ -102,9 +106,8 @@ const QuantTileKernels* VnniQuantTileKernels();
 // dot exact in int32 (it wraps as vpdpbusd does past 2^31), each f32 step
 // rounded on its own (no fused multiply-add): the steps of w8a8_linear.h's
 // row path, so the same bits. w_scale and bias hold the tile's 16 rows.
-// next: null, or the next tile's codes, pulled into L2 meanwhile (a prompt's
-// first call on a tile: its codes would otherwise come from memory at the
-// start of the next tile's first call, the other calls finding them in L2).
+// next: as QuantTileFn's (the first call on a tile: the block's other calls
+// find the codes in L1/L2).
 using W8A8TileFn = void (*)(const uint8_t* tile, int64_t padded_in, const int8_t* x, size_t ld_x,
                             const float* x_scale, const int32_t* x_sum, const float* w_scale,
                             const float* bias, int rows, float* y, size_t ld_y, int cols,

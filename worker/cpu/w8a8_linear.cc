@@ -124,13 +124,12 @@ class CpuW8A8Linear final : public Linear {
     const size_t tile_bytes = QuantTileBytes(padded_in_, 8);
     for (int first = 0; first < rows; first += kW8A8TileRowBlock) {
       const int block_end = std::min(rows, first + kW8A8TileRowBlock);
-      const bool prefetch = block_end - first > kQuantTileMaxTokens;
       pool_->ParallelFor(num_tiles(), 1, [&](int64_t begin, int64_t end) {
         for (int64_t t = begin; t < end; ++t) {
           const int64_t o = t * kQuantTileRows;
           const int cols = static_cast<int>(std::min<int64_t>(kQuantTileRows, out_ - o));
-          // A prompt pulls the next tile's codes into L2 during the first call.
-          const uint8_t* next = prefetch && t + 1 < end ? codes_ + (t + 1) * tile_bytes : nullptr;
+          // The next tile of this task is pulled into L2 during the first call.
+          const uint8_t* next = t + 1 < end ? codes_ + (t + 1) * tile_bytes : nullptr;
           for (int r = first; r < block_end; r += kQuantTileMaxTokens) {
             tile_kernel_(codes_ + t * tile_bytes, padded_in_, x_i8_.data() + r * padded_in_,
                          padded_in_, x_scale_.data() + r, x_sum_.data() + r,
