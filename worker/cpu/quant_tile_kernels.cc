@@ -185,20 +185,21 @@ PAGODA_TILE_VNNI inline void TileOperands(const uint8_t* codes, int64_t p, __m51
   }
 }
 
-// Token rows of up to 4 keep two sums a row (the two operands'): one chain
-// would wait on vpdpbusd's latency. So do 8-bit codes at every row count
-// (16 sums and two operands at 8 rows: 18 of the 32 registers): with one
-// chain a row, 8 token rows ran at 350-480 GOP/s a thread with the codes in
-// L2, with two at 550-580 (about 90 % of this CPU's vpdpbusd rate, 4.5-5 G
-// a second). The integer sums are exact, so the split changes no result. Separate arrays, not one
-// indexed by a chain, so that GCC keeps each sum in its register without copies. With kPrefetch,
-// `next` (the codes of the next tile, as many bytes) is pulled into L2 at the pace this tile's
-// codes are read.
+// Every token row keeps two sums (the two operands'), so no chain waits on
+// vpdpbusd's latency: 16 sums and two operands at 8 rows, 18 of the 32
+// registers (19 with the nibble mask). With one chain a row past 4 rows, 8
+// token rows of 8-bit codes ran at 350-480 GOP/s a thread with the codes
+// in L2 and with two at 550-600 (about 90 % of this CPU's vpdpbusd rate,
+// 4.5-5 G a second); 4-bit codes (bench_quant_kernels, 8 tokens) went from
+// 14.0-14.1 to 15.2-15.6 GB/s. The integer sums are exact, so the split
+// changes no result. Separate arrays, not one indexed by a chain, so that
+// GCC keeps each sum in its register without copies. With kPrefetch, `next`
+// (the codes of the next tile, as many bytes) is pulled into L2 at the pace
+// this tile's codes are read.
 template <int kBits, int kRows, bool kPrefetch = false>
 PAGODA_TILE_VNNI void SegmentDotsTile(const uint8_t* codes, const int8_t* x, size_t ld_x,
                                       int64_t length, __m512i dots[kRows],
                                       const uint8_t* next = nullptr) {
-  constexpr bool kTwoChains = kRows <= 4 || kBits == 8;
   __m512i first_sums[kRows];
   __m512i second_sums[kRows];
 #pragma GCC unroll 8
@@ -214,18 +215,13 @@ PAGODA_TILE_VNNI void SegmentDotsTile(const uint8_t* codes, const int8_t* x, siz
     }
 #pragma GCC unroll 8
     for (int r = 0; r < kRows; ++r) {
-      if constexpr (kTwoChains) {
-        first_sums[r] = DotBroadcast(first_sums[r], first, x + r * ld_x + p);
-        second_sums[r] = DotBroadcast(second_sums[r], second, x + r * ld_x + p + 4);
-      } else {
-        first_sums[r] = DotBroadcast(first_sums[r], first, x + r * ld_x + p);
-        first_sums[r] = DotBroadcast(first_sums[r], second, x + r * ld_x + p + 4);
-      }
+      first_sums[r] = DotBroadcast(first_sums[r], first, x + r * ld_x + p);
+      second_sums[r] = DotBroadcast(second_sums[r], second, x + r * ld_x + p + 4);
     }
   }
 #pragma GCC unroll 8
   for (int r = 0; r < kRows; ++r) {
-    dots[r] = kTwoChains ? _mm512_add_epi32(first_sums[r], second_sums[r]) : first_sums[r];
+    dots[r] = _mm512_add_epi32(first_sums[r], second_sums[r]);
   }
 }
 
