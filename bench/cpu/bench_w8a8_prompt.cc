@@ -6,6 +6,9 @@
 //   - the row layout (W8A8Layout::kRows: one output row after another, four
 //     token rows a call; the prompt path before the tile layout, and still
 //     that of CPUs without VNNI), over the same codes;
+//   - the same codes as an int8 weight-only (W8A16) Linear with group 128
+//     and int8 inputs per group (quant_linear.h's default): the same tile
+//     kernel's loop with a scale and zero-point offset a group;
 //   - f32 dense weights through panel_linear.h's PanelLinear (gemm6x16), and
 //     through the backend's Linear (which takes PanelLinear below 256 inputs
 //     and its tile4 kernels above, at AVX-512).
@@ -32,6 +35,7 @@
 #include "absl/strings/str_split.h"
 #include "worker/cpu/cpu_backend.h"
 #include "worker/cpu/panel_linear.h"
+#include "worker/cpu/quant_linear.h"
 #include "worker/cpu/simd.h"
 #include "worker/cpu/thread_pool.h"
 #include "worker/cpu/w8a8_linear.h"
@@ -66,6 +70,21 @@ QuantizedWeight RandomW8A8Weight(const Projection& p, uint64_t& state) {
     w.scales[k] = 0.001f * static_cast<float>(1 + Next(state) % 16);
     w.zeros[k] = 128.0f;
   }
+  return w;
+}
+
+// The same codes as weight-only int8, group 128, zero point 128.
+QuantizedWeight GroupedWeight(const QuantizedWeight& w8a8) {
+  const int64_t groups = w8a8.in_features / 128;
+  QuantizedWeight w = SizedWeight("bench", 8, w8a8.out_features, w8a8.in_features, groups);
+  w.codes = w8a8.codes;
+  for (int64_t o = 0; o < w.out_features; ++o) {
+    for (int64_t g = 0; g < groups; ++g) {
+      w.scales[o * groups + g] = w8a8.scales[o];
+      w.zeros[o * groups + g] = 128.0f;
+    }
+  }
+  for (int64_t i = 0; i < w.in_features; ++i) w.group_of_input[i] = static_cast<int32_t>(i / 128);
   return w;
 }
 
@@ -134,11 +153,12 @@ int Main(int argc, char** argv) {
               std::string(SimdLevelName(BestSimdLevel())).c_str(), threads, layers);
   ThreadPool pool(threads);
   auto backend = CreateCpuBackend(threads);
-  std::vector<Variant> variants(4);
+  std::vector<Variant> variants(5);
   variants[0].name = "w8a8 tiles";
   variants[1].name = "w8a8 rows (before)";
   variants[2].name = "f32 PanelLinear";
   variants[3].name = "f32 backend Linear";
+  variants[4].name = "w8a16 g128 tiles";
   std::vector<std::unique_ptr<Buffer>> f32_weights;
   uint64_t state = 0x9E3779B97F4A7C15ull;
   double macs_per_token = 0;
@@ -160,6 +180,8 @@ int Main(int argc, char** argv) {
       variants[3].linears.push_back(
           std::make_unique<DenseLinear>(backend.get(), *buffer, p.out, p.in, DType::kF32));
       f32_weights.push_back(std::move(buffer));
+      variants[4].linears.push_back(CreateCpuQuantLinear(GroupedWeight(w), &pool, BestSimdLevel(),
+                                                         WeightOnlyActivations::kInt8));
       macs_per_token += static_cast<double>(p.out * p.in);
     }
   }
