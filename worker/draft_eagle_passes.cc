@@ -44,6 +44,15 @@ absl::StatusOr<DraftModel::Drafts> DraftModel::RunEaglePasses(const StepPlan& pl
   // fed this step's input token; a proposing sequence's last row gives its
   // first draft. A sequence without kept rows (its first step, or its rows
   // forgotten) runs nothing, and proposes nothing.
+  // Draft j of sequence s is drawn as the target draws the token that checks
+  // it (the sequence's logits row j of `batch`), as a draft model's are
+  // (DraftModel::RunPasses): the head's logits are over the target's
+  // vocabulary (an EAGLE-3 head's scattered there through d2t), so each
+  // draft id meets the target's Gumbel noise at its own target id.
+  const std::vector<int> first_logits_row = DraftBatchBuilder::FirstLogitsRows(batch);
+  auto sampling_row = [&](int s, int draft) {
+    return first_logits_row[s] < 0 ? -1 : first_logits_row[s] + draft;
+  };
   DraftBatchBuilder first_pass(batch);
   std::vector<char> features;
   std::vector<int> picking;  // Sequences with a logits row, in order.
@@ -54,7 +63,8 @@ absl::StatusOr<DraftModel::Drafts> DraftModel::RunEaglePasses(const StepPlan& pl
     if (kept == nullptr) continue;
     std::vector<int32_t> tokens = kept->next_tokens;
     tokens.push_back(batch.input_ids[first_row]);
-    first_pass.AddRows(s, kept->first_position, tokens, asked[s] > 0, block_size);
+    first_pass.AddRows(s, kept->first_position, tokens, asked[s] > 0, block_size,
+                       sampling_row(s, 0));
     features.insert(features.end(), kept->hidden.begin(), kept->hidden.end());
     if (asked[s] > 0) picking.push_back(s);
   }
@@ -76,7 +86,7 @@ absl::StatusOr<DraftModel::Drafts> DraftModel::RunEaglePasses(const StepPlan& pl
       drafts[s].push_back(samples_.token_ids[i]);
       if (static_cast<int>(drafts[s].size()) == asked[s]) continue;
       next.AddRows(s, batch.positions[batch.query_start[s]] + j, {drafts[s].back()}, true,
-                   block_size);
+                   block_size, sampling_row(s, static_cast<int>(drafts[s].size())));
       features.insert(features.end(), head_hidden.begin() + i * row_bytes,
                       head_hidden.begin() + (i + 1) * row_bytes);
       next_picking.push_back(s);

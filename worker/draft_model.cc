@@ -268,10 +268,7 @@ absl::StatusOr<DraftModel::Drafts> DraftModel::RunPasses(const FlatBatch& batch,
   // under greedy, coupled through the shared Gumbel noise above it (an
   // argmax instead would be accepted only when the target's draw happens to
   // be the draft model's argmax).
-  std::vector<int> first_logits_row(num_seqs, -1);
-  for (int r = batch.num_logits_rows() - 1; r >= 0; --r) {
-    first_logits_row[batch.sample_sequences[r]] = r;
-  }
+  const std::vector<int> first_logits_row = DraftBatchBuilder::FirstLogitsRows(batch);
   // Pass 0 follows every row of the plan but the proposals' room; a
   // proposing sequence's last input row gives its first draft. Pass j feeds
   // draft j - 1 at its own slot and (but for this step's last) gives draft j.
