@@ -5,7 +5,11 @@
 // tokens (vLLM's EagleProposer). Its KV cache at p therefore needs the token
 // after p, so the head lags the target by one token: each step first runs
 // the rows the target verified in the sequence's last step, whose last
-// token is this step's input. docs/speculative-decoding.md.
+// token is this step's input. Sharded over the group
+// (draft_tensor_parallel_size the target's), every rank runs every pass over
+// its own copy of the target's hidden states, and rank 0's picks reach the
+// others after each pass, as a sharded draft model's do.
+// docs/speculative-decoding.md.
 
 #include <algorithm>
 #include <vector>
@@ -25,11 +29,14 @@ absl::Status DraftModel::EagleForwardAndPick(const FlatBatch& batch,
   if (!output.ok()) return output.status();
   const int rows = batch.num_logits_rows();
   if (rows > 0) {
-    backend_->Sample(output->logits, output->sampling, &samples_);
+    // Sharded, only rank 0 has logits; every rank has the head's output
+    // (the residual stream, whole after the all-reduces).
+    if (group_->rank() == 0) backend_->Sample(output->logits, output->sampling, &samples_);
     head_hidden->resize(static_cast<size_t>(rows) * model_->hidden_row_bytes());
     backend_->DownloadBytes(output->head_hidden, head_hidden->data(), head_hidden->size());
   }
-  return backend_->status();
+  if (absl::Status status = backend_->status(); !status.ok()) return status;
+  return SharePicks(rows);
 }
 
 absl::StatusOr<DraftModel::Drafts> DraftModel::RunEaglePasses(const StepPlan& plan,

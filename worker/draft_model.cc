@@ -127,10 +127,6 @@ absl::StatusOr<bool> ShardsDraftModel(const v1::LoadModelRequest& request) {
                                                    " must be 1 or the world size ",
                                                    request.world_size()));
   }
-  if (request.draft_is_eagle_head() || request.draft_is_eagle3_head()) {
-    return absl::InvalidArgumentError(absl::StrCat("draft_tensor_parallel_size ", size,
-                                                   ": an EAGLE head runs on rank 0 only (size 1)"));
-  }
   return true;
 }
 
@@ -162,8 +158,9 @@ absl::StatusOr<std::unique_ptr<DraftModel>> DraftModel::Load(const std::string& 
 absl::StatusOr<std::unique_ptr<DraftModel>> DraftModel::LoadEagle(const std::string& head_dir,
                                                                   Backend* backend,
                                                                   const LlamaLoadOptions& options,
-                                                                  LlamaModel* target, bool eagle3) {
-  auto draft = std::unique_ptr<DraftModel>(new DraftModel(backend, nullptr));
+                                                                  LlamaModel* target, bool eagle3,
+                                                                  Communicator* group) {
+  auto draft = std::unique_ptr<DraftModel>(new DraftModel(backend, group));
   auto head = eagle3 ? LlamaModel::LoadEagle3Head(head_dir, backend, draft->group_,
                                                   DraftLoadOptions(options), *target)
                      : LlamaModel::LoadEagleHead(head_dir, backend, draft->group_,
@@ -197,7 +194,7 @@ void DraftModel::FollowStepResult(const StepPlan& verify,
                                   const absl::StatusOr<v1::StepResult>& result) {
   if (eagle_ == nullptr) return;
   if (result.ok()) {
-    eagle_->Keep(verify, *result);
+    eagle_->Keep(verify);
   } else {
     eagle_->Forget();
   }

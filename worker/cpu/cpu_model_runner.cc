@@ -126,8 +126,8 @@ class CpuModelRunner final : public ModelRunnerBase {
  private:
   // Speculative decoding's draft model or EAGLE head, when the request
   // names one, its vocabulary the target's: loaded on rank 0 at
-  // tensor-parallel size 1 (the other ranks receive its drafts), or a draft
-  // model sharded over the group as the target is (ShardsDraftModel).
+  // tensor-parallel size 1 (the other ranks receive its drafts), or sharded
+  // over the group as the target is (ShardsDraftModel).
   absl::Status LoadDraftModel(const LoadModelRequest& request, std::optional<DType> weight_dtype) {
     if (request.draft_model_dir().empty()) return absl::OkStatus();
     absl::StatusOr<bool> sharded = ShardsDraftModel(request);
@@ -138,7 +138,8 @@ class CpuModelRunner final : public ModelRunnerBase {
     auto draft =
         request.draft_is_eagle_head() || eagle3
             ? DraftModel::LoadEagle(request.draft_model_dir(), backend_.get(),
-                                    CpuLoadOptions(request, weight_dtype), model_.get(), eagle3)
+                                    CpuLoadOptions(request, weight_dtype), model_.get(), eagle3,
+                                    *sharded ? timed_.get() : nullptr)
             : DraftModel::Load(request.draft_model_dir(), backend_.get(),
                                CpuLoadOptions(request, weight_dtype), model_->config(),
                                *sharded ? timed_.get() : nullptr);
