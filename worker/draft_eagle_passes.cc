@@ -21,6 +21,20 @@ namespace pagoda::worker {
 
 using v1::StepPlan;
 
+namespace {
+
+// The verify batch's logits row whose draw draft `draft` of sequence `seq`
+// takes (-1: none, greedy): the row that checks it, as a draft model's
+// (DraftModel::RunPasses). The head's logits are over the target's
+// vocabulary (an EAGLE-3 head's scattered there through d2t), so each
+// draft id meets the target's Gumbel noise at its own target id.
+int CoupledRow(const std::vector<int>& first_logits_row, int seq, size_t draft) {
+  const int first = first_logits_row[seq];
+  return first < 0 ? -1 : first + static_cast<int>(draft);
+}
+
+}  // namespace
+
 absl::Status DraftModel::EagleForwardAndPick(const FlatBatch& batch,
                                              const std::vector<char>& features, bool from_target,
                                              std::vector<char>* head_hidden) {
@@ -51,15 +65,7 @@ absl::StatusOr<DraftModel::Drafts> DraftModel::RunEaglePasses(const StepPlan& pl
   // fed this step's input token; a proposing sequence's last row gives its
   // first draft. A sequence without kept rows (its first step, or its rows
   // forgotten) runs nothing, and proposes nothing.
-  // Draft j of sequence s is drawn as the target draws the token that checks
-  // it (the sequence's logits row j of `batch`), as a draft model's are
-  // (DraftModel::RunPasses): the head's logits are over the target's
-  // vocabulary (an EAGLE-3 head's scattered there through d2t), so each
-  // draft id meets the target's Gumbel noise at its own target id.
   const std::vector<int> first_logits_row = DraftBatchBuilder::FirstLogitsRows(batch);
-  auto sampling_row = [&](int s, int draft) {
-    return first_logits_row[s] < 0 ? -1 : first_logits_row[s] + draft;
-  };
   DraftBatchBuilder first_pass(batch);
   std::vector<char> features;
   std::vector<int> picking;  // Sequences with a logits row, in order.
@@ -71,7 +77,7 @@ absl::StatusOr<DraftModel::Drafts> DraftModel::RunEaglePasses(const StepPlan& pl
     std::vector<int32_t> tokens = kept->next_tokens;
     tokens.push_back(batch.input_ids[first_row]);
     first_pass.AddRows(s, kept->first_position, tokens, asked[s] > 0, block_size,
-                       sampling_row(s, 0));
+                       CoupledRow(first_logits_row, s, 0));
     features.insert(features.end(), kept->hidden.begin(), kept->hidden.end());
     if (asked[s] > 0) picking.push_back(s);
   }
@@ -93,7 +99,7 @@ absl::StatusOr<DraftModel::Drafts> DraftModel::RunEaglePasses(const StepPlan& pl
       drafts[s].push_back(samples_.token_ids[i]);
       if (static_cast<int>(drafts[s].size()) == asked[s]) continue;
       next.AddRows(s, batch.positions[batch.query_start[s]] + j, {drafts[s].back()}, true,
-                   block_size, sampling_row(s, static_cast<int>(drafts[s].size())));
+                   block_size, CoupledRow(first_logits_row, s, drafts[s].size()));
       features.insert(features.end(), head_hidden.begin() + i * row_bytes,
                       head_hidden.begin() + (i + 1) * row_bytes);
       next_picking.push_back(s);

@@ -56,12 +56,9 @@ class DraftModel {
   // its decoder layer split as the target's layers are, its fc replicated,
   // the features this rank's own copy of the target's (replicated) hidden
   // states; only rank 0 computes logits.
-  static absl::StatusOr<std::unique_ptr<DraftModel>> LoadEagle(const std::string& head_dir,
-                                                               Backend* backend,
-                                                               const LlamaLoadOptions& options,
-                                                               LlamaModel* target,
-                                                               bool eagle3 = false,
-                                                               Communicator* group = nullptr);
+  static absl::StatusOr<std::unique_ptr<DraftModel>> LoadEagle(
+      const std::string& head_dir, Backend* backend, const LlamaLoadOptions& options,
+      LlamaModel* target, bool eagle3 = false, Communicator* group = nullptr);
   DraftModel(const DraftModel&) = delete;
   DraftModel& operator=(const DraftModel&) = delete;
   ~DraftModel();

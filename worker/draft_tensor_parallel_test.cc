@@ -24,8 +24,8 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
 #include "tests/support/runner_test_group.h"
 #include "tests/support/runner_test_model.h"
@@ -112,8 +112,8 @@ class DraftTensorParallelTest : public ::testing::Test {
     const std::string command = absl::StrCat(
         tiny, " --num-heads 2 --num-kv-heads 1 --out ", dir_, "/source3 > /dev/null && ", tiny,
         " --num-heads 1 --num-kv-heads 1 --out ", dir_, "/source1 > /dev/null && ", Python(), " ",
-        SourceDir(), "/tests/reference/eagle_reference.py make --source ", dir_,
-        "/model --out ", dir_, "/eagle/model && ", Python(), " ", SourceDir(),
+        SourceDir(), "/tests/reference/eagle_reference.py make --source ", dir_, "/model --out ",
+        dir_, "/eagle/model && ", Python(), " ", SourceDir(),
         "/tests/reference/eagle_reference.py make --source ", dir_, "/source1 --out ", dir_,
         "/one_head/model && ", Python(), " ", SourceDir(),
         "/tests/reference/eagle3_reference.py make --source ", dir_, "/source3 --target-vocab ",

@@ -173,8 +173,7 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::LoadEagle3Head(
   if (absl::Status s = CheckEagle3Config(*config, keys, target.config()); !s.ok()) return s;
   // Sharded over `communicator` as the target's layers are; whole on a
   // one-rank one.
-  auto shard =
-      PlanTensorParallelShard(*config, communicator->rank(), communicator->world_size());
+  auto shard = PlanTensorParallelShard(*config, communicator->rank(), communicator->world_size());
   if (!shard.ok()) return Eagle3Error(shard.status());
   std::unique_ptr<LlamaModel> head(
       new LlamaModel(RankLocalConfig(*config, *shard), backend, communicator));
@@ -219,8 +218,8 @@ absl::Status LlamaModel::LoadEagle3Weights(const std::string& head_dir,
   if (shard.rank == 0) {
     PAGODA_ASSIGN_OR_RETURN(
         eagle3_->lm_head,
-        loader.LoadLinear({{"lm_head", eagle3_->draft_vocab, hidden, WeightSlice::Whole()}},
-                          false, DType::kF32));
+        loader.LoadLinear({{"lm_head", eagle3_->draft_vocab, hidden, WeightSlice::Whole()}}, false,
+                          DType::kF32));
   } else if (absl::Status s =
                  (*store)->GetFloat("lm_head.weight", {eagle3_->draft_vocab, hidden}).status();
              !s.ok()) {

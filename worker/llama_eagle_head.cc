@@ -50,8 +50,7 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::LoadEagleHead(
   if (absl::Status s = CheckHeadAgainstTarget(*config, target.config()); !s.ok()) return s;
   // Sharded over `communicator` as the target's layers are (heads and MLP
   // split, all-reduces after o_proj and down_proj); whole on a one-rank one.
-  auto shard =
-      PlanTensorParallelShard(*config, communicator->rank(), communicator->world_size());
+  auto shard = PlanTensorParallelShard(*config, communicator->rank(), communicator->world_size());
   if (!shard.ok()) return EagleHeadError(shard.status());
   std::unique_ptr<LlamaModel> head(
       new LlamaModel(RankLocalConfig(*config, *shard), backend, communicator));

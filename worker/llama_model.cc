@@ -340,7 +340,7 @@ absl::Status LlamaModel::ApplyLora(int layer, LoraModule module, const void* x, 
 
 size_t LlamaModel::weight_bytes() const {
   auto bytes = [](const std::unique_ptr<Buffer>& b) -> size_t { return b ? b->nbytes() : 0; };
-  auto linear = [](const std::unique_ptr<Linear>& l) -> size_t { return l ? l->weight_bytes() : 0; };
+  auto linear = [](const auto& l) -> size_t { return l ? l->weight_bytes() : 0; };
   size_t total = bytes(embed_tokens_) + bytes(final_norm_) + linear(lm_head_) + linear(fc_) +
                  (eagle3_ ? bytes(eagle3_->hidden_norm) + linear(eagle3_->lm_head) : 0);
   for (const auto& layer : layers_) {

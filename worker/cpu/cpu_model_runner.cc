@@ -135,14 +135,13 @@ class CpuModelRunner final : public ModelRunnerBase {
     serves_draft_ = true;
     if (!*sharded && timed_->rank() != 0) return absl::OkStatus();
     const bool eagle3 = request.draft_is_eagle3_head();
-    auto draft =
-        request.draft_is_eagle_head() || eagle3
-            ? DraftModel::LoadEagle(request.draft_model_dir(), backend_.get(),
-                                    CpuLoadOptions(request, weight_dtype), model_.get(), eagle3,
-                                    *sharded ? timed_.get() : nullptr)
-            : DraftModel::Load(request.draft_model_dir(), backend_.get(),
-                               CpuLoadOptions(request, weight_dtype), model_->config(),
-                               *sharded ? timed_.get() : nullptr);
+    auto draft = request.draft_is_eagle_head() || eagle3
+                     ? DraftModel::LoadEagle(request.draft_model_dir(), backend_.get(),
+                                             CpuLoadOptions(request, weight_dtype), model_.get(),
+                                             eagle3, *sharded ? timed_.get() : nullptr)
+                     : DraftModel::Load(request.draft_model_dir(), backend_.get(),
+                                        CpuLoadOptions(request, weight_dtype), model_->config(),
+                                        *sharded ? timed_.get() : nullptr);
     if (!draft.ok()) return draft.status();
     draft_ = *std::move(draft);
     LOG(INFO) << (eagle3               ? "EAGLE-3 head: "
