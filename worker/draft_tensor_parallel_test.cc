@@ -18,7 +18,9 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -26,6 +28,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "gtest/gtest.h"
 #include "tests/support/runner_test_group.h"
 #include "tests/support/runner_test_model.h"
@@ -102,23 +105,29 @@ class DraftTensorParallelTest : public ::testing::Test {
   // EAGLE heads for the target under dir_: eagle/model (eagle_reference.py
   // make: the target's layers, a random fc), eagle3/model (eagle3_reference.py
   // make over a one-layer Llama, a 40-id draft vocabulary), and
-  // one_head/model, an EAGLE head of one attention head, which two ranks
-  // cannot split.
+  // one_head/model, eagle/model whose config claims one attention (and KV)
+  // head, which two ranks cannot split (refused before any weight is read).
   void MakeHeads() {
-    const std::string tiny =
-        absl::StrCat(Python(), " ", SourceDir(), "/scripts/make_tiny_model.py --arch llama",
-                     " --vocab-size ", kVocab, " --hidden-size 32 --intermediate-size 40",
-                     " --num-layers 1 --max-position-embeddings 64 --dtype f32 --seed 3");
     const std::string command = absl::StrCat(
-        tiny, " --num-heads 2 --num-kv-heads 1 --out ", dir_, "/source3 > /dev/null && ", tiny,
-        " --num-heads 1 --num-kv-heads 1 --out ", dir_, "/source1 > /dev/null && ", Python(), " ",
-        SourceDir(), "/tests/reference/eagle_reference.py make --source ", dir_, "/model --out ",
-        dir_, "/eagle/model && ", Python(), " ", SourceDir(),
-        "/tests/reference/eagle_reference.py make --source ", dir_, "/source1 --out ", dir_,
-        "/one_head/model && ", Python(), " ", SourceDir(),
-        "/tests/reference/eagle3_reference.py make --source ", dir_, "/source3 --target-vocab ",
+        Python(), " ", SourceDir(), "/scripts/make_tiny_model.py --arch llama --vocab-size ",
+        kVocab, " --hidden-size 32 --intermediate-size 40 --num-layers 1 --num-heads 2",
+        " --num-kv-heads 1 --max-position-embeddings 64 --dtype f32 --seed 3 --out ", dir_,
+        "/source > /dev/null && ", Python(), " ", SourceDir(),
+        "/tests/reference/eagle_reference.py make --source ", dir_, "/model --out ", dir_,
+        "/eagle/model && ", Python(), " ", SourceDir(),
+        "/tests/reference/eagle3_reference.py make --source ", dir_, "/source --target-vocab ",
         kVocab, " --out ", dir_, "/eagle3/model");
     ASSERT_EQ(std::system(command.c_str()), 0) << command;
+    std::filesystem::copy(dir_ + "/eagle", dir_ + "/one_head",
+                          std::filesystem::copy_options::recursive);
+    std::ifstream in(dir_ + "/eagle/model/config.json");
+    std::stringstream config;
+    config << in.rdbuf();
+    const std::string one_head = absl::StrReplaceAll(
+        config.str(), {{"\"num_attention_heads\": 4", "\"num_attention_heads\": 1"},
+                       {"\"num_key_value_heads\": 2", "\"num_key_value_heads\": 1"}});
+    ASSERT_NE(one_head, config.str());
+    std::ofstream(dir_ + "/one_head/model/config.json") << one_head;
   }
 
   // Sequence s's step after `output`: its prompt, or its last token asking
