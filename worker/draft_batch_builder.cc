@@ -21,7 +21,7 @@ void DraftBatchBuilder::AddSequence(int seq, int first, int end, int32_t input, 
 }
 
 void DraftBatchBuilder::AddRows(int seq, int first_position, absl::Span<const int32_t> tokens,
-                                bool wants_logits, int block_size) {
+                                bool wants_logits, int block_size, int sampling_row) {
   const int32_t* table =
       verify_.block_tables.data() + static_cast<ptrdiff_t>(seq) * verify_.max_blocks_per_seq;
   for (size_t i = 0; i < tokens.size(); ++i) {
@@ -32,7 +32,14 @@ void DraftBatchBuilder::AddRows(int seq, int first_position, absl::Span<const in
                                   position % block_size);
     batch_.lora_slots.push_back(0);
   }
-  EndSequence(seq, first_position + static_cast<int>(tokens.size()) - 1, wants_logits);
+  EndSequence(seq, first_position + static_cast<int>(tokens.size()) - 1, wants_logits,
+              sampling_row);
+}
+
+std::vector<int> DraftBatchBuilder::FirstLogitsRows(const FlatBatch& verify) {
+  std::vector<int> first(verify.num_seqs(), -1);
+  for (int r = verify.num_logits_rows() - 1; r >= 0; --r) first[verify.sample_sequences[r]] = r;
+  return first;
 }
 
 FlatBatch DraftBatchBuilder::Take() { return std::move(batch_); }

@@ -9,6 +9,7 @@
 // `sampling_row`).
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/types/span.h"
 #include "worker/flat_batch.h"
@@ -33,10 +34,14 @@ class DraftBatchBuilder {
   // Adds sequence `seq` of the verify batch with rows of its own: tokens[i]
   // at position first_position + i, its slot where the sequence's block
   // table (of `block_size`-token blocks) puts that position; a logits row
-  // at the last when `wants_logits`. REQUIRES: tokens is not empty and the
-  // block table covers the positions.
+  // at the last when `wants_logits`, greedy or drawn as AddSequence's.
+  // REQUIRES: tokens is not empty and the block table covers the positions.
   void AddRows(int seq, int first_position, absl::Span<const int32_t> tokens, bool wants_logits,
-               int block_size);
+               int block_size, int sampling_row = -1);
+
+  // Per sequence of `verify`, its first logits row (-1 without one): the
+  // row that checks its first draft; row + j checks draft j.
+  static std::vector<int> FirstLogitsRows(const FlatBatch& verify);
 
   FlatBatch Take();
 

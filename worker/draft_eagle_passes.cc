@@ -5,7 +5,11 @@
 // tokens (vLLM's EagleProposer). Its KV cache at p therefore needs the token
 // after p, so the head lags the target by one token: each step first runs
 // the rows the target verified in the sequence's last step, whose last
-// token is this step's input. docs/speculative-decoding.md.
+// token is this step's input. Sharded over the group
+// (draft_tensor_parallel_size the target's), every rank runs every pass over
+// its own copy of the target's hidden states, and rank 0's picks reach the
+// others after each pass, as a sharded draft model's do.
+// docs/speculative-decoding.md.
 
 #include <algorithm>
 #include <vector>
@@ -17,6 +21,20 @@ namespace pagoda::worker {
 
 using v1::StepPlan;
 
+namespace {
+
+// The verify batch's logits row whose draw draft `draft` of sequence `seq`
+// takes (-1: none, greedy): the row that checks it, as a draft model's
+// (DraftModel::RunPasses). The head's logits are over the target's
+// vocabulary (an EAGLE-3 head's scattered there through d2t), so each
+// draft id meets the target's Gumbel noise at its own target id.
+int CoupledRow(const std::vector<int>& first_logits_row, int seq, size_t draft) {
+  const int first = first_logits_row[seq];
+  return first < 0 ? -1 : first + static_cast<int>(draft);
+}
+
+}  // namespace
+
 absl::Status DraftModel::EagleForwardAndPick(const FlatBatch& batch,
                                              const std::vector<char>& features, bool from_target,
                                              std::vector<char>* head_hidden) {
@@ -25,11 +43,14 @@ absl::Status DraftModel::EagleForwardAndPick(const FlatBatch& batch,
   if (!output.ok()) return output.status();
   const int rows = batch.num_logits_rows();
   if (rows > 0) {
-    backend_->Sample(output->logits, output->sampling, &samples_);
+    // Sharded, only rank 0 has logits; every rank has the head's output
+    // (the residual stream, whole after the all-reduces).
+    if (group_->rank() == 0) backend_->Sample(output->logits, output->sampling, &samples_);
     head_hidden->resize(static_cast<size_t>(rows) * model_->hidden_row_bytes());
     backend_->DownloadBytes(output->head_hidden, head_hidden->data(), head_hidden->size());
   }
-  return backend_->status();
+  if (absl::Status status = backend_->status(); !status.ok()) return status;
+  return SharePicks(rows);
 }
 
 absl::StatusOr<DraftModel::Drafts> DraftModel::RunEaglePasses(const StepPlan& plan,
@@ -44,6 +65,7 @@ absl::StatusOr<DraftModel::Drafts> DraftModel::RunEaglePasses(const StepPlan& pl
   // fed this step's input token; a proposing sequence's last row gives its
   // first draft. A sequence without kept rows (its first step, or its rows
   // forgotten) runs nothing, and proposes nothing.
+  const std::vector<int> first_logits_row = DraftBatchBuilder::FirstLogitsRows(batch);
   DraftBatchBuilder first_pass(batch);
   std::vector<char> features;
   std::vector<int> picking;  // Sequences with a logits row, in order.
@@ -54,7 +76,8 @@ absl::StatusOr<DraftModel::Drafts> DraftModel::RunEaglePasses(const StepPlan& pl
     if (kept == nullptr) continue;
     std::vector<int32_t> tokens = kept->next_tokens;
     tokens.push_back(batch.input_ids[first_row]);
-    first_pass.AddRows(s, kept->first_position, tokens, asked[s] > 0, block_size);
+    first_pass.AddRows(s, kept->first_position, tokens, asked[s] > 0, block_size,
+                       CoupledRow(first_logits_row, s, 0));
     features.insert(features.end(), kept->hidden.begin(), kept->hidden.end());
     if (asked[s] > 0) picking.push_back(s);
   }
@@ -76,7 +99,7 @@ absl::StatusOr<DraftModel::Drafts> DraftModel::RunEaglePasses(const StepPlan& pl
       drafts[s].push_back(samples_.token_ids[i]);
       if (static_cast<int>(drafts[s].size()) == asked[s]) continue;
       next.AddRows(s, batch.positions[batch.query_start[s]] + j, {drafts[s].back()}, true,
-                   block_size);
+                   block_size, CoupledRow(first_logits_row, s, drafts[s].size()));
       features.insert(features.end(), head_hidden.begin() + i * row_bytes,
                       head_hidden.begin() + (i + 1) * row_bytes);
       next_picking.push_back(s);

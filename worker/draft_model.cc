@@ -127,10 +127,6 @@ absl::StatusOr<bool> ShardsDraftModel(const v1::LoadModelRequest& request) {
                                                    " must be 1 or the world size ",
                                                    request.world_size()));
   }
-  if (request.draft_is_eagle_head() || request.draft_is_eagle3_head()) {
-    return absl::InvalidArgumentError(absl::StrCat("draft_tensor_parallel_size ", size,
-                                                   ": an EAGLE head runs on rank 0 only (size 1)"));
-  }
   return true;
 }
 
@@ -162,8 +158,9 @@ absl::StatusOr<std::unique_ptr<DraftModel>> DraftModel::Load(const std::string& 
 absl::StatusOr<std::unique_ptr<DraftModel>> DraftModel::LoadEagle(const std::string& head_dir,
                                                                   Backend* backend,
                                                                   const LlamaLoadOptions& options,
-                                                                  LlamaModel* target, bool eagle3) {
-  auto draft = std::unique_ptr<DraftModel>(new DraftModel(backend, nullptr));
+                                                                  LlamaModel* target, bool eagle3,
+                                                                  Communicator* group) {
+  auto draft = std::unique_ptr<DraftModel>(new DraftModel(backend, group));
   auto head = eagle3 ? LlamaModel::LoadEagle3Head(head_dir, backend, draft->group_,
                                                   DraftLoadOptions(options), *target)
                      : LlamaModel::LoadEagleHead(head_dir, backend, draft->group_,
@@ -197,7 +194,7 @@ void DraftModel::FollowStepResult(const StepPlan& verify,
                                   const absl::StatusOr<v1::StepResult>& result) {
   if (eagle_ == nullptr) return;
   if (result.ok()) {
-    eagle_->Keep(verify, *result);
+    eagle_->Keep(verify);
   } else {
     eagle_->Forget();
   }
@@ -268,10 +265,7 @@ absl::StatusOr<DraftModel::Drafts> DraftModel::RunPasses(const FlatBatch& batch,
   // under greedy, coupled through the shared Gumbel noise above it (an
   // argmax instead would be accepted only when the target's draw happens to
   // be the draft model's argmax).
-  std::vector<int> first_logits_row(num_seqs, -1);
-  for (int r = batch.num_logits_rows() - 1; r >= 0; --r) {
-    first_logits_row[batch.sample_sequences[r]] = r;
-  }
+  const std::vector<int> first_logits_row = DraftBatchBuilder::FirstLogitsRows(batch);
   // Pass 0 follows every row of the plan but the proposals' room; a
   // proposing sequence's last input row gives its first draft. Pass j feeds
   // draft j - 1 at its own slot and (but for this step's last) gives draft j.

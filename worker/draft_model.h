@@ -52,11 +52,13 @@ class DraftModel {
   // LoadEagleHead's. target must outlive the head. With `eagle3`, the
   // eagle3 method: an EAGLE-3 head (LlamaModel::LoadEagle3Head), and the
   // target keeps its aux layers' hidden states (LlamaModel::KeepAuxHidden).
-  static absl::StatusOr<std::unique_ptr<DraftModel>> LoadEagle(const std::string& head_dir,
-                                                               Backend* backend,
-                                                               const LlamaLoadOptions& options,
-                                                               LlamaModel* target,
-                                                               bool eagle3 = false);
+  // With `group` (the target's), this rank's shard of the head, as Load's:
+  // its decoder layer split as the target's layers are, its fc replicated,
+  // the features this rank's own copy of the target's (replicated) hidden
+  // states; only rank 0 computes logits.
+  static absl::StatusOr<std::unique_ptr<DraftModel>> LoadEagle(
+      const std::string& head_dir, Backend* backend, const LlamaLoadOptions& options,
+      LlamaModel* target, bool eagle3 = false, Communicator* group = nullptr);
   DraftModel(const DraftModel&) = delete;
   DraftModel& operator=(const DraftModel&) = delete;
   ~DraftModel();
@@ -162,8 +164,8 @@ class DraftModel {
 
 // Whether `request`'s draft model is sharded over the group (its
 // draft_tensor_parallel_size is the world size, above 1) rather than whole
-// on rank 0 (0 or 1). INVALID_ARGUMENT, naming the value, for any other
-// size, and for a size above 1 with an EAGLE head (those run on rank 0).
+// on rank 0 (0 or 1); the same for an EAGLE or EAGLE-3 head.
+// INVALID_ARGUMENT, naming the value, for any other size.
 absl::StatusOr<bool> ShardsDraftModel(const v1::LoadModelRequest& request);
 
 // Whether any row of `plan` asks for proposals.

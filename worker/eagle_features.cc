@@ -23,7 +23,7 @@ void EagleFeatures::KeepBatch(const FlatBatch& batch) {
   captured_ = true;
 }
 
-void EagleFeatures::Keep(const v1::StepPlan& verify, const v1::StepResult& result) {
+void EagleFeatures::Keep(const v1::StepPlan& verify) {
   if (!captured_) return;
   captured_ = false;
   ++steps_;
@@ -32,18 +32,10 @@ void EagleFeatures::Keep(const v1::StepPlan& verify, const v1::StepResult& resul
     rows_.clear();
     return;
   }
-  absl::flat_hash_map<int64_t, int> accepted;
-  for (const v1::SampledToken& token : result.tokens()) {
-    accepted[token.seq_id()] = token.accepted_draft_ids_size();
-  }
   for (int s = 0; s + 1 < static_cast<int>(query_start_.size()); ++s) {
-    const v1::SequenceStep& step = verify.sequences(s);
     const int first = query_start_[s];
-    // Rows past the input and the accepted drafts were rejected.
-    auto it = accepted.find(step.seq_id());
-    const int rejected = step.draft_token_ids_size() - (it == accepted.end() ? 0 : it->second);
-    const int kept = query_start_[s + 1] - first - rejected;
-    EagleFeatureRows& rows = rows_[step.seq_id()];
+    const int kept = query_start_[s + 1] - first;
+    EagleFeatureRows& rows = rows_[verify.sequences(s).seq_id()];
     rows.first_position = positions_[first];
     rows.next_tokens.assign(input_ids_.begin() + first + 1, input_ids_.begin() + first + kept);
     rows.hidden.resize(static_cast<size_t>(kept) * row_bytes_);
@@ -56,11 +48,18 @@ void EagleFeatures::Keep(const v1::StepPlan& verify, const v1::StepResult& resul
   });
 }
 
-const EagleFeatureRows* EagleFeatures::Find(int64_t seq_id, int position) const {
+const EagleFeatureRows* EagleFeatures::Find(int64_t seq_id, int position) {
   auto it = rows_.find(seq_id);
   if (it == rows_.end()) return nullptr;
-  const EagleFeatureRows& rows = it->second;
-  return rows.first_position + rows.num_rows() == position ? &rows : nullptr;
+  EagleFeatureRows& rows = it->second;
+  // The sequence continues after the input row and its accepted drafts,
+  // which its rows hold at their positions; rows past them were rejected
+  // drafts, whose tokens the sequence never took.
+  const int verified = position - rows.first_position;
+  if (verified < 1 || verified > rows.num_rows()) return nullptr;
+  rows.next_tokens.resize(verified - 1);
+  rows.hidden.resize(static_cast<size_t>(verified) * row_bytes_);
+  return &rows;
 }
 
 void EagleFeatures::Forget() {

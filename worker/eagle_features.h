@@ -48,17 +48,19 @@ class EagleFeatures {
   // ForwardOutput::aux_hidden).
   void CaptureHost(const FlatBatch& batch, const void* rows);
 
-  // After the step that verified `verify` succeeded with `result`: keeps,
-  // for each sequence of the captured batch, its rows up to the last
-  // verified one (prompt rows, the input row, the accepted drafts), in
-  // place of what it held before; then forgets sequences not seen for
-  // kMaxIdleSteps Keep calls (a sequence swapped out longer loses its
-  // rows: its drafts are then worse, never wrong).
-  void Keep(const v1::StepPlan& verify, const v1::StepResult& result);
+  // After the step that verified `verify` succeeded: keeps, for each
+  // sequence of the captured batch, its rows (prompt rows, the input row,
+  // the drafts), in place of what it held before; then forgets sequences
+  // not seen for kMaxIdleSteps Keep calls (a sequence swapped out longer
+  // loses its rows: its drafts are then worse, never wrong). Which drafts
+  // were accepted is left to Find: the sequence's next position says it,
+  // on every rank (only rank 0's result holds the accepted tokens).
+  void Keep(const v1::StepPlan& verify);
 
   // The rows of `seq_id` that end just before `position`, or null (none
-  // kept, or kept for other positions: the sequence was recomputed).
-  const EagleFeatureRows* Find(int64_t seq_id, int position) const;
+  // kept, or kept for other positions: the sequence was recomputed). The
+  // rows past `position` - 1 (rejected drafts) are dropped here.
+  const EagleFeatureRows* Find(int64_t seq_id, int position);
 
   // Drops the capture and every kept row (a failed step).
   void Forget();

@@ -171,7 +171,9 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::LoadEagle3Head(
   const int target_layers = target.config().num_hidden_layers;
   if (keys.aux_layers.empty()) keys.aux_layers = {2, target_layers / 2, target_layers - 3};
   if (absl::Status s = CheckEagle3Config(*config, keys, target.config()); !s.ok()) return s;
-  auto shard = PlanTensorParallelShard(*config, /*rank=*/0, /*world_size=*/1);
+  // Sharded over `communicator` as the target's layers are; whole on a
+  // one-rank one.
+  auto shard = PlanTensorParallelShard(*config, communicator->rank(), communicator->world_size());
   if (!shard.ok()) return Eagle3Error(shard.status());
   std::unique_ptr<LlamaModel> head(
       new LlamaModel(RankLocalConfig(*config, *shard), backend, communicator));
@@ -200,6 +202,9 @@ absl::Status LlamaModel::LoadEagle3Weights(const std::string& head_dir,
   const int64_t hidden = full_config.hidden_size;
   const int64_t vocab = full_config.vocab_size;
   const DType act = backend_->activation_dtype();
+  // The fc is replicated on every rank of a sharded head (vLLM's
+  // ReplicatedLinear): its input, the target's three hidden states, and its
+  // output, the residual stream, are whole on every rank.
   PAGODA_ASSIGN_OR_RETURN(
       fc_, loader.LoadLinear({{"fc", hidden, 3 * hidden, WeightSlice::Whole()}}, false, act));
   // vLLM renames "midlayer." to its layer 0; a checkpoint may use either.
@@ -208,10 +213,18 @@ absl::Status LlamaModel::LoadEagle3Weights(const std::string& head_dir,
   PAGODA_ASSIGN_OR_RETURN(eagle3_->hidden_norm,
                           loader.Load(prefix + "hidden_norm.weight", {hidden}));
   PAGODA_ASSIGN_OR_RETURN(final_norm_, loader.Load("norm.weight", {hidden}));
-  PAGODA_ASSIGN_OR_RETURN(
-      eagle3_->lm_head,
-      loader.LoadLinear({{"lm_head", eagle3_->draft_vocab, hidden, WeightSlice::Whole()}}, false,
-                        DType::kF32));
+  // Only rank 0 computes logits: the other ranks check the tensor's shape
+  // and leave it.
+  if (shard.rank == 0) {
+    PAGODA_ASSIGN_OR_RETURN(
+        eagle3_->lm_head,
+        loader.LoadLinear({{"lm_head", eagle3_->draft_vocab, hidden, WeightSlice::Whole()}}, false,
+                          DType::kF32));
+  } else if (absl::Status s =
+                 (*store)->GetFloat("lm_head.weight", {eagle3_->draft_vocab, hidden}).status();
+             !s.ok()) {
+    return s;
+  }
   if ((*store)->Has("embed_tokens.weight")) {
     PAGODA_ASSIGN_OR_RETURN(embed_tokens_, loader.Load("embed_tokens.weight", {vocab, hidden}));
   }
@@ -291,12 +304,17 @@ ForwardOutput LlamaModel::Eagle3Logits(const StepBatch& step, const Activations&
   if (rows == 0) return output;
   const DType act = backend_->activation_dtype();
   void* head_hidden = workspace_.Take(act, static_cast<size_t>(rows) * hidden);
+  backend_->GatherRows(a.residual, step, hidden, head_hidden);
+  output.head_hidden = head_hidden;  // Every rank's next pass reads it.
+  if (communicator_->rank() != 0) {  // Only rank 0 holds the lm_head and samples.
+    output.logits.shape[0] = 0;
+    return output;
+  }
   void* normed_rows = workspace_.Take(act, static_cast<size_t>(rows) * hidden);
   auto* draft_logits =
       static_cast<float*>(workspace_.Take(DType::kF32, static_cast<size_t>(rows) * draft_vocab));
   auto* logits =
       static_cast<float*>(workspace_.Take(DType::kF32, static_cast<size_t>(rows) * vocab));
-  backend_->GatherRows(a.residual, step, hidden, head_hidden);
   backend_->GatherRows(a.normed, step, hidden, normed_rows);
   eagle3_->lm_head->Forward(normed_rows, rows, draft_logits);
   // vLLM's compute_logits: draft id d's logit at target id d + d2t[d],
@@ -314,7 +332,6 @@ ForwardOutput LlamaModel::Eagle3Logits(const StepBatch& step, const Activations&
   }
   backend_->UploadBytes(host.data(), logits, host.size() * sizeof(float));
   output.logits.data = logits;
-  output.head_hidden = head_hidden;
   return output;
 }
 

@@ -48,7 +48,9 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::LoadEagleHead(
   if (!config.ok()) return EagleHeadError(config.status());
   if (absl::Status s = CompleteConfig(head_dir, &*config); !s.ok()) return EagleHeadError(s);
   if (absl::Status s = CheckHeadAgainstTarget(*config, target.config()); !s.ok()) return s;
-  auto shard = PlanTensorParallelShard(*config, /*rank=*/0, /*world_size=*/1);
+  // Sharded over `communicator` as the target's layers are (heads and MLP
+  // split, all-reduces after o_proj and down_proj); whole on a one-rank one.
+  auto shard = PlanTensorParallelShard(*config, communicator->rank(), communicator->world_size());
   if (!shard.ok()) return EagleHeadError(shard.status());
   std::unique_ptr<LlamaModel> head(
       new LlamaModel(RankLocalConfig(*config, *shard), backend, communicator));
@@ -71,7 +73,10 @@ absl::Status LlamaModel::LoadEagleWeights(const std::string& head_dir,
   WeightLoader loader(**store, backend_, weight_dtype, quant_config_);
   const int64_t hidden = full_config.hidden_size;
   // vLLM builds the fc without a bias; EAGLE's own training code has one:
-  // the checkpoint says which.
+  // the checkpoint says which. Replicated on every rank of a sharded head,
+  // as vLLM's: its input (the token's embedding and the target's hidden
+  // state) is whole on every rank, and its output is the residual stream,
+  // which every rank holds whole.
   PAGODA_ASSIGN_OR_RETURN(
       fc_, loader.LoadLinear({{"fc", hidden, 2 * hidden, WeightSlice::Whole()}},
                              (*store)->Has("fc.bias"), backend_->activation_dtype()));
@@ -122,21 +127,27 @@ ForwardOutput LlamaModel::EagleLogits(const StepBatch& step, const Activations& 
   output.logits.dtype = DType::kF32;
   output.logits.rank = 2;
   output.logits.shape = {rows, vocab, 0, 0};
-  if (rows == 0) return output;
   // The head's output is the residual stream plus the last MLP's output,
   // with no final norm (vLLM's EAGLE model returns hidden_states +
   // residual). AddRmsNorm leaves that sum in a.residual; its normalised copy
   // (all-ones weight) is not used.
   backend_->AddRmsNorm(a.residual, a.projected, Tensor::Of(*ones_, {hidden}), step.num_tokens,
                        static_cast<float>(config_.rms_norm_eps), a.normed);
+  if (rows == 0) return output;
   const DType act = backend_->activation_dtype();
   void* head_hidden = workspace_.Take(act, static_cast<size_t>(rows) * hidden);
+  backend_->GatherRows(a.residual, step, hidden, head_hidden);
+  output.head_hidden = head_hidden;  // Every rank's next pass reads it.
+  // Only rank 0 holds the target's lm_head and samples (DraftModel::
+  // SharePicks tells the others).
+  if (communicator_->rank() != 0) {
+    output.logits.shape[0] = 0;
+    return output;
+  }
   auto* logits =
       static_cast<float*>(workspace_.Take(DType::kF32, static_cast<size_t>(rows) * vocab));
-  backend_->GatherRows(a.residual, step, hidden, head_hidden);
   eagle_target_->lm_head_->Forward(head_hidden, rows, logits);
   output.logits.data = logits;
-  output.head_hidden = head_hidden;
   return output;
 }
 

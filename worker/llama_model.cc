@@ -340,9 +340,9 @@ absl::Status LlamaModel::ApplyLora(int layer, LoraModule module, const void* x, 
 
 size_t LlamaModel::weight_bytes() const {
   auto bytes = [](const std::unique_ptr<Buffer>& b) -> size_t { return b ? b->nbytes() : 0; };
-  size_t total = bytes(embed_tokens_) + bytes(final_norm_) +
-                 (lm_head_ ? lm_head_->weight_bytes() : 0) + (fc_ ? fc_->weight_bytes() : 0) +
-                 (eagle3_ ? bytes(eagle3_->hidden_norm) + eagle3_->lm_head->weight_bytes() : 0);
+  auto linear = [](const auto& l) -> size_t { return l ? l->weight_bytes() : 0; };
+  size_t total = bytes(embed_tokens_) + bytes(final_norm_) + linear(lm_head_) + linear(fc_) +
+                 (eagle3_ ? bytes(eagle3_->hidden_norm) + linear(eagle3_->lm_head) : 0);
   for (const auto& layer : layers_) {
     total += bytes(layer->input_norm) + bytes(layer->post_attention_norm);
     for (const Linear* linear : {layer->qkv_proj.get(), layer->o_proj.get(),
@@ -391,12 +391,12 @@ absl::StatusOr<ForwardOutput> LlamaModel::Forward(const FlatBatch& batch, CacheE
                       activations.residual);
   if (absl::Status s = RunLayers(step, cache, activations); !s.ok()) return s;
   ForwardOutput output = Logits(step, activations, row_logits);
-  if (!aux_layers_.empty() && communicator_->rank() == 0) output.aux_hidden = aux_hidden_.data();
+  if (!aux_layers_.empty()) output.aux_hidden = aux_hidden_.data();
   return output;
 }
 
 void LlamaModel::CaptureAuxHidden(int layer, int tokens, const void* residual) {
-  if (aux_layers_.empty() || communicator_->rank() != 0) return;
+  if (aux_layers_.empty()) return;
   const size_t row_bytes = hidden_row_bytes();
   const size_t width = aux_layers_.size() * row_bytes;
   aux_hidden_.resize(static_cast<size_t>(tokens) * width);
@@ -554,18 +554,22 @@ ForwardOutput LlamaModel::Logits(const StepBatch& step, const Activations& a,
   output.sampling = step.sampling;
   output.logits.dtype = DType::kF32;
   output.logits.rank = 2;
-  output.logits.shape = {rows, vocab, 0, 0};
-  if (communicator_->rank() != 0) {
-    output.logits.shape[0] = 0;  // Only rank 0 computes logits and samples.
-    return output;
-  }
-  if (rows == 0 && row_logits_capacity == 0 && !keeps_final_hidden_) return output;
+  // Only rank 0 computes logits and samples; another rank computes the
+  // final norm only for a head sharded beside it (KeepFinalHidden).
+  const bool samples = communicator_->rank() == 0;
+  output.logits.shape = {samples ? rows : 0, vocab, 0, 0};
+  const bool wants_rows = samples && (rows > 0 || row_logits_capacity > 0);
+  if (!wants_rows && !keeps_final_hidden_) return output;
   const float eps = static_cast<float>(config_.rms_norm_eps);
   if (config_.num_hidden_layers == 0) {
     backend_->RmsNorm(a.residual, Vector(final_norm_), step.num_tokens, eps, a.normed);
   } else {
     backend_->AddRmsNorm(a.residual, a.projected, Vector(final_norm_), step.num_tokens, eps,
                          a.normed);
+  }
+  if (!samples) {
+    output.final_hidden = a.normed;
+    return output;
   }
   const DType act = backend_->activation_dtype();
   const int logits_rows = std::max(rows, row_logits_capacity);

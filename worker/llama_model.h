@@ -68,8 +68,8 @@ struct ForwardOutput {
   // token row's final-normed hidden state, [num_tokens, hidden_size]
   // activations, and room for row_logits_capacity rows of f32 logits
   // (where `logits` lies: use it once sampling is done), for RowLogits.
-  // Also set, on rank 0, for every batch of a model told KeepFinalHidden
-  // (the target of an EAGLE head: its features).
+  // Also set, on every rank of a model told KeepFinalHidden (the target of
+  // an EAGLE head, or of its shard: its features), for every batch.
   const void* final_hidden = nullptr;
   float* row_logits = nullptr;
   int row_logits_capacity = 0;
@@ -77,7 +77,7 @@ struct ForwardOutput {
   // feature of the head's next pass), [num_logits_rows, hidden_size]
   // activations. Null otherwise.
   const void* head_hidden = nullptr;
-  // Rank 0 of a model told KeepAuxHidden (the target of an EAGLE-3 head):
+  // Every rank of a model told KeepAuxHidden (the target of an EAGLE-3 head):
   // every token row's residual stream entering each kept layer, in the
   // layers' order, [num_tokens, layers * hidden_size] activations in HOST
   // memory. Null otherwise.
@@ -141,11 +141,12 @@ class LlamaModel {
   ~LlamaModel();
 
   bool is_eagle_head() const { return eagle_target_ != nullptr; }
-  // Makes every later Forward leave ForwardOutput::final_hidden on rank 0:
+  // Makes every later Forward leave ForwardOutput::final_hidden on this rank:
   // the final-normed hidden state of every token row (what vLLM's EAGLE
-  // proposer takes from its target).
+  // proposer takes from its target; after the all-reduces every rank holds
+  // it whole, so a head sharded beside the target reads its own rank's).
   void KeepFinalHidden() { keeps_final_hidden_ = true; }
-  // Makes every later Forward leave ForwardOutput::aux_hidden on rank 0: the
+  // Makes every later Forward leave ForwardOutput::aux_hidden on this rank: the
   // residual stream entering each of `layers` (an EAGLE-3 head's features;
   // layer 0's is the embedding). REQUIRES: each in [0, num_hidden_layers).
   void KeepAuxHidden(std::vector<int> layers) { aux_layers_ = std::move(layers); }

@@ -291,18 +291,26 @@ TEST(ServerFlagsTest, SpeculativeConfigIsParsedAndCheckedAgainstTheTarget) {
   ASSERT_TRUE(flag->ParseFrom(
       R"({"model": "/m", "num_speculative_tokens": 2, "draft_tensor_parallel_size": 1})", &error));
   EXPECT_TRUE(ServerConfigFromFlags().ok());
-  // An EAGLE head runs at size 1 only so far: unset, that is its size; the
-  // target's, given, is refused.
+  // An EAGLE head too: unset, the target's size (as vLLM); 1 and the
+  // target's accepted, another refused.
   ASSERT_TRUE(flag->ParseFrom(R"({"model": "/m/eagle-x", "num_speculative_tokens": 2})", &error));
   config = ServerConfigFromFlags();
   ASSERT_TRUE(config.ok()) << config.status();
-  EXPECT_EQ(DraftTensorParallelSize(*config->speculative, 2), 1);
+  EXPECT_EQ(DraftTensorParallelSize(*config->speculative, 2), 2);
+  for (int size : {1, 2}) {
+    ASSERT_TRUE(
+        flag->ParseFrom(absl::StrCat(R"({"model": "/m/eagle-x", "num_speculative_tokens": 2, )",
+                                     R"("draft_tensor_parallel_size": )", size, "}"),
+                        &error));
+    config = ServerConfigFromFlags();
+    ASSERT_TRUE(config.ok()) << config.status();
+    EXPECT_EQ(DraftTensorParallelSize(*config->speculative, 2), size);
+  }
   ASSERT_TRUE(flag->ParseFrom(
-      R"({"model": "/m/eagle-x", "num_speculative_tokens": 2, "draft_tensor_parallel_size": 2})",
+      R"({"model": "/m/eagle-x", "num_speculative_tokens": 2, "draft_tensor_parallel_size": 3})",
       &error));
   EXPECT_EQ(ServerConfigFromFlags().status().message(),
-            "--speculative-config: an EAGLE head runs at draft_tensor_parallel_size 1 only so "
-            "far, got 2 (set \"draft_tensor_parallel_size\": 1)");
+            "--speculative-config: draft_tensor_parallel_size 3 must be 1 or the target's 2");
   ASSERT_TRUE(flag->ParseFrom(R"({"model": "/m", "num_speculative_tokens": 2})", &error));
   ASSERT_TRUE(absl::FindCommandLineFlag("tensor_parallel_size")->ParseFrom("1", &error));
   ASSERT_TRUE(absl::FindCommandLineFlag("device")->ParseFrom("cuda", &error));

@@ -14,11 +14,11 @@
 namespace pagoda::scheduler {
 
 // OK when `config`'s draft model can run beside the target on these
-// workers: the CPU worker; a draft model at tensor-parallel size 1 (on rank
-// 0, which sends its drafts to the other ranks) or at the target's (sharded
-// as the target is); an EAGLE head at size 1 only (DraftTensorParallelSize
-// gives the sizes left unset). INVALID_ARGUMENT, one line naming the flag
-// and value, otherwise.
+// workers: the CPU worker, where a draft model or EAGLE head runs at
+// tensor-parallel size 1 (on rank 0, which sends its drafts to the other
+// ranks) or at the target's (sharded as the target is; CheckAgainstTarget
+// refuses other sizes). INVALID_ARGUMENT, one line naming the flag and
+// value, otherwise.
 // REQUIRES: CheckAgainstTarget(config, tensor_parallel_size) is OK.
 absl::Status CheckDraftModelPlacement(const SpeculativeConfig& config, const std::string& device,
                                       int tensor_parallel_size);

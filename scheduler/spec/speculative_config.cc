@@ -176,8 +176,7 @@ absl::StatusOr<SpeculativeConfig> ParseSpeculativeConfig(absl::string_view json)
 }
 
 int DraftTensorParallelSize(const SpeculativeConfig& config, int tensor_parallel_size) {
-  if (config.draft_tensor_parallel_size.has_value()) return *config.draft_tensor_parallel_size;
-  return config.method == SpeculativeMethod::kDraftModel ? tensor_parallel_size : 1;
+  return config.draft_tensor_parallel_size.value_or(tensor_parallel_size);
 }
 
 absl::Status CheckAgainstTarget(const SpeculativeConfig& config, int tensor_parallel_size) {

@@ -48,7 +48,7 @@ struct SpeculativeConfig {
   // left out.
   std::optional<int> disable_by_batch_size;
   // Draft model or EAGLE head: tensor-parallel size, 1 or the target's
-  // (CheckAgainstTarget); unset: the target's.
+  // (CheckAgainstTarget); unset: the target's (DraftTensorParallelSize).
   std::optional<int> draft_tensor_parallel_size;
 };
 
@@ -72,11 +72,9 @@ absl::StatusOr<SpeculativeConfig> ParseSpeculativeConfig(absl::string_view json)
 // `tensor_parallel_size`. INVALID_ARGUMENT naming both.
 absl::Status CheckAgainstTarget(const SpeculativeConfig& config, int tensor_parallel_size);
 
-// The draft's tensor-parallel size: the one given; else, for a draft model,
-// the target's `tensor_parallel_size` (vLLM's default), and for an EAGLE
-// head 1 (vLLM's default is the target's size too, but a head runs whole
-// on rank 0 only so far, with the same tokens: a vLLM configuration that
-// leaves the size out still serves).
+// The draft's tensor-parallel size: the one given; else the target's
+// `tensor_parallel_size`, for a draft model and an EAGLE head alike (vLLM's
+// default, and in vLLM the only size either may have).
 int DraftTensorParallelSize(const SpeculativeConfig& config, int tensor_parallel_size);
 
 }  // namespace pagoda::scheduler

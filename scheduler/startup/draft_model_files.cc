@@ -19,10 +19,11 @@ absl::Status DraftError(absl::string_view problem) {
 // An EAGLE head (vLLM's EAGLE-1/2 layout): a Llama config of the target's
 // hidden and vocabulary sizes, and an fc over concat(embedding, hidden);
 // with `eagle3`, an EAGLE-3 head: the same config sizes and an fc over three
-// target layers' hidden states. The worker checks every other tensor (and
-// an EAGLE-3 head's layer ids and d2t) as it loads them.
+// target layers' hidden states; at a `draft_tensor_parallel_size` above 1,
+// its decoder layer must split over that many ranks. The worker checks every
+// other tensor (and an EAGLE-3 head's layer ids and d2t) as it loads them.
 absl::Status CheckEagleHeadFiles(const std::string& dir, const ModelConfig& target,
-                                 int max_model_len, bool eagle3) {
+                                 int max_model_len, bool eagle3, int draft_tensor_parallel_size) {
   absl::StatusOr<ModelConfig> head = LoadModelConfig(dir);
   if (!head.ok()) return DraftError(absl::StrCat("EAGLE head: ", head.status().message()));
   for (const auto& [name, value, expected] :
@@ -37,6 +38,10 @@ absl::Status CheckEagleHeadFiles(const std::string& dir, const ModelConfig& targ
     return DraftError(absl::StrCat("the EAGLE head's max_position_embeddings ",
                                    head->max_position_embeddings, " is below --max-model-len ",
                                    max_model_len));
+  }
+  if (draft_tensor_parallel_size > 1) {
+    absl::Status split = CheckTensorParallelSplit(*head, draft_tensor_parallel_size);
+    if (!split.ok()) return DraftError(absl::StrCat("EAGLE head: ", split.message()));
   }
   absl::StatusOr<std::unique_ptr<WeightStore>> store = WeightStore::Open(dir);
   if (!store.ok()) return DraftError(absl::StrCat("EAGLE head: ", store.status().message()));
@@ -64,7 +69,8 @@ absl::Status CheckDraftModelFiles(const SpeculativeConfig& speculative, const Mo
   if (speculative.method == SpeculativeMethod::kEagle ||
       speculative.method == SpeculativeMethod::kEagle3) {
     return CheckEagleHeadFiles(speculative.model, target, max_model_len,
-                               speculative.method == SpeculativeMethod::kEagle3);
+                               speculative.method == SpeculativeMethod::kEagle3,
+                               draft_tensor_parallel_size);
   }
   if (speculative.method != SpeculativeMethod::kDraftModel) return absl::OkStatus();
   absl::StatusOr<ModelConfig> draft = LoadModelConfig(speculative.model);

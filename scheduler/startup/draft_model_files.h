@@ -22,7 +22,8 @@ namespace pagoda::scheduler {
 // hidden_size and vocab_size and positions reaching `max_model_len`, and its
 // safetensors an fc.weight of [hidden, 2 * hidden] (an EAGLE-3 head, method
 // eagle3: [hidden, 3 * hidden]; the worker checks the other tensors as it
-// loads them).
+// loads them), and at a `draft_tensor_parallel_size` above 1 its heads and
+// intermediate size must split over that many ranks, as a draft model's.
 // INVALID_ARGUMENT, one line naming both values, otherwise.
 absl::Status CheckDraftModelFiles(const SpeculativeConfig& speculative, const ModelConfig& target,
                                   int max_model_len, const Tokenizer* target_tokenizer,

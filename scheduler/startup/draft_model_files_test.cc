@@ -100,14 +100,20 @@ TEST_F(DraftModelFilesTest, ChecksAnEagleHeadsSizesAndFc) {
                    " --source ", *small_, " --vocab-source ", *large_, " --out ", heads);
   ASSERT_EQ(std::system(command.c_str()), 0) << command;
   const ModelConfig target = *LoadModelConfig(*small_);
-  auto refusal = [&](const std::string& name, int max_len) -> std::string {
+  auto refusal = [&](const std::string& name, int max_len, int draft_size = 1) -> std::string {
     SpeculativeConfig eagle = Draft(heads + "/" + name + "/model");
     eagle.method = SpeculativeMethod::kEagle;
-    absl::Status status = CheckDraftModelFiles(eagle, target, max_len, small_tokenizer_);
+    absl::Status status =
+        CheckDraftModelFiles(eagle, target, max_len, small_tokenizer_, draft_size);
     return status.ok() ? "OK" : std::string(status.message());
   };
   const int hidden = target.hidden_size;
   EXPECT_EQ(refusal("good", 64), "OK");
+  // Sharded at the target's size, its layer must split as a draft's.
+  EXPECT_EQ(refusal("good", 64, 2), "OK");
+  EXPECT_EQ(refusal("good", 64, 4),
+            "--speculative-config: EAGLE head: cannot split the model over 4 tensor-parallel "
+            "ranks: num_attention_heads (2) is not divisible by 4");
   EXPECT_EQ(refusal("no_fc", 64),
             "--speculative-config: the EAGLE head has no fc.weight (an EAGLE-1/2 head: "
             "fc.weight, layers.0.*)");

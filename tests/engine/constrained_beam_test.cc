@@ -621,7 +621,8 @@ TEST_F(ConstrainedBeamTest, SpeculationKeepsPlainTokensUnderEveryConstraint) {
   eagle.model = *eagle_dir_;
   StartEngine(256, PreemptionMode::kAuto, 0, /*run_now=*/true, /*inline_masks=*/false, eagle);
   EXPECT_EQ(RunSpeculableBatch(), expected);
-  // A head that is nearly the target: 17 of 79 accepted when written.
+  // A head that is nearly the target: 31 of 40 accepted when written (17
+  // of 79 before its draws shared the target's noise).
   const SpecDecodeTotals headed = engine_->snapshot().spec_decode;
   EXPECT_GT(headed.num_draft_tokens, 0);
   EXPECT_GT(headed.num_accepted_tokens, 0) << headed.num_draft_tokens << " drafts";

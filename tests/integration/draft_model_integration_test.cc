@@ -14,9 +14,10 @@
 //   (a draft model's default size is the target's), preempted by swapping
 //   (both caches move): plain decoding's tokens, greedy and seeded; and the
 //   same with a random EAGLE head (method eagle, inferred from the name as
-//   vLLM does) on rank 0 (a head's default size is 1) over rank 0's hidden
-//   states, its drafts sent to rank 1, and with a random EAGLE-3 head
-//   (method eagle3) over rank 0's aux layers' hidden states.
+//   vLLM does) sharded over both ranks too (a head's default size is the
+//   target's, as vLLM's), each rank reading its own copy of the target's
+//   hidden states, and with a random EAGLE-3 head (method eagle3) over the
+//   target's aux layers' hidden states.
 // And a draft of another vocabulary is refused at start, in one line.
 #include <signal.h>
 #include <unistd.h>
@@ -225,7 +226,7 @@ TEST_F(DraftModelTest, SameTokensAsPlainDecodingUnderPreemption) {
             MetricValue(port, "vllm:spec_decode_num_draft_tokens_total"));
 }
 
-TEST_F(DraftModelTest, AtTwoRanksAShardedDraftOrAHeadOnRankZeroKeepsPlainTokens) {
+TEST_F(DraftModelTest, AtTwoRanksAShardedDraftOrHeadKeepsPlainTokens) {
   std::vector<StreamOutcome> expected;
   {
     auto plain = StartServer("", /*world_size=*/2);

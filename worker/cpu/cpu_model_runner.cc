@@ -126,8 +126,8 @@ class CpuModelRunner final : public ModelRunnerBase {
  private:
   // Speculative decoding's draft model or EAGLE head, when the request
   // names one, its vocabulary the target's: loaded on rank 0 at
-  // tensor-parallel size 1 (the other ranks receive its drafts), or a draft
-  // model sharded over the group as the target is (ShardsDraftModel).
+  // tensor-parallel size 1 (the other ranks receive its drafts), or sharded
+  // over the group as the target is (ShardsDraftModel).
   absl::Status LoadDraftModel(const LoadModelRequest& request, std::optional<DType> weight_dtype) {
     if (request.draft_model_dir().empty()) return absl::OkStatus();
     absl::StatusOr<bool> sharded = ShardsDraftModel(request);
@@ -135,13 +135,13 @@ class CpuModelRunner final : public ModelRunnerBase {
     serves_draft_ = true;
     if (!*sharded && timed_->rank() != 0) return absl::OkStatus();
     const bool eagle3 = request.draft_is_eagle3_head();
-    auto draft =
-        request.draft_is_eagle_head() || eagle3
-            ? DraftModel::LoadEagle(request.draft_model_dir(), backend_.get(),
-                                    CpuLoadOptions(request, weight_dtype), model_.get(), eagle3)
-            : DraftModel::Load(request.draft_model_dir(), backend_.get(),
-                               CpuLoadOptions(request, weight_dtype), model_->config(),
-                               *sharded ? timed_.get() : nullptr);
+    auto draft = request.draft_is_eagle_head() || eagle3
+                     ? DraftModel::LoadEagle(request.draft_model_dir(), backend_.get(),
+                                             CpuLoadOptions(request, weight_dtype), model_.get(),
+                                             eagle3, *sharded ? timed_.get() : nullptr)
+                     : DraftModel::Load(request.draft_model_dir(), backend_.get(),
+                                        CpuLoadOptions(request, weight_dtype), model_->config(),
+                                        *sharded ? timed_.get() : nullptr);
     if (!draft.ok()) return draft.status();
     draft_ = *std::move(draft);
     LOG(INFO) << (eagle3               ? "EAGLE-3 head: "
