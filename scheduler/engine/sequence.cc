@@ -7,22 +7,6 @@
 
 namespace pagoda::scheduler {
 
-bool IsFinished(SequenceStatus status) {
-  switch (status) {
-    case SequenceStatus::kWaiting:
-    case SequenceStatus::kRunning:
-    case SequenceStatus::kSwapped:
-      return false;
-    case SequenceStatus::kFinishedStopped:
-    case SequenceStatus::kFinishedLength:
-    case SequenceStatus::kFinishedAborted:
-    case SequenceStatus::kFinishedIgnored:
-    case SequenceStatus::kFinishedPruned:
-      return true;
-  }
-  return true;
-}
-
 Sequence::Sequence(int64_t seq_id, std::vector<int32_t> prompt_token_ids)
     : seq_id_(seq_id), prompt_token_ids_(std::move(prompt_token_ids)) {}
 

@@ -19,6 +19,7 @@
 
 namespace pagoda::scheduler {
 
+// The finished statuses come last: IsFinished compares against the first.
 enum class SequenceStatus {
   kWaiting,
   kRunning,
@@ -29,7 +30,7 @@ enum class SequenceStatus {
   kFinishedIgnored,  // Could never be scheduled (too long for the cache or budget).
   kFinishedPruned,   // A beam or sample dropped by the search; never returned.
 };
-bool IsFinished(SequenceStatus status);
+inline bool IsFinished(SequenceStatus status) { return status >= SequenceStatus::kFinishedStopped; }
 
 struct TopLogprob {
   int32_t token_id;
