@@ -84,11 +84,9 @@ std::vector<const KvSequence*> SequenceGroup::SequencesIn(KvPhase phase) const {
 }
 
 int SequenceGroup::NumUnfinished() const {
-  int count = 0;
-  for (const auto& seq : seqs_) {
-    if (!pagoda::scheduler::IsFinished(seq->status())) ++count;
-  }
-  return count;
+  return static_cast<int>(std::count_if(seqs_.begin(), seqs_.end(), [](const auto& seq) {
+    return !pagoda::scheduler::IsFinished(seq->status());
+  }));
 }
 
 void SequenceGroup::AddPromptLogprobs(int first_position, std::vector<GeneratedToken> entries) {
@@ -109,7 +107,6 @@ std::vector<GeneratedToken> SequenceGroup::TakeNewPromptLogprobs() {
 }
 
 void SequenceGroup::set_lora_id(int lora_id) {
-  lora_id_ = lora_id;
   for (const std::unique_ptr<Sequence>& seq : seqs_) seq->lora_id_ = lora_id;
 }
 

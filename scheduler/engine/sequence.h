@@ -155,7 +155,7 @@ class SequenceGroup final : public KvSequenceGroup {
   void set_priority(int priority) { priority_ = priority; }
   // The request's LoRA adapter (0: the base model), set on every sequence
   // (forks inherit it). Set before the group is scheduled.
-  int lora_id() const { return lora_id_; }
+  int lora_id() const { return seqs_.front()->lora_id(); }
   void set_lora_id(int lora_id);
   std::vector<std::unique_ptr<Sequence>>& seqs() { return seqs_; }
   const std::vector<std::unique_ptr<Sequence>>& seqs() const { return seqs_; }
@@ -216,7 +216,6 @@ class SequenceGroup final : public KvSequenceGroup {
   size_t prompt_logprobs_taken_ = 0;  // Entries TakeNewPromptLogprobs returned.
   absl::Time arrival_time_;
   int priority_ = 0;
-  int lora_id_ = 0;
   int num_preemptions_ = 0;
   int steps_since_preemption_ = 0;
   bool waits_for_tokens_ = false;
