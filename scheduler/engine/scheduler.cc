@@ -66,8 +66,7 @@ int Scheduler::BudgetUsed(const SchedulerOutput& output) {
 }
 
 void Scheduler::ScheduleDecodes(SchedulerOutput& output, std::vector<SequenceGroup*>& partial) {
-  Queue queue = std::move(running_);
-  running_.clear();
+  Queue queue = std::exchange(running_, {});
   GroupList recomputed;
   while (!queue.empty()) {
     std::unique_ptr<SequenceGroup> group = std::move(queue.front());

@@ -8,8 +8,6 @@
 // once from the SchedulerConfig; the core asks, they hold no state.
 
 #include <algorithm>
-#include <deque>
-#include <memory>
 
 #include "scheduler/engine/sequence.h"
 
@@ -48,15 +46,6 @@ inline bool PartWayThroughPrompt(const SequenceGroup& group) {
     ++running;
   }
   return new_tokens > running;
-}
-
-// The longest of the group's waiting sequences.
-inline int LongestWaiting(const SequenceGroup& group) {
-  int longest = 0;
-  for (const Sequence* seq : group.SeqsWithStatus(SequenceStatus::kWaiting)) {
-    longest = std::max(longest, seq->length());
-  }
-  return longest;
 }
 
 }  // namespace pagoda::scheduler::group_counts
@@ -105,7 +94,10 @@ struct PrefillPolicy {
   // the model, or (whole prompts) than the budget. This also catches a
   // recomputed group that grew past the budget.
   bool NeverFits(const SequenceGroup& group) const {
-    const int longest = group_counts::LongestWaiting(group);
+    int longest = 0;
+    for (const Sequence* seq : group.SeqsWithStatus(SequenceStatus::kWaiting)) {
+      longest = std::max(longest, seq->length());
+    }
     if (chunked) return longest > max_model_len;
     return longest > std::min(max_model_len, max_num_batched_tokens) ||
            group_counts::NumNewTokens(group, SequenceStatus::kWaiting) > max_num_batched_tokens;

@@ -1,7 +1,6 @@
 #include "scheduler/kv/block_manager.h"
 
 #include <algorithm>
-#include <cmath>
 #include <optional>
 
 #include "absl/container/flat_hash_set.h"

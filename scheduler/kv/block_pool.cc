@@ -1,7 +1,5 @@
 #include "scheduler/kv/block_pool.h"
 
-#include <algorithm>
-
 #include "absl/status/status.h"
 #include "glog/logging.h"
 
