@@ -1,4 +1,4 @@
-// The scheduler core: Schedule() as five named calls, the running queue's
+// The scheduler core: Schedule() as six named calls, the running queue's
 // decodes and the swapped queue's return, preemption (victim choice,
 // recompute or swap) and the block-manager calls they make. Admission and
 // chunks: scheduler_prefill.cc; priority: scheduler_priority.cc.
