@@ -239,20 +239,17 @@ absl::StatusOr<std::optional<BlockMove>> BlockManager::AppendSlots(const KvSeque
   return BlockMove{shared, copy};
 }
 
-int BlockManager::TrimToLength(const KvSequence& seq) {
+void BlockManager::TrimToLength(const KvSequence& seq) {
   auto it = tables_.find(seq.seq_id());
-  if (it == tables_.end() || !it->second.on_gpu) return 0;
+  if (it == tables_.end() || !it->second.on_gpu) return;
   std::vector<int>& blocks = it->second.blocks;
   const int keep = BlocksForTokens(seq.length());
-  int dropped = 0;
   while (static_cast<int>(blocks.size()) > keep) {
     gpu_.Release(blocks.back());
     blocks.pop_back();
-    ++dropped;
   }
   // Hashes cover full computed blocks, all within the length.
   DCHECK_LE(static_cast<int>(it->second.hashes.size()), keep);
-  return dropped;
 }
 
 void BlockManager::Fork(const KvSequence& parent, const KvSequence& child) {

@@ -126,10 +126,9 @@ class BlockManager {
 
   // Speculative decoding's rollback: drops the GPU blocks of seq's table
   // past those its length spans (the slots of rejected drafts, reserved as
-  // lookahead slots), tail first. Returns how many references it dropped.
-  // Such blocks hold no verified token, so none of them is hashed. No-op
-  // without a GPU table.
-  int TrimToLength(const KvSequence& seq);
+  // lookahead slots), tail first. Such blocks hold no verified token, so
+  // none of them is hashed. No-op without a GPU table.
+  void TrimToLength(const KvSequence& seq);
 
   // The child shares all of the parent's blocks (ref counts +1, no copy).
   // REQUIRES: parent has a table and child has none.
