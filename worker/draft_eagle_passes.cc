@@ -17,24 +17,6 @@ namespace pagoda::worker {
 
 using v1::StepPlan;
 
-namespace {
-
-// Puts each proposing sequence's drafts into `verify`; placeholders, which
-// repeat the input token, fill what the head did not propose (any token
-// keeps the output the target's; only the acceptance suffers).
-void SetEagleDrafts(const FlatBatch& batch, const std::vector<int>& asked,
-                    std::vector<std::vector<int32_t>>* drafts, StepPlan* verify) {
-  for (size_t s = 0; s < asked.size(); ++s) {
-    if (asked[s] == 0) continue;
-    (*drafts)[s].resize(asked[s], batch.input_ids[batch.query_start[s]]);
-    for (int i = 0; i < asked[s]; ++i) {
-      verify->mutable_sequences(s)->set_draft_token_ids(i, (*drafts)[s][i]);
-    }
-  }
-}
-
-}  // namespace
-
 absl::Status DraftModel::EagleForwardAndPick(const FlatBatch& batch,
                                              const std::vector<char>& features, bool from_target,
                                              std::vector<char>* head_hidden) {
@@ -50,22 +32,22 @@ absl::Status DraftModel::EagleForwardAndPick(const FlatBatch& batch,
   return backend_->status();
 }
 
-absl::Status DraftModel::RunEaglePasses(const StepPlan& plan, const FlatBatch& batch,
-                                        StepPlan* verify) {
+absl::StatusOr<DraftModel::Drafts> DraftModel::RunEaglePasses(const StepPlan& plan,
+                                                              const FlatBatch& batch,
+                                                              const std::vector<int>& asked) {
   const int num_seqs = batch.num_seqs();
   const int block_size = cache_->shape().block_size;
   const size_t row_bytes = model_->hidden_row_bytes();  // The head's output.
-  std::vector<int> asked(num_seqs);
-  std::vector<std::vector<int32_t>> drafts(num_seqs);
+  Drafts drafts(num_seqs);
+  if (batch.num_tokens() == 0) return drafts;
   // Pass 0: per sequence, the rows its last step verified, the last one
   // fed this step's input token; a proposing sequence's last row gives its
   // first draft. A sequence without kept rows (its first step, or its rows
-  // forgotten) runs nothing, and its drafts stay placeholders.
+  // forgotten) runs nothing, and proposes nothing.
   DraftBatchBuilder first_pass(batch);
   std::vector<char> features;
   std::vector<int> picking;  // Sequences with a logits row, in order.
   for (int s = 0; s < num_seqs; ++s) {
-    asked[s] = plan.sequences(s).num_draft_proposals();
     const int first_row = batch.query_start[s];
     const EagleFeatureRows* kept =
         eagle_->Find(plan.sequences(s).seq_id(), batch.positions[first_row]);
@@ -102,8 +84,7 @@ absl::Status DraftModel::RunEaglePasses(const StepPlan& plan, const FlatBatch& b
     picking = std::move(next_picking);
     pass = next.Take();
   }
-  SetEagleDrafts(batch, asked, &drafts, verify);
-  return absl::OkStatus();
+  return drafts;
 }
 
 }  // namespace pagoda::worker

@@ -20,10 +20,49 @@ absl::Status ProposalError(const SequenceStep& step, absl::string_view problem) 
   return absl::InvalidArgumentError(absl::StrCat("seq_id ", step.seq_id(), ": ", problem));
 }
 
+// `plan` with each row's proposals as that many draft tokens 0, which the
+// passes replace: the plan FlattenStepPlan checks and the target verifies.
+StepPlan WithDraftRoom(const StepPlan& plan) {
+  StepPlan verify = plan;
+  for (SequenceStep& step : *verify.mutable_sequences()) {
+    step.mutable_draft_token_ids()->Resize(step.num_draft_proposals(), 0);
+    step.clear_num_draft_proposals();
+  }
+  return verify;
+}
+
+// Per plan row, the proposals it asks for this step.
+std::vector<int> AskedOf(const StepPlan& plan) {
+  std::vector<int> asked;
+  asked.reserve(plan.sequences_size());
+  for (const SequenceStep& step : plan.sequences()) asked.push_back(step.num_draft_proposals());
+  return asked;
+}
+
+// A row's proposals for the next step (num_next_draft_proposals): the
+// count, a row that samples, no proposals for this step beside them. Their
+// room in the block table is CheckAheadRoom's.
+absl::Status CheckNextProposalCount(const SequenceStep& step) {
+  const int k = step.num_next_draft_proposals();
+  if (k == 0) return absl::OkStatus();
+  if (k < 0 || k > kMaxSpeculativeTokens) {
+    return ProposalError(step, absl::StrCat("num_next_draft_proposals ", k, " is outside [0, ",
+                                            kMaxSpeculativeTokens, "]"));
+  }
+  if (!step.do_sample()) {
+    return ProposalError(step, "num_next_draft_proposals on a row that does not sample");
+  }
+  if (step.num_draft_proposals() != 0) {
+    return ProposalError(step, "num_next_draft_proposals with num_draft_proposals");
+  }
+  return absl::OkStatus();
+}
+
 // The bounds FlattenStepPlan cannot see, checked before any proposal takes
 // room: the count, no drafts of the server's beside it, and no token mask.
 absl::Status CheckProposalCounts(const StepPlan& plan) {
   for (const SequenceStep& step : plan.sequences()) {
+    if (absl::Status next = CheckNextProposalCount(step); !next.ok()) return next;
     const int k = step.num_draft_proposals();
     if (k == 0) continue;
     if (k < 0 || k > kMaxSpeculativeTokens) {
@@ -34,7 +73,8 @@ absl::Status CheckProposalCounts(const StepPlan& plan) {
       return ProposalError(step, "num_draft_proposals with draft_token_ids");
     }
     // Per-position masks follow drafts the server knows; it cannot follow
-    // a grammar through the ones proposed here.
+    // a grammar through the ones proposed here (a constrained row asks for
+    // num_next_draft_proposals instead).
     if (step.token_mask_follows() || !step.sampling().token_mask().empty()) {
       return ProposalError(step, "num_draft_proposals with a token mask");
     }
@@ -42,15 +82,18 @@ absl::Status CheckProposalCounts(const StepPlan& plan) {
   return absl::OkStatus();
 }
 
-// `plan` with each row's proposals as that many draft tokens 0, which the
-// passes replace: the plan FlattenStepPlan checks and the target verifies.
-StepPlan WithDraftRoom(const StepPlan& plan) {
-  StepPlan verify = plan;
-  for (SequenceStep& step : *verify.mutable_sequences()) {
-    step.mutable_draft_token_ids()->Resize(step.num_draft_proposals(), 0);
-    step.clear_num_draft_proposals();
-  }
-  return verify;
+// The checks of a plan on a rank: the counts, then the plan with room for
+// this step's proposals (`storage`, when any) against `limits`, then the
+// room of the next step's.
+absl::StatusOr<FlatBatch> CheckPlanWithRoom(const StepPlan& plan, const BatchLimits& limits,
+                                            StepPlan* storage, bool* proposes) {
+  if (absl::Status counts = CheckProposalCounts(plan); !counts.ok()) return counts;
+  *proposes = HasDraftProposals(plan);
+  if (*proposes) *storage = WithDraftRoom(plan);
+  absl::StatusOr<FlatBatch> batch = FlattenStepPlan(*proposes ? *storage : plan, limits);
+  if (!batch.ok()) return batch.status();
+  if (absl::Status room = CheckAheadRoom(plan, limits); !room.ok()) return room;
+  return batch;
 }
 
 // The draft or head serves no adapters, and its own checkpoint's
@@ -85,8 +128,8 @@ absl::StatusOr<bool> ShardsDraftModel(const v1::LoadModelRequest& request) {
                                                    request.world_size()));
   }
   if (request.draft_is_eagle_head() || request.draft_is_eagle3_head()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "draft_tensor_parallel_size ", size, ": an EAGLE head runs on rank 0 only (size 1)"));
+    return absl::InvalidArgumentError(absl::StrCat("draft_tensor_parallel_size ", size,
+                                                   ": an EAGLE head runs on rank 0 only (size 1)"));
   }
   return true;
 }
@@ -168,17 +211,28 @@ void DraftModel::InitCache(int block_size, DType dtype, int num_gpu_blocks, int 
 
 absl::StatusOr<const StepPlan*> DraftModel::Propose(const StepPlan& plan, BatchLimits limits,
                                                     StepPlan* storage) {
-  if (absl::Status counts = CheckProposalCounts(plan); !counts.ok()) return counts;
-  const bool proposes = HasDraftProposals(plan);
-  if (proposes) *storage = WithDraftRoom(plan);
-  const StepPlan& verify = proposes ? *storage : plan;
   // The draft's rotary table bounds the positions too.
   limits.max_positions = std::min(limits.max_positions, model_->max_positions());
-  absl::StatusOr<FlatBatch> batch = FlattenStepPlan(verify, limits);
+  bool proposes = false;
+  absl::StatusOr<FlatBatch> batch = CheckPlanWithRoom(plan, limits, storage, &proposes);
   if (!batch.ok()) return batch.status();
+  limits_ = limits;
+  const StepPlan& verify = proposes ? *storage : plan;
   cache_->ApplyBlockMoves(*batch);
-  if (absl::Status status = RunPasses(plan, *batch, storage); !status.ok()) {
-    return AsWorkerFault(status);
+  absl::StatusOr<Drafts> drafts = is_eagle() ? RunEaglePasses(plan, *batch, AskedOf(plan))
+                                             : RunPasses(*batch, AskedOf(plan), false);
+  if (!drafts.ok()) return AsWorkerFault(drafts.status());
+  if (!proposes) return &verify;
+  for (int s = 0; s < storage->sequences_size(); ++s) {
+    SequenceStep* step = storage->mutable_sequences(s);
+    // An EAGLE head without kept rows proposed nothing: placeholders, which
+    // repeat the input token, fill its room (any token keeps the output the
+    // target's; only the acceptance suffers).
+    for (int i = 0; i < step->draft_token_ids_size(); ++i) {
+      const std::vector<int32_t>& mine = (*drafts)[s];
+      step->set_draft_token_ids(i,
+                                i < static_cast<int>(mine.size()) ? mine[i] : step->token_ids(0));
+    }
   }
   return &verify;
 }
@@ -193,18 +247,22 @@ absl::Status DraftModel::ForwardAndPick(const FlatBatch& batch) {
   return backend_->status();
 }
 
-absl::Status DraftModel::RunPasses(const StepPlan& plan, const FlatBatch& batch, StepPlan* verify) {
-  if (batch.num_tokens() == 0) return absl::OkStatus();
-  if (eagle_ != nullptr) return RunEaglePasses(plan, batch, verify);
-  // Per plan sequence (the batch's sequences, in order), the proposals asked.
+absl::StatusOr<DraftModel::Drafts> DraftModel::RunPasses(const FlatBatch& batch,
+                                                         const std::vector<int>& asked,
+                                                         bool ahead) {
   const int num_seqs = batch.num_seqs();
-  std::vector<int> asked(num_seqs);
+  Drafts drafts(num_seqs);
+  if (batch.num_tokens() == 0) return drafts;
+  // Per sequence, the batch's rows that hold room for drafts: one per draft
+  // for this step's (the last pass writes the last draft's K/V, which the
+  // target's verify row then finds), one fewer for the next step's (that
+  // step's pass 0 writes them all, with the server's drafts).
+  std::vector<int> room(num_seqs);
   int most = 0;
   for (int s = 0; s < num_seqs; ++s) {
-    asked[s] = plan.sequences(s).num_draft_proposals();
-    most = std::max(most, asked[s]);
+    room[s] = ahead && asked[s] > 0 ? asked[s] - 1 : asked[s];
+    most = std::max(most, room[s]);
   }
-  std::vector<std::vector<int32_t>> drafts(num_seqs);
   // Draft j of sequence s is drawn as the target draws the token it is
   // checked against, at the sequence's logits row j of `batch`: equal
   // under greedy, coupled through the shared Gumbel noise above it (an
@@ -216,18 +274,18 @@ absl::Status DraftModel::RunPasses(const StepPlan& plan, const FlatBatch& batch,
   }
   // Pass 0 follows every row of the plan but the proposals' room; a
   // proposing sequence's last input row gives its first draft. Pass j feeds
-  // draft j - 1 at its own slot and (but for the last) gives draft j.
+  // draft j - 1 at its own slot and (but for this step's last) gives draft j.
   for (int pass = 0; pass <= most; ++pass) {
     DraftBatchBuilder builder(batch);
     std::vector<int> picking;  // Sequences with a logits row, in order.
     for (int s = 0; s < num_seqs; ++s) {
-      const int room = batch.query_start[s + 1] - asked[s];  // First draft row.
+      const int first_room = batch.query_start[s + 1] - room[s];
       const bool picks = pass < asked[s];
       const int sampling_row = picks ? first_logits_row[s] + pass : -1;
       if (pass == 0) {
-        builder.AddSequence(s, batch.query_start[s], room, -1, picks, sampling_row);
-      } else if (pass <= asked[s]) {
-        const int row = room + pass - 1;
+        builder.AddSequence(s, batch.query_start[s], first_room, -1, picks, sampling_row);
+      } else if (pass <= room[s]) {
+        const int row = first_room + pass - 1;
         builder.AddSequence(s, row, row + 1, drafts[s][pass - 1], picks, sampling_row);
       }
       if (picks) picking.push_back(s);
@@ -240,12 +298,7 @@ absl::Status DraftModel::RunPasses(const StepPlan& plan, const FlatBatch& batch,
       drafts[picking[i]].push_back(samples_.token_ids[i]);
     }
   }
-  for (int s = 0; s < num_seqs; ++s) {
-    for (int i = 0; i < asked[s]; ++i) {
-      verify->mutable_sequences(s)->set_draft_token_ids(i, drafts[s][i]);
-    }
-  }
-  return absl::OkStatus();
+  return drafts;
 }
 
 absl::Status DraftModel::SharePicks(int num_picks) {
@@ -286,8 +339,12 @@ absl::StatusOr<const StepPlan*> PlanToVerify(const DraftSource& source, const St
                                              const BatchLimits& limits, StepPlan* storage) {
   if (!source.served) {
     for (const SequenceStep& step : plan.sequences()) {
-      if (step.num_draft_proposals() != 0) {
-        return ProposalError(step, "num_draft_proposals, but this worker loaded no draft model");
+      if (step.num_draft_proposals() != 0 || step.num_next_draft_proposals() != 0) {
+        return ProposalError(step,
+                             step.num_draft_proposals() != 0
+                                 ? "num_draft_proposals, but this worker loaded no draft model"
+                                 : "num_next_draft_proposals, but this worker loaded no "
+                                   "draft model");
       }
     }
     return &plan;
@@ -296,10 +353,12 @@ absl::StatusOr<const StepPlan*> PlanToVerify(const DraftSource& source, const St
   if (source.draft != nullptr) {
     verify = source.draft->Propose(plan, limits, storage);
   } else {  // Another rank: the same checks, room for the drafts to come.
-    if (absl::Status counts = CheckProposalCounts(plan); !counts.ok()) return counts;
-    if (!HasDraftProposals(plan)) return &plan;
-    *storage = WithDraftRoom(plan);
-    if (absl::Status valid = FlattenStepPlan(*storage, limits).status(); !valid.ok()) return valid;
+    bool proposes = false;
+    if (absl::Status valid = CheckPlanWithRoom(plan, limits, storage, &proposes).status();
+        !valid.ok()) {
+      return valid;
+    }
+    if (!proposes) return &plan;
     verify = storage;
   }
   const bool drafts_known = source.draft != nullptr && source.draft->sharded();

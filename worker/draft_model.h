@@ -5,8 +5,10 @@
 // worker. A second, smaller LlamaModel (a draft model, or an EAGLE head over
 // the target's hidden states) with its own KV cache over the target's block
 // ids, which follows every row the target computes and proposes the drafts a
-// plan asks for (SequenceStep.num_draft_proposals) by greedy single-token
-// passes, before the target verifies them. docs/speculative-decoding.md.
+// plan asks for (SequenceStep.num_draft_proposals) by single-token passes,
+// before the target verifies them, or after the step for its next one
+// (num_next_draft_proposals: a constrained row's, which the server checks
+// against the grammar first). docs/speculative-decoding.md.
 
 #include <cstdint>
 #include <memory>
@@ -98,11 +100,30 @@ class DraftModel {
   absl::StatusOr<const v1::StepPlan*> Propose(const v1::StepPlan& plan, BatchLimits limits,
                                               v1::StepPlan* storage);
 
+  // After the step that verified `verify` (the plan Propose returned)
+  // succeeded with `result` (this rank's: only rank 0's holds tokens): the
+  // proposals its rows ask for after their accepted tokens
+  // (num_next_draft_proposals), into the rows' SampledToken.next_draft_ids
+  // (rank 0). Passes as Propose's, from the step's last token (an EAGLE
+  // head: from the rows the step verified), writing the draft's K/V past
+  // the accepted tokens, inside the room the plan's block tables hold
+  // (CheckAheadRoom); the next step's pass 0 rewrites those positions with
+  // the tokens it computes, so nothing reads what a rejected proposal
+  // wrote. Sharded, every rank runs them (rank 0 shares what the step
+  // accepted first). Failures are worker faults. REQUIRES: Propose
+  // accepted `verify`'s plan.
+  absl::Status ProposeAhead(const v1::StepPlan& verify, v1::StepResult* result);
+
  private:
+  // Per row of a batch, the drafts proposed for it.
+  using Drafts = std::vector<std::vector<int32_t>>;
+
   DraftModel(Backend* backend, Communicator* group);
-  // The passes of Propose over `batch`, the verify plan flattened; fills
-  // `verify`'s drafts (the proposals `plan` asks for).
-  absl::Status RunPasses(const v1::StepPlan& plan, const FlatBatch& batch, v1::StepPlan* verify);
+  // The passes over `batch`, which holds per sequence its rows and then
+  // room for `asked[s]` drafts (`ahead`: one fewer, proposals for the next
+  // step, whose last K/V nothing needs now); the drafts proposed.
+  absl::StatusOr<Drafts> RunPasses(const FlatBatch& batch, const std::vector<int>& asked,
+                                   bool ahead);
   // One forward of the draft over `batch`, and the greedy token of each of
   // its logits rows in samples_.
   absl::Status ForwardAndPick(const FlatBatch& batch);
@@ -111,8 +132,13 @@ class DraftModel {
   // rows that lag the target by one token) and gives the first draft; pass
   // j feeds draft j at its position with the head's own output of pass
   // j - 1 as the feature, giving draft j + 1. k passes in all.
-  absl::Status RunEaglePasses(const v1::StepPlan& plan, const FlatBatch& batch,
-                              v1::StepPlan* verify);
+  // `plan`: `batch`'s (its seq_ids). A sequence without kept rows proposes
+  // nothing.
+  absl::StatusOr<Drafts> RunEaglePasses(const v1::StepPlan& plan, const FlatBatch& batch,
+                                        const std::vector<int>& asked);
+  // Sharded: every rank gets rank 0's `accepted_and_last` (per proposing
+  // row, the drafts its step accepted and its last token).
+  absl::Status ShareAheadInputs(std::vector<int32_t>* accepted_and_last);
   // One forward of the head over `batch` with `features` (host, one row per
   // token: the target's when `from_target`, else the head's own), the greedy
   // tokens in samples_ and each logits row's output hidden state in
@@ -124,13 +150,14 @@ class DraftModel {
   absl::Status SharePicks(int num_picks);
 
   std::unique_ptr<Communicator> single_rank_;
-  Communicator* group_;  // single_rank_, or the group the draft is sharded over.
+  Communicator* group_;                    // single_rank_, or the group the draft is sharded over.
   std::unique_ptr<Buffer> share_staging_;  // SharePicks' device buffer.
   std::unique_ptr<LlamaModel> model_;
   std::unique_ptr<CacheEngine> cache_;
   Backend* backend_ = nullptr;
   SampleResults samples_;
   std::unique_ptr<EagleFeatures> eagle_;  // The eagle method's; null for a draft model.
+  BatchLimits limits_;  // The last plan Propose accepted was checked against these.
 };
 
 // Whether `request`'s draft model is sharded over the group (its
@@ -141,6 +168,16 @@ absl::StatusOr<bool> ShardsDraftModel(const v1::LoadModelRequest& request);
 
 // Whether any row of `plan` asks for proposals.
 bool HasDraftProposals(const v1::StepPlan& plan);
+
+// Whether any row of `plan` asks for proposals after the step
+// (num_next_draft_proposals).
+bool HasNextDraftProposals(const v1::StepPlan& plan);
+
+// INVALID_ARGUMENT, naming the seq_id, when a row's next-step proposals
+// would not fit: once all its drafts were accepted they run at positions
+// start_position + token_ids_size + draft_token_ids_size onwards, which
+// its block table (blocks within `limits`) and the rotary table must hold.
+absl::Status CheckAheadRoom(const v1::StepPlan& plan, const BatchLimits& limits);
 
 // Where a runner's drafts come from, and how they reach every rank.
 struct DraftSource {

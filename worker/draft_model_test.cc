@@ -223,6 +223,41 @@ class DraftModelRunnerTest : public ::testing::Test {
     return outs;
   }
 
+  // One sequence decoded as the server decodes a constrained row: each step
+  // asks for up to kDrafts proposals after it (num_next_draft_proposals)
+  // and verifies the last step's (next_draft_ids) as draft_token_ids. The
+  // tokens, and per verify step the drafts sent and accepted.
+  static Decoded DecodeAhead(const std::string& draft_dir, const SamplingOptions& base,
+                             bool eagle = false, std::vector<int>* sent_per_step = nullptr) {
+    auto runner = Runner(draft_dir, eagle);
+    Decoded out;
+    std::vector<int> next;  // The last step's proposals.
+    for (int step_index = 0; static_cast<int>(out.tokens.size()) < kNewTokens; ++step_index) {
+      const int room = kNewTokens - static_cast<int>(out.tokens.size()) - 1;
+      StepPlan plan;
+      plan.set_step_id(step_index);
+      SequenceStep* step = plan.add_sequences();
+      *step = StepFor(base, 0, out.tokens, 0);
+      const int drafts = std::min(static_cast<int>(next.size()), room);
+      step->mutable_draft_token_ids()->Add(next.begin(), next.begin() + drafts);
+      step->set_num_next_draft_proposals(std::max(0, std::min(kDrafts, room - drafts - 1)));
+      auto result = runner->ExecuteStep(plan);
+      EXPECT_TRUE(result.ok()) << result.status();
+      if (!result.ok()) return out;
+      const v1::SampledToken& token = result->tokens(0);
+      EXPECT_LE(token.next_draft_ids_size(), step->num_next_draft_proposals());
+      out.tokens.insert(out.tokens.end(), token.accepted_draft_ids().begin(),
+                        token.accepted_draft_ids().end());
+      out.tokens.push_back(token.token_id());
+      if (drafts > 0) {
+        out.accepted_per_step.push_back(token.accepted_draft_ids_size());
+        if (sent_per_step != nullptr) sent_per_step->push_back(drafts);
+      }
+      next.assign(token.next_draft_ids().begin(), token.next_draft_ids().end());
+    }
+    return out;
+  }
+
   // What a draft that is the target accepts with k proposals per step when
   // its draws are the target's own (greedy, or sampled with the same
   // options and noise): every one.
@@ -382,6 +417,30 @@ TEST_F(DraftModelRunnerTest, TargetAsDraftAcceptsEveryCoupledDraw) {
   EXPECT_EQ(greedy_run[0].accepted_per_step, (std::vector<int>{4, 4, 4}));
 }
 
+// Proposing a step ahead (a constrained row's way: the server sees the
+// drafts first): the proposals after each step, from its accepted tokens
+// and drawn with the next step's noise, are exactly the target's next
+// draws, so the target as its own draft has every one accepted, greedy and
+// seeded, and the tokens are plain decoding's. Off by one position or
+// sample index, or K/V left from a rejected draft, and they would not be.
+// An EAGLE head proposing ahead keeps plain decoding's tokens.
+TEST_F(DraftModelRunnerTest, TargetAsDraftProposingAheadAcceptsEveryDraw) {
+  for (const SamplingOptions& base : {SamplingOptions(), Seeded()}) {
+    const std::vector<int> plain = DecodeBatch("", base, 0)[0].tokens;
+    std::vector<int> sent;
+    const Decoded ahead = DecodeAhead(*target_, base, false, &sent);
+    EXPECT_EQ(ahead.tokens, plain) << base.DebugString();
+    EXPECT_EQ(ahead.accepted_per_step, sent) << base.DebugString();
+    EXPECT_GE(sent.size(), 3u);
+    std::vector<int> head_sent;
+    EXPECT_EQ(DecodeAhead(*eagle_ + "/good", base, true, &head_sent).tokens, plain)
+        << base.DebugString();
+    EXPECT_GE(head_sent.size(), 3u);
+    // A draft that is not the target: some drafts refused, the tokens kept.
+    EXPECT_EQ(DecodeAhead(*other_, base).tokens, plain) << base.DebugString();
+  }
+}
+
 // A sequence swapped out and in to other blocks, then copied to others
 // again (copy on write), in plans that also run it: the draft's cache moves
 // with the target's, so the target as its own draft still accepts all.
@@ -478,6 +537,51 @@ TEST_F(DraftModelRunnerTest, RefusesBadProposalsAndDrafts) {
   step.mutable_block_table()->Truncate(2);  // 8 slots for 6 + 2 tokens: fits.
   step.set_num_draft_proposals(3);
   check(*runner, step, "seq_id 1: block_table has 2 blocks but 9 tokens need 3");
+}
+
+// Proposals for the next step (a constrained row's): refused without a
+// draft model, out of range, beside this step's proposals, on a row that
+// does not sample, and when the block table cannot hold them once every
+// draft is accepted (6 tokens and 1 draft, then 3 proposals: 10 slots).
+TEST_F(DraftModelRunnerTest, RefusesBadNextStepProposals) {
+  auto check = [](ModelRunner& runner, const SequenceStep& step, const std::string& message) {
+    StepPlan plan;
+    *plan.add_sequences() = step;
+    auto result = runner.ExecuteStep(plan);
+    EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument) << message;
+    EXPECT_EQ(std::string(result.status().message()), message);
+  };
+  SequenceStep step = StepFor(SamplingOptions(), 0, {}, 0);
+  step.set_num_next_draft_proposals(2);
+  check(*Runner(""), step,
+        "seq_id 1: num_next_draft_proposals, but this worker loaded no draft model");
+  auto runner = Runner(*other_);
+  step.set_num_next_draft_proposals(17);
+  check(*runner, step, "seq_id 1: num_next_draft_proposals 17 is outside [0, 16]");
+  step.set_num_next_draft_proposals(-1);
+  check(*runner, step, "seq_id 1: num_next_draft_proposals -1 is outside [0, 16]");
+  step.set_num_next_draft_proposals(2);
+  step.set_num_draft_proposals(2);
+  check(*runner, step, "seq_id 1: num_next_draft_proposals with num_draft_proposals");
+  step.set_num_draft_proposals(0);
+  step.set_do_sample(false);
+  check(*runner, step, "seq_id 1: num_next_draft_proposals on a row that does not sample");
+  step.set_do_sample(true);
+  step.add_draft_token_ids(3);
+  step.set_num_next_draft_proposals(3);
+  step.mutable_block_table()->Truncate(2);
+  check(*runner, step,
+        "num_next_draft_proposals do not fit: seq_id 1: block_table has 2 blocks but 10 tokens "
+        "need 3");
+  // With room for them, the step runs and returns them.
+  step.add_block_table(2);
+  auto result = runner->ExecuteStep([&] {
+    StepPlan plan;
+    *plan.add_sequences() = step;
+    return plan;
+  }());
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->tokens(0).next_draft_ids_size(), 3);
 }
 
 // The head's drafts over the target's own hidden states, in six steps of

@@ -95,9 +95,14 @@ class DraftTensorParallelTest : public ::testing::Test {
 
   // kNewTokens tokens for each sequence; every decode step asks the draft
   // for up to kDrafts proposals when `propose` (never past kNewTokens).
+  // With `ahead`, as the server runs a constrained row instead: each step
+  // asks for proposals after it (num_next_draft_proposals) and verifies
+  // the last step's as draft_token_ids.
   static std::vector<Generated> Generate(std::vector<std::unique_ptr<ModelRunner>>& ranks,
-                                         const SamplingOptions& base, bool propose) {
+                                         const SamplingOptions& base, bool propose,
+                                         bool ahead = false) {
     std::vector<Generated> outs(kSeqs);
+    std::vector<std::vector<int>> next(kSeqs);  // Each sequence's last proposals.
     for (int step_index = 0; step_index < 2 * kNewTokens; ++step_index) {
       StepPlan plan;
       plan.set_step_id(step_index);
@@ -105,8 +110,14 @@ class DraftTensorParallelTest : public ::testing::Test {
       for (int s = 0; s < kSeqs; ++s) {
         const int left = kNewTokens - static_cast<int>(outs[s].tokens.size());
         if (left <= 0) continue;
-        const int proposals = propose ? std::min(kDrafts, left - 1) : 0;
-        *plan.add_sequences() = StepFor(base, s, outs[s].tokens, proposals);
+        const int proposals = propose && !ahead ? std::min(kDrafts, left - 1) : 0;
+        SequenceStep* step = plan.add_sequences();
+        *step = StepFor(base, s, outs[s].tokens, proposals);
+        if (ahead) {
+          const int drafts = std::min(static_cast<int>(next[s].size()), left - 1);
+          step->mutable_draft_token_ids()->Add(next[s].begin(), next[s].begin() + drafts);
+          step->set_num_next_draft_proposals(std::max(0, std::min(kDrafts, left - 2 - drafts)));
+        }
         members.push_back(s);
       }
       if (members.empty()) break;
@@ -117,7 +128,8 @@ class DraftTensorParallelTest : public ::testing::Test {
         const SampledToken& token = result->tokens(static_cast<int>(i));
         Generated& out = outs[members[i]];
         const SequenceStep& step = plan.sequences(static_cast<int>(i));
-        out.proposed += step.num_draft_proposals();
+        out.proposed += step.num_draft_proposals() + step.draft_token_ids_size();
+        next[members[i]].assign(token.next_draft_ids().begin(), token.next_draft_ids().end());
         out.accepted += token.accepted_draft_ids_size();
         for (int id : token.accepted_draft_ids()) out.tokens.push_back(id);
         out.tokens.push_back(token.token_id());
@@ -157,6 +169,35 @@ TEST_F(DraftTensorParallelTest, ShardedDraftProposesOnEveryRankAndKeepsPlainToke
       EXPECT_GT(speculative[s].proposed, 0);
       // The draft's draws are the target's own: all right.
       if (&kinds[b] != &kinds.back()) EXPECT_EQ(speculative[s].accepted, speculative[s].proposed);
+    }
+  }
+}
+
+// Proposing a step ahead (a constrained row's way) at two ranks: a draft
+// sharded over both (rank 0 shares what each step accepted before the
+// passes) and one whole on rank 0. The target as its own draft: plain
+// decoding's tokens, every proposal accepted.
+TEST_F(DraftTensorParallelTest, ProposingAheadKeepsPlainTokensAtBothDraftSizes) {
+  SamplingOptions greedy;
+  SamplingOptions seeded;
+  seeded.set_temperature(0.9f);
+  seeded.set_seed(11);
+  const std::vector<SamplingOptions> kinds = {greedy, seeded};
+  std::vector<std::vector<Generated>> plain;
+  TwoRankCpuGroup::Loaded loaded = LoadGroup("plain", /*draft_size=*/-1);
+  ASSERT_FALSE(loaded.ranks.empty()) << loaded.status[0] << " / " << loaded.status[1];
+  for (const SamplingOptions& base : kinds) plain.push_back(Generate(loaded.ranks, base, false));
+  for (int draft_size : {2, 1}) {
+    loaded = LoadGroup(absl::StrCat("ahead", draft_size), draft_size);
+    ASSERT_FALSE(loaded.ranks.empty()) << loaded.status[0] << " / " << loaded.status[1];
+    for (size_t b = 0; b < kinds.size(); ++b) {
+      const std::vector<Generated> ahead = Generate(loaded.ranks, kinds[b], true, /*ahead=*/true);
+      for (int s = 0; s < kSeqs; ++s) {
+        SCOPED_TRACE(absl::StrCat("size ", draft_size, " ", kinds[b].DebugString(), " seq ", s));
+        EXPECT_EQ(ahead[s].tokens, plain[b][s].tokens);
+        EXPECT_GT(ahead[s].proposed, 0);
+        EXPECT_EQ(ahead[s].accepted, ahead[s].proposed);
+      }
     }
   }
 }

@@ -175,10 +175,13 @@ absl::Status CheckDrafts(const SequenceStep& step, int vocab_size) {
 }
 
 // Overlap's placeholder: only on a decode row of one token that samples
-// without drafts, masks or beam search's processed logprobs, and only for a
-// seq_id sampled in the worker's previous step, which must be step
-// `step_id` - 1 (a restarted worker, or one that ran another step between
-// or runs plans out of order, has no such token).
+// without drafts, an inline mask or beam search's processed logprobs, and
+// only for a seq_id sampled in the worker's previous step, which must be
+// step `step_id` - 1 (a restarted worker, or one that ran another step
+// between or runs plans out of order, has no such token). A mask that
+// follows the plan is allowed: the server computes it once the previous
+// step's token reached it, and the sampler waits for it after the forward
+// pass; an inline mask was built before that token was known.
 absl::Status CheckPlaceholder(const SequenceStep& step, int64_t step_id,
                               const BatchLimits& limits) {
   if (!step.input_from_last_sample()) return absl::OkStatus();
@@ -189,8 +192,8 @@ absl::Status CheckPlaceholder(const SequenceStep& step, int64_t step_id,
   if (!step.draft_token_ids().empty()) {
     return SequenceError(step, "input_from_last_sample with draft_token_ids");
   }
-  if (step.token_mask_follows() || !step.sampling().token_mask().empty()) {
-    return SequenceError(step, "input_from_last_sample with a token mask");
+  if (!step.sampling().token_mask().empty()) {
+    return SequenceError(step, "input_from_last_sample with a token mask in the plan");
   }
   if (step.sampling().processed_logprobs()) {
     return SequenceError(step, "input_from_last_sample with processed_logprobs (beam search)");

@@ -134,7 +134,8 @@ struct FlatBatch {
 // tokens of the step: the positions and block table checks count them; a
 // row whose masks follow gets one per verified position); a placeholder
 // (input_from_last_sample) anywhere but on a sampled decode row of one token
-// without drafts, token mask or processed_logprobs, or for a seq_id that
+// without drafts, a token mask in the plan (one that follows it is
+// allowed) or processed_logprobs, or for a seq_id that
 // limits.last_sampled did not sample in the previous step; and for block
 // moves with ids outside their cache; a lora_slot outside [0, max_loras] or
 // naming an empty slot (limits.lora_slots). A placeholder row's input is the

@@ -331,6 +331,39 @@ TEST(FlattenStepPlanTest, SubstitutesPlaceholdersAndCountsTheirTokens) {
   EXPECT_THAT(other->placeholder_rows, ElementsAre(0));
 }
 
+// Structured outputs under overlap: the mask of a placeholder row follows
+// the plan (the server computes it once the previous step's token is in);
+// the row gets its substituted token and its reserved mask words, which
+// ApplyStepMasks fills as for any other row.
+TEST(FlattenStepPlanTest, APlaceholderRowsMaskMayFollowThePlan) {
+  const LastSampledTokens last = SampledInStep7();
+  const BatchLimits limits{.vocab_size = 10,
+                           .block_size = 4,
+                           .num_gpu_blocks = 10,
+                           .num_cpu_blocks = 0,
+                           .last_sampled = &last};
+  StepPlan plan;
+  plan.set_step_id(8);
+  AddStep(plan, 5, {7, 7}, 0, {6}, true);
+  SequenceStep* constrained = AddStep(plan, 2, {0}, 5, {2, 3}, true);
+  constrained->set_input_from_last_sample(true);
+  constrained->set_token_mask_follows(true);
+  auto batch = FlattenStepPlan(plan, limits);
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  EXPECT_THAT(batch->input_ids, ElementsAre(7, 7, 4));
+  EXPECT_THAT(batch->placeholder_rows, ElementsAre(2));
+  EXPECT_THAT(batch->mask_offsets, ElementsAre(-1, 0));
+  EXPECT_THAT(batch->pending_mask_rows, ElementsAre(1));
+  v1::StepMasks masks;
+  masks.set_step_id(8);
+  v1::RowTokenMask* row = masks.add_rows();
+  row->set_seq_id(2);
+  const uint32_t allowed = 0x28;  // Tokens 3 and 5.
+  row->set_token_mask(std::string(reinterpret_cast<const char*>(&allowed), sizeof(allowed)));
+  ASSERT_TRUE(ApplyStepMasks(plan, masks, limits.vocab_size, &*batch).ok());
+  EXPECT_THAT(batch->token_masks, ElementsAre(0x28u));
+}
+
 TEST(FlattenStepPlanTest, RefusesPlaceholdersOutsideAPlainDecodeRowByItsSeqId) {
   const LastSampledTokens last = SampledInStep7();
   const BatchLimits limits{.vocab_size = 10,
@@ -344,7 +377,6 @@ TEST(FlattenStepPlanTest, RefusesPlaceholdersOutsideAPlainDecodeRowByItsSeqId) {
       {[](SequenceStep* s) { s->set_start_position(0); }, "decode row of one token"},
       {[](SequenceStep* s) { s->set_do_sample(false); }, "decode row of one token"},
       {[](SequenceStep* s) { s->add_draft_token_ids(3); }, "draft_token_ids"},
-      {[](SequenceStep* s) { s->set_token_mask_follows(true); }, "token mask"},
       {[](SequenceStep* s) { s->mutable_sampling()->set_token_mask(std::string(4, '\xff')); },
        "token mask"},
       {[](SequenceStep* s) { s->mutable_sampling()->set_processed_logprobs(true); },

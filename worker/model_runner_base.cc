@@ -81,6 +81,13 @@ absl::StatusOr<StepResult> ModelRunnerBase::ExecuteStep(const StepPlan& plan,
                                     .share_staging = &share_staging_},
                       forward);
   if (draft_ != nullptr) draft_->FollowStepResult(**verify, result);
+  // Constrained rows' drafts for the next step, which the server checks
+  // against their grammar before it sends them back (docs/speculative-decoding.md).
+  if (result.ok() && draft_ != nullptr && HasNextDraftProposals(**verify)) {
+    if (absl::Status ahead = draft_->ProposeAhead(**verify, &*result); !ahead.ok()) {
+      return AsWorkerFault(ahead);
+    }
+  }
   return result;
 }
 

@@ -9,7 +9,8 @@
 //   - the same shapes as bf16 dense weights through Backend::Linear;
 //   - for the weight-only formats, both ways of taking the inputs
 //     (quant_linear.h's WeightOnlyActivations: int8 per group, the default,
-//     and f32), over the same codes.
+//     and f32), over the same codes; for W8A8, both layouts of the codes
+//     (w8a8_linear.h's W8A8Layout: tiles where the CPU has VNNI, rows).
 // The variants' passes alternate (one pass of each in turn, `iterations`
 // times) so that a shared machine's load falls on all of them alike.
 // The weights (about 550 MB at int4) are far larger than the last-level
@@ -154,6 +155,8 @@ int Main(int argc, char** argv) {
   std::vector<Variant> variants;
   if (byte_format) {
     variants.push_back({name});
+    // W8A8's row layout (the one before the tiles, and of CPUs without VNNI).
+    if (format == "w8a8") variants.push_back({name + " rows"});
   } else {
     variants.push_back({name + " int8 inputs"});
     variants.push_back({name + " f32 inputs"});
@@ -163,8 +166,12 @@ int Main(int argc, char** argv) {
   for (int l = 0; l < layers; ++l) {
     for (const Projection& p : kLayer) {
       if (byte_format) {
-        variants[0].linears.push_back(CreateCpuW8A8Linear(
-            RandomByteWeight(p, format == "fp8", state), &pool, BestSimdLevel()));
+        const QuantizedWeight w = RandomByteWeight(p, format == "fp8", state);
+        variants[0].linears.push_back(CreateCpuW8A8Linear(w, &pool, BestSimdLevel()));
+        if (format == "w8a8") {
+          variants[1].linears.push_back(
+              CreateCpuW8A8Linear(w, &pool, BestSimdLevel(), W8A8Layout::kRows));
+        }
       } else {
         const QuantizedWeight w = RandomWeight(p, bits, state);
         variants[0].linears.push_back(

@@ -83,7 +83,7 @@ int Main(int argc, char** argv) {
         tiles->tile_int4(in.codes.data() + t * kQuantTileRows * kIn / 2,
                          in.params.data() + t * kGroups * 2 * kQuantTileRows, in.segments.data(),
                          kGroups, in.x.data(), kIn, in.x_scale.data(), in.x_sum.data(), rows, rows,
-                         in.y.data() + t * kQuantTileRows, kOut, kQuantTileRows);
+                         in.y.data() + t * kQuantTileRows, kOut, kQuantTileRows, nullptr);
       }
     });
     std::printf("%-6d %10.2f %10.2f %9.2fx\n", rows, row_rate, tile_rate, tile_rate / row_rate);

@@ -53,7 +53,7 @@ chmod +x "$WORK/worker.sh"
 # Prints the idle histogram of the worker that served the last run.
 idle_histogram() {
   local address
-  address=$(grep -o 'metrics on [0-9.]*:[0-9]*' "$WORK/server.log" | tail -1 | awk '{print $3}')
+  address=$(grep -ao 'metrics on [0-9.]*:[0-9]*' "$WORK/server.log" | tail -1 | awk '{print $3}')
   if [ -z "$address" ]; then
     echo "  (the worker did not report a /metrics address)"
     return

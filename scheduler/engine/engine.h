@@ -165,6 +165,9 @@ class Engine {
   // Waits for the oldest step in flight and processes its tokens; on a
   // failure abandons every step in flight and handles it (false).
   bool FinishOldestStep();
+  // Builds the token masks `step` promised and hands them to its sender
+  // (once the step before it was processed); nothing if it promised none.
+  void FulfilPromisedMasks(InFlightStep* step);
   // Waits for every step in flight and forgets them, undoing what was
   // planned past them (a worker failure, shutdown).
   void AbandonStepsInFlight();

@@ -9,7 +9,9 @@
 // step later (the placeholder becomes the token the worker sampled), the
 // worker counts the placeholder in its penalties, and no row whose plan
 // needs a token the server lacks is sent (groups that need it sit out a
-// step; steps that may preempt wait until nothing is in flight). Tokens of
+// step; steps that may preempt wait until nothing is in flight). A
+// grammar's mask, which needs the token in flight, is not in the plan: it
+// follows it, built once that token is in (FulfilPromisedMasks). Tokens of
 // sequences that finished meanwhile are dropped unread.
 
 #include <memory>
@@ -44,17 +46,27 @@ bool Engine::StepOverlapped() {
   if (lora_ != nullptr) lora_->AttachSlots(step->output, *step->plan);
   StepMaskSource masks;
   if (PromisesTokenMasks(*step->plan)) {
-    // Built here, on the engine thread that owns the sequences, while the
-    // workers still run the step before (the source only hands them over).
-    auto built = std::make_shared<pagoda::worker::v1::StepMasks>(
-        BuildStepMasks(*step->plan, step->output, config_.eos_token_ids));
-    masks = [built] { return *built; };
+    // A constrained row's mask needs the grammar advanced by the token the
+    // step before samples: the sender thread writes the plan now and waits
+    // for the masks, which the engine builds once that step is processed
+    // (the workers' sampler waits for them after the forward pass).
+    step->pending_masks = std::make_shared<DeferredStepMasks>(step->plan->step_id());
+    masks = [pending = step->pending_masks] { return pending->Wait(); };
   }
   step->clock.rpc_start = absl::Now();
   InFlightStep* sent = pipeline_->Send(std::move(step), std::move(masks));
   if (pipeline_->size() > 1 && !FinishOldestStep()) return true;
+  FulfilPromisedMasks(sent);
   AdvancePastStep(sent->output, config_.scheduler.max_model_len);
   return true;
+}
+
+void Engine::FulfilPromisedMasks(InFlightStep* step) {
+  if (step->pending_masks == nullptr) return;
+  // On the engine thread that owns the sequences: every token but this
+  // step's own is in, and no placeholder is (AdvancePastStep comes next).
+  step->pending_masks->Fulfil(BuildStepMasks(*step->plan, step->output, config_.eos_token_ids));
+  step->pending_masks = nullptr;
 }
 
 bool Engine::FinishOldestStep() {
@@ -87,6 +99,9 @@ bool Engine::FinishOldestStep() {
 }
 
 void Engine::AbandonStepsInFlight() {
+  if (!HasStepsInFlight()) return;
+  // A step whose masks wait for a failed one would never go out whole.
+  pipeline_->AbandonPendingMasks();
   while (HasStepsInFlight()) {
     auto [step, result] = pipeline_->WaitOldest();
     AbandonStep(step->output);

@@ -66,6 +66,24 @@ absl::StatusOr<std::vector<GeneratedToken>> AcceptedOf(const wv1::StepResult& re
   return tokens;
 }
 
+// The proposals one SampledToken returns for the next step, checked
+// against the number asked for.
+absl::Status CheckNextDrafts(const wv1::StepResult& result, const wv1::SampledToken& sampled,
+                             int asked) {
+  if (sampled.next_draft_ids_size() > asked) {
+    return absl::InternalError(absl::StrCat("step ", result.step_id(), " sequence ",
+                                            sampled.seq_id(),
+                                            ": next-step proposals outnumber those asked for"));
+  }
+  for (int32_t id : sampled.next_draft_ids()) {
+    if (id < 0) {
+      return absl::InternalError(absl::StrCat("step ", result.step_id(), " sequence ",
+                                              sampled.seq_id(), ": a negative next-step proposal"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 Speculator::Speculator(const SpeculativeConfig& config, int max_model_len,
@@ -94,20 +112,18 @@ void Speculator::Propose(Scheduler& scheduler) {
   int token_room = max_num_batched_tokens_ - decodes;
   scheduler.ForEachRunningSequence([&](SequenceGroup& group, Sequence& seq) {
     if (!DecodesNext(seq) || token_room <= 0) return;
-    std::vector<int32_t> drafts = DraftsFor(group, seq, running, token_room);
-    if (!drafts.empty() && IsConstrained(group)) {
-      drafts.resize(GrammarValidDrafts(group, seq, eos_token_ids_, drafts));
-    }
-    if (drafts.empty()) return;
-    token_room -= static_cast<int>(drafts.size());
-    seq.set_num_lookahead_slots(static_cast<int>(drafts.size()));
+    Proposal proposal = ProposalFor(group, seq, running, token_room);
+    if (proposal.lookahead() == 0) return;
+    token_room -= proposal.lookahead();
+    seq.set_num_lookahead_slots(proposal.lookahead());
     with_slots_.push_back(&seq);
-    proposed_[seq.seq_id()] = std::move(drafts);
+    proposed_[seq.seq_id()] = std::move(proposal);
   });
+  next_drafts_.clear();  // Proposals for a sequence that did not decode now are stale.
 }
 
-std::vector<int32_t> Speculator::DraftsFor(const SequenceGroup& group, const Sequence& seq,
-                                           int running_sequences, int token_room) const {
+int Speculator::BudgetFor(const SequenceGroup& group, const Sequence& seq, int running_sequences,
+                          int token_room) const {
   const SamplingOptions& sampling = group.sampling();
   DraftRequest request;
   request.num_speculative_tokens = std::min(config_.num_speculative_tokens, token_room);
@@ -118,31 +134,61 @@ std::vector<int32_t> Speculator::DraftsFor(const SequenceGroup& group, const Seq
   request.max_tokens = group.stopping().max_tokens;
   request.min_tokens = group.stopping().min_tokens;
   request.max_model_len = max_model_len_;
-  // The server follows a grammar through the drafts it proposes, not
-  // through those the workers' draft model or EAGLE head proposes.
-  request.constrained = IsConstrained(group) && config_.method != SpeculativeMethod::kNgram;
   request.bad_words = !sampling.bad_words_token_ids.empty();
   request.beam_search = sampling.use_beam_search;
-  const int budget = DraftBudget(request);
+  return DraftBudget(request);
+}
+
+Speculator::Proposal Speculator::ProposalFor(SequenceGroup& group, Sequence& seq,
+                                             int running_sequences, int token_room) const {
+  const int budget = BudgetFor(group, seq, running_sequences, token_room);
   if (budget == 0) return {};
-  // The workers' draft model or EAGLE head proposes them in the step itself.
-  if (config_.method != SpeculativeMethod::kNgram) {
-    return std::vector<int32_t>(budget, kWorkerDraft);
+  if (config_.method == SpeculativeMethod::kNgram) {
+    Proposal proposal;
+    proposal.drafts = ProposeNgramDrafts(
+        AllTokens(seq),
+        NgramLookup{config_.prompt_lookup_min, config_.prompt_lookup_max, budget, max_model_len_});
+    if (!proposal.drafts.empty() && IsConstrained(group)) {
+      proposal.drafts.resize(GrammarValidDrafts(group, seq, eos_token_ids_, proposal.drafts));
+    }
+    return proposal;
   }
-  return ProposeNgramDrafts(
-      AllTokens(seq),
-      NgramLookup{config_.prompt_lookup_min, config_.prompt_lookup_max, budget, max_model_len_});
+  // The server follows a grammar only through drafts it knows before the
+  // step: a constrained sequence's are proposed a step ahead.
+  if (IsConstrained(group)) return ProposedAhead(group, seq, budget, token_room);
+  // The workers' draft model or EAGLE head proposes them in the step itself.
+  return Proposal{std::vector<int32_t>(budget, kWorkerDraft), 0};
+}
+
+Speculator::Proposal Speculator::ProposedAhead(SequenceGroup& group, Sequence& seq, int budget,
+                                               int token_room) const {
+  Proposal proposal;
+  auto it = next_drafts_.find(seq.seq_id());
+  if (it != next_drafts_.end() && it->second.length == seq.length()) {
+    const std::vector<int32_t>& ready = it->second.drafts;
+    proposal.drafts.assign(ready.begin(), ready.begin() + std::min<size_t>(ready.size(), budget));
+    proposal.drafts.resize(GrammarValidDrafts(group, seq, eos_token_ids_, proposal.drafts));
+  }
+  // The next step's proposals run at positions up to length - 1 + (drafts
+  // accepted) + k: within max_model_len, and only while a later step can
+  // still sample a token after this one.
+  const int drafts = static_cast<int>(proposal.drafts.size());
+  int next = std::min(config_.num_speculative_tokens, token_room - drafts);
+  next = std::min(next, max_model_len_ - seq.length() - drafts);
+  next = std::min(next, group.stopping().max_tokens - seq.num_output_tokens() - 2);
+  proposal.next = std::max(next, 0);
+  return proposal;
 }
 
 void Speculator::TakeScheduled(const SchedulerOutput& output) {
-  scheduled_drafts_.assign(output.scheduled.size(), {});
+  scheduled_.assign(output.scheduled.size(), {});
   for (size_t i = 0; i < output.scheduled.size(); ++i) {
     const ScheduledSequence& entry = output.scheduled[i];
     if (entry.num_lookahead_slots == 0) continue;
     auto it = proposed_.find(entry.seq->seq_id());
-    CHECK(it != proposed_.end() && static_cast<int>(it->second.size()) == entry.num_lookahead_slots)
+    CHECK(it != proposed_.end() && it->second.lookahead() == entry.num_lookahead_slots)
         << "sequence " << entry.seq->seq_id() << " scheduled with lookahead slots but no drafts";
-    scheduled_drafts_[i] = std::move(it->second);
+    scheduled_[i] = std::move(it->second);
   }
   // Every sequence Propose touched is still owned by the scheduler or by
   // output.ignored: nothing is freed inside Schedule().
@@ -153,15 +199,17 @@ void Speculator::TakeScheduled(const SchedulerOutput& output) {
 
 void Speculator::AttachDrafts(const SchedulerOutput& output, wv1::StepPlan& plan) const {
   CHECK_EQ(plan.sequences_size(), static_cast<int>(output.scheduled.size()));
-  for (size_t i = 0; i < scheduled_drafts_.size(); ++i) {
-    const std::vector<int32_t>& drafts = scheduled_drafts_[i];
-    if (drafts.empty()) continue;
+  for (size_t i = 0; i < scheduled_.size(); ++i) {
+    const Proposal& proposal = scheduled_[i];
+    if (proposal.lookahead() == 0) continue;
     wv1::SequenceStep* step = plan.mutable_sequences(static_cast<int>(i));
-    if (drafts.front() == kWorkerDraft) {
+    const std::vector<int32_t>& drafts = proposal.drafts;
+    if (!drafts.empty() && drafts.front() == kWorkerDraft) {
       step->set_num_draft_proposals(static_cast<int>(drafts.size()));
     } else {
       step->mutable_draft_token_ids()->Add(drafts.begin(), drafts.end());
     }
+    if (proposal.next > 0) step->set_num_next_draft_proposals(proposal.next);
   }
 }
 
@@ -173,15 +221,24 @@ absl::StatusOr<std::vector<std::vector<GeneratedToken>>> Speculator::ExtractAcce
     if (!output.scheduled[i].do_sample) continue;
     if (next >= result.tokens_size()) break;  // ExtractSampledTokens reports it.
     const wv1::SampledToken& sampled = result.tokens(next++);
-    const std::vector<int32_t>& sent = scheduled_drafts_.at(i);
-    absl::StatusOr<std::vector<GeneratedToken>> tokens = AcceptedOf(result, sampled, sent);
+    const Proposal& sent = scheduled_.at(i);
+    absl::StatusOr<std::vector<GeneratedToken>> tokens = AcceptedOf(result, sampled, sent.drafts);
     if (!tokens.ok()) return tokens.status();
+    if (absl::Status ahead = CheckNextDrafts(result, sampled, sent.next); !ahead.ok()) return ahead;
     accepted.push_back(*std::move(tokens));
   }
-  // Counted once the whole answer is known to fit.
+  // Counted and kept once the whole answer is known to fit.
   for (size_t i = 0, sample = 0; i < output.scheduled.size(); ++i) {
     if (!output.scheduled[i].do_sample || sample >= accepted.size()) continue;
-    const int sent = static_cast<int>(scheduled_drafts_[i].size());
+    const wv1::SampledToken& sampled = result.tokens(static_cast<int>(sample));
+    if (sampled.next_draft_ids_size() > 0) {
+      // The sequence's length once this step's tokens are appended.
+      const int length =
+          output.scheduled[i].seq->length() + static_cast<int>(accepted[sample].size()) + 1;
+      next_drafts_[output.scheduled[i].seq->seq_id()] =
+          NextDrafts{length, {sampled.next_draft_ids().begin(), sampled.next_draft_ids().end()}};
+    }
+    const int sent = static_cast<int>(scheduled_[i].drafts.size());
     if (sent > 0) Count(sent, static_cast<int>(accepted[sample].size()));
     ++sample;
   }

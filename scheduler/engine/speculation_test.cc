@@ -70,7 +70,10 @@ class SpeculationTest : public ::testing::Test {
 
   // One step; the worker's answer gives `accepted` of the drafts sent (as
   // accepted) and then `token`.
-  std::vector<RequestDelta> Step(int accepted, int32_t token, SchedulerOutput* out = nullptr) {
+  // `next`: the worker's proposals for the next step, on a row that asks
+  // for them (num_next_draft_proposals), as many as it asks.
+  std::vector<RequestDelta> Step(int accepted, int32_t token, SchedulerOutput* out = nullptr,
+                                 const std::vector<int32_t>& next = {}) {
     speculator_.Propose(scheduler_);
     SchedulerOutput output = scheduler_.Schedule();
     speculator_.TakeScheduled(output);
@@ -88,6 +91,10 @@ class SpeculationTest : public ::testing::Test {
         sampled->add_accepted_draft_ids(j < step.draft_token_ids_size() ? step.draft_token_ids(j)
                                                                         : 30 + j);
         sampled->add_accepted_draft_logprobs(-0.25f);
+      }
+      for (int j = 0; j < step.num_next_draft_proposals() && j < static_cast<int>(next.size());
+           ++j) {
+        sampled->add_next_draft_ids(next[j]);
       }
     }
     absl::StatusOr<std::vector<GeneratedToken>> sampled = ExtractSampledTokens(result, output);
@@ -177,22 +184,64 @@ TEST_F(SpeculationTest, ConstrainedDraftsStopAtTheGrammarAndEachPositionGetsItsM
   EXPECT_EQ(after_refusal[2], after_refusal[0]);
 }
 
-// A draft model's drafts are proposed inside the worker's step, where no
-// mask could follow them: a constrained row runs plain.
-TEST_F(SpeculationTest, ConstrainedRowsDoNotAskADraftModelForProposals) {
+// Under a draft model a constrained row proposes a step ahead: it asks the
+// worker for proposals after its step (num_next_draft_proposals, their room
+// in its lookahead slots), and sends the next step those its grammar
+// accepts as drafts, each position with its mask. Proposals made for
+// another length of the sequence are not used.
+TEST_F(SpeculationTest, ConstrainedRowsVerifyTheDraftModelsProposalsOfTheStepBefore) {
   SpeculativeConfig config;
   config.method = SpeculativeMethod::kDraftModel;
   config.model = "/draft";
   config.num_speculative_tokens = 3;
-  speculator_ = Speculator(config, 64, 64);
+  speculator_ = Speculator(config, 64, 64, {kEos});
   SamplingOptions sampling;
   sampling.grammar = GrammarOverCycleTokens("abc1*");
-  Add(/*max_tokens=*/32, 0, {}, sampling);
-  Step(0, 10);
-  Step(0, 11);
+  SequenceGroup* group = Add(/*max_tokens=*/32, 0, {}, sampling);
+  Step(0, 10);  // Prefill: "a".
+  SchedulerOutput output;
+  // The first decode has nothing to verify yet, and asks for 3 proposals.
+  Step(0, 11, &output, {12, 13, 14});  // "b"; then "c", "-", "1" proposed.
   ASSERT_EQ(plan_.sequences_size(), 1);
   EXPECT_EQ(plan_.sequences(0).num_draft_proposals(), 0);
-  EXPECT_TRUE(plan_.sequences(0).token_mask_follows());
+  EXPECT_EQ(plan_.sequences(0).draft_token_ids_size(), 0);
+  EXPECT_EQ(plan_.sequences(0).num_next_draft_proposals(), 3);
+  EXPECT_EQ(output.scheduled[0].num_lookahead_slots, 3);
+  // "-" cannot follow "abc": one draft, with a mask per position, and room
+  // for the next proposals past it.
+  Step(1, 14, &output, {14, 14, 2});  // "c" accepted, then "1".
+  const wv1::SequenceStep& step = plan_.sequences(0);
+  EXPECT_EQ(std::vector<int32_t>(step.draft_token_ids().begin(), step.draft_token_ids().end()),
+            std::vector<int32_t>({12}));
+  EXPECT_TRUE(step.token_mask_follows());
+  EXPECT_EQ(step.num_next_draft_proposals(), 3);
+  EXPECT_EQ(output.scheduled[0].num_lookahead_slots, 4);
+  EXPECT_EQ(Ids(group->seqs()[0]->output()), (std::vector<int32_t>{10, 11, 12, 14}));
+  EXPECT_EQ(speculator_.totals().num_draft_tokens, 1);
+  EXPECT_EQ(speculator_.totals().num_accepted_tokens, 1);
+  // The drafts stop before EOS (after which no mask is needed).
+  Step(0, 14);
+  EXPECT_EQ(std::vector<int32_t>(plan_.sequences(0).draft_token_ids().begin(),
+                                 plan_.sequences(0).draft_token_ids().end()),
+            std::vector<int32_t>({14, 14}));
+  // That answer returned no proposals: the next step verifies none.
+  Step(0, 14);
+  EXPECT_EQ(plan_.sequences(0).draft_token_ids_size(), 0);
+  EXPECT_EQ(plan_.sequences(0).num_next_draft_proposals(), 3);
+
+  // More proposals than asked for: the answer is refused.
+  speculator_.Propose(scheduler_);
+  output = scheduler_.Schedule();
+  speculator_.TakeScheduled(output);
+  wv1::StepPlan plan = BuildStepPlan(step_id_++, output, scheduler_.block_manager(), {kEos});
+  speculator_.AttachDrafts(output, plan);
+  wv1::StepResult result;
+  wv1::SampledToken* sampled = result.add_tokens();
+  sampled->set_seq_id(plan.sequences(0).seq_id());
+  sampled->set_token_id(14);
+  for (int j = 0; j < 4; ++j) sampled->add_next_draft_ids(14);
+  EXPECT_EQ(speculator_.ExtractAccepted(result, output).status().code(),
+            absl::StatusCode::kInternal);
 }
 
 TEST_F(SpeculationTest, ReservesDraftSlotsAndGivesBackThoseOfRejectedDrafts) {

@@ -6,12 +6,10 @@
 #include <utility>
 
 #include "glog/logging.h"
-#include "scheduler/engine/constraint_mask.h"
 #include "scheduler/engine/step_plan.h"
 
 namespace pagoda::scheduler {
 namespace {
-
 
 bool HasMultiTokenBadWord(const SamplingOptions& sampling) {
   return std::any_of(sampling.bad_words_token_ids.begin(), sampling.bad_words_token_ids.end(),
@@ -20,15 +18,15 @@ bool HasMultiTokenBadWord(const SamplingOptions& sampling) {
 
 // Whether the group's next step needs the token `entry` samples on the
 // server first (docs/architecture.md, "Overlapped scheduling", 4., 6.-8.).
+// A grammar's mask does not: it follows the plan, built once the token is
+// in (Engine::StepOverlapped, DeferredStepMasks).
 bool NeedsTokenFirst(const ScheduledSequence& entry, int max_model_len) {
   const SequenceGroup& group = *entry.group;
   const Sequence& seq = *entry.seq;
   const SamplingOptions& sampling = group.sampling();
-  // Beams are chosen from every candidate's logprobs; a grammar's mask and
-  // a bad word's ban read the last tokens.
-  if (sampling.use_beam_search || IsConstrained(group) || HasMultiTokenBadWord(sampling)) {
-    return true;
-  }
+  // Beams are chosen from every candidate's logprobs; a multi-token bad
+  // word's ban, in the plan, reads the last tokens.
+  if (sampling.use_beam_search || HasMultiTokenBadWord(sampling)) return true;
   // The other samples fork from the first token.
   if (static_cast<int>(group.seqs().size()) < sampling.best_of) return true;
   // A step with drafts returns a run of tokens of unknown length.
@@ -44,6 +42,25 @@ double ThreadCpuSeconds() {
   timespec now{};
   if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now) != 0) return 0;
   return static_cast<double>(now.tv_sec) + 1e-9 * static_cast<double>(now.tv_nsec);
+}
+
+void DeferredStepMasks::Fulfil(pagoda::worker::v1::StepMasks masks) {
+  absl::MutexLock lock(&mu_);
+  if (!masks_.has_value()) masks_ = std::move(masks);
+}
+
+void DeferredStepMasks::Abandon() {
+  pagoda::worker::v1::StepMasks none;
+  none.set_step_id(step_id_);
+  Fulfil(std::move(none));
+}
+
+pagoda::worker::v1::StepMasks DeferredStepMasks::Wait() {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(
+      +[](std::optional<pagoda::worker::v1::StepMasks>* masks) { return masks->has_value(); },
+      &masks_));
+  return *masks_;
 }
 
 InFlightStep::InFlightStep(SchedulerOutput scheduled)
@@ -125,6 +142,12 @@ StepPipeline::WaitOldest() {
   std::unique_ptr<InFlightStep> step = std::move(steps_.front());
   steps_.pop_front();
   return {std::move(step), std::move(result)};
+}
+
+void StepPipeline::AbandonPendingMasks() {
+  for (const std::unique_ptr<InFlightStep>& step : steps_) {
+    if (step->pending_masks != nullptr) step->pending_masks->Abandon();
+  }
 }
 
 void StepPipeline::Retire(std::unique_ptr<SequenceGroup> group) {

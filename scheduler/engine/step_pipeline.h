@@ -14,17 +14,22 @@
 //     usual append, stop checks, streaming, prefix-cache publication).
 //  3. AdvancePastStep(N + 1).
 // At most one token per sequence is unknown. A group whose next step needs
-// its token on the server first (a fork of n > 1, beam search, a grammar,
-// multi-token bad words, drafts, or its last token) sits out the step
-// planned meanwhile (SequenceGroup::waits_for_tokens). A step that may
+// its token on the server first (a fork of n > 1, beam search, multi-token
+// bad words, drafts, or its last token) sits out the step planned meanwhile
+// (SequenceGroup::waits_for_tokens). A constrained row is planned with a
+// placeholder; its mask is built after step 2 (BuildStepMasks, once the
+// grammar has read step N's token) and follows the plan (DeferredStepMasks). A step that may
 // preempt (Scheduler::MayPreempt) is planned only once nothing is in flight.
 
 #include <deque>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "google/protobuf/arena.h"
 #include "pagoda/worker/v1/worker.pb.h"
@@ -48,6 +53,29 @@ struct StepClock {
   absl::Time end;        // Outputs processed.
 };
 
+// The token masks of a sent step, computed on the engine thread once the
+// step before it has been processed (its tokens advanced the grammars):
+// the sender thread's mask source waits here, while the workers already run
+// the step's forward pass (docs/architecture.md, "Overlapped scheduling",
+// 7.). Thread-safe.
+class DeferredStepMasks {
+ public:
+  explicit DeferredStepMasks(int64_t step_id) : step_id_(step_id) {}
+  // Hands the masks to the waiting source.
+  void Fulfil(pagoda::worker::v1::StepMasks masks);
+  // The step will never be processed (a failure before it): the source
+  // returns masks with no rows, which the workers refuse (if any still
+  // runs it), rather than wait for ever.
+  void Abandon();
+  // The masks, once Fulfil or Abandon ran: the step's StepMaskSource.
+  pagoda::worker::v1::StepMasks Wait();
+
+ private:
+  const int64_t step_id_;
+  absl::Mutex mu_;
+  std::optional<pagoda::worker::v1::StepMasks> masks_ ABSL_GUARDED_BY(mu_);
+};
+
 // One step sent to the workers whose answer is not processed yet.
 struct InFlightStep {
   explicit InFlightStep(SchedulerOutput scheduled);
@@ -58,6 +86,9 @@ struct InFlightStep {
   // Groups that finished or were cancelled after this step was sent: its
   // entries point at them, so they live until its answer was read.
   std::vector<std::unique_ptr<SequenceGroup>> retired;
+  // The masks the plan promised, until the engine built them (null when it
+  // promised none or once they were handed over).
+  std::shared_ptr<DeferredStepMasks> pending_masks;
 };
 
 // Sets input_from_last_sample on the plan's rows whose last input is a
@@ -98,6 +129,9 @@ class StepPipeline {
   // Waits for the oldest step's answer. REQUIRES: !empty().
   std::pair<std::unique_ptr<InFlightStep>, absl::StatusOr<pagoda::worker::v1::StepResult>>
   WaitOldest();
+  // Abandons the masks of every step in flight that still waits for them
+  // (DeferredStepMasks::Abandon): before waiting for steps after a failure.
+  void AbandonPendingMasks();
   // Keeps `group` alive until the newest step in flight has answered
   // (dropped at once when none is).
   void Retire(std::unique_ptr<SequenceGroup> group);

@@ -164,10 +164,19 @@ wv1::StepMasks BuildStepMasks(const wv1::StepPlan& plan, const SchedulerOutput& 
   for (int i = 0; i < plan.sequences_size(); ++i) {
     if (!plan.sequences(i).token_mask_follows()) continue;
     const ScheduledSequence& entry = output.scheduled[i];
+    const auto& drafts = plan.sequences(i).draft_token_ids();
+    if (IsFinished(entry.seq->status())) {
+      // Under overlap, a late stop (EOS, a stop token or string in the step
+      // before): the row's token is dropped unread, but the worker waits
+      // for its masks; empty ones draw freely.
+      for (int row = 0; row <= drafts.size(); ++row) {
+        masks.add_rows()->set_seq_id(entry.seq->seq_id());
+      }
+      continue;
+    }
     wv1::SamplingOptions bans;
     SetBannedTokens(*entry.group, *entry.seq, eos_token_ids, &bans);
     // One row per verified position: the drafts' masks follow the first.
-    const auto& drafts = plan.sequences(i).draft_token_ids();
     for (std::string& mask :
          NextTokenMasks(*entry.group, *entry.seq, drafts, eos_token_ids, bans.banned_token_ids())) {
       wv1::RowTokenMask* row = masks.add_rows();

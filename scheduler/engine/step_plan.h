@@ -49,7 +49,10 @@ void BuildStepPlanInto(int64_t step_id, const SchedulerOutput& output,
 // its grammar's mask with its bans folded in (constraint_mask.h: advances
 // the sequences' matchers). Called after the plan went out, while the
 // workers run the forward pass; the output tokens it reads are those the
-// plan was built from.
+// plan was built from, but under overlap without the placeholder: the step
+// before has been processed, its real tokens appended. A row whose sequence
+// that step finished (a late stop) gets empty masks (its token is dropped
+// unread; the worker still gets every row it waits for).
 pagoda::worker::v1::StepMasks BuildStepMasks(const pagoda::worker::v1::StepPlan& plan,
                                              const SchedulerOutput& output,
                                              absl::Span<const int32_t> eos_token_ids = {});

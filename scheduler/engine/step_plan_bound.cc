@@ -16,9 +16,11 @@ constexpr int64_t kMaxVarintBytes = 10;
 // A nested message's or packed list's tag and length.
 constexpr int64_t kFieldHeaderBytes = kTagBytes + kLengthBytes;
 // A row's scalar fields (seq_id, start_position, do_sample, sample_index,
-// num_prompt_top_logprobs and the sampling scalars: 15 fields at most), each
-// tag + value at most kTagBytes + kMaxVarintBytes.
-constexpr int64_t kRowScalarBytes = 15 * (kTagBytes + kMaxVarintBytes);
+// num_prompt_top_logprobs, token_mask_follows, input_from_last_sample,
+// lora_slot, num_draft_proposals, num_next_draft_proposals and the sampling
+// scalars: 20 fields at most), each tag + value at most kTagBytes +
+// kMaxVarintBytes.
+constexpr int64_t kRowScalarBytes = 20 * (kTagBytes + kMaxVarintBytes);
 // Block ids are below the pool's size, which the workers' profiling sets
 // later: any non-negative int32, 5 bytes at most.
 constexpr int64_t kBlockIdBytes = 5;

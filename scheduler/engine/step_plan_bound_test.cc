@@ -66,6 +66,11 @@ wv1::StepPlan WorstStepPlan(const StepPlanLimits& limits) {
     step->set_do_sample(true);
     step->set_sample_index(kMaxInt32);
     step->set_num_prompt_top_logprobs(kMaxTopLogprobs);
+    step->set_token_mask_follows(true);
+    step->set_input_from_last_sample(true);
+    step->set_lora_slot(-1);
+    step->set_num_draft_proposals(-1);
+    step->set_num_next_draft_proposals(-1);
     for (int i = 0; i < tokens_per_row; ++i) {
       step->add_token_ids(limits.vocab_size - 1);
       step->add_prompt_logprob_token_ids(limits.vocab_size - 1);

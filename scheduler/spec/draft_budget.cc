@@ -5,7 +5,7 @@
 namespace pagoda::scheduler {
 
 int DraftBudget(const DraftRequest& request) {
-  if (request.beam_search || request.constrained || request.bad_words) return 0;
+  if (request.beam_search || request.bad_words) return 0;
   if (request.disable_by_batch_size.has_value() &&
       request.running_sequences > *request.disable_by_batch_size) {
     return 0;

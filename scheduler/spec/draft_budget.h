@@ -22,18 +22,17 @@ struct DraftRequest {
   int max_tokens = 0;  // The request's output limit.
   int min_tokens = 0;
   int max_model_len = 0;
-  // What the plan carries once per sequence, not per verified row: a
-  // structured-output mask over drafts the server does not know (a draft
-  // model's; prompt lookup's get a mask per position, so the caller leaves
-  // this false for them), bad words' banned ids (both follow the tokens
-  // before the row), and beam search (which vLLM also refuses).
-  bool constrained = false;
+  // What the plan carries once per sequence, not per verified row: bad
+  // words' banned ids (they follow the tokens before the row), and beam
+  // search (which vLLM also refuses). A structured-output mask is not among
+  // them: every method's drafts reach the server before their step (a draft
+  // model's proposed a step ahead), which sends a mask per position.
   bool bad_words = false;
   bool beam_search = false;
 };
 
 // The drafts the sequence may carry, in [0, num_speculative_tokens]:
-// - 0 for beam search, a constrained sequence, bad words, or a batch above
+// - 0 for beam search, bad words, or a batch above
 //   disable_by_batch_size;
 // - no row samples past max_tokens: at most max_tokens - output_tokens - 1
 //   (the token after the drafts is output too);

@@ -19,8 +19,7 @@ DraftRequest Roomy() {
 TEST(DraftBudgetTest, KWhenNothingLimitsIt) { EXPECT_EQ(DraftBudget(Roomy()), 4); }
 
 TEST(DraftBudgetTest, NoneForWhatThePlanCannotVerifyPerRow) {
-  for (auto flag :
-       {&DraftRequest::constrained, &DraftRequest::bad_words, &DraftRequest::beam_search}) {
+  for (auto flag : {&DraftRequest::bad_words, &DraftRequest::beam_search}) {
     DraftRequest request = Roomy();
     request.*flag = true;
     EXPECT_EQ(DraftBudget(request), 0);

@@ -6,11 +6,16 @@
 // and a worker restart change no beam. The token masks follow each plan
 // (computed while the forward pass runs): the tokens are those of the same
 // masks inside the plan, and a worker lost between a plan and its masks
-// changes none. Under prompt lookup, whose drafts the masks follow position
-// by position, greedy and seeded requests keep plain decoding's tokens; a
-// draft model proposes nothing for constrained rows.
+// changes none. Under speculation, whose drafts the masks follow position
+// by position (prompt lookup's, and a draft model's or EAGLE head's
+// proposed a step ahead), greedy and seeded requests keep plain decoding's
+// tokens. Under overlapped scheduling constrained rows are planned with
+// placeholders and their masks follow once the token before is in: the
+// tokens of steps one at a time.
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -102,6 +107,17 @@ std::vector<Case> Cases() {
   };
 }
 
+// Cases() and a loose regex that most tokens satisfy, so that a draft
+// proposed without the grammar's mask (a draft model's or an EAGLE head's:
+// they draw over the whole vocabulary) is often one the grammar accepts.
+std::vector<Case> SpeculableCases() {
+  std::vector<Case> cases = Cases();
+  const std::string loose = "[a-z0-9 ]{8,40}";
+  cases.push_back({"loose", [=](auto& r) { r.set_regex(loose); },
+                   [=](const std::string& t) { return RegexMatches(loose, t); }});
+  return cases;
+}
+
 std::string Text(const std::vector<GeneratedToken>& tokens) {
   static const std::vector<std::optional<std::string>> bytes = TokenBytes();
   std::string text;
@@ -131,12 +147,16 @@ std::vector<int32_t> Ids(const std::vector<GeneratedToken>& tokens) {
 // What one request returned: each sequence's token ids, by index.
 using Outputs = std::map<int, std::vector<int32_t>>;
 
-// The masks inside the plan, as the worker took them before they followed
-// it: each promised mask merged into its row's sampling.token_mask before
-// the plan goes out to the same workers.
-class InlineMasksGroup : public WorkerGroup {
+// Passes every step on to `inner`, counting the constrained rows (a mask
+// follows the plan), those of them planned with a placeholder (overlapped)
+// and the masks that came empty (a sequence that ended after the plan).
+// With `inline_masks`, the masks inside the plan, as the worker took them
+// before they followed it: each promised mask merged into its row's
+// sampling.token_mask before the plan goes out to the same workers.
+class MaskCountingGroup : public WorkerGroup {
  public:
-  explicit InlineMasksGroup(WorkerGroup* inner) : inner_(inner) {}
+  MaskCountingGroup(WorkerGroup* inner, bool inline_masks)
+      : inner_(inner), inline_masks_(inline_masks) {}
   absl::StatusOr<wv1::LoadModelResponse> LoadModel(const wv1::LoadModelRequest& request) override {
     return inner_->LoadModel(request);
   }
@@ -146,8 +166,18 @@ class InlineMasksGroup : public WorkerGroup {
   absl::StatusOr<wv1::StepResult> ExecuteStep(const wv1::StepPlan& plan,
                                               const StepMaskSource& masks) override {
     if (!PromisesTokenMasks(plan)) return inner_->ExecuteStep(plan, masks);
+    for (const wv1::SequenceStep& step : plan.sequences()) {
+      rows_ += step.token_mask_follows();
+      placeholder_rows_ += step.token_mask_follows() && step.input_from_last_sample();
+    }
+    const auto counted = [&] {
+      wv1::StepMasks built = masks();
+      for (const wv1::RowTokenMask& row : built.rows()) empty_masks_ += row.token_mask().empty();
+      return built;
+    };
+    if (!inline_masks_) return inner_->ExecuteStep(plan, counted);
     wv1::StepPlan merged = plan;
-    const wv1::StepMasks computed = masks();
+    const wv1::StepMasks computed = counted();
     int next = 0;
     for (wv1::SequenceStep& step : *merged.mutable_sequences()) {
       if (!step.token_mask_follows()) continue;
@@ -158,10 +188,18 @@ class InlineMasksGroup : public WorkerGroup {
   }
   bool Healthy() const override { return inner_->Healthy(); }
   int world_size() const override { return 1; }
+  absl::Status Recover() override { return inner_->Recover(); }
   void Shutdown() override { inner_->Shutdown(); }
+  int rows() const { return rows_.load(); }
+  int placeholder_rows() const { return placeholder_rows_.load(); }
+  int empty_masks() const { return empty_masks_.load(); }
 
  private:
   WorkerGroup* inner_;
+  const bool inline_masks_;
+  std::atomic<int> rows_{0};
+  std::atomic<int> placeholder_rows_{0};
+  std::atomic<int> empty_masks_{0};
 };
 
 class ConstrainedBeamTest : public ::testing::Test {
@@ -174,10 +212,19 @@ class ConstrainedBeamTest : public ::testing::Test {
                     " --num-heads 4 --num-kv-heads 2 --dtype f32 --seed 5 --eos-id 2")
                     .ok());
     compiler_ = new ConstraintCompiler(*constraints::TokenVocabulary::Create(TokenBytes(), kVocab));
+    // An EAGLE head that is nearly the target itself, so that its drafts
+    // are often right (eagle_reference.py make --clone).
+    eagle_dir_ = new std::string(*model_dir_ + "_eagle");
+    const std::string make_head =
+        absl::StrCat(pagoda::testing::PythonBinary(), " tests/reference/eagle_reference.py make",
+                     " --clone --source ", *model_dir_, " --out ", *eagle_dir_);
+    ASSERT_EQ(std::system(make_head.c_str()), 0) << make_head;
   }
   static void TearDownTestSuite() {
     std::filesystem::remove_all(*model_dir_);
+    std::filesystem::remove_all(*eagle_dir_);
     delete model_dir_;
+    delete eagle_dir_;
     delete compiler_;
   }
 
@@ -187,10 +234,10 @@ class ConstrainedBeamTest : public ::testing::Test {
   // how fast this thread submits (a loaded machine once saw no preemption).
   void StartEngine(int gpu_blocks = 256, PreemptionMode mode = PreemptionMode::kAuto,
                    int cpu_blocks = 0, bool run_now = true, bool inline_masks = false,
-                   std::optional<SpeculativeConfig> speculative = std::nullopt) {
+                   std::optional<SpeculativeConfig> speculative = std::nullopt,
+                   bool async_scheduling = true) {
     engine_.reset();
     workers_ = std::make_unique<RestartableWorkerGroup>();
-    inline_masks_ = std::make_unique<InlineMasksGroup>(workers_.get());
     wv1::LoadModelRequest load;
     load.set_model_dir(*model_dir_);
     load.set_world_size(1);
@@ -199,8 +246,9 @@ class ConstrainedBeamTest : public ::testing::Test {
     load.set_kv_cache_memory_bytes(64 << 20);
     load.set_max_num_batched_tokens(256);
     load.set_max_num_seqs(64);
-    if (speculative.has_value() && speculative->method == SpeculativeMethod::kDraftModel) {
+    if (speculative.has_value() && speculative->method != SpeculativeMethod::kNgram) {
       load.set_draft_model_dir(speculative->model);
+      load.set_draft_is_eagle_head(speculative->method == SpeculativeMethod::kEagle);
     }
     ASSERT_TRUE(workers_->LoadModel(load).ok());
     wv1::InitCacheRequest init;
@@ -217,8 +265,11 @@ class ConstrainedBeamTest : public ::testing::Test {
     config.scheduler.max_model_len = 256;
     config.eos_token_ids = {kEos};
     config.speculative = speculative;
-    WorkerGroup* group = inline_masks ? static_cast<WorkerGroup*>(inline_masks_.get()) : workers_.get();
-    engine_ = std::make_unique<Engine>(config, group, nullptr);
+    // Masks inside the plan are built before the plan's placeholders are
+    // known (the worker refuses the two together): one step at a time.
+    config.async_scheduling = async_scheduling && !inline_masks;
+    counter_ = std::make_unique<MaskCountingGroup>(workers_.get(), inline_masks);
+    engine_ = std::make_unique<Engine>(config, counter_.get(), nullptr);
     engine_running_ = run_now;
     if (run_now) engine_->Start();
   }
@@ -300,6 +351,10 @@ class ConstrainedBeamTest : public ::testing::Test {
       }
       sinks.emplace_back(c.name + "/beam", Submit(c.name + "/beam", c, 2));
     }
+    if (!engine_running_) {
+      engine_->Start();
+      engine_running_ = true;
+    }
     std::map<std::string, Outputs> outputs;
     for (const auto& [id, sink] : sinks) {
       for (const Case& c : Cases()) {
@@ -319,16 +374,20 @@ class ConstrainedBeamTest : public ::testing::Test {
     const std::vector<int32_t> prompt =
         SingleCharacterTokens(R"(alpha beta yes-12 {"a":1,"b":"x"} abc-12)");
     std::vector<std::pair<std::string, std::shared_ptr<CollectingSink>>> sinks;
-    for (const Case& c : Cases()) {
+    for (const Case& c : SpeculableCases()) {
       sinks.emplace_back(c.name + "/greedy", Submit(c.name + "/greedy", c, 0, prompt));
       for (uint64_t seed : {1, 2, 3}) {
         const std::string id = absl::StrCat(c.name, "/seed", seed);
         sinks.emplace_back(id, Submit(id, c, 0, prompt, 1.0f, seed));
       }
     }
+    if (!engine_running_) {
+      engine_->Start();
+      engine_running_ = true;
+    }
     std::map<std::string, Outputs> outputs;
     for (const auto& [id, sink] : sinks) {
-      for (const Case& c : Cases()) {
+      for (const Case& c : SpeculableCases()) {
         if (id.substr(0, id.find('/')) == c.name) outputs[id] = Finish(*sink, c, id);
       }
     }
@@ -336,14 +395,16 @@ class ConstrainedBeamTest : public ::testing::Test {
   }
 
   static std::string* model_dir_;
+  static std::string* eagle_dir_;
   static ConstraintCompiler* compiler_;
   std::unique_ptr<RestartableWorkerGroup> workers_;
-  std::unique_ptr<InlineMasksGroup> inline_masks_;
+  std::unique_ptr<MaskCountingGroup> counter_;
   std::unique_ptr<Engine> engine_;
   bool engine_running_ = false;
 };
 
 std::string* ConstrainedBeamTest::model_dir_ = nullptr;
+std::string* ConstrainedBeamTest::eagle_dir_ = nullptr;
 ConstraintCompiler* ConstrainedBeamTest::compiler_ = nullptr;
 
 TEST_F(ConstrainedBeamTest, EveryBeamOfWidthTwoAndFourIsASentenceOfItsConstraint) {
@@ -449,13 +510,81 @@ TEST_F(ConstrainedBeamTest, AWorkerLostBetweenPlanAndMasksChangesNoToken) {
   EXPECT_EQ(workers_->restarts(), 1);
 }
 
+// Structured outputs under overlapped scheduling (docs/architecture.md,
+// "Overlapped scheduling", 7.): a constrained row is planned every step with
+// a placeholder, and its mask, built once the token before it is in,
+// follows the plan. Every case greedy, seeded and as a beam, beside
+// unconstrained requests that keep every step busy, gets the tokens of
+// steps one at a time, and the constrained rows did overlap (before, they
+// sat out every step planned while their token was in flight).
+TEST_F(ConstrainedBeamTest, ConstrainedRowsOverlapAndKeepTheTokensOfStepsOneAtATime) {
+  struct Run {
+    std::map<std::string, Outputs> constrained;
+    std::vector<std::vector<GeneratedToken>> plain;
+    EngineSnapshot snapshot;
+    int rows = 0;
+    int placeholder_rows = 0;
+    int empty_masks = 0;
+  };
+  auto run = [&](bool async_scheduling, Run* result) {
+    StartEngine(256, PreemptionMode::kAuto, 0, /*run_now=*/false, /*inline_masks=*/false,
+                std::nullopt, async_scheduling);
+    std::vector<std::shared_ptr<CollectingSink>> plain;
+    for (int i = 0; i < 4; ++i) {
+      auto sink = std::make_shared<CollectingSink>();
+      EngineRequest request;
+      request.request_id = absl::StrCat("plain", i);
+      request.prompt_token_ids = {7, 11, 13, static_cast<int32_t>(20 + i)};
+      request.sampling.seed = 50 + i;
+      request.sampling.temperature = i % 2 == 0 ? 0.0f : 0.8f;
+      request.stopping.max_tokens = 60;
+      request.stopping.ignore_eos = true;
+      request.sink = sink;
+      ASSERT_TRUE(engine_->AddRequest(std::move(request)).ok());
+      plain.push_back(sink);
+    }
+    result->constrained = RunMixedBatch();
+    for (const auto& sink : plain) {
+      ASSERT_TRUE(sink->WaitFinished(absl::Seconds(120)));
+      result->plain.push_back(sink->sequences().at(0).tokens);
+    }
+    ASSERT_TRUE(engine_->WaitUntilIdle(absl::Seconds(5)));
+    result->snapshot = engine_->snapshot();
+    result->rows = counter_->rows();
+    result->placeholder_rows = counter_->placeholder_rows();
+    result->empty_masks = counter_->empty_masks();
+    EXPECT_EQ(result->snapshot.free_gpu_blocks, 256);
+  };
+  Run one_at_a_time;
+  ASSERT_NO_FATAL_FAILURE(run(false, &one_at_a_time));
+  Run overlapped;
+  ASSERT_NO_FATAL_FAILURE(run(true, &overlapped));
+  EXPECT_EQ(overlapped.constrained, one_at_a_time.constrained);
+  ASSERT_EQ(overlapped.plain.size(), one_at_a_time.plain.size());
+  for (size_t i = 0; i < one_at_a_time.plain.size(); ++i) {
+    EXPECT_EQ(Ids(overlapped.plain[i]), Ids(one_at_a_time.plain[i])) << "plain " << i;
+  }
+  EXPECT_EQ(one_at_a_time.snapshot.num_overlapped_steps, 0);
+  EXPECT_EQ(one_at_a_time.placeholder_rows, 0);
+  // Every constrained row but a sequence's first (and the beams', which
+  // sit out a step) refers to the token in flight: the greedy and seeded
+  // rows are most of them. Before, none did: such a row sat out the step.
+  EXPECT_GT(overlapped.placeholder_rows, overlapped.rows / 2)
+      << overlapped.placeholder_rows << " of " << overlapped.rows;
+  EXPECT_GT(overlapped.snapshot.num_overlapped_steps, overlapped.snapshot.num_steps / 2);
+  // Late stops: a request that drew EOS was already in the next plan, and
+  // the worker still got a (free) mask for its row, whose token was dropped.
+  EXPECT_EQ(one_at_a_time.empty_masks, 0);
+  EXPECT_GT(overlapped.empty_masks, 0);
+}
+
 // Speculative decoding with structured outputs: the masks follow the drafts
 // position by position (constraint_mask.h), so every accepted draft was
 // drawn under the mask plain decoding would have used there.
 TEST_F(ConstrainedBeamTest, SpeculationKeepsPlainTokensUnderEveryConstraint) {
   StartEngine();
   const std::map<std::string, Outputs> expected = RunSpeculableBatch();
-  ASSERT_EQ(expected.size(), 16u);
+  ASSERT_EQ(expected.size(), 20u);
   SpeculativeConfig ngram;
   ngram.method = SpeculativeMethod::kNgram;
   ngram.num_speculative_tokens = 4;
@@ -463,22 +592,63 @@ TEST_F(ConstrainedBeamTest, SpeculationKeepsPlainTokensUnderEveryConstraint) {
   ngram.prompt_lookup_max = 3;
   StartEngine(256, PreemptionMode::kAuto, 0, /*run_now=*/true, /*inline_masks=*/false, ngram);
   EXPECT_EQ(RunSpeculableBatch(), expected);
-  // Drafts were proposed and accepted (57 of 77 when written): the masks
+  // Drafts were proposed and accepted (85 of 176 when written): the masks
   // of accepted positions did decide tokens.
   const SpecDecodeTotals totals = engine_->snapshot().spec_decode;
   EXPECT_GT(totals.num_draft_tokens, 0);
   EXPECT_GT(totals.num_accepted_tokens, 0) << totals.num_draft_tokens << " drafts";
 
-  // A draft model proposes inside the worker's step, where no mask could
-  // follow its drafts: constrained rows run plain (a proposal asked with a
-  // mask would have the worker refuse the step).
+  // A draft model (the target itself) and an EAGLE head propose a step
+  // ahead: the server cuts their proposals at the grammar and sends them as
+  // drafts with a mask per position. The target as its own draft draws as
+  // the target does but without the mask, so its drafts are accepted
+  // wherever the grammar allows the token the unmasked draw picks.
   SpeculativeConfig draft;
   draft.method = SpeculativeMethod::kDraftModel;
   draft.model = *model_dir_;
   draft.num_speculative_tokens = 4;
   StartEngine(256, PreemptionMode::kAuto, 0, /*run_now=*/true, /*inline_masks=*/false, draft);
   EXPECT_EQ(RunSpeculableBatch(), expected);
-  EXPECT_EQ(engine_->snapshot().spec_decode.num_draft_tokens, 0);
+  // Every draft the grammar let through was accepted (35 of 35 when
+  // written): the proposals after a step follow its accepted tokens at the
+  // right positions, K/V and noise.
+  const SpecDecodeTotals drafted = engine_->snapshot().spec_decode;
+  EXPECT_GT(drafted.num_draft_tokens, 0);
+  EXPECT_EQ(drafted.num_accepted_tokens, drafted.num_draft_tokens);
+
+  SpeculativeConfig eagle = draft;
+  eagle.method = SpeculativeMethod::kEagle;
+  eagle.model = *eagle_dir_;
+  StartEngine(256, PreemptionMode::kAuto, 0, /*run_now=*/true, /*inline_masks=*/false, eagle);
+  EXPECT_EQ(RunSpeculableBatch(), expected);
+  // A head that is nearly the target: 17 of 79 accepted when written.
+  const SpecDecodeTotals headed = engine_->snapshot().spec_decode;
+  EXPECT_GT(headed.num_draft_tokens, 0);
+  EXPECT_GT(headed.num_accepted_tokens, 0) << headed.num_draft_tokens << " drafts";
+}
+
+// A draft model's proposals made a step ahead under preemption (recompute,
+// then swap, in a cache of 60 blocks for 20 requests of up to 90 tokens)
+// and a worker restart mid-run (the proposals in flight are lost): plain
+// decoding's tokens.
+TEST_F(ConstrainedBeamTest, SpeculationAheadSurvivesPreemptionAndARestart) {
+  StartEngine();
+  const std::map<std::string, Outputs> expected = RunSpeculableBatch();
+  SpeculativeConfig draft;
+  draft.method = SpeculativeMethod::kDraftModel;
+  draft.model = *model_dir_;
+  draft.num_speculative_tokens = 4;
+  for (PreemptionMode mode : {PreemptionMode::kRecompute, PreemptionMode::kSwap}) {
+    const bool swap = mode == PreemptionMode::kSwap;
+    engine_.reset();
+    StartEngine(60, mode, swap ? 512 : 0, /*run_now=*/false, /*inline_masks=*/false, draft);
+    workers_->CrashBeforeMasks(8);
+    EXPECT_EQ(RunSpeculableBatch(), expected) << (swap ? "swap" : "recompute");
+    EXPECT_GT(engine_->snapshot().num_preemptions_total, 0) << (swap ? "swap" : "recompute");
+    EXPECT_EQ(workers_->swap_out_moves() > 0, swap);
+    EXPECT_EQ(workers_->restarts(), 1);
+    EXPECT_GT(engine_->snapshot().spec_decode.num_accepted_tokens, 0);
+  }
 }
 
 }  // namespace

@@ -11,7 +11,13 @@ residual stream, no final norm) gives logits through the target's lm_head.
 The target's embed_tokens and lm_head are used; the head's own are ignored.
 
 Subcommands:
-  make      one EAGLE head (as variants' "good") from --source into --out.
+  make      one EAGLE head (as variants' "good") from --source into --out;
+            with --clone, one that is nearly the target itself (fc =
+            [I | 0]: the row's input is its token's embedding; the
+            target's layers, layer 0's input norm folded into q, k, v;
+            no final norm): its row at p reads token p + 1 and predicts
+            about what the target predicts after it, so its drafts are
+            often right, as a trained head's.
   variants  turns a tiny Llama made by scripts/make_tiny_model.py (--source)
             into EAGLE head checkpoints under --out, each in <name>/model:
             its layers renamed "layers.<i>.*" (input norm kept in the file:
@@ -81,6 +87,22 @@ def make_head(source, out, seed, fc_bias=False, fc_shape=None, drop=()):
   os.makedirs(out, exist_ok=True)
   shutil.copy(os.path.join(source, "config.json"), out)
   write_f32_safetensors(os.path.join(out, "model.safetensors"), tensors)
+
+
+def make_clone_head(source, out):
+  make_head(source, out, 0)
+  path = os.path.join(out, "model.safetensors")
+  tensors = ref.read_model_weights(out)
+  source_weights = ref.read_model_weights(source)
+  hidden = tensors["fc.weight"].shape[0]
+  # The row's input is the embedding of its token; the feature is unused.
+  tensors["fc.weight"] = np.concatenate([np.eye(hidden), np.zeros((hidden, hidden))], axis=1)
+  # Layer 0 has no input norm in a head: its weight goes into q, k and v.
+  norm = source_weights["model.layers.0.input_layernorm.weight"]
+  for proj in ("q_proj", "k_proj", "v_proj"):
+    name = f"layers.0.self_attn.{proj}.weight"
+    tensors[name] = tensors[name] * norm[np.newaxis, :]
+  write_f32_safetensors(path, tensors)
 
 
 def make_variants(args):
@@ -214,6 +236,7 @@ def main(argv):
   p_make.add_argument("--source", required=True)
   p_make.add_argument("--out", required=True)
   p_make.add_argument("--seed", type=int, default=7)
+  p_make.add_argument("--clone", action="store_true")
   p_variants = sub.add_parser("variants")
   p_variants.add_argument("--source", required=True)
   p_variants.add_argument("--vocab-source", required=True)
@@ -221,6 +244,9 @@ def main(argv):
   p_variants.add_argument("--seed", type=int, default=7)
   add_draft_commands(sub)
   args = parser.parse_args(argv)
+  if args.command == "make" and args.clone:
+    make_clone_head(args.source, args.out)
+    return
   if args.command == "make":
     make_head(args.source, args.out, args.seed, fc_bias=True)
     return

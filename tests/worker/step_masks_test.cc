@@ -2,7 +2,8 @@
 // through real pagoda-worker processes and the server's worker group: one
 // rank over its step channel, two ranks (TCP collectives) over gRPC's SendStepMasks.
 // Also two ranks pipelining their steps on their step channels (overlapped
-// scheduling), each step's input the token the step before sampled.
+// scheduling), each step's input the token the step before sampled, with
+// and without masks that follow (built once that token was read).
 // The forward pass runs before the masks come and the sampler waits for
 // them; masks that do not answer the plan are refused without harm; a
 // worker killed between plan and masks is replaced and gives the same
@@ -12,6 +13,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <deque>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -19,9 +21,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
+#include "scheduler/workers/async_step_queue.h"
 #include "scheduler/workers/grpc_worker_group.h"
 
 namespace pagoda::worker {
@@ -288,6 +292,44 @@ TEST_F(StepMasksTest, TwoRanksPipelineTheirStepsAndDrawWhatTheyDrawOneAtATime) {
     pipelined.push_back(result->tokens(0).token_id());
   }
   EXPECT_EQ(pipelined, one_at_a_time);
+  EXPECT_TRUE(group->Healthy());
+
+  // A constrained row under overlap (scheduler/engine/step_pipeline.h):
+  // each placeholder's mask follows its plan, and depends on the token the
+  // step before drew, so the server's step queue writes every plan at once
+  // and each mask only once that token was read (the ranks run the forward
+  // pass meanwhile). The draws are those of masked steps one at a time.
+  std::vector<int> masked_one_at_a_time;
+  for (int draw = 0; draw < kDraws; ++draw) {
+    const int last = draw == 0 ? 0 : masked_one_at_a_time.back();
+    const v1::StepPlan plan = DrawPlan(step_id++, draw, last);
+    absl::StatusOr<v1::StepResult> result =
+        group->ExecuteStep(plan, [&] { return MasksFor(plan, MaskOfDraw(draw + last)); });
+    ASSERT_TRUE(result.ok()) << result.status();
+    masked_one_at_a_time.push_back(result->tokens(0).token_id());
+  }
+  std::deque<v1::StepPlan> masked_plans;  // The queue keeps pointers to them.
+  std::vector<absl::Notification> read(kDraws);
+  std::vector<int> overlapped(kDraws, -1);
+  {
+    scheduler::AsyncStepQueue queue(group.get());
+    for (int draw = 0; draw < kDraws; ++draw) {
+      masked_plans.push_back(DrawPlan(step_id++, draw, /*last_token=*/0));
+      masked_plans.back().mutable_sequences(0)->set_input_from_last_sample(draw > 0);
+      queue.Submit(masked_plans.back(), [&, draw] {
+        if (draw > 0) read[draw - 1].WaitForNotificationWithTimeout(absl::Seconds(60));
+        const int last = draw == 0 ? 0 : overlapped[draw - 1];
+        return MasksFor(masked_plans[draw], MaskOfDraw(draw + last));
+      });
+    }
+    for (int draw = 0; draw < kDraws; ++draw) {
+      absl::StatusOr<v1::StepResult> result = queue.WaitOldest();
+      EXPECT_TRUE(result.ok() && result->tokens_size() == 1) << draw << ": " << result.status();
+      if (result.ok() && result->tokens_size() == 1) overlapped[draw] = result->tokens(0).token_id();
+      read[draw].Notify();
+    }
+  }
+  EXPECT_EQ(overlapped, masked_one_at_a_time);
   EXPECT_TRUE(group->Healthy());
 }
 

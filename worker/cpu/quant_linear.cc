@@ -192,13 +192,15 @@ class CpuQuantLinear final : public Linear {
           for (int64_t t = begin; t < end; ++t) {
             const int64_t o = t * kQuantTileRows;
             const int cols = static_cast<int>(std::min<int64_t>(kQuantTileRows, out_ - o));
+            // The next tile of this task is pulled into L2 during the first call.
+            const uint8_t* next = t + 1 < end ? tile_codes_.data() + (t + 1) * tile_bytes : nullptr;
             for (int r = first; r < first + block; r += kQuantTileMaxTokens) {
               tile_kernel_(tile_codes_.data() + t * tile_bytes,
                            tile_params_.data() + t * num_groups_ * 2 * kQuantTileRows,
                            segments_.data(), num_segments, x_q_.data() + r * padded_in_, padded_in_,
                            x_scale_.data() + r, x_qsum_.data() + r, rows,
                            std::min(kQuantTileMaxTokens, first + block - r), y + r * out_ + o, out_,
-                           cols);
+                           cols, r == first ? next : nullptr);
             }
             if (bias_.empty()) continue;
             for (int r = first; r < first + block; ++r) {

@@ -280,7 +280,7 @@ TEST(QuantTileKernels, VnniEqualsPlainLoopAtEveryShape) {
           std::vector<float> y(rows * 17, -1.0f);  // ld 17: lanes past cols stay -1.
           (bits == 4 ? k.tile_int4 : k.tile_int8)(tile.data(), p.data(), segments.data(), 4,
                                                   x.data(), padded, scale.data(), sum.data(), rows,
-                                                  rows, y.data(), 17, cols);
+                                                  rows, y.data(), 17, cols, tile.data());
           return y;
         };
         const std::vector<float> sums = run(plain, unit, ones, zeros);

@@ -7,7 +7,10 @@
 // inputs (broadcast) into 16 output rows at once, so there is no horizontal
 // sum per output row, and each group's scales and zero-point offsets are one
 // vector op for the whole tile. The row layout (quant_a8_kernels.h) spent
-// about three quarters of its instructions on those per-row steps.
+// about three quarters of its instructions on those per-row steps. W8A8's
+// int8 Linear (w8a8_linear.h) takes the 8-bit layout too, with its own
+// per-token epilogue (W8A8TileKernels below), so a prompt's token rows
+// share each load of codes instead of summing one output row at a time.
 //
 // Tile layout (built by PackQuantTile): the padded inputs of quant_kernels.h
 // (segments of whole kQuantChunk chunks) in steps of 64 bytes.
@@ -64,10 +67,14 @@ inline int QuantTileCode(const uint8_t* tile, int bits, int j, int64_t p) {
 // with dot exact in int32 (quant_a8_kernels.h's rule: the same values,
 // REQUIRES the same kQuantA8MaxSegment bound) and g = segments[s].group.
 // The sums of a token row never depend on the other rows of the call.
+// next: null, or the next tile's codes (as many bytes), pulled into L2 at
+// the pace this tile's are read. The hardware prefetcher alone kept too few
+// lines in flight: with it, batch-1 int4 decode took 0.71-0.78x the time
+// and batch 8 0.59-0.67x (bench_quant_decode, docs/quantization.md).
 using QuantTileFn = void (*)(const uint8_t* tile, const float* params, const QuantSegment* segments,
                              int num_segments, const int8_t* x, size_t ld_x, const float* x_scale,
                              const float* x_sum, size_t ld_s, int rows, float* y, size_t ld_y,
-                             int cols);
+                             int cols, const uint8_t* next);
 
 inline constexpr int kQuantTileMaxTokens = 8;
 
@@ -88,6 +95,41 @@ struct QuantTileKernels {
 const QuantTileKernels& PlainQuantTileKernels();
 // The AVX-512 VNNI kernels, or nullptr where the CPU lacks avx512f/bw/vl/vnni.
 const QuantTileKernels* VnniQuantTileKernels();
+
+// ---- W8A8 int8 (w8a8_linear.h) over the 8-bit tile layout ----
+
+// One tile of W8A8 codes (int8 + 128, one segment of padded_in inputs, a
+// multiple of kQuantChunk) against token rows r < rows (1..8) of per-token
+// int8 inputs, for tile rows j < cols (1..16):
+//   y[r * ld_y + j] = float(dot(r, j) - 128 * x_sum[r]) * (x_scale[r] * w_scale[j])
+//                     (+ bias[j] where bias is not null)
+// dot exact in int32 (it wraps as vpdpbusd does past 2^31), each f32 step
+// rounded on its own (no fused multiply-add): the steps of w8a8_linear.h's
+// row path, so the same bits. w_scale and bias hold the tile's 16 rows.
+// next: as QuantTileFn's (the first call on a tile: the block's other calls
+// find the codes in L1/L2).
+using W8A8TileFn = void (*)(const uint8_t* tile, int64_t padded_in, const int8_t* x, size_t ld_x,
+                            const float* x_scale, const int32_t* x_sum, const float* w_scale,
+                            const float* bias, int rows, float* y, size_t ld_y, int cols,
+                            const uint8_t* next);
+
+// One token row of n inputs (any n >= 1) to int8, W8A8's rule:
+// s = max|x| / 127, q = round_half_even(x / s) clamped to [-128, 127],
+// *scale = s, *sum = sum(q); writes q[0, n). All q and *sum are 0 when s is
+// 0; a NaN or infinite input makes *scale NaN (q and *sum 0). Every level
+// gives the same bits.
+using QuantizeTokenFn = void (*)(const float* x, int64_t n, int8_t* q, float* scale, int32_t* sum);
+
+struct W8A8TileKernels {
+  W8A8TileFn tile;
+  QuantizeTokenFn quantize_token;
+};
+
+// The plain loops (the reference of the tests, and the quantization of
+// the levels without VNNI).
+const W8A8TileKernels& PlainW8A8TileKernels();
+// The AVX-512 VNNI kernels, or nullptr where the CPU lacks avx512f/bw/vl/vnni.
+const W8A8TileKernels* VnniW8A8TileKernels();
 
 }  // namespace pagoda::worker
 

@@ -7,6 +7,7 @@
 
 #include "common/fp8.h"
 #include "worker/cpu/host_memory.h"
+#include "worker/cpu/quant_tile_kernels.h"
 #include "worker/cpu/w8a8_kernels.h"
 
 namespace pagoda::worker {
@@ -16,12 +17,17 @@ namespace {
 constexpr int64_t kW8A8MinRowsPerTask = 16;
 // Output rows whose codes are run over every token row before the next.
 constexpr int64_t kW8A8BandRows = 32;
+// Token rows of a prompt that the tile layout takes through every tile
+// before the next rows: their int8 inputs (128 KB at 2048 inputs a row,
+// 512 KB at 8192) stay in L2 while each tile's codes are read from memory
+// once a block and from L1/L2 by each call of the block (8 token rows).
+constexpr int kW8A8TileRowBlock = 64;
 // vLLM's smallest per-token FP8 scale: an all-zero row still divides.
 constexpr float kMinFp8TokenScale = 1.0f / (kFp8E4M3Max * 512.0f);
 
 class CpuW8A8Linear final : public Linear {
  public:
-  CpuW8A8Linear(const QuantizedWeight& weight, ThreadPool* pool, SimdLevel level)
+  CpuW8A8Linear(const QuantizedWeight& weight, ThreadPool* pool, SimdLevel level, W8A8Layout layout)
       : pool_(pool),
         kernels_(W8A8KernelsFor(level)),
         fp8_(weight.code_type == CodeType::kFloat8E4M3),
@@ -31,9 +37,16 @@ class CpuW8A8Linear final : public Linear {
         in_(weight.in_features),
         padded_in_((weight.in_features + kW8A8Chunk - 1) / kW8A8Chunk * kW8A8Chunk),
         weight_scales_(weight.scales),
-        bias_(weight.bias),
-        code_bytes_(std::max<size_t>(1, static_cast<size_t>(out_ * padded_in_))),
-        codes_(static_cast<uint8_t*>(AllocateHost(code_bytes_))) {
+        bias_(weight.bias) {
+    const W8A8TileKernels* vnni = level == SimdLevel::kAvx512 ? VnniW8A8TileKernels() : nullptr;
+    quantize_token_ = (vnni != nullptr ? *vnni : PlainW8A8TileKernels()).quantize_token;
+    if (!fp8_ && layout == W8A8Layout::kBest && vnni != nullptr) {
+      tile_kernel_ = vnni->tile;
+      PackTiles(weight);
+      return;
+    }
+    code_bytes_ = std::max<size_t>(1, static_cast<size_t>(out_ * padded_in_));
+    codes_ = static_cast<uint8_t*>(AllocateHost(code_bytes_));
     std::fill(codes_, codes_ + code_bytes_, 0);
     for (int64_t o = 0; o < out_; ++o) {
       std::copy(weight.codes.begin() + o * in_, weight.codes.begin() + (o + 1) * in_,
@@ -60,6 +73,7 @@ class CpuW8A8Linear final : public Linear {
       QuantizeInt8(x, rows);
     }
     float* y = static_cast<float*>(y_raw);
+    if (tile_kernel_ != nullptr) return ForwardTiles(rows, y);
     // A band of output rows' codes (at most 32 x 8 KB, in L2) serves every
     // chunk of token rows in turn, each chunk's inputs (in L1) the band:
     // a long prompt's inputs are not streamed again for every output row.
@@ -76,6 +90,58 @@ class CpuW8A8Linear final : public Linear {
   }
 
  private:
+  int64_t num_tiles() const { return (out_ + kQuantTileRows - 1) / kQuantTileRows; }
+
+  // Codes in tiles of 16 output rows (quant_tile_kernels.h's 8-bit layout),
+  // their scales and biases beside them, zero past the last output row.
+  void PackTiles(const QuantizedWeight& weight) {
+    const size_t tile_bytes = QuantTileBytes(padded_in_, 8);
+    code_bytes_ = std::max<size_t>(1, tile_bytes * num_tiles());
+    codes_ = static_cast<uint8_t*>(AllocateHost(code_bytes_));
+    tile_scales_.assign(num_tiles() * kQuantTileRows, 0.0f);
+    if (!bias_.empty()) tile_bias_.assign(num_tiles() * kQuantTileRows, 0.0f);
+    for (int64_t t = 0; t < num_tiles(); ++t) {
+      const int64_t o = t * kQuantTileRows;
+      PackQuantTile(
+          8, padded_in_,
+          [&](int j, int64_t p) -> int {
+            return o + j < out_ && p < in_ ? weight.codes[(o + j) * in_ + p] : 0;
+          },
+          codes_ + t * tile_bytes);
+      for (int64_t j = 0; j < kQuantTileRows && o + j < out_; ++j) {
+        tile_scales_[o + j] = weight_scales_[o + j];
+        if (!bias_.empty()) tile_bias_[o + j] = bias_[o + j];
+      }
+    }
+  }
+
+  // Every tile over up to 8 token rows a call, tiles split among the
+  // threads; a prompt in blocks of kW8A8TileRowBlock token rows. Every
+  // token row takes the same steps whatever the others, so its outputs are
+  // the same bits alone, in a decode batch or in a prompt (and the same as
+  // the row layout's).
+  void ForwardTiles(int rows, float* y) {
+    const size_t tile_bytes = QuantTileBytes(padded_in_, 8);
+    for (int first = 0; first < rows; first += kW8A8TileRowBlock) {
+      const int block_end = std::min(rows, first + kW8A8TileRowBlock);
+      pool_->ParallelFor(num_tiles(), 1, [&](int64_t begin, int64_t end) {
+        for (int64_t t = begin; t < end; ++t) {
+          const int64_t o = t * kQuantTileRows;
+          const int cols = static_cast<int>(std::min<int64_t>(kQuantTileRows, out_ - o));
+          // The next tile of this task is pulled into L2 during the first call.
+          const uint8_t* next = t + 1 < end ? codes_ + (t + 1) * tile_bytes : nullptr;
+          for (int r = first; r < block_end; r += kQuantTileMaxTokens) {
+            tile_kernel_(codes_ + t * tile_bytes, padded_in_, x_i8_.data() + r * padded_in_,
+                         padded_in_, x_scale_.data() + r, x_sum_.data() + r,
+                         tile_scales_.data() + o, tile_bias_.empty() ? nullptr : &tile_bias_[o],
+                         std::min(kQuantTileMaxTokens, block_end - r), y + r * out_ + o, out_, cols,
+                         r == first ? next : nullptr);
+          }
+        }
+      });
+    }
+  }
+
   // y[r .. r + count, o].
   void OutputRows(int64_t o, int r, int count, float* y) const {
     const uint8_t* codes = codes_ + o * padded_in_;
@@ -107,29 +173,18 @@ class CpuW8A8Linear final : public Linear {
     return nan ? std::numeric_limits<float>::quiet_NaN() : amax;
   }
 
+  // s = max|x| / 127 per token, q = round_half_even(x / s) (quantize_token_,
+  // vectorized at AVX-512: a long prompt's rows are a million divisions). A
+  // NaN or infinite input makes s NaN: its outputs are NaN, as a float
+  // product's would be, rather than whatever int8 a NaN converts to.
   void QuantizeInt8(const float* x, int rows) {
-    x_i8_.assign(static_cast<size_t>(rows) * padded_in_, 0);
-    x_scale_.assign(rows, 0.0f);
-    x_sum_.assign(rows, 0);
+    x_i8_.resize(static_cast<size_t>(rows) * padded_in_);
+    x_scale_.resize(rows);
+    x_sum_.resize(rows);
     for (int r = 0; r < rows; ++r) {
-      const float* row = x + r * in_;
-      const float scale = AbsMax(row, in_) / 127.0f;
-      if (scale == 0.0f) continue;  // q = 0.
-      if (!std::isfinite(scale)) {
-        // A NaN or infinite input: its outputs are NaN, as a float product's
-        // would be, rather than whatever int8 a NaN converts to.
-        x_scale_[r] = std::numeric_limits<float>::quiet_NaN();
-        continue;
-      }
-      int32_t sum = 0;
-      for (int64_t i = 0; i < in_; ++i) {
-        // nearbyint rounds half to even (the default mode), as torch.round.
-        const float q = std::clamp(std::nearbyint(row[i] / scale), -128.0f, 127.0f);
-        x_i8_[r * padded_in_ + i] = static_cast<int8_t>(q);
-        sum += static_cast<int32_t>(q);
-      }
-      x_scale_[r] = scale;
-      x_sum_[r] = sum;
+      int8_t* q = x_i8_.data() + r * padded_in_;
+      quantize_token_(x + r * in_, in_, q, &x_scale_[r], &x_sum_[r]);
+      std::fill(q + in_, q + padded_in_, 0);
     }
   }
 
@@ -168,21 +223,26 @@ class CpuW8A8Linear final : public Linear {
   int64_t padded_in_;
   std::vector<float> weight_scales_;  // [out]
   std::vector<float> bias_;           // [out] or empty.
-  // [out, padded_in_]: int8 + 128, or E4M3; host_memory.h's pages (huge
-  // where granted), as the other weights: a decode step streams them.
-  size_t code_bytes_;
-  uint8_t* codes_;
-  std::vector<int8_t> x_i8_;    // [rows, padded_in_]: int8 inputs.
-  std::vector<float> x_f32_;    // [rows, padded_in_]: E4M3-valued (or raw) inputs.
-  std::vector<float> x_scale_;  // [rows]
-  std::vector<int32_t> x_sum_;  // [rows]: sum of the int8 inputs.
+  // [out, padded_in_]: int8 + 128, or E4M3; or with tile_kernel_, [tiles,
+  // QuantTileBytes(padded_in_, 8)]. host_memory.h's pages (huge where
+  // granted), as the other weights: a decode step streams them.
+  size_t code_bytes_ = 0;
+  uint8_t* codes_ = nullptr;
+  QuantizeTokenFn quantize_token_;
+  W8A8TileFn tile_kernel_ = nullptr;  // Set where the codes lie in tiles.
+  std::vector<float> tile_scales_;    // [tiles * 16]: weight_scales_, zero-padded.
+  std::vector<float> tile_bias_;      // [tiles * 16] or empty: bias_, zero-padded.
+  std::vector<int8_t> x_i8_;          // [rows, padded_in_]: int8 inputs.
+  std::vector<float> x_f32_;          // [rows, padded_in_]: E4M3-valued (or raw) inputs.
+  std::vector<float> x_scale_;        // [rows]
+  std::vector<int32_t> x_sum_;        // [rows]: sum of the int8 inputs.
 };
 
 }  // namespace
 
 std::unique_ptr<Linear> CreateCpuW8A8Linear(const QuantizedWeight& weight, ThreadPool* pool,
-                                            SimdLevel level) {
-  return std::make_unique<CpuW8A8Linear>(weight, pool, level);
+                                            SimdLevel level, W8A8Layout layout) {
+  return std::make_unique<CpuW8A8Linear>(weight, pool, level, layout);
 }
 
 }  // namespace pagoda::worker

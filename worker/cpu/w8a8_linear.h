@@ -7,7 +7,9 @@
 // weights (compressed-tensors float-quantized, vLLM's fp8, online FP8),
 // whose inputs are quantized to E4M3 per token or by a static scale as
 // vLLM's FP8 GEMMs take them, then multiplied in f32 (every product of two
-// E4M3 values is exact in f32), the codes widened in registers.
+// E4M3 values is exact in f32), the codes widened in registers. The int8
+// codes take quant_tile_kernels.h's tile layout of 16 output rows where the
+// CPU has AVX-512 VNNI (decode and prompts alike), else one row after another.
 
 #include <memory>
 
@@ -17,6 +19,15 @@
 #include "worker/quant/quantized_weight.h"
 
 namespace pagoda::worker {
+
+// Where the int8 codes lie. kBest: tiles of 16 output rows
+// (quant_tile_kernels.h) at the AVX-512 level on a CPU with VNNI, each load
+// of codes shared by up to 8 token rows and a prompt taken in blocks of
+// token rows; rows otherwise. kRows: one output row after another
+// (w8a8_kernels.h) at any level, the path of CPUs without VNNI, kept
+// selectable for tests and benchmarks. Both give the same bits. FP8 codes
+// always lie in rows.
+enum class W8A8Layout { kBest, kRows };
 
 // A Linear over `weight` (x and y f32) on `pool`, which must outlive it,
 // with the kernels of `level`. Per token row r and output o:
@@ -29,7 +40,7 @@ namespace pagoda::worker {
 // plus the bias. REQUIRES: weight.bits == 8, one group, and either
 // code_type kFloat8E4M3 (zeros 0) or input_quant kInt8PerToken (zeros 128).
 std::unique_ptr<Linear> CreateCpuW8A8Linear(const QuantizedWeight& weight, ThreadPool* pool,
-                                            SimdLevel level);
+                                            SimdLevel level, W8A8Layout layout = W8A8Layout::kBest);
 
 }  // namespace pagoda::worker
 

@@ -6,7 +6,11 @@
 // 64-code chunk, odd output counts, 1 to 9 token rows, bias) against a
 // float64 loop that quantizes each token row as the formats define it. The
 // backend's CreateQuantizedLinear picks this Linear for those weights; a NaN
-// input row gives NaN outputs (int8 has no NaN to carry it).
+// input row gives NaN outputs (int8 has no NaN to carry it). The int8 tile
+// kernels (quant_tile_kernels.h's W8A8TileKernels) equal an integer loop
+// over the unpacked codes bit for bit, and a token's int8 outputs are the
+// same bits alone, in a batch or in a prompt of 70 rows, in either layout
+// and at every level.
 
 #include "worker/cpu/w8a8_linear.h"
 
@@ -18,6 +22,7 @@
 #include "common/fp8.h"
 #include "gtest/gtest.h"
 #include "worker/cpu/cpu_backend.h"
+#include "worker/cpu/quant_tile_kernels.h"
 #include "worker/cpu/w8a8_kernels.h"
 
 namespace pagoda::worker {
@@ -84,6 +89,126 @@ TEST(W8A8Kernels, Fp8DotMatchesFloat64SumAtEveryLevel) {
   }
 }
 
+// The W8A8 tile kernels there are: the plain loop, and VNNI where the CPU has it.
+std::vector<const W8A8TileKernels*> W8A8TileLevels() {
+  std::vector<const W8A8TileKernels*> levels = {&PlainW8A8TileKernels()};
+  if (VnniW8A8TileKernels() != nullptr) levels.push_back(VnniW8A8TileKernels());
+  return levels;
+}
+
+// Every tile of an out x in weight (out and in not multiples of 16 and 64)
+// against token rows 1..8: each output the integer loop's
+//   float(sum_i code * q - 128 * sum(q)) * (x_scale * w_scale) + bias
+// over the unpacked codes, bit for bit, with and without a bias; lanes past
+// the tile's last row untouched.
+TEST(W8A8TileKernels, EqualIntegerLoopBitForBitOverOddShapes) {
+  std::mt19937 rng(8);
+  std::uniform_real_distribution<float> unit(0.001f, 0.05f);
+  for (const W8A8TileKernels* kernels : W8A8TileLevels()) {
+    for (auto [out, in] : {std::pair<int64_t, int64_t>{37, 77}, {16, 64}, {5, 200}}) {
+      const int64_t padded = (in + kW8A8Chunk - 1) / kW8A8Chunk * kW8A8Chunk;
+      std::vector<uint8_t> codes(out * in);
+      for (auto& c : codes) c = static_cast<uint8_t>(rng());
+      codes[0] = 255;  // 255 x -128, the largest product.
+      codes[1] = 0;
+      std::vector<float> w_scale(out), bias(out);
+      for (int64_t o = 0; o < out; ++o) w_scale[o] = unit(rng), bias[o] = unit(rng) - 0.025f;
+      for (int rows = 1; rows <= kQuantTileMaxTokens; ++rows) {
+        std::vector<int8_t> x(rows * padded, 0);
+        std::vector<float> x_scale(rows);
+        std::vector<int32_t> x_sum(rows, 0);
+        for (int r = 0; r < rows; ++r) {
+          for (int64_t i = 0; i < in; ++i) x[r * padded + i] = static_cast<int8_t>(rng());
+          x[r * padded] = -128;
+          for (int64_t i = 0; i < in; ++i) x_sum[r] += x[r * padded + i];
+          x_scale[r] = unit(rng);
+        }
+        for (int64_t o0 = 0; o0 < out; o0 += kQuantTileRows) {
+          const int cols = static_cast<int>(std::min<int64_t>(kQuantTileRows, out - o0));
+          std::vector<uint8_t> tile(QuantTileBytes(padded, 8));
+          PackQuantTile(
+              8, padded,
+              [&](int j, int64_t p) { return j < cols && p < in ? codes[(o0 + j) * in + p] : 0; },
+              tile.data());
+          std::vector<float> scales(kQuantTileRows, 0.0f), biases(kQuantTileRows, 0.0f);
+          std::copy_n(&w_scale[o0], cols, scales.begin());
+          std::copy_n(&bias[o0], cols, biases.begin());
+          for (bool with_bias : {false, true}) {
+            std::vector<float> y(rows * 17, -1.0f);  // ld 17: lanes past cols stay -1.
+            kernels->tile(tile.data(), padded, x.data(), padded, x_scale.data(), x_sum.data(),
+                          scales.data(), with_bias ? biases.data() : nullptr, rows, y.data(), 17,
+                          cols, with_bias ? tile.data() : nullptr);
+            for (int r = 0; r < rows; ++r) {
+              for (int j = 0; j < cols; ++j) {
+                int64_t dot = 0;
+                for (int64_t i = 0; i < in; ++i) {
+                  dot += int64_t{codes[(o0 + j) * in + i]} * x[r * padded + i];
+                }
+                float expected = static_cast<float>(dot - 128 * int64_t{x_sum[r]}) *
+                                 (x_scale[r] * w_scale[o0 + j]);
+                if (with_bias) expected += bias[o0 + j];
+                ASSERT_EQ(y[r * 17 + j], expected)
+                    << (kernels == &PlainW8A8TileKernels() ? "plain" : "vnni") << " out " << out
+                    << " in " << in << " rows " << rows << " r " << r << " o " << o0 + j;
+              }
+              for (int j = cols; j < 17; ++j) ASSERT_EQ(y[r * 17 + j], -1.0f) << j;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// The per-token quantization at each level against the rule written out:
+// halves (ties to even), zeros, lengths that leave a tail, NaN, infinity.
+TEST(W8A8TileKernels, QuantizeTokenEqualsRuleAtEveryLevel) {
+  std::mt19937 rng(9);
+  std::vector<std::vector<float>> cases;
+  for (int64_t n : {1, 15, 16, 17, 77, 130}) {
+    std::vector<float> x(n);
+    for (float& v : x) v = std::uniform_real_distribution<float>(-3.0f, 3.0f)(rng);
+    cases.push_back(x);
+  }
+  std::vector<float> halves(48);
+  for (size_t i = 0; i < halves.size(); ++i)
+    halves[i] = 0.25f * static_cast<float>(2 * i + 1) - 12.0f;
+  halves[47] = 63.5f;  // s = 0.5: x / s lands on halves.
+  cases.push_back(halves);
+  cases.push_back(std::vector<float>(33, 0.0f));
+  cases.push_back(cases[4]);
+  cases.back()[76] = std::numeric_limits<float>::quiet_NaN();  // In the tail.
+  cases.push_back(cases[3]);
+  cases.back()[2] = -std::numeric_limits<float>::infinity();
+  for (const std::vector<float>& x : cases) {
+    const int64_t n = static_cast<int64_t>(x.size());
+    float amax = 0.0f;
+    bool finite = true;
+    for (float v : x) amax = std::max(amax, std::fabs(v)), finite &= std::isfinite(v);
+    const float s = amax / 127.0f;
+    std::vector<int8_t> expected(n, 0);
+    int32_t expected_sum = 0;
+    for (int64_t i = 0; finite && s > 0.0f && i < n; ++i) {
+      expected[i] = static_cast<int8_t>(std::clamp(std::nearbyint(x[i] / s), -128.0f, 127.0f));
+      expected_sum += expected[i];
+    }
+    for (const W8A8TileKernels* kernels : W8A8TileLevels()) {
+      std::vector<int8_t> q(n + 1, 7);  // q[n] must stay.
+      float scale = -1.0f;
+      int32_t sum = -1;
+      kernels->quantize_token(x.data(), n, q.data(), &scale, &sum);
+      EXPECT_EQ(std::vector<int8_t>(q.begin(), q.begin() + n), expected) << "n " << n;
+      EXPECT_EQ(q[n], 7);
+      EXPECT_EQ(sum, expected_sum);
+      if (finite) {
+        EXPECT_EQ(scale, s);
+      } else {
+        EXPECT_TRUE(std::isnan(scale));
+      }
+    }
+  }
+}
+
 struct Case {
   CodeType code_type;
   InputQuant input_quant;
@@ -132,6 +257,7 @@ std::vector<double> QuantizedRow(const Case& c, const float* x, double* s) {
 TEST(W8A8Linear, MatchesFloat64LoopOverOddShapesAtEveryLevel) {
   const std::vector<Case> cases = {{CodeType::kUnsignedInt, InputQuant::kInt8PerToken, 37, 77},
                                    {CodeType::kUnsignedInt, InputQuant::kInt8PerToken, 5, 130},
+                                   {CodeType::kUnsignedInt, InputQuant::kInt8PerToken, 19, 128},
                                    {CodeType::kFloat8E4M3, InputQuant::kFp8PerToken, 37, 77},
                                    {CodeType::kFloat8E4M3, InputQuant::kFp8Static, 19, 130},
                                    {CodeType::kFloat8E4M3, InputQuant::kNone, 21, 64}};
@@ -140,28 +266,67 @@ TEST(W8A8Linear, MatchesFloat64LoopOverOddShapesAtEveryLevel) {
   ThreadPool pool(2);
   for (SimdLevel level : SupportedSimdLevels()) {
     for (const Case& c : cases) {
-      const QuantizedWeight w = RandomByteWeight(c, rng);
-      auto linear = CreateCpuW8A8Linear(w, &pool, level);
-      EXPECT_EQ(linear->weight_bytes(), c.out * ((c.in + 63) / 64 * 64) + 2 * c.out * 4);
-      for (int rows : {1, 3, 9}) {
-        std::vector<float> x(rows * c.in), y(rows * c.out);
-        for (auto& v : x) v = normal(rng);
-        linear->Forward(x.data(), rows, y.data());
-        for (int r = 0; r < rows; ++r) {
-          double s = 0.0;
-          const std::vector<double> q = QuantizedRow(c, x.data() + r * c.in, &s);
-          for (int64_t o = 0; o < c.out; ++o) {
-            double dot = 0.0, magnitude = 0.0;
-            for (int64_t i = 0; i < c.in; ++i) {
-              const double term = q[i] * w.Dequantized(o, i);
-              dot += term;
-              magnitude += std::fabs(term);
+      for (W8A8Layout layout : {W8A8Layout::kBest, W8A8Layout::kRows}) {
+        const QuantizedWeight w = RandomByteWeight(c, rng);
+        auto linear = CreateCpuW8A8Linear(w, &pool, level, layout);
+        EXPECT_EQ(linear->weight_bytes(), c.out * ((c.in + 63) / 64 * 64) + 2 * c.out * 4);
+        for (int rows : {1, 3, 9, 70}) {
+          std::vector<float> x(rows * c.in), y(rows * c.out);
+          for (auto& v : x) v = normal(rng);
+          linear->Forward(x.data(), rows, y.data());
+          for (int r = 0; r < rows; ++r) {
+            double s = 0.0;
+            const std::vector<double> q = QuantizedRow(c, x.data() + r * c.in, &s);
+            for (int64_t o = 0; o < c.out; ++o) {
+              double dot = 0.0, magnitude = 0.0;
+              for (int64_t i = 0; i < c.in; ++i) {
+                const double term = q[i] * w.Dequantized(o, i);
+                dot += term;
+                magnitude += std::fabs(term);
+              }
+              const double expected = dot * s + w.bias[o];
+              EXPECT_NEAR(y[r * c.out + o], expected, 1e-5 * (magnitude * s + 1.0))
+                  << SimdLevelName(level) << " out " << c.out << " in " << c.in << " row " << r;
             }
-            const double expected = dot * s + w.bias[o];
-            EXPECT_NEAR(y[r * c.out + o], expected, 1e-5 * (magnitude * s + 1.0))
-                << SimdLevelName(level) << " out " << c.out << " in " << c.in << " row " << r;
           }
         }
+      }
+    }
+  }
+}
+
+// A token's int8 W8A8 outputs take the same steps whatever runs beside it:
+// the same bits alone, in a decode batch of 8 and in a prompt of 70 rows
+// (two of the tile layout's row blocks, a partial call of 6), in the tile
+// and row layouts, at every level (the integer sums are exact and the f32
+// steps the same).
+TEST(W8A8Linear, Int8OutputsAreTheSameBitsAloneInABatchOrAPromptEverywhere) {
+  std::mt19937 rng(10);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  ThreadPool pool(2);
+  const Case c{CodeType::kUnsignedInt, InputQuant::kInt8PerToken, 37, 130};
+  const QuantizedWeight w = RandomByteWeight(c, rng);
+  constexpr int kPrompt = 70;
+  std::vector<float> x(kPrompt * c.in);
+  for (auto& v : x) v = normal(rng);
+  std::vector<float> reference;  // The first Linear's prompt.
+  for (SimdLevel level : SupportedSimdLevels()) {
+    for (W8A8Layout layout : {W8A8Layout::kBest, W8A8Layout::kRows}) {
+      auto linear = CreateCpuW8A8Linear(w, &pool, level, layout);
+      const std::string where =
+          std::string(SimdLevelName(level)) + (layout == W8A8Layout::kRows ? " rows" : " best");
+      std::vector<float> prompt(kPrompt * c.out);
+      linear->Forward(x.data(), kPrompt, prompt.data());
+      if (reference.empty()) reference = prompt;
+      EXPECT_EQ(prompt, reference) << where;
+      std::vector<float> batch(8 * c.out);
+      linear->Forward(x.data() + 60 * c.in, 8, batch.data());
+      EXPECT_TRUE(std::equal(batch.begin(), batch.end(), prompt.begin() + 60 * c.out)) << where;
+      for (int r : {0, 7, 63, 69}) {
+        std::vector<float> alone(c.out);
+        linear->Forward(x.data() + r * c.in, 1, alone.data());
+        EXPECT_TRUE(std::equal(alone.begin(), alone.end(), prompt.begin() + r * c.out))
+            << where << " row " << r;
       }
     }
   }
