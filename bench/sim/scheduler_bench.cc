@@ -75,7 +75,7 @@ void BM_ForkAndCopyOnWrite(benchmark::State& state) {
   int64_t id = 1;
   for (auto _ : state) {
     Sequence* child = group->AddForkedSequence(parent, id);
-    (void)manager.Fork(parent, *child);
+    manager.Fork(parent, *child);
     child->AppendToken({1, 0.0f, {}});
     benchmark::DoNotOptimize(manager.AppendSlots(*child));
     manager.Free(id++);
@@ -91,7 +91,7 @@ void BM_SwapOutAndInOfFourForked512TokenSequences(benchmark::State& state) {
   SetStatus(*group, SequenceStatus::kRunning);
   for (int i = 1; i < 4; ++i) {
     Sequence* child = group->AddForkedSequence(*group->seqs()[0], i);
-    (void)manager.Fork(*group->seqs()[0], *child);
+    manager.Fork(*group->seqs()[0], *child);
   }
   for (auto _ : state) {
     benchmark::DoNotOptimize(manager.SwapOut(*group));

@@ -1,4 +1,4 @@
-// The scheduler core: Schedule() as five named calls, the running queue's
+// The scheduler core: Schedule() as six named calls, the running queue's
 // decodes and the swapped queue's return, preemption (victim choice,
 // recompute or swap) and the block-manager calls they make. Admission and
 // chunks: scheduler_prefill.cc; priority: scheduler_priority.cc.
@@ -6,6 +6,7 @@
 #include "scheduler/engine/scheduler.h"
 
 #include <algorithm>
+#include <iterator>
 #include <utility>
 
 #include "glog/logging.h"
@@ -15,10 +16,13 @@ using group_counts::NumSeqs;
 
 Scheduler::Scheduler(const SchedulerConfig& config)
     : config_(config),
-      order_(config.policy),
-      prefill_(config.enable_chunked_prefill, config.max_model_len, config.max_num_batched_tokens,
-               config.max_num_partial_prefills, config.max_long_partial_prefills,
-               config.long_prefill_token_threshold),
+      order_{config.policy == SchedulingPolicy::kPriority},
+      prefill_{config.enable_chunked_prefill,
+               config.max_model_len,
+               config.max_num_batched_tokens,
+               config.enable_chunked_prefill ? config.max_num_partial_prefills : 0,
+               config.max_long_partial_prefills,
+               config.enable_chunked_prefill ? config.long_prefill_token_threshold : 0},
       block_manager_(config.block_size, config.num_gpu_blocks, config.num_cpu_blocks,
                      config.watermark, config.enable_prefix_caching) {}
 
@@ -31,17 +35,12 @@ SchedulerOutput Scheduler::Schedule() {
   RankQueues(output);
   if (!ScheduleExclusivePrompts(output)) {
     std::vector<SequenceGroup*> partial;
-    ScheduleRunning(output, partial);
+    ScheduleDecodes(output, partial);
+    ScheduleSwapIns(output, partial);
     SchedulePromptChunks(output, partial);
   }
   FinishStep(output);
   return output;
-}
-
-void Scheduler::ScheduleRunning(SchedulerOutput& output, std::vector<SequenceGroup*>& partial) {
-  ScheduleDecodes(output, partial);
-  // Swapped groups come back only in a step that preempted nobody (vLLM v0).
-  if (output.num_preempted == 0) ScheduleSwapIns(output, partial);
 }
 
 void Scheduler::FinishStep(SchedulerOutput& output) {
@@ -67,10 +66,8 @@ int Scheduler::BudgetUsed(const SchedulerOutput& output) {
 }
 
 void Scheduler::ScheduleDecodes(SchedulerOutput& output, std::vector<SequenceGroup*>& partial) {
-  Queue queue = std::move(running_);
-  running_.clear();
+  Queue queue = std::exchange(running_, {});
   GroupList recomputed;
-  GroupList swapped_out;
   while (!queue.empty()) {
     std::unique_ptr<SequenceGroup> group = std::move(queue.front());
     queue.pop_front();
@@ -85,16 +82,15 @@ void Scheduler::ScheduleDecodes(SchedulerOutput& output, std::vector<SequenceGro
           !queue.empty() && !Spared(*group) &&
           std::all_of(queue.begin(), queue.end(), [this](const auto& g) { return Spared(*g); });
       if (queue.empty() || others_spared) {
-        Preempt(std::move(group), output, recomputed, swapped_out);
+        Preempt(std::move(group), output, recomputed);
         break;
       }
-      Preempt(TakeVictim(queue), output, recomputed, swapped_out);
+      Preempt(TakeVictim(queue), output, recomputed);
     }
     if (group == nullptr) continue;
     ScheduleDecodeOrListPartial(std::move(group), output, partial);
   }
   RequeueRecomputed(recomputed);
-  for (auto& group : swapped_out) swapped_.push_back(std::move(group));
 }
 
 bool Scheduler::MayPreempt() const {
@@ -103,21 +99,11 @@ bool Scheduler::MayPreempt() const {
     if (!group->waits_for_tokens()) blocks_needed += block_manager_.BlocksToAppendSlots(*group);
   }
   if (blocks_needed > block_manager_.num_free_gpu_blocks()) return true;
-  if (!order_.by_priority() || waiting_.empty() || running_.empty()) return false;
-  // PreemptForPriority's first test, without sorting the queues.
-  const SequenceGroup* best = waiting_.front().get();
-  for (const auto& group : waiting_) {
-    if (order_.Outranks(*group, *best)) best = group.get();
-  }
-  const SequenceGroup* worst = running_.front().get();
-  for (const auto& group : running_) {
-    if (order_.Outranks(*worst, *group)) worst = group.get();
-  }
-  if (!order_.Outranks(*best, *worst)) return false;
-  const AllocStatus fits = CheckAdmissible(*best);
-  if (fits == AllocStatus::kNever) return false;
-  return fits != AllocStatus::kOk ||
-         NumRunningSeqs() + group_counts::SeatsOnceRunning(*best) > config_.max_num_seqs;
+  if (!order_.by_priority || waiting_.empty() || running_.empty()) return false;
+  // RankQueues' first test, without sorting the queues.
+  const SequenceGroup& best = **std::min_element(waiting_.begin(), waiting_.end(), order_);
+  const SequenceGroup& worst = **std::max_element(running_.begin(), running_.end(), order_);
+  return order_.Outranks(best, worst) && WantsRoom(best);
 }
 
 void Scheduler::RequeueRecomputed(GroupList& recomputed) {
@@ -130,6 +116,7 @@ void Scheduler::RequeueRecomputed(GroupList& recomputed) {
 }
 
 void Scheduler::ScheduleSwapIns(SchedulerOutput& output, std::vector<SequenceGroup*>& partial) {
+  if (output.num_preempted > 0) return;
   int num_seqs = NumRunningSeqs();
   int num_tokens = BudgetUsed(output);
   while (!swapped_.empty()) {
@@ -138,15 +125,12 @@ void Scheduler::ScheduleSwapIns(SchedulerOutput& output, std::vector<SequenceGro
     if (fits == AllocStatus::kLater) break;
     const int new_seqs = NumSeqs(group, SequenceStatus::kSwapped);
     if (fits == AllocStatus::kNever || new_seqs > config_.max_num_seqs) {
-      LOG(WARNING) << "request " << group.request_id() << " ignored: cannot be swapped back in";
-      FinishGroup(group, SequenceStatus::kFinishedIgnored);
-      output.ignored.push_back(std::move(swapped_.front()));
-      swapped_.pop_front();
+      IgnoreFront(swapped_, "cannot be swapped back in", output);
       continue;
     }
     // Each swapped sequence decodes one token once back. With chunking the
     // budget bounds prompt chunks only, as it does not hold decodes back.
-    if ((!prefill_.chunked() && num_tokens + new_seqs > config_.max_num_batched_tokens) ||
+    if ((!prefill_.chunked && num_tokens + new_seqs > config_.max_num_batched_tokens) ||
         num_seqs + new_seqs > config_.max_num_seqs) {
       break;
     }
@@ -182,21 +166,16 @@ bool Scheduler::Spared(const SequenceGroup& group) const {
 std::unique_ptr<SequenceGroup> Scheduler::TakeVictim(Queue& queue) {
   // vLLM always takes the latest arrival, so the same group can be preempted
   // and resumed step after step without producing a token (thrashing).
-  auto victim = queue.end() - 1;
-  for (auto it = queue.end(); it != queue.begin();) {
-    --it;
-    if (!Spared(**it)) {
-      victim = it;
-      break;
-    }
-  }
+  const auto unspared =
+      std::find_if(queue.rbegin(), queue.rend(), [this](const auto& g) { return !Spared(*g); });
+  const auto victim = unspared == queue.rend() ? queue.end() - 1 : std::prev(unspared.base());
   std::unique_ptr<SequenceGroup> group = std::move(*victim);
   queue.erase(victim);
   return group;
 }
 
 void Scheduler::Preempt(std::unique_ptr<SequenceGroup> group, SchedulerOutput& output,
-                        GroupList& recomputed, GroupList& swapped_out, bool allow_swap) {
+                        GroupList& recomputed, bool allow_swap) {
   ++output.num_preempted;
   group->MarkPreempted();
   const int live = NumSeqs(*group, SequenceStatus::kRunning);
@@ -211,7 +190,7 @@ void Scheduler::Preempt(std::unique_ptr<SequenceGroup> group, SchedulerOutput& o
     for (Sequence* seq : group->SeqsWithStatus(SequenceStatus::kRunning)) {
       seq->set_status(SequenceStatus::kSwapped);
     }
-    swapped_out.push_back(std::move(group));
+    swapped_.push_back(std::move(group));
     return;
   }
   // Recompute: drop the K/V; the next prefill covers prompt + output so far.
@@ -232,6 +211,13 @@ void Scheduler::AppendSlotsAndSchedule(SequenceGroup& group, SchedulerOutput& ou
                                                  seq->length() - seq->num_computed_tokens(),
                                                  /*do_sample=*/true, seq->num_lookahead_slots()});
   }
+}
+
+void Scheduler::IgnoreFront(Queue& queue, std::string_view why, SchedulerOutput& output) {
+  LOG(WARNING) << "request " << queue.front()->request_id() << " ignored: " << why;
+  FinishGroup(*queue.front(), SequenceStatus::kFinishedIgnored);
+  output.ignored.push_back(std::move(queue.front()));
+  queue.pop_front();
 }
 
 void Scheduler::FinishGroup(SequenceGroup& group, SequenceStatus status) {

@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -177,16 +178,27 @@ class Scheduler {
     bool done;   // Nothing of the prompt is left for later steps.
   };
 
+  // What admission makes of the front waiting group.
+  enum class Admission {
+    kAdmit,
+    kWait,      // Nor anything behind it, this step.
+    kPassOver,  // It keeps its place; those behind it may go.
+    kIgnore,    // It can never run.
+  };
+
   // The step, in order (Schedule reads as these calls).
-  // Under priority: ranks waiting and preempts for its best group.
+  // Under priority: ranks waiting and, while the best waiting group cannot
+  // be admitted (blocks or seats) and the lowest-ranked running group ranks
+  // below it, preempts that running group (recompute) back to waiting.
   void RankQueues(SchedulerOutput& output);
   // Prompts that get a step of their own (every admitted prompt with whole
   // prompts; urgent ones under priority with chunks). Returns whether any.
   bool ScheduleExclusivePrompts(SchedulerOutput& output);
-  // Running groups decode (preempting when blocks run out), then swapped
-  // groups come back; groups still part-way through their prompt are listed
-  // in `partial` instead of scheduled.
-  void ScheduleRunning(SchedulerOutput& output, std::vector<SequenceGroup*>& partial);
+  // Running groups decode (preempting when blocks run out); groups still
+  // part-way through their prompt are listed in `partial` instead.
+  void ScheduleDecodes(SchedulerOutput& output, std::vector<SequenceGroup*>& partial);
+  // Swapped groups come back, in a step that preempted nobody (vLLM v0).
+  void ScheduleSwapIns(SchedulerOutput& output, std::vector<SequenceGroup*>& partial);
   // With chunks: what the running step left of the budget goes to the
   // partial prompts' chunks, then to newly admitted prompts.
   void SchedulePromptChunks(SchedulerOutput& output, std::vector<SequenceGroup*>& partial);
@@ -195,39 +207,41 @@ class Scheduler {
 
   // Admission (scheduler_prefill.cc). Admits waiting groups while seats,
   // the cache and `token_budget` (decremented) allow, each with its first
-  // chunk. A prompt that would be left part-way is admitted only while
-  // `partial.all` is below the policy's max_partial() and, if long,
-  // `partial.long_ones` below max_long_partial(); a long prompt without a
-  // slot is passed over (it keeps its place) for the prompts behind it.
+  // chunk, passing over those JudgeAdmission says to.
   void AdmitPrompts(SchedulerOutput& output, int& token_budget, PartialCounts& partial);
+  // Whether the front waiting `group` goes now, by its LoRA gate, the KV
+  // cache, `num_seqs` seats taken and `token_budget`. A prompt that would be
+  // left part-way goes only while `partial.all` is below the policy's
+  // max_partial and, if long, `partial.long_ones` below max_long_partial; a
+  // long prompt without a slot is passed over for the prompts behind it.
+  Admission JudgeAdmission(const SequenceGroup& group, int num_seqs, int token_budget,
+                           const PartialCounts& partial) const;
   // Whether `group` (waiting) can be admitted now, later or never, by its
   // seats and the KV cache; the token budget is the caller's.
   AllocStatus CheckAdmissible(const SequenceGroup& group) const;
-  // Finishes the front waiting group as ignored (it can never run).
-  void IgnoreWaitingFront(SchedulerOutput& output);
+  // Finishes the front group of `queue` as ignored (it can never run).
+  void IgnoreFront(Queue& queue, std::string_view why, SchedulerOutput& output);
   // Pops the front waiting group, gives it blocks and marks its sequences
   // running, each computed up to its prefix-cache hits; schedules its first
   // chunk from `token_budget` (decremented). REQUIRES: CheckAdmissible kOk.
   ChunkResult AdmitFrontWithChunk(SchedulerOutput& output, int& token_budget);
-  // Schedules the next prompt chunk of a running group within `token_cap`
-  // tokens. With chunks, a group of several sequences (recomputed after
-  // forking) computes everything but each sequence's last token in chunks
-  // and then samples them all in one step, as a decode, so that beams
-  // advance together.
-  ChunkResult ScheduleChunk(SequenceGroup& group, int token_cap, SchedulerOutput& output);
+  // Schedules the next prompt chunk of a running group within what the
+  // policy lets it take of `token_budget` (decremented). With chunks, a
+  // group of several sequences (recomputed after forking) computes
+  // everything but each sequence's last token in chunks and then samples
+  // them all in one step, as a decode, so that beams advance together.
+  ChunkResult ScheduleChunk(SequenceGroup& group, int& token_budget, SchedulerOutput& output);
 
-  // Priority (scheduler_priority.cc). While the best waiting group cannot
-  // be admitted (blocks or seats) and the lowest-ranked running group ranks
-  // below it, preempts that running group (recompute) back to waiting.
-  void PreemptForPriority(SchedulerOutput& output);
-  // With chunks: while the best waiting prompts are of a more urgent
-  // priority than every running group and fit whole in the budget, the
-  // step is theirs alone. Returns whether it scheduled any.
+  // Priority (scheduler_priority.cc). With chunks: while the best waiting
+  // prompts are of a more urgent priority than every running group and fit
+  // whole in the budget, the step is theirs alone. Returns whether it
+  // scheduled any.
   bool ScheduleOutrankingPrompts(SchedulerOutput& output);
+  // Whether the waiting `group` could be admitted if running groups made
+  // room (blocks or seats), but not now.
+  bool WantsRoom(const SequenceGroup& group) const;
 
   // Preemption and the block manager (scheduler.cc).
-  void ScheduleDecodes(SchedulerOutput& output, std::vector<SequenceGroup*>& partial);
-  void ScheduleSwapIns(SchedulerOutput& output, std::vector<SequenceGroup*>& partial);
   // Puts a running (or swapped-in) group back in running: it decodes, or,
   // part-way through its prompt, is listed in `partial` for its next chunk.
   void ScheduleDecodeOrListPartial(std::unique_ptr<SequenceGroup> group, SchedulerOutput& output,
@@ -238,10 +252,10 @@ class Scheduler {
   // passing over spared groups when an unspared one exists.
   // REQUIRES: queue non-empty.
   std::unique_ptr<SequenceGroup> TakeVictim(Queue& queue);
-  // Frees or swaps out `group`; it lands in `recomputed` or `swapped_out`.
-  // `allow_swap` false always recomputes.
+  // Frees or swaps out `group`; it lands in `recomputed` or at the back of
+  // the swapped queue. `allow_swap` false always recomputes.
   void Preempt(std::unique_ptr<SequenceGroup> group, SchedulerOutput& output, GroupList& recomputed,
-               GroupList& swapped_out, bool allow_swap = true);
+               bool allow_swap = true);
   // Appends a slot (and the lookahead slots) for each running sequence of
   // `group`, collecting copy-on-write pairs, and schedules its decode.
   void AppendSlotsAndSchedule(SequenceGroup& group, SchedulerOutput& output);

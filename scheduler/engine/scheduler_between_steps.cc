@@ -5,6 +5,7 @@
 // policies are in scheduler.cc, scheduler_prefill.cc, scheduler_priority.cc.
 
 #include <algorithm>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <utility>
@@ -16,20 +17,16 @@
 namespace pagoda::scheduler {
 
 std::vector<std::unique_ptr<SequenceGroup>> Scheduler::FreeFinished() {
-  GroupList finished;
-  Queue still_running;
   for (auto& group : running_) {
     for (auto& seq : group->seqs()) {
       if (IsFinished(seq->status())) block_manager_.Free(seq->seq_id());
     }
-    if (group->IsFinished()) {
-      finished.push_back(std::move(group));
-    } else {
-      still_running.push_back(std::move(group));
-    }
   }
-  running_ = std::move(still_running);
-  return finished;
+  const auto finished = std::stable_partition(
+      running_.begin(), running_.end(), [](const auto& group) { return !group->IsFinished(); });
+  GroupList groups(std::make_move_iterator(finished), std::make_move_iterator(running_.end()));
+  running_.erase(finished, running_.end());
+  return groups;
 }
 
 Scheduler::KvSlotUsage Scheduler::ComputeKvSlotUsage() const {
@@ -58,8 +55,7 @@ Scheduler::KvSlotUsage Scheduler::ComputeKvSlotUsage() const {
   return usage;
 }
 
-void Scheduler::ForEachRunningSequence(
-    const std::function<void(SequenceGroup&, Sequence&)>& fn) {
+void Scheduler::ForEachRunningSequence(const std::function<void(SequenceGroup&, Sequence&)>& fn) {
   for (auto& group : running_) {
     for (Sequence* seq : group->SeqsWithStatus(SequenceStatus::kRunning)) fn(*group, *seq);
   }
@@ -82,8 +78,7 @@ void Scheduler::CommitComputedBlocks(const SchedulerOutput& output) {
 
 Sequence* Scheduler::ForkSequence(SequenceGroup& group, const Sequence& parent) {
   Sequence* child = group.AddForkedSequence(parent, NewSeqId());
-  const absl::Status forked = block_manager_.Fork(parent, *child);
-  CHECK(forked.ok()) << forked;  // The parent is running, so it has a table.
+  block_manager_.Fork(parent, *child);  // The parent is running, so it has a table.
   return child;
 }
 
@@ -132,9 +127,7 @@ int Scheduler::RequeueAllForRecompute() {
   // or a resumed request would "hit" blocks that hold nothing.
   block_manager_.ResetPrefixCache();
   // First come, first served still: the oldest request is prefilled first.
-  std::stable_sort(groups.begin(), groups.end(), [](const auto& a, const auto& b) {
-    return a->arrival_time() < b->arrival_time();
-  });
+  QueueOrder{/*by_priority=*/false}.Sort(groups);
   for (auto& group : groups) waiting_.push_back(std::move(group));
   return static_cast<int>(waiting_.size());
 }

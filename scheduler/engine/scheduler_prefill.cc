@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 #include "scheduler/engine/scheduler.h"
 
@@ -29,7 +30,7 @@ using group_counts::NumSeqs;
 using group_counts::SeatsOnceRunning;
 
 bool Scheduler::ScheduleExclusivePrompts(SchedulerOutput& output) {
-  if (prefill_.chunked()) return order_.by_priority() && ScheduleOutrankingPrompts(output);
+  if (prefill_.chunked) return order_.by_priority && ScheduleOutrankingPrompts(output);
   // A swapped-out group has priority over new prompts (vLLM v0).
   if (!swapped_.empty()) return false;
   int token_budget = config_.max_num_batched_tokens;
@@ -40,7 +41,7 @@ bool Scheduler::ScheduleExclusivePrompts(SchedulerOutput& output) {
 
 void Scheduler::SchedulePromptChunks(SchedulerOutput& output,
                                      std::vector<SequenceGroup*>& partial) {
-  if (!prefill_.chunked()) return;
+  if (!prefill_.chunked) return;
   // Decodes are never held back by the budget (max_num_seqs bounds them):
   // prompt chunks take what they leave.
   int token_budget = std::max(0, config_.max_num_batched_tokens - BudgetUsed(output));
@@ -50,11 +51,7 @@ void Scheduler::SchedulePromptChunks(SchedulerOutput& output,
   PartialCounts still_partial;
   for (SequenceGroup* group : partial) {
     const bool long_prefill = prefill_.IsLong(*group, SequenceStatus::kRunning);
-    const ChunkResult chunk = token_budget > 0
-                                  ? ScheduleChunk(*group, prefill_.ChunkCap(token_budget), output)
-                                  : ChunkResult{0, false};
-    token_budget -= chunk.tokens;
-    output.num_prefill_tokens += chunk.tokens;
+    const ChunkResult chunk = ScheduleChunk(*group, token_budget, output);
     if (chunk.tokens > 0) ++output.num_prefill_groups;
     if (!chunk.done) {
       ++still_partial.all;
@@ -67,49 +64,55 @@ void Scheduler::SchedulePromptChunks(SchedulerOutput& output,
 
 void Scheduler::AdmitPrompts(SchedulerOutput& output, int& token_budget, PartialCounts& partial) {
   int num_seqs = NumRunningSeqs();
-  // Long prompts passed over for want of a long slot, in queue order; they
-  // go back to the front of the queue, where they were.
+  // Groups passed over, in queue order; they go back to the front of the
+  // queue, where they were.
   GroupList passed_over;
   while (!waiting_.empty() && token_budget > 0) {
-    SequenceGroup& group = *waiting_.front();
-    if (Gated(group)) {  // Its LoRA adapter's slot is not ready.
+    const SequenceGroup& group = *waiting_.front();
+    const Admission admission = JudgeAdmission(group, num_seqs, token_budget, partial);
+    if (admission == Admission::kWait) break;
+    if (admission == Admission::kIgnore) {
+      // What no step could ever hold is ignored rather than left to wedge
+      // the queue.
+      IgnoreFront(waiting_,
+                  absl::StrCat(NumNewTokens(group, SequenceStatus::kWaiting),
+                               " tokens do not fit the budget or the KV cache"),
+                  output);
+    } else if (admission == Admission::kPassOver) {
       passed_over.push_back(std::move(waiting_.front()));
       waiting_.pop_front();
-      continue;
+    } else {
+      const bool long_prefill = prefill_.IsLong(group, SequenceStatus::kWaiting);
+      num_seqs += SeatsOnceRunning(group);
+      if (!AdmitFrontWithChunk(output, token_budget).done) {
+        ++partial.all;
+        if (long_prefill) ++partial.long_ones;
+      }
     }
-    // What no step could ever hold is ignored rather than left to wedge the
-    // queue.
-    const AllocStatus fits =
-        prefill_.NeverFits(group) ? AllocStatus::kNever : CheckAdmissible(group);
-    if (fits == AllocStatus::kLater) break;
-    if (fits == AllocStatus::kNever) {
-      IgnoreWaitingFront(output);
-      continue;
-    }
-    const int new_seqs = SeatsOnceRunning(group);
-    if (num_seqs + new_seqs > config_.max_num_seqs) break;
-    // A prompt that would be left part-way needs a free partial-prefill
-    // slot (judged without prefix hits, which are known only once allocated);
-    // whole prompts have none, so one that does not fit waits.
-    const bool may_stay_partial =
-        NumNewTokens(group, SequenceStatus::kWaiting) > prefill_.ChunkCap(token_budget);
-    if (may_stay_partial && partial.all >= prefill_.max_partial()) break;
-    const bool long_prefill = prefill_.IsLong(group, SequenceStatus::kWaiting);
-    if (may_stay_partial && long_prefill && partial.long_ones >= prefill_.max_long_partial()) {
-      passed_over.push_back(std::move(waiting_.front()));
-      waiting_.pop_front();
-      continue;
-    }
-    const ChunkResult chunk = AdmitFrontWithChunk(output, token_budget);
-    if (!chunk.done) {
-      ++partial.all;
-      if (long_prefill) ++partial.long_ones;
-    }
-    num_seqs += new_seqs;
   }
   for (auto it = passed_over.rbegin(); it != passed_over.rend(); ++it) {
     waiting_.push_front(std::move(*it));
   }
+}
+
+Scheduler::Admission Scheduler::JudgeAdmission(const SequenceGroup& group, int num_seqs,
+                                               int token_budget,
+                                               const PartialCounts& partial) const {
+  if (Gated(group)) return Admission::kPassOver;  // Its LoRA adapter's slot is not ready.
+  const AllocStatus fits = prefill_.NeverFits(group) ? AllocStatus::kNever : CheckAdmissible(group);
+  if (fits == AllocStatus::kLater) return Admission::kWait;
+  if (fits == AllocStatus::kNever) return Admission::kIgnore;
+  if (num_seqs + SeatsOnceRunning(group) > config_.max_num_seqs) return Admission::kWait;
+  // A prompt that would be left part-way needs a free partial-prefill slot
+  // (judged without prefix hits, which are known only once allocated);
+  // whole prompts have none, so one that does not fit waits.
+  if (NumNewTokens(group, SequenceStatus::kWaiting) <= prefill_.ChunkCap(token_budget)) {
+    return Admission::kAdmit;
+  }
+  if (partial.all >= prefill_.max_partial) return Admission::kWait;
+  const bool long_slot_free = partial.long_ones < prefill_.max_long_partial;
+  return long_slot_free || !prefill_.IsLong(group, SequenceStatus::kWaiting) ? Admission::kAdmit
+                                                                             : Admission::kPassOver;
 }
 
 AllocStatus Scheduler::CheckAdmissible(const SequenceGroup& group) const {
@@ -118,16 +121,6 @@ AllocStatus Scheduler::CheckAdmissible(const SequenceGroup& group) const {
     return AllocStatus::kNever;
   }
   return block_manager_.CanAllocate(group);
-}
-
-void Scheduler::IgnoreWaitingFront(SchedulerOutput& output) {
-  SequenceGroup& group = *waiting_.front();
-  LOG(WARNING) << "request " << group.request_id()
-               << " ignored: " << NumNewTokens(group, SequenceStatus::kWaiting)
-               << " tokens do not fit the budget or the KV cache";
-  FinishGroup(group, SequenceStatus::kFinishedIgnored);
-  output.ignored.push_back(std::move(waiting_.front()));
-  waiting_.pop_front();
 }
 
 Scheduler::ChunkResult Scheduler::AdmitFrontWithChunk(SchedulerOutput& output, int& token_budget) {
@@ -142,23 +135,22 @@ Scheduler::ChunkResult Scheduler::AdmitFrontWithChunk(SchedulerOutput& output, i
                  block_manager_.FindBlockTable(seq->seq_id())->num_cached_tokens));
     seq->set_status(SequenceStatus::kRunning);
   }
-  const ChunkResult chunk = ScheduleChunk(*admitted, prefill_.ChunkCap(token_budget), output);
-  token_budget -= chunk.tokens;
-  output.num_prefill_tokens += chunk.tokens;
+  const ChunkResult chunk = ScheduleChunk(*admitted, token_budget, output);
   ++output.num_prefill_groups;
   running_.push_back(std::move(admitted));
   return chunk;
 }
 
-Scheduler::ChunkResult Scheduler::ScheduleChunk(SequenceGroup& group, int token_cap,
+Scheduler::ChunkResult Scheduler::ScheduleChunk(SequenceGroup& group, int& token_budget,
                                                 SchedulerOutput& output) {
   const std::vector<Sequence*> seqs = group.SeqsWithStatus(SequenceStatus::kRunning);
-  const bool together = prefill_.chunked() && seqs.size() > 1;
+  const bool together = prefill_.chunked && seqs.size() > 1;
   if (together && NumNewTokens(group, SequenceStatus::kRunning) == static_cast<int>(seqs.size())) {
     // Only the last tokens are left: they are sampled together, as a decode.
     AppendSlotsAndSchedule(group, output);
     return ChunkResult{0, true};
   }
+  const int token_cap = prefill_.ChunkCap(token_budget);
   ChunkResult result{0, true};
   for (Sequence* seq : seqs) {
     const int remaining = seq->length() - seq->num_computed_tokens() - (together ? 1 : 0);
@@ -169,6 +161,8 @@ Scheduler::ChunkResult Scheduler::ScheduleChunk(SequenceGroup& group, int token_
                                                  /*do_sample=*/!together && tokens == remaining});
     result.tokens += tokens;
   }
+  token_budget -= result.tokens;
+  output.num_prefill_tokens += result.tokens;
   return result;
 }
 

@@ -15,33 +15,31 @@
 namespace pagoda::scheduler {
 
 void Scheduler::RankQueues(SchedulerOutput& output) {
-  if (!order_.by_priority()) return;
+  if (!order_.by_priority) return;
   order_.Sort(waiting_);
-  PreemptForPriority(output);
-}
-
-void Scheduler::PreemptForPriority(SchedulerOutput& output) {
   if (waiting_.empty() || running_.empty()) return;
   order_.Sort(running_);
   const SequenceGroup& best = *waiting_.front();
   if (Gated(best)) return;  // Its LoRA adapter waits for a slot: no room to make.
-  const int new_seqs = group_counts::SeatsOnceRunning(best);
   GroupList recomputed;
-  GroupList swapped_out;
-  while (!running_.empty() && order_.Outranks(best, *running_.back())) {
-    const AllocStatus fits = CheckAdmissible(best);
-    // Nothing to gain for a group that never fits; nothing to do for one
-    // that fits now.
-    if (fits == AllocStatus::kNever) break;
-    if (fits == AllocStatus::kOk && NumRunningSeqs() + new_seqs <= config_.max_num_seqs) break;
+  while (!running_.empty() && order_.Outranks(best, *running_.back()) && WantsRoom(best)) {
     std::unique_ptr<SequenceGroup> victim = std::move(running_.back());
     running_.pop_back();
     // Recomputed rather than swapped: a swapped group would hold new
     // prompts back (vLLM v0) and so the very request it made way for.
-    Preempt(std::move(victim), output, recomputed, swapped_out, /*allow_swap=*/false);
+    Preempt(std::move(victim), output, recomputed, /*allow_swap=*/false);
   }
   for (auto& group : recomputed) waiting_.push_back(std::move(group));
   order_.Sort(waiting_);
+}
+
+bool Scheduler::WantsRoom(const SequenceGroup& group) const {
+  // Nothing to gain for a group that never fits; nothing to do for one
+  // that fits now.
+  const AllocStatus fits = CheckAdmissible(group);
+  return fits == AllocStatus::kLater ||
+         (fits == AllocStatus::kOk &&
+          NumRunningSeqs() + group_counts::SeatsOnceRunning(group) > config_.max_num_seqs);
 }
 
 // Why a step of its own: with chunking, the step that computes an urgent
@@ -53,31 +51,25 @@ void Scheduler::PreemptForPriority(SchedulerOutput& output) {
 // The running groups lose one step per such prompt. Equal priorities never
 // trigger it: an earlier arrival of the same priority is served as vLLM does.
 bool Scheduler::ScheduleOutrankingPrompts(SchedulerOutput& output) {
-  if (waiting_.empty() || running_.empty() || !swapped_.empty()) {
-    return false;
-  }
-  int most_urgent_running = INT_MAX;
-  for (const auto& group : running_) {
-    most_urgent_running = std::min(most_urgent_running, group->priority());
-  }
+  if (waiting_.empty() || running_.empty() || !swapped_.empty()) return false;
+  const auto by_priority = [](const auto& a, const auto& b) {
+    return a->priority() < b->priority();
+  };
+  const int most_urgent_running =
+      (*std::min_element(running_.begin(), running_.end(), by_priority))->priority();
   int token_budget = config_.max_num_batched_tokens;
   int num_seqs = NumRunningSeqs();
+  // Only a prompt this step finishes (no partial-prefill slot): a longer one
+  // is chunked beside the decodes as any other, and so is a group of several
+  // sequences (recomputed after forking), whose last tokens take a step of
+  // their own.
+  const PartialCounts no_slot{INT_MAX, INT_MAX};
   bool admitted = false;
-  while (!waiting_.empty() && waiting_.front()->priority() < most_urgent_running) {
-    const SequenceGroup& group = *waiting_.front();
-    const int new_seqs = group_counts::SeatsOnceRunning(group);
-    // Only a prompt this step finishes: a longer one is chunked beside the
-    // decodes as any other, and so is a group of several sequences
-    // (recomputed after forking), whose last tokens take a step of their own.
-    if (group_counts::NumSeqs(group, SequenceStatus::kWaiting) != 1 ||
-        group_counts::NumNewTokens(group, SequenceStatus::kWaiting) >
-            prefill_.ChunkCap(token_budget) ||
-        num_seqs + new_seqs > config_.max_num_seqs || prefill_.NeverFits(group) || Gated(group) ||
-        CheckAdmissible(group) != AllocStatus::kOk) {
-      break;
-    }
+  while (!waiting_.empty() && waiting_.front()->priority() < most_urgent_running &&
+         group_counts::NumSeqs(*waiting_.front(), SequenceStatus::kWaiting) == 1 &&
+         JudgeAdmission(*waiting_.front(), num_seqs, token_budget, no_slot) == Admission::kAdmit) {
+    num_seqs += group_counts::SeatsOnceRunning(*waiting_.front());
     AdmitFrontWithChunk(output, token_budget);
-    num_seqs += new_seqs;
     admitted = true;
   }
   return admitted;

@@ -322,7 +322,7 @@ TEST_F(SchedulerTest, Scenario5SwapPreemptionOfParallelSamplingGroup) {
   Finish(scheduler, scheduler.Schedule());  // r1: [0] (5 tokens), r2: [1, 2] (6 tokens).
   Sequence& parent = *pair->seqs()[0];
   Sequence* child = pair->AddForkedSequence(parent, 99);
-  ASSERT_TRUE(scheduler.block_manager().Fork(parent, *child).ok());
+  scheduler.block_manager().Fork(parent, *child);
   EXPECT_EQ(scheduler.block_manager().num_free_gpu_blocks(), 1);
 
   // r1 takes the last block; r2 needs one per live sequence and goes to the
@@ -370,7 +370,7 @@ TEST_F(SchedulerTest, DecodeIntoSharedPartialBlockCopiesOnWrite) {
   Finish(scheduler, scheduler.Schedule());  // 3 tokens in block 0.
   Sequence& parent = *group->seqs()[0];
   Sequence* child = group->AddForkedSequence(parent, 50);
-  ASSERT_TRUE(scheduler.block_manager().Fork(parent, *child).ok());
+  scheduler.block_manager().Fork(parent, *child);
   SchedulerOutput decode = scheduler.Schedule();
   ASSERT_EQ(decode.blocks_to_copy.size(), 1u);
   EXPECT_EQ(decode.blocks_to_copy[0].src, 0);
@@ -397,7 +397,7 @@ TEST_F(SchedulerTest, KvSlotUsageCountsComputedTokensAndSharedBlocksOnce) {
   // A fork shares all three blocks of r2: nothing new is held or filled.
   Sequence& parent = *pair->seqs()[0];
   Sequence* child = pair->AddForkedSequence(parent, 99);
-  ASSERT_TRUE(scheduler.block_manager().Fork(parent, *child).ok());
+  scheduler.block_manager().Fork(parent, *child);
   usage = scheduler.ComputeKvSlotUsage();
   EXPECT_EQ(usage.filled_slots, 5 + 9);
   EXPECT_EQ(usage.allocated_slots, (2 + 3) * 4);

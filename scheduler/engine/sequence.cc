@@ -7,22 +7,6 @@
 
 namespace pagoda::scheduler {
 
-bool IsFinished(SequenceStatus status) {
-  switch (status) {
-    case SequenceStatus::kWaiting:
-    case SequenceStatus::kRunning:
-    case SequenceStatus::kSwapped:
-      return false;
-    case SequenceStatus::kFinishedStopped:
-    case SequenceStatus::kFinishedLength:
-    case SequenceStatus::kFinishedAborted:
-    case SequenceStatus::kFinishedIgnored:
-    case SequenceStatus::kFinishedPruned:
-      return true;
-  }
-  return true;
-}
-
 Sequence::Sequence(int64_t seq_id, std::vector<int32_t> prompt_token_ids)
     : seq_id_(seq_id), prompt_token_ids_(std::move(prompt_token_ids)) {}
 
@@ -100,11 +84,9 @@ std::vector<const KvSequence*> SequenceGroup::SequencesIn(KvPhase phase) const {
 }
 
 int SequenceGroup::NumUnfinished() const {
-  int count = 0;
-  for (const auto& seq : seqs_) {
-    if (!pagoda::scheduler::IsFinished(seq->status())) ++count;
-  }
-  return count;
+  return static_cast<int>(std::count_if(seqs_.begin(), seqs_.end(), [](const auto& seq) {
+    return !pagoda::scheduler::IsFinished(seq->status());
+  }));
 }
 
 void SequenceGroup::AddPromptLogprobs(int first_position, std::vector<GeneratedToken> entries) {
@@ -125,7 +107,6 @@ std::vector<GeneratedToken> SequenceGroup::TakeNewPromptLogprobs() {
 }
 
 void SequenceGroup::set_lora_id(int lora_id) {
-  lora_id_ = lora_id;
   for (const std::unique_ptr<Sequence>& seq : seqs_) seq->lora_id_ = lora_id;
 }
 

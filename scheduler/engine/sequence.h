@@ -19,6 +19,7 @@
 
 namespace pagoda::scheduler {
 
+// The finished statuses come last: IsFinished compares against the first.
 enum class SequenceStatus {
   kWaiting,
   kRunning,
@@ -29,7 +30,7 @@ enum class SequenceStatus {
   kFinishedIgnored,  // Could never be scheduled (too long for the cache or budget).
   kFinishedPruned,   // A beam or sample dropped by the search; never returned.
 };
-bool IsFinished(SequenceStatus status);
+inline bool IsFinished(SequenceStatus status) { return status >= SequenceStatus::kFinishedStopped; }
 
 struct TopLogprob {
   int32_t token_id;
@@ -154,7 +155,7 @@ class SequenceGroup final : public KvSequenceGroup {
   void set_priority(int priority) { priority_ = priority; }
   // The request's LoRA adapter (0: the base model), set on every sequence
   // (forks inherit it). Set before the group is scheduled.
-  int lora_id() const { return lora_id_; }
+  int lora_id() const { return seqs_.front()->lora_id(); }
   void set_lora_id(int lora_id);
   std::vector<std::unique_ptr<Sequence>>& seqs() { return seqs_; }
   const std::vector<std::unique_ptr<Sequence>>& seqs() const { return seqs_; }
@@ -215,7 +216,6 @@ class SequenceGroup final : public KvSequenceGroup {
   size_t prompt_logprobs_taken_ = 0;  // Entries TakeNewPromptLogprobs returned.
   absl::Time arrival_time_;
   int priority_ = 0;
-  int lora_id_ = 0;
   int num_preemptions_ = 0;
   int steps_since_preemption_ = 0;
   bool waits_for_tokens_ = false;

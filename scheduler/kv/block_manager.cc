@@ -1,7 +1,6 @@
 #include "scheduler/kv/block_manager.h"
 
 #include <algorithm>
-#include <cmath>
 #include <optional>
 
 #include "absl/container/flat_hash_set.h"
@@ -87,10 +86,7 @@ int BlockManager::BlocksForPrompts(const std::vector<const KvSequence*>& seqs) c
 absl::Status BlockManager::Allocate(const KvSequenceGroup& group) {
   const std::vector<const KvSequence*> seqs = group.SequencesIn(KvPhase::kWaiting);
   for (const KvSequence* seq : seqs) {
-    if (tables_.contains(seq->seq_id())) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("sequence ", seq->seq_id(), " already has blocks"));
-    }
+    CHECK(!tables_.contains(seq->seq_id())) << "sequence " << seq->seq_id() << " has blocks";
   }
   const int needed = BlocksForPrompts(seqs);
   if (needed > gpu_.num_free()) {
@@ -227,10 +223,7 @@ int BlockManager::BlocksToAppendSlots(const KvSequenceGroup& group) const {
 
 absl::StatusOr<std::optional<BlockMove>> BlockManager::AppendSlots(const KvSequence& seq) {
   auto it = tables_.find(seq.seq_id());
-  if (it == tables_.end() || !it->second.on_gpu) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("sequence ", seq.seq_id(), " has no GPU blocks"));
-  }
+  CHECK(it != tables_.end() && it->second.on_gpu) << "sequence " << seq.seq_id() << " not on GPU";
   std::vector<int>& blocks = it->second.blocks;
   const Growth growth = GrowthOf(seq, blocks);
   const int needed = growth.new_blocks + (growth.copy_on_write ? 1 : 0);
@@ -246,37 +239,27 @@ absl::StatusOr<std::optional<BlockMove>> BlockManager::AppendSlots(const KvSeque
   return BlockMove{shared, copy};
 }
 
-int BlockManager::TrimToLength(const KvSequence& seq) {
+void BlockManager::TrimToLength(const KvSequence& seq) {
   auto it = tables_.find(seq.seq_id());
-  if (it == tables_.end() || !it->second.on_gpu) return 0;
+  if (it == tables_.end() || !it->second.on_gpu) return;
   std::vector<int>& blocks = it->second.blocks;
   const int keep = BlocksForTokens(seq.length());
-  int dropped = 0;
   while (static_cast<int>(blocks.size()) > keep) {
     gpu_.Release(blocks.back());
     blocks.pop_back();
-    ++dropped;
   }
   // Hashes cover full computed blocks, all within the length.
   DCHECK_LE(static_cast<int>(it->second.hashes.size()), keep);
-  return dropped;
 }
 
-absl::Status BlockManager::Fork(const KvSequence& parent, const KvSequence& child) {
+void BlockManager::Fork(const KvSequence& parent, const KvSequence& child) {
   auto it = tables_.find(parent.seq_id());
-  if (it == tables_.end()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("parent sequence ", parent.seq_id(), " has no blocks"));
-  }
-  if (tables_.contains(child.seq_id())) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("child sequence ", child.seq_id(), " already has blocks"));
-  }
+  CHECK(it != tables_.end()) << "parent sequence " << parent.seq_id() << " has no blocks";
+  CHECK(!tables_.contains(child.seq_id())) << "child sequence " << child.seq_id() << " has blocks";
   BlockTable table = it->second;
   BlockPool& pool = table.on_gpu ? gpu_ : cpu_;
   for (int block : table.blocks) pool.AddReference(block);
   tables_[child.seq_id()] = std::move(table);
-  return absl::OkStatus();
 }
 
 void BlockManager::Free(int64_t seq_id) {
@@ -319,10 +302,7 @@ absl::StatusOr<std::vector<BlockMove>> BlockManager::Move(
     const std::vector<const KvSequence*>& seqs, bool to_gpu) {
   for (const KvSequence* seq : seqs) {
     auto it = tables_.find(seq->seq_id());
-    if (it == tables_.end() || it->second.on_gpu == to_gpu) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "sequence ", seq->seq_id(), " has no blocks on the ", to_gpu ? "CPU" : "GPU"));
-    }
+    CHECK(it != tables_.end() && it->second.on_gpu != to_gpu) << "sequence " << seq->seq_id();
   }
   BlockPool& from = to_gpu ? cpu_ : gpu_;
   BlockPool& to = to_gpu ? gpu_ : cpu_;

@@ -126,14 +126,13 @@ class BlockManager {
 
   // Speculative decoding's rollback: drops the GPU blocks of seq's table
   // past those its length spans (the slots of rejected drafts, reserved as
-  // lookahead slots), tail first. Returns how many references it dropped.
-  // Such blocks hold no verified token, so none of them is hashed. No-op
-  // without a GPU table.
-  int TrimToLength(const KvSequence& seq);
+  // lookahead slots), tail first. Such blocks hold no verified token, so
+  // none of them is hashed. No-op without a GPU table.
+  void TrimToLength(const KvSequence& seq);
 
   // The child shares all of the parent's blocks (ref counts +1, no copy).
   // REQUIRES: parent has a table and child has none.
-  absl::Status Fork(const KvSequence& parent, const KvSequence& child);
+  void Fork(const KvSequence& parent, const KvSequence& child);
 
   // Empties the prefix cache: the GPU K/V bytes are lost (a worker
   // restarted), so no block may serve a hit any more. Tables stay; their
@@ -211,7 +210,8 @@ class BlockManager {
   void RegisterHashes(const KvSequence& seq, const BlockTable& table, int from);
   // Moves the tables of `seqs` from one pool to the other, one copy per
   // distinct physical block.
-  absl::StatusOr<std::vector<BlockMove>> Move(const std::vector<const KvSequence*>& seqs, bool to_gpu);
+  absl::StatusOr<std::vector<BlockMove>> Move(const std::vector<const KvSequence*>& seqs,
+                                              bool to_gpu);
   // Distinct physical blocks referenced by the tables of `seqs`.
   int CountDistinctBlocks(const std::vector<const KvSequence*>& seqs) const;
 

@@ -61,7 +61,7 @@ TEST(BlockManagerTest, LookaheadSlotsAreReservedWithTheNewToken) {
   AllocateRunning(manager, *group);
   Sequence& parent = *group->seqs()[0];
   Sequence* child = group->AddForkedSequence(parent, 2);
-  ASSERT_TRUE(manager.Fork(parent, *child).ok());
+  manager.Fork(parent, *child);
   child->AppendToken({7, 0.0f, {}});  // Length 4: the token lands in shared block 0.
   child->set_num_lookahead_slots(2);  // Slots 4 and 5: one new block.
   auto copy = manager.AppendSlots(*child);
@@ -98,7 +98,7 @@ TEST(BlockManagerTest, Scenario2ForkThenCopyOnWriteOfSharedLastBlock) {
   EXPECT_EQ(manager.num_free_gpu_blocks(), 3);
 
   Sequence* child = group->AddForkedSequence(parent, 2);
-  ASSERT_TRUE(manager.Fork(parent, *child).ok());
+  manager.Fork(parent, *child);
   EXPECT_EQ(manager.GetBlockTable(1), std::vector<int>({0}));
   EXPECT_EQ(manager.GetBlockTable(2), std::vector<int>({0}));
   EXPECT_EQ(manager.gpu_pool().ref_count(0), 2);
@@ -174,7 +174,7 @@ TEST(BlockManagerTest, CanAppendSlotsCountsOnlySequencesThatNeedABlock) {
   seq.AppendToken({1, 0.0f, {}});  // Third slot of its own block: no block needed.
   EXPECT_TRUE(manager.CanAppendSlots(*group));
   Sequence* child = group->AddForkedSequence(seq, 3);
-  ASSERT_TRUE(manager.Fork(seq, *child).ok());
+  manager.Fork(seq, *child);
   seq.AppendToken({1, 0.0f, {}});
   child->AppendToken({2, 0.0f, {}});
   EXPECT_FALSE(manager.CanAppendSlots(*group));  // The shared block must be copied.
@@ -200,7 +200,7 @@ TEST(BlockManagerTest, SwapKeepsSharingBetweenForkedSequences) {
   AllocateRunning(manager, *group);
   Sequence& parent = *group->seqs()[0];
   Sequence* child = group->AddForkedSequence(parent, 2);
-  ASSERT_TRUE(manager.Fork(parent, *child).ok());
+  manager.Fork(parent, *child);
   child->AppendToken({9, 0.0f, {}});
   auto copy = manager.AppendSlots(*child);
   ASSERT_TRUE(copy.ok() && copy->has_value());
@@ -243,7 +243,7 @@ TEST(BlockManagerTest, SwapOutNeedsRoomForDistinctBlocksOnly) {
   auto group = MakeGroup(1, 8);
   AllocateRunning(manager, *group);
   Sequence* child = group->AddForkedSequence(*group->seqs()[0], 2);
-  ASSERT_TRUE(manager.Fork(*group->seqs()[0], *child).ok());
+  manager.Fork(*group->seqs()[0], *child);
   EXPECT_TRUE(manager.CanSwapOut(*group));  // 2 shared blocks, 2 CPU blocks.
   child->AppendToken({3, 0.0f, {}});
   ASSERT_TRUE(manager.AppendSlots(*child).ok());
@@ -747,7 +747,7 @@ TEST_P(RandomizedBlockManagerTest, InvariantsHoldAfterEveryOperation) {
         auto parents = group->SeqsWithStatus(SequenceStatus::kRunning);
         Sequence* parent = parents[uniform(0, parents.size() - 1)];
         Sequence* child = group->AddForkedSequence(*parent, world.next_seq_id++);
-        ASSERT_TRUE(manager.Fork(*parent, *child).ok());
+        manager.Fork(*parent, *child);
         ++counts[op];
       }
     } else if (op == 3 && !world.groups.empty()) {  // Finish one sequence.

@@ -1,7 +1,5 @@
 #include "scheduler/kv/block_pool.h"
 
-#include <algorithm>
-
 #include "absl/status/status.h"
 #include "glog/logging.h"
 
@@ -31,7 +29,7 @@ std::optional<int> BlockPool::AllocateCached(uint64_t hash, absl::Span<const int
   auto it = hash_to_block_.find(hash);
   if (it == hash_to_block_.end()) return std::nullopt;
   Block& block = blocks_[it->second];
-  if (!std::equal(tokens.begin(), tokens.end(), block.tokens.begin(), block.tokens.end())) {
+  if (tokens != absl::MakeConstSpan(block.cached->tokens)) {
     return std::nullopt;  // A collision: another prefix under the same hash.
   }
   if (block.ref_count == 0) evictor_.erase({block.last_use, it->second});
@@ -49,7 +47,7 @@ void BlockPool::Release(int block) {
   CHECK_GT(entry.ref_count, 0) << "double free of block " << block;
   if (--entry.ref_count > 0) return;
   entry.last_use = ++tick_;
-  if (entry.hash.has_value()) {
+  if (entry.cached.has_value()) {
     evictor_.insert({entry.last_use, block});
   } else {
     free_list_.push_front(block);
@@ -60,11 +58,8 @@ bool BlockPool::SetHash(int block, uint64_t hash, absl::Span<const int32_t> toke
                         std::optional<uint64_t> parent, int lora_id) {
   Block& entry = blocks_.at(block);
   CHECK_GT(entry.ref_count, 0) << "hashing free block " << block;
-  if (entry.hash.has_value() || hash_to_block_.contains(hash)) return false;
-  entry.hash = hash;
-  entry.tokens.assign(tokens.begin(), tokens.end());
-  entry.parent_hash = parent;
-  entry.lora_id = lora_id;
+  if (entry.cached.has_value() || hash_to_block_.contains(hash)) return false;
+  entry.cached = Contents{hash, {tokens.begin(), tokens.end()}, parent, lora_id};
   hash_to_block_[hash] = block;
   return true;
 }
@@ -72,15 +67,16 @@ bool BlockPool::SetHash(int block, uint64_t hash, absl::Span<const int32_t> toke
 void BlockPool::ForgetCachedContents() {
   for (const auto& [last_use, block] : evictor_) free_list_.push_back(block);
   evictor_.clear();
-  for (Block& block : blocks_) ForgetContents(block);
+  for (Block& block : blocks_) block.cached.reset();
   hash_to_block_.clear();
   if (event_log_ != nullptr) event_log_->AddCleared();
 }
 
 void BlockPool::AppendCachedBlocks(int block_size, KvEventBatch& batch) const {
   for (const auto& [hash, block] : hash_to_block_) {
-    batch.AddStored(blocks_[block].parent_hash, block_size, blocks_[block].lora_id);
-    batch.AppendStoredBlock(hash, blocks_[block].tokens);
+    const Contents& cached = *blocks_[block].cached;
+    batch.AddStored(cached.parent_hash, block_size, cached.lora_id);
+    batch.AppendStoredBlock(hash, cached.tokens);
   }
 }
 
@@ -91,22 +87,16 @@ std::vector<uint64_t> BlockPool::CachedHashes() const {
   return hashes;
 }
 
-bool BlockPool::is_evictable(int block) const {
-  return blocks_[block].ref_count == 0 && blocks_[block].hash.has_value();
+std::optional<uint64_t> BlockPool::hash(int block) const {
+  const std::optional<Contents>& cached = blocks_[block].cached;
+  return cached.has_value() ? std::optional<uint64_t>(cached->hash) : std::nullopt;
 }
 
 void BlockPool::Unhash(int block) {
-  Block& entry = blocks_[block];
-  hash_to_block_.erase(*entry.hash);
-  if (event_log_ != nullptr) event_log_->AddRemoved(*entry.hash);
-  ForgetContents(entry);
-}
-
-void BlockPool::ForgetContents(Block& block) {
-  block.hash.reset();
-  block.tokens.clear();
-  block.parent_hash.reset();
-  block.lora_id = 0;
+  const uint64_t hash = blocks_[block].cached->hash;
+  hash_to_block_.erase(hash);
+  if (event_log_ != nullptr) event_log_->AddRemoved(hash);
+  blocks_[block].cached.reset();
 }
 
 }  // namespace pagoda::scheduler

@@ -78,9 +78,10 @@ class BlockPool {
   std::vector<uint64_t> CachedHashes() const;
 
   int ref_count(int block) const { return blocks_[block].ref_count; }
-  std::optional<uint64_t> hash(int block) const { return blocks_[block].hash; }
-  const std::vector<int32_t>& tokens(int block) const { return blocks_[block].tokens; }
-  bool is_evictable(int block) const;
+  std::optional<uint64_t> hash(int block) const;
+  // REQUIRES: hash(block) has a value.
+  const std::vector<int32_t>& tokens(int block) const { return blocks_[block].cached->tokens; }
+  bool is_evictable(int block) const { return ref_count(block) == 0 && hash(block).has_value(); }
   int num_free() const { return static_cast<int>(free_list_.size() + evictor_.size()); }
   int num_evictable() const { return static_cast<int>(evictor_.size()); }
   int num_total() const { return static_cast<int>(blocks_.size()); }
@@ -89,18 +90,20 @@ class BlockPool {
   const std::deque<int>& free_list() const { return free_list_; }
 
  private:
+  // What a hashed block remembers of its contents.
+  struct Contents {
+    uint64_t hash;
+    std::vector<int32_t> tokens;  // For collision checks.
+    std::optional<uint64_t> parent_hash;
+    int lora_id;
+  };
   struct Block {
     int ref_count = 0;
-    std::optional<uint64_t> hash;
-    std::vector<int32_t> tokens;  // Kept only while hashed, for collision checks.
-    std::optional<uint64_t> parent_hash;  // While hashed: the previous block's.
-    int lora_id = 0;                      // While hashed: its sequence's adapter.
-    uint64_t last_use = 0;        // Tick of the last Release.
+    uint64_t last_use = 0;           // Tick of the last Release.
+    std::optional<Contents> cached;  // Set while hashed.
   };
   // Forgets the hash of an evictable or used block.
   void Unhash(int block);
-  // Clears what a hashed block remembers of its contents.
-  static void ForgetContents(Block& block);
 
   std::vector<Block> blocks_;
   std::deque<int> free_list_;
