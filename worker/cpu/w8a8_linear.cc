@@ -40,8 +40,9 @@ class CpuW8A8Linear final : public Linear {
         bias_(weight.bias) {
     const W8A8TileKernels* vnni = level == SimdLevel::kAvx512 ? VnniW8A8TileKernels() : nullptr;
     quantize_token_ = (vnni != nullptr ? *vnni : PlainW8A8TileKernels()).quantize_token;
-    if (!fp8_ && layout == W8A8Layout::kBest && vnni != nullptr) {
-      tile_kernel_ = vnni->tile;
+    const W8A8TileKernels* tiles = ChooseW8A8TileKernels(level, layout);
+    if (!fp8_ && tiles != nullptr) {
+      tile_kernel_ = tiles->tile;
       PackTiles(weight);
       return;
     }
