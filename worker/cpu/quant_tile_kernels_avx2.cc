@@ -49,7 +49,8 @@ PAGODA_TILE_AVX2 inline Avx2TileOperands Avx2TileStep(const uint8_t* codes, int6
   const __m256i low_nibbles = _mm256_set1_epi8(0x0F);
   Avx2TileOperands op;
   if constexpr (kBits == 4) {
-    const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + p * 8 + 32 * h));
+    const __m256i bytes =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + p * 8 + 32 * h));
     op.a = _mm256_and_si256(bytes, low_nibbles);
     op.b = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low_nibbles);
   } else {
@@ -79,12 +80,12 @@ PAGODA_TILE_AVX2 inline __m256i Avx2TileAccumulate(__m256i sums, const Avx2TileO
     return _mm256_dpbusd_avx_epi32(sums, op.b, second);
   } else {
     const __m256i ones = _mm256_set1_epi16(1);
-    const __m256i low = _mm256_add_epi16(_mm256_maddubs_epi16(op.a, first),
-                                         _mm256_maddubs_epi16(op.b, second));
+    const __m256i low =
+        _mm256_add_epi16(_mm256_maddubs_epi16(op.a, first), _mm256_maddubs_epi16(op.b, second));
     sums = _mm256_add_epi32(sums, _mm256_madd_epi16(low, ones));
     if constexpr (kBits == 8) {
-      const __m256i high = _mm256_add_epi16(_mm256_maddubs_epi16(op.c, first),
-                                            _mm256_maddubs_epi16(op.d, second));
+      const __m256i high =
+          _mm256_add_epi16(_mm256_maddubs_epi16(op.c, first), _mm256_maddubs_epi16(op.d, second));
       sums = _mm256_add_epi32(sums, _mm256_madd_epi16(high, _mm256_set1_epi16(16)));
     }
     return sums;
@@ -183,8 +184,8 @@ PAGODA_TILE_AVX2 void Avx2TileRows(const uint8_t* tile, const float* params,
   }
 }
 
-#define PAGODA_AVX2_TILE_CASE(n)                                                                \
-  case n:                                                                                       \
+#define PAGODA_AVX2_TILE_CASE(n)                                                                 \
+  case n:                                                                                        \
     return Avx2TileRows<kBits, kVnni, n>(tile, params, segments, num_segments, x, ld_x, x_scale, \
                                          x_sum, ld_s, y, ld_y, cols, next);
 
@@ -221,7 +222,8 @@ PAGODA_TILE_AVX2 void Avx2W8A8TileRows(const uint8_t* tile, int64_t padded_in, c
     const auto offset = static_cast<int32_t>(128u * static_cast<uint32_t>(x_sum[r]));
     for (int h = 0; h < 2; ++h) {
       const __m256i corrected = _mm256_sub_epi32(dots[r][h], _mm256_set1_epi32(offset));
-      const __m256 scale = _mm256_mul_ps(_mm256_set1_ps(x_scale[r]), _mm256_loadu_ps(w_scale + 8 * h));
+      const __m256 scale =
+          _mm256_mul_ps(_mm256_set1_ps(x_scale[r]), _mm256_loadu_ps(w_scale + 8 * h));
       __m256 value = _mm256_mul_ps(_mm256_cvtepi32_ps(corrected), scale);
       if (bias != nullptr) {
         asm("" : "+x"(value));
@@ -232,10 +234,10 @@ PAGODA_TILE_AVX2 void Avx2W8A8TileRows(const uint8_t* tile, int64_t padded_in, c
   }
 }
 
-#define PAGODA_AVX2_W8A8_CASE(n)                                                              \
-  case n:                                                                                     \
-    return Avx2W8A8TileRows<kVnni, n>(tile, padded_in, x, ld_x, x_scale, x_sum, w_scale, bias, \
-                                      y, ld_y, cols, next);
+#define PAGODA_AVX2_W8A8_CASE(n)                                                                  \
+  case n:                                                                                         \
+    return Avx2W8A8TileRows<kVnni, n>(tile, padded_in, x, ld_x, x_scale, x_sum, w_scale, bias, y, \
+                                      ld_y, cols, next);
 
 template <bool kVnni>
 void Avx2W8A8Tile(const uint8_t* tile, int64_t padded_in, const int8_t* x, size_t ld_x,
