@@ -76,8 +76,9 @@ class CpuQuantLinear final : public Linear {
         num_groups_(weight.num_groups),
         bias_(weight.bias) {
     PlanSegments(weight);
-    const QuantTileKernels* vnni = level == SimdLevel::kAvx512 ? VnniQuantTileKernels() : nullptr;
-    quantize_group_ = (vnni != nullptr ? *vnni : PlainQuantTileKernels()).quantize_group;
+    // The level's vector group quantization (the same bits at every level).
+    const QuantTileKernels* vector = ChooseQuantTileKernels(level, Int8Layout::kBest);
+    quantize_group_ = (vector != nullptr ? *vector : PlainQuantTileKernels()).quantize_group;
     // A group longer than the int32 sums allow keeps f32 inputs.
     int8_inputs_ = activations == WeightOnlyActivations::kInt8 &&
                    std::all_of(segments_.begin(), segments_.end(), [](const QuantSegment& seg) {

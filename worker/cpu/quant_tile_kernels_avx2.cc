@@ -11,7 +11,9 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "worker/cpu/quant_tile_kernels.h"
 
@@ -257,6 +259,97 @@ void Avx2W8A8Tile(const uint8_t* tile, int64_t padded_in, const int8_t* x, size_
   }
 }
 #undef PAGODA_AVX2_W8A8_CASE
+
+// ---- the input quantization, 8 lanes at a time ----
+
+// max|x| over x[0, n) and whether every x is finite (x - x is 0 for finite
+// x, NaN for NaN and infinities); the last n % 8 inputs one at a time.
+PAGODA_TILE_AVX2 float Avx2AbsMax(const float* x, int64_t n, bool* finite) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 amax = _mm256_setzero_ps();
+  __m256 all_finite = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v));
+    all_finite = _mm256_and_ps(all_finite,
+                               _mm256_cmp_ps(_mm256_sub_ps(v, v), _mm256_setzero_ps(), _CMP_EQ_OQ));
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, amax);
+  float result = 0.0f;
+  for (float lane : lanes) result = std::max(result, lane);
+  *finite = _mm256_movemask_ps(all_finite) == 0xFF;
+  for (; i < n; ++i) {
+    result = std::max(result, std::fabs(x[i]));
+    *finite &= std::isfinite(x[i]);
+  }
+  return result;
+}
+
+// q = clamp(round_half_even(x / s), -128, 127) over x[0, n), returns
+// sum(q): the plain loop's division and rounding (vroundps to nearest
+// even, nearbyint in the default mode), so the same bits.
+PAGODA_TILE_AVX2 int32_t Avx2QuantizeInputs(const float* x, int64_t n, float s, int8_t* q) {
+  const __m256 divisor = _mm256_set1_ps(s);
+  __m256i sum = _mm256_setzero_si256();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 v = _mm256_round_ps(_mm256_div_ps(_mm256_loadu_ps(x + i), divisor),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    v = _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(-128.0f)), _mm256_set1_ps(127.0f));
+    const __m256i integers = _mm256_cvtps_epi32(v);
+    sum = _mm256_add_epi32(sum, integers);
+    // In range already, so the saturating packs are exact.
+    const __m128i words =
+        _mm_packs_epi32(_mm256_castsi256_si128(integers), _mm256_extracti128_si256(integers, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(q + i), _mm_packs_epi16(words, words));
+  }
+  alignas(32) int32_t lanes[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), sum);
+  int32_t total = 0;
+  for (int32_t lane : lanes) total += lane;
+  for (; i < n; ++i) {
+    const float v = std::clamp(std::nearbyint(x[i] / s), -128.0f, 127.0f);
+    q[i] = static_cast<int8_t>(v);
+    total += static_cast<int32_t>(v);
+  }
+  return total;
+}
+
+// QuantizeGroupFn: quant_tile_kernels.cc's QuantizeGroupPlain's steps.
+PAGODA_TILE_AVX2 void Avx2QuantizeGroup(const float* x, int64_t n, int8_t* q, float* scale,
+                                        float* qsum) {
+  *scale = *qsum = 0.0f;
+  if (n <= 0) return;
+  bool finite = true;
+  const float s = Avx2AbsMax(x, n, &finite) / 127.0f;
+  if (!finite || !std::isfinite(s) || s == 0.0f) {
+    std::memset(q, 0, static_cast<size_t>(n));
+    if (!finite || !std::isfinite(s)) *scale = *qsum = std::numeric_limits<float>::quiet_NaN();
+    return;
+  }
+  const int32_t sum = Avx2QuantizeInputs(x, n, s, q);
+  *scale = s;
+  *qsum = s * static_cast<float>(sum);
+}
+
+// QuantizeTokenFn: quant_tile_kernels.cc's QuantizeTokenPlain's steps.
+PAGODA_TILE_AVX2 void Avx2QuantizeToken(const float* x, int64_t n, int8_t* q, float* scale,
+                                        int32_t* sum) {
+  *scale = 0.0f;
+  *sum = 0;
+  if (n <= 0) return;
+  bool finite = true;
+  const float s = Avx2AbsMax(x, n, &finite) / 127.0f;
+  if (!finite || !std::isfinite(s) || s == 0.0f) {
+    std::memset(q, 0, static_cast<size_t>(n));
+    if (!finite || !std::isfinite(s)) *scale = std::numeric_limits<float>::quiet_NaN();
+    return;
+  }
+  *sum = Avx2QuantizeInputs(x, n, s, q);
+  *scale = s;
+}
 #undef PAGODA_TILE_AVX2
 
 bool CpuHasAvx2Tiles() {
@@ -276,9 +369,9 @@ bool CpuHasAvxVnni() {
 
 const QuantTileKernels* Avx2QuantTileKernels(bool vnni) {
   static const QuantTileKernels with_vnni = {Avx2Tile<4, true>, Avx2Tile<8, true>,
-                                             PlainQuantTileKernels().quantize_group};
+                                             Avx2QuantizeGroup};
   static const QuantTileKernels without_vnni = {Avx2Tile<4, false>, Avx2Tile<8, false>,
-                                                PlainQuantTileKernels().quantize_group};
+                                                Avx2QuantizeGroup};
   static const bool has_avx2 = CpuHasAvx2Tiles();
   static const bool has_vnni = CpuHasAvxVnni();
   if (vnni) return has_vnni ? &with_vnni : nullptr;
@@ -286,10 +379,8 @@ const QuantTileKernels* Avx2QuantTileKernels(bool vnni) {
 }
 
 const W8A8TileKernels* Avx2W8A8TileKernels(bool vnni) {
-  static const W8A8TileKernels with_vnni = {Avx2W8A8Tile<true>,
-                                            PlainW8A8TileKernels().quantize_token};
-  static const W8A8TileKernels without_vnni = {Avx2W8A8Tile<false>,
-                                               PlainW8A8TileKernels().quantize_token};
+  static const W8A8TileKernels with_vnni = {Avx2W8A8Tile<true>, Avx2QuantizeToken};
+  static const W8A8TileKernels without_vnni = {Avx2W8A8Tile<false>, Avx2QuantizeToken};
   static const bool has_avx2 = CpuHasAvx2Tiles();
   static const bool has_vnni = CpuHasAvxVnni();
   if (vnni) return has_vnni ? &with_vnni : nullptr;
