@@ -10,15 +10,23 @@
 //   - for the weight-only formats, both ways of taking the inputs
 //     (quant_linear.h's WeightOnlyActivations: int8 per group, the default,
 //     and f32), over the same codes; for W8A8, both layouts of the codes
-//     (w8a8_linear.h's W8A8Layout: tiles where the CPU has VNNI, rows).
+//     (w8a8_linear.h's W8A8Layout: tiles where the CPU has VNNI, rows);
+//   - with a `level` argument, at that SIMD level, the int8 codes' three
+//     layouts over the same codes (quant_tile_kernels.h's Int8Layout): the
+//     tiles with the CPU's best VNNI (at avx2: AVX-VNNI's 256-bit vpdpbusd),
+//     the AVX2 tiles with vpmaddubsw + vpmaddwd (a CPU without VNNI), and
+//     the row layout (that level's path before the AVX2 tiles).
 // The variants' passes alternate (one pass of each in turn, `iterations`
 // times) so that a shared machine's load falls on all of them alike.
 // The weights (about 550 MB at int4) are far larger than the last-level
 // cache, so every step streams them from memory.
 //
 // Usage: bench_quant_decode [threads=2] [format=4] [layers=16] [iterations=10]
+//                           [level] [batches=1,8]
 //   format: 4 or 8 (weight-only int4 / int8, group 128), w8a8 or fp8
-//   (one byte a weight, one scale a channel).
+//   (one byte a weight, one scale a channel); level: avx2, avx512 or best
+//   (given: the three layouts of the int8 codes at it); batches: token rows
+//   a pass (e.g. 1,8,64: a 64-token prompt too).
 
 #include <algorithm>
 #include <chrono>
@@ -30,6 +38,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "bench/cpu/machine_floor.h"
 #include "worker/cpu/cpu_backend.h"
 #include "worker/cpu/quant_linear.h"
@@ -115,11 +125,11 @@ struct Variant {
 // One pass of `rows` token rows through every Linear of `v`, kept if best.
 // The inputs vary (a smooth ramp), so int8 quantization sees real ranges.
 void Pass(Variant& v, int rows) {
-  static std::vector<float> x = [] {
-    std::vector<float> values(8 * 16384);
-    for (size_t i = 0; i < values.size(); ++i) values[i] = 0.01f * ((i * 37) % 101) - 0.5f;
-    return values;
-  }();
+  static std::vector<float> x;
+  if (x.size() < static_cast<size_t>(rows) * 16384) {
+    x.resize(static_cast<size_t>(rows) * 16384);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = 0.01f * ((i * 37) % 101) - 0.5f;
+  }
   std::vector<float> y(static_cast<size_t>(rows) * 16384);
   v.each.resize(v.linears.size(), 1e30);
   using Clock = std::chrono::steady_clock;
@@ -147,37 +157,61 @@ int Main(int argc, char** argv) {
   const bool byte_format = format == "w8a8" || format == "fp8";
   const int bits = format == "4" ? 4 : 8;
   const std::string name = byte_format ? format : "int" + format;
-  std::printf("simd %s, %d threads, %s, %d layers, %s\n",
-              std::string(SimdLevelName(BestSimdLevel())).c_str(), threads, name.c_str(), layers,
-              byte_format ? "scales per channel" : "group 128");
+  // With a level named: the int8 codes in each Int8Layout at that level.
+  const bool layouts = argc > 5 && format != "fp8";
+  SimdLevel level = BestSimdLevel();
+  if (argc > 5 && std::string(argv[5]) != "best") {
+    const std::vector<SimdLevel> supported = SupportedSimdLevels();
+    const auto it = std::find_if(supported.begin(), supported.end(),
+                                 [&](SimdLevel l) { return SimdLevelName(l) == argv[5]; });
+    if (it == supported.end()) return std::fprintf(stderr, "level %s not run here\n", argv[5]), 2;
+    level = *it;
+  }
+  std::vector<int> batches;
+  for (absl::string_view part : absl::StrSplit(argc > 6 ? argv[6] : "1,8", ',')) {
+    int n = 0;
+    if (!absl::SimpleAtoi(part, &n) || n < 1 || n > 512) {
+      return std::fprintf(stderr, "bad batches\n"), 2;
+    }
+    batches.push_back(n);
+  }
+  std::printf("simd %s, %d threads, %s, %d layers, %s\n", std::string(SimdLevelName(level)).c_str(),
+              threads, name.c_str(), layers, byte_format ? "scales per channel" : "group 128");
 
   ThreadPool pool(threads);
   std::vector<Variant> variants;
-  if (byte_format) {
-    variants.push_back({name});
-    // W8A8's row layout (the one before the tiles, and of CPUs without VNNI).
-    if (format == "w8a8") variants.push_back({name + " rows"});
-  } else {
-    variants.push_back({name + " int8 inputs"});
-    variants.push_back({name + " f32 inputs"});
+  const std::string int8_name = byte_format ? name : name + " int8 inputs";
+  variants.push_back({int8_name});
+  if (layouts) {
+    variants.push_back({int8_name + " tiles no vnni"});
+    variants.push_back({int8_name + " rows"});
+  } else if (format == "w8a8") {
+    // W8A8's row layout (the one before the tiles).
+    variants.push_back({name + " rows"});
   }
+  if (!byte_format) variants.push_back({name + " f32 inputs"});
+  const std::vector<Int8Layout> int8_layouts =
+      layouts
+          ? std::vector<Int8Layout>{Int8Layout::kBest, Int8Layout::kTilesNoVnni, Int8Layout::kRows}
+      : format == "w8a8" ? std::vector<Int8Layout>{Int8Layout::kBest, Int8Layout::kRows}
+                         : std::vector<Int8Layout>{Int8Layout::kBest};
   uint64_t state = 0x9E3779B97F4A7C15ull;
   size_t quantized_bytes = 0;
   for (int l = 0; l < layers; ++l) {
     for (const Projection& p : kLayer) {
       if (byte_format) {
         const QuantizedWeight w = RandomByteWeight(p, format == "fp8", state);
-        variants[0].linears.push_back(CreateCpuW8A8Linear(w, &pool, BestSimdLevel()));
-        if (format == "w8a8") {
-          variants[1].linears.push_back(
-              CreateCpuW8A8Linear(w, &pool, BestSimdLevel(), W8A8Layout::kRows));
+        for (size_t k = 0; k < int8_layouts.size(); ++k) {
+          variants[k].linears.push_back(CreateCpuW8A8Linear(w, &pool, level, int8_layouts[k]));
         }
       } else {
         const QuantizedWeight w = RandomWeight(p, bits, state);
-        variants[0].linears.push_back(
-            CreateCpuQuantLinear(w, &pool, BestSimdLevel(), WeightOnlyActivations::kInt8));
-        variants[1].linears.push_back(
-            CreateCpuQuantLinear(w, &pool, BestSimdLevel(), WeightOnlyActivations::kFloat32));
+        for (size_t k = 0; k < int8_layouts.size(); ++k) {
+          variants[k].linears.push_back(
+              CreateCpuQuantLinear(w, &pool, level, WeightOnlyActivations::kInt8, int8_layouts[k]));
+        }
+        variants[int8_layouts.size()].linears.push_back(
+            CreateCpuQuantLinear(w, &pool, level, WeightOnlyActivations::kFloat32));
       }
       quantized_bytes += variants[0].linears.back()->weight_bytes();
     }
@@ -205,10 +239,12 @@ int Main(int argc, char** argv) {
   // *_sum: each projection's best, summed (see Pass). Optimistic: a
   // projection's best pass may find some of its weights still in a large
   // last-level cache; the whole-pass columns are the figures. Ratios are to
-  // the first variant (the default).
-  std::printf("%-6s %-22s %9s %9s %9s %9s %11s %10s %11s %9s\n", "batch", "variant", "wall_ms",
-              "cpu_ms", "sum_ms", "floor_ms", "floor/wall", "floor/sum", "wall/first", "tokens/s");
-  for (int rows : {1, 8}) {
+  // the first variant (the default). GB/s: the quantized weights' bytes
+  // (codes and scales) over the wall time.
+  std::printf("%-6s %-30s %9s %9s %9s %9s %11s %10s %11s %9s %7s\n", "batch", "variant", "wall_ms",
+              "cpu_ms", "sum_ms", "floor_ms", "floor/wall", "floor/sum", "wall/first", "tokens/s",
+              "GB/s");
+  for (int rows : batches) {
     for (Variant& v : variants) {
       v.wall = v.cpu = 1e30;
       v.each.clear();
@@ -217,10 +253,10 @@ int Main(int argc, char** argv) {
       for (Variant& v : variants) Pass(v, rows);
     }
     for (const Variant& v : variants) {
-      std::printf("%-6d %-22s %9.2f %9.2f %9.2f %9.2f %10.0f%% %9.0f%% %10.2fx %9.1f\n", rows,
+      std::printf("%-6d %-30s %9.2f %9.2f %9.2f %9.2f %10.0f%% %9.0f%% %10.2fx %9.1f %7.1f\n", rows,
                   v.name.c_str(), v.wall * 1e3, v.cpu * 1e3, v.SumOfBest() * 1e3, floor_ms,
                   100.0 * floor_ms / (v.wall * 1e3), 100.0 * floor_ms / (v.SumOfBest() * 1e3),
-                  v.wall / variants[0].wall, rows / v.wall);
+                  v.wall / variants[0].wall, rows / v.wall, quantized_bytes / v.wall / 1e9);
     }
   }
   return 0;

@@ -1,13 +1,17 @@
 // The arithmetic rate of the int8-input weight-only kernels alone, with the
 // codes in L2 (no memory stream): the row kernels (quant_a8_kernels.h, one
 // output row a call) against the tile kernels (quant_tile_kernels.h, 16
-// output rows a call) on 256 outputs x 2048 inputs of 4-bit codes, group
-// 128, at 1, 2, 4 and 8 token rows; one thread, CPU time (so a loaded
-// machine's preemption does not count), best of several passes. A kernel
-// below (read bandwidth / threads) in GB/s of codes cannot keep up with
-// memory: its decode is bound by instructions, not by reading weights.
+// output rows a call) on 256 outputs x 2048 inputs of 4- or 8-bit codes,
+// group 128, at 1, 2, 4 and 8 token rows, at each level this CPU runs:
+// AVX-512 (row and tile kernels with AVX-512 VNNI) and AVX2 (the row
+// kernels' vpmaddubsw / vpmaddwd, the tiles with AVX-VNNI's vpdpbusd and
+// with vpmaddubsw + vpmaddwd, the path of a CPU without VNNI); one thread,
+// CPU time (so a loaded machine's preemption does not count), best of
+// several passes. A kernel below (read bandwidth / threads) in GB/s of codes
+// cannot keep up with memory: its decode is bound by instructions, not by
+// reading weights.
 //
-// Usage: bench_quant_kernels [passes=7]
+// Usage: bench_quant_kernels [passes=7] [bits=4]
 
 #include <algorithm>
 #include <cstdint>
@@ -36,7 +40,7 @@ double ThreadSeconds() {
 
 struct Inputs {
   std::vector<QuantSegment> segments;
-  std::vector<uint8_t> codes = std::vector<uint8_t>(kOut * kIn / 2);
+  std::vector<uint8_t> codes = std::vector<uint8_t>(kOut * kIn);
   std::vector<float> params = std::vector<float>(kOut * kGroups * 2, 0.01f);
   std::vector<int8_t> x = std::vector<int8_t>(8 * kIn);
   std::vector<float> x_scale = std::vector<float>(8 * kGroups, 0.1f);
@@ -51,42 +55,75 @@ struct Inputs {
 
 // GB/s of codes: the best of `passes` passes of kRepeats products.
 template <typename Product>
-double Rate(int passes, const Product& product) {
+double Rate(int passes, int bits, const Product& product) {
   double best = 1e30;
   for (int pass = 0; pass < passes; ++pass) {
     const double start = ThreadSeconds();
     for (int k = 0; k < kRepeats; ++k) product();
     best = std::min(best, ThreadSeconds() - start);
   }
-  return kRepeats * (kOut * kIn / 2.0) / best / 1e9;
+  return kRepeats * (kOut * kIn * bits / 8.0) / best / 1e9;
+}
+
+// GB/s of codes of the row kernels of `level` (one output row a call, up
+// to max_rows token rows: the AVX2 ones take 8 rows in two calls, as the
+// Linear does).
+double RowRate(int passes, int bits, const Inputs& in, SimdLevel level, int rows) {
+  const QuantA8Kernels& kernels = QuantA8KernelsFor(level);
+  const QuantA8RowFn row = bits == 4 ? kernels.row_int4 : kernels.row_int8;
+  std::vector<float> y(8 * kOut);
+  return Rate(passes, bits, [&] {
+    for (int o = 0; o < kOut; ++o) {
+      for (int r = 0; r < rows; r += kernels.max_rows) {
+        row(in.codes.data() + o * kIn * bits / 8, in.params.data() + o * kGroups * 2,
+            in.segments.data(), kGroups, in.x.data() + r * kIn, kIn, in.x_scale.data() + r,
+            in.x_sum.data() + r, rows, std::min(kernels.max_rows, rows - r),
+            y.data() + r * kOut + o, kOut, false);
+      }
+    }
+  });
+}
+
+// GB/s of codes of the tile kernels `tiles` (16 output rows a call).
+double TileRate(int passes, int bits, const Inputs& in, const QuantTileKernels& tiles, int rows) {
+  std::vector<float> y(8 * kOut);
+  const QuantTileFn tile = bits == 4 ? tiles.tile_int4 : tiles.tile_int8;
+  return Rate(passes, bits, [&] {
+    for (int t = 0; t < kOut / kQuantTileRows; ++t) {
+      tile(in.codes.data() + t * kQuantTileRows * kIn * bits / 8,
+           in.params.data() + t * kGroups * 2 * kQuantTileRows, in.segments.data(), kGroups,
+           in.x.data(), kIn, in.x_scale.data(), in.x_sum.data(), rows, rows,
+           y.data() + t * kQuantTileRows, kOut, kQuantTileRows, nullptr);
+    }
+  });
 }
 
 int Main(int argc, char** argv) {
   const int passes = argc > 1 ? std::atoi(argv[1]) : 7;
-  const QuantTileKernels* tiles = VnniQuantTileKernels();
-  if (tiles == nullptr) return std::fprintf(stderr, "this CPU has no AVX-512 VNNI\n"), 2;
-  const QuantA8RowFn row = QuantA8KernelsFor(SimdLevel::kAvx512).row_int4;
+  const int bits = argc > 2 ? std::atoi(argv[2]) : 4;
+  if (bits != 4 && bits != 8) return std::fprintf(stderr, "bits must be 4 or 8\n"), 2;
+  const QuantTileKernels* avx512 = VnniQuantTileKernels();
+  const QuantTileKernels* avx_vnni = Avx2QuantTileKernels(true);
+  const QuantTileKernels* avx2 = Avx2QuantTileKernels(false);
+  if (avx2 == nullptr) return std::fprintf(stderr, "this CPU has no AVX2\n"), 2;
   Inputs in;
-  std::printf("int4, %d x %d, group 128, codes in L2, one thread (GB/s of codes, CPU time)\n", kOut,
-              kIn);
-  std::printf("%-6s %10s %10s %10s\n", "tokens", "row", "tile", "tile/row");
+  std::printf("int%d, %d x %d, group 128, codes in L2, one thread (GB/s of codes, CPU time)\n",
+              bits, kOut, kIn);
+  std::printf("%-6s %10s %10s %10s | %10s %14s %15s %12s %12s\n", "tokens", "512 row", "512 tile",
+              "tile/row", "avx2 row", "avx2 tile vnni", "avx2 tile maddubs", "vnni/row",
+              "maddubs/row");
   for (int rows : {1, 2, 4, 8}) {
-    const double row_rate = Rate(passes, [&] {
-      for (int o = 0; o < kOut; ++o) {
-        row(in.codes.data() + o * kIn / 2, in.params.data() + o * kGroups * 2, in.segments.data(),
-            kGroups, in.x.data(), kIn, in.x_scale.data(), in.x_sum.data(), rows, rows,
-            in.y.data() + o, kOut, false);
-      }
-    });
-    const double tile_rate = Rate(passes, [&] {
-      for (int t = 0; t < kOut / kQuantTileRows; ++t) {
-        tiles->tile_int4(in.codes.data() + t * kQuantTileRows * kIn / 2,
-                         in.params.data() + t * kGroups * 2 * kQuantTileRows, in.segments.data(),
-                         kGroups, in.x.data(), kIn, in.x_scale.data(), in.x_sum.data(), rows, rows,
-                         in.y.data() + t * kQuantTileRows, kOut, kQuantTileRows, nullptr);
-      }
-    });
-    std::printf("%-6d %10.2f %10.2f %9.2fx\n", rows, row_rate, tile_rate, tile_rate / row_rate);
+    double row512 = 0, tile512 = 0, vnni = 0;
+    if (avx512 != nullptr) {
+      row512 = RowRate(passes, bits, in, SimdLevel::kAvx512, rows);
+      tile512 = TileRate(passes, bits, in, *avx512, rows);
+    }
+    const double row2 = RowRate(passes, bits, in, SimdLevel::kAvx2, rows);
+    if (avx_vnni != nullptr) vnni = TileRate(passes, bits, in, *avx_vnni, rows);
+    const double maddubs = TileRate(passes, bits, in, *avx2, rows);
+    std::printf("%-6d %10.2f %10.2f %9.2fx | %10.2f %14.2f %17.2f %11.2fx %11.2fx\n", rows, row512,
+                tile512, row512 > 0 ? tile512 / row512 : 0.0, row2, vnni, maddubs, vnni / row2,
+                maddubs / row2);
   }
   return 0;
 }

@@ -53,7 +53,7 @@ constexpr size_t kBlockXBytes = 32 * 1024;
 // outputs. Below it the row kernel's cost per weight, not per load, wins.
 constexpr int kQuantPanelMinRows = 32;
 constexpr int kQuantPanelWidth = 16;
-// Token rows of a prompt that the tile kernels (VNNI) take through every
+// Token rows of a prompt that the tile kernels take through every
 // tile before the next rows: their int8 inputs (512 KB at 8192 inputs a row)
 // stay in L2 (2 MB a core) while the codes stream once a block.
 constexpr int kTileRowBlock = 64;
@@ -61,7 +61,7 @@ constexpr int kTileRowBlock = 64;
 class CpuQuantLinear final : public Linear {
  public:
   CpuQuantLinear(const QuantizedWeight& weight, ThreadPool* pool, SimdLevel level,
-                 WeightOnlyActivations activations)
+                 WeightOnlyActivations activations, Int8Layout layout)
       : pool_(pool),
         simd_(SimdKernelsFor(level)),
         kernel_(weight.bits == 4 ? QuantKernelsFor(level).row_int4
@@ -76,18 +76,20 @@ class CpuQuantLinear final : public Linear {
         num_groups_(weight.num_groups),
         bias_(weight.bias) {
     PlanSegments(weight);
-    const QuantTileKernels* vnni = level == SimdLevel::kAvx512 ? VnniQuantTileKernels() : nullptr;
-    quantize_group_ = (vnni != nullptr ? *vnni : PlainQuantTileKernels()).quantize_group;
+    // The level's vector group quantization (the same bits at every level).
+    const QuantTileKernels* vector = ChooseQuantTileKernels(level, Int8Layout::kBest);
+    quantize_group_ = (vector != nullptr ? *vector : PlainQuantTileKernels()).quantize_group;
     // A group longer than the int32 sums allow keeps f32 inputs.
     int8_inputs_ = activations == WeightOnlyActivations::kInt8 &&
                    std::all_of(segments_.begin(), segments_.end(), [](const QuantSegment& seg) {
                      return seg.length <= kQuantA8MaxSegment;
                    });
-    // With int8 inputs and VNNI, the tile layout (quant_tile_kernels.h)
-    // instead of the row layout: decode is bound by the per-row steps of
-    // the row kernels, not by reading the codes.
-    if (int8_inputs_ && vnni != nullptr) {
-      tile_kernel_ = bits_ == 4 ? vnni->tile_int4 : vnni->tile_int8;
+    // With int8 inputs at AVX2 and AVX-512, the tile layout
+    // (quant_tile_kernels.h) instead of the row layout: decode is bound by
+    // the per-row steps of the row kernels, not by reading the codes.
+    const QuantTileKernels* tiles = ChooseQuantTileKernels(level, layout);
+    if (int8_inputs_ && tiles != nullptr) {
+      tile_kernel_ = bits_ == 4 ? tiles->tile_int4 : tiles->tile_int8;
       PackTiles(weight);
       return;
     }
@@ -449,8 +451,9 @@ class CpuQuantLinear final : public Linear {
 }  // namespace
 
 std::unique_ptr<Linear> CreateCpuQuantLinear(const QuantizedWeight& weight, ThreadPool* pool,
-                                             SimdLevel level, WeightOnlyActivations activations) {
-  return std::make_unique<CpuQuantLinear>(weight, pool, level, activations);
+                                             SimdLevel level, WeightOnlyActivations activations,
+                                             Int8Layout layout) {
+  return std::make_unique<CpuQuantLinear>(weight, pool, level, activations, layout);
 }
 
 }  // namespace pagoda::worker

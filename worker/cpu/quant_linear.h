@@ -7,12 +7,13 @@
 // and a forward pass that either quantizes the inputs to int8 per group and
 // sums integer products (quant_a8_kernels.h, the default) or widens codes to
 // f32 in registers and accumulates in f32 (the exact weight-only numerics).
-// With int8 inputs on an AVX-512 VNNI CPU the codes are repacked instead
-// into quant_tile_kernels.h's tiles of 16 output rows, which every token
-// row (decode or prompt) runs through.
+// With int8 inputs at the AVX2 and AVX-512 levels the codes are repacked
+// instead into quant_tile_kernels.h's tiles of 16 output rows, which every
+// token row (decode or prompt) runs through.
 
 #include <memory>
 
+#include "worker/cpu/quant_tile_kernels.h"
 #include "worker/cpu/simd.h"
 #include "worker/cpu/thread_pool.h"
 #include "worker/linear.h"
@@ -46,10 +47,13 @@ enum class WeightOnlyActivations {
 // kQuantA8MaxSegment keeps f32 inputs.
 // Inputs are regrouped (act-order g_idx) and padded per group to whole
 // chunks; x is gathered into that order once per Forward when needed.
+// With kInt8, `layout` picks the tiles or the row layout
+// (quant_tile_kernels.h's Int8Layout; the same bits either way).
 // REQUIRES: weight.bits is 4 or 8 and its arrays are consistent (as the
 // readers of worker/quant/ make them).
 std::unique_ptr<Linear> CreateCpuQuantLinear(const QuantizedWeight& weight, ThreadPool* pool,
-                                             SimdLevel level, WeightOnlyActivations activations);
+                                             SimdLevel level, WeightOnlyActivations activations,
+                                             Int8Layout layout = Int8Layout::kBest);
 
 }  // namespace pagoda::worker
 

@@ -153,15 +153,23 @@ TEST_P(CpuQuantLinearTest, MatchesFloat64DequantizedAtEveryLevel) {
           if (with_bias) {
             for (int64_t o = 0; o < shape.out; ++o) w.bias.push_back(0.25f * static_cast<float>(o));
           }
-          auto linear = CreateCpuQuantLinear(w, &pool, level, activations);
-          ExpectMatches(*linear, w, rng,
-                        std::string(SimdLevelName(level)) +
-                            (activations == WeightOnlyActivations::kInt8 ? " int8 inputs" : "") +
-                            " int" + std::to_string(shape.bits) + " [" + std::to_string(shape.out) +
-                            ", " + std::to_string(shape.in) + "] group " +
-                            std::to_string(shape.group_size) +
-                            (shape.act_order ? " act-order" : "") + (with_bias ? " bias" : ""),
-                        activations);
+          // With int8 inputs at a vector level, the AVX2 tiles without
+          // VNNI too (the path of a CPU without it).
+          const bool no_vnni = activations == WeightOnlyActivations::kInt8 &&
+                               level == SimdLevel::kAvx2 && Avx2QuantTileKernels(false) != nullptr;
+          for (Int8Layout layout : {Int8Layout::kBest, Int8Layout::kTilesNoVnni}) {
+            if (layout == Int8Layout::kTilesNoVnni && !no_vnni) continue;
+            auto linear = CreateCpuQuantLinear(w, &pool, level, activations, layout);
+            ExpectMatches(*linear, w, rng,
+                          std::string(SimdLevelName(level)) +
+                              (layout == Int8Layout::kTilesNoVnni ? " tiles without vnni" : "") +
+                              (activations == WeightOnlyActivations::kInt8 ? " int8 inputs" : "") +
+                              " int" + std::to_string(shape.bits) + " [" +
+                              std::to_string(shape.out) + ", " + std::to_string(shape.in) +
+                              "] group " + std::to_string(shape.group_size) +
+                              (shape.act_order ? " act-order" : "") + (with_bias ? " bias" : ""),
+                          activations);
+          }
         }
       }
     }
@@ -235,17 +243,32 @@ TEST(QuantA8Kernels, IntegerSumsEqualPlainLoopAtEveryLevel) {
   }
 }
 
+// The vector tile kernels this CPU runs, named: AVX-512 VNNI, AVX2 with
+// AVX-VNNI, AVX2 with vpmaddubsw + vpmaddwd.
+std::vector<std::pair<std::string, const QuantTileKernels*>> VectorTileKernels() {
+  std::vector<std::pair<std::string, const QuantTileKernels*>> tables;
+  if (VnniQuantTileKernels() != nullptr) tables.emplace_back("avx512 vnni", VnniQuantTileKernels());
+  if (Avx2QuantTileKernels(true) != nullptr) {
+    tables.emplace_back("avx2 avx-vnni", Avx2QuantTileKernels(true));
+  }
+  if (Avx2QuantTileKernels(false) != nullptr) {
+    tables.emplace_back("avx2 vpmaddubsw", Avx2QuantTileKernels(false));
+  }
+  return tables;
+}
+
 // The tile kernels (quant_tile_kernels.h): the plain loop's integer sums
 // against an integer loop over the unpacked codes, exactly (unit scales, zero
-// offsets), and the VNNI kernel against the plain loop bit for bit with
+// offsets), and every vector kernel against the plain loop bit for bit with
 // random scales and offsets: 1 to 8 token rows, 1 to 16 tile rows, segments
-// of one to five chunks in an order that is not the groups', the largest
-// code against -128.
-TEST(QuantTileKernels, VnniEqualsPlainLoopAtEveryShape) {
+// of one to nine chunks (longer than the AVX2 kernels' 256-input block) in
+// an order that is not the groups', the largest code against -128.
+TEST(QuantTileKernels, VectorKernelsEqualPlainLoopAtEveryShape) {
   std::mt19937 rng(15);
-  const std::vector<QuantSegment> segments = {{0, 32, 2}, {32, 96, 0}, {128, 64, 3}, {192, 160, 1}};
-  const int64_t padded = 352;
-  const int num_groups = 4;
+  const std::vector<QuantSegment> segments = {
+      {0, 32, 2}, {32, 96, 0}, {128, 64, 3}, {192, 160, 1}, {352, 288, 4}};
+  const int64_t padded = 640;
+  const int num_groups = 5;
   for (int bits : {4, 8}) {
     std::vector<int> codes(kQuantTileRows * padded);
     for (int& c : codes) c = static_cast<int>(rng() % (1u << bits));
@@ -265,7 +288,6 @@ TEST(QuantTileKernels, VnniEqualsPlainLoopAtEveryShape) {
       }
     }
     const QuantTileKernels& plain = PlainQuantTileKernels();
-    const QuantTileKernels* vnni = VnniQuantTileKernels();
     for (int rows = 1; rows <= kQuantTileMaxTokens; ++rows) {
       std::vector<int8_t> x(rows * padded);
       for (auto& v : x) v = static_cast<int8_t>(rng());
@@ -278,9 +300,9 @@ TEST(QuantTileKernels, VnniEqualsPlainLoopAtEveryShape) {
         const auto run = [&](const QuantTileKernels& k, const std::vector<float>& p,
                              const std::vector<float>& scale, const std::vector<float>& sum) {
           std::vector<float> y(rows * 17, -1.0f);  // ld 17: lanes past cols stay -1.
-          (bits == 4 ? k.tile_int4 : k.tile_int8)(tile.data(), p.data(), segments.data(), 4,
-                                                  x.data(), padded, scale.data(), sum.data(), rows,
-                                                  rows, y.data(), 17, cols, tile.data());
+          (bits == 4 ? k.tile_int4 : k.tile_int8)(
+              tile.data(), p.data(), segments.data(), num_groups, x.data(), padded, scale.data(),
+              sum.data(), rows, rows, y.data(), 17, cols, tile.data());
           return y;
         };
         const std::vector<float> sums = run(plain, unit, ones, zeros);
@@ -297,10 +319,13 @@ TEST(QuantTileKernels, VnniEqualsPlainLoopAtEveryShape) {
                 << "plain int" << bits << " rows " << rows << " row " << r << " col " << j;
           }
         }
-        if (vnni == nullptr) continue;
-        EXPECT_EQ(run(*vnni, unit, ones, zeros), sums) << "vnni int" << bits << " rows " << rows;
-        EXPECT_EQ(run(*vnni, params, x_scale, x_sum), run(plain, params, x_scale, x_sum))
-            << "vnni int" << bits << " rows " << rows << " cols " << cols;
+        const std::vector<float> scaled = run(plain, params, x_scale, x_sum);
+        for (const auto& [name, kernels] : VectorTileKernels()) {
+          EXPECT_EQ(run(*kernels, unit, ones, zeros), sums)
+              << name << " int" << bits << " rows " << rows << " cols " << cols;
+          EXPECT_EQ(run(*kernels, params, x_scale, x_sum), scaled)
+              << name << " int" << bits << " rows " << rows << " cols " << cols;
+        }
       }
     }
   }
@@ -323,7 +348,7 @@ TEST(QuantTileKernels, QuantizeGroupEqualsRuleAtEveryLevel) {
   cases.push_back(groups[0]);
   cases.back()[7] = std::numeric_limits<float>::infinity();
   std::vector<const QuantTileKernels*> levels = {&PlainQuantTileKernels()};
-  if (VnniQuantTileKernels() != nullptr) levels.push_back(VnniQuantTileKernels());
+  for (const auto& table : VectorTileKernels()) levels.push_back(table.second);
   for (const std::vector<float>& x : cases) {
     float amax = 0.0f;
     bool finite = true;
@@ -350,6 +375,52 @@ TEST(QuantTileKernels, QuantizeGroupEqualsRuleAtEveryLevel) {
       }
       EXPECT_EQ(scale, want_scale);
       EXPECT_EQ(qsum, want_scale * static_cast<float>(sum));
+    }
+  }
+}
+
+// With int8 inputs, a token's outputs take the same steps in every tile
+// kernel (AVX-512 VNNI, AVX2 with and without AVX-VNNI: exact sums, the
+// plain loop's f32 steps) and whatever runs beside it: the same bits alone,
+// in batches of 1 to 8 and in a prompt of 70 rows, for 4- and 8-bit codes,
+// act-order, a bias, and a group longer than the AVX2 kernels' 256-input
+// block.
+TEST_P(CpuQuantLinearTest, Int8InputsGiveTheSameBitsInEveryTileKernel) {
+  ThreadPool pool(GetParam());
+  std::mt19937 rng(17);
+  std::vector<std::pair<std::string, std::unique_ptr<Linear>>> linears;
+  for (const Shape& shape : {Shape{4, 37, 640, 320, true}, Shape{8, 21, 352, 32, false}}) {
+    QuantizedWeight w = RandomWeight(shape, rng);
+    for (int64_t o = 0; o < shape.out; ++o) w.bias.push_back(0.125f * static_cast<float>(o));
+    const WeightOnlyActivations int8 = WeightOnlyActivations::kInt8;
+    linears.clear();
+    for (SimdLevel level : SupportedSimdLevels()) {
+      if (level == SimdLevel::kPlain) continue;  // The row layout.
+      linears.emplace_back(std::string(SimdLevelName(level)),
+                           CreateCpuQuantLinear(w, &pool, level, int8));
+    }
+    if (Avx2QuantTileKernels(false) != nullptr) {
+      linears.emplace_back(
+          "avx2 tiles without vnni",
+          CreateCpuQuantLinear(w, &pool, SimdLevel::kAvx2, int8, Int8Layout::kTilesNoVnni));
+    }
+    constexpr int kPrompt = 70;
+    std::vector<float> x(kPrompt * shape.in);
+    for (float& v : x) v = std::uniform_real_distribution<float>(-1, 1)(rng);
+    std::vector<float> reference;
+    for (const auto& [name, linear] : linears) {
+      const std::string where = name + " int" + std::to_string(shape.bits);
+      std::vector<float> prompt(kPrompt * shape.out);
+      linear->Forward(x.data(), kPrompt, prompt.data());
+      if (reference.empty()) reference = prompt;
+      EXPECT_EQ(prompt, reference) << where;
+      for (int batch = 1; batch <= kQuantTileMaxTokens; ++batch) {
+        const int first = kPrompt - batch;
+        std::vector<float> y(batch * shape.out);
+        linear->Forward(x.data() + first * shape.in, batch, y.data());
+        EXPECT_TRUE(std::equal(y.begin(), y.end(), prompt.begin() + first * shape.out))
+            << where << " batch " << batch;
+      }
     }
   }
 }

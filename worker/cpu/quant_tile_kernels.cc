@@ -412,4 +412,29 @@ const W8A8TileKernels* VnniW8A8TileKernels() {
   return supported ? &vnni : nullptr;
 }
 
+namespace {
+
+// The tile table of `layout` at `level` among the AVX-512 VNNI and the two
+// AVX2 tables (first non-null of the preference order), or nullptr.
+template <typename Table>
+const Table* ChooseTiles(SimdLevel level, Int8Layout layout, const Table* avx512_vnni,
+                         const Table* avx_vnni, const Table* avx2) {
+  if (level == SimdLevel::kPlain || layout == Int8Layout::kRows) return nullptr;
+  if (layout == Int8Layout::kTilesNoVnni) return avx2;
+  if (level == SimdLevel::kAvx512 && avx512_vnni != nullptr) return avx512_vnni;
+  return avx_vnni != nullptr ? avx_vnni : avx2;
+}
+
+}  // namespace
+
+const QuantTileKernels* ChooseQuantTileKernels(SimdLevel level, Int8Layout layout) {
+  return ChooseTiles(level, layout, VnniQuantTileKernels(), Avx2QuantTileKernels(true),
+                     Avx2QuantTileKernels(false));
+}
+
+const W8A8TileKernels* ChooseW8A8TileKernels(SimdLevel level, Int8Layout layout) {
+  return ChooseTiles(level, layout, VnniW8A8TileKernels(), Avx2W8A8TileKernels(true),
+                     Avx2W8A8TileKernels(false));
+}
+
 }  // namespace pagoda::worker

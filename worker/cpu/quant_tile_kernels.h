@@ -3,10 +3,13 @@
 
 // The int8-input kernels of the CPU weight-only int4/int8 Linear
 // (quant_linear.h) over an interleaved layout of 16 output rows (a tile),
-// chosen at load where the CPU has AVX-512 VNNI: one vpdpbusd multiplies 4
-// inputs (broadcast) into 16 output rows at once, so there is no horizontal
+// chosen at load at the AVX2 and AVX-512 levels: at AVX-512 with VNNI one
+// vpdpbusd multiplies 4 inputs (broadcast) into 16 output rows at once; at
+// AVX2 (quant_tile_kernels_avx2.cc) each 64-byte step is two 256-bit
+// halves of 8 rows, multiplied by AVX-VNNI's vpdpbusd where the CPU has it
+// and by vpmaddubsw + vpmaddwd otherwise. Either way there is no horizontal
 // sum per output row, and each group's scales and zero-point offsets are one
-// vector op for the whole tile. The row layout (quant_a8_kernels.h) spent
+// vector op for the whole tile (two at AVX2). The row layout (quant_a8_kernels.h) spent
 // about three quarters of its instructions on those per-row steps. W8A8's
 // int8 Linear (w8a8_linear.h) takes the 8-bit layout too, with its own
 // per-token epilogue (W8A8TileKernels below), so a prompt's token rows
@@ -25,6 +28,7 @@
 #include <cstdint>
 
 #include "worker/cpu/quant_kernels.h"
+#include "worker/cpu/simd.h"
 
 namespace pagoda::worker {
 
@@ -95,6 +99,11 @@ struct QuantTileKernels {
 const QuantTileKernels& PlainQuantTileKernels();
 // The AVX-512 VNNI kernels, or nullptr where the CPU lacks avx512f/bw/vl/vnni.
 const QuantTileKernels* VnniQuantTileKernels();
+// The AVX2 kernels over the same tiles: with AVX-VNNI's 256-bit vpdpbusd
+// where vnni (nullptr where the CPU lacks avx2/fma/avx-vnni), else with
+// vpmaddubsw + vpmaddwd (nullptr where it lacks avx2/fma). The quantization
+// of the inputs is the plain loop's.
+const QuantTileKernels* Avx2QuantTileKernels(bool vnni);
 
 // ---- W8A8 int8 (w8a8_linear.h) over the 8-bit tile layout ----
 
@@ -130,6 +139,23 @@ struct W8A8TileKernels {
 const W8A8TileKernels& PlainW8A8TileKernels();
 // The AVX-512 VNNI kernels, or nullptr where the CPU lacks avx512f/bw/vl/vnni.
 const W8A8TileKernels* VnniW8A8TileKernels();
+// The AVX2 kernels, as Avx2QuantTileKernels.
+const W8A8TileKernels* Avx2W8A8TileKernels(bool vnni);
+
+// ---- the choice at load ----
+
+// Which kernels an int8 Linear (weight-only with int8 inputs, W8A8 int8)
+// takes. kBest: the tiles at the AVX2 and AVX-512 levels, with the widest
+// VNNI the CPU has (AVX-512 VNNI at the AVX-512 level, else AVX-VNNI, else
+// vpmaddubsw + vpmaddwd); the row layout at the plain level. kTilesNoVnni:
+// the AVX2 tiles without VNNI at any vector level (a CPU without VNNI's
+// path, forced for tests and benchmarks on one with it). kRows: the row
+// layout at any level. All give the same bits.
+enum class Int8Layout { kBest, kTilesNoVnni, kRows };
+
+// The tile kernels `layout` gives at `level`, or nullptr for the row layout.
+const QuantTileKernels* ChooseQuantTileKernels(SimdLevel level, Int8Layout layout);
+const W8A8TileKernels* ChooseW8A8TileKernels(SimdLevel level, Int8Layout layout);
 
 }  // namespace pagoda::worker
 

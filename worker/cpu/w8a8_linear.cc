@@ -38,10 +38,12 @@ class CpuW8A8Linear final : public Linear {
         padded_in_((weight.in_features + kW8A8Chunk - 1) / kW8A8Chunk * kW8A8Chunk),
         weight_scales_(weight.scales),
         bias_(weight.bias) {
-    const W8A8TileKernels* vnni = level == SimdLevel::kAvx512 ? VnniW8A8TileKernels() : nullptr;
-    quantize_token_ = (vnni != nullptr ? *vnni : PlainW8A8TileKernels()).quantize_token;
-    if (!fp8_ && layout == W8A8Layout::kBest && vnni != nullptr) {
-      tile_kernel_ = vnni->tile;
+    // The level's vector token quantization (the same bits at every level).
+    const W8A8TileKernels* vector = ChooseW8A8TileKernels(level, W8A8Layout::kBest);
+    quantize_token_ = (vector != nullptr ? *vector : PlainW8A8TileKernels()).quantize_token;
+    const W8A8TileKernels* tiles = ChooseW8A8TileKernels(level, layout);
+    if (!fp8_ && tiles != nullptr) {
+      tile_kernel_ = tiles->tile;
       PackTiles(weight);
       return;
     }

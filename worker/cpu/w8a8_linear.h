@@ -8,11 +8,13 @@
 // whose inputs are quantized to E4M3 per token or by a static scale as
 // vLLM's FP8 GEMMs take them, then multiplied in f32 (every product of two
 // E4M3 values is exact in f32), the codes widened in registers. The int8
-// codes take quant_tile_kernels.h's tile layout of 16 output rows where the
-// CPU has AVX-512 VNNI (decode and prompts alike), else one row after another.
+// codes take quant_tile_kernels.h's tile layout of 16 output rows at the
+// AVX2 and AVX-512 levels (decode and prompts alike), else one row after
+// another.
 
 #include <memory>
 
+#include "worker/cpu/quant_tile_kernels.h"
 #include "worker/cpu/simd.h"
 #include "worker/cpu/thread_pool.h"
 #include "worker/linear.h"
@@ -20,14 +22,14 @@
 
 namespace pagoda::worker {
 
-// Where the int8 codes lie. kBest: tiles of 16 output rows
-// (quant_tile_kernels.h) at the AVX-512 level on a CPU with VNNI, each load
-// of codes shared by up to 8 token rows and a prompt taken in blocks of
-// token rows; rows otherwise. kRows: one output row after another
-// (w8a8_kernels.h) at any level, the path of CPUs without VNNI, kept
-// selectable for tests and benchmarks. Both give the same bits. FP8 codes
-// always lie in rows.
-enum class W8A8Layout { kBest, kRows };
+// Where the int8 codes lie (quant_tile_kernels.h's Int8Layout). kBest:
+// tiles of 16 output rows at the AVX2 and AVX-512 levels, each load of
+// codes shared by up to 8 token rows and a prompt taken in blocks of token
+// rows; rows at the plain level. kTilesNoVnni: the AVX2 tiles without
+// VNNI. kRows: one output row after another (w8a8_kernels.h) at any level,
+// kept selectable for tests and benchmarks. All give the same bits. FP8
+// codes always lie in rows.
+using W8A8Layout = Int8Layout;
 
 // A Linear over `weight` (x and y f32) on `pool`, which must outlive it,
 // with the kernels of `level`. Per token row r and output o:

@@ -89,10 +89,19 @@ TEST(W8A8Kernels, Fp8DotMatchesFloat64SumAtEveryLevel) {
   }
 }
 
-// The W8A8 tile kernels there are: the plain loop, and VNNI where the CPU has it.
-std::vector<const W8A8TileKernels*> W8A8TileLevels() {
-  std::vector<const W8A8TileKernels*> levels = {&PlainW8A8TileKernels()};
-  if (VnniW8A8TileKernels() != nullptr) levels.push_back(VnniW8A8TileKernels());
+// The W8A8 tile kernels there are, named: the plain loop, AVX-512 VNNI,
+// AVX2 with AVX-VNNI and AVX2 with vpmaddubsw + vpmaddwd where the CPU
+// runs them.
+std::vector<std::pair<std::string, const W8A8TileKernels*>> W8A8TileLevels() {
+  std::vector<std::pair<std::string, const W8A8TileKernels*>> levels = {
+      {"plain", &PlainW8A8TileKernels()}};
+  if (VnniW8A8TileKernels() != nullptr) levels.emplace_back("avx512 vnni", VnniW8A8TileKernels());
+  if (Avx2W8A8TileKernels(true) != nullptr) {
+    levels.emplace_back("avx2 avx-vnni", Avx2W8A8TileKernels(true));
+  }
+  if (Avx2W8A8TileKernels(false) != nullptr) {
+    levels.emplace_back("avx2 vpmaddubsw", Avx2W8A8TileKernels(false));
+  }
   return levels;
 }
 
@@ -104,8 +113,9 @@ std::vector<const W8A8TileKernels*> W8A8TileLevels() {
 TEST(W8A8TileKernels, EqualIntegerLoopBitForBitOverOddShapes) {
   std::mt19937 rng(8);
   std::uniform_real_distribution<float> unit(0.001f, 0.05f);
-  for (const W8A8TileKernels* kernels : W8A8TileLevels()) {
-    for (auto [out, in] : {std::pair<int64_t, int64_t>{37, 77}, {16, 64}, {5, 200}}) {
+  for (const auto& [name, kernels] : W8A8TileLevels()) {
+    // 600 inputs: more than two of the AVX2 kernels' 256-input blocks.
+    for (auto [out, in] : {std::pair<int64_t, int64_t>{37, 77}, {16, 64}, {5, 200}, {19, 600}}) {
       const int64_t padded = (in + kW8A8Chunk - 1) / kW8A8Chunk * kW8A8Chunk;
       std::vector<uint8_t> codes(out * in);
       for (auto& c : codes) c = static_cast<uint8_t>(rng());
@@ -148,8 +158,8 @@ TEST(W8A8TileKernels, EqualIntegerLoopBitForBitOverOddShapes) {
                                  (x_scale[r] * w_scale[o0 + j]);
                 if (with_bias) expected += bias[o0 + j];
                 ASSERT_EQ(y[r * 17 + j], expected)
-                    << (kernels == &PlainW8A8TileKernels() ? "plain" : "vnni") << " out " << out
-                    << " in " << in << " rows " << rows << " r " << r << " o " << o0 + j;
+                    << name << " out " << out << " in " << in << " rows " << rows << " r " << r
+                    << " o " << o0 + j;
               }
               for (int j = cols; j < 17; ++j) ASSERT_EQ(y[r * 17 + j], -1.0f) << j;
             }
@@ -192,7 +202,7 @@ TEST(W8A8TileKernels, QuantizeTokenEqualsRuleAtEveryLevel) {
       expected[i] = static_cast<int8_t>(std::clamp(std::nearbyint(x[i] / s), -128.0f, 127.0f));
       expected_sum += expected[i];
     }
-    for (const W8A8TileKernels* kernels : W8A8TileLevels()) {
+    for (const auto& [name, kernels] : W8A8TileLevels()) {
       std::vector<int8_t> q(n + 1, 7);  // q[n] must stay.
       float scale = -1.0f;
       int32_t sum = -1;
@@ -254,6 +264,22 @@ std::vector<double> QuantizedRow(const Case& c, const float* x, double* s) {
   return q;
 }
 
+// The layouts of the int8 codes: the best at the level (AVX2 and AVX-512
+// tiles with the CPU's VNNI), the AVX2 tiles without VNNI, the rows.
+constexpr W8A8Layout kLayouts[] = {W8A8Layout::kBest, W8A8Layout::kTilesNoVnni, W8A8Layout::kRows};
+
+std::string LayoutName(W8A8Layout layout) {
+  switch (layout) {
+    case W8A8Layout::kBest:
+      return " best";
+    case W8A8Layout::kTilesNoVnni:
+      return " tiles without vnni";
+    case W8A8Layout::kRows:
+      return " rows";
+  }
+  return "";
+}
+
 TEST(W8A8Linear, MatchesFloat64LoopOverOddShapesAtEveryLevel) {
   const std::vector<Case> cases = {{CodeType::kUnsignedInt, InputQuant::kInt8PerToken, 37, 77},
                                    {CodeType::kUnsignedInt, InputQuant::kInt8PerToken, 5, 130},
@@ -266,7 +292,7 @@ TEST(W8A8Linear, MatchesFloat64LoopOverOddShapesAtEveryLevel) {
   ThreadPool pool(2);
   for (SimdLevel level : SupportedSimdLevels()) {
     for (const Case& c : cases) {
-      for (W8A8Layout layout : {W8A8Layout::kBest, W8A8Layout::kRows}) {
+      for (W8A8Layout layout : kLayouts) {
         const QuantizedWeight w = RandomByteWeight(c, rng);
         auto linear = CreateCpuW8A8Linear(w, &pool, level, layout);
         EXPECT_EQ(linear->weight_bytes(), c.out * ((c.in + 63) / 64 * 64) + 2 * c.out * 4);
@@ -286,7 +312,8 @@ TEST(W8A8Linear, MatchesFloat64LoopOverOddShapesAtEveryLevel) {
               }
               const double expected = dot * s + w.bias[o];
               EXPECT_NEAR(y[r * c.out + o], expected, 1e-5 * (magnitude * s + 1.0))
-                  << SimdLevelName(level) << " out " << c.out << " in " << c.in << " row " << r;
+                  << SimdLevelName(level) << LayoutName(layout) << " out " << c.out << " in "
+                  << c.in << " row " << r;
             }
           }
         }
@@ -296,32 +323,36 @@ TEST(W8A8Linear, MatchesFloat64LoopOverOddShapesAtEveryLevel) {
 }
 
 // A token's int8 W8A8 outputs take the same steps whatever runs beside it:
-// the same bits alone, in a decode batch of 8 and in a prompt of 70 rows
-// (two of the tile layout's row blocks, a partial call of 6), in the tile
+// the same bits alone, in decode batches of 3 and 8 and in a prompt of 70
+// rows (two of the tile layout's row blocks, a partial call of 6; 300
+// inputs, two of the AVX2 kernels' input blocks), in the tile layouts
+// (AVX-512 VNNI, AVX2 with and without AVX-VNNI) and the
 // and row layouts, at every level (the integer sums are exact and the f32
 // steps the same).
 TEST(W8A8Linear, Int8OutputsAreTheSameBitsAloneInABatchOrAPromptEverywhere) {
   std::mt19937 rng(10);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   ThreadPool pool(2);
-  const Case c{CodeType::kUnsignedInt, InputQuant::kInt8PerToken, 37, 130};
+  const Case c{CodeType::kUnsignedInt, InputQuant::kInt8PerToken, 37, 300};
   const QuantizedWeight w = RandomByteWeight(c, rng);
   constexpr int kPrompt = 70;
   std::vector<float> x(kPrompt * c.in);
   for (auto& v : x) v = normal(rng);
   std::vector<float> reference;  // The first Linear's prompt.
   for (SimdLevel level : SupportedSimdLevels()) {
-    for (W8A8Layout layout : {W8A8Layout::kBest, W8A8Layout::kRows}) {
+    for (W8A8Layout layout : kLayouts) {
       auto linear = CreateCpuW8A8Linear(w, &pool, level, layout);
-      const std::string where =
-          std::string(SimdLevelName(level)) + (layout == W8A8Layout::kRows ? " rows" : " best");
+      const std::string where = std::string(SimdLevelName(level)) + LayoutName(layout);
       std::vector<float> prompt(kPrompt * c.out);
       linear->Forward(x.data(), kPrompt, prompt.data());
       if (reference.empty()) reference = prompt;
       EXPECT_EQ(prompt, reference) << where;
-      std::vector<float> batch(8 * c.out);
-      linear->Forward(x.data() + 60 * c.in, 8, batch.data());
-      EXPECT_TRUE(std::equal(batch.begin(), batch.end(), prompt.begin() + 60 * c.out)) << where;
+      for (int batch_rows : {3, 8}) {
+        std::vector<float> batch(batch_rows * c.out);
+        linear->Forward(x.data() + 60 * c.in, batch_rows, batch.data());
+        EXPECT_TRUE(std::equal(batch.begin(), batch.end(), prompt.begin() + 60 * c.out))
+            << where << " batch " << batch_rows;
+      }
       for (int r : {0, 7, 63, 69}) {
         std::vector<float> alone(c.out);
         linear->Forward(x.data() + r * c.in, 1, alone.data());
