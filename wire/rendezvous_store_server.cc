@@ -142,15 +142,22 @@ void RendezvousStoreServer::AcceptLoop() {
     Connection* raw = connection.get();
     connections_.push_back(std::move(connection));
     raw->thread = std::thread([this, raw] {
-      ServeConnection(raw->fd);
-      // The peer sees the close now; the descriptor is freed when reaped.
-      shutdown(raw->fd, SHUT_RDWR);
+      const bool violated = ServeUntilEnd(raw->fd);
+      // The slot is free (reapable) before the peer sees the close, and a
+      // violation is counted only after both: whoever watches the count
+      // and then connects finds the slot given back.
       raw->done = true;
+      shutdown(raw->fd, SHUT_RDWR);
+      if (violated) ++rejected_;
     });
   }
 }
 
 void RendezvousStoreServer::ServeConnection(int fd) {
+  if (ServeUntilEnd(fd)) ++rejected_;
+}
+
+bool RendezvousStoreServer::ServeUntilEnd(int fd) {
   bool authenticated = false;
   while (!stopping_) {
     // An unauthenticated connection gets little time, so idle hostile
@@ -159,14 +166,14 @@ void RendezvousStoreServer::ServeConnection(int fd) {
         std::chrono::steady_clock::now() +
         (authenticated ? options_.idle_timeout : std::min(options_.idle_timeout, kHelloTimeout));
     unsigned char header[rendezvous::kRequestHeaderBytes];
-    if (!rendezvous::ReadAll(fd, header, sizeof(header), deadline).ok()) return;
+    if (!rendezvous::ReadAll(fd, header, sizeof(header), deadline).ok()) return false;
     absl::StatusOr<rendezvous::RequestHeader> decoded = rendezvous::DecodeRequestHeader(header);
     if (!decoded.ok()) break;
     std::string key(decoded->key_bytes, '\0');
     std::string value(decoded->value_bytes, '\0');
     if (!rendezvous::ReadAll(fd, key.data(), key.size(), deadline).ok() ||
         !rendezvous::ReadAll(fd, value.data(), value.size(), deadline).ok()) {
-      return;
+      return false;
     }
     std::string reply;
     if (!authenticated) {
@@ -187,10 +194,10 @@ void RendezvousStoreServer::ServeConnection(int fd) {
     } else {
       reply = Apply(static_cast<int>(decoded->op), key, std::move(value));
     }
-    if (!rendezvous::WriteAll(fd, reply.data(), reply.size(), deadline).ok()) return;
+    if (!rendezvous::WriteAll(fd, reply.data(), reply.size(), deadline).ok()) return false;
   }
   // Only a violation leaves the loop with the server still running.
-  if (!stopping_) ++rejected_;
+  return !stopping_;
 }
 
 std::string RendezvousStoreServer::WaitFor(const std::string& key, uint32_t millis) {

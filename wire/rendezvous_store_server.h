@@ -74,6 +74,9 @@ class RendezvousStoreServer {
   // kWait: the reply once `key` is set, or kNotFound after `millis` (or at
   // once when the server stops). Blocks only this connection's thread.
   std::string WaitFor(const std::string& key, uint32_t millis);
+  // ServeConnection without the count: true when the connection ended on
+  // a violation (a malformed or unauthenticated frame) while running.
+  bool ServeUntilEnd(int fd);
   void ReapFinished() ABSL_EXCLUSIVE_LOCKS_REQUIRED(connections_mu_);
 
   const Options options_;
