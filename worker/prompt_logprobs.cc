@@ -4,6 +4,8 @@
 #include <cmath>
 #include <vector>
 
+#include "worker/cpu/simd.h"
+
 namespace pagoda::worker {
 namespace {
 
@@ -44,8 +46,9 @@ void ScorePromptRow(absl::Span<const float> logits, int32_t token_id, int num_to
   float max_logit = -INFINITY;
   for (float x : logits) max_logit = std::max(max_logit, LogitOrMinusInfinity(x));
   double sum = 0.0;
-  if (std::isfinite(max_logit)) {
-    for (float x : logits) sum += std::exp(static_cast<double>(LogitOrMinusInfinity(x)) - max_logit);
+  if (std::isfinite(max_logit)) {  // In float64, NaN as -inf, as the sampler's (simd.h).
+    static const auto exp_sum_f64 = BestSimdKernels().exp_sum_f64;
+    sum = exp_sum_f64(logits.data(), max_logit, logits.size());
   }
   const double log_normalizer = max_logit + std::log(sum);
   auto logprob = [&](int32_t id) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/ops/philox.h"
+#include "worker/cpu/simd.h"
 
 namespace pagoda::worker {
 namespace {
@@ -25,12 +26,18 @@ uint32_t OrderedKey(float x) {
   return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
 }
 
+// sum(exp(x - max_logit)) in double over the row (NaN as -inf), by the
+// CPU's widest float64 exp (each term within 1 ulp of std::exp's, simd.h):
+// a scalar std::exp per vocabulary entry was most of a greedy row's time.
+double RowExpSum(absl::Span<const float> logits, float max_logit) {
+  static const auto exp_sum_f64 = BestSimdKernels().exp_sum_f64;
+  return exp_sum_f64(logits.data(), max_logit, logits.size());
+}
+
 // log(sum(exp(x))) in double, stable. -inf when every logit is.
 double LogSumExp(absl::Span<const float> logits, float max_logit) {
   if (max_logit == -INFINITY) return -INFINITY;
-  double sum = 0.0;
-  for (float x : logits) sum += std::exp(static_cast<double>(LoadLogit(x)) - max_logit);
-  return max_logit + std::log(sum);
+  return max_logit + std::log(RowExpSum(logits, max_logit));
 }
 
 // The key of the k-th largest logit (ties counted): every token at or above
@@ -206,25 +213,19 @@ void WriteOutput(int32_t chosen, float chosen_logit, double log_normalizer,
 // processed values written. Returns the processed argmax.
 ArgMax ProcessInPlace(absl::Span<float> logits, const RowSamplingParams& params, float raw_max,
                       const std::vector<float>& raw, double* log_normalizer) {
+  const bool finite_max = raw_max > -INFINITY;
   ArgMax best;
   double sum = 0.0;
   if (params.penalties.allowed_only) {
     // Every token but the edited ones is masked: the row is rewritten anyway.
-    for (float x : logits) sum += std::exp(static_cast<double>(LoadLogit(x)) - raw_max);
+    if (finite_max) sum = RowExpSum(logits, raw_max);
     std::fill(logits.begin(), logits.end(), -INFINITY);
   } else {
     for (const LogitEdit& edit : params.edits) logits[edit.token_id] = -INFINITY;
-    for (size_t i = 0; i < logits.size(); ++i) {
-      const float x = LoadLogit(logits[i]);
-      sum += std::exp(static_cast<double>(x) - raw_max);
-      if (x > best.value) {
-        best.value = x;
-        best.id = static_cast<int32_t>(i);
-      }
-    }
-    for (float x : raw) sum += std::exp(static_cast<double>(LoadLogit(x)) - raw_max);
+    best = RowArgMax(logits);
+    if (finite_max) sum = RowExpSum(logits, raw_max) + RowExpSum(raw, raw_max);
   }
-  *log_normalizer = raw_max == -INFINITY ? -INFINITY : raw_max + std::log(sum);
+  *log_normalizer = finite_max ? raw_max + std::log(sum) : -INFINITY;
   for (size_t j = 0; j < params.edits.size(); ++j) {
     const LogitEdit& edit = params.edits[j];
     const float x = ProcessLogit(raw[j], edit, params.penalties);

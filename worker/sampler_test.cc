@@ -61,14 +61,26 @@ std::vector<float> LogitsFor(const std::vector<double>& probs) {
   return logits;
 }
 
+// In float64, NaN as -inf, added in token order.
 std::vector<double> LogSoftmax(const std::vector<float>& logits) {
+  auto value = [](float x) { return std::isnan(x) ? -INFINITY : static_cast<double>(x); };
   double max_logit = -INFINITY;
-  for (float x : logits) max_logit = std::max<double>(max_logit, x);
+  for (float x : logits) max_logit = std::max(max_logit, value(x));
   double sum = 0.0;
-  for (float x : logits) sum += std::exp(x - max_logit);
+  for (float x : logits) sum += std::exp(value(x) - max_logit);
   std::vector<double> out;
-  for (float x : logits) out.push_back(x - max_logit - std::log(sum));
+  for (float x : logits) out.push_back(value(x) - max_logit - std::log(sum));
   return out;
+}
+
+// Whether `got` is `want` rounded to float, or, where `want` lies within
+// 1e-12 (relative) of the midpoint between two floats, either of them: what
+// a float64 log-sum-exp whose terms are each within 1 float64 ulp, added in
+// another order, may give.
+bool IsFloatRoundingOf(float got, double want) {
+  if (!std::isfinite(want)) return got == want;
+  const double spacing = std::nextafter(std::abs(got), INFINITY) - std::abs(got);
+  return std::abs(got - want) <= 0.5 * spacing + 1e-12 * std::abs(want);
 }
 
 // Counts of each token over `draws` samples: sample_index 0..draws-1 under
@@ -276,6 +288,63 @@ TEST(SamplerTest, LogprobsAreRawLogSoftmaxWithTopDescending) {
   // More requested than the vocabulary has: all of it.
   const Sampled all = Sample(logits, Params(0.0f, 0, 1.0f, 0, 20), 0);
   EXPECT_EQ(all.top_ids, (std::vector<int32_t>{2, 3, 5, 0, 4, 1}));
+}
+
+// A Llama-3-sized vocabulary (plus one, for the vector loops' tails), with
+// -inf and NaN logits among N(0, 4) ones: every logprob, raw or processed,
+// greedy or drawn, is the float64 log-softmax rounded once to float.
+TEST(SamplerTest, LogprobsOfALargeVocabularyAreTheFloat64ReferenceRounded) {
+  constexpr int kVocab = 128257;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 4.0f);
+  std::vector<float> logits(kVocab);
+  for (int i = 0; i < kVocab; ++i) {
+    logits[i] = i % 1001 == 7 ? -INFINITY : i % 997 == 3 ? NAN : normal(rng);
+  }
+  const std::vector<double> raw = LogSoftmax(logits);
+  auto expect_rounded = [](const Sampled& got, const std::vector<double>& want, const char* what) {
+    EXPECT_TRUE(IsFloatRoundingOf(got.logprob, want[got.token]))
+        << what << ": " << got.logprob << " against " << want[got.token];
+    for (size_t i = 0; i < got.top_ids.size(); ++i) {
+      EXPECT_TRUE(IsFloatRoundingOf(got.top_logprobs[i], want[got.top_ids[i]]))
+          << what << " top " << i << ": " << got.top_logprobs[i] << " against "
+          << want[got.top_ids[i]];
+    }
+  };
+  expect_rounded(Sample(logits, Params(0.0f, 0, 1.0f, 0, 8), 0), raw, "greedy");
+  for (uint64_t index = 0; index < 4; ++index) {
+    expect_rounded(Sample(logits, Params(1.0f, 0, 1.0f, 17, 3), index), raw, "drawn");
+  }
+  // Edits (penalties, bias) take the in-place path; the logprobs stay raw.
+  const LogitEdit edits[] = {{.token_id = 11, .bias = 30.0f},
+                             {.token_id = 5000, .output_count = 2, .flags = kLogitSeen},
+                             {.token_id = 90001, .flags = kLogitBanned}};
+  RowSamplingParams edited = Params(0.0f, 0, 1.0f, 0, 4);
+  edited.edits = edits;
+  edited.penalties = LogitPenalties{.repetition = 1.3f, .frequency = 0.5f};
+  const Sampled biased = Sample(logits, edited, 0);
+  EXPECT_EQ(biased.token, 11);
+  expect_rounded(biased, raw, "edited");
+  const LogitEdit allowed[] = {{.token_id = 11, .flags = kLogitAllowed},
+                               {.token_id = 5000, .flags = kLogitAllowed}};
+  RowSamplingParams allowed_only = Params(1.0f, 0, 1.0f, 3, 2);
+  allowed_only.edits = allowed;
+  allowed_only.penalties.allowed_only = true;
+  const Sampled within = Sample(logits, allowed_only, 0);
+  EXPECT_TRUE(within.token == 11 || within.token == 5000) << within.token;
+  expect_rounded(within, raw, "allowed only");
+  // Beam search over a mask of every third token: the logprobs of the
+  // processed (masked) row.
+  std::vector<uint32_t> mask((kVocab + 31) / 32, 0);
+  std::vector<float> masked(kVocab, -INFINITY);
+  for (int i = 0; i < kVocab; i += 3) {
+    mask[i / 32] |= 1u << (i % 32);
+    masked[i] = logits[i];
+  }
+  RowSamplingParams beam = Params(0.0f, 0, 1.0f, 0, 6);
+  beam.token_mask = mask;
+  beam.processed_logprobs = true;
+  expect_rounded(Sample(logits, beam, 0), LogSoftmax(masked), "processed");
 }
 
 TEST(SamplerTest, TokenMaskLimitsTheDrawButNotTheLogprobs) {

@@ -129,6 +129,13 @@ struct SimdKernels {
   // to std::exp); out may alias neither input.
   void (*silu_mul)(const float* gate, const float* up, float* out, size_t n);
 
+  // sum_i e^(double(in[i]) - shift) in float64, a NaN in[i] counting as
+  // -inf (0): the sum under a log-sum-exp (the sampler's and the prompt's
+  // logprobs), shift a row's finite maximum. Every level's terms are within
+  // 1 float64 ulp of std::exp's (simd_exp_f64.cc); only the order of the
+  // additions differs, so logprobs rounded to f32 match the plain loop's.
+  double (*exp_sum_f64)(const float* in, float shift, size_t n);
+
   // Linear takes the panel kernels for prefill-sized inputs of fewer input
   // features than this. At AVX-512 only below 256: from 256 on, tile4's
   // 16-wide FMAs match or beat the AVX2 panel kernels it borrows for

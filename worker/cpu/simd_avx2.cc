@@ -498,7 +498,8 @@ constexpr SimdKernels kAvx2Kernels = {DotAvx2<DType::kF32>,
                                       Pack16Avx2<DType::kFp8E5M2>,
                                       Gemm6x16Avx2,
                                       ExpSumAvx2,
-                                      SiluMulAvx2};
+                                      SiluMulAvx2,
+                                      ExpSumF64Avx2};
 
 }  // namespace
 

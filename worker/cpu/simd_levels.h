@@ -115,6 +115,10 @@ void Weigh4Plain(const void* x, size_t ld_x, size_t keys, size_t n, const float*
 
 float ExpSumPlain(const float* in, float shift, float* out, size_t n);
 void SiluMulPlain(const float* gate, const float* up, float* out, size_t n);
+// simd_exp_f64.cc: SimdKernels::exp_sum_f64 at each level.
+double ExpSumF64Plain(const float* in, float shift, size_t n);
+double ExpSumF64Avx2(const float* in, float shift, size_t n);
+double ExpSumF64Avx512(const float* in, float shift, size_t n);
 
 }  // namespace pagoda::worker::simd_internal
 

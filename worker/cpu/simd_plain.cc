@@ -60,7 +60,8 @@ constexpr SimdKernels kPlainKernels = {DotPlain<DType::kF32>,
                                        nullptr,
                                        nullptr,
                                        ExpSumPlain,
-                                       SiluMulPlain};
+                                       SiluMulPlain,
+                                       ExpSumF64Plain};
 
 }  // namespace
 

@@ -353,6 +353,84 @@ TEST_P(SimdKernelTest, ExpSumMatchesStdExpAndZeroesMinusInfinity) {
   }
 }
 
+// The float64 gap between `want` and the next value away from zero: 1 ulp,
+// subnormals included.
+double UlpOf(double want) { return std::nextafter(std::abs(want), INFINITY) - std::abs(want); }
+
+// e^(x - shift) as the kernels take it: x rounded to float, the difference
+// in float64 (exact for the arguments below).
+double StdExpOf(float x, float shift) {
+  return std::isnan(x) ? 0.0 : std::exp(static_cast<double>(x) - shift);
+}
+
+// Arguments for the exp: the specials, both ends of the range (subnormal
+// results, underflow to 0, overflow to inf), and floats on both sides of the
+// reduction's breakpoints (k + 1/2) ln2, where n changes.
+std::vector<float> ExpArguments() {
+  std::vector<float> x = {-INFINITY, NAN,     -NAN,    -3.4e38f, -1e30f,  -1e4f,   -800.0f,
+                          -750.0f,   -746.0f, -745.2f, -745.1f,  -745.0f, -744.0f, -720.0f,
+                          -709.0f,   -708.4f, -708.3f, -100.0f,  -20.0f,  -1.0f,   -1e-30f,
+                          -0.0f,     0.0f,    1e-30f,  1.0f,     88.0f,   700.0f,  709.7f,
+                          709.8f,    710.0f,  1e4f,    INFINITY};
+  for (int k = -1077; k <= 1024; ++k) {
+    const float breakpoint = static_cast<float>((k + 0.5) * 0.69314718055994531);
+    float below = breakpoint, above = breakpoint;
+    for (int step = 0; step < 3; ++step) {
+      below = std::nextafter(below, -INFINITY);
+      above = std::nextafter(above, INFINITY);
+      x.push_back(below);
+      x.push_back(above);
+    }
+    x.push_back(breakpoint);
+  }
+  for (int i = 0; i <= 20000; ++i) x.push_back(-746.0f + i * 0.0373f);  // Dense over the range.
+  return x;
+}
+
+TEST_P(SimdKernelTest, ExpSumF64TermsAreWithinOneUlpOfStdExp) {
+  const SimdKernels& kernels = SimdKernelsFor(GetParam());
+  for (float shift : {0.0f, 3.25f, -17.5f}) {
+    for (float x : ExpArguments()) {
+      const double want = StdExpOf(x, shift);
+      const double got = kernels.exp_sum_f64(&x, shift, 1);
+      if (std::isinf(want) || want == 0.0) {
+        ASSERT_EQ(got, want) << SimdLevelName(GetParam()) << " x=" << x << " shift=" << shift;
+      } else {
+        ASSERT_LE(std::abs(got - want), UlpOf(want))
+            << SimdLevelName(GetParam()) << " x=" << x << " shift=" << shift << " want=" << want;
+      }
+    }
+  }
+}
+
+// Every lane and tail position of the vector loops: one finite value among
+// -inf and NaN gives its own exp; and a row of many terms sums to the
+// float64 sum within its rounding.
+TEST_P(SimdKernelTest, ExpSumF64CountsEveryPositionOnce) {
+  const SimdKernels& kernels = SimdKernelsFor(GetParam());
+  std::mt19937 rng(47);
+  std::normal_distribution<float> logit(0.0f, 4.0f);
+  for (size_t n : kSizes) {
+    std::vector<float> in(n + 1, -INFINITY);
+    for (size_t i = 0; i < n; i += 2) in[i] = NAN;
+    for (size_t j = 0; j < n; ++j) {
+      const float saved = in[j];
+      in[j] = -1.0f - 0.01f * j;
+      const double got = kernels.exp_sum_f64(in.data(), 0.25f, n);
+      ASSERT_LE(std::abs(got - StdExpOf(in[j], 0.25f)), UlpOf(got)) << "n=" << n << " j=" << j;
+      in[j] = saved;
+    }
+    in[n] = 1e30f;  // Past the end: must not count.
+    double want = 0.0;
+    for (size_t i = 0; i < n; ++i) {
+      in[i] = i % 9 == 4 ? NAN : i % 7 == 3 ? -INFINITY : logit(rng);
+      want += StdExpOf(in[i], 12.0f);
+    }
+    const double got = kernels.exp_sum_f64(in.data(), 12.0f, n);
+    EXPECT_NEAR(got, want, 4e-16 * (n + 2) * want) << SimdLevelName(GetParam()) << " n=" << n;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Levels, SimdKernelTest, testing::ValuesIn(SupportedSimdLevels()),
                          [](const testing::TestParamInfo<SimdLevel>& info) {
                            return std::string(SimdLevelName(info.param));
