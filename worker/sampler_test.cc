@@ -122,6 +122,19 @@ TEST(SamplerTest, GreedyPicksArgmaxLowestIdOnTiesAndNanIsMinusInfinity) {
   EXPECT_EQ(Token({1.0f, 3.0f, 3.0f, 3.0f}, Params(0.0f), 5), 1);
   EXPECT_EQ(Token({4.0f, 4.0f}, Params(5e-6f, 0, 1.0f, 77), 9), 0);
   EXPECT_EQ(Token({NAN, -1.0f, 0.5f}, Params(0.0f)), 2);
+  // A row long enough for the argmax's interleaved scans: ties across
+  // scans and past them, -0 against +0, a row of NaN.
+  std::vector<float> row(1003);
+  for (size_t i = 0; i < row.size(); ++i) row[i] = std::sin(static_cast<float>(i));
+  for (int id : {1002, 700, 302, 301}) row[id] = 9.0f;
+  EXPECT_EQ(Token(row, Params(0.0f)), 301);
+  std::fill(row.begin(), row.end(), -INFINITY);
+  row[13] = -0.0f;
+  row[10] = 0.0f;
+  row[1001] = 0.0f;
+  EXPECT_EQ(Token(row, Params(0.0f)), 10);
+  std::fill(row.begin(), row.end(), NAN);
+  EXPECT_EQ(Token(row, Params(0.0f)), 0);
   // NaN never wins a draw either.
   for (uint64_t index = 0; index < 50; ++index) {
     EXPECT_EQ(Token({NAN, 0.0f, NAN}, Params(1.0f, 0, 1.0f, 3), index), 1);
