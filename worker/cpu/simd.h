@@ -132,8 +132,9 @@ struct SimdKernels {
   // sum_i e^(double(in[i]) - shift) in float64, a NaN in[i] counting as
   // -inf (0): the sum under a log-sum-exp (the sampler's and the prompt's
   // logprobs), shift a row's finite maximum. Every level's terms are within
-  // 1 float64 ulp of std::exp's (simd_exp_f64.cc); only the order of the
-  // additions differs, so logprobs rounded to f32 match the plain loop's.
+  // 1 float64 ulp of std::exp's, but that the vector levels give 0 below
+  // 2.2261e-308 (simd_exp_f64.cc); only the order of the additions differs,
+  // so logprobs rounded to f32 match the plain loop's.
   double (*exp_sum_f64)(const float* in, float shift, size_t n);
 
   // Linear takes the panel kernels for prefill-sized inputs of fewer input

@@ -5,10 +5,11 @@
 // split in two, so the reduction is exact to about 2^-53 |r|), e^r by its
 // Taylor polynomial of degree 13 (truncation error r^14 / 14! e^|r|, below
 // 6e-18 relative), times 2^n. Each term is within 0.88 float64 ulp of e^d
-// (0.874 at most against long double expl over 2 million float arguments in
-// [-746, 1]; glibc's std::exp 0.506), and within 1 ulp of std::exp's from
-// 0 and the subnormals to inf (simd_test), so the sums differ from the
-// plain loop's only by those ulps and the order of their additions.
+// (at most 0.866 against long double expl over 2 million float arguments in
+// [-708.38, 1]; glibc's std::exp 0.507), and within 1 ulp of std::exp's up
+// to inf, but that those below 2.2261e-308 are 0 (simd_test), so the sums
+// differ from the plain loop's only by those ulps and the order of their
+// additions.
 
 #include <immintrin.h>
 
@@ -17,6 +18,7 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
+#include <array>
 #include <cmath>
 #include <cstddef>
 
@@ -28,38 +30,50 @@
 namespace pagoda::worker::simd_internal {
 namespace {
 
-// Arguments are clamped to [kExpF64Lowest, kExpF64Highest]: e^-750 rounds
-// to 0 and e^710 to inf, as std::exp's do.
-constexpr double kExpF64Lowest = -750.0;
+// Arguments are clamped to [kExpF64Lowest, kExpF64Highest], and those below
+// kExpF64Lowest (-inf and NaN included) give 0: e^-708.396 is just above
+// the smallest normal float64 (2.2251e-308), so no lane ever makes a
+// subnormal (a microcode assist each: with a quarter of a row's tokens at
+// -inf, the row took 2 to 2.8 times as long); what is lost is below
+// 2.2261e-308, beside a maximum term of 1. e^710 is inf, as std::exp's.
+constexpr double kExpF64Lowest = -708.396;
 constexpr double kExpF64Highest = 710.0;
 constexpr double kExpF64Log2E = 1.4426950408889634;
 constexpr double kExpF64Ln2Hi = 0x1.62e42fefa39efp-1;   // ln2 rounded to float64,
 constexpr double kExpF64Ln2Lo = 0x1.abc9e3b39803fp-56;  // and what that left out.
 constexpr int kExpF64Degree = 13;
 
-constexpr double ExpF64InverseFactorial(int k) {
+// 1 / k! for k <= kExpF64Degree, computed at compile time (a loop over
+// them at run time would divide in every lane group).
+constexpr std::array<double, kExpF64Degree + 1> ExpF64TaylorCoefficients() {
+  std::array<double, kExpF64Degree + 1> c{};
   double factorial = 1.0;
-  for (int i = 2; i <= k; ++i) factorial *= i;
-  return 1.0 / factorial;
+  for (int k = 0; k <= kExpF64Degree; ++k) {
+    if (k > 1) factorial *= k;
+    c[k] = 1.0 / factorial;
+  }
+  return c;
 }
+constexpr std::array<double, kExpF64Degree + 1> kExpF64Taylor = ExpF64TaylorCoefficients();
 
 // Masked-off and padding lanes are -inf, which gives 0.
 float ExpF64LoadLogit(float x) { return std::isnan(x) ? -INFINITY : x; }
 
-// max first: MAXPD returns its second operand when either is NaN, so a NaN
-// lane takes the lower bound and gives 0, as -inf does.
+// Lanes below kExpF64Lowest, or NaN (an ordered compare is false), give 0.
 PAGODA_EXP_F64_AVX512 inline __m512d ExpF64x8Avx512(__m512d d) {
-  d = _mm512_max_pd(d, _mm512_set1_pd(kExpF64Lowest));
+  const __mmask8 normal = _mm512_cmp_pd_mask(d, _mm512_set1_pd(kExpF64Lowest), _CMP_GE_OQ);
+  d = _mm512_max_pd(d, _mm512_set1_pd(kExpF64Lowest));  // NaN: the bound (second operand).
   d = _mm512_min_pd(d, _mm512_set1_pd(kExpF64Highest));
   const __m512d n = _mm512_roundscale_pd(_mm512_mul_pd(d, _mm512_set1_pd(kExpF64Log2E)),
                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512d r = _mm512_fnmadd_pd(n, _mm512_set1_pd(kExpF64Ln2Hi), d);
   r = _mm512_fnmadd_pd(n, _mm512_set1_pd(kExpF64Ln2Lo), r);
-  __m512d p = _mm512_set1_pd(ExpF64InverseFactorial(kExpF64Degree));
+  __m512d p = _mm512_set1_pd(kExpF64Taylor[kExpF64Degree]);
+#pragma GCC unroll 16  // A straight chain of FMAs, not a loop of branches.
   for (int k = kExpF64Degree - 1; k >= 0; --k) {
-    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(ExpF64InverseFactorial(k)));
+    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(kExpF64Taylor[k]));
   }
-  return _mm512_scalef_pd(p, n);  // One rounding, also into the subnormals.
+  return _mm512_maskz_scalef_pd(normal, p, n);
 }
 
 // e^(in - shift) of 16 floats, added to two accumulators.
@@ -80,22 +94,25 @@ PAGODA_EXP_F64_AVX2 inline __m256d ExpF64TwoToAvx2(__m256d k) {
 }
 
 PAGODA_EXP_F64_AVX2 inline __m256d ExpF64x4Avx2(__m256d d) {
+  const __m256d normal = _mm256_cmp_pd(d, _mm256_set1_pd(kExpF64Lowest), _CMP_GE_OQ);
   d = _mm256_max_pd(d, _mm256_set1_pd(kExpF64Lowest));  // NaN: as at AVX-512.
   d = _mm256_min_pd(d, _mm256_set1_pd(kExpF64Highest));
   const __m256d n = _mm256_round_pd(_mm256_mul_pd(d, _mm256_set1_pd(kExpF64Log2E)),
                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m256d r = _mm256_fnmadd_pd(n, _mm256_set1_pd(kExpF64Ln2Hi), d);
   r = _mm256_fnmadd_pd(n, _mm256_set1_pd(kExpF64Ln2Lo), r);
-  __m256d p = _mm256_set1_pd(ExpF64InverseFactorial(kExpF64Degree));
+  __m256d p = _mm256_set1_pd(kExpF64Taylor[kExpF64Degree]);
+#pragma GCC unroll 16  // A straight chain of FMAs, not a loop of branches.
   for (int k = kExpF64Degree - 1; k >= 0; --k) {
-    p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(ExpF64InverseFactorial(k)));
+    p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(kExpF64Taylor[k]));
   }
-  // 2^n as 2^n1 * 2^n2, each a normal float64 for n in [-1082, 1024]: the
-  // first product is exact, the second rounds once (to a subnormal, 0 or
-  // inf where e^d is one), as scalef does.
+  // 2^n as 2^n1 * 2^n2, each a normal float64 for n in [-1022, 1024] (2^1024
+  // is not, and e^709.5 is finite): the first product is exact, the second
+  // rounds once (to inf where e^d is), as scalef does.
   const __m256d n1 = _mm256_floor_pd(_mm256_mul_pd(n, _mm256_set1_pd(0.5)));
   const __m256d n2 = _mm256_sub_pd(n, n1);
-  return _mm256_mul_pd(_mm256_mul_pd(p, ExpF64TwoToAvx2(n1)), ExpF64TwoToAvx2(n2));
+  const __m256d e = _mm256_mul_pd(_mm256_mul_pd(p, ExpF64TwoToAvx2(n1)), ExpF64TwoToAvx2(n2));
+  return _mm256_and_pd(e, normal);
 }
 
 // e^(in - shift) of 8 floats, added to two accumulators.
