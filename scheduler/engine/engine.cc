@@ -349,8 +349,9 @@ absl::StatusOr<Engine::ExecutedStep> Engine::ExecutePlan(const pagoda::worker::v
   clock->rpc_start = absl::Now();
   // The token masks the plan promises are computed while the workers run
   // the forward pass (only their samplers wait for them).
-  absl::StatusOr<pagoda::worker::v1::StepResult> result = workers_->ExecuteStep(
-      plan, [&] { return BuildStepMasks(plan, output, config_.eos_token_ids); });
+  absl::StatusOr<pagoda::worker::v1::StepResult> result = workers_->ExecuteStep(plan, [&] {
+    return BuildStepMasks(plan, output, config_.eos_token_ids, config_.vocab_size);
+  });
   clock->rpc_end = absl::Now();
   if (!result.ok()) return result.status();
   absl::StatusOr<std::vector<GeneratedToken>> sampled = ExtractSampledTokens(*result, output);

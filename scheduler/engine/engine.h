@@ -38,6 +38,10 @@ namespace pagoda::scheduler {
 struct EngineConfig {
   SchedulerConfig scheduler;
   std::vector<int32_t> eos_token_ids;
+  // The model's vocabulary (0: unknown): the width of a mask that carries
+  // only multi-token bad words' ban, which lets such rows overlap
+  // (step_pipeline.h); unknown, they sit out a step instead.
+  int vocab_size = 0;
   // Accepted requests not yet running (inbox plus the scheduler's waiting
   // queue) beyond which AddRequest answers RESOURCE_EXHAUSTED.
   int max_queued_requests = 1024;
