@@ -387,7 +387,8 @@ void Engine::HandleStepFailure(int64_t step_id, const absl::Status& status) {
 
 int Engine::ProcessOutputs(const SchedulerOutput& output,
                            const std::vector<GeneratedToken>& sampled,
-                           const std::vector<std::vector<GeneratedToken>>* accepted_drafts) {
+                           const std::vector<std::vector<GeneratedToken>>* accepted_drafts,
+                           absl::FunctionRef<void()> once_appended) {
   // Prompt tokens computed this step (read before Process grows the sequences).
   for (const ScheduledSequence& scheduled : output.scheduled) {
     const int prompt_left = scheduled.seq->num_prompt_tokens() - scheduled.start_position;
@@ -395,6 +396,7 @@ int Engine::ProcessOutputs(const SchedulerOutput& output,
   }
   const absl::Time now = absl::Now();
   std::vector<RequestDelta> deltas = output_processor_->Process(output, sampled, accepted_drafts);
+  once_appended();
   scheduler_->CommitComputedBlocks(output);
   if (speculator_ != nullptr) {
     speculator_->ReleaseRejectedSlots(output, scheduler_->block_manager());

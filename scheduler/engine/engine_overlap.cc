@@ -95,7 +95,14 @@ bool Engine::FinishOldestStep() {
     scored.group->AddPromptLogprobs(scored.first_position, std::move(scored.entries));
   }
   LiveStep live = TakeLiveEntries(step->output, *std::move(sampled));
-  const int generated = ProcessOutputs(live.output, live.sampled, /*accepted_drafts=*/nullptr);
+  // The step queued behind this one samples once its masks are in: they are
+  // built as soon as this step's tokens are appended, before the prefix-cache
+  // publication, streaming and metrics (docs/architecture.md, "Overlapped
+  // scheduling", 7.).
+  const int generated =
+      ProcessOutputs(live.output, live.sampled, /*accepted_drafts=*/nullptr, [this] {
+        if (!pipeline_->empty()) FulfilPromisedMasks(pipeline_->oldest());
+      });
   step->clock.end = absl::Now();
   PublishStep(step->plan->step_id(), step->output, *result, generated, step->clock);
   return true;

@@ -140,6 +140,8 @@ class StepPipeline {
   // (dropped at once when none is).
   void Retire(std::unique_ptr<SequenceGroup> group);
 
+  // The oldest step in flight. REQUIRES: !empty().
+  InFlightStep* oldest() const { return steps_.front().get(); }
   bool empty() const { return steps_.empty(); }
   int size() const { return static_cast<int>(steps_.size()); }
   // Steps sent while another was still running.
