@@ -173,6 +173,7 @@ class MaskCountingGroup : public WorkerGroup {
     const auto counted = [&] {
       wv1::StepMasks built = masks();
       for (const wv1::RowTokenMask& row : built.rows()) empty_masks_ += row.token_mask().empty();
+      mask_rows_ += built.rows_size();
       return built;
     };
     if (!inline_masks_) return inner_->ExecuteStep(plan, counted);
@@ -193,6 +194,7 @@ class MaskCountingGroup : public WorkerGroup {
   int rows() const { return rows_.load(); }
   int placeholder_rows() const { return placeholder_rows_.load(); }
   int empty_masks() const { return empty_masks_.load(); }
+  int mask_rows() const { return mask_rows_.load(); }
 
  private:
   WorkerGroup* inner_;
@@ -200,6 +202,7 @@ class MaskCountingGroup : public WorkerGroup {
   std::atomic<int> rows_{0};
   std::atomic<int> placeholder_rows_{0};
   std::atomic<int> empty_masks_{0};
+  std::atomic<int> mask_rows_{0};
 };
 
 class ConstrainedBeamTest : public ::testing::Test {
@@ -579,6 +582,44 @@ TEST_F(ConstrainedBeamTest, ConstrainedRowsOverlapAndKeepTheTokensOfStepsOneAtAT
   // the worker still got a (free) mask for its row, whose token was dropped.
   EXPECT_EQ(one_at_a_time.empty_masks, 0);
   EXPECT_GT(overlapped.empty_masks, 0);
+}
+
+// Under overlap the masks of the step queued behind step N are built as
+// soon as N's tokens are appended, before they are streamed: a lone greedy
+// constrained request, whose sink holds the engine thread on each token
+// until the worker has taken the mask of the next one (the waits would time
+// out if the masks came only after the streaming, as they did before).
+TEST_F(ConstrainedBeamTest, NextStepMasksAreBuiltBeforeAStepsTokensAreStreamed) {
+  StartEngine();
+  const Case letters = Cases()[0];
+  pagoda::v1::GenerateRequest constraint;
+  letters.set(constraint);
+  absl::StatusOr<std::shared_ptr<const constraints::CompiledGrammar>> grammar =
+      compiler_->Compile(constraint);
+  ASSERT_TRUE(grammar.ok()) << grammar.status();
+  auto sink = std::make_shared<CollectingSink>();
+  int waited = 0;
+  int ahead = 0;
+  sink->set_on_delta([&](int num_tokens) {
+    if (IsFinished(sink->last_status())) return;
+    ++waited;
+    // One mask row a token: those of the tokens so far and the next one's.
+    const absl::Time deadline = absl::Now() + absl::Seconds(ahead == waited - 1 ? 10 : 0);
+    while (counter_->mask_rows() < num_tokens + 1 && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    ahead += counter_->mask_rows() >= num_tokens + 1;
+  });
+  EngineRequest request;
+  request.request_id = "letters/held";
+  request.prompt_token_ids = {5, 17, 40, 9, 33};
+  request.sampling.grammar = *grammar;
+  request.stopping.max_tokens = 48;
+  request.sink = sink;
+  ASSERT_TRUE(engine_->AddRequest(std::move(request)).ok());
+  Finish(*sink, letters, "letters/held");
+  EXPECT_GT(waited, 2);
+  EXPECT_EQ(ahead, waited);
 }
 
 // Whether `word` occurs in `ids`, its tokens in a row.
