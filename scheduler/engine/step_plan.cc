@@ -280,9 +280,9 @@ absl::StatusOr<std::vector<StepPromptLogprobs>> ExtractPromptLogprobs(
     if (next >= result.prompt_logprobs_size() ||
         result.prompt_logprobs(next).seq_id() != step.seq_id() ||
         result.prompt_logprobs(next).tokens_size() != step.prompt_logprob_token_ids_size()) {
-      return absl::InternalError(
-          absl::StrCat("step ", result.step_id(),
-                       ": prompt logprobs do not match the plan at sequence ", step.seq_id()));
+      return absl::InternalError(absl::StrCat("step ", result.step_id(),
+                                              ": prompt logprobs do not match the plan at sequence ",
+                                              step.seq_id()));
     }
     StepPromptLogprobs entry{output.scheduled[i].group, step.start_position() + 1, {}};
     for (const wv1::PromptTokenLogprob& scored : result.prompt_logprobs(next++).tokens()) {
