@@ -349,8 +349,9 @@ absl::StatusOr<Engine::ExecutedStep> Engine::ExecutePlan(const pagoda::worker::v
   clock->rpc_start = absl::Now();
   // The token masks the plan promises are computed while the workers run
   // the forward pass (only their samplers wait for them).
-  absl::StatusOr<pagoda::worker::v1::StepResult> result = workers_->ExecuteStep(
-      plan, [&] { return BuildStepMasks(plan, output, config_.eos_token_ids); });
+  absl::StatusOr<pagoda::worker::v1::StepResult> result = workers_->ExecuteStep(plan, [&] {
+    return BuildStepMasks(plan, output, config_.eos_token_ids, config_.vocab_size);
+  });
   clock->rpc_end = absl::Now();
   if (!result.ok()) return result.status();
   absl::StatusOr<std::vector<GeneratedToken>> sampled = ExtractSampledTokens(*result, output);
@@ -386,7 +387,8 @@ void Engine::HandleStepFailure(int64_t step_id, const absl::Status& status) {
 
 int Engine::ProcessOutputs(const SchedulerOutput& output,
                            const std::vector<GeneratedToken>& sampled,
-                           const std::vector<std::vector<GeneratedToken>>* accepted_drafts) {
+                           const std::vector<std::vector<GeneratedToken>>* accepted_drafts,
+                           absl::FunctionRef<void()> once_appended) {
   // Prompt tokens computed this step (read before Process grows the sequences).
   for (const ScheduledSequence& scheduled : output.scheduled) {
     const int prompt_left = scheduled.seq->num_prompt_tokens() - scheduled.start_position;
@@ -394,6 +396,7 @@ int Engine::ProcessOutputs(const SchedulerOutput& output,
   }
   const absl::Time now = absl::Now();
   std::vector<RequestDelta> deltas = output_processor_->Process(output, sampled, accepted_drafts);
+  once_appended();
   scheduler_->CommitComputedBlocks(output);
   if (speculator_ != nullptr) {
     speculator_->ReleaseRejectedSlots(output, scheduler_->block_manager());

@@ -16,6 +16,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -38,6 +39,10 @@ namespace pagoda::scheduler {
 struct EngineConfig {
   SchedulerConfig scheduler;
   std::vector<int32_t> eos_token_ids;
+  // The model's vocabulary (0: unknown): the width of a mask that carries
+  // only multi-token bad words' ban, which lets such rows overlap
+  // (step_pipeline.h); unknown, they sit out a step instead.
+  int vocab_size = 0;
   // Accepted requests not yet running (inbox plus the scheduler's waiting
   // queue) beyond which AddRequest answers RESOURCE_EXHAUSTED.
   int max_queued_requests = 1024;
@@ -202,8 +207,12 @@ class Engine {
   // requests that finished. Returns the number of tokens generated.
   // `accepted_drafts`: per sampled token, the drafts accepted before it
   // (null without speculation, which never runs overlapped).
+  // `once_appended`, when given, runs as soon as the tokens are appended and
+  // the stop checks done, before the rest (FinishOldestStep builds the next
+  // step's masks there).
   int ProcessOutputs(const SchedulerOutput& output, const std::vector<GeneratedToken>& sampled,
-                     const std::vector<std::vector<GeneratedToken>>* accepted_drafts);
+                     const std::vector<std::vector<GeneratedToken>>* accepted_drafts,
+                     absl::FunctionRef<void()> once_appended = [] {});
   // Hands each request its new tokens and records when its first one came
   // (`now`). Returns the number of tokens in `deltas`.
   int StreamDeltas(const std::vector<RequestDelta>& deltas, absl::Time now);

@@ -10,8 +10,9 @@
 // worker counts the placeholder in its penalties, and no row whose plan
 // needs a token the server lacks is sent (groups that need it sit out a
 // step; steps that may preempt wait until nothing is in flight). A
-// grammar's mask, which needs the token in flight, is not in the plan: it
-// follows it, built once that token is in (FulfilPromisedMasks). Tokens of
+// grammar's mask and a multi-token bad word's ban, which need the token in
+// flight, are not in the plan: they follow it, built once that token is in
+// (FulfilPromisedMasks). Tokens of
 // sequences that finished meanwhile are dropped unread.
 
 #include <memory>
@@ -47,9 +48,10 @@ bool Engine::StepOverlapped() {
   StepMaskSource masks;
   if (PromisesTokenMasks(*step->plan)) {
     // A constrained row's mask needs the grammar advanced by the token the
-    // step before samples: the sender thread writes the plan now and waits
-    // for the masks, which the engine builds once that step is processed
-    // (the workers' sampler waits for them after the forward pass).
+    // step before samples (a multi-token bad word's ban, that token): the
+    // sender thread writes the plan now and waits for the masks, which the
+    // engine builds once that step is processed (the workers' sampler waits
+    // for them after the forward pass).
     step->pending_masks = std::make_shared<DeferredStepMasks>(step->plan->step_id());
     masks = [pending = step->pending_masks] { return pending->Wait(); };
   }
@@ -57,7 +59,7 @@ bool Engine::StepOverlapped() {
   InFlightStep* sent = pipeline_->Send(std::move(step), std::move(masks));
   if (pipeline_->size() > 1 && !FinishOldestStep()) return true;
   FulfilPromisedMasks(sent);
-  AdvancePastStep(sent->output, config_.scheduler.max_model_len);
+  AdvancePastStep(sent->output, config_.scheduler.max_model_len, config_.vocab_size);
   return true;
 }
 
@@ -65,7 +67,8 @@ void Engine::FulfilPromisedMasks(InFlightStep* step) {
   if (step->pending_masks == nullptr) return;
   // On the engine thread that owns the sequences: every token but this
   // step's own is in, and no placeholder is (AdvancePastStep comes next).
-  step->pending_masks->Fulfil(BuildStepMasks(*step->plan, step->output, config_.eos_token_ids));
+  step->pending_masks->Fulfil(
+      BuildStepMasks(*step->plan, step->output, config_.eos_token_ids, config_.vocab_size));
   step->pending_masks = nullptr;
 }
 
@@ -92,7 +95,14 @@ bool Engine::FinishOldestStep() {
     scored.group->AddPromptLogprobs(scored.first_position, std::move(scored.entries));
   }
   LiveStep live = TakeLiveEntries(step->output, *std::move(sampled));
-  const int generated = ProcessOutputs(live.output, live.sampled, /*accepted_drafts=*/nullptr);
+  // The step queued behind this one samples once its masks are in: they are
+  // built as soon as this step's tokens are appended, before the prefix-cache
+  // publication, streaming and metrics (docs/architecture.md, "Overlapped
+  // scheduling", 7.).
+  const int generated =
+      ProcessOutputs(live.output, live.sampled, /*accepted_drafts=*/nullptr, [this] {
+        if (!pipeline_->empty()) FulfilPromisedMasks(pipeline_->oldest());
+      });
   step->clock.end = absl::Now();
   PublishStep(step->plan->step_id(), step->output, *result, generated, step->clock);
   return true;

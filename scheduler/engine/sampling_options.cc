@@ -6,6 +6,12 @@
 
 namespace pagoda::scheduler {
 
+int SamplingOptions::num_multi_token_bad_words() const {
+  return static_cast<int>(
+      std::count_if(bad_words_token_ids.begin(), bad_words_token_ids.end(),
+                    [](const std::vector<int32_t>& word) { return word.size() > 1; }));
+}
+
 bool StoppingOptions::StopsAt(const std::vector<int32_t>& eos_token_ids, int num_output_tokens,
                               int32_t token) const {
   if (num_output_tokens < min_tokens) return false;

@@ -48,6 +48,9 @@ struct SamplingOptions {
   bool has_penalties() const {
     return presence_penalty != 0 || frequency_penalty != 0 || repetition_penalty != 1;
   }
+  // Bad words of more than one token: their ban reads the output's last
+  // tokens, so under overlap it follows the plan (BuildStepMasks).
+  int num_multi_token_bad_words() const;
 };
 
 // Seed of the index-th sequence of a request whose seed is request_seed:

@@ -11,22 +11,26 @@
 namespace pagoda::scheduler {
 namespace {
 
-bool HasMultiTokenBadWord(const SamplingOptions& sampling) {
-  return std::any_of(sampling.bad_words_token_ids.begin(), sampling.bad_words_token_ids.end(),
-                     [](const std::vector<int32_t>& word) { return word.size() > 1; });
+// Whether the ban of the group's multi-token bad words, which reads the
+// token in flight, can follow the plan in a mask (BuildStepMasks): a
+// grammar's mask takes it in; otherwise a mask of the vocabulary but the
+// ban, which must leave a token (a worker refuses an empty mask).
+bool BadWordBanCanFollow(const SequenceGroup& group, int vocab_size) {
+  const int words = group.sampling().num_multi_token_bad_words();
+  return words == 0 || group.sampling().grammar != nullptr || words < vocab_size;
 }
 
 // Whether the group's next step needs the token `entry` samples on the
 // server first (docs/architecture.md, "Overlapped scheduling", 4., 6.-8.).
-// A grammar's mask does not: it follows the plan, built once the token is
-// in (Engine::StepOverlapped, DeferredStepMasks).
-bool NeedsTokenFirst(const ScheduledSequence& entry, int max_model_len) {
+// A grammar's mask and a multi-token bad word's ban do not: they follow the
+// plan, built once the token is in (Engine::StepOverlapped,
+// DeferredStepMasks).
+bool NeedsTokenFirst(const ScheduledSequence& entry, int max_model_len, int vocab_size) {
   const SequenceGroup& group = *entry.group;
   const Sequence& seq = *entry.seq;
   const SamplingOptions& sampling = group.sampling();
-  // Beams are chosen from every candidate's logprobs; a multi-token bad
-  // word's ban, in the plan, reads the last tokens.
-  if (sampling.use_beam_search || HasMultiTokenBadWord(sampling)) return true;
+  // Beams are chosen from every candidate's logprobs.
+  if (sampling.use_beam_search || !BadWordBanCanFollow(group, vocab_size)) return true;
   // The other samples fork from the first token.
   if (static_cast<int>(group.seqs().size()) < sampling.best_of) return true;
   // A step with drafts returns a run of tokens of unknown length.
@@ -79,10 +83,10 @@ void MarkPlaceholders(const SchedulerOutput& output, pagoda::worker::v1::StepPla
   }
 }
 
-void AdvancePastStep(const SchedulerOutput& output, int max_model_len) {
+void AdvancePastStep(const SchedulerOutput& output, int max_model_len, int vocab_size) {
   for (const ScheduledSequence& entry : output.scheduled) {
     if (entry.do_sample && !IsFinished(entry.seq->status()) &&
-        NeedsTokenFirst(entry, max_model_len)) {
+        NeedsTokenFirst(entry, max_model_len, vocab_size)) {
       entry.group->set_waits_for_tokens(true);
     }
   }

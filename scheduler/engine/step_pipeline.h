@@ -14,12 +14,14 @@
 //     usual append, stop checks, streaming, prefix-cache publication).
 //  3. AdvancePastStep(N + 1).
 // At most one token per sequence is unknown. A group whose next step needs
-// its token on the server first (a fork of n > 1, beam search, multi-token
-// bad words, drafts, or its last token) sits out the step planned meanwhile
-// (SequenceGroup::waits_for_tokens). A constrained row is planned with a
-// placeholder; its mask is built after step 2 (BuildStepMasks, once the
-// grammar has read step N's token) and follows the plan (DeferredStepMasks). A step that may
-// preempt (Scheduler::MayPreempt) is planned only once nothing is in flight.
+// its token on the server first (a fork of n > 1, beam search, drafts, or
+// its last token) sits out the step planned meanwhile
+// (SequenceGroup::waits_for_tokens). A constrained row, or one with
+// multi-token bad words, is planned with a placeholder; its mask (the
+// grammar's, the bad words' ban) is built after step 2 (BuildStepMasks, once
+// step N's token is in) and follows the plan (DeferredStepMasks). A step
+// that may preempt (Scheduler::MayPreempt) is planned only once nothing is
+// in flight.
 
 #include <deque>
 #include <memory>
@@ -100,8 +102,10 @@ void MarkPlaceholders(const SchedulerOutput& output, pagoda::worker::v1::StepPla
 // placeholder, as if the step's tokens had arrived; groups whose next step
 // needs those tokens first wait instead (and are processed as before when
 // they come). Sequences already finished (a late stop, a cancel) are left
-// alone: their token in flight is dropped when it arrives.
-void AdvancePastStep(const SchedulerOutput& output, int max_model_len);
+// alone: their token in flight is dropped when it arrives. `vocab_size` (0:
+// unknown) bounds the multi-token bad words whose ban can follow the plan
+// in a mask (BuildStepMasks); a group with more waits.
+void AdvancePastStep(const SchedulerOutput& output, int max_model_len, int vocab_size = 0);
 
 // The rows of an answered step that still matter, with their samples.
 struct LiveStep {
@@ -136,6 +140,8 @@ class StepPipeline {
   // (dropped at once when none is).
   void Retire(std::unique_ptr<SequenceGroup> group);
 
+  // The oldest step in flight. REQUIRES: !empty().
+  InFlightStep* oldest() const { return steps_.front().get(); }
   bool empty() const { return steps_.empty(); }
   int size() const { return static_cast<int>(steps_.size()); }
   // Steps sent while another was still running.

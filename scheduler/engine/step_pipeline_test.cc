@@ -2,11 +2,14 @@
 // planned while another is in flight decodes the placeholder (marked for
 // the worker, left out of the penalty counts), a sequence whose token in
 // flight is its last sits the step out, a late stop's token is dropped, an
-// abandoned step leaves the state it found, and MayPreempt sees a full cache.
+// abandoned step leaves the state it found, MayPreempt sees a full cache, and
+// a multi-token bad word's ban follows the plan in a mask.
 #include "scheduler/engine/step_pipeline.h"
 
+#include <cstring>
 #include <memory>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -31,13 +34,15 @@ class StepPipelineTest : public ::testing::Test {
     return config;
   }
 
-  SequenceGroup* Add(int id, int prompt_len, int max_tokens) {
+  SequenceGroup* Add(int id, int prompt_len, int max_tokens,
+                     std::vector<std::vector<int32_t>> bad_words = {}) {
     std::vector<int32_t> prompt(prompt_len);
     std::iota(prompt.begin(), prompt.end(), 10 * id);
     StoppingOptions stopping;
     stopping.max_tokens = max_tokens;
     SamplingOptions sampling;
     sampling.frequency_penalty = 0.5f;
+    sampling.bad_words_token_ids = std::move(bad_words);
     auto group = std::make_unique<SequenceGroup>(absl::StrCat("r", id), std::move(prompt), id,
                                                  sampling, stopping, absl::Now());
     SequenceGroup* raw = group.get();
@@ -113,6 +118,49 @@ TEST_F(StepPipelineTest, LateStopDropsTheTokenInFlightAndAbandonRestoresTheState
   LiveStep live = TakeLiveEntries(second, {GeneratedToken{9, 0, {}}});
   EXPECT_TRUE(live.output.scheduled.empty());
   EXPECT_TRUE(live.sampled.empty());
+}
+
+TEST_F(StepPipelineTest, MultiTokenBadWordsBanFollowsThePlanOnceTheTokenIsIn) {
+  constexpr int kVocabSize = 40;
+  // Bans 7 after 30, and 5 always.
+  SequenceGroup& group = *Add(1, 5, 8, {{30, 7}, {5}});
+  Sequence& seq = *group.seqs()[0];
+  SchedulerOutput prompt_step = scheduler_.Schedule();
+  AdvancePastStep(prompt_step, 64, kVocabSize);
+  EXPECT_FALSE(group.waits_for_tokens());
+  EXPECT_TRUE(seq.has_pending_token());
+  SchedulerOutput decode_step = scheduler_.Schedule();
+  ASSERT_EQ(decode_step.scheduled.size(), 1u);
+  pagoda::worker::v1::StepPlan plan = BuildStepPlan(1, decode_step, scheduler_.block_manager());
+  MarkPlaceholders(decode_step, &plan);
+  const pagoda::worker::v1::SequenceStep& row = plan.sequences(0);
+  EXPECT_TRUE(row.input_from_last_sample());
+  EXPECT_TRUE(row.token_mask_follows());
+  // The single-token word's ban stays in the plan; the pair's waits for
+  // the token in flight.
+  EXPECT_EQ(std::vector<int32_t>(row.sampling().banned_token_ids().begin(),
+                                 row.sampling().banned_token_ids().end()),
+            std::vector<int32_t>{5});
+
+  // The token in flight is 30: the mask bans 7 and allows every other token
+  // of the vocabulary, no bit past it.
+  TakeLiveEntries(prompt_step, {GeneratedToken{30, 0, {}}});
+  seq.AppendToken(GeneratedToken{30, 0, {}});
+  const pagoda::worker::v1::StepMasks masks = BuildStepMasks(plan, decode_step, {}, kVocabSize);
+  ASSERT_EQ(masks.rows_size(), 1);
+  const std::string& mask = masks.rows(0).token_mask();
+  ASSERT_EQ(mask.size(), 8u);
+  uint32_t words[2];
+  std::memcpy(words, mask.data(), mask.size());
+  EXPECT_EQ(words[0], ~(uint32_t{1} << 7));
+  EXPECT_EQ(words[1], (uint32_t{1} << (kVocabSize - 32)) - 1);
+
+  // A vocabulary the engine does not know (or of no more tokens than the
+  // multi-token words) leaves no mask to carry the ban: the group sits the
+  // next step out, as every such group did before.
+  AdvancePastStep(decode_step, 64, /*vocab_size=*/0);
+  EXPECT_TRUE(group.waits_for_tokens());
+  EXPECT_FALSE(seq.has_pending_token());
 }
 
 TEST_F(StepPipelineTest, MayPreemptWhenTheDecodesNeedMoreBlocksThanAreFree) {

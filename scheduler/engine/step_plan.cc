@@ -1,6 +1,7 @@
 #include "scheduler/engine/step_plan.h"
 
 #include <algorithm>
+#include <bit>
 #include <string>
 #include <utility>
 
@@ -33,21 +34,61 @@ bool OutputEndsWith(const Sequence& seq, absl::Span<const int32_t> prefix) {
   return true;
 }
 
-// Tokens masked for this draw: bad words (as vLLM v1, against the output's
-// tail) and, before min_tokens, EOS and the stop token ids.
-void SetBannedTokens(const SequenceGroup& group, const Sequence& seq,
-                     absl::Span<const int32_t> eos_token_ids, wv1::SamplingOptions* options) {
+// The bans of bad words (as vLLM v1, against the output's tail): those of
+// one token, those of more (which read the output's last tokens), or both.
+void AddBadWordBans(const SequenceGroup& group, const Sequence& seq, bool single_token,
+                    bool multi_token, wv1::SamplingOptions* options) {
   for (const std::vector<int32_t>& word : group.sampling().bad_words_token_ids) {
+    if (word.size() > 1 ? !multi_token : !single_token) continue;
     const absl::Span<const int32_t> prefix = absl::MakeConstSpan(word).first(word.size() - 1);
     if (OutputEndsWith(seq, prefix)) options->add_banned_token_ids(word.back());
   }
+}
+
+// Before min_tokens: EOS (unless ignore_eos) and the stop token ids.
+void AddMinTokensBans(const SequenceGroup& group, const Sequence& seq,
+                      absl::Span<const int32_t> eos_token_ids, wv1::SamplingOptions* options) {
   const StoppingOptions& stopping = group.stopping();
-  if (seq.num_output_tokens() < stopping.min_tokens) {
-    if (!stopping.ignore_eos) {
-      for (int32_t id : eos_token_ids) options->add_banned_token_ids(id);
-    }
-    for (int32_t id : stopping.stop_token_ids) options->add_banned_token_ids(id);
+  if (seq.num_output_tokens() >= stopping.min_tokens) return;
+  if (!stopping.ignore_eos) {
+    for (int32_t id : eos_token_ids) options->add_banned_token_ids(id);
   }
+  for (int32_t id : stopping.stop_token_ids) options->add_banned_token_ids(id);
+}
+
+// Tokens masked for this draw: bad words and, before min_tokens, EOS and
+// the stop token ids.
+void SetBannedTokens(const SequenceGroup& group, const Sequence& seq,
+                     absl::Span<const int32_t> eos_token_ids, wv1::SamplingOptions* options) {
+  AddBadWordBans(group, seq, /*single_token=*/true, /*multi_token=*/true, options);
+  AddMinTokensBans(group, seq, eos_token_ids, options);
+}
+
+// Whether the row of `seq` bans multi-token bad words after its output's
+// last token, which is the placeholder of the token in flight: the ban then
+// follows the plan in the step's masks (BanMaskAfterOutput).
+bool BadWordBanFollows(const SequenceGroup& group, const Sequence& seq) {
+  return !IsConstrained(group) && seq.has_pending_token() &&
+         group.sampling().num_multi_token_bad_words() > 0;
+}
+
+// The packed mask (SamplingOptions.token_mask's layout) of an unconstrained
+// row whose multi-token bad words' ban followed the plan: every token of the
+// vocabulary but those bans, read off the output now that its last token is
+// in. The rest of the row's bans stayed in the plan; the worker masks both
+// alike, so the draw is the one a plan holding every ban gives. Never empty:
+// AdvancePastStep lets such a row overlap only while the vocabulary holds
+// more tokens than it has multi-token bad words.
+std::string BanMaskAfterOutput(const SequenceGroup& group, const Sequence& seq, int vocab_size) {
+  std::vector<uint32_t> mask((vocab_size + 31) / 32, ~uint32_t{0});
+  if (vocab_size % 32 != 0) mask.back() = (uint32_t{1} << (vocab_size % 32)) - 1;
+  wv1::SamplingOptions bans;
+  AddBadWordBans(group, seq, /*single_token=*/false, /*multi_token=*/true, &bans);
+  for (int32_t id : bans.banned_token_ids()) {
+    if (id >= 0 && id < vocab_size) mask[id / 32] &= ~(uint32_t{1} << (id % 32));
+  }
+  static_assert(std::endian::native == std::endian::little);
+  return std::string(reinterpret_cast<const char*>(mask.data()), mask.size() * sizeof(uint32_t));
 }
 
 // The prompt logprobs the chunk of `entry` computes and its group lacks:
@@ -149,6 +190,13 @@ void BuildStepPlanInto(int64_t step_id, const SchedulerOutput& output,
         // The bans fold into the mask that follows (BuildStepMasks).
         options->clear_banned_token_ids();
         step->set_token_mask_follows(true);
+      } else if (BadWordBanFollows(*entry.group, seq)) {
+        // The multi-token bad words' ban would read the placeholder: it
+        // follows in the step's masks; the other bans stay here.
+        options->clear_banned_token_ids();
+        AddBadWordBans(*entry.group, seq, /*single_token=*/true, /*multi_token=*/false, options);
+        AddMinTokensBans(*entry.group, seq, eos_token_ids, options);
+        step->set_token_mask_follows(true);
       }
     }
   }
@@ -158,7 +206,7 @@ void BuildStepPlanInto(int64_t step_id, const SchedulerOutput& output,
 }
 
 wv1::StepMasks BuildStepMasks(const wv1::StepPlan& plan, const SchedulerOutput& output,
-                              absl::Span<const int32_t> eos_token_ids) {
+                              absl::Span<const int32_t> eos_token_ids, int vocab_size) {
   wv1::StepMasks masks;
   masks.set_step_id(plan.step_id());
   for (int i = 0; i < plan.sequences_size(); ++i) {
@@ -172,6 +220,12 @@ wv1::StepMasks BuildStepMasks(const wv1::StepPlan& plan, const SchedulerOutput& 
       for (int row = 0; row <= drafts.size(); ++row) {
         masks.add_rows()->set_seq_id(entry.seq->seq_id());
       }
+      continue;
+    }
+    if (!IsConstrained(*entry.group)) {  // Only its bad words' ban followed.
+      wv1::RowTokenMask* row = masks.add_rows();
+      row->set_seq_id(entry.seq->seq_id());
+      row->set_token_mask(BanMaskAfterOutput(*entry.group, *entry.seq, vocab_size));
       continue;
     }
     wv1::SamplingOptions bans;

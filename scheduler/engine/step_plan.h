@@ -28,6 +28,9 @@ namespace pagoda::scheduler {
 // counts, derived from the sequence's own tokens (SequenceLogitsProcessing),
 // and, for a constrained request, the promise of its grammar's token mask
 // (token_mask_follows; its bans then go into that mask, BuildStepMasks).
+// An unconstrained row whose last input is a placeholder (overlap) and that
+// has multi-token bad words promises a mask too: their ban reads the token
+// in flight, so it follows in that mask; its other bans stay in the plan.
 // A group that
 // wants prompt logprobs has them asked of the chunk's rows whose next token
 // is a prompt token, unless the group stored them all already (a
@@ -47,15 +50,17 @@ void BuildStepPlanInto(int64_t step_id, const SchedulerOutput& output,
 // The token masks `plan` promised (BuildStepPlan(plan.step_id(), output,
 // ...)): one row per SequenceStep with token_mask_follows, in plan order,
 // its grammar's mask with its bans folded in (constraint_mask.h: advances
-// the sequences' matchers). Called after the plan went out, while the
-// workers run the forward pass; the output tokens it reads are those the
-// plan was built from, but under overlap without the placeholder: the step
+// the sequences' matchers), or, for an unconstrained row, every token of
+// the `vocab_size` but its multi-token bad words' ban. Called after the plan
+// went out, while the workers run the forward pass; the output tokens it
+// reads are those the plan was built from, but under overlap without the placeholder: the step
 // before has been processed, its real tokens appended. A row whose sequence
 // that step finished (a late stop) gets empty masks (its token is dropped
 // unread; the worker still gets every row it waits for).
 pagoda::worker::v1::StepMasks BuildStepMasks(const pagoda::worker::v1::StepPlan& plan,
                                              const SchedulerOutput& output,
-                                             absl::Span<const int32_t> eos_token_ids = {});
+                                             absl::Span<const int32_t> eos_token_ids = {},
+                                             int vocab_size = 0);
 
 // Fills the logits processing fields of `options` for the next token of
 // `seq` in `group`.

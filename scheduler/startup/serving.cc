@@ -41,6 +41,7 @@ EngineConfig MakeEngineConfig(const ServerConfig& config, const ModelConfig& mod
   engine.scheduler.policy = scheduling.policy;
   engine.scheduler.enable_prefix_caching = scheduling.enable_prefix_caching;
   engine.eos_token_ids.assign(model.eos_token_ids.begin(), model.eos_token_ids.end());
+  engine.vocab_size = model.vocab_size;
   engine.max_queued_requests = scheduling.max_queued_requests;
   engine.speculative = config.speculative;
   engine.async_scheduling = scheduling.async_scheduling;

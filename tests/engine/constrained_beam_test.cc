@@ -173,6 +173,7 @@ class MaskCountingGroup : public WorkerGroup {
     const auto counted = [&] {
       wv1::StepMasks built = masks();
       for (const wv1::RowTokenMask& row : built.rows()) empty_masks_ += row.token_mask().empty();
+      mask_rows_ += built.rows_size();
       return built;
     };
     if (!inline_masks_) return inner_->ExecuteStep(plan, counted);
@@ -193,6 +194,7 @@ class MaskCountingGroup : public WorkerGroup {
   int rows() const { return rows_.load(); }
   int placeholder_rows() const { return placeholder_rows_.load(); }
   int empty_masks() const { return empty_masks_.load(); }
+  int mask_rows() const { return mask_rows_.load(); }
 
  private:
   WorkerGroup* inner_;
@@ -200,6 +202,7 @@ class MaskCountingGroup : public WorkerGroup {
   std::atomic<int> rows_{0};
   std::atomic<int> placeholder_rows_{0};
   std::atomic<int> empty_masks_{0};
+  std::atomic<int> mask_rows_{0};
 };
 
 class ConstrainedBeamTest : public ::testing::Test {
@@ -264,6 +267,7 @@ class ConstrainedBeamTest : public ::testing::Test {
     config.scheduler.max_num_batched_tokens = 256;
     config.scheduler.max_model_len = 256;
     config.eos_token_ids = {kEos};
+    config.vocab_size = kVocab;
     config.speculative = speculative;
     // Masks inside the plan are built before the plan's placeholders are
     // known (the worker refuses the two together): one step at a time.
@@ -278,7 +282,8 @@ class ConstrainedBeamTest : public ::testing::Test {
   // greedy decoding when width is 0 (seeded sampling at `temperature` > 0).
   std::shared_ptr<CollectingSink> Submit(const std::string& id, const Case& c, int width,
                                          std::vector<int32_t> prompt = {5, 17, 40, 9, 33},
-                                         float temperature = 0.0f, uint64_t seed = 1) {
+                                         float temperature = 0.0f, uint64_t seed = 1,
+                                         std::vector<std::vector<int32_t>> bad_words = {}) {
     pagoda::v1::GenerateRequest request;
     c.set(request);
     absl::StatusOr<std::shared_ptr<const constraints::CompiledGrammar>> grammar =
@@ -291,6 +296,7 @@ class ConstrainedBeamTest : public ::testing::Test {
     engine_request.sampling.seed = seed;
     engine_request.sampling.temperature = temperature;
     engine_request.sampling.grammar = grammar.ok() ? *grammar : nullptr;
+    engine_request.sampling.bad_words_token_ids = std::move(bad_words);
     engine_request.sampling.use_beam_search = width > 0;
     engine_request.sampling.n = engine_request.sampling.best_of = std::max(width, 1);
     engine_request.stopping.max_tokens = 48;
@@ -576,6 +582,143 @@ TEST_F(ConstrainedBeamTest, ConstrainedRowsOverlapAndKeepTheTokensOfStepsOneAtAT
   // the worker still got a (free) mask for its row, whose token was dropped.
   EXPECT_EQ(one_at_a_time.empty_masks, 0);
   EXPECT_GT(overlapped.empty_masks, 0);
+}
+
+// Under overlap the masks of the step queued behind step N are built as
+// soon as N's tokens are appended, before they are streamed: a lone greedy
+// constrained request, whose sink holds the engine thread on each token
+// until the worker has taken the mask of the next one (the waits would time
+// out if the masks came only after the streaming, as they did before).
+TEST_F(ConstrainedBeamTest, NextStepMasksAreBuiltBeforeAStepsTokensAreStreamed) {
+  StartEngine();
+  const Case letters = Cases()[0];
+  pagoda::v1::GenerateRequest constraint;
+  letters.set(constraint);
+  absl::StatusOr<std::shared_ptr<const constraints::CompiledGrammar>> grammar =
+      compiler_->Compile(constraint);
+  ASSERT_TRUE(grammar.ok()) << grammar.status();
+  auto sink = std::make_shared<CollectingSink>();
+  int waited = 0;
+  int ahead = 0;
+  sink->set_on_delta([&](int num_tokens) {
+    if (IsFinished(sink->last_status())) return;
+    ++waited;
+    // One mask row a token: those of the tokens so far and the next one's.
+    const absl::Time deadline = absl::Now() + absl::Seconds(ahead == waited - 1 ? 10 : 0);
+    while (counter_->mask_rows() < num_tokens + 1 && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    ahead += counter_->mask_rows() >= num_tokens + 1;
+  });
+  EngineRequest request;
+  request.request_id = "letters/held";
+  request.prompt_token_ids = {5, 17, 40, 9, 33};
+  request.sampling.grammar = *grammar;
+  request.stopping.max_tokens = 48;
+  request.sink = sink;
+  ASSERT_TRUE(engine_->AddRequest(std::move(request)).ok());
+  Finish(*sink, letters, "letters/held");
+  EXPECT_GT(waited, 2);
+  EXPECT_EQ(ahead, waited);
+}
+
+// Whether `word` occurs in `ids`, its tokens in a row.
+bool HoldsWord(const std::vector<int32_t>& ids, const std::vector<int32_t>& word) {
+  return std::search(ids.begin(), ids.end(), word.begin(), word.end()) != ids.end();
+}
+
+// Multi-token bad words under overlapped scheduling (docs/architecture.md,
+// "Overlapped scheduling", 7.): their ban reads the token in flight, so it
+// follows the plan in a mask built once that token is in, alone or folded
+// into a grammar's. Greedy and seeded requests whose bad words are runs of
+// their own unbanned output (so the ban changes it), and constrained ones
+// with bad words, get the tokens of steps one at a time, never hold a
+// banned word, and were planned every step with a placeholder (before,
+// they sat out every step planned while their token was in flight).
+TEST_F(ConstrainedBeamTest, MultiTokenBadWordsOverlapAndKeepTheTokensOfStepsOneAtATime) {
+  constexpr int kPlain = 4;
+  const Case letters = Cases()[0];
+  const std::vector<std::vector<int32_t>> grammar_bad_words = {SingleCharacterTokens("ab"),
+                                                               SingleCharacterTokens("-1")};
+  struct Run {
+    std::vector<std::vector<int32_t>> plain;
+    std::map<std::string, Outputs> constrained;
+    EngineSnapshot snapshot;
+    int rows = 0;
+    int placeholder_rows = 0;
+  };
+  // Plain request i under bad_words[i] (none when empty), two constrained
+  // ones (greedy, seeded) under grammar_bad_words.
+  auto run = [&](bool async_scheduling,
+                 const std::vector<std::vector<std::vector<int32_t>>>& bad_words, Run* result) {
+    StartEngine(256, PreemptionMode::kAuto, 0, /*run_now=*/true, /*inline_masks=*/false,
+                std::nullopt, async_scheduling);
+    std::vector<std::shared_ptr<CollectingSink>> plain;
+    for (int i = 0; i < kPlain; ++i) {
+      auto sink = std::make_shared<CollectingSink>();
+      EngineRequest request;
+      request.request_id = absl::StrCat("plain", i);
+      request.prompt_token_ids = {7, 11, 13, static_cast<int32_t>(20 + i)};
+      request.sampling.seed = 50 + i;
+      request.sampling.temperature = i % 2 == 0 ? 0.0f : 0.8f;
+      if (!bad_words.empty()) request.sampling.bad_words_token_ids = bad_words[i];
+      request.stopping.max_tokens = 32;
+      request.stopping.ignore_eos = true;
+      request.sink = sink;
+      ASSERT_TRUE(engine_->AddRequest(std::move(request)).ok());
+      plain.push_back(sink);
+    }
+    std::vector<std::pair<std::string, std::shared_ptr<CollectingSink>>> constrained;
+    for (float temperature : {0.0f, 0.9f}) {
+      const std::string id = absl::StrCat("letters/t", temperature);
+      constrained.emplace_back(
+          id, Submit(id, letters, 0, {5, 17, 40, 9, 33}, temperature, 3, grammar_bad_words));
+    }
+    for (const auto& sink : plain) {
+      ASSERT_TRUE(sink->WaitFinished(absl::Seconds(120)));
+      result->plain.push_back(Ids(sink->sequences().at(0).tokens));
+    }
+    for (const auto& [id, sink] : constrained) {
+      result->constrained[id] = Finish(*sink, letters, id);
+    }
+    ASSERT_TRUE(engine_->WaitUntilIdle(absl::Seconds(5)));
+    result->snapshot = engine_->snapshot();
+    result->rows = counter_->rows();
+    result->placeholder_rows = counter_->placeholder_rows();
+  };
+  Run unbanned;
+  ASSERT_NO_FATAL_FAILURE(run(false, {}, &unbanned));
+  // Each plain request bans a pair and a triple of its own output.
+  std::vector<std::vector<std::vector<int32_t>>> bad_words;
+  for (const std::vector<int32_t>& ids : unbanned.plain) {
+    ASSERT_GE(ids.size(), 12u);
+    bad_words.push_back({{ids[3], ids[4]}, {ids[8], ids[9], ids[10]}});
+  }
+  Run one_at_a_time;
+  ASSERT_NO_FATAL_FAILURE(run(false, bad_words, &one_at_a_time));
+  Run overlapped;
+  ASSERT_NO_FATAL_FAILURE(run(true, bad_words, &overlapped));
+  EXPECT_EQ(overlapped.constrained, one_at_a_time.constrained);
+  for (int i = 0; i < kPlain; ++i) {
+    EXPECT_EQ(overlapped.plain[i], one_at_a_time.plain[i]) << "plain " << i;
+    EXPECT_NE(one_at_a_time.plain[i], unbanned.plain[i]) << "plain " << i;
+    for (const std::vector<int32_t>& word : bad_words[i]) {
+      EXPECT_FALSE(HoldsWord(overlapped.plain[i], word)) << "plain " << i;
+    }
+  }
+  for (const auto& [id, outputs] : overlapped.constrained) {
+    for (const std::vector<int32_t>& word : grammar_bad_words) {
+      EXPECT_FALSE(HoldsWord(outputs.at(0), word)) << id;
+    }
+  }
+  // One at a time no ban followed a plan but the grammars' masks; with
+  // overlap every row but a sequence's first decodes the token in flight,
+  // its ban in the mask that follows.
+  EXPECT_EQ(one_at_a_time.placeholder_rows, 0);
+  EXPECT_GT(overlapped.rows, one_at_a_time.rows);
+  EXPECT_GT(overlapped.placeholder_rows, overlapped.rows / 2)
+      << overlapped.placeholder_rows << " of " << overlapped.rows;
+  EXPECT_GT(overlapped.snapshot.num_overlapped_steps, overlapped.snapshot.num_steps / 2);
 }
 
 // Speculative decoding with structured outputs: the masks follow the drafts
