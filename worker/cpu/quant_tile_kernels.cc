@@ -43,33 +43,6 @@ void TilePlain(const uint8_t* tile, const float* params, const QuantSegment* seg
   }
 }
 
-void QuantizeGroupPlain(const float* x, int64_t n, int8_t* q, float* scale, float* qsum) {
-  *scale = *qsum = 0.0f;
-  if (n <= 0) return;
-  float amax = 0.0f;
-  bool finite = true;
-  for (int64_t i = 0; i < n; ++i) {
-    amax = std::max(amax, std::fabs(x[i]));
-    finite &= std::isfinite(x[i]);
-  }
-  const float s = amax / 127.0f;
-  std::memset(q, 0, static_cast<size_t>(n));
-  if (!finite || !std::isfinite(s)) {
-    *scale = *qsum = std::numeric_limits<float>::quiet_NaN();
-    return;
-  }
-  if (s == 0.0f) return;
-  int32_t sum = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    // nearbyint rounds half to even (the default mode), as torch.round.
-    const float v = std::clamp(std::nearbyint(x[i] / s), -128.0f, 127.0f);
-    q[i] = static_cast<int8_t>(v);
-    sum += static_cast<int32_t>(v);
-  }
-  *scale = s;
-  *qsum = s * static_cast<float>(sum);
-}
-
 // W8A8's tile, one token row and tile row at a time. The sum is taken in
 // uint32 so that it wraps past 2^31 as vpdpbusd's int32 lanes do.
 void W8A8TilePlain(const uint8_t* tile, int64_t padded_in, const int8_t* x, size_t ld_x,
@@ -109,12 +82,21 @@ void QuantizeTokenPlain(const float* x, int64_t n, int8_t* q, float* scale, int3
   if (s == 0.0f) return;
   int32_t total = 0;
   for (int64_t i = 0; i < n; ++i) {
+    // nearbyint rounds half to even (the default mode), as torch.round.
     const float v = std::clamp(std::nearbyint(x[i] / s), -128.0f, 127.0f);
     q[i] = static_cast<int8_t>(v);
     total += static_cast<int32_t>(v);
   }
   *scale = s;
   *sum = total;
+}
+
+// A group's input quantization is a token's rule over the group, with the
+// sum carried as s * sum(q) (NaN with the scale).
+void QuantizeGroupPlain(const float* x, int64_t n, int8_t* q, float* scale, float* qsum) {
+  int32_t sum = 0;
+  QuantizeTokenPlain(x, n, q, scale, &sum);
+  *qsum = *scale * static_cast<float>(sum);
 }
 
 // ---- AVX-512 VNNI ----
