@@ -101,43 +101,6 @@ void QuantizeGroupPlain(const float* x, int64_t n, int8_t* q, float* scale, floa
 
 // ---- AVX-512 VNNI ----
 
-// QuantizeGroupPlain 16 lanes at a time: the same division and rounding
-// (vrndscaleps to nearest even), so the same bits. A lane is finite where
-// x - x is 0 (NaN for NaN and infinities).
-PAGODA_TILE_VNNI void QuantizeGroupVnni(const float* x, int64_t n, int8_t* q, float* scale,
-                                        float* qsum) {
-  __m512 amax = _mm512_setzero_ps();
-  __mmask16 finite = 0xFFFF;
-  for (int64_t i = 0; i < n; i += 16) {
-    const __m512 v = _mm512_loadu_ps(x + i);
-    amax = _mm512_max_ps(amax, _mm512_abs_ps(v));
-    finite &= _mm512_cmp_ps_mask(_mm512_sub_ps(v, v), _mm512_setzero_ps(), _CMP_EQ_OQ);
-  }
-  const float s = _mm512_reduce_max_ps(amax) / 127.0f;
-  *scale = *qsum = 0.0f;
-  if (finite != 0xFFFF || !std::isfinite(s)) {
-    std::memset(q, 0, static_cast<size_t>(n));
-    *scale = *qsum = std::numeric_limits<float>::quiet_NaN();
-    return;
-  }
-  if (s == 0.0f) {
-    std::memset(q, 0, static_cast<size_t>(n));
-    return;
-  }
-  const __m512 divisor = _mm512_set1_ps(s);
-  __m512i sum = _mm512_setzero_si512();
-  for (int64_t i = 0; i < n; i += 16) {
-    __m512 v = _mm512_roundscale_ps(_mm512_div_ps(_mm512_loadu_ps(x + i), divisor),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    v = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(-128.0f)), _mm512_set1_ps(127.0f));
-    const __m512i integers = _mm512_cvtps_epi32(v);
-    sum = _mm512_add_epi32(sum, integers);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i), _mm512_cvtepi32_epi8(integers));
-  }
-  *scale = s;
-  *qsum = s * static_cast<float>(_mm512_reduce_add_epi32(sum));
-}
-
 // sums + codes · (four int8 inputs at x, broadcast to every lane): one
 // vpdpbusd with a {1to16} memory operand. Written in assembly because GCC
 // loads the broadcast into a register and copies the sums around the
@@ -273,7 +236,8 @@ inline __mmask16 TokenTailMask(int64_t remaining) {
 }
 
 // QuantizeTokenPlain 16 lanes at a time, the tail under a mask (its lanes
-// read as 0: finite, below any |x|, and quantized to 0).
+// read as 0: finite, below any |x|, and quantized to 0). A lane is finite
+// where x - x is 0 (NaN for NaN and infinities).
 PAGODA_TILE_VNNI void QuantizeTokenVnni(const float* x, int64_t n, int8_t* q, float* scale,
                                         int32_t* sum) {
   __m512 amax = _mm512_setzero_ps();
@@ -308,6 +272,16 @@ PAGODA_TILE_VNNI void QuantizeTokenVnni(const float* x, int64_t n, int8_t* q, fl
   }
   *scale = s;
   *sum = _mm512_reduce_add_epi32(total);
+}
+
+// QuantizeGroupPlain's rule at AVX-512: the token quantizer over the group
+// (the same division and vrndscaleps rounding to nearest even, so the same
+// bits), with the sum carried as s * sum(q).
+PAGODA_TILE_VNNI void QuantizeGroupVnni(const float* x, int64_t n, int8_t* q, float* scale,
+                                        float* qsum) {
+  int32_t sum = 0;
+  QuantizeTokenVnni(x, n, q, scale, &sum);
+  *qsum = *scale * static_cast<float>(sum);
 }
 
 // The W8A8 epilogue on 16 lanes. The _round_ forms with the current mode
