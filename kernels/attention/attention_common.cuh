@@ -1,5 +1,6 @@
 // Device helpers shared by the attention kernels: 16-byte vector conversions
-// between bf16/f16 and f32, warp reductions, and the online-softmax constants.
+// between bf16/f16 and f32, the loads of a KV cache chunk (bf16/f16 or FP8
+// E4M3), warp reductions, and the online-softmax constants.
 // Scores are kept in the log2 domain (pre-multiplied by log2(e)) so that every
 // exponential is one exp2f.
 #ifndef PAGODA_KERNELS_ATTENTION_ATTENTION_COMMON_CUH_
@@ -11,6 +12,7 @@
 #include <type_traits>
 
 #include "kernels/float_conversion.cuh"
+#include "kernels/fp8_conversion.cuh"
 
 namespace pagoda::kernels::attention_internal {
 
@@ -54,6 +56,32 @@ __device__ __forceinline__ float2 WordToFloat2(uint32_t word) {
 __device__ __forceinline__ uint4 LoadReadOnly16(const void* address) {
   return __ldg(reinterpret_cast<const uint4*>(address));
 }
+
+// Eight consecutive elements of a K or V row as one load: 16 bytes of a
+// bf16/f16 cache (T), 8 of an FP8 E4M3 one (kFp8: codes, scales applied by
+// the caller).
+template <typename T, bool kFp8>
+struct KvChunk {
+  using Elem = std::conditional_t<kFp8, uint8_t, T>;
+  using Raw = std::conditional_t<kFp8, uint2, uint4>;
+
+  __device__ __forceinline__ static Raw Load(const Elem* address) {
+    if constexpr (kFp8) {
+      return __ldg(reinterpret_cast<const uint2*>(address));
+    } else {
+      return LoadReadOnly16(address);
+    }
+  }
+  __device__ __forceinline__ static Raw Zero() { return Raw{}; }
+  // The eight elements' exact values (an FP8 code's, unscaled).
+  __device__ __forceinline__ static void Widen(const Raw& raw, float (&out)[8]) {
+    if constexpr (kFp8) {
+      E4M3x8ToFloat(raw, out);
+    } else {
+      ToFloat8<T>(raw, out);
+    }
+  }
+};
 
 __device__ __forceinline__ float WarpMax(float value) {
 #pragma unroll

@@ -1,5 +1,5 @@
-// Runtime dtype dispatch for the attention launchers. The kernels themselves
-// are instantiated in the per-dtype .cu files.
+// Runtime dtype and cache-storage dispatch for the attention launchers. The
+// kernels themselves are instantiated in the per-dtype (and FP8) .cu files.
 #include "kernels/attention/decode_attention.cuh"
 #include "kernels/attention/paged_attention.h"
 #include "kernels/attention/prefill_attention.cuh"
@@ -11,12 +11,18 @@ cudaError_t LaunchDecodeAttention(const DecodeAttentionParams& params, const Dec
   if (!CheckDecodeSupported(params).ok()) return cudaErrorInvalidValue;
   DecodeAttentionParams resolved = params;  // The kernels read the stride as it is.
   resolved.q_token_stride = QueryTokenStride(params);
+  const bool fp8 = params.kv_storage == KvCacheStorage::kFp8E4M3;
   switch (params.dtype) {
     case ScalarType::kBF16:
-      return attention_internal::LaunchDecodeForType<__nv_bfloat16>(resolved, plan, workspace,
-                                                                    stream);
+      return fp8 ? attention_internal::LaunchDecodeForType<__nv_bfloat16, true>(resolved, plan,
+                                                                                workspace, stream)
+                 : attention_internal::LaunchDecodeForType<__nv_bfloat16, false>(resolved, plan,
+                                                                                 workspace, stream);
     case ScalarType::kF16:
-      return attention_internal::LaunchDecodeForType<__half>(resolved, plan, workspace, stream);
+      return fp8 ? attention_internal::LaunchDecodeForType<__half, true>(resolved, plan, workspace,
+                                                                         stream)
+                 : attention_internal::LaunchDecodeForType<__half, false>(resolved, plan, workspace,
+                                                                          stream);
     default:
       return cudaErrorInvalidValue;
   }
@@ -26,11 +32,14 @@ cudaError_t LaunchPrefillAttention(const PrefillAttentionParams& params, cudaStr
   if (!CheckPrefillSupported(params).ok()) return cudaErrorInvalidValue;
   PrefillAttentionParams resolved = params;
   resolved.q_token_stride = QueryTokenStride(params);
+  const bool fp8 = params.kv_storage == KvCacheStorage::kFp8E4M3;
   switch (params.dtype) {
     case ScalarType::kBF16:
-      return attention_internal::LaunchPrefillForType<__nv_bfloat16>(resolved, stream);
+      return fp8 ? attention_internal::LaunchPrefillForType<__nv_bfloat16, true>(resolved, stream)
+                 : attention_internal::LaunchPrefillForType<__nv_bfloat16, false>(resolved, stream);
     case ScalarType::kF16:
-      return attention_internal::LaunchPrefillForType<__half>(resolved, stream);
+      return fp8 ? attention_internal::LaunchPrefillForType<__half, true>(resolved, stream)
+                 : attention_internal::LaunchPrefillForType<__half, false>(resolved, stream);
     default:
       return cudaErrorInvalidValue;
   }

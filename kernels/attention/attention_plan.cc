@@ -1,6 +1,7 @@
 // Host-side validation and work planning for the paged attention kernels.
 // No CUDA calls, so this runs (and is tested) without a GPU.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -45,6 +46,21 @@ KernelStatus CheckCommonShape(ScalarType dtype, int num_q_heads, int num_kv_head
   return OkKernelStatus();
 }
 
+// The cache's storage and, for FP8, its scales: finite and positive.
+KernelStatus CheckKvStorage(KvCacheStorage storage, float k_scale, float v_scale,
+                            const char* kernel) {
+  if (storage == KvCacheStorage::kDType) return OkKernelStatus();
+  if (storage != KvCacheStorage::kFp8E4M3) {
+    return InvalidKernelArgument(std::string(kernel) + ": unknown KV cache storage");
+  }
+  if (!(std::isfinite(k_scale) && k_scale > 0.0f && std::isfinite(v_scale) && v_scale > 0.0f)) {
+    return InvalidKernelArgument(std::string(kernel) + ": FP8 KV cache scales k " +
+                                 std::to_string(k_scale) + ", v " + std::to_string(v_scale) +
+                                 " are not finite and positive");
+  }
+  return OkKernelStatus();
+}
+
 }  // namespace
 
 // QueryTokenStride's REQUIRES, for the decode or prefill params `p`.
@@ -70,6 +86,8 @@ KernelStatus CheckDecodeSupported(const DecodeAttentionParams& p) {
   if (!Aligned16(p.q) || !Aligned16(p.k_cache) || !Aligned16(p.v_cache)) {
     return InvalidKernelArgument("decode attention: q, k_cache, v_cache must be 16-byte aligned");
   }
+  status = CheckKvStorage(p.kv_storage, p.k_scale, p.v_scale, "decode attention");
+  if (!status.ok()) return status;
   return CheckQueryStride(p, "decode attention");
 }
 
@@ -87,6 +105,8 @@ KernelStatus CheckPrefillSupported(const PrefillAttentionParams& p) {
   if (!Aligned16(p.q) || !Aligned16(p.k_cache) || !Aligned16(p.v_cache)) {
     return InvalidKernelArgument("prefill attention: q, k_cache, v_cache must be 16-byte aligned");
   }
+  status = CheckKvStorage(p.kv_storage, p.k_scale, p.v_scale, "prefill attention");
+  if (!status.ok()) return status;
   return CheckQueryStride(p, "prefill attention");
 }
 

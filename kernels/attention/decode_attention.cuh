@@ -13,6 +13,9 @@
 //     for every head of the group, merged across lanes and warps at the end.
 // With a split (partition_size > 0) each block writes a normalised partial
 // output and its log2-sum-exp to the workspace; a second kernel merges them.
+// An FP8 cache (kFp8) is read 8 bytes a lane instead of 16 and widened
+// exactly in registers; k_scale rides on the query's scale and v_scale on
+// the output, so the arithmetic is that of a cache holding the codes.
 #ifndef PAGODA_KERNELS_ATTENTION_DECODE_ATTENTION_CUH_
 #define PAGODA_KERNELS_ATTENTION_DECODE_ATTENTION_CUH_
 
@@ -29,38 +32,44 @@ namespace pagoda::kernels::attention_internal {
 constexpr int kDecodeWarps = 4;
 constexpr int kDecodeUnroll = 4;
 
-// Starts the 16-byte loads of this lane's slice of K and V for the
-// kDecodeUnroll token slots from `base`; tokens at or past `end` are zeros.
-template <typename T, int kHeadDim, int kBlockSize>
-__device__ __forceinline__ void LoadKvSlots(const T* k_head, const T* v_head,
+// Starts the loads (16 bytes, 8 for FP8) of this lane's slice of K and V for
+// the kDecodeUnroll token slots from `base`; tokens at or past `end` are
+// zeros.
+template <typename T, bool kFp8, int kHeadDim, int kBlockSize>
+__device__ __forceinline__ void LoadKvSlots(const typename KvChunk<T, kFp8>::Elem* k_head,
+                                            const typename KvChunk<T, kFp8>::Elem* v_head,
                                             const int32_t* block_table, size_t block_stride,
                                             int base, int end, int token_slot,
-                                            uint4 (&k_raw)[kDecodeUnroll],
-                                            uint4 (&v_raw)[kDecodeUnroll],
+                                            typename KvChunk<T, kFp8>::Raw (&k_raw)[kDecodeUnroll],
+                                            typename KvChunk<T, kFp8>::Raw (&v_raw)[kDecodeUnroll],
                                             bool (&valid)[kDecodeUnroll]) {
+  using Chunk = KvChunk<T, kFp8>;
   constexpr int kTokensPerLoad = 32 / (kHeadDim / 8);
 #pragma unroll
   for (int u = 0; u < kDecodeUnroll; ++u) {
     const int token = base + u * kTokensPerLoad + token_slot;
     valid[u] = token < end;
-    k_raw[u] = make_uint4(0, 0, 0, 0);
-    v_raw[u] = make_uint4(0, 0, 0, 0);
+    k_raw[u] = Chunk::Zero();
+    v_raw[u] = Chunk::Zero();
     if (valid[u]) {
       const size_t offset = static_cast<size_t>(block_table[token / kBlockSize]) * block_stride +
                             static_cast<size_t>(token % kBlockSize) * kHeadDim;
-      k_raw[u] = LoadReadOnly16(k_head + offset);
-      v_raw[u] = LoadReadOnly16(v_head + offset);
+      k_raw[u] = Chunk::Load(k_head + offset);
+      v_raw[u] = Chunk::Load(v_head + offset);
     }
   }
 }
 
 // kPrefetch: each warp issues the next iteration's loads before computing on
 // the current ones, so memory and arithmetic overlap within the warp.
-template <typename T, int kHeadDim, int kBlockSize, int kGroupMax, bool kPrefetch>
+template <typename T, bool kFp8, int kHeadDim, int kBlockSize, int kGroupMax, bool kPrefetch>
 __global__ void __launch_bounds__(kDecodeWarps * 32)
     DecodeAttentionKernel(DecodeAttentionParams params, int partition_size, int max_num_partitions,
                           float* __restrict__ partial_out, float* __restrict__ partial_lse) {
-  constexpr int kVec = 8;                          // elements per 16-byte load
+  using Chunk = KvChunk<T, kFp8>;
+  using KvRaw = typename Chunk::Raw;
+  using KvElem = typename Chunk::Elem;
+  constexpr int kVec = 8;                          // elements per K/V load
   constexpr int kLanesPerToken = kHeadDim / kVec;  // 16 (d=128) or 8 (d=64)
   constexpr int kTokensPerLoad = 32 / kLanesPerToken;
   constexpr int kTokensPerWarpIter = kTokensPerLoad * kDecodeUnroll;
@@ -85,8 +94,9 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   const int dim_slice = lane % kLanesPerToken;  // which 8 elements of a row
   const int token_slot = lane / kLanesPerToken;
 
-  // Queries of the group, pre-scaled so that scores come out in log2 units.
-  const float q_scale = params.softmax_scale * kLog2e;
+  // Queries of the group, pre-scaled so that scores come out in log2 units
+  // (and, for FP8, by k_scale: the scores of code * k_scale).
+  const float q_scale = params.softmax_scale * kLog2e * (kFp8 ? params.k_scale : 1.0f);
   // params.q_token_stride is resolved (never 0) by LaunchDecodeAttention.
   const T* q_base = static_cast<const T*>(params.q) +
                     static_cast<size_t>(seq) * params.q_token_stride +
@@ -119,24 +129,25 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
       params.block_tables + static_cast<size_t>(seq) * params.max_blocks_per_seq;
   const size_t head_stride = static_cast<size_t>(kBlockSize) * kHeadDim;
   const size_t block_stride = head_stride * params.num_kv_heads;
-  const T* k_head =
-      static_cast<const T*>(params.k_cache) + kv_head * head_stride + dim_slice * kVec;
-  const T* v_head =
-      static_cast<const T*>(params.v_cache) + kv_head * head_stride + dim_slice * kVec;
+  const KvElem* k_head =
+      static_cast<const KvElem*>(params.k_cache) + kv_head * head_stride + dim_slice * kVec;
+  const KvElem* v_head =
+      static_cast<const KvElem*>(params.v_cache) + kv_head * head_stride + dim_slice * kVec;
 
   // The loop bound depends only on the warp, so whole warps iterate together
   // (the shuffles below need all 32 lanes).
-  uint4 k_next[kDecodeUnroll];
-  uint4 v_next[kDecodeUnroll];
+  KvRaw k_next[kDecodeUnroll];
+  KvRaw v_next[kDecodeUnroll];
   bool valid_next[kDecodeUnroll];
   const int first_base = begin + warp * kTokensPerWarpIter;
   if (kPrefetch && first_base < end) {
-    LoadKvSlots<T, kHeadDim, kBlockSize>(k_head, v_head, block_table, block_stride, first_base,
-                                         end, token_slot, k_next, v_next, valid_next);
+    LoadKvSlots<T, kFp8, kHeadDim, kBlockSize>(k_head, v_head, block_table, block_stride,
+                                               first_base, end, token_slot, k_next, v_next,
+                                               valid_next);
   }
   for (int base = first_base; base < end; base += kTokensPerBlockIter) {
-    uint4 k_raw[kDecodeUnroll];
-    uint4 v_raw[kDecodeUnroll];
+    KvRaw k_raw[kDecodeUnroll];
+    KvRaw v_raw[kDecodeUnroll];
     bool valid[kDecodeUnroll];
     if constexpr (kPrefetch) {
 #pragma unroll
@@ -146,20 +157,20 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
         valid[u] = valid_next[u];
       }
       if (base + kTokensPerBlockIter < end) {
-        LoadKvSlots<T, kHeadDim, kBlockSize>(k_head, v_head, block_table, block_stride,
-                                             base + kTokensPerBlockIter, end, token_slot, k_next,
-                                             v_next, valid_next);
+        LoadKvSlots<T, kFp8, kHeadDim, kBlockSize>(k_head, v_head, block_table, block_stride,
+                                                   base + kTokensPerBlockIter, end, token_slot,
+                                                   k_next, v_next, valid_next);
       }
     } else {
-      LoadKvSlots<T, kHeadDim, kBlockSize>(k_head, v_head, block_table, block_stride, base, end,
-                                           token_slot, k_raw, v_raw, valid);
+      LoadKvSlots<T, kFp8, kHeadDim, kBlockSize>(k_head, v_head, block_table, block_stride, base,
+                                                 end, token_slot, k_raw, v_raw, valid);
     }
 
     float score[kDecodeUnroll][kGroupMax];
 #pragma unroll
     for (int u = 0; u < kDecodeUnroll; ++u) {
       float k[kVec];
-      ToFloat8<T>(k_raw[u], k);
+      Chunk::Widen(k_raw[u], k);
 #pragma unroll
       for (int g = 0; g < kGroupMax; ++g) {
         float dot = 0.0f;
@@ -196,7 +207,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
 #pragma unroll
     for (int u = 0; u < kDecodeUnroll; ++u) {
       float v[kVec];
-      ToFloat8<T>(v_raw[u], v);
+      Chunk::Widen(v_raw[u], v);
 #pragma unroll
       for (int g = 0; g < kGroupMax; ++g) {
         const float prob = exp2f(score[u][g] - running_max[g]);
@@ -254,16 +265,19 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
       sum += shared_sum[w][g] * weight;
       out += shared_out[w][g][d] * weight;
     }
-    // sum >= 1: the largest score contributes exp2(0) and begin < end.
+    // sum >= 1: the largest score contributes exp2(0) and begin < end. An
+    // FP8 cache's v_scale scales every partial alike, so it goes on here.
     const int q_head = kv_head * group + g;
+    float result = out / sum;
+    if constexpr (kFp8) result *= params.v_scale;
     if (partition_size == 0) {
       T* dst = static_cast<T*>(params.out) +
                (static_cast<size_t>(seq) * params.num_q_heads + q_head) * kHeadDim + d;
-      *dst = FromFloat<T>(out / sum);
+      *dst = FromFloat<T>(result);
     } else {
       const size_t row =
           (static_cast<size_t>(seq) * params.num_q_heads + q_head) * max_num_partitions + partition;
-      partial_out[row * kHeadDim + d] = out / sum;
+      partial_out[row * kHeadDim + d] = result;
       if (d == 0) partial_lse[row] = block_max + log2f(sum);
     }
   }
@@ -296,7 +310,7 @@ __global__ void __launch_bounds__(kHeadDim)
   *dst = FromFloat<T>(out / sum);
 }
 
-template <typename T, int kHeadDim, int kBlockSize, int kGroupMax, bool kPrefetch>
+template <typename T, bool kFp8, int kHeadDim, int kBlockSize, int kGroupMax, bool kPrefetch>
 cudaError_t LaunchDecodeTyped(const DecodeAttentionParams& params, const DecodePlan& plan,
                               void* workspace, cudaStream_t stream) {
   const bool split = plan.partition_size > 0;
@@ -317,9 +331,9 @@ cudaError_t LaunchDecodeTyped(const DecodeAttentionParams& params, const DecodeP
     partial_lse = partial_out + rows * kHeadDim;
   }
   const dim3 grid(params.num_kv_heads, params.num_seqs, split ? plan.max_num_partitions : 1);
-  DecodeAttentionKernel<T, kHeadDim, kBlockSize, kGroupMax, kPrefetch>
-      <<<grid, kDecodeWarps * 32, 0, stream>>>(
-      params, plan.partition_size, plan.max_num_partitions, partial_out, partial_lse);
+  DecodeAttentionKernel<T, kFp8, kHeadDim, kBlockSize, kGroupMax, kPrefetch>
+      <<<grid, kDecodeWarps * 32, 0, stream>>>(params, plan.partition_size, plan.max_num_partitions,
+                                               partial_out, partial_lse);
   cudaError_t error = cudaGetLastError();
   if (error != cudaSuccess || !split) return error;
   DecodeMergePartitionsKernel<T, kHeadDim>
@@ -328,61 +342,72 @@ cudaError_t LaunchDecodeTyped(const DecodeAttentionParams& params, const DecodeP
   return cudaGetLastError();
 }
 
-template <typename T, int kHeadDim, int kBlockSize>
+template <typename T, bool kFp8, int kHeadDim, int kBlockSize>
 cudaError_t DispatchDecodeGroup(const DecodeAttentionParams& params, const DecodePlan& plan,
                                 void* workspace, cudaStream_t stream) {
   const int group = params.num_q_heads / params.num_kv_heads;
   const bool prefetch = plan.prefetch;
   if (group == 1) {
-    return prefetch
-               ? LaunchDecodeTyped<T, kHeadDim, kBlockSize, 1, true>(params, plan, workspace, stream)
-               : LaunchDecodeTyped<T, kHeadDim, kBlockSize, 1, false>(params, plan, workspace, stream);
+    return prefetch ? LaunchDecodeTyped<T, kFp8, kHeadDim, kBlockSize, 1, true>(params, plan,
+                                                                                workspace, stream)
+                    : LaunchDecodeTyped<T, kFp8, kHeadDim, kBlockSize, 1, false>(params, plan,
+                                                                                 workspace, stream);
   }
   if (group <= 4) {
-    return prefetch
-               ? LaunchDecodeTyped<T, kHeadDim, kBlockSize, 4, true>(params, plan, workspace, stream)
-               : LaunchDecodeTyped<T, kHeadDim, kBlockSize, 4, false>(params, plan, workspace, stream);
+    return prefetch ? LaunchDecodeTyped<T, kFp8, kHeadDim, kBlockSize, 4, true>(params, plan,
+                                                                                workspace, stream)
+                    : LaunchDecodeTyped<T, kFp8, kHeadDim, kBlockSize, 4, false>(params, plan,
+                                                                                 workspace, stream);
   }
   if (group <= 8) {  // No registers to spare for a second set of loads.
-    return LaunchDecodeTyped<T, kHeadDim, kBlockSize, 8, false>(params, plan, workspace, stream);
+    return LaunchDecodeTyped<T, kFp8, kHeadDim, kBlockSize, 8, false>(params, plan, workspace,
+                                                                      stream);
   }
   return cudaErrorInvalidValue;
 }
 
-template <typename T, int kHeadDim>
+template <typename T, bool kFp8, int kHeadDim>
 cudaError_t DispatchDecodeBlockSize(const DecodeAttentionParams& params, const DecodePlan& plan,
                                     void* workspace, cudaStream_t stream) {
   switch (params.block_size) {
     case 16:
-      return DispatchDecodeGroup<T, kHeadDim, 16>(params, plan, workspace, stream);
+      return DispatchDecodeGroup<T, kFp8, kHeadDim, 16>(params, plan, workspace, stream);
     case 32:
-      return DispatchDecodeGroup<T, kHeadDim, 32>(params, plan, workspace, stream);
+      return DispatchDecodeGroup<T, kFp8, kHeadDim, 32>(params, plan, workspace, stream);
     default:
       return cudaErrorInvalidValue;
   }
 }
 
 // Maps the runtime head dim, block size and group size to the compiled
-// variants for element type T; cudaErrorInvalidValue for anything else.
-template <typename T>
+// variants for element type T over a T (or, kFp8, an FP8 E4M3) cache;
+// cudaErrorInvalidValue for anything else.
+template <typename T, bool kFp8>
 cudaError_t LaunchDecodeForType(const DecodeAttentionParams& params, const DecodePlan& plan,
                                 void* workspace, cudaStream_t stream) {
   switch (params.head_dim) {
     case 64:
-      return DispatchDecodeBlockSize<T, 64>(params, plan, workspace, stream);
+      return DispatchDecodeBlockSize<T, kFp8, 64>(params, plan, workspace, stream);
     case 128:
-      return DispatchDecodeBlockSize<T, 128>(params, plan, workspace, stream);
+      return DispatchDecodeBlockSize<T, kFp8, 128>(params, plan, workspace, stream);
     default:
       return cudaErrorInvalidValue;
   }
 }
 
-// Instantiated in decode_attention_bf16.cu and decode_attention_f16.cu only.
-extern template cudaError_t LaunchDecodeForType<__nv_bfloat16>(const DecodeAttentionParams&,
+// Instantiated in decode_attention_{bf16,f16}{,_fp8}.cu only.
+extern template cudaError_t LaunchDecodeForType<__nv_bfloat16, false>(const DecodeAttentionParams&,
+                                                                      const DecodePlan&, void*,
+                                                                      cudaStream_t);
+extern template cudaError_t LaunchDecodeForType<__half, false>(const DecodeAttentionParams&,
                                                                const DecodePlan&, void*,
                                                                cudaStream_t);
-extern template cudaError_t LaunchDecodeForType<__half>(const DecodeAttentionParams&,
-                                                        const DecodePlan&, void*, cudaStream_t);
+extern template cudaError_t LaunchDecodeForType<__nv_bfloat16, true>(const DecodeAttentionParams&,
+                                                                     const DecodePlan&, void*,
+                                                                     cudaStream_t);
+extern template cudaError_t LaunchDecodeForType<__half, true>(const DecodeAttentionParams&,
+                                                              const DecodePlan&, void*,
+                                                              cudaStream_t);
 
 }  // namespace pagoda::kernels::attention_internal
 

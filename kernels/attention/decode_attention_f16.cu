@@ -1,8 +1,8 @@
-// f16 instantiations of the decode attention kernels (a file per dtype so the
-// two compile in parallel).
+// f16 instantiations of the decode attention kernels over an f16 cache (a
+// file per dtype and cache storage so they compile in parallel).
 #include "kernels/attention/decode_attention.cuh"
 
 namespace pagoda::kernels::attention_internal {
-template cudaError_t LaunchDecodeForType<__half>(const DecodeAttentionParams&, const DecodePlan&,
-                                                 void*, cudaStream_t);
+template cudaError_t LaunchDecodeForType<__half, false>(const DecodeAttentionParams&,
+                                                        const DecodePlan&, void*, cudaStream_t);
 }  // namespace pagoda::kernels::attention_internal

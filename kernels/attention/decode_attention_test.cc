@@ -1,5 +1,7 @@
 // Decode attention kernels against the float64 CPU reference, over the sweep of
-// REFERENCE.md "Kernel test sweeps" (served head sizes and block sizes only).
+// REFERENCE.md "Kernel test sweeps" (served head sizes and block sizes only),
+// over bf16/f16 caches and FP8 E4M3 ones (the reference fed the codes' exact
+// values times the scales).
 // Needs a CUDA device; skipped (reported as skipped by ctest) without one.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -7,6 +9,7 @@
 #include <algorithm>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/attention/attention_reference.h"
@@ -33,14 +36,23 @@ struct DecodeCase {
   // Explicit per-sequence lengths (batch entries, each <= max_context); empty:
   // RandomContextLens.
   std::vector<int32_t> context_lens;
+  // FP8 E4M3 cache with these scales (attention_test_util.h).
+  KvCacheStorage kv_storage = KvCacheStorage::kDType;
+  float k_scale = 1.0f;
+  float v_scale = 1.0f;
 
   std::string Name() const {
-    return std::string(dtype == ScalarType::kBF16 ? "bf16" : "f16") + " heads " +
-           std::to_string(num_q_heads) + "/" + std::to_string(num_kv_heads) + " d" +
+    return std::string(dtype == ScalarType::kBF16 ? "bf16" : "f16") +
+           (kv_storage == KvCacheStorage::kFp8E4M3
+                ? " fp8 cache k_scale " + std::to_string(k_scale) + " v_scale " +
+                      std::to_string(v_scale)
+                : "") +
+           " heads " + std::to_string(num_q_heads) + "/" + std::to_string(num_kv_heads) + " d" +
            std::to_string(head_dim) + " bs" + std::to_string(block_size) +
            (table_kind == BlockTableKind::kShuffled ? " shuffled" : " repeated") + " split" +
            std::to_string(static_cast<int>(split_k)) + "/" + std::to_string(partition_size) +
-           (prefetch == PrefetchMode::kNever ? " no-prefetch" : "") + " batch " + std::to_string(batch) + " max_ctx " + std::to_string(max_context);
+           (prefetch == PrefetchMode::kNever ? " no-prefetch" : "") + " batch " +
+           std::to_string(batch) + " max_ctx " + std::to_string(max_context);
   }
 };
 
@@ -76,6 +88,9 @@ DecodePlan RunDecodeCase(const DecodeCase& c, uint32_t seed) {
       c.context_lens.empty() ? RandomContextLens(c.batch, c.max_context, rng) : c.context_lens;
   spec.query_counts.assign(c.batch, 1);
   spec.query_magnitude = c.query_magnitude;
+  spec.kv_storage = c.kv_storage;
+  spec.k_scale = c.k_scale;
+  spec.v_scale = c.v_scale;
   const AttentionProblem problem = MakeAttentionProblem(spec, rng);
 
   DeviceAttentionProblem device;
@@ -90,6 +105,9 @@ DecodePlan RunDecodeCase(const DecodeCase& c, uint32_t seed) {
   params.block_size = c.block_size;
   params.max_blocks_per_seq = problem.max_blocks_per_seq;
   params.softmax_scale = static_cast<float>(problem.softmax_scale);
+  params.kv_storage = c.kv_storage;
+  params.k_scale = c.k_scale;
+  params.v_scale = c.v_scale;
   params.q = device.q.get();
   DeviceBuffer strided_q;
   if (c.q_row_padding > 0) {
@@ -277,6 +295,83 @@ TEST(DecodeAttentionTest, PeakedSoftmaxIsStable) {
     c.num_kv_heads = 8;
     RunDecodeCase(c, 500 + static_cast<int>(split));
   }
+}
+
+// FP8 scales: none, arbitrary ones, and a k_scale so small that K saturates
+// at +-448 codes (the reference reads the saturated values too).
+struct Fp8Scales {
+  float k, v;
+};
+constexpr Fp8Scales kFp8ScaleSweep[] = {{1.0f, 1.0f}, {0.37f, 2.5f}, {1.0f / 1024, 1.0f / 64}};
+
+TEST(DecodeAttentionTest, Fp8CacheSweepShapesDtypesBlockSizesAndSplit) {
+  const int head_pairs[][2] = {{40, 40}, {64, 8}, {32, 8}};
+  uint32_t seed = 800;
+  for (ScalarType dtype : {ScalarType::kBF16, ScalarType::kF16}) {
+    for (const auto& heads : head_pairs) {
+      for (int head_dim : {64, 128}) {
+        for (int block_size : {16, 32}) {
+          for (SplitKMode split : {SplitKMode::kNever, SplitKMode::kAlways}) {
+            DecodeCase c;
+            c.kv_storage = KvCacheStorage::kFp8E4M3;
+            c.k_scale = kFp8ScaleSweep[seed % 3].k;
+            c.v_scale = kFp8ScaleSweep[seed % 3].v;
+            c.prefetch = seed % 2 == 0 ? PrefetchMode::kAlways : PrefetchMode::kNever;
+            c.dtype = dtype;
+            c.num_q_heads = heads[0];
+            c.num_kv_heads = heads[1];
+            c.head_dim = head_dim;
+            c.block_size = block_size;
+            c.split_k = split;
+            c.table_kind =
+                split == SplitKMode::kNever ? BlockTableKind::kShuffled : BlockTableKind::kRepeated;
+            c.batch = 2 + static_cast<int>(seed % 3);
+            c.max_context = 1100 + static_cast<int>(seed * 37 % 100);
+            RunDecodeCase(c, seed++);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Every scale pair with contexts ending on and just past block and partition
+// edges, group sizes 7 and 3, and q through a fused QKV stride.
+TEST(DecodeAttentionTest, Fp8CacheEdgesGroupsAndStrides) {
+  uint32_t seed = 900;
+  for (const Fp8Scales& scales : kFp8ScaleSweep) {
+    for (const auto& heads : {std::pair{28, 4}, std::pair{12, 4}}) {
+      DecodeCase c;
+      c.kv_storage = KvCacheStorage::kFp8E4M3;
+      c.k_scale = scales.k;
+      c.v_scale = scales.v;
+      c.num_q_heads = heads.first;
+      c.num_kv_heads = heads.second;
+      c.head_dim = seed % 2 == 0 ? 128 : 64;
+      c.split_k = seed % 2 == 0 ? SplitKMode::kAlways : SplitKMode::kNever;
+      c.partition_size = 128;
+      c.context_lens = {1, 16, 32, 127, 128, 129, 256};
+      c.batch = static_cast<int>(c.context_lens.size());
+      c.max_context = 256;
+      c.q_row_padding = 2 * c.num_kv_heads * c.head_dim;
+      RunDecodeCase(c, seed++);
+    }
+  }
+}
+
+TEST(DecodeAttentionTest, Fp8CacheWithBadScalesIsRejected) {
+  DecodeAttentionParams params;
+  params.dtype = ScalarType::kBF16;
+  params.num_seqs = 1;
+  params.num_q_heads = 8;
+  params.num_kv_heads = 8;
+  params.head_dim = 128;
+  params.block_size = 16;
+  params.max_blocks_per_seq = 1;
+  params.kv_storage = KvCacheStorage::kFp8E4M3;
+  params.k_scale = 0.0f;
+  EXPECT_FALSE(CheckDecodeSupported(params).ok());
+  EXPECT_EQ(LaunchDecodeAttention(params, DecodePlan{}, nullptr, nullptr), cudaErrorInvalidValue);
 }
 
 TEST(DecodeAttentionTest, UnsupportedShapeIsRejectedWithoutLaunch) {

@@ -12,7 +12,11 @@
 // quad), and P is fed back as the A operand of O += P.V without touching
 // shared memory. K and V tiles are gathered through the block table with
 // cp.async (zero-filled past the keys the tile needs), V's copy overlapping
-// the S MMAs and the next K's copy overlapping the P.V MMAs.
+// the S MMAs and the next K's copy overlapping the P.V MMAs. An FP8 E4M3
+// cache (kFp8) is gathered into registers instead (8 bytes a chunk), at the
+// same points, and widened exactly to T into the same shared tiles once the
+// MMAs it overlapped are issued; k_scale rides on the score scale and v_scale
+// on the output, so the MMAs run on the codes' exact values.
 #ifndef PAGODA_KERNELS_ATTENTION_PREFILL_ATTENTION_CUH_
 #define PAGODA_KERNELS_ATTENTION_PREFILL_ATTENTION_CUH_
 
@@ -20,6 +24,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/attention/attention_common.cuh"
 #include "kernels/attention/mma_sm80.cuh"
@@ -39,12 +44,16 @@ constexpr int kPrefillSmemStride = kHeadDim + 8;
 
 // Where one sequence's rows and keys are, for one thread block.
 struct PrefillTile {
-  int group = 0;         // query heads per kv head
-  int query_begin = 0;   // first query token of the sequence in q / out
-  int num_rows = 0;      // query tokens x group
-  int first_pos = 0;     // position of the sequence's first query token
-  int kv_end = 0;        // keys this thread block needs: [0, kv_end)
+  int group = 0;        // query heads per kv head
+  int query_begin = 0;  // first query token of the sequence in q / out
+  int num_rows = 0;     // query tokens x group
+  int first_pos = 0;    // position of the sequence's first query token
+  int kv_end = 0;       // keys this thread block needs: [0, kv_end)
 };
+
+// The chunks of 8 elements one thread moves of a 64-key tile.
+template <int kHeadDim>
+constexpr int kPrefillCopiesPerThread = kPrefillBlockN*(kHeadDim / 8) / kPrefillThreads;
 
 // Starts the asynchronous gather of keys [key0, key0 + kPrefillBlockN) of one
 // kv head (K or V) into `tile`; keys at or past kv_end are zero-filled.
@@ -53,7 +62,7 @@ __device__ __forceinline__ void LoadKvTile(T* tile, const T* head_base, const in
                                            size_t block_stride, int key0, int kv_end) {
   constexpr int kChunksPerRow = kHeadDim / 8;
   constexpr int kStride = kPrefillSmemStride<kHeadDim>;
-  constexpr int kCopiesPerThread = kPrefillBlockN * kChunksPerRow / kPrefillThreads;
+  constexpr int kCopiesPerThread = kPrefillCopiesPerThread<kHeadDim>;
   static_assert(kCopiesPerThread * kPrefillThreads == kPrefillBlockN * kChunksPerRow);
 #pragma unroll
   for (int i = 0; i < kCopiesPerThread; ++i) {
@@ -70,6 +79,81 @@ __device__ __forceinline__ void LoadKvTile(T* tile, const T* head_base, const in
   }
   CpAsyncCommit();
 }
+
+// An FP8 tile's chunks in flight: this thread's share of keys [key0, key0 +
+// kPrefillBlockN) of one kv head, 8 codes a chunk, zero past kv_end (the
+// same chunks LoadKvTile copies).
+template <int kHeadDim>
+struct Fp8TileChunks {
+  uint2 codes[kPrefillCopiesPerThread<kHeadDim>];
+};
+
+// Issues the loads of an FP8 tile's chunks into registers.
+template <int kHeadDim, int kBlockSize>
+__device__ __forceinline__ void LoadFp8KvChunks(Fp8TileChunks<kHeadDim>& chunks,
+                                                const uint8_t* head_base,
+                                                const int32_t* block_table, size_t block_stride,
+                                                int key0, int kv_end) {
+  constexpr int kChunksPerRow = kHeadDim / 8;
+#pragma unroll
+  for (int i = 0; i < kPrefillCopiesPerThread<kHeadDim>; ++i) {
+    const int index = threadIdx.x + i * kPrefillThreads;
+    const int token = key0 + index / kChunksPerRow;
+    chunks.codes[i] = make_uint2(0, 0);
+    if (token < kv_end) {
+      const size_t offset = static_cast<size_t>(block_table[token / kBlockSize]) * block_stride +
+                            static_cast<size_t>(token % kBlockSize) * kHeadDim +
+                            (index % kChunksPerRow) * 8;
+      chunks.codes[i] = __ldg(reinterpret_cast<const uint2*>(head_base + offset));
+    }
+  }
+}
+
+// Widens the chunks to T (exactly: every E4M3 value is a bf16 and an f16)
+// and stores them where LoadKvTile would have put them.
+template <typename T, int kHeadDim>
+__device__ __forceinline__ void StoreFp8KvChunks(T* tile, const Fp8TileChunks<kHeadDim>& chunks) {
+  constexpr int kChunksPerRow = kHeadDim / 8;
+  constexpr int kStride = kPrefillSmemStride<kHeadDim>;
+#pragma unroll
+  for (int i = 0; i < kPrefillCopiesPerThread<kHeadDim>; ++i) {
+    const int index = threadIdx.x + i * kPrefillThreads;
+    float values[8];
+    E4M3x8ToFloat(chunks.codes[i], values);
+    const uint4 packed =
+        make_uint4(PackFloat2<T>(values[0], values[1]), PackFloat2<T>(values[2], values[3]),
+                   PackFloat2<T>(values[4], values[5]), PackFloat2<T>(values[6], values[7]));
+    *reinterpret_cast<uint4*>(tile + (index / kChunksPerRow) * kStride +
+                              (index % kChunksPerRow) * 8) = packed;
+  }
+}
+
+// One K or V tile's gather, from a T cache (cp.async straight into shared
+// memory; Finish does nothing) or an FP8 one (Start loads registers, Finish
+// widens them into the tile). Between Start and Finish the thread may
+// compute; the tile is complete for every thread after Finish, the cp.async
+// wait and a __syncthreads.
+template <typename T, bool kFp8, int kHeadDim, int kBlockSize>
+struct KvTileGather {
+  using Elem = std::conditional_t<kFp8, uint8_t, T>;
+  const Elem* head_base;
+  const int32_t* block_table;
+  size_t block_stride;
+  int kv_end;
+  Fp8TileChunks<kHeadDim> chunks;
+
+  __device__ __forceinline__ void Start(T* tile, int key0) {
+    if constexpr (kFp8) {
+      LoadFp8KvChunks<kHeadDim, kBlockSize>(chunks, head_base, block_table, block_stride, key0,
+                                            kv_end);
+    } else {
+      LoadKvTile<T, kHeadDim, kBlockSize>(tile, head_base, block_table, block_stride, key0, kv_end);
+    }
+  }
+  __device__ __forceinline__ void Finish(T* tile) {
+    if constexpr (kFp8) StoreFp8KvChunks<T, kHeadDim>(tile, chunks);
+  }
+};
 
 // The A fragments of this lane's two rows (warp_row0 + g, + g + 8) of Q, for
 // every 16-wide slice of the head; zero for padding rows.
@@ -191,9 +275,11 @@ __device__ __forceinline__ void AccumulatePv(float (&o)[kHeadDim / 8][4],
   }
 }
 
-template <typename T, int kHeadDim, int kBlockSize>
+template <typename T, bool kFp8, int kHeadDim, int kBlockSize>
 __global__ void __launch_bounds__(kPrefillThreads)
     PrefillAttentionKernel(PrefillAttentionParams params) {
+  using Gather = KvTileGather<T, kFp8, kHeadDim, kBlockSize>;
+  using KvElem = typename Gather::Elem;
   constexpr int kStride = kPrefillSmemStride<kHeadDim>;
   __shared__ __align__(16) T k_tile[kPrefillBlockN * kStride];
   __shared__ __align__(16) T v_tile[kPrefillBlockN * kStride];
@@ -245,18 +331,21 @@ __global__ void __launch_bounds__(kPrefillThreads)
       params.block_tables + static_cast<size_t>(seq) * params.max_blocks_per_seq;
   const size_t head_stride = static_cast<size_t>(kBlockSize) * kHeadDim;
   const size_t block_stride = head_stride * params.num_kv_heads;
-  const T* k_head = static_cast<const T*>(params.k_cache) + kv_head * head_stride;
-  const T* v_head = static_cast<const T*>(params.v_cache) + kv_head * head_stride;
-  const float score_scale = params.softmax_scale * kLog2e;
+  Gather k_gather{static_cast<const KvElem*>(params.k_cache) + kv_head * head_stride, block_table,
+                  block_stride, tile.kv_end};
+  Gather v_gather{static_cast<const KvElem*>(params.v_cache) + kv_head * head_stride, block_table,
+                  block_stride, tile.kv_end};
+  // An FP8 cache's k_scale: the scores are those of code * k_scale.
+  const float score_scale = params.softmax_scale * kLog2e * (kFp8 ? params.k_scale : 1.0f);
   const int num_key_tiles = (tile.kv_end + kPrefillBlockN - 1) / kPrefillBlockN;
 
-  LoadKvTile<T, kHeadDim, kBlockSize>(k_tile, k_head, block_table, block_stride, 0, tile.kv_end);
+  k_gather.Start(k_tile, 0);
+  k_gather.Finish(k_tile);
   for (int n = 0; n < num_key_tiles; ++n) {
     const int key0 = n * kPrefillBlockN;
     CpAsyncWaitAll();  // K(n)
     __syncthreads();   // ... for every thread; and every warp is done with V(n-1)
-    LoadKvTile<T, kHeadDim, kBlockSize>(v_tile, v_head, block_table, block_stride, key0,
-                                        tile.kv_end);
+    v_gather.Start(v_tile, key0);
     // Warp-uniform: some key of the tile is visible to some row of this warp.
     const bool active = key0 <= warp_last_pos;
     uint32_t p_frag[kPrefillBlockN / 16][4];
@@ -277,13 +366,13 @@ __global__ void __launch_bounds__(kPrefillThreads)
       }
       SoftmaxTile<T, kHeadDim>(s, o, row_max, row_sum, p_frag);
     }
+    v_gather.Finish(v_tile);
     CpAsyncWaitAll();  // V(n)
     __syncthreads();   // ... for every thread; and every warp is done with K(n)
-    if (n + 1 < num_key_tiles) {
-      LoadKvTile<T, kHeadDim, kBlockSize>(k_tile, k_head, block_table, block_stride,
-                                          key0 + kPrefillBlockN, tile.kv_end);
-    }
+    const bool more = n + 1 < num_key_tiles;
+    if (more) k_gather.Start(k_tile, key0 + kPrefillBlockN);
     if (active) AccumulatePv<T, kHeadDim>(o, p_frag, v_tile, lane);
+    if (more) k_gather.Finish(k_tile);
   }
 
   T* out = static_cast<T*>(params.out);
@@ -295,7 +384,8 @@ __global__ void __launch_bounds__(kPrefillThreads)
     const int row = warp_row0 + g + 8 * half;
     if (row >= tile.num_rows) continue;
     // sum >= 1: the row's largest score contributes exp2(0), rounded exactly.
-    const float inverse = 1.0f / sum;
+    // An FP8 cache's v_scale scales the output (its values are code * v_scale).
+    const float inverse = kFp8 ? params.v_scale / sum : 1.0f / sum;
     T* dst = out +
              (static_cast<size_t>(tile.query_begin + row / tile.group) * params.num_q_heads +
               kv_head * tile.group + row % tile.group) *
@@ -309,41 +399,47 @@ __global__ void __launch_bounds__(kPrefillThreads)
   }
 }
 
-template <typename T, int kHeadDim, int kBlockSize>
+template <typename T, bool kFp8, int kHeadDim, int kBlockSize>
 cudaError_t LaunchPrefillTyped(const PrefillAttentionParams& params, cudaStream_t stream) {
   const int group = params.num_q_heads / params.num_kv_heads;
   const long long rows = static_cast<long long>(params.max_query_len) * group;
   const long long tiles = (rows + kPrefillBlockM - 1) / kPrefillBlockM;
   if (tiles > 0x7fffffffLL || params.num_kv_heads > 65535) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(tiles), params.num_kv_heads, params.num_seqs);
-  PrefillAttentionKernel<T, kHeadDim, kBlockSize><<<grid, kPrefillThreads, 0, stream>>>(params);
+  PrefillAttentionKernel<T, kFp8, kHeadDim, kBlockSize>
+      <<<grid, kPrefillThreads, 0, stream>>>(params);
   return cudaGetLastError();
 }
 
 // Maps the runtime head dim and block size to the compiled variants for
-// element type T; cudaErrorInvalidValue for anything else.
-template <typename T>
+// element type T over a T (or, kFp8, an FP8 E4M3) cache;
+// cudaErrorInvalidValue for anything else.
+template <typename T, bool kFp8>
 cudaError_t LaunchPrefillForType(const PrefillAttentionParams& params, cudaStream_t stream) {
   if (params.head_dim == 64 && params.block_size == 16) {
-    return LaunchPrefillTyped<T, 64, 16>(params, stream);
+    return LaunchPrefillTyped<T, kFp8, 64, 16>(params, stream);
   }
   if (params.head_dim == 64 && params.block_size == 32) {
-    return LaunchPrefillTyped<T, 64, 32>(params, stream);
+    return LaunchPrefillTyped<T, kFp8, 64, 32>(params, stream);
   }
   if (params.head_dim == 128 && params.block_size == 16) {
-    return LaunchPrefillTyped<T, 128, 16>(params, stream);
+    return LaunchPrefillTyped<T, kFp8, 128, 16>(params, stream);
   }
   if (params.head_dim == 128 && params.block_size == 32) {
-    return LaunchPrefillTyped<T, 128, 32>(params, stream);
+    return LaunchPrefillTyped<T, kFp8, 128, 32>(params, stream);
   }
   return cudaErrorInvalidValue;
 }
 
-// Instantiated in prefill_attention_bf16.cu and prefill_attention_f16.cu only.
-extern template cudaError_t LaunchPrefillForType<__nv_bfloat16>(const PrefillAttentionParams&,
+// Instantiated in prefill_attention_{bf16,f16}{,_fp8}.cu only.
+extern template cudaError_t LaunchPrefillForType<__nv_bfloat16, false>(
+    const PrefillAttentionParams&, cudaStream_t);
+extern template cudaError_t LaunchPrefillForType<__half, false>(const PrefillAttentionParams&,
                                                                 cudaStream_t);
-extern template cudaError_t LaunchPrefillForType<__half>(const PrefillAttentionParams&,
-                                                         cudaStream_t);
+extern template cudaError_t LaunchPrefillForType<__nv_bfloat16, true>(const PrefillAttentionParams&,
+                                                                      cudaStream_t);
+extern template cudaError_t LaunchPrefillForType<__half, true>(const PrefillAttentionParams&,
+                                                               cudaStream_t);
 
 }  // namespace pagoda::kernels::attention_internal
 

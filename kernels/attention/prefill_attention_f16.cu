@@ -1,6 +1,7 @@
-// f16 instantiations of the prefill attention kernel.
+// f16 instantiations of the prefill attention kernel over an f16 cache.
 #include "kernels/attention/prefill_attention.cuh"
 
 namespace pagoda::kernels::attention_internal {
-template cudaError_t LaunchPrefillForType<__half>(const PrefillAttentionParams&, cudaStream_t);
+template cudaError_t LaunchPrefillForType<__half, false>(const PrefillAttentionParams&,
+                                                         cudaStream_t);
 }  // namespace pagoda::kernels::attention_internal

@@ -1,6 +1,8 @@
 // Prefill attention kernel against the float64 CPU reference: causal masks,
 // variable-length batches, with and without a cached prefix, GQA, dtypes,
-// head sizes and block sizes. Needs a CUDA device; skipped without one.
+// head sizes and block sizes, over bf16/f16 caches and FP8 E4M3 ones (the
+// reference fed the codes' exact values times the scales). Needs a CUDA
+// device; skipped without one.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -30,15 +32,22 @@ struct PrefillCase {
   std::vector<std::pair<int, int>> sequences;
   float query_magnitude = 3.0f;
   int q_row_padding = 0;  // Elements after each token's q row (QueryTokenStride).
+  // FP8 E4M3 cache with these scales (attention_test_util.h).
+  KvCacheStorage kv_storage = KvCacheStorage::kDType;
+  float k_scale = 1.0f;
+  float v_scale = 1.0f;
 
   std::string Name() const {
-    std::string name = std::string(dtype == ScalarType::kBF16 ? "bf16" : "f16") + " heads " +
-                       std::to_string(num_q_heads) + "/" + std::to_string(num_kv_heads) + " d" +
-                       std::to_string(head_dim) + " bs" + std::to_string(block_size) + " seqs";
+    std::string name =
+        std::string(dtype == ScalarType::kBF16 ? "bf16" : "f16") +
+        (kv_storage == KvCacheStorage::kFp8E4M3 ? " fp8 cache k_scale " + std::to_string(k_scale) +
+                                                      " v_scale " + std::to_string(v_scale)
+                                                : "") +
+        " heads " + std::to_string(num_q_heads) + "/" + std::to_string(num_kv_heads) + " d" +
+        std::to_string(head_dim) + " bs" + std::to_string(block_size) + " seqs";
     for (const auto& [context, queries] : sequences) {
       // Appended piecewise: GCC 12's -Wrestrict misfires on "x" + std::string&&.
-      name.append(" ").append(std::to_string(context)).append(":").append(
-          std::to_string(queries));
+      name.append(" ").append(std::to_string(context)).append(":").append(std::to_string(queries));
     }
     return name;
   }
@@ -55,6 +64,9 @@ void RunPrefillCase(const PrefillCase& c, uint32_t seed) {
   spec.block_size = c.block_size;
   spec.table_kind = c.table_kind;
   spec.query_magnitude = c.query_magnitude;
+  spec.kv_storage = c.kv_storage;
+  spec.k_scale = c.k_scale;
+  spec.v_scale = c.v_scale;
   int max_query_len = 0;
   for (const auto& [context, queries] : c.sequences) {
     spec.context_lens.push_back(context);
@@ -76,6 +88,9 @@ void RunPrefillCase(const PrefillCase& c, uint32_t seed) {
   params.max_blocks_per_seq = problem.max_blocks_per_seq;
   params.max_query_len = max_query_len;
   params.softmax_scale = static_cast<float>(problem.softmax_scale);
+  params.kv_storage = c.kv_storage;
+  params.k_scale = c.k_scale;
+  params.v_scale = c.v_scale;
   params.q = device.q.get();
   DeviceBuffer strided_q;
   if (c.q_row_padding > 0) {
@@ -105,7 +120,8 @@ void RunPrefillCase(const PrefillCase& c, uint32_t seed) {
   // The tensor-core kernel rounds the softmax probabilities to the input
   // dtype before P.V, as FlashAttention does: weights off by a relative u
   // (and the normaliser summed from the same rounded weights) move an output
-  // by at most 2u times max |V| (V is drawn in [-1, 1]).
+  // by at most 2u times max |V| (V is drawn in [-1, 1]; an FP8 cache's
+  // dequantized V stays within it, saturation only shrinking it).
   const double probability_rounding =
       2.0 * (c.dtype == ScalarType::kF16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8));
   const Comparison comparison =
@@ -191,6 +207,59 @@ TEST(PrefillAttentionTest, PeakedSoftmaxIsStable) {
   c.num_kv_heads = 40;
   c.sequences = {{90, 90}, {200, 30}};
   RunPrefillCase(c, 12);
+}
+
+// FP8 scales: none, arbitrary ones, and a k_scale so small that K saturates
+// at +-448 codes (the reference reads the saturated values too).
+struct Fp8Scales {
+  float k, v;
+};
+constexpr Fp8Scales kFp8ScaleSweep[] = {{1.0f, 1.0f}, {0.37f, 2.5f}, {1.0f / 1024, 1.0f / 64}};
+
+TEST(PrefillAttentionTest, Fp8CacheSweepShapesDtypesBlockSizes) {
+  const int head_pairs[][2] = {{40, 40}, {64, 8}, {32, 8}};
+  uint32_t seed = 800;
+  for (ScalarType dtype : {ScalarType::kBF16, ScalarType::kF16}) {
+    for (const auto& heads : head_pairs) {
+      for (int head_dim : {64, 128}) {
+        for (int block_size : {16, 32}) {
+          PrefillCase c;
+          c.kv_storage = KvCacheStorage::kFp8E4M3;
+          c.k_scale = kFp8ScaleSweep[seed % 3].k;
+          c.v_scale = kFp8ScaleSweep[seed % 3].v;
+          c.dtype = dtype;
+          c.num_q_heads = heads[0];
+          c.num_kv_heads = heads[1];
+          c.head_dim = head_dim;
+          c.block_size = block_size;
+          c.table_kind = seed % 2 ? BlockTableKind::kShuffled : BlockTableKind::kRepeated;
+          c.sequences = {{70, 70}, {150, 20}, {1, 1}, {33, 5}};
+          RunPrefillCase(c, seed++);
+        }
+      }
+    }
+  }
+}
+
+// Every scale pair over a long cached prefix, groups that split a query
+// across tiles, and q through a fused QKV stride.
+TEST(PrefillAttentionTest, Fp8CachePrefixGroupsAndStrides) {
+  uint32_t seed = 900;
+  for (const Fp8Scales& scales : kFp8ScaleSweep) {
+    for (const auto& heads : {std::pair{28, 4}, std::pair{12, 4}}) {
+      PrefillCase c;
+      c.kv_storage = KvCacheStorage::kFp8E4M3;
+      c.k_scale = scales.k;
+      c.v_scale = scales.v;
+      c.num_q_heads = heads.first;
+      c.num_kv_heads = heads.second;
+      c.head_dim = seed % 2 == 0 ? 128 : 64;
+      c.table_kind = BlockTableKind::kRepeated;
+      c.sequences = {{700, 130}, {48, 1}, {257, 257}, {33, 5}};
+      c.q_row_padding = 2 * c.num_kv_heads * c.head_dim;
+      RunPrefillCase(c, seed++);
+    }
+  }
 }
 
 TEST(PrefillAttentionTest, UnsupportedShapeIsRejectedWithoutLaunch) {

@@ -1,7 +1,10 @@
+#include <cmath>
 #include <cstdint>
 
 #include "kernels/alignment.h"
+#include "kernels/fp8_conversion.cuh"
 #include "kernels/ops/cache_ops.h"
+#include "kernels/ops/dispatch.cuh"
 
 namespace pagoda::kernels {
 namespace {
@@ -45,6 +48,51 @@ cudaError_t LaunchReshapeAndCacheAs(const ReshapeAndCacheParams& p, int64_t elem
   return cudaGetLastError();
 }
 
+// The FP8 E4M3 write: one thread block per token, threads striding over its
+// (head, element) pairs of K and V, each element divided by its scale
+// (IEEE division, as the CPU's f32 `x / scale`) and rounded to a code. The
+// cache write is a sliver of a step's bytes, so plain element loads do.
+template <typename T>
+__global__ void ReshapeAndCacheFp8Kernel(const T* __restrict__ key, const T* __restrict__ value,
+                                         int64_t key_stride, int64_t value_stride,
+                                         uint8_t* __restrict__ key_cache,
+                                         uint8_t* __restrict__ value_cache,
+                                         const int64_t* __restrict__ slot_mapping, int num_kv_heads,
+                                         int head_dim, int block_size, float k_scale,
+                                         float v_scale) {
+  const int64_t token = blockIdx.x;
+  const int64_t slot = slot_mapping[token];
+  if (slot < 0) return;  // Padding token.
+  const int64_t block = slot / block_size;
+  const int64_t offset = slot % block_size;
+  const int work = num_kv_heads * head_dim;
+  for (int i = threadIdx.x; i < work; i += blockDim.x) {
+    const int head = i / head_dim;
+    const int d = i % head_dim;
+    const int64_t dst = ((block * num_kv_heads + head) * block_size + offset) * head_dim + d;
+    key_cache[dst] = FloatToE4M3(__fdiv_rn(ToFloat(key[token * key_stride + i]), k_scale));
+    value_cache[dst] = FloatToE4M3(__fdiv_rn(ToFloat(value[token * value_stride + i]), v_scale));
+  }
+}
+
+cudaError_t LaunchReshapeAndCacheFp8(const ReshapeAndCacheParams& p, cudaStream_t stream) {
+  if (!(std::isfinite(p.k_scale) && p.k_scale > 0.0f && std::isfinite(p.v_scale) &&
+        p.v_scale > 0.0f)) {
+    return cudaErrorInvalidValue;
+  }
+  const int work = p.num_kv_heads * p.head_dim;
+  const int threads = work >= 512 ? 512 : ((work + 31) / 32) * 32;
+  return DispatchScalarType(p.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    ReshapeAndCacheFp8Kernel<T><<<p.num_tokens, threads, 0, stream>>>(
+        static_cast<const T*>(p.key), static_cast<const T*>(p.value), p.key_token_stride,
+        p.value_token_stride, static_cast<uint8_t*>(p.key_cache),
+        static_cast<uint8_t*>(p.value_cache), p.slot_mapping, p.num_kv_heads, p.head_dim,
+        p.block_size, p.k_scale, p.v_scale);
+    return cudaGetLastError();
+  });
+}
+
 // One thread block per (pair, layer); 16-byte copies when the block size allows.
 template <typename VecT>
 __global__ void CopyBlocksKernel(void* const* key_caches, void* const* value_caches,
@@ -70,6 +118,7 @@ cudaError_t LaunchReshapeAndCache(const ReshapeAndCacheParams& p, cudaStream_t s
     return cudaErrorInvalidValue;
   }
   if (p.num_tokens == 0) return cudaSuccess;
+  if (p.storage == KvCacheStorage::kFp8E4M3) return LaunchReshapeAndCacheFp8(p, stream);
   const int64_t elem = ScalarTypeSize(p.dtype);
   const bool vectorizable =
       (p.head_dim * elem) % 16 == 0 && (p.key_token_stride * elem) % 16 == 0 &&

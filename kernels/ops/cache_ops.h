@@ -4,7 +4,8 @@
 // Kernels that write and copy KV-cache bytes (swap_blocks.h moves them
 // between device and host). Layout (DESIGN.md), per layer:
 // K and V each [num_blocks, num_kv_heads, block_size, head_dim], contiguous.
-// All of these are exact byte copies: the element type only sets the width.
+// All of these are exact byte copies (the element type only sets the
+// width), but for the write into an FP8 cache, which quantizes.
 //
 // Thread safety: launchers are stateless; they enqueue work on `stream` and
 // return at once. Callers own every buffer and keep it alive until the stream
@@ -14,6 +15,7 @@
 
 #include <cstdint>
 
+#include "kernels/kv_cache_storage.h"
 #include "kernels/scalar_type.h"
 
 namespace pagoda::kernels {
@@ -36,7 +38,14 @@ struct ReshapeAndCacheParams {
   int num_kv_heads = 0;
   int head_dim = 0;
   int block_size = 0;
-  ScalarType dtype = ScalarType::kBF16;
+  ScalarType dtype = ScalarType::kBF16;  // of key and value (and a kDType cache)
+  // kFp8E4M3: the cache holds one byte an element, E4M3(k / k_scale) and
+  // E4M3(v / v_scale) (kernels/kv_cache_storage.h; the division in f32, as
+  // the CPU worker's), for dtype f32, f16 or bf16. REQUIRES: finite
+  // positive scales (the launcher rejects others).
+  KvCacheStorage storage = KvCacheStorage::kDType;
+  float k_scale = 1.0f;
+  float v_scale = 1.0f;
 };
 cudaError_t LaunchReshapeAndCache(const ReshapeAndCacheParams& params, cudaStream_t stream);
 

@@ -1,18 +1,23 @@
 // Exact-match tests of reshape-and-cache, copy-blocks and swap-blocks over
-// the head sizes, block sizes and element types the engine serves.
+// the head sizes, block sizes and element types the engine serves, and of
+// the write into an FP8 E4M3 cache against the CPU worker's conversion
+// (common/fp8.h).
 
 #include "kernels/ops/cache_ops.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <numeric>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "common/fp8.h"
 #include "kernels/ops/swap_blocks.h"
 #include "tests/kernels/cuda_test_util.h"
 
@@ -20,6 +25,8 @@ namespace pagoda::kernels {
 namespace {
 
 using testing::DeviceBuffer;
+using testing::Encode;
+using testing::RoundTrip;
 
 std::vector<uint8_t> RandomBytes(size_t count, std::mt19937& rng) {
   std::vector<uint8_t> bytes(count);
@@ -296,6 +303,141 @@ TEST(CacheOpsTest, CopyBlocksOddBlockBytesUseTheNarrowCopies) {
     }
     EXPECT_TRUE(dk.Download<uint8_t>(s.cache_bytes()) == keys) << "head_dim " << head_dim;
     EXPECT_TRUE(dv.Download<uint8_t>(s.cache_bytes()) == values) << "head_dim " << head_dim;
+  }
+}
+
+// Values for an FP8 write at `scale`: random ones over E4M3's whole range
+// and past it (saturation), and the edges spelled out: exact midpoints
+// between codes (ties to even), subnormal codes and the smallest normal,
+// +-448 and just past, zeros of both signs and a NaN, all times the scale
+// so that x / scale lands on them.
+std::vector<float> Fp8WriteValues(size_t count, float scale, std::mt19937& rng) {
+  std::vector<float> values;
+  const float edges[] = {0.0f,     -0.0f,        448.0f,   -448.0f,
+                         464.0f,   -1e6f,        480.0f,   0x1p-9f,
+                         0x1p-10f, 3 * 0x1p-11f, 0x1p-6f,  15 * 0x1p-10f,
+                         1.0625f,  1.1875f,      -1.0625f, 17.0f,
+                         19.0f,    240.0f,       232.0f,   std::numeric_limits<float>::quiet_NaN()};
+  for (float edge : edges) values.push_back(edge * scale);
+  std::uniform_real_distribution<float> exponent(-12.0f, 10.0f);
+  std::bernoulli_distribution negative(0.5);
+  while (values.size() < count) {
+    const float magnitude = std::exp2(exponent(rng)) * scale;
+    values.push_back(negative(rng) ? -magnitude : magnitude);
+  }
+  values.resize(count);
+  std::shuffle(values.begin() + 8, values.end(), rng);  // edges in several tokens
+  return values;
+}
+
+// The CPU worker's FP8 cache row (worker/cpu WriteKvCache): E4M3(x / scale).
+std::vector<uint8_t> HostFp8Codes(const std::vector<float>& values, float scale) {
+  std::vector<uint8_t> codes(values.size());
+  for (size_t i = 0; i < values.size(); ++i) codes[i] = FloatToFp8E4M3(values[i] / scale);
+  return codes;
+}
+
+TEST(CacheOpsTest, Fp8WriteQuantizesEveryElementAsTheCpuWorkerDoes) {
+  struct Scales {
+    float k, v;
+  };
+  const Scales scale_pairs[] = {{1.0f, 1.0f}, {0.37f, 2.5f}, {1.0f / 128, 0.5f}};
+  uint32_t seed = 11;
+  for (const ScalarType dtype : {ScalarType::kF32, ScalarType::kF16, ScalarType::kBF16}) {
+    for (const int head_dim : {64, 128, 6}) {
+      for (const Scales& scales : scale_pairs) {
+        SCOPED_TRACE(std::string(ScalarTypeName(dtype)) + " head_dim " + std::to_string(head_dim) +
+                     " k_scale " + std::to_string(scales.k) + " v_scale " +
+                     std::to_string(scales.v));
+        std::mt19937 rng(seed++);
+        const CacheShape s{7, 3, 16, head_dim, ScalarType::kFp8E4M3};
+        const int num_tokens = 13;
+        // Rows of a fused QKV product: K then V then room, with a stride.
+        const int64_t row = int64_t{s.num_kv_heads} * head_dim;
+        const int64_t stride = 3 * row;
+        // The inputs as the kernel reads them: rounded to dtype first.
+        const std::vector<float> keys =
+            RoundTrip(dtype, Fp8WriteValues(num_tokens * stride, scales.k, rng));
+        const std::vector<float> values =
+            RoundTrip(dtype, Fp8WriteValues(num_tokens * stride, scales.v, rng));
+        std::vector<int64_t> slots(num_tokens);
+        std::iota(slots.begin(), slots.end(), 0);
+        std::shuffle(slots.begin(), slots.end(), rng);
+        for (int64_t& slot : slots) slot = slot * 7 % (s.num_blocks * s.block_size);
+        slots[4] = -1;  // padding
+
+        std::vector<uint8_t> key_cache = RandomBytes(s.cache_bytes(), rng);  // poison
+        std::vector<uint8_t> value_cache = RandomBytes(s.cache_bytes(), rng);
+        DeviceBuffer d_keys(keys.size() * ScalarTypeSize(dtype));
+        DeviceBuffer d_values(values.size() * ScalarTypeSize(dtype));
+        DeviceBuffer d_slots(slots.size() * 8), d_key_cache(s.cache_bytes()),
+            d_value_cache(s.cache_bytes());
+        d_keys.Upload(Encode(dtype, keys));
+        d_values.Upload(Encode(dtype, values));
+        d_slots.Upload(slots);
+        d_key_cache.Upload(key_cache);
+        d_value_cache.Upload(value_cache);
+
+        ReshapeAndCacheParams p;
+        p.key = d_keys.get();
+        p.value = d_values.get();
+        p.key_token_stride = p.value_token_stride = stride;
+        p.key_cache = d_key_cache.get();
+        p.value_cache = d_value_cache.get();
+        p.slot_mapping = d_slots.as<int64_t>();
+        p.num_tokens = num_tokens;
+        p.num_kv_heads = s.num_kv_heads;
+        p.head_dim = head_dim;
+        p.block_size = s.block_size;
+        p.dtype = dtype;
+        p.storage = KvCacheStorage::kFp8E4M3;
+        p.k_scale = scales.k;
+        p.v_scale = scales.v;
+        PAGODA_ASSERT_CUDA_OK(LaunchReshapeAndCache(p, nullptr));
+        PAGODA_ASSERT_CUDA_OK(cudaDeviceSynchronize());
+
+        for (int t = 0; t < num_tokens; ++t) {
+          if (slots[t] < 0) continue;
+          const std::vector<float> k_row(keys.begin() + t * stride,
+                                         keys.begin() + t * stride + row);
+          const std::vector<float> v_row(values.begin() + t * stride,
+                                         values.begin() + t * stride + row);
+          WriteSlot(s, HostFp8Codes(k_row, scales.k).data(), slots[t], key_cache.data());
+          WriteSlot(s, HostFp8Codes(v_row, scales.v).data(), slots[t], value_cache.data());
+        }
+        const std::vector<uint8_t> got_k = d_key_cache.Download<uint8_t>(s.cache_bytes());
+        const std::vector<uint8_t> got_v = d_value_cache.Download<uint8_t>(s.cache_bytes());
+        size_t mismatches = 0;
+        for (size_t i = 0; i < got_k.size(); ++i) {
+          if (got_k[i] != key_cache[i] || got_v[i] != value_cache[i]) {
+            if (++mismatches <= 5) {
+              ADD_FAILURE() << "byte " << i << ": k " << int{got_k[i]} << " want "
+                            << int{key_cache[i]} << ", v " << int{got_v[i]} << " want "
+                            << int{value_cache[i]};
+            }
+          }
+        }
+        EXPECT_EQ(mismatches, 0u);
+      }
+    }
+  }
+}
+
+TEST(CacheOpsTest, Fp8WriteRejectsScalesThatAreNotFinitePositive) {
+  DeviceBuffer buffer(1024);
+  for (const float bad : {0.0f, -1.0f, std::numeric_limits<float>::infinity(),
+                          std::numeric_limits<float>::quiet_NaN()}) {
+    ReshapeAndCacheParams p;
+    p.key = p.value = buffer.get();
+    p.key_cache = p.value_cache = buffer.get();
+    p.slot_mapping = buffer.as<int64_t>();
+    p.num_tokens = 1;
+    p.num_kv_heads = 1;
+    p.head_dim = 8;
+    p.block_size = 16;
+    p.storage = KvCacheStorage::kFp8E4M3;
+    p.v_scale = bad;
+    EXPECT_EQ(LaunchReshapeAndCache(p, nullptr), cudaErrorInvalidValue) << bad;
   }
 }
 

@@ -255,6 +255,21 @@ TEST(ServerFlagsTest, LoraFlagsArriveParsedAndChecked) {
   EXPECT_TRUE(absl::StrContains(CheckServerConfig(cuda).message(), "--device cpu only"));
 }
 
+// The CUDA worker's FP8 KV kernels have not run on a GPU yet: the server
+// refuses them there, naming the flag's value and the device.
+TEST(ServerConfigTest, Fp8KvCacheIsServedOnCpuOnlySoFar) {
+  ServerConfig config = ValidConfig();
+  config.model.kv_cache_dtype = "fp8";
+  EXPECT_TRUE(CheckServerConfig(config).ok());
+  config.workers.device = "cuda";
+  EXPECT_EQ(CheckServerConfig(config).message(),
+            "--kv-cache-dtype fp8 is served on --device cpu only so far, got --device cuda");
+  config.model.kv_cache_dtype = "fp8_e5m2";
+  EXPECT_FALSE(CheckServerConfig(config).ok());
+  config.model.kv_cache_dtype = "bfloat16";
+  EXPECT_TRUE(CheckServerConfig(config).ok());
+}
+
 TEST(ServerFlagsTest, UnknownPolicyIsRefusedNamingTheFlag) {
   absl::FlagSaver saver;
   std::string error;

@@ -11,6 +11,8 @@
 #include <sstream>
 #include <utility>
 
+#include "common/fp8.h"
+
 namespace pagoda::kernels {
 
 DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
@@ -77,6 +79,20 @@ void RoundInPlace(std::vector<float>& values, ScalarType dtype) {
   for (float& value : values) value = DecodeElement(EncodeElement(value, dtype), dtype);
 }
 
+namespace {
+
+// An FP8 cache's codes of `values` (the CPU worker's E4M3(x / scale)), and
+// `values` replaced by what they read back as: code * scale.
+void QuantizeToFp8(std::vector<float>& values, float scale, std::vector<uint8_t>& codes) {
+  codes.resize(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    codes[i] = FloatToFp8E4M3(values[i] / scale);
+    values[i] = Fp8E4M3ToFloat(codes[i]) * scale;
+  }
+}
+
+}  // namespace
+
 AttentionProblem MakeAttentionProblem(const AttentionProblemSpec& spec, std::mt19937& rng) {
   AttentionProblem problem;
   problem.spec = spec;
@@ -104,6 +120,10 @@ AttentionProblem MakeAttentionProblem(const AttentionProblemSpec& spec, std::mt1
   for (float& x : cache.v) x = unit(rng);
   RoundInPlace(cache.k, spec.dtype);
   RoundInPlace(cache.v, spec.dtype);
+  if (spec.kv_storage == KvCacheStorage::kFp8E4M3) {
+    QuantizeToFp8(cache.k, spec.k_scale, problem.k_codes);
+    QuantizeToFp8(cache.v, spec.v_scale, problem.v_codes);
+  }
 
   std::vector<int32_t> pool(num_blocks);
   std::iota(pool.begin(), pool.end(), 0);
@@ -144,17 +164,21 @@ cudaError_t UploadAttentionProblem(const AttentionProblem& problem,
   std::vector<int32_t> tables;
   for (const auto& row : problem.block_tables) tables.insert(tables.end(), row.begin(), row.end());
 
+  const bool fp8 = problem.spec.kv_storage == KvCacheStorage::kFp8E4M3;
+  const size_t kv_bytes = k.size() * (fp8 ? 1 : 2);
   device.q = DeviceBuffer(q.size() * 2);
-  device.k_cache = DeviceBuffer(k.size() * 2);
-  device.v_cache = DeviceBuffer(v.size() * 2);
+  device.k_cache = DeviceBuffer(kv_bytes);
+  device.v_cache = DeviceBuffer(kv_bytes);
   device.block_tables = DeviceBuffer(tables.size() * 4);
   device.context_lens = DeviceBuffer(problem.spec.context_lens.size() * 4);
   device.query_start = DeviceBuffer(problem.query_start.size() * 4);
   device.out = DeviceBuffer(q.size() * 2);
   cudaError_t errors[] = {
       device.q.Upload(q.data(), q.size() * 2),
-      device.k_cache.Upload(k.data(), k.size() * 2),
-      device.v_cache.Upload(v.data(), v.size() * 2),
+      device.k_cache.Upload(fp8 ? static_cast<const void*>(problem.k_codes.data()) : k.data(),
+                            kv_bytes),
+      device.v_cache.Upload(fp8 ? static_cast<const void*>(problem.v_codes.data()) : v.data(),
+                            kv_bytes),
       device.block_tables.Upload(tables.data(), tables.size() * 4),
       device.context_lens.Upload(problem.spec.context_lens.data(),
                                  problem.spec.context_lens.size() * 4),
@@ -180,7 +204,8 @@ Comparison CompareWithReference(const std::vector<float>& out, const std::vector
                                 ScalarType dtype, double atol) {
   Comparison result;
   result.max_allowed_violation = -std::numeric_limits<double>::infinity();
-  const double output_rounding = dtype == ScalarType::kF16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
+  const double output_rounding =
+      dtype == ScalarType::kF16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
   double error_sq = 0.0;
   double ref_sq = 0.0;
   for (size_t i = 0; i < ref.size(); ++i) {

@@ -1,6 +1,7 @@
 // Helpers for the attention kernel tests: an owning device
-// buffer, bf16/f16 encoding on the host, random paged-cache problems and the
-// comparison against the float64 reference.
+// buffer, bf16/f16 encoding on the host, random paged-cache problems (a
+// bf16/f16 or an FP8 E4M3 cache) and the comparison against the float64
+// reference.
 #ifndef PAGODA_TESTS_KERNELS_ATTENTION_TEST_UTIL_H_
 #define PAGODA_TESTS_KERNELS_ATTENTION_TEST_UTIL_H_
 
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "kernels/attention/attention_reference.h"
+#include "kernels/kv_cache_storage.h"
 #include "kernels/scalar_type.h"
 
 namespace pagoda::kernels {
@@ -62,13 +64,21 @@ struct AttentionProblemSpec {
   std::vector<int32_t> context_lens;  // per sequence
   std::vector<int32_t> query_counts;  // per sequence (decode: all 1)
   float query_magnitude = 3.0f;       // q uniform in [-m, m]; K, V in [-1, 1]
+  // kFp8E4M3: the device cache holds E4M3(x / k_scale) (and v_scale) of the
+  // dtype-rounded K and V (common/fp8.h, the CPU worker's rule), and the
+  // reference's cache their exact values code * scale (in f32: exact for
+  // power-of-two scales, within 2^-24 relative otherwise).
+  KvCacheStorage kv_storage = KvCacheStorage::kDType;
+  float k_scale = 1.0f;
+  float v_scale = 1.0f;
 };
 
 // A random problem, host side (values already rounded to the dtype).
 struct AttentionProblem {
   AttentionProblemSpec spec;
   int max_blocks_per_seq = 0;
-  HostPagedCache cache;
+  HostPagedCache cache;                   // the values attention reads (FP8: dequantized)
+  std::vector<uint8_t> k_codes, v_codes;  // FP8 only: the device cache's bytes
   std::vector<std::vector<int32_t>> block_tables;
   std::vector<int32_t> query_start;  // prefix sums of query_counts
   std::vector<float> q;              // [total_queries, num_q_heads, head_dim]

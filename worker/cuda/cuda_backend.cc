@@ -173,6 +173,10 @@ bool CudaBackend::ExpectActivationDType(DType dtype, const char* what) {
   return false;
 }
 
+bool CudaBackend::ExpectKvCacheDType(DType dtype) {
+  return dtype == DType::kFp8E4M3 || ExpectActivationDType(dtype, "the KV cache");
+}
+
 void CudaBackend::MakeCurrent() { Check(cudaSetDevice(device_), "cudaSetDevice"); }
 
 void CudaBackend::Synchronize() { Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
@@ -335,7 +339,9 @@ void CudaBackend::Rope(void* q, void* k, int64_t token_stride, const StepBatch& 
 
 void CudaBackend::WriteKvCache(const void* k, const void* v, int64_t token_stride,
                                const StepBatch& batch, const KvCacheLayer& cache) {
-  if (SkipLaunch() || !ExpectActivationDType(cache.dtype, "the KV cache")) return;
+  if (SkipLaunch() || !ExpectKvCacheDType(cache.dtype)) return;
+  // An FP8 cache stores E4M3(x / scale) (backend.h); k and v are activations.
+  const bool fp8 = cache.dtype == DType::kFp8E4M3;
   Check(kernels::LaunchReshapeAndCache(
             kernels::ReshapeAndCacheParams{.key = k,
                                            .value = v,
@@ -348,7 +354,11 @@ void CudaBackend::WriteKvCache(const void* k, const void* v, int64_t token_strid
                                            .num_kv_heads = cache.num_kv_heads,
                                            .head_dim = cache.head_dim,
                                            .block_size = cache.block_size,
-                                           .dtype = cache.dtype},
+                                           .dtype = activation_dtype_,
+                                           .storage = fp8 ? kernels::KvCacheStorage::kFp8E4M3
+                                                          : kernels::KvCacheStorage::kDType,
+                                           .k_scale = cache.k_scale,
+                                           .v_scale = cache.v_scale},
             stream_),
         "reshape_and_cache");
 }

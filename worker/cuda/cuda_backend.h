@@ -124,6 +124,9 @@ class CudaBackend final : public Backend {
   // already failed on a mismatched dtype.
   bool SkipLaunch() const { return mode_ == LaunchMode::kReplay; }
   bool ExpectActivationDType(DType dtype, const char* what);
+  // The same for a KV cache, which may also be FP8 E4M3 (the kernels widen
+  // its codes); E5M2 and others fail.
+  bool ExpectKvCacheDType(DType dtype);
   // Copies `n` bytes on the stream and waits for them; skipped while
   // capturing (host copies are not part of a graph).
   void CopyAndWait(void* dst, const void* src, size_t n, cudaMemcpyKind kind, const char* what);

@@ -12,13 +12,19 @@ namespace pagoda::worker {
 namespace {
 
 // What the decode and prefill kernels' params (KernelParams) both take from
-// a PagedAttention call: shapes, cache, block tables, query and output.
+// a PagedAttention call: shapes, cache (with an FP8 one's scales), block
+// tables, and the query and output, of the `activation` dtype.
 template <typename KernelParams>
-KernelParams AttentionKernelParams(const PagedAttentionParams& params) {
+KernelParams AttentionKernelParams(const PagedAttentionParams& params, DType activation) {
   const StepBatch& batch = *params.batch;
   const KvCacheLayer& cache = params.cache;
   KernelParams out;
-  out.dtype = cache.dtype;
+  out.dtype = activation;
+  if (cache.dtype == DType::kFp8E4M3) {
+    out.kv_storage = kernels::KvCacheStorage::kFp8E4M3;
+    out.k_scale = cache.k_scale;
+    out.v_scale = cache.v_scale;
+  }
   out.num_seqs = batch.num_seqs;
   out.num_q_heads = params.num_heads;
   out.num_kv_heads = cache.num_kv_heads;
@@ -39,7 +45,7 @@ KernelParams AttentionKernelParams(const PagedAttentionParams& params) {
 }  // namespace
 
 void CudaBackend::PagedAttention(const PagedAttentionParams& params) {
-  if (SkipLaunch() || !ExpectActivationDType(params.cache.dtype, "the KV cache")) return;
+  if (SkipLaunch() || !ExpectKvCacheDType(params.cache.dtype)) return;
   if (params.batch->decode_only) {
     DecodeAttention(params);
   } else {
@@ -57,10 +63,10 @@ void CudaBackend::DecodeAttention(const PagedAttentionParams& params) {
       kernels::DecodePlanOptions{.peak_memory_gbps = peak_memory_gbps_});
   void* workspace = nullptr;
   if (!DecodeWorkspace(plan.workspace_bytes, &workspace)) return;
-  Check(
-      kernels::LaunchDecodeAttention(AttentionKernelParams<kernels::DecodeAttentionParams>(params),
-                                     plan, workspace, stream_),
-      "decode attention");
+  Check(kernels::LaunchDecodeAttention(
+            AttentionKernelParams<kernels::DecodeAttentionParams>(params, activation_dtype_), plan,
+            workspace, stream_),
+        "decode attention");
 }
 
 bool CudaBackend::DecodeWorkspace(size_t bytes, void** workspace) {
@@ -82,7 +88,7 @@ bool CudaBackend::DecodeWorkspace(size_t bytes, void** workspace) {
 }
 
 void CudaBackend::PrefillAttention(const PagedAttentionParams& params) {
-  auto prefill = AttentionKernelParams<kernels::PrefillAttentionParams>(params);
+  auto prefill = AttentionKernelParams<kernels::PrefillAttentionParams>(params, activation_dtype_);
   prefill.max_query_len = params.batch->max_query_len;
   prefill.query_start = params.batch->query_start;
   Check(kernels::LaunchPrefillAttention(prefill, stream_), "prefill attention");

@@ -52,9 +52,11 @@ absl::StatusOr<DType> CudaServingDType(std::optional<DType> requested, DType che
 DType CheckpointDType(std::string_view torch_dtype);
 
 // KV cache dtype on CUDA: --kv-cache-dtype (nullopt = auto = the serving
-// dtype). The attention kernels read the cache in the activation dtype, so
-// any other choice is INVALID_ARGUMENT; FP8 (--kv-cache-dtype fp8) in its
-// own words: the kernels cannot read it yet.
+// dtype). The attention kernels read the cache in the activation dtype or
+// as FP8 E4M3 (fp8, fp8_e4m3: one byte an element, twice the blocks of
+// bf16); any other choice is INVALID_ARGUMENT, fp8_e5m2 in its own words.
+// (The server still refuses FP8 with --device cuda until a GPU run has
+// passed its kernel tests: docs/quantization.md.)
 absl::StatusOr<DType> CudaKvCacheDType(std::optional<DType> requested, DType serving);
 
 // vLLM's profiling rule: of `total_bytes` of device memory,

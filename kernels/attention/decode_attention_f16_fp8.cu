@@ -1,0 +1,7 @@
+// f16 instantiations of the decode attention kernels over an FP8 E4M3 cache.
+#include "kernels/attention/decode_attention.cuh"
+
+namespace pagoda::kernels::attention_internal {
+template cudaError_t LaunchDecodeForType<__half, true>(const DecodeAttentionParams&,
+                                                       const DecodePlan&, void*, cudaStream_t);
+}  // namespace pagoda::kernels::attention_internal
