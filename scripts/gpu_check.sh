@@ -29,6 +29,12 @@
 #     (integration_cuda_server_test, with --tensor-parallel-size 2 over NCCL
 #     where the machine has two GPUs). GPU tests skip by exit code 77 without
 #     a device, so "Skipped" there means "no GPU", never a hidden failure.
+#  1a. FP8 (issue 45: the CUDA FP8 KV cache and FP8 W8A8 linears, written
+#     without a GPU): their cases ran in step 1 (kernels_ops_fp8_linear_test,
+#     the Fp8* cases of kernels_ops_cache_ops_test, decode_attention_test and
+#     prefill_attention_test, worker_cuda_model_test's fp8 models); one row
+#     gives those binaries' results. Until it reads ok the server refuses
+#     --kv-cache-dtype fp8 and the runner FP8 weights on --device cuda.
 #  1b. Tensor parallelism over NCCL, each its own row of the summary:
 #     nccl_size1 (comm_nccl_communicator_test: a one-rank NCCL group
 #     all-reducing bf16/f16 on the caller's stream, Abort, and every visible
@@ -257,6 +263,20 @@ if wanted ctest; then
   step ctest-cuda ctest.log "${CTEST_LIMIT:-330}" ctest --test-dir "$BUILD_DIR" -L cuda \
     --output-on-failure -j 8 --timeout 300 ${ONLY_TESTS:+-R "$ONLY_TESTS"} -E "^($(IFS='|'; echo "${NCCL_TESTS[*]}"))\$"
   note "$(grep -E 'tests passed|tests failed' "$LOG_DIR/ctest.log" | tail -1)"
+fi
+
+# 1a. The FP8 row: the results of the binaries holding the FP8 cases.
+FP8_TESTS=(kernels_ops_fp8_linear_test kernels_ops_cache_ops_test decode_attention_test
+  prefill_attention_test worker_cuda_model_test)
+if wanted ctest && [ -f "$LOG_DIR/ctest.log" ]; then
+  fp8_results=$(for t in "${FP8_TESTS[@]}"; do
+    sed -n "s/^.*Test *#[0-9]*: $t \.*\** *\([A-Za-z*]*\).*/$t:\1/p" "$LOG_DIR/ctest.log" | tail -1
+  done | tr '\n' ' ')
+  fp8_status=ok
+  grep -qvE ':Passed( |$)' <<<"$(tr ' ' '\n' <<<"$fp8_results" | sed '/^$/d')" && fp8_status=CHECK
+  [ "$(wc -w <<<"$fp8_results")" -lt "${#FP8_TESTS[@]}" ] && fp8_status=CHECK  # one not run
+  [ -z "$fp8_results" ] && fp8_status=missing
+  record fp8 "$fp8_status" 0 "$fp8_results"
 fi
 
 # 1b. The NCCL checks, verbose so the summary can count gtest's cases.

@@ -32,8 +32,8 @@ cudaDataType_t ToCudaType(ScalarType type) {
       return CUDA_R_16F;
     case ScalarType::kBF16:
       return CUDA_R_16BF;
-    // KV-cache-only types: no GEMM takes them (the CUDA worker refuses an
-    // FP8 cache at load), named here for completeness.
+    // FP8 E4M3 codes: the FP8 linears' weights and quantized inputs (E5M2
+    // is a KV cache type only, named for completeness).
     case ScalarType::kFp8E4M3:
       return CUDA_R_8F_E4M3;
     case ScalarType::kFp8E5M2:
@@ -268,13 +268,21 @@ cublasStatus_t ChooseAlgo(GemmContext& context, const GemmParams& p, const GemmD
   return CUBLAS_STATUS_SUCCESS;
 }
 
+// An FP8 product as cuBLASLt runs it on sm_90: E4M3 x E4M3 "TN" (ours
+// always is), f32 out with no bias (the scales and bias come after, in
+// kernels/ops/fp8_linear.h), leading dimensions of 16 elements.
+bool Fp8ProblemOk(const GemmParams& p) {
+  return p.dtype == ScalarType::kFp8E4M3 && p.out_dtype == ScalarType::kF32 && p.bias == nullptr &&
+         p.k % 16 == 0 && p.n % 16 == 0;
+}
+
 }  // namespace
 
 cublasStatus_t Gemm(GemmContext& context, const GemmParams& p, cudaStream_t stream) {
   const bool half_inputs = p.dtype == ScalarType::kBF16 || p.dtype == ScalarType::kF16;
   const bool output_ok = p.out_dtype == p.dtype || p.out_dtype == ScalarType::kF32;
-  if (!half_inputs || !output_ok || p.m <= 0 || p.n <= 0 || p.k <= 0 || p.a == nullptr ||
-      p.w == nullptr || p.c == nullptr) {
+  if (!(half_inputs && output_ok) && !Fp8ProblemOk(p)) return CUBLAS_STATUS_INVALID_VALUE;
+  if (p.m <= 0 || p.n <= 0 || p.k <= 0 || p.a == nullptr || p.w == nullptr || p.c == nullptr) {
     return CUBLAS_STATUS_INVALID_VALUE;
   }
   GemmDescriptors* d = nullptr;

@@ -2,7 +2,8 @@
 #define PAGODA_KERNELS_OPS_GEMM_H_
 
 // Linear layers through cuBLASLt: C[m, n] = A[m, k] * W[n, k]^T (+ bias[n]),
-// everything row-major, W in torch.nn.Linear layout, f32 accumulation.
+// everything row-major, W in torch.nn.Linear layout, f32 accumulation; bf16,
+// f16 or FP8 E4M3 inputs.
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -107,7 +108,10 @@ struct GemmParams {
   int64_t m = 0;
   int64_t n = 0;
   int64_t k = 0;
-  ScalarType dtype = ScalarType::kBF16;      // of a and w: kBF16 or kF16
+  // Of a and w: kBF16 or kF16; or kFp8E4M3 (codes; f32 accumulation with
+  // the tensor cores' periodic promotion, no fast accumulation), which
+  // REQUIRES out_dtype kF32, no bias, k and n multiples of 16.
+  ScalarType dtype = ScalarType::kBF16;
   ScalarType out_dtype = ScalarType::kBF16;  // dtype, or kF32 (e.g. logits)
 };
 

@@ -80,6 +80,30 @@ class CudaBackend final : public Backend {
   size_t num_timed_gemm_algos() const;
   void ForgetGemmAlgos();
 
+  // The device weights of an FP8 W8A8 linear (worker/cuda/cuda_fp8_linear.h).
+  struct Fp8Weights {
+    const uint8_t* codes = nullptr;  // [out, in] E4M3
+    const float* scales = nullptr;   // [out]: s_w per output row
+    const float* bias = nullptr;     // [out], or null
+    int64_t out = 0;
+    int64_t in = 0;
+    bool static_input = false;  // the checkpoint's input_scale, else per token
+    float input_scale = 1.0f;
+  };
+  // y[rows, out] (activation dtype) of x[rows, in] (activation dtype): each
+  // row quantized to E4M3, cuBLASLt's FP8 GEMM in f32, then scaled
+  // (kernels/ops/fp8_linear.h, the CPU worker's rule). Runs in row chunks
+  // that fit the FP8 scratch, which ReserveFp8Scratch sizes once.
+  void Fp8Linear(const Fp8Weights& weights, const void* x, int rows, void* y);
+  // Allocates the FP8 linears' scratch (kFp8ScratchBytes) if not yet done:
+  // at load, never while capturing, so graphs keep its address.
+  void ReserveFp8Scratch();
+  static constexpr size_t kFp8ScratchBytes = size_t{64} << 20;
+  // FP8 E4M3 weights with per-token or static FP8 inputs become a
+  // CudaFp8Linear; any other quantized weight is refused as by Backend.
+  absl::StatusOr<std::unique_ptr<worker::Linear>> CreateQuantizedLinear(
+      QuantizedWeight weight) override;
+
   DType activation_dtype() const override { return activation_dtype_; }
   DType default_kv_cache_dtype() const override { return activation_dtype_; }
   std::unique_ptr<Buffer> Allocate(DType dtype, size_t num_elements) override;

@@ -2,7 +2,8 @@
 #define PAGODA_WORKER_CUDA_CUDA_BACKEND_IMPL_H_
 
 // CudaBackend's private state, shared by its source files (cuda_backend.cc,
-// cuda_backend_attention.cc, cuda_backend_sampling.cc): the grow-only device
+// cuda_backend_attention.cc, cuda_backend_sampling.cc, cuda_backend_fp8.cc):
+// the grow-only device
 // and pinned scratch memory its launches reuse from step to step. Included
 // by those files only.
 
@@ -70,6 +71,9 @@ struct CudaBackend::Impl {
   cuda_backend_internal::Scratch processed_logits;   // Rows after logits processing; grows once.
   cuda_backend_internal::PinnedScratch sample_host;  // Their host mirror.
   cuda_backend_internal::Scratch block_args;         // CopyBlocks' pointer arrays and pairs.
+  // FP8 linears' quantized inputs, their scales and the f32 product of one
+  // row chunk: CudaBackend::kFp8ScratchBytes, allocated once at load.
+  cuda_backend_internal::Scratch fp8_scratch;
 };
 
 }  // namespace pagoda::worker

@@ -11,6 +11,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -85,6 +86,32 @@ TEST(CudaModelRunnerTest, RefusesBadRequestsNamingTheValue) {
   request.set_device("cpu");
   EXPECT_EQ(Load(request).code(), absl::StatusCode::kInvalidArgument);
   std::filesystem::remove_all(dir);
+}
+
+// FP8 weights: the CUDA FP8 linears are built but have not run on a GPU, so
+// an FP8 checkpoint and online FP8 are refused at load, naming the format.
+TEST(CudaModelRunnerTest, RefusesFp8WeightsUntilVerifiedOnAGpu) {
+  const std::string dense = WriteConfig("fp8_online", 256, 4, 2);
+  v1::LoadModelRequest request = Request(dense);
+  request.set_quantization("fp8");
+  const absl::Status online = Load(request);
+  EXPECT_EQ(online.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(online.message(),
+            "online fp8 FP8 E4M3 weights per tensor, FP8 inputs per token: served on --device cpu "
+            "only so far (the CUDA FP8 linears are built but have not run on a GPU yet)");
+
+  const std::string checkpoint = WriteConfig("fp8_vllm", 256, 4, 2);
+  {
+    std::ifstream in(checkpoint + "/config.json");
+    std::string config((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    config.pop_back();  // The closing brace.
+    std::ofstream(checkpoint + "/config.json")
+        << config << R"(, "quantization_config": {"quant_method": "fp8", )"
+        << R"("activation_scheme": "dynamic"}})";
+  }
+  EXPECT_THAT(Load(Request(checkpoint)).message(), HasSubstr("served on --device cpu only so far"));
+  std::filesystem::remove_all(dense);
+  std::filesystem::remove_all(checkpoint);
 }
 
 v1::LoadModelRequest GroupRequest(const std::string& dir, int rank, int world) {
