@@ -50,7 +50,8 @@
 #     (that machine has neither spm_train nor jsonschema). Bundle mode only.
 #  2. bench_paged_attention: decode bandwidth vs a device-to-device copy
 #     (bf16, 32 q / 8 kv heads, head 128, block 16; batch 64/256 at 1k/4k,
-#     batch 1 at 32k) and prefill TFLOP/s; bench_cache_ops.
+#     batch 1 at 32k) and prefill TFLOP/s, then the same over an FP8 E4M3
+#     cache (its rows' times against bf16's: issue 45); bench_cache_ops.
 #  3. A Llama-3-8B-shaped bf16 model with random weights
 #     (scripts/make_bench_model.py, torch on the GPU), then bench_decode_step:
 #     eager and graph decode step at batch 1/64/256, context 1k, vs the
@@ -328,6 +329,8 @@ if wanted attention; then
   run_bench bench_paged_attention 90 --iters 20
   note "$(grep -E 'ctx +32768' "$LOG_DIR/bench_paged_attention.log" 2>/dev/null | head -1 |
     sed 's/  */ /g')"
+  note "| $(grep -E 'decode fp8 .*ctx +32768' "$LOG_DIR/bench_paged_attention.log" 2>/dev/null |
+    head -1 | sed 's/  */ /g')"
   run_bench bench_cache_ops 45
 fi
 

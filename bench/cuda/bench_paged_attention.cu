@@ -1,6 +1,9 @@
 // Benchmark of the paged attention kernels on the local GPU: decode achieved
 // bandwidth (KV bytes read / time) next to a device-to-device copy measured in
-// the same run, and prefill TFLOP/s. Plain main; prints a small table.
+// the same run, and prefill TFLOP/s, over a bf16 cache and an FP8 E4M3 one
+// (--kv-cache-dtype fp8: half the bytes, so its decode time against bf16's
+// is the figure; its GB/s count the FP8 bytes). Plain main; prints a small
+// table.
 //
 //   bench_paged_attention [--iters N]
 #include <cuda_bf16.h>
@@ -51,6 +54,19 @@ __global__ void FillRandomBf16(__nv_bfloat16* data, size_t count, uint32_t seed)
   }
 }
 
+// FP8 E4M3 codes from the same hash, bit 3 cleared so that no exponent is
+// all ones (no NaN code): magnitudes up to 240.
+__global__ void FillRandomFp8(uint8_t* data, size_t count, uint32_t seed) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    uint32_t x = static_cast<uint32_t>(i) * 2654435761u ^ seed ^ static_cast<uint32_t>(i >> 32);
+    x ^= x >> 16;
+    x *= 0x7feb352du;
+    x ^= x >> 15;
+    data[i] = static_cast<uint8_t>(x & 0xF7u);
+  }
+}
+
 void FillRandom(void* data, size_t elements, uint32_t seed) {
   FillRandomBf16<<<1024, 256>>>(static_cast<__nv_bfloat16*>(data), elements, seed);
   CHECK_CUDA(cudaGetLastError());
@@ -90,6 +106,9 @@ struct Cache {
   void* k = nullptr;
   void* v = nullptr;
   int num_blocks = 0;
+  KvCacheStorage storage = KvCacheStorage::kDType;  // kFp8E4M3: one byte an element
+  int element_bytes() const { return storage == KvCacheStorage::kFp8E4M3 ? 1 : 2; }
+  const char* name() const { return storage == KvCacheStorage::kFp8E4M3 ? "fp8" : "bf16"; }
 };
 
 // Block tables for `batch` sequences of `context` tokens: consecutive slices
@@ -138,6 +157,7 @@ void BenchDecode(const Cache& cache, int batch, int context, SplitKMode split, i
   p.block_size = kBlockSize;
   p.max_blocks_per_seq = max_blocks;
   p.softmax_scale = 0.08838834764831845f;
+  p.kv_storage = cache.storage;
   p.q = q;
   p.k_cache = cache.k;
   p.v_cache = cache.v;
@@ -154,14 +174,14 @@ void BenchDecode(const Cache& cache, int batch, int context, SplitKMode split, i
   void* workspace = Malloc(plan.workspace_bytes);
   const float ms =
       MedianMs(3, iters, [&] { CHECK_CUDA(LaunchDecodeAttention(p, plan, workspace, nullptr)); });
-  const double kv_bytes = 2.0 * batch * context * kKvHeads * kHeadDim * 2;
+  const double kv_bytes = 2.0 * batch * context * kKvHeads * kHeadDim * cache.element_bytes();
   const double gbps = kv_bytes / (ms * 1e-3) / 1e9;
   std::printf(
-      "decode  batch %4d ctx %6d  split %-4s parts %3d  %-8s %-10s %9.1f us  %7.1f GB/s  "
+      "decode %-4s batch %4d ctx %6d  split %-4s parts %3d  %-8s %-10s %9.1f us  %7.1f GB/s  "
       "%5.1f%% of copy\n",
-      batch, context, plan.partition_size > 0 ? "yes" : "no", plan.max_num_partitions,
-      plan.prefetch ? "prefetch" : "no-pref", shuffled ? "paged" : "contiguous", ms * 1e3,
-      gbps, 100.0 * gbps / copy_gbps);
+      cache.name(), batch, context, plan.partition_size > 0 ? "yes" : "no", plan.max_num_partitions,
+      plan.prefetch ? "prefetch" : "no-pref", shuffled ? "paged" : "contiguous", ms * 1e3, gbps,
+      100.0 * gbps / copy_gbps);
   CHECK_CUDA(cudaFree(workspace));
   CHECK_CUDA(cudaFree(q));
   CHECK_CUDA(cudaFree(out));
@@ -194,6 +214,7 @@ void BenchPrefill(const Cache& cache, int batch, int queries, int prefix, int it
   p.max_blocks_per_seq = max_blocks;
   p.max_query_len = queries;
   p.softmax_scale = 0.08838834764831845f;
+  p.kv_storage = cache.storage;
   p.q = q;
   p.query_start = query_start;
   p.k_cache = cache.k;
@@ -208,8 +229,9 @@ void BenchPrefill(const Cache& cache, int batch, int queries, int prefix, int it
       (static_cast<double>(queries) * prefix + static_cast<double>(queries) * (queries + 1) / 2) *
       batch;
   const double flops = 4.0 * pairs * kQHeads * kHeadDim;
-  std::printf("prefill batch %4d tokens %5d  causal, prefix %5d      %9.1f us  %7.2f TFLOP/s\n",
-              batch, queries, prefix, ms * 1e3, flops / (ms * 1e-3) / 1e12);
+  std::printf(
+      "prefill %-4s batch %4d tokens %5d  causal, prefix %5d      %9.1f us  %7.2f TFLOP/s\n",
+      cache.name(), batch, queries, prefix, ms * 1e3, flops / (ms * 1e-3) / 1e12);
   CHECK_CUDA(cudaFree(q));
   CHECK_CUDA(cudaFree(out));
   CHECK_CUDA(cudaFree(tables));
@@ -294,5 +316,24 @@ int main(int argc, char** argv) {
   BenchPrefill(cache, 4, 4096, 0, prefill_iters, rng);
   CHECK_CUDA(cudaFree(cache.k));
   CHECK_CUDA(cudaFree(cache.v));
+
+  // The same shapes over an FP8 E4M3 cache (kernels' FP8 paths): compare
+  // each row's time with the bf16 row above.
+  Cache fp8 = cache;
+  fp8.storage = KvCacheStorage::kFp8E4M3;
+  fp8.k = Malloc(cache_elements);
+  fp8.v = Malloc(cache_elements);
+  FillRandomFp8<<<1024, 256>>>(static_cast<uint8_t*>(fp8.k), cache_elements, 3);
+  FillRandomFp8<<<1024, 256>>>(static_cast<uint8_t*>(fp8.v), cache_elements, 5);
+  CHECK_CUDA(cudaDeviceSynchronize());
+  for (int batch : {64, 256}) {
+    for (int context : {1024, 4096}) {
+      BenchDecode(fp8, batch, context, SplitKMode::kAuto, num_sms, iters, copy_gbps, rng);
+    }
+  }
+  BenchDecode(fp8, 1, 32768, SplitKMode::kAuto, num_sms, iters, copy_gbps, rng);
+  for (int queries : {2048, 8192}) BenchPrefill(fp8, 1, queries, 0, prefill_iters, rng);
+  CHECK_CUDA(cudaFree(fp8.k));
+  CHECK_CUDA(cudaFree(fp8.v));
   return 0;
 }
