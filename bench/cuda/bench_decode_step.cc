@@ -10,6 +10,12 @@
 // timing would pay on this GPU.
 //
 //   bench_decode_step --model DIR [--batches 1,64,256] [--context 1024] [--iters 20]
+//                     [--quantization fp8] [--kv-cache-dtype fp8]
+//
+// --quantization fp8 quantizes a dense checkpoint's linears to FP8 at load
+// (the CUDA FP8 W8A8 linears; a quantized checkpoint's own method is used
+// without it) and --kv-cache-dtype fp8 caches K/V as FP8 E4M3: the floor
+// then counts their bytes (issue 45's FP8 decode step against its floor).
 //
 // The model is any checkpoint the worker loads; scripts/make_bench_model.py
 // writes a Llama-3-8B-shaped one with random weights. Prints one line per
@@ -50,6 +56,8 @@ struct Args {
   std::vector<int> batches = {1, 64, 256};
   int context = 1024;
   int iters = 20;
+  std::string quantization;  // LlamaLoadOptions::quantization
+  DType kv_cache_dtype = DType::kBF16;
 };
 
 Args ParseArgs(int argc, char** argv) {
@@ -64,6 +72,10 @@ Args ParseArgs(int argc, char** argv) {
       args.batches = *std::move(batches);
     } else if (flag == "--context" && absl::SimpleAtoi(value, &args.context)) {
     } else if (flag == "--iters" && absl::SimpleAtoi(value, &args.iters)) {
+    } else if (flag == "--quantization") {
+      args.quantization = value;
+    } else if (flag == "--kv-cache-dtype" && (value == "fp8" || value == "bfloat16")) {
+      args.kv_cache_dtype = value == "fp8" ? DType::kFp8E4M3 : DType::kBF16;
     } else {
       Die("unknown or bad flag " + flag);
     }
@@ -172,15 +184,18 @@ int Main(int argc, char** argv) {
                                  LlamaLoadOptions{.weight_dtype = DType::kBF16,
                                                   .max_num_batched_tokens = max_batch,
                                                   .max_num_seqs = max_batch,
-                                                  .block_size = kBlockSize});
+                                                  .block_size = kBlockSize,
+                                                  .quantization = args.quantization});
   if (!loaded.ok()) Die(loaded.status().ToString());
   std::unique_ptr<LlamaModel> model = *std::move(loaded);
   if (!backend->status().ok()) Die(backend->status().ToString());
   const double copy_gbps = CopyGbps(*backend);
-  std::printf("%s: %.2f GB of bf16 weights; d2d copy %.0f GB/s (read + write)\n",
-              backend->DeviceDescription().c_str(), model->weight_bytes() / 1e9, copy_gbps);
+  std::printf("%s: %.2f GB of weights (bf16%s), %s KV cache; d2d copy %.0f GB/s (read + write)\n",
+              backend->DeviceDescription().c_str(), model->weight_bytes() / 1e9,
+              args.quantization.empty() ? "" : (", quantization " + args.quantization).c_str(),
+              DTypeName(args.kv_cache_dtype).data(), copy_gbps);
 
-  const KvCacheShape shape = model->CacheShape(kBlockSize, DType::kBF16);
+  const KvCacheShape shape = model->CacheShape(kBlockSize, args.kv_cache_dtype);
   const int blocks_per_seq = (args.context + kBlockSize - 1) / kBlockSize;
   CacheEngine cache(backend.get(), shape, max_batch * blocks_per_seq, 0);
   for (int layer = 0; layer < shape.num_layers; ++layer) {
