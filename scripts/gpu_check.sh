@@ -32,7 +32,8 @@
 #  1a. FP8 (issue 45: the CUDA FP8 KV cache and FP8 W8A8 linears, written
 #     without a GPU): their cases ran in step 1 (kernels_ops_fp8_linear_test,
 #     the Fp8* cases of kernels_ops_cache_ops_test, decode_attention_test and
-#     prefill_attention_test, worker_cuda_model_test's fp8 models); one row
+#     prefill_attention_test, worker_cuda_model_test's fp8 models,
+#     worker_cuda_graph_test's fp8 batches); one row
 #     gives those binaries' results. Until it reads ok the server refuses
 #     --kv-cache-dtype fp8 and the runner FP8 weights on --device cuda.
 #  1b. Tensor parallelism over NCCL, each its own row of the summary:
@@ -269,7 +270,7 @@ fi
 
 # 1a. The FP8 row: the results of the binaries holding the FP8 cases.
 FP8_TESTS=(kernels_ops_fp8_linear_test kernels_ops_cache_ops_test decode_attention_test
-  prefill_attention_test worker_cuda_model_test)
+  prefill_attention_test worker_cuda_model_test worker_cuda_graph_test)
 if wanted ctest && [ -f "$LOG_DIR/ctest.log" ]; then
   fp8_results=$(for t in "${FP8_TESTS[@]}"; do
     sed -n "s/^.*Test *#[0-9]*: $t \.*\** *\([A-Za-z*]*\).*/$t:\1/p" "$LOG_DIR/ctest.log" | tail -1

@@ -1,8 +1,10 @@
 // CUDA graphs vs eager (needs a GPU; skipped by exit code without one): a
 // decode step replayed from a captured graph (padded to its bucket) must give
 // the eager forward's greedy tokens and logits within bf16 noise, for batch
-// sizes that fill a bucket and that need padding; prefill steps and contexts
-// past the captured length must not replay.
+// sizes that fill a bucket and that need padding, and for a compressed-tensors
+// FP8 W8A8 model with an FP8 KV cache (the CUDA FP8 linears and attention
+// inside graphs); prefill steps and contexts past the captured length must
+// not replay.
 
 #include <gtest/gtest.h>
 
@@ -29,13 +31,18 @@ constexpr int kBlockSize = 16;
 constexpr int kNumBlocks = 128;
 constexpr int kMaxNumSeqs = 8;
 
-std::string MakeModel() {
+// fp8: made by tests/reference/make_quantized_model.py as a compressed-tensors
+// FP8 checkpoint (per-channel weights, per-token inputs) with KV scales.
+std::string MakeModel(bool fp8) {
   const char* python = std::getenv("PAGODA_PYTHON3");
-  const std::string dir =
-      (std::filesystem::temp_directory_path() / absl::StrCat("pagoda_graph_", getpid())).string();
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           absl::StrCat("pagoda_graph_", fp8 ? "fp8_" : "", getpid()))
+                              .string();
   const std::string command = absl::StrCat(
       python != nullptr && *python != '\0' ? python : "python3",
-      " scripts/make_tiny_model.py --out ", dir,
+      fp8 ? " tests/reference/make_quantized_model.py --format ct-fp8 --kv-scales --out "
+          : " scripts/make_tiny_model.py --out ",
+      dir, fp8 ? " --" : "",
       " --vocab-size 512 --hidden-size 256 --intermediate-size 512 --num-layers 3 --num-heads 4"
       " --num-kv-heads 2 --head-dim 64 --max-position-embeddings 256 --seed 7 > /dev/null");
   EXPECT_EQ(std::system(command.c_str()), 0) << command;
@@ -54,11 +61,16 @@ int Argmax(const float* row, int vocab) {
   return best;
 }
 
-class CudaGraphTest : public ::testing::TestWithParam<int> {};
+struct GraphCase {
+  int num_seqs;
+  bool fp8;  // FP8 W8A8 linears and an FP8 KV cache
+};
+
+class CudaGraphTest : public ::testing::TestWithParam<GraphCase> {};
 
 TEST_P(CudaGraphTest, ReplayGivesTheEagerTokens) {
-  const int num_seqs = GetParam();
-  const std::string dir = MakeModel();
+  const int num_seqs = GetParam().num_seqs;
+  const std::string dir = MakeModel(GetParam().fp8);
   auto created = CudaBackend::Create(0, DType::kBF16);
   ASSERT_TRUE(created.ok()) << created.status();
   std::unique_ptr<CudaBackend> backend = *std::move(created);
@@ -69,7 +81,10 @@ TEST_P(CudaGraphTest, ReplayGivesTheEagerTokens) {
                                                  .max_num_seqs = kMaxNumSeqs,
                                                  .block_size = kBlockSize});
   ASSERT_TRUE(model.ok()) << model.status();
-  CacheEngine cache(backend.get(), (*model)->CacheShape(kBlockSize, DType::kBF16), kNumBlocks, 0);
+  CacheEngine cache(
+      backend.get(),
+      (*model)->CacheShape(kBlockSize, GetParam().fp8 ? DType::kFp8E4M3 : DType::kBF16), kNumBlocks,
+      0);
   CudaGraphRunner graphs(model->get(), backend.get(), &cache, CudaMaxModelLen((*model)->config()));
   ASSERT_TRUE(graphs.Capture(kMaxNumSeqs).ok()) << backend->status();
   EXPECT_EQ(graphs.num_graphs(), 4);  // 1, 2, 4, 8
@@ -138,7 +153,14 @@ TEST_P(CudaGraphTest, ReplayGivesTheEagerTokens) {
   std::filesystem::remove_all(dir);
 }
 
-INSTANTIATE_TEST_SUITE_P(BatchSizes, CudaGraphTest, ::testing::Values(1, 3, 8));
+INSTANTIATE_TEST_SUITE_P(BatchSizes, CudaGraphTest,
+                         ::testing::Values(GraphCase{1, false}, GraphCase{3, false},
+                                           GraphCase{8, false}, GraphCase{3, true},
+                                           GraphCase{8, true}),
+                         [](const ::testing::TestParamInfo<GraphCase>& info) {
+                           return absl::StrCat(info.param.fp8 ? "fp8_" : "", "batch",
+                                               info.param.num_seqs);
+                         });
 
 }  // namespace
 }  // namespace pagoda::worker
