@@ -8,14 +8,14 @@
 namespace pagoda::kernels {
 namespace {
 
-constexpr int kQuantizeThreads = 256;
-constexpr float kE4M3Max = 448.0f;
+constexpr int kFp8QuantizeThreads = 256;
+constexpr float kFp8LinearE4M3Max = 448.0f;
 
 // max|row| over the thread block, and whether any element is NaN (fmaxf
 // drops NaNs, so they are counted apart). Every thread gets both.
 template <typename T>
-__device__ void RowAbsMax(const T* row, int64_t cols, float* amax, bool* any_nan) {
-  __shared__ float warp_max[kQuantizeThreads / 32];
+__device__ void Fp8RowAbsMax(const T* row, int64_t cols, float* amax, bool* any_nan) {
+  __shared__ float warp_max[kFp8QuantizeThreads / 32];
   float local = 0.0f;
   bool nan = false;
   for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
@@ -29,12 +29,12 @@ __device__ void RowAbsMax(const T* row, int64_t cols, float* amax, bool* any_nan
   if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = local;
   *any_nan = __syncthreads_or(nan) != 0;  // also orders warp_max's writes
   float block = 0.0f;
-  for (int w = 0; w < kQuantizeThreads / 32; ++w) block = fmaxf(block, warp_max[w]);
+  for (int w = 0; w < kFp8QuantizeThreads / 32; ++w) block = fmaxf(block, warp_max[w]);
   *amax = block;
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kQuantizeThreads)
+__global__ void __launch_bounds__(kFp8QuantizeThreads)
     QuantizeFp8RowsKernel(const T* __restrict__ x, int64_t x_row_stride, int64_t cols,
                           bool per_token, float static_scale, uint8_t* __restrict__ codes,
                           float* __restrict__ scales) {
@@ -44,9 +44,9 @@ __global__ void __launch_bounds__(kQuantizeThreads)
   if (per_token) {
     float amax;
     bool any_nan;
-    RowAbsMax(row, cols, &amax, &any_nan);
-    scale =
-        any_nan ? __int_as_float(0x7fffffff) : fmaxf(__fdiv_rn(amax, kE4M3Max), kMinFp8TokenScale);
+    Fp8RowAbsMax(row, cols, &amax, &any_nan);
+    scale = any_nan ? __int_as_float(0x7fffffff)
+                    : fmaxf(__fdiv_rn(amax, kFp8LinearE4M3Max), kMinFp8TokenScale);
   }
   if (threadIdx.x == 0) scales[r] = scale;
   uint8_t* out = codes + r * cols;
@@ -84,7 +84,7 @@ cudaError_t LaunchQuantizeFp8Rows(const QuantizeFp8RowsParams& p, cudaStream_t s
   if (p.rows == 0) return cudaSuccess;
   return DispatchScalarType(p.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    QuantizeFp8RowsKernel<T><<<static_cast<unsigned>(p.rows), kQuantizeThreads, 0, stream>>>(
+    QuantizeFp8RowsKernel<T><<<static_cast<unsigned>(p.rows), kFp8QuantizeThreads, 0, stream>>>(
         static_cast<const T*>(p.x), p.x_row_stride, p.cols, p.scaling == Fp8InputScaling::kPerToken,
         p.static_scale, p.codes, p.scales);
     return cudaGetLastError();

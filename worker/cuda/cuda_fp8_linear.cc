@@ -43,7 +43,7 @@ class CudaFp8Linear final : public Linear {
 };
 
 // What the device path cannot run, in one line naming the module.
-absl::Status CheckServedOnCuda(const QuantizedWeight& w) {
+absl::Status CheckFp8LinearServedOnCuda(const QuantizedWeight& w) {
   if (w.input_quant != InputQuant::kFp8PerToken && w.input_quant != InputQuant::kFp8Static) {
     return absl::UnimplementedError(
         absl::StrCat(w.name,
@@ -70,7 +70,8 @@ absl::Status CheckServedOnCuda(const QuantizedWeight& w) {
 
 // A device copy of `bytes` from `host`, in a buffer of `count` `dtype`
 // elements.
-std::unique_ptr<Buffer> Upload(CudaBackend* backend, DType dtype, size_t count, const void* host) {
+std::unique_ptr<Buffer> UploadFp8LinearArray(CudaBackend* backend, DType dtype, size_t count,
+                                             const void* host) {
   std::unique_ptr<Buffer> buffer = backend->Allocate(dtype, count);
   backend->UploadBytes(host, buffer->raw(), count * DTypeSize(dtype));
   return buffer;
@@ -80,13 +81,15 @@ std::unique_ptr<Buffer> Upload(CudaBackend* backend, DType dtype, size_t count, 
 
 absl::StatusOr<std::unique_ptr<Linear>> CreateCudaFp8Linear(CudaBackend* backend,
                                                             QuantizedWeight weight) {
-  if (absl::Status served = CheckServedOnCuda(weight); !served.ok()) return served;
+  if (absl::Status served = CheckFp8LinearServedOnCuda(weight); !served.ok()) return served;
   // The codes are bytes: the one-byte E4M3 DType sizes their buffer.
-  auto codes = Upload(backend, DType::kFp8E4M3, weight.codes.size(), weight.codes.data());
-  auto scales = Upload(backend, DType::kF32, weight.scales.size(), weight.scales.data());
+  auto codes =
+      UploadFp8LinearArray(backend, DType::kFp8E4M3, weight.codes.size(), weight.codes.data());
+  auto scales =
+      UploadFp8LinearArray(backend, DType::kF32, weight.scales.size(), weight.scales.data());
   std::unique_ptr<Buffer> bias;
   if (!weight.bias.empty()) {
-    bias = Upload(backend, DType::kF32, weight.bias.size(), weight.bias.data());
+    bias = UploadFp8LinearArray(backend, DType::kF32, weight.bias.size(), weight.bias.data());
   }
   backend->ReserveFp8Scratch();
   if (!backend->status().ok()) return backend->status();
