@@ -114,10 +114,13 @@ void RunFp8LinearCase(const Fp8LinearCase& c, uint32_t seed, GemmContext& gemm) 
     }
   }
 
+  // The GEMM's rows padded to a multiple of 16 with zero codes (gemm.h).
+  const int64_t padded_rows = (c.rows + 15) / 16 * 16;
   const size_t elem = ScalarTypeSize(c.dtype);
-  DeviceBuffer d_x(x.size() * elem), d_codes(x.size()), d_scales(c.rows * 4);
+  DeviceBuffer d_x(x.size() * elem), d_codes(padded_rows * c.in), d_scales(c.rows * 4);
   DeviceBuffer d_w(weight.codes.size()), d_w_scales(c.out * 4), d_bias(c.out * 4);
-  DeviceBuffer d_acc(c.rows * c.out * 4), d_y(c.rows * c.out * elem);
+  DeviceBuffer d_acc(padded_rows * c.out * 4), d_y(c.rows * c.out * elem);
+  d_codes.Fill(0);
   d_x.Upload(Encode(c.dtype, x));
   d_w.Upload(weight.codes);
   d_w_scales.Upload(weight.scales);
@@ -138,7 +141,7 @@ void RunFp8LinearCase(const Fp8LinearCase& c, uint32_t seed, GemmContext& gemm) 
   GemmParams product{.a = d_codes.get(),
                      .w = d_w.get(),
                      .c = d_acc.get(),
-                     .m = c.rows,
+                     .m = padded_rows,
                      .n = c.out,
                      .k = c.in,
                      .dtype = ScalarType::kFp8E4M3,
@@ -286,17 +289,20 @@ TEST_F(Fp8LinearTest, RejectsBadArguments) {
   quantize.scaling = Fp8InputScaling::kStatic;
   quantize.static_scale = 0.0f;
   EXPECT_EQ(LaunchQuantizeFp8Rows(quantize, nullptr), cudaErrorInvalidValue);
-  // cuBLASLt's FP8 GEMM needs k and n multiples of 16, f32 out, no bias.
+  // cuBLASLt's FP8 GEMM needs m, k and n multiples of 16, f32 out, no bias.
   GemmParams product{.a = buffer.get(),
                      .w = buffer.get(),
                      .c = buffer.get(),
-                     .m = 1,
+                     .m = 16,
                      .n = 16,
                      .k = 24,
                      .dtype = ScalarType::kFp8E4M3,
                      .out_dtype = ScalarType::kF32};
   EXPECT_EQ(Gemm(*gemm_, product, nullptr), CUBLAS_STATUS_INVALID_VALUE);
   product.k = 16;
+  product.m = 7;
+  EXPECT_EQ(Gemm(*gemm_, product, nullptr), CUBLAS_STATUS_INVALID_VALUE);
+  product.m = 16;
   product.out_dtype = ScalarType::kBF16;
   EXPECT_EQ(Gemm(*gemm_, product, nullptr), CUBLAS_STATUS_INVALID_VALUE);
 }

@@ -270,10 +270,11 @@ cublasStatus_t ChooseAlgo(GemmContext& context, const GemmParams& p, const GemmD
 
 // An FP8 product as cuBLASLt runs it on sm_90: E4M3 x E4M3 "TN" (ours
 // always is), f32 out with no bias (the scales and bias come after, in
-// kernels/ops/fp8_linear.h), leading dimensions of 16 elements.
+// kernels/ops/fp8_linear.h), every dimension a multiple of 16 (PyTorch's
+// _scaled_mm asks the same of cuBLASLt's FP8 path; callers pad the rows).
 bool Fp8ProblemOk(const GemmParams& p) {
   return p.dtype == ScalarType::kFp8E4M3 && p.out_dtype == ScalarType::kF32 && p.bias == nullptr &&
-         p.k % 16 == 0 && p.n % 16 == 0;
+         p.m % 16 == 0 && p.k % 16 == 0 && p.n % 16 == 0;
 }
 
 }  // namespace

@@ -110,7 +110,8 @@ struct GemmParams {
   int64_t k = 0;
   // Of a and w: kBF16 or kF16; or kFp8E4M3 (codes; f32 accumulation with
   // the tensor cores' periodic promotion, no fast accumulation), which
-  // REQUIRES out_dtype kF32, no bias, k and n multiples of 16.
+  // REQUIRES out_dtype kF32, no bias, m, k and n multiples of 16 (pad the
+  // rows: kernels/ops/fp8_linear.h).
   ScalarType dtype = ScalarType::kBF16;
   ScalarType out_dtype = ScalarType::kBF16;  // dtype, or kF32 (e.g. logits)
 };

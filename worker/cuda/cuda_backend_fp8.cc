@@ -17,10 +17,19 @@ using cuda_backend_internal::AlignUp;
 
 namespace {
 
-// Rows of one chunk: its codes, scales and f32 product in `scratch_bytes`.
+// cuBLASLt's FP8 GEMM takes row counts in multiples of this (gemm.h).
+constexpr int64_t kFp8GemmRowMultiple = 16;
+
+int64_t RoundUpToFp8GemmRows(int64_t rows) {
+  return (rows + kFp8GemmRowMultiple - 1) / kFp8GemmRowMultiple * kFp8GemmRowMultiple;
+}
+
+// Rows of one chunk, a multiple of kFp8GemmRowMultiple: its codes, scales
+// and f32 product in `scratch_bytes`.
 int64_t Fp8ChunkRows(int64_t in, int64_t out, size_t scratch_bytes) {
   const int64_t per_row = in + 4 + 4 * out;
-  return std::max<int64_t>(1, (static_cast<int64_t>(scratch_bytes) - 1024) / per_row);
+  const int64_t rows = (static_cast<int64_t>(scratch_bytes) - 1024) / per_row;
+  return std::max(kFp8GemmRowMultiple, rows / kFp8GemmRowMultiple * kFp8GemmRowMultiple);
 }
 
 }  // namespace
@@ -66,19 +75,27 @@ void CudaBackend::Fp8Linear(const Fp8Weights& w, const void* x, int rows, void* 
     if (!Check(kernels::LaunchQuantizeFp8Rows(quantize, stream_), "FP8 input quantization")) {
       return;
     }
+    // The GEMM's rows padded to its multiple with zero codes (their products
+    // are never read).
+    const int64_t padded = RoundUpToFp8GemmRows(count);
+    if (padded > count &&
+        !Check(cudaMemsetAsync(codes + count * w.in, 0, (padded - count) * w.in, stream_),
+               "FP8 row padding")) {
+      return;
+    }
     const cublasStatus_t status = kernels::Gemm(*impl_->gemm,
                                                 kernels::GemmParams{.a = codes,
                                                                     .w = w.codes,
                                                                     .c = product,
-                                                                    .m = count,
+                                                                    .m = padded,
                                                                     .n = w.out,
                                                                     .k = w.in,
                                                                     .dtype = DType::kFp8E4M3,
                                                                     .out_dtype = DType::kF32},
                                                 stream_);
     if (status != CUBLAS_STATUS_SUCCESS) {
-      Fail(absl::InternalError(absl::StrCat("FP8 GEMM [", count, " x ", w.in, "] x [", w.out, " x ",
-                                            w.in, "]^T: ", cublasLtGetStatusName(status))));
+      Fail(absl::InternalError(absl::StrCat("FP8 GEMM [", padded, " x ", w.in, "] x [", w.out,
+                                            " x ", w.in, "]^T: ", cublasLtGetStatusName(status))));
       return;
     }
     kernels::ScaleFp8OutputParams scale;
