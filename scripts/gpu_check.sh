@@ -52,7 +52,9 @@
 #  2. bench_paged_attention: decode bandwidth vs a device-to-device copy
 #     (bf16, 32 q / 8 kv heads, head 128, block 16; batch 64/256 at 1k/4k,
 #     batch 1 at 32k) and prefill TFLOP/s, then the same over an FP8 E4M3
-#     cache (its rows' times against bf16's: issue 45); bench_cache_ops.
+#     cache (its rows' times against bf16's: issue 45); bench_cache_ops;
+#     bench_fp8_linear (the FP8 W8A8 linear against bf16 on Llama-3-8B's
+#     projections, batch 1 to 4096: issue 45).
 #  3. A Llama-3-8B-shaped bf16 model with random weights
 #     (scripts/make_bench_model.py, torch on the GPU), then bench_decode_step:
 #     eager and graph decode step at batch 1/64/256, context 1k, vs the
@@ -135,7 +137,8 @@ step() {
 finish() {
   local rc=$1
   echo
-  for t in bench_paged_attention bench_cache_ops bench_decode_step bench_decode_step_fp8; do
+  for t in bench_paged_attention bench_cache_ops bench_fp8_linear bench_decode_step \
+      bench_decode_step_fp8; do
     [ -f "$LOG_DIR/$t.log" ] && { echo "--- $t (tail)"; tail -n 12 "$LOG_DIR/$t.log"; }
   done
   local text=("=== gpu_check summary (mode: $mode, $(($SECONDS - START)) s, logs: $LOG_DIR)"
@@ -334,6 +337,10 @@ if wanted attention; then
   note "| $(grep -E 'decode fp8 .*ctx +32768' "$LOG_DIR/bench_paged_attention.log" 2>/dev/null |
     head -1 | sed 's/  */ /g')"
   run_bench bench_cache_ops 45
+  # The FP8 W8A8 linear against bf16 on Llama-3-8B's projections (issue 45).
+  run_bench bench_fp8_linear 60 --iters 10
+  note "$(grep -E '^gate_up .* rows +(64|4096) ' "$LOG_DIR/bench_fp8_linear.log" 2>/dev/null |
+    sed -E 's/.* rows +([0-9]+) .*bf16\/fp8 +([0-9.]+x).*/gate_up x\1: \2/' | tr '\n' ' ')"
 fi
 
 # 3. Llama-3-8B-shaped decode step (bundle mode: needs the worker).
