@@ -3,6 +3,7 @@
 // so that one fixed scratch serves any batch.
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/ops/fp8_linear.h"
@@ -32,6 +33,76 @@ int64_t Fp8ChunkRows(int64_t in, int64_t out, size_t scratch_bytes) {
   return std::max(kFp8GemmRowMultiple, rows / kFp8GemmRowMultiple * kFp8GemmRowMultiple);
 }
 
+// Where one chunk's quantized rows, their scales and its f32 product lie.
+struct Fp8ChunkScratch {
+  uint8_t* codes = nullptr;  // [chunk rows, in]
+  float* row_scales = nullptr;
+  float* product = nullptr;  // [chunk rows, out]
+};
+
+absl::Status CudaLaunchStatus(cudaError_t error, const char* what) {
+  if (error == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(error)));
+}
+
+// Rows [0, count) of x quantized into the scratch, and the rows up to the
+// GEMM's multiple zeroed (their products are never read).
+absl::Status QuantizeFp8Chunk(const CudaBackend::Fp8Weights& w, const Fp8ChunkScratch& scratch,
+                              const void* x, int64_t count, DType dtype, cudaStream_t stream) {
+  kernels::QuantizeFp8RowsParams quantize;
+  quantize.x = x;
+  quantize.x_row_stride = w.in;
+  quantize.dtype = dtype;
+  quantize.rows = count;
+  quantize.cols = w.in;
+  quantize.scaling =
+      w.static_input ? kernels::Fp8InputScaling::kStatic : kernels::Fp8InputScaling::kPerToken;
+  quantize.static_scale = w.input_scale;
+  quantize.codes = scratch.codes;
+  quantize.scales = scratch.row_scales;
+  absl::Status status =
+      CudaLaunchStatus(kernels::LaunchQuantizeFp8Rows(quantize, stream), "FP8 input quantization");
+  const int64_t padded = RoundUpToFp8GemmRows(count);
+  if (!status.ok() || padded == count) return status;
+  return CudaLaunchStatus(
+      cudaMemsetAsync(scratch.codes + count * w.in, 0, (padded - count) * w.in, stream),
+      "FP8 row padding");
+}
+
+// One chunk of `count` rows: quantize, E4M3 GEMM, scale into y.
+absl::Status LaunchFp8LinearChunk(const CudaBackend::Fp8Weights& w, const Fp8ChunkScratch& scratch,
+                                  const void* x, int64_t count, void* y, DType dtype,
+                                  kernels::GemmContext& gemm, cudaStream_t stream) {
+  absl::Status status = QuantizeFp8Chunk(w, scratch, x, count, dtype, stream);
+  if (!status.ok()) return status;
+  const int64_t padded = RoundUpToFp8GemmRows(count);
+  const cublasStatus_t product = kernels::Gemm(gemm,
+                                               kernels::GemmParams{.a = scratch.codes,
+                                                                   .w = w.codes,
+                                                                   .c = scratch.product,
+                                                                   .m = padded,
+                                                                   .n = w.out,
+                                                                   .k = w.in,
+                                                                   .dtype = DType::kFp8E4M3,
+                                                                   .out_dtype = DType::kF32},
+                                               stream);
+  if (product != CUBLAS_STATUS_SUCCESS) {
+    return absl::InternalError(absl::StrCat("FP8 GEMM [", padded, " x ", w.in, "] x [", w.out,
+                                            " x ", w.in, "]^T: ", cublasLtGetStatusName(product)));
+  }
+  kernels::ScaleFp8OutputParams scale;
+  scale.acc = scratch.product;
+  scale.row_scales = scratch.row_scales;
+  scale.col_scales = w.scales;
+  scale.bias = w.bias;
+  scale.y = y;
+  scale.y_row_stride = w.out;
+  scale.dtype = dtype;
+  scale.rows = count;
+  scale.cols = w.out;
+  return CudaLaunchStatus(kernels::LaunchScaleFp8Output(scale, stream), "FP8 output scaling");
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<worker::Linear>> CudaBackend::CreateQuantizedLinear(
@@ -55,60 +126,20 @@ void CudaBackend::Fp8Linear(const Fp8Weights& w, const void* x, int rows, void* 
   }
   const size_t elem = DTypeSize(activation_dtype_);
   const int64_t chunk = Fp8ChunkRows(w.in, w.out, impl_->fp8_scratch.bytes());
-  uint8_t* codes = impl_->fp8_scratch.get();
-  float* row_scales = reinterpret_cast<float*>(codes + AlignUp(chunk * w.in));
-  float* product = reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(row_scales) +
-                                            AlignUp(chunk * sizeof(float)));
+  Fp8ChunkScratch scratch;
+  scratch.codes = impl_->fp8_scratch.get();
+  scratch.row_scales = reinterpret_cast<float*>(scratch.codes + AlignUp(chunk * w.in));
+  scratch.product = reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(scratch.row_scales) +
+                                             AlignUp(chunk * sizeof(float)));
   for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
-    const int64_t count = std::min<int64_t>(chunk, rows - r0);
-    kernels::QuantizeFp8RowsParams quantize;
-    quantize.x = static_cast<const uint8_t*>(x) + r0 * w.in * elem;
-    quantize.x_row_stride = w.in;
-    quantize.dtype = activation_dtype_;
-    quantize.rows = count;
-    quantize.cols = w.in;
-    quantize.scaling =
-        w.static_input ? kernels::Fp8InputScaling::kStatic : kernels::Fp8InputScaling::kPerToken;
-    quantize.static_scale = w.input_scale;
-    quantize.codes = codes;
-    quantize.scales = row_scales;
-    if (!Check(kernels::LaunchQuantizeFp8Rows(quantize, stream_), "FP8 input quantization")) {
+    absl::Status status = LaunchFp8LinearChunk(
+        w, scratch, static_cast<const uint8_t*>(x) + r0 * w.in * elem,
+        std::min<int64_t>(chunk, rows - r0), static_cast<uint8_t*>(y) + r0 * w.out * elem,
+        activation_dtype_, *impl_->gemm, stream_);
+    if (!status.ok()) {
+      Fail(std::move(status));
       return;
     }
-    // The GEMM's rows padded to its multiple with zero codes (their products
-    // are never read).
-    const int64_t padded = RoundUpToFp8GemmRows(count);
-    if (padded > count &&
-        !Check(cudaMemsetAsync(codes + count * w.in, 0, (padded - count) * w.in, stream_),
-               "FP8 row padding")) {
-      return;
-    }
-    const cublasStatus_t status = kernels::Gemm(*impl_->gemm,
-                                                kernels::GemmParams{.a = codes,
-                                                                    .w = w.codes,
-                                                                    .c = product,
-                                                                    .m = padded,
-                                                                    .n = w.out,
-                                                                    .k = w.in,
-                                                                    .dtype = DType::kFp8E4M3,
-                                                                    .out_dtype = DType::kF32},
-                                                stream_);
-    if (status != CUBLAS_STATUS_SUCCESS) {
-      Fail(absl::InternalError(absl::StrCat("FP8 GEMM [", padded, " x ", w.in, "] x [", w.out,
-                                            " x ", w.in, "]^T: ", cublasLtGetStatusName(status))));
-      return;
-    }
-    kernels::ScaleFp8OutputParams scale;
-    scale.acc = product;
-    scale.row_scales = row_scales;
-    scale.col_scales = w.scales;
-    scale.bias = w.bias;
-    scale.y = static_cast<uint8_t*>(y) + r0 * w.out * elem;
-    scale.y_row_stride = w.out;
-    scale.dtype = activation_dtype_;
-    scale.rows = count;
-    scale.cols = w.out;
-    if (!Check(kernels::LaunchScaleFp8Output(scale, stream_), "FP8 output scaling")) return;
   }
 }
 

@@ -60,6 +60,14 @@ absl::Status CheckFp8LinearServedOnCuda(const QuantizedWeight& w) {
         w.name, ": FP8 weight [", w.out_features, ", ", w.in_features,
         "] is not served on CUDA (cuBLASLt's FP8 GEMM needs both sizes multiples of 16)"));
   }
+  // 16 rows (the GEMM's row multiple) of codes, scales and f32 product must
+  // fit the backend's FP8 scratch: out below about a million features.
+  if (16 * (w.in_features + 4 + 4 * w.out_features) + 1024 >
+      static_cast<int64_t>(CudaBackend::kFp8ScratchBytes)) {
+    return absl::UnimplementedError(absl::StrCat(w.name, ": FP8 weight [", w.out_features, ", ",
+                                                 w.in_features,
+                                                 "] is too large for the CUDA FP8 scratch"));
+  }
   if (w.input_quant == InputQuant::kFp8Static &&
       !(std::isfinite(w.input_scale) && w.input_scale > 0.0f)) {
     return absl::InvalidArgumentError(
