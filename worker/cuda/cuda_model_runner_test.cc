@@ -215,6 +215,10 @@ TEST(CudaModelRunnerTest, WithoutADeviceLoadSaysSo) {
   lora.set_max_loras(4);
   lora.set_max_lora_rank(16);
   EXPECT_EQ(Load(lora).code(), absl::StatusCode::kFailedPrecondition) << Load(lora);
+  // So is an FP8 E4M3 KV cache (the server still refuses it on --device cuda).
+  v1::LoadModelRequest fp8_kv = Request(dir);
+  fp8_kv.set_kv_cache_dtype("fp8");
+  EXPECT_EQ(Load(fp8_kv).code(), absl::StatusCode::kFailedPrecondition) << Load(fp8_kv);
   std::filesystem::remove_all(dir);
 }
 
