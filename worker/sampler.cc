@@ -1,30 +1,21 @@
 #include "worker/sampler.h"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <numeric>
 #include <utility>
 #include <vector>
 
-#include "kernels/ops/philox.h"
 #include "worker/cpu/simd.h"
+#include "worker/gumbel_draw.h"
 
 namespace pagoda::worker {
 namespace {
 
-using ::pagoda::kernels::Philox4x32Block;
-using ::pagoda::kernels::PhiloxDraws;
-using ::pagoda::kernels::UniformOpen01;
-
 
 float LoadLogit(float x) { return std::isnan(x) ? -INFINITY : x; }
 
-// Monotone map from float to unsigned: a < b  <=>  Key(a) < Key(b).
-uint32_t OrderedKey(float x) {
-  const uint32_t bits = std::bit_cast<uint32_t>(x);
-  return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
-}
+uint32_t OrderedKey(float x) { return OrderedFloatKey(x); }
 
 // sum(exp(x - max_logit)) in double over the row (NaN as -inf), by the
 // CPU's widest float64 exp (each term within 1 ulp of std::exp's, simd.h):
@@ -83,42 +74,6 @@ uint32_t TopPThreshold(absl::Span<const float> logits, uint32_t min_key, float m
     }
   }
   return min_key;  // Unreachable: target <= kept_mass.
-}
-
-// The largest Gumbel noise UniformOpen01 can give: u <= 1 - 2^-24, so
-// -log(-log(u)) <= 16.64. A token whose (x - max) / T + kMaxGumbel is below
-// the best score so far cannot win, and needs no noise drawn.
-constexpr float kMaxGumbel = 17.0f;
-
-// Gumbel-max over the tokens at or above `threshold`: the argmax of
-// (x - max) / T + Gumbel noise, the noise of token i from Philox stream
-// (seed, sample_index) at counter i / 4, lane i % 4; lowest id on ties.
-// REQUIRES: logits[argmax] = max_logit, a survivor.
-int32_t GumbelMaxDraw(absl::Span<const float> logits, int32_t argmax, uint32_t threshold,
-                      float max_logit, float inv_t, uint64_t seed, uint64_t sample_index) {
-  const size_t vocab = logits.size();
-  auto noise = [&](size_t i) {
-    const Philox4x32Block draws = PhiloxDraws(seed, sample_index, i / 4);
-    return -std::log(-std::log(UniformOpen01(draws.v[i % 4])));
-  };
-  // fma, as nvcc contracts the device's (x - max) * inv_t + gumbel.
-  auto score_of = [&](float x, float gumbel) { return std::fma(x - max_logit, inv_t, gumbel); };
-  // Start from the argmax token's score: a bound most tokens cannot reach.
-  float best_score = score_of(max_logit, noise(argmax));
-  int32_t best_id = argmax;
-  for (size_t i = 0; i < vocab; ++i) {
-    const float x = LoadLogit(logits[i]);
-    if (OrderedKey(x) < threshold || x == -INFINITY) continue;
-    // Rounding is monotone, so this bounds the token's score from above.
-    if (score_of(x, kMaxGumbel) < best_score) continue;
-    const float score = score_of(x, noise(i));
-    const int32_t id = static_cast<int32_t>(i);
-    if (score > best_score || (score == best_score && id < best_id)) {
-      best_score = score;
-      best_id = id;
-    }
-  }
-  return best_id;
 }
 
 // The key of the lowest logit that survives min_p: tokens at or above it
