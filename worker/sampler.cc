@@ -123,26 +123,13 @@ struct ArgMax {
 };
 
 // The row's maximum (NaN as -inf) at its lowest id; -inf at 0 when none.
-// Eight scans of interleaved ids run side by side and merge lowest id first:
-// one scan is a chain of dependent compares bound by their latency, which
-// was most of a greedy row's sampling once the log-sum-exp was vectorized.
+// By the CPU's widest argmax (simd.h): a scalar scan is a chain of dependent
+// compares bound by their latency, most of a greedy row's sampling once the
+// log-sum-exp was vectorized, and of a drawn row's once its noise was pruned.
 ArgMax RowArgMax(absl::Span<const float> logits) {
-  constexpr size_t kScans = 8;
-  ArgMax scans[kScans];
-  auto scan = [&](ArgMax& best, size_t i) {
-    const float x = LoadLogit(logits[i]);
-    if (x > best.value) {  // Strict, in id order: the lowest id wins ties.
-      best.value = x;
-      best.id = static_cast<int32_t>(i);
-    }
-  };
-  size_t i = 0;
-  for (; i + kScans <= logits.size(); i += kScans) {
-    for (size_t s = 0; s < kScans; ++s) scan(scans[s], i + s);
-  }
-  for (; i < logits.size(); ++i) scan(scans[0], i);  // Ids above all of scan 0's.
+  static const auto argmax = BestSimdKernels().argmax;
   ArgMax best;
-  for (const ArgMax& s : scans) best.Offer(s.value, s.id);
+  best.id = static_cast<int32_t>(argmax(logits.data(), logits.size(), &best.value));
   return best;
 }
 

@@ -150,6 +150,12 @@ struct SimdKernels {
   // so logprobs rounded to f32 match the plain loop's.
   double (*exp_sum_f64)(const float* in, float shift, size_t n);
 
+  // The index of the largest in[i], i < n, the lowest on ties, a NaN
+  // counting as -inf; writes that value to *max_value (-inf, at index 0,
+  // when none is above -inf). Every level gives the plain loop's answer.
+  // REQUIRES: n < 2^31.
+  size_t (*argmax)(const float* in, size_t n, float* max_value);
+
   // The Gumbel-max draw's candidates (worker/gumbel_draw.h): writes to `ids`,
   // ascending, every i < n whose logit x = logits[i] is neither -inf nor NaN,
   // has OrderedFloatKey(x) >= scan.min_key, and whose score bound

@@ -500,6 +500,7 @@ constexpr SimdKernels kAvx2Kernels = {DotAvx2<DType::kF32>,
                                       ExpSumAvx2,
                                       SiluMulAvx2,
                                       ExpSumF64Avx2,
+                                      ArgMaxAvx2,
                                       GumbelCandidatesAvx2};
 
 }  // namespace

@@ -62,6 +62,7 @@ constexpr SimdKernels kPlainKernels = {DotPlain<DType::kF32>,
                                        ExpSumPlain,
                                        SiluMulPlain,
                                        ExpSumF64Plain,
+                                       ArgMaxPlain,
                                        GumbelCandidatesPlain};
 
 }  // namespace

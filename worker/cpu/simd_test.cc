@@ -446,6 +446,40 @@ TEST_P(SimdKernelTest, ExpSumF64CountsEveryPositionOnce) {
   }
 }
 
+// The argmax against a plain loop of its own, at every size and tail: the
+// maximum placed at each position among -inf, NaN and lower values; ties
+// of it further on, in other lanes and accumulators, lose to the first; a
+// row of only -inf and NaN gives -inf at 0; +inf wins.
+TEST_P(SimdKernelTest, ArgMaxIsTheFirstLargestAndNanIsMinusInfinity) {
+  const SimdKernels& kernels = SimdKernelsFor(GetParam());
+  std::mt19937 rng(48);
+  std::normal_distribution<float> logit(0.0f, 3.0f);
+  auto expect_argmax = [&](const std::vector<float>& in, size_t n, size_t want_id,
+                           float want_value) {
+    float value = 0.0f;
+    const size_t id = kernels.argmax(in.data(), n, &value);
+    ASSERT_EQ(id, want_id) << SimdLevelName(GetParam()) << " n=" << n;
+    ASSERT_EQ(value, want_value) << SimdLevelName(GetParam()) << " n=" << n;
+  };
+  for (size_t n : kSizes) {
+    std::vector<float> in(n + 1);
+    for (size_t i = 0; i < n; ++i) in[i] = i % 3 == 0 ? NAN : i % 3 == 1 ? -INFINITY : -5.0f;
+    in[n] = 1e30f;  // Past the end: never read as a candidate.
+    expect_argmax(in, n, n > 2 ? 2 : 0, n > 2 ? -5.0f : -INFINITY);
+    for (size_t i = 0; i < n; ++i) in[i] = i % 2 == 0 ? NAN : -INFINITY;
+    expect_argmax(in, n, 0, -INFINITY);
+    for (size_t i = 0; i < n; ++i) in[i] = i % 7 == 3 ? NAN : logit(rng);
+    for (size_t at = 0; at < n; at += 1 + at / 8) {
+      std::vector<float> row = in;
+      row[at] = 20.0f;
+      for (size_t tie = at + 5; tie < n; tie += 17) row[tie] = 20.0f;
+      expect_argmax(row, n, at, 20.0f);
+      row[n - 1] = INFINITY;
+      expect_argmax(row, n, n - 1, INFINITY);
+    }
+  }
+}
+
 // The Gumbel-max candidate scan against the plain loop. Each bound table
 // below passes a token iff one bit of its Philox word's top 12 is set, so
 // the twelve tables read every word's top 12 bits back through the ids: a
