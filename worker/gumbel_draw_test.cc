@@ -111,51 +111,47 @@ TEST(GumbelDrawTest, LargeVocabularyDrawIsThePlainGumbelMaxAtEveryLevel) {
   EXPECT_EQ(draws, 24);
 }
 
-// An exact tie of scores goes to the lowest id, also when the pruning has
-// already seen the later one: a token before the winner is given the logit
-// that makes its score equal the winner's, and then wins; after it, loses.
+// An exact tie of scores goes to the lowest id. The draw starts from the
+// argmax token's score, so the rule decides when a token before the argmax
+// ties it: one of large noise is given the logit x < max with
+// (x - max) + its noise == the argmax's noise exactly (the other tokens far
+// below), and must win; the same tie after the argmax must lose.
 TEST(GumbelDrawTest, ExactTiesGoToTheLowestIdAtEveryLevel) {
+  constexpr int32_t kVocab = 20000;
   std::mt19937 rng(7);
-  std::normal_distribution<float> normal(0.0f, 2.0f);
-  std::vector<float> logits(20000);
-  for (float& x : logits) x = normal(rng);
-  const float max_logit = *std::max_element(logits.begin(), logits.end());
-  int ties = 0;
-  for (uint64_t seed = 0; seed < 40 && ties < 4; ++seed) {
-    const int32_t winner = PlainGumbelMax(logits, 1.0f, 0, seed, 0);
-    const float best = std::fma(logits[winner] - max_logit, 1.0f, NoiseOfToken(seed, 0, winner));
-    // A token far from the winner, before or after it, whose noise alone
-    // reaches the best score (so its tying logit stays below the maximum).
-    for (const bool before : {true, false}) {
-      int32_t tied = -1;
-      for (int32_t i = before ? 0 : static_cast<int32_t>(logits.size()) - 1;
-           i >= 0 && i < static_cast<int32_t>(logits.size()); i += before ? 1 : -1) {
-        if (std::abs(i - winner) > 4 && NoiseOfToken(seed, 0, i) > best + 0.5f) {
-          tied = i;
-          break;
-        }
-      }
-      if (tied < 0 || (before && tied > winner) || (!before && tied < winner)) continue;
-      std::vector<float> row = logits;
-      // Solve (x - max) + noise == best in float, near the real solution.
-      float x = max_logit + (best - NoiseOfToken(seed, 0, tied));
-      for (int step = 0; step < 64 && (x - max_logit) + NoiseOfToken(seed, 0, tied) != best;
-           ++step) {
-        x = std::nextafter(
-            x, (x - max_logit) + NoiseOfToken(seed, 0, tied) < best ? INFINITY : -INFINITY);
-      }
-      if ((x - max_logit) + NoiseOfToken(seed, 0, tied) != best || x >= max_logit) continue;
-      row[tied] = x;
-      const int32_t want = before ? tied : winner;
-      ASSERT_EQ(PlainGumbelMax(row, 1.0f, 0, seed, 0), want);
-      for (SimdLevel level : SupportedSimdLevels()) {
-        EXPECT_EQ(Draw(row, 1.0f, 0, seed, 0, level), want)
-            << SimdLevelName(level) << " seed " << seed << (before ? " tie before" : " tie after");
-      }
-      ++ties;
+  std::normal_distribution<float> low(-14.0f, 2.0f);
+  int ties = 0, ties_before = 0;
+  for (uint64_t seed = 0; seed < 40 && ties < 6; ++seed) {
+    // The largest noise in each half: the tie goes to the larger one.
+    int32_t first = 0, second = kVocab / 2;
+    for (int32_t i = 0; i < kVocab; ++i) {
+      int32_t& best = i < kVocab / 2 ? first : second;
+      if (NoiseOfToken(seed, 0, i) > NoiseOfToken(seed, 0, best)) best = i;
     }
+    const bool tie_before = NoiseOfToken(seed, 0, first) > NoiseOfToken(seed, 0, second);
+    const int32_t argmax = tie_before ? second : first, tied = tie_before ? first : second;
+    std::vector<float> row(kVocab);
+    for (float& x : row) x = low(rng);
+    row[argmax] = 0.0f;
+    const float target = NoiseOfToken(seed, 0, argmax), noise = NoiseOfToken(seed, 0, tied);
+    float x = target - noise;  // Then walk to where float's sum is exactly the target.
+    for (int step = 0; step < 64 && x + noise != target; ++step) {
+      x = std::nextafter(x, x + noise < target ? INFINITY : -INFINITY);
+    }
+    if (x + noise != target || !(x < 0.0f)) continue;
+    row[tied] = x;
+    const int32_t want = std::min(argmax, tied);
+    ASSERT_EQ(PlainGumbelMax(row, 1.0f, 0, seed, 0), want) << "seed " << seed;
+    for (SimdLevel level : SupportedSimdLevels()) {
+      EXPECT_EQ(Draw(row, 1.0f, 0, seed, 0, level), want)
+          << SimdLevelName(level) << " seed " << seed << (tie_before ? " before" : " after");
+    }
+    ++ties;
+    ties_before += tie_before ? 1 : 0;
   }
-  EXPECT_GE(ties, 4);
+  EXPECT_EQ(ties, 6);
+  EXPECT_GT(ties_before, 0);
+  EXPECT_LT(ties_before, ties);
 }
 
 }  // namespace
