@@ -48,7 +48,9 @@ int32_t GumbelMaxDrawWith(GumbelCandidatesFn gumbel_candidates, absl::Span<const
     return GumbelNoise(PhiloxDraws(seed, sample_index, i / 4).v[i % 4]);
   };
   // Start from the argmax token's score: a bound most tokens cannot reach.
+  // The bounds grow with the bucket, so the last is the largest.
   GumbelScan scan = {.bounds = GumbelNoiseBounds(),
+                     .largest_bound = GumbelNoiseBounds()[kGumbelBoundBuckets - 1],
                      .seed = seed,
                      .stream = sample_index,
                      .min_key = min_key,

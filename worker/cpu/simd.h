@@ -30,6 +30,9 @@ inline constexpr int kGumbelScanBoundShift = 20;
 struct GumbelScan {
   // 4096 noise bounds, by the Philox word's top 12 bits (the word >> 20).
   const float* bounds;
+  // The largest of the bounds: the vector levels skip the Philox of a block
+  // of tokens none of whose logits could reach best_score with it.
+  float largest_bound;
   uint64_t seed;
   uint64_t stream;
   uint32_t min_key;
@@ -164,7 +167,7 @@ struct SimdKernels {
   // PhiloxDraws(scan.seed, scan.stream, t / 4) for token t = first + i;
   // returns how many. Every level picks the same ids (the vector ones run
   // Philox and the fma lane-wise: exact integer and fused float operations).
-  // REQUIRES: first % 4 == 0; ids has room for n.
+  // REQUIRES: first % 4 == 0; ids has room for n; scan.inv_t > 0.
   size_t (*gumbel_candidates)(const float* logits, size_t n, uint64_t first,
                               const GumbelScan& scan, uint32_t* ids);
 

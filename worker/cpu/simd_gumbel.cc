@@ -6,7 +6,9 @@
 // once (a 32 x 32 -> 64-bit multiply per even and per odd lane, blended) and
 // transpose the four words of each counter into token order; their fma,
 // compares and integer operations are exact, so they pick exactly the plain
-// loop's ids.
+// loop's ids. They first skip any block of 64 (AVX-512) or 32 tokens whose
+// largest logit cannot reach the best score even with the largest bound:
+// on real logits, spread far below their maximum, most of a row.
 
 #include <immintrin.h>
 
@@ -45,6 +47,13 @@ bool GumbelCandidatePlain(float x, uint32_t bits, const GumbelScan& scan) {
   const float bound =
       std::fma(x - scan.max_logit, scan.inv_t, scan.bounds[bits >> kGumbelBoundShift]);
   return !(bound < scan.best_score);
+}
+
+// Whether no token of a block whose largest logit is `largest` (NaN taken
+// as -inf) can be a candidate, whatever its noise: then the block needs no
+// Philox. fma is monotone in x (inv_t > 0) and in the bound.
+inline bool GumbelBlockOutOfReach(float largest, const GumbelScan& scan) {
+  return std::fma(largest - scan.max_logit, scan.inv_t, scan.largest_bound) < scan.best_score;
 }
 
 // ---- AVX-512: 16 counters, 64 tokens a pass ----
@@ -205,17 +214,27 @@ PAGODA_GUMBEL_AVX2 size_t GumbelCandidatesAvx2(const float* logits, size_t n, ui
                                                const GumbelScan& scan, uint32_t* ids) {
   size_t count = 0;
   for (size_t begin = 0; begin < n; begin += 32) {
+    float tail[32];
+    const float* in = logits + begin;
+    if (n - begin < 32) {  // Padded with -inf, which is never a candidate.
+      for (size_t k = 0; k < 32; ++k) tail[k] = begin + k < n ? in[k] : -INFINITY;
+      in = tail;
+    }
+    __m256 x[4];
+    for (int j = 0; j < 4; ++j) {  // NaN as -inf, as at AVX-512.
+      const __m256 loaded = _mm256_loadu_ps(in + 8 * j);
+      x[j] = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), loaded,
+                              _mm256_cmp_ps(loaded, loaded, _CMP_ORD_Q));
+    }
+    __m256 largest = _mm256_max_ps(_mm256_max_ps(x[0], x[1]), _mm256_max_ps(x[2], x[3]));
+    largest = _mm256_max_ps(largest, _mm256_permute2f128_ps(largest, largest, 1));
+    largest = _mm256_max_ps(largest, _mm256_permute_ps(largest, 0x4E));
+    largest = _mm256_max_ps(largest, _mm256_permute_ps(largest, 0xB1));
+    if (GumbelBlockOutOfReach(_mm256_cvtss_f32(largest), scan)) continue;
     __m256i words[4];
     GumbelPhilox8((first + begin) / 4, scan, words);
-    float tail[32];
-    const float* x = logits + begin;
-    if (n - begin < 32) {  // Padded with -inf, which is never a candidate.
-      for (size_t k = 0; k < 32; ++k) tail[k] = begin + k < n ? x[k] : -INFINITY;
-      x = tail;
-    }
     for (int j = 0; j < 4; ++j) {
-      count += GumbelTest8(_mm256_loadu_ps(x + 8 * j), words[j], scan,
-                           static_cast<uint32_t>(begin + 8 * j), ids + count);
+      count += GumbelTest8(x[j], words[j], scan, static_cast<uint32_t>(begin + 8 * j), ids + count);
     }
   }
   return count;
@@ -225,15 +244,22 @@ PAGODA_GUMBEL_AVX512 size_t GumbelCandidatesAvx512(const float* logits, size_t n
                                                    const GumbelScan& scan, uint32_t* ids) {
   size_t count = 0;
   for (size_t begin = 0; begin < n; begin += 64) {
+    __m512 x[4];
+    for (int j = 0; j < 4; ++j) {  // -inf past the end.
+      const size_t at = begin + 16 * j, left = at < n ? n - at : 0;
+      const __mmask16 valid = left >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << left) - 1);
+      const __m512 loaded = _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), valid, logits + at);
+      // NaN as -inf (neither is ever a candidate), so that the max is exact.
+      x[j] = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY),
+                                _mm512_cmp_ps_mask(loaded, loaded, _CMP_ORD_Q), loaded);
+    }
+    const __m512 largest = _mm512_max_ps(_mm512_max_ps(x[0], x[1]), _mm512_max_ps(x[2], x[3]));
+    if (GumbelBlockOutOfReach(_mm512_reduce_max_ps(largest), scan)) continue;
     __m512i words[4];
     GumbelPhilox16((first + begin) / 4, scan, words);
     for (int j = 0; j < 4; ++j) {
-      const size_t at = begin + 16 * j;
-      if (at >= n) break;
-      const size_t left = n - at;
-      const __mmask16 valid = left >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << left) - 1);
-      const __m512 x = _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), valid, logits + at);
-      count += GumbelTest16(x, words[j], scan, static_cast<uint32_t>(at), ids + count);
+      count +=
+          GumbelTest16(x[j], words[j], scan, static_cast<uint32_t>(begin + 16 * j), ids + count);
     }
   }
   return count;

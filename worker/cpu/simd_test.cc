@@ -500,6 +500,7 @@ TEST_P(SimdKernelTest, GumbelCandidatesAreThePlainLoops) {
     // Counters across 2^32 (the carry into the high word), and a 64-bit stream.
     for (uint64_t first : {uint64_t{0}, uint64_t{4} * (uint64_t{1} << 32) - 12}) {
       GumbelScan scan = {.bounds = bounds.data(),
+                         .largest_bound = 1e30f,
                          .seed = 0x0123456789abcdefull,
                          .stream = 0xfedcba9876543210ull + n,
                          .min_key = 0,
@@ -521,6 +522,7 @@ TEST_P(SimdKernelTest, GumbelCandidatesAreThePlainLoops) {
       }
       for (size_t b = 0; b < bounds.size(); ++b) bounds[b] = -3.0f + 20.0f * b / bounds.size();
       scan = {.bounds = bounds.data(),
+              .largest_bound = bounds.back(),
               .seed = 99,
               .stream = 5,
               .min_key = OrderedKeyForTest(-2.0f),
@@ -528,6 +530,19 @@ TEST_P(SimdKernelTest, GumbelCandidatesAreThePlainLoops) {
               .inv_t = 0.8f,
               .best_score = 1.5f};
       expect_same("bounds");
+      // Most blocks out of reach (the skip without Philox), a few tokens
+      // near the maximum in reach, one NaN beside each (the block's max).
+      std::vector<float> spread = x;
+      for (size_t i = 0; i < n; ++i) {
+        if (i % 97 == 40) spread[i] = 38.0f + 0.01f * i;
+        if (i % 97 == 41 || i % 97 == 39) spread[i] = NAN;
+      }
+      std::swap(x, spread);
+      scan.max_logit = 40.0f;
+      scan.inv_t = 1.0f;
+      scan.min_key = 0;
+      expect_same("out of reach");
+      std::swap(x, spread);
     }
   }
 }
