@@ -45,8 +45,8 @@ int32_t PlainGumbelMax(const std::vector<float>& logits, float temperature, uint
 }
 
 // The draw as the sampler calls it, at `level`.
-int32_t Draw(const std::vector<float>& logits, float temperature, uint32_t min_key, uint64_t seed,
-             uint64_t index, SimdLevel level) {
+int32_t DrawAtLevel(const std::vector<float>& logits, float temperature, uint32_t min_key,
+                    uint64_t seed, uint64_t index, SimdLevel level) {
   int32_t argmax = 0;
   for (size_t i = 0; i < logits.size(); ++i) {
     if (LoadForTest(logits[i]) > LoadForTest(logits[argmax])) argmax = static_cast<int32_t>(i);
@@ -102,7 +102,7 @@ TEST(GumbelDrawTest, LargeVocabularyDrawIsThePlainGumbelMaxAtEveryLevel) {
       const uint64_t index = seed * 7919;
       const int32_t want = PlainGumbelMax(*row, temperature, min_key, seed, index);
       for (SimdLevel level : SupportedSimdLevels()) {
-        EXPECT_EQ(Draw(*row, temperature, min_key, seed, index, level), want)
+        EXPECT_EQ(DrawAtLevel(*row, temperature, min_key, seed, index, level), want)
             << SimdLevelName(level) << " seed " << seed << " T " << temperature;
       }
       ++draws;
@@ -143,7 +143,7 @@ TEST(GumbelDrawTest, ExactTiesGoToTheLowestIdAtEveryLevel) {
     const int32_t want = std::min(argmax, tied);
     ASSERT_EQ(PlainGumbelMax(row, 1.0f, 0, seed, 0), want) << "seed " << seed;
     for (SimdLevel level : SupportedSimdLevels()) {
-      EXPECT_EQ(Draw(row, 1.0f, 0, seed, 0, level), want)
+      EXPECT_EQ(DrawAtLevel(row, 1.0f, 0, seed, 0, level), want)
           << SimdLevelName(level) << " seed " << seed << (tie_before ? " before" : " after");
     }
     ++ties;

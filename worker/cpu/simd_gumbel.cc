@@ -17,6 +17,7 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstddef>
@@ -246,7 +247,7 @@ PAGODA_GUMBEL_AVX512 size_t GumbelCandidatesAvx512(const float* logits, size_t n
   for (size_t begin = 0; begin < n; begin += 64) {
     __m512 x[4];
     for (int j = 0; j < 4; ++j) {  // -inf past the end.
-      const size_t at = begin + 16 * j, left = at < n ? n - at : 0;
+      const size_t at = std::min(begin + 16 * j, n), left = n - at;
       const __mmask16 valid = left >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << left) - 1);
       const __m512 loaded = _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), valid, logits + at);
       // NaN as -inf (neither is ever a candidate), so that the max is exact.
