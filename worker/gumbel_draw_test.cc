@@ -78,7 +78,9 @@ TEST(GumbelDrawTest, NoiseBoundsCoverEveryUniformAndAreTight) {
   EXPECT_EQ(GumbelNoise(0x1FFu), GumbelNoise(0u));
 }
 
-// A 128,256-token row (Llama 3's vocabulary) with NaN and -inf entries, at
+// 128,256-token rows (Llama 3's vocabulary): N(0, 3) with NaN and -inf
+// entries; the same with one token 12 above the rest (most blocks then out
+// of reach, their Philox skipped); a few distinct values, many equal. At
 // temperatures 0.7, 1 and 2.5, with and without a min_key (top-k/top-p's
 // cut), over many seeds: every level draws the plain rule's token.
 TEST(GumbelDrawTest, LargeVocabularyDrawIsThePlainGumbelMaxAtEveryLevel) {
@@ -89,10 +91,14 @@ TEST(GumbelDrawTest, LargeVocabularyDrawIsThePlainGumbelMaxAtEveryLevel) {
     spread[i] = i % 1001 == 17 ? NAN : i % 997 == 5 ? -INFINITY : normal(rng);
     flat[i] = 0.25f * std::round(normal(rng) * 0.1f);  // Few distinct values, many equal.
   }
+  std::vector<float> peaked = spread;
+  float largest = -INFINITY;
+  for (float x : spread) largest = std::max(largest, LoadForTest(x));
+  peaked[70001] = largest + 12.0f;  // Drawn at T = 1, rarely at T = 2.5.
   const float temperatures[] = {0.7f, 1.0f, 2.5f};
   int draws = 0;
-  for (const std::vector<float>* row : {&spread, &flat}) {
-    for (uint64_t seed = 0; seed < 12; ++seed) {
+  for (const std::vector<float>* row : {&spread, &peaked, &flat}) {
+    for (uint64_t seed = 0; seed < 8; ++seed) {
       const float temperature = temperatures[seed % 3];
       // The cut is below the maximum, as the sampler's always is.
       float max_logit = -INFINITY;
