@@ -43,10 +43,13 @@ int32_t GumbelMaxDraw(absl::Span<const float> logits, int32_t argmax, uint32_t m
                       float max_logit, float inv_t, uint64_t seed, uint64_t sample_index,
                       SimdLevel level);
 
-// Monotone map from float to unsigned: a < b  <=>  key(a) < key(b).
+// Monotone map from float to unsigned: a < b  <=>  key(a) < key(b). The
+// bits of a negative x flipped, of a positive one the sign bit set: an xor
+// with a mask, not a branch (the sign of a row's logits is a coin toss).
 inline uint32_t OrderedFloatKey(float x) {
   const uint32_t bits = std::bit_cast<uint32_t>(x);
-  return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
+  const uint32_t negative = static_cast<uint32_t>(static_cast<int32_t>(bits) >> 31);
+  return bits ^ (negative | 0x80000000u);
 }
 
 }  // namespace pagoda::worker

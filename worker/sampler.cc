@@ -8,10 +8,10 @@
 
 #include "worker/cpu/simd.h"
 #include "worker/gumbel_draw.h"
+#include "worker/sampling_thresholds.h"
 
 namespace pagoda::worker {
 namespace {
-
 
 float LoadLogit(float x) { return std::isnan(x) ? -INFINITY : x; }
 
@@ -31,55 +31,9 @@ double LogSumExp(absl::Span<const float> logits, float max_logit) {
   return max_logit + std::log(RowExpSum(logits, max_logit));
 }
 
-// The key of the k-th largest logit (ties counted): every token at or above
-// it survives top-k.
-uint32_t TopKThreshold(absl::Span<const float> logits, int k) {
-  thread_local std::vector<uint32_t> keys;
-  keys.resize(logits.size());
-  for (size_t i = 0; i < logits.size(); ++i) keys[i] = OrderedKey(LoadLogit(logits[i]));
-  std::nth_element(keys.begin(), keys.begin() + (k - 1), keys.end(), std::greater<>());
-  return keys[k - 1];
-}
-
-// The largest key K such that the mass of the tokens with key >= K (among
-// those >= min_key) reaches ceil(top_p * their total mass): top-p's cut.
-uint32_t TopPThreshold(absl::Span<const float> logits, uint32_t min_key, float max_logit,
-                       float inv_t, float top_p) {
-  thread_local std::vector<std::pair<uint32_t, uint64_t>> kept;
-  kept.clear();
-  uint64_t kept_mass = 0;
-  for (float raw : logits) {
-    const float x = LoadLogit(raw);
-    const uint32_t key = OrderedKey(x);
-    if (key < min_key) continue;
-    const uint64_t mass = static_cast<uint64_t>(std::exp((x - max_logit) * inv_t) * kTopPMassScale);
-    if (mass == 0) continue;
-    kept.emplace_back(key, mass);
-    kept_mass += mass;
-  }
-  uint64_t target = static_cast<uint64_t>(std::ceil(static_cast<double>(top_p) * kept_mass));
-  target = std::clamp<uint64_t>(target, 1, kept_mass);
-  // Walk the tokens in descending key order, sorting only as far as the walk
-  // goes: the mass is usually in the first few hundred of a large vocabulary.
-  auto higher = [](const auto& a, const auto& b) { return a.first > b.first; };
-  uint64_t cumulative = 0;
-  for (size_t begin = 0, chunk = 256; begin < kept.size(); begin += chunk, chunk *= 4) {
-    const auto first = kept.begin() + begin;
-    const auto last = kept.begin() + std::min(kept.size(), begin + chunk);
-    std::nth_element(first, last - 1, kept.end(), higher);  // [first, last) are the next largest.
-    std::sort(first, last, higher);
-    for (auto it = first; it != last; ++it) {
-      cumulative += it->second;
-      if (cumulative >= target) return it->first;
-    }
-  }
-  return min_key;  // Unreachable: target <= kept_mass.
-}
-
 // The key of the lowest logit that survives min_p: tokens at or above it
 // pass PassesMinP (monotone in x).
-uint32_t MinPThreshold(absl::Span<const float> logits, float max_logit, float inv_t,
-                       float min_p) {
+uint32_t MinPThreshold(absl::Span<const float> logits, float max_logit, float inv_t, float min_p) {
   const float log_min_p = std::log(min_p);
   uint32_t threshold = ~0u;
   for (float raw : logits) {
@@ -233,9 +187,9 @@ void SampleRowInPlace(absl::Span<float> logits, const RowSamplingParams& params,
   float chosen_raw = raw_best.value;
   if (best.value > -INFINITY) {
     chosen = ChooseToken(logits, best.value, best.id, params);
-    const auto edit = std::lower_bound(
-        params.edits.begin(), params.edits.end(), chosen,
-        [](const LogitEdit& e, int32_t id) { return e.token_id < id; });
+    const auto edit =
+        std::lower_bound(params.edits.begin(), params.edits.end(), chosen,
+                         [](const LogitEdit& e, int32_t id) { return e.token_id < id; });
     const bool edited = edit != params.edits.end() && edit->token_id == chosen;
     chosen_raw = edited ? LoadLogit(raw[edit - params.edits.begin()]) : logits[chosen];
     if (params.processed_logprobs) {
