@@ -30,8 +30,8 @@ inline constexpr int kGumbelBoundShift = 20;
 inline constexpr int kGumbelBoundBuckets = 1 << (32 - kGumbelBoundShift);
 const float* GumbelNoiseBounds();
 
-// Gumbel-max over the tokens whose OrderedKey is at least `min_key` (and that
-// are not -inf or NaN): the argmax of fma(x - max_logit, inv_t, noise), the
+// Gumbel-max over the tokens whose OrderedFloatKey is at least `min_key` (and
+// that are not -inf or NaN): the argmax of fma(x - max_logit, inv_t, noise), the
 // noise of token i from Philox stream (seed, sample_index), word i % 4 of
 // block i / 4; lowest id on ties. Exact: the same token as evaluating every
 // survivor's noise with GumbelNoise. REQUIRES: logits[argmax] = max_logit,

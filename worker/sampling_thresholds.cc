@@ -52,12 +52,24 @@ uint32_t TopKThreshold(absl::Span<const float> logits, int k) {
 
 uint32_t TopPThreshold(absl::Span<const float> logits, uint32_t min_key, float max_logit,
                        float inv_t, float top_p) {
-  auto mass_of = [&](float x) -> uint64_t {
-    const float d = (x - max_logit) * inv_t;
-    // Such a mass rounds down to 0: no expf (on a model's logits, most of
-    // the vocabulary).
-    if (d < kTopPZeroMassBelow) return 0;
-    return static_cast<uint64_t>(std::exp(d) * kTopPMassScale);
+  auto scaled = [&](float raw) {
+    return ((std::isnan(raw) ? -INFINITY : raw) - max_logit) * inv_t;
+  };
+  // The tokens that may have mass: at or above min_key, and not so far below
+  // the maximum that their mass rounds down to 0 (on a model's logits, most
+  // of the vocabulary). Listed without a branch (every id is written, the
+  // count advances by the test), as that test is a coin toss on such rows,
+  // so only the list's tokens pay an expf.
+  thread_local std::vector<uint32_t> pending_ids;
+  pending_ids.resize(logits.size());
+  uint32_t* const pending = pending_ids.data();
+  size_t count = 0;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    pending[count] = static_cast<uint32_t>(i);
+    count += (ThresholdKey(logits[i]) >= min_key) & (scaled(logits[i]) >= kTopPZeroMassBelow);
+  }
+  auto mass_of = [&](float raw) {
+    return static_cast<uint64_t>(std::exp(scaled(raw)) * kTopPMassScale);
   };
   thread_local std::vector<uint64_t> bucket_masses;
   bucket_masses.assign(kThresholdBuckets, 0);
@@ -65,11 +77,10 @@ uint32_t TopPThreshold(absl::Span<const float> logits, uint32_t min_key, float m
   // call to expf.
   uint64_t* const bucket_mass = bucket_masses.data();
   uint64_t kept_mass = 0;
-  for (float raw : logits) {
-    const uint32_t key = ThresholdKey(raw);
-    if (key < min_key) continue;
-    const uint64_t mass = mass_of(std::isnan(raw) ? -INFINITY : raw);
-    bucket_mass[ThresholdBucket(key)] += mass;
+  for (size_t j = 0; j < count; ++j) {
+    const float raw = logits[pending[j]];
+    const uint64_t mass = mass_of(raw);
+    bucket_mass[ThresholdBucket(ThresholdKey(raw))] += mass;
     kept_mass += mass;
   }
   if (kept_mass == 0) return min_key;
@@ -82,10 +93,11 @@ uint32_t TopPThreshold(absl::Span<const float> logits, uint32_t min_key, float m
   // Its tokens of some mass, in descending key order, until the target.
   thread_local std::vector<std::pair<uint32_t, uint64_t>> members;
   members.clear();
-  for (float raw : logits) {
+  for (size_t j = 0; j < count; ++j) {
+    const float raw = logits[pending[j]];
     const uint32_t key = ThresholdKey(raw);
-    if (ThresholdBucket(key) != bucket || key < min_key) continue;
-    const uint64_t mass = mass_of(std::isnan(raw) ? -INFINITY : raw);
+    if (ThresholdBucket(key) != bucket) continue;
+    const uint64_t mass = mass_of(raw);
     if (mass > 0) members.emplace_back(key, mass);
   }
   std::sort(members.begin(), members.end(),
