@@ -1,30 +1,21 @@
 #include "worker/sampler.h"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <numeric>
 #include <utility>
 #include <vector>
 
-#include "kernels/ops/philox.h"
 #include "worker/cpu/simd.h"
+#include "worker/gumbel_draw.h"
+#include "worker/sampling_thresholds.h"
 
 namespace pagoda::worker {
 namespace {
 
-using ::pagoda::kernels::Philox4x32Block;
-using ::pagoda::kernels::PhiloxDraws;
-using ::pagoda::kernels::UniformOpen01;
-
-
 float LoadLogit(float x) { return std::isnan(x) ? -INFINITY : x; }
 
-// Monotone map from float to unsigned: a < b  <=>  Key(a) < Key(b).
-uint32_t OrderedKey(float x) {
-  const uint32_t bits = std::bit_cast<uint32_t>(x);
-  return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
-}
+uint32_t OrderedKey(float x) { return OrderedFloatKey(x); }
 
 // sum(exp(x - max_logit)) in double over the row (NaN as -inf), by the
 // CPU's widest float64 exp (each term within 1 ulp of std::exp's, simd.h):
@@ -40,91 +31,9 @@ double LogSumExp(absl::Span<const float> logits, float max_logit) {
   return max_logit + std::log(RowExpSum(logits, max_logit));
 }
 
-// The key of the k-th largest logit (ties counted): every token at or above
-// it survives top-k.
-uint32_t TopKThreshold(absl::Span<const float> logits, int k) {
-  thread_local std::vector<uint32_t> keys;
-  keys.resize(logits.size());
-  for (size_t i = 0; i < logits.size(); ++i) keys[i] = OrderedKey(LoadLogit(logits[i]));
-  std::nth_element(keys.begin(), keys.begin() + (k - 1), keys.end(), std::greater<>());
-  return keys[k - 1];
-}
-
-// The largest key K such that the mass of the tokens with key >= K (among
-// those >= min_key) reaches ceil(top_p * their total mass): top-p's cut.
-uint32_t TopPThreshold(absl::Span<const float> logits, uint32_t min_key, float max_logit,
-                       float inv_t, float top_p) {
-  thread_local std::vector<std::pair<uint32_t, uint64_t>> kept;
-  kept.clear();
-  uint64_t kept_mass = 0;
-  for (float raw : logits) {
-    const float x = LoadLogit(raw);
-    const uint32_t key = OrderedKey(x);
-    if (key < min_key) continue;
-    const uint64_t mass = static_cast<uint64_t>(std::exp((x - max_logit) * inv_t) * kTopPMassScale);
-    if (mass == 0) continue;
-    kept.emplace_back(key, mass);
-    kept_mass += mass;
-  }
-  uint64_t target = static_cast<uint64_t>(std::ceil(static_cast<double>(top_p) * kept_mass));
-  target = std::clamp<uint64_t>(target, 1, kept_mass);
-  // Walk the tokens in descending key order, sorting only as far as the walk
-  // goes: the mass is usually in the first few hundred of a large vocabulary.
-  auto higher = [](const auto& a, const auto& b) { return a.first > b.first; };
-  uint64_t cumulative = 0;
-  for (size_t begin = 0, chunk = 256; begin < kept.size(); begin += chunk, chunk *= 4) {
-    const auto first = kept.begin() + begin;
-    const auto last = kept.begin() + std::min(kept.size(), begin + chunk);
-    std::nth_element(first, last - 1, kept.end(), higher);  // [first, last) are the next largest.
-    std::sort(first, last, higher);
-    for (auto it = first; it != last; ++it) {
-      cumulative += it->second;
-      if (cumulative >= target) return it->first;
-    }
-  }
-  return min_key;  // Unreachable: target <= kept_mass.
-}
-
-// The largest Gumbel noise UniformOpen01 can give: u <= 1 - 2^-24, so
-// -log(-log(u)) <= 16.64. A token whose (x - max) / T + kMaxGumbel is below
-// the best score so far cannot win, and needs no noise drawn.
-constexpr float kMaxGumbel = 17.0f;
-
-// Gumbel-max over the tokens at or above `threshold`: the argmax of
-// (x - max) / T + Gumbel noise, the noise of token i from Philox stream
-// (seed, sample_index) at counter i / 4, lane i % 4; lowest id on ties.
-// REQUIRES: logits[argmax] = max_logit, a survivor.
-int32_t GumbelMaxDraw(absl::Span<const float> logits, int32_t argmax, uint32_t threshold,
-                      float max_logit, float inv_t, uint64_t seed, uint64_t sample_index) {
-  const size_t vocab = logits.size();
-  auto noise = [&](size_t i) {
-    const Philox4x32Block draws = PhiloxDraws(seed, sample_index, i / 4);
-    return -std::log(-std::log(UniformOpen01(draws.v[i % 4])));
-  };
-  // fma, as nvcc contracts the device's (x - max) * inv_t + gumbel.
-  auto score_of = [&](float x, float gumbel) { return std::fma(x - max_logit, inv_t, gumbel); };
-  // Start from the argmax token's score: a bound most tokens cannot reach.
-  float best_score = score_of(max_logit, noise(argmax));
-  int32_t best_id = argmax;
-  for (size_t i = 0; i < vocab; ++i) {
-    const float x = LoadLogit(logits[i]);
-    if (OrderedKey(x) < threshold || x == -INFINITY) continue;
-    // Rounding is monotone, so this bounds the token's score from above.
-    if (score_of(x, kMaxGumbel) < best_score) continue;
-    const float score = score_of(x, noise(i));
-    const int32_t id = static_cast<int32_t>(i);
-    if (score > best_score || (score == best_score && id < best_id)) {
-      best_score = score;
-      best_id = id;
-    }
-  }
-  return best_id;
-}
-
 // The key of the lowest logit that survives min_p: tokens at or above it
 // pass PassesMinP (monotone in x).
-uint32_t MinPThreshold(absl::Span<const float> logits, float max_logit, float inv_t,
-                       float min_p) {
+uint32_t MinPThreshold(absl::Span<const float> logits, float max_logit, float inv_t, float min_p) {
   const float log_min_p = std::log(min_p);
   uint32_t threshold = ~0u;
   for (float raw : logits) {
@@ -168,26 +77,13 @@ struct ArgMax {
 };
 
 // The row's maximum (NaN as -inf) at its lowest id; -inf at 0 when none.
-// Eight scans of interleaved ids run side by side and merge lowest id first:
-// one scan is a chain of dependent compares bound by their latency, which
-// was most of a greedy row's sampling once the log-sum-exp was vectorized.
+// By the CPU's widest argmax (simd.h): a scalar scan is a chain of dependent
+// compares bound by their latency, most of a greedy row's sampling once the
+// log-sum-exp was vectorized, and of a drawn row's once its noise was pruned.
 ArgMax RowArgMax(absl::Span<const float> logits) {
-  constexpr size_t kScans = 8;
-  ArgMax scans[kScans];
-  auto scan = [&](ArgMax& best, size_t i) {
-    const float x = LoadLogit(logits[i]);
-    if (x > best.value) {  // Strict, in id order: the lowest id wins ties.
-      best.value = x;
-      best.id = static_cast<int32_t>(i);
-    }
-  };
-  size_t i = 0;
-  for (; i + kScans <= logits.size(); i += kScans) {
-    for (size_t s = 0; s < kScans; ++s) scan(scans[s], i + s);
-  }
-  for (; i < logits.size(); ++i) scan(scans[0], i);  // Ids above all of scan 0's.
+  static const auto argmax = BestSimdKernels().argmax;
   ArgMax best;
-  for (const ArgMax& s : scans) best.Offer(s.value, s.id);
+  best.id = static_cast<int32_t>(argmax(logits.data(), logits.size(), &best.value));
   return best;
 }
 
@@ -291,9 +187,9 @@ void SampleRowInPlace(absl::Span<float> logits, const RowSamplingParams& params,
   float chosen_raw = raw_best.value;
   if (best.value > -INFINITY) {
     chosen = ChooseToken(logits, best.value, best.id, params);
-    const auto edit = std::lower_bound(
-        params.edits.begin(), params.edits.end(), chosen,
-        [](const LogitEdit& e, int32_t id) { return e.token_id < id; });
+    const auto edit =
+        std::lower_bound(params.edits.begin(), params.edits.end(), chosen,
+                         [](const LogitEdit& e, int32_t id) { return e.token_id < id; });
     const bool edited = edit != params.edits.end() && edit->token_id == chosen;
     chosen_raw = edited ? LoadLogit(raw[edit - params.edits.begin()]) : logits[chosen];
     if (params.processed_logprobs) {

@@ -25,6 +25,22 @@ std::string_view SimdLevelName(SimdLevel level);
 std::vector<SimdLevel> SupportedSimdLevels();
 SimdLevel BestSimdLevel();
 
+// One Gumbel-max scan's parameters (SimdKernels::gumbel_candidates).
+inline constexpr int kGumbelScanBoundShift = 20;
+struct GumbelScan {
+  // 4096 noise bounds, by the Philox word's top 12 bits (the word >> 20).
+  const float* bounds;
+  // The largest of the bounds: the vector levels skip the Philox of a block
+  // of tokens none of whose logits could reach best_score with it.
+  float largest_bound;
+  uint64_t seed;
+  uint64_t stream;
+  uint32_t min_key;
+  float max_logit;
+  float inv_t;
+  float best_score;
+};
+
 // The inner loops of the CPU backend at one level. Every function accumulates
 // in f32 whatever the stored type, and accepts any n >= 0 (no alignment or
 // multiple-of-width requirement). `w` pointers point at `n` elements of the
@@ -136,6 +152,24 @@ struct SimdKernels {
   // 2.2261e-308 (simd_exp_f64.cc); only the order of the additions differs,
   // so logprobs rounded to f32 match the plain loop's.
   double (*exp_sum_f64)(const float* in, float shift, size_t n);
+
+  // The index of the largest in[i], i < n, the lowest on ties, a NaN
+  // counting as -inf; writes that value to *max_value (-inf, at index 0,
+  // when none is above -inf). Every level gives the plain loop's answer.
+  // REQUIRES: n < 2^31.
+  size_t (*argmax)(const float* in, size_t n, float* max_value);
+
+  // The Gumbel-max draw's candidates (worker/gumbel_draw.h): writes to `ids`,
+  // ascending, every i < n whose logit x = logits[i] is neither -inf nor NaN,
+  // has OrderedFloatKey(x) >= scan.min_key, and whose score bound
+  // fma(x - max_logit, inv_t, bounds[bits >> kGumbelScanBoundShift]) is not
+  // below scan.best_score, bits being word t % 4 of
+  // PhiloxDraws(scan.seed, scan.stream, t / 4) for token t = first + i;
+  // returns how many. Every level picks the same ids (the vector ones run
+  // Philox and the fma lane-wise: exact integer and fused float operations).
+  // REQUIRES: first % 4 == 0; ids has room for n; scan.inv_t > 0.
+  size_t (*gumbel_candidates)(const float* logits, size_t n, uint64_t first,
+                              const GumbelScan& scan, uint32_t* ids);
 
   // Linear takes the panel kernels for prefill-sized inputs of fewer input
   // features than this. At AVX-512 only below 256: from 256 on, tile4's

@@ -499,7 +499,9 @@ constexpr SimdKernels kAvx2Kernels = {DotAvx2<DType::kF32>,
                                       Gemm6x16Avx2,
                                       ExpSumAvx2,
                                       SiluMulAvx2,
-                                      ExpSumF64Avx2};
+                                      ExpSumF64Avx2,
+                                      ArgMaxAvx2,
+                                      GumbelCandidatesAvx2};
 
 }  // namespace
 

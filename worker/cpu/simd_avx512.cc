@@ -407,7 +407,7 @@ SimdKernels MakeAvx512Kernels(const SimdKernels& avx2) {
           avx2.pack16_f32, avx2.pack16_bf16, avx2.pack16_f16, avx2.pack16_fp8e4m3,
           avx2.pack16_fp8e5m2, avx2.gemm6x16,
           avx2.exp_sum,  // AVX2 code, valid at this level.
-          SiluMulAvx512, ExpSumF64Avx512,
+          SiluMulAvx512, ExpSumF64Avx512, ArgMaxAvx512, GumbelCandidatesAvx512,
           /*panel_linear_below_in_features=*/kAvx512PanelLinearBelowInFeatures,
           /*blocked_attention_min_rows=*/kAvx512BlockedAttentionMinRows,
           /*tile4_max_rows=*/6};

@@ -119,6 +119,17 @@ void SiluMulPlain(const float* gate, const float* up, float* out, size_t n);
 double ExpSumF64Plain(const float* in, float shift, size_t n);
 double ExpSumF64Avx2(const float* in, float shift, size_t n);
 double ExpSumF64Avx512(const float* in, float shift, size_t n);
+// simd_argmax.cc: SimdKernels::argmax at each level.
+size_t ArgMaxPlain(const float* in, size_t n, float* max_value);
+size_t ArgMaxAvx2(const float* in, size_t n, float* max_value);
+size_t ArgMaxAvx512(const float* in, size_t n, float* max_value);
+// simd_gumbel.cc: SimdKernels::gumbel_candidates at each level.
+size_t GumbelCandidatesPlain(const float* logits, size_t n, uint64_t first, const GumbelScan& scan,
+                             uint32_t* ids);
+size_t GumbelCandidatesAvx2(const float* logits, size_t n, uint64_t first, const GumbelScan& scan,
+                            uint32_t* ids);
+size_t GumbelCandidatesAvx512(const float* logits, size_t n, uint64_t first,
+                              const GumbelScan& scan, uint32_t* ids);
 
 }  // namespace pagoda::worker::simd_internal
 

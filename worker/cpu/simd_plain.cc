@@ -61,7 +61,9 @@ constexpr SimdKernels kPlainKernels = {DotPlain<DType::kF32>,
                                        nullptr,
                                        ExpSumPlain,
                                        SiluMulPlain,
-                                       ExpSumF64Plain};
+                                       ExpSumF64Plain,
+                                       ArgMaxPlain,
+                                       GumbelCandidatesPlain};
 
 }  // namespace
 

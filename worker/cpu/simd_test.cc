@@ -4,6 +4,7 @@
 #include "worker/cpu/simd.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -13,6 +14,12 @@
 
 namespace pagoda::worker {
 namespace {
+
+// The sampler's monotone float key (worker/gumbel_draw.h's OrderedFloatKey).
+uint32_t OrderedKeyForTest(float x) {
+  const uint32_t bits = std::bit_cast<uint32_t>(x);
+  return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
+}
 
 constexpr size_t kSizes[] = {0, 1, 3, 7, 8, 9, 15, 16, 17, 31, 33, 63, 65, 127, 129, 511, 1537};
 // FP8 E4M3 is the KV cache's only, but every kernel has it (simd.h).
@@ -436,6 +443,107 @@ TEST_P(SimdKernelTest, ExpSumF64CountsEveryPositionOnce) {
     }
     const double got = kernels.exp_sum_f64(in.data(), 12.0f, n);
     EXPECT_NEAR(got, want, 4e-16 * (n + 2) * want) << SimdLevelName(GetParam()) << " n=" << n;
+  }
+}
+
+// The argmax against a plain loop of its own, at every size and tail: the
+// maximum placed at each position among -inf, NaN and lower values; ties
+// of it further on, in other lanes and accumulators, lose to the first; a
+// row of only -inf and NaN gives -inf at 0; +inf wins.
+TEST_P(SimdKernelTest, ArgMaxIsTheFirstLargestAndNanIsMinusInfinity) {
+  const SimdKernels& kernels = SimdKernelsFor(GetParam());
+  std::mt19937 rng(48);
+  std::normal_distribution<float> logit(0.0f, 3.0f);
+  auto expect_argmax = [&](const std::vector<float>& in, size_t n, size_t want_id,
+                           float want_value) {
+    float value = 0.0f;
+    const size_t id = kernels.argmax(in.data(), n, &value);
+    ASSERT_EQ(id, want_id) << SimdLevelName(GetParam()) << " n=" << n;
+    ASSERT_EQ(value, want_value) << SimdLevelName(GetParam()) << " n=" << n;
+  };
+  for (size_t n : kSizes) {
+    std::vector<float> in(n + 1);
+    for (size_t i = 0; i < n; ++i) in[i] = i % 3 == 0 ? NAN : i % 3 == 1 ? -INFINITY : -5.0f;
+    in[n] = 1e30f;  // Past the end: never read as a candidate.
+    expect_argmax(in, n, n > 2 ? 2 : 0, n > 2 ? -5.0f : -INFINITY);
+    for (size_t i = 0; i < n; ++i) in[i] = i % 2 == 0 ? NAN : -INFINITY;
+    expect_argmax(in, n, 0, -INFINITY);
+    for (size_t i = 0; i < n; ++i) in[i] = i % 7 == 3 ? NAN : logit(rng);
+    for (size_t at = 0; at < n; at += 1 + at / 8) {
+      std::vector<float> row = in;
+      row[at] = 20.0f;
+      for (size_t tie = at + 5; tie < n; tie += 17) row[tie] = 20.0f;
+      expect_argmax(row, n, at, 20.0f);
+      row[n - 1] = INFINITY;
+      expect_argmax(row, n, n - 1, INFINITY);
+    }
+  }
+}
+
+// The Gumbel-max candidate scan against the plain loop. Each bound table
+// below passes a token iff one bit of its Philox word's top 12 is set, so
+// the twelve tables read every word's top 12 bits back through the ids: a
+// wrong lane, counter, carry or transpose in the vector Philox shows. Then
+// the real-looking case: increasing bounds, NaN, +-inf, a min_key and a
+// best score that about a third of the tokens reach.
+TEST_P(SimdKernelTest, GumbelCandidatesAreThePlainLoops) {
+  const SimdKernels& kernels = SimdKernelsFor(GetParam());
+  const SimdKernels& plain = SimdKernelsFor(SimdLevel::kPlain);
+  std::mt19937 rng(46);
+  std::normal_distribution<float> logit(0.0f, 3.0f);
+  std::vector<float> bounds(4096);
+  for (size_t n : kSizes) {
+    std::vector<float> x(n);
+    for (size_t i = 0; i < n; ++i) {
+      x[i] = i % 11 == 5 ? NAN : i % 13 == 7 ? -INFINITY : i % 29 == 3 ? INFINITY : logit(rng);
+    }
+    // Counters across 2^32 (the carry into the high word), and a 64-bit stream.
+    for (uint64_t first : {uint64_t{0}, uint64_t{4} * (uint64_t{1} << 32) - 12}) {
+      GumbelScan scan = {.bounds = bounds.data(),
+                         .largest_bound = 1e30f,
+                         .seed = 0x0123456789abcdefull,
+                         .stream = 0xfedcba9876543210ull + n,
+                         .min_key = 0,
+                         .max_logit = 0.0f,
+                         .inv_t = 1.0f,
+                         .best_score = 0.0f};
+      std::vector<uint32_t> want(n + 1), got(n + 1);
+      auto expect_same = [&](const char* what) {
+        const size_t want_count = plain.gumbel_candidates(x.data(), n, first, scan, want.data());
+        const size_t got_count = kernels.gumbel_candidates(x.data(), n, first, scan, got.data());
+        ASSERT_EQ(got_count, want_count) << SimdLevelName(GetParam()) << " n=" << n << " " << what;
+        for (size_t c = 0; c < want_count; ++c) {
+          ASSERT_EQ(got[c], want[c]) << SimdLevelName(GetParam()) << " n=" << n << " " << what;
+        }
+      };
+      for (int bit = 0; bit < 12; ++bit) {
+        for (size_t b = 0; b < bounds.size(); ++b) bounds[b] = (b >> bit) & 1 ? 1e30f : -1e30f;
+        expect_same("bit");
+      }
+      for (size_t b = 0; b < bounds.size(); ++b) bounds[b] = -3.0f + 20.0f * b / bounds.size();
+      scan = {.bounds = bounds.data(),
+              .largest_bound = bounds.back(),
+              .seed = 99,
+              .stream = 5,
+              .min_key = OrderedKeyForTest(-2.0f),
+              .max_logit = 9.5f,
+              .inv_t = 0.8f,
+              .best_score = 1.5f};
+      expect_same("bounds");
+      // Most blocks out of reach (the skip without Philox), a few tokens
+      // near the maximum in reach, one NaN beside each (the block's max).
+      std::vector<float> spread = x;
+      for (size_t i = 0; i < n; ++i) {
+        if (i % 97 == 40) spread[i] = 38.0f + 0.01f * i;
+        if (i % 97 == 41 || i % 97 == 39) spread[i] = NAN;
+      }
+      std::swap(x, spread);
+      scan.max_logit = 40.0f;
+      scan.inv_t = 1.0f;
+      scan.min_key = 0;
+      expect_same("out of reach");
+      std::swap(x, spread);
+    }
   }
 }
 
