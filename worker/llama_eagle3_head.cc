@@ -262,21 +262,14 @@ absl::StatusOr<ForwardOutput> LlamaModel::ForwardEagle3(const FlatBatch& batch, 
                     embeds_normed);
   backend_->RmsNorm(a.residual, Tensor::Of(*eagle3_->hidden_norm, {hidden}), step.num_tokens, eps,
                     hidden_normed);
-  // concat(embeds, hidden) per row, on the host: the Backend has no strided
-  // copy.
-  std::vector<char>& staging = eagle3_->staging;
-  staging.resize(tokens * 4 * row_bytes);
-  char* halves = staging.data() + tokens * 2 * row_bytes;
-  backend_->DownloadBytes(embeds_normed, halves, tokens * row_bytes);
-  backend_->DownloadBytes(hidden_normed, halves + tokens * row_bytes, tokens * row_bytes);
-  for (size_t t = 0; t < tokens; ++t) {
-    std::memcpy(staging.data() + 2 * t * row_bytes, halves + t * row_bytes, row_bytes);
-    std::memcpy(staging.data() + (2 * t + 1) * row_bytes, halves + (tokens + t) * row_bytes,
-                row_bytes);
-  }
-  backend_->UploadBytes(staging.data(), layer_input, tokens * 2 * row_bytes);
+  // concat(embeds, hidden) per row, each half copied into its columns on
+  // the device.
+  backend_->CopyRows(embeds_normed, row_bytes, layer_input, 2 * row_bytes, row_bytes,
+                     step.num_tokens);
+  backend_->CopyRows(hidden_normed, row_bytes, static_cast<char*>(layer_input) + row_bytes,
+                     2 * row_bytes, row_bytes, step.num_tokens);
   if (eagle3_->norm_before_residual) {
-    backend_->UploadBytes(halves + tokens * row_bytes, a.residual, tokens * row_bytes);
+    backend_->CopyRows(hidden_normed, row_bytes, a.residual, row_bytes, row_bytes, step.num_tokens);
   }
   Activations attention_input = a;
   attention_input.normed = layer_input;

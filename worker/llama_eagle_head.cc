@@ -5,7 +5,6 @@
 // state), the first layer's missing input norm, and the output (no final
 // norm, the target's lm_head). docs/speculative-decoding.md.
 
-#include <cstring>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -102,17 +101,13 @@ absl::StatusOr<ForwardOutput> LlamaModel::ForwardEagle(const FlatBatch& batch, C
       step,
       Tensor::Of(*target.embed_tokens_, {target.config_.vocab_size, target.config_.hidden_size}),
       a.normed);
-  // concat(embedding, feature) per row, built on the host: the Backend has
-  // no strided copy, and the features come from the host anyway.
-  fc_input_staging_.resize(tokens * 2 * row_bytes);
-  std::vector<char> embedded(tokens * row_bytes);
-  backend_->DownloadBytes(a.normed, embedded.data(), embedded.size());
-  for (size_t t = 0; t < tokens; ++t) {
-    char* row = fc_input_staging_.data() + t * 2 * row_bytes;
-    std::memcpy(row, embedded.data() + t * row_bytes, row_bytes);
-    std::memcpy(row + row_bytes, static_cast<const char*>(features) + t * row_bytes, row_bytes);
-  }
-  backend_->UploadBytes(fc_input_staging_.data(), fc_input, fc_input_staging_.size());
+  // concat(embedding, feature) per row, on the device: the features (host
+  // rows) go up into a.projected, unused until the first layer, and each
+  // half is copied into its columns, so nothing comes back to the host.
+  backend_->UploadBytes(features, a.projected, tokens * row_bytes);
+  backend_->CopyRows(a.normed, row_bytes, fc_input, 2 * row_bytes, row_bytes, step.num_tokens);
+  backend_->CopyRows(a.projected, row_bytes, static_cast<char*>(fc_input) + row_bytes,
+                     2 * row_bytes, row_bytes, step.num_tokens);
   fc_->Forward(fc_input, step.num_tokens, a.residual);
   if (absl::Status s = RunLayers(step, cache, a); !s.ok()) return s;
   return EagleLogits(step, a);
