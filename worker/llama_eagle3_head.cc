@@ -3,7 +3,8 @@
 // layers' hidden states to one, a midlayer whose q/k/v read the normalised
 // token embedding beside the normalised hidden state, and the head's own
 // final norm and lm_head over a draft vocabulary mapped to target ids by
-// d2t. docs/speculative-decoding.md.
+// d2t; and the target's side of it, the aux layers' rows it keeps.
+// docs/speculative-decoding.md.
 
 #include <cstdint>
 #include <cstring>
@@ -231,6 +232,33 @@ absl::Status LlamaModel::LoadEagle3Weights(const std::string& head_dir,
   PAGODA_ASSIGN_OR_RETURN(eagle3_->draft_to_target,
                           ReadDraftToTarget(**store, eagle3_->draft_vocab, vocab));
   return LoadEagle3Layer(loader, prefix, full_config, shard);
+}
+
+// The target's side of an EAGLE-3 head (LlamaModel::KeepAuxHidden): the
+// residual stream entering each aux layer, gathered on the device.
+void LlamaModel::CaptureAuxHidden(int layer, int tokens, const void* residual) {
+  if (aux_layers_.empty()) return;
+  const size_t row_bytes = hidden_row_bytes();
+  const size_t width = aux_layers_.size() * row_bytes;
+  const size_t bytes = static_cast<size_t>(tokens) * width;
+  if (aux_device_ == nullptr || aux_device_->nbytes() < bytes) {
+    aux_device_.reset();  // Free before allocating the bigger one.
+    aux_device_ = backend_->Allocate(DType::kF32, (bytes + sizeof(float) - 1) / sizeof(float));
+  }
+  for (size_t slot = 0; slot < aux_layers_.size(); ++slot) {
+    if (aux_layers_[slot] != layer) continue;
+    backend_->CopyRows(residual, row_bytes,
+                       static_cast<char*>(aux_device_->raw()) + slot * row_bytes, width, row_bytes,
+                       tokens);
+  }
+}
+
+const void* LlamaModel::DownloadAuxHidden(int tokens) {
+  aux_hidden_.resize(static_cast<size_t>(tokens) * aux_layers_.size() * hidden_row_bytes());
+  if (!aux_hidden_.empty()) {
+    backend_->DownloadBytes(aux_device_->raw(), aux_hidden_.data(), aux_hidden_.size());
+  }
+  return aux_hidden_.data();
 }
 
 absl::StatusOr<ForwardOutput> LlamaModel::ForwardEagle3(const FlatBatch& batch, CacheEngine* cache,

@@ -395,31 +395,6 @@ absl::StatusOr<ForwardOutput> LlamaModel::Forward(const FlatBatch& batch, CacheE
   return output;
 }
 
-void LlamaModel::CaptureAuxHidden(int layer, int tokens, const void* residual) {
-  if (aux_layers_.empty()) return;
-  const size_t row_bytes = hidden_row_bytes();
-  const size_t width = aux_layers_.size() * row_bytes;
-  const size_t bytes = static_cast<size_t>(tokens) * width;
-  if (aux_device_ == nullptr || aux_device_->nbytes() < bytes) {
-    aux_device_.reset();  // Free before allocating the bigger one.
-    aux_device_ = backend_->Allocate(DType::kF32, (bytes + sizeof(float) - 1) / sizeof(float));
-  }
-  for (size_t slot = 0; slot < aux_layers_.size(); ++slot) {
-    if (aux_layers_[slot] != layer) continue;
-    backend_->CopyRows(residual, row_bytes,
-                       static_cast<char*>(aux_device_->raw()) + slot * row_bytes, width, row_bytes,
-                       tokens);
-  }
-}
-
-const void* LlamaModel::DownloadAuxHidden(int tokens) {
-  aux_hidden_.resize(static_cast<size_t>(tokens) * aux_layers_.size() * hidden_row_bytes());
-  if (!aux_hidden_.empty()) {
-    backend_->DownloadBytes(aux_device_->raw(), aux_hidden_.data(), aux_hidden_.size());
-  }
-  return aux_hidden_.data();
-}
-
 absl::Status LlamaModel::RunLayers(const StepBatch& step, CacheEngine* cache,
                                    const Activations& activations) {
   const float eps = static_cast<float>(config_.rms_norm_eps);
