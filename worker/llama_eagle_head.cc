@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/dtype.h"
 #include "common/safetensors.h"
 #include "common/status_macros.h"
 #include "common/tensor_parallel_plan.h"
@@ -79,9 +80,14 @@ absl::Status LlamaModel::LoadEagleWeights(const std::string& head_dir,
   PAGODA_ASSIGN_OR_RETURN(
       fc_, loader.LoadLinear({{"fc", hidden, 2 * hidden, WeightSlice::Whole()}},
                              (*store)->Has("fc.bias"), backend_->activation_dtype()));
+  // EagleLogits' all-ones norm weight, in the activation dtype as the
+  // checkpoint's norms are (CUDA's norm kernels read their weight in it).
+  const DType act = backend_->activation_dtype();
   const std::vector<float> ones(static_cast<size_t>(hidden), 1.0f);
-  ones_ = backend_->Allocate(DType::kF32, ones.size());
-  backend_->UploadBytes(ones.data(), ones_->raw(), ones.size() * sizeof(float));
+  std::vector<char> encoded(ones.size() * DTypeSize(act));
+  ConvertFromFloat(act, ones.data(), ones.size(), encoded.data());
+  ones_ = backend_->Allocate(act, ones.size());
+  backend_->UploadBytes(encoded.data(), ones_->raw(), encoded.size());
   return LoadLayers(loader, **store, "layers.", full_config, shard);
 }
 
