@@ -8,6 +8,7 @@
 //   first position where the target's two best logprobs are within bf16
 //   rounding of each other (a verify step's k + 1 rows and a decode step's
 //   one row round differently, so such a near-tie may flip either way);
+// - memory: a block id costs the target's bytes and the draft's;
 // - acceptance: the target as its own draft, and the near-target EAGLE
 //   head, get drafts accepted (greedy and seeded: coupled draws);
 // - proposals: DraftModel::Propose over the same fed tokens proposes on the
@@ -165,7 +166,9 @@ class CudaDraftTest : public ::testing::Test {
 
   // The CUDA runner over the target, with `draft` (none when null), its
   // cache of kSeqs * kBlocksPerSeq blocks; null after a failure (reported).
-  static std::unique_ptr<ModelRunner> CudaRunner(const DraftCase* draft) {
+  // `response`, when set, receives LoadModel's answer.
+  static std::unique_ptr<ModelRunner> CudaRunner(const DraftCase* draft,
+                                                 v1::LoadModelResponse* response = nullptr) {
     auto runner = CreateCudaModelRunner(CudaRunnerOptions{.device = 0});
     LoadModelRequest load;
     load.set_model_dir(ModelDir("target"));
@@ -184,6 +187,7 @@ class CudaDraftTest : public ::testing::Test {
     EXPECT_TRUE(loaded.ok()) << loaded.status();
     if (!loaded.ok()) return nullptr;
     EXPECT_GE(loaded->num_gpu_blocks(), kSeqs * kBlocksPerSeq);
+    if (response != nullptr) *response = *loaded;
     v1::InitCacheRequest init;
     init.set_num_gpu_blocks(kSeqs * kBlocksPerSeq);
     const absl::Status cached = runner->InitCache(init);
@@ -321,6 +325,17 @@ int Sum(const std::vector<Decoded>& runs, int Decoded::*field) {
   int total = 0;
   for (const Decoded& run : runs) total += run.*field;
   return total;
+}
+
+// One block id spans the target's cache and the draft's, so a block costs
+// both (the one-layer draft: half the two-layer target's bytes again).
+TEST_F(CudaDraftTest, ABlockHoldsTheTargetsAndTheDraftsLayers) {
+  v1::LoadModelResponse plain, with_draft;
+  ASSERT_NE(CudaRunner(nullptr, &plain), nullptr);
+  const DraftCase other{"other"};
+  ASSERT_NE(CudaRunner(&other, &with_draft), nullptr);
+  EXPECT_EQ(2 * with_draft.bytes_per_block(), 3 * plain.bytes_per_block());
+  EXPECT_LE(with_draft.num_gpu_blocks(), plain.num_gpu_blocks());
 }
 
 TEST_F(CudaDraftTest, DraftModelKeepsTheTargetsGreedyTokens) {
