@@ -174,9 +174,9 @@ class CudaModelRunner final : public ModelRunnerBase {
     // NCCL's async errors), which cannot sit inside a captured graph; a
     // captured ncclAllReduce would replay unbounded, so a dead peer would
     // hang the step instead of failing it. Eager TP steps keep that bound.
-    // Nor under an EAGLE head: its target copies hidden states to the host
-    // inside the forward (an EAGLE-3 target after each of its aux layers),
-    // which a capture cannot hold, and the graphs keep no hidden states.
+    // Nor under an EAGLE head: its target's forward ends by copying hidden
+    // states to the host (EagleFeatures), which a replay would skip, and
+    // the graphs keep no hidden states.
     enforce_eager_ =
         request.enforce_eager() || membership->world_size > 1 || ServesEagleHead(request);
     if (!enforce_eager_) ReserveGraphWorkspace();
