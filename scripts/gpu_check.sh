@@ -44,6 +44,12 @@
 #     one rank's; two ranks on two GPUs where there are two). NCCL is the
 #     machine's: its CUDA's or its PyTorch's nvidia-nccl-cu13 (libnccl.so.2 is
 #     ~210 MiB, over what the device tool carries); the summary names it.
+#  1s. Speculative decoding's draft model and EAGLE / EAGLE-3 heads on the
+#     CUDA runner (issue 46, written without a GPU): worker_cuda_draft_test
+#     ran in step 1 (greedy tokens equal the target alone's up to bf16
+#     near-ties, drafts accepted, proposals equal the CPU backend's); one row
+#     gives its result. Until it reads ok the server refuses a draft model or
+#     EAGLE head with --device cuda (scheduler/spec/draft_model_config.cc).
 #  1c. Structured outputs end to end on the GPU (the structured group):
 #     tests/constraints/structured_outputs_e2e_test.py in CUDA mode, every
 #     constraint of its suites through the OpenAI API, with and without
@@ -300,6 +306,19 @@ nccl_step() {  # ROW TEST
 if wanted nccl; then
   nccl_step nccl_size1 "${NCCL_TESTS[0]}"
   nccl_step cuda_worker_nccl "${NCCL_TESTS[1]}"
+fi
+
+# 1s. The speculative row: the draft model / EAGLE test's result in step 1.
+SPEC_TEST=worker_cuda_draft_test
+if wanted ctest && [ -f "$LOG_DIR/ctest.log" ]; then
+  spec_result=$(sed -n "s/^.*Test *#[0-9]*: $SPEC_TEST \.*\** *\([A-Za-z*]*\).*/\1/p" \
+    "$LOG_DIR/ctest.log" | tail -1)
+  case "$spec_result" in
+    Passed) spec_status=ok ;;
+    "") spec_status=missing ;;
+    *) spec_status=CHECK ;;
+  esac
+  record speculative "$spec_status" 0 "$SPEC_TEST:${spec_result:-not run}"
 fi
 
 # 1c. Structured outputs on the GPU; the summary row carries the suite's

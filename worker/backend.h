@@ -303,6 +303,13 @@ class Backend {
   // out[i, :] = src[batch.logits_indices[i], :] for i < num_logits_rows,
   // dim activations per row.
   virtual void GatherRows(const void* src, const StepBatch& batch, int dim, void* out) = 0;
+  // Copies `rows` rows of `row_bytes` bytes, backend memory to backend
+  // memory, in stream order: row r from src + r * src_stride to
+  // dst + r * dst_stride (a block of columns of a row-major matrix: each
+  // half of an EAGLE head's concatenated fc input). REQUIRES: both strides
+  // >= row_bytes; src and dst do not overlap.
+  virtual void CopyRows(const void* src, size_t src_stride, void* dst, size_t dst_stride,
+                        size_t row_bytes, int rows) = 0;
 
   // Picks one token per row of `logits` ([num_rows, vocab] f32, backend
   // memory) under `params` and writes the results to host memory. The rule

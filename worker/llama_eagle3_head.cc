@@ -3,7 +3,8 @@
 // layers' hidden states to one, a midlayer whose q/k/v read the normalised
 // token embedding beside the normalised hidden state, and the head's own
 // final norm and lm_head over a draft vocabulary mapped to target ids by
-// d2t. docs/speculative-decoding.md.
+// d2t; and the target's side of it, the aux layers' rows it keeps.
+// docs/speculative-decoding.md.
 
 #include <cstdint>
 #include <cstring>
@@ -233,6 +234,33 @@ absl::Status LlamaModel::LoadEagle3Weights(const std::string& head_dir,
   return LoadEagle3Layer(loader, prefix, full_config, shard);
 }
 
+// The target's side of an EAGLE-3 head (LlamaModel::KeepAuxHidden): the
+// residual stream entering each aux layer, gathered on the device.
+void LlamaModel::CaptureAuxHidden(int layer, int tokens, const void* residual) {
+  if (aux_layers_.empty()) return;
+  const size_t row_bytes = hidden_row_bytes();
+  const size_t width = aux_layers_.size() * row_bytes;
+  const size_t bytes = static_cast<size_t>(tokens) * width;
+  if (aux_device_ == nullptr || aux_device_->nbytes() < bytes) {
+    aux_device_.reset();  // Free before allocating the bigger one.
+    aux_device_ = backend_->Allocate(DType::kF32, (bytes + sizeof(float) - 1) / sizeof(float));
+  }
+  for (size_t slot = 0; slot < aux_layers_.size(); ++slot) {
+    if (aux_layers_[slot] != layer) continue;
+    backend_->CopyRows(residual, row_bytes,
+                       static_cast<char*>(aux_device_->raw()) + slot * row_bytes, width, row_bytes,
+                       tokens);
+  }
+}
+
+const void* LlamaModel::DownloadAuxHidden(int tokens) {
+  aux_hidden_.resize(static_cast<size_t>(tokens) * aux_layers_.size() * hidden_row_bytes());
+  if (!aux_hidden_.empty()) {
+    backend_->DownloadBytes(aux_device_->raw(), aux_hidden_.data(), aux_hidden_.size());
+  }
+  return aux_hidden_.data();
+}
+
 absl::StatusOr<ForwardOutput> LlamaModel::ForwardEagle3(const FlatBatch& batch, CacheEngine* cache,
                                                         const void* features,
                                                         bool features_from_target) {
@@ -262,21 +290,14 @@ absl::StatusOr<ForwardOutput> LlamaModel::ForwardEagle3(const FlatBatch& batch, 
                     embeds_normed);
   backend_->RmsNorm(a.residual, Tensor::Of(*eagle3_->hidden_norm, {hidden}), step.num_tokens, eps,
                     hidden_normed);
-  // concat(embeds, hidden) per row, on the host: the Backend has no strided
-  // copy.
-  std::vector<char>& staging = eagle3_->staging;
-  staging.resize(tokens * 4 * row_bytes);
-  char* halves = staging.data() + tokens * 2 * row_bytes;
-  backend_->DownloadBytes(embeds_normed, halves, tokens * row_bytes);
-  backend_->DownloadBytes(hidden_normed, halves + tokens * row_bytes, tokens * row_bytes);
-  for (size_t t = 0; t < tokens; ++t) {
-    std::memcpy(staging.data() + 2 * t * row_bytes, halves + t * row_bytes, row_bytes);
-    std::memcpy(staging.data() + (2 * t + 1) * row_bytes, halves + (tokens + t) * row_bytes,
-                row_bytes);
-  }
-  backend_->UploadBytes(staging.data(), layer_input, tokens * 2 * row_bytes);
+  // concat(embeds, hidden) per row, each half copied into its columns on
+  // the device.
+  backend_->CopyRows(embeds_normed, row_bytes, layer_input, 2 * row_bytes, row_bytes,
+                     step.num_tokens);
+  backend_->CopyRows(hidden_normed, row_bytes, static_cast<char*>(layer_input) + row_bytes,
+                     2 * row_bytes, row_bytes, step.num_tokens);
   if (eagle3_->norm_before_residual) {
-    backend_->UploadBytes(halves + tokens * row_bytes, a.residual, tokens * row_bytes);
+    backend_->CopyRows(hidden_normed, row_bytes, a.residual, row_bytes, row_bytes, step.num_tokens);
   }
   Activations attention_input = a;
   attention_input.normed = layer_input;

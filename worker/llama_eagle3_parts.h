@@ -25,7 +25,6 @@ struct Eagle3HeadParts {
   // vLLM's norm_before_residual: the residual is hidden_norm(hidden), not
   // the hidden itself.
   bool norm_before_residual = false;
-  std::vector<char> staging;        // Host rows of the midlayer's input.
   std::vector<float> draft_logits;  // Host [rows, draft_vocab].
   std::vector<float> logits;        // Host [rows, vocab_size].
 };

@@ -5,10 +5,10 @@
 // state), the first layer's missing input norm, and the output (no final
 // norm, the target's lm_head). docs/speculative-decoding.md.
 
-#include <cstring>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/dtype.h"
 #include "common/safetensors.h"
 #include "common/status_macros.h"
 #include "common/tensor_parallel_plan.h"
@@ -80,9 +80,14 @@ absl::Status LlamaModel::LoadEagleWeights(const std::string& head_dir,
   PAGODA_ASSIGN_OR_RETURN(
       fc_, loader.LoadLinear({{"fc", hidden, 2 * hidden, WeightSlice::Whole()}},
                              (*store)->Has("fc.bias"), backend_->activation_dtype()));
+  // EagleLogits' all-ones norm weight, in the activation dtype as the
+  // checkpoint's norms are (CUDA's norm kernels read their weight in it).
+  const DType act = backend_->activation_dtype();
   const std::vector<float> ones(static_cast<size_t>(hidden), 1.0f);
-  ones_ = backend_->Allocate(DType::kF32, ones.size());
-  backend_->UploadBytes(ones.data(), ones_->raw(), ones.size() * sizeof(float));
+  std::vector<char> encoded(ones.size() * DTypeSize(act));
+  ConvertFromFloat(act, ones.data(), ones.size(), encoded.data());
+  ones_ = backend_->Allocate(act, ones.size());
+  backend_->UploadBytes(encoded.data(), ones_->raw(), encoded.size());
   return LoadLayers(loader, **store, "layers.", full_config, shard);
 }
 
@@ -102,17 +107,13 @@ absl::StatusOr<ForwardOutput> LlamaModel::ForwardEagle(const FlatBatch& batch, C
       step,
       Tensor::Of(*target.embed_tokens_, {target.config_.vocab_size, target.config_.hidden_size}),
       a.normed);
-  // concat(embedding, feature) per row, built on the host: the Backend has
-  // no strided copy, and the features come from the host anyway.
-  fc_input_staging_.resize(tokens * 2 * row_bytes);
-  std::vector<char> embedded(tokens * row_bytes);
-  backend_->DownloadBytes(a.normed, embedded.data(), embedded.size());
-  for (size_t t = 0; t < tokens; ++t) {
-    char* row = fc_input_staging_.data() + t * 2 * row_bytes;
-    std::memcpy(row, embedded.data() + t * row_bytes, row_bytes);
-    std::memcpy(row + row_bytes, static_cast<const char*>(features) + t * row_bytes, row_bytes);
-  }
-  backend_->UploadBytes(fc_input_staging_.data(), fc_input, fc_input_staging_.size());
+  // concat(embedding, feature) per row, on the device: the features (host
+  // rows) go up into a.projected, unused until the first layer, and each
+  // half is copied into its columns, so nothing comes back to the host.
+  backend_->UploadBytes(features, a.projected, tokens * row_bytes);
+  backend_->CopyRows(a.normed, row_bytes, fc_input, 2 * row_bytes, row_bytes, step.num_tokens);
+  backend_->CopyRows(a.projected, row_bytes, static_cast<char*>(fc_input) + row_bytes,
+                     2 * row_bytes, row_bytes, step.num_tokens);
   fc_->Forward(fc_input, step.num_tokens, a.residual);
   if (absl::Status s = RunLayers(step, cache, a); !s.ok()) return s;
   return EagleLogits(step, a);

@@ -391,27 +391,8 @@ absl::StatusOr<ForwardOutput> LlamaModel::Forward(const FlatBatch& batch, CacheE
                       activations.residual);
   if (absl::Status s = RunLayers(step, cache, activations); !s.ok()) return s;
   ForwardOutput output = Logits(step, activations, row_logits);
-  if (!aux_layers_.empty()) output.aux_hidden = aux_hidden_.data();
+  if (!aux_layers_.empty()) output.aux_hidden = DownloadAuxHidden(step.num_tokens);
   return output;
-}
-
-void LlamaModel::CaptureAuxHidden(int layer, int tokens, const void* residual) {
-  if (aux_layers_.empty()) return;
-  const size_t row_bytes = hidden_row_bytes();
-  const size_t width = aux_layers_.size() * row_bytes;
-  aux_hidden_.resize(static_cast<size_t>(tokens) * width);
-  std::vector<char> rows;
-  for (size_t slot = 0; slot < aux_layers_.size(); ++slot) {
-    if (aux_layers_[slot] != layer) continue;
-    if (rows.empty()) {
-      rows.resize(static_cast<size_t>(tokens) * row_bytes);
-      backend_->DownloadBytes(residual, rows.data(), rows.size());
-    }
-    for (int t = 0; t < tokens; ++t) {
-      std::memcpy(aux_hidden_.data() + t * width + slot * row_bytes, rows.data() + t * row_bytes,
-                  row_bytes);
-    }
-  }
 }
 
 absl::Status LlamaModel::RunLayers(const StepBatch& step, CacheEngine* cache,

@@ -247,8 +247,11 @@ class LlamaModel {
   absl::StatusOr<ForwardOutput> ForwardEagle3(const FlatBatch& batch, CacheEngine* cache,
                                               const void* features, bool features_from_target);
   // Copies the residual stream (a.residual) entering layer `layer` into
-  // aux_hidden_ when it is one of aux_layers_ (rank 0).
+  // its slots' columns of aux_device_ when it is one of aux_layers_, on the
+  // device (Backend::CopyRows); DownloadAuxHidden brings the rows to
+  // aux_hidden_ once the layers ran, one copy a step.
   void CaptureAuxHidden(int layer, int tokens, const void* residual);
+  const void* DownloadAuxHidden(int tokens);
   absl::Status LoadEagleWeights(const std::string& head_dir, std::optional<DType> weight_dtype,
                                 const ModelConfig& full_config, const TensorParallelShard& shard);
   void ReserveLoadTimeWorkspace(const LlamaLoadOptions& options);
@@ -329,14 +332,13 @@ class LlamaModel {
   LoraDeviceSlots* lora_device_ = nullptr;  // The slots' device store, if any.
   bool keeps_final_hidden_ = false;         // KeepFinalHidden.
   // An EAGLE head: the target whose embed_tokens and lm_head it uses, its
-  // fc, an all-ones norm weight (EagleLogits), and host staging for the
-  // fc's input.
+  // fc and an all-ones norm weight (EagleLogits).
   const LlamaModel* eagle_target_ = nullptr;
   std::unique_ptr<Linear> fc_;
   std::unique_ptr<Buffer> ones_;
-  std::vector<char> fc_input_staging_;
   // KeepAuxHidden: the layers and the last Forward's rows (host).
   std::vector<int> aux_layers_;
+  std::unique_ptr<Buffer> aux_device_;  // [tokens, aux layers * hidden], grown once.
   std::vector<char> aux_hidden_;
   // An EAGLE-3 head's own parts (llama_eagle3_head.cc); null otherwise.
   std::unique_ptr<Eagle3HeadParts> eagle3_;

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "glog/logging.h"
 #include "worker/step_execution.h"
 
 namespace pagoda::worker {
@@ -111,6 +112,31 @@ void ModelRunnerBase::ReleaseCommunicator() {
   absl::MutexLock lock(&abort_mutex_);
   timed_.reset();
   communicator_.reset();
+}
+
+absl::Status ModelRunnerBase::LoadDraftModel(const LoadModelRequest& request,
+                                             const LlamaLoadOptions& options) {
+  if (request.draft_model_dir().empty()) return absl::OkStatus();
+  absl::StatusOr<bool> sharded = ShardsDraftModel(request);
+  if (!sharded.ok()) return sharded.status();
+  serves_draft_ = true;
+  if (!*sharded && timed_->rank() != 0) return absl::OkStatus();
+  const bool eagle3 = request.draft_is_eagle3_head();
+  Communicator* group = *sharded ? timed_.get() : nullptr;
+  auto draft = request.draft_is_eagle_head() || eagle3
+                   ? DraftModel::LoadEagle(request.draft_model_dir(), backend_.get(), options,
+                                           model_.get(), eagle3, group)
+                   : DraftModel::Load(request.draft_model_dir(), backend_.get(), options,
+                                      model_->config(), group);
+  if (!draft.ok()) return draft.status();
+  draft_ = *std::move(draft);
+  LOG(INFO) << (eagle3               ? "EAGLE-3 head: "
+                : draft_->is_eagle() ? "EAGLE head: "
+                                     : "draft model: ")
+            << draft_->weight_bytes() / (1 << 20) << " MiB, " << draft_->config().num_hidden_layers
+            << " layers"
+            << (*sharded ? absl::StrCat(", this rank's shard of ", request.world_size()) : "");
+  return absl::OkStatus();
 }
 
 int64_t ModelRunnerBase::BytesPerBlock() const {

@@ -83,6 +83,14 @@ class ModelRunnerBase : public ModelRunner {
   // Drops the group's communicator (and timed_), before the backend it may use.
   void ReleaseCommunicator();
 
+  // Speculative decoding's draft model or EAGLE head, when the request
+  // names one (draft_model_dir), its vocabulary the target's: loaded on
+  // backend_ with `options` (the target's; DraftModel drops what a draft
+  // does not serve), on rank 0 at tensor-parallel size 1 (the other ranks
+  // receive its drafts), or sharded over the group as the target is
+  // (ShardsDraftModel). Sets serves_draft_. REQUIRES: model_, timed_ set.
+  absl::Status LoadDraftModel(const v1::LoadModelRequest& request, const LlamaLoadOptions& options);
+
   // The layout of one KV block of the loaded model.
   // REQUIRES: model_ is set.
   KvCacheShape CacheShape() const { return model_->CacheShape(block_size_, kv_cache_dtype_); }

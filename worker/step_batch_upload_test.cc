@@ -62,6 +62,9 @@ class CountingBackend final : public Backend {
   void GatherRows(const void* s, const StepBatch& b, int d, void* o) override {
     cpu_->GatherRows(s, b, d, o);
   }
+  void CopyRows(const void* s, size_t ss, void* d, size_t ds, size_t n, int r) override {
+    cpu_->CopyRows(s, ss, d, ds, n, r);
+  }
   void Sample(const Tensor& l, const SamplingBatch& p, SampleResults* o) override {
     cpu_->Sample(l, p, o);
   }

@@ -37,9 +37,7 @@ class FaultInjectingBackend final : public Backend {
   std::unique_ptr<Buffer> Allocate(DType dtype, size_t n) override {
     return inner_->Allocate(dtype, n);
   }
-  absl::Status status() const override {
-    return fault_.ok() ? inner_->status() : fault_;
-  }
+  absl::Status status() const override { return fault_.ok() ? inner_->status() : fault_; }
   std::unique_ptr<Buffer> AllocateHost(DType dtype, size_t n) override {
     return inner_->AllocateHost(dtype, n);
   }
@@ -89,6 +87,10 @@ class FaultInjectingBackend final : public Backend {
   void GatherRows(const void* src, const StepBatch& batch, int dim, void* out) override {
     inner_->GatherRows(src, batch, dim, out);
   }
+  void CopyRows(const void* src, size_t src_stride, void* dst, size_t dst_stride, size_t row_bytes,
+                int rows) override {
+    inner_->CopyRows(src, src_stride, dst, dst_stride, row_bytes, rows);
+  }
   void Sample(const Tensor& logits, const SamplingBatch& params, SampleResults* out) override {
     inner_->Sample(logits, params, out);
   }
@@ -129,8 +131,9 @@ FaultPlan FaultPlanFromEnvironment(int rank) {
   const char* marker = std::getenv("PAGODA_TEST_FAULT_MARKER");
   int parsed_rank = -1;
   FaultPlan plan;
-  if (fault_rank == nullptr || fault_step == nullptr || !absl::SimpleAtoi(fault_rank, &parsed_rank) ||
-      parsed_rank != rank || !absl::SimpleAtoi(fault_step, &plan.fail_at_step)) {
+  if (fault_rank == nullptr || fault_step == nullptr ||
+      !absl::SimpleAtoi(fault_rank, &parsed_rank) || parsed_rank != rank ||
+      !absl::SimpleAtoi(fault_step, &plan.fail_at_step)) {
     return FaultPlan{};
   }
   if (marker != nullptr) plan.once_marker = marker;

@@ -91,6 +91,13 @@ class CpuBackend final : public Backend {
   void DownloadBytes(const void* device, void* host, size_t n) override {
     std::memcpy(host, device, n);
   }
+  void CopyRows(const void* src, size_t src_stride, void* dst, size_t dst_stride, size_t row_bytes,
+                int rows) override {
+    for (int r = 0; r < rows; ++r) {
+      std::memcpy(static_cast<char*>(dst) + r * dst_stride,
+                  static_cast<const char*>(src) + r * src_stride, row_bytes);
+    }
+  }
 
   void Embedding(const StepBatch& batch, const Tensor& table, void* out_raw) override {
     float* out = static_cast<float*>(out_raw);

@@ -113,7 +113,10 @@ class CpuModelRunner final : public ModelRunnerBase {
                 << " adapters cached on the host, at most "
                 << lora.cache_capacity() * lora.slots()->MaxAdapterBytes() / (1 << 20) << " MiB";
     }
-    if (absl::Status status = LoadDraftModel(request, *weight_dtype); !status.ok()) return status;
+    if (absl::Status status = LoadDraftModel(request, CpuLoadOptions(request, *weight_dtype));
+        !status.ok()) {
+      return status;
+    }
     block_size_ = request.block_size();
     kv_cache_dtype_ = kv_cache_dtype->value_or(backend_->default_kv_cache_dtype());
     // As many blocks as the memory the server gave this worker holds (the
@@ -124,35 +127,6 @@ class CpuModelRunner final : public ModelRunnerBase {
   }
 
  private:
-  // Speculative decoding's draft model or EAGLE head, when the request
-  // names one, its vocabulary the target's: loaded on rank 0 at
-  // tensor-parallel size 1 (the other ranks receive its drafts), or sharded
-  // over the group as the target is (ShardsDraftModel).
-  absl::Status LoadDraftModel(const LoadModelRequest& request, std::optional<DType> weight_dtype) {
-    if (request.draft_model_dir().empty()) return absl::OkStatus();
-    absl::StatusOr<bool> sharded = ShardsDraftModel(request);
-    if (!sharded.ok()) return sharded.status();
-    serves_draft_ = true;
-    if (!*sharded && timed_->rank() != 0) return absl::OkStatus();
-    const bool eagle3 = request.draft_is_eagle3_head();
-    auto draft = request.draft_is_eagle_head() || eagle3
-                     ? DraftModel::LoadEagle(request.draft_model_dir(), backend_.get(),
-                                             CpuLoadOptions(request, weight_dtype), model_.get(),
-                                             eagle3, *sharded ? timed_.get() : nullptr)
-                     : DraftModel::Load(request.draft_model_dir(), backend_.get(),
-                                        CpuLoadOptions(request, weight_dtype), model_->config(),
-                                        *sharded ? timed_.get() : nullptr);
-    if (!draft.ok()) return draft.status();
-    draft_ = *std::move(draft);
-    LOG(INFO) << (eagle3               ? "EAGLE-3 head: "
-                  : draft_->is_eagle() ? "EAGLE head: "
-                                       : "draft model: ")
-              << draft_->weight_bytes() / (1 << 20) << " MiB, "
-              << draft_->config().num_hidden_layers << " layers"
-              << (*sharded ? absl::StrCat(", this rank's shard of ", request.world_size()) : "");
-    return absl::OkStatus();
-  }
-
   const CpuModelRunnerOptions options_;
 };
 

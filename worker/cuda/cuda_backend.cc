@@ -381,6 +381,16 @@ void CudaBackend::GatherRows(const void* src, const StepBatch& batch, int dim, v
         "gather_rows");
 }
 
+// A strided device-to-device copy on the stream (no kernel: the copy
+// engine's 2-D memcpy, which a graph captures as a memcpy node).
+void CudaBackend::CopyRows(const void* src, size_t src_stride, void* dst, size_t dst_stride,
+                           size_t row_bytes, int rows) {
+  if (SkipLaunch() || rows <= 0 || row_bytes == 0) return;
+  Check(cudaMemcpy2DAsync(dst, dst_stride, src, src_stride, row_bytes, static_cast<size_t>(rows),
+                          cudaMemcpyDeviceToDevice, stream_),
+        "copy_rows");
+}
+
 void CudaBackend::CopyBlocks(absl::Span<void* const> caches, size_t block_bytes,
                              absl::Span<const BlockPair> pairs) {
   if (pairs.empty() || caches.empty()) return;

@@ -125,6 +125,8 @@ class CudaBackend final : public Backend {
   void PagedAttention(const PagedAttentionParams& params) override;
   void SiluAndMul(const void* gate_up, int rows, int dim, void* out) override;
   void GatherRows(const void* src, const StepBatch& batch, int dim, void* out) override;
+  void CopyRows(const void* src, size_t src_stride, void* dst, size_t dst_stride, size_t row_bytes,
+                int rows) override;
   void Sample(const Tensor& logits, const SamplingBatch& params, SampleResults* out) override;
   void CopyBlocks(absl::Span<void* const> caches, size_t block_bytes,
                   absl::Span<const BlockPair> pairs) override;

@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -92,6 +93,41 @@ TEST(CudaBackendTest, CopyAndSwapMoveExactlyTheNamedBlocksOfEveryCache) {
                              : cache.cpu_value_cache(c - shape.num_layers));
     EXPECT_EQ(swap[5 * per_block + 17], Stamp(c, 3, 17));
     EXPECT_EQ(swap[0 * per_block + 3], Stamp(c, 4, 3));
+  }
+}
+
+// CopyRows (cudaMemcpy2DAsync on the stream) against a plain host loop,
+// over odd row widths and strides, bf16-sized and not: each row lands at
+// its stride, and the bytes between rows keep their values.
+TEST(CudaBackendTest, CopyRowsMatchesAPlainLoop) {
+  auto backend = MakeBackend();
+  ASSERT_NE(backend, nullptr);
+  struct Shape {
+    size_t row_bytes, src_stride, dst_stride;
+    int rows;
+  };
+  for (const Shape& shape : {Shape{6, 6, 10, 7}, Shape{3, 11, 5, 1}, Shape{512, 512, 1024, 33},
+                             Shape{512, 1536, 1536, 9}, Shape{5, 5, 5, 0}}) {
+    const size_t rows = static_cast<size_t>(shape.rows);
+    std::vector<uint8_t> src(std::max<size_t>(1, rows * shape.src_stride));
+    std::vector<uint8_t> dst(std::max<size_t>(1, rows * shape.dst_stride));
+    for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 7 + 1);
+    for (size_t i = 0; i < dst.size(); ++i) dst[i] = static_cast<uint8_t>(200 + i % 50);
+    std::vector<uint8_t> want = dst;
+    for (size_t r = 0; r < rows; ++r) {
+      for (size_t b = 0; b < shape.row_bytes; ++b) {
+        want[r * shape.dst_stride + b] = src[r * shape.src_stride + b];
+      }
+    }
+    auto device_src = backend->Allocate(DType::kF32, (src.size() + 3) / 4);
+    auto device_dst = backend->Allocate(DType::kF32, (dst.size() + 3) / 4);
+    backend->UploadBytes(src.data(), device_src->raw(), src.size());
+    backend->UploadBytes(dst.data(), device_dst->raw(), dst.size());
+    backend->CopyRows(device_src->raw(), shape.src_stride, device_dst->raw(), shape.dst_stride,
+                      shape.row_bytes, shape.rows);
+    backend->DownloadBytes(device_dst->raw(), dst.data(), dst.size());
+    ASSERT_TRUE(backend->status().ok()) << backend->status();
+    EXPECT_EQ(dst, want) << shape.row_bytes << " bytes x " << shape.rows;
   }
 }
 

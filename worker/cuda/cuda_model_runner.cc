@@ -23,6 +23,7 @@
 #include "worker/cuda/cuda_lora_slots.h"
 #include "worker/cuda/cuda_support.h"
 #include "worker/cuda/graph_batch.h"
+#include "worker/draft_model.h"
 #include "worker/flat_batch.h"
 #include "worker/llama_model.h"
 #include "worker/model_runner_base.h"
@@ -61,10 +62,10 @@ absl::Status ValidateRequest(const LoadModelRequest& request) {
                                                    " is not supported on CUDA (at most ",
                                                    kCudaMaxNumSeqs, ")"));
   }
-  if (!request.draft_model_dir().empty()) {  // docs/speculative-decoding.md.
-    return absl::UnimplementedError("a draft model (draft_model_dir) is served on CPU only");
-  }
-  return absl::OkStatus();
+  // A draft model or EAGLE head runs whole on rank 0 or sharded as the
+  // target (docs/speculative-decoding.md); any other size is refused here,
+  // before the device is touched.
+  return ShardsDraftModel(request).status();
 }
 
 // FP8 weights (a compressed-tensors float-quantized or vLLM fp8 checkpoint,
@@ -184,12 +185,23 @@ class CudaModelRunner final : public ModelRunnerBase {
     LOG(INFO) << "rank " << membership->rank << " of " << membership->world_size << " uses "
               << cuda_backend().DeviceDescription() << ", " << DTypeName(dtypes->serving);
     if (absl::Status loaded = LoadWeights(request, *dtypes); !loaded.ok()) return loaded;
+    // The draft's weights and load-time workspace are on the device before
+    // the profile below, so the KV blocks are sized with them in use.
+    if (absl::Status loaded = LoadDraftModel(request, TargetLoadOptions(request, *dtypes));
+        !loaded.ok()) {
+      return loaded;
+    }
+    if (absl::Status status = CheckDraftSupported(); !status.ok()) return status;
     // Graphs only for a single rank: the NCCL communicator bounds every
     // all-reduce by polling its completion from the host (timeout, Abort,
     // NCCL's async errors), which cannot sit inside a captured graph; a
     // captured ncclAllReduce would replay unbounded, so a dead peer would
     // hang the step instead of failing it. Eager TP steps keep that bound.
-    enforce_eager_ = request.enforce_eager() || membership->world_size > 1;
+    // Nor under an EAGLE head: its target's forward ends by copying hidden
+    // states to the host (EagleFeatures), which a replay would skip, and
+    // the graphs keep no hidden states.
+    enforce_eager_ =
+        request.enforce_eager() || membership->world_size > 1 || ServesEagleHead(request);
     if (!enforce_eager_) ReserveGraphWorkspace();
 
     auto blocks = KvBlocksAfterProfile(request);
@@ -281,17 +293,8 @@ class CudaModelRunner final : public ModelRunnerBase {
   // Weights are this rank's slices (sharded_weights.h), uploaded in the
   // serving dtype; its KV blocks hold its own KV heads only.
   absl::Status LoadWeights(const LoadModelRequest& request, const CudaDTypes& dtypes) {
-    auto model = LlamaModel::Load(
-        request.model_dir(), backend_.get(), timed_.get(),
-        LlamaLoadOptions{.weight_dtype = dtypes.serving,
-                         .max_num_batched_tokens = request.max_num_batched_tokens(),
-                         .max_num_seqs = request.max_num_seqs(),
-                         .block_size = request.block_size(),
-                         .quantization = request.quantization(),
-                         .max_loras = request.max_loras(),
-                         .max_lora_rank = request.max_lora_rank(),
-                         .max_cpu_loras = request.max_cpu_loras(),
-                         .lora_device = CudaLoraFactory()});
+    auto model = LlamaModel::Load(request.model_dir(), backend_.get(), timed_.get(),
+                                  TargetLoadOptions(request, dtypes));
     if (!model.ok()) return model.status();
     if (request.max_loras() > 0) {
       LOG(INFO) << "LoRA: " << request.max_loras() << " adapter slots of rank up to "
@@ -304,6 +307,35 @@ class CudaModelRunner final : public ModelRunnerBase {
     kv_cache_dtype_ = dtypes.kv_cache;
     max_num_seqs_ = request.max_num_seqs();
     return absl::OkStatus();
+  }
+
+  // The target's load options; a draft model or EAGLE head gets them too
+  // (DraftModel keeps the dtype and the workspace sizes, drops the LoRA
+  // fields and the quantization).
+  LlamaLoadOptions TargetLoadOptions(const LoadModelRequest& request, const CudaDTypes& dtypes) {
+    return LlamaLoadOptions{.weight_dtype = dtypes.serving,
+                            .max_num_batched_tokens = request.max_num_batched_tokens(),
+                            .max_num_seqs = request.max_num_seqs(),
+                            .block_size = request.block_size(),
+                            .quantization = request.quantization(),
+                            .max_loras = request.max_loras(),
+                            .max_lora_rank = request.max_lora_rank(),
+                            .max_cpu_loras = request.max_cpu_loras(),
+                            .lora_device = CudaLoraFactory()};
+  }
+  // The draft's layers run on the target's kernels: the same head sizes
+  // and GQA groups (CheckCudaModelSupported), refused naming the draft.
+  absl::Status CheckDraftSupported() const {
+    if (!backend_->status().ok()) return backend_->status();
+    if (draft_ == nullptr) return absl::OkStatus();
+    const absl::Status status = CheckCudaModelSupported(draft_->config());
+    if (status.ok()) return status;
+    return absl::InvalidArgumentError(
+        absl::StrCat(draft_->is_eagle() ? "EAGLE head: " : "draft model: ", status.message()));
+  }
+  static bool ServesEagleHead(const LoadModelRequest& request) {
+    return !request.draft_model_dir().empty() &&
+           (request.draft_is_eagle_head() || request.draft_is_eagle3_head());
   }
 
   // The slots' device store (worker/cuda/cuda_lora_slots.h), made by
@@ -324,7 +356,8 @@ class CudaModelRunner final : public ModelRunnerBase {
   // The KV blocks that gpu_memory_utilization of device memory holds once
   // the profiled step's peak is taken.
   absl::StatusOr<int32_t> KvBlocksAfterProfile(const LoadModelRequest& request) {
-    const int64_t bytes_per_block = CacheShape().bytes_per_block();
+    // The target's block and the draft's, which share every block id.
+    const int64_t bytes_per_block = BytesPerBlock();
     auto peak = ProfilePeakBytes(request);
     if (!peak.ok()) return peak.status();
     auto memory = QueryDeviceMemory();

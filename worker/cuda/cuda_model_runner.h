@@ -25,6 +25,12 @@ struct CudaRunnerOptions {
 // dtype, profiles one forward pass of max_num_batched_tokens tokens and
 // reports the KV blocks that gpu_memory_utilization of device memory leaves
 // (KvBlocksFromProfile), and which GPU it uses (device_name).
+// A draft model or EAGLE/EAGLE-3 head (draft_model_dir) is loaded as the CPU
+// runner loads it (ModelRunnerBase::LoadDraftModel) on the same backend,
+// before the profile, and its head sizes checked as the target's; the KV
+// blocks reported then hold the target's and the draft's layers (one block
+// id spans both caches). Its passes run eagerly; an EAGLE head also turns
+// the target's graphs off (its features are read inside the forward).
 // InitCache: allocates the KV blocks and pinned host swap space, then, unless
 // enforce_eager, captures the decode CUDA graphs (CudaGraphRunner).
 // With more than one rank the KV blocks reported are this rank's (its own KV

@@ -80,6 +80,10 @@ TEST(CudaModelRunnerTest, RefusesBadRequestsNamingTheValue) {
   request.set_max_num_seqs(kCudaMaxNumSeqs + 1);  // Past the attention kernels' grid.
   EXPECT_EQ(Load(request).message(), "max_num_seqs 65536 is not supported on CUDA (at most 65535)");
   request = Request(dir);
+  request.set_draft_model_dir(dir);
+  request.set_draft_tensor_parallel_size(3);  // Neither 1 nor the group's size.
+  EXPECT_THAT(Load(request).message(), HasSubstr("draft_tensor_parallel_size"));
+  request = Request(dir);
   request.set_gpu_memory_utilization(1.5f);
   EXPECT_EQ(Load(request).code(), absl::StatusCode::kInvalidArgument);
   request = Request(dir);
@@ -219,6 +223,14 @@ TEST(CudaModelRunnerTest, WithoutADeviceLoadSaysSo) {
   v1::LoadModelRequest fp8_kv = Request(dir);
   fp8_kv.set_kv_cache_dtype("fp8");
   EXPECT_EQ(Load(fp8_kv).code(), absl::StatusCode::kFailedPrecondition) << Load(fp8_kv);
+  // So are a draft model and EAGLE heads (the server still refuses them on
+  // CUDA until a GPU run has passed worker_cuda_draft_test).
+  for (const bool eagle : {false, true}) {
+    v1::LoadModelRequest draft = Request(dir);
+    draft.set_draft_model_dir(dir);
+    draft.set_draft_is_eagle_head(eagle);
+    EXPECT_EQ(Load(draft).code(), absl::StatusCode::kFailedPrecondition) << Load(draft);
+  }
   std::filesystem::remove_all(dir);
 }
 
