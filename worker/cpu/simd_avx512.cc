@@ -1,5 +1,5 @@
 // The AVX-512F level of the CPU kernels, compiled for that target function by
-// function (the binary runs on plain x86-64). Its panel kernels and exp_sum
+// function (the binary runs on plain x86-64). Its panel packing and exp_sum
 // are the AVX2 level's (valid here).
 
 #include <immintrin.h>
@@ -388,6 +388,65 @@ PAGODA_AVX512 void SiluMulAvx512(const float* gate, const float* up, float* out,
   SiluMulPlain(gate + i, up + i, out + i, n - i);
 }
 
+// gemm6x16 at 16 lanes: a row's 16 columns are one vector, so a depth step
+// is one panel load and a broadcast FMA per row. Two depth steps go to two
+// sets of accumulators (even and odd k), 12 chains at six rows, since six
+// alone wait on the FMA latency. The AVX2 kernel's two 8-wide halves per
+// row took 13 % of the worker's samples on bench_async_scheduling.sh's
+// model (hidden 64, every Linear below panel_linear_below_in_features).
+template <int kRows>
+PAGODA_AVX512 void Gemm16RowsAvx512(const float* panel, size_t ld_panel, size_t depth,
+                                    const float* x, size_t ld_x, float* y, size_t ld_y, int cols,
+                                    bool accumulate) {
+  __m512 even[kRows], odd[kRows];
+#pragma GCC unroll 6
+  for (int r = 0; r < kRows; ++r) even[r] = odd[r] = _mm512_setzero_ps();
+  size_t k = 0;
+  for (; k + 2 <= depth; k += 2) {
+    const __m512 w0 = _mm512_loadu_ps(panel + k * ld_panel);
+    const __m512 w1 = _mm512_loadu_ps(panel + (k + 1) * ld_panel);
+#pragma GCC unroll 6
+    for (int r = 0; r < kRows; ++r) {
+      even[r] = _mm512_fmadd_ps(_mm512_set1_ps(x[r * ld_x + k]), w0, even[r]);
+      odd[r] = _mm512_fmadd_ps(_mm512_set1_ps(x[r * ld_x + k + 1]), w1, odd[r]);
+    }
+  }
+  if (k < depth) {
+    const __m512 w0 = _mm512_loadu_ps(panel + k * ld_panel);
+#pragma GCC unroll 6
+    for (int r = 0; r < kRows; ++r) {
+      even[r] = _mm512_fmadd_ps(_mm512_set1_ps(x[r * ld_x + k]), w0, even[r]);
+    }
+  }
+  const __mmask16 columns = static_cast<__mmask16>((1u << cols) - 1);
+#pragma GCC unroll 6
+  for (int r = 0; r < kRows; ++r) {
+    float* out = y + r * ld_y;
+    __m512 sum = _mm512_add_ps(even[r], odd[r]);
+    if (accumulate) sum = _mm512_add_ps(sum, _mm512_maskz_loadu_ps(columns, out));
+    _mm512_mask_storeu_ps(out, columns, sum);
+  }
+}
+
+PAGODA_AVX512 void Gemm6x16Avx512(const float* panel, size_t ld_panel, size_t depth,
+                                  const float* x, size_t ld_x, int rows, float* y, size_t ld_y,
+                                  int cols, bool accumulate) {
+  switch (rows) {
+    case 1:
+      return Gemm16RowsAvx512<1>(panel, ld_panel, depth, x, ld_x, y, ld_y, cols, accumulate);
+    case 2:
+      return Gemm16RowsAvx512<2>(panel, ld_panel, depth, x, ld_x, y, ld_y, cols, accumulate);
+    case 3:
+      return Gemm16RowsAvx512<3>(panel, ld_panel, depth, x, ld_x, y, ld_y, cols, accumulate);
+    case 4:
+      return Gemm16RowsAvx512<4>(panel, ld_panel, depth, x, ld_x, y, ld_y, cols, accumulate);
+    case 5:
+      return Gemm16RowsAvx512<5>(panel, ld_panel, depth, x, ld_x, y, ld_y, cols, accumulate);
+    default:
+      return Gemm16RowsAvx512<6>(panel, ld_panel, depth, x, ld_x, y, ld_y, cols, accumulate);
+  }
+}
+
 // ---- Decode attention at head_dim 16 (attend16) ----
 //
 // A key row is one vector, so a score is a 16-lane product and a horizontal
@@ -577,10 +636,10 @@ SimdKernels MakeAvx512Kernels(const SimdKernels& avx2) {
           NarrowAvx512<DType::kBF16>, NarrowAvx512<DType::kF16>, NarrowAvx512<DType::kFp8E4M3>,
           NarrowAvx512<DType::kFp8E5M2>, Weigh4Avx512<DType::kF32>, Weigh4Avx512<DType::kBF16>,
           Weigh4Avx512<DType::kF16>, Weigh4Avx512<DType::kFp8E4M3>, Weigh4Avx512<DType::kFp8E5M2>,
-          // The panel kernels: AVX2 code, valid here, for attention and the Linear
-          // of small inputs.
+          // The panel kernels, for attention and the Linear of small inputs:
+          // AVX2's packing (valid here) and a 16-lane product.
           avx2.pack16_f32, avx2.pack16_bf16, avx2.pack16_f16, avx2.pack16_fp8e4m3,
-          avx2.pack16_fp8e5m2, avx2.gemm6x16,
+          avx2.pack16_fp8e5m2, Gemm6x16Avx512,
           avx2.exp_sum,  // AVX2 code, valid at this level.
           SiluMulAvx512, ExpSumF64Avx512,
           /*panel_linear_below_in_features=*/kAvx512PanelLinearBelowInFeatures,
