@@ -304,11 +304,10 @@ TEST(CpuPagedAttentionTest, EveryLevelMatchesReference) {
 // of 1 to 300 keys, a prompt of 3 tokens (row by row below AVX-512's
 // blocked_attention_min_rows) and GQA groups of 1 and 4.
 TEST(CpuPagedAttentionTest, HeadDim16MatchesReferenceAtEveryLevel) {
-  const std::vector<SequenceCase> sequences = {{1, 1},   {2, 1},  {15, 1}, {16, 1},
-                                               {17, 1},  {33, 1}, {300, 1}, {45, 3}};
+  const std::vector<SequenceCase> sequences = {{1, 1},  {2, 1},  {15, 1},  {16, 1},
+                                               {17, 1}, {33, 1}, {300, 1}, {45, 3}};
   for (SimdLevel level : SupportedSimdLevels()) {
-    for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16, DType::kFp8E4M3,
-                        DType::kFp8E5M2}) {
+    for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16, DType::kFp8E4M3, DType::kFp8E5M2}) {
       const bool fp8 = dtype == DType::kFp8E4M3 || dtype == DType::kFp8E5M2;
       const CacheScales scales = fp8 ? CacheScales{1.0f / 64, 1.0f / 256} : CacheScales{};
       for (int block_size : {1, 5, 16, 32}) {

@@ -181,8 +181,8 @@ void AttendRowByRow(const AttentionItem& at, const float* query_base, float* out
 // tens of KiB, stays in L2 for the next head of its group).
 void AttendRowsOf16(const AttentionItem& at, SimdKernels::Attend16Fn attend16,
                     const float* query_base, float* output_base) {
-  const size_t head_offset = static_cast<size_t>(at.kv_head) * at.block_size * at.head_dim *
-                             at.width;
+  const size_t head_offset =
+      static_cast<size_t>(at.kv_head) * at.block_size * at.head_dim * at.width;
   const size_t block_bytes = at.block_elements * at.width;
   for (int i = 0; i < at.q_len; ++i) {
     const int keys = at.context - at.q_len + i + 1;
@@ -351,7 +351,8 @@ void AttendItem(const SimdKernels& simd, const PagedAttentionParams& p, int64_t 
   if (simd.gemm6x16 != nullptr && at.head_dim % kPieceKeys == 0 &&
       at.q_len * at.group >= simd.blocked_attention_min_rows) {
     AttendBlocked(at, query_base, output_base);
-  } else if (const auto attend16 = simd.attend16(at.dtype); attend16 != nullptr && at.head_dim == 16) {
+  } else if (const auto attend16 = simd.attend16(at.dtype);
+             attend16 != nullptr && at.head_dim == 16) {
     AttendRowsOf16(at, attend16, query_base, output_base);
   } else {
     AttendRowByRow(at, query_base, output_base);

@@ -193,7 +193,7 @@ struct SimdKernels {
   Score4Fn score4(DType dtype) const;
   Tile4Fn tile4(DType dtype) const;
   Weigh4Fn weigh4(DType dtype) const;
-  Pack16Fn pack16(DType dtype) const;  // Null where gemm6x16 is.
+  Pack16Fn pack16(DType dtype) const;      // Null where gemm6x16 is.
   Attend16Fn attend16(DType dtype) const;  // Null where the level has none.
 };
 
