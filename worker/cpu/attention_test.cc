@@ -296,6 +296,34 @@ TEST(CpuPagedAttentionTest, EveryLevelMatchesReference) {
   }
 }
 
+// Head_dim 16, which AVX-512 attends through attend16 (a row a call, 16
+// keys' scores summed together, online softmax a chunk of up to 16 keys
+// inside one cache block), and the other levels through score4/weigh4, at
+// every level and cache dtype (FP8 with scales): blocks of 1, 5, 16 and 32
+// keys (chunks cut by the block's end, odd keys in a bf16 pair), contexts
+// of 1 to 300 keys, a prompt of 3 tokens (row by row below AVX-512's
+// blocked_attention_min_rows) and GQA groups of 1 and 4.
+TEST(CpuPagedAttentionTest, HeadDim16MatchesReferenceAtEveryLevel) {
+  const std::vector<SequenceCase> sequences = {{1, 1},  {2, 1},  {15, 1},  {16, 1},
+                                               {17, 1}, {33, 1}, {300, 1}, {45, 3}};
+  for (SimdLevel level : SupportedSimdLevels()) {
+    for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16, DType::kFp8E4M3, DType::kFp8E5M2}) {
+      const bool fp8 = dtype == DType::kFp8E4M3 || dtype == DType::kFp8E5M2;
+      const CacheScales scales = fp8 ? CacheScales{1.0f / 64, 1.0f / 256} : CacheScales{};
+      for (int block_size : {1, 5, 16, 32}) {
+        for (auto [num_heads, num_kv_heads] : std::vector<std::pair<int, int>>{{4, 4}, {8, 2}}) {
+          const AttentionShape shape{block_size, 16, num_heads, num_kv_heads};
+          EXPECT_LT(MaxAttentionError(shape, sequences, 31 + block_size, dtype, nullptr,
+                                      &SimdKernelsFor(level), 0, scales),
+                    2e-5)
+              << SimdLevelName(level) << " " << DTypeName(dtype) << " block " << block_size
+              << " heads " << num_heads << "/" << num_kv_heads;
+        }
+      }
+    }
+  }
+}
+
 // A 16-bit cache is read exactly as stored: widened to f32 inside the SIMD
 // dot products and weighted sums, so against a float64 reference over the rounded
 // K/V the error is the f32 arithmetic's alone, as for an f32 cache.

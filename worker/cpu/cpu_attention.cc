@@ -174,6 +174,28 @@ void AttendRowByRow(const AttentionItem& at, const float* query_base, float* out
   }
 }
 
+// ---- Head_dim 16, one row a call ----
+
+// Row by row through the level's attend16: each query token's heads in
+// turn, each over every key it sees (a head's K/V of one sequence, a few
+// tens of KiB, stays in L2 for the next head of its group).
+void AttendRowsOf16(const AttentionItem& at, SimdKernels::Attend16Fn attend16,
+                    const float* query_base, float* output_base) {
+  const size_t head_offset =
+      static_cast<size_t>(at.kv_head) * at.block_size * at.head_dim * at.width;
+  const size_t block_bytes = at.block_elements * at.width;
+  for (int i = 0; i < at.q_len; ++i) {
+    const int keys = at.context - at.q_len + i + 1;
+    const float* queries = query_base + at.FirstQueryRowOf(i);
+    float* outputs = output_base + at.FirstOutputRowOf(i);
+    for (int g = 0; g < at.group; ++g) {
+      attend16(at.key_cache + head_offset, at.value_cache + head_offset, at.table, block_bytes,
+               at.block_size, keys, queries + g * at.head_dim, at.scale, at.value_scale,
+               outputs + g * at.head_dim);
+    }
+  }
+}
+
 // ---- Blocked ----
 
 // A key chunk is up to kChunkKeys keys, in pieces of up to kPieceKeys that
@@ -329,6 +351,9 @@ void AttendItem(const SimdKernels& simd, const PagedAttentionParams& p, int64_t 
   if (simd.gemm6x16 != nullptr && at.head_dim % kPieceKeys == 0 &&
       at.q_len * at.group >= simd.blocked_attention_min_rows) {
     AttendBlocked(at, query_base, output_base);
+  } else if (const auto attend16 = simd.attend16(at.dtype);
+             attend16 != nullptr && at.head_dim == 16) {
+    AttendRowsOf16(at, attend16, query_base, output_base);
   } else {
     AttendRowByRow(at, query_base, output_base);
   }

@@ -121,6 +121,22 @@ SimdKernels::NarrowFn SimdKernels::narrow(DType dtype) const {
   return narrow_f32;
 }
 
+SimdKernels::Attend16Fn SimdKernels::attend16(DType dtype) const {
+  switch (dtype) {
+    case DType::kBF16:
+      return attend16_bf16;
+    case DType::kF16:
+      return attend16_f16;
+    case DType::kFp8E4M3:
+      return attend16_fp8e4m3;
+    case DType::kFp8E5M2:
+      return attend16_fp8e5m2;
+    case DType::kF32:
+      break;
+  }
+  return attend16_f32;
+}
+
 SimdKernels::Weigh4Fn SimdKernels::weigh4(DType dtype) const {
   switch (dtype) {
     case DType::kBF16:

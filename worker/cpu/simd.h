@@ -195,6 +195,23 @@ struct SimdKernels {
   // it only where all of a step's rows fit one tile; more go four at a time.
   int tile4_max_rows = 4;
 
+  // Decode attention of one query row at head_dim 16 over keys [0, keys) of
+  // a paged cache, written normalised into out[0, 16):
+  // out = value_scale * sum_j softmax_j(scale * q . k_j) v_j, key j's row at
+  // key_rows + table[j / block_size] * block_bytes + (j % block_size) * 16
+  // elements (V alike from value_rows). Null where a level has none (the
+  // caller goes through score4 and weigh4): at AVX-512, where a row is one
+  // vector, so 16 keys' scores are summed together and the softmax is online
+  // a chunk of 16 at a time. REQUIRES: keys >= 1, block_size >= 1.
+  using Attend16Fn = void (*)(const void* key_rows, const void* value_rows, const int32_t* table,
+                              size_t block_bytes, int block_size, int keys, const float* q,
+                              float scale, float value_scale, float* out);
+  Attend16Fn attend16_f32 = nullptr;
+  Attend16Fn attend16_bf16 = nullptr;
+  Attend16Fn attend16_f16 = nullptr;
+  Attend16Fn attend16_fp8e4m3 = nullptr;
+  Attend16Fn attend16_fp8e5m2 = nullptr;
+
   using DotFn = float (*)(const void*, const float*, size_t);
   using Score4Fn = void (*)(const void*, size_t, size_t, size_t, const float*, size_t, int, float*,
                             size_t);
@@ -210,7 +227,8 @@ struct SimdKernels {
   Score4Fn score4(DType dtype) const;
   Tile4Fn tile4(DType dtype) const;
   Weigh4Fn weigh4(DType dtype) const;
-  Pack16Fn pack16(DType dtype) const;  // Null where gemm6x16 is.
+  Pack16Fn pack16(DType dtype) const;      // Null where gemm6x16 is.
+  Attend16Fn attend16(DType dtype) const;  // Null where the level has none.
 };
 
 // Rows of the next gemm6x16 call when `remaining` (>= 1) token rows are

@@ -1,46 +1,16 @@
 // The AVX-512F level of the CPU kernels, compiled for that target function by
-// function (the binary runs on plain x86-64). Its panel kernels and exp_sum
-// are the AVX2 level's (valid here).
+// function (the binary runs on plain x86-64). Its panel packing and exp_sum
+// are the AVX2 level's (valid here); its attend16 is in
+// simd_avx512_attend16.cc.
 
-#include <immintrin.h>
-
-// GCC 12 warns inside its own AVX-512 headers (the _mm512_undefined_* values
-// the conversion intrinsics start from); the warning is about the header, not
-// this file.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
-#include "worker/cpu/fp8_simd.h"
-#include "worker/cpu/simd_levels.h"
+#include "worker/cpu/simd_avx512_inline.h"
 
 namespace pagoda::worker::simd_internal {
 namespace {
-
-#define PAGODA_AVX512 __attribute__((target("avx512f,avx2,fma,f16c")))
-
-template <DType kType>
-PAGODA_AVX512 inline __m512 Load16(const void* p, size_t i) {
-  if constexpr (kType == DType::kF32) {
-    return _mm512_loadu_ps(static_cast<const float*>(p) + i);
-  } else if constexpr (kType == DType::kFp8E4M3) {
-    // Times 2^8 (exact) back to the code's value, as at AVX2.
-    return _mm512_mul_ps(fp8_simd::E4M3x16ToFloatTimes2m8(static_cast<const uint8_t*>(p) + i),
-                         _mm512_set1_ps(256.0f));
-  } else if constexpr (kType == DType::kFp8E5M2) {
-    return fp8_simd::E5M2x16ToFloat(static_cast<const uint8_t*>(p) + i);
-  } else {
-    const __m256i raw =
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(p) + i));
-    if constexpr (kType == DType::kBF16) {
-      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
-    } else {
-      return _mm512_cvtph_ps(raw);
-    }
-  }
-}
 
 // [sum(a), sum(b), sum(c), sum(d)]: four horizontal sums sharing shuffles.
 PAGODA_AVX512 inline __m128 Sum4x16(__m512 a, __m512 b, __m512 c, __m512 d) {
@@ -355,26 +325,6 @@ PAGODA_AVX512 void Weigh4Avx512(const void* x, size_t ld_x, size_t keys, size_t 
   }
 }
 
-// e^x for 16 lanes: x = n ln2 + r with |r| <= ln2 / 2 (ln2 split in two so
-// the reduction is exact enough), e^r by its degree-6 Taylor polynomial
-// (error below 2e-7 relative), times 2^n by scalef, which gives inf or 0
-// past the f32 range instead of wrapping the exponent.
-PAGODA_AVX512 inline __m512 ExpAvx512(__m512 x) {
-  x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(89.0f)), _mm512_set1_ps(-104.0f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.0f / 720);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(p, n);
-}
-
 PAGODA_AVX512 void SiluMulAvx512(const float* gate, const float* up, float* out, size_t n) {
   const __m512 one = _mm512_set1_ps(1.0f);
   size_t i = 0;
@@ -385,6 +335,65 @@ PAGODA_AVX512 void SiluMulAvx512(const float* gate, const float* up, float* out,
     _mm512_storeu_ps(out + i, _mm512_mul_ps(silu, _mm512_loadu_ps(up + i)));
   }
   SiluMulPlain(gate + i, up + i, out + i, n - i);
+}
+
+// gemm6x16 at 16 lanes: a row's 16 columns are one vector, so a depth step
+// is one panel load and a broadcast FMA per row. Two depth steps go to two
+// sets of accumulators (even and odd k), 12 chains at six rows, since six
+// alone wait on the FMA latency. The AVX2 kernel's two 8-wide halves per
+// row took 13 % of the worker's samples on bench_async_scheduling.sh's
+// model (hidden 64, every Linear below panel_linear_below_in_features).
+template <int kRows>
+PAGODA_AVX512 void Gemm16RowsAvx512(const float* panel, size_t ld_panel, size_t depth,
+                                    const float* x, size_t ld_x, float* y, size_t ld_y, int cols,
+                                    bool accumulate) {
+  __m512 even[kRows], odd[kRows];
+#pragma GCC unroll 6
+  for (int r = 0; r < kRows; ++r) even[r] = odd[r] = _mm512_setzero_ps();
+  size_t k = 0;
+  for (; k + 2 <= depth; k += 2) {
+    const __m512 w0 = _mm512_loadu_ps(panel + k * ld_panel);
+    const __m512 w1 = _mm512_loadu_ps(panel + (k + 1) * ld_panel);
+#pragma GCC unroll 6
+    for (int r = 0; r < kRows; ++r) {
+      even[r] = _mm512_fmadd_ps(_mm512_set1_ps(x[r * ld_x + k]), w0, even[r]);
+      odd[r] = _mm512_fmadd_ps(_mm512_set1_ps(x[r * ld_x + k + 1]), w1, odd[r]);
+    }
+  }
+  if (k < depth) {
+    const __m512 w0 = _mm512_loadu_ps(panel + k * ld_panel);
+#pragma GCC unroll 6
+    for (int r = 0; r < kRows; ++r) {
+      even[r] = _mm512_fmadd_ps(_mm512_set1_ps(x[r * ld_x + k]), w0, even[r]);
+    }
+  }
+  const __mmask16 columns = static_cast<__mmask16>((1u << cols) - 1);
+#pragma GCC unroll 6
+  for (int r = 0; r < kRows; ++r) {
+    float* out = y + r * ld_y;
+    __m512 sum = _mm512_add_ps(even[r], odd[r]);
+    if (accumulate) sum = _mm512_add_ps(sum, _mm512_maskz_loadu_ps(columns, out));
+    _mm512_mask_storeu_ps(out, columns, sum);
+  }
+}
+
+PAGODA_AVX512 void Gemm6x16Avx512(const float* panel, size_t ld_panel, size_t depth, const float* x,
+                                  size_t ld_x, int rows, float* y, size_t ld_y, int cols,
+                                  bool accumulate) {
+  switch (rows) {
+    case 1:
+      return Gemm16RowsAvx512<1>(panel, ld_panel, depth, x, ld_x, y, ld_y, cols, accumulate);
+    case 2:
+      return Gemm16RowsAvx512<2>(panel, ld_panel, depth, x, ld_x, y, ld_y, cols, accumulate);
+    case 3:
+      return Gemm16RowsAvx512<3>(panel, ld_panel, depth, x, ld_x, y, ld_y, cols, accumulate);
+    case 4:
+      return Gemm16RowsAvx512<4>(panel, ld_panel, depth, x, ld_x, y, ld_y, cols, accumulate);
+    case 5:
+      return Gemm16RowsAvx512<5>(panel, ld_panel, depth, x, ld_x, y, ld_y, cols, accumulate);
+    default:
+      return Gemm16RowsAvx512<6>(panel, ld_panel, depth, x, ld_x, y, ld_y, cols, accumulate);
+  }
 }
 
 // Decode's rows are a group's (4-8 query heads over one token); a prompt
@@ -402,10 +411,10 @@ SimdKernels MakeAvx512Kernels(const SimdKernels& avx2) {
           NarrowAvx512<DType::kBF16>, NarrowAvx512<DType::kF16>, NarrowAvx512<DType::kFp8E4M3>,
           NarrowAvx512<DType::kFp8E5M2>, Weigh4Avx512<DType::kF32>, Weigh4Avx512<DType::kBF16>,
           Weigh4Avx512<DType::kF16>, Weigh4Avx512<DType::kFp8E4M3>, Weigh4Avx512<DType::kFp8E5M2>,
-          // The panel kernels: AVX2 code, valid here, for attention and the Linear
-          // of small inputs.
+          // The panel kernels, for attention and the Linear of small inputs:
+          // AVX2's packing (valid here) and a 16-lane product.
           avx2.pack16_f32, avx2.pack16_bf16, avx2.pack16_f16, avx2.pack16_fp8e4m3,
-          avx2.pack16_fp8e5m2, avx2.gemm6x16,
+          avx2.pack16_fp8e5m2, Gemm6x16Avx512,
           avx2.exp_sum,  // AVX2 code, valid at this level.
           SiluMulAvx512, ExpSumF64Avx512, ArgMaxAvx512, GumbelCandidatesAvx512,
           /*panel_linear_below_in_features=*/kAvx512PanelLinearBelowInFeatures,
@@ -417,7 +426,11 @@ SimdKernels MakeAvx512Kernels(const SimdKernels& avx2) {
 
 const SimdKernels& Avx512Kernels() {
   // Built on first use, after Avx2Kernels' constant table exists.
-  static const SimdKernels kernels = MakeAvx512Kernels(Avx2Kernels());
+  static const SimdKernels kernels = [] {
+    SimdKernels table = MakeAvx512Kernels(Avx2Kernels());
+    SetAttend16Avx512(table);
+    return table;
+  }();
   return kernels;
 }
 
