@@ -15,7 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "scheduler/kv/block_pool.h"
-#include "scheduler/kv/kv_events.h"
+#include "scheduler/kv_event_types/kv_events.h"
 #include "scheduler/kv/kv_sequence.h"
 
 namespace pagoda::scheduler {

@@ -14,7 +14,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "scheduler/kv/kv_events.h"
+#include "scheduler/kv_event_types/kv_events.h"
 
 namespace pagoda::scheduler {
 
