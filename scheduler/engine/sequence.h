@@ -14,6 +14,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/time/time.h"
 #include "scheduler/constraints/matcher.h"
+#include "scheduler/engine/generated_token.h"
 #include "scheduler/engine/sampling_options.h"
 #include "scheduler/kv/kv_sequence.h"
 
@@ -31,18 +32,6 @@ enum class SequenceStatus {
   kFinishedPruned,   // A beam or sample dropped by the search; never returned.
 };
 inline bool IsFinished(SequenceStatus status) { return status >= SequenceStatus::kFinishedStopped; }
-
-struct TopLogprob {
-  int32_t token_id;
-  float logprob;
-};
-
-// One generated token with its logprob and (if asked) the top alternatives.
-struct GeneratedToken {
-  int32_t token_id;
-  float logprob;
-  std::vector<TopLogprob> top;
-};
 
 // One sequence: prompt plus generated tokens, and how many of them already
 // have their K/V in the cache. Owned by its SequenceGroup. The block manager
