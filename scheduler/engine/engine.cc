@@ -287,7 +287,7 @@ bool Engine::Step() {
     return true;
   }
   for (StepPromptLogprobs& scored : executed->prompt_logprobs) {
-    scored.group->AddPromptLogprobs(scored.first_position, std::move(scored.entries));
+    scored.group->prompt_logprobs().Add(scored.first_position, std::move(scored.entries));
   }
   const int generated = ProcessOutputs(
       output, executed->sampled, speculator_ != nullptr ? &executed->accepted_drafts : nullptr);

@@ -56,6 +56,7 @@ SequenceGroup::SequenceGroup(std::string request_id, std::vector<int32_t> prompt
     : request_id_(std::move(request_id)),
       sampling_(std::move(sampling)),
       stopping_(std::move(stopping)),
+      prompt_logprobs_(static_cast<int>(prompt_token_ids.size())),
       arrival_time_(arrival_time) {
   if (sampling_.repetition_penalty != 1.0f) {
     distinct_prompt_tokens_ = prompt_token_ids;
@@ -87,23 +88,6 @@ int SequenceGroup::NumUnfinished() const {
   return static_cast<int>(std::count_if(seqs_.begin(), seqs_.end(), [](const auto& seq) {
     return !pagoda::scheduler::IsFinished(seq->status());
   }));
-}
-
-void SequenceGroup::AddPromptLogprobs(int first_position, std::vector<GeneratedToken> entries) {
-  const int prompt_len = seqs_.front()->num_prompt_tokens();
-  for (int i = 0; i < static_cast<int>(entries.size()); ++i) {
-    const int position = first_position + i;
-    const int next_missing = static_cast<int>(prompt_logprobs_.size()) + 1;
-    if (position >= prompt_len || position > next_missing) break;
-    if (position == next_missing) prompt_logprobs_.push_back(std::move(entries[i]));
-  }
-}
-
-std::vector<GeneratedToken> SequenceGroup::TakeNewPromptLogprobs() {
-  std::vector<GeneratedToken> fresh(prompt_logprobs_.begin() + prompt_logprobs_taken_,
-                                    prompt_logprobs_.end());
-  prompt_logprobs_taken_ = prompt_logprobs_.size();
-  return fresh;
 }
 
 void SequenceGroup::set_lora_id(int lora_id) {

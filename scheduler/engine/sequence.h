@@ -15,6 +15,7 @@
 #include "absl/time/time.h"
 #include "scheduler/constraints/matcher.h"
 #include "scheduler/engine/generated_token.h"
+#include "scheduler/engine/prompt_logprob_store.h"
 #include "scheduler/engine/sampling_options.h"
 #include "scheduler/kv/kv_sequence.h"
 
@@ -156,16 +157,9 @@ class SequenceGroup final : public KvSequenceGroup {
   // does not have: such a group computes its whole prompt.
   bool SkipsPrefixCache() const override { return sampling_.wants_prompt_logprobs(); }
 
-  // Prompt logprobs (when asked): entry i is the prompt token at position
-  // i + 1's, with its top logprobs. Stored as the chunks that compute them
-  // return, so they survive preemption and worker recovery.
-  const std::vector<GeneratedToken>& prompt_logprobs() const { return prompt_logprobs_; }
-  // Stores `entries` as the prompt logprobs of positions first_position,
-  // first_position + 1, ...: those already stored (a recomputed chunk) and
-  // those past the prompt are ignored, and so is everything after a gap.
-  void AddPromptLogprobs(int first_position, std::vector<GeneratedToken> entries);
-  // The entries stored since the last call, in position order.
-  std::vector<GeneratedToken> TakeNewPromptLogprobs();
+  // Prompt logprobs (when asked), as the steps that compute them return them.
+  PromptLogprobStore& prompt_logprobs() { return prompt_logprobs_; }
+  const PromptLogprobStore& prompt_logprobs() const { return prompt_logprobs_; }
   // Adds parent->Fork(child_seq_id) to the group and returns it (owned by
   // the group). REQUIRES: parent belongs to this group.
   Sequence* AddForkedSequence(const Sequence& parent, int64_t child_seq_id);
@@ -201,8 +195,7 @@ class SequenceGroup final : public KvSequenceGroup {
   SamplingOptions sampling_;
   StoppingOptions stopping_;
   std::vector<int32_t> distinct_prompt_tokens_;
-  std::vector<GeneratedToken> prompt_logprobs_;
-  size_t prompt_logprobs_taken_ = 0;  // Entries TakeNewPromptLogprobs returned.
+  PromptLogprobStore prompt_logprobs_;
   absl::Time arrival_time_;
   int priority_ = 0;
   int num_preemptions_ = 0;

@@ -52,5 +52,30 @@ TEST(SequenceTest, EverySequenceOfAGroupCarriesItsAdapter) {
   EXPECT_EQ(group.AddForkedSequence(*group.seqs()[0], 8)->lora_id(), 5);
 }
 
+// Chunks may come back twice (a recomputed chunk), out of reach (past the
+// prompt) or after a gap (a chunk lost with a failed step): the store keeps
+// each position once, in order, and hands each entry out once.
+TEST(PromptLogprobStoreTest, KeepsEachPromptPositionOnceInOrder) {
+  const auto entries = [](std::vector<int32_t> ids) {
+    std::vector<GeneratedToken> tokens;
+    for (int32_t id : ids) tokens.push_back(GeneratedToken{id, -1.0f, {}});
+    return tokens;
+  };
+  const auto ids = [](const std::vector<GeneratedToken>& tokens) {
+    std::vector<int32_t> out;
+    for (const GeneratedToken& token : tokens) out.push_back(token.token_id);
+    return out;
+  };
+  PromptLogprobStore store(/*num_prompt_tokens=*/6);
+  store.Add(1, entries({11, 12}));
+  store.Add(4, entries({14}));  // A gap: position 3 is missing.
+  EXPECT_EQ(store.num_stored(), 2);
+  EXPECT_EQ(ids(store.TakeNew()), (std::vector<int32_t>{11, 12}));
+  store.Add(2, entries({92, 13, 14, 15, 16}));  // 2 again; 6 is past the prompt.
+  EXPECT_EQ(store.num_stored(), 5);
+  EXPECT_EQ(ids(store.TakeNew()), (std::vector<int32_t>{13, 14, 15}));
+  EXPECT_TRUE(store.TakeNew().empty());
+}
+
 }  // namespace
 }  // namespace pagoda::scheduler
