@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/types/span.h"
 #include "glog/logging.h"
 
 namespace pagoda::scheduler {
@@ -38,10 +39,7 @@ void Sequence::RemovePlaceholder() {
 const absl::flat_hash_map<int32_t, int32_t>& Sequence::output_token_counts() const {
   // The placeholder is never counted: the server does not know its token.
   const size_t known = output_.size() - (has_pending_token_ ? 1 : 0);
-  for (; num_counted_output_tokens_ < known; ++num_counted_output_tokens_) {
-    ++output_token_counts_[output_[num_counted_output_tokens_].token_id];
-  }
-  return output_token_counts_;
+  return output_token_counts_.CountThrough(absl::MakeConstSpan(output_).first(known));
 }
 
 std::unique_ptr<Sequence> Sequence::Fork(int64_t child_seq_id) const {

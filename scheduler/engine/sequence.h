@@ -17,6 +17,7 @@
 #include "scheduler/engine/generated_token.h"
 #include "scheduler/engine/prompt_logprob_store.h"
 #include "scheduler/engine/sampling_options.h"
+#include "scheduler/engine/token_counts.h"
 #include "scheduler/kv/kv_sequence.h"
 
 namespace pagoda::scheduler {
@@ -53,11 +54,9 @@ class Sequence final : public KvSequence {
   // Position in its group's seqs() (0 for the first), fixed at creation.
   int index_in_group() const { return index_in_group_; }
   double cumulative_logprob() const { return cumulative_logprob_; }
-  // How often each token occurs in the output. Counted on demand from where
-  // the last call stopped (only penalties read it, and a map update for
-  // every token of every request is a good part of the engine thread's
-  // work at large batches); it follows the sequence through preemption,
-  // forks and recovery (which keep or copy the tokens and the count).
+  // How often each token occurs in the output, counted on demand
+  // (token_counts.h); it follows the sequence through preemption, forks and
+  // recovery (which keep or copy the tokens and the count).
   const absl::flat_hash_map<int32_t, int32_t>& output_token_counts() const;
 
   // Tokens whose K/V are in the cache. Reset to 0 by recompute preemption.
@@ -113,8 +112,7 @@ class Sequence final : public KvSequence {
   int index_in_group_ = 0;
   std::vector<int32_t> prompt_token_ids_;
   std::vector<GeneratedToken> output_;
-  mutable absl::flat_hash_map<int32_t, int32_t> output_token_counts_;
-  mutable size_t num_counted_output_tokens_ = 0;  // output_[0, this) are in the counts.
+  mutable TokenCounts output_token_counts_;
   double cumulative_logprob_ = 0.0;
   int num_computed_tokens_ = 0;
   int num_lookahead_slots_ = 0;
