@@ -7,13 +7,12 @@
 
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/time/time.h"
-#include "scheduler/constraints/matcher.h"
+#include "scheduler/engine/constraint_state.h"
 #include "scheduler/engine/generated_token.h"
 #include "scheduler/engine/prompt_logprob_store.h"
 #include "scheduler/engine/sampling_options.h"
@@ -93,17 +92,8 @@ class Sequence final : public KvSequence {
   // BlockManager::Fork.
   std::unique_ptr<Sequence> Fork(int64_t child_seq_id) const;
 
-  // Structured outputs: where the sequence's output stands in its request's
-  // grammar (constraint_mask.h keeps it). Derived from the tokens alone:
-  // the matcher reads the output tokens it has not yet read before each
-  // mask, so whatever happens to the sequence (preemption, a fork, worker
-  // recovery) its state follows its tokens; a sequence without a matcher
-  // replays its whole output through a new one.
-  struct ConstraintState {
-    std::optional<constraints::Matcher> matcher;
-    int tokens_read = 0;   // Output tokens the matcher has read.
-    bool refused = false;  // A token the grammar refused: only the end remains.
-  };
+  // Structured outputs: where the output stands in its request's grammar
+  // (constraint_state.h; constraint_mask.h advances it).
   ConstraintState& constraint_state() { return constraint_state_; }
 
  private:
