@@ -147,16 +147,6 @@ class Scheduler {
     admission_gate_ = std::move(gate);
   }
 
-  // KV slots of the GPU blocks that running sequences hold, and how many of
-  // them hold a computed token: filled / allocated is the vLLM paper's Fig. 2
-  // figure (internal fragmentation and reservation waste), live. A block
-  // shared by forked sequences counts once. O(blocks held): call once a step.
-  struct KvSlotUsage {
-    int64_t filled_slots = 0;
-    int64_t allocated_slots = 0;
-  };
-  KvSlotUsage ComputeKvSlotUsage() const;
-
   int num_waiting() const { return static_cast<int>(waiting_.size()); }
   int num_running() const { return static_cast<int>(running_.size()); }
   int num_swapped() const { return static_cast<int>(swapped_.size()); }

@@ -1,7 +1,7 @@
 // The scheduler's calls between steps, which the engine makes after a step
 // or when a request is aborted or the workers restarted: freeing what
-// finished, committing computed blocks, forks, aborts, requeueing every
-// request for recompute, and the KV slot usage figure. Schedule() and its
+// finished, committing computed blocks, forks, aborts and requeueing every
+// request for recompute. Schedule() and its
 // policies are in scheduler.cc, scheduler_prefill.cc, scheduler_priority.cc.
 
 #include <algorithm>
@@ -27,32 +27,6 @@ std::vector<std::unique_ptr<SequenceGroup>> Scheduler::FreeFinished() {
   GroupList groups(std::make_move_iterator(finished), std::make_move_iterator(running_.end()));
   running_.erase(finished, running_.end());
   return groups;
-}
-
-Scheduler::KvSlotUsage Scheduler::ComputeKvSlotUsage() const {
-  const int block_size = config_.block_size;
-  // Tokens in each physical block (-1: no running sequence holds it): the
-  // most any sequence sharing it has there. Indexed by block id, not hashed:
-  // a full batch holds tens of thousands of blocks.
-  std::vector<int> tokens_in_block(block_manager_.num_total_gpu_blocks(), -1);
-  for (const auto& group : running_) {
-    for (const Sequence* seq : group->SeqsWithStatus(SequenceStatus::kRunning)) {
-      const std::vector<int>& table = block_manager_.GetBlockTable(seq->seq_id());
-      for (size_t i = 0; i < table.size(); ++i) {
-        const int tokens = std::clamp(seq->num_computed_tokens() - static_cast<int>(i) * block_size,
-                                      0, block_size);
-        int& filled = tokens_in_block.at(table[i]);
-        filled = std::max(filled, tokens);
-      }
-    }
-  }
-  KvSlotUsage usage;
-  for (int tokens : tokens_in_block) {
-    if (tokens < 0) continue;
-    usage.allocated_slots += block_size;
-    usage.filled_slots += tokens;
-  }
-  return usage;
 }
 
 void Scheduler::ForEachRunningSequence(const std::function<void(SequenceGroup&, Sequence&)>& fn) {
