@@ -57,11 +57,7 @@ SequenceGroup::SequenceGroup(std::string request_id, std::vector<int32_t> prompt
       prompt_logprobs_(static_cast<int>(prompt_token_ids.size())),
       arrival_time_(arrival_time) {
   if (sampling_.repetition_penalty != 1.0f) {
-    distinct_prompt_tokens_ = prompt_token_ids;
-    std::sort(distinct_prompt_tokens_.begin(), distinct_prompt_tokens_.end());
-    distinct_prompt_tokens_.erase(
-        std::unique(distinct_prompt_tokens_.begin(), distinct_prompt_tokens_.end()),
-        distinct_prompt_tokens_.end());
+    distinct_prompt_tokens_ = DistinctTokens(prompt_token_ids);
   }
   seqs_.push_back(std::make_unique<Sequence>(first_seq_id, std::move(prompt_token_ids)));
 }

@@ -1,12 +1,15 @@
 #ifndef PAGODA_SCHEDULER_ENGINE_TOKEN_COUNTS_H_
 #define PAGODA_SCHEDULER_ENGINE_TOKEN_COUNTS_H_
 
-// TokenCounts: how often each token occurs in a sequence's output, which the
-// presence, frequency and repetition penalties (sampling_options.h) read and
-// the step plan sends with each draw that has them.
+// What the presence, frequency and repetition penalties (sampling_options.h)
+// read of a sequence's tokens, which the step plan sends with each draw that
+// has them: how often each token occurs in the output (TokenCounts) and the
+// prompt's distinct tokens (DistinctTokens).
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/types/span.h"
@@ -32,6 +35,14 @@ class TokenCounts {
   absl::flat_hash_map<int32_t, int32_t> counts_;
   size_t num_counted_ = 0;  // output[0, this) are in the counts.
 };
+
+// The distinct tokens of `tokens`, ascending: the repetition penalty reads
+// them at every step, so a group works them out of its prompt once.
+inline std::vector<int32_t> DistinctTokens(std::vector<int32_t> tokens) {
+  std::sort(tokens.begin(), tokens.end());
+  tokens.erase(std::unique(tokens.begin(), tokens.end()), tokens.end());
+  return tokens;
+}
 
 }  // namespace pagoda::scheduler
 
