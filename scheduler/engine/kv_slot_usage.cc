@@ -11,7 +11,7 @@ KvSlotUsage ComputeKvSlotUsage(const Scheduler& scheduler) {
   // Tokens in each physical block (-1: no running sequence holds it): the
   // most any sequence sharing it has there. Indexed by block id, not hashed:
   // a full batch holds tens of thousands of blocks.
-  std::vector<int> tokens_in_block(blocks.num_total_gpu_blocks(), -1);
+  std::vector<int> tokens_in_block(blocks.gpu_pool().num_total(), -1);
   scheduler.ForEachGroup([&](const SequenceGroup& group, SequenceStatus queue) {
     if (queue != SequenceStatus::kRunning) return;
     for (const Sequence* seq : group.SeqsWithStatus(SequenceStatus::kRunning)) {
