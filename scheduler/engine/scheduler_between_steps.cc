@@ -11,7 +11,6 @@
 #include <utility>
 #include <vector>
 
-#include "glog/logging.h"
 #include "scheduler/engine/scheduler.h"
 
 namespace pagoda::scheduler {
@@ -41,8 +40,6 @@ void Scheduler::ForEachGroup(
   for (const auto& group : swapped_) fn(*group, SequenceStatus::kSwapped);
   for (const auto& group : waiting_) fn(*group, SequenceStatus::kWaiting);
 }
-
-void Scheduler::FreeSequence(Sequence* seq) { block_manager_.Free(seq->seq_id()); }
 
 void Scheduler::CommitComputedBlocks(const SchedulerOutput& output) {
   for (const ScheduledSequence& entry : output.scheduled) {
@@ -88,15 +85,8 @@ int Scheduler::RequeueAllForRecompute() {
   // The scheduler's part of worker recovery (see engine_recovery.cc for why
   // recomputation reproduces the same tokens).
   GroupList groups = DrainQueues();
-  for (const auto& group : groups) {
-    for (const auto& seq : group->seqs()) {
-      if (IsFinished(seq->status())) continue;
-      // The workers' blocks (device and swap) are gone with them.
-      block_manager_.Free(seq->seq_id());
-      seq->set_num_computed_tokens(0);
-      seq->set_status(SequenceStatus::kWaiting);
-    }
-  }
+  // The workers' blocks (device and swap) are gone with them.
+  for (const auto& group : groups) ResetForRecompute(*group);
   // Cached prefix blocks name K/V bytes the dead workers held: forget them,
   // or a resumed request would "hit" blocks that hold nothing.
   block_manager_.ResetPrefixCache();

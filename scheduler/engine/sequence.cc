@@ -42,12 +42,6 @@ const absl::flat_hash_map<int32_t, int32_t>& Sequence::output_token_counts() con
   return output_token_counts_.CountThrough(absl::MakeConstSpan(output_).first(known));
 }
 
-std::unique_ptr<Sequence> Sequence::Fork(int64_t child_seq_id) const {
-  auto child = std::make_unique<Sequence>(*this);
-  child->seq_id_ = child_seq_id;
-  return child;
-}
-
 SequenceGroup::SequenceGroup(std::string request_id, std::vector<int32_t> prompt_token_ids,
                              int64_t first_seq_id, SamplingOptions sampling,
                              StoppingOptions stopping, absl::Time arrival_time)
@@ -89,7 +83,8 @@ void SequenceGroup::set_lora_id(int lora_id) {
 }
 
 Sequence* SequenceGroup::AddForkedSequence(const Sequence& parent, int64_t child_seq_id) {
-  seqs_.push_back(parent.Fork(child_seq_id));
+  seqs_.push_back(std::make_unique<Sequence>(parent));
+  seqs_.back()->seq_id_ = child_seq_id;
   seqs_.back()->index_in_group_ = static_cast<int>(seqs_.size()) - 1;
   return seqs_.back().get();
 }

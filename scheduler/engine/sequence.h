@@ -86,12 +86,6 @@ class Sequence final : public KvSequence {
   void RemovePlaceholder();
   bool has_pending_token() const { return has_pending_token_; }
 
-  // A copy of this sequence (tokens, logprobs, computed count, status,
-  // constraint matcher) under a new id, for parallel sampling and beam
-  // search. Blocks are not copied: the caller forks them with
-  // BlockManager::Fork.
-  std::unique_ptr<Sequence> Fork(int64_t child_seq_id) const;
-
   // Structured outputs: where the output stands in its request's grammar
   // (constraint_state.h; constraint_mask.h advances it).
   ConstraintState& constraint_state() { return constraint_state_; }
@@ -148,8 +142,11 @@ class SequenceGroup final : public KvSequenceGroup {
   // Prompt logprobs (when asked), as the steps that compute them return them.
   PromptLogprobStore& prompt_logprobs() { return prompt_logprobs_; }
   const PromptLogprobStore& prompt_logprobs() const { return prompt_logprobs_; }
-  // Adds parent->Fork(child_seq_id) to the group and returns it (owned by
-  // the group). REQUIRES: parent belongs to this group.
+  // Adds to the group a copy of `parent` (tokens, logprobs, token counts,
+  // computed count, status, constraint matcher) under a new id, for
+  // parallel sampling and beam search, and returns it (owned by the group).
+  // Blocks are not copied: the caller forks them with BlockManager::Fork.
+  // REQUIRES: parent belongs to this group.
   Sequence* AddForkedSequence(const Sequence& parent, int64_t child_seq_id);
   bool IsFinished() const { return NumUnfinished() == 0; }
 

@@ -21,19 +21,21 @@ absl::flat_hash_map<int32_t, int32_t> CountOutput(const Sequence& seq) {
 TEST(SequenceTest, OutputTokenCountsFollowAppendsReadsAndForks) {
   std::mt19937 rng(7);
   std::uniform_int_distribution<int32_t> token(0, 9);
-  Sequence parent(1, {5, 6, 5});
-  std::vector<std::unique_ptr<Sequence>> forks;
+  SequenceGroup group("r", {5, 6, 5}, /*first_seq_id=*/1, SamplingOptions{}, StoppingOptions{},
+                      absl::Now());
+  const std::vector<std::unique_ptr<Sequence>>& seqs = group.seqs();
   for (int step = 0; step < 400; ++step) {
-    Sequence* seq = forks.empty() || rng() % 2 == 0 ? &parent : forks[rng() % forks.size()].get();
+    // The first sequence half the time, else one of its forks (or theirs).
+    Sequence* seq = seqs.size() == 1 || rng() % 2 == 0 ? seqs[0].get()
+                                                       : seqs[1 + rng() % (seqs.size() - 1)].get();
     seq->AppendToken(GeneratedToken{token(rng), -0.5f, {}});
     if (rng() % 3 == 0) {
       ASSERT_EQ(seq->output_token_counts(), CountOutput(*seq)) << step;
     }
-    if (rng() % 50 == 0) forks.push_back(seq->Fork(100 + step));
+    if (rng() % 50 == 0) group.AddForkedSequence(*seq, 100 + step);
   }
-  EXPECT_EQ(parent.output_token_counts(), CountOutput(parent));
-  for (const auto& fork : forks) EXPECT_EQ(fork->output_token_counts(), CountOutput(*fork));
-  EXPECT_FALSE(forks.empty());
+  for (const auto& seq : seqs) EXPECT_EQ(seq->output_token_counts(), CountOutput(*seq));
+  EXPECT_GT(seqs.size(), 1u);
   // The prompt is not output.
   Sequence fresh(2, {1, 1, 1});
   EXPECT_TRUE(fresh.output_token_counts().empty());
