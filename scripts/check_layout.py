@@ -70,7 +70,12 @@ FORBIDDEN = [
     ("scheduler/kv/", ["scheduler/engine/", "scheduler/api/", "scheduler/workers/",
                        "scheduler/metrics", "scheduler/constraints/"]),
     ("scheduler/kv_events/", ["scheduler/engine/", "scheduler/api/", "scheduler/workers/",
-                              "scheduler/metrics", "scheduler/constraints/"]),
+                              "scheduler/metrics", "scheduler/constraints/", "scheduler/kv/"]),
+    # The KV events' form: the block manager records them, the publisher
+    # sends them; it knows neither.
+    ("scheduler/kv_event_types/", ["scheduler/kv/", "scheduler/kv_events/", "scheduler/engine/",
+                                   "scheduler/api/", "scheduler/workers/", "scheduler/metrics",
+                                   "scheduler/constraints/"]),
     ("scheduler/engine/", ["scheduler/api/", "scheduler/metrics", "scheduler/kv_events/",
                            "scheduler/config/", "scheduler/startup/"]),
     # The config knows the rooms whose limits it checks; nothing but the

@@ -8,6 +8,7 @@
 #include "absl/time/time.h"
 #include "bench/sim/memory_sim.h"
 #include "glog/logging.h"
+#include "scheduler/engine/kv_slot_usage.h"
 #include "scheduler/engine/output_processor.h"
 #include "scheduler/engine/scheduler.h"
 
@@ -113,7 +114,7 @@ struct StepSums {
 // one sequence per request, as nothing else shares them.
 void AddStep(const Scheduler& scheduler, const SchedulerOutput& output, DecodeMode mode,
              StepSums* sums) {
-  const Scheduler::KvSlotUsage usage = scheduler.ComputeKvSlotUsage();
+  const KvSlotUsage usage = ComputeKvSlotUsage(scheduler);
   sums->share += usage.allocated_slots == 0
                      ? 0
                      : static_cast<double>(usage.filled_slots) / usage.allocated_slots;

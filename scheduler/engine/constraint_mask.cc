@@ -15,7 +15,9 @@ bool Contains(absl::Span<const int32_t> ids, int32_t id) {
 }
 
 void SetBit(std::vector<uint32_t>& mask, int32_t id) {
-  if (id >= 0 && static_cast<size_t>(id) < mask.size() * 32) mask[id / 32] |= uint32_t{1} << (id % 32);
+  if (id >= 0 && static_cast<size_t>(id) < mask.size() * 32) {
+    mask[id / 32] |= uint32_t{1} << (id % 32);
+  }
 }
 
 void ClearBit(std::vector<uint32_t>& mask, int32_t id) {
@@ -26,7 +28,7 @@ void ClearBit(std::vector<uint32_t>& mask, int32_t id) {
 
 // Advances the sequence's matcher over the output tokens it has not read.
 void CatchUp(const SequenceGroup& group, Sequence& seq, absl::Span<const int32_t> eos_token_ids) {
-  Sequence::ConstraintState& state = seq.constraint_state();
+  ConstraintState& state = seq.constraint_state();
   if (!state.matcher.has_value()) {
     state.matcher.emplace(group.sampling().grammar);
     state.tokens_read = 0;
@@ -83,14 +85,14 @@ std::string NextTokenMask(const SequenceGroup& group, Sequence& seq,
                           absl::Span<const int32_t> eos_token_ids,
                           absl::Span<const int32_t> banned) {
   CatchUp(group, seq, eos_token_ids);
-  Sequence::ConstraintState& state = seq.constraint_state();
+  ConstraintState& state = seq.constraint_state();
   return MaskAfter(group, *state.matcher, state.refused, eos_token_ids, banned);
 }
 
 int GrammarValidDrafts(const SequenceGroup& group, Sequence& seq,
                        absl::Span<const int32_t> eos_token_ids, absl::Span<const int32_t> drafts) {
   CatchUp(group, seq, eos_token_ids);
-  const Sequence::ConstraintState& state = seq.constraint_state();
+  const ConstraintState& state = seq.constraint_state();
   if (state.refused) return 0;
   const std::vector<int32_t>& stops = group.stopping().stop_token_ids;
   constraints::Matcher matcher = *state.matcher;
@@ -110,7 +112,7 @@ std::vector<std::string> NextTokenMasks(const SequenceGroup& group, Sequence& se
   std::vector<std::string> masks;
   masks.reserve(drafts.size() + 1);
   masks.push_back(NextTokenMask(group, seq, eos_token_ids, banned));
-  const Sequence::ConstraintState& state = seq.constraint_state();
+  const ConstraintState& state = seq.constraint_state();
   constraints::Matcher matcher = *state.matcher;
   bool refused = state.refused;
   for (int32_t draft : drafts) {

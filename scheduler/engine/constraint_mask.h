@@ -2,9 +2,9 @@
 #define PAGODA_SCHEDULER_ENGINE_CONSTRAINT_MASK_H_
 
 // Structured outputs on the engine's side: before each draw of a
-// constrained sequence, its matcher (Sequence::ConstraintState) reads the
-// output tokens it has not read yet and gives the packed mask of the tokens
-// the draw may take. The step plan only promises it
+// constrained sequence, its matcher (its ConstraintState, constraint_state.h)
+// reads the output tokens it has not read yet and gives the packed mask of
+// the tokens the draw may take. The step plan only promises it
 // (SequenceStep.token_mask_follows); the engine computes it while the
 // workers run the forward pass and sends it after the plan (StepMasks),
 // since only the sampler needs it.

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 #include "scheduler/engine/finish_reason.h"
+#include "scheduler/engine/kv_slot_usage.h"
 #include "scheduler/engine/output_processor.h"
 #include "scheduler/engine/step_plan.h"
 
@@ -287,7 +288,7 @@ bool Engine::Step() {
     return true;
   }
   for (StepPromptLogprobs& scored : executed->prompt_logprobs) {
-    scored.group->AddPromptLogprobs(scored.first_position, std::move(scored.entries));
+    scored.group->prompt_logprobs().Add(scored.first_position, std::move(scored.entries));
   }
   const int generated = ProcessOutputs(
       output, executed->sampled, speculator_ != nullptr ? &executed->accepted_drafts : nullptr);
@@ -553,7 +554,7 @@ void Engine::PublishSnapshot(const StepRecord* step) {
   if (step != nullptr) {
     const absl::Time now = absl::Now();
     if (now - kv_usage_time_ >= kKvUsageRefresh || totals_.num_running == 0) {
-      const Scheduler::KvSlotUsage usage = scheduler_->ComputeKvSlotUsage();
+      const KvSlotUsage usage = ComputeKvSlotUsage(*scheduler_);
       totals_.kv_filled_slots = usage.filled_slots;
       totals_.kv_allocated_slots = usage.allocated_slots;
       kv_usage_time_ = now;

@@ -92,7 +92,7 @@ bool Engine::FinishOldestStep() {
   }
   for (StepPromptLogprobs& scored : *prompt_logprobs) {
     if (scored.group->IsFinished()) continue;  // Cancelled meanwhile.
-    scored.group->AddPromptLogprobs(scored.first_position, std::move(scored.entries));
+    scored.group->prompt_logprobs().Add(scored.first_position, std::move(scored.entries));
   }
   LiveStep live = TakeLiveEntries(step->output, *std::move(sampled));
   // The step queued behind this one samples once its masks are in: they are

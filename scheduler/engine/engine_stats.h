@@ -104,7 +104,7 @@ struct EngineSnapshot {
   int free_cpu_blocks = 0;
   int last_batch_size = 0;
   // Allocated KV slots of running sequences and those holding a token
-  // (Scheduler::ComputeKvSlotUsage), as of the last step.
+  // (kv_slot_usage.h), as of the last step.
   int64_t kv_filled_slots = 0;
   int64_t kv_allocated_slots = 0;
   int64_t num_steps = 0;

@@ -114,7 +114,7 @@ void OutputProcessor::AttachPromptLogprobs(const SchedulerOutput& output,
   for (const ScheduledSequence& entry : output.scheduled) {
     SequenceGroup& group = *entry.group;
     if (!group.sampling().wants_prompt_logprobs()) continue;
-    std::vector<GeneratedToken> fresh = group.TakeNewPromptLogprobs();
+    std::vector<GeneratedToken> fresh = group.prompt_logprobs().TakeNew();
     if (fresh.empty()) continue;
     auto it = std::find_if(deltas.begin(), deltas.end(), [&](const RequestDelta& delta) {
       return delta.request_id == group.request_id();

@@ -12,7 +12,7 @@
 #include "glog/logging.h"
 
 namespace pagoda::scheduler {
-using group_counts::NumSeqs;
+using group_counts::PendingIn;
 
 Scheduler::Scheduler(const SchedulerConfig& config)
     : config_(config),
@@ -25,10 +25,6 @@ Scheduler::Scheduler(const SchedulerConfig& config)
                config.enable_chunked_prefill ? config.long_prefill_token_threshold : 0},
       block_manager_(config.block_size, config.num_gpu_blocks, config.num_cpu_blocks,
                      config.watermark, config.enable_prefix_caching) {}
-
-void Scheduler::AddSequenceGroup(std::unique_ptr<SequenceGroup> group) {
-  waiting_.push_back(std::move(group));
-}
 
 SchedulerOutput Scheduler::Schedule() {
   SchedulerOutput output;
@@ -87,10 +83,9 @@ void Scheduler::ScheduleDecodes(SchedulerOutput& output, std::vector<SequenceGro
       }
       Preempt(TakeVictim(queue), output, recomputed);
     }
-    if (group == nullptr) continue;
-    ScheduleDecodeOrListPartial(std::move(group), output, partial);
+    if (group != nullptr) ScheduleDecodeOrListPartial(std::move(group), output, partial);
   }
-  RequeueRecomputed(recomputed);
+  RequeueRecomputed(std::move(recomputed));
 }
 
 bool Scheduler::MayPreempt() const {
@@ -106,13 +101,11 @@ bool Scheduler::MayPreempt() const {
   return order_.Outranks(best, worst) && WantsRoom(best);
 }
 
-void Scheduler::RequeueRecomputed(GroupList& recomputed) {
+void Scheduler::RequeueRecomputed(GroupList recomputed) {
   // Back to the front of the waiting queue, best-ranked first.
   order_.Sort(recomputed);
-  for (auto it = recomputed.rbegin(); it != recomputed.rend(); ++it) {
-    waiting_.push_front(std::move(*it));
-  }
-  recomputed.clear();
+  waiting_.insert(waiting_.begin(), std::make_move_iterator(recomputed.begin()),
+                  std::make_move_iterator(recomputed.end()));
 }
 
 void Scheduler::ScheduleSwapIns(SchedulerOutput& output, std::vector<SequenceGroup*>& partial) {
@@ -123,7 +116,7 @@ void Scheduler::ScheduleSwapIns(SchedulerOutput& output, std::vector<SequenceGro
     SequenceGroup& group = *swapped_.front();
     const AllocStatus fits = block_manager_.CanSwapIn(group);
     if (fits == AllocStatus::kLater) break;
-    const int new_seqs = NumSeqs(group, SequenceStatus::kSwapped);
+    const int new_seqs = PendingIn(group, SequenceStatus::kSwapped).seqs;
     if (fits == AllocStatus::kNever || new_seqs > config_.max_num_seqs) {
       IgnoreFront(swapped_, "cannot be swapped back in", output);
       continue;
@@ -178,7 +171,7 @@ void Scheduler::Preempt(std::unique_ptr<SequenceGroup> group, SchedulerOutput& o
                         GroupList& recomputed, bool allow_swap) {
   ++output.num_preempted;
   group->MarkPreempted();
-  const int live = NumSeqs(*group, SequenceStatus::kRunning);
+  const int live = PendingIn(*group, SequenceStatus::kRunning).seqs;
   bool swap = config_.preemption_mode == PreemptionMode::kSwap ||
               (config_.preemption_mode == PreemptionMode::kAuto && live > 1);
   // vLLM aborts a group the swap space cannot take; recomputing it is kinder.
@@ -193,12 +186,7 @@ void Scheduler::Preempt(std::unique_ptr<SequenceGroup> group, SchedulerOutput& o
     swapped_.push_back(std::move(group));
     return;
   }
-  // Recompute: drop the K/V; the next prefill covers prompt + output so far.
-  for (Sequence* seq : group->SeqsWithStatus(SequenceStatus::kRunning)) {
-    block_manager_.Free(seq->seq_id());
-    seq->set_num_computed_tokens(0);
-    seq->set_status(SequenceStatus::kWaiting);
-  }
+  ResetForRecompute(*group);
   recomputed.push_back(std::move(group));
 }
 
@@ -218,6 +206,15 @@ void Scheduler::IgnoreFront(Queue& queue, std::string_view why, SchedulerOutput&
   FinishGroup(*queue.front(), SequenceStatus::kFinishedIgnored);
   output.ignored.push_back(std::move(queue.front()));
   queue.pop_front();
+}
+
+void Scheduler::ResetForRecompute(SequenceGroup& group) {
+  for (const auto& seq : group.seqs()) {
+    if (IsFinished(seq->status())) continue;
+    block_manager_.Free(seq->seq_id());
+    seq->set_num_computed_tokens(0);
+    seq->set_status(SequenceStatus::kWaiting);
+  }
 }
 
 void Scheduler::FinishGroup(SequenceGroup& group, SequenceStatus status) {

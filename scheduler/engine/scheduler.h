@@ -93,7 +93,9 @@ class Scheduler {
  public:
   explicit Scheduler(const SchedulerConfig& config);
 
-  void AddSequenceGroup(std::unique_ptr<SequenceGroup> group);
+  void AddSequenceGroup(std::unique_ptr<SequenceGroup> group) {
+    waiting_.push_back(std::move(group));
+  }
   // Marks the request's unfinished sequences aborted and frees their blocks.
   // Returns the group (so the caller can report it) or nullptr if unknown.
   std::unique_ptr<SequenceGroup> AbortRequest(const std::string& request_id);
@@ -119,7 +121,7 @@ class Scheduler {
   std::vector<std::unique_ptr<SequenceGroup>> FreeFinished();
 
   // Frees one finished sequence's blocks at once (stop checks call this).
-  void FreeSequence(Sequence* seq);
+  void FreeSequence(Sequence* seq) { block_manager_.Free(seq->seq_id()); }
 
   // Registers in the prefix cache the blocks the step just computed. Call
   // after OutputProcessor::Process and before FreeFinished, so that the
@@ -147,16 +149,6 @@ class Scheduler {
     admission_gate_ = std::move(gate);
   }
 
-  // KV slots of the GPU blocks that running sequences hold, and how many of
-  // them hold a computed token: filled / allocated is the vLLM paper's Fig. 2
-  // figure (internal fragmentation and reservation waste), live. A block
-  // shared by forked sequences counts once. O(blocks held): call once a step.
-  struct KvSlotUsage {
-    int64_t filled_slots = 0;
-    int64_t allocated_slots = 0;
-  };
-  KvSlotUsage ComputeKvSlotUsage() const;
-
   int num_waiting() const { return static_cast<int>(waiting_.size()); }
   int num_running() const { return static_cast<int>(running_.size()); }
   int num_swapped() const { return static_cast<int>(swapped_.size()); }
@@ -172,6 +164,10 @@ class Scheduler {
   struct PartialCounts {
     int all = 0;
     int long_ones = 0;
+    void Add(bool is_long) {
+      ++all;
+      if (is_long) ++long_ones;
+    }
   };
   struct ChunkResult {
     int tokens;  // Prompt tokens scheduled.
@@ -259,6 +255,10 @@ class Scheduler {
   // Appends a slot (and the lookahead slots) for each running sequence of
   // `group`, collecting copy-on-write pairs, and schedules its decode.
   void AppendSlotsAndSchedule(SequenceGroup& group, SchedulerOutput& output);
+  // Recompute: drops the K/V of the group's unfinished sequences (device or
+  // swap) and marks them waiting, their next prefill to cover prompt +
+  // output so far.
+  void ResetForRecompute(SequenceGroup& group);
   // Marks the group's unfinished sequences `status`, frees their blocks.
   void FinishGroup(SequenceGroup& group, SequenceStatus status);
   // Sequences of the running groups that count against max_num_seqs.
@@ -269,7 +269,7 @@ class Scheduler {
   GroupList DrainQueues();
   // Puts recompute-preempted groups back at the front of waiting, in rank
   // order.
-  void RequeueRecomputed(GroupList& recomputed);
+  void RequeueRecomputed(GroupList recomputed);
 
   SchedulerConfig config_;
   QueueOrder order_;

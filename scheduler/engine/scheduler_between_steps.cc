@@ -1,7 +1,7 @@
 // The scheduler's calls between steps, which the engine makes after a step
 // or when a request is aborted or the workers restarted: freeing what
-// finished, committing computed blocks, forks, aborts, requeueing every
-// request for recompute, and the KV slot usage figure. Schedule() and its
+// finished, committing computed blocks, forks, aborts and requeueing every
+// request for recompute. Schedule() and its
 // policies are in scheduler.cc, scheduler_prefill.cc, scheduler_priority.cc.
 
 #include <algorithm>
@@ -11,7 +11,6 @@
 #include <utility>
 #include <vector>
 
-#include "glog/logging.h"
 #include "scheduler/engine/scheduler.h"
 
 namespace pagoda::scheduler {
@@ -29,32 +28,6 @@ std::vector<std::unique_ptr<SequenceGroup>> Scheduler::FreeFinished() {
   return groups;
 }
 
-Scheduler::KvSlotUsage Scheduler::ComputeKvSlotUsage() const {
-  const int block_size = config_.block_size;
-  // Tokens in each physical block (-1: no running sequence holds it): the
-  // most any sequence sharing it has there. Indexed by block id, not hashed:
-  // a full batch holds tens of thousands of blocks.
-  std::vector<int> tokens_in_block(block_manager_.num_total_gpu_blocks(), -1);
-  for (const auto& group : running_) {
-    for (const Sequence* seq : group->SeqsWithStatus(SequenceStatus::kRunning)) {
-      const std::vector<int>& table = block_manager_.GetBlockTable(seq->seq_id());
-      for (size_t i = 0; i < table.size(); ++i) {
-        const int tokens = std::clamp(seq->num_computed_tokens() - static_cast<int>(i) * block_size,
-                                      0, block_size);
-        int& filled = tokens_in_block.at(table[i]);
-        filled = std::max(filled, tokens);
-      }
-    }
-  }
-  KvSlotUsage usage;
-  for (int tokens : tokens_in_block) {
-    if (tokens < 0) continue;
-    usage.allocated_slots += block_size;
-    usage.filled_slots += tokens;
-  }
-  return usage;
-}
-
 void Scheduler::ForEachRunningSequence(const std::function<void(SequenceGroup&, Sequence&)>& fn) {
   for (auto& group : running_) {
     for (Sequence* seq : group->SeqsWithStatus(SequenceStatus::kRunning)) fn(*group, *seq);
@@ -67,8 +40,6 @@ void Scheduler::ForEachGroup(
   for (const auto& group : swapped_) fn(*group, SequenceStatus::kSwapped);
   for (const auto& group : waiting_) fn(*group, SequenceStatus::kWaiting);
 }
-
-void Scheduler::FreeSequence(Sequence* seq) { block_manager_.Free(seq->seq_id()); }
 
 void Scheduler::CommitComputedBlocks(const SchedulerOutput& output) {
   for (const ScheduledSequence& entry : output.scheduled) {
@@ -114,15 +85,8 @@ int Scheduler::RequeueAllForRecompute() {
   // The scheduler's part of worker recovery (see engine_recovery.cc for why
   // recomputation reproduces the same tokens).
   GroupList groups = DrainQueues();
-  for (const auto& group : groups) {
-    for (const auto& seq : group->seqs()) {
-      if (IsFinished(seq->status())) continue;
-      // The workers' blocks (device and swap) are gone with them.
-      block_manager_.Free(seq->seq_id());
-      seq->set_num_computed_tokens(0);
-      seq->set_status(SequenceStatus::kWaiting);
-    }
-  }
+  // The workers' blocks (device and swap) are gone with them.
+  for (const auto& group : groups) ResetForRecompute(*group);
   // Cached prefix blocks name K/V bytes the dead workers held: forget them,
   // or a resumed request would "hit" blocks that hold nothing.
   block_manager_.ResetPrefixCache();

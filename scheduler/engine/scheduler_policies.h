@@ -14,38 +14,37 @@
 // Token and seat counts of a group, which the core and the policies share.
 namespace pagoda::scheduler::group_counts {
 
-// Tokens a group's sequences in `status` still have to compute.
-inline int NumNewTokens(const SequenceGroup& group, SequenceStatus status) {
-  int tokens = 0;
-  for (const Sequence* seq : group.SeqsWithStatus(status)) {
-    tokens += seq->length() - seq->num_computed_tokens();
+// A group's sequences in one status: how many, the tokens they still have
+// to compute, and the longest one's length. Counted in one pass without a
+// copy: the scheduler asks it of every group every step.
+struct Pending {
+  int seqs = 0;
+  int new_tokens = 0;
+  int longest = 0;
+};
+inline Pending PendingIn(const SequenceGroup& group, SequenceStatus status) {
+  Pending pending;
+  for (const auto& seq : group.seqs()) {
+    if (seq->status() != status) continue;
+    ++pending.seqs;
+    pending.new_tokens += seq->length() - seq->num_computed_tokens();
+    pending.longest = std::max(pending.longest, seq->length());
   }
-  return tokens;
-}
-
-inline int NumSeqs(const SequenceGroup& group, SequenceStatus status) {
-  return static_cast<int>(group.SeqsWithStatus(status).size());
+  return pending;
 }
 
 // Batch seats the group's waiting sequences take once running: a group that
 // forks into best_of samples or beams after its prompt books them all.
 inline int SeatsOnceRunning(const SequenceGroup& group) {
-  return std::max(NumSeqs(group, SequenceStatus::kWaiting),
+  return std::max(PendingIn(group, SequenceStatus::kWaiting).seqs,
                   group.seqs().size() == 1 ? group.sampling().best_of : 1);
 }
 
 // Whether a running group is still part-way through its prompt: its
-// running sequences have more tokens to compute than one each. Counted in
-// one pass without a copy: the scheduler asks it of every group every step.
+// running sequences have more tokens to compute than one each.
 inline bool PartWayThroughPrompt(const SequenceGroup& group) {
-  int new_tokens = 0;
-  int running = 0;
-  for (const auto& seq : group.seqs()) {
-    if (seq->status() != SequenceStatus::kRunning) continue;
-    new_tokens += seq->length() - seq->num_computed_tokens();
-    ++running;
-  }
-  return new_tokens > running;
+  const Pending running = PendingIn(group, SequenceStatus::kRunning);
+  return running.new_tokens > running.seqs;
 }
 
 }  // namespace pagoda::scheduler::group_counts
@@ -94,13 +93,10 @@ struct PrefillPolicy {
   // the model, or (whole prompts) than the budget. This also catches a
   // recomputed group that grew past the budget.
   bool NeverFits(const SequenceGroup& group) const {
-    int longest = 0;
-    for (const Sequence* seq : group.SeqsWithStatus(SequenceStatus::kWaiting)) {
-      longest = std::max(longest, seq->length());
-    }
-    if (chunked) return longest > max_model_len;
-    return longest > std::min(max_model_len, max_num_batched_tokens) ||
-           group_counts::NumNewTokens(group, SequenceStatus::kWaiting) > max_num_batched_tokens;
+    const group_counts::Pending waiting = group_counts::PendingIn(group, SequenceStatus::kWaiting);
+    if (chunked) return waiting.longest > max_model_len;
+    return waiting.longest > std::min(max_model_len, max_num_batched_tokens) ||
+           waiting.new_tokens > max_num_batched_tokens;
   }
   // The most prompt tokens one group may take in a step.
   int ChunkCap(int token_budget) const {
@@ -109,7 +105,7 @@ struct PrefillPolicy {
   // Whether the group's prompt tokens still to compute (in `status`) make it
   // a long prefill (above long_prefill_token_threshold, when there is one).
   bool IsLong(const SequenceGroup& group, SequenceStatus status) const {
-    return long_threshold > 0 && group_counts::NumNewTokens(group, status) > long_threshold;
+    return long_threshold > 0 && group_counts::PendingIn(group, status).new_tokens > long_threshold;
   }
 };
 

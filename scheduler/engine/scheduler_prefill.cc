@@ -15,6 +15,7 @@
 // finished blocks while its later chunks are still to come.
 
 #include <algorithm>
+#include <iterator>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -25,8 +26,7 @@
 
 namespace pagoda::scheduler {
 
-using group_counts::NumNewTokens;
-using group_counts::NumSeqs;
+using group_counts::PendingIn;
 using group_counts::SeatsOnceRunning;
 
 bool Scheduler::ScheduleExclusivePrompts(SchedulerOutput& output) {
@@ -53,10 +53,7 @@ void Scheduler::SchedulePromptChunks(SchedulerOutput& output,
     const bool long_prefill = prefill_.IsLong(*group, SequenceStatus::kRunning);
     const ChunkResult chunk = ScheduleChunk(*group, token_budget, output);
     if (chunk.tokens > 0) ++output.num_prefill_groups;
-    if (!chunk.done) {
-      ++still_partial.all;
-      if (long_prefill) ++still_partial.long_ones;
-    }
+    if (!chunk.done) still_partial.Add(long_prefill);
   }
   // A swapped-out group has priority over new prompts (vLLM v0).
   if (swapped_.empty()) AdmitPrompts(output, token_budget, still_partial);
@@ -75,7 +72,7 @@ void Scheduler::AdmitPrompts(SchedulerOutput& output, int& token_budget, Partial
       // What no step could ever hold is ignored rather than left to wedge
       // the queue.
       IgnoreFront(waiting_,
-                  absl::StrCat(NumNewTokens(group, SequenceStatus::kWaiting),
+                  absl::StrCat(PendingIn(group, SequenceStatus::kWaiting).new_tokens,
                                " tokens do not fit the budget or the KV cache"),
                   output);
     } else if (admission == Admission::kPassOver) {
@@ -84,15 +81,11 @@ void Scheduler::AdmitPrompts(SchedulerOutput& output, int& token_budget, Partial
     } else {
       const bool long_prefill = prefill_.IsLong(group, SequenceStatus::kWaiting);
       num_seqs += SeatsOnceRunning(group);
-      if (!AdmitFrontWithChunk(output, token_budget).done) {
-        ++partial.all;
-        if (long_prefill) ++partial.long_ones;
-      }
+      if (!AdmitFrontWithChunk(output, token_budget).done) partial.Add(long_prefill);
     }
   }
-  for (auto it = passed_over.rbegin(); it != passed_over.rend(); ++it) {
-    waiting_.push_front(std::move(*it));
-  }
+  waiting_.insert(waiting_.begin(), std::make_move_iterator(passed_over.begin()),
+                  std::make_move_iterator(passed_over.end()));
 }
 
 Scheduler::Admission Scheduler::JudgeAdmission(const SequenceGroup& group, int num_seqs,
@@ -106,7 +99,7 @@ Scheduler::Admission Scheduler::JudgeAdmission(const SequenceGroup& group, int n
   // A prompt that would be left part-way needs a free partial-prefill slot
   // (judged without prefix hits, which are known only once allocated);
   // whole prompts have none, so one that does not fit waits.
-  if (NumNewTokens(group, SequenceStatus::kWaiting) <= prefill_.ChunkCap(token_budget)) {
+  if (PendingIn(group, SequenceStatus::kWaiting).new_tokens <= prefill_.ChunkCap(token_budget)) {
     return Admission::kAdmit;
   }
   if (partial.all >= prefill_.max_partial) return Admission::kWait;
@@ -117,7 +110,7 @@ Scheduler::Admission Scheduler::JudgeAdmission(const SequenceGroup& group, int n
 
 AllocStatus Scheduler::CheckAdmissible(const SequenceGroup& group) const {
   if (SeatsOnceRunning(group) > config_.max_num_seqs ||
-      NumSeqs(group, SequenceStatus::kWaiting) == 0) {
+      PendingIn(group, SequenceStatus::kWaiting).seqs == 0) {
     return AllocStatus::kNever;
   }
   return block_manager_.CanAllocate(group);
@@ -145,7 +138,8 @@ Scheduler::ChunkResult Scheduler::ScheduleChunk(SequenceGroup& group, int& token
                                                 SchedulerOutput& output) {
   const std::vector<Sequence*> seqs = group.SeqsWithStatus(SequenceStatus::kRunning);
   const bool together = prefill_.chunked && seqs.size() > 1;
-  if (together && NumNewTokens(group, SequenceStatus::kRunning) == static_cast<int>(seqs.size())) {
+  if (together &&
+      PendingIn(group, SequenceStatus::kRunning).new_tokens == static_cast<int>(seqs.size())) {
     // Only the last tokens are left: they are sampled together, as a decode.
     AppendSlotsAndSchedule(group, output);
     return ChunkResult{0, true};

@@ -52,11 +52,10 @@ bool Scheduler::WantsRoom(const SequenceGroup& group) const {
 // trigger it: an earlier arrival of the same priority is served as vLLM does.
 bool Scheduler::ScheduleOutrankingPrompts(SchedulerOutput& output) {
   if (waiting_.empty() || running_.empty() || !swapped_.empty()) return false;
-  const auto by_priority = [](const auto& a, const auto& b) {
-    return a->priority() < b->priority();
-  };
-  const int most_urgent_running =
-      (*std::min_element(running_.begin(), running_.end(), by_priority))->priority();
+  int most_urgent_running = INT_MAX;
+  for (const auto& group : running_) {
+    most_urgent_running = std::min(most_urgent_running, group->priority());
+  }
   int token_budget = config_.max_num_batched_tokens;
   int num_seqs = NumRunningSeqs();
   // Only a prompt this step finishes (no partial-prefill slot): a longer one
@@ -64,15 +63,13 @@ bool Scheduler::ScheduleOutrankingPrompts(SchedulerOutput& output) {
   // sequences (recomputed after forking), whose last tokens take a step of
   // their own.
   const PartialCounts no_slot{INT_MAX, INT_MAX};
-  bool admitted = false;
   while (!waiting_.empty() && waiting_.front()->priority() < most_urgent_running &&
-         group_counts::NumSeqs(*waiting_.front(), SequenceStatus::kWaiting) == 1 &&
+         group_counts::PendingIn(*waiting_.front(), SequenceStatus::kWaiting).seqs == 1 &&
          JudgeAdmission(*waiting_.front(), num_seqs, token_budget, no_slot) == Admission::kAdmit) {
     num_seqs += group_counts::SeatsOnceRunning(*waiting_.front());
     AdmitFrontWithChunk(output, token_budget);
-    admitted = true;
   }
-  return admitted;
+  return output.num_prefill_groups > 0;
 }
 
 }  // namespace pagoda::scheduler

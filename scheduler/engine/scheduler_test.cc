@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "scheduler/engine/kv_slot_usage.h"
 #include "scheduler/engine/step_plan.h"
 
 namespace pagoda::scheduler {
@@ -386,11 +387,11 @@ TEST_F(SchedulerTest, KvSlotUsageCountsComputedTokensAndSharedBlocksOnce) {
   Scheduler scheduler(SmallConfig(/*block_size=*/4, /*gpu_blocks=*/16));
   Add(scheduler, 1, 5);
   SequenceGroup* pair = Add(scheduler, 2, 9);
-  EXPECT_EQ(scheduler.ComputeKvSlotUsage().allocated_slots, 0);  // Nothing running yet.
+  EXPECT_EQ(ComputeKvSlotUsage(scheduler).allocated_slots, 0);  // Nothing running yet.
 
   // Prefill: 5 tokens in 2 blocks, 9 tokens in 3 blocks.
   Finish(scheduler, scheduler.Schedule());
-  Scheduler::KvSlotUsage usage = scheduler.ComputeKvSlotUsage();
+  KvSlotUsage usage = ComputeKvSlotUsage(scheduler);
   EXPECT_EQ(usage.filled_slots, 5 + 9);
   EXPECT_EQ(usage.allocated_slots, (2 + 3) * 4);
 
@@ -398,7 +399,7 @@ TEST_F(SchedulerTest, KvSlotUsageCountsComputedTokensAndSharedBlocksOnce) {
   Sequence& parent = *pair->seqs()[0];
   Sequence* child = pair->AddForkedSequence(parent, 99);
   scheduler.block_manager().Fork(parent, *child);
-  usage = scheduler.ComputeKvSlotUsage();
+  usage = ComputeKvSlotUsage(scheduler);
   EXPECT_EQ(usage.filled_slots, 5 + 9);
   EXPECT_EQ(usage.allocated_slots, (2 + 3) * 4);
 
@@ -407,7 +408,7 @@ TEST_F(SchedulerTest, KvSlotUsageCountsComputedTokensAndSharedBlocksOnce) {
   SchedulerOutput decode = scheduler.Schedule();
   EXPECT_EQ(decode.blocks_to_copy.size(), 1u);
   Finish(scheduler, decode);
-  usage = scheduler.ComputeKvSlotUsage();
+  usage = ComputeKvSlotUsage(scheduler);
   EXPECT_EQ(usage.filled_slots, 6 + 8 + 2 + 2);  // r1; r2's two shared blocks; two last blocks.
   EXPECT_EQ(usage.allocated_slots, (2 + 4) * 4);
 }

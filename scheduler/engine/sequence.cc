@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/types/span.h"
 #include "glog/logging.h"
 
 namespace pagoda::scheduler {
@@ -38,16 +39,7 @@ void Sequence::RemovePlaceholder() {
 const absl::flat_hash_map<int32_t, int32_t>& Sequence::output_token_counts() const {
   // The placeholder is never counted: the server does not know its token.
   const size_t known = output_.size() - (has_pending_token_ ? 1 : 0);
-  for (; num_counted_output_tokens_ < known; ++num_counted_output_tokens_) {
-    ++output_token_counts_[output_[num_counted_output_tokens_].token_id];
-  }
-  return output_token_counts_;
-}
-
-std::unique_ptr<Sequence> Sequence::Fork(int64_t child_seq_id) const {
-  auto child = std::make_unique<Sequence>(*this);
-  child->seq_id_ = child_seq_id;
-  return child;
+  return output_token_counts_.CountThrough(absl::MakeConstSpan(output_).first(known));
 }
 
 SequenceGroup::SequenceGroup(std::string request_id, std::vector<int32_t> prompt_token_ids,
@@ -56,13 +48,10 @@ SequenceGroup::SequenceGroup(std::string request_id, std::vector<int32_t> prompt
     : request_id_(std::move(request_id)),
       sampling_(std::move(sampling)),
       stopping_(std::move(stopping)),
+      prompt_logprobs_(static_cast<int>(prompt_token_ids.size())),
       arrival_time_(arrival_time) {
   if (sampling_.repetition_penalty != 1.0f) {
-    distinct_prompt_tokens_ = prompt_token_ids;
-    std::sort(distinct_prompt_tokens_.begin(), distinct_prompt_tokens_.end());
-    distinct_prompt_tokens_.erase(
-        std::unique(distinct_prompt_tokens_.begin(), distinct_prompt_tokens_.end()),
-        distinct_prompt_tokens_.end());
+    distinct_prompt_tokens_ = DistinctTokens(prompt_token_ids);
   }
   seqs_.push_back(std::make_unique<Sequence>(first_seq_id, std::move(prompt_token_ids)));
 }
@@ -89,29 +78,13 @@ int SequenceGroup::NumUnfinished() const {
   }));
 }
 
-void SequenceGroup::AddPromptLogprobs(int first_position, std::vector<GeneratedToken> entries) {
-  const int prompt_len = seqs_.front()->num_prompt_tokens();
-  for (int i = 0; i < static_cast<int>(entries.size()); ++i) {
-    const int position = first_position + i;
-    const int next_missing = static_cast<int>(prompt_logprobs_.size()) + 1;
-    if (position >= prompt_len || position > next_missing) break;
-    if (position == next_missing) prompt_logprobs_.push_back(std::move(entries[i]));
-  }
-}
-
-std::vector<GeneratedToken> SequenceGroup::TakeNewPromptLogprobs() {
-  std::vector<GeneratedToken> fresh(prompt_logprobs_.begin() + prompt_logprobs_taken_,
-                                    prompt_logprobs_.end());
-  prompt_logprobs_taken_ = prompt_logprobs_.size();
-  return fresh;
-}
-
 void SequenceGroup::set_lora_id(int lora_id) {
   for (const std::unique_ptr<Sequence>& seq : seqs_) seq->lora_id_ = lora_id;
 }
 
 Sequence* SequenceGroup::AddForkedSequence(const Sequence& parent, int64_t child_seq_id) {
-  seqs_.push_back(parent.Fork(child_seq_id));
+  seqs_.push_back(std::make_unique<Sequence>(parent));
+  seqs_.back()->seq_id_ = child_seq_id;
   seqs_.back()->index_in_group_ = static_cast<int>(seqs_.size()) - 1;
   return seqs_.back().get();
 }

@@ -7,14 +7,16 @@
 
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/time/time.h"
-#include "scheduler/constraints/matcher.h"
+#include "scheduler/engine/constraint_state.h"
+#include "scheduler/engine/generated_token.h"
+#include "scheduler/engine/prompt_logprob_store.h"
 #include "scheduler/engine/sampling_options.h"
+#include "scheduler/engine/token_counts.h"
 #include "scheduler/kv/kv_sequence.h"
 
 namespace pagoda::scheduler {
@@ -31,18 +33,6 @@ enum class SequenceStatus {
   kFinishedPruned,   // A beam or sample dropped by the search; never returned.
 };
 inline bool IsFinished(SequenceStatus status) { return status >= SequenceStatus::kFinishedStopped; }
-
-struct TopLogprob {
-  int32_t token_id;
-  float logprob;
-};
-
-// One generated token with its logprob and (if asked) the top alternatives.
-struct GeneratedToken {
-  int32_t token_id;
-  float logprob;
-  std::vector<TopLogprob> top;
-};
 
 // One sequence: prompt plus generated tokens, and how many of them already
 // have their K/V in the cache. Owned by its SequenceGroup. The block manager
@@ -63,11 +53,9 @@ class Sequence final : public KvSequence {
   // Position in its group's seqs() (0 for the first), fixed at creation.
   int index_in_group() const { return index_in_group_; }
   double cumulative_logprob() const { return cumulative_logprob_; }
-  // How often each token occurs in the output. Counted on demand from where
-  // the last call stopped (only penalties read it, and a map update for
-  // every token of every request is a good part of the engine thread's
-  // work at large batches); it follows the sequence through preemption,
-  // forks and recovery (which keep or copy the tokens and the count).
+  // How often each token occurs in the output, counted on demand
+  // (token_counts.h); it follows the sequence through preemption, forks and
+  // recovery (which keep or copy the tokens and the count).
   const absl::flat_hash_map<int32_t, int32_t>& output_token_counts() const;
 
   // Tokens whose K/V are in the cache. Reset to 0 by recompute preemption.
@@ -98,23 +86,8 @@ class Sequence final : public KvSequence {
   void RemovePlaceholder();
   bool has_pending_token() const { return has_pending_token_; }
 
-  // A copy of this sequence (tokens, logprobs, computed count, status,
-  // constraint matcher) under a new id, for parallel sampling and beam
-  // search. Blocks are not copied: the caller forks them with
-  // BlockManager::Fork.
-  std::unique_ptr<Sequence> Fork(int64_t child_seq_id) const;
-
-  // Structured outputs: where the sequence's output stands in its request's
-  // grammar (constraint_mask.h keeps it). Derived from the tokens alone:
-  // the matcher reads the output tokens it has not yet read before each
-  // mask, so whatever happens to the sequence (preemption, a fork, worker
-  // recovery) its state follows its tokens; a sequence without a matcher
-  // replays its whole output through a new one.
-  struct ConstraintState {
-    std::optional<constraints::Matcher> matcher;
-    int tokens_read = 0;   // Output tokens the matcher has read.
-    bool refused = false;  // A token the grammar refused: only the end remains.
-  };
+  // Structured outputs: where the output stands in its request's grammar
+  // (constraint_state.h; constraint_mask.h advances it).
   ConstraintState& constraint_state() { return constraint_state_; }
 
  private:
@@ -123,8 +96,7 @@ class Sequence final : public KvSequence {
   int index_in_group_ = 0;
   std::vector<int32_t> prompt_token_ids_;
   std::vector<GeneratedToken> output_;
-  mutable absl::flat_hash_map<int32_t, int32_t> output_token_counts_;
-  mutable size_t num_counted_output_tokens_ = 0;  // output_[0, this) are in the counts.
+  mutable TokenCounts output_token_counts_;
   double cumulative_logprob_ = 0.0;
   int num_computed_tokens_ = 0;
   int num_lookahead_slots_ = 0;
@@ -167,18 +139,14 @@ class SequenceGroup final : public KvSequenceGroup {
   // does not have: such a group computes its whole prompt.
   bool SkipsPrefixCache() const override { return sampling_.wants_prompt_logprobs(); }
 
-  // Prompt logprobs (when asked): entry i is the prompt token at position
-  // i + 1's, with its top logprobs. Stored as the chunks that compute them
-  // return, so they survive preemption and worker recovery.
-  const std::vector<GeneratedToken>& prompt_logprobs() const { return prompt_logprobs_; }
-  // Stores `entries` as the prompt logprobs of positions first_position,
-  // first_position + 1, ...: those already stored (a recomputed chunk) and
-  // those past the prompt are ignored, and so is everything after a gap.
-  void AddPromptLogprobs(int first_position, std::vector<GeneratedToken> entries);
-  // The entries stored since the last call, in position order.
-  std::vector<GeneratedToken> TakeNewPromptLogprobs();
-  // Adds parent->Fork(child_seq_id) to the group and returns it (owned by
-  // the group). REQUIRES: parent belongs to this group.
+  // Prompt logprobs (when asked), as the steps that compute them return them.
+  PromptLogprobStore& prompt_logprobs() { return prompt_logprobs_; }
+  const PromptLogprobStore& prompt_logprobs() const { return prompt_logprobs_; }
+  // Adds to the group a copy of `parent` (tokens, logprobs, token counts,
+  // computed count, status, constraint matcher) under a new id, for
+  // parallel sampling and beam search, and returns it (owned by the group).
+  // Blocks are not copied: the caller forks them with BlockManager::Fork.
+  // REQUIRES: parent belongs to this group.
   Sequence* AddForkedSequence(const Sequence& parent, int64_t child_seq_id);
   bool IsFinished() const { return NumUnfinished() == 0; }
 
@@ -212,8 +180,7 @@ class SequenceGroup final : public KvSequenceGroup {
   SamplingOptions sampling_;
   StoppingOptions stopping_;
   std::vector<int32_t> distinct_prompt_tokens_;
-  std::vector<GeneratedToken> prompt_logprobs_;
-  size_t prompt_logprobs_taken_ = 0;  // Entries TakeNewPromptLogprobs returned.
+  PromptLogprobStore prompt_logprobs_;
   absl::Time arrival_time_;
   int priority_ = 0;
   int num_preemptions_ = 0;

@@ -99,7 +99,7 @@ void SetPromptLogprobTargets(const ScheduledSequence& entry, wv1::SequenceStep* 
   const Sequence& seq = *entry.seq;
   // Row j predicts position start + j + 1; prompt positions end before P.
   const int rows = std::min(entry.num_tokens, seq.num_prompt_tokens() - 1 - entry.start_position);
-  const int stored = static_cast<int>(group.prompt_logprobs().size());  // Positions 1..stored.
+  const int stored = group.prompt_logprobs().num_stored();  // Positions 1..stored.
   if (rows <= 0 || entry.start_position + rows <= stored) return;
   for (int j = 0; j < rows; ++j) {
     step->add_prompt_logprob_token_ids(seq.token_at(entry.start_position + j + 1));

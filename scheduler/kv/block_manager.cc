@@ -71,10 +71,6 @@ AllocStatus BlockManager::CheckFits(int needed) const {
   return AllocStatus::kLater;
 }
 
-AllocStatus BlockManager::CanAllocate(const KvSequenceGroup& group) const {
-  return CheckFits(BlocksForPrompts(group.SequencesIn(KvPhase::kWaiting)));
-}
-
 int BlockManager::BlocksForPrompts(const std::vector<const KvSequence*>& seqs) const {
   int needed = 0;
   for (int i = 0; i < static_cast<int>(seqs.size()); ++i) {
@@ -95,14 +91,12 @@ absl::Status BlockManager::Allocate(const KvSequenceGroup& group) {
   }
   for (int i = 0; i < static_cast<int>(seqs.size()); ++i) {
     const int twin = FindTwin(seqs, i);
-    BlockTable table;
     if (twin >= 0) {
-      table = tables_.at(seqs[twin]->seq_id());
-      for (int block : table.blocks) gpu_.AddReference(block);
+      Fork(*seqs[twin], *seqs[i]);  // The same tokens: it shares the twin's blocks.
     } else {
-      table = AllocateTable(*seqs[i], /*reuse_cached=*/!group.SkipsPrefixCache());
+      tables_[seqs[i]->seq_id()] =
+          AllocateTable(*seqs[i], /*reuse_cached=*/!group.SkipsPrefixCache());
     }
-    tables_[seqs[i]->seq_id()] = std::move(table);
   }
   return absl::OkStatus();
 }
@@ -206,10 +200,6 @@ BlockManager::Growth BlockManager::GrowthOf(const KvSequence& seq,
   return growth;
 }
 
-bool BlockManager::CanAppendSlots(const KvSequenceGroup& group) const {
-  return BlocksToAppendSlots(group) <= gpu_.num_free();
-}
-
 int BlockManager::BlocksToAppendSlots(const KvSequenceGroup& group) const {
   int may_need = 0;
   for (const KvSequence* seq : group.SequencesIn(KvPhase::kRunning)) {
@@ -286,16 +276,8 @@ AllocStatus BlockManager::CanSwapIn(const KvSequenceGroup& group) const {
   return CheckFits(CountDistinctBlocks(seqs) + static_cast<int>(seqs.size()));
 }
 
-absl::StatusOr<std::vector<BlockMove>> BlockManager::SwapIn(const KvSequenceGroup& group) {
-  return Move(group.SequencesIn(KvPhase::kSwapped), /*to_gpu=*/true);
-}
-
 bool BlockManager::CanSwapOut(const KvSequenceGroup& group) const {
   return CountDistinctBlocks(group.SequencesIn(KvPhase::kRunning)) <= cpu_.num_free();
-}
-
-absl::StatusOr<std::vector<BlockMove>> BlockManager::SwapOut(const KvSequenceGroup& group) {
-  return Move(group.SequencesIn(KvPhase::kRunning), /*to_gpu=*/false);
 }
 
 absl::StatusOr<std::vector<BlockMove>> BlockManager::Move(

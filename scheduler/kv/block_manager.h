@@ -15,8 +15,8 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "scheduler/kv/block_pool.h"
-#include "scheduler/kv/kv_events.h"
 #include "scheduler/kv/kv_sequence.h"
+#include "scheduler/kv_event_types/kv_events.h"
 
 namespace pagoda::scheduler {
 
@@ -95,7 +95,9 @@ class BlockManager {
   // tokens: needed = their blocks (identical sequences share), wm =
   // int(watermark * G); kNever if G - needed < wm, kOk if free - needed >= wm,
   // else kLater.
-  AllocStatus CanAllocate(const KvSequenceGroup& group) const;
+  AllocStatus CanAllocate(const KvSequenceGroup& group) const {
+    return CheckFits(BlocksForPrompts(group.SequencesIn(KvPhase::kWaiting)));
+  }
   // Gives every kWaiting sequence of the group a table covering its length.
   // Waiting sequences with the same tokens share blocks (the fresh prompt
   // of parallel samples); others get their own, starting with prefix-cache
@@ -115,7 +117,9 @@ class BlockManager {
   // sequence whose new token lands in a shared block. (vLLM v0 asks one per running sequence, which
   // preempts needlessly when the cache is full but no block is needed.)
   // Call it after the step's sampled tokens were appended to the sequences.
-  bool CanAppendSlots(const KvSequenceGroup& group) const;
+  bool CanAppendSlots(const KvSequenceGroup& group) const {
+    return BlocksToAppendSlots(group) <= gpu_.num_free();
+  }
   // The free blocks that growth would take (what CanAppendSlots weighs).
   int BlocksToAppendSlots(const KvSequenceGroup& group) const;
   // Extends seq's GPU table to cover seq.length() tokens plus its lookahead
@@ -164,12 +168,16 @@ class BlockManager {
   AllocStatus CanSwapIn(const KvSequenceGroup& group) const;
   // Moves the kSwapped sequences' blocks to the GPU: one new GPU block per
   // distinct CPU block, ref counts carried over. Returns CPU->GPU moves.
-  absl::StatusOr<std::vector<BlockMove>> SwapIn(const KvSequenceGroup& group);
+  absl::StatusOr<std::vector<BlockMove>> SwapIn(const KvSequenceGroup& group) {
+    return Move(group.SequencesIn(KvPhase::kSwapped), /*to_gpu=*/true);
+  }
   // Whether the CPU swap space holds the kRunning sequences' distinct blocks.
   bool CanSwapOut(const KvSequenceGroup& group) const;
   // Moves the kRunning sequences' blocks to the CPU, keeping sharing.
   // Returns GPU->CPU moves.
-  absl::StatusOr<std::vector<BlockMove>> SwapOut(const KvSequenceGroup& group);
+  absl::StatusOr<std::vector<BlockMove>> SwapOut(const KvSequenceGroup& group) {
+    return Move(group.SequencesIn(KvPhase::kRunning), /*to_gpu=*/false);
+  }
 
   // The sequence's table, or nullptr if it has none.
   const BlockTable* FindBlockTable(int64_t seq_id) const;
@@ -178,7 +186,6 @@ class BlockManager {
   const absl::flat_hash_map<int64_t, BlockTable>& block_tables() const { return tables_; }
 
   int block_size() const { return block_size_; }
-  int num_total_gpu_blocks() const { return gpu_.num_total(); }
   int num_free_gpu_blocks() const { return gpu_.num_free(); }
   int num_free_cpu_blocks() const { return cpu_.num_free(); }
   int watermark_blocks() const { return watermark_blocks_; }

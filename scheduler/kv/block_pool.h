@@ -14,7 +14,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "scheduler/kv/kv_events.h"
+#include "scheduler/kv_event_types/kv_events.h"
 
 namespace pagoda::scheduler {
 
@@ -39,8 +39,6 @@ class BlockPool {
   explicit BlockPool(int num_blocks);
   BlockPool(const BlockPool&) = delete;
   BlockPool& operator=(const BlockPool&) = delete;
-  BlockPool(BlockPool&&) = default;
-  BlockPool& operator=(BlockPool&&) = default;
 
   // Takes the first free block (else evicts the LRU evictable one) with ref
   // count 1 and no hash. RESOURCE_EXHAUSTED when num_free() == 0.

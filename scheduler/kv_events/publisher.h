@@ -18,7 +18,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "scheduler/kv/kv_events.h"
+#include "scheduler/kv_event_types/kv_events.h"
 
 namespace pagoda::scheduler {
 

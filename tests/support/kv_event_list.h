@@ -3,7 +3,7 @@
 
 // KV cache events one by one, each with its own arrays, for tests that
 // compare what the block manager or the publisher recorded: the product keeps
-// them flat (KvEventBatch, scheduler/kv/kv_events.h).
+// them flat (KvEventBatch, scheduler/kv_event_types/kv_events.h).
 
 #include <cstdint>
 #include <optional>
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "scheduler/kv/block_manager.h"
-#include "scheduler/kv/kv_events.h"
+#include "scheduler/kv_event_types/kv_events.h"
 
 namespace pagoda::scheduler {
 
@@ -35,10 +35,13 @@ inline std::vector<KvCacheEvent> ToEvents(const KvEventBatch& batch) {
   for (const KvEventBatch::Event& event : batch.events()) {
     const absl::Span<const uint64_t> hashes = batch.hashes(event);
     const absl::Span<const int32_t> tokens = batch.tokens(event);
-    out.push_back(KvCacheEvent{event.kind, {hashes.begin(), hashes.end()}, event.parent_hash,
-                               {tokens.begin(), tokens.end()}, event.block_size,
-                               event.lora_id != 0 ? std::optional<int>(event.lora_id)
-                                                  : std::nullopt});
+    out.push_back(
+        KvCacheEvent{event.kind,
+                     {hashes.begin(), hashes.end()},
+                     event.parent_hash,
+                     {tokens.begin(), tokens.end()},
+                     event.block_size,
+                     event.lora_id != 0 ? std::optional<int>(event.lora_id) : std::nullopt});
   }
   return out;
 }

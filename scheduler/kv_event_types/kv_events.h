@@ -1,8 +1,10 @@
-#ifndef PAGODA_SCHEDULER_KV_KV_EVENTS_H_
-#define PAGODA_SCHEDULER_KV_KV_EVENTS_H_
+#ifndef PAGODA_SCHEDULER_KV_EVENT_TYPES_KV_EVENTS_H_
+#define PAGODA_SCHEDULER_KV_EVENT_TYPES_KV_EVENTS_H_
 
-// KV cache events (vLLM's BlockStored, BlockRemoved, AllBlocksCleared) and the
-// sink the block manager reports them to, for prefix-aware routers.
+// KV cache events (vLLM's BlockStored, BlockRemoved, AllBlocksCleared) in a
+// wire-neutral form, and the sink the engine hands them to, for prefix-aware
+// routers. The block manager records them (kv/) and the publisher sends them
+// (kv_events/); this room knows neither, so both arrows point here.
 
 #include <cstdint>
 #include <optional>
@@ -113,4 +115,4 @@ class KvEventSink {
 
 }  // namespace pagoda::scheduler
 
-#endif  // PAGODA_SCHEDULER_KV_KV_EVENTS_H_
+#endif  // PAGODA_SCHEDULER_KV_EVENT_TYPES_KV_EVENTS_H_
