@@ -188,9 +188,8 @@ void RunIntLinearCase(const IntLinearCase& c, uint32_t seed, GemmContext& gemm) 
         want += term;
         magnitude += std::fabs(term);
       }
-      const double tolerance =
-          (gemv ? std::ldexp(magnitude, -18) + rounding * std::fabs(want) : rounding * magnitude) +
-          1e-6;
+      const double tolerance = std::ldexp(magnitude, -16) +
+                               (gemv ? rounding * std::fabs(want) : rounding * magnitude) + 1e-6;
       if (!(std::fabs(y[r * c.out + o] - want) <= tolerance) && ++bad <= 5) {
         ADD_FAILURE() << "y[" << r << ", " << o << "] = " << y[r * c.out + o] << ", want " << want;
       }

@@ -33,6 +33,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/ops/int_linear.h"
 #include "worker/backend.h"
 
 namespace pagoda::worker {
@@ -99,8 +100,23 @@ class CudaBackend final : public Backend {
   // at load, never while capturing, so graphs keep its address.
   void ReserveFp8Scratch();
   static constexpr size_t kFp8ScratchBytes = size_t{64} << 20;
+  // The device weights of a weight-only int4/int8 linear
+  // (worker/cuda/cuda_int_linear.h): kernels/ops/int_linear.h's layout.
+  struct IntWeights {
+    kernels::PackedIntWeight packed;
+    const float* bias = nullptr;  // [out], or null
+  };
+  // y[rows, out] of x[rows, in] (activation dtype): up to
+  // kernels::kIntGemvMaxRows rows through the GEMV (act-order inputs
+  // gathered first), more through the weight dequantized into the int
+  // scratch and the dense GEMM. ReserveIntScratch sizes that scratch.
+  void IntLinear(const IntWeights& weights, const void* x, int rows, void* y);
+  // Grows the int linears' scratch to `bytes` (the largest dequantized
+  // weight): at load, never while capturing, so graphs keep its address.
+  void ReserveIntScratch(size_t bytes);
   // FP8 E4M3 weights with per-token or static FP8 inputs become a
-  // CudaFp8Linear; any other quantized weight is refused as by Backend.
+  // CudaFp8Linear, weight-only integer codes a CudaIntLinear; any other
+  // quantized weight (int8 W8A8) is refused as by Backend.
   absl::StatusOr<std::unique_ptr<worker::Linear>> CreateQuantizedLinear(
       QuantizedWeight weight) override;
 
