@@ -36,11 +36,11 @@
 #     worker_cuda_graph_test's fp8 batches); one row
 #     gives those binaries' results. Until it reads ok the server refuses
 #     --kv-cache-dtype fp8 and the runner FP8 weights on --device cuda.
-#  1i. Int4/int8 weight-only linears (issue 45: AWQ, GPTQ with act-order,
-#     compressed-tensors pack-quantized on CUDA, written without a GPU):
-#     their cases ran in step 1 (kernels_ops_int_linear_test, the awq/gptq/
-#     ct_w4a16 models of worker_cuda_model_test); one row gives those
-#     binaries' results. Until it and the fp8 row read ok the runner refuses
+#  1i. Int4/int8 linears on CUDA (issue 45, written without a GPU: AWQ,
+#     GPTQ with act-order, compressed-tensors pack-quantized, and int8
+#     W8A8): their cases ran in step 1 (kernels_ops_int_linear_test, the
+#     awq/gptq/ct_w4a16/ct_w8a8 models of worker_cuda_model_test); one row
+#     gives those binaries' results. Until it and the fp8 row read ok the runner refuses
 #     quantized checkpoints on --device cuda (RefuseUnverifiedQuantizedWeights).
 #  1b. Tensor parallelism over NCCL, each its own row of the summary:
 #     nccl_size1 (comm_nccl_communicator_test: a one-rank NCCL group

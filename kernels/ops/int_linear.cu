@@ -34,7 +34,7 @@ __device__ __forceinline__ void LoadInputs(const T* row, int64_t j, int64_t in, 
                                            float* out) {
   static_assert(sizeof(T) == 2 && (kN == 8 || kN == 4));
   if (vector) {
-    T values[kN];
+    alignas(16) T values[kN];
     if constexpr (kN == 8) {
       *reinterpret_cast<uint4*>(values) = *reinterpret_cast<const uint4*>(row + j);
     } else {
@@ -188,6 +188,47 @@ __global__ void PermuteInputsKernel(const T* __restrict__ x, const int32_t* __re
   sorted[index] = x[r * in + perm[index % in]];
 }
 
+// One block per row: the row's max |x| (and whether any input is not
+// finite), then its codes.
+template <typename T>
+__global__ void QuantizeInt8RowsKernel(const T* __restrict__ x, int64_t cols, T* __restrict__ codes,
+                                       float* __restrict__ scales) {
+  __shared__ float block_max[32];
+  __shared__ int block_bad[32];
+  const T* row = x + blockIdx.x * cols;
+  float amax = 0.0f;
+  int bad = 0;
+  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
+    const float value = ToFloat(row[i]);
+    bad |= !isfinite(value);
+    amax = fmaxf(amax, fabsf(value));
+  }
+  for (int offset = 16; offset > 0; offset /= 2) {
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+    bad |= __shfl_xor_sync(0xffffffffu, bad, offset);
+  }
+  if (threadIdx.x % 32 == 0) {
+    block_max[threadIdx.x / 32] = amax;
+    block_bad[threadIdx.x / 32] = bad;
+  }
+  __syncthreads();
+  amax = 0.0f;
+  bad = 0;
+  for (int k = 0; k < static_cast<int>(blockDim.x / 32); ++k) {
+    amax = fmaxf(amax, block_max[k]);
+    bad |= block_bad[k];
+  }
+  const float scale = bad ? __int_as_float(0x7fc00000) : __fdiv_rn(amax, 127.0f);
+  if (threadIdx.x == 0) scales[blockIdx.x] = scale;
+  T* out = codes + blockIdx.x * cols;
+  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
+    float q = 0.0f;
+    if (!bad && scale > 0.0f)
+      q = fminf(fmaxf(rintf(__fdiv_rn(ToFloat(row[i]), scale)), -128.0f), 127.0f);
+    out[i] = FromFloat<T>(q);
+  }
+}
+
 unsigned BlocksOf(int64_t count, int threads) {
   return static_cast<unsigned>((count + threads - 1) / threads);
 }
@@ -237,6 +278,20 @@ cudaError_t LaunchPermuteIntInputs(const void* x, const int32_t* perm, int64_t r
     constexpr int kThreads = 256;
     PermuteInputsKernel<T><<<BlocksOf(rows * in, kThreads), kThreads, 0, stream>>>(
         static_cast<const T*>(x), perm, rows, in, static_cast<T*>(sorted));
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t LaunchQuantizeInt8Rows(const QuantizeInt8RowsParams& p, cudaStream_t stream) {
+  if (p.x == nullptr || p.codes == nullptr || p.scales == nullptr || p.rows < 0 || p.cols <= 0 ||
+      !HalfType(p.dtype)) {
+    return cudaErrorInvalidValue;
+  }
+  if (p.rows == 0) return cudaSuccess;
+  return DispatchScalarType(p.dtype, [&](auto tag) -> cudaError_t {
+    using T = typename decltype(tag)::type;
+    QuantizeInt8RowsKernel<T><<<static_cast<unsigned>(p.rows), 256, 0, stream>>>(
+        static_cast<const T*>(p.x), p.cols, static_cast<T*>(p.codes), p.scales);
     return cudaGetLastError();
   });
 }

@@ -63,6 +63,24 @@ cudaError_t LaunchIntGemv(const IntGemvParams& params, cudaStream_t stream);
 cudaError_t LaunchDequantizeIntWeight(const PackedIntWeight& weight, ScalarType dtype, void* w,
                                       cudaStream_t stream);
 
+// W8A8 int8 (compressed-tensors int-quantized) inputs, the CPU worker's
+// rule (worker/cpu/w8a8_linear.cc): per token row s = max|x| / 127,
+// q = round_half_even(x / s) clamped to [-128, 127], all 0 when s is 0; a
+// NaN or infinite input makes s NaN (and its row's q 0). The codes are
+// written as dtype values (integers, exact in f16 and bf16), so the dense
+// GEMM of the codes and the weight's q - zero (LaunchDequantizeIntWeight
+// with unit scales) sums exact integer products in f32; the output scaling
+// is kernels/ops/fp8_linear.h's LaunchScaleFp8Output.
+struct QuantizeInt8RowsParams {
+  const void* x = nullptr;               // [rows, cols], contiguous
+  ScalarType dtype = ScalarType::kBF16;  // of x and codes: f16 or bf16
+  int64_t rows = 0;
+  int64_t cols = 0;
+  void* codes = nullptr;    // [rows, cols]
+  float* scales = nullptr;  // [rows]
+};
+cudaError_t LaunchQuantizeInt8Rows(const QuantizeInt8RowsParams& params, cudaStream_t stream);
+
 // sorted[r, j] = x[r, perm[j]] for r < rows, both [rows, in] of dtype.
 cudaError_t LaunchPermuteIntInputs(const void* x, const int32_t* perm, int64_t rows, int64_t in,
                                    ScalarType dtype, void* sorted, cudaStream_t stream);

@@ -2,9 +2,10 @@
 // the decode GEMV and the prefill's dequantize-then-GEMM against a float64
 // sum over the exactly dequantized weight (q - zero) * scale, over odd
 // shapes, group sizes that do and do not fill a 16-byte vector, per-channel
-// scales, act-order (shuffled groups) and bias; and the host packer's
-// refusals (kernels/ops/int_weight_pack.h). Needs a CUDA device; skipped
-// without one.
+// scales, act-order (shuffled groups) and bias; W8A8's int8 input codes
+// and scales against the CPU's rule and its output against float64; and the
+// host packer's refusals (kernels/ops/int_weight_pack.h). Needs a CUDA
+// device; skipped without one.
 
 #include "kernels/ops/int_linear.h"
 
@@ -17,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/ops/fp8_linear.h"
 #include "kernels/ops/gemm.h"
 #include "kernels/ops/int_weight_pack.h"
 #include "tests/kernels/cuda_test_util.h"
@@ -241,6 +243,130 @@ TEST_F(IntLinearTest, PrefillDequantizeAndGemmMatchesDequantizedWeight) {
       RunIntLinearCase({dtype, bits, 33, 24, 96, 24, true}, seed++, *gemm_);
       RunIntLinearCase({dtype, bits, 17, 16, 120, 40}, seed++, *gemm_);
     }
+  }
+}
+
+// The CPU worker's W8A8 input rule for one row (int_linear.h).
+float HostInt8RowScale(const float* row, int64_t in) {
+  float amax = 0.0f;
+  for (int64_t i = 0; i < in; ++i) {
+    if (!std::isfinite(row[i])) return std::nanf("");
+    amax = std::max(amax, std::fabs(row[i]));
+  }
+  return amax / 127.0f;
+}
+float HostInt8Code(float x, float scale) {
+  if (!(scale > 0.0f)) return 0.0f;
+  return std::clamp(std::nearbyint(x / scale), -128.0f, 127.0f);
+}
+
+// W8A8 as CudaBackend::IntLinear runs it: the input codes and scales
+// exactly as the CPU's rule gives them, the output against float64 over the
+// codes, q - zero and s_x * s_w (an all-zero row and a NaN row included).
+void RunW8A8Case(ScalarType dtype, int64_t rows, int64_t out, int64_t in, uint32_t seed,
+                 GemmContext& gemm) {
+  SCOPED_TRACE(std::string(ScalarTypeName(dtype)) + " W8A8 rows " + std::to_string(rows) + " out " +
+               std::to_string(out) + " in " + std::to_string(in));
+  std::mt19937 rng(seed);
+  const IntLinearCase shape{dtype, 8, rows, out, in, in};
+  HostIntWeight weight = RandomWeight(shape, rng);
+  for (float& z : weight.zeros) z = 128.0f;  // compressed-tensors' signed codes
+  std::vector<float> unit_scales(weight.scales.size(), 1.0f);
+  HostIntWeight codes_only = weight;
+  codes_only.scales = unit_scales;
+  std::string error;
+  const HostPackedIntWeight packed = PackIntWeight(codes_only.View(shape), &error);
+  ASSERT_EQ(error, "");
+  const DeviceIntWeight device(packed);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  std::vector<float> x(rows * in), bias(out);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float magnitude = r == 1 ? 0.0f : std::pow(10.0f, unit(rng) * 2.0f);
+    for (int64_t i = 0; i < in; ++i) x[r * in + i] = unit(rng) * magnitude;
+  }
+  if (rows > 2) x[2 * in + 3] = std::nanf("");
+  for (float& v : bias) v = unit(rng);
+  x = RoundTrip(dtype, x);
+
+  const size_t elem = ScalarTypeSize(dtype);
+  DeviceBuffer d_x(x.size() * elem), d_codes(x.size() * elem), d_x_scales(rows * 4);
+  DeviceBuffer d_w(out * in * elem), d_acc(rows * out * 4), d_w_scales(out * 4), d_bias(out * 4),
+      d_y(rows * out * elem);
+  d_x.Upload(Encode(dtype, x));
+  d_w_scales.Upload(weight.scales);
+  d_bias.Upload(bias);
+  const QuantizeInt8RowsParams quantize{.x = d_x.get(),
+                                        .dtype = dtype,
+                                        .rows = rows,
+                                        .cols = in,
+                                        .codes = d_codes.get(),
+                                        .scales = d_x_scales.as<float>()};
+  PAGODA_ASSERT_CUDA_OK(LaunchQuantizeInt8Rows(quantize, nullptr));
+  PAGODA_ASSERT_CUDA_OK(
+      LaunchDequantizeIntWeight(device.View(shape, packed), dtype, d_w.get(), nullptr));
+  const GemmParams product{.a = d_codes.get(),
+                           .w = d_w.get(),
+                           .c = d_acc.get(),
+                           .m = rows,
+                           .n = out,
+                           .k = in,
+                           .dtype = dtype,
+                           .out_dtype = ScalarType::kF32};
+  ASSERT_EQ(Gemm(gemm, product, nullptr), CUBLAS_STATUS_SUCCESS);
+  ScaleFp8OutputParams scale;
+  scale.acc = d_acc.as<float>();
+  scale.row_scales = d_x_scales.as<float>();
+  scale.col_scales = d_w_scales.as<float>();
+  scale.bias = d_bias.as<float>();
+  scale.y = d_y.get();
+  scale.y_row_stride = out;
+  scale.dtype = dtype;
+  scale.rows = rows;
+  scale.cols = out;
+  PAGODA_ASSERT_CUDA_OK(LaunchScaleFp8Output(scale, nullptr));
+  PAGODA_ASSERT_CUDA_OK(cudaDeviceSynchronize());
+
+  const std::vector<float> got_codes =
+      testing::Decode(dtype, d_codes.Download<uint8_t>(x.size() * elem));
+  const std::vector<float> got_scales = d_x_scales.Download<float>(rows);
+  const std::vector<float> y = testing::Decode(dtype, d_y.Download<uint8_t>(rows * out * elem));
+  const double rounding = testing::Tolerance(dtype);
+  int bad = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float s_x = HostInt8RowScale(&x[r * in], in);
+    if (std::isnan(s_x)) {
+      EXPECT_TRUE(std::isnan(got_scales[r])) << "row " << r;
+      continue;
+    }
+    EXPECT_EQ(got_scales[r], s_x) << "row " << r;
+    for (int64_t i = 0; i < in; ++i) {
+      if (got_codes[r * in + i] != HostInt8Code(x[r * in + i], s_x) && ++bad <= 5) {
+        ADD_FAILURE() << "code[" << r << ", " << i << "] = " << got_codes[r * in + i];
+      }
+    }
+    for (int64_t o = 0; o < out; ++o) {
+      double sum = 0.0;
+      for (int64_t i = 0; i < in; ++i) {
+        sum += double{HostInt8Code(x[r * in + i], s_x)} *
+               (static_cast<double>(weight.codes[o * in + i]) - 128.0);
+      }
+      const double want = sum * s_x * weight.scales[o] + bias[o];
+      const double scaled = std::fabs(sum * s_x * weight.scales[o]) + std::fabs(bias[o]);
+      const double tolerance = rounding * std::fabs(want) + std::ldexp(scaled, -20) + 1e-6;
+      if (!(std::fabs(y[r * out + o] - want) <= tolerance) && ++bad <= 5) {
+        ADD_FAILURE() << "y[" << r << ", " << o << "] = " << y[r * out + o] << ", want " << want;
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+TEST_F(IntLinearTest, W8A8MatchesTheEmulatedInputQuantization) {
+  uint32_t seed = 300;
+  for (ScalarType dtype : {ScalarType::kBF16, ScalarType::kF16}) {
+    RunW8A8Case(dtype, 1, 16, 64, seed++, *gemm_);
+    RunW8A8Case(dtype, 5, 37, 200, seed++, *gemm_);
+    RunW8A8Case(dtype, 33, 24, 77, seed++, *gemm_);
   }
 }
 

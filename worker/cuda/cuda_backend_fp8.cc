@@ -111,8 +111,7 @@ absl::StatusOr<std::unique_ptr<worker::Linear>> CudaBackend::CreateQuantizedLine
   if (weight.code_type == CodeType::kFloat8E4M3) {
     return CreateCudaFp8Linear(this, std::move(weight));
   }
-  if (weight.input_quant == InputQuant::kNone) return CreateCudaIntLinear(this, std::move(weight));
-  return Backend::CreateQuantizedLinear(std::move(weight));
+  return CreateCudaIntLinear(this, std::move(weight));
 }
 
 void CudaBackend::ReserveFp8Scratch() {

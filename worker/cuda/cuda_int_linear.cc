@@ -14,13 +14,17 @@ class CudaIntLinear final : public Linear {
  public:
   CudaIntLinear(CudaBackend* backend, std::unique_ptr<Buffer> codes,
                 std::unique_ptr<Buffer> scale_zero, std::unique_ptr<Buffer> perm,
-                std::unique_ptr<Buffer> bias, const CudaBackend::IntWeights& weights)
+                std::unique_ptr<Buffer> bias, std::unique_ptr<Buffer> w8a8_scales,
+                const CudaBackend::IntWeights& weights)
       : backend_(backend),
         codes_(std::move(codes)),
         scale_zero_(std::move(scale_zero)),
         perm_(std::move(perm)),
         bias_(std::move(bias)),
+        w8a8_scales_(std::move(w8a8_scales)),
         weights_(weights) {
+    weights_.w8a8_scales =
+        w8a8_scales_ != nullptr ? static_cast<const float*>(w8a8_scales_->data()) : nullptr;
     weights_.packed.codes = static_cast<const uint32_t*>(codes_->raw());
     weights_.packed.scale_zero = static_cast<const float2*>(scale_zero_->raw());
     weights_.packed.perm = perm_ != nullptr ? static_cast<const int32_t*>(perm_->raw()) : nullptr;
@@ -33,6 +37,7 @@ class CudaIntLinear final : public Linear {
     size_t bytes = codes_->nbytes() + scale_zero_->nbytes();
     if (perm_ != nullptr) bytes += perm_->nbytes();
     if (bias_ != nullptr) bytes += bias_->nbytes();
+    if (w8a8_scales_ != nullptr) bytes += w8a8_scales_->nbytes();
     return bytes;
   }
   void Forward(const void* x, int rows, void* y) override {
@@ -45,6 +50,7 @@ class CudaIntLinear final : public Linear {
   std::unique_ptr<Buffer> scale_zero_;
   std::unique_ptr<Buffer> perm_;
   std::unique_ptr<Buffer> bias_;
+  std::unique_ptr<Buffer> w8a8_scales_;
   CudaBackend::IntWeights weights_;
 };
 
@@ -56,12 +62,29 @@ std::unique_ptr<Buffer> UploadIntLinearArray(CudaBackend* backend, DType dtype, 
   return buffer;
 }
 
+// W8A8 (int8 inputs per token) needs one weight scale a row; no other
+// input quantization has integer weight codes.
+absl::Status CheckIntInputsServedOnCuda(const QuantizedWeight& w) {
+  if (w.input_quant == InputQuant::kNone) return absl::OkStatus();
+  if (w.input_quant != InputQuant::kInt8PerToken) {
+    return absl::UnimplementedError(
+        absl::StrCat(w.name, ": integer weight codes with FP8 inputs are not served on CUDA"));
+  }
+  if (w.num_groups != 1 || w.scales.size() != static_cast<size_t>(w.out_features)) {
+    return absl::UnimplementedError(absl::StrCat(w.name, ": W8A8 weight scales in ", w.num_groups,
+                                                 " groups a row are not served on CUDA"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Linear>> CreateCudaIntLinear(CudaBackend* backend,
                                                             QuantizedWeight weight) {
+  if (absl::Status served = CheckIntInputsServedOnCuda(weight); !served.ok()) return served;
+  const bool w8a8 = weight.input_quant == InputQuant::kInt8PerToken;
   std::string error;
-  const kernels::HostPackedIntWeight packed = kernels::PackIntWeight(
+  kernels::HostPackedIntWeight packed = kernels::PackIntWeight(
       kernels::UnpackedIntWeight{.bits = weight.bits,
                                  .out = weight.out_features,
                                  .in = weight.in_features,
@@ -76,6 +99,14 @@ absl::StatusOr<std::unique_ptr<Linear>> CreateCudaIntLinear(CudaBackend* backend
                                                  weight.bits, " weight is not served on CUDA (",
                                                  error, ")"));
   }
+  // W8A8 dequantizes to q - zero (exact in the activation dtype); s_w
+  // scales the product instead.
+  std::unique_ptr<Buffer> w8a8_scales;
+  if (w8a8) {
+    for (size_t k = 0; k < packed.scale_zero.size(); k += 2) packed.scale_zero[k] = 1.0f;
+    w8a8_scales =
+        UploadIntLinearArray(backend, DType::kF32, weight.scales.size(), weight.scales.data());
+  }
   // Words and (scale, zero) pairs are 4-byte elements: f32 sizes their buffers.
   auto codes = UploadIntLinearArray(backend, DType::kF32, packed.codes.size(), packed.codes.data());
   auto scale_zero = UploadIntLinearArray(backend, DType::kF32, packed.scale_zero.size(),
@@ -87,9 +118,8 @@ absl::StatusOr<std::unique_ptr<Linear>> CreateCudaIntLinear(CudaBackend* backend
   if (!weight.bias.empty()) {
     bias = UploadIntLinearArray(backend, DType::kF32, weight.bias.size(), weight.bias.data());
   }
-  const size_t elem = DTypeSize(backend->activation_dtype());
-  backend->ReserveIntScratch(std::max<size_t>(weight.out_features, kernels::kIntGemvMaxRows) *
-                             weight.in_features * elem);
+  backend->ReserveIntScratch(CudaBackend::IntScratchBytes(weight.out_features, weight.in_features,
+                                                          backend->activation_dtype(), w8a8));
   if (!backend->status().ok()) return backend->status();
   CudaBackend::IntWeights weights;
   weights.packed = kernels::PackedIntWeight{.bits = weight.bits,
@@ -99,7 +129,8 @@ absl::StatusOr<std::unique_ptr<Linear>> CreateCudaIntLinear(CudaBackend* backend
                                             .group_size = packed.group_size,
                                             .runs = packed.runs};
   return std::make_unique<CudaIntLinear>(backend, std::move(codes), std::move(scale_zero),
-                                         std::move(perm), std::move(bias), weights);
+                                         std::move(perm), std::move(bias), std::move(w8a8_scales),
+                                         weights);
 }
 
 }  // namespace pagoda::worker

@@ -69,13 +69,12 @@ absl::Status ValidateRequest(const LoadModelRequest& request) {
 }
 
 // Quantized weights: CudaBackend builds FP8 W8A8 linears
-// (worker/cuda/cuda_fp8_linear.h) and weight-only int4/int8 ones (AWQ, GPTQ,
-// compressed-tensors pack-quantized: worker/cuda/cuda_int_linear.h), but
+// (worker/cuda/cuda_fp8_linear.h) and int4/int8 ones (AWQ, GPTQ,
+// compressed-tensors pack- and int-quantized: worker/cuda/cuda_int_linear.h), but
 // none has run on a GPU yet, so the runner refuses every quantized
 // checkpoint (and online FP8) in one line until scripts/gpu_check.sh has
 // passed kernels_ops_fp8_linear_test, kernels_ops_int_linear_test and
-// worker_cuda_model_test's quantized cases (docs/quantization.md). Int8
-// W8A8 (compressed-tensors int-quantized) has no CUDA linear at all.
+// worker_cuda_model_test's quantized cases (docs/quantization.md).
 absl::Status RefuseUnverifiedQuantizedWeights(const LoadModelRequest& request) {
   absl::StatusOr<QuantConfig> quant = LoadQuantConfig(request.model_dir());
   if (!quant.ok()) return quant.status();
@@ -84,12 +83,10 @@ absl::Status RefuseUnverifiedQuantizedWeights(const LoadModelRequest& request) {
     return status;
   }
   if (!quant->quantized()) return absl::OkStatus();
-  const bool int8_w8a8 = quant->input_quant == InputQuant::kInt8PerToken;
   return absl::UnimplementedError(
-      absl::StrCat(quant->Describe(), ": served on --device cpu only so far (",
-                   int8_w8a8 ? "no CUDA linear runs int8 inputs yet"
-                             : "the CUDA quantized linears are built but have not run on a GPU yet",
-                   ")"));
+      absl::StrCat(quant->Describe(),
+                   ": served on --device cpu only so far (the CUDA quantized linears are built "
+                   "but have not run on a GPU yet)"));
 }
 
 // How this build's CUDA ranks reach each other: NCCL, or nothing (a build

@@ -9,9 +9,9 @@
 // k_scale/v_scale, and compressed-tensors FP8 W8A8 checkpoints (per-channel weights with per-token
 // inputs, per-tensor with a static input scale) through the CPU's and the GPU's FP8 linears, and
 // weight-only int4/int8 checkpoints (AWQ, GPTQ act-order, compressed-tensors pack-quantized)
-// through the CPU's int linears and the GPU's CudaIntLinear (its GEMV on decode steps, the
-// dequantized weight and GEMM on the prefill). The forward allocates no device memory after the
-// first step.
+// and a compressed-tensors int8 W8A8 one through the CPU's int linears and the GPU's
+// CudaIntLinear (its GEMV on decode steps, the dequantized weight and GEMM on the prefill). The
+// forward allocates no device memory after the first step.
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -299,7 +299,16 @@ INSTANTIATE_TEST_SUITE_P(
                   .args = "--vocab-size 512 --hidden-size 256 --intermediate-size 512 "
                           "--num-layers 2 --num-heads 4 --num-kv-heads 2 --head-dim 64 --seed 11",
                   .quantized_format = "ct",
-                  .quantizer_flags = "--group-size 128"}),
+                  .quantizer_flags = "--group-size 128"},
+        // Int8 W8A8 on both sides: the GPU quantizes bf16 activations to
+        // int8, the CPU f32 ones, so some inputs take the neighbouring code
+        // (the FP8 cases' bounds).
+        ModelCase{.name = "ct_w8a8_int8",
+                  .args = "--vocab-size 512 --hidden-size 256 --intermediate-size 512 "
+                          "--num-layers 2 --num-heads 4 --num-kv-heads 2 --head-dim 64 --seed 12",
+                  .quantized_format = "ct-w8a8",
+                  .max_relative_l2 = kFp8MaxRelativeL2,
+                  .min_greedy_agreement = kFp8MinGreedyAgreement}),
     [](const ::testing::TestParamInfo<ModelCase>& info) { return info.param.name; });
 
 }  // namespace
