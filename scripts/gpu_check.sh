@@ -39,8 +39,9 @@
 #  1i. Int4/int8 linears on CUDA (issue 45, written without a GPU: AWQ,
 #     GPTQ with act-order, compressed-tensors pack-quantized, and int8
 #     W8A8): their cases ran in step 1 (kernels_ops_int_linear_test, the
-#     awq/gptq/ct_w4a16/ct_w8a8 models of worker_cuda_model_test); one row
-#     gives those binaries' results. Until it and the fp8 row read ok the runner refuses
+#     awq/gptq/ct_w4a16/ct_w8a8 models of worker_cuda_model_test,
+#     worker_cuda_graph_test's int4 batches); one row gives those binaries'
+#     results. Until it and the fp8 row read ok the runner refuses
 #     quantized checkpoints on --device cuda (RefuseUnverifiedQuantizedWeights).
 #  1b. Tensor parallelism over NCCL, each its own row of the summary:
 #     nccl_size1 (comm_nccl_communicator_test: a one-rank NCCL group
@@ -300,7 +301,7 @@ if wanted ctest && [ -f "$LOG_DIR/ctest.log" ]; then
 fi
 
 # 1i. The int row: the results of the binaries holding the int4/int8 cases.
-INT_TESTS=(kernels_ops_int_linear_test worker_cuda_model_test)
+INT_TESTS=(kernels_ops_int_linear_test worker_cuda_model_test worker_cuda_graph_test)
 if wanted ctest && [ -f "$LOG_DIR/ctest.log" ]; then
   int_results=$(for t in "${INT_TESTS[@]}"; do
     sed -n "s/^.*Test *#[0-9]*: $t \.*\** *\([A-Za-z*]*\).*/$t:\1/p" "$LOG_DIR/ctest.log" | tail -1
