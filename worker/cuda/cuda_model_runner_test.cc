@@ -102,8 +102,8 @@ void AddQuantizationConfig(const std::string& dir, const std::string& quantizati
 }
 
 // Quantized weights: the CUDA FP8 and int linears are built but have not run
-// on a GPU, so an FP8 or AWQ checkpoint and online FP8 are refused at load,
-// naming the format.
+// on a GPU, so an FP8, AWQ or int8 W8A8 checkpoint and online FP8 are
+// refused at load, naming the format.
 TEST(CudaModelRunnerTest, RefusesQuantizedWeightsUntilVerifiedOnAGpu) {
   const std::string dense = WriteConfig("fp8_online", 256, 4, 2);
   v1::LoadModelRequest request = Request(dense);
@@ -125,9 +125,21 @@ TEST(CudaModelRunnerTest, RefusesQuantizedWeightsUntilVerifiedOnAGpu) {
   EXPECT_THAT(awq_status.message(),
               HasSubstr("awq int4 group 128: served on --device cpu only so far (the CUDA "
                         "quantized linears are built but have not run on a GPU yet)"));
+  const std::string w8a8 = WriteConfig("w8a8", 256, 4, 2);
+  AddQuantizationConfig(
+      w8a8, R"({"quant_method": "compressed-tensors", "format": "int-quantized", )"
+            R"("ignore": ["lm_head"], "config_groups": {"group_0": {"targets": ["Linear"], )"
+            R"("weights": {"num_bits": 8, "type": "int", "symmetric": true, )"
+            R"("strategy": "channel", "dynamic": false}, "input_activations": )"
+            R"({"num_bits": 8, "type": "int", "symmetric": true, "dynamic": true, )"
+            R"("strategy": "token"}}}})");
+  EXPECT_THAT(Load(Request(w8a8)).message(),
+              HasSubstr("compressed-tensors int8 weights per channel, int8 inputs per token: "
+                        "served on --device cpu only so far"));
   std::filesystem::remove_all(dense);
   std::filesystem::remove_all(checkpoint);
   std::filesystem::remove_all(awq);
+  std::filesystem::remove_all(w8a8);
 }
 
 v1::LoadModelRequest GroupRequest(const std::string& dir, int rank, int world) {
