@@ -51,7 +51,7 @@ grep -q '^PAGODA_HAVE_CUDA:INTERNAL=ON' "$BUILD_ABS/CMakeCache.txt" 2>/dev/null 
 # (pagoda-bench drives its service throughput step, so it must travel too).
 mapfile -t tests < <(ctest --test-dir "$BUILD_ABS" -N -L cuda | sed -n 's/^ *Test *#[0-9]*: //p')
 targets=("${tests[@]}" pagoda-server pagoda-worker pagoda-cli pagoda-bench bench_paged_attention
-         bench_cache_ops bench_fp8_linear bench_decode_step bench_lora_step)
+         bench_cache_ops bench_fp8_linear bench_int4_linear bench_decode_step bench_lora_step)
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
   cmake --build "$BUILD_ABS" -j "$JOBS" --target "${targets[@]}"
 fi

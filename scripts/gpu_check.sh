@@ -36,6 +36,13 @@
 #     worker_cuda_graph_test's fp8 batches); one row
 #     gives those binaries' results. Until it reads ok the server refuses
 #     --kv-cache-dtype fp8 and the runner FP8 weights on --device cuda.
+#  1i. Int4/int8 linears on CUDA (issue 45, written without a GPU: AWQ,
+#     GPTQ with act-order, compressed-tensors pack-quantized, and int8
+#     W8A8): their cases ran in step 1 (kernels_ops_int_linear_test, the
+#     awq/gptq/ct_w4a16/ct_w8a8 models of worker_cuda_model_test,
+#     worker_cuda_graph_test's int4 batches); one row gives those binaries'
+#     results. Until it and the fp8 row read ok the runner refuses
+#     quantized checkpoints on --device cuda (RefuseUnverifiedQuantizedWeights).
 #  1b. Tensor parallelism over NCCL, each its own row of the summary:
 #     nccl_size1 (comm_nccl_communicator_test: a one-rank NCCL group
 #     all-reducing bf16/f16 on the caller's stream, Abort, and every visible
@@ -60,7 +67,9 @@
 #     batch 1 at 32k) and prefill TFLOP/s, then the same over an FP8 E4M3
 #     cache (its rows' times against bf16's: issue 45); bench_cache_ops;
 #     bench_fp8_linear (the FP8 W8A8 linear against bf16 on Llama-3-8B's
-#     projections, batch 1 to 4096: issue 45).
+#     projections, batch 1 to 4096: issue 45); bench_int4_linear (the int4
+#     g128 linear against bf16 and its packed-weight floor, batch 1 to 4096:
+#     issue 45's batch-1 goal <= 1.3x the floor).
 #  3. A Llama-3-8B-shaped bf16 model with random weights
 #     (scripts/make_bench_model.py, torch on the GPU), then bench_decode_step:
 #     eager and graph decode step at batch 1/64/256, context 1k, vs the
@@ -143,7 +152,7 @@ step() {
 finish() {
   local rc=$1
   echo
-  for t in bench_paged_attention bench_cache_ops bench_fp8_linear bench_decode_step \
+  for t in bench_paged_attention bench_cache_ops bench_fp8_linear bench_int4_linear bench_decode_step \
       bench_decode_step_fp8; do
     [ -f "$LOG_DIR/$t.log" ] && { echo "--- $t (tail)"; tail -n 12 "$LOG_DIR/$t.log"; }
   done
@@ -291,6 +300,19 @@ if wanted ctest && [ -f "$LOG_DIR/ctest.log" ]; then
   record fp8 "$fp8_status" 0 "$fp8_results"
 fi
 
+# 1i. The int row: the results of the binaries holding the int4/int8 cases.
+INT_TESTS=(kernels_ops_int_linear_test worker_cuda_model_test worker_cuda_graph_test)
+if wanted ctest && [ -f "$LOG_DIR/ctest.log" ]; then
+  int_results=$(for t in "${INT_TESTS[@]}"; do
+    sed -n "s/^.*Test *#[0-9]*: $t \.*\** *\([A-Za-z*]*\).*/$t:\1/p" "$LOG_DIR/ctest.log" | tail -1
+  done | tr '\n' ' ')
+  int_status=ok
+  grep -qvE ':Passed( |$)' <<<"$(tr ' ' '\n' <<<"$int_results" | sed '/^$/d')" && int_status=CHECK
+  [ "$(wc -w <<<"$int_results")" -lt "${#INT_TESTS[@]}" ] && int_status=CHECK  # one not run
+  [ -z "$int_results" ] && int_status=missing
+  record int_linear "$int_status" 0 "$int_results"
+fi
+
 # 1b. The NCCL checks, verbose so the summary can count gtest's cases.
 nccl_step() {  # ROW TEST
   # grep -c, not -q: an early exit would SIGPIPE ctest and fail the pipe.
@@ -360,6 +382,12 @@ if wanted attention; then
   run_bench bench_fp8_linear 60 --iters 10
   note "$(grep -E '^gate_up .* rows +(64|4096) ' "$LOG_DIR/bench_fp8_linear.log" 2>/dev/null |
     sed -E 's/.* rows +([0-9]+) .*bf16\/fp8 +([0-9.]+x).*/gate_up x\1: \2/' | tr '\n' ' ')"
+  # The int4 g128 linear against its packed-weight floor (goal <= 1.3x at
+  # batch 1) and bf16 (issue 45).
+  run_bench bench_int4_linear 60 --iters 10
+  note "$(grep -E '^(gate_up|down) .* rows +1 ' "$LOG_DIR/bench_int4_linear.log" 2>/dev/null |
+    sed -E 's/^([a-z_]+) .*floor +[0-9.]+, +([0-9.]+x).*bf16\/int4 +([0-9.]+x).*/\1 x1: \2 floor (goal <= 1.30x), bf16\/int4 \3/' |
+    tr '\n' ' ')"
 fi
 
 # 3. Llama-3-8B-shaped decode step (bundle mode: needs the worker).

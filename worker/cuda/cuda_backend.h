@@ -33,6 +33,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/ops/int_linear.h"
 #include "worker/backend.h"
 
 namespace pagoda::worker {
@@ -99,8 +100,31 @@ class CudaBackend final : public Backend {
   // at load, never while capturing, so graphs keep its address.
   void ReserveFp8Scratch();
   static constexpr size_t kFp8ScratchBytes = size_t{64} << 20;
+  // The device weights of a weight-only int4/int8 linear
+  // (worker/cuda/cuda_int_linear.h): kernels/ops/int_linear.h's layout.
+  struct IntWeights {
+    kernels::PackedIntWeight packed;
+    const float* bias = nullptr;  // [out], or null
+    // W8A8 (int8 inputs per token): s_w per output row, the packed scales
+    // all 1; null for weight-only.
+    const float* w8a8_scales = nullptr;
+  };
+  // y[rows, out] of x[rows, in] (activation dtype). Weight-only: up to
+  // kernels::kIntGemvMaxRows rows through the GEMV (act-order inputs
+  // gathered first), more through the weight dequantized into the int
+  // scratch and the dense GEMM. W8A8: rows quantized to int8 codes in
+  // chunks of kW8A8ChunkRows, the GEMM of codes and q - zero in f32, then
+  // scaled by s_x * s_w (kernels/ops/int_linear.h). ReserveIntScratch sizes
+  // the scratch (IntScratchBytes).
+  static constexpr int64_t kW8A8ChunkRows = 256;
+  static size_t IntScratchBytes(int64_t out, int64_t in, DType dtype, bool w8a8);
+  void IntLinear(const IntWeights& weights, const void* x, int rows, void* y);
+  // Grows the int linears' scratch to `bytes` (the largest dequantized
+  // weight): at load, never while capturing, so graphs keep its address.
+  void ReserveIntScratch(size_t bytes);
   // FP8 E4M3 weights with per-token or static FP8 inputs become a
-  // CudaFp8Linear; any other quantized weight is refused as by Backend.
+  // CudaFp8Linear, integer codes (weight-only or int8 W8A8) a
+  // CudaIntLinear.
   absl::StatusOr<std::unique_ptr<worker::Linear>> CreateQuantizedLinear(
       QuantizedWeight weight) override;
 
@@ -156,6 +180,8 @@ class CudaBackend final : public Backend {
   // Copies `n` bytes on the stream and waits for them; skipped while
   // capturing (host copies are not part of a graph).
   void CopyAndWait(void* dst, const void* src, size_t n, cudaMemcpyKind kind, const char* what);
+  // IntLinear's W8A8 half.
+  void W8A8IntLinear(const IntWeights& weights, const void* x, int rows, void* y);
   // PagedAttention of a decode-only step, and of any other step.
   void DecodeAttention(const PagedAttentionParams& params);
   void PrefillAttention(const PagedAttentionParams& params);

@@ -11,6 +11,7 @@
 #include "worker/cuda/cuda_backend.h"
 #include "worker/cuda/cuda_backend_impl.h"
 #include "worker/cuda/cuda_fp8_linear.h"
+#include "worker/cuda/cuda_int_linear.h"
 
 namespace pagoda::worker {
 
@@ -107,10 +108,10 @@ absl::Status LaunchFp8LinearChunk(const CudaBackend::Fp8Weights& w, const Fp8Chu
 
 absl::StatusOr<std::unique_ptr<worker::Linear>> CudaBackend::CreateQuantizedLinear(
     QuantizedWeight weight) {
-  if (weight.code_type != CodeType::kFloat8E4M3) {
-    return Backend::CreateQuantizedLinear(std::move(weight));
+  if (weight.code_type == CodeType::kFloat8E4M3) {
+    return CreateCudaFp8Linear(this, std::move(weight));
   }
-  return CreateCudaFp8Linear(this, std::move(weight));
+  return CreateCudaIntLinear(this, std::move(weight));
 }
 
 void CudaBackend::ReserveFp8Scratch() {

@@ -2,10 +2,9 @@
 #define PAGODA_WORKER_CUDA_CUDA_BACKEND_IMPL_H_
 
 // CudaBackend's private state, shared by its source files (cuda_backend.cc,
-// cuda_backend_attention.cc, cuda_backend_sampling.cc, cuda_backend_fp8.cc):
-// the grow-only device
-// and pinned scratch memory its launches reuse from step to step. Included
-// by those files only.
+// cuda_backend_attention.cc, cuda_backend_sampling.cc, cuda_backend_fp8.cc,
+// cuda_backend_int.cc): the grow-only device and pinned scratch memory its
+// launches reuse from step to step. Included by those files only.
 
 #include <cuda_runtime.h>
 
@@ -74,6 +73,9 @@ struct CudaBackend::Impl {
   // FP8 linears' quantized inputs, their scales and the f32 product of one
   // row chunk: CudaBackend::kFp8ScratchBytes, allocated once at load.
   cuda_backend_internal::Scratch fp8_scratch;
+  // Int linears' dequantized weight (prefill) or act-order inputs (decode),
+  // grown at load to the largest weight (CudaBackend::ReserveIntScratch).
+  cuda_backend_internal::Scratch int_scratch;
 };
 
 }  // namespace pagoda::worker

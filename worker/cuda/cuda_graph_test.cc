@@ -3,7 +3,8 @@
 // the eager forward's greedy tokens and logits within bf16 noise, for batch
 // sizes that fill a bucket and that need padding, and for a compressed-tensors
 // FP8 W8A8 model with an FP8 KV cache (the CUDA FP8 linears and attention
-// inside graphs); prefill steps and contexts past the captured length must
+// inside graphs) and a GPTQ int4 act-order model (the int GEMV and its input
+// gather inside graphs); prefill steps and contexts past the captured length must
 // not replay.
 
 #include <gtest/gtest.h>
@@ -32,17 +33,23 @@ constexpr int kNumBlocks = 128;
 constexpr int kMaxNumSeqs = 8;
 
 // fp8: made by tests/reference/make_quantized_model.py as a compressed-tensors
-// FP8 checkpoint (per-channel weights, per-token inputs) with KV scales.
-std::string MakeModel(bool fp8) {
+// FP8 checkpoint (per-channel weights, per-token inputs) with KV scales;
+// int4: as a GPTQ int4 act-order checkpoint (the int GEMV and its input
+// gather inside the graph).
+std::string MakeModel(bool fp8, bool int4) {
   const char* python = std::getenv("PAGODA_PYTHON3");
-  const std::string dir = (std::filesystem::temp_directory_path() /
-                           absl::StrCat("pagoda_graph_", fp8 ? "fp8_" : "", getpid()))
-                              .string();
+  const std::string dir =
+      (std::filesystem::temp_directory_path() /
+       absl::StrCat("pagoda_graph_", fp8 ? "fp8_" : "", int4 ? "int4_" : "", getpid()))
+          .string();
+  const char* maker =
+      fp8    ? " tests/reference/make_quantized_model.py --format ct-fp8 --kv-scales --out "
+      : int4 ? " tests/reference/make_quantized_model.py --format gptq --desc-act "
+               "--group-size 64 --out "
+             : " scripts/make_tiny_model.py --out ";
   const std::string command = absl::StrCat(
-      python != nullptr && *python != '\0' ? python : "python3",
-      fp8 ? " tests/reference/make_quantized_model.py --format ct-fp8 --kv-scales --out "
-          : " scripts/make_tiny_model.py --out ",
-      dir, fp8 ? " --" : "",
+      python != nullptr && *python != '\0' ? python : "python3", maker, dir,
+      fp8 || int4 ? " --" : "",
       " --vocab-size 512 --hidden-size 256 --intermediate-size 512 --num-layers 3 --num-heads 4"
       " --num-kv-heads 2 --head-dim 64 --max-position-embeddings 256 --seed 7 > /dev/null");
   EXPECT_EQ(std::system(command.c_str()), 0) << command;
@@ -63,14 +70,15 @@ int Argmax(const float* row, int vocab) {
 
 struct GraphCase {
   int num_seqs;
-  bool fp8;  // FP8 W8A8 linears and an FP8 KV cache
+  bool fp8;           // FP8 W8A8 linears and an FP8 KV cache
+  bool int4 = false;  // GPTQ int4 act-order linears
 };
 
 class CudaGraphTest : public ::testing::TestWithParam<GraphCase> {};
 
 TEST_P(CudaGraphTest, ReplayGivesTheEagerTokens) {
   const int num_seqs = GetParam().num_seqs;
-  const std::string dir = MakeModel(GetParam().fp8);
+  const std::string dir = MakeModel(GetParam().fp8, GetParam().int4);
   auto created = CudaBackend::Create(0, DType::kBF16);
   ASSERT_TRUE(created.ok()) << created.status();
   std::unique_ptr<CudaBackend> backend = *std::move(created);
@@ -156,9 +164,11 @@ TEST_P(CudaGraphTest, ReplayGivesTheEagerTokens) {
 INSTANTIATE_TEST_SUITE_P(BatchSizes, CudaGraphTest,
                          ::testing::Values(GraphCase{1, false}, GraphCase{3, false},
                                            GraphCase{8, false}, GraphCase{3, true},
-                                           GraphCase{8, true}),
+                                           GraphCase{8, true}, GraphCase{3, false, true},
+                                           GraphCase{8, false, true}),
                          [](const ::testing::TestParamInfo<GraphCase>& info) {
-                           return absl::StrCat(info.param.fp8 ? "fp8_" : "", "batch",
+                           return absl::StrCat(info.param.fp8 ? "fp8_" : "",
+                                               info.param.int4 ? "int4_" : "", "batch",
                                                info.param.num_seqs);
                          });
 

@@ -68,25 +68,25 @@ absl::Status ValidateRequest(const LoadModelRequest& request) {
   return ShardsDraftModel(request).status();
 }
 
-// FP8 weights (a compressed-tensors float-quantized or vLLM fp8 checkpoint,
-// or --quantization fp8): CudaBackend builds their linears
-// (worker/cuda/cuda_fp8_linear.h), but those have not run on a GPU yet, so
-// the runner refuses them until scripts/gpu_check.sh has passed
-// kernels_ops_fp8_linear_test and worker_cuda_model_test's FP8 cases
-// (docs/quantization.md). Other quantized formats load, and are refused by
-// the backend naming the module.
-absl::Status RefuseUnverifiedFp8Weights(const LoadModelRequest& request) {
+// Quantized weights: CudaBackend builds FP8 W8A8 linears
+// (worker/cuda/cuda_fp8_linear.h) and int4/int8 ones (AWQ, GPTQ,
+// compressed-tensors pack- and int-quantized: worker/cuda/cuda_int_linear.h), but
+// none has run on a GPU yet, so the runner refuses every quantized
+// checkpoint (and online FP8) in one line until scripts/gpu_check.sh has
+// passed kernels_ops_fp8_linear_test, kernels_ops_int_linear_test and
+// worker_cuda_model_test's quantized cases (docs/quantization.md).
+absl::Status RefuseUnverifiedQuantizedWeights(const LoadModelRequest& request) {
   absl::StatusOr<QuantConfig> quant = LoadQuantConfig(request.model_dir());
   if (!quant.ok()) return quant.status();
   if (absl::Status status = CheckRequestedQuantization(&*quant, request.quantization());
       !status.ok()) {
     return status;
   }
-  if (quant->code_type != CodeType::kFloat8E4M3) return absl::OkStatus();
+  if (!quant->quantized()) return absl::OkStatus();
   return absl::UnimplementedError(
       absl::StrCat(quant->Describe(),
-                   ": served on --device cpu only so far (the CUDA FP8 linears are built but "
-                   "have not run on a GPU yet)"));
+                   ": served on --device cpu only so far (the CUDA quantized linears are built "
+                   "but have not run on a GPU yet)"));
 }
 
 // How this build's CUDA ranks reach each other: NCCL, or nothing (a build
@@ -170,7 +170,8 @@ class CudaModelRunner final : public ModelRunnerBase {
   absl::StatusOr<LoadModelResponse> LoadModel(const LoadModelRequest& request) override {
     if (absl::Status status = CheckNotLoaded(); !status.ok()) return status;
     if (absl::Status status = ValidateRequest(request); !status.ok()) return status;
-    if (absl::Status status = RefuseUnverifiedFp8Weights(request); !status.ok()) return status;
+    if (absl::Status status = RefuseUnverifiedQuantizedWeights(request); !status.ok())
+      return status;
     auto membership = ParseGroupMembership(request);
     if (!membership.ok()) return membership.status();
     auto dtypes = ResolveCudaDTypes(request);

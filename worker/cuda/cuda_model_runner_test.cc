@@ -92,9 +92,19 @@ TEST(CudaModelRunnerTest, RefusesBadRequestsNamingTheValue) {
   std::filesystem::remove_all(dir);
 }
 
-// FP8 weights: the CUDA FP8 linears are built but have not run on a GPU, so
-// an FP8 checkpoint and online FP8 are refused at load, naming the format.
-TEST(CudaModelRunnerTest, RefusesFp8WeightsUntilVerifiedOnAGpu) {
+// Appends `quantization_config` (a JSON object) to a written config.json.
+void AddQuantizationConfig(const std::string& dir, const std::string& quantization_config) {
+  std::ifstream in(dir + "/config.json");
+  std::string config((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  config.pop_back();  // The closing brace.
+  std::ofstream(dir + "/config.json")
+      << config << R"(, "quantization_config": )" << quantization_config << "}";
+}
+
+// Quantized weights: the CUDA FP8 and int linears are built but have not run
+// on a GPU, so an FP8, AWQ or int8 W8A8 checkpoint and online FP8 are
+// refused at load, naming the format.
+TEST(CudaModelRunnerTest, RefusesQuantizedWeightsUntilVerifiedOnAGpu) {
   const std::string dense = WriteConfig("fp8_online", 256, 4, 2);
   v1::LoadModelRequest request = Request(dense);
   request.set_quantization("fp8");
@@ -102,20 +112,34 @@ TEST(CudaModelRunnerTest, RefusesFp8WeightsUntilVerifiedOnAGpu) {
   EXPECT_EQ(online.code(), absl::StatusCode::kUnimplemented);
   EXPECT_EQ(online.message(),
             "online fp8 FP8 E4M3 weights per tensor, FP8 inputs per token: served on --device cpu "
-            "only so far (the CUDA FP8 linears are built but have not run on a GPU yet)");
+            "only so far (the CUDA quantized linears are built but have not run on a GPU yet)");
 
   const std::string checkpoint = WriteConfig("fp8_vllm", 256, 4, 2);
-  {
-    std::ifstream in(checkpoint + "/config.json");
-    std::string config((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    config.pop_back();  // The closing brace.
-    std::ofstream(checkpoint + "/config.json")
-        << config << R"(, "quantization_config": {"quant_method": "fp8", )"
-        << R"("activation_scheme": "dynamic"}})";
-  }
+  AddQuantizationConfig(checkpoint, R"({"quant_method": "fp8", "activation_scheme": "dynamic"})");
   EXPECT_THAT(Load(Request(checkpoint)).message(), HasSubstr("served on --device cpu only so far"));
+  const std::string awq = WriteConfig("awq", 256, 4, 2);
+  AddQuantizationConfig(awq, R"({"quant_method": "awq", "bits": 4, "group_size": 128, )"
+                             R"("zero_point": true, "version": "gemm"})");
+  const absl::Status awq_status = Load(Request(awq));
+  EXPECT_EQ(awq_status.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(awq_status.message(),
+              HasSubstr("awq int4 group 128: served on --device cpu only so far (the CUDA "
+                        "quantized linears are built but have not run on a GPU yet)"));
+  const std::string w8a8 = WriteConfig("w8a8", 256, 4, 2);
+  AddQuantizationConfig(
+      w8a8, R"({"quant_method": "compressed-tensors", "format": "int-quantized", )"
+            R"("ignore": ["lm_head"], "config_groups": {"group_0": {"targets": ["Linear"], )"
+            R"("weights": {"num_bits": 8, "type": "int", "symmetric": true, )"
+            R"("strategy": "channel", "dynamic": false}, "input_activations": )"
+            R"({"num_bits": 8, "type": "int", "symmetric": true, "dynamic": true, )"
+            R"("strategy": "token"}}}})");
+  EXPECT_THAT(Load(Request(w8a8)).message(),
+              HasSubstr("compressed-tensors int8 weights per channel, int8 inputs per token: "
+                        "served on --device cpu only so far"));
   std::filesystem::remove_all(dense);
   std::filesystem::remove_all(checkpoint);
+  std::filesystem::remove_all(awq);
+  std::filesystem::remove_all(w8a8);
 }
 
 v1::LoadModelRequest GroupRequest(const std::string& dir, int rank, int world) {

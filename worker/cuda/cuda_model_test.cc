@@ -7,7 +7,10 @@
 // and MHA, Qwen2 q/k/v bias with tied embeddings, llama3 rope scaling, a bf16 checkpoint, an FP8
 // E4M3 KV cache on both sides (--kv-cache-dtype fp8) with the checkpoint's per-layer
 // k_scale/v_scale, and compressed-tensors FP8 W8A8 checkpoints (per-channel weights with per-token
-// inputs, per-tensor with a static input scale) through the CPU's and the GPU's FP8 linears. The
+// inputs, per-tensor with a static input scale) through the CPU's and the GPU's FP8 linears, and
+// weight-only int4/int8 checkpoints (AWQ, GPTQ act-order, compressed-tensors pack-quantized)
+// and a compressed-tensors int8 W8A8 one through the CPU's int linears and the GPU's
+// CudaIntLinear (its GEMV on decode steps, the dequantized weight and GEMM on the prefill). The
 // forward allocates no device memory after the first step.
 
 #include <cuda_runtime.h>
@@ -26,6 +29,7 @@
 #include "worker/cache_engine.h"
 #include "worker/communicator.h"
 #include "worker/cpu/cpu_backend.h"
+#include "worker/cpu/quant_linear.h"
 #include "worker/cuda/cuda_backend.h"
 #include "worker/flat_batch.h"
 #include "worker/llama_model.h"
@@ -160,7 +164,9 @@ class CudaModelTest : public ::testing::TestWithParam<ModelCase> {};
 TEST_P(CudaModelTest, Bf16LogitsFollowCpuF32) {
   const std::string dir = MakeModel(GetParam());
   const bool fp8 = GetParam().fp8_kv_cache;
-  Side cpu = Load(dir, CreateCpuBackend(0), DType::kF32, fp8);
+  // The CPU's weight-only linears take f32 inputs (not the int8 default):
+  // the exact weight-only numerics the GPU's int linears compute.
+  Side cpu = Load(dir, CreateCpuBackend(0, WeightOnlyActivations::kFloat32), DType::kF32, fp8);
   auto cuda_backend = CudaBackend::Create(0, DType::kBF16);
   ASSERT_TRUE(cuda_backend.ok()) << cuda_backend.status();
   CudaBackend* cuda_raw = cuda_backend->get();
@@ -275,6 +281,32 @@ INSTANTIATE_TEST_SUITE_P(
                           "--num-layers 2 --num-heads 4 --num-kv-heads 1 --head-dim 64 --seed 8",
                   .quantized_format = "ct-fp8",
                   .quantizer_flags = "--weight-strategy tensor --activations static",
+                  .max_relative_l2 = kFp8MaxRelativeL2,
+                  .min_greedy_agreement = kFp8MinGreedyAgreement},
+        // Weight-only int linears on both sides: the weights are the same
+        // exactly dequantized values, so the bf16 bounds hold.
+        ModelCase{.name = "awq_int4_g32",
+                  .args = "--vocab-size 512 --hidden-size 256 --intermediate-size 512 "
+                          "--num-layers 2 --num-heads 4 --num-kv-heads 2 --head-dim 64 --seed 9",
+                  .quantized_format = "awq",
+                  .quantizer_flags = "--group-size 32"},
+        ModelCase{.name = "gptq_int8_act_order_g64",
+                  .args = "--vocab-size 512 --hidden-size 256 --intermediate-size 512 "
+                          "--num-layers 2 --num-heads 4 --num-kv-heads 1 --head-dim 64 --seed 10",
+                  .quantized_format = "gptq",
+                  .quantizer_flags = "--bits 8 --group-size 64 --desc-act"},
+        ModelCase{.name = "ct_w4a16_g128",
+                  .args = "--vocab-size 512 --hidden-size 256 --intermediate-size 512 "
+                          "--num-layers 2 --num-heads 4 --num-kv-heads 2 --head-dim 64 --seed 11",
+                  .quantized_format = "ct",
+                  .quantizer_flags = "--group-size 128"},
+        // Int8 W8A8 on both sides: the GPU quantizes bf16 activations to
+        // int8, the CPU f32 ones, so some inputs take the neighbouring code
+        // (the FP8 cases' bounds).
+        ModelCase{.name = "ct_w8a8_int8",
+                  .args = "--vocab-size 512 --hidden-size 256 --intermediate-size 512 "
+                          "--num-layers 2 --num-heads 4 --num-kv-heads 2 --head-dim 64 --seed 12",
+                  .quantized_format = "ct-w8a8",
                   .max_relative_l2 = kFp8MaxRelativeL2,
                   .min_greedy_agreement = kFp8MinGreedyAgreement}),
     [](const ::testing::TestParamInfo<ModelCase>& info) { return info.param.name; });

@@ -1,0 +1,197 @@
+// The CUDA weight-only int4 linear (kernels/ops/int_linear.h: what
+// CudaBackend::IntLinear launches: the GEMV up to kIntGemvMaxRows rows, the
+// dequantized weight and the bf16 GEMM above) against the bf16 GEMM of the
+// same shape, measured in the same run, on Llama-3-8B's projections with
+// group-128 scales: median microseconds of each, the int4 path's
+// weight-read floor (packed codes + (scale, zero) pairs at the
+// device-to-device copy bandwidth measured first, as bench_fp8_linear's
+// floors), int4 / floor (issue 45's goal: a batch-1 decode step <= 1.3x its
+// floor) and bf16 / int4. Plain main; prints a table.
+//
+//   bench_int4_linear [--iters N]
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "kernels/ops/gemm.h"
+#include "kernels/ops/int_linear.h"
+
+namespace {
+
+using namespace pagoda::kernels;
+
+#define CHECK_CUDA(call)                                                \
+  do {                                                                  \
+    cudaError_t error_ = (call);                                        \
+    if (error_ != cudaSuccess) {                                        \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, \
+                   cudaGetErrorString(error_));                         \
+      std::exit(1);                                                     \
+    }                                                                   \
+  } while (0)
+
+#define CHECK_CUBLAS(call)                                              \
+  do {                                                                  \
+    cublasStatus_t status_ = (call);                                    \
+    if (status_ != CUBLAS_STATUS_SUCCESS) {                             \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, \
+                   cublasLtGetStatusName(status_));                     \
+      std::exit(1);                                                     \
+    }                                                                   \
+  } while (0)
+
+// A hash of the index: random-looking values without a host upload.
+__device__ uint32_t HashIndex(size_t i, uint32_t seed) {
+  uint32_t x = static_cast<uint32_t>(i) * 2654435761u ^ seed ^ static_cast<uint32_t>(i >> 32);
+  x ^= x >> 16;
+  x *= 0x7feb352du;
+  x ^= x >> 15;
+  return x;
+}
+
+__global__ void FillBf16(__nv_bfloat16* data, size_t count, uint32_t seed) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    data[i] =
+        __float2bfloat16(static_cast<float>(HashIndex(i, seed)) * (2.0f / 4294967296.0f) - 1.0f);
+  }
+}
+__global__ void FillWords(uint32_t* data, size_t count, uint32_t seed) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    data[i] = HashIndex(i, seed);
+  }
+}
+__global__ void FillScaleZero(float2* data, size_t count) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    data[i] = make_float2(1e-3f, 8.0f);
+  }
+}
+
+void* Malloc(size_t bytes) {
+  void* p = nullptr;
+  CHECK_CUDA(cudaMalloc(&p, std::max<size_t>(bytes, 256)));
+  return p;
+}
+
+template <typename Work>
+float MedianMs(int iters, Work&& work) {
+  cudaEvent_t start, stop;
+  CHECK_CUDA(cudaEventCreate(&start));
+  CHECK_CUDA(cudaEventCreate(&stop));
+  for (int i = 0; i < 3; ++i) work();
+  CHECK_CUDA(cudaDeviceSynchronize());
+  std::vector<float> times;
+  for (int i = 0; i < iters; ++i) {
+    CHECK_CUDA(cudaEventRecord(start));
+    work();
+    CHECK_CUDA(cudaEventRecord(stop));
+    CHECK_CUDA(cudaEventSynchronize(stop));
+    float ms = 0;
+    CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
+    times.push_back(ms);
+  }
+  CHECK_CUDA(cudaEventDestroy(start));
+  CHECK_CUDA(cudaEventDestroy(stop));
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+struct Projection {
+  const char* name;
+  int64_t out, in;
+};
+
+constexpr int64_t kGroupSize = 128;
+
+void BenchShape(GemmContext& gemm, const Projection& shape, int64_t rows, int iters,
+                double copy_gbps) {
+  PackedIntWeight w{.bits = 4,
+                    .out = shape.out,
+                    .in = shape.in,
+                    .words_per_row = (shape.in + 31) / 32 * 4,
+                    .group_size = kGroupSize,
+                    .runs = (shape.in + kGroupSize - 1) / kGroupSize};
+  const size_t code_bytes = w.out * w.words_per_row * 4;
+  const size_t pair_bytes = w.out * w.runs * sizeof(float2);
+  void* codes = Malloc(code_bytes);
+  void* pairs = Malloc(pair_bytes);
+  void* x = Malloc(rows * shape.in * 2);
+  void* w_bf16 = Malloc(shape.out * shape.in * 2);
+  void* y = Malloc(rows * shape.out * 2);
+  FillWords<<<1024, 256>>>(static_cast<uint32_t*>(codes), code_bytes / 4, 1);
+  FillScaleZero<<<256, 256>>>(static_cast<float2*>(pairs), w.out * w.runs);
+  FillBf16<<<1024, 256>>>(static_cast<__nv_bfloat16*>(x), rows * shape.in, 2);
+  FillBf16<<<1024, 256>>>(static_cast<__nv_bfloat16*>(w_bf16), shape.out * shape.in, 3);
+  CHECK_CUDA(cudaGetLastError());
+  w.codes = static_cast<const uint32_t*>(codes);
+  w.scale_zero = static_cast<const float2*>(pairs);
+
+  const GemmParams bf16{.a = x, .w = w_bf16, .c = y, .m = rows, .n = shape.out, .k = shape.in};
+  const float bf16_ms = MedianMs(iters, [&] { CHECK_CUBLAS(Gemm(gemm, bf16, nullptr)); });
+  const float int4_ms = MedianMs(iters, [&] {
+    if (rows <= kIntGemvMaxRows) {
+      CHECK_CUDA(LaunchIntGemv(IntGemvParams{.weight = w,
+                                             .x = x,
+                                             .y = y,
+                                             .dtype = ScalarType::kBF16,
+                                             .rows = static_cast<int>(rows)},
+                               nullptr));
+    } else {
+      CHECK_CUDA(LaunchDequantizeIntWeight(w, ScalarType::kBF16, w_bf16, nullptr));
+      CHECK_CUBLAS(Gemm(gemm, bf16, nullptr));
+    }
+  });
+  const double floor_us = (code_bytes + pair_bytes) / (copy_gbps * 1e9) * 1e6;
+  std::printf(
+      "%-8s %6ld x %5ld  rows %5ld  int4 %9.1f us (floor %7.1f, %5.2fx)  bf16 %9.1f us  "
+      "bf16/int4 %5.2fx\n",
+      shape.name, static_cast<long>(shape.out), static_cast<long>(shape.in),
+      static_cast<long>(rows), int4_ms * 1e3, floor_us, int4_ms * 1e3 / floor_us, bf16_ms * 1e3,
+      bf16_ms / int4_ms);
+  for (void* p : {codes, pairs, x, w_bf16, y}) CHECK_CUDA(cudaFree(p));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int iters = 20;
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], "--iters") == 0) iters = std::max(1, std::atoi(argv[i + 1]));
+  }
+  int device_count = 0;
+  if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0) {
+    std::printf("bench_int4_linear: no CUDA device\n");
+    return 0;
+  }
+  cudaDeviceProp prop;
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  const size_t copy_bytes = size_t{1} << 30;
+  void* src = Malloc(copy_bytes);
+  void* dst = Malloc(copy_bytes);
+  CHECK_CUDA(cudaMemset(src, 0x3c, copy_bytes));
+  const float copy_ms = MedianMs(
+      iters, [&] { CHECK_CUDA(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice)); });
+  const double copy_gbps = 2.0 * copy_bytes / (copy_ms * 1e-3) / 1e9;
+  CHECK_CUDA(cudaFree(src));
+  CHECK_CUDA(cudaFree(dst));
+  std::printf("device %s; d2d copy %.0f GB/s (read + write); floor = packed weight bytes / that\n",
+              prop.name, copy_gbps);
+  std::unique_ptr<GemmContext> gemm;
+  CHECK_CUBLAS(GemmContext::Create(GemmContext::kDefaultWorkspaceBytes, &gemm));
+  const Projection projections[] = {
+      {"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate_up", 28672, 4096}, {"down", 4096, 14336}};
+  for (int64_t rows : {1, 2, 4, 8, 64, 4096}) {
+    for (const Projection& shape : projections) BenchShape(*gemm, shape, rows, iters, copy_gbps);
+  }
+  return 0;
+}

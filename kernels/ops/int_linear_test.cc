@@ -1,0 +1,406 @@
+// The weight-only int4/int8 linear's device path (kernels/ops/int_linear.h):
+// the decode GEMV and the prefill's dequantize-then-GEMM against a float64
+// sum over the exactly dequantized weight (q - zero) * scale, over odd
+// shapes, group sizes that do and do not fill a 16-byte vector, per-channel
+// scales, act-order (shuffled groups) and bias; W8A8's int8 input codes
+// and scales against the CPU's rule and its output against float64; and the
+// host packer's refusals (kernels/ops/int_weight_pack.h). Needs a CUDA
+// device; skipped without one.
+
+#include "kernels/ops/int_linear.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/ops/fp8_linear.h"
+#include "kernels/ops/gemm.h"
+#include "kernels/ops/int_weight_pack.h"
+#include "tests/kernels/cuda_test_util.h"
+
+namespace pagoda::kernels {
+namespace {
+
+using testing::DeviceBuffer;
+using testing::Encode;
+using testing::RoundTrip;
+
+struct IntLinearCase {
+  ScalarType dtype = ScalarType::kBF16;
+  int bits = 4;
+  int64_t rows = 1;
+  int64_t out = 8;
+  int64_t in = 64;
+  int64_t group_size = 32;  // in: per channel
+  bool act_order = false;
+  bool bias = false;
+
+  std::string Name() const {
+    return std::string(ScalarTypeName(dtype)) + " int" + std::to_string(bits) + " rows " +
+           std::to_string(rows) + " out " + std::to_string(out) + " in " + std::to_string(in) +
+           " group " + std::to_string(group_size) + (act_order ? " act-order" : "") +
+           (bias ? " bias" : "");
+  }
+};
+
+// A checkpoint's weight in worker/quant's unpacked form: random codes,
+// integral zero points, positive scales; act-order gives inputs to groups
+// in a shuffled order (GPTQ desc_act's g_idx), each group group_size inputs.
+struct HostIntWeight {
+  std::vector<uint8_t> codes;
+  std::vector<float> scales, zeros;
+  std::vector<int32_t> group_of_input;
+  int64_t num_groups = 0;
+
+  UnpackedIntWeight View(const IntLinearCase& c) const {
+    return UnpackedIntWeight{.bits = c.bits,
+                             .out = c.out,
+                             .in = c.in,
+                             .num_groups = num_groups,
+                             .codes = codes.data(),
+                             .scales = scales.data(),
+                             .zeros = zeros.data(),
+                             .group_of_input = group_of_input.data()};
+  }
+  double Dequantized(const IntLinearCase& c, int64_t o, int64_t i) const {
+    const int64_t g = o * num_groups + group_of_input[i];
+    return (static_cast<double>(codes[o * c.in + i]) - zeros[g]) * scales[g];
+  }
+};
+
+HostIntWeight RandomWeight(const IntLinearCase& c, std::mt19937& rng) {
+  HostIntWeight w;
+  w.num_groups = (c.in + c.group_size - 1) / c.group_size;
+  std::uniform_int_distribution<int> code(0, (1 << c.bits) - 1);
+  std::uniform_real_distribution<float> scale(0.001f, 0.02f);
+  w.codes.resize(c.out * c.in);
+  for (uint8_t& q : w.codes) q = static_cast<uint8_t>(code(rng));
+  w.scales.resize(c.out * w.num_groups);
+  w.zeros.resize(c.out * w.num_groups);
+  for (float& s : w.scales) s = scale(rng);
+  for (float& z : w.zeros) z = static_cast<float>(code(rng));
+  w.group_of_input.resize(c.in);
+  for (int64_t i = 0; i < c.in; ++i) w.group_of_input[i] = static_cast<int32_t>(i / c.group_size);
+  if (c.act_order) std::shuffle(w.group_of_input.begin(), w.group_of_input.end(), rng);
+  return w;
+}
+
+// Device copies of a packed weight.
+struct DeviceIntWeight {
+  explicit DeviceIntWeight(const HostPackedIntWeight& h)
+      : codes(h.codes.size() * 4),
+        scale_zero(h.scale_zero.size() * 4),
+        perm(std::max<size_t>(h.perm.size(), 1) * 4) {
+    codes.Upload(h.codes);
+    scale_zero.Upload(h.scale_zero);
+    if (!h.perm.empty()) perm.Upload(h.perm);
+  }
+  PackedIntWeight View(const IntLinearCase& c, const HostPackedIntWeight& h) const {
+    return PackedIntWeight{.codes = codes.as<uint32_t>(),
+                           .scale_zero = scale_zero.as<float2>(),
+                           .perm = h.perm.empty() ? nullptr : perm.as<int32_t>(),
+                           .bits = c.bits,
+                           .out = c.out,
+                           .in = c.in,
+                           .words_per_row = h.words_per_row,
+                           .group_size = h.group_size,
+                           .runs = h.runs};
+  }
+  DeviceBuffer codes, scale_zero, perm;
+};
+
+// y through the GEMV (rows <= kIntGemvMaxRows, inputs permuted first for
+// act-order) or through the dequantized weight and the dense GEMM.
+std::vector<float> RunDevice(const IntLinearCase& c, const PackedIntWeight& w,
+                             const std::vector<float>& x, const std::vector<float>& bias,
+                             GemmContext& gemm) {
+  const size_t elem = ScalarTypeSize(c.dtype);
+  DeviceBuffer d_x(x.size() * elem), d_sorted(x.size() * elem), d_bias(c.out * 4);
+  DeviceBuffer d_w(c.out * c.in * elem), d_y(c.rows * c.out * elem), d_acc(c.rows * c.out * 4);
+  d_x.Upload(Encode(c.dtype, x));
+  d_bias.Upload(bias);
+  d_y.Fill(0xFF);
+  if (c.rows <= kIntGemvMaxRows) {
+    const void* inputs = d_x.get();
+    if (w.perm != nullptr) {
+      EXPECT_EQ(
+          LaunchPermuteIntInputs(d_x.get(), w.perm, c.rows, c.in, c.dtype, d_sorted.get(), nullptr),
+          cudaSuccess);
+      inputs = d_sorted.get();
+    }
+    IntGemvParams p{.weight = w,
+                    .x = inputs,
+                    .bias = c.bias ? d_bias.as<float>() : nullptr,
+                    .y = d_y.get(),
+                    .dtype = c.dtype,
+                    .rows = static_cast<int>(c.rows)};
+    EXPECT_EQ(LaunchIntGemv(p, nullptr), cudaSuccess);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    return testing::Decode(c.dtype, d_y.Download<uint8_t>(c.rows * c.out * elem));
+  }
+  EXPECT_EQ(LaunchDequantizeIntWeight(w, c.dtype, d_w.get(), nullptr), cudaSuccess);
+  GemmParams product{.a = d_x.get(),
+                     .w = d_w.get(),
+                     .c = d_acc.get(),
+                     .m = c.rows,
+                     .n = c.out,
+                     .k = c.in,
+                     .dtype = c.dtype,
+                     .out_dtype = ScalarType::kF32};
+  EXPECT_EQ(Gemm(gemm, product, nullptr), CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<float> y = d_acc.Download<float>(c.rows * c.out);
+  for (int64_t r = 0; r < c.rows; ++r) {
+    for (int64_t o = 0; o < c.out; ++o) y[r * c.out + o] += c.bias ? bias[o] : 0.0f;
+  }
+  return y;
+}
+
+void RunIntLinearCase(const IntLinearCase& c, uint32_t seed, GemmContext& gemm) {
+  SCOPED_TRACE(c.Name());
+  std::mt19937 rng(seed);
+  const HostIntWeight weight = RandomWeight(c, rng);
+  std::string error;
+  const HostPackedIntWeight packed = PackIntWeight(weight.View(c), &error);
+  ASSERT_EQ(error, "");
+  EXPECT_EQ(packed.perm.empty(), !c.act_order);
+  const DeviceIntWeight device(packed);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  std::vector<float> x(c.rows * c.in), bias(c.out);
+  for (float& v : x) v = unit(rng);
+  for (float& v : bias) v = unit(rng);
+  x = RoundTrip(c.dtype, x);
+  const std::vector<float> y = RunDevice(c, device.View(c, packed), x, bias, gemm);
+
+  // f32 sums (and, for the GEMM, weights rounded to dtype) against float64;
+  // the GEMV's output and the GEMM path's weights round once to dtype.
+  const bool gemv = c.rows <= kIntGemvMaxRows;
+  const double rounding = testing::Tolerance(c.dtype);
+  int bad = 0;
+  for (int64_t r = 0; r < c.rows; ++r) {
+    for (int64_t o = 0; o < c.out; ++o) {
+      double want = c.bias ? bias[o] : 0.0, magnitude = 0.0;
+      for (int64_t i = 0; i < c.in; ++i) {
+        const double term = x[r * c.in + i] * weight.Dequantized(c, o, i);
+        want += term;
+        magnitude += std::fabs(term);
+      }
+      const double tolerance = std::ldexp(magnitude, -16) +
+                               (gemv ? rounding * std::fabs(want) : rounding * magnitude) + 1e-6;
+      if (!(std::fabs(y[r * c.out + o] - want) <= tolerance) && ++bad <= 5) {
+        ADD_FAILURE() << "y[" << r << ", " << o << "] = " << y[r * c.out + o] << ", want " << want;
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+class IntLinearTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(GemmContext::Create(GemmContext::kDefaultWorkspaceBytes, &gemm_),
+              CUBLAS_STATUS_SUCCESS);
+  }
+  std::unique_ptr<GemmContext> gemm_;
+};
+
+TEST_F(IntLinearTest, GemvMatchesDequantizedWeightOverShapesAndGroups) {
+  uint32_t seed = 1;
+  for (ScalarType dtype : {ScalarType::kBF16, ScalarType::kF16}) {
+    for (int bits : {4, 8}) {
+      for (int64_t rows : {1, 3, 8}) {
+        // Vector-sized groups, a ragged tail, odd groups, per channel, odd in.
+        RunIntLinearCase({dtype, bits, rows, 37, 256, 128}, seed++, *gemm_);
+        RunIntLinearCase({dtype, bits, rows, 5, 200, 64, false, true}, seed++, *gemm_);
+        RunIntLinearCase({dtype, bits, rows, 9, 120, 40}, seed++, *gemm_);
+        RunIntLinearCase({dtype, bits, rows, 11, 72, 72, false, true}, seed++, *gemm_);
+        RunIntLinearCase({dtype, bits, rows, 6, 77, 77}, seed++, *gemm_);
+      }
+    }
+  }
+}
+
+TEST_F(IntLinearTest, GemvMatchesDequantizedWeightWithActOrder) {
+  uint32_t seed = 100;
+  for (int bits : {4, 8}) {
+    for (int64_t rows : {1, 5}) {
+      RunIntLinearCase({ScalarType::kBF16, bits, rows, 19, 256, 32, true, true}, seed++, *gemm_);
+      RunIntLinearCase({ScalarType::kF16, bits, rows, 7, 96, 24, true}, seed++, *gemm_);
+    }
+  }
+}
+
+TEST_F(IntLinearTest, PrefillDequantizeAndGemmMatchesDequantizedWeight) {
+  uint32_t seed = 200;
+  for (ScalarType dtype : {ScalarType::kBF16, ScalarType::kF16}) {
+    for (int bits : {4, 8}) {
+      RunIntLinearCase({dtype, bits, 9, 37, 256, 128, false, true}, seed++, *gemm_);
+      RunIntLinearCase({dtype, bits, 33, 24, 96, 24, true}, seed++, *gemm_);
+      RunIntLinearCase({dtype, bits, 17, 16, 120, 40}, seed++, *gemm_);
+    }
+  }
+}
+
+// The CPU worker's W8A8 input rule for one row (int_linear.h).
+float HostInt8RowScale(const float* row, int64_t in) {
+  float amax = 0.0f;
+  for (int64_t i = 0; i < in; ++i) {
+    if (!std::isfinite(row[i])) return std::nanf("");
+    amax = std::max(amax, std::fabs(row[i]));
+  }
+  return amax / 127.0f;
+}
+float HostInt8Code(float x, float scale) {
+  if (!(scale > 0.0f)) return 0.0f;
+  return std::clamp(std::nearbyint(x / scale), -128.0f, 127.0f);
+}
+
+// W8A8 as CudaBackend::IntLinear runs it: the input codes and scales
+// exactly as the CPU's rule gives them, the output against float64 over the
+// codes, q - zero and s_x * s_w (an all-zero row and a NaN row included).
+void RunW8A8Case(ScalarType dtype, int64_t rows, int64_t out, int64_t in, uint32_t seed,
+                 GemmContext& gemm) {
+  SCOPED_TRACE(std::string(ScalarTypeName(dtype)) + " W8A8 rows " + std::to_string(rows) + " out " +
+               std::to_string(out) + " in " + std::to_string(in));
+  std::mt19937 rng(seed);
+  const IntLinearCase shape{dtype, 8, rows, out, in, in};
+  HostIntWeight weight = RandomWeight(shape, rng);
+  for (float& z : weight.zeros) z = 128.0f;  // compressed-tensors' signed codes
+  std::vector<float> unit_scales(weight.scales.size(), 1.0f);
+  HostIntWeight codes_only = weight;
+  codes_only.scales = unit_scales;
+  std::string error;
+  const HostPackedIntWeight packed = PackIntWeight(codes_only.View(shape), &error);
+  ASSERT_EQ(error, "");
+  const DeviceIntWeight device(packed);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  std::vector<float> x(rows * in), bias(out);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float magnitude = r == 1 ? 0.0f : std::pow(10.0f, unit(rng) * 2.0f);
+    for (int64_t i = 0; i < in; ++i) x[r * in + i] = unit(rng) * magnitude;
+  }
+  if (rows > 2) x[2 * in + 3] = std::nanf("");
+  for (float& v : bias) v = unit(rng);
+  x = RoundTrip(dtype, x);
+
+  const size_t elem = ScalarTypeSize(dtype);
+  DeviceBuffer d_x(x.size() * elem), d_codes(x.size() * elem), d_x_scales(rows * 4);
+  DeviceBuffer d_w(out * in * elem), d_acc(rows * out * 4), d_w_scales(out * 4), d_bias(out * 4),
+      d_y(rows * out * elem);
+  d_x.Upload(Encode(dtype, x));
+  d_w_scales.Upload(weight.scales);
+  d_bias.Upload(bias);
+  const QuantizeInt8RowsParams quantize{.x = d_x.get(),
+                                        .dtype = dtype,
+                                        .rows = rows,
+                                        .cols = in,
+                                        .codes = d_codes.get(),
+                                        .scales = d_x_scales.as<float>()};
+  PAGODA_ASSERT_CUDA_OK(LaunchQuantizeInt8Rows(quantize, nullptr));
+  PAGODA_ASSERT_CUDA_OK(
+      LaunchDequantizeIntWeight(device.View(shape, packed), dtype, d_w.get(), nullptr));
+  const GemmParams product{.a = d_codes.get(),
+                           .w = d_w.get(),
+                           .c = d_acc.get(),
+                           .m = rows,
+                           .n = out,
+                           .k = in,
+                           .dtype = dtype,
+                           .out_dtype = ScalarType::kF32};
+  ASSERT_EQ(Gemm(gemm, product, nullptr), CUBLAS_STATUS_SUCCESS);
+  ScaleFp8OutputParams scale;
+  scale.acc = d_acc.as<float>();
+  scale.row_scales = d_x_scales.as<float>();
+  scale.col_scales = d_w_scales.as<float>();
+  scale.bias = d_bias.as<float>();
+  scale.y = d_y.get();
+  scale.y_row_stride = out;
+  scale.dtype = dtype;
+  scale.rows = rows;
+  scale.cols = out;
+  PAGODA_ASSERT_CUDA_OK(LaunchScaleFp8Output(scale, nullptr));
+  PAGODA_ASSERT_CUDA_OK(cudaDeviceSynchronize());
+
+  const std::vector<float> got_codes =
+      testing::Decode(dtype, d_codes.Download<uint8_t>(x.size() * elem));
+  const std::vector<float> got_scales = d_x_scales.Download<float>(rows);
+  const std::vector<float> y = testing::Decode(dtype, d_y.Download<uint8_t>(rows * out * elem));
+  const double rounding = testing::Tolerance(dtype);
+  int bad = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float s_x = HostInt8RowScale(&x[r * in], in);
+    if (std::isnan(s_x)) {
+      EXPECT_TRUE(std::isnan(got_scales[r])) << "row " << r;
+      continue;
+    }
+    EXPECT_EQ(got_scales[r], s_x) << "row " << r;
+    for (int64_t i = 0; i < in; ++i) {
+      if (got_codes[r * in + i] != HostInt8Code(x[r * in + i], s_x) && ++bad <= 5) {
+        ADD_FAILURE() << "code[" << r << ", " << i << "] = " << got_codes[r * in + i];
+      }
+    }
+    for (int64_t o = 0; o < out; ++o) {
+      double sum = 0.0;
+      for (int64_t i = 0; i < in; ++i) {
+        sum += double{HostInt8Code(x[r * in + i], s_x)} *
+               (static_cast<double>(weight.codes[o * in + i]) - 128.0);
+      }
+      const double want = sum * s_x * weight.scales[o] + bias[o];
+      const double scaled = std::fabs(sum * s_x * weight.scales[o]) + std::fabs(bias[o]);
+      const double tolerance = rounding * std::fabs(want) + std::ldexp(scaled, -20) + 1e-6;
+      if (!(std::fabs(y[r * out + o] - want) <= tolerance) && ++bad <= 5) {
+        ADD_FAILURE() << "y[" << r << ", " << o << "] = " << y[r * out + o] << ", want " << want;
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+TEST_F(IntLinearTest, W8A8MatchesTheEmulatedInputQuantization) {
+  uint32_t seed = 300;
+  for (ScalarType dtype : {ScalarType::kBF16, ScalarType::kF16}) {
+    RunW8A8Case(dtype, 1, 16, 64, seed++, *gemm_);
+    RunW8A8Case(dtype, 5, 37, 200, seed++, *gemm_);
+    RunW8A8Case(dtype, 33, 24, 77, seed++, *gemm_);
+  }
+}
+
+TEST(IntWeightPackTest, RefusesWhatTheLayoutCannotHold) {
+  const std::vector<uint8_t> codes = {1, 2, 3, 4};
+  const std::vector<float> scales = {1, 1}, zeros = {8, 8};
+  const std::vector<int32_t> uneven = {0, 1, 1, 1};
+  UnpackedIntWeight w{.bits = 4,
+                      .out = 1,
+                      .in = 4,
+                      .num_groups = 2,
+                      .codes = codes.data(),
+                      .scales = scales.data(),
+                      .zeros = zeros.data(),
+                      .group_of_input = uneven.data()};
+  std::string error;
+  PackIntWeight(w, &error);
+  EXPECT_NE(error.find("different numbers"), std::string::npos) << error;
+  const std::vector<int32_t> even = {1, 0, 1, 0};
+  w.group_of_input = even.data();
+  const HostPackedIntWeight packed = PackIntWeight(w, &error);
+  EXPECT_EQ(error, "");
+  EXPECT_EQ(packed.perm, (std::vector<int32_t>{1, 3, 0, 2}));
+  EXPECT_EQ(packed.codes[0], 2u | 4u << 4 | 1u << 8 | 3u << 12);
+  const std::vector<float> half_zero = {8.5f, 8};
+  w.zeros = half_zero.data();
+  PackIntWeight(w, &error);
+  EXPECT_NE(error.find("zero point"), std::string::npos) << error;
+  w.zeros = zeros.data();
+  const std::vector<uint8_t> wide = {1, 2, 16, 4};
+  w.codes = wide.data();
+  PackIntWeight(w, &error);
+  EXPECT_NE(error.find("out of range"), std::string::npos) << error;
+}
+
+}  // namespace
+}  // namespace pagoda::kernels
