@@ -51,11 +51,12 @@ absl::Status CudaGraphRunner::Capture(int max_num_seqs, bool time_gemms) {
   if (!warmed.ok()) return warmed;
   backend_->Synchronize();
   if (!backend_->status().ok()) return backend_->status();
-  allocations_at_capture_ = backend_->num_allocations();
+  const uint64_t allocations_at_capture = backend_->num_allocations();
+  generation_at_capture_ = model_->buffer_generation();
   for (auto it = buckets_.rbegin(); it != buckets_.rend(); ++it) {
     if (absl::Status status = CaptureOne(*it); !status.ok()) return status;
   }
-  if (backend_->num_allocations() != allocations_at_capture_) {
+  if (backend_->num_allocations() != allocations_at_capture || !buffers_unmoved()) {
     return absl::InternalError("the workspace grew while capturing CUDA graphs");
   }
   return backend_->status();
@@ -106,8 +107,12 @@ absl::Status CudaGraphRunner::CaptureOne(int bucket) {
   return absl::OkStatus();
 }
 
+bool CudaGraphRunner::buffers_unmoved() const {
+  return model_->buffer_generation() == generation_at_capture_;
+}
+
 bool CudaGraphRunner::CanRun(const FlatBatch& batch) const {
-  if (graphs_.empty() || backend_->num_allocations() != allocations_at_capture_) return false;
+  if (graphs_.empty() || !buffers_unmoved()) return false;
   const int bucket = GraphBucketFor(buckets_, batch.num_seqs());
   return bucket > 0 && graphs_.contains(bucket) &&
          IsGraphableDecode(batch, max_context_len_, blocks_per_seq_);
@@ -130,6 +135,7 @@ absl::StatusOr<ForwardOutput> CudaGraphRunner::Run(const FlatBatch& batch) {
   if (cudaError_t e = cudaGraphLaunch(graph.exec, backend_->stream()); e != cudaSuccess) {
     return GraphError(e, "launch", bucket);
   }
+  ++num_replays_;
   output->sampling.num_rows = batch.num_logits_rows();
   output->logits.shape[0] = batch.num_logits_rows();
   return output;

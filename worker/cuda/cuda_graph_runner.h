@@ -16,8 +16,14 @@
 // launches the graph. Decode attention inside a graph is planned for the
 // longest context the block tables allow (max_context_len), valid for every
 // shorter one. A replay checks that the logits land where they did at
-// capture; the workspace must not be reallocated after capture (the runner
-// compares Backend::num_allocations and refuses stale graphs).
+// capture; the buffers the graphs write must not be reallocated after
+// capture: the runner compares the model's LlamaModel::buffer_generation
+// (its workspace, an EAGLE-3 target's aux rows) and stops replaying once it
+// moved. Other allocations (a draft model's workspace, staging buffers)
+// leave the graphs on: they write none of those. The load-time reservation
+// (LlamaLoadOptions: max_num_batched_tokens, max_num_seqs and
+// num_speculative_tokens, whose verify steps' logits rows it holds) keeps
+// every step within them.
 //
 // Thread safety: one caller at a time, like the model.
 
@@ -53,6 +59,11 @@ class CudaGraphRunner {
   // start-up time; bench_decode_step compares both on other GPUs.
   absl::Status Capture(int max_num_seqs, bool time_gemms = false);
   int num_graphs() const { return static_cast<int>(graphs_.size()); }
+  // Steps replayed so far (Run calls that launched a graph).
+  int64_t num_replays() const { return num_replays_; }
+  // False once the model's buffers moved since capture (CanRun is then
+  // false for good).
+  bool buffers_unmoved() const;
 
   // True when `batch` can replay a captured graph.
   bool CanRun(const FlatBatch& batch) const;
@@ -77,7 +88,8 @@ class CudaGraphRunner {
   int blocks_per_seq_;
   std::map<int, Graph> graphs_;  // By bucket.
   std::vector<int> buckets_;
-  uint64_t allocations_at_capture_ = 0;
+  uint64_t generation_at_capture_ = 0;  // LlamaModel::buffer_generation.
+  int64_t num_replays_ = 0;
 };
 
 }  // namespace pagoda::worker

@@ -4,12 +4,18 @@
 // sizes that fill a bucket and that need padding, and for a compressed-tensors
 // FP8 W8A8 model with an FP8 KV cache (the CUDA FP8 linears and attention
 // inside graphs); prefill steps and contexts past the captured length must
-// not replay.
+// not replay. Speculative decoding (issue 46): with num_speculative_tokens
+// reserved at load, an eager verify step (k + 1 rows a sequence) leaves the
+// graphs on (without it, it moves the workspace and they stop); an EAGLE
+// head's features (final_hidden, an EAGLE-3 target's aux rows) come out of
+// a replay equal to the eager forward's.
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -152,6 +158,122 @@ TEST_P(CudaGraphTest, ReplayGivesTheEagerTokens) {
   EXPECT_FALSE(graphs.CanRun(*long_batch));
   std::filesystem::remove_all(dir);
 }
+
+// Per sequence of `num_seqs` from token `start`: `query` tokens at
+// positions start.. (a verify step's input and drafts when query > 1).
+v1::StepPlan SpeculativePlan(int num_seqs, int query, int start, int vocab) {
+  v1::StepPlan plan;
+  for (int s = 0; s < num_seqs; ++s) {
+    auto* step = plan.add_sequences();
+    step->set_seq_id(s);
+    step->set_start_position(start);
+    for (int t = 0; t < query; ++t) step->add_token_ids((t * 7 + s * 3 + start) % vocab);
+    for (int b = 0; b < 8; ++b) step->add_block_table(s * 8 + b);
+    step->set_do_sample(true);
+  }
+  return plan;
+}
+
+std::vector<char> DownloadRows(Backend& backend, const void* rows, size_t bytes) {
+  std::vector<char> host(bytes);
+  backend.DownloadBytes(rows, host.data(), bytes);
+  return host;
+}
+
+// Relative L2 distance of two bf16 row sets.
+double Bf16Distance(const std::vector<char>& a, const std::vector<char>& b) {
+  auto value = [](const std::vector<char>& v, size_t i) {
+    uint16_t bits;
+    std::memcpy(&bits, v.data() + 2 * i, 2);
+    const uint32_t wide = uint32_t{bits} << 16;
+    float f;
+    std::memcpy(&f, &wide, 4);
+    return static_cast<double>(f);
+  };
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < a.size() / 2; ++i) {
+    diff += (value(a, i) - value(b, i)) * (value(a, i) - value(b, i));
+    norm += value(b, i) * value(b, i);
+  }
+  return std::sqrt(diff / std::max(norm, 1e-30));
+}
+
+class CudaSpeculativeGraphTest : public ::testing::TestWithParam<int> {};
+
+// GetParam(): the k the model was loaded for (0: none reserved).
+TEST_P(CudaSpeculativeGraphTest, VerifyStepsKeepTheGraphsOnAndFeaturesReplay) {
+  const int reserved_k = GetParam();
+  constexpr int kDrafts = 4;
+  const std::string dir = MakeModel(false);
+  auto created = CudaBackend::Create(0, DType::kBF16);
+  ASSERT_TRUE(created.ok()) << created.status();
+  std::unique_ptr<CudaBackend> backend = *std::move(created);
+  auto communicator = CreateSingleRankCommunicator();
+  auto model = LlamaModel::Load(dir, backend.get(), communicator.get(),
+                                LlamaLoadOptions{.weight_dtype = DType::kBF16,
+                                                 .max_num_batched_tokens = 512,
+                                                 .max_num_seqs = kMaxNumSeqs,
+                                                 .num_speculative_tokens = reserved_k,
+                                                 .block_size = kBlockSize});
+  ASSERT_TRUE(model.ok()) << model.status();
+  // An EAGLE and an EAGLE-3 head's features, as DraftModel::LoadEagle asks.
+  (*model)->KeepFinalHidden();
+  (*model)->KeepAuxHidden({0, 2});
+  CacheEngine cache(backend.get(), (*model)->CacheShape(kBlockSize, DType::kBF16), kNumBlocks, 0);
+  CudaGraphRunner graphs(model->get(), backend.get(), &cache, CudaMaxModelLen((*model)->config()));
+  ASSERT_TRUE(graphs.Capture(kMaxNumSeqs).ok()) << backend->status();
+  const int vocab = (*model)->config().vocab_size;
+  const BatchLimits limits{.vocab_size = vocab,
+                           .block_size = kBlockSize,
+                           .num_gpu_blocks = kNumBlocks,
+                           .num_cpu_blocks = 0};
+  // A prefill, then the largest verify step: kMaxNumSeqs x (k + 1) rows.
+  for (const auto& [query, start] : {std::pair{20, 0}, std::pair{kDrafts + 1, 20}}) {
+    auto batch = FlattenStepPlan(SpeculativePlan(kMaxNumSeqs, query, start, vocab), limits);
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    EXPECT_FALSE(graphs.CanRun(*batch));
+    ASSERT_TRUE((*model)->Forward(*batch, &cache).ok());
+  }
+  ASSERT_TRUE(backend->status().ok()) << backend->status();
+  auto decode = FlattenStepPlan(SpeculativePlan(3, 1, 20 + kDrafts + 1, vocab), limits);
+  ASSERT_TRUE(decode.ok());
+  if (reserved_k < kDrafts) {
+    EXPECT_FALSE(graphs.buffers_unmoved());
+    EXPECT_FALSE(graphs.CanRun(*decode));
+    std::filesystem::remove_all(dir);
+    return;
+  }
+  EXPECT_TRUE(graphs.buffers_unmoved());
+  ASSERT_TRUE(graphs.CanRun(*decode));
+  const size_t hidden_bytes = 3 * (*model)->hidden_row_bytes();
+  auto replayed = graphs.Run(*decode);
+  ASSERT_TRUE(replayed.ok()) << replayed.status();
+  EXPECT_EQ(graphs.num_replays(), 1);
+  // Read after the replay (on the stream, after the graph): its writes.
+  const std::vector<float> replay_logits = Download(*backend, *replayed);
+  const auto replay_final = DownloadRows(*backend, replayed->final_hidden, hidden_bytes);
+  const auto replay_aux = DownloadRows(*backend, replayed->aux_hidden, 2 * hidden_bytes);
+  auto eager = (*model)->Forward(*decode, &cache);
+  ASSERT_TRUE(eager.ok());
+  const std::vector<float> eager_logits = Download(*backend, *eager);
+  EXPECT_LE(Bf16Distance(replay_final, DownloadRows(*backend, eager->final_hidden, hidden_bytes)),
+            1e-2);
+  EXPECT_LE(Bf16Distance(replay_aux, DownloadRows(*backend, eager->aux_hidden, 2 * hidden_bytes)),
+            1e-2);
+  for (int s = 0; s < 3; ++s) {
+    EXPECT_EQ(Argmax(replay_logits.data() + s * vocab, vocab),
+              Argmax(eager_logits.data() + s * vocab, vocab))
+        << "sequence " << s;
+  }
+  ASSERT_TRUE(backend->status().ok()) << backend->status();
+  EXPECT_TRUE(graphs.buffers_unmoved());
+  std::filesystem::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(ReservedK, CudaSpeculativeGraphTest, ::testing::Values(0, 4),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return absl::StrCat("k", info.param);
+                         });
 
 INSTANTIATE_TEST_SUITE_P(BatchSizes, CudaGraphTest,
                          ::testing::Values(GraphCase{1, false}, GraphCase{3, false},

@@ -197,11 +197,10 @@ class CudaModelRunner final : public ModelRunnerBase {
     // NCCL's async errors), which cannot sit inside a captured graph; a
     // captured ncclAllReduce would replay unbounded, so a dead peer would
     // hang the step instead of failing it. Eager TP steps keep that bound.
-    // Nor under an EAGLE head: its target's forward ends by copying hidden
-    // states to the host (EagleFeatures), which a replay would skip, and
-    // the graphs keep no hidden states.
-    enforce_eager_ =
-        request.enforce_eager() || membership->world_size > 1 || ServesEagleHead(request);
+    // An EAGLE head keeps them: its target's features (final_hidden, or an
+    // EAGLE-3 target's aux rows) are device buffers at load-time addresses
+    // that the graphs write, read by the head after the replay.
+    enforce_eager_ = request.enforce_eager() || membership->world_size > 1;
     if (!enforce_eager_) ReserveGraphWorkspace();
 
     auto blocks = KvBlocksAfterProfile(request);
@@ -210,6 +209,13 @@ class CudaModelRunner final : public ModelRunnerBase {
     response.set_device_name(cuda_backend().DeviceDescription());
     response.set_max_model_len(CudaMaxModelLen(model_->config()));
     return response;
+  }
+
+  CudaGraphCounts graph_counts() const {
+    if (graphs_ == nullptr) return CudaGraphCounts{};
+    return CudaGraphCounts{.graphs = graphs_->num_graphs(),
+                           .replays = graphs_->num_replays(),
+                           .live = graphs_->buffers_unmoved()};
   }
 
  private:
@@ -316,6 +322,7 @@ class CudaModelRunner final : public ModelRunnerBase {
     return LlamaLoadOptions{.weight_dtype = dtypes.serving,
                             .max_num_batched_tokens = request.max_num_batched_tokens(),
                             .max_num_seqs = request.max_num_seqs(),
+                            .num_speculative_tokens = request.num_speculative_tokens(),
                             .block_size = request.block_size(),
                             .quantization = request.quantization(),
                             .max_loras = request.max_loras(),
@@ -332,10 +339,6 @@ class CudaModelRunner final : public ModelRunnerBase {
     if (status.ok()) return status;
     return absl::InvalidArgumentError(
         absl::StrCat(draft_->is_eagle() ? "EAGLE head: " : "draft model: ", status.message()));
-  }
-  static bool ServesEagleHead(const LoadModelRequest& request) {
-    return !request.draft_model_dir().empty() &&
-           (request.draft_is_eagle_head() || request.draft_is_eagle3_head());
   }
 
   // The slots' device store (worker/cuda/cuda_lora_slots.h), made by
@@ -411,6 +414,11 @@ class CudaModelRunner final : public ModelRunnerBase {
 
 std::unique_ptr<ModelRunner> CreateCudaModelRunner(const CudaRunnerOptions& options) {
   return std::make_unique<CudaModelRunner>(options);
+}
+
+CudaGraphCounts CudaRunnerGraphCounts(const ModelRunner& runner) {
+  const auto* cuda = dynamic_cast<const CudaModelRunner*>(&runner);
+  return cuda != nullptr ? cuda->graph_counts() : CudaGraphCounts{};
 }
 
 }  // namespace pagoda::worker
