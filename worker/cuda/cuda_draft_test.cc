@@ -12,11 +12,12 @@
 // - acceptance: the target as its own draft, and the near-target EAGLE
 //   head, get drafts accepted (greedy and seeded: coupled draws);
 // - graphs (issue 46's GPU figure needs them on): with drafts asked every
-//   other step, the steps that ask none replay the target's decode graphs,
-//   with a draft model and EAGLE / EAGLE-3 heads alike, the verify steps
-//   between them run eagerly within the load-time reservation
-//   (num_speculative_tokens), the graphs stay on to the end, and the tokens
-//   equal an --enforce-eager runner's up to near-ties;
+//   other step, the steps that ask none replay the target's decode graphs
+//   and the verify steps between them its verify graphs (k + 1 rows a
+//   sequence, within the load-time reservation: num_speculative_tokens),
+//   with a draft model and EAGLE / EAGLE-3 heads alike; the graphs stay on
+//   to the end, and the tokens equal an --enforce-eager runner's up to
+//   near-ties;
 // - proposals: DraftModel::Propose over the same fed tokens proposes on the
 //   CUDA backend (bf16) what it proposes on the CPU backend (f32) for at
 //   least two thirds of the drafts (a broken device path agrees on about
@@ -395,11 +396,11 @@ TEST_F(CudaDraftTest, TargetAsItsOwnDraftAcceptsSeededDraws) {
   EXPECT_GE(4 * Sum(speculative, &Decoded::accepted), 3 * Sum(speculative, &Decoded::asked));
 }
 
-// The target's decode graphs with each kind of draft: plain decode steps
-// replay them (the EAGLE heads read their features from the device rows
-// the replay wrote), the verify steps between them fit the load-time
-// reservation, so the graphs are still on at the end; the tokens are the
-// eager runner's up to near-ties.
+// The target's graphs with each kind of draft: plain decode steps replay
+// the decode graphs and verify steps the verify graphs (the EAGLE heads
+// read their features from the device rows the replay wrote); every step
+// fits the load-time reservation, so the graphs are still on at the end;
+// the tokens are the eager runner's up to near-ties.
 TEST_F(CudaDraftTest, GraphReplayWithDraftsGivesTheEagerTokens) {
   const std::vector<DraftCase> cases = {
       {"other"}, {"clone", /*eagle=*/true}, {"eagle3", false, /*eagle3=*/true}};
@@ -414,8 +415,11 @@ TEST_F(CudaDraftTest, GraphReplayWithDraftsGivesTheEagerTokens) {
     EXPECT_EQ(eager_counts.graphs, 0) << draft.name;
     EXPECT_GT(graph_counts.graphs, 0) << draft.name;
     EXPECT_TRUE(graph_counts.live) << draft.name << ": a step moved the target's buffers";
-    // Steps 3, 5, ... ask for no drafts: every sequence decodes one token.
-    EXPECT_GT(graph_counts.replays, 0) << draft.name;
+    // Steps 3, 5, ... ask for no drafts: every sequence decodes one token;
+    // steps 4, 6, ... verify up to k + 1 rows a sequence: the verify graphs.
+    EXPECT_GT(graph_counts.replays, graph_counts.verify_replays) << draft.name;
+    EXPECT_GT(graph_counts.verify_graphs, 0) << draft.name;
+    EXPECT_GT(graph_counts.verify_replays, 0) << draft.name;
   }
 }
 

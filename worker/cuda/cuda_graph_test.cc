@@ -160,14 +160,22 @@ TEST_P(CudaGraphTest, ReplayGivesTheEagerTokens) {
 }
 
 // Per sequence of `num_seqs` from token `start`: `query` tokens at
-// positions start.. (a verify step's input and drafts when query > 1).
-v1::StepPlan SpeculativePlan(int num_seqs, int query, int start, int vocab) {
+// positions start.., a prompt chunk, or (`verify`) an input token and
+// query - 1 drafts, every row a logits row.
+v1::StepPlan SpeculativePlan(int num_seqs, int query, int start, int vocab, bool verify) {
   v1::StepPlan plan;
   for (int s = 0; s < num_seqs; ++s) {
     auto* step = plan.add_sequences();
     step->set_seq_id(s);
     step->set_start_position(start);
-    for (int t = 0; t < query; ++t) step->add_token_ids((t * 7 + s * 3 + start) % vocab);
+    for (int t = 0; t < query; ++t) {
+      const int token = (t * 7 + s * 3 + start) % vocab;
+      if (t == 0 || !verify) {
+        step->add_token_ids(token);
+      } else {
+        step->add_draft_token_ids(token);
+      }
+    }
     for (int b = 0; b < 8; ++b) step->add_block_table(s * 8 + b);
     step->set_do_sample(true);
   }
@@ -221,21 +229,27 @@ TEST_P(CudaSpeculativeGraphTest, VerifyStepsKeepTheGraphsOnAndFeaturesReplay) {
   (*model)->KeepAuxHidden({0, 2});
   CacheEngine cache(backend.get(), (*model)->CacheShape(kBlockSize, DType::kBF16), kNumBlocks, 0);
   CudaGraphRunner graphs(model->get(), backend.get(), &cache, CudaMaxModelLen((*model)->config()));
+  // As the CUDA runner does when k is reserved.
+  if (reserved_k > 0) graphs.EnableVerifyGraphs(reserved_k + 1, 512);
   ASSERT_TRUE(graphs.Capture(kMaxNumSeqs).ok()) << backend->status();
+  EXPECT_EQ(graphs.num_verify_graphs(), reserved_k > 0 ? 4 : 0);  // 1, 2, 4, 8
   const int vocab = (*model)->config().vocab_size;
   const BatchLimits limits{.vocab_size = vocab,
                            .block_size = kBlockSize,
                            .num_gpu_blocks = kNumBlocks,
                            .num_cpu_blocks = 0};
-  // A prefill, then the largest verify step: kMaxNumSeqs x (k + 1) rows.
+  // A prefill, then the largest verify step, eagerly: kMaxNumSeqs x (k + 1)
+  // rows (with k reserved it could replay a verify graph).
   for (const auto& [query, start] : {std::pair{20, 0}, std::pair{kDrafts + 1, 20}}) {
-    auto batch = FlattenStepPlan(SpeculativePlan(kMaxNumSeqs, query, start, vocab), limits);
+    const bool verify = query == kDrafts + 1;
+    auto batch = FlattenStepPlan(SpeculativePlan(kMaxNumSeqs, query, start, vocab, verify), limits);
     ASSERT_TRUE(batch.ok()) << batch.status();
-    EXPECT_FALSE(graphs.CanRun(*batch));
+    EXPECT_EQ(batch->num_logits_rows(), verify ? kMaxNumSeqs * query : kMaxNumSeqs);
+    EXPECT_EQ(graphs.CanRun(*batch), reserved_k > 0 && verify);
     ASSERT_TRUE((*model)->Forward(*batch, &cache).ok());
   }
   ASSERT_TRUE(backend->status().ok()) << backend->status();
-  auto decode = FlattenStepPlan(SpeculativePlan(3, 1, 20 + kDrafts + 1, vocab), limits);
+  auto decode = FlattenStepPlan(SpeculativePlan(3, 1, 20 + kDrafts + 1, vocab, false), limits);
   ASSERT_TRUE(decode.ok());
   if (reserved_k < kDrafts) {
     EXPECT_FALSE(graphs.buffers_unmoved());
@@ -264,6 +278,38 @@ TEST_P(CudaSpeculativeGraphTest, VerifyStepsKeepTheGraphsOnAndFeaturesReplay) {
     EXPECT_EQ(Argmax(replay_logits.data() + s * vocab, vocab),
               Argmax(eager_logits.data() + s * vocab, vocab))
         << "sequence " << s;
+  }
+  ASSERT_TRUE(backend->status().ok()) << backend->status();
+  EXPECT_TRUE(graphs.buffers_unmoved());
+  // A verify step replayed from the 4-sequence verify graph: 3 sequences
+  // with 5, 2 and 1 rows (fewer than the captured 5 each, a padding
+  // sequence) give the eager forward's logits on every row (positions 26..:
+  // after the decode's, so every key it reads was written).
+  v1::StepPlan verify_plan = SpeculativePlan(3, kDrafts + 1, 20 + kDrafts + 2, vocab, true);
+  verify_plan.mutable_sequences(1)->mutable_draft_token_ids()->Truncate(1);
+  verify_plan.mutable_sequences(2)->clear_draft_token_ids();
+  auto verify = FlattenStepPlan(verify_plan, limits);
+  ASSERT_TRUE(verify.ok()) << verify.status();
+  ASSERT_TRUE(graphs.CanRun(*verify));
+  auto verify_replayed = graphs.Run(*verify);
+  ASSERT_TRUE(verify_replayed.ok()) << verify_replayed.status();
+  EXPECT_EQ(graphs.num_verify_replays(), 1);
+  ASSERT_EQ(verify_replayed->logits.dim(0), verify->num_logits_rows());
+  const std::vector<float> verify_from_graph = Download(*backend, *verify_replayed);
+  auto verify_eager = (*model)->Forward(*verify, &cache);
+  ASSERT_TRUE(verify_eager.ok());
+  const std::vector<float> verify_logits = Download(*backend, *verify_eager);
+  ASSERT_EQ(verify_from_graph.size(), verify_logits.size());
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < verify_logits.size(); ++i) {
+    diff += (verify_from_graph[i] - verify_logits[i]) * (verify_from_graph[i] - verify_logits[i]);
+    norm += verify_logits[i] * verify_logits[i];
+  }
+  EXPECT_LE(std::sqrt(diff / norm), 1e-2);
+  for (int r = 0; r < verify->num_logits_rows(); ++r) {
+    EXPECT_EQ(Argmax(verify_from_graph.data() + r * vocab, vocab),
+              Argmax(verify_logits.data() + r * vocab, vocab))
+        << "logits row " << r;
   }
   ASSERT_TRUE(backend->status().ok()) << backend->status();
   EXPECT_TRUE(graphs.buffers_unmoved());

@@ -214,7 +214,9 @@ class CudaModelRunner final : public ModelRunnerBase {
   CudaGraphCounts graph_counts() const {
     if (graphs_ == nullptr) return CudaGraphCounts{};
     return CudaGraphCounts{.graphs = graphs_->num_graphs(),
+                           .verify_graphs = graphs_->num_verify_graphs(),
                            .replays = graphs_->num_replays(),
+                           .verify_replays = graphs_->num_verify_replays(),
                            .live = graphs_->buffers_unmoved()};
   }
 
@@ -247,14 +249,21 @@ class CudaModelRunner final : public ModelRunnerBase {
     const auto start = std::chrono::steady_clock::now();
     graphs_ = std::make_unique<CudaGraphRunner>(model_.get(), &cuda_backend(), cache_.get(),
                                                 CudaMaxModelLen(model_->config()));
+    // Speculative decoding's verify steps (k + 1 rows a sequence) get graphs
+    // of their own at small batch, within the load-time workspace.
+    if (num_speculative_tokens_ > 0) {
+      graphs_->EnableVerifyGraphs(num_speculative_tokens_ + 1, max_num_batched_tokens_);
+    }
     if (absl::Status status = graphs_->Capture(max_num_seqs_); !status.ok()) return status;
-    LOG(INFO) << "captured " << graphs_->num_graphs() << " decode CUDA graphs in "
+    LOG(INFO) << "captured " << graphs_->num_graphs() << " decode and "
+              << graphs_->num_verify_graphs() << " verify CUDA graphs in "
               << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()
               << " s";
     return absl::OkStatus();
   }
 
-  // A decode step that fits a captured bucket replays its graph; one that
+  // A decode step (or, with drafts, a verify step of up to k + 1 rows a
+  // sequence) that fits a captured bucket replays its graph; one that
   // wants prompt logprobs runs eagerly (the graphs keep no hidden states),
   // and so does one with LoRA rows (its adapters are kernel arguments chosen
   // per step; the graphs were captured without adapters).
@@ -312,6 +321,8 @@ class CudaModelRunner final : public ModelRunnerBase {
     block_size_ = request.block_size();
     kv_cache_dtype_ = dtypes.kv_cache;
     max_num_seqs_ = request.max_num_seqs();
+    max_num_batched_tokens_ = request.max_num_batched_tokens();
+    num_speculative_tokens_ = request.num_speculative_tokens();
     return absl::OkStatus();
   }
 
@@ -407,6 +418,8 @@ class CudaModelRunner final : public ModelRunnerBase {
   // Destroyed before the base's cache, which its graphs point into.
   std::unique_ptr<CudaGraphRunner> graphs_;
   int max_num_seqs_ = 0;
+  int max_num_batched_tokens_ = 0;
+  int num_speculative_tokens_ = 0;
   bool enforce_eager_ = false;
 };
 

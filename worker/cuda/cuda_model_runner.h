@@ -30,11 +30,13 @@ struct CudaRunnerOptions {
 // runner loads it (ModelRunnerBase::LoadDraftModel) on the same backend,
 // before the profile, and its head sizes checked as the target's; the KV
 // blocks reported then hold the target's and the draft's layers (one block
-// id spans both caches). Its passes run eagerly, and so do verify steps
-// (k + 1 rows a sequence); the target's decode steps keep their graphs,
-// with an EAGLE head too (its features are device rows the graphs write).
-// num_speculative_tokens sizes the workspace for the verify steps' logits
-// rows before capture, so none of them turns the graphs off.
+// id spans both caches). Its passes run eagerly; the target's decode steps
+// keep their graphs, with an EAGLE head too (its features are device rows
+// the graphs write). num_speculative_tokens sizes the workspace for the
+// verify steps' logits rows before capture, so none of them turns the
+// graphs off, and verify steps of up to k + 1 rows a sequence at batch up
+// to 8 replay graphs of their own (CudaGraphRunner::EnableVerifyGraphs);
+// larger ones run eagerly.
 // InitCache: allocates the KV blocks and pinned host swap space, then, unless
 // enforce_eager, captures the decode CUDA graphs (CudaGraphRunner).
 // With more than one rank the KV blocks reported are this rank's (its own KV
@@ -52,8 +54,10 @@ std::unique_ptr<ModelRunner> CreateCudaModelRunner(const CudaRunnerOptions& opti
 // once the target's buffers moved after capture, which turns them off for
 // good). All zero for an eager runner and for any other runner.
 struct CudaGraphCounts {
-  int graphs = 0;
-  int64_t replays = 0;
+  int graphs = 0;         // Decode graphs.
+  int verify_graphs = 0;  // Verify-step graphs (num_speculative_tokens > 0).
+  int64_t replays = 0;    // Steps replayed, verify steps included.
+  int64_t verify_replays = 0;
   bool live = false;
 };
 CudaGraphCounts CudaRunnerGraphCounts(const ModelRunner& runner);
