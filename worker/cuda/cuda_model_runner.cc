@@ -250,8 +250,12 @@ class CudaModelRunner final : public ModelRunnerBase {
     graphs_ = std::make_unique<CudaGraphRunner>(model_.get(), &cuda_backend(), cache_.get(),
                                                 CudaMaxModelLen(model_->config()));
     // Speculative decoding's verify steps (k + 1 rows a sequence) get graphs
-    // of their own at small batch, within the load-time workspace.
-    if (num_speculative_tokens_ > 0) {
+    // of their own at small batch, within the load-time workspace. Only
+    // under a draft model or EAGLE head for now, which the server refuses
+    // on CUDA until a GPU run passes worker_cuda_draft_test and
+    // worker_cuda_graph_test: the n-gram method, served on CUDA today, keeps
+    // its eager verify steps until then (then drop serves_draft_ here).
+    if (num_speculative_tokens_ > 0 && serves_draft_) {
       graphs_->EnableVerifyGraphs(num_speculative_tokens_ + 1, max_num_batched_tokens_);
     }
     if (absl::Status status = graphs_->Capture(max_num_seqs_); !status.ok()) return status;

@@ -34,9 +34,9 @@ struct CudaRunnerOptions {
 // keep their graphs, with an EAGLE head too (its features are device rows
 // the graphs write). num_speculative_tokens sizes the workspace for the
 // verify steps' logits rows before capture, so none of them turns the
-// graphs off, and verify steps of up to k + 1 rows a sequence at batch up
-// to 8 replay graphs of their own (CudaGraphRunner::EnableVerifyGraphs);
-// larger ones run eagerly.
+// graphs off, and (under a draft model or EAGLE head) verify steps of up
+// to k + 1 rows a sequence at batch up to 8 replay graphs of their own
+// (CudaGraphRunner::EnableVerifyGraphs); larger ones run eagerly.
 // InitCache: allocates the KV blocks and pinned host swap space, then, unless
 // enforce_eager, captures the decode CUDA graphs (CudaGraphRunner).
 // With more than one rank the KV blocks reported are this rank's (its own KV
