@@ -235,7 +235,8 @@ absl::StatusOr<const StepPlan*> DraftModel::Propose(const StepPlan& plan, BatchL
 }
 
 absl::Status DraftModel::ForwardAndPick(const FlatBatch& batch) {
-  absl::StatusOr<ForwardOutput> output = model_->Forward(batch, cache_.get());
+  absl::StatusOr<ForwardOutput> output =
+      pass_forward_ ? pass_forward_(batch) : model_->Forward(batch, cache_.get());
   if (!output.ok()) return output.status();
   // Only rank 0 computes logits (SharePicks tells the others).
   if (group_->rank() == 0 && batch.num_logits_rows() > 0) {

@@ -15,7 +15,8 @@
 //   other step, the steps that ask none replay the target's decode graphs
 //   and the verify steps between them its verify graphs (k + 1 rows a
 //   sequence, within the load-time reservation: num_speculative_tokens),
-//   with a draft model and EAGLE / EAGLE-3 heads alike; the graphs stay on
+//   with a draft model and EAGLE / EAGLE-3 heads alike, and a draft
+//   model's one-row passes replay graphs over the draft; the graphs stay on
 //   to the end, and the tokens equal an --enforce-eager runner's up to
 //   near-ties;
 // - proposals: DraftModel::Propose over the same fed tokens proposes on the
@@ -420,6 +421,11 @@ TEST_F(CudaDraftTest, GraphReplayWithDraftsGivesTheEagerTokens) {
     EXPECT_GT(graph_counts.replays, graph_counts.verify_replays) << draft.name;
     EXPECT_GT(graph_counts.verify_graphs, 0) << draft.name;
     EXPECT_GT(graph_counts.verify_replays, 0) << draft.name;
+    // A draft model's passes 1..k - 1 (one sampled row a sequence) replay
+    // its own decode graphs; an EAGLE head's run eagerly.
+    const bool draft_model = !draft.eagle && !draft.eagle3;
+    EXPECT_EQ(graph_counts.draft_graphs > 0, draft_model) << draft.name;
+    EXPECT_EQ(graph_counts.draft_replays > 0, draft_model) << draft.name;
   }
 }
 

@@ -213,11 +213,14 @@ class CudaModelRunner final : public ModelRunnerBase {
 
   CudaGraphCounts graph_counts() const {
     if (graphs_ == nullptr) return CudaGraphCounts{};
-    return CudaGraphCounts{.graphs = graphs_->num_graphs(),
-                           .verify_graphs = graphs_->num_verify_graphs(),
-                           .replays = graphs_->num_replays(),
-                           .verify_replays = graphs_->num_verify_replays(),
-                           .live = graphs_->buffers_unmoved()};
+    return CudaGraphCounts{
+        .graphs = graphs_->num_graphs(),
+        .verify_graphs = graphs_->num_verify_graphs(),
+        .replays = graphs_->num_replays(),
+        .verify_replays = graphs_->num_verify_replays(),
+        .draft_graphs = draft_graphs_ ? draft_graphs_->num_graphs() : 0,
+        .draft_replays = draft_graphs_ ? draft_graphs_->num_replays() : 0,
+        .live = graphs_->buffers_unmoved() && (!draft_graphs_ || draft_graphs_->buffers_unmoved())};
   }
 
  private:
@@ -228,6 +231,8 @@ class CudaModelRunner final : public ModelRunnerBase {
 
   void ReleaseCache() override {
     graphs_.reset();  // Its graphs point into the cache.
+    if (draft_ != nullptr) draft_->set_pass_forward(nullptr);
+    draft_graphs_.reset();  // And the draft's into the draft's.
     ModelRunnerBase::ReleaseCache();
   }
 
@@ -235,11 +240,39 @@ class CudaModelRunner final : public ModelRunnerBase {
   // taken before the memory profile so the KV blocks are sized with it in
   // use: the graphs are captured later, over the allocated cache, and must
   // need no memory the cache took.
+  // A draft model's graphs share that workspace (one stream runs both), so
+  // it is sized for the larger of the two now: a capture that grew it
+  // would leave the other's graphs pointing at freed memory.
   void ReserveGraphWorkspace() {
-    const ModelConfig& config = model_->config();
-    cuda_backend().ReserveDecodeWorkspace(GraphBatchBuckets(max_num_seqs_).back(),
-                                          config.num_attention_heads, config.num_key_value_heads,
-                                          config.head_dim, CudaMaxModelLen(config));
+    const int bucket = GraphBatchBuckets(max_num_seqs_).back();
+    for (const LlamaModel* model : {model_.get(), DraftModelForGraphs()}) {
+      if (model == nullptr) continue;
+      const ModelConfig& config = model->config();
+      cuda_backend().ReserveDecodeWorkspace(bucket, config.num_attention_heads,
+                                            config.num_key_value_heads, config.head_dim,
+                                            CudaMaxModelLen(config));
+    }
+  }
+  // The draft model whose passes get decode graphs: a draft model on this
+  // rank (an EAGLE head's passes go through ForwardEagle, eagerly).
+  LlamaModel* DraftModelForGraphs() const {
+    return draft_ != nullptr && !draft_->is_eagle() ? draft_->model() : nullptr;
+  }
+
+  // The draft model's passes 1.. (one row a sequence, each sampled: decode
+  // batches) replay decode graphs over the draft and its cache; pass 0
+  // and a step's last pass (no logits) run eagerly.
+  absl::Status CaptureDraftGraphs() {
+    LlamaModel* draft = DraftModelForGraphs();
+    if (draft == nullptr) return absl::OkStatus();
+    draft_graphs_ = std::make_unique<CudaGraphRunner>(draft, &cuda_backend(), draft_->cache(),
+                                                      CudaMaxModelLen(draft->config()));
+    if (absl::Status status = draft_graphs_->Capture(max_num_seqs_); !status.ok()) return status;
+    draft_->set_pass_forward([this, draft](const FlatBatch& batch) {
+      return draft_graphs_->CanRun(batch) ? draft_graphs_->Run(batch)
+                                          : draft->Forward(batch, draft_->cache());
+    });
+    return absl::OkStatus();
   }
 
   // Captures the decode graphs over the new cache, unless eager.
@@ -259,8 +292,10 @@ class CudaModelRunner final : public ModelRunnerBase {
       graphs_->EnableVerifyGraphs(num_speculative_tokens_ + 1, max_num_batched_tokens_);
     }
     if (absl::Status status = graphs_->Capture(max_num_seqs_); !status.ok()) return status;
-    LOG(INFO) << "captured " << graphs_->num_graphs() << " decode and "
-              << graphs_->num_verify_graphs() << " verify CUDA graphs in "
+    if (absl::Status status = CaptureDraftGraphs(); !status.ok()) return status;
+    LOG(INFO) << "captured " << graphs_->num_graphs() << " decode, " << graphs_->num_verify_graphs()
+              << " verify and " << (draft_graphs_ ? draft_graphs_->num_graphs() : 0)
+              << " draft CUDA graphs in "
               << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()
               << " s";
     return absl::OkStatus();
@@ -421,6 +456,7 @@ class CudaModelRunner final : public ModelRunnerBase {
   CudaRunnerOptions options_;
   // Destroyed before the base's cache, which its graphs point into.
   std::unique_ptr<CudaGraphRunner> graphs_;
+  std::unique_ptr<CudaGraphRunner> draft_graphs_;  // Over the draft's cache.
   int max_num_seqs_ = 0;
   int max_num_batched_tokens_ = 0;
   int num_speculative_tokens_ = 0;

@@ -30,9 +30,10 @@ struct CudaRunnerOptions {
 // runner loads it (ModelRunnerBase::LoadDraftModel) on the same backend,
 // before the profile, and its head sizes checked as the target's; the KV
 // blocks reported then hold the target's and the draft's layers (one block
-// id spans both caches). Its passes run eagerly; the target's decode steps
-// keep their graphs, with an EAGLE head too (its features are device rows
-// the graphs write). num_speculative_tokens sizes the workspace for the
+// id spans both caches). A draft model's one-row passes replay decode
+// graphs of its own (an EAGLE head's passes run eagerly); the target's
+// decode steps keep their graphs, with an EAGLE head too (its features are
+// device rows the graphs write). num_speculative_tokens sizes the workspace for the
 // verify steps' logits rows before capture, so none of them turns the
 // graphs off, and (under a draft model or EAGLE head) verify steps of up
 // to k + 1 rows a sequence at batch up to 8 replay graphs of their own
@@ -58,7 +59,9 @@ struct CudaGraphCounts {
   int verify_graphs = 0;  // Verify-step graphs (num_speculative_tokens > 0).
   int64_t replays = 0;    // Steps replayed, verify steps included.
   int64_t verify_replays = 0;
-  bool live = false;
+  int draft_graphs = 0;  // Over a draft model's cache, for its passes.
+  int64_t draft_replays = 0;
+  bool live = false;  // The target's graphs and the draft's still replay.
 };
 CudaGraphCounts CudaRunnerGraphCounts(const ModelRunner& runner);
 
