@@ -48,10 +48,12 @@
 #     CUDA runner (issue 46, written without a GPU): worker_cuda_draft_test
 #     ran in step 1 (greedy tokens equal the target alone's up to bf16
 #     near-ties, drafts accepted, proposals equal the CPU backend's, the
-#     target's graphs replayed and still live with each draft kind) and
-#     worker_cuda_graph_test (CudaSpeculativeGraphTest: verify steps within
-#     num_speculative_tokens' reservation keep the graphs on, EAGLE features
-#     out of a replay) ran in step 1; one row gives both results. Until it
+#     target's decode and verify graphs and a draft model's pass graphs
+#     replayed and still live with each draft kind, tokens equal to an eager
+#     runner's) and worker_cuda_graph_test (CudaSpeculativeGraphTest: verify
+#     steps within num_speculative_tokens' reservation keep the graphs on, a
+#     verify replay's logits and EAGLE features equal the eager ones) ran in
+#     step 1; one row gives both results. Until it
 #     reads ok the server refuses a draft model or EAGLE head with --device
 #     cuda (scheduler/spec/draft_model_config.cc).
 #  1c. Structured outputs end to end on the GPU (the structured group):
@@ -314,9 +316,10 @@ fi
 
 # 1s. The speculative row: the draft model / EAGLE test's result in step 1,
 #     and the graph test's (its CudaSpeculativeGraphTest cases: verify steps
-#     within the load-time reservation keep the graphs on, EAGLE features
-#     out of a replay equal the eager ones). worker_cuda_draft_test's
-#     GraphReplayWithDraftsGivesTheEagerTokens checks the runner's graphs
+#     within the load-time reservation keep the graphs on, a verify replay
+#     and EAGLE features out of a replay equal the eager ones).
+#     worker_cuda_draft_test's GraphReplayWithDraftsGivesTheEagerTokens
+#     checks the runner's graphs (decode, verify, draft passes) replay and
 #     stay on with a draft model and EAGLE / EAGLE-3 heads.
 SPEC_TESTS=(worker_cuda_draft_test worker_cuda_graph_test)
 if wanted ctest && [ -f "$LOG_DIR/ctest.log" ]; then
