@@ -54,9 +54,15 @@
 #  1s. Speculative decoding's draft model and EAGLE / EAGLE-3 heads on the
 #     CUDA runner (issue 46, written without a GPU): worker_cuda_draft_test
 #     ran in step 1 (greedy tokens equal the target alone's up to bf16
-#     near-ties, drafts accepted, proposals equal the CPU backend's); one row
-#     gives its result. Until it reads ok the server refuses a draft model or
-#     EAGLE head with --device cuda (scheduler/spec/draft_model_config.cc).
+#     near-ties, drafts accepted, proposals equal the CPU backend's, the
+#     target's decode and verify graphs and a draft model's pass graphs
+#     replayed and still live with each draft kind, tokens equal to an eager
+#     runner's) and worker_cuda_graph_test (CudaSpeculativeGraphTest: verify
+#     steps within num_speculative_tokens' reservation keep the graphs on, a
+#     verify replay's logits and EAGLE features equal the eager ones) ran in
+#     step 1; one row gives both results. Until it
+#     reads ok the server refuses a draft model or EAGLE head with --device
+#     cuda (scheduler/spec/draft_model_config.cc).
 #  1c. Structured outputs end to end on the GPU (the structured group):
 #     tests/constraints/structured_outputs_e2e_test.py in CUDA mode, every
 #     constraint of its suites through the OpenAI API, with and without
@@ -330,17 +336,23 @@ if wanted nccl; then
   nccl_step cuda_worker_nccl "${NCCL_TESTS[1]}"
 fi
 
-# 1s. The speculative row: the draft model / EAGLE test's result in step 1.
-SPEC_TEST=worker_cuda_draft_test
+# 1s. The speculative row: the draft model / EAGLE test's result in step 1,
+#     and the graph test's (its CudaSpeculativeGraphTest cases: verify steps
+#     within the load-time reservation keep the graphs on, a verify replay
+#     and EAGLE features out of a replay equal the eager ones).
+#     worker_cuda_draft_test's GraphReplayWithDraftsGivesTheEagerTokens
+#     checks the runner's graphs (decode, verify, draft passes) replay and
+#     stay on with a draft model and EAGLE / EAGLE-3 heads.
+SPEC_TESTS=(worker_cuda_draft_test worker_cuda_graph_test)
 if wanted ctest && [ -f "$LOG_DIR/ctest.log" ]; then
-  spec_result=$(sed -n "s/^.*Test *#[0-9]*: $SPEC_TEST \.*\** *\([A-Za-z*]*\).*/\1/p" \
-    "$LOG_DIR/ctest.log" | tail -1)
-  case "$spec_result" in
-    Passed) spec_status=ok ;;
-    "") spec_status=missing ;;
-    *) spec_status=CHECK ;;
-  esac
-  record speculative "$spec_status" 0 "$SPEC_TEST:${spec_result:-not run}"
+  spec_results=$(for t in "${SPEC_TESTS[@]}"; do
+    sed -n "s/^.*Test *#[0-9]*: $t \.*\** *\([A-Za-z*]*\).*/$t:\1/p" "$LOG_DIR/ctest.log" | tail -1
+  done | tr '\n' ' ')
+  spec_status=ok
+  grep -qvE ':Passed( |$)' <<<"$(tr ' ' '\n' <<<"$spec_results" | sed '/^$/d')" && spec_status=CHECK
+  [ "$(wc -w <<<"$spec_results")" -lt "${#SPEC_TESTS[@]}" ] && spec_status=CHECK  # one not run
+  [ -z "$spec_results" ] && spec_status=missing
+  record speculative "$spec_status" 0 "$spec_results"
 fi
 
 # 1c. Structured outputs on the GPU; the summary row carries the suite's

@@ -100,6 +100,7 @@ absl::StatusOr<FlatBatch> CheckPlanWithRoom(const StepPlan& plan, const BatchLim
 // quantization (the target's --quantization names the target's).
 LlamaLoadOptions DraftLoadOptions(const LlamaLoadOptions& target_options) {
   LlamaLoadOptions options = target_options;
+  options.num_speculative_tokens = 0;  // A pass has a logits row a sequence at most.
   options.max_loras = 0;
   options.max_lora_rank = 0;
   options.quantization = "";
@@ -183,11 +184,10 @@ DraftModel::~DraftModel() = default;
 
 void DraftModel::FollowTargetForward(const FlatBatch& batch, const ForwardOutput& output) {
   if (eagle_ == nullptr) return;
-  if (model_->is_eagle3_head()) {
-    if (output.aux_hidden != nullptr) eagle_->CaptureHost(batch, output.aux_hidden);
-  } else if (output.final_hidden != nullptr) {
-    eagle_->Capture(batch, output.final_hidden, backend_);
-  }
+  // Device rows, read now: after the forward ran (a CUDA graph's replay
+  // included, which writes them at their load-time address).
+  const void* rows = model_->is_eagle3_head() ? output.aux_hidden : output.final_hidden;
+  if (rows != nullptr) eagle_->Capture(batch, rows, backend_);
 }
 
 void DraftModel::FollowStepResult(const StepPlan& verify,
@@ -235,7 +235,8 @@ absl::StatusOr<const StepPlan*> DraftModel::Propose(const StepPlan& plan, BatchL
 }
 
 absl::Status DraftModel::ForwardAndPick(const FlatBatch& batch) {
-  absl::StatusOr<ForwardOutput> output = model_->Forward(batch, cache_.get());
+  absl::StatusOr<ForwardOutput> output =
+      pass_forward_ ? pass_forward_(batch) : model_->Forward(batch, cache_.get());
   if (!output.ok()) return output.status();
   // Only rank 0 computes logits (SharePicks tells the others).
   if (group_->rank() == 0 && batch.num_logits_rows() > 0) {

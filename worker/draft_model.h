@@ -11,6 +11,7 @@
 // against the grammar first). docs/speculative-decoding.md.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -88,6 +89,14 @@ class DraftModel {
   void InitCache(int block_size, DType dtype, int num_gpu_blocks, int num_cpu_blocks);
   void ReleaseCache() { cache_.reset(); }
 
+  // A draft model's passes through `forward` instead of its own eager
+  // Forward (the CUDA runner's graphs over model() and cache()); null
+  // restores the eager one. An EAGLE head's passes ignore it.
+  using PassForward = std::function<absl::StatusOr<ForwardOutput>(const FlatBatch& batch)>;
+  void set_pass_forward(PassForward forward) { pass_forward_ = std::move(forward); }
+  LlamaModel* model() { return model_.get(); }
+  CacheEngine* cache() { return cache_.get(); }  // Null before InitCache.
+
   // The plan the target is to verify: `plan` itself when it asks for no
   // proposals, else a copy in `storage` with each row's
   // num_draft_proposals turned into as many draft_token_ids, proposed here.
@@ -159,7 +168,8 @@ class DraftModel {
   Backend* backend_ = nullptr;
   SampleResults samples_;
   std::unique_ptr<EagleFeatures> eagle_;  // The eagle method's; null for a draft model.
-  BatchLimits limits_;  // The last plan Propose accepted was checked against these.
+  BatchLimits limits_;        // The last plan Propose accepted was checked against these.
+  PassForward pass_forward_;  // set_pass_forward's; null: model_->Forward.
 };
 
 // Whether `request`'s draft model is sharded over the group (its

@@ -152,6 +152,7 @@ class DraftModelRunnerTest : public ::testing::Test {
     load.set_device("cpu");
     load.set_world_size(1);
     load.set_kv_cache_memory_bytes(int64_t{1} << 20);
+    load.set_num_speculative_tokens(kDrafts);  // As the server sends it.
     return load;
   }
 
@@ -352,6 +353,78 @@ class DraftModelRunnerTest : public ::testing::Test {
       (*head)->FollowStepResult(**verify, result);
     }
     EXPECT_EQ(drafts, Reference(absl::StrCat("propose --k ", kProposals, histories), eagle3_head));
+  }
+
+  // What the largest verify step did to the target's load-time buffers:
+  // every sequence prefilled, then every sequence verifying kVerifyDrafts
+  // drafts after the draft's passes (kSeqs x (kVerifyDrafts + 1) logits
+  // rows, as many as the step's tokens: max_num_batched_tokens, so the
+  // activations' share of the workspace cannot make room for them), on a
+  // target loaded for `reserved_k` speculative tokens, with the draft model
+  // `draft_dir` or (eagle3) that EAGLE-3 head.
+  static constexpr int kVerifyDrafts = 5;  // kSeqs x 6 rows: the prefill's tokens.
+  struct VerifyStepGrowth {
+    uint64_t allocations = 0;  // Backend allocations during the verify step.
+    uint64_t generation = 0;   // LlamaModel::buffer_generation moves since load.
+  };
+  static VerifyStepGrowth LargestVerifyStep(int reserved_k, const std::string& draft_dir,
+                                            bool eagle3) {
+    auto backend = CreateCpuBackend(1);
+    auto group = CreateSingleRankCommunicator();
+    const LlamaLoadOptions options{
+        .weight_dtype = std::nullopt,
+        .max_num_batched_tokens = kSeqs * static_cast<int>(kPrompt.size()),
+        .max_num_seqs = kSeqs,
+        .num_speculative_tokens = reserved_k,
+        .block_size = kBlockSize};
+    auto target = LlamaModel::Load(*target_ + "/model", backend.get(), group.get(), options);
+    EXPECT_TRUE(target.ok()) << target.status();
+    if (!target.ok()) return {};
+    auto draft = eagle3 ? DraftModel::LoadEagle(draft_dir, backend.get(), options, target->get(),
+                                                /*eagle3=*/true)
+                        : DraftModel::Load(draft_dir, backend.get(), options, (*target)->config());
+    EXPECT_TRUE(draft.ok()) << draft.status();
+    if (!draft.ok()) return {};
+    const uint64_t loaded_generation = (*target)->buffer_generation();
+    const int blocks = kSeqs * kBlocksPerSeq;
+    CacheEngine cache(backend.get(), (*target)->CacheShape(kBlockSize, DType::kF32), blocks, 0);
+    (*draft)->InitCache(kBlockSize, DType::kF32, blocks, 0);
+    const BatchLimits limits = cache.Limits(kVocab, (*target)->max_positions());
+    SampleResults samples;
+    uint64_t allocations = 0;
+    std::vector<std::vector<int>> outputs(kSeqs);
+    for (int step_index = 0; step_index < 2; ++step_index) {
+      if (step_index == 1) allocations = backend->num_allocations();
+      StepPlan plan;
+      for (int s = 0; s < kSeqs; ++s) {
+        *plan.add_sequences() =
+            StepFor(SamplingOptions(), s, outputs[s], step_index * kVerifyDrafts);
+      }
+      StepPlan storage;
+      absl::StatusOr<const StepPlan*> verify = (*draft)->Propose(plan, limits, &storage);
+      EXPECT_TRUE(verify.ok()) << verify.status();
+      if (!verify.ok()) return {};
+      absl::StatusOr<FlatBatch> batch = FlattenStepPlan(**verify, limits);
+      EXPECT_TRUE(batch.ok()) << batch.status();
+      if (!batch.ok()) return {};
+      absl::StatusOr<ForwardOutput> forward = (*target)->Forward(*batch, &cache);
+      EXPECT_TRUE(forward.ok()) << forward.status();
+      if (!forward.ok()) return {};
+      EXPECT_EQ(forward->logits.dim(0), kSeqs * (1 + step_index * kVerifyDrafts));
+      backend->Sample(forward->logits, forward->sampling, &samples);
+      (*draft)->FollowTargetForward(*batch, *forward);
+      v1::StepResult result;
+      for (int s = 0; s < kSeqs; ++s) {
+        v1::SampledToken* token = result.add_tokens();
+        token->set_seq_id(s + 1);
+        token->set_token_id(9 + s);
+        outputs[s].push_back(9 + s);
+      }
+      (*draft)->FollowStepResult(**verify, result);
+    }
+    EXPECT_TRUE(backend->status().ok()) << backend->status();
+    return {.allocations = backend->num_allocations() - allocations,
+            .generation = (*target)->buffer_generation() - loaded_generation};
   }
 
   static std::string* target_;
@@ -583,6 +656,19 @@ TEST_F(DraftModelRunnerTest, RefusesBadProposalsAndDrafts) {
   check(*runner, step, "seq_id 1: block_table has 2 blocks but 9 tokens need 3");
 }
 
+// LoadModelRequest.num_speculative_tokens outside [0, 16] is refused at
+// load, naming the range.
+TEST_F(DraftModelRunnerTest, RefusesSpeculativeTokensOutOfRange) {
+  for (int k : {-1, 17}) {
+    LoadModelRequest load = LoadRequest(*other_);
+    load.set_num_speculative_tokens(k);
+    auto loaded = CreateCpuModelRunner()->LoadModel(load);
+    EXPECT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument) << k;
+    EXPECT_EQ(std::string(loaded.status().message()),
+              absl::StrCat("num_speculative_tokens must be in [0, 16], got ", k));
+  }
+}
+
 // Proposals for the next step (a constrained row's): refused without a
 // draft model, out of range, beside this step's proposals, on a row that
 // does not sample, and when the block table cannot hold them once every
@@ -636,6 +722,27 @@ TEST_F(DraftModelRunnerTest, RefusesBadNextStepProposals) {
 // two halves in order, layer 0 without its input norm, no final norm, the
 // target's embeddings and lm_head, its final-normed hidden states, and the
 // rows kept per step.
+// LoadModelRequest.num_speculative_tokens reserves the verify steps' logits
+// rows at load: the largest verify step and its draft's passes allocate
+// nothing, and the target's buffers stay put (the CUDA runner's graphs stay
+// on only while they do). Without it the same step grows the workspace.
+TEST_F(DraftModelRunnerTest, TheLargestVerifyStepFitsTheLoadTimeReservation) {
+  const VerifyStepGrowth reserved = LargestVerifyStep(kVerifyDrafts, *other_ + "/model", false);
+  EXPECT_EQ(reserved.allocations, 0u);
+  EXPECT_EQ(reserved.generation, 0u);
+  const VerifyStepGrowth unreserved = LargestVerifyStep(0, *other_ + "/model", false);
+  EXPECT_GT(unreserved.allocations, 0u);
+  EXPECT_GT(unreserved.generation, 0u);
+}
+
+// An EAGLE-3 target's aux rows (its head's features) are reserved at load
+// too, at one address: a prefill of the load-time tokens moves nothing.
+TEST_F(DraftModelRunnerTest, Eagle3AuxRowsAreReservedAtLoad) {
+  const VerifyStepGrowth growth = LargestVerifyStep(kVerifyDrafts, *eagle3_ + "/good/model", true);
+  EXPECT_EQ(growth.allocations, 0u);
+  EXPECT_EQ(growth.generation, 0u);
+}
+
 TEST_F(DraftModelRunnerTest, EagleDraftsEqualTheFloat64Reference) { ExpectReferenceDrafts(""); }
 
 // The same for EAGLE-3 heads: the target's embeddings, the head's own, and

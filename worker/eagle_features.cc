@@ -4,15 +4,9 @@
 
 namespace pagoda::worker {
 
-void EagleFeatures::Capture(const FlatBatch& batch, const void* final_hidden, Backend* backend) {
+void EagleFeatures::Capture(const FlatBatch& batch, const void* rows, Backend* backend) {
   hidden_.resize(static_cast<size_t>(batch.num_tokens()) * row_bytes_);
-  backend->DownloadBytes(final_hidden, hidden_.data(), hidden_.size());
-  KeepBatch(batch);
-}
-
-void EagleFeatures::CaptureHost(const FlatBatch& batch, const void* rows) {
-  hidden_.resize(static_cast<size_t>(batch.num_tokens()) * row_bytes_);
-  std::memcpy(hidden_.data(), rows, hidden_.size());
+  backend->DownloadBytes(rows, hidden_.data(), hidden_.size());
   KeepBatch(batch);
 }
 

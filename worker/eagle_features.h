@@ -41,12 +41,10 @@ class EagleFeatures {
   size_t row_bytes() const { return row_bytes_; }
 
   // After the target's forward over `batch` (rank 0): copies every token
-  // row's hidden state (`final_hidden`, backend memory) and the rows'
-  // tokens and positions to the host, until Keep or Forget.
-  void Capture(const FlatBatch& batch, const void* final_hidden, Backend* backend);
-  // As Capture, the rows already in host memory (an EAGLE-3 target's
-  // ForwardOutput::aux_hidden).
-  void CaptureHost(const FlatBatch& batch, const void* rows);
+  // row's features (`rows`, backend memory: its final_hidden, or an EAGLE-3
+  // target's aux_hidden) and the rows' tokens and positions to the host,
+  // until Keep or Forget.
+  void Capture(const FlatBatch& batch, const void* rows, Backend* backend);
 
   // After the step that verified `verify` succeeded: keeps, for each
   // sequence of the captured batch, its rows (prompt rows, the input row,

@@ -6,6 +6,7 @@
 // d2t; and the target's side of it, the aux layers' rows it keeps.
 // docs/speculative-decoding.md.
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -240,11 +241,7 @@ void LlamaModel::CaptureAuxHidden(int layer, int tokens, const void* residual) {
   if (aux_layers_.empty()) return;
   const size_t row_bytes = hidden_row_bytes();
   const size_t width = aux_layers_.size() * row_bytes;
-  const size_t bytes = static_cast<size_t>(tokens) * width;
-  if (aux_device_ == nullptr || aux_device_->nbytes() < bytes) {
-    aux_device_.reset();  // Free before allocating the bigger one.
-    aux_device_ = backend_->Allocate(DType::kF32, (bytes + sizeof(float) - 1) / sizeof(float));
-  }
+  ReserveAuxHidden(tokens);
   for (size_t slot = 0; slot < aux_layers_.size(); ++slot) {
     if (aux_layers_[slot] != layer) continue;
     backend_->CopyRows(residual, row_bytes,
@@ -253,12 +250,18 @@ void LlamaModel::CaptureAuxHidden(int layer, int tokens, const void* residual) {
   }
 }
 
-const void* LlamaModel::DownloadAuxHidden(int tokens) {
-  aux_hidden_.resize(static_cast<size_t>(tokens) * aux_layers_.size() * hidden_row_bytes());
-  if (!aux_hidden_.empty()) {
-    backend_->DownloadBytes(aux_device_->raw(), aux_hidden_.data(), aux_hidden_.size());
-  }
-  return aux_hidden_.data();
+void LlamaModel::ReserveAuxHidden(int tokens) {
+  const size_t bytes =
+      static_cast<size_t>(std::max(1, tokens)) * aux_layers_.size() * hidden_row_bytes();
+  if (aux_device_ != nullptr && aux_device_->nbytes() >= bytes) return;
+  aux_device_.reset();  // Free before allocating the bigger one.
+  aux_device_ = backend_->Allocate(DType::kF32, (bytes + sizeof(float) - 1) / sizeof(float));
+  ++buffer_generation_;
+}
+
+void LlamaModel::KeepAuxHidden(std::vector<int> layers) {
+  aux_layers_ = std::move(layers);
+  ReserveAuxHidden(reserved_tokens_);
 }
 
 absl::StatusOr<ForwardOutput> LlamaModel::ForwardEagle3(const FlatBatch& batch, CacheEngine* cache,

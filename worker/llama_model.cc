@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/lora_shard.h"
 #include "common/safetensors.h"
+#include "common/speculation_limits.h"
 #include "common/status_macros.h"
 #include "common/tensor_parallel_plan.h"
 #include "common/tensor_slice.h"
@@ -191,12 +192,18 @@ void LlamaModel::ReserveLoadTimeWorkspace(const LlamaLoadOptions& options) {
   const int64_t max_context =
       std::clamp(config_.max_position_embeddings, 1, kMaxRopeTablePositions);
   const int64_t block_size = std::max(1, options.block_size);
-  row_logits_capacity_ = max_seqs;
+  const int tokens = std::max(1, options.max_num_batched_tokens);
+  // A verify step's k + 1 rows a sequence, no more rows than tokens.
+  const int k = std::clamp(options.num_speculative_tokens, 0, kMaxSpeculativeTokens);
+  const int64_t verify_rows = int64_t{max_seqs} * (k + 1);
+  row_logits_capacity_ =
+      static_cast<int>(std::min(verify_rows, std::max<int64_t>(max_seqs, tokens)));
+  reserved_tokens_ = tokens;
   ReserveWorkspace(StepBatchCapacity{
-      .tokens = std::max(1, options.max_num_batched_tokens),
+      .tokens = tokens,
       .seqs = max_seqs,
       .blocks_per_seq = static_cast<int>((max_context + block_size - 1) / block_size),
-      .logits_rows = max_seqs});
+      .logits_rows = row_logits_capacity_});
 }
 
 absl::Status LlamaModel::LoadWeights(const std::string& model_dir,
@@ -294,7 +301,9 @@ void LlamaModel::ReserveWorkspace(const StepBatchCapacity& capacity) {
   const size_t logits_floats = rows * config_.vocab_size * (is_eagle3_head() ? 2 : 1);
   const size_t bytes = activations * DTypeSize(backend_->activation_dtype()) +
                        logits_floats * sizeof(float) + StepBatchUploader::RegionBytes(capacity);
+  const size_t had = workspace_.capacity();
   workspace_.Reserve(bytes, /*regions=*/is_eagle3_head() ? 20 : 13);
+  if (workspace_.capacity() != had) ++buffer_generation_;
   uploader_.Reserve(capacity);
 }
 
@@ -391,7 +400,7 @@ absl::StatusOr<ForwardOutput> LlamaModel::Forward(const FlatBatch& batch, CacheE
                       activations.residual);
   if (absl::Status s = RunLayers(step, cache, activations); !s.ok()) return s;
   ForwardOutput output = Logits(step, activations, row_logits);
-  if (!aux_layers_.empty()) output.aux_hidden = DownloadAuxHidden(step.num_tokens);
+  if (!aux_layers_.empty()) output.aux_hidden = aux_device_->raw();
   return output;
 }
 

@@ -40,6 +40,10 @@ struct LlamaLoadOptions {
   // sequences (a bigger step grows it once, allocating).
   int max_num_batched_tokens = 256;
   int max_num_seqs = 32;
+  // Speculative decoding's k (LoadModelRequest.num_speculative_tokens): a
+  // verify step has up to k + 1 logits rows per sequence, so the workspace
+  // is reserved for max_num_seqs * (k + 1) of them (at most one a token).
+  int num_speculative_tokens = 0;
   // Block size of the KV cache: with max_position_embeddings it bounds the
   // block tables the step-batch region is reserved for.
   int block_size = 16;
@@ -79,8 +83,10 @@ struct ForwardOutput {
   const void* head_hidden = nullptr;
   // Every rank of a model told KeepAuxHidden (the target of an EAGLE-3 head):
   // every token row's residual stream entering each kept layer, in the
-  // layers' order, [num_tokens, layers * hidden_size] activations in HOST
-  // memory. Null otherwise.
+  // layers' order, [num_tokens, layers * hidden_size] activations in backend
+  // memory, at one address from load on: a CUDA graph's replay writes them
+  // there, and the caller reads them once the forward has run. Null
+  // otherwise.
   const void* aux_hidden = nullptr;
 };
 
@@ -148,8 +154,14 @@ class LlamaModel {
   void KeepFinalHidden() { keeps_final_hidden_ = true; }
   // Makes every later Forward leave ForwardOutput::aux_hidden on this rank: the
   // residual stream entering each of `layers` (an EAGLE-3 head's features;
-  // layer 0's is the embedding). REQUIRES: each in [0, num_hidden_layers).
-  void KeepAuxHidden(std::vector<int> layers) { aux_layers_ = std::move(layers); }
+  // layer 0's is the embedding), in a buffer reserved now for the
+  // load-time tokens (so no step after a CUDA graph capture allocates).
+  // REQUIRES: each in [0, num_hidden_layers).
+  void KeepAuxHidden(std::vector<int> layers);
+  // Bumped whenever a buffer a forward writes (the workspace, the aux rows)
+  // is reallocated: a CUDA graph captured before then writes freed memory
+  // (CudaGraphRunner compares it and stops replaying).
+  uint64_t buffer_generation() const { return buffer_generation_; }
   bool is_eagle3_head() const { return eagle3_ != nullptr; }
   // An EAGLE-3 head's target layers (empty for other models).
   const std::vector<int>& eagle3_aux_layers() const;
@@ -248,10 +260,12 @@ class LlamaModel {
                                               const void* features, bool features_from_target);
   // Copies the residual stream (a.residual) entering layer `layer` into
   // its slots' columns of aux_device_ when it is one of aux_layers_, on the
-  // device (Backend::CopyRows); DownloadAuxHidden brings the rows to
-  // aux_hidden_ once the layers ran, one copy a step.
+  // device (Backend::CopyRows), where ForwardOutput::aux_hidden points (the
+  // caller downloads them once the forward ran: after a graph's replay).
+  // A step of more tokens than reserved grows the buffer (buffer_generation).
   void CaptureAuxHidden(int layer, int tokens, const void* residual);
-  const void* DownloadAuxHidden(int tokens);
+  // Makes aux_device_ hold `tokens` rows.
+  void ReserveAuxHidden(int tokens);
   absl::Status LoadEagleWeights(const std::string& head_dir, std::optional<DType> weight_dtype,
                                 const ModelConfig& full_config, const TensorParallelShard& shard);
   void ReserveLoadTimeWorkspace(const LlamaLoadOptions& options);
@@ -322,6 +336,8 @@ class LlamaModel {
   // Rows of logits a step that wants prompt logprobs has room for: the
   // load-time logits rows, so such a step needs no bigger workspace.
   int row_logits_capacity_ = 1;
+  int reserved_tokens_ = 1;  // The load-time workspace's tokens.
+  uint64_t buffer_generation_ = 0;
   Workspace workspace_;
   StepBatchUploader uploader_;
   std::shared_ptr<LoraAdapterLoader> lora_loader_;
@@ -336,10 +352,9 @@ class LlamaModel {
   const LlamaModel* eagle_target_ = nullptr;
   std::unique_ptr<Linear> fc_;
   std::unique_ptr<Buffer> ones_;
-  // KeepAuxHidden: the layers and the last Forward's rows (host).
+  // KeepAuxHidden: the layers and the last Forward's rows.
   std::vector<int> aux_layers_;
-  std::unique_ptr<Buffer> aux_device_;  // [tokens, aux layers * hidden], grown once.
-  std::vector<char> aux_hidden_;
+  std::unique_ptr<Buffer> aux_device_;  // [tokens, aux layers * hidden], reserved at load.
   // An EAGLE-3 head's own parts (llama_eagle3_head.cc); null otherwise.
   std::unique_ptr<Eagle3HeadParts> eagle3_;
 };

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/speculation_limits.h"
 #include "glog/logging.h"
 #include "worker/step_execution.h"
 
@@ -22,6 +23,12 @@ absl::Status CheckWorkspaceLimits(const LoadModelRequest& request, int min_value
         absl::StrCat("max_num_batched_tokens and max_num_seqs must be in [", min_value, ", ",
                      kMaxWorkspaceTokens, "], got ", request.max_num_batched_tokens(), " and ",
                      request.max_num_seqs()));
+  }
+  if (request.num_speculative_tokens() < 0 ||
+      request.num_speculative_tokens() > kMaxSpeculativeTokens) {
+    return absl::InvalidArgumentError(absl::StrCat("num_speculative_tokens must be in [0, ",
+                                                   kMaxSpeculativeTokens, "], got ",
+                                                   request.num_speculative_tokens()));
   }
   return absl::OkStatus();
 }

@@ -32,7 +32,8 @@ namespace pagoda::worker {
 using ::pagoda::wire::kMaxWorkspaceTokens;
 
 // OK when `min_value` <= max_num_batched_tokens, max_num_seqs <=
-// kMaxWorkspaceTokens; else INVALID_ARGUMENT naming the range. The CPU
+// kMaxWorkspaceTokens, and num_speculative_tokens is in [0,
+// kMaxSpeculativeTokens]; else INVALID_ARGUMENT naming the range. The CPU
 // runner takes 0 (its defaults), the CUDA runner needs them set.
 absl::Status CheckWorkspaceLimits(const v1::LoadModelRequest& request, int min_value);
 

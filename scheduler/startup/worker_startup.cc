@@ -121,6 +121,11 @@ pagoda::worker::v1::LoadModelRequest MakeLoadModelRequest(const ServerConfig& co
   load.set_cpu_weight_only_activations(config.model.cpu_weight_only_activations);
   load.set_cpu_threads(config.workers.cpu_threads);
   load.set_enforce_eager(config.workers.enforce_eager);
+  // Every method's verify steps carry k + 1 rows a sequence: the workers
+  // size their workspaces for them at load (before CUDA graph capture).
+  if (config.speculative.has_value()) {
+    load.set_num_speculative_tokens(config.speculative->num_speculative_tokens);
+  }
   if (config.speculative.has_value() && config.speculative->method != SpeculativeMethod::kNgram) {
     load.set_draft_model_dir(std::filesystem::absolute(config.speculative->model).string());
     load.set_draft_is_eagle_head(config.speculative->method == SpeculativeMethod::kEagle);

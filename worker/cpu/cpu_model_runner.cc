@@ -57,6 +57,7 @@ LlamaLoadOptions CpuLoadOptions(const LoadModelRequest& request, std::optional<D
                                     ? request.max_num_batched_tokens()
                                     : defaults.max_num_batched_tokens,
       .max_num_seqs = request.max_num_seqs() > 0 ? request.max_num_seqs() : defaults.max_num_seqs,
+      .num_speculative_tokens = request.num_speculative_tokens(),
       .block_size = request.block_size(),
       .quantization = request.quantization(),
       .max_loras = request.max_loras(),

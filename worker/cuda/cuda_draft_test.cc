@@ -11,6 +11,14 @@
 // - memory: a block id costs the target's bytes and the draft's;
 // - acceptance: the target as its own draft, and the near-target EAGLE
 //   head, get drafts accepted (greedy and seeded: coupled draws);
+// - graphs (issue 46's GPU figure needs them on): with drafts asked every
+//   other step, the steps that ask none replay the target's decode graphs
+//   and the verify steps between them its verify graphs (k + 1 rows a
+//   sequence, within the load-time reservation: num_speculative_tokens),
+//   with a draft model and EAGLE / EAGLE-3 heads alike, and a draft
+//   model's one-row passes replay graphs over the draft; the graphs stay on
+//   to the end, and the tokens equal an --enforce-eager runner's up to
+//   near-ties;
 // - proposals: DraftModel::Propose over the same fed tokens proposes on the
 //   CUDA backend (bf16) what it proposes on the CPU backend (f32) for at
 //   least two thirds of the drafts (a broken device path agrees on about
@@ -64,6 +72,15 @@ struct DraftCase {
   std::string name;  // <models>/<name>/model
   bool eagle = false;
   bool eagle3 = false;
+};
+
+// How Decode runs: eagerly (--enforce-eager) or with graphs, asking for
+// drafts every step or every other one (the steps between are plain
+// decodes, which replay a graph), and where the runner's graph counts go.
+struct DecodeOptions {
+  bool enforce_eager = false;
+  bool every_other_step = false;
+  CudaGraphCounts* counts = nullptr;
 };
 
 struct Decoded {
@@ -168,7 +185,8 @@ class CudaDraftTest : public ::testing::Test {
   // cache of kSeqs * kBlocksPerSeq blocks; null after a failure (reported).
   // `response`, when set, receives LoadModel's answer.
   static std::unique_ptr<ModelRunner> CudaRunner(const DraftCase* draft,
-                                                 v1::LoadModelResponse* response = nullptr) {
+                                                 v1::LoadModelResponse* response = nullptr,
+                                                 bool enforce_eager = false) {
     auto runner = CreateCudaModelRunner(CudaRunnerOptions{.device = 0});
     LoadModelRequest load;
     load.set_model_dir(ModelDir("target"));
@@ -178,6 +196,8 @@ class CudaDraftTest : public ::testing::Test {
     load.set_gpu_memory_utilization(0.3f);
     load.set_max_num_batched_tokens(256);
     load.set_max_num_seqs(8);
+    load.set_num_speculative_tokens(kDrafts);
+    load.set_enforce_eager(enforce_eager);
     if (draft != nullptr) {
       load.set_draft_model_dir(ModelDir(draft->name));
       load.set_draft_is_eagle_head(draft->eagle);
@@ -197,9 +217,10 @@ class CudaDraftTest : public ::testing::Test {
 
   // kSeqs sequences, sequence s joining at step s (its prefill beside the
   // others' verify rows), each decode asking for up to `k` proposals.
-  static std::vector<Decoded> Decode(const DraftCase* draft, const SamplingOptions& base, int k) {
+  static std::vector<Decoded> Decode(const DraftCase* draft, const SamplingOptions& base, int k,
+                                     const DecodeOptions& options = {}) {
     std::vector<Decoded> outs(kSeqs);
-    auto runner = CudaRunner(draft);
+    auto runner = CudaRunner(draft, nullptr, options.enforce_eager);
     if (runner == nullptr) return outs;
     for (int step_index = 0; step_index < 100; ++step_index) {
       StepPlan plan;
@@ -208,13 +229,15 @@ class CudaDraftTest : public ::testing::Test {
       for (int s = 0; s < kSeqs && s <= step_index; ++s) {
         const int done = static_cast<int>(outs[s].tokens.size());
         if (done >= kNewTokens) continue;
-        const int proposals = done == 0 ? 0 : std::min(k, kNewTokens - done - 1);
+        const bool asks = !options.every_other_step || step_index % 2 == 0;
+        const int proposals = done == 0 || !asks ? 0 : std::min(k, kNewTokens - done - 1);
         *plan.add_sequences() = StepFor(base, s, outs[s].tokens, proposals);
         outs[s].asked += proposals;
         members.push_back(s);
       }
       if (plan.sequences().empty()) break;
       auto result = runner->ExecuteStep(plan);
+      if (options.counts != nullptr) *options.counts = CudaRunnerGraphCounts(*runner);
       EXPECT_TRUE(result.ok()) << result.status();
       if (!result.ok()) return outs;
       EXPECT_EQ(result->tokens_size(), static_cast<int>(members.size()));
@@ -372,6 +395,38 @@ TEST_F(CudaDraftTest, TargetAsItsOwnDraftAcceptsSeededDraws) {
   const std::vector<Decoded> speculative = Decode(&self, Seeded(), kDrafts);
   for (const Decoded& run : speculative) EXPECT_EQ(run.tokens.size(), size_t{kNewTokens});
   EXPECT_GE(4 * Sum(speculative, &Decoded::accepted), 3 * Sum(speculative, &Decoded::asked));
+}
+
+// The target's graphs with each kind of draft: plain decode steps replay
+// the decode graphs and verify steps the verify graphs (the EAGLE heads
+// read their features from the device rows the replay wrote); every step
+// fits the load-time reservation, so the graphs are still on at the end;
+// the tokens are the eager runner's up to near-ties.
+TEST_F(CudaDraftTest, GraphReplayWithDraftsGivesTheEagerTokens) {
+  const std::vector<DraftCase> cases = {
+      {"other"}, {"clone", /*eagle=*/true}, {"eagle3", false, /*eagle3=*/true}};
+  for (const DraftCase& draft : cases) {
+    CudaGraphCounts eager_counts, graph_counts;
+    const std::vector<Decoded> eager =
+        Decode(&draft, Greedy(), kDrafts,
+               {.enforce_eager = true, .every_other_step = true, .counts = &eager_counts});
+    const std::vector<Decoded> graphed =
+        Decode(&draft, Greedy(), kDrafts, {.every_other_step = true, .counts = &graph_counts});
+    ExpectPlainTokensUpToNearTies(eager, graphed, draft.name + " with graphs");
+    EXPECT_EQ(eager_counts.graphs, 0) << draft.name;
+    EXPECT_GT(graph_counts.graphs, 0) << draft.name;
+    EXPECT_TRUE(graph_counts.live) << draft.name << ": a step moved the target's buffers";
+    // Steps 3, 5, ... ask for no drafts: every sequence decodes one token;
+    // steps 4, 6, ... verify up to k + 1 rows a sequence: the verify graphs.
+    EXPECT_GT(graph_counts.replays, graph_counts.verify_replays) << draft.name;
+    EXPECT_GT(graph_counts.verify_graphs, 0) << draft.name;
+    EXPECT_GT(graph_counts.verify_replays, 0) << draft.name;
+    // A draft model's passes 1..k - 1 (one sampled row a sequence) replay
+    // its own decode graphs; an EAGLE head's run eagerly.
+    const bool draft_model = !draft.eagle && !draft.eagle3;
+    EXPECT_EQ(graph_counts.draft_graphs > 0, draft_model) << draft.name;
+    EXPECT_EQ(graph_counts.draft_replays > 0, draft_model) << draft.name;
+  }
 }
 
 TEST_F(CudaDraftTest, ProposalsMatchTheCpuWorkers) {

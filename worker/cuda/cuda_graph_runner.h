@@ -16,8 +16,20 @@
 // launches the graph. Decode attention inside a graph is planned for the
 // longest context the block tables allow (max_context_len), valid for every
 // shorter one. A replay checks that the logits land where they did at
-// capture; the workspace must not be reallocated after capture (the runner
-// compares Backend::num_allocations and refuses stale graphs).
+// capture; the buffers the graphs write must not be reallocated after
+// capture: the runner compares the model's LlamaModel::buffer_generation
+// (its workspace, an EAGLE-3 target's aux rows) and stops replaying once it
+// moved. Other allocations (a draft model's workspace, staging buffers)
+// leave the graphs on: they write none of those. The load-time reservation
+// (LlamaLoadOptions: max_num_batched_tokens, max_num_seqs and
+// num_speculative_tokens, whose verify steps' logits rows it holds) keeps
+// every step within them.
+//
+// Verify steps (speculative decoding, EnableVerifyGraphs): a second family
+// of graphs, one per VerifyGraphBuckets bucket, captured with k + 1 query
+// rows a sequence (PadVerifyBatch, DummyVerifyBatch): their attention is
+// the prefill kernel's, whose grid the capture's rows fix and whose
+// per-sequence rows and contexts are read on the device.
 //
 // Thread safety: one caller at a time, like the model.
 
@@ -52,7 +64,22 @@ class CudaGraphRunner {
   // picks were within 1 % of cuBLASLt's heuristic (docs/gpu.md) and cost
   // start-up time; bench_decode_step compares both on other GPUs.
   absl::Status Capture(int max_num_seqs, bool time_gemms = false);
+  // Before Capture: also capture verify graphs of `query_rows` (k + 1) rows
+  // a sequence for the buckets whose tokens fit `max_tokens` (the model's
+  // load-time workspace). query_rows < 2: none.
+  void EnableVerifyGraphs(int query_rows, int max_tokens) {
+    verify_rows_ = query_rows;
+    max_verify_tokens_ = max_tokens;
+  }
+  int num_verify_graphs() const { return static_cast<int>(verify_graphs_.size()); }
   int num_graphs() const { return static_cast<int>(graphs_.size()); }
+  // Steps replayed so far (Run calls that launched a graph), and of those
+  // the verify steps.
+  int64_t num_replays() const { return num_replays_; }
+  int64_t num_verify_replays() const { return num_verify_replays_; }
+  // False once the model's buffers moved since capture (CanRun is then
+  // false for good).
+  bool buffers_unmoved() const;
 
   // True when `batch` can replay a captured graph.
   bool CanRun(const FlatBatch& batch) const;
@@ -67,8 +94,19 @@ class CudaGraphRunner {
     cudaGraphExec_t exec = nullptr;
     const void* logits = nullptr;  // Where the captured forward wrote them.
   };
+  // One graph shape: its bucket and whether it is a verify graph.
+  struct Shape {
+    int bucket;
+    bool verify;
+  };
+  // Every shape to capture, largest first (so the first warm-up sizes
+  // every workspace).
+  std::vector<Shape> Shapes() const;
+  FlatBatch DummyBatch(Shape shape) const;
   absl::Status WarmUp();
-  absl::Status CaptureOne(int bucket);
+  absl::Status CaptureOne(Shape shape);
+  // The shape `batch` replays, or bucket 0 when none.
+  Shape ShapeFor(const FlatBatch& batch) const;
 
   LlamaModel* model_;
   CudaBackend* backend_;
@@ -77,7 +115,13 @@ class CudaGraphRunner {
   int blocks_per_seq_;
   std::map<int, Graph> graphs_;  // By bucket.
   std::vector<int> buckets_;
-  uint64_t allocations_at_capture_ = 0;
+  std::map<int, Graph> verify_graphs_;  // By bucket.
+  std::vector<int> verify_buckets_;
+  int verify_rows_ = 0;
+  int max_verify_tokens_ = 0;
+  uint64_t generation_at_capture_ = 0;  // LlamaModel::buffer_generation.
+  int64_t num_replays_ = 0;
+  int64_t num_verify_replays_ = 0;
 };
 
 }  // namespace pagoda::worker

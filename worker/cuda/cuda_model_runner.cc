@@ -198,11 +198,10 @@ class CudaModelRunner final : public ModelRunnerBase {
     // NCCL's async errors), which cannot sit inside a captured graph; a
     // captured ncclAllReduce would replay unbounded, so a dead peer would
     // hang the step instead of failing it. Eager TP steps keep that bound.
-    // Nor under an EAGLE head: its target's forward ends by copying hidden
-    // states to the host (EagleFeatures), which a replay would skip, and
-    // the graphs keep no hidden states.
-    enforce_eager_ =
-        request.enforce_eager() || membership->world_size > 1 || ServesEagleHead(request);
+    // An EAGLE head keeps them: its target's features (final_hidden, or an
+    // EAGLE-3 target's aux rows) are device buffers at load-time addresses
+    // that the graphs write, read by the head after the replay.
+    enforce_eager_ = request.enforce_eager() || membership->world_size > 1;
     if (!enforce_eager_) ReserveGraphWorkspace();
 
     auto blocks = KvBlocksAfterProfile(request);
@@ -213,6 +212,18 @@ class CudaModelRunner final : public ModelRunnerBase {
     return response;
   }
 
+  CudaGraphCounts graph_counts() const {
+    if (graphs_ == nullptr) return CudaGraphCounts{};
+    return CudaGraphCounts{
+        .graphs = graphs_->num_graphs(),
+        .verify_graphs = graphs_->num_verify_graphs(),
+        .replays = graphs_->num_replays(),
+        .verify_replays = graphs_->num_verify_replays(),
+        .draft_graphs = draft_graphs_ ? draft_graphs_->num_graphs() : 0,
+        .draft_replays = draft_graphs_ ? draft_graphs_->num_replays() : 0,
+        .live = graphs_->buffers_unmoved() && (!draft_graphs_ || draft_graphs_->buffers_unmoved())};
+  }
+
  private:
   // Only CudaBackend is ever stored in backend_ (JoinGroupOnDevice).
   CudaBackend& cuda_backend() const { return *static_cast<CudaBackend*>(backend_.get()); }
@@ -221,6 +232,8 @@ class CudaModelRunner final : public ModelRunnerBase {
 
   void ReleaseCache() override {
     graphs_.reset();  // Its graphs point into the cache.
+    if (draft_ != nullptr) draft_->set_pass_forward(nullptr);
+    draft_graphs_.reset();  // And the draft's into the draft's.
     ModelRunnerBase::ReleaseCache();
   }
 
@@ -228,11 +241,39 @@ class CudaModelRunner final : public ModelRunnerBase {
   // taken before the memory profile so the KV blocks are sized with it in
   // use: the graphs are captured later, over the allocated cache, and must
   // need no memory the cache took.
+  // A draft model's graphs share that workspace (one stream runs both), so
+  // it is sized for the larger of the two now: a capture that grew it
+  // would leave the other's graphs pointing at freed memory.
   void ReserveGraphWorkspace() {
-    const ModelConfig& config = model_->config();
-    cuda_backend().ReserveDecodeWorkspace(GraphBatchBuckets(max_num_seqs_).back(),
-                                          config.num_attention_heads, config.num_key_value_heads,
-                                          config.head_dim, CudaMaxModelLen(config));
+    const int bucket = GraphBatchBuckets(max_num_seqs_).back();
+    for (const LlamaModel* model : {model_.get(), DraftModelForGraphs()}) {
+      if (model == nullptr) continue;
+      const ModelConfig& config = model->config();
+      cuda_backend().ReserveDecodeWorkspace(bucket, config.num_attention_heads,
+                                            config.num_key_value_heads, config.head_dim,
+                                            CudaMaxModelLen(config));
+    }
+  }
+  // The draft model whose passes get decode graphs: a draft model on this
+  // rank (an EAGLE head's passes go through ForwardEagle, eagerly).
+  LlamaModel* DraftModelForGraphs() const {
+    return draft_ != nullptr && !draft_->is_eagle() ? draft_->model() : nullptr;
+  }
+
+  // The draft model's passes 1.. (one row a sequence, each sampled: decode
+  // batches) replay decode graphs over the draft and its cache; pass 0
+  // and a step's last pass (no logits) run eagerly.
+  absl::Status CaptureDraftGraphs() {
+    LlamaModel* draft = DraftModelForGraphs();
+    if (draft == nullptr) return absl::OkStatus();
+    draft_graphs_ = std::make_unique<CudaGraphRunner>(draft, &cuda_backend(), draft_->cache(),
+                                                      CudaMaxModelLen(draft->config()));
+    if (absl::Status status = draft_graphs_->Capture(max_num_seqs_); !status.ok()) return status;
+    draft_->set_pass_forward([this, draft](const FlatBatch& batch) {
+      return draft_graphs_->CanRun(batch) ? draft_graphs_->Run(batch)
+                                          : draft->Forward(batch, draft_->cache());
+    });
+    return absl::OkStatus();
   }
 
   // Captures the decode graphs over the new cache, unless eager.
@@ -242,14 +283,27 @@ class CudaModelRunner final : public ModelRunnerBase {
     const auto start = std::chrono::steady_clock::now();
     graphs_ = std::make_unique<CudaGraphRunner>(model_.get(), &cuda_backend(), cache_.get(),
                                                 CudaMaxModelLen(model_->config()));
+    // Speculative decoding's verify steps (k + 1 rows a sequence) get graphs
+    // of their own at small batch, within the load-time workspace. Only
+    // under a draft model or EAGLE head for now, which the server refuses
+    // on CUDA until a GPU run passes worker_cuda_draft_test and
+    // worker_cuda_graph_test: the n-gram method, served on CUDA today, keeps
+    // its eager verify steps until then (then drop serves_draft_ here).
+    if (num_speculative_tokens_ > 0 && serves_draft_) {
+      graphs_->EnableVerifyGraphs(num_speculative_tokens_ + 1, max_num_batched_tokens_);
+    }
     if (absl::Status status = graphs_->Capture(max_num_seqs_); !status.ok()) return status;
-    LOG(INFO) << "captured " << graphs_->num_graphs() << " decode CUDA graphs in "
+    if (absl::Status status = CaptureDraftGraphs(); !status.ok()) return status;
+    LOG(INFO) << "captured " << graphs_->num_graphs() << " decode, " << graphs_->num_verify_graphs()
+              << " verify and " << (draft_graphs_ ? draft_graphs_->num_graphs() : 0)
+              << " draft CUDA graphs in "
               << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()
               << " s";
     return absl::OkStatus();
   }
 
-  // A decode step that fits a captured bucket replays its graph; one that
+  // A decode step (or, with drafts, a verify step of up to k + 1 rows a
+  // sequence) that fits a captured bucket replays its graph; one that
   // wants prompt logprobs runs eagerly (the graphs keep no hidden states),
   // and so does one with LoRA rows (its adapters are kernel arguments chosen
   // per step; the graphs were captured without adapters).
@@ -307,6 +361,8 @@ class CudaModelRunner final : public ModelRunnerBase {
     block_size_ = request.block_size();
     kv_cache_dtype_ = dtypes.kv_cache;
     max_num_seqs_ = request.max_num_seqs();
+    max_num_batched_tokens_ = request.max_num_batched_tokens();
+    num_speculative_tokens_ = request.num_speculative_tokens();
     return absl::OkStatus();
   }
 
@@ -317,6 +373,7 @@ class CudaModelRunner final : public ModelRunnerBase {
     return LlamaLoadOptions{.weight_dtype = dtypes.serving,
                             .max_num_batched_tokens = request.max_num_batched_tokens(),
                             .max_num_seqs = request.max_num_seqs(),
+                            .num_speculative_tokens = request.num_speculative_tokens(),
                             .block_size = request.block_size(),
                             .quantization = request.quantization(),
                             .max_loras = request.max_loras(),
@@ -333,10 +390,6 @@ class CudaModelRunner final : public ModelRunnerBase {
     if (status.ok()) return status;
     return absl::InvalidArgumentError(
         absl::StrCat(draft_->is_eagle() ? "EAGLE head: " : "draft model: ", status.message()));
-  }
-  static bool ServesEagleHead(const LoadModelRequest& request) {
-    return !request.draft_model_dir().empty() &&
-           (request.draft_is_eagle_head() || request.draft_is_eagle3_head());
   }
 
   // The slots' device store (worker/cuda/cuda_lora_slots.h), made by
@@ -404,7 +457,10 @@ class CudaModelRunner final : public ModelRunnerBase {
   CudaRunnerOptions options_;
   // Destroyed before the base's cache, which its graphs point into.
   std::unique_ptr<CudaGraphRunner> graphs_;
+  std::unique_ptr<CudaGraphRunner> draft_graphs_;  // Over the draft's cache.
   int max_num_seqs_ = 0;
+  int max_num_batched_tokens_ = 0;
+  int num_speculative_tokens_ = 0;
   bool enforce_eager_ = false;
 };
 
@@ -412,6 +468,11 @@ class CudaModelRunner final : public ModelRunnerBase {
 
 std::unique_ptr<ModelRunner> CreateCudaModelRunner(const CudaRunnerOptions& options) {
   return std::make_unique<CudaModelRunner>(options);
+}
+
+CudaGraphCounts CudaRunnerGraphCounts(const ModelRunner& runner) {
+  const auto* cuda = dynamic_cast<const CudaModelRunner*>(&runner);
+  return cuda != nullptr ? cuda->graph_counts() : CudaGraphCounts{};
 }
 
 }  // namespace pagoda::worker

@@ -5,6 +5,7 @@
 // when nvcc is found (PAGODA_WORKER_HAS_CUDA); pagoda-worker refuses
 // --device cuda otherwise.
 
+#include <cstdint>
 #include <memory>
 
 #include "worker/model_runner.h"
@@ -29,8 +30,14 @@ struct CudaRunnerOptions {
 // runner loads it (ModelRunnerBase::LoadDraftModel) on the same backend,
 // before the profile, and its head sizes checked as the target's; the KV
 // blocks reported then hold the target's and the draft's layers (one block
-// id spans both caches). Its passes run eagerly; an EAGLE head also turns
-// the target's graphs off (its features are read inside the forward).
+// id spans both caches). A draft model's one-row passes replay decode
+// graphs of its own (an EAGLE head's passes run eagerly); the target's
+// decode steps keep their graphs, with an EAGLE head too (its features are
+// device rows the graphs write). num_speculative_tokens sizes the workspace for the
+// verify steps' logits rows before capture, so none of them turns the
+// graphs off, and (under a draft model or EAGLE head) verify steps of up
+// to k + 1 rows a sequence at batch up to 8 replay graphs of their own
+// (CudaGraphRunner::EnableVerifyGraphs); larger ones run eagerly.
 // InitCache: allocates the KV blocks and pinned host swap space, then, unless
 // enforce_eager, captures the decode CUDA graphs (CudaGraphRunner).
 // With more than one rank the KV blocks reported are this rank's (its own KV
@@ -42,6 +49,21 @@ struct CudaRunnerOptions {
 // only. A failed collective fails the step (DEADLINE_EXCEEDED, UNAVAILABLE,
 // or ABORTED after Abort(), which reaches ncclCommAbort).
 std::unique_ptr<ModelRunner> CreateCudaModelRunner(const CudaRunnerOptions& options);
+
+// What a CUDA runner's decode graphs did (tests, scripts/gpu_check.sh):
+// graphs captured, steps replayed, and whether they still replay (false
+// once the target's buffers moved after capture, which turns them off for
+// good). All zero for an eager runner and for any other runner.
+struct CudaGraphCounts {
+  int graphs = 0;         // Decode graphs.
+  int verify_graphs = 0;  // Verify-step graphs (num_speculative_tokens > 0).
+  int64_t replays = 0;    // Steps replayed, verify steps included.
+  int64_t verify_replays = 0;
+  int draft_graphs = 0;  // Over a draft model's cache, for its passes.
+  int64_t draft_replays = 0;
+  bool live = false;  // The target's graphs and the draft's still replay.
+};
+CudaGraphCounts CudaRunnerGraphCounts(const ModelRunner& runner);
 
 }  // namespace pagoda::worker
 
