@@ -105,6 +105,23 @@ absl::StatusOr<std::unique_ptr<GrpcWorkerGroup>> LaunchWorkers(
   return group;
 }
 
+// A worker may serve shorter contexts than the model (CUDA: its rotary
+// table's bound): an explicit --max-model-len past that is an error, the
+// default is cut to it.
+absl::StatusOr<int> ServedMaxModelLen(const ServerConfig& config, int worker_limit) {
+  const int max_model_len = config.model.max_model_len;
+  if (worker_limit <= 0 || max_model_len <= worker_limit) return max_model_len;
+  if (config.model.max_model_len_given) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-model-len ", max_model_len, " exceeds the ", worker_limit,
+                     " tokens the workers serve on --device ", config.workers.device));
+  }
+  LOG(WARNING) << "max_model_len " << max_model_len << " cut to the workers' " << worker_limit;
+  return worker_limit;
+}
+
+}  // namespace
+
 pagoda::worker::v1::LoadModelRequest MakeLoadModelRequest(const ServerConfig& config) {
   pagoda::worker::v1::LoadModelRequest load;
   load.set_model_dir(std::filesystem::absolute(config.model.model_dir).string());
@@ -140,23 +157,6 @@ pagoda::worker::v1::LoadModelRequest MakeLoadModelRequest(const ServerConfig& co
   }
   return load;
 }
-
-// A worker may serve shorter contexts than the model (CUDA: its rotary
-// table's bound): an explicit --max-model-len past that is an error, the
-// default is cut to it.
-absl::StatusOr<int> ServedMaxModelLen(const ServerConfig& config, int worker_limit) {
-  const int max_model_len = config.model.max_model_len;
-  if (worker_limit <= 0 || max_model_len <= worker_limit) return max_model_len;
-  if (config.model.max_model_len_given) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--max-model-len ", max_model_len, " exceeds the ", worker_limit,
-                     " tokens the workers serve on --device ", config.workers.device));
-  }
-  LOG(WARNING) << "max_model_len " << max_model_len << " cut to the workers' " << worker_limit;
-  return worker_limit;
-}
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<GrpcWorkerGroup>> StartWorkers(const ServerConfig& config,
                                                               const ModelConfig& model) {

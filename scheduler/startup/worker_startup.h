@@ -27,6 +27,11 @@ struct WorkerCache {
 absl::StatusOr<std::unique_ptr<GrpcWorkerGroup>> StartWorkers(const ServerConfig& config,
                                                               const ModelConfig& model);
 
+// The LoadModel request every worker gets: the model, the cache and batch
+// bounds, the dtypes, and the speculative and LoRA settings their
+// workspaces and slots are sized for at load.
+pagoda::worker::v1::LoadModelRequest MakeLoadModelRequest(const ServerConfig& config);
+
 // Has the workers load the model, then gives them the KV cache their
 // profiling (or --num-gpu-blocks-override) and --swap-space allow.
 absl::StatusOr<WorkerCache> LoadModelOnWorkers(const ServerConfig& config,

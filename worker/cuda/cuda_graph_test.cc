@@ -220,7 +220,7 @@ class CudaSpeculativeGraphTest : public ::testing::TestWithParam<int> {};
 TEST_P(CudaSpeculativeGraphTest, VerifyStepsKeepTheGraphsOnAndFeaturesReplay) {
   const int reserved_k = GetParam();
   constexpr int kDrafts = 4;
-  const std::string dir = MakeModel(false);
+  const std::string dir = MakeModel(false, false);
   auto created = CudaBackend::Create(0, DType::kBF16);
   ASSERT_TRUE(created.ok()) << created.status();
   std::unique_ptr<CudaBackend> backend = *std::move(created);
