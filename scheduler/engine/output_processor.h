@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "scheduler/engine/scheduler.h"
 #include "scheduler/engine/sequence.h"
 
@@ -63,7 +64,9 @@ class OutputProcessor {
       const std::vector<std::vector<GeneratedToken>>* accepted = nullptr);
 
  private:
-  using Samples = std::vector<std::pair<Sequence*, GeneratedToken>>;
+  // A group's samples this step: most groups have one sequence, which
+  // needs no allocation.
+  using Samples = absl::InlinedVector<std::pair<Sequence*, GeneratedToken>, 1>;
   // The accepted drafts of a sequence this step (none for most).
   using DraftRuns = absl::flat_hash_map<const Sequence*, const std::vector<GeneratedToken>*>;
   // Parallel sampling (or a single sequence): appends, forks, stop checks.

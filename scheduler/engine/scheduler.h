@@ -280,6 +280,12 @@ class Scheduler {
   Queue running_;
   Queue swapped_;
   std::function<bool(const SequenceGroup&)> admission_gate_;
+  // ComputeKvSlotUsage's scratch, kept between calls: tokens in each block
+  // id (-1: not seen), all -1 between calls, and the ids it set. Clearing
+  // only those it touched keeps the call O(blocks held), not O(cache size)
+  // (a CPU cache of a few GiB holds a million blocks).
+  mutable std::vector<int> kv_usage_tokens_in_block_;
+  mutable std::vector<int> kv_usage_touched_;
   bool Gated(const SequenceGroup& group) const {
     return admission_gate_ && !admission_gate_(group);
   }

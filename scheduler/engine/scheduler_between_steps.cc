@@ -34,23 +34,27 @@ Scheduler::KvSlotUsage Scheduler::ComputeKvSlotUsage() const {
   // Tokens in each physical block (-1: no running sequence holds it): the
   // most any sequence sharing it has there. Indexed by block id, not hashed:
   // a full batch holds tens of thousands of blocks.
-  std::vector<int> tokens_in_block(block_manager_.num_total_gpu_blocks(), -1);
+  std::vector<int>& tokens_in_block = kv_usage_tokens_in_block_;
+  tokens_in_block.resize(block_manager_.num_total_gpu_blocks(), -1);
+  kv_usage_touched_.clear();
   for (const auto& group : running_) {
-    for (const Sequence* seq : group->SeqsWithStatus(SequenceStatus::kRunning)) {
+    for (const auto& seq : group->seqs()) {
+      if (seq->status() != SequenceStatus::kRunning) continue;
       const std::vector<int>& table = block_manager_.GetBlockTable(seq->seq_id());
       for (size_t i = 0; i < table.size(); ++i) {
         const int tokens = std::clamp(seq->num_computed_tokens() - static_cast<int>(i) * block_size,
                                       0, block_size);
         int& filled = tokens_in_block.at(table[i]);
+        if (filled < 0) kv_usage_touched_.push_back(table[i]);
         filled = std::max(filled, tokens);
       }
     }
   }
   KvSlotUsage usage;
-  for (int tokens : tokens_in_block) {
-    if (tokens < 0) continue;
+  for (int block : kv_usage_touched_) {
     usage.allocated_slots += block_size;
-    usage.filled_slots += tokens;
+    usage.filled_slots += tokens_in_block[block];
+    tokens_in_block[block] = -1;
   }
   return usage;
 }

@@ -69,6 +69,7 @@ SequenceGroup::SequenceGroup(std::string request_id, std::vector<int32_t> prompt
 
 std::vector<Sequence*> SequenceGroup::SeqsWithStatus(SequenceStatus status) const {
   std::vector<Sequence*> result;
+  result.reserve(seqs_.size());  // One allocation, not a growth per sequence.
   for (const auto& seq : seqs_) {
     if (seq->status() == status) result.push_back(seq.get());
   }
@@ -79,8 +80,14 @@ std::vector<const KvSequence*> SequenceGroup::SequencesIn(KvPhase phase) const {
   const SequenceStatus status = phase == KvPhase::kWaiting   ? SequenceStatus::kWaiting
                                 : phase == KvPhase::kRunning ? SequenceStatus::kRunning
                                                              : SequenceStatus::kSwapped;
-  const std::vector<Sequence*> seqs = SeqsWithStatus(status);
-  return {seqs.begin(), seqs.end()};
+  // Called for every running group at every step (BlocksToAppendSlots):
+  // built in place, one allocation.
+  std::vector<const KvSequence*> result;
+  result.reserve(seqs_.size());
+  for (const auto& seq : seqs_) {
+    if (seq->status() == status) result.push_back(seq.get());
+  }
+  return result;
 }
 
 int SequenceGroup::NumUnfinished() const {
