@@ -34,7 +34,9 @@ RequestDelta FinalDelta(const SequenceGroup& group,
   const int n = std::min<int>(group.sampling().n, static_cast<int>(candidates.size()));
   for (int i = 0; i < n; ++i) {
     delta.seqs.push_back(
-        RequestDelta::SeqDelta{i, candidates[i]->output(), candidates[i]->status()});
+        RequestDelta::SeqDelta{i,
+                               {candidates[i]->output().begin(), candidates[i]->output().end()},
+                               candidates[i]->status()});
   }
   return delta;
 }
@@ -145,7 +147,7 @@ void OutputProcessor::ProcessSamples(SequenceGroup& group, const Samples& sample
       }
     }
     const auto run = runs.find(seq);
-    std::vector<GeneratedToken> appended =
+    absl::InlinedVector<GeneratedToken, 1> appended =
         AppendRun(group, *seq, run == runs.end() ? nullptr : run->second, token);
     if (Streams(group.sampling())) {
       delta.seqs.push_back(
@@ -154,11 +156,10 @@ void OutputProcessor::ProcessSamples(SequenceGroup& group, const Samples& sample
   }
 }
 
-std::vector<GeneratedToken> OutputProcessor::AppendRun(const SequenceGroup& group, Sequence& seq,
-                                                       const std::vector<GeneratedToken>* drafts,
-                                                       const GeneratedToken& token) {
-  std::vector<GeneratedToken> appended;
-  appended.reserve(drafts == nullptr ? 1 : drafts->size() + 1);
+absl::InlinedVector<GeneratedToken, 1> OutputProcessor::AppendRun(
+    const SequenceGroup& group, Sequence& seq, const std::vector<GeneratedToken>* drafts,
+    const GeneratedToken& token) {
+  absl::InlinedVector<GeneratedToken, 1> appended;
   // The drafts' K/V was written by this step at the positions they take.
   const int num_drafts = drafts == nullptr ? 0 : static_cast<int>(drafts->size());
   const int verified_end = seq.num_computed_tokens() + num_drafts;

@@ -22,10 +22,12 @@ struct RequestDelta {
   std::string request_id;
   struct SeqDelta {
     int index;                               // Position within the group.
-    std::vector<GeneratedToken> new_tokens;  // Usually one.
+    // Usually one: kept inline, as is the usual one SeqDelta of a request,
+    // so that a step's deltas cost no allocation per sequence.
+    absl::InlinedVector<GeneratedToken, 1> new_tokens;
     SequenceStatus status;                   // Finished statuses are final.
   };
-  std::vector<SeqDelta> seqs;
+  absl::InlinedVector<SeqDelta, 1> seqs;
   // Prompt logprobs stored since the last delta (SequenceGroup::
   // prompt_logprobs), continuing those sent before; a delta may carry only
   // these.
@@ -74,7 +76,7 @@ class OutputProcessor {
                       RequestDelta& delta);
   // Appends `drafts` then `token` to seq, one at a time, stopping at the
   // first that finishes it; returns the tokens appended.
-  std::vector<GeneratedToken> AppendRun(const SequenceGroup& group, Sequence& seq,
+  absl::InlinedVector<GeneratedToken, 1> AppendRun(const SequenceGroup& group, Sequence& seq,
                                         const std::vector<GeneratedToken>* drafts,
                                         const GeneratedToken& token);
   // Moves each scheduled group's new prompt logprobs into its delta (made
