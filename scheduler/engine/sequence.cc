@@ -6,6 +6,16 @@
 #include "glog/logging.h"
 
 namespace pagoda::scheduler {
+namespace {
+
+// The status of a group's sequences in a block-manager phase.
+SequenceStatus StatusOfPhase(KvPhase phase) {
+  return phase == KvPhase::kWaiting   ? SequenceStatus::kWaiting
+         : phase == KvPhase::kRunning ? SequenceStatus::kRunning
+                                      : SequenceStatus::kSwapped;
+}
+
+}  // namespace
 
 Sequence::Sequence(int64_t seq_id, std::vector<int32_t> prompt_token_ids)
     : seq_id_(seq_id), prompt_token_ids_(std::move(prompt_token_ids)) {}
@@ -77,9 +87,7 @@ std::vector<Sequence*> SequenceGroup::SeqsWithStatus(SequenceStatus status) cons
 }
 
 std::vector<const KvSequence*> SequenceGroup::SequencesIn(KvPhase phase) const {
-  const SequenceStatus status = phase == KvPhase::kWaiting   ? SequenceStatus::kWaiting
-                                : phase == KvPhase::kRunning ? SequenceStatus::kRunning
-                                                             : SequenceStatus::kSwapped;
+  const SequenceStatus status = StatusOfPhase(phase);
   // Called for every running group at every step (BlocksToAppendSlots):
   // built in place, one allocation.
   std::vector<const KvSequence*> result;
@@ -88,6 +96,14 @@ std::vector<const KvSequence*> SequenceGroup::SequencesIn(KvPhase phase) const {
     if (seq->status() == status) result.push_back(seq.get());
   }
   return result;
+}
+
+void SequenceGroup::ForEachSequenceIn(KvPhase phase,
+                                      absl::FunctionRef<void(const KvSequence&)> fn) const {
+  const SequenceStatus status = StatusOfPhase(phase);
+  for (const auto& seq : seqs_) {
+    if (seq->status() == status) fn(*seq);
+  }
 }
 
 int SequenceGroup::NumUnfinished() const {

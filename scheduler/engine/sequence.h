@@ -162,6 +162,8 @@ class SequenceGroup final : public KvSequenceGroup {
   // Sequences with the given status.
   std::vector<Sequence*> SeqsWithStatus(SequenceStatus status) const;
   std::vector<const KvSequence*> SequencesIn(KvPhase phase) const override;
+  void ForEachSequenceIn(KvPhase phase,
+                         absl::FunctionRef<void(const KvSequence&)> fn) const override;
   int NumUnfinished() const;
   // Prompt logprobs need every prompt row's logits, which a cached block
   // does not have: such a group computes its whole prompt.

@@ -212,12 +212,12 @@ bool BlockManager::CanAppendSlots(const KvSequenceGroup& group) const {
 
 int BlockManager::BlocksToAppendSlots(const KvSequenceGroup& group) const {
   int may_need = 0;
-  for (const KvSequence* seq : group.SequencesIn(KvPhase::kRunning)) {
-    auto it = tables_.find(seq->seq_id());
-    if (it == tables_.end() || !it->second.on_gpu) continue;  // AppendSlots will refuse.
-    const Growth growth = GrowthOf(*seq, it->second.blocks);
+  group.ForEachSequenceIn(KvPhase::kRunning, [&](const KvSequence& seq) {
+    auto it = tables_.find(seq.seq_id());
+    if (it == tables_.end() || !it->second.on_gpu) return;  // AppendSlots will refuse.
+    const Growth growth = GrowthOf(seq, it->second.blocks);
     may_need += growth.new_blocks + (growth.copy_on_write ? 1 : 0);
-  }
+  });
   return may_need;
 }
 

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
+
 namespace pagoda::scheduler {
 
 // What the block manager reads of a sequence: its id, its tokens, and how
@@ -44,6 +46,13 @@ enum class KvPhase { kWaiting, kRunning, kSwapped };
 class KvSequenceGroup {
  public:
   virtual std::vector<const KvSequence*> SequencesIn(KvPhase phase) const = 0;
+  // The same sequences, one call each, for the checks made for every
+  // running group at every step (BlocksToAppendSlots): an implementation
+  // may override it to walk them without building a vector.
+  virtual void ForEachSequenceIn(KvPhase phase,
+                                 absl::FunctionRef<void(const KvSequence&)> fn) const {
+    for (const KvSequence* seq : SequencesIn(phase)) fn(*seq);
+  }
   // Whether Allocate must give the group fresh blocks only, reusing no
   // prefix-cached block (it computes its whole prompt: prompt logprobs need
   // every row). Its computed blocks are still published to the cache.
