@@ -113,8 +113,8 @@ ContinuingBeams FinishOrContinue(SequenceGroup& group, const std::vector<Candida
 // Appends each continuing candidate to its beam (forked once per extra
 // candidate), prunes the beams nobody extends, and finishes those that
 // reach max_tokens or `max_model_len`.
-void ExtendBeams(SequenceGroup& group, BeamSamples samples,
-                 const ContinuingBeams& continuing, int max_model_len, Scheduler& scheduler) {
+void ExtendBeams(SequenceGroup& group, BeamSamples samples, const ContinuingBeams& continuing,
+                 int max_model_len, Scheduler& scheduler) {
   // Fork before appending: a child takes the parent's tokens so far.
   for (const auto& [beam, unused] : samples) {
     auto it = continuing.find(beam);

@@ -77,8 +77,8 @@ class OutputProcessor {
   // Appends `drafts` then `token` to seq, one at a time, stopping at the
   // first that finishes it; returns the tokens appended.
   absl::InlinedVector<GeneratedToken, 1> AppendRun(const SequenceGroup& group, Sequence& seq,
-                                        const std::vector<GeneratedToken>* drafts,
-                                        const GeneratedToken& token);
+                                                   const std::vector<GeneratedToken>* drafts,
+                                                   const GeneratedToken& token);
   // Moves each scheduled group's new prompt logprobs into its delta (made
   // when it has none).
   void AttachPromptLogprobs(const SchedulerOutput& output, std::vector<RequestDelta>& deltas);
