@@ -114,7 +114,7 @@ struct StepSums {
 // one sequence per request, as nothing else shares them.
 void AddStep(const Scheduler& scheduler, const SchedulerOutput& output, DecodeMode mode,
              StepSums* sums) {
-  const KvSlotUsage usage = ComputeKvSlotUsage(scheduler);
+  const KvSlotUsage usage = KvSlotUsageMeter().Measure(scheduler);
   sums->share += usage.allocated_slots == 0
                      ? 0
                      : static_cast<double>(usage.filled_slots) / usage.allocated_slots;

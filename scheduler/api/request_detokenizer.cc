@@ -22,7 +22,7 @@ std::string RequestDetokenizer::Decode(size_t begin, size_t end) const {
   return text.ok() ? *std::move(text) : std::string();
 }
 
-std::string RequestDetokenizer::Append(const std::vector<int32_t>& token_ids) {
+std::string RequestDetokenizer::Append(absl::Span<const int32_t> token_ids) {
   if (tokenizer_ == nullptr) return "";
   token_ids_.insert(token_ids_.end(), token_ids.begin(), token_ids.end());
   const std::string context = Decode(prefix_offset_, read_offset_);

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/types/span.h"
 #include "text/tokenizer.h"
 
 namespace pagoda::scheduler {
@@ -33,7 +34,7 @@ class RequestDetokenizer {
   explicit RequestDetokenizer(const Tokenizer* tokenizer) : tokenizer_(tokenizer) {}
 
   // Adds tokens and returns the text that became final.
-  std::string Append(const std::vector<int32_t>& token_ids);
+  std::string Append(absl::Span<const int32_t> token_ids);
   // Returns whatever is still held back (at the end of the sequence).
   std::string Flush();
 

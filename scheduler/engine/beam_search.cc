@@ -59,7 +59,7 @@ void Prune(Sequence* seq, Scheduler& scheduler) {
   scheduler.FreeSequence(seq);
 }
 
-using BeamSamples = std::vector<std::pair<Sequence*, GeneratedToken>>;
+using BeamSamples = absl::Span<const std::pair<Sequence*, GeneratedToken>>;
 // The candidates each continuing beam extends by, in rank order.
 using ContinuingBeams = absl::flat_hash_map<Sequence*, std::vector<const Candidate*>>;
 
@@ -68,7 +68,7 @@ using ContinuingBeams = absl::flat_hash_map<Sequence*, std::vector<const Candida
 // hypotheses, `width` remain to continue. A token at -inf is no extension:
 // the beam's processing masked it (its grammar, or EOS before min_tokens),
 // and a top list holds such tokens only when fewer are allowed.
-std::vector<Candidate> BestCandidates(const BeamSamples& samples, int width) {
+std::vector<Candidate> BestCandidates(BeamSamples samples, int width) {
   std::vector<Candidate> candidates;
   for (const auto& [beam, sampled] : samples) {
     for (const TopLogprob& top : sampled.top) {
@@ -113,8 +113,8 @@ ContinuingBeams FinishOrContinue(SequenceGroup& group, const std::vector<Candida
 // Appends each continuing candidate to its beam (forked once per extra
 // candidate), prunes the beams nobody extends, and finishes those that
 // reach max_tokens or `max_model_len`.
-void ExtendBeams(SequenceGroup& group, const BeamSamples& samples,
-                 const ContinuingBeams& continuing, int max_model_len, Scheduler& scheduler) {
+void ExtendBeams(SequenceGroup& group, BeamSamples samples, const ContinuingBeams& continuing,
+                 int max_model_len, Scheduler& scheduler) {
   // Fork before appending: a child takes the parent's tokens so far.
   for (const auto& [beam, unused] : samples) {
     auto it = continuing.find(beam);
@@ -165,7 +165,7 @@ double BeamScore(const SequenceGroup& group, const Sequence& seq) {
          std::pow(static_cast<double>(length), group.sampling().length_penalty);
 }
 
-void AdvanceBeams(SequenceGroup& group, const BeamSamples& samples,
+void AdvanceBeams(SequenceGroup& group, BeamSamples samples,
                   const std::vector<int32_t>& eos_token_ids, int max_model_len,
                   Scheduler& scheduler) {
   const int width = group.sampling().best_of;

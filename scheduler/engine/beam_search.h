@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/types/span.h"
 #include "scheduler/engine/scheduler.h"
 #include "scheduler/engine/sequence.h"
 
@@ -32,7 +33,7 @@ double BeamScore(const SequenceGroup& group, const Sequence& seq);
 // and either early_stopping is set or no running beam scores above the
 // worst kept one. Pruned sequences get kFinishedPruned.
 void AdvanceBeams(SequenceGroup& group,
-                  const std::vector<std::pair<Sequence*, GeneratedToken>>& samples,
+                  absl::Span<const std::pair<Sequence*, GeneratedToken>> samples,
                   const std::vector<int32_t>& eos_token_ids, int max_model_len,
                   Scheduler& scheduler);
 

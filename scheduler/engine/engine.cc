@@ -554,7 +554,7 @@ void Engine::PublishSnapshot(const StepRecord* step) {
   if (step != nullptr) {
     const absl::Time now = absl::Now();
     if (now - kv_usage_time_ >= kKvUsageRefresh || totals_.num_running == 0) {
-      const KvSlotUsage usage = ComputeKvSlotUsage(*scheduler_);
+      const KvSlotUsage usage = kv_usage_meter_.Measure(*scheduler_);
       totals_.kv_filled_slots = usage.filled_slots;
       totals_.kv_allocated_slots = usage.allocated_slots;
       kv_usage_time_ = now;

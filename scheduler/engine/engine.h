@@ -23,6 +23,7 @@
 #include "absl/time/time.h"
 #include "google/protobuf/arena.h"
 #include "scheduler/engine/engine_stats.h"
+#include "scheduler/engine/kv_slot_usage.h"
 #include "scheduler/engine/lora_step.h"
 #include "scheduler/engine/output_processor.h"
 #include "scheduler/engine/request_sink.h"
@@ -275,6 +276,7 @@ class Engine {
   // When the KV slot usage was last computed: it walks every block table, so
   // it is refreshed at most every kKvUsageRefresh rather than every step.
   absl::Time kv_usage_time_ = absl::InfinitePast();
+  KvSlotUsageMeter kv_usage_meter_;
   bool workers_failed_ = false;            // A step failed; every request now fails.
   std::vector<std::string> finished_ids_;  // Finished since the last snapshot.
   EngineSnapshot totals_;                  // Running counters, copied into snapshot_.

@@ -7,6 +7,7 @@
 // needs it.
 
 #include <cstdint>
+#include <vector>
 
 #include "scheduler/engine/scheduler.h"
 
@@ -20,9 +21,20 @@ struct KvSlotUsage {
   int64_t allocated_slots = 0;
 };
 
-// A block shared by forked sequences counts once. O(blocks held): call once
-// a step.
-KvSlotUsage ComputeKvSlotUsage(const Scheduler& scheduler);
+// Measures KvSlotUsage. A block shared by forked sequences counts once.
+// Keeps its scratch between calls and clears only the blocks it touched, so
+// a call is O(blocks held), not O(cache size): a CPU cache of a few GiB
+// holds a million blocks.
+class KvSlotUsageMeter {
+ public:
+  KvSlotUsage Measure(const Scheduler& scheduler);
+
+ private:
+  // Tokens in each block id (-1: not seen; all -1 between calls), indexed
+  // by block id rather than hashed: a full batch holds tens of thousands.
+  std::vector<int> tokens_in_block_;
+  std::vector<int> touched_;  // The ids this call set.
+};
 
 }  // namespace pagoda::scheduler
 

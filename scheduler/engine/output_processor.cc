@@ -34,7 +34,9 @@ RequestDelta FinalDelta(const SequenceGroup& group,
   const int n = std::min<int>(group.sampling().n, static_cast<int>(candidates.size()));
   for (int i = 0; i < n; ++i) {
     delta.seqs.push_back(
-        RequestDelta::SeqDelta{i, candidates[i]->output(), candidates[i]->status()});
+        RequestDelta::SeqDelta{i,
+                               {candidates[i]->output().begin(), candidates[i]->output().end()},
+                               candidates[i]->status()});
   }
   return delta;
 }
@@ -69,34 +71,40 @@ std::vector<RequestDelta> OutputProcessor::Process(
   CHECK(accepted == nullptr || accepted->size() == sampled.size());
   DraftRuns runs;
   // Samples by group, groups in the order they first appear in the step.
-  std::vector<SequenceGroup*> groups;
+  // A group's sequences are usually adjacent: the index is consulted only
+  // when a new run of entries starts.
+  std::vector<std::pair<SequenceGroup*, Samples>> groups;
   groups.reserve(output.scheduled.size());
-  absl::flat_hash_map<SequenceGroup*, Samples> samples_of;
-  samples_of.reserve(output.scheduled.size());
+  absl::flat_hash_map<SequenceGroup*, size_t> index_of;
+  index_of.reserve(output.scheduled.size());
   size_t next_sample = 0;
+  size_t current = 0;
   for (const ScheduledSequence& entry : output.scheduled) {
     entry.seq->set_num_computed_tokens(entry.start_position + entry.num_tokens);
     if (!entry.do_sample) continue;
     CHECK_LT(next_sample, sampled.size()) << "fewer sampled tokens than sampling sequences";
-    auto [it, inserted] = samples_of.try_emplace(entry.group);
-    if (inserted) groups.push_back(entry.group);
+    if (groups.empty() || groups[current].first != entry.group) {
+      auto [it, inserted] = index_of.try_emplace(entry.group, groups.size());
+      if (inserted) groups.emplace_back(entry.group, Samples());
+      current = it->second;
+    }
     if (accepted != nullptr && !(*accepted)[next_sample].empty()) {
       runs[entry.seq] = &(*accepted)[next_sample];
     }
-    it->second.emplace_back(entry.seq, sampled[next_sample++]);
+    groups[current].second.emplace_back(entry.seq, sampled[next_sample++]);
   }
   CHECK_EQ(next_sample, sampled.size()) << "more sampled tokens than sampling sequences";
 
   std::vector<RequestDelta> deltas;
   deltas.reserve(groups.size());
-  for (SequenceGroup* group : groups) {
+  for (auto& [group, samples] : groups) {
     group->MarkProgress();
     if (group->first_token_time == absl::InfinitePast()) group->first_token_time = absl::Now();
     RequestDelta delta{group->request_id(), {}, {}, false};
     if (group->sampling().use_beam_search) {
-      AdvanceBeams(*group, samples_of[group], eos_token_ids_, max_model_len_, *scheduler_);
+      AdvanceBeams(*group, samples, eos_token_ids_, max_model_len_, *scheduler_);
     } else {
-      ProcessSamples(*group, samples_of[group], runs, delta);
+      ProcessSamples(*group, samples, runs, delta);
     }
     if (group->IsFinished() && !Streams(group->sampling())) {
       delta =
@@ -139,7 +147,7 @@ void OutputProcessor::ProcessSamples(SequenceGroup& group, const Samples& sample
       }
     }
     const auto run = runs.find(seq);
-    std::vector<GeneratedToken> appended =
+    absl::InlinedVector<GeneratedToken, 1> appended =
         AppendRun(group, *seq, run == runs.end() ? nullptr : run->second, token);
     if (Streams(group.sampling())) {
       delta.seqs.push_back(
@@ -148,10 +156,10 @@ void OutputProcessor::ProcessSamples(SequenceGroup& group, const Samples& sample
   }
 }
 
-std::vector<GeneratedToken> OutputProcessor::AppendRun(const SequenceGroup& group, Sequence& seq,
-                                                       const std::vector<GeneratedToken>* drafts,
-                                                       const GeneratedToken& token) {
-  std::vector<GeneratedToken> appended;
+absl::InlinedVector<GeneratedToken, 1> OutputProcessor::AppendRun(
+    const SequenceGroup& group, Sequence& seq, const std::vector<GeneratedToken>* drafts,
+    const GeneratedToken& token) {
+  absl::InlinedVector<GeneratedToken, 1> appended;
   // The drafts' K/V was written by this step at the positions they take.
   const int num_drafts = drafts == nullptr ? 0 : static_cast<int>(drafts->size());
   const int verified_end = seq.num_computed_tokens() + num_drafts;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "scheduler/engine/scheduler.h"
 #include "scheduler/engine/sequence.h"
 
@@ -21,10 +22,12 @@ struct RequestDelta {
   std::string request_id;
   struct SeqDelta {
     int index;                               // Position within the group.
-    std::vector<GeneratedToken> new_tokens;  // Usually one.
+    // Usually one: kept inline, as is the usual one SeqDelta of a request,
+    // so that a step's deltas cost no allocation per sequence.
+    absl::InlinedVector<GeneratedToken, 1> new_tokens;
     SequenceStatus status;                   // Finished statuses are final.
   };
-  std::vector<SeqDelta> seqs;
+  absl::InlinedVector<SeqDelta, 1> seqs;
   // Prompt logprobs stored since the last delta (SequenceGroup::
   // prompt_logprobs), continuing those sent before; a delta may carry only
   // these.
@@ -63,7 +66,9 @@ class OutputProcessor {
       const std::vector<std::vector<GeneratedToken>>* accepted = nullptr);
 
  private:
-  using Samples = std::vector<std::pair<Sequence*, GeneratedToken>>;
+  // A group's samples this step: most groups have one sequence, which
+  // needs no allocation.
+  using Samples = absl::InlinedVector<std::pair<Sequence*, GeneratedToken>, 1>;
   // The accepted drafts of a sequence this step (none for most).
   using DraftRuns = absl::flat_hash_map<const Sequence*, const std::vector<GeneratedToken>*>;
   // Parallel sampling (or a single sequence): appends, forks, stop checks.
@@ -71,9 +76,9 @@ class OutputProcessor {
                       RequestDelta& delta);
   // Appends `drafts` then `token` to seq, one at a time, stopping at the
   // first that finishes it; returns the tokens appended.
-  std::vector<GeneratedToken> AppendRun(const SequenceGroup& group, Sequence& seq,
-                                        const std::vector<GeneratedToken>* drafts,
-                                        const GeneratedToken& token);
+  absl::InlinedVector<GeneratedToken, 1> AppendRun(const SequenceGroup& group, Sequence& seq,
+                                                   const std::vector<GeneratedToken>* drafts,
+                                                   const GeneratedToken& token);
   // Moves each scheduled group's new prompt logprobs into its delta (made
   // when it has none).
   void AttachPromptLogprobs(const SchedulerOutput& output, std::vector<RequestDelta>& deltas);

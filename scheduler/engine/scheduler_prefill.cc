@@ -136,7 +136,7 @@ Scheduler::ChunkResult Scheduler::AdmitFrontWithChunk(SchedulerOutput& output, i
 
 Scheduler::ChunkResult Scheduler::ScheduleChunk(SequenceGroup& group, int& token_budget,
                                                 SchedulerOutput& output) {
-  const std::vector<Sequence*> seqs = group.SeqsWithStatus(SequenceStatus::kRunning);
+  const auto seqs = group.SeqsWithStatus(SequenceStatus::kRunning);
   const bool together = prefill_.chunked && seqs.size() > 1;
   if (together &&
       PendingIn(group, SequenceStatus::kRunning).new_tokens == static_cast<int>(seqs.size())) {

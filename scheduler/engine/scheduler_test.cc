@@ -387,11 +387,13 @@ TEST_F(SchedulerTest, KvSlotUsageCountsComputedTokensAndSharedBlocksOnce) {
   Scheduler scheduler(SmallConfig(/*block_size=*/4, /*gpu_blocks=*/16));
   Add(scheduler, 1, 5);
   SequenceGroup* pair = Add(scheduler, 2, 9);
-  EXPECT_EQ(ComputeKvSlotUsage(scheduler).allocated_slots, 0);  // Nothing running yet.
+  // One meter for every call: each must start from a clean scratch.
+  KvSlotUsageMeter meter;
+  EXPECT_EQ(meter.Measure(scheduler).allocated_slots, 0);  // Nothing running yet.
 
   // Prefill: 5 tokens in 2 blocks, 9 tokens in 3 blocks.
   Finish(scheduler, scheduler.Schedule());
-  KvSlotUsage usage = ComputeKvSlotUsage(scheduler);
+  KvSlotUsage usage = meter.Measure(scheduler);
   EXPECT_EQ(usage.filled_slots, 5 + 9);
   EXPECT_EQ(usage.allocated_slots, (2 + 3) * 4);
 
@@ -399,7 +401,7 @@ TEST_F(SchedulerTest, KvSlotUsageCountsComputedTokensAndSharedBlocksOnce) {
   Sequence& parent = *pair->seqs()[0];
   Sequence* child = pair->AddForkedSequence(parent, 99);
   scheduler.block_manager().Fork(parent, *child);
-  usage = ComputeKvSlotUsage(scheduler);
+  usage = meter.Measure(scheduler);
   EXPECT_EQ(usage.filled_slots, 5 + 9);
   EXPECT_EQ(usage.allocated_slots, (2 + 3) * 4);
 
@@ -408,7 +410,7 @@ TEST_F(SchedulerTest, KvSlotUsageCountsComputedTokensAndSharedBlocksOnce) {
   SchedulerOutput decode = scheduler.Schedule();
   EXPECT_EQ(decode.blocks_to_copy.size(), 1u);
   Finish(scheduler, decode);
-  usage = ComputeKvSlotUsage(scheduler);
+  usage = meter.Measure(scheduler);
   EXPECT_EQ(usage.filled_slots, 6 + 8 + 2 + 2);  // r1; r2's two shared blocks; two last blocks.
   EXPECT_EQ(usage.allocated_slots, (2 + 4) * 4);
 }

@@ -56,19 +56,19 @@ SequenceGroup::SequenceGroup(std::string request_id, std::vector<int32_t> prompt
   seqs_.push_back(std::make_unique<Sequence>(first_seq_id, std::move(prompt_token_ids)));
 }
 
-std::vector<Sequence*> SequenceGroup::SeqsWithStatus(SequenceStatus status) const {
-  std::vector<Sequence*> result;
+absl::InlinedVector<Sequence*, 1> SequenceGroup::SeqsWithStatus(SequenceStatus status) const {
+  absl::InlinedVector<Sequence*, 1> result;
   for (const auto& seq : seqs_) {
     if (seq->status() == status) result.push_back(seq.get());
   }
   return result;
 }
 
-std::vector<const KvSequence*> SequenceGroup::SequencesIn(KvPhase phase) const {
+absl::InlinedVector<const KvSequence*, 1> SequenceGroup::SequencesIn(KvPhase phase) const {
   const SequenceStatus status = phase == KvPhase::kWaiting   ? SequenceStatus::kWaiting
                                 : phase == KvPhase::kRunning ? SequenceStatus::kRunning
                                                              : SequenceStatus::kSwapped;
-  const std::vector<Sequence*> seqs = SeqsWithStatus(status);
+  const auto seqs = SeqsWithStatus(status);
   return {seqs.begin(), seqs.end()};
 }
 

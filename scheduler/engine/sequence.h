@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/time/time.h"
 #include "scheduler/engine/constraint_state.h"
 #include "scheduler/engine/generated_token.h"
@@ -131,9 +132,10 @@ class SequenceGroup final : public KvSequenceGroup {
   void set_lora_id(int lora_id);
   std::vector<std::unique_ptr<Sequence>>& seqs() { return seqs_; }
   const std::vector<std::unique_ptr<Sequence>>& seqs() const { return seqs_; }
-  // Sequences with the given status.
-  std::vector<Sequence*> SeqsWithStatus(SequenceStatus status) const;
-  std::vector<const KvSequence*> SequencesIn(KvPhase phase) const override;
+  // Sequences with the given status; inline for one, as most groups hold
+  // (the scheduler asks every group at every step).
+  absl::InlinedVector<Sequence*, 1> SeqsWithStatus(SequenceStatus status) const;
+  absl::InlinedVector<const KvSequence*, 1> SequencesIn(KvPhase phase) const override;
   int NumUnfinished() const;
   // Prompt logprobs need every prompt row's logits, which a cached block
   // does not have: such a group computes its whole prompt.

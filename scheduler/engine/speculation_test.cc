@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/types/span.h"
 #include "gtest/gtest.h"
 #include "scheduler/constraints/compiled_grammar.h"
 #include "scheduler/constraints/regex.h"
@@ -109,7 +110,7 @@ class SpeculationTest : public ::testing::Test {
     return deltas;
   }
 
-  static std::vector<int32_t> Ids(const std::vector<GeneratedToken>& tokens) {
+  static std::vector<int32_t> Ids(absl::Span<const GeneratedToken> tokens) {
     std::vector<int32_t> ids;
     for (const GeneratedToken& token : tokens) ids.push_back(token.token_id);
     return ids;

@@ -244,6 +244,7 @@ wv1::StepMasks BuildStepMasks(const wv1::StepPlan& plan, const SchedulerOutput& 
 absl::StatusOr<std::vector<GeneratedToken>> ExtractSampledTokens(const wv1::StepResult& result,
                                                                  const SchedulerOutput& output) {
   std::vector<GeneratedToken> tokens;
+  tokens.reserve(result.tokens_size());
   int next = 0;
   for (const ScheduledSequence& entry : output.scheduled) {
     if (!entry.do_sample) continue;

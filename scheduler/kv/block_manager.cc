@@ -21,7 +21,7 @@ bool SameTokens(const KvSequence& a, const KvSequence& b) {
 
 // Index of an earlier sequence in `seqs` with the same tokens as seqs[i], or
 // -1. Such sequences share their blocks at allocation.
-int FindTwin(const std::vector<const KvSequence*>& seqs, int i) {
+int FindTwin(absl::Span<const KvSequence* const> seqs, int i) {
   for (int j = 0; j < i; ++j) {
     if (SameTokens(*seqs[j], *seqs[i])) return j;
   }
@@ -71,7 +71,7 @@ AllocStatus BlockManager::CheckFits(int needed) const {
   return AllocStatus::kLater;
 }
 
-int BlockManager::BlocksForPrompts(const std::vector<const KvSequence*>& seqs) const {
+int BlockManager::BlocksForPrompts(absl::Span<const KvSequence* const> seqs) const {
   int needed = 0;
   for (int i = 0; i < static_cast<int>(seqs.size()); ++i) {
     if (FindTwin(seqs, i) < 0) needed += BlocksForTokens(seqs[i]->length());
@@ -80,7 +80,7 @@ int BlockManager::BlocksForPrompts(const std::vector<const KvSequence*>& seqs) c
 }
 
 absl::Status BlockManager::Allocate(const KvSequenceGroup& group) {
-  const std::vector<const KvSequence*> seqs = group.SequencesIn(KvPhase::kWaiting);
+  const auto seqs = group.SequencesIn(KvPhase::kWaiting);
   for (const KvSequence* seq : seqs) {
     CHECK(!tables_.contains(seq->seq_id())) << "sequence " << seq->seq_id() << " has blocks";
   }
@@ -261,7 +261,7 @@ void BlockManager::Free(int64_t seq_id) {
   tables_.erase(it);
 }
 
-int BlockManager::CountDistinctBlocks(const std::vector<const KvSequence*>& seqs) const {
+int BlockManager::CountDistinctBlocks(absl::Span<const KvSequence* const> seqs) const {
   absl::flat_hash_set<int> blocks;
   for (const KvSequence* seq : seqs) {
     auto it = tables_.find(seq->seq_id());
@@ -271,7 +271,7 @@ int BlockManager::CountDistinctBlocks(const std::vector<const KvSequence*>& seqs
 }
 
 AllocStatus BlockManager::CanSwapIn(const KvSequenceGroup& group) const {
-  const std::vector<const KvSequence*> seqs = group.SequencesIn(KvPhase::kSwapped);
+  const auto seqs = group.SequencesIn(KvPhase::kSwapped);
   // One spare block per sequence for the token it appends right after.
   return CheckFits(CountDistinctBlocks(seqs) + static_cast<int>(seqs.size()));
 }
@@ -280,8 +280,8 @@ bool BlockManager::CanSwapOut(const KvSequenceGroup& group) const {
   return CountDistinctBlocks(group.SequencesIn(KvPhase::kRunning)) <= cpu_.num_free();
 }
 
-absl::StatusOr<std::vector<BlockMove>> BlockManager::Move(
-    const std::vector<const KvSequence*>& seqs, bool to_gpu) {
+absl::StatusOr<std::vector<BlockMove>> BlockManager::Move(absl::Span<const KvSequence* const> seqs,
+                                                          bool to_gpu) {
   for (const KvSequence* seq : seqs) {
     auto it = tables_.find(seq->seq_id());
     CHECK(it != tables_.end() && it->second.on_gpu != to_gpu) << "sequence " << seq->seq_id();

@@ -201,7 +201,7 @@ class BlockManager {
   AllocStatus CheckFits(int needed) const;
   // Blocks a prompt allocation takes: a sequence with the same tokens as an
   // earlier one (a twin) shares that one's table.
-  int BlocksForPrompts(const std::vector<const KvSequence*>& seqs) const;
+  int BlocksForPrompts(absl::Span<const KvSequence* const> seqs) const;
   // What growing seq (holding `blocks`) to its length and lookahead slots
   // takes: new blocks, and whether its new token's block is shared.
   struct Growth {
@@ -217,10 +217,10 @@ class BlockManager {
   void RegisterHashes(const KvSequence& seq, const BlockTable& table, int from);
   // Moves the tables of `seqs` from one pool to the other, one copy per
   // distinct physical block.
-  absl::StatusOr<std::vector<BlockMove>> Move(const std::vector<const KvSequence*>& seqs,
+  absl::StatusOr<std::vector<BlockMove>> Move(absl::Span<const KvSequence* const> seqs,
                                               bool to_gpu);
   // Distinct physical blocks referenced by the tables of `seqs`.
-  int CountDistinctBlocks(const std::vector<const KvSequence*>& seqs) const;
+  int CountDistinctBlocks(absl::Span<const KvSequence* const> seqs) const;
 
   int block_size_;
   int watermark_blocks_;

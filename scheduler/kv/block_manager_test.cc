@@ -317,9 +317,9 @@ class AdapterSequence final : public KvSequence, public KvSequenceGroup {
   int32_t token_at(int i) const override { return tokens_[i]; }
   int num_computed_tokens() const override { return computed_; }
   int lora_id() const override { return lora_id_; }
-  std::vector<const KvSequence*> SequencesIn(KvPhase phase) const override {
-    const bool in = phase == (computed_ == 0 ? KvPhase::kWaiting : KvPhase::kRunning);
-    return in ? std::vector<const KvSequence*>{this} : std::vector<const KvSequence*>{};
+  absl::InlinedVector<const KvSequence*, 1> SequencesIn(KvPhase phase) const override {
+    if (phase != (computed_ == 0 ? KvPhase::kWaiting : KvPhase::kRunning)) return {};
+    return {this};
   }
   // Allocates it and computes the whole prompt, as a prefill step would.
   void Prefill(BlockManager& manager) {

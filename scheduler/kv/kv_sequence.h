@@ -6,7 +6,8 @@
 // engine.
 
 #include <cstdint>
-#include <vector>
+
+#include "absl/container/inlined_vector.h"
 
 namespace pagoda::scheduler {
 
@@ -43,7 +44,9 @@ enum class KvPhase { kWaiting, kRunning, kSwapped };
 
 class KvSequenceGroup {
  public:
-  virtual std::vector<const KvSequence*> SequencesIn(KvPhase phase) const = 0;
+  // Most groups hold one sequence, and the block manager asks every running
+  // group at every step (BlocksToAppendSlots): the list is inline for one.
+  virtual absl::InlinedVector<const KvSequence*, 1> SequencesIn(KvPhase phase) const = 0;
   // Whether Allocate must give the group fresh blocks only, reusing no
   // prefix-cached block (it computes its whole prompt: prompt logprobs need
   // every row). Its computed blocks are still published to the cache.
