@@ -12,8 +12,14 @@
 namespace pagoda::scheduler {
 namespace {
 
-ServerConfig WithSpeculation(SpeculativeMethod method, int k) {
+ServerConfig Served() {
   ServerConfig config;
+  config.model.model_dir = "model";
+  return config;
+}
+
+ServerConfig WithSpeculation(SpeculativeMethod method, int k) {
+  ServerConfig config = Served();
   config.workers.tensor_parallel_size = 2;
   SpeculativeConfig speculative;
   speculative.method = method;
@@ -24,7 +30,7 @@ ServerConfig WithSpeculation(SpeculativeMethod method, int k) {
 }
 
 TEST(MakeLoadModelRequestTest, WithoutSpeculationNoVerifyRowsAndNoDraft) {
-  const auto load = MakeLoadModelRequest(ServerConfig());
+  const auto load = MakeLoadModelRequest(Served());
   EXPECT_EQ(load.num_speculative_tokens(), 0);
   EXPECT_TRUE(load.draft_model_dir().empty());
 }

@@ -11,6 +11,9 @@
 // weight-only formats' default int8 inputs (--cpu-weight-only-activations),
 // with the input quantization emulated; AWQ at tensor-parallel size 2 with
 // --cpu-weight-only-activations float32, against the reference without it).
+// With an FP8 cache a request may end at a near tie instead (the reference's
+// runner-up where its top logit leads by less than kFp8CacheNearTie), at
+// most kMaxNearTies of the twelve.
 
 #include <filesystem>
 #include <fstream>
@@ -39,6 +42,34 @@ using pagoda::v1::Generation;
 
 constexpr int kRequests = 12;
 constexpr int kMaxTokens = 16;
+// An FP8 cache stores K/V with 3 mantissa bits, so an f32 rounding
+// difference from the float64 reference that crosses a rounding boundary
+// moves a value by up to 1/16 of itself. Where the reference's top logit
+// leads the runner-up by less than this, the server may pick the runner-up
+// (a near tie); the request is compared up to there.
+constexpr double kFp8CacheNearTie = 0.05;
+// Requests of twelve that may end at a near tie.
+constexpr int kMaxNearTies = 2;
+
+// The reference's greedy tokens of one request, with each step's runner-up
+// token and the top logit's lead over it.
+struct ReferenceRun {
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> runner_up;
+  std::vector<double> margins;
+};
+void from_json(const nlohmann::json& json, ReferenceRun& run) {
+  json.at("tokens").get_to(run.tokens);
+  json.at("runner_up").get_to(run.runner_up);
+  json.at("margins").get_to(run.margins);
+}
+
+// Where `got` first leaves `want`: its length when it never does.
+size_t FirstDifference(const std::vector<int32_t>& got, const std::vector<int32_t>& want) {
+  size_t i = 0;
+  while (i < got.size() && i < want.size() && got[i] == want[i]) ++i;
+  return i;
+}
 
 struct Format {
   std::string name;
@@ -95,9 +126,9 @@ class QuantizedServiceTest : public ::testing::TestWithParam<Format> {
         GetParam().kv_cache_dtype.empty()
             ? ""
             : absl::StrCat(" --kv-cache-dtype ", GetParam().kv_cache_dtype),
-        " --cpu-weight-only-activations ", activations));
+        " --cpu-weight-only-activations ", activations, " --margins"));
     ASSERT_TRUE(out.ok()) << out.status();
-    reference_ = nlohmann::json::parse(*out).get<std::vector<std::vector<int32_t>>>();
+    reference_ = nlohmann::json::parse(*out).get<std::vector<ReferenceRun>>();
     ASSERT_EQ(reference_.size(), static_cast<size_t>(kRequests));
   }
   void TearDown() override { std::filesystem::remove_all(model_dir_); }
@@ -128,18 +159,27 @@ class QuantizedServiceTest : public ::testing::TestWithParam<Format> {
           [&, i] { outcomes[i] = Generate(*stub, TokenRequest(Prompt(i), kMaxTokens)); });
     }
     for (std::thread& client : clients) client.join();
+    int near_ties = 0;
     for (int i = 0; i < kRequests; ++i) {
       EXPECT_TRUE(outcomes[i].status.ok()) << i << ": " << outcomes[i].status.error_message();
       if (!outcomes[i].status.ok() || outcomes[i].response.outputs_size() == 0) continue;
       const auto& ids = outcomes[i].response.outputs(0).token_ids();
-      EXPECT_EQ(std::vector<int32_t>(ids.begin(), ids.end()), reference_[i])
-          << GetParam().name << " request " << i;
+      const std::vector<int32_t> got(ids.begin(), ids.end());
+      const ReferenceRun& want = reference_[i];
+      const size_t at = FirstDifference(got, want.tokens);
+      if (GetParam().kv_cache_dtype == "fp8" && at < want.tokens.size() && at < got.size() &&
+          want.margins[at] < kFp8CacheNearTie && got[at] == want.runner_up[at]) {
+        ++near_ties;  // The runner-up of a near tie; the tokens after it follow another path.
+        continue;
+      }
+      EXPECT_EQ(got, want.tokens) << GetParam().name << " request " << i;
     }
+    EXPECT_LE(near_ties, kMaxNearTies) << GetParam().name;
     return *std::move(server);
   }
 
   std::string model_dir_;
-  std::vector<std::vector<int32_t>> reference_;
+  std::vector<ReferenceRun> reference_;
 };
 
 // 24 blocks of 4 tokens against twelve sequences of up to 44 tokens (11

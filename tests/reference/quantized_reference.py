@@ -331,6 +331,22 @@ def load_model(model_dir, quantization="", tp=1, kv_cache_dtype="auto",
   return dequantize(model, tp, weight_only_activations)
 
 
+def greedy_with_margins(model, prompt, max_tokens):
+  """Greedy tokens (as greedy_generate, EOS ignored) with, at every step, the
+  runner-up token and the top logit's lead over it: where the lead is
+  within an FP8 rounding's reach, a server's f32 arithmetic may pick the
+  runner-up, and the tests accept that as a near tie."""
+  tokens, out, runner_up, margins = list(prompt), [], [], []
+  for _ in range(max_tokens):
+    row = llama_reference.forward(model, tokens)[-1]
+    order = np.argsort(-row, kind="stable")
+    out.append(int(order[0]))
+    runner_up.append(int(order[1]))
+    margins.append(float(row[order[0]] - row[order[1]]))
+    tokens.append(int(order[0]))
+  return {"tokens": out, "runner_up": runner_up, "margins": margins}
+
+
 def main(argv):
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("command", choices=("generate", "logits", "generate-batch"))
@@ -344,6 +360,9 @@ def main(argv):
   parser.add_argument("--kv-cache-dtype", choices=("auto", "fp8"), default="auto")
   parser.add_argument("--cpu-weight-only-activations", choices=("int8", "float32"),
                       default="int8")
+  parser.add_argument("--margins", action="store_true",
+                      help="generate-batch: each request's tokens, and at every step the "
+                      "runner-up token and the top logit's lead over it")
   args = parser.parse_args(argv)
   model = load_model(args.model, args.quantization, args.tensor_parallel_size,
                      args.kv_cache_dtype, args.cpu_weight_only_activations)
@@ -351,8 +370,12 @@ def main(argv):
   if args.command == "generate-batch":
     with open(args.requests) as f:
       requests = json.load(f)
-    print(json.dumps([llama_reference.greedy_generate(model, r["tokens"], r["max_tokens"],
-                                                      ignore_eos=True) for r in requests]))
+    if args.margins:
+      print(json.dumps([greedy_with_margins(model, r["tokens"], r["max_tokens"])
+                        for r in requests]))
+    else:
+      print(json.dumps([llama_reference.greedy_generate(model, r["tokens"], r["max_tokens"],
+                                                        ignore_eos=True) for r in requests]))
   elif args.command == "generate":
     out = llama_reference.greedy_generate(model, tokens, args.max_tokens, ignore_eos=True)
     print(",".join(str(x) for x in out))

@@ -311,7 +311,8 @@ TEST(CpuPagedAttentionTest, HeadDim16MatchesReferenceAtEveryLevel) {
       const bool fp8 = dtype == DType::kFp8E4M3 || dtype == DType::kFp8E5M2;
       const CacheScales scales = fp8 ? CacheScales{1.0f / 64, 1.0f / 256} : CacheScales{};
       for (int block_size : {1, 5, 16, 32}) {
-        for (auto [num_heads, num_kv_heads] : std::vector<std::pair<int, int>>{{4, 4}, {8, 2}}) {
+        for (auto [num_heads, num_kv_heads] :
+             std::vector<std::pair<int, int>>{{4, 4}, {8, 2}, {2, 1}, {4, 2}, {6, 2}}) {
           const AttentionShape shape{block_size, 16, num_heads, num_kv_heads};
           EXPECT_LT(MaxAttentionError(shape, sequences, 31 + block_size, dtype, nullptr,
                                       &SimdKernelsFor(level), 0, scales),
