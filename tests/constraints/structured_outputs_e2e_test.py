@@ -149,9 +149,17 @@ def run_case(port, index, case, length_ok):
   return name, texts, failures
 
 
+# Tokens each filler generates: eight of them, started together and decoded
+# in step, outgrow the preempted run's 170 blocks on their own (8 x 403
+# tokens need 208 blocks of 16), so that run preempts however fast the
+# worker is, not only when the constrained requests happen to overlap them.
+FILLER_TOKENS = 400
+
+
 def fill(port):
   """An unconstrained request that holds KV blocks for a while."""
-  post(port, {"prompt": [5, 6, 7], "temperature": 1.0, "max_tokens": 300, "ignore_eos": True})
+  post(port, {"prompt": [5, 6, 7], "temperature": 1.0, "max_tokens": FILLER_TOKENS,
+              "ignore_eos": True})
 
 
 def run_phase(model, label, server_args, parallel, env=None, fillers=0, length_ok=False):
@@ -199,8 +207,9 @@ def main():
     plain, failures, _, _ = run_phase(model, "plain", ["--max-num-seqs", "16", *device], 8,
                                       length_ok=cuda)
     # 2. 170 blocks of 16 tokens for eight unconstrained requests that
-    # arrive first and sixteen constrained ones of two sequences: the
-    # scheduler preempts the latest and recomputes them; seeded draws and
+    # arrive first (which alone outgrow them: FILLER_TOKENS) and sixteen
+    # constrained ones of two sequences: the scheduler preempts the latest
+    # and recomputes them; seeded draws and
     # the matchers (which follow the tokens) must give the same texts. No
     # sequence can reach max_tokens in 170 blocks (4000 tokens need 250): one
     # that outgrows them ends at length, its text a prefix of the plain one.
