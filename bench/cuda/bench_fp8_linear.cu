@@ -19,90 +19,24 @@
 #include <memory>
 #include <vector>
 
+#include "bench/cuda/bench_cuda_common.cuh"
 #include "kernels/ops/fp8_linear.h"
 #include "kernels/ops/gemm.h"
 
 namespace {
 
 using namespace pagoda::kernels;
+using pagoda::bench::FillBf16;
+using pagoda::bench::FillFp8;
+using pagoda::bench::HashIndex;
+using pagoda::bench::Malloc;
+using pagoda::bench::MedianMs;
 
-#define CHECK_CUDA(call)                                                \
-  do {                                                                  \
-    cudaError_t error_ = (call);                                        \
-    if (error_ != cudaSuccess) {                                        \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, \
-                   cudaGetErrorString(error_));                         \
-      std::exit(1);                                                     \
-    }                                                                   \
-  } while (0)
-
-#define CHECK_CUBLAS(call)                                              \
-  do {                                                                  \
-    cublasStatus_t status_ = (call);                                    \
-    if (status_ != CUBLAS_STATUS_SUCCESS) {                             \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, \
-                   cublasLtGetStatusName(status_));                     \
-      std::exit(1);                                                     \
-    }                                                                   \
-  } while (0)
-
-// A hash of the index: random-looking values without a host upload.
-__device__ uint32_t HashIndex(size_t i, uint32_t seed) {
-  uint32_t x = static_cast<uint32_t>(i) * 2654435761u ^ seed ^ static_cast<uint32_t>(i >> 32);
-  x ^= x >> 16;
-  x *= 0x7feb352du;
-  x ^= x >> 15;
-  return x;
-}
-
-// bf16 in [-1, 1); E4M3 codes with bit 3 cleared (no NaN code).
-__global__ void FillBf16(__nv_bfloat16* data, size_t count, uint32_t seed) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    data[i] =
-        __float2bfloat16(static_cast<float>(HashIndex(i, seed)) * (2.0f / 4294967296.0f) - 1.0f);
-  }
-}
-__global__ void FillFp8(uint8_t* data, size_t count, uint32_t seed) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    data[i] = static_cast<uint8_t>(HashIndex(i, seed) & 0xF7u);
-  }
-}
 __global__ void FillConstant(float* data, size_t count, float value) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     data[i] = value;
   }
-}
-
-void* Malloc(size_t bytes) {
-  void* p = nullptr;
-  CHECK_CUDA(cudaMalloc(&p, std::max<size_t>(bytes, 256)));
-  return p;
-}
-
-template <typename Work>
-float MedianMs(int iters, Work&& work) {
-  cudaEvent_t start, stop;
-  CHECK_CUDA(cudaEventCreate(&start));
-  CHECK_CUDA(cudaEventCreate(&stop));
-  for (int i = 0; i < 3; ++i) work();
-  CHECK_CUDA(cudaDeviceSynchronize());
-  std::vector<float> times;
-  for (int i = 0; i < iters; ++i) {
-    CHECK_CUDA(cudaEventRecord(start));
-    work();
-    CHECK_CUDA(cudaEventRecord(stop));
-    CHECK_CUDA(cudaEventSynchronize(stop));
-    float ms = 0;
-    CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
-    times.push_back(ms);
-  }
-  CHECK_CUDA(cudaEventDestroy(start));
-  CHECK_CUDA(cudaEventDestroy(stop));
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
 }
 
 struct Projection {
@@ -150,9 +84,9 @@ void BenchShape(GemmContext& gemm, const Projection& shape, int64_t rows, int it
                              .y_row_stride = shape.out,
                              .rows = rows,
                              .cols = shape.out};
-  const float bf16_ms = MedianMs(iters, [&] { CHECK_CUBLAS(Gemm(gemm, bf16, nullptr)); });
-  const float gemm_ms = MedianMs(iters, [&] { CHECK_CUBLAS(Gemm(gemm, fp8, nullptr)); });
-  const float fp8_ms = MedianMs(iters, [&] {
+  const float bf16_ms = MedianMs(3, iters, [&] { CHECK_CUBLAS(Gemm(gemm, bf16, nullptr)); });
+  const float gemm_ms = MedianMs(3, iters, [&] { CHECK_CUBLAS(Gemm(gemm, fp8, nullptr)); });
+  const float fp8_ms = MedianMs(3, iters, [&] {
     CHECK_CUDA(LaunchQuantizeFp8Rows(quantize, nullptr));
     CHECK_CUBLAS(Gemm(gemm, fp8, nullptr));
     CHECK_CUDA(LaunchScaleFp8Output(scale, nullptr));
@@ -181,15 +115,7 @@ int main(int argc, char** argv) {
   }
   cudaDeviceProp prop;
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
-  const size_t copy_bytes = size_t{1} << 30;
-  void* src = Malloc(copy_bytes);
-  void* dst = Malloc(copy_bytes);
-  CHECK_CUDA(cudaMemset(src, 0x3c, copy_bytes));
-  const float copy_ms = MedianMs(
-      iters, [&] { CHECK_CUDA(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice)); });
-  const double copy_gbps = 2.0 * copy_bytes / (copy_ms * 1e-3) / 1e9;
-  CHECK_CUDA(cudaFree(src));
-  CHECK_CUDA(cudaFree(dst));
+  const double copy_gbps = pagoda::bench::CopyGbps(iters);
   std::printf("device %s; d2d copy %.0f GB/s (read + write); floors = weight bytes / that\n",
               prop.name, copy_gbps);
   std::unique_ptr<GemmContext> gemm;

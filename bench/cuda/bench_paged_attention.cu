@@ -18,88 +18,25 @@
 #include <random>
 #include <vector>
 
+#include "bench/cuda/bench_cuda_common.cuh"
 #include "kernels/attention/paged_attention.h"
 
 namespace {
 
 using namespace pagoda::kernels;
-
-#define CHECK_CUDA(call)                                                \
-  do {                                                                  \
-    cudaError_t error_ = (call);                                        \
-    if (error_ != cudaSuccess) {                                        \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, \
-                   cudaGetErrorString(error_));                         \
-      std::exit(1);                                                     \
-    }                                                                   \
-  } while (0)
+using pagoda::bench::FillBf16;
+using pagoda::bench::FillFp8;
+using pagoda::bench::Malloc;
+using pagoda::bench::MedianMs;
 
 constexpr int kQHeads = 32;
 constexpr int kKvHeads = 8;
 constexpr int kHeadDim = 128;
 constexpr int kBlockSize = 16;
 
-// Uniform [-1, 1) bf16 values from a hash of the index: random-looking data
-// (never zeros, METHOD.md) without a host upload.
-__global__ void FillRandomBf16(__nv_bfloat16* data, size_t count, uint32_t seed) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    uint32_t x = static_cast<uint32_t>(i) * 2654435761u ^ seed ^ static_cast<uint32_t>(i >> 32);
-    x ^= x >> 16;
-    x *= 0x7feb352du;
-    x ^= x >> 15;
-    x *= 0x846ca68bu;
-    x ^= x >> 16;
-    data[i] = __float2bfloat16(static_cast<float>(x) * (2.0f / 4294967296.0f) - 1.0f);
-  }
-}
-
-// FP8 E4M3 codes from the same hash, bit 3 cleared so that no exponent is
-// all ones (no NaN code): magnitudes up to 240.
-__global__ void FillRandomFp8(uint8_t* data, size_t count, uint32_t seed) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    uint32_t x = static_cast<uint32_t>(i) * 2654435761u ^ seed ^ static_cast<uint32_t>(i >> 32);
-    x ^= x >> 16;
-    x *= 0x7feb352du;
-    x ^= x >> 15;
-    data[i] = static_cast<uint8_t>(x & 0xF7u);
-  }
-}
-
 void FillRandom(void* data, size_t elements, uint32_t seed) {
-  FillRandomBf16<<<1024, 256>>>(static_cast<__nv_bfloat16*>(data), elements, seed);
+  FillBf16<<<1024, 256>>>(static_cast<__nv_bfloat16*>(data), elements, seed);
   CHECK_CUDA(cudaGetLastError());
-}
-
-void* Malloc(size_t bytes) {
-  void* p = nullptr;
-  CHECK_CUDA(cudaMalloc(&p, std::max<size_t>(bytes, 16)));
-  return p;
-}
-
-// Median milliseconds of `iters` timed runs of `work` after `warmup` runs.
-template <typename Work>
-float MedianMs(int warmup, int iters, Work&& work) {
-  cudaEvent_t start, stop;
-  CHECK_CUDA(cudaEventCreate(&start));
-  CHECK_CUDA(cudaEventCreate(&stop));
-  for (int i = 0; i < warmup; ++i) work();
-  CHECK_CUDA(cudaDeviceSynchronize());
-  std::vector<float> times;
-  for (int i = 0; i < iters; ++i) {
-    CHECK_CUDA(cudaEventRecord(start));
-    work();
-    CHECK_CUDA(cudaEventRecord(stop));
-    CHECK_CUDA(cudaEventSynchronize(stop));
-    float ms = 0;
-    CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
-    times.push_back(ms);
-  }
-  CHECK_CUDA(cudaEventDestroy(start));
-  CHECK_CUDA(cudaEventDestroy(stop));
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
 }
 
 struct Cache {
@@ -263,17 +200,8 @@ int main(int argc, char** argv) {
               prop.l2CacheSize >> 20, peak_memory_gbps);
 
   // Device-to-device copy ceiling: bytes read + bytes written.
-  const size_t copy_bytes = size_t{1} << 30;
-  void* copy_src = Malloc(copy_bytes);
-  void* copy_dst = Malloc(copy_bytes);
-  FillRandom(copy_src, copy_bytes / 2, 1);
-  const float copy_ms = MedianMs(3, iters, [&] {
-    CHECK_CUDA(cudaMemcpyAsync(copy_dst, copy_src, copy_bytes, cudaMemcpyDeviceToDevice));
-  });
-  const float copy_gbps = static_cast<float>(2.0 * copy_bytes / (copy_ms * 1e-3) / 1e9);
-  std::printf("memcpy d2d 1 GiB: %.1f us, %.1f GB/s (read + write)\n", copy_ms * 1e3, copy_gbps);
-  CHECK_CUDA(cudaFree(copy_src));
-  CHECK_CUDA(cudaFree(copy_dst));
+  const float copy_gbps = static_cast<float>(pagoda::bench::CopyGbps(iters));
+  std::printf("memcpy d2d 1 GiB: %.1f GB/s (read + write)\n", copy_gbps);
 
   // One cache big enough for the largest case (256 x 4k tokens): 2 x 2 GiB.
   Cache cache;
@@ -323,8 +251,8 @@ int main(int argc, char** argv) {
   fp8.storage = KvCacheStorage::kFp8E4M3;
   fp8.k = Malloc(cache_elements);
   fp8.v = Malloc(cache_elements);
-  FillRandomFp8<<<1024, 256>>>(static_cast<uint8_t*>(fp8.k), cache_elements, 3);
-  FillRandomFp8<<<1024, 256>>>(static_cast<uint8_t*>(fp8.v), cache_elements, 5);
+  FillFp8<<<1024, 256>>>(static_cast<uint8_t*>(fp8.k), cache_elements, 3);
+  FillFp8<<<1024, 256>>>(static_cast<uint8_t*>(fp8.v), cache_elements, 5);
   CHECK_CUDA(cudaDeviceSynchronize());
   for (int batch : {64, 256}) {
     for (int context : {1024, 4096}) {
