@@ -1,6 +1,7 @@
 #include "kernels/ops/gemm.h"
 
 #include <algorithm>
+#include <vector>
 
 namespace pagoda::kernels {
 
@@ -216,40 +217,68 @@ float TimeAlgo(GemmContext& context, const GemmParams& p, const GemmDescriptors&
   return ms;
 }
 
-// Of `found` heuristic results, the index of the one to keep: the fastest
-// when it beats the first by kMinTimedGain, else 0; -1 when the first could
-// not be timed (then nothing was).
-int FastestAlgo(GemmContext& context, const GemmParams& p, const GemmDescriptors& d,
-                const cublasLtMatmulHeuristicResult_t* results, int found, cudaStream_t stream) {
+// Whether `algo` splits K into partial products that a reduction adds up.
+bool SplitsK(const cublasLtMatmulAlgo_t& algo) {
+  int32_t splits = 1;
+  size_t written = 0;
+  return cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits,
+                                              sizeof(splits), &written) == CUBLAS_STATUS_SUCCESS &&
+         splits > 1;
+}
+
+// `algo` re-configured to one K split and no reduction, when cuBLASLt
+// accepts that for the problem within the context's workspace. Only for
+// 256-byte-aligned buffers: cublasLtMatmulAlgoCheck assumes that alignment,
+// where the heuristic was told the buffers' own.
+bool WithoutSplitK(const GemmContext& context, const GemmDescriptors& d,
+                   const uint32_t (&alignments)[4], const cublasLtMatmulAlgo_t& algo,
+                   cublasLtMatmulAlgo_t* out) {
+  for (uint32_t alignment : alignments) {
+    if (alignment < 256) return false;
+  }
+  *out = algo;
+  const int32_t one = 1;
+  const uint32_t none = CUBLASLT_REDUCTION_SCHEME_NONE;
+  cublasLtMatmulHeuristicResult_t checked = {};
+  return cublasLtMatmulAlgoConfigSetAttribute(out, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &one,
+                                              sizeof(one)) == CUBLAS_STATUS_SUCCESS &&
+         cublasLtMatmulAlgoConfigSetAttribute(out, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &none,
+                                              sizeof(none)) == CUBLAS_STATUS_SUCCESS &&
+         cublasLtMatmulAlgoCheck(context.handle(), d.op, d.w, d.a, d.c, d.c, out, &checked) ==
+             CUBLAS_STATUS_SUCCESS &&
+         checked.workspaceSize <= context.workspace_bytes();
+}
+
+// Each candidate timed on the call's own buffers and stream; when the first
+// cannot be timed, none of the others is.
+std::vector<GemmCandidateTiming> TimeCandidates(GemmContext& context, const GemmParams& p,
+                                                const GemmDescriptors& d,
+                                                const std::vector<cublasLtMatmulAlgo_t>& algos,
+                                                cudaStream_t stream) {
+  std::vector<GemmCandidateTiming> timings(algos.size());
+  for (size_t i = 0; i < algos.size(); ++i) timings[i].split_k = SplitsK(algos[i]);
   cudaEvent_t start = nullptr, stop = nullptr;
-  if (cudaEventCreate(&start) != cudaSuccess) return -1;
+  if (cudaEventCreate(&start) != cudaSuccess) return timings;
   if (cudaEventCreate(&stop) != cudaSuccess) {
     cudaEventDestroy(start);
-    return -1;
+    return timings;
   }
-  const float first = TimeAlgo(context, p, d, results[0].algo, stream, start, stop);
-  int best = 0;
-  float best_ms = first;
-  for (int i = 1; first > 0 && i < found; ++i) {
-    if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
-    const float ms = TimeAlgo(context, p, d, results[i].algo, stream, start, stop);
-    if (ms > 0 && ms < best_ms) {
-      best = i;
-      best_ms = ms;
-    }
+  for (size_t i = 0; i < algos.size(); ++i) {
+    timings[i].ms = TimeAlgo(context, p, d, algos[i], stream, start, stop);
+    if (i == 0 && timings[0].ms <= 0) break;
   }
   cudaEventDestroy(stop);
   cudaEventDestroy(start);
-  if (first <= 0) return -1;
-  return best_ms < first * (1.0f - GemmContext::kMinTimedGain) ? best : 0;
+  return timings;
 }
 
 // The algorithm for a problem not yet in the context's cache: the
-// heuristic's first, or with timing on the fastest of its candidates.
+// heuristic's first, or (timing or preferring no split-K, and not
+// capturing) the pick of PickGemmCandidate among its candidates.
 cublasStatus_t ChooseAlgo(GemmContext& context, const GemmParams& p, const GemmDescriptors& d,
                           const uint32_t (&alignments)[4], cudaStream_t stream,
                           cublasLtMatmulAlgo_t* algo) {
-  const bool timed = context.timing() && !Capturing(stream);
+  const bool timed = (context.timing() || context.prefer_no_split_k()) && !Capturing(stream);
   Preference preference;
   PAGODA_RETURN_IF_CUBLAS_ERROR(PreferGemm(context, alignments, &preference));
   cublasLtMatmulHeuristicResult_t results[GemmContext::kTimedCandidates] = {};
@@ -258,13 +287,28 @@ cublasStatus_t ChooseAlgo(GemmContext& context, const GemmParams& p, const GemmD
       cublasLtMatmulAlgoGetHeuristic(context.handle(), d.op, d.w, d.a, d.c, d.c, preference.handle,
                                      timed ? GemmContext::kTimedCandidates : 1, results, &found));
   if (found == 0) return CUBLAS_STATUS_NOT_SUPPORTED;
-  int pick = 0;
-  if (timed && found > 1) {
-    pick = FastestAlgo(context, p, d, results, found, stream);
-    if (pick >= 0) context.CountTimedAlgo();
-    pick = std::max(pick, 0);  // Untimed: the heuristic's first.
+  *algo = results[0].algo;
+  if (!timed) return CUBLAS_STATUS_SUCCESS;
+  std::vector<cublasLtMatmulAlgo_t> candidates = {results[0].algo};
+  for (int i = 1; i < found; ++i) {
+    if (results[i].state == CUBLAS_STATUS_SUCCESS) candidates.push_back(results[i].algo);
   }
-  *algo = results[pick].algo;
+  const bool first_splits = SplitsK(results[0].algo);
+  cublasLtMatmulAlgo_t unsplit;
+  if (context.prefer_no_split_k() && first_splits &&
+      WithoutSplitK(context, d, alignments, results[0].algo, &unsplit)) {
+    candidates.push_back(unsplit);
+  }
+  if (candidates.size() == 1) return CUBLAS_STATUS_SUCCESS;
+  const std::vector<GemmCandidateTiming> timings =
+      TimeCandidates(context, p, d, candidates, stream);
+  const int pick = PickGemmCandidate(timings.data(), static_cast<int>(timings.size()),
+                                     context.timing(), context.prefer_no_split_k());
+  if (timings[0].ms > 0 && context.timing()) context.CountTimedAlgo();
+  if (context.prefer_no_split_k() && first_splits && !timings[pick].split_k) {
+    context.CountNoSplitKAlgo();
+  }
+  *algo = candidates[pick];
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -278,6 +322,31 @@ bool Fp8ProblemOk(const GemmParams& p) {
 }
 
 }  // namespace
+
+int PickGemmCandidate(const GemmCandidateTiming* candidates, int count, bool fastest,
+                      bool prefer_no_split_k) {
+  if (count <= 0 || candidates[0].ms <= 0) return 0;
+  int pick = 0;
+  if (fastest) {
+    int best = 0;
+    for (int i = 1; i < count; ++i) {
+      if (candidates[i].ms > 0 && candidates[i].ms < candidates[best].ms) best = i;
+    }
+    if (candidates[best].ms < candidates[0].ms * (1.0f - GemmContext::kMinTimedGain)) pick = best;
+  }
+  if (!prefer_no_split_k || !candidates[pick].split_k) return pick;
+  int unsplit = -1;
+  for (int i = 0; i < count; ++i) {
+    if (candidates[i].ms > 0 && !candidates[i].split_k &&
+        (unsplit < 0 || candidates[i].ms < candidates[unsplit].ms)) {
+      unsplit = i;
+    }
+  }
+  const bool close =
+      unsplit >= 0 &&
+      candidates[unsplit].ms <= candidates[pick].ms * (1.0f + GemmContext::kNoSplitKTolerance);
+  return close ? unsplit : pick;
+}
 
 cublasStatus_t Gemm(GemmContext& context, const GemmParams& p, cudaStream_t stream) {
   const bool half_inputs = p.dtype == ScalarType::kBF16 || p.dtype == ScalarType::kF16;

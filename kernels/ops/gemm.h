@@ -57,6 +57,7 @@ class GemmContext {
   void ForgetAlgos() {
     algos_.clear();
     num_timed_algos_ = 0;
+    num_no_split_k_algos_ = 0;
   }
 
   // The operation and layout descriptors of a problem family (n, k, input
@@ -88,6 +89,24 @@ class GemmContext {
   size_t num_timed_algos() const { return num_timed_algos_; }
   void CountTimedAlgo() { ++num_timed_algos_; }
 
+  // Preferring algorithms without a split-K reduction (off by default;
+  // issue 49's decode step). While on, the first call of each problem (not
+  // while capturing) asks the heuristic for kTimedCandidates algorithms,
+  // adds its first pick re-configured to CUBLASLT_ALGO_CONFIG_SPLITK_NUM 1
+  // with no reduction scheme (when cuBLASLt accepts that), times them all
+  // and, when the pick would split K, keeps the fastest candidate that does
+  // not if it is within kNoSplitKTolerance of the pick (PickGemmCandidate).
+  // At decode's small m a split-K algorithm is a GEMM kernel plus a
+  // reduction kernel: one more graph node and its dependency gap, which
+  // isolated timing undercounts. CudaGraphRunner's warm-ups turn it on for
+  // CudaDecodeFusions::gemm_no_split_k, so the graphs capture those picks.
+  static constexpr float kNoSplitKTolerance = 0.03f;
+  void set_prefer_no_split_k(bool on) { prefer_no_split_k_ = on; }
+  bool prefer_no_split_k() const { return prefer_no_split_k_; }
+  // Problems where a no-split-K algorithm replaced a split-K pick.
+  size_t num_no_split_k_algos() const { return num_no_split_k_algos_; }
+  void CountNoSplitKAlgo() { ++num_no_split_k_algos_; }
+
  private:
   GemmContext(cublasLtHandle_t handle, void* workspace, size_t workspace_bytes);
 
@@ -98,7 +117,24 @@ class GemmContext {
   std::map<FamilyKey, std::unique_ptr<GemmDescriptors>> descriptors_;
   bool timing_ = false;
   size_t num_timed_algos_ = 0;
+  bool prefer_no_split_k_ = false;
+  size_t num_no_split_k_algos_ = 0;
 };
+
+// One timed cuBLASLt candidate: milliseconds (<= 0: it failed and is passed
+// over) and whether it splits K into a separate reduction.
+struct GemmCandidateTiming {
+  float ms = -1.0f;
+  bool split_k = false;
+};
+// Of timed candidates, candidates[0] being the heuristic's first pick, the
+// index to keep (pure host logic, tested without a device):
+// - fastest: the fastest when it beats the first by kMinTimedGain, else 0;
+// - then, with prefer_no_split_k and that choice splitting K: the fastest
+//   candidate that does not split, when within kNoSplitKTolerance of it.
+// 0 when the first could not be timed.
+int PickGemmCandidate(const GemmCandidateTiming* candidates, int count, bool fastest,
+                      bool prefer_no_split_k);
 
 struct GemmParams {
   const void* a = nullptr;     // [m, k] activations, dtype

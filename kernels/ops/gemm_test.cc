@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <vector>
 
 #include "tests/kernels/cuda_test_util.h"
@@ -269,6 +270,65 @@ TEST(GemmContextTest, NeverTimesWhileCapturing) {
   if (graph != nullptr) cudaGraphDestroy(graph);
   EXPECT_EQ(context->num_timed_algos(), 0u);
   EXPECT_EQ(context->num_cached_algos(), 1u);
+  PAGODA_ASSERT_CUDA_OK(cudaStreamDestroy(stream));
+}
+
+// Preferring no split-K: decode-shaped problems (Llama-3-8B's projections
+// at batch 1 and 64, where the heuristic tends to split K) and an odd one
+// give correct products with the kept pick, which the next call reuses
+// without timing; while capturing nothing is timed.
+TEST(GemmNoSplitKTest, PicksAreCorrectKeptAndNeverTimedWhileCapturing) {
+  std::unique_ptr<GemmContext> context;
+  ASSERT_EQ(GemmContext::Create(GemmContext::kDefaultWorkspaceBytes, &context),
+            CUBLAS_STATUS_SUCCESS);
+  context->set_prefer_no_split_k(true);
+  // (n cut where the float64 reference would take seconds: the heuristic's
+  // split-K choice follows m and k.)
+  for (const Shape& s :
+       {Shape{1, 4096, 4096, false}, Shape{64, 1536, 4096, false}, Shape{64, 512, 14336, false},
+        Shape{1, 14336, 4096, false}, Shape{5, 136, 264, false}}) {
+    const Bf16Operands in(s.m, s.n, s.k, 23);
+    DeviceBuffer dc(s.m * s.n * 4);
+    dc.Fill(0xFF);
+    const GemmParams p{in.da.get(), in.dw.get(), nullptr,           dc.get(),        s.m,
+                       s.n,         s.k,         ScalarType::kBF16, ScalarType::kF32};
+    ASSERT_EQ(Gemm(*context, p, nullptr), CUBLAS_STATUS_SUCCESS);
+    PAGODA_ASSERT_CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<uint8_t> first = dc.Download<uint8_t>(s.m * s.n * 4);
+    EXPECT_LT(RelativeError(in.a, in.w, Decode(ScalarType::kF32, first), s.m, s.n, s.k), 3e-5)
+        << s.m << "x" << s.n << "x" << s.k;
+    const size_t replaced = context->num_no_split_k_algos();
+    dc.Fill(0xFF);
+    ASSERT_EQ(Gemm(*context, p, nullptr), CUBLAS_STATUS_SUCCESS);
+    PAGODA_ASSERT_CUDA_OK(cudaDeviceSynchronize());
+    EXPECT_EQ(dc.Download<uint8_t>(s.m * s.n * 4), first);
+    EXPECT_EQ(context->num_no_split_k_algos(), replaced);
+  }
+  // How many split-K picks were replaced is the GPU's business; print it.
+  std::printf("no-split-K picks replaced a split-K one in %zu of %zu problems\n",
+              context->num_no_split_k_algos(), context->num_cached_algos());
+
+  std::unique_ptr<GemmContext> capturing;
+  ASSERT_EQ(GemmContext::Create(GemmContext::kDefaultWorkspaceBytes, &capturing),
+            CUBLAS_STATUS_SUCCESS);
+  capturing->set_prefer_no_split_k(true);
+  const int64_t m = 64, n = 1024, k = 4096;
+  DeviceBuffer da(m * k * 2), dw(n * k * 2), dc(m * n * 2);
+  da.Fill(0x3c);
+  dw.Fill(0x3b);
+  cudaStream_t stream = nullptr;
+  PAGODA_ASSERT_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  PAGODA_ASSERT_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+  const GemmParams p{da.get(), dw.get(), nullptr,           dc.get(),         m,
+                     n,        k,        ScalarType::kBF16, ScalarType::kBF16};
+  const cublasStatus_t status = Gemm(*capturing, p, stream);
+  cudaGraph_t graph = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+  EXPECT_EQ(status, CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(ended, cudaSuccess);
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  EXPECT_EQ(capturing->num_no_split_k_algos(), 0u);
+  EXPECT_EQ(capturing->num_cached_algos(), 1u);
   PAGODA_ASSERT_CUDA_OK(cudaStreamDestroy(stream));
 }
 

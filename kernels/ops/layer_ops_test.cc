@@ -119,6 +119,36 @@ TEST_P(LayerOpsTest, FusedAddRmsNormUpdatesResidualAndInput) {
   }
 }
 
+// The separate-output form (the decoder layer's, with no copy of the input
+// first) writes what the in-place form writes over its input, byte for
+// byte, and leaves the input as it was; out aliasing residual is refused.
+TEST_P(LayerOpsTest, FusedAddRmsNormIntoSeparateOutEqualsInPlace) {
+  const ScalarType type = GetParam();
+  const size_t elem = ScalarTypeSize(type);
+  for (const auto& [tokens, hidden] : {std::pair{1, 4096}, {7, 1000}, {3, 1001}, {2, 16392}}) {
+    const std::vector<float> x = RoundTrip(type, RandomFloats(tokens * hidden, -2, 2, 5));
+    const std::vector<float> r = RoundTrip(type, RandomFloats(tokens * hidden, -2, 2, 6));
+    const std::vector<float> w = RoundTrip(type, RandomFloats(hidden, 0.5, 1.5, 7));
+    auto x_in_place = ToDevice(type, x), r_in_place = ToDevice(type, r);
+    auto x_kept = ToDevice(type, x), r_separate = ToDevice(type, r), dw = ToDevice(type, w);
+    DeviceBuffer out(tokens * hidden * elem);
+    out.Fill(0xFF);
+    FusedAddRmsNormParams in_place{
+        x_in_place->get(), r_in_place->get(), dw->get(), tokens, hidden, 1e-6f, type};
+    FusedAddRmsNormParams separate{
+        x_kept->get(), r_separate->get(), dw->get(), tokens, hidden, 1e-6f, type, out.get()};
+    PAGODA_ASSERT_CUDA_OK(LaunchFusedAddRmsNorm(in_place, nullptr));
+    PAGODA_ASSERT_CUDA_OK(LaunchFusedAddRmsNorm(separate, nullptr));
+    PAGODA_ASSERT_CUDA_OK(cudaDeviceSynchronize());
+    const size_t bytes = tokens * hidden * elem;
+    EXPECT_EQ(out.Download<uint8_t>(bytes), x_in_place->Download<uint8_t>(bytes));
+    EXPECT_EQ(r_separate->Download<uint8_t>(bytes), r_in_place->Download<uint8_t>(bytes));
+    EXPECT_EQ(x_kept->Download<uint8_t>(bytes), Encode(type, x));
+    separate.out = separate.residual;
+    EXPECT_EQ(LaunchFusedAddRmsNorm(separate, nullptr), cudaErrorInvalidValue);
+  }
+}
+
 TEST_P(LayerOpsTest, RotaryEmbeddingRotatesHalvesInPlace) {
   const ScalarType type = GetParam();
   struct Case {

@@ -29,9 +29,14 @@ __global__ void RmsNormKernel(const T* input, int64_t input_stride, const T* __r
   }
 }
 
-template <typename T>
+// kSeparateOut: the normed row goes to `out` and `input` is only read (one
+// launch where the in-place form needed a copy of the input first); else
+// `out` is unused and the row is normed into `input`.
+template <typename T, bool kSeparateOut>
 __global__ void FusedAddRmsNormKernel(T* __restrict__ input, T* __restrict__ residual,
-                                      const T* __restrict__ weight, int hidden, float epsilon) {
+                                      const T* __restrict__ weight, T* __restrict__ out, int hidden,
+                                      float epsilon) {
+  T* normed = kSeparateOut ? out : input;
   const int64_t base = static_cast<int64_t>(blockIdx.x) * hidden;
   float sum_squares = 0.0f;
   for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
@@ -45,7 +50,7 @@ __global__ void FusedAddRmsNormKernel(T* __restrict__ input, T* __restrict__ res
   // (each thread reads back only what it wrote, so this is belt and braces).
   const float scale = rsqrtf(BlockSum(sum_squares) / hidden + epsilon);
   for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
-    input[base + i] = FromFloat<T>(ToFloat(residual[base + i]) * scale * ToFloat(weight[i]));
+    normed[base + i] = FromFloat<T>(ToFloat(residual[base + i]) * scale * ToFloat(weight[i]));
   }
 }
 
@@ -55,11 +60,13 @@ __global__ void FusedAddRmsNormKernel(T* __restrict__ input, T* __restrict__ res
 // types); larger or unaligned rows take FusedAddRmsNormKernel.
 constexpr int kMaxVecsPerThread = 4;
 
-template <typename T>
+template <typename T, bool kSeparateOut>
 __global__ void FusedAddRmsNormVecKernel(T* __restrict__ input, T* __restrict__ residual,
-                                         const T* __restrict__ weight, int hidden,
-                                         float epsilon) {
+                                         const T* __restrict__ weight, T* __restrict__ out,
+                                         int hidden, float epsilon) {
   using V = Vec16<T>;
+  V* out_row = reinterpret_cast<V*>((kSeparateOut ? out : input) +
+                                    static_cast<int64_t>(blockIdx.x) * hidden);
   const int num_vecs = hidden / V::kSize;
   V* input_row = reinterpret_cast<V*>(input + static_cast<int64_t>(blockIdx.x) * hidden);
   V* residual_row = reinterpret_cast<V*>(residual + static_cast<int64_t>(blockIdx.x) * hidden);
@@ -92,7 +99,7 @@ __global__ void FusedAddRmsNormVecKernel(T* __restrict__ input, T* __restrict__ 
     for (int e = 0; e < V::kSize; ++e) {
       out.v[e] = FromFloat<T>(ToFloat(sums[j].v[e]) * scale * ToFloat(w.v[e]));
     }
-    input_row[index] = out;
+    out_row[index] = out;
   }
 }
 
@@ -102,7 +109,7 @@ template <typename T>
 int VecThreadsFor(const FusedAddRmsNormParams& p) {
   constexpr int kSize = Vec16<T>::kSize;
   if (p.hidden % kSize != 0 || !Aligned16(p.input) || !Aligned16(p.residual) ||
-      !Aligned16(p.weight)) {
+      !Aligned16(p.weight) || (p.out != nullptr && !Aligned16(p.out))) {
     return 0;
   }
   const int num_vecs = p.hidden / kSize;
@@ -119,8 +126,7 @@ int ThreadsFor(int hidden) {
 
 cudaError_t LaunchRmsNorm(const RmsNormParams& p, cudaStream_t stream) {
   if (p.num_tokens < 0 || p.hidden <= 0 || p.input_stride < p.hidden || p.input == nullptr ||
-      p.weight == nullptr || p.out == nullptr ||
-      (p.out == p.input && p.input_stride != p.hidden)) {
+      p.weight == nullptr || p.out == nullptr || (p.out == p.input && p.input_stride != p.hidden)) {
     return cudaErrorInvalidValue;
   }
   if (p.num_tokens == 0) return cudaSuccess;
@@ -133,24 +139,31 @@ cudaError_t LaunchRmsNorm(const RmsNormParams& p, cudaStream_t stream) {
   });
 }
 
+template <typename T, bool kSeparateOut>
+cudaError_t LaunchFusedAddRmsNormAs(const FusedAddRmsNormParams& p, cudaStream_t stream) {
+  if (const int threads = VecThreadsFor<T>(p); threads > 0) {
+    FusedAddRmsNormVecKernel<T, kSeparateOut><<<p.num_tokens, threads, 0, stream>>>(
+        static_cast<T*>(p.input), static_cast<T*>(p.residual), static_cast<const T*>(p.weight),
+        static_cast<T*>(p.out), p.hidden, p.epsilon);
+    return cudaGetLastError();
+  }
+  FusedAddRmsNormKernel<T, kSeparateOut><<<p.num_tokens, ThreadsFor(p.hidden), 0, stream>>>(
+      static_cast<T*>(p.input), static_cast<T*>(p.residual), static_cast<const T*>(p.weight),
+      static_cast<T*>(p.out), p.hidden, p.epsilon);
+  return cudaGetLastError();
+}
+
 cudaError_t LaunchFusedAddRmsNorm(const FusedAddRmsNormParams& p, cudaStream_t stream) {
   if (p.num_tokens < 0 || p.hidden <= 0 || p.input == nullptr || p.residual == nullptr ||
-      p.weight == nullptr) {
+      p.weight == nullptr || p.out == p.residual) {
     return cudaErrorInvalidValue;
   }
   if (p.num_tokens == 0) return cudaSuccess;
+  const bool separate_out = p.out != nullptr && p.out != p.input;
   return DispatchScalarType(p.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if (const int threads = VecThreadsFor<T>(p); threads > 0) {
-      FusedAddRmsNormVecKernel<T><<<p.num_tokens, threads, 0, stream>>>(
-          static_cast<T*>(p.input), static_cast<T*>(p.residual), static_cast<const T*>(p.weight),
-          p.hidden, p.epsilon);
-      return cudaGetLastError();
-    }
-    FusedAddRmsNormKernel<T><<<p.num_tokens, ThreadsFor(p.hidden), 0, stream>>>(
-        static_cast<T*>(p.input), static_cast<T*>(p.residual), static_cast<const T*>(p.weight),
-        p.hidden, p.epsilon);
-    return cudaGetLastError();
+    return separate_out ? LaunchFusedAddRmsNormAs<T, true>(p, stream)
+                        : LaunchFusedAddRmsNormAs<T, false>(p, stream);
   });
 }
 

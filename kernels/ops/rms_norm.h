@@ -27,10 +27,13 @@ struct RmsNormParams {
 };
 cudaError_t LaunchRmsNorm(const RmsNormParams& params, cudaStream_t stream);
 
-// vLLM's fused_add_rms_norm, both in place:
+// vLLM's fused_add_rms_norm:
 //   residual <- input + residual          (rounded to dtype)
-//   input    <- RMSNorm(residual) * weight
+//   out      <- RMSNorm(residual) * weight
 // so one kernel replaces "add the block's output to the stream, then norm".
+// With out null (or == input) the norm is written over input, in place;
+// with a separate out, input is only read (the decoder layer's add + norm
+// then needs no copy of its input first).
 struct FusedAddRmsNormParams {
   void* input = nullptr;     // [num_tokens, hidden], contiguous
   void* residual = nullptr;  // [num_tokens, hidden], contiguous
@@ -39,6 +42,9 @@ struct FusedAddRmsNormParams {
   int hidden = 0;
   float epsilon = 1e-6f;
   ScalarType dtype = ScalarType::kBF16;
+  // [num_tokens, hidden], contiguous, or null. REQUIRES: not residual, and
+  // not overlapping input unless equal to it.
+  void* out = nullptr;
 };
 cudaError_t LaunchFusedAddRmsNorm(const FusedAddRmsNormParams& params, cudaStream_t stream);
 
