@@ -63,6 +63,15 @@
 #     step 1; one row gives both results. Until it
 #     reads ok the server refuses a draft model or EAGLE head with --device
 #     cuda (scheduler/spec/draft_model_config.cc).
+#  1d. Issue 49's decode-step fusions (written without a GPU; off by default,
+#     CudaDecodeFusions in worker/cuda/cuda_decode_fusions.h): their cases
+#     ran in step 1 (kernels_ops_cache_ops_test's RopeCacheWrite cases,
+#     kernels_ops_layer_ops_test's FusedAddRmsNormIntoSeparateOut,
+#     kernels_ops_gemm_test's GemmNoSplitK, kernels_ops_rope_cache_test's
+#     PickGemmCandidate, worker_cuda_draft_test's
+#     DecodeFusionsKeepTheGreedyTokens); one row gives those binaries'
+#     results. When it and the bench_decode_fused row read ok, the defaults
+#     in cuda_decode_fusions.h are turned on (kernels/ops/NOTES.md).
 #  1c. Structured outputs end to end on the GPU (the structured group):
 #     tests/constraints/structured_outputs_e2e_test.py in CUDA mode, every
 #     constraint of its suites through the OpenAI API, with and without
@@ -79,7 +88,9 @@
 #  3. A Llama-3-8B-shaped bf16 model with random weights
 #     (scripts/make_bench_model.py, torch on the GPU), then bench_decode_step:
 #     eager and graph decode step at batch 1/64/256, context 1k, vs the
-#     (weights + KV) / copy-bandwidth floor.
+#     (weights + KV) / copy-bandwidth floor; then bench_decode_fused: the
+#     graph step at batch 1 and 64 with the decode fusions on and off, each
+#     against its floor (issue 49's goals: <= 1.15x at 1, <= 1.12x at 64).
 #  4. Offline throughput through the service: pagoda-server --device cuda on
 #     that model and pagoda-bench --trace sharegpt.
 #  5. Only with ONLY=mixed: latency under load through the service
@@ -159,7 +170,7 @@ finish() {
   local rc=$1
   echo
   for t in bench_paged_attention bench_cache_ops bench_fp8_linear bench_int4_linear bench_decode_step \
-      bench_decode_step_fp8; do
+      bench_decode_fused bench_decode_step_fp8; do
     [ -f "$LOG_DIR/$t.log" ] && { echo "--- $t (tail)"; tail -n 12 "$LOG_DIR/$t.log"; }
   done
   local text=("=== gpu_check summary (mode: $mode, $(($SECONDS - START)) s, logs: $LOG_DIR)"
@@ -319,6 +330,20 @@ if wanted ctest && [ -f "$LOG_DIR/ctest.log" ]; then
   record int_linear "$int_status" 0 "$int_results"
 fi
 
+# 1d. The decode-fusions row: the results of the binaries holding their cases.
+FUSION_TESTS=(kernels_ops_cache_ops_test kernels_ops_layer_ops_test kernels_ops_gemm_test
+  kernels_ops_rope_cache_test worker_cuda_draft_test)
+if wanted ctest && [ -f "$LOG_DIR/ctest.log" ]; then
+  fusion_results=$(for t in "${FUSION_TESTS[@]}"; do
+    sed -n "s/^.*Test *#[0-9]*: $t \.*\** *\([A-Za-z*]*\).*/$t:\1/p" "$LOG_DIR/ctest.log" | tail -1
+  done | tr '\n' ' ')
+  fusion_status=ok
+  grep -qvE ':Passed( |$)' <<<"$(tr ' ' '\n' <<<"$fusion_results" | sed '/^$/d')" && fusion_status=CHECK
+  [ "$(wc -w <<<"$fusion_results")" -lt "${#FUSION_TESTS[@]}" ] && fusion_status=CHECK  # one not run
+  [ -z "$fusion_results" ] && fusion_status=missing
+  record decode_fusions "$fusion_status" 0 "$fusion_results"
+fi
+
 # 1b. The NCCL checks, verbose so the summary can count gtest's cases.
 nccl_step() {  # ROW TEST
   # grep -c, not -q: an early exit would SIGPIPE ctest and fail the pipe.
@@ -413,6 +438,15 @@ if [ "$mode" = bundle ] && [ "$have_gpu" = 1 ] &&
   fi
   wanted decode && [ -f "$MODEL/config.json" ] &&
     run_bench bench_decode_step 150 --model "$MODEL" --batches 1,64,256 --context 1024 --iters 10
+  # Issue 49's decode fusions on vs off in the same run (no timed graphs),
+  # each against the floor; fused/plain < 1 is the gain.
+  if wanted decode && [ -f "$MODEL/config.json" ]; then
+    step bench_decode_fused bench_decode_fused.log 150 "$BUILD_DIR/bin/bench_decode_step" \
+      --model "$MODEL" --batches 1,64 --context 1024 --iters 10 --timed 0 --fusions 1
+    note "$(awk 'NF == 11 && ($1 == "1" || $1 == "64") {
+      printf "b%s: fused %sx floor (goal <= %s), plain %sx, fused/plain %s; ",
+        $1, $9, ($1 == "1" ? "1.15x" : "1.12x"), $8, $11 }' "$LOG_DIR/bench_decode_fused.log")"
+  fi
   # ONLY=fp8decode (never by default: the host quantizes the 8B model's
   # linears at load): the same step with online FP8 W8A8 linears and an FP8
   # KV cache, against its own floor (issue 45; its graph ms over the bf16

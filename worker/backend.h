@@ -288,6 +288,16 @@ class Backend {
   // saturated to +-448).
   virtual void WriteKvCache(const void* k, const void* v, int64_t token_stride,
                             const StepBatch& batch, const KvCacheLayer& cache) = 0;
+  // Rope on q and k, then WriteKvCache of the rotated k and of v: one op so
+  // that a backend may fuse them (the CUDA backend can, behind its decode
+  // fusions option: kernels/ops/rope_cache_write.h). Afterwards k's rows in
+  // the activations are unspecified (rotated or not): read K from the cache.
+  virtual void RopeAndWriteKvCache(void* q, void* k, const void* v, int64_t token_stride,
+                                   const StepBatch& batch, int num_q_heads, int head_dim,
+                                   const RopeTable& table, const KvCacheLayer& cache) {
+    Rope(q, k, token_stride, batch, num_q_heads, cache.num_kv_heads, head_dim, table);
+    WriteKvCache(k, v, token_stride, batch, cache);
+  }
   virtual void PagedAttention(const PagedAttentionParams& params) = 0;
   // Calls fn(begin, end) over disjoint ranges covering [0, n), each at
   // least `grain` long but the last, on the backend's host threads (the CPU

@@ -476,14 +476,13 @@ absl::Status LlamaModel::AttentionBlock(const LayerWeights& layer, const KvCache
   const RopeTable rope{.cos_sin = rope_cos_sin_->data(),
                        .inv_freq = inv_freq_->data(),
                        .max_positions = rope_positions_};
-  backend_->Rope(a.q, a.k, a.qkv_stride, step, heads, config_.num_key_value_heads, head_dim, rope);
   KvCacheLayer cache = kv;
   // Other caches hold K and V as they are.
   if (kv.dtype == DType::kFp8E4M3 || kv.dtype == DType::kFp8E5M2) {
     cache.k_scale = layer.kv_scales.k;
     cache.v_scale = layer.kv_scales.v;
   }
-  backend_->WriteKvCache(a.k, a.v, a.qkv_stride, step, cache);
+  backend_->RopeAndWriteKvCache(a.q, a.k, a.v, a.qkv_stride, step, heads, head_dim, rope, cache);
   backend_->PagedAttention(PagedAttentionParams{
       .query = a.q,
       .query_token_stride = a.qkv_stride,

@@ -7,10 +7,15 @@
 // cuBLASLt's heuristic algorithm for every GEMM ("graph ms", against the
 // floor; eager runs those too), then with algorithms picked by timing
 // during the warm-up ("timed ms", GemmContext::set_timing), to see whether
-// timing would pay on this GPU.
+// timing would pay on this GPU. --timed 0 leaves the timed graphs out.
+// --fusions 1 captures them a third time with issue 49's decode-step fusions
+// on (CudaDecodeFusions::All: rotary fused into the cache write, add +
+// RMSNorm without its copy, GEMMs without split-K where they time equal):
+// "fused ms", its ratio to the floor and to "graph ms" in the same run.
 //
 //   bench_decode_step --model DIR [--batches 1,64,256] [--context 1024] [--iters 20]
-//                     [--quantization fp8] [--kv-cache-dtype fp8]
+//                     [--quantization fp8] [--kv-cache-dtype fp8] [--timed 0|1]
+//                     [--fusions 0|1]
 //
 // --quantization fp8 quantizes a dense checkpoint's linears to FP8 at load
 // (the CUDA FP8 W8A8 linears; a quantized checkpoint's own method is used
@@ -25,6 +30,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -58,6 +64,8 @@ struct Args {
   int iters = 20;
   std::string quantization;  // LlamaLoadOptions::quantization
   DType kv_cache_dtype = DType::kBF16;
+  bool timed = true;
+  bool fusions = false;
 };
 
 Args ParseArgs(int argc, char** argv) {
@@ -76,6 +84,8 @@ Args ParseArgs(int argc, char** argv) {
       args.quantization = value;
     } else if (flag == "--kv-cache-dtype" && (value == "fp8" || value == "bfloat16")) {
       args.kv_cache_dtype = value == "fp8" ? DType::kFp8E4M3 : DType::kBF16;
+    } else if ((flag == "--timed" || flag == "--fusions") && (value == "0" || value == "1")) {
+      (flag == "--timed" ? args.timed : args.fusions) = value == "1";
     } else {
       Die("unknown or bad flag " + flag);
     }
@@ -143,13 +153,15 @@ double MedianMs(int iters, F&& step) {
 }
 
 // Median graph-replay milliseconds of each batch of `args`, on graphs
-// captured with (time_gemms) or without timed GEMM algorithms; with
-// eager_ms, the eager steps' too.
+// captured with (time_gemms) or without timed GEMM algorithms and with
+// `fusions`; with eager_ms, the eager steps' too.
 std::vector<double> GraphMs(const Args& args, LlamaModel& model, CudaBackend& backend,
-                            CacheEngine& cache, bool time_gemms, std::vector<double>* eager_ms) {
+                            CacheEngine& cache, bool time_gemms, std::vector<double>* eager_ms,
+                            const CudaDecodeFusions& fusions = {}) {
   const int max_batch = *std::max_element(args.batches.begin(), args.batches.end());
   const int blocks_per_seq = (args.context + kBlockSize - 1) / kBlockSize;
   backend.ForgetGemmAlgos();
+  backend.set_decode_fusions(fusions);
   CudaGraphRunner graphs(&model, &backend, &cache, blocks_per_seq * kBlockSize);
   if (absl::Status status = graphs.Capture(max_batch, time_gemms); !status.ok()) {
     Die(status.ToString());
@@ -170,6 +182,7 @@ std::vector<double> GraphMs(const Args& args, LlamaModel& model, CudaBackend& ba
     graph_ms.push_back(MedianMs(args.iters, [&] { run(true); }));
     if (!backend.status().ok()) Die(backend.status().ToString());
   }
+  backend.set_decode_fusions({});
   return graph_ms;
 }
 
@@ -207,18 +220,29 @@ int Main(int argc, char** argv) {
   const std::vector<double> graph_ms =
       GraphMs(args, *model, *backend, cache, /*time_gemms=*/false, &eager_ms);
   const std::vector<double> timed_ms =
-      GraphMs(args, *model, *backend, cache, /*time_gemms=*/true, nullptr);
+      args.timed ? GraphMs(args, *model, *backend, cache, /*time_gemms=*/true, nullptr)
+                 : std::vector<double>(args.batches.size(), std::nan(""));
   std::printf("GEMM problems with a timed algorithm: %zu\n", backend->num_timed_gemm_algos());
-  std::printf("%6s %8s %10s %10s %10s %10s %10s %10s\n", "batch", "context", "eager ms", "graph ms",
-              "timed ms", "floor ms", "graph/flr", "tok/s");
+  const std::vector<double> fused_ms =
+      args.fusions ? GraphMs(args, *model, *backend, cache, /*time_gemms=*/false, nullptr,
+                             CudaDecodeFusions::All())
+                   : std::vector<double>(args.batches.size(), std::nan(""));
+  if (args.fusions) {
+    std::printf("fused: GEMM problems where a no-split-K algorithm replaced a split-K pick: %zu\n",
+                backend->num_no_split_k_gemm_algos());
+  }
+  std::printf("%6s %8s %10s %10s %10s %10s %10s %10s %10s %10s %11s\n", "batch", "context",
+              "eager ms", "graph ms", "timed ms", "fused ms", "floor ms", "graph/flr", "fused/flr",
+              "tok/s", "fused/graph");
   for (size_t i = 0; i < args.batches.size(); ++i) {
     const int batch = args.batches[i];
     const double kv_bytes =
         static_cast<double>(batch) * args.context * shape.bytes_per_block() / kBlockSize;
     const double floor_ms = (model->weight_bytes() + kv_bytes) / (copy_gbps * 1e9) * 1e3;
-    std::printf("%6d %8d %10.3f %10.3f %10.3f %10.3f %10.2f %10.0f\n", batch, args.context,
-                eager_ms[i], graph_ms[i], timed_ms[i], floor_ms, graph_ms[i] / floor_ms,
-                batch / (graph_ms[i] * 1e-3));
+    std::printf("%6d %8d %10.3f %10.3f %10.3f %10.3f %10.3f %10.2f %10.2f %10.0f %11.3f\n", batch,
+                args.context, eager_ms[i], graph_ms[i], timed_ms[i], fused_ms[i], floor_ms,
+                graph_ms[i] / floor_ms, fused_ms[i] / floor_ms, batch / (graph_ms[i] * 1e-3),
+                fused_ms[i] / graph_ms[i]);
   }
   return 0;
 }

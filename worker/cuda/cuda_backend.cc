@@ -182,6 +182,15 @@ void CudaBackend::MakeCurrent() { Check(cudaSetDevice(device_), "cudaSetDevice")
 void CudaBackend::Synchronize() { Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
 
 void CudaBackend::set_gemm_timing(bool on) { impl_->gemm->set_timing(on); }
+size_t CudaBackend::num_no_split_k_gemm_algos() const {
+  return impl_->gemm->num_no_split_k_algos();
+}
+
+void CudaBackend::set_gemm_warm_up(bool open) {
+  if (!fusions_.gemm_no_split_k) return;
+  if (open) impl_->gemm->ForgetAlgos();
+  impl_->gemm->set_prefer_no_split_k(open);
+}
 size_t CudaBackend::num_timed_gemm_algos() const { return impl_->gemm->num_timed_algos(); }
 void CudaBackend::ForgetGemmAlgos() { impl_->gemm->ForgetAlgos(); }
 
@@ -262,7 +271,22 @@ void CudaBackend::AddRmsNorm(void* residual, const void* x, const Tensor& weight
                              float eps, void* out) {
   if (SkipLaunch() || !ExpectActivationDType(weight.dtype, "an RMSNorm weight")) return;
   const int hidden = static_cast<int>(weight.dim(0));
-  // The fused kernel works in place on its input: normalise into `out`.
+  if (fusions_.add_rms_norm_out) {
+    // The kernel's separate-output form only reads its input.
+    Check(
+        kernels::LaunchFusedAddRmsNorm(kernels::FusedAddRmsNormParams{.input = const_cast<void*>(x),
+                                                                      .residual = residual,
+                                                                      .weight = weight.data,
+                                                                      .num_tokens = rows,
+                                                                      .hidden = hidden,
+                                                                      .epsilon = eps,
+                                                                      .dtype = activation_dtype_,
+                                                                      .out = out},
+                                       stream_),
+        "fused_add_rms_norm");
+    return;
+  }
+  // The in-place kernel works on its input: normalise a copy in `out`.
   if (out != x && !Check(cudaMemcpyAsync(out, x, size_t{1} * rows * hidden * 2,
                                          cudaMemcpyDeviceToDevice, stream_),
                          "add_rms_norm copy")) {
@@ -309,17 +333,19 @@ void CudaBackend::Linear(const void* x, int rows, const Tensor& weight, const fl
   }
 }
 
+bool CudaBackend::RopeFitsTable(const StepBatch& batch, const RopeTable& table) {
+  // The kernels read cos/sin from the table only (no fallback past it), so a
+  // longer context is refused here rather than read out of bounds.
+  if (batch.max_context_len <= table.max_positions) return true;
+  Fail(absl::InvalidArgumentError(absl::StrCat("position ", batch.max_context_len - 1,
+                                               " is past the rotary table's ", table.max_positions,
+                                               " positions on CUDA (lower --max-model-len)")));
+  return false;
+}
+
 void CudaBackend::Rope(void* q, void* k, int64_t token_stride, const StepBatch& batch,
                        int num_q_heads, int num_kv_heads, int head_dim, const RopeTable& table) {
-  if (SkipLaunch()) return;
-  // The kernel reads cos/sin from the table only (no fallback past it), so a
-  // longer context is refused here rather than read out of bounds.
-  if (batch.max_context_len > table.max_positions) {
-    Fail(absl::InvalidArgumentError(
-        absl::StrCat("position ", batch.max_context_len - 1, " is past the rotary table's ",
-                     table.max_positions, " positions on CUDA (lower --max-model-len)")));
-    return;
-  }
+  if (SkipLaunch() || !RopeFitsTable(batch, table)) return;
   Check(kernels::LaunchRotaryEmbedding(
             kernels::RotaryEmbeddingParams{.positions = batch.positions,
                                            .query = q,

@@ -35,6 +35,7 @@
 #include "absl/status/statusor.h"
 #include "kernels/ops/int_linear.h"
 #include "worker/backend.h"
+#include "worker/cuda/cuda_decode_fusions.h"
 
 namespace pagoda::worker {
 
@@ -80,6 +81,16 @@ class CudaBackend final : public Backend {
   void set_gemm_timing(bool on);
   size_t num_timed_gemm_algos() const;
   void ForgetGemmAlgos();
+  // The decode-step fusions (cuda_decode_fusions.h; all off by default).
+  void set_decode_fusions(const CudaDecodeFusions& fusions) { fusions_ = fusions; }
+  const CudaDecodeFusions& decode_fusions() const { return fusions_; }
+  // Opened around CudaGraphRunner's warm-up forwards: with
+  // decode_fusions().gemm_no_split_k, every GEMM pick is dropped on opening
+  // and each problem met in the window is chosen preferring an algorithm
+  // without a split-K reduction (GemmContext::set_prefer_no_split_k), so the
+  // graphs capture those picks. Nothing otherwise.
+  void set_gemm_warm_up(bool open);
+  size_t num_no_split_k_gemm_algos() const;
 
   // The device weights of an FP8 W8A8 linear (worker/cuda/cuda_fp8_linear.h).
   struct Fp8Weights {
@@ -146,6 +157,11 @@ class CudaBackend final : public Backend {
             int num_kv_heads, int head_dim, const RopeTable& table) override;
   void WriteKvCache(const void* k, const void* v, int64_t token_stride, const StepBatch& batch,
                     const KvCacheLayer& cache) override;
+  // One kernel (kernels/ops/rope_cache_write.h) with
+  // decode_fusions().rope_cache_write, else Rope then WriteKvCache.
+  void RopeAndWriteKvCache(void* q, void* k, const void* v, int64_t token_stride,
+                           const StepBatch& batch, int num_q_heads, int head_dim,
+                           const RopeTable& table, const KvCacheLayer& cache) override;
   void PagedAttention(const PagedAttentionParams& params) override;
   void SiluAndMul(const void* gate_up, int rows, int dim, void* out) override;
   void GatherRows(const void* src, const StepBatch& batch, int dim, void* out) override;
@@ -177,6 +193,9 @@ class CudaBackend final : public Backend {
   // The same for a KV cache, which may also be FP8 E4M3 (the kernels widen
   // its codes); E5M2 and others fail.
   bool ExpectKvCacheDType(DType dtype);
+  // Whether every position of `batch` is inside the rotary table (the
+  // kernels read cos/sin from it only); fails the backend when not.
+  bool RopeFitsTable(const StepBatch& batch, const RopeTable& table);
   // Copies `n` bytes on the stream and waits for them; skipped while
   // capturing (host copies are not part of a graph).
   void CopyAndWait(void* dst, const void* src, size_t n, cudaMemcpyKind kind, const char* what);
@@ -200,6 +219,7 @@ class CudaBackend final : public Backend {
   uint64_t num_allocations_ = 0;
   LaunchMode mode_ = LaunchMode::kEager;
   int graph_max_context_len_ = 1;
+  CudaDecodeFusions fusions_;
 };
 
 }  // namespace pagoda::worker

@@ -19,6 +19,9 @@
 //   model's one-row passes replay graphs over the draft; the graphs stay on
 //   to the end, and the tokens equal an --enforce-eager runner's up to
 //   near-ties;
+// - decode fusions (issue 49, CudaDecodeFusions::All): the plain runner's
+//   greedy tokens up to near-ties, with graphs, eagerly, with a draft and
+//   over an FP8 cache;
 // - proposals: DraftModel::Propose over the same fed tokens proposes on the
 //   CUDA backend (bf16) what it proposes on the CPU backend (f32) for at
 //   least two thirds of the drafts (a broken device path agrees on about
@@ -81,6 +84,8 @@ struct DecodeOptions {
   bool enforce_eager = false;
   bool every_other_step = false;
   CudaGraphCounts* counts = nullptr;
+  CudaDecodeFusions fusions = {};   // The runner's (CudaRunnerOptions::decode_fusions).
+  std::string kv_cache_dtype = "";  // LoadModelRequest's; empty: the serving dtype
 };
 
 struct Decoded {
@@ -186,8 +191,9 @@ class CudaDraftTest : public ::testing::Test {
   // `response`, when set, receives LoadModel's answer.
   static std::unique_ptr<ModelRunner> CudaRunner(const DraftCase* draft,
                                                  v1::LoadModelResponse* response = nullptr,
-                                                 bool enforce_eager = false) {
-    auto runner = CreateCudaModelRunner(CudaRunnerOptions{.device = 0});
+                                                 const DecodeOptions& options = {}) {
+    auto runner =
+        CreateCudaModelRunner(CudaRunnerOptions{.device = 0, .decode_fusions = options.fusions});
     LoadModelRequest load;
     load.set_model_dir(ModelDir("target"));
     load.set_device("cuda");
@@ -197,7 +203,8 @@ class CudaDraftTest : public ::testing::Test {
     load.set_max_num_batched_tokens(256);
     load.set_max_num_seqs(8);
     load.set_num_speculative_tokens(kDrafts);
-    load.set_enforce_eager(enforce_eager);
+    load.set_enforce_eager(options.enforce_eager);
+    load.set_kv_cache_dtype(options.kv_cache_dtype);
     if (draft != nullptr) {
       load.set_draft_model_dir(ModelDir(draft->name));
       load.set_draft_is_eagle_head(draft->eagle);
@@ -220,7 +227,7 @@ class CudaDraftTest : public ::testing::Test {
   static std::vector<Decoded> Decode(const DraftCase* draft, const SamplingOptions& base, int k,
                                      const DecodeOptions& options = {}) {
     std::vector<Decoded> outs(kSeqs);
-    auto runner = CudaRunner(draft, nullptr, options.enforce_eager);
+    auto runner = CudaRunner(draft, nullptr, options);
     if (runner == nullptr) return outs;
     for (int step_index = 0; step_index < 100; ++step_index) {
       StepPlan plan;
@@ -427,6 +434,32 @@ TEST_F(CudaDraftTest, GraphReplayWithDraftsGivesTheEagerTokens) {
     EXPECT_EQ(graph_counts.draft_graphs > 0, draft_model) << draft.name;
     EXPECT_EQ(graph_counts.draft_replays > 0, draft_model) << draft.name;
   }
+}
+
+// Issue 49's decode-step fusions (CudaDecodeFusions::All: rotary fused into
+// the cache write, add + RMSNorm without the copy, GEMMs preferring no
+// split-K in the graphs) keep the runner's greedy tokens up to near-ties
+// (another GEMM algorithm sums in another order), over graphs and eagerly,
+// bf16 and FP8 caches, and with the target as its own draft (verify steps).
+TEST_F(CudaDraftTest, DecodeFusionsKeepTheGreedyTokens) {
+  const CudaDecodeFusions fused = CudaDecodeFusions::All();
+  const std::vector<Decoded> plain = Decode(nullptr, Greedy(), 0);
+  CudaGraphCounts counts;
+  ExpectPlainTokensUpToNearTies(
+      plain, Decode(nullptr, Greedy(), 0, {.counts = &counts, .fusions = fused}), "fused, graphs");
+  EXPECT_GT(counts.replays, 0);
+  EXPECT_TRUE(counts.live);
+  ExpectPlainTokensUpToNearTies(
+      plain, Decode(nullptr, Greedy(), 0, {.enforce_eager = true, .fusions = fused}),
+      "fused, eager");
+  const DraftCase self{"target"};
+  ExpectPlainTokensUpToNearTies(plain, Decode(&self, Greedy(), kDrafts, {.fusions = fused}),
+                                "fused, the target as its own draft");
+  // An FP8 cache: the fused kernel quantizes k and v as the plain write does.
+  const std::vector<Decoded> plain_fp8 = Decode(nullptr, Greedy(), 0, {.kv_cache_dtype = "fp8"});
+  ExpectPlainTokensUpToNearTies(
+      plain_fp8, Decode(nullptr, Greedy(), 0, {.fusions = fused, .kv_cache_dtype = "fp8"}),
+      "fused, FP8 cache");
 }
 
 TEST_F(CudaDraftTest, ProposalsMatchTheCpuWorkers) {

@@ -46,9 +46,11 @@ absl::Status CudaGraphRunner::Capture(int max_num_seqs, bool time_gemms) {
   backend_->ReserveDecodeWorkspace(buckets_.back(), config.num_attention_heads,
                                    config.num_key_value_heads, config.head_dim, max_context_len_);
   backend_->set_graph_max_context_len(max_context_len_);
+  backend_->set_gemm_warm_up(true);  // Before the timing: it may drop the picks.
   backend_->set_gemm_timing(time_gemms);
   absl::Status warmed = WarmUp();
   backend_->set_gemm_timing(false);
+  backend_->set_gemm_warm_up(false);
   if (!warmed.ok()) return warmed;
   backend_->Synchronize();
   if (!backend_->status().ok()) return backend_->status();

@@ -326,6 +326,7 @@ class CudaModelRunner final : public ModelRunnerBase {
     auto make_backend = [&]() -> absl::Status {
       auto backend = CudaBackend::Create(device, serving);
       if (!backend.ok()) return backend.status();
+      (*backend)->set_decode_fusions(options_.decode_fusions);
       backend_ = *std::move(backend);
       return absl::OkStatus();
     };

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "worker/cuda/cuda_decode_fusions.h"
 #include "worker/model_runner.h"
 
 namespace pagoda::worker {
@@ -16,6 +17,9 @@ struct CudaRunnerOptions {
   // CUDA device index among the visible ones; -1: the request's rank (the
   // server spawns rank r for the r-th visible GPU).
   int device = -1;
+  // Issue 49's decode-step fusions, each off until a GPU has verified it
+  // (cuda_decode_fusions.h); CudaDecodeFusions::All() turns every one on.
+  CudaDecodeFusions decode_fusions = {};
 };
 
 // LoadModel: validates the request and the model (head size 64 or 128,
