@@ -60,9 +60,9 @@ RopeFrequencyScaling ScalingOf(RopeFrequencyScaling::Type type) {
   return scaling;
 }
 
-constexpr int kTokens = 19;
-constexpr int kMaxPosition = 300;
-constexpr int kNumBlocks = 11;
+constexpr int kFusedTokens = 19;
+constexpr int kFusedMaxPosition = 300;
+constexpr int kFusedBlocks = 11;
 constexpr float kKScale = 0.02f, kVScale = 0.05f;
 
 // The inputs of one case on the host and the device, and room for both runs.
@@ -79,18 +79,18 @@ struct FusedFixture {
     row = (c.heads + 2 * c.kv_heads) * c.head_dim + c.stride_pad;
     elem = ScalarTypeSize(c.dtype);
     cache_elem = c.fp8 ? 1 : elem;
-    cache_bytes = size_t{1} * kNumBlocks * c.kv_heads * c.block_size * c.head_dim * cache_elem;
+    cache_bytes = size_t{1} * kFusedBlocks * c.kv_heads * c.block_size * c.head_dim * cache_elem;
     std::mt19937 rng(c.head_dim * 7 + c.heads * 3 + c.block_size);
-    qkv = RoundTrip(c.dtype, RandomFloats(size_t{1} * kTokens * row, -2, 2, rng()));
+    qkv = RoundTrip(c.dtype, RandomFloats(size_t{1} * kFusedTokens * row, -2, 2, rng()));
     inv_freq = ComputeRopeInvFreq(c.rotary_dim, 500000.0, ScalingOf(c.scaling));
-    cos_sin = BuildRopeCosSinCache(kMaxPosition, inv_freq);
-    positions.resize(kTokens);
-    for (int64_t& p : positions) p = rng() % kMaxPosition;
-    std::vector<int64_t> all(kNumBlocks * c.block_size);
+    cos_sin = BuildRopeCosSinCache(kFusedMaxPosition, inv_freq);
+    positions.resize(kFusedTokens);
+    for (int64_t& p : positions) p = rng() % kFusedMaxPosition;
+    std::vector<int64_t> all(kFusedBlocks * c.block_size);
     std::iota(all.begin(), all.end(), 0);
     std::shuffle(all.begin(), all.end(), rng);
-    slots.assign(all.begin(), all.begin() + kTokens);
-    for (int t = 1; t < kTokens; t += 4) slots[t] = -1;  // padding tokens
+    slots.assign(all.begin(), all.begin() + kFusedTokens);
+    for (int t = 1; t < kFusedTokens; t += 4) slots[t] = -1;  // padding tokens
     poison.resize(cache_bytes);
     for (uint8_t& b : poison) b = static_cast<uint8_t>(rng());
   }
@@ -102,8 +102,8 @@ struct FusedRun {
   explicit FusedRun(const FusedFixture& f)
       : qkv(f.qkv.size() * f.elem),
         cos_sin(f.cos_sin.size() * 4),
-        positions(kTokens * 8),
-        slots(kTokens * 8),
+        positions(kFusedTokens * 8),
+        slots(kFusedTokens * 8),
         key_cache(f.cache_bytes),
         value_cache(f.cache_bytes) {
     qkv.Upload(Encode(f.c.dtype, f.qkv));
@@ -131,7 +131,7 @@ RopeCacheWriteParams FusedParams(const FusedFixture& f, const FusedRun& r) {
   p.key_cache = r.key_cache.get();
   p.value_cache = r.value_cache.get();
   p.slot_mapping = r.slots.as<int64_t>();
-  p.num_tokens = kTokens;
+  p.num_tokens = kFusedTokens;
   p.num_heads = f.c.heads;
   p.num_kv_heads = f.c.kv_heads;
   p.head_dim = f.c.head_dim;
@@ -154,7 +154,7 @@ cudaError_t RunSeparately(const FusedFixture& f, const FusedRun& r) {
   rope.key = r.at(f, f.c.heads);
   rope.key_token_stride = f.row;
   rope.cos_sin_cache = fused.cos_sin_cache;
-  rope.num_tokens = kTokens;
+  rope.num_tokens = kFusedTokens;
   rope.num_heads = f.c.heads;
   rope.num_kv_heads = f.c.kv_heads;
   rope.head_dim = f.c.head_dim;
@@ -169,7 +169,7 @@ cudaError_t RunSeparately(const FusedFixture& f, const FusedRun& r) {
   write.key_cache = fused.key_cache;
   write.value_cache = fused.value_cache;
   write.slot_mapping = fused.slot_mapping;
-  write.num_tokens = kTokens;
+  write.num_tokens = kFusedTokens;
   write.num_kv_heads = f.c.kv_heads;
   write.head_dim = f.c.head_dim;
   write.block_size = f.c.block_size;
@@ -181,7 +181,8 @@ cudaError_t RunSeparately(const FusedFixture& f, const FusedRun& r) {
 }
 
 // Values of `bytes` as elements of `type` (FP8 codes widened, times scale).
-std::vector<float> Widen(const FusedFixture& f, const std::vector<uint8_t>& bytes, float scale) {
+std::vector<float> WidenCache(const FusedFixture& f, const std::vector<uint8_t>& bytes,
+                              float scale) {
   if (!f.c.fp8) return Decode(f.c.dtype, bytes);
   std::vector<float> values(bytes.size());
   for (size_t i = 0; i < bytes.size(); ++i) values[i] = Fp8E4M3ToFloat(bytes[i]) * scale;
@@ -220,9 +221,9 @@ void ExpectMatchesHostReference(const FusedFixture& f, const FusedRun& r) {
   const std::vector<float> q_got =
       Decode(f.c.dtype, r.qkv.Download<uint8_t>(f.qkv.size() * f.elem));
   const std::vector<float> k_cache =
-      Widen(f, r.key_cache.Download<uint8_t>(f.cache_bytes), kKScale);
+      WidenCache(f, r.key_cache.Download<uint8_t>(f.cache_bytes), kKScale);
   const std::vector<float> v_cache =
-      Widen(f, r.value_cache.Download<uint8_t>(f.cache_bytes), kVScale);
+      WidenCache(f, r.value_cache.Download<uint8_t>(f.cache_bytes), kVScale);
   const double tol = Tolerance(f.c.dtype);
   const double cache_tol = f.c.fp8 ? 0.07 : tol;  // half an E4M3 step
   int failures = 0;
@@ -232,7 +233,7 @@ void ExpectMatchesHostReference(const FusedFixture& f, const FusedRun& r) {
       ++failures;
     }
   };
-  for (int t = 0; t < kTokens; ++t) {
+  for (int t = 0; t < kFusedTokens; ++t) {
     const int64_t slot = f.slots[t];
     const int64_t block = slot / f.c.block_size, offset = slot % f.c.block_size;
     for (int h = 0; h < f.c.heads + f.c.kv_heads; ++h) {
@@ -294,7 +295,7 @@ TEST(RopeCacheWriteTest, EqualsRotaryThenReshapeAndCacheAndTheHostReference) {
     const std::vector<uint8_t> q_fused = fused.qkv.Download<uint8_t>(f.qkv.size() * f.elem);
     const std::vector<uint8_t> q_separate = separate.qkv.Download<uint8_t>(f.qkv.size() * f.elem);
     const size_t q_bytes = size_t{1} * c.heads * c.head_dim * f.elem;
-    for (int t = 0; t < kTokens; ++t) {
+    for (int t = 0; t < kFusedTokens; ++t) {
       const size_t at = size_t{1} * t * f.row * f.elem;
       ExpectSameBytes(f, {q_fused.begin() + at, q_fused.begin() + at + q_bytes},
                       {q_separate.begin() + at, q_separate.begin() + at + q_bytes}, 1.0f, c.dtype,
@@ -311,7 +312,7 @@ TEST(RopeCacheWriteTest, EqualsRotaryThenReshapeAndCacheAndTheHostReference) {
     // k's activation rows are left as they were (nothing reads them after).
     const std::vector<uint8_t> input = Encode(c.dtype, f.qkv);
     const size_t k_at = q_bytes, k_bytes = size_t{1} * c.kv_heads * c.head_dim * f.elem;
-    for (int t = 0; t < kTokens; ++t) {
+    for (int t = 0; t < kFusedTokens; ++t) {
       const size_t at = size_t{1} * t * f.row * f.elem + k_at;
       EXPECT_EQ(std::memcmp(&q_fused[at], &input[at], k_bytes), 0) << "token " << t;
     }
