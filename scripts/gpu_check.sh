@@ -80,7 +80,8 @@
 #  2. bench_paged_attention: decode bandwidth vs a device-to-device copy
 #     (bf16, 32 q / 8 kv heads, head 128, block 16; batch 64/256 at 1k/4k,
 #     batch 1 at 32k) and prefill TFLOP/s, then the same over an FP8 E4M3
-#     cache (its rows' times against bf16's: issue 45); bench_cache_ops;
+#     cache (its rows' times against bf16's: issue 45); bench_cache_ops
+#     (its last rows: the rotary + cache write as two launches vs fused);
 #     bench_fp8_linear (the FP8 W8A8 linear against bf16 on Llama-3-8B's
 #     projections, batch 1 to 4096: issue 45); bench_int4_linear (the int4
 #     g128 linear against bf16 and its packed-weight floor, batch 1 to 4096:
@@ -415,6 +416,9 @@ if wanted attention; then
   note "| $(grep -E 'decode fp8 .*ctx +32768' "$LOG_DIR/bench_paged_attention.log" 2>/dev/null |
     head -1 | sed 's/  */ /g')"
   run_bench bench_cache_ops 45
+  # The fused rotary + cache write's speed over the two launches' (> 100 %: it pays).
+  note "$(awk '/^rope_cache_write x(1|64|256) / { printf "fused rope+cache %s: %s of 2 launches; ", $2, $NF }' \
+    "$LOG_DIR/bench_cache_ops.log" 2>/dev/null)"
   # The FP8 W8A8 linear against bf16 on Llama-3-8B's projections (issue 45).
   run_bench bench_fp8_linear 60 --iters 10
   note "$(grep -E '^gate_up .* rows +(64|4096) ' "$LOG_DIR/bench_fp8_linear.log" 2>/dev/null |

@@ -1,7 +1,11 @@
 // Bandwidth of the cache moves against the plain copies they should approach:
 //   swap (coalesced runs and scattered blocks) vs one pinned cudaMemcpyAsync
 //   of the same bytes, both directions;
-//   copy_blocks vs one device-to-device cudaMemcpyAsync of the same bytes.
+//   copy_blocks vs one device-to-device cudaMemcpyAsync of the same bytes;
+//   the decode step's rotary + cache write of one layer (Llama-3-8B: 32 q /
+//   8 kv heads of 128, bf16) as two launches vs the fused one
+//   (rope_cache_write.h), at 1, 64 and 256 tokens: "of base" is the two
+//   launches' time over the fused one's (bytes: what the fused one moves).
 // Prints a table. Usage: bench_cache_ops [num_layers=8] [blocks_per_layer=1024]
 
 #include <cuda_runtime.h>
@@ -14,6 +18,8 @@
 #include <vector>
 
 #include "kernels/ops/cache_ops.h"
+#include "kernels/ops/rope_cache_write.h"
+#include "kernels/ops/rotary_embedding.h"
 #include "kernels/ops/swap_blocks.h"
 
 namespace pagoda::kernels {
@@ -173,6 +179,81 @@ void BenchCopyBlocks(const BenchCaches& caches, const std::vector<int64_t>& perm
   CHECK_CUDA(cudaFree(d_pairs));
 }
 
+// One layer's rotary + cache write for `tokens` decode tokens, two launches
+// against the fused one, on a fused QKV buffer and a 4096-slot cache.
+void BenchRopeCacheWrite(int tokens, cudaStream_t stream, int reps) {
+  constexpr int kHeads = 32, kKvHeads = 8, kHeadDim = 128, kSlots = 4096, kPositions = 8192;
+  const int64_t row = (kHeads + 2 * kKvHeads) * kHeadDim;  // elements
+  void *qkv, *key_cache, *value_cache, *cos_sin, *positions, *slots;
+  CHECK_CUDA(cudaMalloc(&qkv, tokens * row * 2));
+  CHECK_CUDA(cudaMalloc(&key_cache, int64_t{kSlots} * kKvHeads * kHeadDim * 2));
+  CHECK_CUDA(cudaMalloc(&value_cache, int64_t{kSlots} * kKvHeads * kHeadDim * 2));
+  CHECK_CUDA(cudaMalloc(&cos_sin, int64_t{kPositions} * kHeadDim * 4));
+  CHECK_CUDA(cudaMalloc(&positions, tokens * 8));
+  CHECK_CUDA(cudaMalloc(&slots, tokens * 8));
+  CHECK_CUDA(cudaMemset(qkv, 0x3c, tokens * row * 2));
+  CHECK_CUDA(cudaMemset(cos_sin, 0x3e, int64_t{kPositions} * kHeadDim * 4));
+  std::vector<int64_t> host(tokens);
+  for (int t = 0; t < tokens; ++t) host[t] = (t * 997) % kPositions;
+  CHECK_CUDA(cudaMemcpy(positions, host.data(), tokens * 8, cudaMemcpyHostToDevice));
+  for (int t = 0; t < tokens; ++t) host[t] = (t * 131) % kSlots;
+  CHECK_CUDA(cudaMemcpy(slots, host.data(), tokens * 8, cudaMemcpyHostToDevice));
+  char* k = static_cast<char*>(qkv) + kHeads * kHeadDim * 2;
+  char* v = k + kKvHeads * kHeadDim * 2;
+  const RotaryEmbeddingParams rope{static_cast<int64_t*>(positions),
+                                   qkv,
+                                   row,
+                                   k,
+                                   row,
+                                   static_cast<float*>(cos_sin),
+                                   tokens,
+                                   kHeads,
+                                   kKvHeads,
+                                   kHeadDim,
+                                   kHeadDim,
+                                   ScalarType::kBF16};
+  ReshapeAndCacheParams write;
+  write.key = k;
+  write.value = v;
+  write.key_token_stride = write.value_token_stride = row;
+  write.key_cache = key_cache;
+  write.value_cache = value_cache;
+  write.slot_mapping = static_cast<int64_t*>(slots);
+  write.num_tokens = tokens;
+  write.num_kv_heads = kKvHeads;
+  write.head_dim = kHeadDim;
+  write.block_size = 16;
+  RopeCacheWriteParams fused;
+  fused.positions = rope.positions;
+  fused.query = qkv;
+  fused.query_token_stride = fused.key_token_stride = fused.value_token_stride = row;
+  fused.key = k;
+  fused.value = v;
+  fused.cos_sin_cache = rope.cos_sin_cache;
+  fused.key_cache = key_cache;
+  fused.value_cache = value_cache;
+  fused.slot_mapping = write.slot_mapping;
+  fused.num_tokens = tokens;
+  fused.num_heads = kHeads;
+  fused.num_kv_heads = kKvHeads;
+  fused.head_dim = fused.rotary_dim = kHeadDim;
+  fused.block_size = 16;
+  const float separate = MedianMs(stream, reps, [&] {
+    CHECK_CUDA(LaunchRotaryEmbedding(rope, stream));
+    CHECK_CUDA(LaunchReshapeAndCache(write, stream));
+  });
+  const float one =
+      MedianMs(stream, reps, [&] { CHECK_CUDA(LaunchRopeCacheWrite(fused, stream)); });
+  // q read + written, k and v read and written to the cache.
+  const double bytes = static_cast<double>(tokens) * (2 * kHeads + 4 * kKvHeads) * kHeadDim * 2;
+  char name[64];
+  std::snprintf(name, sizeof(name), "rotary + cache write x%d (2 launches)", tokens);
+  Row(name, bytes, separate, separate);
+  std::snprintf(name, sizeof(name), "rope_cache_write x%d (fused)", tokens);
+  Row(name, bytes, one, separate);
+  for (void* p : {qkv, key_cache, value_cache, cos_sin, positions, slots}) CHECK_CUDA(cudaFree(p));
+}
+
 int Main(int argc, char** argv) {
   int device_count = 0;
   if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0) {
@@ -203,6 +284,7 @@ int Main(int argc, char** argv) {
   std::printf("%-34s %13s %12s %13s %8s\n", "operation", "bytes", "median", "bandwidth", "of base");
   BenchSwap(caches, runs, scattered, stream, reps);
   BenchCopyBlocks(caches, perm, stream, reps);
+  for (int tokens : {1, 64, 256}) BenchRopeCacheWrite(tokens, stream, 50);
   FreeCaches(caches);
   CHECK_CUDA(cudaStreamDestroy(stream));
   return 0;
