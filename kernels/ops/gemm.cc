@@ -272,6 +272,24 @@ std::vector<GemmCandidateTiming> TimeCandidates(GemmContext& context, const Gemm
   return timings;
 }
 
+// The heuristic's usable results, its first pick first, and (preferring no
+// split-K, when that pick splits) the pick re-configured not to.
+std::vector<cublasLtMatmulAlgo_t> CandidatesOf(const GemmContext& context, const GemmDescriptors& d,
+                                               const uint32_t (&alignments)[4],
+                                               const cublasLtMatmulHeuristicResult_t* results,
+                                               int found) {
+  std::vector<cublasLtMatmulAlgo_t> candidates = {results[0].algo};
+  for (int i = 1; i < found; ++i) {
+    if (results[i].state == CUBLAS_STATUS_SUCCESS) candidates.push_back(results[i].algo);
+  }
+  cublasLtMatmulAlgo_t unsplit;
+  if (context.prefer_no_split_k() && SplitsK(results[0].algo) &&
+      WithoutSplitK(context, d, alignments, results[0].algo, &unsplit)) {
+    candidates.push_back(unsplit);
+  }
+  return candidates;
+}
+
 // The algorithm for a problem not yet in the context's cache: the
 // heuristic's first, or (timing or preferring no split-K, and not
 // capturing) the pick of PickGemmCandidate among its candidates.
@@ -289,16 +307,11 @@ cublasStatus_t ChooseAlgo(GemmContext& context, const GemmParams& p, const GemmD
   if (found == 0) return CUBLAS_STATUS_NOT_SUPPORTED;
   *algo = results[0].algo;
   if (!timed) return CUBLAS_STATUS_SUCCESS;
-  std::vector<cublasLtMatmulAlgo_t> candidates = {results[0].algo};
-  for (int i = 1; i < found; ++i) {
-    if (results[i].state == CUBLAS_STATUS_SUCCESS) candidates.push_back(results[i].algo);
-  }
   const bool first_splits = SplitsK(results[0].algo);
-  cublasLtMatmulAlgo_t unsplit;
-  if (context.prefer_no_split_k() && first_splits &&
-      WithoutSplitK(context, d, alignments, results[0].algo, &unsplit)) {
-    candidates.push_back(unsplit);
-  }
+  // Preferring no split-K alone has nothing to time when the pick does not split.
+  if (!context.timing() && !first_splits) return CUBLAS_STATUS_SUCCESS;
+  const std::vector<cublasLtMatmulAlgo_t> candidates =
+      CandidatesOf(context, d, alignments, results, found);
   if (candidates.size() == 1) return CUBLAS_STATUS_SUCCESS;
   const std::vector<GemmCandidateTiming> timings =
       TimeCandidates(context, p, d, candidates, stream);
