@@ -395,6 +395,11 @@ if wanted attention; then
   # prefix (goal >= 400 TFLOP/s at 2k, >= 450 at 8k).
   note "| $(grep -E '^prefill wgmma (tokens +(2048|8192) prefix +0:|: skipped)' \
     "$LOG_DIR/bench_paged_attention.log" 2>/dev/null | sed -E 's/  +/ /g' | tr '\n' ';')"
+  # Its SASS must hold wgmma (HGMMA): the build machine has no cuobjdump.
+  if command -v cuobjdump >/dev/null; then
+    note "| HGMMA in bench_paged_attention: $(cuobjdump -sass "$BUILD_DIR/bin/bench_paged_attention" \
+      2>/dev/null | grep -c HGMMA)"
+  fi
   run_bench bench_cache_ops 45
   # The FP8 W8A8 linear against bf16 on Llama-3-8B's projections (issue 45).
   run_bench bench_fp8_linear 60 --iters 10

@@ -22,6 +22,7 @@
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstddef>
 #include <cstdint>
@@ -476,18 +477,20 @@ PFN_cuTensorMapEncodeTiled_v12000 TensorMapEncoder() {
 // The cache [num_blocks, num_kv_heads, block_size, head_dim] as a 4-D tensor
 // (innermost first) whose box is one page of one head, 64 columns wide (one
 // 128-byte swizzle span). Without num_cache_blocks the block dimension is
-// bounded only by int32 block ids.
+// bounded by int32 block ids and by 2^40 bytes of cache (well past any GPU's
+// memory; it keeps the tensor's extent inside what TMA addresses).
 bool EncodeKvTensorMap(CUtensorMap* map, const void* cache, const PrefillAttentionParams& p) {
   const PFN_cuTensorMapEncodeTiled_v12000 encode = TensorMapEncoder();
   if (encode == nullptr) return false;
   const cuuint64_t row_bytes = static_cast<cuuint64_t>(p.head_dim) * 2;
-  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(p.head_dim),
-                              static_cast<cuuint64_t>(p.block_size),
-                              static_cast<cuuint64_t>(p.num_kv_heads),
-                              p.num_cache_blocks > 0 ? static_cast<cuuint64_t>(p.num_cache_blocks)
-                                                     : static_cast<cuuint64_t>(INT_MAX)};
   const cuuint64_t strides[3] = {row_bytes, row_bytes * p.block_size,
                                  row_bytes * p.block_size * p.num_kv_heads};
+  const cuuint64_t unknown_blocks =
+      std::min<cuuint64_t>(INT_MAX, (cuuint64_t{1} << 40) / strides[2]);
+  const cuuint64_t dims[4] = {
+      static_cast<cuuint64_t>(p.head_dim), static_cast<cuuint64_t>(p.block_size),
+      static_cast<cuuint64_t>(p.num_kv_heads),
+      p.num_cache_blocks > 0 ? static_cast<cuuint64_t>(p.num_cache_blocks) : unknown_blocks};
   const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(p.block_size), 1, 1};
   const cuuint32_t element_strides[4] = {1, 1, 1, 1};
   const CUtensorMapDataType type = p.dtype == ScalarType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
