@@ -42,8 +42,8 @@ constexpr int kWgBlockN = 128;  // keys per K/V tile
 constexpr int kWgStages = 2;
 constexpr int kWgConsumers = 2;  // consumer warpgroups
 constexpr int kWgThreads = 128 * (1 + kWgConsumers);
-constexpr int kWgProducerRegisters = 24;
-constexpr int kWgConsumerRegisters = 240;
+constexpr int kWgProducerRegisters = 40;
+constexpr int kWgConsumerRegisters = 232;
 constexpr int kSlabBytes = 128 * 128;  // 128 rows (Q rows or keys) x 64 elements
 // Named barriers (0 is __syncthreads): 1 + consumer, then both consumers.
 constexpr int kConsumersBarrier = 1 + kWgConsumers;
@@ -111,7 +111,7 @@ __device__ void ProduceKvTiles(const CUtensorMap* k_map, const CUtensorMap* v_ma
     for (int which = 0; which < 2; ++which) {
       const bool is_k = which == 0;
       const uint32_t full = is_k ? bars.KFull(stage) : bars.VFull(stage);
-      MbarrierWait(is_k ? bars.KEmpty(stage) : bars.VEmpty(stage), parity ^ 1);
+      MbarrierWaitOrTrap(is_k ? bars.KEmpty(stage) : bars.VEmpty(stage), parity ^ 1);
       MbarrierArriveExpectTx(full, pages * kPageBytes);
       const uint32_t dst = (is_k ? k_smem : v_smem) + stage * Smem::kTileBytes;
       for (int page = 0; page < pages; ++page) {

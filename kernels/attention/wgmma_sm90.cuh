@@ -53,19 +53,43 @@ __device__ __forceinline__ void MbarrierArrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
 
+// One bounded wait (the hardware suspends the thread up to a time limit of
+// its own) for the phase with the given parity; true once it has completed.
+__device__ __forceinline__ bool MbarrierTryWait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n"
+      "}\n"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+
+// Failed bounded waits before a wait gives up. Each try_wait suspends the
+// thread for up to a hardware time limit, so this is seconds at least: no
+// wait of a working pipeline comes near it.
+constexpr uint32_t kMbarrierWatchdogTries = 1u << 24;
+
 // Blocks until the phase with the given parity has completed. A fresh
 // barrier is in phase 0, so waiting for parity 1 returns at once (how the
 // producer passes its first round of "empty" barriers).
 __device__ __forceinline__ void MbarrierWait(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n"
-      ".reg .pred done;\n"
-      "WAIT_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT_%=;\n"
-      "}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
+  while (!MbarrierTryWait(bar, parity)) {
+  }
+}
+
+// MbarrierWait that traps after kMbarrierWatchdogTries failed tries: a
+// broken barrier protocol fails the launch (and the test) instead of hanging
+// the GPU. Only where registers are free (the producer): in the consumers
+// the counter alone made ptxas spill and serialize the wgmmas.
+__device__ __forceinline__ void MbarrierWaitOrTrap(uint32_t bar, uint32_t parity) {
+  for (uint32_t tries = 0; !MbarrierTryWait(bar, parity); ++tries) {
+    if (tries > kMbarrierWatchdogTries) __trap();
+  }
 }
 
 // ---- TMA ------------------------------------------------------------------
