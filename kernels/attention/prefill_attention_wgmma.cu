@@ -124,6 +124,14 @@ __device__ void ProduceKvTiles(const CUtensorMap* k_map, const CUtensorMap* v_ma
       }
     }
   }
+  // The last tiles' loads must land (the consumers wait for them without a
+  // watchdog): a transaction count that never completes traps here. Earlier
+  // tiles were consumed before their stages were refilled.
+  for (int n = max(0, tile.num_key_tiles - kWgStages); n < tile.num_key_tiles; ++n) {
+    const uint32_t parity = (n / kWgStages) & 1;
+    MbarrierWaitOrTrap(bars.KFull(n % kWgStages), parity);
+    MbarrierWaitOrTrap(bars.VFull(n % kWgStages), parity);
+  }
 }
 
 // Stages this warpgroup's 64 rows of Q (zero past the last row) in the
