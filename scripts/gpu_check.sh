@@ -393,7 +393,7 @@ if wanted attention; then
     head -1 | sed 's/  */ /g')"
   # The Hopper prefill kernel (PrefillKernel::kWgmma) against mma.sync, no
   # prefix (goal >= 400 TFLOP/s at 2k, >= 450 at 8k).
-  note "| $(grep -E '^prefill wgmma (tokens +(2048|8192) prefix +0:|: skipped)' \
+  note "| goal 2k >= 400, 8k >= 450 TFLOP/s: $(grep -E '^prefill wgmma( tokens +(2048|8192) prefix +0:|: skipped)' \
     "$LOG_DIR/bench_paged_attention.log" 2>/dev/null | sed -E 's/  +/ /g' | tr '\n' ';')"
   # Its SASS must hold wgmma (HGMMA): the build machine has no cuobjdump.
   if command -v cuobjdump >/dev/null; then
