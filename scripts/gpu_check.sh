@@ -294,6 +294,17 @@ if wanted ctest; then
   note "$(grep -E 'tests passed|tests failed' "$LOG_DIR/ctest.log" | tail -1)"
 fi
 
+# 1a'. The Hopper prefill kernel (issue 49): prefill_attention_wgmma_test,
+#     every bf16/f16 prefill sweep through PrefillKernel::kWgmma, in a process
+#     of its own. Until it reads ok the worker keeps mma.sync by default
+#     (PAGODA_PREFILL_KERNEL=wgmma opts in).
+if wanted ctest && [ -f "$LOG_DIR/ctest.log" ]; then
+  wgmma_result=$(sed -n 's/^.*Test *#[0-9]*: prefill_attention_wgmma_test \.*\** *\([A-Za-z*]*\).*/\1/p' \
+    "$LOG_DIR/ctest.log" | tail -1)
+  record wgmma-prefill "$([ "$wgmma_result" = Passed ] && echo ok || echo CHECK)" 0 \
+    "prefill_attention_wgmma_test:${wgmma_result:-not run}"
+fi
+
 # 1a. The FP8 row: the results of the binaries holding the FP8 cases.
 FP8_TESTS=(kernels_ops_fp8_linear_test kernels_ops_cache_ops_test decode_attention_test
   prefill_attention_test worker_cuda_model_test worker_cuda_graph_test)
