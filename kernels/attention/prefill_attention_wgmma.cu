@@ -23,6 +23,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstddef>
 #include <cstdint>
@@ -509,14 +510,29 @@ bool EncodeKvTensorMap(CUtensorMap* map, const void* cache, const PrefillAttenti
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+// Sets `kernel`'s shared-memory limit once per device (the attribute belongs
+// to a device's context; setting it every launch would add host time that a
+// short prefill's timing sees). Devices past 63 set it every launch.
+template <typename Kernel>
+cudaError_t AllowSharedMemoryOnce(Kernel kernel, int bytes, int device,
+                                  std::atomic<uint64_t>& done_devices) {
+  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
+  if (bit != 0 && (done_devices.load(std::memory_order_acquire) & bit) != 0) return cudaSuccess;
+  const cudaError_t error =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (error == cudaSuccess) done_devices.fetch_or(bit, std::memory_order_release);
+  return error;
+}
+
 template <typename T, int kHeadDim, int kBlockSize>
-cudaError_t LaunchWgmmaTyped(const PrefillAttentionParams& params, const CUtensorMap& k_map,
-                             const CUtensorMap& v_map, cudaStream_t stream) {
+cudaError_t LaunchWgmmaTyped(const PrefillAttentionParams& params, int device,
+                             const CUtensorMap& k_map, const CUtensorMap& v_map,
+                             cudaStream_t stream) {
   const auto kernel = PrefillWgmmaKernel<T, kHeadDim, kBlockSize>;
   constexpr int kSmemBytes = WgSmem<kHeadDim>::kAllocBytes;
-  // Per launch: the attribute belongs to the current device's context.
+  static std::atomic<uint64_t> configured_devices{0};
   const cudaError_t attribute =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+      AllowSharedMemoryOnce(kernel, kSmemBytes, device, configured_devices);
   if (attribute != cudaSuccess) return attribute;
   const int group = params.num_q_heads / params.num_kv_heads;
   const long long rows = static_cast<long long>(params.max_query_len) * group;
@@ -528,14 +544,17 @@ cudaError_t LaunchWgmmaTyped(const PrefillAttentionParams& params, const CUtenso
 }
 
 template <typename T>
-cudaError_t LaunchWgmmaForType(const PrefillAttentionParams& params, const CUtensorMap& k_map,
-                               const CUtensorMap& v_map, cudaStream_t stream) {
+cudaError_t LaunchWgmmaForType(const PrefillAttentionParams& params, int device,
+                               const CUtensorMap& k_map, const CUtensorMap& v_map,
+                               cudaStream_t stream) {
   const int d = params.head_dim;
   const int bs = params.block_size;
-  if (d == 64 && bs == 16) return LaunchWgmmaTyped<T, 64, 16>(params, k_map, v_map, stream);
-  if (d == 64 && bs == 32) return LaunchWgmmaTyped<T, 64, 32>(params, k_map, v_map, stream);
-  if (d == 128 && bs == 16) return LaunchWgmmaTyped<T, 128, 16>(params, k_map, v_map, stream);
-  if (d == 128 && bs == 32) return LaunchWgmmaTyped<T, 128, 32>(params, k_map, v_map, stream);
+  if (d == 64 && bs == 16) return LaunchWgmmaTyped<T, 64, 16>(params, device, k_map, v_map, stream);
+  if (d == 64 && bs == 32) return LaunchWgmmaTyped<T, 64, 32>(params, device, k_map, v_map, stream);
+  if (d == 128 && bs == 16)
+    return LaunchWgmmaTyped<T, 128, 16>(params, device, k_map, v_map, stream);
+  if (d == 128 && bs == 32)
+    return LaunchWgmmaTyped<T, 128, 32>(params, device, k_map, v_map, stream);
   return cudaErrorInvalidValue;
 }
 
@@ -563,9 +582,9 @@ cudaError_t LaunchPrefillWgmma(const PrefillAttentionParams& params, cudaStream_
   }
   switch (params.dtype) {
     case ScalarType::kBF16:
-      return LaunchWgmmaForType<__nv_bfloat16>(params, k_map, v_map, stream);
+      return LaunchWgmmaForType<__nv_bfloat16>(params, device, k_map, v_map, stream);
     case ScalarType::kF16:
-      return LaunchWgmmaForType<__half>(params, k_map, v_map, stream);
+      return LaunchWgmmaForType<__half>(params, device, k_map, v_map, stream);
     default:
       return cudaErrorInvalidValue;
   }
