@@ -126,9 +126,10 @@ void BenchDecode(const Cache& cache, int batch, int context, SplitKMode split, i
   CHECK_CUDA(cudaFree(lens));
 }
 
-// `queries` new tokens per sequence after a cached prefix of `prefix` tokens.
-void BenchPrefill(const Cache& cache, int batch, int queries, int prefix, int iters,
-                  std::mt19937& rng) {
+// `queries` new tokens per sequence after a cached prefix of `prefix` tokens,
+// through `kernel`. Returns the TFLOP/s.
+double BenchPrefill(const Cache& cache, int batch, int queries, int prefix, int iters,
+                    std::mt19937& rng, PrefillKernel kernel = PrefillKernel::kMmaSync) {
   const int context = prefix + queries;
   int max_blocks = 0;
   int32_t* tables = MakeBlockTables(batch, context, cache.num_blocks, rng, &max_blocks);
@@ -152,6 +153,8 @@ void BenchPrefill(const Cache& cache, int batch, int queries, int prefix, int it
   p.max_query_len = queries;
   p.softmax_scale = 0.08838834764831845f;
   p.kv_storage = cache.storage;
+  p.kernel = kernel;
+  p.num_cache_blocks = cache.num_blocks;
   p.q = q;
   p.query_start = query_start;
   p.k_cache = cache.k;
@@ -166,14 +169,40 @@ void BenchPrefill(const Cache& cache, int batch, int queries, int prefix, int it
       (static_cast<double>(queries) * prefix + static_cast<double>(queries) * (queries + 1) / 2) *
       batch;
   const double flops = 4.0 * pairs * kQHeads * kHeadDim;
+  const double tflops = flops / (ms * 1e-3) / 1e12;
   std::printf(
-      "prefill %-4s batch %4d tokens %5d  causal, prefix %5d      %9.1f us  %7.2f TFLOP/s\n",
-      cache.name(), batch, queries, prefix, ms * 1e3, flops / (ms * 1e-3) / 1e12);
+      "prefill %-4s batch %4d tokens %5d  causal, prefix %5d      %9.1f us  %7.2f TFLOP/s%s\n",
+      cache.name(), batch, queries, prefix, ms * 1e3, tflops,
+      kernel == PrefillKernel::kWgmma ? "  wgmma" : "");
   CHECK_CUDA(cudaFree(q));
   CHECK_CUDA(cudaFree(out));
   CHECK_CUDA(cudaFree(tables));
   CHECK_CUDA(cudaFree(lens));
   CHECK_CUDA(cudaFree(query_start));
+  return tflops;
+}
+
+// The Hopper prefill kernel beside mma.sync, same run, causal, head 128:
+// one "prefill wgmma" row per length with both figures and their ratio
+// (issue 49's goal: >= 400 TFLOP/s at 2k, >= 450 at 8k on an H100).
+void BenchPrefillKernels(const Cache& cache, int iters, std::mt19937& rng) {
+  int device = 0;
+  CHECK_CUDA(cudaGetDevice(&device));
+  if (!PrefillKernelRunsOnDevice(PrefillKernel::kWgmma, device, cache.storage)) {
+    std::printf("prefill wgmma: skipped (needs compute capability 9.0)\n");
+    return;
+  }
+  for (int prefix : {0, 4096}) {
+    for (int queries : {2048, 4096, 8192}) {
+      const double sync = BenchPrefill(cache, 1, queries, prefix, iters, rng);
+      const double wgmma =
+          BenchPrefill(cache, 1, queries, prefix, iters, rng, PrefillKernel::kWgmma);
+      std::printf(
+          "prefill wgmma tokens %5d prefix %5d: mma.sync %7.2f  wgmma %7.2f TFLOP/s  "
+          "ratio %.2fx\n",
+          queries, prefix, sync, wgmma, wgmma / sync);
+    }
+  }
 }
 
 }  // namespace
@@ -242,8 +271,6 @@ int main(int argc, char** argv) {
     for (int prefix : {0, 4096}) BenchPrefill(cache, 1, queries, prefix, prefill_iters, rng);
   }
   BenchPrefill(cache, 4, 4096, 0, prefill_iters, rng);
-  CHECK_CUDA(cudaFree(cache.k));
-  CHECK_CUDA(cudaFree(cache.v));
 
   // The same shapes over an FP8 E4M3 cache (kernels' FP8 paths): compare
   // each row's time with the bf16 row above.
@@ -263,5 +290,11 @@ int main(int argc, char** argv) {
   for (int queries : {2048, 8192}) BenchPrefill(fp8, 1, queries, 0, prefill_iters, rng);
   CHECK_CUDA(cudaFree(fp8.k));
   CHECK_CUDA(cudaFree(fp8.v));
+
+  // Last, so that a failing wgmma kernel (it traps rather than hang) costs
+  // no other row.
+  BenchPrefillKernels(cache, prefill_iters, rng);
+  CHECK_CUDA(cudaFree(cache.k));
+  CHECK_CUDA(cudaFree(cache.v));
   return 0;
 }

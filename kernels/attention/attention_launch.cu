@@ -1,8 +1,10 @@
-// Runtime dtype and cache-storage dispatch for the attention launchers. The
-// kernels themselves are instantiated in the per-dtype (and FP8) .cu files.
+// Runtime dtype, cache-storage and prefill-kernel dispatch for the attention
+// launchers. The kernels themselves are instantiated in the per-dtype (and
+// FP8) .cu files and, for the Hopper prefill kernel, its sm_90a file.
 #include "kernels/attention/decode_attention.cuh"
 #include "kernels/attention/paged_attention.h"
 #include "kernels/attention/prefill_attention.cuh"
+#include "kernels/attention/prefill_attention_wgmma.h"
 
 namespace pagoda::kernels {
 
@@ -32,6 +34,9 @@ cudaError_t LaunchPrefillAttention(const PrefillAttentionParams& params, cudaStr
   if (!CheckPrefillSupported(params).ok()) return cudaErrorInvalidValue;
   PrefillAttentionParams resolved = params;
   resolved.q_token_stride = QueryTokenStride(params);
+  if (params.kernel == PrefillKernel::kWgmma) {
+    return attention_internal::LaunchPrefillWgmma(resolved, stream);
+  }
   const bool fp8 = params.kv_storage == KvCacheStorage::kFp8E4M3;
   switch (params.dtype) {
     case ScalarType::kBF16:

@@ -107,7 +107,24 @@ KernelStatus CheckPrefillSupported(const PrefillAttentionParams& p) {
   }
   status = CheckKvStorage(p.kv_storage, p.k_scale, p.v_scale, "prefill attention");
   if (!status.ok()) return status;
+  if (p.kernel == PrefillKernel::kWgmma && p.kv_storage != KvCacheStorage::kDType) {
+    return InvalidKernelArgument("prefill attention: the wgmma kernel reads a bf16/f16 cache only");
+  }
+  if (p.num_cache_blocks < 0) {
+    return InvalidKernelArgument("prefill attention: num_cache_blocks must not be negative");
+  }
   return CheckQueryStride(p, "prefill attention");
+}
+
+bool PrefillKernelRunsOnDevice(PrefillKernel kernel, int device, KvCacheStorage kv_storage) {
+  if (kernel == PrefillKernel::kMmaSync) return true;
+  int major = 0;
+  int minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    return false;
+  }
+  return major == 9 && minor == 0 && kv_storage == KvCacheStorage::kDType;
 }
 
 namespace {

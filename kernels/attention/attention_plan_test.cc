@@ -171,8 +171,8 @@ TEST(LaunchDecodeAttentionTest, SplitPlanForFewerSequencesIsRejectedBeforeLaunch
   // for 2 sequences would write past it, so the launcher refuses (no CUDA call
   // happens first, so this runs without a GPU).
   DecodeAttentionParams p = ValidDecodeParams();  // 2 sequences, 28 q heads
-  const DecodePlan plan = PlanDecodeAttention(1, p.num_q_heads, p.num_kv_heads, p.head_dim,
-                                              32768, kH200Sms);
+  const DecodePlan plan =
+      PlanDecodeAttention(1, p.num_q_heads, p.num_kv_heads, p.head_dim, 32768, kH200Sms);
   ASSERT_GT(plan.partition_size, 0);
   alignas(16) static float workspace[4];
   EXPECT_EQ(LaunchDecodeAttention(p, plan, workspace, nullptr), cudaErrorInvalidValue);
@@ -202,6 +202,32 @@ TEST(CheckPrefillSupportedTest, RequiresQueryBoundAndPointers) {
   p.query_start = &dummy;
   p.head_dim = 256;
   ExpectRejected(CheckPrefillSupported(p), "head_dim 256");
+}
+
+TEST(CheckPrefillSupportedTest, WgmmaKernelNeedsADTypeCacheAndABlockCountNotNegative) {
+  alignas(16) static int dummy;
+  PrefillAttentionParams p;
+  p.dtype = ScalarType::kBF16;
+  p.num_seqs = 1;
+  p.num_q_heads = 32;
+  p.num_kv_heads = 8;
+  p.head_dim = 128;
+  p.block_size = 16;
+  p.max_blocks_per_seq = 2;
+  p.max_query_len = 20;
+  p.q = p.k_cache = p.v_cache = p.out = &dummy;
+  p.block_tables = p.context_lens = p.query_start = &dummy;
+  p.kernel = PrefillKernel::kWgmma;
+  p.num_cache_blocks = 7;
+  EXPECT_TRUE(CheckPrefillSupported(p).ok());
+  p.kv_storage = KvCacheStorage::kFp8E4M3;
+  ExpectRejected(CheckPrefillSupported(p), "wgmma kernel reads a bf16/f16 cache only");
+  EXPECT_FALSE(PrefillKernelRunsOnDevice(PrefillKernel::kWgmma, 0, KvCacheStorage::kFp8E4M3));
+  p.kernel = PrefillKernel::kMmaSync;  // mma.sync reads FP8 pages
+  EXPECT_TRUE(CheckPrefillSupported(p).ok());
+  p.kv_storage = KvCacheStorage::kDType;
+  p.num_cache_blocks = -1;
+  ExpectRejected(CheckPrefillSupported(p), "num_cache_blocks");
 }
 
 TEST(KernelStatusFromCudaTest, KeepsTheCodeAndNamesTheFailure) {

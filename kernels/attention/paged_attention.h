@@ -66,6 +66,17 @@ struct DecodeAttentionParams {
   void* out = nullptr;                    // [num_seqs, num_q_heads, head_dim]
 };
 
+// Which prefill kernel runs. kMmaSync (FlashAttention-2 on mma.sync, every
+// sm_80+ GPU) is the default; kWgmma is the Hopper kernel (wgmma, TMA loads
+// of the pages, warp specialization; prefill_attention_wgmma.cu), only on
+// compute capability 9.0 and only over a bf16/f16 cache: elsewhere its launch
+// returns cudaErrorInvalidValue without launching
+// (PrefillKernelRunsOnDevice says beforehand).
+enum class PrefillKernel {
+  kMmaSync,
+  kWgmma,
+};
+
 // Prefill attention over the paged cache, variable-length batch. Sequence s
 // has query tokens q[query_start[s] .. query_start[s+1]) whose K/V are already
 // in the cache as the LAST num_queries tokens of its context_lens[s] tokens, so
@@ -88,6 +99,11 @@ struct PrefillAttentionParams {
   KvCacheStorage kv_storage = KvCacheStorage::kDType;
   float k_scale = 1.0f;
   float v_scale = 1.0f;
+
+  PrefillKernel kernel = PrefillKernel::kMmaSync;
+  // Blocks in k_cache and v_cache, 0 when unknown. kWgmma bounds its TMA
+  // loads by it (a block id past it reads zeros); the others ignore it.
+  int num_cache_blocks = 0;
 
   const void* q = nullptr;               // [total_queries, num_q_heads, head_dim]
   int64_t q_token_stride = 0;            // see QueryTokenStride
@@ -177,6 +193,11 @@ DecodePlan PlanDecodeAttention(int num_seqs, int num_q_heads, int num_kv_heads, 
 // otherwise the launch error, if any.
 cudaError_t LaunchDecodeAttention(const DecodeAttentionParams& params, const DecodePlan& plan,
                                   void* workspace, cudaStream_t stream);
+
+// Whether `kernel` can run on CUDA device `device` over a cache stored as
+// `kv_storage` (kWgmma: compute capability 9.0 and a bf16/f16 cache). False
+// when the device cannot be queried.
+bool PrefillKernelRunsOnDevice(PrefillKernel kernel, int device, KvCacheStorage kv_storage);
 
 // Enqueues prefill attention on `stream`. Returns cudaErrorInvalidValue for an
 // unsupported configuration, otherwise the launch error, if any.

@@ -1,7 +1,9 @@
 // Prefill attention kernel against the float64 CPU reference: causal masks,
 // variable-length batches, with and without a cached prefix, GQA, dtypes,
 // head sizes and block sizes, over bf16/f16 caches and FP8 E4M3 ones (the
-// reference fed the codes' exact values times the scales). Needs a CUDA
+// reference fed the codes' exact values times the scales). The bf16/f16
+// sweeps run once per prefill kernel: mma.sync everywhere, wgmma (the Hopper
+// kernel) on compute capability 9.0 only (skipped elsewhere). Needs a CUDA
 // device; skipped without one.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -36,9 +38,11 @@ struct PrefillCase {
   KvCacheStorage kv_storage = KvCacheStorage::kDType;
   float k_scale = 1.0f;
   float v_scale = 1.0f;
+  PrefillKernel kernel = PrefillKernel::kMmaSync;
 
   std::string Name() const {
     std::string name =
+        std::string(kernel == PrefillKernel::kWgmma ? "wgmma " : "mma.sync ") +
         std::string(dtype == ScalarType::kBF16 ? "bf16" : "f16") +
         (kv_storage == KvCacheStorage::kFp8E4M3 ? " fp8 cache k_scale " + std::to_string(k_scale) +
                                                       " v_scale " + std::to_string(v_scale)
@@ -91,6 +95,8 @@ void RunPrefillCase(const PrefillCase& c, uint32_t seed) {
   params.kv_storage = c.kv_storage;
   params.k_scale = c.k_scale;
   params.v_scale = c.v_scale;
+  params.kernel = c.kernel;
+  params.num_cache_blocks = problem.cache.num_blocks;
   params.q = device.q.get();
   DeviceBuffer strided_q;
   if (c.q_row_padding > 0) {
@@ -131,14 +137,39 @@ void RunPrefillCase(const PrefillCase& c, uint32_t seed) {
   EXPECT_LT(comparison.relative_l2_error, 1e-2) << comparison.Describe();
 }
 
-TEST(PrefillAttentionTest, SweepShapesDtypesBlockSizes) {
+// The bf16/f16-cache sweeps, once per prefill kernel (the test parameter).
+class PrefillKernelTest : public testing::TestWithParam<PrefillKernel> {
+ protected:
+  void SetUp() override {
+    int device = 0;
+    ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+    if (!PrefillKernelRunsOnDevice(GetParam(), device, KvCacheStorage::kDType)) {
+      GTEST_SKIP() << "the wgmma prefill kernel needs compute capability 9.0";
+    }
+  }
+  // A case for this test's kernel.
+  PrefillCase Case() const {
+    PrefillCase c;
+    c.kernel = GetParam();
+    return c;
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(Kernels, PrefillKernelTest,
+                         testing::Values(PrefillKernel::kMmaSync, PrefillKernel::kWgmma),
+                         [](const testing::TestParamInfo<PrefillKernel>& info) {
+                           return info.param == PrefillKernel::kWgmma ? std::string("Wgmma")
+                                                                      : std::string("MmaSync");
+                         });
+
+TEST_P(PrefillKernelTest, SweepShapesDtypesBlockSizes) {
   const int head_pairs[][2] = {{40, 40}, {64, 8}, {32, 8}};
   uint32_t seed = 1;
   for (ScalarType dtype : {ScalarType::kBF16, ScalarType::kF16}) {
     for (const auto& heads : head_pairs) {
       for (int head_dim : {64, 128}) {
         for (int block_size : {16, 32}) {
-          PrefillCase c;
+          PrefillCase c = Case();
           c.dtype = dtype;
           c.num_q_heads = heads[0];
           c.num_kv_heads = heads[1];
@@ -156,11 +187,11 @@ TEST(PrefillAttentionTest, SweepShapesDtypesBlockSizes) {
 
 // q read from a fused QKV product's rows (k and v heads poisoned between
 // them), with and without a cached prefix, GQA 4 and 1.
-TEST(PrefillAttentionTest, QueryRowsThroughAStride) {
+TEST_P(PrefillKernelTest, QueryRowsThroughAStride) {
   uint32_t seed = 400;
   for (auto [q_heads, kv_heads] : {std::pair{32, 8}, std::pair{8, 8}}) {
     for (int head_dim : {64, 128}) {
-      PrefillCase c;
+      PrefillCase c = Case();
       c.num_q_heads = q_heads;
       c.num_kv_heads = kv_heads;
       c.head_dim = head_dim;
@@ -171,13 +202,13 @@ TEST(PrefillAttentionTest, QueryRowsThroughAStride) {
   }
 }
 
-TEST(PrefillAttentionTest, GroupsThatSplitAQueryAcrossTiles) {
+TEST_P(PrefillKernelTest, GroupsThatSplitAQueryAcrossTiles) {
   // A tile is 64 (query, head) rows: with groups of 7 or 3 a query's heads
   // straddle two tiles, and the tile's key range ends mid-query.
   const int head_pairs[][2] = {{28, 4}, {12, 4}};
   uint32_t seed = 20;
   for (const auto& heads : head_pairs) {
-    PrefillCase c;
+    PrefillCase c = Case();
     c.num_q_heads = heads[0];
     c.num_kv_heads = heads[1];
     c.head_dim = seed % 2 == 0 ? 128 : 64;
@@ -186,22 +217,22 @@ TEST(PrefillAttentionTest, GroupsThatSplitAQueryAcrossTiles) {
   }
 }
 
-TEST(PrefillAttentionTest, NoPrefixLongerPrompts) {
-  PrefillCase c;
+TEST_P(PrefillKernelTest, NoPrefixLongerPrompts) {
+  PrefillCase c = Case();
   c.sequences = {{257, 257}, {64, 64}, {100, 100}};
   RunPrefillCase(c, 10);
 }
 
-TEST(PrefillAttentionTest, CachedPrefixChunks) {
-  PrefillCase c;
+TEST_P(PrefillKernelTest, CachedPrefixChunks) {
+  PrefillCase c = Case();
   c.table_kind = BlockTableKind::kRepeated;
   // A long cached prefix with a chunk of new queries, and single-query tails.
   c.sequences = {{700, 130}, {48, 1}, {513, 17}};
   RunPrefillCase(c, 11);
 }
 
-TEST(PrefillAttentionTest, PeakedSoftmaxIsStable) {
-  PrefillCase c;
+TEST_P(PrefillKernelTest, PeakedSoftmaxIsStable) {
+  PrefillCase c = Case();
   c.query_magnitude = 40.0f;
   c.num_q_heads = 40;
   c.num_kv_heads = 40;
@@ -260,6 +291,42 @@ TEST(PrefillAttentionTest, Fp8CachePrefixGroupsAndStrides) {
       RunPrefillCase(c, seed++);
     }
   }
+}
+
+// Longer than one 128-key tile per row block and across pages: several
+// pipeline rounds (the ring wraps), a long cached prefix, keys ending inside
+// a tile and a page, every query of a group in one 128-row block or split.
+TEST_P(PrefillKernelTest, LongContextsWrapThePipeline) {
+  uint32_t seed = 30;
+  for (int group : {1, 4, 3}) {
+    PrefillCase c = Case();
+    c.num_kv_heads = 2;
+    c.num_q_heads = 2 * group;
+    c.block_size = seed % 2 == 0 ? 16 : 32;
+    c.sequences = {{600, 600}, {1537, 300}, {129, 129}, {640, 128}};
+    RunPrefillCase(c, seed++);
+  }
+}
+
+// The launcher refuses the wgmma kernel over an FP8 cache before touching
+// the device (the checks themselves: attention_plan_test).
+TEST(PrefillAttentionTest, WgmmaKernelOverAnFp8CacheIsRejectedWithoutLaunch) {
+  PrefillAttentionParams params;
+  params.num_seqs = 1;
+  params.num_q_heads = 8;
+  params.num_kv_heads = 8;
+  params.head_dim = 128;
+  params.block_size = 16;
+  params.max_blocks_per_seq = 1;
+  params.max_query_len = 1;
+  params.kv_storage = KvCacheStorage::kFp8E4M3;
+  params.kernel = PrefillKernel::kWgmma;
+  // Aligned host memory: the checks must refuse the FP8 cache, not the
+  // pointers, and nothing is launched.
+  alignas(16) int32_t dummy[4] = {};
+  params.q = params.k_cache = params.v_cache = params.out = dummy;
+  params.query_start = params.block_tables = params.context_lens = dummy;
+  EXPECT_EQ(LaunchPrefillAttention(params, nullptr), cudaErrorInvalidValue);
 }
 
 TEST(PrefillAttentionTest, UnsupportedShapeIsRejectedWithoutLaunch) {

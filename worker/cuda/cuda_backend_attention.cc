@@ -1,8 +1,11 @@
 // CudaBackend's paged attention: decode steps through the split-K decode
 // kernel (its workspace fixed while graphs are captured), anything with a
-// prompt through the prefill kernel.
+// prompt through the prefill kernel (mma.sync, or the Hopper wgmma kernel
+// under PAGODA_PREFILL_KERNEL=wgmma).
 
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 
 #include "kernels/attention/paged_attention.h"
 #include "worker/cuda/cuda_backend.h"
@@ -40,6 +43,19 @@ KernelParams AttentionKernelParams(const PagedAttentionParams& params, DType act
   out.context_lens = batch.context_lens;
   out.out = params.output;
   return out;
+}
+
+// The prefill kernel asked for by PAGODA_PREFILL_KERNEL: "wgmma" for the
+// Hopper kernel (issue 49; off until a GPU run has passed it, then the
+// default flips here), anything else or unset for mma.sync. Read once.
+kernels::PrefillKernel RequestedPrefillKernel() {
+  static const kernels::PrefillKernel kernel = [] {
+    const char* value = std::getenv("PAGODA_PREFILL_KERNEL");
+    return value != nullptr && std::string_view(value) == "wgmma"
+               ? kernels::PrefillKernel::kWgmma
+               : kernels::PrefillKernel::kMmaSync;
+  }();
+  return kernel;
 }
 
 }  // namespace
@@ -91,6 +107,12 @@ void CudaBackend::PrefillAttention(const PagedAttentionParams& params) {
   auto prefill = AttentionKernelParams<kernels::PrefillAttentionParams>(params, activation_dtype_);
   prefill.max_query_len = params.batch->max_query_len;
   prefill.query_start = params.batch->query_start;
+  // wgmma only where it runs (compute capability 9.0, a bf16/f16 cache).
+  if (RequestedPrefillKernel() == kernels::PrefillKernel::kWgmma &&
+      kernels::PrefillKernelRunsOnDevice(kernels::PrefillKernel::kWgmma, device_,
+                                         prefill.kv_storage)) {
+    prefill.kernel = kernels::PrefillKernel::kWgmma;
+  }
   Check(kernels::LaunchPrefillAttention(prefill, stream_), "prefill attention");
 }
 
