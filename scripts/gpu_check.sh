@@ -30,7 +30,8 @@
 #     where the machine has two GPUs). GPU tests skip by exit code 77 without
 #     a device, so "Skipped" there means "no GPU", never a hidden failure.
 #  1a. FP8 (issue 45: the CUDA FP8 KV cache and FP8 W8A8 linears, written
-#     without a GPU): their cases ran in step 1 (kernels_ops_fp8_linear_test,
+#     without a GPU; the linears' scales-in-cuBLASLt bf16 output is checked
+#     in every bf16/f16 case): their cases ran in step 1 (kernels_ops_fp8_linear_test,
 #     the Fp8* cases of kernels_ops_cache_ops_test, decode_attention_test and
 #     prefill_attention_test, worker_cuda_model_test's fp8 models,
 #     worker_cuda_graph_test's fp8 batches); one row
@@ -38,7 +39,9 @@
 #     --kv-cache-dtype fp8 and the runner FP8 weights on --device cuda.
 #  1i. Int4/int8 linears on CUDA (issue 45, written without a GPU: AWQ,
 #     GPTQ with act-order, compressed-tensors pack-quantized, and int8
-#     W8A8): their cases ran in step 1 (kernels_ops_int_linear_test, the
+#     W8A8, through the float GEMM and through cuBLASLt's int8 GEMM:
+#     W8A8Int8TensorCores*, Int8GemmDeclines*): their cases ran in step 1
+#     (kernels_ops_int_linear_test, the
 #     awq/gptq/ct_w4a16/ct_w8a8 models of worker_cuda_model_test,
 #     worker_cuda_graph_test's int4 batches); one row gives those binaries'
 #     results. Until it and the fp8 row read ok the runner refuses
@@ -390,10 +393,13 @@ if wanted attention; then
   note "| $(grep -E 'decode fp8 .*ctx +32768' "$LOG_DIR/bench_paged_attention.log" 2>/dev/null |
     head -1 | sed 's/  */ /g')"
   run_bench bench_cache_ops 45
-  # The FP8 W8A8 linear against bf16 on Llama-3-8B's projections (issue 45).
-  run_bench bench_fp8_linear 60 --iters 10
-  note "$(grep -E '^gate_up .* rows +(64|4096) ' "$LOG_DIR/bench_fp8_linear.log" 2>/dev/null |
-    sed -E 's/.* rows +([0-9]+) .*bf16\/fp8 +([0-9.]+x).*/gate_up x\1: \2/' | tr '\n' ' ')"
+  # The FP8 W8A8 linear against bf16 on Llama-3-8B's projections (issue 45):
+  # the f32-product path, the scales-in-cuBLASLt bf16-out path (fused) and
+  # W8A8 int8 on the tensor cores (int8); 0.00x = cuBLASLt declined it.
+  run_bench bench_fp8_linear 90 --iters 10
+  note "$(grep -E '^gate_up .* rows +(1|64|4096) ' "$LOG_DIR/bench_fp8_linear.log" 2>/dev/null |
+    sed -E 's/.* rows +([0-9]+) .*bf16\/fp8 +([0-9.]+x).*bf16\/fused +([0-9.]+x).*bf16\/int8 +([0-9.]+x).*/gate_up x\1: \2 fused \3 int8 \4/' |
+    tr '\n' ' ')"
   # The int4 g128 linear against its packed-weight floor (goal <= 1.3x at
   # batch 1) and bf16 (issue 45).
   run_bench bench_int4_linear 60 --iters 10

@@ -46,6 +46,10 @@ struct PackedIntWeight {
   int64_t words_per_row = 0;
   int64_t group_size = 0;  // inputs a run (the last run may be shorter)
   int64_t runs = 0;        // ceil(in / group_size)
+  // XORed into every code word before its codes are read: 0, or
+  // kernels/ops/w8a8_int8.h's kInt8SignFlip for a W8A8 weight stored as
+  // int8 values for cuBLASLt.
+  uint32_t code_xor = 0;
 };
 
 struct IntGemvParams {

@@ -24,6 +24,7 @@
 //
 // Thread safety: one caller at a time (the model runner serialises steps).
 
+#include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -182,6 +183,11 @@ class CudaBackend final : public Backend {
   void CopyAndWait(void* dst, const void* src, size_t n, cudaMemcpyKind kind, const char* what);
   // IntLinear's W8A8 half.
   void W8A8IntLinear(const IntWeights& weights, const void* x, int rows, void* y);
+  // One chunk of W8A8IntLinear's int8 tensor-core path (up to
+  // kW8A8ChunkRows rows); CUBLAS_STATUS_NOT_SUPPORTED, nothing enqueued,
+  // where cuBLASLt declines it.
+  cublasStatus_t W8A8Int8Chunk(const IntWeights& weights, const void* x, int64_t count, void* y);
+  void W8A8GemmFailed(cublasStatus_t status);
   // PagedAttention of a decode-only step, and of any other step.
   void DecodeAttention(const PagedAttentionParams& params);
   void PrefillAttention(const PagedAttentionParams& params);
