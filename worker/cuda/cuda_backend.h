@@ -175,8 +175,8 @@ class CudaBackend final : public Backend {
   // already failed on a mismatched dtype.
   bool SkipLaunch() const { return mode_ == LaunchMode::kReplay; }
   bool ExpectActivationDType(DType dtype, const char* what);
-  // The same for a KV cache, which may also be FP8 E4M3 (the kernels widen
-  // its codes); E5M2 and others fail.
+  // The same for a KV cache, which may also be FP8 E4M3 or E5M2 (the
+  // kernels widen its codes); others fail.
   bool ExpectKvCacheDType(DType dtype);
   // Copies `n` bytes on the stream and waits for them; skipped while
   // capturing (host copies are not part of a graph).
@@ -184,8 +184,8 @@ class CudaBackend final : public Backend {
   // IntLinear's W8A8 half.
   void W8A8IntLinear(const IntWeights& weights, const void* x, int rows, void* y);
   // One chunk of W8A8IntLinear's int8 tensor-core path (up to
-  // kW8A8ChunkRows rows); CUBLAS_STATUS_NOT_SUPPORTED, nothing enqueued,
-  // where cuBLASLt declines it.
+  // kW8A8ChunkRows rows); CUBLAS_STATUS_NOT_SUPPORTED, y untouched (only
+  // the scratch's codes may be written), where cuBLASLt declines it.
   cublasStatus_t W8A8Int8Chunk(const IntWeights& weights, const void* x, int64_t count, void* y);
   void W8A8GemmFailed(cublasStatus_t status);
   // PagedAttention of a decode-only step, and of any other step.
