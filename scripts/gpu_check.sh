@@ -31,7 +31,9 @@
 #     a device, so "Skipped" there means "no GPU", never a hidden failure.
 #  1a. FP8 (issue 45: the CUDA FP8 KV cache and FP8 W8A8 linears, written
 #     without a GPU; the linears' scales-in-cuBLASLt bf16 output is checked
-#     in every bf16/f16 case): their cases ran in step 1 (kernels_ops_fp8_linear_test,
+#     in every bf16/f16 case, and the E5M2 cache in the Fp8E5M2* cases of the
+#     same cache and attention binaries): their cases ran in step 1
+#     (kernels_ops_fp8_linear_test,
 #     the Fp8* cases of kernels_ops_cache_ops_test, decode_attention_test and
 #     prefill_attention_test, worker_cuda_model_test's fp8 models,
 #     worker_cuda_graph_test's fp8 batches); one row
@@ -46,6 +48,9 @@
 #     worker_cuda_graph_test's int4 batches); one row gives those binaries'
 #     results. Until it and the fp8 row read ok the runner refuses
 #     quantized checkpoints on --device cuda (RefuseUnverifiedQuantizedWeights).
+#  1f. The fused int4 prefill GEMM (kernels_ops_int_gemm_fused_test, issue
+#     45, written without a GPU and not yet called by CudaBackend): its own
+#     row, int_fused, so a failure there cannot hold back int_linear.
 #  1b. Tensor parallelism over NCCL, each its own row of the summary:
 #     nccl_size1 (comm_nccl_communicator_test: a one-rank NCCL group
 #     all-reducing bf16/f16 on the caller's stream, Abort, and every visible
@@ -76,9 +81,11 @@
 #     batch 1 at 32k) and prefill TFLOP/s, then the same over an FP8 E4M3
 #     cache (its rows' times against bf16's: issue 45); bench_cache_ops;
 #     bench_fp8_linear (the FP8 W8A8 linear against bf16 on Llama-3-8B's
-#     projections, batch 1 to 4096: issue 45); bench_int4_linear (the int4
-#     g128 linear against bf16 and its packed-weight floor, batch 1 to 4096:
-#     issue 45's batch-1 goal <= 1.3x the floor).
+#     projections, batch 1 to 4096, with its scales-in-cuBLASLt bf16-out
+#     path and W8A8 int8 on the tensor cores: issue 45); bench_int4_linear
+#     (the int4 g128 linear against bf16 and its packed-weight floor, batch
+#     1 to 4096, and the 8B batch-1 decode step's int4 linears from one CUDA
+#     graph: issue 45's batch-1 goal <= 1.3x the floor).
 #  3. A Llama-3-8B-shaped bf16 model with random weights
 #     (scripts/make_bench_model.py, torch on the GPU), then bench_decode_step:
 #     eager and graph decode step at batch 1/64/256, context 1k, vs the
@@ -322,6 +329,17 @@ if wanted ctest && [ -f "$LOG_DIR/ctest.log" ]; then
   record int_linear "$int_status" 0 "$int_results"
 fi
 
+# 1f. The fused int4 prefill GEMM (not yet serving; its own row so that it
+# cannot hold back int_linear): ok here is what turning it on waits for.
+if wanted ctest && [ -f "$LOG_DIR/ctest.log" ]; then
+  fused_result=$(sed -n "s/^.*Test *#[0-9]*: kernels_ops_int_gemm_fused_test \.*\** *\([A-Za-z*]*\).*/\1/p" \
+    "$LOG_DIR/ctest.log" | tail -1)
+  fused_status=CHECK
+  [ "$fused_result" = Passed ] && fused_status=ok
+  [ -z "$fused_result" ] && fused_status=missing
+  record int_fused "$fused_status" 0 "kernels_ops_int_gemm_fused_test:$fused_result"
+fi
+
 # 1b. The NCCL checks, verbose so the summary can count gtest's cases.
 nccl_step() {  # ROW TEST
   # grep -c, not -q: an early exit would SIGPIPE ctest and fail the pipe.
@@ -402,10 +420,17 @@ if wanted attention; then
     tr '\n' ' ')"
   # The int4 g128 linear against its packed-weight floor (goal <= 1.3x at
   # batch 1) and bf16 (issue 45).
-  run_bench bench_int4_linear 60 --iters 10
+  run_bench bench_int4_linear 90 --iters 10
   note "$(grep -E '^(gate_up|down) .* rows +1 ' "$LOG_DIR/bench_int4_linear.log" 2>/dev/null |
     sed -E 's/^([a-z_]+) .*floor +[0-9.]+, +([0-9.]+x).*bf16\/int4 +([0-9.]+x).*/\1 x1: \2 floor (goal <= 1.30x), bf16\/int4 \3/' |
     tr '\n' ' ')"
+  # The fused int4 GEMM (not yet serving) against dequantize + GEMM.
+  note "$(grep -E '^gate_up .* rows +(16|64|4096) ' "$LOG_DIR/bench_int4_linear.log" 2>/dev/null |
+    sed -E 's/.* rows +([0-9]+) .*int4\/fused +([0-9.]+x).*/gate_up x\1 int4\/fused \2/' | tr '\n' ' ')"
+  # The 8B batch-1 decode step's linears (32 layers of int4 GEMVs and the
+  # bf16 lm_head, one CUDA graph) against their packed-weight read floor.
+  note "$(grep -E '^step ' "$LOG_DIR/bench_int4_linear.log" 2>/dev/null |
+    sed -E 's/.*graph +([0-9.]+) us \(floor +([0-9.]+), +([0-9.]+x).*/int4 8B step x1: \1 us, \3 its floor \2 us (goal <= 1.30x)/')"
 fi
 
 # 3. Llama-3-8B-shaped decode step (bundle mode: needs the worker).

@@ -63,8 +63,8 @@ bool ScaledGemmShapeOk(int64_t m, int64_t n, int64_t k, const void* a, const voi
 }
 
 template <typename T>
-cublasStatus_t SetOpAttribute(cublasLtMatmulDesc_t op, cublasLtMatmulDescAttributes_t attribute,
-                              const T& value) {
+cublasStatus_t SetScaledGemmAttribute(cublasLtMatmulDesc_t op,
+                                      cublasLtMatmulDescAttributes_t attribute, const T& value) {
   return cublasLtMatmulDescSetAttribute(op, attribute, &value, sizeof(value));
 }
 
@@ -74,9 +74,9 @@ cublasStatus_t DescribeScaledGemm(cublasComputeType_t compute, cudaDataType_t sc
                                   int64_t n, int64_t k, ScaledGemmDescriptors* d) {
   PAGODA_SCALED_GEMM_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&d->op, compute, scale_type));
   PAGODA_SCALED_GEMM_RETURN_IF_ERROR(
-      SetOpAttribute(d->op, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T));
+      SetScaledGemmAttribute(d->op, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T));
   PAGODA_SCALED_GEMM_RETURN_IF_ERROR(
-      SetOpAttribute(d->op, CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N));
+      SetScaledGemmAttribute(d->op, CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N));
   PAGODA_SCALED_GEMM_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&d->w, in_type, k, n, k));
   PAGODA_SCALED_GEMM_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&d->a, in_type, k, m, k));
   PAGODA_SCALED_GEMM_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&d->c, out_type, n, m, n));
@@ -149,13 +149,13 @@ cublasStatus_t Fp8ScaledGemm(GemmContext& context, const Fp8ScaledGemmParams& p,
   // Its A is our weight (one scale a weight row: its M), its B our tokens.
   const int32_t outer = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
   PAGODA_SCALED_GEMM_RETURN_IF_ERROR(
-      SetOpAttribute(d.op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, outer));
+      SetScaledGemmAttribute(d.op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, outer));
   PAGODA_SCALED_GEMM_RETURN_IF_ERROR(
-      SetOpAttribute(d.op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, outer));
+      SetScaledGemmAttribute(d.op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, outer));
   PAGODA_SCALED_GEMM_RETURN_IF_ERROR(
-      SetOpAttribute(d.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, p.col_scales));
+      SetScaledGemmAttribute(d.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, p.col_scales));
   PAGODA_SCALED_GEMM_RETURN_IF_ERROR(
-      SetOpAttribute(d.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, p.row_scales));
+      SetScaledGemmAttribute(d.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, p.row_scales));
   const uint32_t alignments[3] = {ScaledGemmAlignment(p.w), ScaledGemmAlignment(p.a),
                                   ScaledGemmAlignment(p.c)};
   const GemmContext::AlgoKey key{
