@@ -84,12 +84,13 @@ cublasStatus_t DescribeScaledGemm(cublasComputeType_t compute, cudaDataType_t sc
 }
 
 // The cached algorithm for `key`, or the heuristic's first pick (then
-// cached); NOT_SUPPORTED when it has none.
+// cached); NOT_SUPPORTED when it has none (also remembered).
 cublasStatus_t ScaledGemmAlgo(GemmContext& context, const GemmContext::AlgoKey& key,
                               const uint32_t (&alignments)[3], ScaledGemmDescriptors* d,
                               const cublasLtMatmulAlgo_t** algo) {
   *algo = context.FindAlgo(key);
   if (*algo != nullptr) return CUBLAS_STATUS_SUCCESS;
+  if (context.Declined(key)) return CUBLAS_STATUS_NOT_SUPPORTED;
   PAGODA_SCALED_GEMM_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&d->preference));
   const uint64_t workspace_bytes = context.workspace_bytes();
   PAGODA_SCALED_GEMM_RETURN_IF_ERROR(
@@ -107,7 +108,10 @@ cublasStatus_t ScaledGemmAlgo(GemmContext& context, const GemmContext::AlgoKey& 
   int found = 0;
   const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
       context.handle(), d->op, d->w, d->a, d->c, d->c, d->preference, 1, &result, &found);
-  if (status != CUBLAS_STATUS_SUCCESS || found == 0) return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
+    context.RememberDeclined(key);
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
   context.RememberAlgo(key, result.algo);
   *algo = context.FindAlgo(key);
   return CUBLAS_STATUS_SUCCESS;
