@@ -71,9 +71,9 @@ int64_t RoundUpToScaledGemm(int64_t n) {
 }  // namespace
 
 // One chunk of a sign-flipped W8A8 weight on the tensor cores: int8 codes,
-// cuBLASLt's int8 GEMM, the int32 epilogue. NOT_SUPPORTED (nothing
-// enqueued) when cuBLASLt declines the shape: the caller takes the float
-// path for the chunk.
+// cuBLASLt's int8 GEMM, the int32 epilogue. NOT_SUPPORTED when cuBLASLt
+// declines the shape (y untouched; only the scratch's codes may have been
+// written): the caller takes the float path.
 cublasStatus_t CudaBackend::W8A8Int8Chunk(const IntWeights& w, const void* x, int64_t count,
                                           void* y) {
   const kernels::PackedIntWeight& packed = w.packed;
