@@ -41,6 +41,44 @@ __device__ __forceinline__ void E4M3x8ToFloat(const uint2& raw, float (&out)[8])
   }
 }
 
+// FP8 E5M2 (bias 15, IEEE infinities and NaNs, largest finite 57344: the
+// top byte of an f16), the --kv-cache-dtype fp8_e5m2 cache. `value` rounded
+// to the nearest code, ties to even, saturated to +-57344 (infinities too),
+// as the host's common/fp8.h FloatToFp8E5M2; a NaN becomes a NaN code
+// (0x7F here, sign|0x7E on the host: both read back as NaN).
+__device__ __forceinline__ uint8_t FloatToE5M2(float value) {
+  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(value, __NV_SATFINITE, __NV_E5M2));
+}
+
+// Eight E5M2 codes (the bytes of `raw`, lowest first) as their exact
+// values: each code shifted into the top byte of an f16.
+__device__ __forceinline__ void E5M2x8ToFloat(const uint2& raw, float (&out)[8]) {
+  const uint32_t words[2] = {raw.x, raw.y};
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      const uint16_t half_bits = static_cast<uint16_t>(((words[i] >> (8 * b)) & 0xFFu) << 8);
+      out[4 * i + b] = __half2float(__ushort_as_half(half_bits));
+    }
+  }
+}
+
+// The FP8 formats of the KV cache as the attention kernels' template
+// argument (0: a bf16/f16 cache, not FP8).
+inline constexpr int kKvFp8E4M3 = 1;
+inline constexpr int kKvFp8E5M2 = 2;
+
+// Eight codes of format kFormat (kKvFp8E4M3 or kKvFp8E5M2) as floats.
+template <int kFormat>
+__device__ __forceinline__ void Fp8x8ToFloat(const uint2& raw, float (&out)[8]) {
+  if constexpr (kFormat == kKvFp8E5M2) {
+    E5M2x8ToFloat(raw, out);
+  } else {
+    E4M3x8ToFloat(raw, out);
+  }
+}
+
 }  // namespace pagoda::kernels
 
 #endif  // PAGODA_KERNELS_FP8_CONVERSION_CUH_

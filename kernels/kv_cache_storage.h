@@ -12,8 +12,10 @@ namespace pagoda::kernels {
 // the E4M3 ("fn") code of x / scale with the layer's k_scale or v_scale,
 // rounded to nearest even and saturated to +-448 (a NaN stays NaN), and
 // read back as code * scale: the CPU worker's rule (common/fp8.h,
-// worker/backend.h KvCacheLayer) and vLLM's.
-enum class KvCacheStorage { kDType, kFp8E4M3 };
+// worker/backend.h KvCacheLayer) and vLLM's. kFp8E5M2 (--kv-cache-dtype
+// fp8_e5m2): the same with E5M2 codes (bias 15, saturated to +-57344), the
+// CPU worker's other FP8 cache.
+enum class KvCacheStorage { kDType, kFp8E4M3, kFp8E5M2 };
 
 }  // namespace pagoda::kernels
 

@@ -30,7 +30,10 @@
 #     where the machine has two GPUs). GPU tests skip by exit code 77 without
 #     a device, so "Skipped" there means "no GPU", never a hidden failure.
 #  1a. FP8 (issue 45: the CUDA FP8 KV cache and FP8 W8A8 linears, written
-#     without a GPU): their cases ran in step 1 (kernels_ops_fp8_linear_test,
+#     without a GPU; the linears' scales-in-cuBLASLt bf16 output is checked
+#     in every bf16/f16 case, and the E5M2 cache in the Fp8E5M2* cases of the
+#     same cache and attention binaries): their cases ran in step 1
+#     (kernels_ops_fp8_linear_test,
 #     the Fp8* cases of kernels_ops_cache_ops_test, decode_attention_test and
 #     prefill_attention_test, worker_cuda_model_test's fp8 models,
 #     worker_cuda_graph_test's fp8 batches); one row
@@ -38,11 +41,16 @@
 #     --kv-cache-dtype fp8 and the runner FP8 weights on --device cuda.
 #  1i. Int4/int8 linears on CUDA (issue 45, written without a GPU: AWQ,
 #     GPTQ with act-order, compressed-tensors pack-quantized, and int8
-#     W8A8): their cases ran in step 1 (kernels_ops_int_linear_test, the
+#     W8A8, through the float GEMM and through cuBLASLt's int8 GEMM:
+#     W8A8Int8TensorCores*, Int8GemmDeclines*): their cases ran in step 1
+#     (kernels_ops_int_linear_test, the
 #     awq/gptq/ct_w4a16/ct_w8a8 models of worker_cuda_model_test,
 #     worker_cuda_graph_test's int4 batches); one row gives those binaries'
 #     results. Until it and the fp8 row read ok the runner refuses
 #     quantized checkpoints on --device cuda (RefuseUnverifiedQuantizedWeights).
+#  1f. The fused int4 prefill GEMM (kernels_ops_int_gemm_fused_test, issue
+#     45, written without a GPU and not yet called by CudaBackend): its own
+#     row, int_fused, so a failure there cannot hold back int_linear.
 #  1b. Tensor parallelism over NCCL, each its own row of the summary:
 #     nccl_size1 (comm_nccl_communicator_test: a one-rank NCCL group
 #     all-reducing bf16/f16 on the caller's stream, Abort, and every visible
@@ -85,9 +93,11 @@
 #     cache (its rows' times against bf16's: issue 45); bench_cache_ops
 #     (its last rows: the rotary + cache write as two launches vs fused);
 #     bench_fp8_linear (the FP8 W8A8 linear against bf16 on Llama-3-8B's
-#     projections, batch 1 to 4096: issue 45); bench_int4_linear (the int4
-#     g128 linear against bf16 and its packed-weight floor, batch 1 to 4096:
-#     issue 45's batch-1 goal <= 1.3x the floor).
+#     projections, batch 1 to 4096, with its scales-in-cuBLASLt bf16-out
+#     path and W8A8 int8 on the tensor cores: issue 45); bench_int4_linear
+#     (the int4 g128 linear against bf16 and its packed-weight floor, batch
+#     1 to 4096, and the 8B batch-1 decode step's int4 linears from one CUDA
+#     graph: issue 45's batch-1 goal <= 1.3x the floor).
 #  3. A Llama-3-8B-shaped bf16 model with random weights
 #     (scripts/make_bench_model.py, torch on the GPU), then bench_decode_step:
 #     eager and graph decode step at batch 1/64/256, context 1k, vs the
@@ -358,6 +368,17 @@ if wanted ctest && [ -f "$LOG_DIR/ctest.log" ]; then
   record decode_fusions "$fusion_status" 0 "$fusion_results"
 fi
 
+# 1f. The fused int4 prefill GEMM (not yet serving; its own row so that it
+# cannot hold back int_linear): ok here is what turning it on waits for.
+if wanted ctest && [ -f "$LOG_DIR/ctest.log" ]; then
+  fused_result=$(sed -n "s/^.*Test *#[0-9]*: kernels_ops_int_gemm_fused_test \.*\** *\([A-Za-z*]*\).*/\1/p" \
+    "$LOG_DIR/ctest.log" | tail -1)
+  fused_status=CHECK
+  [ "$fused_result" = Passed ] && fused_status=ok
+  [ -z "$fused_result" ] && fused_status=missing
+  record int_fused "$fused_status" 0 "kernels_ops_int_gemm_fused_test:$fused_result"
+fi
+
 # 1b. The NCCL checks, verbose so the summary can count gtest's cases.
 nccl_step() {  # ROW TEST
   # grep -c, not -q: an early exit would SIGPIPE ctest and fail the pipe.
@@ -441,16 +462,26 @@ if wanted attention; then
   # The fused rotary + cache write's speed over the two launches' (> 100 %: it pays).
   note "$(awk '/^rope_cache_write x(1|64|256) / { printf "fused rope+cache %s: %s of 2 launches; ", $2, $NF }' \
     "$LOG_DIR/bench_cache_ops.log" 2>/dev/null)"
-  # The FP8 W8A8 linear against bf16 on Llama-3-8B's projections (issue 45).
-  run_bench bench_fp8_linear 60 --iters 10
-  note "$(grep -E '^gate_up .* rows +(64|4096) ' "$LOG_DIR/bench_fp8_linear.log" 2>/dev/null |
-    sed -E 's/.* rows +([0-9]+) .*bf16\/fp8 +([0-9.]+x).*/gate_up x\1: \2/' | tr '\n' ' ')"
+  # The FP8 W8A8 linear against bf16 on Llama-3-8B's projections (issue 45):
+  # the f32-product path, the scales-in-cuBLASLt bf16-out path (fused) and
+  # W8A8 int8 on the tensor cores (int8); 0.00x = cuBLASLt declined it.
+  run_bench bench_fp8_linear 90 --iters 10
+  note "$(grep -E '^gate_up .* rows +(1|64|4096) ' "$LOG_DIR/bench_fp8_linear.log" 2>/dev/null |
+    sed -E 's/.* rows +([0-9]+) .*bf16\/fp8 +([0-9.]+x).*bf16\/fused +([0-9.]+x).*bf16\/int8 +([0-9.]+x).*/gate_up x\1: \2 fused \3 int8 \4/' |
+    tr '\n' ' ')"
   # The int4 g128 linear against its packed-weight floor (goal <= 1.3x at
   # batch 1) and bf16 (issue 45).
-  run_bench bench_int4_linear 60 --iters 10
+  run_bench bench_int4_linear 90 --iters 10
   note "$(grep -E '^(gate_up|down) .* rows +1 ' "$LOG_DIR/bench_int4_linear.log" 2>/dev/null |
     sed -E 's/^([a-z_]+) .*floor +[0-9.]+, +([0-9.]+x).*bf16\/int4 +([0-9.]+x).*/\1 x1: \2 floor (goal <= 1.30x), bf16\/int4 \3/' |
     tr '\n' ' ')"
+  # The fused int4 GEMM (not yet serving) against dequantize + GEMM.
+  note "$(grep -E '^gate_up .* rows +(16|64|4096) ' "$LOG_DIR/bench_int4_linear.log" 2>/dev/null |
+    sed -E 's/.* rows +([0-9]+) .*int4\/fused +([0-9.]+x).*/gate_up x\1 int4\/fused \2/' | tr '\n' ' ')"
+  # The 8B batch-1 decode step's linears (32 layers of int4 GEMVs and the
+  # bf16 lm_head, one CUDA graph) against their packed-weight read floor.
+  note "$(grep -E '^step ' "$LOG_DIR/bench_int4_linear.log" 2>/dev/null |
+    sed -E 's/.*graph +([0-9.]+) us \(floor +([0-9.]+), +([0-9.]+x).*/int4 8B step x1: \1 us, \3 its floor \2 us (goal <= 1.30x)/')"
 fi
 
 # 3. Llama-3-8B-shaped decode step (bundle mode: needs the worker).

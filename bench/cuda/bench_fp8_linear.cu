@@ -3,8 +3,12 @@
 // the same shape, measured in the same run, on Llama-3-8B's projections:
 // median microseconds of each, the FP8 GEMM alone, and bf16 / FP8 (the
 // speedup, issue 45's FP8 goal), with the weight-read floor of each at the
-// device-to-device copy bandwidth (bytes read + written) measured first.
-// Plain main; prints a table.
+// device-to-device copy bandwidth (bytes read + written) measured first;
+// then "fused": the quantization and cuBLASLt's E4M3 GEMM with both scales
+// in its descriptor writing bf16 (kernels/ops/scaled_gemm.h), no f32 pass
+// (0.0 us, 0.00x when cuBLASLt declines it); and "int8": W8A8 int8 on the
+// tensor cores (int8 codes, cuBLASLt's int8 GEMM, the int32 epilogue:
+// kernels/ops/w8a8_int8.h). Plain main; prints a table.
 //
 //   bench_fp8_linear [--iters N]
 
@@ -22,6 +26,8 @@
 #include "bench/cuda/bench_cuda_common.cuh"
 #include "kernels/ops/fp8_linear.h"
 #include "kernels/ops/gemm.h"
+#include "kernels/ops/scaled_gemm.h"
+#include "kernels/ops/w8a8_int8.h"
 
 namespace {
 
@@ -52,7 +58,7 @@ void BenchShape(GemmContext& gemm, const Projection& shape, int64_t rows, int it
   void* w_fp8 = Malloc(shape.out * shape.in);
   void* y = Malloc(rows * shape.out * 2);
   void* codes = Malloc(padded * shape.in);
-  void* x_scales = Malloc(rows * 4);
+  void* x_scales = Malloc(padded * 4);
   void* w_scales = Malloc(shape.out * 4);
   void* product = Malloc(padded * shape.out * 4);
   FillBf16<<<1024, 256>>>(static_cast<__nv_bfloat16*>(x), rows * shape.in, 1);
@@ -91,14 +97,70 @@ void BenchShape(GemmContext& gemm, const Projection& shape, int64_t rows, int it
     CHECK_CUBLAS(Gemm(gemm, fp8, nullptr));
     CHECK_CUDA(LaunchScaleFp8Output(scale, nullptr));
   });
+  // The scales inside cuBLASLt, bf16 out (scaled_gemm.h: CudaBackend's path
+  // for bias-free linears), into the padded product buffer.
+  const Fp8ScaledGemmParams scaled{.a = static_cast<uint8_t*>(codes),
+                                   .w = static_cast<uint8_t*>(w_fp8),
+                                   .row_scales = static_cast<float*>(x_scales),
+                                   .col_scales = static_cast<float*>(w_scales),
+                                   .c = product,
+                                   .m = padded,
+                                   .n = shape.out,
+                                   .k = shape.in};
+  CHECK_CUDA(cudaMemset(x_scales, 0, padded * 4));
+  const bool fused = Fp8ScaledGemm(gemm, scaled, nullptr) == CUBLAS_STATUS_SUCCESS;
+  const float fused_ms = !fused ? 0.0f : MedianMs(3, iters, [&] {
+    CHECK_CUDA(LaunchQuantizeFp8Rows(quantize, nullptr));
+    CHECK_CUBLAS(Fp8ScaledGemm(gemm, scaled, nullptr));
+  });
+  // W8A8 int8 on the tensor cores (kernels/ops/w8a8_int8.h around
+  // Int8Gemm: CudaBackend's path for an 8-bit W8A8 weight), the FP8
+  // weight's bytes read as int8 values.
+  void* row_sums = Malloc(padded * 4);
+  void* scale_zero = Malloc(shape.out * 8);
+  CHECK_CUDA(cudaMemset(scale_zero, 0, shape.out * 8));
+  const QuantizeInt8CodesParams int8_codes{.x = x,
+                                           .rows = rows,
+                                           .cols = shape.in,
+                                           .codes = static_cast<int8_t*>(codes),
+                                           .ld = shape.in,
+                                           .padded_rows = padded,
+                                           .scales = static_cast<float*>(x_scales),
+                                           .row_sums = static_cast<int32_t*>(row_sums)};
+  const Int8GemmParams int8_product{.a = static_cast<int8_t*>(codes),
+                                    .w = static_cast<int8_t*>(w_fp8),
+                                    .c = static_cast<int32_t*>(product),
+                                    .m = padded,
+                                    .n = shape.out,
+                                    .k = shape.in};
+  ScaleInt32OutputParams int8_scale;
+  int8_scale.acc = static_cast<int32_t*>(product);
+  int8_scale.row_sums = static_cast<int32_t*>(row_sums);
+  int8_scale.row_scales = static_cast<float*>(x_scales);
+  int8_scale.col_scale_zero = static_cast<float2*>(scale_zero);
+  int8_scale.col_scales = static_cast<float*>(w_scales);
+  int8_scale.y = y;
+  int8_scale.y_row_stride = shape.out;
+  int8_scale.rows = rows;
+  int8_scale.cols = shape.out;
+  const bool int8 = Int8Gemm(gemm, int8_product, nullptr) == CUBLAS_STATUS_SUCCESS;
+  const float int8_ms = !int8 ? 0.0f : MedianMs(3, iters, [&] {
+    CHECK_CUDA(LaunchQuantizeInt8Codes(int8_codes, nullptr));
+    CHECK_CUBLAS(Int8Gemm(gemm, int8_product, nullptr));
+    CHECK_CUDA(LaunchScaleInt32Output(int8_scale, nullptr));
+  });
   const double floor_bf16_us = 2.0 * shape.out * shape.in / (copy_gbps * 1e9) * 1e6;
   std::printf(
       "%-8s %6ld x %5ld  rows %5ld  bf16 %9.1f us (floor %7.1f)  fp8 %9.1f us "
-      "(gemm %9.1f, floor %7.1f)  bf16/fp8 %5.2fx\n",
+      "(gemm %9.1f, floor %7.1f)  bf16/fp8 %5.2fx  fused %9.1f us  bf16/fused %5.2fx  "
+      "int8 %9.1f us  bf16/int8 %5.2fx\n",
       shape.name, static_cast<long>(shape.out), static_cast<long>(shape.in),
       static_cast<long>(rows), bf16_ms * 1e3, floor_bf16_us, fp8_ms * 1e3, gemm_ms * 1e3,
-      floor_bf16_us / 2, bf16_ms / fp8_ms);
-  for (void* p : {x, w_bf16, w_fp8, y, codes, x_scales, w_scales, product}) CHECK_CUDA(cudaFree(p));
+      floor_bf16_us / 2, bf16_ms / fp8_ms, fused_ms * 1e3, fused ? bf16_ms / fused_ms : 0.0f,
+      int8_ms * 1e3, int8 ? bf16_ms / int8_ms : 0.0f);
+  for (void* p : {x, w_bf16, w_fp8, y, codes, x_scales, w_scales, product, row_sums, scale_zero}) {
+    CHECK_CUDA(cudaFree(p));
+  }
 }
 
 }  // namespace

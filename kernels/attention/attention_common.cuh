@@ -60,13 +60,13 @@ __device__ __forceinline__ uint4 LoadReadOnly16(const void* address) {
 // Eight consecutive elements of a K or V row as one load: 16 bytes of a
 // bf16/f16 cache (T), 8 of an FP8 E4M3 one (kFp8: codes, scales applied by
 // the caller).
-template <typename T, bool kFp8>
+template <typename T, int kFp8>
 struct KvChunk {
-  using Elem = std::conditional_t<kFp8, uint8_t, T>;
-  using Raw = std::conditional_t<kFp8, uint2, uint4>;
+  using Elem = std::conditional_t<kFp8 != 0, uint8_t, T>;
+  using Raw = std::conditional_t<kFp8 != 0, uint2, uint4>;
 
   __device__ __forceinline__ static Raw Load(const Elem* address) {
-    if constexpr (kFp8) {
+    if constexpr (kFp8 != 0) {
       return __ldg(reinterpret_cast<const uint2*>(address));
     } else {
       return LoadReadOnly16(address);
@@ -75,8 +75,8 @@ struct KvChunk {
   __device__ __forceinline__ static Raw Zero() { return Raw{}; }
   // The eight elements' exact values (an FP8 code's, unscaled).
   __device__ __forceinline__ static void Widen(const Raw& raw, float (&out)[8]) {
-    if constexpr (kFp8) {
-      E4M3x8ToFloat(raw, out);
+    if constexpr (kFp8 != 0) {
+      Fp8x8ToFloat<kFp8>(raw, out);
     } else {
       ToFloat8<T>(raw, out);
     }

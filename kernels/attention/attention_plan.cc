@@ -50,7 +50,7 @@ KernelStatus CheckCommonShape(ScalarType dtype, int num_q_heads, int num_kv_head
 KernelStatus CheckKvStorage(KvCacheStorage storage, float k_scale, float v_scale,
                             const char* kernel) {
   if (storage == KvCacheStorage::kDType) return OkKernelStatus();
-  if (storage != KvCacheStorage::kFp8E4M3) {
+  if (storage != KvCacheStorage::kFp8E4M3 && storage != KvCacheStorage::kFp8E5M2) {
     return InvalidKernelArgument(std::string(kernel) + ": unknown KV cache storage");
   }
   if (!(std::isfinite(k_scale) && k_scale > 0.0f && std::isfinite(v_scale) && v_scale > 0.0f)) {

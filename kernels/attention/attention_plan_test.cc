@@ -1,6 +1,7 @@
 // Host-side planning and validation of the attention kernels. No GPU needed.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 
 #include "kernels/attention/paged_attention.h"
@@ -117,6 +118,23 @@ void ExpectRejected(const KernelStatus& status, const std::string& names) {
   EXPECT_FALSE(status.ok());
   EXPECT_EQ(status.code, cudaErrorInvalidValue);
   EXPECT_NE(status.message.find(names), std::string::npos) << status.message;
+}
+
+// Both FP8 caches (E4M3 and E5M2) with finite positive scales, and neither
+// with a zero or NaN one.
+TEST(CheckDecodeSupportedTest, AcceptsBothFp8CachesWithGoodScalesOnly) {
+  for (KvCacheStorage storage : {KvCacheStorage::kFp8E4M3, KvCacheStorage::kFp8E5M2}) {
+    DecodeAttentionParams p = ValidDecodeParams();
+    p.kv_storage = storage;
+    p.k_scale = 0.37f;
+    p.v_scale = 2.5f;
+    EXPECT_TRUE(CheckDecodeSupported(p).ok());
+    p.v_scale = 0.0f;
+    ExpectRejected(CheckDecodeSupported(p), "scales");
+    p.v_scale = 1.0f;
+    p.k_scale = std::nanf("");
+    ExpectRejected(CheckDecodeSupported(p), "scales");
+  }
 }
 
 TEST(CheckDecodeSupportedTest, RejectsEachUnsupportedField) {

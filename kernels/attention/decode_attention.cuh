@@ -35,7 +35,7 @@ constexpr int kDecodeUnroll = 4;
 // Starts the loads (16 bytes, 8 for FP8) of this lane's slice of K and V for
 // the kDecodeUnroll token slots from `base`; tokens at or past `end` are
 // zeros.
-template <typename T, bool kFp8, int kHeadDim, int kBlockSize>
+template <typename T, int kFp8, int kHeadDim, int kBlockSize>
 __device__ __forceinline__ void LoadKvSlots(const typename KvChunk<T, kFp8>::Elem* k_head,
                                             const typename KvChunk<T, kFp8>::Elem* v_head,
                                             const int32_t* block_table, size_t block_stride,
@@ -62,7 +62,7 @@ __device__ __forceinline__ void LoadKvSlots(const typename KvChunk<T, kFp8>::Ele
 
 // kPrefetch: each warp issues the next iteration's loads before computing on
 // the current ones, so memory and arithmetic overlap within the warp.
-template <typename T, bool kFp8, int kHeadDim, int kBlockSize, int kGroupMax, bool kPrefetch>
+template <typename T, int kFp8, int kHeadDim, int kBlockSize, int kGroupMax, bool kPrefetch>
 __global__ void __launch_bounds__(kDecodeWarps * 32)
     DecodeAttentionKernel(DecodeAttentionParams params, int partition_size, int max_num_partitions,
                           float* __restrict__ partial_out, float* __restrict__ partial_lse) {
@@ -269,7 +269,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
     // FP8 cache's v_scale scales every partial alike, so it goes on here.
     const int q_head = kv_head * group + g;
     float result = out / sum;
-    if constexpr (kFp8) result *= params.v_scale;
+    if constexpr (kFp8 != 0) result *= params.v_scale;
     if (partition_size == 0) {
       T* dst = static_cast<T*>(params.out) +
                (static_cast<size_t>(seq) * params.num_q_heads + q_head) * kHeadDim + d;
@@ -310,7 +310,7 @@ __global__ void __launch_bounds__(kHeadDim)
   *dst = FromFloat<T>(out / sum);
 }
 
-template <typename T, bool kFp8, int kHeadDim, int kBlockSize, int kGroupMax, bool kPrefetch>
+template <typename T, int kFp8, int kHeadDim, int kBlockSize, int kGroupMax, bool kPrefetch>
 cudaError_t LaunchDecodeTyped(const DecodeAttentionParams& params, const DecodePlan& plan,
                               void* workspace, cudaStream_t stream) {
   const bool split = plan.partition_size > 0;
@@ -342,7 +342,7 @@ cudaError_t LaunchDecodeTyped(const DecodeAttentionParams& params, const DecodeP
   return cudaGetLastError();
 }
 
-template <typename T, bool kFp8, int kHeadDim, int kBlockSize>
+template <typename T, int kFp8, int kHeadDim, int kBlockSize>
 cudaError_t DispatchDecodeGroup(const DecodeAttentionParams& params, const DecodePlan& plan,
                                 void* workspace, cudaStream_t stream) {
   const int group = params.num_q_heads / params.num_kv_heads;
@@ -366,7 +366,7 @@ cudaError_t DispatchDecodeGroup(const DecodeAttentionParams& params, const Decod
   return cudaErrorInvalidValue;
 }
 
-template <typename T, bool kFp8, int kHeadDim>
+template <typename T, int kFp8, int kHeadDim>
 cudaError_t DispatchDecodeBlockSize(const DecodeAttentionParams& params, const DecodePlan& plan,
                                     void* workspace, cudaStream_t stream) {
   switch (params.block_size) {
@@ -382,7 +382,7 @@ cudaError_t DispatchDecodeBlockSize(const DecodeAttentionParams& params, const D
 // Maps the runtime head dim, block size and group size to the compiled
 // variants for element type T over a T (or, kFp8, an FP8 E4M3) cache;
 // cudaErrorInvalidValue for anything else.
-template <typename T, bool kFp8>
+template <typename T, int kFp8>
 cudaError_t LaunchDecodeForType(const DecodeAttentionParams& params, const DecodePlan& plan,
                                 void* workspace, cudaStream_t stream) {
   switch (params.head_dim) {
@@ -395,7 +395,7 @@ cudaError_t LaunchDecodeForType(const DecodeAttentionParams& params, const Decod
   }
 }
 
-// Instantiated in decode_attention_{bf16,f16}{,_fp8}.cu only.
+// Instantiated in decode_attention_{bf16,f16}{,_fp8,_e5m2}.cu only.
 extern template cudaError_t LaunchDecodeForType<__nv_bfloat16, false>(const DecodeAttentionParams&,
                                                                       const DecodePlan&, void*,
                                                                       cudaStream_t);
@@ -408,6 +408,12 @@ extern template cudaError_t LaunchDecodeForType<__nv_bfloat16, true>(const Decod
 extern template cudaError_t LaunchDecodeForType<__half, true>(const DecodeAttentionParams&,
                                                               const DecodePlan&, void*,
                                                               cudaStream_t);
+
+extern template cudaError_t LaunchDecodeForType<__nv_bfloat16, kKvFp8E5M2>(
+    const DecodeAttentionParams&, const DecodePlan&, void*, cudaStream_t);
+extern template cudaError_t LaunchDecodeForType<__half, kKvFp8E5M2>(const DecodeAttentionParams&,
+                                                                    const DecodePlan&, void*,
+                                                                    cudaStream_t);
 
 }  // namespace pagoda::kernels::attention_internal
 

@@ -1,7 +1,7 @@
 // Decode attention kernels against the float64 CPU reference, over the sweep of
 // REFERENCE.md "Kernel test sweeps" (served head sizes and block sizes only),
-// over bf16/f16 caches and FP8 E4M3 ones (the reference fed the codes' exact
-// values times the scales).
+// over bf16/f16 caches and FP8 E4M3 and E5M2 ones (the reference fed the
+// codes' exact values times the scales).
 // Needs a CUDA device; skipped (reported as skipped by ctest) without one.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -36,15 +36,16 @@ struct DecodeCase {
   // Explicit per-sequence lengths (batch entries, each <= max_context); empty:
   // RandomContextLens.
   std::vector<int32_t> context_lens;
-  // FP8 E4M3 cache with these scales (attention_test_util.h).
+  // FP8 E4M3 or E5M2 cache with these scales (attention_test_util.h).
   KvCacheStorage kv_storage = KvCacheStorage::kDType;
   float k_scale = 1.0f;
   float v_scale = 1.0f;
 
   std::string Name() const {
     return std::string(dtype == ScalarType::kBF16 ? "bf16" : "f16") +
-           (kv_storage == KvCacheStorage::kFp8E4M3
-                ? " fp8 cache k_scale " + std::to_string(k_scale) + " v_scale " +
+           (kv_storage != KvCacheStorage::kDType
+                ? std::string(kv_storage == KvCacheStorage::kFp8E5M2 ? " e5m2" : " fp8") +
+                      " cache k_scale " + std::to_string(k_scale) + " v_scale " +
                       std::to_string(v_scale)
                 : "") +
            " heads " + std::to_string(num_q_heads) + "/" + std::to_string(num_kv_heads) + " d" +
@@ -329,6 +330,36 @@ TEST(DecodeAttentionTest, Fp8CacheSweepShapesDtypesBlockSizesAndSplit) {
             c.max_context = 1100 + static_cast<int>(seed * 37 % 100);
             RunDecodeCase(c, seed++);
           }
+        }
+      }
+    }
+  }
+}
+
+// An FP8 E5M2 cache (--kv-cache-dtype fp8_e5m2): every dtype, head size,
+// block size and split mode, the scales of the E4M3 sweep.
+TEST(DecodeAttentionTest, Fp8E5M2CacheSweepShapesDtypesBlockSizesAndSplit) {
+  uint32_t seed = 1800;
+  for (ScalarType dtype : {ScalarType::kBF16, ScalarType::kF16}) {
+    for (int head_dim : {64, 128}) {
+      for (int block_size : {16, 32}) {
+        for (SplitKMode split : {SplitKMode::kNever, SplitKMode::kAlways}) {
+          DecodeCase c;
+          c.kv_storage = KvCacheStorage::kFp8E5M2;
+          c.k_scale = kFp8ScaleSweep[seed % 3].k;
+          c.v_scale = kFp8ScaleSweep[seed % 3].v;
+          c.prefetch = seed % 2 == 0 ? PrefetchMode::kAlways : PrefetchMode::kNever;
+          c.dtype = dtype;
+          c.num_q_heads = seed % 2 == 0 ? 64 : 40;
+          c.num_kv_heads = seed % 2 == 0 ? 8 : 40;
+          c.head_dim = head_dim;
+          c.block_size = block_size;
+          c.split_k = split;
+          c.table_kind =
+              split == SplitKMode::kNever ? BlockTableKind::kShuffled : BlockTableKind::kRepeated;
+          c.batch = 2 + static_cast<int>(seed % 3);
+          c.max_context = 1100 + static_cast<int>(seed * 37 % 100);
+          RunDecodeCase(c, seed++);
         }
       }
     }

@@ -12,8 +12,9 @@
 // launchers return cudaErrorInvalidValue without launching):
 //   q, k_cache, v_cache 16-byte aligned (16-byte vector loads)
 //   dtype      ScalarType::kBF16, kF16 (accumulation is always f32)
-//   kv_storage kDType (the cache in dtype) or kFp8E4M3 (one byte an element,
-//              widened to dtype exactly in registers; finite positive scales)
+//   kv_storage kDType (the cache in dtype), kFp8E4M3 or kFp8E5M2 (one byte
+//              an element, widened to dtype exactly in registers; finite
+//              positive scales)
 //   head_dim   64, 128
 //   block_size 16, 32
 //   num_q_heads / num_kv_heads in [1, 8], num_q_heads divisible by num_kv_heads
@@ -49,8 +50,8 @@ struct DecodeAttentionParams {
   int max_blocks_per_seq = 0;  // row stride of block_tables
   float softmax_scale = 0.0f;  // usually 1 / sqrt(head_dim)
 
-  // How the cache holds K and V (kernels/kv_cache_storage.h). kFp8E4M3:
-  // codes read as code * k_scale and code * v_scale (k_scale folded into
+  // How the cache holds K and V (kernels/kv_cache_storage.h). kFp8E4M3,
+  // kFp8E5M2: codes read as code * k_scale and code * v_scale (k_scale folded into
   // the softmax scale, v_scale into the output); dtype is q's and out's.
   KvCacheStorage kv_storage = KvCacheStorage::kDType;
   float k_scale = 1.0f;
@@ -93,8 +94,8 @@ struct PrefillAttentionParams {
   int max_query_len = 0;  // REQUIRES: >= every sequence's query count; sizes the grid
   float softmax_scale = 0.0f;
 
-  // How the cache holds K and V (kernels/kv_cache_storage.h). kFp8E4M3:
-  // codes read as code * k_scale and code * v_scale (k_scale folded into
+  // How the cache holds K and V (kernels/kv_cache_storage.h). kFp8E4M3,
+  // kFp8E5M2: codes read as code * k_scale and code * v_scale (k_scale folded into
   // the softmax scale, v_scale into the output); dtype is q's and out's.
   KvCacheStorage kv_storage = KvCacheStorage::kDType;
   float k_scale = 1.0f;

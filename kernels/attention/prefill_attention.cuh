@@ -109,9 +109,10 @@ __device__ __forceinline__ void LoadFp8KvChunks(Fp8TileChunks<kHeadDim>& chunks,
   }
 }
 
-// Widens the chunks to T (exactly: every E4M3 value is a bf16 and an f16)
+// Widens the chunks to T (exactly: every E4M3 and E5M2 value is a bf16
+// and an f16)
 // and stores them where LoadKvTile would have put them.
-template <typename T, int kHeadDim>
+template <typename T, int kFormat, int kHeadDim>
 __device__ __forceinline__ void StoreFp8KvChunks(T* tile, const Fp8TileChunks<kHeadDim>& chunks) {
   constexpr int kChunksPerRow = kHeadDim / 8;
   constexpr int kStride = kPrefillSmemStride<kHeadDim>;
@@ -119,7 +120,7 @@ __device__ __forceinline__ void StoreFp8KvChunks(T* tile, const Fp8TileChunks<kH
   for (int i = 0; i < kPrefillCopiesPerThread<kHeadDim>; ++i) {
     const int index = threadIdx.x + i * kPrefillThreads;
     float values[8];
-    E4M3x8ToFloat(chunks.codes[i], values);
+    Fp8x8ToFloat<kFormat>(chunks.codes[i], values);
     const uint4 packed =
         make_uint4(PackFloat2<T>(values[0], values[1]), PackFloat2<T>(values[2], values[3]),
                    PackFloat2<T>(values[4], values[5]), PackFloat2<T>(values[6], values[7]));
@@ -133,9 +134,9 @@ __device__ __forceinline__ void StoreFp8KvChunks(T* tile, const Fp8TileChunks<kH
 // widens them into the tile). Between Start and Finish the thread may
 // compute; the tile is complete for every thread after Finish, the cp.async
 // wait and a __syncthreads.
-template <typename T, bool kFp8, int kHeadDim, int kBlockSize>
+template <typename T, int kFp8, int kHeadDim, int kBlockSize>
 struct KvTileGather {
-  using Elem = std::conditional_t<kFp8, uint8_t, T>;
+  using Elem = std::conditional_t<kFp8 != 0, uint8_t, T>;
   const Elem* head_base;
   const int32_t* block_table;
   size_t block_stride;
@@ -143,7 +144,7 @@ struct KvTileGather {
   Fp8TileChunks<kHeadDim> chunks;
 
   __device__ __forceinline__ void Start(T* tile, int key0) {
-    if constexpr (kFp8) {
+    if constexpr (kFp8 != 0) {
       LoadFp8KvChunks<kHeadDim, kBlockSize>(chunks, head_base, block_table, block_stride, key0,
                                             kv_end);
     } else {
@@ -151,7 +152,7 @@ struct KvTileGather {
     }
   }
   __device__ __forceinline__ void Finish(T* tile) {
-    if constexpr (kFp8) StoreFp8KvChunks<T, kHeadDim>(tile, chunks);
+    if constexpr (kFp8 != 0) StoreFp8KvChunks<T, kFp8, kHeadDim>(tile, chunks);
   }
 };
 
@@ -275,7 +276,7 @@ __device__ __forceinline__ void AccumulatePv(float (&o)[kHeadDim / 8][4],
   }
 }
 
-template <typename T, bool kFp8, int kHeadDim, int kBlockSize>
+template <typename T, int kFp8, int kHeadDim, int kBlockSize>
 __global__ void __launch_bounds__(kPrefillThreads)
     PrefillAttentionKernel(PrefillAttentionParams params) {
   using Gather = KvTileGather<T, kFp8, kHeadDim, kBlockSize>;
@@ -399,7 +400,7 @@ __global__ void __launch_bounds__(kPrefillThreads)
   }
 }
 
-template <typename T, bool kFp8, int kHeadDim, int kBlockSize>
+template <typename T, int kFp8, int kHeadDim, int kBlockSize>
 cudaError_t LaunchPrefillTyped(const PrefillAttentionParams& params, cudaStream_t stream) {
   const int group = params.num_q_heads / params.num_kv_heads;
   const long long rows = static_cast<long long>(params.max_query_len) * group;
@@ -414,7 +415,7 @@ cudaError_t LaunchPrefillTyped(const PrefillAttentionParams& params, cudaStream_
 // Maps the runtime head dim and block size to the compiled variants for
 // element type T over a T (or, kFp8, an FP8 E4M3) cache;
 // cudaErrorInvalidValue for anything else.
-template <typename T, bool kFp8>
+template <typename T, int kFp8>
 cudaError_t LaunchPrefillForType(const PrefillAttentionParams& params, cudaStream_t stream) {
   if (params.head_dim == 64 && params.block_size == 16) {
     return LaunchPrefillTyped<T, kFp8, 64, 16>(params, stream);
@@ -431,7 +432,7 @@ cudaError_t LaunchPrefillForType(const PrefillAttentionParams& params, cudaStrea
   return cudaErrorInvalidValue;
 }
 
-// Instantiated in prefill_attention_{bf16,f16}{,_fp8}.cu only.
+// Instantiated in prefill_attention_{bf16,f16}{,_fp8,_e5m2}.cu only.
 extern template cudaError_t LaunchPrefillForType<__nv_bfloat16, false>(
     const PrefillAttentionParams&, cudaStream_t);
 extern template cudaError_t LaunchPrefillForType<__half, false>(const PrefillAttentionParams&,
@@ -440,6 +441,11 @@ extern template cudaError_t LaunchPrefillForType<__nv_bfloat16, true>(const Pref
                                                                       cudaStream_t);
 extern template cudaError_t LaunchPrefillForType<__half, true>(const PrefillAttentionParams&,
                                                                cudaStream_t);
+
+extern template cudaError_t LaunchPrefillForType<__nv_bfloat16, kKvFp8E5M2>(
+    const PrefillAttentionParams&, cudaStream_t);
+extern template cudaError_t LaunchPrefillForType<__half, kKvFp8E5M2>(const PrefillAttentionParams&,
+                                                                     cudaStream_t);
 
 }  // namespace pagoda::kernels::attention_internal
 

@@ -1,10 +1,10 @@
 // Prefill attention kernel against the float64 CPU reference: causal masks,
 // variable-length batches, with and without a cached prefix, GQA, dtypes,
-// head sizes and block sizes, over bf16/f16 caches and FP8 E4M3 ones (the
-// reference fed the codes' exact values times the scales). The bf16/f16
-// sweeps run once per prefill kernel: mma.sync everywhere, wgmma (the Hopper
-// kernel) on compute capability 9.0 only (skipped elsewhere). Needs a CUDA
-// device; skipped without one.
+// head sizes and block sizes, over bf16/f16 caches and FP8 E4M3 and E5M2
+// ones (the reference fed the codes' exact values times the scales). The
+// bf16/f16 sweeps run once per prefill kernel: mma.sync everywhere, wgmma
+// (the Hopper kernel) on compute capability 9.0 only (skipped elsewhere).
+// Needs a CUDA device; skipped without one.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -34,7 +34,7 @@ struct PrefillCase {
   std::vector<std::pair<int, int>> sequences;
   float query_magnitude = 3.0f;
   int q_row_padding = 0;  // Elements after each token's q row (QueryTokenStride).
-  // FP8 E4M3 cache with these scales (attention_test_util.h).
+  // FP8 E4M3 or E5M2 cache with these scales (attention_test_util.h).
   KvCacheStorage kv_storage = KvCacheStorage::kDType;
   float k_scale = 1.0f;
   float v_scale = 1.0f;
@@ -44,9 +44,11 @@ struct PrefillCase {
     std::string name =
         std::string(kernel == PrefillKernel::kWgmma ? "wgmma " : "mma.sync ") +
         std::string(dtype == ScalarType::kBF16 ? "bf16" : "f16") +
-        (kv_storage == KvCacheStorage::kFp8E4M3 ? " fp8 cache k_scale " + std::to_string(k_scale) +
-                                                      " v_scale " + std::to_string(v_scale)
-                                                : "") +
+        (kv_storage != KvCacheStorage::kDType
+             ? std::string(kv_storage == KvCacheStorage::kFp8E5M2 ? " e5m2" : " fp8") +
+                   " cache k_scale " + std::to_string(k_scale) + " v_scale " +
+                   std::to_string(v_scale)
+             : "") +
         " heads " + std::to_string(num_q_heads) + "/" + std::to_string(num_kv_heads) + " d" +
         std::to_string(head_dim) + " bs" + std::to_string(block_size) + " seqs";
     for (const auto& [context, queries] : sequences) {
@@ -267,6 +269,30 @@ TEST(PrefillAttentionTest, Fp8CacheSweepShapesDtypesBlockSizes) {
           c.sequences = {{70, 70}, {150, 20}, {1, 1}, {33, 5}};
           RunPrefillCase(c, seed++);
         }
+      }
+    }
+  }
+}
+
+// An FP8 E5M2 cache (--kv-cache-dtype fp8_e5m2): every dtype, head size and
+// block size, the scales of the E4M3 sweep.
+TEST(PrefillAttentionTest, Fp8E5M2CacheSweepShapesDtypesBlockSizes) {
+  uint32_t seed = 1800;
+  for (ScalarType dtype : {ScalarType::kBF16, ScalarType::kF16}) {
+    for (int head_dim : {64, 128}) {
+      for (int block_size : {16, 32}) {
+        PrefillCase c;
+        c.kv_storage = KvCacheStorage::kFp8E5M2;
+        c.k_scale = kFp8ScaleSweep[seed % 3].k;
+        c.v_scale = kFp8ScaleSweep[seed % 3].v;
+        c.dtype = dtype;
+        c.num_q_heads = seed % 2 == 0 ? 64 : 40;
+        c.num_kv_heads = seed % 2 == 0 ? 8 : 40;
+        c.head_dim = head_dim;
+        c.block_size = block_size;
+        c.table_kind = seed % 2 ? BlockTableKind::kShuffled : BlockTableKind::kRepeated;
+        c.sequences = {{70, 70}, {150, 20}, {1, 1}, {33, 5}};
+        RunPrefillCase(c, seed++);
       }
     }
   }

@@ -48,11 +48,11 @@ cudaError_t LaunchReshapeAndCacheAs(const ReshapeAndCacheParams& p, int64_t elem
   return cudaGetLastError();
 }
 
-// The FP8 E4M3 write: one thread block per token, threads striding over its
+// The FP8 write (E4M3, or kE5M2 E5M2): one thread block per token, threads striding over its
 // (head, element) pairs of K and V, each element divided by its scale
 // (IEEE division, as the CPU's f32 `x / scale`) and rounded to a code. The
 // cache write is a sliver of a step's bytes, so plain element loads do.
-template <typename T>
+template <typename T, bool kE5M2>
 __global__ void ReshapeAndCacheFp8Kernel(const T* __restrict__ key, const T* __restrict__ value,
                                          int64_t key_stride, int64_t value_stride,
                                          uint8_t* __restrict__ key_cache,
@@ -70,8 +70,10 @@ __global__ void ReshapeAndCacheFp8Kernel(const T* __restrict__ key, const T* __r
     const int head = i / head_dim;
     const int d = i % head_dim;
     const int64_t dst = ((block * num_kv_heads + head) * block_size + offset) * head_dim + d;
-    key_cache[dst] = FloatToE4M3(__fdiv_rn(ToFloat(key[token * key_stride + i]), k_scale));
-    value_cache[dst] = FloatToE4M3(__fdiv_rn(ToFloat(value[token * value_stride + i]), v_scale));
+    const float k = __fdiv_rn(ToFloat(key[token * key_stride + i]), k_scale);
+    const float v = __fdiv_rn(ToFloat(value[token * value_stride + i]), v_scale);
+    key_cache[dst] = kE5M2 ? FloatToE5M2(k) : FloatToE4M3(k);
+    value_cache[dst] = kE5M2 ? FloatToE5M2(v) : FloatToE4M3(v);
   }
 }
 
@@ -82,9 +84,11 @@ cudaError_t LaunchReshapeAndCacheFp8(const ReshapeAndCacheParams& p, cudaStream_
   }
   const int work = p.num_kv_heads * p.head_dim;
   const int threads = work >= 512 ? 512 : ((work + 31) / 32) * 32;
+  const bool e5m2 = p.storage == KvCacheStorage::kFp8E5M2;
   return DispatchScalarType(p.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    ReshapeAndCacheFp8Kernel<T><<<p.num_tokens, threads, 0, stream>>>(
+    auto* kernel = e5m2 ? ReshapeAndCacheFp8Kernel<T, true> : ReshapeAndCacheFp8Kernel<T, false>;
+    kernel<<<p.num_tokens, threads, 0, stream>>>(
         static_cast<const T*>(p.key), static_cast<const T*>(p.value), p.key_token_stride,
         p.value_token_stride, static_cast<uint8_t*>(p.key_cache),
         static_cast<uint8_t*>(p.value_cache), p.slot_mapping, p.num_kv_heads, p.head_dim,
@@ -118,7 +122,9 @@ cudaError_t LaunchReshapeAndCache(const ReshapeAndCacheParams& p, cudaStream_t s
     return cudaErrorInvalidValue;
   }
   if (p.num_tokens == 0) return cudaSuccess;
-  if (p.storage == KvCacheStorage::kFp8E4M3) return LaunchReshapeAndCacheFp8(p, stream);
+  if (p.storage == KvCacheStorage::kFp8E4M3 || p.storage == KvCacheStorage::kFp8E5M2) {
+    return LaunchReshapeAndCacheFp8(p, stream);
+  }
   const int64_t elem = ScalarTypeSize(p.dtype);
   const bool vectorizable =
       (p.head_dim * elem) % 16 == 0 && (p.key_token_stride * elem) % 16 == 0 &&

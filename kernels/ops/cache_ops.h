@@ -41,8 +41,9 @@ struct ReshapeAndCacheParams {
   ScalarType dtype = ScalarType::kBF16;  // of key and value (and a kDType cache)
   // kFp8E4M3: the cache holds one byte an element, E4M3(k / k_scale) and
   // E4M3(v / v_scale) (kernels/kv_cache_storage.h; the division in f32, as
-  // the CPU worker's), for dtype f32, f16 or bf16. REQUIRES: finite
-  // positive scales (the launcher rejects others).
+  // the CPU worker's), for dtype f32, f16 or bf16; kFp8E5M2 the same with
+  // E5M2 codes. REQUIRES: finite positive scales (the launcher rejects
+  // others).
   KvCacheStorage storage = KvCacheStorage::kDType;
   float k_scale = 1.0f;
   float v_scale = 1.0f;

@@ -1,6 +1,6 @@
 // Exact-match tests of reshape-and-cache, copy-blocks and swap-blocks over
 // the head sizes, block sizes and element types the engine serves, and of
-// the write into an FP8 E4M3 cache against the CPU worker's conversion
+// the write into an FP8 E4M3 or E5M2 cache against the CPU worker's conversion
 // (common/fp8.h).
 
 #include "kernels/ops/cache_ops.h"
@@ -311,15 +311,26 @@ TEST(CacheOpsTest, CopyBlocksOddBlockBytesUseTheNarrowCopies) {
 // between codes (ties to even), subnormal codes and the smallest normal,
 // +-448 and just past, zeros of both signs and a NaN, all times the scale
 // so that x / scale lands on them.
-std::vector<float> Fp8WriteValues(size_t count, float scale, std::mt19937& rng) {
+// E5M2 (bf16-like range: bias 15, largest 57344, subnormals down to 2^-16)
+// adds its own: the largest, a midpoint past it, the smallest subnormal and
+// half of it, mantissa ties, infinities (saturated), over a wider spread.
+std::vector<float> Fp8WriteValues(size_t count, float scale, KvCacheStorage storage,
+                                  std::mt19937& rng) {
   std::vector<float> values;
+  const bool e5m2 = storage == KvCacheStorage::kFp8E5M2;
+  const float e5m2_edges[] = {
+      57344.0f, -61440.0f, 0x1p-16f, 0x1p-17f, 3 * 0x1p-17f,
+      1.125f,   -1.375f,   7.0f,     0x1p-14f, std::numeric_limits<float>::infinity()};
+  if (e5m2) {
+    for (float edge : e5m2_edges) values.push_back(edge * scale);
+  }
   const float edges[] = {0.0f,     -0.0f,        448.0f,   -448.0f,
                          464.0f,   -1e6f,        480.0f,   0x1p-9f,
                          0x1p-10f, 3 * 0x1p-11f, 0x1p-6f,  15 * 0x1p-10f,
                          1.0625f,  1.1875f,      -1.0625f, 17.0f,
                          19.0f,    240.0f,       232.0f,   std::numeric_limits<float>::quiet_NaN()};
   for (float edge : edges) values.push_back(edge * scale);
-  std::uniform_real_distribution<float> exponent(-12.0f, 10.0f);
+  std::uniform_real_distribution<float> exponent(e5m2 ? -18.0f : -12.0f, e5m2 ? 17.0f : 10.0f);
   std::bernoulli_distribution negative(0.5);
   while (values.size() < count) {
     const float magnitude = std::exp2(exponent(rng)) * scale;
@@ -330,19 +341,30 @@ std::vector<float> Fp8WriteValues(size_t count, float scale, std::mt19937& rng) 
   return values;
 }
 
-// The CPU worker's FP8 cache row (worker/cpu WriteKvCache): E4M3(x / scale).
-std::vector<uint8_t> HostFp8Codes(const std::vector<float>& values, float scale) {
+// The CPU worker's FP8 cache row (worker/cpu WriteKvCache): E4M3(x / scale)
+// or E5M2(x / scale).
+std::vector<uint8_t> HostFp8Codes(const std::vector<float>& values, float scale,
+                                  KvCacheStorage storage) {
   std::vector<uint8_t> codes(values.size());
-  for (size_t i = 0; i < values.size(); ++i) codes[i] = FloatToFp8E4M3(values[i] / scale);
+  for (size_t i = 0; i < values.size(); ++i) {
+    codes[i] = storage == KvCacheStorage::kFp8E5M2 ? FloatToFp8E5M2(values[i] / scale)
+                                                   : FloatToFp8E4M3(values[i] / scale);
+  }
   return codes;
 }
 
-TEST(CacheOpsTest, Fp8WriteQuantizesEveryElementAsTheCpuWorkerDoes) {
+// Equal codes, or two E5M2 NaNs (the device's cvt writes 0x7F, the host
+// sign | 0x7E: both read back as NaN, as the attention kernels widen them).
+bool SameFp8Code(uint8_t got, uint8_t want, KvCacheStorage storage) {
+  auto e5m2_nan = [](uint8_t code) { return (code & 0x7C) == 0x7C && (code & 0x03) != 0; };
+  return got == want || (storage == KvCacheStorage::kFp8E5M2 && e5m2_nan(got) && e5m2_nan(want));
+}
+
+void RunFp8WriteSweep(KvCacheStorage storage, uint32_t seed) {
   struct Scales {
     float k, v;
   };
   const Scales scale_pairs[] = {{1.0f, 1.0f}, {0.37f, 2.5f}, {1.0f / 128, 0.5f}};
-  uint32_t seed = 11;
   for (const ScalarType dtype : {ScalarType::kF32, ScalarType::kF16, ScalarType::kBF16}) {
     for (const int head_dim : {64, 128, 6}) {
       for (const Scales& scales : scale_pairs) {
@@ -357,9 +379,9 @@ TEST(CacheOpsTest, Fp8WriteQuantizesEveryElementAsTheCpuWorkerDoes) {
         const int64_t stride = 3 * row;
         // The inputs as the kernel reads them: rounded to dtype first.
         const std::vector<float> keys =
-            RoundTrip(dtype, Fp8WriteValues(num_tokens * stride, scales.k, rng));
+            RoundTrip(dtype, Fp8WriteValues(num_tokens * stride, scales.k, storage, rng));
         const std::vector<float> values =
-            RoundTrip(dtype, Fp8WriteValues(num_tokens * stride, scales.v, rng));
+            RoundTrip(dtype, Fp8WriteValues(num_tokens * stride, scales.v, storage, rng));
         std::vector<int64_t> slots(num_tokens);
         std::iota(slots.begin(), slots.end(), 0);
         std::shuffle(slots.begin(), slots.end(), rng);
@@ -390,7 +412,7 @@ TEST(CacheOpsTest, Fp8WriteQuantizesEveryElementAsTheCpuWorkerDoes) {
         p.head_dim = head_dim;
         p.block_size = s.block_size;
         p.dtype = dtype;
-        p.storage = KvCacheStorage::kFp8E4M3;
+        p.storage = storage;
         p.k_scale = scales.k;
         p.v_scale = scales.v;
         PAGODA_ASSERT_CUDA_OK(LaunchReshapeAndCache(p, nullptr));
@@ -402,14 +424,15 @@ TEST(CacheOpsTest, Fp8WriteQuantizesEveryElementAsTheCpuWorkerDoes) {
                                          keys.begin() + t * stride + row);
           const std::vector<float> v_row(values.begin() + t * stride,
                                          values.begin() + t * stride + row);
-          WriteSlot(s, HostFp8Codes(k_row, scales.k).data(), slots[t], key_cache.data());
-          WriteSlot(s, HostFp8Codes(v_row, scales.v).data(), slots[t], value_cache.data());
+          WriteSlot(s, HostFp8Codes(k_row, scales.k, storage).data(), slots[t], key_cache.data());
+          WriteSlot(s, HostFp8Codes(v_row, scales.v, storage).data(), slots[t], value_cache.data());
         }
         const std::vector<uint8_t> got_k = d_key_cache.Download<uint8_t>(s.cache_bytes());
         const std::vector<uint8_t> got_v = d_value_cache.Download<uint8_t>(s.cache_bytes());
         size_t mismatches = 0;
         for (size_t i = 0; i < got_k.size(); ++i) {
-          if (got_k[i] != key_cache[i] || got_v[i] != value_cache[i]) {
+          if (!SameFp8Code(got_k[i], key_cache[i], storage) ||
+              !SameFp8Code(got_v[i], value_cache[i], storage)) {
             if (++mismatches <= 5) {
               ADD_FAILURE() << "byte " << i << ": k " << int{got_k[i]} << " want "
                             << int{key_cache[i]} << ", v " << int{got_v[i]} << " want "
@@ -421,6 +444,14 @@ TEST(CacheOpsTest, Fp8WriteQuantizesEveryElementAsTheCpuWorkerDoes) {
       }
     }
   }
+}
+
+TEST(CacheOpsTest, Fp8WriteQuantizesEveryElementAsTheCpuWorkerDoes) {
+  RunFp8WriteSweep(KvCacheStorage::kFp8E4M3, 11);
+}
+
+TEST(CacheOpsTest, Fp8E5M2WriteQuantizesEveryElementAsTheCpuWorkerDoes) {
+  RunFp8WriteSweep(KvCacheStorage::kFp8E5M2, 41);
 }
 
 TEST(CacheOpsTest, Fp8WriteRejectsScalesThatAreNotFinitePositive) {
@@ -435,9 +466,11 @@ TEST(CacheOpsTest, Fp8WriteRejectsScalesThatAreNotFinitePositive) {
     p.num_kv_heads = 1;
     p.head_dim = 8;
     p.block_size = 16;
-    p.storage = KvCacheStorage::kFp8E4M3;
-    p.v_scale = bad;
-    EXPECT_EQ(LaunchReshapeAndCache(p, nullptr), cudaErrorInvalidValue) << bad;
+    for (KvCacheStorage storage : {KvCacheStorage::kFp8E4M3, KvCacheStorage::kFp8E5M2}) {
+      p.storage = storage;
+      p.v_scale = bad;
+      EXPECT_EQ(LaunchReshapeAndCache(p, nullptr), cudaErrorInvalidValue) << bad;
+    }
   }
 }
 

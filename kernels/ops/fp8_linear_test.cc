@@ -2,8 +2,9 @@
 // E4M3 GEMM and the output scaling (kernels/ops/fp8_linear.h, gemm.h) —
 // against the CPU worker's rule: the quantized inputs' codes and scales bit
 // for bit (common/fp8.h), the product and the output against a float64 sum
-// over the exactly dequantized weights and the emulated input quantization.
-// Needs a CUDA device; skipped without one.
+// over the exactly dequantized weights and the emulated input quantization;
+// and the same product with the scales inside cuBLASLt and a bf16/f16
+// output (kernels/ops/scaled_gemm.h). Needs a CUDA device; skipped without one.
 
 #include "kernels/ops/fp8_linear.h"
 
@@ -11,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <memory>
 #include <random>
@@ -19,6 +21,7 @@
 
 #include "common/fp8.h"
 #include "kernels/ops/gemm.h"
+#include "kernels/ops/scaled_gemm.h"
 #include "tests/kernels/cuda_test_util.h"
 
 namespace pagoda::kernels {
@@ -158,6 +161,32 @@ void RunFp8LinearCase(const Fp8LinearCase& c, uint32_t seed, GemmContext& gemm) 
   scale.rows = c.rows;
   scale.cols = c.out;
   PAGODA_ASSERT_CUDA_OK(LaunchScaleFp8Output(scale, nullptr));
+  // The same product with both scales inside cuBLASLt, straight to dtype
+  // (scaled_gemm.h; no bias: CudaBackend adds none on that path).
+  bool fused = c.dtype != ScalarType::kF32;
+  DeviceBuffer d_fused(padded_rows * c.out * elem);
+  if (fused) {
+    const Fp8ScaledGemmParams scaled{.a = d_codes.as<uint8_t>(),
+                                     .w = d_w.as<uint8_t>(),
+                                     .row_scales = d_scales.as<float>(),
+                                     .col_scales = d_w_scales.as<float>(),
+                                     .c = d_fused.get(),
+                                     .m = padded_rows,
+                                     .n = c.out,
+                                     .k = c.in,
+                                     .out_dtype = c.dtype};
+    // A library without outer-vector FP8 scaling on this GPU declines it
+    // (CudaBackend then takes the f32 path, checked above): said, not failed.
+    const cublasStatus_t status = Fp8ScaledGemm(gemm, scaled, nullptr);
+    if (status == CUBLAS_STATUS_NOT_SUPPORTED) {
+      std::printf("Fp8ScaledGemm declined [%ld x %ld] x [%ld x %ld]^T on this GPU\n",
+                  static_cast<long>(padded_rows), static_cast<long>(c.in), static_cast<long>(c.out),
+                  static_cast<long>(c.in));
+      fused = false;
+    } else {
+      ASSERT_EQ(status, CUBLAS_STATUS_SUCCESS);
+    }
+  }
   PAGODA_ASSERT_CUDA_OK(cudaDeviceSynchronize());
 
   // The quantization, exactly.
@@ -168,6 +197,9 @@ void RunFp8LinearCase(const Fp8LinearCase& c, uint32_t seed, GemmContext& gemm) 
   // tensor cores accumulate E4M3 products in chunks of reduced precision
   // (promoted to f32 between chunks): allowed 2^-12 of the sum of |terms|.
   const std::vector<float> acc = d_acc.Download<float>(c.rows * c.out);
+  const std::vector<float> y_fused =
+      fused ? testing::Decode(c.dtype, d_fused.Download<uint8_t>(c.rows * c.out * elem))
+            : std::vector<float>();
   const std::vector<float> y =
       testing::Decode(c.dtype, d_y.Download<uint8_t>(c.rows * c.out * elem));
   const double output_rounding = c.dtype == ScalarType::kF16    ? std::ldexp(1.0, -11)
@@ -194,6 +226,15 @@ void RunFp8LinearCase(const Fp8LinearCase& c, uint32_t seed, GemmContext& gemm) 
                                std::ldexp(std::fabs(want), -20) + 1e-7;
       if (!(std::fabs(y[r * c.out + o] - want) <= tolerance) && ++bad_y <= 5) {
         ADD_FAILURE() << "y[" << r << ", " << o << "] = " << y[r * c.out + o] << ", want " << want;
+      }
+      const double want_fused = sum * factor;
+      const double tolerance_fused = acc_tolerance * factor +
+                                     output_rounding * std::fabs(want_fused) +
+                                     std::ldexp(std::fabs(want_fused), -20) + 1e-7;
+      if (fused && !(std::fabs(y_fused[r * c.out + o] - want_fused) <= tolerance_fused) &&
+          ++bad_y <= 5) {
+        ADD_FAILURE() << "fused y[" << r << ", " << o << "] = " << y_fused[r * c.out + o]
+                      << ", want " << want_fused;
       }
     }
   }
@@ -305,6 +346,19 @@ TEST_F(Fp8LinearTest, RejectsBadArguments) {
   product.m = 16;
   product.out_dtype = ScalarType::kBF16;
   EXPECT_EQ(Gemm(*gemm_, product, nullptr), CUBLAS_STATUS_INVALID_VALUE);
+  // The scaled GEMM declines what its rule excludes, and refuses f32 out.
+  Fp8ScaledGemmParams scaled{.a = buffer.as<uint8_t>(),
+                             .w = buffer.as<uint8_t>(),
+                             .row_scales = buffer.as<float>(),
+                             .col_scales = buffer.as<float>(),
+                             .c = buffer.get(),
+                             .m = 7,
+                             .n = 16,
+                             .k = 16};
+  EXPECT_EQ(Fp8ScaledGemm(*gemm_, scaled, nullptr), CUBLAS_STATUS_NOT_SUPPORTED);
+  scaled.m = 16;
+  scaled.out_dtype = ScalarType::kF32;
+  EXPECT_EQ(Fp8ScaledGemm(*gemm_, scaled, nullptr), CUBLAS_STATUS_INVALID_VALUE);
 }
 
 }  // namespace

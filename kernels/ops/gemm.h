@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <tuple>
 
 #include "kernels/scalar_type.h"
@@ -54,8 +55,13 @@ class GemmContext {
   }
   void RememberAlgo(const AlgoKey& key, const cublasLtMatmulAlgo_t& algo) { algos_[key] = algo; }
   size_t num_cached_algos() const { return algos_.size(); }
+  // Problems the heuristic had no algorithm for (scaled_gemm.h's, whose
+  // callers then fall back), so a declined shape pays the query once.
+  bool Declined(const AlgoKey& key) const { return declined_.count(key) != 0; }
+  void RememberDeclined(const AlgoKey& key) { declined_.insert(key); }
   void ForgetAlgos() {
     algos_.clear();
+    declined_.clear();
     num_timed_algos_ = 0;
     num_no_split_k_algos_ = 0;
   }
@@ -114,6 +120,7 @@ class GemmContext {
   void* workspace_;
   size_t workspace_bytes_;
   std::map<AlgoKey, cublasLtMatmulAlgo_t> algos_;
+  std::set<AlgoKey> declined_;
   std::map<FamilyKey, std::unique_ptr<GemmDescriptors>> descriptors_;
   bool timing_ = false;
   size_t num_timed_algos_ = 0;

@@ -67,7 +67,8 @@ __global__ void IntGemvKernel(PackedIntWeight w, const T* __restrict__ x,
 
   for (int64_t v = lane; v < vectors; v += 32) {
     const uint4 packed = __ldg(codes + v);
-    const uint32_t words[4] = {packed.x, packed.y, packed.z, packed.w};
+    const uint32_t words[4] = {packed.x ^ w.code_xor, packed.y ^ w.code_xor, packed.z ^ w.code_xor,
+                               packed.w ^ w.code_xor};
     const int64_t j0 = v * 4 * kPerWord;
     const bool vector = x_vectors && j0 + 4 * kPerWord <= w.in;
     float part[kRows];
@@ -152,7 +153,8 @@ bool ValidPackedWeight(const PackedIntWeight& w) {
          w.out > 0 && w.in > 0 && w.group_size > 0 &&
          w.runs == (w.in + w.group_size - 1) / w.group_size &&
          w.words_per_row == (w.in + per_vector - 1) / per_vector * 4 &&
-         reinterpret_cast<uintptr_t>(w.codes) % 16 == 0;
+         reinterpret_cast<uintptr_t>(w.codes) % 16 == 0 &&
+         (w.code_xor == 0 || (w.bits == 8 && w.code_xor == 0x80808080u));
 }
 
 bool HalfType(ScalarType dtype) { return dtype == ScalarType::kBF16 || dtype == ScalarType::kF16; }
@@ -166,7 +168,7 @@ __global__ void DequantizeIntKernel(PackedIntWeight w, T* __restrict__ out) {
   const int64_t index = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (index >= w.out * w.words_per_row) return;
   const int64_t o = index / w.words_per_row;
-  const uint32_t word = w.codes[index];
+  const uint32_t word = w.codes[index] ^ w.code_xor;
   const int64_t j0 = (index % w.words_per_row) * kPerWord;
 #pragma unroll
   for (int e = 0; e < kPerWord; ++e) {

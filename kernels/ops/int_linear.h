@@ -46,6 +46,10 @@ struct PackedIntWeight {
   int64_t words_per_row = 0;
   int64_t group_size = 0;  // inputs a run (the last run may be shorter)
   int64_t runs = 0;        // ceil(in / group_size)
+  // XORed into every code word before its codes are read: 0, or
+  // kernels/ops/w8a8_int8.h's kInt8SignFlip for a W8A8 weight stored as
+  // int8 values for cuBLASLt.
+  uint32_t code_xor = 0;
 };
 
 struct IntGemvParams {
@@ -62,6 +66,24 @@ cudaError_t LaunchIntGemv(const IntGemvParams& params, cudaStream_t stream);
 // w[o, perm[j]] (or w[o, j]) = dtype((q - zero) * scale), w [out, in].
 cudaError_t LaunchDequantizeIntWeight(const PackedIntWeight& weight, ScalarType dtype, void* w,
                                       cudaStream_t stream);
+
+// Prefill through the tensor cores without a dequantized copy of the weight
+// (kernels/ops/int_gemm_fused.cu): y[rows, out] = x * W^T + bias, the weight
+// dequantized in registers to dtype exactly as LaunchDequantizeIntWeight
+// rounds it, f32 accumulation. int4 only, group sizes a multiple of 32
+// (every AWQ/GPTQ checkpoint's; a per-channel weight when in is), no
+// code_xor; cudaErrorInvalidValue otherwise (the caller keeps the
+// dequantize + GEMM path). x in the checkpoint's input order (perm gathers).
+// Not yet on the serving path (never run on a GPU: kernels/ops/NOTES.md).
+struct IntGemmParams {
+  PackedIntWeight weight;
+  const void* x = nullptr;               // [rows, in], contiguous
+  const float* bias = nullptr;           // [out], or null
+  void* y = nullptr;                     // [rows, out], contiguous
+  ScalarType dtype = ScalarType::kBF16;  // of x and y: f16 or bf16
+  int64_t rows = 0;                      // >= 1
+};
+cudaError_t LaunchFusedIntGemm(const IntGemmParams& params, cudaStream_t stream);
 
 // W8A8 int8 (compressed-tensors int-quantized) inputs, the CPU worker's
 // rule (worker/cpu/w8a8_linear.cc): per token row s = max|x| / 127,

@@ -3,8 +3,9 @@
 // sum over the exactly dequantized weight (q - zero) * scale, over odd
 // shapes, group sizes that do and do not fill a 16-byte vector, per-channel
 // scales, act-order (shuffled groups) and bias; W8A8's int8 input codes
-// and scales against the CPU's rule and its output against float64; and the
-// host packer's refusals (kernels/ops/int_weight_pack.h). Needs a CUDA
+// and scales against the CPU's rule and its output against float64, through
+// the float GEMM and through cuBLASLt's int8 GEMM (kernels/ops/w8a8_int8.h,
+// scaled_gemm.h); and the host packer's refusals (kernels/ops/int_weight_pack.h). Needs a CUDA
 // device; skipped without one.
 
 #include "kernels/ops/int_linear.h"
@@ -21,7 +22,10 @@
 #include "kernels/ops/fp8_linear.h"
 #include "kernels/ops/gemm.h"
 #include "kernels/ops/int_weight_pack.h"
+#include "kernels/ops/scaled_gemm.h"
+#include "kernels/ops/w8a8_int8.h"
 #include "tests/kernels/cuda_test_util.h"
+#include "tests/kernels/int_linear_test_util.h"
 
 namespace pagoda::kernels {
 namespace {
@@ -30,175 +34,11 @@ using testing::DeviceBuffer;
 using testing::Encode;
 using testing::RoundTrip;
 
-struct IntLinearCase {
-  ScalarType dtype = ScalarType::kBF16;
-  int bits = 4;
-  int64_t rows = 1;
-  int64_t out = 8;
-  int64_t in = 64;
-  int64_t group_size = 32;  // in: per channel
-  bool act_order = false;
-  bool bias = false;
-
-  std::string Name() const {
-    return std::string(ScalarTypeName(dtype)) + " int" + std::to_string(bits) + " rows " +
-           std::to_string(rows) + " out " + std::to_string(out) + " in " + std::to_string(in) +
-           " group " + std::to_string(group_size) + (act_order ? " act-order" : "") +
-           (bias ? " bias" : "");
-  }
-};
-
-// A checkpoint's weight in worker/quant's unpacked form: random codes,
-// integral zero points, positive scales; act-order gives inputs to groups
-// in a shuffled order (GPTQ desc_act's g_idx), each group group_size inputs.
-struct HostIntWeight {
-  std::vector<uint8_t> codes;
-  std::vector<float> scales, zeros;
-  std::vector<int32_t> group_of_input;
-  int64_t num_groups = 0;
-
-  UnpackedIntWeight View(const IntLinearCase& c) const {
-    return UnpackedIntWeight{.bits = c.bits,
-                             .out = c.out,
-                             .in = c.in,
-                             .num_groups = num_groups,
-                             .codes = codes.data(),
-                             .scales = scales.data(),
-                             .zeros = zeros.data(),
-                             .group_of_input = group_of_input.data()};
-  }
-  double Dequantized(const IntLinearCase& c, int64_t o, int64_t i) const {
-    const int64_t g = o * num_groups + group_of_input[i];
-    return (static_cast<double>(codes[o * c.in + i]) - zeros[g]) * scales[g];
-  }
-};
-
-HostIntWeight RandomWeight(const IntLinearCase& c, std::mt19937& rng) {
-  HostIntWeight w;
-  w.num_groups = (c.in + c.group_size - 1) / c.group_size;
-  std::uniform_int_distribution<int> code(0, (1 << c.bits) - 1);
-  std::uniform_real_distribution<float> scale(0.001f, 0.02f);
-  w.codes.resize(c.out * c.in);
-  for (uint8_t& q : w.codes) q = static_cast<uint8_t>(code(rng));
-  w.scales.resize(c.out * w.num_groups);
-  w.zeros.resize(c.out * w.num_groups);
-  for (float& s : w.scales) s = scale(rng);
-  for (float& z : w.zeros) z = static_cast<float>(code(rng));
-  w.group_of_input.resize(c.in);
-  for (int64_t i = 0; i < c.in; ++i) w.group_of_input[i] = static_cast<int32_t>(i / c.group_size);
-  if (c.act_order) std::shuffle(w.group_of_input.begin(), w.group_of_input.end(), rng);
-  return w;
-}
-
-// Device copies of a packed weight.
-struct DeviceIntWeight {
-  explicit DeviceIntWeight(const HostPackedIntWeight& h)
-      : codes(h.codes.size() * 4),
-        scale_zero(h.scale_zero.size() * 4),
-        perm(std::max<size_t>(h.perm.size(), 1) * 4) {
-    codes.Upload(h.codes);
-    scale_zero.Upload(h.scale_zero);
-    if (!h.perm.empty()) perm.Upload(h.perm);
-  }
-  PackedIntWeight View(const IntLinearCase& c, const HostPackedIntWeight& h) const {
-    return PackedIntWeight{.codes = codes.as<uint32_t>(),
-                           .scale_zero = scale_zero.as<float2>(),
-                           .perm = h.perm.empty() ? nullptr : perm.as<int32_t>(),
-                           .bits = c.bits,
-                           .out = c.out,
-                           .in = c.in,
-                           .words_per_row = h.words_per_row,
-                           .group_size = h.group_size,
-                           .runs = h.runs};
-  }
-  DeviceBuffer codes, scale_zero, perm;
-};
-
-// y through the GEMV (rows <= kIntGemvMaxRows, inputs permuted first for
-// act-order) or through the dequantized weight and the dense GEMM.
-std::vector<float> RunDevice(const IntLinearCase& c, const PackedIntWeight& w,
-                             const std::vector<float>& x, const std::vector<float>& bias,
-                             GemmContext& gemm) {
-  const size_t elem = ScalarTypeSize(c.dtype);
-  DeviceBuffer d_x(x.size() * elem), d_sorted(x.size() * elem), d_bias(c.out * 4);
-  DeviceBuffer d_w(c.out * c.in * elem), d_y(c.rows * c.out * elem), d_acc(c.rows * c.out * 4);
-  d_x.Upload(Encode(c.dtype, x));
-  d_bias.Upload(bias);
-  d_y.Fill(0xFF);
-  if (c.rows <= kIntGemvMaxRows) {
-    const void* inputs = d_x.get();
-    if (w.perm != nullptr) {
-      EXPECT_EQ(
-          LaunchPermuteIntInputs(d_x.get(), w.perm, c.rows, c.in, c.dtype, d_sorted.get(), nullptr),
-          cudaSuccess);
-      inputs = d_sorted.get();
-    }
-    IntGemvParams p{.weight = w,
-                    .x = inputs,
-                    .bias = c.bias ? d_bias.as<float>() : nullptr,
-                    .y = d_y.get(),
-                    .dtype = c.dtype,
-                    .rows = static_cast<int>(c.rows)};
-    EXPECT_EQ(LaunchIntGemv(p, nullptr), cudaSuccess);
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    return testing::Decode(c.dtype, d_y.Download<uint8_t>(c.rows * c.out * elem));
-  }
-  EXPECT_EQ(LaunchDequantizeIntWeight(w, c.dtype, d_w.get(), nullptr), cudaSuccess);
-  GemmParams product{.a = d_x.get(),
-                     .w = d_w.get(),
-                     .c = d_acc.get(),
-                     .m = c.rows,
-                     .n = c.out,
-                     .k = c.in,
-                     .dtype = c.dtype,
-                     .out_dtype = ScalarType::kF32};
-  EXPECT_EQ(Gemm(gemm, product, nullptr), CUBLAS_STATUS_SUCCESS);
-  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  std::vector<float> y = d_acc.Download<float>(c.rows * c.out);
-  for (int64_t r = 0; r < c.rows; ++r) {
-    for (int64_t o = 0; o < c.out; ++o) y[r * c.out + o] += c.bias ? bias[o] : 0.0f;
-  }
-  return y;
-}
-
-void RunIntLinearCase(const IntLinearCase& c, uint32_t seed, GemmContext& gemm) {
-  SCOPED_TRACE(c.Name());
-  std::mt19937 rng(seed);
-  const HostIntWeight weight = RandomWeight(c, rng);
-  std::string error;
-  const HostPackedIntWeight packed = PackIntWeight(weight.View(c), &error);
-  ASSERT_EQ(error, "");
-  EXPECT_EQ(packed.perm.empty(), !c.act_order);
-  const DeviceIntWeight device(packed);
-  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
-  std::vector<float> x(c.rows * c.in), bias(c.out);
-  for (float& v : x) v = unit(rng);
-  for (float& v : bias) v = unit(rng);
-  x = RoundTrip(c.dtype, x);
-  const std::vector<float> y = RunDevice(c, device.View(c, packed), x, bias, gemm);
-
-  // f32 sums (and, for the GEMM, weights rounded to dtype) against float64;
-  // the GEMV's output and the GEMM path's weights round once to dtype.
-  const bool gemv = c.rows <= kIntGemvMaxRows;
-  const double rounding = testing::Tolerance(c.dtype);
-  int bad = 0;
-  for (int64_t r = 0; r < c.rows; ++r) {
-    for (int64_t o = 0; o < c.out; ++o) {
-      double want = c.bias ? bias[o] : 0.0, magnitude = 0.0;
-      for (int64_t i = 0; i < c.in; ++i) {
-        const double term = x[r * c.in + i] * weight.Dequantized(c, o, i);
-        want += term;
-        magnitude += std::fabs(term);
-      }
-      const double tolerance = std::ldexp(magnitude, -16) +
-                               (gemv ? rounding * std::fabs(want) : rounding * magnitude) + 1e-6;
-      if (!(std::fabs(y[r * c.out + o] - want) <= tolerance) && ++bad <= 5) {
-        ADD_FAILURE() << "y[" << r << ", " << o << "] = " << y[r * c.out + o] << ", want " << want;
-      }
-    }
-  }
-  EXPECT_EQ(bad, 0);
-}
+using testing::DeviceIntWeight;
+using testing::HostIntWeight;
+using testing::IntLinearCase;
+using testing::RandomWeight;
+using testing::RunIntLinearCase;
 
 class IntLinearTest : public ::testing::Test {
  protected:
@@ -368,6 +208,186 @@ TEST_F(IntLinearTest, W8A8MatchesTheEmulatedInputQuantization) {
     RunW8A8Case(dtype, 5, 37, 200, seed++, *gemm_);
     RunW8A8Case(dtype, 33, 24, 77, seed++, *gemm_);
   }
+}
+
+// W8A8 on the tensor cores as CudaBackend::W8A8Int8Chunk runs it: the
+// weight's packed bytes sign-flipped, the int8 input codes (row-padded to
+// 16 and zero past `in`), cuBLASLt's int8 GEMM and the int32 epilogue. The
+// codes, scales and code sums exactly as the CPU's rule gives them, the
+// int32 product exactly, the output against float64 over codes, q - zero
+// (any zero point: the sign flip's correction) and s_x * s_w.
+void RunW8A8Int8Case(ScalarType dtype, int64_t rows, int64_t out, int64_t in, bool signed_zero,
+                     uint32_t seed, GemmContext& gemm) {
+  SCOPED_TRACE(std::string(ScalarTypeName(dtype)) + " W8A8 int8 rows " + std::to_string(rows) +
+               " out " + std::to_string(out) + " in " + std::to_string(in) +
+               (signed_zero ? " zero 128" : " random zeros"));
+  std::mt19937 rng(seed);
+  const IntLinearCase shape{dtype, 8, rows, out, in, in};
+  HostIntWeight weight = RandomWeight(shape, rng);
+  if (signed_zero) {
+    for (float& z : weight.zeros) z = 128.0f;
+  }
+  HostIntWeight codes_only = weight;
+  std::fill(codes_only.scales.begin(), codes_only.scales.end(), 1.0f);
+  std::string error;
+  HostPackedIntWeight packed = PackIntWeight(codes_only.View(shape), &error);
+  ASSERT_EQ(error, "");
+  for (uint32_t& word : packed.codes) word ^= kInt8SignFlip;
+  const DeviceIntWeight device(packed);
+  PackedIntWeight view = device.View(shape, packed);
+  view.code_xor = kInt8SignFlip;
+  const int64_t ld = packed.words_per_row * 4;
+  const int64_t padded = (rows + 15) / 16 * 16;
+
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  std::vector<float> x(rows * in), bias(out);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float magnitude = r == 1 ? 0.0f : std::pow(10.0f, unit(rng) * 2.0f);
+    for (int64_t i = 0; i < in; ++i) x[r * in + i] = unit(rng) * magnitude;
+  }
+  if (rows > 2) x[2 * in + 3] = std::nanf("");
+  for (float& v : bias) v = unit(rng);
+  x = RoundTrip(dtype, x);
+
+  const size_t elem = ScalarTypeSize(dtype);
+  DeviceBuffer d_x(x.size() * elem), d_codes(padded * ld), d_x_scales(rows * 4), d_sums(rows * 4),
+      d_acc(padded * out * 4), d_w_scales(out * 4), d_bias(out * 4), d_y(rows * out * elem),
+      d_w(out * in * elem);
+  d_x.Upload(Encode(dtype, x));
+  d_codes.Fill(0x55);  // the launcher must write the padding
+  d_w_scales.Upload(weight.scales);
+  d_bias.Upload(bias);
+  const QuantizeInt8CodesParams quantize{.x = d_x.get(),
+                                         .dtype = dtype,
+                                         .rows = rows,
+                                         .cols = in,
+                                         .codes = d_codes.as<int8_t>(),
+                                         .ld = ld,
+                                         .padded_rows = padded,
+                                         .scales = d_x_scales.as<float>(),
+                                         .row_sums = d_sums.as<int32_t>()};
+  PAGODA_ASSERT_CUDA_OK(LaunchQuantizeInt8Codes(quantize, nullptr));
+  const Int8GemmParams product{.a = d_codes.as<int8_t>(),
+                               .w = reinterpret_cast<const int8_t*>(view.codes),
+                               .c = d_acc.as<int32_t>(),
+                               .m = padded,
+                               .n = out,
+                               .k = ld};
+  ASSERT_EQ(Int8Gemm(gemm, product, nullptr), CUBLAS_STATUS_SUCCESS);
+  ScaleInt32OutputParams scale;
+  scale.acc = d_acc.as<int32_t>();
+  scale.row_sums = d_sums.as<int32_t>();
+  scale.row_scales = d_x_scales.as<float>();
+  scale.col_scale_zero = view.scale_zero;
+  scale.col_scales = d_w_scales.as<float>();
+  scale.bias = d_bias.as<float>();
+  scale.y = d_y.get();
+  scale.y_row_stride = out;
+  scale.dtype = dtype;
+  scale.rows = rows;
+  scale.cols = out;
+  PAGODA_ASSERT_CUDA_OK(LaunchScaleInt32Output(scale, nullptr));
+  // The float path's weight from the flipped bytes: q - zero again.
+  PAGODA_ASSERT_CUDA_OK(LaunchDequantizeIntWeight(view, dtype, d_w.get(), nullptr));
+  PAGODA_ASSERT_CUDA_OK(cudaDeviceSynchronize());
+
+  const std::vector<int8_t> codes = d_codes.Download<int8_t>(padded * ld);
+  const std::vector<float> scales = d_x_scales.Download<float>(rows);
+  const std::vector<int32_t> sums = d_sums.Download<int32_t>(rows);
+  const std::vector<int32_t> acc = d_acc.Download<int32_t>(padded * out);
+  const std::vector<float> y = testing::Decode(dtype, d_y.Download<uint8_t>(rows * out * elem));
+  const std::vector<float> w = testing::Decode(dtype, d_w.Download<uint8_t>(out * in * elem));
+  int bad = 0;
+  for (int64_t o = 0; o < out; ++o) {
+    for (int64_t i = 0; i < in; ++i) {
+      const double want = static_cast<double>(weight.codes[o * in + i]) - weight.zeros[o];
+      if (w[o * in + i] != static_cast<float>(want) && ++bad <= 5) {
+        ADD_FAILURE() << "w[" << o << ", " << i << "] = " << w[o * in + i] << ", want " << want;
+      }
+    }
+  }
+  for (int64_t r = 0; r < padded; ++r) {
+    const float s_x = r < rows ? HostInt8RowScale(&x[r * in], in) : 0.0f;
+    int64_t want_sum = 0;
+    for (int64_t i = 0; i < ld; ++i) {
+      const float q = r < rows && i < in ? HostInt8Code(x[r * in + i], s_x) : 0.0f;
+      want_sum += static_cast<int64_t>(q);
+      if (codes[r * ld + i] != static_cast<int8_t>(q) && ++bad <= 5) {
+        ADD_FAILURE() << "code[" << r << ", " << i << "] = " << int{codes[r * ld + i]};
+      }
+    }
+    if (r >= rows) continue;
+    EXPECT_EQ(sums[r], want_sum) << "row " << r;
+    if (std::isnan(s_x)) {
+      EXPECT_TRUE(std::isnan(scales[r])) << "row " << r;
+    } else {
+      EXPECT_EQ(scales[r], s_x) << "row " << r;
+    }
+    for (int64_t o = 0; o < out; ++o) {
+      int64_t flipped = 0, exact = 0;
+      for (int64_t i = 0; i < in; ++i) {
+        const int64_t q = static_cast<int64_t>(HostInt8Code(x[r * in + i], s_x));
+        flipped += q * (int64_t{weight.codes[o * in + i]} - 128);
+        exact += q * (int64_t{weight.codes[o * in + i]} - static_cast<int64_t>(weight.zeros[o]));
+      }
+      if (acc[r * out + o] != flipped && ++bad <= 5) {
+        ADD_FAILURE() << "acc[" << r << ", " << o << "] = " << acc[r * out + o] << ", want "
+                      << flipped;
+      }
+      if (std::isnan(s_x)) {
+        EXPECT_TRUE(std::isnan(y[r * out + o])) << "y[" << r << ", " << o << "]";
+        continue;
+      }
+      const double want = static_cast<double>(exact) * s_x * weight.scales[o] + bias[o];
+      const double scaled = std::fabs(static_cast<double>(exact) * s_x * weight.scales[o]);
+      const double tolerance = testing::Tolerance(dtype) * std::fabs(want) +
+                               std::ldexp(scaled + std::fabs(bias[o]), -20) + 1e-6;
+      if (!(std::fabs(y[r * out + o] - want) <= tolerance) && ++bad <= 5) {
+        ADD_FAILURE() << "y[" << r << ", " << o << "] = " << y[r * out + o] << ", want " << want;
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+TEST_F(IntLinearTest, W8A8Int8TensorCoresMatchTheEmulatedInputQuantization) {
+  uint32_t seed = 400;
+  for (ScalarType dtype : {ScalarType::kBF16, ScalarType::kF16}) {
+    for (bool signed_zero : {true, false}) {
+      RunW8A8Int8Case(dtype, 1, 16, 64, signed_zero, seed++, *gemm_);
+      RunW8A8Int8Case(dtype, 5, 48, 200, signed_zero, seed++, *gemm_);  // in not a multiple of 16
+      RunW8A8Int8Case(dtype, 33, 32, 77, signed_zero, seed++, *gemm_);
+      RunW8A8Int8Case(dtype, 130, 272, 1040, signed_zero, seed++, *gemm_);
+    }
+  }
+}
+
+TEST_F(IntLinearTest, Int8GemmDeclinesWhatCublasLtCannotTake) {
+  DeviceBuffer a(64 * 64), w(64 * 64), c(64 * 64 * 4);
+  Int8GemmParams p{
+      .a = a.as<int8_t>(), .w = w.as<int8_t>(), .c = c.as<int32_t>(), .m = 16, .n = 24, .k = 64};
+  EXPECT_EQ(Int8Gemm(*gemm_, p, nullptr), CUBLAS_STATUS_NOT_SUPPORTED);  // n % 16
+  p.n = 16;
+  p.k = 36;
+  EXPECT_EQ(Int8Gemm(*gemm_, p, nullptr), CUBLAS_STATUS_NOT_SUPPORTED);  // k % 16
+  p.k = 64;
+  p.a = a.as<int8_t>() + 4;
+  EXPECT_EQ(Int8Gemm(*gemm_, p, nullptr), CUBLAS_STATUS_NOT_SUPPORTED);  // 4-byte aligned
+  p.a = nullptr;
+  EXPECT_EQ(Int8Gemm(*gemm_, p, nullptr), CUBLAS_STATUS_INVALID_VALUE);
+  QuantizeInt8CodesParams q{.x = a.get(),
+                            .dtype = ScalarType::kBF16,
+                            .rows = 2,
+                            .cols = 8,
+                            .codes = a.as<int8_t>(),
+                            .ld = 4,
+                            .padded_rows = 16,
+                            .scales = c.as<float>(),
+                            .row_sums = c.as<int32_t>()};
+  EXPECT_EQ(LaunchQuantizeInt8Codes(q, nullptr), cudaErrorInvalidValue);  // ld < cols
+  q.ld = 8;
+  q.padded_rows = 1;
+  EXPECT_EQ(LaunchQuantizeInt8Codes(q, nullptr), cudaErrorInvalidValue);  // padded < rows
 }
 
 TEST(IntWeightPackTest, RefusesWhatTheLayoutCannotHold) {

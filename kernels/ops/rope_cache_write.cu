@@ -213,10 +213,13 @@ bool RopeCacheWriteParamsOk(const RopeCacheWriteParams& p) {
                           p.value != nullptr && p.cos_sin_cache != nullptr &&
                           p.key_cache != nullptr && p.value_cache != nullptr &&
                           p.slot_mapping != nullptr;
+  // E5M2 caches are written by LaunchReshapeAndCache only.
+  const bool storage_ok =
+      p.storage == KvCacheStorage::kDType || p.storage == KvCacheStorage::kFp8E4M3;
   const bool scales_ok =
       p.storage != KvCacheStorage::kFp8E4M3 || (std::isfinite(p.k_scale) && p.k_scale > 0.0f &&
                                                 std::isfinite(p.v_scale) && p.v_scale > 0.0f);
-  return shape_ok && buffers_ok && scales_ok;
+  return shape_ok && buffers_ok && storage_ok && scales_ok;
 }
 
 }  // namespace

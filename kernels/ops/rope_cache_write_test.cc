@@ -319,18 +319,19 @@ TEST(RopeCacheWriteTest, EqualsRotaryThenReshapeAndCacheAndTheHostReference) {
   }
 }
 
-TEST(RopeCacheWriteTest, RejectsBadShapesNullBuffersAndFp8Scales) {
+TEST(RopeCacheWriteTest, RejectsBadShapesNullBuffersFp8ScalesAndE5M2) {
   const FusedFixture f(
       {64, 64, 2, 1, 16, ScalarType::kBF16, true, RopeFrequencyScaling::Type::kNone, 0});
   const FusedRun r(f);
   const RopeCacheWriteParams good = FusedParams(f, r);
-  std::vector<RopeCacheWriteParams> bad(6, good);
+  std::vector<RopeCacheWriteParams> bad(7, good);
   bad[0].rotary_dim = 63;
   bad[1].rotary_dim = 66;
   bad[2].key_cache = nullptr;
   bad[3].k_scale = 0.0f;
   bad[4].v_scale = std::nanf("");
   bad[5].block_size = 0;
+  bad[6].storage = KvCacheStorage::kFp8E5M2;  // Written by LaunchReshapeAndCache only.
   for (const RopeCacheWriteParams& p : bad) {
     EXPECT_EQ(LaunchRopeCacheWrite(p, nullptr), cudaErrorInvalidValue);
   }

@@ -81,13 +81,16 @@ void RoundInPlace(std::vector<float>& values, ScalarType dtype) {
 
 namespace {
 
-// An FP8 cache's codes of `values` (the CPU worker's E4M3(x / scale)), and
-// `values` replaced by what they read back as: code * scale.
-void QuantizeToFp8(std::vector<float>& values, float scale, std::vector<uint8_t>& codes) {
+// An FP8 cache's codes of `values` (the CPU worker's E4M3(x / scale) or
+// E5M2(x / scale)), and `values` replaced by what they read back as:
+// code * scale.
+void QuantizeToFp8(std::vector<float>& values, float scale, KvCacheStorage storage,
+                   std::vector<uint8_t>& codes) {
+  const bool e5m2 = storage == KvCacheStorage::kFp8E5M2;
   codes.resize(values.size());
   for (size_t i = 0; i < values.size(); ++i) {
-    codes[i] = FloatToFp8E4M3(values[i] / scale);
-    values[i] = Fp8E4M3ToFloat(codes[i]) * scale;
+    codes[i] = e5m2 ? FloatToFp8E5M2(values[i] / scale) : FloatToFp8E4M3(values[i] / scale);
+    values[i] = (e5m2 ? Fp8E5M2ToFloat(codes[i]) : Fp8E4M3ToFloat(codes[i])) * scale;
   }
 }
 
@@ -120,9 +123,9 @@ AttentionProblem MakeAttentionProblem(const AttentionProblemSpec& spec, std::mt1
   for (float& x : cache.v) x = unit(rng);
   RoundInPlace(cache.k, spec.dtype);
   RoundInPlace(cache.v, spec.dtype);
-  if (spec.kv_storage == KvCacheStorage::kFp8E4M3) {
-    QuantizeToFp8(cache.k, spec.k_scale, problem.k_codes);
-    QuantizeToFp8(cache.v, spec.v_scale, problem.v_codes);
+  if (spec.kv_storage != KvCacheStorage::kDType) {
+    QuantizeToFp8(cache.k, spec.k_scale, spec.kv_storage, problem.k_codes);
+    QuantizeToFp8(cache.v, spec.v_scale, spec.kv_storage, problem.v_codes);
   }
 
   std::vector<int32_t> pool(num_blocks);
@@ -164,7 +167,7 @@ cudaError_t UploadAttentionProblem(const AttentionProblem& problem,
   std::vector<int32_t> tables;
   for (const auto& row : problem.block_tables) tables.insert(tables.end(), row.begin(), row.end());
 
-  const bool fp8 = problem.spec.kv_storage == KvCacheStorage::kFp8E4M3;
+  const bool fp8 = problem.spec.kv_storage != KvCacheStorage::kDType;
   const size_t kv_bytes = k.size() * (fp8 ? 1 : 2);
   device.q = DeviceBuffer(q.size() * 2);
   device.k_cache = DeviceBuffer(kv_bytes);

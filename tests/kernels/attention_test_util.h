@@ -64,7 +64,8 @@ struct AttentionProblemSpec {
   std::vector<int32_t> context_lens;  // per sequence
   std::vector<int32_t> query_counts;  // per sequence (decode: all 1)
   float query_magnitude = 3.0f;       // q uniform in [-m, m]; K, V in [-1, 1]
-  // kFp8E4M3: the device cache holds E4M3(x / k_scale) (and v_scale) of the
+  // kFp8E4M3 (kFp8E5M2): the device cache holds E4M3(x / k_scale) (E5M2)
+  // (and v_scale) of the
   // dtype-rounded K and V (common/fp8.h, the CPU worker's rule), and the
   // reference's cache their exact values code * scale (in f32: exact for
   // power-of-two scales, within 2^-24 relative otherwise).

@@ -174,7 +174,8 @@ bool CudaBackend::ExpectActivationDType(DType dtype, const char* what) {
 }
 
 bool CudaBackend::ExpectKvCacheDType(DType dtype) {
-  return dtype == DType::kFp8E4M3 || ExpectActivationDType(dtype, "the KV cache");
+  return dtype == DType::kFp8E4M3 || dtype == DType::kFp8E5M2 ||
+         ExpectActivationDType(dtype, "the KV cache");
 }
 
 void CudaBackend::MakeCurrent() { Check(cudaSetDevice(device_), "cudaSetDevice"); }
@@ -366,8 +367,9 @@ void CudaBackend::Rope(void* q, void* k, int64_t token_stride, const StepBatch& 
 void CudaBackend::WriteKvCache(const void* k, const void* v, int64_t token_stride,
                                const StepBatch& batch, const KvCacheLayer& cache) {
   if (SkipLaunch() || !ExpectKvCacheDType(cache.dtype)) return;
-  // An FP8 cache stores E4M3(x / scale) (backend.h); k and v are activations.
-  const bool fp8 = cache.dtype == DType::kFp8E4M3;
+  // An FP8 cache stores E4M3(x / scale) or E5M2(x / scale) (backend.h); k
+  // and v are activations.
+  const kernels::KvCacheStorage storage = cuda_backend_internal::KvStorageOf(cache.dtype);
   Check(kernels::LaunchReshapeAndCache(
             kernels::ReshapeAndCacheParams{.key = k,
                                            .value = v,
@@ -381,8 +383,7 @@ void CudaBackend::WriteKvCache(const void* k, const void* v, int64_t token_strid
                                            .head_dim = cache.head_dim,
                                            .block_size = cache.block_size,
                                            .dtype = activation_dtype_,
-                                           .storage = fp8 ? kernels::KvCacheStorage::kFp8E4M3
-                                                          : kernels::KvCacheStorage::kDType,
+                                           .storage = storage,
                                            .k_scale = cache.k_scale,
                                            .v_scale = cache.v_scale},
             stream_),

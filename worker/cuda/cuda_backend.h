@@ -24,6 +24,7 @@
 //
 // Thread safety: one caller at a time (the model runner serialises steps).
 
+#include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -190,8 +191,8 @@ class CudaBackend final : public Backend {
   // already failed on a mismatched dtype.
   bool SkipLaunch() const { return mode_ == LaunchMode::kReplay; }
   bool ExpectActivationDType(DType dtype, const char* what);
-  // The same for a KV cache, which may also be FP8 E4M3 (the kernels widen
-  // its codes); E5M2 and others fail.
+  // The same for a KV cache, which may also be FP8 E4M3 or E5M2 (the
+  // kernels widen its codes); others fail.
   bool ExpectKvCacheDType(DType dtype);
   // Whether every position of `batch` is inside the rotary table (the
   // kernels read cos/sin from it only); fails the backend when not.
@@ -201,6 +202,11 @@ class CudaBackend final : public Backend {
   void CopyAndWait(void* dst, const void* src, size_t n, cudaMemcpyKind kind, const char* what);
   // IntLinear's W8A8 half.
   void W8A8IntLinear(const IntWeights& weights, const void* x, int rows, void* y);
+  // One chunk of W8A8IntLinear's int8 tensor-core path (up to
+  // kW8A8ChunkRows rows); CUBLAS_STATUS_NOT_SUPPORTED, y untouched (only
+  // the scratch's codes may be written), where cuBLASLt declines it.
+  cublasStatus_t W8A8Int8Chunk(const IntWeights& weights, const void* x, int64_t count, void* y);
+  void W8A8GemmFailed(cublasStatus_t status);
   // PagedAttention of a decode-only step, and of any other step.
   void DecodeAttention(const PagedAttentionParams& params);
   void PrefillAttention(const PagedAttentionParams& params);

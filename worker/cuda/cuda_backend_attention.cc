@@ -23,8 +23,8 @@ KernelParams AttentionKernelParams(const PagedAttentionParams& params, DType act
   const KvCacheLayer& cache = params.cache;
   KernelParams out;
   out.dtype = activation;
-  if (cache.dtype == DType::kFp8E4M3) {
-    out.kv_storage = kernels::KvCacheStorage::kFp8E4M3;
+  out.kv_storage = cuda_backend_internal::KvStorageOf(cache.dtype);
+  if (out.kv_storage != kernels::KvCacheStorage::kDType) {
     out.k_scale = cache.k_scale;
     out.v_scale = cache.v_scale;
   }

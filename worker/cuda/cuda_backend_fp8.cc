@@ -1,13 +1,18 @@
-// CudaBackend's FP8 W8A8 linears: the row quantization, cuBLASLt's E4M3
-// GEMM and the output scaling (kernels/ops/fp8_linear.h), chunked over rows
-// so that one fixed scratch serves any batch.
+// CudaBackend's FP8 W8A8 linears: the row quantization, then cuBLASLt's
+// E4M3 GEMM with both scales in its descriptor and a bf16/f16 output
+// (kernels/ops/scaled_gemm.h), or where that is declined (a bias, f32
+// activations, no algorithm) the E4M3 GEMM in f32 and the output scaling
+// pass (kernels/ops/fp8_linear.h); chunked over rows so that one fixed
+// scratch serves any batch.
 
 #include <algorithm>
+#include <cstdint>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/ops/fp8_linear.h"
 #include "kernels/ops/gemm.h"
+#include "kernels/ops/scaled_gemm.h"
 #include "worker/cuda/cuda_backend.h"
 #include "worker/cuda/cuda_backend_impl.h"
 #include "worker/cuda/cuda_fp8_linear.h"
@@ -70,6 +75,36 @@ absl::Status QuantizeFp8Chunk(const CudaBackend::Fp8Weights& w, const Fp8ChunkSc
       "FP8 row padding");
 }
 
+// The chunk's product with both scales applied inside cuBLASLt, written in
+// the activation dtype (kernels/ops/scaled_gemm.h): straight into y when
+// the chunk needs no row padding, else into the scratch and its first
+// `count` rows copied out. NOT_SUPPORTED (nothing enqueued) for a bias, an
+// f32 activation or a problem cuBLASLt declines: then the f32 path.
+cublasStatus_t Fp8ScaledChunk(const CudaBackend::Fp8Weights& w, const Fp8ChunkScratch& scratch,
+                              int64_t count, void* y, DType dtype, kernels::GemmContext& gemm,
+                              cudaStream_t stream) {
+  if (w.bias != nullptr || (dtype != DType::kBF16 && dtype != DType::kF16)) {
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+  const int64_t padded = RoundUpToFp8GemmRows(count);
+  const bool direct = padded == count && reinterpret_cast<uintptr_t>(y) % 16 == 0;
+  const kernels::Fp8ScaledGemmParams product{.a = scratch.codes,
+                                             .w = w.codes,
+                                             .row_scales = scratch.row_scales,
+                                             .col_scales = w.scales,
+                                             .c = direct ? y : scratch.product,
+                                             .m = padded,
+                                             .n = w.out,
+                                             .k = w.in,
+                                             .out_dtype = dtype};
+  const cublasStatus_t status = kernels::Fp8ScaledGemm(gemm, product, stream);
+  if (status != CUBLAS_STATUS_SUCCESS || direct) return status;
+  const size_t bytes = count * w.out * DTypeSize(dtype);
+  return cudaMemcpyAsync(y, scratch.product, bytes, cudaMemcpyDeviceToDevice, stream) == cudaSuccess
+             ? CUBLAS_STATUS_SUCCESS
+             : CUBLAS_STATUS_EXECUTION_FAILED;
+}
+
 // One chunk of `count` rows: quantize, E4M3 GEMM, scale into y.
 absl::Status LaunchFp8LinearChunk(const CudaBackend::Fp8Weights& w, const Fp8ChunkScratch& scratch,
                                   const void* x, int64_t count, void* y, DType dtype,
@@ -77,6 +112,13 @@ absl::Status LaunchFp8LinearChunk(const CudaBackend::Fp8Weights& w, const Fp8Chu
   absl::Status status = QuantizeFp8Chunk(w, scratch, x, count, dtype, stream);
   if (!status.ok()) return status;
   const int64_t padded = RoundUpToFp8GemmRows(count);
+  const cublasStatus_t scaled = Fp8ScaledChunk(w, scratch, count, y, dtype, gemm, stream);
+  if (scaled == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+  if (scaled != CUBLAS_STATUS_NOT_SUPPORTED) {
+    return absl::InternalError(absl::StrCat("FP8 scaled GEMM [", padded, " x ", w.in, "] x [",
+                                            w.out, " x ", w.in,
+                                            "]^T: ", cublasLtGetStatusName(scaled)));
+  }
   const cublasStatus_t product = kernels::Gemm(gemm,
                                                kernels::GemmParams{.a = scratch.codes,
                                                                    .w = w.codes,

@@ -10,7 +10,10 @@ namespace pagoda::worker {
 void CudaBackend::RopeAndWriteKvCache(void* q, void* k, const void* v, int64_t token_stride,
                                       const StepBatch& batch, int num_q_heads, int head_dim,
                                       const RopeTable& table, const KvCacheLayer& cache) {
-  if (!fusions_.rope_cache_write || head_dim != cache.head_dim) {
+  // The fused kernel writes bf16/f16/f32 and E4M3 caches; an E5M2 one takes
+  // the two plain launches.
+  if (!fusions_.rope_cache_write || head_dim != cache.head_dim ||
+      cache.dtype == DType::kFp8E5M2) {
     Backend::RopeAndWriteKvCache(q, k, v, token_stride, batch, num_q_heads, head_dim, table, cache);
     return;
   }

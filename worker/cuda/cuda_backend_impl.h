@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "kernels/kv_cache_storage.h"
 #include "kernels/ops/gemm.h"
 #include "worker/cuda/cuda_backend.h"
 
@@ -57,6 +58,13 @@ using PinnedScratch = GrowOnly<AllocatePinned, FreePinned>;  // Pinned host stag
 
 // `n` rounded up to 256 bytes, the alignment of cudaMalloc's own regions.
 inline size_t AlignUp(size_t n) { return (n + 255) & ~size_t{255}; }
+
+// How the kernels read a KV cache of `dtype` (an FP8 one by its format).
+inline kernels::KvCacheStorage KvStorageOf(DType dtype) {
+  if (dtype == DType::kFp8E4M3) return kernels::KvCacheStorage::kFp8E4M3;
+  if (dtype == DType::kFp8E5M2) return kernels::KvCacheStorage::kFp8E5M2;
+  return kernels::KvCacheStorage::kDType;
+}
 
 }  // namespace cuda_backend_internal
 

@@ -1,13 +1,17 @@
 // CudaBackend's int4/int8 linears (kernels/ops/int_linear.h). Weight-only:
 // the GEMV for decode-sized row counts, the dequantized weight and the dense
-// GEMM for more. W8A8: int8 input codes, the GEMM of the codes and the
-// weight's q - zero in f32, the output scaled by s_x * s_w.
+// GEMM for more. W8A8: int8 input codes, cuBLASLt's int8 GEMM of the codes
+// and the sign-flipped weight bytes with the int32 epilogue
+// (kernels/ops/w8a8_int8.h); where cuBLASLt declines, the GEMM of the codes
+// and the weight's q - zero in f32, the output scaled by s_x * s_w.
 
 #include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/ops/fp8_linear.h"
+#include "kernels/ops/scaled_gemm.h"
+#include "kernels/ops/w8a8_int8.h"
 #include "worker/cuda/cuda_backend.h"
 #include "worker/cuda/cuda_backend_impl.h"
 
@@ -37,7 +41,83 @@ W8A8Scratch CarveW8A8Scratch(uint8_t* base, int64_t out, int64_t in, size_t elem
   return s;
 }
 
+// Where a W8A8 chunk on the tensor cores (kernels/ops/w8a8_int8.h) keeps
+// its int8 codes, scales, code sums and int32 product in the int scratch
+// (well inside W8A8Scratch's bytes: no dequantized weight).
+struct W8A8Int8Scratch {
+  int8_t* codes = nullptr;  // [chunk, ld]
+  float* row_scales = nullptr;
+  int32_t* row_sums = nullptr;
+  int32_t* product = nullptr;  // [chunk, out]
+};
+
+W8A8Int8Scratch CarveW8A8Int8Scratch(uint8_t* base, int64_t ld) {
+  const int64_t chunk = CudaBackend::kW8A8ChunkRows;
+  W8A8Int8Scratch s;
+  s.codes = reinterpret_cast<int8_t*>(base);
+  s.row_scales = reinterpret_cast<float*>(base + AlignUp(chunk * ld));
+  s.row_sums = reinterpret_cast<int32_t*>(reinterpret_cast<uint8_t*>(s.row_scales) +
+                                          AlignUp(chunk * sizeof(float)));
+  s.product = reinterpret_cast<int32_t*>(reinterpret_cast<uint8_t*>(s.row_sums) +
+                                         AlignUp(chunk * sizeof(int32_t)));
+  return s;
+}
+
+int64_t RoundUpToScaledGemm(int64_t n) {
+  return (n + kernels::kScaledGemmMultiple - 1) / kernels::kScaledGemmMultiple *
+         kernels::kScaledGemmMultiple;
+}
+
 }  // namespace
+
+// One chunk of a sign-flipped W8A8 weight on the tensor cores: int8 codes,
+// cuBLASLt's int8 GEMM, the int32 epilogue. NOT_SUPPORTED when cuBLASLt
+// declines the shape (y untouched; only the scratch's codes may have been
+// written): the caller takes the float path.
+cublasStatus_t CudaBackend::W8A8Int8Chunk(const IntWeights& w, const void* x, int64_t count,
+                                          void* y) {
+  const kernels::PackedIntWeight& packed = w.packed;
+  const int64_t ld = packed.words_per_row * 4;
+  const int64_t padded = RoundUpToScaledGemm(count);
+  const W8A8Int8Scratch scratch = CarveW8A8Int8Scratch(impl_->int_scratch.get(), ld);
+  if (packed.out % kernels::kScaledGemmMultiple != 0) return CUBLAS_STATUS_NOT_SUPPORTED;
+  const kernels::QuantizeInt8CodesParams quantize{.x = x,
+                                                  .dtype = activation_dtype_,
+                                                  .rows = count,
+                                                  .cols = packed.in,
+                                                  .codes = scratch.codes,
+                                                  .ld = ld,
+                                                  .padded_rows = padded,
+                                                  .scales = scratch.row_scales,
+                                                  .row_sums = scratch.row_sums};
+  if (!Check(kernels::LaunchQuantizeInt8Codes(quantize, stream_), "W8A8 int8 input codes")) {
+    return CUBLAS_STATUS_EXECUTION_FAILED;
+  }
+  const kernels::Int8GemmParams product{.a = scratch.codes,
+                                        .w = reinterpret_cast<const int8_t*>(packed.codes),
+                                        .c = scratch.product,
+                                        .m = padded,
+                                        .n = packed.out,
+                                        .k = ld};
+  const cublasStatus_t status = kernels::Int8Gemm(*impl_->gemm, product, stream_);
+  if (status != CUBLAS_STATUS_SUCCESS) return status;
+  kernels::ScaleInt32OutputParams scale;
+  scale.acc = scratch.product;
+  scale.row_sums = scratch.row_sums;
+  scale.row_scales = scratch.row_scales;
+  scale.col_scale_zero = packed.scale_zero;
+  scale.col_scales = w.w8a8_scales;
+  scale.bias = w.bias;
+  scale.y = y;
+  scale.y_row_stride = packed.out;
+  scale.dtype = activation_dtype_;
+  scale.rows = count;
+  scale.cols = packed.out;
+  if (!Check(kernels::LaunchScaleInt32Output(scale, stream_), "W8A8 int32 output scaling")) {
+    return CUBLAS_STATUS_EXECUTION_FAILED;
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
 
 size_t CudaBackend::IntScratchBytes(int64_t out, int64_t in, DType dtype, bool w8a8) {
   const size_t elem = DTypeSize(dtype);
@@ -49,6 +129,20 @@ size_t CudaBackend::IntScratchBytes(int64_t out, int64_t in, DType dtype, bool w
 void CudaBackend::W8A8IntLinear(const IntWeights& w, const void* x, int rows, void* y) {
   const kernels::PackedIntWeight& packed = w.packed;
   const size_t elem = DTypeSize(activation_dtype_);
+  if (packed.code_xor == kernels::kInt8SignFlip) {
+    const cublasStatus_t first = W8A8Int8Chunk(w, x, std::min<int64_t>(kW8A8ChunkRows, rows), y);
+    if (first != CUBLAS_STATUS_NOT_SUPPORTED) {  // else the float path below
+      if (first != CUBLAS_STATUS_SUCCESS) return W8A8GemmFailed(first);
+      for (int64_t r0 = kW8A8ChunkRows; r0 < rows; r0 += kW8A8ChunkRows) {
+        const cublasStatus_t status =
+            W8A8Int8Chunk(w, static_cast<const uint8_t*>(x) + r0 * packed.in * elem,
+                          std::min<int64_t>(kW8A8ChunkRows, rows - r0),
+                          static_cast<uint8_t*>(y) + r0 * packed.out * elem);
+        if (status != CUBLAS_STATUS_SUCCESS) return W8A8GemmFailed(status);
+      }
+      return;
+    }
+  }
   const W8A8Scratch scratch =
       CarveW8A8Scratch(impl_->int_scratch.get(), packed.out, packed.in, elem);
   if (!Check(kernels::LaunchDequantizeIntWeight(packed, activation_dtype_, scratch.weight, stream_),
@@ -77,10 +171,7 @@ void CudaBackend::W8A8IntLinear(const IntWeights& w, const void* x, int rows, vo
                                                                      .dtype = activation_dtype_,
                                                                      .out_dtype = DType::kF32},
                                                  stream_);
-    if (product != CUBLAS_STATUS_SUCCESS) {
-      Fail(absl::InternalError(absl::StrCat("W8A8 GEMM: ", cublasLtGetStatusName(product))));
-      return;
-    }
+    if (product != CUBLAS_STATUS_SUCCESS) return W8A8GemmFailed(product);
     kernels::ScaleFp8OutputParams scale;
     scale.acc = scratch.product;
     scale.row_scales = scratch.row_scales;
@@ -93,6 +184,11 @@ void CudaBackend::W8A8IntLinear(const IntWeights& w, const void* x, int rows, vo
     scale.cols = packed.out;
     if (!Check(kernels::LaunchScaleFp8Output(scale, stream_), "W8A8 output scaling")) return;
   }
+}
+
+void CudaBackend::W8A8GemmFailed(cublasStatus_t status) {
+  if (status == CUBLAS_STATUS_EXECUTION_FAILED && !status_.ok()) return;  // Check failed already
+  Fail(absl::InternalError(absl::StrCat("W8A8 GEMM: ", cublasLtGetStatusName(status))));
 }
 
 void CudaBackend::ReserveIntScratch(size_t bytes) {

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/ops/int_weight_pack.h"
+#include "kernels/ops/w8a8_int8.h"
 
 namespace pagoda::worker {
 namespace {
@@ -102,10 +103,16 @@ absl::StatusOr<std::unique_ptr<Linear>> CreateCudaIntLinear(CudaBackend* backend
   // W8A8 dequantizes to q - zero (exact in the activation dtype); s_w
   // scales the product instead.
   std::unique_ptr<Buffer> w8a8_scales;
+  // An 8-bit W8A8 weight in input order is stored sign-flipped, as the int8
+  // matrix cuBLASLt's integer GEMM reads (kernels/ops/w8a8_int8.h).
+  const bool signed_codes = w8a8 && weight.bits == 8 && packed.perm.empty();
   if (w8a8) {
     for (size_t k = 0; k < packed.scale_zero.size(); k += 2) packed.scale_zero[k] = 1.0f;
     w8a8_scales =
         UploadIntLinearArray(backend, DType::kF32, weight.scales.size(), weight.scales.data());
+  }
+  if (signed_codes) {
+    for (uint32_t& word : packed.codes) word ^= kernels::kInt8SignFlip;
   }
   // Words and (scale, zero) pairs are 4-byte elements: f32 sizes their buffers.
   auto codes = UploadIntLinearArray(backend, DType::kF32, packed.codes.size(), packed.codes.data());
@@ -127,7 +134,8 @@ absl::StatusOr<std::unique_ptr<Linear>> CreateCudaIntLinear(CudaBackend* backend
                                             .in = weight.in_features,
                                             .words_per_row = packed.words_per_row,
                                             .group_size = packed.group_size,
-                                            .runs = packed.runs};
+                                            .runs = packed.runs,
+                                            .code_xor = signed_codes ? kernels::kInt8SignFlip : 0};
   return std::make_unique<CudaIntLinear>(backend, std::move(codes), std::move(scale_zero),
                                          std::move(perm), std::move(bias), std::move(w8a8_scales),
                                          weights);

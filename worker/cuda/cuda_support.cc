@@ -47,12 +47,7 @@ absl::StatusOr<DType> CudaServingDType(std::optional<DType> requested, DType che
 
 absl::StatusOr<DType> CudaKvCacheDType(std::optional<DType> requested, DType serving) {
   if (!requested.has_value() || *requested == serving) return serving;
-  if (*requested == DType::kFp8E4M3) return *requested;
-  if (*requested == DType::kFp8E5M2) {
-    return absl::InvalidArgumentError(
-        "--kv-cache-dtype fp8_e5m2 is not supported on CUDA: its attention kernels read FP8 "
-        "E4M3 only (use fp8 or fp8_e4m3, or serve it on the CPU worker)");
-  }
+  if (*requested == DType::kFp8E4M3 || *requested == DType::kFp8E5M2) return *requested;
   return absl::InvalidArgumentError(absl::StrCat("--kv-cache-dtype ", DTypeFlagName(*requested),
                                                  " is not supported on CUDA with --dtype ",
                                                  DTypeFlagName(serving), " (use auto)"));

@@ -53,8 +53,8 @@ DType CheckpointDType(std::string_view torch_dtype);
 
 // KV cache dtype on CUDA: --kv-cache-dtype (nullopt = auto = the serving
 // dtype). The attention kernels read the cache in the activation dtype or
-// as FP8 E4M3 (fp8, fp8_e4m3: one byte an element, twice the blocks of
-// bf16); any other choice is INVALID_ARGUMENT, fp8_e5m2 in its own words.
+// as FP8 E4M3 or E5M2 (fp8, fp8_e4m3, fp8_e5m2: one byte an element, twice
+// the blocks of bf16); any other choice is INVALID_ARGUMENT.
 // (The server still refuses FP8 with --device cuda until a GPU run has
 // passed its kernel tests: docs/quantization.md.)
 absl::StatusOr<DType> CudaKvCacheDType(std::optional<DType> requested, DType serving);

@@ -52,13 +52,10 @@ TEST(CudaSupportTest, KvCacheDTypeMustBeTheServingDTypeOrFp8E4M3) {
   EXPECT_EQ(*CudaKvCacheDType(std::nullopt, DType::kBF16), DType::kBF16);
   EXPECT_EQ(*CudaKvCacheDType(DType::kF16, DType::kF16), DType::kF16);
   EXPECT_FALSE(CudaKvCacheDType(DType::kF32, DType::kBF16).ok());
-  // The attention kernels read FP8 E4M3 over either serving dtype; E5M2 is
-  // refused at load, naming the flag and the device.
+  // The attention kernels read FP8 E4M3 and E5M2 over either serving dtype.
   for (DType serving : {DType::kBF16, DType::kF16}) {
     EXPECT_EQ(*CudaKvCacheDType(DType::kFp8E4M3, serving), DType::kFp8E4M3);
-    EXPECT_EQ(CudaKvCacheDType(DType::kFp8E5M2, serving).status().message(),
-              "--kv-cache-dtype fp8_e5m2 is not supported on CUDA: its attention kernels read "
-              "FP8 E4M3 only (use fp8 or fp8_e4m3, or serve it on the CPU worker)");
+    EXPECT_EQ(*CudaKvCacheDType(DType::kFp8E5M2, serving), DType::kFp8E5M2);
   }
 }
 
