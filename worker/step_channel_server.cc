@@ -31,7 +31,8 @@ v1::StepReply ExecuteFrame(WorkerService& service, absl::string_view frame,
       !plan.ParseFromArray(frame.data() + 1, static_cast<int>(frame.size() - 1))) {
     reply.set_code(static_cast<int>(absl::StatusCode::kInvalidArgument));
     reply.set_message("step channel: the frame is not a StepPlan");
-  } else if (absl::StatusOr<v1::StepResult> result = service.ExecuteLocalStep(plan, wait_for_masks);
+  } else if (absl::StatusOr<v1::StepResult> result =
+                 service.ExecuteLocalStep(&plan, wait_for_masks);
              result.ok()) {
     *reply.mutable_result() = *std::move(result);
   } else {
