@@ -20,20 +20,31 @@ bool HasBlockTableDeltas(const v1::StepPlan& plan) {
 }
 
 void BlockTableCache::StepTables::Clear() {
-  index.clear();
+  rows.clear();
   blocks.clear();
+  index.clear();
   step_id.reset();
 }
 
 void BlockTableCache::StepTables::Add(int64_t seq_id, absl::Span<const int32_t> table) {
-  index[seq_id] = Range{static_cast<int64_t>(blocks.size()), static_cast<int32_t>(table.size())};
+  rows.push_back(
+      Row{seq_id, static_cast<int64_t>(blocks.size()), static_cast<int32_t>(table.size())});
   blocks.insert(blocks.end(), table.begin(), table.end());
 }
 
-absl::Span<const int32_t> BlockTableCache::StepTables::Find(int64_t seq_id) const {
-  auto it = index.find(seq_id);
-  if (it == index.end()) return {};
-  return absl::MakeConstSpan(blocks).subspan(it->second.offset, it->second.length);
+absl::Span<const int32_t> BlockTableCache::StepTables::Find(int64_t seq_id, size_t* hint) {
+  size_t row = *hint;
+  if (row >= rows.size() || rows[row].seq_id != seq_id) {
+    if (index.empty()) {
+      index.reserve(rows.size());
+      for (size_t i = 0; i < rows.size(); ++i) index[rows[i].seq_id] = static_cast<int>(i);
+    }
+    auto it = index.find(seq_id);
+    if (it == index.end()) return {};
+    row = static_cast<size_t>(it->second);
+  }
+  *hint = row + 1;
+  return absl::MakeConstSpan(blocks).subspan(rows[row].offset, rows[row].length);
 }
 
 void BlockTableCache::Clear() {
@@ -45,6 +56,7 @@ absl::Status BlockTableCache::Resolve(v1::StepPlan* plan) {
   pending_.Clear();
   pending_.step_id = plan->step_id();
   const bool chained = committed_.step_id.has_value() && *committed_.step_id == plan->step_id() - 1;
+  size_t hint = 0;
   for (v1::SequenceStep& step : *plan->mutable_sequences()) {
     const int start = step.block_table_start();
     if (start != 0) {
@@ -53,7 +65,7 @@ absl::Status BlockTableCache::Resolve(v1::StepPlan* plan) {
         return TableDeltaError(step, absl::StrCat("refers to step ", plan->step_id() - 1,
                                                   ", which is not this worker's last completed"));
       }
-      const absl::Span<const int32_t> kept = committed_.Find(step.seq_id());
+      const absl::Span<const int32_t> kept = committed_.Find(step.seq_id(), &hint);
       if (kept.size() < static_cast<size_t>(start)) {
         return TableDeltaError(
             step, absl::StrCat("is past the ", kept.size(), " entries the previous step left"));
@@ -90,8 +102,9 @@ void BlockTableCache::Commit() {
   pending_.Clear();
 }
 
-absl::Span<const int32_t> BlockTableCache::Find(int64_t seq_id) const {
-  return committed_.Find(seq_id);
+absl::Span<const int32_t> BlockTableCache::Find(int64_t seq_id) {
+  size_t hint = 0;
+  return committed_.Find(seq_id, &hint);
 }
 
 }  // namespace pagoda::worker

@@ -52,24 +52,30 @@ class BlockTableCache {
 
   // The whole table `seq_id` had in the last committed step (empty when it
   // was not in it) and that step's id. For tests and checks.
-  absl::Span<const int32_t> Find(int64_t seq_id) const;
+  absl::Span<const int32_t> Find(int64_t seq_id);
   std::optional<int64_t> step_id() const { return committed_.step_id; }
-  int num_sequences() const { return static_cast<int>(committed_.index.size()); }
+  int num_sequences() const { return static_cast<int>(committed_.rows.size()); }
 
  private:
-  // The whole tables of one step, in one buffer.
+  // The whole tables of one step, in one buffer, row by row.
   struct StepTables {
-    struct Range {
+    struct Row {
+      int64_t seq_id = 0;
       int64_t offset = 0;
       int32_t length = 0;
     };
-    absl::flat_hash_map<int64_t, Range> index;
+    std::vector<Row> rows;
     std::vector<int32_t> blocks;
+    // Row by seq_id, built only when a row is not where the next plan's
+    // order suggests (consecutive plans mostly list their rows alike).
+    absl::flat_hash_map<int64_t, int> index;
     std::optional<int64_t> step_id;
 
     void Clear();
     void Add(int64_t seq_id, absl::Span<const int32_t> table);
-    absl::Span<const int32_t> Find(int64_t seq_id) const;
+    // The table of `seq_id`, looked for at row `*hint` first; `*hint` then
+    // moves past the row found. Empty when the step did not have it.
+    absl::Span<const int32_t> Find(int64_t seq_id, size_t* hint);
   };
 
   int max_table_blocks_ = 0;

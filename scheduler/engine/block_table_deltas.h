@@ -36,22 +36,31 @@ class BlockTableDeltas {
   void Reset();
 
  private:
-  // The whole tables of one plan, in one buffer.
+  // The whole tables of one plan, in one buffer, row by row.
   struct PlanTables {
-    struct Range {
+    struct Row {
+      int64_t seq_id = 0;
       int64_t offset = 0;
       int32_t length = 0;
     };
-    absl::flat_hash_map<int64_t, Range> index;
+    std::vector<Row> rows;
     std::vector<int> blocks;
+    // Row by seq_id, built only when a row is not where the next plan's
+    // order suggests (consecutive plans mostly list their rows alike).
+    absl::flat_hash_map<int64_t, int> index;
     void Clear() {
-      index.clear();
+      rows.clear();
       blocks.clear();
+      index.clear();
     }
   };
 
+  // The previous plan's row of `seq_id`, or null.
+  const PlanTables::Row* PreviousRow(int64_t seq_id);
+
   PlanTables previous_;
   PlanTables current_;
+  size_t next_previous_row_ = 0;  // Where the previous plan's next row likely is.
   std::optional<int64_t> current_step_;
   bool extends_previous_ = false;  // Whether current_'s plan may use previous_.
 };
