@@ -306,6 +306,9 @@ SchedulerOutput Engine::ScheduleBatch(StepClock* clock) {
   clock->scheduled = absl::Now();
   for (std::unique_ptr<SequenceGroup>& group : output.ignored) FinishIgnored(*group);
   for (const ScheduledSequence& scheduled : output.scheduled) {
+    // A group is first scheduled with a prompt chunk: decode rows, most of
+    // a step's, skip the lookup by request id.
+    if (scheduled.start_position >= scheduled.seq->num_prompt_tokens()) continue;
     auto it = requests_.find(scheduled.group->request_id());
     if (it != requests_.end() && it->second->record.first_scheduled_time == absl::InfinitePast()) {
       it->second->record.first_scheduled_time = clock->scheduled;
