@@ -1,11 +1,12 @@
 // The step plan's host work per decode step with long contexts (issue 47):
 // the server's build and serialization of the plan, and a worker's parse and
-// block-table resolution, with whole block tables (arg 1 = 0, as before
-// block-table deltas: the worker only parses) and with deltas (arg 1 = 1:
-// it parses, resolves and keeps the tables), at 256 and 1,024
-// sequences of 1,024-token prompts (64 blocks of 16 each). The scheduling
-// and output processing around them are the same in both and timed apart.
-// Counters: server_us and worker_us per step, plan_bytes per step.
+// block-table resolution, at 256 and 1,024 sequences of 1,024-token prompts
+// (64 blocks of 16 each). Arg 1: 0 = whole block tables, the worker parsing
+// into a heap message (as before block-table deltas); 1 = deltas, the worker
+// parsing into a heap message and resolving them (gRPC's path); 2 = deltas,
+// parsed into an arena (the step channel's path). The scheduling and output
+// processing around them are the same in all and timed apart. Counters:
+// server_us and worker_us per step, plan_bytes per step.
 #include <chrono>
 #include <memory>
 #include <numeric>
@@ -70,7 +71,12 @@ void BM_StepPlanWire(benchmark::State& state) {
     server_us += MicrosSince(start);
     bytes += static_cast<double>(wire.size());
     start = std::chrono::steady_clock::now();
-    worker::v1::StepPlan received;
+    google::protobuf::Arena worker_arena(StepArenaOptions());
+    worker::v1::StepPlan heap_plan;
+    worker::v1::StepPlan& received =
+        state.range(1) == 2
+            ? *google::protobuf::Arena::CreateMessage<worker::v1::StepPlan>(&worker_arena)
+            : heap_plan;
     received.ParseFromString(wire);
     if (use_deltas) {  // Whole tables: the parse alone, as before deltas.
       if (!worker_tables.Resolve(&received).ok()) state.SkipWithError("a delta was refused");
@@ -94,7 +100,7 @@ void BM_StepPlanWire(benchmark::State& state) {
   state.counters["plan_bytes"] = bytes / steps;
 }
 BENCHMARK(BM_StepPlanWire)
-    ->ArgsProduct({{256, 1024}, {0, 1}})
+    ->ArgsProduct({{256, 1024}, {0, 1, 2}})
     ->Iterations(300)
     ->Unit(benchmark::kMicrosecond);
 
