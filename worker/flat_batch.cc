@@ -262,6 +262,10 @@ absl::StatusOr<int> CheckSequence(const SequenceStep& step, int64_t step_id,
                                             limits.max_positions, ")"));
   }
   const int64_t blocks_needed = BlocksFor(context, limits.block_size);
+  if (step.block_table_start() != 0) {
+    // The worker's service resolves deltas (BlockTableCache) before a runner sees the plan.
+    return SequenceError(step, "block_table_start is not resolved into a whole table");
+  }
   if (step.block_table_size() < blocks_needed) {
     return SequenceError(
         step, absl::StrCat("block_table has ", step.block_table_size(), " blocks but ", context,

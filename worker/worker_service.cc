@@ -101,6 +101,7 @@ grpc::Status WorkerService::LoadModel(grpc::ServerContext* context,
   SetLoraLoader(nullptr);
   runner_.reset();
   cache_ready_ = false;
+  block_tables_.Reset(0);     // A new runner knows no step.
   fault_ = absl::OkStatus();  // A fresh runner is a fresh start.
   absl::StatusOr<std::unique_ptr<ModelRunner>> runner = runner_factory_(request->device());
   if (!runner.ok()) return ToGrpcStatus(runner.status());
@@ -129,6 +130,7 @@ grpc::Status WorkerService::InitCache(grpc::ServerContext* context,
   }
   if (absl::Status healthy = CheckHealthy(); !healthy.ok()) return ToGrpcStatus(healthy);
   cache_ready_ = false;
+  block_tables_.Reset(request->num_gpu_blocks());  // The old tables' blocks are gone.
   absl::Status status = runner_->InitCache(*request);
   if (!status.ok()) {
     LOG(WARNING) << "rank " << rank_ << ": InitCache failed: " << status;
@@ -157,8 +159,21 @@ grpc::Status WorkerService::ExecuteStep(grpc::ServerContext* context, const v1::
   // The masks a plan promises come by SendStepMasks, before the call's
   // deadline (the server's step deadline).
   const absl::Time deadline = absl::FromChrono(context->deadline());
+  // gRPC hands the plan over const: one with block-table deltas is resolved
+  // in a copy (the step channel, spawned workers' path, resolves in place).
+  v1::StepPlan resolved;
+  const v1::StepPlan* run = plan;
+  absl::Status tables;
+  if (HasBlockTableDeltas(*plan)) {
+    resolved = *plan;
+    run = &resolved;
+    tables = ResolveBlockTables(&resolved);
+  } else {
+    block_tables_.Record(*plan);
+  }
   absl::StatusOr<v1::StepResult> executed =
-      RunStep(*plan, [this, deadline] { return masks_.Await(deadline); });
+      tables.ok() ? RunStep(*run, [this, deadline] { return masks_.Await(deadline); })
+                  : absl::StatusOr<v1::StepResult>(tables);
   cancellation_.End();
   masks_.End();
   if (!executed.ok()) return ToGrpcStatus(executed.status());
@@ -218,14 +233,24 @@ grpc::Status WorkerService::SendStepMasks(grpc::ServerContext* context, const v1
   return grpc::Status::OK;
 }
 
-absl::StatusOr<v1::StepResult> WorkerService::ExecuteLocalStep(
-    const v1::StepPlan& plan, const StepMaskWait& wait_for_masks) {
+absl::StatusOr<v1::StepResult> WorkerService::ExecuteLocalStep(v1::StepPlan* plan,
+                                                               const StepMaskWait& wait_for_masks) {
   absl::MutexLock lock(&mutex_);
   if (runner_ == nullptr || !cache_ready_) {
     return absl::FailedPreconditionError("ExecuteStep before LoadModel and InitCache");
   }
   if (absl::Status healthy = CheckHealthy(); !healthy.ok()) return healthy;
-  return RunStep(plan, wait_for_masks);
+  if (absl::Status tables = ResolveBlockTables(plan); !tables.ok()) return tables;
+  return RunStep(*plan, wait_for_masks);
+}
+
+absl::Status WorkerService::ResolveBlockTables(v1::StepPlan* plan) {
+  absl::Status resolved = block_tables_.Resolve(plan);
+  if (!resolved.ok()) {
+    block_tables_.Clear();
+    LOG(WARNING) << "rank " << rank_ << ": step " << plan->step_id() << " refused: " << resolved;
+  }
+  return resolved;
 }
 
 absl::StatusOr<v1::StepResult> WorkerService::RunStep(const v1::StepPlan& plan,
@@ -234,6 +259,12 @@ absl::StatusOr<v1::StepResult> WorkerService::RunStep(const v1::StepPlan& plan,
   idle_between_steps_.StepStarted(start);
   absl::StatusOr<v1::StepResult> executed = runner_->ExecuteStep(plan, wait_for_masks);
   idle_between_steps_.StepEnded(absl::Now());
+  // Deltas extend the tables of a completed step only.
+  if (executed.ok()) {
+    block_tables_.Commit();
+  } else {
+    block_tables_.Clear();
+  }
   if (!executed.ok()) {
     const absl::Status& status = executed.status();
     // A device fault (INTERNAL, as AsWorkerFault makes it) leaves the

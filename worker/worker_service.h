@@ -20,9 +20,10 @@
 #include "grpcpp/grpcpp.h"
 #include "pagoda/worker/v1/worker.grpc.pb.h"
 #include "wire/limits.h"
+#include "worker/block_table_cache.h"
 #include "worker/model_runner.h"
-#include "worker/step_idle_histogram.h"
 #include "worker/step_cancellation.h"
+#include "worker/step_idle_histogram.h"
 #include "worker/step_mask_mailbox.h"
 #include "worker/worker_ownership.h"
 
@@ -113,8 +114,9 @@ class WorkerService final : public pagoda::worker::v1::Worker::Service {
   // the credential. Nothing cancels its collectives: a group that failed is
   // restarted whole, and stopping aborts them (AbortCollectives).
   // `wait_for_masks` reads the masks that follow the plan on that channel.
+  // `plan`'s block-table deltas are resolved in place (BlockTableCache).
   absl::StatusOr<pagoda::worker::v1::StepResult> ExecuteLocalStep(
-      const pagoda::worker::v1::StepPlan& plan, const StepMaskWait& wait_for_masks);
+      pagoda::worker::v1::StepPlan* plan, const StepMaskWait& wait_for_masks);
 
   // Makes a step stuck in a tensor-parallel collective fail promptly (and
   // every later one), e.g. when the worker is stopping and its peers may be
@@ -156,9 +158,15 @@ class WorkerService final : public pagoda::worker::v1::Worker::Service {
   // Publishes `runner`'s loader (null: none) for LoraLoader.
   void SetLoraLoader(ModelRunner* runner) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // The runner's step with the result's timing filled in; the caller holds
-  // mutex_ and has checked that a cache is ready.
+  // mutex_ and has checked that a cache is ready. `plan` has no block-table
+  // deltas left (ResolveBlockTables ran) and its tables are pending in
+  // block_tables_, committed if the step succeeds and cleared if not.
   absl::StatusOr<pagoda::worker::v1::StepResult> RunStep(const pagoda::worker::v1::StepPlan& plan,
                                                          const StepMaskWait& wait_for_masks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // Resolves `plan`'s deltas in place, or records its whole tables;
+  // a refusal clears block_tables_.
+  absl::Status ResolveBlockTables(pagoda::worker::v1::StepPlan* plan)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
   const int rank_;
@@ -178,6 +186,9 @@ class WorkerService final : public pagoda::worker::v1::Worker::Service {
   // Null until a LoadModel succeeds.
   std::unique_ptr<ModelRunner> runner_ ABSL_GUARDED_BY(mutex_);
   bool cache_ready_ ABSL_GUARDED_BY(mutex_) = false;
+  // The whole block tables of the last completed step, which plans'
+  // deltas extend; reset by LoadModel and InitCache.
+  BlockTableCache block_tables_ ABSL_GUARDED_BY(mutex_);
   // The first fault of the current runner (OK while healthy).
   absl::Status fault_ ABSL_GUARDED_BY(mutex_);
   // runner_ for AbortCollectives, which must not wait for mutex_ (held by a

@@ -306,6 +306,9 @@ SchedulerOutput Engine::ScheduleBatch(StepClock* clock) {
   clock->scheduled = absl::Now();
   for (std::unique_ptr<SequenceGroup>& group : output.ignored) FinishIgnored(*group);
   for (const ScheduledSequence& scheduled : output.scheduled) {
+    // A group is first scheduled with a prompt chunk: decode rows, most of
+    // a step's, skip the lookup by request id.
+    if (scheduled.start_position >= scheduled.seq->num_prompt_tokens()) continue;
     auto it = requests_.find(scheduled.group->request_id());
     if (it != requests_.end() && it->second->record.first_scheduled_time == absl::InfinitePast()) {
       it->second->record.first_scheduled_time = clock->scheduled;
@@ -338,7 +341,7 @@ const pagoda::worker::v1::StepPlan& Engine::BuildPlan(const SchedulerOutput& out
                                                       google::protobuf::Arena* arena) {
   auto* plan = google::protobuf::Arena::CreateMessage<pagoda::worker::v1::StepPlan>(arena);
   BuildStepPlanInto(next_step_id_++, output, scheduler_->block_manager(), config_.eos_token_ids,
-                    plan);
+                    plan, &table_deltas_);
   if (speculator_ != nullptr) speculator_->AttachDrafts(output, *plan);
   if (lora_ != nullptr) lora_->AttachSlots(output, *plan);
   return *plan;
@@ -371,6 +374,7 @@ absl::StatusOr<Engine::ExecutedStep> Engine::ExecutePlan(const pagoda::worker::v
 }
 
 void Engine::HandleStepFailure(int64_t step_id, const absl::Status& status) {
+  table_deltas_.Reset();  // The workers dropped their tables with the step.
   if (!workers_->Healthy() || absl::IsUnavailable(status)) {
     LOG(ERROR) << "step " << step_id << ": workers failed: " << status;
     if (!RecoverWorkers()) FailForGood(status);  // engine_recovery.cc

@@ -24,6 +24,7 @@ namespace pagoda::scheduler {
 bool Engine::RecoverWorkers() {
   const absl::Time start = absl::Now();
   const int resumed = scheduler_->RequeueAllForRecompute();
+  table_deltas_.Reset();  // A restarted worker knows no step: whole tables.
   LOG(WARNING) << "workers failed; restarting them and resuming " << resumed
                << " requests by recomputation";
   // The new workers' LoRA slots are empty; no load may run beside Recover.

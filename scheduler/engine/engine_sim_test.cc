@@ -3,6 +3,8 @@
 // FreeFinished) against a fake worker that keeps real per-slot "KV" contents
 // and reads context back only through the plan's block tables. Any wrong
 // table, lost swap, missing copy-on-write or bad recompute changes the tokens.
+// The plans send block-table deltas (BlockTableDeltas), which the fake
+// worker resolves by the protocol's rule, so a wrong delta does too.
 
 #include <algorithm>
 #include <cstdint>
@@ -66,18 +68,22 @@ class FakeWorker {
     }
     wv1::StepResult result;
     result.set_step_id(plan.step_id());
+    std::map<int64_t, std::vector<int32_t>> tables;
     for (const wv1::SequenceStep& step : plan.sequences()) {
+      absl::StatusOr<std::vector<int32_t>> resolved = ResolveTable(plan.step_id(), step);
+      if (!resolved.ok()) return resolved.status();
+      const std::vector<int32_t>& table = tables[step.seq_id()] = *std::move(resolved);
       const int end = step.start_position() + step.token_ids_size();
-      if (step.block_table_size() * block_size_ < end) return Bad("table too short");
+      if (static_cast<int>(table.size()) * block_size_ < end) return Bad("table too short");
       for (int i = 0; i < step.token_ids_size(); ++i) {
-        int32_t* slot = Slot(step, step.start_position() + i);
+        int32_t* slot = Slot(table, step.start_position() + i);
         if (slot == nullptr) return Bad("block out of range");
         *slot = step.token_ids(i);
       }
       if (!step.do_sample()) continue;
       std::vector<int32_t> context;
       for (int position = 0; position < end; ++position) {
-        const int32_t* slot = Slot(step, position);
+        const int32_t* slot = Slot(table, position);
         if (slot == nullptr || *slot == kEmptySlot) return Bad("context slot never written");
         context.push_back(*slot);
       }
@@ -86,16 +92,42 @@ class FakeWorker {
       token->set_token_id(NextToken(context));
       token->set_logprob(-0.25f);
     }
+    tables_ = std::move(tables);
+    tables_step_ = plan.step_id();
     return result;
   }
 
+  // A failed step: the worker keeps no tables (block-table deltas).
+  void ForgetTables() { tables_.clear(); }
+
+  int64_t delta_rows() const { return delta_rows_; }
+
  private:
+  // The whole table of `step` by the block-table delta rule of
+  // SequenceStep.block_table_start, against the tables of the last step.
+  absl::StatusOr<std::vector<int32_t>> ResolveTable(int64_t step_id,
+                                                    const wv1::SequenceStep& step) {
+    const int start = step.block_table_start();
+    std::vector<int32_t> table;
+    if (start > 0) {
+      auto kept = tables_.find(step.seq_id());
+      if (tables_step_ != step_id - 1 || kept == tables_.end() ||
+          static_cast<int>(kept->second.size()) < start) {
+        return Bad("block_table_start without a table to extend");
+      }
+      table.assign(kept->second.begin(), kept->second.begin() + start);
+      ++delta_rows_;
+    }
+    table.insert(table.end(), step.block_table().begin(), step.block_table().end());
+    return table;
+  }
+
   static bool InRange(const std::vector<std::vector<int32_t>>& pool, int block) {
     return block >= 0 && block < static_cast<int>(pool.size());
   }
   static absl::Status Bad(const std::string& what) { return absl::InternalError(what); }
-  int32_t* Slot(const wv1::SequenceStep& step, int position) {
-    const int block = step.block_table(position / block_size_);
+  int32_t* Slot(const std::vector<int32_t>& table, int position) {
+    const int block = table[position / block_size_];
     if (!InRange(gpu_, block)) return nullptr;
     return &gpu_[block][position % block_size_];
   }
@@ -103,6 +135,9 @@ class FakeWorker {
   int block_size_;
   std::vector<std::vector<int32_t>> gpu_;
   std::vector<std::vector<int32_t>> cpu_;
+  std::map<int64_t, std::vector<int32_t>> tables_;  // Of step tables_step_.
+  int64_t tables_step_ = -2;
+  int64_t delta_rows_ = 0;
 };
 
 struct SimRequest {
@@ -125,6 +160,7 @@ struct SimResult {
   int free_gpu_at_end = 0;
   int free_cpu_at_end = 0;
   size_t tables_at_end = 0;
+  int64_t delta_rows = 0;  // Rows whose block table was a delta.
 };
 
 // What every step must satisfy: each entry continues its sequence where its
@@ -184,6 +220,7 @@ SimResult RunEngine(const SchedulerConfig& config, const std::vector<SimRequest>
   SimResult sim;
   Scheduler scheduler(config);
   FakeWorker worker(config.block_size, config.num_gpu_blocks, config.num_cpu_blocks);
+  BlockTableDeltas table_deltas;
   OutputProcessor processor(eos_token_ids, config.max_model_len, &scheduler);
   std::map<std::string, SequenceGroup*> live;
   std::map<int64_t, SequenceStatus> last_status;
@@ -235,7 +272,22 @@ SimResult RunEngine(const SchedulerConfig& config, const std::vector<SimRequest>
     CheckStepInvariants(config, output);
     if (output.empty()) continue;
 
-    const wv1::StepPlan plan = BuildStepPlan(step, output, scheduler.block_manager());
+    // Block-table deltas across everything the scheduler does (a step with
+    // nothing scheduled skips a step id, which sends whole tables); every
+    // 13th step fails for the tables, as a failed step would.
+    if (step % 13 == 12) {
+      table_deltas.Reset();
+      worker.ForgetTables();
+    }
+    wv1::StepPlan plan;
+    BuildStepPlanInto(step, output, scheduler.block_manager(), {}, &plan, &table_deltas);
+    for (int i = 0; i < plan.sequences_size(); ++i) {
+      const std::vector<int>& whole =
+          scheduler.block_manager().GetBlockTable(plan.sequences(i).seq_id());
+      const auto& sent = plan.sequences(i).block_table();
+      EXPECT_TRUE(std::equal(whole.begin() + plan.sequences(i).block_table_start(), whole.end(),
+                             sent.begin(), sent.end()));
+    }
     absl::StatusOr<wv1::StepResult> result = worker.Execute(plan);
     EXPECT_TRUE(result.ok()) << result.status() << " at step " << step;
     if (!result.ok()) return sim;
@@ -251,6 +303,7 @@ SimResult RunEngine(const SchedulerConfig& config, const std::vector<SimRequest>
   sim.prefix_cache_hits = scheduler.block_manager().prefix_cache_hits();
   sim.free_cpu_at_end = scheduler.block_manager().num_free_cpu_blocks();
   sim.tables_at_end = scheduler.block_manager().block_tables().size();
+  sim.delta_rows = worker.delta_rows();
   return sim;
 }
 
@@ -322,6 +375,7 @@ TEST_P(EngineSimTest, EveryRequestMatchesItsSoloRunDespitePreemption) {
   EXPECT_EQ(crowded.free_gpu_at_end, 24);
   EXPECT_EQ(crowded.free_cpu_at_end, 20);
   EXPECT_EQ(crowded.tables_at_end, 0u);
+  EXPECT_GT(crowded.delta_rows, 0);
   if (param.mode != PreemptionMode::kSwap) {
     EXPECT_GT(crowded.recompute_preemptions, 0);
   }

@@ -150,9 +150,10 @@ wv1::StepPlan BuildStepPlan(int64_t step_id, const SchedulerOutput& output,
 
 void BuildStepPlanInto(int64_t step_id, const SchedulerOutput& output,
                        const BlockManager& block_manager, absl::Span<const int32_t> eos_token_ids,
-                       wv1::StepPlan* plan_out) {
+                       wv1::StepPlan* plan_out, BlockTableDeltas* table_deltas) {
   wv1::StepPlan& plan = *plan_out;
   plan.set_step_id(step_id);
+  if (table_deltas != nullptr) table_deltas->BeginPlan(step_id);
   plan.mutable_sequences()->Reserve(static_cast<int>(output.scheduled.size()));
   for (const ScheduledSequence& entry : output.scheduled) {
     const Sequence& seq = *entry.seq;
@@ -164,7 +165,10 @@ void BuildStepPlanInto(int64_t step_id, const SchedulerOutput& output,
     }
     step->set_start_position(entry.start_position);
     const std::vector<int>& table = block_manager.GetBlockTable(seq.seq_id());
-    step->mutable_block_table()->Add(table.begin(), table.end());
+    const int table_start =
+        table_deltas == nullptr ? 0 : table_deltas->StartFor(seq.seq_id(), table);
+    if (table_start > 0) step->set_block_table_start(table_start);
+    step->mutable_block_table()->Add(table.begin() + table_start, table.end());
     step->set_do_sample(entry.do_sample);
     const SamplingOptions& sampling = entry.group->sampling();
     wv1::SamplingOptions* options = step->mutable_sampling();

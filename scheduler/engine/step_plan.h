@@ -10,14 +10,16 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "pagoda/worker/v1/worker.pb.h"
-#include "scheduler/kv/block_manager.h"
+#include "scheduler/engine/block_table_deltas.h"
 #include "scheduler/engine/scheduler.h"
+#include "scheduler/kv/block_manager.h"
 
 namespace pagoda::scheduler {
 
 // Turns the scheduler's decision into the message every worker receives:
 // one SequenceStep per scheduled entry, in order (token ids
-// [start_position, start_position + num_tokens), the full block table,
+// [start_position, start_position + num_tokens), the full block table
+// (BuildStepPlanInto may send a delta),
 // sampling options (the sequence's own seed, SeedForSequence; greedy with
 // 2 x width top logprobs of the processed logits for beam search),
 // sample_index = tokens generated
@@ -42,10 +44,14 @@ pagoda::worker::v1::StepPlan BuildStepPlan(int64_t step_id, const SchedulerOutpu
                                            absl::Span<const int32_t> eos_token_ids = {});
 // The same, into `plan` (empty): the engine builds each step's plan on an
 // arena, because a plan of hundreds of sequences is thousands of small
-// allocations (and frees) on the engine thread otherwise.
+// allocations (and frees) on the engine thread otherwise. With
+// `table_deltas`, each row's block table is sent as a delta against the
+// previous plan's (BlockTableDeltas; the workers must run the plans in
+// order), else whole.
 void BuildStepPlanInto(int64_t step_id, const SchedulerOutput& output,
                        const BlockManager& block_manager, absl::Span<const int32_t> eos_token_ids,
-                       pagoda::worker::v1::StepPlan* plan);
+                       pagoda::worker::v1::StepPlan* plan,
+                       BlockTableDeltas* table_deltas = nullptr);
 
 // The token masks `plan` promised (BuildStepPlan(plan.step_id(), output,
 // ...)): one row per SequenceStep with token_mask_follows, in plan order,

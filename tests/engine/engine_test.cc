@@ -121,7 +121,7 @@ class EngineTest : public ::testing::Test {
     config.eos_token_ids = {2};
     config.max_queued_requests = max_queued_requests;
     config.async_scheduling = async_scheduling;
-    engine_ = std::make_unique<Engine>(config, hooked_.get(), nullptr);
+    engine_ = std::make_unique<Engine>(config, hooked_.get(), observer_);
     if (start) engine_->Start();
   }
 
@@ -168,6 +168,7 @@ class EngineTest : public ::testing::Test {
   }
 
   static std::string* model_dir_;
+  EngineObserver* observer_ = nullptr;  // Set before StartEngine to watch it.
   std::unique_ptr<InProcessWorkerGroup> workers_;
   std::unique_ptr<HookedWorkers> hooked_;
   std::unique_ptr<Engine> engine_;
@@ -190,6 +191,45 @@ TEST_F(EngineTest, GreedyTokensMatchReference) {
   EXPECT_EQ(snapshot.generation_tokens_total, 6);
   EXPECT_EQ(snapshot.prompt_tokens_total, 9);
   EXPECT_GE(snapshot.num_steps, 6);
+}
+
+// The finished requests' records, as the metrics see them.
+class RecordingObserver : public EngineObserver {
+ public:
+  void OnStep(const StepRecord&, const EngineSnapshot&) override {}
+  void OnRequestFinished(const RequestRecord& record) override {
+    absl::MutexLock lock(&mu_);
+    records_.push_back(record);
+  }
+  std::vector<RequestRecord> records() {
+    absl::MutexLock lock(&mu_);
+    return records_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<RequestRecord> records_ ABSL_GUARDED_BY(mu_);
+};
+
+// The queue time's end: the step that first scheduled the request's prompt
+// (decode rows skip the lookup that records it).
+TEST_F(EngineTest, FirstScheduledTimeIsTheFirstPromptStep) {
+  RecordingObserver observer;
+  observer_ = &observer;
+  StartEngine(64);
+  auto a = Submit("a", Prompt(9, 1), 4);
+  auto b = Submit("b", Prompt(20, 2), 3);
+  ASSERT_TRUE(a->WaitFinished());
+  ASSERT_TRUE(b->WaitFinished());
+  ASSERT_TRUE(engine_->WaitUntilIdle(absl::Seconds(5)));
+  engine_.reset();  // Stops the engine before `observer` goes.
+  const std::vector<RequestRecord> records = observer.records();
+  ASSERT_EQ(records.size(), 2u);
+  for (const RequestRecord& record : records) {
+    EXPECT_NE(record.first_scheduled_time, absl::InfinitePast());
+    EXPECT_LE(record.arrival_time, record.first_scheduled_time);
+    EXPECT_LE(record.first_scheduled_time, record.first_token_time);
+  }
 }
 
 TEST_F(EngineTest, ConcurrentRequestsGiveTheirSoloTokens) {

@@ -22,6 +22,7 @@ absl::StatusOr<pagoda::worker::v1::LoadModelResponse> InProcessWorkerGroup::Load
 
 absl::Status InProcessWorkerGroup::InitCache(const pagoda::worker::v1::InitCacheRequest& request) {
   if (!Healthy() || runner_ == nullptr) return DeadWorker();
+  block_tables_.Reset(request.num_gpu_blocks());
   return runner_->InitCache(request);
 }
 
@@ -37,8 +38,25 @@ absl::StatusOr<pagoda::worker::v1::StepResult> InProcessWorkerGroup::ExecuteStep
 absl::StatusOr<pagoda::worker::v1::StepResult> InProcessWorkerGroup::ExecuteStepWithWait(
     const pagoda::worker::v1::StepPlan& plan, const pagoda::worker::StepMaskWait& wait_for_masks) {
   if (!Healthy() || runner_ == nullptr) return DeadWorker();
+  pagoda::worker::v1::StepPlan resolved;
+  const pagoda::worker::v1::StepPlan* run = &plan;
+  if (pagoda::worker::HasBlockTableDeltas(plan)) {
+    resolved = plan;
+    run = &resolved;
+    if (absl::Status tables = block_tables_.Resolve(&resolved); !tables.ok()) {
+      block_tables_.Clear();
+      return tables;
+    }
+  } else {
+    block_tables_.Record(plan);
+  }
   absl::StatusOr<pagoda::worker::v1::StepResult> result =
-      runner_->ExecuteStep(plan, wait_for_masks);
+      runner_->ExecuteStep(*run, wait_for_masks);
+  if (result.ok()) {
+    block_tables_.Commit();
+  } else {
+    block_tables_.Clear();
+  }
   if (!result.ok() && !absl::IsInvalidArgument(result.status())) {
     healthy_.store(false);
     return absl::UnavailableError(absl::StrCat("rank 0: ", result.status().ToString()));

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "scheduler/workers/worker_group.h"
+#include "worker/block_table_cache.h"
 #include "worker/model_runner.h"
 
 namespace pagoda::scheduler {
@@ -41,6 +42,8 @@ class InProcessWorkerGroup : public WorkerGroup {
  private:
   std::unique_ptr<pagoda::worker::ModelRunner> runner_;
   std::atomic<bool> healthy_{true};
+  // The plans' block-table deltas, resolved as a worker's service does.
+  pagoda::worker::BlockTableCache block_tables_;
 };
 
 }  // namespace pagoda::scheduler

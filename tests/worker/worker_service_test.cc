@@ -167,7 +167,15 @@ TEST_F(WorkerServiceTest, PrefillAndDecodeThroughTheProcessMatchInProcessRunner)
   std::vector<int> generated;
   for (int step = 0; step < 4; ++step) {
     const v1::StepPlan plan = Step(step, 42, tokens, position, block_table);
-    auto remote = (*group)->ExecuteStep(plan);
+    // The process gets block-table deltas after the prefill (the step
+    // channel resolves them against its previous step); the runner whole.
+    v1::StepPlan sent = plan;
+    if (step > 0) {
+      sent.mutable_sequences(0)->set_block_table_start(1);
+      sent.mutable_sequences(0)->mutable_block_table()->erase(
+          sent.mutable_sequences(0)->mutable_block_table()->begin());
+    }
+    auto remote = (*group)->ExecuteStep(sent);
     ASSERT_TRUE(remote.ok()) << remote.status();
     auto expected = local->ExecuteStep(plan);
     ASSERT_TRUE(expected.ok()) << expected.status();
@@ -203,6 +211,18 @@ TEST_F(WorkerServiceTest, MalformedPlanIsInvalidArgumentAndWorkerKeepsServing) {
   auto good = group->ExecuteStep(Step(3, 1, {1, 2, 3}, 0, {0}));
   ASSERT_TRUE(good.ok()) << good.status();
   EXPECT_EQ(good->tokens_size(), 1);
+  EXPECT_TRUE(group->Healthy());
+
+  // Block-table deltas extend only the step before, and none after a refusal.
+  auto delta = [](int64_t step_id, int start) {
+    v1::StepPlan plan = Step(step_id, 1, {4}, 3, {});
+    plan.mutable_sequences(0)->set_block_table_start(start);
+    return plan;
+  };
+  EXPECT_TRUE(group->ExecuteStep(delta(4, 1)).ok());
+  EXPECT_EQ(group->ExecuteStep(delta(6, 1)).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(group->ExecuteStep(delta(7, 1)).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(group->ExecuteStep(Step(8, 1, {4}, 3, {0})).ok());
   EXPECT_TRUE(group->Healthy());
 }
 
@@ -440,6 +460,16 @@ TEST_F(WorkerServiceTest, GrpcStepOfASpawnedWorkerMatchesItsStepChannel) {
   EXPECT_EQ(over_channel.result().step_id(), 0);
   EXPECT_EQ(over_channel.result().tokens(0).token_id(), over_grpc.tokens(0).token_id());
   EXPECT_FLOAT_EQ(over_channel.result().tokens(0).logprob(), over_grpc.tokens(0).logprob());
+
+  // gRPC resolves block-table deltas too (in a copy of its const plan).
+  v1::StepPlan decode = Step(1, 7, {over_grpc.tokens(0).token_id()}, 3, {});
+  decode.mutable_sequences(0)->set_block_table_start(1);
+  v1::StepResult decoded;
+  ASSERT_TRUE(call(&v1::Worker::Stub::ExecuteStep, decode, &decoded).ok());
+  EXPECT_EQ(decoded.tokens_size(), 1);
+  decode.set_step_id(3);  // Step 2 never ran here: refused.
+  EXPECT_EQ(call(&v1::Worker::Stub::ExecuteStep, decode, &decoded).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
 }
 
 // A worker that stops answering (SIGSTOP: alive, holding its channel open)

@@ -1,0 +1,135 @@
+// BlockTableDeltas against the protocol's rule: randomized tables that
+// change in every way the scheduler changes them (growth, copy-on-write of
+// the last block, swap-in remapping, recompute with a prefix-cache hit,
+// forks, speculative rollback, sequences that sit out, finished ones, step
+// ids that skip, failures) are sent as deltas and resolved the way a worker
+// must resolve them; every resolved table must be the whole one.
+
+#include "scheduler/engine/block_table_deltas.h"
+
+#include <map>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace pagoda::scheduler {
+namespace {
+
+using Table = std::vector<int>;
+
+// What a worker keeps: the whole tables of the last step it ran.
+struct ReferenceWorker {
+  std::map<int64_t, Table> tables;
+  int64_t step_id = -100;
+
+  // The whole table of a row (start, entries) of plan `step`, or nothing
+  // when the rule forbids the delta.
+  std::optional<Table> Resolve(int64_t step, int64_t seq_id, int start, const Table& entries) {
+    Table table;
+    if (start > 0) {
+      auto kept = tables.find(seq_id);
+      if (step_id != step - 1 || kept == tables.end() ||
+          static_cast<int>(kept->second.size()) < start) {
+        return std::nullopt;
+      }
+      table.assign(kept->second.begin(), kept->second.begin() + start);
+    }
+    table.insert(table.end(), entries.begin(), entries.end());
+    return table;
+  }
+};
+
+// One random change of `table`, as the scheduler might make it.
+void ChangeTable(std::mt19937& rng, int* next_block, Table* table) {
+  auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  switch (uniform(0, 7)) {
+    case 0:  // Copy-on-write of the last block.
+      if (!table->empty()) table->back() = (*next_block)++;
+      break;
+    case 1:  // Swapped out and back in: every block moves.
+      for (int& block : *table) block = (*next_block)++;
+      break;
+    case 2: {  // Recomputed: a prefix-cache hit keeps some, then new ones.
+      table->resize(uniform(0, static_cast<int>(table->size())));
+      const int more = uniform(1, 4);
+      for (int i = 0; i < more; ++i) table->push_back((*next_block)++);
+      break;
+    }
+    case 3:  // Speculative rollback: the table shrinks.
+      table->resize(std::max(0, static_cast<int>(table->size()) - uniform(1, 3)));
+      break;
+    case 4:  // Unchanged (a decode within its last block).
+      break;
+    default:  // Growth: a decode or a prefill chunk.
+      for (int i = uniform(1, 3); i > 0; --i) table->push_back((*next_block)++);
+  }
+}
+
+TEST(BlockTableDeltasTest, RandomizedTablesResolveToTheWholeTables) {
+  std::mt19937 rng(47);
+  auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  BlockTableDeltas deltas;
+  ReferenceWorker worker;
+  std::map<int64_t, Table> live;
+  int next_block = 0;
+  int64_t next_seq = 1;
+  int64_t step_id = 0;
+  int delta_rows = 0, shrunk_rows = 0;
+  for (int iteration = 0; iteration < 400; ++iteration) {
+    step_id += uniform(0, 9) == 0 ? 2 : 1;  // A step id skipped: whole tables.
+    if (uniform(0, 19) == 0) {              // A failed step, a worker restart.
+      deltas.Reset();
+      worker.tables.clear();
+    }
+    while (live.size() < 12) live[next_seq++] = Table{next_block++};
+    if (uniform(0, 3) == 0) {  // A fork: n > 1 or a beam, sharing the table.
+      const auto& parent = *std::next(live.begin(), uniform(0, static_cast<int>(live.size()) - 1));
+      live[next_seq++] = parent.second;
+    }
+    if (uniform(0, 3) == 0) live.erase(std::next(live.begin(), uniform(0, 5)));  // Finished.
+    std::map<int64_t, Table> ran;
+    deltas.BeginPlan(step_id);
+    for (auto& [seq_id, table] : live) {
+      if (uniform(0, 5) == 0) continue;  // Sits out (preempted, or waits).
+      const size_t before = table.size();
+      ChangeTable(rng, &next_block, &table);
+      const int start = deltas.StartFor(seq_id, table);
+      ASSERT_GE(start, 0);
+      ASSERT_LE(start, static_cast<int>(table.size()));
+      const Table entries(table.begin() + start, table.end());
+      std::optional<Table> resolved = worker.Resolve(step_id, seq_id, start, entries);
+      ASSERT_TRUE(resolved.has_value()) << "step " << step_id << " seq " << seq_id;
+      EXPECT_EQ(*resolved, table) << "step " << step_id << " seq " << seq_id;
+      delta_rows += start > 0;
+      shrunk_rows += start > 0 && table.size() < before && entries.empty();
+      ran[seq_id] = *resolved;
+    }
+    worker.tables = std::move(ran);
+    worker.step_id = step_id;
+  }
+  EXPECT_GT(delta_rows, 1000);
+  EXPECT_GT(shrunk_rows, 0);
+}
+
+TEST(BlockTableDeltasTest, OnlyTheStepAfterTheLastPlanExtendsIt) {
+  BlockTableDeltas deltas;
+  const Table table = {4, 5, 6};
+  deltas.BeginPlan(7);
+  EXPECT_EQ(deltas.StartFor(1, table), 0);  // Nothing sent before.
+  deltas.BeginPlan(8);
+  EXPECT_EQ(deltas.StartFor(1, {4, 5, 6, 9}), 3);
+  EXPECT_EQ(deltas.StartFor(2, table), 0);  // Not in step 7.
+  deltas.BeginPlan(10);                     // Step 9 was never planned.
+  EXPECT_EQ(deltas.StartFor(1, {4, 5, 6, 9}), 0);
+  deltas.BeginPlan(11);
+  EXPECT_EQ(deltas.StartFor(1, {4, 8, 6, 9}), 1);  // Copy-on-write in the middle.
+  deltas.Reset();
+  deltas.BeginPlan(12);
+  EXPECT_EQ(deltas.StartFor(1, {4, 8, 6, 9}), 0);  // After a failure: whole.
+  deltas.BeginPlan(13);
+  EXPECT_EQ(deltas.StartFor(1, {4, 8}), 2);  // Rollback: no entries.
+}
+
+}  // namespace
+}  // namespace pagoda::scheduler
