@@ -215,18 +215,11 @@ absl::Status LlamaModel::LoadEagle3Weights(const std::string& head_dir,
   PAGODA_ASSIGN_OR_RETURN(eagle3_->hidden_norm,
                           loader.Load(prefix + "hidden_norm.weight", {hidden}));
   PAGODA_ASSIGN_OR_RETURN(final_norm_, loader.Load("norm.weight", {hidden}));
-  // Only rank 0 computes logits: the other ranks check the tensor's shape
-  // and leave it.
-  if (shard.rank == 0) {
-    PAGODA_ASSIGN_OR_RETURN(
-        eagle3_->lm_head,
-        loader.LoadLinear({{"lm_head", eagle3_->draft_vocab, hidden, WeightSlice::Whole()}}, false,
-                          DType::kF32));
-  } else if (absl::Status s =
-                 (*store)->GetFloat("lm_head.weight", {eagle3_->draft_vocab, hidden}).status();
-             !s.ok()) {
-    return s;
-  }
+  // Split over the draft vocabulary on a sharded head (gathered to rank 0,
+  // which maps it to target ids).
+  PAGODA_ASSIGN_OR_RETURN(eagle3_->lm_head,
+                          VocabParallelHead::Load({.loader = &loader}, eagle3_->draft_vocab, hidden,
+                                                  backend_, communicator_));
   if ((*store)->Has("embed_tokens.weight")) {
     PAGODA_ASSIGN_OR_RETURN(embed_tokens_, loader.Load("embed_tokens.weight", {vocab, hidden}));
   }
@@ -311,7 +304,8 @@ absl::StatusOr<ForwardOutput> LlamaModel::ForwardEagle3(const FlatBatch& batch, 
   return Eagle3Logits(step, a);
 }
 
-ForwardOutput LlamaModel::Eagle3Logits(const StepBatch& step, const Activations& a) {
+absl::StatusOr<ForwardOutput> LlamaModel::Eagle3Logits(const StepBatch& step,
+                                                       const Activations& a) {
   const int rows = step.num_logits_rows;
   const int64_t hidden = config_.hidden_size;
   const int vocab = config_.vocab_size;
@@ -330,7 +324,9 @@ ForwardOutput LlamaModel::Eagle3Logits(const StepBatch& step, const Activations&
   void* head_hidden = workspace_.Take(act, static_cast<size_t>(rows) * hidden);
   backend_->GatherRows(a.residual, step, hidden, head_hidden);
   output.head_hidden = head_hidden;  // Every rank's next pass reads it.
-  if (communicator_->rank() != 0) {  // Only rank 0 holds the lm_head and samples.
+  // Every rank computes its rows of a split lm_head; only rank 0 samples.
+  const bool samples = communicator_->rank() == 0;
+  if (!samples && !eagle3_->lm_head->split()) {
     output.logits.shape[0] = 0;
     return output;
   }
@@ -340,7 +336,13 @@ ForwardOutput LlamaModel::Eagle3Logits(const StepBatch& step, const Activations&
   auto* logits =
       static_cast<float*>(workspace_.Take(DType::kF32, static_cast<size_t>(rows) * vocab));
   backend_->GatherRows(a.normed, step, hidden, normed_rows);
-  eagle3_->lm_head->Forward(normed_rows, rows, draft_logits);
+  if (absl::Status s = eagle3_->lm_head->Forward(normed_rows, rows, draft_logits); !s.ok()) {
+    return s;
+  }
+  if (!samples) {
+    output.logits.shape[0] = 0;
+    return output;
+  }
   // vLLM's compute_logits: draft id d's logit at target id d + d2t[d],
   // -inf at every target id the draft vocabulary lacks.
   std::vector<float>& host_draft = eagle3_->draft_logits;

@@ -12,6 +12,7 @@
 
 #include "worker/backend.h"
 #include "worker/linear.h"
+#include "worker/vocab_parallel_head.h"
 
 namespace pagoda::worker {
 
@@ -21,7 +22,8 @@ struct Eagle3HeadParts {
   std::vector<int32_t> draft_to_target;  // d + d2t[d] for each draft id d.
   std::unique_ptr<Buffer> hidden_norm;   // midlayer.hidden_norm.weight [hidden].
   const Buffer* input_norm = nullptr;    // The midlayer's (its LayerWeights own it).
-  std::unique_ptr<Linear> lm_head;       // [draft_vocab, hidden], f32 out.
+  // [draft_vocab, hidden], f32 out: this rank's rows of the draft vocabulary.
+  std::unique_ptr<VocabParallelHead> lm_head;
   // vLLM's norm_before_residual: the residual is hidden_norm(hidden), not
   // the hidden itself.
   bool norm_before_residual = false;

@@ -162,6 +162,7 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::string& 
   std::unique_ptr<LlamaModel> model(
       new LlamaModel(RankLocalConfig(*config, *shard), backend, communicator));
   model->quant_config_ = *std::move(quant);
+  model->whole_lm_head_on_rank0_ = options.whole_lm_head_on_rank0;
   if (absl::Status status = model->LoadWeights(model_dir, options.weight_dtype, *config, *shard);
       !status.ok()) {
     return status;
@@ -215,17 +216,17 @@ absl::Status LlamaModel::LoadWeights(const std::string& model_dir,
   WeightLoader loader(**store, backend_, weight_dtype, quant_config_);
   const int64_t hidden = full_config.hidden_size;
   const int64_t vocab = full_config.vocab_size;
-  const bool samples = shard.rank == 0;  // Only rank 0 computes logits.
-
+  model_dir_ = model_dir;
+  // The embedding stays whole on every rank (a row lookup); the head is
+  // split over the vocabulary, over the embedding's rows when tied.
   PAGODA_ASSIGN_OR_RETURN(embed_tokens_, loader.Load("model.embed_tokens.weight", {vocab, hidden}));
   PAGODA_ASSIGN_OR_RETURN(final_norm_, loader.Load("model.norm.weight", {hidden}));
-  if (samples && ((*store)->Has("lm_head.weight") || !config_.tie_word_embeddings)) {
-    PAGODA_ASSIGN_OR_RETURN(
-        lm_head_,
-        loader.LoadLinear({{"lm_head", vocab, hidden, WeightSlice::Whole()}}, false, DType::kF32));
-  } else if (samples) {
-    lm_head_ = std::make_unique<DenseLinear>(backend_, *embed_tokens_, vocab, hidden, DType::kF32);
-  }
+  const bool own_head = (*store)->Has("lm_head.weight") || !config_.tie_word_embeddings;
+  PAGODA_ASSIGN_OR_RETURN(lm_head_,
+                          VocabParallelHead::Load({.loader = &loader,
+                                                   .tied = own_head ? nullptr : embed_tokens_.get(),
+                                                   .whole_on_rank0 = whole_lm_head_on_rank0_},
+                                                  vocab, hidden, backend_, communicator_));
   return LoadLayers(loader, **store, "model.layers.", full_config, shard);
 }
 
@@ -350,6 +351,7 @@ absl::Status LlamaModel::ApplyLora(int layer, LoraModule module, const void* x, 
 size_t LlamaModel::weight_bytes() const {
   auto bytes = [](const std::unique_ptr<Buffer>& b) -> size_t { return b ? b->nbytes() : 0; };
   auto linear = [](const auto& l) -> size_t { return l ? l->weight_bytes() : 0; };
+  // A tied head's rows are the embedding's (DenseLinear counts none).
   size_t total = bytes(embed_tokens_) + bytes(final_norm_) + linear(lm_head_) + linear(fc_) +
                  (eagle3_ ? bytes(eagle3_->hidden_norm) + linear(eagle3_->lm_head) : 0);
   for (const auto& layer : layers_) {
@@ -399,8 +401,8 @@ absl::StatusOr<ForwardOutput> LlamaModel::Forward(const FlatBatch& batch, CacheE
   backend_->Embedding(step, Matrix(embed_tokens_, config_.vocab_size, config_.hidden_size),
                       activations.residual);
   if (absl::Status s = RunLayers(step, cache, activations); !s.ok()) return s;
-  ForwardOutput output = Logits(step, activations, row_logits);
-  if (!aux_layers_.empty()) output.aux_hidden = aux_device_->raw();
+  absl::StatusOr<ForwardOutput> output = Logits(step, activations, row_logits);
+  if (output.ok() && !aux_layers_.empty()) output->aux_hidden = aux_device_->raw();
   return output;
 }
 
@@ -535,8 +537,8 @@ absl::Status LlamaModel::AllReduceHidden(void* data, int tokens) {
                                      backend_->activation_dtype());
 }
 
-ForwardOutput LlamaModel::Logits(const StepBatch& step, const Activations& a,
-                                 int row_logits_capacity) {
+absl::StatusOr<ForwardOutput> LlamaModel::Logits(const StepBatch& step, const Activations& a,
+                                                 int row_logits_capacity) {
   const int rows = step.num_logits_rows;
   const int hidden = config_.hidden_size;
   const int vocab = config_.vocab_size;
@@ -544,11 +546,13 @@ ForwardOutput LlamaModel::Logits(const StepBatch& step, const Activations& a,
   output.sampling = step.sampling;
   output.logits.dtype = DType::kF32;
   output.logits.rank = 2;
-  // Only rank 0 computes logits and samples; another rank computes the
-  // final norm only for a head sharded beside it (KeepFinalHidden).
+  // Only rank 0 samples; every rank computes its part of a split head's
+  // logits, and another rank of an unsplit one computes the final norm only
+  // for a head sharded beside it (KeepFinalHidden).
   const bool samples = communicator_->rank() == 0;
+  const bool computes_logits = samples || lm_head_->split();
   output.logits.shape = {samples ? rows : 0, vocab, 0, 0};
-  const bool wants_rows = samples && (rows > 0 || row_logits_capacity > 0);
+  const bool wants_rows = computes_logits && (rows > 0 || row_logits_capacity > 0);
   if (!wants_rows && !keeps_final_hidden_) return output;
   const float eps = static_cast<float>(config_.rms_norm_eps);
   if (config_.num_hidden_layers == 0) {
@@ -557,15 +561,16 @@ ForwardOutput LlamaModel::Logits(const StepBatch& step, const Activations& a,
     backend_->AddRmsNorm(a.residual, a.projected, Vector(final_norm_), step.num_tokens, eps,
                          a.normed);
   }
-  if (!samples) {
+  if (!computes_logits) {
     output.final_hidden = a.normed;
     return output;
   }
   const DType act = backend_->activation_dtype();
   const int logits_rows = std::max(rows, row_logits_capacity);
   void* last_hidden = workspace_.Take(act, static_cast<size_t>(logits_rows) * hidden);
-  auto* logits =
-      static_cast<float*>(workspace_.Take(DType::kF32, static_cast<size_t>(logits_rows) * vocab));
+  auto* logits = samples ? static_cast<float*>(workspace_.Take(
+                               DType::kF32, static_cast<size_t>(logits_rows) * vocab))
+                         : nullptr;
   if (row_logits_capacity > 0 || keeps_final_hidden_) output.final_hidden = a.normed;
   if (row_logits_capacity > 0) {
     output.row_logits = logits;
@@ -573,13 +578,13 @@ ForwardOutput LlamaModel::Logits(const StepBatch& step, const Activations& a,
   }
   if (rows == 0) return output;
   backend_->GatherRows(a.normed, step, hidden, last_hidden);
-  RowLogits(last_hidden, rows, logits);
+  if (absl::Status s = RowLogits(last_hidden, rows, logits); !s.ok()) return s;
   output.logits.data = logits;
   return output;
 }
 
-void LlamaModel::RowLogits(const void* hidden, int rows, float* logits) {
-  lm_head_->Forward(hidden, rows, logits);
+absl::Status LlamaModel::RowLogits(const void* hidden, int rows, float* logits) {
+  return lm_head_->Forward(hidden, rows, logits);
 }
 
 size_t LlamaModel::hidden_row_bytes() const {
