@@ -17,7 +17,9 @@
 namespace pagoda::worker {
 
 struct Eagle3HeadParts {
-  std::vector<int> aux_layers;  // The target layers whose inputs feed the fc.
+  // The target layers whose inputs feed the fc; empty for a head without
+  // aux hidden states (eagle_config.use_aux_hidden_state false, no fc).
+  std::vector<int> aux_layers;
   int draft_vocab = 0;
   std::vector<int32_t> draft_to_target;  // d + d2t[d] for each draft id d.
   std::unique_ptr<Buffer> hidden_norm;   // midlayer.hidden_norm.weight [hidden].

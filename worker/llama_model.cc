@@ -9,7 +9,6 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/lora_shard.h"
 #include "common/safetensors.h"
 #include "common/speculation_limits.h"
 #include "common/status_macros.h"
@@ -256,10 +255,10 @@ absl::Status LlamaModel::LoadLayers(WeightLoader& loader, const WeightStore& sto
   return absl::OkStatus();
 }
 
-absl::Status LlamaModel::LoadEagle3Layer(WeightLoader& loader, const std::string& prefix,
-                                         const ModelConfig& full_config,
-                                         const TensorParallelShard& shard) {
-  const LayerGeometry geometry{
+absl::Status LlamaModel::LoadEagle3Layers(WeightLoader& loader, const std::string& prefix,
+                                          const ModelConfig& full_config,
+                                          const TensorParallelShard& shard) {
+  LayerGeometry geometry{
       .hidden = full_config.hidden_size,
       .intermediate = full_config.intermediate_size,
       .q_dim = static_cast<int64_t>(full_config.num_attention_heads) * full_config.head_dim,
@@ -272,6 +271,13 @@ absl::Status LlamaModel::LoadEagle3Layer(WeightLoader& loader, const std::string
       layer, LayerWeights::Load(loader, prefix, 0, geometry, backend_->activation_dtype(), false));
   eagle3_->input_norm = layer->input_norm.get();
   layers_.push_back(std::move(layer));
+  geometry.qkv_in = 0;  // Later layers read the hidden state alone (vLLM's).
+  for (int i = 1; i < config_.num_hidden_layers; ++i) {
+    PAGODA_ASSIGN_OR_RETURN(layer,
+                            LayerWeights::Load(loader, absl::StrCat("layers.", i, "."), i, geometry,
+                                               backend_->activation_dtype(), false));
+    layers_.push_back(std::move(layer));
+  }
   const std::vector<double> inv_freq = RopeInvFreq(config_);
   inv_freq_ = loader.ToBackend(std::vector<float>(inv_freq.begin(), inv_freq.end()));
   return absl::OkStatus();
@@ -306,46 +312,6 @@ void LlamaModel::ReserveWorkspace(const StepBatchCapacity& capacity) {
   workspace_.Reserve(bytes, /*regions=*/is_eagle3_head() ? 20 : 13);
   if (workspace_.capacity() != had) ++buffer_generation_;
   uploader_.Reserve(capacity);
-}
-
-absl::Status LlamaModel::EnableLora(const LlamaLoadOptions& options, const ModelConfig& full_config,
-                                    const TensorParallelShard& shard) {
-  // This rank's part of each projection: the split dimension is the shard's.
-  std::array<LinearShape, kNumLoraModules> shapes;
-  for (LoraModule module : kAllLoraModules) {
-    LinearShape shape = LoraModuleShape(full_config, module);
-    const int64_t part = LoraShardRange(full_config, shard, module).size();
-    (IsRowParallel(module) ? shape.in : shape.out) = part;
-    shapes[static_cast<int>(module)] = shape;
-  }
-  auto slots = std::make_shared<LoraSlots>(options.max_loras, options.max_lora_rank,
-                                           full_config.num_hidden_layers, shapes);
-  if (options.lora_device) {
-    auto device = options.lora_device(*slots, std::max(1, options.max_num_batched_tokens));
-    if (!device.ok()) return device.status();
-    lora_device_ = device->get();
-    slots->AttachDevice(*std::move(device));
-  }
-  lora_loader_ = std::make_shared<LoraAdapterLoader>(full_config, shard, std::move(slots),
-                                                     options.max_cpu_loras);
-  return absl::OkStatus();
-}
-
-const LoraSlots::View* LlamaModel::PinLoraSlots() {
-  if (lora_loader_ == nullptr) return nullptr;
-  lora_view_ = lora_loader_->slots()->Snapshot();
-  return &lora_view_;
-}
-
-absl::Status LlamaModel::ApplyLora(int layer, LoraModule module, const void* x, int tokens, void* y,
-                                   int64_t y_stride) const {
-  if (step_lora_slots_ == nullptr) return absl::OkStatus();
-  if (lora_device_ != nullptr) return lora_device_->Apply({layer, module}, x, y, y_stride);
-  const LoraParallelFor on_pool = [this](int64_t n, int64_t grain, const auto& fn) {
-    backend_->HostParallelFor(n, grain, fn);
-  };
-  return lora_view_.Apply(static_cast<const float*>(x), tokens, step_lora_slots_, {layer, module},
-                          static_cast<float*>(y), y_stride, &on_pool);
 }
 
 size_t LlamaModel::weight_bytes() const {
@@ -407,9 +373,9 @@ absl::StatusOr<ForwardOutput> LlamaModel::Forward(const FlatBatch& batch, CacheE
 }
 
 absl::Status LlamaModel::RunLayers(const StepBatch& step, CacheEngine* cache,
-                                   const Activations& activations) {
+                                   const Activations& activations, int first_layer) {
   const float eps = static_cast<float>(config_.rms_norm_eps);
-  for (int i = 0; i < config_.num_hidden_layers; ++i) {
+  for (int i = first_layer; i < config_.num_hidden_layers; ++i) {
     const LayerWeights& layer = *layers_[i];
     Activations attention_input = activations;
     // Pre-norm residual stream: the previous layer's MLP output is added to

@@ -132,12 +132,16 @@ class LlamaModel {
                                                                    const LlamaLoadOptions& options,
                                                                    const LlamaModel& target);
   // An EAGLE-3 head in `head_dir`, laid out as vLLM's Eagle3LlamaForCausalLM
-  // loads it (llama_eagle3_head.cc): config.json a one-layer Llama config
-  // with `target`'s hidden_size and vocab_size, draft_vocab_size (default
-  // vocab_size) and eagle_aux_hidden_state_layer_ids (default (2, L / 2,
-  // L - 3) of the target's L layers, each in [0, L)); tensors "fc.weight"
-  // [hidden, 3 * hidden], "midlayer.*" (or "layers.0.*") a Llama decoder
-  // layer whose q/k/v read 2 * hidden plus "hidden_norm.weight", "norm.weight",
+  // loads it (llama_eagle3_head.cc): config.json a Llama config of
+  // num_hidden_layers >= 1 with `target`'s hidden_size and vocab_size,
+  // draft_vocab_size (default vocab_size) and
+  // eagle_aux_hidden_state_layer_ids (default (2, L / 2, L - 3) of the
+  // target's L layers, each in [0, L)); tensors "fc.weight" [hidden, 3 *
+  // hidden] (none, and no layer ids, with eagle_config.use_aux_hidden_state
+  // false: the target's final-normed hidden state is the feature),
+  // "midlayer.*" (or "layers.0.*") a Llama decoder layer whose q/k/v read
+  // 2 * hidden plus "hidden_norm.weight", "layers.<i>.*" plain Llama layers
+  // for i in [1, num_hidden_layers), "norm.weight",
   // "lm_head.weight" [draft_vocab_size, hidden], "d2t" (I64, draft id to
   // target id offset; required unless draft_vocab_size == vocab_size), and
   // "embed_tokens.weight" if the head has its own (else `target`'s). "t2d" is
@@ -168,7 +172,8 @@ class LlamaModel {
   // (CudaGraphRunner compares it and stops replaying).
   uint64_t buffer_generation() const { return buffer_generation_; }
   bool is_eagle3_head() const { return eagle3_ != nullptr; }
-  // An EAGLE-3 head's target layers (empty for other models).
+  // An EAGLE-3 head's target layers (empty for other models, and for an
+  // EAGLE-3 head without aux hidden states).
   const std::vector<int>& eagle3_aux_layers() const;
 
   // The model as this rank runs it: attention heads, KV heads and
@@ -213,8 +218,10 @@ class LlamaModel {
   // An EAGLE-3 head (is_eagle3_head()) instead: row t's hidden is
   // fc(features row t) when `features_from_target` (rows [3 * hidden], the
   // target's aux_hidden), else features row t ([hidden], the head's own
-  // output); the midlayer reads concat(input_layernorm(embed(token)),
-  // hidden_norm(hidden)); the logits rows go through the head's norm and
+  // output, or the target's final_hidden for a head without an fc); the
+  // first layer reads concat(input_layernorm(embed(token)),
+  // hidden_norm(hidden)), later layers the residual stream as Llama layers
+  // do; the logits rows go through the head's norm and
   // lm_head, scattered to target ids by d2t (-inf elsewhere); head_hidden is
   // the pre-norm output.
   // REQUIRES: is_eagle_head(); as Forward.
@@ -262,12 +269,13 @@ class LlamaModel {
   absl::Status LoadLayers(WeightLoader& loader, const WeightStore& store,
                           const std::string& layers_prefix, const ModelConfig& full_config,
                           const TensorParallelShard& shard);
-  // An EAGLE-3 head's weights (llama_eagle3_head.cc) and its midlayer,
-  // whose q/k/v read 2 * hidden (llama_model.cc).
+  // An EAGLE-3 head's weights (llama_eagle3_head.cc) and its layers
+  // (llama_model.cc): the first ("<prefix>*", the midlayer) with q/k/v
+  // reading 2 * hidden, later ones "layers.<i>.*" plain Llama layers.
   absl::Status LoadEagle3Weights(const std::string& head_dir, std::optional<DType> weight_dtype,
                                  const ModelConfig& full_config, const TensorParallelShard& shard);
-  absl::Status LoadEagle3Layer(WeightLoader& loader, const std::string& prefix,
-                               const ModelConfig& full_config, const TensorParallelShard& shard);
+  absl::Status LoadEagle3Layers(WeightLoader& loader, const std::string& prefix,
+                                const ModelConfig& full_config, const TensorParallelShard& shard);
   absl::StatusOr<ForwardOutput> ForwardEagle3(const FlatBatch& batch, CacheEngine* cache,
                                               const void* features, bool features_from_target);
   // Copies the residual stream (a.residual) entering layer `layer` into
@@ -307,9 +315,11 @@ class LlamaModel {
   // it and uploads the batch into it.
   StepBatch UploadStep(const FlatBatch& batch, int row_logits);
   Activations TakeActivations(size_t tokens);
-  // Every decoder layer over the step, from the residual stream in
-  // a.residual to the last MLP's output in a.projected.
-  absl::Status RunLayers(const StepBatch& step, CacheEngine* cache, const Activations& a);
+  // Every decoder layer from `first_layer` on over the step, from the
+  // residual stream in a.residual (and, past layer 0, the previous layer's
+  // MLP output in a.projected) to the last MLP's output in a.projected.
+  absl::Status RunLayers(const StepBatch& step, CacheEngine* cache, const Activations& a,
+                         int first_layer = 0);
   // An EAGLE head's output rows, their logits and head_hidden.
   absl::StatusOr<ForwardOutput> EagleLogits(const StepBatch& step, const Activations& a);
   absl::StatusOr<ForwardOutput> Eagle3Logits(const StepBatch& step, const Activations& a);
