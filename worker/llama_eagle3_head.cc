@@ -206,6 +206,7 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::LoadEagle3Head(
   head->eagle3_->draft_vocab =
       keys.draft_vocab > 0 ? static_cast<int>(keys.draft_vocab) : config->vocab_size;
   head->eagle3_->norm_before_residual = keys.norm_before_residual;
+  head->whole_lm_head_on_rank0_ = options.whole_lm_head_on_rank0;
   if (absl::Status s = head->LoadEagle3Weights(head_dir, options.weight_dtype, *config, *shard);
       !s.ok()) {
     return absl::StartsWith(s.message(), "EAGLE-3 head: ") ? s : Eagle3Error(s);
@@ -241,9 +242,10 @@ absl::Status LlamaModel::LoadEagle3Weights(const std::string& head_dir,
   PAGODA_ASSIGN_OR_RETURN(final_norm_, loader.Load("norm.weight", {hidden}));
   // Split over the draft vocabulary on a sharded head (gathered to rank 0,
   // which maps it to target ids).
-  PAGODA_ASSIGN_OR_RETURN(eagle3_->lm_head,
-                          VocabParallelHead::Load({.loader = &loader}, eagle3_->draft_vocab, hidden,
-                                                  backend_, communicator_));
+  PAGODA_ASSIGN_OR_RETURN(
+      eagle3_->lm_head,
+      VocabParallelHead::Load({.loader = &loader, .whole_on_rank0 = whole_lm_head_on_rank0_},
+                              eagle3_->draft_vocab, hidden, backend_, communicator_));
   if ((*store)->Has("embed_tokens.weight")) {
     PAGODA_ASSIGN_OR_RETURN(embed_tokens_, loader.Load("embed_tokens.weight", {vocab, hidden}));
   }
