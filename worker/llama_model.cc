@@ -199,6 +199,7 @@ void LlamaModel::ReserveLoadTimeWorkspace(const LlamaLoadOptions& options) {
   row_logits_capacity_ =
       static_cast<int>(std::min(verify_rows, std::max<int64_t>(max_seqs, tokens)));
   reserved_tokens_ = tokens;
+  if (lm_head_ != nullptr) lm_head_->ReserveRows(row_logits_capacity_);
   ReserveWorkspace(StepBatchCapacity{
       .tokens = tokens,
       .seqs = max_seqs,

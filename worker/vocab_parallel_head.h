@@ -56,6 +56,11 @@ class VocabParallelHead {
   // others). Split: each rank computes its rows, the group all-gathers them,
   // and rank 0 lays them out; a failed collective's status is returned.
   absl::Status Forward(const void* hidden, int rows, float* logits);
+  // Reserves the gather for `rows` rows now (at load), so a step of no more
+  // rows allocates nothing; a bigger one grows it. Nothing when not split.
+  void ReserveRows(int rows) {
+    if (split_) ReserveGather(rows);
+  }
 
  private:
   VocabParallelHead(Backend* backend, Communicator* communicator, int64_t vocab, bool split,
