@@ -59,11 +59,19 @@ absl::StatusOr<TensorParallelShard> PlanTensorParallelShard(const ModelConfig& c
   }
   const int64_t intermediate_per_rank = config.intermediate_size / world_size;
   shard.intermediate = {rank * intermediate_per_rank, (rank + 1) * intermediate_per_rank};
-  const int64_t vocab = config.vocab_size;
-  const int64_t vocab_per_rank = (vocab + world_size - 1) / world_size;
-  const int64_t vocab_begin = std::min(vocab, rank * vocab_per_rank);
-  shard.vocab = {vocab_begin, std::min(vocab, vocab_begin + vocab_per_rank)};
+  shard.vocab = VocabParallelRange(config.vocab_size, rank, world_size);
   return shard;
+}
+
+int64_t VocabParallelRowsPerRank(int64_t vocab, int world_size) {
+  const int64_t padded = (vocab + kVocabPadding - 1) / kVocabPadding * kVocabPadding;
+  return (padded + world_size - 1) / world_size;
+}
+
+IndexRange VocabParallelRange(int64_t vocab, int rank, int world_size) {
+  const int64_t per_rank = VocabParallelRowsPerRank(vocab, world_size);
+  const int64_t begin = std::min(vocab, rank * per_rank);
+  return {begin, std::min(vocab, begin + per_rank)};
 }
 
 }  // namespace pagoda

@@ -40,10 +40,24 @@ struct TensorParallelShard {
   IndexRange kv_heads;
   int kv_head_replicas = 1;  // Ranks holding each KV head.
   IndexRange intermediate;
-  // ceil(vocab / world_size) tokens per rank, the last rank fewer; a rank
-  // past the end of a tiny vocabulary owns an empty range.
+  // The LM head's rows (VocabParallelRange): a rank past the end of a tiny
+  // vocabulary owns an empty range.
   IndexRange vocab;
 };
+
+// vLLM's ParallelLMHead padding: the vocabulary is padded to a multiple of
+// kVocabPadding and split into equal parts, so every rank's part has the same
+// padded size; the padding rows hold no token.
+inline constexpr int64_t kVocabPadding = 64;
+
+// Rows of the padded vocabulary each of `world_size` ranks owns:
+// ceil(round_up(vocab, kVocabPadding) / world_size) (vLLM's exact division
+// whenever world_size divides the padded size).
+int64_t VocabParallelRowsPerRank(int64_t vocab, int world_size);
+
+// The real (unpadded) token ids rank `rank` owns: [rank * per, (rank + 1) *
+// per) clipped to [0, vocab); empty for a rank wholly in the padding.
+IndexRange VocabParallelRange(int64_t vocab, int rank, int world_size);
 
 // OK when the model can be split over `world_size` ranks; otherwise
 // INVALID_ARGUMENT with one line naming the counts, e.g. "cannot split the

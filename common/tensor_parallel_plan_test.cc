@@ -69,7 +69,12 @@ TEST(TensorParallelPlanTest, KvHeadsShardedOrReplicated) {
   EXPECT_EQ(shard->kv_heads, (IndexRange{1, 2}));
   EXPECT_EQ(shard->kv_head_replicas, 2);
   EXPECT_EQ(shard->intermediate, (IndexRange{72, 96}));
-  EXPECT_EQ(shard->vocab, (IndexRange{753, 1001}));  // ceil(1001 / 4) = 251 per rank.
+  // vLLM's padding: 1001 rows padded to 1024, 256 per rank.
+  EXPECT_EQ(shard->vocab, (IndexRange{768, 1001}));
+  EXPECT_EQ(VocabParallelRowsPerRank(1001, 4), 256);
+  EXPECT_EQ(VocabParallelRange(1001, 1, 4), (IndexRange{256, 512}));
+  EXPECT_EQ(VocabParallelRange(48, 1, 2), (IndexRange{32, 48}));  // 48 padded to 64.
+  EXPECT_EQ(VocabParallelRange(72, 3, 4), (IndexRange{72, 72}));  // 128 / 4: rank 3 all padding.
   shard = PlanTensorParallelShard(Config(8, 4, 96, 1001), 1, 2);
   ASSERT_TRUE(shard.ok());
   EXPECT_EQ(shard->kv_heads, (IndexRange{2, 4}));

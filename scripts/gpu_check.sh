@@ -56,7 +56,10 @@
 #     all-reducing bf16/f16 on the caller's stream, Abort, and every visible
 #     GPU as a rank) and cuda_worker_nccl (worker_cuda_tensor_parallel_test:
 #     the CUDA model's all-reduces through NCCL on the backend's stream equal
-#     one rank's; two ranks on two GPUs where there are two). NCCL is the
+#     one rank's; two ranks on two GPUs where there are two, their lm_head
+#     split over the vocabulary and gathered by NCCL all-gather: until that
+#     case reads ok the CUDA runner keeps the head whole on rank 0,
+#     cuda_model_runner.cc's TargetLoadOptions). NCCL is the
 #     machine's: its CUDA's or its PyTorch's nvidia-nccl-cu13 (libnccl.so.2 is
 #     ~210 MiB, over what the device tool carries); the summary names it.
 #  1s. Speculative decoding's draft model and EAGLE / EAGLE-3 heads on the

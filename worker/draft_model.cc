@@ -168,9 +168,11 @@ absl::StatusOr<std::unique_ptr<DraftModel>> DraftModel::LoadEagle(const std::str
                                                  DraftLoadOptions(options), *target);
   if (!head.ok()) return head.status();
   draft->model_ = *std::move(head);
-  if (eagle3) {
-    // The fc reads three of the target's layers' hidden states a row.
-    const std::vector<int>& layers = draft->model_->eagle3_aux_layers();
+  const std::vector<int>& layers = draft->model_->eagle3_aux_layers();
+  if (!layers.empty()) {
+    // An EAGLE-3 fc reads three of the target's layers' hidden states a row;
+    // an EAGLE head, or an EAGLE-3 one without aux hidden states, the
+    // target's final-normed hidden state.
     draft->eagle_ = std::make_unique<EagleFeatures>(layers.size() * target->hidden_row_bytes());
     target->KeepAuxHidden(layers);
   } else {
@@ -186,7 +188,7 @@ void DraftModel::FollowTargetForward(const FlatBatch& batch, const ForwardOutput
   if (eagle_ == nullptr) return;
   // Device rows, read now: after the forward ran (a CUDA graph's replay
   // included, which writes them at their load-time address).
-  const void* rows = model_->is_eagle3_head() ? output.aux_hidden : output.final_hidden;
+  const void* rows = model_->eagle3_aux_layers().empty() ? output.final_hidden : output.aux_hidden;
   if (rows != nullptr) eagle_->Capture(batch, rows, backend_);
 }
 

@@ -22,6 +22,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <string>
@@ -31,6 +33,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "tests/support/runner_test_model.h"
@@ -745,10 +748,14 @@ TEST_F(DraftModelRunnerTest, Eagle3AuxRowsAreReservedAtLoad) {
 
 TEST_F(DraftModelRunnerTest, EagleDraftsEqualTheFloat64Reference) { ExpectReferenceDrafts(""); }
 
-// The same for EAGLE-3 heads: the target's embeddings, the head's own, and
-// norm_before_residual (good's weights, the normed hidden as the residual).
+// The same for EAGLE-3 heads: the target's embeddings, the head's own,
+// norm_before_residual (good's weights, the normed hidden as the residual),
+// two_layers (good's first layer, then a plain Llama layer over the
+// residual stream: vLLM's num_hidden_layers > 1) and no_aux (good's weights
+// without the fc: use_aux_hidden_state false, the target's final-normed
+// hidden state the feature). The reference's drafts differ for each.
 TEST_F(DraftModelRunnerTest, Eagle3DraftsEqualTheFloat64Reference) {
-  for (const char* head : {"good", "own_embed", "norm_before_residual"}) {
+  for (const char* head : {"good", "own_embed", "norm_before_residual", "two_layers", "no_aux"}) {
     SCOPED_TRACE(head);
     ExpectReferenceDrafts(head);
   }
@@ -803,6 +810,17 @@ TEST_F(DraftModelRunnerTest, Eagle3KeepsPlainTokensAndTheReferenceAcceptance) {
   SamplingOptions greedy;
   for (const SamplingOptions& base : {greedy, SeededWithProcessing()}) {
     const std::vector<Decoded> plain = DecodeBatch("", base, 0);
+    // A two-layer head and one without aux hidden states, greedy: plain
+    // decoding's tokens too (their drafts are the reference's above).
+    for (const char* head : {"/two_layers", "/no_aux"}) {
+      if (base.temperature() != 0) break;
+      const std::vector<Decoded> other =
+          DecodeBatch(*eagle3_ + head, base, kDrafts, /*eagle=*/false, /*eagle3=*/true);
+      for (int s = 0; s < kSeqs; ++s) {
+        EXPECT_EQ(other[s].tokens, plain[s].tokens) << head << " sequence " << s;
+        EXPECT_FALSE(other[s].accepted_per_step.empty()) << head;
+      }
+    }
     const std::vector<Decoded> speculative =
         DecodeBatch(*eagle3_ + "/good", base, kDrafts, /*eagle=*/false, /*eagle3=*/true);
     for (int s = 0; s < kSeqs; ++s) {
@@ -837,6 +855,21 @@ TEST_F(DraftModelRunnerTest, RefusesMalformedEagle3HeadsAtLoad) {
         LoadRequest(*eagle3_ + "/" + name, /*eagle=*/false, /*eagle3=*/true));
     EXPECT_EQ(std::string(loaded.status().message()), message);
   }
+  // A config key of the wrong type: one line, not an exception.
+  const std::string bad_flag = *eagle3_ + "/bad_flag";
+  std::filesystem::copy(*eagle3_ + "/good", bad_flag, std::filesystem::copy_options::recursive);
+  std::ifstream in(bad_flag + "/model/config.json");
+  const std::string config((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string flagged = absl::StrReplaceAll(
+      config, {{"\"num_hidden_layers\": 1",
+                "\"num_hidden_layers\": 1, \"eagle_config\": {\"use_aux_hidden_state\": \"no\"}"}});
+  ASSERT_NE(flagged, config);
+  std::ofstream(bad_flag + "/model/config.json") << flagged;
+  EXPECT_EQ(CreateCpuModelRunner()
+                ->LoadModel(LoadRequest(bad_flag, /*eagle=*/false, /*eagle3=*/true))
+                .status()
+                .message(),
+            "EAGLE-3 head: eagle_config.use_aux_hidden_state is not a boolean");
   auto loaded = CreateCpuModelRunner()->LoadModel(
       LoadRequest(*eagle3_ + "/d2t_range", /*eagle=*/false, /*eagle3=*/true));
   EXPECT_TRUE(absl::StartsWith(loaded.status().message(), "EAGLE-3 head: d2t maps draft id 39 to "))

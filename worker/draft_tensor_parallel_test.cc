@@ -104,7 +104,8 @@ class DraftTensorParallelTest : public ::testing::Test {
 
   // EAGLE heads for the target under dir_: eagle/model (eagle_reference.py
   // make: the target's layers, a random fc), eagle3/model (eagle3_reference.py
-  // make over a one-layer Llama, a 40-id draft vocabulary), and
+  // make over a one-layer Llama, a 40-id draft vocabulary, a second layer
+  // after the first: both split over the group), and
   // one_head/model, eagle/model whose config claims one attention (and KV)
   // head, which two ranks cannot split (refused before any weight is read).
   void MakeHeads() {
@@ -115,8 +116,8 @@ class DraftTensorParallelTest : public ::testing::Test {
         "/source > /dev/null && ", Python(), " ", SourceDir(),
         "/tests/reference/eagle_reference.py make --source ", dir_, "/model --out ", dir_,
         "/eagle/model && ", Python(), " ", SourceDir(),
-        "/tests/reference/eagle3_reference.py make --source ", dir_, "/source --target-vocab ",
-        kVocab, " --out ", dir_, "/eagle3/model");
+        "/tests/reference/eagle3_reference.py make --num-layers 2 --source ", dir_,
+        "/source --target-vocab ", kVocab, " --out ", dir_, "/eagle3/model");
     ASSERT_EQ(std::system(command.c_str()), 0) << command;
     std::filesystem::copy(dir_ + "/eagle", dir_ + "/one_head",
                           std::filesystem::copy_options::recursive);

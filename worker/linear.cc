@@ -22,6 +22,13 @@ DenseLinear::DenseLinear(Backend* backend, const Buffer& weight, int64_t out, in
       in_(in),
       y_dtype_(y_dtype) {}
 
+DenseLinear::DenseLinear(Backend* backend, const Tensor& weight, DType y_dtype)
+    : backend_(backend),
+      weight_(weight),
+      out_(weight.dim(0)),
+      in_(weight.dim(1)),
+      y_dtype_(y_dtype) {}
+
 size_t DenseLinear::weight_bytes() const {
   return (owned_weight_ ? owned_weight_->nbytes() : 0) + (bias_ ? bias_->nbytes() : 0);
 }

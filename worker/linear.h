@@ -38,6 +38,9 @@ class DenseLinear final : public Linear {
   // A Linear over a weight another part of the model owns (the tied
   // lm_head reads the embedding table). `weight` must outlive it.
   DenseLinear(Backend* backend, const Buffer& weight, int64_t out, int64_t in, DType y_dtype);
+  // Over a [out, in] view of such a weight (a vocabulary-parallel tied
+  // lm_head reads its rank's rows of the embedding table).
+  DenseLinear(Backend* backend, const Tensor& weight, DType y_dtype);
 
   int64_t in_features() const override { return in_; }
   int64_t out_features() const override { return out_; }

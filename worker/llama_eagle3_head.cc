@@ -1,9 +1,11 @@
 // LlamaModel as an EAGLE-3 head (speculative decoding's eagle3 method), as
 // vLLM's Eagle3LlamaForCausalLM loads and runs it: an fc from three target
-// layers' hidden states to one, a midlayer whose q/k/v read the normalised
-// token embedding beside the normalised hidden state, and the head's own
-// final norm and lm_head over a draft vocabulary mapped to target ids by
-// d2t; and the target's side of it, the aux layers' rows it keeps.
+// layers' hidden states to one (none with use_aux_hidden_state false: the
+// target's final-normed hidden state enters as it is), a first layer whose
+// q/k/v read the normalised token embedding beside the normalised hidden
+// state, then any further plain Llama layers, and the head's own final norm
+// and lm_head over a draft vocabulary mapped to target ids by d2t; and the
+// target's side of it, the aux layers' rows it keeps.
 // docs/speculative-decoding.md.
 
 #include <algorithm>
@@ -47,6 +49,16 @@ struct Eagle3Keys {
   bool use_aux_hidden_state = true;
 };
 
+// `object`[key] into *out when present and not null; a value that is not a
+// boolean is refused naming `name` (nlohmann's value() would throw).
+absl::Status ReadEagle3Bool(const nlohmann::json& object, const char* key, const char* name,
+                            bool* out) {
+  if (!object.contains(key) || object[key].is_null()) return absl::OkStatus();
+  if (!object[key].is_boolean()) return Eagle3Refusal(absl::StrCat(name, " is not a boolean"));
+  *out = object[key].get<bool>();
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Eagle3Keys> ReadEagle3Keys(const std::string& head_dir) {
   std::ifstream in(std::filesystem::path(head_dir) / "config.json");
   std::stringstream text;
@@ -81,9 +93,18 @@ absl::StatusOr<Eagle3Keys> ReadEagle3Keys(const std::string& head_dir) {
       keys.aux_layers.push_back(id.get<int>());
     }
   }
-  keys.norm_before_residual = json.value("norm_before_residual", false) == true;
+  if (absl::Status s = ReadEagle3Bool(json, "norm_before_residual", "norm_before_residual",
+                                      &keys.norm_before_residual);
+      !s.ok()) {
+    return s;
+  }
   if (json.contains("eagle_config") && json["eagle_config"].is_object()) {
-    keys.use_aux_hidden_state = json["eagle_config"].value("use_aux_hidden_state", true) == true;
+    if (absl::Status s =
+            ReadEagle3Bool(json["eagle_config"], "use_aux_hidden_state",
+                           "eagle_config.use_aux_hidden_state", &keys.use_aux_hidden_state);
+        !s.ok()) {
+      return s;
+    }
   }
   return keys;
 }
@@ -107,12 +128,8 @@ absl::Status CheckEagle3Config(const ModelConfig& head, const Eagle3Keys& keys,
     return Eagle3Refusal(absl::StrCat("draft_vocab_size ", keys.draft_vocab, " exceeds vocab_size ",
                                       head.vocab_size));
   }
-  if (head.num_hidden_layers != 1) {
-    return Eagle3Refusal(absl::StrCat("num_hidden_layers ", head.num_hidden_layers,
-                                      " (only one-layer heads are supported)"));
-  }
-  if (!keys.use_aux_hidden_state) {
-    return Eagle3Refusal("eagle_config.use_aux_hidden_state false is not supported");
+  if (head.num_hidden_layers < 1) {
+    return Eagle3Refusal("num_hidden_layers 0: the head has no decoder layer");
   }
   for (int layer : keys.aux_layers) {
     if (layer < 0 || layer >= target.num_hidden_layers) {
@@ -171,7 +188,11 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::LoadEagle3Head(
   if (!read.ok()) return read.status();
   Eagle3Keys& keys = *read;
   const int target_layers = target.config().num_hidden_layers;
-  if (keys.aux_layers.empty()) keys.aux_layers = {2, target_layers / 2, target_layers - 3};
+  if (!keys.use_aux_hidden_state) {
+    keys.aux_layers.clear();  // vLLM reads no layer ids then: no fc, no aux rows.
+  } else if (keys.aux_layers.empty()) {
+    keys.aux_layers = {2, target_layers / 2, target_layers - 3};
+  }
   if (absl::Status s = CheckEagle3Config(*config, keys, target.config()); !s.ok()) return s;
   // Sharded over `communicator` as the target's layers are; whole on a
   // one-rank one.
@@ -185,6 +206,7 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::LoadEagle3Head(
   head->eagle3_->draft_vocab =
       keys.draft_vocab > 0 ? static_cast<int>(keys.draft_vocab) : config->vocab_size;
   head->eagle3_->norm_before_residual = keys.norm_before_residual;
+  head->whole_lm_head_on_rank0_ = options.whole_lm_head_on_rank0;
   if (absl::Status s = head->LoadEagle3Weights(head_dir, options.weight_dtype, *config, *shard);
       !s.ok()) {
     return absl::StartsWith(s.message(), "EAGLE-3 head: ") ? s : Eagle3Error(s);
@@ -206,33 +228,30 @@ absl::Status LlamaModel::LoadEagle3Weights(const std::string& head_dir,
   const DType act = backend_->activation_dtype();
   // The fc is replicated on every rank of a sharded head (vLLM's
   // ReplicatedLinear): its input, the target's three hidden states, and its
-  // output, the residual stream, are whole on every rank.
-  PAGODA_ASSIGN_OR_RETURN(
-      fc_, loader.LoadLinear({{"fc", hidden, 3 * hidden, WeightSlice::Whole()}}, false, act));
+  // output, the residual stream, are whole on every rank. A head without
+  // aux hidden states has none (a checkpoint's own is ignored, as vLLM's).
+  if (!eagle3_->aux_layers.empty()) {
+    PAGODA_ASSIGN_OR_RETURN(
+        fc_, loader.LoadLinear({{"fc", hidden, 3 * hidden, WeightSlice::Whole()}}, false, act));
+  }
   // vLLM renames "midlayer." to its layer 0; a checkpoint may use either.
   const std::string prefix =
       (*store)->Has("layers.0.hidden_norm.weight") ? "layers.0." : "midlayer.";
   PAGODA_ASSIGN_OR_RETURN(eagle3_->hidden_norm,
                           loader.Load(prefix + "hidden_norm.weight", {hidden}));
   PAGODA_ASSIGN_OR_RETURN(final_norm_, loader.Load("norm.weight", {hidden}));
-  // Only rank 0 computes logits: the other ranks check the tensor's shape
-  // and leave it.
-  if (shard.rank == 0) {
-    PAGODA_ASSIGN_OR_RETURN(
-        eagle3_->lm_head,
-        loader.LoadLinear({{"lm_head", eagle3_->draft_vocab, hidden, WeightSlice::Whole()}}, false,
-                          DType::kF32));
-  } else if (absl::Status s =
-                 (*store)->GetFloat("lm_head.weight", {eagle3_->draft_vocab, hidden}).status();
-             !s.ok()) {
-    return s;
-  }
+  // Split over the draft vocabulary on a sharded head (gathered to rank 0,
+  // which maps it to target ids).
+  PAGODA_ASSIGN_OR_RETURN(
+      eagle3_->lm_head,
+      VocabParallelHead::Load({.loader = &loader, .whole_on_rank0 = whole_lm_head_on_rank0_},
+                              eagle3_->draft_vocab, hidden, backend_, communicator_));
   if ((*store)->Has("embed_tokens.weight")) {
     PAGODA_ASSIGN_OR_RETURN(embed_tokens_, loader.Load("embed_tokens.weight", {vocab, hidden}));
   }
   PAGODA_ASSIGN_OR_RETURN(eagle3_->draft_to_target,
                           ReadDraftToTarget(**store, eagle3_->draft_vocab, vocab));
-  return LoadEagle3Layer(loader, prefix, full_config, shard);
+  return LoadEagle3Layers(loader, prefix, full_config, shard);
 }
 
 // The target's side of an EAGLE-3 head (LlamaModel::KeepAuxHidden): the
@@ -281,8 +300,10 @@ absl::StatusOr<ForwardOutput> LlamaModel::ForwardEagle3(const FlatBatch& batch, 
   void* layer_input = workspace_.Take(act, tokens * 2 * hidden);
   const Buffer& embed = embed_tokens_ != nullptr ? *embed_tokens_ : *eagle_target_->embed_tokens_;
   backend_->Embedding(step, Tensor::Of(embed, {config_.vocab_size, hidden}), a.normed);
-  // The hidden state enters as the residual (vLLM's norm after residual).
-  if (features_from_target) {
+  // The hidden state enters as the residual (vLLM's norm after residual):
+  // fc(aux rows), or, without aux rows, the target's final-normed row as
+  // it is, as the head's own output is.
+  if (features_from_target && fc_ != nullptr) {
     backend_->UploadBytes(features, fc_input, tokens * 3 * row_bytes);
     fc_->Forward(fc_input, step.num_tokens, a.residual);
   } else {
@@ -308,10 +329,14 @@ absl::StatusOr<ForwardOutput> LlamaModel::ForwardEagle3(const FlatBatch& batch, 
     return s;
   }
   if (absl::Status s = MlpBlock(layer, step.num_tokens, a); !s.ok()) return s;
+  // Later layers (vLLM's layer_idx > 0): the pre-norm residual stream goes
+  // on through plain Llama layers, without the embedding.
+  if (absl::Status s = RunLayers(step, cache, a, /*first_layer=*/1); !s.ok()) return s;
   return Eagle3Logits(step, a);
 }
 
-ForwardOutput LlamaModel::Eagle3Logits(const StepBatch& step, const Activations& a) {
+absl::StatusOr<ForwardOutput> LlamaModel::Eagle3Logits(const StepBatch& step,
+                                                       const Activations& a) {
   const int rows = step.num_logits_rows;
   const int64_t hidden = config_.hidden_size;
   const int vocab = config_.vocab_size;
@@ -330,7 +355,9 @@ ForwardOutput LlamaModel::Eagle3Logits(const StepBatch& step, const Activations&
   void* head_hidden = workspace_.Take(act, static_cast<size_t>(rows) * hidden);
   backend_->GatherRows(a.residual, step, hidden, head_hidden);
   output.head_hidden = head_hidden;  // Every rank's next pass reads it.
-  if (communicator_->rank() != 0) {  // Only rank 0 holds the lm_head and samples.
+  // Every rank computes its rows of a split lm_head; only rank 0 samples.
+  const bool samples = communicator_->rank() == 0;
+  if (!samples && !eagle3_->lm_head->split()) {
     output.logits.shape[0] = 0;
     return output;
   }
@@ -340,7 +367,13 @@ ForwardOutput LlamaModel::Eagle3Logits(const StepBatch& step, const Activations&
   auto* logits =
       static_cast<float*>(workspace_.Take(DType::kF32, static_cast<size_t>(rows) * vocab));
   backend_->GatherRows(a.normed, step, hidden, normed_rows);
-  eagle3_->lm_head->Forward(normed_rows, rows, draft_logits);
+  if (absl::Status s = eagle3_->lm_head->Forward(normed_rows, rows, draft_logits); !s.ok()) {
+    return s;
+  }
+  if (!samples) {
+    output.logits.shape[0] = 0;
+    return output;
+  }
   // vLLM's compute_logits: draft id d's logit at target id d + d2t[d],
   // -inf at every target id the draft vocabulary lacks.
   std::vector<float>& host_draft = eagle3_->draft_logits;

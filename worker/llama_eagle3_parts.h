@@ -12,16 +12,20 @@
 
 #include "worker/backend.h"
 #include "worker/linear.h"
+#include "worker/vocab_parallel_head.h"
 
 namespace pagoda::worker {
 
 struct Eagle3HeadParts {
-  std::vector<int> aux_layers;  // The target layers whose inputs feed the fc.
+  // The target layers whose inputs feed the fc; empty for a head without
+  // aux hidden states (eagle_config.use_aux_hidden_state false, no fc).
+  std::vector<int> aux_layers;
   int draft_vocab = 0;
   std::vector<int32_t> draft_to_target;  // d + d2t[d] for each draft id d.
   std::unique_ptr<Buffer> hidden_norm;   // midlayer.hidden_norm.weight [hidden].
   const Buffer* input_norm = nullptr;    // The midlayer's (its LayerWeights own it).
-  std::unique_ptr<Linear> lm_head;       // [draft_vocab, hidden], f32 out.
+  // [draft_vocab, hidden], f32 out: this rank's rows of the draft vocabulary.
+  std::unique_ptr<VocabParallelHead> lm_head;
   // vLLM's norm_before_residual: the residual is hidden_norm(hidden), not
   // the hidden itself.
   bool norm_before_residual = false;

@@ -59,9 +59,32 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::LoadEagleHead(
       !s.ok()) {
     return EagleHeadError(s);
   }
+  if (communicator->world_size() == 1 && target.lm_head_->split()) {
+    if (absl::Status s = head->LoadWholeTargetHead(options.weight_dtype); !s.ok()) {
+      return EagleHeadError(s);
+    }
+  }
   head->BuildRopeTable();
   head->ReserveLoadTimeWorkspace(options);
   return head;
+}
+
+// A head whole on rank 0 (draft size 1) beside a target whose lm_head is
+// split over its group: the head's logits need every vocabulary row, so it
+// keeps the target's head whole (the embedding's rows when tied, which every
+// rank holds whole).
+absl::Status LlamaModel::LoadWholeTargetHead(std::optional<DType> weight_dtype) {
+  const LlamaModel& target = *eagle_target_;
+  auto store = WeightStore::Open(target.model_dir_);
+  if (!store.ok()) return store.status();
+  WeightLoader loader(**store, backend_, weight_dtype, target.quant_config_);
+  const bool own_head = (*store)->Has("lm_head.weight") || !target.config_.tie_word_embeddings;
+  PAGODA_ASSIGN_OR_RETURN(
+      lm_head_,
+      VocabParallelHead::Load(
+          {.loader = &loader, .tied = own_head ? nullptr : target.embed_tokens_.get()},
+          target.config_.vocab_size, target.config_.hidden_size, backend_, communicator_));
+  return absl::OkStatus();
 }
 
 absl::Status LlamaModel::LoadEagleWeights(const std::string& head_dir,
@@ -119,7 +142,7 @@ absl::StatusOr<ForwardOutput> LlamaModel::ForwardEagle(const FlatBatch& batch, C
   return EagleLogits(step, a);
 }
 
-ForwardOutput LlamaModel::EagleLogits(const StepBatch& step, const Activations& a) {
+absl::StatusOr<ForwardOutput> LlamaModel::EagleLogits(const StepBatch& step, const Activations& a) {
   const int rows = step.num_logits_rows;
   const int hidden = config_.hidden_size;
   const int vocab = config_.vocab_size;
@@ -139,15 +162,16 @@ ForwardOutput LlamaModel::EagleLogits(const StepBatch& step, const Activations& 
   void* head_hidden = workspace_.Take(act, static_cast<size_t>(rows) * hidden);
   backend_->GatherRows(a.residual, step, hidden, head_hidden);
   output.head_hidden = head_hidden;  // Every rank's next pass reads it.
-  // Only rank 0 holds the target's lm_head and samples (DraftModel::
-  // SharePicks tells the others).
-  if (communicator_->rank() != 0) {
-    output.logits.shape[0] = 0;
-    return output;
-  }
+  // The target's lm_head, split over the group when the head is sharded
+  // beside the target (every rank computes its rows); only rank 0 gets the
+  // logits and samples (DraftModel::SharePicks tells the others).
+  VocabParallelHead& lm_head = lm_head_ != nullptr ? *lm_head_ : *eagle_target_->lm_head_;
+  const bool samples = communicator_->rank() == 0;
   auto* logits =
-      static_cast<float*>(workspace_.Take(DType::kF32, static_cast<size_t>(rows) * vocab));
-  eagle_target_->lm_head_->Forward(head_hidden, rows, logits);
+      samples ? static_cast<float*>(workspace_.Take(DType::kF32, static_cast<size_t>(rows) * vocab))
+              : nullptr;
+  if (absl::Status s = lm_head.Forward(head_hidden, rows, logits); !s.ok()) return s;
+  if (!samples) output.logits.shape[0] = 0;
   output.logits.data = logits;
   return output;
 }

@@ -9,7 +9,6 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/lora_shard.h"
 #include "common/safetensors.h"
 #include "common/speculation_limits.h"
 #include "common/status_macros.h"
@@ -162,6 +161,7 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::string& 
   std::unique_ptr<LlamaModel> model(
       new LlamaModel(RankLocalConfig(*config, *shard), backend, communicator));
   model->quant_config_ = *std::move(quant);
+  model->whole_lm_head_on_rank0_ = options.whole_lm_head_on_rank0;
   if (absl::Status status = model->LoadWeights(model_dir, options.weight_dtype, *config, *shard);
       !status.ok()) {
     return status;
@@ -199,6 +199,7 @@ void LlamaModel::ReserveLoadTimeWorkspace(const LlamaLoadOptions& options) {
   row_logits_capacity_ =
       static_cast<int>(std::min(verify_rows, std::max<int64_t>(max_seqs, tokens)));
   reserved_tokens_ = tokens;
+  if (lm_head_ != nullptr) lm_head_->ReserveRows(row_logits_capacity_);
   ReserveWorkspace(StepBatchCapacity{
       .tokens = tokens,
       .seqs = max_seqs,
@@ -215,17 +216,17 @@ absl::Status LlamaModel::LoadWeights(const std::string& model_dir,
   WeightLoader loader(**store, backend_, weight_dtype, quant_config_);
   const int64_t hidden = full_config.hidden_size;
   const int64_t vocab = full_config.vocab_size;
-  const bool samples = shard.rank == 0;  // Only rank 0 computes logits.
-
+  model_dir_ = model_dir;
+  // The embedding stays whole on every rank (a row lookup); the head is
+  // split over the vocabulary, over the embedding's rows when tied.
   PAGODA_ASSIGN_OR_RETURN(embed_tokens_, loader.Load("model.embed_tokens.weight", {vocab, hidden}));
   PAGODA_ASSIGN_OR_RETURN(final_norm_, loader.Load("model.norm.weight", {hidden}));
-  if (samples && ((*store)->Has("lm_head.weight") || !config_.tie_word_embeddings)) {
-    PAGODA_ASSIGN_OR_RETURN(
-        lm_head_,
-        loader.LoadLinear({{"lm_head", vocab, hidden, WeightSlice::Whole()}}, false, DType::kF32));
-  } else if (samples) {
-    lm_head_ = std::make_unique<DenseLinear>(backend_, *embed_tokens_, vocab, hidden, DType::kF32);
-  }
+  const bool own_head = (*store)->Has("lm_head.weight") || !config_.tie_word_embeddings;
+  PAGODA_ASSIGN_OR_RETURN(lm_head_,
+                          VocabParallelHead::Load({.loader = &loader,
+                                                   .tied = own_head ? nullptr : embed_tokens_.get(),
+                                                   .whole_on_rank0 = whole_lm_head_on_rank0_},
+                                                  vocab, hidden, backend_, communicator_));
   return LoadLayers(loader, **store, "model.layers.", full_config, shard);
 }
 
@@ -255,10 +256,10 @@ absl::Status LlamaModel::LoadLayers(WeightLoader& loader, const WeightStore& sto
   return absl::OkStatus();
 }
 
-absl::Status LlamaModel::LoadEagle3Layer(WeightLoader& loader, const std::string& prefix,
-                                         const ModelConfig& full_config,
-                                         const TensorParallelShard& shard) {
-  const LayerGeometry geometry{
+absl::Status LlamaModel::LoadEagle3Layers(WeightLoader& loader, const std::string& prefix,
+                                          const ModelConfig& full_config,
+                                          const TensorParallelShard& shard) {
+  LayerGeometry geometry{
       .hidden = full_config.hidden_size,
       .intermediate = full_config.intermediate_size,
       .q_dim = static_cast<int64_t>(full_config.num_attention_heads) * full_config.head_dim,
@@ -271,6 +272,13 @@ absl::Status LlamaModel::LoadEagle3Layer(WeightLoader& loader, const std::string
       layer, LayerWeights::Load(loader, prefix, 0, geometry, backend_->activation_dtype(), false));
   eagle3_->input_norm = layer->input_norm.get();
   layers_.push_back(std::move(layer));
+  geometry.qkv_in = 0;  // Later layers read the hidden state alone (vLLM's).
+  for (int i = 1; i < config_.num_hidden_layers; ++i) {
+    PAGODA_ASSIGN_OR_RETURN(layer,
+                            LayerWeights::Load(loader, absl::StrCat("layers.", i, "."), i, geometry,
+                                               backend_->activation_dtype(), false));
+    layers_.push_back(std::move(layer));
+  }
   const std::vector<double> inv_freq = RopeInvFreq(config_);
   inv_freq_ = loader.ToBackend(std::vector<float>(inv_freq.begin(), inv_freq.end()));
   return absl::OkStatus();
@@ -307,49 +315,10 @@ void LlamaModel::ReserveWorkspace(const StepBatchCapacity& capacity) {
   uploader_.Reserve(capacity);
 }
 
-absl::Status LlamaModel::EnableLora(const LlamaLoadOptions& options, const ModelConfig& full_config,
-                                    const TensorParallelShard& shard) {
-  // This rank's part of each projection: the split dimension is the shard's.
-  std::array<LinearShape, kNumLoraModules> shapes;
-  for (LoraModule module : kAllLoraModules) {
-    LinearShape shape = LoraModuleShape(full_config, module);
-    const int64_t part = LoraShardRange(full_config, shard, module).size();
-    (IsRowParallel(module) ? shape.in : shape.out) = part;
-    shapes[static_cast<int>(module)] = shape;
-  }
-  auto slots = std::make_shared<LoraSlots>(options.max_loras, options.max_lora_rank,
-                                           full_config.num_hidden_layers, shapes);
-  if (options.lora_device) {
-    auto device = options.lora_device(*slots, std::max(1, options.max_num_batched_tokens));
-    if (!device.ok()) return device.status();
-    lora_device_ = device->get();
-    slots->AttachDevice(*std::move(device));
-  }
-  lora_loader_ = std::make_shared<LoraAdapterLoader>(full_config, shard, std::move(slots),
-                                                     options.max_cpu_loras);
-  return absl::OkStatus();
-}
-
-const LoraSlots::View* LlamaModel::PinLoraSlots() {
-  if (lora_loader_ == nullptr) return nullptr;
-  lora_view_ = lora_loader_->slots()->Snapshot();
-  return &lora_view_;
-}
-
-absl::Status LlamaModel::ApplyLora(int layer, LoraModule module, const void* x, int tokens, void* y,
-                                   int64_t y_stride) const {
-  if (step_lora_slots_ == nullptr) return absl::OkStatus();
-  if (lora_device_ != nullptr) return lora_device_->Apply({layer, module}, x, y, y_stride);
-  const LoraParallelFor on_pool = [this](int64_t n, int64_t grain, const auto& fn) {
-    backend_->HostParallelFor(n, grain, fn);
-  };
-  return lora_view_.Apply(static_cast<const float*>(x), tokens, step_lora_slots_, {layer, module},
-                          static_cast<float*>(y), y_stride, &on_pool);
-}
-
 size_t LlamaModel::weight_bytes() const {
   auto bytes = [](const std::unique_ptr<Buffer>& b) -> size_t { return b ? b->nbytes() : 0; };
   auto linear = [](const auto& l) -> size_t { return l ? l->weight_bytes() : 0; };
+  // A tied head's rows are the embedding's (DenseLinear counts none).
   size_t total = bytes(embed_tokens_) + bytes(final_norm_) + linear(lm_head_) + linear(fc_) +
                  (eagle3_ ? bytes(eagle3_->hidden_norm) + linear(eagle3_->lm_head) : 0);
   for (const auto& layer : layers_) {
@@ -399,15 +368,15 @@ absl::StatusOr<ForwardOutput> LlamaModel::Forward(const FlatBatch& batch, CacheE
   backend_->Embedding(step, Matrix(embed_tokens_, config_.vocab_size, config_.hidden_size),
                       activations.residual);
   if (absl::Status s = RunLayers(step, cache, activations); !s.ok()) return s;
-  ForwardOutput output = Logits(step, activations, row_logits);
-  if (!aux_layers_.empty()) output.aux_hidden = aux_device_->raw();
+  absl::StatusOr<ForwardOutput> output = Logits(step, activations, row_logits);
+  if (output.ok() && !aux_layers_.empty()) output->aux_hidden = aux_device_->raw();
   return output;
 }
 
 absl::Status LlamaModel::RunLayers(const StepBatch& step, CacheEngine* cache,
-                                   const Activations& activations) {
+                                   const Activations& activations, int first_layer) {
   const float eps = static_cast<float>(config_.rms_norm_eps);
-  for (int i = 0; i < config_.num_hidden_layers; ++i) {
+  for (int i = first_layer; i < config_.num_hidden_layers; ++i) {
     const LayerWeights& layer = *layers_[i];
     Activations attention_input = activations;
     // Pre-norm residual stream: the previous layer's MLP output is added to
@@ -534,8 +503,8 @@ absl::Status LlamaModel::AllReduceHidden(void* data, int tokens) {
                                      backend_->activation_dtype());
 }
 
-ForwardOutput LlamaModel::Logits(const StepBatch& step, const Activations& a,
-                                 int row_logits_capacity) {
+absl::StatusOr<ForwardOutput> LlamaModel::Logits(const StepBatch& step, const Activations& a,
+                                                 int row_logits_capacity) {
   const int rows = step.num_logits_rows;
   const int hidden = config_.hidden_size;
   const int vocab = config_.vocab_size;
@@ -543,11 +512,13 @@ ForwardOutput LlamaModel::Logits(const StepBatch& step, const Activations& a,
   output.sampling = step.sampling;
   output.logits.dtype = DType::kF32;
   output.logits.rank = 2;
-  // Only rank 0 computes logits and samples; another rank computes the
-  // final norm only for a head sharded beside it (KeepFinalHidden).
+  // Only rank 0 samples; every rank computes its part of a split head's
+  // logits, and another rank of an unsplit one computes the final norm only
+  // for a head sharded beside it (KeepFinalHidden).
   const bool samples = communicator_->rank() == 0;
+  const bool computes_logits = samples || lm_head_->split();
   output.logits.shape = {samples ? rows : 0, vocab, 0, 0};
-  const bool wants_rows = samples && (rows > 0 || row_logits_capacity > 0);
+  const bool wants_rows = computes_logits && (rows > 0 || row_logits_capacity > 0);
   if (!wants_rows && !keeps_final_hidden_) return output;
   const float eps = static_cast<float>(config_.rms_norm_eps);
   if (config_.num_hidden_layers == 0) {
@@ -556,15 +527,16 @@ ForwardOutput LlamaModel::Logits(const StepBatch& step, const Activations& a,
     backend_->AddRmsNorm(a.residual, a.projected, Vector(final_norm_), step.num_tokens, eps,
                          a.normed);
   }
-  if (!samples) {
+  if (!computes_logits) {
     output.final_hidden = a.normed;
     return output;
   }
   const DType act = backend_->activation_dtype();
   const int logits_rows = std::max(rows, row_logits_capacity);
   void* last_hidden = workspace_.Take(act, static_cast<size_t>(logits_rows) * hidden);
-  auto* logits =
-      static_cast<float*>(workspace_.Take(DType::kF32, static_cast<size_t>(logits_rows) * vocab));
+  auto* logits = samples ? static_cast<float*>(workspace_.Take(
+                               DType::kF32, static_cast<size_t>(logits_rows) * vocab))
+                         : nullptr;
   if (row_logits_capacity > 0 || keeps_final_hidden_) output.final_hidden = a.normed;
   if (row_logits_capacity > 0) {
     output.row_logits = logits;
@@ -572,13 +544,13 @@ ForwardOutput LlamaModel::Logits(const StepBatch& step, const Activations& a,
   }
   if (rows == 0) return output;
   backend_->GatherRows(a.normed, step, hidden, last_hidden);
-  RowLogits(last_hidden, rows, logits);
+  if (absl::Status s = RowLogits(last_hidden, rows, logits); !s.ok()) return s;
   output.logits.data = logits;
   return output;
 }
 
-void LlamaModel::RowLogits(const void* hidden, int rows, float* logits) {
-  lm_head_->Forward(hidden, rows, logits);
+absl::Status LlamaModel::RowLogits(const void* hidden, int rows, float* logits) {
+  return lm_head_->Forward(hidden, rows, logits);
 }
 
 size_t LlamaModel::hidden_row_bytes() const {

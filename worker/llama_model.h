@@ -24,6 +24,7 @@
 #include "worker/lora/lora_slots.h"
 #include "worker/quant/quant_config.h"
 #include "worker/step_batch_upload.h"
+#include "worker/vocab_parallel_head.h"
 #include "worker/weight_loader.h"
 
 namespace pagoda::worker {
@@ -44,6 +45,10 @@ struct LlamaLoadOptions {
   // verify step has up to k + 1 logits rows per sequence, so the workspace
   // is reserved for max_num_seqs * (k + 1) of them (at most one a token).
   int num_speculative_tokens = 0;
+  // Keeps the lm_head whole on rank 0 (which computes the logits alone, the
+  // other ranks waiting) instead of splitting it over the vocabulary: the
+  // layout before vocabulary-parallel heads, bench_cpu_tp_decode's baseline.
+  bool whole_lm_head_on_rank0 = false;
   // Block size of the KV cache: with max_position_embeddings it bounds the
   // block tables the step-batch region is reserved for.
   int block_size = 16;
@@ -127,12 +132,16 @@ class LlamaModel {
                                                                    const LlamaLoadOptions& options,
                                                                    const LlamaModel& target);
   // An EAGLE-3 head in `head_dir`, laid out as vLLM's Eagle3LlamaForCausalLM
-  // loads it (llama_eagle3_head.cc): config.json a one-layer Llama config
-  // with `target`'s hidden_size and vocab_size, draft_vocab_size (default
-  // vocab_size) and eagle_aux_hidden_state_layer_ids (default (2, L / 2,
-  // L - 3) of the target's L layers, each in [0, L)); tensors "fc.weight"
-  // [hidden, 3 * hidden], "midlayer.*" (or "layers.0.*") a Llama decoder
-  // layer whose q/k/v read 2 * hidden plus "hidden_norm.weight", "norm.weight",
+  // loads it (llama_eagle3_head.cc): config.json a Llama config of
+  // num_hidden_layers >= 1 with `target`'s hidden_size and vocab_size,
+  // draft_vocab_size (default vocab_size) and
+  // eagle_aux_hidden_state_layer_ids (default (2, L / 2, L - 3) of the
+  // target's L layers, each in [0, L)); tensors "fc.weight" [hidden, 3 *
+  // hidden] (none, and no layer ids, with eagle_config.use_aux_hidden_state
+  // false: the target's final-normed hidden state is the feature),
+  // "midlayer.*" (or "layers.0.*") a Llama decoder layer whose q/k/v read
+  // 2 * hidden plus "hidden_norm.weight", "layers.<i>.*" plain Llama layers
+  // for i in [1, num_hidden_layers), "norm.weight",
   // "lm_head.weight" [draft_vocab_size, hidden], "d2t" (I64, draft id to
   // target id offset; required unless draft_vocab_size == vocab_size), and
   // "embed_tokens.weight" if the head has its own (else `target`'s). "t2d" is
@@ -163,7 +172,8 @@ class LlamaModel {
   // (CudaGraphRunner compares it and stops replaying).
   uint64_t buffer_generation() const { return buffer_generation_; }
   bool is_eagle3_head() const { return eagle3_ != nullptr; }
-  // An EAGLE-3 head's target layers (empty for other models).
+  // An EAGLE-3 head's target layers (empty for other models, and for an
+  // EAGLE-3 head without aux hidden states).
   const std::vector<int>& eagle3_aux_layers() const;
 
   // The model as this rank runs it: attention heads, KV heads and
@@ -189,8 +199,9 @@ class LlamaModel {
   // K/V into `cache` at the batch's slots and attending through the batch's
   // block tables, and leaves the logits of the batch's logits_indices rows
   // in backend memory, with the rows' sampling parameters beside them.
-  // Ranks other than 0 take part in the layers' all-reduces but compute no
-  // logits (a 0-row tensor): only rank 0 samples. A failed collective (a
+  // Every rank computes its vocabulary rows of the logits (the lm_head is
+  // vocabulary-parallel, VocabParallelHead), gathered to rank 0; the other
+  // ranks' output has a 0-row tensor: only rank 0 samples. A failed collective (a
   // peer gone, a timeout, Abort) is returned as its status (UNAVAILABLE,
   // DEADLINE_EXCEEDED, ABORTED); the cache then holds partial writes of this
   // step, so the group must be rebuilt.
@@ -207,8 +218,10 @@ class LlamaModel {
   // An EAGLE-3 head (is_eagle3_head()) instead: row t's hidden is
   // fc(features row t) when `features_from_target` (rows [3 * hidden], the
   // target's aux_hidden), else features row t ([hidden], the head's own
-  // output); the midlayer reads concat(input_layernorm(embed(token)),
-  // hidden_norm(hidden)); the logits rows go through the head's norm and
+  // output, or the target's final_hidden for a head without an fc); the
+  // first layer reads concat(input_layernorm(embed(token)),
+  // hidden_norm(hidden)), later layers the residual stream as Llama layers
+  // do; the logits rows go through the head's norm and
   // lm_head, scattered to target ids by d2t (-inf elsewhere); head_hidden is
   // the pre-norm output.
   // REQUIRES: is_eagle_head(); as Forward.
@@ -225,9 +238,15 @@ class LlamaModel {
 
   // logits[r, :] = lm_head(hidden[r, :]) for `rows` rows: the logits of
   // token rows a Forward left in ForwardOutput::final_hidden (prompt
-  // logprobs). REQUIRES: rank 0; hidden points at rows of final_hidden,
-  // logits is ForwardOutput::row_logits, rows <= row_logits_capacity.
-  void RowLogits(const void* hidden, int rows, float* logits);
+  // logprobs), on rank 0. A collective when splits_vocab(): every rank
+  // calls it for the same rows (`logits` is ignored off rank 0); a failed
+  // collective's status is returned. REQUIRES: hidden points at rows of
+  // final_hidden, logits is ForwardOutput::row_logits, rows <=
+  // row_logits_capacity.
+  absl::Status RowLogits(const void* hidden, int rows, float* logits);
+  // Whether the lm_head is split over more than one rank (so every rank
+  // takes part in RowLogits, and keeps final_hidden for prompt logprobs).
+  bool splits_vocab() const { return lm_head_ != nullptr && lm_head_->split(); }
   // Bytes between one hidden row and the next in final_hidden.
   size_t hidden_row_bytes() const;
 
@@ -250,12 +269,13 @@ class LlamaModel {
   absl::Status LoadLayers(WeightLoader& loader, const WeightStore& store,
                           const std::string& layers_prefix, const ModelConfig& full_config,
                           const TensorParallelShard& shard);
-  // An EAGLE-3 head's weights (llama_eagle3_head.cc) and its midlayer,
-  // whose q/k/v read 2 * hidden (llama_model.cc).
+  // An EAGLE-3 head's weights (llama_eagle3_head.cc) and its layers
+  // (llama_model.cc): the first ("<prefix>*", the midlayer) with q/k/v
+  // reading 2 * hidden, later ones "layers.<i>.*" plain Llama layers.
   absl::Status LoadEagle3Weights(const std::string& head_dir, std::optional<DType> weight_dtype,
                                  const ModelConfig& full_config, const TensorParallelShard& shard);
-  absl::Status LoadEagle3Layer(WeightLoader& loader, const std::string& prefix,
-                               const ModelConfig& full_config, const TensorParallelShard& shard);
+  absl::Status LoadEagle3Layers(WeightLoader& loader, const std::string& prefix,
+                                const ModelConfig& full_config, const TensorParallelShard& shard);
   absl::StatusOr<ForwardOutput> ForwardEagle3(const FlatBatch& batch, CacheEngine* cache,
                                               const void* features, bool features_from_target);
   // Copies the residual stream (a.residual) entering layer `layer` into
@@ -266,6 +286,7 @@ class LlamaModel {
   void CaptureAuxHidden(int layer, int tokens, const void* residual);
   // Makes aux_device_ hold `tokens` rows.
   void ReserveAuxHidden(int tokens);
+  absl::Status LoadWholeTargetHead(std::optional<DType> weight_dtype);
   absl::Status LoadEagleWeights(const std::string& head_dir, std::optional<DType> weight_dtype,
                                 const ModelConfig& full_config, const TensorParallelShard& shard);
   void ReserveLoadTimeWorkspace(const LlamaLoadOptions& options);
@@ -294,12 +315,14 @@ class LlamaModel {
   // it and uploads the batch into it.
   StepBatch UploadStep(const FlatBatch& batch, int row_logits);
   Activations TakeActivations(size_t tokens);
-  // Every decoder layer over the step, from the residual stream in
-  // a.residual to the last MLP's output in a.projected.
-  absl::Status RunLayers(const StepBatch& step, CacheEngine* cache, const Activations& a);
+  // Every decoder layer from `first_layer` on over the step, from the
+  // residual stream in a.residual (and, past layer 0, the previous layer's
+  // MLP output in a.projected) to the last MLP's output in a.projected.
+  absl::Status RunLayers(const StepBatch& step, CacheEngine* cache, const Activations& a,
+                         int first_layer = 0);
   // An EAGLE head's output rows, their logits and head_hidden.
-  ForwardOutput EagleLogits(const StepBatch& step, const Activations& a);
-  ForwardOutput Eagle3Logits(const StepBatch& step, const Activations& a);
+  absl::StatusOr<ForwardOutput> EagleLogits(const StepBatch& step, const Activations& a);
+  absl::StatusOr<ForwardOutput> Eagle3Logits(const StepBatch& step, const Activations& a);
   // From the normalised input to o_proj's output in a.projected, summed over
   // the group; then from there through the MLP (with its residual add) back
   // to a.projected, summed. A failed collective's status ends the step.
@@ -315,19 +338,22 @@ class LlamaModel {
   // module) whose sequence names one. Nothing when no row does.
   absl::Status ApplyLora(int layer, LoraModule module, const void* x, int tokens, void* y,
                          int64_t y_stride) const;
-  // The final norm and the logits of the step's logits rows (rank 0 only).
+  // The final norm and the logits of the step's logits rows (on rank 0;
+  // every rank computes its vocabulary part when the head is split).
   // With `row_logits_capacity` > 0 every token row is normalised and the
   // logits region holds at least that many rows (prompt logprobs).
-  ForwardOutput Logits(const StepBatch& step, const Activations& a, int row_logits_capacity);
+  absl::StatusOr<ForwardOutput> Logits(const StepBatch& step, const Activations& a,
+                                       int row_logits_capacity);
 
   ModelConfig config_;
   Backend* backend_;
   Communicator* communicator_;
   std::unique_ptr<Buffer> embed_tokens_;
   std::unique_ptr<Buffer> final_norm_;
-  // The logits' product (f32 out): over embed_tokens_ when tied. Null on
-  // ranks other than 0.
-  std::unique_ptr<Linear> lm_head_;
+  // The logits' product (f32 out), this rank's vocabulary rows: over
+  // embed_tokens_ when tied. An EAGLE head's own only when it runs whole
+  // beside a split target (it then needs every row); null otherwise.
+  std::unique_ptr<VocabParallelHead> lm_head_;
   QuantConfig quant_config_;
   std::unique_ptr<Buffer> inv_freq_;
   std::unique_ptr<Buffer> rope_cos_sin_;  // [rope_positions_, head_dim]
@@ -350,6 +376,8 @@ class LlamaModel {
   // An EAGLE head: the target whose embed_tokens and lm_head it uses, its
   // fc and an all-ones norm weight (EagleLogits).
   const LlamaModel* eagle_target_ = nullptr;
+  std::string model_dir_;                // Where the weights came from (a whole head's lm_head).
+  bool whole_lm_head_on_rank0_ = false;  // LlamaLoadOptions'.
   std::unique_ptr<Linear> fc_;
   std::unique_ptr<Buffer> ones_;
   // KeepAuxHidden: the layers and the last Forward's rows.

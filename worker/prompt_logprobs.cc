@@ -63,30 +63,31 @@ void ScorePromptRow(absl::Span<const float> logits, int32_t token_id, int num_to
   }
 }
 
-void AppendPromptLogprobs(const pagoda::worker::v1::StepPlan& plan, const FlatBatch& batch,
-                          const ForwardOutput& output, LlamaModel* model, Backend* backend,
-                          pagoda::worker::v1::StepResult* result) {
+absl::Status AppendPromptLogprobs(const pagoda::worker::v1::StepPlan& plan, const FlatBatch& batch,
+                                  const ForwardOutput& output, LlamaModel* model, Backend* backend,
+                                  pagoda::worker::v1::StepResult* result) {
   const int vocab = model->config().vocab_size;
   const int slice_capacity = output.row_logits_capacity;
   std::vector<float> host(static_cast<size_t>(slice_capacity) * vocab);
   for (const FlatBatch::PromptLogprobRows& rows : batch.prompt_logprob_rows) {
     const pagoda::worker::v1::SequenceStep& step = plan.sequences(rows.sequence);
-    auto* entry = result->add_prompt_logprobs();
-    entry->set_seq_id(step.seq_id());
+    auto* entry = result != nullptr ? result->add_prompt_logprobs() : nullptr;
+    if (entry != nullptr) entry->set_seq_id(step.seq_id());
     for (int first = 0; first < rows.num_rows; first += slice_capacity) {
       const int count = std::min(slice_capacity, rows.num_rows - first);
       const auto* hidden = static_cast<const char*>(output.final_hidden) +
                            static_cast<size_t>(rows.first_row + first) * model->hidden_row_bytes();
-      model->RowLogits(hidden, count, output.row_logits);
+      if (absl::Status s = model->RowLogits(hidden, count, output.row_logits); !s.ok()) return s;
+      if (entry == nullptr) continue;  // A rank that only computes its rows.
       backend->DownloadBytes(output.row_logits, host.data(),
                              static_cast<size_t>(count) * vocab * sizeof(float));
       for (int r = 0; r < count; ++r) {
         ScorePromptRow(absl::MakeConstSpan(host.data() + static_cast<size_t>(r) * vocab, vocab),
-                       step.prompt_logprob_token_ids(first + r), rows.num_top,
-                       entry->add_tokens());
+                       step.prompt_logprob_token_ids(first + r), rows.num_top, entry->add_tokens());
       }
     }
   }
+  return absl::OkStatus();
 }
 
 }  // namespace pagoda::worker

@@ -28,11 +28,14 @@ void ScorePromptRow(absl::Span<const float> logits, int32_t token_id, int num_to
 // batch.prompt_logprob_rows, in order: each row's logits computed by
 // model->RowLogits over output.final_hidden, downloaded and scored against
 // the plan's prompt_logprob_token_ids. Overwrites the step's logits, so it
-// runs after sampling. REQUIRES: rank 0; `output` is model->Forward(batch)'s
-// (final_hidden set); `batch` came from FlattenStepPlan(plan, ...).
-void AppendPromptLogprobs(const pagoda::worker::v1::StepPlan& plan, const FlatBatch& batch,
-                          const ForwardOutput& output, LlamaModel* model, Backend* backend,
-                          pagoda::worker::v1::StepResult* result);
+// runs after sampling. On a model that splits its vocabulary every rank
+// calls it (RowLogits is a collective), with `result` null off rank 0 (no
+// scoring). A failed collective's status is returned. REQUIRES: rank 0 or
+// model->splits_vocab(); `output` is model->Forward(batch)'s (final_hidden
+// set); `batch` came from FlattenStepPlan(plan, ...).
+absl::Status AppendPromptLogprobs(const pagoda::worker::v1::StepPlan& plan, const FlatBatch& batch,
+                                  const ForwardOutput& output, LlamaModel* model, Backend* backend,
+                                  pagoda::worker::v1::StepResult* result);
 
 }  // namespace pagoda::worker
 

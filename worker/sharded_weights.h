@@ -28,14 +28,16 @@
 //   down_proj         columns of its slice           (row-parallel: all-reduce)
 //   norms             whole (tiny)
 //
-// The embedding and the LM head are not split. The embedding is a row lookup
-// (no arithmetic to share) and a vocabulary-parallel one would cost a masked
-// lookup and one more all-reduce of [tokens, hidden] each step. The LM head is
-// read by rank 0 only, the one rank that samples: splitting it by vocabulary
-// would save rank 0 that memory but add an all-gather of every logits row to
-// every step, and on CPU the head is a small part of a step next to the
-// layers. Ranks other than 0 do not load an untied head at all (a tied one is
-// the embedding, which every rank holds anyway).
+//   lm_head           rows of its vocabulary part    (vocabulary-parallel, as
+//                     vLLM's ParallelLMHead: the vocabulary padded to a
+//                     multiple of 64 and split evenly; each rank computes its
+//                     logits and rank 0, which samples, gathers them:
+//                     vocab_parallel_head.h)
+//
+// The embedding is not split: it is a row lookup (no arithmetic to share)
+// and a vocabulary-parallel one would cost a masked lookup and one more
+// all-reduce of [tokens, hidden] each step. A tied lm_head reads its rank's
+// rows of the whole embedding.
 namespace pagoda::worker {
 
 // How one tensor is cut: the whole of it, rows [begin, end) or columns

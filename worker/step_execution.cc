@@ -64,9 +64,9 @@ absl::Status AwaitStepMasks(const v1::StepPlan& plan, const StepExecution& step,
 
 // The part of a step after validation: every error is a fault, but for
 // refused masks (`refusal`).
-absl::Status RunValidatedStep(const v1::StepPlan& plan, FlatBatch& batch,
-                              const StepExecution& step, const ForwardPass& forward,
-                              v1::StepResult* result, absl::Status* refusal) {
+absl::Status RunValidatedStep(const v1::StepPlan& plan, FlatBatch& batch, const StepExecution& step,
+                              const ForwardPass& forward, v1::StepResult* result,
+                              absl::Status* refusal) {
   step.cache->ApplyBlockMoves(batch);
   if (batch.num_tokens() > 0) {
     absl::StatusOr<ForwardOutput> output = forward(batch);
@@ -80,11 +80,17 @@ absl::Status RunValidatedStep(const v1::StepPlan& plan, FlatBatch& batch,
       if (absl::Status status = step.backend->status(); !status.ok()) return status;
       AppendSampledTokens(plan, batch, *step.samples, result);
     }
-    if (step.timed->rank() == 0 && batch.wants_prompt_logprobs()) {
+    // Every rank computes its vocabulary rows of a split lm_head.
+    const bool scores = step.timed->rank() == 0;
+    if ((scores || step.model->splits_vocab()) && batch.wants_prompt_logprobs()) {
       if (output->final_hidden == nullptr) {
         return absl::InternalError("the forward pass kept no hidden states for prompt logprobs");
       }
-      AppendPromptLogprobs(plan, batch, *output, step.model, step.backend, result);
+      if (absl::Status s = AppendPromptLogprobs(plan, batch, *output, step.model, step.backend,
+                                                scores ? result : nullptr);
+          !s.ok()) {
+        return s;
+      }
     }
   }
   return step.backend->status();

@@ -1,5 +1,7 @@
 #include "scheduler/startup/draft_model_files.h"
 
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -8,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/safetensors.h"
 #include "common/tensor_parallel_plan.h"
+#include "nlohmann/json.hpp"
 
 namespace pagoda::scheduler {
 namespace {
@@ -16,11 +19,24 @@ absl::Status DraftError(absl::string_view problem) {
   return absl::InvalidArgumentError(absl::StrCat("--speculative-config: ", problem));
 }
 
+// Whether an EAGLE-3 head's config.json sets eagle_config.
+// use_aux_hidden_state false: such a head has no fc (vLLM builds none). Any
+// other value is left for the worker to judge.
+bool Eagle3WithoutAuxHiddenStates(const std::string& dir) {
+  std::ifstream in(std::filesystem::path(dir) / "config.json");
+  const nlohmann::json json = nlohmann::json::parse(in, nullptr, false);
+  if (!json.is_object() || !json.contains("eagle_config")) return false;
+  const nlohmann::json& eagle = json["eagle_config"];
+  return eagle.is_object() && eagle.contains("use_aux_hidden_state") &&
+         eagle["use_aux_hidden_state"].is_boolean() && !eagle["use_aux_hidden_state"].get<bool>();
+}
+
 // An EAGLE head (vLLM's EAGLE-1/2 layout): a Llama config of the target's
 // hidden and vocabulary sizes, and an fc over concat(embedding, hidden);
 // with `eagle3`, an EAGLE-3 head: the same config sizes and an fc over three
 // target layers' hidden states; at a `draft_tensor_parallel_size` above 1,
-// its decoder layer must split over that many ranks. The worker checks every
+// its decoder layer must split over that many ranks (an EAGLE-3 head without
+// aux hidden states has no fc to check). The worker checks every
 // other tensor (and an EAGLE-3 head's layer ids and d2t) as it loads them.
 absl::Status CheckEagleHeadFiles(const std::string& dir, const ModelConfig& target,
                                  int max_model_len, bool eagle3, int draft_tensor_parallel_size) {
@@ -45,6 +61,7 @@ absl::Status CheckEagleHeadFiles(const std::string& dir, const ModelConfig& targ
   }
   absl::StatusOr<std::unique_ptr<WeightStore>> store = WeightStore::Open(dir);
   if (!store.ok()) return DraftError(absl::StrCat("EAGLE head: ", store.status().message()));
+  if (eagle3 && Eagle3WithoutAuxHiddenStates(dir)) return absl::OkStatus();
   absl::StatusOr<TensorView> fc = (*store)->Get("fc.weight");
   if (!fc.ok()) {
     return DraftError(eagle3 ? "the EAGLE head has no fc.weight (an EAGLE-3 head: fc.weight, "

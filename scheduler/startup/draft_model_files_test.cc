@@ -144,6 +144,8 @@ TEST_F(DraftModelFilesTest, ChecksAnEagle3HeadsFc) {
   };
   const int hidden = target.hidden_size;
   EXPECT_EQ(refusal("good"), "OK");
+  EXPECT_EQ(refusal("two_layers"), "OK");
+  EXPECT_EQ(refusal("no_aux"), "OK");  // No fc: use_aux_hidden_state false.
   EXPECT_EQ(refusal("fc_shape"),
             absl::StrCat("--speculative-config: the EAGLE head's fc.weight is [", hidden, ", ",
                          2 * hidden, "], expected [", hidden, ", ", 3 * hidden, "]"));

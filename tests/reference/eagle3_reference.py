@@ -7,20 +7,29 @@ runs it. The target keeps the residual stream entering three of its layers
 is the input of layer j, 0 the embedding), concatenated [3H]. The head's row
 at position p reads (token p + 1, hidden p), where hidden p is fc(aux p) once
 the target verified p, and the head's own pre-norm output of the row before
-while it drafts. Its one layer ("midlayer.*") feeds
+while it drafts. Its first layer ("midlayer.*", or "layers.0.*") feeds
 concat(input_layernorm(embed(token)), hidden_norm(hidden)) [2H] to q/k/v,
 with the hidden as the residual (hidden_norm(hidden) when the config says
-"norm_before_residual": true, as vLLM's layer does); its output goes through
-its own final "norm" and "lm_head" over draft_vocab_size ids, draft id d
-being target id d + d2t[d]. Embeddings are the head's "embed_tokens" when it
-has them, the target's otherwise. t2d is present and unused.
+"norm_before_residual": true, as vLLM's layer does). A head of
+num_hidden_layers N > 1 runs "layers.1.*" .. "layers.<N-1>.*" after it as
+plain Llama decoder layers (q/k/v read [H], the pre-norm residual stream
+continuing). The last layer's output goes through its own final "norm" and
+"lm_head" over draft_vocab_size ids, draft id d being target id d + d2t[d].
+Embeddings are the head's "embed_tokens" when it has them, the target's
+otherwise. t2d is present and unused. With "eagle_config":
+{"use_aux_hidden_state": false} the head has no fc and the target keeps no
+aux layers: hidden p is the target's final-normed hidden state at p, as an
+EAGLE-1 head's feature (vLLM's combine_hidden_states passes it as it is).
 
 Subcommands:
-  make      one EAGLE-3 head (as variants' "good") from --source into --out.
+  make      one EAGLE-3 head (as variants' "good") from --source into --out;
+            --num-layers N for a head of N layers (as "two_layers").
   variants  turns a tiny one-layer Llama (--source) into EAGLE-3 heads under
             --out, each in <name>/model: "good", "own_embed" (with its own
             embed_tokens), "norm_before_residual" (good's weights with that
-            flag), and heads a loader must refuse: no_fc, fc_shape
+            flag), "two_layers" (good's first layer and a second, random
+            one), "no_aux" (good's weights without fc, use_aux_hidden_state
+            false), and heads a loader must refuse: no_fc, fc_shape
             (fc.weight [H, 2H]), no_hidden_norm, no_d2t, d2t_range (a draft
             id mapped past the target's vocabulary), default_layers (no
             layer ids: the default is out of a 2-layer target's range).
@@ -65,8 +74,26 @@ def write_safetensors(path, tensors):
       f.write(blob)
 
 
+def later_layer(rng, layer0, index):
+  """Layer `index` > 0 of a multi-layer head: layer 0's shapes with q/k/v
+  reading [H], random weights and norms far from ones."""
+  hidden = layer0["post_attention_layernorm.weight"].shape[0]
+  tensors = {}
+  for name, w in layer0.items():
+    if name == "hidden_norm.weight":
+      continue  # Only the first layer reads the hidden state.
+    shape = (w.shape[0], hidden) if name.startswith("self_attn.") and (
+        name.split(".")[1] in ("q_proj", "k_proj", "v_proj")) and w.ndim == 2 else w.shape
+    if name.endswith("norm.weight"):
+      tensors[f"layers.{index}.{name}"] = rng.uniform(0.2, 3.0, shape)
+    else:
+      tensors[f"layers.{index}.{name}"] = rng.standard_normal(shape) / math.sqrt(shape[-1])
+  return tensors
+
+
 def make_head(source, out, target_vocab, seed, own_embed=False, fc_cols=3,
-              drop=(), d2t_shift=0, layer_ids=AUX_LAYERS, norm_before_residual=False):
+              drop=(), d2t_shift=0, layer_ids=AUX_LAYERS, norm_before_residual=False,
+              num_layers=1, use_aux=True):
   weights = ref.read_model_weights(source)
   with open(os.path.join(source, "config.json")) as f:
     config = json.load(f)
@@ -90,6 +117,13 @@ def make_head(source, out, target_vocab, seed, own_embed=False, fc_cols=3,
   f32["lm_head.weight"] = rng.standard_normal((DRAFT_VOCAB, hidden))
   if own_embed:
     f32["embed_tokens.weight"] = rng.standard_normal((target_vocab, hidden))
+  # Drawn after good's weights, so two_layers shares good's first layer.
+  layer0 = {n[len("midlayer."):]: w for n, w in f32.items() if n.startswith("midlayer.")}
+  extra_rng = np.random.default_rng(seed + 1000)
+  for index in range(1, num_layers):
+    f32.update(later_layer(extra_rng, layer0, index))
+  if not use_aux:
+    del f32["fc.weight"]
   kept = np.sort(rng.choice(target_vocab, DRAFT_VOCAB, replace=False))
   d2t = kept - np.arange(DRAFT_VOCAB)
   d2t[-1] += d2t_shift
@@ -107,6 +141,10 @@ def make_head(source, out, target_vocab, seed, own_embed=False, fc_cols=3,
     config["eagle_aux_hidden_state_layer_ids"] = layer_ids
   if norm_before_residual:
     config["norm_before_residual"] = True
+  config["num_hidden_layers"] = num_layers
+  if not use_aux:
+    config["eagle_config"] = {"use_aux_hidden_state": False}
+    config.pop("eagle_aux_hidden_state_layer_ids", None)
   os.makedirs(out, exist_ok=True)
   with open(os.path.join(out, "config.json"), "w") as f:
     json.dump(config, f)
@@ -122,6 +160,8 @@ def make_variants(args):
   # good's weights: only the residual differs.
   make_head(args.source, out("norm_before_residual"), vocab, args.seed,
             norm_before_residual=True)
+  make_head(args.source, out("two_layers"), vocab, args.seed, num_layers=2)
+  make_head(args.source, out("no_aux"), vocab, args.seed, use_aux=False)
   make_head(args.source, out("no_fc"), vocab, 0, drop=["fc.weight"])
   make_head(args.source, out("fc_shape"), vocab, 0, fc_cols=2)
   make_head(args.source, out("no_hidden_norm"), vocab, 0,
@@ -132,16 +172,21 @@ def make_variants(args):
 
 
 def load_head(head_dir):
-  """The head as a reference Model, "midlayer.*" named model.layers.0.*."""
+  """The head as a reference Model, "midlayer.*" named model.layers.0.*
+  and "layers.<i>.*" model.layers.<i>.*."""
   with open(os.path.join(head_dir, "config.json")) as f:
     config = json.load(f)
   weights = ref.read_safetensors(os.path.join(head_dir, "model.safetensors"))
-  renamed = {("model.layers.0." + n[len("midlayer."):]
-              if n.startswith("midlayer.") else n): w for n, w in weights.items()}
+  def renamed_one(name):
+    if name.startswith("midlayer."):
+      return "model.layers.0." + name[len("midlayer."):]
+    return "model." + name if name.startswith("layers.") else name
+  renamed = {renamed_one(n): w for n, w in weights.items()}
   num_heads = config["num_attention_heads"]
   head_dim = config.get("head_dim") or config["hidden_size"] // num_heads
   return ref.Model(
-      config=config, weights=renamed, eos_ids=[], num_layers=1,
+      config=config, weights=renamed, eos_ids=[],
+      num_layers=config.get("num_hidden_layers", 1),
       num_heads=num_heads,
       num_kv_heads=config.get("num_key_value_heads") or num_heads,
       head_dim=head_dim, vocab_size=config["vocab_size"],
@@ -184,8 +229,16 @@ def head_outputs(head, target, tokens, hiddens):
   # vLLM's norm_before_residual: the residual is the normed hidden.
   skip = h_normed if head.config.get("norm_before_residual", False) else h
   residual = skip + ref.attention(head, x, 0)
-  return residual + ref.mlp(head, ref.rms_norm(
+  residual = residual + ref.mlp(head, ref.rms_norm(
       residual, w[pre + "post_attention_layernorm.weight"], head.eps), 0)
+  # Later layers: plain pre-norm Llama layers over the residual stream.
+  for layer in range(1, head.num_layers):
+    pre = f"model.layers.{layer}."
+    residual = residual + ref.attention(head, ref.rms_norm(
+        residual, w[pre + "input_layernorm.weight"], head.eps), layer)
+    residual = residual + ref.mlp(head, ref.rms_norm(
+        residual, w[pre + "post_attention_layernorm.weight"], head.eps), layer)
+  return residual
 
 
 def draft_token(head, out):
@@ -196,9 +249,12 @@ def draft_token(head, out):
 
 def propose(head, target, ids, k):
   """k greedy drafts after ids (ids[-1] is the step's input token)."""
-  aux = target_aux(target, ids, layer_ids(head, target))
   tokens = list(ids[1:])
-  hiddens = list(aux[:-1] @ head.weights["fc.weight"].T)
+  if "fc.weight" in head.weights:
+    aux = target_aux(target, ids, layer_ids(head, target))
+    hiddens = list(aux[:-1] @ head.weights["fc.weight"].T)
+  else:  # use_aux_hidden_state false: the target's final-normed states.
+    hiddens = list(eagle_reference.target_hidden(target, ids)[:-1])
   drafts = []
   for _ in range(k):
     out = head_outputs(head, target, tokens, hiddens)[-1]
@@ -216,6 +272,7 @@ def main(argv):
   p_make.add_argument("--target-vocab", type=int, required=True)
   p_make.add_argument("--out", required=True)
   p_make.add_argument("--seed", type=int, default=7)
+  p_make.add_argument("--num-layers", type=int, default=1)
   p_variants = sub.add_parser("variants")
   p_variants.add_argument("--source", required=True)
   p_variants.add_argument("--target-vocab", type=int, required=True)
@@ -224,7 +281,7 @@ def main(argv):
   eagle_reference.add_draft_commands(sub)
   args = parser.parse_args(argv)
   if args.command == "make":
-    make_head(args.source, args.out, args.target_vocab, args.seed)
+    make_head(args.source, args.out, args.target_vocab, args.seed, num_layers=args.num_layers)
     return
   if args.command == "variants":
     make_variants(args)

@@ -1,4 +1,5 @@
-// The Llama model split over 2 and 4 tensor-parallel ranks, each a real
+// The Llama model split over 2 and 4 tensor-parallel ranks (its lm_head
+// over the vocabulary, gathered to rank 0), each a real
 // pagoda_tp_test_rank process joined over TCP on loopback, against the same
 // model on one rank: the logits of a batched prefill and of decode steps
 // agree within 1e-5 relative (so greedy tokens agree), on tiny models with
@@ -167,11 +168,14 @@ TEST_F(TensorParallelModelTest, MultiHeadAttentionMatchesOneRank) {
 }
 
 // 8 query heads on 2 KV heads: at 4 ranks each KV head is copied to two ranks.
+// A vocabulary of 75 (divisible by neither 2 nor 4), padded to 128: the
+// vocabulary-parallel lm_head's parts are 64 + 11 rows at 2 ranks, and
+// 32 + 32 + 11 + none at 4.
 TEST_F(TensorParallelModelTest, GroupedQueryAttentionWithFewerKvHeadsThanRanksMatchesOneRank) {
   CheckModel("llama_gqa",
-             "--arch llama --vocab-size 72 --hidden-size 64 --intermediate-size 128 --num-layers 2"
+             "--arch llama --vocab-size 75 --hidden-size 64 --intermediate-size 128 --num-layers 2"
              " --num-heads 8 --num-kv-heads 2 --head-dim 16 --dtype f32 --seed 12",
-             72, 2);
+             75, 2);
 }
 
 // One KV head for every rank count, q/k/v biases sliced with their heads,

@@ -369,12 +369,16 @@ class CudaModelRunner final : public ModelRunnerBase {
 
   // The target's load options; a draft model or EAGLE head gets them too
   // (DraftModel keeps the dtype and the workspace sizes, drops the LoRA
-  // fields and the quantization).
+  // fields and the quantization). The lm_head stays whole on rank 0 (the
+  // layout verified on two GPUs) until worker_cuda_tensor_parallel_test's
+  // two-GPU case, which loads it split over the vocabulary, passes in
+  // scripts/gpu_check.sh (row cuda_worker_nccl); then drop the flag.
   LlamaLoadOptions TargetLoadOptions(const LoadModelRequest& request, const CudaDTypes& dtypes) {
     return LlamaLoadOptions{.weight_dtype = dtypes.serving,
                             .max_num_batched_tokens = request.max_num_batched_tokens(),
                             .max_num_seqs = request.max_num_seqs(),
                             .num_speculative_tokens = request.num_speculative_tokens(),
+                            .whole_lm_head_on_rank0 = true,
                             .block_size = request.block_size(),
                             .quantization = request.quantization(),
                             .max_loras = request.max_loras(),

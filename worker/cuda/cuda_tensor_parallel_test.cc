@@ -7,7 +7,9 @@
 // - two GPUs or more: two ranks, each on its own GPU with its weight slices,
 //   give on rank 0 the logits of one rank within bf16 noise (the partial sums
 //   are added in another order) and the same greedy tokens; rank 1 computes
-//   no logits.
+//   no logits of its own: its half of the vocabulary-parallel lm_head's
+//   rows reaches rank 0 through an NCCL all-gather (the path the CUDA
+//   runner turns on once this passes).
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
