@@ -29,7 +29,7 @@ absl::Status CheckTensorParallelSplit(const ModelConfig& config, int world_size)
                                                    config.intermediate_size,
                                                    ") is not divisible by ", world_size));
   }
-  return absl::OkStatus();
+  return CheckVocabParallelSplit(config.vocab_size, world_size);
 }
 
 absl::StatusOr<TensorParallelShard> PlanTensorParallelShard(const ModelConfig& config, int rank,
@@ -63,9 +63,20 @@ absl::StatusOr<TensorParallelShard> PlanTensorParallelShard(const ModelConfig& c
   return shard;
 }
 
+int64_t PaddedVocabSize(int64_t vocab) {
+  return (vocab + kVocabPadding - 1) / kVocabPadding * kVocabPadding;
+}
+
+absl::Status CheckVocabParallelSplit(int64_t vocab, int world_size) {
+  if (world_size >= 1 && PaddedVocabSize(vocab) % world_size == 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "cannot split the vocabulary over ", world_size, " tensor-parallel ranks: vocab_size ",
+      vocab, " (padded to ", PaddedVocabSize(vocab), ", a multiple of ", kVocabPadding,
+      ") is not divisible by ", world_size));
+}
+
 int64_t VocabParallelRowsPerRank(int64_t vocab, int world_size) {
-  const int64_t padded = (vocab + kVocabPadding - 1) / kVocabPadding * kVocabPadding;
-  return (padded + world_size - 1) / world_size;
+  return PaddedVocabSize(vocab) / world_size;
 }
 
 IndexRange VocabParallelRange(int64_t vocab, int rank, int world_size) {

@@ -50,9 +50,20 @@ struct TensorParallelShard {
 // padded size; the padding rows hold no token.
 inline constexpr int64_t kVocabPadding = 64;
 
+// The vocabulary rounded up to a multiple of kVocabPadding (vLLM's
+// pad_vocab_size).
+int64_t PaddedVocabSize(int64_t vocab);
+
+// OK when `world_size` divides PaddedVocabSize(vocab), as vLLM's divide()
+// asserts (always so for a power of two up to kVocabPadding); otherwise
+// INVALID_ARGUMENT in one line naming both sizes, e.g. "cannot split the
+// vocabulary over 3 tensor-parallel ranks: vocab_size 32000 (padded to 32000,
+// a multiple of 64) is not divisible by 3".
+absl::Status CheckVocabParallelSplit(int64_t vocab, int world_size);
+
 // Rows of the padded vocabulary each of `world_size` ranks owns:
-// ceil(round_up(vocab, kVocabPadding) / world_size) (vLLM's exact division
-// whenever world_size divides the padded size).
+// PaddedVocabSize(vocab) / world_size, for a split CheckVocabParallelSplit
+// accepts.
 int64_t VocabParallelRowsPerRank(int64_t vocab, int world_size);
 
 // The real (unpadded) token ids rank `rank` owns: [rank * per, (rank + 1) *
@@ -63,7 +74,8 @@ IndexRange VocabParallelRange(int64_t vocab, int rank, int world_size);
 // INVALID_ARGUMENT with one line naming the counts, e.g. "cannot split the
 // model over 4 tensor-parallel ranks: num_attention_heads (6) is not
 // divisible by 4". Rules: num_attention_heads and intermediate_size divisible
-// by world_size; num_key_value_heads divisible by world_size or dividing it.
+// by world_size; num_key_value_heads divisible by world_size or dividing it;
+// the padded vocabulary divisible by world_size (CheckVocabParallelSplit).
 absl::Status CheckTensorParallelSplit(const ModelConfig& config, int world_size);
 
 // The shard of `rank`; the errors of CheckTensorParallelSplit, and

@@ -81,6 +81,83 @@ TEST(TensorParallelPlanTest, KvHeadsShardedOrReplicated) {
   EXPECT_EQ(shard->kv_head_replicas, 1);
 }
 
+// vLLM's rule (vocab_parallel_embedding.py): pad_vocab_size rounds up to a
+// multiple of 64, divide() splits the padded size exactly, and each rank owns
+// [rank * per, (rank + 1) * per) clipped to the real vocabulary.
+TEST(TensorParallelPlanTest, VocabularySplitMatchesVllmPaddingAndRanges) {
+  struct Case {
+    int64_t vocab;
+    int world;
+    int64_t padded;
+    std::vector<IndexRange> ranges;
+  };
+  const std::vector<Case> cases = {
+      {75, 2, 128, {{0, 64}, {64, 75}}},
+      {75, 4, 128, {{0, 32}, {32, 64}, {64, 75}, {75, 75}}},
+      {32000, 1, 32000, {{0, 32000}}},
+      {32000, 2, 32000, {{0, 16000}, {16000, 32000}}},
+      {32000, 4, 32000, {{0, 8000}, {8000, 16000}, {16000, 24000}, {24000, 32000}}},
+      {32000, 8, 32000, {{0, 4000}, {4000, 8000}, {8000, 12000}, {12000, 16000},
+                         {16000, 20000}, {20000, 24000}, {24000, 28000}, {28000, 32000}}},
+      {128256, 1, 128256, {{0, 128256}}},
+      {128256, 2, 128256, {{0, 64128}, {64128, 128256}}},
+      {128256, 3, 128256, {{0, 42752}, {42752, 85504}, {85504, 128256}}},
+      {128256, 4, 128256, {{0, 32064}, {32064, 64128}, {64128, 96192}, {96192, 128256}}},
+      {128256, 8, 128256, {{0, 16032}, {16032, 32064}, {32064, 48096}, {48096, 64128},
+                           {64128, 80160}, {80160, 96192}, {96192, 112224}, {112224, 128256}}},
+      {151936, 1, 151936, {{0, 151936}}},
+      {151936, 2, 151936, {{0, 75968}, {75968, 151936}}},
+      {151936, 4, 151936, {{0, 37984}, {37984, 75968}, {75968, 113952}, {113952, 151936}}},
+      {151936, 8, 151936, {{0, 18992}, {18992, 37984}, {37984, 56976}, {56976, 75968},
+                           {75968, 94960}, {94960, 113952}, {113952, 132944}, {132944, 151936}}},
+      {50257, 3, 50304, {{0, 16768}, {16768, 33536}, {33536, 50257}}},
+      {50257, 8, 50304, {{0, 6288}, {6288, 12576}, {12576, 18864}, {18864, 25152},
+                         {25152, 31440}, {31440, 37728}, {37728, 44016}, {44016, 50257}}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE("vocab " + std::to_string(c.vocab) + " world " + std::to_string(c.world));
+    EXPECT_EQ(PaddedVocabSize(c.vocab), c.padded);
+    EXPECT_TRUE(CheckVocabParallelSplit(c.vocab, c.world).ok());
+    EXPECT_EQ(VocabParallelRowsPerRank(c.vocab, c.world), c.padded / c.world);
+    ASSERT_EQ(static_cast<int>(c.ranges.size()), c.world);
+    for (int rank = 0; rank < c.world; ++rank) {
+      EXPECT_EQ(VocabParallelRange(c.vocab, rank, c.world), c.ranges[rank]) << "rank " << rank;
+    }
+  }
+}
+
+// Where the padded size does not divide, vLLM's divide() asserts; we refuse
+// at load in one line naming the sizes (the model's config, through
+// CheckTensorParallelSplit, and any split head, e.g. an EAGLE-3 draft
+// vocabulary, through VocabParallelHead::Load).
+TEST(TensorParallelPlanTest, VocabularyTheRanksCannotSplitEvenlyIsRefused) {
+  struct Case {
+    int64_t vocab;
+    int world;
+    std::string sizes;
+  };
+  for (const Case& c : {Case{75, 3, "vocab_size 75 (padded to 128"},
+                        Case{32000, 3, "vocab_size 32000 (padded to 32000"},
+                        Case{151936, 3, "vocab_size 151936 (padded to 151936"},
+                        Case{32000, 6, "vocab_size 32000 (padded to 32000"},
+                        Case{128256, 5, "vocab_size 128256 (padded to 128256"}}) {
+    absl::Status status = CheckVocabParallelSplit(c.vocab, c.world);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    std::string message(status.message());
+    EXPECT_NE(message.find(c.sizes), std::string::npos) << message;
+    EXPECT_NE(message.find("not divisible by " + std::to_string(c.world)), std::string::npos)
+        << message;
+    EXPECT_EQ(message.find('\n'), std::string::npos);
+  }
+  // Through the model's split: 12 heads and 96 channels split over 3, the
+  // vocabulary does not.
+  const ModelConfig config = Config(12, 12, 96, 32000);
+  absl::Status status = CheckTensorParallelSplit(config, 3);
+  EXPECT_EQ(status, CheckVocabParallelSplit(32000, 3));
+  EXPECT_EQ(PlanTensorParallelShard(config, 0, 3).status(), status);
+  EXPECT_TRUE(CheckTensorParallelSplit(Config(12, 12, 96, 128256), 3).ok());
+}
+
 TEST(TensorParallelPlanTest, TinyVocabularyLeavesLastRanksEmpty) {
   auto shard = PlanTensorParallelShard(Config(4, 4, 8, 3), 3, 4);
   ASSERT_TRUE(shard.ok());

@@ -8,6 +8,9 @@ absl::StatusOr<std::unique_ptr<VocabParallelHead>> VocabParallelHead::Load(
     const Source& source, int64_t vocab, int64_t hidden, Backend* backend,
     Communicator* communicator) {
   const int world = source.whole_on_rank0 ? 1 : communicator->world_size();
+  // vLLM refuses a split its padded vocabulary cannot divide evenly; so do
+  // we (an EAGLE-3 head's draft vocabulary is checked here, at load).
+  if (absl::Status s = CheckVocabParallelSplit(vocab, world); !s.ok()) return s;
   const bool holds = !source.whole_on_rank0 || communicator->rank() == 0;
   const IndexRange range =
       holds ? VocabParallelRange(vocab, communicator->rank() % world, world) : IndexRange{};

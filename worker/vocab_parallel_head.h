@@ -37,7 +37,8 @@ class VocabParallelHead {
     bool whole_on_rank0 = false;
   };
   // This rank's rows of the head over `communicator`'s group (all of them in
-  // a group of one); the loader's errors naming the tensor otherwise.
+  // a group of one); CheckVocabParallelSplit's error for a vocabulary the
+  // group cannot split, the loader's errors naming the tensor otherwise.
   // backend and communicator must outlive the head.
   static absl::StatusOr<std::unique_ptr<VocabParallelHead>> Load(const Source& source,
                                                                  int64_t vocab, int64_t hidden,
