@@ -8,7 +8,8 @@
 // or drawn (a draft is drawn with its target row's noise), and the tokens
 // equal plain decoding's, greedy and seeded, with penalties too. A draft whole on
 // rank 0 (size 1) leaves rank 1 without a draft cache; the worker refuses
-// sizes that are neither. An EAGLE or EAGLE-3 head sharded over both ranks
+// sizes that are neither. An EAGLE or EAGLE-3 head (also one with
+// use_aux_hidden_state false) sharded over both ranks
 // proposes the very drafts it proposes whole on rank 0, and the float64
 // reference's under greedy decoding; a head whose heads do not split over
 // the group is refused.
@@ -105,7 +106,9 @@ class DraftTensorParallelTest : public ::testing::Test {
   // EAGLE heads for the target under dir_: eagle/model (eagle_reference.py
   // make: the target's layers, a random fc), eagle3/model (eagle3_reference.py
   // make over a one-layer Llama, a 40-id draft vocabulary, a second layer
-  // after the first: both split over the group), and
+  // after the first: both split over the group), eagle3_no_aux/model (the
+  // same without fc: use_aux_hidden_state false, the target's final-normed
+  // hidden states as its features), and
   // one_head/model, eagle/model whose config claims one attention (and KV)
   // head, which two ranks cannot split (refused before any weight is read).
   void MakeHeads() {
@@ -117,7 +120,10 @@ class DraftTensorParallelTest : public ::testing::Test {
         "/tests/reference/eagle_reference.py make --source ", dir_, "/model --out ", dir_,
         "/eagle/model && ", Python(), " ", SourceDir(),
         "/tests/reference/eagle3_reference.py make --num-layers 2 --source ", dir_,
-        "/source --target-vocab ", kVocab, " --out ", dir_, "/eagle3/model");
+        "/source --target-vocab ", kVocab, " --out ", dir_, "/eagle3/model && ", Python(), " ",
+        SourceDir(), "/tests/reference/eagle3_reference.py make --num-layers 2 --no-aux",
+        " --source ", dir_, "/source --target-vocab ", kVocab, " --out ", dir_,
+        "/eagle3_no_aux/model");
     ASSERT_EQ(std::system(command.c_str()), 0) << command;
     std::filesystem::copy(dir_ + "/eagle", dir_ + "/one_head",
                           std::filesystem::copy_options::recursive);
@@ -291,7 +297,8 @@ TEST_F(DraftTensorParallelTest, DraftWholeOnRankZeroOrRefused) {
   }
 }
 
-// An EAGLE and an EAGLE-3 head sharded over both ranks (their decoder
+// An EAGLE and two EAGLE-3 heads (with aux hidden states and without:
+// use_aux_hidden_state false) sharded over both ranks (their decoder
 // layer split as the target's, the fc replicated, each rank reading its own
 // copy of the target's hidden states, rank 0's picks shared after each
 // pass) against the same head whole on rank 0: the same drafts (the same
@@ -310,18 +317,19 @@ TEST_F(DraftTensorParallelTest, ShardedEagleHeadsProposeAsTheWholeHead) {
   TwoRankCpuGroup::Loaded loaded = LoadGroup("plain", /*draft_size=*/-1);
   ASSERT_FALSE(loaded.ranks.empty()) << loaded.status[0] << " / " << loaded.status[1];
   for (const SamplingOptions& base : kinds) plain.push_back(Generate(loaded.ranks, base, false));
-  for (const bool eagle3 : {false, true}) {
-    const std::string head = absl::StrCat(dir_, eagle3 ? "/eagle3" : "/eagle", "/model");
+  for (const char* name : {"eagle", "eagle3", "eagle3_no_aux"}) {
+    const bool eagle3 = absl::StartsWith(name, "eagle3");
+    const std::string head = absl::StrCat(dir_, "/", name, "/model");
     // Per draft size, kind and mode (in the step, ahead): what it generated.
     std::map<int, std::vector<std::vector<Generated>>> runs;
     for (int draft_size : {1, 2}) {
-      loaded = LoadGroup(absl::StrCat("eagle", eagle3, draft_size), draft_size, head, eagle3);
+      loaded = LoadGroup(absl::StrCat(name, draft_size), draft_size, head, eagle3);
       ASSERT_FALSE(loaded.ranks.empty()) << loaded.status[0] << " / " << loaded.status[1];
       for (size_t b = 0; b < kinds.size(); ++b) {
         for (bool ahead : {false, true}) {
           runs[draft_size].push_back(Generate(loaded.ranks, kinds[b], true, ahead));
           for (int s = 0; s < kSeqs; ++s) {
-            SCOPED_TRACE(absl::StrCat("eagle3 ", eagle3, " size ", draft_size, " ",
+            SCOPED_TRACE(absl::StrCat(name, " size ", draft_size, " ",
                                       kinds[b].DebugString(), " ahead ", ahead, " seq ", s));
             EXPECT_EQ(runs[draft_size].back()[s].tokens, plain[b][s].tokens);
             EXPECT_GT(runs[draft_size].back()[s].proposed, 0);
@@ -331,7 +339,7 @@ TEST_F(DraftTensorParallelTest, ShardedEagleHeadsProposeAsTheWholeHead) {
     }
     for (size_t run = 0; run < runs[1].size(); ++run) {
       for (int s = 0; s < kSeqs; ++s) {
-        SCOPED_TRACE(absl::StrCat("eagle3 ", eagle3, " run ", run, " seq ", s));
+        SCOPED_TRACE(absl::StrCat(name, " run ", run, " seq ", s));
         EXPECT_EQ(runs[2][run][s].accepted_per_step, runs[1][run][s].accepted_per_step);
         EXPECT_EQ(runs[2][run][s].next_drafts, runs[1][run][s].next_drafts);
       }

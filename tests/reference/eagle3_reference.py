@@ -23,7 +23,8 @@ EAGLE-1 head's feature (vLLM's combine_hidden_states passes it as it is).
 
 Subcommands:
   make      one EAGLE-3 head (as variants' "good") from --source into --out;
-            --num-layers N for a head of N layers (as "two_layers").
+            --num-layers N for a head of N layers (as "two_layers"), --no-aux
+            for one without fc (as "no_aux").
   variants  turns a tiny one-layer Llama (--source) into EAGLE-3 heads under
             --out, each in <name>/model: "good", "own_embed" (with its own
             embed_tokens), "norm_before_residual" (good's weights with that
@@ -273,6 +274,8 @@ def main(argv):
   p_make.add_argument("--out", required=True)
   p_make.add_argument("--seed", type=int, default=7)
   p_make.add_argument("--num-layers", type=int, default=1)
+  p_make.add_argument("--no-aux", action="store_true",
+                      help="use_aux_hidden_state false (no fc), as variants' no_aux")
   p_variants = sub.add_parser("variants")
   p_variants.add_argument("--source", required=True)
   p_variants.add_argument("--target-vocab", type=int, required=True)
@@ -281,7 +284,8 @@ def main(argv):
   eagle_reference.add_draft_commands(sub)
   args = parser.parse_args(argv)
   if args.command == "make":
-    make_head(args.source, args.out, args.target_vocab, args.seed, num_layers=args.num_layers)
+    make_head(args.source, args.out, args.target_vocab, args.seed, num_layers=args.num_layers,
+              use_aux=not args.no_aux)
     return
   if args.command == "variants":
     make_variants(args)
