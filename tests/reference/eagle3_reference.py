@@ -38,6 +38,13 @@ Subcommands:
             (the last is the step's input), every earlier one verified.
   simulate  greedy speculative decoding of --tokens, k drafts a step,
             --max-tokens new tokens: JSON {"tokens", "accepted"}.
+  near-target  a head from --target's own weights whose drafts are mostly
+            the target's greedy tokens (make_near_target) into --out.
+  coupling  after --tokens at temperature 1: JSON {"p": the target's
+            distribution, "agree": the probability that the head's first
+            draft is accepted when it and the target draw by Gumbel-max
+            with the same noise, "independent": the same for independent
+            draws}.
 """
 
 import argparse
@@ -146,6 +153,68 @@ def make_head(source, out, target_vocab, seed, own_embed=False, fc_cols=3,
   if not use_aux:
     config["eagle_config"] = {"use_aux_hidden_state": False}
     config.pop("eagle_aux_hidden_state_layer_ids", None)
+  os.makedirs(out, exist_ok=True)
+  with open(os.path.join(out, "config.json"), "w") as f:
+    json.dump(config, f)
+  write_safetensors(os.path.join(out, "model.safetensors"), tensors)
+
+
+def make_near_target(target_dir, out, gain=6.0):
+  """A head built from the target's own weights whose greedy drafts are
+  mostly the target's greedy tokens. Its row p must run the target at
+  position p + 1, whose input is token p + 1: the row's token. A head's
+  layer 0 sees that token only through input_layernorm(embed) [H] in its
+  q/k/v, never in its residual stream, so layer 0 copies it there: q, k
+  = gain * the token half (input norm ones), v and o identity, attention
+  per head then (nearly) the row itself, the MLP zero, the residual from
+  the hidden zero (hidden_norm zero with norm_before_residual; the fc
+  selects the last aux hidden state, then unused). Layers 1.. are the
+  target's layers, each KV head repeated for its query heads (the head is
+  multi-head), then the target's final norm and lm_head over the whole
+  vocabulary (d2t zero). Row j sits at position j, so RoPE sees the
+  target's offsets; what differs from the target is token 0, absent, and
+  the residual's embedding, normalised."""
+  w = ref.read_model_weights(target_dir)
+  with open(os.path.join(target_dir, "config.json")) as f:
+    config = json.load(f)
+  hidden = config["hidden_size"]
+  vocab = config["vocab_size"]
+  heads = config["num_attention_heads"]
+  kv_heads = config.get("num_key_value_heads") or heads
+  head_dim = hidden // heads
+  eye = np.eye(hidden)
+  zero = np.zeros((hidden, hidden))
+  f32 = {
+      "midlayer.self_attn.q_proj.weight": np.concatenate([gain * eye, zero], axis=1),
+      "midlayer.self_attn.k_proj.weight": np.concatenate([gain * eye, zero], axis=1),
+      "midlayer.self_attn.v_proj.weight": np.concatenate([eye, zero], axis=1),
+      "midlayer.self_attn.o_proj.weight": eye,
+      "midlayer.mlp.gate_proj.weight": w["model.layers.0.mlp.gate_proj.weight"],
+      "midlayer.mlp.up_proj.weight": w["model.layers.0.mlp.up_proj.weight"],
+      "midlayer.mlp.down_proj.weight": np.zeros_like(w["model.layers.0.mlp.down_proj.weight"]),
+      "midlayer.input_layernorm.weight": np.ones(hidden),
+      "midlayer.post_attention_layernorm.weight": np.ones(hidden),
+      "midlayer.hidden_norm.weight": np.zeros(hidden),
+      "fc.weight": np.concatenate([zero, zero, eye], axis=1),
+      "norm.weight": w["model.norm.weight"],
+      "lm_head.weight": w.get("lm_head.weight", w["model.embed_tokens.weight"]),
+  }
+  # Query head h reads KV head h // (heads / kv_heads).
+  repeat = [h // (heads // kv_heads) for h in range(heads)]
+  for name, weight in w.items():
+    if not name.startswith("model.layers."):
+      continue
+    layer, rest = name[len("model.layers."):].split(".", 1)
+    if rest.split(".")[-2] in ("k_proj", "v_proj"):
+      weight = np.concatenate([weight[k * head_dim:(k + 1) * head_dim] for k in repeat])
+    f32[f"layers.{int(layer) + 1}.{rest}"] = weight
+  tensors = {n: ("F32", v) for n, v in f32.items()}
+  tensors["d2t"] = ("I64", np.zeros(vocab, dtype=np.int64))
+  tensors["t2d"] = ("BOOL", np.ones(vocab, dtype=bool))
+  config.update(architectures=["LlamaForCausalLMEagle3"], draft_vocab_size=vocab,
+                norm_before_residual=True, eagle_aux_hidden_state_layer_ids=[1, 1, 0],
+                num_hidden_layers=config["num_hidden_layers"] + 1, num_key_value_heads=heads,
+                tie_word_embeddings=False)
   os.makedirs(out, exist_ok=True)
   with open(os.path.join(out, "config.json"), "w") as f:
     json.dump(config, f)
@@ -265,6 +334,39 @@ def propose(head, target, ids, k):
   return drafts
 
 
+def first_draft_probs(head, target, ids):
+  """q over the target's vocabulary: the head's temperature-1 distribution
+  of the first draft after ids (every position verified)."""
+  tokens = list(ids[1:])
+  if "fc.weight" in head.weights:
+    aux = target_aux(target, ids, layer_ids(head, target))
+    hiddens = list(aux[:-1] @ head.weights["fc.weight"].T)
+  else:
+    hiddens = list(eagle_reference.target_hidden(target, ids)[:-1])
+  out = head_outputs(head, target, tokens, hiddens)[-1]
+  logits = ref.rms_norm(out, head.weights["norm.weight"], head.eps) @ head.weights["lm_head.weight"].T
+  draft = np.exp(logits - logits.max())
+  q = np.zeros(target.vocab_size)
+  q[np.arange(len(draft)) + head.weights["d2t"].astype(np.int64)] = draft / draft.sum()
+  return q
+
+
+def coupling(head, target, ids):
+  """At temperature 1 after ids: the target's distribution p of the next
+  token, and the probability that the head's first draft is accepted when
+  both draw by Gumbel-max with the same noise (the worker's coupling):
+  P(argmax(log p + G) == argmax(log q + G)) = sum_x 1 / sum_y max(p_y / p_x,
+  q_y / q_x), since x wins both iff G_x - G_y >= log of that max for every
+  y; and, for contrast, sum_x p_x q_x, independent draws'."""
+  logits = ref.forward(target, ids)[-1]
+  p = np.exp(logits - logits.max())
+  p /= p.sum()
+  q = first_draft_probs(head, target, ids)
+  both = (p > 0) & (q > 0)
+  agree = sum(1.0 / np.maximum(p / p[x], q / q[x]).sum() for x in np.flatnonzero(both))
+  return {"p": [float(v) for v in p], "agree": float(agree), "independent": float(p @ q)}
+
+
 def main(argv):
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   sub = parser.add_subparsers(dest="command", required=True)
@@ -276,6 +378,14 @@ def main(argv):
   p_make.add_argument("--num-layers", type=int, default=1)
   p_make.add_argument("--no-aux", action="store_true",
                       help="use_aux_hidden_state false (no fc), as variants' no_aux")
+  p_coupling = sub.add_parser("coupling")
+  p_coupling.add_argument("--target", required=True)
+  p_coupling.add_argument("--head", required=True)
+  p_coupling.add_argument("--tokens", required=True)
+  p_near = sub.add_parser("near-target")
+  p_near.add_argument("--target", required=True)
+  p_near.add_argument("--out", required=True)
+  p_near.add_argument("--gain", type=float, default=6.0)
   p_variants = sub.add_parser("variants")
   p_variants.add_argument("--source", required=True)
   p_variants.add_argument("--target-vocab", type=int, required=True)
@@ -286,6 +396,13 @@ def main(argv):
   if args.command == "make":
     make_head(args.source, args.out, args.target_vocab, args.seed, num_layers=args.num_layers,
               use_aux=not args.no_aux)
+    return
+  if args.command == "coupling":
+    ids = [int(t) for t in args.tokens.split(",")]
+    print(json.dumps(coupling(load_head(args.head), ref.load_model(args.target), ids)))
+    return
+  if args.command == "near-target":
+    make_near_target(args.target, args.out, args.gain)
     return
   if args.command == "variants":
     make_variants(args)
