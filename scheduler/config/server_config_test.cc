@@ -178,6 +178,22 @@ TEST(ServerConfigTest, ResolveForModelFillsDefaultsAndChecksTheModel) {
   config = ValidConfig();
   config.workers.tensor_parallel_size = 3;  // 8 heads do not split over 3.
   EXPECT_FALSE(ResolveForModel(SmallModel(), &config).ok());
+  // vLLM's vocabulary split: 12 heads and 768 channels split over 3 ranks,
+  // 32000 tokens (padded to 32000) do not; 128256 do.
+  ModelConfig twelve_heads = SmallModel();
+  twelve_heads.num_attention_heads = twelve_heads.num_key_value_heads = 12;
+  twelve_heads.hidden_size = 384;
+  twelve_heads.intermediate_size = 768;
+  twelve_heads.vocab_size = 32000;
+  config = ValidConfig();
+  config.workers.tensor_parallel_size = 3;
+  EXPECT_EQ(ResolveForModel(twelve_heads, &config).message(),
+            "cannot split the vocabulary over 3 tensor-parallel ranks: vocab_size 32000 (padded "
+            "to 32000, a multiple of 64) is not divisible by 3");
+  twelve_heads.vocab_size = 128256;
+  config = ValidConfig();
+  config.workers.tensor_parallel_size = 3;
+  EXPECT_TRUE(ResolveForModel(twelve_heads, &config).ok());
   config = ValidConfig();
   config.scheduling.max_num_partial_prefills = 2;
   ASSERT_TRUE(ResolveForModel(SmallModel(), &config).ok());
