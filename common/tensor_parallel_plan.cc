@@ -70,8 +70,8 @@ int64_t PaddedVocabSize(int64_t vocab) {
 absl::Status CheckVocabParallelSplit(int64_t vocab, int world_size) {
   if (world_size >= 1 && PaddedVocabSize(vocab) % world_size == 0) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
-      "cannot split the vocabulary over ", world_size, " tensor-parallel ranks: vocab_size ",
-      vocab, " (padded to ", PaddedVocabSize(vocab), ", a multiple of ", kVocabPadding,
+      "cannot split the vocabulary over ", world_size, " tensor-parallel ranks: vocab_size ", vocab,
+      " (padded to ", PaddedVocabSize(vocab), ", a multiple of ", kVocabPadding,
       ") is not divisible by ", world_size));
 }
 

@@ -329,8 +329,8 @@ TEST_F(DraftTensorParallelTest, ShardedEagleHeadsProposeAsTheWholeHead) {
         for (bool ahead : {false, true}) {
           runs[draft_size].push_back(Generate(loaded.ranks, kinds[b], true, ahead));
           for (int s = 0; s < kSeqs; ++s) {
-            SCOPED_TRACE(absl::StrCat(name, " size ", draft_size, " ",
-                                      kinds[b].DebugString(), " ahead ", ahead, " seq ", s));
+            SCOPED_TRACE(absl::StrCat(name, " size ", draft_size, " ", kinds[b].DebugString(),
+                                      " ahead ", ahead, " seq ", s));
             EXPECT_EQ(runs[draft_size].back()[s].tokens, plain[b][s].tokens);
             EXPECT_GT(runs[draft_size].back()[s].proposed, 0);
           }
