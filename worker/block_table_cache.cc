@@ -107,9 +107,20 @@ void BlockTableCache::Clear() {
   pending_.Retire(&retired_);
 }
 
+std::unique_ptr<v1::SamplingOptions> BlockTableCache::KeepCopy(
+    const v1::SamplingOptions& options) {
+  if (spare_.empty()) return std::make_unique<v1::SamplingOptions>(options);
+  std::unique_ptr<v1::SamplingOptions> kept = std::move(spare_.back());
+  spare_.pop_back();
+  *kept = options;
+  return kept;
+}
+
 absl::Status BlockTableCache::Resolve(v1::StepPlan* plan) {
-  retired_.clear();  // The plan they belonged to is gone.
-  pending_.Clear();
+  pending_.Retire(&spare_);
+  // The plan the retired options belonged to is gone.
+  for (auto& options : retired_) spare_.push_back(std::move(options));
+  retired_.clear();
   pending_.step_id = plan->step_id();
   const bool chained = committed_.step_id.has_value() && *committed_.step_id == plan->step_id() - 1;
   const bool on_arena = plan->GetArena() != nullptr;
@@ -148,7 +159,7 @@ absl::Status BlockTableCache::Resolve(v1::StepPlan* plan) {
       }
       step.set_sampling_unchanged(false);
     } else if (KeepsSamplingOptions(step.sampling())) {
-      options = std::make_unique<v1::SamplingOptions>(step.sampling());
+      options = KeepCopy(step.sampling());
     }
     pending_.Add(step.seq_id(), step.block_table(), std::move(options));
   }
@@ -156,21 +167,20 @@ absl::Status BlockTableCache::Resolve(v1::StepPlan* plan) {
 }
 
 void BlockTableCache::Record(const v1::StepPlan& plan) {
+  pending_.Retire(&spare_);
+  for (auto& options : retired_) spare_.push_back(std::move(options));
   retired_.clear();
-  pending_.Clear();
   pending_.step_id = plan.step_id();
   for (const v1::SequenceStep& step : plan.sequences()) {
     pending_.Add(step.seq_id(), step.block_table(),
-                 KeepsSamplingOptions(step.sampling())
-                     ? std::make_unique<v1::SamplingOptions>(step.sampling())
-                     : nullptr);
+                 KeepsSamplingOptions(step.sampling()) ? KeepCopy(step.sampling()) : nullptr);
   }
 }
 
 void BlockTableCache::Commit() {
   // The rows the plan just run did not take hold no option it points to.
   std::swap(committed_, pending_);
-  pending_.Clear();
+  pending_.Retire(&spare_);
 }
 
 absl::Span<const int32_t> BlockTableCache::Find(int64_t seq_id) {

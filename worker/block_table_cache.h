@@ -100,9 +100,15 @@ class BlockTableCache {
   int max_table_blocks_ = 0;
   StepTables committed_;  // The last completed step's.
   StepTables pending_;    // The step being run.
+  // A copy of `options` to keep, in a spare message when there is one.
+  std::unique_ptr<v1::SamplingOptions> KeepCopy(const v1::SamplingOptions& options);
+
   // Options a plan being run may still point to when Clear dropped their
-  // rows (a refused or failed step): freed when the next plan comes.
+  // rows (a refused or failed step): spare once the next plan comes.
   std::vector<std::unique_ptr<v1::SamplingOptions>> retired_;
+  // Options no plan points to, reused by KeepCopy: a row whose options
+  // changed costs a copy, not an allocation.
+  std::vector<std::unique_ptr<v1::SamplingOptions>> spare_;
 };
 
 }  // namespace pagoda::worker

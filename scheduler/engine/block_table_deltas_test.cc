@@ -165,6 +165,42 @@ void ChangeOptions(std::mt19937& rng, pagoda::worker::v1::SamplingOptions* optio
   }
 }
 
+// Every field of SamplingOptions, changed alone, makes options differ.
+TEST(BlockTableDeltasTest, SameSamplingOptionsComparesEveryField) {
+  using google::protobuf::FieldDescriptor;
+  const pagoda::worker::v1::SamplingOptions base;
+  const auto* descriptor = pagoda::worker::v1::SamplingOptions::descriptor();
+  const auto* reflection = pagoda::worker::v1::SamplingOptions::GetReflection();
+  for (int i = 0; i < descriptor->field_count(); ++i) {
+    const FieldDescriptor* field = descriptor->field(i);
+    pagoda::worker::v1::SamplingOptions changed;
+    switch (field->cpp_type()) {
+      case FieldDescriptor::CPPTYPE_FLOAT:
+        field->is_repeated() ? reflection->AddFloat(&changed, field, -0.0f)
+                             : reflection->SetFloat(&changed, field, -0.0f);
+        break;
+      case FieldDescriptor::CPPTYPE_INT32:
+        field->is_repeated() ? reflection->AddInt32(&changed, field, 3)
+                             : reflection->SetInt32(&changed, field, 3);
+        break;
+      case FieldDescriptor::CPPTYPE_UINT64:
+        reflection->SetUInt64(&changed, field, 3);
+        break;
+      case FieldDescriptor::CPPTYPE_BOOL:
+        reflection->SetBool(&changed, field, true);
+        break;
+      case FieldDescriptor::CPPTYPE_STRING:
+        reflection->SetString(&changed, field, "x");
+        break;
+      default:
+        FAIL() << field->name() << ": a field type this test does not change";
+    }
+    EXPECT_FALSE(SameSamplingOptions(base, changed)) << field->name();
+    EXPECT_TRUE(SameSamplingOptions(changed, changed)) << field->name();
+  }
+  SamplingDeltas deltas;  // Its constructor checks the field count.
+}
+
 TEST(BlockTableDeltasTest, RandomizedSamplingLeftOutExactlyWhenTheWorkerKeepsIt) {
   std::mt19937 rng(4747);
   auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };

@@ -9,8 +9,8 @@
 // per-step part of the options (bans, masks, counts) needs no case.
 
 #include <cstdint>
+#include <memory>
 #include <optional>
-#include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -18,17 +18,27 @@
 
 namespace pagoda::scheduler {
 
+// Whether `a` and `b` are the same options field for field, floats bit for
+// bit (so -0 is not 0: such options are only sent again). Compares every
+// field SamplingOptions has; SamplingDeltas refuses to exist when the
+// message gains one this does not know.
+bool SameSamplingOptions(const pagoda::worker::v1::SamplingOptions& a,
+                         const pagoda::worker::v1::SamplingOptions& b);
+
 class SamplingDeltas {
  public:
+  SamplingDeltas();
+
   // Begins the plan of step `step_id`. Its rows may leave their options out
   // only if that plan was step_id - 1 and nothing was reset since.
   void BeginPlan(int64_t step_id);
 
-  // Whether `options`, built for `seq_id`'s row of the plan begun, are byte
-  // for byte those the previous plan's row of seq_id sent, which the workers
-  // keep: the row may then send sampling_unchanged instead. Records them for
-  // the next plan, unless they carry output_token_ids (penalty counts,
-  // which grow every step, so the workers keep no such options).
+  // Whether `options`, built for `seq_id`'s row of the plan begun, are those
+  // the previous plan's row of seq_id sent, which the workers keep: the row
+  // may then send sampling_unchanged instead. Records them for the next
+  // plan (a copy only when they changed), unless they carry
+  // output_token_ids (penalty counts, which grow every step: the workers
+  // keep no such options).
   bool Unchanged(int64_t seq_id, const pagoda::worker::v1::SamplingOptions& options);
 
   // Forgets every row's options: the next plan sends them all. When
@@ -36,30 +46,27 @@ class SamplingDeltas {
   void Reset();
 
  private:
-  // The serialized options of one plan, in one buffer, row by row.
+  using Options = pagoda::worker::v1::SamplingOptions;
+  // The options one plan sent, row by row.
   struct PlanOptions {
     struct Row {
       int64_t seq_id = 0;
-      int64_t offset = 0;
-      int32_t length = -1;  // -1: not kept (penalty counts).
+      std::unique_ptr<Options> options;  // Null: not kept, or moved on.
     };
     std::vector<Row> rows;
-    std::string bytes;
     // Row by seq_id, built only when a row is not where the next plan's
     // order suggests (consecutive plans mostly list their rows alike).
     absl::flat_hash_map<int64_t, int> index;
-    void Clear() {
-      rows.clear();
-      bytes.clear();
-      index.clear();
-    }
   };
 
   // The previous plan's row of `seq_id`, or null.
-  const PlanOptions::Row* PreviousRow(int64_t seq_id);
+  PlanOptions::Row* PreviousRow(int64_t seq_id);
+  // Moves every row's options of `plan` to spare_ and clears it.
+  void Recycle(PlanOptions* plan);
 
   PlanOptions previous_;
   PlanOptions current_;
+  std::vector<std::unique_ptr<Options>> spare_;  // Reused for changed options.
   size_t next_previous_row_ = 0;  // Where the previous plan's next row likely is.
   std::optional<int64_t> current_step_;
   bool extends_previous_ = false;  // Whether current_'s plan may use previous_.
