@@ -1,6 +1,7 @@
 #include "worker/block_table_cache.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -12,11 +13,48 @@ absl::Status TableDeltaError(const v1::SequenceStep& step, absl::string_view pro
                                                  step.block_table_start(), " ", problem));
 }
 
+absl::Status SamplingDeltaError(const v1::SequenceStep& step, absl::string_view problem) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("sequence ", step.seq_id(), ": sampling_unchanged ", problem));
+}
+
+// Whether the worker keeps `options` for the next step: not with penalty
+// counts, which grow every step (the server never repeats those).
+bool KeepsSamplingOptions(const v1::SamplingOptions& options) {
+  return options.output_token_ids_size() == 0;
+}
+
+// Puts the first `start` entries of `kept` in front of the entries `step`
+// sent, in place: its whole table. INVALID_ARGUMENT past `kept` or a table
+// longer than `max_table_blocks`.
+absl::Status ExtendSentTable(absl::Span<const int32_t> kept, int max_table_blocks,
+                             v1::SequenceStep& step) {
+  const int start = step.block_table_start();
+  if (kept.size() < static_cast<size_t>(start)) {
+    return TableDeltaError(
+        step, absl::StrCat("is past the ", kept.size(), " entries the previous step left"));
+  }
+  const int64_t length = int64_t{start} + step.block_table_size();
+  if (length > max_table_blocks) {
+    return TableDeltaError(step, absl::StrCat("makes a table of ", length,
+                                              " blocks, more than the cache's ", max_table_blocks));
+  }
+  auto* table = step.mutable_block_table();
+  const int sent = table->size();
+  table->Resize(static_cast<int>(length), 0);
+  std::copy_backward(table->begin(), table->begin() + sent, table->end());
+  std::copy_n(kept.begin(), start, table->begin());
+  step.set_block_table_start(0);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
-bool HasBlockTableDeltas(const v1::StepPlan& plan) {
+bool HasRowDeltas(const v1::StepPlan& plan) {
   return std::any_of(plan.sequences().begin(), plan.sequences().end(),
-                     [](const v1::SequenceStep& step) { return step.block_table_start() != 0; });
+                     [](const v1::SequenceStep& step) {
+                       return step.block_table_start() != 0 || step.sampling_unchanged();
+                     });
 }
 
 void BlockTableCache::StepTables::Clear() {
@@ -26,13 +64,23 @@ void BlockTableCache::StepTables::Clear() {
   step_id.reset();
 }
 
-void BlockTableCache::StepTables::Add(int64_t seq_id, absl::Span<const int32_t> table) {
-  rows.push_back(
-      Row{seq_id, static_cast<int64_t>(blocks.size()), static_cast<int32_t>(table.size())});
+void BlockTableCache::StepTables::Retire(
+    std::vector<std::unique_ptr<v1::SamplingOptions>>* retired) {
+  for (Row& row : rows) {
+    if (row.sampling != nullptr) retired->push_back(std::move(row.sampling));
+  }
+  Clear();
+}
+
+void BlockTableCache::StepTables::Add(int64_t seq_id, absl::Span<const int32_t> table,
+                                      std::unique_ptr<v1::SamplingOptions> sampling) {
+  rows.push_back(Row{seq_id, static_cast<int64_t>(blocks.size()),
+                     static_cast<int32_t>(table.size()), std::move(sampling)});
   blocks.insert(blocks.end(), table.begin(), table.end());
 }
 
-absl::Span<const int32_t> BlockTableCache::StepTables::Find(int64_t seq_id, size_t* hint) {
+BlockTableCache::StepTables::Row* BlockTableCache::StepTables::Find(int64_t seq_id,
+                                                                    size_t* hint) {
   size_t row = *hint;
   if (row >= rows.size() || rows[row].seq_id != seq_id) {
     if (index.empty()) {
@@ -40,71 +88,110 @@ absl::Span<const int32_t> BlockTableCache::StepTables::Find(int64_t seq_id, size
       for (size_t i = 0; i < rows.size(); ++i) index[rows[i].seq_id] = static_cast<int>(i);
     }
     auto it = index.find(seq_id);
-    if (it == index.end()) return {};
+    if (it == index.end()) return nullptr;
     row = static_cast<size_t>(it->second);
   }
   *hint = row + 1;
-  return absl::MakeConstSpan(blocks).subspan(rows[row].offset, rows[row].length);
+  return &rows[row];
+}
+
+absl::Span<const int32_t> BlockTableCache::StepTables::TableOf(const Row* row) const {
+  if (row == nullptr) return {};
+  return absl::MakeConstSpan(blocks).subspan(row->offset, row->length);
 }
 
 void BlockTableCache::Clear() {
-  committed_.Clear();
-  pending_.Clear();
+  // A plan on an arena may still point to these options; the next plan
+  // frees them.
+  committed_.Retire(&retired_);
+  pending_.Retire(&retired_);
+}
+
+std::unique_ptr<v1::SamplingOptions> BlockTableCache::KeepCopy(
+    const v1::SamplingOptions& options) {
+  if (spare_.empty()) return std::make_unique<v1::SamplingOptions>(options);
+  std::unique_ptr<v1::SamplingOptions> kept = std::move(spare_.back());
+  spare_.pop_back();
+  *kept = options;
+  return kept;
 }
 
 absl::Status BlockTableCache::Resolve(v1::StepPlan* plan) {
-  pending_.Clear();
+  pending_.Retire(&spare_);
+  // The plan the retired options belonged to is gone.
+  for (auto& options : retired_) spare_.push_back(std::move(options));
+  retired_.clear();
   pending_.step_id = plan->step_id();
   const bool chained = committed_.step_id.has_value() && *committed_.step_id == plan->step_id() - 1;
+  const bool on_arena = plan->GetArena() != nullptr;
   size_t hint = 0;
   for (v1::SequenceStep& step : *plan->mutable_sequences()) {
     const int start = step.block_table_start();
-    if (start != 0) {
-      if (start < 0) return TableDeltaError(step, "is negative");
+    const bool sampling_unchanged = step.sampling_unchanged();
+    StepTables::Row* kept = nullptr;
+    if (start < 0) return TableDeltaError(step, "is negative");
+    if (start != 0 || sampling_unchanged) {
       if (!chained) {
-        return TableDeltaError(step, absl::StrCat("refers to step ", plan->step_id() - 1,
-                                                  ", which is not this worker's last completed"));
+        const std::string problem = absl::StrCat(
+            "refers to step ", plan->step_id() - 1, ", which is not this worker's last completed");
+        return start != 0 ? TableDeltaError(step, problem) : SamplingDeltaError(step, problem);
       }
-      const absl::Span<const int32_t> kept = committed_.Find(step.seq_id(), &hint);
-      if (kept.size() < static_cast<size_t>(start)) {
-        return TableDeltaError(
-            step, absl::StrCat("is past the ", kept.size(), " entries the previous step left"));
-      }
-      const int64_t length = int64_t{start} + step.block_table_size();
-      if (length > max_table_blocks_) {
-        return TableDeltaError(
-            step, absl::StrCat("makes a table of ", length, " blocks, more than the cache's ",
-                               max_table_blocks_));
-      }
-      // The kept prefix goes in front of the entries sent, in place.
-      auto* table = step.mutable_block_table();
-      const int sent = table->size();
-      table->Resize(static_cast<int>(length), 0);
-      std::copy_backward(table->begin(), table->begin() + sent, table->end());
-      std::copy_n(kept.begin(), start, table->begin());
-      step.set_block_table_start(0);
+      kept = committed_.Find(step.seq_id(), &hint);
     }
-    pending_.Add(step.seq_id(), step.block_table());
+    if (start != 0) {
+      absl::Status extended = ExtendSentTable(committed_.TableOf(kept), max_table_blocks_, step);
+      if (!extended.ok()) return extended;
+    }
+    std::unique_ptr<v1::SamplingOptions> options;
+    if (sampling_unchanged) {
+      if (step.has_sampling()) return SamplingDeltaError(step, "with sampling options given");
+      if (kept == nullptr || kept->sampling == nullptr) {
+        return SamplingDeltaError(
+            step, absl::StrCat("but step ", plan->step_id() - 1, " left no options for it"));
+      }
+      options = std::move(kept->sampling);
+      // An arena's plan points to the kept options, which outlive it; a
+      // heap one would delete them, so it gets a copy.
+      if (on_arena) {
+        step.unsafe_arena_set_allocated_sampling(options.get());
+      } else {
+        *step.mutable_sampling() = *options;
+      }
+      step.set_sampling_unchanged(false);
+    } else if (KeepsSamplingOptions(step.sampling())) {
+      options = KeepCopy(step.sampling());
+    }
+    pending_.Add(step.seq_id(), step.block_table(), std::move(options));
   }
   return absl::OkStatus();
 }
 
 void BlockTableCache::Record(const v1::StepPlan& plan) {
-  pending_.Clear();
+  pending_.Retire(&spare_);
+  for (auto& options : retired_) spare_.push_back(std::move(options));
+  retired_.clear();
   pending_.step_id = plan.step_id();
   for (const v1::SequenceStep& step : plan.sequences()) {
-    pending_.Add(step.seq_id(), step.block_table());
+    pending_.Add(step.seq_id(), step.block_table(),
+                 KeepsSamplingOptions(step.sampling()) ? KeepCopy(step.sampling()) : nullptr);
   }
 }
 
 void BlockTableCache::Commit() {
+  // The rows the plan just run did not take hold no option it points to.
   std::swap(committed_, pending_);
-  pending_.Clear();
+  pending_.Retire(&spare_);
 }
 
 absl::Span<const int32_t> BlockTableCache::Find(int64_t seq_id) {
   size_t hint = 0;
-  return committed_.Find(seq_id, &hint);
+  return committed_.TableOf(committed_.Find(seq_id, &hint));
+}
+
+const v1::SamplingOptions* BlockTableCache::FindSampling(int64_t seq_id) {
+  size_t hint = 0;
+  const StepTables::Row* row = committed_.Find(seq_id, &hint);
+  return row == nullptr ? nullptr : row->sampling.get();
 }
 
 }  // namespace pagoda::worker

@@ -2,7 +2,10 @@
 // deltas by the protocol's rule (the prefix a row shares with its table of
 // the step before, when that step ran here), through growth, copy-on-write,
 // remapping, recompute, forks, rollback, rows that sit out, skipped step ids
-// and failed steps; and each refusal the rule makes.
+// and failed steps; rows that repeat their sampling options
+// (sampling_unchanged) through options that change, penalty counts the
+// worker does not keep, plans on an arena and on the heap; and each refusal
+// the rule makes.
 
 #include "worker/block_table_cache.h"
 
@@ -10,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "google/protobuf/arena.h"
 #include "gtest/gtest.h"
 
 namespace pagoda::worker {
@@ -127,6 +131,126 @@ TEST(BlockTableCacheTest, RefusesDeltasTheRuleDoesNotAllow) {
   cache.Clear();  // A failed step.
   EXPECT_EQ(resolve(6, 1, 1, {}).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_FALSE(cache.step_id().has_value());
+}
+
+// One row's options that change now and then, as a server's would: a new
+// temperature, a ban lifted (min_tokens reached), penalty counts that grow.
+void EvolveOptions(std::mt19937& rng, v1::SamplingOptions* options) {
+  switch (std::uniform_int_distribution<int>(0, 9)(rng)) {
+    case 0:
+      options->set_temperature(options->temperature() + 0.25f);
+      break;
+    case 1:
+      options->clear_banned_token_ids();
+      break;
+    case 2:
+      options->add_output_token_ids(options->output_token_ids_size());
+      options->add_output_token_counts(1);
+      break;
+    case 3:
+      options->clear_output_token_ids();
+      options->clear_output_token_counts();
+      break;
+    default:
+      if (options->output_token_ids_size() > 0) {  // Counts grow every step.
+        options->add_output_token_ids(options->output_token_ids_size());
+        options->add_output_token_counts(1);
+      }
+  }
+}
+
+TEST(BlockTableCacheTest, RandomizedUnchangedSamplingResolvesToTheOptionsSent) {
+  std::mt19937 rng(2719);
+  auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  BlockTableCache cache;
+  cache.Reset(1 << 20);
+  std::map<int64_t, v1::SamplingOptions> truth;
+  std::map<int64_t, std::string> kept;  // What the worker keeps, by the rule.
+  int64_t sent_step = -10, step_id = 0, next_seq = 1;
+  int unchanged_rows = 0;
+  for (int iteration = 0; iteration < 200; ++iteration) {
+    step_id += uniform(0, 9) == 0 ? 2 : 1;
+    while (truth.size() < 8) {
+      v1::SamplingOptions& options = truth[next_seq++];
+      options.set_seed(static_cast<uint64_t>(next_seq));
+      options.add_banned_token_ids(2);
+    }
+    if (uniform(0, 4) == 0) truth.erase(truth.begin());  // Finished.
+    google::protobuf::Arena arena;
+    v1::StepPlan heap_plan;
+    v1::StepPlan& plan = iteration % 2 == 0
+                             ? heap_plan
+                             : *google::protobuf::Arena::CreateMessage<v1::StepPlan>(&arena);
+    plan.set_step_id(step_id);
+    std::map<int64_t, std::string> in_plan;
+    for (auto& [seq_id, options] : truth) {
+      if (uniform(0, 5) == 0) continue;  // Sits out.
+      EvolveOptions(rng, &options);
+      const std::string bytes = options.SerializeAsString();
+      v1::SequenceStep* row = AddRow(&plan, seq_id, 0, {1});
+      auto it = kept.find(seq_id);
+      if (sent_step == step_id - 1 && it != kept.end() && it->second == bytes) {
+        row->set_sampling_unchanged(true);
+        ++unchanged_rows;
+      } else {
+        *row->mutable_sampling() = options;
+      }
+      if (options.output_token_ids_size() == 0) in_plan[seq_id] = bytes;
+    }
+    ASSERT_TRUE(cache.Resolve(&plan).ok()) << "step " << step_id;
+    for (const v1::SequenceStep& row : plan.sequences()) {
+      EXPECT_FALSE(row.sampling_unchanged());
+      EXPECT_EQ(row.sampling().SerializeAsString(), truth[row.seq_id()].SerializeAsString())
+          << "step " << step_id << ", sequence " << row.seq_id();
+    }
+    if (uniform(0, 14) == 0) {  // The step failed: the worker drops every row.
+      cache.Clear();
+      sent_step = -10;
+      continue;
+    }
+    cache.Commit();
+    kept = std::move(in_plan);
+    sent_step = step_id;
+    for (const auto& [seq_id, bytes] : kept) {
+      ASSERT_NE(cache.FindSampling(seq_id), nullptr);
+      EXPECT_EQ(cache.FindSampling(seq_id)->SerializeAsString(), bytes);
+    }
+  }
+  EXPECT_GT(unchanged_rows, 300);
+}
+
+TEST(BlockTableCacheTest, RefusesUnchangedSamplingTheRuleDoesNotAllow) {
+  BlockTableCache cache;
+  cache.Reset(/*max_table_blocks=*/8);
+  v1::StepPlan first;
+  first.set_step_id(5);
+  AddRow(&first, 1, 0, {1})->mutable_sampling()->set_temperature(0.5f);
+  AddRow(&first, 2, 0, {2})->mutable_sampling()->add_output_token_ids(9);  // Not kept.
+  ASSERT_TRUE(cache.Resolve(&first).ok());
+  cache.Commit();
+  ASSERT_NE(cache.FindSampling(1), nullptr);
+  EXPECT_EQ(cache.FindSampling(2), nullptr);
+
+  auto resolve = [&](int64_t step_id, std::vector<int64_t> seq_ids, bool with_options) {
+    v1::StepPlan plan;
+    plan.set_step_id(step_id);
+    for (int64_t seq_id : seq_ids) {
+      v1::SequenceStep* row = AddRow(&plan, seq_id, 0, {1});
+      row->set_sampling_unchanged(true);
+      if (with_options) row->mutable_sampling()->set_temperature(0.5f);
+    }
+    return cache.Resolve(&plan);
+  };
+  const absl::Status not_chained = resolve(7, {1}, false);
+  EXPECT_EQ(not_chained.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(not_chained.message().find("sequence 1"), std::string::npos) << not_chained;
+  EXPECT_EQ(resolve(6, {3}, false).code(), absl::StatusCode::kInvalidArgument);  // Not in 5.
+  EXPECT_EQ(resolve(6, {2}, false).code(), absl::StatusCode::kInvalidArgument);  // Not kept.
+  EXPECT_EQ(resolve(6, {1}, true).code(), absl::StatusCode::kInvalidArgument);   // Given too.
+  EXPECT_EQ(resolve(6, {1, 1}, false).code(),
+            absl::StatusCode::kInvalidArgument);  // Twice: the options are the first row's.
+  cache.Clear();  // The refusals leave nothing, as a refused step's server expects.
+  EXPECT_EQ(resolve(6, {1}, false).code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -128,6 +128,21 @@ TEST(FlattenStepPlanTest, RefusesPositionsPastTheRotaryTable) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST(FlattenStepPlanTest, RefusesRowDeltasTheServiceDidNotResolve) {
+  const BatchLimits limits{.vocab_size = 10, .block_size = 4, .num_gpu_blocks = 10};
+  StepPlan table;
+  AddStep(table, 4, {1}, 0, {0}, true);
+  table.mutable_sequences(0)->set_block_table_start(1);
+  StepPlan sampling;
+  AddStep(sampling, 5, {1}, 0, {0}, true);
+  sampling.mutable_sequences(0)->set_sampling_unchanged(true);
+  for (const StepPlan* plan : {&table, &sampling}) {
+    auto refused = FlattenStepPlan(*plan, limits);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(refused.status().message(), ::testing::HasSubstr("not resolved"));
+  }
+}
+
 TEST(FlattenStepPlanTest, ChecksAndCarriesTokenMasks) {
   auto mask_of = [](std::vector<uint32_t> words) {
     return std::string(reinterpret_cast<const char*>(words.data()), words.size() * 4);

@@ -159,12 +159,13 @@ grpc::Status WorkerService::ExecuteStep(grpc::ServerContext* context, const v1::
   // The masks a plan promises come by SendStepMasks, before the call's
   // deadline (the server's step deadline).
   const absl::Time deadline = absl::FromChrono(context->deadline());
-  // gRPC hands the plan over const: one with block-table deltas is resolved
-  // in a copy (the step channel, spawned workers' path, resolves in place).
+  // gRPC hands the plan over const: one with row deltas (block tables,
+  // unchanged sampling options) is resolved in a copy (the step channel,
+  // spawned workers' path, resolves in place).
   v1::StepPlan resolved;
   const v1::StepPlan* run = plan;
   absl::Status tables;
-  if (HasBlockTableDeltas(*plan)) {
+  if (HasRowDeltas(*plan)) {
     resolved = *plan;
     run = &resolved;
     tables = ResolveBlockTables(&resolved);

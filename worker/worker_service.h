@@ -114,7 +114,8 @@ class WorkerService final : public pagoda::worker::v1::Worker::Service {
   // the credential. Nothing cancels its collectives: a group that failed is
   // restarted whole, and stopping aborts them (AbortCollectives).
   // `wait_for_masks` reads the masks that follow the plan on that channel.
-  // `plan`'s block-table deltas are resolved in place (BlockTableCache).
+  // `plan`'s row deltas (block tables, unchanged sampling options) are
+  // resolved in place (BlockTableCache).
   absl::StatusOr<pagoda::worker::v1::StepResult> ExecuteLocalStep(
       pagoda::worker::v1::StepPlan* plan, const StepMaskWait& wait_for_masks);
 

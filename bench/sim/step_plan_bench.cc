@@ -1,22 +1,31 @@
 // The step plan's host work per decode step with long contexts (issue 47):
 // the server's build and serialization of the plan, and a worker's parse and
 // block-table resolution, at 256 and 1,024 sequences of 1,024-token prompts
-// (64 blocks of 16 each). Arg 1: 0 = whole block tables, the worker parsing
-// into a heap message (as before block-table deltas); 1 = deltas, the worker
+// (64 blocks of 16 each), each sampling with temperature, top-p, top-k and
+// its own seed. Arg 1: 0 = whole block tables, the worker parsing into a
+// heap message (as before block-table deltas); 1 = deltas, the worker
 // parsing into a heap message and resolving them (gRPC's path); 2 = deltas,
-// parsed into an arena (the step channel's path). The scheduling and output
-// processing around them are the same in all and timed apart. Counters:
-// server_us and worker_us per step, plan_bytes per step.
+// parsed into an arena (the step channel's path); 3 = as 2, and rows whose
+// sampling options are unchanged leave them out (sampling_unchanged). The
+// scheduling and output processing around them are the same in all and
+// timed apart. Counters: server_us and worker_us per step, plan_bytes per
+// step. BM_RequestLookup: what Engine::StreamDeltas' lookup of each delta's
+// request by its id costs a step (a hash of a "req-N-<16 hex>" string per
+// delta), against a slot number with a generation check (issue 47's
+// proposal, not built): the most such a change could save.
 #include <chrono>
+#include <cstdio>
 #include <memory>
 #include <numeric>
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "benchmark/benchmark.h"
 #include "google/protobuf/arena.h"
 #include "scheduler/engine/block_table_deltas.h"
 #include "scheduler/engine/output_processor.h"
+#include "scheduler/engine/sampling_deltas.h"
 #include "scheduler/engine/scheduler.h"
 #include "scheduler/engine/step_plan.h"
 #include "worker/block_table_cache.h"
@@ -35,6 +44,7 @@ double MicrosSince(std::chrono::steady_clock::time_point start) {
 void BM_StepPlanWire(benchmark::State& state) {
   const int num_seqs = static_cast<int>(state.range(0));
   const bool use_deltas = state.range(1) != 0;
+  const bool omit_unchanged_sampling = state.range(1) == 3;
   SchedulerConfig config;
   config.block_size = kPlanBlockSize;
   config.num_gpu_blocks = num_seqs * (kPromptTokens + 4096) / kPlanBlockSize + 16;
@@ -49,11 +59,17 @@ void BM_StepPlanWire(benchmark::State& state) {
   for (int i = 0; i < num_seqs; ++i) {
     std::vector<int32_t> prompt(kPromptTokens);
     std::iota(prompt.begin(), prompt.end(), i);
+    SamplingOptions sampling;
+    sampling.temperature = 0.7f;
+    sampling.top_p = 0.9f;
+    sampling.top_k = 40;
+    sampling.seed = 1000 + i;
     scheduler.AddSequenceGroup(std::make_unique<SequenceGroup>(
-        "r" + std::to_string(i), std::move(prompt), i, SamplingOptions{}, stopping,
+        "r" + std::to_string(i), std::move(prompt), i, sampling, stopping,
         absl::UnixEpoch() + absl::Milliseconds(i)));
   }
   BlockTableDeltas deltas;
+  SamplingDeltas sampling_deltas;
   worker::BlockTableCache worker_tables;
   worker_tables.Reset(config.num_gpu_blocks);
   double server_us = 0, worker_us = 0, bytes = 0;
@@ -65,7 +81,8 @@ void BM_StepPlanWire(benchmark::State& state) {
     google::protobuf::Arena arena(StepArenaOptions());
     auto* plan = google::protobuf::Arena::CreateMessage<worker::v1::StepPlan>(&arena);
     BuildStepPlanInto(step_id++, output, scheduler.block_manager(), {}, plan,
-                      use_deltas ? &deltas : nullptr);
+                      use_deltas ? &deltas : nullptr,
+                      omit_unchanged_sampling ? &sampling_deltas : nullptr);
     wire.clear();
     plan->SerializeToString(&wire);
     server_us += MicrosSince(start);
@@ -74,7 +91,7 @@ void BM_StepPlanWire(benchmark::State& state) {
     google::protobuf::Arena worker_arena(StepArenaOptions());
     worker::v1::StepPlan heap_plan;
     worker::v1::StepPlan& received =
-        state.range(1) == 2
+        state.range(1) >= 2
             ? *google::protobuf::Arena::CreateMessage<worker::v1::StepPlan>(&worker_arena)
             : heap_plan;
     received.ParseFromString(wire);
@@ -99,8 +116,46 @@ void BM_StepPlanWire(benchmark::State& state) {
   state.counters["worker_us"] = worker_us / steps;
   state.counters["plan_bytes"] = bytes / steps;
 }
+struct LookupState {
+  int64_t generated = 0;
+  uint32_t generation = 0;
+};
+
+void BM_RequestLookup(benchmark::State& state) {
+  const int num_requests = static_cast<int>(state.range(0));
+  const bool by_slot = state.range(1) != 0;
+  absl::flat_hash_map<std::string, std::unique_ptr<LookupState>> by_id;
+  std::vector<std::unique_ptr<LookupState>> slots;
+  std::vector<std::string> ids;
+  for (int i = 0; i < num_requests; ++i) {
+    char id[48];
+    std::snprintf(id, sizeof(id), "req-%d-%016llx", i,
+                  static_cast<unsigned long long>(0x9e3779b97f4a7c15ull * (i + 1)));
+    ids.push_back(id);
+    by_id[id] = std::make_unique<LookupState>();
+    slots.push_back(std::make_unique<LookupState>());
+  }
+  for (auto _ : state) {
+    for (int i = 0; i < num_requests; ++i) {
+      LookupState* found = nullptr;
+      if (by_slot) {
+        LookupState* slot = slots[i].get();
+        if (slot->generation == 0) found = slot;  // A stale generation: dropped.
+      } else {
+        auto it = by_id.find(ids[i]);
+        if (it != by_id.end()) found = it->second.get();
+      }
+      if (found != nullptr) ++found->generated;
+    }
+    benchmark::ClobberMemory();
+  }
+}
+BENCHMARK(BM_RequestLookup)
+    ->ArgsProduct({{256, 1024}, {0, 1}})
+    ->Unit(benchmark::kMicrosecond);
+
 BENCHMARK(BM_StepPlanWire)
-    ->ArgsProduct({{256, 1024}, {0, 1, 2}})
+    ->ArgsProduct({{256, 1024}, {0, 1, 2, 3}})
     ->Iterations(300)
     ->Unit(benchmark::kMicrosecond);
 

@@ -3,7 +3,9 @@
 // the last block, swap-in remapping, recompute with a prefix-cache hit,
 // forks, speculative rollback, sequences that sit out, finished ones, step
 // ids that skip, failures) are sent as deltas and resolved the way a worker
-// must resolve them; every resolved table must be the whole one.
+// must resolve them; every resolved table must be the whole one. The same
+// for SamplingDeltas: a row leaves its options out exactly when the worker
+// keeps identical ones from the step before.
 
 #include "scheduler/engine/block_table_deltas.h"
 
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "scheduler/engine/sampling_deltas.h"
 
 namespace pagoda::scheduler {
 namespace {
@@ -129,6 +132,114 @@ TEST(BlockTableDeltasTest, OnlyTheStepAfterTheLastPlanExtendsIt) {
   EXPECT_EQ(deltas.StartFor(1, {4, 8, 6, 9}), 0);  // After a failure: whole.
   deltas.BeginPlan(13);
   EXPECT_EQ(deltas.StartFor(1, {4, 8}), 2);  // Rollback: no entries.
+}
+
+// One random change of a row's options between steps, as a server's would.
+void ChangeOptions(std::mt19937& rng, pagoda::worker::v1::SamplingOptions* options) {
+  switch (std::uniform_int_distribution<int>(0, 11)(rng)) {
+    case 0:  // min_tokens reached: the EOS ban is lifted.
+      options->clear_banned_token_ids();
+      break;
+    case 1:  // A multi-token bad word's prefix: a ban for this step.
+      options->add_banned_token_ids(7);
+      break;
+    case 2:  // Penalties: counts that grow from now on.
+      options->add_output_token_ids(1);
+      options->add_output_token_counts(1);
+      break;
+    case 3:  // -0 is not 0 to the bytes: sent, never wrongly left out.
+      options->set_min_p(options->min_p() == 0.0f ? -0.0f : 0.0f);
+      break;
+    case 4:  // A beam's processed logprobs.
+      options->set_processed_logprobs(!options->processed_logprobs());
+      break;
+    case 5:  // A recompute's prompt chunk: no logits processing.
+      options->clear_output_token_ids();
+      options->clear_output_token_counts();
+      break;
+    default:
+      if (options->output_token_ids_size() > 0) {
+        options->add_output_token_ids(options->output_token_ids_size() + 1);
+        options->add_output_token_counts(1);
+      }
+  }
+}
+
+// Every field of SamplingOptions, changed alone, makes options differ.
+TEST(BlockTableDeltasTest, SameSamplingOptionsComparesEveryField) {
+  using google::protobuf::FieldDescriptor;
+  const pagoda::worker::v1::SamplingOptions base;
+  const auto* descriptor = pagoda::worker::v1::SamplingOptions::descriptor();
+  const auto* reflection = pagoda::worker::v1::SamplingOptions::GetReflection();
+  for (int i = 0; i < descriptor->field_count(); ++i) {
+    const FieldDescriptor* field = descriptor->field(i);
+    pagoda::worker::v1::SamplingOptions changed;
+    switch (field->cpp_type()) {
+      case FieldDescriptor::CPPTYPE_FLOAT:
+        field->is_repeated() ? reflection->AddFloat(&changed, field, -0.0f)
+                             : reflection->SetFloat(&changed, field, -0.0f);
+        break;
+      case FieldDescriptor::CPPTYPE_INT32:
+        field->is_repeated() ? reflection->AddInt32(&changed, field, 3)
+                             : reflection->SetInt32(&changed, field, 3);
+        break;
+      case FieldDescriptor::CPPTYPE_UINT64:
+        reflection->SetUInt64(&changed, field, 3);
+        break;
+      case FieldDescriptor::CPPTYPE_BOOL:
+        reflection->SetBool(&changed, field, true);
+        break;
+      case FieldDescriptor::CPPTYPE_STRING:
+        reflection->SetString(&changed, field, "x");
+        break;
+      default:
+        FAIL() << field->name() << ": a field type this test does not change";
+    }
+    EXPECT_FALSE(SameSamplingOptions(base, changed)) << field->name();
+    EXPECT_TRUE(SameSamplingOptions(changed, changed)) << field->name();
+  }
+  SamplingDeltas deltas;  // Its constructor checks the field count.
+}
+
+TEST(BlockTableDeltasTest, RandomizedSamplingLeftOutExactlyWhenTheWorkerKeepsIt) {
+  std::mt19937 rng(4747);
+  auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  SamplingDeltas deltas;
+  std::map<int64_t, std::string> kept;  // The worker's: its last step's options.
+  int64_t kept_step = -100, step_id = 0, next_seq = 1;
+  std::map<int64_t, pagoda::worker::v1::SamplingOptions> live;
+  int unchanged_rows = 0;
+  for (int iteration = 0; iteration < 300; ++iteration) {
+    step_id += uniform(0, 9) == 0 ? 2 : 1;
+    if (uniform(0, 19) == 0) {  // A failed step, a worker restart.
+      deltas.Reset();
+      kept.clear();
+    }
+    while (live.size() < 10) {
+      pagoda::worker::v1::SamplingOptions& options = live[next_seq++];
+      options.set_temperature(0.5f);
+      options.set_seed(static_cast<uint64_t>(next_seq));
+      options.add_banned_token_ids(2);
+    }
+    if (uniform(0, 3) == 0) live[next_seq++] = live.begin()->second;  // A fork.
+    if (uniform(0, 3) == 0) live.erase(live.begin());                 // Finished.
+    std::map<int64_t, std::string> ran;
+    deltas.BeginPlan(step_id);
+    for (auto& [seq_id, options] : live) {
+      if (uniform(0, 5) == 0) continue;  // Sits out.
+      ChangeOptions(rng, &options);
+      const std::string bytes = options.SerializeAsString();
+      auto it = kept.find(seq_id);
+      const bool repeatable = kept_step == step_id - 1 && it != kept.end() && it->second == bytes;
+      EXPECT_EQ(deltas.Unchanged(seq_id, options), repeatable)
+          << "step " << step_id << " seq " << seq_id;
+      unchanged_rows += repeatable;
+      if (options.output_token_ids_size() == 0) ran[seq_id] = bytes;
+    }
+    kept = std::move(ran);
+    kept_step = step_id;
+  }
+  EXPECT_GT(unchanged_rows, 500);
 }
 
 }  // namespace

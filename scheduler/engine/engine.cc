@@ -341,7 +341,7 @@ const pagoda::worker::v1::StepPlan& Engine::BuildPlan(const SchedulerOutput& out
                                                       google::protobuf::Arena* arena) {
   auto* plan = google::protobuf::Arena::CreateMessage<pagoda::worker::v1::StepPlan>(arena);
   BuildStepPlanInto(next_step_id_++, output, scheduler_->block_manager(), config_.eos_token_ids,
-                    plan, &table_deltas_);
+                    plan, &table_deltas_, &sampling_deltas_);
   if (speculator_ != nullptr) speculator_->AttachDrafts(output, *plan);
   if (lora_ != nullptr) lora_->AttachSlots(output, *plan);
   return *plan;
@@ -375,6 +375,7 @@ absl::StatusOr<Engine::ExecutedStep> Engine::ExecutePlan(const pagoda::worker::v
 
 void Engine::HandleStepFailure(int64_t step_id, const absl::Status& status) {
   table_deltas_.Reset();  // The workers dropped their tables with the step.
+  sampling_deltas_.Reset();
   if (!workers_->Healthy() || absl::IsUnavailable(status)) {
     LOG(ERROR) << "step " << step_id << ": workers failed: " << status;
     if (!RecoverWorkers()) FailForGood(status);  // engine_recovery.cc

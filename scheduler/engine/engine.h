@@ -23,6 +23,7 @@
 #include "absl/time/time.h"
 #include "google/protobuf/arena.h"
 #include "scheduler/engine/block_table_deltas.h"
+#include "scheduler/engine/sampling_deltas.h"
 #include "scheduler/engine/engine_stats.h"
 #include "scheduler/engine/kv_slot_usage.h"
 #include "scheduler/engine/lora_step.h"
@@ -274,9 +275,11 @@ class Engine {
   absl::flat_hash_map<std::string, std::unique_ptr<RequestState>> requests_;
   int64_t next_seq_id_ = 0;
   int64_t next_step_id_ = 0;
-  // The tables the last plan sent, which the next plan's rows extend; reset
-  // after any failed or abandoned step and any worker restart.
+  // The tables and sampling options the last plan sent, which the next
+  // plan's rows extend or repeat; reset after any failed or abandoned step
+  // and any worker restart.
   BlockTableDeltas table_deltas_;
+  SamplingDeltas sampling_deltas_;
   // When the KV slot usage was last computed: it walks every block table, so
   // it is refreshed at most every kKvUsageRefresh rather than every step.
   absl::Time kv_usage_time_ = absl::InfinitePast();

@@ -42,7 +42,8 @@ bool Engine::StepOverlapped() {
   step->clock = clock;
   step->plan = google::protobuf::Arena::CreateMessage<pagoda::worker::v1::StepPlan>(&step->arena);
   BuildStepPlanInto(next_step_id_++, step->output, scheduler_->block_manager(),
-                    config_.eos_token_ids, step->plan, &table_deltas_);
+                    config_.eos_token_ids, step->plan, &table_deltas_,
+                    &sampling_deltas_);
   MarkPlaceholders(step->output, step->plan);
   if (lora_ != nullptr) lora_->AttachSlots(step->output, *step->plan);
   StepMaskSource masks;
@@ -110,6 +111,7 @@ bool Engine::FinishOldestStep() {
 
 void Engine::AbandonStepsInFlight() {
   table_deltas_.Reset();  // What the workers hold is unknown now.
+  sampling_deltas_.Reset();
   if (!HasStepsInFlight()) return;
   // A step whose masks wait for a failed one would never go out whole.
   pipeline_->AbandonPendingMasks();

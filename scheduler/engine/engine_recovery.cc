@@ -25,6 +25,7 @@ bool Engine::RecoverWorkers() {
   const absl::Time start = absl::Now();
   const int resumed = scheduler_->RequeueAllForRecompute();
   table_deltas_.Reset();  // A restarted worker knows no step: whole tables.
+  sampling_deltas_.Reset();
   LOG(WARNING) << "workers failed; restarting them and resuming " << resumed
                << " requests by recomputation";
   // The new workers' LoRA slots are empty; no load may run beside Recover.

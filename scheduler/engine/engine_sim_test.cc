@@ -69,9 +69,15 @@ class FakeWorker {
     wv1::StepResult result;
     result.set_step_id(plan.step_id());
     std::map<int64_t, std::vector<int32_t>> tables;
+    std::map<int64_t, std::string> sampling;
+    resolved_sampling_.clear();
     for (const wv1::SequenceStep& step : plan.sequences()) {
       absl::StatusOr<std::vector<int32_t>> resolved = ResolveTable(plan.step_id(), step);
       if (!resolved.ok()) return resolved.status();
+      absl::StatusOr<std::string> options = ResolveSampling(plan.step_id(), step);
+      if (!options.ok()) return options.status();
+      resolved_sampling_.push_back(*options);
+      if (step.sampling().output_token_ids_size() == 0) sampling[step.seq_id()] = *options;
       const std::vector<int32_t>& table = tables[step.seq_id()] = *std::move(resolved);
       const int end = step.start_position() + step.token_ids_size();
       if (static_cast<int>(table.size()) * block_size_ < end) return Bad("table too short");
@@ -93,14 +99,21 @@ class FakeWorker {
       token->set_logprob(-0.25f);
     }
     tables_ = std::move(tables);
+    sampling_ = std::move(sampling);
     tables_step_ = plan.step_id();
     return result;
   }
 
-  // A failed step: the worker keeps no tables (block-table deltas).
-  void ForgetTables() { tables_.clear(); }
+  // A failed step: the worker keeps no tables or options (row deltas).
+  void ForgetTables() {
+    tables_.clear();
+    sampling_.clear();
+  }
 
   int64_t delta_rows() const { return delta_rows_; }
+  int64_t unchanged_sampling_rows() const { return unchanged_sampling_rows_; }
+  // The serialized options of each row of the last plan, as resolved.
+  const std::vector<std::string>& resolved_sampling() const { return resolved_sampling_; }
 
  private:
   // The whole table of `step` by the block-table delta rule of
@@ -122,6 +135,18 @@ class FakeWorker {
     return table;
   }
 
+  // The serialized sampling options of `step` by the rule of
+  // SequenceStep.sampling_unchanged, against the options of the last step.
+  absl::StatusOr<std::string> ResolveSampling(int64_t step_id, const wv1::SequenceStep& step) {
+    if (!step.sampling_unchanged()) return step.sampling().SerializeAsString();
+    auto kept = sampling_.find(step.seq_id());
+    if (tables_step_ != step_id - 1 || kept == sampling_.end() || step.has_sampling()) {
+      return Bad("sampling_unchanged without options to repeat");
+    }
+    ++unchanged_sampling_rows_;
+    return kept->second;
+  }
+
   static bool InRange(const std::vector<std::vector<int32_t>>& pool, int block) {
     return block >= 0 && block < static_cast<int>(pool.size());
   }
@@ -136,8 +161,11 @@ class FakeWorker {
   std::vector<std::vector<int32_t>> gpu_;
   std::vector<std::vector<int32_t>> cpu_;
   std::map<int64_t, std::vector<int32_t>> tables_;  // Of step tables_step_.
+  std::map<int64_t, std::string> sampling_;  // Of step tables_step_.
   int64_t tables_step_ = -2;
   int64_t delta_rows_ = 0;
+  int64_t unchanged_sampling_rows_ = 0;
+  std::vector<std::string> resolved_sampling_;
 };
 
 struct SimRequest {
@@ -161,6 +189,7 @@ struct SimResult {
   int free_cpu_at_end = 0;
   size_t tables_at_end = 0;
   int64_t delta_rows = 0;  // Rows whose block table was a delta.
+  int64_t unchanged_sampling_rows = 0;  // Rows that left their options out.
 };
 
 // What every step must satisfy: each entry continues its sequence where its
@@ -221,6 +250,7 @@ SimResult RunEngine(const SchedulerConfig& config, const std::vector<SimRequest>
   Scheduler scheduler(config);
   FakeWorker worker(config.block_size, config.num_gpu_blocks, config.num_cpu_blocks);
   BlockTableDeltas table_deltas;
+  SamplingDeltas sampling_deltas;
   OutputProcessor processor(eos_token_ids, config.max_model_len, &scheduler);
   std::map<std::string, SequenceGroup*> live;
   std::map<int64_t, SequenceStatus> last_status;
@@ -277,10 +307,13 @@ SimResult RunEngine(const SchedulerConfig& config, const std::vector<SimRequest>
     // 13th step fails for the tables, as a failed step would.
     if (step % 13 == 12) {
       table_deltas.Reset();
+      sampling_deltas.Reset();
       worker.ForgetTables();
     }
     wv1::StepPlan plan;
-    BuildStepPlanInto(step, output, scheduler.block_manager(), {}, &plan, &table_deltas);
+    BuildStepPlanInto(step, output, scheduler.block_manager(), {}, &plan, &table_deltas,
+                      &sampling_deltas);
+    const wv1::StepPlan whole_plan = BuildStepPlan(step, output, scheduler.block_manager(), {});
     for (int i = 0; i < plan.sequences_size(); ++i) {
       const std::vector<int>& whole =
           scheduler.block_manager().GetBlockTable(plan.sequences(i).seq_id());
@@ -291,6 +324,10 @@ SimResult RunEngine(const SchedulerConfig& config, const std::vector<SimRequest>
     absl::StatusOr<wv1::StepResult> result = worker.Execute(plan);
     EXPECT_TRUE(result.ok()) << result.status() << " at step " << step;
     if (!result.ok()) return sim;
+    for (int i = 0; i < plan.sequences_size(); ++i) {  // The options the plan stood for.
+      EXPECT_EQ(worker.resolved_sampling()[i], whole_plan.sequences(i).sampling().SerializeAsString())
+          << "sequence " << plan.sequences(i).seq_id() << " at step " << step;
+    }
     absl::StatusOr<std::vector<GeneratedToken>> sampled = ExtractSampledTokens(*result, output);
     EXPECT_TRUE(sampled.ok()) << sampled.status();
     if (!sampled.ok()) return sim;
@@ -304,6 +341,7 @@ SimResult RunEngine(const SchedulerConfig& config, const std::vector<SimRequest>
   sim.free_cpu_at_end = scheduler.block_manager().num_free_cpu_blocks();
   sim.tables_at_end = scheduler.block_manager().block_tables().size();
   sim.delta_rows = worker.delta_rows();
+  sim.unchanged_sampling_rows = worker.unchanged_sampling_rows();
   return sim;
 }
 
@@ -376,6 +414,7 @@ TEST_P(EngineSimTest, EveryRequestMatchesItsSoloRunDespitePreemption) {
   EXPECT_EQ(crowded.free_cpu_at_end, 20);
   EXPECT_EQ(crowded.tables_at_end, 0u);
   EXPECT_GT(crowded.delta_rows, 0);
+  EXPECT_GT(crowded.unchanged_sampling_rows, 0);
   if (param.mode != PreemptionMode::kSwap) {
     EXPECT_GT(crowded.recompute_preemptions, 0);
   }

@@ -107,6 +107,27 @@ void SetPromptLogprobTargets(const ScheduledSequence& entry, wv1::SequenceStep* 
   step->set_num_prompt_top_logprobs(group.sampling().num_prompt_logprobs);
 }
 
+// The draw's options of `seq`'s row: the group's, with the sequence's own
+// seed; beam search draws nothing.
+void SetStepDrawOptions(const SequenceGroup& group, const Sequence& seq,
+                        wv1::SamplingOptions* options) {
+  const SamplingOptions& sampling = group.sampling();
+  options->set_temperature(sampling.temperature);
+  options->set_top_k(sampling.top_k);
+  options->set_top_p(sampling.top_p);
+  options->set_seed(SeedForSequence(sampling.seed, seq.index_in_group()));
+  options->set_num_logprobs(sampling.num_logprobs);
+  if (sampling.use_beam_search) {
+    // Beams extend by their 2k most likely tokens; nothing is drawn. The
+    // logprobs are the processed logits' (as vLLM v0): a constrained
+    // beam's candidates are only tokens its grammar allows, and before
+    // min_tokens none is EOS.
+    options->set_temperature(0.0f);
+    options->set_num_logprobs(std::max(sampling.num_logprobs, 2 * sampling.best_of));
+    options->set_processed_logprobs(true);
+  }
+}
+
 GeneratedToken ToGeneratedToken(const wv1::PromptTokenLogprob& scored) {
   GeneratedToken token{scored.token_id(), scored.logprob(), {}};
   for (const wv1::TokenLogprob& top : scored.top()) {
@@ -150,10 +171,12 @@ wv1::StepPlan BuildStepPlan(int64_t step_id, const SchedulerOutput& output,
 
 void BuildStepPlanInto(int64_t step_id, const SchedulerOutput& output,
                        const BlockManager& block_manager, absl::Span<const int32_t> eos_token_ids,
-                       wv1::StepPlan* plan_out, BlockTableDeltas* table_deltas) {
+                       wv1::StepPlan* plan_out, BlockTableDeltas* table_deltas,
+                       SamplingDeltas* sampling_deltas) {
   wv1::StepPlan& plan = *plan_out;
   plan.set_step_id(step_id);
   if (table_deltas != nullptr) table_deltas->BeginPlan(step_id);
+  if (sampling_deltas != nullptr) sampling_deltas->BeginPlan(step_id);
   plan.mutable_sequences()->Reserve(static_cast<int>(output.scheduled.size()));
   for (const ScheduledSequence& entry : output.scheduled) {
     const Sequence& seq = *entry.seq;
@@ -170,22 +193,8 @@ void BuildStepPlanInto(int64_t step_id, const SchedulerOutput& output,
     if (table_start > 0) step->set_block_table_start(table_start);
     step->mutable_block_table()->Add(table.begin() + table_start, table.end());
     step->set_do_sample(entry.do_sample);
-    const SamplingOptions& sampling = entry.group->sampling();
     wv1::SamplingOptions* options = step->mutable_sampling();
-    options->set_temperature(sampling.temperature);
-    options->set_top_k(sampling.top_k);
-    options->set_top_p(sampling.top_p);
-    options->set_seed(SeedForSequence(sampling.seed, seq.index_in_group()));
-    options->set_num_logprobs(sampling.num_logprobs);
-    if (sampling.use_beam_search) {
-      // Beams extend by their 2k most likely tokens; nothing is drawn. The
-      // logprobs are the processed logits' (as vLLM v0): a constrained
-      // beam's candidates are only tokens its grammar allows, and before
-      // min_tokens none is EOS.
-      options->set_temperature(0.0f);
-      options->set_num_logprobs(std::max(sampling.num_logprobs, 2 * sampling.best_of));
-      options->set_processed_logprobs(true);
-    }
+    SetStepDrawOptions(*entry.group, seq, options);
     step->set_sample_index(seq.num_output_tokens());
     SetPromptLogprobTargets(entry, step);
     if (entry.do_sample) {
@@ -202,6 +211,10 @@ void BuildStepPlanInto(int64_t step_id, const SchedulerOutput& output,
         AddMinTokensBans(*entry.group, seq, eos_token_ids, options);
         step->set_token_mask_follows(true);
       }
+    }
+    if (sampling_deltas != nullptr && sampling_deltas->Unchanged(seq.seq_id(), *options)) {
+      step->clear_sampling();
+      step->set_sampling_unchanged(true);
     }
   }
   AddMoves(output.blocks_to_swap_in, plan.mutable_swap_in());

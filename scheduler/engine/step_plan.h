@@ -11,6 +11,7 @@
 #include "absl/types/span.h"
 #include "pagoda/worker/v1/worker.pb.h"
 #include "scheduler/engine/block_table_deltas.h"
+#include "scheduler/engine/sampling_deltas.h"
 #include "scheduler/engine/scheduler.h"
 #include "scheduler/kv/block_manager.h"
 
@@ -20,7 +21,8 @@ namespace pagoda::scheduler {
 // one SequenceStep per scheduled entry, in order (token ids
 // [start_position, start_position + num_tokens), the full block table
 // (BuildStepPlanInto may send a delta),
-// sampling options (the sequence's own seed, SeedForSequence; greedy with
+// sampling options (or sampling_unchanged, BuildStepPlanInto; the
+// sequence's own seed, SeedForSequence; greedy with
 // 2 x width top logprobs of the processed logits for beam search),
 // sample_index = tokens generated
 // so far), and the block moves to apply before the forward pass. Rows that
@@ -47,11 +49,14 @@ pagoda::worker::v1::StepPlan BuildStepPlan(int64_t step_id, const SchedulerOutpu
 // allocations (and frees) on the engine thread otherwise. With
 // `table_deltas`, each row's block table is sent as a delta against the
 // previous plan's (BlockTableDeltas; the workers must run the plans in
-// order), else whole.
+// order), else whole. With `sampling_deltas`, a row whose sampling options
+// are those the previous plan's row sent leaves them out
+// (sampling_unchanged; SamplingDeltas). Both are reset together.
 void BuildStepPlanInto(int64_t step_id, const SchedulerOutput& output,
                        const BlockManager& block_manager, absl::Span<const int32_t> eos_token_ids,
                        pagoda::worker::v1::StepPlan* plan,
-                       BlockTableDeltas* table_deltas = nullptr);
+                       BlockTableDeltas* table_deltas = nullptr,
+                       SamplingDeltas* sampling_deltas = nullptr);
 
 // The token masks `plan` promised (BuildStepPlan(plan.step_id(), output,
 // ...)): one row per SequenceStep with token_mask_follows, in plan order,

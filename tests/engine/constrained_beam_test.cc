@@ -152,7 +152,9 @@ using Outputs = std::map<int, std::vector<int32_t>>;
 // and the masks that came empty (a sequence that ended after the plan).
 // With `inline_masks`, the masks inside the plan, as the worker took them
 // before they followed it: each promised mask merged into its row's
-// sampling.token_mask before the plan goes out to the same workers.
+// sampling.token_mask before the plan goes out to the same workers (every
+// row's options whole then: the workers keep the merged ones, which a row
+// that repeats the server's, sampling_unchanged, no longer is).
 class MaskCountingGroup : public WorkerGroup {
  public:
   MaskCountingGroup(WorkerGroup* inner, bool inline_masks)
@@ -163,8 +165,14 @@ class MaskCountingGroup : public WorkerGroup {
   absl::Status InitCache(const wv1::InitCacheRequest& request) override {
     return inner_->InitCache(request);
   }
-  absl::StatusOr<wv1::StepResult> ExecuteStep(const wv1::StepPlan& plan,
+  absl::StatusOr<wv1::StepResult> ExecuteStep(const wv1::StepPlan& sent,
                                               const StepMaskSource& masks) override {
+    wv1::StepPlan whole;
+    if (inline_masks_) {
+      absl::Status resolved = WithWholeOptions(sent, &whole);
+      if (!resolved.ok()) return resolved;
+    }
+    const wv1::StepPlan& plan = inline_masks_ ? whole : sent;
     if (!PromisesTokenMasks(plan)) return inner_->ExecuteStep(plan, masks);
     for (const wv1::SequenceStep& step : plan.sequences()) {
       rows_ += step.token_mask_follows();
@@ -197,6 +205,29 @@ class MaskCountingGroup : public WorkerGroup {
   int mask_rows() const { return mask_rows_.load(); }
 
  private:
+  // `plan` with every row's options whole, by the rule of
+  // SequenceStep.sampling_unchanged against the last plan's.
+  absl::Status WithWholeOptions(const wv1::StepPlan& plan, wv1::StepPlan* whole) {
+    *whole = plan;
+    std::map<int64_t, wv1::SamplingOptions> options;
+    for (wv1::SequenceStep& step : *whole->mutable_sequences()) {
+      if (step.sampling_unchanged()) {
+        auto kept = last_options_.find(step.seq_id());
+        if (kept == last_options_.end() || last_step_ != plan.step_id() - 1) {
+          return absl::InvalidArgumentError("sampling_unchanged without options to repeat");
+        }
+        *step.mutable_sampling() = kept->second;
+        step.set_sampling_unchanged(false);
+      }
+      options[step.seq_id()] = step.sampling();
+    }
+    last_options_ = std::move(options);
+    last_step_ = plan.step_id();
+    return absl::OkStatus();
+  }
+
+  std::map<int64_t, wv1::SamplingOptions> last_options_;  // Of plan last_step_.
+  int64_t last_step_ = -2;
   WorkerGroup* inner_;
   const bool inline_masks_;
   std::atomic<int> rows_{0};

@@ -40,7 +40,7 @@ absl::StatusOr<pagoda::worker::v1::StepResult> InProcessWorkerGroup::ExecuteStep
   if (!Healthy() || runner_ == nullptr) return DeadWorker();
   pagoda::worker::v1::StepPlan resolved;
   const pagoda::worker::v1::StepPlan* run = &plan;
-  if (pagoda::worker::HasBlockTableDeltas(plan)) {
+  if (pagoda::worker::HasRowDeltas(plan)) {
     resolved = plan;
     run = &resolved;
     if (absl::Status tables = block_tables_.Resolve(&resolved); !tables.ok()) {

@@ -166,14 +166,19 @@ TEST_F(WorkerServiceTest, PrefillAndDecodeThroughTheProcessMatchInProcessRunner)
   int position = 0;
   std::vector<int> generated;
   for (int step = 0; step < 4; ++step) {
-    const v1::StepPlan plan = Step(step, 42, tokens, position, block_table);
-    // The process gets block-table deltas after the prefill (the step
-    // channel resolves them against its previous step); the runner whole.
+    v1::StepPlan plan = Step(step, 42, tokens, position, block_table);
+    plan.mutable_sequences(0)->mutable_sampling()->set_temperature(0.8f);  // Seeded draws.
+    plan.mutable_sequences(0)->mutable_sampling()->set_seed(9);
+    // The process gets block-table deltas and unchanged sampling options
+    // after the prefill (the step channel resolves them against its
+    // previous step); the runner the whole plan.
     v1::StepPlan sent = plan;
     if (step > 0) {
       sent.mutable_sequences(0)->set_block_table_start(1);
       sent.mutable_sequences(0)->mutable_block_table()->erase(
           sent.mutable_sequences(0)->mutable_block_table()->begin());
+      sent.mutable_sequences(0)->clear_sampling();
+      sent.mutable_sequences(0)->set_sampling_unchanged(true);
     }
     auto remote = (*group)->ExecuteStep(sent);
     ASSERT_TRUE(remote.ok()) << remote.status();
@@ -223,6 +228,20 @@ TEST_F(WorkerServiceTest, MalformedPlanIsInvalidArgumentAndWorkerKeepsServing) {
   EXPECT_EQ(group->ExecuteStep(delta(6, 1)).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(group->ExecuteStep(delta(7, 1)).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(group->ExecuteStep(Step(8, 1, {4}, 3, {0})).ok());
+  // So do unchanged sampling options, and never beside options given.
+  auto unchanged = [](int64_t step_id, bool with_options) {
+    v1::StepPlan plan = Step(step_id, 1, {4}, 3, {0});
+    if (!with_options) plan.mutable_sequences(0)->clear_sampling();
+    plan.mutable_sequences(0)->set_sampling_unchanged(true);
+    return plan;
+  };
+  auto repeated = group->ExecuteStep(unchanged(9, false));
+  ASSERT_TRUE(repeated.ok()) << repeated.status();
+  EXPECT_EQ(repeated->tokens(0).top_size(), 3);  // Step 8's num_logprobs.
+  EXPECT_EQ(group->ExecuteStep(unchanged(10, true)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(group->ExecuteStep(unchanged(11, false)).status().code(),
+            absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(group->Healthy());
 }
 
@@ -461,12 +480,16 @@ TEST_F(WorkerServiceTest, GrpcStepOfASpawnedWorkerMatchesItsStepChannel) {
   EXPECT_EQ(over_channel.result().tokens(0).token_id(), over_grpc.tokens(0).token_id());
   EXPECT_FLOAT_EQ(over_channel.result().tokens(0).logprob(), over_grpc.tokens(0).logprob());
 
-  // gRPC resolves block-table deltas too (in a copy of its const plan).
+  // gRPC resolves block-table deltas and unchanged options too (in a copy
+  // of its const plan).
   v1::StepPlan decode = Step(1, 7, {over_grpc.tokens(0).token_id()}, 3, {});
   decode.mutable_sequences(0)->set_block_table_start(1);
+  decode.mutable_sequences(0)->clear_sampling();
+  decode.mutable_sequences(0)->set_sampling_unchanged(true);
   v1::StepResult decoded;
   ASSERT_TRUE(call(&v1::Worker::Stub::ExecuteStep, decode, &decoded).ok());
-  EXPECT_EQ(decoded.tokens_size(), 1);
+  ASSERT_EQ(decoded.tokens_size(), 1);
+  EXPECT_EQ(decoded.tokens(0).top_size(), 3);  // The prefill's num_logprobs.
   decode.set_step_id(3);  // Step 2 never ran here: refused.
   EXPECT_EQ(call(&v1::Worker::Stub::ExecuteStep, decode, &decoded).error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
