@@ -17,10 +17,20 @@
 # RTLD_DEEPBIND that text/sentencepiece_adapter.cc needs, so those cases are
 # filtered out below, by name, with that reason.
 #   ASAN_BUILD_DIR=build-asan TSAN_BUILD_DIR=build-tsan JOBS=2 PAGODA_FUZZ_SECONDS=20
+#
+# A second argument, `build`, stops after the build: the test command builds
+# both modes that way in the background while its main suite runs (mostly
+# waiting on server and worker processes), then runs each mode in full, whose
+# build is then up to date.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-mode=${1:?usage: scripts/sanitizer_tests.sh asan|tsan}
+mode=${1:?usage: scripts/sanitizer_tests.sh asan|tsan [build]}
+phase=${2:-all}
+if [ "$phase" != all ] && [ "$phase" != build ]; then
+  echo "unknown phase $phase (build, or none for build and tests)" >&2
+  exit 2
+fi
 JOBS=${JOBS:-$(nproc)}
 # 15 s each keeps the whole test command inside its 30 minutes on 2 cores
 # (CI: 1,759 s with 30 s each, 1,631 s with 20 s, before this wave's
@@ -97,6 +107,7 @@ if [ "$fuzzers" = ON ]; then
 fi
 cmake --build "$build_dir" -j "$JOBS" --target "${targets[@]}"
 echo "== ${mode}: built in ${SECONDS} s"
+[ "$phase" = build ] && exit 0
 
 # Every report, from a test or from a server or worker process it started
 # (which a test that survives worker restarts would not notice), goes to a
