@@ -105,8 +105,11 @@ int Engine::NumQueuedLocked() const {
   // snapshot count as waiting until the next one: inbox_ plus
   // snapshot_.num_waiting would miss them for a whole step, letting a burst
   // run past the limit and making the reported queue dip.
-  return std::max(0, static_cast<int>(in_flight_ids_.size()) - snapshot_.num_running -
-                         snapshot_.num_swapped);
+  return std::max(0, NumInFlightLocked() - snapshot_.num_running - snapshot_.num_swapped);
+}
+
+int Engine::NumInFlightLocked() const {
+  return static_cast<int>(in_flight_ids_.size()) + num_finishing_;
 }
 
 void Engine::AbortRequest(const std::string& request_id, const RequestSink* sink,
@@ -128,7 +131,9 @@ void Engine::StopAccepting() {
 
 bool Engine::WaitUntilIdle(absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
-  auto idle = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return in_flight_ids_.empty(); };
+  auto idle = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return in_flight_ids_.empty() && num_finishing_ == 0;
+  };
   return mu_.AwaitWithTimeout(absl::Condition(&idle), timeout);
 }
 
@@ -159,7 +164,7 @@ EngineSnapshot Engine::snapshot() const {
   absl::MutexLock lock(&mu_);
   EngineSnapshot copy = snapshot_;
   copy.healthy = healthy_ && workers_->Healthy();
-  copy.num_in_flight = static_cast<int>(in_flight_ids_.size());
+  copy.num_in_flight = NumInFlightLocked();
   copy.num_waiting = NumQueuedLocked();
   return copy;
 }
@@ -479,10 +484,18 @@ void Engine::FinishRequest(const std::string& request_id, const absl::Status& st
   // Metrics first: a client that has its final response must find the
   // request counted (the response can reach it before the next line runs).
   if (observer_ != nullptr) observer_->OnRequestFinished(state->record);
+  {
+    // The id is free before the final response goes out, as in vLLM (its
+    // output processor drops a finished request's state before yielding its
+    // last output): a client may reuse it as soon as it has that response.
+    // The request still counts as in flight (num_finishing_) until the next
+    // snapshot, so that a waiter who sees the engine idle also sees the
+    // blocks it freed.
+    absl::MutexLock lock(&mu_);
+    in_flight_ids_.erase(request_id);
+    ++num_finishing_;
+  }
   state->sink->OnFinish(status);
-  // Leaves in_flight_ids_ with the next snapshot, so that a waiter who sees
-  // the engine idle also sees the blocks it freed.
-  finished_ids_.push_back(request_id);
 }
 
 void Engine::FailAll(const absl::Status& status, bool include_queued) {
@@ -578,9 +591,8 @@ void Engine::PublishSnapshot(const StepRecord* step) {
     snapshot_ = totals_;
     snapshot_.accepting = accepting;
     snapshot_.healthy = healthy_;
-    for (const std::string& id : finished_ids_) in_flight_ids_.erase(id);
+    num_finishing_ = 0;
   }
-  finished_ids_.clear();
   if (step != nullptr && observer_ != nullptr) observer_->OnStep(*step, snapshot());
 }
 

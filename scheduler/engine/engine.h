@@ -162,6 +162,8 @@ class Engine {
   };
   // Accepted requests not yet running (see AddRequest).
   int NumQueuedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Accepted requests not yet in a snapshot as finished.
+  int NumInFlightLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Loop();
   // One scheduling iteration, nano-vllm's schedule -> run -> postprocess with
   // the plan made explicit: ScheduleBatch -> BuildPlan -> ExecutePlan ->
@@ -285,7 +287,6 @@ class Engine {
   absl::Time kv_usage_time_ = absl::InfinitePast();
   KvSlotUsageMeter kv_usage_meter_;
   bool workers_failed_ = false;            // A step failed; every request now fails.
-  std::vector<std::string> finished_ids_;  // Finished since the last snapshot.
   EngineSnapshot totals_;                  // Running counters, copied into snapshot_.
   KvEventSink* kv_event_sink_ = nullptr;
   KvEventBatch kv_events_;  // Swapped with the block manager's, then the sink's.
@@ -296,7 +297,11 @@ class Engine {
   std::vector<Abort> abort_inbox_ ABSL_GUARDED_BY(mu_);
   std::vector<int> lora_forget_inbox_ ABSL_GUARDED_BY(mu_);
   std::vector<std::shared_ptr<HashQuery>> hash_queries_ ABSL_GUARDED_BY(mu_);
+  // Accepted and not yet finished; an id here cannot be submitted again.
   absl::flat_hash_set<std::string> in_flight_ids_ ABSL_GUARDED_BY(mu_);
+  // Finished since the last snapshot: still in flight for idleness and the
+  // counts until then, their blocks' release not yet published.
+  int num_finishing_ ABSL_GUARDED_BY(mu_) = 0;
   bool accepting_ ABSL_GUARDED_BY(mu_) = true;
   bool healthy_ ABSL_GUARDED_BY(mu_) = true;
   std::string failure_reason_ ABSL_GUARDED_BY(mu_);

@@ -598,6 +598,32 @@ TEST_F(EngineTest, AdmissionErrors) {
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
 }
 
+// A client may reuse a request id as soon as it has the request's final
+// response, as with vLLM: the engine frees the id before answering (it used
+// to free it with the step's snapshot, after the answer had gone out).
+TEST_F(EngineTest, AnIdIsFreeOnceItsFinalResponseIsOut) {
+  StartEngine(64);
+  absl::Status again_status = absl::UnknownError("not submitted");
+  std::shared_ptr<CollectingSink> again;
+  auto first = std::make_shared<CollectingSink>();
+  first->set_on_finish([&] { again = Submit("same", Prompt(4, 2), 3, &again_status); });
+  EngineRequest request;
+  request.request_id = "same";
+  request.prompt_token_ids = Prompt(4, 1);
+  request.stopping.max_tokens = 3;
+  request.stopping.ignore_eos = true;
+  request.sink = first;
+  ASSERT_TRUE(engine_->AddRequest(std::move(request)).ok());
+  ASSERT_TRUE(first->WaitFinished());
+  EXPECT_TRUE(first->status().ok()) << first->status();
+  ASSERT_TRUE(again_status.ok()) << again_status;
+  ASSERT_TRUE(again->WaitFinished());
+  EXPECT_TRUE(again->status().ok()) << again->status();
+  EXPECT_EQ(again->tokens().size(), 3u);
+  ASSERT_TRUE(engine_->WaitUntilIdle(absl::Seconds(20)));
+  EXPECT_EQ(engine_->snapshot().num_in_flight, 0);
+}
+
 TEST_F(EngineTest, DrainFinishesInFlightAndRefusesNew) {
   StartEngine(64);
   auto a = Submit("a", Prompt(5, 1), 8);

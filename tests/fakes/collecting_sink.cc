@@ -29,12 +29,20 @@ void CollectingSink::OnDelta(const RequestDelta& delta) {
 }
 
 void CollectingSink::OnFinish(const absl::Status& status) {
+  std::function<void()> hook;
   {
     absl::MutexLock lock(&mu_);
     EXPECT_FALSE(finished_.HasBeenNotified()) << "OnFinish called twice";
     status_ = status;
+    hook = on_finish_;
   }
+  if (hook) hook();
   finished_.Notify();
+}
+
+void CollectingSink::set_on_finish(std::function<void()> hook) {
+  absl::MutexLock lock(&mu_);
+  on_finish_ = std::move(hook);
 }
 
 void CollectingSink::set_on_delta(std::function<void(int num_tokens)> hook) {

@@ -29,6 +29,9 @@ class CollectingSink : public RequestSink {
   // lock, so it may call the sink) with the number of tokens so far. Set it
   // before the engine can see the request to catch the first delta.
   void set_on_delta(std::function<void(int num_tokens)> hook);
+  // `hook` runs on the engine thread when the final status comes, before
+  // WaitFinished returns: where a client that has its final response acts.
+  void set_on_finish(std::function<void()> hook);
 
   // True once OnFinish came, false after `timeout`.
   bool WaitFinished(absl::Duration timeout = absl::Seconds(60));
@@ -52,6 +55,7 @@ class CollectingSink : public RequestSink {
   SequenceStatus last_status_ ABSL_GUARDED_BY(mu_) = SequenceStatus::kWaiting;
   int num_deltas_ ABSL_GUARDED_BY(mu_) = 0;
   std::function<void(int)> on_delta_ ABSL_GUARDED_BY(mu_);
+  std::function<void()> on_finish_ ABSL_GUARDED_BY(mu_);
   absl::Notification finished_;
 };
 
