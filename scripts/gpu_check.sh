@@ -330,45 +330,39 @@ if wanted ctest && [ -f "$LOG_DIR/ctest.log" ]; then
     "prefill_attention_wgmma_test:${wgmma_result:-not run}"
 fi
 
+# record_tests ROW TEST...: one row from ctest.log's results of the test
+# binaries holding a feature's cases: ok when every one passed, CHECK when
+# one failed or did not run, missing when none is in the log.
+record_tests() {
+  local row=$1 results status=ok
+  shift
+  results=$(for t in "$@"; do
+    sed -n "s/^.*Test *#[0-9]*: $t \.*\** *\([A-Za-z*]*\).*/$t:\1/p" "$LOG_DIR/ctest.log" | tail -1
+  done | tr '\n' ' ')
+  grep -qvE ':Passed( |$)' <<<"$(tr ' ' '\n' <<<"$results" | sed '/^$/d')" && status=CHECK
+  [ "$(wc -w <<<"$results")" -lt "$#" ] && status=CHECK  # one not run
+  [ -z "$results" ] && status=missing
+  record "$row" "$status" 0 "$results"
+}
+
 # 1a. The FP8 row: the results of the binaries holding the FP8 cases.
 FP8_TESTS=(kernels_ops_fp8_linear_test kernels_ops_cache_ops_test decode_attention_test
   prefill_attention_test worker_cuda_model_test worker_cuda_graph_test)
 if wanted ctest && [ -f "$LOG_DIR/ctest.log" ]; then
-  fp8_results=$(for t in "${FP8_TESTS[@]}"; do
-    sed -n "s/^.*Test *#[0-9]*: $t \.*\** *\([A-Za-z*]*\).*/$t:\1/p" "$LOG_DIR/ctest.log" | tail -1
-  done | tr '\n' ' ')
-  fp8_status=ok
-  grep -qvE ':Passed( |$)' <<<"$(tr ' ' '\n' <<<"$fp8_results" | sed '/^$/d')" && fp8_status=CHECK
-  [ "$(wc -w <<<"$fp8_results")" -lt "${#FP8_TESTS[@]}" ] && fp8_status=CHECK  # one not run
-  [ -z "$fp8_results" ] && fp8_status=missing
-  record fp8 "$fp8_status" 0 "$fp8_results"
+  record_tests fp8 "${FP8_TESTS[@]}"
 fi
 
 # 1i. The int row: the results of the binaries holding the int4/int8 cases.
 INT_TESTS=(kernels_ops_int_linear_test worker_cuda_model_test worker_cuda_graph_test)
 if wanted ctest && [ -f "$LOG_DIR/ctest.log" ]; then
-  int_results=$(for t in "${INT_TESTS[@]}"; do
-    sed -n "s/^.*Test *#[0-9]*: $t \.*\** *\([A-Za-z*]*\).*/$t:\1/p" "$LOG_DIR/ctest.log" | tail -1
-  done | tr '\n' ' ')
-  int_status=ok
-  grep -qvE ':Passed( |$)' <<<"$(tr ' ' '\n' <<<"$int_results" | sed '/^$/d')" && int_status=CHECK
-  [ "$(wc -w <<<"$int_results")" -lt "${#INT_TESTS[@]}" ] && int_status=CHECK  # one not run
-  [ -z "$int_results" ] && int_status=missing
-  record int_linear "$int_status" 0 "$int_results"
+  record_tests int_linear "${INT_TESTS[@]}"
 fi
 
 # 1d. The decode-fusions row: the results of the binaries holding their cases.
 FUSION_TESTS=(kernels_ops_cache_ops_test kernels_ops_layer_ops_test kernels_ops_gemm_test
   kernels_ops_rope_cache_test worker_cuda_draft_test)
 if wanted ctest && [ -f "$LOG_DIR/ctest.log" ]; then
-  fusion_results=$(for t in "${FUSION_TESTS[@]}"; do
-    sed -n "s/^.*Test *#[0-9]*: $t \.*\** *\([A-Za-z*]*\).*/$t:\1/p" "$LOG_DIR/ctest.log" | tail -1
-  done | tr '\n' ' ')
-  fusion_status=ok
-  grep -qvE ':Passed( |$)' <<<"$(tr ' ' '\n' <<<"$fusion_results" | sed '/^$/d')" && fusion_status=CHECK
-  [ "$(wc -w <<<"$fusion_results")" -lt "${#FUSION_TESTS[@]}" ] && fusion_status=CHECK  # one not run
-  [ -z "$fusion_results" ] && fusion_status=missing
-  record decode_fusions "$fusion_status" 0 "$fusion_results"
+  record_tests decode_fusions "${FUSION_TESTS[@]}"
 fi
 
 # 1f. The fused int4 prefill GEMM (not yet serving; its own row so that it
