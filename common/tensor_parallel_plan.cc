@@ -67,10 +67,10 @@ int64_t PaddedVocabSize(int64_t vocab) {
   return (vocab + kVocabPadding - 1) / kVocabPadding * kVocabPadding;
 }
 
-absl::Status CheckVocabParallelSplit(int64_t vocab, int world_size) {
+absl::Status CheckVocabParallelSplit(int64_t vocab, int world_size, absl::string_view name) {
   if (world_size >= 1 && PaddedVocabSize(vocab) % world_size == 0) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
-      "cannot split the vocabulary over ", world_size, " tensor-parallel ranks: vocab_size ", vocab,
+      "cannot split the vocabulary over ", world_size, " tensor-parallel ranks: ", name, " ", vocab,
       " (padded to ", PaddedVocabSize(vocab), ", a multiple of ", kVocabPadding,
       ") is not divisible by ", world_size));
 }

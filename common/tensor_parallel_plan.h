@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/model_config.h"
 
 namespace pagoda {
@@ -58,8 +59,10 @@ int64_t PaddedVocabSize(int64_t vocab);
 // asserts (always so for a power of two up to kVocabPadding); otherwise
 // INVALID_ARGUMENT in one line naming both sizes, e.g. "cannot split the
 // vocabulary over 3 tensor-parallel ranks: vocab_size 32000 (padded to 32000,
-// a multiple of 64) is not divisible by 3".
-absl::Status CheckVocabParallelSplit(int64_t vocab, int world_size);
+// a multiple of 64) is not divisible by 3". `name` is the config key that
+// gave `vocab` (an EAGLE-3 head's lm_head spans its draft_vocab_size).
+absl::Status CheckVocabParallelSplit(int64_t vocab, int world_size,
+                                     absl::string_view name = "vocab_size");
 
 // Rows of the padded vocabulary each of `world_size` ranks owns:
 // PaddedVocabSize(vocab) / world_size, for a split CheckVocabParallelSplit

@@ -10,21 +10,16 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <limits>
-#include <sstream>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
+#include "common/eagle3_head_config.h"
 #include "common/safetensors.h"
 #include "common/status_macros.h"
 #include "common/tensor_parallel_plan.h"
-#include "nlohmann/json.hpp"
 #include "worker/llama_eagle3_parts.h"
 #include "worker/llama_model.h"
 #include "worker/weight_loader.h"
@@ -34,141 +29,6 @@ namespace {
 
 absl::Status Eagle3Error(const absl::Status& status) {
   return absl::Status(status.code(), absl::StrCat("EAGLE-3 head: ", status.message()));
-}
-
-absl::Status Eagle3Refusal(const std::string& what) {
-  return absl::InvalidArgumentError(absl::StrCat("EAGLE-3 head: ", what));
-}
-
-// The keys of config.json that ModelConfig does not read.
-struct Eagle3Keys {
-  int64_t draft_vocab = 0;  // 0: vocab_size.
-  std::vector<int> aux_layers;
-  int64_t target_hidden = 0;
-  bool norm_before_residual = false;
-  bool use_aux_hidden_state = true;
-};
-
-// `object`[key] into *out when present and not null; a value that is not a
-// boolean is refused naming `name` (nlohmann's value() would throw).
-absl::Status ReadEagle3Bool(const nlohmann::json& object, const char* key, const char* name,
-                            bool* out) {
-  if (!object.contains(key) || object[key].is_null()) return absl::OkStatus();
-  if (!object[key].is_boolean()) return Eagle3Refusal(absl::StrCat(name, " is not a boolean"));
-  *out = object[key].get<bool>();
-  return absl::OkStatus();
-}
-
-absl::StatusOr<Eagle3Keys> ReadEagle3Keys(const std::string& head_dir) {
-  std::ifstream in(std::filesystem::path(head_dir) / "config.json");
-  std::stringstream text;
-  text << in.rdbuf();
-  const nlohmann::json json = nlohmann::json::parse(text.str(), nullptr, false);
-  if (!json.is_object()) return Eagle3Refusal("config.json is not a JSON object");
-  Eagle3Keys keys;
-  auto integer = [&](const char* key, int64_t* out) -> absl::Status {
-    if (!json.contains(key) || json[key].is_null()) return absl::OkStatus();
-    if (!json[key].is_number_integer())
-      return Eagle3Refusal(absl::StrCat(key, " is not an integer"));
-    const int64_t value = json[key].get<int64_t>();
-    if (value < 1 || value > std::numeric_limits<int32_t>::max()) {
-      return Eagle3Refusal(absl::StrCat(key, " ", value, " is out of range"));
-    }
-    *out = value;
-    return absl::OkStatus();
-  };
-  for (auto [key, out] : {std::pair<const char*, int64_t*>{"draft_vocab_size", &keys.draft_vocab},
-                          {"target_hidden_size", &keys.target_hidden}}) {
-    if (absl::Status s = integer(key, out); !s.ok()) return s;
-  }
-  if (json.contains("eagle_aux_hidden_state_layer_ids")) {
-    const nlohmann::json& ids = json["eagle_aux_hidden_state_layer_ids"];
-    if (!ids.is_array() || ids.size() != 3) {
-      return Eagle3Refusal("eagle_aux_hidden_state_layer_ids is not a list of 3 layer ids");
-    }
-    for (const nlohmann::json& id : ids) {
-      if (!id.is_number_integer() || id.get<int64_t>() < -1 || id.get<int64_t>() > 1 << 20) {
-        return Eagle3Refusal("eagle_aux_hidden_state_layer_ids is not a list of 3 layer ids");
-      }
-      keys.aux_layers.push_back(id.get<int>());
-    }
-  }
-  if (absl::Status s = ReadEagle3Bool(json, "norm_before_residual", "norm_before_residual",
-                                      &keys.norm_before_residual);
-      !s.ok()) {
-    return s;
-  }
-  if (json.contains("eagle_config") && json["eagle_config"].is_object()) {
-    if (absl::Status s =
-            ReadEagle3Bool(json["eagle_config"], "use_aux_hidden_state",
-                           "eagle_config.use_aux_hidden_state", &keys.use_aux_hidden_state);
-        !s.ok()) {
-      return s;
-    }
-  }
-  return keys;
-}
-
-absl::Status CheckEagle3Config(const ModelConfig& head, const Eagle3Keys& keys,
-                               const ModelConfig& target) {
-  if (head.hidden_size != target.hidden_size) {
-    return Eagle3Refusal(absl::StrCat("hidden_size ", head.hidden_size,
-                                      " differs from the target's ", target.hidden_size));
-  }
-  if (keys.target_hidden != 0 && keys.target_hidden != target.hidden_size) {
-    return Eagle3Refusal(absl::StrCat("target_hidden_size ", keys.target_hidden,
-                                      " differs from the target's hidden_size ",
-                                      target.hidden_size));
-  }
-  if (head.vocab_size != target.vocab_size) {
-    return Eagle3Refusal(absl::StrCat("vocab_size ", head.vocab_size, " differs from the target's ",
-                                      target.vocab_size));
-  }
-  if (keys.draft_vocab > head.vocab_size) {
-    return Eagle3Refusal(absl::StrCat("draft_vocab_size ", keys.draft_vocab, " exceeds vocab_size ",
-                                      head.vocab_size));
-  }
-  if (head.num_hidden_layers < 1) {
-    return Eagle3Refusal("num_hidden_layers 0: the head has no decoder layer");
-  }
-  for (int layer : keys.aux_layers) {
-    if (layer < 0 || layer >= target.num_hidden_layers) {
-      return Eagle3Refusal(
-          absl::StrCat("eagle_aux_hidden_state_layer_ids [", absl::StrJoin(keys.aux_layers, ", "),
-                       "] are not all layers of the target's ", target.num_hidden_layers));
-    }
-  }
-  return absl::OkStatus();
-}
-
-// Draft id d's target id, d + d2t[d], each checked inside the vocabulary.
-absl::StatusOr<std::vector<int32_t>> ReadDraftToTarget(const WeightStore& store, int draft_vocab,
-                                                       int vocab) {
-  std::vector<int32_t> targets(draft_vocab);
-  if (!store.Has("d2t")) {
-    if (draft_vocab != vocab) return Eagle3Refusal("weight \"d2t\" not found in the model");
-    for (int d = 0; d < draft_vocab; ++d) targets[d] = d;
-    return targets;
-  }
-  absl::StatusOr<TensorView> view = store.Get("d2t");
-  if (!view.ok()) return view.status();
-  const TensorView& d2t = *view;
-  if (d2t.integer != IntegerType::kI64 || d2t.shape != std::vector<int64_t>{draft_vocab}) {
-    return Eagle3Refusal(absl::StrCat("weight \"d2t\" is ", IntegerTypeName(d2t.integer), " ",
-                                      ShapeString(d2t.shape), ", expected I64 [", draft_vocab,
-                                      "]"));
-  }
-  for (int d = 0; d < draft_vocab; ++d) {
-    int64_t offset;
-    std::memcpy(&offset, static_cast<const char*>(d2t.data) + d * sizeof(offset), sizeof(offset));
-    const int64_t target = d + offset;
-    if (target < 0 || target >= vocab) {
-      return Eagle3Refusal(absl::StrCat("d2t maps draft id ", d, " to ", target,
-                                        ", outside the target's vocabulary of ", vocab));
-    }
-    targets[d] = static_cast<int32_t>(target);
-  }
-  return targets;
 }
 
 }  // namespace
@@ -184,16 +44,8 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::LoadEagle3Head(
   auto config = LoadModelConfig(head_dir);
   if (!config.ok()) return Eagle3Error(config.status());
   if (absl::Status s = CompleteConfig(head_dir, &*config); !s.ok()) return Eagle3Error(s);
-  absl::StatusOr<Eagle3Keys> read = ReadEagle3Keys(head_dir);
-  if (!read.ok()) return read.status();
-  Eagle3Keys& keys = *read;
-  const int target_layers = target.config().num_hidden_layers;
-  if (!keys.use_aux_hidden_state) {
-    keys.aux_layers.clear();  // vLLM reads no layer ids then: no fc, no aux rows.
-  } else if (keys.aux_layers.empty()) {
-    keys.aux_layers = {2, target_layers / 2, target_layers - 3};
-  }
-  if (absl::Status s = CheckEagle3Config(*config, keys, target.config()); !s.ok()) return s;
+  absl::StatusOr<Eagle3HeadConfig> keys = LoadEagle3HeadConfig(head_dir, *config, target.config());
+  if (!keys.ok()) return keys.status();
   // Sharded over `communicator` as the target's layers are; whole on a
   // one-rank one.
   auto shard = PlanTensorParallelShard(*config, communicator->rank(), communicator->world_size());
@@ -202,10 +54,9 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::LoadEagle3Head(
       new LlamaModel(RankLocalConfig(*config, *shard), backend, communicator));
   head->eagle_target_ = &target;
   head->eagle3_ = std::make_unique<Eagle3HeadParts>();
-  head->eagle3_->aux_layers = keys.aux_layers;
-  head->eagle3_->draft_vocab =
-      keys.draft_vocab > 0 ? static_cast<int>(keys.draft_vocab) : config->vocab_size;
-  head->eagle3_->norm_before_residual = keys.norm_before_residual;
+  head->eagle3_->aux_layers = keys->aux_layers;
+  head->eagle3_->draft_vocab = static_cast<int>(keys->draft_vocab);
+  head->eagle3_->norm_before_residual = keys->norm_before_residual;
   head->whole_lm_head_on_rank0_ = options.whole_lm_head_on_rank0;
   if (absl::Status s = head->LoadEagle3Weights(head_dir, options.weight_dtype, *config, *shard);
       !s.ok()) {
@@ -250,7 +101,7 @@ absl::Status LlamaModel::LoadEagle3Weights(const std::string& head_dir,
     PAGODA_ASSIGN_OR_RETURN(embed_tokens_, loader.Load("embed_tokens.weight", {vocab, hidden}));
   }
   PAGODA_ASSIGN_OR_RETURN(eagle3_->draft_to_target,
-                          ReadDraftToTarget(**store, eagle3_->draft_vocab, vocab));
+                          ReadEagle3DraftToTarget(**store, eagle3_->draft_vocab, vocab));
   return LoadEagle3Layers(loader, prefix, full_config, shard);
 }
 

@@ -1,16 +1,16 @@
 #include "scheduler/startup/draft_model_files.h"
 
-#include <filesystem>
-#include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/eagle3_head_config.h"
 #include "common/safetensors.h"
 #include "common/tensor_parallel_plan.h"
-#include "nlohmann/json.hpp"
 
 namespace pagoda::scheduler {
 namespace {
@@ -19,25 +19,53 @@ absl::Status DraftError(absl::string_view problem) {
   return absl::InvalidArgumentError(absl::StrCat("--speculative-config: ", problem));
 }
 
-// Whether an EAGLE-3 head's config.json sets eagle_config.
-// use_aux_hidden_state false: such a head has no fc (vLLM builds none). Any
-// other value is left for the worker to judge.
-bool Eagle3WithoutAuxHiddenStates(const std::string& dir) {
-  std::ifstream in(std::filesystem::path(dir) / "config.json");
-  const nlohmann::json json = nlohmann::json::parse(in, nullptr, false);
-  if (!json.is_object() || !json.contains("eagle_config")) return false;
-  const nlohmann::json& eagle = json["eagle_config"];
-  return eagle.is_object() && eagle.contains("use_aux_hidden_state") &&
-         eagle["use_aux_hidden_state"].is_boolean() && !eagle["use_aux_hidden_state"].get<bool>();
+// An EAGLE-3 head's own settings against the target (common/
+// eagle3_head_config.h, the rules the worker applies at load), and at a
+// `draft_tensor_parallel_size` above 1 its lm_head over draft_vocab_size ids
+// split over that many ranks as vLLM's ParallelLMHead pads and divides it.
+absl::StatusOr<Eagle3HeadConfig> CheckEagle3HeadConfig(const std::string& dir,
+                                                       const ModelConfig& head,
+                                                       const ModelConfig& target,
+                                                       int draft_tensor_parallel_size) {
+  absl::StatusOr<Eagle3HeadConfig> eagle3 = LoadEagle3HeadConfig(dir, head, target);
+  if (!eagle3.ok()) return DraftError(eagle3.status().message());
+  if (draft_tensor_parallel_size > 1) {
+    absl::Status split = CheckVocabParallelSplit(eagle3->draft_vocab, draft_tensor_parallel_size,
+                                                 "draft_vocab_size");
+    if (!split.ok()) return DraftError(absl::StrCat("EAGLE-3 head: ", split.message()));
+  }
+  return eagle3;
+}
+
+// An EAGLE-3 head's tensors over its draft vocabulary: lm_head.weight, when
+// dense, of [draft_vocab_size, hidden] and d2t mapping every draft id into
+// the target's vocabulary (ReadEagle3DraftToTarget: memory-mapped, 8 bytes
+// a draft id).
+absl::Status CheckEagle3DraftVocabTensors(const WeightStore& store, const Eagle3HeadConfig& eagle3,
+                                          const ModelConfig& target) {
+  if (store.Has("lm_head.weight")) {
+    absl::StatusOr<TensorView> lm_head = store.Get("lm_head.weight");
+    if (!lm_head.ok()) return DraftError(lm_head.status().message());
+    const std::vector<int64_t> expected = {eagle3.draft_vocab, target.hidden_size};
+    if (lm_head->shape != expected) {
+      return DraftError(absl::StrCat("the EAGLE-3 head's lm_head.weight is ",
+                                     ShapeString(lm_head->shape), ", expected ",
+                                     ShapeString(expected), " ([draft_vocab_size, hidden_size])"));
+    }
+  }
+  absl::StatusOr<std::vector<int32_t>> d2t =
+      ReadEagle3DraftToTarget(store, eagle3.draft_vocab, target.vocab_size);
+  if (!d2t.ok()) return DraftError(d2t.status().message());
+  return absl::OkStatus();
 }
 
 // An EAGLE head (vLLM's EAGLE-1/2 layout): a Llama config of the target's
 // hidden and vocabulary sizes, and an fc over concat(embedding, hidden);
-// with `eagle3`, an EAGLE-3 head: the same config sizes and an fc over three
-// target layers' hidden states; at a `draft_tensor_parallel_size` above 1,
-// its decoder layer must split over that many ranks (an EAGLE-3 head without
-// aux hidden states has no fc to check). The worker checks every
-// other tensor (and an EAGLE-3 head's layer ids and d2t) as it loads them.
+// with `eagle3`, an EAGLE-3 head: the same config sizes, its own settings
+// and draft vocabulary (above), and an fc over three target layers' hidden
+// states (none without aux hidden states); at a `draft_tensor_parallel_size`
+// above 1, its decoder layer must split over that many ranks. The worker
+// checks every other tensor as it loads them.
 absl::Status CheckEagleHeadFiles(const std::string& dir, const ModelConfig& target,
                                  int max_model_len, bool eagle3, int draft_tensor_parallel_size) {
   absl::StatusOr<ModelConfig> head = LoadModelConfig(dir);
@@ -59,9 +87,21 @@ absl::Status CheckEagleHeadFiles(const std::string& dir, const ModelConfig& targ
     absl::Status split = CheckTensorParallelSplit(*head, draft_tensor_parallel_size);
     if (!split.ok()) return DraftError(absl::StrCat("EAGLE head: ", split.message()));
   }
+  std::optional<Eagle3HeadConfig> eagle3_config;
+  if (eagle3) {
+    absl::StatusOr<Eagle3HeadConfig> checked =
+        CheckEagle3HeadConfig(dir, *head, target, draft_tensor_parallel_size);
+    if (!checked.ok()) return checked.status();
+    eagle3_config = *std::move(checked);
+  }
   absl::StatusOr<std::unique_ptr<WeightStore>> store = WeightStore::Open(dir);
   if (!store.ok()) return DraftError(absl::StrCat("EAGLE head: ", store.status().message()));
-  if (eagle3 && Eagle3WithoutAuxHiddenStates(dir)) return absl::OkStatus();
+  if (eagle3_config.has_value()) {
+    if (absl::Status s = CheckEagle3DraftVocabTensors(**store, *eagle3_config, target); !s.ok()) {
+      return s;
+    }
+    if (!eagle3_config->use_aux_hidden_state) return absl::OkStatus();  // vLLM builds no fc.
+  }
   absl::StatusOr<TensorView> fc = (*store)->Get("fc.weight");
   if (!fc.ok()) {
     return DraftError(eagle3 ? "the EAGLE head has no fc.weight (an EAGLE-3 head: fc.weight, "

@@ -20,10 +20,17 @@ namespace pagoda::scheduler {
 // must split over that many ranks (CheckTensorParallelSplit).
 // For method eagle: the head's config.json must give the target's
 // hidden_size and vocab_size and positions reaching `max_model_len`, and its
-// safetensors an fc.weight of [hidden, 2 * hidden] (an EAGLE-3 head, method
-// eagle3: [hidden, 3 * hidden]; the worker checks the other tensors as it
-// loads them), and at a `draft_tensor_parallel_size` above 1 its heads and
-// intermediate size must split over that many ranks, as a draft model's.
+// safetensors an fc.weight of [hidden, 2 * hidden], and at a
+// `draft_tensor_parallel_size` above 1 its heads and intermediate size must
+// split over that many ranks, as a draft model's. Method eagle3 also:
+// the head's own keys as the worker checks them (common/
+// eagle3_head_config.h: draft_vocab_size at most vocab_size,
+// target_hidden_size, the aux layer ids within the target's layers), a
+// draft vocabulary that splits over `draft_tensor_parallel_size` ranks
+// (CheckVocabParallelSplit), lm_head.weight [draft_vocab_size, hidden], a
+// d2t of I64 [draft_vocab_size] mapping into the target's vocabulary, and
+// an fc.weight of [hidden, 3 * hidden] unless the head has no aux hidden
+// states. The worker checks the other tensors as it loads them.
 // INVALID_ARGUMENT, one line naming both values, otherwise.
 absl::Status CheckDraftModelFiles(const SpeculativeConfig& speculative, const ModelConfig& target,
                                   int max_model_len, const Tokenizer* target_tokenizer,

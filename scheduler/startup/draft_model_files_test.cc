@@ -3,16 +3,21 @@
 // positions reaching --max-model-len; a split over the draft's
 // tensor-parallel size; an unreadable draft named as such.
 // Each refusal is one line naming both values. An EAGLE head: the target's
-// hidden and vocabulary sizes, and an fc of [hidden, 2 * hidden].
+// hidden and vocabulary sizes, and an fc of [hidden, 2 * hidden]; an EAGLE-3
+// head: its fc, its own keys (as the worker checks them at load) and its
+// draft vocabulary: size, lm_head, d2t and split over the draft's ranks.
 #include "scheduler/startup/draft_model_files.h"
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "tests/support/tiny_model.h"
 
 namespace pagoda::scheduler {
@@ -129,18 +134,36 @@ TEST_F(DraftModelFilesTest, ChecksAnEagleHeadsSizesAndFc) {
   std::filesystem::remove_all(heads);
 }
 
-TEST_F(DraftModelFilesTest, ChecksAnEagle3HeadsFc) {
+// The variants' heads name layers 0 and 1 of the target (and the default
+// ids, of a 2-layer target, do not fit it).
+ModelConfig TwoLayerTarget(const std::string& dir) {
+  ModelConfig target = *LoadModelConfig(dir);
+  target.num_hidden_layers = 2;
+  return target;
+}
+
+std::string Eagle3Refusal(const std::string& head, const ModelConfig& target,
+                          int draft_tensor_parallel_size = 1) {
+  SpeculativeConfig eagle3;
+  eagle3.method = SpeculativeMethod::kEagle3;
+  eagle3.model = head;
+  eagle3.num_speculative_tokens = 4;
+  absl::Status status =
+      CheckDraftModelFiles(eagle3, target, 64, nullptr, draft_tensor_parallel_size);
+  if (status.ok()) return "OK";
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  return std::string(status.message());
+}
+
+TEST_F(DraftModelFilesTest, ChecksAnEagle3HeadsFcAndDraftVocabularyTensors) {
   const std::string heads = pagoda::testing::TempPath("pagoda_draft_files_eagle3");
   const std::string command =
       absl::StrCat(pagoda::testing::PythonBinary(), " tests/reference/eagle3_reference.py variants",
                    " --source ", *small_, " --target-vocab 256 --out ", heads);
   ASSERT_EQ(std::system(command.c_str()), 0) << command;
-  const ModelConfig target = *LoadModelConfig(*small_);
-  auto refusal = [&](const std::string& name) -> std::string {
-    SpeculativeConfig eagle3 = Draft(heads + "/" + name + "/model");
-    eagle3.method = SpeculativeMethod::kEagle3;
-    absl::Status status = CheckDraftModelFiles(eagle3, target, 64, small_tokenizer_);
-    return status.ok() ? "OK" : std::string(status.message());
+  const ModelConfig target = TwoLayerTarget(*small_);
+  auto refusal = [&](const std::string& name) {
+    return Eagle3Refusal(heads + "/" + name + "/model", target);
   };
   const int hidden = target.hidden_size;
   EXPECT_EQ(refusal("good"), "OK");
@@ -152,7 +175,86 @@ TEST_F(DraftModelFilesTest, ChecksAnEagle3HeadsFc) {
   EXPECT_EQ(refusal("no_fc"),
             "--speculative-config: the EAGLE head has no fc.weight (an EAGLE-3 head: fc.weight, "
             "midlayer.*, norm.weight, lm_head.weight, d2t)");
+  // What the worker refused at load is refused at start, in its words.
+  EXPECT_EQ(refusal("no_d2t"), "--speculative-config: EAGLE-3 head: weight \"d2t\" not found in "
+                               "the model");
+  EXPECT_TRUE(absl::StartsWith(refusal("d2t_range"),
+                               "--speculative-config: EAGLE-3 head: d2t maps draft id 39 to "))
+      << refusal("d2t_range");
+  EXPECT_EQ(refusal("default_layers"),
+            "--speculative-config: EAGLE-3 head: eagle_aux_hidden_state_layer_ids [2, 1, -1] are "
+            "not all layers of the target's 2");
+  // The same head as the target's own 1-layer model would name layer 1 of 1.
+  EXPECT_EQ(Eagle3Refusal(heads + "/good/model", *LoadModelConfig(*small_)),
+            "--speculative-config: EAGLE-3 head: eagle_aux_hidden_state_layer_ids [1, 0, 1] are "
+            "not all layers of the target's 1");
   std::filesystem::remove_all(heads);
+}
+
+// A copy of the EAGLE-3 head `good` whose config.json has `patch` merged in.
+std::string PatchedHead(const std::string& good, const std::string& out,
+                        const nlohmann::json& patch) {
+  std::filesystem::create_directories(out);
+  std::filesystem::copy(good, out,
+                        std::filesystem::copy_options::recursive |
+                            std::filesystem::copy_options::overwrite_existing);
+  std::ifstream in(good + "/config.json");
+  nlohmann::json config = nlohmann::json::parse(in);
+  config.merge_patch(patch);
+  std::ofstream(out + "/config.json") << config.dump();
+  return out;
+}
+
+// An EAGLE-3 head's draft vocabulary (draft_vocab_size, its lm_head and its
+// split) and target_hidden_size, refused at start in one line each.
+TEST_F(DraftModelFilesTest, ChecksAnEagle3HeadsDraftVocabularyAtStart) {
+  const std::string dir = pagoda::testing::TempPath("pagoda_draft_files_eagle3_vocab");
+  const std::string good = dir + "/good";
+  const std::string command =
+      absl::StrCat(pagoda::testing::PythonBinary(), " tests/reference/eagle3_reference.py make",
+                   " --source ", *small_, " --target-vocab 256 --out ", good);
+  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  const ModelConfig target = TwoLayerTarget(*small_);
+  const int hidden = target.hidden_size;
+  auto refusal = [&](const std::string& name, const nlohmann::json& patch, int size = 1) {
+    return Eagle3Refusal(PatchedHead(good, dir + "/" + name, patch), target, size);
+  };
+  // 40 draft ids: padded to 64, split over 2 ranks.
+  EXPECT_EQ(Eagle3Refusal(good, target), "OK");
+  EXPECT_EQ(Eagle3Refusal(good, target, 2), "OK");
+  EXPECT_EQ(refusal("over", {{"draft_vocab_size", 300}}),
+            "--speculative-config: EAGLE-3 head: draft_vocab_size 300 exceeds vocab_size 256");
+  EXPECT_EQ(refusal("lm_head", {{"draft_vocab_size", 48}}),
+            absl::StrCat("--speculative-config: the EAGLE-3 head's lm_head.weight is [40, ",
+                         hidden, "], expected [48, ", hidden,
+                         "] ([draft_vocab_size, hidden_size])"));
+  // Absent: the whole vocabulary, which its lm_head does not span.
+  EXPECT_EQ(refusal("absent", {{"draft_vocab_size", nullptr}}),
+            absl::StrCat("--speculative-config: the EAGLE-3 head's lm_head.weight is [40, ",
+                         hidden, "], expected [256, ", hidden,
+                         "] ([draft_vocab_size, hidden_size])"));
+  EXPECT_EQ(refusal("zero", {{"draft_vocab_size", 0}}),
+            "--speculative-config: EAGLE-3 head: draft_vocab_size 0 is out of range");
+  EXPECT_EQ(refusal("text", {{"draft_vocab_size", "40"}}),
+            "--speculative-config: EAGLE-3 head: draft_vocab_size is not an integer");
+  EXPECT_EQ(refusal("target_hidden", {{"target_hidden_size", 2 * hidden}}),
+            absl::StrCat("--speculative-config: EAGLE-3 head: target_hidden_size ", 2 * hidden,
+                         " differs from the target's hidden_size ", hidden));
+  // Over three ranks: a head and target of 384 ids (padded to 384) and six
+  // heads split, but 40 draft ids pad to 64, which 3 does not divide (vLLM's
+  // ParallelLMHead over draft_vocab_size asserts the same at load).
+  ModelConfig wide = target;
+  wide.vocab_size = 384;
+  const nlohmann::json six_heads = {{"vocab_size", 384}, {"num_attention_heads", 6},
+                                    {"num_key_value_heads", 6}, {"head_dim", 8},
+                                    {"intermediate_size", 96}};
+  const std::string split = PatchedHead(good, dir + "/split", six_heads);
+  EXPECT_EQ(Eagle3Refusal(split, wide, 1), "OK");  // Whole on one rank.
+  EXPECT_EQ(Eagle3Refusal(split, wide, 3),
+            "--speculative-config: EAGLE-3 head: cannot split the vocabulary over 3 "
+            "tensor-parallel ranks: draft_vocab_size 40 (padded to 64, a multiple of 64) is not "
+            "divisible by 3");
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
