@@ -18,16 +18,20 @@
 //   target's, as vLLM's), each rank reading its own copy of the target's
 //   hidden states, and with a random EAGLE-3 head (method eagle3) over the
 //   target's aux layers' hidden states.
-// And a draft of another vocabulary is refused at start, in one line.
+// And a draft of another vocabulary is refused at start, in one line, as
+// is the rest of issue 46's bad input (an unknown method or key, k out of
+// range, EAGLE heads that do not fit the target).
 #include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -36,6 +40,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "pagoda/v1/generation.grpc.pb.h"
 #include "tests/integration/server_process.h"
 #include "tests/integration/test_client.h"
@@ -257,19 +262,71 @@ TEST_F(DraftModelTest, AtTwoRanksAShardedDraftOrHeadKeepsPlainTokens) {
   }
 }
 
-TEST_F(DraftModelTest, DraftOfAnotherVocabularyIsRefusedAtStart) {
+// pagoda-server's output when started with `speculative_config` (JSON),
+// which must refuse it before any worker starts, exiting non-zero.
+std::string RefusedAtStart(const std::vector<std::string>& args) {
   std::string command = PAGODA_SERVER_BINARY;
-  for (const std::string& arg : ServerArgs(*dir_ + "/other_vocab")) {
-    absl::StrAppend(&command, " '", arg, "'");
-  }
+  for (const std::string& arg : args) absl::StrAppend(&command, " '", arg, "'");
   absl::StatusOr<std::string> output = RunCommand(absl::StrCat(command, " 2>&1; echo EXIT=$?"));
-  ASSERT_TRUE(output.ok()) << output.status();
+  EXPECT_TRUE(output.ok()) << output.status();
+  if (!output.ok()) return "";
   EXPECT_FALSE(absl::StrContains(*output, "EXIT=0")) << *output;
+  EXPECT_FALSE(absl::StrContains(*output, "PAGODA_WORKER_PIDS")) << "workers started";
+  return *output;
+}
+
+TEST_F(DraftModelTest, DraftOfAnotherVocabularyIsRefusedAtStart) {
+  const std::string output = RefusedAtStart(ServerArgs(*dir_ + "/other_vocab"));
   const std::string line =
       absl::StrCat("--speculative-config: the draft model's vocab_size ", kTinyModelVocab + 8,
                    " differs from the target's ", kTinyModelVocab);
-  EXPECT_TRUE(absl::StrContains(*output, line)) << *output;
-  EXPECT_FALSE(absl::StrContains(*output, "PAGODA_WORKER_PIDS")) << "workers started";
+  EXPECT_TRUE(absl::StrContains(output, line)) << output;
+}
+
+// Issue 46's bad input, each refused by pagoda-server at start in one line
+// naming the problem: an unknown method or key, k out of range, an EAGLE
+// head of another width, and an EAGLE-3 head whose draft vocabulary is
+// larger than the target's (read from its config.json, not at load).
+TEST_F(DraftModelTest, BadSpeculativeConfigsAreRefusedAtStartInOneLine) {
+  auto with_config = [](const std::string& json) {
+    std::vector<std::string> args = ServerArgs("");
+    args.push_back("--speculative-config=" + json);
+    return args;
+  };
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {with_config(R"({"method": "medusa", "num_speculative_tokens": 2})"),
+       "--speculative-config: unknown method \"medusa\" (ngram, draft_model, eagle or eagle3)"},
+      {with_config(R"({"method": "ngram", "num_speculative_tokens": 2, "lookahead": 1})"),
+       "--speculative-config: unknown key \"lookahead\""},
+      {with_config(R"({"method": "ngram", "num_speculative_tokens": 17})"),
+       "--speculative-config: num_speculative_tokens 17 must be in [1, 16]"},
+      {with_config(R"({"method": "ngram", "num_speculative_tokens": 0})"),
+       "--speculative-config: num_speculative_tokens 0 must be in [1, 16]"},
+      // eagle_reference.py's head over the 32-wide model, for a 64-wide target.
+      {ServerArgs(*dir_ + "/eagle-head-narrow"),
+       "--speculative-config: the EAGLE head's hidden_size 32 differs from the target's 64"},
+      {ServerArgs(*dir_ + "/eagle3-head-vocab"),
+       absl::StrCat("--speculative-config: EAGLE-3 head: draft_vocab_size ", kTinyModelVocab + 1,
+                    " exceeds vocab_size ", kTinyModelVocab)},
+  };
+  // A copy of the EAGLE-3 head claiming one more draft id than the target has.
+  std::filesystem::copy(*dir_ + "/eagle3-head", *dir_ + "/eagle3-head-vocab",
+                        std::filesystem::copy_options::recursive |
+                            std::filesystem::copy_options::overwrite_existing);
+  std::ifstream in(*dir_ + "/eagle3-head/config.json");
+  nlohmann::json config = nlohmann::json::parse(in);
+  ASSERT_EQ(config["draft_vocab_size"], 40);
+  config["draft_vocab_size"] = kTinyModelVocab + 1;
+  std::ofstream(*dir_ + "/eagle3-head-vocab/config.json") << config.dump();
+  const std::string make_narrow =
+      absl::StrCat(PythonBinary(), " tests/reference/eagle_reference.py make --source ", *dir_,
+                   "/small --out ", *dir_, "/eagle-head-narrow");
+  ASSERT_EQ(std::system(make_narrow.c_str()), 0) << make_narrow;
+  for (const auto& [args, line] : cases) {
+    const std::string output = RefusedAtStart(args);
+    // The line names the problem and stands alone.
+    EXPECT_TRUE(absl::StrContains(output, line + "\n")) << line << "\n" << output;
+  }
 }
 
 }  // namespace
