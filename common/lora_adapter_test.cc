@@ -4,8 +4,10 @@
 #include <filesystem>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -213,6 +215,40 @@ TEST_F(LoraAdapterTest, RefusesMissingAndExtraTensors) {
   tensors.push_back(Tensor("base_model.model.lm_head.weight", {2, 12}, DType::kF32, 9));
   Write(PeftConfig(2, {"q_proj"}), tensors);
   EXPECT_THAT(LoadError(), HasSubstr("unexpected tensor \"base_model.model.lm_head.weight\""));
+}
+
+// An adapter never changes the base model's vocabulary or its split over
+// the ranks (current vLLM has neither lora_extra_vocab_size nor LoRA
+// vocabulary padding): one that trains the embeddings or the lm_head is
+// refused in one line, by its target list or by its tensors, and old vLLM's
+// extra-vocabulary file is not read, as current vLLM's LoRAModel reads
+// only adapter_model.*.
+TEST_F(LoraAdapterTest, AdaptersLeaveTheVocabularyAlone) {
+  base_.vocab_size = 40;
+  Write(PeftConfig(2, {"q_proj", "embed_tokens"}), Tensors(2, {LoraModule::kQ}));
+  EXPECT_THAT(LoadError(), HasSubstr("target module \"embed_tokens\" is not one of"));
+  // "all-linear" names no module: the tensors do, and these are not ones.
+  for (const auto& [name, shape] : std::vector<std::pair<std::string, std::vector<int64_t>>>{
+           {"base_model.model.model.embed_tokens.lora_embedding_A", {2, 40}},
+           {"base_model.model.model.embed_tokens.lora_embedding_B", {12, 2}},
+           {"base_model.model.lm_head.lora_A.weight", {2, 12}},
+           {"base_model.model.lm_head.lora_B.weight", {48, 2}}}) {
+    std::vector<NamedTensor> tensors = Tensors(2, {LoraModule::kQ});
+    tensors.push_back(Tensor(name, shape, DType::kF32, 9));
+    Write(PeftConfig(2, "all-linear"), tensors);
+    EXPECT_THAT(LoadError(), HasSubstr(absl::StrCat("unexpected tensor \"", name, "\"")));
+  }
+  Write(PeftConfig(2, {"q_proj"}), Tensors(2, {LoraModule::kQ}));
+  auto plain = LoadLoraAdapter(dir_, base_, 8);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  ASSERT_TRUE(WriteSafetensors(dir_ + "/new_embeddings.safetensors",
+                               {Tensor("input_embeddings", {8, 12}, DType::kF32, 3),
+                                Tensor("output_embeddings", {8, 12}, DType::kF32, 4)})
+                  .ok());
+  auto with_extra = LoadLoraAdapter(dir_, base_, 8);
+  ASSERT_TRUE(with_extra.ok()) << with_extra.status();
+  EXPECT_EQ(with_extra->layers[1][0]->a, plain->layers[1][0]->a);
+  EXPECT_EQ(with_extra->layers[1][0]->b, plain->layers[1][0]->b);
 }
 
 TEST_F(LoraAdapterTest, RefusesCorruptFiles) {
