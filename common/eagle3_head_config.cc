@@ -29,8 +29,7 @@ struct Eagle3Keys {
 
 // `object`[key] into *out when present and not null; a value that is not a
 // boolean is refused naming `name` (nlohmann's value() would throw).
-absl::Status ReadBool(const nlohmann::json& object, const char* key, const char* name,
-                      bool* out) {
+absl::Status ReadBool(const nlohmann::json& object, const char* key, const char* name, bool* out) {
   if (!object.contains(key) || object[key].is_null()) return absl::OkStatus();
   if (!object[key].is_boolean()) return Eagle3Refusal(absl::StrCat(name, " is not a boolean"));
   *out = object[key].get<bool>();

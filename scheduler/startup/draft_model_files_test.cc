@@ -176,8 +176,9 @@ TEST_F(DraftModelFilesTest, ChecksAnEagle3HeadsFcAndDraftVocabularyTensors) {
             "--speculative-config: the EAGLE head has no fc.weight (an EAGLE-3 head: fc.weight, "
             "midlayer.*, norm.weight, lm_head.weight, d2t)");
   // What the worker refused at load is refused at start, in its words.
-  EXPECT_EQ(refusal("no_d2t"), "--speculative-config: EAGLE-3 head: weight \"d2t\" not found in "
-                               "the model");
+  EXPECT_EQ(refusal("no_d2t"),
+            "--speculative-config: EAGLE-3 head: weight \"d2t\" not found in "
+            "the model");
   EXPECT_TRUE(absl::StartsWith(refusal("d2t_range"),
                                "--speculative-config: EAGLE-3 head: d2t maps draft id 39 to "))
       << refusal("d2t_range");
@@ -195,9 +196,9 @@ TEST_F(DraftModelFilesTest, ChecksAnEagle3HeadsFcAndDraftVocabularyTensors) {
 std::string PatchedHead(const std::string& good, const std::string& out,
                         const nlohmann::json& patch) {
   std::filesystem::create_directories(out);
-  std::filesystem::copy(good, out,
-                        std::filesystem::copy_options::recursive |
-                            std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::copy(
+      good, out,
+      std::filesystem::copy_options::recursive | std::filesystem::copy_options::overwrite_existing);
   std::ifstream in(good + "/config.json");
   nlohmann::json config = nlohmann::json::parse(in);
   config.merge_patch(patch);
@@ -225,14 +226,12 @@ TEST_F(DraftModelFilesTest, ChecksAnEagle3HeadsDraftVocabularyAtStart) {
   EXPECT_EQ(refusal("over", {{"draft_vocab_size", 300}}),
             "--speculative-config: EAGLE-3 head: draft_vocab_size 300 exceeds vocab_size 256");
   EXPECT_EQ(refusal("lm_head", {{"draft_vocab_size", 48}}),
-            absl::StrCat("--speculative-config: the EAGLE-3 head's lm_head.weight is [40, ",
-                         hidden, "], expected [48, ", hidden,
-                         "] ([draft_vocab_size, hidden_size])"));
+            absl::StrCat("--speculative-config: the EAGLE-3 head's lm_head.weight is [40, ", hidden,
+                         "], expected [48, ", hidden, "] ([draft_vocab_size, hidden_size])"));
   // Absent: the whole vocabulary, which its lm_head does not span.
   EXPECT_EQ(refusal("absent", {{"draft_vocab_size", nullptr}}),
-            absl::StrCat("--speculative-config: the EAGLE-3 head's lm_head.weight is [40, ",
-                         hidden, "], expected [256, ", hidden,
-                         "] ([draft_vocab_size, hidden_size])"));
+            absl::StrCat("--speculative-config: the EAGLE-3 head's lm_head.weight is [40, ", hidden,
+                         "], expected [256, ", hidden, "] ([draft_vocab_size, hidden_size])"));
   EXPECT_EQ(refusal("zero", {{"draft_vocab_size", 0}}),
             "--speculative-config: EAGLE-3 head: draft_vocab_size 0 is out of range");
   EXPECT_EQ(refusal("text", {{"draft_vocab_size", "40"}}),
@@ -245,8 +244,10 @@ TEST_F(DraftModelFilesTest, ChecksAnEagle3HeadsDraftVocabularyAtStart) {
   // ParallelLMHead over draft_vocab_size asserts the same at load).
   ModelConfig wide = target;
   wide.vocab_size = 384;
-  const nlohmann::json six_heads = {{"vocab_size", 384}, {"num_attention_heads", 6},
-                                    {"num_key_value_heads", 6}, {"head_dim", 8},
+  const nlohmann::json six_heads = {{"vocab_size", 384},
+                                    {"num_attention_heads", 6},
+                                    {"num_key_value_heads", 6},
+                                    {"head_dim", 8},
                                     {"intermediate_size", 96}};
   const std::string split = PatchedHead(good, dir + "/split", six_heads);
   EXPECT_EQ(Eagle3Refusal(split, wide, 1), "OK");  // Whole on one rank.

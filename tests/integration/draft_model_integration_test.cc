@@ -310,9 +310,9 @@ TEST_F(DraftModelTest, BadSpeculativeConfigsAreRefusedAtStartInOneLine) {
                     " exceeds vocab_size ", kTinyModelVocab)},
   };
   // A copy of the EAGLE-3 head claiming one more draft id than the target has.
-  std::filesystem::copy(*dir_ + "/eagle3-head", *dir_ + "/eagle3-head-vocab",
-                        std::filesystem::copy_options::recursive |
-                            std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::copy(
+      *dir_ + "/eagle3-head", *dir_ + "/eagle3-head-vocab",
+      std::filesystem::copy_options::recursive | std::filesystem::copy_options::overwrite_existing);
   std::ifstream in(*dir_ + "/eagle3-head/config.json");
   nlohmann::json config = nlohmann::json::parse(in);
   ASSERT_EQ(config["draft_vocab_size"], 40);
