@@ -114,8 +114,10 @@ std::pair<double, double> SecondsPerStep(Backend& backend, const Options& o,
       // Fresh logits each step (processing rewrites edited entries in
       // place), copied outside the timed region.
       std::memcpy(logits.data(), pristine.data(), logits.size() * sizeof(float));
-      const Tensor tensor{
-          .dtype = DType::kF32, .shape = {o.rows, o.vocab, 0, 0}, .rank = 2, .data = logits.data()};
+      const Tensor tensor{.dtype = DType::kF32,
+                          .shape = {o.rows, o.vocab, 0, 0},
+                          .rank = 2,
+                          .data = logits.data()};
       const auto start = std::chrono::steady_clock::now();
       backend.Sample(tensor, which == 0 ? plain : penalized, &results);
       const double seconds =

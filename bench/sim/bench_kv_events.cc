@@ -69,9 +69,7 @@ void TopUp(Scheduler& scheduler, int num_seqs, std::mt19937& rng, int64_t& next_
 class Sim {
  public:
   Sim(int num_seqs, KvEventPublisher* publisher, bool publish)
-      : num_seqs_(num_seqs),
-        publisher_(publisher),
-        publish_(publish),
+      : num_seqs_(num_seqs), publisher_(publisher), publish_(publish),
         scheduler_(MakeConfig(num_seqs)),
         processor_({}, MakeConfig(num_seqs).max_model_len, &scheduler_) {
     if (publisher_ != nullptr) scheduler_.block_manager().EnableKvEvents();
@@ -224,10 +222,9 @@ void Report(int num_seqs, int steps, bool publish, const Measured& m, const Sim&
               100.0 * m.diff_us / m.off_us);
   std::printf("  of which SwapKvEvents + TryPublish: %.2f us/step (mean, %.2f%%)\n", handoff,
               100.0 * handoff / m.off_us);
-  std::printf(
-      "  %.1f events per step; the publisher thread encodes a batch in %.1f us "
-      "(%zu bytes)\n",
-      static_cast<double>(on.events()) / steps, encode_us, bytes / sampled);
+  std::printf("  %.1f events per step; the publisher thread encodes a batch in %.1f us "
+              "(%zu bytes)\n",
+              static_cast<double>(on.events()) / steps, encode_us, bytes / sampled);
 }
 
 int Main(int argc, char** argv) {
