@@ -7,10 +7,11 @@
 // floor: the K/V cannot be read faster). Several cache dtypes, comma
 // separated, run in turn in the same process, each step's time also as a
 // speedup over the first's.
-//   bench_cpu_attention [threads=2] [cache dtypes=f16, or e.g. bf16,f32,fp8e4m3]
-//                       [context=4096] [batch=8] [heads,kv_heads,head_dim,layers=8,2,64,8]
-// The last argument gives other shapes, e.g. 4,4,16,1 for the host-bound
-// model of bench/server/bench_async_scheduling.sh.
+//   bench_cpu_attention [--threads 2] [--dtypes f16, or e.g. bf16,f32,fp8e4m3]
+//                       [--context 4096] [--batch 8] [--shape 8,2,64,8]
+// or by position, in that order: bench_cpu_attention 1 f32,bf16 500 377 4,4,16,1.
+// --shape (heads,kv_heads,head_dim,layers) gives other shapes, e.g. 4,4,16,1
+// for the host-bound model of bench/server/bench_async_scheduling.sh.
 
 #include <algorithm>
 #include <chrono>
@@ -22,10 +23,22 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "bench/common/bench_flags.h"
 #include "bench/cpu/machine_floor.h"
+#include "common/flag_checks.h"
 #include "tests/support/step_batch_test_util.h"
 #include "worker/cpu/cpu_backend.h"
+
+ABSL_FLAG(int, threads, 2, "CPU backend threads.");
+ABSL_FLAG(std::string, dtypes, "f16",
+          "Cache dtypes to time in turn, comma separated (f32, f16, bf16, fp8e4m3, fp8e5m2).");
+ABSL_FLAG(int, context, 4096, "Tokens of context per sequence.");
+ABSL_FLAG(int, batch, 8, "Sequences per step.");
+ABSL_FLAG(pagoda::bench::PositiveIntList, shape, (pagoda::bench::PositiveIntList{{8, 2, 64, 8}}),
+          "heads,kv_heads,head_dim,layers (the b1 model's by default).");
 
 namespace pagoda::worker {
 namespace {
@@ -118,35 +131,48 @@ double MedianStepMs(Backend& backend, DType dtype, const FlatBatch& flat, int ba
   return times[times.size() / 2];
 }
 
-int Main(int argc, char** argv) {
-  const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
+constexpr const char* kProgram = "bench_cpu_attention";
+
+// --dtypes, each a dtype's short name (checked).
+std::vector<DType> CacheDTypes() {
   std::vector<DType> dtypes;
-  const std::vector<std::string> names = absl::StrSplit(argc > 2 ? argv[2] : "f16", ',');
-  for (const std::string& name : names) {
-    const DTypeNames* named = FindDTypeNamed(name, &DTypeNames::short_name);
-    if (named == nullptr) {
-      std::fprintf(stderr, "unknown cache dtype %s (f32, f16, bf16, fp8e4m3)\n", name.c_str());
-      return 2;
-    }
+  for (absl::string_view name : absl::StrSplit(absl::GetFlag(FLAGS_dtypes), ',')) {
+    const DTypeNames* named = FindDTypeNamed(std::string(name), &DTypeNames::short_name);
+    bench::CheckFlags(kProgram, {named != nullptr ? absl::OkStatus()
+                                                  : absl::InvalidArgumentError(absl::StrCat(
+                                                        "--dtypes: unknown cache dtype ", name,
+                                                        " (f32, f16, bf16, fp8e4m3, fp8e5m2)"))});
     dtypes.push_back(named->dtype);
   }
-  const int context = std::max(1, argc > 3 ? std::atoi(argv[3]) : 4096);
-  const int batch = std::max(1, argc > 4 ? std::atoi(argv[4]) : 8);
-  if (argc > 5) {
-    const std::vector<std::string> fields = absl::StrSplit(argv[5], ',');
-    if (fields.size() != 4) {
-      std::fprintf(stderr, "shape is heads,kv_heads,head_dim,layers\n");
-      return 2;
-    }
-    shape.heads = std::max(1, std::atoi(fields[0].c_str()));
-    shape.kv_heads = std::max(1, std::atoi(fields[1].c_str()));
-    shape.head_dim = std::max(1, std::atoi(fields[2].c_str()));
-    shape.layers = std::max(1, std::atoi(fields[3].c_str()));
-    if (shape.heads % shape.kv_heads != 0) {
-      std::fprintf(stderr, "heads must be a multiple of kv_heads\n");
-      return 2;
-    }
-  }
+  return dtypes;
+}
+
+// --shape into `shape` (checked).
+void ReadShape() {
+  const std::vector<int> fields = absl::GetFlag(FLAGS_shape).values;
+  bench::CheckFlags(kProgram,
+                    {fields.size() == 4 && fields[0] % fields[1] == 0
+                         ? absl::OkStatus()
+                         : absl::InvalidArgumentError("--shape is heads,kv_heads,head_dim,layers, "
+                                                      "heads a multiple of kv_heads")});
+  shape = {.layers = fields[3], .heads = fields[0], .kv_heads = fields[1], .head_dim = fields[2]};
+}
+
+int Main(int argc, char** argv) {
+  bench::ParseBenchCommandLine(
+      argc, argv,
+      {kProgram,
+       "bench_cpu_attention [--threads N] [--dtypes f16,...] [--context N] "
+       "[--batch N] [--shape heads,kv_heads,head_dim,layers], or those by position"},
+      {"threads", "dtypes", "context", "batch", "shape"});
+  const int threads = absl::GetFlag(FLAGS_threads);
+  const int context = absl::GetFlag(FLAGS_context);
+  const int batch = absl::GetFlag(FLAGS_batch);
+  bench::CheckFlags(kProgram,
+                    {bench::Threads(threads), flag_check::Range("context", context, 1, 1 << 20),
+                     flag_check::Range("batch", batch, 1, 4096)});
+  const std::vector<DType> dtypes = CacheDTypes();
+  ReadShape();
   auto backend = CreateCpuBackend(threads);
   std::mt19937 rng(1);
   const FlatBatch flat = DecodeBatch(batch, context, rng);

@@ -25,15 +25,25 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
+#include "absl/flags/flag.h"
+#include "bench/common/bench_flags.h"
 #include "bench/cpu/machine_floor.h"
 #include "common/dtype.h"
-#include "common/flags.h"
+#include "common/flag_checks.h"
 #include "common/model_config.h"
 #include "worker/cpu/cpu_model_runner.h"
 #include "worker/cpu/host_memory.h"
 #include "worker/cpu/simd.h"
 #include "worker/model_runner.h"
+
+ABSL_FLAG(std::string, model, "", "Model directory (required).");
+ABSL_FLAG(int, threads, 2, "CPU backend threads.");
+ABSL_FLAG(pagoda::bench::PositiveIntList, batches, (pagoda::bench::PositiveIntList{{1, 8, 32}}),
+          "Batch sizes to time, comma separated.");
+ABSL_FLAG(int, prompt, 64, "Prompt tokens per sequence.");
+ABSL_FLAG(int, tokens, 64, "Tokens each sequence generates (2 or more).");
+ABSL_FLAG(int, rounds, 3, "Timed rounds per batch size (the median is printed).");
+ABSL_FLAG(std::string, kv_cache_dtype, "auto", "KV cache dtype: auto, float32, bfloat16, float16.");
 
 namespace pagoda::worker {
 namespace {
@@ -52,51 +62,37 @@ double Seconds(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
 }
 
+// The command line's values (their defaults are the ABSL_FLAGs').
 struct Flags {
   std::string model;
-  int threads = 2;
-  std::vector<int> batches = {1, 8, 32};
-  int prompt = 64;
-  int tokens = 64;
-  int rounds = 3;
-  std::string kv_cache_dtype = "auto";
+  int threads;
+  std::vector<int> batches;
+  int prompt;
+  int tokens;
+  int rounds;
+  std::string kv_cache_dtype;
   size_t kv_element_bytes = 4;  // Of kv_cache_dtype (auto is f32 on CPU).
 };
 
 Flags ParseFlags(int argc, char** argv) {
-  Flags flags;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (i + 1 >= argc) Die("missing value after " + arg);
-    const std::string value = argv[++i];
-    int number = 0;
-    const bool numeric = absl::SimpleAtoi(value, &number) && number > 0;
-    if (arg == "--model") {
-      flags.model = value;
-    } else if (arg == "--kv-cache-dtype") {
-      absl::StatusOr<std::optional<DType>> dtype = ParseKvCacheDTypeFlag(value);
-      if (!dtype.ok()) Die(std::string(dtype.status().message()));
-      flags.kv_cache_dtype = value;
-      flags.kv_element_bytes = DTypeSize(dtype->value_or(DType::kF32));
-    } else if (arg == "--batches") {
-      auto batches = ParsePositiveIntList(value);
-      if (!batches) Die("bad --batches " + value);
-      flags.batches = *std::move(batches);
-    } else if (!numeric) {
-      Die("bad value for " + arg + ": " + value);
-    } else if (arg == "--threads") {
-      flags.threads = number;
-    } else if (arg == "--prompt") {
-      flags.prompt = number;
-    } else if (arg == "--tokens") {
-      flags.tokens = number;
-    } else if (arg == "--rounds") {
-      flags.rounds = number;
-    } else {
-      Die("unknown flag " + arg);
-    }
-  }
-  if (flags.model.empty()) Die("--model DIR is required");
+  bench::ParseBenchCommandLine(argc, argv,
+                               {"bench_cpu_decode",
+                                "bench_cpu_decode --model DIR [--threads N] [--batches 1,8,32] "
+                                "[--prompt N] [--tokens N] [--rounds N] [--kv-cache-dtype DTYPE]"});
+  Flags flags{.model = absl::GetFlag(FLAGS_model),
+              .threads = absl::GetFlag(FLAGS_threads),
+              .batches = absl::GetFlag(FLAGS_batches).values,
+              .prompt = absl::GetFlag(FLAGS_prompt),
+              .tokens = absl::GetFlag(FLAGS_tokens),
+              .rounds = absl::GetFlag(FLAGS_rounds),
+              .kv_cache_dtype = absl::GetFlag(FLAGS_kv_cache_dtype)};
+  absl::StatusOr<std::optional<DType>> dtype = ParseKvCacheDTypeFlag(flags.kv_cache_dtype);
+  bench::CheckFlags("bench_cpu_decode",
+                    {bench::Required("model", flags.model), bench::Threads(flags.threads),
+                     flag_check::Range("prompt", flags.prompt, 1, 1 << 20),
+                     flag_check::Range("tokens", flags.tokens, 2, 1 << 20),
+                     flag_check::Range("rounds", flags.rounds, 1, 1000), dtype.status()});
+  flags.kv_element_bytes = DTypeSize(dtype->value_or(DType::kF32));
   return flags;
 }
 

@@ -6,7 +6,9 @@
 // keeps one copy, which a small model's step reads from the L3 (the b1
 // model's 124 MiB fit this machine's 300 MiB L3). The rows to time may be
 // listed (speculative decoding's verify step runs k + 1 rows a sequence).
-//   bench_cpu_linear [threads=2] [dtype=f32|bf16|f16] [cold|hot] [rows=1,4,8,...]
+//   bench_cpu_linear [--threads 2] [--dtype f32|bf16|f16] [--weights cold|hot]
+//                    [--rows 1,4,8,...]
+// or by position, in that order: bench_cpu_linear 1 f32 hot 1,4,5,6,8
 
 #include <algorithm>
 #include <chrono>
@@ -15,9 +17,18 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_split.h"
+#include "absl/flags/flag.h"
+#include "bench/common/bench_flags.h"
+#include "common/flag_checks.h"
 #include "worker/cpu/cpu_backend.h"
+
+ABSL_FLAG(int, threads, 2, "CPU backend threads.");
+ABSL_FLAG(std::string, dtype, "f32", "Weight dtype: f32, bf16 or f16.");
+ABSL_FLAG(std::string, weights, "cold",
+          "cold: cycle through 128 MB of weight copies (read from memory); hot: one copy.");
+ABSL_FLAG(pagoda::bench::PositiveIntList, rows,
+          (pagoda::bench::PositiveIntList{{1, 4, 8, 16, 32, 64, 256, 2048}}),
+          "Rows (tokens) per call to time, each 1..4096.");
 
 namespace pagoda::worker {
 namespace {
@@ -40,26 +51,30 @@ double MedianMicros(Backend& backend, const std::vector<Tensor>& weights,
   return times[times.size() / 2];
 }
 
+constexpr const char* kProgram = "bench_cpu_linear";
+
+// --dtype's DType (one it names, checked).
+DType WeightDType() {
+  const std::string name = absl::GetFlag(FLAGS_dtype);
+  bench::CheckFlags(kProgram, {bench::OneOf("dtype", name, {"f32", "bf16", "f16"})});
+  return FindDTypeNamed(name, &DTypeNames::short_name)->dtype;
+}
+
 int Main(int argc, char** argv) {
-  const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
-  const std::string dtype_name = argc > 2 ? argv[2] : "f32";
-  // Weight dtype by its short name (f32, f16, bf16); f32 for anything else.
-  const DTypeNames* named = FindDTypeNamed(dtype_name, &DTypeNames::short_name);
-  const DType dtype = named == nullptr ? DType::kF32 : named->dtype;
-  const bool hot = argc > 3 && std::string(argv[3]) == "hot";
-  std::vector<int> row_counts = {1, 4, 8, 16, 32, 64, 256, 2048};
-  if (argc > 4) {
-    row_counts.clear();
-    for (absl::string_view part : absl::StrSplit(argv[4], ',')) {
-      int rows = 0;
-      if (!absl::SimpleAtoi(part, &rows) || rows < 1 || rows > 4096) {
-        std::fprintf(stderr, "bench_cpu_linear: rows \"%s\" is not in 1..4096\n",
-                     std::string(part).c_str());
-        return 1;
-      }
-      row_counts.push_back(rows);
-    }
-  }
+  bench::ParseBenchCommandLine(argc, argv,
+                               {kProgram,
+                                "bench_cpu_linear [--threads N] [--dtype f32|bf16|f16] "
+                                "[--weights cold|hot] [--rows 1,4,...], or those by position"},
+                               {"threads", "dtype", "weights", "rows"});
+  const int threads = absl::GetFlag(FLAGS_threads);
+  const std::string weights = absl::GetFlag(FLAGS_weights);
+  const std::vector<int> row_counts = absl::GetFlag(FLAGS_rows).values;
+  bench::CheckFlags(
+      kProgram, {bench::Threads(threads), bench::OneOf("weights", weights, {"cold", "hot"}),
+                 flag_check::Range("rows", *std::max_element(row_counts.begin(), row_counts.end()),
+                                   1, 4096)});
+  const DType dtype = WeightDType();
+  const bool hot = weights == "hot";
   auto backend = CreateCpuBackend(threads);
   struct Shape {
     const char* name;

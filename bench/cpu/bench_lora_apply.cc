@@ -9,7 +9,8 @@
 // projections: the decode step's projection throughput with LoRA as a
 // fraction of base-only (attention, norms and sampling, which LoRA leaves
 // alone, would bring a whole step's ratio closer to 1).
-//   bench_lora_apply [threads=2] [rank=16] [rows=32]
+//   bench_lora_apply [--threads 2] [--rank 16] [--rows 32]
+// or by position, in that order: bench_lora_apply 2 16 32
 
 #include <algorithm>
 #include <chrono>
@@ -19,8 +20,15 @@
 #include <random>
 #include <vector>
 
+#include "absl/flags/flag.h"
+#include "bench/common/bench_flags.h"
+#include "common/flag_checks.h"
 #include "worker/cpu/cpu_backend.h"
 #include "worker/lora/lora_slots.h"
+
+ABSL_FLAG(int, threads, 2, "CPU backend threads.");
+ABSL_FLAG(int, rank, 16, "The adapters' LoRA rank (1..512).");
+ABSL_FLAG(int, rows, 32, "Rows (tokens) per call (1..4096).");
 
 namespace pagoda::worker {
 namespace {
@@ -70,9 +78,17 @@ LoraAdapter RandomAdapter(const ModelConfig& config, int rank, std::mt19937& rng
 }
 
 int Main(int argc, char** argv) {
-  const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
-  const int rank = argc > 2 ? std::atoi(argv[2]) : 16;
-  const int rows = argc > 3 ? std::atoi(argv[3]) : 32;
+  bench::ParseBenchCommandLine(argc, argv,
+                               {"bench_lora_apply",
+                                "bench_lora_apply [--threads N] [--rank N] [--rows N], or those by "
+                                "position"},
+                               {"threads", "rank", "rows"});
+  const int threads = absl::GetFlag(FLAGS_threads);
+  const int rank = absl::GetFlag(FLAGS_rank);
+  const int rows = absl::GetFlag(FLAGS_rows);
+  bench::CheckFlags("bench_lora_apply",
+                    {bench::Threads(threads), flag_check::Range("rank", rank, 1, 512),
+                     flag_check::Range("rows", rows, 1, 4096)});
   auto backend = CreateCpuBackend(threads);
   const ModelConfig config = BenchModel();
   std::array<LinearShape, kNumLoraModules> shapes;

@@ -6,7 +6,8 @@
 // which goes first, in the same run. Prints each run's output tokens/s, the median ratio
 // mixed / base-only (goal >= 0.8), and each adapter's load time on the
 // worker (LoadLoraAdapterResponse.load_seconds).
-//   bench_lora_engine [batch=32] [rounds=7] [cpu_threads=2]
+//   bench_lora_engine [--batch 32] [--rounds 7] [--cpu-threads 2]
+// or by position, in that order: bench_lora_engine 32 7 2
 // Needs /usr/bin/python3 with numpy (the adapters are written by
 // tests/reference/lora_reference.py); run from the repository root.
 
@@ -18,11 +19,18 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "bench/common/bench_flags.h"
+#include "common/flag_checks.h"
 #include "scheduler/engine/engine.h"
 #include "scheduler/workers/grpc_worker_group.h"
+
+ABSL_FLAG(int, batch, 32, "Concurrent requests (1..256).");
+ABSL_FLAG(int, rounds, 7, "Runs of each kind, alternated (1..50).");
+ABSL_FLAG(int, cpu_threads, 2, "The worker's CPU threads (1..64).");
 
 namespace pagoda::scheduler {
 namespace {
@@ -185,12 +193,18 @@ int Main(int batch, int rounds, int cpu_threads) {
 }  // namespace pagoda::scheduler
 
 int main(int argc, char** argv) {
-  const int batch = argc > 1 ? std::atoi(argv[1]) : 32;
-  const int rounds = argc > 2 ? std::atoi(argv[2]) : 7;
-  const int threads = argc > 3 ? std::atoi(argv[3]) : 2;
-  if (batch < 1 || batch > 256 || rounds < 1 || rounds > 50 || threads < 1 || threads > 64) {
-    std::fprintf(stderr, "usage: bench_lora_engine [batch 1..256] [rounds 1..50] [threads]\n");
-    return 2;
-  }
+  pagoda::bench::ParseBenchCommandLine(
+      argc, argv,
+      {"bench_lora_engine",
+       "bench_lora_engine [--batch N] [--rounds N] [--cpu-threads N], or "
+       "those by position"},
+      {"batch", "rounds", "cpu_threads"});
+  const int batch = absl::GetFlag(FLAGS_batch);
+  const int rounds = absl::GetFlag(FLAGS_rounds);
+  const int threads = absl::GetFlag(FLAGS_cpu_threads);
+  pagoda::bench::CheckFlags("bench_lora_engine",
+                            {pagoda::flag_check::Range("batch", batch, 1, 256),
+                             pagoda::flag_check::Range("rounds", rounds, 1, 50),
+                             pagoda::flag_check::Range("cpu-threads", threads, 1, 64)});
   return pagoda::scheduler::Main(batch, rounds, threads);
 }

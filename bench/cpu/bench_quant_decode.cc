@@ -11,7 +11,7 @@
 //     (quant_linear.h's WeightOnlyActivations: int8 per group, the default,
 //     and f32), over the same codes; for W8A8, both layouts of the codes
 //     (w8a8_linear.h's W8A8Layout: tiles where the CPU has VNNI, rows);
-//   - with a `level` argument, at that SIMD level, the int8 codes' three
+//   - with --level, at that SIMD level, the int8 codes' three
 //     layouts over the same codes (quant_tile_kernels.h's Int8Layout): the
 //     tiles with the CPU's best VNNI (at avx2: AVX-VNNI's 256-bit vpdpbusd),
 //     the AVX2 tiles with vpmaddubsw + vpmaddwd (a CPU without VNNI), and
@@ -21,8 +21,9 @@
 // The weights (about 550 MB at int4) are far larger than the last-level
 // cache, so every step streams them from memory.
 //
-// Usage: bench_quant_decode [threads=2] [format=4] [layers=16] [iterations=10]
-//                           [level] [batches=1,8]
+// Usage: bench_quant_decode [--threads 2] [--format 4] [--layers 16] [--iterations 10]
+//                           [--level avx2|avx512|best] [--batches 1,8]
+// or by position, in that order: bench_quant_decode 2 4 16 3 avx2 1,8,64
 //   format: 4 or 8 (weight-only int4 / int8, group 128), w8a8 or fp8
 //   (one byte a weight, one scale a channel); level: avx2, avx512 or best
 //   (given: the three layouts of the int8 codes at it); batches: token rows
@@ -38,9 +39,10 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_split.h"
+#include "absl/flags/flag.h"
+#include "bench/common/bench_flags.h"
 #include "bench/cpu/machine_floor.h"
+#include "common/flag_checks.h"
 #include "worker/cpu/cpu_backend.h"
 #include "worker/cpu/quant_linear.h"
 #include "worker/cpu/simd.h"
@@ -48,6 +50,17 @@
 #include "worker/cpu/w8a8_linear.h"
 #include "worker/linear.h"
 #include "worker/quant/quantized_weight.h"
+
+ABSL_FLAG(int, threads, 2, "Threads of the pool the Linears run on.");
+ABSL_FLAG(std::string, format, "4",
+          "4 or 8 (weight-only int4 / int8, group 128), w8a8 or fp8 (one byte a weight, one "
+          "scale a channel).");
+ABSL_FLAG(int, layers, 16, "Llama-3.2-1B-shaped layers (1..64).");
+ABSL_FLAG(int, iterations, 10, "Alternated passes of every variant (1..1000).");
+ABSL_FLAG(std::string, level, "",
+          "avx2, avx512 or best: also time the int8 codes' three layouts at that SIMD level.");
+ABSL_FLAG(pagoda::bench::PositiveIntList, batches, (pagoda::bench::PositiveIntList{{1, 8}}),
+          "Token rows a pass, comma separated, each 1..512 (e.g. 1,8,64: a 64-token prompt too).");
 
 namespace pagoda::worker {
 namespace {
@@ -146,35 +159,48 @@ void Pass(Variant& v, int rows) {
   v.cpu = std::min(v.cpu, ThreadSeconds() - cpu_start);
 }
 
+constexpr const char* kProgram = "bench_quant_decode";
+
+// --level's SimdLevel (BestSimdLevel when it is best or not given); exits
+// unless this machine runs it.
+SimdLevel LevelFlag() {
+  const std::string name = absl::GetFlag(FLAGS_level);
+  if (name.empty() || name == "best") return BestSimdLevel();
+  const std::vector<SimdLevel> supported = SupportedSimdLevels();
+  const auto it = std::find_if(supported.begin(), supported.end(),
+                               [&](SimdLevel l) { return SimdLevelName(l) == name; });
+  bench::CheckFlags(
+      kProgram,
+      {it != supported.end() ? absl::OkStatus()
+                             : absl::InvalidArgumentError("--level " + name + " not run here")});
+  return *it;
+}
+
 int Main(int argc, char** argv) {
-  const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
-  const std::string format = argc > 2 ? argv[2] : "4";
-  const int layers = argc > 3 ? std::atoi(argv[3]) : 16;
-  const int iterations = argc > 4 ? std::atoi(argv[4]) : 10;
-  if (format != "4" && format != "8" && format != "w8a8" && format != "fp8") {
-    return std::fprintf(stderr, "format must be 4, 8, w8a8 or fp8\n"), 2;
-  }
+  bench::ParseBenchCommandLine(
+      argc, argv,
+      {kProgram,
+       "bench_quant_decode [--threads N] [--format 4|8|w8a8|fp8] [--layers N] "
+       "[--iterations N] [--level avx2|avx512|best] [--batches 1,8], or those by "
+       "position"},
+      {"threads", "format", "layers", "iterations", "level", "batches"});
+  const int threads = absl::GetFlag(FLAGS_threads);
+  const std::string format = absl::GetFlag(FLAGS_format);
+  const int layers = absl::GetFlag(FLAGS_layers);
+  const int iterations = absl::GetFlag(FLAGS_iterations);
+  const std::vector<int> batches = absl::GetFlag(FLAGS_batches).values;
+  bench::CheckFlags(
+      kProgram,
+      {bench::Threads(threads), bench::OneOf("format", format, {"4", "8", "w8a8", "fp8"}),
+       flag_check::Range("layers", layers, 1, 64),
+       flag_check::Range("iterations", iterations, 1, 1000),
+       flag_check::Range("batches", *std::max_element(batches.begin(), batches.end()), 1, 512)});
   const bool byte_format = format == "w8a8" || format == "fp8";
   const int bits = format == "4" ? 4 : 8;
   const std::string name = byte_format ? format : "int" + format;
   // With a level named: the int8 codes in each Int8Layout at that level.
-  const bool layouts = argc > 5 && format != "fp8";
-  SimdLevel level = BestSimdLevel();
-  if (argc > 5 && std::string(argv[5]) != "best") {
-    const std::vector<SimdLevel> supported = SupportedSimdLevels();
-    const auto it = std::find_if(supported.begin(), supported.end(),
-                                 [&](SimdLevel l) { return SimdLevelName(l) == argv[5]; });
-    if (it == supported.end()) return std::fprintf(stderr, "level %s not run here\n", argv[5]), 2;
-    level = *it;
-  }
-  std::vector<int> batches;
-  for (absl::string_view part : absl::StrSplit(argc > 6 ? argv[6] : "1,8", ',')) {
-    int n = 0;
-    if (!absl::SimpleAtoi(part, &n) || n < 1 || n > 512) {
-      return std::fprintf(stderr, "bad batches\n"), 2;
-    }
-    batches.push_back(n);
-  }
+  const bool layouts = !absl::GetFlag(FLAGS_level).empty() && format != "fp8";
+  const SimdLevel level = LevelFlag();
   std::printf("simd %s, %d threads, %s, %d layers, %s\n", std::string(SimdLevelName(level)).c_str(),
               threads, name.c_str(), layers, byte_format ? "scales per channel" : "group 128");
 

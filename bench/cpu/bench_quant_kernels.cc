@@ -11,7 +11,8 @@
 // cannot keep up with memory: its decode is bound by instructions, not by
 // reading weights.
 //
-// Usage: bench_quant_kernels [passes=7] [bits=4]
+// Usage: bench_quant_kernels [--passes 7] [--bits 4|8]
+// or by position, in that order: bench_quant_kernels 15 8
 
 #include <algorithm>
 #include <cstdint>
@@ -20,9 +21,15 @@
 #include <ctime>
 #include <vector>
 
+#include "absl/flags/flag.h"
+#include "bench/common/bench_flags.h"
+#include "common/flag_checks.h"
 #include "worker/cpu/quant_a8_kernels.h"
 #include "worker/cpu/quant_tile_kernels.h"
 #include "worker/cpu/simd.h"
+
+ABSL_FLAG(int, passes, 7, "Passes per kernel, the best one kept (1..1000).");
+ABSL_FLAG(int, bits, 4, "Code width: 4 or 8.");
 
 namespace pagoda::worker {
 namespace {
@@ -99,9 +106,16 @@ double TileRate(int passes, int bits, const Inputs& in, const QuantTileKernels& 
 }
 
 int Main(int argc, char** argv) {
-  const int passes = argc > 1 ? std::atoi(argv[1]) : 7;
-  const int bits = argc > 2 ? std::atoi(argv[2]) : 4;
-  if (bits != 4 && bits != 8) return std::fprintf(stderr, "bits must be 4 or 8\n"), 2;
+  bench::ParseBenchCommandLine(argc, argv,
+                               {"bench_quant_kernels",
+                                "bench_quant_kernels [--passes N] [--bits 4|8], or those by "
+                                "position"},
+                               {"passes", "bits"});
+  const int passes = absl::GetFlag(FLAGS_passes);
+  const int bits = absl::GetFlag(FLAGS_bits);
+  bench::CheckFlags("bench_quant_kernels",
+                    {flag_check::Range("passes", passes, 1, 1000),
+                     bench::OneOf("bits", std::to_string(bits), {"4", "8"})});
   const QuantTileKernels* avx512 = VnniQuantTileKernels();
   const QuantTileKernels* avx_vnni = Avx2QuantTileKernels(true);
   const QuantTileKernels* avx2 = Avx2QuantTileKernels(false);

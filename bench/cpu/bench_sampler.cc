@@ -23,36 +23,59 @@
 #include <utility>
 #include <vector>
 
+#include "absl/flags/flag.h"
+#include "bench/common/bench_flags.h"
+#include "common/flag_checks.h"
 #include "common/logits_processing.h"
 #include "worker/backend.h"
 #include "worker/cpu/cpu_backend.h"
 
+ABSL_FLAG(int, rows, 256, "Sequences sampled a step.");
+ABSL_FLAG(int, vocab, 128256, "Vocabulary size.");
+ABSL_FLAG(int, output, 2048, "Tokens each sequence has generated (what the penalties count).");
+ABSL_FLAG(int, threads, 2, "CPU backend threads.");
+ABSL_FLAG(int, steps, 20, "Timed steps of each kind.");
+ABSL_FLAG(float, temperature, 0.8f, "Sampling temperature (0: greedy).");
+ABSL_FLAG(float, peak, 0.0f, "Added to one token's logit a row (a confident step).");
+ABSL_FLAG(float, top_p, 1.0f, "Top-p of every row, in (0, 1].");
+ABSL_FLAG(int, top_k, 0, "Top-k of every row (0: off).");
+
 namespace pagoda::worker {
 namespace {
 
+// The command line's values (their defaults are the ABSL_FLAGs').
 struct Options {
-  int rows = 256, vocab = 128256, output = 2048, threads = 2, steps = 20;
-  float temperature = 0.8f;
-  float peak = 0.0f;
-  float top_p = 1.0f;
-  int top_k = 0;
+  int rows, vocab, output, threads, steps;
+  float temperature;
+  float peak;
+  float top_p;
+  int top_k;
 };
 
 Options ParseOptions(int argc, char** argv) {
-  Options o;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i];
-    const double value = std::atof(argv[i + 1]);
-    if (flag == "--rows") o.rows = static_cast<int>(value);
-    if (flag == "--vocab") o.vocab = static_cast<int>(value);
-    if (flag == "--output") o.output = static_cast<int>(value);
-    if (flag == "--threads") o.threads = static_cast<int>(value);
-    if (flag == "--steps") o.steps = static_cast<int>(value);
-    if (flag == "--temperature") o.temperature = static_cast<float>(value);
-    if (flag == "--peak") o.peak = static_cast<float>(value);
-    if (flag == "--top-p") o.top_p = static_cast<float>(value);
-    if (flag == "--top-k") o.top_k = static_cast<int>(value);
-  }
+  bench::ParseBenchCommandLine(argc, argv,
+                               {"bench_cpu_sampler",
+                                "bench_cpu_sampler [--rows N] [--vocab N] [--output N] "
+                                "[--threads N] [--steps N] [--temperature T] [--peak P] "
+                                "[--top-p P] [--top-k K]"});
+  const Options o{.rows = absl::GetFlag(FLAGS_rows),
+                  .vocab = absl::GetFlag(FLAGS_vocab),
+                  .output = absl::GetFlag(FLAGS_output),
+                  .threads = absl::GetFlag(FLAGS_threads),
+                  .steps = absl::GetFlag(FLAGS_steps),
+                  .temperature = absl::GetFlag(FLAGS_temperature),
+                  .peak = absl::GetFlag(FLAGS_peak),
+                  .top_p = absl::GetFlag(FLAGS_top_p),
+                  .top_k = absl::GetFlag(FLAGS_top_k)};
+  bench::CheckFlags(
+      "bench_cpu_sampler",
+      {flag_check::Range("rows", o.rows, 1, 4096), flag_check::Range("vocab", o.vocab, 1, 1 << 20),
+       flag_check::Range("output", o.output, 1, 1 << 20), bench::Threads(o.threads),
+       flag_check::Range("steps", o.steps, 1, 100000),
+       flag_check::RealRange("temperature", o.temperature, 0, 100, true),
+       flag_check::RealRange("peak", o.peak, -1000, 1000, true),
+       flag_check::RealRange("top-p", o.top_p, 0, 1, false),
+       flag_check::Range("top-k", o.top_k, 0, o.vocab)});
   return o;
 }
 

@@ -21,10 +21,22 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
-#include "common/flags.h"
+#include "absl/flags/flag.h"
+#include "bench/common/bench_flags.h"
+#include "common/flag_checks.h"
 #include "worker/cpu/cpu_model_runner.h"
 #include "worker/model_runner.h"
+
+ABSL_FLAG(std::string, model, "", "Model directory (required).");
+ABSL_FLAG(int, threads, 2, "CPU backend threads.");
+ABSL_FLAG(pagoda::bench::PositiveIntList, batches, (pagoda::bench::PositiveIntList{{1, 8, 32}}),
+          "Batch sizes to time, comma separated.");
+ABSL_FLAG(pagoda::bench::PositiveIntList, ks, (pagoda::bench::PositiveIntList{{1, 2, 4, 8}}),
+          "Drafts per sequence per step to time, comma separated.");
+ABSL_FLAG(int, prompt, 64, "Prompt tokens per sequence.");
+ABSL_FLAG(int, tokens, 65,
+          "Output tokens per sequence: the prefill's, then the decoded ones (2 or more).");
+ABSL_FLAG(int, rounds, 3, "Timed rounds of each kind per (batch, k) (the median is printed).");
 
 namespace pagoda::worker {
 namespace {
@@ -39,44 +51,35 @@ constexpr int kBlockSize = 16;
   std::exit(1);
 }
 
+// The command line's values (their defaults are the ABSL_FLAGs').
 struct Flags {
   std::string model;
-  int threads = 2;
-  std::vector<int> batches = {1, 8, 32};
-  std::vector<int> ks = {1, 2, 4, 8};
-  int prompt = 64;
-  int tokens = 65;  // Output tokens per sequence: the prefill's, then 64 decoded.
-  int rounds = 3;
+  int threads;
+  std::vector<int> batches;
+  std::vector<int> ks;
+  int prompt;
+  int tokens;  // Output tokens per sequence: the prefill's, then the decoded ones.
+  int rounds;
 };
 
 Flags ParseFlags(int argc, char** argv) {
-  Flags flags;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string arg = argv[i], value = argv[i + 1];
-    int number = 0;
-    const bool numeric = absl::SimpleAtoi(value, &number) && number > 0;
-    if (arg == "--model") {
-      flags.model = value;
-    } else if (arg == "--batches" || arg == "--ks") {
-      auto list = ParsePositiveIntList(value);
-      if (!list) Die("bad " + arg + " " + value);
-      (arg == "--ks" ? flags.ks : flags.batches) = *std::move(list);
-    } else if (!numeric) {
-      Die("bad value for " + arg + ": " + value);
-    } else if (arg == "--threads") {
-      flags.threads = number;
-    } else if (arg == "--prompt") {
-      flags.prompt = number;
-    } else if (arg == "--tokens") {
-      flags.tokens = number;
-    } else if (arg == "--rounds") {
-      flags.rounds = number;
-    } else {
-      Die("unknown flag " + arg);
-    }
-  }
-  if (argc % 2 == 0) Die("flags come in pairs");
-  if (flags.model.empty()) Die("--model DIR is required");
+  bench::ParseBenchCommandLine(argc, argv,
+                               {"bench_cpu_spec_verify",
+                                "bench_cpu_spec_verify --model DIR [--threads N] "
+                                "[--batches 1,8,32] [--ks 1,2,4,8] [--prompt N] [--tokens N] "
+                                "[--rounds N]"});
+  const Flags flags{.model = absl::GetFlag(FLAGS_model),
+                    .threads = absl::GetFlag(FLAGS_threads),
+                    .batches = absl::GetFlag(FLAGS_batches).values,
+                    .ks = absl::GetFlag(FLAGS_ks).values,
+                    .prompt = absl::GetFlag(FLAGS_prompt),
+                    .tokens = absl::GetFlag(FLAGS_tokens),
+                    .rounds = absl::GetFlag(FLAGS_rounds)};
+  bench::CheckFlags("bench_cpu_spec_verify",
+                    {bench::Required("model", flags.model), bench::Threads(flags.threads),
+                     flag_check::Range("prompt", flags.prompt, 1, 1 << 20),
+                     flag_check::Range("tokens", flags.tokens, 2, 1 << 20),
+                     flag_check::Range("rounds", flags.rounds, 1, 1000)});
   return flags;
 }
 

@@ -21,9 +21,10 @@
 #include <thread>
 #include <vector>
 
-#include "absl/strings/numbers.h"
+#include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
-#include "common/flags.h"
+#include "bench/common/bench_flags.h"
+#include "common/flag_checks.h"
 #include "wire/rendezvous_store_server.h"
 #include "wire/worker_secret.h"
 #include "worker/cache_engine.h"
@@ -31,6 +32,14 @@
 #include "worker/flat_batch.h"
 #include "worker/llama_model.h"
 #include "worker/tensor_parallel_group.h"
+
+ABSL_FLAG(std::string, model, "", "Model directory (required).");
+ABSL_FLAG(int, threads, 1, "CPU backend threads of each rank.");
+ABSL_FLAG(pagoda::bench::PositiveIntList, batches, (pagoda::bench::PositiveIntList{{1, 8}}),
+          "Batch sizes to time, comma separated.");
+ABSL_FLAG(int, prompt, 32, "Prompt tokens per sequence.");
+ABSL_FLAG(int, tokens, 32, "Decode steps per round.");
+ABSL_FLAG(int, rounds, 3, "Timed rounds of each layout per batch size (the median is printed).");
 
 namespace pagoda::worker {
 namespace {
@@ -44,44 +53,32 @@ constexpr int kWorld = 2;
   std::exit(1);
 }
 
+// The command line's values (their defaults are the ABSL_FLAGs').
 struct Flags {
   std::string model;
-  int threads = 1;
-  std::vector<int> batches = {1, 8};
-  int prompt = 32;
-  int tokens = 32;
-  int rounds = 3;
+  int threads;
+  std::vector<int> batches;
+  int prompt;
+  int tokens;
+  int rounds;
 };
 
 Flags ParseFlags(int argc, char** argv) {
-  Flags flags;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (i + 1 >= argc) Die("missing value after " + arg);
-    const std::string value = argv[++i];
-    int number = 0;
-    const bool numeric = absl::SimpleAtoi(value, &number) && number > 0;
-    if (arg == "--model") {
-      flags.model = value;
-    } else if (arg == "--batches") {
-      auto batches = ParsePositiveIntList(value);
-      if (!batches) Die("bad --batches " + value);
-      flags.batches = *std::move(batches);
-    } else if (!numeric) {
-      Die("bad value for " + arg + ": " + value);
-    } else if (arg == "--threads") {
-      flags.threads = number;
-    } else if (arg == "--prompt") {
-      flags.prompt = number;
-    } else if (arg == "--tokens") {
-      flags.tokens = number;
-    } else if (arg == "--rounds") {
-      flags.rounds = number;
-    } else {
-      Die("unknown flag " + arg);
-    }
-  }
-  if (flags.model.empty()) Die("--model DIR is required");
+  bench::ParseBenchCommandLine(argc, argv,
+                               {"bench_cpu_tp_decode",
+                                "bench_cpu_tp_decode --model DIR [--threads N] [--batches 1,8] "
+                                "[--prompt N] [--tokens N] [--rounds N]"});
+  const Flags flags{.model = absl::GetFlag(FLAGS_model),
+                    .threads = absl::GetFlag(FLAGS_threads),
+                    .batches = absl::GetFlag(FLAGS_batches).values,
+                    .prompt = absl::GetFlag(FLAGS_prompt),
+                    .tokens = absl::GetFlag(FLAGS_tokens),
+                    .rounds = absl::GetFlag(FLAGS_rounds)};
+  bench::CheckFlags("bench_cpu_tp_decode",
+                    {bench::Required("model", flags.model), bench::Threads(flags.threads),
+                     flag_check::Range("prompt", flags.prompt, 1, 1 << 20),
+                     flag_check::Range("tokens", flags.tokens, 1, 1 << 20),
+                     flag_check::Range("rounds", flags.rounds, 1, 1000)});
   return flags;
 }
 

@@ -19,7 +19,8 @@
 // 300 MiB L3 for the f32 weights; a W8A8 projection's codes (4-33 MB) are
 // read once a block of 64 token rows either way.
 //
-// Usage: bench_w8a8_prompt [threads=2] [layers=4] [iterations=3] [tokens=64,512]
+// Usage: bench_w8a8_prompt [--threads 2] [--layers 4] [--iterations 3] [--tokens 64,512]
+// or by position, in that order: bench_w8a8_prompt 2 4 3 64,512
 
 #include <algorithm>
 #include <chrono>
@@ -31,8 +32,9 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_split.h"
+#include "absl/flags/flag.h"
+#include "bench/common/bench_flags.h"
+#include "common/flag_checks.h"
 #include "worker/cpu/cpu_backend.h"
 #include "worker/cpu/panel_linear.h"
 #include "worker/cpu/quant_linear.h"
@@ -41,6 +43,12 @@
 #include "worker/cpu/w8a8_linear.h"
 #include "worker/linear.h"
 #include "worker/quant/quantized_weight.h"
+
+ABSL_FLAG(int, threads, 2, "Threads of the pool and the backend.");
+ABSL_FLAG(int, layers, 4, "Llama-3.2-1B-shaped layers (1..64).");
+ABSL_FLAG(int, iterations, 3, "Alternated passes of every variant (1..1000).");
+ABSL_FLAG(pagoda::bench::PositiveIntList, tokens, (pagoda::bench::PositiveIntList{{64, 512}}),
+          "Prompt token rows to time, comma separated, each 1..8192.");
 
 namespace pagoda::worker {
 namespace {
@@ -140,15 +148,21 @@ void Pass(Variant& v, int rows) {
 }
 
 int Main(int argc, char** argv) {
-  const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
-  const int layers = argc > 2 ? std::atoi(argv[2]) : 4;
-  const int iterations = argc > 3 ? std::atoi(argv[3]) : 3;
-  std::vector<int> token_counts;
-  for (absl::string_view part : absl::StrSplit(argc > 4 ? argv[4] : "64,512", ',')) {
-    int n = 0;
-    if (!absl::SimpleAtoi(part, &n) || n < 1) return std::fprintf(stderr, "bad tokens\n"), 2;
-    token_counts.push_back(n);
-  }
+  bench::ParseBenchCommandLine(argc, argv,
+                               {"bench_w8a8_prompt",
+                                "bench_w8a8_prompt [--threads N] [--layers N] [--iterations N] "
+                                "[--tokens 64,512], or those by position"},
+                               {"threads", "layers", "iterations", "tokens"});
+  const int threads = absl::GetFlag(FLAGS_threads);
+  const int layers = absl::GetFlag(FLAGS_layers);
+  const int iterations = absl::GetFlag(FLAGS_iterations);
+  const std::vector<int> token_counts = absl::GetFlag(FLAGS_tokens).values;
+  bench::CheckFlags(
+      "bench_w8a8_prompt",
+      {bench::Threads(threads), flag_check::Range("layers", layers, 1, 64),
+       flag_check::Range("iterations", iterations, 1, 1000),
+       flag_check::Range("tokens", *std::max_element(token_counts.begin(), token_counts.end()), 1,
+                         8192)});
   std::printf("simd %s, %d threads, %d layers\n",
               std::string(SimdLevelName(BestSimdLevel())).c_str(), threads, layers);
   ThreadPool pool(threads);

@@ -6,7 +6,8 @@
 //   8 kv heads of 128, bf16) as two launches vs the fused one
 //   (rope_cache_write.h), at 1, 64 and 256 tokens: "of base" is the two
 //   launches' time over the fused one's (bytes: what the fused one moves).
-// Prints a table. Usage: bench_cache_ops [num_layers=8] [blocks_per_layer=1024]
+// Prints a table. Usage: bench_cache_ops [--layers 8] [--blocks 1024] (blocks
+// per layer), or those by position: bench_cache_ops 8 1024
 
 #include <cuda_runtime.h>
 
@@ -17,6 +18,7 @@
 #include <random>
 #include <vector>
 
+#include "bench/cuda/kernel_bench_args.h"
 #include "kernels/ops/cache_ops.h"
 #include "kernels/ops/rope_cache_write.h"
 #include "kernels/ops/rotary_embedding.h"
@@ -255,13 +257,16 @@ void BenchRopeCacheWrite(int tokens, cudaStream_t stream, int reps) {
 }
 
 int Main(int argc, char** argv) {
+  int num_layers = 8;
+  int num_blocks = 1024;
+  bench::ParseKernelBenchArgs(
+      argc, argv, "bench_cache_ops [--layers 8] [--blocks 1024]",
+      {{"layers", &num_layers, 1, 1024}, {"blocks", &num_blocks, 1, 1 << 20}});
   int device_count = 0;
   if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0) {
     std::printf("bench_cache_ops: no CUDA device, nothing to measure\n");
     return 0;
   }
-  const int num_layers = argc > 1 ? std::atoi(argv[1]) : 8;
-  const int num_blocks = argc > 2 ? std::atoi(argv[2]) : 1024;
   // Llama-3-8B-like block: 8 KV heads x 16 tokens x 128 dims x bf16 = 32 KiB.
   const int64_t block_bytes = int64_t{8} * 16 * 128 * 2;
   cudaStream_t stream;

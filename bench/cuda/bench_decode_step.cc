@@ -38,14 +38,27 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
-#include "common/flags.h"
+#include "absl/flags/flag.h"
+#include "bench/common/bench_flags.h"
+#include "common/flag_checks.h"
 #include "worker/cache_engine.h"
 #include "worker/communicator.h"
 #include "worker/cuda/cuda_backend.h"
 #include "worker/cuda/cuda_graph_runner.h"
 #include "worker/flat_batch.h"
 #include "worker/llama_model.h"
+
+ABSL_FLAG(std::string, model, "", "Model directory (required).");
+ABSL_FLAG(pagoda::bench::PositiveIntList, batches, (pagoda::bench::PositiveIntList{{1, 64, 256}}),
+          "Batch sizes to time, comma separated.");
+ABSL_FLAG(int, context, 1024, "Tokens of cache per sequence.");
+ABSL_FLAG(int, iters, 20, "Timed steps per figure (the median is printed).");
+ABSL_FLAG(std::string, quantization, "",
+          "fp8: quantize a dense checkpoint's linears to FP8 at load (LlamaLoadOptions).");
+ABSL_FLAG(std::string, kv_cache_dtype, "bfloat16", "bfloat16 or fp8 (E4M3).");
+// Ints, not bools: the documented spelling is "--timed 0", "--fusions 1".
+ABSL_FLAG(int, timed, 1, "1: also capture graphs with timed GEMM algorithms.");
+ABSL_FLAG(int, fusions, 0, "1: also capture graphs with the decode-step fusions on.");
 
 namespace pagoda::worker {
 namespace {
@@ -57,40 +70,40 @@ constexpr int kBlockSize = 16;
   std::exit(1);
 }
 
+// The command line's values (their defaults are the ABSL_FLAGs').
 struct Args {
   std::string model;
-  std::vector<int> batches = {1, 64, 256};
-  int context = 1024;
-  int iters = 20;
+  std::vector<int> batches;
+  int context;
+  int iters;
   std::string quantization;  // LlamaLoadOptions::quantization
-  DType kv_cache_dtype = DType::kBF16;
-  bool timed = true;
-  bool fusions = false;
+  DType kv_cache_dtype;
+  bool timed;
+  bool fusions;
 };
 
 Args ParseArgs(int argc, char** argv) {
-  Args args;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "--model") {
-      args.model = value;
-    } else if (flag == "--batches") {
-      auto batches = ParsePositiveIntList(value);
-      if (!batches) Die("bad --batches " + value);
-      args.batches = *std::move(batches);
-    } else if (flag == "--context" && absl::SimpleAtoi(value, &args.context)) {
-    } else if (flag == "--iters" && absl::SimpleAtoi(value, &args.iters)) {
-    } else if (flag == "--quantization") {
-      args.quantization = value;
-    } else if (flag == "--kv-cache-dtype" && (value == "fp8" || value == "bfloat16")) {
-      args.kv_cache_dtype = value == "fp8" ? DType::kFp8E4M3 : DType::kBF16;
-    } else if ((flag == "--timed" || flag == "--fusions") && (value == "0" || value == "1")) {
-      (flag == "--timed" ? args.timed : args.fusions) = value == "1";
-    } else {
-      Die("unknown or bad flag " + flag);
-    }
-  }
-  if (args.model.empty()) Die("--model is required");
+  bench::ParseBenchCommandLine(argc, argv,
+                               {"bench_decode_step",
+                                "bench_decode_step --model DIR [--batches 1,64,256] [--context N] "
+                                "[--iters N] [--quantization fp8] [--kv-cache-dtype fp8] "
+                                "[--timed 0|1] [--fusions 0|1]"});
+  const Args args{.model = absl::GetFlag(FLAGS_model),
+                  .batches = absl::GetFlag(FLAGS_batches).values,
+                  .context = absl::GetFlag(FLAGS_context),
+                  .iters = absl::GetFlag(FLAGS_iters),
+                  .quantization = absl::GetFlag(FLAGS_quantization),
+                  .kv_cache_dtype =
+                      absl::GetFlag(FLAGS_kv_cache_dtype) == "fp8" ? DType::kFp8E4M3 : DType::kBF16,
+                  .timed = absl::GetFlag(FLAGS_timed) == 1,
+                  .fusions = absl::GetFlag(FLAGS_fusions) == 1};
+  bench::CheckFlags(
+      "bench_decode_step",
+      {bench::Required("model", args.model), flag_check::Range("context", args.context, 1, 1 << 20),
+       flag_check::Range("iters", args.iters, 1, 10000),
+       bench::OneOf("kv-cache-dtype", absl::GetFlag(FLAGS_kv_cache_dtype), {"bfloat16", "fp8"}),
+       flag_check::Range("timed", absl::GetFlag(FLAGS_timed), 0, 1),
+       flag_check::Range("fusions", absl::GetFlag(FLAGS_fusions), 0, 1)});
   return args;
 }
 

@@ -19,11 +19,11 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <memory>
 #include <vector>
 
 #include "bench/cuda/bench_cuda_common.cuh"
+#include "bench/cuda/kernel_bench_args.h"
 #include "kernels/ops/fp8_linear.h"
 #include "kernels/ops/gemm.h"
 #include "kernels/ops/scaled_gemm.h"
@@ -167,9 +167,8 @@ void BenchShape(GemmContext& gemm, const Projection& shape, int64_t rows, int it
 
 int main(int argc, char** argv) {
   int iters = 20;
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::strcmp(argv[i], "--iters") == 0) iters = std::max(1, std::atoi(argv[i + 1]));
-  }
+  pagoda::bench::ParseKernelBenchArgs(argc, argv, "bench_fp8_linear [--iters N]",
+                                      {{"iters", &iters, 1, 100000}});
   int device_count = 0;
   if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0) {
     std::printf("bench_fp8_linear: no CUDA device\n");

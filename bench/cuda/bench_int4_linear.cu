@@ -22,11 +22,11 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <memory>
 #include <vector>
 
 #include "bench/cuda/bench_cuda_common.cuh"
+#include "bench/cuda/kernel_bench_args.h"
 #include "kernels/ops/gemm.h"
 #include "kernels/ops/int_linear.h"
 
@@ -196,9 +196,8 @@ void BenchDecodeStep(GemmContext& gemm, const Projection (&projections)[4], int 
 
 int main(int argc, char** argv) {
   int iters = 20;
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::strcmp(argv[i], "--iters") == 0) iters = std::max(1, std::atoi(argv[i + 1]));
-  }
+  pagoda::bench::ParseKernelBenchArgs(argc, argv, "bench_int4_linear [--iters N]",
+                                      {{"iters", &iters, 1, 100000}});
   int device_count = 0;
   if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0) {
     std::printf("bench_int4_linear: no CUDA device\n");

@@ -24,13 +24,22 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
+#include "absl/flags/flag.h"
+#include "bench/common/bench_flags.h"
+#include "common/flag_checks.h"
 #include "worker/cache_engine.h"
 #include "worker/communicator.h"
 #include "worker/cuda/cuda_backend.h"
 #include "worker/cuda/cuda_lora_slots.h"
 #include "worker/flat_batch.h"
 #include "worker/llama_model.h"
+
+ABSL_FLAG(std::string, model, "", "Model directory (required).");
+ABSL_FLAG(int, batch, 32, "Sequences in the step.");
+ABSL_FLAG(int, adapters, 4, "Adapters the sequences are spread over (with the base model).");
+ABSL_FLAG(int, rank, 16, "The adapters' LoRA rank.");
+ABSL_FLAG(int, context, 1024, "Tokens of cache per sequence.");
+ABSL_FLAG(int, iters, 20, "Timed steps of each kind (the median is printed).");
 
 namespace pagoda::worker {
 namespace {
@@ -42,34 +51,33 @@ constexpr int kBlockSize = 16;
   std::exit(1);
 }
 
+// The command line's values (their defaults are the ABSL_FLAGs').
 struct Args {
   std::string model;
-  int batch = 32;
-  int adapters = 4;
-  int rank = 16;
-  int context = 1024;
-  int iters = 20;
+  int batch;
+  int adapters;
+  int rank;
+  int context;
+  int iters;
 };
 
 Args ParseArgs(int argc, char** argv) {
-  Args args;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "--model") {
-      args.model = value;
-    } else if ((flag == "--batch" && absl::SimpleAtoi(value, &args.batch)) ||
-               (flag == "--adapters" && absl::SimpleAtoi(value, &args.adapters)) ||
-               (flag == "--rank" && absl::SimpleAtoi(value, &args.rank)) ||
-               (flag == "--context" && absl::SimpleAtoi(value, &args.context)) ||
-               (flag == "--iters" && absl::SimpleAtoi(value, &args.iters))) {
-    } else {
-      Die("unknown or bad flag " + flag);
-    }
-  }
-  if (args.model.empty()) Die("--model is required");
-  if (args.batch < 1 || args.adapters < 1 || args.rank < 1 || args.context < 1 || args.iters < 1) {
-    Die("--batch, --adapters, --rank, --context and --iters must be positive");
-  }
+  bench::ParseBenchCommandLine(argc, argv,
+                               {"bench_lora_step",
+                                "bench_lora_step --model DIR [--batch N] [--adapters N] [--rank N] "
+                                "[--context N] [--iters N]"});
+  const Args args{.model = absl::GetFlag(FLAGS_model),
+                  .batch = absl::GetFlag(FLAGS_batch),
+                  .adapters = absl::GetFlag(FLAGS_adapters),
+                  .rank = absl::GetFlag(FLAGS_rank),
+                  .context = absl::GetFlag(FLAGS_context),
+                  .iters = absl::GetFlag(FLAGS_iters)};
+  bench::CheckFlags("bench_lora_step", {bench::Required("model", args.model),
+                                        flag_check::Range("batch", args.batch, 1, 4096),
+                                        flag_check::Range("adapters", args.adapters, 1, 256),
+                                        flag_check::Range("rank", args.rank, 1, 512),
+                                        flag_check::Range("context", args.context, 1, 1 << 20),
+                                        flag_check::Range("iters", args.iters, 1, 10000)});
   return args;
 }
 

@@ -13,12 +13,12 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <numeric>
 #include <random>
 #include <vector>
 
 #include "bench/cuda/bench_cuda_common.cuh"
+#include "bench/cuda/kernel_bench_args.h"
 #include "kernels/attention/paged_attention.h"
 
 namespace {
@@ -209,9 +209,8 @@ void BenchPrefillKernels(const Cache& cache, int iters, std::mt19937& rng) {
 
 int main(int argc, char** argv) {
   int iters = 30;
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::strcmp(argv[i], "--iters") == 0) iters = std::max(1, std::atoi(argv[i + 1]));
-  }
+  pagoda::bench::ParseKernelBenchArgs(argc, argv, "bench_paged_attention [--iters N]",
+                                      {{"iters", &iters, 1, 100000}});
   int device_count = 0;
   if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0) {
     std::printf("bench_paged_attention: no CUDA device\n");

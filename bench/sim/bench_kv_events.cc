@@ -16,8 +16,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -25,9 +23,19 @@
 #include <thread>
 #include <vector>
 
+#include "absl/flags/flag.h"
+#include "bench/common/bench_flags.h"
+#include "common/flag_checks.h"
 #include "scheduler/engine/output_processor.h"
 #include "scheduler/engine/scheduler.h"
 #include "scheduler/kv_events/publisher.h"
+
+ABSL_FLAG(int, seqs, 256, "Running sequences.");
+ABSL_FLAG(int, steps, 5000, "Steps of each run (off and on).");
+// An int, not a bool: the documented spelling is "--record-only 1".
+ABSL_FLAG(int, record_only, 0,
+          "1: events recorded and taken, never handed to the publisher (the block manager's "
+          "share alone).");
 
 namespace pagoda::scheduler {
 namespace {
@@ -134,13 +142,6 @@ double Median(std::vector<double> values) {
   return values[values.size() / 2];
 }
 
-int Flag(int argc, char** argv, const char* name, int fallback) {
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::strcmp(argv[i], name) == 0) return std::atoi(argv[i + 1]);
-  }
-  return fallback;
-}
-
 // A subscriber on a thread of its own, so that the PUB socket really sends.
 class Subscriber {
  public:
@@ -227,11 +228,16 @@ void Report(int num_seqs, int steps, bool publish, const Measured& m, const Sim&
 }
 
 int Main(int argc, char** argv) {
-  const int num_seqs = Flag(argc, argv, "--seqs", 256);
-  const int steps = Flag(argc, argv, "--steps", 5000);
-  // --record-only 1: events recorded and taken, never handed to the
-  // publisher (the block manager's share alone).
-  const bool publish = Flag(argc, argv, "--record-only", 0) == 0;
+  bench::ParseBenchCommandLine(
+      argc, argv,
+      {"bench_kv_events", "bench_kv_events [--seqs N] [--steps N] [--record-only 0|1]"});
+  const int num_seqs = absl::GetFlag(FLAGS_seqs);
+  const int steps = absl::GetFlag(FLAGS_steps);
+  const int record_only = absl::GetFlag(FLAGS_record_only);
+  bench::CheckFlags("bench_kv_events", {flag_check::Range("seqs", num_seqs, 1, 4096),
+                                        flag_check::Range("steps", steps, 1, 10'000'000),
+                                        flag_check::Range("record-only", record_only, 0, 1)});
+  const bool publish = record_only == 0;
   Subscriber subscriber;
   KvEventPublisherOptions options;
   options.endpoint = subscriber.endpoint();

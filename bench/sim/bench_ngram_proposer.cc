@@ -13,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "bench/common/bench_flags.h"
 #include "scheduler/spec/ngram_proposer.h"
 
 namespace pagoda::scheduler {
@@ -75,4 +76,9 @@ int Main() {
 }  // namespace
 }  // namespace pagoda::scheduler
 
-int main() { return pagoda::scheduler::Main(); }
+int main(int argc, char** argv) {
+  // No flags: --help, --version, and anything else refused.
+  pagoda::bench::ParseBenchCommandLine(argc, argv,
+                                       {"bench_ngram_proposer", "bench_ngram_proposer"});
+  return pagoda::scheduler::Main();
+}

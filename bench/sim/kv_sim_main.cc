@@ -7,12 +7,10 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_format.h"
+#include "bench/common/bench_flags.h"
 #include "bench/sim/memory_sim.h"
 #include "bench/sim/trace.h"
-#include "common/flags.h"
 
 ABSL_FLAG(double, sharegpt_rate, 2.0, "ShareGPT-like arrivals per second (paper Fig. 13a: 2).");
 ABSL_FLAG(double, alpaca_rate, 30.0, "Alpaca-like arrivals per second (paper Fig. 13b: 30).");
@@ -82,9 +80,9 @@ void PrintSharingTable(double rate, double duration, uint64_t seed) {
 }  // namespace pagoda::scheduler::sim
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("pagoda-kv-sim: the vLLM paper's KV memory figures, simulated");
-  pagoda::AcceptDashedFlagNames(argc, argv);
-  absl::ParseCommandLine(argc, argv);
+  pagoda::bench::ParseBenchCommandLine(
+      argc, argv,
+      {"pagoda-kv-sim", "pagoda-kv-sim [flags]: the vLLM paper's KV memory figures, simulated"});
   using pagoda::scheduler::sim::TraceKind;
   const uint64_t seed = absl::GetFlag(FLAGS_seed);
   const double duration = absl::GetFlag(FLAGS_duration);
