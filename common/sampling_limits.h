@@ -5,6 +5,8 @@
 // worker's step-plan check and the samplers (CPU and CUDA), so they can never
 // disagree. Dependency-free, like common/dtype_enum.h, for the CUDA kernels.
 
+#include "common/speculation_limits.h"
+
 namespace pagoda {
 
 // The most top logprobs one sampled token may carry (vLLM's default cap).
@@ -41,6 +43,10 @@ inline constexpr int kMaxBadWordBytes = 256;
 // Most stop_token_ids per request: each is checked against every new token,
 // and before min_tokens each is banned in every step plan row.
 inline constexpr int kMaxStopTokenIds = 1024;
+// Most output tokens one SamplingDelta appends to a row's kept penalty
+// counts: one step's token and its accepted drafts. The server sends whole
+// options past it; the worker refuses a delta past it.
+inline constexpr int kMaxAppendedOutputTokens = kMaxSpeculativeTokens + 1;
 
 }  // namespace pagoda
 

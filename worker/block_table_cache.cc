@@ -1,9 +1,11 @@
 #include "worker/block_table_cache.h"
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/sampling_limits.h"
 
 namespace pagoda::worker {
 namespace {
@@ -18,10 +20,33 @@ absl::Status SamplingDeltaError(const v1::SequenceStep& step, absl::string_view 
       absl::StrCat("sequence ", step.seq_id(), ": sampling_unchanged ", problem));
 }
 
-// Whether the worker keeps `options` for the next step: not with penalty
-// counts, which grow every step (the server never repeats those).
-bool KeepsSamplingOptions(const v1::SamplingOptions& options) {
-  return options.output_token_ids_size() == 0;
+absl::Status SamplingDeltaError(const v1::SequenceStep& step, absl::string_view problem,
+                                bool is_delta) {
+  if (!is_delta) return SamplingDeltaError(step, problem);
+  return absl::InvalidArgumentError(
+      absl::StrCat("sequence ", step.seq_id(), ": sampling_delta ", problem));
+}
+
+// The kept options `options` made this step's (SequenceStep.sampling_delta):
+// its bans replaced, its output counts grown by the appended tokens.
+void ApplySamplingDelta(const v1::SamplingDelta& delta, v1::SamplingOptions* options) {
+  *options->mutable_banned_token_ids() = delta.banned_token_ids();
+  auto* ids = options->mutable_output_token_ids();
+  auto* counts = options->mutable_output_token_counts();
+  for (int32_t token : delta.appended_output_token_ids()) {
+    // A few tokens a step against at most max_tokens distinct ones.
+    const auto found = std::find(ids->begin(), ids->end(), token);
+    if (found == ids->end()) {
+      ids->Add(token);
+      counts->Add(1);
+    } else {
+      // The caller checked there are as many counts as ids; a count past
+      // the request's max_tokens is refused when the plan is checked.
+      const int at = static_cast<int>(found - ids->begin());
+      const int32_t count = counts->Get(at);
+      counts->Set(at, count < std::numeric_limits<int32_t>::max() ? count + 1 : count);
+    }
+  }
 }
 
 // Puts the first `start` entries of `kept` in front of the entries `step`
@@ -53,7 +78,8 @@ absl::Status ExtendSentTable(absl::Span<const int32_t> kept, int max_table_block
 bool HasRowDeltas(const v1::StepPlan& plan) {
   return std::any_of(plan.sequences().begin(), plan.sequences().end(),
                      [](const v1::SequenceStep& step) {
-                       return step.block_table_start() != 0 || step.sampling_unchanged();
+                       return step.block_table_start() != 0 || step.sampling_unchanged() ||
+                              step.has_sampling_delta();
                      });
 }
 
@@ -128,13 +154,15 @@ absl::Status BlockTableCache::Resolve(v1::StepPlan* plan) {
   for (v1::SequenceStep& step : *plan->mutable_sequences()) {
     const int start = step.block_table_start();
     const bool sampling_unchanged = step.sampling_unchanged();
+    const bool sampling_delta = step.has_sampling_delta();
     StepTables::Row* kept = nullptr;
     if (start < 0) return TableDeltaError(step, "is negative");
-    if (start != 0 || sampling_unchanged) {
+    if (start != 0 || sampling_unchanged || sampling_delta) {
       if (!chained) {
         const std::string problem = absl::StrCat(
             "refers to step ", plan->step_id() - 1, ", which is not this worker's last completed");
-        return start != 0 ? TableDeltaError(step, problem) : SamplingDeltaError(step, problem);
+        return start != 0 ? TableDeltaError(step, problem)
+                          : SamplingDeltaError(step, problem, sampling_delta);
       }
       kept = committed_.Find(step.seq_id(), &hint);
     }
@@ -143,13 +171,32 @@ absl::Status BlockTableCache::Resolve(v1::StepPlan* plan) {
       if (!extended.ok()) return extended;
     }
     std::unique_ptr<v1::SamplingOptions> options;
-    if (sampling_unchanged) {
-      if (step.has_sampling()) return SamplingDeltaError(step, "with sampling options given");
+    if (sampling_unchanged || sampling_delta) {
+      if (step.has_sampling()) {
+        return SamplingDeltaError(step, "with sampling options given", sampling_delta);
+      }
+      if (sampling_unchanged && sampling_delta) {
+        return SamplingDeltaError(step, "with sampling_unchanged given", true);
+      }
       if (kept == nullptr || kept->sampling == nullptr) {
         return SamplingDeltaError(
-            step, absl::StrCat("but step ", plan->step_id() - 1, " left no options for it"));
+            step, absl::StrCat("but step ", plan->step_id() - 1, " left no options for it"),
+            sampling_delta);
+      }
+      if (step.sampling_delta().appended_output_token_ids_size() > kMaxAppendedOutputTokens) {
+        return SamplingDeltaError(
+            step,
+            absl::StrCat("appends ", step.sampling_delta().appended_output_token_ids_size(),
+                         " output tokens, more than ", kMaxAppendedOutputTokens),
+            true);
+      }
+      if (kept->sampling->output_token_ids_size() != kept->sampling->output_token_counts_size()) {
+        // A row that did not sample had its options kept unchecked.
+        return SamplingDeltaError(step, "but the options kept have unpaired counts", true);
       }
       options = std::move(kept->sampling);
+      // The kept options are this row's alone from here on: grown in place.
+      if (sampling_delta) ApplySamplingDelta(step.sampling_delta(), options.get());
       // An arena's plan points to the kept options, which outlive it; a
       // heap one would delete them, so it gets a copy.
       if (on_arena) {
@@ -158,7 +205,8 @@ absl::Status BlockTableCache::Resolve(v1::StepPlan* plan) {
         *step.mutable_sampling() = *options;
       }
       step.set_sampling_unchanged(false);
-    } else if (KeepsSamplingOptions(step.sampling())) {
+      step.clear_sampling_delta();
+    } else {
       options = KeepCopy(step.sampling());
     }
     pending_.Add(step.seq_id(), step.block_table(), std::move(options));
@@ -172,8 +220,7 @@ void BlockTableCache::Record(const v1::StepPlan& plan) {
   retired_.clear();
   pending_.step_id = plan.step_id();
   for (const v1::SequenceStep& step : plan.sequences()) {
-    pending_.Add(step.seq_id(), step.block_table(),
-                 KeepsSamplingOptions(step.sampling()) ? KeepCopy(step.sampling()) : nullptr);
+    pending_.Add(step.seq_id(), step.block_table(), KeepCopy(step.sampling()));
   }
 }
 

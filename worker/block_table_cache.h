@@ -1,11 +1,11 @@
 #ifndef PAGODA_WORKER_BLOCK_TABLE_CACHE_H_
 #define PAGODA_WORKER_BLOCK_TABLE_CACHE_H_
 
-// The worker's side of block-table deltas (SequenceStep.block_table_start
-// and sampling_unchanged, docs/architecture.md "Block-table deltas"): per
-// row of the last step this worker completed, its whole block table, which
-// a plan's rows extend, and its sampling options, which a plan's rows may
-// repeat; and the resolution of a plan's deltas into an old-style plan
+// The worker's side of block-table deltas (SequenceStep.block_table_start,
+// sampling_unchanged and sampling_delta, docs/architecture.md "Block-table
+// deltas"): per row of the last step this worker completed, its whole block
+// table, which a plan's rows extend, and its sampling options, which a
+// plan's rows may repeat or grow (penalty counts, bans); and the resolution of a plan's deltas into an old-style plan
 // before anything else reads it. Every rank keeps its own (each receives the
 // same plan).
 
@@ -21,8 +21,8 @@
 
 namespace pagoda::worker {
 
-// Whether any row of `plan` carries a delta (block_table_start != 0 or
-// sampling_unchanged).
+// Whether any row of `plan` carries a delta (block_table_start != 0,
+// sampling_unchanged or a sampling_delta).
 bool HasRowDeltas(const v1::StepPlan& plan);
 
 class BlockTableCache {
@@ -39,14 +39,17 @@ class BlockTableCache {
   void Clear();
 
   // Rewrites every row of `plan` with a delta into its whole table
-  // (block_table_start 0) and every row with sampling_unchanged into one
-  // with the options kept (the flag cleared), and holds every row's table
+  // (block_table_start 0) and every row with sampling_unchanged or a
+  // sampling_delta into one with the options kept (the delta applied to
+  // them, in place: they are the row's alone), and holds every row's table
   // and options for Commit. INVALID_ARGUMENT naming the seq_id for a
-  // negative start, or a positive one or a sampling_unchanged when the last
-  // completed step is not plan.step_id - 1 or lacks the seq_id, a start past
-  // the table kept, a table past max_table_blocks, sampling_unchanged with
-  // `sampling` given or with no options kept; the plan, partly rewritten
-  // then, must not run. A plan on an arena gets the kept options by pointer
+  // negative start, or a positive one, a sampling_unchanged or a
+  // sampling_delta when the last completed step is not plan.step_id - 1 or
+  // lacks the seq_id, a start past the table kept, a table past
+  // max_table_blocks, sampling_unchanged or sampling_delta with `sampling`
+  // given, with each other or with no options kept, a delta appending more
+  // than kMaxAppendedOutputTokens or growing kept counts that do not pair
+  // with their ids; the plan, partly rewritten then, must not run. A plan on an arena gets the kept options by pointer
   // (they outlive it: Clear retires them until the next plan), else a copy.
   absl::Status Resolve(v1::StepPlan* plan);
 
@@ -62,7 +65,7 @@ class BlockTableCache {
   // was not in it) and that step's id. For tests and checks.
   absl::Span<const int32_t> Find(int64_t seq_id);
   // The sampling options `seq_id` had in the last committed step, or null
-  // when it was not in it or they were not kept (output_token_ids).
+  // when it was not in it.
   const v1::SamplingOptions* FindSampling(int64_t seq_id);
   std::optional<int64_t> step_id() const { return committed_.step_id; }
   int num_sequences() const { return static_cast<int>(committed_.rows.size()); }
@@ -75,8 +78,7 @@ class BlockTableCache {
       int64_t seq_id = 0;
       int64_t offset = 0;
       int32_t length = 0;
-      // Null when not kept: options with output_token_ids, which grow
-      // every step, or moved on to the next step's row.
+      // Null when moved on to the next step's row.
       std::unique_ptr<v1::SamplingOptions> sampling;
     };
     std::vector<Row> rows;

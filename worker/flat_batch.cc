@@ -269,6 +269,9 @@ absl::StatusOr<int> CheckSequence(const SequenceStep& step, int64_t step_id,
   if (step.sampling_unchanged()) {  // Resolved by the same cache, or options would be lost.
     return SequenceError(step, "sampling_unchanged is not resolved into the options kept");
   }
+  if (step.has_sampling_delta()) {
+    return SequenceError(step, "sampling_delta is not resolved into the options kept");
+  }
   if (step.block_table_size() < blocks_needed) {
     return SequenceError(
         step, absl::StrCat("block_table has ", step.block_table_size(), " blocks but ", context,

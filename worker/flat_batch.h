@@ -120,7 +120,7 @@ struct FlatBatch {
 // Validates `plan` and flattens it. INVALID_ARGUMENT, naming the seq_id and
 // the problem, for: an empty token list, a duplicate seq_id, a negative start
 // position, a token id outside [0, vocab_size), a block_table_start not 0 or a
-// sampling_unchanged (deltas are resolved before, worker/block_table_cache.h), a block table too short for
+// sampling_unchanged or sampling_delta (deltas are resolved before, worker/block_table_cache.h), a block table too short for
 // start_position + len(token_ids) tokens, a context past max_positions
 // (the rotary table), a block id outside
 // [0, num_gpu_blocks), sampling options out of range (negative or NaN

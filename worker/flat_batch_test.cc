@@ -136,7 +136,10 @@ TEST(FlattenStepPlanTest, RefusesRowDeltasTheServiceDidNotResolve) {
   StepPlan sampling;
   AddStep(sampling, 5, {1}, 0, {0}, true);
   sampling.mutable_sequences(0)->set_sampling_unchanged(true);
-  for (const StepPlan* plan : {&table, &sampling}) {
+  StepPlan grown;
+  AddStep(grown, 6, {1}, 0, {0}, true);
+  grown.mutable_sequences(0)->mutable_sampling_delta()->add_appended_output_token_ids(3);
+  for (const StepPlan* plan : {&table, &sampling, &grown}) {
     auto refused = FlattenStepPlan(*plan, limits);
     EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(refused.status().message(), ::testing::HasSubstr("not resolved"));

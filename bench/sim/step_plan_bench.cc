@@ -6,7 +6,12 @@
 // heap message (as before block-table deltas); 1 = deltas, the worker
 // parsing into a heap message and resolving them (gRPC's path); 2 = deltas,
 // parsed into an arena (the step channel's path); 3 = as 2, and rows whose
-// sampling options are unchanged leave them out (sampling_unchanged). The
+// sampling options are unchanged leave them out (sampling_unchanged).
+// Arg 2 = 1: the penalty arm: every row has repetition, presence and
+// frequency penalties (its options carry the prompt's 1,024 distinct tokens
+// and its output counts), and each step's tokens vary, so the counts grow;
+// arm 2 sends those options whole every step (as before SamplingDelta), arm
+// 3 a SamplingDelta (the step's token and the bans). The
 // scheduling and output processing around them are the same in all and
 // timed apart. Counters: server_us and worker_us per step, plan_bytes per
 // step. BM_RequestLookup: what Engine::StreamDeltas' lookup of each delta's
@@ -45,6 +50,7 @@ void BM_StepPlanWire(benchmark::State& state) {
   const int num_seqs = static_cast<int>(state.range(0));
   const bool use_deltas = state.range(1) != 0;
   const bool omit_unchanged_sampling = state.range(1) == 3;
+  const bool penalties = state.range(2) != 0;
   SchedulerConfig config;
   config.block_size = kPlanBlockSize;
   config.num_gpu_blocks = num_seqs * (kPromptTokens + 4096) / kPlanBlockSize + 16;
@@ -64,6 +70,11 @@ void BM_StepPlanWire(benchmark::State& state) {
     sampling.top_p = 0.9f;
     sampling.top_k = 40;
     sampling.seed = 1000 + i;
+    if (penalties) {
+      sampling.repetition_penalty = 1.1f;
+      sampling.presence_penalty = 0.2f;
+      sampling.frequency_penalty = 0.1f;
+    }
     scheduler.AddSequenceGroup(std::make_unique<SequenceGroup>(
         "r" + std::to_string(i), std::move(prompt), i, sampling, stopping,
         absl::UnixEpoch() + absl::Milliseconds(i)));
@@ -101,6 +112,11 @@ void BM_StepPlanWire(benchmark::State& state) {
     }
     worker_us += MicrosSince(start);
     std::vector<GeneratedToken> sampled(output.scheduled.size(), GeneratedToken{7, -1.0f, {}});
+    if (penalties) {  // Outputs of many distinct tokens, some repeated.
+      for (size_t i = 0; i < sampled.size(); ++i) {
+        sampled[i].token_id = static_cast<int32_t>((step_id * 37 + i * 11) % 3000);
+      }
+    }
     processor.Process(output, sampled);
     scheduler.CommitComputedBlocks(output);
     scheduler.FreeFinished();
@@ -155,7 +171,11 @@ BENCHMARK(BM_RequestLookup)
     ->Unit(benchmark::kMicrosecond);
 
 BENCHMARK(BM_StepPlanWire)
-    ->ArgsProduct({{256, 1024}, {0, 1, 2, 3}})
+    ->ArgsProduct({{256, 1024}, {0, 1, 2, 3}, {0}})
+    ->Iterations(300)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_StepPlanWire)
+    ->ArgsProduct({{256, 1024}, {2, 3}, {1}})
     ->Iterations(300)
     ->Unit(benchmark::kMicrosecond);
 

@@ -11,7 +11,11 @@
 
 #include <map>
 #include <random>
+#include <string>
+#include <tuple>
 #include <vector>
+
+#include "common/sampling_limits.h"
 
 #include "gtest/gtest.h"
 #include "scheduler/engine/sampling_deltas.h"
@@ -240,6 +244,123 @@ TEST(BlockTableDeltasTest, RandomizedSamplingLeftOutExactlyWhenTheWorkerKeepsIt)
     kept_step = step_id;
   }
   EXPECT_GT(unchanged_rows, 500);
+}
+
+// Penalty rows against a reference worker that keeps each row's whole
+// options and grows them by the rule of SequenceStep.sampling_delta: the
+// options a row resolves to are those the server would have sent whole, and
+// the row sends a delta exactly when the rule lets it.
+TEST(BlockTableDeltasTest, RandomizedPenaltyRowsGrowExactlyWhenTheRuleAllows) {
+  namespace wv1 = ::pagoda::worker::v1;
+  std::mt19937 rng(4748);
+  auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  // Counts as the worker holds them (a map: their order does not matter).
+  using Counts = std::map<int32_t, int32_t>;
+  struct Row {
+    wv1::SamplingOptions light;        // This step's, bans included.
+    const std::vector<int32_t>* prompt;  // The group's distinct prompt tokens.
+    std::vector<int32_t> output;
+  };
+  const std::vector<int32_t> prompts[2] = {{1, 5, 9}, {1, 5, 9}};  // Equal, not the same.
+  SamplingDeltas deltas;
+  std::map<int64_t, Row> live;
+  // The reference worker: per row of the last step it ran, the options
+  // without bans, the prompt and the counts.
+  struct Kept {
+    std::string light;
+    const std::vector<int32_t>* prompt;
+    Counts counts;
+  };
+  std::map<int64_t, Kept> kept;
+  // What the server sent each row last (its light options, prompt, output
+  // length), for the rule's expectation.
+  std::map<int64_t, std::tuple<std::string, const std::vector<int32_t>*, size_t>> sent;
+  int64_t kept_step = -100, step_id = 0, next_seq = 1;
+  int grown_rows = 0, delta_rows = 0;
+  auto unbanned = [](const wv1::SamplingOptions& light) {
+    wv1::SamplingOptions copy = light;
+    copy.clear_banned_token_ids();
+    return copy.SerializeAsString();
+  };
+  for (int iteration = 0; iteration < 400; ++iteration) {
+    step_id += uniform(0, 9) == 0 ? 2 : 1;
+    if (uniform(0, 19) == 0) {  // A failed step, a worker restart.
+      deltas.Reset();
+      kept.clear();
+      sent.clear();
+    }
+    while (live.size() < 10) {
+      Row& row = live[next_seq++];
+      row.light.set_repetition_penalty(1.25f);
+      row.light.set_presence_penalty(0.5f);
+      row.light.set_seed(static_cast<uint64_t>(next_seq));
+      row.prompt = &prompts[0];
+    }
+    if (uniform(0, 3) == 0) live[next_seq++] = live.begin()->second;  // A fork: a new id.
+    if (uniform(0, 3) == 0) live.erase(live.begin());                 // Finished.
+    std::map<int64_t, Kept> ran;
+    decltype(sent) now_sent;
+    deltas.BeginPlan(step_id);
+    for (auto& [seq_id, row] : live) {
+      if (uniform(0, 5) == 0) continue;  // Sits out (preempted, waiting).
+      // The tokens learned since the last plan: none (a placeholder, a
+      // prefill chunk), one, accepted drafts, or more than a delta takes.
+      const int learned = uniform(0, 15) == 0 ? kMaxAppendedOutputTokens + uniform(1, 3)
+                                              : uniform(0, 3);
+      for (int i = 0; i < learned; ++i) row.output.push_back(uniform(0, 20));
+      switch (uniform(0, 15)) {
+        case 0:  // min_tokens reached: the EOS ban is lifted.
+          row.light.clear_banned_token_ids();
+          break;
+        case 1:  // A bad word's prefix: a ban this step.
+          row.light.add_banned_token_ids(uniform(0, 20));
+          break;
+        case 2:  // -0 is not 0 to the bytes.
+          row.light.set_min_p(row.light.min_p() == 0.0f ? -0.0f : 0.0f);
+          break;
+        case 3:  // Another source of equal prompt tokens.
+          row.prompt = row.prompt == &prompts[0] ? &prompts[1] : &prompts[0];
+          break;
+        default:
+          break;
+      }
+      const std::string light = unbanned(row.light);
+      auto previous = sent.find(seq_id);
+      const bool allowed = kept_step == step_id - 1 && previous != sent.end() &&
+                           std::get<0>(previous->second) == light &&
+                           std::get<1>(previous->second) == row.prompt &&
+                           row.output.size() - std::get<2>(previous->second) <=
+                               static_cast<size_t>(kMaxAppendedOutputTokens);
+      int counted_before = -1;
+      const bool grows = deltas.GrowsPenaltyRow(
+          seq_id, row.light, PenaltySource{row.prompt, static_cast<int>(row.output.size())},
+          &counted_before);
+      EXPECT_EQ(grows, allowed) << "step " << step_id << " seq " << seq_id;
+      Counts whole;
+      for (int32_t token : row.output) ++whole[token];
+      if (grows) {  // The worker grows what it kept.
+        auto it = kept.find(seq_id);
+        ASSERT_TRUE(kept_step == step_id - 1 && it != kept.end())
+            << "step " << step_id << " seq " << seq_id << ": a delta the worker refuses";
+        ASSERT_GE(counted_before, 0);
+        ASSERT_LE(counted_before, static_cast<int>(row.output.size()));
+        Counts counts = it->second.counts;
+        for (size_t i = counted_before; i < row.output.size(); ++i) ++counts[row.output[i]];
+        EXPECT_EQ(it->second.light, light) << "step " << step_id << " seq " << seq_id;
+        EXPECT_EQ(it->second.prompt, row.prompt) << "step " << step_id << " seq " << seq_id;
+        EXPECT_EQ(counts, whole) << "step " << step_id << " seq " << seq_id;
+        ++delta_rows;
+        grown_rows += counted_before < static_cast<int>(row.output.size());
+      }
+      ran[seq_id] = Kept{light, row.prompt, whole};
+      now_sent[seq_id] = {light, row.prompt, row.output.size()};
+    }
+    kept = std::move(ran);
+    sent = std::move(now_sent);
+    kept_step = step_id;
+  }
+  EXPECT_GT(delta_rows, 1000);
+  EXPECT_GT(grown_rows, 500);
 }
 
 }  // namespace

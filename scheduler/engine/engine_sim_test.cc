@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "common/sampling_limits.h"
 #include "glog/logging.h"
 #include "gtest/gtest.h"
 #include "pagoda/worker/v1/worker.pb.h"
@@ -45,6 +46,24 @@ int32_t NextToken(const std::vector<int32_t>& context) {
   return static_cast<int32_t>((hash >> 17) % kVocab);
 }
 
+// `options` serialized with their output counts in id order: a row's
+// counts are a set (the worker sorts its edits by token id), which a
+// SamplingDelta grows in an order of its own.
+std::string CanonicalOptions(const wv1::SamplingOptions& options) {
+  std::map<int32_t, int32_t> counts;
+  for (int i = 0; i < options.output_token_ids_size(); ++i) {
+    counts[options.output_token_ids(i)] = options.output_token_counts(i);
+  }
+  wv1::SamplingOptions sorted = options;
+  sorted.clear_output_token_ids();
+  sorted.clear_output_token_counts();
+  for (const auto& [id, count] : counts) {
+    sorted.add_output_token_ids(id);
+    sorted.add_output_token_counts(count);
+  }
+  return sorted.SerializeAsString();
+}
+
 // A worker that owns only "KV bytes": one token id per slot.
 class FakeWorker {
  public:
@@ -69,15 +88,15 @@ class FakeWorker {
     wv1::StepResult result;
     result.set_step_id(plan.step_id());
     std::map<int64_t, std::vector<int32_t>> tables;
-    std::map<int64_t, std::string> sampling;
+    std::map<int64_t, wv1::SamplingOptions> sampling;
     resolved_sampling_.clear();
     for (const wv1::SequenceStep& step : plan.sequences()) {
       absl::StatusOr<std::vector<int32_t>> resolved = ResolveTable(plan.step_id(), step);
       if (!resolved.ok()) return resolved.status();
-      absl::StatusOr<std::string> options = ResolveSampling(plan.step_id(), step);
+      absl::StatusOr<wv1::SamplingOptions> options = ResolveSampling(plan.step_id(), step);
       if (!options.ok()) return options.status();
-      resolved_sampling_.push_back(*options);
-      if (step.sampling().output_token_ids_size() == 0) sampling[step.seq_id()] = *options;
+      resolved_sampling_.push_back(CanonicalOptions(*options));
+      sampling[step.seq_id()] = *std::move(options);
       const std::vector<int32_t>& table = tables[step.seq_id()] = *std::move(resolved);
       const int end = step.start_position() + step.token_ids_size();
       if (static_cast<int>(table.size()) * block_size_ < end) return Bad("table too short");
@@ -112,7 +131,8 @@ class FakeWorker {
 
   int64_t delta_rows() const { return delta_rows_; }
   int64_t unchanged_sampling_rows() const { return unchanged_sampling_rows_; }
-  // The serialized options of each row of the last plan, as resolved.
+  int64_t grown_sampling_rows() const { return grown_sampling_rows_; }
+  // The options of each row of the last plan, as resolved (CanonicalOptions).
   const std::vector<std::string>& resolved_sampling() const { return resolved_sampling_; }
 
  private:
@@ -135,16 +155,40 @@ class FakeWorker {
     return table;
   }
 
-  // The serialized sampling options of `step` by the rule of
-  // SequenceStep.sampling_unchanged, against the options of the last step.
-  absl::StatusOr<std::string> ResolveSampling(int64_t step_id, const wv1::SequenceStep& step) {
-    if (!step.sampling_unchanged()) return step.sampling().SerializeAsString();
+  // The sampling options of `step` by the rules of
+  // SequenceStep.sampling_unchanged and sampling_delta, against the options
+  // of the last step.
+  absl::StatusOr<wv1::SamplingOptions> ResolveSampling(int64_t step_id,
+                                                       const wv1::SequenceStep& step) {
+    if (!step.sampling_unchanged() && !step.has_sampling_delta()) return step.sampling();
     auto kept = sampling_.find(step.seq_id());
-    if (tables_step_ != step_id - 1 || kept == sampling_.end() || step.has_sampling()) {
-      return Bad("sampling_unchanged without options to repeat");
+    if (tables_step_ != step_id - 1 || kept == sampling_.end() || step.has_sampling() ||
+        (step.sampling_unchanged() && step.has_sampling_delta())) {
+      return Bad("a sampling delta without options to grow");
     }
-    ++unchanged_sampling_rows_;
-    return kept->second;
+    if (step.sampling_unchanged()) {
+      ++unchanged_sampling_rows_;
+      return kept->second;
+    }
+    const wv1::SamplingDelta& delta = step.sampling_delta();
+    if (delta.appended_output_token_ids_size() > kMaxAppendedOutputTokens) {
+      return Bad("too many appended tokens");
+    }
+    std::map<int32_t, int32_t> counts;
+    for (int i = 0; i < kept->second.output_token_ids_size(); ++i) {
+      counts[kept->second.output_token_ids(i)] = kept->second.output_token_counts(i);
+    }
+    for (int32_t token : delta.appended_output_token_ids()) ++counts[token];
+    wv1::SamplingOptions grown = kept->second;
+    grown.clear_output_token_ids();
+    grown.clear_output_token_counts();
+    for (const auto& [id, count] : counts) {
+      grown.add_output_token_ids(id);
+      grown.add_output_token_counts(count);
+    }
+    *grown.mutable_banned_token_ids() = delta.banned_token_ids();
+    ++grown_sampling_rows_;
+    return grown;
   }
 
   static bool InRange(const std::vector<std::vector<int32_t>>& pool, int block) {
@@ -161,10 +205,11 @@ class FakeWorker {
   std::vector<std::vector<int32_t>> gpu_;
   std::vector<std::vector<int32_t>> cpu_;
   std::map<int64_t, std::vector<int32_t>> tables_;  // Of step tables_step_.
-  std::map<int64_t, std::string> sampling_;  // Of step tables_step_.
+  std::map<int64_t, wv1::SamplingOptions> sampling_;  // Of step tables_step_.
   int64_t tables_step_ = -2;
   int64_t delta_rows_ = 0;
   int64_t unchanged_sampling_rows_ = 0;
+  int64_t grown_sampling_rows_ = 0;
   std::vector<std::string> resolved_sampling_;
 };
 
@@ -173,6 +218,9 @@ struct SimRequest {
   std::vector<int32_t> prompt;
   StoppingOptions stopping;
   int n = 1;  // Live sequences after the first token (forked).
+  // Repetition, presence and frequency penalties: rows that send their
+  // counts (the fake worker ignores them; the plans' options are checked).
+  bool penalties = false;
   int arrival_step = 0;
 };
 
@@ -190,6 +238,7 @@ struct SimResult {
   size_t tables_at_end = 0;
   int64_t delta_rows = 0;  // Rows whose block table was a delta.
   int64_t unchanged_sampling_rows = 0;  // Rows that left their options out.
+  int64_t grown_sampling_rows = 0;  // Penalty rows that sent a SamplingDelta.
 };
 
 // What every step must satisfy: each entry continues its sequence where its
@@ -272,6 +321,11 @@ SimResult RunEngine(const SchedulerConfig& config, const std::vector<SimRequest>
       const SimRequest& request = requests[next_request++];
       SamplingOptions sampling;
       sampling.n = sampling.best_of = request.n;
+      if (request.penalties) {
+        sampling.repetition_penalty = 1.25f;
+        sampling.presence_penalty = 0.5f;
+        sampling.frequency_penalty = 0.25f;
+      }
       auto group = std::make_unique<SequenceGroup>(
           request.id, request.prompt, next_seq_id++, sampling, request.stopping,
           kEpoch + absl::Milliseconds(static_cast<int64_t>(next_request)));
@@ -325,7 +379,7 @@ SimResult RunEngine(const SchedulerConfig& config, const std::vector<SimRequest>
     EXPECT_TRUE(result.ok()) << result.status() << " at step " << step;
     if (!result.ok()) return sim;
     for (int i = 0; i < plan.sequences_size(); ++i) {  // The options the plan stood for.
-      EXPECT_EQ(worker.resolved_sampling()[i], whole_plan.sequences(i).sampling().SerializeAsString())
+      EXPECT_EQ(worker.resolved_sampling()[i], CanonicalOptions(whole_plan.sequences(i).sampling()))
           << "sequence " << plan.sequences(i).seq_id() << " at step " << step;
     }
     absl::StatusOr<std::vector<GeneratedToken>> sampled = ExtractSampledTokens(*result, output);
@@ -342,6 +396,7 @@ SimResult RunEngine(const SchedulerConfig& config, const std::vector<SimRequest>
   sim.tables_at_end = scheduler.block_manager().block_tables().size();
   sim.delta_rows = worker.delta_rows();
   sim.unchanged_sampling_rows = worker.unchanged_sampling_rows();
+  sim.grown_sampling_rows = worker.grown_sampling_rows();
   return sim;
 }
 
@@ -380,6 +435,7 @@ std::vector<SimRequest> MixedRequests(int count, uint32_t seed, bool with_pairs,
     if (uniform(0, 4) == 0) request.stopping.stop_token_ids = {uniform(0, kVocab - 1)};
     request.n = with_pairs && uniform(0, 2) == 0 ? 2 : 1;
     request.arrival_step = uniform(0, 40);
+    request.penalties = i % 2 == 0;  // No draw: the scenarios stay as they were.
     requests.push_back(std::move(request));
   }
   std::stable_sort(requests.begin(), requests.end(),
@@ -415,6 +471,7 @@ TEST_P(EngineSimTest, EveryRequestMatchesItsSoloRunDespitePreemption) {
   EXPECT_EQ(crowded.tables_at_end, 0u);
   EXPECT_GT(crowded.delta_rows, 0);
   EXPECT_GT(crowded.unchanged_sampling_rows, 0);
+  EXPECT_GT(crowded.grown_sampling_rows, 0);
   if (param.mode != PreemptionMode::kSwap) {
     EXPECT_GT(crowded.recompute_preemptions, 0);
   }

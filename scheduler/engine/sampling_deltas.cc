@@ -4,6 +4,7 @@
 #include <bit>
 #include <utility>
 
+#include "common/sampling_limits.h"
 #include "glog/logging.h"
 
 namespace pagoda::scheduler {
@@ -32,6 +33,12 @@ bool SameRepeated(const google::protobuf::RepeatedField<T>& a,
 }  // namespace
 
 bool SameSamplingOptions(const wv1::SamplingOptions& a, const wv1::SamplingOptions& b) {
+  return SameSamplingOptionsBesidesBans(a, b) &&
+         SameRepeated(a.banned_token_ids(), b.banned_token_ids());
+}
+
+bool SameSamplingOptionsBesidesBans(const wv1::SamplingOptions& a,
+                                    const wv1::SamplingOptions& b) {
   return SameFloatBits(a.temperature(), b.temperature()) && a.top_k() == b.top_k() &&
          SameFloatBits(a.top_p(), b.top_p()) && a.seed() == b.seed() &&
          a.num_logprobs() == b.num_logprobs() &&
@@ -42,7 +49,6 @@ bool SameSamplingOptions(const wv1::SamplingOptions& a, const wv1::SamplingOptio
          SameRepeated(a.logit_bias_token_ids(), b.logit_bias_token_ids()) &&
          SameRepeated(a.logit_bias_values(), b.logit_bias_values()) &&
          SameRepeated(a.allowed_token_ids(), b.allowed_token_ids()) &&
-         SameRepeated(a.banned_token_ids(), b.banned_token_ids()) &&
          SameRepeated(a.prompt_token_ids(), b.prompt_token_ids()) &&
          SameRepeated(a.output_token_ids(), b.output_token_ids()) &&
          SameRepeated(a.output_token_counts(), b.output_token_counts()) &&
@@ -91,24 +97,50 @@ SamplingDeltas::PlanOptions::Row* SamplingDeltas::PreviousRow(int64_t seq_id) {
   return &rows[row];
 }
 
+std::unique_ptr<SamplingDeltas::Options> SamplingDeltas::KeepCopy(const Options& options) {
+  if (spare_.empty()) return std::make_unique<Options>(options);
+  std::unique_ptr<Options> kept = std::move(spare_.back());
+  spare_.pop_back();
+  *kept = options;
+  return kept;
+}
+
 bool SamplingDeltas::Unchanged(int64_t seq_id, const Options& options) {
   PlanOptions::Row& recorded = current_.rows.emplace_back();
   recorded.seq_id = seq_id;
-  if (options.output_token_ids_size() > 0) return false;  // Never kept.
+  // Penalty counts grow every step: GrowsPenaltyRow sends those rows.
+  if (options.output_token_ids_size() > 0) return false;
   PlanOptions::Row* previous = extends_previous_ ? PreviousRow(seq_id) : nullptr;
-  if (previous != nullptr && previous->options != nullptr &&
+  if (previous != nullptr && previous->options != nullptr && previous->counted_outputs < 0 &&
       SameSamplingOptions(*previous->options, options)) {
     recorded.options = std::move(previous->options);  // No copy in the usual case.
     return true;
   }
-  if (spare_.empty()) {
-    recorded.options = std::make_unique<Options>(options);
-  } else {
-    recorded.options = std::move(spare_.back());
-    spare_.pop_back();
-    *recorded.options = options;
-  }
+  recorded.options = KeepCopy(options);
   return false;
+}
+
+bool SamplingDeltas::GrowsPenaltyRow(int64_t seq_id, const Options& light,
+                                     const PenaltySource& source,
+                                     int* counted_before) {
+  PlanOptions::Row& recorded = current_.rows.emplace_back();
+  recorded.seq_id = seq_id;
+  recorded.counted_outputs = source.counted_outputs;
+  recorded.prompt_tokens = source.prompt_tokens;
+  PlanOptions::Row* previous = extends_previous_ ? PreviousRow(seq_id) : nullptr;
+  const bool grows =
+      previous != nullptr && previous->options != nullptr && previous->counted_outputs >= 0 &&
+      previous->prompt_tokens == source.prompt_tokens &&
+      previous->counted_outputs <= recorded.counted_outputs &&
+      recorded.counted_outputs - previous->counted_outputs <= kMaxAppendedOutputTokens &&
+      SameSamplingOptionsBesidesBans(*previous->options, light);
+  if (!grows) {
+    recorded.options = KeepCopy(light);
+    return false;
+  }
+  recorded.options = std::move(previous->options);  // Same but for the bans, unread.
+  *counted_before = previous->counted_outputs;
+  return true;
 }
 
 void SamplingDeltas::Reset() {

@@ -1,12 +1,15 @@
 #ifndef PAGODA_SCHEDULER_ENGINE_SAMPLING_DELTAS_H_
 #define PAGODA_SCHEDULER_ENGINE_SAMPLING_DELTAS_H_
 
-// SamplingDeltas: the server's side of SequenceStep.sampling_unchanged
-// (docs/architecture.md "Block-table deltas"): the sampling options each row
-// of the previous plan sent, so that a row whose options are identical
-// leaves them out and the worker takes those it kept. Like BlockTableDeltas
-// it compares what was sent, never why it might have changed, so every
-// per-step part of the options (bans, masks, counts) needs no case.
+// SamplingDeltas: the server's side of SequenceStep.sampling_unchanged and
+// sampling_delta (docs/architecture.md "Block-table deltas"): the sampling
+// options each row of the previous plan sent, so that a row whose options
+// are identical leaves them out and the worker takes those it kept, and a
+// penalty row whose options differ only in its counts and bans sends only
+// those changes. Like BlockTableDeltas it compares what was sent, never why
+// it might have changed, but for two parts of a penalty row that it does
+// not build again: the prompt's distinct tokens (fixed when the request's
+// group is made) and the counts of an output that only grows.
 
 #include <cstdint>
 #include <memory>
@@ -24,6 +27,23 @@ namespace pagoda::scheduler {
 // message gains one this does not know.
 bool SameSamplingOptions(const pagoda::worker::v1::SamplingOptions& a,
                          const pagoda::worker::v1::SamplingOptions& b);
+// The same but for banned_token_ids, which a SamplingDelta replaces.
+bool SameSamplingOptionsBesidesBans(const pagoda::worker::v1::SamplingOptions& a,
+                                    const pagoda::worker::v1::SamplingOptions& b);
+
+// A penalty row's part that SamplingDeltas::GrowsPenaltyRow reads besides
+// its options: where its counts and prompt tokens come from.
+struct PenaltySource {
+  // The prompt's distinct tokens the row sends (SequenceGroup::
+  // distinct_prompt_tokens: made with the group, never changed, and a
+  // seq_id belongs to one group), compared by address.
+  const std::vector<int32_t>* prompt_tokens = nullptr;
+  // How many output tokens the row's counts cover: the sequence's, less a
+  // placeholder (the worker counts that one). A sequence's output is only
+  // ever appended to (forks and beams get new seq_ids), so the tokens a
+  // previous row counted are a prefix of these.
+  int counted_outputs = 0;
+};
 
 class SamplingDeltas {
  public:
@@ -41,6 +61,17 @@ class SamplingDeltas {
   // keep no such options).
   bool Unchanged(int64_t seq_id, const pagoda::worker::v1::SamplingOptions& options);
 
+  // For a sampling row with penalty counts: whether it may send a
+  // SamplingDelta instead of its whole options. `light` are its options
+  // without prompt_token_ids and the output counts (the row adds those when
+  // this says no); true when the previous plan's row of seq_id sent the same
+  // light ones but for the bans, with the same prompt tokens, and counted
+  // at most kMaxAppendedOutputTokens fewer output tokens; `*counted_before`
+  // is then how many (the row appends the output tokens from there on).
+  // Records the row for the next plan either way.
+  bool GrowsPenaltyRow(int64_t seq_id, const pagoda::worker::v1::SamplingOptions& light,
+                       const PenaltySource& source, int* counted_before);
+
   // Forgets every row's options: the next plan sends them all. When
   // BlockTableDeltas is reset, for the same reasons.
   void Reset();
@@ -52,6 +83,10 @@ class SamplingDeltas {
     struct Row {
       int64_t seq_id = 0;
       std::unique_ptr<Options> options;  // Null: not kept, or moved on.
+      // A penalty row (GrowsPenaltyRow): `options` are its light ones, and
+      // its counts covered this many output tokens; -1 for other rows.
+      int counted_outputs = -1;
+      const std::vector<int32_t>* prompt_tokens = nullptr;
     };
     std::vector<Row> rows;
     // Row by seq_id, built only when a row is not where the next plan's
@@ -63,6 +98,8 @@ class SamplingDeltas {
   PlanOptions::Row* PreviousRow(int64_t seq_id);
   // Moves every row's options of `plan` to spare_ and clears it.
   void Recycle(PlanOptions* plan);
+  // A copy of `options`, in a spare message when there is one.
+  std::unique_ptr<Options> KeepCopy(const Options& options);
 
   PlanOptions previous_;
   PlanOptions current_;

@@ -138,8 +138,14 @@ GeneratedToken ToGeneratedToken(const wv1::PromptTokenLogprob& scored) {
 
 }  // namespace
 
-void SetLogitsProcessing(const SequenceGroup& group, const Sequence& seq,
-                         absl::Span<const int32_t> eos_token_ids, wv1::SamplingOptions* options) {
+namespace {
+
+// SetLogitsProcessing but for the penalties' prompt tokens and output
+// counts (AddPenaltyCounts): what a penalty row compares before it sends a
+// SamplingDelta instead of them.
+void SetLightLogitsProcessing(const SequenceGroup& group, const Sequence& seq,
+                              absl::Span<const int32_t> eos_token_ids,
+                              wv1::SamplingOptions* options) {
   const SamplingOptions& sampling = group.sampling();
   options->set_presence_penalty(sampling.presence_penalty);
   options->set_frequency_penalty(sampling.frequency_penalty);
@@ -151,14 +157,55 @@ void SetLogitsProcessing(const SequenceGroup& group, const Sequence& seq,
   }
   for (int32_t id : sampling.allowed_token_ids) options->add_allowed_token_ids(id);
   SetBannedTokens(group, seq, eos_token_ids, options);
-  if (!sampling.has_penalties()) return;
-  for (int32_t id : group.distinct_prompt_tokens()) options->add_prompt_token_ids(id);
+}
+
+// The penalties' prompt tokens and output counts (the placeholder left out:
+// the worker counts it).
+void AddPenaltyCounts(const SequenceGroup& group, const Sequence& seq,
+                      wv1::SamplingOptions* options) {
+  if (!group.sampling().has_penalties()) return;
+  options->mutable_prompt_token_ids()->Add(group.distinct_prompt_tokens().begin(),
+                                           group.distinct_prompt_tokens().end());
   options->mutable_output_token_ids()->Reserve(seq.output_token_counts().size());
   options->mutable_output_token_counts()->Reserve(seq.output_token_counts().size());
   for (const auto& [token, count] : seq.output_token_counts()) {
     options->add_output_token_ids(token);
     options->add_output_token_counts(count);
   }
+}
+
+// Output tokens the server knows for `seq`: its placeholder's is not.
+int CountedOutputs(const Sequence& seq) {
+  return seq.num_output_tokens() - (seq.has_pending_token() ? 1 : 0);
+}
+
+// Sends a penalty row's options as a SamplingDelta when `deltas` allow it
+// (GrowsPenaltyRow), else adds its prompt tokens and counts to `options`.
+void SendPenaltyRow(const SequenceGroup& group, const Sequence& seq, SamplingDeltas* deltas,
+                    wv1::SequenceStep* step) {
+  wv1::SamplingOptions* options = step->mutable_sampling();
+  const int counted = CountedOutputs(seq);
+  int counted_before = 0;
+  const PenaltySource source{&group.distinct_prompt_tokens(), counted};
+  if (deltas == nullptr || !deltas->GrowsPenaltyRow(seq.seq_id(), *options, source,
+                                                    &counted_before)) {
+    AddPenaltyCounts(group, seq, options);
+    return;
+  }
+  wv1::SamplingDelta* delta = step->mutable_sampling_delta();
+  delta->mutable_banned_token_ids()->Swap(options->mutable_banned_token_ids());
+  for (int i = counted_before; i < counted; ++i) {
+    delta->add_appended_output_token_ids(seq.output()[i].token_id);
+  }
+  step->clear_sampling();
+}
+
+}  // namespace
+
+void SetLogitsProcessing(const SequenceGroup& group, const Sequence& seq,
+                         absl::Span<const int32_t> eos_token_ids, wv1::SamplingOptions* options) {
+  SetLightLogitsProcessing(group, seq, eos_token_ids, options);
+  AddPenaltyCounts(group, seq, options);
 }
 
 wv1::StepPlan BuildStepPlan(int64_t step_id, const SchedulerOutput& output,
@@ -197,8 +244,9 @@ void BuildStepPlanInto(int64_t step_id, const SchedulerOutput& output,
     SetStepDrawOptions(*entry.group, seq, options);
     step->set_sample_index(seq.num_output_tokens());
     SetPromptLogprobTargets(entry, step);
+    const bool penalty_row = entry.do_sample && entry.group->sampling().has_penalties();
     if (entry.do_sample) {
-      SetLogitsProcessing(*entry.group, seq, eos_token_ids, options);
+      SetLightLogitsProcessing(*entry.group, seq, eos_token_ids, options);
       if (IsConstrained(*entry.group)) {
         // The bans fold into the mask that follows (BuildStepMasks).
         options->clear_banned_token_ids();
@@ -212,7 +260,9 @@ void BuildStepPlanInto(int64_t step_id, const SchedulerOutput& output,
         step->set_token_mask_follows(true);
       }
     }
-    if (sampling_deltas != nullptr && sampling_deltas->Unchanged(seq.seq_id(), *options)) {
+    if (penalty_row) {
+      SendPenaltyRow(*entry.group, seq, sampling_deltas, step);
+    } else if (sampling_deltas != nullptr && sampling_deltas->Unchanged(seq.seq_id(), *options)) {
       step->clear_sampling();
       step->set_sampling_unchanged(true);
     }

@@ -21,7 +21,7 @@ namespace pagoda::scheduler {
 // one SequenceStep per scheduled entry, in order (token ids
 // [start_position, start_position + num_tokens), the full block table
 // (BuildStepPlanInto may send a delta),
-// sampling options (or sampling_unchanged, BuildStepPlanInto; the
+// sampling options (or sampling_unchanged or a sampling_delta, BuildStepPlanInto; the
 // sequence's own seed, SeedForSequence; greedy with
 // 2 x width top logprobs of the processed logits for beam search),
 // sample_index = tokens generated
@@ -51,7 +51,10 @@ pagoda::worker::v1::StepPlan BuildStepPlan(int64_t step_id, const SchedulerOutpu
 // previous plan's (BlockTableDeltas; the workers must run the plans in
 // order), else whole. With `sampling_deltas`, a row whose sampling options
 // are those the previous plan's row sent leaves them out
-// (sampling_unchanged; SamplingDeltas). Both are reset together.
+// (sampling_unchanged; SamplingDeltas), and a row with penalties whose
+// options differ from them only in the output counts and bans sends just
+// the new output tokens and its bans (sampling_delta). Both are reset
+// together.
 void BuildStepPlanInto(int64_t step_id, const SchedulerOutput& output,
                        const BlockManager& block_manager, absl::Span<const int32_t> eos_token_ids,
                        pagoda::worker::v1::StepPlan* plan,

@@ -206,7 +206,7 @@ class MaskCountingGroup : public WorkerGroup {
 
  private:
   // `plan` with every row's options whole, by the rule of
-  // SequenceStep.sampling_unchanged against the last plan's.
+  // SequenceStep.sampling_unchanged and sampling_delta against the last plan's.
   absl::Status WithWholeOptions(const wv1::StepPlan& plan, wv1::StepPlan* whole) {
     *whole = plan;
     std::map<int64_t, wv1::SamplingOptions> options;
@@ -218,6 +218,25 @@ class MaskCountingGroup : public WorkerGroup {
         }
         *step.mutable_sampling() = kept->second;
         step.set_sampling_unchanged(false);
+      } else if (step.has_sampling_delta()) {  // A penalty row: counts and bans.
+        auto kept = last_options_.find(step.seq_id());
+        if (kept == last_options_.end() || last_step_ != plan.step_id() - 1) {
+          return absl::InvalidArgumentError("sampling_delta without options to grow");
+        }
+        wv1::SamplingOptions& grown = *step.mutable_sampling() = kept->second;
+        *grown.mutable_banned_token_ids() = step.sampling_delta().banned_token_ids();
+        for (int32_t token : step.sampling_delta().appended_output_token_ids()) {
+          auto& ids = *grown.mutable_output_token_ids();
+          const auto found = std::find(ids.begin(), ids.end(), token);
+          if (found == ids.end()) {
+            grown.add_output_token_ids(token);
+            grown.add_output_token_counts(1);
+          } else {
+            const int at = static_cast<int>(found - ids.begin());
+            grown.set_output_token_counts(at, grown.output_token_counts(at) + 1);
+          }
+        }
+        step.clear_sampling_delta();
       }
       options[step.seq_id()] = step.sampling();
     }

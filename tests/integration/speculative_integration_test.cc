@@ -81,6 +81,14 @@ class SpeculativeTest : public ::testing::TestWithParam<int> {
       requests.push_back(TokenRequest(TestPrompt(3 + i % 9, i), kMaxTokens,
                                       i % 2 == 0 ? 0 : 1000 + static_cast<uint64_t>(i)));
       requests.back().set_priority(i % 3);  // Only the priority policy reads it.
+      if (i % 4 == 1) {
+        // Penalty rows: their counts grow by the accepted drafts too (the
+        // plans send only the new tokens, SequenceStep.sampling_delta).
+        pagoda::v1::SamplingParams* sampling = requests.back().mutable_sampling();
+        sampling->set_repetition_penalty(1.3f);
+        sampling->set_presence_penalty(0.4f);
+        sampling->set_frequency_penalty(0.3f);
+      }
     }
     return requests;
   }
