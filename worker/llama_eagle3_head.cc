@@ -95,7 +95,9 @@ absl::Status LlamaModel::LoadEagle3Weights(const std::string& head_dir,
   // which maps it to target ids).
   PAGODA_ASSIGN_OR_RETURN(
       eagle3_->lm_head,
-      VocabParallelHead::Load({.loader = &loader, .whole_on_rank0 = whole_lm_head_on_rank0_},
+      VocabParallelHead::Load({.loader = &loader,
+                               .whole_on_rank0 = whole_lm_head_on_rank0_,
+                               .vocab_key = "draft_vocab_size"},
                               eagle3_->draft_vocab, hidden, backend_, communicator_));
   if ((*store)->Has("embed_tokens.weight")) {
     PAGODA_ASSIGN_OR_RETURN(embed_tokens_, loader.Load("embed_tokens.weight", {vocab, hidden}));
