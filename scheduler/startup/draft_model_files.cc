@@ -85,8 +85,8 @@ absl::Status CheckEagleHeadFiles(const std::string& dir, const ModelConfig& targ
   // (common/eagle_head_positions.h); the worker sizes its rotary table so.
   const int own_positions = head->max_position_embeddings;
   if (RaiseEagleHeadPositions(max_model_len, &*head)) {
-    LOG(INFO) << "--speculative-config: the EAGLE head's max_position_embeddings "
-              << own_positions << " raised to --max-model-len " << max_model_len
+    LOG(INFO) << "--speculative-config: the EAGLE head's max_position_embeddings " << own_positions
+              << " raised to --max-model-len " << max_model_len
               << " (the head drafts at the target's positions, as vLLM's does)";
   }
   if (draft_tensor_parallel_size > 1) {

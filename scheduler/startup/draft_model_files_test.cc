@@ -226,9 +226,9 @@ TEST_F(DraftModelFilesTest, ChecksAnEagle3HeadsDraftVocabularyAtStart) {
   EXPECT_EQ(Eagle3Refusal(good, target), "OK");
   EXPECT_EQ(Eagle3Refusal(good, target, 2), "OK");
   // A head of 8 positions under --max-model-len 64: raised, not refused.
-  EXPECT_EQ(Eagle3Refusal(PatchedHead(good, dir + "/short", {{"max_position_embeddings", 8}}),
-                          target),
-            "OK");
+  EXPECT_EQ(
+      Eagle3Refusal(PatchedHead(good, dir + "/short", {{"max_position_embeddings", 8}}), target),
+      "OK");
   EXPECT_EQ(refusal("over", {{"draft_vocab_size", 300}}),
             "--speculative-config: EAGLE-3 head: draft_vocab_size 300 exceeds vocab_size 256");
   EXPECT_EQ(refusal("lm_head", {{"draft_vocab_size", 48}}),
