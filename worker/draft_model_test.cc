@@ -36,6 +36,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "tests/support/runner_test_model.h"
 #include "worker/cpu/cpu_backend.h"
 #include "worker/cpu/cpu_model_runner.h"
@@ -836,6 +837,60 @@ TEST_F(DraftModelRunnerTest, Eagle3KeepsPlainTokensAndTheReferenceAcceptance) {
                                      " --tokens ", absl::StrJoin(kPrompt, ",")),
                         "good"));
   }
+}
+
+// <heads>/<name>: a copy of <heads>/good whose config.json has `patch`
+// merged in.
+std::string PatchedHead(const std::string& heads, const std::string& name,
+                        const nlohmann::json& patch) {
+  const std::string out = heads + "/" + name;
+  std::filesystem::copy(
+      heads + "/good", out,
+      std::filesystem::copy_options::recursive | std::filesystem::copy_options::overwrite_existing);
+  std::ifstream in(out + "/model/config.json");
+  nlohmann::json config = nlohmann::json::parse(in);
+  config.merge_patch(patch);
+  std::ofstream(out + "/model/config.json") << config.dump();
+  return out;
+}
+
+// A head whose config.json says 8 positions drafts past them, at the
+// target's positions (the sequences reach position 26), as vLLM raises its
+// max_position_embeddings: greedy, plain decoding's tokens, and the very
+// acceptance per step of the same head at its own 64 positions (the raise
+// sizes the rotary table and changes no rotation).
+TEST_F(DraftModelRunnerTest, EagleHeadsDraftPastTheirOwnPositions) {
+  SamplingOptions greedy;
+  const std::vector<Decoded> plain = DecodeBatch("", greedy, 0);
+  for (bool eagle3 : {false, true}) {
+    const std::string& heads = eagle3 ? *eagle3_ : *eagle_;
+    const std::string short_head = PatchedHead(heads, "short", {{"max_position_embeddings", 8}});
+    const std::vector<Decoded> own = DecodeBatch(heads + "/good", greedy, kDrafts, !eagle3, eagle3);
+    const std::vector<Decoded> raised = DecodeBatch(short_head, greedy, kDrafts, !eagle3, eagle3);
+    for (int s = 0; s < kSeqs; ++s) {
+      SCOPED_TRACE(absl::StrCat(eagle3 ? "EAGLE-3" : "EAGLE", " sequence ", s));
+      ASSERT_EQ(plain[s].tokens.size(), kNewTokens);
+      EXPECT_EQ(raised[s].tokens, plain[s].tokens);
+      EXPECT_FALSE(raised[s].accepted_per_step.empty());
+      EXPECT_EQ(raised[s].accepted_per_step, own[s].accepted_per_step);
+    }
+  }
+}
+
+// The raised head's rotations are its own config's: an EAGLE-3 head of 8
+// positions with llama3 rope scaling (original_max_position_embeddings 16,
+// factor 8) drafts, past position 8, what the float64 reference computes
+// from that config's frequencies.
+TEST_F(DraftModelRunnerTest, RaisedEagle3HeadKeepsItsOwnRopeScaling) {
+  PatchedHead(*eagle3_, "short_llama3",
+              {{"max_position_embeddings", 8},
+               {"rope_scaling",
+                {{"rope_type", "llama3"},
+                 {"factor", 8.0},
+                 {"low_freq_factor", 1.0},
+                 {"high_freq_factor", 4.0},
+                 {"original_max_position_embeddings", 16}}}});
+  ExpectReferenceDrafts("short_llama3");
 }
 
 // One line naming the tensor, the key or the values.

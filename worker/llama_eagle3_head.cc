@@ -17,6 +17,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/eagle3_head_config.h"
+#include "common/eagle_head_positions.h"
 #include "common/safetensors.h"
 #include "common/status_macros.h"
 #include "common/tensor_parallel_plan.h"
@@ -44,6 +45,10 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::LoadEagle3Head(
   auto config = LoadModelConfig(head_dir);
   if (!config.ok()) return Eagle3Error(config.status());
   if (absl::Status s = CompleteConfig(head_dir, &*config); !s.ok()) return Eagle3Error(s);
+  // Drafting at the target's positions, past the head's own when its
+  // config.json says fewer (vLLM's; common/eagle_head_positions.h): the
+  // rotary table covers every position the target serves.
+  RaiseEagleHeadPositions(target.max_positions(), &*config);
   absl::StatusOr<Eagle3HeadConfig> keys = LoadEagle3HeadConfig(head_dir, *config, target.config());
   if (!keys.ok()) return keys.status();
   // Sharded over `communicator` as the target's layers are; whole on a
@@ -95,7 +100,9 @@ absl::Status LlamaModel::LoadEagle3Weights(const std::string& head_dir,
   // which maps it to target ids).
   PAGODA_ASSIGN_OR_RETURN(
       eagle3_->lm_head,
-      VocabParallelHead::Load({.loader = &loader, .whole_on_rank0 = whole_lm_head_on_rank0_},
+      VocabParallelHead::Load({.loader = &loader,
+                               .whole_on_rank0 = whole_lm_head_on_rank0_,
+                               .vocab_key = "draft_vocab_size"},
                               eagle3_->draft_vocab, hidden, backend_, communicator_));
   if ((*store)->Has("embed_tokens.weight")) {
     PAGODA_ASSIGN_OR_RETURN(embed_tokens_, loader.Load("embed_tokens.weight", {vocab, hidden}));

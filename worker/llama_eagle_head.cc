@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
+#include "common/eagle_head_positions.h"
 #include "common/safetensors.h"
 #include "common/status_macros.h"
 #include "common/tensor_parallel_plan.h"
@@ -47,6 +48,10 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::LoadEagleHead(
   auto config = LoadModelConfig(head_dir);
   if (!config.ok()) return EagleHeadError(config.status());
   if (absl::Status s = CompleteConfig(head_dir, &*config); !s.ok()) return EagleHeadError(s);
+  // Drafting at the target's positions, past the head's own when its
+  // config.json says fewer (vLLM's; common/eagle_head_positions.h): the
+  // rotary table covers every position the target serves.
+  RaiseEagleHeadPositions(target.max_positions(), &*config);
   if (absl::Status s = CheckHeadAgainstTarget(*config, target.config()); !s.ok()) return s;
   // Sharded over `communicator` as the target's layers are (heads and MLP
   // split, all-reduces after o_proj and down_proj); whole on a one-rank one.

@@ -121,7 +121,10 @@ class LlamaModel {
   // without input_layernorm (an identity: a checkpoint's own is ignored, as
   // vLLM does); no final norm. The head embeds tokens and computes logits
   // with `target`'s embed_tokens and lm_head (the head's own, if any, are
-  // ignored, as vLLM does at pipeline size 1). Dense weights only. Runs as
+  // ignored, as vLLM does at pipeline size 1). A max_position_embeddings
+  // below `target`'s max_positions() is raised to it (vLLM's; common/
+  // eagle_head_positions.h): the head drafts at every position the target
+  // serves. Dense weights only. Runs as
   // the one rank of `communicator`. INVALID_ARGUMENT naming both values for a
   // mismatch with the target; the loader's errors (naming the tensor and its
   // shape) otherwise. `target` must be rank 0 of its group and outlive the

@@ -10,7 +10,7 @@ absl::StatusOr<std::unique_ptr<VocabParallelHead>> VocabParallelHead::Load(
   const int world = source.whole_on_rank0 ? 1 : communicator->world_size();
   // vLLM refuses a split its padded vocabulary cannot divide evenly; so do
   // we (an EAGLE-3 head's draft vocabulary is checked here, at load).
-  if (absl::Status s = CheckVocabParallelSplit(vocab, world); !s.ok()) return s;
+  if (absl::Status s = CheckVocabParallelSplit(vocab, world, source.vocab_key); !s.ok()) return s;
   const bool holds = !source.whole_on_rank0 || communicator->rank() == 0;
   const IndexRange range =
       holds ? VocabParallelRange(vocab, communicator->rank() % world, world) : IndexRange{};

@@ -35,6 +35,9 @@ class VocabParallelHead {
     // (LlamaLoadOptions::whole_lm_head_on_rank0): rank 0 holds every row and
     // computes the logits alone, the others hold none.
     bool whole_on_rank0 = false;
+    // The config key giving the vocabulary, named by a refused split (an
+    // EAGLE-3 head's lm_head spans its draft_vocab_size).
+    std::string vocab_key = "vocab_size";
   };
   // This rank's rows of the head over `communicator`'s group (all of them in
   // a group of one); CheckVocabParallelSplit's error for a vocabulary the

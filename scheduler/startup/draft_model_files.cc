@@ -9,8 +9,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/eagle3_head_config.h"
+#include "common/eagle_head_positions.h"
 #include "common/safetensors.h"
 #include "common/tensor_parallel_plan.h"
+#include "glog/logging.h"
 
 namespace pagoda::scheduler {
 namespace {
@@ -60,7 +62,8 @@ absl::Status CheckEagle3DraftVocabTensors(const WeightStore& store, const Eagle3
 }
 
 // An EAGLE head (vLLM's EAGLE-1/2 layout): a Llama config of the target's
-// hidden and vocabulary sizes, and an fc over concat(embedding, hidden);
+// hidden and vocabulary sizes (any max_position_embeddings: raised to
+// `max_model_len` when below it), and an fc over concat(embedding, hidden);
 // with `eagle3`, an EAGLE-3 head: the same config sizes, its own settings
 // and draft vocabulary (above), and an fc over three target layers' hidden
 // states (none without aux hidden states); at a `draft_tensor_parallel_size`
@@ -78,10 +81,13 @@ absl::Status CheckEagleHeadFiles(const std::string& dir, const ModelConfig& targ
                                      " differs from the target's ", expected));
     }
   }
-  if (head->max_position_embeddings < max_model_len) {
-    return DraftError(absl::StrCat("the EAGLE head's max_position_embeddings ",
-                                   head->max_position_embeddings, " is below --max-model-len ",
-                                   max_model_len));
+  // vLLM raises a head's positions to the target's instead of refusing it
+  // (common/eagle_head_positions.h); the worker sizes its rotary table so.
+  const int own_positions = head->max_position_embeddings;
+  if (RaiseEagleHeadPositions(max_model_len, &*head)) {
+    LOG(INFO) << "--speculative-config: the EAGLE head's max_position_embeddings " << own_positions
+              << " raised to --max-model-len " << max_model_len
+              << " (the head drafts at the target's positions, as vLLM's does)";
   }
   if (draft_tensor_parallel_size > 1) {
     absl::Status split = CheckTensorParallelSplit(*head, draft_tensor_parallel_size);

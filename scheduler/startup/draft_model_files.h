@@ -19,7 +19,9 @@ namespace pagoda::scheduler {
 // at a `draft_tensor_parallel_size` above 1 its heads and intermediate size
 // must split over that many ranks (CheckTensorParallelSplit).
 // For method eagle: the head's config.json must give the target's
-// hidden_size and vocab_size and positions reaching `max_model_len`, and its
+// hidden_size and vocab_size (a max_position_embeddings below
+// `max_model_len` is raised to it, as vLLM's: common/eagle_head_positions.h,
+// logged; a draft model's is not, and is refused below it), and its
 // safetensors an fc.weight of [hidden, 2 * hidden], and at a
 // `draft_tensor_parallel_size` above 1 its heads and intermediate size must
 // split over that many ranks, as a draft model's. Method eagle3 also:

@@ -3,7 +3,8 @@
 // positions reaching --max-model-len; a split over the draft's
 // tensor-parallel size; an unreadable draft named as such.
 // Each refusal is one line naming both values. An EAGLE head: the target's
-// hidden and vocabulary sizes, and an fc of [hidden, 2 * hidden]; an EAGLE-3
+// hidden and vocabulary sizes (its positions raised to --max-model-len, not
+// refused), and an fc of [hidden, 2 * hidden]; an EAGLE-3
 // head: its fc, its own keys (as the worker checks them at load) and its
 // draft vocabulary: size, lm_head, d2t and split over the draft's ranks.
 #include "scheduler/startup/draft_model_files.h"
@@ -127,10 +128,11 @@ TEST_F(DraftModelFilesTest, ChecksAnEagleHeadsSizesAndFc) {
                          hidden, "], expected [", hidden, ", ", 2 * hidden, "]"));
   EXPECT_EQ(refusal("other_vocab", 64),
             "--speculative-config: the EAGLE head's vocab_size 300 differs from the target's 256");
-  const int positions = target.max_position_embeddings;
-  EXPECT_EQ(refusal("good", positions + 1),
-            absl::StrCat("--speculative-config: the EAGLE head's max_position_embeddings ",
-                         positions, " is below --max-model-len ", positions + 1));
+  // Fewer positions than --max-model-len: raised to it, as vLLM does, not
+  // refused (a draft model's are: RefusesInOneLineNamingBothValues).
+  const int positions = LoadModelConfig(heads + "/good/model")->max_position_embeddings;
+  EXPECT_EQ(refusal("good", positions + 1), "OK");
+  EXPECT_EQ(refusal("good", 64 * positions), "OK");
   std::filesystem::remove_all(heads);
 }
 
@@ -223,6 +225,10 @@ TEST_F(DraftModelFilesTest, ChecksAnEagle3HeadsDraftVocabularyAtStart) {
   // 40 draft ids: padded to 64, split over 2 ranks.
   EXPECT_EQ(Eagle3Refusal(good, target), "OK");
   EXPECT_EQ(Eagle3Refusal(good, target, 2), "OK");
+  // A head of 8 positions under --max-model-len 64: raised, not refused.
+  EXPECT_EQ(
+      Eagle3Refusal(PatchedHead(good, dir + "/short", {{"max_position_embeddings", 8}}), target),
+      "OK");
   EXPECT_EQ(refusal("over", {{"draft_vocab_size", 300}}),
             "--speculative-config: EAGLE-3 head: draft_vocab_size 300 exceeds vocab_size 256");
   EXPECT_EQ(refusal("lm_head", {{"draft_vocab_size", 48}}),

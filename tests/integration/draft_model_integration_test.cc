@@ -20,7 +20,9 @@
 //   target's aux layers' hidden states.
 // And a draft of another vocabulary is refused at start, in one line, as
 // is the rest of issue 46's bad input (an unknown method or key, k out of
-// range, EAGLE heads that do not fit the target).
+// range, EAGLE heads that do not fit the target). EAGLE heads whose
+// config.json says fewer positions than --max-model-len start and draft
+// past them (vLLM's); a draft model of fewer positions is refused.
 #include <signal.h>
 #include <unistd.h>
 
@@ -327,6 +329,51 @@ TEST_F(DraftModelTest, BadSpeculativeConfigsAreRefusedAtStartInOneLine) {
     // The line names the problem and stands alone.
     EXPECT_TRUE(absl::StrContains(output, line + "\n")) << line << "\n" << output;
   }
+}
+
+// A copy of the model or head directory `from` at `to`, its config.json
+// with `patch` merged in.
+std::string PatchedCopy(const std::string& from, const std::string& to,
+                        const nlohmann::json& patch) {
+  std::filesystem::copy(
+      from, to,
+      std::filesystem::copy_options::recursive | std::filesystem::copy_options::overwrite_existing);
+  std::ifstream in(from + "/config.json");
+  nlohmann::json config = nlohmann::json::parse(in);
+  config.merge_patch(patch);
+  std::ofstream(to + "/config.json") << config.dump();
+  return to;
+}
+
+// An EAGLE and an EAGLE-3 head whose config.json says 16 positions, under
+// --max-model-len 128 (the streams reach position 50): the server starts,
+// as vLLM does (it raises an eagle or eagle3 head's max_position_embeddings
+// to the target's max_model_len), and the head drafts past its own 16
+// positions with plain decoding's tokens, greedy and seeded. A draft model
+// of 16 positions is still refused at start, in one line.
+TEST_F(DraftModelTest, HeadsOfFewerPositionsStartAndDraftPastThem) {
+  std::vector<StreamOutcome> expected;
+  {
+    auto plain = StartServer("");
+    ASSERT_TRUE(plain.ok()) << plain.status();
+    expected = RunAll(**plain, /*seeded=*/true, nullptr);
+  }
+  const nlohmann::json short_positions = {{"max_position_embeddings", 16}};
+  for (const char* head : {"/eagle-head", "/eagle3-head"}) {
+    SCOPED_TRACE(head);
+    auto server = StartServer(
+        PatchedCopy(*dir_ + head, absl::StrCat(*dir_, head, "-short"), short_positions));
+    ASSERT_TRUE(server.ok()) << server.status();
+    ExpectSameTokens(RunAll(**server, /*seeded=*/true, nullptr), expected);
+    EXPECT_GT(MetricValue((*server)->metrics_port(), "vllm:spec_decode_num_draft_tokens_total"),
+              kStreams * kDrafts);
+  }
+  const std::string output = RefusedAtStart(
+      ServerArgs(PatchedCopy(*dir_ + "/small", *dir_ + "/small-short", short_positions)));
+  const std::string line =
+      "--speculative-config: the draft model's max_position_embeddings 16 is below "
+      "--max-model-len 128\n";
+  EXPECT_TRUE(absl::StrContains(output, line)) << output;
 }
 
 }  // namespace
