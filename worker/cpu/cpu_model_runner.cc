@@ -102,8 +102,7 @@ class CpuModelRunner final : public ModelRunnerBase {
                                                     ? WeightOnlyActivations::kFloat32
                                                     : WeightOnlyActivations::kInt8);
     if (options_.wrap_backend) backend_ = options_.wrap_backend(std::move(backend_));
-    // Chosen at run time from CPUID: which one a machine got is otherwise
-    // invisible (docs/quantization.md, "CPUs without AVX-512").
+    // Picked from CPUID at run time (docs/quantization.md, "CPUs without AVX-512").
     LOG(INFO) << "CPU kernels: " << SimdLevelName(BestSimdLevel()) << " (int8 Linears: "
               << Int8KernelsName(BestSimdLevel()) << ")";
     auto model = LlamaModel::Load(request.model_dir(), backend_.get(), timed_.get(),
