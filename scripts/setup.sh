@@ -27,6 +27,7 @@ TEST_PACKAGES=(
   python3-jsonschema  # the InferencePool's schema check, structured outputs' validator
   python3-venv python3-setuptools python3-wheel python3-pip  # the Python client's offline install
   universal-ctags  # function lengths for scripts/check_layout.py
+  qemu-user  # the CPU kernels under emulated CPUs without AVX-512 (tests/cpu_emulation)
   # the sanitizer and fuzzer builds (scripts/sanitizer_tests.sh): clang, its
   # sanitizer and libFuzzer runtimes, llvm-symbolizer for reports
   clang-14 libclang-rt-14-dev llvm-14

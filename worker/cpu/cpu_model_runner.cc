@@ -17,6 +17,8 @@
 #include "common/quantization_methods.h"
 #include "glog/logging.h"
 #include "worker/cpu/cpu_backend.h"
+#include "worker/cpu/quant_tile_kernels.h"
+#include "worker/cpu/simd.h"
 #include "worker/draft_model.h"
 #include "worker/llama_model.h"
 #include "worker/model_runner_base.h"
@@ -100,6 +102,9 @@ class CpuModelRunner final : public ModelRunnerBase {
                                                     ? WeightOnlyActivations::kFloat32
                                                     : WeightOnlyActivations::kInt8);
     if (options_.wrap_backend) backend_ = options_.wrap_backend(std::move(backend_));
+    // Picked from CPUID at run time (docs/quantization.md, "CPUs without AVX-512").
+    LOG(INFO) << "CPU kernels: " << SimdLevelName(BestSimdLevel()) << " (int8 Linears: "
+              << Int8KernelsName(BestSimdLevel()) << ")";
     auto model = LlamaModel::Load(request.model_dir(), backend_.get(), timed_.get(),
                                   CpuLoadOptions(request, *weight_dtype));
     if (!model.ok()) return model.status();

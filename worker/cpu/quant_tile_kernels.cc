@@ -393,4 +393,11 @@ const W8A8TileKernels* ChooseW8A8TileKernels(SimdLevel level, Int8Layout layout)
                      Avx2W8A8TileKernels(false));
 }
 
+std::string_view Int8KernelsName(SimdLevel level) {
+  const QuantTileKernels* tiles = ChooseQuantTileKernels(level, Int8Layout::kBest);
+  if (tiles == nullptr) return "rows";
+  if (tiles == VnniQuantTileKernels()) return "avx512 vnni";
+  return tiles == Avx2QuantTileKernels(true) ? "avx-vnni" : "avx2 vpmaddubsw";
+}
+
 }  // namespace pagoda::worker

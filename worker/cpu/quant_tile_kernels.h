@@ -26,6 +26,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 
 #include "worker/cpu/quant_kernels.h"
 #include "worker/cpu/simd.h"
@@ -156,6 +157,10 @@ enum class Int8Layout { kBest, kTilesNoVnni, kRows };
 // The tile kernels `layout` gives at `level`, or nullptr for the row layout.
 const QuantTileKernels* ChooseQuantTileKernels(SimdLevel level, Int8Layout layout);
 const W8A8TileKernels* ChooseW8A8TileKernels(SimdLevel level, Int8Layout layout);
+// What kBest gives at `level` on this CPU, named: "avx512 vnni", "avx-vnni",
+// "avx2 vpmaddubsw" or "rows" (the worker's log line at start, and the
+// tests that check a CPU's kernels, such as the emulated-CPU ones).
+std::string_view Int8KernelsName(SimdLevel level);
 
 }  // namespace pagoda::worker
 

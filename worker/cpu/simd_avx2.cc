@@ -155,44 +155,60 @@ PAGODA_AVX2 void Tile4OneTokenAvx2(const void* w, size_t ld_w, const float* x, s
   }
 }
 
-// Several tokens: a 4-output-feature by kRows-token tile, kRows * 4
-// accumulators, kRows token vectors and one weight vector (16 registers at
-// kRows = 3). The tile reuses each weight slice from L1 and L2, so its rows
-// are fetched two groups ahead into every level.
+// Several tokens: a 4-output-feature by kRows-token tile whose every
+// output adds its products in Tile4OneTokenAvx2's order (four accumulators
+// over 32-element blocks, the 8-element rest into the first, then the scalar
+// tail), so that a speculative verify step's rows, when they fit one tile,
+// give the very floats of one-row decode steps (RowsOfOneTileEqualOneRow-
+// StepsBitForBit in linear_test.cc; a tile with one accumulator per output,
+// as at AVX-512, differed from the one-token order in the last bits). The
+// weight rows are streamed one after another, as in the one-token kernel,
+// each 8-element load serving the kRows token rows (kRows * 4 accumulators,
+// 14 registers at kRows = 3); the token rows are read again for each weight
+// row, from L1 or L2.
 template <DType kType, int kRows>
 PAGODA_AVX2 void Tile4RowsAvx2(const void* w, size_t ld_w, const float* x, size_t ld_x, size_t n,
                                float* y, size_t ld_y) {
+  constexpr size_t kWidth = DTypeSize(kType);
+  constexpr size_t kAhead = kType == DType::kF32 ? 512 : 1024;
   const auto* base = static_cast<const char*>(w);
-  const size_t row_bytes = ld_w * DTypeSize(kType);
-  const char* rows_w[4] = {base, base + row_bytes, base + 2 * row_bytes, base + 3 * row_bytes};
-  const size_t prefetch = 8 * row_bytes;
-  __m256 acc[kRows][4];
+  for (int c = 0; c < 4; ++c) {
+    const char* row = base + c * ld_w * kWidth;
+    __m256 acc[kRows][4];
 #pragma GCC unroll 4
-  for (int r = 0; r < kRows; ++r) {
+    for (int r = 0; r < kRows; ++r) {
 #pragma GCC unroll 4
-    for (int c = 0; c < 4; ++c) acc[r][c] = _mm256_setzero_ps();
-  }
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    __m256 xv[kRows];
-#pragma GCC unroll 4
-    for (int r = 0; r < kRows; ++r) xv[r] = _mm256_loadu_ps(x + r * ld_x + i);
-#pragma GCC unroll 4
-    for (int c = 0; c < 4; ++c) {
-      const __m256 wv = Load8<kType>(rows_w[c], i);
-      _mm_prefetch(rows_w[c] + i * DTypeSize(kType) + prefetch, _MM_HINT_T0);
-#pragma GCC unroll 4
-      for (int r = 0; r < kRows; ++r) acc[r][c] = _mm256_fmadd_ps(wv, xv[r], acc[r][c]);
+      for (int j = 0; j < 4; ++j) acc[r][j] = _mm256_setzero_ps();
     }
-  }
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+      const char* ahead = row + i * kWidth + kAhead;
+      _mm_prefetch(ahead, _MM_HINT_T0);
+      if constexpr (kWidth == 4) _mm_prefetch(ahead + 64, _MM_HINT_T0);
 #pragma GCC unroll 4
-  for (int r = 0; r < kRows; ++r) {
-    float sums[4] = {Sum8(acc[r][0]), Sum8(acc[r][1]), Sum8(acc[r][2]), Sum8(acc[r][3])};
-    const float* xr = x + r * ld_x;
-    for (size_t k = i; k < n; ++k) {
-      for (int c = 0; c < 4; ++c) sums[c] += Load<kType>(rows_w[c], k) * xr[k];
+      for (int j = 0; j < 4; ++j) {
+        const __m256 wv = Load8<kType>(row, i + 8 * j);
+#pragma GCC unroll 4
+        for (int r = 0; r < kRows; ++r) {
+          acc[r][j] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + r * ld_x + i + 8 * j), acc[r][j]);
+        }
+      }
     }
-    for (int c = 0; c < 4; ++c) y[r * ld_y + c] = sums[c];
+    for (; i + 8 <= n; i += 8) {
+      const __m256 wv = Load8<kType>(row, i);
+#pragma GCC unroll 4
+      for (int r = 0; r < kRows; ++r) {
+        acc[r][0] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + r * ld_x + i), acc[r][0]);
+      }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < kRows; ++r) {
+      const float* xr = x + r * ld_x;
+      float sum = Sum8(_mm256_add_ps(_mm256_add_ps(acc[r][0], acc[r][1]),
+                                     _mm256_add_ps(acc[r][2], acc[r][3])));
+      for (size_t k = i; k < n; ++k) sum += Load<kType>(row, k) * xr[k];
+      y[r * ld_y + c] = sum;
+    }
   }
 }
 
@@ -206,7 +222,7 @@ PAGODA_AVX2 void Tile4Avx2(const void* w, size_t ld_w, const float* x, size_t ld
       return Tile4RowsAvx2<kType, 2>(w, ld_w, x, ld_x, n, y, ld_y);
     case 3:
       return Tile4RowsAvx2<kType, 3>(w, ld_w, x, ld_x, n, y, ld_y);
-    default:  // Four rows would need 21 registers: two tiles of two.
+    default:  // Four rows would need 18 registers: two tiles of two.
       Tile4RowsAvx2<kType, 2>(w, ld_w, x, ld_x, n, y, ld_y);
       return Tile4RowsAvx2<kType, 2>(w, ld_w, x + 2 * ld_x, ld_x, n, y + 2 * ld_y, ld_y);
   }

@@ -6,11 +6,13 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdlib>
 #include <random>
 #include <vector>
 
 #include "common/fp8.h"
 #include "gtest/gtest.h"
+#include "worker/cpu/quant_tile_kernels.h"
 
 namespace pagoda::worker {
 namespace {
@@ -557,6 +559,22 @@ TEST(SimdLevelTest, PlainIsAlwaysSupportedAndBestIsLast) {
   ASSERT_FALSE(levels.empty());
   EXPECT_EQ(levels.front(), SimdLevel::kPlain);
   EXPECT_EQ(levels.back(), BestSimdLevel());
+}
+
+// Where the CPU is known (tests/cpu_emulation runs this binary under QEMU
+// as a Haswell, AVX2 without AVX-512 or VNNI, and as a Nehalem, SSE4.2
+// only), the level and int8 kernels CPUID detection picked for it: that the
+// kernels passed there proves nothing if the dispatch picked another level.
+TEST(SimdLevelTest, DetectionPicksTheExpectedKernels) {
+  const char* level = std::getenv("PAGODA_EXPECT_SIMD_LEVEL");
+  const char* int8 = std::getenv("PAGODA_EXPECT_INT8_KERNELS");
+  if (level == nullptr && int8 == nullptr) GTEST_SKIP() << "no expected CPU given";
+  if (level != nullptr) {
+    EXPECT_EQ(SimdLevelName(BestSimdLevel()), level);
+  }
+  if (int8 != nullptr) {
+    EXPECT_EQ(Int8KernelsName(BestSimdLevel()), int8);
+  }
 }
 
 }  // namespace
