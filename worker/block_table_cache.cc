@@ -29,6 +29,37 @@ absl::Status SamplingDeltaError(const v1::SequenceStep& step, absl::string_view 
 
 // The kept options `options` made this step's (SequenceStep.sampling_delta):
 // its bans replaced, its output counts grown by the appended tokens.
+// Whether a row that takes its options from the previous step (`kept`,
+// null when that step left none for it) may: anything the rule does not
+// allow refuses the plan, naming the seq_id.
+absl::Status CheckKeptSampling(const v1::SequenceStep& step, const v1::SamplingOptions* kept,
+                               int64_t previous_step_id) {
+  const bool sampling_delta = step.has_sampling_delta();
+  if (step.has_sampling()) {
+    return SamplingDeltaError(step, "with sampling options given", sampling_delta);
+  }
+  if (step.sampling_unchanged() && sampling_delta) {
+    return SamplingDeltaError(step, "with sampling_unchanged given", true);
+  }
+  if (kept == nullptr) {
+    return SamplingDeltaError(
+        step, absl::StrCat("but step ", previous_step_id, " left no options for it"),
+        sampling_delta);
+  }
+  if (step.sampling_delta().appended_output_token_ids_size() > kMaxAppendedOutputTokens) {
+    return SamplingDeltaError(
+        step,
+        absl::StrCat("appends ", step.sampling_delta().appended_output_token_ids_size(),
+                     " output tokens, more than ", kMaxAppendedOutputTokens),
+        true);
+  }
+  if (kept->output_token_ids_size() != kept->output_token_counts_size()) {
+    // A row that did not sample had its options kept unchecked.
+    return SamplingDeltaError(step, "but the options kept have unpaired counts", true);
+  }
+  return absl::OkStatus();
+}
+
 void ApplySamplingDelta(const v1::SamplingDelta& delta, v1::SamplingOptions* options) {
   *options->mutable_banned_token_ids() = delta.banned_token_ids();
   auto* ids = options->mutable_output_token_ids();
@@ -172,28 +203,9 @@ absl::Status BlockTableCache::Resolve(v1::StepPlan* plan) {
     }
     std::unique_ptr<v1::SamplingOptions> options;
     if (sampling_unchanged || sampling_delta) {
-      if (step.has_sampling()) {
-        return SamplingDeltaError(step, "with sampling options given", sampling_delta);
-      }
-      if (sampling_unchanged && sampling_delta) {
-        return SamplingDeltaError(step, "with sampling_unchanged given", true);
-      }
-      if (kept == nullptr || kept->sampling == nullptr) {
-        return SamplingDeltaError(
-            step, absl::StrCat("but step ", plan->step_id() - 1, " left no options for it"),
-            sampling_delta);
-      }
-      if (step.sampling_delta().appended_output_token_ids_size() > kMaxAppendedOutputTokens) {
-        return SamplingDeltaError(
-            step,
-            absl::StrCat("appends ", step.sampling_delta().appended_output_token_ids_size(),
-                         " output tokens, more than ", kMaxAppendedOutputTokens),
-            true);
-      }
-      if (kept->sampling->output_token_ids_size() != kept->sampling->output_token_counts_size()) {
-        // A row that did not sample had its options kept unchecked.
-        return SamplingDeltaError(step, "but the options kept have unpaired counts", true);
-      }
+      absl::Status usable = CheckKeptSampling(
+          step, kept == nullptr ? nullptr : kept->sampling.get(), plan->step_id() - 1);
+      if (!usable.ok()) return usable;
       options = std::move(kept->sampling);
       // The kept options are this row's alone from here on: grown in place.
       if (sampling_delta) ApplySamplingDelta(step.sampling_delta(), options.get());
