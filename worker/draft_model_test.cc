@@ -660,6 +660,56 @@ TEST_F(DraftModelRunnerTest, RefusesBadProposalsAndDrafts) {
   check(*runner, step, "seq_id 1: block_table has 2 blocks but 9 tokens need 3");
 }
 
+// A draft model of 4 positions under a target of more: a prefill of 6
+// tokens runs with the target's token (the draft follows the rows below its
+// positions only); proposals whose passes reach position 4 or past are
+// refused, naming the seq_id, this step's and the next step's alike, while
+// one proposal after 3 tokens (position 3) runs.
+TEST_F(DraftModelRunnerTest, DraftOfFewerPositionsRefusesProposalsPastThem) {
+  const std::string short_draft = *other_ + "_4_positions";
+  std::filesystem::copy(
+      *other_, short_draft,
+      std::filesystem::copy_options::recursive | std::filesystem::copy_options::overwrite_existing);
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(short_draft + "/model/config.json"));
+  config["max_position_embeddings"] = 4;
+  std::ofstream(short_draft + "/model/config.json") << config.dump();
+  auto plan_of = [](const SequenceStep& step) {
+    StepPlan plan;
+    *plan.add_sequences() = step;
+    return plan;
+  };
+  const SequenceStep prefill = StepFor(SamplingOptions(), 0, {}, 0);
+  auto plain = Runner("")->ExecuteStep(plan_of(prefill));
+  auto runner = Runner(short_draft);
+  auto followed = runner->ExecuteStep(plan_of(prefill));
+  ASSERT_TRUE(plain.ok() && followed.ok()) << plain.status() << followed.status();
+  EXPECT_EQ(followed->tokens(0).token_id(), plain->tokens(0).token_id());
+
+  auto refused = [&](const SequenceStep& step, int position) {
+    auto result = runner->ExecuteStep(plan_of(step));
+    EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument) << position;
+    EXPECT_EQ(std::string(result.status().message()),
+              absl::StrCat("seq_id 1: draft proposals reach position ", position,
+                           ", outside the draft model's rotary table [0, 4)"));
+  };
+  SequenceStep decode = StepFor(SamplingOptions(), 0, {7}, 1);  // Token 7 at position 6.
+  refused(decode, 7);
+  decode.set_num_draft_proposals(0);
+  decode.set_num_next_draft_proposals(2);
+  refused(decode, 8);
+  // A short prompt: 3 tokens, then 1 proposal at position 3, the last the
+  // draft holds; 2 reach position 4.
+  SequenceStep short_prompt = prefill;
+  short_prompt.set_seq_id(1);
+  short_prompt.mutable_token_ids()->Truncate(3);
+  short_prompt.set_num_draft_proposals(1);
+  auto drafted = Runner(short_draft)->ExecuteStep(plan_of(short_prompt));
+  EXPECT_TRUE(drafted.ok()) << drafted.status();
+  short_prompt.set_num_draft_proposals(2);
+  refused(short_prompt, 4);
+  std::filesystem::remove_all(short_draft);
+}
+
 // LoadModelRequest.num_speculative_tokens outside [0, 16] is refused at
 // load, naming the range.
 TEST_F(DraftModelRunnerTest, RefusesSpeculativeTokensOutOfRange) {
