@@ -109,10 +109,10 @@ absl::Status CheckDraftPositions(const StepPlan& plan, int draft_positions) {
         int64_t{step.start_position()} + step.token_ids_size() + step.draft_token_ids_size();
     for (const int proposals : {step.num_draft_proposals(), step.num_next_draft_proposals()}) {
       if (proposals <= 0 || DraftPassesFit(length, proposals, draft_positions)) continue;
-      return ProposalError(step, absl::StrCat("draft proposals reach position ",
-                                              length + proposals - 1,
-                                              ", outside the draft model's rotary table [0, ",
-                                              draft_positions, ")"));
+      return ProposalError(
+          step,
+          absl::StrCat("draft proposals reach position ", length + proposals - 1,
+                       ", outside the draft model's rotary table [0, ", draft_positions, ")"));
     }
   }
   return absl::OkStatus();

@@ -685,7 +685,8 @@ TEST_F(DraftModelRunnerTest, DraftOfFewerPositionsFollowsRowsOnlyBelowThem) {
   options.block_size = kBlockSize;
   auto target = LlamaModel::Load(*target_ + "/model", backend.get(), group.get(), options);
   ASSERT_TRUE(target.ok()) << target.status();
-  auto draft = DraftModel::Load(short_draft + "/model", backend.get(), options, (*target)->config());
+  auto draft =
+      DraftModel::Load(short_draft + "/model", backend.get(), options, (*target)->config());
   ASSERT_TRUE(draft.ok()) << draft.status();
   const int blocks = 2 * kBlocksPerSeq;
   CacheEngine cache(backend.get(), (*target)->CacheShape(kBlockSize, DType::kF32), blocks, 0);

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/eagle3_head_config.h"
 #include "common/draft_model_positions.h"
+#include "common/eagle3_head_config.h"
 #include "common/eagle_head_positions.h"
 #include "common/safetensors.h"
 #include "common/tensor_parallel_plan.h"

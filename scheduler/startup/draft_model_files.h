@@ -15,9 +15,10 @@ namespace pagoda::scheduler {
 // describe a Llama-family model (LoadModelConfig's architectures) whose
 // vocab_size is `target`'s; its positions set `speculative`'s
 // draft_max_len (DraftModelMaxLen: fewer than `max_model_len` are logged
-// and served, as vLLM's, rows past them verifying no drafts); when both the target (`target_tokenizer`, null for none)
-// and the draft ship tokenizer files, their vocabulary sizes must match;
-// at a `draft_tensor_parallel_size` above 1 its heads and intermediate size
+// and served, as vLLM's, rows past them verifying no drafts); when both
+// the target (`target_tokenizer`, null for none) and the draft ship
+// tokenizer files, their vocabulary sizes must match; at a
+// `draft_tensor_parallel_size` above 1 its heads and intermediate size
 // must split over that many ranks (CheckTensorParallelSplit).
 // For method eagle: the head's config.json must give the target's
 // hidden_size and vocab_size (a max_position_embeddings below

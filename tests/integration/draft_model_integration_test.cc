@@ -404,8 +404,7 @@ TEST_F(DraftModelTest, DraftModelOfFewerPositionsDraftsBelowThemPerRow) {
     expected = RunLongThenShort(**plain);
   }
   const nlohmann::json short_positions = {{"max_position_embeddings", 16}};
-  auto server =
-      StartServer(PatchedCopy(*dir_ + "/small", *dir_ + "/small-short", short_positions));
+  auto server = StartServer(PatchedCopy(*dir_ + "/small", *dir_ + "/small-short", short_positions));
   ASSERT_TRUE(server.ok()) << server.status();
   ExpectSameTokens(RunLongThenShort(**server), expected);
   const int port = (*server)->metrics_port();
