@@ -284,6 +284,52 @@ TEST_F(SpeculationTest, ConstrainedRowsVerifyTheDraftModelsProposalsOfTheStepBef
             absl::StatusCode::kInternal);
 }
 
+// Under a draft model of `positions` positions (k = 3), the proposals a
+// constrained row asks for after its first decode (at length 10, no drafts
+// yet): they are the next step's, made at length 11 once the step's token
+// is appended, so 3 of them need 11 + 3 = 14 positions, or none are asked.
+int AskedAheadAtTheFirstDecode(Scheduler& scheduler, OutputProcessor& processor, int positions) {
+  SpeculativeConfig config;
+  config.method = SpeculativeMethod::kDraftModel;
+  config.model = "/draft";
+  config.num_speculative_tokens = 3;
+  config.draft_max_len = positions;
+  Speculator speculator(config, 64, 64, {kEos});
+  SamplingOptions sampling;
+  sampling.grammar = GrammarOverCycleTokens("abc1*");
+  StoppingOptions stopping;
+  stopping.max_tokens = 32;
+  scheduler.AddSequenceGroup(
+      std::make_unique<SequenceGroup>("r", std::vector<int32_t>{10, 11, 12, 13, 10, 11, 12, 13, 10},
+                                      1, sampling, stopping, absl::FromUnixSeconds(1)));
+  for (int step_id = 0; step_id < 2; ++step_id) {
+    speculator.Propose(scheduler);
+    SchedulerOutput output = scheduler.Schedule();
+    speculator.TakeScheduled(output);
+    wv1::StepPlan plan = BuildStepPlan(step_id, output, scheduler.block_manager(), {kEos});
+    speculator.AttachDrafts(output, plan);
+    if (step_id == 1) return plan.sequences(0).num_next_draft_proposals();
+    wv1::StepResult result;  // The prefill's token: "a".
+    result.add_tokens()->set_seq_id(plan.sequences(0).seq_id());
+    result.mutable_tokens(0)->set_token_id(10);
+    absl::StatusOr<std::vector<GeneratedToken>> sampled = ExtractSampledTokens(result, output);
+    absl::StatusOr<std::vector<std::vector<GeneratedToken>>> drafts =
+        speculator.ExtractAccepted(result, output);
+    EXPECT_TRUE(sampled.ok() && drafts.ok());
+    processor.Process(output, *sampled, &*drafts);
+    scheduler.CommitComputedBlocks(output);
+  }
+  return -1;
+}
+
+TEST_F(SpeculationTest, ConstrainedRowsAskForProposalsAheadThatFitTheDraftsPositions) {
+  EXPECT_EQ(AskedAheadAtTheFirstDecode(scheduler_, processor_, 14), 3);
+}
+
+TEST_F(SpeculationTest, ConstrainedRowsAskForNoProposalsAheadPastTheDraftsPositions) {
+  EXPECT_EQ(AskedAheadAtTheFirstDecode(scheduler_, processor_, 13), 0);
+}
+
 TEST_F(SpeculationTest, ReservesDraftSlotsAndGivesBackThoseOfRejectedDrafts) {
   SequenceGroup* group = Add(/*max_tokens=*/32);
   Step(0, 11);  // Prefill: no drafts; the output is now ... 10 11.
