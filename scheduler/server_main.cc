@@ -40,7 +40,7 @@ absl::Status Serve(absl::StatusOr<ServerConfig> config) {
   if (absl::Status status = ResolveForModel(model->config, &*config); !status.ok()) return status;
   if (config->speculative.has_value()) {
     absl::Status draft = CheckDraftModelFiles(
-        *config->speculative, model->config, config->model.max_model_len, model->tokenizer.get(),
+        &*config->speculative, model->config, config->model.max_model_len, model->tokenizer.get(),
         DraftTensorParallelSize(*config->speculative, config->workers.tensor_parallel_size));
     if (!draft.ok()) return draft;
   }

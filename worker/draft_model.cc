@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/draft_model_positions.h"
 #include "common/speculation_limits.h"
 #include "worker/draft_batch_builder.h"
 #include "worker/last_sampled_tokens.h"
@@ -94,6 +95,27 @@ absl::StatusOr<FlatBatch> CheckPlanWithRoom(const StepPlan& plan, const BatchLim
   if (!batch.ok()) return batch.status();
   if (absl::Status room = CheckAheadRoom(plan, limits); !room.ok()) return room;
   return batch;
+}
+
+// The positions the draft's passes reach on each proposing row
+// (DraftPassesFit): this step's proposals after the row's tokens; the next
+// step's after its tokens and drafts, every one accepted. A row past
+// `draft_positions` (the draft's rotary table) is INVALID_ARGUMENT naming
+// its seq_id: a server that follows the draft's max_model_len
+// (common/draft_model_positions.h) never plans one.
+absl::Status CheckDraftPositions(const StepPlan& plan, int draft_positions) {
+  for (const SequenceStep& step : plan.sequences()) {
+    const int64_t length =
+        int64_t{step.start_position()} + step.token_ids_size() + step.draft_token_ids_size();
+    for (const int proposals : {step.num_draft_proposals(), step.num_next_draft_proposals()}) {
+      if (proposals <= 0 || DraftPassesFit(length, proposals, draft_positions)) continue;
+      return ProposalError(
+          step,
+          absl::StrCat("draft proposals reach position ", length + proposals - 1,
+                       ", outside the draft model's rotary table [0, ", draft_positions, ")"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 // The draft or head serves no adapters, and its own checkpoint's
@@ -210,12 +232,16 @@ void DraftModel::InitCache(int block_size, DType dtype, int num_gpu_blocks, int 
 
 absl::StatusOr<const StepPlan*> DraftModel::Propose(const StepPlan& plan, BatchLimits limits,
                                                     StepPlan* storage) {
-  // The draft's rotary table bounds the positions too.
-  limits.max_positions = std::min(limits.max_positions, model_->max_positions());
   bool proposes = false;
   absl::StatusOr<FlatBatch> batch = CheckPlanWithRoom(plan, limits, storage, &proposes);
   if (!batch.ok()) return batch.status();
-  limits_ = limits;
+  // The target's positions bound the plan; the draft's own (fewer, for a
+  // draft model of fewer positions) bound only the rows it proposes for.
+  if (absl::Status fits = CheckDraftPositions(plan, model_->max_positions()); !fits.ok()) {
+    return fits;
+  }
+  limits.max_positions = std::min(limits.max_positions, model_->max_positions());
+  limits_ = limits;  // ProposeAhead's rows are within both.
   const StepPlan& verify = proposes ? *storage : plan;
   cache_->ApplyBlockMoves(*batch);
   absl::StatusOr<Drafts> drafts = is_eagle() ? RunEaglePasses(plan, *batch, AskedOf(plan))
@@ -272,6 +298,10 @@ absl::StatusOr<DraftModel::Drafts> DraftModel::RunPasses(const FlatBatch& batch,
   // Pass 0 follows every row of the plan but the proposals' room; a
   // proposing sequence's last input row gives its first draft. Pass j feeds
   // draft j - 1 at its own slot and (but for this step's last) gives draft j.
+  // A draft model of fewer positions than the target's follows each row
+  // only below them: a row past them never proposes again (Propose's
+  // CheckDraftPositions), so nothing reads its K/V there.
+  const int draft_positions = model_->max_positions();
   for (int pass = 0; pass <= most; ++pass) {
     DraftBatchBuilder builder(batch);
     std::vector<int> picking;  // Sequences with a logits row, in order.
@@ -280,14 +310,23 @@ absl::StatusOr<DraftModel::Drafts> DraftModel::RunPasses(const FlatBatch& batch,
       const bool picks = pass < asked[s];
       const int sampling_row = picks ? first_logits_row[s] + pass : -1;
       if (pass == 0) {
-        builder.AddSequence(s, batch.query_start[s], first_room, -1, picks, sampling_row);
+        int followed_end = first_room;
+        while (followed_end > batch.query_start[s] &&
+               batch.positions[followed_end - 1] >= draft_positions) {
+          --followed_end;
+        }
+        if (followed_end > batch.query_start[s]) {
+          builder.AddSequence(s, batch.query_start[s], followed_end, -1, picks, sampling_row);
+        }
       } else if (pass <= room[s]) {
         const int row = first_room + pass - 1;
         builder.AddSequence(s, row, row + 1, drafts[s][pass - 1], picks, sampling_row);
       }
       if (picks) picking.push_back(s);
     }
-    if (absl::Status status = ForwardAndPick(builder.Take()); !status.ok()) return status;
+    FlatBatch pass_batch = builder.Take();
+    if (pass_batch.num_tokens() == 0) continue;  // Every row past the draft's positions.
+    if (absl::Status status = ForwardAndPick(pass_batch); !status.ok()) return status;
     if (absl::Status status = SharePicks(static_cast<int>(picking.size())); !status.ok()) {
       return status;
     }

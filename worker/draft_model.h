@@ -101,9 +101,11 @@ class DraftModel {
   // proposals, else a copy in `storage` with each row's
   // num_draft_proposals turned into as many draft_token_ids, proposed here.
   // Validates first (FlattenStepPlan against `limits`, the proposals
-  // counted as drafts): a refused plan is INVALID_ARGUMENT and touches
-  // nothing. Then applies the plan's block moves to the draft's cache, runs
-  // the draft over every row of the plan (writing its K/V where the target
+  // counted as drafts; each proposing row's passes within the draft's own
+  // positions, DraftPassesFit, else INVALID_ARGUMENT naming its seq_id): a
+  // refused plan is INVALID_ARGUMENT and touches nothing. Then applies the
+  // plan's block moves to the draft's cache, runs the draft over every row
+  // of the plan below its positions (writing its K/V where the target
   // writes its own), and for the proposing rows k greedy passes, the last
   // one only writing the last draft's K/V, so that the next step finds
   // every verified position in the draft's cache. Failures after

@@ -660,6 +660,105 @@ TEST_F(DraftModelRunnerTest, RefusesBadProposalsAndDrafts) {
   check(*runner, step, "seq_id 1: block_table has 2 blocks but 9 tokens need 3");
 }
 
+// A copy of the other draft whose config.json says 4 positions.
+std::string DraftOfFourPositions(const std::string& other) {
+  const std::string short_draft = other + "_4_positions";
+  std::filesystem::copy(
+      other, short_draft,
+      std::filesystem::copy_options::recursive | std::filesystem::copy_options::overwrite_existing);
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(short_draft + "/model/config.json"));
+  config["max_position_embeddings"] = 4;
+  std::ofstream(short_draft + "/model/config.json") << config.dump();
+  return short_draft;
+}
+
+// The same draft's passes, seen through DraftModel::set_pass_forward: in
+// one plan, a prefill of 6 tokens without proposals is followed at its
+// positions 0..3 only, beside a prompt of 3 tokens proposing 1 (positions
+// 0..2, then its draft at 3); a plan whose only row is past position 3
+// runs no pass.
+TEST_F(DraftModelRunnerTest, DraftOfFewerPositionsFollowsRowsOnlyBelowThem) {
+  const std::string short_draft = DraftOfFourPositions(*other_);
+  auto backend = CreateCpuBackend(1);
+  auto group = CreateSingleRankCommunicator();
+  LlamaLoadOptions options;
+  options.block_size = kBlockSize;
+  auto target = LlamaModel::Load(*target_ + "/model", backend.get(), group.get(), options);
+  ASSERT_TRUE(target.ok()) << target.status();
+  auto draft =
+      DraftModel::Load(short_draft + "/model", backend.get(), options, (*target)->config());
+  ASSERT_TRUE(draft.ok()) << draft.status();
+  const int blocks = 2 * kBlocksPerSeq;
+  CacheEngine cache(backend.get(), (*target)->CacheShape(kBlockSize, DType::kF32), blocks, 0);
+  (*draft)->InitCache(kBlockSize, DType::kF32, blocks, 0);
+  std::vector<std::vector<int32_t>> pass_positions;
+  (*draft)->set_pass_forward([&](const FlatBatch& batch) {
+    pass_positions.push_back(batch.positions);
+    return (*draft)->model()->Forward(batch, (*draft)->cache());
+  });
+  const BatchLimits limits = cache.Limits(kVocab, (*target)->max_positions());
+  StepPlan plan;
+  *plan.add_sequences() = StepFor(SamplingOptions(), 0, {}, 0);
+  SequenceStep* proposing = plan.add_sequences();
+  *proposing = StepFor(SamplingOptions(), 1, {}, 1);
+  proposing->mutable_token_ids()->Truncate(3);
+  StepPlan storage;
+  absl::StatusOr<const StepPlan*> verify = (*draft)->Propose(plan, limits, &storage);
+  ASSERT_TRUE(verify.ok()) << verify.status();
+  EXPECT_EQ(pass_positions, (std::vector<std::vector<int32_t>>{{0, 1, 2, 3, 0, 1, 2}, {3}}));
+  pass_positions.clear();
+  StepPlan past;
+  *past.add_sequences() = StepFor(SamplingOptions(), 0, {7}, 0);  // Position 6.
+  verify = (*draft)->Propose(past, limits, &storage);
+  ASSERT_TRUE(verify.ok()) << verify.status();
+  EXPECT_TRUE(pass_positions.empty());
+  std::filesystem::remove_all(short_draft);
+}
+
+// A draft model of 4 positions under a target of more: a prefill of 6
+// tokens runs with the target's token (the draft follows the rows below its
+// positions only); proposals whose passes reach position 4 or past are
+// refused, naming the seq_id, this step's and the next step's alike, while
+// one proposal after 3 tokens (position 3) runs.
+TEST_F(DraftModelRunnerTest, DraftOfFewerPositionsRefusesProposalsPastThem) {
+  const std::string short_draft = DraftOfFourPositions(*other_);
+  auto plan_of = [](const SequenceStep& step) {
+    StepPlan plan;
+    *plan.add_sequences() = step;
+    return plan;
+  };
+  const SequenceStep prefill = StepFor(SamplingOptions(), 0, {}, 0);
+  auto plain = Runner("")->ExecuteStep(plan_of(prefill));
+  auto runner = Runner(short_draft);
+  auto followed = runner->ExecuteStep(plan_of(prefill));
+  ASSERT_TRUE(plain.ok() && followed.ok()) << plain.status() << followed.status();
+  EXPECT_EQ(followed->tokens(0).token_id(), plain->tokens(0).token_id());
+
+  auto refused = [&](const SequenceStep& step, int position) {
+    auto result = runner->ExecuteStep(plan_of(step));
+    EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument) << position;
+    EXPECT_EQ(std::string(result.status().message()),
+              absl::StrCat("seq_id 1: draft proposals reach position ", position,
+                           ", outside the draft model's rotary table [0, 4)"));
+  };
+  SequenceStep decode = StepFor(SamplingOptions(), 0, {7}, 1);  // Token 7 at position 6.
+  refused(decode, 7);
+  decode.set_num_draft_proposals(0);
+  decode.set_num_next_draft_proposals(2);
+  refused(decode, 8);
+  // A short prompt: 3 tokens, then 1 proposal at position 3, the last the
+  // draft holds; 2 reach position 4.
+  SequenceStep short_prompt = prefill;
+  short_prompt.set_seq_id(1);
+  short_prompt.mutable_token_ids()->Truncate(3);
+  short_prompt.set_num_draft_proposals(1);
+  auto drafted = Runner(short_draft)->ExecuteStep(plan_of(short_prompt));
+  EXPECT_TRUE(drafted.ok()) << drafted.status();
+  short_prompt.set_num_draft_proposals(2);
+  refused(short_prompt, 4);
+  std::filesystem::remove_all(short_draft);
+}
+
 // LoadModelRequest.num_speculative_tokens outside [0, 16] is refused at
 // load, naming the range.
 TEST_F(DraftModelRunnerTest, RefusesSpeculativeTokensOutOfRange) {

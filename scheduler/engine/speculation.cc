@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/draft_model_positions.h"
 #include "glog/logging.h"
 #include "scheduler/engine/constraint_mask.h"
 #include "scheduler/spec/draft_budget.h"
@@ -134,6 +135,7 @@ int Speculator::BudgetFor(const SequenceGroup& group, const Sequence& seq, int r
   request.max_tokens = group.stopping().max_tokens;
   request.min_tokens = group.stopping().min_tokens;
   request.max_model_len = max_model_len_;
+  request.draft_max_len = config_.draft_max_len;
   request.bad_words = !sampling.bad_words_token_ids.empty();
   request.beam_search = sampling.use_beam_search;
   return DraftBudget(request);
@@ -176,7 +178,15 @@ Speculator::Proposal Speculator::ProposedAhead(SequenceGroup& group, Sequence& s
   int next = std::min(config_.num_speculative_tokens, token_room - drafts);
   next = std::min(next, max_model_len_ - seq.length() - drafts);
   next = std::min(next, group.stopping().max_tokens - seq.num_output_tokens() - 2);
-  proposal.next = std::max(next, 0);
+  next = std::max(next, 0);
+  // They are the next step's drafts: with every draft accepted, after
+  // length + drafts + 1 tokens, where a draft model's passes must fit its
+  // positions (DraftBudget's rule then), or none.
+  if (config_.draft_max_len.has_value() &&
+      !DraftPassesFit(seq.length() + drafts + 1, next, *config_.draft_max_len)) {
+    next = 0;
+  }
+  proposal.next = next;
   return proposal;
 }
 

@@ -185,6 +185,45 @@ TEST_F(SpeculationTest, ConstrainedDraftsStopAtTheGrammarAndEachPositionGetsItsM
   EXPECT_EQ(after_refusal[2], after_refusal[0]);
 }
 
+// A draft model of 16 positions (k = 3): a row drafts while its three
+// proposals after `length` tokens stay below position 16 (length 13 the
+// last), then verifies none, while a shorter row in the same step still
+// drafts its three.
+TEST_F(SpeculationTest, ADraftModelsPositionsStopEachRowsDraftsAlone) {
+  SpeculativeConfig config;
+  config.method = SpeculativeMethod::kDraftModel;
+  config.model = "/draft";
+  config.num_speculative_tokens = 3;
+  config.draft_max_len = 16;
+  speculator_ = Speculator(config, 64, 64, {kEos});
+  auto proposals_of = [&](const SequenceGroup* group) {
+    for (const wv1::SequenceStep& step : plan_.sequences()) {
+      if (step.seq_id() == group->seqs()[0]->seq_id()) return step.num_draft_proposals();
+    }
+    return -1;
+  };
+  const SequenceGroup* first = Add(/*max_tokens=*/32);
+  Step(0, 10);  // Prefill: length 10.
+  Step(2, 11);  // Length 10 drafts, 2 accepted and a token: 13.
+  EXPECT_EQ(proposals_of(first), 3);
+  Step(0, 12);  // Length 13 still drafts (positions up to 15): 14.
+  EXPECT_EQ(proposals_of(first), 3);
+  StoppingOptions stopping;
+  stopping.max_tokens = 32;
+  auto owned = std::make_unique<SequenceGroup>(
+      "r2", std::vector<int32_t>{10, 11, 12, 13, 10, 11, 12, 13, 10}, /*first_seq_id=*/2,
+      SamplingOptions(), stopping, absl::FromUnixSeconds(2));
+  const SequenceGroup* second = owned.get();
+  scheduler_.AddSequenceGroup(std::move(owned));
+  Step(0, 13);  // The second's prefill (alone: prompts are not mixed with decodes here).
+  EXPECT_EQ(proposals_of(second), 0);
+  Step(0, 13);  // The first at 14: none; the second at 10: three.
+  EXPECT_EQ(proposals_of(first), 0);
+  EXPECT_EQ(proposals_of(second), 3);
+  EXPECT_EQ(first->seqs()[0]->length(), 15);
+  EXPECT_EQ(plan_.sequences_size(), 2);
+}
+
 // Under a draft model a constrained row proposes a step ahead: it asks the
 // worker for proposals after its step (num_next_draft_proposals, their room
 // in its lookahead slots), and sends the next step those its grammar
@@ -243,6 +282,52 @@ TEST_F(SpeculationTest, ConstrainedRowsVerifyTheDraftModelsProposalsOfTheStepBef
   for (int j = 0; j < 4; ++j) sampled->add_next_draft_ids(14);
   EXPECT_EQ(speculator_.ExtractAccepted(result, output).status().code(),
             absl::StatusCode::kInternal);
+}
+
+// Under a draft model of `positions` positions (k = 3), the proposals a
+// constrained row asks for after its first decode (at length 10, no drafts
+// yet): they are the next step's, made at length 11 once the step's token
+// is appended, so 3 of them need 11 + 3 = 14 positions, or none are asked.
+int AskedAheadAtTheFirstDecode(Scheduler& scheduler, OutputProcessor& processor, int positions) {
+  SpeculativeConfig config;
+  config.method = SpeculativeMethod::kDraftModel;
+  config.model = "/draft";
+  config.num_speculative_tokens = 3;
+  config.draft_max_len = positions;
+  Speculator speculator(config, 64, 64, {kEos});
+  SamplingOptions sampling;
+  sampling.grammar = GrammarOverCycleTokens("abc1*");
+  StoppingOptions stopping;
+  stopping.max_tokens = 32;
+  scheduler.AddSequenceGroup(
+      std::make_unique<SequenceGroup>("r", std::vector<int32_t>{10, 11, 12, 13, 10, 11, 12, 13, 10},
+                                      1, sampling, stopping, absl::FromUnixSeconds(1)));
+  for (int step_id = 0; step_id < 2; ++step_id) {
+    speculator.Propose(scheduler);
+    SchedulerOutput output = scheduler.Schedule();
+    speculator.TakeScheduled(output);
+    wv1::StepPlan plan = BuildStepPlan(step_id, output, scheduler.block_manager(), {kEos});
+    speculator.AttachDrafts(output, plan);
+    if (step_id == 1) return plan.sequences(0).num_next_draft_proposals();
+    wv1::StepResult result;  // The prefill's token: "a".
+    result.add_tokens()->set_seq_id(plan.sequences(0).seq_id());
+    result.mutable_tokens(0)->set_token_id(10);
+    absl::StatusOr<std::vector<GeneratedToken>> sampled = ExtractSampledTokens(result, output);
+    absl::StatusOr<std::vector<std::vector<GeneratedToken>>> drafts =
+        speculator.ExtractAccepted(result, output);
+    EXPECT_TRUE(sampled.ok() && drafts.ok());
+    processor.Process(output, *sampled, &*drafts);
+    scheduler.CommitComputedBlocks(output);
+  }
+  return -1;
+}
+
+TEST_F(SpeculationTest, ConstrainedRowsAskForProposalsAheadThatFitTheDraftsPositions) {
+  EXPECT_EQ(AskedAheadAtTheFirstDecode(scheduler_, processor_, 14), 3);
+}
+
+TEST_F(SpeculationTest, ConstrainedRowsAskForNoProposalsAheadPastTheDraftsPositions) {
+  EXPECT_EQ(AskedAheadAtTheFirstDecode(scheduler_, processor_, 13), 0);
 }
 
 TEST_F(SpeculationTest, ReservesDraftSlotsAndGivesBackThoseOfRejectedDrafts) {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "common/draft_model_positions.h"
+
 namespace pagoda::scheduler {
 
 int DraftBudget(const DraftRequest& request) {
@@ -16,7 +18,14 @@ int DraftBudget(const DraftRequest& request) {
   if (request.output_tokens < request.min_tokens) {
     budget = std::min(budget, request.min_tokens - request.output_tokens - 1);
   }
-  return std::max(budget, 0);
+  budget = std::max(budget, 0);
+  // All or nothing, as vLLM's drafter: a row near the draft's limit does
+  // not propose fewer (its next rows would not fit either).
+  if (request.draft_max_len.has_value() &&
+      !DraftPassesFit(request.context_tokens, budget, *request.draft_max_len)) {
+    return 0;
+  }
+  return budget;
 }
 
 }  // namespace pagoda::scheduler

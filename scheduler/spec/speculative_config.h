@@ -50,6 +50,11 @@ struct SpeculativeConfig {
   // Draft model or EAGLE head: tensor-parallel size, 1 or the target's
   // (CheckAgainstTarget); unset: the target's (DraftTensorParallelSize).
   std::optional<int> draft_tensor_parallel_size;
+  // draft_model only: the draft model's max_model_len (common/
+  // draft_model_positions.h: its config.json's positions, at most
+  // --max-model-len), which CheckDraftModelFiles sets at start; a row
+  // whose proposals would pass it verifies none. Unset: the target's.
+  std::optional<int> draft_max_len;
 };
 
 // Parses `json`, vLLM's --speculative-config object. Keys: method

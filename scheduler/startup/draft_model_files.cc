@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/draft_model_positions.h"
 #include "common/eagle3_head_config.h"
 #include "common/eagle_head_positions.h"
 #include "common/safetensors.h"
@@ -126,33 +127,37 @@ absl::Status CheckEagleHeadFiles(const std::string& dir, const ModelConfig& targ
 
 }  // namespace
 
-absl::Status CheckDraftModelFiles(const SpeculativeConfig& speculative, const ModelConfig& target,
+absl::Status CheckDraftModelFiles(SpeculativeConfig* speculative, const ModelConfig& target,
                                   int max_model_len, const Tokenizer* target_tokenizer,
                                   int draft_tensor_parallel_size) {
-  if (speculative.method == SpeculativeMethod::kEagle ||
-      speculative.method == SpeculativeMethod::kEagle3) {
-    return CheckEagleHeadFiles(speculative.model, target, max_model_len,
-                               speculative.method == SpeculativeMethod::kEagle3,
+  if (speculative->method == SpeculativeMethod::kEagle ||
+      speculative->method == SpeculativeMethod::kEagle3) {
+    return CheckEagleHeadFiles(speculative->model, target, max_model_len,
+                               speculative->method == SpeculativeMethod::kEagle3,
                                draft_tensor_parallel_size);
   }
-  if (speculative.method != SpeculativeMethod::kDraftModel) return absl::OkStatus();
-  absl::StatusOr<ModelConfig> draft = LoadModelConfig(speculative.model);
+  if (speculative->method != SpeculativeMethod::kDraftModel) return absl::OkStatus();
+  absl::StatusOr<ModelConfig> draft = LoadModelConfig(speculative->model);
   if (!draft.ok()) return DraftError(absl::StrCat("draft model: ", draft.status().message()));
   if (draft->vocab_size != target.vocab_size) {
     return DraftError(absl::StrCat("the draft model's vocab_size ", draft->vocab_size,
                                    " differs from the target's ", target.vocab_size));
   }
-  if (draft->max_position_embeddings < max_model_len) {
-    return DraftError(absl::StrCat("the draft model's max_position_embeddings ",
-                                   draft->max_position_embeddings, " is below --max-model-len ",
-                                   max_model_len));
+  // vLLM starts a draft of fewer positions and drafts only below them
+  // (common/draft_model_positions.h); the engine's rows past them verify none.
+  speculative->draft_max_len = DraftModelMaxLen(draft->max_position_embeddings, max_model_len);
+  if (*speculative->draft_max_len < max_model_len) {
+    LOG(INFO) << "--speculative-config: the draft model's max_position_embeddings "
+              << draft->max_position_embeddings << " is below --max-model-len " << max_model_len
+              << ": sequences draft only while their proposals stay below position "
+              << *speculative->draft_max_len << ", as vLLM's";
   }
   if (draft_tensor_parallel_size > 1) {
     absl::Status split = CheckTensorParallelSplit(*draft, draft_tensor_parallel_size);
     if (!split.ok()) return DraftError(absl::StrCat("draft model: ", split.message()));
   }
   if (target_tokenizer == nullptr) return absl::OkStatus();
-  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::Load(speculative.model);
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::Load(speculative->model);
   if (!tokenizer.ok()) {
     return DraftError(absl::StrCat("draft model: ", tokenizer.status().message()));
   }

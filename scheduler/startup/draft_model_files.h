@@ -13,15 +13,17 @@ namespace pagoda::scheduler {
 
 // For method draft_model (OK for any other): the draft's config.json must
 // describe a Llama-family model (LoadModelConfig's architectures) whose
-// vocab_size is `target`'s and whose max_position_embeddings reaches
-// `max_model_len`; when both the target (`target_tokenizer`, null for none)
-// and the draft ship tokenizer files, their vocabulary sizes must match;
-// at a `draft_tensor_parallel_size` above 1 its heads and intermediate size
+// vocab_size is `target`'s; its positions set `speculative`'s
+// draft_max_len (DraftModelMaxLen: fewer than `max_model_len` are logged
+// and served, as vLLM's, rows past them verifying no drafts); when both
+// the target (`target_tokenizer`, null for none) and the draft ship
+// tokenizer files, their vocabulary sizes must match; at a
+// `draft_tensor_parallel_size` above 1 its heads and intermediate size
 // must split over that many ranks (CheckTensorParallelSplit).
 // For method eagle: the head's config.json must give the target's
 // hidden_size and vocab_size (a max_position_embeddings below
 // `max_model_len` is raised to it, as vLLM's: common/eagle_head_positions.h,
-// logged; a draft model's is not, and is refused below it), and its
+// logged; a draft model's is not, but bounds its drafting), and its
 // safetensors an fc.weight of [hidden, 2 * hidden], and at a
 // `draft_tensor_parallel_size` above 1 its heads and intermediate size must
 // split over that many ranks, as a draft model's. Method eagle3 also:
@@ -34,7 +36,7 @@ namespace pagoda::scheduler {
 // an fc.weight of [hidden, 3 * hidden] unless the head has no aux hidden
 // states. The worker checks the other tensors as it loads them.
 // INVALID_ARGUMENT, one line naming both values, otherwise.
-absl::Status CheckDraftModelFiles(const SpeculativeConfig& speculative, const ModelConfig& target,
+absl::Status CheckDraftModelFiles(SpeculativeConfig* speculative, const ModelConfig& target,
                                   int max_model_len, const Tokenizer* target_tokenizer,
                                   int draft_tensor_parallel_size = 1);
 

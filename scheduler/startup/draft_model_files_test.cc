@@ -54,7 +54,8 @@ class DraftModelFilesTest : public ::testing::Test {
                              const Tokenizer* tokenizer) {
     absl::StatusOr<ModelConfig> config = LoadModelConfig(target);
     EXPECT_TRUE(config.ok()) << config.status();
-    absl::Status status = CheckDraftModelFiles(Draft(draft), *config, max_len, tokenizer);
+    SpeculativeConfig speculative = Draft(draft);
+    absl::Status status = CheckDraftModelFiles(&speculative, *config, max_len, tokenizer);
     if (status.ok()) return "OK";
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
     return std::string(status.message());
@@ -74,7 +75,8 @@ TEST_F(DraftModelFilesTest, AcceptsADraftOfTheSameVocabulary) {
   EXPECT_EQ(Refusal(*small_, *small_, 64, nullptr), "OK");  // No target tokenizer to compare.
   SpeculativeConfig ngram;
   ngram.model = "/nowhere";
-  EXPECT_TRUE(CheckDraftModelFiles(ngram, ModelConfig(), 64, nullptr).ok()) << "not a draft";
+  EXPECT_TRUE(CheckDraftModelFiles(&ngram, ModelConfig(), 64, nullptr).ok()) << "not a draft";
+  EXPECT_FALSE(ngram.draft_max_len.has_value());
 }
 
 TEST_F(DraftModelFilesTest, RefusesInOneLineNamingBothValues) {
@@ -83,20 +85,30 @@ TEST_F(DraftModelFilesTest, RefusesInOneLineNamingBothValues) {
   // Same config vocabulary, other tokenizer: the target's is the small one.
   EXPECT_EQ(Refusal(*large_, *large_, 64, small_tokenizer_),
             "--speculative-config: the draft model's tokenizer has 300 tokens, the target's 256");
-  const int positions = LoadModelConfig(*small_)->max_position_embeddings;
-  EXPECT_EQ(Refusal(*small_, *small_, positions + 1, nullptr),
-            absl::StrCat("--speculative-config: the draft model's max_position_embeddings ",
-                         positions, " is below --max-model-len ", positions + 1));
   // Sharded at the target's tensor-parallel size, it must split as a target
   // would (two heads: over two ranks, not four).
   const ModelConfig target = *LoadModelConfig(*small_);
-  EXPECT_TRUE(CheckDraftModelFiles(Draft(*small_), target, 64, nullptr, 2).ok());
-  EXPECT_EQ(CheckDraftModelFiles(Draft(*small_), target, 64, nullptr, 4).message(),
+  SpeculativeConfig draft = Draft(*small_);
+  EXPECT_TRUE(CheckDraftModelFiles(&draft, target, 64, nullptr, 2).ok());
+  EXPECT_EQ(CheckDraftModelFiles(&draft, target, 64, nullptr, 4).message(),
             "--speculative-config: draft model: cannot split the model over 4 tensor-parallel "
             "ranks: num_attention_heads (2) is not divisible by 4");
   const std::string missing = Refusal(*small_ + "/nothing", *small_, 64, nullptr);
   EXPECT_EQ(missing.rfind("--speculative-config: draft model: ", 0), 0u) << missing;
   EXPECT_EQ(missing.find('\n'), std::string::npos) << missing;
+}
+
+// vLLM's draft max_model_len: the draft's positions, at most the target's.
+TEST_F(DraftModelFilesTest, StartsADraftOfFewerPositions) {
+  const ModelConfig target = *LoadModelConfig(*small_);
+  const int positions = target.max_position_embeddings;
+  for (const auto& [max_len, expected] :
+       {std::pair{positions + 1, positions}, std::pair{8 * positions, positions},
+        std::pair{positions, positions}, std::pair{positions - 1, positions - 1}}) {
+    SpeculativeConfig draft = Draft(*small_);
+    EXPECT_TRUE(CheckDraftModelFiles(&draft, target, max_len, small_tokenizer_).ok()) << max_len;
+    EXPECT_EQ(draft.draft_max_len, expected) << max_len;
+  }
 }
 
 TEST_F(DraftModelFilesTest, ChecksAnEagleHeadsSizesAndFc) {
@@ -110,7 +122,7 @@ TEST_F(DraftModelFilesTest, ChecksAnEagleHeadsSizesAndFc) {
     SpeculativeConfig eagle = Draft(heads + "/" + name + "/model");
     eagle.method = SpeculativeMethod::kEagle;
     absl::Status status =
-        CheckDraftModelFiles(eagle, target, max_len, small_tokenizer_, draft_size);
+        CheckDraftModelFiles(&eagle, target, max_len, small_tokenizer_, draft_size);
     return status.ok() ? "OK" : std::string(status.message());
   };
   const int hidden = target.hidden_size;
@@ -129,7 +141,7 @@ TEST_F(DraftModelFilesTest, ChecksAnEagleHeadsSizesAndFc) {
   EXPECT_EQ(refusal("other_vocab", 64),
             "--speculative-config: the EAGLE head's vocab_size 300 differs from the target's 256");
   // Fewer positions than --max-model-len: raised to it, as vLLM does, not
-  // refused (a draft model's are: RefusesInOneLineNamingBothValues).
+  // lowered (a draft model's are: StartsADraftOfFewerPositions).
   const int positions = LoadModelConfig(heads + "/good/model")->max_position_embeddings;
   EXPECT_EQ(refusal("good", positions + 1), "OK");
   EXPECT_EQ(refusal("good", 64 * positions), "OK");
@@ -151,7 +163,7 @@ std::string Eagle3Refusal(const std::string& head, const ModelConfig& target,
   eagle3.model = head;
   eagle3.num_speculative_tokens = 4;
   absl::Status status =
-      CheckDraftModelFiles(eagle3, target, 64, nullptr, draft_tensor_parallel_size);
+      CheckDraftModelFiles(&eagle3, target, 64, nullptr, draft_tensor_parallel_size);
   if (status.ok()) return "OK";
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   return std::string(status.message());

@@ -349,8 +349,8 @@ std::string PatchedCopy(const std::string& from, const std::string& to,
 // --max-model-len 128 (the streams reach position 50): the server starts,
 // as vLLM does (it raises an eagle or eagle3 head's max_position_embeddings
 // to the target's max_model_len), and the head drafts past its own 16
-// positions with plain decoding's tokens, greedy and seeded. A draft model
-// of 16 positions is still refused at start, in one line.
+// positions with plain decoding's tokens, greedy and seeded (a draft
+// model's are not raised: DraftModelOfFewerPositionsDraftsBelowThemPerRow).
 TEST_F(DraftModelTest, HeadsOfFewerPositionsStartAndDraftPastThem) {
   std::vector<StreamOutcome> expected;
   {
@@ -368,12 +368,57 @@ TEST_F(DraftModelTest, HeadsOfFewerPositionsStartAndDraftPastThem) {
     EXPECT_GT(MetricValue((*server)->metrics_port(), "vllm:spec_decode_num_draft_tokens_total"),
               kStreams * kDrafts);
   }
-  const std::string output = RefusedAtStart(
-      ServerArgs(PatchedCopy(*dir_ + "/small", *dir_ + "/small-short", short_positions)));
-  const std::string line =
-      "--speculative-config: the draft model's max_position_embeddings 16 is below "
-      "--max-model-len 128\n";
-  EXPECT_TRUE(absl::StrContains(output, line)) << output;
+}
+
+// Two greedy streams at once: a long one whose prompt of 14 tokens leaves no
+// room for k = 3 proposals below a draft model's 16 positions (it never
+// drafts), and a short one (prompt 4) that starts once the long one runs
+// and ends before it: every step of the short one has the long one beside
+// it. Both run well past position 16.
+std::vector<StreamOutcome> RunLongThenShort(const ServerProcess& server) {
+  constexpr int kLongTokens = 90;  // 14 + 90 and 4 + 40 fit the 40 blocks of 4.
+  auto stub = Generation::NewStub(
+      grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials()));
+  std::vector<StreamOutcome> outcomes(2);
+  std::atomic<int> long_received{0};
+  std::thread long_stream([&] {
+    outcomes[0] = RunStream(*stub, TokenRequest(TestPrompt(14, 1), kLongTokens), &long_received);
+  });
+  EXPECT_TRUE(WaitFor([&] { return long_received.load() >= 1; }, absl::Seconds(60)));
+  outcomes[1] = RunStream(*stub, TokenRequest(TestPrompt(4, 2), kMaxTokens));
+  EXPECT_LT(long_received.load(), kLongTokens) << "the long stream ended before the short one";
+  long_stream.join();
+  return outcomes;
+}
+
+// A draft model of 16 positions under --max-model-len 128 starts, as vLLM's
+// (its max_model_len becomes 16): a row drafts while its k = 3 proposals
+// after `length` tokens stay below position 16 (length <= 13), and from then
+// on verifies none, while a row near the limit in the same batch never
+// stops the other from drafting. Both streams give plain decoding's tokens.
+TEST_F(DraftModelTest, DraftModelOfFewerPositionsDraftsBelowThemPerRow) {
+  std::vector<StreamOutcome> expected;
+  {
+    auto plain = StartServer("");
+    ASSERT_TRUE(plain.ok()) << plain.status();
+    expected = RunLongThenShort(**plain);
+  }
+  const nlohmann::json short_positions = {{"max_position_embeddings", 16}};
+  auto server = StartServer(PatchedCopy(*dir_ + "/small", *dir_ + "/small-short", short_positions));
+  ASSERT_TRUE(server.ok()) << server.status();
+  ExpectSameTokens(RunLongThenShort(**server), expected);
+  const int port = (*server)->metrics_port();
+  const double drafts = MetricValue(port, "vllm:spec_decode_num_drafts_total");
+  const double accepted = MetricValue(port, "vllm:spec_decode_num_accepted_tokens_total");
+  // Only the short row drafts, k each time (all or nothing). It decodes
+  // from length 5 (prompt and first token); each drafting step adds its
+  // accepted drafts and one token. It drafts at every length up to 13 it
+  // stands at, so it stops after reaching 14, and at most at 13 + 3 + 1.
+  EXPECT_GT(drafts, 0);
+  EXPECT_EQ(MetricValue(port, "vllm:spec_decode_num_draft_tokens_total"), kDrafts * drafts);
+  const double length_after_drafting = 5 + drafts + accepted;
+  EXPECT_GE(length_after_drafting, 14);
+  EXPECT_LE(length_after_drafting, 13 + kDrafts + 1);
 }
 
 }  // namespace
