@@ -273,6 +273,18 @@ absl::Status DraftModel::ForwardAndPick(const FlatBatch& batch) {
   return backend_->status();
 }
 
+namespace {
+
+// The end of sequence s's rows in [query_start[s], end) that lie below
+// `positions`: a draft model of fewer positions than the target's follows
+// each row only there.
+int EndBelowPositions(const FlatBatch& batch, int s, int end, int positions) {
+  while (end > batch.query_start[s] && batch.positions[end - 1] >= positions) --end;
+  return end;
+}
+
+}  // namespace
+
 absl::StatusOr<DraftModel::Drafts> DraftModel::RunPasses(const FlatBatch& batch,
                                                          const std::vector<int>& asked,
                                                          bool ahead) {
@@ -310,11 +322,7 @@ absl::StatusOr<DraftModel::Drafts> DraftModel::RunPasses(const FlatBatch& batch,
       const bool picks = pass < asked[s];
       const int sampling_row = picks ? first_logits_row[s] + pass : -1;
       if (pass == 0) {
-        int followed_end = first_room;
-        while (followed_end > batch.query_start[s] &&
-               batch.positions[followed_end - 1] >= draft_positions) {
-          --followed_end;
-        }
+        const int followed_end = EndBelowPositions(batch, s, first_room, draft_positions);
         if (followed_end > batch.query_start[s]) {
           builder.AddSequence(s, batch.query_start[s], followed_end, -1, picks, sampling_row);
         }
