@@ -206,10 +206,23 @@ TEST_F(DraftModelTest, SameTokensAsPlainDecodingUnderPreemption) {
     prompt.insert(prompt.end(), {7, 8, 9});
     ASSERT_TRUE(Generate(*stub, TokenRequest(prompt, 8)).status.ok());
     EXPECT_GE(MetricValue(port, "pagoda_prefix_cache_hits_total") - hits, 16);
-    const double proposed = MetricValue(port, "vllm:spec_decode_num_draft_tokens_total");
+    // A stream's final response may leave before its last step's counts
+    // are published: read the three until they agree, with a deadline.
+    double proposed = 0;
+    double accepted = 0;
+    double accepted_per_pos = 0;
+    WaitFor(
+        [&] {
+          proposed = MetricValue(port, "vllm:spec_decode_num_draft_tokens_total");
+          accepted = MetricValue(port, "vllm:spec_decode_num_accepted_tokens_total");
+          accepted_per_pos =
+              MetricValue(port, "vllm:spec_decode_num_accepted_tokens_per_pos_total");
+          return accepted == proposed && accepted_per_pos == proposed;
+        },
+        absl::Seconds(10));
     EXPECT_GT(proposed, kStreams * kDrafts);
-    EXPECT_EQ(MetricValue(port, "vllm:spec_decode_num_accepted_tokens_total"), proposed);
-    EXPECT_EQ(MetricValue(port, "vllm:spec_decode_num_accepted_tokens_per_pos_total"), proposed);
+    EXPECT_EQ(accepted, proposed);
+    EXPECT_EQ(accepted_per_pos, proposed);
   }
 
   // A small draft of its own, greedy and seeded streams, a worker killed.
