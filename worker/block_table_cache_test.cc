@@ -21,9 +21,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/sampling_limits.h"
-
 #include "google/protobuf/arena.h"
 #include "gtest/gtest.h"
+#include "tests/support/canonical_sampling_options.h"
 
 namespace pagoda::worker {
 namespace {
@@ -261,25 +261,6 @@ TEST(BlockTableCacheTest, RefusesUnchangedSamplingTheRuleDoesNotAllow) {
   EXPECT_EQ(resolve(6, {1}, false).code(), absl::StatusCode::kInvalidArgument);
 }
 
-// Options with their output counts in id order: the worker appends new
-// ids at the end, the server lists them in its own order, and the counts
-// are a set (the sampler sorts its edits by token id).
-std::string Canonical(const v1::SamplingOptions& options) {
-  std::vector<std::pair<int32_t, int32_t>> counts;
-  for (int i = 0; i < options.output_token_ids_size(); ++i) {
-    counts.emplace_back(options.output_token_ids(i), options.output_token_counts(i));
-  }
-  std::sort(counts.begin(), counts.end());
-  v1::SamplingOptions sorted = options;
-  sorted.clear_output_token_ids();
-  sorted.clear_output_token_counts();
-  for (const auto& [id, count] : counts) {
-    sorted.add_output_token_ids(id);
-    sorted.add_output_token_counts(count);
-  }
-  return sorted.SerializeAsString();
-}
-
 // A penalty row as a server sees it: its options but for the counts, and
 // its output so far.
 struct PenaltyRow {
@@ -335,8 +316,9 @@ TEST(BlockTableCacheTest, RandomizedSamplingDeltasResolveToTheWholeOptions) {
       // may append, sometimes repeats of earlier ones.
       const int appended = uniform(0, 12) == 0 ? kMaxAppendedOutputTokens + 1 : uniform(0, 3);
       for (int i = 0; i < appended; ++i) {
-        row.output.push_back(row.output.empty() || uniform(0, 1) ? uniform(0, 60)
-                                                                 : row.output[uniform(0, 2) % row.output.size()]);
+        row.output.push_back(row.output.empty() || uniform(0, 1)
+                                 ? uniform(0, 60)
+                                 : row.output[uniform(0, 2) % row.output.size()]);
       }
       if (uniform(0, 3) == 0) {  // This step's bans.
         row.light.clear_banned_token_ids();
@@ -364,7 +346,8 @@ TEST(BlockTableCacheTest, RandomizedSamplingDeltasResolveToTheWholeOptions) {
     ASSERT_TRUE(cache.Resolve(&plan).ok()) << "step " << step_id;
     for (const v1::SequenceStep& step : plan.sequences()) {
       EXPECT_FALSE(step.has_sampling_delta());
-      EXPECT_EQ(Canonical(step.sampling()), Canonical(truth[step.seq_id()].Whole()))
+      EXPECT_EQ(CanonicalSamplingOptions(step.sampling()),
+                CanonicalSamplingOptions(truth[step.seq_id()].Whole()))
           << "step " << step_id << ", sequence " << step.seq_id();
     }
     if (uniform(0, 14) == 0) {  // The step failed: the worker drops every row.
@@ -401,7 +384,8 @@ TEST(BlockTableCacheTest, RefusesSamplingDeltasTheRuleDoesNotAllow) {
     plan.set_step_id(step_id);
     for (int64_t seq_id : seq_ids) {
       v1::SequenceStep* row = AddRow(&plan, seq_id, 0, {1});
-      for (int i = 0; i < appended; ++i) row->mutable_sampling_delta()->add_appended_output_token_ids(9);
+      for (int i = 0; i < appended; ++i)
+        row->mutable_sampling_delta()->add_appended_output_token_ids(9);
       row->mutable_sampling_delta()->add_banned_token_ids(3);
       if (also == Also::kSampling) row->mutable_sampling()->set_repetition_penalty(1.5f);
       if (also == Also::kUnchanged) row->set_sampling_unchanged(true);
@@ -443,15 +427,18 @@ TEST(BlockTableCacheTest, RefusesSamplingDeltasTheRuleDoesNotAllow) {
   ASSERT_TRUE(cache.Resolve(&allowed).ok());
   const v1::SamplingOptions& resolved = allowed.sequences(0).sampling();
   EXPECT_FLOAT_EQ(resolved.repetition_penalty(), 1.5f);
-  EXPECT_EQ(std::vector<int32_t>(resolved.prompt_token_ids().begin(), resolved.prompt_token_ids().end()),
-            std::vector<int32_t>({4}));
-  EXPECT_EQ(std::vector<int32_t>(resolved.output_token_ids().begin(), resolved.output_token_ids().end()),
-            std::vector<int32_t>({9, 11}));
+  EXPECT_EQ(
+      std::vector<int32_t>(resolved.prompt_token_ids().begin(), resolved.prompt_token_ids().end()),
+      std::vector<int32_t>({4}));
+  EXPECT_EQ(
+      std::vector<int32_t>(resolved.output_token_ids().begin(), resolved.output_token_ids().end()),
+      std::vector<int32_t>({9, 11}));
   EXPECT_EQ(std::vector<int32_t>(resolved.output_token_counts().begin(),
                                  resolved.output_token_counts().end()),
             std::vector<int32_t>({3, 1}));
-  EXPECT_EQ(std::vector<int32_t>(resolved.banned_token_ids().begin(), resolved.banned_token_ids().end()),
-            std::vector<int32_t>({3}));
+  EXPECT_EQ(
+      std::vector<int32_t>(resolved.banned_token_ids().begin(), resolved.banned_token_ids().end()),
+      std::vector<int32_t>({3}));
 }
 
 }  // namespace

@@ -26,6 +26,7 @@
 #include "scheduler/engine/output_processor.h"
 #include "scheduler/engine/scheduler.h"
 #include "scheduler/engine/step_plan.h"
+#include "tests/support/canonical_sampling_options.h"
 
 namespace pagoda::scheduler {
 namespace {
@@ -44,24 +45,6 @@ int32_t NextToken(const std::vector<int32_t>& context) {
     hash *= 1099511628211ull;
   }
   return static_cast<int32_t>((hash >> 17) % kVocab);
-}
-
-// `options` serialized with their output counts in id order: a row's
-// counts are a set (the worker sorts its edits by token id), which a
-// SamplingDelta grows in an order of its own.
-std::string CanonicalOptions(const wv1::SamplingOptions& options) {
-  std::map<int32_t, int32_t> counts;
-  for (int i = 0; i < options.output_token_ids_size(); ++i) {
-    counts[options.output_token_ids(i)] = options.output_token_counts(i);
-  }
-  wv1::SamplingOptions sorted = options;
-  sorted.clear_output_token_ids();
-  sorted.clear_output_token_counts();
-  for (const auto& [id, count] : counts) {
-    sorted.add_output_token_ids(id);
-    sorted.add_output_token_counts(count);
-  }
-  return sorted.SerializeAsString();
 }
 
 // A worker that owns only "KV bytes": one token id per slot.
@@ -95,7 +78,7 @@ class FakeWorker {
       if (!resolved.ok()) return resolved.status();
       absl::StatusOr<wv1::SamplingOptions> options = ResolveSampling(plan.step_id(), step);
       if (!options.ok()) return options.status();
-      resolved_sampling_.push_back(CanonicalOptions(*options));
+      resolved_sampling_.push_back(CanonicalSamplingOptions(*options));
       sampling[step.seq_id()] = *std::move(options);
       const std::vector<int32_t>& table = tables[step.seq_id()] = *std::move(resolved);
       const int end = step.start_position() + step.token_ids_size();
@@ -132,7 +115,7 @@ class FakeWorker {
   int64_t delta_rows() const { return delta_rows_; }
   int64_t unchanged_sampling_rows() const { return unchanged_sampling_rows_; }
   int64_t grown_sampling_rows() const { return grown_sampling_rows_; }
-  // The options of each row of the last plan, as resolved (CanonicalOptions).
+  // The options of each row of the last plan, as resolved (CanonicalSamplingOptions).
   const std::vector<std::string>& resolved_sampling() const { return resolved_sampling_; }
 
  private:
@@ -204,7 +187,7 @@ class FakeWorker {
   int block_size_;
   std::vector<std::vector<int32_t>> gpu_;
   std::vector<std::vector<int32_t>> cpu_;
-  std::map<int64_t, std::vector<int32_t>> tables_;  // Of step tables_step_.
+  std::map<int64_t, std::vector<int32_t>> tables_;    // Of step tables_step_.
   std::map<int64_t, wv1::SamplingOptions> sampling_;  // Of step tables_step_.
   int64_t tables_step_ = -2;
   int64_t delta_rows_ = 0;
@@ -236,9 +219,9 @@ struct SimResult {
   int free_gpu_at_end = 0;
   int free_cpu_at_end = 0;
   size_t tables_at_end = 0;
-  int64_t delta_rows = 0;  // Rows whose block table was a delta.
+  int64_t delta_rows = 0;               // Rows whose block table was a delta.
   int64_t unchanged_sampling_rows = 0;  // Rows that left their options out.
-  int64_t grown_sampling_rows = 0;  // Penalty rows that sent a SamplingDelta.
+  int64_t grown_sampling_rows = 0;      // Penalty rows that sent a SamplingDelta.
 };
 
 // What every step must satisfy: each entry continues its sequence where its
@@ -281,8 +264,8 @@ void CheckStepInvariants(const SchedulerConfig& config, const SchedulerOutput& o
     std::string dump;
     for (const ScheduledSequence& e : output.scheduled) {
       absl::StrAppend(&dump, e.group->request_id(), "/", e.seq->seq_id(), " start ",
-                      e.start_position, " n ", e.num_tokens, " len ", e.seq->length(),
-                      " seqs ", e.group->seqs().size(), "; ");
+                      e.start_position, " n ", e.num_tokens, " len ", e.seq->length(), " seqs ",
+                      e.group->seqs().size(), "; ");
     }
     return dump;
   }();
@@ -379,7 +362,8 @@ SimResult RunEngine(const SchedulerConfig& config, const std::vector<SimRequest>
     EXPECT_TRUE(result.ok()) << result.status() << " at step " << step;
     if (!result.ok()) return sim;
     for (int i = 0; i < plan.sequences_size(); ++i) {  // The options the plan stood for.
-      EXPECT_EQ(worker.resolved_sampling()[i], CanonicalOptions(whole_plan.sequences(i).sampling()))
+      EXPECT_EQ(worker.resolved_sampling()[i],
+                CanonicalSamplingOptions(whole_plan.sequences(i).sampling()))
           << "sequence " << plan.sequences(i).seq_id() << " at step " << step;
     }
     absl::StatusOr<std::vector<GeneratedToken>> sampled = ExtractSampledTokens(*result, output);
@@ -679,8 +663,8 @@ TEST_P(ChunkedPrefillSimTest, OutputsMatchWholePromptRunsAtEveryBudget) {
   EXPECT_EQ(crowded.free_cpu_at_end, 20);
   EXPECT_EQ(crowded.tables_at_end, 0u);
   if (param.shared_prefix) EXPECT_GT(crowded.prefix_cache_hits, 0);
-  LOG(INFO) << "budget " << param.budget << ": " << crowded.recompute_preemptions
-            << " recompute, " << crowded.swap_preemptions << " swap preemptions";
+  LOG(INFO) << "budget " << param.budget << ": " << crowded.recompute_preemptions << " recompute, "
+            << crowded.swap_preemptions << " swap preemptions";
 
   const SchedulerConfig whole = Config(/*gpu_blocks=*/64, /*cpu_blocks=*/0, param.mode);
   for (SimRequest request : requests) {
