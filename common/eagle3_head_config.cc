@@ -151,7 +151,8 @@ absl::StatusOr<std::vector<int32_t>> ReadEagle3DraftToTarget(const WeightStore& 
                                                              int64_t draft_vocab, int64_t vocab) {
   std::vector<int32_t> targets(draft_vocab);
   if (!store.Has("d2t")) {
-    if (draft_vocab != vocab) return Eagle3Refusal("weight \"d2t\" not found in the model");
+    // vLLM's Eagle3 head starts from an all-zero d2t and loads one only
+    // when the checkpoint has it: draft id d is then target id d.
     for (int64_t d = 0; d < draft_vocab; ++d) targets[d] = static_cast<int32_t>(d);
     return targets;
   }

@@ -47,10 +47,10 @@ absl::StatusOr<Eagle3HeadConfig> LoadEagle3HeadConfig(const std::string& head_di
 
 // Draft id d's target id, d + d2t[d], for each of `draft_vocab` draft ids
 // (vLLM's compute_logits scatters draft logits there); the identity when
-// `store` has no d2t and the draft vocabulary is the target's `vocab`.
-// INVALID_ARGUMENT in one line starting "EAGLE-3 head: " when d2t is
-// missing from a smaller draft vocabulary, is not I64 [draft_vocab], or maps
-// a draft id outside [0, vocab). (t2d is not read, as vLLM skips it.)
+// `store` has no d2t, as in vLLM (draft_vocab is at most `vocab`, checked
+// with the config). INVALID_ARGUMENT in one line starting "EAGLE-3 head: "
+// when d2t is not I64 [draft_vocab] or maps a draft id outside [0, vocab).
+// (t2d is not read, as vLLM skips it.)
 absl::StatusOr<std::vector<int32_t>> ReadEagle3DraftToTarget(const WeightStore& store,
                                                              int64_t draft_vocab, int64_t vocab);
 

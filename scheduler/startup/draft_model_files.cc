@@ -112,7 +112,7 @@ absl::Status CheckEagleHeadFiles(const std::string& dir, const ModelConfig& targ
   absl::StatusOr<TensorView> fc = (*store)->Get("fc.weight");
   if (!fc.ok()) {
     return DraftError(eagle3 ? "the EAGLE head has no fc.weight (an EAGLE-3 head: fc.weight, "
-                               "midlayer.*, norm.weight, lm_head.weight, d2t)"
+                               "midlayer.*, norm.weight, lm_head.weight, optionally d2t)"
                              : "the EAGLE head has no fc.weight (an EAGLE-1/2 head: fc.weight, "
                                "layers.0.*)");
   }

@@ -30,8 +30,9 @@ Subcommands:
             embed_tokens), "norm_before_residual" (good's weights with that
             flag), "two_layers" (good's first layer and a second, random
             one), "no_aux" (good's weights without fc, use_aux_hidden_state
-            false), and heads a loader must refuse: no_fc, fc_shape
-            (fc.weight [H, 2H]), no_hidden_norm, no_d2t, d2t_range (a draft
+            false), "no_d2t" (a head without d2t: draft id d is target
+            id d, as in vLLM), and heads a loader must refuse: no_fc,
+            fc_shape (fc.weight [H, 2H]), no_hidden_norm, d2t_range (a draft
             id mapped past the target's vocabulary), default_layers (no
             layer ids: the default is out of a 2-layer target's range).
   propose   per --tokens (repeatable), the k greedy drafts after those tokens
@@ -311,10 +312,18 @@ def head_outputs(head, target, tokens, hiddens):
   return residual
 
 
+def draft_to_target_offsets(head):
+  """d2t, or zeros when the head has none (vLLM's default: draft id d is
+  target id d)."""
+  if "d2t" in head.weights:
+    return head.weights["d2t"].astype(np.int64)
+  return np.zeros(head.weights["lm_head.weight"].shape[0], dtype=np.int64)
+
+
 def draft_token(head, out):
   logits = ref.rms_norm(out, head.weights["norm.weight"], head.eps) @ head.weights["lm_head.weight"].T
   d = int(np.argmax(logits))
-  return d + int(head.weights["d2t"][d])
+  return d + int(draft_to_target_offsets(head)[d])
 
 
 def propose(head, target, ids, k):
@@ -347,7 +356,7 @@ def first_draft_probs(head, target, ids):
   logits = ref.rms_norm(out, head.weights["norm.weight"], head.eps) @ head.weights["lm_head.weight"].T
   draft = np.exp(logits - logits.max())
   q = np.zeros(target.vocab_size)
-  q[np.arange(len(draft)) + head.weights["d2t"].astype(np.int64)] = draft / draft.sum()
+  q[np.arange(len(draft)) + draft_to_target_offsets(head)] = draft / draft.sum()
   return q
 
 
