@@ -29,8 +29,8 @@ TEST_PACKAGES=(
   universal-ctags  # function lengths for scripts/check_layout.py
   qemu-user  # the CPU kernels under emulated CPUs without AVX-512 (tests/cpu_emulation)
   # the sanitizer and fuzzer builds (scripts/sanitizer_tests.sh): clang, its
-  # sanitizer and libFuzzer runtimes, llvm-symbolizer for reports
-  clang-14 libclang-rt-14-dev llvm-14
+  # sanitizer and libFuzzer runtimes, llvm-symbolizer for reports, its linker
+  clang-14 libclang-rt-14-dev llvm-14 lld-14
 )
 TESTS=0
 [ "${1:-}" = "--tests" ] && TESTS=1

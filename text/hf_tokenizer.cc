@@ -16,7 +16,10 @@ namespace pagoda {
 
 using nlohmann::json;
 
-namespace {
+// The types of HfTokenizer::Parts's members: a class with external linkage
+// may not hold a member of an unnamed namespace's type (GCC warns,
+// -Wsubobject-linkage).
+namespace hf_tokenizer_parts {
 
 struct AddedToken {
   std::string content;
@@ -27,6 +30,20 @@ struct AddedToken {
   bool single_word = false;
 };
 
+// One added token found in the text: [begin, end) is the span it consumes.
+struct AddedMatch {
+  size_t begin = 0;
+  size_t end = 0;
+  int id = -1;
+};
+
+}  // namespace hf_tokenizer_parts
+
+using hf_tokenizer_parts::AddedMatch;
+using hf_tokenizer_parts::AddedToken;
+
+namespace {
+
 bool IsAsciiSpace(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
 }
@@ -34,13 +51,6 @@ bool IsWordByte(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
          (static_cast<unsigned char>(c) >= 0x80);
 }
-
-// One added token found in the text: [begin, end) is the span it consumes.
-struct AddedMatch {
-  size_t begin = 0;
-  size_t end = 0;
-  int id = -1;
-};
 
 }  // namespace
 

@@ -243,7 +243,9 @@ TEST_F(DraftTensorParallelTest, ShardedDraftProposesOnEveryRankAndKeepsPlainToke
       EXPECT_EQ(speculative[s].tokens, plain[b][s].tokens);
       EXPECT_GT(speculative[s].proposed, 0);
       // The draft's draws are the target's own: all right.
-      if (&kinds[b] != &kinds.back()) EXPECT_EQ(speculative[s].accepted, speculative[s].proposed);
+      if (&kinds[b] != &kinds.back()) {
+        EXPECT_EQ(speculative[s].accepted, speculative[s].proposed);
+      }
     }
   }
 }

@@ -241,7 +241,9 @@ void CheckStepInvariants(const SchedulerConfig& config, const SchedulerOutput& o
   }
   EXPECT_EQ(tokens, output.num_batched_tokens);
   if (!config.enable_chunked_prefill) {
-    if (output.num_prefill_groups > 0) EXPECT_LE(tokens, config.max_num_batched_tokens);
+    if (output.num_prefill_groups > 0) {
+      EXPECT_LE(tokens, config.max_num_batched_tokens);
+    }
     return;
   }
   const int decode_tokens = tokens - output.num_prefill_tokens;
@@ -448,8 +450,12 @@ TEST_P(EngineSimTest, EveryRequestMatchesItsSoloRunDespitePreemption) {
   const SimResult crowded = RunEngine(tight, requests, eos);
 
   EXPECT_TRUE(crowded.ignored.empty());
-  if (param.shared_prefix && param.prefix_caching) EXPECT_GT(crowded.prefix_cache_hits, 0);
-  if (!param.prefix_caching) EXPECT_EQ(crowded.prefix_cache_hits, 0);
+  if (param.shared_prefix && param.prefix_caching) {
+    EXPECT_GT(crowded.prefix_cache_hits, 0);
+  }
+  if (!param.prefix_caching) {
+    EXPECT_EQ(crowded.prefix_cache_hits, 0);
+  }
   EXPECT_EQ(crowded.free_gpu_at_end, 24);
   EXPECT_EQ(crowded.free_cpu_at_end, 20);
   EXPECT_EQ(crowded.tables_at_end, 0u);
@@ -662,7 +668,9 @@ TEST_P(ChunkedPrefillSimTest, OutputsMatchWholePromptRunsAtEveryBudget) {
   EXPECT_EQ(crowded.free_gpu_at_end, 24);
   EXPECT_EQ(crowded.free_cpu_at_end, 20);
   EXPECT_EQ(crowded.tables_at_end, 0u);
-  if (param.shared_prefix) EXPECT_GT(crowded.prefix_cache_hits, 0);
+  if (param.shared_prefix) {
+    EXPECT_GT(crowded.prefix_cache_hits, 0);
+  }
   LOG(INFO) << "budget " << param.budget << ": " << crowded.recompute_preemptions << " recompute, "
             << crowded.swap_preemptions << " swap preemptions";
 

@@ -304,7 +304,9 @@ TEST_F(ChunkedPrefillTest, APartWayPromptIsRunningAndSurvivesAWorkerKill) {
                received.load() == 0;
       },
       absl::Seconds(60));
-  if (seen_part_way) ASSERT_EQ(kill((*server)->worker_pids().at(0), SIGKILL), 0);
+  if (seen_part_way) {
+    ASSERT_EQ(kill((*server)->worker_pids().at(0), SIGKILL), 0);
+  }
   client.join();
   ASSERT_TRUE(seen_part_way);
   ASSERT_TRUE(outcome.status.ok()) << outcome.status.error_message();

@@ -107,7 +107,9 @@ void ExpectMatchesReference(const google::protobuf::RepeatedPtrField<TokenLogpro
       EXPECT_NEAR(got[p].top(i).logprob(), by_id[got[p].top(i).token_id()], kTolerance);
       EXPECT_GE(by_id[got[p].top(i).token_id()] + kTolerance,
                 expected["top"][i][1].get<double>());
-      if (i > 0) EXPECT_LE(got[p].top(i).logprob(), got[p].top(i - 1).logprob());
+      if (i > 0) {
+        EXPECT_LE(got[p].top(i).logprob(), got[p].top(i - 1).logprob());
+      }
     }
   }
 }

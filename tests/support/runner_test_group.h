@@ -92,7 +92,9 @@ class TwoRankCpuGroup {
     absl::StatusOr<v1::StepResult> rank0 = ranks[0]->ExecuteStep(plan);
     other.join();
     EXPECT_TRUE(rank1.ok()) << rank1.status();
-    if (rank1.ok()) EXPECT_EQ(rank1->tokens_size(), 0);
+    if (rank1.ok()) {
+      EXPECT_EQ(rank1->tokens_size(), 0);
+    }
     return rank0;
   }
 
