@@ -2,13 +2,16 @@
 
 A short run with every class (decoding streams, long prompts, urgent
 requests of a better priority) against a server whose 2 seats are always
-taken: each class is served without errors, the urgent requests reach their
-first token sooner than the streams (they preempt a stream under
---scheduling-policy priority, where the streams wait for a seat), the table
-has every row (the streams' ITL p99.9 and max beside p99, 40 idle urgent
-requests), the priority line is the ratio of the urgent medians and the SVG
-plot is drawn. Also: a --mixed-* flag out of range is refused before
-connecting.
+taken, under --scheduling-policy priority: each class is served without
+errors, the table has every row (the streams' ITL p99.9 and max beside p99,
+40 idle urgent requests), the priority line is the ratio of the urgent
+medians and the SVG plot is drawn. Also: a --mixed-* flag out of range is
+refused before connecting. Which TTFT is lower is the benchmark's figure,
+not a check: 7 urgent requests in 5 s against the streams' hundreds, on a
+loaded machine, once had a median 1.4 ms above the streams'. That urgent
+requests preempt a stream and go first is checked by order, not time, in
+chunked_prefill_integration_test
+(PriorityRequestsOvertakeAndPreemptedOnesKeepTheirTokens).
 
     PAGODA_BIN_DIR=build/bin python3 tests/integration/bench_mixed_test.py
 Prints "N passed, N failed"; exits non-zero on any failure.
@@ -77,10 +80,6 @@ def main():
             row = rows.get(name)
             check(row is not None and row["requests"] >= 1 and row["errors"] == 0,
                   f"class {name} served without errors: {row}")
-        if "urgent" in rows and "streams" in rows:
-            check(rows["urgent"]["ttft_p50"] < rows["streams"]["ttft_p50"],
-                  f"urgent TTFT p50 {rows['urgent']['ttft_p50']} ms below the streams' "
-                  f"{rows['streams']['ttft_p50']} ms")
         if "streams" in rows:
             streams = rows["streams"]
             check(streams["itl_p99"] <= streams["itl_p99.9"] <= streams["itl_max"],
