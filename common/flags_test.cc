@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 ABSL_FLAG(int, max_num_seqs, 1, "test flag");
@@ -69,7 +70,7 @@ TEST(HelpTextTest, ListsProgramFlagsByDashedNameOnly) {
 
 TEST(VersionLineTest, NamesVersionAndBuildType) {
   EXPECT_EQ(VersionLine("prog"),
-            std::string("prog ") + PAGODA_TEST_VERSION + " (" + PAGODA_TEST_BUILD_TYPE + " build)");
+            absl::StrCat("prog ", PAGODA_TEST_VERSION, " (", PAGODA_TEST_BUILD_TYPE, " build)"));
 }
 
 TEST(ParsePositiveIntListTest, ReadsListsAndRefusesBadEntries) {

@@ -37,6 +37,7 @@
 #include <ctime>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -123,6 +124,7 @@ double ThreadSeconds() {
 // that sum is the pass's time when not preempted. The weights still stream from memory in every
 // pass: they are larger than the last-level cache and read in the same order each time.
 struct Variant {
+  explicit Variant(std::string variant_name) : name(std::move(variant_name)) {}
   std::string name;
   std::vector<std::unique_ptr<Linear>> linears;
   double wall = 1e30;
@@ -207,15 +209,15 @@ int Main(int argc, char** argv) {
   ThreadPool pool(threads);
   std::vector<Variant> variants;
   const std::string int8_name = byte_format ? name : name + " int8 inputs";
-  variants.push_back({int8_name});
+  variants.emplace_back(int8_name);
   if (layouts) {
-    variants.push_back({int8_name + " tiles no vnni"});
-    variants.push_back({int8_name + " rows"});
+    variants.emplace_back(int8_name + " tiles no vnni");
+    variants.emplace_back(int8_name + " rows");
   } else if (format == "w8a8") {
     // W8A8's row layout (the one before the tiles).
-    variants.push_back({name + " rows"});
+    variants.emplace_back(name + " rows");
   }
-  if (!byte_format) variants.push_back({name + " f32 inputs"});
+  if (!byte_format) variants.emplace_back(name + " f32 inputs");
   const std::vector<Int8Layout> int8_layouts =
       layouts
           ? std::vector<Int8Layout>{Int8Layout::kBest, Int8Layout::kTilesNoVnni, Int8Layout::kRows}

@@ -68,7 +68,9 @@ TEST_F(RequestDetokenizerTest, MultiByteCharactersSplitAcrossTokens) {
     absl::StatusOr<std::vector<int>> ids = tokenizer_->Encode(text);
     ASSERT_TRUE(ids.ok());
     // The byte-fallback pieces really split characters over tokens.
-    if (std::string(text).find("🙂") != std::string::npos) EXPECT_GT(ids->size(), 8u);
+    if (std::string(text).find("🙂") != std::string::npos) {
+      EXPECT_GT(ids->size(), 8u);
+    }
     SCOPED_TRACE(text);
     CheckStream(*ids, rng, 1);
     CheckStream(*ids, rng, 3);

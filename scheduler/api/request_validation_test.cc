@@ -598,7 +598,9 @@ TEST(OneValidationTest, HttpAndGrpcRefuseTheSameValues) {
     if (http.ok()) continue;
     EXPECT_TRUE(absl::StrContains(http.message(), c.field)) << http;
     EXPECT_TRUE(absl::StrContains(direct.message(), c.field)) << direct;
-    if (c.same_message) EXPECT_EQ(http.message(), direct.message());
+    if (c.same_message) {
+      EXPECT_EQ(http.message(), direct.message());
+    }
   }
 }
 

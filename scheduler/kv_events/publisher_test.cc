@@ -167,10 +167,10 @@ TEST(KvEventPublisherTest, EncodesVllmArrayLayout) {
   batch.AddCleared();
   const std::string bytes = KvEventPublisher::EncodeBatch(0.0, batch, 0);
   const std::string expected =
-      std::string("\x93\xcb\0\0\0\0\0\0\0\0\x93", 11) +
-      "\x98\xab" "BlockStored" "\x91\x07\xc0\x92\x01\x02\x02\xc0\xa3GPU\xc0" +
-      "\x93\xac" "BlockRemoved" "\x91\x07\xa3GPU" +
-      "\x91\xb0" "AllBlocksCleared" + std::string("\0", 1);
+      absl::StrCat(std::string("\x93\xcb\0\0\0\0\0\0\0\0\x93", 11),
+                   "\x98\xab" "BlockStored" "\x91\x07\xc0\x92\x01\x02\x02\xc0\xa3GPU\xc0",
+                   "\x93\xac" "BlockRemoved" "\x91\x07\xa3GPU",
+                   "\x91\xb0" "AllBlocksCleared", std::string("\0", 1));
   EXPECT_EQ(bytes, expected);
 }
 
@@ -181,9 +181,10 @@ TEST(KvEventPublisherTest, EncodesTheAdaptersLoraId) {
   batch.AddStored(std::nullopt, 2, /*lora_id=*/5);
   batch.AppendStoredBlock(7, {1, 2});
   const std::string bytes = KvEventPublisher::EncodeBatch(0.0, batch, 0);
-  EXPECT_EQ(bytes, std::string("\x93\xcb\0\0\0\0\0\0\0\0\x91", 11) +
-                       "\x98\xab" "BlockStored" "\x91\x07\xc0\x92\x01\x02\x02\x05\xa3GPU\xc0" +
-                       std::string("\0", 1));
+  EXPECT_EQ(bytes,
+            absl::StrCat(std::string("\x93\xcb\0\0\0\0\0\0\0\0\x91", 11),
+                         "\x98\xab" "BlockStored" "\x91\x07\xc0\x92\x01\x02\x02\x05\xa3GPU\xc0",
+                         std::string("\0", 1)));
   EXPECT_EQ(ToEvents(batch)[0].lora_id, 5);
 }
 
@@ -197,10 +198,11 @@ TEST(KvEventPublisherTest, EncodesTheAdaptersLoraName) {
   batch.AppendStoredBlock(8, {3, 4});
   const auto name_of = [](int lora_id) { return lora_id == 5 ? std::string("sql") : ""; };
   const std::string bytes = KvEventPublisher::EncodeBatch(0.0, batch, 0, name_of);
-  EXPECT_EQ(bytes, std::string("\x93\xcb\0\0\0\0\0\0\0\0\x92", 11) +
-                       "\x98\xab" "BlockStored" "\x91\x07\xc0\x92\x01\x02\x02\x05\xa3GPU\xa3sql" +
-                       "\x98\xab" "BlockStored" "\x91\x08\x07\x92\x03\x04\x02\x06\xa3GPU\xc0" +
-                       std::string("\0", 1));
+  EXPECT_EQ(bytes,
+            absl::StrCat(std::string("\x93\xcb\0\0\0\0\0\0\0\0\x92", 11),
+                         "\x98\xab" "BlockStored" "\x91\x07\xc0\x92\x01\x02\x02\x05\xa3GPU\xa3sql",
+                         "\x98\xab" "BlockStored" "\x91\x08\x07\x92\x03\x04\x02\x06\xa3GPU\xc0",
+                         std::string("\0", 1)));
 }
 
 std::vector<std::string> RecvMultipart(void* socket) {
