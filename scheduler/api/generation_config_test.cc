@@ -58,7 +58,9 @@ TEST_F(GenerationConfigTest, NoFileMeansNoDefaultsAndBadFilesAreRefused) {
               absl::StatusCode::kInvalidArgument)
         << bad;
   }
-  Write(std::string(2 << 20, ' ') + "{}");
+  std::string oversized(2 << 20, ' ');  // Twice the 1 MiB limit.
+  oversized.append("{}");
+  Write(oversized);
   EXPECT_FALSE(LoadSamplingDefaults("auto", dir_).ok());
 }
 
