@@ -22,7 +22,8 @@
 // is the rest of issue 46's bad input (an unknown method or key, k out of
 // range, EAGLE heads that do not fit the target). EAGLE heads whose
 // config.json says fewer positions than --max-model-len start and draft
-// past them (vLLM's); a draft model of fewer positions is refused.
+// past them (vLLM's); a draft model of fewer positions starts too, each row
+// drafting only while its proposals stay below them.
 #include <signal.h>
 #include <unistd.h>
 
