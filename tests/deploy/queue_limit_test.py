@@ -173,9 +173,8 @@ class QueueLimitTest(unittest.TestCase):
             self.assertEqual(statuses, {400: 300})
 
     def test_one_past_the_limit_gets_429_with_retry_after(self):
-        async def run():
-            held = []
-            for _ in range(RUNNING + LIMIT):
+        async def hold(count, held):
+            for _ in range(count):
                 reader, writer = await asyncio.open_connection("127.0.0.1",
                                                                self.server.http_port)
                 data = json.dumps({"model": "tiny", "prompt": "alpha bravo", "stream": True,
@@ -184,7 +183,18 @@ class QueueLimitTest(unittest.TestCase):
                              b"Content-Type: application/json\r\n" +
                              f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
                 held.append((reader, writer))
+
+        async def run():
+            held = []
             try:
+                # The seats first: until the engine's next step has taken a
+                # request, it counts as waiting (engine.cc), so a burst of
+                # RUNNING + LIMIT at once could find the queue full early.
+                await hold(RUNNING, held)
+                await asyncio.to_thread(
+                    h.wait_for, lambda: self.waiting() == (0, RUNNING), 60,
+                    f"{RUNNING} running")
+                await hold(LIMIT, held)
                 await asyncio.to_thread(
                     h.wait_for, lambda: self.waiting() == (LIMIT, RUNNING), 60,
                     f"{RUNNING} running and {LIMIT} waiting")
