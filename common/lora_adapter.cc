@@ -20,6 +20,12 @@ namespace {
 constexpr char kConfigFile[] = "adapter_config.json";
 constexpr char kWeightsFile[] = "adapter_model.safetensors";
 constexpr char kPrefix[] = "base_model.model.model.layers.";
+// PEFT's names of the embedding's and the head's matrices (an embedding's
+// are parameters of their own, without ".weight").
+constexpr char kEmbedA[] = "base_model.model.model.embed_tokens.lora_embedding_A";
+constexpr char kEmbedB[] = "base_model.model.model.embed_tokens.lora_embedding_B";
+constexpr char kLmHeadA[] = "base_model.model.lm_head.lora_A.weight";
+constexpr char kLmHeadB[] = "base_model.model.lm_head.lora_B.weight";
 constexpr size_t kMaxConfigBytes = 1 << 20;
 
 // (layer, module, is_b) of a PEFT LoRA tensor name; nullopt when the name
@@ -68,24 +74,49 @@ bool Targets(const LoraAdapterConfig& config, int layer, LoraModule module) {
   return std::find(config.targets.begin(), config.targets.end(), module) != config.targets.end();
 }
 
-// Checks every tensor name; returns the set of (layer, module) present.
-absl::StatusOr<std::set<std::pair<int, LoraModule>>> CheckNames(const WeightStore& store,
-                                                                const std::string& path,
-                                                                const LoraAdapterConfig& config,
-                                                                const ModelConfig& base) {
-  std::set<std::pair<int, LoraModule>> present;
+// The targets whose tensors a file holds.
+struct PresentTargets {
+  std::set<std::pair<int, LoraModule>> projections;
+  bool embed_tokens = false;
+  bool lm_head = false;
+};
+
+// Marks `name` in `present` when it is embed_tokens' or lm_head's and the
+// config lets that target in; false for any other name.
+bool MarkVocabularyTensor(const std::string& name, const LoraAdapterConfig& config,
+                          PresentTargets* present) {
+  if (name == kEmbedA || name == kEmbedB) {
+    present->embed_tokens = true;
+    return config.embed_tokens || config.targets_from_tensors;
+  }
+  if (name == kLmHeadA || name == kLmHeadB) {
+    present->lm_head = true;
+    return config.lm_head || config.targets_from_tensors;
+  }
+  return false;
+}
+
+// Checks every tensor name; returns the targets present.
+absl::StatusOr<PresentTargets> CheckNames(const WeightStore& store, const std::string& path,
+                                          const LoraAdapterConfig& config,
+                                          const ModelConfig& base) {
+  PresentTargets present;
   for (const std::string& name : store.Names()) {
     std::optional<ParsedName> parsed = ParsePeftName(name);
-    if (!parsed || parsed->layer >= base.num_hidden_layers ||
-        !Targets(config, parsed->layer, parsed->module)) {
+    const bool expected = parsed ? parsed->layer < base.num_hidden_layers &&
+                                       Targets(config, parsed->layer, parsed->module)
+                                 : MarkVocabularyTensor(name, config, &present);
+    if (!expected) {
       return absl::InvalidArgumentError(absl::StrCat(
           path, ": unexpected tensor \"", name.substr(0, 128),
           "\" (expected only lora_A/lora_B of the target projections of the base model's ",
-          base.num_hidden_layers, " layers)"));
+          base.num_hidden_layers, " layers, of lm_head, and embed_tokens' lora_embedding_A/B)"));
     }
-    present.insert({parsed->layer, parsed->module});
+    if (parsed) present.projections.insert({parsed->layer, parsed->module});
   }
-  if (present.empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": no LoRA tensors"));
+  if (present.projections.empty() && !present.embed_tokens && !present.lm_head) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": no LoRA tensors"));
+  }
   return present;
 }
 
@@ -107,24 +138,53 @@ absl::StatusOr<std::vector<float>> ReadMatrix(const WeightStore& store, const st
   return values;
 }
 
-absl::StatusOr<LoraMatrices> ReadPair(const WeightStore& store, const std::string& path, int layer,
-                                      LoraModule module, int rank, const ModelConfig& base) {
-  const LinearShape shape = LoraModuleShape(base, module);
-  const std::string prefix = PeftLoraTensorPrefix(layer, module);
+absl::StatusOr<LoraMatrices> ReadPairNamed(const WeightStore& store, const std::string& path,
+                                           const std::string& a_name, const std::string& b_name,
+                                           int rank, LinearShape shape) {
   LoraMatrices pair{rank, shape.in, shape.out, {}, {}};
-  auto a = ReadMatrix(store, path, absl::StrCat(prefix, "_A.weight"), {rank, shape.in});
+  auto a = ReadMatrix(store, path, a_name, {rank, shape.in});
   if (!a.ok()) return a.status();
-  auto b = ReadMatrix(store, path, absl::StrCat(prefix, "_B.weight"), {shape.out, rank});
+  auto b = ReadMatrix(store, path, b_name, {shape.out, rank});
   if (!b.ok()) return b.status();
   pair.a = *std::move(a);
   pair.b = *std::move(b);
   return pair;
 }
 
+absl::StatusOr<LoraMatrices> ReadPair(const WeightStore& store, const std::string& path, int layer,
+                                      LoraModule module, int rank, const ModelConfig& base) {
+  const std::string prefix = PeftLoraTensorPrefix(layer, module);
+  return ReadPairNamed(store, path, absl::StrCat(prefix, "_A.weight"),
+                       absl::StrCat(prefix, "_B.weight"), rank, LoraModuleShape(base, module));
+}
+
+// embed_tokens' and lm_head's updates, where the config lists them (or,
+// with a string target_modules, where the file holds them).
+absl::Status ReadVocabularyPairs(const WeightStore& store, const std::string& path,
+                                 const PresentTargets& present, const ModelConfig& base,
+                                 LoraAdapter* adapter) {
+  const LoraAdapterConfig& config = adapter->config;
+  const int64_t vocab = base.vocab_size, hidden = base.hidden_size;
+  if (config.targets_from_tensors ? present.embed_tokens : config.embed_tokens) {
+    auto pair = ReadPairNamed(store, path, kEmbedA, kEmbedB, config.rank, {hidden, vocab});
+    if (!pair.ok()) return pair.status();
+    adapter->embed_tokens = *std::move(pair);
+  }
+  if (config.targets_from_tensors ? present.lm_head : config.lm_head) {
+    auto pair = ReadPairNamed(store, path, kLmHeadA, kLmHeadB, config.rank, {vocab, hidden});
+    if (!pair.ok()) return pair.status();
+    adapter->lm_head = *std::move(pair);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 size_t LoraAdapter::bytes() const {
   size_t total = 0;
+  for (const auto* pair : {&embed_tokens, &lm_head}) {
+    if (*pair) total += ((*pair)->a.size() + (*pair)->b.size()) * sizeof(float);
+  }
   for (const auto& layer : layers) {
     for (const auto& pair : layer) {
       if (pair) total += (pair->a.size() + pair->b.size()) * sizeof(float);
@@ -167,13 +227,18 @@ absl::StatusOr<LoraAdapter> LoadLoraAdapter(const std::string& dir, const ModelC
     for (LoraModule module : kAllLoraModules) {
       // A listed target of a transformed layer must be there; a string
       // target_modules lets the tensors present decide.
-      const bool wanted = config->targets_from_tensors ? present->count({layer, module}) > 0
-                                                       : Targets(*config, layer, module);
+      const bool wanted = config->targets_from_tensors
+                              ? present->projections.count({layer, module}) > 0
+                              : Targets(*config, layer, module);
       if (!wanted) continue;
       auto pair = ReadPair(**store, weights_path, layer, module, config->rank, base);
       if (!pair.ok()) return pair.status();
       adapter.layers[layer][static_cast<int>(module)] = *std::move(pair);
     }
+  }
+  if (absl::Status s = ReadVocabularyPairs(**store, weights_path, *present, base, &adapter);
+      !s.ok()) {
+    return s;
   }
   return adapter;
 }

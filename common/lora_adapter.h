@@ -30,6 +30,12 @@ struct LoraAdapter {
   float scale = 0;  // config.Scale(), the same for every projection.
   // layers[l][module]: absent where the adapter leaves the projection alone.
   std::vector<std::array<std::optional<LoraMatrices>, kNumLoraModules>> layers;
+  // The token embedding's update as a map from a one-hot token to a hidden
+  // row: A [rank, vocab] (PEFT's lora_embedding_A), B [hidden, rank]
+  // (lora_embedding_B); token t's row gains scale · B A[:, t].
+  std::optional<LoraMatrices> embed_tokens;
+  // The output head's: A [rank, hidden], B [vocab, rank] (lora_A, lora_B).
+  std::optional<LoraMatrices> lm_head;
   // Bytes of A and B together (f32), for the host cache's accounting.
   size_t bytes() const;
 };
@@ -43,9 +49,11 @@ std::string PeftLoraTensorPrefix(int layer, LoraModule module);
 // (ParseLoraAdapterConfig, rank above `max_rank` included); a tensor name that
 // is not a layer's lora_A/lora_B of one of the seven projections, or of a
 // layer past the base model's, or of a projection target_modules does not
-// list ("unexpected tensor"); a target projection of a transformed layer
+// list, nor embed_tokens' lora_embedding_A/B or lm_head's lora_A/B when
+// listed ("unexpected tensor"); a target projection of a transformed layer
 // without its A or B ("missing tensor"); a shape other than A [r, in] and
-// B [out, r] for the base model; a layers_to_transform entry past the
+// B [out, r] for the base model (an embedding's vocabulary must be the base
+// model's, as vLLM requires); a layers_to_transform entry past the
 // base model's layers; a dtype other than F32/F16/BF16; a
 // corrupt safetensors file; a non-finite value.
 absl::StatusOr<LoraAdapter> LoadLoraAdapter(const std::string& dir, const ModelConfig& base,

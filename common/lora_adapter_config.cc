@@ -96,10 +96,15 @@ absl::Status ParseTargets(const Json& config, const std::string& source, LoraAda
   for (const Json& target : *targets) {
     if (!target.is_string()) return ConfigError(source, "\"target_modules\" holds a non-string");
     const std::string name = target.get<std::string>();
+    if (name == kLoraEmbedTokens || name == kLoraLmHead) {
+      (name == kLoraEmbedTokens ? out->embed_tokens : out->lm_head) = true;
+      continue;
+    }
     std::optional<LoraModule> module = FindLoraModule(name);
     if (!module) {
       return ConfigError(source, absl::StrCat("target module \"", name.substr(0, 64),
-                                              "\" is not one of q/k/v/o/gate/up/down_proj"));
+                                              "\" is not one of q/k/v/o/gate/up/down_proj, ",
+                                              kLoraEmbedTokens, " or ", kLoraLmHead));
     }
     if (std::find(out->targets.begin(), out->targets.end(), *module) == out->targets.end()) {
       out->targets.push_back(*module);

@@ -1,5 +1,6 @@
 // A PEFT LoRA adapter's adapter_config.json, read and checked against what
-// Pagoda serves: the seven Llama projections as targets, a rank within
+// Pagoda serves: the seven Llama projections, embed_tokens and lm_head as
+// targets, a rank within
 // --max-lora-rank, plain LoRA or rsLoRA scaling. Also the shapes each target
 // takes on a given base model.
 #ifndef PAGODA_COMMON_LORA_ADAPTER_CONFIG_H_
@@ -24,6 +25,12 @@ inline constexpr std::array<LoraModule, kNumLoraModules> kAllLoraModules = {
     LoraModule::kQ,    LoraModule::kK,  LoraModule::kV,   LoraModule::kO,
     LoraModule::kGate, LoraModule::kUp, LoraModule::kDown};
 
+// The two targets outside the decoder layers, by their Hugging Face names:
+// the token embedding (its update maps a token id to a hidden row) and the
+// output head (hidden to vocabulary logits).
+inline constexpr char kLoraEmbedTokens[] = "embed_tokens";
+inline constexpr char kLoraLmHead[] = "lm_head";
+
 // "q_proj", ..., "down_proj": the Hugging Face module name.
 absl::string_view LoraModuleName(LoraModule module);
 // The module named `name` ("q_proj" ...); nullopt for anything else.
@@ -47,6 +54,10 @@ struct LoraAdapterConfig {
   // targets, each still one of the seven.
   std::vector<LoraModule> targets;
   bool targets_from_tensors = false;
+  // "embed_tokens" and "lm_head" listed in target_modules (not layers'
+  // projections: one update each for the whole model).
+  bool embed_tokens = false;
+  bool lm_head = false;
   // layers_to_transform when given: only these layers carry the targets.
   std::vector<int> layers;
   // alpha / r, or alpha / sqrt(r) with use_rslora (rank-stabilized LoRA).
@@ -57,7 +68,7 @@ struct LoraAdapterConfig {
 // INVALID_ARGUMENT, one line naming the file and the key, for: bad JSON; a
 // peft_type other than "LORA"; r missing, not an integer, < 1 or above
 // `max_rank`; lora_alpha missing or not a number; a target that is not one of
-// the seven projections (lm_head and embed_tokens included); and what vLLM
+// the seven projections, embed_tokens or lm_head; and what vLLM
 // refuses too: use_dora, bias other than "none", lora_bias, modules_to_save,
 // fan_in_fan_out, a non-empty rank_pattern or alpha_pattern. Keys PEFT writes
 // that change nothing at inference (lora_dropout, task_type,

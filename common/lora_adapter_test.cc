@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <random>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -166,8 +167,9 @@ TEST_F(LoraAdapterTest, RefusesRankAboveMax) {
 }
 
 TEST_F(LoraAdapterTest, RefusesUnknownTargetModule) {
-  Write(PeftConfig(2, {"q_proj", "lm_head"}), Tensors(2, {LoraModule::kQ}));
-  EXPECT_THAT(LoadError(), HasSubstr("target module \"lm_head\" is not one of"));
+  Write(PeftConfig(2, {"q_proj", "rotary_emb"}), Tensors(2, {LoraModule::kQ}));
+  EXPECT_THAT(LoadError(), HasSubstr("target module \"rotary_emb\" is not one of q/k/v/o/gate/"
+                                     "up/down_proj, embed_tokens or lm_head"));
 }
 
 TEST_F(LoraAdapterTest, RefusesWhatVllmRefuses) {
@@ -217,26 +219,67 @@ TEST_F(LoraAdapterTest, RefusesMissingAndExtraTensors) {
   EXPECT_THAT(LoadError(), HasSubstr("unexpected tensor \"base_model.model.lm_head.weight\""));
 }
 
-// An adapter never changes the base model's vocabulary or its split over
-// the ranks (current vLLM has neither lora_extra_vocab_size nor LoRA
-// vocabulary padding): one that trains the embeddings or the lm_head is
-// refused in one line, by its target list or by its tensors, and old vLLM's
-// extra-vocabulary file is not read, as current vLLM's LoRAModel reads
-// only adapter_model.*.
+// embed_tokens and lm_head, as vLLM's Llama takes them (its
+// embedding_modules): PEFT's lora_embedding_A [r, vocab] and
+// lora_embedding_B [hidden, r], and the head's lora_A [r, hidden] and
+// lora_B [vocab, r]; listed, or found by a string target_modules.
+TEST_F(LoraAdapterTest, LoadsEmbedTokensAndLmHeadUpdates) {
+  base_.vocab_size = 40;
+  const std::vector<NamedTensor> vocabulary = {
+      Tensor("base_model.model.model.embed_tokens.lora_embedding_A", {2, 40}, DType::kBF16, 5),
+      Tensor("base_model.model.model.embed_tokens.lora_embedding_B", {12, 2}, DType::kBF16, 6),
+      Tensor("base_model.model.lm_head.lora_A.weight", {2, 12}, DType::kF16, 7),
+      Tensor("base_model.model.lm_head.lora_B.weight", {40, 2}, DType::kF32, 8)};
+  for (const Json& targets : {Json{"q_proj", "embed_tokens", "lm_head"}, Json("all-linear")}) {
+    std::vector<NamedTensor> tensors = Tensors(2, {LoraModule::kQ});
+    tensors.insert(tensors.end(), vocabulary.begin(), vocabulary.end());
+    Write(PeftConfig(2, targets), tensors);
+    auto adapter = LoadLoraAdapter(dir_, base_, 8);
+    ASSERT_TRUE(adapter.ok()) << adapter.status();
+    ASSERT_TRUE(adapter->embed_tokens.has_value());
+    ASSERT_TRUE(adapter->lm_head.has_value());
+    EXPECT_EQ(std::tie(adapter->embed_tokens->in, adapter->embed_tokens->out),
+              std::tuple(int64_t{40}, int64_t{12}));
+    EXPECT_EQ(std::tie(adapter->lm_head->in, adapter->lm_head->out),
+              std::tuple(int64_t{12}, int64_t{40}));
+    EXPECT_EQ(adapter->lm_head->b, Values(40 * 2, 8));
+    EXPECT_EQ(adapter->bytes(), (2 * (2 * 12 + 12 * 2) + 2 * 40 + 12 * 2 + 2 * 12 + 40 * 2) * 4u);
+  }
+  // Only the head: no layer is touched.
+  Write(PeftConfig(2, {"lm_head"}), {vocabulary[2], vocabulary[3]});
+  auto head_only = LoadLoraAdapter(dir_, base_, 8);
+  ASSERT_TRUE(head_only.ok()) << head_only.status();
+  EXPECT_FALSE(head_only->embed_tokens.has_value());
+  EXPECT_FALSE(head_only->layers[0][0].has_value());
+}
+
+// The vocabulary is the base model's (vLLM: "The embedding LoRA size ...
+// must be consistent with the base model's vocabulary size"); a target's
+// tensors are needed only where it is listed; a retrained head or
+// embedding (modules_to_save, trainable_token_indices) is refused; and old
+// vLLM's extra-vocabulary file is not read, as current vLLM's LoRAModel
+// reads only adapter_model.*.
 TEST_F(LoraAdapterTest, AdaptersLeaveTheVocabularyAlone) {
   base_.vocab_size = 40;
-  Write(PeftConfig(2, {"q_proj", "embed_tokens"}), Tensors(2, {LoraModule::kQ}));
-  EXPECT_THAT(LoadError(), HasSubstr("target module \"embed_tokens\" is not one of"));
-  // "all-linear" names no module: the tensors do, and these are not ones.
-  for (const auto& [name, shape] : std::vector<std::pair<std::string, std::vector<int64_t>>>{
-           {"base_model.model.model.embed_tokens.lora_embedding_A", {2, 40}},
-           {"base_model.model.model.embed_tokens.lora_embedding_B", {12, 2}},
-           {"base_model.model.lm_head.lora_A.weight", {2, 12}},
-           {"base_model.model.lm_head.lora_B.weight", {48, 2}}}) {
-    std::vector<NamedTensor> tensors = Tensors(2, {LoraModule::kQ});
-    tensors.push_back(Tensor(name, shape, DType::kF32, 9));
-    Write(PeftConfig(2, "all-linear"), tensors);
-    EXPECT_THAT(LoadError(), HasSubstr(absl::StrCat("unexpected tensor \"", name, "\"")));
+  std::vector<NamedTensor> tensors = Tensors(2, {LoraModule::kQ});
+  tensors.push_back(
+      Tensor("base_model.model.model.embed_tokens.lora_embedding_A", {2, 48}, DType::kF32, 5));
+  tensors.push_back(
+      Tensor("base_model.model.model.embed_tokens.lora_embedding_B", {12, 2}, DType::kF32, 6));
+  Write(PeftConfig(2, {"q_proj", "embed_tokens"}), tensors);
+  EXPECT_THAT(LoadError(), HasSubstr("[2, 48], expected [2, 40]"));
+  Write(PeftConfig(2, {"q_proj", "lm_head"}), Tensors(2, {LoraModule::kQ}));
+  EXPECT_THAT(LoadError(), HasSubstr("missing tensor \"base_model.model.lm_head.lora_A.weight\""));
+  tensors = Tensors(2, {LoraModule::kQ});
+  tensors.push_back(Tensor("base_model.model.lm_head.lora_A.weight", {2, 12}, DType::kF32, 9));
+  Write(PeftConfig(2, {"q_proj"}), tensors);
+  EXPECT_THAT(LoadError(),
+              HasSubstr("unexpected tensor \"base_model.model.lm_head.lora_A.weight\""));
+  for (const char* key : {"modules_to_save", "trainable_token_indices"}) {
+    Json config = PeftConfig(2, {"q_proj"});
+    config[key] = {"embed_tokens"};
+    Write(config, Tensors(2, {LoraModule::kQ}));
+    EXPECT_THAT(LoadError(), HasSubstr(key)) << key;
   }
   Write(PeftConfig(2, {"q_proj"}), Tensors(2, {LoraModule::kQ}));
   auto plain = LoadLoraAdapter(dir_, base_, 8);
@@ -249,6 +292,7 @@ TEST_F(LoraAdapterTest, AdaptersLeaveTheVocabularyAlone) {
   ASSERT_TRUE(with_extra.ok()) << with_extra.status();
   EXPECT_EQ(with_extra->layers[1][0]->a, plain->layers[1][0]->a);
   EXPECT_EQ(with_extra->layers[1][0]->b, plain->layers[1][0]->b);
+  EXPECT_FALSE(with_extra->embed_tokens.has_value());
 }
 
 TEST_F(LoraAdapterTest, RefusesCorruptFiles) {

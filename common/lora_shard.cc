@@ -74,6 +74,8 @@ absl::StatusOr<LoraAdapter> ShardLoraAdapter(const LoraAdapter& adapter, const M
       sharded.layers[layer][static_cast<int>(module)] = *std::move(part);
     }
   }
+  sharded.embed_tokens = adapter.embed_tokens;
+  if (shard.rank == 0) sharded.lm_head = adapter.lm_head;
   return sharded;
 }
 

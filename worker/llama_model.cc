@@ -367,6 +367,8 @@ absl::StatusOr<ForwardOutput> LlamaModel::Forward(const FlatBatch& batch, CacheE
   const Activations activations = TakeActivations(static_cast<size_t>(step.num_tokens));
   backend_->Embedding(step, Matrix(embed_tokens_, config_.vocab_size, config_.hidden_size),
                       activations.residual);
+  if (absl::Status s = ApplyLoraEmbedding(batch, activations.residual); !s.ok()) return s;
+  TakeLogitsLoraSlots(batch);
   if (absl::Status s = RunLayers(step, cache, activations); !s.ok()) return s;
   absl::StatusOr<ForwardOutput> output = Logits(step, activations, row_logits);
   if (output.ok() && !aux_layers_.empty()) output->aux_hidden = aux_device_->raw();
@@ -544,13 +546,24 @@ absl::StatusOr<ForwardOutput> LlamaModel::Logits(const StepBatch& step, const Ac
   }
   if (rows == 0) return output;
   backend_->GatherRows(a.normed, step, hidden, last_hidden);
-  if (absl::Status s = RowLogits(last_hidden, rows, logits); !s.ok()) return s;
+  const int32_t* row_slots = logits_lora_slots_.empty() ? nullptr : logits_lora_slots_.data();
+  if (absl::Status s = RowLogits(last_hidden, rows, logits, row_slots); !s.ok()) return s;
   output.logits.data = logits;
   return output;
 }
 
-absl::Status LlamaModel::RowLogits(const void* hidden, int rows, float* logits) {
-  return lm_head_->Forward(hidden, rows, logits);
+absl::Status LlamaModel::RowLogits(const void* hidden, int rows, float* logits,
+                                   const int32_t* row_slots) {
+  if (absl::Status s = lm_head_->Forward(hidden, rows, logits); !s.ok()) return s;
+  if (row_slots == nullptr || logits == nullptr || communicator_->rank() != 0 ||
+      lora_loader_ == nullptr || lora_device_ != nullptr) {
+    return absl::OkStatus();
+  }
+  const LoraParallelFor on_pool = [this](int64_t n, int64_t grain, const auto& fn) {
+    backend_->HostParallelFor(n, grain, fn);
+  };
+  return lora_view_.ApplyLmHead(static_cast<const float*>(hidden), rows, row_slots, logits,
+                                config_.vocab_size, &on_pool);
 }
 
 size_t LlamaModel::hidden_row_bytes() const {

@@ -245,8 +245,10 @@ class LlamaModel {
   // calls it for the same rows (`logits` is ignored off rank 0); a failed
   // collective's status is returned. REQUIRES: hidden points at rows of
   // final_hidden, logits is ForwardOutput::row_logits, rows <=
-  // row_logits_capacity.
-  absl::Status RowLogits(const void* hidden, int rows, float* logits);
+  // row_logits_capacity. `row_slots` (null: none), each row's LoRA slot:
+  // the adapters' lm_head updates are added on rank 0.
+  absl::Status RowLogits(const void* hidden, int rows, float* logits,
+                         const int32_t* row_slots = nullptr);
   // Whether the lm_head is split over more than one rank (so every rank
   // takes part in RowLogits, and keeps final_hidden for prompt logprobs).
   bool splits_vocab() const { return lm_head_ != nullptr && lm_head_->split(); }
@@ -341,6 +343,11 @@ class LlamaModel {
   // module) whose sequence names one. Nothing when no row does.
   absl::Status ApplyLora(int layer, LoraModule module, const void* x, int tokens, void* y,
                          int64_t y_stride) const;
+  // After the embedding: the adapters' embed_tokens updates of `batch`'s
+  // token rows, on host f32 activations (the CPU backend's).
+  absl::Status ApplyLoraEmbedding(const FlatBatch& batch, void* residual) const;
+  // Each logits row's slot (its token row's), for Logits.
+  void TakeLogitsLoraSlots(const FlatBatch& batch);
   // The final norm and the logits of the step's logits rows (on rank 0;
   // every rank computes its vocabulary part when the head is split).
   // With `row_logits_capacity` > 0 every token row is normalised and the
@@ -374,6 +381,9 @@ class LlamaModel {
   // The running Forward's per-token slots (FlatBatch::lora_slots), or null
   // when no row of it names an adapter.
   const int32_t* step_lora_slots_ = nullptr;
+  // Per logits row of the running Forward, its slot (TakeLogitsLoraSlots);
+  // empty when no row names an adapter.
+  std::vector<int32_t> logits_lora_slots_;
   LoraDeviceSlots* lora_device_ = nullptr;  // The slots' device store, if any.
   bool keeps_final_hidden_ = false;         // KeepFinalHidden.
   // An EAGLE head: the target whose embed_tokens and lm_head it uses, its

@@ -21,6 +21,7 @@ absl::Status LlamaModel::EnableLora(const LlamaLoadOptions& options, const Model
   }
   auto slots = std::make_shared<LoraSlots>(options.max_loras, options.max_lora_rank,
                                            full_config.num_hidden_layers, shapes);
+  slots->SetVocabulary(full_config.vocab_size, full_config.hidden_size);
   if (options.lora_device) {
     auto device = options.lora_device(*slots, std::max(1, options.max_num_batched_tokens));
     if (!device.ok()) return device.status();
@@ -47,6 +48,18 @@ absl::Status LlamaModel::ApplyLora(int layer, LoraModule module, const void* x, 
   };
   return lora_view_.Apply(static_cast<const float*>(x), tokens, step_lora_slots_, {layer, module},
                           static_cast<float*>(y), y_stride, &on_pool);
+}
+
+absl::Status LlamaModel::ApplyLoraEmbedding(const FlatBatch& batch, void* residual) const {
+  if (step_lora_slots_ == nullptr || lora_device_ != nullptr) return absl::OkStatus();
+  return lora_view_.ApplyEmbedding(batch.input_ids.data(), static_cast<int>(batch.input_ids.size()),
+                                   step_lora_slots_, static_cast<float*>(residual));
+}
+
+void LlamaModel::TakeLogitsLoraSlots(const FlatBatch& batch) {
+  logits_lora_slots_.clear();
+  if (step_lora_slots_ == nullptr) return;
+  for (int32_t row : batch.logits_indices) logits_lora_slots_.push_back(batch.lora_slots[row]);
 }
 
 }  // namespace pagoda::worker

@@ -77,7 +77,11 @@ absl::Status AppendPromptLogprobs(const pagoda::worker::v1::StepPlan& plan, cons
       const int count = std::min(slice_capacity, rows.num_rows - first);
       const auto* hidden = static_cast<const char*>(output.final_hidden) +
                            static_cast<size_t>(rows.first_row + first) * model->hidden_row_bytes();
-      if (absl::Status s = model->RowLogits(hidden, count, output.row_logits); !s.ok()) return s;
+      const int32_t* row_slots =
+          batch.uses_lora ? batch.lora_slots.data() + rows.first_row + first : nullptr;
+      if (absl::Status s = model->RowLogits(hidden, count, output.row_logits, row_slots); !s.ok()) {
+        return s;
+      }
       if (entry == nullptr) continue;  // A rank that only computes its rows.
       backend->DownloadBytes(output.row_logits, host.data(),
                              static_cast<size_t>(count) * vocab * sizeof(float));

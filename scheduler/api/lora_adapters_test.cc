@@ -142,9 +142,10 @@ TEST_F(LoraAdaptersTest, RefusesEachBadLoadWithItsStatusAndLine) {
   WriteAdapter(lora_dir_ + "/wide", 4, {"q_proj"}, /*in_delta=*/1);
   WriteAdapter(root_ + "/outside", 4);
   std::filesystem::create_directories(lora_dir_ + "/unknown_target");
-  ASSERT_TRUE(WriteFile(lora_dir_ + "/unknown_target/adapter_config.json",
-                        json({{"r", 4}, {"lora_alpha", 8}, {"target_modules", {"lm_head"}}}).dump())
-                  .ok());
+  ASSERT_TRUE(
+      WriteFile(lora_dir_ + "/unknown_target/adapter_config.json",
+                json({{"r", 4}, {"lora_alpha", 8}, {"target_modules", {"rotary_emb"}}}).dump())
+          .ok());
   WriteAdapter(lora_dir_ + "/corrupt", 4);
   ASSERT_TRUE(WriteFile(lora_dir_ + "/corrupt/adapter_model.safetensors", "\x10\x00garbage").ok());
   ASSERT_EQ(LoadStatus({{"lora_name", "good"}, {"lora_path", "good"}}), 200);
@@ -187,7 +188,7 @@ TEST_F(LoraAdaptersTest, RefusesEachBadLoadWithItsStatusAndLine) {
       {"dot dot", {{"lora_name", "x"}, {"lora_path", "../outside"}}, 403, "lora_path: "},
       {"missing inside", {{"lora_name", "x"}, {"lora_path", "absent"}}, 404, "lora_path: "},
       {"rank over the max", {{"lora_name", "x"}, {"lora_path", "rank16"}}, 400, "16"},
-      {"unknown target", {{"lora_name", "x"}, {"lora_path", "unknown_target"}}, 400, "lm_head"},
+      {"unknown target", {{"lora_name", "x"}, {"lora_path", "unknown_target"}}, 400, "rotary_emb"},
       {"shape", {{"lora_name", "x"}, {"lora_path", "wide"}}, 400, "shape"},
       {"corrupt", {{"lora_name", "x"}, {"lora_path", "corrupt"}}, 400, "adapter_model.safetensors"},
   };

@@ -81,6 +81,20 @@ class LoraReferenceTest : public ::testing::Test {
     return y;
   }
 
+  // A whole weight of the base model, merged with `adapter`'s update when
+  // not empty, from the reference (float64, row-major).
+  static std::vector<double> MergedWeight(const std::string& adapter, const std::string& name,
+                                          size_t size) {
+    const std::string out_path = *dir_ + "/w.f64";
+    RunCommand(absl::StrCat(PythonBinary(), " ", Script(), " merged-weight --base ", Base(),
+                            adapter.empty() ? "" : absl::StrCat(" --adapter ", *dir_, "/", adapter),
+                            " --name ", name, " --out ", out_path));
+    std::vector<double> w(size);
+    std::ifstream(out_path, std::ios::binary)
+        .read(reinterpret_cast<char*>(w.data()), w.size() * sizeof(double));
+    return w;
+  }
+
   static std::string* dir_;
 };
 std::string* LoraReferenceTest::dir_ = nullptr;
@@ -174,6 +188,7 @@ TEST_F(LoraReferenceTest, SlotsReproduceTheMergedLinearOnOneAndTwoRanks) {
     }
     // One rank.
     LoraSlots slots(3, kMaxRank, config->num_hidden_layers, ShapesFor(*config, nullptr));
+    slots.SetVocabulary(config->vocab_size, config->hidden_size);
     for (int a = 0; a < 3; ++a) ASSERT_TRUE(slots.Load(a + 1, adapters[a]).ok());
     std::vector<float> y = base;
     ASSERT_TRUE(slots.Apply(x.data(), kRows, kRowSlots, {kLayer, module}, y.data()).ok());
@@ -187,6 +202,7 @@ TEST_F(LoraReferenceTest, SlotsReproduceTheMergedLinearOnOneAndTwoRanks) {
       ASSERT_TRUE(shard.ok());
       const IndexRange range = LoraShardRange(*config, *shard, module);
       LoraSlots part(3, kMaxRank, config->num_hidden_layers, ShapesFor(*config, &*shard));
+      part.SetVocabulary(config->vocab_size, config->hidden_size);
       for (int a = 0; a < 3; ++a) {
         auto sharded = ShardLoraAdapter(adapters[a], *config, *shard);
         ASSERT_TRUE(sharded.ok()) << sharded.status();
@@ -216,6 +232,71 @@ TEST_F(LoraReferenceTest, SlotsReproduceTheMergedLinearOnOneAndTwoRanks) {
     }
     ExpectClose(assembled, expected, absl::StrCat(LoraModuleName(module), " over 2 ranks"));
   }
+}
+
+// embed_tokens and lm_head: a row's embedding and logits are those of its
+// slot's merged weights (the third test adapter updates both; the others
+// leave them alone), the embedding row for each token id, the logits on
+// every vocabulary entry.
+TEST_F(LoraReferenceTest, EmbeddingAndHeadUpdatesReproduceTheMergedWeights) {
+  auto config = LoadModelConfig(Base());
+  ASSERT_TRUE(config.ok()) << config.status();
+  const int64_t vocab = config->vocab_size, hidden = config->hidden_size;
+  LoraSlots slots(3, kMaxRank, config->num_hidden_layers, ShapesFor(*config, nullptr));
+  slots.SetVocabulary(vocab, hidden);
+  for (int a = 0; a < 3; ++a) {
+    auto adapter = LoadLoraAdapter(*dir_ + "/" + Adapters()[a].name, *config, kMaxRank);
+    ASSERT_TRUE(adapter.ok()) << adapter.status();
+    ASSERT_EQ(adapter->lm_head.has_value(), a == 2);
+    ASSERT_TRUE(slots.Load(a + 1, *adapter).ok());
+  }
+  const size_t table = vocab * hidden;
+  const std::vector<double> base_embed = MergedWeight("", "model.embed_tokens.weight", table);
+  const std::vector<double> base_head = MergedWeight("", "lm_head.weight", table);
+  const std::string adapter = Adapters()[2].name;
+  const std::vector<double> embed = MergedWeight(adapter, "model.embed_tokens.weight", table);
+  const std::vector<double> head = MergedWeight(adapter, "lm_head.weight", table);
+  ASSERT_NE(embed, base_embed);
+  ASSERT_NE(head, base_head);
+
+  const int32_t token_ids[kRows] = {0, 5, 39, 17, 39, 2, 8, 0, 21};
+  std::vector<float> y(kRows * hidden);
+  std::vector<double> expected(y.size());
+  for (int r = 0; r < kRows; ++r) {
+    const std::vector<double>& rows = kRowSlots[r] == 3 ? embed : base_embed;
+    for (int64_t h = 0; h < hidden; ++h) {
+      y[r * hidden + h] = static_cast<float>(base_embed[token_ids[r] * hidden + h]);
+      expected[r * hidden + h] = rows[token_ids[r] * hidden + h];
+    }
+  }
+  const LoraSlots::View view = slots.Snapshot();
+  ASSERT_TRUE(view.ApplyEmbedding(token_ids, kRows, kRowSlots, y.data()).ok());
+  ExpectClose(y, expected, "embed_tokens");
+
+  std::mt19937 rng(23);
+  std::normal_distribution<float> normal;
+  std::vector<float> x(kRows * hidden);
+  for (float& v : x) v = normal(rng);
+  std::vector<float> logits(kRows * vocab);
+  expected.assign(logits.size(), 0);
+  for (int r = 0; r < kRows; ++r) {
+    for (int64_t v = 0; v < vocab; ++v) {
+      double base = 0, merged = 0;
+      for (int64_t h = 0; h < hidden; ++h) {
+        base += base_head[v * hidden + h] * x[r * hidden + h];
+        merged += (kRowSlots[r] == 3 ? head : base_head)[v * hidden + h] * x[r * hidden + h];
+      }
+      logits[r * vocab + v] = static_cast<float>(base);
+      expected[r * vocab + v] = merged;
+    }
+  }
+  ASSERT_TRUE(view.ApplyLmHead(x.data(), kRows, kRowSlots, logits.data()).ok());
+  ExpectClose(logits, expected, "lm_head");
+
+  const int32_t bad_token[1] = {40};
+  const int32_t slot3[1] = {3};
+  EXPECT_EQ(view.ApplyEmbedding(bad_token, 1, slot3, y.data()).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -7,14 +7,21 @@ adapter_config.json (LoraConfig.to_dict's keys) and adapter_model.safetensors
 with one tensor per update matrix named
   base_model.model.model.layers.{L}.self_attn.{q,k,v,o}_proj.lora_{A,B}.weight
   base_model.model.model.layers.{L}.mlp.{gate,up,down}_proj.lora_{A,B}.weight
-A [r, in_features], B [out_features, r]. PEFT starts B at zero; here both are
-random so that every update changes the output.
+A [r, in_features], B [out_features, r]. The targets embed_tokens and lm_head
+are the model's, not a layer's:
+  base_model.model.model.embed_tokens.lora_embedding_{A,B}  A [r, vocab], B [hidden, r]
+  base_model.model.lm_head.lora_{A,B}.weight                A [r, hidden], B [vocab, r]
+(an embedding maps a one-hot token to a hidden row: its weight, [vocab,
+hidden], gains (B @ A).T). PEFT starts B at zero; here both are random so
+that every update changes the output.
 
 Run with Debian's /usr/bin/python3 from the repo root:
   tests/reference/lora_reference.py make --base models/tiny --out /tmp/a \
       --rank 4 --alpha 8 --targets q_proj,v_proj --dtype bf16
   tests/reference/lora_reference.py merged-linear --base models/tiny \
       --adapter /tmp/a --layer 1 --module v_proj --inputs x.f64 --out y.f64
+  tests/reference/lora_reference.py merged-weight --base models/tiny \
+      --adapter /tmp/a --name lm_head.weight --out w.f64
   tests/reference/lora_reference.py generate --base models/tiny \
       --adapter /tmp/a --tokens 1,2,3 --max-tokens 8
   tests/reference/lora_reference.py greedy-batch --base models/tiny \
@@ -71,6 +78,22 @@ def linear_shape(config, module):
           "up_proj": (inter, hidden), "down_proj": (hidden, inter)}[module]
 
 
+EMBED = "base_model.model.model.embed_tokens.lora_embedding_"
+
+
+def vocabulary_shape(config, target):
+  """[out, in] of embed_tokens (one-hot token to hidden) or lm_head."""
+  hidden, vocab = config["hidden_size"], config["vocab_size"]
+  return (hidden, vocab) if target == "embed_tokens" else (vocab, hidden)
+
+
+def vocabulary_name(target, matrix):
+  """PEFT's saved name of embed_tokens' or lm_head's lora_A or lora_B."""
+  if target == "embed_tokens":
+    return EMBED + matrix
+  return f"base_model.model.lm_head.lora_{matrix}.weight"
+
+
 def peft_config(rank, alpha, targets, use_rslora, base_model):
   """LoraConfig.to_dict() as PEFT writes it, defaults included."""
   return {
@@ -104,14 +127,26 @@ def make_adapter(base_dir, out, rank, alpha, targets, dtype="f32",
     config = json.load(f)
   rng = np.random.default_rng(seed)
   tensors = {}
+
+  def draw(out_features, in_features, a_name, b_name, in_scale):
+    # Sized so that scale * B @ A moves the outputs by O(0.1) of the base's.
+    a = rng.standard_normal((rank, in_features)) / math.sqrt(in_scale)
+    b = rng.standard_normal((out_features, rank)) * 0.2 / math.sqrt(rank)
+    tensors[a_name] = Fixed(a.astype(np.float32))
+    tensors[b_name] = Fixed(b.astype(np.float32))
+
+  layer_targets = [t for t in targets if t in MODULES]
   for layer in range(config["num_hidden_layers"]):
-    for module in targets:
+    for module in layer_targets:
       out_features, in_features = linear_shape(config, module)
-      # Sized so that scale * B @ A moves the outputs by O(0.1) of the base's.
-      a = rng.standard_normal((rank, in_features)) / math.sqrt(in_features)
-      b = rng.standard_normal((out_features, rank)) * 0.2 / math.sqrt(rank)
-      tensors[peft_name(layer, module, "A")] = Fixed(a.astype(np.float32))
-      tensors[peft_name(layer, module, "B")] = Fixed(b.astype(np.float32))
+      draw(out_features, in_features, peft_name(layer, module, "A"),
+           peft_name(layer, module, "B"), in_features)
+  for target in (t for t in targets if t not in MODULES):
+    out_features, in_features = vocabulary_shape(config, target)
+    # A token picks one column of an embedding's A: no 1/sqrt(in) there.
+    draw(out_features, in_features, vocabulary_name(target, "A"),
+         vocabulary_name(target, "B"),
+         1 if target == "embed_tokens" else in_features)
   os.makedirs(out, exist_ok=True)
   maker.write_safetensors(os.path.join(out, "adapter_model.safetensors"),
                           tensors, dtype)
@@ -135,6 +170,8 @@ def read_adapter(adapter_dir):
       module = name[len(prefix):-len(suffix)]
       b = tensors[name[:-len(suffix)] + ".lora_B.weight"]
       deltas[module] = b @ a
+  if EMBED + "A" in tensors:
+    deltas["model.embed_tokens"] = (tensors[EMBED + "B"] @ tensors[EMBED + "A"]).T
   return scale, deltas
 
 
@@ -192,6 +229,11 @@ def main(argv):
   p_lin.add_argument("--out", required=True)
   p_gen.add_argument("--tokens", required=True)
   p_gen.add_argument("--max-tokens", type=int, required=True)
+  p_weight = sub.add_parser("merged-weight")
+  p_weight.add_argument("--base", required=True)
+  p_weight.add_argument("--adapter")
+  p_weight.add_argument("--name", required=True)
+  p_weight.add_argument("--out", required=True)
   p_batch = sub.add_parser("greedy-batch")
   p_batch.add_argument("--base", required=True)
   p_batch.add_argument("--requests", required=True)
@@ -205,6 +247,13 @@ def main(argv):
   elif args.command == "greedy-batch":
     print(json.dumps(greedy_batch(args.base, json.loads(args.requests),
                                   args.max_tokens)))
+  elif args.command == "merged-weight":
+    # One weight of the model (lm_head.weight too when tied), merged with
+    # the adapter's update when one is given, float64 row-major.
+    weights = ref.load_model(args.base).weights
+    if args.adapter:
+      weights = merged_weights(weights, args.adapter)
+    weights[args.name].astype("<f8").tofile(args.out)
   elif args.command == "merged-linear":
     # y = x @ (W + scale * B @ A).T, x read as float64 [rows, in].
     merged = merged_weights(ref.read_model_weights(args.base), args.adapter)

@@ -73,6 +73,32 @@ class LoraReferenceTest(unittest.TestCase):
       untouched = "model.embed_tokens.weight"
       self.assertIs(merged[untouched], weights[untouched])
 
+  def test_embed_tokens_and_lm_head_merge_as_peft_applies_them(self):
+    """PEFT's Embedding adds scale * (A.T[t] @ B.T) to token t's row and its
+    Linear head scale * B @ (A @ h): both computed here through the
+    bottleneck, against the merged weights (the head of a tied model too:
+    its embedding keeps its own update)."""
+    out = self.make("vocab", 3, ["embed_tokens", "lm_head", "q_proj"])
+    tensors = ref.read_safetensors(os.path.join(out, "adapter_model.safetensors"))
+    self.assertEqual(tensors[lora.EMBED + "A"].shape, (3, 32))
+    self.assertEqual(tensors[lora.EMBED + "B"].shape, (16, 3))
+    head_a = tensors["base_model.model.lm_head.lora_A.weight"]
+    head_b = tensors["base_model.model.lm_head.lora_B.weight"]
+    self.assertEqual((head_a.shape, head_b.shape), ((3, 16), (32, 3)))
+    scale = 8.0 / 3
+    model = ref.load_model(self.base)
+    weights = model.weights
+    merged = lora.merged_weights(weights, out)
+    for t in (0, 7, 31):
+      row = weights["model.embed_tokens.weight"][t] + scale * (
+          tensors[lora.EMBED + "A"].T[t] @ tensors[lora.EMBED + "B"].T)
+      np.testing.assert_allclose(merged["model.embed_tokens.weight"][t], row, rtol=1e-12)
+    h = np.random.default_rng(2).standard_normal((4, 16))
+    np.testing.assert_allclose(h @ merged["lm_head.weight"].T,
+                               h @ weights["lm_head.weight"].T + scale * ((h @ head_a.T) @ head_b.T),
+                               rtol=1e-12)
+    self.assertEqual(len(tensors), 2 * 2 + 2 + 2)
+
   def test_the_adapter_moves_the_logits_and_generate_runs(self):
     out = self.make("gen", 8, list(lora.MODULES))
     model = ref.load_model(self.base)

@@ -22,8 +22,11 @@ struct TestAdapterSpec {
 };
 
 // Ranks 8, 4 (rsLoRA) and 13; bf16, f32 and f16; every projection, the
-// attention ones, and the MLP's plus q_proj.
+// attention ones, and the MLP's plus q_proj, embed_tokens and lm_head.
 const std::vector<TestAdapterSpec>& TestAdapters();
+// The same without embed_tokens and lm_head (which only the CPU worker
+// applies): what a CUDA worker's slots take.
+const std::vector<TestAdapterSpec>& TestAdaptersOfProjections();
 
 // Writes `spec` (lora_alpha 6) as a PEFT directory at `out` for the model at
 // `base`; runs PythonBinary() from the repository root, as ctest does.

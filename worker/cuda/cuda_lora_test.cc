@@ -48,7 +48,11 @@ constexpr int kMaxLoraRank = 16;
 constexpr double kTolerance = 1e-2;
 
 using AdapterSpec = ::pagoda::testing::TestAdapterSpec;
-const std::vector<AdapterSpec>& Adapters() { return ::pagoda::testing::TestAdapters(); }
+// The CUDA slots apply the seven projections (embed_tokens and lm_head
+// updates run on the CPU worker only, docs/lora.md).
+const std::vector<AdapterSpec>& Adapters() {
+  return ::pagoda::testing::TestAdaptersOfProjections();
+}
 
 struct Request {
   std::vector<int> prompt;

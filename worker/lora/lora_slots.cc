@@ -1,6 +1,7 @@
 #include "worker/lora/lora_slots.h"
 
 #include <algorithm>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -26,6 +27,15 @@ std::vector<std::pair<int64_t, int64_t>> SplitLoraGroups(const std::vector<int>&
   return tasks;
 }
 
+// `m` ([rows, cols] row-major) transposed.
+std::vector<float> Transposed(const std::vector<float>& m, int64_t rows, int64_t cols) {
+  std::vector<float> t(m.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) t[c * rows + r] = m[r * cols + c];
+  }
+  return t;
+}
+
 }  // namespace
 
 LoraSlots::LoraSlots(int max_loras, int max_rank, int num_layers,
@@ -45,7 +55,31 @@ LoraSlots::LoraSlots(int max_loras, int max_rank, int num_layers,
 size_t LoraSlots::MaxAdapterBytes() const {
   size_t per_layer = 0;
   for (const LinearShape& shape : shapes_) per_layer += static_cast<size_t>(shape.in + shape.out);
-  return per_layer * max_rank_ * num_layers_ * sizeof(float);
+  const size_t vocabulary = 2 * static_cast<size_t>(vocabulary_.in + vocabulary_.out);
+  return (per_layer * num_layers_ + vocabulary) * max_rank_ * sizeof(float);
+}
+
+absl::Status LoraSlots::CheckVocabularyUpdates(const LoraAdapter& adapter) const {
+  if (!adapter.embed_tokens && !adapter.lm_head) return absl::OkStatus();
+  if (vocabulary_.out == 0 || device_ != nullptr) {
+    return absl::InvalidArgumentError(
+        "LoRA on embed_tokens or lm_head runs on the CPU worker only (docs/lora.md)");
+  }
+  // embed_tokens maps a one-hot token to a hidden row: in vocab, out hidden.
+  const LinearShape embed{vocabulary_.in, vocabulary_.out};
+  for (const auto& [pair, name, expected] :
+       {std::tuple{&adapter.embed_tokens, kLoraEmbedTokens, embed},
+        std::tuple{&adapter.lm_head, kLoraLmHead, vocabulary_}}) {
+    if (!*pair) continue;
+    const LoraMatrices& m = **pair;
+    if (m.rank < 1 || m.rank > max_rank_ || m.in != expected.in || m.out != expected.out) {
+      return absl::InvalidArgumentError(absl::StrCat("LoRA ", name, " of rank ", m.rank, " maps ",
+                                                     m.in, " to ", m.out, "; this worker's takes ",
+                                                     expected.in, " to ", expected.out,
+                                                     " with rank at most ", max_rank_));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status LoraSlots::CheckAdapter(const LoraAdapter& adapter) const {
@@ -67,7 +101,7 @@ absl::Status LoraSlots::CheckAdapter(const LoraAdapter& adapter) const {
       }
     }
   }
-  return absl::OkStatus();
+  return CheckVocabularyUpdates(adapter);
 }
 
 absl::Status LoraSlots::Load(int slot, const LoraAdapter& adapter) {
@@ -90,6 +124,15 @@ absl::Status LoraSlots::Load(int slot, const LoraAdapter& adapter) {
       target->layers[layer][m] = Update{pair->rank, PackLoraA(pair->a.data(), pair->rank, pair->in),
                                         TransposeLoraB(pair->b.data(), pair->rank, pair->out)};
     }
+  }
+  if (adapter.embed_tokens) {
+    const LoraMatrices& m = *adapter.embed_tokens;
+    target->embed_tokens = EmbedUpdate{m.rank, Transposed(m.a, m.rank, m.in), m.b};
+  }
+  if (adapter.lm_head) {
+    const LoraMatrices& m = *adapter.lm_head;
+    target->lm_head = Update{m.rank, PackLoraA(m.a.data(), m.rank, m.in),
+                             TransposeLoraB(m.b.data(), m.rank, m.out)};
   }
   target->scale = adapter.scale;
   if (device_ != nullptr) {
@@ -125,6 +168,17 @@ int LoraSlots::View::rank(int slot, LoraTarget target) const {
   return update ? update->rank : 0;
 }
 
+absl::Status LoraSlots::View::CheckRowSlots(const int32_t* row_slots, int rows) const {
+  const int num_slots = static_cast<int>(slots_.size());
+  for (int r = 0; r < rows; ++r) {
+    if (row_slots[r] < 0 || row_slots[r] >= num_slots) {
+      return absl::InvalidArgumentError(absl::StrCat("row ", r, " names LoRA slot ", row_slots[r],
+                                                     ", outside [0, ", num_slots - 1, "]"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status LoraSlots::View::Apply(const float* x, int rows, const int32_t* row_slots,
                                     LoraTarget target, float* y, int64_t y_stride,
                                     const LoraParallelFor* parallel_for) const {
@@ -136,21 +190,63 @@ absl::Status LoraSlots::View::Apply(const float* x, int rows, const int32_t* row
     return absl::InvalidArgumentError(
         absl::StrCat("LoRA layer ", target.layer, " is outside [0, ", owner_->num_layers_, ")"));
   }
-  const int num_slots = static_cast<int>(slots_.size());
   const int module = static_cast<int>(target.module);
   auto update_of = [&](int s) -> const Update* {
     if (slots_[s] == nullptr) return nullptr;
     const auto& update = slots_[s]->layers[target.layer][module];
     return update ? &*update : nullptr;
   };
+  return ApplyGrouped(update_of, owner_->shapes_[module], x, rows, row_slots, y, y_stride,
+                      parallel_for);
+}
+
+absl::Status LoraSlots::View::ApplyLmHead(const float* x, int rows, const int32_t* row_slots,
+                                          float* logits, int64_t logits_stride,
+                                          const LoraParallelFor* parallel_for) const {
+  if (owner_ == nullptr) return absl::FailedPreconditionError("LoRA view of no slots");
+  auto update_of = [&](int s) -> const Update* {
+    return slots_[s] != nullptr && slots_[s]->lm_head ? &*slots_[s]->lm_head : nullptr;
+  };
+  return ApplyGrouped(update_of, owner_->vocabulary_, x, rows, row_slots, logits, logits_stride,
+                      parallel_for);
+}
+
+absl::Status LoraSlots::View::ApplyEmbedding(const int32_t* token_ids, int rows,
+                                             const int32_t* row_slots, float* y) const {
+  if (owner_ == nullptr) return absl::FailedPreconditionError("LoRA view of no slots");
+  if (absl::Status s = CheckRowSlots(row_slots, rows); !s.ok()) return s;
+  const int64_t vocab = owner_->vocabulary_.out, hidden = owner_->vocabulary_.in;
+  for (int r = 0; r < rows; ++r) {
+    const Slot* slot = slots_[row_slots[r]].get();
+    if (slot == nullptr || !slot->embed_tokens) continue;
+    const EmbedUpdate& update = *slot->embed_tokens;
+    if (token_ids[r] < 0 || token_ids[r] >= vocab) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("row ", r, " has token id ", token_ids[r], ", outside [0, ", vocab, ")"));
+    }
+    // B (hidden x rank) times token t's column of A, a contiguous row of Aᵀ.
+    const float* a = update.a_t.data() + static_cast<int64_t>(token_ids[r]) * update.rank;
+    float* out = y + r * hidden;
+    for (int64_t h = 0; h < hidden; ++h) {
+      const float* b = update.b.data() + h * update.rank;
+      float sum = 0;
+      for (int k = 0; k < update.rank; ++k) sum += b[k] * a[k];
+      out[h] += slot->scale * sum;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LoraSlots::View::ApplyGrouped(const std::function<const Update*(int)>& update_of,
+                                           LinearShape shape, const float* x, int rows,
+                                           const int32_t* row_slots, float* y, int64_t y_stride,
+                                           const LoraParallelFor* parallel_for) const {
+  if (absl::Status s = CheckRowSlots(row_slots, rows); !s.ok()) return s;
+  const int num_slots = static_cast<int>(slots_.size());
   // The rows to update, grouped by slot (a counting sort), so each
   // adapter's A and B are read once per group while they stay in cache.
   std::vector<int> counts(num_slots + 1, 0);
   for (int r = 0; r < rows; ++r) {
-    if (row_slots[r] < 0 || row_slots[r] >= num_slots) {
-      return absl::InvalidArgumentError(absl::StrCat("row ", r, " names LoRA slot ", row_slots[r],
-                                                     ", outside [0, ", num_slots - 1, "]"));
-    }
     if (update_of(row_slots[r]) != nullptr) ++counts[row_slots[r] + 1];
   }
   for (int s = 1; s <= num_slots; ++s) counts[s] += counts[s - 1];
@@ -162,7 +258,6 @@ absl::Status LoraSlots::View::Apply(const float* x, int rows, const int32_t* row
     if (update_of(row_slots[r]) != nullptr) grouped[next[row_slots[r]]++] = r;
   }
 
-  const LinearShape shape = owner_->shapes_[module];
   const int64_t stride = y_stride > 0 ? y_stride : shape.out;
   const std::vector<std::pair<int64_t, int64_t>> tasks = SplitLoraGroups(counts);
   auto run_tasks = [&](int64_t first, int64_t last) {

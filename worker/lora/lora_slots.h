@@ -44,9 +44,18 @@ class LoraSlots {
     std::vector<float> a_panels;
     std::vector<float> b_t;
   };
+  // embed_tokens' update: token t's row gains scale · B a_t[t] (a_t is Aᵀ,
+  // [vocab, rank], so a token's column of A is one contiguous row).
+  struct EmbedUpdate {
+    int rank = 0;
+    std::vector<float> a_t;
+    std::vector<float> b;  // [hidden, rank].
+  };
   struct Slot {
     float scale = 0;
     std::vector<std::array<std::optional<Update>, kNumLoraModules>> layers;
+    std::optional<EmbedUpdate> embed_tokens;
+    std::optional<Update> lm_head;  // A [rank, hidden] to [vocab].
   };
 
  public:
@@ -63,6 +72,11 @@ class LoraSlots {
   // Load): Load hands them to it and keeps only ranks and scales here, and
   // View::Apply refuses (the model applies through the device instead).
   void AttachDevice(std::shared_ptr<LoraDeviceSlots> device) { device_ = std::move(device); }
+  // Lets adapters carry embed_tokens and lm_head updates for a model of
+  // `vocab` tokens and `hidden` features (call before any Load; the CPU
+  // only: with a device attached such adapters are refused). Without it
+  // they are refused.
+  void SetVocabulary(int64_t vocab, int64_t hidden) { vocabulary_ = {vocab, hidden}; }
   const std::shared_ptr<LoraDeviceSlots>& device() const { return device_; }
 
   int max_loras() const { return max_loras_; }
@@ -104,8 +118,26 @@ class LoraSlots {
                        float* y, int64_t y_stride = 0,
                        const LoraParallelFor* parallel_for = nullptr) const;
 
+    // embed_tokens: y[r, :] += scale_s · B_s A_s[:, token_ids[r]] for the
+    // rows whose slot's adapter updates the embedding; y is [rows, hidden]
+    // f32. INVALID_ARGUMENT for a row slot outside [0, max_loras] or a token
+    // id outside the vocabulary.
+    absl::Status ApplyEmbedding(const int32_t* token_ids, int rows, const int32_t* row_slots,
+                                float* y) const;
+    // lm_head: as Apply, for the head ([vocab, hidden]); logits rows are
+    // `logits_stride` apart (0: vocab).
+    absl::Status ApplyLmHead(const float* x, int rows, const int32_t* row_slots, float* logits,
+                             int64_t logits_stride = 0,
+                             const LoraParallelFor* parallel_for = nullptr) const;
+
    private:
     friend class LoraSlots;
+    // Apply's body for the update `update_of(slot)` (null: none) of shape
+    // `shape`.
+    absl::Status ApplyGrouped(const std::function<const Update*(int)>& update_of, LinearShape shape,
+                              const float* x, int rows, const int32_t* row_slots, float* y,
+                              int64_t y_stride, const LoraParallelFor* parallel_for) const;
+    absl::Status CheckRowSlots(const int32_t* row_slots, int rows) const;
     const LoraSlots* owner_ = nullptr;
     std::vector<std::shared_ptr<const Slot>> slots_;  // Index 0 null (the base model).
   };
@@ -129,12 +161,14 @@ class LoraSlots {
 
  private:
   absl::Status CheckAdapter(const LoraAdapter& adapter) const;
+  absl::Status CheckVocabularyUpdates(const LoraAdapter& adapter) const;
 
   const SimdKernels* const simd_;
   const int max_loras_;
   const int max_rank_;
   const int num_layers_;
   const std::array<LinearShape, kNumLoraModules> shapes_;
+  LinearShape vocabulary_;  // lm_head's [vocab, hidden]; 0 until SetVocabulary.
   std::shared_ptr<LoraDeviceSlots> device_;
   mutable absl::Mutex mutex_;
   std::vector<std::shared_ptr<const Slot>> slots_ ABSL_GUARDED_BY(mutex_);

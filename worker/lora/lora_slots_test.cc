@@ -187,5 +187,53 @@ TEST(LoraSlotsTest, RefusesBadSlotsShapesAndRanks) {
   EXPECT_EQ(y, y0);
 }
 
+// embed_tokens and lm_head updates (vocabulary 11, hidden 7, odd sizes):
+// against the plain reference, taken only once SetVocabulary gave the
+// shapes.
+TEST(LoraSlotsTest, EmbeddingAndHeadUpdatesFollowThePlainReference) {
+  std::mt19937 rng(9);
+  const int64_t vocab = 11, hidden = 7;
+  const int rank = 3;
+  LoraAdapter adapter = MakeAdapter(1, LoraModule::kQ, {5, 9}, 2, 1, rng);
+  adapter.scale = 0.75f;
+  adapter.embed_tokens = LoraMatrices{rank, vocab, hidden, Random(rank * vocab, rng),
+                                      Random(hidden * rank, rng)};
+  adapter.lm_head = LoraMatrices{rank, hidden, vocab, Random(rank * hidden, rng),
+                                 Random(vocab * rank, rng)};
+  LoraSlots slots(2, 8, 1, Shapes({5, 9}));
+  EXPECT_FALSE(slots.Load(1, adapter).ok()) << "taken before SetVocabulary";
+  slots.SetVocabulary(vocab, hidden);
+  LoraAdapter wrong_vocab = adapter;
+  wrong_vocab.embed_tokens->in = vocab + 1;
+  EXPECT_FALSE(slots.Load(1, wrong_vocab).ok());
+  ASSERT_TRUE(slots.Load(2, adapter).ok());
+
+  const int32_t token_ids[] = {10, 0, 4};
+  const int32_t row_slots[] = {2, 0, 2};
+  std::vector<float> y(3 * hidden, 0.5f);
+  const LoraSlots::View view = slots.Snapshot();
+  ASSERT_TRUE(view.ApplyEmbedding(token_ids, 3, row_slots, y.data()).ok());
+  for (int r = 0; r < 3; ++r) {
+    std::vector<float> one_hot(vocab, 0.0f);
+    one_hot[token_ids[r]] = 1;
+    const std::vector<double> delta = Reference(*adapter.embed_tokens, 0.75f, one_hot.data());
+    for (int64_t h = 0; h < hidden; ++h) {
+      EXPECT_NEAR(y[r * hidden + h], 0.5 + (row_slots[r] == 2 ? delta[h] : 0), 1e-5);
+    }
+  }
+  const std::vector<float> x = Random(3 * hidden, rng);
+  std::vector<float> logits(3 * (vocab + 2), 0.25f);  // Rows vocab + 2 apart.
+  ASSERT_TRUE(view.ApplyLmHead(x.data(), 3, row_slots, logits.data(), vocab + 2).ok());
+  for (int r = 0; r < 3; ++r) {
+    const std::vector<double> delta = Reference(*adapter.lm_head, 0.75f, x.data() + r * hidden);
+    for (int64_t v = 0; v < vocab + 2; ++v) {
+      const double moved = row_slots[r] == 2 && v < vocab ? delta[v] : 0;
+      EXPECT_NEAR(logits[r * (vocab + 2) + v], 0.25 + moved, 1e-5) << r << " " << v;
+    }
+  }
+  const int32_t bad_token[] = {11};
+  EXPECT_FALSE(view.ApplyEmbedding(bad_token, 1, row_slots, y.data()).ok());
+}
+
 }  // namespace
 }  // namespace pagoda::worker
