@@ -22,6 +22,8 @@ Run with Debian's /usr/bin/python3 from the repo root:
       --adapter /tmp/a --layer 1 --module v_proj --inputs x.f64 --out y.f64
   tests/reference/lora_reference.py merged-weight --base models/tiny \
       --adapter /tmp/a --name lm_head.weight --out w.f64
+  tests/reference/lora_reference.py prompt-logprobs --base models/tiny \
+      --adapter /tmp/a --tokens 1,2,3 --next 2,3,9
   tests/reference/lora_reference.py generate --base models/tiny \
       --adapter /tmp/a --tokens 1,2,3 --max-tokens 8
   tests/reference/lora_reference.py greedy-batch --base models/tiny \
@@ -234,6 +236,11 @@ def main(argv):
   p_weight.add_argument("--adapter")
   p_weight.add_argument("--name", required=True)
   p_weight.add_argument("--out", required=True)
+  p_prompt = sub.add_parser("prompt-logprobs")
+  p_prompt.add_argument("--base", required=True)
+  p_prompt.add_argument("--adapter")
+  p_prompt.add_argument("--tokens", required=True)
+  p_prompt.add_argument("--next", required=True)
   p_batch = sub.add_parser("greedy-batch")
   p_batch.add_argument("--base", required=True)
   p_batch.add_argument("--requests", required=True)
@@ -247,6 +254,16 @@ def main(argv):
   elif args.command == "greedy-batch":
     print(json.dumps(greedy_batch(args.base, json.loads(args.requests),
                                   args.max_tokens)))
+  elif args.command == "prompt-logprobs":
+    # Row i's float64 log-probability of next[i] after tokens[:i + 1],
+    # under the merged model, as JSON.
+    model = ref.load_model(args.base)
+    if args.adapter:
+      model.weights = merged_weights(model.weights, args.adapter)
+    tokens = [int(t) for t in args.tokens.split(",")]
+    rows = ref.forward(model, tokens)
+    print(json.dumps([float(ref.log_softmax(rows[i])[int(t)])
+                      for i, t in enumerate(args.next.split(","))]))
   elif args.command == "merged-weight":
     # One weight of the model (lm_head.weight too when tied), merged with
     # the adapter's update when one is given, float64 row-major.

@@ -21,6 +21,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -255,6 +256,51 @@ TEST_F(LoraWorkerTest, MixedBatchOfBaseAndThreeAdaptersMatchesMergedWeightsOnOne
     ASSERT_NE(group, nullptr);
     ExpectMatchesReference(RunMixedBatch(*group), absl::StrCat(world, " rank(s)"));
     EXPECT_TRUE(group->Healthy());
+    group->Shutdown();
+  }
+}
+
+// Prompt logprobs of an adapter that updates embed_tokens and lm_head (slot
+// 3) beside a base-model prompt, on one and two ranks (the head split over
+// them; its update added on rank 0): each row's log-probability is the
+// merged weights' (tests/reference/lora_reference.py prompt-logprobs).
+TEST_F(LoraWorkerTest, PromptLogprobsFollowTheMergedEmbeddingAndHead) {
+  ASSERT_EQ(Adapters()[2].targets.find("lm_head") != std::string::npos, true);
+  const std::vector<int> prompt = {26, 4, 33, 9, 12}, next = {4, 33, 9, 12, 7};
+  std::vector<std::vector<double>> expected;
+  for (const std::string& adapter : {AdapterPath(3), std::string()}) {
+    const std::string out = *dir_ + "/prompt_logprobs.json";
+    const std::string command = absl::StrCat(
+        PythonBinary(), " tests/reference/lora_reference.py prompt-logprobs --base ", Base(),
+        adapter.empty() ? "" : absl::StrCat(" --adapter ", adapter), " --tokens ",
+        absl::StrJoin(prompt, ","), " --next ", absl::StrJoin(next, ","), " > ", out);
+    ASSERT_EQ(std::system(command.c_str()), 0) << command;
+    std::ifstream in(out);
+    expected.push_back(nlohmann::json::parse(in).get<std::vector<double>>());
+  }
+  for (int world : {1, 2}) {
+    std::unique_ptr<WorkerGroup> group = ReadyGroup(world);
+    ASSERT_NE(group, nullptr);
+    v1::StepPlan plan;
+    for (int slot : {3, 0}) {
+      AddSequence(plan, plan.sequences_size(), prompt, 0, slot);
+      v1::SequenceStep* step = plan.mutable_sequences(plan.sequences_size() - 1);
+      step->set_do_sample(false);
+      for (int id : next) step->add_prompt_logprob_token_ids(id);
+      step->set_num_prompt_top_logprobs(1);
+    }
+    auto result = group->ExecuteStep(plan);
+    ASSERT_TRUE(result.ok()) << result.status();
+    ASSERT_EQ(result->prompt_logprobs_size(), 2);
+    for (int s = 0; s < 2; ++s) {
+      const auto& got = result->prompt_logprobs(s);
+      ASSERT_EQ(got.tokens_size(), static_cast<int>(next.size()));
+      for (int i = 0; i < got.tokens_size(); ++i) {
+        EXPECT_EQ(got.tokens(i).token_id(), next[i]);
+        EXPECT_NEAR(got.tokens(i).logprob(), expected[s][i], kLogprobTolerance)
+            << world << " rank(s), sequence " << s << ", row " << i;
+      }
+    }
     group->Shutdown();
   }
 }
