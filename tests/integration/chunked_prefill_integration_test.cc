@@ -244,18 +244,19 @@ TEST_F(ChunkedPrefillTest, SameTokensAcrossAWorkerRestart) {
   }
   std::vector<StreamOutcome> expected(requests.size());
   std::vector<StreamOutcome> outcomes(requests.size());
-  auto run_all = [&](std::vector<StreamOutcome>& into, std::atomic<int>* received) {
+  auto run_all = [&](std::vector<StreamOutcome>& into) {
     std::vector<std::thread> threads;
     for (size_t i = 0; i < requests.size(); ++i) {
-      threads.emplace_back([&, i] { into[i] = RunStream(*stub, requests[i], received); });
+      threads.emplace_back([&, i] { into[i] = RunStream(*stub, requests[i]); });
     }
     for (std::thread& thread : threads) thread.join();
   };
-  run_all(expected, nullptr);
+  run_all(expected);
   const int port = (*server)->metrics_port();
-  // One run with a kill. False when every request had finished before the
-  // kill (the clients, which decide when to kill, lagged on a loaded
-  // machine): the run proved nothing and runs again.
+  // One run with a kill, once the server has every stream and has sent a
+  // few tokens (its own counts: clients lag far behind it on a loaded
+  // machine). False when every request had still finished before the kill:
+  // the run proved nothing and runs again.
   auto run_with_kill = [&](int restarts_before) -> bool {
     // Every stream accepted first: one sent while the worker restarts would
     // be refused (UNAVAILABLE), which is not what this test is about.
@@ -267,10 +268,13 @@ TEST_F(ChunkedPrefillTest, SameTokensAcrossAWorkerRestart) {
       return MetricValue(port, "pagoda_num_requests_running") +
              MetricValue(port, "pagoda_num_requests_waiting") + finished();
     };
-    std::atomic<int> received{0};
-    std::thread clients([&] { run_all(outcomes, &received); });
+    const double tokens_before = MetricValue(port, "pagoda_generation_tokens_total");
+    std::thread clients([&] { run_all(outcomes); });
     const bool sent = WaitFor(
-        [&] { return received.load() >= 3 && accepted() >= static_cast<double>(requests.size()); },
+        [&] {
+          return accepted() >= static_cast<double>(requests.size()) &&
+                 MetricValue(port, "pagoda_generation_tokens_total") - tokens_before >= 3;
+        },
         absl::Seconds(60));
     const bool mid_run = sent && finished() < static_cast<double>(requests.size());
     // The worker of now: an earlier run's kill replaced the first one.
