@@ -205,8 +205,11 @@ class Engine {
                                            const SchedulerOutput& output, StepClock* clock);
   // A step that produced no tokens: dead workers are restarted and every
   // request resumes by recomputation (engine_recovery.cc); a plan that healthy
-  // workers refused fails only the requests in flight.
-  void HandleStepFailure(int64_t step_id, const absl::Status& status);
+  // workers refused fails the requests it held (`failed`'s), and the others
+  // (those only steps sent after it held, which were abandoned, or left out
+  // of it) resume by recomputation.
+  void HandleStepFailure(int64_t step_id, const absl::Status& status,
+                         const SchedulerOutput& failed);
   // Appends the sampled tokens (and accepted drafts before them: stop
   // checks, forks, beams), streams each request's new tokens and ends the
   // requests that finished. Returns the number of tokens generated.

@@ -87,7 +87,7 @@ bool Engine::FinishOldestStep() {
   if (!failed.ok()) {
     AbandonStep(step->output);
     AbandonStepsInFlight();
-    HandleStepFailure(step->plan->step_id(), failed);
+    HandleStepFailure(step->plan->step_id(), failed, step->output);
     PublishSnapshot(nullptr);
     return false;
   }
