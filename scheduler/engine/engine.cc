@@ -4,7 +4,6 @@
 #include <optional>
 #include <utility>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 #include "scheduler/engine/finish_reason.h"
@@ -377,33 +376,6 @@ absl::StatusOr<Engine::ExecutedStep> Engine::ExecutePlan(const pagoda::worker::v
     executed.accepted_drafts = *std::move(accepted);
   }
   return executed;
-}
-
-void Engine::HandleStepFailure(int64_t step_id, const absl::Status& status,
-                               const SchedulerOutput& failed) {
-  table_deltas_.Reset();  // The workers dropped their tables with the step.
-  sampling_deltas_.Reset();
-  if (!workers_->Healthy() || absl::IsUnavailable(status)) {
-    LOG(ERROR) << "step " << step_id << ": workers failed: " << status;
-    if (!RecoverWorkers()) FailForGood(status);  // engine_recovery.cc
-    return;
-  }
-  // The workers rejected the plan and kept their state (a server bug, not
-  // a dead worker). The step's requests fail: sent again, they would be
-  // refused again. The engine goes on serving the others: requests that
-  // arrived during the step were not part of it (queued, or scheduled into
-  // a step sent after it under async scheduling, which was abandoned), and
-  // recomputation gives them exactly their tokens (engine_recovery.cc).
-  LOG(ERROR) << "step " << step_id << " rejected; failing its requests: " << status;
-  const absl::Status failure = absl::InternalError(absl::StrCat("step failed: ", status.message()));
-  absl::flat_hash_set<std::string> ids;
-  for (const ScheduledSequence& entry : failed.scheduled) ids.insert(entry.group->request_id());
-  for (const std::string& id : ids) {
-    std::unique_ptr<SequenceGroup> group = scheduler_->AbortRequest(id);
-    FinishRequest(id, failure, kFinishReasonError);
-    if (group != nullptr) RetireGroup(std::move(group));
-  }
-  scheduler_->RequeueAllForRecompute();
 }
 
 int Engine::ProcessOutputs(const SchedulerOutput& output,

@@ -1,5 +1,6 @@
 // The Engine's part of worker recovery: what the engine does when its workers
-// die (restart them, resume by recomputation, or fail for good). The
+// die (restart them, resume by recomputation, or fail for good) or refuse a
+// plan (fail that step's requests, resume the others). The
 // Scheduler's part, requeueing every request, is
 // Scheduler::RequeueAllForRecompute (scheduler_between_steps.cc). Kept apart
 // from engine.cc and scheduler.cc, whose step logic it only borrows.
@@ -13,13 +14,43 @@
 // stream neither repeats nor skips a token (the step that failed produced
 // none).
 
+#include <memory>
 #include <string>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 #include "scheduler/engine/engine.h"
+#include "scheduler/engine/finish_reason.h"
 
 namespace pagoda::scheduler {
+
+void Engine::HandleStepFailure(int64_t step_id, const absl::Status& status,
+                               const SchedulerOutput& failed) {
+  table_deltas_.Reset();  // The workers dropped their tables with the step.
+  sampling_deltas_.Reset();
+  if (!workers_->Healthy() || absl::IsUnavailable(status)) {
+    LOG(ERROR) << "step " << step_id << ": workers failed: " << status;
+    if (!RecoverWorkers()) FailForGood(status);  // engine_recovery.cc
+    return;
+  }
+  // The workers rejected the plan and kept their state (a server bug, not
+  // a dead worker). The step's requests fail: sent again, they would be
+  // refused again. The engine goes on serving the others: requests that
+  // arrived during the step were not part of it (queued, or scheduled into
+  // a step sent after it under async scheduling, which was abandoned), and
+  // recomputation gives them exactly their tokens (engine_recovery.cc).
+  LOG(ERROR) << "step " << step_id << " rejected; failing its requests: " << status;
+  const absl::Status failure = absl::InternalError(absl::StrCat("step failed: ", status.message()));
+  absl::flat_hash_set<std::string> ids;
+  for (const ScheduledSequence& entry : failed.scheduled) ids.insert(entry.group->request_id());
+  for (const std::string& id : ids) {
+    std::unique_ptr<SequenceGroup> group = scheduler_->AbortRequest(id);
+    FinishRequest(id, failure, kFinishReasonError);
+    if (group != nullptr) RetireGroup(std::move(group));
+  }
+  scheduler_->RequeueAllForRecompute();
+}
 
 bool Engine::RecoverWorkers() {
   const absl::Time start = absl::Now();
