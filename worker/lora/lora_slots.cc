@@ -237,17 +237,19 @@ absl::Status LoraSlots::View::ApplyEmbedding(const int32_t* token_ids, int rows,
   return absl::OkStatus();
 }
 
-absl::Status LoraSlots::View::ApplyGrouped(const std::function<const Update*(int)>& update_of,
+absl::Status LoraSlots::View::ApplyGrouped(absl::FunctionRef<const Update*(int)> update_of,
                                            LinearShape shape, const float* x, int rows,
                                            const int32_t* row_slots, float* y, int64_t y_stride,
                                            const LoraParallelFor* parallel_for) const {
   if (absl::Status s = CheckRowSlots(row_slots, rows); !s.ok()) return s;
   const int num_slots = static_cast<int>(slots_.size());
+  std::vector<const Update*> by_slot(num_slots);
+  for (int s = 0; s < num_slots; ++s) by_slot[s] = update_of(s);
   // The rows to update, grouped by slot (a counting sort), so each
   // adapter's A and B are read once per group while they stay in cache.
   std::vector<int> counts(num_slots + 1, 0);
   for (int r = 0; r < rows; ++r) {
-    if (update_of(row_slots[r]) != nullptr) ++counts[row_slots[r] + 1];
+    if (by_slot[row_slots[r]] != nullptr) ++counts[row_slots[r] + 1];
   }
   for (int s = 1; s <= num_slots; ++s) counts[s] += counts[s - 1];
   const int64_t num_updated = counts[num_slots];
@@ -255,7 +257,7 @@ absl::Status LoraSlots::View::ApplyGrouped(const std::function<const Update*(int
   std::vector<int32_t> grouped(num_updated);
   std::vector<int> next(counts.begin(), counts.end() - 1);
   for (int r = 0; r < rows; ++r) {
-    if (update_of(row_slots[r]) != nullptr) grouped[next[row_slots[r]]++] = r;
+    if (by_slot[row_slots[r]] != nullptr) grouped[next[row_slots[r]]++] = r;
   }
 
   const int64_t stride = y_stride > 0 ? y_stride : shape.out;
@@ -265,7 +267,7 @@ absl::Status LoraSlots::View::ApplyGrouped(const std::function<const Update*(int
     for (int64_t t = first; t < last; ++t) {
       const auto [begin, end] = tasks[t];
       const int s = row_slots[grouped[begin]];
-      const Update& update = *update_of(s);
+      const Update& update = *by_slot[s];
       const LoraKernelWeights weights{
           update.a_panels.data(), update.b_t.data(), update.rank, shape.in, shape.out,
           slots_[s]->scale};

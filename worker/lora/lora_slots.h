@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "common/lora_adapter.h"
@@ -133,8 +134,8 @@ class LoraSlots {
    private:
     friend class LoraSlots;
     // Apply's body for the update `update_of(slot)` (null: none) of shape
-    // `shape`.
-    absl::Status ApplyGrouped(const std::function<const Update*(int)>& update_of, LinearShape shape,
+    // `shape`; update_of is asked once per slot.
+    absl::Status ApplyGrouped(absl::FunctionRef<const Update*(int)> update_of, LinearShape shape,
                               const float* x, int rows, const int32_t* row_slots, float* y,
                               int64_t y_stride, const LoraParallelFor* parallel_for) const;
     absl::Status CheckRowSlots(const int32_t* row_slots, int rows) const;
