@@ -480,14 +480,13 @@ void Engine::FinishRequest(const std::string& request_id, const absl::Status& st
   state->sink->OnFinish(status);
 }
 
-void Engine::FailAll(const absl::Status& status, bool include_queued) {
+void Engine::FailAll(const absl::Status& status) {
   // Frees the blocks of everything the scheduler holds.
   std::vector<std::unique_ptr<SequenceGroup>> groups = scheduler_->AbortAll();
   std::vector<std::string> ids;
   ids.reserve(requests_.size());
   for (const auto& [id, state] : requests_) ids.push_back(id);
   for (const std::string& id : ids) FinishRequest(id, status, kFinishReasonError);
-  if (!include_queued) return;
   // Requests that arrived after the last drain of the inbox.
   std::vector<EngineRequest> late;
   {

@@ -249,9 +249,9 @@ class Engine {
   // Reports a request's end to its sink and observer and forgets it.
   void FinishRequest(const std::string& request_id, const absl::Status& status,
                      std::string_view finish_reason);
-  // Fails every request the engine holds; with `include_queued`, also those
-  // still in the inbox (stop, dead workers), else they stay queued.
-  void FailAll(const absl::Status& status, bool include_queued = true);
+  // Fails every request the engine holds and those still in the inbox
+  // (stop, workers that cannot be recovered).
+  void FailAll(const absl::Status& status);
   void PublishSnapshot(const StepRecord* step);
   // Hands the events recorded since the last call to the KV event sink.
   void PublishKvEvents();
