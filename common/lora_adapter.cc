@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -79,12 +80,19 @@ struct PresentTargets {
   std::set<std::pair<int, LoraModule>> projections;
   bool embed_tokens = false;
   bool lm_head = false;
+  bool token_rows = false;
 };
 
 // Marks `name` in `present` when it is embed_tokens' or lm_head's and the
-// config lets that target in; false for any other name.
+// config lets that target in (true too for the trainable-token rows the
+// config lists); false for any other name.
 bool MarkVocabularyTensor(const std::string& name, const LoraAdapterConfig& config,
                           PresentTargets* present) {
+  if (name == kPeftEmbedTokenRows || name == kPeftLmHeadTokenRows) {
+    present->token_rows = true;
+    return !(name == kPeftEmbedTokenRows ? config.embed_token_ids : config.lm_head_token_ids)
+                .empty();
+  }
   if (name == kEmbedA || name == kEmbedB) {
     present->embed_tokens = true;
     return config.embed_tokens || config.targets_from_tensors;
@@ -110,11 +118,14 @@ absl::StatusOr<PresentTargets> CheckNames(const WeightStore& store, const std::s
       return absl::InvalidArgumentError(absl::StrCat(
           path, ": unexpected tensor \"", name.substr(0, 128),
           "\" (expected only lora_A/lora_B of the target projections of the base model's ",
-          base.num_hidden_layers, " layers, of lm_head, and embed_tokens' lora_embedding_A/B)"));
+          base.num_hidden_layers,
+          " layers, of lm_head, embed_tokens' lora_embedding_A/B, and the trainable tokens' rows "
+          "trainable_token_indices lists)"));
     }
     if (parsed) present.projections.insert({parsed->layer, parsed->module});
   }
-  if (present.projections.empty() && !present.embed_tokens && !present.lm_head) {
+  if (present.projections.empty() && !present.embed_tokens && !present.lm_head &&
+      !present.token_rows) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": no LoRA tensors"));
   }
   return present;
@@ -178,12 +189,55 @@ absl::Status ReadVocabularyPairs(const WeightStore& store, const std::string& pa
   return absl::OkStatus();
 }
 
+// One module's trainable-token rows: `ids`' replacement rows, [n, hidden].
+absl::StatusOr<LoraTokenRows> ReadTokenRows(const WeightStore& store, const std::string& path,
+                                            const char* name, const std::vector<int32_t>& ids,
+                                            const ModelConfig& base) {
+  for (int32_t id : ids) {
+    if (id >= base.vocab_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": trainable token id ", id, " is outside the base model's ",
+                       base.vocab_size, "-token vocabulary"));
+    }
+  }
+  auto rows = ReadMatrix(store, path, name, {static_cast<int64_t>(ids.size()), base.hidden_size});
+  if (!rows.ok()) return rows.status();
+  return LoraTokenRows{ids, *std::move(rows)};
+}
+
+// trainable_token_indices' rows. A tied base has one matrix for the
+// embedding and the head: its head takes the embedding's rows, and rows of
+// the head's own would change that shared matrix two ways (refused).
+absl::Status ReadTrainableTokens(const WeightStore& store, const std::string& path,
+                                 const ModelConfig& base, LoraAdapter* adapter) {
+  const LoraAdapterConfig& config = adapter->config;
+  if (base.tie_word_embeddings && !config.lm_head_token_ids.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": the base model ties lm_head to embed_tokens, so lm_head's trainable tokens are "
+              "embed_tokens' (list them there)"));
+  }
+  for (const auto& [ids, name, rows] :
+       {std::tuple{&config.embed_token_ids, kPeftEmbedTokenRows, &adapter->embed_token_rows},
+        std::tuple{&config.lm_head_token_ids, kPeftLmHeadTokenRows,
+                   &adapter->lm_head_token_rows}}) {
+    if (ids->empty()) continue;
+    auto read = ReadTokenRows(store, path, name, *ids, base);
+    if (!read.ok()) return read.status();
+    *rows = *std::move(read);
+  }
+  if (base.tie_word_embeddings) adapter->lm_head_token_rows = adapter->embed_token_rows;
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 size_t LoraAdapter::bytes() const {
   size_t total = 0;
   for (const auto* pair : {&embed_tokens, &lm_head}) {
     if (*pair) total += ((*pair)->a.size() + (*pair)->b.size()) * sizeof(float);
+  }
+  for (const auto* rows : {&embed_token_rows, &lm_head_token_rows}) {
+    if (*rows) total += (*rows)->rows.size() * sizeof(float) + (*rows)->ids.size() * 4;
   }
   for (const auto& layer : layers) {
     for (const auto& pair : layer) {
@@ -199,11 +253,11 @@ std::string PeftLoraTensorPrefix(int layer, LoraModule module) {
 }
 
 absl::StatusOr<LoraAdapter> LoadLoraAdapter(const std::string& dir, const ModelConfig& base,
-                                            int max_rank) {
+                                            int max_rank, int max_trainable_tokens) {
   const std::string config_path = (std::filesystem::path(dir) / kConfigFile).string();
   auto text = ReadConfigText(config_path);
   if (!text.ok()) return text.status();
-  auto config = ParseLoraAdapterConfig(*text, config_path, max_rank);
+  auto config = ParseLoraAdapterConfig(*text, config_path, max_rank, max_trainable_tokens);
   if (!config.ok()) return config.status();
 
   const std::string weights_path = (std::filesystem::path(dir) / kWeightsFile).string();
@@ -238,6 +292,9 @@ absl::StatusOr<LoraAdapter> LoadLoraAdapter(const std::string& dir, const ModelC
   }
   if (absl::Status s = ReadVocabularyPairs(**store, weights_path, *present, base, &adapter);
       !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = ReadTrainableTokens(**store, weights_path, base, &adapter); !s.ok()) {
     return s;
   }
   return adapter;

@@ -25,6 +25,14 @@ struct LoraMatrices {
   std::vector<float> b;
 };
 
+// PEFT's trainable tokens of one module: token ids[i]'s row is replaced
+// outright by rows[i * hidden, (i + 1) * hidden) (f32; PEFT names them
+// trainable_tokens_delta, but they are whole rows, not deltas).
+struct LoraTokenRows {
+  std::vector<int32_t> ids;
+  std::vector<float> rows;  // [ids.size(), hidden].
+};
+
 struct LoraAdapter {
   LoraAdapterConfig config;
   float scale = 0;  // config.Scale(), the same for every projection.
@@ -36,6 +44,12 @@ struct LoraAdapter {
   std::optional<LoraMatrices> embed_tokens;
   // The output head's: A [rank, hidden], B [vocab, rank] (lora_A, lora_B).
   std::optional<LoraMatrices> lm_head;
+  // trainable_token_indices: embedding rows that replace the (updated)
+  // embedding's for those tokens, and head rows whose product with the
+  // hidden state replaces those tokens' logits. On a base with tied
+  // embeddings the head's are the embedding's (PEFT ties them too).
+  std::optional<LoraTokenRows> embed_token_rows;
+  std::optional<LoraTokenRows> lm_head_token_rows;
   // Bytes of A and B together (f32), for the host cache's accounting.
   size_t bytes() const;
 };
@@ -55,9 +69,18 @@ std::string PeftLoraTensorPrefix(int layer, LoraModule module);
 // B [out, r] for the base model (an embedding's vocabulary must be the base
 // model's, as vLLM requires); a layers_to_transform entry past the
 // base model's layers; a dtype other than F32/F16/BF16; a
-// corrupt safetensors file; a non-finite value.
+// corrupt safetensors file; a non-finite value. Trainable tokens (at most
+// `max_trainable_tokens` per module, ParseLoraAdapterConfig) need their
+// module's ...token_adapter.trainable_tokens_delta [n, hidden], ids inside
+// the base vocabulary, and on a tied base no rows of lm_head's own.
 absl::StatusOr<LoraAdapter> LoadLoraAdapter(const std::string& dir, const ModelConfig& base,
-                                            int max_rank);
+                                            int max_rank, int max_trainable_tokens = 0);
+
+// PEFT's tensor names of embed_tokens' and lm_head's trainable tokens.
+inline constexpr char kPeftEmbedTokenRows[] =
+    "base_model.model.model.embed_tokens.token_adapter.trainable_tokens_delta";
+inline constexpr char kPeftLmHeadTokenRows[] =
+    "base_model.model.lm_head.token_adapter.trainable_tokens_delta";
 
 }  // namespace pagoda
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 
@@ -44,7 +45,6 @@ absl::Status CheckUnsupportedKeys(const Json& config, const std::string& source)
       {"rank_pattern", "a per-module rank_pattern is not supported"},
       {"alpha_pattern", "a per-module alpha_pattern is not supported"},
       {"layer_replication", "layer_replication is not supported"},
-      {"trainable_token_indices", "trainable_token_indices is not supported"},
   };
   for (const Refusal& refusal : kRefusals) {
     if (!IsUnset(config, refusal.key)) return ConfigError(source, refusal.why);
@@ -131,6 +131,75 @@ absl::Status ParseLayers(const Json& config, const std::string& source, LoraAdap
   return absl::OkStatus();
 }
 
+// One module's list of trainable_token_indices: non-empty, unique,
+// non-negative int32 ids, at most `max_tokens` of them (vLLM's checks).
+absl::StatusOr<std::vector<int32_t>> ParseTokenIds(const Json& list, const std::string& source,
+                                                   int max_tokens) {
+  static constexpr char kShape[] =
+      "\"trainable_token_indices\" must hold non-empty lists of unique non-negative token ids";
+  if (!list.is_array() || list.empty()) return ConfigError(source, kShape);
+  if (list.size() > static_cast<size_t>(max_tokens)) {
+    return ConfigError(source, absl::StrCat("adapter needs ", list.size(),
+                                            " trainable tokens per module, above "
+                                            "--max-lora-trainable-tokens ",
+                                            max_tokens));
+  }
+  std::vector<int32_t> ids;
+  for (const Json& id : list) {
+    const bool in_range = id.is_number_unsigned()
+                              ? id.get<uint64_t>() <= std::numeric_limits<int32_t>::max()
+                              : id.is_number_integer() && id.get<int64_t>() >= 0 &&
+                                    id.get<int64_t>() <= std::numeric_limits<int32_t>::max();
+    if (!in_range) return ConfigError(source, kShape);
+    ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+  }
+  std::vector<int32_t> sorted = ids;
+  std::sort(sorted.begin(), sorted.end());
+  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
+    return ConfigError(source, kShape);
+  }
+  return ids;
+}
+
+// Which list a trainable_token_indices key fills: PEFT matches a module by
+// its name's end ("embed_tokens", "model.embed_tokens"); null for others.
+std::vector<int32_t>* TokenIdsOf(absl::string_view key, LoraAdapterConfig* out) {
+  for (const auto& [name, ids] : {std::pair{absl::string_view(kLoraEmbedTokens),
+                                            &out->embed_token_ids},
+                                  std::pair{absl::string_view(kLoraLmHead),
+                                            &out->lm_head_token_ids}}) {
+    if (key == name || absl::EndsWith(key, absl::StrCat(".", name))) return ids;
+  }
+  return nullptr;
+}
+
+absl::Status ParseTrainableTokens(const Json& config, const std::string& source, int max_tokens,
+                                  LoraAdapterConfig* out) {
+  auto indices = config.find("trainable_token_indices");
+  if (indices == config.end() || indices->is_null()) return absl::OkStatus();
+  if (!indices->is_object()) {  // A plain list names the input embedding's tokens.
+    auto ids = ParseTokenIds(*indices, source, max_tokens);
+    if (!ids.ok()) return ids.status();
+    out->embed_token_ids = *std::move(ids);
+    return absl::OkStatus();
+  }
+  if (indices->empty()) {
+    return ConfigError(source, "\"trainable_token_indices\" must name at least one module");
+  }
+  for (const auto& [key, list] : indices->items()) {
+    std::vector<int32_t>* target = TokenIdsOf(key, out);
+    if (target == nullptr || !target->empty()) {
+      return ConfigError(source, absl::StrCat("\"trainable_token_indices\" names module \"",
+                                              key.substr(0, 64), "\"; only ", kLoraEmbedTokens,
+                                              " and ", kLoraLmHead, ", once each, take them"));
+    }
+    auto ids = ParseTokenIds(list, source, max_tokens);
+    if (!ids.ok()) return ids.status();
+    *target = *std::move(ids);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::string_view LoraModuleName(LoraModule module) {
@@ -175,7 +244,8 @@ double LoraAdapterConfig::Scale() const {
 }
 
 absl::StatusOr<LoraAdapterConfig> ParseLoraAdapterConfig(absl::string_view json_text,
-                                                         const std::string& source, int max_rank) {
+                                                         const std::string& source, int max_rank,
+                                                         int max_trainable_tokens) {
   Json config = Json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   if (config.is_discarded() || !config.is_object()) {
     return ConfigError(source, "not a JSON object");
@@ -185,6 +255,9 @@ absl::StatusOr<LoraAdapterConfig> ParseLoraAdapterConfig(absl::string_view json_
   if (absl::Status s = ParseRankAndAlpha(config, source, max_rank, &out); !s.ok()) return s;
   if (absl::Status s = ParseTargets(config, source, &out); !s.ok()) return s;
   if (absl::Status s = ParseLayers(config, source, &out); !s.ok()) return s;
+  if (absl::Status s = ParseTrainableTokens(config, source, max_trainable_tokens, &out); !s.ok()) {
+    return s;
+  }
   return out;
 }
 

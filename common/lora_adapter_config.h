@@ -1,8 +1,9 @@
 // A PEFT LoRA adapter's adapter_config.json, read and checked against what
 // Pagoda serves: the seven Llama projections, embed_tokens and lm_head as
-// targets, a rank within
-// --max-lora-rank, plain LoRA or rsLoRA scaling. Also the shapes each target
-// takes on a given base model.
+// targets, a rank within --max-lora-rank, plain LoRA or rsLoRA scaling, and
+// PEFT's trainable_token_indices (whole replacement rows of embed_tokens or
+// lm_head for chosen tokens). Also the shapes each target takes on a given
+// base model.
 #ifndef PAGODA_COMMON_LORA_ADAPTER_CONFIG_H_
 #define PAGODA_COMMON_LORA_ADAPTER_CONFIG_H_
 
@@ -60,6 +61,12 @@ struct LoraAdapterConfig {
   bool lm_head = false;
   // layers_to_transform when given: only these layers carry the targets.
   std::vector<int> layers;
+  // trainable_token_indices: the tokens whose embed_tokens rows, and whose
+  // lm_head rows, the adapter replaces outright (PEFT's TrainableTokens; a
+  // plain list names the embedding's). Each unique, in the file's order,
+  // which is its replacement rows' order; empty when none.
+  std::vector<int32_t> embed_token_ids;
+  std::vector<int32_t> lm_head_token_ids;
   // alpha / r, or alpha / sqrt(r) with use_rslora (rank-stabilized LoRA).
   double Scale() const;
 };
@@ -70,11 +77,17 @@ struct LoraAdapterConfig {
 // `max_rank`; lora_alpha missing or not a number; a target that is not one of
 // the seven projections, embed_tokens or lm_head; and what vLLM
 // refuses too: use_dora, bias other than "none", lora_bias, modules_to_save,
-// fan_in_fan_out, a non-empty rank_pattern or alpha_pattern. Keys PEFT writes
-// that change nothing at inference (lora_dropout, task_type,
-// base_model_name_or_path, init_lora_weights, ...) are ignored.
+// fan_in_fan_out, a non-empty rank_pattern or alpha_pattern; and, as vLLM,
+// a trainable_token_indices that is not a non-empty list of unique
+// non-negative token ids (or a map of module names to such lists) or that
+// lists more than `max_trainable_tokens` per module
+// (--max-lora-trainable-tokens; 0 refuses every one), or names a module
+// other than embed_tokens or lm_head. Keys PEFT writes that change nothing
+// at inference (lora_dropout, task_type, base_model_name_or_path,
+// init_lora_weights, ...) are ignored.
 absl::StatusOr<LoraAdapterConfig> ParseLoraAdapterConfig(absl::string_view json_text,
-                                                         const std::string& source, int max_rank);
+                                                         const std::string& source, int max_rank,
+                                                         int max_trainable_tokens = 0);
 
 }  // namespace pagoda
 

@@ -98,8 +98,8 @@ class LoraAdapterTest : public ::testing::Test {
     ASSERT_TRUE(WriteFile(dir_ + "/adapter_config.json", config.dump()).ok());
     ASSERT_TRUE(WriteSafetensors(dir_ + "/adapter_model.safetensors", tensors).ok());
   }
-  std::string LoadError(int max_rank = 16) {
-    auto adapter = LoadLoraAdapter(dir_, base_, max_rank);
+  std::string LoadError(int max_rank = 16, int max_trainable_tokens = 0) {
+    auto adapter = LoadLoraAdapter(dir_, base_, max_rank, max_trainable_tokens);
     EXPECT_FALSE(adapter.ok());
     return std::string(adapter.status().message());
   }
@@ -256,7 +256,7 @@ TEST_F(LoraAdapterTest, LoadsEmbedTokensAndLmHeadUpdates) {
 // The vocabulary is the base model's (vLLM: "The embedding LoRA size ...
 // must be consistent with the base model's vocabulary size"); a target's
 // tensors are needed only where it is listed; a retrained head or
-// embedding (modules_to_save, trainable_token_indices) is refused; and old
+// embedding (modules_to_save) is refused; and old
 // vLLM's extra-vocabulary file is not read, as current vLLM's LoRAModel
 // reads only adapter_model.*.
 TEST_F(LoraAdapterTest, AdaptersLeaveTheVocabularyAlone) {
@@ -275,12 +275,10 @@ TEST_F(LoraAdapterTest, AdaptersLeaveTheVocabularyAlone) {
   Write(PeftConfig(2, {"q_proj"}), tensors);
   EXPECT_THAT(LoadError(),
               HasSubstr("unexpected tensor \"base_model.model.lm_head.lora_A.weight\""));
-  for (const char* key : {"modules_to_save", "trainable_token_indices"}) {
-    Json config = PeftConfig(2, {"q_proj"});
-    config[key] = {"embed_tokens"};
-    Write(config, Tensors(2, {LoraModule::kQ}));
-    EXPECT_THAT(LoadError(), HasSubstr(key)) << key;
-  }
+  Json retrained = PeftConfig(2, {"q_proj"});
+  retrained["modules_to_save"] = {"embed_tokens"};
+  Write(retrained, Tensors(2, {LoraModule::kQ}));
+  EXPECT_THAT(LoadError(), HasSubstr("modules_to_save"));
   Write(PeftConfig(2, {"q_proj"}), Tensors(2, {LoraModule::kQ}));
   auto plain = LoadLoraAdapter(dir_, base_, 8);
   ASSERT_TRUE(plain.ok()) << plain.status();
@@ -293,6 +291,85 @@ TEST_F(LoraAdapterTest, AdaptersLeaveTheVocabularyAlone) {
   EXPECT_EQ(with_extra->layers[1][0]->a, plain->layers[1][0]->a);
   EXPECT_EQ(with_extra->layers[1][0]->b, plain->layers[1][0]->b);
   EXPECT_FALSE(with_extra->embed_tokens.has_value());
+}
+
+// PEFT's trainable_token_indices: a list names embed_tokens' tokens, a map
+// names modules by their name's end; each module's rows are
+// ...token_adapter.trainable_tokens_delta [n, hidden] in the list's order.
+TEST_F(LoraAdapterTest, LoadsTrainableTokensRows) {
+  base_.vocab_size = 40;
+  const NamedTensor embed_rows = Tensor(kPeftEmbedTokenRows, {3, 12}, DType::kF32, 11);
+  const NamedTensor head_rows = Tensor(kPeftLmHeadTokenRows, {2, 12}, DType::kF16, 12);
+  std::vector<NamedTensor> tensors = Tensors(2, {LoraModule::kQ});
+  tensors.push_back(embed_rows);
+  Json config = PeftConfig(2, {"q_proj"});
+  config["trainable_token_indices"] = {39, 0, 7};
+  Write(config, tensors);
+  auto listed = LoadLoraAdapter(dir_, base_, 8, 3);
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_TRUE(listed->embed_token_rows.has_value());
+  EXPECT_EQ(listed->embed_token_rows->ids, (std::vector<int32_t>{39, 0, 7}));
+  EXPECT_EQ(listed->embed_token_rows->rows, Values(3 * 12, 11));
+  EXPECT_FALSE(listed->lm_head_token_rows.has_value());
+
+  tensors.push_back(head_rows);
+  config["trainable_token_indices"] = {{"model.embed_tokens", {39, 0, 7}}, {"lm_head", {5, 6}}};
+  Write(config, tensors);
+  auto mapped = LoadLoraAdapter(dir_, base_, 8, 3);
+  ASSERT_TRUE(mapped.ok()) << mapped.status();
+  ASSERT_TRUE(mapped->lm_head_token_rows.has_value());
+  EXPECT_EQ(mapped->lm_head_token_rows->ids, (std::vector<int32_t>{5, 6}));
+  EXPECT_EQ(mapped->bytes(), (2 * (2 * 12 + 12 * 2) + 5 * 12 + 5) * 4u);
+
+  // A tied base's head is its embedding: the head takes the embedding's
+  // rows, and rows of its own are refused.
+  base_.tie_word_embeddings = true;
+  EXPECT_THAT(LoadError(16, 3), HasSubstr("lm_head's trainable tokens are embed_tokens'"));
+  tensors.pop_back();
+  config["trainable_token_indices"] = {{"embed_tokens", {39, 0, 7}}};
+  Write(config, tensors);
+  auto tied = LoadLoraAdapter(dir_, base_, 8, 3);
+  ASSERT_TRUE(tied.ok()) << tied.status();
+  ASSERT_TRUE(tied->lm_head_token_rows.has_value());
+  EXPECT_EQ(tied->lm_head_token_rows->rows, tied->embed_token_rows->rows);
+}
+
+// vLLM's checks of trainable_token_indices, its limit, and ours: the ids
+// inside the base vocabulary, the rows' shape, only embed_tokens/lm_head.
+TEST_F(LoraAdapterTest, RefusesBadTrainableTokens) {
+  base_.vocab_size = 40;
+  std::vector<NamedTensor> tensors = Tensors(2, {LoraModule::kQ});
+  tensors.push_back(Tensor(kPeftEmbedTokenRows, {2, 12}, DType::kF32, 11));
+  const std::vector<std::pair<Json, std::string>> cases = {
+      {Json::array(), "non-empty lists of unique non-negative"},
+      {Json::object(), "at least one module"},
+      {{3, 3}, "unique"},
+      {{3, -1}, "non-negative"},
+      {{3, 4.5}, "non-negative"},
+      {{3, "4"}, "non-negative"},
+      {{{"embed_tokens", {1, 2}}, {"model.layers.0.self_attn.q_proj", {1}}},
+       "names module \"model.layers.0.self_attn.q_proj\""},
+      {{{"embed_tokens", {1, 2}}, {"model.embed_tokens", {3}}}, "once each"},
+      {{1, 2, 3, 4}, "adapter needs 4 trainable tokens per module, above "
+                     "--max-lora-trainable-tokens 3"},
+      {{1, 40}, "trainable token id 40 is outside the base model's 40-token vocabulary"},
+      {{1, 2, 3}, "[2, 12], expected [3, 12]"},
+  };
+  for (const auto& [indices, error] : cases) {
+    Json config = PeftConfig(2, {"q_proj"});
+    config["trainable_token_indices"] = indices;
+    Write(config, tensors);
+    EXPECT_THAT(LoadError(16, 3), HasSubstr(error)) << indices.dump();
+  }
+  Json config = PeftConfig(2, {"q_proj"});
+  config["trainable_token_indices"] = {1, 2};
+  Write(config, tensors);
+  EXPECT_THAT(LoadError(16, 0), HasSubstr("above --max-lora-trainable-tokens 0"));
+  Write(config, Tensors(2, {LoraModule::kQ}));
+  EXPECT_THAT(LoadError(16, 3), HasSubstr("missing tensor \"" + std::string(kPeftEmbedTokenRows)));
+  Write(PeftConfig(2, {"q_proj"}), tensors);
+  EXPECT_THAT(LoadError(16, 3),
+              HasSubstr("unexpected tensor \"" + std::string(kPeftEmbedTokenRows)));
 }
 
 TEST_F(LoraAdapterTest, RefusesCorruptFiles) {

@@ -19,6 +19,11 @@ inline constexpr size_t kMaxLoraPathBytes = 4096;
 inline constexpr int kMaxLoraSlots = 1024;
 // vLLM's largest --max-lora-rank.
 inline constexpr int kMaxLoraRank = 512;
+// Trainable tokens an adapter may replace per module
+// (--max-lora-trainable-tokens; vLLM sets no bound): each is a whole
+// embedding or head row, so this bounds an adapter's rows to 2 · 16384 ·
+// hidden floats (512 MiB at hidden 4096).
+inline constexpr int kMaxLoraTrainableTokens = 1 << 14;
 // Adapters the server keeps in host memory (--max-cpu-loras): a bound that
 // keeps a typo from asking for millions.
 inline constexpr int kMaxCpuLoras = 1 << 16;

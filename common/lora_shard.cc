@@ -75,7 +75,11 @@ absl::StatusOr<LoraAdapter> ShardLoraAdapter(const LoraAdapter& adapter, const M
     }
   }
   sharded.embed_tokens = adapter.embed_tokens;
-  if (shard.rank == 0) sharded.lm_head = adapter.lm_head;
+  sharded.embed_token_rows = adapter.embed_token_rows;
+  if (shard.rank == 0) {
+    sharded.lm_head = adapter.lm_head;
+    sharded.lm_head_token_rows = adapter.lm_head_token_rows;
+  }
   return sharded;
 }
 

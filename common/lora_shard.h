@@ -6,8 +6,10 @@
 //     so it takes the same columns of A ([r, in]) and all of B: its output is
 //     a partial sum B·(A_cols · x_part), completed by the all-reduce that
 //     already sums the base projection's partial outputs.
-//   embed_tokens: whole on every rank, as the embedding is.
-//   lm_head: rank 0 only, which adds it to the gathered logits it samples.
+//   embed_tokens (its update and trainable-token rows): whole on every
+//     rank, as the embedding is.
+//   lm_head (likewise): rank 0 only, which applies it to the gathered
+//     logits it samples.
 #ifndef PAGODA_COMMON_LORA_SHARD_H_
 #define PAGODA_COMMON_LORA_SHARD_H_
 

@@ -152,7 +152,8 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::string& 
     return s;
   }
   if (absl::Status s =
-          CheckLoraLimits(options.max_loras, options.max_lora_rank, options.max_cpu_loras);
+          CheckLoraLimits(options.max_loras, options.max_lora_rank, options.max_cpu_loras,
+                          options.max_lora_trainable_tokens);
       !s.ok()) {
     return s;
   }

@@ -59,7 +59,8 @@ struct LlamaLoadOptions {
   // max_lora_rank; 0 serves no adapters. CheckLoraLimits bounds both.
   int max_loras = 0;
   int max_lora_rank = 0;
-  int max_cpu_loras = 0;  // Adapters cached parsed on the host; 0: max_loras.
+  int max_cpu_loras = 0;              // Adapters cached parsed on the host; 0: max_loras.
+  int max_lora_trainable_tokens = 0;  // Per module of an adapter; 0: none.
   // A backend whose activations are not host f32 (CUDA) keeps the slots'
   // matrices on its device: this makes that store for the slots (shapes,
   // ranks) and steps of up to `max_tokens` tokens. Null: host slots.

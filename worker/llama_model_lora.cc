@@ -21,7 +21,8 @@ absl::Status LlamaModel::EnableLora(const LlamaLoadOptions& options, const Model
   }
   auto slots = std::make_shared<LoraSlots>(options.max_loras, options.max_lora_rank,
                                            full_config.num_hidden_layers, shapes);
-  slots->SetVocabulary(full_config.vocab_size, full_config.hidden_size);
+  slots->SetVocabulary(full_config.vocab_size, full_config.hidden_size,
+                       options.max_lora_trainable_tokens);
   if (options.lora_device) {
     auto device = options.lora_device(*slots, std::max(1, options.max_num_batched_tokens));
     if (!device.ok()) return device.status();

@@ -103,7 +103,8 @@ absl::StatusOr<std::string> LoraAdapters::Load(const json& body) {
   // Read and checked here, so that a bad adapter is refused with its line
   // now rather than failing the requests that would name it.
   absl::StatusOr<LoraAdapter> adapter =
-      LoadLoraAdapter(*resolved, options_.base, options_.max_lora_rank);
+      LoadLoraAdapter(*resolved, options_.base, options_.max_lora_rank,
+                      options_.max_lora_trainable_tokens);
   if (!adapter.ok()) {
     return absl::Status(adapter.status().code(),
                         absl::StrCat("lora_path: ", adapter.status().message()));

@@ -23,8 +23,9 @@ struct LoraAdaptersOptions {
   lora::LoraRegistry* registry = nullptr;  // Non-null; outlives the adapters.
   std::string lora_dir;  // --lora-dir: the only directory runtime loads read ("" = none).
   int max_lora_rank = 16;
-  ModelConfig base;             // The base model's shapes, which an adapter must fit.
-  std::string base_model_name;  // The served model's name: `parent` of the adapters.
+  int max_lora_trainable_tokens = 0;  // --max-lora-trainable-tokens.
+  ModelConfig base;                   // The base model's shapes, which an adapter must fit.
+  std::string base_model_name;        // The served model's name: `parent` of the adapters.
   // Called with an unloaded adapter's id once the registry removed it: the
   // engine frees its worker slot and host copy (Engine::ForgetLoraAdapter).
   std::function<void(int lora_id)> forget;

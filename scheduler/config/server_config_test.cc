@@ -249,12 +249,14 @@ TEST(ServerFlagsTest, LoraFlagsArriveParsedAndChecked) {
   set("max_loras", "3");
   set("max_lora_rank", "64");
   set("lora_dir", "/adapters");
+  set("max_lora_trainable_tokens", "8");
   absl::StatusOr<ServerConfig> config = ServerConfigFromFlags();
   ASSERT_TRUE(config.ok()) << config.status();
   ASSERT_EQ(config->lora.modules.size(), 2u);
   EXPECT_EQ(config->lora.modules[1].base_model_name, "b");
   EXPECT_EQ(config->lora.max_cpu_loras, 3);  // Defaults to --max-loras.
   EXPECT_EQ(config->lora.lora_dir, "/adapters");
+  EXPECT_EQ(config->lora.max_lora_trainable_tokens, 8);
 
   set("lora_modules", "sql=/a sql=/b");
   EXPECT_TRUE(absl::StrContains(ServerConfigFromFlags().status().message(), "sql"));

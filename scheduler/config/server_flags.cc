@@ -201,6 +201,10 @@ ABSL_FLAG(int, max_loras, pagoda::lora::LoraOptions().max_loras,
           "runs.");
 ABSL_FLAG(int, max_lora_rank, pagoda::lora::LoraOptions().max_lora_rank,
           "The largest adapter rank r accepted, 1 to 512.");
+ABSL_FLAG(int, max_lora_trainable_tokens, 0,
+          "The most trainable tokens (PEFT's trainable_token_indices: whole embedding or "
+          "lm_head rows) an adapter may replace per module, 0 to 16384; 0 refuses such "
+          "adapters.");
 ABSL_FLAG(int, max_cpu_loras, 0,
           "Adapters kept in host memory (least recently used evicted); 0 = --max-loras.");
 ABSL_FLAG(std::string, lora_dir, "",
@@ -349,6 +353,7 @@ absl::StatusOr<lora::LoraOptions> ReadLoraFlags() {
   options.max_loras = absl::GetFlag(FLAGS_max_loras);
   options.max_lora_rank = absl::GetFlag(FLAGS_max_lora_rank);
   options.max_cpu_loras = absl::GetFlag(FLAGS_max_cpu_loras);
+  options.max_lora_trainable_tokens = absl::GetFlag(FLAGS_max_lora_trainable_tokens);
   options.lora_dir = absl::GetFlag(FLAGS_lora_dir);
   if (absl::Status status = lora::ValidateLoraOptions(options); !status.ok()) return status;
   return options;
@@ -406,7 +411,8 @@ std::vector<FlagGroup> ServerFlagGroups() {
         "kv_events_queue_batches", "kv_events_replay_buffer"}},
       {"Speculative decoding", {"speculative_config"}},
       {"LoRA adapters",
-       {"enable_lora", "lora_modules", "max_loras", "max_lora_rank", "max_cpu_loras", "lora_dir"}},
+       {"enable_lora", "lora_modules", "max_loras", "max_lora_rank", "max_cpu_loras",
+        "max_lora_trainable_tokens", "lora_dir"}},
   };
 }
 

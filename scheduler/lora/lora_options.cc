@@ -131,6 +131,8 @@ absl::Status ValidateLoraOptions(LoraOptions& options) {
           flag_check::Range("max-lora-rank", options.max_lora_rank, 1, kMaxLoraRank),
           flag_check::Range("max-cpu-loras", options.max_cpu_loras, 0, kMaxCpuLoras,
                             "0 (= --max-loras)"),
+          flag_check::Range("max-lora-trainable-tokens", options.max_lora_trainable_tokens, 0,
+                            kMaxLoraTrainableTokens),
       });
       !status.ok()) {
     return status;

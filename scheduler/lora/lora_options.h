@@ -30,7 +30,10 @@ struct LoraOptions {
   int max_loras = 1;  // Adapters resident in the worker's slots at once.
   int max_lora_rank = 16;
   int max_cpu_loras = 0;  // Adapters cached in host memory; 0: max_loras.
-  std::string lora_dir;   // The only directory runtime loads may read; empty: none may.
+  // vLLM's --max-lora-trainable-tokens: the most trainable tokens (PEFT's
+  // trainable_token_indices) an adapter may list per module; 0: none.
+  int max_lora_trainable_tokens = 0;
+  std::string lora_dir;  // The only directory runtime loads may read; empty: none may.
 };
 
 // An adapter name: 1..256 bytes of printable ASCII without spaces, and not
@@ -56,7 +59,8 @@ std::vector<std::string> SplitLoraModulesFlag(absl::string_view flag);
 
 // The checks across flags, each INVALID_ARGUMENT naming the flag:
 // --lora-modules or --lora-dir without --enable-lora; --max-loras < 1;
-// --max-lora-rank outside [1, 512]; --max-cpu-loras below --max-loras.
+// --max-lora-rank outside [1, 512]; --max-cpu-loras below --max-loras;
+// --max-lora-trainable-tokens outside [0, 16384].
 // Fills max_cpu_loras = max_loras when it is 0.
 absl::Status ValidateLoraOptions(LoraOptions& options);
 

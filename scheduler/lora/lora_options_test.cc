@@ -66,6 +66,11 @@ TEST(LoraOptionsTest, ValidatesAcrossFlags) {
   EXPECT_EQ(ValidateLoraOptions(options).message(),
             "--max-lora-rank 513 is out of range: expected 1 to 512");
   options.max_lora_rank = 64;
+  options.max_lora_trainable_tokens = 16385;
+  EXPECT_EQ(ValidateLoraOptions(options).message(),
+            "--max-lora-trainable-tokens 16385 is out of range: expected 0 to 16384");
+  options.max_lora_trainable_tokens = 16384;
+  ASSERT_TRUE(ValidateLoraOptions(options).ok());
   options.max_loras = 0;
   EXPECT_EQ(ValidateLoraOptions(options).message(),
             "--max-loras 0 is out of range: expected 1 to 1024");

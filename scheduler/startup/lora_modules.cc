@@ -16,7 +16,8 @@ namespace {
 
 // The adapter checked and its path resolved, or the one-line refusal.
 absl::StatusOr<lora::LoraModuleSpec> CheckedModule(lora::LoraModuleSpec spec,
-                                                   const ModelConfig& base, int max_rank) {
+                                                   const ModelConfig& base, int max_rank,
+                                                   int max_trainable_tokens) {
   const auto refuse = [&spec](const absl::Status& status) {
     return absl::Status(status.code(), absl::StrCat("--lora-modules: adapter \"", spec.name, "\" (",
                                                     spec.path, "): ", status.message()));
@@ -27,7 +28,7 @@ absl::StatusOr<lora::LoraModuleSpec> CheckedModule(lora::LoraModuleSpec spec,
     return refuse(absl::NotFoundError("not an existing directory"));
   }
   spec.path = canonical.string();
-  absl::StatusOr<LoraAdapter> adapter = LoadLoraAdapter(spec.path, base, max_rank);
+  absl::StatusOr<LoraAdapter> adapter = LoadLoraAdapter(spec.path, base, max_rank, max_trainable_tokens);
   if (!adapter.ok()) return refuse(adapter.status());
   return spec;
 }
@@ -46,7 +47,8 @@ absl::Status RegisterLoraModules(const lora::LoraOptions& options, const ModelCo
   }
   std::vector<lora::LoraModuleSpec> checked;
   for (const lora::LoraModuleSpec& spec : options.modules) {
-    absl::StatusOr<lora::LoraModuleSpec> module = CheckedModule(spec, base, options.max_lora_rank);
+    absl::StatusOr<lora::LoraModuleSpec> module =
+        CheckedModule(spec, base, options.max_lora_rank, options.max_lora_trainable_tokens);
     if (!module.ok()) return module.status();
     checked.push_back(*std::move(module));
   }

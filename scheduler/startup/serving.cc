@@ -77,6 +77,7 @@ std::unique_ptr<LoraAdapters> MakeLoraAdapters(const ServerConfig& config, const
   options.registry = engine_config.lora_registry;
   options.lora_dir = config.lora.lora_dir;
   options.max_lora_rank = config.lora.max_lora_rank;
+  options.max_lora_trainable_tokens = config.lora.max_lora_trainable_tokens;
   options.base = model.config;
   options.base_model_name = ServedModelName(config.model);
   options.forget = [engine](int lora_id) { engine->ForgetLoraAdapter(lora_id); };

@@ -154,6 +154,7 @@ pagoda::worker::v1::LoadModelRequest MakeLoadModelRequest(const ServerConfig& co
     load.set_max_loras(config.lora.max_loras);
     load.set_max_lora_rank(config.lora.max_lora_rank);
     load.set_max_cpu_loras(config.lora.max_cpu_loras);
+    load.set_max_lora_trainable_tokens(config.lora.max_lora_trainable_tokens);
   }
   return load;
 }

@@ -667,7 +667,7 @@ class HelmChartTest(unittest.TestCase):
         server_help = subprocess.run([h.binary("pagoda-server"), "--help"], capture_output=True,
                                      text=True).stdout
         lora = ["lora.enabled=true", "lora.maxLoras=2", "lora.maxLoraRank=32",
-                "lora.maxCpuLoras=8", "lora.modules[0].name=sql",
+                "lora.maxCpuLoras=8", "lora.maxTrainableTokens=4", "lora.modules[0].name=sql",
                 "lora.modules[0].path=sql-lora", "lora.modules[1].name=chat",
                 "lora.modules[1].path=/chat"]
         for size in (1, 2):
@@ -688,6 +688,7 @@ class HelmChartTest(unittest.TestCase):
             self.assertEqual(flags["max-loras"], "2")
             self.assertEqual(flags["max-lora-rank"], "32")
             self.assertEqual(flags["max-cpu-loras"], "8")
+            self.assertEqual(flags["max-lora-trainable-tokens"], "4")
             self.assertEqual(flags["lora-modules"], "sql=/models/lora/sql-lora chat=/models/lora/chat")
             self.assertEqual(flags["lora-dir"], "/models/lora")
             for flag in ("enable-lora", *[f for f in flags if "lora" in f]):

@@ -46,10 +46,12 @@ ADAPTERS = {
 }
 
 
-def make_adapter(base, out, rank, targets, dtype="f32", rslora=False, seed=0):
+def make_adapter(base, out, rank, targets, dtype="f32", rslora=False, seed=0,
+                 trainable_tokens=""):
     subprocess.run([h.PYTHON, REFERENCE, "make", "--base", base, "--out", out, "--rank",
                     str(rank), "--alpha", "16", "--targets", targets, "--dtype", dtype,
-                    "--seed", str(seed)] + (["--rslora"] if rslora else []), check=True)
+                    "--seed", str(seed), "--trainable-tokens", trainable_tokens]
+                   + (["--rslora"] if rslora else []), check=True)
 
 
 def reference_tokens(base, requests):
@@ -126,11 +128,17 @@ def setUpModule():
     for seed, (name, (rank, targets, dtype, rslora)) in enumerate(ADAPTERS.items()):
         make_adapter(_model, os.path.join(_dir, name), rank, targets, dtype, rslora, seed + 1)
     make_adapter(_model, os.path.join(_dir, "rank20"), 20, "q_proj")
+    # PEFT's trainable tokens: within --max-lora-trainable-tokens 3, and past it.
+    make_adapter(_model, os.path.join(_dir, "tokens"), 4, "q_proj", seed=9,
+                 trainable_tokens="embed_tokens:9,77,12;lm_head:5,40")
+    make_adapter(_model, os.path.join(_dir, "tokens4"), 4, "q_proj",
+                 trainable_tokens="1,2,3,4")
     make_adapter(_model, os.path.join(_tmp.name, "outside"), 4, "q_proj")
     modules = " ".join(f"{name}={os.path.join(_dir, name)}" for name in ("a1", "a2", "a3"))
     _server = h.Server(_model, "--served-model-name", "tiny", "--http-port", "-1",
                        "--api-key", KEY, "--enable-lora", "--max-loras", "2",
-                       "--max-lora-rank", "16", "--lora-modules", modules,
+                       "--max-lora-rank", "16", "--max-lora-trainable-tokens", "3",
+                       "--lora-modules", modules,
                        "--lora-dir", _dir).start()
 
 
@@ -220,6 +228,7 @@ class LoraHttpTest(unittest.TestCase):
             ({"lora_name": "x", "lora_path": os.path.join(_tmp.name, "outside")}, KEY, 403),
             ({"lora_name": "x", "lora_path": "../outside"}, KEY, 403),
             ({"lora_name": "x", "lora_path": "rank20"}, KEY, 400),
+            ({"lora_name": "x", "lora_path": "tokens4"}, KEY, 400),
             ({"lora_name": "a1", "lora_path": "a1"}, KEY, 400),
             ({"lora_name": "bad name", "lora_path": "a1"}, KEY, 400),
             ({"lora_name": "x", "lora_path": "missing"}, KEY, 404),
@@ -229,6 +238,9 @@ class LoraHttpTest(unittest.TestCase):
             self.assertEqual(status, want, (body, error))
         self.assertIn("rank", post("/v1/load_lora_adapter",
                                    {"lora_name": "x", "lora_path": "rank20"})[1]["error"]["message"])
+        self.assertIn("above --max-lora-trainable-tokens 3",
+                      post("/v1/load_lora_adapter",
+                           {"lora_name": "x", "lora_path": "tokens4"})[1]["error"]["message"])
         self.assertEqual(post("/v1/unload_lora_adapter", {"lora_name": "nope"})[0], 404)
         self.assertEqual(post("/v1/unload_lora_adapter", {"lora_name": "a1"}, key=None)[0], 401)
         self.assertNotIn("x", [card["id"] for card in h_get("/v1/models")[1]["data"]])
@@ -254,6 +266,20 @@ class LoraHttpTest(unittest.TestCase):
         self.assertIn("prompt_token_ids", chunks[0])
         self.assertEqual([t for c in chunks if c["choices"] for t in c["choices"][0]["token_ids"]],
                          want)
+
+    def test_5_trainable_tokens_follow_the_merged_reference(self):
+        """An adapter with PEFT's trainable tokens (embedding rows of prompt
+        tokens, head rows of candidates), loaded at run time, answers as the
+        reference's merged weights do, beside the base model."""
+        status, text = post("/v1/load_lora_adapter", {"lora_name": "tok", "lora_path": "tokens"})
+        self.assertEqual(status, 200, text)
+        prompts = [[1, 9, 77, 12], [3, 12, 40, 9, 5]]
+        cases = [(model, prompt) for prompt in prompts for model in ("tok", "tiny")]
+        want = reference_tokens(_model, [
+            (p, os.path.join(_dir, "tokens") if m == "tok" else None) for m, p in cases])
+        self.assertNotEqual(want[0], want[1])  # The rows change the answer.
+        got = run_all([lambda m=m, p=p: completion(m, p) for m, p in cases])
+        self.assertEqual(got, want)
 
 
 def h_get(path):

@@ -70,7 +70,7 @@ class LoraEngineTest : public ::testing::Test {
                     "--num-layers 2 --num-heads 4 --num-kv-heads 2 --dtype f32")
                     .ok());
     for (const AdapterSpec& spec : Adapters()) MakeAdapter(spec);
-    MakeAdapter({"too_big_r20", 20, "v_proj", "f32", false});
+    MakeAdapter({"too_big_r20", 20, "v_proj", "f32", false, ""});
     reference_ = new std::vector<std::vector<int>>(RunReference());
   }
   static void TearDownTestSuite() {
@@ -126,6 +126,7 @@ class LoraEngineTest : public ::testing::Test {
     load.set_cpu_threads(1);
     load.set_max_loras(kMaxLoras);
     load.set_max_lora_rank(kMaxLoraRank);
+    load.set_max_lora_trainable_tokens(::pagoda::testing::kTestMaxTrainableTokens);
     ASSERT_TRUE(workers_->LoadModel(load).ok());
     wv1::InitCacheRequest cache;
     cache.set_num_gpu_blocks(num_blocks);

@@ -33,6 +33,7 @@ using ::pagoda::testing::PythonBinary;
 constexpr int kLayer = 1;
 constexpr int kRows = 9;
 constexpr int kMaxRank = 16;
+constexpr int kMaxTokens = ::pagoda::testing::kTestMaxTrainableTokens;
 
 using AdapterSpec = ::pagoda::testing::TestAdapterSpec;
 const std::vector<AdapterSpec>& Adapters() { return ::pagoda::testing::TestAdapters(); }
@@ -84,9 +85,9 @@ class LoraReferenceTest : public ::testing::Test {
   // A whole weight of the base model, merged with `adapter`'s update when
   // not empty, from the reference (float64, row-major).
   static std::vector<double> MergedWeight(const std::string& adapter, const std::string& name,
-                                          size_t size) {
+                                          size_t size, const std::string& base = Base()) {
     const std::string out_path = *dir_ + "/w.f64";
-    RunCommand(absl::StrCat(PythonBinary(), " ", Script(), " merged-weight --base ", Base(),
+    RunCommand(absl::StrCat(PythonBinary(), " ", Script(), " merged-weight --base ", base,
                             adapter.empty() ? "" : absl::StrCat(" --adapter ", *dir_, "/", adapter),
                             " --name ", name, " --out ", out_path));
     std::vector<double> w(size);
@@ -158,7 +159,7 @@ TEST_F(LoraReferenceTest, SlotsReproduceTheMergedLinearOnOneAndTwoRanks) {
   ASSERT_TRUE(weights.ok()) << weights.status();
   std::vector<LoraAdapter> adapters;
   for (const AdapterSpec& spec : Adapters()) {
-    auto adapter = LoadLoraAdapter(*dir_ + "/" + spec.name, *config, kMaxRank);
+    auto adapter = LoadLoraAdapter(*dir_ + "/" + spec.name, *config, kMaxRank, kMaxTokens);
     ASSERT_TRUE(adapter.ok()) << adapter.status();
     adapters.push_back(*std::move(adapter));
   }
@@ -188,7 +189,7 @@ TEST_F(LoraReferenceTest, SlotsReproduceTheMergedLinearOnOneAndTwoRanks) {
     }
     // One rank.
     LoraSlots slots(3, kMaxRank, config->num_hidden_layers, ShapesFor(*config, nullptr));
-    slots.SetVocabulary(config->vocab_size, config->hidden_size);
+    slots.SetVocabulary(config->vocab_size, config->hidden_size, kMaxTokens);
     for (int a = 0; a < 3; ++a) ASSERT_TRUE(slots.Load(a + 1, adapters[a]).ok());
     std::vector<float> y = base;
     ASSERT_TRUE(slots.Apply(x.data(), kRows, kRowSlots, {kLayer, module}, y.data()).ok());
@@ -202,7 +203,7 @@ TEST_F(LoraReferenceTest, SlotsReproduceTheMergedLinearOnOneAndTwoRanks) {
       ASSERT_TRUE(shard.ok());
       const IndexRange range = LoraShardRange(*config, *shard, module);
       LoraSlots part(3, kMaxRank, config->num_hidden_layers, ShapesFor(*config, &*shard));
-      part.SetVocabulary(config->vocab_size, config->hidden_size);
+      part.SetVocabulary(config->vocab_size, config->hidden_size, kMaxTokens);
       for (int a = 0; a < 3; ++a) {
         auto sharded = ShardLoraAdapter(adapters[a], *config, *shard);
         ASSERT_TRUE(sharded.ok()) << sharded.status();
@@ -243,11 +244,13 @@ TEST_F(LoraReferenceTest, EmbeddingAndHeadUpdatesReproduceTheMergedWeights) {
   ASSERT_TRUE(config.ok()) << config.status();
   const int64_t vocab = config->vocab_size, hidden = config->hidden_size;
   LoraSlots slots(3, kMaxRank, config->num_hidden_layers, ShapesFor(*config, nullptr));
-  slots.SetVocabulary(vocab, hidden);
+  slots.SetVocabulary(vocab, hidden, kMaxTokens);
   for (int a = 0; a < 3; ++a) {
-    auto adapter = LoadLoraAdapter(*dir_ + "/" + Adapters()[a].name, *config, kMaxRank);
+    auto adapter = LoadLoraAdapter(*dir_ + "/" + Adapters()[a].name, *config, kMaxRank, kMaxTokens);
     ASSERT_TRUE(adapter.ok()) << adapter.status();
     ASSERT_EQ(adapter->lm_head.has_value(), a == 2);
+    ASSERT_EQ(adapter->embed_token_rows.has_value(), a == 2);  // Token 17 (row 3) among them.
+    ASSERT_EQ(adapter->lm_head_token_rows.has_value(), a == 2);
     ASSERT_TRUE(slots.Load(a + 1, *adapter).ok());
   }
   const size_t table = vocab * hidden;
@@ -297,6 +300,72 @@ TEST_F(LoraReferenceTest, EmbeddingAndHeadUpdatesReproduceTheMergedWeights) {
   const int32_t slot3[1] = {3};
   EXPECT_EQ(view.ApplyEmbedding(bad_token, 1, slot3, y.data()).code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// A tied base's head is its embedding: PEFT's list of trainable tokens
+// replaces those tokens' embedding rows and, through the shared matrix,
+// their logits (x · row), as the reference's merged weights give them.
+TEST_F(LoraReferenceTest, TrainableTokensOfATiedBaseReplaceItsHeadRowsToo) {
+  const std::string base = *dir_ + "/tied", adapter_dir = *dir_ + "/tied_tokens";
+  ASSERT_TRUE(::pagoda::testing::WriteTinyModel(
+                  base,
+                  "--vocab-size 40 --hidden-size 24 --intermediate-size 36 --num-layers 2 "
+                  "--num-heads 4 --num-kv-heads 2 --tie-word-embeddings")
+                  .ok());
+  RunCommand(absl::StrCat(PythonBinary(), " ", Script(), " make --base ", base, " --out ",
+                          adapter_dir, " --rank 2 --alpha 4 --targets q_proj --seed 3",
+                          " --trainable-tokens 39,5,17"));
+  auto config = LoadModelConfig(base);
+  ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_TRUE(config->tie_word_embeddings);
+  const int64_t vocab = config->vocab_size, hidden = config->hidden_size;
+  auto adapter = LoadLoraAdapter(adapter_dir, *config, kMaxRank, kMaxTokens);
+  ASSERT_TRUE(adapter.ok()) << adapter.status();
+  LoraSlots slots(1, kMaxRank, config->num_hidden_layers, ShapesFor(*config, nullptr));
+  slots.SetVocabulary(vocab, hidden, kMaxTokens);
+  ASSERT_TRUE(slots.Load(1, *adapter).ok());
+  const size_t table = vocab * hidden;
+  const std::vector<double> table_base = MergedWeight("", "model.embed_tokens.weight", table, base);
+  const std::vector<double> embed =
+      MergedWeight("tied_tokens", "model.embed_tokens.weight", table, base);
+  const std::vector<double> head = MergedWeight("tied_tokens", "lm_head.weight", table, base);
+  ASSERT_NE(head, table_base);
+
+  constexpr int kTokens = 5;
+  const int32_t token_ids[kTokens] = {5, 6, 39, 17, 5};
+  const int32_t row_slots[kTokens] = {1, 1, 0, 1, 0};
+  std::vector<float> y(kTokens * hidden);
+  std::vector<double> expected(y.size());
+  for (int r = 0; r < kTokens; ++r) {
+    for (int64_t h = 0; h < hidden; ++h) {
+      y[r * hidden + h] = static_cast<float>(table_base[token_ids[r] * hidden + h]);
+      const std::vector<double>& rows = row_slots[r] == 1 ? embed : table_base;
+      expected[r * hidden + h] = rows[token_ids[r] * hidden + h];
+    }
+  }
+  const LoraSlots::View view = slots.Snapshot();
+  ASSERT_TRUE(view.ApplyEmbedding(token_ids, kTokens, row_slots, y.data()).ok());
+  ExpectClose(y, expected, "tied embed_tokens");
+
+  std::mt19937 rng(29);
+  std::normal_distribution<float> normal;
+  std::vector<float> x(kTokens * hidden);
+  for (float& v : x) v = normal(rng);
+  std::vector<float> logits(kTokens * vocab);
+  expected.assign(logits.size(), 0);
+  for (int r = 0; r < kTokens; ++r) {
+    for (int64_t v = 0; v < vocab; ++v) {
+      double plain = 0, merged = 0;
+      for (int64_t h = 0; h < hidden; ++h) {
+        plain += table_base[v * hidden + h] * x[r * hidden + h];
+        merged += (row_slots[r] == 1 ? head : table_base)[v * hidden + h] * x[r * hidden + h];
+      }
+      logits[r * vocab + v] = static_cast<float>(plain);
+      expected[r * vocab + v] = merged;
+    }
+  }
+  ASSERT_TRUE(view.ApplyLmHead(x.data(), kTokens, row_slots, logits.data()).ok());
+  ExpectClose(logits, expected, "tied lm_head");
 }
 
 }  // namespace

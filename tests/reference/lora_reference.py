@@ -13,11 +13,19 @@ are the model's, not a layer's:
   base_model.model.lm_head.lora_{A,B}.weight                A [r, hidden], B [vocab, r]
 (an embedding maps a one-hot token to a hidden row: its weight, [vocab,
 hidden], gains (B @ A).T). PEFT starts B at zero; here both are random so
-that every update changes the output.
+that every update changes the output. PEFT's trainable_token_indices (a list
+for embed_tokens, or {"embed_tokens": [...], "lm_head": [...]}) replace whole
+rows of those weights for the listed tokens, after the LoRA updates (the
+order vLLM applies them in), with the rows of
+  base_model.model.model.embed_tokens.token_adapter.trainable_tokens_delta
+  base_model.model.lm_head.token_adapter.trainable_tokens_delta   [n, hidden]
+(PEFT's name; they are whole rows); a tied model's head is its embedding, so
+it takes the embedding's rows.
 
 Run with Debian's /usr/bin/python3 from the repo root:
   tests/reference/lora_reference.py make --base models/tiny --out /tmp/a \
-      --rank 4 --alpha 8 --targets q_proj,v_proj --dtype bf16
+      --rank 4 --alpha 8 --targets q_proj,v_proj --dtype bf16 \
+      [--trainable-tokens 3,9 | --trainable-tokens 'embed_tokens:3,9;lm_head:5']
   tests/reference/lora_reference.py merged-linear --base models/tiny \
       --adapter /tmp/a --layer 1 --module v_proj --inputs x.f64 --out y.f64
   tests/reference/lora_reference.py merged-weight --base models/tiny \
@@ -96,7 +104,38 @@ def vocabulary_name(target, matrix):
   return f"base_model.model.lm_head.lora_{matrix}.weight"
 
 
-def peft_config(rank, alpha, targets, use_rslora, base_model):
+TOKEN_ROWS = {
+    "model.embed_tokens":
+        "base_model.model.model.embed_tokens.token_adapter.trainable_tokens_delta",
+    "lm_head": "base_model.model.lm_head.token_adapter.trainable_tokens_delta",
+}
+
+
+def parse_trainable_tokens(text):
+  """The --trainable-tokens value as trainable_token_indices: "3,9" a list,
+  "embed_tokens:3,9;lm_head:5" a module map; None for ""."""
+  if not text:
+    return None
+  if ":" not in text:
+    return [int(t) for t in text.split(",")]
+  indices = {}
+  for part in text.split(";"):
+    module, ids = part.split(":")
+    indices[module] = [int(t) for t in ids.split(",")]
+  return indices
+
+
+def token_row_modules(indices):
+  """{HF module name: ids} of a trainable_token_indices value."""
+  if indices is None:
+    return {}
+  if isinstance(indices, list):
+    return {"model.embed_tokens": indices}
+  return {("lm_head" if key.endswith("lm_head") else "model.embed_tokens"): ids
+          for key, ids in indices.items()}
+
+
+def peft_config(rank, alpha, targets, use_rslora, base_model, trainable_tokens=None):
   """LoraConfig.to_dict() as PEFT writes it, defaults included."""
   return {
       "alpha_pattern": {}, "auto_mapping": None,
@@ -108,7 +147,8 @@ def peft_config(rank, alpha, targets, use_rslora, base_model):
       "megatron_config": None, "megatron_core": "megatron.core",
       "modules_to_save": None, "peft_type": "LORA", "r": rank,
       "rank_pattern": {}, "revision": None, "target_modules": list(targets),
-      "task_type": "CAUSAL_LM", "use_dora": False, "use_rslora": use_rslora,
+      "task_type": "CAUSAL_LM", "trainable_token_indices": trainable_tokens,
+      "use_dora": False, "use_rslora": use_rslora,
   }
 
 
@@ -123,7 +163,7 @@ class Fixed:
 
 
 def make_adapter(base_dir, out, rank, alpha, targets, dtype="f32",
-                 use_rslora=False, seed=0):
+                 use_rslora=False, seed=0, trainable_tokens=None):
   """Writes a random PEFT adapter for the model in `base_dir` to `out`."""
   with open(os.path.join(base_dir, "config.json")) as f:
     config = json.load(f)
@@ -149,16 +189,23 @@ def make_adapter(base_dir, out, rank, alpha, targets, dtype="f32",
     draw(out_features, in_features, vocabulary_name(target, "A"),
          vocabulary_name(target, "B"),
          1 if target == "embed_tokens" else in_features)
+  base = ref.load_model(base_dir).weights
+  for module, ids in token_row_modules(trainable_tokens).items():
+    # Rows as large as the weight's own, so each replaced token moves.
+    spread = float(np.std(base[module + ".weight"]))
+    rows = rng.standard_normal((len(ids), config["hidden_size"])) * spread
+    tensors[TOKEN_ROWS[module]] = Fixed(rows.astype(np.float32))
   os.makedirs(out, exist_ok=True)
   maker.write_safetensors(os.path.join(out, "adapter_model.safetensors"),
                           tensors, dtype)
   with open(os.path.join(out, "adapter_config.json"), "w") as f:
-    json.dump(peft_config(rank, alpha, targets, use_rslora, base_dir), f,
-              indent=2, sort_keys=True)
+    json.dump(peft_config(rank, alpha, targets, use_rslora, base_dir,
+                          trainable_tokens), f, indent=2, sort_keys=True)
 
 
 def read_adapter(adapter_dir):
-  """(scale, {base projection name: float64 B @ A}) of a PEFT adapter."""
+  """(scale, {base projection name: float64 B @ A}, {module: (ids, rows)})
+  of a PEFT adapter."""
   with open(os.path.join(adapter_dir, "adapter_config.json")) as f:
     config = json.load(f)
   rank, alpha = config["r"], config["lora_alpha"]
@@ -174,15 +221,25 @@ def read_adapter(adapter_dir):
       deltas[module] = b @ a
   if EMBED + "A" in tensors:
     deltas["model.embed_tokens"] = (tensors[EMBED + "B"] @ tensors[EMBED + "A"]).T
-  return scale, deltas
+  token_rows = {module: (ids, tensors[TOKEN_ROWS[module]]) for module, ids in
+                token_row_modules(config.get("trainable_token_indices")).items()}
+  return scale, deltas, token_rows
 
 
 def merged_weights(weights, adapter_dir):
-  """A copy of {HF name: float64} with W + scale * B @ A for each update."""
-  scale, deltas = read_adapter(adapter_dir)
+  """A copy of {HF name: float64} with W + scale * B @ A for each update,
+  then the trainable tokens' rows in place of theirs (a tied head's too)."""
+  scale, deltas, token_rows = read_adapter(adapter_dir)
+  tied = weights.get("lm_head.weight") is weights.get("model.embed_tokens.weight")
   merged = dict(weights)
   for module, delta in deltas.items():
     merged[module + ".weight"] = weights[module + ".weight"] + scale * delta
+  for module, (ids, rows) in token_rows.items():
+    tied_head = ["lm_head"] if tied and module == "model.embed_tokens" else []
+    for name in (f"{m}.weight" for m in [module, *tied_head] if f"{m}.weight" in merged):
+      replaced = merged[name].copy()
+      replaced[ids] = rows
+      merged[name] = replaced
   return merged
 
 
@@ -220,6 +277,7 @@ def main(argv):
   p_make.add_argument("--dtype", choices=sorted(maker.DTYPES), default="f32")
   p_make.add_argument("--rslora", action="store_true")
   p_make.add_argument("--seed", type=int, default=0)
+  p_make.add_argument("--trainable-tokens", default="")
   p_lin = sub.add_parser("merged-linear")
   p_gen = sub.add_parser("generate")
   for p in (p_lin, p_gen):
@@ -250,7 +308,8 @@ def main(argv):
   if args.command == "make":
     targets = [t for t in args.targets.split(",") if t]
     make_adapter(args.base, args.out, args.rank, args.alpha, targets,
-                 args.dtype, args.rslora, args.seed)
+                 args.dtype, args.rslora, args.seed,
+                 parse_trainable_tokens(args.trainable_tokens))
   elif args.command == "greedy-batch":
     print(json.dumps(greedy_batch(args.base, json.loads(args.requests),
                                   args.max_tokens)))

@@ -99,6 +99,48 @@ class LoraReferenceTest(unittest.TestCase):
                                rtol=1e-12)
     self.assertEqual(len(tensors), 2 * 2 + 2 + 2)
 
+  def test_trainable_tokens_replace_rows_as_peft_does(self):
+    """PEFT's TrainableTokensLayer looks a listed token's embedding up in its
+    own row and, on the head, gives that token's logit as h · row; the rest
+    keep the (LoRA-merged) weights. A tied model's head takes the embedding's
+    rows."""
+    out = os.path.join(self._tmp.name, "tokens")
+    lora.make_adapter(self.base, out, 2, 8.0, ["embed_tokens", "q_proj"], seed=5,
+                      trainable_tokens={"embed_tokens": [7, 3], "lm_head": [30, 0, 7]})
+    with open(os.path.join(out, "adapter_config.json")) as f:
+      self.assertEqual(json.load(f)["trainable_token_indices"],
+                       {"embed_tokens": [7, 3], "lm_head": [30, 0, 7]})
+    tensors = ref.read_safetensors(os.path.join(out, "adapter_model.safetensors"))
+    embed_rows = tensors[lora.TOKEN_ROWS["model.embed_tokens"]]
+    head_rows = tensors[lora.TOKEN_ROWS["lm_head"]]
+    self.assertEqual((embed_rows.shape, head_rows.shape), ((2, 16), (3, 16)))
+    weights = ref.load_model(self.base).weights
+    merged = lora.merged_weights(weights, out)
+    lora_only = dict(merged)
+    _, deltas, _ = lora.read_adapter(out)
+    lora_only["model.embed_tokens.weight"] = (weights["model.embed_tokens.weight"]
+                                              + 4.0 * deltas["model.embed_tokens"])
+    for t, expected in ((7, embed_rows[0]), (3, embed_rows[1]), (5, lora_only[
+        "model.embed_tokens.weight"][5])):
+      np.testing.assert_array_equal(merged["model.embed_tokens.weight"][t], expected)
+    h = np.random.default_rng(3).standard_normal((2, 16))
+    logits, base_logits = h @ merged["lm_head.weight"].T, h @ weights["lm_head.weight"].T
+    for column, t in enumerate((30, 0, 7)):
+      np.testing.assert_allclose(logits[:, t], h @ head_rows[column], rtol=1e-12)
+    np.testing.assert_array_equal(logits[:, 1:7], base_logits[:, 1:7])
+
+    tied_base = os.path.join(self._tmp.name, "tied")
+    subprocess.run([sys.executable, os.path.join(REPO, "scripts", "make_tiny_model.py"),
+                    "--out", tied_base, "--tie-word-embeddings", *SMALL], check=True,
+                   capture_output=True)
+    tied_out = os.path.join(self._tmp.name, "tied_tokens")
+    lora.make_adapter(tied_base, tied_out, 2, 8.0, ["q_proj"], seed=6, trainable_tokens=[4, 9])
+    rows = ref.read_safetensors(os.path.join(tied_out, "adapter_model.safetensors"))[
+        lora.TOKEN_ROWS["model.embed_tokens"]]
+    tied = lora.merged_weights(ref.load_model(tied_base).weights, tied_out)
+    for name in ("model.embed_tokens.weight", "lm_head.weight"):
+      np.testing.assert_array_equal(tied[name][[4, 9]], rows)
+
   def test_the_adapter_moves_the_logits_and_generate_runs(self):
     out = self.make("gen", 8, list(lora.MODULES))
     model = ref.load_model(self.base)

@@ -11,9 +11,11 @@ namespace pagoda::testing {
 
 const std::vector<TestAdapterSpec>& TestAdapters() {
   static const std::vector<TestAdapterSpec>* const specs = new std::vector<TestAdapterSpec>{
-      {"all_r8_bf16", 8, "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj", "bf16", false},
-      {"attn_r4_f32_rslora", 4, "q_proj,k_proj,v_proj,o_proj", "f32", true},
-      {"mlp_r13_f16", 13, "gate_proj,up_proj,down_proj,q_proj,embed_tokens,lm_head", "f16", false},
+      {"all_r8_bf16", 8, "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj", "bf16", false,
+       ""},
+      {"attn_r4_f32_rslora", 4, "q_proj,k_proj,v_proj,o_proj", "f32", true, ""},
+      {"mlp_r13_f16", 13, "gate_proj,up_proj,down_proj,q_proj,embed_tokens,lm_head", "f16", false,
+       std::string(kTestTrainableTokens)},
   };
   return *specs;
 }
@@ -27,6 +29,7 @@ const std::vector<TestAdapterSpec>& TestAdaptersOfProjections() {
         if (target != "embed_tokens" && target != "lm_head") kept.emplace_back(target);
       }
       spec.targets = absl::StrJoin(kept, ",");
+      spec.trainable_tokens.clear();
     }
     return out;
   }();
@@ -38,7 +41,10 @@ absl::Status WriteTestAdapter(const std::string& base, const std::string& out,
   const std::string command =
       absl::StrCat(PythonBinary(), " tests/reference/lora_reference.py make --base ", base,
                    " --out ", out, " --rank ", spec.rank, " --alpha 6 --targets ", spec.targets,
-                   " --dtype ", spec.dtype, spec.rslora ? " --rslora" : "", " --seed ", spec.rank);
+                   " --dtype ", spec.dtype, spec.rslora ? " --rslora" : "", " --seed ", spec.rank,
+                   spec.trainable_tokens.empty()
+                       ? ""
+                       : absl::StrCat(" --trainable-tokens '", spec.trainable_tokens, "'"));
   if (std::system(command.c_str()) != 0) {
     return absl::InternalError(absl::StrCat("failed: ", command));
   }

@@ -79,7 +79,7 @@ class LoraWorkerTest : public ::testing::Test {
                     "--num-layers 2 --num-heads 4 --num-kv-heads 2 --dtype f32")
                     .ok());
     for (const AdapterSpec& spec : Adapters()) MakeAdapter(spec);
-    MakeAdapter({"too_big_r20", 20, "v_proj", "f32", false});
+    MakeAdapter({"too_big_r20", 20, "v_proj", "f32", false, ""});
     // A corrupt copy: the safetensors header cut short.
     const std::string corrupt = *dir_ + "/corrupt";
     fs::create_directories(corrupt);
@@ -144,6 +144,7 @@ class LoraWorkerTest : public ::testing::Test {
     request.set_cpu_threads(1);
     request.set_max_loras(max_loras);
     request.set_max_lora_rank(kMaxLoraRank);
+    request.set_max_lora_trainable_tokens(::pagoda::testing::kTestMaxTrainableTokens);
     return request;
   }
 

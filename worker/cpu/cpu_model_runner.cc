@@ -64,7 +64,8 @@ LlamaLoadOptions CpuLoadOptions(const LoadModelRequest& request, std::optional<D
       .quantization = request.quantization(),
       .max_loras = request.max_loras(),
       .max_lora_rank = request.max_lora_rank(),
-      .max_cpu_loras = request.max_cpu_loras()};
+      .max_cpu_loras = request.max_cpu_loras(),
+      .max_lora_trainable_tokens = request.max_lora_trainable_tokens()};
 }
 
 class CpuModelRunner final : public ModelRunnerBase {

@@ -384,6 +384,7 @@ class CudaModelRunner final : public ModelRunnerBase {
                             .max_loras = request.max_loras(),
                             .max_lora_rank = request.max_lora_rank(),
                             .max_cpu_loras = request.max_cpu_loras(),
+                            .max_lora_trainable_tokens = request.max_lora_trainable_tokens(),
                             .lora_device = CudaLoraFactory()};
   }
   // The draft's layers run on the target's kernels: the same head sizes

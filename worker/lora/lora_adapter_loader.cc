@@ -37,9 +37,11 @@ absl::Status CheckAdapterPath(const std::string& path) {
 
 // LoadLoraAdapter, then this rank's slice under tensor parallelism.
 LoraAdapterReader DefaultLoraReader(const ModelConfig& base, const TensorParallelShard& shard,
-                                    int max_rank) {
-  return [&base, &shard, max_rank](const std::string& path) -> absl::StatusOr<LoraAdapter> {
-    absl::StatusOr<LoraAdapter> adapter = LoadLoraAdapter(path, base, max_rank);
+                                    int max_rank, int max_trainable_tokens) {
+  return [&base, &shard, max_rank,
+          max_trainable_tokens](const std::string& path) -> absl::StatusOr<LoraAdapter> {
+    absl::StatusOr<LoraAdapter> adapter =
+        LoadLoraAdapter(path, base, max_rank, max_trainable_tokens);
     if (!adapter.ok() || shard.world_size <= 1) return adapter;
     return ShardLoraAdapter(*adapter, base, shard);
   };
@@ -47,7 +49,8 @@ LoraAdapterReader DefaultLoraReader(const ModelConfig& base, const TensorParalle
 
 }  // namespace
 
-absl::Status CheckLoraLimits(int max_loras, int max_lora_rank, int max_cpu_loras) {
+absl::Status CheckLoraLimits(int max_loras, int max_lora_rank, int max_cpu_loras,
+                             int max_trainable_tokens) {
   if (max_loras < 0 || max_loras > kMaxLoraSlots) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_loras must be in [0, ", kMaxLoraSlots, "], got ", max_loras));
@@ -55,6 +58,11 @@ absl::Status CheckLoraLimits(int max_loras, int max_lora_rank, int max_cpu_loras
   if (max_cpu_loras < 0 || max_cpu_loras > kMaxCpuLoras) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_cpu_loras must be in [0, ", kMaxCpuLoras, "], got ", max_cpu_loras));
+  }
+  if (max_trainable_tokens < 0 || max_trainable_tokens > kMaxLoraTrainableTokens) {
+    return absl::InvalidArgumentError(absl::StrCat("max_lora_trainable_tokens must be in [0, ",
+                                                   kMaxLoraTrainableTokens, "], got ",
+                                                   max_trainable_tokens));
   }
   if (max_loras > 0 && (max_lora_rank < 1 || max_lora_rank > kMaxLoraRank)) {
     return absl::InvalidArgumentError(
@@ -70,7 +78,9 @@ LoraAdapterLoader::LoraAdapterLoader(ModelConfig base, TensorParallelShard shard
       shard_(std::move(shard)),
       slots_(std::move(slots)),
       cache_capacity_(max_cpu_loras > 0 ? max_cpu_loras : slots_->max_loras()),
-      reader_(reader ? std::move(reader) : DefaultLoraReader(base_, shard_, slots_->max_rank())),
+      reader_(reader ? std::move(reader)
+                     : DefaultLoraReader(base_, shard_, slots_->max_rank(),
+                                         slots_->max_trainable_tokens())),
       cache_(cache_capacity_) {}
 
 int LoraAdapterLoader::cached_adapters() {

@@ -23,9 +23,10 @@
 namespace pagoda::worker {
 
 // INVALID_ARGUMENT unless max_loras is in [0, kMaxLoraSlots], max_cpu_loras
-// in [0, kMaxCpuLoras] and, with max_loras > 0, max_lora_rank in
-// [1, kMaxLoraRank].
-absl::Status CheckLoraLimits(int max_loras, int max_lora_rank, int max_cpu_loras = 0);
+// in [0, kMaxCpuLoras], max_trainable_tokens in [0, kMaxLoraTrainableTokens]
+// and, with max_loras > 0, max_lora_rank in [1, kMaxLoraRank].
+absl::Status CheckLoraLimits(int max_loras, int max_lora_rank, int max_cpu_loras = 0,
+                             int max_trainable_tokens = 0);
 
 struct LoraLoadResult {
   int rank = 0;

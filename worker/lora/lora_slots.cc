@@ -36,6 +36,28 @@ std::vector<float> Transposed(const std::vector<float>& m, int64_t rows, int64_t
   return t;
 }
 
+// `rows`' ids in ascending order, with their rows moved along.
+LoraSlots::TokenRows SortedTokenRows(const LoraTokenRows& rows, int64_t hidden) {
+  std::vector<size_t> order(rows.ids.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return rows.ids[a] < rows.ids[b]; });
+  LoraSlots::TokenRows sorted;
+  for (size_t i : order) {
+    sorted.ids.push_back(rows.ids[i]);
+    sorted.rows.insert(sorted.rows.end(), rows.rows.begin() + i * hidden,
+                       rows.rows.begin() + (i + 1) * hidden);
+  }
+  return sorted;
+}
+
+// `token`'s replacement row in `rows`; null when it has none.
+const float* FindTokenRow(const LoraSlots::TokenRows& rows, int32_t token, int64_t hidden) {
+  auto it = std::lower_bound(rows.ids.begin(), rows.ids.end(), token);
+  if (it == rows.ids.end() || *it != token) return nullptr;
+  return rows.rows.data() + (it - rows.ids.begin()) * hidden;
+}
+
 }  // namespace
 
 LoraSlots::LoraSlots(int max_loras, int max_rank, int num_layers,
@@ -56,15 +78,43 @@ size_t LoraSlots::MaxAdapterBytes() const {
   size_t per_layer = 0;
   for (const LinearShape& shape : shapes_) per_layer += static_cast<size_t>(shape.in + shape.out);
   const size_t vocabulary = 2 * static_cast<size_t>(vocabulary_.in + vocabulary_.out);
-  return (per_layer * num_layers_ + vocabulary) * max_rank_ * sizeof(float);
+  const size_t token_rows = 2 * static_cast<size_t>(max_trainable_tokens_) * vocabulary_.in;
+  return ((per_layer * num_layers_ + vocabulary) * max_rank_ + token_rows) * sizeof(float);
+}
+
+absl::Status LoraSlots::CheckTokenRows(const LoraAdapter& adapter) const {
+  for (const auto& [rows, name] : {std::pair{&adapter.embed_token_rows, kLoraEmbedTokens},
+                                   std::pair{&adapter.lm_head_token_rows, kLoraLmHead}}) {
+    if (!*rows) continue;
+    const LoraTokenRows& r = **rows;
+    if (r.ids.size() > static_cast<size_t>(max_trainable_tokens_) ||
+        r.rows.size() != r.ids.size() * vocabulary_.in) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "LoRA ", name, " replaces ", r.ids.size(), " trainable tokens' rows of ",
+          r.ids.empty() ? 0 : r.rows.size() / r.ids.size(), " features; this worker takes at most ",
+          max_trainable_tokens_, " (--max-lora-trainable-tokens) of ", vocabulary_.in));
+    }
+    for (int32_t id : r.ids) {
+      if (id < 0 || id >= vocabulary_.out) {
+        return absl::InvalidArgumentError(absl::StrCat("LoRA ", name, " trainable token id ", id,
+                                                       " is outside [0, ", vocabulary_.out, ")"));
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status LoraSlots::CheckVocabularyUpdates(const LoraAdapter& adapter) const {
-  if (!adapter.embed_tokens && !adapter.lm_head) return absl::OkStatus();
+  if (!adapter.embed_tokens && !adapter.lm_head && !adapter.embed_token_rows &&
+      !adapter.lm_head_token_rows) {
+    return absl::OkStatus();
+  }
   if (vocabulary_.out == 0 || device_ != nullptr) {
     return absl::InvalidArgumentError(
-        "LoRA on embed_tokens or lm_head runs on the CPU worker only (docs/lora.md)");
+        "LoRA on embed_tokens or lm_head (trainable tokens too) runs on the CPU worker only "
+        "(docs/lora.md)");
   }
+  if (absl::Status s = CheckTokenRows(adapter); !s.ok()) return s;
   // embed_tokens maps a one-hot token to a hidden row: in vocab, out hidden.
   const LinearShape embed{vocabulary_.in, vocabulary_.out};
   for (const auto& [pair, name, expected] :
@@ -133,6 +183,12 @@ absl::Status LoraSlots::Load(int slot, const LoraAdapter& adapter) {
     const LoraMatrices& m = *adapter.lm_head;
     target->lm_head = Update{m.rank, PackLoraA(m.a.data(), m.rank, m.in),
                              TransposeLoraB(m.b.data(), m.rank, m.out)};
+  }
+  if (adapter.embed_token_rows) {
+    target->embed_rows = SortedTokenRows(*adapter.embed_token_rows, vocabulary_.in);
+  }
+  if (adapter.lm_head_token_rows) {
+    target->head_rows = SortedTokenRows(*adapter.lm_head_token_rows, vocabulary_.in);
   }
   target->scale = adapter.scale;
   if (device_ != nullptr) {
@@ -207,8 +263,30 @@ absl::Status LoraSlots::View::ApplyLmHead(const float* x, int rows, const int32_
   auto update_of = [&](int s) -> const Update* {
     return slots_[s] != nullptr && slots_[s]->lm_head ? &*slots_[s]->lm_head : nullptr;
   };
-  return ApplyGrouped(update_of, owner_->vocabulary_, x, rows, row_slots, logits, logits_stride,
-                      parallel_for);
+  if (absl::Status s = ApplyGrouped(update_of, owner_->vocabulary_, x, rows, row_slots, logits,
+                                    logits_stride, parallel_for);
+      !s.ok()) {
+    return s;
+  }
+  ReplaceTokenLogits(x, rows, row_slots, logits, logits_stride);
+  return absl::OkStatus();
+}
+
+void LoraSlots::View::ReplaceTokenLogits(const float* x, int rows, const int32_t* row_slots,
+                                         float* logits, int64_t logits_stride) const {
+  const int64_t hidden = owner_->vocabulary_.in;
+  const int64_t stride = logits_stride > 0 ? logits_stride : owner_->vocabulary_.out;
+  for (int r = 0; r < rows; ++r) {
+    const Slot* slot = slots_[row_slots[r]].get();  // Checked by ApplyGrouped.
+    if (slot == nullptr || !slot->head_rows) continue;
+    const TokenRows& head = *slot->head_rows;
+    for (size_t i = 0; i < head.ids.size(); ++i) {
+      const float* w = head.rows.data() + i * hidden;
+      float sum = 0;
+      for (int64_t h = 0; h < hidden; ++h) sum += x[r * hidden + h] * w[h];
+      logits[r * stride + head.ids[i]] = sum;
+    }
+  }
 }
 
 absl::Status LoraSlots::View::ApplyEmbedding(const int32_t* token_ids, int rows,
@@ -218,15 +296,21 @@ absl::Status LoraSlots::View::ApplyEmbedding(const int32_t* token_ids, int rows,
   const int64_t vocab = owner_->vocabulary_.out, hidden = owner_->vocabulary_.in;
   for (int r = 0; r < rows; ++r) {
     const Slot* slot = slots_[row_slots[r]].get();
-    if (slot == nullptr || !slot->embed_tokens) continue;
-    const EmbedUpdate& update = *slot->embed_tokens;
+    if (slot == nullptr || (!slot->embed_tokens && !slot->embed_rows)) continue;
     if (token_ids[r] < 0 || token_ids[r] >= vocab) {
       return absl::InvalidArgumentError(
           absl::StrCat("row ", r, " has token id ", token_ids[r], ", outside [0, ", vocab, ")"));
     }
+    float* out = y + r * hidden;
+    if (const float* row = slot->embed_rows ? FindTokenRow(*slot->embed_rows, token_ids[r], hidden)
+                                            : nullptr) {
+      std::copy(row, row + hidden, out);  // Replaces the row, LoRA update and all.
+      continue;
+    }
+    if (!slot->embed_tokens) continue;
+    const EmbedUpdate& update = *slot->embed_tokens;
     // B (hidden x rank) times token t's column of A, a contiguous row of Aᵀ.
     const float* a = update.a_t.data() + static_cast<int64_t>(token_ids[r]) * update.rank;
-    float* out = y + r * hidden;
     for (int64_t h = 0; h < hidden; ++h) {
       const float* b = update.b.data() + h * update.rank;
       float sum = 0;

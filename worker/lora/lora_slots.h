@@ -37,6 +37,14 @@ using LoraParallelFor =
     std::function<void(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn)>;
 
 class LoraSlots {
+ public:
+  // Trainable tokens' replacement rows, sorted by token id (a row's lookup
+  // is a binary search).
+  struct TokenRows {
+    std::vector<int32_t> ids;
+    std::vector<float> rows;  // [ids.size(), hidden].
+  };
+
  private:
   struct Update {
     int rank = 0;
@@ -57,6 +65,8 @@ class LoraSlots {
     std::vector<std::array<std::optional<Update>, kNumLoraModules>> layers;
     std::optional<EmbedUpdate> embed_tokens;
     std::optional<Update> lm_head;  // A [rank, hidden] to [vocab].
+    std::optional<TokenRows> embed_rows;
+    std::optional<TokenRows> head_rows;
   };
 
  public:
@@ -74,10 +84,15 @@ class LoraSlots {
   // View::Apply refuses (the model applies through the device instead).
   void AttachDevice(std::shared_ptr<LoraDeviceSlots> device) { device_ = std::move(device); }
   // Lets adapters carry embed_tokens and lm_head updates for a model of
-  // `vocab` tokens and `hidden` features (call before any Load; the CPU
-  // only: with a device attached such adapters are refused). Without it
-  // they are refused.
-  void SetVocabulary(int64_t vocab, int64_t hidden) { vocabulary_ = {vocab, hidden}; }
+  // `vocab` tokens and `hidden` features, and trainable tokens, at most
+  // `max_trainable_tokens` per module (call before any Load; the CPU only:
+  // with a device attached such adapters are refused). Without it they are
+  // refused.
+  void SetVocabulary(int64_t vocab, int64_t hidden, int max_trainable_tokens = 0) {
+    vocabulary_ = {vocab, hidden};
+    max_trainable_tokens_ = max_trainable_tokens;
+  }
+  int max_trainable_tokens() const { return max_trainable_tokens_; }
   const std::shared_ptr<LoraDeviceSlots>& device() const { return device_; }
 
   int max_loras() const { return max_loras_; }
@@ -120,13 +135,15 @@ class LoraSlots {
                        const LoraParallelFor* parallel_for = nullptr) const;
 
     // embed_tokens: y[r, :] += scale_s · B_s A_s[:, token_ids[r]] for the
-    // rows whose slot's adapter updates the embedding; y is [rows, hidden]
-    // f32. INVALID_ARGUMENT for a row slot outside [0, max_loras] or a token
-    // id outside the vocabulary.
+    // rows whose slot's adapter updates the embedding, then y[r, :] = the
+    // slot's trainable-token row where it has one for token_ids[r] (vLLM's
+    // order); y is [rows, hidden] f32. INVALID_ARGUMENT for a row slot
+    // outside [0, max_loras] or a token id outside the vocabulary.
     absl::Status ApplyEmbedding(const int32_t* token_ids, int rows, const int32_t* row_slots,
                                 float* y) const;
-    // lm_head: as Apply, for the head ([vocab, hidden]); logits rows are
-    // `logits_stride` apart (0: vocab).
+    // lm_head: as Apply, for the head ([vocab, hidden]), then
+    // logits[r, t] = x[r, :] · row_t for each trainable token t of the
+    // row's slot; logits rows are `logits_stride` apart (0: vocab).
     absl::Status ApplyLmHead(const float* x, int rows, const int32_t* row_slots, float* logits,
                              int64_t logits_stride = 0,
                              const LoraParallelFor* parallel_for = nullptr) const;
@@ -139,6 +156,9 @@ class LoraSlots {
                               const float* x, int rows, const int32_t* row_slots, float* y,
                               int64_t y_stride, const LoraParallelFor* parallel_for) const;
     absl::Status CheckRowSlots(const int32_t* row_slots, int rows) const;
+    // ApplyLmHead's second half: each row's trainable tokens' logits.
+    void ReplaceTokenLogits(const float* x, int rows, const int32_t* row_slots, float* logits,
+                            int64_t logits_stride) const;
     const LoraSlots* owner_ = nullptr;
     std::vector<std::shared_ptr<const Slot>> slots_;  // Index 0 null (the base model).
   };
@@ -163,6 +183,7 @@ class LoraSlots {
  private:
   absl::Status CheckAdapter(const LoraAdapter& adapter) const;
   absl::Status CheckVocabularyUpdates(const LoraAdapter& adapter) const;
+  absl::Status CheckTokenRows(const LoraAdapter& adapter) const;
 
   const SimdKernels* const simd_;
   const int max_loras_;
@@ -170,6 +191,7 @@ class LoraSlots {
   const int num_layers_;
   const std::array<LinearShape, kNumLoraModules> shapes_;
   LinearShape vocabulary_;  // lm_head's [vocab, hidden]; 0 until SetVocabulary.
+  int max_trainable_tokens_ = 0;
   std::shared_ptr<LoraDeviceSlots> device_;
   mutable absl::Mutex mutex_;
   std::vector<std::shared_ptr<const Slot>> slots_ ABSL_GUARDED_BY(mutex_);

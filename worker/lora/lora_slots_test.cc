@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/cpu/simd.h"
 #include "worker/lora/lora_kernel.h"
@@ -233,6 +235,64 @@ TEST(LoraSlotsTest, EmbeddingAndHeadUpdatesFollowThePlainReference) {
   }
   const int32_t bad_token[] = {11};
   EXPECT_FALSE(view.ApplyEmbedding(bad_token, 1, row_slots, y.data()).ok());
+}
+
+
+// Trainable tokens: a listed token's embedding row is its replacement row
+// (over the LoRA update: vLLM's order), and its logit x · row; other tokens,
+// other slots and slot 0 keep what the LoRA update gives. The ids arrive
+// unsorted, as PEFT's config lists them.
+TEST(LoraSlotsTest, TrainableTokenRowsReplaceEmbeddingRowsAndLogits) {
+  std::mt19937 rng(13);
+  const int64_t vocab = 11, hidden = 7;
+  LoraAdapter adapter = MakeAdapter(1, LoraModule::kQ, {5, 9}, 2, 1, rng);
+  adapter.scale = 0.5f;
+  adapter.embed_tokens = LoraMatrices{2, vocab, hidden, Random(2 * vocab, rng),
+                                      Random(hidden * 2, rng)};
+  adapter.embed_token_rows = LoraTokenRows{{9, 4}, Random(2 * hidden, rng)};
+  adapter.lm_head_token_rows = LoraTokenRows{{10, 0, 3}, Random(3 * hidden, rng)};
+  LoraSlots slots(2, 8, 1, Shapes({5, 9}));
+  slots.SetVocabulary(vocab, hidden, 2);
+  EXPECT_THAT(std::string(slots.Load(1, adapter).message()),
+              ::testing::HasSubstr("at most 2 (--max-lora-trainable-tokens)"));
+  slots.SetVocabulary(vocab, hidden, 3);
+  LoraAdapter bad_id = adapter;
+  bad_id.embed_token_rows->ids[0] = 11;
+  EXPECT_FALSE(slots.Load(1, bad_id).ok());
+  ASSERT_TRUE(slots.Load(1, adapter).ok());
+
+  const int32_t token_ids[] = {4, 4, 5, 9};
+  const int32_t row_slots[] = {1, 0, 1, 1};
+  std::vector<float> y(4 * hidden, 0.5f);
+  const LoraSlots::View view = slots.Snapshot();
+  ASSERT_TRUE(view.ApplyEmbedding(token_ids, 4, row_slots, y.data()).ok());
+  for (int r = 0; r < 4; ++r) {
+    std::vector<float> one_hot(vocab, 0.0f);
+    one_hot[token_ids[r]] = 1;
+    const std::vector<double> delta = Reference(*adapter.embed_tokens, 0.5f, one_hot.data());
+    const int replaced = token_ids[r] == 9 ? 0 : token_ids[r] == 4 ? 1 : -1;
+    const float* row = adapter.embed_token_rows->rows.data() + replaced * hidden;
+    for (int64_t h = 0; h < hidden; ++h) {
+      const double expected = row_slots[r] == 0 ? 0.5 : replaced >= 0 ? row[h] : 0.5 + delta[h];
+      EXPECT_NEAR(y[r * hidden + h], expected, 1e-6) << r << " " << h;
+    }
+  }
+  const std::vector<float> x = Random(2 * hidden, rng);
+  const int32_t head_slots[] = {0, 1};
+  std::vector<float> logits(2 * vocab, 0.25f);
+  ASSERT_TRUE(view.ApplyLmHead(x.data(), 2, head_slots, logits.data()).ok());
+  for (int64_t v = 0; v < vocab; ++v) {
+    EXPECT_EQ(logits[v], 0.25f) << v;
+    const auto& ids = adapter.lm_head_token_rows->ids;
+    const auto it = std::find(ids.begin(), ids.end(), v);
+    double expected = 0.25;
+    if (it != ids.end()) {
+      expected = 0;
+      const float* w = adapter.lm_head_token_rows->rows.data() + (it - ids.begin()) * hidden;
+      for (int64_t h = 0; h < hidden; ++h) expected += double{x[hidden + h]} * w[h];
+    }
+    EXPECT_NEAR(logits[vocab + v], expected, 1e-5) << v;
+  }
 }
 
 }  // namespace

@@ -357,6 +357,9 @@ server's flags. */ -}}
 {{- if .Values.lora.maxCpuLoras }}
 - --max-cpu-loras={{ .Values.lora.maxCpuLoras }}
 {{- end }}
+{{- if .Values.lora.maxTrainableTokens }}
+- --max-lora-trainable-tokens={{ .Values.lora.maxTrainableTokens }}
+{{- end }}
 {{- with .Values.lora.modules }}
 {{- $modules := list }}
 {{- range . }}
