@@ -235,6 +235,57 @@ TEST_F(LoraReferenceTest, SlotsReproduceTheMergedLinearOnOneAndTwoRanks) {
   }
 }
 
+// The tables a check of embed_tokens and lm_head compares with, float64
+// [vocab, hidden]: the base model's, and those merged with the adapter in
+// `slot` (other slots keep the base's).
+struct VocabularyTables {
+  int64_t vocab = 0, hidden = 0;
+  std::vector<double> base_embed, base_head, embed, head;
+  int slot = 0;
+};
+
+// ApplyEmbedding over the base rows of `token_ids` gives each row its
+// slot's merged rows; ApplyLmHead over random rows' base logits gives its
+// slot's merged head's logits.
+void ExpectVocabularyUpdates(const LoraSlots::View& view, const VocabularyTables& t,
+                             const std::vector<int32_t>& token_ids,
+                             const std::vector<int32_t>& row_slots, int seed) {
+  const int rows = static_cast<int>(token_ids.size());
+  const int64_t hidden = t.hidden, vocab = t.vocab;
+  std::vector<float> y(rows * hidden);
+  std::vector<double> expected(y.size());
+  for (int r = 0; r < rows; ++r) {
+    const std::vector<double>& merged = row_slots[r] == t.slot ? t.embed : t.base_embed;
+    for (int64_t h = 0; h < hidden; ++h) {
+      y[r * hidden + h] = static_cast<float>(t.base_embed[token_ids[r] * hidden + h]);
+      expected[r * hidden + h] = merged[token_ids[r] * hidden + h];
+    }
+  }
+  ASSERT_TRUE(view.ApplyEmbedding(token_ids.data(), rows, row_slots.data(), y.data()).ok());
+  ExpectClose(y, expected, "embed_tokens");
+
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  std::vector<float> x(rows * hidden);
+  for (float& v : x) v = normal(rng);
+  std::vector<float> logits(rows * vocab);
+  expected.assign(logits.size(), 0);
+  for (int r = 0; r < rows; ++r) {
+    const std::vector<double>& head = row_slots[r] == t.slot ? t.head : t.base_head;
+    for (int64_t v = 0; v < vocab; ++v) {
+      double base = 0, merged = 0;
+      for (int64_t h = 0; h < hidden; ++h) {
+        base += t.base_head[v * hidden + h] * x[r * hidden + h];
+        merged += head[v * hidden + h] * x[r * hidden + h];
+      }
+      logits[r * vocab + v] = static_cast<float>(base);
+      expected[r * vocab + v] = merged;
+    }
+  }
+  ASSERT_TRUE(view.ApplyLmHead(x.data(), rows, row_slots.data(), logits.data()).ok());
+  ExpectClose(logits, expected, "lm_head");
+}
+
 // embed_tokens and lm_head: a row's embedding and logits are those of its
 // slot's merged weights (the third test adapter updates both; the others
 // leave them alone), the embedding row for each token id, the logits on
@@ -262,40 +313,12 @@ TEST_F(LoraReferenceTest, EmbeddingAndHeadUpdatesReproduceTheMergedWeights) {
   ASSERT_NE(embed, base_embed);
   ASSERT_NE(head, base_head);
 
-  const int32_t token_ids[kRows] = {0, 5, 39, 17, 39, 2, 8, 0, 21};
-  std::vector<float> y(kRows * hidden);
-  std::vector<double> expected(y.size());
-  for (int r = 0; r < kRows; ++r) {
-    const std::vector<double>& rows = kRowSlots[r] == 3 ? embed : base_embed;
-    for (int64_t h = 0; h < hidden; ++h) {
-      y[r * hidden + h] = static_cast<float>(base_embed[token_ids[r] * hidden + h]);
-      expected[r * hidden + h] = rows[token_ids[r] * hidden + h];
-    }
-  }
+  ExpectVocabularyUpdates(slots.Snapshot(), {vocab, hidden, base_embed, base_head, embed, head, 3},
+                          {0, 5, 39, 17, 39, 2, 8, 0, 21},
+                          std::vector<int32_t>(kRowSlots, kRowSlots + kRows), 23);
+
   const LoraSlots::View view = slots.Snapshot();
-  ASSERT_TRUE(view.ApplyEmbedding(token_ids, kRows, kRowSlots, y.data()).ok());
-  ExpectClose(y, expected, "embed_tokens");
-
-  std::mt19937 rng(23);
-  std::normal_distribution<float> normal;
-  std::vector<float> x(kRows * hidden);
-  for (float& v : x) v = normal(rng);
-  std::vector<float> logits(kRows * vocab);
-  expected.assign(logits.size(), 0);
-  for (int r = 0; r < kRows; ++r) {
-    for (int64_t v = 0; v < vocab; ++v) {
-      double base = 0, merged = 0;
-      for (int64_t h = 0; h < hidden; ++h) {
-        base += base_head[v * hidden + h] * x[r * hidden + h];
-        merged += (kRowSlots[r] == 3 ? head : base_head)[v * hidden + h] * x[r * hidden + h];
-      }
-      logits[r * vocab + v] = static_cast<float>(base);
-      expected[r * vocab + v] = merged;
-    }
-  }
-  ASSERT_TRUE(view.ApplyLmHead(x.data(), kRows, kRowSlots, logits.data()).ok());
-  ExpectClose(logits, expected, "lm_head");
-
+  std::vector<float> y(hidden);
   const int32_t bad_token[1] = {40};
   const int32_t slot3[1] = {3};
   EXPECT_EQ(view.ApplyEmbedding(bad_token, 1, slot3, y.data()).code(),
@@ -331,41 +354,8 @@ TEST_F(LoraReferenceTest, TrainableTokensOfATiedBaseReplaceItsHeadRowsToo) {
   const std::vector<double> head = MergedWeight("tied_tokens", "lm_head.weight", table, base);
   ASSERT_NE(head, table_base);
 
-  constexpr int kTokens = 5;
-  const int32_t token_ids[kTokens] = {5, 6, 39, 17, 5};
-  const int32_t row_slots[kTokens] = {1, 1, 0, 1, 0};
-  std::vector<float> y(kTokens * hidden);
-  std::vector<double> expected(y.size());
-  for (int r = 0; r < kTokens; ++r) {
-    for (int64_t h = 0; h < hidden; ++h) {
-      y[r * hidden + h] = static_cast<float>(table_base[token_ids[r] * hidden + h]);
-      const std::vector<double>& rows = row_slots[r] == 1 ? embed : table_base;
-      expected[r * hidden + h] = rows[token_ids[r] * hidden + h];
-    }
-  }
-  const LoraSlots::View view = slots.Snapshot();
-  ASSERT_TRUE(view.ApplyEmbedding(token_ids, kTokens, row_slots, y.data()).ok());
-  ExpectClose(y, expected, "tied embed_tokens");
-
-  std::mt19937 rng(29);
-  std::normal_distribution<float> normal;
-  std::vector<float> x(kTokens * hidden);
-  for (float& v : x) v = normal(rng);
-  std::vector<float> logits(kTokens * vocab);
-  expected.assign(logits.size(), 0);
-  for (int r = 0; r < kTokens; ++r) {
-    for (int64_t v = 0; v < vocab; ++v) {
-      double plain = 0, merged = 0;
-      for (int64_t h = 0; h < hidden; ++h) {
-        plain += table_base[v * hidden + h] * x[r * hidden + h];
-        merged += (row_slots[r] == 1 ? head : table_base)[v * hidden + h] * x[r * hidden + h];
-      }
-      logits[r * vocab + v] = static_cast<float>(plain);
-      expected[r * vocab + v] = merged;
-    }
-  }
-  ASSERT_TRUE(view.ApplyLmHead(x.data(), kTokens, row_slots, logits.data()).ok());
-  ExpectClose(logits, expected, "tied lm_head");
+  ExpectVocabularyUpdates(slots.Snapshot(), {vocab, hidden, table_base, table_base, embed, head, 1},
+                          {5, 6, 39, 17, 5}, {1, 1, 0, 1, 0}, 29);
 }
 
 }  // namespace
