@@ -50,7 +50,8 @@ struct LoraAdapter {
   // embeddings the head's are the embedding's (PEFT ties them too).
   std::optional<LoraTokenRows> embed_token_rows;
   std::optional<LoraTokenRows> lm_head_token_rows;
-  // Bytes of A and B together (f32), for the host cache's accounting.
+  // Bytes of every A and B and the token rows (f32), for the host cache's
+  // accounting.
   size_t bytes() const;
 };
 
