@@ -186,10 +186,10 @@ ABSL_FLAG(int, kv_events_replay_buffer, 10000, "Published KV event batches kept 
 ABSL_FLAG(std::string, speculative_config, "",
           "Speculative decoding, vLLM's JSON object, e.g. {\"method\": \"ngram\", "
           "\"num_speculative_tokens\": 4, \"prompt_lookup_max\": 4, \"prompt_lookup_min\": 2}; "
-          "keys: method, model, num_speculative_tokens, prompt_lookup_max, prompt_lookup_min, "
-          "disable_by_batch_size, draft_tensor_parallel_size. ngram and draft_model ({\"model\": "
-          "DIR, \"num_speculative_tokens\": 4}: CPU, draft at tensor-parallel size 1) run so "
-          "far. Empty = off.");
+          "keys: method (ngram, draft_model, eagle, eagle3), model, num_speculative_tokens, "
+          "prompt_lookup_max, prompt_lookup_min, disable_by_batch_size, "
+          "num_speculative_tokens_per_batch_size ([[first, last, k], ...]), "
+          "draft_tensor_parallel_size. Empty = off.");
 // LoRA adapters (docs/lora.md; vLLM's names but --lora-dir). The workers
 // serve them; requests cannot name one yet.
 ABSL_FLAG(bool, enable_lora, false, "Serve LoRA adapters; the flags below need it.");

@@ -127,7 +127,8 @@ int Speculator::BudgetFor(const SequenceGroup& group, const Sequence& seq, int r
                           int token_room) const {
   const SamplingOptions& sampling = group.sampling();
   DraftRequest request;
-  request.num_speculative_tokens = std::min(config_.num_speculative_tokens, token_room);
+  request.num_speculative_tokens =
+      std::min(SpeculativeTokensFor(config_, running_sequences), token_room);
   request.running_sequences = running_sequences;
   request.disable_by_batch_size = config_.disable_by_batch_size;
   request.context_tokens = seq.length();
@@ -157,13 +158,16 @@ Speculator::Proposal Speculator::ProposalFor(SequenceGroup& group, Sequence& seq
   }
   // The server follows a grammar only through drafts it knows before the
   // step: a constrained sequence's are proposed a step ahead.
-  if (IsConstrained(group)) return ProposedAhead(group, seq, budget, token_room);
+  if (IsConstrained(group)) {
+    return ProposedAhead(group, seq, budget, SpeculativeTokensFor(config_, running_sequences),
+                         token_room);
+  }
   // The workers' draft model or EAGLE head proposes them in the step itself.
   return Proposal{std::vector<int32_t>(budget, kWorkerDraft), 0};
 }
 
 Speculator::Proposal Speculator::ProposedAhead(SequenceGroup& group, Sequence& seq, int budget,
-                                               int token_room) const {
+                                               int step_k, int token_room) const {
   Proposal proposal;
   auto it = next_drafts_.find(seq.seq_id());
   if (it != next_drafts_.end() && it->second.length == seq.length()) {
@@ -175,7 +179,7 @@ Speculator::Proposal Speculator::ProposedAhead(SequenceGroup& group, Sequence& s
   // accepted) + k: within max_model_len, and only while a later step can
   // still sample a token after this one.
   const int drafts = static_cast<int>(proposal.drafts.size());
-  int next = std::min(config_.num_speculative_tokens, token_room - drafts);
+  int next = std::min(step_k, token_room - drafts);
   next = std::min(next, max_model_len_ - seq.length() - drafts);
   next = std::min(next, group.stopping().max_tokens - seq.num_output_tokens() - 2);
   next = std::max(next, 0);

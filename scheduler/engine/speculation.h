@@ -97,8 +97,9 @@ class Speculator {
                 int token_room) const;
   // A constrained sequence under a worker-side proposer: the proposals its
   // last step returned (cut to `budget` and the grammar) and how many to ask
-  // for after this step.
-  Proposal ProposedAhead(SequenceGroup& group, Sequence& seq, int budget, int token_room) const;
+  // for after this step (at most `step_k`, this step's k).
+  Proposal ProposedAhead(SequenceGroup& group, Sequence& seq, int budget, int step_k,
+                         int token_room) const;
   // Counts one entry's verification, as vLLM's SpecDecodingStats.
   void Count(int num_drafts, int num_accepted);
 

@@ -224,6 +224,40 @@ TEST_F(SpeculationTest, ADraftModelsPositionsStopEachRowsDraftsAlone) {
   EXPECT_EQ(plan_.sequences_size(), 2);
 }
 
+// vLLM's num_speculative_tokens_per_batch_size: each step's rows carry the
+// k of the step's running sequences (3 alone, 1 with two running), and a
+// constrained row asks for that many proposals after its step.
+TEST_F(SpeculationTest, BatchSizeScheduleSetsEachStepsDrafts) {
+  SpeculativeConfig config;
+  config.method = SpeculativeMethod::kDraftModel;
+  config.model = "/draft";
+  config.num_speculative_tokens = 3;
+  config.per_batch_size = {{1, 1, 3}, {2, 8, 1}};
+  speculator_ = Speculator(config, 64, 64, {kEos});
+  const SequenceGroup* first = Add(/*max_tokens=*/32);
+  Step(0, 10);  // Prefill.
+  Step(0, 11);  // Alone: k 3.
+  ASSERT_EQ(plan_.sequences_size(), 1);
+  EXPECT_EQ(plan_.sequences(0).num_draft_proposals(), 3);
+  SamplingOptions sampling;
+  sampling.grammar = GrammarOverCycleTokens("(abc-)*");
+  StoppingOptions stopping;
+  stopping.max_tokens = 32;
+  scheduler_.AddSequenceGroup(std::make_unique<SequenceGroup>(
+      "r2", std::vector<int32_t>{10, 11, 12, 13, 10, 11, 12, 13, 10}, /*first_seq_id=*/2,
+      sampling, stopping, absl::FromUnixSeconds(2)));
+  Step(0, 11);  // The second's prefill (prompts are not mixed with decodes here).
+  Step(0, 12);  // Two running: k 1 each.
+  ASSERT_EQ(plan_.sequences_size(), 2);
+  for (const wv1::SequenceStep& step : plan_.sequences()) {
+    if (step.seq_id() == first->seqs()[0]->seq_id()) {
+      EXPECT_EQ(step.num_draft_proposals(), 1);
+    } else {
+      EXPECT_EQ(step.num_next_draft_proposals(), 1);  // The constrained row's, for its next step.
+    }
+  }
+}
+
 // Under a draft model a constrained row proposes a step ahead: it asks the
 // worker for proposals after its step (num_next_draft_proposals, their room
 // in its lookahead slots), and sends the next step those its grammar

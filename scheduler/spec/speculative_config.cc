@@ -1,5 +1,6 @@
 #include "scheduler/spec/speculative_config.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 
@@ -24,6 +25,7 @@ constexpr const char* kKeys[] = {"method",
                                  "prompt_lookup_max",
                                  "prompt_lookup_min",
                                  "disable_by_batch_size",
+                                 "num_speculative_tokens_per_batch_size",
                                  "draft_tensor_parallel_size"};
 
 absl::Status CheckKeys(const Json& object) {
@@ -64,12 +66,14 @@ absl::StatusOr<SpeculativeMethod> MethodNamed(absl::string_view name) {
       absl::StrCat("unknown method \"", name, "\" (ngram, draft_model, eagle or eagle3)"));
 }
 
-// vLLM's inference of the method from the model when none is named.
+// vLLM's inference of the method from the model when none is named, in
+// its order: "eagle-" in the name is EAGLE, else "eagle3" anywhere in it
+// (Qwen3-8B_eagle3 too) EAGLE-3, else a draft model.
 SpeculativeMethod MethodOfModel(absl::string_view model) {
   if (model == "ngram" || model == "[ngram]") return SpeculativeMethod::kNgram;
   const std::string lower = absl::AsciiStrToLower(model);
-  if (absl::StrContains(lower, "eagle3-")) return SpeculativeMethod::kEagle3;
   if (absl::StrContains(lower, "eagle-")) return SpeculativeMethod::kEagle;
+  if (absl::StrContains(lower, "eagle3")) return SpeculativeMethod::kEagle3;
   return SpeculativeMethod::kDraftModel;
 }
 
@@ -91,6 +95,87 @@ absl::Status SetPromptLookup(std::optional<int> min, std::optional<int> max,
   }
   config.prompt_lookup_min = *min;
   config.prompt_lookup_max = *max;
+  return absl::OkStatus();
+}
+
+constexpr char kSchedule[] = "num_speculative_tokens_per_batch_size";
+
+// One [first, last, k] entry, its values checked as vLLM's
+// validate_and_normalize_dynamic_sd_schedule checks them.
+absl::StatusOr<BatchSizeDrafts> ParseScheduleEntry(const Json& entry) {
+  if (entry.is_array() && entry.size() == 5) {
+    return Invalid(absl::StrCat(kSchedule, ": the 5-item form (with context ranges) is not "
+                                           "served; give [first, last, k] entries"));
+  }
+  int values[3] = {0, 0, 0};
+  bool integers = entry.is_array() && entry.size() == 3;
+  for (size_t i = 0; integers && i < 3; ++i) {
+    integers = entry[i].is_number_integer() && entry[i].get<int64_t>() >= -1'000'000 &&
+               entry[i].get<int64_t>() <= std::numeric_limits<int>::max();
+    if (integers) values[i] = static_cast<int>(entry[i].get<int64_t>());
+  }
+  if (!integers) {
+    return Invalid(absl::StrCat(kSchedule, ": each entry must be [first, last, k] (integers)"));
+  }
+  const BatchSizeDrafts range{values[0], values[1], values[2]};
+  if (range.first <= 0 || range.last <= 0) {
+    return Invalid(absl::StrCat(kSchedule, ": batch-size range (", range.first, ", ", range.last,
+                                ") must be positive"));
+  }
+  if (range.first > range.last) {
+    return Invalid(absl::StrCat(kSchedule, ": batch-size range start ", range.first,
+                                " must be <= its end ", range.last));
+  }
+  if (range.k < 0) return Invalid(absl::StrCat(kSchedule, ": k ", range.k, " must be >= 0"));
+  return range;
+}
+
+// vLLM's dynamic speculative decoding schedule: entries sorted, ranges
+// apart, the lowest starting at 1 (so every batch size has a k).
+absl::Status ParseBatchSizeSchedule(const Json& object, SpeculativeConfig& config) {
+  const auto it = object.find(kSchedule);
+  if (it == object.end() || it->is_null()) return absl::OkStatus();
+  if (!it->is_array() || it->empty() || it->size() > kMaxBatchSizeScheduleEntries) {
+    return Invalid(absl::StrCat(kSchedule, " must be a list of 1 to ",
+                                kMaxBatchSizeScheduleEntries, " [first, last, k] entries"));
+  }
+  std::vector<BatchSizeDrafts> ranges;
+  for (const Json& entry : *it) {
+    absl::StatusOr<BatchSizeDrafts> range = ParseScheduleEntry(entry);
+    if (!range.ok()) return range.status();
+    ranges.push_back(*range);
+  }
+  std::sort(ranges.begin(), ranges.end(),
+            [](const BatchSizeDrafts& a, const BatchSizeDrafts& b) { return a.first < b.first; });
+  for (size_t i = 1; i < ranges.size(); ++i) {
+    if (ranges[i].first <= ranges[i - 1].last) {
+      return Invalid(absl::StrCat(kSchedule, ": batch-size ranges must not overlap (",
+                                  ranges[i - 1].first, "-", ranges[i - 1].last, " and ",
+                                  ranges[i].first, "-", ranges[i].last, ")"));
+    }
+  }
+  if (ranges.front().first != 1) {
+    return Invalid(absl::StrCat(kSchedule, ": the first batch-size range must start at 1"));
+  }
+  config.per_batch_size = std::move(ranges);
+  return absl::OkStatus();
+}
+
+// disable_by_batch_size, or the schedule that replaces it.
+absl::Status ParseBatchSizeLimits(const Json& object, SpeculativeConfig& config) {
+  auto batch = OptionalInt(object, "disable_by_batch_size");
+  if (!batch.ok()) return batch.status();
+  if (batch->has_value() && **batch < 2) {
+    return Invalid(absl::StrCat("disable_by_batch_size ", **batch, " must be at least 2"));
+  }
+  if (absl::Status s = ParseBatchSizeSchedule(object, config); !s.ok()) return s;
+  if (!config.per_batch_size.empty()) {
+    if (batch->has_value()) {
+      return Invalid(absl::StrCat("give disable_by_batch_size or ", kSchedule, ", not both"));
+    }
+    return absl::OkStatus();
+  }
+  config.disable_by_batch_size = batch->value_or(kDefaultDisableByBatchSize);
   return absl::OkStatus();
 }
 
@@ -166,13 +251,18 @@ absl::StatusOr<SpeculativeConfig> ParseSpeculativeConfig(absl::string_view json)
   const bool ngram_as_model = *model == "ngram" || *model == "[ngram]";
   config.model = config.method == SpeculativeMethod::kNgram && ngram_as_model ? "" : *model;
   if (absl::Status fields = CheckFields(object, config); !fields.ok()) return fields;
-  auto batch = OptionalInt(object, "disable_by_batch_size");
-  if (!batch.ok()) return batch.status();
-  if (batch->has_value() && **batch < 2) {
-    return Invalid(absl::StrCat("disable_by_batch_size ", **batch, " must be at least 2"));
-  }
-  config.disable_by_batch_size = batch->value_or(kDefaultDisableByBatchSize);
+  if (absl::Status limits = ParseBatchSizeLimits(object, config); !limits.ok()) return limits;
   return config;
+}
+
+int SpeculativeTokensFor(const SpeculativeConfig& config, int batch_size) {
+  if (config.per_batch_size.empty()) return config.num_speculative_tokens;
+  int k = 0;
+  for (const BatchSizeDrafts& range : config.per_batch_size) {
+    if (range.first > batch_size) break;
+    k = range.k;
+  }
+  return std::min(k, config.num_speculative_tokens);
 }
 
 int DraftTensorParallelSize(const SpeculativeConfig& config, int tensor_parallel_size) {

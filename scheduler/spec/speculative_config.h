@@ -6,6 +6,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -32,6 +33,19 @@ inline constexpr int kMaxPromptLookup = 64;
 // that gives the key keeps its value (at least --max-num-seqs: never off).
 inline constexpr int kDefaultDisableByBatchSize = 4;
 
+// One entry of vLLM's num_speculative_tokens_per_batch_size: a step of
+// `first`..`last` running sequences proposes up to `k` drafts a sequence.
+struct BatchSizeDrafts {
+  int first = 0;
+  int last = 0;
+  int k = 0;
+  bool operator==(const BatchSizeDrafts&) const = default;
+};
+
+// Entries a num_speculative_tokens_per_batch_size may list: far above any
+// useful schedule; bounds the lookup each step makes.
+inline constexpr int kMaxBatchSizeScheduleEntries = 256;
+
 struct SpeculativeConfig {
   SpeculativeMethod method = SpeculativeMethod::kNgram;
   // The draft model or EAGLE head directory; empty for ngram.
@@ -47,6 +61,11 @@ struct SpeculativeConfig {
   // ParseSpeculativeConfig sets kDefaultDisableByBatchSize when the key is
   // left out.
   std::optional<int> disable_by_batch_size;
+  // vLLM's num_speculative_tokens_per_batch_size (dynamic speculative
+  // decoding): k by the step's batch size, sorted by `first`, the first
+  // starting at 1; empty when not given. With it, disable_by_batch_size is
+  // unset (the schedule covers every batch size).
+  std::vector<BatchSizeDrafts> per_batch_size;
   // Draft model or EAGLE head: tensor-parallel size, 1 or the target's
   // (CheckAgainstTarget); unset: the target's (DraftTensorParallelSize).
   std::optional<int> draft_tensor_parallel_size;
@@ -60,18 +79,31 @@ struct SpeculativeConfig {
 // Parses `json`, vLLM's --speculative-config object. Keys: method
 // (ngram | draft_model | eagle | eagle3), model, num_speculative_tokens,
 // prompt_lookup_max, prompt_lookup_min, disable_by_batch_size,
-// draft_tensor_parallel_size. As vLLM: without method, a model of "ngram"
-// or "[ngram]" means ngram, a model whose name holds "eagle3-" or "eagle-"
-// means that EAGLE, any other a draft model. INVALID_ARGUMENT, one line
+// num_speculative_tokens_per_batch_size, draft_tensor_parallel_size. As
+// vLLM: without method, a model of "ngram" or "[ngram]" means ngram, a model
+// whose name holds "eagle-" EAGLE, else one whose name holds "eagle3"
+// EAGLE-3, any other a draft model. INVALID_ARGUMENT, one line
 // naming the problem, for: text that is not a JSON object, an unknown key
 // or method, a value of the wrong type (every count is a JSON integer), k
 // outside [1, kMaxSpeculativeTokens], prompt lookup bounds outside
 // [1, kMaxPromptLookup] or min > max, prompt lookup keys for a method that
 // does not look up, a model for ngram or none for the others,
 // disable_by_batch_size below 2, draft_tensor_parallel_size below 1 or
-// given for ngram. disable_by_batch_size left out is
-// kDefaultDisableByBatchSize.
+// given for ngram; a num_speculative_tokens_per_batch_size that is not a
+// non-empty list of [first, last, k] integers (vLLM's 5-item form with
+// context ranges is not served), with first or last below 1, first above
+// last, k below 0, ranges that overlap or whose lowest does not start at 1
+// (vLLM's checks), more than kMaxBatchSizeScheduleEntries entries, or given
+// beside disable_by_batch_size. disable_by_batch_size left out is
+// kDefaultDisableByBatchSize, unless a schedule is given.
 absl::StatusOr<SpeculativeConfig> ParseSpeculativeConfig(absl::string_view json);
+
+// The drafts a sequence may carry in a step of `batch_size` running
+// sequences: num_speculative_tokens, or with a schedule the k of the last
+// entry whose first is at most `batch_size` (a batch size between two
+// ranges, or past the last, takes the range below it, as vLLM's lookup
+// does), at most num_speculative_tokens (vLLM clamps it too).
+int SpeculativeTokensFor(const SpeculativeConfig& config, int batch_size);
 
 // The checks that need the target: draft_tensor_parallel_size must be 1 or
 // `tensor_parallel_size`. INVALID_ARGUMENT naming both.

@@ -4,7 +4,10 @@
 #include "scheduler/spec/speculative_config.h"
 
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace pagoda::scheduler {
@@ -50,6 +53,8 @@ TEST(SpeculativeConfigTest, MethodInferredFromTheModelAsVllm) {
   EXPECT_EQ(method_of("/models/llama-68m"), SpeculativeMethod::kDraftModel);
   EXPECT_EQ(method_of("/models/EAGLE-LLaMA3-Instruct-8B"), SpeculativeMethod::kEagle);
   EXPECT_EQ(method_of("/models/EAGLE3-LLaMA3.1-Instruct-8B"), SpeculativeMethod::kEagle3);
+  EXPECT_EQ(method_of("/models/Qwen3-8B_eagle3"), SpeculativeMethod::kEagle3);
+  EXPECT_EQ(method_of("/models/eagle-eagle3-mix"), SpeculativeMethod::kEagle);  // vLLM's order.
   EXPECT_EQ(method_of("[ngram]"), SpeculativeMethod::kNgram);
   auto eagle = ParseSpeculativeConfig(
       R"({"method": "eagle3", "model": "/m/head", "num_speculative_tokens": 3,
@@ -115,6 +120,76 @@ TEST(SpeculativeConfigTest, DraftTensorParallelSizeIsOneOrTheTargets) {
   EXPECT_NE(status.message().find("must be 1 or the target's 4"), std::string::npos) << status;
   config->draft_tensor_parallel_size = 1;
   EXPECT_TRUE(CheckAgainstTarget(*config, 4).ok());
+}
+
+// vLLM's dynamic speculative decoding: its lookup's own test cases (a
+// batch size between ranges or past the last takes the range below; k at
+// most num_speculative_tokens), entries in any order, and the default
+// disable_by_batch_size dropped.
+TEST(SpeculativeConfigTest, BatchSizeScheduleFollowsVllmsLookup) {
+  auto config = ParseSpeculativeConfig(
+      R"({"method": "ngram", "num_speculative_tokens": 3,
+          "num_speculative_tokens_per_batch_size": [[256, 2048, 0], [1, 16, 3], [32, 128, 2]]})");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->per_batch_size,
+            (std::vector<BatchSizeDrafts>{{1, 16, 3}, {32, 128, 2}, {256, 2048, 0}}));
+  EXPECT_FALSE(config->disable_by_batch_size.has_value());
+  const std::pair<int, int> expected[] = {{1, 3},   {16, 3},  {17, 3},  {31, 3},   {32, 2},
+                                          {128, 2}, {129, 2}, {255, 2}, {256, 0}, {5000, 0}};
+  for (const auto& [batch, k] : expected) {
+    EXPECT_EQ(SpeculativeTokensFor(*config, batch), k) << batch;
+  }
+  auto clamped = ParseSpeculativeConfig(
+      R"({"method": "ngram", "num_speculative_tokens": 3,
+          "num_speculative_tokens_per_batch_size": [[1, 256, 4]]})");
+  ASSERT_TRUE(clamped.ok()) << clamped.status();
+  EXPECT_EQ(SpeculativeTokensFor(*clamped, 1), 3);
+  EXPECT_EQ(SpeculativeTokensFor(*clamped, 256), 3);
+  EXPECT_EQ(SpeculativeTokensFor(*clamped, 300), 3);
+  // Without a schedule every batch size may propose k (disable_by_batch_size
+  // is DraftBudget's).
+  auto plain = ParseSpeculativeConfig(R"({"method": "ngram", "num_speculative_tokens": 4})");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(SpeculativeTokensFor(*plain, 100), 4);
+  EXPECT_EQ(plain->disable_by_batch_size, kDefaultDisableByBatchSize);
+}
+
+TEST(SpeculativeConfigTest, RefusesBadBatchSizeSchedules) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"[]", "must be a list of 1 to 256"},
+      {"3", "must be a list of 1 to 256"},
+      {"[[1, 4]]", "each entry must be [first, last, k]"},
+      {"[[1, 4, 2.5]]", "each entry must be [first, last, k]"},
+      {"[[1, \"4\", 2]]", "each entry must be [first, last, k]"},
+      {"[[1, 4, 1, 100, 2]]", "5-item form"},
+      {"[[0, 4, 2]]", "range (0, 4) must be positive"},
+      {"[[1, 4, 2], [9, 5, 1]]", "start 9 must be <= its end 5"},
+      {"[[1, 4, -1]]", "k -1 must be >= 0"},
+      {"[[1, 8, 2], [8, 16, 1]]", "must not overlap (1-8 and 8-16)"},
+      {"[[2, 8, 2]]", "must start at 1"},
+  };
+  for (const auto& [schedule, problem] : cases) {
+    const std::string json =
+        absl::StrCat(R"({"method": "ngram", "num_speculative_tokens": 2, )",
+                     R"("num_speculative_tokens_per_batch_size": )", schedule, "}");
+    auto config = ParseSpeculativeConfig(json);
+    ASSERT_FALSE(config.ok()) << json;
+    EXPECT_NE(config.status().message().find(problem), std::string::npos) << config.status();
+  }
+  std::string many;  // One entry past the bound, each range valid.
+  for (int i = 1; i <= kMaxBatchSizeScheduleEntries + 1; ++i) {
+    absl::StrAppend(&many, many.empty() ? "[[" : ", [", i, ", ", i, ", 1]");
+  }
+  auto too_many = ParseSpeculativeConfig(
+      absl::StrCat(R"({"method": "ngram", "num_speculative_tokens": 2, )",
+                   R"("num_speculative_tokens_per_batch_size": )", many, "]}"));
+  ASSERT_FALSE(too_many.ok());
+  EXPECT_NE(too_many.status().message().find("1 to 256"), std::string::npos) << too_many.status();
+  auto both = ParseSpeculativeConfig(
+      R"({"method": "ngram", "num_speculative_tokens": 2, "disable_by_batch_size": 8,
+          "num_speculative_tokens_per_batch_size": [[1, 4, 2]]})");
+  ASSERT_FALSE(both.ok());
+  EXPECT_NE(both.status().message().find("not both"), std::string::npos) << both.status();
 }
 
 }  // namespace

@@ -33,11 +33,15 @@ using pagoda::v1::Generation;
 
 constexpr int kStreams = 12;
 constexpr int kMaxTokens = 48;
-// disable_by_batch_size above the streams: every one of them speculates
-// (the default would stop proposing while more than a few run).
+// A batch-size schedule (vLLM's num_speculative_tokens_per_batch_size) in
+// place of disable_by_batch_size: every batch size speculates (the default
+// would stop proposing while more than a few run), with k changing as the
+// streams come and go: 4 up to 3 running, 2 from 4 (9 to 11 fall between
+// ranges and take 2 too), 3 from 12.
 constexpr char kSpeculativeConfig[] =
     R"(--speculative-config={"method": "ngram", "num_speculative_tokens": 4, )"
-    R"("prompt_lookup_max": 4, "prompt_lookup_min": 1, "disable_by_batch_size": 64})";
+    R"("prompt_lookup_max": 4, "prompt_lookup_min": 1, )"
+    R"("num_speculative_tokens_per_batch_size": [[1, 3, 4], [4, 8, 2], [12, 64, 3]]})";
 
 class SpeculativeTest : public ::testing::TestWithParam<int> {
  protected:
