@@ -378,6 +378,51 @@ def safetensors_seeds():
       {"weight_map": {"y": "b.safetensors"}}).encode())
 
 
+# --- lora_adapter: a mode byte (bit 0: the base ties its embeddings),
+# adapter_config.json, NUL, adapter_model.safetensors; the base is a Llama of
+# vocabulary 40, hidden 12, intermediate 20, 2 layers, 4 heads of 3, 2 KV
+# heads.
+def lora_adapter_seeds():
+  clear_seeds("lora_adapter")
+
+  def f32(count, scale=0.1):
+    return struct.pack("<%df" % count, *[scale * ((i % 7) - 3) for i in range(count)])
+
+  def config(rank, targets, **extra):
+    return compact(dict({"peft_type": "LORA", "r": rank, "lora_alpha": 2 * rank,
+                         "target_modules": targets, "bias": "none"}, **extra))
+
+  def pair(prefix, rank, out_features, in_features):
+    return {prefix + "lora_A.weight": ("F32", [rank, in_features], f32(rank * in_features)),
+            prefix + "lora_B.weight": ("F32", [out_features, rank], f32(out_features * rank))}
+
+  layers = {}
+  for layer in range(2):
+    layers.update(pair(f"base_model.model.model.layers.{layer}.self_attn.q_proj.", 2, 12, 12))
+  write("lora_adapter", "q-proj", b"\x00" + config(2, ["q_proj"]).encode() + b"\x00"
+        + safetensors_file(layers))
+  vocabulary = dict(layers)
+  vocabulary["base_model.model.model.embed_tokens.lora_embedding_A"] = ("F32", [2, 40], f32(80))
+  vocabulary["base_model.model.model.embed_tokens.lora_embedding_B"] = ("F32", [12, 2], f32(24))
+  vocabulary.update(pair("base_model.model.lm_head.", 2, 40, 12))
+  write("lora_adapter", "embed-and-head", b"\x00" + config(
+      2, ["q_proj", "embed_tokens", "lm_head"], use_rslora=True).encode() + b"\x00"
+        + safetensors_file(vocabulary))
+  rows = dict(layers)
+  rows["base_model.model.model.embed_tokens.token_adapter.trainable_tokens_delta"] = (
+      "F32", [3, 12], f32(36, 1.0))
+  rows["base_model.model.lm_head.token_adapter.trainable_tokens_delta"] = (
+      "F32", [2, 12], f32(24, 1.0))
+  write("lora_adapter", "trainable-tokens", b"\x00" + config(
+      2, ["q_proj"], trainable_token_indices={"embed_tokens": [39, 0, 7],
+                                              "lm_head": [5, 6]}).encode() + b"\x00"
+        + safetensors_file(rows))
+  del rows["base_model.model.lm_head.token_adapter.trainable_tokens_delta"]
+  write("lora_adapter", "tied-trainable-tokens", b"\x01" + config(
+      2, ["q_proj"], trainable_token_indices=[39, 0, 7]).encode() + b"\x00"
+        + safetensors_file(rows))
+
+
 # --- step_frame: length-prefixed frames, a kind byte (P: StepPlan, M:
 # StepMasks) and the message.
 def frame(payload):
@@ -534,6 +579,7 @@ def main():
   tokenizer_json_seeds()
   model_config_seeds()
   safetensors_seeds()
+  lora_adapter_seeds()
   step_frame_seeds(worker_pb2)
   rendezvous_seeds()
   http_request_seeds()
