@@ -12,7 +12,10 @@
 # fresh, ROUNDS times alternated, so a busy machine slows both alike. Prints one row per (B, k): the medians of
 # output tokens/s off and on, their ratio, the acceptance the server counted
 # (accepted / proposed drafts) and the output tokens per sequence-step, with
-# the load average at the start of each batch.
+# the load average at the start of each batch. SPEC_LIMIT replaces the
+# disable_by_batch_size key, e.g. with a k-by-batch-size schedule
+# ('"num_speculative_tokens_per_batch_size": [[1, 4, 4], [5, 16, 2], [17, 4096, 0]]',
+# with KS=4) to compare it with plain decoding in the same run.
 #   BUILD_DIR=build ROUNDS=2 TOKENS=128 BATCHES="1 8 32" KS="1 2 4 6" LIVE=128 \
 #     bench/server/bench_spec_sweep.sh
 set -euo pipefail
@@ -26,6 +29,7 @@ TOKENS=${TOKENS:-128}
 BATCHES=${BATCHES:-1 8 32}
 KS=${KS:-1 2 4 6}
 LIVE=${LIVE:-128}
+SPEC_LIMIT=${SPEC_LIMIT:-'"disable_by_batch_size": 4096'}
 THREADS=${THREADS:-2}
 WORK=$(mktemp -d)
 source scripts/server_harness.sh
@@ -66,9 +70,9 @@ serve() {
   local flags=(--model "$WORK/model" --cpu-threads "$THREADS" --max-model-len 1024
     --metrics-port -1 --max-num-seqs 64)
   if [ "$1" != 0 ]; then
-    # disable_by_batch_size above every batch: the sweep measures where its
-    # default should sit, so it must not apply it.
-    flags+=(--speculative-config "{\"method\": \"ngram\", \"num_speculative_tokens\": $1, \"prompt_lookup_min\": 1, \"prompt_lookup_max\": 4, \"disable_by_batch_size\": 4096}")
+    # SPEC_LIMIT's default, disable_by_batch_size above every batch: the
+    # sweep measures where its default should sit, so it must not apply it.
+    flags+=(--speculative-config "{\"method\": \"ngram\", \"num_speculative_tokens\": $1, \"prompt_lookup_min\": 1, \"prompt_lookup_max\": 4, $SPEC_LIMIT}")
   fi
   start_server "$BIN/pagoda-server" "${flags[@]}"
   METRICS=$(server_line PAGODA_METRICS_LISTENING)
