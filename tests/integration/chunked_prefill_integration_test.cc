@@ -264,10 +264,7 @@ TEST_F(ChunkedPrefillTest, SameTokensAcrossAWorkerRestart) {
     auto finished = [&] {
       return MetricValue(port, "pagoda_request_success_total") - finished_before;
     };
-    auto accepted = [&] {
-      return MetricValue(port, "pagoda_num_requests_running") +
-             MetricValue(port, "pagoda_num_requests_waiting") + finished();
-    };
+    auto accepted = [&] { return AcceptedRequests(port, finished_before); };
     const double tokens_before = MetricValue(port, "pagoda_generation_tokens_total");
     std::thread clients([&] { run_all(outcomes); });
     const bool sent = WaitFor(

@@ -133,12 +133,19 @@ TEST_P(SpeculativeTest, SameTokensUnderPreemptionAndAcrossAWorkerKill) {
   ASSERT_TRUE(server.ok()) << server.status();
   std::atomic<int> received{0};
   std::vector<StreamOutcome> outcomes;
+  const double finished_before =
+      MetricValue((*server)->metrics_port(), "pagoda_request_success_total");
   std::thread clients([&] { outcomes = RunAll(**server, &received); });
   // Rank 0 dies once a third of the tokens are out; every request resumes
   // by recomputation over its verified tokens.
   const pid_t worker = (*server)->worker_pids().at(0);
-  ASSERT_TRUE(
-      WaitFor([&] { return received.load() >= kStreams * kMaxTokens / 3; }, absl::Seconds(60)));
+  // Every stream accepted first (AcceptedRequests).
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return received.load() >= kStreams * kMaxTokens / 3 &&
+               AcceptedRequests((*server)->metrics_port(), finished_before) >= kStreams;
+      },
+      absl::Seconds(60)));
   const bool killed = received.load() < kStreams * kMaxTokens && kill(worker, SIGKILL) == 0;
   clients.join();
   ASSERT_TRUE(killed) << "the streams ended before the kill";

@@ -147,6 +147,15 @@ double MetricValue(int metrics_port, const std::string& name) {
   return total;
 }
 
+double AcceptedRequests(int metrics_port, double finished_before) {
+  // A labelled counter is absent (-1) until its first sample: 0 then.
+  auto value = [metrics_port](const char* name) {
+    return std::max(0.0, MetricValue(metrics_port, name));
+  };
+  return value("pagoda_num_requests_running") + value("pagoda_num_requests_waiting") +
+         value("pagoda_request_success_total") - std::max(0.0, finished_before);
+}
+
 absl::Status MakeCertificates(const std::string& dir) {
   const std::string quiet = " 2>/dev/null";
   std::vector<std::string> commands = {

@@ -83,6 +83,15 @@ std::vector<pid_t> ChildPids(pid_t parent);
 // The sum of a metric's samples over every label set, -1 if absent.
 double MetricValue(int metrics_port, const std::string& name);
 
+// The requests the server behind `metrics_port` holds or has finished
+// since pagoda_request_success_total was `finished_before`: running plus
+// waiting plus finished (the engine counts an arrival as waiting at once;
+// an absent metric, and a negative `finished_before`, count as 0).
+// A test that kills a worker under concurrent streams waits for all of them
+// here first: one sent while the workers restart is refused (UNAVAILABLE),
+// and on a loaded machine the last client threads start late.
+double AcceptedRequests(int metrics_port, double finished_before);
+
 // With openssl, in `dir`: ca.{pem,key}; server.{pem,key} for 127.0.0.1,
 // localhost and pagoda-worker (a fixed name, as the Helm chart gives its
 // workers) and client.{pem,key}, both signed by the CA; rogue.{pem,key}
