@@ -111,6 +111,7 @@ void Speculator::Propose(Scheduler& scheduler) {
   });
   // Each decode takes one token of the budget; drafts share what is left.
   int token_room = max_num_batched_tokens_ - decodes;
+  step_k_ = SpeculativeTokensFor(config_, running);  // Once a step: the schedule's lookup.
   scheduler.ForEachRunningSequence([&](SequenceGroup& group, Sequence& seq) {
     if (!DecodesNext(seq) || token_room <= 0) return;
     Proposal proposal = ProposalFor(group, seq, running, token_room);
@@ -127,8 +128,7 @@ int Speculator::BudgetFor(const SequenceGroup& group, const Sequence& seq, int r
                           int token_room) const {
   const SamplingOptions& sampling = group.sampling();
   DraftRequest request;
-  request.num_speculative_tokens =
-      std::min(SpeculativeTokensFor(config_, running_sequences), token_room);
+  request.num_speculative_tokens = std::min(step_k_, token_room);
   request.running_sequences = running_sequences;
   request.disable_by_batch_size = config_.disable_by_batch_size;
   request.context_tokens = seq.length();
@@ -158,16 +158,13 @@ Speculator::Proposal Speculator::ProposalFor(SequenceGroup& group, Sequence& seq
   }
   // The server follows a grammar only through drafts it knows before the
   // step: a constrained sequence's are proposed a step ahead.
-  if (IsConstrained(group)) {
-    return ProposedAhead(group, seq, budget, SpeculativeTokensFor(config_, running_sequences),
-                         token_room);
-  }
+  if (IsConstrained(group)) return ProposedAhead(group, seq, budget, token_room);
   // The workers' draft model or EAGLE head proposes them in the step itself.
   return Proposal{std::vector<int32_t>(budget, kWorkerDraft), 0};
 }
 
 Speculator::Proposal Speculator::ProposedAhead(SequenceGroup& group, Sequence& seq, int budget,
-                                               int step_k, int token_room) const {
+                                               int token_room) const {
   Proposal proposal;
   auto it = next_drafts_.find(seq.seq_id());
   if (it != next_drafts_.end() && it->second.length == seq.length()) {
@@ -179,7 +176,7 @@ Speculator::Proposal Speculator::ProposedAhead(SequenceGroup& group, Sequence& s
   // accepted) + k: within max_model_len, and only while a later step can
   // still sample a token after this one.
   const int drafts = static_cast<int>(proposal.drafts.size());
-  int next = std::min(step_k, token_room - drafts);
+  int next = std::min(step_k_, token_room - drafts);
   next = std::min(next, max_model_len_ - seq.length() - drafts);
   next = std::min(next, group.stopping().max_tokens - seq.num_output_tokens() - 2);
   next = std::max(next, 0);

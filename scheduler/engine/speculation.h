@@ -97,9 +97,8 @@ class Speculator {
                 int token_room) const;
   // A constrained sequence under a worker-side proposer: the proposals its
   // last step returned (cut to `budget` and the grammar) and how many to ask
-  // for after this step (at most `step_k`, this step's k).
-  Proposal ProposedAhead(SequenceGroup& group, Sequence& seq, int budget, int step_k,
-                         int token_room) const;
+  // for after this step (at most this step's k).
+  Proposal ProposedAhead(SequenceGroup& group, Sequence& seq, int budget, int token_room) const;
   // Counts one entry's verification, as vLLM's SpecDecodingStats.
   void Count(int num_drafts, int num_accepted);
 
@@ -107,6 +106,9 @@ class Speculator {
   int max_model_len_;
   int max_num_batched_tokens_;
   std::vector<int32_t> eos_token_ids_;
+  // The k of the step being proposed for (SpeculativeTokensFor its running
+  // sequences), set by Propose.
+  int step_k_ = 0;
   // Proposals of the step being scheduled, by seq id, and the sequences
   // whose lookahead slots Propose set.
   absl::flat_hash_map<int64_t, Proposal> proposed_;
