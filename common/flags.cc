@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <iostream>
 #include <map>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/parse.h"
@@ -18,6 +20,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "common/json_flag_keys.h"
 
 #ifndef PAGODA_VERSION
 #define PAGODA_VERSION "unknown"
@@ -124,8 +127,24 @@ std::vector<char*> ParsePagodaCommandLine(int argc, char** argv, const ProgramIn
     }
   }
   absl::SetProgramUsageMessage(program.usage);
-  AcceptDashedFlagNames(argc, argv);
-  return absl::ParseCommandLine(argc, argv);
+  absl::StatusOr<GatheredJsonFlags> gathered =
+      GatherJsonFlagKeys(std::vector<std::string>(argv, argv + argc), program.json_flags);
+  if (!gathered.ok()) {
+    std::cerr << program.name << ": " << gathered.status().message() << std::endl;
+    std::exit(1);
+  }
+  for (const std::string& key : gathered->repeated_keys) {
+    std::cerr << program.name << ": warning: " << key << " given more than once; the last counts"
+              << std::endl;
+  }
+  // Abseil's positional results point into these strings: kept for the
+  // program's life (a deque never moves its elements).
+  static auto* const kCommandLines = new std::deque<std::vector<std::string>>();
+  std::vector<std::string>& args = kCommandLines->emplace_back(std::move(gathered->args));
+  std::vector<char*> pointers;
+  for (std::string& arg : args) pointers.push_back(arg.data());
+  AcceptDashedFlagNames(static_cast<int>(pointers.size()), pointers.data());
+  return absl::ParseCommandLine(static_cast<int>(pointers.size()), pointers.data());
 }
 
 std::optional<std::vector<int>> ParsePositiveIntList(std::string_view text) {

@@ -34,6 +34,9 @@ struct ProgramInfo {
   // --help's groups, in order; flags in none are listed last, by name. Empty:
   // one list by name.
   std::vector<FlagGroup> groups = {};
+  // Flags whose value is a JSON object, which also take vLLM's key-by-key
+  // spelling (--NAME.KEY VALUE, common/json_flag_keys.h); underscored names.
+  std::vector<std::string> json_flags = {};
 };
 
 // "NAME VERSION (BUILD_TYPE build)", from the values CMake compiled in.
@@ -44,9 +47,10 @@ std::string VersionLine(const char* program_name);
 std::string HelpText(const ProgramInfo& program);
 
 // The command-line entry point of every Pagoda executable: handles --help,
-// -h and --version (prints to stdout and exits 0), accepts dashed names, then
+// -h and --version (prints to stdout and exits 0), gathers the JSON flags'
+// keys (a bad one: one line on stderr, exit 1), accepts dashed names, then
 // parses with Abseil (which exits 1 on an unknown flag). Returns the
-// positional arguments, argv[0] first.
+// positional arguments, argv[0] first (they live as long as the program).
 std::vector<char*> ParsePagodaCommandLine(int argc, char** argv, const ProgramInfo& program);
 
 // A comma-separated list of positive integers ("1,8,32", the benchmarks'

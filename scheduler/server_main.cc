@@ -86,7 +86,7 @@ int main(int argc, char** argv) {
   pagoda::ParsePagodaCommandLine(
       argc, argv,
       {"pagoda-server", "pagoda-server --model DIR [flags]: serves pagoda.v1.Generation",
-       pagoda::scheduler::ServerFlagGroups()});
+       pagoda::scheduler::ServerFlagGroups(), pagoda::scheduler::ServerJsonFlags()});
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
   pagoda::LimitProtobufLogging();

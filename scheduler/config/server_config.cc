@@ -151,9 +151,10 @@ absl::Status CheckWorkers(const WorkerOptions& workers) {
 }
 
 absl::Status CheckKvEvents(const KvEventOptions& events, bool prefix_caching) {
-  if (absl::Status ranges =
-          FirstError({Range("kv-events-queue-batches", events.queue_batches, 1, kMaxQueued),
-                      Range("kv-events-replay-buffer", events.replay_buffer, 0, kMaxQueued)});
+  if (absl::Status ranges = FirstError(
+          {Range("kv-events-queue-batches", events.queue_batches, 1, kMaxKvEventBatches),
+           Range("kv-events-replay-buffer", events.replay_buffer, 0, kMaxKvEventBatches),
+           Range("kv-events-config.hwm", events.send_high_water_mark, 1, kMaxKvEventBatches)});
       !ranges.ok()) {
     return ranges;
   }
@@ -165,7 +166,8 @@ absl::Status CheckKvEvents(const KvEventOptions& events, bool prefix_caching) {
   }
   if (!prefix_caching) {
     return absl::InvalidArgumentError(
-        "--kv-events-endpoint needs prefix caching (drop --no-enable-prefix-caching)");
+        "KV events (--kv-events-endpoint, or --kv-events-config's enable_kv_cache_events) "
+        "need prefix caching (drop --no-enable-prefix-caching)");
   }
   return absl::OkStatus();
 }

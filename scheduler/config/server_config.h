@@ -117,13 +117,18 @@ struct WorkerOptions {
   int rendezvous_port = 0;
 };
 
-// KV cache events for prefix-aware routers.
+// The most KV event batches any of KvEventOptions' bounds may name.
+inline constexpr int kMaxKvEventBatches = 1 << 20;
+
+// KV cache events for prefix-aware routers: set by the --kv-events-* flags
+// or by vLLM's --kv-events-config (kv_events_config.h).
 struct KvEventOptions {
   std::string endpoint;  // "": off.
   std::string replay_endpoint;
   std::string topic;  // "": kv@<pod>@<served model name>.
   int queue_batches = 1024;
   int replay_buffer = 10000;
+  int send_high_water_mark = 100000;  // ZeroMQ's, in messages.
 };
 
 struct ServerConfig {

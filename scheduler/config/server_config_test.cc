@@ -129,7 +129,7 @@ TEST(ServerConfigTest, CrossFlagRules) {
   config = ValidConfig();
   config.kv_events.endpoint = "tcp://*:1";
   config.scheduling.enable_prefix_caching = false;
-  EXPECT_TRUE(absl::StrContains(CheckServerConfig(config).message(), "needs prefix caching"));
+  EXPECT_TRUE(absl::StrContains(CheckServerConfig(config).message(), "need prefix caching"));
   config = ValidConfig();
   config.model.model_dir = "";
   EXPECT_EQ(CheckServerConfig(config).message(), "--model is required");

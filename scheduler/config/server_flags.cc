@@ -10,9 +10,12 @@
 #include <utility>
 
 #include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "scheduler/config/kv_events_config.h"
 
 // Model.
 ABSL_FLAG(std::string, model, "", "Model directory (Hugging Face layout). Required.");
@@ -181,6 +184,12 @@ ABSL_FLAG(int, kv_events_queue_batches, 1024,
           "KV event batches (one per engine step) waiting for the publisher thread beyond which "
           "new ones are dropped and a full resync is sent once there is room again.");
 ABSL_FLAG(int, kv_events_replay_buffer, 10000, "Published KV event batches kept for replay.");
+ABSL_FLAG(std::string, kv_events_config, "",
+          "vLLM's KV events JSON object, instead of the --kv-events-* flags: "
+          "{\"enable_kv_cache_events\": true, \"publisher\": \"zmq\", \"endpoint\": "
+          "\"tcp://*:5557\", \"replay_endpoint\": ..., \"buffer_steps\": 10000, \"hwm\": "
+          "100000, \"max_queue_size\": 100000, \"topic\": \"\"} (vLLM's defaults); "
+          "also key by key, --kv-events-config.endpoint tcp://*:5557. Empty = the flags.");
 
 // Speculative decoding.
 ABSL_FLAG(std::string, speculative_config, "",
@@ -189,9 +198,9 @@ ABSL_FLAG(std::string, speculative_config, "",
           "keys: method (ngram, draft_model, eagle, eagle3), model, num_speculative_tokens, "
           "prompt_lookup_max, prompt_lookup_min, disable_by_batch_size, "
           "num_speculative_tokens_per_batch_size ([[first, last, k], ...]), "
-          "draft_tensor_parallel_size. Empty = off.");
-// LoRA adapters (docs/lora.md; vLLM's names but --lora-dir). The workers
-// serve them; requests cannot name one yet.
+          "draft_tensor_parallel_size; also key by key, --speculative-config.method ngram. "
+          "Empty = off.");
+// LoRA adapters (docs/lora.md; vLLM's names, and --lora-dir of our own).
 ABSL_FLAG(bool, enable_lora, false, "Serve LoRA adapters; the flags below need it.");
 ABSL_FLAG(std::string, lora_modules, "",
           "Adapters served from the start: NAME=PATH, or vLLM's JSON object {\"name\", "
@@ -325,7 +334,23 @@ WorkerOptions ReadWorkerFlags() {
   return workers;
 }
 
-KvEventOptions ReadKvEventFlags() {
+// The --kv-events-* flags, which --kv-events-config replaces.
+constexpr const char* kKvEventFlags[] = {"kv_events_endpoint", "kv_events_replay_endpoint",
+                                         "kv_events_topic", "kv_events_queue_batches",
+                                         "kv_events_replay_buffer"};
+
+absl::StatusOr<KvEventOptions> ReadKvEventFlags() {
+  const std::string json = absl::GetFlag(FLAGS_kv_events_config);
+  if (!json.empty()) {
+    for (const char* name : kKvEventFlags) {
+      const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+      if (flag->CurrentValue() == flag->DefaultValue()) continue;
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--kv-events-config and --", absl::StrReplaceAll(name, {{"_", "-"}}),
+          " set the same options: give --kv-events-config alone, or the --kv-events-* flags"));
+    }
+    return ParseKvEventsConfig(json);
+  }
   KvEventOptions events;
   events.endpoint = absl::GetFlag(FLAGS_kv_events_endpoint);
   events.replay_endpoint = absl::GetFlag(FLAGS_kv_events_replay_endpoint);
@@ -370,7 +395,9 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   config.scheduling = *std::move(scheduling);
   config.cache = ReadCacheFlags();
   config.workers = ReadWorkerFlags();
-  config.kv_events = ReadKvEventFlags();
+  absl::StatusOr<KvEventOptions> kv_events = ReadKvEventFlags();
+  if (!kv_events.ok()) return kv_events.status();
+  config.kv_events = *std::move(kv_events);
   absl::StatusOr<std::optional<SpeculativeConfig>> speculative = ReadSpeculativeFlag();
   if (!speculative.ok()) return speculative.status();
   config.speculative = *std::move(speculative);
@@ -380,6 +407,8 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   if (absl::Status status = CheckServerConfig(config); !status.ok()) return status;
   return config;
 }
+
+std::vector<std::string> ServerJsonFlags() { return {"speculative_config", "kv_events_config"}; }
 
 std::vector<FlagGroup> ServerFlagGroups() {
   return {
@@ -408,7 +437,7 @@ std::vector<FlagGroup> ServerFlagGroups() {
         "rendezvous_port"}},
       {"KV events",
        {"kv_events_endpoint", "kv_events_replay_endpoint", "kv_events_topic",
-        "kv_events_queue_batches", "kv_events_replay_buffer"}},
+        "kv_events_queue_batches", "kv_events_replay_buffer", "kv_events_config"}},
       {"Speculative decoding", {"speculative_config"}},
       {"LoRA adapters",
        {"enable_lora", "lora_modules", "max_loras", "max_lora_rank", "max_cpu_loras",

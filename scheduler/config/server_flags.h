@@ -4,6 +4,7 @@
 // pagoda-server's flags (vLLM's names where vLLM has one), read once into a
 // ServerConfig. The only place in the server that reads a flag.
 
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -21,6 +22,10 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags();
 // The flags by group, in the order --help prints them; every server flag is
 // in exactly one.
 std::vector<FlagGroup> ServerFlagGroups();
+
+// The flags whose value is a JSON object (vLLM's config objects), which
+// also take vLLM's --NAME.KEY VALUE spelling (common/json_flag_keys.h).
+std::vector<std::string> ServerJsonFlags();
 
 }  // namespace pagoda::scheduler
 

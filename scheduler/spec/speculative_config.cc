@@ -3,10 +3,13 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <optional>
+#include <string>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/json_fields.h"
 #include "common/speculation_limits.h"
 #include "nlohmann/json.hpp"
 
@@ -29,32 +32,23 @@ constexpr const char* kKeys[] = {"method",
                                  "draft_tensor_parallel_size"};
 
 absl::Status CheckKeys(const Json& object) {
-  for (const auto& [key, value] : object.items()) {
-    bool known = false;
-    for (const char* name : kKeys) known = known || key == name;
-    if (!known) return Invalid(absl::StrCat("unknown key \"", key, "\""));
-  }
+  std::optional<std::string> unknown = json_fields::FirstUnknownKey(object, kKeys);
+  if (unknown.has_value()) return Invalid(absl::StrCat("unknown key \"", *unknown, "\""));
   return absl::OkStatus();
 }
 
-// The integer under `key`, or nullopt when absent (null counts as absent,
-// as vLLM's None).
+// The integer under `key`, or nullopt when absent (or null).
 absl::StatusOr<std::optional<int>> OptionalInt(const Json& object, const char* key) {
-  const auto it = object.find(key);
-  if (it == object.end() || it->is_null()) return std::nullopt;
-  if (!it->is_number_integer()) return Invalid(absl::StrCat(key, " must be an integer"));
-  const int64_t value = it->get<int64_t>();
-  if (value < std::numeric_limits<int>::min() || value > std::numeric_limits<int>::max()) {
-    return Invalid(absl::StrCat(key, " ", value, " is out of range"));
-  }
-  return static_cast<int>(value);
+  absl::StatusOr<std::optional<int>> value = json_fields::OptionalInt(object, key);
+  if (!value.ok()) return Invalid(value.status().message());
+  return value;
 }
 
+// The string under `key`; "" when absent (or null).
 absl::StatusOr<std::string> OptionalString(const Json& object, const char* key) {
-  const auto it = object.find(key);
-  if (it == object.end() || it->is_null()) return std::string();
-  if (!it->is_string()) return Invalid(absl::StrCat(key, " must be a string"));
-  return it->get<std::string>();
+  absl::StatusOr<std::optional<std::string>> value = json_fields::OptionalString(object, key);
+  if (!value.ok()) return Invalid(value.status().message());
+  return value->value_or("");
 }
 
 absl::StatusOr<SpeculativeMethod> MethodNamed(absl::string_view name) {

@@ -84,6 +84,7 @@ absl::StatusOr<std::unique_ptr<KvEventPublisher>> StartKvEventPublisher(
   options.topic = events.topic.empty() ? DefaultTopic(model_name) : events.topic;
   options.max_queued_batches = events.queue_batches;
   options.replay_buffer_batches = events.replay_buffer;
+  options.send_high_water_mark = events.send_high_water_mark;
   if (lora_registry != nullptr) {
     options.lora_name_of = [lora_registry](int lora_id) {
       absl::StatusOr<lora::LoraEntry> entry = lora_registry->FindById(lora_id);

@@ -124,6 +124,33 @@ class FlagsTest(unittest.TestCase):
             with self.subTest(flag=flag):
                 self.refuse(flag, "99999")
 
+    def test_json_flags_taken_key_by_key_are_read_as_one_object(self):
+        """vLLM's --NAME.KEY VALUE spelling reaches the flag's own reading
+        (its refusal names the gathered key), and a key on a flag that takes
+        none, or both spellings at once, is refused in one line."""
+        cases = [
+            (["--speculative-config.method", "ngram",
+              "--speculative_config.num_speculative_tokens=99"],
+             "pagoda-server: --speculative-config: num_speculative_tokens 99 must be in [1, "),
+            (["--kv-events-config.enable_kv_cache_events", "true",
+              "--kv-events-config.publisher", "nats"],
+             'pagoda-server: --kv-events-config: publisher "nats": expected "zmq" or "null"'),
+            (["--max-num-seqs.limit", "4"],
+             "pagoda-server: --max-num-seqs.limit: --max-num-seqs takes no keys"),
+            (["--speculative-config", "{}", "--speculative-config.method", "ngram"],
+             "pagoda-server: --speculative-config given both as one JSON object and key by key"),
+        ]
+        for args, start in cases:
+            with self.subTest(args=args):
+                result = subprocess.run(
+                    [h.binary("pagoda-server"), "--model", self.model, "--port", "0", *args],
+                    capture_output=True, text=True, timeout=60)
+                lines = result.stderr.strip().splitlines()
+                self.assertEqual(result.returncode, 1, result.stderr)
+                self.assertNotIn("PAGODA_WORKER_PIDS", result.stdout)
+                self.assertEqual(len(lines), 1, result.stderr)
+                self.assertTrue(lines[0].startswith(start), lines[0])
+
 
 def worker_help():
     return subprocess.run([h.binary("pagoda-worker"), "--help"], capture_output=True, text=True,

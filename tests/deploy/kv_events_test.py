@@ -5,6 +5,7 @@ hashes the server's prefix cache holds, after a random workload with prefix
 hits, eviction under a small pool, preemption and a worker restart; the
 sequence numbers have no gap, and the replay socket returns the same
 batches."""
+import json
 import os
 import random
 import signal
@@ -245,6 +246,47 @@ class KvEventsTest(unittest.TestCase):
         self.assertLessEqual(len(missing), 1, ("more than the one batch in flight lost", missing))
         self.assertTrue(all(topic == subscriber.messages[0][0]
                             for topic, _, _ in subscriber.messages))
+
+    def test_vllms_kv_events_config_in_both_spellings(self):
+        """vLLM's --kv-events-config, as llm-d's guides pass it (one JSON
+        object) and key by key (--kv-events-config.KEY VALUE): the server
+        publishes to the endpoint under the topic it names, and keeps the
+        replay socket it names."""
+        tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(tmp.cleanup)
+        model = h.make_model(os.path.join(tmp.name, "model"))
+        context = zmq.Context()
+        self.addCleanup(context.term)
+        topic = "kv@10.1.2.3@tiny-model"
+        for spelling in ("json", "keys"):
+            with self.subTest(spelling=spelling):
+                subscriber = Subscriber(context)
+                self.addCleanup(subscriber.stop)
+                settings = {"enable_kv_cache_events": True, "publisher": "zmq",
+                            "endpoint": subscriber.endpoint, "topic": topic,
+                            "replay_endpoint": "tcp://127.0.0.1:*", "buffer_steps": 50}
+                if spelling == "json":
+                    args = ["--kv-events-config", json.dumps(settings)]
+                else:
+                    args = [arg for key, value in settings.items() for arg in (
+                        f"--kv_events_config.{key}",
+                        json.dumps(value) if not isinstance(value, str) else value)]
+                server = h.Server(model, "--block-size", str(BLOCK_SIZE), *args).start()
+                self.addCleanup(server.stop)
+                with pagoda_client.Client(server.address, timeout=60) as client:
+                    client.generate(token_ids=prompt_of(7), max_tokens=4, ignore_eos=True)
+                h.wait_for(lambda: any(
+                    event[0] == "BlockStored"
+                    for _, _, payload in list(subscriber.messages)
+                    for event in msgpack.unpackb(payload)[1]), 10, "a BlockStored event")
+                self.assertEqual({frames[0] for frames in subscriber.messages}, {topic.encode()})
+                published = replay(context, server.kv_events_replay_endpoint, 0)
+                h.wait_for(lambda: len(subscriber.messages) >= len(published), 10,
+                           "every batch replayed to reach the subscriber")
+                self.assertEqual([payload for _, _, payload in subscriber.messages][
+                    :len(published)], [payload for _, payload in published])
+                server.stop()
+                subscriber.stop()
 
     def test_subscriber_replays_to_the_server_cache(self):
         tmp = tempfile.TemporaryDirectory()
