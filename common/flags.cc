@@ -79,9 +79,14 @@ std::string VersionLine(const char* program_name) {
 
 namespace {
 
-void AppendFlagLine(const absl::CommandLineFlag& flag, std::string* text) {
+void AppendFlagLine(const absl::CommandLineFlag& flag, const ProgramInfo& program,
+                    std::string* text) {
+  std::string short_forms;
+  for (const auto& [alias, name] : program.aliases) {
+    if (name == flag.Name()) absl::StrAppend(&short_forms, " Short: -", alias, ".");
+  }
   absl::StrAppend(text, "  --", absl::StrReplaceAll(flag.Name(), {{"_", "-"}}), "  ", flag.Help(),
-                  " (default: ", flag.DefaultValue(), ")\n");
+                  short_forms, " (default: ", flag.DefaultValue(), ")\n");
 }
 
 }  // namespace
@@ -99,18 +104,33 @@ std::string HelpText(const ProgramInfo& program) {
     for (const std::string& name : group.flags) {
       auto it = flags.find(name);
       if (it == flags.end()) continue;
-      AppendFlagLine(*it->second, &text);
+      AppendFlagLine(*it->second, program, &text);
       flags.erase(it);
     }
   }
   if (program.groups.empty() || !flags.empty()) {
     absl::StrAppend(&text, program.groups.empty() ? "\nflags:\n" : "\nOther flags:\n");
   }
-  for (const auto& [name, flag] : flags) AppendFlagLine(*flag, &text);
+  for (const auto& [name, flag] : flags) AppendFlagLine(*flag, program, &text);
   if (!program.groups.empty()) absl::StrAppend(&text, "\nThis program:\n");
   absl::StrAppend(&text, "  -h, --help  Show this help and exit.\n",
                   "  --version  Show the version and exit.\n");
   return text;
+}
+
+std::vector<std::string> ExpandFlagAliases(
+    std::vector<std::string> args,
+    const std::vector<std::pair<std::string, std::string>>& aliases) {
+  for (size_t i = 1; i < args.size() && args[i] != "--"; ++i) {
+    for (const auto& [alias, name] : aliases) {
+      const std::string short_form = absl::StrCat("-", alias);
+      if (args[i] == short_form || absl::StartsWith(args[i], absl::StrCat(short_form, "="))) {
+        args[i] = absl::StrCat("--", name, args[i].substr(short_form.size()));
+        break;
+      }
+    }
+  }
+  return args;
 }
 
 std::vector<char*> ParsePagodaCommandLine(int argc, char** argv, const ProgramInfo& program) {
@@ -127,8 +147,9 @@ std::vector<char*> ParsePagodaCommandLine(int argc, char** argv, const ProgramIn
     }
   }
   absl::SetProgramUsageMessage(program.usage);
-  absl::StatusOr<GatheredJsonFlags> gathered =
-      GatherJsonFlagKeys(std::vector<std::string>(argv, argv + argc), program.json_flags);
+  absl::StatusOr<GatheredJsonFlags> gathered = GatherJsonFlagKeys(
+      ExpandFlagAliases(std::vector<std::string>(argv, argv + argc), program.aliases),
+      program.json_flags);
   if (!gathered.ok()) {
     std::cerr << program.name << ": " << gathered.status().message() << std::endl;
     std::exit(1);

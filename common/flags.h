@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace pagoda {
@@ -37,7 +38,15 @@ struct ProgramInfo {
   // Flags whose value is a JSON object, which also take vLLM's key-by-key
   // spelling (--NAME.KEY VALUE, common/json_flag_keys.h); underscored names.
   std::vector<std::string> json_flags = {};
+  // vLLM's short spellings: {"tp", "tensor_parallel_size"} takes "-tp 2"
+  // and "-tp=2" for --tensor-parallel-size.
+  std::vector<std::pair<std::string, std::string>> aliases = {};
 };
+
+// The arguments with each "-ALIAS[=value]" of `aliases` (before any "--")
+// spelled "--NAME[=value]"; the rest untouched.
+std::vector<std::string> ExpandFlagAliases(
+    std::vector<std::string> args, const std::vector<std::pair<std::string, std::string>>& aliases);
 
 // "NAME VERSION (BUILD_TYPE build)", from the values CMake compiled in.
 std::string VersionLine(const char* program_name);

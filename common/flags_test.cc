@@ -47,6 +47,15 @@ TEST(AcceptDashedFlagNamesTest, VllmNegationOfBoolFlagsOnly) {
             (std::vector<std::string>{"prog", "--no-max-num-seqs", "--no-such-flag"}));
 }
 
+TEST(ExpandFlagAliasesTest, SpellsVllmsShortFormsOut) {
+  const std::vector<std::pair<std::string, std::string>> aliases = {{"tp", "tensor_parallel_size"},
+                                                                    {"q", "quantization"}};
+  EXPECT_EQ(
+      ExpandFlagAliases({"prog", "-tp", "2", "-q=fp8", "-tpx", "--tp", "-tp", "--", "-q"}, aliases),
+      (std::vector<std::string>{"prog", "--tensor_parallel_size", "2", "--quantization=fp8", "-tpx",
+                                "--tp", "--tensor_parallel_size", "--", "-q"}));
+}
+
 TEST(HelpTextTest, PrintsGroupsInOrderThenTheRest) {
   const std::string help =
       HelpText({"prog", "prog [flags]", {{"Scheduling", {"max_num_seqs"}}, {"Empty", {}}}});
@@ -66,6 +75,11 @@ TEST(HelpTextTest, ListsProgramFlagsByDashedNameOnly) {
   EXPECT_NE(help.find("--enable-prefix-caching"), std::string::npos);
   EXPECT_EQ(help.find("max_num_seqs"), std::string::npos);
   EXPECT_EQ(help.find("--flagfile"), std::string::npos);  // Abseil's own.
+  // A short spelling is named in its flag's line.
+  ProgramInfo with_alias = {"prog", "prog [flags]"};
+  with_alias.aliases = {{"n", "max_num_seqs"}};
+  EXPECT_NE(HelpText(with_alias).find("--max-num-seqs  test flag Short: -n. (default: 1)"),
+            std::string::npos);
 }
 
 TEST(VersionLineTest, NamesVersionAndBuildType) {

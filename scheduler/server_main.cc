@@ -68,9 +68,8 @@ absl::Status Serve(absl::StatusOr<ServerConfig> config) {
     (*metrics)->SetCacheConfig(config->cache.block_size, cache->num_gpu_blocks,
                                cache->num_cpu_blocks, config->scheduling.enable_prefix_caching);
   }
-  absl::Status served =
-      ServeUntilStopSignal(*config, *model, *cache, metrics->get(), kv_events->get(), **workers,
-                           &lora_registry);
+  absl::Status served = ServeUntilStopSignal(*config, *model, *cache, metrics->get(),
+                                             kv_events->get(), **workers, &lora_registry);
   // Every port is released before "stopped", so a restart right after it
   // binds them again.
   metrics->reset();
@@ -86,7 +85,8 @@ int main(int argc, char** argv) {
   pagoda::ParsePagodaCommandLine(
       argc, argv,
       {"pagoda-server", "pagoda-server --model DIR [flags]: serves pagoda.v1.Generation",
-       pagoda::scheduler::ServerFlagGroups(), pagoda::scheduler::ServerJsonFlags()});
+       pagoda::scheduler::ServerFlagGroups(), pagoda::scheduler::ServerJsonFlags(),
+       pagoda::scheduler::ServerFlagAliases()});
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
   pagoda::LimitProtobufLogging();

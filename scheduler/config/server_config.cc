@@ -62,6 +62,10 @@ absl::Status CheckModel(const ModelOptions& model) {
   if (auto parser = ParseToolCallParserName(model.tool_call_parser); !parser.ok()) {
     return parser.status();
   }
+  if (model.enable_auto_tool_choice && model.tool_call_parser.empty()) {
+    return absl::InvalidArgumentError(
+        "--enable-auto-tool-choice needs --tool-call-parser (hermes or llama3_json)");
+  }
   return Range("max-model-len", model.max_model_len, 0, wire::kMaxWorkspaceTokens);
 }
 

@@ -40,6 +40,9 @@ struct ModelOptions {
   std::string chat_template;  // File; "": the model's own.
   std::string generation_config = "auto";
   std::string tool_call_parser;
+  // vLLM's --enable-auto-tool-choice: here auto is served whenever a parser
+  // is named; the flag only makes a missing parser an error at start.
+  bool enable_auto_tool_choice = false;
   int max_model_len = 0;  // 0 until resolved: the model's max positions.
   // Set by ResolveForModel: --max-model-len was given (a worker's shorter
   // limit then refuses it, where it cuts a default).

@@ -133,6 +133,13 @@ TEST(ServerConfigTest, CrossFlagRules) {
   config = ValidConfig();
   config.model.model_dir = "";
   EXPECT_EQ(CheckServerConfig(config).message(), "--model is required");
+  // vLLM's --enable-auto-tool-choice needs a parser, as in vLLM.
+  config = ValidConfig();
+  config.model.enable_auto_tool_choice = true;
+  EXPECT_EQ(CheckServerConfig(config).message(),
+            "--enable-auto-tool-choice needs --tool-call-parser (hermes or llama3_json)");
+  config.model.tool_call_parser = "llama3_json";
+  EXPECT_TRUE(CheckServerConfig(config).ok());
 }
 
 TEST(ServerConfigTest, QuantizationNamesAMethodPagodaServes) {

@@ -46,6 +46,10 @@ ABSL_FLAG(std::string, tool_call_parser, "",
           "How /v1/chat/completions reads tool calls back under tool_choice auto (vLLM's "
           "names): hermes (Qwen, Hermes: <tool_call> blocks) or llama3_json (Llama 3.1 JSON); "
           "empty: auto is refused, required and named functions still work.");
+ABSL_FLAG(bool, enable_auto_tool_choice, false,
+          "vLLM's switch for tool_choice auto, taken so vLLM's command lines run: auto is "
+          "served whenever --tool-call-parser names a parser (vLLM needs both), and with this "
+          "flag a missing --tool-call-parser is refused at start, as vLLM refuses it.");
 
 // Front doors: gRPC, OpenAI HTTP, metrics.
 ABSL_FLAG(std::string, host, "127.0.0.1", "Address to serve gRPC on.");
@@ -250,6 +254,7 @@ ModelOptions ReadModelFlags() {
   model.chat_template = absl::GetFlag(FLAGS_chat_template);
   model.generation_config = absl::GetFlag(FLAGS_generation_config);
   model.tool_call_parser = absl::GetFlag(FLAGS_tool_call_parser);
+  model.enable_auto_tool_choice = absl::GetFlag(FLAGS_enable_auto_tool_choice);
   return model;
 }
 
@@ -410,12 +415,16 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
 
 std::vector<std::string> ServerJsonFlags() { return {"speculative_config", "kv_events_config"}; }
 
+std::vector<std::pair<std::string, std::string>> ServerFlagAliases() {
+  return {{"tp", "tensor_parallel_size"}, {"q", "quantization"}};
+}
+
 std::vector<FlagGroup> ServerFlagGroups() {
   return {
       {"Model",
        {"model", "served_model_name", "dtype", "kv_cache_dtype", "quantization",
         "cpu_weight_only_activations", "max_model_len", "chat_template", "generation_config",
-        "tool_call_parser"}},
+        "tool_call_parser", "enable_auto_tool_choice"}},
       {"Front doors: gRPC, OpenAI HTTP, metrics",
        {"host", "port", "http_port", "http_max_connections", "http_io_threads", "metrics_port",
         "metrics_host", "api_key", "ssl_certfile", "ssl_keyfile", "ssl_ca_certs",

@@ -5,6 +5,7 @@
 // ServerConfig. The only place in the server that reads a flag.
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -26,6 +27,9 @@ std::vector<FlagGroup> ServerFlagGroups();
 // The flags whose value is a JSON object (vLLM's config objects), which
 // also take vLLM's --NAME.KEY VALUE spelling (common/json_flag_keys.h).
 std::vector<std::string> ServerJsonFlags();
+
+// vLLM's short spellings of server flags: -tp, -q.
+std::vector<std::pair<std::string, std::string>> ServerFlagAliases();
 
 }  // namespace pagoda::scheduler
 

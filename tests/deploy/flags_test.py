@@ -124,10 +124,12 @@ class FlagsTest(unittest.TestCase):
             with self.subTest(flag=flag):
                 self.refuse(flag, "99999")
 
-    def test_json_flags_taken_key_by_key_are_read_as_one_object(self):
-        """vLLM's --NAME.KEY VALUE spelling reaches the flag's own reading
-        (its refusal names the gathered key), and a key on a flag that takes
-        none, or both spellings at once, is refused in one line."""
+    def test_vllms_short_and_key_by_key_spellings_reach_the_flags(self):
+        """vLLM's -tp and -q, and its --NAME.KEY VALUE spelling of a JSON
+        flag, reach the flag's own reading (its refusal names the flag, or
+        the gathered key); a key on a flag that takes none, or both spellings
+        of one flag at once, is refused in one line; so is vLLM's
+        --enable-auto-tool-choice without a parser."""
         cases = [
             (["--speculative-config.method", "ngram",
               "--speculative_config.num_speculative_tokens=99"],
@@ -135,6 +137,10 @@ class FlagsTest(unittest.TestCase):
             (["--kv-events-config.enable_kv_cache_events", "true",
               "--kv-events-config.publisher", "nats"],
              'pagoda-server: --kv-events-config: publisher "nats": expected "zmq" or "null"'),
+            (["-tp", "0"], "pagoda-server: --tensor-parallel-size 0 is out of range"),
+            (["--enable-auto-tool-choice"],
+             "pagoda-server: --enable-auto-tool-choice needs --tool-call-parser"),
+            (["-q=int3"], "pagoda-server: --quantization int3: Pagoda serves"),
             (["--max-num-seqs.limit", "4"],
              "pagoda-server: --max-num-seqs.limit: --max-num-seqs takes no keys"),
             (["--speculative-config", "{}", "--speculative-config.method", "ngram"],
