@@ -22,9 +22,9 @@ struct DraftRequest {
   int max_tokens = 0;  // The request's output limit.
   int min_tokens = 0;
   int max_model_len = 0;
-  // A draft model's positions (common/draft_model_positions.h:
-  // DraftModelMaxLen); unset for the methods whose proposer has the
-  // target's (ngram, and EAGLE heads, raised to them).
+  // The proposer's max_model_len (SpeculativeConfig::draft_max_len: a
+  // draft model's positions, or vLLM's max_model_len key); unset where the
+  // proposer has the target's (ngram, and EAGLE heads without the key).
   std::optional<int> draft_max_len;
   // What the plan carries once per sequence, not per verified row: bad
   // words' banned ids (they follow the tokens before the row), and beam

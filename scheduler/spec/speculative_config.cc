@@ -29,7 +29,8 @@ constexpr const char* kKeys[] = {"method",
                                  "prompt_lookup_min",
                                  "disable_by_batch_size",
                                  "num_speculative_tokens_per_batch_size",
-                                 "draft_tensor_parallel_size"};
+                                 "draft_tensor_parallel_size",
+                                 "max_model_len"};
 
 absl::Status CheckKeys(const Json& object) {
   std::optional<std::string> unknown = json_fields::FirstUnknownKey(object, kKeys);
@@ -189,12 +190,20 @@ absl::Status CheckFields(const Json& object, SpeculativeConfig& config) {
   if (!max.ok()) return max.status();
   auto tp = OptionalInt(object, "draft_tensor_parallel_size");
   if (!tp.ok()) return tp.status();
+  auto max_len = OptionalInt(object, "max_model_len");
+  if (!max_len.ok()) return max_len.status();
   const absl::string_view method = SpeculativeMethodName(config.method);
   if (config.method == SpeculativeMethod::kNgram) {
     if (!config.model.empty()) return Invalid("method ngram takes no model");
     if (tp->has_value()) return Invalid("method ngram takes no draft_tensor_parallel_size");
+    // vLLM takes it and leaves it unused: prompt lookup has no positions.
+    if (max_len->has_value()) return Invalid("method ngram takes no max_model_len");
     return SetPromptLookup(*min, *max, config);
   }
+  if (max_len->has_value() && **max_len < 1) {
+    return Invalid(absl::StrCat("max_model_len ", **max_len, " must be at least 1"));
+  }
+  config.max_model_len = *max_len;
   if (config.model.empty()) return Invalid(absl::StrCat("method ", method, " needs a model"));
   if (min->has_value() || max->has_value()) {
     return Invalid(absl::StrCat("prompt_lookup_min/max apply to method ngram, not ", method));

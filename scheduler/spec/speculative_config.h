@@ -69,17 +69,23 @@ struct SpeculativeConfig {
   // Draft model or EAGLE head: tensor-parallel size, 1 or the target's
   // (CheckAgainstTarget); unset: the target's (DraftTensorParallelSize).
   std::optional<int> draft_tensor_parallel_size;
-  // draft_model only: the draft model's max_model_len (common/
-  // draft_model_positions.h: its config.json's positions, at most
-  // --max-model-len), which CheckDraftModelFiles sets at start; a row
-  // whose proposals would pass it verifies none. Unset: the target's.
+  // Draft model or EAGLE head: vLLM's max_model_len key, the proposer's
+  // max_model_len when given (at most its positions and --max-model-len:
+  // CheckDraftModelFiles), so that sequences past it stop drafting.
+  std::optional<int> max_model_len;
+  // The proposer's max_model_len, which CheckDraftModelFiles sets at start:
+  // max_model_len when given; else, for a draft model, its config.json's
+  // positions, at most --max-model-len (common/draft_model_positions.h). A
+  // row whose proposals would pass it verifies none. Unset: the target's
+  // (ngram, and an EAGLE head without the key: raised to the target's).
   std::optional<int> draft_max_len;
 };
 
 // Parses `json`, vLLM's --speculative-config object. Keys: method
 // (ngram | draft_model | eagle | eagle3), model, num_speculative_tokens,
 // prompt_lookup_max, prompt_lookup_min, disable_by_batch_size,
-// num_speculative_tokens_per_batch_size, draft_tensor_parallel_size. As
+// num_speculative_tokens_per_batch_size, draft_tensor_parallel_size,
+// max_model_len (not with ngram). As
 // vLLM: without method, a model of "ngram" or "[ngram]" means ngram, a model
 // whose name holds "eagle-" EAGLE, else one whose name holds "eagle3"
 // EAGLE-3, any other a draft model. INVALID_ARGUMENT, one line

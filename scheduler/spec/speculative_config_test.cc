@@ -108,6 +108,27 @@ TEST(SpeculativeConfigTest, RefusesBadInputWithOneLineNamingIt) {
       R"({"method": "draft_model", "model": "/m", "num_speculative_tokens": 2,
           "draft_tensor_parallel_size": 0})",
       "draft_tensor_parallel_size 0");
+  expect_refused(R"({"method": "ngram", "num_speculative_tokens": 2, "max_model_len": 64})",
+                 "method ngram takes no max_model_len");
+  expect_refused(R"({"model": "/m", "num_speculative_tokens": 2, "max_model_len": 0})",
+                 "max_model_len 0 must be at least 1");
+  expect_refused(R"({"model": "/m", "num_speculative_tokens": 2, "max_model_len": "2k"})",
+                 "max_model_len must be an integer");
+}
+
+// vLLM's max_model_len key: kept for the start-up check against the
+// proposer's files (CheckDraftModelFiles), which turns it into draft_max_len.
+TEST(SpeculativeConfigTest, MaxModelLenIsKeptForTheDraftOrHead) {
+  for (const char* model : {"/m/draft", "/m/eagle-head"}) {
+    auto config = ParseSpeculativeConfig(absl::StrCat(
+        R"({"model": ")", model, R"(", "num_speculative_tokens": 2, "max_model_len": 96})"));
+    ASSERT_TRUE(config.ok()) << config.status();
+    EXPECT_EQ(config->max_model_len, 96);
+    EXPECT_FALSE(config->draft_max_len.has_value());
+  }
+  auto unset = ParseSpeculativeConfig(R"({"model": "/m", "num_speculative_tokens": 2})");
+  ASSERT_TRUE(unset.ok());
+  EXPECT_FALSE(unset->max_model_len.has_value());
 }
 
 TEST(SpeculativeConfigTest, DraftTensorParallelSizeIsOneOrTheTargets) {

@@ -62,6 +62,27 @@ absl::Status CheckEagle3DraftVocabTensors(const WeightStore& store, const Eagle3
   return absl::OkStatus();
 }
 
+// vLLM's max_model_len key (SpeculativeConfig._maybe_override_draft_max_model_len):
+// at most the proposer's own positions and the target's --max-model-len, and
+// then the proposer's max_model_len.
+absl::Status SetGivenDraftMaxLen(absl::string_view proposer, int positions, int max_model_len,
+                                 SpeculativeConfig* speculative) {
+  const int given = *speculative->max_model_len;
+  if (given > max_model_len) {
+    return DraftError(
+        absl::StrCat("max_model_len ", given, " is above --max-model-len ", max_model_len));
+  }
+  if (given > positions) {
+    return DraftError(absl::StrCat("max_model_len ", given, " is above the ", proposer,
+                                   "'s max_position_embeddings ", positions));
+  }
+  speculative->draft_max_len = given;
+  LOG(INFO) << "--speculative-config: sequences draft only while their proposals stay below "
+               "position "
+            << given << " (max_model_len)";
+  return absl::OkStatus();
+}
+
 // An EAGLE head (vLLM's EAGLE-1/2 layout): a Llama config of the target's
 // hidden and vocabulary sizes (any max_position_embeddings: raised to
 // `max_model_len` when below it), and an fc over concat(embedding, hidden);
@@ -132,9 +153,13 @@ absl::Status CheckDraftModelFiles(SpeculativeConfig* speculative, const ModelCon
                                   int draft_tensor_parallel_size) {
   if (speculative->method == SpeculativeMethod::kEagle ||
       speculative->method == SpeculativeMethod::kEagle3) {
-    return CheckEagleHeadFiles(speculative->model, target, max_model_len,
-                               speculative->method == SpeculativeMethod::kEagle3,
-                               draft_tensor_parallel_size);
+    absl::Status head = CheckEagleHeadFiles(speculative->model, target, max_model_len,
+                                            speculative->method == SpeculativeMethod::kEagle3,
+                                            draft_tensor_parallel_size);
+    if (!head.ok() || !speculative->max_model_len.has_value()) return head;
+    // A head's positions are raised to --max-model-len's: the key may name
+    // any length up to it.
+    return SetGivenDraftMaxLen("EAGLE head", max_model_len, max_model_len, speculative);
   }
   if (speculative->method != SpeculativeMethod::kDraftModel) return absl::OkStatus();
   absl::StatusOr<ModelConfig> draft = LoadModelConfig(speculative->model);
@@ -146,7 +171,11 @@ absl::Status CheckDraftModelFiles(SpeculativeConfig* speculative, const ModelCon
   // vLLM starts a draft of fewer positions and drafts only below them
   // (common/draft_model_positions.h); the engine's rows past them verify none.
   speculative->draft_max_len = DraftModelMaxLen(draft->max_position_embeddings, max_model_len);
-  if (*speculative->draft_max_len < max_model_len) {
+  if (speculative->max_model_len.has_value()) {
+    absl::Status given = SetGivenDraftMaxLen("draft model", draft->max_position_embeddings,
+                                             max_model_len, speculative);
+    if (!given.ok()) return given;
+  } else if (*speculative->draft_max_len < max_model_len) {
     LOG(INFO) << "--speculative-config: the draft model's max_position_embeddings "
               << draft->max_position_embeddings << " is below --max-model-len " << max_model_len
               << ": sequences draft only while their proposals stay below position "

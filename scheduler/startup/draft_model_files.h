@@ -35,6 +35,9 @@ namespace pagoda::scheduler {
 // d2t of I64 [draft_vocab_size] mapping into the target's vocabulary, and
 // an fc.weight of [hidden, 3 * hidden] unless the head has no aux hidden
 // states. The worker checks the other tensors as it loads them.
+// For a draft model or EAGLE head with vLLM's max_model_len key: at most
+// --max-model-len and the draft's max_position_embeddings (a head's are
+// raised to --max-model-len), and then `speculative`'s draft_max_len.
 // INVALID_ARGUMENT, one line naming both values, otherwise.
 absl::Status CheckDraftModelFiles(SpeculativeConfig* speculative, const ModelConfig& target,
                                   int max_model_len, const Tokenizer* target_tokenizer,

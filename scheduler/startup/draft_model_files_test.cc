@@ -111,6 +111,24 @@ TEST_F(DraftModelFilesTest, StartsADraftOfFewerPositions) {
   }
 }
 
+// vLLM's max_model_len key: the draft's max_model_len when it is within the
+// draft's positions and --max-model-len, refused in one line otherwise.
+TEST_F(DraftModelFilesTest, MaxModelLenKeyBoundsTheDraft) {
+  const ModelConfig target = *LoadModelConfig(*small_);
+  const int positions = target.max_position_embeddings;
+  SpeculativeConfig draft = Draft(*small_);
+  draft.max_model_len = 16;
+  EXPECT_TRUE(CheckDraftModelFiles(&draft, target, positions, small_tokenizer_).ok());
+  EXPECT_EQ(draft.draft_max_len, 16);
+  draft.max_model_len = positions + 1;
+  EXPECT_EQ(CheckDraftModelFiles(&draft, target, 8 * positions, small_tokenizer_).message(),
+            absl::StrCat("--speculative-config: max_model_len ", positions + 1,
+                         " is above the draft model's max_position_embeddings ", positions));
+  draft.max_model_len = 17;
+  EXPECT_EQ(CheckDraftModelFiles(&draft, target, 16, small_tokenizer_).message(),
+            "--speculative-config: max_model_len 17 is above --max-model-len 16");
+}
+
 TEST_F(DraftModelFilesTest, ChecksAnEagleHeadsSizesAndFc) {
   const std::string heads = pagoda::testing::TempPath("pagoda_draft_files_eagle");
   const std::string command =
@@ -145,6 +163,18 @@ TEST_F(DraftModelFilesTest, ChecksAnEagleHeadsSizesAndFc) {
   const int positions = LoadModelConfig(heads + "/good/model")->max_position_embeddings;
   EXPECT_EQ(refusal("good", positions + 1), "OK");
   EXPECT_EQ(refusal("good", 64 * positions), "OK");
+  // vLLM's max_model_len key: any length up to --max-model-len, then the
+  // head's bound; none without it.
+  SpeculativeConfig keyed = Draft(heads + "/good/model");
+  keyed.method = SpeculativeMethod::kEagle;
+  EXPECT_TRUE(CheckDraftModelFiles(&keyed, target, 64, small_tokenizer_).ok());
+  EXPECT_FALSE(keyed.draft_max_len.has_value());
+  keyed.max_model_len = 4 * positions;
+  EXPECT_TRUE(CheckDraftModelFiles(&keyed, target, 4 * positions, small_tokenizer_).ok());
+  EXPECT_EQ(keyed.draft_max_len, 4 * positions);
+  EXPECT_EQ(CheckDraftModelFiles(&keyed, target, 64, small_tokenizer_).message(),
+            absl::StrCat("--speculative-config: max_model_len ", 4 * positions,
+                         " is above --max-model-len 64"));
   std::filesystem::remove_all(heads);
 }
 

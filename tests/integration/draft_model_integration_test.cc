@@ -30,6 +30,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -443,6 +444,27 @@ void ExpectOnlyTheShortRowDrafted(int port) {
   EXPECT_LE(length_after_drafting, 13 + kDrafts + 1);
 }
 
+// RunLongThenShort on the servers `start` starts: `check_tokens` gets its
+// outcomes, and only the short row drafts. A run whose streams did not
+// overlap runs again on a fresh server, so that the counters are one short
+// stream's.
+void ExpectOnlyTheShortRowDraftsOn(
+    const std::function<absl::StatusOr<std::unique_ptr<ServerProcess>>()>& start,
+    const std::function<void(const std::vector<StreamOutcome>&)>& check_tokens) {
+  for (int attempt = 1; attempt <= 3; ++attempt) {
+    auto server = start();
+    ASSERT_TRUE(server.ok()) << server.status();
+    const LongThenShort run = RunLongThenShort(**server);
+    check_tokens(run.outcomes);
+    if (run.overlapped) {
+      ExpectOnlyTheShortRowDrafted((*server)->metrics_port());
+      return;
+    }
+    std::cout << "run " << attempt << ": the long stream ended before the short one\n";
+  }
+  ADD_FAILURE() << "in 3 runs the long stream ended before the short one";
+}
+
 // A draft model of 16 positions under --max-model-len 512 starts, as vLLM's
 // (its max_model_len becomes 16): a row drafts while its k = 3 proposals
 // after `length` tokens stay below position 16 (length <= 13), and from then
@@ -456,22 +478,32 @@ TEST_F(DraftModelTest, DraftModelOfFewerPositionsDraftsBelowThemPerRow) {
     expected = RunLongThenShort(**plain).outcomes;
   }
   const nlohmann::json short_positions = {{"max_position_embeddings", 16}};
-  const std::string draft =
-      PatchedCopy(*dir_ + "/small", *dir_ + "/small-short", short_positions);
-  // A run whose streams did not overlap runs again on a fresh server, so
-  // that the counters below are one short stream's.
-  for (int attempt = 1; attempt <= 3; ++attempt) {
-    auto server = StartServer(draft, 1, LongThenShortFlags());
-    ASSERT_TRUE(server.ok()) << server.status();
-    const LongThenShort run = RunLongThenShort(**server);
-    ExpectSameTokens(run.outcomes, expected);
-    if (run.overlapped) {
-      ExpectOnlyTheShortRowDrafted((*server)->metrics_port());
-      return;
-    }
-    std::cout << "run " << attempt << ": the long stream ended before the short one\n";
+  const std::string draft = PatchedCopy(*dir_ + "/small", *dir_ + "/small-short", short_positions);
+  ExpectOnlyTheShortRowDraftsOn(
+      [&] { return StartServer(draft, 1, LongThenShortFlags()); },
+      [&](const std::vector<StreamOutcome>& outcomes) { ExpectSameTokens(outcomes, expected); });
+}
+
+// vLLM's max_model_len key gives the proposer 16 positions as a draft
+// model's config.json of 16 did above, for a draft model of the target's
+// positions and for an EAGLE head (whose own are raised to the target's).
+TEST_F(DraftModelTest, MaxModelLenKeyBoundsDraftingAsFewerPositionsDo) {
+  std::vector<StreamOutcome> expected;
+  {
+    auto plain = StartServer("", 1, LongThenShortFlags());
+    ASSERT_TRUE(plain.ok()) << plain.status();
+    expected = RunLongThenShort(**plain).outcomes;
   }
-  ADD_FAILURE() << "in 3 runs the long stream ended before the short one";
+  for (const char* proposer : {"/small", "/eagle-head"}) {
+    SCOPED_TRACE(proposer);
+    std::vector<std::string> flags = LongThenShortFlags();
+    flags.push_back(absl::StrCat(R"(--speculative-config={"model": ")", *dir_, proposer,
+                                 R"(", "num_speculative_tokens": )", kDrafts,
+                                 R"(, "disable_by_batch_size": 64, "max_model_len": 16})"));
+    ExpectOnlyTheShortRowDraftsOn(
+        [&] { return StartServer(*dir_ + proposer, 1, flags); },
+        [&](const std::vector<StreamOutcome>& outcomes) { ExpectSameTokens(outcomes, expected); });
+  }
 }
 
 }  // namespace
