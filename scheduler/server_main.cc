@@ -13,6 +13,8 @@
 
 #include <iostream>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -82,9 +84,11 @@ absl::Status Serve(absl::StatusOr<ServerConfig> config) {
 }  // namespace pagoda::scheduler
 
 int main(int argc, char** argv) {
-  pagoda::ParsePagodaCommandLine(
+  const std::vector<char*> positional = pagoda::ParsePagodaCommandLine(
       argc, argv,
-      {"pagoda-server", "pagoda-server --model DIR [flags]: serves pagoda.v1.Generation",
+      {"pagoda-server",
+       "pagoda-server --model DIR [flags] (or pagoda-server DIR [flags]): serves "
+       "pagoda.v1.Generation",
        pagoda::scheduler::ServerFlagGroups(), pagoda::scheduler::ServerJsonFlags(),
        pagoda::scheduler::ServerFlagAliases()});
   FLAGS_logtostderr = true;
@@ -93,7 +97,8 @@ int main(int argc, char** argv) {
   // Before any thread starts, so only the waiting thread sees the signals.
   pagoda::scheduler::BlockStopSignals();
 
-  absl::Status status = pagoda::scheduler::Serve(pagoda::scheduler::ServerConfigFromFlags());
+  absl::Status status = pagoda::scheduler::Serve(pagoda::scheduler::ServerConfigFromFlags(
+      std::vector<std::string>(positional.begin() + 1, positional.end())));
   if (!status.ok()) {
     std::cerr << "pagoda-server: " << status.message() << std::endl;
     return 1;

@@ -295,6 +295,22 @@ TEST(ServerConfigTest, Fp8KvCacheIsServedOnCpuOnlySoFar) {
   EXPECT_TRUE(CheckServerConfig(config).ok());
 }
 
+// vLLM's `vllm serve MODEL`: the model directory as the one argument.
+TEST(ServerFlagsTest, TheModelMayBeTheOneArgument) {
+  absl::FlagSaver saver;
+  absl::StatusOr<ServerConfig> config = ServerConfigFromFlags({"/models/tiny"});
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->model.model_dir, "/models/tiny");
+  EXPECT_EQ(ServerConfigFromFlags({"/a", "/b"}).status().message(),
+            "unexpected arguments: /a /b (one argument, the model directory, or none with "
+            "--model DIR)");
+  std::string error;
+  ASSERT_TRUE(absl::FindCommandLineFlag("model")->ParseFrom("/m", &error));
+  EXPECT_EQ(ServerConfigFromFlags({"/models/tiny"}).status().message(),
+            "the model is given twice: /models/tiny and --model /m");
+  EXPECT_EQ(ServerConfigFromFlags()->model.model_dir, "/m");
+}
+
 TEST(ServerFlagsTest, UnknownPolicyIsRefusedNamingTheFlag) {
   absl::FlagSaver saver;
   std::string error;

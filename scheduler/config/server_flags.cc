@@ -13,6 +13,7 @@
 #include "absl/flags/reflection.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "scheduler/config/kv_events_config.h"
@@ -391,9 +392,21 @@ absl::StatusOr<lora::LoraOptions> ReadLoraFlags() {
 
 }  // namespace
 
-absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
+absl::StatusOr<ServerConfig> ServerConfigFromFlags(const std::vector<std::string>& arguments) {
   ServerConfig config;
   config.model = ReadModelFlags();
+  if (arguments.size() > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unexpected arguments: ", absl::StrJoin(arguments, " "),
+                     " (one argument, the model directory, or none with --model DIR)"));
+  }
+  if (arguments.size() == 1) {
+    if (!config.model.model_dir.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("the model is given twice: ", arguments[0],
+                                                     " and --model ", config.model.model_dir));
+    }
+    config.model.model_dir = arguments[0];
+  }
   config.front_door = ReadFrontDoorFlags();
   absl::StatusOr<SchedulingOptions> scheduling = ReadSchedulingFlags();
   if (!scheduling.ok()) return scheduling.status();

@@ -16,9 +16,12 @@ namespace pagoda::scheduler {
 
 // The parsed command line as a checked ServerConfig (CheckServerConfig's
 // rules; the model-dependent ones are ResolveForModel's). --api-key falls
-// back to the PAGODA_API_KEY environment variable.
+// back to the PAGODA_API_KEY environment variable. `arguments`, the
+// positional ones after the program's name: none, or the model directory
+// instead of --model (vLLM's `vllm serve MODEL`); anything more, or both
+// spellings of the model, is refused.
 // REQUIRES: the command line was parsed (ParsePagodaCommandLine).
-absl::StatusOr<ServerConfig> ServerConfigFromFlags();
+absl::StatusOr<ServerConfig> ServerConfigFromFlags(const std::vector<std::string>& arguments = {});
 
 // The flags by group, in the order --help prints them; every server flag is
 // in exactly one.

@@ -124,6 +124,23 @@ class FlagsTest(unittest.TestCase):
             with self.subTest(flag=flag):
                 self.refuse(flag, "99999")
 
+    def test_the_model_directory_as_the_one_argument_serves(self):
+        """vLLM's `vllm serve MODEL` spelling: `pagoda-server DIR [flags]`
+        serves, here with vLLM's -tp too; a second argument is refused."""
+        server = h.Server(self.model, "-tp", "1")
+        server.argv = [server.argv[0], self.model, *server.argv[3:]]
+        self.assertNotIn("--model", server.argv)
+        server.start()
+        self.addCleanup(server.stop)
+        self.assertIsNotNone(server.port)
+        self.assertEqual(server.stop(), 0, server.stderr())
+        result = subprocess.run([h.binary("pagoda-server"), self.model, "extra", "--port", "0"],
+                                capture_output=True, text=True, timeout=60)
+        self.assertEqual(result.returncode, 1)
+        self.assertEqual(result.stderr.strip(),
+                         f"pagoda-server: unexpected arguments: {self.model} extra (one "
+                         "argument, the model directory, or none with --model DIR)")
+
     def test_vllms_short_and_key_by_key_spellings_reach_the_flags(self):
         """vLLM's -tp and -q, and its --NAME.KEY VALUE spelling of a JSON
         flag, reach the flag's own reading (its refusal names the flag, or
