@@ -119,13 +119,16 @@ absl::Status CheckDraftPositions(const StepPlan& plan, int draft_positions) {
 }
 
 // The draft or head serves no adapters, and its own checkpoint's
-// quantization (the target's --quantization names the target's).
-LlamaLoadOptions DraftLoadOptions(const LlamaLoadOptions& target_options) {
+// quantization, or the one `quantization` names (the speculative config's
+// key; the target's --quantization names the target's).
+LlamaLoadOptions DraftLoadOptions(const LlamaLoadOptions& target_options,
+                                  const std::string& quantization) {
   LlamaLoadOptions options = target_options;
   options.num_speculative_tokens = 0;  // A pass has a logits row a sequence at most.
   options.max_loras = 0;
   options.max_lora_rank = 0;
-  options.quantization = "";
+  options.quantization = quantization;
+  options.quantization_source = "--speculative-config quantization";
   return options;
 }
 
@@ -158,13 +161,12 @@ bool HasDraftProposals(const StepPlan& plan) {
                      [](const SequenceStep& step) { return step.num_draft_proposals() != 0; });
 }
 
-absl::StatusOr<std::unique_ptr<DraftModel>> DraftModel::Load(const std::string& model_dir,
-                                                             Backend* backend,
-                                                             const LlamaLoadOptions& options,
-                                                             const ModelConfig& target,
-                                                             Communicator* group) {
+absl::StatusOr<std::unique_ptr<DraftModel>> DraftModel::Load(
+    const std::string& model_dir, Backend* backend, const LlamaLoadOptions& options,
+    const ModelConfig& target, Communicator* group, const std::string& quantization) {
   auto draft = std::unique_ptr<DraftModel>(new DraftModel(backend, group));
-  auto model = LlamaModel::Load(model_dir, backend, draft->group_, DraftLoadOptions(options));
+  auto model =
+      LlamaModel::Load(model_dir, backend, draft->group_, DraftLoadOptions(options, quantization));
   if (!model.ok()) {
     return absl::Status(model.status().code(),
                         absl::StrCat("draft model: ", model.status().message()));
@@ -185,9 +187,9 @@ absl::StatusOr<std::unique_ptr<DraftModel>> DraftModel::LoadEagle(const std::str
                                                                   Communicator* group) {
   auto draft = std::unique_ptr<DraftModel>(new DraftModel(backend, group));
   auto head = eagle3 ? LlamaModel::LoadEagle3Head(head_dir, backend, draft->group_,
-                                                  DraftLoadOptions(options), *target)
+                                                  DraftLoadOptions(options, ""), *target)
                      : LlamaModel::LoadEagleHead(head_dir, backend, draft->group_,
-                                                 DraftLoadOptions(options), *target);
+                                                 DraftLoadOptions(options, ""), *target);
   if (!head.ok()) return head.status();
   draft->model_ = *std::move(head);
   const std::vector<int>& layers = draft->model_->eagle3_aux_layers();

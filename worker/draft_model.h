@@ -40,13 +40,16 @@ class DraftModel {
   // vocabulary size is not `target`'s (naming both); the loader's errors
   // otherwise (a model the group cannot split among them). `options.
   // max_loras` and `options.quantization` are ignored: the draft serves no
-  // adapters, and its checkpoint's own quantization. backend and group must
-  // outlive the draft.
+  // adapters, and the quantization `quantization` names (the speculative
+  // config's key, checked against the draft's checkpoint as --quantization
+  // is against the target's; "": the checkpoint's own). backend and group
+  // must outlive the draft.
   static absl::StatusOr<std::unique_ptr<DraftModel>> Load(const std::string& model_dir,
                                                           Backend* backend,
                                                           const LlamaLoadOptions& options,
                                                           const ModelConfig& target,
-                                                          Communicator* group = nullptr);
+                                                          Communicator* group = nullptr,
+                                                          const std::string& quantization = "");
   // The eagle method: the EAGLE head in `head_dir` (LlamaModel::
   // LoadEagleHead) over `target`, which from now on keeps its final hidden
   // states (LlamaModel::KeepFinalHidden) for the head. Errors as

@@ -676,6 +676,50 @@ std::string DraftOfFourPositions(const std::string& other) {
   return short_draft;
 }
 
+// The speculative config's quantization key, through the runner's load
+// request (draft_quantization): "fp8" quantizes a dense draft at load (a
+// quarter of its f32 decoder weights' bytes) and it proposes; a method the
+// draft's checkpoint is not in is refused naming the key; and an EAGLE
+// head, which has no such key, refuses any.
+TEST_F(DraftModelRunnerTest, DraftQuantizationIsTheDraftsOwn) {
+  auto backend = CreateCpuBackend(1);
+  LlamaLoadOptions options;
+  options.block_size = kBlockSize;
+  auto group = CreateSingleRankCommunicator();
+  auto target = LlamaModel::Load(*target_ + "/model", backend.get(), group.get(), options);
+  ASSERT_TRUE(target.ok()) << target.status();
+  const std::string draft_dir = *other_ + "/model";
+  auto dense = DraftModel::Load(draft_dir, backend.get(), options, (*target)->config());
+  ASSERT_TRUE(dense.ok()) << dense.status();
+  auto fp8 =
+      DraftModel::Load(draft_dir, backend.get(), options, (*target)->config(), nullptr, "fp8");
+  ASSERT_TRUE(fp8.ok()) << fp8.status();
+  EXPECT_LT((*fp8)->weight_bytes(), (*dense)->weight_bytes());
+  EXPECT_EQ(
+      DraftModel::Load(draft_dir, backend.get(), options, (*target)->config(), nullptr, "awq")
+          .status()
+          .message(),
+      "draft model: --speculative-config quantization awq does not match the checkpoint's none "
+      "quantization");
+  // Through the runner: the fp8 draft proposes k drafts a row.
+  LoadModelRequest load = LoadRequest(*other_);
+  load.set_draft_quantization("fp8");
+  auto runner = CreateCpuModelRunner();
+  ASSERT_TRUE(runner->LoadModel(load).ok());
+  v1::InitCacheRequest init;
+  init.set_num_gpu_blocks(kSeqs * kBlocksPerSeq);
+  ASSERT_TRUE(runner->InitCache(init).ok());
+  StepPlan plan;
+  *plan.add_sequences() = StepFor(SamplingOptions(), 0, {}, kDrafts);
+  absl::StatusOr<v1::StepResult> result = runner->ExecuteStep(plan);
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(result->tokens_size(), 1);
+  load = LoadRequest(*eagle_ + "/good", /*eagle=*/true);
+  load.set_draft_quantization("fp8");
+  EXPECT_EQ(CreateCpuModelRunner()->LoadModel(load).status().message(),
+            "draft_quantization fp8 is for a draft model, not an EAGLE head");
+}
+
 // The same draft's passes, seen through DraftModel::set_pass_forward: in
 // one plan, a prefill of 6 tokens without proposals is followed at its
 // positions 0..3 only, beside a prompt of 3 tokens proposing 1 (positions

@@ -148,7 +148,9 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::string& 
   }
   auto quant = LoadQuantConfig(model_dir);
   if (!quant.ok()) return quant.status();
-  if (absl::Status s = CheckRequestedQuantization(&*quant, options.quantization); !s.ok()) {
+  if (absl::Status s =
+          CheckRequestedQuantization(&*quant, options.quantization, options.quantization_source);
+      !s.ok()) {
     return s;
   }
   if (absl::Status s =

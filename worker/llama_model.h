@@ -55,6 +55,8 @@ struct LlamaLoadOptions {
   // vLLM's --quantization: "" or "auto" serves the checkpoint's
   // quantization_config; a name must match it (worker/quant/quant_config.h).
   std::string quantization = "";
+  // What set `quantization`, for its refusal: the flag, or a draft's key.
+  std::string quantization_source = "--quantization";
   // LoRA (docs/lora.md): adapter slots, each taking ranks up to
   // max_lora_rank; 0 serves no adapters. CheckLoraLimits bounds both.
   int max_loras = 0;

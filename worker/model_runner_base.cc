@@ -124,17 +124,23 @@ void ModelRunnerBase::ReleaseCommunicator() {
 absl::Status ModelRunnerBase::LoadDraftModel(const LoadModelRequest& request,
                                              const LlamaLoadOptions& options) {
   if (request.draft_model_dir().empty()) return absl::OkStatus();
+  const bool eagle3 = request.draft_is_eagle3_head();
+  const bool eagle = request.draft_is_eagle_head() || eagle3;
+  if (eagle && !request.draft_quantization().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("draft_quantization ",
+                                                   request.draft_quantization(),
+                                                   " is for a draft model, not an "
+                                                   "EAGLE head"));
+  }
   absl::StatusOr<bool> sharded = ShardsDraftModel(request);
   if (!sharded.ok()) return sharded.status();
   serves_draft_ = true;
   if (!*sharded && timed_->rank() != 0) return absl::OkStatus();
-  const bool eagle3 = request.draft_is_eagle3_head();
   Communicator* group = *sharded ? timed_.get() : nullptr;
-  auto draft = request.draft_is_eagle_head() || eagle3
-                   ? DraftModel::LoadEagle(request.draft_model_dir(), backend_.get(), options,
-                                           model_.get(), eagle3, group)
-                   : DraftModel::Load(request.draft_model_dir(), backend_.get(), options,
-                                      model_->config(), group);
+  auto draft = eagle ? DraftModel::LoadEagle(request.draft_model_dir(), backend_.get(), options,
+                                             model_.get(), eagle3, group)
+                     : DraftModel::Load(request.draft_model_dir(), backend_.get(), options,
+                                        model_->config(), group, request.draft_quantization());
   if (!draft.ok()) return draft.status();
   draft_ = *std::move(draft);
   LOG(INFO) << (eagle3               ? "EAGLE-3 head: "

@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/json_fields.h"
+#include "common/quantization_methods.h"
 #include "common/speculation_limits.h"
 #include "nlohmann/json.hpp"
 
@@ -30,7 +31,8 @@ constexpr const char* kKeys[] = {"method",
                                  "disable_by_batch_size",
                                  "num_speculative_tokens_per_batch_size",
                                  "draft_tensor_parallel_size",
-                                 "max_model_len"};
+                                 "max_model_len",
+                                 "quantization"};
 
 absl::Status CheckKeys(const Json& object) {
   std::optional<std::string> unknown = json_fields::FirstUnknownKey(object, kKeys);
@@ -192,6 +194,20 @@ absl::Status CheckFields(const Json& object, SpeculativeConfig& config) {
   if (!tp.ok()) return tp.status();
   auto max_len = OptionalInt(object, "max_model_len");
   if (!max_len.ok()) return max_len.status();
+  auto quantization = OptionalString(object, "quantization");
+  if (!quantization.ok()) return quantization.status();
+  if (!IsServedQuantizationMethod(*quantization)) {
+    return Invalid(absl::StrCat("quantization \"", *quantization,
+                                "\": Pagoda serves auto, awq, awq_marlin, gptq, gptq_marlin, "
+                                "compressed-tensors and fp8"));
+  }
+  // vLLM: "it only takes effect when using the draft model-based method".
+  const bool quantized = !quantization->empty() && *quantization != "auto";
+  if (quantized && config.method != SpeculativeMethod::kDraftModel) {
+    return Invalid(absl::StrCat("quantization applies to method draft_model, not ",
+                                SpeculativeMethodName(config.method)));
+  }
+  config.quantization = quantized ? *quantization : "";
   const absl::string_view method = SpeculativeMethodName(config.method);
   if (config.method == SpeculativeMethod::kNgram) {
     if (!config.model.empty()) return Invalid("method ngram takes no model");

@@ -73,6 +73,11 @@ struct SpeculativeConfig {
   // max_model_len when given (at most its positions and --max-model-len:
   // CheckDraftModelFiles), so that sequences past it stop drafting.
   std::optional<int> max_model_len;
+  // draft_model only: vLLM's quantization key, the draft checkpoint's
+  // method (common/quantization_methods.h; "fp8" also quantizes a dense
+  // draft at load), checked by the worker as --quantization is for the
+  // target. "": the draft checkpoint's own ("auto" is stored so).
+  std::string quantization;
   // The proposer's max_model_len, which CheckDraftModelFiles sets at start:
   // max_model_len when given; else, for a draft model, its config.json's
   // positions, at most --max-model-len (common/draft_model_positions.h). A
@@ -85,7 +90,7 @@ struct SpeculativeConfig {
 // (ngram | draft_model | eagle | eagle3), model, num_speculative_tokens,
 // prompt_lookup_max, prompt_lookup_min, disable_by_batch_size,
 // num_speculative_tokens_per_batch_size, draft_tensor_parallel_size,
-// max_model_len (not with ngram). As
+// max_model_len (not with ngram), quantization (draft_model only). As
 // vLLM: without method, a model of "ngram" or "[ngram]" means ngram, a model
 // whose name holds "eagle-" EAGLE, else one whose name holds "eagle3"
 // EAGLE-3, any other a draft model. INVALID_ARGUMENT, one line

@@ -114,10 +114,33 @@ TEST(SpeculativeConfigTest, RefusesBadInputWithOneLineNamingIt) {
                  "max_model_len 0 must be at least 1");
   expect_refused(R"({"model": "/m", "num_speculative_tokens": 2, "max_model_len": "2k"})",
                  "max_model_len must be an integer");
+  expect_refused(R"({"model": "/m", "num_speculative_tokens": 2, "quantization": "bitsandbytes"})",
+                 "quantization \"bitsandbytes\": Pagoda serves auto, awq");
+  expect_refused(R"({"method": "ngram", "num_speculative_tokens": 2, "quantization": "fp8"})",
+                 "quantization applies to method draft_model, not ngram");
+  expect_refused(R"({"model": "/m/eagle-x", "num_speculative_tokens": 2, "quantization": "awq"})",
+                 "quantization applies to method draft_model, not eagle");
+  expect_refused(R"({"model": "/m", "num_speculative_tokens": 2, "quantization": 8})",
+                 "quantization must be a string");
 }
 
 // vLLM's max_model_len key: kept for the start-up check against the
 // proposer's files (CheckDraftModelFiles), which turns it into draft_max_len.
+// vLLM's quantization key: a draft model's method, "auto" as none given.
+TEST(SpeculativeConfigTest, QuantizationIsTheDraftModels) {
+  for (const auto& [given, kept] : {std::pair{"fp8", "fp8"}, std::pair{"awq_marlin", "awq_marlin"},
+                                    std::pair{"auto", ""}, std::pair{"", ""}}) {
+    auto config = ParseSpeculativeConfig(absl::StrCat(
+        R"({"model": "/m/draft", "num_speculative_tokens": 2, "quantization": ")", given, "\"}"));
+    ASSERT_TRUE(config.ok()) << config.status();
+    EXPECT_EQ(config->quantization, kept) << given;
+  }
+  // "auto" is no quantization asked for: any method takes it.
+  EXPECT_TRUE(ParseSpeculativeConfig(
+                  R"({"method": "ngram", "num_speculative_tokens": 2, "quantization": "auto"})")
+                  .ok());
+}
+
 TEST(SpeculativeConfigTest, MaxModelLenIsKeptForTheDraftOrHead) {
   for (const char* model : {"/m/draft", "/m/eagle-head"}) {
     auto config = ParseSpeculativeConfig(absl::StrCat(

@@ -145,6 +145,7 @@ pagoda::worker::v1::LoadModelRequest MakeLoadModelRequest(const ServerConfig& co
   }
   if (config.speculative.has_value() && config.speculative->method != SpeculativeMethod::kNgram) {
     load.set_draft_model_dir(std::filesystem::absolute(config.speculative->model).string());
+    load.set_draft_quantization(config.speculative->quantization);
     load.set_draft_is_eagle_head(config.speculative->method == SpeculativeMethod::kEagle);
     load.set_draft_is_eagle3_head(config.speculative->method == SpeculativeMethod::kEagle3);
     load.set_draft_tensor_parallel_size(

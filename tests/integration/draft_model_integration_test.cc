@@ -332,6 +332,10 @@ TEST_F(DraftModelTest, BadSpeculativeConfigsAreRefusedAtStartInOneLine) {
       // eagle_reference.py's head over the 32-wide model, for a 64-wide target.
       {ServerArgs(*dir_ + "/eagle-head-narrow"),
        "--speculative-config: the EAGLE head's hidden_size 32 differs from the target's 64"},
+      {with_config(absl::StrCat(R"({"model": ")", *dir_,
+                                R"(/eagle-head", "num_speculative_tokens": 2, "quantization": )",
+                                R"("fp8"})")),
+       "--speculative-config: quantization applies to method draft_model, not eagle"},
       {ServerArgs(*dir_ + "/eagle3-head-vocab"),
        absl::StrCat("--speculative-config: EAGLE-3 head: draft_vocab_size ", kTinyModelVocab + 1,
                     " exceeds vocab_size ", kTinyModelVocab)},
@@ -354,6 +358,42 @@ TEST_F(DraftModelTest, BadSpeculativeConfigsAreRefusedAtStartInOneLine) {
     // The line names the problem and stands alone.
     EXPECT_TRUE(absl::StrContains(output, line + "\n")) << line << "\n" << output;
   }
+}
+
+// vLLM's quantization key on a dense draft model: "fp8" quantizes it at
+// load, and the target's tokens stay plain decoding's, greedy and seeded,
+// with drafts accepted (an FP8 copy of a draft still agrees with it).
+TEST_F(DraftModelTest, AnFp8DraftKeepsPlainTokens) {
+  std::vector<StreamOutcome> expected;
+  {
+    auto plain = StartServer("");
+    ASSERT_TRUE(plain.ok()) << plain.status();
+    expected = RunAll(**plain, /*seeded=*/true, nullptr);
+  }
+  auto config = [&](const char* quantization) {
+    return absl::StrCat(R"(--speculative-config={"model": ")", *dir_, R"(/small", )",
+                        R"("num_speculative_tokens": )", kDrafts,
+                        R"(, "disable_by_batch_size": 64, "quantization": ")", quantization,
+                        R"("})");
+  };
+  auto server = StartServer(*dir_ + "/small", 1, {config("fp8")});
+  ASSERT_TRUE(server.ok()) << server.status();
+  ExpectSameTokens(RunAll(**server, /*seeded=*/true, nullptr), expected);
+  const int port = (*server)->metrics_port();
+  EXPECT_GT(MetricValue(port, "vllm:spec_decode_num_accepted_tokens_total"), 0);
+  // A method the draft's checkpoint is not in: the workers' load fails (as
+  // for the target's --quantization), and the server exits naming the key.
+  std::vector<std::string> args = ServerArgs(*dir_ + "/small");
+  args.push_back(config("awq"));
+  std::string command = PAGODA_SERVER_BINARY;
+  for (const std::string& arg : args) absl::StrAppend(&command, " '", arg, "'");
+  absl::StatusOr<std::string> output = RunCommand(absl::StrCat(command, " 2>&1; echo EXIT=$?"));
+  ASSERT_TRUE(output.ok()) << output.status();
+  EXPECT_FALSE(absl::StrContains(*output, "EXIT=0")) << *output;
+  EXPECT_TRUE(absl::StrContains(*output,
+                                "draft model: --speculative-config quantization awq does not "
+                                "match the checkpoint's none quantization"))
+      << *output;
 }
 
 // A copy of the model or head directory `from` at `to`, its config.json

@@ -336,7 +336,8 @@ absl::StatusOr<QuantConfig> LoadQuantConfig(const std::string& model_dir) {
   return config;
 }
 
-absl::Status CheckRequestedQuantization(QuantConfig* config_out, std::string_view requested) {
+absl::Status CheckRequestedQuantization(QuantConfig* config_out, std::string_view requested,
+                                        std::string_view source) {
   if (requested.empty() || requested == "auto") return absl::OkStatus();
   if (requested == "fp8" && !config_out->quantized()) {
     // vLLM's Fp8Config for an unquantized checkpoint: per-tensor E4M3
@@ -359,7 +360,7 @@ absl::Status CheckRequestedQuantization(QuantConfig* config_out, std::string_vie
   if (config.method == QuantMethod::kAwq) matches |= requested == "awq_marlin";
   if (config.method == QuantMethod::kGptq) matches |= requested == "gptq_marlin";
   if (!matches) {
-    return absl::InvalidArgumentError(absl::StrCat("--quantization ", std::string(requested),
+    return absl::InvalidArgumentError(absl::StrCat(std::string(source), " ", std::string(requested),
                                                    " does not match the checkpoint's ",
                                                    std::string(checkpoint), " quantization"));
   }

@@ -62,8 +62,11 @@ absl::StatusOr<QuantConfig> LoadQuantConfig(const std::string& model_dir);
 // e.g. awq_marlin, gptq_marlin) must be the checkpoint's method, except
 // "fp8" over a dense checkpoint, which turns `config` into online FP8
 // (every linear but lm_head quantized at load per tensor, dynamic
-// per-token FP8 inputs). INVALID_ARGUMENT naming both otherwise.
-absl::Status CheckRequestedQuantization(QuantConfig* config, std::string_view requested);
+// per-token FP8 inputs). INVALID_ARGUMENT naming both otherwise, and
+// `source`, what asked for `requested` ("--speculative-config quantization"
+// for a draft model).
+absl::Status CheckRequestedQuantization(QuantConfig* config, std::string_view requested,
+                                        std::string_view source = "--quantization");
 
 }  // namespace pagoda::worker
 
