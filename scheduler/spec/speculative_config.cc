@@ -35,6 +35,11 @@ constexpr const char* kKeys[] = {"method",
                                  "quantization"};
 
 absl::Status CheckKeys(const Json& object) {
+  // vLLM keeps this key only to say so.
+  if (object.contains("tensor_parallel_size")) {
+    return Invalid(
+        "tensor_parallel_size is not a valid key here; pass draft_tensor_parallel_size instead");
+  }
   std::optional<std::string> unknown = json_fields::FirstUnknownKey(object, kKeys);
   if (unknown.has_value()) return Invalid(absl::StrCat("unknown key \"", *unknown, "\""));
   return absl::OkStatus();

@@ -80,6 +80,9 @@ TEST(SpeculativeConfigTest, RefusesBadInputWithOneLineNamingIt) {
   expect_refused(R"({"method": "ngram", "num_speculative_tokens": 2, "lookahead": 1})",
                  "unknown key \"lookahead\"");
   expect_refused(R"({"method": "ngram"})", "num_speculative_tokens is required");
+  expect_refused(R"({"model": "/m", "num_speculative_tokens": 2, "tensor_parallel_size": 1})",
+                 "tensor_parallel_size is not a valid key here; pass draft_tensor_parallel_size "
+                 "instead");
   expect_refused(R"({"method": "ngram", "num_speculative_tokens": 0})", "must be in [1, 16]");
   expect_refused(R"({"method": "ngram", "num_speculative_tokens": 17})", "must be in [1, 16]");
   expect_refused(R"({"method": "ngram", "num_speculative_tokens": 2.5})", "must be an integer");
