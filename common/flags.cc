@@ -17,6 +17,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
@@ -133,6 +134,27 @@ std::vector<std::string> ExpandFlagAliases(
   return args;
 }
 
+std::vector<std::string> JoinListFlagWords(std::vector<std::string> args,
+                                           const std::vector<std::string>& list_flags) {
+  std::vector<std::string> joined;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--") {
+      joined.insert(joined.end(), args.begin() + static_cast<ptrdiff_t>(i), args.end());
+      break;
+    }
+    joined.push_back(args[i]);
+    if (i == 0 || args[i].size() < 2 || args[i][0] != '-') continue;
+    // "--name" or "-name", dashes or underscores, with no "=value".
+    const size_t begin = args[i][1] == '-' ? 2 : 1;
+    const std::string name = absl::StrReplaceAll(args[i].substr(begin), {{"-", "_"}});
+    if (std::find(list_flags.begin(), list_flags.end(), name) == list_flags.end()) continue;
+    std::vector<std::string> words;
+    while (i + 1 < args.size() && !absl::StartsWith(args[i + 1], "-")) words.push_back(args[++i]);
+    if (!words.empty()) joined.back() = absl::StrCat("--", name, "=", absl::StrJoin(words, " "));
+  }
+  return joined;
+}
+
 std::vector<char*> ParsePagodaCommandLine(int argc, char** argv, const ProgramInfo& program) {
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
@@ -147,9 +169,10 @@ std::vector<char*> ParsePagodaCommandLine(int argc, char** argv, const ProgramIn
     }
   }
   absl::SetProgramUsageMessage(program.usage);
+  std::vector<std::string> args =
+      ExpandFlagAliases(std::vector<std::string>(argv, argv + argc), program.aliases);
   absl::StatusOr<GatheredJsonFlags> gathered = GatherJsonFlagKeys(
-      ExpandFlagAliases(std::vector<std::string>(argv, argv + argc), program.aliases),
-      program.json_flags);
+      JoinListFlagWords(std::move(args), program.list_flags), program.json_flags);
   if (!gathered.ok()) {
     std::cerr << program.name << ": " << gathered.status().message() << std::endl;
     std::exit(1);
@@ -161,9 +184,9 @@ std::vector<char*> ParsePagodaCommandLine(int argc, char** argv, const ProgramIn
   // Abseil's positional results point into these strings: kept for the
   // program's life (a deque never moves its elements).
   static auto* const kCommandLines = new std::deque<std::vector<std::string>>();
-  std::vector<std::string>& args = kCommandLines->emplace_back(std::move(gathered->args));
+  std::vector<std::string>& kept = kCommandLines->emplace_back(std::move(gathered->args));
   std::vector<char*> pointers;
-  for (std::string& arg : args) pointers.push_back(arg.data());
+  for (std::string& arg : kept) pointers.push_back(arg.data());
   AcceptDashedFlagNames(static_cast<int>(pointers.size()), pointers.data());
   return absl::ParseCommandLine(static_cast<int>(pointers.size()), pointers.data());
 }

@@ -41,7 +41,16 @@ struct ProgramInfo {
   // vLLM's short spellings: {"tp", "tensor_parallel_size"} takes "-tp 2"
   // and "-tp=2" for --tensor-parallel-size.
   std::vector<std::pair<std::string, std::string>> aliases = {};
+  // Flags that take several words, as vLLM's nargs="+" options do
+  // (--lora-modules a=/x b=/y): the words after "--NAME" up to the next
+  // argument starting with "-" become one space-separated value.
+  std::vector<std::string> list_flags = {};
 };
+
+// The arguments with each "--NAME w1 w2 ..." of `list_flags` (before any
+// "--") joined into "--NAME=w1 w2 ..."; the rest untouched.
+std::vector<std::string> JoinListFlagWords(std::vector<std::string> args,
+                                           const std::vector<std::string>& list_flags);
 
 // The arguments with each "-ALIAS[=value]" of `aliases` (before any "--")
 // spelled "--NAME[=value]"; the rest untouched.

@@ -56,6 +56,19 @@ TEST(ExpandFlagAliasesTest, SpellsVllmsShortFormsOut) {
                                 "--tp", "--tensor_parallel_size", "--", "-q"}));
 }
 
+TEST(JoinListFlagWordsTest, TakesTheWordsUpToTheNextFlag) {
+  const std::vector<std::string> list = {"lora_modules"};
+  EXPECT_EQ(JoinListFlagWords({"prog", "--lora-modules", "a=/x", "b=/y", "--port", "0", "m"}, list),
+            (std::vector<std::string>{"prog", "--lora_modules=a=/x b=/y", "--port", "0", "m"}));
+  // One word, the "=" form (which takes its own value only), no word, and
+  // the words after "--" are left as they are.
+  EXPECT_EQ(JoinListFlagWords({"prog", "-lora_modules", "a=/x", "--lora-modules=b=/y", "c=/z",
+                               "--lora-modules", "--", "--lora-modules", "d=/w"},
+                              list),
+            (std::vector<std::string>{"prog", "--lora_modules=a=/x", "--lora-modules=b=/y", "c=/z",
+                                      "--lora-modules", "--", "--lora-modules", "d=/w"}));
+}
+
 TEST(HelpTextTest, PrintsGroupsInOrderThenTheRest) {
   const std::string help =
       HelpText({"prog", "prog [flags]", {{"Scheduling", {"max_num_seqs"}}, {"Empty", {}}}});

@@ -307,7 +307,8 @@ TEST(ServerFlagsTest, TheModelMayBeTheOneArgument) {
   std::string error;
   ASSERT_TRUE(absl::FindCommandLineFlag("model")->ParseFrom("/m", &error));
   EXPECT_EQ(ServerConfigFromFlags({"/models/tiny"}).status().message(),
-            "the model is given twice: /models/tiny and --model /m");
+            "unexpected argument /models/tiny (the model is --model /m; a second model "
+            "directory, or a word meant for a flag?)");
   EXPECT_EQ(ServerConfigFromFlags()->model.model_dir, "/m");
 }
 

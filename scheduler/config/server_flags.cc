@@ -209,7 +209,8 @@ ABSL_FLAG(std::string, speculative_config, "",
 ABSL_FLAG(bool, enable_lora, false, "Serve LoRA adapters; the flags below need it.");
 ABSL_FLAG(std::string, lora_modules, "",
           "Adapters served from the start: NAME=PATH, or vLLM's JSON object {\"name\", "
-          "\"path\", \"base_model_name\"}, several separated by spaces or commas.");
+          "\"path\", \"base_model_name\"}, several separated by spaces or commas, or as "
+          "several words (vLLM's --lora-modules a=/x b=/y).");
 ABSL_FLAG(int, max_loras, pagoda::lora::LoraOptions().max_loras,
           "Adapters resident in the workers' slots at once: the most distinct adapters a step "
           "runs.");
@@ -402,8 +403,9 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags(const std::vector<std::string
   }
   if (arguments.size() == 1) {
     if (!config.model.model_dir.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("the model is given twice: ", arguments[0],
-                                                     " and --model ", config.model.model_dir));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unexpected argument ", arguments[0], " (the model is --model ", config.model.model_dir,
+          "; a second model directory, or a word meant for a flag?)"));
     }
     config.model.model_dir = arguments[0];
   }
@@ -431,6 +433,8 @@ std::vector<std::string> ServerJsonFlags() { return {"speculative_config", "kv_e
 std::vector<std::pair<std::string, std::string>> ServerFlagAliases() {
   return {{"tp", "tensor_parallel_size"}, {"q", "quantization"}};
 }
+
+std::vector<std::string> ServerListFlags() { return {"lora_modules"}; }
 
 std::vector<FlagGroup> ServerFlagGroups() {
   return {

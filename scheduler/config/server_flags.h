@@ -34,6 +34,9 @@ std::vector<std::string> ServerJsonFlags();
 // vLLM's short spellings of server flags: -tp, -q.
 std::vector<std::pair<std::string, std::string>> ServerFlagAliases();
 
+// The flags that take several words, as vLLM's nargs="+" ones: --lora-modules.
+std::vector<std::string> ServerListFlags();
+
 }  // namespace pagoda::scheduler
 
 #endif  // PAGODA_SCHEDULER_CONFIG_SERVER_FLAGS_H_

@@ -142,8 +142,8 @@ class FlagsTest(unittest.TestCase):
                          "argument, the model directory, or none with --model DIR)")
 
     def test_vllms_short_and_key_by_key_spellings_reach_the_flags(self):
-        """vLLM's -tp and -q, and its --NAME.KEY VALUE spelling of a JSON
-        flag, reach the flag's own reading (its refusal names the flag, or
+        """vLLM's -tp and -q, --lora-modules with several words, and its
+        --NAME.KEY VALUE spelling of a JSON flag, reach the flag's own reading (its refusal names the flag, or
         the gathered key); a key on a flag that takes none, or both spellings
         of one flag at once, is refused in one line; so is vLLM's
         --enable-auto-tool-choice without a parser."""
@@ -158,6 +158,9 @@ class FlagsTest(unittest.TestCase):
             (["--enable-auto-tool-choice"],
              "pagoda-server: --enable-auto-tool-choice needs --tool-call-parser"),
             (["-q=int3"], "pagoda-server: --quantization int3: Pagoda serves"),
+            # vLLM's --lora-modules takes several words: both reach the flag.
+            (["--enable-lora", "--lora-modules", "a=/x", "a=/y", "--max-loras", "1"],
+             "pagoda-server: --lora-modules names \"a\" twice"),
             (["--max-num-seqs.limit", "4"],
              "pagoda-server: --max-num-seqs.limit: --max-num-seqs takes no keys"),
             (["--speculative-config", "{}", "--speculative-config.method", "ngram"],
