@@ -360,11 +360,12 @@ int Health(const std::shared_ptr<grpc::Channel>& channel) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<char*> positional = pagoda::ParsePagodaCommandLine(
-      argc, argv,
-      {"pagoda-cli",
-       "pagoda-cli [--server HOST:PORT] generate (--prompt TEXT | --token-ids 1,2,3) [options] "
-       "| info | health"});
+  pagoda::ProgramInfo program = {
+      "pagoda-cli",
+      "pagoda-cli [--server HOST:PORT] generate (--prompt TEXT | --token-ids 1,2,3) [options] "
+      "| info | health"};
+  program.takes_arguments = true;  // The command.
+  std::vector<char*> positional = pagoda::ParsePagodaCommandLine(argc, argv, program);
   if (positional.size() != 2) {
     std::cerr << "usage: " << absl::ProgramUsageMessage() << std::endl;
     return 2;

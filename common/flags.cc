@@ -188,7 +188,14 @@ std::vector<char*> ParsePagodaCommandLine(int argc, char** argv, const ProgramIn
   std::vector<char*> pointers;
   for (std::string& arg : kept) pointers.push_back(arg.data());
   AcceptDashedFlagNames(static_cast<int>(pointers.size()), pointers.data());
-  return absl::ParseCommandLine(static_cast<int>(pointers.size()), pointers.data());
+  std::vector<char*> positional =
+      absl::ParseCommandLine(static_cast<int>(pointers.size()), pointers.data());
+  if (!program.takes_arguments && positional.size() > 1) {
+    std::cerr << program.name << ": unexpected argument '" << positional[1]
+              << "' (this program takes flags only: --NAME VALUE)" << std::endl;
+    std::exit(1);
+  }
+  return positional;
 }
 
 std::optional<std::vector<int>> ParsePositiveIntList(std::string_view text) {

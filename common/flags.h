@@ -45,6 +45,9 @@ struct ProgramInfo {
   // (--lora-modules a=/x b=/y): the words after "--NAME" up to the next
   // argument starting with "-" become one space-separated value.
   std::vector<std::string> list_flags = {};
+  // Whether the program reads positional arguments; without, one is refused
+  // (a word meant for a flag would otherwise be dropped unseen).
+  bool takes_arguments = false;
 };
 
 // The arguments with each "--NAME w1 w2 ..." of `list_flags` (before any
@@ -67,7 +70,8 @@ std::string HelpText(const ProgramInfo& program);
 // The command-line entry point of every Pagoda executable: handles --help,
 // -h and --version (prints to stdout and exits 0), gathers the JSON flags'
 // keys (a bad one: one line on stderr, exit 1), accepts dashed names, then
-// parses with Abseil (which exits 1 on an unknown flag). Returns the
+// parses with Abseil (which exits 1 on an unknown flag); a positional
+// argument to a program that takes none: one line, exit 1. Returns the
 // positional arguments, argv[0] first (they live as long as the program).
 std::vector<char*> ParsePagodaCommandLine(int argc, char** argv, const ProgramInfo& program);
 

@@ -90,7 +90,8 @@ int main(int argc, char** argv) {
        "pagoda-server --model DIR [flags] (or pagoda-server DIR [flags]): serves "
        "pagoda.v1.Generation",
        pagoda::scheduler::ServerFlagGroups(), pagoda::scheduler::ServerJsonFlags(),
-       pagoda::scheduler::ServerFlagAliases(), pagoda::scheduler::ServerListFlags()});
+       pagoda::scheduler::ServerFlagAliases(), pagoda::scheduler::ServerListFlags(),
+       /*takes_arguments=*/true});
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
   pagoda::LimitProtobufLogging();

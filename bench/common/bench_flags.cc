@@ -43,7 +43,9 @@ std::string AbslUnparseFlag(const PositiveIntList& list) { return absl::StrJoin(
 
 void ParseBenchCommandLine(int argc, char** argv, const ProgramInfo& program,
                            std::initializer_list<const char*> positional_flags) {
-  const std::vector<char*> positionals = ParsePagodaCommandLine(argc, argv, program);
+  ProgramInfo with_arguments = program;
+  with_arguments.takes_arguments = true;  // Refused below past positional_flags.
+  const std::vector<char*> positionals = ParsePagodaCommandLine(argc, argv, with_arguments);
   const char* const* name = positional_flags.begin();
   for (size_t i = 1; i < positionals.size(); ++i, ++name) {
     if (name == positional_flags.end()) {

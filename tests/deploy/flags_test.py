@@ -219,6 +219,14 @@ class WorkerFlagsTest(unittest.TestCase):
         self.assertEqual(result.stderr.strip(), "pagoda-worker: a worker needs the server's "
                          "secret: pass --secret-fd or --secret-file")
 
+    def test_a_stray_argument_is_refused_not_dropped(self):
+        """A word meant for a flag (--rank 1 2) is refused, before the secret."""
+        result = subprocess.run([h.binary("pagoda-worker"), "--rank", "1", "2"],
+                                capture_output=True, text=True, timeout=60)
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertEqual(result.stderr.strip(), "pagoda-worker: unexpected argument '2' (this "
+                         "program takes flags only: --NAME VALUE)")
+
 
 if __name__ == "__main__":
     unittest.main()
