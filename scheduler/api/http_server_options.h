@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -33,6 +34,9 @@ struct HttpServerOptions {
   std::string host = "127.0.0.1";
   int port = 0;  // 0 = the OS picks one.
   std::string model_name;
+  // Further names requests may give the model (vLLM's --served-model-name A
+  // B): /v1/models lists each; responses still report model_name.
+  std::vector<std::string> model_aliases;
   int max_model_len = 0;
   // When set, every /v1/ call needs "Authorization: Bearer <api_key>" (401
   // otherwise); /health, /ping, /version, /tokenize, /detokenize are exempt

@@ -1,5 +1,6 @@
 #include "scheduler/api/lora_adapters.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -37,8 +38,14 @@ absl::Status CheckBody(const json& body) {
 
 LoraAdapters::LoraAdapters(LoraAdaptersOptions options) : options_(std::move(options)) {}
 
+bool LoraAdapters::IsBaseModelName(absl::string_view name) const {
+  return name == options_.base_model_name ||
+         std::find(options_.base_model_aliases.begin(), options_.base_model_aliases.end(), name) !=
+             options_.base_model_aliases.end();
+}
+
 absl::StatusOr<std::string> LoraAdapters::AdapterFor(absl::string_view model) const {
-  if (model.empty() || model == options_.base_model_name) return std::string();
+  if (model.empty() || IsBaseModelName(model)) return std::string();
   if (options_.registry->Find(model).ok()) return std::string(model);
   return absl::NotFoundError(absl::StrCat("model: `", model.substr(0, lora::kMaxLoraNameBytes),
                                           "` does not exist; this server serves `",
@@ -86,7 +93,7 @@ absl::StatusOr<std::string> LoraAdapters::Load(const json& body) {
     return absl::InvalidArgumentError(
         "load_inplace: is not supported; unload the adapter, then load it again");
   }
-  if (*name == options_.base_model_name) {  // `model` could never reach it.
+  if (IsBaseModelName(*name)) {  // `model` could never reach it.
     return absl::InvalidArgumentError(
         absl::StrCat("lora_name: '", *name, "' is the base model's name"));
   }

@@ -26,6 +26,7 @@ struct LoraAdaptersOptions {
   int max_lora_trainable_tokens = 0;  // --max-lora-trainable-tokens.
   ModelConfig base;                   // The base model's shapes, which an adapter must fit.
   std::string base_model_name;        // The served model's name: `parent` of the adapters.
+  std::vector<std::string> base_model_aliases;  // Its other names (--served-model-name A B).
   // Called with an unloaded adapter's id once the registry removed it: the
   // engine frees its worker slot and host copy (Engine::ForgetLoraAdapter).
   std::function<void(int lora_id)> forget;
@@ -37,7 +38,7 @@ class LoraAdapters {
   explicit LoraAdapters(LoraAdaptersOptions options);
 
   // The adapter a request's `model` names: "" for the base model (`model`
-  // empty or the served model's name), `model` itself when it is a served
+  // empty or one of the served model's names), `model` itself when it is a served
   // adapter; NOT_FOUND ("model: ..." as vLLM's _check_model) otherwise.
   absl::StatusOr<std::string> AdapterFor(absl::string_view model) const;
 
@@ -64,6 +65,7 @@ class LoraAdapters {
 
  private:
   nlohmann::json Card(const lora::LoraEntry& entry, int64_t created) const;
+  bool IsBaseModelName(absl::string_view name) const;
 
   const LoraAdaptersOptions options_;
 };

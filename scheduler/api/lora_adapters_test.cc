@@ -117,6 +117,21 @@ TEST_F(LoraAdaptersTest, ModelNamesTheBaseModelOrAServedAdapter) {
   EXPECT_EQ(MakeOpenAiError(unknown)["error"]["param"], "model");
 }
 
+// vLLM's --served-model-name A B: every name is the base model's, and no
+// adapter may take one.
+TEST_F(LoraAdaptersTest, EveryServedNameIsTheBaseModels) {
+  LoraAdaptersOptions options = Options(lora_dir_);
+  options.base_model_aliases = {"tiny-alias"};
+  LoraAdapters adapters(std::move(options));
+  EXPECT_EQ(*adapters.AdapterFor("tiny-alias"), "");
+  EXPECT_EQ(*adapters.AdapterFor("tiny"), "");
+  EXPECT_EQ(HttpStatusOf(adapters.AdapterFor("tiny-other").status()), 404);
+  WriteAdapter(lora_dir_ + "/good", 4);
+  absl::StatusOr<std::string> loaded =
+      adapters.Load({{"lora_name", "tiny-alias"}, {"lora_path", "good"}});
+  EXPECT_EQ(loaded.status().message(), "lora_name: 'tiny-alias' is the base model's name");
+}
+
 TEST_F(LoraAdaptersTest, LoadsAnAdapterUnderTheLoraDirAndListsIt) {
   WriteAdapter(lora_dir_ + "/sql", 4);
   std::string message;

@@ -1,5 +1,6 @@
 #include "scheduler/api/openai_routes.h"
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -93,9 +94,15 @@ bool OpenAiRoutes::Routable(absl::string_view method, absl::string_view path, in
   return allowed;
 }
 
+bool OpenAiRoutes::IsModelName(absl::string_view name) const {
+  return name == options_.model_name ||
+         std::find(options_.model_aliases.begin(), options_.model_aliases.end(), name) !=
+             options_.model_aliases.end();
+}
+
 absl::StatusOr<std::string> OpenAiRoutes::AdapterFor(const std::string& model) const {
   if (path_->lora_adapters() != nullptr) return path_->lora_adapters()->AdapterFor(model);
-  if (model.empty() || model == options_.model_name) return std::string();
+  if (model.empty() || IsModelName(model)) return std::string();
   return absl::NotFoundError(absl::StrCat(
       "model: `", model, "` does not exist; this server serves `", options_.model_name, "`"));
 }
@@ -155,16 +162,20 @@ void OpenAiRoutes::Handle(HttpRequest request, std::shared_ptr<HttpExchange> exc
 
 void OpenAiRoutes::AnswerModels(absl::string_view route, const std::string& path,
                                 HttpExchange& exchange) const {
-  const json model = {{"id", options_.model_name},
-                      {"object", "model"},
-                      {"created", started_},
-                      {"owned_by", "pagoda"},
-                      {"root", options_.model_name},
-                      {"parent", nullptr},
-                      {"max_model_len", options_.max_model_len}};
+  // One card a name, as vLLM's (its root the first name).
+  const auto card = [this](const std::string& name) {
+    return json{{"id", name},
+                {"object", "model"},
+                {"created", started_},
+                {"owned_by", "pagoda"},
+                {"root", options_.model_name},
+                {"parent", nullptr},
+                {"max_model_len", options_.max_model_len}};
+  };
   LoraAdapters* const adapters = path_->lora_adapters();
   if (route == "/v1/models") {
-    json data = json::array({model});
+    json data = json::array({card(options_.model_name)});
+    for (const std::string& alias : options_.model_aliases) data.push_back(card(alias));
     if (adapters != nullptr) {
       for (json& card : adapters->ModelCards(started_)) data.push_back(std::move(card));
     }
@@ -172,7 +183,7 @@ void OpenAiRoutes::AnswerModels(absl::string_view route, const std::string& path
                             DumpJson({{"object", "list"}, {"data", std::move(data)}}));
   }
   const std::string id = path.substr(kModelsPrefix.size());  // /v1/models/{id}
-  if (id == options_.model_name) return exchange.Respond(200, kJsonContentType, DumpJson(model));
+  if (IsModelName(id)) return exchange.Respond(200, kJsonContentType, DumpJson(card(id)));
   if (adapters != nullptr) {
     absl::StatusOr<json> card = adapters->ModelCard(id, started_);
     if (card.ok()) return exchange.Respond(200, kJsonContentType, DumpJson(*card));

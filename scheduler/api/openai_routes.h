@@ -83,12 +83,14 @@ class OpenAiRoutes {
   void Detokenize(const std::string& body, std::shared_ptr<HttpExchange> exchange);
   // Runs `work` on the path's pool; 429 on `exchange` when it is full.
   void OffLoop(std::shared_ptr<HttpExchange> exchange, std::function<void()> work);
+  // Whether `name` is one of the base model's served names.
+  bool IsModelName(absl::string_view name) const;
   // The LoRA adapter `model` names ("" = the base model); NOT_FOUND unless
-  // `model` is "", the served model or a served adapter.
+  // `model` is "", a served name of the model or a served adapter.
   absl::StatusOr<std::string> AdapterFor(const std::string& model) const;
   absl::Status CheckModel(const std::string& model) const;
-  // GET /v1/models and /v1/models/{id}: the served model, then its LoRA
-  // adapters.
+  // GET /v1/models and /v1/models/{id}: the served model under each of its
+  // names, then its LoRA adapters.
   void AnswerModels(absl::string_view route, const std::string& path, HttpExchange& exchange) const;
   // vLLM's /v1/load_lora_adapter and /v1/unload_lora_adapter (LoraAdapters).
   void ChangeAdapters(absl::string_view route, HttpRequest request,

@@ -6,8 +6,10 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "common/dtype.h"
 #include "common/flag_checks.h"
@@ -276,12 +278,16 @@ absl::Status ResolveForModel(const ModelConfig& model, ServerConfig* config) {
   return CheckTensorParallelSplit(model, config->workers.tensor_parallel_size);
 }
 
-std::string ServedModelName(const ModelOptions& model) {
-  if (!model.served_model_name.empty()) return model.served_model_name;
+std::string ServedModelName(const ModelOptions& model) { return ServedModelNames(model).front(); }
+
+std::vector<std::string> ServedModelNames(const ModelOptions& model) {
+  std::vector<std::string> names =
+      absl::StrSplit(model.served_model_name, ' ', absl::SkipWhitespace());
+  if (!names.empty()) return names;
   const std::filesystem::path dir = std::filesystem::path(model.model_dir).lexically_normal();
   std::string name = dir.filename().string();
   if (name.empty()) name = dir.parent_path().filename().string();
-  return name;
+  return {name};
 }
 
 }  // namespace pagoda::scheduler

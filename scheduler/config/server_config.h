@@ -28,7 +28,8 @@ namespace pagoda::scheduler {
 // What model is served and how it reads.
 struct ModelOptions {
   std::string model_dir;
-  std::string served_model_name;  // "": the directory's name (ServedModelName).
+  // Space-separated names (ServedModelNames); "": the directory's name.
+  std::string served_model_name;
   std::string dtype = "auto";
   std::string kv_cache_dtype = "auto";
   // vLLM's --quantization; "" or "auto": the checkpoint's own (the worker
@@ -158,6 +159,11 @@ absl::Status ResolveForModel(const ModelConfig& model, ServerConfig* config);
 
 // --served-model-name, else the model directory's name.
 std::string ServedModelName(const ModelOptions& model);
+
+// Every name the model is served under, as vLLM's --served-model-name A B:
+// the flag's words (the first, ServedModelName, is the one reported in
+// responses and metrics; requests may name any), or the directory's name.
+std::vector<std::string> ServedModelNames(const ModelOptions& model);
 
 }  // namespace pagoda::scheduler
 

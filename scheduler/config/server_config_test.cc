@@ -295,6 +295,17 @@ TEST(ServerConfigTest, Fp8KvCacheIsServedOnCpuOnlySoFar) {
   EXPECT_TRUE(CheckServerConfig(config).ok());
 }
 
+// vLLM's --served-model-name A B: the words, the first reported; none: the
+// directory's name.
+TEST(ServerConfigTest, ServedModelNamesAreTheFlagsWordsOrTheDirectory) {
+  ModelOptions model;
+  model.model_dir = "/models/Llama-3/";
+  EXPECT_EQ(ServedModelNames(model), (std::vector<std::string>{"Llama-3"}));
+  model.served_model_name = "llama  llama-alias";
+  EXPECT_EQ(ServedModelNames(model), (std::vector<std::string>{"llama", "llama-alias"}));
+  EXPECT_EQ(ServedModelName(model), "llama");
+}
+
 // vLLM's `vllm serve MODEL`: the model directory as the one argument.
 TEST(ServerFlagsTest, TheModelMayBeTheOneArgument) {
   absl::FlagSaver saver;

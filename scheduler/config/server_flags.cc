@@ -20,7 +20,9 @@
 
 // Model.
 ABSL_FLAG(std::string, model, "", "Model directory (Hugging Face layout). Required.");
-ABSL_FLAG(std::string, served_model_name, "", "Name reported to clients; default: --model's name.");
+ABSL_FLAG(std::string, served_model_name, "",
+          "Name reported to clients; default: --model's name. Several words (vLLM's "
+          "--served-model-name A B): requests may name any, responses report the first.");
 ABSL_FLAG(std::string, dtype, "auto",
           "Weight dtype: auto (the checkpoint's), float32, float16 or bfloat16.");
 ABSL_FLAG(std::string, kv_cache_dtype, "auto",
@@ -203,7 +205,8 @@ ABSL_FLAG(std::string, speculative_config, "",
           "keys: method (ngram, draft_model, eagle, eagle3), model, num_speculative_tokens, "
           "prompt_lookup_max, prompt_lookup_min, disable_by_batch_size, "
           "num_speculative_tokens_per_batch_size ([[first, last, k], ...]), "
-          "draft_tensor_parallel_size; also key by key, --speculative-config.method ngram. "
+          "draft_tensor_parallel_size, max_model_len, quantization (draft_model); also key by "
+          "key, --speculative-config.method ngram. "
           "Empty = off.");
 // LoRA adapters (docs/lora.md; vLLM's names, and --lora-dir of our own).
 ABSL_FLAG(bool, enable_lora, false, "Serve LoRA adapters; the flags below need it.");
@@ -434,7 +437,7 @@ std::vector<std::pair<std::string, std::string>> ServerFlagAliases() {
   return {{"tp", "tensor_parallel_size"}, {"q", "quantization"}};
 }
 
-std::vector<std::string> ServerListFlags() { return {"lora_modules"}; }
+std::vector<std::string> ServerListFlags() { return {"lora_modules", "served_model_name"}; }
 
 std::vector<FlagGroup> ServerFlagGroups() {
   return {

@@ -34,7 +34,8 @@ std::vector<std::string> ServerJsonFlags();
 // vLLM's short spellings of server flags: -tp, -q.
 std::vector<std::pair<std::string, std::string>> ServerFlagAliases();
 
-// The flags that take several words, as vLLM's nargs="+" ones: --lora-modules.
+// The flags that take several words, as vLLM's nargs="+" ones:
+// --lora-modules, --served-model-name.
 std::vector<std::string> ServerListFlags();
 
 }  // namespace pagoda::scheduler

@@ -106,6 +106,8 @@ absl::StatusOr<std::unique_ptr<HttpServer>> StartHttpFrontend(
   options.host = door.host;
   options.port = door.http_port < 0 ? 0 : door.http_port;  // -1: the OS picks (tests).
   options.model_name = model_name;
+  const std::vector<std::string> names = ServedModelNames(config.model);
+  options.model_aliases.assign(names.begin() + 1, names.end());
   options.max_model_len = max_model_len;
   options.tool_call_parser = config.model.tool_call_parser;
   options.max_connections = door.http_max_connections;

@@ -79,7 +79,9 @@ std::unique_ptr<LoraAdapters> MakeLoraAdapters(const ServerConfig& config, const
   options.max_lora_rank = config.lora.max_lora_rank;
   options.max_lora_trainable_tokens = config.lora.max_lora_trainable_tokens;
   options.base = model.config;
-  options.base_model_name = ServedModelName(config.model);
+  const std::vector<std::string> names = ServedModelNames(config.model);
+  options.base_model_name = names.front();
+  options.base_model_aliases.assign(names.begin() + 1, names.end());
   options.forget = [engine](int lora_id) { engine->ForgetLoraAdapter(lora_id); };
   return std::make_unique<LoraAdapters>(std::move(options));
 }

@@ -5,12 +5,14 @@ flags by group; docs/configuration.md lists every flag with --help's default,
 and the range it states for each is the one the server enforces. The same
 for pagoda-worker's flags: each refused in one line before the worker reads
 its secret or listens, and its --help by group."""
+import json
 import os
 import re
 import subprocess
 import sys
 import tempfile
 import unittest
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pagoda_harness as h  # noqa: E402
@@ -140,6 +142,24 @@ class FlagsTest(unittest.TestCase):
         self.assertEqual(result.stderr.strip(),
                          f"pagoda-server: unexpected arguments: {self.model} extra (one "
                          "argument, the model directory, or none with --model DIR)")
+
+    def test_served_model_name_takes_several_words(self):
+        """vLLM's --served-model-name A B: /v1/models lists both, a request
+        naming the second is served and answered under the first."""
+        server = h.Server(self.model, "--served-model-name", "tiny", "tiny-alias",
+                          "--http-port", "-1").start()
+        self.addCleanup(server.stop)
+        base = f"http://127.0.0.1:{server.http_port}"
+        with urllib.request.urlopen(f"{base}/v1/models", timeout=30) as reply:
+            ids = [card["id"] for card in json.load(reply)["data"]]
+        self.assertEqual(ids, ["tiny", "tiny-alias"])
+        request = urllib.request.Request(
+            f"{base}/v1/completions", method="POST",
+            headers={"Content-Type": "application/json"},
+            data=json.dumps({"model": "tiny-alias", "prompt": [5, 6, 7],
+                             "max_tokens": 2}).encode())
+        with urllib.request.urlopen(request, timeout=60) as reply:
+            self.assertEqual(json.load(reply)["model"], "tiny")
 
     def test_vllms_short_and_key_by_key_spellings_reach_the_flags(self):
         """vLLM's -tp and -q, --lora-modules with several words, and its

@@ -307,6 +307,35 @@ TEST_F(HttpServerTest, BodiesOverTheBudgetOfAllConnectionsAre503) {
   EXPECT_TRUE(absl::StartsWith(third_reply, "HTTP/1.1 400")) << third_reply;  // Not JSON.
 }
 
+// vLLM's --served-model-name A B: /v1/models lists a card a name, a request
+// may name any (its answer reports the first), and another name is 404.
+TEST_F(HttpServerTest, EveryServedNameIsListedAndServed) {
+  HttpServerOptions options;
+  options.model_aliases = {"tiny-alias"};
+  Start(options);
+  Client models(port());
+  ASSERT_TRUE(models.Send("GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
+  const std::string listed = models.ReadToEnd();
+  EXPECT_TRUE(absl::StrContains(listed, R"("id":"tiny")")) << listed;
+  EXPECT_TRUE(absl::StrContains(listed, R"("id":"tiny-alias")")) << listed;
+  Client card(port());
+  ASSERT_TRUE(
+      card.Send("GET /v1/models/tiny-alias HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
+  EXPECT_TRUE(absl::StartsWith(card.ReadToEnd(), "HTTP/1.1 200")) << listed;
+  const auto complete = [&](const std::string& model) {
+    Client client(port());
+    EXPECT_TRUE(client.Send(
+        Post("/v1/completions",
+             absl::StrCat(R"({"model": ")", model, R"(", "prompt": [5, 6], "max_tokens": 1})"))));
+    return client.ReadUntil("}}");
+  };
+  const std::string by_alias = complete("tiny-alias");
+  EXPECT_TRUE(absl::StartsWith(by_alias, "HTTP/1.1 200")) << by_alias;
+  EXPECT_TRUE(absl::StrContains(by_alias, R"("model":"tiny")")) << by_alias;
+  const std::string other = complete("tiny-other");
+  EXPECT_TRUE(absl::StartsWith(other, "HTTP/1.1 404")) << other;
+}
+
 TEST_F(HttpServerTest, PipelinedRequestsAreAnsweredInOrderAndExpectContinueIsHonoured) {
   Start(HttpServerOptions());
   Client client(port());
