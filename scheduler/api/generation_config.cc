@@ -34,14 +34,36 @@ absl::Status ReadField(const json& config, const char* field, double low, double
   const double value = config[field].get<double>();
   if (!std::isfinite(value) || value < low || value > high) {
     return InvalidFile(path, absl::StrCat("field \"", field, "\" must be in [", low, ", ", high,
-                                      "], got ", config[field].dump()));
+                                          "], got ", config[field].dump()));
   }
   out = static_cast<T>(value);
   return absl::OkStatus();
 }
 
-// Every default is bounded here, at start-up, by the same ranges requests
-// are held to, so a bad file stops the server instead of failing requests.
+// The sampling fields of the JSON object `text`; `source` names it in
+// errors. Every default is bounded here, at start-up, by the same ranges
+// requests are held to, so a bad file stops the server instead of failing
+// requests.
+absl::StatusOr<SamplingDefaults> ReadDefaultsJson(const std::string& text,
+                                                  const std::string& source) {
+  const json config = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (config.is_discarded() || !config.is_object()) return InvalidFile(source, "not a JSON object");
+  SamplingDefaults defaults;
+  // top_k -1 is HF's "off" as 0 is ours; top_p 0 means 1 as in requests.
+  for (absl::Status status :
+       {ReadField(config, "temperature", 0.0, 1e6, source, defaults.temperature),
+        ReadField(config, "top_k", -1.0, kMaxSamplingVocab, source, defaults.top_k),
+        ReadField(config, "top_p", 0.0, 1.0, source, defaults.top_p),
+        ReadField(config, "min_p", 0.0, 1.0, source, defaults.min_p),
+        ReadField(config, "repetition_penalty", 0.0, kMaxRepetitionPenalty, source,
+                  defaults.repetition_penalty)}) {
+    if (!status.ok()) return status;
+  }
+  if (defaults.top_k.has_value() && *defaults.top_k < 0) defaults.top_k = 0;
+  return defaults;
+}
+
+// generation_config.json at `path`, bounded in size.
 absl::StatusOr<SamplingDefaults> ReadDefaults(const std::string& path) {
   std::error_code error;
   const std::uintmax_t size = std::filesystem::file_size(path, error);
@@ -53,32 +75,55 @@ absl::StatusOr<SamplingDefaults> ReadDefaults(const std::string& path) {
   if (!in) return InvalidFile(path, "cannot be read");
   std::stringstream text;
   text << in.rdbuf();
-  const json config = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  if (config.is_discarded() || !config.is_object()) return InvalidFile(path, "not a JSON object");
-  SamplingDefaults defaults;
-  // top_k -1 is HF's "off" as 0 is ours; top_p 0 means 1 as in requests.
-  for (absl::Status status :
-       {ReadField(config, "temperature", 0.0, 1e6, path, defaults.temperature),
-        ReadField(config, "top_k", -1.0, kMaxSamplingVocab, path, defaults.top_k),
-        ReadField(config, "top_p", 0.0, 1.0, path, defaults.top_p),
-        ReadField(config, "min_p", 0.0, 1.0, path, defaults.min_p),
-        ReadField(config, "repetition_penalty", 0.0, kMaxRepetitionPenalty, path,
-                  defaults.repetition_penalty)}) {
-    if (!status.ok()) return status;
+  return ReadDefaultsJson(text.str(), path);
+}
+
+constexpr char kOverrideFlag[] = "--override-generation-config";
+
+// vLLM's config.update(override) over the five fields: a field the override
+// sets replaces the file's, one it sets to null removes it.
+absl::StatusOr<SamplingDefaults> ApplyOverride(SamplingDefaults defaults,
+                                               const std::string& override_json) {
+  const json object = json::parse(override_json, nullptr, /*allow_exceptions=*/false);
+  if (object.is_object() && object.contains("max_new_tokens") &&
+      !object["max_new_tokens"].is_null()) {
+    return InvalidFile(kOverrideFlag, "max_new_tokens is not served (give max_tokens per request)");
   }
-  if (defaults.top_k.has_value() && *defaults.top_k < 0) defaults.top_k = 0;
+  absl::StatusOr<SamplingDefaults> given = ReadDefaultsJson(override_json, kOverrideFlag);
+  if (!given.ok()) return given.status();
+  const auto take = [&object](const char* key, auto& field, const auto& value) {
+    if (object.contains(key)) field = value;
+  };
+  take("temperature", defaults.temperature, given->temperature);
+  take("top_k", defaults.top_k, given->top_k);
+  take("top_p", defaults.top_p, given->top_p);
+  take("min_p", defaults.min_p, given->min_p);
+  take("repetition_penalty", defaults.repetition_penalty, given->repetition_penalty);
   return defaults;
 }
 
-}  // namespace
-
-absl::StatusOr<SamplingDefaults> LoadSamplingDefaults(const std::string& mode,
-                                                      const std::string& model_dir) {
+absl::StatusOr<SamplingDefaults> LoadFileDefaults(const std::string& mode,
+                                                  const std::string& model_dir) {
   if (mode == "vllm") return SamplingDefaults{};
   const std::string dir = mode == "auto" ? model_dir : mode;
   const std::string path = (std::filesystem::path(dir) / "generation_config.json").string();
   if (mode == "auto" && !std::filesystem::exists(path)) return SamplingDefaults{};
   return ReadDefaults(path);
+}
+
+}  // namespace
+
+absl::StatusOr<SamplingDefaults> LoadSamplingDefaults(const std::string& mode,
+                                                      const std::string& model_dir,
+                                                      const std::string& override_json) {
+  absl::StatusOr<SamplingDefaults> defaults = LoadFileDefaults(mode, model_dir);
+  if (!defaults.ok() || override_json.empty()) return defaults;
+  return ApplyOverride(*std::move(defaults), override_json);
+}
+
+absl::Status CheckSamplingOverride(const std::string& override_json) {
+  if (override_json.empty()) return absl::OkStatus();
+  return ApplyOverride(SamplingDefaults{}, override_json).status();
 }
 
 std::string DescribeSamplingDefaults(const SamplingDefaults& defaults) {

@@ -15,9 +15,19 @@ namespace pagoda::scheduler {
 // top_p, top_k, min_p and repetition_penalty from `model_dir`'s
 // generation_config.json, those it sets (none when there is no file).
 // Anything else is a directory whose generation_config.json must exist.
-// INVALID_ARGUMENT for unreadable JSON or a field of the wrong type.
+// `override_json`, vLLM's --override-generation-config (empty: none), is
+// then laid over them as vLLM's dict update is: each of the five fields it
+// sets replaces the file's (null removes it); other keys are left unread,
+// as vLLM leaves them, but max_new_tokens, which vLLM would apply as a cap
+// on max_tokens, is refused. INVALID_ARGUMENT for unreadable JSON or a
+// field of the wrong type or range, naming the file or the flag.
 absl::StatusOr<SamplingDefaults> LoadSamplingDefaults(const std::string& mode,
-                                                      const std::string& model_dir);
+                                                      const std::string& model_dir,
+                                                      const std::string& override_json = "");
+
+// The override alone (no file read): LoadSamplingDefaults' refusals of it,
+// for the flags' check before anything starts.
+absl::Status CheckSamplingOverride(const std::string& override_json);
 
 // "temperature=0.7 top_p=0.8 ..." for the start-up log; "none" when empty.
 std::string DescribeSamplingDefaults(const SamplingDefaults& defaults);

@@ -64,5 +64,27 @@ TEST_F(GenerationConfigTest, NoFileMeansNoDefaultsAndBadFilesAreRefused) {
   EXPECT_FALSE(LoadSamplingDefaults("auto", dir_).ok());
 }
 
+// vLLM's --override-generation-config: laid over the file's fields as
+// vLLM's dict update (set replaces, null removes), alone under "vllm";
+// other keys unread, max_new_tokens and bad values refused naming the flag.
+TEST_F(GenerationConfigTest, TheOverrideIsLaidOverTheFilesFields) {
+  Write(R"({"temperature": 0.7, "top_p": 0.8, "top_k": 20})");
+  absl::StatusOr<SamplingDefaults> merged = LoadSamplingDefaults(
+      "auto", dir_, R"({"temperature": 0.5, "top_k": null, "min_p": 0.1, "do_sample": true})");
+  ASSERT_TRUE(merged.ok()) << merged.status();
+  EXPECT_EQ(DescribeSamplingDefaults(*merged), "temperature=0.5 top_p=0.8 min_p=0.1");
+  absl::StatusOr<SamplingDefaults> alone =
+      LoadSamplingDefaults("vllm", dir_, R"({"repetition_penalty": 1.1, "top_k": -1})");
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  EXPECT_EQ(DescribeSamplingDefaults(*alone), "top_k=0 repetition_penalty=1.1");
+  EXPECT_EQ(LoadSamplingDefaults("auto", dir_, R"({"temperature": -1})").status().message(),
+            "--override-generation-config: field \"temperature\" must be in [0, 1e+06], got -1");
+  EXPECT_EQ(LoadSamplingDefaults("auto", dir_, "[1]").status().message(),
+            "--override-generation-config: not a JSON object");
+  EXPECT_EQ(LoadSamplingDefaults("auto", dir_, R"({"max_new_tokens": 64})").status().message(),
+            "--override-generation-config: max_new_tokens is not served (give max_tokens per "
+            "request)");
+}
+
 }  // namespace
 }  // namespace pagoda::scheduler

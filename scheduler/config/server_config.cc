@@ -15,6 +15,7 @@
 #include "common/flag_checks.h"
 #include "common/quantization_methods.h"
 #include "common/tensor_parallel_plan.h"
+#include "scheduler/api/generation_config.h"
 #include "scheduler/api/http_server.h"
 #include "scheduler/api/tool_calls.h"
 #include "scheduler/spec/draft_model_config.h"
@@ -63,6 +64,9 @@ absl::Status CheckModel(const ModelOptions& model) {
   }
   if (auto parser = ParseToolCallParserName(model.tool_call_parser); !parser.ok()) {
     return parser.status();
+  }
+  if (absl::Status status = CheckSamplingOverride(model.override_generation_config); !status.ok()) {
+    return status;
   }
   if (model.enable_auto_tool_choice && model.tool_call_parser.empty()) {
     return absl::InvalidArgumentError(

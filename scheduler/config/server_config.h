@@ -40,6 +40,9 @@ struct ModelOptions {
   std::string cpu_weight_only_activations = "int8";
   std::string chat_template;  // File; "": the model's own.
   std::string generation_config = "auto";
+  // vLLM's --override-generation-config: a JSON object laid over the
+  // defaults --generation-config gives (LoadSamplingDefaults); "": none.
+  std::string override_generation_config;
   std::string tool_call_parser;
   // vLLM's --enable-auto-tool-choice: here auto is served whenever a parser
   // is named; the flag only makes a missing parser an error at start.

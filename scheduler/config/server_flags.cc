@@ -45,6 +45,11 @@ ABSL_FLAG(std::string, generation_config, "auto",
           "Sampling defaults for fields a request leaves unset, as vLLM's: auto = the model's "
           "generation_config.json (temperature, top_p, top_k, min_p, repetition_penalty), "
           "vllm = none, or a directory holding a generation_config.json.");
+ABSL_FLAG(std::string, override_generation_config, "",
+          "vLLM's JSON object over --generation-config's sampling defaults, e.g. "
+          "{\"temperature\": 0.5}: temperature, top_k, top_p, min_p and repetition_penalty "
+          "(null removes one; other keys are not read; max_new_tokens is refused); also key by "
+          "key, --override-generation-config.temperature 0.5. Empty = none.");
 ABSL_FLAG(std::string, tool_call_parser, "",
           "How /v1/chat/completions reads tool calls back under tool_choice auto (vLLM's "
           "names): hermes (Qwen, Hermes: <tool_call> blocks) or llama3_json (Llama 3.1 JSON); "
@@ -258,6 +263,7 @@ ModelOptions ReadModelFlags() {
   model.max_model_len = absl::GetFlag(FLAGS_max_model_len);
   model.chat_template = absl::GetFlag(FLAGS_chat_template);
   model.generation_config = absl::GetFlag(FLAGS_generation_config);
+  model.override_generation_config = absl::GetFlag(FLAGS_override_generation_config);
   model.tool_call_parser = absl::GetFlag(FLAGS_tool_call_parser);
   model.enable_auto_tool_choice = absl::GetFlag(FLAGS_enable_auto_tool_choice);
   return model;
@@ -431,7 +437,9 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags(const std::vector<std::string
   return config;
 }
 
-std::vector<std::string> ServerJsonFlags() { return {"speculative_config", "kv_events_config"}; }
+std::vector<std::string> ServerJsonFlags() {
+  return {"speculative_config", "kv_events_config", "override_generation_config"};
+}
 
 std::vector<std::pair<std::string, std::string>> ServerFlagAliases() {
   return {{"tp", "tensor_parallel_size"}, {"q", "quantization"}};
@@ -444,7 +452,7 @@ std::vector<FlagGroup> ServerFlagGroups() {
       {"Model",
        {"model", "served_model_name", "dtype", "kv_cache_dtype", "quantization",
         "cpu_weight_only_activations", "max_model_len", "chat_template", "generation_config",
-        "tool_call_parser", "enable_auto_tool_choice"}},
+        "override_generation_config", "tool_call_parser", "enable_auto_tool_choice"}},
       {"Front doors: gRPC, OpenAI HTTP, metrics",
        {"host", "port", "http_port", "http_max_connections", "http_io_threads", "metrics_port",
         "metrics_host", "api_key", "ssl_certfile", "ssl_keyfile", "ssl_ca_certs",

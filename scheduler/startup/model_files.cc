@@ -51,11 +51,12 @@ absl::StatusOr<ModelFiles> LoadModelFiles(const ModelOptions& options) {
   if (!chat_template.ok()) return chat_template.status();
   files.chat_template = *std::move(chat_template);
   LOG(INFO) << "chat template: " << (files.chat_template != nullptr ? "loaded" : "none");
-  absl::StatusOr<SamplingDefaults> defaults =
-      LoadSamplingDefaults(options.generation_config, options.model_dir);
+  absl::StatusOr<SamplingDefaults> defaults = LoadSamplingDefaults(
+      options.generation_config, options.model_dir, options.override_generation_config);
   if (!defaults.ok()) return defaults.status();
   files.sampling_defaults = *defaults;
   LOG(INFO) << "sampling defaults (--generation-config " << options.generation_config
+            << (options.override_generation_config.empty() ? "" : ", overridden")
             << "): " << DescribeSamplingDefaults(files.sampling_defaults);
   return files;
 }

@@ -161,6 +161,15 @@ class FlagsTest(unittest.TestCase):
         with urllib.request.urlopen(request, timeout=60) as reply:
             self.assertEqual(json.load(reply)["model"], "tiny")
 
+    def test_override_generation_config_sets_the_sampling_defaults(self):
+        """vLLM's --override-generation-config, key by key: the server's
+        sampling defaults are its fields (the start-up line says so)."""
+        server = h.Server(self.model, "--override-generation-config.temperature", "0.5",
+                          "--override-generation-config.top_k", "7").start()
+        self.addCleanup(server.stop)
+        self.assertIn("sampling defaults (--generation-config auto, overridden): "
+                      "temperature=0.5 top_k=7", server.stderr())
+
     def test_vllms_short_and_key_by_key_spellings_reach_the_flags(self):
         """vLLM's -tp and -q, --lora-modules with several words, and its
         --NAME.KEY VALUE spelling of a JSON flag, reach the flag's own reading (its refusal names the flag, or
@@ -181,6 +190,8 @@ class FlagsTest(unittest.TestCase):
             # vLLM's --lora-modules takes several words: both reach the flag.
             (["--enable-lora", "--lora-modules", "a=/x", "a=/y", "--max-loras", "1"],
              "pagoda-server: --lora-modules names \"a\" twice"),
+            (["--override-generation-config", '{"max_new_tokens": 8}'],
+             "pagoda-server: --override-generation-config: max_new_tokens is not served"),
             (["--max-num-seqs.limit", "4"],
              "pagoda-server: --max-num-seqs.limit: --max-num-seqs takes no keys"),
             (["--speculative-config", "{}", "--speculative-config.method", "ngram"],
