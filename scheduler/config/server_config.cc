@@ -75,6 +75,13 @@ absl::Status CheckModel(const ModelOptions& model) {
   return Range("max-model-len", model.max_model_len, 0, wire::kMaxWorkspaceTokens);
 }
 
+// vLLM's VLLM_LOG_STATS_INTERVAL, an environment variable: named as one.
+absl::Status CheckLogStatsInterval(double seconds) {
+  if (seconds > 0 && seconds <= kMaxSeconds) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("VLLM_LOG_STATS_INTERVAL: expected seconds over 0, at most ", kMaxSeconds));
+}
+
 absl::Status CheckFrontDoor(const FrontDoorOptions& door) {
   return FirstError({
       Port("port", door.port, 0, "0 (the OS picks)"),
@@ -84,6 +91,7 @@ absl::Status CheckFrontDoor(const FrontDoorOptions& door) {
       Range("http-io-threads", door.http_io_threads, 1, kMaxHttpIoThreads),
       Range("max-stream-queued-messages", door.max_stream_queued_messages, 1, kMaxQueued),
       RealRange("drain-timeout", door.drain_timeout, 0, kMaxSeconds, true),
+      CheckLogStatsInterval(door.log_stats_interval),
   });
 }
 

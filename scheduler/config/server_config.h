@@ -70,6 +70,11 @@ struct FrontDoorOptions {
   bool vllm_metric_names = true;
   bool vllm_grpc_api = true;
   double drain_timeout = 30;
+  // The periodic stats line (scheduler/stats_log.h): off with
+  // --disable-log-stats; every VLLM_LOG_STATS_INTERVAL seconds (vLLM's
+  // environment variable; NaN when it is not a number).
+  bool log_stats = true;
+  double log_stats_interval = 10;
 };
 
 // The scheduler's budgets and policies.

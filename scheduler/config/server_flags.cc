@@ -5,6 +5,7 @@
 
 #include "scheduler/config/server_flags.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <string>
 #include <utility>
@@ -12,6 +13,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/reflection.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
@@ -91,6 +93,10 @@ ABSL_FLAG(bool, vllm_grpc_api, true,
           "Also serve vLLM's engine gRPC API (vllm.grpc.engine.VllmEngine) on the gRPC port; "
           "--no-vllm-grpc-api: pagoda.v1 only.");
 ABSL_FLAG(double, drain_timeout, 30, "Seconds in-flight requests get to finish on SIGTERM.");
+ABSL_FLAG(bool, disable_log_stats, false,
+          "vLLM's: no periodic stats line in the log (otherwise every VLLM_LOG_STATS_INTERVAL "
+          "seconds, 10 by default: throughput, running and waiting requests, KV cache usage, "
+          "prefix cache hit rate, speculative acceptance).");
 
 // Scheduling.
 ABSL_FLAG(int, max_num_seqs, 256, "Most sequences in one step.");
@@ -290,6 +296,10 @@ FrontDoorOptions ReadFrontDoorFlags() {
   door.vllm_metric_names = absl::GetFlag(FLAGS_vllm_metric_names);
   door.vllm_grpc_api = absl::GetFlag(FLAGS_vllm_grpc_api);
   door.drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
+  door.log_stats = !absl::GetFlag(FLAGS_disable_log_stats);
+  if (const char* interval = std::getenv("VLLM_LOG_STATS_INTERVAL"); interval != nullptr) {
+    if (!absl::SimpleAtod(interval, &door.log_stats_interval)) door.log_stats_interval = NAN;
+  }
   return door;
 }
 
@@ -456,7 +466,8 @@ std::vector<FlagGroup> ServerFlagGroups() {
       {"Front doors: gRPC, OpenAI HTTP, metrics",
        {"host", "port", "http_port", "http_max_connections", "http_io_threads", "metrics_port",
         "metrics_host", "api_key", "ssl_certfile", "ssl_keyfile", "ssl_ca_certs",
-        "max_stream_queued_messages", "vllm_metric_names", "vllm_grpc_api", "drain_timeout"}},
+        "max_stream_queued_messages", "vllm_metric_names", "vllm_grpc_api", "drain_timeout",
+        "disable_log_stats"}},
       {"Scheduling",
        {"max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill",
         "max_num_partial_prefills", "max_long_partial_prefills", "long_prefill_token_threshold",

@@ -19,6 +19,7 @@
 #include "scheduler/startup/front_doors.h"
 #include "scheduler/startup/kv_events_wiring.h"
 #include "scheduler/startup/stop_signals.h"
+#include "scheduler/stats_log.h"
 
 namespace pagoda::scheduler {
 namespace {
@@ -176,6 +177,14 @@ absl::Status ServeAndDrain(const ServerConfig& config, const ModelFiles& model,
   std::cout << "PAGODA_SERVER_LISTENING " << (*server)->port() << std::endl;
   LOG(INFO) << "serving " << services.served.model_name << " on " << config.front_door.host << ":"
             << (*server)->port();
+  std::unique_ptr<StatsLog> stats_log;
+  if (config.front_door.log_stats) {
+    const absl::Duration interval = absl::Seconds(config.front_door.log_stats_interval);
+    stats_log = std::make_unique<StatsLog>(&engine, interval);
+    LOG(INFO) << "stats line every " << interval << " (VLLM_LOG_STATS_INTERVAL)";
+  } else {
+    LOG(INFO) << "stats line off (--disable-log-stats)";
+  }
 
   const int signal_number = WaitForStopSignalOrGivenUpWorkers(workers);
   const absl::Status ended = signal_number != 0

@@ -170,6 +170,35 @@ class FlagsTest(unittest.TestCase):
         self.assertIn("sampling defaults (--generation-config auto, overridden): "
                       "temperature=0.5 top_k=7", server.stderr())
 
+    def test_the_stats_line_as_vllm_logs_it(self):
+        """Every VLLM_LOG_STATS_INTERVAL seconds, vLLM's stats line once
+        requests ran; --disable-log-stats turns it off; a bad interval is
+        refused in one line."""
+        env = dict(os.environ, VLLM_LOG_STATS_INTERVAL="0.2")
+        server = h.Server(self.model, "--http-port", "-1", env=env).start()
+        self.addCleanup(server.stop)
+        self.assertIn("stats line every 200ms (VLLM_LOG_STATS_INTERVAL)", server.stderr())
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{server.http_port}/v1/completions", method="POST",
+            headers={"Content-Type": "application/json"},
+            data=json.dumps({"prompt": [5, 6, 7], "max_tokens": 8}).encode())
+        with urllib.request.urlopen(request, timeout=60) as reply:
+            self.assertEqual(reply.status, 200)
+        line = re.compile(r"Engine 000: Avg prompt throughput: [0-9.]+ tokens/s, Avg generation "
+                          r"throughput: [0-9.]+ tokens/s, Running: \d+ reqs, Waiting: \d+ reqs, "
+                          r"GPU KV cache usage: [0-9.]+%, Prefix cache hit rate: [0-9.]+%")
+        h.wait_for(lambda: line.search(server.stderr()), 30, "the stats line")
+        quiet = h.Server(self.model, "--disable-log-stats", env=env).start()
+        self.addCleanup(quiet.stop)
+        self.assertIn("stats line off (--disable-log-stats)", quiet.stderr())
+        result = subprocess.run(
+            [h.binary("pagoda-server"), "--model", self.model, "--port", "0"],
+            env=dict(os.environ, VLLM_LOG_STATS_INTERVAL="soon"), capture_output=True, text=True,
+            timeout=60)
+        self.assertEqual(result.returncode, 1)
+        self.assertEqual(result.stderr.strip(), "pagoda-server: VLLM_LOG_STATS_INTERVAL: "
+                         "expected seconds over 0, at most 86400")
+
     def test_vllms_short_and_key_by_key_spellings_reach_the_flags(self):
         """vLLM's -tp and -q, --lora-modules with several words, and its
         --NAME.KEY VALUE spelling of a JSON flag, reach the flag's own reading (its refusal names the flag, or
