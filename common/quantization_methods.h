@@ -19,6 +19,11 @@ namespace pagoda {
 inline constexpr std::array<std::string_view, 8> kQuantizationMethods = {
     "", "auto", "awq", "awq_marlin", "gptq", "gptq_marlin", "compressed-tensors", "fp8"};
 
+// The served names for a refusal's line (both --quantization and the
+// speculative config's quantization key say it).
+inline constexpr char kServedQuantizationMethodsText[] =
+    "auto, awq, awq_marlin, gptq, gptq_marlin, compressed-tensors and fp8";
+
 inline bool IsServedQuantizationMethod(std::string_view name) {
   for (std::string_view method : kQuantizationMethods) {
     if (name == method) return true;

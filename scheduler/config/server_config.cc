@@ -53,8 +53,7 @@ absl::Status CheckModel(const ModelOptions& model) {
   }
   if (!IsServedQuantizationMethod(model.quantization)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--quantization ", model.quantization,
-        ": Pagoda serves auto, awq, awq_marlin, gptq, gptq_marlin, compressed-tensors and fp8"));
+        "--quantization ", model.quantization, ": Pagoda serves ", kServedQuantizationMethodsText));
   }
   if (!IsCpuWeightOnlyActivations(model.cpu_weight_only_activations) ||
       model.cpu_weight_only_activations.empty()) {

@@ -202,9 +202,8 @@ absl::Status CheckFields(const Json& object, SpeculativeConfig& config) {
   auto quantization = OptionalString(object, "quantization");
   if (!quantization.ok()) return quantization.status();
   if (!IsServedQuantizationMethod(*quantization)) {
-    return Invalid(absl::StrCat("quantization \"", *quantization,
-                                "\": Pagoda serves auto, awq, awq_marlin, gptq, gptq_marlin, "
-                                "compressed-tensors and fp8"));
+    return Invalid(absl::StrCat("quantization \"", *quantization, "\": Pagoda serves ",
+                                kServedQuantizationMethodsText));
   }
   // vLLM: "it only takes effect when using the draft model-based method".
   const bool quantized = !quantization->empty() && *quantization != "auto";
