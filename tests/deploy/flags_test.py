@@ -177,7 +177,9 @@ class FlagsTest(unittest.TestCase):
         env = dict(os.environ, VLLM_LOG_STATS_INTERVAL="0.2")
         server = h.Server(self.model, "--http-port", "-1", env=env).start()
         self.addCleanup(server.stop)
-        self.assertIn("stats line every 200ms (VLLM_LOG_STATS_INTERVAL)", server.stderr())
+        # Logged once serving (after the listening line the harness waits for).
+        h.wait_for(lambda: "stats line every 200ms (VLLM_LOG_STATS_INTERVAL)" in server.stderr(),
+                   30, "the stats line's start-up line")
         request = urllib.request.Request(
             f"http://127.0.0.1:{server.http_port}/v1/completions", method="POST",
             headers={"Content-Type": "application/json"},
@@ -190,7 +192,8 @@ class FlagsTest(unittest.TestCase):
         h.wait_for(lambda: line.search(server.stderr()), 30, "the stats line")
         quiet = h.Server(self.model, "--disable-log-stats", env=env).start()
         self.addCleanup(quiet.stop)
-        self.assertIn("stats line off (--disable-log-stats)", quiet.stderr())
+        h.wait_for(lambda: "stats line off (--disable-log-stats)" in quiet.stderr(), 30,
+                   "the stats line's start-up line")
         result = subprocess.run(
             [h.binary("pagoda-server"), "--model", self.model, "--port", "0"],
             env=dict(os.environ, VLLM_LOG_STATS_INTERVAL="soon"), capture_output=True, text=True,
