@@ -1,5 +1,6 @@
 #include "scheduler/api/generation_config.h"
 
+#include <climits>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -33,8 +34,12 @@ absl::Status ReadField(const json& config, const char* field, double low, double
   }
   const double value = config[field].get<double>();
   if (!std::isfinite(value) || value < low || value > high) {
-    return InvalidFile(path, absl::StrCat("field \"", field, "\" must be in [", low, ", ", high,
-                                          "], got ", config[field].dump()));
+    // An integer field's bounds in full (2147483647, not 2.14748e+09).
+    const auto bound = [](double v) {
+      return integral ? absl::StrCat(static_cast<int64_t>(v)) : absl::StrCat(v);
+    };
+    return InvalidFile(path, absl::StrCat("field \"", field, "\" must be in [", bound(low), ", ",
+                                          bound(high), "], got ", config[field].dump()));
   }
   out = static_cast<T>(value);
   return absl::OkStatus();
@@ -56,7 +61,9 @@ absl::StatusOr<SamplingDefaults> ReadDefaultsJson(const std::string& text,
         ReadField(config, "top_p", 0.0, 1.0, source, defaults.top_p),
         ReadField(config, "min_p", 0.0, 1.0, source, defaults.min_p),
         ReadField(config, "repetition_penalty", 0.0, kMaxRepetitionPenalty, source,
-                  defaults.repetition_penalty)}) {
+                  defaults.repetition_penalty),
+        // HF's max_new_tokens is vLLM's max_tokens (as requests, at least 1).
+        ReadField(config, "max_new_tokens", 1.0, INT32_MAX, source, defaults.max_tokens)}) {
     if (!status.ok()) return status;
   }
   if (defaults.top_k.has_value() && *defaults.top_k < 0) defaults.top_k = 0;
@@ -80,25 +87,30 @@ absl::StatusOr<SamplingDefaults> ReadDefaults(const std::string& path) {
 
 constexpr char kOverrideFlag[] = "--override-generation-config";
 
-// vLLM's config.update(override) over the five fields: a field the override
+// --override-generation-config: the JSON object and the fields it sets.
+struct Override {
+  json object;
+  SamplingDefaults fields;
+};
+
+absl::StatusOr<Override> ReadOverride(const std::string& override_json) {
+  absl::StatusOr<SamplingDefaults> fields = ReadDefaultsJson(override_json, kOverrideFlag);
+  if (!fields.ok()) return fields.status();
+  return Override{json::parse(override_json), *std::move(fields)};  // Valid: read above.
+}
+
+// vLLM's config.update(override) over the six fields: a field the override
 // sets replaces the file's, one it sets to null removes it.
-absl::StatusOr<SamplingDefaults> ApplyOverride(SamplingDefaults defaults,
-                                               const std::string& override_json) {
-  const json object = json::parse(override_json, nullptr, /*allow_exceptions=*/false);
-  if (object.is_object() && object.contains("max_new_tokens") &&
-      !object["max_new_tokens"].is_null()) {
-    return InvalidFile(kOverrideFlag, "max_new_tokens is not served (give max_tokens per request)");
-  }
-  absl::StatusOr<SamplingDefaults> given = ReadDefaultsJson(override_json, kOverrideFlag);
-  if (!given.ok()) return given.status();
-  const auto take = [&object](const char* key, auto& field, const auto& value) {
-    if (object.contains(key)) field = value;
+SamplingDefaults ApplyOverride(SamplingDefaults defaults, const Override& given) {
+  const auto take = [&given](const char* key, auto& field, const auto& value) {
+    if (given.object.contains(key)) field = value;
   };
-  take("temperature", defaults.temperature, given->temperature);
-  take("top_k", defaults.top_k, given->top_k);
-  take("top_p", defaults.top_p, given->top_p);
-  take("min_p", defaults.min_p, given->min_p);
-  take("repetition_penalty", defaults.repetition_penalty, given->repetition_penalty);
+  take("temperature", defaults.temperature, given.fields.temperature);
+  take("top_k", defaults.top_k, given.fields.top_k);
+  take("top_p", defaults.top_p, given.fields.top_p);
+  take("min_p", defaults.min_p, given.fields.min_p);
+  take("repetition_penalty", defaults.repetition_penalty, given.fields.repetition_penalty);
+  take("max_new_tokens", defaults.max_tokens, given.fields.max_tokens);
   return defaults;
 }
 
@@ -117,13 +129,24 @@ absl::StatusOr<SamplingDefaults> LoadSamplingDefaults(const std::string& mode,
                                                       const std::string& model_dir,
                                                       const std::string& override_json) {
   absl::StatusOr<SamplingDefaults> defaults = LoadFileDefaults(mode, model_dir);
-  if (!defaults.ok() || override_json.empty()) return defaults;
-  return ApplyOverride(*std::move(defaults), override_json);
+  if (!defaults.ok()) return defaults;
+  std::optional<int> override_cap;
+  if (!override_json.empty()) {
+    absl::StatusOr<Override> given = ReadOverride(override_json);
+    if (!given.ok()) return given.status();
+    override_cap = given->fields.max_tokens;
+    defaults = ApplyOverride(*std::move(defaults), *given);
+  }
+  // vLLM's override_max_tokens: a directory's max_new_tokens (after the
+  // override) caps every request; under auto and vllm only the override's.
+  const bool directory = mode != "auto" && mode != "vllm";
+  defaults->max_tokens_cap = directory ? defaults->max_tokens : override_cap;
+  return defaults;
 }
 
 absl::Status CheckSamplingOverride(const std::string& override_json) {
   if (override_json.empty()) return absl::OkStatus();
-  return ApplyOverride(SamplingDefaults{}, override_json).status();
+  return ReadOverride(override_json).status();
 }
 
 std::string DescribeSamplingDefaults(const SamplingDefaults& defaults) {
@@ -134,6 +157,10 @@ std::string DescribeSamplingDefaults(const SamplingDefaults& defaults) {
   if (defaults.min_p) parts.push_back(absl::StrCat("min_p=", *defaults.min_p));
   if (defaults.repetition_penalty) {
     parts.push_back(absl::StrCat("repetition_penalty=", *defaults.repetition_penalty));
+  }
+  if (defaults.max_tokens) parts.push_back(absl::StrCat("max_tokens=", *defaults.max_tokens));
+  if (defaults.max_tokens_cap) {
+    parts.push_back(absl::StrCat("max_tokens_cap=", *defaults.max_tokens_cap));
   }
   return parts.empty() ? "none" : absl::StrJoin(parts, " ");
 }

@@ -12,15 +12,16 @@
 namespace pagoda::scheduler {
 
 // `mode` "vllm": no defaults (the file is ignored). "auto": temperature,
-// top_p, top_k, min_p and repetition_penalty from `model_dir`'s
-// generation_config.json, those it sets (none when there is no file).
-// Anything else is a directory whose generation_config.json must exist.
-// `override_json`, vLLM's --override-generation-config (empty: none), is
-// then laid over them as vLLM's dict update is: each of the five fields it
-// sets replaces the file's (null removes it); other keys are left unread,
-// as vLLM leaves them, but max_new_tokens, which vLLM would apply as a cap
-// on max_tokens, is refused. INVALID_ARGUMENT for unreadable JSON or a
-// field of the wrong type or range, naming the file or the flag.
+// top_p, top_k, min_p, repetition_penalty and max_new_tokens from
+// `model_dir`'s generation_config.json, those it sets (none when there is no
+// file). Anything else is a directory whose generation_config.json must
+// exist. `override_json`, vLLM's --override-generation-config (empty: none),
+// is then laid over them as vLLM's dict update is: each of the six fields it
+// sets replaces the file's (null removes it); other keys are left unread, as
+// vLLM leaves them. max_new_tokens is the default max_tokens; as in vLLM it
+// is also every request's cap (max_tokens_cap) when it comes from a
+// directory's file or from the override. INVALID_ARGUMENT for unreadable
+// JSON or a field of the wrong type or range, naming the file or the flag.
 absl::StatusOr<SamplingDefaults> LoadSamplingDefaults(const std::string& mode,
                                                       const std::string& model_dir,
                                                       const std::string& override_json = "");

@@ -66,7 +66,7 @@ TEST_F(GenerationConfigTest, NoFileMeansNoDefaultsAndBadFilesAreRefused) {
 
 // vLLM's --override-generation-config: laid over the file's fields as
 // vLLM's dict update (set replaces, null removes), alone under "vllm";
-// other keys unread, max_new_tokens and bad values refused naming the flag.
+// other keys unread, bad values refused naming the flag.
 TEST_F(GenerationConfigTest, TheOverrideIsLaidOverTheFilesFields) {
   Write(R"({"temperature": 0.7, "top_p": 0.8, "top_k": 20})");
   absl::StatusOr<SamplingDefaults> merged = LoadSamplingDefaults(
@@ -81,9 +81,50 @@ TEST_F(GenerationConfigTest, TheOverrideIsLaidOverTheFilesFields) {
             "--override-generation-config: field \"temperature\" must be in [0, 1e+06], got -1");
   EXPECT_EQ(LoadSamplingDefaults("auto", dir_, "[1]").status().message(),
             "--override-generation-config: not a JSON object");
-  EXPECT_EQ(LoadSamplingDefaults("auto", dir_, R"({"max_new_tokens": 64})").status().message(),
-            "--override-generation-config: max_new_tokens is not served (give max_tokens per "
-            "request)");
+}
+
+// max_new_tokens, as vLLM's get_diff_sampling_param and override_max_tokens:
+// the default max_tokens wherever it comes from; a cap too when it comes
+// from a --generation-config directory's file or from the override.
+TEST_F(GenerationConfigTest, MaxNewTokensIsTheDefaultAndSometimesTheCap) {
+  Write(R"({"max_new_tokens": 64, "max_length": 4096})");
+  absl::StatusOr<SamplingDefaults> automatic = LoadSamplingDefaults("auto", dir_);
+  ASSERT_TRUE(automatic.ok()) << automatic.status();
+  EXPECT_EQ(automatic->max_tokens, 64);
+  EXPECT_FALSE(automatic->max_tokens_cap.has_value());
+  EXPECT_EQ(DescribeSamplingDefaults(*automatic), "max_tokens=64");
+  absl::StatusOr<SamplingDefaults> directory = LoadSamplingDefaults(dir_, "/nonexistent");
+  ASSERT_TRUE(directory.ok()) << directory.status();
+  EXPECT_EQ(directory->max_tokens, 64);
+  EXPECT_EQ(directory->max_tokens_cap, 64);
+  EXPECT_EQ(DescribeSamplingDefaults(*directory), "max_tokens=64 max_tokens_cap=64");
+  // The override's replaces the file's, and caps under every mode.
+  for (const std::string mode : {std::string("auto"), std::string("vllm"), dir_}) {
+    absl::StatusOr<SamplingDefaults> given =
+        LoadSamplingDefaults(mode, dir_, R"({"max_new_tokens": 8})");
+    ASSERT_TRUE(given.ok()) << given.status();
+    EXPECT_EQ(given->max_tokens, 8) << mode;
+    EXPECT_EQ(given->max_tokens_cap, 8) << mode;
+  }
+  // null removes it: no default, and under auto no cap either.
+  absl::StatusOr<SamplingDefaults> removed =
+      LoadSamplingDefaults("auto", dir_, R"({"max_new_tokens": null})");
+  ASSERT_TRUE(removed.ok()) << removed.status();
+  EXPECT_EQ(DescribeSamplingDefaults(*removed), "none");
+  // An override without it leaves the file's default, still no cap.
+  EXPECT_FALSE(LoadSamplingDefaults("auto", dir_, R"({"top_k": 3})")->max_tokens_cap.has_value());
+  for (const char* bad :
+       {R"({"max_new_tokens": 0})", R"({"max_new_tokens": -4})", R"({"max_new_tokens": 1.5})",
+        R"({"max_new_tokens": "64"})", R"({"max_new_tokens": 4294967296})"}) {
+    Write(bad);
+    EXPECT_EQ(LoadSamplingDefaults("auto", dir_).status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << bad;
+    EXPECT_FALSE(CheckSamplingOverride(bad).ok()) << bad;
+  }
+  EXPECT_EQ(CheckSamplingOverride(R"({"max_new_tokens": 0})").message(),
+            "--override-generation-config: field \"max_new_tokens\" must be in [1, 2147483647], "
+            "got 0");
 }
 
 }  // namespace

@@ -23,6 +23,14 @@ struct SamplingDefaults {
   std::optional<float> top_p;
   std::optional<float> min_p;
   std::optional<float> repetition_penalty;
+  // max_new_tokens (vLLM's default max_tokens): the max_tokens of an OpenAI
+  // request whose API default is "as many as the model length allows" (chat
+  // without one, or any request's max_tokens null).
+  std::optional<int> max_tokens;
+  // vLLM's override_max_tokens: no request runs past it, whatever it asks
+  // (max_new_tokens of a --generation-config DIR's file, or of
+  // --override-generation-config).
+  std::optional<int> max_tokens_cap;
 };
 
 // What the frontend checks a request against.

@@ -78,9 +78,11 @@ pagoda::v1::GenerateRequest PromptRequest(const OpenAiRequest& request, size_t i
 // metadata, store, response_format {"type": "text"}) are accepted and
 // ignored. Sampling takes the gRPC names (presence_penalty,
 // frequency_penalty, repetition_penalty, min_p, logit_bias with token-id
-// string keys, allowed_token_ids, bad_words). `default_chat_max_tokens` is
-// the max_tokens of a chat request that gives none (OpenAI's "until the
-// context is full"). Absent sampling fields stay unset so the model's
+// string keys, allowed_token_ids, bad_words). max_tokens, as vLLM's: a
+// completion that names none takes 16; a chat request that gives none, or
+// any request whose max_tokens is null, takes the model's default
+// (`defaults.max_tokens`), else `default_chat_max_tokens` (OpenAI's "until
+// the context is full"). Absent sampling fields stay unset so the model's
 // `defaults` apply (RequestValidator fills them), except temperature, which
 // is OpenAI's 1 when the model has no default.
 // Structured outputs: OpenAI's response_format (text, json_object,

@@ -50,6 +50,31 @@ TEST(OpenAiProtocolTest, DefaultsFollowOpenAi) {
   EXPECT_EQ(chat->messages[0].content, "hi");
 }
 
+// The generation config's max_new_tokens (vLLM's default max_tokens) fills
+// only a max_tokens that is "until the context is full": chat without one,
+// or null anywhere; a completion that leaves the field out keeps its 16.
+TEST(OpenAiProtocolTest, TheModelsDefaultMaxTokensFillsOnlyAnOpenMaxTokens) {
+  SamplingDefaults defaults;
+  defaults.max_tokens = 40;
+  const json messages = json::array({{{"role", "user"}, {"content", "hi"}}});
+  const auto max_tokens = [&](json body, bool chat) {
+    absl::StatusOr<OpenAiRequest> parsed = ParseOpenAiRequest(body, chat, 512, defaults);
+    EXPECT_TRUE(parsed.ok()) << parsed.status();
+    return parsed.ok() ? parsed->generate.stopping().max_tokens() : -1;
+  };
+  EXPECT_EQ(max_tokens({{"messages", messages}}, true), 40);
+  EXPECT_EQ(max_tokens({{"messages", messages}, {"max_tokens", nullptr}}, true), 40);
+  EXPECT_EQ(max_tokens({{"messages", messages}, {"max_tokens", 90}}, true), 90);
+  EXPECT_EQ(max_tokens({{"messages", messages}, {"max_completion_tokens", 5}}, true), 5);
+  EXPECT_EQ(max_tokens({{"prompt", "hi"}}, false), 16);
+  EXPECT_EQ(max_tokens({{"prompt", "hi"}, {"max_tokens", nullptr}}, false), 40);
+  EXPECT_EQ(max_tokens({{"prompt", "hi"}, {"max_tokens", 90}}, false), 90);
+  // Without a model default, null is the model length, as vLLM's None.
+  defaults.max_tokens.reset();
+  EXPECT_EQ(max_tokens({{"prompt", "hi"}, {"max_tokens", nullptr}}, false), 512);
+  EXPECT_EQ(max_tokens({{"messages", messages}}, true), 512);
+}
+
 TEST(OpenAiProtocolTest, MapsLogitsProcessingFieldsToTheGrpcRequest) {
   auto parsed = ParseOpenAiRequest(
       json::parse(R"({"model": "m", "prompt": "hi", "presence_penalty": 0.5,

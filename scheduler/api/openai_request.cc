@@ -215,7 +215,12 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(const json& body, bool chat,
   if (status.ok()) status = ParseSampling(body, defaults, &out);
   if (status.ok()) status = ParseLogprobs(body, &out);
   if (status.ok()) status = ParsePriority(body, &out);
-  if (status.ok()) status = ParseStopping(body, chat ? default_chat_max_tokens : 16, &out);
+  if (status.ok()) {
+    // vLLM's max_tokens field defaults to 16 on completions, to null on chat.
+    const bool sixteen = !chat && !body.contains("max_tokens");
+    status = ParseStopping(
+        body, sixteen ? 16 : defaults.max_tokens.value_or(default_chat_max_tokens), &out);
+  }
   if (status.ok()) status = ParseStreaming(body, &out);
   if (status.ok()) {  // vLLM's: the prompt's and each choice's token ids.
     absl::StatusOr<bool> return_token_ids = Boolean(body, "return_token_ids", false);

@@ -200,6 +200,10 @@ absl::Status ValidateStopping(const pagoda::v1::StoppingCriteria& stopping,
                                 "), got ", stopping.max_tokens()));
   }
   out.stopping.max_tokens = stopping.max_tokens() == 0 ? kDefaultMaxTokens : stopping.max_tokens();
+  // The generation config's cap (vLLM's override_max_tokens), at every door.
+  if (limits.defaults.max_tokens_cap.has_value()) {
+    out.stopping.max_tokens = std::min(out.stopping.max_tokens, *limits.defaults.max_tokens_cap);
+  }
   if (stopping.min_tokens() < 0 || stopping.min_tokens() > out.stopping.max_tokens) {
     return Invalid(absl::StrCat("stopping.min_tokens: must be in [0, max_tokens = ",
                                 out.stopping.max_tokens, "], got ", stopping.min_tokens()));

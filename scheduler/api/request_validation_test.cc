@@ -445,6 +445,35 @@ TEST(RequestValidationDefaultsTest, ModelDefaultsFillOnlyUnsetFields) {
   EXPECT_EQ(beams->sampling.repetition_penalty, 1.0f);
 }
 
+// vLLM's override_max_tokens: whatever a request asks, through any door.
+TEST(RequestValidationDefaultsTest, TheGenerationConfigsCapBoundsEveryRequest) {
+  ModelLimits limits{kVocab, kMaxModelLen, 1};
+  limits.defaults.max_tokens_cap = 5;
+  RequestValidator validator(limits, nullptr, 1);
+  const auto max_tokens = [&](int asked) {
+    GenerateRequest request = TokenRequest({1, 2});
+    request.mutable_stopping()->set_max_tokens(asked);
+    absl::StatusOr<ValidatedRequest> validated = validator.Validate(request);
+    EXPECT_TRUE(validated.ok()) << validated.status();
+    return validated.ok() ? validated->stopping.max_tokens : -1;
+  };
+  EXPECT_EQ(max_tokens(0), 5);  // gRPC's default, 16.
+  EXPECT_EQ(max_tokens(4), 4);
+  EXPECT_EQ(max_tokens(5), 5);
+  EXPECT_EQ(max_tokens(1000), 5);
+  GenerateRequest beam = TokenRequest({1, 2});
+  beam.mutable_sampling()->set_use_beam_search(true);
+  beam.mutable_sampling()->set_best_of(2);
+  beam.mutable_stopping()->set_max_tokens(9);
+  EXPECT_EQ(validator.Validate(beam)->stopping.max_tokens, 5);
+  // min_tokens is held to the capped budget, as vLLM's SamplingParams is.
+  GenerateRequest too_many = TokenRequest({1, 2});
+  too_many.mutable_stopping()->set_max_tokens(20);
+  too_many.mutable_stopping()->set_min_tokens(8);
+  EXPECT_EQ(validator.Validate(too_many).status().message(),
+            "stopping.min_tokens: must be in [0, max_tokens = 5], got 8");
+}
+
 }  // namespace
 }  // namespace pagoda::scheduler
 

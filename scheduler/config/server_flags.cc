@@ -45,13 +45,15 @@ ABSL_FLAG(std::string, chat_template, "",
           "chat_template.jinja or tokenizer_config.json chat_template.");
 ABSL_FLAG(std::string, generation_config, "auto",
           "Sampling defaults for fields a request leaves unset, as vLLM's: auto = the model's "
-          "generation_config.json (temperature, top_p, top_k, min_p, repetition_penalty), "
-          "vllm = none, or a directory holding a generation_config.json.");
+          "generation_config.json (temperature, top_p, top_k, min_p, repetition_penalty, "
+          "max_new_tokens as the default max_tokens), vllm = none, or a directory holding a "
+          "generation_config.json (whose max_new_tokens also caps every request's max_tokens).");
 ABSL_FLAG(std::string, override_generation_config, "",
           "vLLM's JSON object over --generation-config's sampling defaults, e.g. "
-          "{\"temperature\": 0.5}: temperature, top_k, top_p, min_p and repetition_penalty "
-          "(null removes one; other keys are not read; max_new_tokens is refused); also key by "
-          "key, --override-generation-config.temperature 0.5. Empty = none.");
+          "{\"temperature\": 0.5}: temperature, top_k, top_p, min_p, repetition_penalty and "
+          "max_new_tokens (the default max_tokens and every request's cap) (null removes one; "
+          "other keys are not read); also key by key, "
+          "--override-generation-config.temperature 0.5. Empty = none.");
 ABSL_FLAG(std::string, tool_call_parser, "",
           "How /v1/chat/completions reads tool calls back under tool_choice auto (vLLM's "
           "names): hermes (Qwen, Hermes: <tool_call> blocks) or llama3_json (Llama 3.1 JSON); "

@@ -170,6 +170,32 @@ class FlagsTest(unittest.TestCase):
         self.assertIn("sampling defaults (--generation-config auto, overridden): "
                       "temperature=0.5 top_k=7", server.stderr())
 
+    def test_override_max_new_tokens_is_the_default_and_the_cap(self):
+        """vLLM's --override-generation-config max_new_tokens: a chat
+        request without max_tokens stops there, and so does a completion
+        asking for more (finish_reason length, usage counted); one asking
+        for fewer keeps its own."""
+        server = h.Server(self.model, "--override-generation-config.max_new_tokens", "3",
+                          "--http-port", "-1").start()
+        self.addCleanup(server.stop)
+        self.assertIn("max_tokens=3 max_tokens_cap=3", server.stderr())
+
+        def post(path, body):
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{server.http_port}{path}", method="POST",
+                headers={"Content-Type": "application/json"}, data=json.dumps(body).encode())
+            with urllib.request.urlopen(request, timeout=60) as reply:
+                return json.load(reply)
+
+        greedy = {"temperature": 0, "ignore_eos": True}
+        chat = post("/v1/chat/completions", {
+            "messages": [{"role": "user", "content": "hello"}], **greedy})
+        capped = post("/v1/completions", {"prompt": [5, 6, 7], "max_tokens": 10, **greedy})
+        own = post("/v1/completions", {"prompt": [5, 6, 7], "max_tokens": 2, **greedy})
+        for reply, tokens in ((chat, 3), (capped, 3), (own, 2)):
+            self.assertEqual(reply["usage"]["completion_tokens"], tokens, reply)
+            self.assertEqual(reply["choices"][0]["finish_reason"], "length", reply)
+
     def test_the_stats_line_as_vllm_logs_it(self):
         """Every VLLM_LOG_STATS_INTERVAL seconds, vLLM's stats line once
         requests ran; --disable-log-stats turns it off; a bad interval is
@@ -204,8 +230,9 @@ class FlagsTest(unittest.TestCase):
 
     def test_vllms_short_and_key_by_key_spellings_reach_the_flags(self):
         """vLLM's -tp and -q, --lora-modules with several words, and its
-        --NAME.KEY VALUE spelling of a JSON flag, reach the flag's own reading (its refusal names the flag, or
-        the gathered key); a key on a flag that takes none, or both spellings
+        --NAME.KEY VALUE spelling of a JSON flag, reach the flag's own
+        reading (its refusal names the flag, or the gathered key); a key on
+        a flag that takes none, or both spellings
         of one flag at once, is refused in one line; so is vLLM's
         --enable-auto-tool-choice without a parser."""
         cases = [
@@ -222,8 +249,9 @@ class FlagsTest(unittest.TestCase):
             # vLLM's --lora-modules takes several words: both reach the flag.
             (["--enable-lora", "--lora-modules", "a=/x", "a=/y", "--max-loras", "1"],
              "pagoda-server: --lora-modules names \"a\" twice"),
-            (["--override-generation-config", '{"max_new_tokens": 8}'],
-             "pagoda-server: --override-generation-config: max_new_tokens is not served"),
+            (["--override-generation-config", '{"max_new_tokens": 0}'],
+             'pagoda-server: --override-generation-config: field "max_new_tokens" must be in '
+             "[1, 2147483647], got 0"),
             (["--max-num-seqs.limit", "4"],
              "pagoda-server: --max-num-seqs.limit: --max-num-seqs takes no keys"),
             (["--speculative-config", "{}", "--speculative-config.method", "ngram"],
