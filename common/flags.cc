@@ -21,6 +21,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "common/config_file.h"
 #include "common/json_flag_keys.h"
 
 #ifndef PAGODA_VERSION
@@ -155,6 +156,23 @@ std::vector<std::string> JoinListFlagWords(std::vector<std::string> args,
   return joined;
 }
 
+namespace {
+
+// The arguments as Abseil will parse them: a --config file read in, vLLM's
+// short spellings spelled out, list flags' words joined, JSON flags' keys
+// gathered.
+absl::StatusOr<GatheredJsonFlags> GatherCommandLine(int argc, char** argv,
+                                                    const ProgramInfo& program) {
+  absl::StatusOr<std::vector<std::string>> args = std::vector<std::string>(argv, argv + argc);
+  if (program.reads_config_file) args = PullConfigFileArguments(*std::move(args));
+  if (!args.ok()) return args.status();
+  return GatherJsonFlagKeys(
+      JoinListFlagWords(ExpandFlagAliases(*std::move(args), program.aliases), program.list_flags),
+      program.json_flags);
+}
+
+}  // namespace
+
 std::vector<char*> ParsePagodaCommandLine(int argc, char** argv, const ProgramInfo& program) {
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
@@ -169,10 +187,7 @@ std::vector<char*> ParsePagodaCommandLine(int argc, char** argv, const ProgramIn
     }
   }
   absl::SetProgramUsageMessage(program.usage);
-  std::vector<std::string> args =
-      ExpandFlagAliases(std::vector<std::string>(argv, argv + argc), program.aliases);
-  absl::StatusOr<GatheredJsonFlags> gathered = GatherJsonFlagKeys(
-      JoinListFlagWords(std::move(args), program.list_flags), program.json_flags);
+  absl::StatusOr<GatheredJsonFlags> gathered = GatherCommandLine(argc, argv, program);
   if (!gathered.ok()) {
     std::cerr << program.name << ": " << gathered.status().message() << std::endl;
     std::exit(1);

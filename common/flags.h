@@ -48,6 +48,9 @@ struct ProgramInfo {
   // Whether the program reads positional arguments; without, one is refused
   // (a word meant for a flag would otherwise be dropped unseen).
   bool takes_arguments = false;
+  // Whether "--config FILE.yaml" is read in (vLLM's, common/config_file.h);
+  // the program then defines the string flag "config", which keeps its path.
+  bool reads_config_file = false;
 };
 
 // The arguments with each "--NAME w1 w2 ..." of `list_flags` (before any
@@ -68,11 +71,11 @@ std::string VersionLine(const char* program_name);
 std::string HelpText(const ProgramInfo& program);
 
 // The command-line entry point of every Pagoda executable: handles --help,
-// -h and --version (prints to stdout and exits 0), gathers the JSON flags'
-// keys (a bad one: one line on stderr, exit 1), accepts dashed names, then
-// parses with Abseil (which exits 1 on an unknown flag); a positional
-// argument to a program that takes none: one line, exit 1. Returns the
-// positional arguments, argv[0] first (they live as long as the program).
+// -h and --version (prints to stdout and exits 0), reads a --config file in
+// and gathers the JSON flags' keys (a bad one: one line on stderr, exit 1), accepts dashed names,
+// then parses with Abseil (which exits 1 on an unknown flag); a positional argument to a program
+// that takes none: one line, exit 1. Returns the positional arguments, argv[0] first (they live as
+// long as the program).
 std::vector<char*> ParsePagodaCommandLine(int argc, char** argv, const ProgramInfo& program);
 
 // A comma-separated list of positive integers ("1,8,32", the benchmarks'

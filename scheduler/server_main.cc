@@ -37,6 +37,9 @@ namespace {
 
 absl::Status Serve(absl::StatusOr<ServerConfig> config) {
   if (!config.ok()) return config.status();
+  if (!config->config_file.empty()) {
+    LOG(INFO) << "flags from --config " << config->config_file << " (the command line's win)";
+  }
   absl::StatusOr<ModelFiles> model = LoadModelFiles(config->model);
   if (!model.ok()) return model.status();
   if (absl::Status status = ResolveForModel(model->config, &*config); !status.ok()) return status;
@@ -91,7 +94,7 @@ int main(int argc, char** argv) {
        "pagoda.v1.Generation",
        pagoda::scheduler::ServerFlagGroups(), pagoda::scheduler::ServerJsonFlags(),
        pagoda::scheduler::ServerFlagAliases(), pagoda::scheduler::ServerListFlags(),
-       /*takes_arguments=*/true});
+       /*takes_arguments=*/true, /*reads_config_file=*/true});
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
   pagoda::LimitProtobufLogging();

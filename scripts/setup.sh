@@ -15,6 +15,7 @@ PACKAGES=(
   libsentencepiece-dev sentencepiece libicu-dev libboost1.81-dev
   libssl-dev  # HMAC-SHA256 for the tensor-parallel ranks' proof of the group secret
   libzmq3-dev  # KV events (--kv-events-endpoint)
+  libyaml-dev  # vLLM's --config FILE.yaml
   python3 python3-numpy  # scripts/make_tiny_model.py
   curl  # the demo's HTTP requests
 )

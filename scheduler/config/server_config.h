@@ -155,6 +155,8 @@ struct ServerConfig {
   // LoRA adapters (docs/lora.md): the workers get max_loras slots of
   // max_lora_rank with enable_lora, none without.
   lora::LoraOptions lora;
+  // vLLM's --config FILE.yaml, already read into the flags above (logged).
+  std::string config_file;
 };
 
 // Every rule that needs the flags alone.

@@ -21,6 +21,10 @@
 #include "scheduler/config/kv_events_config.h"
 
 // Model.
+ABSL_FLAG(std::string, config, "",
+          "vLLM's config file, FILE.yaml: a mapping of flag names to values (port: 8000, "
+          "enable-lora: true, lora-modules: [a=/x], speculative-config: {method: ngram}), read "
+          "as flags given before the command line's own, which win. Empty: none.");
 ABSL_FLAG(std::string, model, "", "Model directory (Hugging Face layout). Required.");
 ABSL_FLAG(std::string, served_model_name, "",
           "Name reported to clients; default: --model's name. Several words (vLLM's "
@@ -430,6 +434,7 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags(const std::vector<std::string
     }
     config.model.model_dir = arguments[0];
   }
+  config.config_file = absl::GetFlag(FLAGS_config);
   config.front_door = ReadFrontDoorFlags();
   absl::StatusOr<SchedulingOptions> scheduling = ReadSchedulingFlags();
   if (!scheduling.ok()) return scheduling.status();
@@ -462,7 +467,7 @@ std::vector<std::string> ServerListFlags() { return {"lora_modules", "served_mod
 std::vector<FlagGroup> ServerFlagGroups() {
   return {
       {"Model",
-       {"model", "served_model_name", "dtype", "kv_cache_dtype", "quantization",
+       {"config", "model", "served_model_name", "dtype", "kv_cache_dtype", "quantization",
         "cpu_weight_only_activations", "max_model_len", "chat_template", "generation_config",
         "override_generation_config", "tool_call_parser", "enable_auto_tool_choice"}},
       {"Front doors: gRPC, OpenAI HTTP, metrics",

@@ -196,6 +196,43 @@ class FlagsTest(unittest.TestCase):
             self.assertEqual(reply["usage"]["completion_tokens"], tokens, reply)
             self.assertEqual(reply["choices"][0]["finish_reason"], "length", reply)
 
+    def test_a_vllm_config_file_sets_flags_the_command_line_overrides(self):
+        """vLLM's --config FILE.yaml: its keys are flags (a list several
+        words, a mapping a JSON flag, a bool a switch); the command line's
+        own flags win; a bad file is refused in one line naming it."""
+        path = os.path.join(self.tmp.name, "serve.yaml")
+        with open(path, "w") as f:
+            f.write(f"model: {self.model}\n"
+                    "http-port: -1\n"
+                    "metrics-port: -1\n"
+                    "served-model-name: [tiny, tiny-alias, tiny-other]\n"
+                    "enable-prefix-caching: false\n"
+                    "override-generation-config:\n  temperature: 0.5\n  top_k: 7\n")
+        server = h.Server(self.model, "--config", path,
+                          "--served-model-name", "tiny", "tiny-alias").start()
+        self.addCleanup(server.stop)
+        self.assertIn(f"flags from --config {path}", server.stderr())
+        self.assertIn("temperature=0.5 top_k=7", server.stderr())
+        # The command line's --served-model-name replaced the file's.
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.http_port}/v1/models",
+                                    timeout=30) as reply:
+            self.assertEqual([card["id"] for card in json.load(reply)["data"]],
+                             ["tiny", "tiny-alias"])
+        self.assertIn('enable_prefix_caching="False"', h.scrape(server.metrics_port)[1])
+        bad = os.path.join(self.tmp.name, "bad.yaml")
+        with open(bad, "w") as f:
+            f.write("port: [1\n")
+        for args, line in (
+                (["--config", bad], f"pagoda-server: --config {bad}: line 2: did not find "
+                                    "expected ',' or ']'"),
+                (["--config", path, "--config", path],
+                 "pagoda-server: --config given more than once, as vLLM refuses")):
+            with self.subTest(args=args):
+                result = subprocess.run([h.binary("pagoda-server"), "--port", "0", *args],
+                                        capture_output=True, text=True, timeout=60)
+                self.assertEqual(result.returncode, 1, result.stderr)
+                self.assertEqual(result.stderr.strip(), line)
+
     def test_the_stats_line_as_vllm_logs_it(self):
         """Every VLLM_LOG_STATS_INTERVAL seconds, vLLM's stats line once
         requests ran; --disable-log-stats turns it off; a bad interval is

@@ -572,6 +572,19 @@ def constraint_seeds():
   seed("json-object", 4, "", "{\"a\": [1, 2.5e3, true, null, \"\\u00e9\"]")
 
 
+# --- config_file: vLLM's --config FILE.yaml, as its users write them.
+def config_file_seeds():
+  clear_seeds("config_file")
+  write("config_file", "flat", "model: /models/llama\nport: 8000\ntensor-parallel-size: 2\n"
+        "gpu-memory-utilization: 0.9\nenable-prefix-caching: false\nenable-lora: true\n")
+  write("config_file", "nested", "speculative-config:\n  method: ngram\n"
+        "  num_speculative_tokens: 4\n  prompt_lookup_max: 3\n"
+        "lora-modules:\n  - sql=/adapters/sql\n  - {name: chat, path: /adapters/chat}\n"
+        "override-generation-config: {temperature: 0.5, max_new_tokens: !!int '64'}\n")
+  write("config_file", "scalars", "---\na: ~\nb: 0x1F\nc: 1:30.5\nd: 'quoted: yes'\n"
+        "e: \"esc\\u00e9\\t\"\nf: |\n  block\n  text\ng: [.5, +7, 1_000, 010, Off]\n...\n")
+
+
 def main():
   generation_pb2, worker_pb2 = protos()
   api_request_seeds(generation_pb2)
@@ -584,6 +597,7 @@ def main():
   rendezvous_seeds()
   http_request_seeds()
   constraint_seeds()
+  config_file_seeds()
   for fuzzer in sorted(os.listdir(CORPUS)):
     print(fuzzer, len(os.listdir(os.path.join(CORPUS, fuzzer))), "inputs")
 
