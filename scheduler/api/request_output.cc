@@ -1,7 +1,10 @@
 #include "scheduler/api/request_output.h"
-#include "scheduler/engine/output_processor.h"
 
 #include <utility>
+
+#include "glog/logging.h"
+#include "scheduler/api/request_log.h"
+#include "scheduler/engine/output_processor.h"
 
 namespace pagoda::scheduler {
 namespace {
@@ -103,6 +106,10 @@ void RequestOutput::AddSequenceDelta(const RequestDelta::SeqDelta& seq,
   }
   whole->mutable_text()->append(text);
   whole->set_finish_reason(reason);
+  if (state.finished && options_.log_outputs) {
+    LOG(INFO) << GeneratedResponseLine(whole_.request_id(), whole->text(), reason,
+                                       options_.max_log_len);
+  }
   if (out == nullptr) return;
   out->set_text(std::move(text));
   out->set_finish_reason(reason);

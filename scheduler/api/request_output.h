@@ -26,6 +26,10 @@ struct OutputOptions {
   bool include_stop_str_in_output = false;
   // Sequences the request returns (n): the request is over when all are.
   int num_sequences = 1;
+  // vLLM's --enable-log-outputs: each sequence's whole text and finish
+  // reason logged when it ends (request_log.h), cut to max_log_len.
+  bool log_outputs = false;
+  int max_log_len = -1;
 };
 
 // Builds one request's client responses from engine deltas: the stream

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "glog/logging.h"
 #include "scheduler/api/api_key.h"
 
 namespace pagoda::scheduler {
@@ -47,6 +48,8 @@ RequestOutput RequestPath::MakeOutput(const ValidatedRequest& request) const {
   options.stop_strings = request.stop_strings;
   options.include_stop_str_in_output = request.include_stop_str_in_output;
   options.num_sequences = request.sampling.n;
+  options.log_outputs = options_.request_log.outputs;
+  options.max_log_len = options_.request_log.max_log_len;
   return RequestOutput(request.request_id, static_cast<int>(request.prompt_token_ids.size()),
                        tokenizer_, std::move(options));
 }
@@ -66,6 +69,10 @@ absl::StatusOr<int> RequestPath::AcquireAdapter(const std::string& lora_name) {
 absl::Status RequestPath::Submit(ValidatedRequest& request, std::shared_ptr<RequestSink> sink) {
   absl::StatusOr<int> lora_id = AcquireAdapter(request.lora_name);
   if (!lora_id.ok()) return lora_id.status();
+  if (options_.request_log.requests) LOG(INFO) << ReceivedRequestLine(request);
+  if (options_.request_log.details) {
+    LOG(INFO) << RequestDetailsLine(request, tokenizer_, options_.request_log.max_log_len);
+  }
   EngineRequest out;
   out.lora_id = *lora_id;
   out.request_id = request.request_id;

@@ -17,6 +17,7 @@
 #include "pagoda/v1/generation.pb.h"
 #include "scheduler/api/call_tracker.h"
 #include "scheduler/api/lora_adapters.h"
+#include "scheduler/api/request_log.h"
 #include "scheduler/api/request_output.h"
 #include "scheduler/api/request_validation.h"
 #include "scheduler/api/validation_pool.h"
@@ -38,6 +39,8 @@ struct RequestPathOptions {
   // The served LoRA adapters (--enable-lora; docs/lora.md), null without:
   // a request naming an adapter is then NOT_FOUND. Must outlive the path.
   LoraAdapters* lora_adapters = nullptr;
+  // vLLM's request log (off by default).
+  RequestLogOptions request_log;
 };
 
 // Why a front door ends its own request before the engine does.

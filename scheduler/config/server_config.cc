@@ -28,6 +28,8 @@ namespace {
 // from asking for a million threads or a terabyte.
 constexpr int kMaxThreads = 1024;
 constexpr int kMaxQueued = 1 << 20;
+// A log line's cut: 16M ids or characters (a prompt's worth and more).
+constexpr int kMaxLogLen = 1 << 24;
 constexpr double kMaxGiB = 4096;
 constexpr double kMaxSeconds = 86400;
 constexpr int kMaxBlocks = 1 << 24;
@@ -91,6 +93,11 @@ absl::Status CheckFrontDoor(const FrontDoorOptions& door) {
       Range("max-stream-queued-messages", door.max_stream_queued_messages, 1, kMaxQueued),
       RealRange("drain-timeout", door.drain_timeout, 0, kMaxSeconds, true),
       CheckLogStatsInterval(door.log_stats_interval),
+      Range("max-log-len", door.max_log_len, -1, kMaxLogLen),
+      door.log_outputs && !door.log_requests
+          ? absl::InvalidArgumentError("--enable-log-outputs needs --enable-log-requests, as "
+                                       "in vLLM")
+          : absl::OkStatus(),
   });
 }
 

@@ -75,6 +75,13 @@ struct FrontDoorOptions {
   // environment variable; NaN when it is not a number).
   bool log_stats = true;
   double log_stats_interval = 10;
+  // vLLM's request log (scheduler/api/request_log.h): --enable-log-requests,
+  // with the prompt at VLLM_LOGGING_LEVEL=DEBUG; --enable-log-outputs (needs
+  // the first); --max-log-len (-1: uncut).
+  bool log_requests = false;
+  bool log_request_details = false;
+  bool log_outputs = false;
+  int max_log_len = -1;
 };
 
 // The scheduler's budgets and policies.

@@ -140,6 +140,16 @@ TEST(ServerConfigTest, CrossFlagRules) {
             "--enable-auto-tool-choice needs --tool-call-parser (hermes or llama3_json)");
   config.model.tool_call_parser = "llama3_json";
   EXPECT_TRUE(CheckServerConfig(config).ok());
+  // vLLM's --enable-log-outputs needs --enable-log-requests, as in vLLM.
+  config = ValidConfig();
+  config.front_door.log_outputs = true;
+  EXPECT_EQ(CheckServerConfig(config).message(),
+            "--enable-log-outputs needs --enable-log-requests, as in vLLM");
+  config.front_door.log_requests = true;
+  EXPECT_TRUE(CheckServerConfig(config).ok());
+  config.front_door.max_log_len = -2;
+  EXPECT_EQ(CheckServerConfig(config).message(),
+            "--max-log-len -2 is out of range: expected -1 to 16777216");
 }
 
 TEST(ServerConfigTest, QuantizationNamesAMethodPagodaServes) {

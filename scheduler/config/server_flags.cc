@@ -103,6 +103,15 @@ ABSL_FLAG(bool, disable_log_stats, false,
           "vLLM's: no periodic stats line in the log (otherwise every VLLM_LOG_STATS_INTERVAL "
           "seconds, 10 by default: throughput, running and waiting requests, KV cache usage, "
           "prefix cache hit rate, speculative acceptance).");
+ABSL_FLAG(bool, enable_log_requests, false,
+          "vLLM's: log each request's id, sampling options and adapter as it is accepted "
+          "(and its prompt with VLLM_LOGGING_LEVEL=DEBUG). Off: prompts are the users' data.");
+ABSL_FLAG(bool, enable_log_outputs, false,
+          "vLLM's: log each sequence's whole output text and finish reason as it ends. Needs "
+          "--enable-log-requests.");
+ABSL_FLAG(int, max_log_len, -1,
+          "vLLM's: the most prompt token ids, prompt characters and output characters a "
+          "request log line shows; -1: all.");
 
 // Scheduling.
 ABSL_FLAG(int, max_num_seqs, 256, "Most sequences in one step.");
@@ -306,6 +315,12 @@ FrontDoorOptions ReadFrontDoorFlags() {
   if (const char* interval = std::getenv("VLLM_LOG_STATS_INTERVAL"); interval != nullptr) {
     if (!absl::SimpleAtod(interval, &door.log_stats_interval)) door.log_stats_interval = NAN;
   }
+  door.log_requests = absl::GetFlag(FLAGS_enable_log_requests);
+  const char* level = std::getenv("VLLM_LOGGING_LEVEL");
+  door.log_request_details =
+      door.log_requests && level != nullptr && absl::string_view(level) == "DEBUG";
+  door.log_outputs = absl::GetFlag(FLAGS_enable_log_outputs);
+  door.max_log_len = absl::GetFlag(FLAGS_max_log_len);
   return door;
 }
 
@@ -474,7 +489,7 @@ std::vector<FlagGroup> ServerFlagGroups() {
        {"host", "port", "http_port", "http_max_connections", "http_io_threads", "metrics_port",
         "metrics_host", "api_key", "ssl_certfile", "ssl_keyfile", "ssl_ca_certs",
         "max_stream_queued_messages", "vllm_metric_names", "vllm_grpc_api", "drain_timeout",
-        "disable_log_stats"}},
+        "disable_log_stats", "enable_log_requests", "enable_log_outputs", "max_log_len"}},
       {"Scheduling",
        {"max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill",
         "max_num_partial_prefills", "max_long_partial_prefills", "long_prefill_token_threshold",

@@ -92,6 +92,8 @@ RequestPathOptions MakeRequestPathOptions(const ServerConfig& config, LoraAdapte
   options.lora_adapters = lora;
   options.api_key = config.front_door.api_key;
   options.max_pending_tokenizations = MaxPendingTokenizations(config);
+  options.request_log = {config.front_door.log_requests, config.front_door.log_request_details,
+                         config.front_door.log_outputs, config.front_door.max_log_len};
   return options;
 }
 

@@ -233,6 +233,44 @@ class FlagsTest(unittest.TestCase):
                 self.assertEqual(result.returncode, 1, result.stderr)
                 self.assertEqual(result.stderr.strip(), line)
 
+    def test_vllms_request_log(self):
+        """--enable-log-requests logs each request's options as it is
+        accepted (its prompt too at VLLM_LOGGING_LEVEL=DEBUG),
+        --enable-log-outputs each sequence's text and finish reason as it
+        ends, cut to --max-log-len; without them, neither."""
+        def complete(server):
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{server.http_port}/v1/completions", method="POST",
+                headers={"Content-Type": "application/json"},
+                data=json.dumps({"prompt": [5, 6, 7, 8, 9], "max_tokens": 3, "temperature": 0,
+                                 "ignore_eos": True}).encode())
+            with urllib.request.urlopen(request, timeout=60) as reply:
+                return json.load(reply)
+
+        env = dict(os.environ, VLLM_LOGGING_LEVEL="DEBUG")
+        server = h.Server(self.model, "--http-port", "-1", "--enable-log-requests",
+                          "--enable-log-outputs", "--max-log-len", "2", env=env).start()
+        self.addCleanup(server.stop)
+        complete(server)
+        h.wait_for(lambda: "Generated response" in server.stderr(), 30, "the output line")
+        log = server.stderr()
+        self.assertRegex(log, r"Received request \S+: params: SamplingParams\(n=1, .*"
+                              r"temperature=0\.0, .*max_tokens=3, .*\), lora_request: None\.")
+        self.assertRegex(log, r"Request \S+ details: prompt: '[^']*', "
+                              r"prompt_token_ids: \[5, 6\], prompt_embeds shape: None\.")
+        self.assertRegex(log, r"Generated response \S+: output: '.{0,2}', finish_reason: length")
+        quiet = h.Server(self.model, "--http-port", "-1", env=env).start()
+        self.addCleanup(quiet.stop)
+        complete(quiet)
+        self.assertNotIn("Received request", quiet.stderr())
+        self.assertNotIn("Generated response", quiet.stderr())
+        result = subprocess.run(
+            [h.binary("pagoda-server"), "--model", self.model, "--port", "0",
+             "--enable-log-outputs"], capture_output=True, text=True, timeout=60)
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertEqual(result.stderr.strip(), "pagoda-server: --enable-log-outputs needs "
+                         "--enable-log-requests, as in vLLM")
+
     def test_the_stats_line_as_vllm_logs_it(self):
         """Every VLLM_LOG_STATS_INTERVAL seconds, vLLM's stats line once
         requests ran; --disable-log-stats turns it off; a bad interval is
