@@ -154,6 +154,9 @@ class CompletionCall : public HttpCall, public std::enable_shared_from_this<Comp
   json Renumber(size_t part, const json& choices) const;
   int PromptTokens() const;
   int CompletionTokens() const;
+  // With --enable-prompt-tokens-details: the prompts' tokens the prefix
+  // cache held, summed over the request's prompts; else none.
+  std::optional<int> CachedTokens() const;
   void AbortAll();
   void Fail(const absl::Status& status);
   void FinishWhole();
@@ -214,6 +217,15 @@ int CompletionCall::CompletionTokens() const {
   int total = 0;
   for (const Part& part : parts_) total += part.completion_tokens;
   return total * request_.copies;  // vLLM generates (and counts) each copy.
+}
+
+std::optional<int> CompletionCall::CachedTokens() const {
+  if (!request_.prompt_tokens_details) return std::nullopt;
+  int total = 0;
+  for (const Part& part : parts_) {
+    if (part.output != nullptr) total += part.output->whole().cached_prompt_token_count();
+  }
+  return total;
 }
 
 void CompletionCall::Start() {
@@ -317,8 +329,9 @@ void CompletionCall::OnFinish(size_t index, const absl::Status& engine_status) {
 void CompletionCall::FinishStream() {
   std::string tail;
   if (request_.include_usage) {
-    tail = SseEvent(MakeOpenAiUsageChunk(request_, parts_[0].request_id, PromptTokens(),
-                                         CompletionTokens(), model_, created_));
+    tail = SseEvent(MakeOpenAiUsageChunk(
+        request_, parts_[0].request_id,
+        OpenAiUsage(PromptTokens(), CompletionTokens(), CachedTokens()), model_, created_));
   }
   tail += "data: [DONE]\n\n";
   exchange_->SendEvent(tail);
@@ -344,7 +357,7 @@ void CompletionCall::FinishWhole() {
     }
   }
   response["choices"] = std::move(choices);
-  response["usage"] = OpenAiUsage(PromptTokens(), CompletionTokens());
+  response["usage"] = OpenAiUsage(PromptTokens(), CompletionTokens(), CachedTokens());
   exchange_->Respond(200, kJsonContentType, DumpJson(response));
 }
 

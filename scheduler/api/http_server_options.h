@@ -46,6 +46,13 @@ struct HttpServerOptions {
   // How /v1/chat/completions reads tool calls back under tool_choice
   // "auto": "hermes", "llama3_json" or "" (auto refused). Checked at start.
   std::string tool_call_parser;
+  // vLLM's --enable-prompt-tokens-details: usage.prompt_tokens_details.
+  // cached_tokens in every final usage; --enable-force-include-usage: every
+  // stream reports usage, in each chunk and a last usage chunk, as if it
+  // asked with stream_options {"include_usage": true,
+  // "continuous_usage_stats": true}.
+  bool enable_prompt_tokens_details = false;
+  bool enable_force_include_usage = false;
 
   // Connections open at once; one more is answered 503 and closed at once.
   int max_connections = 4096;

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,9 @@ struct OpenAiRequest {
   bool stream = false;
   bool include_usage = false;           // stream_options.include_usage.
   bool continuous_usage_stats = false;  // stream_options: usage in every chunk.
+  // vLLM's --enable-prompt-tokens-details (set by the server, not the
+  // body): usage.prompt_tokens_details.cached_tokens in the final usage.
+  bool prompt_tokens_details = false;
   int top_logprobs = -1;                // -1 = no logprobs; else alternatives per token.
   // Choices answered per prompt by copying one sequence: n > 1 with
   // temperature 0 (greedy samples are all equal; vLLM returns n copies). The
@@ -125,8 +129,8 @@ nlohmann::json MakeOpenAiChunk(const OpenAiRequest& request,
 
 // The last chunk of a stream with include_usage: no choices, the usage.
 nlohmann::json MakeOpenAiUsageChunk(const OpenAiRequest& request, const std::string& request_id,
-                                    int prompt_tokens, int completion_tokens,
-                                    const std::string& model, int64_t created);
+                                    nlohmann::json usage, const std::string& model,
+                                    int64_t created);
 
 // return_token_ids: puts `prompt_token_ids` where vLLM does on a whole
 // response (each completions choice; chat: the response) or on a stream
@@ -135,8 +139,10 @@ nlohmann::json MakeOpenAiUsageChunk(const OpenAiRequest& request, const std::str
 void AddPromptTokenIds(const OpenAiRequest& request, const std::vector<int32_t>& prompt_token_ids,
                        const std::vector<bool>& first_of_choice, nlohmann::json* response);
 
-// The usage object: prompt, completion and total tokens.
-nlohmann::json OpenAiUsage(int prompt_tokens, int completion_tokens);
+// The usage object: prompt, completion and total tokens, and with
+// `cached_tokens` vLLM's prompt_tokens_details {"cached_tokens": N}.
+nlohmann::json OpenAiUsage(int prompt_tokens, int completion_tokens,
+                           std::optional<int> cached_tokens = std::nullopt);
 
 // vLLM's POST /tokenize body: a prompt or chat messages.
 struct TokenizeRequest {

@@ -75,6 +75,16 @@ TEST(OpenAiProtocolTest, TheModelsDefaultMaxTokensFillsOnlyAnOpenMaxTokens) {
   EXPECT_EQ(max_tokens({{"messages", messages}}, true), 512);
 }
 
+// vLLM's usage, with --enable-prompt-tokens-details' details.
+TEST(OpenAiProtocolTest, UsageCarriesCachedTokensWhenAsked) {
+  EXPECT_EQ(OpenAiUsage(40, 3).dump(),
+            R"({"completion_tokens":3,"prompt_tokens":40,"total_tokens":43})");
+  EXPECT_EQ(OpenAiUsage(40, 3, 32).dump(),
+            R"({"completion_tokens":3,"prompt_tokens":40,)"
+            R"("prompt_tokens_details":{"cached_tokens":32},"total_tokens":43})");
+  EXPECT_EQ(OpenAiUsage(40, 3, 0)["prompt_tokens_details"]["cached_tokens"], 0);
+}
+
 TEST(OpenAiProtocolTest, MapsLogitsProcessingFieldsToTheGrpcRequest) {
   auto parsed = ParseOpenAiRequest(
       json::parse(R"({"model": "m", "prompt": "hi", "presence_penalty": 0.5,

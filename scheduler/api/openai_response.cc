@@ -258,15 +258,14 @@ json MakeOpenAiChunk(const OpenAiRequest& request, const pagoda::v1::GenerateRes
           {"choices", choices}};
 }
 
-json MakeOpenAiUsageChunk(const OpenAiRequest& request, const std::string& request_id,
-                          int prompt_tokens, int completion_tokens, const std::string& model,
-                          int64_t created) {
+json MakeOpenAiUsageChunk(const OpenAiRequest& request, const std::string& request_id, json usage,
+                          const std::string& model, int64_t created) {
   return {{"id", ResponseId(request, request_id)},
           {"object", request.chat ? "chat.completion.chunk" : "text_completion"},
           {"created", created},
           {"model", model},
           {"choices", json::array()},
-          {"usage", OpenAiUsage(prompt_tokens, completion_tokens)}};
+          {"usage", std::move(usage)}};
 }
 
 void AddPromptTokenIds(const OpenAiRequest& request, const std::vector<int32_t>& prompt_token_ids,
@@ -284,10 +283,13 @@ void AddPromptTokenIds(const OpenAiRequest& request, const std::vector<int32_t>&
   }
 }
 
-json OpenAiUsage(int prompt_tokens, int completion_tokens) {
-  return {{"prompt_tokens", prompt_tokens},
-          {"completion_tokens", completion_tokens},
-          {"total_tokens", prompt_tokens + completion_tokens}};
+json OpenAiUsage(int prompt_tokens, int completion_tokens, std::optional<int> cached_tokens) {
+  json usage = {{"prompt_tokens", prompt_tokens},
+                {"completion_tokens", completion_tokens},
+                {"total_tokens", prompt_tokens + completion_tokens}};
+  if (cached_tokens.has_value())
+    usage["prompt_tokens_details"] = {{"cached_tokens", *cached_tokens}};
+  return usage;
 }
 
 }  // namespace pagoda::scheduler

@@ -29,12 +29,12 @@ constexpr absl::string_view kModelsPrefix = "/v1/models/";
 // Bodies up to this size with token-id prompts are handled on the loop.
 constexpr size_t kInlineBodyBytes = 16 << 10;
 
-// Whether a parsed completions body has text to tokenize (a text prompt or
-// a list holding one); malformed bodies do not (their error is cheap).
 bool IsLoraRoute(absl::string_view route) {
   return route == "/v1/load_lora_adapter" || route == "/v1/unload_lora_adapter";
 }
 
+// Whether a parsed completions body has text to tokenize (a text prompt or
+// a list holding one); malformed bodies do not (their error is cheap).
 bool NeedsTokenizer(const json& body) {
   if (!body.is_object() || !body.contains("prompt")) return false;
   const json& prompt = body["prompt"];
@@ -44,6 +44,15 @@ bool NeedsTokenizer(const json& body) {
     if (entry.is_string()) return true;
   }
   return false;
+}
+
+// The server's usage flags (--enable-prompt-tokens-details,
+// --enable-force-include-usage) over what the body asked.
+void ApplyUsageFlags(const HttpServerOptions& options, OpenAiRequest& request) {
+  request.prompt_tokens_details = options.enable_prompt_tokens_details;
+  if (options.enable_force_include_usage && request.stream) {
+    request.include_usage = request.continuous_usage_stats = true;  // vLLM's (True, True).
+  }
 }
 
 }  // namespace
@@ -214,6 +223,7 @@ absl::StatusOr<OpenAiRoutes::Prepared> OpenAiRoutes::Prepare(const json& body, b
       ParseOpenAiRequest(body, chat, options_.max_model_len, path_->limits().defaults,
                          ordered.is_object() ? &ordered : nullptr, tool_parser_);
   if (!parsed.ok()) return parsed.status();
+  ApplyUsageFlags(options_, *parsed);
   absl::StatusOr<std::string> adapter = AdapterFor(parsed->model);
   if (!adapter.ok()) return adapter.status();
   parsed->generate.set_lora_name(*adapter);

@@ -51,6 +51,8 @@ pagoda::v1::GenerateResponse RequestOutput::AddDelta(const RequestDelta& delta) 
 void RequestOutput::AccumulateDelta(const RequestDelta& delta) { Accumulate(delta, nullptr); }
 
 void RequestOutput::Accumulate(const RequestDelta& delta, pagoda::v1::GenerateResponse* message) {
+  whole_.set_cached_prompt_token_count(delta.num_cached_tokens);
+  if (message != nullptr) message->set_cached_prompt_token_count(delta.num_cached_tokens);
   for (const GeneratedToken& token : delta.prompt_logprobs) {
     if (message != nullptr) *message->add_prompt_logprobs() = ToTokenLogprobs(token);
     *whole_.add_prompt_logprobs() = ToTokenLogprobs(token);

@@ -69,6 +69,21 @@ TEST_F(RequestOutputTest, MapsFinishReasons) {
   EXPECT_EQ(ToFinishReason(SequenceStatus::kRunning), pagoda::v1::FINISH_REASON_UNSPECIFIED);
 }
 
+// vLLM's num_cached_tokens reaches every message and the whole response.
+TEST_F(RequestOutputTest, CachedPromptTokensReachMessagesAndTheWhole) {
+  RequestOutput output("r", 40, nullptr);
+  RequestDelta delta = Delta(7, SequenceStatus::kRunning);
+  delta.num_cached_tokens = 32;
+  EXPECT_EQ(output.AddDelta(delta).cached_prompt_token_count(), 32);
+  output.AccumulateDelta(Delta(8, SequenceStatus::kFinishedLength));  // Before admission: 0.
+  EXPECT_EQ(output.whole().cached_prompt_token_count(), 0);
+  delta = Delta(9, SequenceStatus::kFinishedLength);
+  delta.num_cached_tokens = 32;
+  RequestOutput whole("r", 40, nullptr);
+  whole.AccumulateDelta(delta);
+  EXPECT_EQ(whole.whole().cached_prompt_token_count(), 32);
+}
+
 TEST_F(RequestOutputTest, NoTokenizerMeansTokensOnly) {
   RequestOutput output("r", 1, nullptr);
   pagoda::v1::GenerateResponse message =

@@ -138,6 +138,7 @@ vllm_api::GenerateResponse VllmOutputConverter::Chunk(int index, const Sequence&
   chunk->mutable_token_ids()->Add(seq.tokens.begin(), seq.tokens.end());
   chunk->set_prompt_tokens(prompt_tokens_);
   chunk->set_completion_tokens(seq.count);
+  chunk->set_cached_tokens(cached_tokens_);
   chunk->set_index(static_cast<uint32_t>(index));
   if (want_logprobs_) FillLogprobs(seq.logprobs, chunk->mutable_output_logprobs());
   return out;
@@ -151,6 +152,7 @@ vllm_api::GenerateResponse VllmOutputConverter::Complete(int index, Sequence& se
   complete->set_finish_reason(std::string(finish_reason));
   complete->set_prompt_tokens(prompt_tokens_);
   complete->set_completion_tokens(seq.count);
+  complete->set_cached_tokens(cached_tokens_);
   complete->set_index(static_cast<uint32_t>(index));
   if (want_logprobs_) FillLogprobs(seq.logprobs, complete->mutable_output_logprobs());
   seq.tokens.clear();
@@ -162,6 +164,7 @@ vllm_api::GenerateResponse VllmOutputConverter::Complete(int index, Sequence& se
 std::vector<vllm_api::GenerateResponse> VllmOutputConverter::Convert(
     const pagoda::v1::GenerateResponse& delta) {
   std::vector<vllm_api::GenerateResponse> out;
+  cached_tokens_ = static_cast<uint32_t>(std::max(0, delta.cached_prompt_token_count()));
   for (const pagoda::v1::SequenceOutput& piece : delta.outputs()) {
     const int index = piece.index();
     if (index < 0) continue;

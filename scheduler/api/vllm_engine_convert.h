@@ -73,6 +73,7 @@ class VllmOutputConverter {
   const bool want_logprobs_;
   const int top_logprobs_;
   const uint32_t prompt_tokens_;
+  uint32_t cached_tokens_ = 0;  // The latest delta's cached_prompt_token_count.
   std::vector<Sequence> sequences_;
 };
 

@@ -78,6 +78,9 @@ struct FrontDoorOptions {
   // vLLM's request log (scheduler/api/request_log.h): --enable-log-requests,
   // with the prompt at VLLM_LOGGING_LEVEL=DEBUG; --enable-log-outputs (needs
   // the first); --max-log-len (-1: uncut).
+  // vLLM's usage flags for the OpenAI door (HttpServerOptions).
+  bool enable_prompt_tokens_details = false;
+  bool enable_force_include_usage = false;
   bool log_requests = false;
   bool log_request_details = false;
   bool log_outputs = false;

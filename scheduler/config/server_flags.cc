@@ -103,6 +103,12 @@ ABSL_FLAG(bool, disable_log_stats, false,
           "vLLM's: no periodic stats line in the log (otherwise every VLLM_LOG_STATS_INTERVAL "
           "seconds, 10 by default: throughput, running and waiting requests, KV cache usage, "
           "prefix cache hit rate, speculative acceptance).");
+ABSL_FLAG(bool, enable_prompt_tokens_details, false,
+          "vLLM's: OpenAI usage carries prompt_tokens_details.cached_tokens, the prompt "
+          "tokens the prefix cache held.");
+ABSL_FLAG(bool, enable_force_include_usage, false,
+          "vLLM's: every OpenAI stream reports usage, in each chunk and a last usage chunk, "
+          "whatever its stream_options.");
 ABSL_FLAG(bool, enable_log_requests, false,
           "vLLM's: log each request's id, sampling options and adapter as it is accepted "
           "(and its prompt with VLLM_LOGGING_LEVEL=DEBUG). Off: prompts are the users' data.");
@@ -315,6 +321,8 @@ FrontDoorOptions ReadFrontDoorFlags() {
   if (const char* interval = std::getenv("VLLM_LOG_STATS_INTERVAL"); interval != nullptr) {
     if (!absl::SimpleAtod(interval, &door.log_stats_interval)) door.log_stats_interval = NAN;
   }
+  door.enable_prompt_tokens_details = absl::GetFlag(FLAGS_enable_prompt_tokens_details);
+  door.enable_force_include_usage = absl::GetFlag(FLAGS_enable_force_include_usage);
   door.log_requests = absl::GetFlag(FLAGS_enable_log_requests);
   const char* level = std::getenv("VLLM_LOGGING_LEVEL");
   door.log_request_details =
@@ -486,10 +494,27 @@ std::vector<FlagGroup> ServerFlagGroups() {
         "cpu_weight_only_activations", "max_model_len", "chat_template", "generation_config",
         "override_generation_config", "tool_call_parser", "enable_auto_tool_choice"}},
       {"Front doors: gRPC, OpenAI HTTP, metrics",
-       {"host", "port", "http_port", "http_max_connections", "http_io_threads", "metrics_port",
-        "metrics_host", "api_key", "ssl_certfile", "ssl_keyfile", "ssl_ca_certs",
-        "max_stream_queued_messages", "vllm_metric_names", "vllm_grpc_api", "drain_timeout",
-        "disable_log_stats", "enable_log_requests", "enable_log_outputs", "max_log_len"}},
+       {"host",
+        "port",
+        "http_port",
+        "http_max_connections",
+        "http_io_threads",
+        "metrics_port",
+        "metrics_host",
+        "api_key",
+        "ssl_certfile",
+        "ssl_keyfile",
+        "ssl_ca_certs",
+        "max_stream_queued_messages",
+        "vllm_metric_names",
+        "vllm_grpc_api",
+        "drain_timeout",
+        "disable_log_stats",
+        "enable_prompt_tokens_details",
+        "enable_force_include_usage",
+        "enable_log_requests",
+        "enable_log_outputs",
+        "max_log_len"}},
       {"Scheduling",
        {"max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill",
         "max_num_partial_prefills", "max_long_partial_prefills", "long_prefill_token_threshold",

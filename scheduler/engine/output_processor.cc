@@ -19,6 +19,13 @@ bool Streams(const SamplingOptions& sampling) {
   return !sampling.use_beam_search && sampling.best_of <= sampling.n;
 }
 
+// A delta of `group` with nothing in it yet.
+RequestDelta NewDelta(const SequenceGroup& group, bool finished) {
+  RequestDelta delta{group.request_id(), {}, {}, finished};
+  delta.num_cached_tokens = group.num_cached_prompt_tokens();
+  return delta;
+}
+
 }  // namespace
 
 RequestDelta FinalDelta(const SequenceGroup& group,
@@ -30,7 +37,7 @@ RequestDelta FinalDelta(const SequenceGroup& group,
   std::stable_sort(candidates.begin(), candidates.end(), [&](const Sequence* a, const Sequence* b) {
     return score(group, *a) > score(group, *b);
   });
-  RequestDelta delta{group.request_id(), {}, {}, true};
+  RequestDelta delta = NewDelta(group, true);
   const int n = std::min<int>(group.sampling().n, static_cast<int>(candidates.size()));
   for (int i = 0; i < n; ++i) {
     delta.seqs.push_back(
@@ -45,7 +52,7 @@ std::optional<RequestDelta> CutShortDelta(SequenceGroup& group) {
   const bool generated = std::any_of(group.seqs().begin(), group.seqs().end(),
                                      [](const auto& seq) { return seq->num_output_tokens() > 0; });
   if (!generated) return std::nullopt;
-  RequestDelta delta{group.request_id(), {}, {}, true};
+  RequestDelta delta = NewDelta(group, true);
   for (const auto& seq : group.seqs()) {
     if (seq->status() != SequenceStatus::kFinishedIgnored) continue;
     seq->set_status(SequenceStatus::kFinishedLength);
@@ -100,7 +107,7 @@ std::vector<RequestDelta> OutputProcessor::Process(
   for (auto& [group, samples] : groups) {
     group->MarkProgress();
     if (group->first_token_time == absl::InfinitePast()) group->first_token_time = absl::Now();
-    RequestDelta delta{group->request_id(), {}, {}, false};
+    RequestDelta delta = NewDelta(*group, false);
     if (group->sampling().use_beam_search) {
       AdvanceBeams(*group, samples, eos_token_ids_, max_model_len_, *scheduler_);
     } else {
@@ -128,7 +135,7 @@ void OutputProcessor::AttachPromptLogprobs(const SchedulerOutput& output,
       return delta.request_id == group.request_id();
     });
     if (it == deltas.end()) {
-      deltas.push_back(RequestDelta{group.request_id(), {}, {}, group.IsFinished()});
+      deltas.push_back(NewDelta(group, group.IsFinished()));
       it = deltas.end() - 1;
     }
     it->prompt_logprobs = std::move(fresh);

@@ -33,6 +33,9 @@ struct RequestDelta {
   // these.
   std::vector<GeneratedToken> prompt_logprobs;
   bool finished = false;  // Every sequence of the request has finished.
+  // Prompt tokens the prefix cache held (SequenceGroup::
+  // num_cached_prompt_tokens), in every delta.
+  int num_cached_tokens = 0;
 };
 
 // Appends the sampled tokens of a step to their sequences, marks the computed

@@ -123,9 +123,9 @@ Scheduler::ChunkResult Scheduler::AdmitFrontWithChunk(SchedulerOutput& output, i
   CHECK(allocated.ok()) << allocated;  // CanAllocate said kOk.
   for (Sequence* seq : admitted->SeqsWithStatus(SequenceStatus::kWaiting)) {
     // Prefix-cache hits need no computing; the last token always does.
-    seq->set_num_computed_tokens(
-        std::max(seq->num_computed_tokens(),
-                 block_manager_.FindBlockTable(seq->seq_id())->num_cached_tokens));
+    const int cached = block_manager_.FindBlockTable(seq->seq_id())->num_cached_tokens;
+    seq->set_num_computed_tokens(std::max(seq->num_computed_tokens(), cached));
+    admitted->RecordCachedPromptTokens(cached);
     seq->set_status(SequenceStatus::kRunning);
   }
   const ChunkResult chunk = ScheduleChunk(*admitted, token_budget, output);

@@ -415,5 +415,39 @@ TEST_F(SchedulerTest, KvSlotUsageCountsComputedTokensAndSharedBlocksOnce) {
   EXPECT_EQ(usage.allocated_slots, (2 + 4) * 4);
 }
 
+// vLLM's num_cached_tokens: the prompt tokens the prefix cache held at the
+// group's first admission, in every delta of the request; kept when the
+// group is admitted again (recompute preemption, worker recovery).
+TEST_F(SchedulerTest, CachedPromptTokensAreTheFirstAdmissionsPrefixHits) {
+  Scheduler scheduler(SmallConfig(/*block_size=*/4, /*gpu_blocks=*/16));
+  OutputProcessor processor({/*eos=*/2}, scheduler.config().max_model_len, &scheduler);
+  std::vector<int32_t> prompt(10);
+  std::iota(prompt.begin(), prompt.end(), 300);
+  std::vector<int> cached;
+  for (int i = 0; i < 2; ++i) {
+    StoppingOptions stopping;
+    stopping.max_tokens = 4;
+    scheduler.AddSequenceGroup(std::make_unique<SequenceGroup>(
+        "c" + std::to_string(i), prompt, next_seq_id_++, SamplingOptions{}, stopping, kEpoch));
+    const SchedulerOutput output = scheduler.Schedule();
+    ASSERT_EQ(output.scheduled.size(), 1u);
+    const std::vector<RequestDelta> deltas =
+        processor.Process(output, {{7, -0.5f, {}}});  // One token: the prompt is computed.
+    scheduler.CommitComputedBlocks(output);
+    ASSERT_EQ(deltas.size(), 1u);
+    cached.push_back(deltas[0].num_cached_tokens);
+    EXPECT_EQ(output.scheduled[0].group->num_cached_prompt_tokens(), cached.back());
+    EXPECT_NE(scheduler.AbortRequest("c" + std::to_string(i)), nullptr);
+  }
+  // The first computed all 10; the second found the 2 full blocks before
+  // its last token.
+  EXPECT_EQ(cached, std::vector<int>({0, 8}));
+  SequenceGroup group("g", prompt, next_seq_id_++, SamplingOptions{}, StoppingOptions{}, kEpoch);
+  EXPECT_EQ(group.num_cached_prompt_tokens(), 0);
+  group.RecordCachedPromptTokens(8);
+  group.RecordCachedPromptTokens(0);  // Admitted again after a preemption.
+  EXPECT_EQ(group.num_cached_prompt_tokens(), 8);
+}
+
 }  // namespace
 }  // namespace pagoda::scheduler

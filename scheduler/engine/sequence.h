@@ -5,6 +5,7 @@
 // status, generated output) and SequenceGroup (the n or beam-width sequences of
 // one request, with its sampling and stopping options).
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -164,6 +165,14 @@ class SequenceGroup final : public KvSequenceGroup {
   void MarkProgress() { ++steps_since_preemption_; }
   int num_preemptions() const { return num_preemptions_; }
 
+  // Prompt tokens the prefix cache held when the group was first admitted
+  // (vLLM's num_cached_tokens): recorded once, kept through preemption and
+  // worker recovery, which compute them again; 0 until then.
+  void RecordCachedPromptTokens(int tokens) {
+    if (cached_prompt_tokens_ < 0) cached_prompt_tokens_ = tokens;
+  }
+  int num_cached_prompt_tokens() const { return std::max(0, cached_prompt_tokens_); }
+
   // Overlapped scheduling: the group's last step is in flight and its next
   // one needs that step's tokens on the server first (a fork, beam search,
   // a grammar, its last token), so the scheduler leaves it out of the step
@@ -186,6 +195,7 @@ class SequenceGroup final : public KvSequenceGroup {
   absl::Time arrival_time_;
   int priority_ = 0;
   int num_preemptions_ = 0;
+  int cached_prompt_tokens_ = -1;  // -1: not yet admitted.
   int steps_since_preemption_ = 0;
   bool waits_for_tokens_ = false;
 };

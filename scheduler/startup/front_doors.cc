@@ -110,6 +110,8 @@ absl::StatusOr<std::unique_ptr<HttpServer>> StartHttpFrontend(
   options.model_aliases.assign(names.begin() + 1, names.end());
   options.max_model_len = max_model_len;
   options.tool_call_parser = config.model.tool_call_parser;
+  options.enable_prompt_tokens_details = door.enable_prompt_tokens_details;
+  options.enable_force_include_usage = door.enable_force_include_usage;
   options.max_connections = door.http_max_connections;
   options.io_threads = door.http_io_threads;
   if (metrics != nullptr) options.metrics_registry = metrics->registry();

@@ -233,6 +233,36 @@ class FlagsTest(unittest.TestCase):
                 self.assertEqual(result.returncode, 1, result.stderr)
                 self.assertEqual(result.stderr.strip(), line)
 
+    def test_vllms_usage_flags(self):
+        """--enable-prompt-tokens-details: usage.prompt_tokens_details.
+        cached_tokens, 0 for a prompt seen first, then its cached blocks;
+        --enable-force-include-usage: a stream that asked for nothing gets
+        usage in each chunk and a last usage chunk."""
+        server = h.Server(self.model, "--http-port", "-1", "--enable-prompt-tokens-details",
+                          "--enable-force-include-usage").start()
+        self.addCleanup(server.stop)
+        base = f"http://127.0.0.1:{server.http_port}/v1/completions"
+        body = {"prompt": list(range(200, 240)), "max_tokens": 2, "temperature": 0,
+                "ignore_eos": True}
+
+        def post(payload):
+            request = urllib.request.Request(base, method="POST",
+                                             headers={"Content-Type": "application/json"},
+                                             data=json.dumps(payload).encode())
+            return urllib.request.urlopen(request, timeout=60)
+
+        for cached in (0, 32):  # 40 tokens: 2 full 16-token blocks before the last.
+            with post(body) as reply:
+                usage = json.load(reply)["usage"]
+            self.assertEqual(usage["prompt_tokens_details"], {"cached_tokens": cached})
+        with post(dict(body, stream=True)) as reply:
+            events = [json.loads(line[len(b"data: "):]) for line in reply.read().splitlines()
+                      if line.startswith(b"data: {")]
+        self.assertTrue(all("usage" in event for event in events), events)
+        self.assertEqual(events[-1]["choices"], [])
+        self.assertEqual(events[-1]["usage"]["completion_tokens"], 2)
+        self.assertEqual(events[-1]["usage"]["prompt_tokens_details"], {"cached_tokens": 32})
+
     def test_vllms_request_log(self):
         """--enable-log-requests logs each request's options as it is
         accepted (its prompt too at VLLM_LOGGING_LEVEL=DEBUG),

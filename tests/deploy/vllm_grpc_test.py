@@ -114,6 +114,20 @@ class VllmGrpcTest(unittest.TestCase):
                 self.assertEqual(complete.prompt_tokens, len(PROMPT))
                 self.assertEqual(complete.completion_tokens, 24)
 
+    def test_cached_tokens_are_the_prefix_cache_hits(self):
+        """cached_tokens, as vLLM's num_cached_tokens: 0 for a prompt seen
+        first, then its full 16-token blocks before the last token."""
+        prompt = list(range(100, 140))  # 40 tokens: 2 full blocks before the last.
+        for attempt, cached in ((0, 0), (1, 32)):
+            request = pb.GenerateRequest(
+                request_id=f"cached-{attempt}", stream=True,
+                tokenized=pb.TokenizedInput(input_ids=prompt),
+                sampling_params=pb.SamplingParams(temperature=0, max_tokens=3, ignore_eos=True))
+            responses = list(_stub.Generate(request, timeout=60))
+            with self.subTest(attempt=attempt):
+                self.assertEqual(responses[-1].complete.cached_tokens, cached)
+                self.assertEqual({r.chunk.cached_tokens for r in responses[:-1]}, {cached})
+
     def test_text_prompt_n_seed_and_logprobs(self):
         request = pb.GenerateRequest(
             request_id="text-n", stream=True, text="Hello there",
