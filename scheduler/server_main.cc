@@ -40,6 +40,9 @@ absl::Status Serve(absl::StatusOr<ServerConfig> config) {
   if (!config->config_file.empty()) {
     LOG(INFO) << "flags from --config " << config->config_file << " (the command line's win)";
   }
+  if (const std::string no_ops = DescribeVllmNoOpFlags(config->vllm_no_ops); !no_ops.empty()) {
+    LOG(INFO) << no_ops;
+  }
   absl::StatusOr<ModelFiles> model = LoadModelFiles(config->model);
   if (!model.ok()) return model.status();
   if (absl::Status status = ResolveForModel(model->config, &*config); !status.ok()) return status;

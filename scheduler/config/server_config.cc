@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "common/dtype.h"
@@ -266,8 +267,36 @@ absl::Status CheckFp8KvCacheDevice(const ModelOptions& model, const WorkerOption
 
 }  // namespace
 
+// The values of vLLM's no-op flags whose behaviour Pagoda has.
+absl::Status CheckVllmNoOps(const VllmNoOpFlags& flags) {
+  if (flags.load_format != "auto" && flags.load_format != "safetensors") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--load-format ", flags.load_format, ": Pagoda reads safetensors (auto or safetensors)"));
+  }
+  if (!flags.distributed_executor_backend.empty() && flags.distributed_executor_backend != "mp") {
+    return absl::InvalidArgumentError(absl::StrCat("--distributed-executor-backend ",
+                                                   flags.distributed_executor_backend,
+                                                   ": Pagoda's workers are processes (mp)"));
+  }
+  return absl::OkStatus();
+}
+
+std::string DescribeVllmNoOpFlags(const VllmNoOpFlags& flags) {
+  std::vector<std::string> given;
+  if (flags.trust_remote_code) given.push_back("--trust-remote-code");
+  if (flags.disable_custom_all_reduce) given.push_back("--disable-custom-all-reduce");
+  if (flags.load_format != "auto") given.push_back("--load-format " + flags.load_format);
+  if (!flags.distributed_executor_backend.empty()) {
+    given.push_back("--distributed-executor-backend " + flags.distributed_executor_backend);
+  }
+  if (given.empty()) return "";
+  return absl::StrCat("vLLM's ", absl::StrJoin(given, ", "),
+                      ": taken, no effect here (docs/configuration.md)");
+}
+
 absl::Status CheckServerConfig(const ServerConfig& config) {
   return FirstError({
+      CheckVllmNoOps(config.vllm_no_ops),
       CheckModel(config.model),
       CheckFrontDoor(config.front_door),
       CheckScheduling(config.scheduling),

@@ -153,6 +153,19 @@ struct KvEventOptions {
   int send_high_water_mark = 100000;  // ZeroMQ's, in messages.
 };
 
+// vLLM flags that vLLM command lines carry and that change nothing here,
+// taken so that such a command line runs: each value whose behaviour Pagoda
+// has is accepted (and logged at start), any other refused.
+struct VllmNoOpFlags {
+  bool trust_remote_code = false;            // Pagoda runs no code a model ships.
+  bool disable_custom_all_reduce = false;    // Tensor parallelism all-reduces with NCCL.
+  std::string load_format = "auto";          // auto or safetensors: what Pagoda reads.
+  std::string distributed_executor_backend;  // "" or mp: the workers are processes.
+};
+
+// The start-up log's line naming the no-op flags given ("" for none).
+std::string DescribeVllmNoOpFlags(const VllmNoOpFlags& flags);
+
 struct ServerConfig {
   ModelOptions model;
   FrontDoorOptions front_door;
@@ -167,6 +180,7 @@ struct ServerConfig {
   lora::LoraOptions lora;
   // vLLM's --config FILE.yaml, already read into the flags above (logged).
   std::string config_file;
+  VllmNoOpFlags vllm_no_ops;
 };
 
 // Every rule that needs the flags alone.

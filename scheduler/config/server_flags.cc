@@ -185,6 +185,15 @@ ABSL_FLAG(std::string, worker_binary, "",
 ABSL_FLAG(int, cpu_threads, 0, "Threads of the CPU worker; 0 = every CPU it may use.");
 ABSL_FLAG(bool, enforce_eager, false,
           "CUDA: run every step eagerly, without capturing decode steps as CUDA graphs.");
+// vLLM's flags with no effect here (VllmNoOpFlags).
+ABSL_FLAG(bool, trust_remote_code, false,
+          "vLLM's; no effect: Pagoda runs no code a model directory ships.");
+ABSL_FLAG(bool, disable_custom_all_reduce, false,
+          "vLLM's; no effect: tensor parallelism all-reduces with NCCL (or on the CPU).");
+ABSL_FLAG(std::string, load_format, "auto",
+          "vLLM's: auto or safetensors, the weights Pagoda reads; others are refused.");
+ABSL_FLAG(std::string, distributed_executor_backend, "",
+          "vLLM's: mp (the workers are processes, as always here); others are refused.");
 ABSL_FLAG(int, worker_restart_limit, 5,
           "Restart attempts of the workers within --worker-restart-window, or failed ones "
           "in a row, after which the server gives up: requests fail with UNAVAILABLE and "
@@ -458,6 +467,9 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags(const std::vector<std::string
     config.model.model_dir = arguments[0];
   }
   config.config_file = absl::GetFlag(FLAGS_config);
+  config.vllm_no_ops = {
+      absl::GetFlag(FLAGS_trust_remote_code), absl::GetFlag(FLAGS_disable_custom_all_reduce),
+      absl::GetFlag(FLAGS_load_format), absl::GetFlag(FLAGS_distributed_executor_backend)};
   config.front_door = ReadFrontDoorFlags();
   absl::StatusOr<SchedulingOptions> scheduling = ReadSchedulingFlags();
   if (!scheduling.ok()) return scheduling.status();
@@ -530,6 +542,9 @@ std::vector<FlagGroup> ServerFlagGroups() {
         "worker_restart_limit", "worker_restart_window", "worker_failure_exit_delay",
         "worker_stall_timeout", "worker_start_timeout", "collective_timeout", "rendezvous_host",
         "rendezvous_port"}},
+      {"vLLM's flags with no effect here",
+       {"trust_remote_code", "disable_custom_all_reduce", "load_format",
+        "distributed_executor_backend"}},
       {"KV events",
        {"kv_events_endpoint", "kv_events_replay_endpoint", "kv_events_topic",
         "kv_events_queue_batches", "kv_events_replay_buffer", "kv_events_config"}},

@@ -233,6 +233,17 @@ class FlagsTest(unittest.TestCase):
                 self.assertEqual(result.returncode, 1, result.stderr)
                 self.assertEqual(result.stderr.strip(), line)
 
+    def test_vllms_flags_with_no_effect_are_taken_and_named(self):
+        """A vLLM command line's --trust-remote-code and friends run, and
+        the start-up log names them as taken with no effect."""
+        server = h.Server(self.model, "--trust-remote-code", "--disable-custom-all-reduce",
+                          "--load-format", "safetensors", "--distributed-executor-backend",
+                          "mp").start()
+        self.addCleanup(server.stop)
+        self.assertIn("vLLM's --trust-remote-code, --disable-custom-all-reduce, --load-format "
+                      "safetensors, --distributed-executor-backend mp: taken, no effect here",
+                      server.stderr())
+
     def test_vllms_usage_flags(self):
         """--enable-prompt-tokens-details: usage.prompt_tokens_details.
         cached_tokens, 0 for a prompt seen first, then its cached blocks;
@@ -357,6 +368,12 @@ class FlagsTest(unittest.TestCase):
             (["--override-generation-config", '{"max_new_tokens": 0}'],
              'pagoda-server: --override-generation-config: field "max_new_tokens" must be in '
              "[1, 2147483647], got 0"),
+            (["--load-format", "dummy"],
+             "pagoda-server: --load-format dummy: Pagoda reads safetensors (auto or "
+             "safetensors)"),
+            (["--distributed-executor-backend", "ray"],
+             "pagoda-server: --distributed-executor-backend ray: Pagoda's workers are "
+             "processes (mp)"),
             (["--max-num-seqs.limit", "4"],
              "pagoda-server: --max-num-seqs.limit: --max-num-seqs takes no keys"),
             (["--speculative-config", "{}", "--speculative-config.method", "ngram"],
