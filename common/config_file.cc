@@ -1,5 +1,6 @@
 #include "common/config_file.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
