@@ -12,6 +12,11 @@ void CallTracker::End() {
   --active_;
 }
 
+int CallTracker::active() {
+  absl::MutexLock lock(&mu_);
+  return active_;
+}
+
 bool CallTracker::WaitUntilIdle(absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
   auto idle = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return active_ == 0; };

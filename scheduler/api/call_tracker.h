@@ -19,6 +19,8 @@ class CallTracker {
   void End();
   // True if no call is active within `timeout`.
   bool WaitUntilIdle(absl::Duration timeout);
+  // The calls active now (vLLM's /load reads the completions').
+  int active();
 
  private:
   absl::Mutex mu_;

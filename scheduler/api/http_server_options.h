@@ -53,6 +53,10 @@ struct HttpServerOptions {
   // "continuous_usage_stats": true}.
   bool enable_prompt_tokens_details = false;
   bool enable_force_include_usage = false;
+  // vLLM's --enable-server-load-tracking: GET /load answers the completions
+  // and chat calls in flight (from their acceptance until their response
+  // ends); without, 0.
+  bool enable_server_load_tracking = false;
 
   // Connections open at once; one more is answered 503 and closed at once.
   int max_connections = 4096;

@@ -77,7 +77,7 @@ bool OpenAiRoutes::Authorized(absl::string_view api_key, absl::string_view path,
 absl::string_view OpenAiRoutes::RouteLabel(absl::string_view path) {
   for (absl::string_view route :
        {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/ping", "/version",
-        "/tokenize", "/detokenize", "/v1/load_lora_adapter", "/v1/unload_lora_adapter"}) {
+        "/load", "/tokenize", "/detokenize", "/v1/load_lora_adapter", "/v1/unload_lora_adapter"}) {
     if (path == route) return route;
   }
   if (absl::StartsWith(path, kModelsPrefix)) return "/v1/models/{id}";
@@ -85,8 +85,8 @@ absl::string_view OpenAiRoutes::RouteLabel(absl::string_view path) {
 }
 
 bool OpenAiRoutes::AnsweredAtOnce(absl::string_view route) {
-  return route == "/health" || route == "/ping" || route == "/version" || route == "/v1/models" ||
-         route == "/v1/models/{id}";
+  return route == "/health" || route == "/ping" || route == "/version" || route == "/load" ||
+         route == "/v1/models" || route == "/v1/models/{id}";
 }
 
 bool OpenAiRoutes::Routable(absl::string_view method, absl::string_view path, int* status) {
@@ -128,6 +128,10 @@ void OpenAiRoutes::Handle(HttpRequest request, std::shared_ptr<HttpExchange> exc
   }
   if (route == "/version") {
     return exchange->Respond(200, kJsonContentType, DumpJson({{"version", PAGODA_VERSION}}));
+  }
+  if (route == "/load") {  // vLLM's: 0 without --enable-server-load-tracking.
+    const int load = options_.enable_server_load_tracking ? calls_.active() : 0;
+    return exchange->Respond(200, kJsonContentType, DumpJson({{"server_load", load}}));
   }
   if (route == "/v1/models" || route == "/v1/models/{id}") {
     return AnswerModels(route, request.path, *exchange);

@@ -81,6 +81,7 @@ struct FrontDoorOptions {
   // vLLM's usage flags for the OpenAI door (HttpServerOptions).
   bool enable_prompt_tokens_details = false;
   bool enable_force_include_usage = false;
+  bool enable_server_load_tracking = false;  // GET /load (HttpServerOptions).
   bool log_requests = false;
   bool log_request_details = false;
   bool log_outputs = false;

@@ -109,6 +109,9 @@ ABSL_FLAG(bool, enable_prompt_tokens_details, false,
 ABSL_FLAG(bool, enable_force_include_usage, false,
           "vLLM's: every OpenAI stream reports usage, in each chunk and a last usage chunk, "
           "whatever its stream_options.");
+ABSL_FLAG(bool, enable_server_load_tracking, false,
+          "vLLM's: GET /load answers {\"server_load\": N}, the completions and chat requests "
+          "in flight (0 without this flag).");
 ABSL_FLAG(bool, enable_log_requests, false,
           "vLLM's: log each request's id, sampling options and adapter as it is accepted "
           "(and its prompt with VLLM_LOGGING_LEVEL=DEBUG). Off: prompts are the users' data.");
@@ -332,6 +335,7 @@ FrontDoorOptions ReadFrontDoorFlags() {
   }
   door.enable_prompt_tokens_details = absl::GetFlag(FLAGS_enable_prompt_tokens_details);
   door.enable_force_include_usage = absl::GetFlag(FLAGS_enable_force_include_usage);
+  door.enable_server_load_tracking = absl::GetFlag(FLAGS_enable_server_load_tracking);
   door.log_requests = absl::GetFlag(FLAGS_enable_log_requests);
   const char* level = std::getenv("VLLM_LOGGING_LEVEL");
   door.log_request_details =
@@ -509,7 +513,8 @@ std::vector<FlagGroup> ServerFlagGroups() {
        {"host", "port", "http_port", "http_max_connections", "http_io_threads", "metrics_port",
         "metrics_host", "api_key", "ssl_certfile", "ssl_keyfile", "ssl_ca_certs",
         "max_stream_queued_messages", "vllm_metric_names", "vllm_grpc_api", "drain_timeout",
-        "enable_prompt_tokens_details", "enable_force_include_usage"}},
+        "enable_prompt_tokens_details", "enable_force_include_usage",
+        "enable_server_load_tracking"}},
       {"Logs", {"disable_log_stats", "enable_log_requests", "enable_log_outputs", "max_log_len"}},
       {"Scheduling",
        {"max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill",

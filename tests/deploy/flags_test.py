@@ -274,6 +274,31 @@ class FlagsTest(unittest.TestCase):
         self.assertEqual(events[-1]["usage"]["completion_tokens"], 2)
         self.assertEqual(events[-1]["usage"]["prompt_tokens_details"], {"cached_tokens": 32})
 
+    def test_vllms_load_endpoint(self):
+        """GET /load: with --enable-server-load-tracking the completions in
+        flight (a stream counts until its end), 0 without the flag."""
+        def load(server):
+            with urllib.request.urlopen(f"http://127.0.0.1:{server.http_port}/load",
+                                        timeout=30) as reply:
+                return json.load(reply)["server_load"]
+
+        for tracking in (True, False):
+            flags = ["--enable-server-load-tracking"] if tracking else []
+            server = h.Server(self.model, "--http-port", "-1", *flags).start()
+            self.addCleanup(server.stop)
+            with self.subTest(tracking=tracking):
+                self.assertEqual(load(server), 0)
+                request = urllib.request.Request(
+                    f"http://127.0.0.1:{server.http_port}/v1/completions", method="POST",
+                    headers={"Content-Type": "application/json"},
+                    data=json.dumps({"prompt": [5, 6, 7], "max_tokens": 2000, "stream": True,
+                                     "ignore_eos": True}).encode())
+                stream = urllib.request.urlopen(request, timeout=60)
+                stream.readline()  # The first event: the call is in flight.
+                self.assertEqual(load(server), 1 if tracking else 0)
+                stream.close()  # The client leaves: the call ends.
+                h.wait_for(lambda: load(server) == 0, 30, "the load back to 0")
+
     def test_vllms_request_log(self):
         """--enable-log-requests logs each request's options as it is
         accepted (its prompt too at VLLM_LOGGING_LEVEL=DEBUG),
