@@ -57,6 +57,9 @@ struct HttpServerOptions {
   // and chat calls in flight (from their acceptance until their response
   // ends); without, 0.
   bool enable_server_load_tracking = false;
+  // vLLM's --return-tokens-as-token-ids: logprobs name tokens "token_id:N"
+  // unless a request's return_tokens_as_token_ids says otherwise.
+  bool return_tokens_as_token_ids = false;
 
   // Connections open at once; one more is answered 503 and closed at once.
   int max_connections = 4096;

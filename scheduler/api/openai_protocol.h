@@ -56,6 +56,10 @@ struct OpenAiRequest {
   // (completions: in each choice, chat: beside the choices; in a stream,
   // the first chunk of each choice, or of the response for chat).
   bool return_token_ids = false;
+  // vLLM's return_tokens_as_token_ids: logprobs name each token
+  // "token_id:N" instead of its text (unset: the server's
+  // --return-tokens-as-token-ids).
+  std::optional<bool> return_tokens_as_token_ids;
   // Chat: tools, tool_choice and how the server reads calls back.
   ToolsRequest tools;
   // Chat: vLLM's chat_template_kwargs, more variables for the template

@@ -403,6 +403,55 @@ TEST(OpenAiProtocolTest, EchoedPromptLogprobsComeBeforeTheChoicesInOpenAisShape)
   EXPECT_EQ(logprobs["text_offset"], json({0, 10, 20, 30}));
 }
 
+// Each id decodes to "<id>" (a tokenizer whose texts tell ids apart).
+class AngleTokenizer : public Tokenizer {
+ public:
+  absl::StatusOr<std::vector<int>> Encode(const std::string&) const override {
+    return std::vector<int>{};
+  }
+  absl::StatusOr<std::string> Decode(const std::vector<int>& ids) const override {
+    std::string text;
+    for (int id : ids) absl::StrAppend(&text, "<", id, ">");
+    return text;
+  }
+  int vocab_size() const override { return 100; }
+  std::string kind() const override { return "angle"; }
+};
+
+// vLLM's return_tokens_as_token_ids: logprobs name tokens "token_id:N",
+// chat and completions alike; the request's value wins over the server's.
+TEST(OpenAiProtocolTest, ReturnTokensAsTokenIdsNamesLogprobTokensByTheirIds) {
+  const AngleTokenizer tokenizer;
+  pagoda::v1::GenerateResponse response;
+  pagoda::v1::TokenLogprobs* token = response.add_outputs()->add_logprobs();
+  token->set_token_id(7);
+  token->set_logprob(-0.5f);
+  pagoda::v1::TokenLogprob* top = token->add_top();
+  top->set_token_id(7);
+  top->set_logprob(-0.5f);
+  response.mutable_outputs(0)->add_token_ids(7);
+  const auto logprobs = [&](json body, bool chat) {
+    body[chat ? "messages" : "prompt"] =
+        chat ? json::array({{{"role", "user"}, {"content", "x"}}}) : json("x");
+    body[chat ? "top_logprobs" : "logprobs"] = 1;
+    if (chat) body["logprobs"] = true;
+    absl::StatusOr<OpenAiRequest> request = ParseOpenAiRequest(body, chat, 8);
+    EXPECT_TRUE(request.ok()) << request.status();
+    return MakeOpenAiResponse(*request, response, "m", 0, &tokenizer)["choices"][0]["logprobs"];
+  };
+  const json as_ids = {{"return_tokens_as_token_ids", true}};
+  EXPECT_EQ(logprobs(as_ids, false)["tokens"], json({"token_id:7"}));
+  EXPECT_EQ(logprobs(as_ids, false)["top_logprobs"][0], json({{"token_id:7", -0.5}}));
+  EXPECT_EQ(logprobs(json::object(), false)["tokens"], json({"<7>"}));
+  const json chat = logprobs(as_ids, true)["content"][0];
+  EXPECT_EQ(chat["token"], "token_id:7");
+  EXPECT_EQ(chat["bytes"], json::array({116, 111, 107, 101, 110, 95, 105, 100, 58, 55}));
+  EXPECT_EQ(chat["top_logprobs"][0]["token"], "token_id:7");
+  EXPECT_EQ(logprobs(json::object(), true)["content"][0]["token"], "<7>");
+  EXPECT_FALSE(
+      ParseOpenAiRequest(json{{"prompt", "x"}, {"return_tokens_as_token_ids", 1}}, false, 8).ok());
+}
+
 TEST(OpenAiProtocolTest, VllmPromptLogprobsAreNullThenTokenIdKeyedEntries) {
   auto request = ParseOpenAiRequest(json{{"prompt", "a"}, {"prompt_logprobs", 1}}, false, 8);
   ASSERT_TRUE(request.ok());

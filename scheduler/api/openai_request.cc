@@ -222,6 +222,11 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(const json& body, bool chat,
         body, sixteen ? 16 : defaults.max_tokens.value_or(default_chat_max_tokens), &out);
   }
   if (status.ok()) status = ParseStreaming(body, &out);
+  if (status.ok() && Present(body, "return_tokens_as_token_ids")) {
+    absl::StatusOr<bool> as_ids = Boolean(body, "return_tokens_as_token_ids", false);
+    status = as_ids.status();
+    if (as_ids.ok()) out.return_tokens_as_token_ids = *as_ids;
+  }
   if (status.ok()) {  // vLLM's: the prompt's and each choice's token ids.
     absl::StatusOr<bool> return_token_ids = Boolean(body, "return_token_ids", false);
     status = return_token_ids.status();

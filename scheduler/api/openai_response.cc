@@ -25,6 +25,13 @@ std::string TokenText(const Tokenizer* tokenizer, int32_t id) {
   return text.ok() ? *text : absl::StrCat("token_id:", id);
 }
 
+// A logprobs entry's token: its text, or vLLM's "token_id:N" when the
+// request asks (return_tokens_as_token_ids).
+std::string LogprobToken(const OpenAiRequest& request, const Tokenizer* tokenizer, int32_t id) {
+  if (request.return_tokens_as_token_ids.value_or(false)) return absl::StrCat("token_id:", id);
+  return TokenText(tokenizer, id);
+}
+
 json Bytes(const std::string& text) {
   json out = json::array();
   for (unsigned char byte : text) out.push_back(static_cast<int>(byte));
@@ -38,10 +45,10 @@ json LogprobsJson(const OpenAiRequest& request, const pagoda::v1::SequenceOutput
   if (request.chat) {
     json content = json::array();
     for (const pagoda::v1::TokenLogprobs& token : output.logprobs()) {
-      const std::string text = TokenText(tokenizer, token.token_id());
+      const std::string text = LogprobToken(request, tokenizer, token.token_id());
       json top = json::array();
       for (int i = 0; i < token.top_size() && i < request.top_logprobs; ++i) {
-        const std::string alternative = TokenText(tokenizer, token.top(i).token_id());
+        const std::string alternative = LogprobToken(request, tokenizer, token.top(i).token_id());
         top.push_back({{"token", alternative},
                        {"logprob", token.top(i).logprob()},
                        {"bytes", Bytes(alternative)}});
@@ -57,12 +64,12 @@ json LogprobsJson(const OpenAiRequest& request, const pagoda::v1::SequenceOutput
        offsets = json::array();
   size_t offset = 0;
   for (const pagoda::v1::TokenLogprobs& token : output.logprobs()) {
-    const std::string text = TokenText(tokenizer, token.token_id());
+    const std::string text = LogprobToken(request, tokenizer, token.token_id());
     tokens.push_back(text);
     token_logprobs.push_back(token.logprob());
     json top = json::object();
     for (int i = 0; i < token.top_size() && i < request.top_logprobs; ++i) {
-      top[TokenText(tokenizer, token.top(i).token_id())] = token.top(i).logprob();
+      top[LogprobToken(request, tokenizer, token.top(i).token_id())] = token.top(i).logprob();
     }
     top_logprobs.push_back(top);
     offsets.push_back(offset);
@@ -191,17 +198,17 @@ void PrependPromptLogprobs(const OpenAiRequest& request,
                            const pagoda::v1::GenerateResponse& response, const Tokenizer* tokenizer,
                            json* logprobs) {
   if (prompt_token_ids.empty() || !logprobs->is_object()) return;
-  json tokens = json::array({TokenText(tokenizer, prompt_token_ids[0])});
+  json tokens = json::array({LogprobToken(request, tokenizer, prompt_token_ids[0])});
   json token_logprobs = json::array({nullptr}), top_logprobs = json::array({nullptr});
   json offsets = json::array({0});
   size_t offset = tokens[0].get<std::string>().size();
   for (const pagoda::v1::TokenLogprobs& entry : response.prompt_logprobs()) {
-    const std::string text = TokenText(tokenizer, entry.token_id());
+    const std::string text = LogprobToken(request, tokenizer, entry.token_id());
     tokens.push_back(text);
     token_logprobs.push_back(entry.logprob());
     json top = json::object();
     for (int i = 0; i < entry.top_size() && i < request.top_logprobs; ++i) {
-      top[TokenText(tokenizer, entry.top(i).token_id())] = entry.top(i).logprob();
+      top[LogprobToken(request, tokenizer, entry.top(i).token_id())] = entry.top(i).logprob();
     }
     top_logprobs.push_back(std::move(top));
     offsets.push_back(offset);

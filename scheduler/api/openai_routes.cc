@@ -46,10 +46,14 @@ bool NeedsTokenizer(const json& body) {
   return false;
 }
 
-// The server's usage flags (--enable-prompt-tokens-details,
-// --enable-force-include-usage) over what the body asked.
-void ApplyUsageFlags(const HttpServerOptions& options, OpenAiRequest& request) {
+// The server's response flags (--enable-prompt-tokens-details,
+// --enable-force-include-usage, --return-tokens-as-token-ids) over what the
+// body asked.
+void ApplyResponseFlags(const HttpServerOptions& options, OpenAiRequest& request) {
   request.prompt_tokens_details = options.enable_prompt_tokens_details;
+  if (!request.return_tokens_as_token_ids.has_value()) {
+    request.return_tokens_as_token_ids = options.return_tokens_as_token_ids;
+  }
   if (options.enable_force_include_usage && request.stream) {
     request.include_usage = request.continuous_usage_stats = true;  // vLLM's (True, True).
   }
@@ -227,7 +231,7 @@ absl::StatusOr<OpenAiRoutes::Prepared> OpenAiRoutes::Prepare(const json& body, b
       ParseOpenAiRequest(body, chat, options_.max_model_len, path_->limits().defaults,
                          ordered.is_object() ? &ordered : nullptr, tool_parser_);
   if (!parsed.ok()) return parsed.status();
-  ApplyUsageFlags(options_, *parsed);
+  ApplyResponseFlags(options_, *parsed);
   absl::StatusOr<std::string> adapter = AdapterFor(parsed->model);
   if (!adapter.ok()) return adapter.status();
   parsed->generate.set_lora_name(*adapter);

@@ -82,6 +82,7 @@ struct FrontDoorOptions {
   bool enable_prompt_tokens_details = false;
   bool enable_force_include_usage = false;
   bool enable_server_load_tracking = false;  // GET /load (HttpServerOptions).
+  bool return_tokens_as_token_ids = false;
   bool log_requests = false;
   bool log_request_details = false;
   bool log_outputs = false;

@@ -112,6 +112,9 @@ ABSL_FLAG(bool, enable_force_include_usage, false,
 ABSL_FLAG(bool, enable_server_load_tracking, false,
           "vLLM's: GET /load answers {\"server_load\": N}, the completions and chat requests "
           "in flight (0 without this flag).");
+ABSL_FLAG(bool, return_tokens_as_token_ids, false,
+          "vLLM's: OpenAI logprobs name each token \"token_id:N\" instead of its text, unless "
+          "a request's return_tokens_as_token_ids says otherwise.");
 ABSL_FLAG(bool, enable_log_requests, false,
           "vLLM's: log each request's id, sampling options and adapter as it is accepted "
           "(and its prompt with VLLM_LOGGING_LEVEL=DEBUG). Off: prompts are the users' data.");
@@ -336,6 +339,7 @@ FrontDoorOptions ReadFrontDoorFlags() {
   door.enable_prompt_tokens_details = absl::GetFlag(FLAGS_enable_prompt_tokens_details);
   door.enable_force_include_usage = absl::GetFlag(FLAGS_enable_force_include_usage);
   door.enable_server_load_tracking = absl::GetFlag(FLAGS_enable_server_load_tracking);
+  door.return_tokens_as_token_ids = absl::GetFlag(FLAGS_return_tokens_as_token_ids);
   door.log_requests = absl::GetFlag(FLAGS_enable_log_requests);
   const char* level = std::getenv("VLLM_LOGGING_LEVEL");
   door.log_request_details =
@@ -513,8 +517,8 @@ std::vector<FlagGroup> ServerFlagGroups() {
        {"host", "port", "http_port", "http_max_connections", "http_io_threads", "metrics_port",
         "metrics_host", "api_key", "ssl_certfile", "ssl_keyfile", "ssl_ca_certs",
         "max_stream_queued_messages", "vllm_metric_names", "vllm_grpc_api", "drain_timeout",
-        "enable_prompt_tokens_details", "enable_force_include_usage",
-        "enable_server_load_tracking"}},
+        "enable_prompt_tokens_details", "enable_force_include_usage", "enable_server_load_tracking",
+        "return_tokens_as_token_ids"}},
       {"Logs", {"disable_log_stats", "enable_log_requests", "enable_log_outputs", "max_log_len"}},
       {"Scheduling",
        {"max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill",

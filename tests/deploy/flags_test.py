@@ -248,9 +248,10 @@ class FlagsTest(unittest.TestCase):
         """--enable-prompt-tokens-details: usage.prompt_tokens_details.
         cached_tokens, 0 for a prompt seen first, then its cached blocks;
         --enable-force-include-usage: a stream that asked for nothing gets
-        usage in each chunk and a last usage chunk."""
+        usage in each chunk and a last usage chunk; --return-tokens-as-
+        token-ids: logprobs tokens "token_id:N" unless a request says no."""
         server = h.Server(self.model, "--http-port", "-1", "--enable-prompt-tokens-details",
-                          "--enable-force-include-usage").start()
+                          "--enable-force-include-usage", "--return-tokens-as-token-ids").start()
         self.addCleanup(server.stop)
         base = f"http://127.0.0.1:{server.http_port}/v1/completions"
         body = {"prompt": list(range(200, 240)), "max_tokens": 2, "temperature": 0,
@@ -273,6 +274,15 @@ class FlagsTest(unittest.TestCase):
         self.assertEqual(events[-1]["choices"], [])
         self.assertEqual(events[-1]["usage"]["completion_tokens"], 2)
         self.assertEqual(events[-1]["usage"]["prompt_tokens_details"], {"cached_tokens": 32})
+        # --return-tokens-as-token-ids, unless the request says otherwise.
+        for as_ids in (None, False):
+            asked = dict(body, logprobs=1)
+            if as_ids is not None:
+                asked["return_tokens_as_token_ids"] = as_ids
+            with post(asked) as reply:
+                tokens = json.load(reply)["choices"][0]["logprobs"]["tokens"]
+            self.assertEqual(len(tokens), 2)
+            self.assertEqual([t.startswith("token_id:") for t in tokens], [as_ids is None] * 2)
 
     def test_vllms_load_endpoint(self):
         """GET /load: with --enable-server-load-tracking the completions in
