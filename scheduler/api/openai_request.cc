@@ -92,6 +92,19 @@ absl::Status RefuseUnsupported(const json& body) {
   return absl::OkStatus();
 }
 
+// vLLM's return_token_ids (the prompt's and each choice's token ids) and
+// return_tokens_as_token_ids (logprobs name tokens "token_id:N").
+absl::Status ParseTokenIdOptions(const json& body, OpenAiRequest* out) {
+  absl::StatusOr<bool> return_token_ids = Boolean(body, "return_token_ids", false);
+  if (!return_token_ids.ok()) return return_token_ids.status();
+  out->return_token_ids = *return_token_ids;
+  if (!Present(body, "return_tokens_as_token_ids")) return absl::OkStatus();
+  absl::StatusOr<bool> as_ids = Boolean(body, "return_tokens_as_token_ids", false);
+  if (!as_ids.ok()) return as_ids.status();
+  out->return_tokens_as_token_ids = *as_ids;
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 pagoda::v1::GenerateRequest PromptRequest(const OpenAiRequest& request, size_t index) {
@@ -222,16 +235,7 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(const json& body, bool chat,
         body, sixteen ? 16 : defaults.max_tokens.value_or(default_chat_max_tokens), &out);
   }
   if (status.ok()) status = ParseStreaming(body, &out);
-  if (status.ok() && Present(body, "return_tokens_as_token_ids")) {
-    absl::StatusOr<bool> as_ids = Boolean(body, "return_tokens_as_token_ids", false);
-    status = as_ids.status();
-    if (as_ids.ok()) out.return_tokens_as_token_ids = *as_ids;
-  }
-  if (status.ok()) {  // vLLM's: the prompt's and each choice's token ids.
-    absl::StatusOr<bool> return_token_ids = Boolean(body, "return_token_ids", false);
-    status = return_token_ids.status();
-    out.return_token_ids = return_token_ids.value_or(false);
-  }
+  if (status.ok()) status = ParseTokenIdOptions(body, &out);
   if (!status.ok()) return status;
   return out;
 }
