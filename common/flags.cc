@@ -6,6 +6,7 @@
 #include <deque>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -22,6 +23,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "common/config_file.h"
+#include "common/human_readable_int.h"
 #include "common/json_flag_keys.h"
 
 #ifndef PAGODA_VERSION
@@ -135,6 +137,32 @@ std::vector<std::string> ExpandFlagAliases(
   return args;
 }
 
+std::vector<std::string> ExpandHumanReadableInts(std::vector<std::string> args,
+                                                 const std::vector<std::string>& flags) {
+  const auto expand = [](std::string& value) {
+    if (std::optional<int64_t> integer = HumanReadableInteger(value)) {
+      value = absl::StrCat(*integer);
+    }
+  };
+  for (size_t i = 1; i < args.size() && args[i] != "--"; ++i) {
+    if (args[i].size() < 2 || args[i][0] != '-') continue;
+    const size_t begin = args[i][1] == '-' ? 2 : 1;
+    const size_t equals = args[i].find('=');
+    const std::string name = absl::StrReplaceAll(
+        args[i].substr(begin, equals == std::string::npos ? std::string::npos : equals - begin),
+        {{"-", "_"}});
+    if (std::find(flags.begin(), flags.end(), name) == flags.end()) continue;
+    if (equals != std::string::npos) {
+      std::string value = args[i].substr(equals + 1);
+      expand(value);
+      args[i] = absl::StrCat(args[i].substr(0, equals + 1), value);
+    } else if (i + 1 < args.size()) {
+      expand(args[++i]);
+    }
+  }
+  return args;
+}
+
 std::vector<std::string> JoinListFlagWords(std::vector<std::string> args,
                                            const std::vector<std::string>& list_flags) {
   std::vector<std::string> joined;
@@ -159,16 +187,17 @@ std::vector<std::string> JoinListFlagWords(std::vector<std::string> args,
 namespace {
 
 // The arguments as Abseil will parse them: a --config file read in, vLLM's
-// short spellings spelled out, list flags' words joined, JSON flags' keys
-// gathered.
+// short spellings spelled out, human-readable integers as integers, list
+// flags' words joined, JSON flags' keys gathered.
 absl::StatusOr<GatheredJsonFlags> GatherCommandLine(int argc, char** argv,
                                                     const ProgramInfo& program) {
   absl::StatusOr<std::vector<std::string>> args = std::vector<std::string>(argv, argv + argc);
   if (program.reads_config_file) args = PullConfigFileArguments(*std::move(args));
   if (!args.ok()) return args.status();
-  return GatherJsonFlagKeys(
-      JoinListFlagWords(ExpandFlagAliases(*std::move(args), program.aliases), program.list_flags),
-      program.json_flags);
+  std::vector<std::string> expanded = ExpandHumanReadableInts(
+      ExpandFlagAliases(*std::move(args), program.aliases), program.human_readable_int_flags);
+  return GatherJsonFlagKeys(JoinListFlagWords(std::move(expanded), program.list_flags),
+                            program.json_flags);
 }
 
 }  // namespace

@@ -51,12 +51,21 @@ struct ProgramInfo {
   // Whether "--config FILE.yaml" is read in (vLLM's, common/config_file.h);
   // the program then defines the string flag "config", which keeps its path.
   bool reads_config_file = false;
+  // Integer flags whose value may be spelled as vLLM's human_readable_int
+  // reads it ("32k" = 32000, common/human_readable_int.h).
+  std::vector<std::string> human_readable_int_flags = {};
 };
 
 // The arguments with each "--NAME w1 w2 ..." of `list_flags` (before any
 // "--") joined into "--NAME=w1 w2 ..."; the rest untouched.
 std::vector<std::string> JoinListFlagWords(std::vector<std::string> args,
                                            const std::vector<std::string>& list_flags);
+
+// The arguments with the value of each "--NAME VALUE" or "--NAME=VALUE" of
+// `flags` (before any "--") that is a human-readable integer ("32k")
+// spelled as that integer; the rest untouched.
+std::vector<std::string> ExpandHumanReadableInts(std::vector<std::string> args,
+                                                 const std::vector<std::string>& flags);
 
 // The arguments with each "-ALIAS[=value]" of `aliases` (before any "--")
 // spelled "--NAME[=value]"; the rest untouched.

@@ -69,6 +69,25 @@ TEST(JoinListFlagWordsTest, TakesTheWordsUpToTheNextFlag) {
                                       "--lora-modules", "--", "--lora-modules", "d=/w"}));
 }
 
+// vLLM's human_readable_int for --max-model-len and --max-num-batched-tokens.
+TEST(ExpandHumanReadableIntsTest, SpellsSuffixedValuesAsIntegers) {
+  const std::vector<std::string> flags = {"max_model_len", "max_num_batched_tokens"};
+  EXPECT_EQ(
+      ExpandHumanReadableInts({"p", "--max-model-len", "32k", "--max_num_batched_tokens=1K",
+                               "--seed", "2k", "-max-model-len=25.6k"},
+                              flags),
+      std::vector<std::string>({"p", "--max-model-len", "32000", "--max_num_batched_tokens=1024",
+                                "--seed", "2k", "-max-model-len=25600"}));
+  // Plain numbers, other text and what follows "--" stay as they are.
+  EXPECT_EQ(ExpandHumanReadableInts({"p", "--max-model-len", "4096", "--max-model-len=auto", "--",
+                                     "--max-model-len", "1k"},
+                                    flags),
+            std::vector<std::string>({"p", "--max-model-len", "4096", "--max-model-len=auto", "--",
+                                      "--max-model-len", "1k"}));
+  EXPECT_EQ(ExpandHumanReadableInts({"p", "--max-model-len"}, flags),
+            std::vector<std::string>({"p", "--max-model-len"}));
+}
+
 TEST(HelpTextTest, PrintsGroupsInOrderThenTheRest) {
   const std::string help =
       HelpText({"prog", "prog [flags]", {{"Scheduling", {"max_num_seqs"}}, {"Empty", {}}}});

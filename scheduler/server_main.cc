@@ -97,7 +97,8 @@ int main(int argc, char** argv) {
        "pagoda.v1.Generation",
        pagoda::scheduler::ServerFlagGroups(), pagoda::scheduler::ServerJsonFlags(),
        pagoda::scheduler::ServerFlagAliases(), pagoda::scheduler::ServerListFlags(),
-       /*takes_arguments=*/true, /*reads_config_file=*/true});
+       /*takes_arguments=*/true, /*reads_config_file=*/true,
+       pagoda::scheduler::ServerHumanReadableIntFlags()});
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
   pagoda::LimitProtobufLogging();

@@ -507,6 +507,10 @@ std::vector<std::pair<std::string, std::string>> ServerFlagAliases() {
 
 std::vector<std::string> ServerListFlags() { return {"lora_modules", "served_model_name"}; }
 
+std::vector<std::string> ServerHumanReadableIntFlags() {
+  return {"max_model_len", "max_num_batched_tokens"};
+}
+
 std::vector<FlagGroup> ServerFlagGroups() {
   return {
       {"Model",

@@ -38,6 +38,9 @@ std::vector<std::pair<std::string, std::string>> ServerFlagAliases();
 // --lora-modules, --served-model-name.
 std::vector<std::string> ServerListFlags();
 
+// The integer flags vLLM reads as human_readable_int ("32k").
+std::vector<std::string> ServerHumanReadableIntFlags();
+
 }  // namespace pagoda::scheduler
 
 #endif  // PAGODA_SCHEDULER_CONFIG_SERVER_FLAGS_H_

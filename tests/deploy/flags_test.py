@@ -233,6 +233,22 @@ class FlagsTest(unittest.TestCase):
                 self.assertEqual(result.returncode, 1, result.stderr)
                 self.assertEqual(result.stderr.strip(), line)
 
+    def test_vllms_human_readable_integers(self):
+        """--max-model-len 0.5k is 500 (vLLM's human_readable_int), and the
+        served model card says so; a decimal with a binary suffix is refused
+        as the flag's value."""
+        server = h.Server(self.model, "--http-port", "-1", "--max-model-len", "0.5k",
+                          "--max-num-batched-tokens=2K").start()
+        self.addCleanup(server.stop)
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.http_port}/v1/models",
+                                    timeout=30) as reply:
+            self.assertEqual(json.load(reply)["data"][0]["max_model_len"], 500)
+        result = subprocess.run([h.binary("pagoda-server"), "--model", self.model, "--port", "0",
+                                 "--max-model-len", "1.5K"], capture_output=True, text=True,
+                                timeout=60)
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertIn("max_model_len", result.stderr)
+
     def test_vllms_flags_with_no_effect_are_taken_and_named(self):
         """A vLLM command line's --trust-remote-code and friends run, and
         the start-up log names them as taken with no effect."""
