@@ -111,6 +111,17 @@ absl::StatusOr<std::optional<ConfigArgument>> FindConfigArgument(
   return found;
 }
 
+// Without the file's "--model X".
+void DropModelWords(std::vector<std::string>& words) {
+  for (size_t i = 0; i + 1 < words.size(); ++i) {
+    if (words[i] == "--model") {
+      words.erase(words.begin() + static_cast<ptrdiff_t>(i),
+                  words.begin() + static_cast<ptrdiff_t>(i) + 2);
+      return;
+    }
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<std::string>> ConfigFileWords(const ConfigValue& config,
@@ -137,8 +148,10 @@ absl::StatusOr<std::vector<std::string>> PullConfigFileArguments(std::vector<std
   args[config.index] = absl::StrCat("--config=", config.path);
   if (config.words == 2) args.erase(args.begin() + static_cast<ptrdiff_t>(config.index) + 1);
   // After the program's name and a leading positional argument (vLLM's
-  // model): a list flag's words must not run on into it.
+  // model): a list flag's words must not run on into it. That argument is
+  // the model, as vLLM's `serve MODEL` wins over the file's "model".
   const size_t at = args.size() > 1 && !absl::StartsWith(args[1], "-") ? 2 : 1;
+  if (at == 2) DropModelWords(*words);
   args.insert(args.begin() + static_cast<ptrdiff_t>(std::min(at, args.size())), words->begin(),
               words->end());
   return args;

@@ -27,8 +27,8 @@ inline constexpr size_t kMaxConfigFileBytes = 1 << 20;
 
 // `args` (argv[0] first) with the file of "--config FILE" or
 // "--config=FILE" (before any "--") read in: its words go after argv[0] and
-// a leading positional argument (vLLM's model), and "--config FILE" stays as
-// "--config=FILE". Unchanged without one. INVALID_ARGUMENT, naming the flag
+// a leading positional argument (vLLM's model, which then wins over the
+// file's "model", as in vLLM), and "--config FILE" stays as "--config=FILE". Unchanged without one. INVALID_ARGUMENT, naming the flag
 // and the file, for a second --config, none after it, or a bad file.
 absl::StatusOr<std::vector<std::string>> PullConfigFileArguments(std::vector<std::string> args);
 

@@ -95,6 +95,14 @@ TEST_F(PullConfigFileTest, SplicesTheFilesWordsBeforeTheCommandLines) {
   EXPECT_THAT(*PullConfigFileArguments({"server", "/model", absl::StrCat("--config=", path)}),
               ElementsAre("server", "/model", "--port", "1", "--lora-modules", "a=/x",
                           absl::StrCat("--config=", path)));
+  // A leading model argument wins over the file's "model", as vLLM's.
+  const std::string with_model = Write("m.yaml", "model: /file-model\nport: 3\n");
+  EXPECT_THAT(
+      *PullConfigFileArguments({"server", "/cli-model", "--config", with_model}),
+      ElementsAre("server", "/cli-model", "--port", "3", absl::StrCat("--config=", with_model)));
+  EXPECT_THAT(*PullConfigFileArguments({"server", "--config", with_model}),
+              ElementsAre("server", "--model", "/file-model", "--port", "3",
+                          absl::StrCat("--config=", with_model)));
   // None: unchanged; after "--": not ours.
   EXPECT_THAT(*PullConfigFileArguments({"server", "--port", "2", "--", "--config", path}),
               ElementsAre("server", "--port", "2", "--", "--config", path));
