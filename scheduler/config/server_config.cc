@@ -278,6 +278,14 @@ absl::Status CheckVllmNoOps(const VllmNoOpFlags& flags) {
                                                    flags.distributed_executor_backend,
                                                    ": Pagoda's workers are processes (mp)"));
   }
+  static constexpr absl::string_view kUvicornLevels[] = {"debug", "info",     "warning",
+                                                         "error", "critical", "trace"};
+  if (std::find(std::begin(kUvicornLevels), std::end(kUvicornLevels), flags.uvicorn_log_level) ==
+      std::end(kUvicornLevels)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--uvicorn-log-level ", flags.uvicorn_log_level,
+                     ": expected debug, info, warning, error, critical or trace"));
+  }
   return absl::OkStatus();
 }
 
@@ -288,6 +296,11 @@ std::string DescribeVllmNoOpFlags(const VllmNoOpFlags& flags) {
   if (flags.load_format != "auto") given.push_back("--load-format " + flags.load_format);
   if (!flags.distributed_executor_backend.empty()) {
     given.push_back("--distributed-executor-backend " + flags.distributed_executor_backend);
+  }
+  if (flags.disable_uvicorn_access_log) given.push_back("--disable-uvicorn-access-log");
+  if (flags.disable_fastapi_docs) given.push_back("--disable-fastapi-docs");
+  if (flags.uvicorn_log_level != "info") {
+    given.push_back("--uvicorn-log-level " + flags.uvicorn_log_level);
   }
   if (given.empty()) return "";
   return absl::StrCat("vLLM's ", absl::StrJoin(given, ", "),

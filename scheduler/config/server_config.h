@@ -163,6 +163,9 @@ struct VllmNoOpFlags {
   bool disable_custom_all_reduce = false;    // Tensor parallelism all-reduces with NCCL.
   std::string load_format = "auto";          // auto or safetensors: what Pagoda reads.
   std::string distributed_executor_backend;  // "" or mp: the workers are processes.
+  bool disable_uvicorn_access_log = false;   // Pagoda keeps no access log.
+  bool disable_fastapi_docs = false;         // Pagoda serves no API docs pages.
+  std::string uvicorn_log_level = "info";    // vLLM's choices; Pagoda has no uvicorn.
 };
 
 // The start-up log's line naming the no-op flags given ("" for none).

@@ -200,6 +200,12 @@ ABSL_FLAG(std::string, load_format, "auto",
           "vLLM's: auto or safetensors, the weights Pagoda reads; others are refused.");
 ABSL_FLAG(std::string, distributed_executor_backend, "",
           "vLLM's: mp (the workers are processes, as always here); others are refused.");
+ABSL_FLAG(bool, disable_uvicorn_access_log, false,
+          "vLLM's; no effect: Pagoda logs no line per HTTP request.");
+ABSL_FLAG(bool, disable_fastapi_docs, false,
+          "vLLM's; no effect: Pagoda serves no /docs, /redoc or /openapi.json.");
+ABSL_FLAG(std::string, uvicorn_log_level, "info",
+          "vLLM's: debug, info, warning, error, critical or trace; no effect (no uvicorn here).");
 ABSL_FLAG(int, worker_restart_limit, 5,
           "Restart attempts of the workers within --worker-restart-window, or failed ones "
           "in a row, after which the server gives up: requests fail with UNAVAILABLE and "
@@ -475,9 +481,13 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags(const std::vector<std::string
     config.model.model_dir = arguments[0];
   }
   config.config_file = absl::GetFlag(FLAGS_config);
-  config.vllm_no_ops = {
-      absl::GetFlag(FLAGS_trust_remote_code), absl::GetFlag(FLAGS_disable_custom_all_reduce),
-      absl::GetFlag(FLAGS_load_format), absl::GetFlag(FLAGS_distributed_executor_backend)};
+  config.vllm_no_ops = {absl::GetFlag(FLAGS_trust_remote_code),
+                        absl::GetFlag(FLAGS_disable_custom_all_reduce),
+                        absl::GetFlag(FLAGS_load_format),
+                        absl::GetFlag(FLAGS_distributed_executor_backend),
+                        absl::GetFlag(FLAGS_disable_uvicorn_access_log),
+                        absl::GetFlag(FLAGS_disable_fastapi_docs),
+                        absl::GetFlag(FLAGS_uvicorn_log_level)};
   config.front_door = ReadFrontDoorFlags();
   absl::StatusOr<SchedulingOptions> scheduling = ReadSchedulingFlags();
   if (!scheduling.ok()) return scheduling.status();
@@ -541,7 +551,8 @@ std::vector<FlagGroup> ServerFlagGroups() {
         "rendezvous_port"}},
       {"vLLM's flags with no effect here",
        {"trust_remote_code", "disable_custom_all_reduce", "load_format",
-        "distributed_executor_backend"}},
+        "distributed_executor_backend", "disable_uvicorn_access_log", "disable_fastapi_docs",
+        "uvicorn_log_level"}},
       {"KV events",
        {"kv_events_endpoint", "kv_events_replay_endpoint", "kv_events_topic",
         "kv_events_queue_batches", "kv_events_replay_buffer", "kv_events_config"}},

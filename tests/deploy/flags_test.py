@@ -254,11 +254,13 @@ class FlagsTest(unittest.TestCase):
         the start-up log names them as taken with no effect."""
         server = h.Server(self.model, "--trust-remote-code", "--disable-custom-all-reduce",
                           "--load-format", "safetensors", "--distributed-executor-backend",
-                          "mp").start()
+                          "mp", "--disable-uvicorn-access-log", "--disable-fastapi-docs",
+                          "--uvicorn-log-level", "warning").start()
         self.addCleanup(server.stop)
         self.assertIn("vLLM's --trust-remote-code, --disable-custom-all-reduce, --load-format "
-                      "safetensors, --distributed-executor-backend mp: taken, no effect here",
-                      server.stderr())
+                      "safetensors, --distributed-executor-backend mp, "
+                      "--disable-uvicorn-access-log, --disable-fastapi-docs, "
+                      "--uvicorn-log-level warning: taken, no effect here", server.stderr())
 
     def test_vllms_usage_flags(self):
         """--enable-prompt-tokens-details: usage.prompt_tokens_details.
@@ -422,6 +424,9 @@ class FlagsTest(unittest.TestCase):
             (["--load-format", "dummy"],
              "pagoda-server: --load-format dummy: Pagoda reads safetensors (auto or "
              "safetensors)"),
+            (["--uvicorn-log-level", "loud"],
+             "pagoda-server: --uvicorn-log-level loud: expected debug, info, warning, error, "
+             "critical or trace"),
             (["--distributed-executor-backend", "ray"],
              "pagoda-server: --distributed-executor-backend ray: Pagoda's workers are "
              "processes (mp)"),
