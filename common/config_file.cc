@@ -46,8 +46,9 @@ absl::Status AppendWords(const std::string& key, const ConfigValue& value, const
     return ConfigRefused(path,
                          absl::StrCat("key \"", key, "\": null: give a value or leave it out"));
   };
-  if (key == "config")
+  if (key == "config") {
     return ConfigRefused(path, "a config file cannot name another (key \"config\")");
+  }
   if (value.is_null()) return null_refused();
   if (value.is_boolean()) {
     if (value.get<bool>()) {

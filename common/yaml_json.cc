@@ -222,8 +222,9 @@ class YamlReader {
 
   // The node whose first event is the current one; ends on its last event.
   absl::StatusOr<YamlValue> Node(int depth) {
-    if (depth > kMaxDepth)
+    if (depth > kMaxDepth) {
       return YamlRefused(Line(), absl::StrCat("nested deeper than ", kMaxDepth));
+    }
     switch (event_.type) {
       case YAML_SCALAR_EVENT:
         return Scalar(event_);
@@ -258,8 +259,9 @@ class YamlReader {
     for (;;) {
       if (absl::Status next = Next(); !next.ok()) return next;
       if (event_.type == YAML_MAPPING_END_EVENT) return object;
-      if (event_.type != YAML_SCALAR_EVENT)
+      if (event_.type != YAML_SCALAR_EVENT) {
         return YamlRefused(Line(), "a key that is not a scalar");
+      }
       const auto& key = event_.data.scalar;
       std::string name(reinterpret_cast<const char*>(key.value), key.length);
       if (absl::Status next = Next(); !next.ok()) return next;
