@@ -13,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/strip.h"
 #include "common/yaml_json.h"
 
 namespace pagoda {
@@ -102,12 +103,15 @@ absl::StatusOr<std::optional<ConfigArgument>> FindConfigArgument(
     const std::vector<std::string>& args) {
   std::optional<ConfigArgument> found;
   for (size_t i = 1; i < args.size() && args[i] != "--"; ++i) {
-    const bool spaced = args[i] == "--config";
-    if (!spaced && !absl::StartsWith(args[i], "--config=")) continue;
+    // Abseil also takes one dash: "-config" must not slip past unread.
+    const absl::string_view arg = absl::StripPrefix(absl::StripPrefix(args[i], "-"), "-");
+    if (arg.size() == args[i].size()) continue;
+    const bool spaced = arg == "config";
+    if (!spaced && !absl::StartsWith(arg, "config=")) continue;
     if (found) return absl::InvalidArgumentError("--config given more than once, as vLLM refuses");
     if (spaced && i + 1 == args.size()) return absl::InvalidArgumentError("--config needs a file");
     found = spaced ? ConfigArgument{i, 2, args[i + 1]}
-                   : ConfigArgument{i, 1, args[i].substr(sizeof("--config=") - 1)};
+                   : ConfigArgument{i, 1, std::string(arg.substr(sizeof("config=") - 1))};
   }
   return found;
 }

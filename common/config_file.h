@@ -26,10 +26,11 @@ namespace pagoda {
 inline constexpr size_t kMaxConfigFileBytes = 1 << 20;
 
 // `args` (argv[0] first) with the file of "--config FILE" or
-// "--config=FILE" (before any "--") read in: its words go after argv[0] and
-// a leading positional argument (vLLM's model, which then wins over the
-// file's "model", as in vLLM), and "--config FILE" stays as "--config=FILE". Unchanged without one. INVALID_ARGUMENT, naming the flag
-// and the file, for a second --config, none after it, or a bad file.
+// "--config=FILE" (or Abseil's one-dash "-config"; before any "--") read in: its words go after
+// argv[0] and a leading positional argument (vLLM's model, which then wins over the file's "model",
+// as in vLLM), and "--config FILE" stays as "--config=FILE". Unchanged without one.
+// INVALID_ARGUMENT, naming the flag and the file, for a second --config, none after it, or a bad
+// file.
 absl::StatusOr<std::vector<std::string>> PullConfigFileArguments(std::vector<std::string> args);
 
 // The command-line words of one parsed config file (`path` names it in

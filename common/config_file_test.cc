@@ -118,6 +118,9 @@ TEST_F(PullConfigFileTest, RefusesInOneLineNamingTheFile) {
   EXPECT_EQ(refusal({"server", "--config", good, "--config", good}),
             "--config given more than once, as vLLM refuses");
   EXPECT_EQ(refusal({"server", "--config"}), "--config needs a file");
+  // Abseil's one-dash spelling is read too, never left unread.
+  EXPECT_EQ(refusal({"server", "-config", good, "-config=" + good}),
+            "--config given more than once, as vLLM refuses");
   const std::string json = Write("c.json", "{}");
   EXPECT_EQ(refusal({"server", "--config", json}),
             absl::StrCat("--config ", json, ": must be a .yaml or .yml file, as vLLM's"));
