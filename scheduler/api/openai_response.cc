@@ -294,8 +294,9 @@ json OpenAiUsage(int prompt_tokens, int completion_tokens, std::optional<int> ca
   json usage = {{"prompt_tokens", prompt_tokens},
                 {"completion_tokens", completion_tokens},
                 {"total_tokens", prompt_tokens + completion_tokens}};
-  if (cached_tokens.has_value())
+  if (cached_tokens.has_value()) {
     usage["prompt_tokens_details"] = {{"cached_tokens", *cached_tokens}};
+  }
   return usage;
 }
 
