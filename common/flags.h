@@ -81,10 +81,11 @@ std::string HelpText(const ProgramInfo& program);
 
 // The command-line entry point of every Pagoda executable: handles --help,
 // -h and --version (prints to stdout and exits 0), reads a --config file in
-// and gathers the JSON flags' keys (a bad one: one line on stderr, exit 1), accepts dashed names,
-// then parses with Abseil (which exits 1 on an unknown flag); a positional argument to a program
-// that takes none: one line, exit 1. Returns the positional arguments, argv[0] first (they live as
-// long as the program).
+// and gathers the JSON flags' keys (a bad one: one line on stderr, exit 1),
+// accepts dashed names, then parses with Abseil (which exits 1 on an
+// unknown flag); a positional argument to a program that takes none: one
+// line, exit 1. Returns the positional arguments, argv[0] first (they live
+// as long as the program).
 std::vector<char*> ParsePagodaCommandLine(int argc, char** argv, const ProgramInfo& program);
 
 // A comma-separated list of positive integers ("1,8,32", the benchmarks'

@@ -24,6 +24,10 @@ namespace {
 using YamlValue = nlohmann::ordered_json;
 
 constexpr int kMaxDepth = 64;
+// Longer plain scalars are text, untyped: libstdc++'s std::regex recurses
+// per character (one of 100,000 overflows the stack), and no flag value
+// comes near this.
+constexpr size_t kMaxTypedScalarBytes = 1024;
 constexpr absl::string_view kTagPrefix = "tag:yaml.org,2002:";
 
 absl::Status YamlRefused(size_t line, absl::string_view why) {
@@ -160,7 +164,9 @@ absl::StatusOr<YamlValue> Scalar(const yaml_event_t& event) {
                                           " is not read (only !!str, !!int, !!float, "
                                           "!!bool, !!null, !!map, !!seq)"));
   }
-  if (scalar.style != YAML_PLAIN_SCALAR_STYLE) return YamlValue(text);  // Quoted: a string.
+  if (scalar.style != YAML_PLAIN_SCALAR_STYLE || text.size() > kMaxTypedScalarBytes) {
+    return YamlValue(text);  // Quoted, or too long to be typed: a string.
+  }
   if (LooksBool(text)) return Construct("bool", text, line);
   if (LooksFloat(text)) return Construct("float", text, line);
   if (LooksInt(text)) return Construct("int", text, line);

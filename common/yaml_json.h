@@ -8,9 +8,10 @@
 // with a '.', an exponent only with a sign, .inf and .nan), quoted scalars
 // as strings, the !!str/!!int/!!float/!!bool/!!null/!!map/!!seq tags;
 // mappings keep their keys' order, a repeated key keeps its first place and
-// its last value (a Python dict's update). Parsed with libyaml (Debian's
-// libyaml-0-2); only the typing is written here, since libyaml reports
-// scalars as text and PyYAML's resolver is Python.
+// its last value (a Python dict's update); a plain scalar over 1 KiB stays
+// text (PyYAML would type it; no flag value is that long). Parsed with
+// libyaml (Debian's libyaml-0-2); only the typing is written here, since
+// libyaml reports scalars as text and PyYAML's resolver is Python.
 //
 // Refused (INVALID_ARGUMENT, naming the line): YAML libyaml cannot parse,
 // more than one document, aliases (*NAME), other tags, a mapping key that

@@ -64,6 +64,10 @@ TEST(YamlJsonTest, PlainScalarsAreTypedAsPyYamlTypesThem) {
   for (const auto& c : cases) {
     EXPECT_EQ(ParsedYaml(std::string("v: ") + c.yaml)["v"], c.json) << c.yaml;
   }
+  // A plain scalar over 1 KiB is text (a regex over 100,000 digits would
+  // overflow the stack).
+  const std::string digits(200000, '7');
+  EXPECT_EQ(ParsedYaml("v: " + digits)["v"], digits);
   // Quoted scalars are strings; an empty value is null.
   EXPECT_EQ(ParsedYaml("a: 'true'\nb: \"8000\"\nc:\n"),
             YamlValue::parse(R"({"a": "true", "b": "8000", "c": null})"));
