@@ -142,6 +142,8 @@ class CompletionCall : public HttpCall, public std::enable_shared_from_this<Comp
     // response) have had their first chunk, which carries the prompt's ids.
     std::vector<bool> prompt_ids_sent;
     int completion_tokens = 0;              // Engine tokens (copies not counted).
+    // Under a reasoning parser: each sample's thinking tokens.
+    std::vector<ReasoningTokenCounter> reasoning_tokens;
     std::vector<ChoiceStream> streams;
     bool finished = false;
   };
@@ -154,6 +156,10 @@ class CompletionCall : public HttpCall, public std::enable_shared_from_this<Comp
   json Renumber(size_t part, const json& choices) const;
   int PromptTokens() const;
   int CompletionTokens() const;
+  // Under a reasoning parser: the thinking tokens of every choice; else none.
+  std::optional<int> ReasoningTokens() const;
+  // The usage so far; `final` adds the cached prompt tokens.
+  json Usage(bool final) const;
   // With --enable-prompt-tokens-details: the prompts' tokens the prefix
   // cache held, summed over the request's prompts; else none.
   std::optional<int> CachedTokens() const;
@@ -217,6 +223,20 @@ int CompletionCall::CompletionTokens() const {
   int total = 0;
   for (const Part& part : parts_) total += part.completion_tokens;
   return total * request_.copies;  // vLLM generates (and counts) each copy.
+}
+
+std::optional<int> CompletionCall::ReasoningTokens() const {
+  if (!request_.reasoning.has_value()) return std::nullopt;
+  int total = 0;
+  for (const Part& part : parts_) {
+    for (const ReasoningTokenCounter& counter : part.reasoning_tokens) total += counter.count();
+  }
+  return total * request_.copies;
+}
+
+json CompletionCall::Usage(bool final) const {
+  return OpenAiUsage(PromptTokens(), CompletionTokens(), final ? CachedTokens() : std::nullopt,
+                     ReasoningTokens());
 }
 
 std::optional<int> CompletionCall::CachedTokens() const {
@@ -293,7 +313,14 @@ void CompletionCall::OnDelta(size_t index, const RequestDelta& delta) {
   if (ended_ || index >= parts_.size()) return;
   Part& part = parts_[index];
   const pagoda::v1::GenerateResponse message = part.output->AddDelta(delta);
-  for (const auto& output : message.outputs()) part.completion_tokens += output.token_ids_size();
+  for (const auto& output : message.outputs()) {
+    part.completion_tokens += output.token_ids_size();
+    if (!request_.reasoning.has_value()) continue;
+    if (part.reasoning_tokens.size() <= static_cast<size_t>(output.index())) {
+      part.reasoning_tokens.resize(output.index() + 1);
+    }
+    part.reasoning_tokens[output.index()].Add(*request_.reasoning, output.token_ids());
+  }
   // Stop strings ended every sequence: free the blocks now.
   path_->EndIfStopped(*part.output, part.request_id, part.sink.get());
   if (!request_.stream) return;
@@ -303,7 +330,7 @@ void CompletionCall::OnDelta(size_t index, const RequestDelta& delta) {
   chunk["id"] = absl::StrCat(request_.chat ? "chatcmpl-" : "cmpl-", parts_[0].request_id);
   chunk["choices"] = Renumber(index, chunk["choices"]);
   if (request_.include_usage && request_.continuous_usage_stats) {
-    chunk["usage"] = OpenAiUsage(PromptTokens(), CompletionTokens());
+    chunk["usage"] = Usage(/*final=*/false);
   }
   // A client too slow to take its stream is dropped (the exchange closes
   // the connection and calls OnClientGone).
@@ -329,9 +356,8 @@ void CompletionCall::OnFinish(size_t index, const absl::Status& engine_status) {
 void CompletionCall::FinishStream() {
   std::string tail;
   if (request_.include_usage) {
-    tail = SseEvent(MakeOpenAiUsageChunk(
-        request_, parts_[0].request_id,
-        OpenAiUsage(PromptTokens(), CompletionTokens(), CachedTokens()), model_, created_));
+    tail = SseEvent(MakeOpenAiUsageChunk(request_, parts_[0].request_id, Usage(/*final=*/true),
+                                         model_, created_));
   }
   tail += "data: [DONE]\n\n";
   exchange_->SendEvent(tail);
@@ -357,7 +383,7 @@ void CompletionCall::FinishWhole() {
     }
   }
   response["choices"] = std::move(choices);
-  response["usage"] = OpenAiUsage(PromptTokens(), CompletionTokens(), CachedTokens());
+  response["usage"] = Usage(/*final=*/true);
   exchange_->Respond(200, kJsonContentType, DumpJson(response));
 }
 

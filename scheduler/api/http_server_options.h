@@ -7,12 +7,14 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "scheduler/api/reasoning.h"
 
 namespace prometheus {
 class Registry;
@@ -46,6 +48,9 @@ struct HttpServerOptions {
   // How /v1/chat/completions reads tool calls back under tool_choice
   // "auto": "hermes", "llama3_json" or "" (auto refused). Checked at start.
   std::string tool_call_parser;
+  // vLLM's --reasoning-parser: the think markers whose text chat answers
+  // split into reasoning and content (reasoning.h); none: no split.
+  std::optional<ReasoningMarkers> reasoning;
   // vLLM's --enable-prompt-tokens-details: usage.prompt_tokens_details.
   // cached_tokens in every final usage; --enable-force-include-usage: every
   // stream reports usage, in each chunk and a last usage chunk, as if it

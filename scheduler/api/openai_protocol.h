@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
 #include "pagoda/v1/generation.pb.h"
+#include "scheduler/api/reasoning.h"
 #include "scheduler/api/request_validation.h"
 #include "scheduler/api/tool_calls.h"
 #include "text/chat_template.h"
@@ -66,6 +67,12 @@ struct OpenAiRequest {
   // (Llama 3.1's tools_in_user_message, date_string); null when none.
   nlohmann::ordered_json chat_template_kwargs;
   ToolCallParser tool_parser = ToolCallParser::kNone;
+  // Chat under --reasoning-parser (set by the server, not the body): the
+  // markers that split each answer into reasoning and content.
+  std::optional<ReasoningMarkers> reasoning;
+  // vLLM's include_reasoning (chat, default true): false leaves the
+  // reasoning (and the logprobs, which would spell it) out of the answer.
+  bool include_reasoning = true;
 };
 
 // One streamed choice's state: whether its role went out, and (with tools)
@@ -73,6 +80,7 @@ struct OpenAiRequest {
 struct ChoiceStream {
   bool role_sent = false;
   std::unique_ptr<ToolCallStream> tools;
+  std::unique_ptr<ReasoningStream> reasoning;
 };
 
 // The request to submit for prompt `index` of `request` (generate's options
@@ -143,10 +151,13 @@ nlohmann::json MakeOpenAiUsageChunk(const OpenAiRequest& request, const std::str
 void AddPromptTokenIds(const OpenAiRequest& request, const std::vector<int32_t>& prompt_token_ids,
                        const std::vector<bool>& first_of_choice, nlohmann::json* response);
 
-// The usage object: prompt, completion and total tokens, and with
-// `cached_tokens` vLLM's prompt_tokens_details {"cached_tokens": N}.
+// The usage object: prompt, completion and total tokens, with
+// `cached_tokens` vLLM's prompt_tokens_details {"cached_tokens": N}, and
+// with `reasoning_tokens` (chat under --reasoning-parser)
+// completion_tokens_details {"reasoning_tokens": N}.
 nlohmann::json OpenAiUsage(int prompt_tokens, int completion_tokens,
-                           std::optional<int> cached_tokens = std::nullopt);
+                           std::optional<int> cached_tokens = std::nullopt,
+                           std::optional<int> reasoning_tokens = std::nullopt);
 
 // vLLM's POST /tokenize body: a prompt or chat messages.
 struct TokenizeRequest {

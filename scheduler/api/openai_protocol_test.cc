@@ -656,5 +656,59 @@ TEST(OpenAiProtocolTest, ReturnTokenIdsPutsTheIdsWhereVllmDoes) {
   }
 }
 
+// Under a reasoning parser the text before </think> is the reasoning and
+// tool calls are read from the rest only, whole and streamed token by token.
+TEST(OpenAiProtocolTest, ReasoningComesApartAndToolCallsComeFromTheContent) {
+  const json body = json::parse(R"({"messages": [{"role": "user", "content": "x"}],
+      "tools": [{"type": "function", "function": {"name": "now"}}]})");
+  absl::StatusOr<OpenAiRequest> request = ParseOpenAiRequest(
+      body, /*chat=*/true, 512, SamplingDefaults{}, nullptr, ToolCallParser::kHermes);
+  ASSERT_TRUE(request.ok()) << request.status();
+  request->reasoning =
+      ReasoningMarkers{.start = "<think>", .end = "</think>", .start_id = 5, .end_id = 6};
+  const std::vector<std::string> pieces = {"I could <tool_call>",
+                                           " ask.",
+                                           "</think>",
+                                           "<tool_call>",
+                                           R"({"name": "now", "arguments": {}})",
+                                           "</tool_call>"};
+  pagoda::v1::GenerateResponse whole;
+  whole.set_request_id("r");
+  pagoda::v1::SequenceOutput* output = whole.add_outputs();
+  for (const std::string& piece : pieces) output->set_text(output->text() + piece);
+  output->set_finish_reason(pagoda::v1::FINISH_REASON_STOP);
+  const json message = MakeOpenAiResponse(*request, whole, "m", 1, nullptr)["choices"][0];
+  EXPECT_EQ(message["message"]["reasoning"], "I could <tool_call> ask.");
+  EXPECT_TRUE(message["message"]["content"].is_null());
+  ASSERT_EQ(message["message"]["tool_calls"].size(), 1u);
+  EXPECT_EQ(message["message"]["tool_calls"][0]["function"]["name"], "now");
+  EXPECT_EQ(message["finish_reason"], "tool_calls");
+
+  std::vector<ChoiceStream> streams;
+  std::string reasoning;
+  json calls;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    pagoda::v1::GenerateResponse delta;
+    delta.set_request_id("r");
+    delta.add_outputs()->set_text(pieces[i]);
+    if (i + 1 == pieces.size())
+      delta.mutable_outputs(0)->set_finish_reason(pagoda::v1::FINISH_REASON_STOP);
+    const json chunk = MakeOpenAiChunk(*request, delta, "m", 1, nullptr, &streams);
+    if (chunk.is_null()) continue;
+    const json& streamed = chunk["choices"][0]["delta"];
+    reasoning += streamed.value("reasoning", "");
+    EXPECT_FALSE(streamed.contains("content")) << streamed;
+    if (streamed.contains("tool_calls")) calls = streamed["tool_calls"];
+  }
+  EXPECT_EQ(reasoning, "I could <tool_call> ask.");
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0]["function"]["name"], "now");
+
+  request->include_reasoning = false;
+  EXPECT_TRUE(
+      MakeOpenAiResponse(*request, whole, "m", 1, nullptr)["choices"][0]["message"]["reasoning"]
+          .is_null());
+}
+
 }  // namespace
 }  // namespace pagoda::scheduler

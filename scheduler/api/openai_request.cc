@@ -98,6 +98,9 @@ absl::Status ParseTokenIdOptions(const json& body, OpenAiRequest* out) {
   absl::StatusOr<bool> return_token_ids = Boolean(body, "return_token_ids", false);
   if (!return_token_ids.ok()) return return_token_ids.status();
   out->return_token_ids = *return_token_ids;
+  absl::StatusOr<bool> include_reasoning = Boolean(body, "include_reasoning", true);
+  if (!include_reasoning.ok()) return include_reasoning.status();
+  out->include_reasoning = *include_reasoning;
   if (!Present(body, "return_tokens_as_token_ids")) return absl::OkStatus();
   absl::StatusOr<bool> as_ids = Boolean(body, "return_tokens_as_token_ids", false);
   if (!as_ids.ok()) return as_ids.status();

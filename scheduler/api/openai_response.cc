@@ -111,18 +111,55 @@ std::string ToolCallIdPrefix(const std::string& request_id, int index) {
   return absl::StrFormat("%016x", std::hash<std::string>()(absl::StrCat(request_id, "/", index)));
 }
 
-// A chat choice's delta: its text, or with tools what ToolCallStream lets
-// out (tool calls when they are read); the finish reason becomes
-// "tool_calls" when calls were made (not for a named function, as OpenAI).
+// Whether a chat answer leaves its reasoning out (include_reasoning false
+// under a reasoning parser): then its logprobs and token ids stay out too,
+// as in vLLM, since they would spell it.
+bool HidesReasoning(const OpenAiRequest& request) {
+  return request.reasoning.has_value() && !request.include_reasoning;
+}
+
+// Under a reasoning parser: the delta's "reasoning" (when the client wants
+// it) into `delta`; returns the content's part of the text.
+std::string SplitDeltaReasoning(const OpenAiRequest& request,
+                                const pagoda::v1::SequenceOutput& output, ChoiceStream* stream,
+                                json* delta) {
+  if (stream->reasoning == nullptr) {
+    stream->reasoning = std::make_unique<ReasoningStream>(&*request.reasoning);
+  }
+  ReasoningStream::Pieces pieces = stream->reasoning->Feed(output.text());
+  if (output.finish_reason() != pagoda::v1::FINISH_REASON_UNSPECIFIED) {
+    ReasoningStream::Pieces rest = stream->reasoning->Finish();
+    pieces.reasoning += rest.reasoning;
+    pieces.content += rest.content;
+  }
+  if (request.include_reasoning && !pieces.reasoning.empty())
+    (*delta)["reasoning"] = pieces.reasoning;
+  return std::move(pieces.content);
+}
+
+// A chat choice's delta: its text (under a reasoning parser, its reasoning
+// and content), or with tools what ToolCallStream lets out of the content
+// (tool calls when they are read); the finish reason becomes "tool_calls"
+// when calls were made (not for a named function, as OpenAI).
 json ChatDelta(const OpenAiRequest& request, const std::string& request_id,
                const pagoda::v1::SequenceOutput& output, ChoiceStream* stream, json* choice) {
-  if (request.tools.choice == ToolChoice::kNone) return {{"content", output.text()}};
+  if (!request.reasoning.has_value() && request.tools.choice == ToolChoice::kNone) {
+    return {{"content", output.text()}};
+  }
+  json delta = json::object();
+  std::string content = output.text();
+  if (request.reasoning.has_value()) {
+    content = SplitDeltaReasoning(request, output, stream, &delta);
+    if (request.tools.choice == ToolChoice::kNone) {
+      if (!content.empty()) delta["content"] = std::move(content);
+      return delta;
+    }
+  }
   if (stream->tools == nullptr) {
     stream->tools = std::make_unique<ToolCallStream>(&request.tools, request.tool_parser,
                                                      ToolCallIdPrefix(request_id, output.index()));
   }
-  json delta = stream->tools->Feed(output.text());
-  if (delta.is_null()) delta = json::object();
+  if (json fed = stream->tools->Feed(content); fed.is_object()) delta.update(fed);
   if (output.finish_reason() == pagoda::v1::FINISH_REASON_UNSPECIFIED) return delta;
   bool made_calls = false;
   const json tail = stream->tools->Finish(&made_calls);
@@ -135,6 +172,36 @@ json ChatDelta(const OpenAiRequest& request, const std::string& request_id,
     (*choice)["finish_reason"] = "tool_calls";
   }
   return delta;
+}
+
+// A finished chat choice's message: its text (under a reasoning parser,
+// split into "reasoning" and content), and with tools the calls read back
+// from the content; the finish reason becomes "tool_calls" as in ChatDelta.
+json ChatMessageJson(const OpenAiRequest& request, const std::string& request_id,
+                     const pagoda::v1::SequenceOutput& output, json* choice) {
+  std::optional<std::string> content = output.text();
+  json message = {{"role", "assistant"}};
+  if (request.reasoning.has_value()) {
+    ReasoningSplit split = SplitReasoning(*request.reasoning, output.text());
+    message["reasoning"] =
+        request.include_reasoning && split.reasoning.has_value() ? json(*split.reasoning) : json();
+    content = std::move(split.content);
+  }
+  if (request.tools.choice == ToolChoice::kNone || !content.has_value()) {
+    message["content"] = content.has_value() ? json(*content) : json();
+    return message;
+  }
+  const ToolCallsReply reply = ExtractToolCalls(request.tools, request.tool_parser, *content);
+  message["content"] = reply.content_null ? json() : json(reply.content);
+  if (!reply.calls.empty()) {
+    message["tool_calls"] = ToolCallsJson(reply.calls, ToolCallIdPrefix(request_id, output.index()),
+                                          /*indexed=*/false);
+    if (output.finish_reason() == pagoda::v1::FINISH_REASON_STOP &&
+        request.tools.choice != ToolChoice::kNamed) {
+      (*choice)["finish_reason"] = "tool_calls";
+    }
+  }
+  return message;
 }
 
 std::vector<int32_t> TokenIds(const pagoda::v1::SequenceOutput& output) {
@@ -157,22 +224,10 @@ json MakeOpenAiResponse(const OpenAiRequest& request, const pagoda::v1::Generate
                    {"finish_reason", FinishReasonJson(output.finish_reason())},
                    {"logprobs", LogprobsJson(request, output, tokenizer)}};
     if (request.return_token_ids) choice["token_ids"] = TokenIds(output);
-    if (request.chat && request.tools.choice != ToolChoice::kNone) {
-      const ToolCallsReply reply =
-          ExtractToolCalls(request.tools, request.tool_parser, output.text());
-      choice["message"] = {{"role", "assistant"},
-                           {"content", reply.content_null ? json() : json(reply.content)}};
-      if (!reply.calls.empty()) {
-        choice["message"]["tool_calls"] =
-            ToolCallsJson(reply.calls, ToolCallIdPrefix(response.request_id(), output.index()),
-                          /*indexed=*/false);
-        if (output.finish_reason() == pagoda::v1::FINISH_REASON_STOP &&
-            request.tools.choice != ToolChoice::kNamed) {
-          choice["finish_reason"] = "tool_calls";
-        }
-      }
-    } else if (request.chat) {
-      choice["message"] = {{"role", "assistant"}, {"content", output.text()}};
+    if (HidesReasoning(request)) choice["logprobs"] = nullptr;
+    if (request.chat) {
+      json message = ChatMessageJson(request, response.request_id(), output, &choice);
+      choice["message"] = std::move(message);
     } else {
       choice["text"] = output.text();
       if (request.vllm_prompt_logprobs) {
@@ -232,21 +287,23 @@ json MakeOpenAiChunk(const OpenAiRequest& request, const pagoda::v1::GenerateRes
   json choices = json::array();
   for (const pagoda::v1::SequenceOutput& output : message.outputs()) {
     const bool finished = output.finish_reason() != pagoda::v1::FINISH_REASON_UNSPECIFIED;
+    const bool hidden = HidesReasoning(request);
     // Tokens whose text is held back (a partial character, a stop string's
     // start) still go out when the client asked for the ids.
-    const bool new_ids = request.return_token_ids && output.token_ids_size() > 0;
-    if (output.text().empty() && !finished && request.top_logprobs < 0 && !new_ids) continue;
+    const bool new_ids = request.return_token_ids && !hidden && output.token_ids_size() > 0;
+    const bool logprobs = request.top_logprobs >= 0 && !hidden;
+    if (output.text().empty() && !finished && !logprobs && !new_ids) continue;
     json choice = {{"index", output.index()},
                    {"finish_reason", FinishReasonJson(output.finish_reason())},
-                   {"logprobs", LogprobsJson(request, output, tokenizer)}};
-    if (request.return_token_ids) choice["token_ids"] = TokenIds(output);
+                   {"logprobs", hidden ? json() : LogprobsJson(request, output, tokenizer)}};
+    if (request.return_token_ids && !hidden) choice["token_ids"] = TokenIds(output);
     if (request.chat) {
       if (streams->size() <= static_cast<size_t>(output.index())) {
         streams->resize(output.index() + 1);
       }
       ChoiceStream& stream = (*streams)[output.index()];
       json delta = ChatDelta(request, message.request_id(), output, &stream, &choice);
-      if (delta.empty() && !finished && request.top_logprobs < 0 && !new_ids) continue;
+      if (delta.empty() && !finished && !logprobs && !new_ids) continue;
       if (!stream.role_sent) {
         delta["role"] = "assistant";
         stream.role_sent = true;
@@ -290,12 +347,16 @@ void AddPromptTokenIds(const OpenAiRequest& request, const std::vector<int32_t>&
   }
 }
 
-json OpenAiUsage(int prompt_tokens, int completion_tokens, std::optional<int> cached_tokens) {
+json OpenAiUsage(int prompt_tokens, int completion_tokens, std::optional<int> cached_tokens,
+                 std::optional<int> reasoning_tokens) {
   json usage = {{"prompt_tokens", prompt_tokens},
                 {"completion_tokens", completion_tokens},
                 {"total_tokens", prompt_tokens + completion_tokens}};
   if (cached_tokens.has_value()) {
     usage["prompt_tokens_details"] = {{"cached_tokens", *cached_tokens}};
+  }
+  if (reasoning_tokens.has_value()) {
+    usage["completion_tokens_details"] = {{"reasoning_tokens", *reasoning_tokens}};
   }
   return usage;
 }

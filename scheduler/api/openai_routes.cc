@@ -57,6 +57,20 @@ void ApplyResponseFlags(const HttpServerOptions& options, OpenAiRequest& request
   if (options.enable_force_include_usage && request.stream) {
     request.include_usage = request.continuous_usage_stats = true;  // vLLM's (True, True).
   }
+  if (request.chat) request.reasoning = options.reasoning;
+}
+
+// Under --reasoning-parser a grammar would bind the thinking too (vLLM
+// starts it after </think>; here it starts with the output): refused
+// rather than answered as all reasoning.
+absl::Status RefuseConstraintWithReasoning(const OpenAiRequest& request) {
+  if (!request.reasoning.has_value() ||
+      request.generate.constraint_case() == pagoda::v1::GenerateRequest::CONSTRAINT_NOT_SET) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      "response_format: structured outputs (response_format, structured_outputs, tool_choice "
+      "\"required\" or a named function) are not served under --reasoning-parser yet");
 }
 
 }  // namespace
@@ -232,6 +246,7 @@ absl::StatusOr<OpenAiRoutes::Prepared> OpenAiRoutes::Prepare(const json& body, b
                          ordered.is_object() ? &ordered : nullptr, tool_parser_);
   if (!parsed.ok()) return parsed.status();
   ApplyResponseFlags(options_, *parsed);
+  if (absl::Status refused = RefuseConstraintWithReasoning(*parsed); !refused.ok()) return refused;
   absl::StatusOr<std::string> adapter = AdapterFor(parsed->model);
   if (!adapter.ok()) return adapter.status();
   parsed->generate.set_lora_name(*adapter);

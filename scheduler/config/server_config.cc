@@ -18,6 +18,7 @@
 #include "common/tensor_parallel_plan.h"
 #include "scheduler/api/generation_config.h"
 #include "scheduler/api/http_server.h"
+#include "scheduler/api/reasoning.h"
 #include "scheduler/api/tool_calls.h"
 #include "scheduler/spec/draft_model_config.h"
 #include "wire/limits.h"
@@ -66,6 +67,9 @@ absl::Status CheckModel(const ModelOptions& model) {
   }
   if (auto parser = ParseToolCallParserName(model.tool_call_parser); !parser.ok()) {
     return parser.status();
+  }
+  if (absl::Status status = CheckReasoningParserName(model.reasoning_parser); !status.ok()) {
+    return status;
   }
   if (absl::Status status = CheckSamplingOverride(model.override_generation_config); !status.ok()) {
     return status;

@@ -47,6 +47,8 @@ struct ModelOptions {
   // vLLM's --enable-auto-tool-choice: here auto is served whenever a parser
   // is named; the flag only makes a missing parser an error at start.
   bool enable_auto_tool_choice = false;
+  // vLLM's --reasoning-parser: "" or "deepseek_r1" (scheduler/api/reasoning.h).
+  std::string reasoning_parser;
   int max_model_len = 0;  // 0 until resolved: the model's max positions.
   // Set by ResolveForModel: --max-model-len was given (a worker's shorter
   // limit then refuses it, where it cuts a default).

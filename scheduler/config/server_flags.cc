@@ -62,6 +62,10 @@ ABSL_FLAG(std::string, tool_call_parser, "",
           "How /v1/chat/completions reads tool calls back under tool_choice auto (vLLM's "
           "names): hermes (Qwen, Hermes: <tool_call> blocks) or llama3_json (Llama 3.1 JSON); "
           "empty: auto is refused, required and named functions still work.");
+ABSL_FLAG(std::string, reasoning_parser, "",
+          "vLLM's reasoning parser for /v1/chat/completions: deepseek_r1 (DeepSeek R1 and its "
+          "distills, QwQ) returns the text before </think> as the message's \"reasoning\" and "
+          "the rest as its content; empty: none.");
 ABSL_FLAG(bool, enable_auto_tool_choice, false,
           "vLLM's switch for tool_choice auto, taken so vLLM's command lines run: auto is "
           "served whenever --tool-call-parser names a parser (vLLM needs both), and with this "
@@ -314,6 +318,7 @@ ModelOptions ReadModelFlags() {
   model.override_generation_config = absl::GetFlag(FLAGS_override_generation_config);
   model.tool_call_parser = absl::GetFlag(FLAGS_tool_call_parser);
   model.enable_auto_tool_choice = absl::GetFlag(FLAGS_enable_auto_tool_choice);
+  model.reasoning_parser = absl::GetFlag(FLAGS_reasoning_parser);
   return model;
 }
 
@@ -526,7 +531,8 @@ std::vector<FlagGroup> ServerFlagGroups() {
       {"Model",
        {"config", "model", "served_model_name", "dtype", "kv_cache_dtype", "quantization",
         "cpu_weight_only_activations", "max_model_len", "chat_template", "generation_config",
-        "override_generation_config", "tool_call_parser", "enable_auto_tool_choice"}},
+        "override_generation_config", "tool_call_parser", "enable_auto_tool_choice",
+        "reasoning_parser"}},
       {"Front doors: gRPC, OpenAI HTTP, metrics",
        {"host", "port", "http_port", "http_max_connections", "http_io_threads", "metrics_port",
         "metrics_host", "api_key", "ssl_certfile", "ssl_keyfile", "ssl_ca_certs",

@@ -110,6 +110,10 @@ absl::StatusOr<std::unique_ptr<HttpServer>> StartHttpFrontend(
   options.model_aliases.assign(names.begin() + 1, names.end());
   options.max_model_len = max_model_len;
   options.tool_call_parser = config.model.tool_call_parser;
+  absl::StatusOr<std::optional<ReasoningMarkers>> reasoning =
+      FindReasoningMarkers(config.model.reasoning_parser, path->tokenizer());
+  if (!reasoning.ok()) return reasoning.status();
+  options.reasoning = *reasoning;
   options.enable_prompt_tokens_details = door.enable_prompt_tokens_details;
   options.enable_force_include_usage = door.enable_force_include_usage;
   options.enable_server_load_tracking = door.enable_server_load_tracking;
