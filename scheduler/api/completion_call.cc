@@ -315,7 +315,7 @@ void CompletionCall::OnDelta(size_t index, const RequestDelta& delta) {
   const pagoda::v1::GenerateResponse message = part.output->AddDelta(delta);
   for (const auto& output : message.outputs()) {
     part.completion_tokens += output.token_ids_size();
-    if (!request_.reasoning.has_value()) continue;
+    if (!request_.reasoning.has_value() || request_.reasoning_ended_in_prompt) continue;
     if (part.reasoning_tokens.size() <= static_cast<size_t>(output.index())) {
       part.reasoning_tokens.resize(output.index() + 1);
     }

@@ -70,6 +70,9 @@ struct OpenAiRequest {
   // Chat under --reasoning-parser (set by the server, not the body): the
   // markers that split each answer into reasoning and content.
   std::optional<ReasoningMarkers> reasoning;
+  // The chat prompt closed the thinking already (its last marker is the end
+  // one): the answer is all content.
+  bool reasoning_ended_in_prompt = false;
   // vLLM's include_reasoning (chat, default true): false leaves the
   // reasoning (and the logprobs, which would spell it) out of the answer.
   bool include_reasoning = true;

@@ -143,12 +143,11 @@ std::string SplitDeltaReasoning(const OpenAiRequest& request,
 // when calls were made (not for a named function, as OpenAI).
 json ChatDelta(const OpenAiRequest& request, const std::string& request_id,
                const pagoda::v1::SequenceOutput& output, ChoiceStream* stream, json* choice) {
-  if (!request.reasoning.has_value() && request.tools.choice == ToolChoice::kNone) {
-    return {{"content", output.text()}};
-  }
+  const bool splits = request.reasoning.has_value() && !request.reasoning_ended_in_prompt;
+  if (!splits && request.tools.choice == ToolChoice::kNone) return {{"content", output.text()}};
   json delta = json::object();
   std::string content = output.text();
-  if (request.reasoning.has_value()) {
+  if (splits) {
     content = SplitDeltaReasoning(request, output, stream, &delta);
     if (request.tools.choice == ToolChoice::kNone) {
       if (!content.empty()) delta["content"] = std::move(content);
@@ -181,7 +180,9 @@ json ChatMessageJson(const OpenAiRequest& request, const std::string& request_id
                      const pagoda::v1::SequenceOutput& output, json* choice) {
   std::optional<std::string> content = output.text();
   json message = {{"role", "assistant"}};
-  if (request.reasoning.has_value()) {
+  if (request.reasoning.has_value() && request.reasoning_ended_in_prompt) {
+    message["reasoning"] = nullptr;
+  } else if (request.reasoning.has_value()) {
     ReasoningSplit split = SplitReasoning(*request.reasoning, output.text());
     message["reasoning"] =
         request.include_reasoning && split.reasoning.has_value() ? json(*split.reasoning) : json();

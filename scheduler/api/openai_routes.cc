@@ -60,17 +60,23 @@ void ApplyResponseFlags(const HttpServerOptions& options, OpenAiRequest& request
   if (request.chat) request.reasoning = options.reasoning;
 }
 
-// Under --reasoning-parser a grammar would bind the thinking too (vLLM
-// starts it after </think>; here it starts with the output): refused
-// rather than answered as all reasoning.
-absl::Status RefuseConstraintWithReasoning(const OpenAiRequest& request) {
-  if (!request.reasoning.has_value() ||
-      request.generate.constraint_case() == pagoda::v1::GenerateRequest::CONSTRAINT_NOT_SET) {
-    return absl::OkStatus();
+// Under --reasoning-parser, from the chat prompt's ids: whether it already
+// closed the thinking (its last marker is the end one, as Qwen3's template
+// writes with enable_thinking false: vLLM's is_reasoning_end over the
+// prompt), so that the answer is all content; otherwise a grammar waits for
+// the end marker, as vLLM's does.
+void ApplyReasoningToPrompt(const std::vector<int>& prompt_ids, OpenAiRequest& request) {
+  if (!request.reasoning.has_value()) return;
+  for (auto id = prompt_ids.rbegin(); id != prompt_ids.rend(); ++id) {
+    if (*id == request.reasoning->start_id) break;
+    if (*id == request.reasoning->end_id) {
+      request.reasoning_ended_in_prompt = true;
+      return;
+    }
   }
-  return absl::InvalidArgumentError(
-      "response_format: structured outputs (response_format, structured_outputs, tool_choice "
-      "\"required\" or a named function) are not served under --reasoning-parser yet");
+  if (request.generate.constraint_case() != pagoda::v1::GenerateRequest::CONSTRAINT_NOT_SET) {
+    request.generate.set_constraint_after_token_id(request.reasoning->end_id);
+  }
 }
 
 }  // namespace
@@ -246,7 +252,6 @@ absl::StatusOr<OpenAiRoutes::Prepared> OpenAiRoutes::Prepare(const json& body, b
                          ordered.is_object() ? &ordered : nullptr, tool_parser_);
   if (!parsed.ok()) return parsed.status();
   ApplyResponseFlags(options_, *parsed);
-  if (absl::Status refused = RefuseConstraintWithReasoning(*parsed); !refused.ok()) return refused;
   absl::StatusOr<std::string> adapter = AdapterFor(parsed->model);
   if (!adapter.ok()) return adapter.status();
   parsed->generate.set_lora_name(*adapter);
@@ -266,6 +271,7 @@ absl::StatusOr<OpenAiRoutes::Prepared> OpenAiRoutes::Prepare(const json& body, b
     absl::StatusOr<std::vector<int>> ids = tokenizer_->Encode(*prompt);
     if (!ids.ok()) return ids.status();
     for (int id : *ids) parsed->generate.add_prompt_token_ids(id);
+    ApplyReasoningToPrompt(*ids, *parsed);
   }
   Prepared prepared;
   const size_t num_prompts = std::max<size_t>(1, parsed->prompts.size());

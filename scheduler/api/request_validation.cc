@@ -279,6 +279,15 @@ absl::Status RequestValidator::ValidateConstraint(const pagoda::v1::GenerateRequ
   absl::StatusOr<std::shared_ptr<const constraints::CompiledGrammar>> grammar =
       constraints_.Compile(request);
   if (!grammar.ok()) return grammar.status();
+  if (request.has_constraint_after_token_id()) {
+    if (*grammar == nullptr) return Invalid("constraint_after_token_id: needs a constraint");
+    const int32_t token = request.constraint_after_token_id();
+    if (token < 0 || token >= limits_.vocab_size) {
+      return Invalid(absl::StrCat("constraint_after_token_id: must be in [0, ", limits_.vocab_size,
+                                  "), got ", token));
+    }
+    out.sampling.grammar_after_token = token;
+  }
   if (*grammar == nullptr) return absl::OkStatus();
   // Each of these would fight the grammar over which tokens may come. (Beam
   // search takes one: each beam's candidates come from its own mask.)

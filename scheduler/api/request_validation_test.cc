@@ -561,6 +561,21 @@ TEST(RequestValidationConstraintTest, CompilesOrRefusesConstraintsNamingTheField
   expect_invalid(request, "regex: ");
   request.set_json_object(false);  // False: no constraint.
   EXPECT_TRUE(validator.Validate(request).ok());
+  // A constraint that waits for a token (a reasoning model's </think>).
+  request.set_constraint_after_token_id(4);
+  expect_invalid(request, "constraint_after_token_id: needs a constraint");
+  request.mutable_sampling()->set_use_beam_search(false);
+  request.mutable_sampling()->clear_best_of();
+  request.mutable_choice()->add_choices("yes");
+  absl::StatusOr<ValidatedRequest> waits = validator.Validate(request);
+  ASSERT_TRUE(waits.ok()) << waits.status();
+  EXPECT_EQ(waits->sampling.grammar_after_token, 4);
+  EXPECT_EQ(validator.Validate(TokenRequest({5}))->sampling.grammar_after_token, -1);
+  request.set_constraint_after_token_id(kVocab);
+  expect_invalid(request, "constraint_after_token_id: must be in [0, ");
+  request.set_constraint_after_token_id(-1);
+  expect_invalid(request, "constraint_after_token_id: must be in [0, ");
+  request.clear_constraint_after_token_id();
 
   // A model whose tokenizer cannot list its tokens' bytes takes none.
   RequestValidator without({kVocab, kMaxModelLen, 1}, nullptr, 7);

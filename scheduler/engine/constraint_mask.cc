@@ -33,10 +33,15 @@ void CatchUp(const SequenceGroup& group, Sequence& seq, absl::Span<const int32_t
     state.matcher.emplace(group.sampling().grammar);
     state.tokens_read = 0;
     state.refused = false;
+    state.waiting = group.sampling().grammar_after_token >= 0;
   }
   const std::vector<int32_t>& stops = group.stopping().stop_token_ids;
   for (; state.tokens_read < seq.num_output_tokens(); ++state.tokens_read) {
     const int32_t token = seq.output()[state.tokens_read].token_id;
+    if (state.waiting) {
+      state.waiting = token != group.sampling().grammar_after_token;
+      continue;
+    }
     if (state.refused || Contains(eos_token_ids, token) || Contains(stops, token)) continue;
     if (!state.matcher->AcceptToken(token)) {
       LOG(WARNING) << "request " << group.request_id() << ": output token " << token
@@ -47,6 +52,23 @@ void CatchUp(const SequenceGroup& group, Sequence& seq, absl::Span<const int32_t
       state.refused = true;
     }
   }
+}
+
+std::string Packed(const std::vector<uint32_t>& mask) {
+  static_assert(std::endian::native == std::endian::little);
+  return std::string(reinterpret_cast<const char*>(mask.data()), mask.size() * sizeof(uint32_t));
+}
+
+// While the grammar waits for its token: every token of the vocabulary but
+// the bans (all of them when the bans would leave none).
+std::string WaitingMask(const SequenceGroup& group, absl::Span<const int32_t> banned) {
+  const constraints::TokenVocabulary& vocabulary = group.sampling().grammar->vocabulary();
+  std::vector<uint32_t> all(vocabulary.mask_words(), 0);
+  for (int32_t id = 0; id < vocabulary.mask_size(); ++id) SetBit(all, id);
+  std::vector<uint32_t> mask = all;
+  for (int32_t id : banned) ClearBit(mask, id);
+  const bool any = std::any_of(mask.begin(), mask.end(), [](uint32_t w) { return w != 0; });
+  return Packed(any ? mask : all);
 }
 
 // The packed mask that follows `matcher` (NextTokenMask's rules; `refused`:
@@ -73,8 +95,7 @@ std::string MaskAfter(const SequenceGroup& group, constraints::Matcher& matcher,
   if (std::any_of(unbanned.begin(), unbanned.end(), [](uint32_t w) { return w != 0; })) {
     mask.swap(unbanned);
   }
-  static_assert(std::endian::native == std::endian::little);
-  return std::string(reinterpret_cast<const char*>(mask.data()), mask.size() * sizeof(uint32_t));
+  return Packed(mask);
 }
 
 }  // namespace
@@ -86,6 +107,7 @@ std::string NextTokenMask(const SequenceGroup& group, Sequence& seq,
                           absl::Span<const int32_t> banned) {
   CatchUp(group, seq, eos_token_ids);
   ConstraintState& state = seq.constraint_state();
+  if (state.waiting) return WaitingMask(group, banned);
   return MaskAfter(group, *state.matcher, state.refused, eos_token_ids, banned);
 }
 
@@ -96,10 +118,15 @@ int GrammarValidDrafts(const SequenceGroup& group, Sequence& seq,
   if (state.refused) return 0;
   const std::vector<int32_t>& stops = group.stopping().stop_token_ids;
   constraints::Matcher matcher = *state.matcher;
+  bool waiting = state.waiting;
   int valid = 0;
   for (int32_t draft : drafts) {
     if (Contains(eos_token_ids, draft) || Contains(stops, draft)) break;
-    if (!matcher.AcceptToken(draft)) break;
+    if (waiting) {
+      waiting = draft != group.sampling().grammar_after_token;
+    } else if (!matcher.AcceptToken(draft)) {
+      break;
+    }
     ++valid;
   }
   return valid;
@@ -115,7 +142,14 @@ std::vector<std::string> NextTokenMasks(const SequenceGroup& group, Sequence& se
   const ConstraintState& state = seq.constraint_state();
   constraints::Matcher matcher = *state.matcher;
   bool refused = state.refused;
+  bool waiting = state.waiting;
   for (int32_t draft : drafts) {
+    if (waiting) {
+      waiting = draft != group.sampling().grammar_after_token;
+      masks.push_back(waiting ? masks.back()
+                              : MaskAfter(group, matcher, refused, eos_token_ids, banned));
+      continue;
+    }
     refused = refused || !matcher.AcceptToken(draft);
     masks.push_back(refused ? masks.back()
                             : MaskAfter(group, matcher, false, eos_token_ids, banned));

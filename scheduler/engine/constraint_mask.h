@@ -14,6 +14,11 @@
 // (GrammarValidDrafts), and each verified position gets the mask that
 // follows the drafts before it (NextTokenMasks), from a copy of the matcher:
 // the sequence's own matcher reads only the tokens that were accepted.
+//
+// A grammar that waits for a token (SamplingOptions.grammar_after_token, a
+// reasoning model's </think>) binds nothing until the output holds it: each
+// draw until then may take any token but its bans, and the matcher reads
+// only the tokens after it.
 
 #include <cstdint>
 #include <string>

@@ -19,6 +19,9 @@ struct ConstraintState {
   std::optional<constraints::Matcher> matcher;
   int tokens_read = 0;   // Output tokens the matcher has read.
   bool refused = false;  // A token the grammar refused: only the end remains.
+  // The grammar waits for its SamplingOptions.grammar_after_token: until the
+  // output holds it, every token may come (but the draw's bans).
+  bool waiting = false;
 };
 
 }  // namespace pagoda::scheduler

@@ -40,6 +40,10 @@ struct SamplingOptions {
   // Structured outputs: the grammar every sequence's output must follow
   // (null for none), compiled by the frontend and shared.
   std::shared_ptr<const constraints::CompiledGrammar> grammar;
+  // With a grammar: it binds the output only after the first time this
+  // token is generated (a reasoning model's </think>: vLLM lets the model
+  // think freely, then holds the answer to the grammar); -1: from the first.
+  int32_t grammar_after_token = -1;
   // Prompt logprobs (vLLM's prompt_logprobs): -1 = none, else each prompt
   // token's logprob with this many top logprobs (0..kMaxTopLogprobs).
   int num_prompt_logprobs = -1;

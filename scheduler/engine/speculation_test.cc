@@ -185,6 +185,40 @@ TEST_F(SpeculationTest, ConstrainedDraftsStopAtTheGrammarAndEachPositionGetsItsM
   EXPECT_EQ(after_refusal[2], after_refusal[0]);
 }
 
+// A grammar that waits for its token (a reasoning model's </think>, here
+// "-") lets every token but the bans come until the output holds it, then
+// binds what follows as if the output started there; drafts and their
+// per-position masks follow the same rule.
+TEST_F(SpeculationTest, AGrammarThatWaitsForItsTokenBindsOnlyAfterIt) {
+  SamplingOptions plain;
+  plain.grammar = GrammarOverCycleTokens("abc1*");
+  SamplingOptions waiting = plain;
+  waiting.grammar_after_token = 13;
+  SequenceGroup group("g", {10}, 1, waiting, StoppingOptions{}, absl::FromUnixSeconds(1));
+  SequenceGroup fresh("f", {10}, 2, plain, StoppingOptions{}, absl::FromUnixSeconds(1));
+  Sequence& seq = *group.seqs()[0];
+  Sequence& twin = *fresh.seqs()[0];
+  const std::string all("\xff\xff\0\0", 4);  // The vocabulary's 16 tokens.
+  std::string all_but_eos = all;
+  all_but_eos[0] = static_cast<char>(0xff & ~(1 << kEos));
+  EXPECT_EQ(NextTokenMask(group, seq, {kEos}, {kEos}), all_but_eos);
+  const std::string first = NextTokenMask(fresh, twin, {kEos}, {});
+  SequenceGroup after_a("a", {10}, 3, plain, StoppingOptions{}, absl::FromUnixSeconds(1));
+  after_a.seqs()[0]->AppendToken(GeneratedToken{10, 0, {}});
+  const std::string second = NextTokenMask(after_a, *after_a.seqs()[0], {kEos}, {});
+  EXPECT_EQ(NextTokenMasks(group, seq, std::vector<int32_t>{11, 13, 10}, {kEos}, {}),
+            std::vector<std::string>({all, all, first, second}));
+  // "b" and "-" pass while it waits, "a" is the grammar's, a second "-" is not.
+  EXPECT_EQ(GrammarValidDrafts(group, seq, {kEos}, std::vector<int32_t>{11, 13, 10, 13}), 3);
+  seq.AppendToken(GeneratedToken{11, 0, {}});  // "b": still free.
+  EXPECT_EQ(NextTokenMask(group, seq, {kEos}, {}), all);
+  seq.AppendToken(GeneratedToken{13, 0, {}});  // The token: the grammar starts.
+  EXPECT_EQ(NextTokenMask(group, seq, {kEos}, {}), first);
+  seq.AppendToken(GeneratedToken{10, 0, {}});
+  EXPECT_EQ(NextTokenMask(group, seq, {kEos}, {}), second);
+  EXPECT_FALSE(seq.constraint_state().refused);
+}
+
 // A draft model of 16 positions (k = 3): a row drafts while its three
 // proposals after `length` tokens stay below position 16 (length 13 the
 // last), then verifies none, while a shorter row in the same step still

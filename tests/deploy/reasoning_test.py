@@ -2,8 +2,9 @@
 text before </think> comes back as the message's "reasoning" and the rest
 as its "content", streamed or whole, as vLLM's parser splits it; usage
 counts the thinking tokens; include_reasoning false leaves the thinking
-out; a model without the markers, or another parser name, is refused at
-start.
+out; a structured output binds only the answer after </think>, and a prompt
+that closed the thinking makes the answer all content; a model without the
+markers, or another parser name, is refused at start.
 
 The model is a tiny random one with Qwen3's vocabulary and tokenizer.json
 (whose <think> and </think> are single tokens). Its words are random, so
@@ -160,11 +161,44 @@ class ReasoningParserTest(unittest.TestCase):
         self.assertEqual(status, 400, text)
         self.assertIn("include_reasoning", text)
 
-    def test_a_grammar_is_refused_rather_than_bind_the_thinking(self):
-        status, text = post(self.port, "/v1/chat/completions",
-                            self.body(0, response_format={"type": "json_object"}))
-        self.assertEqual(status, 400, text)
-        self.assertIn("not served under --reasoning-parser", text)
+    def test_a_grammar_binds_the_answer_after_the_thinking(self):
+        # The thinking is free (any of 151,669 tokens); a bias makes the end
+        # marker likely, and the answer after it must be one of the choices.
+        body = {"messages": [{"role": "user", "content": "Yes or no?"}], "temperature": 1.0,
+                "max_tokens": 40, "logit_bias": {str(END_ID): 12}, "return_token_ids": True,
+                "structured_outputs": {"choice": ["yes", "no"]}}
+        thought = None
+        for seed in range(20):
+            status, text = post(self.port, "/v1/chat/completions", dict(body, seed=seed))
+            self.assertEqual(status, 200, text)
+            choice = json.loads(text)["choices"][0]
+            ids = choice["token_ids"]
+            if END_ID not in ids:
+                continue
+            end = ids.index(END_ID)
+            self.assertEqual(choice["message"]["reasoning"], self.detokenize(ids[:end]))
+            self.assertIn(choice["message"]["content"], ("yes", "no"), text)
+            self.assertEqual(choice["finish_reason"], "stop")
+            if end > 0:
+                thought = choice
+                break
+        self.assertIsNotNone(thought, "no seed of 20 thought before its answer")
+
+    def test_a_prompt_that_closed_the_thinking_makes_the_answer_all_content(self):
+        # Qwen3's template with enable_thinking false ends the prompt with an
+        # empty <think></think>: the answer is content, a later marker too.
+        seed, _ = self.split_answer()
+        answer = self.answer(seed, chat_template_kwargs={"enable_thinking": False})
+        message = answer["choices"][0]["message"]
+        self.assertIsNone(message["reasoning"])
+        self.assertEqual(message["content"], self.detokenize(answer["choices"][0]["token_ids"]))
+        self.assertEqual(answer["usage"]["completion_tokens_details"], {"reasoning_tokens": 0})
+        status, text = post(self.port, "/v1/chat/completions", {
+            "messages": [{"role": "user", "content": "Yes or no?"}], "max_tokens": 8,
+            "chat_template_kwargs": {"enable_thinking": False},
+            "structured_outputs": {"choice": ["yes", "no"]}})
+        self.assertEqual(status, 200, text)
+        self.assertIn(json.loads(text)["choices"][0]["message"]["content"], ("yes", "no"), text)
 
 
 class ReasoningParserStartTest(unittest.TestCase):
