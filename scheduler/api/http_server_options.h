@@ -65,6 +65,9 @@ struct HttpServerOptions {
   // vLLM's --return-tokens-as-token-ids: logprobs name tokens "token_id:N"
   // unless a request's return_tokens_as_token_ids says otherwise.
   bool return_tokens_as_token_ids = false;
+  // vLLM's --response-role: the role of chat answers to requests that add
+  // the generation prompt (others answer in their last message's role).
+  std::string response_role = "assistant";
 
   // Connections open at once; one more is answered 503 and closed at once.
   int max_connections = 4096;

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 
+#include "common/sampling_limits.h"
 #include "scheduler/constraints/token_vocabulary.h"
 
 namespace pagoda::scheduler {
@@ -38,6 +39,9 @@ struct ModelLimits {
   int vocab_size = 0;
   int max_model_len = 0;
   int bos_token_id = -1;  // Prepended to text prompts when >= 0.
+  // vLLM's --max-logprobs: the most logprobs and prompt logprobs a request
+  // may ask per token, at most kMaxTopLogprobs.
+  int max_logprobs = kMaxTopLogprobs;
   SamplingDefaults defaults;
   // The tokens' bytes, which constraints are matched against; null: the
   // model takes no constraint.

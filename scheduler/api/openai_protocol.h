@@ -70,6 +70,9 @@ struct OpenAiRequest {
   // Chat under --reasoning-parser (set by the server, not the body): the
   // markers that split each answer into reasoning and content.
   std::optional<ReasoningMarkers> reasoning;
+  // Chat: the answer's role (the server's --response-role, or without the
+  // generation prompt the last message's role, as vLLM).
+  std::string response_role = "assistant";
   // The chat prompt closed the thinking already (its last marker is the end
   // one): the answer is all content.
   bool reasoning_ended_in_prompt = false;

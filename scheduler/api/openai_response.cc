@@ -132,8 +132,9 @@ std::string SplitDeltaReasoning(const OpenAiRequest& request,
     pieces.reasoning += rest.reasoning;
     pieces.content += rest.content;
   }
-  if (request.include_reasoning && !pieces.reasoning.empty())
-    (*delta)["reasoning"] = pieces.reasoning;
+  if (request.include_reasoning && !pieces.reasoning.empty()) {
+    (*delta)["reasoning"] = std::move(pieces.reasoning);
+  }
   return std::move(pieces.content);
 }
 
@@ -179,7 +180,7 @@ json ChatDelta(const OpenAiRequest& request, const std::string& request_id,
 json ChatMessageJson(const OpenAiRequest& request, const std::string& request_id,
                      const pagoda::v1::SequenceOutput& output, json* choice) {
   std::optional<std::string> content = output.text();
-  json message = {{"role", "assistant"}};
+  json message = {{"role", request.response_role}};
   if (request.reasoning.has_value() && request.reasoning_ended_in_prompt) {
     message["reasoning"] = nullptr;
   } else if (request.reasoning.has_value()) {
@@ -306,7 +307,7 @@ json MakeOpenAiChunk(const OpenAiRequest& request, const pagoda::v1::GenerateRes
       json delta = ChatDelta(request, message.request_id(), output, &stream, &choice);
       if (delta.empty() && !finished && !logprobs && !new_ids) continue;
       if (!stream.role_sent) {
-        delta["role"] = "assistant";
+        delta["role"] = request.response_role;
         stream.role_sent = true;
       }
       choice["delta"] = std::move(delta);

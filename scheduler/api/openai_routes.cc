@@ -58,6 +58,9 @@ void ApplyResponseFlags(const HttpServerOptions& options, OpenAiRequest& request
     request.include_usage = request.continuous_usage_stats = true;  // vLLM's (True, True).
   }
   if (request.chat) request.reasoning = options.reasoning;
+  request.response_role = request.add_generation_prompt || request.messages.empty()
+                              ? options.response_role
+                              : request.messages.back().role;
 }
 
 // Under --reasoning-parser, from the chat prompt's ids: whether it already

@@ -72,7 +72,7 @@ ReasoningSplit SplitReasoning(const ReasoningMarkers& markers, const std::string
   }
   const size_t end = thinking.find(markers.end);
   if (end == std::string::npos) return {.reasoning = thinking, .content = std::nullopt};
-  ReasoningSplit split{.reasoning = thinking.substr(0, end)};
+  ReasoningSplit split{.reasoning = thinking.substr(0, end), .content = std::nullopt};
   std::string content = thinking.substr(end + markers.end.size());
   if (!content.empty()) split.content = std::move(content);
   return split;

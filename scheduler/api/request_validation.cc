@@ -159,14 +159,15 @@ absl::Status ValidateSampling(const pagoda::v1::GenerateRequest& request,
   if (effective.top_k < 0) {
     return Invalid(absl::StrCat("sampling.top_k: must be >= 0 (0 = off), got ", effective.top_k));
   }
-  if (request.logprobs() < 0 || request.logprobs() > kMaxTopLogprobs) {
-    return Invalid(
-        absl::StrCat("logprobs: must be in [0, ", kMaxTopLogprobs, "], got ", request.logprobs()));
+  const int most = limits.max_logprobs;  // --max-logprobs.
+  if (request.logprobs() < 0 || request.logprobs() > most) {
+    return Invalid(absl::StrCat("logprobs: must be in [0, ", most, "] (--max-logprobs), got ",
+                                request.logprobs()));
   }
   if (request.has_prompt_logprobs() &&
-      (request.prompt_logprobs() < 0 || request.prompt_logprobs() > kMaxTopLogprobs)) {
-    return Invalid(absl::StrCat("prompt_logprobs: must be in [0, ", kMaxTopLogprobs, "], got ",
-                                request.prompt_logprobs()));
+      (request.prompt_logprobs() < 0 || request.prompt_logprobs() > most)) {
+    return Invalid(absl::StrCat("prompt_logprobs: must be in [0, ", most,
+                                "] (--max-logprobs), got ", request.prompt_logprobs()));
   }
   absl::Status several = ValidateSeveralSequences(sampling, effective, out);
   if (!several.ok()) return several;

@@ -15,6 +15,7 @@
 #include "common/dtype.h"
 #include "common/flag_checks.h"
 #include "common/quantization_methods.h"
+#include "common/sampling_limits.h"
 #include "common/tensor_parallel_plan.h"
 #include "scheduler/api/generation_config.h"
 #include "scheduler/api/http_server.h"
@@ -78,6 +79,10 @@ absl::Status CheckModel(const ModelOptions& model) {
     return absl::InvalidArgumentError(
         "--enable-auto-tool-choice needs --tool-call-parser (hermes or llama3_json)");
   }
+  if (absl::Status status = Range("max-logprobs", model.max_logprobs, 0, kMaxTopLogprobs);
+      !status.ok()) {
+    return status;
+  }
   return Range("max-model-len", model.max_model_len, 0, wire::kMaxWorkspaceTokens);
 }
 
@@ -86,6 +91,17 @@ absl::Status CheckLogStatsInterval(double seconds) {
   if (seconds > 0 && seconds <= kMaxSeconds) return absl::OkStatus();
   return absl::InvalidArgumentError(
       absl::StrCat("VLLM_LOG_STATS_INTERVAL: expected seconds over 0, at most ", kMaxSeconds));
+}
+
+// A role goes into every chat answer's JSON: printable ASCII, bounded.
+absl::Status CheckResponseRole(const std::string& role) {
+  const bool printable =
+      std::all_of(role.begin(), role.end(), [](char c) { return c > ' ' && c < 127; });
+  if (!role.empty() && role.size() <= 64 && printable) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("--response-role ", role,
+                   " is not a role: expected 1 to 64 printable ASCII characters "
+                   "without spaces"));
 }
 
 absl::Status CheckFrontDoor(const FrontDoorOptions& door) {
@@ -99,6 +115,7 @@ absl::Status CheckFrontDoor(const FrontDoorOptions& door) {
       RealRange("drain-timeout", door.drain_timeout, 0, kMaxSeconds, true),
       CheckLogStatsInterval(door.log_stats_interval),
       Range("max-log-len", door.max_log_len, -1, kMaxLogLen),
+      CheckResponseRole(door.response_role),
       door.log_outputs && !door.log_requests
           ? absl::InvalidArgumentError("--enable-log-outputs needs --enable-log-requests, as "
                                        "in vLLM")

@@ -49,6 +49,7 @@ struct ModelOptions {
   bool enable_auto_tool_choice = false;
   // vLLM's --reasoning-parser: "" or "deepseek_r1" (scheduler/api/reasoning.h).
   std::string reasoning_parser;
+  int max_logprobs = 20;  // vLLM's --max-logprobs (ModelLimits.max_logprobs).
   int max_model_len = 0;  // 0 until resolved: the model's max positions.
   // Set by ResolveForModel: --max-model-len was given (a worker's shorter
   // limit then refuses it, where it cuts a default).
@@ -85,6 +86,7 @@ struct FrontDoorOptions {
   bool enable_force_include_usage = false;
   bool enable_server_load_tracking = false;  // GET /load (HttpServerOptions).
   bool return_tokens_as_token_ids = false;
+  std::string response_role = "assistant";  // vLLM's --response-role.
   bool log_requests = false;
   bool log_request_details = false;
   bool log_outputs = false;

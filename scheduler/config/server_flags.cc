@@ -62,6 +62,10 @@ ABSL_FLAG(std::string, tool_call_parser, "",
           "How /v1/chat/completions reads tool calls back under tool_choice auto (vLLM's "
           "names): hermes (Qwen, Hermes: <tool_call> blocks) or llama3_json (Llama 3.1 JSON); "
           "empty: auto is refused, required and named functions still work.");
+ABSL_FLAG(int, max_logprobs, 20,
+          "vLLM's: the most logprobs a request may ask per token (logprobs, top_logprobs, "
+          "prompt_logprobs), 0 to 20; vLLM's -1 (the whole vocabulary) is refused, 20 being "
+          "the most this server returns.");
 ABSL_FLAG(std::string, reasoning_parser, "",
           "vLLM's reasoning parser for /v1/chat/completions: deepseek_r1 (DeepSeek R1 and its "
           "distills, QwQ) returns the text before </think> as the message's \"reasoning\" and "
@@ -119,6 +123,10 @@ ABSL_FLAG(bool, enable_server_load_tracking, false,
 ABSL_FLAG(bool, return_tokens_as_token_ids, false,
           "vLLM's: OpenAI logprobs name each token \"token_id:N\" instead of its text, unless "
           "a request's return_tokens_as_token_ids says otherwise.");
+ABSL_FLAG(std::string, response_role, "assistant",
+          "vLLM's: the role chat answers carry when the request adds the generation prompt "
+          "(its add_generation_prompt, true by default); without, the last message's role. 1 to "
+          "64 printable ASCII characters.");
 ABSL_FLAG(bool, enable_log_requests, false,
           "vLLM's: log each request's id, sampling options and adapter as it is accepted "
           "(and its prompt with VLLM_LOGGING_LEVEL=DEBUG). Off: prompts are the users' data.");
@@ -319,6 +327,7 @@ ModelOptions ReadModelFlags() {
   model.tool_call_parser = absl::GetFlag(FLAGS_tool_call_parser);
   model.enable_auto_tool_choice = absl::GetFlag(FLAGS_enable_auto_tool_choice);
   model.reasoning_parser = absl::GetFlag(FLAGS_reasoning_parser);
+  model.max_logprobs = absl::GetFlag(FLAGS_max_logprobs);
   return model;
 }
 
@@ -351,6 +360,7 @@ FrontDoorOptions ReadFrontDoorFlags() {
   door.enable_force_include_usage = absl::GetFlag(FLAGS_enable_force_include_usage);
   door.enable_server_load_tracking = absl::GetFlag(FLAGS_enable_server_load_tracking);
   door.return_tokens_as_token_ids = absl::GetFlag(FLAGS_return_tokens_as_token_ids);
+  door.response_role = absl::GetFlag(FLAGS_response_role);
   door.log_requests = absl::GetFlag(FLAGS_enable_log_requests);
   const char* level = std::getenv("VLLM_LOGGING_LEVEL");
   door.log_request_details =
@@ -531,14 +541,29 @@ std::vector<FlagGroup> ServerFlagGroups() {
       {"Model",
        {"config", "model", "served_model_name", "dtype", "kv_cache_dtype", "quantization",
         "cpu_weight_only_activations", "max_model_len", "chat_template", "generation_config",
-        "override_generation_config", "tool_call_parser", "enable_auto_tool_choice",
+        "override_generation_config", "tool_call_parser", "enable_auto_tool_choice", "max_logprobs",
         "reasoning_parser"}},
       {"Front doors: gRPC, OpenAI HTTP, metrics",
-       {"host", "port", "http_port", "http_max_connections", "http_io_threads", "metrics_port",
-        "metrics_host", "api_key", "ssl_certfile", "ssl_keyfile", "ssl_ca_certs",
-        "max_stream_queued_messages", "vllm_metric_names", "vllm_grpc_api", "drain_timeout",
-        "enable_prompt_tokens_details", "enable_force_include_usage", "enable_server_load_tracking",
-        "return_tokens_as_token_ids"}},
+       {"host",
+        "port",
+        "http_port",
+        "http_max_connections",
+        "http_io_threads",
+        "metrics_port",
+        "metrics_host",
+        "api_key",
+        "ssl_certfile",
+        "ssl_keyfile",
+        "ssl_ca_certs",
+        "max_stream_queued_messages",
+        "vllm_metric_names",
+        "vllm_grpc_api",
+        "drain_timeout",
+        "enable_prompt_tokens_details",
+        "enable_force_include_usage",
+        "enable_server_load_tracking",
+        "return_tokens_as_token_ids",
+        "response_role"}},
       {"Logs", {"disable_log_stats", "enable_log_requests", "enable_log_outputs", "max_log_len"}},
       {"Scheduling",
        {"max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill",

@@ -118,6 +118,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> StartHttpFrontend(
   options.enable_force_include_usage = door.enable_force_include_usage;
   options.enable_server_load_tracking = door.enable_server_load_tracking;
   options.return_tokens_as_token_ids = door.return_tokens_as_token_ids;
+  options.response_role = door.response_role;
   options.max_connections = door.http_max_connections;
   options.io_threads = door.http_io_threads;
   if (metrics != nullptr) options.metrics_registry = metrics->registry();

@@ -61,8 +61,9 @@ absl::StatusOr<ModelFiles> LoadModelFiles(const ModelOptions& options) {
   return files;
 }
 
-ModelLimits MakeModelLimits(const ModelFiles& model, int max_model_len) {
+ModelLimits MakeModelLimits(const ModelFiles& model, int max_model_len, int max_logprobs) {
   ModelLimits limits;
+  limits.max_logprobs = max_logprobs;
   limits.vocab_size = model.config.vocab_size;
   limits.max_model_len = max_model_len;
   limits.bos_token_id = model.config.bos_token_id;

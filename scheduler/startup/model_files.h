@@ -28,8 +28,9 @@ struct ModelFiles {
 // subset or an unreadable file fails here, before any worker starts.
 absl::StatusOr<ModelFiles> LoadModelFiles(const ModelOptions& options);
 
-// The request limits of `model` served up to `max_model_len` tokens.
-ModelLimits MakeModelLimits(const ModelFiles& model, int max_model_len);
+// The request limits of `model` served up to `max_model_len` tokens, with
+// at most `max_logprobs` logprobs per token (--max-logprobs).
+ModelLimits MakeModelLimits(const ModelFiles& model, int max_model_len, int max_logprobs);
 
 }  // namespace pagoda::scheduler
 

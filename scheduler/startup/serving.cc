@@ -140,7 +140,7 @@ absl::Status LingerAfterGivingUp(double delay_seconds, const GrpcWorkerGroup& wo
 struct Services {
   Services(const ServerConfig& config, const ModelFiles& model, const WorkerCache& cache,
            const EngineConfig& engine_config, Engine* engine)
-      : limits(MakeModelLimits(model, cache.max_model_len)),
+      : limits(MakeModelLimits(model, cache.max_model_len, config.model.max_logprobs)),
         validator(limits, model.tokenizer.get(), config.scheduling.seed),
         lora(MakeLoraAdapters(config, model, engine_config, engine)),
         path(engine, &validator, model.tokenizer.get(), MakeRequestPathOptions(config, lora.get())),

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import unittest
+import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -301,6 +302,61 @@ class FlagsTest(unittest.TestCase):
                 tokens = json.load(reply)["choices"][0]["logprobs"]["tokens"]
             self.assertEqual(len(tokens), 2)
             self.assertEqual([t.startswith("token_id:") for t in tokens], [as_ids is None] * 2)
+
+    def test_vllms_max_logprobs(self):
+        """--max-logprobs N: logprobs, top_logprobs and prompt_logprobs up to
+        N per token, a 400 naming the field past it; vLLM's -1 (the whole
+        vocabulary) is refused at start."""
+        self.refuse("max-logprobs", "-1")
+        self.refuse("max-logprobs", "21")
+        server = h.Server(self.model, "--http-port", "-1", "--max-logprobs", "2").start()
+        self.addCleanup(server.stop)
+
+        def status(path, body):
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{server.http_port}{path}", method="POST",
+                headers={"Content-Type": "application/json"},
+                data=json.dumps(dict(body, max_tokens=2)).encode())
+            try:
+                with urllib.request.urlopen(request, timeout=60) as reply:
+                    return reply.status, reply.read().decode()
+            except urllib.error.HTTPError as error:
+                return error.code, error.read().decode()
+
+        chat = {"messages": [{"role": "user", "content": "hi"}], "logprobs": True}
+        for path, body, field in (("/v1/completions", {"prompt": "hi", "logprobs": 3}, "logprobs"),
+                                  ("/v1/completions", {"prompt": "hi", "prompt_logprobs": 3},
+                                   "prompt_logprobs"),
+                                  ("/v1/chat/completions", dict(chat, top_logprobs=3), "logprobs")):
+            ok = {key: (2 if value == 3 else value) for key, value in body.items()}
+            self.assertEqual(status(path, ok)[0], 200, ok)
+            code, text = status(path, body)
+            self.assertEqual(code, 400, text)
+            self.assertIn(f"{field}: must be in [0, 2] (--max-logprobs)", text)
+
+    def test_vllms_response_role(self):
+        """--response-role: the role of chat answers to requests that add the
+        generation prompt, whole and streamed; without it, the last
+        message's role."""
+        for value in ("two words", "x" * 65, ""):
+            self.refuse("response-role", value)
+        server = h.Server(self.model, "--http-port", "-1", "--response-role", "bot").start()
+        self.addCleanup(server.stop)
+
+        def chat(**extra):
+            body = dict({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
+                        **extra)
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{server.http_port}/v1/chat/completions", method="POST",
+                headers={"Content-Type": "application/json"}, data=json.dumps(body).encode())
+            with urllib.request.urlopen(request, timeout=60) as reply:
+                return reply.read()
+
+        self.assertEqual(json.loads(chat())["choices"][0]["message"]["role"], "bot")
+        first = next(line for line in chat(stream=True).splitlines() if line.startswith(b"data: {"))
+        self.assertEqual(json.loads(first[len(b"data: "):])["choices"][0]["delta"]["role"], "bot")
+        answer = json.loads(chat(add_generation_prompt=False))
+        self.assertEqual(answer["choices"][0]["message"]["role"], "user")
 
     def test_vllms_load_endpoint(self):
         """GET /load: with --enable-server-load-tracking the completions in
