@@ -12,14 +12,23 @@
 namespace pagoda::scheduler::openai_body {
 namespace {
 
-// OpenAI's tool fields of a message (an assistant's tool_calls, a tool
-// result's tool_call_id and name) kept for the chat template, in the
-// client's key order, a call's arguments given as a JSON string handed to
-// the template as the object it spells (as vLLM does).
-absl::Status KeepToolFields(const json& message, const nlohmann::ordered_json* ordered,
-                            const std::string& field, ChatMessage* parsed) {
-  if (!message.contains("tool_calls") && !message.contains("tool_call_id")) return absl::OkStatus();
+// A message's fields beyond role and content kept for the chat template, in
+// the client's key order: an assistant's tool_calls (a call's arguments
+// given as a JSON string handed to the template as the object it spells)
+// and its reasoning (the template sees it as `reasoning` and
+// `reasoning_content`, for templates that replay earlier thinking), a tool
+// result's tool_call_id, a name; as vLLM hands them over.
+absl::Status KeepTemplateFields(const json& message, const nlohmann::ordered_json* ordered,
+                                const std::string& field, ChatMessage* parsed) {
+  if (!message.contains("tool_calls") && !message.contains("tool_call_id") &&
+      !message.contains("name") && !message.contains("reasoning")) {
+    return absl::OkStatus();
+  }
   nlohmann::ordered_json fields = ordered != nullptr ? *ordered : nlohmann::ordered_json(message);
+  if (fields.contains("reasoning") && !fields["reasoning"].is_null()) {
+    if (!fields["reasoning"].is_string()) return InvalidField(field, "reasoning must be a string");
+    if (parsed->role == "assistant") fields["reasoning_content"] = fields["reasoning"];
+  }
   if (fields.contains("tool_calls")) {
     if (!fields["tool_calls"].is_array()) return InvalidField(field, "tool_calls must be an array");
     for (nlohmann::ordered_json& call : fields["tool_calls"]) {
@@ -90,12 +99,15 @@ absl::Status ParseMessages(const json& body, const nlohmann::ordered_json* order
     if (content.is_string()) {
       parsed.content = content.get<std::string>();
     } else if (content.is_array()) {
-      // Content parts: only text parts are understood.
-      for (const json& part : content) {
+      // Content parts: only text parts are understood, one per line (vLLM's
+      // "string" content format).
+      for (size_t p = 0; p < content.size(); ++p) {
+        const json& part = content[p];
         if (!part.is_object() || !part.contains("type") || part["type"] != "text" ||
             !part.contains("text") || !part["text"].is_string()) {
           return InvalidField(field, "content parts must be {\"type\": \"text\", \"text\": ...}");
         }
+        if (p > 0) parsed.content += '\n';
         parsed.content += part["text"].get<std::string>();
       }
     } else if (!content.is_null()) {
@@ -105,7 +117,7 @@ absl::Status ParseMessages(const json& body, const nlohmann::ordered_json* order
         ordered != nullptr && ordered->contains("messages") && (*ordered)["messages"].size() > i
             ? &(*ordered)["messages"][i]
             : nullptr;
-    if (absl::Status s = KeepToolFields(message, ordered_message, field, &parsed); !s.ok())
+    if (absl::Status s = KeepTemplateFields(message, ordered_message, field, &parsed); !s.ok())
       return s;
     out->messages.push_back(std::move(parsed));
   }

@@ -710,5 +710,27 @@ TEST(OpenAiProtocolTest, ReasoningComesApartAndToolCallsComeFromTheContent) {
           .is_null());
 }
 
+// As vLLM hands messages to the chat template: text parts one per line, an
+// assistant's reasoning also as reasoning_content, a name kept.
+TEST(OpenAiProtocolTest, ChatMessagesReachTheTemplateAsVllmHandsThem) {
+  const json body = json::parse(R"({"messages": [
+      {"role": "user", "name": "ann", "content": [{"type": "text", "text": "a"},
+                                                  {"type": "text", "text": "b"}]},
+      {"role": "assistant", "content": "c", "reasoning": "r"},
+      {"role": "user", "content": "d"}]})");
+  absl::StatusOr<OpenAiRequest> chat = ParseOpenAiRequest(body, /*chat=*/true, 512);
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  ASSERT_EQ(chat->messages.size(), 3u);
+  EXPECT_EQ(chat->messages[0].content, "a\nb");
+  EXPECT_EQ(chat->messages[0].fields["name"], "ann");
+  EXPECT_EQ(chat->messages[1].fields["reasoning"], "r");
+  EXPECT_EQ(chat->messages[1].fields["reasoning_content"], "r");
+  EXPECT_TRUE(chat->messages[2].fields.empty());
+  json bad = body;
+  bad["messages"][1]["reasoning"] = 5;
+  EXPECT_EQ(ParseOpenAiRequest(bad, true, 512).status().message(),
+            "messages[1]: reasoning must be a string");
+}
+
 }  // namespace
 }  // namespace pagoda::scheduler
