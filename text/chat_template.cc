@@ -90,6 +90,26 @@ absl::StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::Load(const std::stri
   return loaded;
 }
 
+namespace {
+
+// A message's content as `format` hands it to the template.
+nlohmann::ordered_json ContentValue(const ChatMessage& message, ChatContentFormat format) {
+  if (format == ChatContentFormat::kString) {
+    return message.content_null ? nlohmann::ordered_json()
+                                : nlohmann::ordered_json(message.content);
+  }
+  nlohmann::ordered_json parts = nlohmann::ordered_json::array();
+  if (message.content_null) return parts;
+  auto add = [&parts](const std::string& text) {
+    parts.push_back({{"type", "text"}, {"text", text}});
+  };
+  if (message.parts.empty() && !message.content.empty()) add(message.content);
+  for (const std::string& part : message.parts) add(part);
+  return parts;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::FromSource(const std::string& source,
                                                                        std::string bos_token,
                                                                        std::string eos_token,
@@ -103,7 +123,8 @@ absl::StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::FromSource(const std
 absl::StatusOr<std::string> ChatTemplate::Render(const std::vector<ChatMessage>& messages,
                                                  bool add_generation_prompt,
                                                  const nlohmann::ordered_json& tools,
-                                                 const nlohmann::ordered_json& variables) const {
+                                                 const nlohmann::ordered_json& variables,
+                                                 ChatContentFormat format) const {
   jinja::List list;
   for (const ChatMessage& message : messages) {
     // The client's fields in the client's order (tojson prints them so);
@@ -111,8 +132,7 @@ absl::StatusOr<std::string> ChatTemplate::Render(const std::vector<ChatMessage>&
     nlohmann::ordered_json fields =
         message.fields.is_object() ? message.fields : nlohmann::ordered_json::object();
     fields["role"] = message.role;
-    fields["content"] = message.content_null ? nlohmann::ordered_json()
-                                             : nlohmann::ordered_json(message.content);
+    fields["content"] = ContentValue(message, format);
     list.push_back(jinja::FromJson(fields));
   }
   jinja::Dict context{{"messages", jinja::Value(std::move(list))},

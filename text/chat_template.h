@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
+#include "text/chat_content_format.h"
 #include "text/jinja_template.h"
 
 namespace pagoda::text {
@@ -23,6 +24,10 @@ namespace pagoda::text {
 struct ChatMessage {
   std::string role;
   std::string content;
+  // The content's text parts as the client gave them (a string content is
+  // one part, a null content none): what the template sees under
+  // ChatContentFormat::kOpenAi. Empty with a `content`: that is the one part.
+  std::vector<std::string> parts;
   nlohmann::ordered_json fields = nlohmann::ordered_json::object();
   // A null content (an assistant message that only calls tools).
   bool content_null = false;
@@ -55,10 +60,17 @@ class ChatTemplate {
   // arguments (Llama 3.1's date_string, tools_in_user_message): they may
   // replace bos_token and eos_token; naming messages, tools or
   // add_generation_prompt is INVALID_ARGUMENT, as in Python.
+  // `format`: how each message's content reaches the template (its text,
+  // or OpenAI's list of text parts).
   absl::StatusOr<std::string> Render(const std::vector<ChatMessage>& messages,
                                      bool add_generation_prompt,
                                      const nlohmann::ordered_json& tools = nullptr,
-                                     const nlohmann::ordered_json& variables = nullptr) const;
+                                     const nlohmann::ordered_json& variables = nullptr,
+                                     ChatContentFormat format = ChatContentFormat::kString) const;
+  // The content format vLLM's "auto" finds in this template.
+  ChatContentFormat detected_content_format() const {
+    return DetectChatContentFormat(template_.root());
+  }
 
  private:
   ChatTemplate(jinja::Template compiled, std::string bos, std::string eos)

@@ -273,5 +273,51 @@ TEST(ChatTemplateTest, NestingIsBoundedWhenTheTemplateLoads) {
             repeat("[", 20) + "1" + repeat("]", 20) + "x");
 }
 
+// vLLM's "auto" content format: a loop over a message's content, the
+// message taken from a loop over messages (a slice, a filter, a variable
+// set from them), means OpenAI's list of parts; anything else a string.
+TEST(ChatTemplateTest, DetectsTheContentFormatAsVllm) {
+  auto format = [](const std::string& source) {
+    auto loaded = ChatTemplate::FromSource(source, "<s>", "</s>");
+    EXPECT_TRUE(loaded.ok()) << loaded.status();
+    return loaded.ok() ? (*loaded)->detected_content_format() : ChatContentFormat::kString;
+  };
+  EXPECT_EQ(format("{% for m in messages %}{{ m['content'] | trim }}{% endfor %}"),
+            ChatContentFormat::kString);
+  EXPECT_EQ(format("{% for m in messages %}{% for c in m['content'] %}{{ c['text'] }}{% endfor %}"
+                   "{% endfor %}"),
+            ChatContentFormat::kOpenAi);
+  EXPECT_EQ(format("{% for m in messages[1:] %}{% for c in m.content | select('mapping') %}"
+                   "{{ c.text }}{% endfor %}{% endfor %}"),
+            ChatContentFormat::kOpenAi);
+  EXPECT_EQ(format("{% set rest = messages[1:] %}{% set loop_messages = rest %}"
+                   "{% for m in loop_messages %}{% if m.content is string %}{{ m.content }}"
+                   "{% else %}{% for c in m.content %}{{ c.text }}{% endfor %}{% endif %}"
+                   "{% endfor %}"),
+            ChatContentFormat::kOpenAi);
+  // A content loop over a variable no messages loop binds, or a loop over
+  // messages binding two names (vLLM's detection gives up there): a string.
+  EXPECT_EQ(format("{% set m = {'content': []} %}{% for c in m.content %}{% endfor %}"),
+            ChatContentFormat::kString);
+  EXPECT_EQ(format("{% for i, m in messages %}{% for c in m.content %}{% endfor %}{% endfor %}"),
+            ChatContentFormat::kString);
+}
+
+TEST(ChatTemplateTest, OpenAiContentFormatHandsTheTemplateTheParts) {
+  auto loaded = ChatTemplate::FromSource(
+      "{% for m in messages %}{% for c in m.content %}[{{ c.type }}:{{ c.text }}]{% endfor %}|"
+      "{% endfor %}",
+      "<s>", "</s>");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ChatMessage parts{"user", "a\nb"};
+  parts.parts = {"a", "b"};
+  ChatMessage plain{"assistant", "x"};  // Built without parts: the content is the one part.
+  ChatMessage empty{"user", ""};
+  absl::StatusOr<std::string> rendered =
+      (*loaded)->Render({parts, plain, empty}, false, nullptr, nullptr, ChatContentFormat::kOpenAi);
+  ASSERT_TRUE(rendered.ok()) << rendered.status();
+  EXPECT_EQ(*rendered, "[text:a][text:b]|[text:x]||");
+}
+
 }  // namespace
 }  // namespace pagoda::text

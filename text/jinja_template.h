@@ -54,6 +54,9 @@ class Template {
   // Renders with the variables of `context` (a dict). raise_exception() and
   // type errors are INVALID_ARGUMENT.
   absl::StatusOr<std::string> Render(const Value& context) const;
+  // The syntax tree (jinja_ast.h), for what reads a template without
+  // rendering it (chat_content_format.h).
+  const Node& root() const { return *root_; }
 
  private:
   std::shared_ptr<const Node> root_;

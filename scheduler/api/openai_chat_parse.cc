@@ -98,6 +98,7 @@ absl::Status ParseMessages(const json& body, const nlohmann::ordered_json* order
     const json content = message.value("content", json());
     if (content.is_string()) {
       parsed.content = content.get<std::string>();
+      parsed.parts.push_back(parsed.content);
     } else if (content.is_array()) {
       // Content parts: only text parts are understood, one per line (vLLM's
       // "string" content format).
@@ -109,6 +110,7 @@ absl::Status ParseMessages(const json& body, const nlohmann::ordered_json* order
         }
         if (p > 0) parsed.content += '\n';
         parsed.content += part["text"].get<std::string>();
+        parsed.parts.push_back(part["text"].get<std::string>());
       }
     } else if (!content.is_null()) {
       return InvalidField(field, "content must be a string or text parts");

@@ -39,6 +39,9 @@ struct ModelOptions {
   // (common/quantization_methods.h).
   std::string cpu_weight_only_activations = "int8";
   std::string chat_template;  // File; "": the model's own.
+  // vLLM's --chat-template-content-format: auto, string or openai (checked
+  // with the template, text/chat_content_format.h).
+  std::string chat_template_content_format = "auto";
   std::string generation_config = "auto";
   // vLLM's --override-generation-config: a JSON object laid over the
   // defaults --generation-config gives (LoadSamplingDefaults); "": none.

@@ -47,6 +47,9 @@ ABSL_FLAG(int, max_model_len, 0, "Longest prompt + output; 0 = the model's max p
 ABSL_FLAG(std::string, chat_template, "",
           "Jinja chat template file for /v1/chat/completions; default: the model's "
           "chat_template.jinja or tokenizer_config.json chat_template.");
+ABSL_FLAG(std::string, chat_template_content_format, "auto",
+          "vLLM's: a message's content as the template sees it: string (text, parts one per "
+          "line), openai (a list of text parts) or auto (openai when the template loops over it).");
 ABSL_FLAG(std::string, generation_config, "auto",
           "Sampling defaults for fields a request leaves unset, as vLLM's: auto = the model's "
           "generation_config.json (temperature, top_p, top_k, min_p, repetition_penalty, "
@@ -63,13 +66,11 @@ ABSL_FLAG(std::string, tool_call_parser, "",
           "names): hermes (Qwen, Hermes: <tool_call> blocks) or llama3_json (Llama 3.1 JSON); "
           "empty: auto is refused, required and named functions still work.");
 ABSL_FLAG(int, max_logprobs, 20,
-          "vLLM's: the most logprobs a request may ask per token (logprobs, top_logprobs, "
-          "prompt_logprobs), 0 to 20; vLLM's -1 (the whole vocabulary) is refused, 20 being "
-          "the most this server returns.");
+          "vLLM's: most logprobs per token a request may ask (logprobs, top_logprobs, "
+          "prompt_logprobs), 0 to 20 (this server's most; vLLM's -1 is refused).");
 ABSL_FLAG(std::string, reasoning_parser, "",
-          "vLLM's reasoning parser for /v1/chat/completions: deepseek_r1 (DeepSeek R1 and its "
-          "distills, QwQ) returns the text before </think> as the message's \"reasoning\" and "
-          "the rest as its content; empty: none.");
+          "vLLM's: deepseek_r1 (DeepSeek R1, its distills, QwQ) splits chat answers at </think> "
+          "into \"reasoning\" and content; empty: none.");
 ABSL_FLAG(bool, enable_auto_tool_choice, false,
           "vLLM's switch for tool_choice auto, taken so vLLM's command lines run: auto is "
           "served whenever --tool-call-parser names a parser (vLLM needs both), and with this "
@@ -124,9 +125,8 @@ ABSL_FLAG(bool, return_tokens_as_token_ids, false,
           "vLLM's: OpenAI logprobs name each token \"token_id:N\" instead of its text, unless "
           "a request's return_tokens_as_token_ids says otherwise.");
 ABSL_FLAG(std::string, response_role, "assistant",
-          "vLLM's: the role chat answers carry when the request adds the generation prompt "
-          "(its add_generation_prompt, true by default); without, the last message's role. 1 to "
-          "64 printable ASCII characters.");
+          "vLLM's: the role of chat answers when the request adds the generation prompt (else the "
+          "last message's role); 1 to 64 printable ASCII characters.");
 ABSL_FLAG(bool, enable_log_requests, false,
           "vLLM's: log each request's id, sampling options and adapter as it is accepted "
           "(and its prompt with VLLM_LOGGING_LEVEL=DEBUG). Off: prompts are the users' data.");
@@ -322,6 +322,7 @@ ModelOptions ReadModelFlags() {
   model.cpu_weight_only_activations = absl::GetFlag(FLAGS_cpu_weight_only_activations);
   model.max_model_len = absl::GetFlag(FLAGS_max_model_len);
   model.chat_template = absl::GetFlag(FLAGS_chat_template);
+  model.chat_template_content_format = absl::GetFlag(FLAGS_chat_template_content_format);
   model.generation_config = absl::GetFlag(FLAGS_generation_config);
   model.override_generation_config = absl::GetFlag(FLAGS_override_generation_config);
   model.tool_call_parser = absl::GetFlag(FLAGS_tool_call_parser);
@@ -540,9 +541,9 @@ std::vector<FlagGroup> ServerFlagGroups() {
   return {
       {"Model",
        {"config", "model", "served_model_name", "dtype", "kv_cache_dtype", "quantization",
-        "cpu_weight_only_activations", "max_model_len", "chat_template", "generation_config",
-        "override_generation_config", "tool_call_parser", "enable_auto_tool_choice", "max_logprobs",
-        "reasoning_parser"}},
+        "cpu_weight_only_activations", "max_model_len", "chat_template",
+        "chat_template_content_format", "generation_config", "override_generation_config",
+        "tool_call_parser", "enable_auto_tool_choice", "max_logprobs", "reasoning_parser"}},
       {"Front doors: gRPC, OpenAI HTTP, metrics",
        {"host",
         "port",

@@ -14,13 +14,15 @@
 namespace pagoda::scheduler {
 namespace {
 
-// Chat completions through `chat_template`, or none when it is null.
-ChatRenderer ChatRendererOf(const text::ChatTemplate* chat_template) {
+// Chat completions through `chat_template`, or none when it is null; each
+// message's content in `format`.
+ChatRenderer ChatRendererOf(const text::ChatTemplate* chat_template,
+                            text::ChatContentFormat format) {
   if (chat_template == nullptr) return ChatRenderer();
-  return [chat_template](const std::vector<text::ChatMessage>& messages, bool add_generation_prompt,
-                         const nlohmann::ordered_json& tools,
-                         const nlohmann::ordered_json& variables) {
-    return chat_template->Render(messages, add_generation_prompt, tools, variables);
+  return [chat_template, format](const std::vector<text::ChatMessage>& messages,
+                                 bool add_generation_prompt, const nlohmann::ordered_json& tools,
+                                 const nlohmann::ordered_json& variables) {
+    return chat_template->Render(messages, add_generation_prompt, tools, variables, format);
   };
 }
 
@@ -122,8 +124,8 @@ absl::StatusOr<std::unique_ptr<HttpServer>> StartHttpFrontend(
   options.max_connections = door.http_max_connections;
   options.io_threads = door.http_io_threads;
   if (metrics != nullptr) options.metrics_registry = metrics->registry();
-  absl::StatusOr<std::unique_ptr<HttpServer>> http =
-      HttpServer::Start(options, path, ChatRendererOf(model.chat_template.get()));
+  absl::StatusOr<std::unique_ptr<HttpServer>> http = HttpServer::Start(
+      options, path, ChatRendererOf(model.chat_template.get(), model.chat_content_format));
   if (!http.ok()) return http.status();
   std::cout << "PAGODA_HTTP_LISTENING " << (*http)->port() << std::endl;
   return http;

@@ -36,6 +36,9 @@ std::shared_ptr<const constraints::TokenVocabulary> MakeTokenVocabulary(const Mo
 
 absl::StatusOr<ModelFiles> LoadModelFiles(const ModelOptions& options) {
   ModelFiles files;
+  absl::StatusOr<std::optional<text::ChatContentFormat>> format =
+      text::ParseChatContentFormat(options.chat_template_content_format);
+  if (!format.ok()) return format.status();
   absl::StatusOr<ModelConfig> model = LoadModelConfig(options.model_dir);
   if (!model.ok()) return model.status();
   files.config = *std::move(model);
@@ -50,7 +53,15 @@ absl::StatusOr<ModelFiles> LoadModelFiles(const ModelOptions& options) {
       text::ChatTemplate::Load(options.model_dir, options.chat_template);
   if (!chat_template.ok()) return chat_template.status();
   files.chat_template = *std::move(chat_template);
-  LOG(INFO) << "chat template: " << (files.chat_template != nullptr ? "loaded" : "none");
+  if (files.chat_template != nullptr) {
+    files.chat_content_format = format->value_or(files.chat_template->detected_content_format());
+  }
+  LOG(INFO) << "chat template: "
+            << (files.chat_template != nullptr
+                    ? absl::StrCat("loaded, content format ",
+                                   text::ChatContentFormatName(files.chat_content_format),
+                                   format->has_value() ? "" : " (detected)")
+                    : std::string("none"));
   absl::StatusOr<SamplingDefaults> defaults = LoadSamplingDefaults(
       options.generation_config, options.model_dir, options.override_generation_config);
   if (!defaults.ok()) return defaults.status();

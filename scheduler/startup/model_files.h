@@ -21,7 +21,9 @@ struct ModelFiles {
   ModelConfig config;
   std::unique_ptr<Tokenizer> tokenizer;               // Null: token ids only.
   std::unique_ptr<text::ChatTemplate> chat_template;  // Null: no chat completions.
-  SamplingDefaults sampling_defaults;                 // --generation-config.
+  // --chat-template-content-format, "auto" resolved against the template.
+  text::ChatContentFormat chat_content_format = text::ChatContentFormat::kString;
+  SamplingDefaults sampling_defaults;  // --generation-config.
 };
 
 // Reads `options.model_dir`'s files; a template outside the supported Jinja

@@ -10,6 +10,10 @@ date_string, builtin_tools and custom_tools), tool calls and tool or ipython
 results, and checks that templates raising an error (roles that do not
 alternate, tools without a user message, two calls in one Llama 3.1 turn)
 fail in both. jinja2 runs as transformers runs it (jinja_reference.py).
+Each template's content format ("auto" of --chat-template-content-format)
+is also checked against vLLM's detection run over jinja2's own syntax tree
+(reference_content_format), on these templates and on a few written to
+loop over a message's content.
 
     python3 tests/chat_template/chat_template_test.py path/to/chat_template_tool
 Prints "N passed, N failed"; exits non-zero on any failure.
@@ -106,9 +110,85 @@ def templates():
     return out
 
 
+def reference_content_format(source):
+    """vLLM's content format detection, over jinja2's syntax tree: "openai"
+    when a loop iterates a message's content, the message bound by a loop
+    over `messages` (or a slice of it, through filters and tests, or a
+    variable assigned from those); "string" otherwise or when a matching
+    loop binds more than one name (vLLM's detection then fails)."""
+    import jinja2
+    from jinja2 import nodes
+    tree = jinja2.Environment().parse(source)
+
+    def reads(node, name, key=None):
+        if isinstance(node, (nodes.Filter, nodes.Test)):
+            return node.node is not None and reads(node.node, name, key)
+        if isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Slice):
+            return reads(node.node, name, key)
+        if key is None:
+            return isinstance(node, nodes.Name) and node.ctx == "load" and node.name == name
+        if isinstance(node, nodes.Getitem):
+            return (reads(node.node, name) and isinstance(node.arg, nodes.Const)
+                    and node.arg.value == key)
+        return isinstance(node, nodes.Getattr) and reads(node.node, name) and node.attr == key
+
+    sources = ["messages"]
+    for name in sources:
+        for assign in tree.find_all(nodes.Assign):
+            if (isinstance(assign.target, nodes.Name) and reads(assign.node, name)
+                    and assign.target.name not in sources):
+                sources.append(assign.target.name)
+
+    def loop_names(over, key=None):
+        names = []
+        for loop in tree.find_all(nodes.For):
+            if any(reads(loop.iter, name, key) for name in over):
+                if not isinstance(loop.target, nodes.Name):
+                    return None
+                names.append(loop.target.name)
+        return names
+
+    messages = loop_names(sources)
+    if messages is None:
+        return "string"
+    return "openai" if loop_names(messages, "content") else "string"
+
+
+CONTENT_LOOPS = [
+    "{% for m in messages %}{% for c in m['content'] %}{{ c.text }}{% endfor %}{% endfor %}",
+    "{% for m in messages[1:] %}{% for c in m.content | select('mapping') %}{{ c.text }}"
+    "{% endfor %}{% endfor %}",
+    "{% set rest = messages[1:] %}{% set ms = rest %}{% for m in ms %}{% if m.content is string %}"
+    "{{ m.content }}{% else %}{% for c in m.content %}{{ c.text }}{% endfor %}{% endif %}"
+    "{% endfor %}",
+    "{% for i, m in messages %}{% for c in m.content %}{% endfor %}{% endfor %}",
+    "{% set m = {'content': []} %}{% for c in m.content %}{% endfor %}",
+]
+
+
+def check_content_formats(tool):
+    failed = 0
+    sources = [source for _, source, _, _ in templates()] + CONTENT_LOOPS
+    for source in sources:
+        with tempfile.NamedTemporaryFile("w", suffix=".jinja", delete=False, encoding="utf-8") as f:
+            f.write(source)
+            template_path = f.name
+        run = subprocess.run([tool, template_path], input=b'{"cases": []}', capture_output=True)
+        os.unlink(template_path)
+        got = json.loads(run.stdout.decode("utf-8")).get("content_format")
+        want = reference_content_format(source)
+        if got != want:
+            failed += 1
+            print(f"FAIL content format of {source[:80]!r}: got {got}, want {want}")
+    formats = {reference_content_format(source) for source in sources}
+    print(f"content formats: {len(sources)} templates, both kinds: {formats == {'string', 'openai'}}")
+    return failed + (formats != {"string", "openai"})
+
+
 def main():
     tool = sys.argv[1]
     passed = failed = 0
+    failed += check_content_formats(tool)
     cases = conversations()
     for name, source, bos, eos in templates():
         with tempfile.NamedTemporaryFile("w", suffix=".jinja", delete=False, encoding="utf-8") as f:

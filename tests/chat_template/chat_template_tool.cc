@@ -5,7 +5,8 @@
 // request:  {"bos_token": "...", "eos_token": "...",
 //            "cases": [{"messages": [{"role", "content"}], "add_generation_prompt": b,
 //                       "tools"?: [...], "variables"?: {name: value}}]}
-// response: {"parse_error": msg} or {"results": [{"text": ...} or {"error": msg}]}
+// response: {"parse_error": msg} or {"results": [{"text": ...} or {"error": msg}],
+//            "content_format": "string" or "openai" (vLLM's "auto" detection)}
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -51,7 +52,9 @@ int main(int argc, char** argv) {
     results.push_back(text.ok() ? json{{"text", *text}}
                                 : json{{"error", std::string(text.status().message())}});
   }
-  std::cout << json{{"results", results}}.dump(-1, ' ', false, json::error_handler_t::replace)
-            << "\n";
+  const json response = {
+      {"results", results},
+      {"content_format", pagoda::text::ChatContentFormatName((*chat)->detected_content_format())}};
+  std::cout << response.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
   return 0;
 }

@@ -334,6 +334,36 @@ class FlagsTest(unittest.TestCase):
             self.assertEqual(code, 400, text)
             self.assertIn(f"{field}: must be in [0, 2] (--max-logprobs)", text)
 
+    def test_vllms_chat_template_content_format(self):
+        """A template that loops over a message's content parts gets them as
+        OpenAI's list under auto (detected, as vLLM) and openai, and the
+        joined text under string, where the loop walks characters."""
+        template = os.path.join(self.tmp.name, "parts.jinja")
+        with open(template, "w") as f:
+            f.write("{% for m in messages %}{% for c in m.content %}{{ c.text }} {% endfor %}"
+                    "{% endfor %}")
+        messages = [{"role": "user", "content": [{"type": "text", "text": "hello"},
+                                                 {"type": "text", "text": "world"}]}]
+        for given, want_parts in (("auto", True), ("openai", True), ("string", False)):
+            server = h.Server(self.model, "--http-port", "-1", "--chat-template", template,
+                              "--chat-template-content-format", given).start()
+            self.addCleanup(server.stop)
+
+            def post(path, body):
+                request = urllib.request.Request(
+                    f"http://127.0.0.1:{server.http_port}{path}", method="POST",
+                    headers={"Content-Type": "application/json"}, data=json.dumps(body).encode())
+                with urllib.request.urlopen(request, timeout=60) as reply:
+                    return json.load(reply)
+
+            tokens = post("/tokenize", {"messages": messages, "add_generation_prompt": False})
+            prompt = post("/detokenize", {"tokens": tokens["tokens"]})["prompt"]
+            with self.subTest(given=given):
+                self.assertEqual("hello world" in prompt, want_parts, prompt)
+                if given == "auto":
+                    self.assertIn("content format openai (detected)", server.stderr())
+        self.refuse("chat-template-content-format", "markdown")
+
     def test_vllms_response_role(self):
         """--response-role: the role of chat answers to requests that add the
         generation prompt, whole and streamed; without it, the last
