@@ -3,7 +3,9 @@
 // parser and interpreter (text/jinja_*). Input: the template source, then
 // optionally NUL-separated message contents (roles alternate user,
 // assistant; without any, a fixed four-message chat with a system prompt).
-// add_generation_prompt is set when the input's length is even.
+// add_generation_prompt is set when the input's length is even. The
+// template's content format is detected (its syntax tree walked, as the
+// server does at start) and the render hands each content in it.
 #include <string>
 #include <vector>
 
@@ -42,6 +44,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   absl::StatusOr<std::unique_ptr<ChatTemplate>> compiled = ChatTemplate::FromSource(
       source, "<s>", "</s>", pagoda::text::jinja::kDefaultMaxRenderWork / 256);
   if (!compiled.ok()) return 0;
-  (*compiled)->Render(messages, /*add_generation_prompt=*/size % 2 == 0).IgnoreError();
+  (*compiled)
+      ->Render(messages, /*add_generation_prompt=*/size % 2 == 0, nullptr, nullptr,
+               (*compiled)->detected_content_format())
+      .IgnoreError();
   return 0;
 }
