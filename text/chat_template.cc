@@ -7,7 +7,9 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "nlohmann/json.hpp"
 
 namespace pagoda::text {
@@ -92,6 +94,10 @@ absl::StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::Load(const std::stri
 
 namespace {
 
+// transformers' continue_final_message mark (its trailing space tells
+// whether the template trimmed the message).
+constexpr char kContinueTag[] = "CONTINUE_FINAL_MESSAGE_TAG ";
+
 // A message's content as `format` hands it to the template.
 nlohmann::ordered_json ContentValue(const ChatMessage& message, ChatContentFormat format) {
   if (format == ChatContentFormat::kString) {
@@ -117,14 +123,73 @@ absl::StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::FromSource(const std
   absl::StatusOr<jinja::Template> compiled = jinja::Template::Parse(source, max_render_work);
   if (!compiled.ok()) return compiled.status();
   return std::unique_ptr<ChatTemplate>(
-      new ChatTemplate(*std::move(compiled), std::move(bos_token), std::move(eos_token)));
+      new ChatTemplate(*std::move(compiled), std::move(bos_token), std::move(eos_token),
+                       source.find("content") != std::string::npos));
 }
 
 absl::StatusOr<std::string> ChatTemplate::Render(const std::vector<ChatMessage>& messages,
                                                  bool add_generation_prompt,
                                                  const nlohmann::ordered_json& tools,
                                                  const nlohmann::ordered_json& variables,
-                                                 ChatContentFormat format) const {
+                                                 ChatContentFormat format,
+                                                 bool continue_final_message) const {
+  if (continue_final_message) {
+    return RenderContinued(messages, add_generation_prompt, tools, variables, format);
+  }
+  return RenderMessages(messages, add_generation_prompt, tools, variables, format);
+}
+
+// transformers' continue_final_message (render_jinja_template): the final
+// message's text, or its last text part, gets kContinueTag; the render is
+// cut where the tag starts (and right-stripped when the template trimmed
+// the tag's space), so the prompt ends inside that message. Whitespace is
+// ASCII's where Python strips Unicode's.
+absl::StatusOr<std::string> ChatTemplate::RenderContinued(std::vector<ChatMessage> messages,
+                                                          bool add_generation_prompt,
+                                                          const nlohmann::ordered_json& tools,
+                                                          const nlohmann::ordered_json& variables,
+                                                          ChatContentFormat format) const {
+  if (messages.empty() || messages.back().content_null) {
+    return absl::InvalidArgumentError(
+        "continue_final_message is set but the final message has no \"content\" to continue!");
+  }
+  if (!reads_content_) {
+    return absl::InvalidArgumentError(
+        "continue_final_message is set to \"content\" but this is not an accepted field in the "
+        "chat_template");
+  }
+  ChatMessage& final = messages.back();
+  if (final.parts.empty() && !final.content.empty()) final.parts.push_back(final.content);
+  if (format == ChatContentFormat::kOpenAi && final.parts.empty()) {
+    return absl::InvalidArgumentError(
+        "continue_final_message is set but we could not find any text to continue in the final "
+        "message!");
+  }
+  std::string& marked = format == ChatContentFormat::kOpenAi ? final.parts.back() : final.content;
+  const std::string text(absl::StripAsciiWhitespace(marked));
+  marked += kContinueTag;
+  absl::StatusOr<std::string> rendered =
+      RenderMessages(messages, add_generation_prompt, tools, variables, format);
+  if (!rendered.ok()) return rendered.status();
+  const std::string tag(absl::StripAsciiWhitespace(kContinueTag));
+  if (rendered->find(text) == std::string::npos || rendered->find(tag) == std::string::npos) {
+    return absl::InvalidArgumentError(
+        "continue_final_message is set but the final message does not appear in the chat after "
+        "applying the chat template! This can happen if the chat template deletes portions of the "
+        "final message.");
+  }
+  const size_t at = rendered->rfind(tag);
+  const bool kept = rendered->compare(at, sizeof(kContinueTag) - 1, kContinueTag) == 0;
+  rendered->resize(at);
+  if (!kept) rendered->resize(absl::StripTrailingAsciiWhitespace(*rendered).size());
+  return rendered;
+}
+
+absl::StatusOr<std::string> ChatTemplate::RenderMessages(const std::vector<ChatMessage>& messages,
+                                                         bool add_generation_prompt,
+                                                         const nlohmann::ordered_json& tools,
+                                                         const nlohmann::ordered_json& variables,
+                                                         ChatContentFormat format) const {
   jinja::List list;
   for (const ChatMessage& message : messages) {
     // The client's fields in the client's order (tojson prints them so);

@@ -61,24 +61,45 @@ class ChatTemplate {
   // replace bos_token and eos_token; naming messages, tools or
   // add_generation_prompt is INVALID_ARGUMENT, as in Python.
   // `format`: how each message's content reaches the template (its text,
-  // or OpenAI's list of text parts).
+  // or OpenAI's list of text parts). `continue_final_message`:
+  // transformers' flag of that name, the prompt cut right after the last
+  // message's text so that the model continues it (the text, or its last
+  // text part, is marked, rendered and cut at the mark; INVALID_ARGUMENT
+  // with transformers' message when the template drops the mark or the
+  // text, or the message has no text).
   absl::StatusOr<std::string> Render(const std::vector<ChatMessage>& messages,
                                      bool add_generation_prompt,
                                      const nlohmann::ordered_json& tools = nullptr,
                                      const nlohmann::ordered_json& variables = nullptr,
-                                     ChatContentFormat format = ChatContentFormat::kString) const;
+                                     ChatContentFormat format = ChatContentFormat::kString,
+                                     bool continue_final_message = false) const;
   // The content format vLLM's "auto" finds in this template.
   ChatContentFormat detected_content_format() const {
     return DetectChatContentFormat(template_.root());
   }
 
  private:
-  ChatTemplate(jinja::Template compiled, std::string bos, std::string eos)
-      : template_(std::move(compiled)), bos_token_(std::move(bos)), eos_token_(std::move(eos)) {}
+  ChatTemplate(jinja::Template compiled, std::string bos, std::string eos, bool reads_content)
+      : template_(std::move(compiled)),
+        bos_token_(std::move(bos)),
+        eos_token_(std::move(eos)),
+        reads_content_(reads_content) {}
+
+  absl::StatusOr<std::string> RenderMessages(const std::vector<ChatMessage>& messages,
+                                             bool add_generation_prompt,
+                                             const nlohmann::ordered_json& tools,
+                                             const nlohmann::ordered_json& variables,
+                                             ChatContentFormat format) const;
+  absl::StatusOr<std::string> RenderContinued(std::vector<ChatMessage> messages,
+                                              bool add_generation_prompt,
+                                              const nlohmann::ordered_json& tools,
+                                              const nlohmann::ordered_json& variables,
+                                              ChatContentFormat format) const;
 
   jinja::Template template_;
   std::string bos_token_;
   std::string eos_token_;
+  bool reads_content_;  // The source says "content" (transformers' check).
 };
 
 }  // namespace pagoda::text

@@ -319,5 +319,43 @@ TEST(ChatTemplateTest, OpenAiContentFormatHandsTheTemplateTheParts) {
   EXPECT_EQ(*rendered, "[text:a][text:b]|[text:x]||");
 }
 
+// transformers' continue_final_message: the prompt ends inside the last
+// message (cut at a mark after its text; right-stripped when the template
+// trimmed the mark's space); refused when the template drops the text or
+// never reads "content", or the last message has no text part.
+TEST(ChatTemplateTest, ContinueFinalMessageEndsThePromptInsideTheLastMessage) {
+  auto render = [](const std::string& source, std::vector<ChatMessage> messages,
+                   ChatContentFormat format = ChatContentFormat::kString) {
+    auto loaded = ChatTemplate::FromSource(source, "<s>", "</s>");
+    EXPECT_TRUE(loaded.ok()) << loaded.status();
+    return (*loaded)->Render(messages, false, nullptr, nullptr, format, true);
+  };
+  const std::string tags =
+      "{% for m in messages %}<{{ m.role }}>{{ m.content }}</{{ m.role }}>{% endfor %}";
+  const std::vector<ChatMessage> chat = {{"user", "hi"}, {"assistant", "Sure, "}};
+  EXPECT_EQ(*render(tags, chat), "<user>hi</user><assistant>Sure, ");
+  EXPECT_EQ(*render("{% for m in messages %}<{{ m.role }}>{{ m.content | trim }}</{{ m.role }}>"
+                    "{% endfor %}",
+                    chat),
+            "<user>hi</user><assistant>Sure,");
+  ChatMessage parts{"assistant", "a\nb"};
+  parts.parts = {"a", "b"};
+  EXPECT_EQ(*render("{% for m in messages %}{% for c in m.content %}[{{ c.text }}]{% endfor %}|"
+                    "{% endfor %}",
+                    {{"user", "hi"}, parts}, ChatContentFormat::kOpenAi),
+            "[hi]|[a][b");
+  auto refused = [](const absl::StatusOr<std::string>& rendered, const std::string& message) {
+    ASSERT_FALSE(rendered.ok()) << *rendered;
+    EXPECT_EQ(rendered.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(rendered.status().message().substr(0, message.size()), message);
+  };
+  refused(render("{% for m in messages[:-1] %}{{ m.content }}{% endfor %}", chat),
+          "continue_final_message is set but the final message does not appear in the chat");
+  refused(render("{% for m in messages %}{{ m['cont' ~ 'ent'] }}{% endfor %}", chat),
+          "continue_final_message is set to \"content\" but this is not an accepted field");
+  refused(render(tags, {{"user", ""}}, ChatContentFormat::kOpenAi),
+          "continue_final_message is set but we could not find any text to continue");
+}
+
 }  // namespace
 }  // namespace pagoda::text

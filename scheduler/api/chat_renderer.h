@@ -16,10 +16,12 @@ namespace pagoda::scheduler {
 
 // Renders chat messages into a prompt (the model's chat template), with the
 // request's tools (OpenAI's array, or null) and chat_template_kwargs (an
-// object, or null).
+// object, or null); `continue_final_message`: the prompt ends inside the
+// last message (ChatTemplate::Render).
 using ChatRenderer = std::function<absl::StatusOr<std::string>(
     const std::vector<text::ChatMessage>& messages, bool add_generation_prompt,
-    const nlohmann::ordered_json& tools, const nlohmann::ordered_json& variables)>;
+    bool continue_final_message, const nlohmann::ordered_json& tools,
+    const nlohmann::ordered_json& variables)>;
 
 }  // namespace pagoda::scheduler
 

@@ -37,6 +37,9 @@ struct OpenAiRequest {
   std::vector<pagoda::v1::GenerateRequest> prompts;
   std::vector<ChatMessage> messages;  // Chat only.
   bool add_generation_prompt = true;  // Chat only.
+  // Chat: transformers' continue_final_message, the prompt ends inside the
+  // last message for the model to continue (not with add_generation_prompt).
+  bool continue_final_message = false;
   bool stream = false;
   bool include_usage = false;           // stream_options.include_usage.
   bool continuous_usage_stats = false;  // stream_options: usage in every chunk.
@@ -173,6 +176,7 @@ struct TokenizeRequest {
   bool chat = false;
   bool add_special_tokens = true;     // BOS for a prompt (vLLM: true for prompts).
   bool add_generation_prompt = true;  // Chat only.
+  bool continue_final_message = false;  // Chat only: as OpenAiRequest's.
   bool return_token_strs = false;
   nlohmann::ordered_json tools;                 // Chat only: rendered, never called.
   nlohmann::ordered_json chat_template_kwargs;  // Chat only.

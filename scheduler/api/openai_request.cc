@@ -71,6 +71,14 @@ absl::Status ParsePrompts(const json& body, std::vector<pagoda::v1::GenerateRequ
 }
 
 // Refuses options that would change the output in ways this server ignores.
+// vLLM's rule: a chat prompt ends either with the generation prompt or
+// inside its last message, not both.
+absl::Status CheckPromptEnding(bool add_generation_prompt, bool continue_final_message) {
+  if (!add_generation_prompt || !continue_final_message) return absl::OkStatus();
+  return InvalidField("continue_final_message",
+                      "cannot be true with add_generation_prompt true (set that false)");
+}
+
 absl::Status RefuseUnsupported(const json& body) {
   for (const char* key : {"functions", "function_call"}) {
     if (Present(body, key) && !(body[key].is_object() && body[key].empty()) &&
@@ -153,10 +161,15 @@ absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(const json& body,
   }
   for (auto [key, field] : {std::pair{"add_special_tokens", &out.add_special_tokens},
                             std::pair{"add_generation_prompt", &out.add_generation_prompt},
+                            std::pair{"continue_final_message", &out.continue_final_message},
                             std::pair{"return_token_strs", &out.return_token_strs}}) {
     if (!Present(body, key)) continue;
     if (!body[key].is_boolean()) return InvalidField(key, "must be a boolean");
     *field = body[key].get<bool>();
+  }
+  if (absl::Status both = CheckPromptEnding(out.add_generation_prompt, out.continue_final_message);
+      !both.ok()) {
+    return both;
   }
   return out;
 }
@@ -216,8 +229,13 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(const json& body, bool chat,
   }
   if (status.ok() && chat) {
     absl::StatusOr<bool> add_generation_prompt = Boolean(body, "add_generation_prompt", true);
-    status = add_generation_prompt.status();
+    absl::StatusOr<bool> continue_final = Boolean(body, "continue_final_message", false);
+    status = !add_generation_prompt.ok() ? add_generation_prompt.status() : continue_final.status();
     out.add_generation_prompt = add_generation_prompt.value_or(true);
+    out.continue_final_message = continue_final.value_or(false);
+    if (status.ok()) {
+      status = CheckPromptEnding(out.add_generation_prompt, out.continue_final_message);
+    }
   }
   if (status.ok() && !chat && Present(body, "chat_template_kwargs")) {
     status = InvalidField("chat_template_kwargs", "only /v1/chat/completions takes them");

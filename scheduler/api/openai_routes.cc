@@ -266,8 +266,8 @@ absl::StatusOr<OpenAiRoutes::Prepared> OpenAiRoutes::Prepare(const json& body, b
     if (tokenizer_ == nullptr)
       return absl::InvalidArgumentError("messages: the model has no tokenizer");
     absl::StatusOr<std::string> prompt =
-        chat_(parsed->messages, parsed->add_generation_prompt, parsed->tools.tools,
-              parsed->chat_template_kwargs);
+        chat_(parsed->messages, parsed->add_generation_prompt, parsed->continue_final_message,
+              parsed->tools.tools, parsed->chat_template_kwargs);
     if (!prompt.ok()) return prompt.status();
     // The template writes BOS and other special tokens itself, so the prompt
     // goes in as ids (the validator adds BOS only to text prompts).
@@ -359,8 +359,8 @@ void OpenAiRoutes::Tokenize(const std::string& body_text, std::shared_ptr<HttpEx
         return absl::InvalidArgumentError("messages: this model has no chat template");
       }
       absl::StatusOr<std::string> rendered =
-          chat_(request->messages, request->add_generation_prompt, request->tools,
-                request->chat_template_kwargs);
+          chat_(request->messages, request->add_generation_prompt, request->continue_final_message,
+                request->tools, request->chat_template_kwargs);
       if (!rendered.ok()) return rendered.status();
       text = *std::move(rendered);
     }

@@ -20,9 +20,11 @@ ChatRenderer ChatRendererOf(const text::ChatTemplate* chat_template,
                             text::ChatContentFormat format) {
   if (chat_template == nullptr) return ChatRenderer();
   return [chat_template, format](const std::vector<text::ChatMessage>& messages,
-                                 bool add_generation_prompt, const nlohmann::ordered_json& tools,
+                                 bool add_generation_prompt, bool continue_final_message,
+                                 const nlohmann::ordered_json& tools,
                                  const nlohmann::ordered_json& variables) {
-    return chat_template->Render(messages, add_generation_prompt, tools, variables, format);
+    return chat_template->Render(messages, add_generation_prompt, tools, variables, format,
+                                 continue_final_message);
   };
 }
 

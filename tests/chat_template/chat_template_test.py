@@ -69,7 +69,39 @@ def conversations():
         cases.append({"messages": messages, "add_generation_prompt": True, "tools": tools})
     cases.append({"messages": [user, call, result], "add_generation_prompt": True})
     cases.extend(llama3_1_cases(system, user, assistant, tools, call, result))
+    # transformers' continue_final_message: the prompt ends inside the last
+    # (assistant) message.
+    prefill = {"role": "assistant", "content": "Sure, here is"}
+    for messages in ([user, assistant], [user, prefill], [system, user, assistant, user2, prefill],
+                     [user, thinking], [user, {"role": "assistant", "content": ""}]):
+        cases.append({"messages": messages, "add_generation_prompt": False,
+                      "continue_final_message": True})
     return cases
+
+
+CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "
+
+
+def reference(source, case, bos, eos):
+    """jinja2's render, with continue_final_message as transformers does it
+    (render_jinja_template): the tag after the final message's content, the
+    render cut where the tag starts (right-stripped when the template
+    trimmed the tag's space)."""
+    if not case.get("continue_final_message"):
+        return reference_render(source, case, bos, eos)
+    if "content" not in source:
+        return {"error": "content is not an accepted field"}
+    final = case["messages"][-1]["content"]
+    messages = case["messages"][:-1] + [dict(case["messages"][-1], content=final + CONTINUE_TAG)]
+    result = reference_render(source, dict(case, messages=messages), bos, eos)
+    if "text" not in result:
+        return result
+    text = result["text"]
+    if final.strip() not in text or CONTINUE_TAG.strip() not in text:
+        return {"error": "the final message does not appear in the chat"}
+    at = text.rindex(CONTINUE_TAG.strip())
+    kept = text[at:at + len(CONTINUE_TAG)] == CONTINUE_TAG
+    return {"text": text[:at] if kept else text[:at].rstrip()}
 
 
 def llama3_1_cases(system, user, assistant, tools, call, result):
@@ -203,7 +235,7 @@ def main():
             failed += 1
             continue
         for case, got in zip(cases, response["results"]):
-            want = reference_render(source, case, bos, eos)
+            want = reference(source, case, bos, eos)
             # Both refuse (with the template's own message when it raised one),
             # or both render the same text.
             same = got.get("text") == want.get("text") if "text" in want else (

@@ -4,7 +4,8 @@
 //   chat_template_tool TEMPLATE_FILE < request.json > response.json
 // request:  {"bos_token": "...", "eos_token": "...",
 //            "cases": [{"messages": [{"role", "content"}], "add_generation_prompt": b,
-//                       "tools"?: [...], "variables"?: {name: value}}]}
+//                       "tools"?: [...], "variables"?: {name: value},
+//                       "continue_final_message"?: b}]}
 // response: {"parse_error": msg} or {"results": [{"text": ...} or {"error": msg}],
 //            "content_format": "string" or "openai" (vLLM's "auto" detection)}
 #include <fstream>
@@ -48,7 +49,9 @@ int main(int argc, char** argv) {
     }
     auto text = (*chat)->Render(messages, item.value("add_generation_prompt", false),
                                 item.contains("tools") ? item["tools"] : json(),
-                                item.contains("variables") ? item["variables"] : json());
+                                item.contains("variables") ? item["variables"] : json(),
+                                pagoda::text::ChatContentFormat::kString,
+                                item.value("continue_final_message", false));
     results.push_back(text.ok() ? json{{"text", *text}}
                                 : json{{"error", std::string(text.status().message())}});
   }
