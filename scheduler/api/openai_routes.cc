@@ -63,23 +63,16 @@ void ApplyResponseFlags(const HttpServerOptions& options, OpenAiRequest& request
                               : request.messages.back().role;
 }
 
-// Under --reasoning-parser, from the chat prompt's ids: whether it already
-// closed the thinking (its last marker is the end one, as Qwen3's template
-// writes with enable_thinking false: vLLM's is_reasoning_end over the
-// prompt), so that the answer is all content; otherwise a grammar waits for
-// the end marker, as vLLM's does.
-void ApplyReasoningToPrompt(const std::vector<int>& prompt_ids, OpenAiRequest& request) {
-  if (!request.reasoning.has_value()) return;
-  for (auto id = prompt_ids.rbegin(); id != prompt_ids.rend(); ++id) {
-    if (*id == request.reasoning->start_id) break;
-    if (*id == request.reasoning->end_id) {
-      request.reasoning_ended_in_prompt = true;
-      return;
-    }
+// vLLM's structured outputs under a reasoning parser, for every request
+// (its engine's rule, chat and completions alike): the grammar waits for
+// the end marker unless the prompt closed the thinking already.
+void WaitForThinking(const std::optional<ReasoningMarkers>& markers, ValidatedRequest& request) {
+  if (!markers.has_value() || request.sampling.grammar == nullptr ||
+      request.sampling.grammar_after_token >= 0 ||
+      ReasoningEndedIn(*markers, request.prompt_token_ids)) {
+    return;
   }
-  if (request.generate.constraint_case() != pagoda::v1::GenerateRequest::CONSTRAINT_NOT_SET) {
-    request.generate.set_constraint_after_token_id(request.reasoning->end_id);
-  }
+  request.sampling.grammar_after_token = markers->end_id;
 }
 
 }  // namespace
@@ -274,7 +267,10 @@ absl::StatusOr<OpenAiRoutes::Prepared> OpenAiRoutes::Prepare(const json& body, b
     absl::StatusOr<std::vector<int>> ids = tokenizer_->Encode(*prompt);
     if (!ids.ok()) return ids.status();
     for (int id : *ids) parsed->generate.add_prompt_token_ids(id);
-    ApplyReasoningToPrompt(*ids, *parsed);
+    // A prompt that closed the thinking (Qwen3's enable_thinking false): the
+    // answer is all content.
+    parsed->reasoning_ended_in_prompt =
+        parsed->reasoning.has_value() && ReasoningEndedIn(*parsed->reasoning, *ids);
   }
   Prepared prepared;
   const size_t num_prompts = std::max<size_t>(1, parsed->prompts.size());
@@ -286,6 +282,7 @@ absl::StatusOr<OpenAiRoutes::Prepared> OpenAiRoutes::Prepare(const json& body, b
       return absl::Status(validated.status().code(),
                           absl::StrCat("prompt[", i, "]: ", validated.status().message()));
     }
+    WaitForThinking(options_.reasoning, *validated);
     if (parsed->echo) {
       if (one.prompt_token_ids_size() == 0) {
         prepared.echo.push_back(one.prompt());

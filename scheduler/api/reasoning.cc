@@ -65,6 +65,14 @@ absl::StatusOr<std::optional<ReasoningMarkers>> FindReasoningMarkers(const std::
   return std::optional<ReasoningMarkers>(markers);
 }
 
+bool ReasoningEndedIn(const ReasoningMarkers& markers, absl::Span<const int32_t> prompt_ids) {
+  for (auto id = prompt_ids.rbegin(); id != prompt_ids.rend(); ++id) {
+    if (*id == markers.start_id) return false;
+    if (*id == markers.end_id) return true;
+  }
+  return false;
+}
+
 ReasoningSplit SplitReasoning(const ReasoningMarkers& markers, const std::string& text) {
   std::string thinking = text;
   if (const size_t start = text.find(markers.start); start != std::string::npos) {

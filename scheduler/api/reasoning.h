@@ -40,6 +40,11 @@ absl::Status CheckReasoningParserName(const std::string& name);
 absl::StatusOr<std::optional<ReasoningMarkers>> FindReasoningMarkers(const std::string& name,
                                                                      const Tokenizer* tokenizer);
 
+// Whether `prompt_ids` closed the thinking already: its last marker is the
+// end one (vLLM's is_reasoning_end over a prompt, e.g. Qwen3's template
+// with enable_thinking false writes an empty <think></think>).
+bool ReasoningEndedIn(const ReasoningMarkers& markers, absl::Span<const int32_t> prompt_ids);
+
 // A finished output split as vLLM's deepseek_r1 parser splits it: past the
 // first start marker if there is one, the text before the first end marker
 // is the reasoning and the text after it the content (null when empty); no

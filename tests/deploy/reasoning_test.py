@@ -183,6 +183,14 @@ class ReasoningParserTest(unittest.TestCase):
                 thought = choice
                 break
         self.assertIsNotNone(thought, "no seed of 20 thought before its answer")
+        # vLLM's engine rule holds for completions too: the grammar waits for
+        # </think> (here the first token, by a large bias), then binds.
+        prompt_ids = json.loads(post(self.port, "/tokenize", {"prompt": "Yes or no?"})[1])["tokens"]
+        status, text = post(self.port, "/v1/completions", {
+            "prompt": prompt_ids, "max_tokens": 8, "temperature": 0,
+            "logit_bias": {str(END_ID): 100}, "structured_outputs": {"choice": ["yes", "no"]}})
+        self.assertEqual(status, 200, text)
+        self.assertIn(json.loads(text)["choices"][0]["text"], ("</think>yes", "</think>no"), text)
 
     def test_a_prompt_that_closed_the_thinking_makes_the_answer_all_content(self):
         # Qwen3's template with enable_thinking false ends the prompt with an
