@@ -236,6 +236,29 @@ absl::StatusOr<OpenAiRoutes::Prepared> OpenAiRoutes::ParseAndPrepare(const std::
   return Prepare(*parsed, chat, raw);
 }
 
+absl::Status OpenAiRoutes::RenderChatPrompt(OpenAiRequest& request) const {
+  if (!chat_) {
+    return absl::InvalidArgumentError(
+        "messages: this model has no chat template; start the server with --chat-template FILE");
+  }
+  if (tokenizer_ == nullptr)
+    return absl::InvalidArgumentError("messages: the model has no tokenizer");
+  absl::StatusOr<std::string> prompt =
+      chat_(request.messages, request.add_generation_prompt, request.continue_final_message,
+            request.tools.tools, request.chat_template_kwargs);
+  if (!prompt.ok()) return prompt.status();
+  // The template writes BOS and other special tokens itself, so the prompt
+  // goes in as ids (the validator adds BOS only to text prompts).
+  absl::StatusOr<std::vector<int>> ids = tokenizer_->Encode(*prompt);
+  if (!ids.ok()) return ids.status();
+  for (int id : *ids) request.generate.add_prompt_token_ids(id);
+  // A prompt that closed the thinking (Qwen3's enable_thinking false): the
+  // answer is all content.
+  request.reasoning_ended_in_prompt =
+      request.reasoning.has_value() && ReasoningEndedIn(*request.reasoning, *ids);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<OpenAiRoutes::Prepared> OpenAiRoutes::Prepare(const json& body, bool chat,
                                                              const std::string& raw) {
   // Schemas, tools and template variables keep the client's key order: read
@@ -252,25 +275,7 @@ absl::StatusOr<OpenAiRoutes::Prepared> OpenAiRoutes::Prepare(const json& body, b
   if (!adapter.ok()) return adapter.status();
   parsed->generate.set_lora_name(*adapter);
   if (chat) {
-    if (!chat_) {
-      return absl::InvalidArgumentError(
-          "messages: this model has no chat template; start the server with --chat-template FILE");
-    }
-    if (tokenizer_ == nullptr)
-      return absl::InvalidArgumentError("messages: the model has no tokenizer");
-    absl::StatusOr<std::string> prompt =
-        chat_(parsed->messages, parsed->add_generation_prompt, parsed->continue_final_message,
-              parsed->tools.tools, parsed->chat_template_kwargs);
-    if (!prompt.ok()) return prompt.status();
-    // The template writes BOS and other special tokens itself, so the prompt
-    // goes in as ids (the validator adds BOS only to text prompts).
-    absl::StatusOr<std::vector<int>> ids = tokenizer_->Encode(*prompt);
-    if (!ids.ok()) return ids.status();
-    for (int id : *ids) parsed->generate.add_prompt_token_ids(id);
-    // A prompt that closed the thinking (Qwen3's enable_thinking false): the
-    // answer is all content.
-    parsed->reasoning_ended_in_prompt =
-        parsed->reasoning.has_value() && ReasoningEndedIn(*parsed->reasoning, *ids);
+    if (absl::Status rendered = RenderChatPrompt(*parsed); !rendered.ok()) return rendered;
   }
   Prepared prepared;
   const size_t num_prompts = std::max<size_t>(1, parsed->prompts.size());

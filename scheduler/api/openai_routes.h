@@ -77,6 +77,9 @@ class OpenAiRoutes {
   // `raw` parsed (json_body.h), then Prepare.
   absl::StatusOr<Prepared> ParseAndPrepare(const std::string& raw, bool chat);
   absl::StatusOr<Prepared> Prepare(const nlohmann::json& body, bool chat, const std::string& raw);
+  // Chat: renders `request`'s messages with the template and tokenizes them
+  // into its prompt ids.
+  absl::Status RenderChatPrompt(OpenAiRequest& request) const;
   void Launch(Prepared prepared, std::shared_ptr<HttpExchange> exchange);
   // On the pool: answer on `exchange` (posted to its executor).
   void Tokenize(const std::string& body, std::shared_ptr<HttpExchange> exchange);

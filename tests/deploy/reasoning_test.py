@@ -69,7 +69,8 @@ class ReasoningParserTest(unittest.TestCase):
                               "--max-model-len", "256")
         cls.server.start()
         cls.port = cls.server.http_port
-        status, text = post(cls.port, "/tokenize", {"prompt": " yes no", "add_special_tokens": False})
+        status, text = post(cls.port, "/tokenize",
+                            {"prompt": " yes no", "add_special_tokens": False})
         assert status == 200, text
         cls.words = json.loads(text)["tokens"]
         assert len(cls.words) == 2, cls.words
@@ -116,7 +117,8 @@ class ReasoningParserTest(unittest.TestCase):
         self.assertNotIn("</think>", message["reasoning"])  # Later ones are content, verbatim.
         self.assertEqual(answer["usage"]["completion_tokens_details"], {"reasoning_tokens": end})
         # The completions endpoint has no parser: the marker stays in its text.
-        prompt_ids = json.loads(post(self.port, "/tokenize", {"prompt": "Think first."})[1])["tokens"]
+        prompt_ids = json.loads(
+            post(self.port, "/tokenize", {"prompt": "Think first."})[1])["tokens"]
         status, text = post(self.port, "/v1/completions", {
             "prompt": prompt_ids, "max_tokens": 12, "temperature": 1.0, "seed": seed,
             "allowed_token_ids": [END_ID]})
