@@ -70,7 +70,6 @@ absl::Status ParsePrompts(const json& body, std::vector<pagoda::v1::GenerateRequ
   return ParseOnePrompt(prompt, &out->emplace_back());
 }
 
-// Refuses options that would change the output in ways this server ignores.
 // vLLM's rule: a chat prompt ends either with the generation prompt or
 // inside its last message, not both.
 absl::Status CheckPromptEnding(bool add_generation_prompt, bool continue_final_message) {
@@ -79,6 +78,7 @@ absl::Status CheckPromptEnding(bool add_generation_prompt, bool continue_final_m
                       "cannot be true with add_generation_prompt true (set that false)");
 }
 
+// Refuses options that would change the output in ways this server ignores.
 absl::Status RefuseUnsupported(const json& body) {
   for (const char* key : {"functions", "function_call"}) {
     if (Present(body, key) && !(body[key].is_object() && body[key].empty()) &&
