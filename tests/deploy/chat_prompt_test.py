@@ -7,8 +7,6 @@ import os
 import sys
 import tempfile
 import unittest
-import urllib.error
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pagoda_harness as h  # noqa: E402
@@ -28,14 +26,8 @@ class ContinueFinalMessageTest(unittest.TestCase):
         cls.tmp.cleanup()
 
     def post(self, path, body):
-        request = urllib.request.Request(
-            f"http://127.0.0.1:{self.server.http_port}{path}", method="POST",
-            headers={"Content-Type": "application/json"}, data=json.dumps(body).encode())
-        try:
-            with urllib.request.urlopen(request, timeout=60) as reply:
-                return reply.status, json.load(reply)
-        except urllib.error.HTTPError as error:
-            return error.code, json.load(error)
+        status, text = h.post_json(self.server.http_port, path, body)
+        return status, json.loads(text)
 
     def prompt(self, **fields):
         status, tokens = self.post("/tokenize", dict({"messages": self.messages}, **fields))

@@ -12,7 +12,6 @@ import subprocess
 import sys
 import tempfile
 import unittest
-import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -182,11 +181,9 @@ class FlagsTest(unittest.TestCase):
         self.assertIn("max_tokens=3 max_tokens_cap=3", server.stderr())
 
         def post(path, body):
-            request = urllib.request.Request(
-                f"http://127.0.0.1:{server.http_port}{path}", method="POST",
-                headers={"Content-Type": "application/json"}, data=json.dumps(body).encode())
-            with urllib.request.urlopen(request, timeout=60) as reply:
-                return json.load(reply)
+            status, text = h.post_json(server.http_port, path, body)
+            self.assertEqual(status, 200, text)
+            return json.loads(text)
 
         greedy = {"temperature": 0, "ignore_eos": True}
         chat = post("/v1/chat/completions", {
@@ -313,15 +310,7 @@ class FlagsTest(unittest.TestCase):
         self.addCleanup(server.stop)
 
         def status(path, body):
-            request = urllib.request.Request(
-                f"http://127.0.0.1:{server.http_port}{path}", method="POST",
-                headers={"Content-Type": "application/json"},
-                data=json.dumps(dict(body, max_tokens=2)).encode())
-            try:
-                with urllib.request.urlopen(request, timeout=60) as reply:
-                    return reply.status, reply.read().decode()
-            except urllib.error.HTTPError as error:
-                return error.code, error.read().decode()
+            return h.post_json(server.http_port, path, dict(body, max_tokens=2))
 
         chat = {"messages": [{"role": "user", "content": "hi"}], "logprobs": True}
         for path, body, field in (("/v1/completions", {"prompt": "hi", "logprobs": 3}, "logprobs"),
@@ -349,15 +338,10 @@ class FlagsTest(unittest.TestCase):
                               "--chat-template-content-format", given).start()
             self.addCleanup(server.stop)
 
-            def post(path, body):
-                request = urllib.request.Request(
-                    f"http://127.0.0.1:{server.http_port}{path}", method="POST",
-                    headers={"Content-Type": "application/json"}, data=json.dumps(body).encode())
-                with urllib.request.urlopen(request, timeout=60) as reply:
-                    return json.load(reply)
-
-            tokens = post("/tokenize", {"messages": messages, "add_generation_prompt": False})
-            prompt = post("/detokenize", {"tokens": tokens["tokens"]})["prompt"]
+            tokens = json.loads(h.post_json(server.http_port, "/tokenize", {
+                "messages": messages, "add_generation_prompt": False})[1])
+            prompt = json.loads(h.post_json(server.http_port, "/detokenize",
+                                            {"tokens": tokens["tokens"]})[1])["prompt"]
             with self.subTest(given=given):
                 self.assertEqual("hello world" in prompt, want_parts, prompt)
                 if given == "auto":
@@ -376,15 +360,13 @@ class FlagsTest(unittest.TestCase):
         def chat(**extra):
             body = dict({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
                         **extra)
-            request = urllib.request.Request(
-                f"http://127.0.0.1:{server.http_port}/v1/chat/completions", method="POST",
-                headers={"Content-Type": "application/json"}, data=json.dumps(body).encode())
-            with urllib.request.urlopen(request, timeout=60) as reply:
-                return reply.read()
+            status, text = h.post_json(server.http_port, "/v1/chat/completions", body)
+            self.assertEqual(status, 200, text)
+            return text
 
         self.assertEqual(json.loads(chat())["choices"][0]["message"]["role"], "bot")
-        first = next(line for line in chat(stream=True).splitlines() if line.startswith(b"data: {"))
-        self.assertEqual(json.loads(first[len(b"data: "):])["choices"][0]["delta"]["role"], "bot")
+        first = next(line for line in chat(stream=True).splitlines() if line.startswith("data: {"))
+        self.assertEqual(json.loads(first[len("data: "):])["choices"][0]["delta"]["role"], "bot")
         answer = json.loads(chat(add_generation_prompt=False))
         self.assertEqual(answer["choices"][0]["message"]["role"], "user")
 

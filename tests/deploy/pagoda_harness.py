@@ -1,5 +1,6 @@
 """Starts real pagoda-server processes (with their spawned workers) for the
 Python-driven tests. Binaries come from PAGODA_BIN_DIR (ctest sets it)."""
+import json
 import os
 import re
 import select
@@ -8,6 +9,8 @@ import socket
 import subprocess
 import tempfile
 import time
+import urllib.error
+import urllib.request
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN_DIR = os.environ.get("PAGODA_BIN_DIR", os.path.join(REPO, "build", "bin"))
@@ -109,6 +112,19 @@ class Server:
 
     def __exit__(self, *exc):
         self.stop()
+
+
+def post_json(port, path, body, timeout=60):
+    """POSTs `body` as JSON to 127.0.0.1:`port``path`: (status, response
+    text), an HTTP error status being an answer too."""
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}",
+                                     data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
 
 
 def wait_for(predicate, timeout, what):

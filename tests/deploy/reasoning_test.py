@@ -18,8 +18,6 @@ import subprocess
 import sys
 import tempfile
 import unittest
-import urllib.error
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pagoda_harness as h  # noqa: E402
@@ -40,15 +38,7 @@ def make_qwen_model(directory):
     return directory
 
 
-def post(port, path, body):
-    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}",
-                                     data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read().decode()
+post = h.post_json
 
 
 def stream_chunks(port, body):
