@@ -63,8 +63,12 @@ std::string Packed(const std::vector<uint32_t>& mask) {
 // the bans (all of them when the bans would leave none).
 std::string WaitingMask(const SequenceGroup& group, absl::Span<const int32_t> banned) {
   const constraints::TokenVocabulary& vocabulary = group.sampling().grammar->vocabulary();
-  std::vector<uint32_t> all(vocabulary.mask_words(), 0);
-  for (int32_t id = 0; id < vocabulary.mask_size(); ++id) SetBit(all, id);
+  // Whole words set, then the last one cut at the vocabulary's end: a step
+  // of every thinking sequence builds one.
+  std::vector<uint32_t> all(vocabulary.mask_words(), ~uint32_t{0});
+  if (const int tail = vocabulary.mask_size() % 32; tail != 0 && !all.empty()) {
+    all.back() = (uint32_t{1} << tail) - 1;
+  }
   std::vector<uint32_t> mask = all;
   for (int32_t id : banned) ClearBit(mask, id);
   const bool any = std::any_of(mask.begin(), mask.end(), [](uint32_t w) { return w != 0; });

@@ -68,7 +68,8 @@ pagoda::v1::ModelInfo InfoOf(pagoda::v1::Generation::Stub& stub) {
 
 StreamOutcome RunStream(pagoda::v1::Generation::Stub& stub,
                         const pagoda::v1::GenerateRequest& request, std::atomic<int>* received,
-                        const std::vector<std::pair<std::string, std::string>>& metadata) {
+                        const std::vector<std::pair<std::string, std::string>>& metadata,
+                        std::atomic<int>* started) {
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(90));
   for (const auto& [key, value] : metadata) context.AddMetadata(key, value);
@@ -80,6 +81,7 @@ StreamOutcome RunStream(pagoda::v1::Generation::Stub& stub,
     for (const auto& output : message.outputs()) {
       if (outcome.tokens.empty() && output.token_ids_size() > 0) {
         outcome.first_token_at = absl::Now();
+        if (started != nullptr) ++*started;
       }
       outcome.tokens.insert(outcome.tokens.end(), output.token_ids().begin(),
                             output.token_ids().end());

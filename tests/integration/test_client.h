@@ -63,11 +63,14 @@ struct StreamOutcome {
 };
 
 // Runs one GenerateStream to its end; adds every token received to
-// `received` (if not null) as it arrives.
+// `received` (if not null) as it arrives, and 1 to `started` (if not null)
+// when its first token arrives: a stream that has a token was accepted and
+// is running, which a test can wait for without scraping metrics.
 StreamOutcome RunStream(pagoda::v1::Generation::Stub& stub,
                         const pagoda::v1::GenerateRequest& request,
                         std::atomic<int>* received = nullptr,
-                        const std::vector<std::pair<std::string, std::string>>& metadata = {});
+                        const std::vector<std::pair<std::string, std::string>>& metadata = {},
+                        std::atomic<int>* started = nullptr);
 
 // grpc.health.v1.Health/Check over `channel`: 1 SERVING, 2 NOT_SERVING, -1
 // when the call fails.
